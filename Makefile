@@ -1,0 +1,56 @@
+# kuberl: every entry point. `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+TORCH_CPU := torch==2.13.0
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help setup train test test-unit test-distributed test-operator test-e2e test-gpu lint bench chart images manifests clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH_CPU)
+	$(PIP) install -q -r requirements-dev.txt -e operator -e trainer
+	touch $@
+
+setup: $(STAMP) ## create .venv with CPU torch, the operator, the trainer and test tools
+
+train: $(STAMP) ## train PPO on CartPole-v1 with 2 DDP ranks on this machine
+	$(VENV)/bin/kuberl run manifests/examples/cartpole-ppo.yaml --plot
+
+test: test-unit test-distributed test-operator test-e2e ## every test tier (what CI runs)
+
+test-unit: $(STAMP) ## pure tests: spec, CRD, render, lifecycle, algorithm maths
+	$(PYTEST) tests/unit
+
+test-distributed: $(STAMP) ## real multi-process gloo runs on CPU
+	$(PYTEST) tests/distributed
+
+test-operator: $(STAMP) ## the real kopf operator over HTTP against the API stand-in
+	$(PYTEST) tests/operator
+
+test-e2e: $(STAMP) ## operator + stand-in + local node + kuberl run, end to end
+	$(PYTEST) tests/e2e
+
+test-gpu: $(STAMP) ## CUDA/NCCL paths; skips (and says so) without a GPU
+	$(PYTEST) -rs tests/gpu
+
+lint: $(STAMP) ## ruff over the code
+	$(VENV)/bin/ruff check operator trainer tests
+
+manifests: $(STAMP) ## regenerate the CRD and examples' checked-in copies
+	$(PY) -m kuberl.cli crd > manifests/crd.yaml
+
+bench: $(STAMP) ## throughput and scaling benchmarks, printed as a table
+	$(PY) -m kuberl_trainer.bench
+
+clean: ## remove the virtual environment and run outputs
+	rm -rf $(VENV) runs

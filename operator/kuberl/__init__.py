@@ -1,0 +1,1 @@
+"""kuberl control plane. Never imports torch: the operator image stays small."""

@@ -1,0 +1,34 @@
+"""The contract between operator, pod and trainer: exit codes and reasons.
+
+The trainer writes one line `<Reason>: <message>` to the termination log. torch's
+launcher turns every child failure into exit 1, so the reason, not the exit
+code, is what tells the operator a failure is permanent.
+"""
+
+# sysexits.h EX_CONFIG: a configuration error, never retried.
+EXIT_CONFIG_ERROR = 78
+EXIT_OK = 0
+
+REASON_CONFIG_ERROR = "ConfigError"  # permanent: fail the job at once
+REASON_SUCCEEDED = "Succeeded"  # target reached or budget spent
+REASON_STOPPED = "Stopped"  # SIGTERM/SIGINT; a resumable checkpoint was saved
+REASON_CRASHED = "Crashed"  # anything else: retryable
+REASON_PEER_LOST = "PeerLost"  # a collective failed or timed out: retryable
+
+# Environment variables the operator renders and the trainer reads.
+ENV_MASTER_ADDR = "MASTER_ADDR"
+ENV_MASTER_PORT = "MASTER_PORT"
+ENV_NNODES = "NNODES"
+ENV_NODE_RANK = "NODE_RANK"
+ENV_NPROC_PER_NODE = "NPROC_PER_NODE"
+ENV_WORLD_SIZE = "WORLD_SIZE"
+ENV_RANK = "RANK"
+ENV_LOCAL_RANK = "LOCAL_RANK"
+ENV_JOB = "KUBERL_JOB"
+ENV_RESTART = "KUBERL_RESTART"
+ENV_METRICS_ADDR = "KUBERL_METRICS_ADDR"
+ENV_CONFIG = "KUBERL_CONFIG"
+# Set only when pods run as local processes: the directory that stands in for
+# the pod's filesystem root, so absolute mount paths in the rendered pod need
+# no rewriting.
+ENV_FS_ROOT = "KUBERL_FS_ROOT"

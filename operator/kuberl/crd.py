@@ -1,0 +1,187 @@
+"""The RLTrainingJob CustomResourceDefinition, generated from `kuberl.spec`.
+
+`make manifests` writes it to manifests/ and the chart; a test fails when the
+checked-in copies are stale, so the schema is never written twice.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from . import names
+from .spec import CROSS_FIELD_RULES, DNS_1035, JobSpec
+
+# Keywords a Kubernetes structural schema accepts (pydantic emits more).
+_KEEP = {
+    "type", "description", "default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "minLength", "maxLength", "pattern", "enum", "minItems", "maxItems", "maxProperties",
+    "items", "properties", "required", "additionalProperties", "nullable", "format",
+    "x-kubernetes-preserve-unknown-fields", "x-kubernetes-validations", "x-kubernetes-int-or-string",
+}
+
+
+def _inline(schema: Any, defs: dict) -> Any:
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            target = copy.deepcopy(defs[schema["$ref"].split("/")[-1]])
+            rest = {k: v for k, v in schema.items() if k != "$ref"}
+            return _inline({**target, **rest}, defs)
+        return {k: _inline(v, defs) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_inline(v, defs) for v in schema]
+    return schema
+
+
+def _structural(schema: dict) -> dict:
+    """Turn one pydantic JSON-schema node into a Kubernetes structural node."""
+    schema = dict(schema)
+    any_of = schema.pop("anyOf", None)
+    if any_of:
+        non_null = [s for s in any_of if s.get("type") != "null"]
+        if len(non_null) < len(any_of):
+            schema["nullable"] = True
+        types = {s.get("type") for s in non_null}
+        if types == {"string", "integer"}:  # a Kubernetes quantity
+            schema["x-kubernetes-int-or-string"] = True
+        elif len(non_null) == 1:
+            schema = {**non_null[0], **schema}
+        else:
+            raise ValueError(f"cannot express union {any_of} structurally")
+    if schema.pop("x-kuberl-immutable", False):
+        field = schema.get("title", "field")
+        schema.setdefault("x-kubernetes-validations", []).append(
+            {"rule": "self == oldSelf", "message": f"spec.{field} is immutable while the job exists"}
+        )
+    if schema.get("default") is None:
+        schema.pop("default", None)
+    if schema.get("default") == {} and "properties" in schema:
+        schema.pop("default")  # nested defaults apply when the block is written
+    if schema.get("additionalProperties") is False:
+        schema.pop("additionalProperties")  # structural schemas prune instead
+    if "minimum" not in schema and "exclusiveMinimum" in schema and schema.get("type") in ("number", "integer"):
+        schema["minimum"], schema["exclusiveMinimum"] = schema["exclusiveMinimum"], True
+    if "maximum" not in schema and "exclusiveMaximum" in schema and schema.get("type") in ("number", "integer"):
+        schema["maximum"], schema["exclusiveMaximum"] = schema["exclusiveMaximum"], True
+    if "maxLength" in schema and schema.get("type") == "object":
+        schema["maxProperties"] = schema.pop("maxLength")
+    if "minLength" in schema and schema.get("type") == "array":
+        schema["minItems"] = schema.pop("minLength")
+    if "maxLength" in schema and schema.get("type") == "array":
+        schema["maxItems"] = schema.pop("maxLength")
+    if schema.get("type") == "array" and "maxItems" not in schema:
+        raise ValueError(f"list without maxItems: {schema.get('title')}")
+    if "properties" in schema:
+        schema["properties"] = {
+            k: _structural({**v, "title": k} if v.get("x-kuberl-immutable") else v)
+            for k, v in schema["properties"].items()
+        }
+    if isinstance(schema.get("items"), dict):
+        schema["items"] = _structural(schema["items"])
+    if isinstance(schema.get("additionalProperties"), dict):
+        schema["additionalProperties"] = _structural(schema["additionalProperties"])
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        schema["type"] = "object"
+        schema.pop("additionalProperties", None)
+    if "type" not in schema and not schema.get("x-kubernetes-int-or-string"):
+        raise ValueError(f"no type for {schema}")
+    return {k: v for k, v in schema.items() if k in _KEEP}
+
+
+def spec_schema() -> dict:
+    raw = JobSpec.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.pop("$defs", {})
+    schema = _structural(_inline(raw, defs))
+    schema["x-kubernetes-validations"] = [
+        {"rule": r.cel, "message": r.message, "fieldPath": r.field_path, "reason": "FieldValueInvalid"}
+        for r in CROSS_FIELD_RULES
+    ]
+    return schema
+
+
+def _status_schema() -> dict:
+    nullable_num = {"type": "number", "nullable": True}
+    return {
+        "type": "object",
+        "description": "Observed state, written by the operator.",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "properties": {
+            "phase": {"type": "string", "description": "Pending, Running, Restarting, Suspended, Succeeded or Failed."},
+            "observedGeneration": {"type": "integer", "description": "The spec generation the operator last acted on."},
+            "restarts": {"type": "integer", "description": "Gang restarts counted toward runPolicy.backoffLimit."},
+            "generation": {"type": "integer", "description": "Current gang generation (kuberl.dev/restart label)."},
+            "workers": {
+                "type": "object", "description": "Pod counts of the current generation.",
+                "properties": {k: {"type": "integer", "description": f"Pods {k}."} for k in ("active", "ready", "succeeded", "failed")},
+            },
+            "progress": {
+                "type": "object", "description": "Training progress read from rank 0's metrics.",
+                "properties": {
+                    "timesteps": {"type": "integer", "description": "Env steps across all ranks."},
+                    "stepsPerSecond": {**nullable_num, "description": "Global env steps per second."},
+                    "episodeReturnMean": {**nullable_num, "description": "Mean training episode return."},
+                    "evalReturn": {**nullable_num, "description": "Latest evaluation mean return."},
+                },
+            },
+        },
+    }
+
+
+PRINTER_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Lifecycle phase."},
+    {"name": "Workers", "type": "integer", "jsonPath": ".spec.workers", "description": "Pods in the gang."},
+    {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "description": "Counted gang restarts."},
+    {"name": "Timesteps", "type": "integer", "jsonPath": ".status.progress.timesteps", "description": "Env steps so far."},
+    {"name": "Return", "type": "number", "jsonPath": ".status.progress.episodeReturnMean", "description": "Mean training return."},
+    {"name": "Eval", "type": "number", "jsonPath": ".status.progress.evalReturn", "description": "Latest evaluation return.", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def crd() -> dict:
+    """The whole CRD object."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": names.CRD_NAME},
+        "spec": {
+            "group": names.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": names.KIND, "plural": names.PLURAL, "singular": names.SINGULAR,
+                "shortNames": names.SHORT_NAMES, "listKind": f"{names.KIND}List",
+            },
+            "versions": [
+                {
+                    "name": names.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "Distributed reinforcement-learning training with PyTorch DDP.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string", "description": "kuberl.dev/v1alpha1"},
+                                "kind": {"type": "string", "description": "RLTrainingJob"},
+                                "metadata": {
+                                    "type": "object",
+                                    "properties": {
+                                        "name": {
+                                            "type": "string",
+                                            "maxLength": names.MAX_JOB_NAME,
+                                            "pattern": DNS_1035.pattern,
+                                        }
+                                    },
+                                },
+                                "spec": spec_schema(),
+                                "status": _status_schema(),
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }

@@ -1,0 +1,80 @@
+"""Every name kuberl derives from a job, defined once.
+
+The operator, the local runner, the chart and the tests all take names from
+here, so a pod's hostname, its Service and its labels can never disagree.
+"""
+
+GROUP = "kuberl.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "RLTrainingJob"
+PLURAL = "rltrainingjobs"
+SINGULAR = "rltrainingjob"
+SHORT_NAMES = ["rltj"]
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# Labels and annotations on every child object.
+LABEL_JOB = f"{GROUP}/job"
+LABEL_RANK = f"{GROUP}/rank"
+LABEL_RESTART = f"{GROUP}/restart"
+LABEL_COMPONENT = f"{GROUP}/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "kuberl"
+ANNOTATION_SPEC_HASH = f"{GROUP}/config-hash"
+
+# A job name is capped so every derived name stays a DNS-1035 label (<= 63):
+# the longest suffix below is "-checkpoints" (12 chars) and a rank suffix is at
+# most "-1023" (5 chars).
+MAX_JOB_NAME = 50
+MAX_WORKERS = 1024
+MAX_PROCS_PER_WORKER = 16
+
+CONFIG_MOUNT_DIR = "/etc/kuberl"
+CONFIG_FILE = "config.json"
+CHECKPOINT_MOUNT_DIR = "/checkpoints"
+SHM_MOUNT_DIR = "/dev/shm"
+TMP_MOUNT_DIR = "/tmp"
+TERMINATION_LOG = "/dev/termination-log"
+TRAINER_CONTAINER = "trainer"
+
+
+def service_name(job: str) -> str:
+    """Headless Service; also the pods' subdomain."""
+    return job
+
+
+def pod_name(job: str, rank: int) -> str:
+    """Pod name and hostname of worker `rank`."""
+    return f"{job}-{rank}"
+
+
+def configmap_name(job: str) -> str:
+    return f"{job}-config"
+
+
+def pvc_name(job: str) -> str:
+    return f"{job}-checkpoints"
+
+
+def networkpolicy_name(job: str) -> str:
+    return f"{job}-gang"
+
+
+def podgroup_name(job: str) -> str:
+    return f"{job}-gang"
+
+
+def metrics_port_name(local_rank: int) -> str:
+    """Container port names are IANA_SVC_NAMEs: at most 15 characters."""
+    return f"metrics-{local_rank}"
+
+
+def master_addr(job: str, namespace: str) -> str:
+    """DNS name of rank 0: <hostname>.<subdomain>.<namespace>.svc."""
+    return f"{pod_name(job, 0)}.{service_name(job)}.{namespace}.svc"
+
+
+def checkpoint_subdir(job: str, uid: str) -> str:
+    """Checkpoints live under a directory named by job name and uid, so a
+    user's shared PVC never mixes two jobs that reuse a name."""
+    return f"{job}-{uid}" if uid else job

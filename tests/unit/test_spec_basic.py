@@ -1,0 +1,25 @@
+"""Smoke tests of the spec model; the full mutation table lives in test_spec.py."""
+
+import pytest
+
+from kuberl.spec import InvalidJob, validate_job
+
+VALID = {
+    "apiVersion": "kuberl.dev/v1alpha1",
+    "kind": "RLTrainingJob",
+    "metadata": {"name": "cartpole"},
+    "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000},
+}
+
+
+def test_valid_job_is_defaulted():
+    spec = validate_job(VALID)
+    assert spec.procs == 1 and spec.world_size == 1
+    assert spec.hyperparameters.num_steps == 32
+
+
+def test_unknown_hyperparameter_is_named():
+    job = {**VALID, "spec": {**VALID["spec"], "ppo": {"learningRat": 0.1}}}
+    with pytest.raises(InvalidJob) as e:
+        validate_job(job)
+    assert [p.path for p in e.value.problems] == ["spec.ppo.learningRat"]

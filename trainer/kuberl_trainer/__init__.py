@@ -1,0 +1,1 @@
+"""kuberl data plane: DDP trainers. `python -m kuberl_trainer --config FILE`."""
