@@ -55,6 +55,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_render(args: argparse.Namespace) -> int:
+    raise SystemExit("kuberl render: not implemented yet")
+
+
 def cmd_crd(args: argparse.Namespace) -> int:
     from .crd import crd
 
@@ -71,6 +75,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_validate)
     p = sub.add_parser("crd", help="print the RLTrainingJob CustomResourceDefinition")
     p.set_defaults(func=cmd_crd)
+    # Each command below lives beside the code it drives; imported on use so
+    # `kuberl validate` stays fast and torch-free.
+    p = sub.add_parser("render", help="print every object the operator creates for a job, like helm template")
+    p.add_argument("file")
+    p.add_argument("--namespace", "-n", default="default")
+    p.set_defaults(func=lambda a: cmd_render(a))
+    p = sub.add_parser("run", help="run a job here: the same pods, as local processes")
+    p.add_argument("file")
+    p.add_argument("--workers", type=int)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field, e.g. --set totalTimesteps=20000")
+    p.add_argument("--plot", action="store_true", help="write a PNG learning curve when done")
+    p.add_argument("--dir", default="runs", help="where runs keep checkpoints, logs and plots")
+    p.set_defaults(func=lambda a: __import__("kuberl.localrun", fromlist=["cmd_run"]).cmd_run(a))
+    p = sub.add_parser("plot", help="write a PNG learning curve of a local run")
+    p.add_argument("run_dir")
+    p.set_defaults(func=lambda a: __import__("kuberl.localrun", fromlist=["cmd_plot"]).cmd_plot(a))
+    p = sub.add_parser("operator", help="run the kopf operator (standalone by default)")
+    p.add_argument("--namespace", "-n", action="append", default=[], help="watch these namespaces (default: all)")
+    p.add_argument("--peering", help="kopf peering object name (several replicas); standalone when unset")
+    p.add_argument("--priority", type=int, default=0, help="peering priority; distinct per replica")
+    p.add_argument("--health-port", type=int, default=8080)
+    p.add_argument("--metrics-port", type=int, default=8081)
+    p.set_defaults(func=lambda a: __import__("kuberl.handlers", fromlist=["cmd_operator"]).cmd_operator(a))
     return parser
 
 
