@@ -56,7 +56,31 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    raise SystemExit("kuberl render: not implemented yet")
+    """Print every child object like `helm template`; the uid is a placeholder
+    (all zeros) because only the API server assigns one."""
+    from .render import DEFAULT_IMAGE, PLACEHOLDER_UID, Job, render_job
+
+    class BlockDumper(yaml.SafeDumper):
+        """Multi-line strings (config.json) as readable `|` blocks."""
+
+    BlockDumper.add_representer(
+        str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None)
+    )
+    failed = False
+    for job in load_jobs(args.file):
+        name = (job.get("metadata") or {}).get("name", "?") if isinstance(job, dict) else "?"
+        try:
+            spec = validate_job(job, env_id_known=gymnasium_id_known)
+        except InvalidJob as e:
+            failed = True
+            print(f"{args.file}: RLTrainingJob {name!r} is invalid ({len(e.problems)} problem(s)):", file=sys.stderr)
+            for p in e.problems:
+                print(f"  {p}", file=sys.stderr)
+            continue
+        for obj in render_job(Job(name, spec), args.namespace, PLACEHOLDER_UID, default_image=DEFAULT_IMAGE):
+            print(f"---\n# {obj['kind']} {obj['metadata']['name']} (RLTrainingJob {name})")
+            yaml.dump(obj, sys.stdout, Dumper=BlockDumper, sort_keys=False, width=120)
+    return 1 if failed else 0
 
 
 def cmd_crd(args: argparse.Namespace) -> int:

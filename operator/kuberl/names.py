@@ -22,6 +22,13 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kuberl"
 ANNOTATION_SPEC_HASH = f"{GROUP}/config-hash"
 
+# Gang scheduling: Kueue's pod-group integration, Volcano, scheduler-plugins.
+KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"
+COSCHEDULING_POD_GROUP = "scheduling.x-k8s.io/pod-group"
+
 # A job name is capped so every derived name stays a DNS-1035 label (<= 63):
 # the longest suffix below is "-checkpoints" (12 chars) and a rank suffix is at
 # most "-1023" (5 chars).

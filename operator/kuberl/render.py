@@ -1,0 +1,533 @@
+"""Every object kuberl creates for a job, built as plain dicts by pure functions.
+
+`render_job` returns all children of an RLTrainingJob; `render_pod` builds one
+worker pod so the operator can create generation N rank by rank;
+`pod_environment` is THE environment contract (DESIGN.md), called by the
+operator and by the local runner alike. Nothing here does I/O or mutates its
+inputs; owner references are the operator's business (`kopf.adopt`).
+
+Targets: "cluster" renders what the operator creates. "local" renders what
+`kuberl run` starts on this machine: the ConfigMap, the Service (its DNS rules
+resolve MASTER_ADDR) and the pods, whose metrics bind to the pod's own address
+(the runner gives each pod a 127.0.0.x); no PVC (checkpoints go to a local
+directory mounted at the same path), no NetworkPolicy, no PodGroup.
+
+`spec.template` is layered onto each rendered pod by `merge_template`:
+  - metadata.labels and metadata.annotations are merged key by key (template wins);
+  - spec.containers are merged by name: a container named `trainer` patches
+    ours (env merged by name, volumeMounts by mountPath, every other field it
+    sets replaces ours); containers with other names are appended as sidecars;
+  - spec.volumes are merged by name (template wins);
+  - every other pod spec field the template sets replaces ours.
+Then kuberl's own labels, hostname, subdomain and restartPolicy are put back:
+the Service selector, MASTER_ADDR and gang restarts depend on them.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from . import contract, names
+from .spec import JobSpec, validate_job
+from .trainerconfig import dump, trainer_config
+
+DEFAULT_IMAGE = "ghcr.io/kuberl/trainer:0.1.0"
+# `kuberl render` has no API server to assign a uid; this one says so.
+PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
+DEFAULT_OPERATOR_NAMESPACE_SELECTOR = {"matchLabels": {"kubernetes.io/metadata.name": "kuberl-system"}}
+DEFAULT_MONITORING_NAMESPACE_SELECTOR = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+
+VOLCANO_SCHEDULERS = frozenset({"volcano"})
+COSCHEDULING_SCHEDULERS = frozenset({"scheduler-plugins-scheduler", "scheduler-plugins", "coscheduling"})
+
+MEMORY_PER_PROC_GI = 2
+RENDEZVOUS_PORT_NAME = "rendezvous"
+CONFIG_PATH = f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"
+RUNTIME_USER = 1000
+
+Target = Literal["cluster", "local"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A validated job: its name and its parsed, defaulted spec."""
+
+    name: str
+    spec: JobSpec
+
+
+def as_job(job: Mapping | Job) -> Job:
+    """Accept an RLTrainingJob object (validated here) or an already parsed Job."""
+    if isinstance(job, Job):
+        return job
+    return Job(name=job["metadata"]["name"], spec=validate_job(job))
+
+
+# --- the environment contract -------------------------------------------------
+
+
+def _env(name: str, value: Any) -> dict:
+    return {"name": name, "value": str(value)}
+
+
+def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart: int, target: Target = "cluster") -> list[dict]:
+    """The pod's environment, exactly as DESIGN.md's contract table says.
+
+    With one process per pod the trainer reads WORLD_SIZE/RANK/LOCAL_RANK
+    directly; with several, torch's launcher sets them per child from NNODES,
+    NODE_RANK and NPROC_PER_NODE. OMP_NUM_THREADS is the container's CPU limit
+    rounded up; with several processes per pod the trainer divides it by its
+    local world size.
+    """
+    master_addr = names.master_addr(job, namespace)
+    port = spec.rendezvous.port
+    env = [
+        _env(contract.ENV_MASTER_ADDR, master_addr),
+        _env(contract.ENV_MASTER_PORT, port),
+        _env(contract.ENV_NNODES, spec.workers),
+        _env(contract.ENV_NODE_RANK, rank),
+        _env(contract.ENV_NPROC_PER_NODE, spec.procs),
+    ]
+    if spec.procs == 1:
+        env += [
+            _env(contract.ENV_WORLD_SIZE, spec.workers),
+            _env(contract.ENV_RANK, rank),
+            _env(contract.ENV_LOCAL_RANK, 0),
+        ]
+    env += [
+        _env("PET_NNODES", spec.workers),
+        _env("PET_NODE_RANK", rank),
+        _env("PET_NPROC_PER_NODE", spec.procs),
+        _env("PET_MASTER_ADDR", master_addr),
+        _env("PET_MASTER_PORT", port),
+        _env(contract.ENV_JOB, job),
+        _env(contract.ENV_RESTART, restart),
+        _env(contract.ENV_CONFIG, CONFIG_PATH),
+    ]
+    if target == "cluster":
+        env.append(_env(contract.ENV_METRICS_ADDR, "0.0.0.0"))
+    else:  # the local runner gives each pod its own 127.0.0.x as status.podIP
+        env.append({"name": contract.ENV_METRICS_ADDR, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    env += [
+        {
+            "name": "OMP_NUM_THREADS",
+            "valueFrom": {
+                "resourceFieldRef": {"containerName": names.TRAINER_CONTAINER, "resource": "limits.cpu", "divisor": "1"}
+            },
+        },
+        _env("PYTHONUNBUFFERED", 1),
+    ]
+    return env
+
+
+# --- labels, names, config ----------------------------------------------------
+
+
+def job_labels(job: str, component: str) -> dict[str, str]:
+    """Labels on every child object; `kuberl.dev/job` alone selects a job's pods."""
+    return {names.LABEL_JOB: job, names.LABEL_COMPONENT: component, names.LABEL_MANAGED_BY: names.MANAGED_BY}
+
+
+def _metadata(name: str, namespace: str, labels: dict, annotations: dict | None = None) -> dict:
+    meta = {"name": name, "namespace": namespace, "labels": labels}
+    if annotations:
+        meta["annotations"] = annotations
+    return meta
+
+
+def config_text(job: str, namespace: str, uid: str, spec: JobSpec) -> str:
+    return dump(trainer_config(job, namespace, uid, spec))
+
+
+def config_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# --- children -----------------------------------------------------------------
+
+
+def render_configmap(job: Mapping | Job, namespace: str, uid: str) -> dict:
+    """The frozen trainer configuration: immutable, so a restart after an
+    operator upgrade runs exactly what the job started with."""
+    j = as_job(job)
+    text = config_text(j.name, namespace, uid, j.spec)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(
+            names.configmap_name(j.name), namespace, job_labels(j.name, "config"),
+            {names.ANNOTATION_SPEC_HASH: config_hash(text)},
+        ),
+        "immutable": True,
+        "data": {names.CONFIG_FILE: text},
+    }
+
+
+def render_pvc(job: Mapping | Job, namespace: str) -> dict | None:
+    """The checkpoint PVC, or None when the user brings `checkpoint.claimName`."""
+    j = as_job(job)
+    checkpoint = j.spec.checkpoint
+    if checkpoint.claim_name:
+        return None
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],  # only rank 0 mounts it
+        "resources": {"requests": {"storage": checkpoint.size}},
+    }
+    if checkpoint.storage_class_name:
+        spec["storageClassName"] = checkpoint.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _metadata(names.pvc_name(j.name), namespace, job_labels(j.name, "checkpoints")),
+        "spec": spec,
+    }
+
+
+def render_service(job: Mapping | Job, namespace: str) -> dict:
+    """Headless Service: gives each pod `<hostname>.<service>.<namespace>.svc`,
+    published before readiness because rendezvous happens before anything is ready."""
+    j = as_job(job)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(names.service_name(j.name), namespace, job_labels(j.name, "rendezvous")),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {names.LABEL_JOB: j.name},
+            "ports": [
+                {"name": RENDEZVOUS_PORT_NAME, "port": j.spec.rendezvous.port, "targetPort": j.spec.rendezvous.port, "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def metrics_ports(spec: JobSpec) -> list[int]:
+    return [spec.metrics.port + local_rank for local_rank in range(spec.procs)]
+
+
+def render_networkpolicy(
+    job: Mapping | Job,
+    namespace: str,
+    *,
+    operator_namespace_selector: Mapping = DEFAULT_OPERATOR_NAMESPACE_SELECTOR,
+    monitoring_namespace_selector: Mapping = DEFAULT_MONITORING_NAMESPACE_SELECTOR,
+) -> dict:
+    """The gang reaches itself on every port (gloo and NCCL connect every pair
+    on ephemeral ports); the operator and monitoring reach the metrics ports."""
+    j = as_job(job)
+    ports = metrics_ports(j.spec)
+    metrics_port: dict[str, Any] = {"protocol": "TCP", "port": ports[0]}
+    if len(ports) > 1:
+        metrics_port["endPort"] = ports[-1]
+    gang = {"matchLabels": {names.LABEL_JOB: j.name}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(names.networkpolicy_name(j.name), namespace, job_labels(j.name, "network")),
+        "spec": {
+            "podSelector": copy.deepcopy(gang),
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": copy.deepcopy(gang)}]},
+                {
+                    "from": [
+                        {"namespaceSelector": copy.deepcopy(dict(operator_namespace_selector))},
+                        {"namespaceSelector": copy.deepcopy(dict(monitoring_namespace_selector))},
+                    ],
+                    "ports": [metrics_port],
+                },
+            ],
+        },
+    }
+
+
+def render_podgroup(job: Mapping | Job, namespace: str) -> dict | None:
+    """The PodGroup Volcano or scheduler-plugins' coscheduling needs to start
+    the gang all at once; None for any other scheduler (Kueue uses pod labels)."""
+    j = as_job(job)
+    scheduler = j.spec.scheduler_name
+    metadata = _metadata(names.podgroup_name(j.name), namespace, job_labels(j.name, "gang"))
+    if scheduler in VOLCANO_SCHEDULERS:
+        spec: dict[str, Any] = {"minMember": j.spec.workers}
+        if j.spec.priority_class_name:
+            spec["priorityClassName"] = j.spec.priority_class_name
+        return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": metadata, "spec": spec}
+    if scheduler in COSCHEDULING_SCHEDULERS:
+        return {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": metadata,
+            "spec": {"minMember": j.spec.workers, "scheduleTimeoutSeconds": j.spec.run_policy.startup_timeout_seconds},
+        }
+    return None
+
+
+def _gang_scheduling_metadata(job: str, spec: JobSpec) -> tuple[dict, dict]:
+    """Labels and annotations that make the pods one group for their scheduler."""
+    labels, annotations = {}, {}
+    if spec.queue_name:
+        labels[names.KUEUE_QUEUE_NAME] = spec.queue_name
+        labels[names.KUEUE_POD_GROUP_NAME] = names.podgroup_name(job)
+        annotations[names.KUEUE_POD_GROUP_TOTAL_COUNT] = str(spec.workers)
+    if spec.scheduler_name in VOLCANO_SCHEDULERS:
+        annotations[names.VOLCANO_GROUP_NAME] = names.podgroup_name(job)
+    if spec.scheduler_name in COSCHEDULING_SCHEDULERS:
+        labels[names.COSCHEDULING_POD_GROUP] = names.podgroup_name(job)
+    return labels, annotations
+
+
+def pod_labels(job: str, rank: int, restart: int) -> dict[str, str]:
+    """kuberl's own pod labels; they always win over user labels."""
+    return {
+        **job_labels(job, "worker"),
+        names.LABEL_RANK: str(rank),
+        names.LABEL_RESTART: str(restart),
+    }
+
+
+def _quantity(value: str | int) -> str:
+    return str(value)
+
+
+def container_resources(spec: JobSpec) -> dict:
+    """Defaults (1 CPU and 2Gi per process, CPU limited so OMP_NUM_THREADS is
+    right) under the user's resources; GPUs only from gpusPerWorker."""
+    procs = spec.procs
+    user_requests = {k: _quantity(v) for k, v in spec.resources.requests.items()}
+    user_limits = {k: _quantity(v) for k, v in spec.resources.limits.items()}
+    requests = {}
+    for resource, default in (("cpu", str(procs)), ("memory", f"{MEMORY_PER_PROC_GI * procs}Gi")):
+        if resource not in user_requests and resource not in user_limits:  # a lone limit is the request
+            requests[resource] = default
+    requests.update(user_requests)
+    limits = {"cpu": user_requests.get("cpu", str(procs)), **user_limits}
+    if spec.gpus_per_worker > 0:
+        limits["nvidia.com/gpu"] = str(spec.gpus_per_worker)
+    return {"requests": requests, "limits": limits}
+
+
+def trainer_command(spec: JobSpec) -> list[str]:
+    """One process runs the trainer directly; several go through torch's
+    launcher with static rendezvous and no restarts of its own (the operator
+    restarts the whole gang)."""
+    trainer = ["-m", "kuberl_trainer", "--config", CONFIG_PATH]
+    if spec.procs == 1:
+        return ["python", *trainer]
+    return [
+        "python", "-m", "torch.distributed.run",
+        f"--nnodes=$({contract.ENV_NNODES})",
+        f"--node-rank=$({contract.ENV_NODE_RANK})",
+        f"--nproc-per-node=$({contract.ENV_NPROC_PER_NODE})",
+        f"--master-addr=$({contract.ENV_MASTER_ADDR})",
+        f"--master-port=$({contract.ENV_MASTER_PORT})",
+        "--rdzv-backend=static",
+        "--max-restarts=0",
+        *trainer,
+    ]
+
+
+def _trainer_container(job: str, namespace: str, spec: JobSpec, rank: int, restart: int, target: Target, default_image: str) -> dict:
+    mounts = [
+        {"name": "config", "mountPath": names.CONFIG_MOUNT_DIR, "readOnly": True},
+        {"name": "dshm", "mountPath": names.SHM_MOUNT_DIR},
+        {"name": "tmp", "mountPath": names.TMP_MOUNT_DIR},
+    ]
+    if rank == 0:
+        mounts.append({"name": "checkpoints", "mountPath": names.CHECKPOINT_MOUNT_DIR})
+    container: dict[str, Any] = {
+        "name": names.TRAINER_CONTAINER,
+        "image": spec.image or default_image,
+        "command": trainer_command(spec),
+        "env": pod_environment(job, namespace, spec, rank, restart, target),
+        "ports": [
+            {"name": names.metrics_port_name(i), "containerPort": port, "protocol": "TCP"}
+            for i, port in enumerate(metrics_ports(spec))
+        ],
+        "resources": container_resources(spec),
+        "volumeMounts": mounts,
+        "terminationMessagePath": names.TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUNTIME_USER,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    return container
+
+
+def _volumes(job: str, spec: JobSpec, rank: int) -> list[dict]:
+    volumes = [
+        {"name": "config", "configMap": {"name": names.configmap_name(job)}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if rank == 0:  # ReadWriteOnce suffices: only rank 0 writes checkpoints
+        claim = spec.checkpoint.claim_name or names.pvc_name(job)
+        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}})
+    return volumes
+
+
+def render_pod(
+    job: Mapping | Job,
+    namespace: str,
+    uid: str,
+    rank: int,
+    restart: int = 0,
+    *,
+    default_image: str = DEFAULT_IMAGE,
+    target: Target = "cluster",
+) -> dict:
+    """Worker `rank` of gang generation `restart`, with spec.template layered on."""
+    j = as_job(job)
+    spec = j.spec
+    if not 0 <= rank < spec.workers:
+        raise ValueError(f"rank {rank} outside 0..{spec.workers - 1}")
+    own_labels = pod_labels(j.name, rank, restart)
+    group_labels, group_annotations = _gang_scheduling_metadata(j.name, spec)
+    reserved_labels = {**own_labels, **group_labels}
+    annotations = {
+        names.ANNOTATION_SPEC_HASH: config_hash(config_text(j.name, namespace, uid, spec)),
+        **group_annotations,
+    }
+    pod_spec: dict[str, Any] = {
+        "hostname": names.pod_name(j.name, rank),
+        "subdomain": names.service_name(j.name),
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": spec.run_policy.termination_grace_period_seconds,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUNTIME_USER,
+            "runAsGroup": RUNTIME_USER,
+            "fsGroup": RUNTIME_USER,  # the checkpoint volume is writable by the trainer
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [_trainer_container(j.name, namespace, spec, rank, restart, target, default_image)],
+        "volumes": _volumes(j.name, spec, rank),
+    }
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod_spec["tolerations"] = copy.deepcopy(spec.tolerations)
+    if spec.affinity:
+        pod_spec["affinity"] = copy.deepcopy(spec.affinity)
+    if spec.priority_class_name:
+        pod_spec["priorityClassName"] = spec.priority_class_name
+    if spec.scheduler_name:
+        pod_spec["schedulerName"] = spec.scheduler_name
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(names.pod_name(j.name, rank), namespace, {**spec.labels, **reserved_labels}, annotations),
+        "spec": pod_spec,
+    }
+    pod = merge_template(pod, spec.template)
+    pod["metadata"]["labels"].update(reserved_labels)
+    for key in ("hostname", "subdomain", "restartPolicy"):
+        pod["spec"][key] = pod_spec[key]
+    return pod
+
+
+# --- spec.template ------------------------------------------------------------
+
+
+def _merge_by(key: str, ours: list[dict], theirs: list[dict]) -> list[dict]:
+    """Items with the same `key` are replaced in place; new ones are appended."""
+    merged = [copy.deepcopy(item) for item in ours]
+    index = {item.get(key): i for i, item in enumerate(merged)}
+    for item in theirs:
+        if item.get(key) in index:
+            merged[index[item.get(key)]] = copy.deepcopy(item)
+        else:
+            index[item.get(key)] = len(merged)
+            merged.append(copy.deepcopy(item))
+    return merged
+
+
+def _patch_container(ours: dict, theirs: Mapping) -> dict:
+    patched = copy.deepcopy(ours)
+    for field, value in theirs.items():
+        if field == "env":
+            patched["env"] = _merge_by("name", patched.get("env", []), value or [])
+        elif field == "volumeMounts":
+            patched["volumeMounts"] = _merge_by("mountPath", patched.get("volumeMounts", []), value or [])
+        else:
+            patched[field] = copy.deepcopy(value)
+    return patched
+
+
+def merge_template(pod: Mapping, template: Mapping | None) -> dict:
+    """Layer a PodTemplateSpec onto a rendered pod (rules in the module docstring)."""
+    merged = copy.deepcopy(dict(pod))
+    if not template:
+        return merged
+    metadata = template.get("metadata") or {}
+    for key in ("labels", "annotations"):
+        if metadata.get(key):
+            merged["metadata"][key] = {**merged["metadata"].get(key, {}), **copy.deepcopy(metadata[key])}
+    pod_spec = merged["spec"]
+    for field, value in (template.get("spec") or {}).items():
+        if field == "containers":
+            containers = pod_spec.get("containers", [])
+            by_name = {c["name"]: i for i, c in enumerate(containers)}
+            for theirs in value or []:
+                name = theirs.get("name")
+                if name in by_name:
+                    containers[by_name[name]] = _patch_container(containers[by_name[name]], theirs)
+                else:
+                    containers.append(copy.deepcopy(theirs))
+            pod_spec["containers"] = containers
+        elif field == "volumes":
+            pod_spec["volumes"] = _merge_by("name", pod_spec.get("volumes", []), value or [])
+        else:
+            pod_spec[field] = copy.deepcopy(value)
+    return merged
+
+
+# --- everything ---------------------------------------------------------------
+
+
+def render_job(
+    job: Mapping | Job,
+    namespace: str,
+    uid: str,
+    *,
+    default_image: str = DEFAULT_IMAGE,
+    target: Target = "cluster",
+    restart: int = 0,
+    operator_namespace_selector: Mapping = DEFAULT_OPERATOR_NAMESPACE_SELECTOR,
+    monitoring_namespace_selector: Mapping = DEFAULT_MONITORING_NAMESPACE_SELECTOR,
+) -> list[dict]:
+    """Every child of the job, in creation order: ConfigMap, PVC, NetworkPolicy,
+    Service, PodGroup, then the pods of generation `restart`."""
+    j = as_job(job)
+    objects: list[dict | None] = [render_configmap(j, namespace, uid)]
+    if target == "cluster":
+        objects += [
+            render_pvc(j, namespace),
+            render_networkpolicy(
+                j, namespace,
+                operator_namespace_selector=operator_namespace_selector,
+                monitoring_namespace_selector=monitoring_namespace_selector,
+            ),
+        ]
+    objects.append(render_service(j, namespace))
+    if target == "cluster":
+        objects.append(render_podgroup(j, namespace))
+    objects += [
+        render_pod(j, namespace, uid, rank, restart, default_image=default_image, target=target)
+        for rank in range(j.spec.workers)
+    ]
+    return [o for o in objects if o is not None]
