@@ -1,0 +1,359 @@
+"""The environment contract and the pod details, rank by rank; spec.template merging."""
+
+import copy
+import json
+import re
+
+import pytest
+from kuberl import contract, names
+from kuberl.render import (
+    CONFIG_PATH,
+    Job,
+    as_job,
+    merge_template,
+    pod_environment,
+    render_configmap,
+    render_job,
+    render_pod,
+    render_service,
+)
+from kuberl.spec import defaulted, parse_spec
+from kuberl.trainerconfig import load
+
+NAMESPACE = "team-rl"
+UID = "0f0e0d0c-1111-2222-3333-444455556666"
+
+
+def make_job(name="cartpole", **spec):
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "metadata": {"name": name},
+        "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 10000, "workers": 3, **spec},
+    }
+
+
+def env_of(pod, container=names.TRAINER_CONTAINER):
+    c = next(c for c in pod["spec"]["containers"] if c["name"] == container)
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+
+
+def trainer(pod):
+    return next(c for c in pod["spec"]["containers"] if c["name"] == names.TRAINER_CONTAINER)
+
+
+def pods(job, **kwargs):
+    return [o for o in render_job(job, NAMESPACE, UID, **kwargs) if o["kind"] == "Pod"]
+
+
+# --- environment contract -----------------------------------------------------
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2])
+def test_one_process_per_pod_environment(rank):
+    env = env_of(pods(make_job())[rank])
+    assert env == {
+        "MASTER_ADDR": "cartpole-0.cartpole.team-rl.svc",
+        "MASTER_PORT": "29500",
+        "NNODES": "3",
+        "NODE_RANK": str(rank),
+        "NPROC_PER_NODE": "1",
+        "WORLD_SIZE": "3",
+        "RANK": str(rank),
+        "LOCAL_RANK": "0",
+        "PET_NNODES": "3",
+        "PET_NODE_RANK": str(rank),
+        "PET_NPROC_PER_NODE": "1",
+        "PET_MASTER_ADDR": "cartpole-0.cartpole.team-rl.svc",
+        "PET_MASTER_PORT": "29500",
+        "KUBERL_JOB": "cartpole",
+        "KUBERL_RESTART": "0",
+        "KUBERL_CONFIG": "/etc/kuberl/config.json",
+        "KUBERL_METRICS_ADDR": "0.0.0.0",
+        "OMP_NUM_THREADS": {"resourceFieldRef": {"containerName": "trainer", "resource": "limits.cpu", "divisor": "1"}},
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def test_several_processes_per_pod_leave_world_size_rank_and_local_rank_to_torchrun():
+    env = env_of(pods(make_job(procsPerWorker=4, rendezvous={"port": 23456}))[2])
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        assert name not in env
+    assert (env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"], env["MASTER_PORT"]) == ("3", "2", "4", "23456")
+    assert (env["PET_NNODES"], env["PET_NODE_RANK"], env["PET_NPROC_PER_NODE"], env["PET_MASTER_PORT"]) == ("3", "2", "4", "23456")
+
+
+def test_contract_names_come_from_the_contract_module():
+    env = env_of(pods(make_job())[0])
+    for name in (contract.ENV_MASTER_ADDR, contract.ENV_MASTER_PORT, contract.ENV_NNODES, contract.ENV_NODE_RANK,
+                 contract.ENV_NPROC_PER_NODE, contract.ENV_WORLD_SIZE, contract.ENV_RANK, contract.ENV_LOCAL_RANK,
+                 contract.ENV_JOB, contract.ENV_RESTART, contract.ENV_METRICS_ADDR, contract.ENV_CONFIG):
+        assert name in env
+
+
+def test_restart_generation_is_in_env_and_label():
+    pod = pods(make_job(), restart=7)[1]
+    assert env_of(pod)["KUBERL_RESTART"] == "7"
+    assert pod["metadata"]["labels"][names.LABEL_RESTART] == "7"
+    assert pod["metadata"]["labels"][names.LABEL_RANK] == "1"
+    assert pod["metadata"]["labels"][names.LABEL_JOB] == "cartpole"
+    assert pod["metadata"]["labels"][names.LABEL_MANAGED_BY] == "kuberl"
+
+
+def test_local_target_binds_metrics_to_the_pods_own_address():
+    env = env_of(pods(make_job(), target="local")[0])
+    assert env["KUBERL_METRICS_ADDR"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env["MASTER_ADDR"] == "cartpole-0.cartpole.team-rl.svc"
+
+
+def test_pod_environment_is_the_function_render_uses():
+    job = as_job(make_job(procsPerWorker=2))
+    for rank in range(3):
+        pod = render_pod(job, NAMESPACE, UID, rank, restart=2)
+        assert trainer(pod)["env"] == pod_environment("cartpole", NAMESPACE, job.spec, rank, 2, "cluster")
+
+
+def test_master_addr_is_rank_0s_dns_name_and_the_service_selects_rank_0():
+    job = make_job()
+    rank0 = pods(job)[0]
+    service = render_service(job, NAMESPACE)
+    spec = rank0["spec"]
+    assert env_of(rank0)["MASTER_ADDR"] == f"{spec['hostname']}.{spec['subdomain']}.{NAMESPACE}.svc"
+    assert spec["subdomain"] == service["metadata"]["name"]
+    assert service["spec"]["selector"].items() <= rank0["metadata"]["labels"].items()
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert [p["port"] for p in service["spec"]["ports"]] == [29500]
+
+
+# --- command ------------------------------------------------------------------
+
+
+def test_one_process_runs_the_trainer_directly():
+    assert trainer(pods(make_job())[0])["command"] == ["python", "-m", "kuberl_trainer", "--config", CONFIG_PATH]
+
+
+def expand(arg, env):
+    """Kubernetes' $(VAR) expansion; an undefined reference stays as written."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), arg)
+
+
+def test_several_processes_go_through_torchrun_with_static_rendezvous():
+    pod = pods(make_job(procsPerWorker=4))[1]
+    env = env_of(pod)
+    command = [expand(a, env) for a in trainer(pod)["command"]]
+    assert not any("$(" in a for a in command), "every $(VAR) is defined in the container env"
+    assert command[:3] == ["python", "-m", "torch.distributed.run"]
+    torchrun = pytest.importorskip("torch.distributed.run")
+    args = torchrun.get_args_parser().parse_args(command[3:])
+    assert (args.nnodes, args.node_rank, args.nproc_per_node) == ("3", 1, "4")
+    assert (args.master_addr, args.master_port) == ("cartpole-0.cartpole.team-rl.svc", 29500)
+    assert (args.rdzv_backend, args.max_restarts, args.module) == ("static", 0, True)
+    assert (args.training_script, args.training_script_args) == ("kuberl_trainer", ["--config", CONFIG_PATH])
+
+
+# --- pod details --------------------------------------------------------------
+
+
+def test_one_metrics_port_per_local_rank():
+    ports = trainer(pods(make_job(procsPerWorker=4, metrics={"port": 9100}))[0])["ports"]
+    assert ports == [{"name": f"metrics-{i}", "containerPort": 9100 + i, "protocol": "TCP"} for i in range(4)]
+
+
+def test_checkpoint_volume_on_rank_0_only():
+    for rank, pod in enumerate(pods(make_job())):
+        claims = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+        mounts = [m for m in trainer(pod)["volumeMounts"] if m["mountPath"] == names.CHECKPOINT_MOUNT_DIR]
+        if rank == 0:
+            assert claims == [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": "cartpole-checkpoints"}}]
+            assert len(mounts) == 1
+        else:
+            assert claims == [] and mounts == []
+
+
+def test_config_shm_and_tmp_volumes():
+    pod = pods(make_job(shmSize="4Gi"))[1]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["config"] == {"name": "config", "configMap": {"name": "cartpole-config"}}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "4Gi"}
+    assert volumes["tmp"]["emptyDir"] == {}
+    mounts = {m["mountPath"]: m["name"] for m in trainer(pod)["volumeMounts"]}
+    assert mounts == {"/etc/kuberl": "config", "/dev/shm": "dshm", "/tmp": "tmp"}
+
+
+def test_default_resources_per_process():
+    assert trainer(pods(make_job(procsPerWorker=3))[0])["resources"] == {
+        "requests": {"cpu": "3", "memory": "6Gi"},
+        "limits": {"cpu": "3"},
+    }
+
+
+def test_user_resources_merge_over_defaults_and_a_cpu_request_sets_the_cpu_limit():
+    resources = trainer(pods(make_job(resources={"requests": {"cpu": "4"}, "limits": {"memory": "3Gi"}}))[0])["resources"]
+    assert resources == {"requests": {"cpu": "4"}, "limits": {"cpu": "4", "memory": "3Gi"}}
+
+
+def test_gpus_only_from_gpus_per_worker():
+    pod = pods(make_job(gpusPerWorker=2))[0]
+    assert trainer(pod)["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert env_of(pod)["NPROC_PER_NODE"] == "2"
+    assert "nvidia" not in json.dumps(pods(make_job())[0]).lower()
+
+
+def test_scheduling_fields_are_passed_through():
+    tolerations = [{"key": "rl", "operator": "Exists"}]
+    affinity = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    pod = pods(make_job(nodeSelector={"pool": "rl"}, tolerations=tolerations, affinity=affinity,
+                        priorityClassName="high", schedulerName="my-scheduler", labels={"team": "a"}))[0]
+    spec = pod["spec"]
+    assert (spec["nodeSelector"], spec["tolerations"], spec["affinity"]) == ({"pool": "rl"}, tolerations, affinity)
+    assert (spec["priorityClassName"], spec["schedulerName"]) == ("high", "my-scheduler")
+    assert pod["metadata"]["labels"]["team"] == "a"
+
+
+def test_pod_runs_locked_down():
+    pod = pods(make_job(runPolicy={"terminationGracePeriodSeconds": 90}))[0]
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["terminationGracePeriodSeconds"] == 90
+    assert spec["automountServiceAccountToken"] is False and spec["enableServiceLinks"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    c = trainer(pod)
+    assert c["terminationMessagePath"] == "/dev/termination-log"
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert c["securityContext"] == {
+        "runAsNonRoot": True, "runAsUser": 1000, "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def test_image_defaults_to_the_operators_and_the_spec_wins():
+    assert trainer(pods(make_job(), default_image="reg/trainer:9")[0])["image"] == "reg/trainer:9"
+    assert trainer(pods(make_job(image="mine:1", imagePullPolicy="Always"))[0])["image"] == "mine:1"
+    assert trainer(pods(make_job(image="mine:1", imagePullPolicy="Always"))[0])["imagePullPolicy"] == "Always"
+
+
+def test_kueue_pod_group_labels_and_annotations():
+    pod = pods(make_job(queueName="team-a"))[2]
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "cartpole-gang"
+    assert pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "3"
+    assert not any(k.startswith("kueue") for k in pods(make_job())[0]["metadata"]["labels"])
+
+
+def test_volcano_and_coscheduling_get_a_podgroup_and_the_group_on_each_pod():
+    objects = render_job(make_job(schedulerName="volcano"), NAMESPACE, UID)
+    group = next(o for o in objects if o["kind"] == "PodGroup")
+    assert (group["apiVersion"], group["spec"]["minMember"]) == ("scheduling.volcano.sh/v1beta1", 3)
+    for pod in (o for o in objects if o["kind"] == "Pod"):
+        assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == group["metadata"]["name"]
+    objects = render_job(make_job(schedulerName="scheduler-plugins-scheduler"), NAMESPACE, UID)
+    group = next(o for o in objects if o["kind"] == "PodGroup")
+    assert group["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
+    for pod in (o for o in objects if o["kind"] == "Pod"):
+        assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == group["metadata"]["name"]
+    assert "PodGroup" not in [o["kind"] for o in render_job(make_job(), NAMESPACE, UID)]
+
+
+def test_networkpolicy_lets_the_gang_talk_and_monitoring_scrape():
+    objects = render_job(make_job(procsPerWorker=2), NAMESPACE, UID,
+                         monitoring_namespace_selector={"matchLabels": {"team": "observability"}})
+    policy = next(o for o in objects if o["kind"] == "NetworkPolicy")
+    gang, metrics = policy["spec"]["ingress"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": {names.LABEL_JOB: "cartpole"}}
+    assert gang == {"from": [{"podSelector": {"matchLabels": {names.LABEL_JOB: "cartpole"}}}]}  # every port
+    assert {"namespaceSelector": {"matchLabels": {"team": "observability"}}} in metrics["from"]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberl-system"}}} in metrics["from"]
+    assert metrics["ports"] == [{"protocol": "TCP", "port": 9090, "endPort": 9091}]
+
+
+# --- frozen config ------------------------------------------------------------
+
+
+def test_configmap_is_immutable_and_loads_back_to_the_spec():
+    job = make_job(ppo={"learningRate": 0.001})
+    cm = render_configmap(job, NAMESPACE, UID)
+    assert cm["immutable"] is True and cm["metadata"]["name"] == "cartpole-config"
+    config = load(json.loads(cm["data"][names.CONFIG_FILE]))
+    assert defaulted(config.spec) == defaulted(parse_spec(job["spec"]))
+    assert config.spec.hyperparameters.learning_rate == 0.001
+    assert config.checkpoint_dir == f"/checkpoints/cartpole-{UID}"
+    pod = pods(job)[0]
+    assert pod["metadata"]["annotations"][names.ANNOTATION_SPEC_HASH] == cm["metadata"]["annotations"][names.ANNOTATION_SPEC_HASH]
+
+
+def test_same_spec_same_bytes():
+    assert render_job(make_job(), NAMESPACE, UID) == render_job(make_job(), NAMESPACE, UID)
+
+
+# --- spec.template ------------------------------------------------------------
+
+
+def test_template_patches_trainer_env_by_name_and_appends_sidecars():
+    template = {
+        "metadata": {"labels": {"team": "rl", names.LABEL_JOB: "hijack"}, "annotations": {"a": "b"}},
+        "spec": {
+            "serviceAccountName": "trainer-sa",
+            "hostname": "elsewhere",
+            "containers": [
+                {"name": "trainer", "env": [{"name": "PYTHONUNBUFFERED", "value": "0"}, {"name": "EXTRA", "value": "x"}],
+                 "volumeMounts": [{"name": "data", "mountPath": "/tmp"}], "command": ["torchrun", "mine.py"]},
+                {"name": "sidecar", "image": "busybox"},
+            ],
+            "volumes": [{"name": "data", "emptyDir": {}}, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}],
+        },
+    }
+    pod = pods(make_job(template=template))[0]
+    env = env_of(pod)
+    assert env["PYTHONUNBUFFERED"] == "0" and env["EXTRA"] == "x" and env["MASTER_ADDR"].startswith("cartpole-0.")
+    names_in_order = [e["name"] for e in trainer(pod)["env"]]
+    assert names_in_order[-1] == "EXTRA" and names_in_order.index("PYTHONUNBUFFERED") < names_in_order.index("EXTRA")
+    mounts = {m["mountPath"]: m["name"] for m in trainer(pod)["volumeMounts"]}
+    assert mounts["/tmp"] == "data" and mounts["/etc/kuberl"] == "config"
+    assert trainer(pod)["command"] == ["torchrun", "mine.py"]
+    assert trainer(pod)["image"] == "ghcr.io/kuberl/trainer:0.1.0"  # fields the template does not set stay ours
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["trainer", "sidecar"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["dshm"]["emptyDir"]["sizeLimit"] == "8Gi" and "data" in volumes and "config" in volumes
+    assert pod["spec"]["serviceAccountName"] == "trainer-sa"
+    assert pod["metadata"]["labels"]["team"] == "rl" and pod["metadata"]["annotations"]["a"] == "b"
+    # kuberl's own labels and DNS identity are put back: the Service and MASTER_ADDR depend on them
+    assert pod["metadata"]["labels"][names.LABEL_JOB] == "cartpole"
+    assert pod["spec"]["hostname"] == "cartpole-0"
+
+
+def test_template_replaces_other_pod_spec_fields():
+    pod = pods(make_job(tolerations=[{"key": "a", "operator": "Exists"}],
+                        template={"spec": {"tolerations": [{"key": "b", "operator": "Exists"}], "automountServiceAccountToken": True}}))[0]
+    assert pod["spec"]["tolerations"] == [{"key": "b", "operator": "Exists"}]
+    assert pod["spec"]["automountServiceAccountToken"] is True
+
+
+def test_merge_template_does_not_mutate_either_input():
+    pod = pods(make_job())[0]
+    template = {"metadata": {"labels": {"x": "y"}}, "spec": {"containers": [{"name": "trainer", "env": [{"name": "A", "value": "1"}]},
+                                                                          {"name": "side", "image": "i"}],
+                                                           "volumes": [{"name": "v", "emptyDir": {}}]}}
+    pod_before, template_before = copy.deepcopy(pod), copy.deepcopy(template)
+    merged = merge_template(pod, template)
+    assert pod == pod_before and template == template_before
+    merged["spec"]["containers"][1]["image"] = "changed"
+    merged["spec"]["containers"][0]["env"][-1]["value"] = "changed"
+    assert template == template_before
+
+
+def test_builders_do_not_mutate_inputs_or_share_state_between_calls():
+    job = make_job(template={"spec": {"containers": [{"name": "side", "image": "i"}]}}, tolerations=[{"key": "a", "operator": "Exists"}])
+    before = copy.deepcopy(job)
+    parsed = as_job(job)
+    first = render_job(parsed, NAMESPACE, UID)
+    first[-1]["spec"]["tolerations"].append({"key": "leak"})
+    first[-1]["spec"]["containers"][1]["image"] = "leak"
+    assert render_job(parsed, NAMESPACE, UID) == render_job(job, NAMESPACE, UID)
+    assert job == before
+    assert parsed == Job("cartpole", parse_spec(before["spec"]))
+
+
+def test_rank_outside_the_gang_is_refused():
+    with pytest.raises(ValueError):
+        render_pod(make_job(), NAMESPACE, UID, 3)
