@@ -1,0 +1,625 @@
+"""The gang lifecycle: what a cluster reports in, the next phase and actions out.
+
+`decide(spec, status, pods, rank0, now)` is ONE pure function shared by the
+operator and `kuberl run`. Its inputs are what a cluster reports (pods with
+their restart label, phase, exit code, termination reason, waiting and
+scheduling reasons, deletion timestamp, DisruptionTarget condition) and rank
+0's step counter; its output is the status to write and a list of plain
+actions.
+
+The caller writes `decision.status` FIRST, then carries out the actions in
+order, and emits the events only after the write succeeded: so a new
+generation is on record before the old gang is deleted, and a pod carrying an
+older `kuberl.dev/restart` label or a deletion timestamp is never taken for
+the new generation.
+
+Rules (DESIGN.md, Operator):
+- a failed pod restarts the whole gang, after restartBackoffSeconds * 2^n
+  (capped); crashes and stalls count toward backoffLimit; disruptions
+  (DisruptionTarget, a pod deleted or lost) do not;
+- a generation that never had all its pods started is a start-up problem:
+  reported with its reason, retried after startupTimeoutSeconds up to
+  maxStartupRetries, never spending the backoff budget;
+- the configuration-error reason fails the job at once;
+- rank 0's step counter standing still for stallTimeoutSeconds (once the gang
+  is up) is a counted restart;
+- suspend deletes the pods, resume starts a new generation (not counted);
+- activeDeadlineSeconds fails the job; success is rank 0 exiting 0 having
+  reported the criterion met, or every rank exiting 0;
+- pods stuck terminating (a lost node) are force-deleted, and that is recorded.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from . import names
+from .contract import (
+    EXIT_CONFIG_ERROR,
+    EXIT_OK,
+    REASON_CONFIG_ERROR,
+    REASON_PEER_LOST,
+    REASON_SUCCEEDED,
+)
+from .spec import JobSpec
+
+PENDING = "Pending"
+RUNNING = "Running"
+RESTARTING = "Restarting"
+SUSPENDED = "Suspended"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+TERMINAL = (SUCCEEDED, FAILED)
+
+# Condition types (Kubernetes-style: type, status, reason, message, lastTransitionTime).
+CONDITION_READY = "Ready"
+CONDITION_SUSPENDED = "Suspended"
+CONDITION_SUCCEEDED = "Succeeded"
+CONDITION_FAILED = "Failed"
+
+# Reasons the lifecycle itself gives (the trainer's are in kuberl.contract).
+REASON_BACKOFF_LIMIT = "BackoffLimitExceeded"
+REASON_DEADLINE = "DeadlineExceeded"
+REASON_STALLED = "Stalled"
+REASON_POD_DELETED = "PodDeleted"
+REASON_POD_LOST = "PodLost"
+REASON_FORCE_DELETED = "ForceDeleted"
+REASON_STALE = "StaleGeneration"
+REASON_SUSPEND = "Suspended"
+REASON_RESUMED = "Resumed"
+REASON_GANG_RESTART = "GangRestart"
+REASON_CREATING = "Creating"
+REASON_BACKOFF = "BackoffWait"
+REASON_OLD_PODS = "WaitingForOldPods"
+REASON_ALL_RUNNING = "AllWorkersRunning"
+REASON_RANK0_SUCCEEDED = "RankZeroSucceeded"
+REASON_ALL_SUCCEEDED = "AllWorkersSucceeded"
+REASON_STARTING = "ContainerCreating"
+
+HISTORY_LIMIT = 10  # restart history and force-deletion records kept in status
+MESSAGE_LIMIT = 512  # characters of any message kept in status
+MAX_RESTART_BACKOFF_SECONDS = 600.0
+# A pod still present this long after its grace period ended is on a lost node.
+FORCE_DELETE_AFTER_SECONDS = 60.0
+# Requeue while waiting on something no timer covers (old pods going away).
+POLL_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class ObservedPod:
+    """One pod as the cluster reports it. Times are POSIX seconds."""
+
+    name: str
+    rank: int
+    generation: int  # the pod's kuberl.dev/restart label
+    phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Unknown
+    ready: bool = False
+    exit_code: int | None = None  # of the trainer container, once terminated
+    reason: str | None = None  # termination message's first word, else the container's terminated reason
+    message: str | None = None  # the termination message
+    waiting_reason: str | None = None  # ImagePullBackOff, ErrImagePull, CreateContainerConfigError, ...
+    waiting_message: str | None = None
+    scheduling_reason: str | None = None  # PodScheduled=False reason: Unschedulable, SchedulingGated
+    scheduling_message: str | None = None
+    deletion_timestamp: float | None = None  # as Kubernetes sets it: when the grace period ends
+    disruption: str | None = None  # DisruptionTarget reason: PreemptionByScheduler, EvictionByEvictionAPI, ...
+    start_time: float | None = None
+
+    @property
+    def started(self) -> bool:
+        """Its container ran: a crash after this is the workload's, not start-up's."""
+        return self.phase in ("Running", "Succeeded") or self.exit_code is not None
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ("Pending", "Running", "Unknown")
+
+
+@dataclass(frozen=True)
+class Rank0Progress:
+    """Rank 0's metrics as last scraped; `changed_at` is when timesteps last moved."""
+
+    generation: int
+    timesteps: int
+    changed_at: float
+    succeeded: bool = False  # rank 0 reported the success criterion met
+    steps_per_second: float | None = None
+    episode_return_mean: float | None = None
+    eval_return: float | None = None
+
+
+@dataclass(frozen=True)
+class CreatePods:
+    generation: int
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DeletePods:
+    names: tuple[str, ...]
+    reason: str
+    force: bool = False  # grace period 0: the node is gone
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Reconcile again after this long (sooner if something changes)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Fail:
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Succeed:
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+Action = CreatePods | DeletePods | Wait | Fail | Succeed | Event
+
+
+@dataclass(frozen=True)
+class Decision:
+    phase: str
+    status: dict
+    actions: tuple[Action, ...]
+
+    def of(self, kind: type) -> list:
+        return [a for a in self.actions if isinstance(a, kind)]
+
+    @property
+    def requeue_after(self) -> float | None:
+        waits = self.of(Wait)
+        return waits[0].seconds if waits else None
+
+
+def rfc3339(t: float) -> str:
+    """Kubernetes' time format; sub-second precision only when there is some."""
+    moment = datetime.fromtimestamp(t, tz=UTC)
+    spec = "seconds" if moment.microsecond == 0 else "milliseconds"
+    return moment.isoformat(timespec=spec).replace("+00:00", "Z")
+
+
+def parse_time(text: str | None) -> float | None:
+    return datetime.fromisoformat(text).timestamp() if text else None
+
+
+def termination_reason(message: str | None) -> str | None:
+    """The trainer writes `<Reason>: <message>`; the reason is the first word."""
+    if not message or not message.strip():
+        return None
+    head = message.strip().split(":", 1)[0].strip()
+    return head if head and " " not in head else None
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
+
+
+@dataclass
+class _Plan:
+    """The status being written and the actions gathered, for one decision."""
+
+    status: dict
+    now: float
+    actions: list = field(default_factory=list)
+    timers: list = field(default_factory=list)
+
+    @property
+    def generation(self) -> int:
+        return self.status["generation"]
+
+    def get_time(self, key: str) -> float | None:
+        return parse_time(self.status.get(key))
+
+    def set_time(self, key: str, t: float | None) -> None:
+        self.status[key] = rfc3339(t) if t is not None else None
+
+    def condition(self, type_: str, true: bool, reason: str, message: str = "") -> None:
+        """Set a condition; lastTransitionTime moves only when its status flips."""
+        value = "True" if true else "False"
+        conditions = self.status["conditions"]
+        old = next((c for c in conditions if c["type"] == type_), None)
+        moved = old is None or old["status"] != value
+        new = {
+            "type": type_,
+            "status": value,
+            "reason": reason,
+            "message": _clip(message),
+            "lastTransitionTime": rfc3339(self.now) if moved else old["lastTransitionTime"],
+        }
+        self.status["conditions"] = [c for c in conditions if c["type"] != type_] + [new]
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.actions.append(Event(type_, reason, _clip(message)))
+
+    def delete(self, pods: list[ObservedPod], reason: str) -> None:
+        """Delete pods not already going; never twice the same request."""
+        going = [p.name for p in pods if p.deletion_timestamp is None]
+        if going:
+            self.actions.append(DeletePods(tuple(sorted(going)), reason))
+
+    def wake_at(self, t: float | None) -> None:
+        if t is not None:
+            self.timers.append(t)
+
+    def finish(self, phase: str) -> Decision:
+        self.status["phase"] = phase
+        if self.timers and phase not in TERMINAL:
+            self.actions.append(Wait(max(0.0, min(self.timers) - self.now)))
+        return Decision(phase, self.status, tuple(self.actions))
+
+
+def _initial_status(status: dict) -> dict:
+    out = copy.deepcopy(status or {})
+    defaults = {"phase": PENDING, "generation": 0, "restarts": 0, "startupRetries": 0, "restartHistory": [], "conditions": []}
+    for key, value in defaults.items():
+        if out.get(key) is None:
+            out[key] = value
+    out.setdefault("startTime", None)
+    out.setdefault("completionTime", None)
+    return out
+
+
+def decide(
+    spec: JobSpec,
+    status: dict,
+    pods: list[ObservedPod],
+    rank0: Rank0Progress | None,
+    now: float,
+) -> Decision:
+    """The next phase, the status to write and the actions to take."""
+    plan = _Plan(_initial_status(status), now)
+    phase = plan.status["phase"]
+    current = [p for p in pods if p.generation == plan.generation]
+    stale = [p for p in pods if p.generation != plan.generation]
+
+    plan.delete(stale, REASON_STALE)
+    _force_delete_stuck(plan, pods)
+    _record_workers(plan, current)
+    _record_progress(plan, rank0)
+
+    if phase in TERMINAL:
+        plan.delete([p for p in current if p.active], phase)
+        return plan.finish(phase)
+    if spec.run_policy.suspend:
+        return _suspend(plan, current, phase)
+    if phase == SUSPENDED:
+        phase = _resume(plan)
+
+    return _run(plan, spec, phase, current, stale, rank0)
+
+
+def _run(
+    plan: _Plan,
+    spec: JobSpec,
+    phase: str,
+    current: list[ObservedPod],
+    stale: list[ObservedPod],
+    rank0: Rank0Progress | None,
+) -> Decision:
+    """A job that should be running: check it, restart it, or start it."""
+    policy = spec.run_policy
+    now = plan.now
+    live = {p.rank: p for p in current if p.deletion_timestamp is None}
+    if rank0 is not None and rank0.generation != plan.generation:
+        rank0 = None  # an older gang's counter says nothing about this one
+
+    config_error = next((p for p in sorted(current, key=lambda p: p.rank) if _is_config_error(p)), None)
+    if config_error is not None:
+        return _fail(plan, current, REASON_CONFIG_ERROR, _pod_says(config_error))
+
+    success = _success(spec, live, rank0)
+    if success is not None:
+        return _succeed(plan, current, *success)
+
+    start = plan.get_time("startTime")
+    if policy.active_deadline_seconds is not None and start is not None:
+        deadline = start + policy.active_deadline_seconds
+        if now >= deadline:
+            return _fail(plan, current, REASON_DEADLINE, f"the job ran longer than activeDeadlineSeconds={policy.active_deadline_seconds}")
+        plan.wake_at(deadline)
+
+    fully_started = plan.get_time("gangRunningTime") is not None
+    broken = _broken(spec, current, live, fully_started, rank0)
+    if broken is not None:
+        return _restart(plan, spec, current, *broken)
+
+    missing = [r for r in range(spec.workers) if r not in live]
+    if missing:
+        _create(plan, spec, stale, missing)
+        return plan.finish(phase)
+
+    if all(p.started for p in live.values()):
+        if not fully_started:
+            plan.set_time("gangRunningTime", now)
+            plan.event("Normal", REASON_ALL_RUNNING, f"generation {plan.generation}: all {spec.workers} workers running")
+        plan.condition(CONDITION_READY, True, REASON_ALL_RUNNING, f"generation {plan.generation}: {spec.workers} workers running")
+        return _watch_for_stall(plan, spec, current, live, rank0)
+
+    blocked = _startup_problem(live)
+    created = plan.get_time("generationStartTime") or now
+    if now >= created + policy.startup_timeout_seconds:
+        message = f"not all workers running after startupTimeoutSeconds={policy.startup_timeout_seconds}: {blocked[1]}"
+        return _restart(plan, spec, current, blocked[0], message, counted=False, startup=True)
+    plan.condition(CONDITION_READY, False, blocked[0], blocked[1])
+    plan.wake_at(created + policy.startup_timeout_seconds)
+    return plan.finish(phase)
+
+
+def _is_config_error(pod: ObservedPod) -> bool:
+    return pod.reason == REASON_CONFIG_ERROR or (pod.exit_code == EXIT_CONFIG_ERROR and pod.reason is None)
+
+
+def _pod_says(pod: ObservedPod) -> str:
+    said = pod.message.strip() if pod.message and pod.message.strip() else f"exit code {pod.exit_code}"
+    return f"worker {pod.rank} ({pod.name}): {said}"
+
+
+def _success(spec: JobSpec, live: dict[int, ObservedPod], rank0: Rank0Progress | None) -> tuple[str, str] | None:
+    """Rank 0 exited 0 having reported the criterion met, or every rank exited 0."""
+    first = live.get(0)
+    reported = first is not None and (first.reason == REASON_SUCCEEDED or (rank0 is not None and rank0.succeeded))
+    if reported and first.phase == "Succeeded" and first.exit_code in (EXIT_OK, None):
+        return REASON_RANK0_SUCCEEDED, first.message.strip() if first.message else "rank 0 reported success"
+    if len(live) == spec.workers and all(p.phase == "Succeeded" for p in live.values()):
+        return REASON_ALL_SUCCEEDED, f"all {spec.workers} workers exited 0"
+    return None
+
+
+def _broken(
+    spec: JobSpec,
+    current: list[ObservedPod],
+    live: dict[int, ObservedPod],
+    fully_started: bool,
+    rank0: Rank0Progress | None,
+) -> tuple[str, str, bool, bool] | None:
+    """Why the current gang cannot go on: (reason, message, counted, startup), or None."""
+    if rank0 is not None and rank0.succeeded:
+        return None  # the others may end first; rank 0's own exit decides
+    disrupted = [p for p in current if p.disruption and p.phase != "Succeeded"]
+    if disrupted:
+        pod = min(disrupted, key=lambda p: p.rank)
+        return pod.disruption, f"worker {pod.rank} ({pod.name}) disrupted: {pod.disruption}", False, False
+    deleted = [p for p in current if p.deletion_timestamp is not None and p.phase != "Succeeded"]
+    if deleted:
+        pod = min(deleted, key=lambda p: p.rank)
+        return REASON_POD_DELETED, f"worker {pod.rank} ({pod.name}) was deleted", False, False
+    failed = [p for p in live.values() if p.phase == "Failed"]
+    if failed:
+        # PeerLost is the echo of another rank's failure; name the cause.
+        pod = min(failed, key=lambda p: (p.reason == REASON_PEER_LOST, p.rank))
+        reason = pod.reason or "Error"
+        if fully_started or (len(live) == spec.workers and all(p.started for p in live.values())):
+            return reason, _pod_says(pod), True, False
+        return reason, _pod_says(pod) + " (before all workers were running)", False, True
+    lost = [r for r in range(spec.workers) if r not in live]
+    if fully_started and lost:
+        return REASON_POD_LOST, f"worker {lost[0]} ({len(lost)} in all) disappeared", False, False
+    return None
+
+
+def _startup_problem(live: dict[int, ObservedPod]) -> tuple[str, str]:
+    """Why the gang is not up yet: the first informative reason by rank."""
+    waiting = []
+    for pod in sorted(live.values(), key=lambda p: p.rank):
+        if pod.started:
+            continue
+        if pod.scheduling_reason:
+            waiting.append((0, pod, pod.scheduling_reason, pod.scheduling_message))
+        elif pod.waiting_reason and pod.waiting_reason not in (REASON_STARTING, "PodInitializing"):
+            waiting.append((0, pod, pod.waiting_reason, pod.waiting_message))
+        else:
+            waiting.append((1, pod, pod.waiting_reason or REASON_STARTING, pod.waiting_message))
+    _, pod, reason, message = min(waiting, key=lambda w: (w[0], w[1].rank))
+    count = len(waiting)
+    detail = f": {message}" if message else ""
+    return reason, f"worker {pod.rank} ({pod.name}) {reason}{detail}; {count} worker(s) not running"
+
+
+def _watch_for_stall(
+    plan: _Plan, spec: JobSpec, current: list[ObservedPod], live: dict[int, ObservedPod], rank0: Rank0Progress | None
+) -> Decision:
+    """Rank 0's counter must move; without a reading, the gang's start is the last sign of life."""
+    timeout = spec.run_policy.stall_timeout_seconds
+    up = plan.get_time("gangRunningTime")
+    if live.get(0) is None or live[0].phase != "Running":
+        return plan.finish(RUNNING)
+    last_moved = max(up, rank0.changed_at) if rank0 is not None else up
+    if plan.now >= last_moved + timeout:
+        at = f" at {rank0.timesteps} timesteps" if rank0 is not None else ""
+        message = f"rank 0's step counter has not moved for {plan.now - last_moved:.0f}s{at} (stallTimeoutSeconds={timeout})"
+        return _restart(plan, spec, current, REASON_STALLED, message, counted=True, startup=False)
+    plan.wake_at(last_moved + timeout)
+    return plan.finish(RUNNING)
+
+
+def _create(plan: _Plan, spec: JobSpec, stale: list[ObservedPod], missing: list[int]) -> None:
+    """Create the missing ranks once the old gang is gone and the backoff is over."""
+    if stale:
+        plan.condition(CONDITION_READY, False, REASON_OLD_PODS, f"waiting for {len(stale)} pod(s) of an older generation to go")
+        plan.wake_at(plan.now + POLL_SECONDS)
+        return
+    not_before = plan.get_time("nextStartTime")
+    if not_before is not None and plan.now < not_before:
+        plan.condition(CONDITION_READY, False, REASON_BACKOFF, f"generation {plan.generation} starts in {not_before - plan.now:.0f}s")
+        plan.wake_at(not_before)
+        return
+    plan.actions.append(CreatePods(plan.generation, tuple(missing)))
+    if plan.status.get("generationStartTime") is None:
+        plan.set_time("generationStartTime", plan.now)
+        plan.event("Normal", REASON_CREATING, f"generation {plan.generation}: creating {len(missing)} pod(s)")
+    if plan.status.get("startTime") is None:
+        plan.set_time("startTime", plan.now)
+    plan.condition(CONDITION_READY, False, REASON_CREATING, f"generation {plan.generation}: creating {len(missing)} pod(s)")
+    plan.wake_at(plan.get_time("generationStartTime") + spec.run_policy.startup_timeout_seconds)
+
+
+def _restart(
+    plan: _Plan, spec: JobSpec, current: list[ObservedPod], reason: str, message: str, counted: bool, startup: bool
+) -> Decision:
+    """Record generation N+1, then delete generation N; or fail when the budget is spent."""
+    policy = spec.run_policy
+    status = plan.status
+    if counted and status["restarts"] >= policy.backoff_limit:
+        return _fail(plan, current, REASON_BACKOFF_LIMIT, f"{status['restarts']} restart(s) spent (backoffLimit={policy.backoff_limit}); last: {reason}: {message}")
+    if startup and status["startupRetries"] >= policy.max_startup_retries:
+        return _fail(plan, current, reason, f"{message}; {status['startupRetries']} start-up retries spent (maxStartupRetries={policy.max_startup_retries})")
+    failures = status["restarts"] + status["startupRetries"]
+    delay = min(policy.restart_backoff_seconds * 2 ** (failures if counted or startup else 0), MAX_RESTART_BACKOFF_SECONDS)
+    old = plan.generation
+    _record_history(plan, old, reason, message, counted)
+    status["generation"] = old + 1
+    status["restarts"] += int(counted)
+    status["startupRetries"] += int(startup)
+    plan.set_time("nextStartTime", plan.now + delay)
+    plan.set_time("generationStartTime", None)
+    plan.set_time("gangRunningTime", None)
+    plan.delete(current, reason)
+    how = "counted" if counted else "not counted"
+    plan.condition(CONDITION_READY, False, reason, message)
+    plan.event("Warning", REASON_GANG_RESTART, f"generation {old} -> {old + 1} in {delay:g}s ({how}): {reason}: {message}")
+    plan.wake_at(plan.now + delay)
+    return plan.finish(RESTARTING)
+
+
+def _fail(plan: _Plan, current: list[ObservedPod], reason: str, message: str) -> Decision:
+    plan.set_time("completionTime", plan.now)
+    plan.condition(CONDITION_READY, False, reason, message)
+    plan.condition(CONDITION_FAILED, True, reason, message)
+    plan.delete([p for p in current if p.active], reason)
+    plan.actions.append(Fail(reason, _clip(message)))
+    plan.event("Warning", reason, message)
+    return plan.finish(FAILED)
+
+
+def _succeed(plan: _Plan, current: list[ObservedPod], reason: str, message: str) -> Decision:
+    plan.set_time("completionTime", plan.now)
+    plan.condition(CONDITION_READY, False, reason, message)
+    plan.condition(CONDITION_SUCCEEDED, True, reason, message)
+    plan.delete([p for p in current if p.active], reason)
+    plan.actions.append(Succeed(reason, _clip(message)))
+    plan.event("Normal", reason, message)
+    return plan.finish(SUCCEEDED)
+
+
+def _suspend(plan: _Plan, current: list[ObservedPod], phase: str) -> Decision:
+    """Delete the gang and keep the job; resuming starts a new generation."""
+    if phase != SUSPENDED:
+        if plan.status.get("generationStartTime") is not None:
+            _record_history(plan, plan.generation, REASON_SUSPEND, "runPolicy.suspend set", counted=False)
+            plan.status["generation"] += 1
+        plan.set_time("generationStartTime", None)
+        plan.set_time("gangRunningTime", None)
+        plan.set_time("nextStartTime", None)
+        plan.condition(CONDITION_SUSPENDED, True, REASON_SUSPEND, "runPolicy.suspend is true")
+        plan.condition(CONDITION_READY, False, REASON_SUSPEND, "runPolicy.suspend is true")
+        plan.event("Normal", REASON_SUSPEND, "job suspended: pods deleted")
+    plan.delete(current, REASON_SUSPEND)
+    return plan.finish(SUSPENDED)
+
+
+def _resume(plan: _Plan) -> str:
+    plan.condition(CONDITION_SUSPENDED, False, REASON_RESUMED, "runPolicy.suspend is false")
+    plan.set_time("startTime", plan.now)  # as a Job's: the deadline counts from the resume
+    plan.event("Normal", REASON_RESUMED, f"job resumed: generation {plan.generation}")
+    return PENDING
+
+
+def _record_history(plan: _Plan, generation: int, reason: str, message: str, counted: bool) -> None:
+    entry = {"generation": generation, "reason": reason, "message": _clip(message), "time": rfc3339(plan.now), "counted": counted}
+    plan.status["restartHistory"] = (plan.status["restartHistory"] + [entry])[-HISTORY_LIMIT:]
+
+
+def _force_delete_stuck(plan: _Plan, pods: list[ObservedPod]) -> None:
+    """A pod past its grace period by this much is on a node that is gone."""
+    stuck = []
+    for pod in pods:
+        if pod.deletion_timestamp is None:
+            continue
+        due = pod.deletion_timestamp + FORCE_DELETE_AFTER_SECONDS
+        if plan.now < due:
+            plan.wake_at(due)
+        else:
+            stuck.append(pod)
+    if not stuck:
+        return
+    plan.actions.append(DeletePods(tuple(sorted(p.name for p in stuck)), REASON_FORCE_DELETED, force=True))
+    records = list(plan.status.get("forceDeleted") or [])
+    for pod in stuck:
+        if any(r["pod"] == pod.name and r["generation"] == pod.generation for r in records):
+            continue
+        records.append({"pod": pod.name, "generation": pod.generation, "time": rfc3339(plan.now)})
+        plan.event("Warning", REASON_FORCE_DELETED, f"{pod.name} (generation {pod.generation}) still terminating {FORCE_DELETE_AFTER_SECONDS:g}s after its grace period: force-deleted")
+    plan.status["forceDeleted"] = records[-HISTORY_LIMIT:]
+
+
+def _record_workers(plan: _Plan, current: list[ObservedPod]) -> None:
+    going = [p for p in current if p.deletion_timestamp is None]
+    plan.status["workers"] = {
+        "active": sum(p.active for p in going),
+        "ready": sum(p.ready and p.phase == "Running" for p in going),
+        "succeeded": sum(p.phase == "Succeeded" for p in going),
+        "failed": sum(p.phase == "Failed" for p in going),
+    }
+
+
+def _record_progress(plan: _Plan, rank0: Rank0Progress | None) -> None:
+    if rank0 is None:
+        return
+    plan.status["progress"] = {
+        "timesteps": rank0.timesteps,
+        "stepsPerSecond": rank0.steps_per_second,
+        "episodeReturnMean": rank0.episode_return_mean,
+        "evalReturn": rank0.eval_return,
+    }
+
+
+def observed_pod(pod: dict[str, Any]) -> ObservedPod:
+    """An ObservedPod from a Kubernetes Pod object (as the API returns it)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    container = next(
+        (c for c in status.get("containerStatuses") or [] if c.get("name") == names.TRAINER_CONTAINER),
+        (status.get("containerStatuses") or [{}])[0],
+    )
+    state = container.get("state") or {}
+    terminated = state.get("terminated") or {}
+    waiting = state.get("waiting") or {}
+    scheduled = conditions.get("PodScheduled") or {}
+    disruption = conditions.get("DisruptionTarget") or {}
+    message = terminated.get("message")
+    return ObservedPod(
+        name=meta.get("name", ""),
+        rank=int(labels.get(names.LABEL_RANK, -1)),
+        generation=int(labels.get(names.LABEL_RESTART, 0)),
+        phase=status.get("phase") or "Pending",
+        ready=(conditions.get("Ready") or {}).get("status") == "True",
+        exit_code=terminated.get("exitCode"),
+        reason=termination_reason(message) or terminated.get("reason") or None,
+        message=message,
+        waiting_reason=waiting.get("reason"),
+        waiting_message=waiting.get("message"),
+        scheduling_reason=scheduled.get("reason") if scheduled.get("status") == "False" else None,
+        scheduling_message=scheduled.get("message") if scheduled.get("status") == "False" else None,
+        deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
+        disruption=disruption.get("reason") if disruption.get("status") == "True" else None,
+        start_time=parse_time(status.get("startTime")),
+    )

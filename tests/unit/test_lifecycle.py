@@ -1,0 +1,516 @@
+"""The lifecycle table: every transition and failure class of kuberl.lifecycle.decide.
+
+Fixtures come from builders (JobSet style): `job(...)` for a spec, `Pod(rank)`
+for an observed pod, and `Status` helpers that replay earlier decisions, so each
+case states only what matters to it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from kuberl import lifecycle as lc
+from kuberl.contract import EXIT_CONFIG_ERROR
+from kuberl.lifecycle import (
+    CreatePods,
+    DeletePods,
+    Event,
+    Fail,
+    ObservedPod,
+    Rank0Progress,
+    Succeed,
+    decide,
+)
+from kuberl.spec import parse_spec
+
+T0 = 1_700_000_000.0
+JOB = "job"
+
+
+def job(workers: int = 2, **run_policy) -> object:
+    policy = {"restartBackoffSeconds": 10, "backoffLimit": 3, "stallTimeoutSeconds": 100,
+              "startupTimeoutSeconds": 50, "maxStartupRetries": 2, **run_policy}
+    return parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000,
+                       "workers": workers, "runPolicy": policy})
+
+
+class Pod:
+    """Builder for an ObservedPod of job `job`."""
+
+    def __init__(self, rank: int, gen: int = 0):
+        self.pod = ObservedPod(name=f"{JOB}-{rank}", rank=rank, generation=gen)
+
+    def _with(self, **kw) -> Pod:
+        self.pod = replace(self.pod, **kw)
+        return self
+
+    def running(self) -> Pod:
+        return self._with(phase="Running", ready=True, start_time=T0)
+
+    def exited(self, code: int, message: str | None = None) -> Pod:
+        return self._with(phase="Succeeded" if code == 0 else "Failed", ready=False, exit_code=code,
+                          message=message, reason=lc.termination_reason(message))
+
+    def waiting(self, reason: str, message: str = "") -> Pod:
+        return self._with(phase="Pending", waiting_reason=reason, waiting_message=message)
+
+    def unschedulable(self, message: str = "0/3 nodes are available") -> Pod:
+        return self._with(phase="Pending", scheduling_reason="Unschedulable", scheduling_message=message)
+
+    def deleting(self, grace_ends: float = T0) -> Pod:
+        return self._with(deletion_timestamp=grace_ends)
+
+    def disrupted(self, reason: str = "PreemptionByScheduler") -> Pod:
+        return self._with(disruption=reason)
+
+    def obj(self) -> ObservedPod:
+        return self.pod
+
+
+def gang(state: str = "running", gen: int = 0, workers: int = 2) -> list[ObservedPod]:
+    """Every rank of one generation, all running or all just created."""
+    pods = [Pod(r, gen) for r in range(workers)]
+    return [p.running().obj() if state == "running" else p.obj() for p in pods]
+
+
+def progress(timesteps: int, changed_at: float, gen: int = 0, succeeded: bool = False) -> Rank0Progress:
+    return Rank0Progress(generation=gen, timesteps=timesteps, changed_at=changed_at, succeeded=succeeded, steps_per_second=100.0)
+
+
+def running_status(spec, gen: int = 0, at: float = T0) -> dict:
+    """The status of a gang that came up at `at` (replayed through decide)."""
+    status = {"generation": gen}
+    status = decide(spec, status, [], None, at).status
+    return decide(spec, status, gang("running", gen, spec.workers), None, at).status
+
+
+def restarted_status(spec, crashes: int, at: float = T0) -> dict:
+    """Status after `crashes` counted restarts, the last one at `at`."""
+    status = running_status(spec, 0, at)
+    for g in range(crashes):
+        pods = gang("running", g, spec.workers)
+        pods[1] = Pod(1, g).exited(1, "Crashed: boom").obj()
+        status = decide(spec, status, pods, None, at).status
+        if g + 1 < crashes:
+            status = decide(spec, status, gang("running", g + 1, spec.workers), None, at).status
+            status = {**status, "gangRunningTime": lc.rfc3339(at)}
+    return status
+
+
+def events(decision) -> list[str]:
+    return [e.reason for e in decision.of(Event)]
+
+
+# --- creation and start-up -------------------------------------------------
+
+
+def test_a_new_job_creates_generation_zero():
+    d = decide(job(), {}, [], None, T0)
+    assert d.phase == lc.PENDING
+    assert d.of(CreatePods) == [CreatePods(0, (0, 1))]
+    assert d.status["generation"] == 0 and d.status["restarts"] == 0
+    assert d.status["startTime"] == lc.rfc3339(T0)
+    assert events(d) == [lc.REASON_CREATING]
+
+
+def test_the_same_inputs_give_the_same_decision():
+    spec, pods = job(), gang("running")
+    status = running_status(spec)
+    assert decide(spec, status, pods, progress(5, T0), T0 + 7) == decide(spec, status, pods, progress(5, T0), T0 + 7)
+
+
+def test_no_create_when_the_pods_exist_and_no_repeated_event_when_replayed():
+    spec = job()
+    first = decide(spec, {}, [], None, T0)
+    again = decide(spec, first.status, [], None, T0 + 1)  # the watch has not seen the pods yet
+    assert again.of(CreatePods) == [CreatePods(0, (0, 1))] and events(again) == []
+    seen = decide(spec, first.status, gang("pending"), None, T0 + 1)
+    assert seen.of(CreatePods) == []
+
+
+def test_only_missing_ranks_are_created():
+    d = decide(job(workers=3), decide(job(workers=3), {}, [], None, T0).status, [Pod(1).obj()], None, T0 + 1)
+    assert d.of(CreatePods) == [CreatePods(0, (0, 2))]
+
+
+def test_all_pods_running_moves_to_running_once():
+    spec = job()
+    status = decide(spec, {}, [], None, T0).status
+    d = decide(spec, status, gang("running"), None, T0 + 3)
+    assert d.phase == lc.RUNNING
+    assert d.status["gangRunningTime"] == lc.rfc3339(T0 + 3)
+    ready = next(c for c in d.status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and ready["lastTransitionTime"] == lc.rfc3339(T0 + 3)
+    assert events(d) == [lc.REASON_ALL_RUNNING]
+    later = decide(spec, d.status, gang("running"), None, T0 + 9)
+    assert events(later) == [] and later.status["conditions"] == d.status["conditions"]
+    assert later.status["workers"] == {"active": 2, "ready": 2, "succeeded": 0, "failed": 0}
+
+
+@pytest.mark.parametrize("pod,reason", [
+    (Pod(1).waiting("ImagePullBackOff", "Back-off pulling image"), "ImagePullBackOff"),
+    (Pod(1).waiting("ErrImagePull"), "ErrImagePull"),
+    (Pod(1).waiting("CreateContainerConfigError", "secret not found"), "CreateContainerConfigError"),
+    (Pod(1).unschedulable(), "Unschedulable"),
+    (Pod(1), lc.REASON_STARTING),
+])
+def test_a_start_up_problem_is_reported_with_its_reason_then_retried_uncounted(pod, reason):
+    spec = job()
+    status = decide(spec, {}, [], None, T0).status
+    pods = [Pod(0).running().obj(), pod.obj()]
+    before = decide(spec, status, pods, None, T0 + 10)
+    ready = next(c for c in before.status["conditions"] if c["type"] == "Ready")
+    assert before.phase == lc.PENDING and ready["reason"] == reason and "job-1" in ready["message"]
+    assert before.requeue_after == 40 and before.of(DeletePods) == []
+    after = decide(spec, status, pods, None, T0 + 50)
+    assert after.phase == lc.RESTARTING
+    assert after.status["generation"] == 1 and after.status["restarts"] == 0 and after.status["startupRetries"] == 1
+    assert after.status["restartHistory"][-1]["reason"] == reason and not after.status["restartHistory"][-1]["counted"]
+    assert after.of(DeletePods) == [DeletePods(("job-0", "job-1"), reason)]
+
+
+def test_start_up_retries_exhausted_fail_with_the_reason():
+    spec = job(maxStartupRetries=1)
+    status = {**decide(spec, {}, [], None, T0).status, "startupRetries": 1}
+    d = decide(spec, status, [Pod(0).running().obj(), Pod(1).unschedulable().obj()], None, T0 + 50)
+    assert d.phase == lc.FAILED
+    assert d.of(Fail)[0].reason == "Unschedulable" and "maxStartupRetries=1" in d.of(Fail)[0].message
+    assert d.of(DeletePods) == [DeletePods(("job-0", "job-1"), "Unschedulable")]
+
+
+def test_a_crash_before_the_gang_was_ever_up_is_not_counted():
+    spec = job()
+    status = decide(spec, {}, [], None, T0).status
+    pods = [Pod(0).unschedulable().obj(), Pod(1).exited(1, "Crashed: import failed").obj()]
+    d = decide(spec, status, pods, None, T0 + 5)
+    assert d.phase == lc.RESTARTING
+    assert d.status["restarts"] == 0 and d.status["startupRetries"] == 1
+
+
+# --- gang restarts ---------------------------------------------------------
+
+
+def test_a_crash_restarts_the_whole_gang_recording_the_new_generation_first():
+    spec = job()
+    status = running_status(spec)
+    pods = [Pod(0).running().obj(), Pod(1).exited(1, "Crashed: CUDA error").obj()]
+    d = decide(spec, status, pods, None, T0 + 20)
+    assert d.phase == lc.RESTARTING
+    assert d.status["generation"] == 1 and d.status["restarts"] == 1
+    assert d.of(DeletePods) == [DeletePods(("job-0", "job-1"), "Crashed")]
+    assert d.of(CreatePods) == []
+    assert d.status["restartHistory"] == [{"generation": 0, "reason": "Crashed", "message": "worker 1 (job-1): Crashed: CUDA error",
+                                           "time": lc.rfc3339(T0 + 20), "counted": True}]
+    assert d.status["nextStartTime"] == lc.rfc3339(T0 + 30) and d.requeue_after == 10
+    restart = next(e for e in d.of(Event) if e.reason == lc.REASON_GANG_RESTART)
+    assert restart.type == "Warning" and "Crashed" in restart.message
+
+
+def test_the_cause_is_named_not_the_peers_that_lost_it():
+    spec = job(workers=3)
+    status = running_status(spec)
+    pods = [Pod(0).exited(1, "PeerLost: gloo timeout").obj(), Pod(1).exited(137).obj(), Pod(2).exited(1, "PeerLost: x").obj()]
+    pods[1] = replace(pods[1], reason="OOMKilled")
+    assert decide(spec, status, pods, None, T0 + 1).status["restartHistory"][-1]["reason"] == "OOMKilled"
+
+
+def test_new_pods_wait_for_the_old_generation_to_be_gone():
+    spec = job()
+    status = decide(spec, running_status(spec), [Pod(0).running().obj(), Pod(1).exited(1).obj()], None, T0).status
+    old = [Pod(0).running().deleting(T0 + 30).obj(), Pod(1).exited(1).deleting(T0 + 30).obj()]
+    d = decide(spec, status, old, None, T0 + 15)
+    assert d.of(CreatePods) == [] and d.of(DeletePods) == []
+    assert next(c for c in d.status["conditions"] if c["type"] == "Ready")["reason"] == lc.REASON_OLD_PODS
+    assert d.phase == lc.RESTARTING
+
+
+def test_an_old_pod_not_yet_deleting_is_deleted_again_and_never_adopted():
+    spec = job()
+    status = decide(spec, running_status(spec), [Pod(0).running().obj(), Pod(1).exited(1).obj()], None, T0).status
+    d = decide(spec, status, [Pod(0, gen=0).running().obj()], None, T0 + 100)
+    assert d.of(DeletePods) == [DeletePods(("job-0",), lc.REASON_STALE)]
+    assert d.of(CreatePods) == []
+
+
+def test_an_old_generation_failing_never_restarts_the_new_one():
+    spec = job()
+    status = running_status(spec, gen=1)
+    pods = gang("running", gen=1) + [Pod(0, gen=0).exited(1, "Crashed: old").deleting(T0).obj()]
+    d = decide(spec, status, pods, None, T0 + 1)
+    assert d.phase == lc.RUNNING and d.status["restarts"] == 0 and d.of(DeletePods) == []
+
+
+def test_a_terminating_pod_of_the_current_generation_is_not_taken_as_running():
+    spec = job()
+    status = decide(spec, {}, [], None, T0).status
+    pods = [Pod(0).running().obj(), Pod(1).running().deleting(T0 + 30).obj()]
+    d = decide(spec, status, pods, None, T0 + 1)
+    assert d.phase == lc.RESTARTING and d.status["restarts"] == 0
+    assert d.status["restartHistory"][-1]["reason"] == lc.REASON_POD_DELETED
+    assert d.of(CreatePods) == [] and d.of(DeletePods) == [DeletePods(("job-0",), lc.REASON_POD_DELETED)]
+
+
+def test_after_the_backoff_the_next_generation_is_created():
+    spec = job()
+    status = decide(spec, running_status(spec), [Pod(0).running().obj(), Pod(1).exited(1).obj()], None, T0).status
+    waiting = decide(spec, status, [], None, T0 + 4)
+    assert waiting.of(CreatePods) == [] and waiting.requeue_after == pytest.approx(6)
+    assert next(c for c in waiting.status["conditions"] if c["type"] == "Ready")["reason"] == lc.REASON_BACKOFF
+    created = decide(spec, status, [], None, T0 + 10)
+    assert created.of(CreatePods) == [CreatePods(1, (0, 1))]
+    assert created.status["generationStartTime"] == lc.rfc3339(T0 + 10)
+    up = decide(spec, created.status, gang("running", gen=1), None, T0 + 12)
+    assert up.phase == lc.RUNNING and up.status["generation"] == 1
+
+
+@pytest.mark.parametrize("crashes,delay", [(1, 10), (2, 20), (3, 40), (4, 80)])
+def test_backoff_doubles_with_each_counted_restart(crashes, delay):
+    spec = job(backoffLimit=10)
+    status = restarted_status(spec, crashes)
+    assert status["restarts"] == crashes
+    assert lc.parse_time(status["nextStartTime"]) - T0 == delay
+
+
+def test_backoff_is_capped():
+    spec = job(backoffLimit=10, restartBackoffSeconds=500)
+    assert lc.parse_time(restarted_status(spec, 2)["nextStartTime"]) - T0 == lc.MAX_RESTART_BACKOFF_SECONDS
+
+
+def test_backoff_limit_exhausted_fails_and_stops_the_gang():
+    spec = job(backoffLimit=2)
+    status = restarted_status(spec, 2)
+    status = decide(spec, status, gang("running", gen=2), None, T0 + 100).status
+    pods = [Pod(0, 2).running().obj(), Pod(1, 2).exited(1, "Crashed: again").obj()]
+    d = decide(spec, status, pods, None, T0 + 101)
+    assert d.phase == lc.FAILED and d.status["restarts"] == 2 and d.status["generation"] == 2
+    assert d.of(Fail)[0].reason == lc.REASON_BACKOFF_LIMIT and "Crashed: again" in d.of(Fail)[0].message
+    assert d.of(DeletePods) == [DeletePods(("job-0",), lc.REASON_BACKOFF_LIMIT)]
+    assert d.status["completionTime"] == lc.rfc3339(T0 + 101)
+    failed = next(c for c in d.status["conditions"] if c["type"] == "Failed")
+    assert failed["status"] == "True" and failed["reason"] == lc.REASON_BACKOFF_LIMIT
+
+
+def test_backoff_limit_zero_fails_on_the_first_crash():
+    spec = job(backoffLimit=0)
+    d = decide(spec, running_status(spec), [Pod(0).running().obj(), Pod(1).exited(2).obj()], None, T0 + 1)
+    assert d.phase == lc.FAILED and d.of(Fail)[0].reason == lc.REASON_BACKOFF_LIMIT
+
+
+@pytest.mark.parametrize("reason", ["PreemptionByScheduler", "EvictionByEvictionAPI", "DeletionByTaintManager", "TerminationByKubelet"])
+def test_a_disruption_restarts_without_spending_the_budget(reason):
+    spec = job(backoffLimit=0)
+    status = running_status(spec)
+    pods = [Pod(0).running().obj(), Pod(1).exited(137).disrupted(reason).obj()]
+    d = decide(spec, status, pods, None, T0 + 1)
+    assert d.phase == lc.RESTARTING and d.status["restarts"] == 0 and d.status["generation"] == 1
+    assert d.status["restartHistory"][-1] | {"time": None} == {"generation": 0, "reason": reason, "time": None, "counted": False,
+                                                              "message": f"worker 1 (job-1) disrupted: {reason}"}
+
+
+def test_a_pod_that_vanished_from_a_running_gang_restarts_it_uncounted():
+    spec = job()
+    d = decide(spec, running_status(spec), [Pod(0).running().obj()], None, T0 + 1)
+    assert d.phase == lc.RESTARTING and d.status["restarts"] == 0
+    assert d.status["restartHistory"][-1]["reason"] == lc.REASON_POD_LOST
+    assert d.of(CreatePods) == []
+
+
+# --- permanent failures, deadlines, success -------------------------------
+
+
+@pytest.mark.parametrize("code", [EXIT_CONFIG_ERROR, 1])
+def test_a_configuration_error_fails_at_once_naming_the_field(code):
+    spec = job(backoffLimit=5)
+    message = "ConfigError: spec.env.id: cannot import module 'nosuchpkg.envs'"
+    pods = [Pod(0).running().obj(), Pod(1).exited(code, message).obj()]
+    d = decide(spec, running_status(spec), pods, None, T0 + 1)
+    assert d.phase == lc.FAILED
+    assert d.of(Fail) == [Fail("ConfigError", f"worker 1 (job-1): {message}")]
+    assert d.of(DeletePods) == [DeletePods(("job-0",), "ConfigError")]
+    assert d.status["restarts"] == 0
+
+
+def test_exit_78_without_a_termination_message_is_a_configuration_error():
+    spec = job()
+    d = decide(spec, running_status(spec), [Pod(0).running().obj(), Pod(1).exited(EXIT_CONFIG_ERROR).obj()], None, T0)
+    assert d.phase == lc.FAILED and d.of(Fail)[0].reason == "ConfigError"
+
+
+def test_the_active_deadline_fails_the_job():
+    spec = job(activeDeadlineSeconds=60)
+    status = running_status(spec)
+    assert decide(spec, status, gang("running"), progress(9, T0 + 59), T0 + 59).requeue_after == 1
+    d = decide(spec, status, gang("running"), progress(9, T0 + 59), T0 + 60)
+    assert d.phase == lc.FAILED and d.of(Fail)[0].reason == lc.REASON_DEADLINE
+    assert d.of(DeletePods) == [DeletePods(("job-0", "job-1"), lc.REASON_DEADLINE)]
+
+
+def test_rank_zero_reporting_success_succeeds_the_job():
+    spec = job()
+    pods = [Pod(0).exited(0, "Succeeded: eval return 500.0 >= 475").obj(), Pod(1).running().obj()]
+    d = decide(spec, running_status(spec), pods, None, T0 + 1)
+    assert d.phase == lc.SUCCEEDED
+    assert d.of(Succeed) == [Succeed(lc.REASON_RANK0_SUCCEEDED, "Succeeded: eval return 500.0 >= 475")]
+    assert d.of(DeletePods) == [DeletePods(("job-1",), lc.REASON_RANK0_SUCCEEDED)]
+    assert d.status["completionTime"] == lc.rfc3339(T0 + 1)
+
+
+def test_every_rank_exiting_zero_succeeds_the_job():
+    spec = job()
+    d = decide(spec, running_status(spec), [Pod(0).exited(0).obj(), Pod(1).exited(0).obj()], None, T0 + 1)
+    assert d.phase == lc.SUCCEEDED and d.of(Succeed)[0].reason == lc.REASON_ALL_SUCCEEDED
+
+
+def test_rank_zero_exiting_zero_without_a_report_waits_for_the_others():
+    spec = job()
+    d = decide(spec, running_status(spec), [Pod(0).exited(0).obj(), Pod(1).running().obj()], None, T0 + 1)
+    assert d.phase == lc.RUNNING and d.of(DeletePods) == [] and d.of(Succeed) == []
+
+
+def test_after_rank_zero_reports_success_a_peer_ending_first_is_not_a_crash():
+    spec = job()
+    pods = [Pod(0).running().obj(), Pod(1).exited(1, "PeerLost: rank 0 closed").obj()]
+    d = decide(spec, running_status(spec), pods, progress(500, T0, succeeded=True), T0 + 1)
+    assert d.phase == lc.RUNNING and d.status["restarts"] == 0
+    done = decide(spec, d.status, [Pod(0).exited(0).obj(), pods[1]], progress(500, T0, succeeded=True), T0 + 2)
+    assert done.phase == lc.SUCCEEDED
+
+
+def test_a_finished_job_only_tidies_up():
+    spec = job()
+    done = decide(spec, running_status(spec), [Pod(0).exited(0, "Succeeded: done").obj(), Pod(1).running().obj()], None, T0 + 1)
+    again = decide(spec, done.status, [Pod(0).exited(0, "Succeeded: done").obj(), Pod(1).exited(1, "PeerLost: x").obj()], None, T0 + 5)
+    assert again.phase == lc.SUCCEEDED and again.actions == ()
+    assert again.status["completionTime"] == lc.rfc3339(T0 + 1)
+
+
+# --- stalls ----------------------------------------------------------------
+
+
+def test_a_stalled_counter_restarts_the_gang_counted():
+    spec = job()
+    status = running_status(spec)
+    moving = decide(spec, status, gang("running"), progress(800, T0 + 50), T0 + 149)
+    assert moving.phase == lc.RUNNING and moving.requeue_after == 1
+    d = decide(spec, status, gang("running"), progress(800, T0 + 50), T0 + 150)
+    assert d.phase == lc.RESTARTING and d.status["restarts"] == 1
+    assert d.status["restartHistory"][-1]["reason"] == lc.REASON_STALLED and "800 timesteps" in d.status["restartHistory"][-1]["message"]
+    assert d.status["progress"]["timesteps"] == 800
+
+
+def test_the_stall_clock_starts_when_the_gang_is_up_not_with_an_older_reading():
+    spec = job()
+    status = running_status(spec, gen=1, at=T0 + 500)
+    old_reading = progress(800, T0, gen=0)
+    assert decide(spec, status, gang("running", gen=1), old_reading, T0 + 599).phase == lc.RUNNING
+    assert decide(spec, status, gang("running", gen=1), progress(800, T0, gen=1), T0 + 599).phase == lc.RUNNING
+    assert decide(spec, status, gang("running", gen=1), None, T0 + 600).phase == lc.RESTARTING
+
+
+def test_no_stall_is_judged_before_every_pod_runs():
+    spec = job(startupTimeoutSeconds=1000)
+    status = decide(spec, {}, [], None, T0).status
+    d = decide(spec, status, [Pod(0).running().obj(), Pod(1).waiting("ContainerCreating").obj()], progress(0, T0), T0 + 900)
+    assert d.phase == lc.PENDING and d.status["restarts"] == 0
+
+
+# --- suspend and resume ----------------------------------------------------
+
+
+def test_suspend_deletes_the_gang_and_resume_starts_a_new_uncounted_generation():
+    spec, suspended_spec = job(), job(suspend=True)
+    status = running_status(spec)
+    d = decide(suspended_spec, status, gang("running"), None, T0 + 10)
+    assert d.phase == lc.SUSPENDED and d.status["generation"] == 1 and d.status["restarts"] == 0
+    assert d.of(DeletePods) == [DeletePods(("job-0", "job-1"), lc.REASON_SUSPEND)]
+    assert next(c for c in d.status["conditions"] if c["type"] == "Suspended")["status"] == "True"
+    still = decide(suspended_spec, d.status, [Pod(0).running().deleting(T0 + 40).obj()], None, T0 + 11)
+    assert still.phase == lc.SUSPENDED and still.status["generation"] == 1 and events(still) == []
+    resumed = decide(spec, still.status, [], None, T0 + 100)
+    assert resumed.phase == lc.PENDING and resumed.of(CreatePods) == [CreatePods(1, (0, 1))]
+    assert resumed.status["startTime"] == lc.rfc3339(T0 + 100) and resumed.status["restarts"] == 0
+    assert next(c for c in resumed.status["conditions"] if c["type"] == "Suspended")["status"] == "False"
+
+
+def test_a_job_created_suspended_creates_nothing():
+    d = decide(job(suspend=True), {}, [], None, T0)
+    assert d.phase == lc.SUSPENDED and d.of(CreatePods) == [] and d.status["generation"] == 0
+
+
+def test_the_deadline_does_not_run_while_suspended():
+    d = decide(job(suspend=True, activeDeadlineSeconds=5), running_status(job()), [], None, T0 + 100)
+    assert d.phase == lc.SUSPENDED
+
+
+# --- pods stuck terminating -----------------------------------------------
+
+
+def test_a_pod_stuck_terminating_is_force_deleted_and_recorded_once():
+    spec = job()
+    status = decide(spec, running_status(spec), [Pod(0).running().obj(), Pod(1).exited(1).obj()], None, T0).status
+    stuck = [Pod(0, gen=0).running().deleting(T0 + 30).obj()]
+    early = decide(spec, status, stuck, None, T0 + 60)
+    assert early.of(DeletePods) == [] and early.requeue_after <= 30
+    d = decide(spec, status, stuck, None, T0 + 90)
+    assert d.of(DeletePods) == [DeletePods(("job-0",), lc.REASON_FORCE_DELETED, force=True)]
+    assert d.status["forceDeleted"] == [{"pod": "job-0", "generation": 0, "time": lc.rfc3339(T0 + 90)}]
+    assert lc.REASON_FORCE_DELETED in events(d)
+    again = decide(spec, d.status, stuck, None, T0 + 95)
+    assert again.status["forceDeleted"] == d.status["forceDeleted"] and lc.REASON_FORCE_DELETED not in events(again)
+
+
+# --- bounded status, Kubernetes shapes --------------------------------------
+
+
+def test_status_stays_bounded_with_many_workers_and_restarts():
+    spec = job(workers=64, backoffLimit=1000)
+    status = restarted_status(spec, 25)
+    assert len(status["restartHistory"]) == lc.HISTORY_LIMIT and status["restarts"] == 25
+    long = [Pod(r, 25).running().obj() for r in range(64)]
+    long[3] = Pod(3, 25).exited(1, "Crashed: " + "x" * 5000).obj()
+    d = decide(spec, {**status, "gangRunningTime": lc.rfc3339(T0)}, long, progress(1, T0, gen=25), T0 + 1)
+    assert len(json.dumps(d.status)) < 8000
+
+
+def test_conditions_move_their_transition_time_only_when_they_flip():
+    spec = job()
+    a = decide(spec, {}, [], None, T0).status
+    b = decide(spec, a, [Pod(0).running().obj(), Pod(1).unschedulable().obj()], None, T0 + 5).status
+    ready_a = next(c for c in a["conditions"] if c["type"] == "Ready")
+    ready_b = next(c for c in b["conditions"] if c["type"] == "Ready")
+    assert ready_b["reason"] == "Unschedulable" and ready_b["lastTransitionTime"] == ready_a["lastTransitionTime"]
+    assert set(ready_b) == {"type", "status", "reason", "message", "lastTransitionTime"}
+
+
+def test_unknown_status_fields_pass_through():
+    d = decide(job(), {"observedGeneration": 4, "finalModel": "/x"}, [], None, T0)
+    assert d.status["observedGeneration"] == 4 and d.status["finalModel"] == "/x"
+
+
+def test_termination_reason_is_the_first_word():
+    assert lc.termination_reason("ConfigError: spec.env.id: bad") == "ConfigError"
+    assert lc.termination_reason("Traceback (most recent call last):") is None
+    assert lc.termination_reason("") is None and lc.termination_reason(None) is None
+
+
+def test_observed_pod_reads_what_a_cluster_reports():
+    pod = {
+        "metadata": {"name": "job-1", "labels": {"kuberl.dev/rank": "1", "kuberl.dev/restart": "3"},
+                     "deletionTimestamp": "2026-01-01T00:00:30Z"},
+        "status": {
+            "phase": "Failed", "startTime": "2026-01-01T00:00:00Z",
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"},
+                           {"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [{"name": "trainer", "state": {"terminated": {
+                "exitCode": 1, "reason": "Error", "message": "PeerLost: rank 0 unreachable"}}}],
+        },
+    }
+    seen = lc.observed_pod(pod)
+    assert (seen.rank, seen.generation, seen.phase, seen.exit_code) == (1, 3, "Failed", 1)
+    assert seen.reason == "PeerLost" and seen.disruption == "EvictionByEvictionAPI" and seen.scheduling_reason is None
+    assert seen.deletion_timestamp == lc.parse_time("2026-01-01T00:00:30Z")
+    pending = lc.observed_pod({"metadata": {"name": "job-0", "labels": {"kuberl.dev/rank": "0"}}, "status": {
+        "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no nodes"}]}})
+    assert pending.scheduling_reason == "Unschedulable" and pending.generation == 0 and not pending.started
