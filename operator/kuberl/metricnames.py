@@ -1,0 +1,41 @@
+"""Trainer metric names and label names, defined once.
+
+The trainer's exporter, the operator's scraper (stall detection, status
+progress) and the Grafana dashboard all read names from here. Prometheus
+conventions: counters end in `_total`, durations in `_seconds`. Plain
+constants: no prometheus or torch import, so the operator stays small.
+"""
+
+PREFIX = "kuberl_trainer"
+
+# Labels on every trainer metric. `rltj` is the job's name (Prometheus owns
+# `job` for the scrape target).
+LABEL_RLTJ = "rltj"
+LABEL_RANK = "rank"
+LABELS = (LABEL_RLTJ, LABEL_RANK)
+
+# Counters. Rank 0's steps counter is global (all-reduced): the operator reads
+# it for progress and stall detection.
+ENV_STEPS_TOTAL = f"{PREFIX}_env_steps_total"
+EPISODES_TOTAL = f"{PREFIX}_episodes_total"
+POLICY_UPDATES_TOTAL = f"{PREFIX}_policy_updates_total"
+CHECKPOINTS_TOTAL = f"{PREFIX}_checkpoints_total"
+
+# Gauges.
+EPISODE_RETURN = f"{PREFIX}_episode_return"  # mean of recent episodes, all ranks
+EVAL_RETURN = f"{PREFIX}_eval_return"  # mean evaluation return (rank 0)
+STEPS_PER_SECOND = f"{PREFIX}_steps_per_second"  # global env steps/s
+LEARNING_RATE = f"{PREFIX}_learning_rate"
+WORLD_SIZE = f"{PREFIX}_world_size"
+SUCCESS = f"{PREFIX}_success"  # 1 once the success target is met
+LAST_CHECKPOINT_TIMESTAMP = f"{PREFIX}_last_checkpoint_timestamp_seconds"
+POLICY_LOSS = f"{PREFIX}_policy_loss"
+VALUE_LOSS = f"{PREFIX}_value_loss"
+ENTROPY = f"{PREFIX}_entropy"
+APPROX_KL = f"{PREFIX}_approx_kl"
+
+# Histograms (Prometheus adds _bucket, _sum, _count).
+ROLLOUT_DURATION = f"{PREFIX}_rollout_duration_seconds"
+UPDATE_DURATION = f"{PREFIX}_update_duration_seconds"
+ALLREDUCE_DURATION = f"{PREFIX}_allreduce_duration_seconds"
+

@@ -1,0 +1,164 @@
+"""`python -m kuberl_trainer --config FILE`: one rank of a kuberl job.
+
+Exit and termination-log contract (kuberl.contract): 0 with "Succeeded: …"
+(target met or budget spent) or "Stopped: … resumable" (SIGTERM/SIGINT);
+78 with "ConfigError: spec.x.y: …" for a configuration that can never run;
+1 with "PeerLost: …" (a collective failed) or "Crashed: …" (anything else),
+both retried by the operator.
+
+Deterministic mode (spec.deterministic): deterministic torch kernels, every
+RNG seeded, and checkpoints that also carry each rank's env and RNG state, so
+a run stopped and resumed ends bitwise equal to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+
+import numpy as np
+import torch
+from kuberl import contract, names, trainerconfig
+from kuberl.spec import InvalidJob, Problem
+
+from .distributed import PeerLost, process_group
+from .envs import UnknownEnv
+from .metrics import TrainerMetrics
+from .paths import host_path
+from .ppo import PPOTrainer
+from .session import TrainingSession
+
+
+class ConfigError(ValueError):
+    """A configuration that can never run; the message starts with its field."""
+
+
+def write_reason(reason: str, message: str) -> None:
+    """One line for the pod's termination log (and the log itself)."""
+    line = f"{reason}: {message}".replace("\n", " ")[:4000]
+    print(line, file=sys.stderr, flush=True)
+    path = host_path(names.TERMINATION_LOG)
+    try:
+        if os.environ.get(contract.ENV_FS_ROOT):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass  # outside a pod there may be no termination log
+
+
+def load_config(path: str) -> trainerconfig.TrainerConfig:
+    try:
+        with open(host_path(path)) as f:
+            document = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"--config: cannot read {path}: {e}") from e
+    config = trainerconfig.load(document)
+    check_hyperparameters(config)
+    return config
+
+
+def check_hyperparameters(config: trainerconfig.TrainerConfig) -> None:
+    """Rules that need more than one field, checked before any process group."""
+    spec = config.spec
+    if spec.algorithm != "ppo":
+        raise InvalidJob([Problem("spec.algorithm", f"{spec.algorithm!r} is not implemented by this trainer yet")])
+    hp = spec.hyperparameters
+    batch = hp.num_steps * spec.env.num_envs
+    problems = []
+    if hp.num_minibatches > batch:
+        problems.append(Problem("spec.ppo.numMinibatches", f"expected at most numSteps x env.numEnvs = {batch} (got {hp.num_minibatches})"))
+    elif hp.grad_accumulation > batch // hp.num_minibatches:
+        problems.append(Problem("spec.ppo.gradAccumulation", f"expected at most the minibatch size {batch // hp.num_minibatches} (got {hp.grad_accumulation})"))
+    if problems:
+        raise InvalidJob(problems)
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+
+
+def install_stop_handlers(stop: threading.Event) -> None:
+    """First SIGTERM/SIGINT: stop at the next update boundary. A second SIGINT
+    interrupts at once."""
+
+    def handler(signum: int, _frame: object) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def run(config: trainerconfig.TrainerConfig, stop: threading.Event) -> tuple[str, str]:
+    """Train one rank; returns (reason, message) for the termination log."""
+    spec = config.spec
+    restart = int(os.environ.get(contract.ENV_RESTART, "0") or 0)
+    seed_everything(spec.seed, spec.deterministic)
+    policy = spec.run_policy
+    with process_group(spec.rendezvous.backend, policy.collective_timeout_seconds, policy.rendezvous_timeout_seconds) as ctx:
+        try:
+            trainer = PPOTrainer(ctx, spec.hyperparameters, spec.env.id, spec.env.num_envs, spec.env.kwargs,
+                                 spec.total_timesteps, spec.seed, restart)
+        except UnknownEnv as e:
+            raise ConfigError(str(e)) from e
+        metrics = TrainerMetrics(config.job, ctx.rank, ctx.world_size)
+        metrics.serve(os.environ.get(contract.ENV_METRICS_ADDR, "127.0.0.1"), spec.metrics.port + ctx.local_rank)
+        log = print if ctx.is_main else (lambda *_a, **_k: None)
+        session = TrainingSession(config, ctx, metrics, restart, stop, log=lambda s: log(s, flush=True))
+        if ctx.is_main:
+            print(f"kuberl trainer: job {config.job}, {ctx.world_size} rank(s), backend {ctx.backend or 'none'}, "
+                  f"{trainer.num_updates} updates of {trainer.batch_per_rank * ctx.world_size} steps", flush=True)
+        try:
+            outcome = trainer.train(session)
+        except PeerLost:
+            if stop.is_set() and ctx.is_main:  # stopping anyway: rank 0 holds the replicated state
+                session.save(trainer, collectives=False)
+                return contract.REASON_STOPPED, f"stopped at timesteps {trainer.counters.global_step} (a peer left first); resumable"
+            raise
+        message = session.finish(trainer, outcome)
+        return (contract.REASON_STOPPED if outcome == "stopped" else contract.REASON_SUCCEEDED), message
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kuberl_trainer", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=os.environ.get(contract.ENV_CONFIG, f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"))
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    install_stop_handlers(stop)
+    try:
+        config = load_config(args.config)
+        reason, message = run(config, stop)
+    except InvalidJob as e:
+        write_reason(contract.REASON_CONFIG_ERROR, "; ".join(str(p) for p in e.problems))
+        return contract.EXIT_CONFIG_ERROR
+    except ConfigError as e:
+        write_reason(contract.REASON_CONFIG_ERROR, str(e))
+        return contract.EXIT_CONFIG_ERROR
+    except PeerLost as e:
+        write_reason(contract.REASON_PEER_LOST, str(e))
+        return 1
+    except KeyboardInterrupt:
+        write_reason(contract.REASON_STOPPED, "interrupted twice; not checkpointed since the last periodic checkpoint")
+        return 130
+    except Exception as e:  # noqa: BLE001 — every other failure is retryable
+        traceback.print_exc()
+        write_reason(contract.REASON_CRASHED, f"{type(e).__name__}: {e}")
+        return 1
+    write_reason(reason, message)
+    return contract.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Distributed plumbing: the process group from the environment contract,
+threads and device per rank, and the few collectives the trainer needs.
+
+World size 1 skips the process group entirely (no port, no store), so many
+one-worker jobs can share a machine. Every collective failure surfaces as
+`PeerLost`, which the entry point turns into a quick retryable exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from kuberl import contract
+
+
+class PeerLost(RuntimeError):
+    """A collective failed or timed out: a peer died or hangs."""
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+    backend: str | None  # None: a single process, no process group
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.backend is not None
+
+
+def _int_env(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def choose_backend(requested: str) -> str:
+    if requested != "auto":
+        return requested
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def pin_threads(local_world_size: int) -> int:
+    """Split the container's CPUs (OMP_NUM_THREADS, from its CPU limit) among
+    the processes of the pod, so ranks never oversubscribe cores."""
+    cpus = _int_env("OMP_NUM_THREADS", os.cpu_count() or 1)
+    threads = max(1, cpus // max(1, local_world_size))
+    torch.set_num_threads(threads)
+    with contextlib.suppress(RuntimeError):  # only settable before first use
+        torch.set_num_interop_threads(1)
+    return threads
+
+
+def _wait_for_master(addr: str, deadline: float) -> None:
+    """Rank 0's DNS name may resolve only once its pod exists: retry."""
+    while True:
+        try:
+            socket.getaddrinfo(addr, None)
+            return
+        except socket.gaierror:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+@contextlib.contextmanager
+def process_group(
+    backend: str = "auto",
+    collective_timeout_seconds: float = 1800,
+    rendezvous_timeout_seconds: float = 600,
+) -> Iterator[Dist]:
+    """Join the process group described by RANK/WORLD_SIZE/LOCAL_RANK/
+    MASTER_ADDR/MASTER_PORT; always destroy it on the way out."""
+    rank = _int_env(contract.ENV_RANK, 0)
+    world_size = _int_env(contract.ENV_WORLD_SIZE, 1)
+    local_rank = _int_env(contract.ENV_LOCAL_RANK, 0)
+    local_world_size = _int_env("LOCAL_WORLD_SIZE", _int_env(contract.ENV_NPROC_PER_NODE, 1))
+    chosen = choose_backend(backend)
+    if chosen == "nccl":
+        torch.cuda.set_device(local_rank)  # before the group: NCCL binds to it
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    pin_threads(local_world_size)
+    if world_size == 1:
+        yield Dist(rank, 1, local_rank, local_world_size, device, None)
+        return
+    deadline = time.monotonic() + rendezvous_timeout_seconds
+    _wait_for_master(os.environ.get(contract.ENV_MASTER_ADDR, "127.0.0.1"), deadline)
+    while True:
+        try:
+            dist.init_process_group(
+                chosen,
+                rank=rank,
+                world_size=world_size,
+                timeout=timedelta(seconds=collective_timeout_seconds),
+            )
+            break
+        except (RuntimeError, ValueError) as e:  # store not up yet, name flapping
+            if time.monotonic() > deadline:
+                raise PeerLost(f"rendezvous did not complete in {rendezvous_timeout_seconds}s: {e}") from e
+            time.sleep(1.0)
+    try:
+        yield Dist(rank, world_size, local_rank, local_world_size, device, chosen)
+    finally:
+        with contextlib.suppress(Exception):  # a dead peer must not block exit
+            dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def collectives() -> Iterator[None]:
+    """Turn torch's collective errors (timeouts, closed connections) into PeerLost."""
+    try:
+        yield
+    except PeerLost:
+        raise
+    except (dist.DistError, RuntimeError) as e:
+        if isinstance(e, dist.DistError) or _looks_like_comm_error(e):
+            raise PeerLost(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
+        raise
+
+
+def _looks_like_comm_error(e: BaseException) -> bool:
+    text = str(e).lower()
+    return any(
+        word in text
+        for word in ("gloo", "nccl", "connection", "timed out", "timeout", "peer", "socket", "broken pipe")
+    )
+
+
+def all_reduce_sum(ctx: Dist, values: torch.Tensor) -> torch.Tensor:
+    """Sum a flat tensor across ranks, in place and returned (one collective
+    for every counter and normaliser moment of an update)."""
+    if ctx.distributed:
+        with collectives():
+            on_device = values.to(ctx.device)
+            dist.all_reduce(on_device, op=dist.ReduceOp.SUM)
+            values.copy_(on_device)
+    return values
+
+
+def broadcast_object(ctx: Dist, obj: object, src: int = 0) -> object:
+    """Rank `src`'s object on every rank (checkpoint state, decisions)."""
+    if not ctx.distributed:
+        return obj
+    with collectives():
+        box = [obj if ctx.rank == src else None]
+        dist.broadcast_object_list(box, src=src, device=ctx.device if ctx.backend == "nccl" else None)
+        return box[0]
+
+
+def gather_objects(ctx: Dist, obj: object) -> list[object] | None:
+    """Every rank's object on rank 0 (None elsewhere): per-rank env and RNG
+    state for deterministic checkpoints."""
+    if not ctx.distributed:
+        return [obj]
+    with collectives():
+        box: list[object] | None = [None] * ctx.world_size if ctx.is_main else None
+        if ctx.backend == "nccl":  # gather_object is unsupported there: all-gather instead
+            full: list[object] = [None] * ctx.world_size
+            dist.all_gather_object(full, obj)
+            return full if ctx.is_main else None
+        dist.gather_object(obj, box, dst=0)
+        return box
+
+
+def scatter_state(ctx: Dist, per_rank: list[object] | None) -> object:
+    """Rank 0 holds one entry per rank; each rank gets its own."""
+    if not ctx.distributed:
+        return per_rank[0] if per_rank else None
+    with collectives():
+        out: list[object] = [None]
+        dist.scatter_object_list(out, per_rank if ctx.is_main else None, src=0)
+        return out[0]
+
+
+def tensor_bytes(obj: object) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def bytes_tensor(data: bytes) -> object:
+    return torch.load(io.BytesIO(data), weights_only=False)

@@ -1,0 +1,112 @@
+"""Per-rank vectorised environments.
+
+gymnasium's native vector implementation where the env has one (CartPole's
+steps 64 envs in one numpy call), else SyncVectorEnv. Both use gymnasium's
+next-step autoreset: the step after an episode ends returns the reset
+observation with reward 0 and ignores the action. The trainer masks those
+steps out; `EpisodeTracker` counts episodes the same way.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+
+
+class UnknownEnv(ValueError):
+    """spec.env.id names no registered env and no importable "module:Class"."""
+
+
+def rank_seed(job_seed: int, rank: int, restart: int) -> int:
+    """Distinct, reproducible seeds per (job seed, rank, restart generation)."""
+    return int(np.random.SeedSequence([job_seed, rank, restart]).generate_state(1)[0])
+
+
+def _resolve(env_id: str) -> str | type:
+    if ":" in env_id:
+        module_name, _, class_name = env_id.partition(":")
+        try:
+            obj = importlib.import_module(module_name)
+            for part in class_name.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as e:
+            raise UnknownEnv(f"spec.env.id: cannot import {env_id!r}: {e}") from e
+        return obj  # type: ignore[return-value]
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as e:
+        raise UnknownEnv(f"spec.env.id: {env_id!r} is not a registered gymnasium id") from e
+    return env_id
+
+
+def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None) -> gym.vector.VectorEnv:
+    """A vector env with next-step autoreset; raises UnknownEnv naming spec.env.id."""
+    target = _resolve(env_id)
+    kwargs = dict(kwargs or {})
+    if isinstance(target, str):
+        native = gym.spec(target).vector_entry_point is not None
+        try:
+            envs = gym.make_vec(
+                target,
+                num_envs=num_envs,
+                vectorization_mode="vector_entry_point" if native else "sync",
+                **kwargs,
+            )
+        except TypeError as e:
+            raise UnknownEnv(f"spec.env.kwargs: {env_id!r} refused them: {e}") from e
+    else:
+        envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.PassiveEnvChecker(target(**kwargs))] * num_envs)
+    mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+    if mode != gym.vector.AutoresetMode.NEXT_STEP:
+        raise UnknownEnv(f"spec.env.id: {env_id!r} uses autoreset mode {mode}; kuberl expects next-step")
+    return envs
+
+
+def env_state(envs: gym.vector.VectorEnv) -> bytes:
+    """Pickled simulator state (positions, step counts, RNG), so a
+    deterministic resume continues the very same episodes."""
+    return pickle.dumps({k: v for k, v in vars(envs).items() if k != "env_fns"})
+
+
+def restore_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
+    vars(envs).update(pickle.loads(state))
+
+
+@dataclass
+class EpisodeTracker:
+    """Returns and lengths of the episodes each env is running, in numpy
+    (no per-step allocation); `valid` is False on autoreset steps."""
+
+    num_envs: int
+    returns: np.ndarray = field(init=False)
+    lengths: np.ndarray = field(init=False)
+    valid: np.ndarray = field(init=False)
+    finished_returns: list[float] = field(default_factory=list)
+    finished_lengths: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.returns = np.zeros(self.num_envs, np.float64)
+        self.lengths = np.zeros(self.num_envs, np.int64)
+        self.valid = np.ones(self.num_envs, bool)
+
+    def step(self, rewards: np.ndarray, done: np.ndarray) -> None:
+        """Account one vector step taken while `self.valid` held."""
+        self.returns += rewards * self.valid
+        self.lengths += self.valid
+        ended = done & self.valid
+        if ended.any():
+            self.finished_returns.extend(self.returns[ended].tolist())
+            self.finished_lengths.extend(self.lengths[ended].tolist())
+            self.returns[ended] = 0.0
+            self.lengths[ended] = 0
+        # next step resets the envs that just ended: it is not a transition
+        self.valid = ~done
+
+    def drain(self) -> tuple[list[float], list[int]]:
+        returns, lengths = self.finished_returns, self.finished_lengths
+        self.finished_returns, self.finished_lengths = [], []
+        return returns, lengths

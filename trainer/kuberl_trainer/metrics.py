@@ -1,0 +1,63 @@
+"""Prometheus exporter, one registry per rank, names from kuberl.metricnames.
+
+Every series carries `rltj` (the job) and `rank`. Counters are global
+(all-reduced) values, so rank 0's steps counter is the job's progress.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kuberl import metricnames as m
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
+
+DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class TrainerMetrics:
+    def __init__(self, job: str, rank: int, world_size: int):
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = {m.LABEL_RLTJ: job, m.LABEL_RANK: str(rank)}
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, list(m.LABELS), registry=self.registry).labels(**labels)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, list(m.LABELS), registry=self.registry).labels(**labels)
+
+        def histogram(name: str, doc: str) -> Histogram:
+            return Histogram(name, doc, list(m.LABELS), registry=self.registry, buckets=DURATION_BUCKETS).labels(**labels)
+
+        self.env_steps = counter(m.ENV_STEPS_TOTAL, "Env steps across all ranks (all-reduced).")
+        self.episodes = counter(m.EPISODES_TOTAL, "Episodes finished across all ranks (all-reduced).")
+        self.policy_updates = counter(m.POLICY_UPDATES_TOTAL, "Policy updates (rollout + optimisation rounds).")
+        self.checkpoints = counter(m.CHECKPOINTS_TOTAL, "Checkpoints written by this rank.")
+        self.episode_return = gauge(m.EPISODE_RETURN, "Mean return of recent episodes, all ranks.")
+        self.eval_return = gauge(m.EVAL_RETURN, "Mean return of the latest evaluation (rank 0).")
+        self.steps_per_second = gauge(m.STEPS_PER_SECOND, "Global env steps per second since the last report.")
+        self.learning_rate = gauge(m.LEARNING_RATE, "Current learning rate.")
+        self.world_size = gauge(m.WORLD_SIZE, "Ranks in the process group.")
+        self.success = gauge(m.SUCCESS, "1 once the success target is met.")
+        self.last_checkpoint = gauge(m.LAST_CHECKPOINT_TIMESTAMP, "Unix time of the last checkpoint written.")
+        self.policy_loss = gauge(m.POLICY_LOSS, "Mean clipped policy loss of the last update.")
+        self.value_loss = gauge(m.VALUE_LOSS, "Mean value loss of the last update.")
+        self.entropy = gauge(m.ENTROPY, "Mean policy entropy of the last update.")
+        self.approx_kl = gauge(m.APPROX_KL, "Mean approximate KL of the last update.")
+        self.rollout_duration = histogram(m.ROLLOUT_DURATION, "Time collecting one rollout.")
+        self.update_duration = histogram(m.UPDATE_DURATION, "Time of one optimisation round (epochs x minibatches).")
+        self.allreduce_duration = histogram(m.ALLREDUCE_DURATION, "Time of the update's counter all-reduce.")
+        self.world_size.set(world_size)
+        self.success.set(0)
+
+    def serve(self, addr: str, port: int) -> None:
+        start_http_server(port, addr=addr, registry=self.registry)
+
+    def checkpointed(self) -> None:
+        self.checkpoints.inc()
+        self.last_checkpoint.set(time.time())

@@ -1,0 +1,16 @@
+"""Where the pod's absolute paths live on this host."""
+
+from __future__ import annotations
+
+import os
+
+from kuberl import contract
+
+
+def host_path(path: str) -> str:
+    """The pod's absolute `path`, under KUBERL_FS_ROOT when pods run as local
+    processes (`kuberl run`), unchanged in a real pod."""
+    root = os.environ.get(contract.ENV_FS_ROOT)
+    if root and os.path.isabs(path):
+        return os.path.join(root, path.lstrip("/"))
+    return path

@@ -1,0 +1,500 @@
+"""PPO under DDP, for discrete and continuous actions. Reads top to bottom:
+the agent, the maths (GAE, loss), the rollout buffer, the update, the loop.
+
+Each rank collects its own rollouts from its own vectorised envs; gradients
+are averaged by DDP (one flat all-reduce per minibatch, `no_sync()` on
+accumulation micro-batches); counters, episode statistics, normaliser
+moments and stop votes travel in ONE all-reduce per update. Plumbing
+(process group, checkpoints, metrics, evaluation scheduling) lives in
+`distributed`, `checkpoint`, `metrics` and `session`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import gymnasium as gym
+import numpy as np
+import torch
+from kuberl.spec import PPOConfig
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from . import distributed
+from .distributed import Dist
+from .envs import EpisodeTracker, env_state, make_envs, rank_seed, restore_env_state
+from .normalize import RunningMeanStd
+
+LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+# --- The agent -------------------------------------------------------------
+
+
+def layer(n_in: int, n_out: int, std: float = math.sqrt(2)) -> nn.Linear:
+    linear = nn.Linear(n_in, n_out)
+    nn.init.orthogonal_(linear.weight, std)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
+def mlp(n_in: int, hidden: list[int], n_out: int, out_std: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for width in hidden:
+        layers += [layer(n_in, width), nn.Tanh()]
+        n_in = width
+    return nn.Sequential(*layers, layer(n_in, n_out, out_std))
+
+
+class Agent(nn.Module):
+    """Separate actor and critic MLPs. `forward(obs, action)` is the training
+    path (through DDP); `act`, `value` and `greedy` are for acting, called on
+    the bare module under no_grad so acting adds no collective."""
+
+    def __init__(self, obs_dim: int, action_space: gym.Space, hidden: list[int]):
+        super().__init__()
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        n_out = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
+        self.critic = mlp(obs_dim, hidden, 1, out_std=1.0)
+        self.actor = mlp(obs_dim, hidden, n_out, out_std=0.01)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.zeros(n_out))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def _log_prob_entropy(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.discrete:
+            log_p = torch.log_softmax(out, -1)
+            log_prob = log_p.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+            return log_prob, -(log_p.exp() * log_p).sum(-1)
+        log_std = self.log_std.expand_as(out)
+        log_prob = (-0.5 * ((action - out) / log_std.exp()).square() - log_std - LOG_SQRT_2PI).sum(-1)
+        return log_prob, (0.5 + LOG_SQRT_2PI + log_std).sum(-1)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log-prob of `action`, entropy, value), each (B,)."""
+        log_prob, entropy = self._log_prob_entropy(self.actor(obs), action)
+        return log_prob, entropy, self.value(obs)
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample (action, log-prob, value) for a batch of observations."""
+        out = self.actor(obs)
+        if self.discrete:
+            action = torch.multinomial(torch.softmax(out, -1), 1).squeeze(-1)
+        else:
+            action = out + self.log_std.exp() * torch.randn_like(out)
+        log_prob, _ = self._log_prob_entropy(out, action)
+        return action, log_prob, self.value(obs)
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        out = self.actor(obs)
+        return out.argmax(-1) if self.discrete else out
+
+
+# --- The maths ---------------------------------------------------------------
+
+
+def gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_value: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    valid: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalised advantage estimation under next-step autoreset.
+
+    rewards, values, terminated, truncated, valid: (T, N); next_value: (N,),
+    the value of the observation after the last step. Step t's successor is
+    step t+1's observation, whose value is values[t+1]: after a truncation
+    that observation is the episode's final one (gymnasium returns it and
+    resets on the NEXT step), so truncated episodes bootstrap from it, while
+    terminated ones do not. `valid` is False on autoreset steps: their
+    advantage and return are 0 and nothing flows across an episode boundary.
+    Returns (advantages, returns), both (T, N) float32.
+    """
+    steps = rewards.shape[0]
+    advantages = np.zeros(rewards.shape, np.float32)
+    last = np.zeros(rewards.shape[1:], np.float32)
+    for t in reversed(range(steps)):
+        successor = next_value if t == steps - 1 else values[t + 1]
+        delta = rewards[t] + gamma * successor * (1.0 - terminated[t]) - values[t]
+        continues = 1.0 - np.maximum(terminated[t], truncated[t])
+        last = (delta + gamma * gae_lambda * continues * last) * valid[t]
+        advantages[t] = last
+    return advantages, (advantages + values) * valid
+
+
+def ppo_loss(
+    new_log_prob: torch.Tensor,
+    entropy: torch.Tensor,
+    new_value: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    old_value: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    weight: torch.Tensor,
+    hp: PPOConfig,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped PPO loss. Every input is (B,); `weight` is 1/(real transitions
+    in the minibatch) for real ones and 0 for autoreset steps, so weighted
+    sums are minibatch means and micro-batch losses add up to the minibatch's."""
+    log_ratio = new_log_prob - old_log_prob
+    ratio = log_ratio.exp()
+    policy_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - hp.clip_coef, 1 + hp.clip_coef))
+    if hp.clip_value_loss:
+        clipped = old_value + (new_value - old_value).clamp(-hp.clip_coef, hp.clip_coef)
+        value_loss = 0.5 * torch.max((new_value - returns).square(), (clipped - returns).square())
+    else:
+        value_loss = 0.5 * (new_value - returns).square()
+    policy_loss = (policy_loss * weight).sum()
+    value_loss = (value_loss * weight).sum()
+    entropy_mean = (entropy * weight).sum()
+    loss = policy_loss - hp.ent_coef * entropy_mean + hp.vf_coef * value_loss
+    with torch.no_grad():
+        stats = {
+            "policy_loss": policy_loss.detach(),
+            "value_loss": value_loss.detach(),
+            "entropy": entropy_mean.detach(),
+            "approx_kl": (((ratio - 1) - log_ratio) * weight).sum(),
+            "clip_fraction": (((ratio - 1).abs() > hp.clip_coef).float() * weight).sum(),
+        }
+    return loss, stats
+
+
+# --- The rollout buffer -----------------------------------------------------
+
+
+class Rollout:
+    """Preallocated numpy arrays with zero-copy torch views: acting writes
+    into them in place, the update reads them flat."""
+
+    def __init__(self, steps: int, num_envs: int, obs_shape: tuple, action_shape: tuple, discrete: bool):
+        self.obs = np.zeros((steps, num_envs, *obs_shape), np.float32)  # as the policy saw it
+        self.raw_obs = np.zeros_like(self.obs)  # before normalisation, for its statistics
+        self.actions = np.zeros((steps, num_envs, *action_shape), np.int64 if discrete else np.float32)
+        self.log_probs = np.zeros((steps, num_envs), np.float32)
+        self.values = np.zeros((steps, num_envs), np.float32)
+        self.rewards = np.zeros((steps, num_envs), np.float32)
+        self.discounted = np.zeros((steps, num_envs), np.float32)  # for reward scaling
+        self.terminated = np.zeros((steps, num_envs), np.float32)
+        self.truncated = np.zeros((steps, num_envs), np.float32)
+        self.valid = np.zeros((steps, num_envs), np.float32)
+        self.obs_t = torch.from_numpy(self.obs)
+        self.actions_t = torch.from_numpy(self.actions)
+        self.log_probs_t = torch.from_numpy(self.log_probs)
+        self.values_t = torch.from_numpy(self.values)
+
+
+@dataclass
+class Counters:
+    """Global (all ranks) progress, identical on every rank."""
+
+    global_step: int = 0
+    updates: int = 0
+    episodes: int = 0
+
+
+@dataclass
+class UpdateReport:
+    """What one update tells the session (metrics, progress, checkpoints)."""
+
+    counters: Counters
+    local_steps: int
+    episode_return_sum: float  # all ranks, episodes finished this update
+    episode_return_count: int
+    learning_rate: float
+    losses: dict[str, float]
+    rollout_seconds: float
+    update_seconds: float
+    allreduce_seconds: float
+    epochs_run: int
+
+
+class Session(Protocol):
+    """The plumbing the loop calls at update boundaries (see session.py)."""
+
+    restart: int
+
+    def stop_requested(self) -> bool: ...
+    def success_vote(self) -> bool: ...
+    def load(self) -> tuple[dict, dict | None] | None: ...
+    def after_update(self, report: UpdateReport, trainer: PPOTrainer) -> None: ...
+
+
+# --- The trainer ---------------------------------------------------------
+
+
+class PPOTrainer:
+    def __init__(self, ctx: Dist, hp: PPOConfig, env_id: str, num_envs: int, env_kwargs: dict,
+                 total_timesteps: int, seed: int, restart: int):
+        self.ctx, self.hp = ctx, hp
+        self.seed = rank_seed(seed, ctx.rank, restart)
+        torch.manual_seed(seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
+        self.envs = make_envs(env_id, num_envs, env_kwargs)
+        space = self.envs.single_observation_space
+        self.obs_shape = tuple(space.shape)
+        self.action_space = self.envs.single_action_space
+        self.agent = Agent(int(np.prod(self.obs_shape)), self.action_space, list(hp.hidden_sizes)).to(ctx.device)
+        self.model = (
+            DDP(self.agent, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+            if ctx.distributed
+            else self.agent
+        )
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=hp.learning_rate, eps=1e-5)
+        self.obs_norm = RunningMeanStd(self.obs_shape)
+        self.ret_norm = RunningMeanStd(())
+        self.counters = Counters()
+        self.batch_per_rank = hp.num_steps * num_envs
+        self.num_updates = max(1, math.ceil(total_timesteps / (self.batch_per_rank * ctx.world_size)))
+        self.buf = Rollout(hp.num_steps, num_envs, self.obs_shape, tuple(self.action_space.shape or ()), self.agent.discrete)
+        self.tracker = EpisodeTracker(num_envs)
+        self.discounted = np.zeros(num_envs, np.float32)
+        # per-rank randomness: action sampling (torch) and minibatch order (numpy)
+        torch.manual_seed(self.seed)
+        self.np_rng = np.random.default_rng(self.seed)
+        self.next_obs, _ = self.envs.reset(seed=self.seed)
+
+    # -- state for checkpoints ------------------------------------------------
+
+    def shared_state(self) -> dict:
+        """Replicated state: identical on every rank, so rank 0 alone can save it."""
+        return {
+            "agent": self.agent.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "obs_norm": self.obs_norm.state_dict(),
+            "ret_norm": self.ret_norm.state_dict(),
+            "counters": vars(self.counters).copy(),
+            "world_size": self.ctx.world_size,
+        }
+
+    def rank_state(self) -> dict:
+        """This rank's own state (envs mid-episode, RNGs): only deterministic
+        mode gathers and restores it."""
+        return {
+            "envs": env_state(self.envs),
+            "next_obs": self.next_obs.copy(),
+            "tracker": (self.tracker.returns.copy(), self.tracker.lengths.copy(), self.tracker.valid.copy()),
+            "discounted": self.discounted.copy(),
+            "torch_rng": torch.get_rng_state(),
+            "np_rng": self.np_rng.bit_generator.state,
+        }
+
+    def load_shared(self, state: dict) -> None:
+        self.agent.load_state_dict(state["agent"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.obs_norm.load_state_dict(state["obs_norm"])
+        self.ret_norm.load_state_dict(state["ret_norm"])
+        self.counters = Counters(**state["counters"])
+
+    def load_rank(self, state: dict) -> None:
+        restore_env_state(self.envs, state["envs"])
+        self.next_obs = state["next_obs"]
+        self.tracker.returns, self.tracker.lengths, self.tracker.valid = state["tracker"]
+        self.discounted = state["discounted"]
+        torch.set_rng_state(state["torch_rng"])
+        self.np_rng.bit_generator.state = state["np_rng"]
+
+    # -- one update -------------------------------------------------------
+
+    def collect(self) -> None:
+        """num_steps vector steps into the buffer, acting with the bare module."""
+        hp, buf, agent, device = self.hp, self.buf, self.agent, self.ctx.device
+        low = high = None
+        if not agent.discrete:
+            low, high = self.action_space.low, self.action_space.high
+        with torch.no_grad():
+            for t in range(hp.num_steps):
+                if hp.normalize_observation:
+                    np.copyto(buf.raw_obs[t], self.next_obs)
+                    self.obs_norm.normalize(self.next_obs, out=buf.obs[t])
+                else:
+                    np.copyto(buf.obs[t], self.next_obs)
+                buf.valid[t] = self.tracker.valid
+                action, log_prob, value = agent.act(buf.obs_t[t].to(device, non_blocking=True))
+                buf.actions_t[t].copy_(action)
+                buf.log_probs_t[t].copy_(log_prob)
+                buf.values_t[t].copy_(value)
+                env_action = buf.actions[t] if low is None else np.clip(buf.actions[t], low, high)
+                self.next_obs, reward, terminated, truncated, _ = self.envs.step(env_action)
+                done = terminated | truncated
+                buf.rewards[t] = reward
+                buf.terminated[t] = terminated
+                buf.truncated[t] = truncated
+                self.discounted = self.discounted * hp.gamma * buf.valid[t] + reward
+                buf.discounted[t] = self.discounted
+                self.tracker.step(reward, done)
+
+    def sync(self, stop_vote: bool, success_vote: bool) -> tuple[np.ndarray, float]:
+        """The update's one all-reduce: counters, episode returns, normaliser
+        moments, stop votes."""
+        buf, valid = self.buf, self.buf.valid.astype(bool)
+        returns, _ = self.tracker.drain()
+        local = np.concatenate([
+            [valid.sum(), len(returns), sum(returns), float(stop_vote), float(success_vote)],
+            RunningMeanStd.moments(buf.raw_obs[valid], self.obs_shape) if self.hp.normalize_observation else [],
+            RunningMeanStd.moments(buf.discounted[valid], ()) if self.hp.normalize_reward else [],
+        ])
+        start = time.perf_counter()
+        totals = distributed.all_reduce_sum(self.ctx, torch.from_numpy(local.astype(np.float64))).numpy()
+        return totals, time.perf_counter() - start
+
+    def learn(self, advantages: np.ndarray, returns: np.ndarray) -> tuple[dict[str, float], int]:
+        """update_epochs passes of num_minibatches DDP steps over the rollout."""
+        hp, buf, device = self.hp, self.buf, self.ctx.device
+        size = self.batch_per_rank
+        flat = {
+            "obs": buf.obs_t.reshape(size, *self.obs_shape),
+            "actions": buf.actions_t.reshape(size, *buf.actions.shape[2:]),
+            "log_probs": buf.log_probs_t.reshape(size),
+            "values": buf.values_t.reshape(size),
+            "advantages": torch.from_numpy(advantages).reshape(size),
+            "returns": torch.from_numpy(returns).reshape(size),
+            "valid": torch.from_numpy(buf.valid).reshape(size),
+        }
+        flat = {k: v.to(device) for k, v in flat.items()}
+        minibatch = size // hp.num_minibatches
+        totals: dict[str, float] = {}
+        epochs_run = 0
+        for _ in range(hp.update_epochs):
+            epochs_run += 1
+            order = torch.from_numpy(self.np_rng.permutation(size)).to(device)
+            kl_sum = torch.zeros((), device=device)
+            for start in range(0, minibatch * hp.num_minibatches, minibatch):
+                stats = self.minibatch_step({k: v[order[start : start + minibatch]] for k, v in flat.items()})
+                kl_sum += stats["approx_kl"]
+                for k, v in stats.items():
+                    totals[k] = totals.get(k, 0.0) + float(v)
+            if hp.target_kl is not None and self.mean_over_ranks(kl_sum / hp.num_minibatches) > hp.target_kl:
+                break  # every rank saw the same mean KL: same number of backward passes
+        steps = epochs_run * hp.num_minibatches
+        return {k: v / steps for k, v in totals.items()}, epochs_run
+
+    def minibatch_step(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One optimiser step: grad_accumulation micro-batches, all but the
+        last under no_sync() so DDP all-reduces the summed gradient once."""
+        hp = self.hp
+        weight = mb["valid"] / mb["valid"].sum().clamp(min=1.0)
+        advantages = mb["advantages"]
+        if hp.norm_advantage:
+            mean = (advantages * weight).sum()
+            std = (((advantages - mean).square() * weight).sum()).sqrt()
+            advantages = (advantages - mean) / (std + 1e-8)
+        micro = -(-advantages.shape[0] // hp.grad_accumulation)
+        stats: dict[str, torch.Tensor] = {}
+        for i, start in enumerate(range(0, advantages.shape[0], micro)):
+            part = slice(start, start + micro)
+            last = start + micro >= advantages.shape[0]
+            sync = contextlib.nullcontext() if last or not self.ctx.distributed else self.model.no_sync()
+            with sync:
+                new_log_prob, entropy, new_value = self.model(mb["obs"][part], mb["actions"][part])
+                loss, part_stats = ppo_loss(
+                    new_log_prob, entropy, new_value, mb["log_probs"][part], mb["values"][part],
+                    advantages[part], mb["returns"][part], weight[part], hp,
+                )
+                with distributed.collectives():
+                    loss.backward()
+            for k, v in part_stats.items():
+                stats[k] = stats[k] + v if k in stats else v
+        nn.utils.clip_grad_norm_(self.agent.parameters(), hp.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return stats
+
+    def mean_over_ranks(self, value: torch.Tensor) -> float:
+        total = distributed.all_reduce_sum(self.ctx, value.detach().reshape(1).double().cpu())
+        return float(total[0]) / self.ctx.world_size
+
+    def advantages(self, scale_rewards: bool) -> tuple[np.ndarray, np.ndarray]:
+        buf = self.buf
+        with torch.no_grad():
+            obs = self.obs_norm.normalize(self.next_obs) if self.hp.normalize_observation else self.next_obs
+            next_value = self.agent.value(torch.as_tensor(obs, dtype=torch.float32, device=self.ctx.device)).cpu().numpy()
+        rewards = self.ret_norm.scale(buf.rewards).astype(np.float32) if scale_rewards else buf.rewards
+        return gae(rewards, buf.values, next_value, buf.terminated, buf.truncated, buf.valid, self.hp.gamma, self.hp.gae_lambda)
+
+    def train(self, session: Session) -> str:
+        """Run updates until the budget is spent, the target is met, or a stop
+        is requested. Returns "budget", "target" or "stopped"."""
+        hp = self.hp
+        loaded = session.load()
+        if loaded is not None:
+            shared, own = loaded
+            self.load_shared(shared)
+            if own is not None:
+                self.load_rank(own)
+        while self.counters.updates < self.num_updates:
+            frac = 1.0 - self.counters.updates / self.num_updates
+            lr = hp.learning_rate * frac if hp.anneal_lr else hp.learning_rate
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+
+            started = time.perf_counter()
+            self.collect()
+            rollout_seconds = time.perf_counter() - started
+
+            totals, allreduce_seconds = self.sync(session.stop_requested(), session.success_vote())
+            steps, episodes, return_sum, stop_votes, success_votes = totals[:5]
+            offset = 5
+            if hp.normalize_observation:
+                self.obs_norm.merge(totals[offset : offset + self.obs_norm.size])
+                offset += self.obs_norm.size
+            if hp.normalize_reward:
+                self.ret_norm.merge(totals[offset : offset + self.ret_norm.size])
+            self.counters.global_step += int(steps)
+            self.counters.episodes += int(episodes)
+            if success_votes > 0:
+                return "target"  # rank 0's evaluation of the current weights met it
+
+            started = time.perf_counter()
+            advantages, returns = self.advantages(hp.normalize_reward)
+            losses, epochs_run = self.learn(advantages, returns)
+            update_seconds = time.perf_counter() - started
+            self.counters.updates += 1
+            session.after_update(
+                UpdateReport(
+                    counters=self.counters,
+                    local_steps=int(self.buf.valid.sum()),
+                    episode_return_sum=float(return_sum),
+                    episode_return_count=int(episodes),
+                    learning_rate=lr,
+                    losses=losses,
+                    rollout_seconds=rollout_seconds,
+                    update_seconds=update_seconds,
+                    allreduce_seconds=allreduce_seconds,
+                    epochs_run=epochs_run,
+                ),
+                self,
+            )
+            if stop_votes > 0:
+                return "stopped"
+        return "budget"
+
+    # -- evaluation (rank 0) -------------------------------------------------
+
+    def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float:
+        """Mean return of `episodes` greedy episodes, run side by side."""
+        envs = make_envs(env_id, episodes, env_kwargs)
+        try:
+            obs, _ = envs.reset(seed=seed)
+            returns = np.zeros(episodes)
+            running = np.ones(episodes, bool)  # each env counts its first episode only
+            with torch.no_grad():
+                while running.any():
+                    x = self.obs_norm.normalize(obs) if self.hp.normalize_observation else obs
+                    action = self.agent.greedy(torch.as_tensor(x, dtype=torch.float32, device=self.ctx.device)).cpu().numpy()
+                    if not self.agent.discrete:
+                        action = np.clip(action, self.action_space.low, self.action_space.high)
+                    obs, reward, terminated, truncated, _ = envs.step(action)
+                    returns += reward * running
+                    running &= ~(terminated | truncated)
+            return float(returns.mean())
+        finally:
+            envs.close()
