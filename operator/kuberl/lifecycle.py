@@ -42,6 +42,7 @@ from .contract import (
     EXIT_OK,
     REASON_CONFIG_ERROR,
     REASON_PEER_LOST,
+    REASON_STOPPED,
     REASON_SUCCEEDED,
 )
 from .spec import JobSpec
@@ -129,6 +130,13 @@ class Rank0Progress:
     steps_per_second: float | None = None
     episode_return_mean: float | None = None
     eval_return: float | None = None
+
+
+def next_progress(previous: Rank0Progress | None, generation: int, timesteps: int, now: float, **gauges: Any) -> Rank0Progress:
+    """Rank 0's latest reading; `changed_at` moves only when the counter moves
+    (or a new generation reports), which is what stall detection measures."""
+    moved = previous is None or previous.generation != generation or previous.timesteps != timesteps
+    return Rank0Progress(generation, timesteps, now if moved else previous.changed_at, **gauges)
 
 
 @dataclass(frozen=True)
@@ -377,7 +385,7 @@ def _success(spec: JobSpec, live: dict[int, ObservedPod], rank0: Rank0Progress |
     reported = first is not None and (first.reason == REASON_SUCCEEDED or (rank0 is not None and rank0.succeeded))
     if reported and first.phase == "Succeeded" and first.exit_code in (EXIT_OK, None):
         return REASON_RANK0_SUCCEEDED, first.message.strip() if first.message else "rank 0 reported success"
-    if len(live) == spec.workers and all(p.phase == "Succeeded" for p in live.values()):
+    if len(live) == spec.workers and all(p.phase == "Succeeded" and p.reason != REASON_STOPPED for p in live.values()):
         return REASON_ALL_SUCCEEDED, f"all {spec.workers} workers exited 0"
     return None
 
@@ -400,6 +408,10 @@ def _broken(
     if deleted:
         pod = min(deleted, key=lambda p: p.rank)
         return REASON_POD_DELETED, f"worker {pod.rank} ({pod.name}) was deleted", False, False
+    stopped = [p for p in live.values() if p.phase == "Succeeded" and p.reason == REASON_STOPPED]
+    if stopped:  # signalled by someone else (a node shutting down): resumable, not the workload's fault
+        pod = min(stopped, key=lambda p: p.rank)
+        return REASON_STOPPED, _pod_says(pod), False, False
     failed = [p for p in live.values() if p.phase == "Failed"]
     if failed:
         # PeerLost is the echo of another rank's failure; name the cause.

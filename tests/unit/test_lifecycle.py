@@ -378,6 +378,14 @@ def test_after_rank_zero_reports_success_a_peer_ending_first_is_not_a_crash():
     assert done.phase == lc.SUCCEEDED
 
 
+def test_ranks_stopped_by_a_signal_are_resumed_not_succeeded():
+    spec = job(backoffLimit=0)
+    stopped = [Pod(r).exited(0, "Stopped: stopped at timesteps 900; resumable").obj() for r in range(2)]
+    d = decide(spec, running_status(spec), stopped, None, T0 + 1)
+    assert d.phase == lc.RESTARTING and d.status["restarts"] == 0
+    assert d.status["restartHistory"][-1]["reason"] == "Stopped"
+
+
 def test_a_finished_job_only_tidies_up():
     spec = job()
     done = decide(spec, running_status(spec), [Pod(0).exited(0, "Succeeded: done").obj(), Pod(1).running().obj()], None, T0 + 1)
@@ -514,3 +522,11 @@ def test_observed_pod_reads_what_a_cluster_reports():
     pending = lc.observed_pod({"metadata": {"name": "job-0", "labels": {"kuberl.dev/rank": "0"}}, "status": {
         "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no nodes"}]}})
     assert pending.scheduling_reason == "Unschedulable" and pending.generation == 0 and not pending.started
+
+
+def test_progress_changes_time_only_when_the_counter_moves():
+    first = lc.next_progress(None, 0, 100, T0, succeeded=False)
+    same = lc.next_progress(first, 0, 100, T0 + 30, eval_return=20.0)
+    assert same.changed_at == T0 and same.eval_return == 20.0
+    assert lc.next_progress(same, 0, 164, T0 + 31).changed_at == T0 + 31
+    assert lc.next_progress(same, 1, 100, T0 + 32).changed_at == T0 + 32
