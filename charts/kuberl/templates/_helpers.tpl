@@ -1,0 +1,238 @@
+{{/* Names, labels and the checks no JSON schema can express. */}}
+
+{{- define "kuberl.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kuberl.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kuberl.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kuberl.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "kuberl.labels" -}}
+{{ include "kuberl.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "kuberl.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create -}}
+{{- default (include "kuberl.fullname" .) .Values.operator.serviceAccount.name -}}
+{{- else -}}
+{{- required "operator.serviceAccount.name must name an existing ServiceAccount when operator.serviceAccount.create is false" .Values.operator.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* repository:tag or repository@digest; `what` names the values key in the error. */}}
+{{- define "kuberl.image" -}}
+{{- $image := .image -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $image.repository $image.digest -}}
+{{- else if $image.tag -}}
+{{- printf "%s:%s" $image.repository $image.tag -}}
+{{- else -}}
+{{- fail (printf "%s.image.tag is empty: set %s.image.tag (e.g. %s) or %s.image.digest" .what .what .appVersion .what) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kuberl.operatorImage" -}}
+{{- include "kuberl.image" (dict "image" .Values.operator.image "what" "operator" "appVersion" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- define "kuberl.trainerImage" -}}
+{{- include "kuberl.image" (dict "image" .Values.trainer.image "what" "trainer" "appVersion" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- define "kuberl.peering" -}}
+{{- gt (int .Values.operator.replicas) 1 -}}
+{{- end -}}
+
+{{/* Every combination of values the schema cannot refuse, refused here with the keys named. */}}
+{{- define "kuberl.validate" -}}
+{{- $_ := include "kuberl.operatorImage" . -}}
+{{- $_ := include "kuberl.trainerImage" . -}}
+{{- if and .Values.monitoring.serviceMonitor.enabled (not .Values.metrics.enabled) -}}
+{{- fail "monitoring.serviceMonitor.enabled=true needs metrics.enabled=true: the ServiceMonitor scrapes the operator's metrics Service" -}}
+{{- end -}}
+{{- if eq (int .Values.metrics.port) (int .Values.operator.health.port) -}}
+{{- fail (printf "metrics.port and operator.health.port are both %d: the operator serves them on distinct ports" (int .Values.metrics.port)) -}}
+{{- end -}}
+{{- if and (include "kuberl.peering" . | eq "true") (not .Values.operator.peering.name) -}}
+{{- fail "operator.replicas > 1 needs operator.peering.name: replicas coordinate through a kopf peering object" -}}
+{{- end -}}
+{{- if ne (len .Values.operator.watchNamespaces) (len (uniq .Values.operator.watchNamespaces)) -}}
+{{- fail (printf "operator.watchNamespaces lists a namespace twice: %v" .Values.operator.watchNamespaces) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* kopf peering is cluster-wide when all namespaces are watched, per namespace otherwise. */}}
+{{- define "kuberl.peeringKind" -}}
+{{- if .Values.operator.watchNamespaces -}}KopfPeering{{- else -}}ClusterKopfPeering{{- end -}}
+{{- end -}}
+
+{{/* The operator's pod template, shared by the Deployment (one replica) and the StatefulSet (peering). */}}
+{{- define "kuberl.operatorPodTemplate" -}}
+metadata:
+  labels:
+    {{- include "kuberl.selectorLabels" . | nindent 4 }}
+    {{- with .Values.operator.podLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with .Values.operator.podAnnotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+spec:
+  serviceAccountName: {{ include "kuberl.serviceAccountName" . }}
+  automountServiceAccountToken: true
+  {{- with .Values.operator.imagePullSecrets }}
+  imagePullSecrets:
+    {{- range . }}
+    - name: {{ . }}
+    {{- end }}
+  {{- end }}
+  {{- with .Values.operator.priorityClassName }}
+  priorityClassName: {{ . }}
+  {{- end }}
+  securityContext:
+    {{- toYaml .Values.operator.podSecurityContext | nindent 4 }}
+  containers:
+    - name: operator
+      image: {{ include "kuberl.operatorImage" . }}
+      imagePullPolicy: {{ .Values.operator.image.pullPolicy }}
+      args:
+        - operator
+        {{- range .Values.operator.watchNamespaces }}
+        - --namespace={{ . }}
+        {{- end }}
+        {{- if include "kuberl.peering" . | eq "true" }}
+        - --peering={{ .Values.operator.peering.name }}
+        - --priority=$(KUBERL_POD_INDEX)
+        {{- end }}
+        - --health-port={{ .Values.operator.health.port }}
+        - --metrics-port={{ .Values.metrics.port }}
+      env:
+        - name: KUBERL_LOG_LEVEL
+          value: {{ .Values.operator.logLevel | quote }}
+        - name: KUBERL_METRICS_ENABLED
+          value: {{ .Values.metrics.enabled | quote }}
+        - name: KUBERL_TRAINER_IMAGE
+          value: {{ include "kuberl.trainerImage" . | quote }}
+        - name: KUBERL_TRAINER_IMAGE_PULL_POLICY
+          value: {{ .Values.trainer.image.pullPolicy | quote }}
+        - name: KUBERL_TRAINER_IMAGE_PULL_SECRETS
+          value: {{ join "," .Values.trainer.imagePullSecrets | quote }}
+        - name: KUBERL_POD_NAMESPACE
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.namespace
+        {{- if include "kuberl.peering" . | eq "true" }}
+        # A StatefulSet pod's ordinal: a distinct kopf priority per replica (equal ones freeze them all).
+        - name: KUBERL_POD_INDEX
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.labels['apps.kubernetes.io/pod-index']
+        {{- end }}
+      ports:
+        - name: health
+          containerPort: {{ .Values.operator.health.port }}
+          protocol: TCP
+        {{- if .Values.metrics.enabled }}
+        - name: metrics
+          containerPort: {{ .Values.metrics.port }}
+          protocol: TCP
+        {{- end }}
+      livenessProbe:
+        httpGet:
+          path: {{ .Values.operator.health.path }}
+          port: health
+        initialDelaySeconds: 10
+        periodSeconds: 20
+        timeoutSeconds: 5
+        failureThreshold: 3
+      readinessProbe:
+        httpGet:
+          path: {{ .Values.operator.health.path }}
+          port: health
+        periodSeconds: 10
+        timeoutSeconds: 5
+      resources:
+        {{- toYaml .Values.operator.resources | nindent 8 }}
+      securityContext:
+        {{- toYaml .Values.operator.securityContext | nindent 8 }}
+      volumeMounts:
+        # The root filesystem is read-only; Python and kopf may still want a scratch directory.
+        - name: tmp
+          mountPath: /tmp
+  volumes:
+    - name: tmp
+      emptyDir:
+        sizeLimit: 64Mi
+  {{- with .Values.operator.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.operator.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.operator.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
+
+{{/* Rules for the namespaces whose jobs the operator runs: no secrets, no wildcards. */}}
+{{- define "kuberl.jobRules" -}}
+# The operator's own resources: kopf patches finalizers and its state annotations; TTL deletes finished jobs.
+- apiGroups: [kuberl.dev]
+  resources: [rltrainingjobs]
+  verbs: [get, list, watch, patch, delete]
+- apiGroups: [kuberl.dev]
+  resources: [rltrainingjobs/status]
+  verbs: [get, patch]
+# Children carry ownerReferences with blockOwnerDeletion, which needs update on the owner's finalizers.
+- apiGroups: [kuberl.dev]
+  resources: [rltrainingjobs/finalizers]
+  verbs: [update]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [create, delete, get, list, watch, patch]
+- apiGroups: [""]
+  resources: [services, configmaps, persistentvolumeclaims]
+  verbs: [create, get, list, watch, patch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create, get, list, watch, patch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+{{- if has "volcano" .Values.gangScheduling.podGroupApis }}
+- apiGroups: [scheduling.volcano.sh]
+  resources: [podgroups]
+  verbs: [create, get, list, watch, patch]
+{{- end }}
+{{- if has "coscheduling" .Values.gangScheduling.podGroupApis }}
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [create, get, list, watch, patch]
+{{- end }}
+{{- end }}

@@ -1,0 +1,405 @@
+"""The Helm chart, with real Helm: lint, render, validate every object, refuse
+bad values with the key named, least-privilege RBAC, locked-down pods, and the
+generated copies (CRD, manifests/install.yaml) never stale."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+import yaml
+from chart_support import (
+    ALL_FEATURES,
+    CHART,
+    HELM,
+    NAMESPACED,
+    ROOT,
+    HelmError,
+    helm,
+    of_kind,
+    pod_specs,
+    render,
+    validate,
+)
+from kuberl import cli, names
+from kuberl.render import DEFAULT_IMAGE, PLACEHOLDER_UID, render_job
+
+SCENARIOS = {
+    "defaults": {},
+    "all-features": ALL_FEATURES,
+    "namespaced": NAMESPACED,
+    "metrics-off": {"metrics": {"enabled": False}, "rbac": {"create": True}},
+    "no-rbac-existing-sa": {"rbac": {"create": False}, "operator": {"serviceAccount": {"create": False, "name": "mine"}}},
+}
+
+
+def refusal(values: dict | None = None, *set_args: str) -> str:
+    extra = [a for pair in (("--set", s) for s in set_args) for a in pair]
+    with pytest.raises(HelmError) as refused:
+        helm("template", "kuberl", str(CHART), *extra, values=values)
+    return str(refused.value)
+
+
+# --- lint and render ---------------------------------------------------------
+
+@pytest.mark.parametrize("scenario", ["defaults", "all-features", "namespaced"])
+def test_helm_lint_strict(scenario):
+    out = helm("lint", "--strict", str(CHART), values=SCENARIOS[scenario])
+    assert "0 chart(s) failed" in out
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_rendered_object_is_valid_for_its_schema(scenario):
+    objects = render(SCENARIOS[scenario], "kuberl-system", "--include-crds")
+    problems = {f"{o['kind']}/{o['metadata']['name']}": validate(o) for o in objects}
+    assert {k: v for k, v in problems.items() if v} == {}
+
+
+def test_all_features_renders_every_kind():
+    kinds = sorted({o["kind"] for o in render(ALL_FEATURES)})
+    assert kinds == sorted([
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "StatefulSet", "ClusterKopfPeering",
+        "PodMonitor", "ServiceMonitor", "ConfigMap", "Pod",
+    ])
+    namespaced = sorted({o["kind"] for o in render(NAMESPACED)})
+    assert {"Role", "RoleBinding", "KopfPeering"} <= set(namespaced)
+    assert "ClusterKopfPeering" not in namespaced
+
+
+def test_defaults_render_one_standalone_deployment_and_nothing_optional():
+    objects = render()
+    assert sorted(o["kind"] for o in objects) == sorted(
+        ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment", "Pod"])
+    (deployment,) = of_kind(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--peering") for a in args)
+
+
+def test_example_jobs_are_valid_rltrainingjobs():
+    examples = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
+    assert examples
+    for path in examples:
+        for job in yaml.safe_load_all(path.read_text()):
+            assert validate(job) == [], path
+
+
+def test_crd_schema_refuses_a_bad_job():
+    job = yaml.safe_load((ROOT / "manifests" / "examples" / "cartpole-ppo.yaml").read_text())
+    job["spec"]["wrokers"] = 2
+    job["spec"]["totalTimesteps"] = "many"
+    problems = validate(job)
+    assert any("wrokers" in p for p in problems) and any(p.startswith("spec.totalTimesteps") for p in problems)
+
+
+def test_prometheus_operator_validation_refuses_unknown_and_mistyped_fields():
+    (pod_monitor,) = of_kind(render(ALL_FEATURES), "PodMonitor")
+    pod_monitor["spec"]["podMetricsEndpoints"][0]["portt"] = "metrics-0"
+    pod_monitor["spec"]["namespaceSelector"]["any"] = "yes"
+    problems = validate(pod_monitor)
+    assert any("portt: unknown field" in p for p in problems)
+    assert any("namespaceSelector/any must be boolean" in p for p in problems)
+
+
+# --- values: schema, comments, refusals ---------------------------------------
+
+def test_misspelled_key_is_refused_naming_it():
+    assert "additional properties 'replcas' not allowed" in refusal(None, "operator.replcas=2")
+    message = refusal({"monitoring": {"podMonitor": {"enabeld": True}}})
+    assert "/monitoring/podMonitor" in message and "'enabeld'" in message
+    assert "'imageTag'" in refusal({"imageTag": "1.0"})
+
+
+def test_wrong_value_type_is_refused_naming_the_key():
+    message = refusal(None, "operator.replicas=two")
+    assert "/operator/replicas" in message and "want integer" in message
+    message = refusal({"metrics": {"enabled": "yes"}})
+    assert "/metrics/enabled" in message and "want boolean" in message
+    assert "/operator/logLevel" in refusal({"operator": {"logLevel": "loud"}})
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ({"operator": {"image": {"tag": ""}}}, "operator.image.tag is empty: set operator.image.tag (e.g. 0.1.0) or operator.image.digest"),
+    ({"trainer": {"image": {"tag": ""}}}, "trainer.image.tag is empty"),
+    ({"metrics": {"enabled": False}, "monitoring": {"serviceMonitor": {"enabled": True}}}, "monitoring.serviceMonitor.enabled=true needs metrics.enabled=true"),
+    ({"metrics": {"port": 8080}}, "metrics.port and operator.health.port are both 8080"),
+    ({"operator": {"replicas": 2, "peering": {"name": ""}}}, "operator.replicas > 1 needs operator.peering.name"),
+    ({"operator": {"watchNamespaces": ["a", "a"]}}, "operator.watchNamespaces lists a namespace twice"),
+    ({"operator": {"serviceAccount": {"create": False}}}, "operator.serviceAccount.name must name an existing ServiceAccount"),
+])
+def test_bad_combinations_fail_with_a_precise_message(values, expected):
+    assert expected in refusal(values)
+
+
+def test_image_digest_wins_over_tag():
+    digest = "sha256:" + "a" * 64
+    (deployment,) = of_kind(render({"operator": {"image": {"tag": "", "digest": digest}}}), "Deployment")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == f"ghcr.io/kuberl/operator@{digest}"
+
+
+def _leaf_paths(values: dict, prefix: str = "") -> list[str]:
+    paths = []
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        is_parent = isinstance(value, dict) and value and path not in ("operator.resources", "operator.podSecurityContext", "operator.securityContext")
+        paths += _leaf_paths(value, path + ".") if is_parent else [path]
+    return paths
+
+
+def test_every_value_has_a_comment():
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    stack: list[tuple[int, str]] = []
+    commented = set()
+    for number, line in enumerate(lines):
+        if m := re.match(r"^(\s*)([A-Za-z][\w-]*):", line):
+            indent = len(m.group(1))
+            stack = [(i, k) for i, k in stack if i < indent] + [(indent, m.group(2))]
+            if number and lines[number - 1].strip().startswith("# -- "):
+                commented.add(".".join(k for _, k in stack))
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert [p for p in _leaf_paths(values) if p not in commented] == []
+
+
+def _object_nodes(schema: dict, path: str = "$"):
+    if schema.get("type") == "object":
+        yield path, schema
+    for key, child in (schema.get("properties") or {}).items():
+        yield from _object_nodes(child, f"{path}.{key}")
+    if isinstance(schema.get("items"), dict):
+        yield from _object_nodes(schema["items"], f"{path}[]")
+
+
+# Kubernetes affinity terms are passed through to the API server, which checks them.
+OPEN_BY_DESIGN = {"$.operator.affinity.nodeAffinity", "$.operator.affinity.podAffinity", "$.operator.affinity.podAntiAffinity"}
+
+
+def test_values_schema_is_closed_everywhere():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    open_nodes = [p for p, node in _object_nodes(schema) if "additionalProperties" not in node and p not in OPEN_BY_DESIGN]
+    assert open_nodes == []
+    maps = [p for p, node in _object_nodes(schema) if isinstance(node.get("additionalProperties"), dict)]
+    assert all(node.get("properties") is None for p, node in _object_nodes(schema) if p in maps)
+
+
+def test_image_tags_follow_the_chart_and_the_operator_default():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["operator"]["image"]["tag"] == values["trainer"]["image"]["tag"] == chart["appVersion"]
+    assert f"{values['trainer']['image']['repository']}:{values['trainer']['image']['tag']}" == DEFAULT_IMAGE
+
+
+# --- the operator pod -----------------------------------------------------------
+
+def _operator_container(objects):
+    (workload,) = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
+    return workload, workload["spec"]["template"]["spec"]["containers"][0]
+
+
+def _expand(arg: str, env: dict[str, str]) -> str:
+    """The kubelet's $(VAR) expansion of container args."""
+    return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), arg)
+
+
+@pytest.mark.parametrize("scenario", ["defaults", "all-features", "namespaced"])
+def test_operator_args_parse_with_the_kuberl_cli(scenario):
+    values = SCENARIOS[scenario]
+    _, container = _operator_container(render(values))
+    args = [_expand(a, {"KUBERL_POD_INDEX": "2"}) for a in container["args"]]
+    parsed = cli.build_parser().parse_args(args)
+    assert parsed.command == "operator"
+    assert parsed.namespace == values.get("operator", {}).get("watchNamespaces", [])
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert (parsed.health_port, parsed.metrics_port) == (ports["health"], ports["metrics"])
+
+
+def test_replicas_get_distinct_kopf_priorities_from_their_ordinal():
+    objects = render(ALL_FEATURES)
+    workload, container = _operator_container(objects)
+    assert workload["kind"] == "StatefulSet" and workload["spec"]["replicas"] == 3
+    env = {e["name"]: e for e in container["env"]}
+    assert env["KUBERL_POD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
+    priorities = {cli.build_parser().parse_args([_expand(a, {"KUBERL_POD_INDEX": str(i)}) for a in container["args"]]).priority
+                  for i in range(workload["spec"]["replicas"])}
+    assert len(priorities) == 3
+    peering = cli.build_parser().parse_args([_expand(a, {"KUBERL_POD_INDEX": "0"}) for a in container["args"]]).peering
+    assert [p["metadata"]["name"] for p in of_kind(objects, "ClusterKopfPeering")] == [peering]
+    namespaced = render(NAMESPACED)
+    assert sorted(p["metadata"]["namespace"] for p in of_kind(namespaced, "KopfPeering")) == ["team-a", "team-b"]
+
+
+def test_operator_gets_the_default_trainer_image_and_settings():
+    _, container = _operator_container(render(ALL_FEATURES))
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["KUBERL_TRAINER_IMAGE"] == DEFAULT_IMAGE
+    assert env["KUBERL_TRAINER_IMAGE_PULL_SECRETS"] == "regcred"
+    assert env["KUBERL_LOG_LEVEL"] == "debug"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_pod_is_locked_down(scenario):
+    specs = pod_specs(render(SCENARIOS[scenario]))
+    assert specs
+    for where, spec in specs:
+        pod_sc = spec["securityContext"]
+        assert pod_sc["runAsNonRoot"] is True and pod_sc["runAsUser"] != 0, where
+        assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        assert "hostNetwork" not in spec and "hostPID" not in spec, where
+        for container in spec["containers"] + spec.get("initContainers", []):
+            sc = container["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"], where
+            assert sc.get("privileged", False) is False, where
+            assert "limits" in container["resources"] and "memory" in container["resources"]["limits"], where
+
+
+def test_helm_test_pod_checks_the_operator_health_endpoint_through_its_service():
+    objects = render()
+    (test_pod,) = of_kind(objects, "Pod")
+    (service,) = of_kind(objects, "Service")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert test_pod["spec"]["automountServiceAccountToken"] is False
+    script = test_pod["spec"]["containers"][0]["command"][-1]
+    health = next(p for p in service["spec"]["ports"] if p["name"] == "health")
+    assert f"http://{service['metadata']['name']}.kuberl-system.svc:{health['port']}/healthz" in script
+    compile(script, "helm-test", "exec")
+
+
+def test_notes_tell_the_next_commands():
+    out = helm("install", "kuberl", str(CHART), "--dry-run=client", "--namespace", "kuberl-system", values=NAMESPACED)
+    notes = out[out.index("NOTES:"):]
+    assert "kubectl -n kuberl-system rollout status statefulset/kuberl" in notes
+    assert "helm test kuberl -n kuberl-system" in notes
+    assert "kubectl apply -n team-a -f manifests/examples/cartpole-ppo.yaml" in notes
+    assert "kubectl apply --server-side -f charts/kuberl/crds/" in notes
+
+
+# --- RBAC: least privilege ---------------------------------------------------------
+
+JOB_RULES = {
+    ("kuberl.dev", "rltrainingjobs"): {"get", "list", "watch", "patch", "delete"},
+    ("kuberl.dev", "rltrainingjobs/status"): {"get", "patch"},
+    ("kuberl.dev", "rltrainingjobs/finalizers"): {"update"},
+    ("", "pods"): {"create", "delete", "get", "list", "watch", "patch"},
+    ("", "services"): {"create", "get", "list", "watch", "patch"},
+    ("", "configmaps"): {"create", "get", "list", "watch", "patch"},
+    ("", "persistentvolumeclaims"): {"create", "get", "list", "watch", "patch"},
+    ("networking.k8s.io", "networkpolicies"): {"create", "get", "list", "watch", "patch"},
+    ("", "events"): {"create", "patch"},
+}
+KOPF_CLUSTER_RULES = {
+    ("", "namespaces"): {"list", "watch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+}
+PODGROUP_RULES = {
+    ("scheduling.volcano.sh", "podgroups"): {"create", "get", "list", "watch", "patch"},
+    ("scheduling.x-k8s.io", "podgroups"): {"create", "get", "list", "watch", "patch"},
+}
+
+
+def _grants(role: dict) -> dict[tuple[str, str], set[str]]:
+    grants: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert set(rule) <= {"apiGroups", "resources", "verbs"}, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                grants.setdefault((group, resource), set()).update(rule["verbs"])
+    return grants
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_no_wildcards_no_secrets(scenario):
+    for role in of_kind(render(SCENARIOS[scenario]), "ClusterRole") + of_kind(render(SCENARIOS[scenario]), "Role"):
+        for (group, resource), verbs in _grants(role).items():
+            assert "*" not in (group, resource) and "*" not in verbs, role["metadata"]
+            assert resource != "secrets" and not {"escalate", "bind", "impersonate"} & verbs
+
+
+def test_cluster_wide_rules_are_exactly_the_expected_ones():
+    (default_role,) = of_kind(render(), "ClusterRole")
+    assert _grants(default_role) == {**JOB_RULES, **KOPF_CLUSTER_RULES}
+    (full_role,) = of_kind(render(ALL_FEATURES), "ClusterRole")
+    assert _grants(full_role) == {**JOB_RULES, **KOPF_CLUSTER_RULES, **PODGROUP_RULES,
+                                  ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
+
+
+def test_listed_namespaces_get_one_role_each_and_almost_nothing_cluster_wide():
+    objects = render(NAMESPACED)
+    (cluster_role,) = of_kind(objects, "ClusterRole")
+    assert _grants(cluster_role) == {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
+    roles = of_kind(objects, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        assert _grants(role) == {**JOB_RULES, **PODGROUP_RULES, ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"}}
+    bindings = of_kind(objects, "RoleBinding")
+    assert sorted((b["metadata"]["namespace"], b["roleRef"]["kind"]) for b in bindings) == [("team-a", "Role"), ("team-b", "Role")]
+    for binding in bindings + of_kind(objects, "ClusterRoleBinding"):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kuberl", "namespace": "kuberl-system"}]
+
+
+# --- monitoring ---------------------------------------------------------------------
+
+def test_pod_monitor_selects_every_rendered_trainer_port():
+    (pod_monitor,) = of_kind(render(ALL_FEATURES), "PodMonitor")
+    (selector,) = pod_monitor["spec"]["selector"]["matchExpressions"]
+    (endpoint,) = pod_monitor["spec"]["podMetricsEndpoints"]
+    keep = next(r for r in endpoint["relabelings"] if r["action"] == "keep")
+    job = yaml.safe_load((ROOT / "manifests" / "examples" / "cartpole-ppo.yaml").read_text())
+    job["spec"]["procsPerWorker"] = 3
+    pods = [o for o in render_job(job, "team-a", PLACEHOLDER_UID) if o["kind"] == "Pod"]
+    assert pods
+    for pod in pods:
+        assert selector == {"key": names.LABEL_JOB, "operator": "Exists"} and names.LABEL_JOB in pod["metadata"]["labels"]
+        ports = [p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])]
+        kept = [p for p in ports if re.fullmatch(keep["regex"], p)]
+        assert kept == [names.metrics_port_name(i) for i in range(3)]
+
+
+def test_service_monitor_scrapes_the_operator_metrics_port():
+    objects = render(ALL_FEATURES)
+    (service_monitor,) = of_kind(objects, "ServiceMonitor")
+    (service,) = of_kind(objects, "Service")
+    assert service_monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert [e["port"] for e in service_monitor["spec"]["endpoints"]] == ["metrics"]
+    assert "metrics" in [p["name"] for p in service["spec"]["ports"]]
+    assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar():
+    (configmap,) = of_kind(render(ALL_FEATURES), "ConfigMap")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert configmap["metadata"]["annotations"]["grafana_folder"] == "kuberl"
+    dashboard = json.loads(configmap["data"]["kuberl.json"])
+    assert dashboard == json.loads((CHART / "dashboards" / "kuberl.json").read_text())
+
+
+# --- generated copies ---------------------------------------------------------------
+
+def test_chart_crd_equals_manifests_crd_equals_kuberl_crd():
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        assert cli.main(["crd"]) == 0
+    chart_copy = (CHART / "crds" / "rltrainingjobs.yaml").read_text()
+    assert chart_copy == (ROOT / "manifests" / "crd.yaml").read_text() == printed.getvalue(), "run `make manifests`"
+
+
+def test_install_yaml_is_fresh(tmp_path: Path):
+    fresh = tmp_path / "install.yaml"
+    subprocess.run(["make", "-s", "--no-print-directory", "install-yaml", f"INSTALL_YAML={fresh}", f"HELM={HELM}"],
+                   cwd=ROOT, check=True, capture_output=True, timeout=120)
+    assert (ROOT / "manifests" / "install.yaml").read_text() == fresh.read_text(), "manifests/install.yaml is stale: run `make manifests`"
+
+
+def test_install_yaml_applies_in_order_and_validates():
+    docs = [d for d in yaml.safe_load_all((ROOT / "manifests" / "install.yaml").read_text()) if d]
+    kinds = [d["kind"] for d in docs]
+    assert kinds[0] == "Namespace" and kinds[1:4] == ["CustomResourceDefinition"] * 3
+    assert "Pod" not in kinds, "helm test hooks do not belong in install.yaml"
+    assert all(d["metadata"].get("namespace", "kuberl-system") == "kuberl-system" for d in docs)
+    assert [(d["kind"], validate(d)) for d in docs if validate(d)] == []
