@@ -1,0 +1,35 @@
+"""Fixtures for the operator tier: the API stand-in with kuberl's CRD, and clients pointed at it."""
+import pathlib
+
+import pytest
+
+from tests.support.apiserver import StandinServer
+from tests.support.rest import Rest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CRD = ROOT / 'manifests' / 'crd.yaml'
+
+
+@pytest.fixture
+def standin(tmp_path: pathlib.Path):
+    """The API stand-in on a free 127.0.0.1 port with manifests/crd.yaml applied.
+
+    `standin.url`, `standin.kubeconfig` (a file), `standin.store` (hooks), `standin.calls` (API call log).
+    """
+    with StandinServer(workdir=tmp_path) as server:
+        server.apply_crd(CRD)
+        yield server
+
+
+@pytest.fixture
+def rest(standin: StandinServer) -> Rest:
+    return Rest(standin.url)
+
+
+@pytest.fixture
+def kube_api(standin: StandinServer):
+    """A `kubernetes.client.ApiClient` configured from the stand-in's kubeconfig."""
+    import kubernetes
+    client = kubernetes.config.new_client_from_config(config_file=str(standin.kubeconfig))
+    yield client
+    client.close()

@@ -1,0 +1,288 @@
+"""The API stand-in is strict where the real API server is strict: each test fails on a lenient stand-in."""
+import time
+
+import pytest
+
+PODS = '/api/v1/namespaces/default/pods'
+JOBS = '/apis/kuberl.dev/v1alpha1/namespaces/default/rltrainingjobs'
+CONFIGMAPS = '/api/v1/namespaces/default/configmaps'
+
+
+def pod(name: str, labels: dict | None = None, **spec) -> dict:
+    return {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': name, 'labels': labels or {}},
+            'spec': {'containers': [{'name': 'main', 'image': 'busybox:1', 'command': ['sleep', '1']}], **spec}}
+
+
+def configmap(name: str, owner: dict | None = None, **extra) -> dict:
+    metadata = {'name': name}
+    if owner:
+        metadata['ownerReferences'] = [{'apiVersion': owner['apiVersion'], 'kind': owner['kind'], 'name': owner['metadata']['name'],
+                                        'uid': owner['metadata']['uid'], 'controller': True, 'blockOwnerDeletion': True}]
+    return {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': metadata, 'data': {'a': '1'}, **extra}
+
+
+def wait_for(predicate, timeout: float = 3.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError('condition not reached in time')
+
+
+def register_node(rest, name: str = 'local-node', ready: bool = True) -> None:
+    node = {'apiVersion': 'v1', 'kind': 'Node', 'metadata': {'name': name}}
+    assert rest.post('/api/v1/nodes', node).status == 201
+    status = {'status': {'conditions': [{'type': 'Ready', 'status': 'True' if ready else 'Unknown'}]}}
+    assert rest.patch(f'/api/v1/nodes/{name}/status', status).status == 200
+
+
+def test_create_answers_201_with_server_filled_metadata(rest):
+    reply = rest.post(PODS, pod('a'))
+    assert reply.status == 201
+    metadata = reply.body['metadata']
+    assert metadata['namespace'] == 'default' and metadata['uid'] and metadata['creationTimestamp']
+    assert int(metadata['resourceVersion']) > 0 and metadata['generation'] == 1
+    assert reply.body['status']['phase'] == 'Pending'
+    assert reply.body['spec']['nodeName'] == 'local-node'  # the stand-in scheduler bound it
+
+
+def test_create_of_an_existing_name_is_409_already_exists(rest):
+    assert rest.post(CONFIGMAPS, configmap('c')).status == 201
+    reply = rest.post(CONFIGMAPS, configmap('c'))
+    assert reply.status == 409 and reply.body['reason'] == 'AlreadyExists'
+
+
+def test_create_over_a_terminating_pod_is_409(rest):
+    register_node(rest)  # a registered kubelet must confirm the stop, so the pod stays terminating
+    assert rest.post(PODS, pod('p')).status == 201
+    deleted = rest.delete(f'{PODS}/p')
+    assert deleted.status == 200 and deleted.body['metadata']['deletionTimestamp']
+    assert deleted.body['metadata']['deletionGracePeriodSeconds'] == 30
+    assert rest.get(f'{PODS}/p').status == 200
+    assert rest.post(PODS, pod('p')).status == 409
+    assert rest.delete(f'{PODS}/p?gracePeriodSeconds=0').status == 200  # the kubelet's confirmation, or a force delete
+    assert rest.get(f'{PODS}/p').status == 404
+    assert rest.post(PODS, pod('p')).status == 201
+
+
+def test_pod_on_a_lost_node_stays_terminating_until_forced(rest):
+    register_node(rest, ready=False)
+    rest.post(PODS, pod('lost'))
+    rest.delete(f'{PODS}/lost', {'gracePeriodSeconds': 1})
+    time.sleep(1.3)
+    assert rest.get(f'{PODS}/lost').body['metadata']['deletionTimestamp']
+    rest.delete(f'{PODS}/lost', {'gracePeriodSeconds': 0})
+    assert rest.get(f'{PODS}/lost').status == 404
+
+
+def test_without_a_registered_kubelet_a_deleted_pod_goes_after_its_deletion_is_seen(rest):
+    rest.post(PODS, pod('quick'))
+    assert rest.delete(f'{PODS}/quick').body['metadata']['deletionTimestamp']
+    wait_for(lambda: rest.get(f'{PODS}/quick').status == 404)
+
+
+def test_stale_resource_version_update_is_409(rest):
+    created = rest.post(CONFIGMAPS, configmap('c')).body
+    fresh = {**created, 'data': {'a': '2'}}
+    assert rest.put(f'{CONFIGMAPS}/c', fresh).status == 200
+    stale = {**created, 'data': {'a': '3'}}
+    reply = rest.put(f'{CONFIGMAPS}/c', stale)
+    assert reply.status == 409 and reply.body['reason'] == 'Conflict'
+    stale_patch = {'metadata': {'resourceVersion': created['metadata']['resourceVersion']}, 'data': {'a': '4'}}
+    assert rest.patch(f'{CONFIGMAPS}/c', stale_patch).status == 409
+    assert rest.get(f'{CONFIGMAPS}/c').body['data'] == {'a': '2'}
+
+
+def test_custom_resource_put_needs_a_resource_version(rest):
+    job = {'apiVersion': 'kuberl.dev/v1alpha1', 'kind': 'RLTrainingJob', 'metadata': {'name': 'j'},
+           'spec': {'algorithm': 'ppo', 'env': {'id': 'CartPole-v1'}, 'totalTimesteps': 1000}}
+    created = rest.post(JOBS, job).body
+    del created['metadata']['resourceVersion']
+    reply = rest.put(f'{JOBS}/j', created)
+    assert reply.status == 422 and 'metadata.resourceVersion' in reply.message
+
+
+def test_noop_patch_changes_nothing(rest):
+    created = rest.post(CONFIGMAPS, configmap('c')).body
+    patched = rest.patch(f'{CONFIGMAPS}/c', {'data': {'a': '1'}}).body
+    assert patched['metadata']['resourceVersion'] == created['metadata']['resourceVersion']
+
+
+def test_finalizers_hold_an_object_until_removed(rest):
+    rest.post(CONFIGMAPS, configmap('held') | {'metadata': {'name': 'held', 'finalizers': ['x/y']}})
+    assert rest.delete(f'{CONFIGMAPS}/held').body['metadata']['deletionTimestamp']
+    assert rest.get(f'{CONFIGMAPS}/held').status == 200
+    refused = rest.patch(f'{CONFIGMAPS}/held', {'metadata': {'finalizers': ['x/y', 'x/z']}})
+    assert refused.status == 422
+    assert rest.patch(f'{CONFIGMAPS}/held', {'metadata': {'finalizers': None}}).status == 200
+    assert rest.get(f'{CONFIGMAPS}/held').status == 404
+
+
+@pytest.mark.parametrize('propagation', ['Background', 'Foreground'])
+def test_deleting_an_owner_removes_its_children(rest, propagation):
+    owner = rest.post(CONFIGMAPS, configmap('owner')).body
+    rest.post(CONFIGMAPS, configmap('child', owner))
+    rest.post(PODS, pod('child-pod') | {'metadata': configmap('x', owner)['metadata'] | {'name': 'child-pod'}})
+    reply = rest.delete(f'{CONFIGMAPS}/owner', {'propagationPolicy': propagation})
+    if propagation == 'Foreground':
+        assert 'foregroundDeletion' in reply.body['metadata']['finalizers']
+    wait_for(lambda: rest.get(f'{CONFIGMAPS}/child').status == 404)
+    wait_for(lambda: rest.get(f'{PODS}/child-pod').status == 404)
+    wait_for(lambda: rest.get(f'{CONFIGMAPS}/owner').status == 404)
+
+
+def test_orphan_deletion_keeps_children_and_a_dangling_owner_is_collected(rest):
+    owner = rest.post(CONFIGMAPS, configmap('owner')).body
+    rest.post(CONFIGMAPS, configmap('child', owner))
+    rest.delete(f'{CONFIGMAPS}/owner', {'propagationPolicy': 'Orphan'})
+    time.sleep(0.1)
+    child = rest.get(f'{CONFIGMAPS}/child')
+    assert child.status == 200 and 'ownerReferences' not in child.body['metadata']
+    dangling = {**owner, 'metadata': {**owner['metadata'], 'uid': 'no-such-uid'}}
+    rest.post(CONFIGMAPS, configmap('adopted-by-nobody', dangling))
+    wait_for(lambda: rest.get(f'{CONFIGMAPS}/adopted-by-nobody').status == 404)
+
+
+def test_pod_spec_is_immutable_except_what_kubernetes_allows(rest):
+    rest.post(PODS, pod('p'))
+    reply = rest.patch(f'{PODS}/p', {'spec': {'restartPolicy': 'Never'}})
+    assert reply.status == 422 and 'pod updates may not change fields' in reply.message
+    image = {'spec': {'containers': [{'name': 'main', 'image': 'busybox:2'}]}}
+    patched = rest.patch(f'{PODS}/p', image, content_type='application/strategic-merge-patch+json')
+    assert patched.status == 200
+    assert patched.body['spec']['containers'][0] == {**patched.body['spec']['containers'][0], 'image': 'busybox:2', 'command': ['sleep', '1']}
+
+
+def test_immutable_configmap_refuses_data_changes(rest):
+    rest.post(CONFIGMAPS, configmap('frozen', immutable=True))
+    reply = rest.patch(f'{CONFIGMAPS}/frozen', {'data': {'a': '2'}})
+    assert reply.status == 422 and 'immutable' in reply.message
+
+
+def test_status_subresource_is_isolated_and_generation_follows_spec(rest):
+    created = rest.post(PODS, pod('s')).body
+    assert rest.patch(f'{PODS}/s', {'status': {'phase': 'Running'}}).body['status']['phase'] == 'Pending'
+    labelled = rest.patch(f'{PODS}/s', {'metadata': {'labels': {'a': 'b'}}}).body
+    assert labelled['metadata']['generation'] == created['metadata']['generation']
+    status = rest.patch(f'{PODS}/s/status', {'status': {'phase': 'Running'}, 'metadata': {'labels': {'c': 'd'}},
+                                             'spec': {'restartPolicy': 'Never'}}).body
+    assert status['status']['phase'] == 'Running' and 'c' not in status['metadata']['labels']
+    assert status['spec']['restartPolicy'] == 'Always'
+    image = rest.patch(f'{PODS}/s', {'spec': {'containers': [{'name': 'main', 'image': 'busybox:3'}]}},
+                       content_type='application/strategic-merge-patch+json').body
+    assert image['metadata']['generation'] == created['metadata']['generation'] + 1
+
+
+def test_list_has_kind_resource_version_and_honours_selectors(rest):
+    rest.post(PODS, pod('a', {'app': 'x', 'rank': '0'}))
+    rest.post(PODS, pod('b', {'app': 'x', 'rank': '1'}))
+    rest.post(PODS, pod('c', {'app': 'y'}))
+    listing = rest.get(f'{PODS}?labelSelector=app%3Dx').body
+    assert listing['kind'] == 'PodList' and int(listing['metadata']['resourceVersion']) > 0
+    assert [p['metadata']['name'] for p in listing['items']] == ['a', 'b']
+    names = lambda query: [p['metadata']['name'] for p in rest.get(f'{PODS}?{query}').body['items']]
+    assert names('labelSelector=rank%20in%20(1,2)') == ['b']
+    assert names('labelSelector=!rank') == ['c']
+    assert names('fieldSelector=metadata.name%3Dc') == ['c']
+    assert names('fieldSelector=metadata.name!%3Dc,spec.nodeName%3Dlocal-node') == ['a', 'b']
+    assert rest.get(f'{PODS}?fieldSelector=spec.bogus%3D1').status == 400
+    assert rest.get('/api/v1/pods').body['items'][0]['metadata']['namespace'] == 'default'
+
+
+def test_watch_honours_resource_version_selectors_and_sends_json_lines(rest):
+    first = rest.post(PODS, pod('a', {'app': 'x'})).body
+    rest.patch(f'{PODS}/a', {'metadata': {'labels': {'extra': '1'}}})
+    rest.post(PODS, pod('b', {'app': 'y'}))
+    rest.patch(f'{PODS}/a', {'metadata': {'labels': {'app': 'gone'}}})
+    since = first['metadata']['resourceVersion']
+    events = rest.watch(f'{PODS}?watch=true&resourceVersion={since}&labelSelector=app%3Dx&timeoutSeconds=1')
+    assert [(e['type'], e['object']['metadata']['name']) for e in events] == [('MODIFIED', 'a'), ('DELETED', 'a')]
+    everything = rest.watch(f'{PODS}?watch=true&timeoutSeconds=1')
+    assert sorted((e['type'], e['object']['metadata']['name']) for e in everything) == [('ADDED', 'a'), ('ADDED', 'b')]
+
+
+def test_watch_sends_bookmarks_and_expires_old_versions(rest, standin):
+    events = rest.watch(f'{PODS}?watch=true&allowWatchBookmarks=true&resourceVersion=1&timeoutSeconds=2')
+    assert any(e['type'] == 'BOOKMARK' and e['object']['metadata']['resourceVersion'] for e in events)
+    standin.store.history_floor[('', 'pods')] = 50
+    expired = rest.watch(f'{PODS}?watch=true&resourceVersion=3&timeoutSeconds=1')
+    assert expired[0]['type'] == 'ERROR' and expired[0]['object']['code'] == 410
+
+
+def test_patch_flavours(rest):
+    rest.post(PODS, pod('p', {'a': '1'}))
+    merged = rest.patch(f'{PODS}/p', {'metadata': {'labels': {'a': None, 'b': '2'}}}).body
+    assert merged['metadata']['labels'] == {'b': '2'}
+    ops = [{'op': 'add', 'path': '/metadata/labels/c', 'value': '3'}, {'op': 'test', 'path': '/metadata/labels/b', 'value': '2'}]
+    assert rest.patch(f'{PODS}/p', ops, content_type='application/json-patch+json').body['metadata']['labels'] == {'b': '2', 'c': '3'}
+    failing = [{'op': 'test', 'path': '/metadata/labels/b', 'value': 'nope'}]
+    assert rest.patch(f'{PODS}/p', failing, content_type='application/json-patch+json').status == 422
+    smp = {'metadata': {'finalizers': ['k/one']}, 'spec': {'containers': [{'name': 'main', 'image': 'busybox:9'}]}}
+    patched = rest.patch(f'{PODS}/p', smp, content_type='application/strategic-merge-patch+json').body
+    assert patched['spec']['containers'][0]['command'] == ['sleep', '1']
+    job_smp = rest.patch(f'{JOBS}/x', {}, content_type='application/strategic-merge-patch+json')
+    assert job_smp.status in (404, 415)
+
+
+def test_namespaces_events_and_missing_namespace(rest):
+    names = [n['metadata']['name'] for n in rest.get('/api/v1/namespaces').body['items']]
+    assert 'default' in names and 'kube-system' in names
+    assert rest.post('/api/v1/namespaces/nowhere/configmaps', configmap('c')).status == 404
+    event = {'apiVersion': 'v1', 'kind': 'Event', 'metadata': {'name': 'e1'}, 'reason': 'Created', 'message': 'm',
+             'type': 'Normal', 'involvedObject': {'kind': 'RLTrainingJob', 'name': 'j', 'namespace': 'default'}}
+    assert rest.post('/api/v1/namespaces/default/events', event).status == 201
+    new_style = {'apiVersion': 'events.k8s.io/v1', 'kind': 'Event', 'metadata': {'name': 'e2'}, 'reason': 'Created',
+                 'note': 'm', 'type': 'Normal', 'action': 'Create', 'eventTime': '2026-01-01T00:00:00.000000Z',
+                 'reportingController': 'kuberl', 'reportingInstance': 'x',
+                 'regarding': {'kind': 'RLTrainingJob', 'name': 'j', 'namespace': 'default'}}
+    assert rest.post('/apis/events.k8s.io/v1/namespaces/default/events', new_style).status == 201
+    found = rest.get('/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dj').body['items']
+    assert [e['metadata']['name'] for e in found] == ['e1']
+
+
+def test_deleting_a_namespace_removes_its_contents(rest):
+    assert rest.post('/api/v1/namespaces', {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': 'team'}}).status == 201
+    rest.post('/api/v1/namespaces/team/configmaps', configmap('c'))
+    assert rest.delete('/api/v1/namespaces/team').body['status']['phase'] == 'Terminating'
+    assert rest.post('/api/v1/namespaces/team/configmaps', configmap('d')).status in (403, 404)
+    wait_for(lambda: rest.get('/api/v1/namespaces/team').status == 404)
+
+
+def test_table_rendering_for_pods(rest):
+    rest.post(PODS, pod('p'))
+    table = rest.get(PODS, headers={'Accept': 'application/json;as=Table;g=meta.k8s.io;v=v1'}).body
+    assert table['kind'] == 'Table'
+    assert [c['name'] for c in table['columnDefinitions']][:5] == ['Name', 'Ready', 'Status', 'Restarts', 'Age']
+    assert table['rows'][0]['cells'][:3] == ['p', '0/1', 'Pending']
+
+
+def test_eviction_sets_disruption_target_then_deletes_gracefully(rest, standin):
+    register_node(rest)
+    rest.post(PODS, pod('victim'))
+    assert rest.post(f'{PODS}/victim/eviction', {'apiVersion': 'policy/v1', 'kind': 'Eviction',
+                                                 'metadata': {'name': 'victim'}}).status == 201
+    evicted = rest.get(f'{PODS}/victim').body
+    assert evicted['metadata']['deletionTimestamp']
+    assert any(c['type'] == 'DisruptionTarget' for c in evicted['status']['conditions'])
+
+
+def test_unschedulable_hook_keeps_a_pod_pending_until_released(rest, standin):
+    from tests.support.selectors import parse_label_selector
+    standin.store.hooks.unschedulable.append(parse_label_selector('hold=yes'))
+    held = rest.post(PODS, pod('held', {'hold': 'yes'})).body
+    assert 'nodeName' not in held['spec']
+    assert held['status']['conditions'][0]['reason'] == 'Unschedulable'
+    standin.store.hooks.unschedulable.clear()
+    standin.store.reschedule()
+    assert rest.get(f'{PODS}/held').body['spec']['nodeName'] == 'local-node'
+
+
+def test_call_log_counts_writes_for_rbac(rest, standin):
+    rest.post(CONFIGMAPS, configmap('c'))
+    rest.patch(f'{CONFIGMAPS}/c', {'data': {'b': '2'}})
+    rest.get(f'{CONFIGMAPS}/c')
+    verbs = {(c.verb, c.resource) for c in standin.calls}
+    assert {('create', 'configmaps'), ('patch', 'configmaps'), ('get', 'configmaps')} <= verbs
+    assert standin.writes() == 2

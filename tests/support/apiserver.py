@@ -1,0 +1,500 @@
+"""The Kubernetes API stand-in over real HTTP: kmock's server and request parsing, our realism layer.
+
+kmock 0.8 serves the HTTP socket, parses every request and keeps its reaction DSL, so a test
+can still inject a fault (``standin.handler['patch', kmock.resource('', 'v1', 'pods')] << 500``).
+Everything kmock's KubernetesEmulator would answer is answered here instead, from `Store`.
+"""
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import pathlib
+import socket
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Self
+
+import aiohttp.web
+import attrs
+import kmock
+import yaml
+
+from tests.support import openapi, tables
+from tests.support.selectors import (
+    SelectorError,
+    parse_field_selector,
+    parse_label_selector,
+)
+from tests.support.store import ApiError, Store, WatchEvent, bad_request
+
+logger = logging.getLogger('kuberl.standin')
+RECENT_REQUESTS = 200  # kmock records every request; a short window keeps each one O(1)
+BOOKMARK_SECONDS = 1.0
+WRITE_VERBS = frozenset({'create', 'update', 'patch', 'delete', 'deletecollection'})
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """One request as RBAC sees it (verb, group, resource, namespace, subresource) plus who made it."""
+    verb: str
+    group: str
+    resource: str
+    namespace: str
+    subresource: str
+    agent: str
+
+
+@dataclass(frozen=True)
+class Route:
+    group: str
+    version: str
+    plural: str
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+def parse_route(path: str) -> Route | None:
+    parts = [p for p in path.split('/') if p]
+    if len(parts) >= 2 and parts[0] == 'api':
+        group, version, rest = '', parts[1], parts[2:]
+    elif len(parts) >= 3 and parts[0] == 'apis':
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    if not rest:
+        return None
+    namespace = None
+    if rest[0] == 'namespaces' and len(rest) >= 3 and rest[2] not in ('status', 'finalize'):
+        namespace, rest = rest[1], rest[2:]
+    plural, name = rest[0], rest[1] if len(rest) > 1 else None
+    subresource = '/'.join(rest[2:]) or None
+    return Route(group, version, plural, namespace, name, subresource)
+
+
+def _agent(headers: dict) -> str:
+    agent = headers.get('User-Agent', '')
+    return agent.split('/')[0].split(' ')[0] or 'unknown'
+
+
+@attrs.define(kw_only=True)
+class StandinHandler(kmock.RawHandler):
+    """kmock's RawHandler with the realism layer as its answer to every request not caught by a test reaction."""
+
+    store: Store = attrs.field(factory=Store)
+    calls: collections.Counter = attrs.field(factory=collections.Counter)
+    bookmark_seconds: float = BOOKMARK_SECONDS
+
+    def __attrs_post_init__(self) -> None:
+        self._requests = collections.deque(maxlen=RECENT_REQUESTS)
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        try:
+            request = await kmock.Request._parse(raw_request, id=len(self._requests))
+        except ValueError:  # kmock's path parser fails on /api/v1/namespaces; the fields we read are these
+            request = kmock.Request(raw_request=raw_request, url=raw_request.url, method=raw_request.method,
+                                    params=dict(raw_request.query), headers=dict(raw_request.headers),
+                                    body=await raw_request.read(), data=await _json_body(raw_request))
+        self._requests.append(request)
+        try:
+            return await self._handle(request)
+        except Exception as error:
+            logger.exception('stand-in failed on %s %s', raw_request.method, raw_request.path_qs)
+            return _json(ApiError(500, 'InternalError', f'stand-in error: {error!r}').status(), 500)
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        if self._payloads:
+            with contextlib.suppress(NotImplementedError):
+                return await super()._handle(request)
+        try:
+            return await self._serve(request)
+        except ApiError as error:
+            return _json(error.status(), error.code)
+        except SelectorError as error:
+            return _json(bad_request(str(error)).status(), 400)
+
+    # ------------------------------------------------------------ dispatch
+
+    async def _serve(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        path = request.url.path.rstrip('/') or '/'
+        method = request.method.value if hasattr(request.method, 'value') else str(request.method)
+        if method == 'GET' and path in ('/healthz', '/readyz', '/livez'):
+            return aiohttp.web.Response(text='ok')
+        if method == 'GET' and path == '/version':
+            return _json(VERSION)
+        if method == 'GET' and (path.startswith('/openapi') or path in ('/', '/api', '/apis') or self._is_discovery(path)):
+            return _json(self._discovery(path, request.headers.get('Accept', '')))
+        route = parse_route(path)
+        if route is None:
+            raise ApiError(404, 'NotFound', 'the server could not find the requested resource')
+        rtype = self.store.type_of(route.group, route.version, route.plural)
+        if route.namespace is not None and not rtype.namespaced:
+            raise ApiError(404, 'NotFound', 'the server could not find the requested resource')
+        params = dict(request.params)
+        verb = self._verb(method, route, params)
+        self.calls[ApiCall(verb, route.group, route.plural, route.namespace or '', route.subresource or '',
+                           _agent(request.headers))] += 1
+        dry_run = params.get('dryRun') == 'All'
+        validation = params.get('fieldValidation', 'Warn')
+        if route.subresource and route.subresource not in rtype.subresources:
+            raise ApiError(404, 'NotFound', 'the server could not find the requested resource')
+        match verb:
+            case 'watch':
+                return await self._watch(request, rtype, route, params)
+            case 'list':
+                return self._list(request, rtype, route, params)
+            case 'get':
+                obj = self.store.get(rtype, route.namespace, route.name)
+                if tables.wants_table(request.headers.get('Accept', '')):
+                    return _json(tables.table(rtype, [obj], obj['metadata']['resourceVersion'], params.get('includeObject', 'Metadata')))
+                return _json(obj)
+            case 'create':
+                if route.subresource == 'eviction':
+                    self.store.evict(route.namespace, route.name)
+                    return _json({'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Success', 'code': 201}, 201)
+                if route.subresource == 'binding':
+                    return self._bind(rtype, route, request.data)
+                obj, warnings = self.store.create(rtype, route.namespace, request.data, dry_run=dry_run, field_validation=validation)
+                return _json(obj, 201, warnings)
+            case 'update':
+                obj, warnings = self.store.update(rtype, route.namespace, route.name, request.data, subresource=route.subresource,
+                                                  dry_run=dry_run, field_validation=validation)
+                return _json(obj, 200, warnings)
+            case 'patch':
+                content_type = request.headers.get('Content-Type', '')
+                obj, warnings = self.store.patch(rtype, route.namespace, route.name, content_type, request.data,
+                                                 subresource=route.subresource, dry_run=dry_run, field_validation=validation)
+                return _json(obj, 200, warnings)
+            case 'delete':
+                options = dict(request.data) if isinstance(request.data, dict) else {}
+                for key in ('gracePeriodSeconds', 'propagationPolicy'):
+                    if key in params:
+                        options[key] = params[key]
+                return _json(self.store.delete(rtype, route.namespace, route.name, options, dry_run=dry_run))
+            case 'deletecollection':
+                items, _ = self.store.list_objects(rtype, route.namespace, parse_label_selector(params.get('labelSelector')),
+                                           parse_field_selector(params.get('fieldSelector'), rtype.field_selectors))
+                for item in items:
+                    with contextlib.suppress(ApiError):
+                        self.store.delete(rtype, route.namespace, item['metadata']['name'], {})
+                return _json({'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Success'})
+        raise ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource')
+
+    @staticmethod
+    def _verb(method: str, route: Route, params: dict) -> str:
+        if method == 'GET':
+            if params.get('watch') in ('true', '1'):
+                return 'watch'
+            return 'get' if route.name else 'list'
+        return {
+            'POST': 'create', 'PUT': 'update', 'PATCH': 'patch',
+            'DELETE': 'delete' if route.name else 'deletecollection',
+        }.get(method, method.lower())
+
+    def _bind(self, rtype, route: Route, binding: dict) -> aiohttp.web.StreamResponse:
+        node = ((binding or {}).get('target') or {}).get('name')
+        pod = self.store.get(rtype, route.namespace, route.name)
+        if pod['spec'].get('nodeName'):
+            raise ApiError(409, 'Conflict', f'pod {route.name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+        with self.store.lock:
+            stored = self.store._existing(rtype, route.namespace, route.name)
+            new = json.loads(json.dumps(stored))
+            new['spec']['nodeName'] = node
+            self.store._replace_stored(rtype.key, stored, new)
+        return _json({'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Success', 'code': 201}, 201)
+
+    # ------------------------------------------------------------ list and watch
+
+    def _list(self, request: kmock.Request, rtype, route: Route, params: dict) -> aiohttp.web.StreamResponse:
+        labels = parse_label_selector(params.get('labelSelector'))
+        fields = parse_field_selector(params.get('fieldSelector'), rtype.field_selectors)
+        items, revision = self.store.list_objects(rtype, route.namespace, labels, fields)
+        start = int(params.get('continue') or 0)
+        limit = int(params.get('limit') or 0)
+        page = items[start:start + limit] if limit else items[start:]
+        metadata = {'resourceVersion': revision}
+        if limit and start + limit < len(items):
+            metadata['continue'] = str(start + limit)
+            metadata['remainingItemCount'] = len(items) - start - limit
+        if tables.wants_table(request.headers.get('Accept', '')):
+            table = tables.table(rtype, page, revision, params.get('includeObject', 'Metadata'))
+            table['metadata'].update({k: v for k, v in metadata.items() if k != 'resourceVersion'})
+            return _json(table)
+        return _json({'kind': f'{rtype.kind}List', 'apiVersion': rtype.api_version, 'metadata': metadata, 'items': page})
+
+    async def _watch(self, request: kmock.Request, rtype, route: Route, params: dict) -> aiohttp.web.StreamResponse:
+        labels = parse_label_selector(params.get('labelSelector'))
+        fields = parse_field_selector(params.get('fieldSelector'), rtype.field_selectors)
+        as_table = tables.wants_table(request.headers.get('Accept', ''))
+        bookmarks = params.get('allowWatchBookmarks') in ('true', '1')
+        timeout = float(params['timeoutSeconds']) if params.get('timeoutSeconds') else None
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        revision = [0]
+
+        def visible(obj: dict | None) -> bool:
+            if obj is None:
+                return False
+            metadata = obj['metadata']
+            if route.name and metadata['name'] != route.name:
+                return False
+            if route.namespace and metadata.get('namespace') != route.namespace:
+                return False
+            from tests.support.selectors import fields_match, labels_match
+            return labels_match(labels, metadata.get('labels')) and fields_match(fields, obj)
+
+        def deliver(event: WatchEvent) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        def snapshot(objects: list[dict], at: int) -> None:
+            revision[0] = at
+            for obj in objects:
+                queue.put_nowait(WatchEvent(int(obj['metadata']['resourceVersion']), 'ADDED', obj, None))
+
+        try:
+            watcher = self.store.subscribe(rtype, params.get('resourceVersion'), deliver, snapshot)
+        except ApiError as error:
+            if error.code != 410:
+                raise
+            response = await _stream_start(request)
+            await response.write(_line({'type': 'ERROR', 'object': error.status()}))
+            await response.write_eof()
+            return response
+        response = await _stream_start(request)
+        deadline = time.monotonic() + timeout if timeout else None
+        try:
+            while True:
+                wait = self.bookmark_seconds if deadline is None else min(self.bookmark_seconds, deadline - time.monotonic())
+                if wait <= 0:
+                    break
+                try:
+                    event = await asyncio.wait_for(queue.get(), wait)
+                except TimeoutError:
+                    if bookmarks:
+                        await response.write(_line({'type': 'BOOKMARK', 'object': {
+                            'kind': rtype.kind, 'apiVersion': rtype.api_version,
+                            'metadata': {'resourceVersion': str(max(revision[0], self.store.revision))}}}))
+                    continue
+                revision[0] = max(revision[0], event.rv)
+                now_visible, was_visible = visible(event.obj), visible(event.old)
+                if event.type == 'DELETED':
+                    kind = 'DELETED' if was_visible or now_visible else None
+                elif now_visible:
+                    kind = 'MODIFIED' if (was_visible and event.type == 'MODIFIED') else 'ADDED'
+                else:
+                    kind = 'DELETED' if was_visible else None
+                if kind is None:
+                    continue
+                obj = {**event.obj, 'apiVersion': rtype.api_version}
+                if as_table:
+                    obj = tables.table(rtype, [obj], str(event.rv), params.get('includeObject', 'Metadata'))
+                await response.write(_line({'type': kind, 'object': obj}))
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self.store.unsubscribe(watcher)
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
+        return response
+
+    # ------------------------------------------------------------ discovery
+
+    def _is_discovery(self, path: str) -> bool:
+        parts = [p for p in path.split('/') if p]
+        return (parts[:1] == ['api'] and len(parts) == 2) or (parts[:1] == ['apis'] and len(parts) in (2, 3))
+
+    def _discovery(self, path: str, accept: str) -> dict:
+        served = self.store.served_types()
+        parts = [p for p in path.split('/') if p]
+        if path.startswith('/openapi'):
+            return openapi.document(served, path)
+        if path == '/':
+            paths = {'/api', '/api/v1', '/apis', '/healthz', '/livez', '/readyz', '/version', '/openapi/v3'}
+            for rtype in served:
+                if rtype.group:
+                    paths |= {f'/apis/{rtype.group}', f'/apis/{rtype.group}/{rtype.version}'}
+            return {'paths': sorted(paths)}
+        if path == '/api':
+            return {'kind': 'APIVersions', 'versions': ['v1'], 'serverAddressByClientCIDRs': [
+                {'clientCIDR': '0.0.0.0/0', 'serverAddress': '127.0.0.1'}]}
+        groups = collections.defaultdict(list)
+        for rtype in served:
+            if rtype.group and rtype.version not in groups[rtype.group]:
+                groups[rtype.group].append(rtype.version)
+        if path == '/apis':
+            return {'kind': 'APIGroupList', 'apiVersion': 'v1', 'groups': [_group(g, v) for g, v in sorted(groups.items())]}
+        if parts[0] == 'apis' and len(parts) == 2:
+            if parts[1] not in groups:
+                raise ApiError(404, 'NotFound', 'the server could not find the requested resource')
+            return {'kind': 'APIGroup', 'apiVersion': 'v1', **_group(parts[1], groups[parts[1]])}
+        group, version = ('', parts[1]) if parts[0] == 'api' else (parts[1], parts[2])
+        listed = [t for t in served if t.group == group and t.version == version]
+        if not listed:
+            raise ApiError(404, 'NotFound', 'the server could not find the requested resource')
+        return {'kind': 'APIResourceList', 'apiVersion': 'v1', 'groupVersion': listed[0].api_version,
+                'resources': [r for t in listed for r in _api_resources(t)]}
+
+
+VERSION = {'major': '1', 'minor': '32', 'gitVersion': 'v1.32.0-kuberl-standin', 'gitCommit': '0' * 40,
+           'gitTreeState': 'clean', 'buildDate': '2026-01-01T00:00:00Z', 'goVersion': 'go1.23', 'compiler': 'gc',
+           'platform': 'linux/amd64'}
+VERBS = ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch']
+
+
+def _group(name: str, versions: list[str]) -> dict:
+    listed = [{'groupVersion': f'{name}/{v}', 'version': v} for v in versions]
+    return {'name': name, 'versions': listed, 'preferredVersion': listed[0]}
+
+
+def _api_resources(rtype) -> list[dict]:
+    main = {'name': rtype.plural, 'singularName': rtype.singular, 'namespaced': rtype.namespaced, 'kind': rtype.kind,
+            'verbs': VERBS, 'shortNames': list(rtype.short_names), 'categories': list(rtype.categories),
+            'storageVersionHash': 'standin'}
+    if not main['shortNames']:
+        del main['shortNames']
+    if not main['categories']:
+        del main['categories']
+    subresources = {
+        'status': (rtype.kind, ['get', 'patch', 'update']),
+        'eviction': ('Eviction', ['create']), 'binding': ('Binding', ['create']), 'log': ('Pod', ['get']),
+        'finalize': (rtype.kind, ['update']),
+    }
+    result = [main]
+    for sub in rtype.subresources:
+        kind, verbs = subresources.get(sub, (rtype.kind, ['get']))
+        entry = {'name': f'{rtype.plural}/{sub}', 'singularName': '', 'namespaced': rtype.namespaced, 'kind': kind, 'verbs': verbs}
+        if sub == 'eviction':
+            entry.update(group='policy', version='v1')
+        result.append(entry)
+    return result
+
+
+def _json(body: dict, status: int = 200, warnings: list[str] | None = None) -> aiohttp.web.Response:
+    headers = {'Warning': ', '.join(f'299 - "{w}"' for w in warnings)} if warnings else None
+    return aiohttp.web.Response(text=json.dumps(body), status=status, content_type='application/json', headers=headers)
+
+
+async def _json_body(raw_request: aiohttp.web.BaseRequest) -> object:
+    try:
+        return json.loads(await raw_request.read() or b'null')
+    except ValueError:
+        return None
+
+
+def _line(event: dict) -> bytes:
+    return json.dumps(event).encode() + b'\n'
+
+
+async def _stream_start(request: kmock.Request) -> aiohttp.web.StreamResponse:
+    response = aiohttp.web.StreamResponse(status=200, headers={'Content-Type': 'application/json',
+                                                               'Transfer-Encoding': 'chunked'})
+    await response.prepare(request._raw_request)
+    return response
+
+
+# ---------------------------------------------------------------- running it
+
+def free_port(host: str = '127.0.0.1') -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class StandinServer:
+    """The stand-in on 127.0.0.1 in a background thread with its own event loop.
+
+    Use as a context manager; `url`, `kubeconfig`, `store` (direct access for test hooks) and
+    `calls` (the API call log) are available inside. `apply_crd()` installs a CRD from YAML.
+    """
+
+    def __init__(self, port: int | None = None, *, default_node: str | None = 'local-node', workdir: pathlib.Path | None = None):
+        self.port = port or free_port()
+        self.handler = StandinHandler(store=Store(default_node=default_node))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._workdir = workdir
+        self._tempdir: tempfile.TemporaryDirectory | None = None
+        self.kubeconfig: pathlib.Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f'http://127.0.0.1:{self.port}'
+
+    @property
+    def store(self) -> Store:
+        return self.handler.store
+
+    @property
+    def calls(self) -> collections.Counter:
+        return self.handler.calls
+
+    def writes(self, agent: str | None = None) -> int:
+        """Write requests recorded so far (optionally by one client, the User-Agent's first word)."""
+        return sum(n for call, n in self.calls.items() if call.verb in WRITE_VERBS and (agent is None or call.agent == agent))
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name='kube-api-standin', daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        if self._error:
+            raise self._error
+        if self._workdir is None:
+            self._tempdir = tempfile.TemporaryDirectory(prefix='standin-')
+            self._workdir = pathlib.Path(self._tempdir.name)
+        self.kubeconfig = self._workdir / 'kubeconfig'
+        self.kubeconfig.write_text(yaml.safe_dump(kubeconfig(self.url)))
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self.store.schedule = lambda delay, fn: loop.call_soon_threadsafe(loop.call_later, delay, fn)
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as error:  # noqa: BLE001 — surfaced to start() in the test thread
+            self._error = error
+            self._ready.set()
+        finally:
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stopped = asyncio.Event()
+        async with self.handler, kmock.Server(self.handler, port=self.port):
+            self._ready.set()
+            await self._stopped.wait()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stopped is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stopped.set)
+        if self._thread is not None:
+            self._thread.join(10)
+        if self._tempdir is not None:
+            self._tempdir.cleanup()
+
+    def apply_crd(self, path_or_doc: pathlib.Path | str | dict) -> dict:
+        """Install a CRD (a path to its YAML or the document) as kubectl apply would create it."""
+        doc = path_or_doc if isinstance(path_or_doc, dict) else yaml.safe_load(pathlib.Path(path_or_doc).read_text())
+        crds = self.store.type_of('apiextensions.k8s.io', 'v1', 'customresourcedefinitions')
+        return self.store.create(crds, None, doc)[0]
+
+
+def kubeconfig(url: str, namespace: str = 'default') -> dict:
+    return {
+        'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'standin', 'preferences': {},
+        'clusters': [{'name': 'standin', 'cluster': {'server': url}}],
+        'users': [{'name': 'standin', 'user': {'token': 'standin'}}],
+        'contexts': [{'name': 'standin', 'context': {'cluster': 'standin', 'user': 'standin', 'namespace': namespace}}],
+    }

@@ -1,0 +1,249 @@
+"""What the stand-in serves: resource types, and the built-in kinds' own rules (names, immutability)."""
+import re
+from dataclasses import dataclass, field
+
+from tests.support.crdschema import CustomSchema, FieldError
+
+DNS1123_LABEL = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')
+DNS1123_SUBDOMAIN = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')
+DNS1035_LABEL = re.compile(r'^[a-z]([-a-z0-9]*[a-z0-9])?$')
+LABEL_VALUE = re.compile(r'^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$')
+LABEL_NAME = re.compile(r'^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$')
+
+COMMON_FIELDS = frozenset({'metadata.name', 'metadata.namespace'})
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+    short_names: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    extra_fields: frozenset[str] = frozenset()
+    schema: CustomSchema | None = field(default=None, compare=False, hash=False)
+    printer_columns: tuple = field(default=(), compare=False, hash=False)
+    custom: bool = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.group, self.plural
+
+    @property
+    def api_version(self) -> str:
+        return f'{self.group}/{self.version}' if self.group else self.version
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def qualified(self) -> str:
+        """The name errors use: `pods`, `rltrainingjobs.kuberl.dev`."""
+        return f'{self.plural}.{self.group}' if self.group else self.plural
+
+    @property
+    def kind_qualified(self) -> str:
+        """The name 422 messages use: `Pod`, `RLTrainingJob.kuberl.dev`."""
+        return f'{self.kind}.{self.group}' if self.group else self.kind
+
+    @property
+    def field_selectors(self) -> frozenset[str]:
+        return COMMON_FIELDS | self.extra_fields
+
+    @property
+    def has_status(self) -> bool:
+        return 'status' in self.subresources
+
+    @property
+    def unconditional_update(self) -> bool:
+        """Custom resources refuse a PUT without metadata.resourceVersion; built-ins accept it."""
+        return not self.custom
+
+
+EVENT_FIELDS = frozenset({
+    'involvedObject.kind', 'involvedObject.namespace', 'involvedObject.name', 'involvedObject.uid',
+    'involvedObject.apiVersion', 'involvedObject.resourceVersion', 'involvedObject.fieldPath',
+    'reason', 'reportingComponent', 'source', 'type',
+})
+
+BUILTINS = (
+    ResourceType('', 'v1', 'pods', 'Pod', short_names=('po',), categories=('all',),
+                 subresources=('status', 'eviction', 'binding', 'log'),
+                 extra_fields=frozenset({'spec.nodeName', 'spec.restartPolicy', 'spec.schedulerName',
+                                         'spec.serviceAccountName', 'status.phase', 'status.podIP',
+                                         'status.nominatedNodeName', 'spec.hostNetwork'})),
+    ResourceType('', 'v1', 'services', 'Service', short_names=('svc',), categories=('all',), subresources=('status',)),
+    ResourceType('', 'v1', 'endpoints', 'Endpoints', short_names=('ep',)),
+    ResourceType('', 'v1', 'configmaps', 'ConfigMap', short_names=('cm',)),
+    ResourceType('', 'v1', 'secrets', 'Secret', extra_fields=frozenset({'type'})),
+    ResourceType('', 'v1', 'serviceaccounts', 'ServiceAccount', short_names=('sa',)),
+    ResourceType('', 'v1', 'persistentvolumeclaims', 'PersistentVolumeClaim', short_names=('pvc',), subresources=('status',)),
+    ResourceType('', 'v1', 'events', 'Event', short_names=('ev',), extra_fields=EVENT_FIELDS),
+    ResourceType('', 'v1', 'namespaces', 'Namespace', namespaced=False, short_names=('ns',),
+                 subresources=('status', 'finalize'), extra_fields=frozenset({'status.phase'})),
+    ResourceType('', 'v1', 'nodes', 'Node', namespaced=False, short_names=('no',), subresources=('status',),
+                 extra_fields=frozenset({'spec.unschedulable'})),
+    ResourceType('events.k8s.io', 'v1', 'events', 'Event', short_names=('ev',),
+                 extra_fields=frozenset({'regarding.kind', 'regarding.namespace', 'regarding.name', 'regarding.uid',
+                                         'reason', 'reportingController', 'type'})),
+    ResourceType('networking.k8s.io', 'v1', 'networkpolicies', 'NetworkPolicy', short_names=('netpol',)),
+    ResourceType('coordination.k8s.io', 'v1', 'leases', 'Lease'),
+    ResourceType('scheduling.k8s.io', 'v1', 'priorityclasses', 'PriorityClass', namespaced=False, short_names=('pc',)),
+    ResourceType('policy', 'v1', 'poddisruptionbudgets', 'PodDisruptionBudget', short_names=('pdb',), subresources=('status',)),
+    ResourceType('apiextensions.k8s.io', 'v1', 'customresourcedefinitions', 'CustomResourceDefinition',
+                 namespaced=False, short_names=('crd', 'crds'), subresources=('status',), categories=('api-extensions',)),
+)
+
+
+def custom_types(crd: dict) -> list[ResourceType]:
+    """The ResourceTypes a CRD serves, one per served version."""
+    spec = crd['spec']
+    names = spec['names']
+    result = []
+    for version in spec['versions']:
+        if not version.get('served', True):
+            continue
+        schema = (version.get('schema') or {}).get('openAPIV3Schema') or {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}
+        selectable = frozenset(f['jsonPath'].lstrip('.') for f in version.get('selectableFields', []))
+        result.append(ResourceType(
+            spec['group'], version['name'], names['plural'], names['kind'],
+            namespaced=spec.get('scope', 'Namespaced') == 'Namespaced',
+            short_names=tuple(names.get('shortNames', [])),
+            subresources=tuple((version.get('subresources') or {}).keys()),
+            categories=tuple(names.get('categories', [])),
+            extra_fields=selectable,
+            schema=CustomSchema(schema),
+            printer_columns=tuple(version.get('additionalPrinterColumns', [])),
+            custom=True,
+        ))
+    return result
+
+
+# ---------------------------------------------------------------- built-in validation
+
+def validate_name(rtype: ResourceType, name: str) -> list[FieldError]:
+    rule, explain = DNS1123_SUBDOMAIN, ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+                                       "'-' or '.', and must start and end with an alphanumeric character")
+    limit = 253
+    if rtype.plural in ('services',):
+        rule, limit = DNS1035_LABEL, 63
+        explain = ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+                   "alphabetic character, and end with an alphanumeric character")
+    elif rtype.plural in ('namespaces',):
+        rule, limit = DNS1123_LABEL, 63
+        explain = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+                   "start and end with an alphanumeric character")
+    errors = []
+    if len(name) > limit:
+        errors.append(FieldError('FieldValueInvalid', 'metadata.name', f'must be no more than {limit} characters', name))
+    if not rule.match(name):
+        errors.append(FieldError('FieldValueInvalid', 'metadata.name', explain, name))
+    return errors
+
+
+def validate_labels(metadata: dict) -> list[FieldError]:
+    errors = []
+    for key, value in (metadata.get('labels') or {}).items():
+        prefix, _, name = key.rpartition('/')
+        if not LABEL_NAME.match(name) or len(name) > 63 or (prefix and not DNS1123_SUBDOMAIN.match(prefix)):
+            errors.append(FieldError('FieldValueInvalid', 'metadata.labels', "name part must consist of alphanumeric "
+                                     "characters, '-', '_' or '.', and must start and end with an alphanumeric character", key))
+        if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.match(value):
+            errors.append(FieldError('FieldValueInvalid', 'metadata.labels', "a valid label must be an empty string or "
+                                     "consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                                     "alphanumeric character", value))
+    return errors
+
+
+def validate_builtin(rtype: ResourceType, obj: dict) -> list[FieldError]:
+    """The checks of the built-in kinds a rendering bug would trip over first."""
+    errors = []
+    if rtype.plural == 'pods':
+        spec = obj.get('spec') or {}
+        containers = spec.get('containers') or []
+        if not containers:
+            errors.append(FieldError('FieldValueRequired', 'spec.containers'))
+        names = set()
+        for kind in ('initContainers', 'containers'):
+            for index, container in enumerate(spec.get(kind) or []):
+                name = container.get('name', '')
+                path = f'spec.{kind}[{index}]'
+                if not DNS1123_LABEL.match(name):
+                    errors.append(FieldError('FieldValueInvalid', f'{path}.name', 'a lowercase RFC 1123 label must consist '
+                                             "of lower case alphanumeric characters or '-'", name))
+                if name in names:
+                    errors.append(FieldError('FieldValueDuplicate', f'{path}.name', value=name))
+                names.add(name)
+                if not container.get('image'):
+                    errors.append(FieldError('FieldValueRequired', f'{path}.image'))
+                for env_index, env in enumerate(container.get('env') or []):
+                    if 'value' in env and not isinstance(env['value'], str):
+                        errors.append(FieldError('FieldValueInvalid', f'{path}.env[{env_index}].value',
+                                                 'must be a string', env['value']))
+        for key in ('hostname', 'subdomain'):
+            if spec.get(key) and (not DNS1123_LABEL.match(spec[key]) or len(spec[key]) > 63):
+                errors.append(FieldError('FieldValueInvalid', f'spec.{key}', 'must be a DNS-1123 label', spec[key]))
+        volumes = {v.get('name') for v in spec.get('volumes') or []}
+        for kind in ('initContainers', 'containers'):
+            for index, container in enumerate(spec.get(kind) or []):
+                for mount_index, mount in enumerate(container.get('volumeMounts') or []):
+                    if mount.get('name') not in volumes:
+                        errors.append(FieldError('FieldValueNotFound', f'spec.{kind}[{index}].volumeMounts[{mount_index}].name',
+                                                 'not found', mount.get('name')))
+    if rtype.plural == 'services':
+        for index, port in enumerate((obj.get('spec') or {}).get('ports') or []):
+            if not isinstance(port.get('port'), int):
+                errors.append(FieldError('FieldValueRequired', f'spec.ports[{index}].port'))
+    return errors
+
+
+# Pod spec fields an update may change (everything else is refused, as by ValidatePodUpdate).
+_POD_MUTABLE = ('spec.containers[*].image, spec.initContainers[*].image, spec.activeDeadlineSeconds, '
+                'spec.tolerations (only additions to existing tolerations), spec.terminationGracePeriodSeconds '
+                '(allow it to be set to 1 if it was previously negative)')
+
+
+def _strip_pod_mutables(spec: dict) -> dict:
+    spec = dict(spec)
+    for key in ('containers', 'initContainers'):
+        spec[key] = [{k: v for k, v in c.items() if k != 'image'} for c in spec.get(key) or []]
+    for key in ('activeDeadlineSeconds', 'tolerations', 'terminationGracePeriodSeconds', 'schedulingGates'):
+        spec.pop(key, None)
+    return spec
+
+
+def validate_builtin_update(rtype: ResourceType, new: dict, old: dict) -> list[FieldError]:
+    if rtype.plural == 'pods':
+        old_spec, new_spec = old.get('spec') or {}, new.get('spec') or {}
+        if _strip_pod_mutables(old_spec) != _strip_pod_mutables(new_spec):
+            return [FieldError('FieldValueForbidden', 'spec', f'pod updates may not change fields other than {_POD_MUTABLE}')]
+        added = [t for t in old_spec.get('tolerations') or [] if t not in (new_spec.get('tolerations') or [])]
+        if added:
+            return [FieldError('FieldValueForbidden', 'spec.tolerations', 'existing toleration can not be modified except its tolerationSeconds')]
+    if rtype.plural in ('configmaps', 'secrets') and old.get('immutable'):
+        errors = []
+        if not new.get('immutable'):
+            errors.append(FieldError('FieldValueForbidden', 'immutable', 'field is immutable when `immutable` is set'))
+        for key in ('data', 'binaryData', 'stringData'):
+            if new.get(key) != old.get(key):
+                errors.append(FieldError('FieldValueForbidden', key, 'field is immutable when `immutable` is set'))
+        return errors
+    if rtype.plural == 'services':
+        old_ip, new_ip = (old.get('spec') or {}).get('clusterIP'), (new.get('spec') or {}).get('clusterIP')
+        if new_ip not in (None, '', old_ip):
+            return [FieldError('FieldValueInvalid', 'spec.clusterIP', 'field is immutable', new_ip)]
+    if rtype.plural == 'persistentvolumeclaims':
+        def frozen(spec: dict) -> dict:
+            spec = dict(spec or {})
+            resources = dict(spec.pop('resources', {}) or {})
+            resources.pop('requests', None)
+            spec.pop('volumeAttributesClassName', None)
+            return {**spec, 'resources': resources}
+        if frozen(old.get('spec')) != frozen(new.get('spec')):
+            return [FieldError('FieldValueForbidden', 'spec', 'spec is immutable after creation except resources.requests '
+                               'and volumeAttributesClassName for bound claims')]
+    return []

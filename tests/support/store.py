@@ -1,0 +1,715 @@
+"""The stand-in's object store: every write rule of the API server, synchronous and thread-safe.
+
+The HTTP layer (apiserver.py) only decodes requests and encodes answers; tests and the
+local node's hooks may call the store directly from another thread.
+"""
+import collections
+import copy
+import datetime
+import random
+import string
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tests.support import patching, resources
+from tests.support.crdschema import FieldError
+from tests.support.resources import ResourceType
+from tests.support.selectors import (
+    FieldRequirement,
+    LabelRequirement,
+    fields_match,
+    labels_match,
+)
+
+HISTORY = 4000  # watch events kept per resource type; an older resourceVersion gets 410 Gone
+DEFAULT_NAMESPACES = ('default', 'kube-system', 'kube-public', 'kube-node-lease')
+
+
+class ApiError(Exception):
+    """An answer the API server gives as a Status object."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details or {}
+
+    def status(self) -> dict:
+        status = {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure',
+                  'message': self.message, 'reason': self.reason, 'code': self.code}
+        if self.details:
+            status['details'] = self.details
+        return status
+
+
+def not_found(rtype: ResourceType, name: str) -> ApiError:
+    return ApiError(404, 'NotFound', f'{rtype.qualified} "{name}" not found',
+                    {'name': name, 'group': rtype.group, 'kind': rtype.plural})
+
+
+def conflict(rtype: ResourceType, name: str, why: str) -> ApiError:
+    return ApiError(409, 'Conflict', f'Operation cannot be fulfilled on {rtype.qualified} "{name}": {why}',
+                    {'name': name, 'group': rtype.group, 'kind': rtype.plural})
+
+
+def invalid(rtype: ResourceType, name: str, errors: list[FieldError]) -> ApiError:
+    listed = '; '.join(str(e) for e in errors) if len(errors) == 1 else '[' + ', '.join(str(e) for e in errors) + ']'
+    return ApiError(422, 'Invalid', f'{rtype.kind_qualified} "{name}" is invalid: {listed}',
+                    {'name': name, 'group': rtype.group, 'kind': rtype.kind, 'causes': [e.cause() for e in errors]})
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, 'BadRequest', message)
+
+
+def now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+
+
+def timestamp(moment: datetime.datetime | None = None) -> str:
+    return (moment or now()).strftime('%Y-%m-%dT%H:%M:%SZ')
+
+
+def parse_time(text: str) -> datetime.datetime:
+    return datetime.datetime.strptime(text, '%Y-%m-%dT%H:%M:%SZ').replace(tzinfo=datetime.UTC)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    rv: int
+    type: str
+    obj: dict
+    old: dict | None
+
+
+@dataclass
+class Watcher:
+    rtype_key: tuple[str, str]
+    deliver: Callable[[WatchEvent], None]
+
+
+@dataclass
+class Hooks:
+    """Test hooks: label selectors of pods the scheduler, kubelet or eviction must treat specially."""
+    unschedulable: list[list[LabelRequirement]] = field(default_factory=list)
+    image_pull_failure: list[list[LabelRequirement]] = field(default_factory=list)
+
+    @staticmethod
+    def matches(selectors: list[list[LabelRequirement]], pod: dict) -> bool:
+        labels = pod.get('metadata', {}).get('labels') or {}
+        return any(labels_match(selector, labels) for selector in selectors)
+
+
+class Store:
+    """Objects by (group, plural) → (namespace, name); one global resourceVersion counter."""
+
+    def __init__(self, default_node: str | None = 'local-node', kubelet_delay: float = 0.05):
+        self.lock = threading.RLock()
+        self.types: dict[tuple[str, str, str], ResourceType] = {}
+        self.objects: dict[tuple[str, str], dict[tuple[str, str], dict]] = collections.defaultdict(dict)
+        self.by_uid: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {}
+        self.history: dict[tuple[str, str], collections.deque[WatchEvent]] = collections.defaultdict(
+            lambda: collections.deque(maxlen=HISTORY))
+        self.history_floor: dict[tuple[str, str], int] = collections.defaultdict(int)
+        self.watchers: list[Watcher] = []
+        self.revision = 0
+        self.default_node = default_node
+        self.kubelet_delay = kubelet_delay
+        self.hooks = Hooks()
+        self.schedule: Callable[[float, Callable[[], None]], None] = lambda delay, fn: threading.Timer(delay, fn).start()
+        for rtype in resources.BUILTINS:
+            self.types[(rtype.group, rtype.version, rtype.plural)] = rtype
+        for namespace in DEFAULT_NAMESPACES:
+            self.create(self.type_of('', 'v1', 'namespaces'), None, {'metadata': {'name': namespace}})
+
+    # ------------------------------------------------------------ types
+
+    def type_of(self, group: str, version: str, plural: str) -> ResourceType:
+        rtype = self.types.get((group, version, plural))
+        if rtype is None:
+            raise ApiError(404, 'NotFound', 'the server could not find the requested resource')
+        return rtype
+
+    def served_types(self) -> list[ResourceType]:
+        with self.lock:
+            return list(self.types.values())
+
+    def _register_crd(self, crd: dict) -> None:
+        for rtype in resources.custom_types(crd):
+            self.types[(rtype.group, rtype.version, rtype.plural)] = rtype
+
+    def _unregister_crd(self, crd: dict) -> None:
+        group, plural = crd['spec']['group'], crd['spec']['names']['plural']
+        for key in [k for k in self.types if k[0] == group and k[2] == plural]:
+            del self.types[key]
+        for obj in list(self.objects.get((group, plural), {}).values()):
+            self._remove((group, plural), obj)
+
+    # ------------------------------------------------------------ reads
+
+    def get(self, rtype: ResourceType, namespace: str | None, name: str) -> dict:
+        with self.lock:
+            obj = self.objects[rtype.key].get((namespace or '', name))
+            if obj is None:
+                raise not_found(rtype, name)
+            return self._versioned(rtype, obj)
+
+    def list_objects(self, rtype: ResourceType, namespace: str | None, labels: list[LabelRequirement],
+             fields: list[FieldRequirement]) -> tuple[list[dict], str]:
+        with self.lock:
+            items = [self._versioned(rtype, obj) for (ns, _), obj in sorted(self.objects[rtype.key].items())
+                     if (not namespace or ns == namespace)
+                     and labels_match(labels, obj['metadata'].get('labels')) and fields_match(fields, obj)]
+            return items, str(self.revision)
+
+    def _versioned(self, rtype: ResourceType, obj: dict) -> dict:
+        """The object as served at this version (all versions of a type share one stored shape)."""
+        return {**obj, 'apiVersion': rtype.api_version}
+
+    def find(self, group: str, plural: str, namespace: str, name: str) -> dict | None:
+        with self.lock:
+            obj = self.objects[(group, plural)].get((namespace, name))
+            return copy.deepcopy(obj) if obj else None
+
+    def objects_of(self, group: str, plural: str) -> list[dict]:
+        with self.lock:
+            return [copy.deepcopy(obj) for obj in self.objects[(group, plural)].values()]
+
+    # ------------------------------------------------------------ watches
+
+    def subscribe(self, rtype: ResourceType, since: str | None, deliver: Callable[[WatchEvent], None],
+                  snapshot: Callable[[list[dict], int], None]) -> Watcher:
+        """Register a watcher; replay from `since` (or send the current state as ADDED) under the lock."""
+        with self.lock:
+            if since in (None, '', '0'):
+                snapshot([self._versioned(rtype, obj) for _, obj in sorted(self.objects[rtype.key].items())], self.revision)
+            else:
+                try:
+                    start = int(since)
+                except ValueError:
+                    raise bad_request(f'invalid resource version: {since!r}') from None
+                if start < self.history_floor[rtype.key]:
+                    raise ApiError(410, 'Expired', f'too old resource version: {start} ({self.history_floor[rtype.key]})')
+                for event in self.history[rtype.key]:
+                    if event.rv > start:
+                        deliver(event)
+            watcher = Watcher(rtype.key, deliver)
+            self.watchers.append(watcher)
+            return watcher
+
+    def unsubscribe(self, watcher: Watcher) -> None:
+        with self.lock:
+            if watcher in self.watchers:
+                self.watchers.remove(watcher)
+
+    def _emit(self, key: tuple[str, str], kind: str, obj: dict, old: dict | None) -> None:
+        event = WatchEvent(int(obj['metadata']['resourceVersion']), kind, obj, old)
+        history = self.history[key]
+        if len(history) == history.maxlen:
+            self.history_floor[key] = history[0].rv
+        history.append(event)
+        for watcher in self.watchers:
+            if watcher.rtype_key == key:
+                watcher.deliver(event)
+
+    def _bump(self) -> str:
+        self.revision += 1
+        return str(self.revision)
+
+    # ------------------------------------------------------------ create
+
+    def create(self, rtype: ResourceType, namespace: str | None, body: dict, *, dry_run: bool = False,
+               field_validation: str = 'Warn') -> tuple[dict, list[str]]:
+        with self.lock:
+            if not isinstance(body, dict):
+                raise bad_request('the body of the request was in an unknown format')
+            obj = copy.deepcopy(body)
+            metadata = obj.setdefault('metadata', {}) or {}
+            obj['metadata'] = metadata
+            self._check_kind(rtype, obj)
+            namespace = self._namespace_for(rtype, namespace, metadata)
+            if not metadata.get('name') and metadata.get('generateName'):
+                metadata['name'] = metadata['generateName'] + ''.join(random.choices(string.ascii_lowercase + string.digits, k=5))
+            name = metadata.get('name')
+            if not name:
+                raise invalid(rtype, '', [FieldError('FieldValueRequired', 'metadata.name', 'name or generateName is required')])
+            if metadata.get('resourceVersion'):
+                raise bad_request('resourceVersion should not be set on objects to be created')
+            if rtype.namespaced:
+                self._check_namespace_open(namespace)
+            existing = self.objects[rtype.key].get((namespace, name))
+            if existing is not None:
+                raise ApiError(409, 'AlreadyExists', f'{rtype.qualified} "{name}" already exists',
+                               {'name': name, 'group': rtype.group, 'kind': rtype.plural})
+            warnings = self._decode(rtype, obj, field_validation)
+            if rtype.has_status and rtype.custom:
+                obj.pop('status', None)
+            errors = resources.validate_name(rtype, name) + resources.validate_labels(metadata)
+            errors += self._validate(rtype, obj, None)
+            if errors:
+                raise invalid(rtype, name, errors)
+            for key in ('deletionTimestamp', 'deletionGracePeriodSeconds'):
+                metadata.pop(key, None)
+            metadata.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=timestamp(), generation=1)
+            if rtype.namespaced:
+                metadata['namespace'] = namespace
+            else:
+                metadata.pop('namespace', None)
+            obj['apiVersion'], obj['kind'] = rtype.api_version, rtype.kind
+            self._on_create(rtype, obj)
+            if dry_run:
+                return obj, warnings
+            metadata['resourceVersion'] = self._bump()
+            self._store(rtype.key, obj)
+            self._emit(rtype.key, 'ADDED', obj, None)
+            self._after_create(rtype, obj)
+            return copy.deepcopy(obj), warnings
+
+    def _check_kind(self, rtype: ResourceType, obj: dict) -> None:
+        kind, api_version = obj.get('kind'), obj.get('apiVersion')
+        if rtype.custom and (not kind or not api_version):
+            raise bad_request("Object 'Kind' is missing in the request body" if not kind
+                              else "Object 'apiVersion' is missing in the request body")
+        if kind and kind != rtype.kind:
+            raise bad_request(f'the kind of the object ({kind}) does not match the resource ({rtype.kind})')
+        if api_version and api_version.split('/')[0] != (rtype.group or 'v1') and api_version != rtype.api_version:
+            raise bad_request(f'the API version in the data ({api_version}) does not match the expected API version ({rtype.api_version})')
+
+    def _namespace_for(self, rtype: ResourceType, namespace: str | None, metadata: dict) -> str:
+        if not rtype.namespaced:
+            return ''
+        if metadata.get('namespace') and namespace and metadata['namespace'] != namespace:
+            raise bad_request('the namespace of the provided object does not match the namespace sent on the request')
+        if not namespace:
+            raise ApiError(404, 'NotFound', 'the server could not find the requested resource')
+        return namespace
+
+    def _check_namespace_open(self, namespace: str) -> None:
+        ns = self.objects[('', 'namespaces')].get(('', namespace))
+        if ns is None:
+            raise ApiError(404, 'NotFound', f'namespaces "{namespace}" not found',
+                           {'name': namespace, 'kind': 'namespaces'})
+        if ns['metadata'].get('deletionTimestamp'):
+            raise ApiError(403, 'Forbidden', f'unable to create new content in namespace {namespace} because it is being terminated')
+
+    def _decode(self, rtype: ResourceType, obj: dict, field_validation: str) -> list[str]:
+        """Prune and default like the decoder: unknown fields are an error (Strict), a warning (Warn) or dropped."""
+        if rtype.schema is None:
+            return []
+        unknown = rtype.schema.prepare(obj)
+        if unknown and field_validation == 'Strict':
+            listed = ', '.join(f'unknown field "{path}"' for path in unknown)
+            raise bad_request(f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
+                              f'strict decoding error: {listed}')
+        return [f'unknown field "{path}"' for path in unknown] if field_validation == 'Warn' else []
+
+    def _validate(self, rtype: ResourceType, obj: dict, old: dict | None) -> list[FieldError]:
+        errors = []
+        if rtype.schema is not None:
+            errors += rtype.schema.validate(obj, old)
+        else:
+            errors += resources.validate_builtin(rtype, obj)
+        if old is not None:
+            errors += resources.validate_builtin_update(rtype, obj, old)
+        return errors
+
+    def _on_create(self, rtype: ResourceType, obj: dict) -> None:
+        """Fields the API server itself fills on create."""
+        if rtype.plural == 'pods':
+            spec = obj.setdefault('spec', {})
+            spec.setdefault('restartPolicy', 'Always')
+            spec.setdefault('terminationGracePeriodSeconds', 30)
+            spec.setdefault('schedulerName', 'default-scheduler')
+            spec.setdefault('serviceAccountName', 'default')
+            spec.setdefault('dnsPolicy', 'ClusterFirst')
+            for container in spec.get('containers', []) + spec.get('initContainers', []):
+                container.setdefault('terminationMessagePath', '/dev/termination-log')
+                container.setdefault('terminationMessagePolicy', 'File')
+                container.setdefault('imagePullPolicy', 'Always' if container.get('image', '').endswith(':latest') else 'IfNotPresent')
+            obj['status'] = {'phase': 'Pending', 'qosClass': 'BestEffort'}
+            self._schedule_pod(obj)
+        elif rtype.plural == 'services':
+            spec = obj.setdefault('spec', {})
+            if spec.get('clusterIP') != 'None':
+                spec['clusterIP'] = f'10.96.{random.randrange(256)}.{random.randrange(1, 255)}'
+            spec.setdefault('type', 'ClusterIP')
+            spec['clusterIPs'] = [spec['clusterIP']]
+            obj['status'] = {'loadBalancer': {}}
+        elif rtype.plural == 'namespaces':
+            obj['spec'] = {'finalizers': ['kubernetes']}
+            obj['status'] = {'phase': 'Active'}
+            obj['metadata'].setdefault('labels', {})['kubernetes.io/metadata.name'] = obj['metadata']['name']
+        elif rtype.plural == 'persistentvolumeclaims':
+            obj['status'] = {'phase': 'Pending'}
+        elif rtype.plural == 'customresourcedefinitions':
+            obj['status'] = {'conditions': [
+                {'type': 'NamesAccepted', 'status': 'True', 'reason': 'NoConflicts', 'lastTransitionTime': timestamp()},
+                {'type': 'Established', 'status': 'True', 'reason': 'InitialNamesAccepted', 'lastTransitionTime': timestamp()},
+            ], 'acceptedNames': obj['spec']['names'], 'storedVersions': [
+                v['name'] for v in obj['spec']['versions'] if v.get('storage')]}
+
+    def _after_create(self, rtype: ResourceType, obj: dict) -> None:
+        if rtype.plural == 'customresourcedefinitions':
+            self._register_crd(obj)
+        if obj['metadata'].get('ownerReferences'):
+            self.schedule(0.01, self.collect_garbage)
+
+    def _schedule_pod(self, pod: dict) -> None:
+        """The scheduler's part: bind to the default node unless a test hook keeps the pod Pending."""
+        if pod['spec'].get('nodeName'):
+            return
+        if self.default_node is None or Hooks.matches(self.hooks.unschedulable, pod):
+            pod['status']['conditions'] = [{
+                'type': 'PodScheduled', 'status': 'False', 'reason': 'Unschedulable', 'lastProbeTime': None,
+                'lastTransitionTime': timestamp(),
+                'message': '0/1 nodes are available: 1 node(s) didn\'t match Pod\'s node affinity/selector.',
+            }]
+            return
+        pod['spec']['nodeName'] = self.default_node
+        pod['status']['conditions'] = [{'type': 'PodScheduled', 'status': 'True', 'lastProbeTime': None,
+                                        'lastTransitionTime': timestamp()}]
+        if Hooks.matches(self.hooks.image_pull_failure, pod) and self._node_ready(self.default_node) is None:
+            pod['status']['containerStatuses'] = [
+                {'name': c['name'], 'image': c.get('image', ''), 'imageID': '', 'ready': False, 'restartCount': 0,
+                 'started': False, 'state': {'waiting': {'reason': 'ImagePullBackOff',
+                                                         'message': f'Back-off pulling image "{c.get("image", "")}"'}}}
+                for c in pod['spec']['containers']]
+
+    def reschedule(self) -> None:
+        """Re-run the scheduler over Pending unbound pods (after a test releases an Unschedulable hook)."""
+        with self.lock:
+            for pod in list(self.objects[('', 'pods')].values()):
+                if not pod['spec'].get('nodeName') and not pod['metadata'].get('deletionTimestamp'):
+                    updated = copy.deepcopy(pod)
+                    self._schedule_pod(updated)
+                    if updated != pod:
+                        self._replace_stored(('', 'pods'), pod, updated)
+
+    # ------------------------------------------------------------ update and patch
+
+    def update(self, rtype: ResourceType, namespace: str | None, name: str, body: dict, *, subresource: str | None = None,
+               dry_run: bool = False, field_validation: str = 'Warn') -> tuple[dict, list[str]]:
+        with self.lock:
+            if not isinstance(body, dict):
+                raise bad_request('the body of the request was in an unknown format')
+            old = self._existing(rtype, namespace, name)
+            metadata = body.get('metadata') or {}
+            if metadata.get('name') and metadata['name'] != name:
+                raise bad_request(f'the name of the object ({metadata["name"]}) does not match the name on the URL ({name})')
+            if rtype.namespaced and metadata.get('namespace') and metadata['namespace'] != (namespace or ''):
+                raise bad_request('the namespace of the provided object does not match the namespace sent on the request')
+            self._check_kind(rtype, body)
+            version = metadata.get('resourceVersion')
+            if not version and not rtype.unconditional_update:
+                raise invalid(rtype, name, [FieldError('FieldValueInvalid', 'metadata.resourceVersion',
+                                                       'must be specified for an update', '0x0')])
+            if version and version != old['metadata']['resourceVersion']:
+                raise conflict(rtype, name, 'the object has been modified; please apply your changes to the latest version and try again')
+            return self._write(rtype, old, copy.deepcopy(body), subresource, dry_run, field_validation)
+
+    def patch(self, rtype: ResourceType, namespace: str | None, name: str, content_type: str, patch: object, *,
+              subresource: str | None = None, dry_run: bool = False, field_validation: str = 'Warn') -> tuple[dict, list[str]]:
+        with self.lock:
+            old = self._existing(rtype, namespace, name)
+            kind = content_type.split(';')[0].strip()
+            try:
+                if kind == 'application/merge-patch+json':
+                    new = patching.merge_patch(old, patch)
+                elif kind == 'application/json-patch+json':
+                    new = patching.json_patch(old, patch)
+                elif kind == 'application/strategic-merge-patch+json':
+                    if rtype.custom:
+                        raise ApiError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - '
+                                       'accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml')
+                    new = patching.strategic_merge(old, patch)
+                else:
+                    raise ApiError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - '
+                                   'accepted media types include: application/json-patch+json, application/merge-patch+json')
+            except patching.PatchError as error:
+                raise ApiError(422 if 'test' in str(error) else 400, 'Invalid' if 'test' in str(error) else 'BadRequest', str(error)) from None
+            if not isinstance(new, dict):
+                raise bad_request('the patch did not produce an object')
+            patched_version = (patch.get('metadata') or {}).get('resourceVersion') if isinstance(patch, dict) else None
+            if patched_version and patched_version != old['metadata']['resourceVersion']:
+                raise conflict(rtype, name, 'the object has been modified; please apply your changes to the latest version and try again')
+            new.setdefault('metadata', {})['resourceVersion'] = old['metadata']['resourceVersion']
+            return self._write(rtype, old, new, subresource, dry_run, field_validation)
+
+    def _existing(self, rtype: ResourceType, namespace: str | None, name: str) -> dict:
+        obj = self.objects[rtype.key].get(((namespace or '') if rtype.namespaced else '', name))
+        if obj is None:
+            raise not_found(rtype, name)
+        return obj
+
+    def _write(self, rtype: ResourceType, old: dict, new: dict, subresource: str | None, dry_run: bool,
+               field_validation: str) -> tuple[dict, list[str]]:
+        name = old['metadata']['name']
+        if subresource not in (None, 'status'):
+            raise ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource')
+        if subresource == 'status':
+            if not rtype.has_status:
+                raise ApiError(404, 'NotFound', 'the server could not find the requested resource')
+            new = {**copy.deepcopy(old), 'status': new.get('status')}
+            if new['status'] is None:
+                new.pop('status')
+        elif rtype.has_status:
+            new.pop('status', None)
+            if 'status' in old:
+                new['status'] = copy.deepcopy(old['status'])
+        new['apiVersion'], new['kind'] = rtype.api_version, rtype.kind
+        warnings = self._decode(rtype, new, field_validation)
+        metadata = new.setdefault('metadata', {})
+        for key in ('uid', 'creationTimestamp', 'name', 'namespace', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'generation'):
+            if key in old['metadata']:
+                metadata[key] = old['metadata'][key]
+            else:
+                metadata.pop(key, None)
+        terminating = bool(old['metadata'].get('deletionTimestamp'))
+        added = set(metadata.get('finalizers') or []) - set(old['metadata'].get('finalizers') or [])
+        errors = resources.validate_labels(metadata) + self._validate(rtype, new, old)
+        if terminating and added:
+            errors.append(FieldError('FieldValueForbidden', 'metadata.finalizers', 'no new finalizers can be added if the object is being deleted'))
+        if errors:
+            raise invalid(rtype, name, errors)
+        if self._spec_changed(old, new):
+            metadata['generation'] = old['metadata'].get('generation', 1) + 1
+        metadata['resourceVersion'] = old['metadata']['resourceVersion']
+        if not metadata.get('finalizers'):
+            metadata.pop('finalizers', None)
+        if new == old:
+            return copy.deepcopy(old), warnings  # a no-op write changes nothing, not even the resourceVersion
+        if dry_run:
+            return new, warnings
+        if terminating and not metadata.get('finalizers'):
+            self._remove(rtype.key, new)
+            return copy.deepcopy(new), warnings
+        self._replace_stored(rtype.key, old, new)
+        if rtype.plural == 'customresourcedefinitions':
+            self._register_crd(new)
+        if rtype.plural == 'nodes':
+            self.schedule(0.01, self._expire_unattended_pods)
+        return copy.deepcopy(new), warnings
+
+    @staticmethod
+    def _spec_changed(old: dict, new: dict) -> bool:
+        ignored = ('metadata', 'status', 'apiVersion', 'kind')
+        return {k: v for k, v in old.items() if k not in ignored} != {k: v for k, v in new.items() if k not in ignored}
+
+    def _store(self, key: tuple[str, str], obj: dict) -> None:
+        metadata = obj['metadata']
+        self.objects[key][(metadata.get('namespace', ''), metadata['name'])] = obj
+        self.by_uid[metadata['uid']] = (key, (metadata.get('namespace', ''), metadata['name']))
+
+    def _replace_stored(self, key: tuple[str, str], old: dict, new: dict) -> None:
+        new['metadata']['resourceVersion'] = self._bump()
+        self._store(key, new)
+        self._emit(key, 'MODIFIED', new, old)
+
+    # ------------------------------------------------------------ delete
+
+    def delete(self, rtype: ResourceType, namespace: str | None, name: str, options: dict, *,
+               dry_run: bool = False) -> dict:
+        with self.lock:
+            obj = self._existing(rtype, namespace, name)
+            preconditions = options.get('preconditions') or {}
+            if preconditions.get('uid') and preconditions['uid'] != obj['metadata']['uid']:
+                raise conflict(rtype, name, f'Precondition failed: UID in precondition: {preconditions["uid"]}, '
+                               f'UID in object meta: {obj["metadata"]["uid"]}')
+            if preconditions.get('resourceVersion') and preconditions['resourceVersion'] != obj['metadata']['resourceVersion']:
+                raise conflict(rtype, name, 'the object has been modified; please apply your changes to the latest version and try again')
+            if dry_run:
+                return copy.deepcopy(obj)
+            propagation = options.get('propagationPolicy') or ('Orphan' if options.get('orphanDependents') else 'Background')
+            grace = self._grace_period(rtype, obj, options)
+            metadata = obj['metadata']
+            if metadata.get('deletionTimestamp'):
+                if rtype.plural == 'pods' and grace is not None and grace < metadata.get('deletionGracePeriodSeconds', 0):
+                    return self._terminate_pod(obj, grace)
+                return copy.deepcopy(obj)
+            if propagation == 'Orphan':
+                self._orphan_dependents(metadata['uid'])
+            new = copy.deepcopy(obj)
+            if propagation == 'Foreground' and self._dependents(metadata['uid']):
+                new['metadata'].setdefault('finalizers', []).append('foregroundDeletion')
+            if rtype.plural == 'namespaces':
+                return self._terminate_namespace(obj)
+            if rtype.plural == 'pods' and grace:
+                return self._terminate_pod(obj, grace, new)
+            if new['metadata'].get('finalizers'):
+                new['metadata']['deletionTimestamp'] = timestamp()
+                new['metadata']['deletionGracePeriodSeconds'] = 0
+                self._replace_stored(rtype.key, obj, new)
+                if 'foregroundDeletion' in new['metadata']['finalizers']:
+                    self.schedule(0.01, self.collect_garbage)
+                return copy.deepcopy(new)
+            self._remove(rtype.key, new)
+            return copy.deepcopy(new)
+
+    def _grace_period(self, rtype: ResourceType, obj: dict, options: dict) -> int | None:
+        if rtype.plural != 'pods':
+            return None
+        if options.get('gracePeriodSeconds') is not None:
+            grace = int(options['gracePeriodSeconds'])
+        else:
+            grace = int(obj['spec'].get('terminationGracePeriodSeconds', 30))
+        unbound = not obj['spec'].get('nodeName')
+        finished = obj.get('status', {}).get('phase') in ('Succeeded', 'Failed')
+        return 0 if unbound or finished else max(grace, 0)
+
+    def _terminate_pod(self, pod: dict, grace: int, new: dict | None = None) -> dict:
+        """Graceful deletion: mark the pod, let its node stop it; 0 removes it at once (force)."""
+        new = copy.deepcopy(new or pod)
+        if grace == 0 and not new['metadata'].get('finalizers'):
+            self._remove(('', 'pods'), new)
+            return copy.deepcopy(new)
+        new['metadata']['deletionTimestamp'] = timestamp(now() + datetime.timedelta(seconds=grace))
+        new['metadata']['deletionGracePeriodSeconds'] = grace
+        self._replace_stored(('', 'pods'), pod, new)
+        if self._node_ready(new['spec']['nodeName']) is None:
+            # No kubelet registered for this node: a stand-in kubelet stops the (imaginary) containers at once.
+            self.schedule(self.kubelet_delay, lambda: self._confirm_stopped(new['metadata']['uid']))
+        return copy.deepcopy(new)
+
+    def _node_ready(self, node_name: str) -> bool | None:
+        """None when no Node object exists (no kubelet registered), else whether it is Ready."""
+        node = self.objects[('', 'nodes')].get(('', node_name))
+        if node is None:
+            return None
+        conditions = node.get('status', {}).get('conditions') or []
+        return any(c.get('type') == 'Ready' and c.get('status') == 'True' for c in conditions)
+
+    def _confirm_stopped(self, uid: str) -> None:
+        with self.lock:
+            location = self.by_uid.get(uid)
+            if location is None:
+                return
+            pod = self.objects[location[0]].get(location[1])
+            if pod is not None and not pod['metadata'].get('finalizers'):
+                self._remove(('', 'pods'), copy.deepcopy(pod))
+
+    def _expire_unattended_pods(self) -> None:
+        """Terminating pods whose node has no Node object any more are stopped by the stand-in kubelet."""
+        with self.lock:
+            for pod in list(self.objects[('', 'pods')].values()):
+                node = pod['spec'].get('nodeName')
+                if pod['metadata'].get('deletionTimestamp') and node and self._node_ready(node) is None:
+                    self.schedule(self.kubelet_delay, lambda uid=pod['metadata']['uid']: self._confirm_stopped(uid))
+
+    def _terminate_namespace(self, namespace: dict) -> dict:
+        new = copy.deepcopy(namespace)
+        new['metadata']['deletionTimestamp'] = timestamp()
+        new['status'] = {'phase': 'Terminating'}
+        self._replace_stored(('', 'namespaces'), namespace, new)
+        name = namespace['metadata']['name']
+        for key, objects in list(self.objects.items()):
+            rtype = next((t for t in self.types.values() if t.key == key), None)
+            for (ns, obj_name), obj in list(objects.items()):
+                if ns == name and rtype is not None:
+                    self.delete(rtype, ns, obj_name, {})
+        self.schedule(0.05, lambda: self._finish_namespace(name))
+        return copy.deepcopy(new)
+
+    def _finish_namespace(self, name: str) -> None:
+        with self.lock:
+            if any(ns == name for objects in self.objects.values() for (ns, _) in objects):
+                self.schedule(0.1, lambda: self._finish_namespace(name))
+                return
+            namespace = self.objects[('', 'namespaces')].get(('', name))
+            if namespace is not None:
+                self._remove(('', 'namespaces'), copy.deepcopy(namespace))
+
+    def _remove(self, key: tuple[str, str], obj: dict) -> None:
+        metadata = obj['metadata']
+        stored = self.objects[key].pop((metadata.get('namespace', ''), metadata['name']), None)
+        if stored is None:
+            return
+        self.by_uid.pop(metadata['uid'], None)
+        obj = copy.deepcopy(obj)
+        obj['metadata']['resourceVersion'] = self._bump()
+        self._emit(key, 'DELETED', obj, stored)
+        if key == ('apiextensions.k8s.io', 'customresourcedefinitions'):
+            self._unregister_crd(obj)
+        self.schedule(0.01, self.collect_garbage)
+
+    # ------------------------------------------------------------ garbage collection
+
+    def _dependents(self, uid: str) -> list[tuple[tuple[str, str], dict]]:
+        return [(key, obj) for key, objects in self.objects.items() for obj in objects.values()
+                if any(ref.get('uid') == uid for ref in obj['metadata'].get('ownerReferences') or [])]
+
+    def _orphan_dependents(self, uid: str) -> None:
+        for key, obj in self._dependents(uid):
+            new = copy.deepcopy(obj)
+            new['metadata']['ownerReferences'] = [r for r in obj['metadata']['ownerReferences'] if r.get('uid') != uid]
+            if not new['metadata']['ownerReferences']:
+                del new['metadata']['ownerReferences']
+            self._replace_stored(key, obj, new)
+
+    def collect_garbage(self) -> None:
+        """The garbage collector: delete dependents whose owners are all gone (or deleting in foreground)."""
+        with self.lock:
+            for key, objects in list(self.objects.items()):
+                rtype = next((t for t in self.types.values() if t.key == key), None)
+                for obj in list(objects.values()):
+                    refs = obj['metadata'].get('ownerReferences') or []
+                    if not refs or rtype is None or obj['metadata'].get('deletionTimestamp'):
+                        continue
+                    owners = [self._by_uid(ref['uid']) for ref in refs]
+                    gone = all(owner is None for owner in owners)
+                    foreground = any(owner is not None and 'foregroundDeletion' in (owner['metadata'].get('finalizers') or [])
+                                     for owner in owners)
+                    if gone or foreground:
+                        metadata = obj['metadata']
+                        self.delete(rtype, metadata.get('namespace'), metadata['name'],
+                                    {'propagationPolicy': 'Foreground' if foreground else 'Background'})
+            for key, objects in list(self.objects.items()):
+                for obj in list(objects.values()):
+                    finalizers = obj['metadata'].get('finalizers') or []
+                    if 'foregroundDeletion' in finalizers and not self._blocking_dependents(obj['metadata']['uid']):
+                        new = copy.deepcopy(obj)
+                        new['metadata']['finalizers'] = [f for f in finalizers if f != 'foregroundDeletion']
+                        if new['metadata']['finalizers']:
+                            self._replace_stored(key, obj, new)
+                        else:
+                            del new['metadata']['finalizers']
+                            self._remove(key, new)
+
+    def _blocking_dependents(self, uid: str) -> list:
+        return [obj for _, obj in self._dependents(uid)
+                if any(r.get('uid') == uid and r.get('blockOwnerDeletion') for r in obj['metadata']['ownerReferences'])]
+
+    def _by_uid(self, uid: str) -> dict | None:
+        location = self.by_uid.get(uid)
+        return self.objects[location[0]].get(location[1]) if location else None
+
+    # ------------------------------------------------------------ kubelet and eviction helpers
+
+    def evict(self, namespace: str, name: str, message: str = 'Eviction API: evicting') -> dict:
+        """What the eviction API (or a preempting scheduler) does: DisruptionTarget condition, then graceful delete."""
+        with self.lock:
+            pods = self.type_of('', 'v1', 'pods')
+            pod = self._existing(pods, namespace, name)
+            new = copy.deepcopy(pod)
+            conditions = [c for c in new.setdefault('status', {}).get('conditions') or [] if c.get('type') != 'DisruptionTarget']
+            conditions.append({'type': 'DisruptionTarget', 'status': 'True', 'reason': 'EvictionByEvictionAPI',
+                               'message': message, 'lastProbeTime': None, 'lastTransitionTime': timestamp()})
+            new['status']['conditions'] = conditions
+            self._replace_stored(pods.key, pod, new)
+            return self.delete(pods, namespace, name, {})
+
+    def report_pod(self, namespace: str, name: str, status: dict) -> dict:
+        """Write a pod's status as its kubelet would (for tests without a local node)."""
+        with self.lock:
+            pods = self.type_of('', 'v1', 'pods')
+            pod = self._existing(pods, namespace, name)
+            merged = patching.strategic_merge(pod.get('status') or {}, status)
+            return self._write(pods, pod, {**copy.deepcopy(pod), 'status': merged}, 'status', False, 'Ignore')[0]
+
+
+def container_terminated(name: str, exit_code: int, message: str = '', reason: str | None = None,
+                         restarts: int = 0) -> dict:
+    """A containerStatuses entry for a container that ended (for Store.report_pod)."""
+    return {'name': name, 'ready': False, 'restartCount': restarts, 'started': False, 'image': '', 'imageID': '',
+            'state': {'terminated': {'exitCode': exit_code, 'reason': reason or ('Completed' if exit_code == 0 else 'Error'),
+                                     'message': message, 'startedAt': timestamp(), 'finishedAt': timestamp()}}}
+
