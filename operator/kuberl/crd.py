@@ -10,14 +10,16 @@ import copy
 from typing import Any
 
 from . import names
-from .spec import CROSS_FIELD_RULES, DNS_1035, JobSpec
+from .spec import CROSS_FIELD_RULES, DNS_1035, JobSpec, optional_immutable_fields
+
+PHASES = ["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed"]
 
 # Keywords a Kubernetes structural schema accepts (pydantic emits more).
 _KEEP = {
     "type", "description", "default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "minLength", "maxLength", "pattern", "enum", "minItems", "maxItems", "maxProperties",
     "items", "properties", "required", "additionalProperties", "nullable", "format",
-    "x-kubernetes-preserve-unknown-fields", "x-kubernetes-validations", "x-kubernetes-int-or-string",
+    "x-kubernetes-preserve-unknown-fields", "x-kubernetes-validations", "x-kubernetes-int-or-string", "anyOf",
 }
 
 
@@ -42,16 +44,18 @@ def _structural(schema: dict) -> dict:
         if len(non_null) < len(any_of):
             schema["nullable"] = True
         types = {s.get("type") for s in non_null}
-        if types == {"string", "integer"}:  # a Kubernetes quantity
+        if types == {"string", "integer"}:  # a Kubernetes quantity, written as controller-gen does
+            string = next(s for s in non_null if s.get("type") == "string")
+            schema.update({k: string[k] for k in ("pattern", "maxLength") if k in string})
+            schema["anyOf"] = [{"type": "integer"}, {"type": "string"}]
             schema["x-kubernetes-int-or-string"] = True
         elif len(non_null) == 1:
             schema = {**non_null[0], **schema}
         else:
             raise ValueError(f"cannot express union {any_of} structurally")
     if schema.pop("x-kuberl-immutable", False):
-        field = schema.get("title", "field")
         schema.setdefault("x-kubernetes-validations", []).append(
-            {"rule": "self == oldSelf", "message": f"spec.{field} is immutable while the job exists"}
+            {"rule": "self == oldSelf", "message": "immutable while the job exists", "reason": "FieldValueForbidden"}
         )
     if schema.get("default") is None:
         schema.pop("default", None)
@@ -72,10 +76,7 @@ def _structural(schema: dict) -> dict:
     if schema.get("type") == "array" and "maxItems" not in schema:
         raise ValueError(f"list without maxItems: {schema.get('title')}")
     if "properties" in schema:
-        schema["properties"] = {
-            k: _structural({**v, "title": k} if v.get("x-kuberl-immutable") else v)
-            for k, v in schema["properties"].items()
-        }
+        schema["properties"] = {k: _structural(v) for k, v in schema["properties"].items()}
     if isinstance(schema.get("items"), dict):
         schema["items"] = _structural(schema["items"])
     if isinstance(schema.get("additionalProperties"), dict):
@@ -93,8 +94,22 @@ def spec_schema() -> dict:
     defs = raw.pop("$defs", {})
     schema = _structural(_inline(raw, defs))
     schema["x-kubernetes-validations"] = [
-        {"rule": r.cel, "message": r.message, "fieldPath": r.field_path, "reason": "FieldValueInvalid"}
+        {
+            "rule": r.cel,
+            "messageExpression": r.message_expression,
+            "message": r.message,
+            "fieldPath": r.field_path,
+            "reason": "FieldValueInvalid",
+        }
         for r in CROSS_FIELD_RULES
+    ] + [
+        {  # a field-level `self == oldSelf` never runs when the field is added or removed
+            "rule": f"has(self.{field}) == has(oldSelf.{field})",
+            "message": "cannot be added or removed while the job exists",
+            "fieldPath": f".{field}",
+            "reason": "FieldValueForbidden",
+        }
+        for field in optional_immutable_fields()
     ]
     return schema
 
@@ -106,7 +121,7 @@ def _status_schema() -> dict:
         "description": "Observed state, written by the operator.",
         "x-kubernetes-preserve-unknown-fields": True,
         "properties": {
-            "phase": {"type": "string", "description": "Pending, Running, Restarting, Suspended, Succeeded or Failed."},
+            "phase": {"type": "string", "enum": PHASES, "description": "Lifecycle phase: " + ", ".join(PHASES) + "."},
             "observedGeneration": {"type": "integer", "description": "The spec generation the operator last acted on."},
             "restarts": {"type": "integer", "description": "Gang restarts counted toward runPolicy.backoffLimit."},
             "generation": {"type": "integer", "description": "Current gang generation (kuberl.dev/restart label)."},
@@ -168,9 +183,11 @@ def crd() -> dict:
                                 "kind": {"type": "string", "description": "RLTrainingJob"},
                                 "metadata": {
                                     "type": "object",
+                                    "description": "Standard object metadata.",
                                     "properties": {
                                         "name": {
                                             "type": "string",
+                                            "description": f"At most {names.MAX_JOB_NAME} characters so every derived name stays a DNS-1035 label.",
                                             "maxLength": names.MAX_JOB_NAME,
                                             "pattern": DNS_1035.pattern,
                                         }

@@ -10,26 +10,45 @@ agree on a shared table of cases.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from . import names
 
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+# Kubernetes' own resource.Quantity pattern (as controller-gen writes it).
+QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 # A gymnasium id ("CartPole-v1", "ALE/Pong-v5") or a user's "module:Class".
 ENV_ID = r"^([A-Za-z0-9_.-]+/)?[A-Za-z0-9_.-]+(:[A-Za-z_][A-Za-z0-9_.]*)?$"
+DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# What a pattern means, for messages a person can act on.
+PATTERN_MEANINGS = {
+    QUANTITY: "a Kubernetes quantity such as 500m, 2 or 4Gi",
+    ENV_ID: 'a gymnasium id such as "CartPole-v1" or "ALE/Pong-v5", or "module:Class"',
+    DNS_1123_SUBDOMAIN: "a Kubernetes object name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+    LABEL_VALUE: "a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+}
+
+Quantity = Annotated[Annotated[str, Field(max_length=64, pattern=QUANTITY)] | int, Field(description="A Kubernetes quantity (e.g. 500m, 2, 4Gi).")]
+LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE, description="A label value.")]
 
 
 class Model(BaseModel):
-    """camelCase in YAML, snake_case in Python, unknown keys refused."""
+    """camelCase in YAML, snake_case in Python, unknown keys refused, and no
+    type coercion: "2" is not an integer here, as it is not for the API server."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
     )
 
 
@@ -46,6 +65,9 @@ def free_form(description: str, max_properties: int | None = None) -> dict:
     if max_properties:
         extra["maxProperties"] = max_properties
     return extra
+
+
+HiddenWidth = Annotated[int, Field(ge=1, le=65536, description="Width of one hidden layer.")]
 
 
 class PPOConfig(Model):
@@ -66,16 +88,9 @@ class PPOConfig(Model):
     vf_coef: float = Field(0.5, ge=0, le=100, description="Value loss coefficient.")
     max_grad_norm: float = Field(0.5, gt=0, le=1000, description="Global gradient norm clip.")
     target_kl: float | None = Field(None, gt=0, description="Stop the epoch loop early when the approximate KL exceeds this (decided on all ranks together).")
-    hidden_sizes: list[int] = Field([64, 64], min_length=1, max_length=8, description="Hidden layer widths of the actor and critic MLPs.")
+    hidden_sizes: list[HiddenWidth] = Field([64, 64], min_length=1, max_length=8, description="Hidden layer widths of the actor and critic MLPs.")
     normalize_observation: bool = Field(False, description="Running observation normalisation, all-reduced across ranks and checkpointed.")
     normalize_reward: bool = Field(False, description="Scale rewards by a running return std, all-reduced and checkpointed.")
-
-    @field_validator("hidden_sizes")
-    @classmethod
-    def _positive_widths(cls, v: list[int]) -> list[int]:
-        if any(w < 1 or w > 65536 for w in v):
-            raise ValueError("every width must be between 1 and 65536")
-        return v
 
 
 class DQNConfig(Model):
@@ -96,7 +111,7 @@ class DQNConfig(Model):
     exploration_final_eps: float = Field(0.05, ge=0, le=1, description="Final epsilon.")
     exploration_fraction: float = Field(0.2, gt=0, le=1, description="Fraction of totalTimesteps over which epsilon decays.")
     max_grad_norm: float = Field(10.0, gt=0, le=1000, description="Global gradient norm clip.")
-    hidden_sizes: list[int] = Field([128, 128], min_length=1, max_length=8, description="Hidden layer widths of the Q network.")
+    hidden_sizes: list[HiddenWidth] = Field([128, 128], min_length=1, max_length=8, description="Hidden layer widths of the Q network.")
 
 
 class EnvSpec(Model):
@@ -113,17 +128,17 @@ class SuccessSpec(Model):
 
 
 class ResourceRequirements(Model):
-    model_config = ConfigDict(extra="forbid", frozen=True)  # Kubernetes' own names
-    requests: dict[str, str | int] = Field(default_factory=dict, max_length=16, description="Resource requests per pod (e.g. cpu, memory).")
-    limits: dict[str, str | int] = Field(default_factory=dict, max_length=16, description="Resource limits per pod.")
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # Kubernetes' own names
+    requests: dict[str, Quantity] = Field(default_factory=dict, max_length=16, description="Resource requests per pod (e.g. cpu, memory); GPUs come from gpusPerWorker.")
+    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=16, description="Resource limits per pod; the CPU limit sets OMP_NUM_THREADS.")
 
 
 class CheckpointSpec(Model):
     every_updates: int = Field(20, ge=1, le=1_000_000, description="Policy updates between checkpoints.")
     keep: int = Field(3, ge=1, le=100, description="Checkpoints kept; older ones are deleted.")
-    size: str = Field("1Gi", pattern=QUANTITY, max_length=32, description="Size of the PVC the operator creates when claimName is unset.")
-    storage_class_name: str | None = Field(None, max_length=253, description="StorageClass of the created PVC; unset uses the cluster default.")
-    claim_name: str | None = Field(None, max_length=253, description="Use this existing PVC (never adopted or deleted).")
+    size: str = Field("1Gi", pattern=QUANTITY, max_length=64, description="Size of the PVC the operator creates when claimName is unset.")
+    storage_class_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="StorageClass of the created PVC; unset uses the cluster default.")
+    claim_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="Use this existing PVC (never adopted or deleted).")
     retain: bool = Field(True, description="Keep the created PVC when the job is deleted.")
 
 
@@ -162,20 +177,31 @@ class JobSpec(Model):
     workers: int = immutable(default=1, ge=1, le=names.MAX_WORKERS, description="Pods in the gang.")
     gpus_per_worker: int = immutable(default=0, ge=0, le=names.MAX_PROCS_PER_WORKER, description="nvidia.com/gpu per pod; explicit, never inferred.")
     procs_per_worker: int | None = immutable(default=None, ge=1, le=names.MAX_PROCS_PER_WORKER, description="Processes per pod; defaults to gpusPerWorker, or 1.")
-    image: str | None = immutable(default=None, max_length=512, description="Trainer image; defaults to the operator's configured image.")
+    image: str | None = immutable(default=None, min_length=1, max_length=512, description="Trainer image; defaults to the operator's configured image.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(None, description="Pull policy of the trainer container.")
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements, description="Per-pod resources; defaults to 1 CPU and 2Gi per process.")
-    node_selector: dict[str, str] = Field(default_factory=dict, max_length=64, description="Node labels the pods require.")
-    tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=32, description="Pod tolerations.", json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}})
+    node_selector: dict[str, LabelValue] = Field(default_factory=dict, max_length=64, description="Node labels the pods require.")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=32, description="Pod tolerations.", json_schema_extra={"items": {"type": "object", "description": "A Kubernetes Toleration.", "x-kubernetes-preserve-unknown-fields": True}})
     affinity: dict[str, Any] = Field(default_factory=dict, description="Pod affinity.", json_schema_extra=free_form(""))
-    priority_class_name: str | None = Field(None, max_length=253, description="PriorityClass of the pods.")
-    scheduler_name: str | None = Field(None, max_length=253, description="Scheduler of the pods (volcano or scheduler-plugins get a PodGroup).")
-    labels: dict[str, str] = Field(default_factory=dict, max_length=64, description="Extra labels on every pod.")
-    shm_size: str = Field("1Gi", pattern=QUANTITY, max_length=32, description="Size of the in-memory /dev/shm.")
-    template: dict[str, Any] = Field(default_factory=dict, description="A PodTemplateSpec layered onto the rendered pod: env, volumes, sidecars, command…", json_schema_extra=free_form(""))
+    priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="PriorityClass of the pods.")
+    scheduler_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="Scheduler of the pods (volcano or scheduler-plugins get a PodGroup).")
+    labels: dict[str, LabelValue] = Field(default_factory=dict, max_length=64, description="Extra labels on every pod; kuberl's own (kuberl.dev/*) win.")
+    shm_size: str = Field("1Gi", pattern=QUANTITY, max_length=64, description="Size of the in-memory /dev/shm.")
+    template: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "A PodTemplateSpec (metadata, spec) layered onto every rendered pod. metadata.labels and"
+            " metadata.annotations merge key by key; spec.containers merge by name: one named `trainer`"
+            " patches kuberl's (env merged by name, volumeMounts by mountPath, any other field it sets"
+            " replaces kuberl's, e.g. command to bring your own trainer), others are added as sidecars;"
+            " spec.volumes merge by name; any other pod field set here replaces kuberl's. kuberl's labels,"
+            " hostname, subdomain and restartPolicy always stay."
+        ),
+        json_schema_extra=free_form("", 2),
+    )
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpoint policy and storage.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restarts, deadlines, suspend, timeouts.")
-    queue_name: str | None = immutable(default=None, max_length=63, description="Kueue LocalQueue; the pods become one pod group.")
+    queue_name: str | None = immutable(default=None, max_length=63, pattern=DNS_1123_SUBDOMAIN, description="Kueue LocalQueue; the pods become one pod group.")
     seed: int = immutable(default=1, ge=0, le=2**31 - 1, description="Job seed; each rank's envs derive theirs from it, the rank and the restart.")
     deterministic: bool = immutable(default=False, description="Deterministic torch kernels: a stopped and resumed run ends bitwise equal to an uninterrupted one.")
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Trainer metrics endpoint.")
@@ -199,51 +225,125 @@ class JobSpec(Model):
 
 @dataclass(frozen=True)
 class CrossFieldRule:
-    """One rule, written for the API server (CEL) and for the operator."""
+    """One rule, written for the API server (CEL) and for the operator.
+
+    `check` and `describe` read the raw spec dict (camelCase, as the API server
+    sees it after defaulting); a unit test evaluates `cel` and
+    `message_expression` with cel-python and proves both sides agree.
+    """
 
     field_path: str  # relative to spec, as CEL's fieldPath wants it
     cel: str
-    message: str
-    check: Any  # JobSpec-shaped dict -> bool (True = valid)
+    message_expression: str  # CEL, evaluated when `cel` is false
+    message: str  # the API server's fallback when message_expression fails
+    check: Callable[[dict], bool]  # True = valid
+    describe: Callable[[dict], str]  # Python's rendering of message_expression
+    reads: tuple[str, ...]  # spec fields the rule reads; a problem there already says it all
+
+
+def _port(spec: dict, block: str, model: type[BaseModel]) -> int:
+    return (spec.get(block) or {}).get("port", model.model_fields["port"].default)
+
+
+def _procs(spec: dict) -> int:
+    return spec.get("procsPerWorker") or spec.get("gpusPerWorker") or 1
+
+
+def _cel_port(block: str, model: type[BaseModel]) -> str:
+    return f"(has(self.{block}) && has(self.{block}.port) ? self.{block}.port : {model.model_fields['port'].default})"
+
+
+_CEL_PROCS = (
+    "(has(self.procsPerWorker) ? self.procsPerWorker"
+    " : has(self.gpusPerWorker) && self.gpusPerWorker > 0 ? self.gpusPerWorker : 1)"
+)
+
+
+def _no_gpu_resource(spec: dict) -> bool:
+    resources = spec.get("resources") or {}
+    return not any(GPU_RESOURCE in (resources.get(kind) or {}) for kind in ("requests", "limits"))
 
 
 CROSS_FIELD_RULES = [
     CrossFieldRule(
         ".ppo",
         "!has(self.ppo) || self.algorithm == 'ppo'",
-        "spec.ppo is only allowed with algorithm: ppo",
+        "'only allowed with algorithm: ppo (got algorithm: ' + self.algorithm + ')'",
+        "only allowed with algorithm: ppo",
         lambda s: s.get("ppo") is None or s.get("algorithm") == "ppo",
+        lambda s: f"only allowed with algorithm: ppo (got algorithm: {s['algorithm']})",
+        ("ppo", "algorithm"),
     ),
     CrossFieldRule(
         ".dqn",
         "!has(self.dqn) || self.algorithm == 'dqn'",
-        "spec.dqn is only allowed with algorithm: dqn",
+        "'only allowed with algorithm: dqn (got algorithm: ' + self.algorithm + ')'",
+        "only allowed with algorithm: dqn",
         lambda s: s.get("dqn") is None or s.get("algorithm") == "dqn",
+        lambda s: f"only allowed with algorithm: dqn (got algorithm: {s['algorithm']})",
+        ("dqn", "algorithm"),
     ),
     CrossFieldRule(
         ".procsPerWorker",
         "!has(self.procsPerWorker) || !has(self.gpusPerWorker) || self.gpusPerWorker == 0"
         " || self.procsPerWorker == self.gpusPerWorker",
-        "spec.procsPerWorker must equal spec.gpusPerWorker (one process per GPU)",
+        "'must equal spec.gpusPerWorker, one process per GPU (got '"
+        " + string(self.procsPerWorker) + ' and ' + string(self.gpusPerWorker) + ')'",
+        "must equal spec.gpusPerWorker (one process per GPU)",
         lambda s: s.get("procsPerWorker") is None
         or not s.get("gpusPerWorker")
         or s.get("procsPerWorker") == s.get("gpusPerWorker"),
+        lambda s: "must equal spec.gpusPerWorker, one process per GPU"
+        f" (got {s['procsPerWorker']} and {s['gpusPerWorker']})",
+        ("procsPerWorker", "gpusPerWorker"),
     ),
     CrossFieldRule(
         ".metrics.port",
-        "!has(self.metrics) || !has(self.metrics.port) || !has(self.rendezvous)"
-        " || !has(self.rendezvous.port) || self.rendezvous.port < self.metrics.port"
-        " || self.rendezvous.port > self.metrics.port + 15",
-        "spec.metrics.port range (port + local rank) must not contain spec.rendezvous.port",
+        f"{_cel_port('rendezvous', RendezvousSpec)} < {_cel_port('metrics', MetricsSpec)}"
+        f" || {_cel_port('rendezvous', RendezvousSpec)} >= {_cel_port('metrics', MetricsSpec)} + {_CEL_PROCS}",
+        f"'the metrics ports ' + string({_cel_port('metrics', MetricsSpec)}) + '..'"
+        f" + string({_cel_port('metrics', MetricsSpec)} + {_CEL_PROCS} - 1)"
+        f" + ' (one per local rank) must not include spec.rendezvous.port ' + string({_cel_port('rendezvous', RendezvousSpec)})",
+        "the metrics ports (port + local rank) must not include spec.rendezvous.port",
         lambda s: not (
-            isinstance(s.get("metrics"), dict)
-            and isinstance(s.get("rendezvous"), dict)
-            and "port" in s["metrics"]
-            and "port" in s["rendezvous"]
-            and s["metrics"]["port"] <= s["rendezvous"]["port"] <= s["metrics"]["port"] + 15
+            _port(s, "metrics", MetricsSpec) <= _port(s, "rendezvous", RendezvousSpec)
+            < _port(s, "metrics", MetricsSpec) + _procs(s)
         ),
+        lambda s: f"the metrics ports {_port(s, 'metrics', MetricsSpec)}.."
+        f"{_port(s, 'metrics', MetricsSpec) + _procs(s) - 1} (one per local rank) must not include"
+        f" spec.rendezvous.port {_port(s, 'rendezvous', RendezvousSpec)}",
+        ("metrics", "rendezvous", "procsPerWorker", "gpusPerWorker"),
+    ),
+    CrossFieldRule(
+        ".resources",
+        f"!has(self.resources) || ((!has(self.resources.requests) || !('{GPU_RESOURCE}' in self.resources.requests))"
+        f" && (!has(self.resources.limits) || !('{GPU_RESOURCE}' in self.resources.limits)))",
+        f"'must not name {GPU_RESOURCE}: set spec.gpusPerWorker (GPUs are explicit)'",
+        f"must not name {GPU_RESOURCE}: set spec.gpusPerWorker (GPUs are explicit)",
+        _no_gpu_resource,
+        lambda s: f"must not name {GPU_RESOURCE}: set spec.gpusPerWorker (GPUs are explicit)",
+        ("resources",),
     ),
 ]
+
+
+def immutable_fields() -> list[str]:
+    """Spec fields (camelCase) that cannot change while the job exists."""
+    return [
+        field.alias or name
+        for name, field in JobSpec.model_fields.items()
+        if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("x-kuberl-immutable")
+    ]
+
+
+def optional_immutable_fields() -> list[str]:
+    """Immutable fields with neither a default nor `required`: the API server
+    can only tell that one was added or removed with a spec-level rule."""
+    return [
+        field.alias or name
+        for name, field in JobSpec.model_fields.items()
+        if (field.alias or name) in immutable_fields() and not field.is_required() and field.default is None
+    ]
 
 
 @dataclass(frozen=True)
@@ -263,43 +363,101 @@ class InvalidJob(ValueError):
         super().__init__("; ".join(str(p) for p in problems))
 
 
+# pydantic names union branches in error locations; they are not field names.
+_BRANCH_TAG = re.compile(
+    r"^(int|str|float|bool|none|constrained-(str|int|float)"
+    r"|(list|dict|literal|nullable|union|tagged-union|json-or-python|lax-or-strict|function-\w+)\[.*\]|function-\w+)$"
+)
+
+
 def _path(loc: tuple) -> str:
     parts = ["spec"]
     for item in loc:
         if isinstance(item, int):
             parts[-1] += f"[{item}]"
-        elif item in ("function-after", "function-before", "function-wrap") or str(item).startswith(
-            ("literal[", "int", "str", "float", "bool", "list[", "dict[", "nullable")
-        ) and len(parts) > 1:
-            continue  # pydantic's union/branch markers are not field names
-        else:
+        elif not _BRANCH_TAG.match(str(item)):
             parts.append(str(item))
     return ".".join(parts)
 
 
+_EXPECTED = {
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+    "list_type": "a list",
+}
+
+
+def _expected(err: dict) -> str:
+    kind, ctx = err["type"], err.get("ctx") or {}
+    bounds = {
+        "greater_than_equal": ("at least", "ge"),
+        "greater_than": ("more than", "gt"),
+        "less_than_equal": ("at most", "le"),
+        "less_than": ("less than", "lt"),
+    }
+    if kind in _EXPECTED:
+        return _EXPECTED[kind]
+    if kind in bounds:
+        words, key = bounds[kind]
+        return f"{words} {ctx[key]}"
+    if kind == "literal_error":
+        return ctx["expected"]
+    if kind == "string_pattern_mismatch":
+        return PATTERN_MEANINGS.get(ctx["pattern"], f"a string matching {ctx['pattern']}")
+    if kind == "string_too_long":
+        return f"at most {ctx['max_length']} characters"
+    if kind == "string_too_short":
+        return f"at least {ctx['min_length']} character(s)"
+    if kind == "too_long":
+        return f"at most {ctx['max_length']} entries"
+    if kind == "too_short":
+        return f"at least {ctx['min_length']} entries"
+    return err["msg"][0].lower() + err["msg"][1:]
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (dict, list)) and len(repr(value)) >= 60:
+        return f"{type(value).__name__} of {len(value)} entries"
+    return repr(value)
+
+
+def _fields_at(loc: tuple) -> list[str]:
+    """camelCase field names of the model at `loc` (for spelling hints)."""
+    model: Any = JobSpec
+    for item in loc:
+        field = next((f for n, f in getattr(model, "model_fields", {}).items() if (f.alias or n) == item), None)
+        if field is None:
+            return []
+        model = next((t for t in (field.annotation, *getattr(field.annotation, "__args__", ())) if isinstance(t, type) and issubclass(t, BaseModel)), None)
+    return [f.alias or n for n, f in getattr(model, "model_fields", {}).items()]
+
+
+def _unknown_field(loc: tuple) -> str:
+    close = difflib.get_close_matches(str(loc[-1]), _fields_at(loc[:-1]), n=1, cutoff=0.6)
+    if close:
+        return f"unknown field; did you mean {close[0]!r}?"
+    return "unknown field (check the spelling; `kubectl explain rltj.spec` lists the fields)"
+
+
 def _message(err: dict) -> str:
     if err["type"] == "extra_forbidden":
-        return "unknown field (check the spelling; see `kubectl explain rltj.spec`)"
+        return _unknown_field(err["loc"])
     if err["type"] == "missing":
         return "required field is missing"
-    got = err.get("input")
-    shown = repr(got) if not isinstance(got, (dict, list)) or len(repr(got)) < 60 else type(got).__name__
-    text = err["msg"][0].lower() + err["msg"][1:]
-    for prefix, replacement in (
-        ("input should be", "a value that is"),
-        ("list should have", "a list with"),
-        ("dictionary should have", "a mapping with"),
-        ("string should", "a string that should"),
-        ("value error, ", ""),
-    ):
-        if text.startswith(prefix):
-            text = replacement + text[len(prefix):]
-    return f"expected {text} (got {shown})"
+    return f"expected {_expected(err)} (got {_shown(err.get('input'))})"
 
 
-def _name_problems(name: str | None) -> list[Problem]:
+def _name_problems(name: Any) -> list[Problem]:
     if not name:
         return [Problem("metadata.name", "required field is missing")]
+    if not isinstance(name, str):
+        return [Problem("metadata.name", f"expected a string (got {name!r})")]
     problems = []
     if len(name) > names.MAX_JOB_NAME:
         problems.append(
@@ -316,12 +474,71 @@ def _name_problems(name: str | None) -> list[Problem]:
     return problems
 
 
+def _label_key_problems(path: str, mapping: Any) -> list[Problem]:
+    """Label keys are qualified names; a schema cannot check map keys."""
+    if not isinstance(mapping, dict):
+        return []
+    return [
+        Problem(f"{path}.{key}", "expected a label key: an optional DNS prefix and '/', then at most 63 letters,"
+                f" digits, '-', '_' or '.' (got {key!r})")
+        for key in mapping
+        if not isinstance(key, str) or not LABEL_KEY.match(key) or len(key.rpartition("/")[2]) > 63
+    ]
+
+
+def _named_items_problems(path: str, items: Any, what: str) -> list[Problem]:
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        return [Problem(path, f"expected a list of {what} (got {_shown(items)})")]
+    problems = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            problems.append(Problem(f"{path}[{i}]", f"expected a {what[:-1]} object (got {_shown(item)})"))
+        elif not isinstance(item.get("name"), str) or not item["name"]:
+            problems.append(Problem(f"{path}[{i}].name", f"required: every {what[:-1]} needs a name (merged by name)"))
+    return problems
+
+
+def _template_problems(template: Any) -> list[Problem]:
+    """The shape the merge relies on; Kubernetes validates the rest of the pod."""
+    if not isinstance(template, dict):
+        return []  # the model already reported it
+    problems = [
+        Problem(f"spec.template.{key}", "unknown field (a PodTemplateSpec has metadata and spec)")
+        for key in template if key not in ("metadata", "spec")
+    ]
+    metadata = template.get("metadata") or {}
+    if isinstance(metadata, dict):
+        for key in metadata:
+            if key not in ("labels", "annotations"):
+                problems.append(Problem(f"spec.template.metadata.{key}", "unknown field (only labels and annotations apply to kuberl's pods)"))
+        for key in ("labels", "annotations"):
+            values = metadata.get(key) or {}
+            if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
+                problems.append(Problem(f"spec.template.metadata.{key}", "expected a mapping of strings to strings"))
+        problems += _label_key_problems("spec.template.metadata.labels", metadata.get("labels"))
+    else:
+        problems.append(Problem("spec.template.metadata", f"expected an object (got {_shown(metadata)})"))
+    pod_spec = template.get("spec") or {}
+    if not isinstance(pod_spec, dict):
+        return problems + [Problem("spec.template.spec", f"expected an object (got {_shown(pod_spec)})")]
+    problems += _named_items_problems("spec.template.spec.containers", pod_spec.get("containers"), "containers")
+    problems += _named_items_problems("spec.template.spec.initContainers", pod_spec.get("initContainers"), "containers")
+    problems += _named_items_problems("spec.template.spec.volumes", pod_spec.get("volumes"), "volumes")
+    return problems
+
+
+def _problem_at(problems: list[Problem], fields: tuple[str, ...]) -> bool:
+    return any(p.path == f"spec.{f}" or p.path.startswith((f"spec.{f}.", f"spec.{f}[")) for p in problems for f in fields)
+
+
 def parse_spec(spec: Any) -> JobSpec:
     """Validate a spec dict (camelCase, as in YAML) and return it defaulted.
     Raises InvalidJob listing every problem."""
     problems: list[Problem] = []
     if not isinstance(spec, dict):
-        raise InvalidJob([Problem("spec", f"expected an object (got {type(spec).__name__})")])
+        raise InvalidJob([Problem("spec", f"expected an object (got {_shown(spec)})")])
     try:
         parsed = JobSpec.model_validate(spec)
     except ValidationError as e:
@@ -331,45 +548,74 @@ def parse_spec(spec: Any) -> JobSpec:
             if problems and problems[-1].path == problem.path:  # one union, two branches
                 problem = Problem(problem.path, problems.pop().message.split(" (got")[0] + " or " + problem.message[len("expected "):])
             problems.append(problem)
+    problems += _label_key_problems("spec.labels", spec.get("labels"))
+    problems += _label_key_problems("spec.nodeSelector", spec.get("nodeSelector"))
+    problems += _template_problems(spec.get("template"))
     for rule in CROSS_FIELD_RULES:
-        try:
-            ok = rule.check(spec)
-        except Exception:  # a wrong type elsewhere already produced a problem
-            ok = True
-        if not ok:
-            problems.append(Problem("spec" + rule.field_path, rule.message))
+        if _problem_at(problems, rule.reads):
+            continue
+        if not rule.check(spec):
+            problems.append(Problem("spec" + rule.field_path, rule.describe(spec)))
     if problems or parsed is None:
         raise InvalidJob(problems)
     return parsed
 
 
-def validate_job(job: Any, env_id_known: Any = None) -> JobSpec:
+DOCUMENT_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
+
+
+def validate_job(job: Any, env_id_known: Callable[[str], bool | None] | None = None) -> JobSpec:
     """Validate a whole RLTrainingJob object (apiVersion, kind, metadata, spec).
 
     `env_id_known(id) -> bool | None` lets callers that can import gymnasium
-    check that a gymnasium id is registered; None means "cannot tell here".
+    check that a gymnasium id is registered; None means "cannot tell here"
+    (ids from packages not installed here, and "module:Class", are left to
+    the trainer).
     """
     if not isinstance(job, dict):
-        raise InvalidJob([Problem("(document)", "expected a YAML mapping")])
+        raise InvalidJob([Problem("(document)", f"expected a YAML mapping (got {_shown(job)})")])
     problems: list[Problem] = []
     if job.get("apiVersion") != names.API_VERSION:
         problems.append(Problem("apiVersion", f"expected {names.API_VERSION!r} (got {job.get('apiVersion')!r})"))
     if job.get("kind") != names.KIND:
         problems.append(Problem("kind", f"expected {names.KIND!r} (got {job.get('kind')!r})"))
+    problems += [Problem(str(key), "unknown field (an RLTrainingJob has apiVersion, kind, metadata, spec)")
+                 for key in job if key not in DOCUMENT_FIELDS]
     metadata = job.get("metadata") or {}
-    problems += _name_problems(metadata.get("name"))
+    if isinstance(metadata, dict):
+        problems += _name_problems(metadata.get("name"))
+    else:
+        problems.append(Problem("metadata", f"expected an object (got {_shown(metadata)})"))
     parsed = None
-    try:
-        parsed = parse_spec(job.get("spec"))
-    except InvalidJob as e:
-        problems += e.problems
-    if parsed is not None and env_id_known is not None and ":" not in parsed.env.id:
-        if env_id_known(parsed.env.id) is False:
-            problems.append(Problem("spec.env.id", f"expected a registered gymnasium id (got {parsed.env.id!r})"))
+    if "spec" not in job:
+        problems.append(Problem("spec", "required field is missing"))
+    else:
+        try:
+            parsed = parse_spec(job["spec"])
+        except InvalidJob as e:
+            problems += e.problems
+    unknown_env = parsed is not None and env_id_known is not None and ":" not in parsed.env.id
+    if unknown_env and env_id_known(parsed.env.id) is False:
+        problems.append(Problem(
+            "spec.env.id",
+            f"expected a gymnasium id registered here, or \"module:Class\" (got {parsed.env.id!r})",
+        ))
     if problems:
         raise InvalidJob(problems)
     assert parsed is not None
     return parsed
+
+
+def immutable_changes(old: Any, new: Any) -> list[Problem]:
+    """Immutable fields that differ between two specs, as the CRD's
+    `self == oldSelf` rules see them (after defaulting)."""
+    old_spec, new_spec = parse_spec(old), parse_spec(new)
+    problems = []
+    for field in immutable_fields():
+        attr = next(n for n, f in JobSpec.model_fields.items() if (f.alias or n) == field)
+        if getattr(old_spec, attr) != getattr(new_spec, attr):
+            problems.append(Problem(f"spec.{field}", "immutable while the job exists"))
+    return problems
 
 
 def defaulted(spec: JobSpec) -> dict:

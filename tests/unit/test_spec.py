@@ -1,0 +1,262 @@
+"""The spec validator: every bad input is named by its exact path, with a
+specific message; `kuberl validate` reports them all; random mutations never
+escape as anything but InvalidJob."""
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kuberl.cli import gymnasium_id_known
+from kuberl.spec import InvalidJob, JobSpec, immutable_changes, parse_spec, validate_job
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "manifests" / "examples" / "cartpole-ppo.yaml"
+
+MINIMAL = {
+    "apiVersion": "kuberl.dev/v1alpha1",
+    "kind": "RLTrainingJob",
+    "metadata": {"name": "cartpole"},
+    "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000},
+}
+FULL = {
+    "apiVersion": "kuberl.dev/v1alpha1",
+    "kind": "RLTrainingJob",
+    "metadata": {"name": "pendulum-dqn"},
+    "spec": {
+        "algorithm": "dqn",
+        "dqn": {"learningRate": 0.0005, "bufferSize": 10000, "hiddenSizes": [64, 64]},
+        "env": {"id": "CartPole-v1", "numEnvs": 4, "kwargs": {"max_episode_steps": 200}},
+        "totalTimesteps": 200000,
+        "success": {"targetReturn": 195, "evalEpisodes": 5},
+        "workers": 4,
+        "gpusPerWorker": 2,
+        "procsPerWorker": 2,
+        "resources": {"requests": {"memory": "8Gi"}, "limits": {"cpu": 4}},
+        "nodeSelector": {"pool": "gpu"},
+        "labels": {"team": "rl"},
+        "template": {"spec": {"containers": [{"name": "trainer", "env": [{"name": "A", "value": "1"}]}]}},
+        "checkpoint": {"claimName": "shared", "keep": 2},
+        "runPolicy": {"backoffLimit": 5, "stallTimeoutSeconds": 300},
+        "queueName": "team-a",
+        "metrics": {"port": 9100},
+    },
+}
+VALID = {"minimal": MINIMAL, "full": FULL, "example": yaml.safe_load(EXAMPLE.read_text())}
+
+
+def mutate(doc, path, value):
+    """Set (or, with value=DELETE, remove) `path` like "spec.ppo.learningRate"."""
+    doc = copy.deepcopy(doc)
+    *parents, last = path.split(".")
+    node = doc
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is DELETE:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return doc
+
+
+DELETE = object()
+
+# (valid base, path to set, value, the exact path reported, words the message must contain)
+MUTATIONS = [
+    ("minimal", "spec.env", DELETE, "spec.env", "required"),
+    ("minimal", "spec.env.id", DELETE, "spec.env.id", "required"),
+    ("minimal", "spec.algorithm", DELETE, "spec.algorithm", "required"),
+    ("minimal", "spec.totalTimesteps", DELETE, "spec.totalTimesteps", "required"),
+    ("minimal", "spec", DELETE, "spec", "required"),
+    ("minimal", "metadata.name", DELETE, "metadata.name", "required"),
+    ("minimal", "spec.workers", "2", "spec.workers", "integer"),
+    ("minimal", "spec.workers", True, "spec.workers", "integer"),
+    ("minimal", "spec.workers", 0, "spec.workers", "at least 1"),
+    ("minimal", "spec.workers", 5000, "spec.workers", "at most 1024"),
+    ("minimal", "spec.totalTimesteps", -5, "spec.totalTimesteps", "at least 1"),
+    ("minimal", "spec.env.numEnvs", "eight", "spec.env.numEnvs", "integer"),
+    ("minimal", "spec.env", "CartPole-v1", "spec.env", "object"),
+    ("minimal", "spec.env.id", "Cart Pole", "spec.env.id", "gymnasium id"),
+    ("minimal", "spec.algorithm", "a2c", "spec.algorithm", "'ppo' or 'dqn'"),
+    ("minimal", "spec.ppo", {"learningRate": "fast"}, "spec.ppo.learningRate", "number"),
+    ("minimal", "spec.ppo", {"learningRat": 0.1}, "spec.ppo.learningRat", "did you mean 'learningRate'"),
+    ("minimal", "spec.ppo", {"hiddenSizes": [64, 0]}, "spec.ppo.hiddenSizes[1]", "at least 1"),
+    ("minimal", "spec.ppo", {"hiddenSizes": [64] * 9}, "spec.ppo.hiddenSizes", "at most 8"),
+    ("minimal", "spec.ppo", {"annealLr": "yes"}, "spec.ppo.annealLr", "true or false"),
+    ("minimal", "spec.ppo", {"clipCoef": 0}, "spec.ppo.clipCoef", "more than 0"),
+    ("full", "spec.dqn.nStep", 1.5, "spec.dqn.nStep", "integer"),
+    ("full", "spec.dqn.gamma", 1.5, "spec.dqn.gamma", "at most 1"),
+    ("full", "spec.dqn.epsilon", 0.1, "spec.dqn.epsilon", "unknown field"),
+    ("minimal", "spec.dqn", {}, "spec.dqn", "algorithm: dqn"),
+    ("full", "spec.algorithm", "ppo", "spec.dqn", "algorithm: dqn"),
+    ("minimal", "spec.bogus", 1, "spec.bogus", "unknown field"),
+    ("minimal", "spec.runPolicy", {"backofLimit": 1}, "spec.runPolicy.backofLimit", "did you mean 'backoffLimit'"),
+    ("minimal", "spec.success", {"targetReturn": "high"}, "spec.success.targetReturn", "number"),
+    ("minimal", "spec.checkpoint", {"size": "lots"}, "spec.checkpoint.size", "quantity"),
+    ("minimal", "spec.checkpoint", {"claimName": "My_PVC"}, "spec.checkpoint.claimName", "object name"),
+    ("minimal", "spec.resources", {"requests": {"cpu": "a lot"}}, "spec.resources.requests.cpu", "quantity"),
+    ("minimal", "spec.resources", {"requestz": {}}, "spec.resources.requestz", "unknown field"),
+    ("minimal", "spec.resources", {"limits": {"nvidia.com/gpu": 1}}, "spec.resources", "gpusPerWorker"),
+    ("full", "spec.procsPerWorker", 3, "spec.procsPerWorker", "must equal spec.gpusPerWorker"),
+    ("minimal", "spec.gpusPerWorker", -1, "spec.gpusPerWorker", "at least 0"),
+    ("minimal", "spec.metrics", {"port": 70000}, "spec.metrics.port", "at most 65000"),
+    ("minimal", "spec.metrics", {"port": 80}, "spec.metrics.port", "at least 1024"),
+    ("minimal", "spec.metrics", {"port": 29500}, "spec.metrics.port", "rendezvous"),
+    ("full", "spec.rendezvous", {"port": 9101}, "spec.metrics.port", "9100..9101"),
+    ("minimal", "spec.labels", {"team": "x" * 64}, "spec.labels.team", "63 characters"),
+    ("minimal", "spec.labels", {"bad key!": "x"}, "spec.labels.bad key!", "label key"),
+    ("minimal", "spec.nodeSelector", {"pool": 1}, "spec.nodeSelector.pool", "string"),
+    ("minimal", "spec.tolerations", [1], "spec.tolerations[0]", "object"),
+    ("minimal", "spec.template", {"spec": {"containers": [{"image": "x"}]}}, "spec.template.spec.containers[0].name", "name"),
+    ("minimal", "spec.template", {"metadta": {}}, "spec.template.metadta", "unknown field"),
+    ("minimal", "spec.queueName", "Team A", "spec.queueName", "object name"),
+    ("minimal", "metadata.name", "a" * 51, "metadata.name", "at most 50 characters"),
+    ("minimal", "metadata.name", "Cart_Pole", "metadata.name", "DNS-1035"),
+    ("minimal", "apiVersion", "kuberl.dev/v1", "apiVersion", "kuberl.dev/v1alpha1"),
+    ("minimal", "kind", "Job", "kind", "RLTrainingJob"),
+    ("minimal", "specc", {}, "specc", "unknown field"),
+]
+
+
+def problems_of(job):
+    with pytest.raises(InvalidJob) as e:
+        validate_job(job, env_id_known=gymnasium_id_known)
+    return e.value.problems
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_valid_jobs_are_valid(name):
+    validate_job(VALID[name], env_id_known=gymnasium_id_known)
+
+
+ALL_FIELD_NAMES = {f.alias for f in JobSpec.model_fields.values()}
+
+
+@pytest.mark.parametrize(("base", "path", "value", "reported", "words"), MUTATIONS,
+                         ids=[f"{m[1]}={m[2] if m[2] is not DELETE else 'deleted'}"[:60] for m in MUTATIONS])
+def test_a_mutation_is_reported_at_its_exact_path(base, path, value, reported, words):
+    problems = problems_of(mutate(VALID[base], path, value))
+    at_path = [p for p in problems if p.path == reported]
+    assert at_path, f"{reported} not in {[str(p) for p in problems]}"
+    message = at_path[0].message
+    assert words in message
+    assert len(message) < 200, message
+    mentioned = {f for f in ALL_FIELD_NAMES if f in message}
+    assert len(mentioned) <= 3, f"a message naming every field is no message: {message}"
+    assert all(p.path == reported for p in problems), [str(p) for p in problems]  # one mutation, one problem
+
+
+def test_every_problem_is_reported_at_once():
+    job = mutate(mutate(mutate(MINIMAL, "spec.workers", 0), "spec.ppo", {"gamma": 2}), "metadata.name", "A")
+    assert {p.path for p in problems_of(job)} == {"spec.workers", "spec.ppo.gamma", "metadata.name"}
+
+
+def test_a_wrong_type_is_not_also_blamed_on_a_cross_field_rule():
+    problems = problems_of(mutate(mutate(MINIMAL, "spec.gpusPerWorker", "2"), "spec.procsPerWorker", 2))
+    assert [p.path for p in problems] == ["spec.gpusPerWorker"]
+
+
+# --- env ids ------------------------------------------------------------------
+
+
+def test_an_unregistered_gymnasium_id_is_refused_naming_spec_env_id():
+    problems = problems_of(mutate(MINIMAL, "spec.env.id", "CartPoel-v1"))
+    assert [p.path for p in problems] == ["spec.env.id"] and "CartPoel-v1" in problems[0].message
+
+
+@pytest.mark.parametrize("env_id", ["ALE/Pong-v5", "mypkg.envs:MyEnv", "mypkg.envs:My.Env"])
+def test_ids_from_packages_not_installed_here_are_left_to_the_trainer(env_id):
+    if env_id.startswith("ALE/"):
+        pytest.importorskip("gymnasium")
+        assert gymnasium_id_known(env_id) in (None, True)  # None without ale_py, True with it
+    validate_job(mutate(MINIMAL, "spec.env.id", env_id), env_id_known=gymnasium_id_known)
+
+
+# --- immutability (Python side; the CEL side is in test_crd_cel.py) ------------
+
+
+def test_immutable_fields_cannot_change_and_mutable_ones_can():
+    old = FULL["spec"]
+    assert immutable_changes(old, mutate(FULL, "spec.runPolicy.backoffLimit", 9)["spec"]) == []
+    assert [p.path for p in immutable_changes(old, mutate(FULL, "spec.workers", 8)["spec"])] == ["spec.workers"]
+    assert [p.path for p in immutable_changes(old, mutate(FULL, "spec.dqn.gamma", 0.9)["spec"])] == ["spec.dqn"]
+    assert [p.path for p in immutable_changes(old, mutate(FULL, "spec.queueName", DELETE)["spec"])] == ["spec.queueName"]
+    assert immutable_changes(MINIMAL["spec"], mutate(MINIMAL, "spec.workers", 1)["spec"]) == []  # the default
+
+
+# --- the CLI ------------------------------------------------------------------
+
+
+def run_cli(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "kuberl.cli", *args], check=False, input=stdin, capture_output=True, text=True, timeout=60)
+
+
+def test_kuberl_validate_prints_every_problem_and_exits_non_zero(tmp_path):
+    bad = mutate(mutate(mutate(MINIMAL, "spec.workers", 0), "spec.env.numEnvs", "8"), "spec.ppo", {"learningRat": 1})
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    result = run_cli("validate", str(path))
+    assert result.returncode != 0
+    for line in ("spec.workers: expected at least 1 (got 0)", "spec.env.numEnvs: expected an integer (got '8')",
+                 "spec.ppo.learningRat: unknown field; did you mean 'learningRate'?"):
+        assert line in result.stderr
+    assert "3 problem(s)" in result.stderr
+
+
+def test_kuberl_validate_summarises_a_valid_job():
+    result = run_cli("validate", str(EXAMPLE))
+    assert result.returncode == 0, result.stderr
+    assert "cartpole-ppo: valid: ppo on CartPole-v1, 2 worker(s)" in result.stdout
+
+
+def test_kuberl_render_refuses_a_bad_job_like_validate(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(mutate(MINIMAL, "spec.workers", 0)))
+    rendered, validated = run_cli("render", str(path)), run_cli("validate", str(path))
+    assert rendered.returncode != 0 and rendered.stdout == ""
+    assert rendered.stderr == validated.stderr
+
+
+def test_kuberl_render_prints_a_yaml_stream_of_every_object():
+    result = run_cli("render", str(EXAMPLE), "--namespace", "ml")
+    assert result.returncode == 0, result.stderr
+    docs = list(yaml.safe_load_all(result.stdout))
+    kinds = [d["kind"] for d in docs]
+    assert kinds == ["ConfigMap", "PersistentVolumeClaim", "NetworkPolicy", "Service", "Pod", "Pod"]
+    assert {d["metadata"]["namespace"] for d in docs} == {"ml"}
+    assert '"uid": "00000000-0000-0000-0000-000000000000"' in docs[0]["data"]["config.json"]
+
+
+# --- anything at all ----------------------------------------------------------
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    max_leaves=8,
+)
+SPEC_PATHS = sorted(
+    {m[1] for m in MUTATIONS if m[1].startswith("spec")}
+    | {"spec.ppo.gamma", "spec.env.kwargs", "spec.template.spec", "spec.template.metadata", "spec.resources.limits",
+       "spec.procsPerWorker", "spec.rendezvous.port", "spec.labels", "spec.success", "metadata"}
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(base=st.sampled_from(sorted(VALID)), path=st.sampled_from(SPEC_PATHS), value=JSONISH)
+def test_random_mutations_only_ever_raise_invalid_job(base, path, value):
+    job = mutate(VALID[base], path, value)
+    try:
+        validate_job(job, env_id_known=gymnasium_id_known)
+    except InvalidJob as e:
+        assert e.problems and all(p.path and p.message for p in e.problems)
+
+
+@settings(max_examples=100, deadline=None)
+@given(spec=JSONISH)
+def test_any_spec_value_only_ever_raises_invalid_job(spec):
+    with pytest.raises(InvalidJob):
+        parse_spec(spec)
