@@ -298,7 +298,6 @@ class CustomSchema:
         name = (obj.get('metadata') or {}).get('name')
         if name_schema and name is not None:
             validate(name, name_schema, 'metadata.name', errors)
-        if not errors:
-            old_body = {k: v for k, v in old.items() if k not in ('apiVersion', 'kind', 'metadata')} if old else _MISSING
-            check_rules(body, old_body, schema, '', errors)
+        old_body = {k: v for k, v in old.items() if k not in ('apiVersion', 'kind', 'metadata')} if old else _MISSING
+        check_rules(body, old_body, schema, '', errors)
         return errors
