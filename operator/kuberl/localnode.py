@@ -1,0 +1,441 @@
+"""A pod's trainer container as a local process: what a kubelet does, here.
+
+`kuberl run` and the test suite's local node both run rendered pods with this
+module, so a pod behaves the same under either:
+
+- `container_env` resolves the container's env as the kubelet does: values
+  with Kubernetes' `$(VAR)` expansion, the downward API (`status.podIP` is the
+  pod's own 127.0.0.x, `limits.cpu` the container's CPU limit rounded up),
+  ConfigMap keys; cluster DNS names are handed to a resolver the caller owns
+  (cluster DNS is not the kubelet's business).
+- `prepare_sandbox` lays out a directory that stands in for the container's
+  filesystem root (each volumeMount a symlink to its volume's directory, the
+  termination-message file, /tmp), passed to the process as KUBERL_FS_ROOT so
+  absolute paths in the rendered pod need no rewriting.
+- `PodProcess` starts the command in its own process group, prefixes its
+  output, signals and reaps the whole group, and reports the exit code and the
+  termination message (`FallbackToLogsOnError`: the log's tail when the file is
+  empty and the exit code is not 0).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import IO
+
+from . import contract, names
+
+# What Kubernetes keeps of a log for FallbackToLogsOnError.
+LOG_TAIL_LINES = 80
+LOG_TAIL_BYTES = 2048
+TERMINATION_MESSAGE_LIMIT = 4096
+PYTHONS = ("python", "python3", f"python3.{sys.version_info.minor}")
+_output_lock = threading.Lock()
+
+
+class LocalRunError(RuntimeError):
+    """A pod that cannot run here as rendered (a render bug, or a feature no local node has)."""
+
+
+# --- $(VAR) expansion, as Kubernetes does it ---------------------------------
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' expansion of command, args and env values: `$(VAR)` becomes
+    VAR's value when defined and stays as written otherwise; `$$` is a literal `$`."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] != "$" or i + 1 == len(text):
+            out.append(text[i])
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "$":
+            out.append("$")
+            i += 2
+        elif nxt == "(":
+            close = text.find(")", i + 2)
+            if close == -1:
+                out.append("$(")
+                i += 2
+                continue
+            name = text[i + 2 : close]
+            out.append(env.get(name, f"$({name})"))
+            i = close + 1
+        else:
+            out.append("$" + nxt)
+            i += 2
+    return "".join(out)
+
+
+# --- quantities and the downward API -----------------------------------------
+
+_SUFFIXES = {
+    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
+    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
+    "P": Fraction(10**15), "E": Fraction(10**18),
+    "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50), "Ei": Fraction(2**60),
+}
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))$")
+
+
+def quantity(value: str | float) -> Fraction:
+    """A Kubernetes resource quantity ("500m", "2", "1.5Gi", "1e3") as an exact number."""
+    match = _QUANTITY.match(str(value).strip())
+    if not match or (match.group(3) or "") not in _SUFFIXES:
+        raise LocalRunError(f"not a resource quantity: {value!r}")
+    number = Fraction(match.group(1))
+    if match.group(2):
+        return number * Fraction(10) ** int(match.group(2)[1:])
+    return number * _SUFFIXES[match.group(3) or ""]
+
+
+def resource_field(pod: Mapping, ref: Mapping, node_cpus: int) -> str:
+    """resourceFieldRef: the container's limit (or request), in `divisor` units,
+    rounded up as the kubelet does; an unset CPU limit is the node's CPUs."""
+    container_name = ref.get("containerName") or pod["spec"]["containers"][0]["name"]
+    container = next((c for c in pod["spec"]["containers"] if c["name"] == container_name), None)
+    if container is None:
+        raise LocalRunError(f"resourceFieldRef names container {container_name!r}, which the pod does not have")
+    kind, _, resource = ref["resource"].partition(".")
+    resources = container.get("resources") or {}
+    limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+    if kind == "limits":
+        raw = limits.get(resource)
+        if raw is None:
+            raw = node_cpus if resource == "cpu" else None
+    else:
+        raw = requests.get(resource, limits.get(resource, 0))
+    if raw is None:
+        raise LocalRunError(f"resourceFieldRef {ref['resource']}: no limit set and no node allocatable to fall back on")
+    return str(math.ceil(quantity(raw) / quantity(ref.get("divisor") or "1")))
+
+
+_FIELD_KEY = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
+
+
+def field_ref(pod: Mapping, path: str, pod_ip: str) -> str:
+    """fieldRef as the downward API serves it for this pod on this node."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    keyed = _FIELD_KEY.match(path)
+    if keyed:
+        return str((meta.get(keyed.group(1)) or {}).get(keyed.group(2), ""))
+    values = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", "default"),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": spec.get("nodeName") or "localhost",
+        "spec.serviceAccountName": spec.get("serviceAccountName") or "default",
+        "status.podIP": pod_ip,
+        "status.podIPs": pod_ip,
+        "status.hostIP": "127.0.0.1",
+        "status.hostIPs": "127.0.0.1",
+    }
+    if path not in values:
+        raise LocalRunError(f"fieldRef {path!r} is not a field the downward API offers")
+    return str(values[path])
+
+
+def container_env(
+    pod: Mapping,
+    container: Mapping,
+    pod_ip: str,
+    configmaps: Mapping[str, Mapping[str, str]],
+    resolve: Callable[[str], str],
+    node_cpus: int | None = None,
+) -> dict[str, str]:
+    """The container's environment in definition order: envFrom, then env
+    (each value may use `$(VAR)` of those before it); every value that is a
+    cluster DNS name is passed through `resolve`."""
+    cpus = node_cpus or os.cpu_count() or 1
+    env: dict[str, str] = {}
+    for source in container.get("envFrom") or []:
+        ref = source.get("configMapRef")
+        if ref is None:
+            raise LocalRunError("envFrom: only configMapRef can be served locally (no Secrets here)")
+        data = configmaps.get(ref["name"])
+        if data is None and not ref.get("optional"):
+            raise LocalRunError(f"envFrom: ConfigMap {ref['name']!r} does not exist")
+        env.update({source.get("prefix", "") + k: v for k, v in (data or {}).items()})
+    for item in container.get("env") or []:
+        name = item["name"]
+        if "valueFrom" not in item:
+            env[name] = expand(item.get("value", ""), env)
+            continue
+        source = item["valueFrom"]
+        if "fieldRef" in source:
+            env[name] = field_ref(pod, source["fieldRef"]["fieldPath"], pod_ip)
+        elif "resourceFieldRef" in source:
+            env[name] = resource_field(pod, source["resourceFieldRef"], cpus)
+        elif "configMapKeyRef" in source:
+            ref = source["configMapKeyRef"]
+            value = (configmaps.get(ref["name"]) or {}).get(ref["key"])
+            if value is None:
+                if ref.get("optional"):
+                    continue
+                raise LocalRunError(f"env {name}: ConfigMap {ref['name']!r} has no key {ref['key']!r}")
+            env[name] = value
+        else:
+            raise LocalRunError(f"env {name}: {next(iter(source), '?')} cannot be served locally (no Secrets here)")
+    return {k: resolve_names(v, resolve) for k, v in env.items()}
+
+
+_CLUSTER_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?\.svc(\.cluster\.local)?)\.?(:[0-9]+)?$")
+
+
+def resolve_names(value: str, resolve: Callable[[str], str]) -> str:
+    """A value that is a cluster DNS name (optionally with a port) becomes the address it resolves to."""
+    match = _CLUSTER_NAME.match(value)
+    if not match:
+        return value
+    return resolve(match.group(1)) + (match.group(4) or "")
+
+
+# --- the container's filesystem ----------------------------------------------
+
+
+def trainer_container(pod: Mapping) -> dict:
+    containers = pod["spec"]["containers"]
+    return next((c for c in containers if c["name"] == names.TRAINER_CONTAINER), containers[0])
+
+
+def prepare_sandbox(
+    sandbox: str,
+    pod: Mapping,
+    container: Mapping,
+    configmap_dir: Callable[[str], str],
+    claim_dir: Callable[[str], str],
+) -> str:
+    """A fresh directory standing in for the container's root; returns it.
+    emptyDir volumes live in the sandbox (gone with the pod); ConfigMap and
+    claim volumes are the caller's directories, shared and lasting."""
+    shutil.rmtree(sandbox, ignore_errors=True)
+    root = os.path.join(sandbox, "root")
+    os.makedirs(root)
+    sources = {}
+    for volume in pod["spec"].get("volumes") or []:
+        name = volume["name"]
+        if "emptyDir" in volume:
+            sources[name] = os.path.join(sandbox, "volumes", name)
+            os.makedirs(sources[name])
+        elif "configMap" in volume:
+            sources[name] = configmap_dir(volume["configMap"]["name"])
+        elif "persistentVolumeClaim" in volume:
+            sources[name] = claim_dir(volume["persistentVolumeClaim"]["claimName"])
+        elif "hostPath" in volume:
+            sources[name] = volume["hostPath"]["path"]
+        else:
+            kind = next((k for k in volume if k != "name"), "?")
+            raise LocalRunError(f"volume {name!r}: {kind} volumes cannot be served locally")
+    for mount in container.get("volumeMounts") or []:
+        if mount["name"] not in sources:
+            raise LocalRunError(f"volumeMount {mount['mountPath']}: the pod has no volume {mount['name']!r}")
+        source = os.path.join(sources[mount["name"]], mount.get("subPath", ""))
+        os.makedirs(source, exist_ok=True)
+        target = os.path.join(root, mount["mountPath"].lstrip("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.symlink(os.path.abspath(source), target)
+    log = host_path(root, container.get("terminationMessagePath") or names.TERMINATION_LOG)
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    open(log, "w").close()
+    os.makedirs(host_path(root, names.TMP_MOUNT_DIR), exist_ok=True)
+    return root
+
+
+def host_path(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/"))
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What starting the container means here: argv, full env, cwd."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    termination_log: str
+
+
+def launch(pod: Mapping, root: str, container_environment: Mapping[str, str], base_env: Mapping[str, str] | None = None) -> Launch:
+    """The container's command and args, `$(VAR)`-expanded with its env, with
+    `python` meaning this interpreter; the process sees the pod's env over ours."""
+    container = trainer_container(pod)
+    command = list(container.get("command") or []) + list(container.get("args") or [])
+    if not command:
+        raise LocalRunError(f"container {container['name']!r} has no command: a local node has no image entrypoint")
+    argv = [expand(part, container_environment) for part in command]
+    if os.path.basename(argv[0]) in PYTHONS:
+        argv[0] = sys.executable
+    env = {
+        **(os.environ if base_env is None else base_env),
+        **container_environment,
+        "HOSTNAME": pod["spec"].get("hostname") or pod["metadata"]["name"],
+        contract.ENV_FS_ROOT: root,
+    }
+    cwd = host_path(root, container["workingDir"]) if container.get("workingDir") else os.getcwd()
+    log = host_path(root, container.get("terminationMessagePath") or names.TERMINATION_LOG)
+    return Launch(argv, env, cwd, log)
+
+
+# --- the process --------------------------------------------------------------
+
+
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM it when the process that started it dies, so no
+    trainer outlives `kuberl run` (looked up before the fork: the child only calls it)."""
+    _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+
+
+class PodProcess:
+    """One container's command in its own process group.
+
+    Start it from a thread that lives as long as the process should: on Linux
+    the child is signalled when that thread ends."""
+
+    def __init__(self, spec: Launch, prefix: str, out: IO[str] | None = None, log_path: str | None = None):
+        self.spec = spec
+        self.prefix = prefix
+        self.out = out if out is not None else sys.stdout
+        self.log_path = log_path
+        self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self.started_at = time.time()
+        self.finished_at: float | None = None
+        self.kill_at: float | None = None
+        self.start_error: str | None = None
+        self._exit_code: int | None = None
+        self._reader: threading.Thread | None = None
+        try:
+            self.popen: subprocess.Popen | None = subprocess.Popen(
+                spec.argv, env=spec.env, cwd=spec.cwd, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True,
+                # the child calls one libc function looked up before the fork: no lock to inherit
+                preexec_fn=_die_with_parent if _PRCTL else None,  # noqa: PLW1509
+            )
+        except OSError as e:  # the runtime could not start the container
+            self.popen = None
+            self.start_error = f"StartError: {e}"
+            self._exit_code = 128
+            self.finished_at = self.started_at
+            return
+        self._reader = threading.Thread(target=self._pump, name=f"output {prefix}", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def _pump(self) -> None:
+        assert self.popen is not None and self.popen.stdout is not None
+        with open(self.log_path, "a", buffering=1) if self.log_path else contextlib.nullcontext() as log:
+            for raw in iter(self.popen.stdout.readline, b""):
+                line = raw.decode(errors="replace").rstrip("\n")
+                self.tail.append(line)
+                if log:
+                    log.write(line + "\n")
+                with _output_lock, contextlib.suppress(OSError, ValueError):  # our stdout may be gone
+                    self.out.write(f"{self.prefix} {line}\n")
+                    self.out.flush()
+
+    def poll(self, now: float | None = None) -> int | None:
+        """The exit code once the process has ended (128 + signal when killed),
+        else None; kills the group when its grace period is over."""
+        if self._exit_code is not None or self.popen is None:
+            return self._exit_code
+        code = self.popen.poll()
+        if code is None:
+            if self.kill_at is not None and (now or time.time()) >= self.kill_at:
+                self.signal(signal.SIGKILL)
+            return None
+        self.signal(signal.SIGKILL)  # the container is gone: so is everything it started
+        if self._reader is not None:
+            self._reader.join(timeout=2)
+        self.finished_at = time.time()
+        self._exit_code = 128 - code if code < 0 else code
+        return self._exit_code
+
+    @property
+    def running(self) -> bool:
+        return self.poll() is None
+
+    def signal(self, signum: int) -> None:
+        if self.popen is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signum)
+
+    def terminate(self, grace_seconds: float, now: float | None = None) -> float:
+        """SIGTERM the group now and SIGKILL it when the grace period ends (at
+        the next poll after it); returns when that is."""
+        now = now or time.time()
+        if self.kill_at is None:
+            self.kill_at = now + grace_seconds
+            self.signal(signal.SIGTERM if grace_seconds > 0 else signal.SIGKILL)
+        else:
+            self.kill_at = min(self.kill_at, now + grace_seconds)
+        return self.kill_at
+
+    def kill(self) -> None:
+        self.kill_at = time.time()
+        self.signal(signal.SIGKILL)
+
+    def wait(self, timeout: float) -> int | None:
+        deadline = time.time() + timeout
+        while self.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        return self.poll()
+
+    def termination_message(self) -> str | None:
+        """The file's content, else (the process failed) the tail of its log."""
+        if self.start_error:
+            return self.start_error
+        try:
+            with open(self.spec.termination_log, errors="replace") as f:
+                text = f.read(TERMINATION_MESSAGE_LIMIT).strip()
+        except OSError:
+            text = ""
+        if text or not self._exit_code:
+            return text or None
+        tail = "\n".join(self.tail)[-LOG_TAIL_BYTES:].strip()
+        return tail or None
+
+
+def start_pod(
+    pod: Mapping,
+    pod_ip: str,
+    sandbox: str,
+    configmaps: Mapping[str, Mapping[str, str]],
+    configmap_dir: Callable[[str], str],
+    claim_dir: Callable[[str], str],
+    resolve: Callable[[str], str],
+    prefix: str,
+    out: IO[str] | None = None,
+    log_path: str | None = None,
+    base_env: Mapping[str, str] | None = None,
+    node_cpus: int | None = None,
+) -> PodProcess:
+    """Everything a kubelet does to start a pod's trainer container here."""
+    container = trainer_container(pod)
+    env = container_env(pod, container, pod_ip, configmaps, resolve, node_cpus)
+    root = prepare_sandbox(sandbox, pod, container, configmap_dir, claim_dir)
+    return PodProcess(launch(pod, root, env, base_env), prefix, out, log_path)
+

@@ -1,0 +1,574 @@
+"""`kuberl run JOB.yaml`: the job's very pods, as processes on this machine.
+
+The pods are rendered by the operator's own functions (target "local") and
+run by `kuberl.localnode`; this module plays the rest of the cluster:
+- an address per pod (127.0.0.x: Linux routes all of 127/8 to loopback);
+- cluster DNS by Kubernetes' rules, so a rendered name that would not resolve
+  in a cluster does not resolve here either;
+- the ConfigMap and the checkpoint claim as directories under `runs/<job>/`;
+- the control loop: observe the processes as pods, read rank 0's metrics,
+  and let `kuberl.lifecycle.decide` choose what happens next, exactly as the
+  operator does.
+
+Ctrl-C suspends the job (the same lifecycle path as `runPolicy.suspend`):
+every rank gets SIGTERM, saves a checkpoint and exits; whatever is still
+running when the grace period ends is killed. Running the same command again
+resumes from the checkpoint (same `runs/<job>`, same uid).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import glob
+import hashlib
+import ipaddress
+import itertools
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Self
+
+import yaml
+
+from . import lifecycle, metricnames, names
+from .lifecycle import ObservedPod, Rank0Progress
+from .localnode import LocalRunError, PodProcess, start_pod
+from .render import Job, render_configmap, render_pod, render_service
+from .spec import InvalidJob, JobSpec, Problem, validate_job
+
+NAMESPACE = "default"
+CLUSTER_DOMAIN = "cluster.local"
+POLL_SECONDS = 0.2
+SCRAPE_EVERY_SECONDS = 1.0
+SCRAPE_TIMEOUT_SECONDS = 1.0
+EXIT_INTERRUPTED = 130
+
+
+# --- the job file and --set ---------------------------------------------------
+
+
+def apply_overrides(job: Mapping, workers: int | None, settings: list[str]) -> dict:
+    """A copy of the job with `--workers` and each `--set path=value` applied;
+    paths are the YAML's (camelCase), relative to `spec` unless they start
+    with `spec.` or `metadata.`; values are YAML."""
+    out = copy.deepcopy(dict(job))
+    pairs = [("spec.workers", workers)] if workers is not None else []
+    for setting in settings:
+        key, sep, raw = setting.partition("=")
+        if not sep or not key:
+            raise InvalidJob([Problem(setting, "expected --set path=value")])
+        path = key if key.startswith(("spec.", "metadata.")) else f"spec.{key}"
+        pairs.append((path, yaml.safe_load(raw) if raw else ""))
+    for path, value in pairs:
+        node = out
+        parts = path.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = value
+    return out
+
+
+# --- addresses and cluster DNS ------------------------------------------------
+
+
+def pod_address(run_dir: str, rank: int) -> str:
+    """Pod `rank`'s 127.x.y.z: a block per run directory, so two runs side by
+    side never share an address (127.0.0.1 stays the host's)."""
+    digest = int.from_bytes(hashlib.sha256(os.path.abspath(run_dir).encode()).digest()[:4], "big")
+    base = (127 << 24) | ((1 + digest % 254) << 16) | (((digest >> 8) % 240) << 8)
+    return str(ipaddress.IPv4Address(base + 2 + rank))
+
+
+@dataclass(frozen=True)
+class DNSPod:
+    pod: Mapping
+    ip: str
+    ready: bool = False
+
+
+def dns_records(services: list[Mapping], pods: list[DNSPod], cluster_domain: str = CLUSTER_DOMAIN) -> dict[str, list[str]]:
+    """A records by Kubernetes' DNS rules: a headless Service `s` in namespace
+    `ns` serves `s.ns.svc.<domain>` (every endpoint) and, for each selected pod
+    whose spec.subdomain is `s` and that has a spec.hostname `h`,
+    `h.s.ns.svc.<domain>`. Endpoints are the selected pods that are ready, or
+    all of them when the Service publishes not-ready addresses."""
+    records: dict[str, list[str]] = {}
+    for service in services:
+        meta, spec = service["metadata"], service.get("spec") or {}
+        namespace = meta.get("namespace", NAMESPACE)
+        selector = spec.get("selector") or {}
+        if spec.get("clusterIP") != "None" or not selector:
+            continue  # only headless Services with a selector name pods
+        zone = f"{meta['name']}.{namespace}.svc.{cluster_domain}"
+        for entry in pods:
+            pod_meta, pod_spec = entry.pod["metadata"], entry.pod.get("spec") or {}
+            labels = pod_meta.get("labels") or {}
+            if pod_meta.get("namespace", NAMESPACE) != namespace or any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            if not (entry.ready or spec.get("publishNotReadyAddresses")):
+                continue
+            records.setdefault(zone, []).append(entry.ip)
+            if pod_spec.get("hostname") and pod_spec.get("subdomain") == meta["name"]:
+                records.setdefault(f"{pod_spec['hostname']}.{zone}", []).append(entry.ip)
+    return records
+
+
+def resolve(name: str, records: Mapping[str, list[str]], namespace: str = NAMESPACE, cluster_domain: str = CLUSTER_DOMAIN) -> str | None:
+    """What a pod in `namespace` gets for `name` (resolv.conf search list
+    `<ns>.svc.<domain> svc.<domain> <domain>`, ndots 5): one address, or None."""
+    name = name.rstrip(".")
+    search = [f"{namespace}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain]
+    candidates = [f"{name}.{s}" for s in search] + [name] if name.count(".") < 5 else [name]
+    for candidate in candidates:
+        if records.get(candidate):
+            return records[candidate][0]
+    return None
+
+
+def explain_unresolved(name: str, services: list[Mapping], pods: list[DNSPod]) -> str:
+    """Why a pod's name does not resolve, in the terms of the rule it breaks."""
+    host = name.split(".")[0]
+    owner = next((p for p in pods if (p.pod.get("spec") or {}).get("hostname") == host), None)
+    if owner is None:
+        return f"no pod has spec.hostname {host!r}"
+    subdomain = owner.pod["spec"].get("subdomain")
+    service = next((s for s in services if s["metadata"]["name"] == subdomain), None)
+    if service is None:
+        return f"pod {owner.pod['metadata']['name']!r} has spec.subdomain {subdomain!r}, but no Service has that name"
+    spec = service.get("spec") or {}
+    labels = owner.pod["metadata"].get("labels") or {}
+    if spec.get("clusterIP") != "None":
+        return f"Service {subdomain!r} is not headless (clusterIP: None)"
+    if any(labels.get(k) != v for k, v in (spec.get("selector") or {}).items()):
+        return f"Service {subdomain!r}'s selector {spec.get('selector')} does not select pod {owner.pod['metadata']['name']!r}"
+    if not spec.get("publishNotReadyAddresses"):
+        return f"Service {subdomain!r} does not publish not-ready addresses, and rendezvous happens before any pod is ready"
+    return f"the name does not match {host}.{subdomain}.<namespace>.svc"
+
+
+def make_resolver(services: list[Mapping], pods: list[DNSPod], namespace: str = NAMESPACE) -> Callable[[str], str]:
+    """A pod's view of cluster DNS; a name that would not resolve in a cluster is an error here."""
+    records = dns_records(services, pods)
+
+    def resolver(name: str) -> str:
+        address = resolve(name, records, namespace)
+        if address is None:
+            raise LocalRunError(f"{name} does not resolve by the cluster's DNS rules: {explain_unresolved(name, services, pods)}")
+        return address
+
+    return resolver
+
+
+# --- rank 0's metrics -----------------------------------------------------------
+
+
+def read_rank0_metrics(text: str) -> dict[str, float]:
+    """Rank 0's samples by metric name, from Prometheus text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get(metricnames.LABEL_RANK, "0") == "0":
+                values[sample.name] = sample.value
+    return values
+
+
+def scrape(address: str, port: int) -> dict[str, float] | None:
+    """Short timeout: a stopped rank 0 freezes its metrics server too."""
+    try:
+        with urllib.request.urlopen(f"http://{address}:{port}/metrics", timeout=SCRAPE_TIMEOUT_SECONDS) as reply:
+            return read_rank0_metrics(reply.read().decode())
+    except (OSError, ValueError):
+        return None
+
+
+def progress_from(values: Mapping[str, float], previous: Rank0Progress | None, generation: int, now: float) -> Rank0Progress | None:
+    if metricnames.ENV_STEPS_TOTAL not in values:
+        return previous
+    return lifecycle.next_progress(
+        previous, generation, int(values[metricnames.ENV_STEPS_TOTAL]), now,
+        succeeded=values.get(metricnames.SUCCESS, 0.0) >= 1.0,
+        steps_per_second=values.get(metricnames.STEPS_PER_SECOND),
+        episode_return_mean=values.get(metricnames.EPISODE_RETURN),
+        eval_return=values.get(metricnames.EVAL_RETURN),
+    )
+
+
+# --- the local cluster ----------------------------------------------------------
+
+
+@dataclass
+class LocalPod:
+    pod: dict
+    ip: str
+    rank: int
+    generation: int
+    process: PodProcess
+    deletion_timestamp: float | None = None
+
+
+class LocalCluster:
+    """The job's Service, ConfigMap, claim and pods, on this machine."""
+
+    def __init__(self, job: Job, uid: str, run_dir: str, out=None):
+        self.job, self.uid, self.run_dir = job, uid, run_dir
+        self.out = out or sys.stdout
+        self.services = [render_service(job, NAMESPACE)]
+        configmap = render_configmap(job, NAMESPACE, uid)
+        self.configmaps = {configmap["metadata"]["name"]: dict(configmap["data"])}
+        for name, data in self.configmaps.items():
+            directory = self.configmap_dir(name)
+            for key, value in data.items():
+                with open(os.path.join(directory, key), "w") as f:
+                    f.write(value)
+        self.pods: dict[str, LocalPod] = {}
+
+    def configmap_dir(self, name: str) -> str:
+        path = os.path.join(self.run_dir, "configmaps", name)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def claim_dir(self, claim: str) -> str:
+        """The job's checkpoint claim is runs/<job>/checkpoints; any other claim its own directory."""
+        spec = self.job.spec
+        ours = spec.checkpoint.claim_name or names.pvc_name(self.job.name)
+        path = os.path.join(self.run_dir, "checkpoints") if claim == ours else os.path.join(self.run_dir, "claims", claim)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def host_path(self, pod: Mapping, path: str) -> str | None:
+        """Where a path inside `pod` lives on this machine (through its mounts)."""
+        container = pod["spec"]["containers"][0]
+        volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+        for mount in sorted(container.get("volumeMounts") or [], key=lambda m: -len(m["mountPath"])):
+            prefix = mount["mountPath"].rstrip("/") + "/"
+            claim = (volumes.get(mount["name"]) or {}).get("persistentVolumeClaim")
+            if claim and (path + "/").startswith(prefix):
+                return os.path.join(self.claim_dir(claim["claimName"]), path[len(prefix):])
+        return None
+
+    def live_dns_pods(self) -> list[DNSPod]:
+        return [DNSPod(p.pod, p.ip, p.process.running) for p in self.pods.values() if p.deletion_timestamp is None]
+
+    def create(self, generation: int, ranks: tuple[int, ...]) -> None:
+        """Start the pods of `generation`; names resolve against every pod that exists, these included."""
+        fresh = []
+        for rank in ranks:
+            if names.pod_name(self.job.name, rank) in self.pods:
+                continue  # 409: the name is taken; the lifecycle sees it next round
+            pod = render_pod(self.job, NAMESPACE, self.uid, rank, generation, target="local")
+            pod["metadata"]["uid"] = str(uuid.uuid4())
+            fresh.append(DNSPod(pod, pod_address(self.run_dir, rank)))
+        resolver = make_resolver(self.services, self.live_dns_pods() + fresh)
+        logs = os.path.join(self.run_dir, "logs")
+        os.makedirs(logs, exist_ok=True)
+        for entry in fresh:
+            name, rank = entry.pod["metadata"]["name"], int(entry.pod["metadata"]["labels"][names.LABEL_RANK])
+            process = start_pod(
+                entry.pod, entry.ip, os.path.join(self.run_dir, "pods", name), self.configmaps,
+                self.configmap_dir, self.claim_dir, resolver, prefix=f"[rank {rank}]", out=self.out,
+                log_path=os.path.join(logs, f"{name}-g{generation}.log"),
+            )
+            self.pods[name] = LocalPod(entry.pod, entry.ip, rank, generation, process)
+
+    def delete(self, pod_names: tuple[str, ...], force: bool, now: float) -> None:
+        for name in pod_names:
+            entry = self.pods.get(name)
+            if entry is None:
+                continue
+            if not entry.process.running:
+                del self.pods[name]
+                continue
+            grace = 0 if force else entry.pod["spec"].get("terminationGracePeriodSeconds", 30)
+            entry.deletion_timestamp = entry.process.terminate(grace, now)
+
+    def observe(self, now: float) -> list[ObservedPod]:
+        """Every pod as a cluster would report it; deleted pods whose process ended are gone."""
+        seen = []
+        for name, entry in list(self.pods.items()):
+            code = entry.process.poll(now)
+            if entry.deletion_timestamp is not None and code is not None:
+                del self.pods[name]
+                continue
+            seen.append(observed(entry, code))
+        return seen
+
+    def running(self) -> list[PodProcess]:
+        return [p.process for p in self.pods.values() if p.process.running]
+
+    def kill_all(self) -> None:
+        for entry in self.pods.values():
+            entry.process.kill()
+        for entry in self.pods.values():
+            entry.process.wait(5)
+
+
+def observed(entry: LocalPod, code: int | None) -> ObservedPod:
+    process = entry.process
+    message = process.termination_message() if code is not None else None
+    reason = lifecycle.termination_reason(message)
+    if code is not None and reason is None:
+        reason = "Completed" if code == 0 else ("StartError" if process.start_error else "Error")
+    return ObservedPod(
+        name=entry.pod["metadata"]["name"],
+        rank=entry.rank,
+        generation=entry.generation,
+        phase="Running" if code is None else ("Succeeded" if code == 0 else "Failed"),
+        ready=code is None,
+        exit_code=code,
+        reason=reason,
+        message=message,
+        deletion_timestamp=entry.deletion_timestamp,
+        start_time=process.started_at,
+    )
+
+
+# --- the run --------------------------------------------------------------------
+
+
+def load_job(path: str) -> dict:
+    with open(path) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d is not None]
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise SystemExit(f"{path}: expected exactly one RLTrainingJob document")
+    return docs[0]
+
+
+def job_uid(run_dir: str) -> str:
+    """The same run directory is the same job: resuming keeps the uid (and checkpoints)."""
+    path = os.path.join(run_dir, "uid")
+    if os.path.exists(path):
+        with open(path) as f:
+            return f.read().strip()
+    uid = str(uuid.uuid4())
+    with open(path, "w") as f:
+        f.write(uid + "\n")
+    return uid
+
+
+def write_json(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def check_port_free(port: int) -> None:
+    """Rank 0's store listens on every address: another run on this port would take our rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError as e:
+            raise LocalRunError(f"rendezvous port {port} is in use here ({e.strerror}); pick another with --set rendezvous.port=N") from e
+
+
+def suspended(spec: JobSpec) -> JobSpec:
+    return spec.model_copy(update={"run_policy": spec.run_policy.model_copy(update={"suspend": True})})
+
+
+class Interrupts:
+    """First Ctrl-C (or SIGTERM): stop gracefully. Second: kill at once."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __enter__(self) -> Self:
+        self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def handle(self, _signum: int, _frame: object) -> None:
+        self.count += 1
+
+    def __exit__(self, *_exc: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
+def say(message: str) -> None:
+    print(f"[kuberl] {message}", flush=True)
+
+
+def run(job: Job, run_dir: str, out=None) -> tuple[int, dict, float]:
+    """Drive the job to an end; returns (exit code, final status, wall seconds)."""
+    uid = job_uid(run_dir)
+    status_path = os.path.join(run_dir, "status.json")
+    status: dict = {}
+    if os.path.exists(status_path):
+        with open(status_path) as f:
+            previous = json.load(f)
+        status = {"generation": int(previous.get("generation", 0)) + 1}
+        say(f"resuming {job.name} (last run: {previous.get('phase')}, generation {previous.get('generation')})")
+    if job.spec.world_size > 1:
+        check_port_free(job.spec.rendezvous.port)
+    cluster = LocalCluster(job, uid, run_dir, out)
+    started = time.time()
+    rank0: Rank0Progress | None = None
+    last_scrape = 0.0
+    killed = announced = False
+    with Interrupts() as interrupts:
+        try:
+            while True:
+                now = time.time()
+                pods = cluster.observe(now)
+                leader = next((p for p in cluster.pods.values() if p.rank == 0 and p.deletion_timestamp is None), None)
+                if leader is not None and leader.process.running and now - last_scrape >= SCRAPE_EVERY_SECONDS:
+                    last_scrape = now
+                    values = scrape(leader.ip, job.spec.metrics.port)
+                    if values is not None:
+                        rank0 = progress_from(values, rank0, leader.generation, now)
+                if interrupts.count and not announced:
+                    announced = True
+                    say(f"stopping: SIGTERM to every rank, {job.spec.run_policy.termination_grace_period_seconds}s to save (Ctrl-C again to kill)")
+                spec = suspended(job.spec) if interrupts.count else job.spec
+                decision = lifecycle.decide(spec, status, pods, rank0, now)
+                if decision.status != status:
+                    write_json(status_path, decision.status)
+                status = decision.status
+                act(cluster, decision, now)
+                if interrupts.count > 1 and not killed:
+                    say("killing every rank now")
+                    cluster.kill_all()
+                    killed = True
+                if decision.phase in lifecycle.TERMINAL and not cluster.running():
+                    return (0 if decision.phase == lifecycle.SUCCEEDED else 1), status, time.time() - started
+                if decision.phase == lifecycle.SUSPENDED and interrupts.count and not cluster.pods:
+                    return EXIT_INTERRUPTED, status, time.time() - started
+                time.sleep(POLL_SECONDS)
+        except BaseException:
+            cluster.kill_all()
+            raise
+
+
+def act(cluster: LocalCluster, decision: lifecycle.Decision, now: float) -> None:
+    """Carry out the decision (its status is already written), then tell the user."""
+    for action in decision.actions:
+        if isinstance(action, lifecycle.DeletePods):
+            cluster.delete(action.names, action.force, now)
+        elif isinstance(action, lifecycle.CreatePods):
+            cluster.create(action.generation, action.ranks)
+    for action in decision.actions:
+        if isinstance(action, lifecycle.Event):
+            say(f"{action.reason}: {action.message}")
+
+
+def last_progress(checkpoint_dir: str | None) -> dict:
+    path = os.path.join(checkpoint_dir, "progress.jsonl") if checkpoint_dir else None
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        lines = [line for line in f if line.strip()]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float) -> str:
+    """The one line a user reads at the end."""
+    record = last_progress(cluster_paths.get("checkpoints"))
+    timesteps = record.get("timesteps", (status.get("progress") or {}).get("timesteps", 0))
+    final = record.get("eval_return")
+    final = final if final is not None else record.get("episode_return_mean")
+    shown = f"{final:.1f}" if final is not None else "-"
+    where = f"checkpoints {cluster_paths.get('checkpoints')}"
+    if code == 0:
+        return (f"{job.name} succeeded: {timesteps:,} timesteps in {wall:.0f}s, final return {shown}; "
+                f"model {cluster_paths.get('model')}; {where}; restarts {status.get('restarts', 0)}")
+    failed = next((c for c in status.get("conditions", []) if c["type"] == lifecycle.CONDITION_FAILED and c["status"] == "True"), None)
+    if code == EXIT_INTERRUPTED:
+        return f"{job.name} stopped at {timesteps:,} timesteps after {wall:.0f}s; {where}; run the same command again to resume"
+    reason = f"{failed['reason']}: {failed['message']}" if failed else status.get("phase", "?")
+    return f"{job.name} failed after {wall:.0f}s at {timesteps:,} timesteps: {reason}"
+
+
+def paths_of(job: Job, run_dir: str, uid: str) -> dict:
+    """Host paths of the trainer's checkpoint directory and final model."""
+    cluster_config = json.loads(render_configmap(job, NAMESPACE, uid)["data"][names.CONFIG_FILE])
+    mount = names.CHECKPOINT_MOUNT_DIR.rstrip("/") + "/"
+    local = os.path.join(run_dir, "checkpoints")
+
+    def host(path: str) -> str:
+        return os.path.join(local, path[len(mount):]) if path.startswith(mount) else path
+
+    return {"checkpoints": host(cluster_config["paths"]["checkpointDir"]), "model": host(cluster_config["paths"]["finalModel"])}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        document = apply_overrides(load_job(args.file), args.workers, args.set)
+        spec = validate_job(document)
+    except InvalidJob as e:
+        print(f"{args.file}: RLTrainingJob is invalid ({len(e.problems)} problem(s)):", file=sys.stderr)
+        for p in e.problems:
+            print(f"  {p}", file=sys.stderr)
+        return 2
+    job = Job(document["metadata"]["name"], spec)
+    run_dir = os.path.join(args.dir, job.name)
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "job.yaml"), "w") as f:
+        yaml.safe_dump(document, f, sort_keys=False)
+    say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {spec.total_timesteps:,} timesteps; logs and checkpoints in {run_dir}")
+    try:
+        code, status, wall = run(job, run_dir)
+    except LocalRunError as e:
+        say(f"{job.name} cannot run here: {e}")
+        return 2
+    say(summary(job, paths_of(job, run_dir, job_uid(run_dir)), status, code, wall))
+    if args.plot and code in (0, EXIT_INTERRUPTED):
+        with contextlib.suppress(FileNotFoundError):
+            say(f"learning curve {plot(run_dir)}")
+    return code
+
+
+# --- the learning curve ---------------------------------------------------------
+
+
+def plot(run_dir: str) -> str:
+    """A PNG of return against timesteps and against wall time, from progress.jsonl."""
+    found = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "**", "progress.jsonl"), recursive=True), key=os.path.getmtime)
+    if not found:
+        raise FileNotFoundError(f"no progress.jsonl under {run_dir}/checkpoints (has the run reported progress yet?)")
+    with open(found[-1]) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    for ax, x_key, x_label in ((axes[0], "timesteps", "timesteps"), (axes[1], "wall_seconds", "wall time (s)")):
+        for key, label in (("episode_return_mean", "training return (mean)"), ("eval_return", "evaluation return")):
+            points = [(r[x_key], r[key]) for r in rows if r.get(key) is not None and r.get(x_key) is not None]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker="." if key == "eval_return" else None, label=label)
+        restarts = [r[x_key] for prev, r in itertools.pairwise(rows) if r.get("restart") != prev.get("restart")]
+        for x in restarts:
+            ax.axvline(x, color="grey", linestyle=":", linewidth=1)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("return")
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="lower right")
+    fig.suptitle(f"{os.path.basename(os.path.abspath(run_dir))} (dotted: gang restarts)")
+    out = os.path.join(run_dir, "learning-curve.png")
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    try:
+        print(plot(args.run_dir))
+    except FileNotFoundError as e:
+        print(f"kuberl plot: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,168 @@
+"""A pod's environment as the kubelet resolves it, for `kuberl run` and the
+local node: $(VAR) expansion, the downward API, quantities, the sandbox."""
+
+from __future__ import annotations
+
+import os
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from kuberl import contract
+from kuberl.localnode import (
+    LocalRunError,
+    container_env,
+    expand,
+    launch,
+    prepare_sandbox,
+    quantity,
+    resource_field,
+    trainer_container,
+)
+from kuberl.localrun import DNSPod, apply_overrides, make_resolver, read_rank0_metrics
+from kuberl.render import Job, render_pod, render_service
+from kuberl.spec import parse_spec
+
+
+def no_dns(name: str) -> str:
+    raise AssertionError(f"unexpected lookup of {name}")
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("$(A)", "alpha"),
+    ("x-$(A)-$(B)", "x-alpha-beta"),
+    ("$$(A)", "$(A)"),
+    ("$(MISSING)", "$(MISSING)"),
+    ("$(A", "$(A"),
+    ("cost $5", "cost $5"),
+    ("trailing $", "trailing $"),
+    ("$$$(A)", "$alpha"),
+    ("$()", "$()"),
+])
+def test_expansion_follows_kubernetes(text, expected):
+    assert expand(text, {"A": "alpha", "B": "beta"}) == expected
+
+
+@pytest.mark.parametrize("text,value", [
+    ("2", 2), ("500m", Fraction(1, 2)), ("1.5", Fraction(3, 2)), ("2Gi", 2 * 2**30), ("1e3", 1000), ("100M", 10**8), (".5", Fraction(1, 2)),
+])
+def test_quantities(text, value):
+    assert quantity(text) == value
+
+
+def test_a_bad_quantity_is_refused():
+    with pytest.raises(LocalRunError):
+        quantity("2 cores")
+
+
+def pod_with(env: list[dict], resources: dict | None = None) -> dict:
+    container = {"name": "trainer", "command": ["python", "-c", "pass"], "env": env, "resources": resources or {}}
+    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"app": "x"}},
+            "spec": {"hostname": "p", "containers": [container]}}
+
+
+@pytest.mark.parametrize("limits,requests,ref,expected", [
+    ({"cpu": "1500m"}, {}, {"resource": "limits.cpu"}, "2"),
+    ({"cpu": "2"}, {}, {"resource": "limits.cpu", "divisor": "1"}, "2"),
+    ({}, {}, {"resource": "limits.cpu"}, "6"),  # no limit: the node's CPUs
+    ({"cpu": "250m"}, {}, {"resource": "limits.cpu", "divisor": "1m"}, "250"),
+    ({"memory": "2Gi"}, {}, {"resource": "limits.memory", "divisor": "1Mi"}, "2048"),
+    ({"cpu": "4"}, {"cpu": "1100m"}, {"resource": "requests.cpu"}, "2"),
+])
+def test_resource_field_refs_round_up(limits, requests, ref, expected):
+    pod = pod_with([], {"limits": limits, "requests": requests})
+    assert resource_field(pod, ref, node_cpus=6) == expected
+
+
+def test_env_values_field_refs_and_configmap_keys():
+    env = [
+        {"name": "A", "value": "one"},
+        {"name": "B", "value": "$(A)-two-$(C)"},  # C is defined later: left as written
+        {"name": "C", "value": "three"},
+        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+        {"name": "CPUS", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+        {"name": "KEY", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}},
+        {"name": "GONE", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "nope", "optional": True}}},
+    ]
+    pod = pod_with(env, {"limits": {"cpu": "3"}})
+    got = container_env(pod, trainer_container(pod), "127.5.0.9", {"cm": {"k": "v"}}, no_dns, node_cpus=8)
+    assert got == {"A": "one", "B": "one-two-$(C)", "C": "three", "IP": "127.5.0.9", "NAME": "p", "NS": "ns",
+                   "APP": "x", "CPUS": "3", "KEY": "v"}
+
+
+@pytest.mark.parametrize("source", [
+    {"secretKeyRef": {"name": "s", "key": "k"}},
+    {"fieldRef": {"fieldPath": "status.nothing"}},
+    {"configMapKeyRef": {"name": "cm", "key": "missing"}},
+])
+def test_what_cannot_be_served_here_is_an_error(source):
+    pod = pod_with([{"name": "X", "valueFrom": source}])
+    with pytest.raises(LocalRunError):
+        container_env(pod, trainer_container(pod), "127.5.0.9", {"cm": {}}, no_dns, node_cpus=1)
+
+
+def rendered_env(procs: int = 1) -> tuple[dict, dict]:
+    spec = parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "workers": 2,
+                       "procsPerWorker": procs, "resources": {"limits": {"cpu": "1500m"}}})
+    job = Job("cp", spec)
+    pods = [DNSPod(render_pod(job, "default", "u", r, 3, target="local"), f"127.7.0.{r + 2}") for r in range(2)]
+    resolver = make_resolver([render_service(job, "default")], pods)
+    pod = pods[1].pod
+    return pod, container_env(pod, trainer_container(pod), pods[1].ip, {}, resolver, node_cpus=2)
+
+
+def test_the_rendered_contract_resolves_to_this_pods_address_and_limit():
+    _, env = rendered_env()
+    assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "127.7.0.2"
+    assert env[contract.ENV_METRICS_ADDR] == "127.7.0.3"
+    assert env["OMP_NUM_THREADS"] == "2"
+    assert (env["RANK"], env["WORLD_SIZE"], env[contract.ENV_RESTART]) == ("1", "2", "3")
+
+
+def test_the_launcher_command_is_expanded_and_python_is_this_interpreter(tmp_path):
+    pod, env = rendered_env(procs=2)
+    started = launch(pod, str(tmp_path), env, base_env={"PATH": "/bin"})
+    assert started.argv[0] == sys.executable
+    assert "--master-addr=127.7.0.2" in started.argv and "--node-rank=1" in started.argv
+    assert started.env[contract.ENV_FS_ROOT] == str(tmp_path) and started.env["PATH"] == "/bin"
+    assert started.env["HOSTNAME"] == "cp-1"
+
+
+def test_the_sandbox_puts_every_mount_where_the_pod_expects_it(tmp_path):
+    spec = parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000})
+    pod = render_pod(Job("cp", spec), "default", "u", 0, 0, target="local")
+    configs, claims = tmp_path / "cm", tmp_path / "claims"
+    (configs / "cp-config").mkdir(parents=True)
+    (configs / "cp-config" / "config.json").write_text("{}")
+    (tmp_path / "sandbox" / "stale").mkdir(parents=True)
+    root = prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod),
+                           lambda name: str(configs / name), lambda claim: str(claims / claim))
+    assert Path(root, "etc/kuberl/config.json").read_text() == "{}"
+    assert os.path.realpath(os.path.join(root, "checkpoints")) == str(claims / "cp-checkpoints")
+    assert os.path.isfile(os.path.join(root, "dev/termination-log")) and os.path.isdir(os.path.join(root, "tmp"))
+    assert not (tmp_path / "sandbox" / "stale").exists()
+
+
+def test_overrides_set_nested_fields_as_yaml():
+    job = {"metadata": {"name": "j"}, "spec": {"workers": 2, "runPolicy": {"backoffLimit": 3}}}
+    out = apply_overrides(job, 4, ["runPolicy.restartBackoffSeconds=0.5", "success.targetReturn=null",
+                                  "spec.ppo.hiddenSizes=[8, 8]", "metadata.name=k"])
+    assert out == {"metadata": {"name": "k"}, "spec": {
+        "workers": 4, "runPolicy": {"backoffLimit": 3, "restartBackoffSeconds": 0.5},
+        "success": {"targetReturn": None}, "ppo": {"hiddenSizes": [8, 8]}}}
+    assert job["spec"]["workers"] == 2
+
+
+def test_rank_zero_metrics_are_read_by_name():
+    text = (
+        '# TYPE kuberl_trainer_env_steps_total counter\n'
+        'kuberl_trainer_env_steps_total{rltj="j",rank="0"} 4096.0\n'
+        'kuberl_trainer_env_steps_total{rltj="j",rank="1"} 7.0\n'
+        '# TYPE kuberl_trainer_success gauge\n'
+        'kuberl_trainer_success{rltj="j",rank="0"} 1.0\n'
+    )
+    assert read_rank0_metrics(text) == {"kuberl_trainer_env_steps_total": 4096.0, "kuberl_trainer_success": 1.0}

@@ -1,0 +1,96 @@
+"""A pod's process group: output prefixed, the whole group signalled and
+reaped, exit codes and termination messages as a kubelet reports them."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import sys
+import textwrap
+import time
+
+from kuberl.localnode import Launch, PodProcess
+
+
+def start(tmp_path, code: str, prefix: str = "[rank 0]") -> PodProcess:
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    env = {**os.environ, "TERMINATION_LOG": str(log)}
+    return PodProcess(Launch([sys.executable, "-c", textwrap.dedent(code)], env, str(tmp_path), str(log)), prefix, io.StringIO())
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for our purposes
+        return f.read().split(") ")[1][0] != "Z"
+
+
+def test_output_is_prefixed_and_the_message_read(tmp_path):
+    p = start(tmp_path, """
+        import os
+        print("hello")
+        open(os.environ["TERMINATION_LOG"], "w").write("Succeeded: done\\n")
+    """)
+    assert p.wait(10) == 0
+    assert p.out.getvalue() == "[rank 0] hello\n"
+    assert p.termination_message() == "Succeeded: done"
+
+
+def test_a_failure_without_a_message_falls_back_to_the_log_tail(tmp_path):
+    p = start(tmp_path, "import sys; print('line 1'); print('boom', file=sys.stderr); sys.exit(3)")
+    assert p.wait(10) == 3
+    assert p.termination_message() == "line 1\nboom"
+
+
+def test_a_killed_process_reports_128_plus_the_signal(tmp_path):
+    p = start(tmp_path, "import time; print('up', flush=True); time.sleep(60)")
+    while "up" not in p.out.getvalue():
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGKILL)
+    assert p.wait(10) == 137
+
+
+def test_terminate_reaches_the_whole_group_then_kills_what_ignores_it(tmp_path):
+    p = start(tmp_path, """
+        import signal, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)"])
+        print(child.pid, flush=True)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(60)
+    """)
+    while not p.out.getvalue().strip():
+        time.sleep(0.05)
+    child = int(p.out.getvalue().split()[2])
+    kill_at = p.terminate(0.5)
+    assert p.poll() is None and alive(child)  # both ignore SIGTERM
+    while p.poll() is None:
+        time.sleep(0.05)
+    assert time.time() >= kill_at and p.poll() == 137
+    deadline = time.time() + 5
+    while alive(child) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not alive(child)
+
+
+def test_when_the_main_process_ends_nothing_it_started_survives(tmp_path):
+    p = start(tmp_path, """
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        print(child.pid, flush=True)
+    """)
+    assert p.wait(10) == 0
+    child = int(p.out.getvalue().split()[2])
+    deadline = time.time() + 5
+    while alive(child) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not alive(child)
+
+
+def test_a_command_that_cannot_start_is_a_start_error(tmp_path):
+    p = PodProcess(Launch(["/nonexistent/python"], {}, str(tmp_path), str(tmp_path / "log")), "[rank 0]", io.StringIO())
+    assert p.poll() == 128 and p.termination_message().startswith("StartError:")
