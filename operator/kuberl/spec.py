@@ -115,9 +115,9 @@ class DQNConfig(Model):
 
 
 class EnvSpec(Model):
-    id: str = immutable(min_length=1, max_length=253, pattern=ENV_ID, description='A gymnasium id ("CartPole-v1", "ALE/Pong-v5") or "module:Class".')
+    id: str = Field(min_length=1, max_length=253, pattern=ENV_ID, description='A gymnasium id ("CartPole-v1", "ALE/Pong-v5") or "module:Class".')
     num_envs: int = Field(8, ge=1, le=4096, description="Vectorised envs per process (rank).")
-    kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for gymnasium.make.", json_schema_extra=free_form("", 64))
+    kwargs: dict[str, Any] = Field({}, description="Keyword arguments for gymnasium.make.", json_schema_extra=free_form("", 64))
     backend: Literal["gymnasium", "envpool"] = Field("gymnasium", description="Vector env implementation.")
 
 

@@ -1,0 +1,315 @@
+"""The CRD (openAPIV3Schema + CEL rules, evaluated with cel-python) and the
+operator's validator give the same verdict, at the same paths, on one table.
+
+The API server is emulated where it matters: schema defaults are applied
+before validation, unknown fields are errors (kubectl's default
+--validate=strict), CEL is skipped when a type error blocks it, and transition
+rules (oldSelf) run on updates only, where both old and new values exist.
+"""
+
+import copy
+from pathlib import Path
+
+import celpy
+import jsonschema
+import pytest
+import yaml
+from kuberl.spec import CROSS_FIELD_RULES, InvalidJob, immutable_changes, validate_job
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text())
+SCHEMA = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+CEL = celpy.Environment()
+
+
+# --- emulating the API server -------------------------------------------------
+
+
+def to_jsonschema(node, preserve_metadata=True):
+    """A structural schema as a draft-4 JSON schema with strict field validation."""
+    out = {k: v for k, v in node.items() if not k.startswith("x-kubernetes") and k not in ("nullable", "default", "anyOf")}
+    if node.get("x-kubernetes-int-or-string"):
+        out["type"] = ["integer", "string"]
+    if node.get("nullable"):
+        out["type"] = [out["type"], "null"]
+    if "properties" in node:
+        out["properties"] = {k: to_jsonschema(v) for k, v in node["properties"].items()}
+        if not node.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+    if isinstance(node.get("items"), dict):
+        out["items"] = to_jsonschema(node["items"])
+    if isinstance(node.get("additionalProperties"), dict):
+        out["additionalProperties"] = to_jsonschema(node["additionalProperties"])
+    return out
+
+
+JSON_SCHEMA = to_jsonschema(SCHEMA)
+JSON_SCHEMA["properties"]["metadata"].pop("additionalProperties")  # ObjectMeta is Kubernetes' business
+JSON_SCHEMA["properties"].pop("status")
+
+
+def apply_defaults(node, value):
+    """Schema defaults, as the API server applies them before validating."""
+    if isinstance(value, dict):
+        for key, child in (node.get("properties") or {}).items():
+            if key not in value and "default" in child:
+                value[key] = copy.deepcopy(child["default"])
+            if key in value:
+                apply_defaults(child, value[key])
+        if isinstance(node.get("additionalProperties"), dict):
+            for item in value.values():
+                apply_defaults(node["additionalProperties"], item)
+    elif isinstance(value, list) and isinstance(node.get("items"), dict):
+        for item in value:
+            apply_defaults(node["items"], item)
+    return value
+
+
+def path_of(parts):
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def schema_errors(obj):
+    """(paths, blocking): the paths the schema refuses, and whether a type error blocks CEL."""
+    paths, blocking = set(), False
+    for error in jsonschema.Draft4Validator(JSON_SCHEMA).iter_errors(obj):
+        where = list(error.absolute_path)
+        if error.validator == "additionalProperties" and error.validator_value is False:
+            allowed = set(error.schema.get("properties", {}))
+            paths |= {path_of([*where, key]) for key in error.instance if key not in allowed}
+        elif error.validator == "required":
+            paths |= {path_of([*where, key]) for key in error.validator_value if key not in error.instance}
+        else:
+            paths.add(path_of(where))
+        blocking |= error.validator == "type"
+    return paths, blocking
+
+
+def compile_rule(text):
+    return CEL.program(CEL.compile(text))
+
+
+def cel_errors(node, new, old, path, transition, fired=None):
+    """Evaluate every x-kubernetes-validations rule below `node`; failing paths
+    and messages (and, into `fired`, the text of each rule that failed)."""
+    failures = {}
+    for rule in node.get("x-kubernetes-validations", []):
+        uses_old = "oldSelf" in rule["rule"]
+        if uses_old and (not transition or old is None):
+            continue
+        activation = {"self": celpy.json_to_cel(new)}
+        if uses_old:
+            activation["oldSelf"] = celpy.json_to_cel(old)
+        if not compile_rule(rule["rule"]).evaluate(activation):
+            where = path + rule.get("fieldPath", "")
+            message = rule["message"]
+            if "messageExpression" in rule:
+                message = str(compile_rule(rule["messageExpression"]).evaluate(activation))
+            failures[where] = message
+            if fired is not None:
+                fired.add((where, rule["rule"]))
+    if isinstance(new, dict):
+        for key, child in (node.get("properties") or {}).items():
+            if key in new:
+                old_child = old.get(key) if isinstance(old, dict) else None
+                failures |= cel_errors(child, new[key], old_child, f"{path}.{key}", transition, fired)
+    return failures
+
+
+def crd_verdict(new, old=None):
+    """{path: message} the API server would refuse `new` with (an update when `old`)."""
+    new = apply_defaults(SCHEMA, copy.deepcopy(new))
+    old = apply_defaults(SCHEMA, copy.deepcopy(old)) if old is not None else None
+    paths, blocking = schema_errors(new)
+    failures = {p: "schema" for p in paths}
+    if not blocking:
+        failures |= cel_errors(SCHEMA["properties"]["spec"], new["spec"], old and old["spec"], "spec", old is not None)
+    return failures
+
+
+def python_verdict(new, old=None):
+    """{path: message} from the operator's validator."""
+    try:
+        validate_job(new)
+        problems = immutable_changes(old["spec"], new["spec"]) if old is not None else []
+    except InvalidJob as e:
+        problems = e.problems
+    return {p.path: p.message for p in problems}
+
+
+# --- the shared table ---------------------------------------------------------
+
+MINIMAL = {
+    "apiVersion": "kuberl.dev/v1alpha1",
+    "kind": "RLTrainingJob",
+    "metadata": {"name": "cartpole"},
+    "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000},
+}
+FULL = yaml.safe_load(
+    """
+apiVersion: kuberl.dev/v1alpha1
+kind: RLTrainingJob
+metadata: {name: atari-dqn}
+spec:
+  algorithm: dqn
+  dqn: {learningRate: 0.0005, hiddenSizes: [256]}
+  env: {id: "ALE/Pong-v5", numEnvs: 4, kwargs: {frameskip: 4}}
+  totalTimesteps: 1000000
+  workers: 4
+  gpusPerWorker: 2
+  procsPerWorker: 2
+  resources: {requests: {memory: 16Gi}, limits: {cpu: 8}}
+  labels: {team: rl}
+  checkpoint: {claimName: shared, keep: 2}
+  queueName: team-a
+  image: reg/trainer:1
+  metrics: {port: 9100}
+"""
+)
+
+
+def spec_with(base, **changes):
+    job = copy.deepcopy(base)
+    for key, value in changes.items():
+        *parents, last = key.split("__")
+        node = job["spec"]
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return job
+
+
+def named(base, name):
+    job = copy.deepcopy(base)
+    job["metadata"]["name"] = name
+    return job
+
+
+# (id, new, old or None, the paths both must refuse; empty = valid)
+CASES = [
+    ("minimal", MINIMAL, None, set()),
+    ("full", FULL, None, set()),
+    ("procs-without-gpus", spec_with(MINIMAL, procsPerWorker=4), None, set()),
+    ("metrics-just-below-rendezvous", spec_with(MINIMAL, metrics={"port": 29499}), None, set()),
+    ("rendezvous-just-after-the-metrics-range", spec_with(FULL, rendezvous={"port": 9102}), None, set()),
+    ("workers-0", spec_with(MINIMAL, workers=0), None, {"spec.workers"}),
+    ("workers-string", spec_with(MINIMAL, workers="2"), None, {"spec.workers"}),
+    ("negative-timesteps", spec_with(MINIMAL, totalTimesteps=-5), None, {"spec.totalTimesteps"}),
+    ("unknown-spec-field", spec_with(MINIMAL, bogus=1), None, {"spec.bogus"}),
+    ("unknown-hyperparameter", spec_with(MINIMAL, ppo={"learningRat": 0.1}), None, {"spec.ppo.learningRat"}),
+    ("unknown-nested-field", spec_with(MINIMAL, runPolicy={"backofLimit": 1}), None, {"spec.runPolicy.backofLimit"}),
+    ("wrong-typed-hyperparameter", spec_with(MINIMAL, ppo={"learningRate": "fast"}), None, {"spec.ppo.learningRate"}),
+    ("hidden-width-0", spec_with(FULL, dqn={"hiddenSizes": [0]}), None, {"spec.dqn.hiddenSizes[0]"}),
+    ("too-many-layers", spec_with(FULL, dqn={"hiddenSizes": [8] * 9}), None, {"spec.dqn.hiddenSizes"}),
+    ("unknown-algorithm", spec_with(MINIMAL, algorithm="a2c"), None, {"spec.algorithm"}),
+    ("missing-env", spec_with(MINIMAL, env=None), None, {"spec.env"}),
+    ("missing-env-id", spec_with(MINIMAL, env={"numEnvs": 2}), None, {"spec.env.id"}),
+    ("bad-env-id", spec_with(MINIMAL, env={"id": "Cart Pole"}), None, {"spec.env.id"}),
+    ("metrics-port-out-of-range", spec_with(MINIMAL, metrics={"port": 70000}), None, {"spec.metrics.port"}),
+    ("label-value-too-long", spec_with(MINIMAL, labels={"team": "x" * 64}), None, {"spec.labels.team"}),
+    ("bad-quantity", spec_with(MINIMAL, resources={"limits": {"memory": "lots"}}), None, {"spec.resources.limits.memory"}),
+    ("bad-queue-name", spec_with(MINIMAL, queueName="Team A"), None, {"spec.queueName"}),
+    ("bad-claim-name", spec_with(MINIMAL, checkpoint={"claimName": "My_PVC"}), None, {"spec.checkpoint.claimName"}),
+    ("name-too-long", named(MINIMAL, "a" * 51), None, {"metadata.name"}),
+    ("name-not-dns", named(MINIMAL, "Cart_Pole"), None, {"metadata.name"}),
+    ("dqn-block-with-ppo", spec_with(MINIMAL, dqn={}), None, {"spec.dqn"}),
+    ("ppo-block-with-dqn", spec_with(FULL, ppo={}), None, {"spec.ppo"}),
+    ("gpus-procs-disagree", spec_with(FULL, procsPerWorker=3), None, {"spec.procsPerWorker"}),
+    ("metrics-on-default-rendezvous", spec_with(MINIMAL, metrics={"port": 29500}), None, {"spec.metrics.port"}),
+    ("rendezvous-on-default-metrics", spec_with(MINIMAL, rendezvous={"port": 9090}), None, {"spec.metrics.port"}),
+    ("rendezvous-in-metrics-range", spec_with(FULL, rendezvous={"port": 9101}), None, {"spec.metrics.port"}),
+    ("gpu-in-limits", spec_with(MINIMAL, resources={"limits": {"nvidia.com/gpu": 1}}), None, {"spec.resources"}),
+    ("gpu-in-requests", spec_with(MINIMAL, resources={"requests": {"nvidia.com/gpu": "1"}}), None, {"spec.resources"}),
+    # updates
+    ("update-mutable", spec_with(FULL, runPolicy={"backoffLimit": 9}, success={"targetReturn": 20}), FULL, set()),
+    ("update-default-made-explicit", spec_with(MINIMAL, workers=1, seed=1, env={"id": "CartPole-v1", "numEnvs": 8}), MINIMAL, set()),
+    ("update-workers", spec_with(FULL, workers=8), FULL, {"spec.workers"}),
+    ("update-hyperparameter", spec_with(FULL, dqn={"learningRate": 0.001, "hiddenSizes": [256]}), FULL, {"spec.dqn"}),
+    ("update-env", spec_with(FULL, env={"id": "ALE/Pong-v5", "numEnvs": 8, "kwargs": {"frameskip": 4}}), FULL, {"spec.env"}),
+    ("update-env-id", spec_with(FULL, env={"id": "ALE/Breakout-v5", "numEnvs": 4, "kwargs": {"frameskip": 4}}), FULL, {"spec.env"}),
+    ("update-env-kwargs", spec_with(FULL, env={"id": "ALE/Pong-v5", "numEnvs": 4}), FULL, {"spec.env"}),
+    ("update-seed", spec_with(FULL, seed=7), FULL, {"spec.seed"}),
+    ("update-image", spec_with(FULL, image="reg/trainer:2"), FULL, {"spec.image"}),
+    ("remove-queue-name", spec_with(FULL, queueName=None), FULL, {"spec.queueName"}),
+    ("add-image", spec_with(MINIMAL, image="reg/trainer:2"), MINIMAL, {"spec.image"}),
+    ("add-hyperparameter-block", spec_with(MINIMAL, ppo={}), MINIMAL, {"spec.ppo"}),
+    ("remove-procs", spec_with(FULL, procsPerWorker=None), FULL, {"spec.procsPerWorker"}),
+    ("remove-hyperparameter-block", spec_with(FULL, dqn=None), FULL, {"spec.dqn"}),
+    ("update-gpus-and-procs", spec_with(FULL, gpusPerWorker=4, procsPerWorker=4), FULL, {"spec.gpusPerWorker", "spec.procsPerWorker"}),
+    ("update-algorithm", spec_with(FULL, algorithm="ppo", dqn=None), FULL, {"spec.algorithm", "spec.dqn"}),
+]
+
+
+def test_every_rule_compiles_and_fails_in_some_case_of_the_table():
+    rules = [(path, r) for path, node in _nodes(SCHEMA) for r in node.get("x-kubernetes-validations", [])]
+    assert len(rules) >= 20
+    fired = set()
+    for _, new, old, _ in CASES:
+        new_d = apply_defaults(SCHEMA, copy.deepcopy(new))
+        old_d = apply_defaults(SCHEMA, copy.deepcopy(old)) if old else None
+        cel_errors(SCHEMA["properties"]["spec"], new_d["spec"], old_d and old_d["spec"], "spec", old is not None, fired)
+    fired_rules = {(path.removeprefix("spec"), rule) for path, rule in fired}
+    never = []
+    for path, rule in rules:
+        compile_rule(rule["rule"])
+        if "messageExpression" in rule:
+            compile_rule(rule["messageExpression"])
+        where = path.removeprefix(".properties").removeprefix(".spec") + rule.get("fieldPath", "")
+        if (where, rule["rule"]) not in fired_rules:
+            never.append((where, rule["rule"]))
+    # immutability of fields no case changes is the same `self == oldSelf`, proven on others
+    untested_immutables = {w for w, r in never if r == "self == oldSelf"}
+    assert [n for n in never if n[1] != "self == oldSelf"] == []
+    assert untested_immutables <= {".totalTimesteps", ".queueName", ".deterministic", ".ppo"}
+
+
+def _nodes(node, path=""):
+    yield path, node
+    for key, child in (node.get("properties") or {}).items():
+        yield from _nodes(child, f"{path}.{key}")
+    if isinstance(node.get("items"), dict):
+        yield from _nodes(node["items"], f"{path}[]")
+
+
+@pytest.mark.parametrize(("case", "new", "old", "refused"), CASES, ids=[c[0] for c in CASES])
+def test_crd_and_operator_agree(case, new, old, refused):
+    crd, python = crd_verdict(new, old), python_verdict(new, old)
+    assert set(crd) == refused, f"CRD: {crd}"
+    assert set(python) == refused, f"operator: {python}"
+
+
+@pytest.mark.parametrize(("case", "new"), [(c[0], c[1]) for c in CASES if c[2] is None and c[3]], ids=lambda x: x if isinstance(x, str) else "")
+def test_cross_field_messages_are_the_same_words_on_both_sides(case, new):
+    crd, python = crd_verdict(new), python_verdict(new)
+    for path, message in crd.items():
+        if message != "schema":
+            assert python[path] == message
+
+
+# Checks a schema cannot express (map keys, the template's shape, what is
+# installed here): the operator refuses them, the CRD lets them through.
+PYTHON_ONLY = [
+    ("label-key", spec_with(MINIMAL, labels={"bad key!": "x"}), "spec.labels.bad key!"),
+    ("template-container-without-name", spec_with(MINIMAL, template={"spec": {"containers": [{"image": "x"}]}}),
+     "spec.template.spec.containers[0].name"),
+    ("template-unknown-field", spec_with(MINIMAL, template={"metadta": {}}), "spec.template.metadta"),
+]
+
+
+@pytest.mark.parametrize(("case", "new", "path"), PYTHON_ONLY, ids=[c[0] for c in PYTHON_ONLY])
+def test_checks_only_the_operator_can_make(case, new, path):
+    assert crd_verdict(new) == {}
+    assert set(python_verdict(new)) == {path}
+
+
+def test_the_crd_emulation_can_say_no():
+    """Guards the emulation itself: a rule that always fails is seen failing."""
+    node = {"x-kubernetes-validations": [{"rule": "self.workers < 0", "message": "never", "fieldPath": ".workers"}]}
+    assert cel_errors(node, {"workers": 1}, None, "spec", False) == {"spec.workers": "never"}
+    assert CROSS_FIELD_RULES  # the table above covers each of them
