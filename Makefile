@@ -87,6 +87,20 @@ chart: $(STAMP) $(HELM) $(PROM_MODELS_STAMP) ## lint the Helm chart, render it, 
 	$(HELM) lint --strict charts/kuberl
 	$(PYTEST) tests/unit/test_chart*.py
 
+HADOLINT := $(VENV)/bin/hadolint
+IMAGE_TAG ?= 0.1.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_CUDA_INDEX ?= https://download.pytorch.org/whl/cu128
+images: ## build the operator, CPU trainer and CUDA trainer images (needs a Docker engine)
+	@if ! docker info >/dev/null 2>&1; then \
+	  echo "make images: no Docker engine reachable here; linting the Dockerfiles instead (tests/unit/test_dockerfiles.py)"; \
+	  $(HADOLINT) dockerfiles/*.Dockerfile; \
+	else \
+	  docker build -f dockerfiles/operator.Dockerfile -t ghcr.io/kuberl/operator:$(IMAGE_TAG) . && \
+	  docker build -f dockerfiles/trainer.Dockerfile --build-arg TORCH_INDEX=$(TORCH_INDEX) -t ghcr.io/kuberl/trainer:$(IMAGE_TAG) . && \
+	  docker build -f dockerfiles/trainer-cuda.Dockerfile --build-arg TORCH_INDEX=$(TORCH_CUDA_INDEX) -t ghcr.io/kuberl/trainer:$(IMAGE_TAG)-cuda . ; \
+	fi
+
 bench: $(STAMP) ## throughput and scaling benchmarks, printed as a table
 	$(PY) -m kuberl_trainer.bench
 

@@ -29,6 +29,10 @@ from chart_support import (
 from kuberl import cli, names
 from kuberl.render import DEFAULT_IMAGE, PLACEHOLDER_UID, render_job
 
+# The operator image's entrypoint (dockerfiles/operator.Dockerfile).
+ENTRYPOINT = json.loads(re.search(r"^ENTRYPOINT (.+)$", (ROOT / "dockerfiles" / "operator.Dockerfile").read_text(), re.MULTILINE).group(1))
+assert ENTRYPOINT[0] == "kuberl"
+
 SCENARIOS = {
     "defaults": {},
     "all-features": ALL_FEATURES,
@@ -201,17 +205,18 @@ def _operator_container(objects):
     return workload, workload["spec"]["template"]["spec"]["containers"][0]
 
 
-def _expand(arg: str, env: dict[str, str]) -> str:
-    """The kubelet's $(VAR) expansion of container args."""
-    return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), arg)
+def _parse_operator_args(args: list[str], pod_index: int):
+    """What `kuberl operator` (the image's entrypoint) makes of the rendered
+    args, after the kubelet's $(VAR) expansion."""
+    expanded = [re.sub(r"\$\((\w+)\)", lambda m: {"KUBERL_POD_INDEX": str(pod_index)}.get(m.group(1), m.group(0)), a) for a in args]
+    return cli.build_parser().parse_args([*ENTRYPOINT[1:], *expanded])
 
 
 @pytest.mark.parametrize("scenario", ["defaults", "all-features", "namespaced"])
 def test_operator_args_parse_with_the_kuberl_cli(scenario):
     values = SCENARIOS[scenario]
     _, container = _operator_container(render(values))
-    args = [_expand(a, {"KUBERL_POD_INDEX": "2"}) for a in container["args"]]
-    parsed = cli.build_parser().parse_args(args)
+    parsed = _parse_operator_args(container["args"], pod_index=2)
     assert parsed.command == "operator"
     assert parsed.namespace == values.get("operator", {}).get("watchNamespaces", [])
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -224,10 +229,9 @@ def test_replicas_get_distinct_kopf_priorities_from_their_ordinal():
     assert workload["kind"] == "StatefulSet" and workload["spec"]["replicas"] == 3
     env = {e["name"]: e for e in container["env"]}
     assert env["KUBERL_POD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
-    priorities = {cli.build_parser().parse_args([_expand(a, {"KUBERL_POD_INDEX": str(i)}) for a in container["args"]]).priority
-                  for i in range(workload["spec"]["replicas"])}
+    priorities = {_parse_operator_args(container["args"], i).priority for i in range(workload["spec"]["replicas"])}
     assert len(priorities) == 3
-    peering = cli.build_parser().parse_args([_expand(a, {"KUBERL_POD_INDEX": "0"}) for a in container["args"]]).peering
+    peering = _parse_operator_args(container["args"], 0).peering
     assert [p["metadata"]["name"] for p in of_kind(objects, "ClusterKopfPeering")] == [peering]
     namespaced = render(NAMESPACED)
     assert sorted(p["metadata"]["namespace"] for p in of_kind(namespaced, "KopfPeering")) == ["team-a", "team-b"]

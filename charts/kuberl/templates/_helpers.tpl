@@ -118,8 +118,8 @@ spec:
     - name: operator
       image: {{ include "kuberl.operatorImage" . }}
       imagePullPolicy: {{ .Values.operator.image.pullPolicy }}
+      # The image's entrypoint is `kuberl operator`; these are its flags.
       args:
-        - operator
         {{- range .Values.operator.watchNamespaces }}
         - --namespace={{ . }}
         {{- end }}
