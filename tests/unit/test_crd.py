@@ -6,6 +6,7 @@ import re
 from contextlib import redirect_stdout
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 from kuberl import cli, names
@@ -135,3 +136,7 @@ def test_crd_identity_printer_columns_and_status():
     for column in version["additionalPrinterColumns"]:
         if column["jsonPath"].startswith(".spec."):
             assert column["jsonPath"].split(".")[2] in spec_fields
+
+
+def test_crd_is_a_valid_customresourcedefinition():
+    kubernetes_validate.validate(checked_in(), "1.32", strict=True)

@@ -3,11 +3,15 @@ schemas do not check (DNS names, label values, port names), over a table of jobs
 
 import copy
 import re
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import yaml
 from kuberl import names
+from kuberl.cli import gymnasium_id_known
 from kuberl.render import PLACEHOLDER_UID, render_job
+from kuberl.spec import validate_job
 
 K8S_VERSION = "1.32"
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -204,3 +208,22 @@ def test_the_rule_checks_catch_what_they_claim_to():
     problems = " | ".join(rule_problems(pod))
     for expected in ("label value", "hostname", "port name", "unknown volume"):
         assert expected in problems
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "manifests" / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_example_validates_and_renders_valid_objects(example):
+    (job,) = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    validate_job(job, env_id_known=gymnasium_id_known)
+    for obj in render_job(job, "default", PLACEHOLDER_UID):
+        if (obj["apiVersion"], obj["kind"]) not in NON_CORE_KINDS:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        assert rule_problems(obj) == [], f"{obj['kind']} {obj['metadata']['name']}"
+
+
+def test_the_cartpole_example_stays_a_two_worker_ppo_job():
+    job = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests" / "examples" / "cartpole-ppo.yaml").read_text())
+    spec = validate_job(job)
+    assert (spec.algorithm, spec.env.id, spec.workers, spec.procs) == ("ppo", "CartPole-v1", 2, 1)
