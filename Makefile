@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help tools setup train test test-unit test-distributed test-operator test-e2e test-gpu lint bench chart images manifests clean
-.PHONY: install-yaml
+.PHONY: install-yaml checkov
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -100,6 +100,19 @@ images: ## build the operator, CPU trainer and CUDA trainer images (needs a Dock
 	  docker build -f dockerfiles/trainer.Dockerfile --build-arg TORCH_INDEX=$(TORCH_INDEX) -t ghcr.io/kuberl/trainer:$(IMAGE_TAG) . && \
 	  docker build -f dockerfiles/trainer-cuda.Dockerfile --build-arg TORCH_INDEX=$(TORCH_CUDA_INDEX) -t ghcr.io/kuberl/trainer:$(IMAGE_TAG)-cuda . ; \
 	fi
+
+CHECKOV_VENV := $(TOOLS)/checkov-venv
+CHECKOV := $(CHECKOV_VENV)/bin/checkov
+$(CHECKOV):
+	$(PYTHON) -m venv $(CHECKOV_VENV) || python3 -m venv $(CHECKOV_VENV)
+	echo "torch==2.13.0" > $(CHECKOV_VENV)/constraints.txt
+	$(CHECKOV_VENV)/bin/pip install -q checkov==3.3.30 -c $(CHECKOV_VENV)/constraints.txt
+
+# The unit tier's security scan runs checkov from its own venv.
+test-unit: $(CHECKOV)
+
+checkov: $(STAMP) $(HELM) $(CHECKOV) ## checkov (own venv in .tools) over the rendered chart, manifests, trainer pods and Dockerfiles
+	$(PYTEST) tests/unit/test_chart_checkov.py
 
 bench: $(STAMP) ## throughput and scaling benchmarks, printed as a table
 	$(PY) -m kuberl_trainer.bench
