@@ -10,7 +10,13 @@ import copy
 from typing import Any
 
 from . import names
-from .spec import CROSS_FIELD_RULES, DNS_1035, JobSpec, optional_immutable_fields
+from .spec import (
+    ANY_JSON_VALUE,
+    CROSS_FIELD_RULES,
+    DNS_1035,
+    JobSpec,
+    optional_immutable_fields,
+)
 
 PHASES = ["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed"]
 
@@ -81,10 +87,10 @@ def _structural(schema: dict) -> dict:
         schema["items"] = _structural(schema["items"])
     if isinstance(schema.get("additionalProperties"), dict):
         schema["additionalProperties"] = _structural(schema["additionalProperties"])
-    if schema.get("x-kubernetes-preserve-unknown-fields"):
+    if schema.get("x-kubernetes-preserve-unknown-fields") and schema != ANY_JSON_VALUE:
         schema["type"] = "object"
         schema.pop("additionalProperties", None)
-    if "type" not in schema and not schema.get("x-kubernetes-int-or-string"):
+    if "type" not in schema and not schema.get("x-kubernetes-int-or-string") and schema != ANY_JSON_VALUE:
         raise ValueError(f"no type for {schema}")
     return {k: v for k, v in schema.items() if k in _KEEP}
 

@@ -64,7 +64,8 @@ def as_job(job: Mapping | Job) -> Job:
     """Accept an RLTrainingJob object (validated here) or an already parsed Job."""
     if isinstance(job, Job):
         return job
-    return Job(name=job["metadata"]["name"], spec=validate_job(job))
+    spec = validate_job(job)  # first: it names a missing metadata.name
+    return Job(name=job["metadata"]["name"], spec=spec)
 
 
 # --- the environment contract -------------------------------------------------

@@ -58,6 +58,9 @@ def immutable(**kwargs: Any) -> Any:
     return Field(json_schema_extra={**extra, "x-kuberl-immutable": True}, **kwargs)
 
 
+ANY_JSON_VALUE = {"x-kubernetes-preserve-unknown-fields": True, "description": "Any JSON value."}
+
+
 def free_form(description: str, max_properties: int | None = None) -> dict:
     """Schema extra for an object Kubernetes validates itself (a pod template,
     affinity) or that the trainer interprets (env kwargs)."""
@@ -117,7 +120,13 @@ class DQNConfig(Model):
 class EnvSpec(Model):
     id: str = Field(min_length=1, max_length=253, pattern=ENV_ID, description='A gymnasium id ("CartPole-v1", "ALE/Pong-v5") or "module:Class".')
     num_envs: int = Field(8, ge=1, le=4096, description="Vectorised envs per process (rank).")
-    kwargs: dict[str, Any] = Field({}, description="Keyword arguments for gymnasium.make.", json_schema_extra=free_form("", 64))
+    kwargs: dict[str, Any] = Field(
+        {},
+        description="Keyword arguments for gymnasium.make.",
+        # a map of any JSON values, not an object with unknown fields: CEL sees
+        # map entries (so env's `self == oldSelf` covers kwargs), not unknown fields
+        json_schema_extra={"maxProperties": 64, "additionalProperties": ANY_JSON_VALUE},
+    )
     backend: Literal["gymnasium", "envpool"] = Field("gymnasium", description="Vector env implementation.")
 
 

@@ -83,7 +83,7 @@ def test_status_lists_are_bounded_too():
 def test_schema_is_structural():
     for path, node in nodes(root_schema()):
         assert set(node) <= STRUCTURAL_KEYWORDS, f"{path}: {set(node) - STRUCTURAL_KEYWORDS}"
-        assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{path} has no type"
+        assert "type" in node or node.get("x-kubernetes-int-or-string") or node.get("x-kubernetes-preserve-unknown-fields"), f"{path} has no type"
         if "anyOf" in node:
             assert node.get("x-kubernetes-int-or-string") and node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
         if node.get("type") == "object" and "properties" not in node and "additionalProperties" not in node:
