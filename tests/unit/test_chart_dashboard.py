@@ -1,0 +1,88 @@
+"""The Grafana dashboard in the chart: every query names only metrics that
+kuberl.metricnames defines (trainer and operator), none is padded to look
+alive, and every training panel follows the namespace and rltj variables.
+tests/e2e/test_dashboard.py runs the same queries against a real Prometheus."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from chart_support import CHART
+from kuberl import metricnames
+
+DASHBOARD = json.loads((CHART / "dashboards" / "kuberl.json").read_text())
+HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
+PROMQL_WORDS = {
+    "sum", "max", "min", "avg", "count", "by", "without", "on", "ignoring", "group_left", "group_right", "rate", "irate",
+    "increase", "delta", "deriv", "time", "histogram_quantile", "clamp_min", "clamp_max", "topk", "bottomk", "le",
+    "and", "or", "unless", "offset", "bool", "label_replace", "max_over_time", "min_over_time", "avg_over_time", "timestamp",
+}
+FORBIDDEN = [r"\bor\s+vector\(", r"\babsent(_over_time)?\(", r"^\s*up\s*$", r"\bup\{"]
+
+
+def defined_metric_names() -> set[str]:
+    return {value for name, value in vars(metricnames).items()
+            if isinstance(value, str) and name.isupper() and value.startswith(("kuberl_trainer_", "kuberl_operator_"))
+            and not name.endswith("PREFIX")}
+
+
+def panel_targets() -> list[tuple[str, str]]:
+    return [(panel["title"], target["expr"]) for panel in DASHBOARD["panels"] if panel["type"] != "row" for target in panel["targets"]]
+
+
+def metrics_in(expr: str) -> set[str]:
+    """Identifiers that stand for series: not functions, keywords, label names or strings."""
+    without_strings = re.sub(r'"[^"]*"', '""', expr)
+    without_matchers = re.sub(r"\{[^}]*\}", "{}", without_strings)
+    without_groupings = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", without_matchers)
+    words = set(re.findall(r"\b[a-zA-Z_:][a-zA-Z0-9_:]*\b", without_groupings))
+    return {w for w in words - PROMQL_WORDS if not w.startswith("__") and not re.fullmatch(r"\d+[smhd]", w)}
+
+
+def base_name(series: str) -> str:
+    for suffix in HISTOGRAM_SERIES:
+        if series.endswith(suffix) and series.removesuffix(suffix) in defined_metric_names():
+            return series.removesuffix(suffix)
+    return series
+
+
+def test_metrics_in_parses_what_it_should():
+    assert metrics_in('sum by (rltj) (rate(a_total{x=~"$y"}[$__rate_interval])) / on (pod) b{rank="0"}') == {"a_total", "b"}
+
+
+@pytest.mark.parametrize(("title", "expr"), panel_targets())
+def test_every_query_uses_only_defined_kuberl_metrics(title, expr):
+    used = {base_name(m) for m in metrics_in(expr)}
+    assert used, f"{title}: the query names no kuberl metric"
+    assert used <= defined_metric_names(), f"{title}: {sorted(used - defined_metric_names())} not in kuberl.metricnames"
+
+
+@pytest.mark.parametrize(("title", "expr"), panel_targets())
+def test_no_query_is_padded_to_look_alive(title, expr):
+    assert not [p for p in FORBIDDEN if re.search(p, expr)], f"{title}: {expr}"
+
+
+@pytest.mark.parametrize(("title", "expr"), [(t, e) for t, e in panel_targets() if "kuberl_trainer_" in e])
+def test_training_panels_follow_the_namespace_and_rltj_variables(title, expr):
+    for selector in re.findall(r"kuberl_trainer_\w+\{([^}]*)\}", expr):
+        assert 'namespace=~"$namespace"' in selector and 'rltj=~"$rltj"' in selector, f"{title}: {expr}"
+
+
+def test_template_variables_are_namespace_and_rltj_from_trainer_metrics():
+    variables = {v["name"]: v for v in DASHBOARD["templating"]["list"]}
+    assert {"namespace", "rltj"} <= set(variables)
+    for name in ("namespace", "rltj"):
+        query = variables[name]["query"]["query"]
+        match = re.fullmatch(r"label_values\((\w+)(\{[^}]*\})?, (\w+)\)", query)
+        assert match and match.group(3) == name and match.group(1) in defined_metric_names(), query
+
+
+def test_the_dashboard_covers_what_a_platform_team_watches():
+    text = " ".join(expr for _, expr in panel_targets())
+    for needed in [metricnames.ENV_STEPS_TOTAL, metricnames.EPISODE_RETURN, metricnames.EVAL_RETURN, metricnames.ROLLOUT_DURATION,
+                   metricnames.UPDATE_DURATION, metricnames.ALLREDUCE_DURATION, metricnames.POLICY_LOSS, metricnames.VALUE_LOSS,
+                   metricnames.LEARNING_RATE, metricnames.LAST_CHECKPOINT_TIMESTAMP, metricnames.WORLD_SIZE]:
+        assert needed in text, needed
+    assert re.search(r'rank="0"', text) and "{{rank}}" in json.dumps(DASHBOARD), "per job and per rank"
