@@ -286,3 +286,17 @@ def test_call_log_counts_writes_for_rbac(rest, standin):
     verbs = {(c.verb, c.resource) for c in standin.calls}
     assert {('create', 'configmaps'), ('patch', 'configmaps'), ('get', 'configmaps')} <= verbs
     assert standin.writes() == 2
+
+
+def test_builtin_kinds_drop_unknown_fields_and_refuse_wrong_types(rest):
+    typo = pod('typo')
+    typo['spec']['containers'][0]['imagePullPolicyy'] = 'Never'
+    strict = rest.post(f'{PODS}?fieldValidation=Strict', typo)
+    assert strict.status == 400 and 'unknown field "spec.containers[0].imagePullPolicyy"' in strict.message
+    warned = rest.post(PODS, typo)
+    assert warned.status == 201 and 'imagePullPolicyy' not in warned.body['spec']['containers'][0]
+    assert 'imagePullPolicyy' in warned.headers.get('Warning', '')
+    wrong = pod('wrong')
+    wrong['spec']['containers'][0]['env'] = [{'name': 'RANK', 'value': 0}]
+    refused = rest.post(PODS, wrong)
+    assert refused.status == 400 and 'spec.containers.env.value' in refused.message

@@ -411,7 +411,7 @@ class StandinServer:
     """
 
     def __init__(self, port: int | None = None, *, default_node: str | None = 'local-node', workdir: pathlib.Path | None = None):
-        self.port = port or free_port()
+        self.port = port  # None: the listening socket binds port 0, so no other process can race us to it
         self.handler = StandinHandler(store=Store(default_node=default_node))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -471,7 +471,8 @@ class StandinServer:
 
     async def _serve(self) -> None:
         self._stopped = asyncio.Event()
-        async with self.handler, kmock.Server(self.handler, port=self.port):
+        async with self.handler, kmock.Server(self.handler, port=self.port) as server:
+            self.port = server.port
             self._ready.set()
             await self._stopped.wait()
 

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tests.support import patching, resources
+from tests.support import coreschema, patching, resources
 from tests.support.crdschema import FieldError
 from tests.support.resources import ResourceType
 from tests.support.selectors import (
@@ -294,9 +294,18 @@ class Store:
 
     def _decode(self, rtype: ResourceType, obj: dict, field_validation: str) -> list[str]:
         """Prune and default like the decoder: unknown fields are an error (Strict), a warning (Warn) or dropped."""
-        if rtype.schema is None:
-            return []
-        unknown = rtype.schema.prepare(obj)
+        unknown: list[str] = []
+        try:
+            if rtype.schema is None:
+                definition = coreschema.definition_for(rtype.group, rtype.version, rtype.kind)
+                if definition is not None:
+                    coreschema.decode(obj, definition, '', unknown)
+            else:
+                coreschema.decode(obj.get('metadata') or {}, coreschema.object_meta(), 'metadata', unknown)
+        except coreschema.TypeMismatch as error:
+            raise bad_request(f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: json: {error}') from None
+        if rtype.schema is not None:
+            unknown += rtype.schema.prepare(obj)
         if unknown and field_validation == 'Strict':
             listed = ', '.join(f'unknown field "{path}"' for path in unknown)
             raise bad_request(f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '

@@ -1,0 +1,97 @@
+"""Decoding of built-in kinds like the API server's: unknown fields found (and dropped), wrong JSON types refused.
+
+The schemas are Kubernetes' own OpenAPI definitions as shipped by PyPI `kubernetes-validate`.
+"""
+import functools
+import importlib.resources
+import json
+import re
+
+SCHEMA_VERSION = 'v1.32.0-local'
+_API_GROUPS = {'apiextensions.k8s.io': 'io.k8s.apiextensions-apiserver.pkg.apis.apiextensions'}
+
+
+@functools.lru_cache(maxsize=1)
+def _definitions() -> dict:
+    root = importlib.resources.files('kubernetes_validate') / 'kubernetes-json-schema' / SCHEMA_VERSION / '_definitions.json'
+    return json.loads(root.read_text())['$defs']
+
+
+def definition_for(group: str, version: str, kind: str) -> dict | None:
+    prefix = _API_GROUPS.get(group, f'io.k8s.api.{group.split(".")[0] if group else "core"}')
+    return _definitions().get(f'{prefix}.{version}.{kind}')
+
+
+def object_meta() -> dict:
+    return _definitions()['io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta']
+
+
+class TypeMismatch(ValueError):
+    """A value of the wrong JSON type: the API server's decoder refuses the whole request (400)."""
+
+
+def _resolve(schema: dict) -> dict:
+    while '$ref' in schema:
+        schema = _definitions()[schema['$ref'].rsplit('/', 1)[-1]]
+    return schema
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, bool):
+        return 'bool'
+    if isinstance(value, (int, float)):
+        return 'number'
+    if isinstance(value, str):
+        return 'string'
+    if isinstance(value, list):
+        return 'array'
+    if isinstance(value, dict):
+        return 'object'
+    return 'null'
+
+
+def _accepts(types: list[str], value: object) -> bool:
+    checks = {
+        'object': isinstance(value, dict), 'array': isinstance(value, list), 'string': isinstance(value, str),
+        'boolean': isinstance(value, bool), 'null': value is None,
+        'integer': isinstance(value, int) and not isinstance(value, bool) or (isinstance(value, float) and value.is_integer()),
+        'number': isinstance(value, (int, float)) and not isinstance(value, bool),
+    }
+    return any(checks.get(t, True) for t in types)
+
+
+def decode(value: object, schema: dict, path: str, unknown: list[str]) -> None:
+    """Walk `value` against `schema`: drop and record unknown fields in place, raise TypeMismatch on a wrong type."""
+    schema = _resolve(schema)
+    if 'oneOf' in schema:
+        if not any(_accepts(_types(_resolve(option)), value) for option in schema['oneOf']):
+            field = re.sub(r'\[\d+\]', '', path)
+            raise TypeMismatch(f'cannot unmarshal {_json_type(value)} into Go struct field {field} of type int-or-string')
+        return
+    types = _types(schema)
+    if types and not _accepts(types, value):
+        expected = next(t for t in types if t != 'null')
+        field = re.sub(r'\[\d+\]', '', path)
+        raise TypeMismatch(f'cannot unmarshal {_json_type(value)} into Go struct field {field} of type {expected}')
+    if isinstance(value, dict):
+        properties = schema.get('properties')
+        additional = schema.get('additionalProperties')
+        for key in list(value):
+            child = f'{path}.{key}' if path else key
+            if properties is not None and key in properties:
+                decode(value[key], properties[key], child, unknown)
+            elif isinstance(additional, dict):
+                decode(value[key], additional, child, unknown)
+            elif properties is not None and additional is None:
+                unknown.append(child)
+                del value[key]
+    elif isinstance(value, list) and isinstance(schema.get('items'), dict):
+        for index, item in enumerate(value):
+            decode(item, schema['items'], f'{path}[{index}]', unknown)
+
+
+def _types(schema: dict) -> list[str]:
+    kind = schema.get('type')
+    if kind is None:
+        return []
+    return kind if isinstance(kind, list) else [kind]
