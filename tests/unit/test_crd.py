@@ -93,12 +93,13 @@ def test_schema_is_structural():
 
 
 def test_every_rule_has_a_message_and_a_known_reason():
+    spec = root_schema()["properties"]["spec"]
     for path, node in nodes(root_schema()):
         for rule in node.get("x-kubernetes-validations", []):
             assert rule.get("message") or rule.get("messageExpression"), (path, rule)
             assert rule.get("reason", "FieldValueInvalid") in {"FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate"}
             if "fieldPath" in rule:
-                target = root_schema()["properties"]["spec"]
+                target = spec
                 for part in rule["fieldPath"].strip(".").split("."):
                     target = target["properties"][part]  # a fieldPath must name a field of the schema
 
