@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--priority", type=int, default=0, help="peering priority; distinct per replica")
     p.add_argument("--health-port", type=int, default=8080)
     p.add_argument("--metrics-port", type=int, default=8081)
+    p.add_argument("--trainer-image", help="default trainer image (else $KUBERL_TRAINER_IMAGE, else the built-in default)")
+    p.add_argument("--listen-address", default="0.0.0.0", help="address of the health and metrics endpoints")
+    p.add_argument("--scrape-interval", type=float, default=10.0, help="seconds between scrapes of a running job's rank 0")
     p.set_defaults(func=lambda a: __import__("kuberl.handlers", fromlist=["cmd_operator"]).cmd_operator(a))
     return parser
 

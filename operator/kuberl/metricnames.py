@@ -39,3 +39,12 @@ ROLLOUT_DURATION = f"{PREFIX}_rollout_duration_seconds"
 UPDATE_DURATION = f"{PREFIX}_update_duration_seconds"
 ALLREDUCE_DURATION = f"{PREFIX}_allreduce_duration_seconds"
 
+# The operator's own metrics (kuberl.operator_metrics).
+OPERATOR_PREFIX = "kuberl_operator"
+OPERATOR_JOBS = f"{OPERATOR_PREFIX}_jobs"  # gauge by phase
+OPERATOR_RECONCILE_DURATION = f"{OPERATOR_PREFIX}_reconcile_duration_seconds"
+OPERATOR_GANG_RESTARTS_TOTAL = f"{OPERATOR_PREFIX}_gang_restarts_total"  # by reason
+OPERATOR_PODS_CREATED_TOTAL = f"{OPERATOR_PREFIX}_pods_created_total"
+OPERATOR_API_ERRORS_TOTAL = f"{OPERATOR_PREFIX}_api_errors_total"  # by verb, resource, code
+LABEL_PHASE = "phase"
+LABEL_REASON = "reason"

@@ -28,6 +28,8 @@ KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"
 COSCHEDULING_POD_GROUP = "scheduling.x-k8s.io/pod-group"
+# Set on the pods when the job ends: Kueue then finishes the pod group and releases its quota.
+KUEUE_RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
 
 # A job name is capped so every derived name stays a DNS-1035 label (<= 63):
 # the longest suffix below is "-checkpoints" (12 chars) and a rank suffix is at

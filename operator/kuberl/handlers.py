@@ -1,0 +1,471 @@
+"""The kopf operator: the only module that imports kopf or talks to Kubernetes.
+
+One daemon per RLTrainingJob runs the reconcile loop: read (the job, its pods
+by the `kuberl.dev/job` label, rank 0's metrics), decide (`lifecycle.decide`,
+unchanged, plus `reconcile`'s pure helpers), write (ONE status patch, only when
+something changed), then act (children, pods, deletions) and emit Events after
+the write. Pod and job watch events only poke the job's daemon awake.
+
+kopf's own state is configured so a job that does not change causes no write:
+no create/update handlers (so no diffbase or progress annotations; daemons and
+event handlers keep their state in memory), a kuberl finalizer added once so
+the daemon stops before the job goes, pods watched by label on the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import time
+from typing import Any
+
+import aiohttp
+import kopf
+
+# kopf's own authenticated client: one login and one session for the operator, with
+# kopf's re-authentication on 401 and retries on 5xx/429 (kopf is pinned in the
+# operator's dependencies because this module is private to kopf).
+from kopf._cogs.clients import api as kopf_api
+from kopf._cogs.clients import errors as kopf_errors
+
+from . import lifecycle, names, reconcile, render
+from .operator_metrics import OperatorMetrics
+from .spec import InvalidJob, JobSpec, validate_job
+from .trainerconfig import trainer_config
+
+ENV_TRAINER_IMAGE = "KUBERL_TRAINER_IMAGE"
+RLTJ = (names.GROUP, names.VERSION, names.PLURAL)
+PODS = ("", "v1", "pods")
+FINALIZER = f"{names.GROUP}/operator"
+API_BACKOFFS = (0.5, 1.0, 2.0)  # retries of 5xx/429 inside one call; then kopf's daemon backoff
+CONFLICT_RETRY_SECONDS = 1.0
+CREATE_CONCURRENCY = 16
+
+logger = logging.getLogger("kuberl.operator")
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorConfig:
+    trainer_image: str = render.DEFAULT_IMAGE
+    scrape_interval: float = 10.0  # how often a running job's rank 0 is scraped
+    scrape_timeout: float = 2.0  # short: a stopped rank 0 freezes its metrics server too
+    resync_seconds: float = 300.0  # a safety net; watch events wake the loop sooner
+    debounce_seconds: float = 0.05  # a burst of pod events becomes one reconcile
+    peering: str | None = None  # kopf peering object; None runs standalone
+
+
+# --- the Kubernetes API -------------------------------------------------------
+
+
+def _path(group: str, version: str, plural: str, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+    parts = ["/api", version] if not group else ["/apis", group, version]
+    if namespace:
+        parts += ["namespaces", namespace]
+    parts.append(plural)
+    if name:
+        parts.append(name)
+    if sub:
+        parts.append(sub)
+    return "/".join(parts)
+
+
+def _api_path(obj: dict) -> tuple[str, str, str]:
+    """(group, version, plural) of a rendered child."""
+    group, _, version = obj["apiVersion"].rpartition("/")
+    plural = {"ConfigMap": "configmaps", "PersistentVolumeClaim": "persistentvolumeclaims", "Service": "services",
+              "NetworkPolicy": "networkpolicies", "PodGroup": "podgroups", "Pod": "pods"}[obj["kind"]]
+    return group, version, plural
+
+
+class KubeApi:
+    """The calls the operator makes; every failure is counted, then raised for kopf to see."""
+
+    def __init__(self, settings: kopf.OperatorSettings, log: Any, metrics: OperatorMetrics):
+        self.settings, self.log, self.metrics = settings, log, metrics
+
+    async def call(self, method: str, verb: str, plural: str, path: str, payload: Any = None, content_type: str | None = None) -> Any:
+        headers = {"Content-Type": content_type} if content_type else None
+        try:
+            response = await kopf_api.request(
+                method, path, payload=payload, headers=headers, backoffs=API_BACKOFFS, settings=self.settings, logger=self.log,
+            )
+        except kopf_errors.APIError as error:
+            self.metrics.api_errors.labels(verb, plural, str(error.status)).inc()
+            raise
+        except (aiohttp.ClientError, TimeoutError):
+            self.metrics.api_errors.labels(verb, plural, "connection").inc()
+            raise
+        async with response:
+            return await response.json()
+
+    async def get(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict | None:
+        try:
+            return await self.call("get", "get", plural, _path(group, version, plural, namespace, name))
+        except kopf_errors.APINotFoundError:
+            return None
+
+    async def list_job_pods(self, namespace: str, job: str) -> list[dict]:
+        path = _path(*PODS, namespace) + f"?labelSelector={names.LABEL_JOB}%3D{job}"
+        return (await self.call("get", "list", "pods", path)).get("items") or []
+
+    async def create(self, obj: dict) -> dict:
+        group, version, plural = _api_path(obj)
+        return await self.call("post", "create", plural, _path(group, version, plural, obj["metadata"]["namespace"]), obj)
+
+    async def patch_status(self, namespace: str, name: str, status_patch: dict, resource_version: str) -> dict:
+        # The resourceVersion makes the write conditional: a stale read never overwrites a newer status.
+        body = {"metadata": {"resourceVersion": resource_version}, "status": status_patch}
+        return await self.call("patch", "patch", f"{names.PLURAL}/status", _path(*RLTJ, namespace, name, "status"), body, "application/merge-patch+json")
+
+    async def patch_pod_annotations(self, namespace: str, name: str, annotations: dict) -> None:
+        try:
+            await self.call("patch", "patch", "pods", _path(*PODS, namespace, name), {"metadata": {"annotations": annotations}}, "application/merge-patch+json")
+        except kopf_errors.APINotFoundError:
+            pass  # already gone: nothing left to mark
+
+    async def delete(self, group: str, version: str, plural: str, namespace: str, name: str, options: dict) -> None:
+        try:
+            await self.call("delete", "delete", plural, _path(group, version, plural, namespace, name), options)
+        except (kopf_errors.APINotFoundError, kopf_errors.APIConflictError):
+            pass  # gone already, or the name now belongs to a newer object (uid precondition)
+
+
+# --- operator-wide state ------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Shell:
+    """What every handler shares: configuration, metrics, the wake-up events of job loops."""
+
+    config: OperatorConfig
+    metrics: OperatorMetrics
+    pokes: dict[tuple[str, str], asyncio.Event] = dataclasses.field(default_factory=dict)
+    scraper: aiohttp.ClientSession | None = None
+    settings: kopf.OperatorSettings | None = None  # kopf's, as the startup handler saw them
+
+    def poke(self, namespace: str, job: str) -> None:
+        event = self.pokes.get((namespace, job))
+        if event is not None:
+            event.set()
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.finalizer = FINALIZER
+    # No handler here keeps progress or a diff base (daemons and event handlers work in
+    # memory); both storages are named anyway so nothing kopf writes is a surprise.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=names.GROUP, key="last-handled-configuration")
+    settings.posting.reporting_component = "kuberl-operator"
+    settings.posting.reporting_instance = os.environ.get("HOSTNAME", "kuberl-operator")
+    settings.posting.event_name_prefix = "kuberl-"
+    # Pods are filtered by the API server: the operator never sees a pod that is not a job's.
+    settings.watching.label_selectors[PODS] = names.LABEL_JOB
+    # Resources are discovered once at start: no cluster-wide watch of CRDs or namespaces.
+    settings.scanning.disabled = True
+    settings.networking.error_backoffs = API_BACKOFFS
+    settings.networking.request_timeout = 30
+    settings.background.instant_exit_timeout = 0.5
+    shell: Shell = memo.shell
+    shell.settings = settings
+    if shell.config.peering is not None:  # several replicas: never run unpeered by accident
+        settings.peering.mandatory = True
+    shell.scraper = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=shell.config.scrape_timeout))
+
+
+@kopf.on.cleanup()
+async def close(memo: kopf.Memo, **_: Any) -> None:
+    if memo.shell.scraper is not None:
+        await memo.shell.scraper.close()
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """The pod's service account in a cluster, else $KUBECONFIG: no client library needed."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+# --- watch events only wake the job's loop ------------------------------------
+
+
+@kopf.on.event(*PODS, labels={names.LABEL_JOB: kopf.PRESENT})
+async def pod_changed(labels: dict, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    memo.shell.poke(namespace, labels[names.LABEL_JOB])
+
+
+@kopf.on.event(*RLTJ)
+async def job_changed(body: kopf.Body, namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """A spec edit (suspend, deadline, TTL) acts at once; our own status writes do not re-wake."""
+    if body.metadata.get("generation") != body.status.get("observedGeneration"):
+        memo.shell.poke(namespace, name)
+
+
+# --- the reconcile loop -------------------------------------------------------
+
+
+@kopf.daemon(*RLTJ, id="reconcile", backoff=5.0, cancellation_timeout=10.0)
+async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: Any, **_: Any) -> None:
+    shell: Shell = memo.shell
+    wake = shell.pokes.setdefault((namespace, name), asyncio.Event())
+    job = JobLoop(shell, KubeApi(shell.settings, logger, shell.metrics), namespace, name, memo)
+    try:
+        while not stopped:
+            wake.clear()
+            with shell.metrics.reconcile_duration.time():
+                seconds = await job.reconcile()
+            await _sleep(wake, stopped, seconds)
+            if wake.is_set():
+                await asyncio.sleep(shell.config.debounce_seconds)
+    finally:
+        if stopped:
+            shell.pokes.pop((namespace, name), None)
+            shell.metrics.job_phase(namespace, name, None)
+
+
+async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, seconds: float | None) -> None:
+    """Until poked, stopped, or `seconds` pass (None: until poked or stopped)."""
+
+    async def until_stopped() -> None:
+        await stopped.wait()
+
+    waiters = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(until_stopped())]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+class JobLoop:
+    """One job's reconcile: read, decide, write once, act."""
+
+    def __init__(self, shell: Shell, api: KubeApi, namespace: str, name: str, memo: kopf.Memo):
+        self.shell, self.api, self.namespace, self.name, self.memo = shell, api, namespace, name, memo
+
+    async def reconcile(self) -> float | None:
+        """Returns how long until the next reconcile is due (None: only when something changes)."""
+        job = await self.api.get(*RLTJ, self.namespace, self.name)
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            return None  # kopf stops this daemon; owner references do the deleting
+        status = job.get("status") or {}
+        now = time.time()
+        try:
+            spec = validate_job(job)
+        except InvalidJob as invalid:
+            message = reconcile.problems_message(invalid.problems)
+            await self._fail(job, reconcile.REASON_INVALID_SPEC, message, now)
+            return None
+        pods = await self.api.list_job_pods(self.namespace, self.name)
+        decision, new_status = await self._decide(job, spec, status, pods, now)
+        written = await self._write(job, status, new_status)
+        self.shell.metrics.job_phase(self.namespace, self.name, decision.phase)
+        if written:
+            self._events(job, decision.of(lifecycle.Event))
+            entry = reconcile.restarted(status, new_status)
+            if entry is not None:
+                self.shell.metrics.gang_restarts.labels(entry["reason"]).inc()
+        try:
+            await self._act(job, spec, decision, pods)
+        except kopf_errors.APIUnprocessableEntityError as refused:
+            # The API server refused an object rendered from this spec: no retry can help.
+            await self._fail(job, reconcile.REASON_INVALID_CHILD, str(refused), time.time())
+            return None
+        return await self._next_wake(job, spec, decision, new_status, now)
+
+    async def _decide(self, job: dict, spec: JobSpec, status: dict, pods: list[dict], now: float) -> tuple[lifecycle.Decision, dict]:
+        generation = status.get("generation") or 0
+        observed = [lifecycle.observed_pod(p) for p in pods]
+        reading = None
+        if status.get("phase") not in lifecycle.TERMINAL:
+            reading = await self._scrape(spec, pods, generation)
+        rank0 = reconcile.progress_of(self.memo.get("rank0"), generation, reading, now)
+        self.memo["rank0"] = rank0
+        decision = lifecycle.decide(spec, status, observed, rank0, now)
+        paths = trainer_config(self.name, self.namespace, job["metadata"]["uid"], spec)["paths"]
+        new_status = reconcile.job_status(
+            decision.status,
+            observed_generation=job["metadata"].get("generation", 1),
+            reading=reading,
+            checkpoint_dir=paths["checkpointDir"],
+            final_model=paths["finalModel"],
+        )
+        return decision, new_status
+
+    async def _scrape(self, spec: JobSpec, pods: list[dict], generation: int) -> reconcile.Rank0Reading | None:
+        """Rank 0's metrics, if it runs and has an address; any failure reads as 'no news'."""
+        rank0 = next(
+            (p for p in pods
+             if (p["metadata"].get("labels") or {}).get(names.LABEL_RANK) == "0"
+             and (p["metadata"].get("labels") or {}).get(names.LABEL_RESTART) == str(generation)
+             and (p.get("status") or {}).get("phase") == "Running"
+             and (p.get("status") or {}).get("podIP")),
+            None,
+        )
+        if rank0 is None or self.shell.scraper is None:
+            return None
+        url = f"http://{rank0['status']['podIP']}:{spec.metrics.port}/metrics"
+        try:
+            async with self.shell.scraper.get(url) as response:
+                if response.status != 200:
+                    return None
+                return reconcile.parse_rank0_metrics(await response.text(), self.name)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+
+    async def _write(self, job: dict, old: dict, new: dict) -> bool:
+        patch = reconcile.merge_patch(old, new)
+        if patch is None:
+            return False
+        try:
+            await self.api.patch_status(self.namespace, self.name, patch, job["metadata"]["resourceVersion"])
+        except kopf_errors.APIConflictError:
+            raise kopf.TemporaryError("the job changed while it was reconciled; reading it again", delay=CONFLICT_RETRY_SECONDS) from None
+        return True
+
+    def _events(self, job: dict, events: list[lifecycle.Event]) -> None:
+        for event in events:
+            kopf.event(job, type=event.type, reason=event.reason, message=event.message)
+
+    async def _fail(self, job: dict, reason: str, message: str, now: float) -> None:
+        """A job that cannot run: Failed with the field named, once; never retried."""
+        status = job.get("status") or {}
+        new = reconcile.failed_status(status, reason, message, job["metadata"].get("generation", 1), now)
+        if await self._write(job, status, new):
+            kopf.event(job, type="Warning", reason=reason, message=message[: lifecycle.MESSAGE_LIMIT])
+        self.shell.metrics.job_phase(self.namespace, self.name, lifecycle.FAILED)
+
+    # --- actions, after the status is on record ---
+
+    async def _act(self, job: dict, spec: JobSpec, decision: lifecycle.Decision, pods: list[dict]) -> None:
+        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+        if decision.phase in lifecycle.TERMINAL and spec.queue_name:
+            await self._finish_kueue_group(pods, decision.status.get("generation", 0))
+        for action in decision.actions:
+            if isinstance(action, lifecycle.CreatePods):
+                await self._ensure_children(job, spec)
+                await self._create_pods(job, spec, action)
+            elif isinstance(action, lifecycle.DeletePods):
+                await self._delete_pods(action, uids)
+
+    async def _ensure_children(self, job: dict, spec: JobSpec) -> None:
+        """ConfigMap (frozen), PVC, NetworkPolicy, Service, PodGroup: once per job and operator run."""
+        uid = job["metadata"]["uid"]
+        if self.memo.get("children_of") == uid:
+            return
+        j = render.Job(self.name, spec)
+        children = [
+            render.render_configmap(j, self.namespace, uid),
+            render.render_pvc(j, self.namespace),
+            render.render_networkpolicy(j, self.namespace),
+            render.render_service(j, self.namespace),
+            render.render_podgroup(j, self.namespace),
+        ]
+        for child in children:
+            if child is None:
+                continue
+            retained = child["kind"] == "PersistentVolumeClaim" and spec.checkpoint.retain
+            if not retained:  # a retained PVC must outlive the job: no owner reference
+                kopf.adopt(child, owner=job)
+            await self._create_child(child, uid, adopted=not retained)
+        self.memo["children_of"] = uid
+
+    async def _create_child(self, child: dict, uid: str, adopted: bool) -> None:
+        try:
+            await self.api.create(child)
+        except kopf_errors.APIConflictError:
+            existing = await self.api.get(*_api_path(child), self.namespace, child["metadata"]["name"])
+            ours = existing is not None and (
+                reconcile.owned_by(existing, uid)
+                or (not adopted and (existing["metadata"].get("labels") or {}).get(names.LABEL_JOB) == self.name)
+            )
+            if not ours:
+                raise kopf.TemporaryError(
+                    f"{child['kind']} {child['metadata']['name']} exists and is not this job's (an older job's, still being collected?)",
+                    delay=2.0,
+                ) from None
+
+    async def _create_pods(self, job: dict, spec: JobSpec, action: lifecycle.CreatePods) -> None:
+        uid = job["metadata"]["uid"]
+        limit = asyncio.Semaphore(CREATE_CONCURRENCY)
+
+        async def create(rank: int) -> None:
+            pod = render.render_pod(render.Job(self.name, spec), self.namespace, uid, rank, action.generation,
+                                    default_image=self.shell.config.trainer_image)
+            kopf.adopt(pod, owner=job)
+            async with limit:
+                try:
+                    await self.api.create(pod)
+                    self.shell.metrics.pods_created.inc()
+                except kopf_errors.APIConflictError:
+                    existing = await self.api.get(*PODS, self.namespace, pod["metadata"]["name"])
+                    if existing is None or not reconcile.is_current_pod(existing, uid, action.generation):
+                        raise kopf.TemporaryError(
+                            f"pod {pod['metadata']['name']} of an older generation is still terminating", delay=1.0,
+                        ) from None
+
+        results = await asyncio.gather(*(create(rank) for rank in action.ranks), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+
+    async def _delete_pods(self, action: lifecycle.DeletePods, uids: dict[str, str]) -> None:
+        for pod in action.names:
+            options: dict[str, Any] = {"propagationPolicy": "Background"}
+            if pod in uids:  # never delete a newer pod that took the name since the read
+                options["preconditions"] = {"uid": uids[pod]}
+            if action.force:
+                options["gracePeriodSeconds"] = 0
+            await self.api.delete(*PODS, self.namespace, pod, options)
+
+    async def _finish_kueue_group(self, pods: list[dict], generation: int) -> None:
+        """Kueue finishes a pod group (and releases its quota) once a pod says it will not be retried."""
+        for pod in pods:
+            annotations = pod["metadata"].get("annotations") or {}
+            if annotations.get(names.KUEUE_RETRIABLE_IN_GROUP) != "false" and not pod["metadata"].get("deletionTimestamp"):
+                await self.api.patch_pod_annotations(self.namespace, pod["metadata"]["name"], {names.KUEUE_RETRIABLE_IN_GROUP: "false"})
+
+    async def _next_wake(self, job: dict, spec: JobSpec, decision: lifecycle.Decision, status: dict, now: float) -> float | None:
+        """The lifecycle's own deadline, the next scrape of a running gang, or a finished job's TTL."""
+        due = reconcile.ttl_due(status, spec.run_policy.ttl_seconds_after_finished)
+        if due is not None:
+            if now >= due:
+                await self.api.delete(*RLTJ, self.namespace, self.name, {"propagationPolicy": "Background"})
+                return None
+            return due - now
+        if decision.phase in lifecycle.TERMINAL:
+            return None
+        waits = [self.shell.config.resync_seconds]
+        if decision.requeue_after is not None:
+            waits.append(decision.requeue_after)
+        if decision.phase == lifecycle.RUNNING:
+            waits.append(self.shell.config.scrape_interval)
+        return min(waits)
+
+
+# --- `kuberl operator` --------------------------------------------------------
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    """Run the operator until SIGTERM/SIGINT: standalone unless --peering names a peering object."""
+    config = OperatorConfig(
+        trainer_image=getattr(args, "trainer_image", None) or os.environ.get(ENV_TRAINER_IMAGE) or render.DEFAULT_IMAGE,
+        scrape_interval=getattr(args, "scrape_interval", None) or OperatorConfig.scrape_interval,
+        peering=args.peering,
+    )
+    listen = getattr(args, "listen_address", None) or "0.0.0.0"
+    metrics = OperatorMetrics()
+    metrics.serve(listen, args.metrics_port)
+    kopf.configure(verbose=bool(os.environ.get("KUBERL_OPERATOR_DEBUG")))
+    kopf.run(
+        standalone=args.peering is None,
+        peering_name=args.peering,
+        priority=args.priority,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=f"http://{listen}:{args.health_port}/healthz",
+        memo=kopf.Memo(shell=Shell(config, metrics)),
+    )
+    return 0

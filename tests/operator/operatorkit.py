@@ -1,0 +1,217 @@
+"""The real operator (`kuberl operator`, its own process) against the API stand-in, and the
+kubelet's part played through the stand-in's store: pods reported Running, Failed, Succeeded."""
+import contextlib
+import copy
+import http.server
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from typing import Self
+
+import pytest
+from kuberl import names
+
+from tests.support.apiserver import StandinServer, free_port
+from tests.support.rest import Rest
+from tests.support.store import container_terminated, timestamp
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CRD = ROOT / 'manifests' / 'crd.yaml'
+NS = 'default'
+JOBS = f'/apis/{names.GROUP}/{names.VERSION}/namespaces/{NS}/{names.PLURAL}'
+PODS = f'/api/v1/namespaces/{NS}/pods'
+
+
+class Operator:
+    """`kuberl operator` in a subprocess, pointed at the stand-in by $KUBECONFIG."""
+
+    def __init__(self, standin: StandinServer, logdir: pathlib.Path, *extra: str):
+        self.standin, self.logdir, self.extra = standin, logdir, extra
+        self.health_port, self.metrics_port = free_port(), free_port()
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self) -> 'Operator':
+        self.starts += 1
+        self.logfile = (self.logdir / f'operator-{self.starts}.log').open('wb')
+        env = {**os.environ, 'KUBECONFIG': str(self.standin.kubeconfig), 'PYTHONUNBUFFERED': '1'}
+        self.process = subprocess.Popen(
+            [sys.executable, '-m', 'kuberl.cli', 'operator', '--listen-address', '127.0.0.1',
+             '--health-port', str(self.health_port), '--metrics-port', str(self.metrics_port),
+             '--scrape-interval', '0.5', *self.extra],
+            stdout=self.logfile, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        wait_for(self.healthy, timeout=30, what='the operator to answer its health endpoint')
+        return self
+
+    def healthy(self) -> bool:
+        assert self.process.poll() is None, f'operator exited with {self.process.returncode}: {self.log()[-3000:]}'
+        with contextlib.suppress(OSError), urllib.request.urlopen(f'http://127.0.0.1:{self.health_port}/healthz', timeout=1) as reply:
+            return reply.status == 200
+        return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f'http://127.0.0.1:{self.metrics_port}/metrics', timeout=2) as reply:
+            return reply.read().decode()
+
+    def log(self) -> str:
+        return (self.logdir / f'operator-{self.starts}.log').read_text(errors='replace')
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(sig)
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+        self.logfile.close()
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def operator(standin: StandinServer, tmp_path: pathlib.Path):
+    op = Operator(standin, tmp_path).start()
+    yield op
+    op.stop()
+
+
+# --- jobs ---------------------------------------------------------------------
+
+def manifest(name: str, **spec) -> dict:
+    """A small valid job; keyword arguments override spec fields (camelCase)."""
+    body = {'algorithm': 'ppo', 'env': {'id': 'CartPole-v1', 'numEnvs': 2}, 'totalTimesteps': 1000, 'workers': 2,
+            'runPolicy': {'restartBackoffSeconds': 0.2, 'stallTimeoutSeconds': 600, 'startupTimeoutSeconds': 600}}
+    for key, value in spec.items():
+        if isinstance(value, dict) and isinstance(body.get(key), dict):
+            body[key] = {**body[key], **value}
+        else:
+            body[key] = value
+    return {'apiVersion': names.API_VERSION, 'kind': names.KIND, 'metadata': {'name': name}, 'spec': body}
+
+
+def create_job(rest: Rest, name: str, **spec) -> dict:
+    reply = rest.post(JOBS, manifest(name, **spec))
+    assert reply.status == 201, reply.body
+    return reply.body
+
+
+def job(rest: Rest, name: str) -> dict | None:
+    reply = rest.get(f'{JOBS}/{name}')
+    return reply.body if reply.status == 200 else None
+
+
+def status(rest: Rest, name: str) -> dict:
+    return (job(rest, name) or {}).get('status') or {}
+
+
+def condition(rest: Rest, name: str, type_: str) -> dict:
+    return next((c for c in status(rest, name).get('conditions') or [] if c['type'] == type_), {})
+
+
+def pods(standin: StandinServer, name: str, generation: int | None = None) -> list[dict]:
+    found = [p for p in standin.store.objects_of('', 'pods') if p['metadata']['labels'].get(names.LABEL_JOB) == name]
+    if generation is not None:
+        found = [p for p in found if p['metadata']['labels'].get(names.LABEL_RESTART) == str(generation)]
+    return sorted(found, key=lambda p: int(p['metadata']['labels'][names.LABEL_RANK]))
+
+
+def events(rest: Rest, name: str) -> list[dict]:
+    items = rest.get(f'/api/v1/namespaces/{NS}/events').body['items']
+    return [e for e in items if e['involvedObject'].get('name') == name]
+
+
+def wait_for(predicate, timeout: float = 20.0, what: str = 'the condition', interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f'timed out after {timeout}s waiting for {what}')
+        time.sleep(interval)
+
+
+def wait_phase(rest: Rest, name: str, phase: str, timeout: float = 20.0) -> dict:
+    return wait_for(lambda: status(rest, name).get('phase') == phase and status(rest, name), timeout, f'{name} to be {phase}')
+
+
+# --- the kubelet's part -------------------------------------------------------
+
+def running(standin: StandinServer, pod: dict, ip: str | None = None) -> None:
+    """Report a pod Running as its kubelet would."""
+    state = {'phase': 'Running', 'startTime': timestamp(),
+             'conditions': [{'type': 'Ready', 'status': 'True', 'lastTransitionTime': timestamp()}],
+             'containerStatuses': [{'name': names.TRAINER_CONTAINER, 'ready': True, 'restartCount': 0, 'started': True,
+                                    'image': '', 'imageID': '', 'state': {'running': {'startedAt': timestamp()}}}]}
+    if ip:
+        state['podIP'] = ip
+    standin.store.report_pod(NS, pod['metadata']['name'], state)
+
+
+def terminated(standin: StandinServer, pod: dict, exit_code: int, message: str = '') -> None:
+    """Report a pod's trainer as ended, with its termination message."""
+    standin.store.report_pod(NS, pod['metadata']['name'], {
+        'phase': 'Succeeded' if exit_code == 0 else 'Failed',
+        'conditions': [{'type': 'Ready', 'status': 'False', 'lastTransitionTime': timestamp()}],
+        'containerStatuses': [container_terminated(names.TRAINER_CONTAINER, exit_code, message)]})
+
+
+def start_gang(standin: StandinServer, name: str, workers: int, generation: int = 0, ip: str | None = None) -> list[dict]:
+    gang = wait_for(lambda: len(pods(standin, name, generation)) == workers and pods(standin, name, generation),
+                    what=f'{workers} pods of {name} generation {generation}')
+    for pod in gang:
+        running(standin, pod, ip if pod['metadata']['labels'][names.LABEL_RANK] == '0' else None)
+    return gang
+
+
+# --- rank 0's metrics endpoint ------------------------------------------------
+
+class FakeMetrics:
+    """A tiny Prometheus endpoint on 127.0.0.1 standing in for rank 0's exporter."""
+
+    def __init__(self, job: str):
+        self.job, self.timesteps, self.success, self.eval_return = job, 0, 0, 0.0
+        self.port = free_port()
+        kit = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = kit.page().encode()
+                self.send_response(200)
+                self.send_header('Content-Type', 'text/plain; version=0.0.4')
+                self.send_header('Content-Length', str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', self.port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def page(self) -> str:
+        labels = f'rltj="{self.job}",rank="0"'
+        return (f'# TYPE kuberl_trainer_env_steps_total counter\nkuberl_trainer_env_steps_total{{{labels}}} {self.timesteps}\n'
+                f'# TYPE kuberl_trainer_success gauge\nkuberl_trainer_success{{{labels}}} {self.success}\n'
+                f'# TYPE kuberl_trainer_eval_return gauge\nkuberl_trainer_eval_return{{{labels}}} {self.eval_return}\n'
+                f'# TYPE kuberl_trainer_episode_return gauge\nkuberl_trainer_episode_return{{{labels}}} 21.5\n')
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def deep(obj: dict) -> dict:
+    return copy.deepcopy(obj)
