@@ -61,9 +61,9 @@ def immutable(**kwargs: Any) -> Any:
 ANY_JSON_VALUE = {"x-kubernetes-preserve-unknown-fields": True, "description": "Any JSON value."}
 
 
-def free_form(description: str, max_properties: int | None = None) -> dict:
+def free_form(max_properties: int | None = None) -> dict:
     """Schema extra for an object Kubernetes validates itself (a pod template,
-    affinity) or that the trainer interprets (env kwargs)."""
+    affinity): the API server keeps its fields, the pod's own schema checks them."""
     extra: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
     if max_properties:
         extra["maxProperties"] = max_properties
@@ -191,7 +191,7 @@ class JobSpec(Model):
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements, description="Per-pod resources; defaults to 1 CPU and 2Gi per process.")
     node_selector: dict[str, LabelValue] = Field(default_factory=dict, max_length=64, description="Node labels the pods require.")
     tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=32, description="Pod tolerations.", json_schema_extra={"items": {"type": "object", "description": "A Kubernetes Toleration.", "x-kubernetes-preserve-unknown-fields": True}})
-    affinity: dict[str, Any] = Field(default_factory=dict, description="Pod affinity.", json_schema_extra=free_form(""))
+    affinity: dict[str, Any] = Field(default_factory=dict, description="Pod affinity.", json_schema_extra=free_form())
     priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="PriorityClass of the pods.")
     scheduler_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="Scheduler of the pods (volcano or scheduler-plugins get a PodGroup).")
     labels: dict[str, LabelValue] = Field(default_factory=dict, max_length=64, description="Extra labels on every pod; kuberl's own (kuberl.dev/*) win.")
@@ -206,7 +206,7 @@ class JobSpec(Model):
             " spec.volumes merge by name; any other pod field set here replaces kuberl's. kuberl's labels,"
             " hostname, subdomain and restartPolicy always stay."
         ),
-        json_schema_extra=free_form("", 2),
+        json_schema_extra=free_form(2),
     )
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpoint policy and storage.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restarts, deadlines, suspend, timeouts.")
