@@ -24,12 +24,14 @@ from kuberl.spec import PPOConfig
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import distributed
+from . import atari, distributed, networks
+from .device import CPU, autocast, host_zeros, to_device
 from .distributed import Dist
 from .envs import EpisodeTracker, env_state, make_envs, rank_seed, restore_env_state
 from .normalize import RunningMeanStd
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
 # --- The agent -------------------------------------------------------------
@@ -51,21 +53,29 @@ def mlp(n_in: int, hidden: list[int], n_out: int, out_std: float) -> nn.Sequenti
 
 
 class Agent(nn.Module):
-    """Separate actor and critic MLPs. `forward(obs, action)` is the training
-    path (through DDP); `act`, `value` and `greedy` are for acting, called on
-    the bare module under no_grad so acting adds no collective."""
+    """Actor and critic heads on a shared `encoder` (networks.encoder: the
+    Nature CNN for pixels, the identity for vectors, where the heads are
+    separate MLPs). `forward(obs, action)` is the training path (through
+    DDP); `act`, `value` and `greedy` are for acting, called on the bare
+    module under no_grad so acting adds no collective. Heads return fp32,
+    so log-probs and values stay fp32 under bf16 autocast."""
 
-    def __init__(self, obs_dim: int, action_space: gym.Space, hidden: list[int]):
+    def __init__(self, obs_dim: int, action_space: gym.Space, hidden: list[int], encoder: nn.Module | None = None):
         super().__init__()
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         n_out = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
+        self.encoder = encoder if encoder is not None else nn.Identity()
         self.critic = mlp(obs_dim, hidden, 1, out_std=1.0)
         self.actor = mlp(obs_dim, hidden, n_out, out_std=0.01)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(n_out))
 
+    def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.encoder(obs)
+        return self.actor(features).float(), self.critic(features).float().squeeze(-1)
+
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
+        return self.critic(self.encoder(obs)).float().squeeze(-1)
 
     def _log_prob_entropy(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.discrete:
@@ -78,21 +88,22 @@ class Agent(nn.Module):
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log-prob of `action`, entropy, value), each (B,)."""
-        log_prob, entropy = self._log_prob_entropy(self.actor(obs), action)
-        return log_prob, entropy, self.value(obs)
+        out, value = self._heads(obs)
+        log_prob, entropy = self._log_prob_entropy(out, action)
+        return log_prob, entropy, value
 
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample (action, log-prob, value) for a batch of observations."""
-        out = self.actor(obs)
+        out, value = self._heads(obs)
         if self.discrete:
             action = torch.multinomial(torch.softmax(out, -1), 1).squeeze(-1)
         else:
             action = out + self.log_std.exp() * torch.randn_like(out)
         log_prob, _ = self._log_prob_entropy(out, action)
-        return action, log_prob, self.value(obs)
+        return action, log_prob, value
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.actor(obs)
+        out = self.actor(self.encoder(obs)).float()
         return out.argmax(-1) if self.discrete else out
 
 
@@ -176,8 +187,10 @@ class Rollout:
     """Preallocated numpy arrays with zero-copy torch views: acting writes
     into them in place, the update reads them flat."""
 
-    def __init__(self, steps: int, num_envs: int, obs_shape: tuple, action_shape: tuple, discrete: bool):
-        self.obs = np.zeros((steps, num_envs, *obs_shape), np.float32)  # as the policy saw it
+    def __init__(self, steps: int, num_envs: int, obs_shape: tuple, action_shape: tuple, discrete: bool,
+                 obs_dtype: type = np.float32, device: torch.device = CPU):
+        # as the policy saw it; uint8 frames stay uint8, pinned for async copies when on CUDA
+        self.obs = host_zeros((steps, num_envs, *obs_shape), obs_dtype, device)
         self.raw_obs = np.zeros_like(self.obs)  # before normalisation, for its statistics
         self.actions = np.zeros((steps, num_envs, *action_shape), np.int64 if discrete else np.float32)
         self.log_probs = np.zeros((steps, num_envs), np.float32)
@@ -234,27 +247,33 @@ class Session(Protocol):
 
 class PPOTrainer:
     def __init__(self, ctx: Dist, hp: PPOConfig, env_id: str, num_envs: int, env_kwargs: dict,
-                 total_timesteps: int, seed: int, restart: int):
-        self.ctx, self.hp = ctx, hp
+                 total_timesteps: int, seed: int, restart: int, env_backend: str = "gymnasium"):
+        self.ctx, self.hp, self.env_backend = ctx, hp, env_backend
         self.seed = rank_seed(seed, ctx.rank, restart)
         torch.manual_seed(seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
-        self.envs = make_envs(env_id, num_envs, env_kwargs)
+        self.envs = make_envs(env_id, num_envs, env_kwargs, env_backend)
         space = self.envs.single_observation_space
         self.obs_shape = tuple(space.shape)
         self.action_space = self.envs.single_action_space
-        self.agent = Agent(int(np.prod(self.obs_shape)), self.action_space, list(hp.hidden_sizes)).to(ctx.device)
+        cnn = networks.choose(space, hp.policy, "spec.ppo.policy") == "cnn"
+        if cnn and hp.normalize_observation:
+            raise networks.PolicyMismatch("spec.ppo.normalizeObservation: not for pixels (the CNN scales uint8 frames by 1/255)")
+        encoder, features = networks.encoder(space, hp.policy, "spec.ppo.policy")
+        # the CNN's heads are linear on its 512 features (Nature DQN / CleanRL); hiddenSizes shape MLPs
+        self.agent = Agent(features, self.action_space, [] if cnn else list(hp.hidden_sizes), encoder).to(ctx.device)
         self.model = (
             DDP(self.agent, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
             if ctx.distributed
             else self.agent
         )
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=hp.learning_rate, eps=1e-5)
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=hp.learning_rate, eps=1e-5, fused=ctx.device.type == "cpu" or None)
         self.obs_norm = RunningMeanStd(self.obs_shape)
         self.ret_norm = RunningMeanStd(())
         self.counters = Counters()
         self.batch_per_rank = hp.num_steps * num_envs
         self.num_updates = max(1, math.ceil(total_timesteps / (self.batch_per_rank * ctx.world_size)))
-        self.buf = Rollout(hp.num_steps, num_envs, self.obs_shape, tuple(self.action_space.shape or ()), self.agent.discrete)
+        self.buf = Rollout(hp.num_steps, num_envs, self.obs_shape, tuple(self.action_space.shape or ()), self.agent.discrete,
+                           np.uint8 if cnn else np.float32, ctx.device)
         self.tracker = EpisodeTracker(num_envs)
         self.discounted = np.zeros(num_envs, np.float32)
         # per-rank randomness: action sampling (torch) and minibatch order (numpy)
@@ -325,10 +344,10 @@ class PPOTrainer:
                 env_action = buf.actions[t] if low is None else np.clip(buf.actions[t], low, high)
                 self.next_obs, reward, terminated, truncated, _ = self.envs.step(env_action)
                 done = terminated | truncated
-                buf.rewards[t] = reward
+                buf.rewards[t] = atari.learning_rewards(self.envs, reward)  # clipped for learning only
                 buf.terminated[t] = terminated
                 buf.truncated[t] = truncated
-                self.discounted = self.discounted * hp.gamma * buf.valid[t] + reward
+                self.discounted = self.discounted * hp.gamma * buf.valid[t] + buf.rewards[t]
                 buf.discounted[t] = self.discounted
                 self.tracker.step(reward, done)
 
@@ -350,60 +369,61 @@ class PPOTrainer:
         """update_epochs passes of num_minibatches DDP steps over the rollout."""
         hp, buf, device = self.hp, self.buf, self.ctx.device
         size = self.batch_per_rank
-        flat = {
-            "obs": buf.obs_t.reshape(size, *self.obs_shape),
-            "actions": buf.actions_t.reshape(size, *buf.actions.shape[2:]),
-            "log_probs": buf.log_probs_t.reshape(size),
-            "values": buf.values_t.reshape(size),
-            "advantages": torch.from_numpy(advantages).reshape(size),
-            "returns": torch.from_numpy(returns).reshape(size),
-            "valid": torch.from_numpy(buf.valid).reshape(size),
-        }
-        flat = {k: v.to(device) for k, v in flat.items()}
+        # observations apart, in their own dtype (uint8 frames stay uint8 until on the device)
+        all_obs = to_device(buf.obs_t.reshape(size, *self.obs_shape), device)
+        # one row per transition, so a minibatch is one gather
+        table = torch.cat([
+            buf.actions_t.reshape(size, -1).float(),
+            torch.from_numpy(np.stack([buf.log_probs, buf.values, advantages, returns, buf.valid], -1).reshape(size, 5)),
+        ], 1).to(device)
         minibatch = size // hp.num_minibatches
-        totals: dict[str, float] = {}
+        totals = torch.zeros(len(STAT_NAMES), device=device)
         epochs_run = 0
         for _ in range(hp.update_epochs):
             epochs_run += 1
             order = torch.from_numpy(self.np_rng.permutation(size)).to(device)
-            kl_sum = torch.zeros((), device=device)
+            epoch = torch.zeros_like(totals)
             for start in range(0, minibatch * hp.num_minibatches, minibatch):
-                stats = self.minibatch_step({k: v[order[start : start + minibatch]] for k, v in flat.items()})
-                kl_sum += stats["approx_kl"]
-                for k, v in stats.items():
-                    totals[k] = totals.get(k, 0.0) + float(v)
-            if hp.target_kl is not None and self.mean_over_ranks(kl_sum / hp.num_minibatches) > hp.target_kl:
+                rows = order[start : start + minibatch]
+                epoch += self.minibatch_step(all_obs[rows], table[rows])
+            totals += epoch
+            kl = epoch[STAT_NAMES.index("approx_kl")] / hp.num_minibatches
+            if hp.target_kl is not None and self.mean_over_ranks(kl) > hp.target_kl:
                 break  # every rank saw the same mean KL: same number of backward passes
-        steps = epochs_run * hp.num_minibatches
-        return {k: v / steps for k, v in totals.items()}, epochs_run
+        means = (totals / (epochs_run * hp.num_minibatches)).tolist()
+        return dict(zip(STAT_NAMES, means, strict=True)), epochs_run
 
-    def minibatch_step(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """One optimiser step: grad_accumulation micro-batches, all but the
-        last under no_sync() so DDP all-reduces the summed gradient once."""
+    def minibatch_step(self, obs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """One optimiser step on a minibatch of observations and table rows:
+        grad_accumulation micro-batches, all but the last under no_sync() so
+        DDP all-reduces the summed gradient once. Returns the summed STAT_NAMES."""
         hp = self.hp
-        weight = mb["valid"] / mb["valid"].sum().clamp(min=1.0)
-        advantages = mb["advantages"]
+        actions = rows[:, :-5]
+        actions = actions.squeeze(-1) if self.agent.discrete else actions
+        old_log_prob, old_value, advantages, returns, valid = rows[:, -5:].unbind(1)
+        weight = valid / valid.sum().clamp(min=1.0)
         if hp.norm_advantage:
             mean = (advantages * weight).sum()
-            std = (((advantages - mean).square() * weight).sum()).sqrt()
+            std = ((advantages - mean).square() * weight).sum().sqrt()
             advantages = (advantages - mean) / (std + 1e-8)
-        micro = -(-advantages.shape[0] // hp.grad_accumulation)
-        stats: dict[str, torch.Tensor] = {}
-        for i, start in enumerate(range(0, advantages.shape[0], micro)):
+        size = rows.shape[0]
+        micro = -(-size // hp.grad_accumulation)
+        stats = torch.zeros(len(STAT_NAMES), device=rows.device)
+        for start in range(0, size, micro):
             part = slice(start, start + micro)
-            last = start + micro >= advantages.shape[0]
+            last = start + micro >= size
             sync = contextlib.nullcontext() if last or not self.ctx.distributed else self.model.no_sync()
             with sync:
-                new_log_prob, entropy, new_value = self.model(mb["obs"][part], mb["actions"][part])
+                with autocast(self.ctx.device, hp.precision):  # the forward only: the loss below is fp32
+                    new_log_prob, entropy, new_value = self.model(obs[part], actions[part])
                 loss, part_stats = ppo_loss(
-                    new_log_prob, entropy, new_value, mb["log_probs"][part], mb["values"][part],
-                    advantages[part], mb["returns"][part], weight[part], hp,
+                    new_log_prob, entropy, new_value, old_log_prob[part], old_value[part],
+                    advantages[part], returns[part], weight[part], hp,
                 )
                 with distributed.collectives():
                     loss.backward()
-            for k, v in part_stats.items():
-                stats[k] = stats[k] + v if k in stats else v
-        nn.utils.clip_grad_norm_(self.agent.parameters(), hp.max_grad_norm)
+            stats += torch.stack([part_stats[name] for name in STAT_NAMES])
+        nn.utils.clip_grad_norm_(self.agent.parameters(), hp.max_grad_norm, foreach=True)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return stats
@@ -481,7 +501,7 @@ class PPOTrainer:
 
     def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float:
         """Mean return of `episodes` greedy episodes, run side by side."""
-        envs = make_envs(env_id, episodes, env_kwargs)
+        envs = make_envs(env_id, episodes, env_kwargs, self.env_backend)
         try:
             obs, _ = envs.reset(seed=seed)
             returns = np.zeros(episodes)

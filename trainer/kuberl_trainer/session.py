@@ -176,6 +176,8 @@ class TrainingSession:
             return f"stopped at timesteps {steps}; resumable from {self.checkpoint_dir}"
         if self.ctx.is_main:
             self.write_final_model(trainer)
+        if outcome == "target" and not self.ctx.is_main:
+            return f"rank 0's evaluation met the target at timesteps {steps}"
         if outcome == "target":
             return f"eval return {self.eval_return:.1f} >= {self.spec.success.target_return} at timesteps {steps}; model {self.config.final_model}"
         return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}, eval return {_fmt(self.eval_return)}); model {self.config.final_model}"

@@ -1,0 +1,163 @@
+"""Launch trainer ranks as real processes, the way pods run them: each rank
+its own filesystem root (KUBERL_FS_ROOT), env contract variables, gloo on
+127.0.0.1 with free ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from kuberl import metricnames, names, trainerconfig
+from kuberl.spec import parse_spec
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = "t"
+
+
+def free_ports(count: int) -> int:
+    """A base port with `count` consecutive free ports after it."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count >= 65000:
+            continue
+        try:
+            held = []
+            for port in range(base, base + count):
+                sock = socket.socket()
+                held.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise RuntimeError("no free ports")
+
+
+def spec(**overrides) -> dict:
+    base = {
+        "algorithm": "ppo",
+        "env": {"id": "CartPole-v1", "numEnvs": 4},
+        "totalTimesteps": 10_000_000,
+        "workers": 2,
+        "seed": 1,
+        "metrics": {"port": free_ports(2)},
+        "checkpoint": {"everyUpdates": 1000, "keep": 3},
+    }
+    for key, value in overrides.items():
+        base[key] = {**base[key], **value} if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return base
+
+
+@dataclass
+class Job:
+    root: Path
+    config: dict
+    world_size: int
+
+    def rank_root(self, rank: int) -> Path:
+        return self.root / f"rank-{rank}"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.rank_root(0) / self.config["paths"]["checkpointDir"].lstrip("/")
+
+    @property
+    def final_model(self) -> Path:
+        return self.rank_root(0) / self.config["paths"]["finalModel"].lstrip("/")
+
+    def termination_log(self, rank: int) -> str:
+        path = self.rank_root(rank) / names.TERMINATION_LOG.lstrip("/")
+        return path.read_text().strip() if path.exists() else ""
+
+    def metrics_port(self, rank: int) -> int:
+        return self.config["spec"]["metrics"]["port"] + rank
+
+
+def make_job(tmp_path: Path, world_size: int = 2, raw_spec: dict | None = None, **overrides) -> Job:
+    job_spec = raw_spec if raw_spec is not None else spec(workers=world_size, **overrides)
+    config = trainerconfig.trainer_config(JOB, "default", "uid", parse_spec(job_spec))
+    return write_config(Job(tmp_path, config, world_size))
+
+
+def write_config(job: Job) -> Job:
+    for rank in range(job.world_size):
+        path = job.rank_root(rank) / names.CONFIG_MOUNT_DIR.lstrip("/") / names.CONFIG_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(job.config))
+    return job
+
+
+class Ranks:
+    """The job's rank processes; output of each goes to rank-N.log."""
+
+    def __init__(self, job: Job, extra_env: dict | None = None):
+        self.job = job
+        port = free_ports(1)
+        self.procs: list[subprocess.Popen] = []
+        for rank in range(job.world_size):
+            env = {
+                **os.environ,
+                "RANK": str(rank), "WORLD_SIZE": str(job.world_size),
+                "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(job.world_size),
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                "KUBERL_METRICS_ADDR": "127.0.0.1", "KUBERL_FS_ROOT": str(job.rank_root(rank)),
+                "KUBERL_JOB": JOB, "KUBERL_RESTART": "0",
+                "OMP_NUM_THREADS": str(job.world_size), "PYTHONUNBUFFERED": "1",
+                **(extra_env or {}),
+            }
+            with open(job.root / f"rank-{rank}.log", "a") as log:  # the child keeps its own handle
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "kuberl_trainer", "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
+                    env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                ))
+
+    def wait(self, timeout: float = 120) -> list[int]:
+        deadline = time.monotonic() + timeout
+        try:
+            return [p.wait(timeout=max(0.1, deadline - time.monotonic())) for p in self.procs]
+        finally:
+            self.kill()
+
+    def signal(self, rank: int, signum: int = signal.SIGTERM) -> None:
+        self.procs[rank].send_signal(signum)
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    def log(self, rank: int) -> str:
+        return (self.job.root / f"rank-{rank}.log").read_text()
+
+    def metric(self, rank: int, name: str) -> float | None:
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{self.job.metrics_port(rank)}/metrics", timeout=2).read().decode()
+        except OSError:
+            return None
+        match = re.search(rf'^{name}\{{([^}}]*)\}} (\S+)$', text, re.MULTILINE)
+        return float(match.group(2)) if match else None
+
+    def wait_for_updates(self, updates: int, timeout: float = 60) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = self.metric(0, metricnames.POLICY_UPDATES_TOTAL)
+            if value is not None and value >= updates:
+                return value
+            if any(p.poll() is not None for p in self.procs):
+                raise AssertionError(f"a rank exited early:\n{self.log(0)}\n{self.log(1) if len(self.procs) > 1 else ''}")
+            time.sleep(0.05)
+        raise AssertionError(f"no {updates} updates in {timeout}s:\n{self.log(0)}")

@@ -1,0 +1,87 @@
+"""DDP maths with real gloo processes: a 2-rank update equals one process on
+the concatenated batch; ranks stay equal; counters add up; resume broadcasts."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from kuberl_trainer import checkpoint
+
+from .support import REPO, Ranks, free_ports, make_job
+
+
+def run_workers(scenario: str, out, world_size: int, timeout: float = 120) -> list[dict]:
+    port = free_ports(1)
+    procs = []
+    for rank in range(world_size):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "OMP_NUM_THREADS": str(world_size)}
+        procs.append(subprocess.Popen([sys.executable, "-m", "tests.distributed.workers", scenario, str(out)],
+                                      env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    try:
+        outputs = [p.communicate(timeout=timeout)[0].decode() for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0] * world_size, "\n".join(outputs)
+    return [torch.load(out / f"rank-{rank}.pt", weights_only=False) for rank in range(world_size)]
+
+
+@pytest.fixture(scope="module")
+def two_ranks_and_plain(tmp_path_factory):
+    ddp, plain = tmp_path_factory.mktemp("ddp"), tmp_path_factory.mktemp("plain")
+    return run_workers("equivalence", ddp, 2), run_workers("equivalence", plain, 1)[0]
+
+
+def test_two_half_batches_equal_one_concatenated_batch(two_ranks_and_plain):
+    ranks, plain = two_ranks_and_plain
+    moved = False
+    for name, expected in plain["after_one"].items():
+        torch.testing.assert_close(ranks[0]["after_one"][name], expected, rtol=1e-5, atol=1e-6)
+        moved |= not torch.allclose(expected, ranks[0]["after_many"][name])
+    assert moved
+    for got, expected in zip(ranks[0]["moments"], plain["moments"], strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)  # sum vs mean, no_sync scaling
+
+
+def test_parameters_stay_equal_across_ranks(two_ranks_and_plain):
+    ranks, _ = two_ranks_and_plain
+    for name, tensor in ranks[0]["after_many"].items():
+        assert torch.equal(tensor, ranks[1]["after_many"][name]), name
+
+
+def test_episode_counts_differ_per_rank_and_sum_globally(two_ranks_and_plain):
+    ranks, _ = two_ranks_and_plain
+    local = [r["local_episodes"] for r in ranks]
+    assert local[0] != local[1] and sum(local[0]) > 0
+    assert ranks[0]["global_episodes"] == ranks[1]["global_episodes"] == [a + b for a, b in zip(*local, strict=True)]
+
+
+def test_ranks_see_different_first_observations(two_ranks_and_plain):
+    ranks, _ = two_ranks_and_plain
+    assert not (ranks[0]["first_obs"] == ranks[1]["first_obs"]).all(axis=1).any()
+
+
+def test_right_after_resume_every_rank_holds_the_saved_state(tmp_path):
+    job = make_job(tmp_path, checkpoint={"everyUpdates": 5})
+    ranks = Ranks(job)
+    ranks.wait_for_updates(12)
+    ranks.kill()
+    _, saved = checkpoint.load_newest(str(job.checkpoint_dir))
+    assert saved["counters"]["updates"] >= 10
+
+    out = tmp_path / "resume"
+    out.mkdir()
+    config = {**job.config, "paths": {**job.config["paths"], "checkpointDir": str(job.checkpoint_dir)}}
+    (out / "config.json").write_text(json.dumps(config))
+    for state in run_workers("resume", out, 2):
+        assert state["counters"] == saved["counters"]
+        for name, tensor in saved["agent"].items():
+            assert torch.equal(state["agent"][name], tensor), name
+        for key, value in saved["optimizer"]["state"].items():
+            for field, tensor in value.items():
+                assert torch.equal(state["optimizer"]["state"][key][field], tensor), (key, field)

@@ -1,0 +1,120 @@
+"""The trainer as pods run it: real processes, gloo on 127.0.0.1, signals,
+termination-log reasons, checkpoints on disk."""
+
+import json
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from kuberl import contract, metricnames
+from kuberl_trainer import checkpoint
+from kuberl_trainer.ppo import Agent
+
+from .support import Ranks, make_job, spec
+
+
+def greedy_return(model_path, episodes=10) -> float:
+    saved = torch.load(model_path, weights_only=False)
+    env = gym.make(saved["env_id"])
+    agent = Agent(4, env.action_space, saved["hidden_sizes"])
+    agent.load_state_dict(saved["agent"])
+    returns = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=10_000 + episode)
+        total, done = 0.0, False
+        while not done:
+            with torch.no_grad():
+                action = int(agent.greedy(torch.as_tensor(obs)).item())
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def test_two_ranks_solve_cartpole(tmp_path):
+    job = make_job(tmp_path, totalTimesteps=150_000, success={"targetReturn": 475, "evalEpisodes": 20, "evalEvery": 5},
+                   env={"numEnvs": 8})
+    ranks = Ranks(job)
+    assert ranks.wait(timeout=150) == [0, 0], ranks.log(0)
+    assert job.termination_log(0).startswith(f"{contract.REASON_SUCCEEDED}: eval return"), ranks.log(0)
+    assert greedy_return(job.final_model, episodes=20) >= 450  # a real policy, not a lucky evaluation
+    progress = [json.loads(line) for line in (job.checkpoint_dir / "progress.jsonl").read_text().splitlines()]
+    assert progress and progress[-1]["timesteps"] <= 150_000 and progress[-1]["eval_return"] >= 475
+
+
+def test_sigterm_leaves_a_checkpoint_and_the_next_run_continues(tmp_path):
+    job = make_job(tmp_path, checkpoint={"everyUpdates": 10})
+    ranks = Ranks(job)
+    ranks.wait_for_updates(15)
+    assert ranks.metric(1, metricnames.WORLD_SIZE) == 2  # every rank exports, labelled by rank
+    for rank in (0, 1):
+        ranks.signal(rank, signal.SIGTERM)
+    assert ranks.wait(timeout=30) == [0, 0]
+    assert job.termination_log(0).startswith(f"{contract.REASON_STOPPED}: ") and "resumable" in job.termination_log(0)
+    _, saved = checkpoint.load_newest(str(job.checkpoint_dir))
+    assert saved["counters"]["updates"] >= 15
+    stopped_at = saved["counters"]["global_step"]
+
+    resumed = Ranks(job)
+    resumed.wait_for_updates(saved["counters"]["updates"] + 1)
+    assert resumed.metric(0, metricnames.ENV_STEPS_TOTAL) > stopped_at  # continues, never from 0
+    resumed.kill()
+    assert f"resuming from {job.checkpoint_dir}" in resumed.log(0)
+
+
+def test_deterministic_stop_and_resume_is_bitwise_equal_to_an_uninterrupted_run(tmp_path):
+    settings = spec(totalTimesteps=40 * 2 * 4 * 32, deterministic=True)
+    whole = make_job(tmp_path / "whole", raw_spec=settings)
+    assert Ranks(whole).wait(timeout=120) == [0, 0]
+
+    split = make_job(tmp_path / "split", raw_spec=settings)
+    ranks = Ranks(split)
+    ranks.wait_for_updates(8)
+    for rank in (0, 1):
+        ranks.signal(rank, signal.SIGTERM)
+    assert ranks.wait(timeout=30) == [0, 0]
+    _, saved = checkpoint.load_newest(str(split.checkpoint_dir))
+    assert 8 <= saved["counters"]["updates"] < 40
+    assert Ranks(split).wait(timeout=120) == [0, 0]
+
+    a = torch.load(whole.final_model, weights_only=False)
+    b = torch.load(split.final_model, weights_only=False)
+    assert a["timesteps"] == b["timesteps"]
+    for name, tensor in a["agent"].items():
+        assert torch.equal(tensor, b["agent"][name]), name
+
+
+def test_a_killed_peer_ends_the_survivor_within_the_collective_timeout(tmp_path):
+    job = make_job(tmp_path, runPolicy={"collectiveTimeoutSeconds": 10})
+    ranks = Ranks(job)
+    ranks.wait_for_updates(5)
+    ranks.signal(1, signal.SIGKILL)
+    started = time.monotonic()
+    code = ranks.procs[0].wait(timeout=30)
+    assert time.monotonic() - started < 15
+    assert code != 0
+    assert job.termination_log(0).startswith(f"{contract.REASON_PEER_LOST}: "), ranks.log(0)
+    ranks.kill()
+
+
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda s: s["env"].update(id="NoSuchEnv-v0"), "spec.env.id"),
+        (lambda s: s["env"].update(id="collections:NoSuchClass"), "spec.env.id"),
+        (lambda s: s["ppo"].update(learningRate=-1), "spec.ppo.learningRate"),
+        (lambda s: s["ppo"].update(numMinibatches=4000), "spec.ppo.numMinibatches"),
+    ],
+)
+def test_a_bad_configuration_exits_78_naming_the_field(tmp_path, mutate, field):
+    job = make_job(tmp_path, world_size=1)
+    mutate(job.config["spec"])
+    from .support import write_config
+
+    write_config(job)
+    assert Ranks(job).wait(timeout=60) == [contract.EXIT_CONFIG_ERROR]
+    assert job.termination_log(0).startswith(f"{contract.REASON_CONFIG_ERROR}: {field}")

@@ -1,0 +1,91 @@
+"""Rank programs for the DDP tests: `python -m tests.distributed.workers
+SCENARIO OUT_DIR` with the env contract set; each rank saves what it saw to
+OUT_DIR/rank-N.pt for the test to compare."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import torch
+from kuberl import trainerconfig
+from kuberl.spec import PPOConfig
+from kuberl_trainer.distributed import process_group
+from kuberl_trainer.ppo import PPOTrainer
+from kuberl_trainer.session import TrainingSession
+
+STEPS, ENVS_PER_RANK = 8, 4
+EQUIVALENCE_HP = PPOConfig(num_steps=STEPS, num_minibatches=1, update_epochs=3, grad_accumulation=2,
+                           norm_advantage=False, learning_rate=1e-2)
+
+
+def synthetic_rollout(trainer: PPOTrainer, envs: slice) -> tuple[np.ndarray, np.ndarray]:
+    """The same global batch (STEPS x 2*ENVS_PER_RANK) everywhere; each caller
+    keeps the env columns `envs`. Two autoreset steps per half, so both halves
+    weigh the same."""
+    rng = np.random.default_rng(42)
+    shape = (STEPS, 2 * ENVS_PER_RANK)
+    obs = rng.normal(size=(*shape, 4)).astype(np.float32)
+    actions = rng.integers(0, 2, shape)
+    valid = np.ones(shape, np.float32)
+    valid[[1, 5], [0, 2]] = 0
+    valid[[2, 6], [ENVS_PER_RANK + 1, ENVS_PER_RANK + 3]] = 0
+    advantages = rng.normal(size=shape).astype(np.float32)
+    returns = rng.normal(size=shape).astype(np.float32)
+    buf = trainer.buf
+    buf.obs[:] = obs[:, envs]
+    buf.actions[:] = actions[:, envs]
+    buf.valid[:] = valid[:, envs]
+    with torch.no_grad():
+        log_probs, _, values = trainer.agent(buf.obs_t, buf.actions_t)
+    buf.log_probs[:] = (log_probs - 0.05).numpy()  # off-policy enough that ratios move
+    buf.values[:] = values.numpy()
+    return advantages[:, envs], returns[:, envs]
+
+
+def params(trainer: PPOTrainer) -> dict:
+    return {k: v.detach().clone() for k, v in trainer.agent.state_dict().items()}
+
+
+def equivalence(out: Path) -> None:
+    with process_group("gloo", 60, 60) as ctx:
+        plain = ctx.world_size == 1
+        # the reference takes one plain step; the ranks accumulate two micro-batches each
+        hp = EQUIVALENCE_HP.model_copy(update={"grad_accumulation": 1}) if plain else EQUIVALENCE_HP
+        trainer = PPOTrainer(ctx, hp, "CartPole-v1", ENVS_PER_RANK * (2 if plain else 1), {}, 10**6, 1, 0)
+        first_obs = trainer.next_obs.copy()
+        envs = slice(None) if plain else slice(ctx.rank * ENVS_PER_RANK, (ctx.rank + 1) * ENVS_PER_RANK)
+        trainer.learn(*synthetic_rollout(trainer, envs))
+        after_one = params(trainer)
+        # Adam's first moments keep the gradients' scale (its steps do not)
+        moments = [trainer.optimizer.state[p]["exp_avg"].clone() for p in trainer.agent.parameters()]
+        local_episodes, global_episodes = [], []
+        for _ in range(4):  # real updates: collect, all-reduce counters, learn
+            trainer.collect()
+            local_episodes.append(len(trainer.tracker.finished_returns))
+            totals, _ = trainer.sync(stop_vote=False, success_vote=False)
+            global_episodes.append(int(totals[1]))
+            trainer.learn(*trainer.advantages(False))
+        torch.save({"after_one": after_one, "moments": moments, "after_many": params(trainer), "first_obs": first_obs,
+                    "local_episodes": local_episodes, "global_episodes": global_episodes},
+                   out / f"rank-{ctx.rank}.pt")
+
+
+def resume(out: Path) -> None:
+    """Rank 0 loads the newest checkpoint and broadcasts it; every rank
+    records its state right after."""
+    config = trainerconfig.load(__import__("json").loads((out / "config.json").read_text()))
+    spec = config.spec
+    with process_group("gloo", 60, 60) as ctx:
+        trainer = PPOTrainer(ctx, spec.hyperparameters, spec.env.id, spec.env.num_envs, {}, spec.total_timesteps, spec.seed, 1)
+        session = TrainingSession(config, ctx, None, 1, threading.Event(), log=lambda _: None)
+        shared, _ = session.load()
+        trainer.load_shared(shared)
+        torch.save({"agent": params(trainer), "optimizer": trainer.optimizer.state_dict(),
+                    "counters": vars(trainer.counters).copy()}, out / f"rank-{ctx.rank}.pt")
+
+
+if __name__ == "__main__":
+    {"equivalence": equivalence, "resume": resume}[sys.argv[1]](Path(sys.argv[2]))
