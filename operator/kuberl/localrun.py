@@ -473,17 +473,23 @@ def last_progress(checkpoint_dir: str | None) -> dict:
     return json.loads(lines[-1]) if lines else {}
 
 
+def shown(path: str) -> str:
+    """Paths under the current directory read best relative to it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
 def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float) -> str:
     """The one line a user reads at the end."""
     record = last_progress(cluster_paths.get("checkpoints"))
     timesteps = record.get("timesteps", (status.get("progress") or {}).get("timesteps", 0))
     final = record.get("eval_return")
     final = final if final is not None else record.get("episode_return_mean")
-    shown = f"{final:.1f}" if final is not None else "-"
-    where = f"checkpoints {cluster_paths.get('checkpoints')}"
+    final_text = f"{final:.1f}" if final is not None else "-"
+    where = f"checkpoints {shown(cluster_paths['checkpoints'])}"
     if code == 0:
-        return (f"{job.name} succeeded: {timesteps:,} timesteps in {wall:.0f}s, final return {shown}; "
-                f"model {cluster_paths.get('model')}; {where}; restarts {status.get('restarts', 0)}")
+        return (f"{job.name} succeeded: {timesteps:,} timesteps in {wall:.0f}s, final return {final_text}; "
+                f"model {shown(cluster_paths['model'])}; {where}; restarts {status.get('restarts', 0)}")
     failed = next((c for c in status.get("conditions", []) if c["type"] == lifecycle.CONDITION_FAILED and c["status"] == "True"), None)
     if code == EXIT_INTERRUPTED:
         return f"{job.name} stopped at {timesteps:,} timesteps after {wall:.0f}s; {where}; run the same command again to resume"
@@ -513,11 +519,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"  {p}", file=sys.stderr)
         return 2
     job = Job(document["metadata"]["name"], spec)
-    run_dir = os.path.join(args.dir, job.name)
+    run_dir = os.path.abspath(os.path.join(args.dir, job.name))  # pod roots must not depend on a cwd
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "job.yaml"), "w") as f:
         yaml.safe_dump(document, f, sort_keys=False)
-    say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {spec.total_timesteps:,} timesteps; logs and checkpoints in {run_dir}")
+    say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {spec.total_timesteps:,} timesteps; logs and checkpoints in {shown(run_dir)}")
     try:
         code, status, wall = run(job, run_dir)
     except LocalRunError as e:
@@ -526,7 +532,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     say(summary(job, paths_of(job, run_dir, job_uid(run_dir)), status, code, wall))
     if args.plot and code in (0, EXIT_INTERRUPTED):
         with contextlib.suppress(FileNotFoundError):
-            say(f"learning curve {plot(run_dir)}")
+            say(f"learning curve {shown(plot(run_dir))}")
     return code
 
 

@@ -1,0 +1,200 @@
+"""`kuberl run` as a user calls it: a subprocess, a job file, tiny budgets.
+
+Every rank process is found through /proc by the pod root it was given
+(KUBERL_FS_ROOT, inherited by anything it starts), so "nothing left behind"
+is checked by PID, not trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+KUBERL = [sys.executable, "-m", "kuberl.cli", "run"]
+JOB = "e2e"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_job(tmp_path: Path, **spec_overrides) -> Path:
+    spec = {
+        "algorithm": "ppo",
+        "ppo": {"numSteps": 16, "numMinibatches": 2, "updateEpochs": 2},
+        "env": {"id": "CartPole-v1", "numEnvs": 4},
+        "totalTimesteps": 4000,
+        "workers": 2,
+        "checkpoint": {"everyUpdates": 2, "keep": 3},
+        "runPolicy": {"restartBackoffSeconds": 0.2, "backoffLimit": 2, "terminationGracePeriodSeconds": 10},
+        "rendezvous": {"port": free_port()},
+        "metrics": {"port": free_port()},
+        **spec_overrides,
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob",
+                                    "metadata": {"name": JOB}, "spec": spec}))
+    return path
+
+
+def start(tmp_path: Path, *extra: str) -> subprocess.Popen:
+    """In its own session, as a shell runs it: Ctrl-C is SIGINT to that group."""
+    return subprocess.Popen([*KUBERL, str(tmp_path / "job.yaml"), "--dir", "runs", *extra], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"kuberl run did not end in {timeout}s:\n{out[-4000:]}")
+    return proc.returncode, out
+
+
+def rank_processes(tmp_path: Path) -> dict[str, list[int]]:
+    """Live processes started for this test's pods, by pod name."""
+    pods_dir = str(tmp_path / "runs" / JOB / "pods") + "/"
+    found: dict[str, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        root = next((v[len(b"KUBERL_FS_ROOT="):].decode() for v in environ if v.startswith(b"KUBERL_FS_ROOT=")), "")
+        if root.startswith(pods_dir):
+            found.setdefault(root[len(pods_dir):].split("/")[0], []).append(int(entry))
+    return found
+
+
+def status(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "runs" / JOB / "status.json").read_text())
+
+
+def checkpoint_dir(tmp_path: Path) -> Path:
+    uid = (tmp_path / "runs" / JOB / "uid").read_text().strip()
+    return tmp_path / "runs" / JOB / "checkpoints" / f"{JOB}-{uid}"
+
+
+def wait_for(condition, timeout: float, proc: subprocess.Popen, what: str) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            pytest.fail(f"kuberl run ended before {what}:\n{proc.communicate()[0][-4000:]}")
+        if time.time() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"no {what} within {timeout}s")
+        time.sleep(0.1)
+
+
+def checkpoints(tmp_path: Path) -> list[Path]:
+    return sorted(checkpoint_dir(tmp_path).glob("ckpt-*.pt")) if (tmp_path / "runs" / JOB / "uid").exists() else []
+
+
+def progress(tmp_path: Path) -> list[dict]:
+    path = checkpoint_dir(tmp_path) / "progress.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_two_rank_job_runs_to_success(tmp_path):
+    write_job(tmp_path, success={"targetReturn": None})
+    code, out = finish(start(tmp_path, "--plot"), timeout=120)
+    assert code == 0, out
+    last = out.strip().splitlines()[-1]
+    assert "e2e succeeded" in out and "timesteps" in out and "final-model.pt" in out, out[-2000:]
+    assert "[rank 0]" in out and "[rank 1]" in out
+    done = status(tmp_path)
+    assert done["phase"] == "Succeeded" and done["restarts"] == 0 and done["workers"]["succeeded"] >= 1
+    assert (checkpoint_dir(tmp_path) / "final-model.pt").exists()
+    assert (tmp_path / "runs" / JOB / "learning-curve.png").stat().st_size > 1000, last
+    assert rank_processes(tmp_path) == {}
+
+
+def test_a_killed_rank_restarts_the_gang_from_its_checkpoint(tmp_path):
+    write_job(tmp_path, totalTimesteps=30000, success={"targetReturn": None})
+    proc = start(tmp_path)
+    wait_for(lambda: len(checkpoints(tmp_path)) >= 2 and len(rank_processes(tmp_path)) == 2, 90, proc, "checkpoint")
+    victim = min(rank_processes(tmp_path)[f"{JOB}-1"])
+    os.kill(victim, signal.SIGKILL)
+    code, out = finish(proc, timeout=150)
+    assert code == 0, out[-4000:]
+    done = status(tmp_path)
+    assert done["restarts"] == 1 and done["generation"] == 1, done
+    assert [h["counted"] for h in done["restartHistory"]] == [True]
+    resumed_at = int(re.search(r"resuming from \S+ \(timesteps (\d+)\)", out).group(1))
+    rows = progress(tmp_path)
+    assert resumed_at > 0 and min(r["timesteps"] for r in rows if r["restart"] == 1) > resumed_at, rows
+    assert max(r["timesteps"] for r in rows) > 29000  # the budget, in whole updates
+    assert rank_processes(tmp_path) == {}
+
+
+def test_a_configuration_error_fails_at_once_naming_the_field(tmp_path):
+    write_job(tmp_path, env={"id": "nosuchpkg.envs:Env", "numEnvs": 2})
+    started = time.time()
+    code, out = finish(start(tmp_path), timeout=90)
+    assert code == 1, out
+    assert "ConfigError" in out.strip().splitlines()[-1] and "spec.env.id" in out.strip().splitlines()[-1], out[-2000:]
+    done = status(tmp_path)
+    assert done["phase"] == "Failed" and done["restarts"] == 0 and done["restartHistory"] == []
+    assert time.time() - started < 60
+    assert rank_processes(tmp_path) == {}
+
+
+def test_a_rank_crashing_on_every_start_exhausts_the_backoff_and_leaves_nothing(tmp_path):
+    # rank 0 hangs as if waiting for its peer, ignoring SIGTERM, with a child of its own;
+    # rank 1 crashes at once: the kubelet's SIGKILL and the group kill must clean up.
+    script = (
+        "import os, signal, subprocess, sys, time\n"
+        "if os.environ['NODE_RANK'] == '1':\n"
+        "    sys.exit(3)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        "time.sleep(300)\n"
+    )
+    write_job(tmp_path, template={"spec": {"containers": [{"name": "trainer", "command": ["python", "-c", script]}]}},
+              runPolicy={"restartBackoffSeconds": 0.2, "backoffLimit": 2, "terminationGracePeriodSeconds": 1})
+    code, out = finish(start(tmp_path), timeout=90)
+    assert code == 1, out
+    assert "BackoffLimitExceeded" in out.strip().splitlines()[-1], out[-2000:]
+    done = status(tmp_path)
+    assert done["phase"] == "Failed" and done["restarts"] == 2
+    assert [h["counted"] for h in done["restartHistory"]] == [True, True]
+    assert rank_processes(tmp_path) == {}
+
+
+def test_ctrl_c_stops_every_rank_within_the_grace_period_and_the_run_resumes(tmp_path):
+    from kuberl_trainer import checkpoint
+
+    write_job(tmp_path, totalTimesteps=40000, success={"targetReturn": None})
+    proc = start(tmp_path)
+    wait_for(lambda: checkpoints(tmp_path) and len(rank_processes(tmp_path)) == 2, 90, proc, "checkpoint")
+    interrupted = time.time()
+    os.killpg(proc.pid, signal.SIGINT)
+    code, out = finish(proc, timeout=30)
+    assert code == 130, out[-3000:]
+    assert time.time() - interrupted < 10 + 3
+    assert rank_processes(tmp_path) == {}
+    assert "run the same command again to resume" in out.strip().splitlines()[-1]
+    _, state = checkpoint.load_newest(str(checkpoint_dir(tmp_path)))
+    saved = state["counters"]["global_step"]
+    assert 0 < saved < 40000
+
+    code, out = finish(start(tmp_path, "--set", "totalTimesteps=" + str(saved + 1500)), timeout=90)
+    assert code == 0, out[-3000:]
+    assert re.search(rf"resuming from \S+ \(timesteps {saved}\)", out), out[-3000:]
+    assert min(r["timesteps"] for r in progress(tmp_path) if r["restart"] == status(tmp_path)["generation"]) > saved
