@@ -12,6 +12,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kuberl.cli import gymnasium_id_known
+from kuberl.render import PLACEHOLDER_UID, render_job
 from kuberl.spec import InvalidJob, JobSpec, immutable_changes, parse_spec, validate_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -229,6 +230,7 @@ def test_kuberl_render_prints_a_yaml_stream_of_every_object():
     assert kinds == ["ConfigMap", "PersistentVolumeClaim", "NetworkPolicy", "Service", "Pod", "Pod"]
     assert {d["metadata"]["namespace"] for d in docs} == {"ml"}
     assert '"uid": "00000000-0000-0000-0000-000000000000"' in docs[0]["data"]["config.json"]
+    assert docs == render_job(yaml.safe_load(EXAMPLE.read_text()), "ml", PLACEHOLDER_UID)  # printing loses nothing
 
 
 # --- anything at all ----------------------------------------------------------
