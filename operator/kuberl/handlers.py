@@ -258,7 +258,8 @@ class JobLoop:
             message = reconcile.problems_message(invalid.problems)
             await self._fail(job, reconcile.REASON_INVALID_SPEC, message, now)
             return None
-        pods = await self.api.list_job_pods(self.namespace, self.name)
+        # A pod under our label but not owned by this uid is a same-named predecessor's, still going.
+        pods = [p for p in await self.api.list_job_pods(self.namespace, self.name) if reconcile.owned_by(p, job["metadata"]["uid"])]
         decision, new_status = await self._decide(job, spec, status, pods, now)
         written = await self._write(job, status, new_status)
         self.shell.metrics.job_phase(self.namespace, self.name, decision.phase)

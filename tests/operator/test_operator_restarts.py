@@ -1,0 +1,161 @@
+"""Gang restarts through the real operator: reasons from termination messages, what counts, old pods never adopted."""
+import datetime
+
+from kuberl import names
+
+from tests.operator.operatorkit import (
+    NS,
+    condition,
+    create_job,
+    events,
+    operator,  # noqa: F401 — fixture
+    pods,
+    start_gang,
+    status,
+    terminated,
+    wait_for,
+    wait_phase,
+)
+from tests.support.selectors import parse_label_selector
+from tests.support.store import timestamp
+
+
+def test_a_crash_restarts_the_whole_gang_with_the_reason_from_the_termination_message(standin, rest, operator):  # noqa: F811
+    create_job(rest, 'crashy', workers=3)
+    gang = start_gang(standin, 'crashy', 3)
+    wait_phase(rest, 'crashy', 'Running')
+
+    terminated(standin, gang[1], 1, 'Crashed: RuntimeError: NaN in the policy loss at update 7')
+
+    restarted = wait_for(lambda: status(rest, 'crashy').get('restarts') == 1 and status(rest, 'crashy'), what='one counted restart')
+    entry = restarted['restartHistory'][-1]
+    assert (entry['generation'], entry['reason'], entry['counted']) == (0, 'Crashed', True)
+    assert 'NaN in the policy loss' in entry['message']
+    new_gang = start_gang(standin, 'crashy', 3, generation=1)
+    assert not pods(standin, 'crashy', 0), 'the old generation is deleted'
+    assert all(p['metadata']['labels'][names.LABEL_RESTART] == '1' for p in new_gang)
+    wait_phase(rest, 'crashy', 'Running')
+    restart_events = [e for e in events(rest, 'crashy') if e['reason'] == 'GangRestart']
+    assert restart_events and 'NaN in the policy loss' in restart_events[0]['message']
+    assert 'kuberl_operator_gang_restarts_total{reason="Crashed"} 1.0' in operator.metrics()
+
+
+def test_a_configuration_error_fails_at_once_and_a_spent_budget_fails_with_the_last_reason(standin, rest, operator):  # noqa: F811
+    create_job(rest, 'misconfigured', workers=2)
+    gang = start_gang(standin, 'misconfigured', 2)
+    terminated(standin, gang[0], 1, 'ConfigError: spec.env.id: no gymnasium env named "CartPol-v1"')
+    failed = wait_phase(rest, 'misconfigured', 'Failed')
+    assert failed['restarts'] == 0
+    assert 'spec.env.id' in condition(rest, 'misconfigured', 'Failed')['message']
+    wait_for(lambda: not pods(standin, 'misconfigured', 0) or all(p['status']['phase'] != 'Running' for p in pods(standin, 'misconfigured', 0)))
+
+    create_job(rest, 'fragile', workers=1, runPolicy={'backoffLimit': 1, 'restartBackoffSeconds': 0.1})
+    for generation in (0, 1):
+        [pod] = start_gang(standin, 'fragile', 1, generation=generation)
+        wait_phase(rest, 'fragile', 'Running')
+        terminated(standin, pod, 137, 'Crashed: killed')
+    failed = wait_phase(rest, 'fragile', 'Failed')
+    assert failed['restarts'] == 1
+    assert condition(rest, 'fragile', 'Failed')['reason'] == 'BackoffLimitExceeded'
+
+
+def test_eviction_restarts_without_spending_the_budget(standin, rest, operator):  # noqa: F811
+    create_job(rest, 'evicted', workers=2, runPolicy={'backoffLimit': 0})
+    gang = start_gang(standin, 'evicted', 2)
+    wait_phase(rest, 'evicted', 'Running')
+    standin.store.kubelet_delay = 2.0  # the evicted container takes its time to stop, as on a node
+    standin.store.evict(NS, gang[1]['metadata']['name'])
+    after = wait_for(lambda: status(rest, 'evicted').get('generation') == 1 and status(rest, 'evicted'))
+    assert after['restarts'] == 0
+    assert after['restartHistory'][-1]['reason'] == 'EvictionByEvictionAPI'
+    start_gang(standin, 'evicted', 2, generation=1)
+    assert wait_phase(rest, 'evicted', 'Running')['restarts'] == 0
+
+
+def test_a_gang_that_never_starts_is_retried_with_its_reason_without_spending_the_budget(standin, rest, operator):  # noqa: F811
+    standin.store.hooks.unschedulable.append(parse_label_selector(f'{names.LABEL_JOB}=stuck'))
+    create_job(rest, 'stuck', workers=2, runPolicy={'backoffLimit': 0, 'startupTimeoutSeconds': 2, 'maxStartupRetries': 3})
+    blocked = wait_for(lambda: condition(rest, 'stuck', 'Ready').get('reason') == 'Unschedulable' and condition(rest, 'stuck', 'Ready'))
+    assert 'node(s)' in blocked['message']
+    retried = wait_for(lambda: status(rest, 'stuck').get('startupRetries') == 1 and status(rest, 'stuck'), timeout=15)
+    assert retried['restarts'] == 0
+    assert retried['restartHistory'][-1]['reason'] == 'Unschedulable'
+
+    standin.store.hooks.unschedulable.clear()
+    standin.store.reschedule()
+    generation = status(rest, 'stuck')['generation']
+    start_gang(standin, 'stuck', 2, generation=generation)
+    running = wait_phase(rest, 'stuck', 'Running')
+    assert running['restarts'] == 0
+
+
+def test_image_pull_backoff_is_named_in_a_condition(standin, rest, operator):  # noqa: F811
+    standin.store.hooks.image_pull_failure.append(parse_label_selector(f'{names.LABEL_JOB}=pully'))
+    create_job(rest, 'pully', workers=1, image='registry.example.com/missing:1')
+    ready = wait_for(lambda: condition(rest, 'pully', 'Ready').get('reason') == 'ImagePullBackOff' and condition(rest, 'pully', 'Ready'))
+    assert 'registry.example.com/missing:1' in ready['message']
+
+
+def _hold(standin, pod: dict) -> None:
+    """A finalizer keeps a deleted pod terminating, as a kubelet that never confirms would."""
+    standin.store.report_pod  # noqa: B018 — the store is the kubelet's stand-in
+    with standin.store.lock:
+        pods_type = standin.store.type_of('', 'v1', 'pods')
+        stored = standin.store._existing(pods_type, NS, pod['metadata']['name'])
+        new = {**stored, 'metadata': {**stored['metadata'], 'finalizers': ['test.kuberl.dev/hold']}}
+        standin.store._replace_stored(pods_type.key, stored, new)
+
+
+def _release(standin, name: str) -> None:
+    with standin.store.lock:
+        pods_type = standin.store.type_of('', 'v1', 'pods')
+        stored = standin.store._existing(pods_type, NS, name)
+        new = {**stored, 'metadata': {k: v for k, v in stored['metadata'].items() if k != 'finalizers'}}
+        standin.store._remove(pods_type.key, new) if new['metadata'].get('deletionTimestamp') else standin.store._replace_stored(pods_type.key, stored, new)
+
+
+def test_a_409_from_an_old_terminating_pod_waits_and_never_adopts_it(standin, rest, operator):  # noqa: F811
+    old_uid = create_job(rest, 'reborn', workers=1)['metadata']['uid']
+    [old_pod] = start_gang(standin, 'reborn', 1)
+    _hold(standin, old_pod)
+    assert rest.delete(f'/apis/kuberl.dev/v1alpha1/namespaces/{NS}/rltrainingjobs/reborn').status == 200
+    wait_for(lambda: rest.get(f'/apis/kuberl.dev/v1alpha1/namespaces/{NS}/rltrainingjobs/reborn').status == 404, what='the old job to go')
+    wait_for(lambda: standin.store.find('', 'pods', NS, 'reborn-0')['metadata'].get('deletionTimestamp'), what='the old pod to terminate')
+
+    new_uid = create_job(rest, 'reborn', workers=1)['metadata']['uid']
+    wait_for(lambda: status(rest, 'reborn').get('generationStartTime'), what='the new job to try its pods')
+    wait_for(lambda: '"reborn-0" already exists' in operator.log() or 'still terminating' in operator.log(), what='the 409')
+    held = standin.store.find('', 'pods', NS, 'reborn-0')
+    assert held['metadata']['ownerReferences'][0]['uid'] == old_uid, 'the old pod is never taken for the new job'
+    assert status(rest, 'reborn').get('phase') != 'Running'
+
+    _release(standin, 'reborn-0')
+    new_pod = wait_for(lambda: (p := standin.store.find('', 'pods', NS, 'reborn-0')) and p['metadata']['ownerReferences'][0]['uid'] == new_uid and p,
+                       what='the new pod')
+    assert new_pod['metadata']['labels'][names.LABEL_RESTART] == '0'
+
+
+def test_pods_stuck_terminating_on_a_lost_node_are_force_deleted_and_recorded(standin, rest, operator):  # noqa: F811
+    node = {'apiVersion': 'v1', 'kind': 'Node', 'metadata': {'name': 'local-node'},
+            'status': {'conditions': [{'type': 'Ready', 'status': 'Unknown', 'reason': 'NodeStatusUnknown', 'lastTransitionTime': timestamp()}]}}
+    assert rest.post('/api/v1/nodes', node).status == 201
+    create_job(rest, 'stranded', workers=2)
+    gang = start_gang(standin, 'stranded', 2)
+    wait_phase(rest, 'stranded', 'Running')
+    assert rest.delete(f'/api/v1/namespaces/{NS}/pods/{gang[1]["metadata"]["name"]}').status == 200
+    wait_for(lambda: status(rest, 'stranded').get('generation') == 1 and all(p['metadata'].get('deletionTimestamp') for p in pods(standin, 'stranded', 0)),
+             what='the old gang to be deleted and stuck')
+    assert status(rest, 'stranded')['restarts'] == 0
+
+    long_ago = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)).strftime('%Y-%m-%dT%H:%M:%SZ')
+    with standin.store.lock:  # the node has been gone for minutes
+        pods_type = standin.store.type_of('', 'v1', 'pods')
+        for pod in pods(standin, 'stranded', 0):
+            stored = standin.store._existing(pods_type, NS, pod['metadata']['name'])
+            standin.store._replace_stored(pods_type.key, stored, {**stored, 'metadata': {**stored['metadata'], 'deletionTimestamp': long_ago}})
+
+    wait_for(lambda: not pods(standin, 'stranded', 0), what='the force deletion')
+    records = wait_for(lambda: status(rest, 'stranded').get('forceDeleted'))
+    assert {r['pod'] for r in records} == {'stranded-0', 'stranded-1'}
+    assert any(e['reason'] == 'ForceDeleted' for e in events(rest, 'stranded'))
+    wait_for(lambda: len(pods(standin, 'stranded', 1)) == 2, what='generation 1')
