@@ -1,0 +1,110 @@
+"""Run policies and spec edits through the real operator: suspend, deadline, TTL, stall, progress, immutability."""
+from tests.operator.operatorkit import (
+    JOBS,
+    NS,
+    FakeMetrics,
+    condition,
+    create_job,
+    job,
+    operator,  # noqa: F401 — fixture
+    pods,
+    running,
+    start_gang,
+    status,
+    terminated,
+    wait_for,
+    wait_phase,
+)
+
+
+def _uids(standin, name: str) -> set[str]:
+    return {p['metadata']['uid'] for p in pods(standin, name)}
+
+
+def test_suspend_deletes_the_pods_keeps_the_service_and_resume_starts_a_new_generation(standin, rest, operator):  # noqa: F811
+    create_job(rest, 'napper', workers=2)
+    start_gang(standin, 'napper', 2)
+    wait_phase(rest, 'napper', 'Running')
+
+    assert rest.patch(f'{JOBS}/napper', {'spec': {'runPolicy': {'suspend': True}}}).status == 200
+    suspended = wait_phase(rest, 'napper', 'Suspended')
+    wait_for(lambda: not pods(standin, 'napper'), what='the pods to go')
+    assert standin.store.find('', 'services', NS, 'napper') is not None
+    assert condition(rest, 'napper', 'Suspended')['status'] == 'True'
+    assert suspended['restarts'] == 0
+
+    assert rest.patch(f'{JOBS}/napper', {'spec': {'runPolicy': {'suspend': False}}}).status == 200
+    start_gang(standin, 'napper', 2, generation=suspended['generation'])
+    resumed = wait_phase(rest, 'napper', 'Running')
+    assert resumed['restarts'] == 0
+    assert resumed['observedGeneration'] == 3
+
+
+def test_allowed_edits_do_not_restart_a_healthy_gang_and_immutable_ones_are_refused(standin, rest, operator):  # noqa: F811
+    create_job(rest, 'steady', workers=2)
+    start_gang(standin, 'steady', 2)
+    wait_phase(rest, 'steady', 'Running')
+    before = _uids(standin, 'steady')
+
+    edit = {'spec': {'runPolicy': {'activeDeadlineSeconds': 3600, 'ttlSecondsAfterFinished': 600}}}
+    assert rest.patch(f'{JOBS}/steady', edit).status == 200
+    wait_for(lambda: status(rest, 'steady').get('observedGeneration') == 2, what='the edit to be observed')
+    refused = rest.patch(f'{JOBS}/steady', {'spec': {'workers': 3}})
+    assert refused.status == 422 and 'spec.workers' in refused.message
+    assert _uids(standin, 'steady') == before
+    assert status(rest, 'steady')['generation'] == 0
+    assert status(rest, 'steady')['phase'] == 'Running'
+
+
+def test_active_deadline_fails_the_job_and_deletes_its_pods(standin, rest, operator):  # noqa: F811
+    create_job(rest, 'hasty', workers=2, runPolicy={'activeDeadlineSeconds': 2})
+    start_gang(standin, 'hasty', 2)
+    wait_phase(rest, 'hasty', 'Failed', timeout=15)
+    assert condition(rest, 'hasty', 'Failed')['reason'] == 'DeadlineExceeded'
+    wait_for(lambda: not pods(standin, 'hasty'), what='the pods to be deleted')
+
+
+def test_ttl_deletes_a_finished_job_and_its_owned_pvc_but_a_retained_pvc_stays(standin, rest, operator):  # noqa: F811
+    for name, retain in (('brief', False), ('keeper', True)):
+        create_job(rest, name, workers=1, checkpoint={'retain': retain}, runPolicy={'ttlSecondsAfterFinished': 1})
+    for name in ('brief', 'keeper'):
+        [pod] = start_gang(standin, name, 1)
+        terminated(standin, pod, 0, 'Succeeded: done')
+    for name in ('brief', 'keeper'):
+        wait_for(lambda name=name: job(rest, name) is None, timeout=15, what=f'{name} to be deleted by its TTL')
+    wait_for(lambda: standin.store.find('', 'persistentvolumeclaims', NS, 'brief-checkpoints') is None, what='the owned PVC to be collected')
+    wait_for(lambda: standin.store.find('', 'configmaps', NS, 'keeper-config') is None, what='the children to be collected')
+    assert standin.store.find('', 'persistentvolumeclaims', NS, 'keeper-checkpoints') is not None
+
+
+def test_progress_comes_from_rank_0_and_a_stalled_counter_restarts_the_gang(standin, rest, operator):  # noqa: F811
+    with FakeMetrics('stuckling') as metrics:
+        create_job(rest, 'stuckling', workers=2, metrics={'port': metrics.port},
+                   runPolicy={'stallTimeoutSeconds': 3, 'backoffLimit': 2})
+        start_gang(standin, 'stuckling', 2, ip='127.0.0.1')
+        wait_phase(rest, 'stuckling', 'Running')
+        for steps in (100, 200, 300):
+            metrics.timesteps = steps
+            wait_for(lambda steps=steps: (status(rest, 'stuckling').get('progress') or {}).get('timesteps') == steps,
+                     what=f'progress {steps} in status')
+        assert status(rest, 'stuckling')['progress']['episodeReturnMean'] == 21.5
+
+        stalled = wait_for(lambda: status(rest, 'stuckling').get('restarts') == 1 and status(rest, 'stuckling'), timeout=15,
+                           what='a stall restart')
+        assert stalled['restartHistory'][-1]['reason'] == 'Stalled'
+        assert 'at 300 timesteps' in stalled['restartHistory'][-1]['message']
+
+
+def test_rank_0_reporting_success_ends_the_job(standin, rest, operator):  # noqa: F811
+    with FakeMetrics('winner') as metrics:
+        create_job(rest, 'winner', workers=2, metrics={'port': metrics.port})
+        gang = start_gang(standin, 'winner', 2, ip='127.0.0.1')
+        metrics.timesteps, metrics.success, metrics.eval_return = 5000, 1, 480.0
+        wait_for(lambda: (status(rest, 'winner').get('progress') or {}).get('evalReturn') == 480.0, what='the eval return')
+        terminated(standin, gang[0], 0, 'Succeeded: eval return 480.0 >= 475 at timesteps 5000')
+        running(standin, gang[1])
+        done = wait_phase(rest, 'winner', 'Succeeded')
+        assert condition(rest, 'winner', 'Succeeded')['reason'] == 'RankZeroSucceeded'
+        assert done['finalModel'].endswith('/final-model.pt')
+        wait_for(lambda: all(p['metadata'].get('deletionTimestamp') or p['status']['phase'] != 'Running' for p in pods(standin, 'winner'))
+                 or not pods(standin, 'winner'), what='the remaining rank to be deleted')
