@@ -556,7 +556,7 @@ def plot(run_dir: str) -> str:
         for key, label in (("episode_return_mean", "training return (mean)"), ("eval_return", "evaluation return")):
             points = [(r[x_key], r[key]) for r in rows if r.get(key) is not None and r.get(x_key) is not None]
             if points:
-                ax.plot(*zip(*points, strict=True), marker="." if key == "eval_return" else None, label=label)
+                ax.plot(*zip(*points, strict=True), marker="o" if key == "eval_return" else ".", markersize=3, label=label)
         restarts = [r[x_key] for prev, r in itertools.pairwise(rows) if r.get("restart") != prev.get("restart")]
         for x in restarts:
             ax.axvline(x, color="grey", linestyle=":", linewidth=1)

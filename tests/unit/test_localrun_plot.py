@@ -1,0 +1,26 @@
+"""`kuberl plot runs/<job>`: a PNG learning curve from the trainer's progress.jsonl."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from kuberl.localrun import cmd_plot, plot
+
+
+def test_a_learning_curve_is_written_from_progress(tmp_path):
+    run_dir = tmp_path / "runs" / "job"
+    checkpoints = run_dir / "checkpoints" / "job-uid"
+    checkpoints.mkdir(parents=True)
+    rows = [{"timesteps": 1000 * i, "wall_seconds": 2.0 * i, "episode_return_mean": 20.0 * i,
+             "eval_return": None if i % 2 else 40.0 * i, "restart": 0 if i < 5 else 1} for i in range(1, 9)]
+    (checkpoints / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = plot(str(run_dir))
+    assert out == str(run_dir / "learning-curve.png")
+    with open(out, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plotting_a_run_without_progress_says_so(tmp_path, capsys):
+    assert cmd_plot(argparse.Namespace(run_dir=str(tmp_path))) == 1
+    assert "no progress.jsonl" in capsys.readouterr().err
