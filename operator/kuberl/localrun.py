@@ -365,14 +365,34 @@ def write_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def check_port_free(port: int) -> None:
-    """Rank 0's store listens on every address: another run on this port would take our rendezvous."""
+def port_free(port: int) -> bool:
+    """Rank 0's store listens on every address: a port taken anywhere here is taken for us."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("0.0.0.0", port))
-        except OSError as e:
-            raise LocalRunError(f"rendezvous port {port} is in use here ({e.strerror}); pick another with --set rendezvous.port=N") from e
+        except OSError:
+            return False
+    return True
+
+
+def check_port_free(port: int) -> None:
+    if not port_free(port):
+        raise LocalRunError(f"rendezvous port {port} is in use here; pick another with --set rendezvous.port=N")
+
+
+def with_free_rendezvous_port(document: dict, spec: JobSpec) -> dict:
+    """The default rendezvous port taken (another local run): use the next free
+    one. A port the user chose is kept, and refused if taken."""
+    chosen = "port" in ((document.get("spec") or {}).get("rendezvous") or {})
+    if spec.world_size == 1 or chosen or port_free(spec.rendezvous.port):
+        return document
+    metrics_ports = range(spec.metrics.port, spec.metrics.port + 16)
+    for port in range(spec.rendezvous.port + 1, spec.rendezvous.port + 100):
+        if port not in metrics_ports and port_free(port):
+            say(f"rendezvous port {spec.rendezvous.port} is taken here: using {port} (--set rendezvous.port=N to choose)")
+            return apply_overrides(document, None, [f"rendezvous.port={port}"])
+    return document
 
 
 def suspended(spec: JobSpec) -> JobSpec:
@@ -512,6 +532,7 @@ def paths_of(job: Job, run_dir: str, uid: str) -> dict:
 def cmd_run(args: argparse.Namespace) -> int:
     try:
         document = apply_overrides(load_job(args.file), args.workers, args.set)
+        document = with_free_rendezvous_port(document, validate_job(document))
         spec = validate_job(document)
     except InvalidJob as e:
         print(f"{args.file}: RLTrainingJob is invalid ({len(e.problems)} problem(s)):", file=sys.stderr)

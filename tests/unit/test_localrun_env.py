@@ -166,3 +166,22 @@ def test_rank_zero_metrics_are_read_by_name():
         'kuberl_trainer_success{rltj="j",rank="0"} 1.0\n'
     )
     assert read_rank0_metrics(text) == {"kuberl_trainer_env_steps_total": 4096.0, "kuberl_trainer_success": 1.0}
+
+
+def test_a_taken_default_rendezvous_port_moves_but_a_chosen_one_stays():
+    import socket
+
+    from kuberl.localrun import with_free_rendezvous_port
+    from kuberl.spec import validate_job
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        default = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "j"},
+                   "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 10, "workers": 2}}
+        spec = validate_job(default).model_copy(update={"rendezvous": validate_job(default).rendezvous.model_copy(update={"port": port})})
+        moved = with_free_rendezvous_port(default, spec)
+        assert moved["spec"]["rendezvous"]["port"] not in (port, None) and "rendezvous" not in default["spec"]
+        chosen = {**default, "spec": {**default["spec"], "rendezvous": {"port": port}}}
+        assert with_free_rendezvous_port(chosen, validate_job(chosen)) == chosen
