@@ -391,16 +391,18 @@ def render_pod(
 ) -> dict:
     """Worker `rank` of gang generation `restart`, with spec.template layered on."""
     j = as_job(job)
+    digest = config_hash(config_text(j.name, namespace, uid, j.spec))
+    return _render_pod(j, namespace, rank, restart, default_image, target, digest)
+
+
+def _render_pod(j: Job, namespace: str, rank: int, restart: int, default_image: str, target: Target, digest: str) -> dict:
     spec = j.spec
     if not 0 <= rank < spec.workers:
         raise ValueError(f"rank {rank} outside 0..{spec.workers - 1}")
     own_labels = pod_labels(j.name, rank, restart)
     group_labels, group_annotations = _gang_scheduling_metadata(j.name, spec)
     reserved_labels = {**own_labels, **group_labels}
-    annotations = {
-        names.ANNOTATION_SPEC_HASH: config_hash(config_text(j.name, namespace, uid, spec)),
-        **group_annotations,
-    }
+    annotations = {names.ANNOTATION_SPEC_HASH: digest, **group_annotations}
     pod_spec: dict[str, Any] = {
         "hostname": names.pod_name(j.name, rank),
         "subdomain": names.service_name(j.name),
@@ -434,7 +436,8 @@ def render_pod(
         "metadata": _metadata(names.pod_name(j.name, rank), namespace, {**spec.labels, **reserved_labels}, annotations),
         "spec": pod_spec,
     }
-    pod = merge_template(pod, spec.template)
+    if spec.template:
+        pod = merge_template(pod, spec.template)
     pod["metadata"]["labels"].update(reserved_labels)
     for key in ("hostname", "subdomain", "restartPolicy"):
         pod["spec"][key] = pod_spec[key]
@@ -527,8 +530,6 @@ def render_job(
     objects.append(render_service(j, namespace))
     if target == "cluster":
         objects.append(render_podgroup(j, namespace))
-    objects += [
-        render_pod(j, namespace, uid, rank, restart, default_image=default_image, target=target)
-        for rank in range(j.spec.workers)
-    ]
+    digest = config_hash(config_text(j.name, namespace, uid, j.spec))  # once, not once per pod
+    objects += [_render_pod(j, namespace, rank, restart, default_image, target, digest) for rank in range(j.spec.workers)]
     return [o for o in objects if o is not None]

@@ -8,6 +8,8 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kuberl import names
 from kuberl.cli import gymnasium_id_known
 from kuberl.render import PLACEHOLDER_UID, render_job
@@ -230,3 +232,38 @@ def test_the_cartpole_example_stays_a_two_worker_ppo_job():
     job = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests" / "examples" / "cartpole-ppo.yaml").read_text())
     spec = validate_job(job)
     assert (spec.algorithm, spec.env.id, spec.workers, spec.procs) == ("ppo", "CartPole-v1", 2, 1)
+
+
+DNS_NAMES = st.from_regex(r"\A[a-z]([-a-z0-9]{0,48}[a-z0-9])?\Z", fullmatch=True)
+
+
+@st.composite
+def valid_jobs(draw):
+    gpus = draw(st.sampled_from([0, 0, 1, 2, 8]))
+    spec = {
+        "workers": draw(st.sampled_from([1, 2, 3, 17, 64, names.MAX_WORKERS])),
+        "gpusPerWorker": gpus,
+        "metrics": {"port": draw(st.integers(1024, 20000))},
+        "labels": draw(st.dictionaries(st.from_regex(r"\A[a-z][a-z0-9]{0,9}\Z"), st.from_regex(r"\A[a-z0-9]{0,20}\Z"), max_size=3)),
+    }
+    if gpus == 0:
+        spec["procsPerWorker"] = draw(st.integers(1, names.MAX_PROCS_PER_WORKER))
+    if draw(st.booleans()):
+        spec["queueName"] = draw(DNS_NAMES)
+    if draw(st.booleans()):
+        spec["schedulerName"] = draw(st.sampled_from(["volcano", "scheduler-plugins-scheduler", "default-scheduler"]))
+    if draw(st.booleans()):
+        spec["checkpoint"] = {"claimName": draw(DNS_NAMES)}
+    return make_job(name=draw(DNS_NAMES), **spec)
+
+
+@settings(max_examples=30, deadline=None)
+@given(job=valid_jobs(), target=st.sampled_from(["cluster", "local"]))
+def test_any_valid_job_renders_objects_an_api_server_accepts(job, target):
+    objects = render_job(job, "ns", PLACEHOLDER_UID, target=target)
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    assert len(pods) == job["spec"]["workers"]
+    for obj in [o for o in objects if o["kind"] != "Pod"] + [pods[0], pods[-1]]:  # the last has the longest names
+        if (obj["apiVersion"], obj["kind"]) not in NON_CORE_KINDS:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        assert rule_problems(obj) == [], f"{obj['kind']} {obj['metadata']['name']}"
