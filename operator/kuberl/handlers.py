@@ -46,6 +46,34 @@ CREATE_CONCURRENCY = 16
 
 logger = logging.getLogger("kuberl.operator")
 
+# Every (verb, group, resource, subresource) the operator calls: the chart's RBAC is derived
+# from this list, and the integration tests fail when the operator calls anything else.
+# RBAC also needs `update` on rltrainingjobs/finalizers, which no request uses: owner
+# references with blockOwnerDeletion require it on clusters that enforce them.
+API_CALLS = frozenset({
+    ("get", names.GROUP, names.PLURAL, ""),
+    ("list", names.GROUP, names.PLURAL, ""),
+    ("watch", names.GROUP, names.PLURAL, ""),
+    ("patch", names.GROUP, names.PLURAL, ""),  # kopf's finalizer
+    ("patch", names.GROUP, names.PLURAL, "status"),
+    ("delete", names.GROUP, names.PLURAL, ""),  # ttlSecondsAfterFinished
+    ("get", "", "pods", ""),
+    ("list", "", "pods", ""),
+    ("watch", "", "pods", ""),
+    ("create", "", "pods", ""),
+    ("patch", "", "pods", ""),  # Kueue's retriable-in-group at the end
+    ("delete", "", "pods", ""),
+    ("create", "", "events", ""),
+    *((verb, group, plural, "") for verb in ("create", "get") for group, plural in (
+        ("", "configmaps"), ("", "persistentvolumeclaims"), ("", "services"), ("networking.k8s.io", "networkpolicies"),
+        ("scheduling.volcano.sh", "podgroups"), ("scheduling.x-k8s.io", "podgroups"),
+    )),
+})
+# With --peering, kopf's own peering objects (namespaced, or cluster-wide when all namespaces are watched).
+PEERING_API_CALLS = frozenset(
+    (verb, "kopf.dev", plural, "") for verb in ("get", "list", "watch", "patch") for plural in ("kopfpeerings", "clusterkopfpeerings")
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class OperatorConfig:

@@ -15,6 +15,7 @@ from typing import Self
 
 import pytest
 from kuberl import names
+from kuberl.handlers import API_CALLS
 
 from tests.support.apiserver import StandinServer, free_port
 from tests.support.rest import Rest
@@ -81,6 +82,8 @@ def operator(standin: StandinServer, tmp_path: pathlib.Path):
     op = Operator(standin, tmp_path).start()
     yield op
     op.stop()
+    made = {(c.verb, c.group, c.resource, c.subresource) for c in standin.calls if c.agent == 'kopf'}
+    assert made <= API_CALLS, f'calls the RBAC list does not declare: {sorted(made - API_CALLS)}'
 
 
 # --- jobs ---------------------------------------------------------------------

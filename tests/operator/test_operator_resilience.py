@@ -1,0 +1,116 @@
+"""The operator as a long-running service: restarts, deletion, quiet steady state, input it must judge."""
+import time
+
+from tests.operator.operatorkit import (
+    JOBS,
+    NS,
+    FakeMetrics,
+    Operator,
+    condition,
+    create_job,
+    events,
+    job,
+    manifest,
+    operator,  # noqa: F401 — fixture
+    pods,
+    start_gang,
+    status,
+    terminated,
+    wait_for,
+    wait_phase,
+)
+
+
+def test_operator_killed_and_restarted_mid_job_keeps_the_gang_and_the_status(standin, rest, tmp_path):
+    op = Operator(standin, tmp_path).start()
+    try:
+        create_job(rest, 'durable', workers=3)
+        gang = start_gang(standin, 'durable', 3)
+        terminated(standin, gang[2], 1, 'Crashed: boom')
+        gang = start_gang(standin, 'durable', 3, generation=1)
+        before = wait_phase(rest, 'durable', 'Running')
+        uids = {p['metadata']['uid'] for p in pods(standin, 'durable')}
+        op.kill()
+        op.start()
+        time.sleep(2.0)  # several reconciles of the new process
+        assert {p['metadata']['uid'] for p in pods(standin, 'durable')} == uids, 'no pod recreated, none duplicated'
+        after = status(rest, 'durable')
+        for key in ('phase', 'generation', 'restarts', 'restartHistory', 'startTime', 'gangRunningTime'):
+            assert after[key] == before[key], key
+        for pod in gang:
+            terminated(standin, pod, 0, 'Succeeded: done')
+        assert wait_phase(rest, 'durable', 'Succeeded')['restarts'] == 1
+    finally:
+        op.stop()
+
+
+def test_deleting_a_job_removes_every_child_through_owner_references(standin, rest, operator):  # noqa: F811
+    create_job(rest, 'goner', workers=2, checkpoint={'retain': False})
+    start_gang(standin, 'goner', 2)
+    wait_phase(rest, 'goner', 'Running')
+    assert rest.delete(f'{JOBS}/goner').status == 200
+    wait_for(lambda: job(rest, 'goner') is None, what='the job to go (the operator lets go of its finalizer)')
+    children = (('', 'pods'), ('', 'services'), ('', 'configmaps'), ('', 'persistentvolumeclaims'), ('networking.k8s.io', 'networkpolicies'))
+    wait_for(lambda: not [o for g, p in children for o in standin.store.objects_of(g, p)
+                          if (o['metadata'].get('labels') or {}).get('kuberl.dev/job') == 'goner'],
+             what='every child to be collected')
+
+
+def test_a_job_that_does_not_change_causes_zero_writes(standin, rest, operator):  # noqa: F811
+    with FakeMetrics('flat') as metrics:
+        metrics.timesteps = 1234  # a running rank 0 whose numbers do not move
+        create_job(rest, 'flat', workers=2, metrics={'port': metrics.port}, runPolicy={'stallTimeoutSeconds': 3600})
+        start_gang(standin, 'flat', 2, ip='127.0.0.1')
+        create_job(rest, 'idle', workers=2)
+        start_gang(standin, 'idle', 2)
+        create_job(rest, 'finished', workers=1)
+        [pod] = start_gang(standin, 'finished', 1)
+        terminated(standin, pod, 0, 'Succeeded: done')
+        rest.post(JOBS, manifest('broken', labels={'not a key': 'x'}))
+        for name, phase in (('flat', 'Running'), ('idle', 'Running'), ('finished', 'Succeeded'), ('broken', 'Failed')):
+            wait_phase(rest, name, phase)
+        wait_for(lambda: (status(rest, 'flat').get('progress') or {}).get('timesteps') == 1234)
+
+        def settled() -> bool:
+            before = standin.writes('kopf')
+            time.sleep(1.5)
+            return standin.writes('kopf') == before
+        wait_for(settled, what='the writes to settle')
+        writes, reads = standin.writes('kopf'), _job_reads(standin)
+        time.sleep(6.0)
+        assert standin.writes('kopf') == writes, 'a job that does not change must cause no write'
+        assert _job_reads(standin) >= reads + 10, 'the reconcile loops kept running meanwhile'
+
+
+def _job_reads(standin) -> int:
+    return sum(n for c, n in standin.calls.items() if c.verb == 'get' and c.resource == 'rltrainingjobs' and c.agent == 'kopf')
+
+
+MUTATIONS = [  # each passes the CRD; only the operator can judge it
+    ({'labels': {'not a key': 'x'}}, 'spec.labels.not a key'),
+    ({'nodeSelector': {'-leading-dash': 'x'}}, 'spec.nodeSelector.-leading-dash'),
+    ({'template': {'spec': {'containers': [{'image': 'busybox'}]}}}, 'spec.template.spec.containers[0].name'),
+    ({'template': {'spec': {'volumes': [{'emptyDir': {}}]}}}, 'spec.template.spec.volumes[0].name'),
+    ({'template': {'metadata': {'name': 'mine'}}}, 'spec.template.metadata.name'),
+    ({'template': {'metadata': {'labels': {'team': 7}}}}, 'spec.template.metadata.labels'),
+]
+
+
+def test_input_only_the_operator_can_judge_fails_naming_the_field_while_other_jobs_run(standin, rest, operator):  # noqa: F811
+    for i, (mutation, _) in enumerate(MUTATIONS):
+        reply = rest.post(JOBS, manifest(f'bad-{i}', **mutation))
+        assert reply.status == 201, f'the CRD already refuses {mutation}: {reply.body}'
+    create_job(rest, 'fine', workers=2)
+    start_gang(standin, 'fine', 2)
+    wait_phase(rest, 'fine', 'Running')
+    for i, (_, path) in enumerate(MUTATIONS):
+        failed = wait_phase(rest, f'bad-{i}', 'Failed')
+        reason = condition(rest, f'bad-{i}', 'Failed')
+        assert reason['reason'] == 'InvalidSpec'
+        assert path in reason['message'], (path, reason['message'])
+        assert failed['observedGeneration'] == 1
+        assert not pods(standin, f'bad-{i}')
+        wait_for(lambda i=i: any(e['reason'] == 'InvalidSpec' for e in events(rest, f'bad-{i}')))
+    assert operator.healthy()
+    assert 'kuberl_operator_jobs{phase="Failed"} 6.0' in operator.metrics()
+    assert standin.store.find('', 'pods', NS, 'fine-0') is not None
