@@ -46,9 +46,9 @@ def _structural(schema: dict) -> dict:
     schema = dict(schema)
     any_of = schema.pop("anyOf", None)
     if any_of:
+        # No `nullable`: the API server then prunes an explicit null, which is
+        # what None means in the model (and what the CEL rules' has() expect).
         non_null = [s for s in any_of if s.get("type") != "null"]
-        if len(non_null) < len(any_of):
-            schema["nullable"] = True
         types = {s.get("type") for s in non_null}
         if types == {"string", "integer"}:  # a Kubernetes quantity, written as controller-gen does
             string = next(s for s in non_null if s.get("type") == "string")

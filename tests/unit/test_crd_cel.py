@@ -49,9 +49,11 @@ JSON_SCHEMA["properties"].pop("status")
 
 
 def apply_defaults(node, value):
-    """Schema defaults, as the API server applies them before validating."""
+    """Null pruning and schema defaults, as the API server applies them before validating."""
     if isinstance(value, dict):
         for key, child in (node.get("properties") or {}).items():
+            if key in value and value[key] is None and not child.get("nullable"):
+                del value[key]
             if key not in value and "default" in child:
                 value[key] = copy.deepcopy(child["default"])
             if key in value:
@@ -226,6 +228,8 @@ CASES = [
     ("rendezvous-in-metrics-range", spec_with(FULL, rendezvous={"port": 9101}), None, {"spec.metrics.port"}),
     ("gpu-in-limits", spec_with(MINIMAL, resources={"limits": {"nvidia.com/gpu": 1}}), None, {"spec.resources"}),
     ("gpu-in-requests", spec_with(MINIMAL, resources={"requests": {"nvidia.com/gpu": "1"}}), None, {"spec.resources"}),
+    ("explicit-nulls", {**FULL, "spec": {**FULL["spec"], "ppo": None, "image": None, "success": {"targetReturn": None}}}, None, set()),
+    ("explicit-null-procs-with-gpus", {**FULL, "spec": {**FULL["spec"], "procsPerWorker": None}}, None, set()),
     # updates
     ("update-mutable", spec_with(FULL, runPolicy={"backoffLimit": 9}, success={"targetReturn": 20}), FULL, set()),
     ("update-default-made-explicit", spec_with(MINIMAL, workers=1, seed=1, env={"id": "CartPole-v1", "numEnvs": 8}), MINIMAL, set()),
