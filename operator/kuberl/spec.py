@@ -92,6 +92,8 @@ class PPOConfig(Model):
     max_grad_norm: float = Field(0.5, gt=0, le=1000, description="Global gradient norm clip.")
     target_kl: float | None = Field(None, gt=0, description="Stop the epoch loop early when the approximate KL exceeds this (decided on all ranks together).")
     hidden_sizes: list[HiddenWidth] = Field([64, 64], min_length=1, max_length=8, description="Hidden layer widths of the actor and critic MLPs.")
+    policy: Literal["auto", "mlp", "cnn"] = Field("auto", description="Network torso: auto picks the Nature DQN CNN for uint8 image observations (Atari) and an MLP otherwise; mlp or cnn force one.")
+    precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16: autocast the network's forward pass (GPUs with bf16, or CPU); losses, log-probs and targets stay fp32.")
     normalize_observation: bool = Field(False, description="Running observation normalisation, all-reduced across ranks and checkpointed.")
     normalize_reward: bool = Field(False, description="Scale rewards by a running return std, all-reduced and checkpointed.")
 
@@ -115,6 +117,8 @@ class DQNConfig(Model):
     exploration_fraction: float = Field(0.2, gt=0, le=1, description="Fraction of totalTimesteps over which epsilon decays.")
     max_grad_norm: float = Field(10.0, gt=0, le=1000, description="Global gradient norm clip.")
     hidden_sizes: list[HiddenWidth] = Field([128, 128], min_length=1, max_length=8, description="Hidden layer widths of the Q network.")
+    policy: Literal["auto", "mlp", "cnn"] = Field("auto", description="Network torso: auto picks the Nature DQN CNN for uint8 image observations (Atari) and an MLP otherwise; mlp or cnn force one.")
+    precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16: autocast the network's forward pass (GPUs with bf16, or CPU); losses, log-probs and targets stay fp32.")
 
 
 class EnvSpec(Model):
@@ -122,12 +126,12 @@ class EnvSpec(Model):
     num_envs: int = Field(8, ge=1, le=4096, description="Vectorised envs per process (rank).")
     kwargs: dict[str, Any] = Field(
         {},
-        description="Keyword arguments for gymnasium.make.",
+        description="Keyword arguments for gymnasium.make. For Atari (ALE) ids kuberl also reads protocol (modern: sticky actions, the default; nature: NoFrameskip-v4 behaviour), frameStack, noopMax, episodicLife and clipRewards.",
         # a map of any JSON values, not an object with unknown fields: CEL sees
         # map entries (so env's `self == oldSelf` covers kwargs), not unknown fields
         json_schema_extra={"maxProperties": 64, "additionalProperties": ANY_JSON_VALUE},
     )
-    backend: Literal["gymnasium", "envpool"] = Field("gymnasium", description="Vector env implementation.")
+    backend: Literal["gymnasium", "envpool"] = Field("gymnasium", description="Vector env implementation: gymnasium's, or EnvPool's C++ thread pool (Atari ids; needs the trainer's envpool extra).")
 
 
 class SuccessSpec(Model):

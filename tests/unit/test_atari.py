@@ -1,0 +1,226 @@
+"""Atari envs, CNN torsos, frame-deduplicating replay and the bf16 path, on CPU.
+
+Real ALE emulators, a few hundred steps each."""
+
+import sys
+import tracemalloc
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from kuberl.spec import PPOConfig
+from kuberl_trainer import atari, device, envs, networks
+from kuberl_trainer.ppo import Agent, ppo_loss
+from kuberl_trainer.replay import ReplayBuffer
+
+FRAME = (84, 84)
+BACKENDS = ["gymnasium", pytest.param("envpool", marks=pytest.mark.skipif(
+    __import__("importlib").util.find_spec("envpool") is None, reason="envpool (the trainer's envpool extra) is not installed"))]
+
+
+def rollout(vec: gym.vector.VectorEnv, steps: int, seed: int = 3):
+    obs, _ = vec.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    history = [obs]
+    for _ in range(steps):
+        obs, *_ = vec.step(rng.integers(0, vec.single_action_space.n, vec.num_envs))
+        history.append(obs)
+    return np.stack(history)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("env_id", ["ALE/Pong-v5", "PongNoFrameskip-v4"])
+def test_observations_are_stacked_uint8_84x84_frames(env_id, backend):
+    vec = envs.make_envs(env_id, 2, {}, backend)
+    try:
+        assert vec.single_observation_space == gym.spaces.Box(0, 255, (4, *FRAME), np.uint8)
+        assert vec.single_action_space == gym.spaces.Discrete(6)
+        history = rollout(vec, 40)
+    finally:
+        vec.close()
+    assert history.shape == (41, 2, 4, *FRAME) and history.dtype == np.uint8
+    assert (history[0] == history[0][:, :1]).all(), "a reset fills the stack with its first frame"
+    assert (history[1:, :, :-1] == history[:-1, :, 1:]).all(), "each step shifts in exactly one new frame"
+    assert history[-1].std() > 0, "frames carry the screen, not zeros"
+    assert atari.frame_stack(vec) == 4 and atari.clips_rewards(vec)
+
+
+def test_protocols_set_sticky_actions_and_the_emulator_never_skips_frames_itself():
+    for protocol, sticky in (("modern", 0.25), ("nature", 0.0)):
+        vec = atari.make_atari_envs("ALE/Pong-v5", 1, {"protocol": protocol})
+        ale_env = vec.envs[0].unwrapped
+        assert ale_env.ale.getFloat("repeat_action_probability") == pytest.approx(sticky)
+        assert ale_env._frameskip == 1  # AtariPreprocessing skips 4 and max-pools the last two
+        vec.close()
+    assert atari.options({}).protocol == atari.DEFAULT_PROTOCOL == "modern"
+    opts = atari.options({"protocol": "nature", "frameStack": 2, "noopMax": 0, "clipRewards": False, "mode": 1})
+    assert (opts.frame_stack, opts.noop_max, opts.clip_rewards, opts.make_kwargs) == (2, 0, False, {"mode": 1})
+
+
+def test_rewards_are_clipped_for_learning_only():
+    vec = atari.make_atari_envs("ALE/Pong-v5", 1)
+    raw = np.array([3.0, -2.0, 0.0, 1.0])
+    assert atari.learning_rewards(vec, raw).tolist() == [1.0, -1.0, 0.0, 1.0]
+    assert raw.tolist() == [3.0, -2.0, 0.0, 1.0]  # the env's own rewards (reported returns) untouched
+    vec.close()
+    unclipped = atari.make_atari_envs("ALE/Pong-v5", 1, {"clipRewards": False})
+    assert atari.learning_rewards(unclipped, raw) is raw
+    unclipped.close()
+    cartpole = envs.make_envs("CartPole-v1", 1)
+    assert atari.learning_rewards(cartpole, raw) is raw and atari.frame_stack(cartpole) == 1
+    cartpole.close()
+
+
+def test_episodic_life_ends_the_learning_episode_but_not_the_game():
+    vec = atari.make_atari_envs("ALE/Breakout-v5", 1, {"episodicLife": True, "protocol": "nature"})
+    ale = vec.envs[0].unwrapped.ale
+    vec.reset(seed=1)
+    lives_at_end = None
+    for _ in range(3000):
+        _, _, terminated, _, _ = vec.step(np.array([1]))  # FIRE, then drift
+        if terminated[0]:
+            lives_at_end = ale.lives()
+            break
+    assert lives_at_end is not None and lives_at_end > 0, "a life loss, not game over, ended the episode"
+    vec.step(np.array([0]))  # the autoreset step
+    assert ale.lives() == lives_at_end, "the game went on after the life loss"
+    vec.close()
+
+
+@pytest.mark.parametrize(("env_id", "kwargs", "backend", "field", "words"), [
+    ("ALE/Pongg-v5", {}, "gymnasium", "spec.env.id", "did you mean ALE/Pong-v5"),
+    ("ALE/Pong-v5", {"protocol": "v4"}, "gymnasium", "spec.env.kwargs.protocol", "'modern', 'nature'"),
+    ("ALE/Pong-v5", {"frameskip": 4}, "gymnasium", "spec.env.kwargs.frameskip", "set by the protocol"),
+    ("ALE/Pong-v5", {"frameStack": 0}, "gymnasium", "spec.env.kwargs.frameStack", "from 1 to 16"),
+    ("ALE/Pong-v5", {"episodicLife": "yes"}, "gymnasium", "spec.env.kwargs.episodicLife", "true or false"),
+    ("ALE/Pong-v5", {"difficult": 1}, "gymnasium", "spec.env.kwargs", "refused"),
+    ("CartPole-v1", {}, "envpool", "spec.env.backend", "Atari (ALE) ids only"),
+])
+def test_bad_atari_settings_are_configuration_errors_naming_the_field(env_id, kwargs, backend, field, words):
+    with pytest.raises(envs.UnknownEnv) as raised:
+        envs.make_envs(env_id, 1, kwargs, backend)
+    assert str(raised.value).startswith(field + ":") and words in str(raised.value)
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("envpool") is None, reason="envpool is not installed")
+def test_a_game_envpool_does_not_have_is_a_configuration_error_naming_the_id():
+    with pytest.raises(atari.AtariConfigError, match=r"^spec\.env\.id: EnvPool has no task 'TicTacToe3D-v5'"):
+        envs.make_envs("ALE/TicTacToe3D-v5", 1, {}, "envpool")
+
+
+def test_envpool_missing_is_a_configuration_error_naming_the_backend(monkeypatch):
+    monkeypatch.setitem(sys.modules, "envpool", None)  # import envpool now raises ImportError
+    with pytest.raises(atari.AtariConfigError, match=r"^spec\.env\.backend: envpool is unavailable here"):
+        envs.make_envs("ALE/Pong-v5", 1, {}, "envpool")
+
+
+# --- networks ------------------------------------------------------------------
+
+PIXELS = gym.spaces.Box(0, 255, (4, *FRAME), np.uint8)
+VECTOR = gym.spaces.Box(-1, 1, (4,), np.float32)
+
+
+def test_policy_auto_picks_the_cnn_for_pixels_and_forcing_a_wrong_one_names_the_field():
+    assert networks.choose(PIXELS, "auto", "spec.ppo.policy") == "cnn"
+    assert networks.choose(VECTOR, "auto", "spec.ppo.policy") == "mlp"
+    assert networks.choose(gym.spaces.Box(0, 255, FRAME, np.uint8), "cnn", "f") == "cnn"
+    with pytest.raises(networks.PolicyMismatch, match=r"^spec\.dqn\.policy: 'mlp' cannot learn from \(4, 84, 84\) pixel"):
+        networks.choose(PIXELS, "mlp", "spec.dqn.policy")
+    with pytest.raises(networks.PolicyMismatch, match=r"^spec\.ppo\.policy: 'cnn' needs uint8 image"):
+        networks.choose(VECTOR, "cnn", "spec.ppo.policy")
+
+
+def test_the_nature_dqn_has_its_published_shape_and_reads_uint8():
+    q = networks.QCNN((4, *FRAME), 6)
+    # Mnih et al. 2015: 32x8x8/4, 64x4x4/2, 64x3x3/1, 512, one output per action
+    assert sum(p.numel() for p in q.parameters()) == 8224 + 32832 + 36928 + 1606144 + 3078
+    frames = torch.randint(0, 256, (2, 4, *FRAME), dtype=torch.uint8)
+    values = q(frames)
+    assert values.shape == (2, 6) and values.dtype == torch.float32
+    torch.testing.assert_close(values, q(frames.float()))  # scaling happens inside, whatever the dtype
+    single = networks.NatureCNN(FRAME)
+    assert single(frames[:, 0]).shape == (2, networks.CNN_FEATURES)
+
+
+def test_ppo_agent_with_a_cnn_shares_one_torso_and_keeps_mlp_checkpoints_unchanged():
+    encoder, features = networks.encoder(PIXELS, "auto", "spec.ppo.policy")
+    agent = Agent(features, gym.spaces.Discrete(6), [], encoder)
+    frames = torch.randint(0, 256, (3, 4, *FRAME), dtype=torch.uint8)
+    action, log_prob, value = agent.act(frames)
+    assert action.shape == log_prob.shape == value.shape == (3,)
+    mlp_agent = Agent(4, gym.spaces.Discrete(2), [64, 64])
+    assert not any(k.startswith("encoder") for k in mlp_agent.state_dict())
+
+
+# --- bf16 autocast: the code a GPU runs, on CPU ------------------------------------
+
+
+def test_bf16_autocast_runs_the_network_in_bf16_and_the_rl_maths_in_fp32():
+    torch.manual_seed(0)
+    encoder, features = networks.encoder(PIXELS, "cnn", "spec.ppo.policy")
+    agent = Agent(features, gym.spaces.Discrete(6), [], encoder)
+    frames = torch.randint(0, 256, (8, 4, *FRAME), dtype=torch.uint8)
+    actions = torch.randint(0, 6, (8,))
+    seen = []
+    handle = agent.encoder.convs[0].register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    with device.autocast(torch.device("cpu"), "bf16"):
+        log_prob, entropy, value = agent(frames, actions)
+    handle.remove()
+    assert seen == [torch.bfloat16], "the convolutions ran in bf16"
+    assert log_prob.dtype == entropy.dtype == value.dtype == torch.float32
+    ref_log_prob, _, ref_value = agent(frames, actions)
+    torch.testing.assert_close(log_prob, ref_log_prob, atol=0.05, rtol=0.05)
+    torch.testing.assert_close(value, ref_value, atol=0.05, rtol=0.05)
+    ones = torch.ones(8)
+    loss, _ = ppo_loss(log_prob, entropy, value, ref_log_prob.detach(), ref_value.detach(), ones, ones, ones / 8, PPOConfig())
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in agent.parameters() if p.grad is not None)
+    assert device.autocast(torch.device("cpu"), "fp32").__class__.__name__ == "nullcontext"
+
+
+def test_host_buffers_are_plain_numpy_on_cpu_and_copies_keep_uint8():
+    buffer = device.host_zeros((2, 4, *FRAME), np.uint8, torch.device("cpu"))
+    assert isinstance(buffer, np.ndarray) and buffer.dtype == np.uint8
+    on_device = device.to_device(buffer, torch.device("cpu"))
+    assert on_device.dtype == torch.uint8 and on_device.data_ptr() == buffer.ctypes.data  # no copy on CPU
+
+
+# --- replay memory -------------------------------------------------------------------
+
+# One 84x84 uint8 frame per transition, plus action (int64), reward (float32)
+# and four flags: 7056 + 8 + 4 + 4 = 7072 bytes. Storing obs and next_obs
+# stacks instead would take 2 x 4 x 7056 = 56448 bytes.
+REPLAY_BYTES_PER_TRANSITION_BOUND = 84 * 84 + 16
+
+
+def test_replay_memory_per_transition_is_one_frame_measured_with_tracemalloc():
+    capacity = 4000
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    buffer = ReplayBuffer(capacity, 4, (4, *FRAME), np.uint8, n_step=3, frame_stack=4)
+    allocated = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    transitions = buffer.rows * buffer.num_envs
+    assert transitions >= capacity
+    assert allocated <= transitions * REPLAY_BYTES_PER_TRANSITION_BOUND + 64 * 1024  # + the arrays' own headers
+    assert buffer.bytes_per_transition <= REPLAY_BYTES_PER_TRANSITION_BOUND
+
+
+def test_replay_rebuilds_the_stacks_pong_gave():
+    vec = atari.make_atari_envs("ALE/Pong-v5", 2)
+    buffer = ReplayBuffer(500, 2, (4, *FRAME), np.uint8, n_step=3, frame_stack=4)
+    obs, _ = vec.reset(seed=5)
+    seen = []
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        actions = rng.integers(0, 6, 2)
+        next_obs, reward, terminated, truncated, _ = vec.step(actions)
+        buffer.add(obs, actions, reward, terminated, truncated, np.ones(2, bool))
+        seen.append(obs)
+        obs = next_obs
+    vec.close()
+    rows = np.repeat(np.arange(60), 2)
+    columns = np.tile(np.arange(2), 60)
+    assert (buffer.observations(rows, columns) == np.stack(seen)[rows, columns]).all()

@@ -1,0 +1,320 @@
+"""Atari (the Arcade Learning Environment) from pixels, as vector envs.
+
+Two evaluation protocols, chosen by name in `spec.env.kwargs.protocol`:
+
+- `modern` (default; Machado et al. 2018, what `ALE/<Game>-v5` means):
+  sticky actions with probability 0.25, full games (no life-loss
+  episodes), at most 108,000 frames per episode.
+- `nature` (Mnih et al. 2015; `<Game>NoFrameskip-v4` behaviour, as in
+  DI-engine's Pong DQN config): no sticky actions, otherwise the same.
+
+Both then apply the standard preprocessing: up to 30 no-op actions after a
+reset, the action repeated for 4 frames with the max of the last two frames
+kept, 84x84 grayscale, the last 4 frames stacked. Observations are
+(frameStack, 84, 84) uint8 and stay uint8 until they reach the device.
+Rewards reach the trainer unclipped (reported returns are the game's
+score); the trainer clips them to their sign for learning only when
+`clips_rewards(envs)` says so.
+
+The protocol, not the id's version, sets frame skip and sticky actions:
+"ALE/Pong-v5" and "PongNoFrameskip-v4" name the same game. Because the
+preprocessing repeats actions itself, the emulator is built with
+frameskip=1 (gymnasium's AtariPreprocessing refuses an env that already
+skips frames).
+
+Keys of `spec.env.kwargs` read here: protocol, frameStack, noopMax,
+episodicLife (a life loss ends the learning episode, the game goes on;
+reported returns are then per life), clipRewards (default true). Any other
+key goes to gymnasium.make (e.g. mode, difficulty).
+
+Backends (`spec.env.backend`): `gymnasium` runs gymnasium's own wrappers
+(AtariPreprocessing, FrameStackObservation) per env in one process;
+`envpool` runs EnvPool's C++ thread pool with the same protocol and the
+same observation layout.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from .envs import UnknownEnv
+
+ATARI_EXTRA = "pip install 'kuberl-trainer[atari]'"
+ENVPOOL_EXTRA = "pip install 'kuberl-trainer[envpool]'"
+CLIP_REWARDS = "kuberl.clip_rewards"  # vector env metadata key: clip to sign for learning
+FRAME_STACK = "kuberl.frame_stack"  # vector env metadata key: observations are stacks of this many frames
+MAX_FRAMES_PER_EPISODE = 108_000
+FRAME_SKIP = 4
+SCREEN_SIZE = 84
+
+
+@dataclass(frozen=True)
+class Protocol:
+    sticky_actions: float  # probability that the emulator repeats the previous action
+    noop_max: int
+    episodic_life: bool
+
+
+PROTOCOLS = {
+    "modern": Protocol(sticky_actions=0.25, noop_max=30, episodic_life=False),
+    "nature": Protocol(sticky_actions=0.0, noop_max=30, episodic_life=False),
+}
+DEFAULT_PROTOCOL = "modern"
+
+
+@dataclass(frozen=True)
+class AtariOptions:
+    """kuberl's own keys of spec.env.kwargs, checked, with the rest apart."""
+
+    protocol: str
+    frame_stack: int
+    noop_max: int
+    episodic_life: bool
+    clip_rewards: bool
+    make_kwargs: dict[str, Any]
+
+    @property
+    def sticky_actions(self) -> float:
+        return PROTOCOLS[self.protocol].sticky_actions
+
+
+class AtariConfigError(UnknownEnv):
+    """An Atari setting that can never run; the message starts with its field."""
+
+
+def _ale_registered() -> bool:
+    try:
+        import ale_py
+    except ImportError:
+        return False
+    gym.register_envs(ale_py)
+    return True
+
+
+def is_atari(env_id: str) -> bool:
+    """An ALE id: the ALE/ namespace, or a registered id whose entry point is ALE's."""
+    if env_id.startswith("ALE/"):
+        return True
+    if ":" in env_id or not _ale_registered():
+        return False
+    spec = gym.registry.get(env_id)
+    return spec is not None and str(spec.entry_point).startswith("ale_py")
+
+
+def game_of(env_id: str) -> str:
+    """The ALE id's game ("Pong" for ALE/Pong-v5 and PongNoFrameskip-v4),
+    checked against the ids ale-py registers; raises AtariConfigError
+    naming spec.env.id."""
+    if not _ale_registered():
+        raise AtariConfigError(f"spec.env.id: {env_id!r} is an Atari id but ale-py is not installed ({ATARI_EXTRA})")
+    spec = gym.registry.get(env_id)
+    if spec is None or not str(spec.entry_point).startswith("ale_py"):
+        known = sorted(k for k, s in gym.registry.items() if k.startswith("ALE/"))
+        close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else " (ale-py's ids look like ALE/Pong-v5)"
+        raise AtariConfigError(f"spec.env.id: {env_id!r} is not an Atari game ale-py knows{hint}")
+    return spec.name.replace("NoFrameskip", "").replace("Deterministic", "")
+
+
+def _flag(kwargs: dict, key: str, default: bool) -> bool:
+    value = kwargs.get(key, default)
+    if not isinstance(value, bool):
+        raise AtariConfigError(f"spec.env.kwargs.{key}: expected true or false (got {value!r})")
+    return value
+
+
+def _count(kwargs: dict, key: str, default: int, low: int, high: int) -> int:
+    value = kwargs.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise AtariConfigError(f"spec.env.kwargs.{key}: expected an integer from {low} to {high} (got {value!r})")
+    return value
+
+
+OWN_KEYS = ("protocol", "frameStack", "noopMax", "episodicLife", "clipRewards")
+PROTOCOL_KEYS = ("frameskip", "repeat_action_probability", "max_num_frames_per_episode")
+
+
+def options(kwargs: dict | None) -> AtariOptions:
+    """Parse kuberl's keys of spec.env.kwargs for an ALE id."""
+    kwargs = dict(kwargs or {})
+    protocol = kwargs.get("protocol", DEFAULT_PROTOCOL)
+    if protocol not in PROTOCOLS:
+        raise AtariConfigError(
+            f"spec.env.kwargs.protocol: expected one of {', '.join(map(repr, PROTOCOLS))} (got {protocol!r})")
+    defaults = PROTOCOLS[protocol]
+    for key in PROTOCOL_KEYS:
+        if key in kwargs:
+            raise AtariConfigError(f"spec.env.kwargs.{key}: set by the protocol ({protocol!r}); choose the protocol instead")
+    return AtariOptions(
+        protocol=protocol,
+        frame_stack=_count(kwargs, "frameStack", 4, 1, 16),
+        noop_max=_count(kwargs, "noopMax", defaults.noop_max, 0, 1000),
+        episodic_life=_flag(kwargs, "episodicLife", defaults.episodic_life),
+        clip_rewards=_flag(kwargs, "clipRewards", True),
+        make_kwargs={k: v for k, v in kwargs.items() if k not in OWN_KEYS},
+    )
+
+
+def clips_rewards(envs: gym.vector.VectorEnv) -> bool:
+    """Whether the trainer should learn from sign-clipped rewards."""
+    return bool(envs.metadata.get(CLIP_REWARDS, False))
+
+
+def frame_stack(envs: gym.vector.VectorEnv) -> int:
+    """Frames per observation when observations are frame stacks (each
+    step shifts in one new frame, so a replay buffer may keep only the
+    newest), else 1."""
+    return int(envs.metadata.get(FRAME_STACK, 1))
+
+
+def learning_rewards(envs: gym.vector.VectorEnv, rewards: np.ndarray) -> np.ndarray:
+    """Rewards as the learner sees them; the env's own stay for reporting."""
+    return np.sign(rewards).astype(np.float32) if clips_rewards(envs) else rewards
+
+
+# --- gymnasium backend -------------------------------------------------------
+
+
+class EpisodicLife(gym.Wrapper):
+    """A life loss ends the learning episode while the game goes on: reset()
+    after a life loss takes a no-op step instead of resetting the emulator."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives = 0
+        self.game_over = True
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        lives = self.env.unwrapped.ale.lives()
+        terminated = terminated or 0 < lives < self.lives
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        self.game_over = False
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+
+def make_one(game: str, opts: AtariOptions) -> gym.Env:
+    """One preprocessed env: (frame_stack, 84, 84) uint8 observations."""
+    try:
+        env = gym.make(
+            f"ALE/{game}-v5",
+            frameskip=1,  # AtariPreprocessing skips frames itself
+            repeat_action_probability=opts.sticky_actions,
+            max_num_frames_per_episode=MAX_FRAMES_PER_EPISODE,
+            **opts.make_kwargs,
+        )
+    except TypeError as e:
+        raise AtariConfigError(f"spec.env.kwargs: ALE refused them: {e}") from e
+    if opts.episodic_life:
+        env = EpisodicLife(env)
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=opts.noop_max, frame_skip=FRAME_SKIP, screen_size=SCREEN_SIZE, grayscale_obs=True, scale_obs=False,
+    )
+    return gym.wrappers.FrameStackObservation(env, stack_size=opts.frame_stack)
+
+
+def make_gymnasium(game: str, num_envs: int, opts: AtariOptions) -> gym.vector.VectorEnv:
+    make_one(game, opts).close()  # refuses bad kwargs here, not inside the vector env
+    return gym.vector.SyncVectorEnv([lambda: make_one(game, opts)] * num_envs)
+
+
+# --- EnvPool backend ---------------------------------------------------------
+
+
+class EnvPoolVectorEnv(gym.vector.VectorEnv):
+    """EnvPool's Atari pool behind gymnasium's VectorEnv API.
+
+    EnvPool seeds at construction, so a seeded reset rebuilds the pool; its
+    autoreset is next-step, like gymnasium's."""
+
+    def __init__(self, task: str, num_envs: int, num_threads: int, make_kwargs: dict):
+        import envpool
+
+        self._make = lambda seed: envpool.make(
+            task, env_type="gymnasium", num_envs=num_envs, num_threads=num_threads, seed=seed, **make_kwargs)
+        self.pool = self._make(0)
+        self.num_envs = num_envs
+        self.single_observation_space = self.pool.observation_space
+        self.single_action_space = self.pool.action_space
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self.metadata = {**self.metadata, "autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None:
+            self.pool.close()
+            self.pool = self._make(int(seed) % 2**31)
+        return self.pool.reset()
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.pool.step(np.asarray(actions, np.int32))
+        return obs, reward.astype(np.float64), terminated, truncated, info
+
+    def close_extras(self, **kwargs):
+        self.pool.close()
+
+
+def envpool_tasks() -> list[str]:
+    try:
+        import envpool
+    except ImportError as e:
+        raise AtariConfigError(
+            f"spec.env.backend: envpool is unavailable here ({e}); {ENVPOOL_EXTRA}, or use backend: gymnasium") from e
+    return list(envpool.list_all_envs())
+
+
+def make_envpool(game: str, num_envs: int, opts: AtariOptions, num_threads: int) -> gym.vector.VectorEnv:
+    task = f"{game}-v5"  # EnvPool's spelling of ALE/Pong-v5
+    tasks = envpool_tasks()
+    if task not in tasks:
+        close = difflib.get_close_matches(task, tasks, n=3, cutoff=0.6)
+        raise AtariConfigError(f"spec.env.id: EnvPool has no task {task!r}" + (f"; did you mean {', '.join(close)}?" if close else ""))
+    if opts.make_kwargs:
+        raise AtariConfigError(f"spec.env.kwargs.{next(iter(opts.make_kwargs))}: not an option of backend envpool")
+    return EnvPoolVectorEnv(task, num_envs, num_threads, {
+        "stack_num": opts.frame_stack,
+        "img_height": SCREEN_SIZE,
+        "img_width": SCREEN_SIZE,
+        "frame_skip": FRAME_SKIP,
+        "noop_max": max(1, opts.noop_max),  # EnvPool counts the reset itself as one
+        "episodic_life": opts.episodic_life,
+        "reward_clip": False,  # clipped by the trainer, for learning only
+        "repeat_action_probability": opts.sticky_actions,
+        "use_fire_reset": False,  # as gymnasium's AtariPreprocessing
+        "max_episode_steps": MAX_FRAMES_PER_EPISODE // FRAME_SKIP,
+    })
+
+
+# --- entry point ---------------------------------------------------------------
+
+
+def make_atari_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: str = "gymnasium",
+                    num_threads: int = 1) -> gym.vector.VectorEnv:
+    """A preprocessed Atari vector env; raises AtariConfigError naming the field."""
+    opts = options(kwargs)
+    game = game_of(env_id)
+    if backend == "envpool":
+        envs = make_envpool(game, num_envs, opts, num_threads)
+    elif backend == "gymnasium":
+        envs = make_gymnasium(game, num_envs, opts)
+    else:
+        raise AtariConfigError(f"spec.env.backend: expected 'gymnasium' or 'envpool' (got {backend!r})")
+    envs.metadata[CLIP_REWARDS] = opts.clip_rewards
+    envs.metadata[FRAME_STACK] = opts.frame_stack
+    return envs

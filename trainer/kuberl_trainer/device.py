@@ -1,0 +1,60 @@
+"""Host buffers, copies and mixed precision, right for CPU and for CUDA.
+
+The device itself comes from `distributed.process_group` (LOCAL_RANK, with
+`torch.cuda.set_device` before the process group). Pinned host memory and
+non-blocking copies only pay off, and are only used, when the device is
+CUDA. bf16 autocast covers the network's forward pass only: log-probs,
+ratios, Q-values, TD targets and losses are computed in fp32 (the heads
+return fp32), so mixed precision changes matrix maths, not the RL maths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+PRECISIONS = ("fp32", "bf16")
+CPU = torch.device("cpu")
+
+
+def host_zeros(shape: tuple[int, ...], dtype: np.dtype | type, device: torch.device) -> np.ndarray:
+    """A zeroed numpy array whose memory is pinned when `device` is CUDA,
+    so its host-to-device copies can run asynchronously."""
+    if device.type != "cuda":
+        return np.zeros(shape, dtype)
+    return torch.zeros(shape, dtype=torch.from_numpy(np.zeros((), dtype)).dtype, pin_memory=True).numpy()
+
+
+def to_device(array: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Same dtype on `device` (uint8 frames stay uint8); non-blocking only
+    for CUDA, where the source is pinned."""
+    tensor = torch.from_numpy(array) if isinstance(array, np.ndarray) else array
+    return tensor.to(device, non_blocking=device.type == "cuda")
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """bf16 autocast on `device` when precision is "bf16" (CUDA or CPU:
+    the CPU path runs the very code a GPU would), else nothing."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {PRECISIONS} (got {precision!r})")
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+@contextlib.contextmanager
+def no_autocast() -> Iterator[None]:
+    """Leave any enclosing autocast region (fp32 maths inside one)."""
+    with torch.autocast(device_type="cuda", enabled=False), torch.autocast(device_type="cpu", enabled=False):
+        yield
+
+
+def describe(device: torch.device) -> str:
+    """One line for the start-up log: what this rank computes on."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return f"{device} ({props.name}, {props.total_memory / 2**30:.0f} GiB, bf16 {'yes' if torch.cuda.is_bf16_supported() else 'no'})"
+    return f"cpu ({torch.get_num_threads()} threads)"

@@ -1,0 +1,119 @@
+"""Network torsos, chosen from the observation space and overridable.
+
+`policy: auto` (the default of spec.ppo.policy and spec.dqn.policy) picks
+the Nature DQN CNN for image observations (a uint8 Box of 2 or 3 dims) and
+an MLP for flat vectors; `cnn` or `mlp` force one, and a forced torso that
+cannot read the observations is a configuration error naming the field.
+
+The CNN takes uint8 frames, channels first, and scales them to [0, 1]
+itself, so observations travel to the device as uint8 (4x fewer bytes)
+and become floats there.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+POLICIES = ("auto", "mlp", "cnn")
+CNN_FEATURES = 512
+
+
+class PolicyMismatch(ValueError):
+    """A forced policy that cannot read the env's observations; the message
+    starts with the field."""
+
+
+def is_image(space: gym.Space) -> bool:
+    """Frames: a uint8 Box of (H, W) or (C, H, W)."""
+    return isinstance(space, gym.spaces.Box) and space.dtype == "uint8" and len(space.shape) in (2, 3)
+
+
+def choose(space: gym.Space, requested: str, field: str) -> str:
+    """"mlp" or "cnn" for this observation space; raises PolicyMismatch naming `field`."""
+    if requested not in POLICIES:
+        raise PolicyMismatch(f"{field}: expected one of {', '.join(POLICIES)} (got {requested!r})")
+    image = is_image(space)
+    if requested == "auto":
+        return "cnn" if image else "mlp"
+    if requested == "mlp" and image:
+        raise PolicyMismatch(f"{field}: 'mlp' cannot learn from {space.shape} pixel observations; use 'cnn' or 'auto'")
+    if requested == "cnn" and not image:
+        raise PolicyMismatch(f"{field}: 'cnn' needs uint8 image observations (H, W) or (C, H, W); the env gives {space}; use 'mlp' or 'auto'")
+    return requested
+
+
+def layer(n_in: int, n_out: int, std: float = math.sqrt(2)) -> nn.Linear:
+    linear = nn.Linear(n_in, n_out)
+    nn.init.orthogonal_(linear.weight, std)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
+def mlp(n_in: int, hidden: list[int], n_out: int, out_std: float, activation: type[nn.Module] = nn.Tanh) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for width in hidden:
+        layers += [layer(n_in, width), activation()]
+        n_in = width
+    return nn.Sequential(*layers, layer(n_in, n_out, out_std))
+
+
+def conv(c_in: int, c_out: int, kernel: int, stride: int) -> nn.Conv2d:
+    c = nn.Conv2d(c_in, c_out, kernel, stride)
+    nn.init.orthogonal_(c.weight, math.sqrt(2))
+    nn.init.zeros_(c.bias)
+    return c
+
+
+class NatureCNN(nn.Module):
+    """Mnih et al. 2015's torso: three convolutions and a 512-unit layer.
+    (B, C, H, W) or (B, H, W) uint8 frames -> (B, 512) features."""
+
+    def __init__(self, frame_shape: tuple[int, ...]):
+        super().__init__()
+        channels, height, width = frame_shape if len(frame_shape) == 3 else (1, *frame_shape)
+        self.convs = nn.Sequential(
+            conv(channels, 32, 8, 4), nn.ReLU(),
+            conv(32, 64, 4, 2), nn.ReLU(),
+            conv(64, 64, 3, 1), nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, channels, height, width)).shape[1]
+        self.fc = nn.Sequential(layer(flat, CNN_FEATURES), nn.ReLU())
+        self.single_channel = len(frame_shape) == 2
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        x = frames.unsqueeze(-3) if self.single_channel else frames
+        return self.fc(self.convs(x.float() / 255.0))
+
+
+def encoder(space: gym.Space, requested: str, field: str) -> tuple[nn.Module, int]:
+    """(torso, feature width) for PPO's actor-critic: the CNN shared by both
+    heads, or the identity (each head is then its own MLP, as before)."""
+    if choose(space, requested, field) == "cnn":
+        return NatureCNN(tuple(space.shape)), CNN_FEATURES
+    shape = tuple(space.shape or ())
+    return (nn.Identity() if len(shape) <= 1 else nn.Flatten()), math.prod(shape)
+
+
+class QCNN(nn.Module):
+    """The Nature DQN: the CNN torso and a linear layer to one value per action."""
+
+    def __init__(self, frame_shape: tuple[int, ...], num_actions: int):
+        super().__init__()
+        self.torso = NatureCNN(frame_shape)
+        self.head = layer(CNN_FEATURES, num_actions, 1.0)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.torso(obs)).float()  # Q-values and TD maths in fp32 under autocast
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.forward(obs).argmax(-1)
+
+
+def is_cnn(space: gym.Space, requested: str, field: str) -> bool:
+    return choose(space, requested, field) == "cnn"
