@@ -439,3 +439,23 @@ def start_pod(
     root = prepare_sandbox(sandbox, pod, container, configmap_dir, claim_dir)
     return PodProcess(launch(pod, root, env, base_env), prefix, out, log_path)
 
+
+
+def processes_under(sandboxes: str) -> list[int]:
+    """PIDs of live processes whose pod root is under `sandboxes` (KUBERL_FS_ROOT
+    is inherited by everything a container starts): a previous runner's leftovers."""
+    prefix = os.path.abspath(sandboxes).encode() + b"/"
+    found = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    environ = f.read().split(b"\0")
+            except OSError:
+                continue
+            marker = contract.ENV_FS_ROOT.encode() + b"="
+            if any(v.startswith(marker) and v[len(marker):].startswith(prefix) for v in environ):
+                found.append(int(entry))
+    return sorted(found)

@@ -41,7 +41,7 @@ import yaml
 
 from . import lifecycle, metricnames, names
 from .lifecycle import ObservedPod, Rank0Progress
-from .localnode import LocalRunError, PodProcess, start_pod
+from .localnode import LocalRunError, PodProcess, processes_under, start_pod
 from .render import Job, render_configmap, render_pod, render_service
 from .spec import InvalidJob, JobSpec, Problem, validate_job
 
@@ -395,6 +395,21 @@ def with_free_rendezvous_port(document: dict, spec: JobSpec) -> dict:
     return document
 
 
+def wait_for_leftovers(sandboxes: str, grace_seconds: float) -> None:
+    """Two generations never run at once, across runners too: processes of a
+    runner that died got SIGTERM with it; give them their grace period, then kill."""
+    deadline = time.time() + grace_seconds
+    leftovers = processes_under(sandboxes)
+    if leftovers:
+        say(f"waiting up to {grace_seconds:g}s for {len(leftovers)} process(es) of an earlier run to exit")
+    while leftovers and time.time() < deadline:
+        time.sleep(POLL_SECONDS)
+        leftovers = processes_under(sandboxes)
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def suspended(spec: JobSpec) -> JobSpec:
     return spec.model_copy(update={"run_policy": spec.run_policy.model_copy(update={"suspend": True})})
 
@@ -431,6 +446,7 @@ def run(job: Job, run_dir: str, out=None) -> tuple[int, dict, float]:
             previous = json.load(f)
         status = {"generation": int(previous.get("generation", 0)) + 1}
         say(f"resuming {job.name} (last run: {previous.get('phase')}, generation {previous.get('generation')})")
+    wait_for_leftovers(os.path.join(run_dir, "pods"), job.spec.run_policy.termination_grace_period_seconds)
     if job.spec.world_size > 1:
         check_port_free(job.spec.rendezvous.port)
     cluster = LocalCluster(job, uid, run_dir, out)

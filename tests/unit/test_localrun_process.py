@@ -6,11 +6,12 @@ from __future__ import annotations
 import io
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
 
-from kuberl.localnode import Launch, PodProcess
+from kuberl.localnode import Launch, PodProcess, processes_under
 
 
 def start(tmp_path, code: str, prefix: str = "[rank 0]") -> PodProcess:
@@ -94,3 +95,22 @@ def test_when_the_main_process_ends_nothing_it_started_survives(tmp_path):
 def test_a_command_that_cannot_start_is_a_start_error(tmp_path):
     p = PodProcess(Launch(["/nonexistent/python"], {}, str(tmp_path), str(tmp_path / "log")), "[rank 0]", io.StringIO())
     assert p.poll() == 128 and p.termination_message().startswith("StartError:")
+
+
+def test_a_pod_dies_with_the_runner_that_started_it(tmp_path):
+    runner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, sys, time
+        from kuberl.localnode import Launch, PodProcess
+        env = {{**os.environ, "KUBERL_FS_ROOT": {str(tmp_path / "pods" / "p" / "root")!r}}}
+        p = PodProcess(Launch([sys.executable, "-c", "import time; time.sleep(60)"], env, ".", "log"), "[p]")
+        print(p.pid, flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True)
+    pod = int(runner.stdout.readline())
+    assert processes_under(str(tmp_path / "pods")) == [pod]
+    runner.kill()
+    runner.wait()
+    deadline = time.time() + 5
+    while alive(pod) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not alive(pod) and processes_under(str(tmp_path / "pods")) == []
