@@ -300,3 +300,28 @@ def test_builtin_kinds_drop_unknown_fields_and_refuse_wrong_types(rest):
     wrong['spec']['containers'][0]['env'] = [{'name': 'RANK', 'value': 0}]
     refused = rest.post(PODS, wrong)
     assert refused.status == 400 and 'spec.containers.env.value' in refused.message
+
+
+def test_owner_references_are_validated_and_resolved_like_the_garbage_collector(rest):
+    owner = rest.post(CONFIGMAPS, configmap('owner')).body
+    two_controllers = configmap('child', owner)
+    two_controllers['metadata']['ownerReferences'].append({**two_controllers['metadata']['ownerReferences'][0], 'uid': 'other'})
+    assert rest.post(CONFIGMAPS, two_controllers).status == 422
+    misnamed = configmap('misnamed', owner)
+    misnamed['metadata']['ownerReferences'][0]['name'] = 'not-the-owner'  # right uid, wrong name: no such owner
+    rest.post(CONFIGMAPS, misnamed)
+    rest.post(CONFIGMAPS, configmap('kept', owner))
+    wait_for(lambda: rest.get(f'{CONFIGMAPS}/misnamed').status == 404)
+    assert rest.get(f'{CONFIGMAPS}/kept').status == 200
+
+
+def test_claims_are_bound_by_the_default_provisioner(rest):
+    claim = {'apiVersion': 'v1', 'kind': 'PersistentVolumeClaim', 'metadata': {'name': 'ckpt'},
+             'spec': {'accessModes': ['ReadWriteOnce'], 'resources': {'requests': {'storage': '1Gi'}}}}
+    bound = rest.post('/api/v1/namespaces/default/persistentvolumeclaims', claim).body
+    assert bound['status']['phase'] == 'Bound' and bound['status']['capacity'] == {'storage': '1Gi'}
+    resized = rest.patch('/api/v1/namespaces/default/persistentvolumeclaims/ckpt',
+                         {'spec': {'resources': {'requests': {'storage': '2Gi'}}}})
+    assert resized.status == 200
+    assert rest.patch('/api/v1/namespaces/default/persistentvolumeclaims/ckpt',
+                      {'spec': {'accessModes': ['ReadWriteMany']}}).status == 422

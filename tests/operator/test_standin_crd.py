@@ -54,16 +54,33 @@ def test_required_spec_and_metadata_name_rules(rest):
     assert 'metadata.name' in fields(rest.post(JOBS, too_long))
 
 
-def test_defaults_nullable_and_pruning(rest):
-    body = job(ppo={'targetKl': None}, bogus=1)
-    body['spec']['env']['alsoBogus'] = True
-    reply = rest.post(JOBS, body)
+WIDGETS = '/apis/test.kuberl.dev/v1/namespaces/default/widgets'
+WIDGET_CRD = {
+    'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition',
+    'metadata': {'name': 'widgets.test.kuberl.dev'},
+    'spec': {'group': 'test.kuberl.dev', 'scope': 'Namespaced',
+             'names': {'plural': 'widgets', 'singular': 'widget', 'kind': 'Widget', 'listKind': 'WidgetList'},
+             'versions': [{'name': 'v1', 'served': True, 'storage': True, 'schema': {'openAPIV3Schema': {
+                 'type': 'object', 'properties': {'spec': {'type': 'object', 'properties': {
+                     'size': {'type': 'integer', 'default': 3},
+                     'note': {'type': 'string', 'nullable': True},
+                     'inner': {'type': 'object', 'properties': {'depth': {'type': 'integer', 'default': 1}}},
+                     'free': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True},
+                 }}}}}}]},
+}
+
+
+def test_defaults_nullable_and_pruning(rest, standin):
+    standin.apply_crd(WIDGET_CRD)
+    body = {'apiVersion': 'test.kuberl.dev/v1', 'kind': 'Widget', 'metadata': {'name': 'w'},
+            'spec': {'note': None, 'inner': {'bogus': 1}, 'free': {'anything': {'goes': True}}, 'extra': 'x'}}
+    reply = rest.post(WIDGETS, body)
     assert reply.status == 201
     spec = reply.body['spec']
-    assert spec['ppo']['targetKl'] is None and spec['ppo']['learningRate'] == 0.0025  # nullable kept, default filled
-    assert spec['env']['numEnvs'] == 8 and spec['seed'] == 1
-    assert 'bogus' not in spec and 'alsoBogus' not in spec['env']
-    assert 'unknown field "spec.bogus"' in reply.headers.get('Warning', '')
+    assert spec['note'] is None and spec['size'] == 3 and spec['inner'] == {'depth': 1}  # nullable kept, defaults filled
+    assert spec['free'] == {'anything': {'goes': True}} and 'extra' not in spec
+    warning = reply.headers.get('Warning', '')
+    assert 'unknown field "spec.extra"' in warning and 'unknown field "spec.inner.bogus"' in warning
 
 
 def test_non_nullable_null_is_dropped_then_defaulted(rest):

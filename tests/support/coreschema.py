@@ -50,14 +50,19 @@ def _json_type(value: object) -> str:
     return 'null'
 
 
+_CHECKS = {
+    'object': lambda v: isinstance(v, dict),
+    'array': lambda v: isinstance(v, list),
+    'string': lambda v: isinstance(v, str),
+    'boolean': lambda v: isinstance(v, bool),
+    'null': lambda v: v is None,
+    'integer': lambda v: (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer()),
+    'number': lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+}
+
+
 def _accepts(types: list[str], value: object) -> bool:
-    checks = {
-        'object': isinstance(value, dict), 'array': isinstance(value, list), 'string': isinstance(value, str),
-        'boolean': isinstance(value, bool), 'null': value is None,
-        'integer': isinstance(value, int) and not isinstance(value, bool) or (isinstance(value, float) and value.is_integer()),
-        'number': isinstance(value, (int, float)) and not isinstance(value, bool),
-    }
-    return any(checks.get(t, True) for t in types)
+    return any(_CHECKS.get(t, lambda _: True)(value) for t in types)
 
 
 def decode(value: object, schema: dict, path: str, unknown: list[str]) -> None:

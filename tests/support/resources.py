@@ -159,6 +159,19 @@ def validate_labels(metadata: dict) -> list[FieldError]:
     return errors
 
 
+def validate_metadata(metadata: dict) -> list[FieldError]:
+    """Labels and ownerReferences, checked for every kind."""
+    errors = validate_labels(metadata)
+    refs = metadata.get('ownerReferences') or []
+    for index, ref in enumerate(refs):
+        for key in ('apiVersion', 'kind', 'name', 'uid'):
+            if not ref.get(key):
+                errors.append(FieldError('FieldValueRequired', f'metadata.ownerReferences[{index}].{key}'))
+    if sum(1 for ref in refs if ref.get('controller')) > 1:
+        errors.append(FieldError('FieldValueInvalid', 'metadata.ownerReferences', 'Only one reference can have Controller set to true', refs))
+    return errors
+
+
 def validate_builtin(rtype: ResourceType, obj: dict) -> list[FieldError]:
     """The checks of the built-in kinds a rendering bug would trip over first."""
     errors = []

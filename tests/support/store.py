@@ -4,8 +4,8 @@ The HTTP layer (apiserver.py) only decodes requests and encodes answers; tests a
 local node's hooks may call the store directly from another thread.
 """
 import collections
-import copy
 import datetime
+import json
 import random
 import string
 import threading
@@ -25,6 +25,11 @@ from tests.support.selectors import (
 
 HISTORY = 4000  # watch events kept per resource type; an older resourceVersion gets 410 Gone
 DEFAULT_NAMESPACES = ('default', 'kube-system', 'kube-public', 'kube-node-lease')
+
+
+def clone(obj: object) -> object:
+    """A deep copy of a JSON document (several times faster than copy.deepcopy)."""
+    return json.loads(json.dumps(obj))
 
 
 class ApiError(Exception):
@@ -116,6 +121,7 @@ class Store:
         self.default_node = default_node
         self.kubelet_delay = kubelet_delay
         self.hooks = Hooks()
+        self._gc_pending = False
         self.schedule: Callable[[float, Callable[[], None]], None] = lambda delay, fn: threading.Timer(delay, fn).start()
         for rtype in resources.BUILTINS:
             self.types[(rtype.group, rtype.version, rtype.plural)] = rtype
@@ -169,11 +175,11 @@ class Store:
     def find(self, group: str, plural: str, namespace: str, name: str) -> dict | None:
         with self.lock:
             obj = self.objects[(group, plural)].get((namespace, name))
-            return copy.deepcopy(obj) if obj else None
+            return clone(obj) if obj else None
 
     def objects_of(self, group: str, plural: str) -> list[dict]:
         with self.lock:
-            return [copy.deepcopy(obj) for obj in self.objects[(group, plural)].values()]
+            return [clone(obj) for obj in self.objects[(group, plural)].values()]
 
     # ------------------------------------------------------------ watches
 
@@ -223,7 +229,7 @@ class Store:
         with self.lock:
             if not isinstance(body, dict):
                 raise bad_request('the body of the request was in an unknown format')
-            obj = copy.deepcopy(body)
+            obj = clone(body)
             metadata = obj.setdefault('metadata', {}) or {}
             obj['metadata'] = metadata
             self._check_kind(rtype, obj)
@@ -244,7 +250,7 @@ class Store:
             warnings = self._decode(rtype, obj, field_validation)
             if rtype.has_status and rtype.custom:
                 obj.pop('status', None)
-            errors = resources.validate_name(rtype, name) + resources.validate_labels(metadata)
+            errors = resources.validate_name(rtype, name) + resources.validate_metadata(metadata)
             errors += self._validate(rtype, obj, None)
             if errors:
                 raise invalid(rtype, name, errors)
@@ -263,7 +269,7 @@ class Store:
             self._store(rtype.key, obj)
             self._emit(rtype.key, 'ADDED', obj, None)
             self._after_create(rtype, obj)
-            return copy.deepcopy(obj), warnings
+            return clone(obj), warnings
 
     def _check_kind(self, rtype: ResourceType, obj: dict) -> None:
         kind, api_version = obj.get('kind'), obj.get('apiVersion')
@@ -349,7 +355,13 @@ class Store:
             obj['status'] = {'phase': 'Active'}
             obj['metadata'].setdefault('labels', {})['kubernetes.io/metadata.name'] = obj['metadata']['name']
         elif rtype.plural == 'persistentvolumeclaims':
-            obj['status'] = {'phase': 'Pending'}
+            # The default StorageClass and an immediate-binding provisioner.
+            spec = obj.setdefault('spec', {})
+            spec.setdefault('storageClassName', 'standard')
+            spec.setdefault('volumeMode', 'Filesystem')
+            spec['volumeName'] = f'pvc-{obj["metadata"]["uid"]}'
+            obj['status'] = {'phase': 'Bound', 'accessModes': spec.get('accessModes', []),
+                             'capacity': {'storage': ((spec.get('resources') or {}).get('requests') or {}).get('storage', '0')}}
         elif rtype.plural == 'customresourcedefinitions':
             obj['status'] = {'conditions': [
                 {'type': 'NamesAccepted', 'status': 'True', 'reason': 'NoConflicts', 'lastTransitionTime': timestamp()},
@@ -361,7 +373,7 @@ class Store:
         if rtype.plural == 'customresourcedefinitions':
             self._register_crd(obj)
         if obj['metadata'].get('ownerReferences'):
-            self.schedule(0.01, self.collect_garbage)
+            self._request_gc()
 
     def _schedule_pod(self, pod: dict) -> None:
         """The scheduler's part: bind to the default node unless a test hook keeps the pod Pending."""
@@ -389,7 +401,7 @@ class Store:
         with self.lock:
             for pod in list(self.objects[('', 'pods')].values()):
                 if not pod['spec'].get('nodeName') and not pod['metadata'].get('deletionTimestamp'):
-                    updated = copy.deepcopy(pod)
+                    updated = clone(pod)
                     self._schedule_pod(updated)
                     if updated != pod:
                         self._replace_stored(('', 'pods'), pod, updated)
@@ -414,7 +426,7 @@ class Store:
                                                        'must be specified for an update', '0x0')])
             if version and version != old['metadata']['resourceVersion']:
                 raise conflict(rtype, name, 'the object has been modified; please apply your changes to the latest version and try again')
-            return self._write(rtype, old, copy.deepcopy(body), subresource, dry_run, field_validation)
+            return self._write(rtype, old, clone(body), subresource, dry_run, field_validation)
 
     def patch(self, rtype: ResourceType, namespace: str | None, name: str, content_type: str, patch: object, *,
               subresource: str | None = None, dry_run: bool = False, field_validation: str = 'Warn') -> tuple[dict, list[str]]:
@@ -458,13 +470,13 @@ class Store:
         if subresource == 'status':
             if not rtype.has_status:
                 raise ApiError(404, 'NotFound', 'the server could not find the requested resource')
-            new = {**copy.deepcopy(old), 'status': new.get('status')}
+            new = {**clone(old), 'status': new.get('status')}
             if new['status'] is None:
                 new.pop('status')
         elif rtype.has_status:
             new.pop('status', None)
             if 'status' in old:
-                new['status'] = copy.deepcopy(old['status'])
+                new['status'] = clone(old['status'])
         new['apiVersion'], new['kind'] = rtype.api_version, rtype.kind
         warnings = self._decode(rtype, new, field_validation)
         metadata = new.setdefault('metadata', {})
@@ -475,7 +487,7 @@ class Store:
                 metadata.pop(key, None)
         terminating = bool(old['metadata'].get('deletionTimestamp'))
         added = set(metadata.get('finalizers') or []) - set(old['metadata'].get('finalizers') or [])
-        errors = resources.validate_labels(metadata) + self._validate(rtype, new, old)
+        errors = resources.validate_metadata(metadata) + self._validate(rtype, new, old)
         if terminating and added:
             errors.append(FieldError('FieldValueForbidden', 'metadata.finalizers', 'no new finalizers can be added if the object is being deleted'))
         if errors:
@@ -486,18 +498,18 @@ class Store:
         if not metadata.get('finalizers'):
             metadata.pop('finalizers', None)
         if new == old:
-            return copy.deepcopy(old), warnings  # a no-op write changes nothing, not even the resourceVersion
+            return clone(old), warnings  # a no-op write changes nothing, not even the resourceVersion
         if dry_run:
             return new, warnings
         if terminating and not metadata.get('finalizers'):
             self._remove(rtype.key, new)
-            return copy.deepcopy(new), warnings
+            return clone(new), warnings
         self._replace_stored(rtype.key, old, new)
         if rtype.plural == 'customresourcedefinitions':
             self._register_crd(new)
         if rtype.plural == 'nodes':
             self.schedule(0.01, self._expire_unattended_pods)
-        return copy.deepcopy(new), warnings
+        return clone(new), warnings
 
     @staticmethod
     def _spec_changed(old: dict, new: dict) -> bool:
@@ -527,17 +539,17 @@ class Store:
             if preconditions.get('resourceVersion') and preconditions['resourceVersion'] != obj['metadata']['resourceVersion']:
                 raise conflict(rtype, name, 'the object has been modified; please apply your changes to the latest version and try again')
             if dry_run:
-                return copy.deepcopy(obj)
+                return clone(obj)
             propagation = options.get('propagationPolicy') or ('Orphan' if options.get('orphanDependents') else 'Background')
             grace = self._grace_period(rtype, obj, options)
             metadata = obj['metadata']
             if metadata.get('deletionTimestamp'):
                 if rtype.plural == 'pods' and grace is not None and grace < metadata.get('deletionGracePeriodSeconds', 0):
                     return self._terminate_pod(obj, grace)
-                return copy.deepcopy(obj)
+                return clone(obj)
             if propagation == 'Orphan':
                 self._orphan_dependents(metadata['uid'])
-            new = copy.deepcopy(obj)
+            new = clone(obj)
             if propagation == 'Foreground' and self._dependents(metadata['uid']):
                 new['metadata'].setdefault('finalizers', []).append('foregroundDeletion')
             if rtype.plural == 'namespaces':
@@ -549,10 +561,10 @@ class Store:
                 new['metadata']['deletionGracePeriodSeconds'] = 0
                 self._replace_stored(rtype.key, obj, new)
                 if 'foregroundDeletion' in new['metadata']['finalizers']:
-                    self.schedule(0.01, self.collect_garbage)
-                return copy.deepcopy(new)
+                    self._request_gc()
+                return clone(new)
             self._remove(rtype.key, new)
-            return copy.deepcopy(new)
+            return clone(new)
 
     def _grace_period(self, rtype: ResourceType, obj: dict, options: dict) -> int | None:
         if rtype.plural != 'pods':
@@ -567,17 +579,17 @@ class Store:
 
     def _terminate_pod(self, pod: dict, grace: int, new: dict | None = None) -> dict:
         """Graceful deletion: mark the pod, let its node stop it; 0 removes it at once (force)."""
-        new = copy.deepcopy(new or pod)
+        new = clone(new or pod)
         if grace == 0 and not new['metadata'].get('finalizers'):
             self._remove(('', 'pods'), new)
-            return copy.deepcopy(new)
+            return clone(new)
         new['metadata']['deletionTimestamp'] = timestamp(now() + datetime.timedelta(seconds=grace))
         new['metadata']['deletionGracePeriodSeconds'] = grace
         self._replace_stored(('', 'pods'), pod, new)
         if self._node_ready(new['spec']['nodeName']) is None:
             # No kubelet registered for this node: a stand-in kubelet stops the (imaginary) containers at once.
             self.schedule(self.kubelet_delay, lambda: self._confirm_stopped(new['metadata']['uid']))
-        return copy.deepcopy(new)
+        return clone(new)
 
     def _node_ready(self, node_name: str) -> bool | None:
         """None when no Node object exists (no kubelet registered), else whether it is Ready."""
@@ -594,7 +606,7 @@ class Store:
                 return
             pod = self.objects[location[0]].get(location[1])
             if pod is not None and not pod['metadata'].get('finalizers'):
-                self._remove(('', 'pods'), copy.deepcopy(pod))
+                self._remove(('', 'pods'), clone(pod))
 
     def _expire_unattended_pods(self) -> None:
         """Terminating pods whose node has no Node object any more are stopped by the stand-in kubelet."""
@@ -605,7 +617,7 @@ class Store:
                     self.schedule(self.kubelet_delay, lambda uid=pod['metadata']['uid']: self._confirm_stopped(uid))
 
     def _terminate_namespace(self, namespace: dict) -> dict:
-        new = copy.deepcopy(namespace)
+        new = clone(namespace)
         new['metadata']['deletionTimestamp'] = timestamp()
         new['status'] = {'phase': 'Terminating'}
         self._replace_stored(('', 'namespaces'), namespace, new)
@@ -616,7 +628,7 @@ class Store:
                 if ns == name and rtype is not None:
                     self.delete(rtype, ns, obj_name, {})
         self.schedule(0.05, lambda: self._finish_namespace(name))
-        return copy.deepcopy(new)
+        return clone(new)
 
     def _finish_namespace(self, name: str) -> None:
         with self.lock:
@@ -625,7 +637,7 @@ class Store:
                 return
             namespace = self.objects[('', 'namespaces')].get(('', name))
             if namespace is not None:
-                self._remove(('', 'namespaces'), copy.deepcopy(namespace))
+                self._remove(('', 'namespaces'), clone(namespace))
 
     def _remove(self, key: tuple[str, str], obj: dict) -> None:
         metadata = obj['metadata']
@@ -633,12 +645,12 @@ class Store:
         if stored is None:
             return
         self.by_uid.pop(metadata['uid'], None)
-        obj = copy.deepcopy(obj)
+        obj = clone(obj)
         obj['metadata']['resourceVersion'] = self._bump()
         self._emit(key, 'DELETED', obj, stored)
         if key == ('apiextensions.k8s.io', 'customresourcedefinitions'):
             self._unregister_crd(obj)
-        self.schedule(0.01, self.collect_garbage)
+        self._request_gc()
 
     # ------------------------------------------------------------ garbage collection
 
@@ -648,22 +660,40 @@ class Store:
 
     def _orphan_dependents(self, uid: str) -> None:
         for key, obj in self._dependents(uid):
-            new = copy.deepcopy(obj)
+            new = clone(obj)
             new['metadata']['ownerReferences'] = [r for r in obj['metadata']['ownerReferences'] if r.get('uid') != uid]
             if not new['metadata']['ownerReferences']:
                 del new['metadata']['ownerReferences']
             self._replace_stored(key, obj, new)
 
+    def _request_gc(self) -> None:
+        """Run the garbage collector soon, once for a burst of deletions (it is asynchronous in Kubernetes too)."""
+        if not self._gc_pending:
+            self._gc_pending = True
+            self.schedule(0.01, self.collect_garbage)
+
+    def _owner(self, child: dict, ref: dict) -> dict | None:
+        """The live object a reference names, looked up as the garbage collector does: by kind, name and uid,
+        in the child's namespace for a namespaced owner; None when absent (an unknown kind counts as present)."""
+        group = ref.get('apiVersion', '').rpartition('/')[0]
+        rtype = next((t for t in self.types.values() if t.group == group and t.kind == ref.get('kind')), None)
+        if rtype is None:
+            return {'metadata': {}}
+        namespace = child['metadata'].get('namespace', '') if rtype.namespaced else ''
+        owner = self.objects[rtype.key].get((namespace, ref.get('name')))
+        return owner if owner is not None and owner['metadata']['uid'] == ref.get('uid') else None
+
     def collect_garbage(self) -> None:
         """The garbage collector: delete dependents whose owners are all gone (or deleting in foreground)."""
         with self.lock:
+            self._gc_pending = False
             for key, objects in list(self.objects.items()):
                 rtype = next((t for t in self.types.values() if t.key == key), None)
                 for obj in list(objects.values()):
                     refs = obj['metadata'].get('ownerReferences') or []
                     if not refs or rtype is None or obj['metadata'].get('deletionTimestamp'):
                         continue
-                    owners = [self._by_uid(ref['uid']) for ref in refs]
+                    owners = [self._owner(obj, ref) for ref in refs]
                     gone = all(owner is None for owner in owners)
                     foreground = any(owner is not None and 'foregroundDeletion' in (owner['metadata'].get('finalizers') or [])
                                      for owner in owners)
@@ -675,7 +705,7 @@ class Store:
                 for obj in list(objects.values()):
                     finalizers = obj['metadata'].get('finalizers') or []
                     if 'foregroundDeletion' in finalizers and not self._blocking_dependents(obj['metadata']['uid']):
-                        new = copy.deepcopy(obj)
+                        new = clone(obj)
                         new['metadata']['finalizers'] = [f for f in finalizers if f != 'foregroundDeletion']
                         if new['metadata']['finalizers']:
                             self._replace_stored(key, obj, new)
@@ -687,10 +717,6 @@ class Store:
         return [obj for _, obj in self._dependents(uid)
                 if any(r.get('uid') == uid and r.get('blockOwnerDeletion') for r in obj['metadata']['ownerReferences'])]
 
-    def _by_uid(self, uid: str) -> dict | None:
-        location = self.by_uid.get(uid)
-        return self.objects[location[0]].get(location[1]) if location else None
-
     # ------------------------------------------------------------ kubelet and eviction helpers
 
     def evict(self, namespace: str, name: str, message: str = 'Eviction API: evicting') -> dict:
@@ -698,7 +724,7 @@ class Store:
         with self.lock:
             pods = self.type_of('', 'v1', 'pods')
             pod = self._existing(pods, namespace, name)
-            new = copy.deepcopy(pod)
+            new = clone(pod)
             conditions = [c for c in new.setdefault('status', {}).get('conditions') or [] if c.get('type') != 'DisruptionTarget']
             conditions.append({'type': 'DisruptionTarget', 'status': 'True', 'reason': 'EvictionByEvictionAPI',
                                'message': message, 'lastProbeTime': None, 'lastTransitionTime': timestamp()})
@@ -712,7 +738,7 @@ class Store:
             pods = self.type_of('', 'v1', 'pods')
             pod = self._existing(pods, namespace, name)
             merged = patching.strategic_merge(pod.get('status') or {}, status)
-            return self._write(pods, pod, {**copy.deepcopy(pod), 'status': merged}, 'status', False, 'Ignore')[0]
+            return self._write(pods, pod, {**clone(pod), 'status': merged}, 'status', False, 'Ignore')[0]
 
 
 def container_terminated(name: str, exit_code: int, message: str = '', reason: str | None = None,
