@@ -139,6 +139,14 @@ def next_progress(previous: Rank0Progress | None, generation: int, timesteps: in
     return Rank0Progress(generation, timesteps, now if moved else previous.changed_at, **gauges)
 
 
+def progress_from_status(status: dict) -> Rank0Progress | None:
+    """The last reading decide() recorded, so a restarted operator keeps the stall clock."""
+    seen = (status or {}).get("rank0Progress")
+    if not seen:
+        return None
+    return Rank0Progress(int(seen["generation"]), int(seen["timesteps"]), parse_time(seen["changedTime"]))
+
+
 @dataclass(frozen=True)
 class CreatePods:
     generation: int
@@ -353,7 +361,7 @@ def _run(
         _create(plan, spec, stale, missing)
         return plan.finish(phase)
 
-    if all(p.started for p in live.values()):
+    if fully_started or all(p.started for p in live.values()):  # a pod gone Unknown after that is no start-up problem
         if not fully_started:
             plan.set_time("gangRunningTime", now)
             plan.event("Normal", REASON_ALL_RUNNING, f"generation {plan.generation}: all {spec.workers} workers running")
@@ -594,6 +602,7 @@ def _record_workers(plan: _Plan, current: list[ObservedPod]) -> None:
 def _record_progress(plan: _Plan, rank0: Rank0Progress | None) -> None:
     if rank0 is None:
         return
+    plan.status["rank0Progress"] = {"generation": rank0.generation, "timesteps": rank0.timesteps, "changedTime": rfc3339(rank0.changed_at)}
     plan.status["progress"] = {
         "timesteps": rank0.timesteps,
         "stepsPerSecond": rank0.steps_per_second,

@@ -530,3 +530,19 @@ def test_progress_changes_time_only_when_the_counter_moves():
     assert same.changed_at == T0 and same.eval_return == 20.0
     assert lc.next_progress(same, 0, 164, T0 + 31).changed_at == T0 + 31
     assert lc.next_progress(same, 1, 100, T0 + 32).changed_at == T0 + 32
+
+
+def test_a_pod_gone_unknown_in_a_running_gang_is_not_a_start_up_problem():
+    spec = job()
+    pods = [Pod(0).running().obj(), Pod(1).running()._with(phase="Unknown", ready=False).obj()]
+    d = decide(spec, running_status(spec), pods, progress(99, T0 + 55), T0 + 60)  # startupTimeoutSeconds=50
+    assert d.phase == lc.RUNNING and d.of(DeletePods) == [] and d.status["startupRetries"] == 0
+
+
+def test_the_stall_clock_survives_an_operator_restart_through_status():
+    spec = job()
+    d = decide(spec, running_status(spec), gang("running"), progress(640, T0 + 20), T0 + 30)
+    remembered = lc.progress_from_status(d.status)
+    assert (remembered.generation, remembered.timesteps, remembered.changed_at) == (0, 640, T0 + 20)
+    assert lc.next_progress(remembered, 0, 640, T0 + 90).changed_at == T0 + 20
+    assert lc.progress_from_status({}) is None
