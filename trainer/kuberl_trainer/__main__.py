@@ -27,8 +27,11 @@ from kuberl import contract, names, trainerconfig
 from kuberl.spec import InvalidJob, Problem
 
 from .distributed import PeerLost, process_group
+from .dqn import DQNSession, DQNTrainer
+from .dqn import check_hyperparameters as dqn_problems
 from .envs import UnknownEnv
 from .metrics import TrainerMetrics
+from .networks import PolicyMismatch
 from .paths import host_path
 from .ppo import PPOTrainer
 from .session import TrainingSession
@@ -66,8 +69,12 @@ def load_config(path: str) -> trainerconfig.TrainerConfig:
 def check_hyperparameters(config: trainerconfig.TrainerConfig) -> None:
     """Rules that need more than one field, checked before any process group."""
     spec = config.spec
-    if spec.algorithm != "ppo":
-        raise InvalidJob([Problem("spec.algorithm", f"{spec.algorithm!r} is not implemented by this trainer yet")])
+    if spec.env.backend == "envpool" and spec.deterministic:
+        raise InvalidJob([Problem("spec.env.backend", "envpool's C++ env state cannot be checkpointed; spec.deterministic needs backend: gymnasium")])
+    if spec.algorithm == "dqn":
+        if problems := dqn_problems(spec):
+            raise InvalidJob(problems)
+        return
     hp = spec.hyperparameters
     batch = hp.num_steps * spec.env.num_envs
     problems = []
@@ -109,14 +116,15 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event) -> tuple[str
     policy = spec.run_policy
     with process_group(spec.rendezvous.backend, policy.collective_timeout_seconds, policy.rendezvous_timeout_seconds) as ctx:
         try:
-            trainer = PPOTrainer(ctx, spec.hyperparameters, spec.env.id, spec.env.num_envs, spec.env.kwargs,
-                                 spec.total_timesteps, spec.seed, restart)
-        except UnknownEnv as e:
+            algorithm = DQNTrainer if spec.algorithm == "dqn" else PPOTrainer
+            trainer = algorithm(ctx, spec.hyperparameters, spec.env.id, spec.env.num_envs, spec.env.kwargs,
+                                 spec.total_timesteps, spec.seed, restart, env_backend=spec.env.backend)
+        except (UnknownEnv, PolicyMismatch) as e:
             raise ConfigError(str(e)) from e
         metrics = TrainerMetrics(config.job, ctx.rank, ctx.world_size)
         metrics.serve(os.environ.get(contract.ENV_METRICS_ADDR, "127.0.0.1"), spec.metrics.port + ctx.local_rank)
         log = print if ctx.is_main else (lambda *_a, **_k: None)
-        session = TrainingSession(config, ctx, metrics, restart, stop, log=lambda s: log(s, flush=True))
+        session = (DQNSession if spec.algorithm == "dqn" else TrainingSession)(config, ctx, metrics, restart, stop, log=lambda s: log(s, flush=True))
         if ctx.is_main:
             print(f"kuberl trainer: job {config.job}, {ctx.world_size} rank(s), backend {ctx.backend or 'none'}, "
                   f"{trainer.num_updates} updates of {trainer.batch_per_rank * ctx.world_size} steps", flush=True)

@@ -1,0 +1,144 @@
+"""DQN's pure pieces (epsilon, TD targets, loss, target update, config
+rules) and resuming: a trainer's state equal after a load."""
+
+import numpy as np
+import pytest
+import torch
+from kuberl.spec import DQNConfig, parse_spec
+from kuberl_trainer.distributed import Dist
+from kuberl_trainer.dqn import (
+    DQNTrainer,
+    check_hyperparameters,
+    dqn_loss,
+    epsilon,
+    soft_update,
+    td_targets,
+)
+
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """As a pinned rank runs: tiny networks crawl when OpenMP threads contend."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_epsilon_decays_linearly_then_stays():
+    hp = DQNConfig(exploration_initial_eps=1.0, exploration_final_eps=0.1, exploration_fraction=0.5)
+    assert epsilon(0, 1000, hp) == 1.0
+    assert epsilon(250, 1000, hp) == pytest.approx(0.55)
+    assert epsilon(500, 1000, hp) == pytest.approx(0.1)
+    assert epsilon(900, 1000, hp) == pytest.approx(0.1)
+
+
+def test_td_targets_double_and_vanilla_by_hand():
+    returns = torch.tensor([1.0, 2.0])
+    discount = torch.tensor([0.5, 0.0])  # the second one terminated: no bootstrap
+    next_q_target = torch.tensor([[10.0, 4.0], [7.0, 9.0]])
+    next_q_online = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+    # vanilla: max of the target network
+    assert td_targets(returns, discount, next_q_target, None).tolist() == [6.0, 2.0]
+    # double: the online network picks action 1 in row 0, valued by the target at 4
+    assert td_targets(returns, discount, next_q_target, next_q_online).tolist() == [3.0, 2.0]
+
+
+def test_huber_loss_of_the_taken_action():
+    q = torch.tensor([[1.0, 5.0], [0.0, 2.0]])
+    actions = torch.tensor([1, 0])
+    targets = torch.tensor([5.5, 3.0])  # errors 0.5 (quadratic) and 3 (linear)
+    assert dqn_loss(q, actions, targets).item() == pytest.approx((0.5 * 0.25 + (3 - 0.5)) / 2)
+
+
+def test_soft_update_moves_by_tau_and_hard_copy_at_one():
+    online, target = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    before = target.weight.detach().clone()
+    soft_update(target, online, 0.25)
+    assert torch.allclose(target.weight, before + 0.25 * (online.weight - before))
+    soft_update(target, online, 1.0)
+    assert torch.equal(target.weight, online.weight)
+
+
+def dqn_spec(**dqn):
+    return parse_spec({"algorithm": "dqn", "dqn": dqn, "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000})
+
+
+@pytest.mark.parametrize("dqn, field", [
+    ({"explorationInitialEps": 0.1, "explorationFinalEps": 0.5}, "spec.dqn.explorationFinalEps"),
+    ({"bufferSize": 100, "batchSize": 128, "learningStarts": 50}, "spec.dqn.batchSize"),
+    ({"bufferSize": 100, "batchSize": 32, "learningStarts": 1000}, "spec.dqn.learningStarts"),
+])
+def test_inconsistent_hyperparameters_name_the_field(dqn, field):
+    assert [p.path for p in check_hyperparameters(dqn_spec(**dqn))] == [field]
+    assert check_hyperparameters(dqn_spec()) == []
+
+
+class NoSession:
+    restart = 0
+
+    def stop_requested(self):
+        return False
+
+    def success_vote(self):
+        return False
+
+    def load(self):
+        return None
+
+    def after_update(self, report, trainer):
+        pass
+
+
+def small_trainer(total=600, **hp):
+    config = DQNConfig(learning_starts=64, batch_size=32, train_frequency=16, gradient_steps=4,
+                       target_update_interval=48, hidden_sizes=[16], **hp)
+    return DQNTrainer(ONE_PROCESS, config, "CartPole-v1", 4, {}, total, seed=3, restart=0)
+
+
+def test_iteration_sizes_keep_the_update_to_data_ratio():
+    trainer = small_trainer()
+    # trainFrequency 16 over 4 envs: 4 vector steps, 4 gradient steps per iteration
+    assert (trainer.vector_steps, trainer.batch_per_rank, trainer.gradient_steps) == (4, 16, 4)
+    odd = DQNTrainer(ONE_PROCESS, DQNConfig(train_frequency=4, gradient_steps=1, hidden_sizes=[8]),
+                     "CartPole-v1", 8, {}, 1000, seed=1, restart=0)
+    assert (odd.vector_steps, odd.batch_per_rank, odd.gradient_steps) == (1, 8, 2)
+    assert odd.update_to_data == 0.25
+
+
+def test_state_is_equal_after_a_load_and_training_continues():
+    trainer = small_trainer()
+    assert trainer.train(NoSession()) == "budget"
+    assert trainer.counters.global_step >= 600 and trainer.last_target_update > 0
+    assert not torch.equal(trainer.agent.net[0].weight, trainer.target.net[0].weight)  # target lags
+    saved = trainer.shared_state()
+
+    resumed = small_trainer(total=1200)
+    resumed.load_shared(saved)
+    for name, value in trainer.agent.state_dict().items():
+        assert torch.equal(value, resumed.agent.state_dict()[name]), name
+    for name, value in trainer.target.state_dict().items():
+        assert torch.equal(value, resumed.target.state_dict()[name]), name
+    a, b = trainer.optimizer.state_dict(), resumed.optimizer.state_dict()
+    for key, state in a["state"].items():
+        for name, tensor in state.items():
+            assert torch.equal(tensor, b["state"][key][name]), (key, name)
+    assert vars(resumed.counters) == vars(trainer.counters)
+    assert resumed.last_target_update == trainer.last_target_update
+    assert epsilon(resumed.counters.global_step, 1200, resumed.hp) < 1.0
+
+    # the replay buffer is not part of it: the resumed rank refills, then learns on
+    assert len(resumed.replay) == 0 and not resumed.learning()
+    assert resumed.train(NoSession()) == "budget"
+    assert resumed.counters.global_step >= 1200 > saved["counters"]["global_step"]
+    assert not torch.equal(resumed.agent.net[0].weight, trainer.agent.net[0].weight)
+
+
+def test_only_real_transitions_are_counted():
+    trainer = small_trainer(total=1000)
+    trainer.train(NoSession())
+    autoresets = trainer.counters.updates * trainer.batch_per_rank - trainer.counters.global_step
+    pending = np.count_nonzero(~trainer.tracker.valid)  # episodes whose autoreset step is still to come
+    assert autoresets == trainer.counters.episodes - pending > 0

@@ -1,0 +1,405 @@
+"""DQN under DDP, for discrete actions. Reads top to bottom: the Q network,
+the maths (epsilon, TD targets, loss), the trainer and its loop.
+
+Each rank steps its own vectorised envs and fills and samples its OWN replay
+buffer (`replay.ReplayBuffer`, n-step returns with gymnasium's autoreset rows
+masked out). Every gradient step goes through the DDP wrapper, so gradients
+are averaged over ranks; the target network is updated at the same
+iterations on every rank (a function of the replicated counters), so it
+stays identical everywhere. Counters, episode statistics and stop votes
+travel in ONE all-reduce per iteration; evaluation, checkpoints and metrics
+are the session's (session.py), as for PPO.
+
+One iteration ("update" in counters and metrics) collects
+ceil(trainFrequency / numEnvs) vector steps per rank, then runs gradient
+steps in proportion, so the update-to-data ratio gradientSteps /
+trainFrequency holds whatever numEnvs is. Defaults (spec.DQNConfig): 3-step
+returns, double DQN, Huber loss, a hard target copy every 500 env steps per
+rank, epsilon decaying linearly from 1 to 0.05 over the first 20% of
+totalTimesteps.
+
+Checkpoints hold the online and target networks, the optimiser and the
+counters. Replay contents are per rank and NOT checkpointed (a resumed run
+refills learningStarts transitions before training again), except in
+deterministic mode, whose per-rank state includes them.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.distributed as dist
+from kuberl.spec import DQNConfig, JobSpec, Problem
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from . import atari, checkpoint, distributed, networks
+from .device import autocast
+from .distributed import Dist
+from .envs import (
+    EpisodeTracker,
+    UnknownEnv,
+    env_state,
+    make_envs,
+    rank_seed,
+    restore_env_state,
+)
+from .ppo import Counters, Session, UpdateReport
+from .replay import Batch, ReplayBuffer
+from .session import TrainingSession
+
+# --- The Q network ---------------------------------------------------------
+
+
+class QNetwork(nn.Module):
+    """An MLP from flat observations to one value per action. `forward` is
+    the training path (through DDP); `greedy` acts on the bare module."""
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden: list[int]):
+        super().__init__()
+        layers: list[nn.Module] = []
+        for width in hidden:
+            layers += [nn.Linear(obs_dim, width), nn.ReLU()]
+            obs_dim = width
+        self.net = nn.Sequential(*layers, nn.Linear(obs_dim, num_actions))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.flatten(1).float())
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.forward(obs).argmax(-1)
+
+
+# --- The maths -------------------------------------------------------------
+
+
+def epsilon(global_step: int, total_timesteps: int, hp: DQNConfig) -> float:
+    """Linear decay from exploration_initial_eps to exploration_final_eps
+    over the first exploration_fraction of total_timesteps, then flat."""
+    progress = min(1.0, global_step / max(1.0, hp.exploration_fraction * total_timesteps))
+    return hp.exploration_initial_eps + progress * (hp.exploration_final_eps - hp.exploration_initial_eps)
+
+
+def td_targets(returns: torch.Tensor, discount: torch.Tensor, next_q_target: torch.Tensor,
+               next_q_online: torch.Tensor | None) -> torch.Tensor:
+    """returns + discount * Q_target(s', a'), (B,). a' = argmax of the online
+    network's next_q_online (B, A) for double DQN, of the target's when None."""
+    chooser = next_q_target if next_q_online is None else next_q_online
+    best = next_q_target.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
+    return returns + discount * best
+
+
+def dqn_loss(q: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean Huber loss of Q(s, a) against the targets; q (B, A), the rest (B,)."""
+    chosen = q.gather(1, actions.long().reshape(-1, 1)).squeeze(1)
+    return nn.functional.smooth_l1_loss(chosen, targets)
+
+
+@torch.no_grad()
+def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """target <- tau * online + (1 - tau) * target (tau = 1: a hard copy)."""
+    for t, o in zip(target.parameters(), online.parameters(), strict=True):
+        t.lerp_(o, tau)
+
+
+def check_hyperparameters(spec: JobSpec) -> list[Problem]:
+    """Rules of a DQN job that need more than one field."""
+    hp, problems = spec.hyperparameters, []
+    if hp.exploration_final_eps > hp.exploration_initial_eps:
+        problems.append(Problem("spec.dqn.explorationFinalEps",
+                                f"expected at most explorationInitialEps {hp.exploration_initial_eps} (got {hp.exploration_final_eps})"))
+    if hp.batch_size > hp.buffer_size:
+        problems.append(Problem("spec.dqn.batchSize", f"expected at most bufferSize {hp.buffer_size} (got {hp.batch_size})"))
+    if hp.learning_starts > hp.buffer_size:
+        problems.append(Problem("spec.dqn.learningStarts", f"expected at most bufferSize {hp.buffer_size} (got {hp.learning_starts})"))
+    return problems
+
+
+# --- The trainer -----------------------------------------------------------
+
+
+class DQNTrainer:
+    def __init__(self, ctx: Dist, hp: DQNConfig, env_id: str, num_envs: int, env_kwargs: dict,
+                 total_timesteps: int, seed: int, restart: int, env_backend: str = "gymnasium"):
+        self.ctx, self.hp, self.total_timesteps, self.env_backend = ctx, hp, total_timesteps, env_backend
+        self.seed = rank_seed(seed, ctx.rank, restart)
+        self.envs = make_envs(env_id, num_envs, env_kwargs, env_backend)
+        self.action_space = self.envs.single_action_space
+        if not isinstance(self.action_space, gym.spaces.Discrete):
+            raise UnknownEnv(f"spec.env.id: algorithm dqn needs discrete actions; {env_id!r} has {self.action_space}")
+        space = self.envs.single_observation_space
+        self.obs_shape = tuple(space.shape)
+        torch.manual_seed(seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
+        if networks.choose(space, hp.policy, "spec.dqn.policy") == "cnn":  # the Nature DQN
+            self.agent = networks.QCNN(self.obs_shape, int(self.action_space.n)).to(ctx.device)
+            self.target = networks.QCNN(self.obs_shape, int(self.action_space.n)).to(ctx.device)
+        else:
+            self.agent = QNetwork(int(np.prod(self.obs_shape)), int(self.action_space.n), list(hp.hidden_sizes)).to(ctx.device)
+            self.target = QNetwork(int(np.prod(self.obs_shape)), int(self.action_space.n), list(hp.hidden_sizes)).to(ctx.device)
+        self.target.load_state_dict(self.agent.state_dict())
+        self.target.requires_grad_(False)
+        self.gradient_allreduce_seconds: list[float] = []
+        # cumulative seconds per phase, for the benchmark's per-update breakdown
+        self.timings = dict.fromkeys(("act_forward", "env_step", "sample", "train_forward", "backward_optimizer"), 0.0)
+        self.model = self._wrap(self.agent)
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=hp.learning_rate, fused=ctx.device.type == "cpu" or None)
+        # frame stacks: the buffer keeps only each step's newest uint8 frame
+        self.replay = ReplayBuffer(hp.buffer_size, num_envs, self.obs_shape, space.dtype, n_step=hp.n_step,
+                                   frame_stack=atari.frame_stack(self.envs))
+        self.tracker = EpisodeTracker(num_envs)
+        self.counters = Counters()
+        self.vector_steps = max(1, math.ceil(hp.train_frequency / num_envs))
+        self.batch_per_rank = self.vector_steps * num_envs  # env steps per rank per iteration
+        self.gradient_steps = max(1, round(hp.gradient_steps * self.batch_per_rank / hp.train_frequency))
+        self.num_updates = max(1, math.ceil(total_timesteps / (self.batch_per_rank * ctx.world_size)))
+        self.last_target_update = 0  # env steps per rank at the last target update
+        # per-rank randomness: exploration and replay sampling
+        torch.manual_seed(self.seed)
+        self.np_rng = np.random.default_rng(self.seed)
+        self.next_obs, _ = self.envs.reset(seed=self.seed)
+
+    def _wrap(self, agent: nn.Module) -> nn.Module:
+        """DDP with a comm hook that times each gradient all-reduce (launch to
+        completion, waiting for the slowest peer included)."""
+        if not self.ctx.distributed:
+            return agent
+        model = DDP(agent, device_ids=[self.ctx.device.index] if self.ctx.device.type == "cuda" else None)
+        timings = self.gradient_allreduce_seconds
+
+        def timed_allreduce(_state, bucket):  # unannotated: torch checks a real GradBucket annotation
+            started = time.perf_counter()
+            tensor = bucket.buffer().div_(dist.get_world_size())
+            future = dist.all_reduce(tensor, async_op=True).get_future()
+
+            def done(f):
+                timings.append(time.perf_counter() - started)
+                return f.value()[0]
+
+            return future.then(done)
+
+        model.register_comm_hook(None, timed_allreduce)
+        return model
+
+    @property
+    def steps_per_rank(self) -> int:
+        """Env steps this rank has taken (identical on every rank)."""
+        return self.counters.updates * self.batch_per_rank
+
+    @property
+    def update_to_data(self) -> float:
+        """Gradient steps per env step, per rank."""
+        return self.gradient_steps / self.batch_per_rank
+
+    # -- state for checkpoints ------------------------------------------------
+
+    def shared_state(self) -> dict:
+        """Replicated state: identical on every rank, so rank 0 alone can save it."""
+        return {
+            "agent": self.agent.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "counters": vars(self.counters).copy(),
+            "last_target_update": self.last_target_update,
+            "world_size": self.ctx.world_size,
+        }
+
+    def rank_state(self) -> dict:
+        """This rank's own state, replay buffer included: only deterministic
+        mode gathers and restores it."""
+        return {
+            "envs": env_state(self.envs),
+            "next_obs": self.next_obs.copy(),
+            "tracker": (self.tracker.returns.copy(), self.tracker.lengths.copy(), self.tracker.valid.copy()),
+            "replay": self.replay.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "np_rng": self.np_rng.bit_generator.state,
+        }
+
+    def load_shared(self, state: dict) -> None:
+        self.agent.load_state_dict(state["agent"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.counters = Counters(**state["counters"])
+        self.last_target_update = state["last_target_update"]
+
+    def load_rank(self, state: dict) -> None:
+        restore_env_state(self.envs, state["envs"])
+        self.next_obs = state["next_obs"]
+        self.tracker.returns, self.tracker.lengths, self.tracker.valid = state["tracker"]
+        self.replay.load_state_dict(state["replay"])
+        torch.set_rng_state(state["torch_rng"])
+        self.np_rng.bit_generator.state = state["np_rng"]
+
+    # -- one iteration ----------------------------------------------------------
+
+    def collect(self, eps: float) -> int:
+        """vector_steps epsilon-greedy steps into the replay buffer; returns
+        how many were real transitions (autoreset steps excluded)."""
+        num_envs, timings, clock = self.replay.num_envs, self.timings, time.perf_counter
+        real = 0
+        with torch.no_grad():
+            for _ in range(self.vector_steps):
+                obs = self.next_obs
+                started = clock()
+                greedy = self.agent.greedy(torch.from_numpy(obs).to(self.ctx.device)).cpu().numpy()
+                acted = clock()
+                explore = self.np_rng.random(num_envs) < eps
+                actions = np.where(explore, self.np_rng.integers(0, self.action_space.n, num_envs), greedy)
+                self.next_obs, reward, terminated, truncated, _ = self.envs.step(actions)
+                timings["env_step"] += clock() - acted
+                timings["act_forward"] += acted - started
+                real += int(self.tracker.valid.sum())
+                self.replay.add(obs, actions, atari.learning_rewards(self.envs, reward), terminated, truncated, self.tracker.valid)
+                self.tracker.step(reward, terminated | truncated)
+        return real
+
+    def sync(self, local_steps: int, stop_vote: bool, success_vote: bool) -> tuple[np.ndarray, float]:
+        """The iteration's one all-reduce: counters, episode returns, stop votes."""
+        returns, _ = self.tracker.drain()
+        local = np.array([local_steps, len(returns), sum(returns), float(stop_vote), float(success_vote)], np.float64)
+        started = time.perf_counter()
+        totals = distributed.all_reduce_sum(self.ctx, torch.from_numpy(local)).numpy()
+        return totals, time.perf_counter() - started
+
+    def to_tensors(self, batch: Batch) -> tuple[torch.Tensor, ...]:
+        device = self.ctx.device
+        return tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device)
+                     for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs))
+
+    def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
+                      discount: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+        """One optimiser step on a per-rank batch; the loss goes through the
+        DDP wrapper, so the gradient is the mean over every rank's batch.
+        Returns the (detached) loss."""
+        started = time.perf_counter()
+        precision = self.hp.precision  # autocast the forwards only: Q-values come back fp32 for the TD maths
+        with torch.no_grad(), autocast(self.ctx.device, precision):
+            next_q_online = self.agent(next_obs).float() if self.hp.double_dqn else None
+            next_q_target = self.target(next_obs).float()
+        targets = td_targets(returns, discount, next_q_target, next_q_online)
+        with autocast(self.ctx.device, precision):
+            q = self.model(obs).float()
+        loss = dqn_loss(q, actions, targets)
+        forwarded = time.perf_counter()
+        with distributed.collectives():
+            loss.backward()
+        nn.utils.clip_grad_norm_(self.agent.parameters(), self.hp.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.timings["train_forward"] += forwarded - started
+        self.timings["backward_optimizer"] += time.perf_counter() - forwarded
+        return loss.detach()
+
+    def maybe_update_target(self) -> bool:
+        """At the first iteration boundary after every target_update_interval
+        env steps per rank: the same iterations on every rank."""
+        if self.steps_per_rank - self.last_target_update < self.hp.target_update_interval:
+            return False
+        soft_update(self.target, self.agent, self.hp.tau)
+        self.last_target_update = self.steps_per_rank
+        return True
+
+    def learn(self) -> dict[str, float]:
+        """gradient_steps DDP steps on batches from this rank's replay buffer."""
+        self.maybe_update_target()
+        total = torch.zeros(())
+        for _ in range(self.gradient_steps):
+            started = time.perf_counter()
+            batch = self.to_tensors(self.replay.sample(self.hp.batch_size, self.hp.gamma, self.np_rng))
+            self.timings["sample"] += time.perf_counter() - started
+            total += self.gradient_step(*batch)
+        return {"value_loss": float(total) / self.gradient_steps}
+
+    def learning(self) -> bool:
+        """Enough transitions in this rank's buffer (identical on every rank,
+        since all ranks step alike; refilled after a resume)."""
+        return len(self.replay) >= max(self.hp.learning_starts, self.hp.batch_size) and self.replay.can_sample()
+
+    def train(self, session: Session) -> str:
+        """Run iterations until the budget is spent, the target is met, or a
+        stop is requested. Returns "budget", "target" or "stopped"."""
+        loaded = session.load()
+        if loaded is not None:
+            shared, own = loaded
+            self.load_shared(shared)
+            if own is not None:
+                self.load_rank(own)
+        while self.counters.global_step < self.total_timesteps:
+            eps = epsilon(self.counters.global_step, self.total_timesteps, self.hp)
+            started = time.perf_counter()
+            local_steps = self.collect(eps)
+            rollout_seconds = time.perf_counter() - started
+
+            totals, allreduce_seconds = self.sync(local_steps, session.stop_requested(), session.success_vote())
+            steps, episodes, return_sum, stop_votes, success_votes = totals[:5]
+            self.counters.global_step += int(steps)
+            self.counters.episodes += int(episodes)
+            if success_votes > 0:
+                return "target"  # rank 0's evaluation of the current weights met it
+
+            started = time.perf_counter()
+            self.gradient_allreduce_seconds.clear()
+            losses = self.learn() if self.learning() else {}
+            update_seconds = time.perf_counter() - started
+            self.counters.updates += 1
+            session.after_update(
+                UpdateReport(
+                    counters=self.counters,
+                    local_steps=local_steps,
+                    episode_return_sum=float(return_sum),
+                    episode_return_count=int(episodes),
+                    learning_rate=self.hp.learning_rate,
+                    losses=losses,
+                    rollout_seconds=rollout_seconds,
+                    update_seconds=update_seconds,
+                    allreduce_seconds=allreduce_seconds + sum(self.gradient_allreduce_seconds),
+                    epochs_run=self.gradient_steps if losses else 0,
+                ),
+                self,
+            )
+            if stop_votes > 0:
+                return "stopped"
+        return "budget"
+
+    # -- evaluation (rank 0) -------------------------------------------------
+
+    def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float:
+        """Mean return of `episodes` greedy episodes, run side by side."""
+        envs = make_envs(env_id, episodes, env_kwargs, self.env_backend)
+        try:
+            obs, _ = envs.reset(seed=seed)
+            returns = np.zeros(episodes)
+            running = np.ones(episodes, bool)  # each env counts its first episode only
+            with torch.no_grad():
+                while running.any():
+                    action = self.agent.greedy(torch.as_tensor(obs, device=self.ctx.device)).cpu().numpy()
+                    obs, reward, terminated, truncated, _ = envs.step(action)
+                    returns += reward * running
+                    running &= ~(terminated | truncated)
+            return float(returns.mean())
+        finally:
+            envs.close()
+
+
+class DQNSession(TrainingSession):
+    """The session's plumbing, with DQN's final model file."""
+
+    def write_final_model(self, trainer: DQNTrainer) -> None:
+        buffer = io.BytesIO()
+        torch.save(
+            {
+                "algorithm": "dqn",
+                "agent": trainer.agent.state_dict(),
+                "env_id": self.spec.env.id,
+                "hidden_sizes": list(trainer.hp.hidden_sizes),
+                "timesteps": trainer.counters.global_step,
+                "eval_return": self.eval_return,
+            },
+            buffer,
+        )
+        checkpoint.write_atomic(self.final_model, buffer.getvalue())
