@@ -248,17 +248,6 @@ class LocalCluster:
         os.makedirs(path, exist_ok=True)
         return path
 
-    def host_path(self, pod: Mapping, path: str) -> str | None:
-        """Where a path inside `pod` lives on this machine (through its mounts)."""
-        container = pod["spec"]["containers"][0]
-        volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
-        for mount in sorted(container.get("volumeMounts") or [], key=lambda m: -len(m["mountPath"])):
-            prefix = mount["mountPath"].rstrip("/") + "/"
-            claim = (volumes.get(mount["name"]) or {}).get("persistentVolumeClaim")
-            if claim and (path + "/").startswith(prefix):
-                return os.path.join(self.claim_dir(claim["claimName"]), path[len(prefix):])
-        return None
-
     def live_dns_pods(self) -> list[DNSPod]:
         return [DNSPod(p.pod, p.ip, p.process.running) for p in self.pods.values() if p.deletion_timestamp is None]
 
