@@ -4,6 +4,7 @@ import pathlib
 import pytest
 
 from tests.support.apiserver import StandinServer
+from tests.support.localnode import LocalNode
 from tests.support.rest import Rest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -33,3 +34,13 @@ def kube_api(standin: StandinServer):
     client = kubernetes.config.new_client_from_config(config_file=str(standin.kubeconfig))
     yield client
     client.close()
+
+
+@pytest.fixture
+def local_node(standin: StandinServer, tmp_path: pathlib.Path):
+    """A kubelet stand-in for node `local-node` (where the stand-in's scheduler binds pods), running them as processes.
+
+    Shares `standin.store.hooks.image_pull_failure`; `local_node.lose()` simulates node loss; stopping kills every process.
+    """
+    with LocalNode(standin.url, tmp_path / 'node', image_pull_failure=standin.store.hooks.image_pull_failure) as node:
+        yield node

@@ -325,3 +325,18 @@ def test_claims_are_bound_by_the_default_provisioner(rest):
     assert resized.status == 200
     assert rest.patch('/api/v1/namespaces/default/persistentvolumeclaims/ckpt',
                       {'spec': {'accessModes': ['ReadWriteMany']}}).status == 422
+
+
+def test_kmock_reactions_inject_faults_ahead_of_the_realism_layer(rest, standin):
+    import kmock
+    rest.post(CONFIGMAPS, configmap('c'))
+    standin.handler['patch', kmock.resource('', 'v1', 'configmaps')] << 503
+    assert rest.patch(f'{CONFIGMAPS}/c', {'data': {'a': '2'}}).status == 503
+    assert rest.get(f'{CONFIGMAPS}/c').body['data'] == {'a': '1'}
+
+
+def test_size_limits_of_annotations_and_objects(rest):
+    big = configmap('big') | {'metadata': {'name': 'big', 'annotations': {'a': 'x' * (256 * 1024 + 1)}}}
+    assert rest.post(CONFIGMAPS, big).status == 422
+    huge = configmap('huge') | {'data': {'blob': 'x' * (2 * 1024 * 1024)}}
+    assert rest.post(CONFIGMAPS, huge).status == 413

@@ -21,9 +21,8 @@ def pod(name: str, code: str, labels: dict | None = None, grace: int = 30, **ext
 
 
 @pytest.fixture
-def node(standin, tmp_path):
-    with LocalNode(standin.url, tmp_path / 'node', image_pull_failure=standin.store.hooks.image_pull_failure) as running:
-        yield running
+def node(local_node):
+    return local_node
 
 
 def wait_status(rest, name: str, predicate, timeout: float = 10.0) -> dict:

@@ -1,7 +1,25 @@
 """Test support: a Kubernetes API stand-in strict where the real API server is strict, and a local node.
 
-- `apiserver.StandinServer`: the API server over real HTTP (kmock underneath), with `store` for hooks
-  and `calls` for the API call log.
-- `store.Store`: the write rules (409s, graceful deletion, finalizers, garbage collection, status).
-- `crdschema`: CRD structural schema, defaults, pruning and CEL rules, read from the CRD YAML.
+Fixtures (tests/operator/conftest.py): `standin` (server with manifests/crd.yaml applied), `rest`
+(a status-code-exact client), `kube_api` (kubernetes.client.ApiClient), `local_node`.
+
+- `apiserver.StandinServer`: the API server on 127.0.0.1 over real HTTP, in a background thread.
+  kmock 0.8 serves the socket and parses requests; its reaction DSL still works for fault injection
+  (``standin.handler['patch', kmock.resource('', 'v1', 'pods')] << 503``). `url`, `kubeconfig`,
+  `store`, `calls` (Counter of `ApiCall(verb, group, resource, namespace, subresource, agent)`),
+  `writes(agent=None)`, `apply_crd(path_or_doc)`.
+- `store.Store`: the write rules. 201 with uid/resourceVersion/generation; 409 on stale
+  resourceVersion and on an existing (even terminating) name; /status isolation; generation on spec
+  change only; no-op writes change nothing; merge, JSON and strategic-merge patches; graceful pod
+  deletion (a pod on a registered Ready node waits for that node's confirmation; with no Node object a
+  stand-in kubelet confirms at once; on a NotReady node it stays until force-deleted); finalizers;
+  owner-reference garbage collection (background, foreground, orphan); namespaces; eviction.
+  Hooks: `store.hooks.unschedulable` / `image_pull_failure` (label selectors), `store.reschedule()`,
+  `store.evict(ns, name)`, `store.report_pod(ns, name, status)` with `container_terminated(...)`.
+- `crdschema`: a CRD's structural schema (types, nullable, defaults, pruning, fieldValidation) and
+  its x-kubernetes-validations via cel-python, with oldSelf on update.
+- `coreschema`: built-in kinds decoded against Kubernetes' own schemas (from kubernetes-validate).
+- `tables`, `openapi`: server-side Table rendering and the OpenAPI v3 kubectl needs.
+- `localnode.LocalNode`: a kubelet stand-in running bound pods as local processes (kuberl.localnode).
+- `python -m tests.support --crd manifests/crd.yaml --node`: the same, by hand.
 """

@@ -10,6 +10,9 @@ DNS1035_LABEL = re.compile(r'^[a-z]([-a-z0-9]*[a-z0-9])?$')
 LABEL_VALUE = re.compile(r'^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$')
 LABEL_NAME = re.compile(r'^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$')
 
+ANNOTATIONS_LIMIT = 256 * 1024
+OBJECT_LIMIT = 1536 * 1024  # etcd's default request size limit
+
 COMMON_FIELDS = frozenset({'metadata.name', 'metadata.namespace'})
 
 
@@ -160,8 +163,12 @@ def validate_labels(metadata: dict) -> list[FieldError]:
 
 
 def validate_metadata(metadata: dict) -> list[FieldError]:
-    """Labels and ownerReferences, checked for every kind."""
+    """Labels, annotations' total size and ownerReferences, checked for every kind."""
     errors = validate_labels(metadata)
+    annotations = metadata.get('annotations') or {}
+    size = sum(len(k) + len(v if isinstance(v, str) else str(v)) for k, v in annotations.items())
+    if size > ANNOTATIONS_LIMIT:
+        errors.append(FieldError('FieldValueTooLong', 'metadata.annotations', f'must have at most {ANNOTATIONS_LIMIT} bytes', size))
     refs = metadata.get('ownerReferences') or []
     for index, ref in enumerate(refs):
         for key in ('apiVersion', 'kind', 'name', 'uid'):

@@ -517,6 +517,8 @@ class Store:
         return {k: v for k, v in old.items() if k not in ignored} != {k: v for k, v in new.items() if k not in ignored}
 
     def _store(self, key: tuple[str, str], obj: dict) -> None:
+        if len(json.dumps(obj)) > resources.OBJECT_LIMIT:
+            raise ApiError(413, 'RequestEntityTooLarge', 'etcdserver: request is too large')
         metadata = obj['metadata']
         self.objects[key][(metadata.get('namespace', ''), metadata['name'])] = obj
         self.by_uid[metadata['uid']] = (key, (metadata.get('namespace', ''), metadata['name']))
