@@ -349,9 +349,11 @@ class JobLoop:
         if patch is None:
             return False
         try:
-            await self.api.patch_status(self.namespace, self.name, patch, job["metadata"]["resourceVersion"])
+            written = await self.api.patch_status(self.namespace, self.name, patch, job["metadata"]["resourceVersion"])
         except kopf_errors.APIConflictError:
             raise kopf.TemporaryError("the job changed while it was reconciled; reading it again", delay=CONFLICT_RETRY_SECONDS) from None
+        job["metadata"]["resourceVersion"] = written["metadata"]["resourceVersion"]
+        job["status"] = written.get("status") or {}
         return True
 
     def _events(self, job: dict, events: list[lifecycle.Event]) -> None:
@@ -488,6 +490,10 @@ def cmd_operator(args: argparse.Namespace) -> int:
     metrics = OperatorMetrics()
     metrics.serve(listen, args.metrics_port)
     kopf.configure(verbose=bool(os.environ.get("KUBERL_OPERATOR_DEBUG")))
+    # One line per pod event would drown the log; failures of these handlers still show.
+    logging.getLogger("kopf.objects").addFilter(
+        lambda record: not record.getMessage().startswith(("Handler 'pod_changed' succeeded", "Handler 'job_changed' succeeded"))
+    )
     kopf.run(
         standalone=args.peering is None,
         peering_name=args.peering,

@@ -114,3 +114,29 @@ def test_input_only_the_operator_can_judge_fails_naming_the_field_while_other_jo
     assert operator.healthy()
     assert 'kuberl_operator_jobs{phase="Failed"} 6.0' in operator.metrics()
     assert standin.store.find('', 'pods', NS, 'fine-0') is not None
+
+
+def test_a_pod_the_api_server_refuses_fails_the_job_with_its_field(standin, rest, operator):  # noqa: F811
+    create_job(rest, 'sidecarless', workers=1, template={'spec': {'containers': [{'name': 'shipper'}]}})
+    wait_phase(rest, 'sidecarless', 'Failed')
+    refused = condition(rest, 'sidecarless', 'Failed')
+    assert refused['reason'] == 'InvalidChild'
+    assert 'spec.containers[1].image' in refused['message']
+    assert operator.healthy()
+
+
+def test_only_the_listed_namespaces_are_watched(standin, rest, tmp_path):
+    assert rest.post('/api/v1/namespaces', {'metadata': {'name': 'team-a'}}).status == 201
+    op = Operator(standin, tmp_path, '--namespace', 'team-a').start()
+    try:
+        theirs = manifest('theirs')
+        assert rest.post('/apis/kuberl.dev/v1alpha1/namespaces/team-a/rltrainingjobs', theirs).status == 201
+        create_job(rest, 'ignored', workers=1)
+        wait_for(lambda: rest.get('/apis/kuberl.dev/v1alpha1/namespaces/team-a/rltrainingjobs/theirs').body.get('status', {}).get('phase'),
+                 what='the job in the watched namespace to be reconciled')
+        time.sleep(1.0)
+        assert not status(rest, 'ignored'), 'a job outside the watched namespaces is left alone'
+        watched = {(c.resource, c.namespace) for c in standin.calls if c.agent == 'kopf' and c.verb in ('list', 'watch')}
+        assert watched == {('rltrainingjobs', 'team-a'), ('pods', 'team-a')}, watched
+    finally:
+        op.stop()
