@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help tools setup train test test-unit test-distributed test-operator test-e2e test-gpu lint bench chart images manifests clean
-.PHONY: install-yaml checkov
+.PHONY: install-yaml checkov prometheus
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -113,6 +113,17 @@ test-unit: $(CHECKOV)
 
 checkov: $(STAMP) $(HELM) $(CHECKOV) ## checkov (own venv in .tools) over the rendered chart, manifests, trainer pods and Dockerfiles
 	$(PYTEST) tests/unit/test_chart_checkov.py
+
+PROMETHEUS := /usr/bin/prometheus
+$(PROMETHEUS):
+	@command -v apt-get >/dev/null || { echo "no apt-get here: install Prometheus 2.x at $(PROMETHEUS) for tests/e2e/test_dashboard.py"; exit 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+
+prometheus: $(PROMETHEUS) ## Debian's prometheus, which the dashboard e2e test scrapes a real run with
+
+# The dashboard test in the e2e tier runs a real Prometheus and Helm.
+test-e2e: $(PROMETHEUS) $(HELM)
 
 bench: $(STAMP) ## throughput and scaling benchmarks, printed as a table
 	$(PY) -m kuberl_trainer.bench

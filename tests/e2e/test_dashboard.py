@@ -1,0 +1,332 @@
+"""The chart's Grafana dashboard against a real Prometheus that scraped a real
+`kuberl run` (2 DDP ranks of PPO on CartPole).
+
+Prometheus' scrape config is generated from the chart's PodMonitor the way
+prometheus-operator generates it (its selector, its standard target labels,
+then the chart's own relabelings), over targets that stand in for Kubernetes'
+pod discovery: one per declared container port of each pod `kuberl run`
+renders, carrying the `__meta_kubernetes_*` labels Kubernetes would. So a
+label clash (a trainer label named `job`, `pod` or `namespace` would come back
+as `exported_*`) or a port the PodMonitor misses fails here, not in production.
+
+Every panel query runs with the dashboard's variables substituted (their own
+`label_values` queries give the values) and must return series with the
+expected labels and plausible values."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from kuberl import metricnames as m
+from kuberl import names
+from kuberl.localrun import NAMESPACE, apply_overrides, pod_address
+from kuberl.render import PLACEHOLDER_UID, Job, render_pod
+from kuberl.spec import validate_job
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "kuberl"
+HELM = ROOT / ".tools" / "bin" / "helm"
+PROMETHEUS = Path("/usr/bin/prometheus")
+EXAMPLE = ROOT / "manifests" / "examples" / "cartpole-ppo.yaml"
+# Long enough that the test, not the budget, ends the run; checkpoints early so their age shows.
+# The target is out of CartPole's reach (500) so rank 0 keeps evaluating without ever stopping the run.
+RUN_SETTINGS = ["totalTimesteps=2000000", "success.targetReturn=1000", "success.evalEvery=3", "success.evalEpisodes=2", "checkpoint.everyUpdates=3"]
+SCRAPE_SECONDS = 1
+RATE_INTERVAL = "5s"
+DASHBOARD = json.loads((CHART / "dashboards" / "kuberl.json").read_text())
+
+pytestmark = pytest.mark.timeout(300)
+
+
+# --- the scrape config, generated from the chart's PodMonitor -------------------
+
+def sanitize(label: str) -> str:
+    """Kubernetes service discovery's label-name sanitising."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+
+def discovered_targets(pods: list[tuple[dict, str]]) -> list[dict]:
+    """What Prometheus' `role: pod` discovery yields: a target per declared
+    container port, with the pod's metadata as `__meta_kubernetes_*` labels."""
+    targets = []
+    for pod, ip in pods:
+        pod_labels = {}
+        for key, value in pod["metadata"].get("labels", {}).items():
+            pod_labels[f"__meta_kubernetes_pod_label_{sanitize(key)}"] = value
+            pod_labels[f"__meta_kubernetes_pod_labelpresent_{sanitize(key)}"] = "true"
+        for container in pod["spec"]["containers"]:
+            for port in container.get("ports", []):
+                targets.append({"targets": [f"{ip}:{port['containerPort']}"], "labels": {
+                    "__meta_kubernetes_namespace": pod["metadata"]["namespace"],
+                    "__meta_kubernetes_pod_name": pod["metadata"]["name"],
+                    "__meta_kubernetes_pod_ip": ip,
+                    "__meta_kubernetes_pod_phase": "Running",
+                    "__meta_kubernetes_pod_container_name": container["name"],
+                    "__meta_kubernetes_pod_container_port_name": port.get("name", ""),
+                    "__meta_kubernetes_pod_container_port_number": str(port["containerPort"]),
+                    **pod_labels,
+                }})
+    return targets
+
+
+def _relabel(rule: dict) -> dict:
+    keys = {"sourceLabels": "source_labels", "targetLabel": "target_label", "regex": "regex",
+            "replacement": "replacement", "separator": "separator", "modulus": "modulus", "action": "action"}
+    out = {keys[k]: v for k, v in rule.items()}
+    out["action"] = out.get("action", "replace").lower()
+    return out
+
+
+def scrape_config(pod_monitor: dict, sd_file: Path) -> dict:
+    """prometheus-operator's scrape config for one PodMonitor endpoint."""
+    spec, meta = pod_monitor["spec"], pod_monitor["metadata"]
+    (endpoint,) = spec["podMetricsEndpoints"]
+    relabel = [{"source_labels": ["job"], "target_label": "__tmp_prometheus_job_name"}]
+    for key, value in spec["selector"].get("matchLabels", {}).items():
+        relabel.append({"action": "keep", "source_labels": [f"__meta_kubernetes_pod_label_{sanitize(key)}",
+                        f"__meta_kubernetes_pod_labelpresent_{sanitize(key)}"], "regex": f"({value});true"})
+    for expression in spec["selector"].get("matchExpressions", []):
+        assert expression["operator"] == "Exists", "only Exists is emulated here"
+        relabel.append({"action": "keep", "source_labels": [f"__meta_kubernetes_pod_labelpresent_{sanitize(expression['key'])}"], "regex": "true"})
+    relabel.append({"action": "drop", "source_labels": ["__meta_kubernetes_pod_phase"], "regex": "(Failed|Succeeded)"})
+    if endpoint.get("port"):
+        relabel.append({"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": endpoint["port"]})
+    relabel += [
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+        {"target_label": "job", "replacement": f"{meta['namespace']}/{spec.get('jobLabel') or meta['name']}"},
+    ]
+    if endpoint.get("port"):
+        relabel.append({"target_label": "endpoint", "replacement": endpoint["port"]})
+    relabel += [_relabel(r) for r in endpoint.get("relabelings", [])]
+    return {
+        "job_name": f"podMonitor/{meta['namespace']}/{meta['name']}/0",
+        "honor_labels": endpoint.get("honorLabels", False),
+        "metrics_path": endpoint.get("path", "/metrics"),
+        # The chart's interval is for clusters; a test cannot wait 15 s per sample.
+        "scrape_interval": f"{SCRAPE_SECONDS}s",
+        "scrape_timeout": f"{SCRAPE_SECONDS}s",
+        "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": "1s"}],
+        "relabel_configs": relabel,
+    }
+
+
+def chart_pod_monitor() -> dict:
+    out = subprocess.run([str(HELM), "template", "kuberl", str(CHART), "--namespace", "kuberl-system",
+                          "--set", "monitoring.podMonitor.enabled=true"], capture_output=True, text=True, check=True, timeout=60).stdout
+    (pod_monitor,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "PodMonitor"]
+    return pod_monitor
+
+
+# --- processes ------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Prometheus:
+    def __init__(self, url: str):
+        self.url = url
+
+    def get(self, path: str, **params) -> dict:
+        query = urllib.parse.urlencode(params, doseq=True)
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=10) as reply:
+                body = json.loads(reply.read())
+        except urllib.error.HTTPError as e:
+            raise AssertionError(f"{path} {params}: {e.code} {e.read().decode()}") from e
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        data = self.get("/api/v1/query", query=expr, **({"time": at} if at else {}))
+        assert data["resultType"] == "vector", data
+        return data["result"]
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        return self.get(f"/api/v1/label/{label}/values", **{"match[]": match})
+
+
+def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = 30) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, sig)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def scraped_run(tmp_path_factory):
+    """A running `kuberl run` and a Prometheus scraping it; yields once rank 0
+    has evaluated and checkpointed, so every panel has something to show."""
+    assert PROMETHEUS.exists(), "Debian's prometheus is missing: `make prometheus` installs it"
+    assert HELM.exists(), "helm is missing: `make tools`"
+    work = tmp_path_factory.mktemp("dashboard")
+    runs = work / "runs"
+    document = apply_overrides(yaml.safe_load(EXAMPLE.read_text()), None, RUN_SETTINGS)
+    job = Job(document["metadata"]["name"], validate_job(document))
+    run_dir = str(runs / job.name)
+    pods = [(render_pod(job, NAMESPACE, PLACEHOLDER_UID, rank, 0, target="local"), pod_address(run_dir, rank))
+            for rank in range(job.spec.workers)]
+    sd_file = work / "targets.json"
+    sd_file.write_text(json.dumps(discovered_targets(pods)))
+    config = {"global": {"scrape_interval": f"{SCRAPE_SECONDS}s"}, "scrape_configs": [scrape_config(chart_pod_monitor(), sd_file)]}
+    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    prometheus_log = open(work / "prometheus.log", "w")  # noqa: SIM115 - closed at teardown
+    prometheus = subprocess.Popen(
+        [str(PROMETHEUS), f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h"],
+        stdout=prometheus_log, stderr=subprocess.STDOUT, start_new_session=True)
+    run_log = open(work / "run.log", "w")  # noqa: SIM115 - closed at teardown
+    run = subprocess.Popen(
+        [sys.executable, "-m", "kuberl.cli", "run", str(EXAMPLE), "--dir", str(runs), *[a for s in RUN_SETTINGS for a in ("--set", s)]],
+        stdout=run_log, stderr=subprocess.STDOUT, start_new_session=True, cwd=work)
+    try:
+        api = Prometheus(f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 120
+        ready = False
+        while time.monotonic() < deadline and run.poll() is None:
+            time.sleep(2)
+            try:
+                ready = (len(api.query(f"{m.ENV_STEPS_TOTAL} > 0")) == job.spec.world_size
+                         and api.query(f"{m.EVAL_RETURN} > 0") and api.query(f"{m.LAST_CHECKPOINT_TIMESTAMP} > 0")
+                         and api.query(f"{m.ROLLOUT_DURATION}_count > 2"))
+            except OSError:
+                continue
+            if ready:
+                break
+        targets = api.get("/api/v1/targets")["activeTargets"] if run.poll() is None else "run ended"
+        assert ready, f"no complete scrape: run {run.poll()}, targets {targets}\n{(work / 'run.log').read_text()[-2000:]}"
+        time.sleep(3 * SCRAPE_SECONDS)  # a few more samples, so rates span several of them
+        yield api, job
+    finally:
+        stop(run, signal.SIGINT)
+        stop(prometheus)
+        run_log.close()
+        prometheus_log.close()
+
+
+# --- the panels -------------------------------------------------------------------
+
+def promql_regex_literal(value: str) -> str:
+    """A label value as a regex inside a PromQL string, as Grafana escapes multi-value variables."""
+    return re.sub(r"([\\.^$*+?()\[\]{}|])", r"\\\\\1", value)
+
+
+def substitute(expr: str, variables: dict[str, str]) -> str:
+    for name, value in variables.items():
+        expr = expr.replace(f"${name}", value).replace(f"${{{name}}}", value)
+    return expr.replace("$__rate_interval", RATE_INTERVAL)
+
+
+@pytest.fixture(scope="module")
+def variables(scraped_run):
+    """The dashboard's own variable queries, run in order; each takes every value it finds."""
+    api, _ = scraped_run
+    values: dict[str, str] = {}
+    for variable in DASHBOARD["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        metric, label = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["query"]["query"]).groups()
+        found = api.label_values(label, substitute(metric, values))
+        assert found, f"variable {variable['name']}: {variable['query']['query']} found nothing"
+        values[variable["name"]] = "|".join(promql_regex_literal(v) for v in found)
+    return values
+
+
+def panels() -> list[tuple[str, str, str]]:
+    return [(p["title"], t["refId"], t["expr"]) for p in DASHBOARD["panels"] if p["type"] != "row" for t in p["targets"]]
+
+
+RANKS = {"0", "1"}
+finite = math.isfinite
+
+
+def plausible(metric: str, value: float) -> bool:
+    """What a healthy 2-rank CartPole PPO run shows, by the metric the query is about."""
+    checks = {
+        m.ENV_STEPS_TOTAL: lambda v: 50 < v < 1e6,
+        m.EPISODES_TOTAL: lambda v: 0 < v < 1e5,
+        m.POLICY_UPDATES_TOTAL: lambda v: 0 < v < 1e3,
+        m.EPISODE_RETURN: lambda v: 0 < v <= 500,
+        m.EVAL_RETURN: lambda v: 0 < v <= 500,
+        m.WORLD_SIZE: lambda v: v == 2,
+        m.ROLLOUT_DURATION: lambda v: 0 < v < 30,
+        m.UPDATE_DURATION: lambda v: 0 < v < 30,
+        m.ALLREDUCE_DURATION: lambda v: 0 < v < 30,
+        m.POLICY_LOSS: finite,
+        m.VALUE_LOSS: lambda v: finite(v) and v >= 0,
+        m.ENTROPY: lambda v: 0 <= v <= math.log(2) + 1e-6,
+        m.APPROX_KL: lambda v: finite(v) and abs(v) < 1,
+        m.LEARNING_RATE: lambda v: 0 < v <= 0.0025,
+        m.LAST_CHECKPOINT_TIMESTAMP: lambda v: 0 <= v < 300,
+        m.CHECKPOINTS_TOTAL: lambda v: v >= 1,
+    }
+    return checks[metric](value)
+
+
+def metric_of(expr: str) -> str:
+    found = [name for name in sorted(vars(m).values(), key=lambda v: -len(str(v)))
+             if isinstance(name, str) and name.startswith("kuberl_") and name in expr]
+    assert found, expr
+    return found[0]
+
+
+@pytest.mark.parametrize(("title", "ref", "expr"), panels())
+def test_panel_query_returns_plausible_series(scraped_run, variables, title, ref, expr):
+    api, job = scraped_run
+    if "kuberl_operator_" in expr:
+        pytest.skip(f"{title}: operator panel, needs a running `kuberl operator` to scrape (not in this test yet)")
+    query = substitute(expr, variables)
+    series = api.query(query)
+    assert series, f"{title} [{ref}]: no series for {query}"
+    for s in series:
+        labels = s["metric"]
+        assert not [k for k in labels if k.startswith("exported_")], f"{title}: label clash {labels}"
+        assert labels.get(m.LABEL_RLTJ) == job.name and labels.get("namespace") == NAMESPACE, f"{title}: {labels}"
+        value = float(s["value"][1])
+        assert plausible(metric_of(expr), value), f"{title} [{ref}]: implausible {value} for {labels}"
+    legend = next(t["legendFormat"] for p in DASHBOARD["panels"] if p["title"] == title for t in p["targets"] if t["refId"] == ref)
+    ranks = {s["metric"].get(m.LABEL_RANK) for s in series}
+    if "{{rank}}" in legend:
+        assert ranks == RANKS, f"{title}: one series per rank, got {ranks}"
+    else:
+        assert len(series) == 1, f"{title}: one series per job, got {[s['metric'] for s in series]}"
+
+
+def test_trainer_targets_carry_the_podmonitor_labels(scraped_run):
+    api, job = scraped_run
+    series = api.query(f"{m.WORLD_SIZE}")
+    assert {s["metric"]["pod"] for s in series} == {names.pod_name(job.name, r) for r in range(job.spec.workers)}
+    for s in series:
+        assert s["metric"]["job"] == "kuberl-system/kuberl-trainers"
+        assert s["metric"]["container"] == names.TRAINER_CONTAINER
+        assert re.fullmatch(r"metrics-\d+", s["metric"]["endpoint"])
+
+
+def test_steps_keep_increasing(scraped_run):
+    api, _ = scraped_run
+    before = float(api.query(f'{m.ENV_STEPS_TOTAL}{{rank="0"}}')[0]["value"][1])
+    time.sleep(3 * SCRAPE_SECONDS)
+    after = float(api.query(f'{m.ENV_STEPS_TOTAL}{{rank="0"}}')[0]["value"][1])
+    assert after > before > 0
