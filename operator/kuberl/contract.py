@@ -32,3 +32,14 @@ ENV_CONFIG = "KUBERL_CONFIG"
 # the pod's filesystem root, so absolute mount paths in the rendered pod need
 # no rewriting.
 ENV_FS_ROOT = "KUBERL_FS_ROOT"
+
+# The operator pod's configuration beyond `kuberl operator` flags, set by the
+# chart (charts/kuberl/templates/_helpers.tpl); tests/unit/test_chart.py checks
+# the chart sets exactly these.
+ENV_OPERATOR_TRAINER_IMAGE = "KUBERL_TRAINER_IMAGE"  # image of jobs that set no spec.image
+ENV_OPERATOR_TRAINER_IMAGE_PULL_POLICY = "KUBERL_TRAINER_IMAGE_PULL_POLICY"  # for jobs that set none
+ENV_OPERATOR_TRAINER_IMAGE_PULL_SECRETS = "KUBERL_TRAINER_IMAGE_PULL_SECRETS"  # comma-separated Secret names
+ENV_OPERATOR_LOG_LEVEL = "KUBERL_LOG_LEVEL"  # debug, info, warning or error
+ENV_OPERATOR_METRICS_ENABLED = "KUBERL_METRICS_ENABLED"  # "true"/"false": serve /metrics on --metrics-port
+ENV_OPERATOR_POD_NAMESPACE = "KUBERL_POD_NAMESPACE"  # the operator's own namespace (downward API)
+ENV_OPERATOR_POD_INDEX = "KUBERL_POD_INDEX"  # StatefulSet ordinal, expanded into --priority when peering

@@ -26,7 +26,7 @@ from chart_support import (
     render,
     validate,
 )
-from kuberl import cli, names
+from kuberl import cli, contract, names
 from kuberl.render import DEFAULT_IMAGE, PLACEHOLDER_UID, render_job
 
 # The operator image's entrypoint (dockerfiles/operator.Dockerfile).
@@ -243,6 +243,15 @@ def test_operator_gets_the_default_trainer_image_and_settings():
     assert env["KUBERL_TRAINER_IMAGE"] == DEFAULT_IMAGE
     assert env["KUBERL_TRAINER_IMAGE_PULL_SECRETS"] == "regcred"
     assert env["KUBERL_LOG_LEVEL"] == "debug"
+
+
+def test_operator_env_names_are_the_contract_ones():
+    operator_env = {v for k, v in vars(contract).items() if k.startswith("ENV_OPERATOR_")}
+    _, peering = _operator_container(render(ALL_FEATURES))
+    _, standalone = _operator_container(render())
+    assert {e["name"] for e in peering["env"]} == operator_env
+    assert {e["name"] for e in standalone["env"]} == operator_env - {contract.ENV_OPERATOR_POD_INDEX}
+    assert f"--priority=$({contract.ENV_OPERATOR_POD_INDEX})" in peering["args"]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
