@@ -1,0 +1,141 @@
+"""Operator benchmark (a report, not a test): the real `kuberl operator` against the API stand-in.
+
+    .venv/bin/python -m tests.operator.bench_operator [--jobs 200] [--unrelated-pods 2000]
+
+Prints: create -> all pods created for 2, 16 and 64 workers; API requests of one job's whole
+lifecycle; writes over a quiet period; reconcile latency, time to Running and operator memory
+with many jobs beside many unrelated pods.
+"""
+import argparse
+import collections
+import pathlib
+import re
+import tempfile
+import time
+
+from tests.operator.operatorkit import (
+    CRD,
+    JOBS,
+    NS,
+    Operator,
+    create_job,
+    job,
+    pods,
+    running,
+    status,
+    terminated,
+    wait_for,
+)
+from tests.support.apiserver import StandinServer
+from tests.support.rest import Rest
+
+
+def calls_by(standin: StandinServer, since: collections.Counter) -> collections.Counter:
+    now = collections.Counter({c: n for c, n in standin.calls.items() if c.agent == 'kopf'})
+    return now - since
+
+
+def snapshot(standin: StandinServer) -> collections.Counter:
+    return collections.Counter({c: n for c, n in standin.calls.items() if c.agent == 'kopf'})
+
+
+def rss_mib(pid: int) -> float:
+    text = pathlib.Path(f'/proc/{pid}/status').read_text()
+    return int(re.search(r'VmRSS:\s+(\d+)', text).group(1)) / 1024
+
+
+def histogram(metrics: str, name: str) -> tuple[float, float, dict[float, float]]:
+    count = float(re.search(rf'^{name}_count (\S+)', metrics, re.MULTILINE).group(1))
+    total = float(re.search(rf'^{name}_sum (\S+)', metrics, re.MULTILINE).group(1))
+    buckets = {float(le) if le != '+Inf' else float('inf'): float(v)
+               for le, v in re.findall(rf'^{name}_bucket{{le="([^"]+)"}} (\S+)', metrics, re.MULTILINE)}
+    return count, total, buckets
+
+
+def quantile(buckets: dict[float, float], count: float, q: float) -> float:
+    for le, cumulative in sorted(buckets.items()):
+        if cumulative >= q * count:
+            return le
+    return float('inf')
+
+
+def bench_creation(standin: StandinServer, rest: Rest) -> None:
+    for workers in (2, 16, 64):
+        name = f'size-{workers}'
+        start = time.monotonic()
+        create_job(rest, name, workers=workers)
+        wait_for(lambda n=name, w=workers: len(pods(standin, n)) == w, timeout=120, interval=0.005)
+        print(f'create -> all {workers:>2} pods created: {time.monotonic() - start:.3f} s')
+        rest.delete(f'{JOBS}/{name}')
+        wait_for(lambda n=name: job(rest, n) is None and not pods(standin, n), timeout=60)
+
+
+def bench_lifecycle(standin: StandinServer, rest: Rest) -> None:
+    before = snapshot(standin)
+    create_job(rest, 'lifecycle', workers=2, runPolicy={'ttlSecondsAfterFinished': 0})
+    gang = wait_for(lambda: len(pods(standin, 'lifecycle')) == 2 and pods(standin, 'lifecycle'))
+    for pod in gang:
+        running(standin, pod)
+    wait_for(lambda: status(rest, 'lifecycle').get('phase') == 'Running')
+    for pod in gang:
+        terminated(standin, pod, 0, 'Succeeded: done')
+    wait_for(lambda: job(rest, 'lifecycle') is None, timeout=30)
+    time.sleep(1.0)
+    made = calls_by(standin, before)
+    by_verb = collections.Counter()
+    for call, n in made.items():
+        by_verb[call.verb] += n
+    print(f'API requests for one 2-worker job, create -> Running -> Succeeded -> TTL delete: {sum(made.values())} '
+          f'({", ".join(f"{v} {n}" for v, n in sorted(by_verb.items()))})')
+    for call, n in sorted(made.items(), key=lambda item: (item[0].verb, item[0].resource)):
+        print(f'    {n:>3}  {call.verb} {call.group or "core"}/{call.resource}{"/" + call.subresource if call.subresource else ""}')
+
+
+def bench_scale(standin: StandinServer, rest: Rest, op: Operator, jobs: int, unrelated: int, quiet: float) -> None:
+    pods_type = standin.store.type_of('', 'v1', 'pods')
+    for i in range(unrelated):
+        standin.store.create(pods_type, NS, {'metadata': {'name': f'unrelated-{i}', 'labels': {'app': 'web'}},
+                                             'spec': {'containers': [{'name': 'c', 'image': 'nginx'}]}})
+    rss_before = rss_mib(op.process.pid)
+    start = time.monotonic()
+    for i in range(jobs):
+        create_job(rest, f'many-{i}', workers=1)
+    created = wait_for(lambda: len([p for p in standin.store.objects_of('', 'pods') if p['metadata']['name'].startswith('many-')]) == jobs,
+                       timeout=600, interval=0.2) and time.monotonic() - start
+    for i in range(jobs):
+        running(standin, standin.store.find('', 'pods', NS, f'many-{i}-0'))
+    wait_for(lambda: all(status(rest, f'many-{i}').get('phase') == 'Running' for i in range(jobs)), timeout=600, interval=1.0)
+    to_running = time.monotonic() - start
+    count, total, buckets = histogram(op.metrics(), 'kuberl_operator_reconcile_duration_seconds')
+    print(f'{jobs} jobs beside {unrelated} unrelated pods: all pods created {created:.1f} s, all Running {to_running:.1f} s after the first create')
+    print(f'reconcile latency: {count:.0f} reconciles, mean {1000 * total / count:.1f} ms, '
+          f'p50 <= {1000 * quantile(buckets, count, 0.5):.0f} ms, p99 <= {1000 * quantile(buckets, count, 0.99):.0f} ms')
+    time.sleep(2.0)
+    writes = standin.writes('kopf')
+    reads = sum(n for c, n in standin.calls.items() if c.agent == 'kopf' and c.verb in ('get', 'list'))
+    time.sleep(quiet)
+    print(f'steady state with {jobs} Running jobs over {quiet:.0f} s: {standin.writes("kopf") - writes} writes, '
+          f'{sum(n for c, n in standin.calls.items() if c.agent == "kopf" and c.verb in ("get", "list")) - reads} reads')
+    print(f'operator memory (RSS): {rss_before:.0f} MiB before the jobs, {rss_mib(op.process.pid):.0f} MiB with them')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--jobs', type=int, default=200)
+    parser.add_argument('--unrelated-pods', type=int, default=2000)
+    parser.add_argument('--quiet-seconds', type=float, default=30.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, StandinServer(workdir=pathlib.Path(tmp)) as standin:
+        standin.apply_crd(CRD)
+        rest = Rest(standin.url)
+        op = Operator(standin, pathlib.Path(tmp), '--scrape-interval', '10').start()
+        try:
+            bench_creation(standin, rest)
+            bench_lifecycle(standin, rest)
+            bench_scale(standin, rest, op, args.jobs, args.unrelated_pods, args.quiet_seconds)
+        finally:
+            op.stop()
+
+
+if __name__ == '__main__':
+    main()
