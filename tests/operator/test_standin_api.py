@@ -340,3 +340,14 @@ def test_size_limits_of_annotations_and_objects(rest):
     assert rest.post(CONFIGMAPS, big).status == 422
     huge = configmap('huge') | {'data': {'blob': 'x' * (2 * 1024 * 1024)}}
     assert rest.post(CONFIGMAPS, huge).status == 413
+
+
+def test_unattended_pods_can_be_held_for_their_grace_period(rest, standin):
+    standin.store.unattended_pods_use_grace = True
+    rest.post(PODS, pod('slow', terminationGracePeriodSeconds=1))
+    started = time.monotonic()
+    rest.delete(f'{PODS}/slow')
+    time.sleep(0.5)
+    assert rest.get(f'{PODS}/slow').status == 200
+    wait_for(lambda: rest.get(f'{PODS}/slow').status == 404)
+    assert time.monotonic() - started >= 1.0

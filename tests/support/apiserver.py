@@ -410,9 +410,10 @@ class StandinServer:
     `calls` (the API call log) are available inside. `apply_crd()` installs a CRD from YAML.
     """
 
-    def __init__(self, port: int | None = None, *, default_node: str | None = 'local-node', workdir: pathlib.Path | None = None):
+    def __init__(self, port: int | None = None, *, default_node: str | None = 'local-node', workdir: pathlib.Path | None = None,
+                 unattended_pods_use_grace: bool = False):
         self.port = port  # None: the listening socket binds port 0, so no other process can race us to it
-        self.handler = StandinHandler(store=Store(default_node=default_node))
+        self.handler = StandinHandler(store=Store(default_node=default_node, unattended_pods_use_grace=unattended_pods_use_grace))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopped: asyncio.Event | None = None

@@ -108,7 +108,8 @@ class Hooks:
 class Store:
     """Objects by (group, plural) → (namespace, name); one global resourceVersion counter."""
 
-    def __init__(self, default_node: str | None = 'local-node', kubelet_delay: float = 0.05):
+    def __init__(self, default_node: str | None = 'local-node', kubelet_delay: float = 0.05,
+                 unattended_pods_use_grace: bool = False):
         self.lock = threading.RLock()
         self.types: dict[tuple[str, str, str], ResourceType] = {}
         self.objects: dict[tuple[str, str], dict[tuple[str, str], dict]] = collections.defaultdict(dict)
@@ -120,6 +121,9 @@ class Store:
         self.revision = 0
         self.default_node = default_node
         self.kubelet_delay = kubelet_delay
+        # Without a registered kubelet, a deleted pod goes after kubelet_delay (its imaginary containers stop at
+        # once), or, with this set, when its grace period ends (containers that ignore SIGTERM).
+        self.unattended_pods_use_grace = unattended_pods_use_grace
         self.hooks = Hooks()
         self._gc_pending = False
         self.schedule: Callable[[float, Callable[[], None]], None] = lambda delay, fn: threading.Timer(delay, fn).start()
@@ -590,7 +594,8 @@ class Store:
         self._replace_stored(('', 'pods'), pod, new)
         if self._node_ready(new['spec']['nodeName']) is None:
             # No kubelet registered for this node: a stand-in kubelet stops the (imaginary) containers at once.
-            self.schedule(self.kubelet_delay, lambda: self._confirm_stopped(new['metadata']['uid']))
+            delay = grace if self.unattended_pods_use_grace else self.kubelet_delay
+            self.schedule(delay, lambda: self._confirm_stopped(new['metadata']['uid']))
         return clone(new)
 
     def _node_ready(self, node_name: str) -> bool | None:
@@ -650,6 +655,8 @@ class Store:
         obj = clone(obj)
         obj['metadata']['resourceVersion'] = self._bump()
         self._emit(key, 'DELETED', obj, stored)
+        if key == ('', 'nodes'):
+            self.schedule(0.01, self._expire_unattended_pods)  # the kubelet went away with its node
         if key == ('apiextensions.k8s.io', 'customresourcedefinitions'):
             self._unregister_crd(obj)
         self._request_gc()
