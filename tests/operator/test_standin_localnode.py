@@ -1,5 +1,7 @@
 """The local node runs bound pods as processes and reports them the way a kubelet does."""
 import os
+import shutil
+import subprocess
 import time
 
 import pytest
@@ -128,3 +130,15 @@ def test_lost_node_leaves_pods_terminating_until_forced(rest, standin, tmp_path)
         node.stop()
 
 
+
+
+def test_logs_are_proxied_to_the_node_like_kubectl_logs_expects(rest, node, standin):
+    rest.post(PODS, pod('chatty', "print('line one'); print('line two')"))
+    wait_status(rest, 'chatty', lambda p: p['status']['phase'] == 'Succeeded')
+    reply = rest.get(f'{PODS}/chatty/log?tailLines=1')
+    assert reply.status == 200 and reply.body == 'line two\n'
+    kubectl = shutil.which('kubectl')
+    if kubectl:
+        shown = subprocess.run([kubectl, '--kubeconfig', str(standin.kubeconfig), 'logs', 'chatty'],
+                               capture_output=True, text=True, timeout=30, check=True).stdout
+        assert shown == 'line one\nline two\n'

@@ -147,6 +147,8 @@ class StandinHandler(kmock.RawHandler):
             case 'list':
                 return self._list(request, rtype, route, params)
             case 'get':
+                if route.subresource == 'log':
+                    return await self._pod_log(rtype, route, params)
                 obj = self.store.get(rtype, route.namespace, route.name)
                 if tables.wants_table(request.headers.get('Accept', '')):
                     return _json(tables.table(rtype, [obj], obj['metadata']['resourceVersion'], params.get('includeObject', 'Metadata')))
@@ -205,6 +207,28 @@ class StandinHandler(kmock.RawHandler):
             new['spec']['nodeName'] = node
             self.store._replace_stored(rtype.key, stored, new)
         return _json({'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Success', 'code': 201}, 201)
+
+    async def _pod_log(self, rtype, route: Route, params: dict) -> aiohttp.web.StreamResponse:
+        """What the API server does for `kubectl logs`: ask the pod's node's kubelet, on the port its Node reports."""
+        pod = self.store.get(rtype, route.namespace, route.name)
+        containers = [c['name'] for c in pod['spec']['containers']]
+        container = params.get('container') or (containers[0] if len(containers) == 1 else None)
+        if container is None:
+            raise bad_request(f'a container name must be specified for pod {route.name}, choose one of: [{" ".join(containers)}]')
+        node_name = pod['spec'].get('nodeName')
+        if not node_name:
+            raise bad_request(f'pod {route.name} does not have a host assigned')
+        node = self.store.find('', 'nodes', '', node_name) or {}
+        port = ((node.get('status') or {}).get('daemonEndpoints') or {}).get('kubeletEndpoint', {}).get('Port')
+        if not port:
+            raise ApiError(500, 'InternalError', f'no kubelet serves node "{node_name}"')
+        query = {k: v for k, v in params.items() if k in ('tailLines', 'limitBytes')}
+        url = f'http://127.0.0.1:{port}/containerLogs/{route.namespace}/{route.name}/{container}'
+        async with aiohttp.ClientSession() as session, session.get(url, params=query) as reply:
+            text = await reply.text()
+            if reply.status != 200:
+                raise ApiError(reply.status, 'BadRequest', text.strip())
+        return aiohttp.web.Response(text=text, content_type='text/plain')
 
     # ------------------------------------------------------------ list and watch
 

@@ -12,6 +12,7 @@ its processes die, its pods stay terminating until force-deleted).
 """
 import contextlib
 import hashlib
+import http.server
 import ipaddress
 import json
 import logging
@@ -91,6 +92,8 @@ class LocalNode:
         created = self.rest.post('/api/v1/nodes', node)
         if created.status not in (201, 409):
             raise RuntimeError(f'node registration failed: {created.body}')
+        self.log_server = _log_server(self.workdir / 'logs')
+        threading.Thread(target=self.log_server.serve_forever, name=f'{self.name}-logs', daemon=True).start()
         self._report_node('True', 'KubeletReady', 'kubelet is posting ready status')
         for target in (self._watch_pods, self._loop):
             thread = threading.Thread(target=target, name=f'{self.name}-{target.__name__}', daemon=True)
@@ -107,6 +110,8 @@ class LocalNode:
                 if entry.process is not None:
                     entry.process.kill()
                     entry.process.wait(5)
+        self.log_server.shutdown()
+        self.log_server.server_close()
         if not self.lost:
             with contextlib.suppress(OSError):
                 self.rest.delete(f'/api/v1/nodes/{self.name}')
@@ -133,6 +138,7 @@ class LocalNode:
     def _report_node(self, ready: str, reason: str, message: str) -> None:
         status = {'status': {'conditions': [{'type': 'Ready', 'status': ready, 'reason': reason, 'message': message,
                                              'lastHeartbeatTime': timestamp(), 'lastTransitionTime': timestamp()}],
+                             'daemonEndpoints': {'kubeletEndpoint': {'Port': self.log_server.server_port}},
                              'addresses': [{'type': 'InternalIP', 'address': '127.0.0.1'}, {'type': 'Hostname', 'address': self.name}],
                              'allocatable': {'cpu': str(os.cpu_count() or 1), 'memory': '8Gi', 'pods': '110'},
                              'capacity': {'cpu': str(os.cpu_count() or 1), 'memory': '8Gi', 'pods': '110'}}}
@@ -344,6 +350,31 @@ class LocalNode:
                 raise NameNotResolvable(name)
             return address
         return resolve
+
+
+def _log_server(directory: pathlib.Path) -> http.server.ThreadingHTTPServer:
+    """The kubelet's containerLogs endpoint, which the API server proxies `kubectl logs` to."""
+    class Logs(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            url = urllib.parse.urlparse(self.path)
+            parts = url.path.strip('/').split('/')
+            path = directory / f'{parts[1]}_{parts[2]}.log' if len(parts) == 4 and parts[0] == 'containerLogs' else None
+            if path is None or not path.exists():
+                self.send_error(400, f'container "{parts[-1]}" in pod "{parts[-2]}" is waiting to start: ContainerCreating')
+                return
+            lines = path.read_text(errors='replace').splitlines(keepends=True)
+            tail = urllib.parse.parse_qs(url.query).get('tailLines')
+            body = ''.join(lines[-int(tail[0]):] if tail else lines).encode()
+            self.send_response(200)
+            self.send_header('Content-Type', 'text/plain')
+            self.send_header('Content-Length', str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass  # the test output is not the place for access logs
+
+    return http.server.ThreadingHTTPServer(('127.0.0.1', 0), Logs)
 
 
 def _ready(pod: dict) -> bool:
