@@ -68,7 +68,7 @@ def test_all_features_renders_every_kind():
     kinds = sorted({o["kind"] for o in render(ALL_FEATURES)})
     assert kinds == sorted([
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "StatefulSet", "ClusterKopfPeering",
-        "PodMonitor", "ServiceMonitor", "ConfigMap", "Pod",
+        "PodMonitor", "ServiceMonitor", "ConfigMap", "Pod", "NetworkPolicy",
     ])
     namespaced = sorted({o["kind"] for o in render(NAMESPACED)})
     assert {"Role", "RoleBinding", "KopfPeering"} <= set(namespaced)
@@ -78,7 +78,7 @@ def test_all_features_renders_every_kind():
 def test_defaults_render_one_standalone_deployment_and_nothing_optional():
     objects = render()
     assert sorted(o["kind"] for o in objects) == sorted(
-        ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment", "Pod"])
+        ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment", "Pod", "NetworkPolicy"])
     (deployment,) = of_kind(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
@@ -382,6 +382,17 @@ def test_service_monitor_scrapes_the_operator_metrics_port():
     assert [e["port"] for e in service_monitor["spec"]["endpoints"]] == ["metrics"]
     assert "metrics" in [p["name"] for p in service["spec"]["ports"]]
     assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_network_policy_admits_only_the_operator_ports():
+    objects = render()
+    (policy,) = of_kind(objects, "NetworkPolicy")
+    workload, container = _operator_container(objects)
+    assert policy["spec"]["podSelector"]["matchLabels"] == workload["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert sorted(p["port"] for p in rule["ports"]) == sorted(p["name"] for p in container["ports"]) == ["health", "metrics"]
+    assert of_kind(render({"networkPolicy": {"enabled": False}}), "NetworkPolicy") == []
 
 
 def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar():
