@@ -67,8 +67,8 @@ def test_create_over_a_terminating_pod_is_409(rest):
     assert rest.post(PODS, pod('p')).status == 201
 
 
-def test_pod_on_a_lost_node_stays_terminating_until_forced(rest):
-    register_node(rest, ready=False)
+def test_pod_on_a_lost_node_stays_terminating_until_forced(rest, standin):
+    standin.store.lose_node()
     rest.post(PODS, pod('lost'))
     rest.delete(f'{PODS}/lost', {'gracePeriodSeconds': 1})
     time.sleep(1.3)

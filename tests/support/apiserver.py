@@ -25,6 +25,8 @@ import yaml
 from tests.support import openapi, tables
 from tests.support.selectors import (
     SelectorError,
+    fields_match,
+    labels_match,
     parse_field_selector,
     parse_label_selector,
 )
@@ -267,7 +269,6 @@ class StandinHandler(kmock.RawHandler):
                 return False
             if route.namespace and metadata.get('namespace') != route.namespace:
                 return False
-            from tests.support.selectors import fields_match, labels_match
             return labels_match(labels, metadata.get('labels')) and fields_match(fields, obj)
 
         def deliver(event: WatchEvent) -> None:
@@ -316,8 +317,8 @@ class StandinHandler(kmock.RawHandler):
                 if as_table:
                     obj = tables.table(rtype, [obj], str(event.rv), params.get('includeObject', 'Metadata'))
                 await response.write(_line({'type': kind, 'object': obj}))
-        except (ConnectionError, asyncio.CancelledError):
-            pass
+        except ConnectionError:
+            pass  # the client went away; cancellation (server shutdown, disconnect) propagates as it should
         finally:
             self.store.unsubscribe(watcher)
         with contextlib.suppress(ConnectionError):

@@ -741,6 +741,17 @@ class Store:
             self._replace_stored(pods.key, pod, new)
             return self.delete(pods, namespace, name, {})
 
+    def lose_node(self, name: str = 'local-node') -> None:
+        """The node stops reporting (Ready=Unknown): its deleted pods stay terminating until force-deleted."""
+        with self.lock:
+            nodes = self.type_of('', 'v1', 'nodes')
+            if self.objects[nodes.key].get(('', name)) is None:
+                self.create(nodes, None, {'apiVersion': 'v1', 'kind': 'Node', 'metadata': {'name': name}})
+            node = self.objects[nodes.key][('', name)]
+            status = {'conditions': [{'type': 'Ready', 'status': 'Unknown', 'reason': 'NodeStatusUnknown',
+                                      'message': 'Kubelet stopped posting node status.', 'lastTransitionTime': timestamp()}]}
+            self._write(nodes, node, {**clone(node), 'status': status}, 'status', False, 'Ignore')
+
     def report_pod(self, namespace: str, name: str, status: dict) -> dict:
         """Write a pod's status as its kubelet would (for tests without a local node)."""
         with self.lock:
