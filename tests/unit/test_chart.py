@@ -27,6 +27,7 @@ from chart_support import (
     validate,
 )
 from kuberl import cli, contract, names
+from kuberl.handlers import API_CALLS, PEERING_API_CALLS
 from kuberl.render import DEFAULT_IMAGE, PLACEHOLDER_UID, render_job
 
 # The operator image's entrypoint (dockerfiles/operator.Dockerfile).
@@ -295,25 +296,20 @@ def test_notes_tell_the_next_commands():
 
 # --- RBAC: least privilege ---------------------------------------------------------
 
-JOB_RULES = {
-    ("kuberl.dev", "rltrainingjobs"): {"get", "list", "watch", "patch", "delete"},
-    ("kuberl.dev", "rltrainingjobs/status"): {"get", "patch"},
-    ("kuberl.dev", "rltrainingjobs/finalizers"): {"update"},
-    ("", "pods"): {"create", "delete", "get", "list", "watch", "patch"},
-    ("", "services"): {"create", "get", "list", "watch", "patch"},
-    ("", "configmaps"): {"create", "get", "list", "watch", "patch"},
-    ("", "persistentvolumeclaims"): {"create", "get", "list", "watch", "patch"},
-    ("networking.k8s.io", "networkpolicies"): {"create", "get", "list", "watch", "patch"},
-    ("", "events"): {"create", "patch"},
-}
-KOPF_CLUSTER_RULES = {
-    ("", "namespaces"): {"list", "watch"},
-    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
-}
-PODGROUP_RULES = {
-    ("scheduling.volcano.sh", "podgroups"): {"create", "get", "list", "watch", "patch"},
-    ("scheduling.x-k8s.io", "podgroups"): {"create", "get", "list", "watch", "patch"},
-}
+def _as_grants(calls) -> dict[tuple[str, str], set[str]]:
+    grants: dict[tuple[str, str], set[str]] = {}
+    for verb, group, resource, subresource in calls:
+        grants.setdefault((group, f"{resource}/{subresource}" if subresource else resource), set()).add(verb)
+    return grants
+
+
+PODGROUPS = {("scheduling.volcano.sh", "podgroups"), ("scheduling.x-k8s.io", "podgroups")}
+# The calls the operator makes (enforced by its integration tests), plus the one no request uses:
+# update on the job's finalizers, which ownerReferences with blockOwnerDeletion need.
+EVERY_JOB_RULE = {**_as_grants(API_CALLS), (names.GROUP, f"{names.PLURAL}/finalizers"): {"update"}}
+JOB_RULES = {k: v for k, v in EVERY_JOB_RULE.items() if k not in PODGROUPS}
+PODGROUP_RULES = {k: v for k, v in EVERY_JOB_RULE.items() if k in PODGROUPS}
+PEERING = _as_grants(PEERING_API_CALLS)
 
 
 def _grants(role: dict) -> dict[tuple[str, str], set[str]]:
@@ -334,25 +330,24 @@ def test_no_wildcards_no_secrets(scenario):
             assert resource != "secrets" and not {"escalate", "bind", "impersonate"} & verbs
 
 
-def test_cluster_wide_rules_are_exactly_the_expected_ones():
+def test_cluster_wide_rules_are_exactly_the_operators_calls():
     (default_role,) = of_kind(render(), "ClusterRole")
-    assert _grants(default_role) == {**JOB_RULES, **KOPF_CLUSTER_RULES}
+    assert _grants(default_role) == JOB_RULES
     (full_role,) = of_kind(render(ALL_FEATURES), "ClusterRole")
-    assert _grants(full_role) == {**JOB_RULES, **KOPF_CLUSTER_RULES, **PODGROUP_RULES,
-                                  ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
+    assert _grants(full_role) == {**JOB_RULES, **PODGROUP_RULES, ("kopf.dev", "clusterkopfpeerings"): PEERING[("kopf.dev", "clusterkopfpeerings")]}
+    assert PODGROUP_RULES.keys() == PODGROUPS
 
 
-def test_listed_namespaces_get_one_role_each_and_almost_nothing_cluster_wide():
+def test_listed_namespaces_get_one_role_each_and_nothing_cluster_wide():
     objects = render(NAMESPACED)
-    (cluster_role,) = of_kind(objects, "ClusterRole")
-    assert _grants(cluster_role) == {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
+    assert of_kind(objects, "ClusterRole") == of_kind(objects, "ClusterRoleBinding") == []
     roles = of_kind(objects, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
-        assert _grants(role) == {**JOB_RULES, **PODGROUP_RULES, ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"}}
+        assert _grants(role) == {**JOB_RULES, **PODGROUP_RULES, ("kopf.dev", "kopfpeerings"): PEERING[("kopf.dev", "kopfpeerings")]}
     bindings = of_kind(objects, "RoleBinding")
     assert sorted((b["metadata"]["namespace"], b["roleRef"]["kind"]) for b in bindings) == [("team-a", "Role"), ("team-b", "Role")]
-    for binding in bindings + of_kind(objects, "ClusterRoleBinding"):
+    for binding in bindings:
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kuberl", "namespace": "kuberl-system"}]
 
 

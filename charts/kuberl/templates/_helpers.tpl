@@ -202,37 +202,37 @@ spec:
 
 {{/* Rules for the namespaces whose jobs the operator runs: no secrets, no wildcards. */}}
 {{- define "kuberl.jobRules" -}}
-# The operator's own resources: kopf patches finalizers and its state annotations; TTL deletes finished jobs.
+# Exactly the calls the operator makes (kuberl.handlers.API_CALLS, enforced by its integration tests).
 - apiGroups: [kuberl.dev]
   resources: [rltrainingjobs]
   verbs: [get, list, watch, patch, delete]
 - apiGroups: [kuberl.dev]
   resources: [rltrainingjobs/status]
-  verbs: [get, patch]
-# Children carry ownerReferences with blockOwnerDeletion, which needs update on the owner's finalizers.
+  verbs: [patch]
+# No request uses it: children's ownerReferences set blockOwnerDeletion, which needs update on the owner's finalizers.
 - apiGroups: [kuberl.dev]
   resources: [rltrainingjobs/finalizers]
   verbs: [update]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [create, delete, get, list, watch, patch]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
-  resources: [services, configmaps, persistentvolumeclaims]
-  verbs: [create, get, list, watch, patch]
+  resources: [configmaps, persistentvolumeclaims, services]
+  verbs: [create, get]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [create, get, list, watch, patch]
+  verbs: [create, get]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- if has "volcano" .Values.gangScheduling.podGroupApis }}
 - apiGroups: [scheduling.volcano.sh]
   resources: [podgroups]
-  verbs: [create, get, list, watch, patch]
+  verbs: [create, get]
 {{- end }}
 {{- if has "coscheduling" .Values.gangScheduling.podGroupApis }}
 - apiGroups: [scheduling.x-k8s.io]
   resources: [podgroups]
-  verbs: [create, get, list, watch, patch]
+  verbs: [create, get]
 {{- end }}
 {{- end }}
