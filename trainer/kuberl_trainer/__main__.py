@@ -36,6 +36,10 @@ from .paths import host_path
 from .ppo import PPOTrainer
 from .session import TrainingSession
 
+# torch's teardown of DDP and the process group can block on a peer that
+# already left; what ran stays referenced here and the OS tears it down (os._exit).
+_KEEP_ALIVE: list[object] = []
+
 
 class ConfigError(ValueError):
     """A configuration that can never run; the message starts with its field."""
@@ -121,6 +125,7 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event) -> tuple[str
                                  spec.total_timesteps, spec.seed, restart, env_backend=spec.env.backend)
         except (UnknownEnv, PolicyMismatch) as e:
             raise ConfigError(str(e)) from e
+        _KEEP_ALIVE.append(trainer)
         metrics = TrainerMetrics(config.job, ctx.rank, ctx.world_size)
         metrics.serve(os.environ.get(contract.ENV_METRICS_ADDR, "127.0.0.1"), spec.metrics.port + ctx.local_rank)
         log = print if ctx.is_main else (lambda *_a, **_k: None)
@@ -169,4 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -24,7 +24,7 @@ from kuberl.spec import PPOConfig
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import atari, distributed, networks
+from . import atari, distributed, fastpolicy, networks
 from .device import CPU, autocast, host_zeros, to_device
 from .distributed import Dist
 from .envs import EpisodeTracker, env_state, make_envs, rank_seed, restore_env_state
@@ -279,6 +279,9 @@ class PPOTrainer:
         # per-rank randomness: action sampling (torch) and minibatch order (numpy)
         torch.manual_seed(self.seed)
         self.np_rng = np.random.default_rng(self.seed)
+        # small MLPs on CPU act in numpy, on views of the very same weights
+        fast = fastpolicy.supports(self.agent, ctx.device, hp.precision)
+        self.fast = fastpolicy.NumpyPolicy(self.agent, self.np_rng) if fast else None
         self.next_obs, _ = self.envs.reset(seed=self.seed)
 
     # -- state for checkpoints ------------------------------------------------
@@ -337,10 +340,13 @@ class PPOTrainer:
                 else:
                     np.copyto(buf.obs[t], self.next_obs)
                 buf.valid[t] = self.tracker.valid
-                action, log_prob, value = agent.act(buf.obs_t[t].to(device, non_blocking=True))
-                buf.actions_t[t].copy_(action)
-                buf.log_probs_t[t].copy_(log_prob)
-                buf.values_t[t].copy_(value)
+                if self.fast is not None:
+                    buf.actions[t], buf.log_probs[t], buf.values[t] = self.fast.act(buf.obs[t])
+                else:
+                    action, log_prob, value = agent.act(buf.obs_t[t].to(device, non_blocking=True))
+                    buf.actions_t[t].copy_(action)
+                    buf.log_probs_t[t].copy_(log_prob)
+                    buf.values_t[t].copy_(value)
                 env_action = buf.actions[t] if low is None else np.clip(buf.actions[t], low, high)
                 self.next_obs, reward, terminated, truncated, _ = self.envs.step(env_action)
                 done = terminated | truncated
@@ -436,7 +442,10 @@ class PPOTrainer:
         buf = self.buf
         with torch.no_grad():
             obs = self.obs_norm.normalize(self.next_obs) if self.hp.normalize_observation else self.next_obs
-            next_value = self.agent.value(torch.as_tensor(obs, dtype=torch.float32, device=self.ctx.device)).cpu().numpy()
+            if self.fast is not None:
+                next_value = self.fast.value(obs.astype(np.float32, copy=False))
+            else:
+                next_value = self.agent.value(torch.as_tensor(obs, dtype=torch.float32, device=self.ctx.device)).cpu().numpy()
         rewards = self.ret_norm.scale(buf.rewards).astype(np.float32) if scale_rewards else buf.rewards
         return gae(rewards, buf.values, next_value, buf.terminated, buf.truncated, buf.valid, self.hp.gamma, self.hp.gae_lambda)
 
@@ -509,7 +518,10 @@ class PPOTrainer:
             with torch.no_grad():
                 while running.any():
                     x = self.obs_norm.normalize(obs) if self.hp.normalize_observation else obs
-                    action = self.agent.greedy(torch.as_tensor(x, dtype=torch.float32, device=self.ctx.device)).cpu().numpy()
+                    if self.fast is not None:
+                        action = self.fast.greedy(x.astype(np.float32, copy=False))
+                    else:
+                        action = self.agent.greedy(torch.as_tensor(x, dtype=torch.float32, device=self.ctx.device)).cpu().numpy()
                     if not self.agent.discrete:
                         action = np.clip(action, self.action_space.low, self.action_space.high)
                     obs, reward, terminated, truncated, _ = envs.step(action)
