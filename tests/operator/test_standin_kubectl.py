@@ -100,3 +100,10 @@ def test_get_pods_and_core_discovery(kubectl, rest):
     header, row = kubectl('get', 'pods').stdout.splitlines()
     assert header.split() == ['NAME', 'READY', 'STATUS', 'RESTARTS', 'AGE'] and row.split()[:3] == ['p0', '0/1', 'Pending']
     assert 'default' in kubectl('get', 'namespaces').stdout
+
+
+def test_explain_reads_the_crd_schema(kubectl):
+    crd = yaml.safe_load((ROOT / 'manifests' / 'crd.yaml').read_text())
+    workers = crd['spec']['versions'][0]['schema']['openAPIV3Schema']['properties']['spec']['properties']['workers']
+    explained = kubectl('explain', 'rltj.spec.workers').stdout
+    assert 'FIELD: workers <integer>' in explained and workers['description'] in explained

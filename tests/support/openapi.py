@@ -20,8 +20,13 @@ def _prefix(rtype: ResourceType) -> str:
     return f'/apis/{rtype.group}/{rtype.version}' if rtype.group else f'/api/{rtype.version}'
 
 
+def _component_name(rtype: ResourceType) -> str:
+    return '.'.join(reversed(rtype.group.split('.'))) + f'.{rtype.version}.{rtype.kind}'
+
+
 def group_document(types: list[ResourceType]) -> dict:
-    paths = {}
+    """Paths for every type; component schemas for custom types (what `kubectl explain` reads)."""
+    paths, schemas = {}, {}
     for rtype in types:
         scope = '/namespaces/{namespace}' if rtype.namespaced else ''
         collection = f'{_prefix(rtype)}{scope}/{rtype.plural}'
@@ -29,8 +34,11 @@ def group_document(types: list[ResourceType]) -> dict:
         paths[f'{collection}/{{name}}'] = {'put': _operation(rtype, 'put'), 'patch': _operation(rtype, 'patch')}
         if rtype.has_status:
             paths[f'{collection}/{{name}}/status'] = {'put': _operation(rtype, 'put'), 'patch': _operation(rtype, 'patch')}
+        if rtype.schema is not None:
+            gvk = {'group': rtype.group, 'version': rtype.version, 'kind': rtype.kind}
+            schemas[_component_name(rtype)] = {**rtype.schema.schema, 'x-kubernetes-group-version-kind': [gvk]}
     return {'openapi': '3.0.0', 'info': {'title': 'Kubernetes', 'version': 'v1.32.0'}, 'paths': paths,
-            'components': {'schemas': {}}}
+            'components': {'schemas': schemas}}
 
 
 def document(served: list[ResourceType], path: str) -> dict:
