@@ -165,19 +165,28 @@ class KubeApi:
 
 
 @dataclasses.dataclass
+class Wake:
+    """A job loop's doorbell: `pods_changed` says its last pod list is stale."""
+
+    event: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    pods_changed: bool = True
+
+
+@dataclasses.dataclass
 class Shell:
     """What every handler shares: configuration, metrics, the wake-up events of job loops."""
 
     config: OperatorConfig
     metrics: OperatorMetrics
-    pokes: dict[tuple[str, str], asyncio.Event] = dataclasses.field(default_factory=dict)
+    wakes: dict[tuple[str, str], Wake] = dataclasses.field(default_factory=dict)
     scraper: aiohttp.ClientSession | None = None
     settings: kopf.OperatorSettings | None = None  # kopf's, as the startup handler saw them
 
-    def poke(self, namespace: str, job: str) -> None:
-        event = self.pokes.get((namespace, job))
-        if event is not None:
-            event.set()
+    def poke(self, namespace: str, job: str, pods_changed: bool = False) -> None:
+        wake = self.wakes.get((namespace, job))
+        if wake is not None:
+            wake.pods_changed |= pods_changed
+            wake.event.set()
 
 
 @kopf.on.startup()
@@ -221,7 +230,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.event(*PODS, labels={names.LABEL_JOB: kopf.PRESENT})
 async def pod_changed(labels: dict, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    memo.shell.poke(namespace, labels[names.LABEL_JOB])
+    memo.shell.poke(namespace, labels[names.LABEL_JOB], pods_changed=True)
 
 
 @kopf.on.event(*RLTJ)
@@ -237,19 +246,20 @@ async def job_changed(body: kopf.Body, namespace: str, name: str, memo: kopf.Mem
 @kopf.daemon(*RLTJ, id="reconcile", backoff=5.0, cancellation_timeout=10.0)
 async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: Any, **_: Any) -> None:
     shell: Shell = memo.shell
-    wake = shell.pokes.setdefault((namespace, name), asyncio.Event())
-    job = JobLoop(shell, KubeApi(shell.settings, logger, shell.metrics), namespace, name, memo)
+    wake = shell.wakes.setdefault((namespace, name), Wake())
+    wake.pods_changed = True  # a (re)started loop lists the pods first
+    job = JobLoop(shell, KubeApi(shell.settings, logger, shell.metrics), namespace, name, memo, wake)
     try:
         while not stopped:
-            wake.clear()
+            wake.event.clear()
             with shell.metrics.reconcile_duration.time():
                 seconds = await job.reconcile()
-            await _sleep(wake, stopped, seconds)
-            if wake.is_set():
+            await _sleep(wake.event, stopped, seconds)
+            if wake.event.is_set():
                 await asyncio.sleep(shell.config.debounce_seconds)
     finally:
         if stopped:
-            shell.pokes.pop((namespace, name), None)
+            shell.wakes.pop((namespace, name), None)
             shell.metrics.job_phase(namespace, name, None)
 
 
@@ -270,8 +280,10 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, seconds: floa
 class JobLoop:
     """One job's reconcile: read, decide, write once, act."""
 
-    def __init__(self, shell: Shell, api: KubeApi, namespace: str, name: str, memo: kopf.Memo):
-        self.shell, self.api, self.namespace, self.name, self.memo = shell, api, namespace, name, memo
+    def __init__(self, shell: Shell, api: KubeApi, namespace: str, name: str, memo: kopf.Memo, wake: Wake):
+        self.shell, self.api, self.namespace, self.name, self.memo, self.wake = shell, api, namespace, name, memo, wake
+        self.pods: list[dict] = []
+        self.pods_listed_at = 0.0
 
     async def reconcile(self) -> float | None:
         """Returns how long until the next reconcile is due (None: only when something changes)."""
@@ -286,8 +298,7 @@ class JobLoop:
             message = reconcile.problems_message(invalid.problems)
             await self._fail(job, reconcile.REASON_INVALID_SPEC, message, now)
             return None
-        # A pod under our label but not owned by this uid is a same-named predecessor's, still going.
-        pods = [p for p in await self.api.list_job_pods(self.namespace, self.name) if reconcile.owned_by(p, job["metadata"]["uid"])]
+        pods = await self._pods(job["metadata"]["uid"])
         decision, new_status = await self._decide(job, spec, status, pods, now)
         written = await self._write(job, status, new_status)
         self.shell.metrics.job_phase(self.namespace, self.name, decision.phase)
@@ -303,6 +314,21 @@ class JobLoop:
             await self._fail(job, reconcile.REASON_INVALID_CHILD, str(refused), time.time())
             return None
         return await self._next_wake(job, spec, decision, new_status, now)
+
+    async def _pods(self, uid: str) -> list[dict]:
+        """The job's pods: listed again only after a pod event (or the resync period), so a
+        timer wake-up of a quiet job costs one GET of the job and no list."""
+        if self.wake.pods_changed or time.monotonic() - self.pods_listed_at > self.shell.config.resync_seconds:
+            self.wake.pods_changed = False  # before the list: an event during it marks it stale again
+            self.pods_listed_at = time.monotonic()
+            try:
+                listed = await self.api.list_job_pods(self.namespace, self.name)
+            except BaseException:
+                self.wake.pods_changed = True
+                raise
+            # A pod under our label but not owned by this uid is a same-named predecessor's, still going.
+            self.pods = [p for p in listed if reconcile.owned_by(p, uid)]
+        return self.pods
 
     async def _decide(self, job: dict, spec: JobSpec, status: dict, pods: list[dict], now: float) -> tuple[lifecycle.Decision, dict]:
         generation = status.get("generation") or 0
@@ -372,6 +398,8 @@ class JobLoop:
 
     async def _act(self, job: dict, spec: JobSpec, decision: lifecycle.Decision, pods: list[dict]) -> None:
         uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+        if decision.of(lifecycle.CreatePods) or decision.of(lifecycle.DeletePods):
+            self.wake.pods_changed = True  # what we do to the pods is read back, never assumed
         if decision.phase in lifecycle.TERMINAL and spec.queue_name:
             await self._finish_kueue_group(pods, decision.status.get("generation", 0))
         for action in decision.actions:

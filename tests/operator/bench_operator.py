@@ -13,6 +13,8 @@ import re
 import tempfile
 import time
 
+from kuberl.names import GROUP, PLURAL
+
 from tests.operator.operatorkit import (
     CRD,
     JOBS,
@@ -104,7 +106,8 @@ def bench_scale(standin: StandinServer, rest: Rest, op: Operator, jobs: int, unr
                        timeout=600, interval=0.2) and time.monotonic() - start
     for i in range(jobs):
         running(standin, standin.store.find('', 'pods', NS, f'many-{i}-0'))
-    wait_for(lambda: all(status(rest, f'many-{i}').get('phase') == 'Running' for i in range(jobs)), timeout=600, interval=1.0)
+    wait_for(lambda: all((standin.store.find(GROUP, PLURAL, NS, f'many-{i}').get('status') or {}).get('phase') == 'Running'
+                         for i in range(jobs)), timeout=900, interval=1.0)
     to_running = time.monotonic() - start
     count, total, buckets = histogram(op.metrics(), 'kuberl_operator_reconcile_duration_seconds')
     print(f'{jobs} jobs beside {unrelated} unrelated pods: all pods created {created:.1f} s, all Running {to_running:.1f} s after the first create')
