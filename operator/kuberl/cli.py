@@ -8,12 +8,12 @@ from typing import Any
 
 import yaml
 
-from .spec import InvalidJob, validate_job
+from .spec import InvalidJob, load_documents, validate_job
 
 
 def load_jobs(path: str) -> list[dict]:
     with open(path) if path != "-" else sys.stdin as f:
-        docs = [d for d in yaml.safe_load_all(f) if d is not None]
+        docs = load_documents(f)  # 1e-3 is a number, as kubectl reads it
     if not docs:
         raise SystemExit(f"{path}: no YAML document found")
     return docs

@@ -14,8 +14,9 @@ import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import IO, Annotated, Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
@@ -629,6 +630,23 @@ def immutable_changes(old: Any, new: Any) -> list[Problem]:
         if getattr(old_spec, attr) != getattr(new_spec, attr):
             problems.append(Problem(f"spec.{field}", "immutable while the job exists"))
     return problems
+
+
+class KubernetesYamlLoader(yaml.SafeLoader):
+    """YAML read as kubectl reads it: `1e-3` is a number (YAML 1.2), where
+    PyYAML's YAML 1.1 rules would make it a string the strict model refuses."""
+
+
+KubernetesYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$"),
+    list("-+0123456789."),
+)
+
+
+def load_documents(source: str | IO) -> list[Any]:
+    """Every non-empty YAML document in `source`, numbers as Kubernetes reads them."""
+    return [doc for doc in yaml.load_all(source, Loader=KubernetesYamlLoader) if doc is not None]
 
 
 def defaulted(spec: JobSpec) -> dict:

@@ -13,7 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kuberl.cli import gymnasium_id_known
 from kuberl.render import PLACEHOLDER_UID, render_job
-from kuberl.spec import InvalidJob, JobSpec, immutable_changes, parse_spec, validate_job
+from kuberl.spec import (
+    InvalidJob,
+    JobSpec,
+    immutable_changes,
+    load_documents,
+    parse_spec,
+    validate_job,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "manifests" / "examples" / "cartpole-ppo.yaml"
@@ -262,3 +269,13 @@ def test_random_mutations_only_ever_raise_invalid_job(base, path, value):
 def test_any_spec_value_only_ever_raises_invalid_job(spec):
     with pytest.raises(InvalidJob):
         parse_spec(spec)
+
+
+def test_yaml_numbers_read_as_kubectl_reads_them(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(MINIMAL) + "---\n" + EXAMPLE.read_text().replace("learningRate: 0.0025", "learningRate: 2.5e-3"))
+    result = run_cli("validate", str(path))
+    assert result.returncode == 0, result.stderr
+    (_, job) = load_documents(path.read_text())
+    assert job["spec"]["ppo"]["learningRate"] == 0.0025
+    assert load_documents("a: 12\nb: '1e-3'\nc: 1e3\n") == [{"a": 12, "b": "1e-3", "c": 1000.0}]
