@@ -107,3 +107,18 @@ def test_explain_reads_the_crd_schema(kubectl):
     workers = crd['spec']['versions'][0]['schema']['openAPIV3Schema']['properties']['spec']['properties']['workers']
     explained = kubectl('explain', 'rltj.spec.workers').stdout
     assert 'FIELD: workers <integer>' in explained and workers['description'] in explained
+
+
+def test_server_side_apply_creates_then_updates(kubectl, rest, tmp_path):
+    name = example_name()
+    assert 'serverside-applied' in kubectl('apply', '--server-side', '-f', str(EXAMPLE)).stdout
+    edited = yaml.safe_load(EXAMPLE.read_text())
+    edited['spec'].setdefault('runPolicy', {})['suspend'] = True
+    path = tmp_path / 'edited.yaml'
+    path.write_text(yaml.safe_dump(edited))
+    kubectl('apply', '--server-side', '-f', str(path))
+    assert rest.get(f'{JOBS}/{name}').body['spec']['runPolicy']['suspend'] is True
+    edited['spec']['workerz'] = 1
+    path.write_text(yaml.safe_dump(edited))
+    refused = kubectl('apply', '--server-side', '-f', str(path), check=False)
+    assert refused.returncode != 0 and 'workerz' in refused.stderr

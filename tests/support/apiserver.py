@@ -169,6 +169,8 @@ class StandinHandler(kmock.RawHandler):
                 return _json(obj, 200, warnings)
             case 'patch':
                 content_type = request.headers.get('Content-Type', '')
+                if content_type.startswith('application/apply-patch'):
+                    return self._server_side_apply(request, rtype, route, params, dry_run)
                 obj, warnings = self.store.patch(rtype, route.namespace, route.name, content_type, request.data,
                                                  subresource=route.subresource, dry_run=dry_run, field_validation=validation)
                 return _json(obj, 200, warnings)
@@ -209,6 +211,25 @@ class StandinHandler(kmock.RawHandler):
             new['spec']['nodeName'] = node
             self.store._replace_stored(rtype.key, stored, new)
         return _json({'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Success', 'code': 201}, 201)
+
+    def _server_side_apply(self, request: kmock.Request, rtype, route: Route, params: dict, dry_run: bool) -> aiohttp.web.Response:
+        """Server-side apply, approximated: create when absent, else merge the applied configuration
+        (no managedFields, so fields dropped from the configuration are not removed, and no conflicts)."""
+        if not params.get('fieldManager'):
+            raise ApiError(422, 'Invalid', 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+                           'is required for apply patch')
+        try:
+            applied = yaml.safe_load(request.body or b'{}')
+        except yaml.YAMLError as error:
+            raise bad_request(f'error decoding YAML: {error}') from None
+        validation = params.get('fieldValidation', 'Strict')
+        if self.store.find(rtype.group, rtype.plural, route.namespace or '', route.name) is None:
+            obj, warnings = self.store.create(rtype, route.namespace, applied, dry_run=dry_run, field_validation=validation)
+            return _json(obj, 201, warnings)
+        applied.get('metadata', {}).pop('resourceVersion', None)
+        obj, warnings = self.store.patch(rtype, route.namespace, route.name, 'application/merge-patch+json', applied,
+                                         subresource=route.subresource, dry_run=dry_run, field_validation=validation)
+        return _json(obj, 200, warnings)
 
     async def _pod_log(self, rtype, route: Route, params: dict) -> aiohttp.web.StreamResponse:
         """What the API server does for `kubectl logs`: ask the pod's node's kubelet, on the port its Node reports."""

@@ -239,7 +239,7 @@ class LocalNode:
         try:
             configmaps = self._configmaps(pod)
             entry.process = kubelet.start_pod(
-                pod, entry.ip, str(self.workdir / 'pods' / namespace / name), configmaps,
+                in_own_network_namespace(pod, entry.ip), entry.ip, str(self.workdir / 'pods' / namespace / name), configmaps,
                 lambda cm: self._configmap_dir(namespace, cm, configmaps), lambda claim: self._claim_dir(namespace, claim),
                 self._resolver(namespace), prefix=f'[{name}]', out=self.output,
                 log_path=str(self.workdir / 'logs' / f'{namespace}_{name}.log'))
@@ -375,6 +375,13 @@ def _log_server(directory: pathlib.Path) -> http.server.ThreadingHTTPServer:
             pass  # the test output is not the place for access logs
 
     return http.server.ThreadingHTTPServer(('127.0.0.1', 0), Logs)
+
+
+def in_own_network_namespace(pod: dict, ip: str) -> dict:
+    """Pods here share the host's network, so the wildcard a pod binds (0.0.0.0 in an env value) becomes its own IP, as its namespace makes it."""
+    containers = [{**c, 'env': [{**e, 'value': ip} if e.get('value') == '0.0.0.0' else e for e in c.get('env') or []]}
+                  for c in pod['spec'].get('containers') or []]
+    return {**pod, 'spec': {**pod['spec'], 'containers': containers}}
 
 
 def _ready(pod: dict) -> bool:

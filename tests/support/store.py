@@ -449,7 +449,8 @@ class Store:
                     new = patching.strategic_merge(old, patch)
                 else:
                     raise ApiError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - '
-                                   'accepted media types include: application/json-patch+json, application/merge-patch+json')
+                                   'accepted media types include: application/json-patch+json, application/merge-patch+json, '
+                                   'application/apply-patch+yaml')
             except patching.PatchError as error:
                 raise ApiError(422 if 'test' in str(error) else 400, 'Invalid' if 'test' in str(error) else 'BadRequest', str(error)) from None
             if not isinstance(new, dict):
