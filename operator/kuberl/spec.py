@@ -644,6 +644,16 @@ KubernetesYamlLoader.add_implicit_resolver(
 )
 
 
+def _kubectl_float(loader: yaml.SafeLoader, node: yaml.Node) -> float | int:
+    """kubectl sends YAML as JSON, where an integral float (5e5, 2.0) is written
+    as an integer: the API server sees 500000, so `totalTimesteps: 5e5` is fine."""
+    value = loader.construct_yaml_float(node)
+    return int(value) if value.is_integer() and abs(value) < 1e21 else value
+
+
+KubernetesYamlLoader.add_constructor("tag:yaml.org,2002:float", _kubectl_float)
+
+
 def load_documents(source: str | IO) -> list[Any]:
     """Every non-empty YAML document in `source`, numbers as Kubernetes reads them."""
     return [doc for doc in yaml.load_all(source, Loader=KubernetesYamlLoader) if doc is not None]

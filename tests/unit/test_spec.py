@@ -278,4 +278,5 @@ def test_yaml_numbers_read_as_kubectl_reads_them(tmp_path):
     assert result.returncode == 0, result.stderr
     (_, job) = load_documents(path.read_text())
     assert job["spec"]["ppo"]["learningRate"] == 0.0025
-    assert load_documents("a: 12\nb: '1e-3'\nc: 1e3\n") == [{"a": 12, "b": "1e-3", "c": 1000.0}]
+    assert load_documents("a: 12\nb: '1e-3'\nc: 1e3\nd: 2.0\ne: 0.5\n") == [{"a": 12, "b": "1e-3", "c": 1000, "d": 2, "e": 0.5}]
+    assert isinstance(load_documents("c: 1e3")[0]["c"], int)  # kubectl's JSON writes 1000, an integer
