@@ -297,6 +297,7 @@ class JobLoop:
         except InvalidJob as invalid:
             message = reconcile.problems_message(invalid.problems)
             await self._fail(job, reconcile.REASON_INVALID_SPEC, message, now)
+            await self._stop_gang(job, reconcile.REASON_INVALID_SPEC)  # an edit can break a running job's spec
             return None
         pods = await self._pods(job["metadata"]["uid"])
         decision, new_status = await self._decide(job, spec, status, pods, now)
@@ -312,6 +313,7 @@ class JobLoop:
         except kopf_errors.APIUnprocessableEntityError as refused:
             # The API server refused an object rendered from this spec: no retry can help.
             await self._fail(job, reconcile.REASON_INVALID_CHILD, str(refused), time.time())
+            await self._stop_gang(job, reconcile.REASON_INVALID_CHILD)
             return None
         return await self._next_wake(job, spec, decision, new_status, now)
 
@@ -469,6 +471,15 @@ class JobLoop:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
+
+    async def _stop_gang(self, job: dict, reason: str) -> None:
+        """Delete the pods still running for a job that can no longer run."""
+        pods = await self._pods(job["metadata"]["uid"])
+        active = [p for p in pods if not p["metadata"].get("deletionTimestamp") and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        if active:
+            self.wake.pods_changed = True
+            uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in active}
+            await self._delete_pods(lifecycle.DeletePods(tuple(sorted(uids)), reason), uids)
 
     async def _delete_pods(self, action: lifecycle.DeletePods, uids: dict[str, str]) -> None:
         for pod in action.names:

@@ -116,6 +116,16 @@ def test_input_only_the_operator_can_judge_fails_naming_the_field_while_other_jo
     assert standin.store.find('', 'pods', NS, 'fine-0') is not None
 
 
+def test_an_edit_that_breaks_a_running_job_fails_it_and_stops_its_gang(standin, rest, operator):  # noqa: F811
+    create_job(rest, 'edited', workers=2)
+    start_gang(standin, 'edited', 2)
+    wait_phase(rest, 'edited', 'Running')
+    assert rest.patch(f'{JOBS}/edited', {'spec': {'labels': {'bad key': 'x'}}}).status == 200
+    wait_phase(rest, 'edited', 'Failed')
+    assert 'spec.labels.bad key' in condition(rest, 'edited', 'Failed')['message']
+    wait_for(lambda: not pods(standin, 'edited'), what='the gang to be deleted')
+
+
 def test_a_pod_the_api_server_refuses_fails_the_job_with_its_field(standin, rest, operator):  # noqa: F811
     create_job(rest, 'sidecarless', workers=1, template={'spec': {'containers': [{'name': 'shipper'}]}})
     wait_phase(rest, 'sidecarless', 'Failed')
