@@ -9,12 +9,17 @@ renders, carrying the `__meta_kubernetes_*` labels Kubernetes would. So a
 label clash (a trainer label named `job`, `pod` or `namespace` would come back
 as `exported_*`) or a port the PodMonitor misses fails here, not in production.
 
+The operator is the real `kuberl operator` against the API stand-in, with one
+job whose gang the test crashes once (so restarts have a reason), scraped
+through a config generated from the chart's ServiceMonitor the same way.
+
 Every panel query runs with the dashboard's variables substituted (their own
 `label_values` queries give the values) and must return series with the
 expected labels and plausible values."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -37,6 +42,16 @@ from kuberl.localrun import NAMESPACE, apply_overrides, pod_address
 from kuberl.render import PLACEHOLDER_UID, Job, render_pod
 from kuberl.spec import validate_job
 
+from tests.operator.operatorkit import (
+    Operator,
+    create_job,
+    start_gang,
+    terminated,
+    wait_for,
+)
+from tests.support.apiserver import StandinServer
+from tests.support.rest import Rest
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kuberl"
 HELM = ROOT / ".tools" / "bin" / "helm"
@@ -46,6 +61,7 @@ EXAMPLE = ROOT / "manifests" / "examples" / "cartpole-ppo.yaml"
 # The target is out of CartPole's reach (500) so rank 0 keeps evaluating without ever stopping the run.
 RUN_SETTINGS = ["totalTimesteps=2000000", "success.targetReturn=1000", "success.evalEvery=3", "success.evalEpisodes=2", "checkpoint.everyUpdates=3"]
 SCRAPE_SECONDS = 1
+OPERATOR_JOB = "dashboard-operator"
 RATE_INTERVAL = "5s"
 DASHBOARD = json.loads((CHART / "dashboards" / "kuberl.json").read_text())
 
@@ -126,6 +142,63 @@ def scrape_config(pod_monitor: dict, sd_file: Path) -> dict:
     }
 
 
+def discovered_endpoint(address: str, service: dict, pod_name: str, container: str, port_name: str) -> dict:
+    """What `role: endpoints` discovery yields for one ready endpoint of the chart's Service."""
+    labels = {"__meta_kubernetes_namespace": service["metadata"]["namespace"],
+              "__meta_kubernetes_service_name": service["metadata"]["name"],
+              "__meta_kubernetes_endpoint_port_name": port_name,
+              "__meta_kubernetes_endpoint_ready": "true",
+              "__meta_kubernetes_endpoint_address_target_kind": "Pod",
+              "__meta_kubernetes_endpoint_address_target_name": pod_name,
+              "__meta_kubernetes_pod_name": pod_name,
+              "__meta_kubernetes_pod_container_name": container,
+              "__meta_kubernetes_pod_phase": "Running"}
+    for key, value in service["metadata"].get("labels", {}).items():
+        labels[f"__meta_kubernetes_service_label_{sanitize(key)}"] = value
+        labels[f"__meta_kubernetes_service_labelpresent_{sanitize(key)}"] = "true"
+    return {"targets": [address], "labels": labels}
+
+
+def service_monitor_scrape_config(service_monitor: dict, sd_file: Path) -> dict:
+    """prometheus-operator's scrape config for one ServiceMonitor endpoint."""
+    spec, meta = service_monitor["spec"], service_monitor["metadata"]
+    (endpoint,) = spec["endpoints"]
+    relabel = [{"source_labels": ["job"], "target_label": "__tmp_prometheus_job_name"}]
+    for key, value in spec["selector"].get("matchLabels", {}).items():
+        relabel.append({"action": "keep", "source_labels": [f"__meta_kubernetes_service_label_{sanitize(key)}",
+                        f"__meta_kubernetes_service_labelpresent_{sanitize(key)}"], "regex": f"({value});true"})
+    relabel += [
+        {"action": "keep", "source_labels": ["__meta_kubernetes_endpoint_port_name"], "regex": endpoint["port"]},
+        {"source_labels": ["__meta_kubernetes_endpoint_address_target_kind", "__meta_kubernetes_endpoint_address_target_name"],
+         "separator": ";", "regex": "Node;(.*)", "replacement": "${1}", "target_label": "node"},
+        {"source_labels": ["__meta_kubernetes_endpoint_address_target_kind", "__meta_kubernetes_endpoint_address_target_name"],
+         "separator": ";", "regex": "Pod;(.*)", "replacement": "${1}", "target_label": "pod"},
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+        {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+        {"action": "drop", "source_labels": ["__meta_kubernetes_pod_phase"], "regex": "(Failed|Succeeded)"},
+        {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "job", "replacement": "${1}"},
+        {"target_label": "endpoint", "replacement": endpoint["port"]},
+    ]
+    relabel += [_relabel(r) for r in endpoint.get("relabelings", [])]
+    return {
+        "job_name": f"serviceMonitor/{meta['namespace']}/{meta['name']}/0",
+        "honor_labels": endpoint.get("honorLabels", False),
+        "metrics_path": endpoint.get("path", "/metrics"),
+        "scrape_interval": f"{SCRAPE_SECONDS}s",
+        "scrape_timeout": f"{SCRAPE_SECONDS}s",
+        "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": "1s"}],
+        "relabel_configs": relabel,
+    }
+
+
+def chart_objects(*settings: str) -> list[dict]:
+    out = subprocess.run([str(HELM), "template", "kuberl", str(CHART), "--namespace", "kuberl-system",
+                          *[a for s in settings for a in ("--set", s)]], capture_output=True, text=True, check=True, timeout=60).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
 def chart_pod_monitor() -> dict:
     out = subprocess.run([str(HELM), "template", "kuberl", str(CHART), "--namespace", "kuberl-system",
                           "--set", "monitoring.podMonitor.enabled=true"], capture_output=True, text=True, check=True, timeout=60).stdout
@@ -174,10 +247,26 @@ def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = 30
             process.wait(10)
 
 
+def start_operator_with_a_restarted_job(work: Path, stack: contextlib.ExitStack):
+    """The real operator against the API stand-in, one job whose gang crashed once and runs again."""
+    (work / "standin").mkdir()
+    standin = stack.enter_context(StandinServer(workdir=work / "standin"))
+    standin.apply_crd(ROOT / "manifests" / "crd.yaml")
+    operator = Operator(standin, work).start()
+    stack.callback(operator.stop)
+    rest = Rest(standin.url)
+    create_job(rest, OPERATOR_JOB, workers=2)
+    gang = start_gang(standin, OPERATOR_JOB, 2)
+    terminated(standin, gang[1], 1, "Crashed: RuntimeError: a crash for the dashboard")
+    start_gang(standin, OPERATOR_JOB, 2, generation=1)
+    wait_for(lambda: f'{m.OPERATOR_GANG_RESTARTS_TOTAL}{{reason="Crashed"}} 1.0' in operator.metrics(), 60, "the restart in the operator's metrics")
+    return operator
+
+
 @pytest.fixture(scope="module")
 def scraped_run(tmp_path_factory):
-    """A running `kuberl run` and a Prometheus scraping it; yields once rank 0
-    has evaluated and checkpointed, so every panel has something to show."""
+    """A running `kuberl run`, a running operator, and a Prometheus scraping both; yields
+    once rank 0 has evaluated and checkpointed, so every panel has something to show."""
     assert PROMETHEUS.exists(), "Debian's prometheus is missing: `make prometheus` installs it"
     assert HELM.exists(), "helm is missing: `make tools`"
     work = tmp_path_factory.mktemp("dashboard")
@@ -187,21 +276,30 @@ def scraped_run(tmp_path_factory):
     run_dir = str(runs / job.name)
     pods = [(render_pod(job, NAMESPACE, PLACEHOLDER_UID, rank, 0, target="local"), pod_address(run_dir, rank))
             for rank in range(job.spec.workers)]
-    sd_file = work / "targets.json"
-    sd_file.write_text(json.dumps(discovered_targets(pods)))
-    config = {"global": {"scrape_interval": f"{SCRAPE_SECONDS}s"}, "scrape_configs": [scrape_config(chart_pod_monitor(), sd_file)]}
-    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    prometheus_log = open(work / "prometheus.log", "w")  # noqa: SIM115 - closed at teardown
-    prometheus = subprocess.Popen(
-        [str(PROMETHEUS), f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h"],
-        stdout=prometheus_log, stderr=subprocess.STDOUT, start_new_session=True)
-    run_log = open(work / "run.log", "w")  # noqa: SIM115 - closed at teardown
-    run = subprocess.Popen(
-        [sys.executable, "-m", "kuberl.cli", "run", str(EXAMPLE), "--dir", str(runs), *[a for s in RUN_SETTINGS for a in ("--set", s)]],
-        stdout=run_log, stderr=subprocess.STDOUT, start_new_session=True, cwd=work)
-    try:
+    with contextlib.ExitStack() as stack:
+        operator = start_operator_with_a_restarted_job(work, stack)
+        objects = chart_objects("monitoring.podMonitor.enabled=true", "monitoring.serviceMonitor.enabled=true")
+        (pod_monitor,) = [o for o in objects if o["kind"] == "PodMonitor"]
+        (service_monitor,) = [o for o in objects if o["kind"] == "ServiceMonitor"]
+        (service,) = [o for o in objects if o["kind"] == "Service"]
+        trainers, operators = work / "trainers.json", work / "operators.json"
+        trainers.write_text(json.dumps(discovered_targets(pods)))
+        operators.write_text(json.dumps([discovered_endpoint(f"127.0.0.1:{operator.metrics_port}", service, "kuberl-0", "operator", "metrics")]))
+        config = {"global": {"scrape_interval": f"{SCRAPE_SECONDS}s"},
+                  "scrape_configs": [scrape_config(pod_monitor, trainers), service_monitor_scrape_config(service_monitor, operators)]}
+        (work / "prometheus.yml").write_text(yaml.safe_dump(config))
+        port = free_port()
+        prometheus_log = stack.enter_context(open(work / "prometheus.log", "w"))
+        prometheus = subprocess.Popen(
+            [str(PROMETHEUS), f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h"],
+            stdout=prometheus_log, stderr=subprocess.STDOUT, start_new_session=True)
+        stack.callback(stop, prometheus)
+        run_log = stack.enter_context(open(work / "run.log", "w"))
+        run = subprocess.Popen(
+            [sys.executable, "-m", "kuberl.cli", "run", str(EXAMPLE), "--dir", str(runs), *[a for s in RUN_SETTINGS for a in ("--set", s)]],
+            stdout=run_log, stderr=subprocess.STDOUT, start_new_session=True, cwd=work)
+        stack.callback(stop, run, signal.SIGINT)
         api = Prometheus(f"http://127.0.0.1:{port}")
         deadline = time.monotonic() + 120
         ready = False
@@ -210,7 +308,7 @@ def scraped_run(tmp_path_factory):
             try:
                 ready = (len(api.query(f"{m.ENV_STEPS_TOTAL} > 0")) == job.spec.world_size
                          and api.query(f"{m.EVAL_RETURN} > 0") and api.query(f"{m.LAST_CHECKPOINT_TIMESTAMP} > 0")
-                         and api.query(f"{m.ROLLOUT_DURATION}_count > 2"))
+                         and api.query(f"{m.ROLLOUT_DURATION}_count > 2") and api.query(f"{m.OPERATOR_RECONCILE_DURATION}_count > 0"))
             except OSError:
                 continue
             if ready:
@@ -219,11 +317,6 @@ def scraped_run(tmp_path_factory):
         assert ready, f"no complete scrape: run {run.poll()}, targets {targets}\n{(work / 'run.log').read_text()[-2000:]}"
         time.sleep(3 * SCRAPE_SECONDS)  # a few more samples, so rates span several of them
         yield api, job
-    finally:
-        stop(run, signal.SIGINT)
-        stop(prometheus)
-        run_log.close()
-        prometheus_log.close()
 
 
 # --- the panels -------------------------------------------------------------------
@@ -281,6 +374,11 @@ def plausible(metric: str, value: float) -> bool:
         m.LEARNING_RATE: lambda v: 0 < v <= 0.0025,
         m.LAST_CHECKPOINT_TIMESTAMP: lambda v: 0 <= v < 300,
         m.CHECKPOINTS_TOTAL: lambda v: v >= 1,
+        m.OPERATOR_JOBS: lambda v: v in (0, 1),  # one job, counted in exactly one phase
+        m.OPERATOR_GANG_RESTARTS_TOTAL: lambda v: 0 <= v <= 1,
+        m.OPERATOR_PODS_CREATED_TOTAL: lambda v: 0 <= v < 100,
+        m.OPERATOR_RECONCILE_DURATION: lambda v: 0 < v < 10,
+        m.OPERATOR_API_ERRORS_TOTAL: lambda v: v >= 0,
     }
     return checks[metric](value)
 
@@ -295,23 +393,41 @@ def metric_of(expr: str) -> str:
 @pytest.mark.parametrize(("title", "ref", "expr"), panels())
 def test_panel_query_returns_plausible_series(scraped_run, variables, title, ref, expr):
     api, job = scraped_run
-    if "kuberl_operator_" in expr:
-        pytest.skip(f"{title}: operator panel, needs a running `kuberl operator` to scrape (not in this test yet)")
+    metric = metric_of(expr)
+    if metric == m.OPERATOR_API_ERRORS_TOTAL and not api.query(metric):
+        pytest.skip(f"{title}: the operator made no failed API request in this run, so the counter has no series yet")
     query = substitute(expr, variables)
     series = api.query(query)
     assert series, f"{title} [{ref}]: no series for {query}"
+    legend = next(t["legendFormat"] for p in DASHBOARD["panels"] if p["title"] == title for t in p["targets"] if t["refId"] == ref)
     for s in series:
         labels = s["metric"]
         assert not [k for k in labels if k.startswith("exported_")], f"{title}: label clash {labels}"
-        assert labels.get(m.LABEL_RLTJ) == job.name and labels.get("namespace") == NAMESPACE, f"{title}: {labels}"
+        assert set(re.findall(r"\{\{(\w+)\}\}", legend)) <= set(labels), f"{title}: the legend names labels the series lack: {labels}"
         value = float(s["value"][1])
-        assert plausible(metric_of(expr), value), f"{title} [{ref}]: implausible {value} for {labels}"
-    legend = next(t["legendFormat"] for p in DASHBOARD["panels"] if p["title"] == title for t in p["targets"] if t["refId"] == ref)
+        assert plausible(metric, value), f"{title} [{ref}]: implausible {value} for {labels}"
+    if metric.startswith("kuberl_operator_"):
+        return
+    for s in series:
+        assert s["metric"].get(m.LABEL_RLTJ) == job.name and s["metric"].get("namespace") == NAMESPACE, f"{title}: {s['metric']}"
     ranks = {s["metric"].get(m.LABEL_RANK) for s in series}
     if "{{rank}}" in legend:
         assert ranks == RANKS, f"{title}: one series per rank, got {ranks}"
     else:
         assert len(series) == 1, f"{title}: one series per job, got {[s['metric'] for s in series]}"
+
+
+def test_operator_series_carry_the_servicemonitor_labels_and_the_restart(scraped_run):
+    api, _ = scraped_run
+    series = api.query(m.OPERATOR_JOBS)
+    assert {s["metric"]["phase"] for s in series} >= {"Pending", "Running", "Succeeded", "Failed"}
+    for s in series:
+        assert (s["metric"]["job"], s["metric"]["namespace"], s["metric"]["service"], s["metric"]["endpoint"]) == (
+            "kuberl", "kuberl-system", "kuberl", "metrics")
+    assert [float(s["value"][1]) for s in series if s["metric"]["phase"] == "Running"] == [1.0]
+    (restarts,) = api.query(f'{m.OPERATOR_GANG_RESTARTS_TOTAL}{{reason="Crashed"}}')
+    assert float(restarts["value"][1]) == 1
+    assert float(api.query(m.OPERATOR_PODS_CREATED_TOTAL)[0]["value"][1]) >= 4
 
 
 def test_trainer_targets_carry_the_podmonitor_labels(scraped_run):
