@@ -24,6 +24,7 @@ from tests.support.store import container_terminated, timestamp
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CRD = ROOT / 'manifests' / 'crd.yaml'
 NS = 'default'
+TRAINER_IMAGE = 'registry.test/kuberl/trainer:ci'
 JOBS = f'/apis/{names.GROUP}/{names.VERSION}/namespaces/{NS}/{names.PLURAL}'
 PODS = f'/api/v1/namespaces/{NS}/pods'
 
@@ -79,7 +80,7 @@ class Operator:
 
 @pytest.fixture
 def operator(standin: StandinServer, tmp_path: pathlib.Path):
-    op = Operator(standin, tmp_path).start()
+    op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE).start()
     yield op
     op.stop()
     made = {(c.verb, c.group, c.resource, c.subresource) for c in standin.calls if c.agent == 'kopf'}
@@ -181,7 +182,7 @@ class FakeMetrics:
     """A tiny Prometheus endpoint on 127.0.0.1 standing in for rank 0's exporter."""
 
     def __init__(self, job: str):
-        self.job, self.timesteps, self.success, self.eval_return = job, 0, 0, 0.0
+        self.job, self.timesteps, self.success, self.eval_return, self.last_checkpoint = job, 0, 0, 0.0, 0.0
         self.port = free_port()
         kit = self
 
@@ -205,7 +206,10 @@ class FakeMetrics:
         return (f'# TYPE kuberl_trainer_env_steps_total counter\nkuberl_trainer_env_steps_total{{{labels}}} {self.timesteps}\n'
                 f'# TYPE kuberl_trainer_success gauge\nkuberl_trainer_success{{{labels}}} {self.success}\n'
                 f'# TYPE kuberl_trainer_eval_return gauge\nkuberl_trainer_eval_return{{{labels}}} {self.eval_return}\n'
-                f'# TYPE kuberl_trainer_episode_return gauge\nkuberl_trainer_episode_return{{{labels}}} 21.5\n')
+                f'# TYPE kuberl_trainer_episode_return gauge\nkuberl_trainer_episode_return{{{labels}}} 21.5\n'
+                f'# TYPE kuberl_trainer_steps_per_second gauge\nkuberl_trainer_steps_per_second{{{labels}}} 640.0\n'
+                f'# TYPE kuberl_trainer_last_checkpoint_timestamp_seconds gauge\n'
+                f'kuberl_trainer_last_checkpoint_timestamp_seconds{{{labels}}} {self.last_checkpoint}\n')
 
     def __enter__(self) -> Self:
         self.thread.start()

@@ -3,6 +3,7 @@ from kuberl import names
 
 from tests.operator.operatorkit import (
     NS,
+    TRAINER_IMAGE,
     create_job,
     events,
     operator,  # noqa: F401 — fixture
@@ -31,6 +32,7 @@ def test_create_runs_and_succeeds_with_children_conditions_and_events(standin, r
     # checkpoint.retain defaults to true: the PVC must outlive the job, so it is not owned
     assert not standin.store.find('', 'persistentvolumeclaims', NS, 'happy-checkpoints')['metadata'].get('ownerReferences')
     for pod in gang:
+        assert pod['spec']['containers'][0]['image'] == TRAINER_IMAGE, 'the default image comes from the operator'
         assert pod['metadata']['ownerReferences'][0]['uid'] == uid
         assert pod['metadata']['labels'][names.LABEL_RESTART] == '0'
 
@@ -50,3 +52,7 @@ def test_create_runs_and_succeeds_with_children_conditions_and_events(standin, r
     assert 'RankZeroSucceeded' in reasons or 'AllWorkersSucceeded' in reasons
     assert status(rest, 'happy')['restarts'] == 0
     assert len(pods(standin, 'happy')) == 2
+    page = operator.metrics()
+    assert 'kuberl_operator_pods_created_total 2.0' in page
+    assert 'kuberl_operator_jobs{phase="Succeeded"} 1.0' in page
+    assert 'kuberl_operator_reconcile_duration_seconds_count' in page

@@ -87,7 +87,11 @@ def test_progress_comes_from_rank_0_and_a_stalled_counter_restarts_the_gang(stan
             metrics.timesteps = steps
             wait_for(lambda steps=steps: (status(rest, 'stuckling').get('progress') or {}).get('timesteps') == steps,
                      what=f'progress {steps} in status')
-        assert status(rest, 'stuckling')['progress']['episodeReturnMean'] == 21.5
+        progress = status(rest, 'stuckling')['progress']
+        assert (progress['episodeReturnMean'], progress['stepsPerSecond']) == (21.5, 640.0)
+        metrics.last_checkpoint = 1.7e9
+        checkpoint = wait_for(lambda: status(rest, 'stuckling').get('latestCheckpoint'), what='the latest checkpoint in status')
+        assert checkpoint['timesteps'] == 300 and '/checkpoints/stuckling-' in checkpoint['path']
 
         stalled = wait_for(lambda: status(rest, 'stuckling').get('restarts') == 1 and status(rest, 'stuckling'), timeout=15,
                            what='a stall restart')

@@ -30,13 +30,16 @@ def test_operator_killed_and_restarted_mid_job_keeps_the_gang_and_the_status(sta
         gang = start_gang(standin, 'durable', 3, generation=1)
         before = wait_phase(rest, 'durable', 'Running')
         uids = {p['metadata']['uid'] for p in pods(standin, 'durable')}
+        frozen = standin.store.find('', 'configmaps', NS, 'durable-config')
         op.kill()
+        op.extra = ('--trainer-image', 'registry.test/kuberl/trainer:upgraded')  # an upgrade with a new default
         op.start()
         time.sleep(2.0)  # several reconciles of the new process
         assert {p['metadata']['uid'] for p in pods(standin, 'durable')} == uids, 'no pod recreated, none duplicated'
         after = status(rest, 'durable')
         for key in ('phase', 'generation', 'restarts', 'restartHistory', 'startTime', 'gangRunningTime'):
             assert after[key] == before[key], key
+        assert standin.store.find('', 'configmaps', NS, 'durable-config') == frozen, 'the frozen configuration is untouched'
         for pod in gang:
             terminated(standin, pod, 0, 'Succeeded: done')
         assert wait_phase(rest, 'durable', 'Succeeded')['restarts'] == 1
