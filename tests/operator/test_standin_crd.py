@@ -116,3 +116,17 @@ def test_printer_columns_render_as_a_table(rest):
     row = dict(zip(names, table['rows'][0]['cells'], strict=True))
     assert row['Name'] == 'job' and row['Phase'] == 'Running' and row['Workers'] == 2
     assert row['Restarts'] == 1 and row['Timesteps'] == 640 and row['Age'].endswith('s')
+
+
+def test_a_crd_a_real_api_server_would_refuse_is_refused(rest):
+    broken = copy.deepcopy(WIDGET_CRD)
+    spec_schema = broken['spec']['versions'][0]['schema']['openAPIV3Schema']['properties']['spec']
+    spec_schema['x-kubernetes-validations'] = [{'rule': 'self.size >', 'message': 'x'},
+                                               {'rule': 'self.size > 0', 'fieldPath': '.sise', 'message': 'y'}]
+    spec_schema['properties']['size']['default'] = 'three'
+    reply = rest.post('/apis/apiextensions.k8s.io/v1/customresourcedefinitions', broken)
+    assert reply.status == 422
+    problems = ' '.join(fields(reply))
+    assert 'x-kubernetes-validations[0].rule' in problems and 'x-kubernetes-validations[1].fieldPath' in problems
+    assert 'properties[size].default' in problems
+    assert rest.post('/apis/apiextensions.k8s.io/v1/customresourcedefinitions', WIDGET_CRD).status == 201

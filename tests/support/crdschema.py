@@ -209,6 +209,15 @@ def _program(expression: str) -> celpy.Runner:
     return _CEL.program(_CEL.compile(expression))
 
 
+def compile_rule(expression: str) -> None:
+    """Compile a CEL expression (raises on a syntax error)."""
+    _CEL.compile(expression)
+
+
+def clone_json(value: object) -> object:
+    return json.loads(json.dumps(value))
+
+
 def to_cel(value: object, schema: dict) -> object:
     """JSON → CEL values typed by the schema (a `number` is a double even when written as 1)."""
     if value is None:

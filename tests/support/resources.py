@@ -2,6 +2,7 @@
 import re
 from dataclasses import dataclass, field
 
+from tests.support import crdschema
 from tests.support.crdschema import CustomSchema, FieldError
 
 DNS1123_LABEL = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')
@@ -179,9 +180,88 @@ def validate_metadata(metadata: dict) -> list[FieldError]:
     return errors
 
 
+def validate_crd(crd: dict) -> list[FieldError]:
+    """What apiextensions refuses in a CRD: non-structural schemas, defaults that fail their own schema,
+    CEL rules that do not compile, fieldPaths that name no field, metadata constraints beyond name."""
+    errors = []
+    spec = crd.get('spec') or {}
+    names = spec.get('names') or {}
+    expected = f'{names.get("plural")}.{spec.get("group")}'
+    if crd.get('metadata', {}).get('name') != expected:
+        errors.append(FieldError('FieldValueInvalid', 'metadata.name', 'must be spec.names.plural+"."+spec.group', crd.get('metadata', {}).get('name')))
+    if sum(1 for v in spec.get('versions') or [] if v.get('storage')) != 1:
+        errors.append(FieldError('FieldValueInvalid', 'spec.versions', 'must have exactly one version marked as storage version', None))
+    for index, version in enumerate(spec.get('versions') or []):
+        schema = (version.get('schema') or {}).get('openAPIV3Schema')
+        path = f'spec.versions[{index}].schema.openAPIV3Schema'
+        if schema is None:
+            errors.append(FieldError('FieldValueRequired', path, 'schemas are required'))
+            continue
+        _check_structural(schema, path, errors, root=True)
+        metadata = (schema.get('properties') or {}).get('metadata') or {}
+        for key in set(metadata.get('properties') or {}) - {'name', 'generateName'}:
+            errors.append(FieldError('FieldValueForbidden', f'{path}.properties[metadata].properties[{key}]',
+                                     'must not be specified'))
+    return errors
+
+
+def _check_structural(schema: dict, path: str, errors: list[FieldError], root: bool = False) -> None:
+    untyped = schema.get('x-kubernetes-int-or-string') or schema.get('x-kubernetes-preserve-unknown-fields')
+    if not schema.get('type') and not untyped:
+        errors.append(FieldError('FieldValueRequired', f'{path}.type', 'must not be empty for specified object fields'))
+    if root and schema.get('type') != 'object':
+        errors.append(FieldError('FieldValueInvalid', f'{path}.type', 'must be object at the root', schema.get('type')))
+    if schema.get('properties') and isinstance(schema.get('additionalProperties'), dict):
+        errors.append(FieldError('FieldValueForbidden', f'{path}.additionalProperties',
+                                 'additionalProperties and properties are mutual exclusive'))
+    if 'default' in schema:
+        value = crdschema.clone_json(schema['default'])
+        unknown = crdschema.prune(value, schema)
+        problems: list[FieldError] = []
+        crdschema.validate(value, schema, f'{path}.default', problems)
+        for problem in problems:
+            errors.append(FieldError('FieldValueInvalid', f'{path}.default', problem.detail or problem.message, schema['default']))
+        if unknown:
+            errors.append(FieldError('FieldValueInvalid', f'{path}.default', f'must not have unknown fields {unknown}', schema['default']))
+    properties = schema.get('properties') or {}
+    for index, rule in enumerate(schema.get('x-kubernetes-validations') or []):
+        where = f'{path}.x-kubernetes-validations[{index}]'
+        for key in ('rule', 'messageExpression'):
+            if rule.get(key):
+                try:
+                    crdschema.compile_rule(rule[key])
+                except Exception as error:  # noqa: BLE001 — any compile failure is the CRD author's error
+                    errors.append(FieldError('FieldValueInvalid', f'{where}.{key}', f'compilation failed: {str(error).splitlines()[0]}', rule[key]))
+        field_path = rule.get('fieldPath')
+        if field_path and not _field_path_exists(schema, field_path):
+            errors.append(FieldError('FieldValueInvalid', f'{where}.fieldPath', 'fieldPath must be a valid path', field_path))
+    for key, child in properties.items():
+        _check_structural(child, f'{path}.properties[{key}]', errors)
+    if isinstance(schema.get('items'), dict):
+        _check_structural(schema['items'], f'{path}.items', errors)
+    if isinstance(schema.get('additionalProperties'), dict):
+        _check_structural(schema['additionalProperties'], f'{path}.additionalProperties', errors)
+
+
+def _field_path_exists(schema: dict, field_path: str) -> bool:
+    node = schema
+    for key in re.findall(r"\.([A-Za-z0-9_$-]+)|\['([^']+)'\]", field_path):
+        name = key[0] or key[1]
+        properties = node.get('properties') or {}
+        if name in properties:
+            node = properties[name]
+        elif isinstance(node.get('additionalProperties'), dict):
+            node = node['additionalProperties']
+        else:
+            return False
+    return True
+
+
 def validate_builtin(rtype: ResourceType, obj: dict) -> list[FieldError]:
     """The checks of the built-in kinds a rendering bug would trip over first."""
     errors = []
+    if rtype.plural == 'customresourcedefinitions':
+        errors += validate_crd(obj)
     if rtype.plural == 'pods':
         spec = obj.get('spec') or {}
         containers = spec.get('containers') or []
