@@ -142,3 +142,13 @@ def test_logs_are_proxied_to_the_node_like_kubectl_logs_expects(rest, node, stan
         shown = subprocess.run([kubectl, '--kubeconfig', str(standin.kubeconfig), 'logs', 'chatty'],
                                capture_output=True, text=True, timeout=30, check=True).stdout
         assert shown == 'line one\nline two\n'
+
+
+def test_on_failure_restarts_the_container_and_counts_it(rest, node, tmp_path):
+    marker = tmp_path / 'ran-once'
+    code = (f"import os,sys; m={str(marker)!r}; "
+            "sys.exit(0) if os.path.exists(m) else (open(m, 'w').close(), sys.exit(1))")
+    rest.post(PODS, pod('flaky', code) | {'spec': pod('flaky', code)['spec'] | {'restartPolicy': 'OnFailure'}})
+    done = wait_status(rest, 'flaky', lambda p: p['status'].get('phase') == 'Succeeded')
+    status = done['status']['containerStatuses'][0]
+    assert status['restartCount'] == 1 and status['lastState']['terminated']['exitCode'] == 1

@@ -51,6 +51,7 @@ class RunningPod:
     stopping: bool = False
     finished: bool = False
     confirmed: bool = False
+    last_state: dict | None = None
     reported: str = ''
 
 
@@ -214,7 +215,8 @@ class LocalNode:
         policy = pod['spec'].get('restartPolicy', 'Always')
         if policy == 'Always' or (policy == 'OnFailure' and code != 0):
             entry.restarts += 1
-            self._report(entry, 'Running', {'waiting': {'reason': 'CrashLoopBackOff'}}, last_state=state)
+            entry.last_state = state
+            self._report(entry, 'Running', {'waiting': {'reason': 'CrashLoopBackOff'}})
             entry.process = None
             return
         entry.finished = True
@@ -275,7 +277,7 @@ class LocalNode:
         return {'terminated': {'exitCode': code, 'reason': reason, 'message': message,
                                'startedAt': _iso(entry.process.started_at), 'finishedAt': _iso(entry.process.finished_at or time.time())}}
 
-    def _report(self, entry: RunningPod, phase: str, state: dict, ready: bool = False, last_state: dict | None = None) -> None:
+    def _report(self, entry: RunningPod, phase: str, state: dict, ready: bool = False) -> None:
         pod = entry.pod
         container = kubelet.trainer_container(pod)
         status = {
@@ -289,7 +291,7 @@ class LocalNode:
             'containerStatuses': [{
                 'name': container['name'], 'image': container.get('image', ''), 'imageID': '', 'ready': ready,
                 'started': 'running' in state, 'restartCount': entry.restarts, 'state': state,
-                **({'lastState': last_state} if last_state else {}),
+                **({'lastState': entry.last_state} if entry.last_state else {}),
             }],
         }
         fingerprint = json.dumps([phase, state, ready, entry.restarts], sort_keys=True)
