@@ -406,15 +406,16 @@ class JobLoop:
             await self._finish_kueue_group(pods, decision.status.get("generation", 0))
         for action in decision.actions:
             if isinstance(action, lifecycle.CreatePods):
-                await self._ensure_children(job, spec)
+                await self._ensure_children(job, spec, action.generation)
                 await self._create_pods(job, spec, action)
             elif isinstance(action, lifecycle.DeletePods):
                 await self._delete_pods(action, uids)
 
-    async def _ensure_children(self, job: dict, spec: JobSpec) -> None:
-        """ConfigMap (frozen), PVC, NetworkPolicy, Service, PodGroup: once per job and operator run."""
+    async def _ensure_children(self, job: dict, spec: JobSpec, generation: int) -> None:
+        """ConfigMap (frozen), PVC, NetworkPolicy, Service, PodGroup: before each generation's
+        first pods, so a child deleted by hand comes back with the next gang (an existing one is kept)."""
         uid = job["metadata"]["uid"]
-        if self.memo.get("children_of") == uid:
+        if self.memo.get("children_of") == (uid, generation):
             return
         j = render.Job(self.name, spec)
         children = [
@@ -431,7 +432,7 @@ class JobLoop:
             if not retained:  # a retained PVC must outlive the job: no owner reference
                 kopf.adopt(child, owner=job)
             await self._create_child(child, uid, adopted=not retained)
-        self.memo["children_of"] = uid
+        self.memo["children_of"] = (uid, generation)
 
     async def _create_child(self, child: dict, uid: str, adopted: bool) -> None:
         try:

@@ -25,6 +25,7 @@ def test_a_crash_restarts_the_whole_gang_with_the_reason_from_the_termination_me
     gang = start_gang(standin, 'crashy', 3)
     wait_phase(rest, 'crashy', 'Running')
 
+    assert rest.delete(f'/api/v1/namespaces/{NS}/services/crashy').status == 200  # removed by hand
     terminated(standin, gang[1], 1, 'Crashed: RuntimeError: NaN in the policy loss at update 7')
 
     restarted = wait_for(lambda: status(rest, 'crashy').get('restarts') == 1 and status(rest, 'crashy'), what='one counted restart')
@@ -35,6 +36,7 @@ def test_a_crash_restarts_the_whole_gang_with_the_reason_from_the_termination_me
     assert not pods(standin, 'crashy', 0), 'the old generation is deleted'
     assert all(p['metadata']['labels'][names.LABEL_RESTART] == '1' for p in new_gang)
     wait_phase(rest, 'crashy', 'Running')
+    assert standin.store.find('', 'services', NS, 'crashy') is not None, 'the next gang brings its Service back'
     restart_events = [e for e in events(rest, 'crashy') if e['reason'] == 'GangRestart']
     assert restart_events and 'NaN in the policy loss' in restart_events[0]['message']
     assert 'kuberl_operator_gang_restarts_total{reason="Crashed"} 1.0' in operator.metrics()
