@@ -1,4 +1,4 @@
-"""Gang scheduling objects through the real operator: Kueue's pod group, Volcano's PodGroup."""
+"""Gang scheduling objects through the real operator: Kueue's pod group, Volcano's and coscheduling's PodGroups."""
 from kuberl import names
 
 from tests.operator.operatorkit import (
@@ -12,14 +12,18 @@ from tests.operator.operatorkit import (
     wait_phase,
 )
 
-VOLCANO_PODGROUP_CRD = {
-    'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition',
-    'metadata': {'name': 'podgroups.scheduling.volcano.sh'},
-    'spec': {'group': 'scheduling.volcano.sh', 'scope': 'Namespaced',
-             'names': {'kind': 'PodGroup', 'plural': 'podgroups', 'singular': 'podgroup', 'listKind': 'PodGroupList'},
-             'versions': [{'name': 'v1beta1', 'served': True, 'storage': True,
-                           'schema': {'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}]},
-}
+
+def podgroup_crd(group: str, version: str) -> dict:
+    return {
+        'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition',
+        'metadata': {'name': f'podgroups.{group}'},
+        'spec': {'group': group, 'scope': 'Namespaced',
+                 'names': {'kind': 'PodGroup', 'plural': 'podgroups', 'singular': 'podgroup', 'listKind': 'PodGroupList'},
+                 'versions': [{'name': version, 'served': True, 'storage': True,
+                               'schema': {'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}]},
+    }
+
+
 
 
 def test_kueue_pod_group_labels_and_the_group_marked_finished_at_the_end(standin, rest, operator):  # noqa: F811
@@ -39,7 +43,7 @@ def test_kueue_pod_group_labels_and_the_group_marked_finished_at_the_end(standin
 
 
 def test_volcano_gets_an_owned_podgroup_for_the_whole_gang(standin, rest, operator):  # noqa: F811
-    standin.apply_crd(VOLCANO_PODGROUP_CRD)
+    standin.apply_crd(podgroup_crd('scheduling.volcano.sh', 'v1beta1'))
     uid = create_job(rest, 'volc', workers=3, schedulerName='volcano', priorityClassName='high')['metadata']['uid']
     gang = start_gang(standin, 'volc', 3)
     group = standin.store.find('scheduling.volcano.sh', 'podgroups', NS, 'volc-gang')
@@ -49,3 +53,16 @@ def test_volcano_gets_an_owned_podgroup_for_the_whole_gang(standin, rest, operat
         assert pod['spec']['schedulerName'] == 'volcano'
         assert pod['spec']['priorityClassName'] == 'high'
         assert pod['metadata']['annotations'][names.VOLCANO_GROUP_NAME] == 'volc-gang'
+
+
+def test_coscheduling_gets_its_podgroup_and_a_users_claim_is_mounted_never_created(standin, rest, operator):  # noqa: F811
+    standin.apply_crd(podgroup_crd('scheduling.x-k8s.io', 'v1alpha1'))
+    create_job(rest, 'cosched', workers=2, schedulerName='scheduler-plugins-scheduler', checkpoint={'claimName': 'shared-data'},
+               runPolicy={'startupTimeoutSeconds': 120})
+    gang = start_gang(standin, 'cosched', 2)
+    group = standin.store.find('scheduling.x-k8s.io', 'podgroups', NS, 'cosched-gang')
+    assert group['spec'] == {'minMember': 2, 'scheduleTimeoutSeconds': 120}
+    assert all(p['metadata']['labels'][names.COSCHEDULING_POD_GROUP] == 'cosched-gang' for p in gang)
+    assert standin.store.find('', 'persistentvolumeclaims', NS, 'cosched-checkpoints') is None
+    claims = [v['persistentVolumeClaim']['claimName'] for v in gang[0]['spec']['volumes'] if 'persistentVolumeClaim' in v]
+    assert claims == ['shared-data']
