@@ -1,0 +1,112 @@
+"""Pong from pixels under DDP: two real rank processes over gloo, the Nature
+CNN, frames as uint8, about 2k env steps per algorithm split across a run
+and its resume from the checkpoint; plus the configuration errors a pixel
+job can hit. Kept tiny: the machine has two shared cores."""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from kuberl import contract, metricnames, names
+
+from .support import JOB, REPO, Job, free_ports, make_job, write_config
+
+RANK_SCRIPT = Path(__file__).with_name("atari_rank.py")
+PONG = {"id": "ALE/Pong-v5", "numEnvs": 2}
+ALGORITHMS = {
+    # 2 ranks x 2 envs x 32 steps = 128 steps per update
+    "ppo": {"ppo": {"numSteps": 32, "numMinibatches": 2, "updateEpochs": 1, "learningRate": 2.5e-4},
+            "checkpoint": {"everyUpdates": 4, "keep": 2}},
+    # 2 ranks x 2 envs x 8 vector steps = 32 steps per iteration, one gradient step each, from step 128 per rank
+    "dqn": {"dqn": {"bufferSize": 2000, "batchSize": 16, "learningStarts": 128, "trainFrequency": 16,
+                    "targetUpdateInterval": 200, "nStep": 3},
+            "checkpoint": {"everyUpdates": 8, "keep": 2}},
+}
+
+
+def launch(job: Job, timeout: float = 300) -> list[int]:
+    """Every rank as a process, the way a pod runs it; returns exit codes."""
+    port = free_ports(1)
+    procs = []
+    for rank in range(job.world_size):
+        env = {
+            **os.environ,
+            "RANK": str(rank), "WORLD_SIZE": str(job.world_size),
+            "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(job.world_size),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "KUBERL_METRICS_ADDR": "127.0.0.1", "KUBERL_FS_ROOT": str(job.rank_root(rank)),
+            "KUBERL_JOB": JOB, "KUBERL_RESTART": "0", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+        }
+        with open(job.root / f"rank-{rank}.log", "a") as log:  # the child keeps its own copy of the fd
+            procs.append(subprocess.Popen(
+                [sys.executable, str(RANK_SCRIPT), "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+            ))
+    try:
+        return [p.wait(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def logs(job: Job) -> str:
+    return "\n".join((job.root / f"rank-{r}.log").read_text() for r in range(job.world_size))
+
+
+def metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not exported")
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
+def test_two_ranks_learn_pong_from_pixels_and_resume(tmp_path, algorithm):
+    overrides = {"algorithm": algorithm, "env": PONG, "totalTimesteps": 1024, **ALGORITHMS[algorithm]}
+    job = make_job(tmp_path, **overrides)
+    assert launch(job) == [0, 0], logs(job)
+
+    params = [torch.load(job.rank_root(r) / "params.pt") for r in (0, 1)]
+    assert any("convs" in key for key in params[0]), "the Nature CNN, chosen from the pixel observations"
+    for key in params[0]:
+        torch.testing.assert_close(params[0][key], params[1][key], rtol=0, atol=0, msg=f"{key} differs across ranks")
+    losses = json.loads((job.rank_root(0) / "losses.json").read_text())
+    learned = [value for update in losses for value in update.values()]
+    assert learned and all(abs(v) < float("inf") for v in learned), losses
+    page = (job.rank_root(1) / "metrics.txt").read_text()
+    assert metric(page, metricnames.ENV_STEPS_TOTAL) >= 1024 and metric(page, metricnames.WORLD_SIZE) == 2
+    assert 'rank="1"' in page
+    checkpoints = sorted(job.checkpoint_dir.glob("ckpt-*.pt"))
+    assert checkpoints, logs(job)
+
+    # the same job with twice the budget resumes from the newest checkpoint
+    job.config["spec"]["totalTimesteps"] = 2048
+    write_config(job)
+    assert launch(job) == [0, 0], logs(job)
+    resumed = re.search(r"resuming from \S+ckpt-\d+\.pt \(timesteps (\d+)\)", (job.root / "rank-0.log").read_text())
+    assert resumed and int(resumed.group(1)) >= 512, logs(job)
+    final = torch.load(job.final_model, weights_only=False)
+    assert final["timesteps"] >= 2048
+    assert job.termination_log(0).startswith(f"{contract.REASON_SUCCEEDED}: budget of 2048"), logs(job)
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({"env": {**PONG, "id": "ALE/Pongg-v5"}}, "spec.env.id"),
+    ({"env": PONG, "ppo": {"policy": "mlp"}}, "spec.ppo.policy"),
+    # a game ALE ships and EnvPool does not; without envpool installed, the backend itself is refused
+    ({"env": {**PONG, "id": "ALE/TicTacToe3D-v5", "backend": "envpool"}},
+     "spec.env.id" if importlib.util.find_spec("envpool") else "spec.env.backend"),
+])
+def test_pixel_jobs_that_cannot_run_exit_with_a_configuration_error_naming_the_field(tmp_path, overrides, field):
+    job = make_job(tmp_path, world_size=1, **overrides)
+    assert launch(job, timeout=60) == [contract.EXIT_CONFIG_ERROR], logs(job)
+    reason = job.termination_log(0)
+    assert reason.startswith(f"{contract.REASON_CONFIG_ERROR}: {field}"), reason

@@ -1,0 +1,130 @@
+"""The CUDA/NCCL paths, on a machine with a GPU: device from LOCAL_RANK with
+set_device first, collectives on CUDA tensors through a real NCCL group,
+pinned host buffers and non-blocking copies, bf16 autocast, and PPO and DQN
+on Pong from pixels at world size 1 (NCCL refuses two ranks on one GPU).
+Without a GPU every test here is skipped, and says why."""
+
+import contextlib
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from kuberl.spec import DQNConfig, PPOConfig
+from kuberl_trainer import device, distributed, networks
+from kuberl_trainer.distributed import Dist
+from kuberl_trainer.dqn import DQNTrainer
+from kuberl_trainer.ppo import Agent, PPOTrainer
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="no CUDA GPU here: the CUDA/NCCL paths (device placement, NCCL collectives, pinned copies, bf16 autocast) were NOT exercised",
+)
+bf16 = pytest.mark.skipif(torch.cuda.is_available() and not torch.cuda.is_bf16_supported(), reason="this GPU has no bf16")
+GPU = torch.device("cuda", 0)
+PIXELS = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+
+
+class RecordingSession:
+    """The Session protocol without checkpoints or metrics."""
+
+    restart = 0
+
+    def __init__(self):
+        self.reports = []
+
+    def stop_requested(self) -> bool:
+        return False
+
+    def success_vote(self) -> bool:
+        return False
+
+    def load(self):
+        return None
+
+    def after_update(self, report, trainer) -> None:
+        self.reports.append(report)
+
+
+@contextlib.contextmanager
+def nccl_group(tmp_path):
+    """A real one-rank NCCL process group on GPU 0."""
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        yield Dist(0, 1, 0, 1, GPU, "nccl")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_rank_computes_on_the_gpu_named_by_local_rank(monkeypatch):
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(name, value)
+    with distributed.process_group("auto") as ctx:
+        assert ctx.device == GPU and torch.cuda.current_device() == 0
+    assert distributed.choose_backend("auto") == "nccl"
+
+
+def test_collectives_run_on_cuda_tensors_through_nccl(tmp_path):
+    with nccl_group(tmp_path) as ctx:
+        values = torch.arange(4, dtype=torch.float64)
+        assert distributed.all_reduce_sum(ctx, values).tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert distributed.broadcast_object(ctx, {"step": 7}) == {"step": 7}
+        assert distributed.gather_objects(ctx, "rank state") == ["rank state"]
+        encoder, features = networks.encoder(PIXELS, "auto", "spec.ppo.policy")
+        agent = Agent(features, gym.spaces.Discrete(6), [], encoder).to(GPU)
+        model = torch.nn.parallel.DistributedDataParallel(agent, device_ids=[0])
+        frames = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8, device=GPU)
+        log_prob, entropy, value = model(frames, torch.randint(0, 6, (8,), device=GPU))
+        (log_prob.sum() + value.sum() - entropy.sum()).backward()
+        grads = [p.grad for p in agent.parameters() if p.grad is not None]
+        assert grads and all(g.device == GPU and torch.isfinite(g).all() for g in grads)
+
+
+def test_host_buffers_are_pinned_and_copies_keep_uint8():
+    buffer = device.host_zeros((16, 4, 84, 84), np.uint8, GPU)
+    assert torch.from_numpy(buffer).is_pinned()
+    buffer[:] = 7
+    copied = device.to_device(buffer, GPU)
+    torch.cuda.synchronize()
+    assert copied.device == GPU and copied.dtype == torch.uint8 and int(copied.sum()) == 7 * buffer.size
+    assert not torch.from_numpy(device.host_zeros((2,), np.float32, torch.device("cpu"))).is_pinned()
+
+
+@bf16
+def test_bf16_autocast_on_the_gpu_keeps_the_rl_maths_in_fp32():
+    encoder, features = networks.encoder(PIXELS, "auto", "spec.ppo.policy")
+    agent = Agent(features, gym.spaces.Discrete(6), [], encoder).to(GPU)
+    frames = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8, device=GPU)
+    seen = []
+    agent.encoder.convs[0].register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    with device.autocast(GPU, "bf16"):
+        log_prob, entropy, value = agent(frames, torch.zeros(8, dtype=torch.long, device=GPU))
+    assert seen == [torch.bfloat16]
+    assert log_prob.dtype == entropy.dtype == value.dtype == torch.float32
+
+
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=bf16)])
+def test_ppo_learns_pong_from_pixels_on_one_gpu(precision):
+    ctx = Dist(0, 1, 0, 1, GPU, None)
+    hp = PPOConfig(num_steps=16, num_minibatches=2, update_epochs=1, precision=precision)
+    trainer = PPOTrainer(ctx, hp, "ALE/Pong-v5", 4, {}, total_timesteps=128, seed=1, restart=0)
+    assert trainer.buf.obs.dtype == np.uint8 and torch.from_numpy(trainer.buf.obs).is_pinned()
+    session = RecordingSession()
+    assert trainer.train(session) == "budget"
+    assert all(p.device == GPU for p in trainer.agent.parameters())
+    assert session.reports and all(np.isfinite(v) for r in session.reports for v in r.losses.values())
+
+
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=bf16)])
+def test_dqn_learns_pong_from_pixels_on_one_gpu(precision):
+    ctx = Dist(0, 1, 0, 1, GPU, None)
+    hp = DQNConfig(buffer_size=1000, batch_size=32, learning_starts=64, train_frequency=4, precision=precision)
+    trainer = DQNTrainer(ctx, hp, "ALE/Pong-v5", 4, {}, total_timesteps=256, seed=1, restart=0)
+    assert trainer.replay.frame_stack == 4 and trainer.replay.obs.dtype == np.uint8
+    session = RecordingSession()
+    assert trainer.train(session) == "budget"
+    assert all(p.device == GPU for p in trainer.agent.parameters())
+    learned = [r.losses["value_loss"] for r in session.reports if r.losses]
+    assert learned and all(np.isfinite(learned))

@@ -1,0 +1,120 @@
+"""Pong throughput per rank: `python -m kuberl_trainer.bench_atari`.
+
+Env steps per second for each backend with random actions (no learner),
+then PPO and DQN from pixels at world size 1 (acting, learning, the
+update's bookkeeping), and each run's peak resident memory. Besides wall
+steps/s it prints steps per CPU-second of this process, which a machine
+shared with other work does not distort: a pod's rank with a dedicated core
+runs at about that rate (EnvPool's pool threads count in it too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import importlib.util
+import multiprocessing
+import resource
+import time
+
+import numpy as np
+import torch
+from kuberl.spec import DQNConfig, PPOConfig
+
+from .distributed import Dist
+from .dqn import DQNTrainer
+from .envs import make_envs
+from .ppo import PPOTrainer
+
+ENV_ID = "ALE/Pong-v5"
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def env_only(backend: str, num_envs: int, seconds: float) -> dict:
+    envs = make_envs(ENV_ID, num_envs, {}, backend)
+    envs.reset(seed=1)
+    rng = np.random.default_rng(1)
+    steps, wall, cpu = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall < seconds:
+        envs.step(rng.integers(0, 6, num_envs))
+        steps += num_envs
+    result = _rates(steps, wall, cpu)
+    envs.close()
+    return result
+
+
+def _rates(steps: int, wall: float, cpu: float) -> dict:
+    wall_s, cpu_s = time.perf_counter() - wall, time.process_time() - cpu
+    return {"steps": steps, "steps/s": steps / wall_s, "steps/cpu-s": steps / max(cpu_s, 1e-9)}
+
+
+class Quiet:
+    """The Session protocol, without checkpoints, metrics or evaluation."""
+
+    restart = 0
+
+    def stop_requested(self) -> bool:
+        return False
+
+    def success_vote(self) -> bool:
+        return False
+
+    def load(self):
+        return None
+
+    def after_update(self, report, trainer) -> None:
+        pass
+
+
+def with_learner(algorithm: str, backend: str, num_envs: int, timesteps: int) -> dict:
+    ctx = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+    if algorithm == "ppo":  # CleanRL's Atari settings, one rank
+        hp = PPOConfig(num_steps=128, num_minibatches=4, update_epochs=4, learning_rate=2.5e-4)
+        trainer = PPOTrainer(ctx, hp, ENV_ID, num_envs, {}, timesteps, 1, 0, env_backend=backend)
+    else:  # one gradient step of 32 per 4 env steps, as the Nature DQN
+        hp = DQNConfig(buffer_size=10_000, batch_size=32, learning_starts=512, train_frequency=4)
+        trainer = DQNTrainer(ctx, hp, ENV_ID, num_envs, {}, timesteps, 1, 0, env_backend=backend)
+    wall, cpu = time.perf_counter(), time.process_time()
+    trainer.train(Quiet())
+    result = _rates(trainer.counters.global_step, wall, cpu)
+    trainer.envs.close()
+    return result
+
+
+def measure(run: str, backend: str, args: argparse.Namespace) -> tuple[dict, float]:
+    """One measurement in this (fresh) process: its rates and peak RSS."""
+    torch.set_num_threads(args.threads)
+    if run == "envs":
+        result = env_only(backend, args.num_envs, args.seconds)
+    else:
+        result = with_learner(run, backend, args.num_envs, args.timesteps)
+    return result, peak_rss_mib()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--timesteps", type=int, default=2048)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (a rank's CPU share)")
+    args = parser.parse_args(argv)
+    backends = ["gymnasium"] + (["envpool"] if importlib.util.find_spec("envpool") else [])
+    labels = {"envs": "envs only", "ppo": "ppo (CNN, fp32)", "dqn": "dqn (CNN, fp32)"}
+    rows = []
+    for run in ("envs", "ppo", "dqn"):
+        for backend in backends:
+            # a fresh process per run, so each peak RSS is that run's own
+            with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                result, rss = pool.submit(measure, run, backend, args).result()
+            rows.append((backend, labels[run], result, rss))
+    print(f"Pong per rank: {args.num_envs} envs, {args.threads} torch thread(s), CPU")
+    print(f"{'backend':<10} {'run':<16} {'steps':>7} {'steps/s':>9} {'steps/cpu-s':>12} {'peak RSS MiB':>13}")
+    for backend, run, r, rss in rows:
+        print(f"{backend:<10} {run:<16} {r['steps']:>7} {r['steps/s']:>9.0f} {r['steps/cpu-s']:>12.0f} {rss:>13.0f}")
+
+
+if __name__ == "__main__":
+    main()
