@@ -127,11 +127,14 @@ def bench_scale(standin: StandinServer, rest: Rest, op: Operator, jobs: int, unr
     print(f'reconcile latency: {count:.0f} reconciles, mean {1000 * total / count:.1f} ms, '
           f'p50 <= {1000 * quantile(buckets, count, 0.5):.0f} ms, p99 <= {1000 * quantile(buckets, count, 0.99):.0f} ms')
     time.sleep(2.0)
+    quiet_count, quiet_total, _ = histogram(op.metrics(), 'kuberl_operator_reconcile_duration_seconds')
     writes = standin.writes('kopf')
     reads = sum(n for c, n in standin.calls.items() if c.agent == 'kopf' and c.verb in ('get', 'list'))
     time.sleep(quiet)
     print(f'steady state with {jobs} Running jobs over {quiet:.0f} s: {standin.writes("kopf") - writes} writes, '
           f'{sum(n for c, n in standin.calls.items() if c.agent == "kopf" and c.verb in ("get", "list")) - reads} reads')
+    count, total, _ = histogram(op.metrics(), 'kuberl_operator_reconcile_duration_seconds')
+    print(f'steady-state reconcile latency: {count - quiet_count:.0f} reconciles, mean {1000 * (total - quiet_total) / max(1, count - quiet_count):.1f} ms')
     print(f'operator memory (RSS): {rss_before:.0f} MiB before the jobs, {rss_mib(op.process.pid):.0f} MiB with them')
     print(f'operator CPU from the first create to all Running: {cpu_used:.1f} s ({1000 * cpu_used / jobs:.0f} ms per job); '
           f'the rest of the wall time is the stand-in (one Python thread) serving every request')
