@@ -36,7 +36,12 @@ from .operator_metrics import OperatorMetrics
 from .spec import InvalidJob, JobSpec, validate_job
 from .trainerconfig import trainer_config
 
+# The operator's configuration as the chart sets it (flags win where both exist).
 ENV_TRAINER_IMAGE = "KUBERL_TRAINER_IMAGE"
+ENV_TRAINER_PULL_POLICY = "KUBERL_TRAINER_IMAGE_PULL_POLICY"
+ENV_TRAINER_PULL_SECRETS = "KUBERL_TRAINER_IMAGE_PULL_SECRETS"  # comma-separated
+ENV_LOG_LEVEL = "KUBERL_LOG_LEVEL"
+ENV_METRICS_ENABLED = "KUBERL_METRICS_ENABLED"
 RLTJ = (names.GROUP, names.VERSION, names.PLURAL)
 PODS = ("", "v1", "pods")
 FINALIZER = f"{names.GROUP}/operator"
@@ -78,6 +83,8 @@ PEERING_API_CALLS = frozenset(
 @dataclasses.dataclass(frozen=True)
 class OperatorConfig:
     trainer_image: str = render.DEFAULT_IMAGE
+    trainer_pull_policy: str | None = None  # for jobs that set no imagePullPolicy
+    trainer_pull_secrets: tuple[str, ...] = ()  # for jobs whose template sets no imagePullSecrets
     scrape_interval: float = 10.0  # how often a running job's rank 0 is scraped
     scrape_timeout: float = 2.0  # short: a stopped rank 0 freezes its metrics server too
     resync_seconds: float = 300.0  # a safety net; watch events wake the loop sooner
@@ -454,8 +461,10 @@ class JobLoop:
         limit = asyncio.Semaphore(CREATE_CONCURRENCY)
 
         async def create(rank: int) -> None:
+            config = self.shell.config
             pod = render.render_pod(render.Job(self.name, spec), self.namespace, uid, rank, action.generation,
-                                    default_image=self.shell.config.trainer_image)
+                                    default_image=config.trainer_image)
+            pod = reconcile.with_operator_defaults(pod, config.trainer_pull_policy, config.trainer_pull_secrets)
             kopf.adopt(pod, owner=job)
             async with limit:
                 try:
@@ -523,13 +532,18 @@ def cmd_operator(args: argparse.Namespace) -> int:
     """Run the operator until SIGTERM/SIGINT: standalone unless --peering names a peering object."""
     config = OperatorConfig(
         trainer_image=getattr(args, "trainer_image", None) or os.environ.get(ENV_TRAINER_IMAGE) or render.DEFAULT_IMAGE,
+        trainer_pull_policy=os.environ.get(ENV_TRAINER_PULL_POLICY) or None,
+        trainer_pull_secrets=tuple(s.strip() for s in os.environ.get(ENV_TRAINER_PULL_SECRETS, "").split(",") if s.strip()),
         scrape_interval=getattr(args, "scrape_interval", None) or OperatorConfig.scrape_interval,
         peering=args.peering,
     )
     listen = getattr(args, "listen_address", None) or "0.0.0.0"
     metrics = OperatorMetrics()
-    metrics.serve(listen, args.metrics_port)
-    kopf.configure(verbose=bool(os.environ.get("KUBERL_OPERATOR_DEBUG")))
+    if os.environ.get(ENV_METRICS_ENABLED, "true").lower() != "false":
+        metrics.serve(listen, args.metrics_port)
+    level = os.environ.get(ENV_LOG_LEVEL, "info").upper()
+    kopf.configure(debug=level == "DEBUG", quiet=level in ("WARNING", "ERROR"))
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per liveness probe otherwise
     # One line per pod event would drown the log; failures of these handlers still show.
     logging.getLogger("kopf.objects").addFilter(
         lambda record: not record.getMessage().startswith(("Handler 'pod_changed' succeeded", "Handler 'job_changed' succeeded"))

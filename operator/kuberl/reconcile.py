@@ -184,3 +184,16 @@ def restarted(before: dict | None, after: dict) -> dict | None:
         return None
     history = after.get("restartHistory") or []
     return history[-1] if history else None
+
+
+def with_operator_defaults(pod: dict, pull_policy: str | None, pull_secrets: tuple[str, ...]) -> dict:
+    """The operator's configured trainer pull policy and pull secrets, where the job sets none."""
+    out = copy.deepcopy(pod)
+    spec = out["spec"]
+    if pull_secrets and not spec.get("imagePullSecrets"):
+        spec["imagePullSecrets"] = [{"name": name} for name in pull_secrets]
+    if pull_policy:
+        for container in spec["containers"]:
+            if container["name"] == names.TRAINER_CONTAINER:
+                container.setdefault("imagePullPolicy", pull_policy)
+    return out

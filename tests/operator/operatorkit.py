@@ -41,7 +41,8 @@ class Operator:
     def start(self) -> 'Operator':
         self.starts += 1
         self.logfile = (self.logdir / f'operator-{self.starts}.log').open('wb')
-        env = {**os.environ, 'KUBECONFIG': str(self.standin.kubeconfig), 'PYTHONUNBUFFERED': '1'}
+        env = {**os.environ, 'KUBECONFIG': str(self.standin.kubeconfig), 'PYTHONUNBUFFERED': '1',
+               'KUBERL_TRAINER_IMAGE_PULL_POLICY': 'Always', 'KUBERL_TRAINER_IMAGE_PULL_SECRETS': 'regcred, mirror'}
         self.process = subprocess.Popen(
             [sys.executable, '-m', 'kuberl.cli', 'operator', '--listen-address', '127.0.0.1',
              '--health-port', str(self.health_port), '--metrics-port', str(self.metrics_port),

@@ -33,6 +33,8 @@ def test_create_runs_and_succeeds_with_children_conditions_and_events(standin, r
     assert not standin.store.find('', 'persistentvolumeclaims', NS, 'happy-checkpoints')['metadata'].get('ownerReferences')
     for pod in gang:
         assert pod['spec']['containers'][0]['image'] == TRAINER_IMAGE, 'the default image comes from the operator'
+        assert pod['spec']['containers'][0]['imagePullPolicy'] == 'Always'
+        assert pod['spec']['imagePullSecrets'] == [{'name': 'regcred'}, {'name': 'mirror'}]
         assert pod['metadata']['ownerReferences'][0]['uid'] == uid
         assert pod['metadata']['labels'][names.LABEL_RESTART] == '0'
 

@@ -94,3 +94,13 @@ def test_status_stays_bounded_for_64_workers_of_4_processes_over_200_restarts():
     assert len(status['restartHistory']) <= lifecycle.HISTORY_LIMIT
     assert max(sizes) < 16 * 1024, max(sizes)
     assert sizes[-1] <= sizes[50] + 64, 'no growth once the history is full (beyond longer numbers)'
+
+
+def test_operator_pull_defaults_apply_only_where_the_job_sets_none():
+    pod = {'spec': {'containers': [{'name': names.TRAINER_CONTAINER}, {'name': 'sidecar'}]}}
+    out = reconcile.with_operator_defaults(pod, 'Always', ('regcred',))
+    assert out['spec']['imagePullSecrets'] == [{'name': 'regcred'}]
+    assert out['spec']['containers'][0]['imagePullPolicy'] == 'Always' and 'imagePullPolicy' not in out['spec']['containers'][1]
+    own = {'spec': {'imagePullSecrets': [{'name': 'mine'}], 'containers': [{'name': names.TRAINER_CONTAINER, 'imagePullPolicy': 'Never'}]}}
+    assert reconcile.with_operator_defaults(own, 'Always', ('regcred',)) == own
+    assert 'imagePullPolicy' not in pod['spec']['containers'][0], 'the input is not mutated'
