@@ -351,3 +351,13 @@ def test_unattended_pods_can_be_held_for_their_grace_period(rest, standin):
     assert rest.get(f'{PODS}/slow').status == 200
     wait_for(lambda: rest.get(f'{PODS}/slow').status == 404)
     assert time.monotonic() - started >= 1.0
+
+
+def test_binding_assigns_an_unscheduled_pod_once(rest, standin):
+    from tests.support.selectors import parse_label_selector
+    standin.store.hooks.unschedulable.append(parse_label_selector('custom=scheduler'))
+    rest.post(PODS, pod('waiting', {'custom': 'scheduler'}))
+    binding = {'apiVersion': 'v1', 'kind': 'Binding', 'metadata': {'name': 'waiting'}, 'target': {'kind': 'Node', 'name': 'n2'}}
+    assert rest.post(f'{PODS}/waiting/binding', binding).status == 201
+    assert rest.get(f'{PODS}/waiting').body['spec']['nodeName'] == 'n2'
+    assert rest.post(f'{PODS}/waiting/binding', binding).status == 409

@@ -160,7 +160,7 @@ class StandinHandler(kmock.RawHandler):
                     self.store.evict(route.namespace, route.name)
                     return _json({'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Success', 'code': 201}, 201)
                 if route.subresource == 'binding':
-                    return self._bind(rtype, route, request.data)
+                    return self._bind(route, request.data)
                 obj, warnings = self.store.create(rtype, route.namespace, request.data, dry_run=dry_run, field_validation=validation)
                 return _json(obj, 201, warnings)
             case 'update':
@@ -200,16 +200,8 @@ class StandinHandler(kmock.RawHandler):
             'DELETE': 'delete' if route.name else 'deletecollection',
         }.get(method, method.lower())
 
-    def _bind(self, rtype, route: Route, binding: dict) -> aiohttp.web.StreamResponse:
-        node = ((binding or {}).get('target') or {}).get('name')
-        pod = self.store.get(rtype, route.namespace, route.name)
-        if pod['spec'].get('nodeName'):
-            raise ApiError(409, 'Conflict', f'pod {route.name} is already assigned to node "{pod["spec"]["nodeName"]}"')
-        with self.store.lock:
-            stored = self.store._existing(rtype, route.namespace, route.name)
-            new = json.loads(json.dumps(stored))
-            new['spec']['nodeName'] = node
-            self.store._replace_stored(rtype.key, stored, new)
+    def _bind(self, route: Route, binding: dict) -> aiohttp.web.StreamResponse:
+        self.store.bind(route.namespace, route.name, ((binding or {}).get('target') or {}).get('name'))
         return _json({'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Success', 'code': 201}, 201)
 
     def _server_side_apply(self, request: kmock.Request, rtype, route: Route, params: dict, dry_run: bool) -> aiohttp.web.Response:

@@ -742,6 +742,19 @@ class Store:
             self._replace_stored(pods.key, pod, new)
             return self.delete(pods, namespace, name, {})
 
+    def bind(self, namespace: str, name: str, node: str | None) -> None:
+        """The pods/binding subresource: a scheduler assigns an unbound pod to a node, once."""
+        with self.lock:
+            pods = self.type_of('', 'v1', 'pods')
+            pod = self._existing(pods, namespace, name)
+            if pod['spec'].get('nodeName'):
+                raise ApiError(409, 'Conflict', f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+            if not node:
+                raise invalid(pods, name, [FieldError('FieldValueRequired', 'target.name')])
+            new = clone(pod)
+            new['spec']['nodeName'] = node
+            self._replace_stored(pods.key, pod, new)
+
     def lose_node(self, name: str = 'local-node') -> None:
         """The node stops reporting (Ready=Unknown): its deleted pods stay terminating until force-deleted."""
         with self.lock:
