@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help tools setup train test test-unit test-distributed test-operator test-e2e test-gpu lint bench chart images manifests clean
-.PHONY: install-yaml checkov prometheus
+.PHONY: install-yaml checkov sb3-venv prometheus
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -125,8 +125,18 @@ prometheus: $(PROMETHEUS) ## Debian's prometheus, which the dashboard e2e test s
 # The dashboard test in the e2e tier runs a real Prometheus and Helm.
 test-e2e: $(PROMETHEUS) $(HELM)
 
-bench: $(STAMP) ## throughput and scaling benchmarks, printed as a table
-	$(PY) -m kuberl_trainer.bench
+SB3_VENV := $(TOOLS)/sb3-venv
+SB3_STAMP := $(SB3_VENV)/.installed
+$(SB3_STAMP):
+	$(PYTHON) -m venv $(SB3_VENV) || python3 -m venv $(SB3_VENV)
+	echo "$(TORCH_CPU)" > $(SB3_VENV)/constraints.txt
+	$(SB3_VENV)/bin/pip install -q $(TORCH_CPU) stable-baselines3==2.9.2 -c $(SB3_VENV)/constraints.txt
+	touch $@
+
+sb3-venv: $(SB3_STAMP) ## Stable-Baselines3 2.9.2 in its own venv (.tools/sb3-venv, torch==2.13.0), for make bench
+
+bench: $(STAMP) $(SB3_STAMP) ## kuberl vs SB3 (PPO, DQN): time to solve, throughput, scaling, profile; report in runs/bench (BENCH_ARGS=--quick)
+	$(PY) bench/bench.py $(BENCH_ARGS)
 
 clean: ## remove the virtual environment and run outputs
 	rm -rf $(VENV) runs

@@ -1,0 +1,524 @@
+"""`make bench`: kuberl against Stable-Baselines3 on this machine, in one run.
+
+    .venv/bin/python bench/bench.py [--quick] [--seeds N] [--out runs/bench]
+
+Every run is a fresh process (kuberl ranks through the real entry point,
+`python -m kuberl_trainer`; SB3 in .tools/sb3-venv), one torch thread per
+process, interleaved seed by seed so machine load hits all sides alike.
+Prints a table and writes runs/bench/report.md, curves.png (CartPole return
+against seconds since launch, every run) and pendulum.png.
+
+Hyperparameters are rl-zoo's, fixed here in advance (rl-baselines3-zoo,
+hyperparams/ppo.yml "CartPole-v1" and "Pendulum-v1", hyperparams/dqn.yml
+"CartPole-v1"), mapped field by field onto kuberl's spec; what cannot be
+mapped is listed in MAPPING_NOTES and printed in the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SB3_PYTHON = REPO / ".tools/sb3-venv/bin/python"
+TARGET = 475.0
+EVAL_EPISODES = 20
+EVAL_EVERY_STEPS = 5120  # global env steps between success checks, every side
+
+# --- rl-zoo's settings (source above), as SB3 takes them --------------------------
+RLZOO_PPO_CARTPOLE = {"n_envs": 8, "n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma": 0.98,
+                      "n_epochs": 20, "ent_coef": 0.0, "learning_rate": "lin_0.001", "clip_range": "lin_0.2"}
+RLZOO_DQN_CARTPOLE = {"learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100000, "learning_starts": 1000,
+                      "gamma": 0.99, "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128,
+                      "exploration_fraction": 0.16, "exploration_final_eps": 0.04,
+                      "policy_kwargs": {"net_arch": [256, 256]}}
+RLZOO_PPO_PENDULUM = {"n_envs": 4, "n_steps": 1024, "gae_lambda": 0.95, "gamma": 0.9, "n_epochs": 10,
+                      "ent_coef": 0.0, "learning_rate": 1e-3, "clip_range": 0.2, "use_sde": True, "sde_sample_freq": 4}
+
+# --- the same, in kuberl's spec (per rank: envs and batches are per rank) ---------
+KUBERL_PPO_CARTPOLE = {"learningRate": 1e-3, "annealLr": True, "numSteps": 32, "numMinibatches": 1,
+                       "updateEpochs": 20, "gamma": 0.98, "gaeLambda": 0.8, "entCoef": 0.0, "clipCoef": 0.2,
+                       "clipValueLoss": False, "vfCoef": 0.5, "maxGradNorm": 0.5, "hiddenSizes": [64, 64]}
+KUBERL_DQN_CARTPOLE = {"learningRate": 2.3e-3, "batchSize": 64, "bufferSize": 100000, "learningStarts": 1000,
+                       "gamma": 0.99, "targetUpdateInterval": 10, "trainFrequency": 256, "gradientSteps": 128,
+                       "explorationFraction": 0.16, "explorationFinalEps": 0.04, "explorationInitialEps": 1.0,
+                       "nStep": 1, "doubleDqn": False, "tau": 1.0, "maxGradNorm": 10.0, "hiddenSizes": [256, 256]}
+KUBERL_PPO_PENDULUM = {"learningRate": 1e-3, "annealLr": False, "numSteps": 1024, "numMinibatches": 64,
+                       "updateEpochs": 10, "gamma": 0.9, "gaeLambda": 0.95, "entCoef": 0.0, "clipCoef": 0.2,
+                       "clipValueLoss": False, "vfCoef": 0.5, "maxGradNorm": 0.5, "hiddenSizes": [64, 64]}
+ENVS = {"ppo": 8, "dqn": 1}  # rl-zoo's n_envs (DQN: SB3's default of 1)
+TOTAL = {"ppo": 100_000, "dqn": 50_000}  # rl-zoo's n_timesteps
+
+MAPPING_NOTES = [
+    "PPO CartPole: rl-zoo anneals clip_range linearly (lin_0.2); kuberl's clip is constant 0.2. Its learning rate anneals like lin_0.001.",
+    ("PPO Pendulum: rl-zoo uses gSDE (state-dependent exploration noise, resampled every 4 steps); kuberl's PPO has a state-independent"
+    " Gaussian (learned log-std, initialised at 0), no gSDE. Minibatch 64 = numMinibatches 64 of the 4096-step rollout, as SB3's default batch_size."),
+    ("DQN CartPole: the same algorithm (vanilla DQN, 1-step, hard target copy every 10 steps, Huber loss, grad clip 10); with 2 ranks each"
+    " rank runs rl-zoo's settings on its own env and buffer, so the global batch per gradient step is 2 x 64."),
+    ("Solving, every side: a greedy evaluation of 20 episodes >= 475 checked every 5120 global env steps (kuberl's success rule:"
+    " success.evalEvery in updates equal to that many steps); the first time the last-100 training mean reached 475 is reported beside it."),
+]
+
+
+def free_port(count: int = 1) -> int:
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count < 65000:
+            return base
+    raise RuntimeError("no free port")
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def wait_all(procs: list[subprocess.Popen], deadline: float) -> tuple[list[int | None], list[float], list[float]]:
+    """Exit codes (None when killed at the deadline), exit times and peak RSS
+    (MiB) of each process, from wait4."""
+    codes: list[int | None] = [None] * len(procs)
+    ended = [0.0] * len(procs)
+    rss = [0.0] * len(procs)
+    pending = set(range(len(procs)))
+    while pending:
+        for i in list(pending):
+            pid, status, usage = os.wait4(procs[i].pid, os.WNOHANG)
+            if pid:
+                codes[i] = os.waitstatus_to_exitcode(status)
+                procs[i].returncode = codes[i]
+                ended[i], rss[i] = time.time(), usage.ru_maxrss / 1024
+                pending.discard(i)
+        if pending and time.time() > deadline:
+            for i in pending:
+                procs[i].kill()
+            deadline = float("inf")  # reap them on the next rounds, codes stay None
+            killed = set(pending)
+            while pending:
+                for i in list(pending):
+                    pid, _status, usage = os.wait4(procs[i].pid, 0)
+                    ended[i], rss[i] = time.time(), usage.ru_maxrss / 1024
+                    pending.discard(i)
+            for i in killed:
+                codes[i] = None
+        time.sleep(0.05)
+    return codes, ended, rss
+
+
+# --- kuberl through its real entry point ----------------------------------------------
+
+LAUNCH_RANK = (
+    "import runpy, sys, kuberl_trainer.session as s; s.PROGRESS_EVERY_SECONDS = 0.5; "
+    "sys.argv = ['kuberl_trainer'] + sys.argv[1:]; runpy.run_module('kuberl_trainer', run_name='__main__', alter_sys=True)"
+)  # the entry point as pods run it, with a progress line every 0.5 s for the curves
+
+
+def kuberl_run(root: Path, algorithm: str, hp: dict, env_id: str, num_envs: int, world: int, seed: int,
+               total: int, success: dict, time_cap: float) -> dict:
+    from kuberl import names, trainerconfig
+    from kuberl.spec import parse_spec
+
+    spec = {"algorithm": algorithm, algorithm: hp, "env": {"id": env_id, "numEnvs": num_envs},
+            "totalTimesteps": total, "workers": world, "seed": seed, "success": success,
+            "metrics": {"port": free_port(world)}, "checkpoint": {"everyUpdates": 1_000_000, "keep": 1}}
+    config = trainerconfig.trainer_config("bench", "bench", "uid", parse_spec(spec))
+    master_port = free_port()
+    procs = []
+    launched = time.time()
+    for rank in range(world):
+        rank_root = root / f"rank-{rank}"
+        path = rank_root / names.CONFIG_MOUNT_DIR.lstrip("/") / names.CONFIG_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(config))
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
+               "KUBERL_METRICS_ADDR": "127.0.0.1", "KUBERL_FS_ROOT": str(rank_root), "KUBERL_JOB": "bench",
+               "KUBERL_RESTART": "0", "OMP_NUM_THREADS": str(world), "PYTHONUNBUFFERED": "1"}
+        log = open(root / f"rank-{rank}.log", "w")  # noqa: SIM115 — the child writes it
+        procs.append(subprocess.Popen([sys.executable, "-c", LAUNCH_RANK, "--config",
+                                       f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
+                                      env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO))
+    codes, ended, rss = wait_all(procs, launched + time_cap)
+    rank0 = root / "rank-0"
+    reason_file = rank0 / names.TERMINATION_LOG.lstrip("/")
+    reason = reason_file.read_text().strip() if reason_file.exists() else ""
+    progress_file = rank0 / config["paths"]["checkpointDir"].lstrip("/") / "progress.jsonl"
+    lines = [json.loads(x) for x in progress_file.read_text().splitlines()] if progress_file.exists() else []
+    total_seconds = max(ended) - launched
+    offset = (ended[0] - launched) - lines[-1]["wall_seconds"] if lines and codes[0] is not None else 0.0
+    curve = [[round(x["wall_seconds"] + offset, 3), x["timesteps"], x["episode_return_mean"]] for x in lines]
+    solved = all(c == 0 for c in codes) and reason.startswith("Succeeded: eval return")
+    last100 = next((t for t, _, mean in curve if mean is not None and mean >= TARGET), None)
+    return {"solved_seconds": total_seconds if solved else None, "last100_seconds": last100, "curve": curve,
+            "total_seconds": total_seconds, "timesteps": lines[-1]["timesteps"] if lines else 0,
+            "eval_return": lines[-1]["eval_return"] if lines else None, "reason": reason,
+            "peak_rss_mib": rss, "codes": codes}
+
+
+def sb3_run(root: Path, algorithm: str, hp: dict, env_id: str, seed: int, total: int, eval_every: int,
+            time_cap: float, final_eval: bool = False) -> dict:
+    root.mkdir(parents=True, exist_ok=True)
+    job_file, out = root / "job.json", root / "result.json"
+    launched = time.time()
+    job_file.write_text(json.dumps({
+        "algorithm": algorithm, "hyperparameters": hp, "env": env_id, "seed": seed, "total_timesteps": total,
+        "eval_every": eval_every, "eval_episodes": EVAL_EPISODES, "target": TARGET, "time_cap": time_cap,
+        "curve_every": 1000, "launched": launched, "final_eval_always": final_eval}))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    log = open(root / "sb3.log", "w")  # noqa: SIM115 — the child writes it
+    proc = subprocess.Popen([str(SB3_PYTHON), str(REPO / "bench/sb3_run.py"), str(job_file), str(out)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    codes, ended, rss = wait_all([proc], launched + time_cap + 60)
+    if codes[0] != 0 or not out.exists():
+        return {"solved_seconds": None, "last100_seconds": None, "curve": [], "total_seconds": ended[0] - launched,
+                "timesteps": 0, "eval_return": None, "reason": f"exit {codes[0]}", "peak_rss_mib": rss, "codes": codes}
+    result = json.loads(out.read_text())
+    result["peak_rss_mib"], result["codes"] = rss, codes
+    result["reason"] = "solved" if result["solved_seconds"] is not None else "not solved within the cap"
+    return result
+
+
+def probe_run(root: Path, algorithm: str, hp: dict, num_envs: int, world: int, updates: int,
+              warmup: int, ceiling_steps: int, time_cap: float) -> list[dict]:
+    root.mkdir(parents=True, exist_ok=True)
+    job_file = root / "job.json"
+    job_file.write_text(json.dumps({"algorithm": algorithm, "hyperparameters": hp, "env": "CartPole-v1",
+                                    "num_envs": num_envs, "updates": updates, "warmup_updates": warmup,
+                                    "ceiling_steps": ceiling_steps}))
+    master_port = free_port()
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
+               "OMP_NUM_THREADS": str(world)}
+        log = open(root / f"probe-{rank}.log", "w")  # noqa: SIM115 — the child writes it
+        procs.append(subprocess.Popen([sys.executable, str(REPO / "bench/probe.py"), str(job_file), str(root / "probe")],
+                                      env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO))
+    codes, _, rss = wait_all(procs, time.time() + time_cap)
+    results = []
+    for rank in range(world):
+        path = root / f"probe-rank{rank}.json"
+        if codes[rank] == 0 and path.exists():
+            result = json.loads(path.read_text())
+            result["peak_rss_mib"] = rss[rank]
+            results.append(result)
+    return results
+
+
+# --- the runs -------------------------------------------------------------------------
+
+
+def solve_runs(out: Path, seeds: list[int], caps: dict[str, float]) -> list[dict]:
+    """Item 1: time to solve CartPole-v1, interleaved seed by seed."""
+    runs = []
+    for seed in seeds:
+        for algorithm in ("ppo", "dqn"):
+            kuberl_hp = KUBERL_PPO_CARTPOLE if algorithm == "ppo" else KUBERL_DQN_CARTPOLE
+            sb3_hp = RLZOO_PPO_CARTPOLE if algorithm == "ppo" else RLZOO_DQN_CARTPOLE
+            # success.evalEvery in updates: every EVAL_EVERY_STEPS global steps
+            per_update = (32 if algorithm == "ppo" else 256) * ENVS[algorithm]
+            for side in ("kuberl-1", "kuberl-2", "sb3"):
+                root = out / "runs" / f"{algorithm}-{side}-seed{seed}"
+                started = time.time()
+                if side == "sb3":
+                    result = sb3_run(root, algorithm, sb3_hp, "CartPole-v1", seed, TOTAL[algorithm] * 4,
+                                     EVAL_EVERY_STEPS, caps[algorithm])
+                else:
+                    world = int(side[-1])
+                    success = {"targetReturn": TARGET, "evalEpisodes": EVAL_EPISODES,
+                               "evalEvery": max(1, EVAL_EVERY_STEPS // (per_update * world))}
+                    result = kuberl_run(root, algorithm, kuberl_hp, "CartPole-v1", ENVS[algorithm], world, seed,
+                                        TOTAL[algorithm] * 4, success, caps[algorithm])
+                result.update(algorithm=algorithm, side=side, seed=seed, load=load_average())
+                runs.append(result)
+                print(f"  {algorithm} {side:8s} seed {seed}: solved {fmt(result['solved_seconds'])} s, "
+                      f"last-100>=475 {fmt(result['last100_seconds'])} s, steps {result['timesteps']}, "
+                      f"wall {time.time() - started:.1f} s, load {load_average()}", flush=True)
+    return runs
+
+
+def probe_runs(out: Path, quick: bool) -> dict[str, list[dict]]:
+    """Items 2-5 and 8: throughput, scaling, time per update, ceilings, memory."""
+    ppo = {k: v for k, v in KUBERL_PPO_CARTPOLE.items()}
+    dqn = {k: v for k, v in KUBERL_DQN_CARTPOLE.items()}
+    updates = {"ppo": 15 if quick else 60, "dqn": 4 if quick else 16}
+    ceiling = 500 if quick else 3000
+    plans = {
+        "ppo-plain": ("ppo", ppo, 8, 1), "ppo-ddp2": ("ppo", ppo, 8, 2), "ppo-ddp2-fixed-global": ("ppo", ppo, 4, 2),
+        "dqn-plain": ("dqn", dqn, 1, 1), "dqn-ddp2": ("dqn", dqn, 1, 2),
+        "dqn-ddp2-fixed-global": ("dqn", {**dqn, "batchSize": 32}, 1, 2),
+    }
+    results = {}
+    for name, (algorithm, hp, envs, world) in plans.items():
+        warmup = 2 if algorithm == "ppo" else 5  # DQN: past learningStarts
+        results[name] = probe_run(out / "probes" / name, algorithm, _snake(hp), envs, world, updates[algorithm],
+                                  warmup, ceiling, 600)
+        rates = [r["steps_per_second_rank"] for r in results[name]]
+        print(f"  probe {name}: steps/s per rank {', '.join(f'{x:,.0f}' for x in rates) or 'FAILED'}", flush=True)
+    for algorithm in ("ppo", "dqn"):
+        hp = RLZOO_PPO_CARTPOLE if algorithm == "ppo" else RLZOO_DQN_CARTPOLE
+        total = (256 * (10 if quick else 40)) if algorithm == "ppo" else (1000 + 256 * (4 if quick else 16))
+        results[f"{algorithm}-sb3"] = [sb3_run(out / "probes" / f"{algorithm}-sb3", algorithm, hp, "CartPole-v1", 1,
+                                               total, 0, 600)]
+        print(f"  probe {algorithm}-sb3: steps/s {results[f'{algorithm}-sb3'][0].get('steps_per_second', 0):,.0f}", flush=True)
+    return results
+
+
+def pendulum_runs(out: Path, seeds: list[int], total: int) -> list[dict]:
+    """Item 6: Pendulum-v1 return after `total` steps and wall time."""
+    runs = []
+    updates = -(-total // (1024 * 4))
+    for seed in seeds:
+        root = out / "runs" / f"pendulum-kuberl-seed{seed}"
+        result = kuberl_run(root, "ppo", KUBERL_PPO_PENDULUM, "Pendulum-v1", 4, 1, seed, total,
+                            {"targetReturn": 0.0, "evalEpisodes": EVAL_EPISODES, "evalEvery": updates}, 900)
+        result.update(side="kuberl-1", seed=seed)
+        runs.append(result)
+        print(f"  pendulum kuberl seed {seed}: eval {fmt(result['eval_return'])} in {result['total_seconds']:.1f} s", flush=True)
+        result = sb3_run(out / "runs" / f"pendulum-sb3-seed{seed}", "ppo", RLZOO_PPO_PENDULUM, "Pendulum-v1", seed,
+                         total, 0, 900, final_eval=True)
+        result.update(side="sb3", seed=seed)
+        runs.append(result)
+        print(f"  pendulum sb3 seed {seed}: eval {fmt(result['eval_return'])} in {result['total_seconds']:.1f} s", flush=True)
+    return runs
+
+
+def operator_numbers(quick: bool) -> str | None:
+    """Item 7: H6's operator benchmark (tests/operator/bench_operator.py), when it is there."""
+    if not (REPO / "tests/operator/bench_operator.py").exists():
+        return None
+    args = ["--jobs", "5" if quick else "20", "--unrelated-pods", "50" if quick else "200", "--quiet-seconds", "5" if quick else "10"]
+    try:
+        done = subprocess.run([sys.executable, "-m", "tests.operator.bench_operator", *args], check=False, cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _snake(hp: dict) -> dict:
+    return {"".join("_" + c.lower() if c.isupper() else c for c in k): v for k, v in hp.items()}
+
+
+# --- the report -------------------------------------------------------------------------
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def peak(result: dict) -> float:
+    """Peak RSS in MiB of a run's largest process."""
+    rss = result["peak_rss_mib"]
+    return max(rss) if isinstance(rss, list) else rss
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def solve_table(runs: list[dict]) -> list[str]:
+    rows = ["| algorithm | side | solved (of seeds) | median s to solve | per seed (s; x = not within the cap) | median s to last-100 >= 475 | peak RSS per rank MiB |",
+            "|---|---|---|---|---|---|---|"]
+    for algorithm in ("ppo", "dqn"):
+        for side in ("kuberl-1", "kuberl-2", "sb3"):
+            mine = [r for r in runs if r["algorithm"] == algorithm and r["side"] == side]
+            solved = [r["solved_seconds"] for r in mine if r["solved_seconds"] is not None]
+            per_seed = ", ".join(f"{r['seed']}: {fmt(r['solved_seconds']) if r['solved_seconds'] is not None else 'x'}" for r in mine)
+            last100 = [r["last100_seconds"] for r in mine if r["last100_seconds"] is not None]
+            rss = max((peak(r) for r in mine if r["peak_rss_mib"]), default=None)
+            rows.append(f"| {algorithm} | {side} | {len(solved)}/{len(mine)} | {fmt(median(solved))} | {per_seed} | "
+                        f"{fmt(median(last100))} | {fmt(rss, 0)} |")
+    return rows
+
+
+def probe_tables(probes: dict[str, list[dict]]) -> list[str]:
+    rows = ["| run | ranks | env steps/s per rank | global env steps/s | gradient steps per env step | samples used per env step |",
+            "|---|---|---|---|---|---|"]
+    for name, results in probes.items():
+        if not results:
+            rows.append(f"| {name} | - | FAILED | - | - | - |")
+            continue
+        if name.endswith("sb3"):
+            r = results[0]
+            hp = RLZOO_PPO_CARTPOLE if name.startswith("ppo") else RLZOO_DQN_CARTPOLE
+            utd, reuse = _sb3_utd(name[:3], hp)
+            rows.append(f"| {name} | 1 | {fmt(r.get('steps_per_second'), 0)} | {fmt(r.get('steps_per_second'), 0)} | {utd:.3f} | {reuse:.1f} |")
+            continue
+        rates = [r["steps_per_second_rank"] for r in results]
+        r = results[0]
+        utd = r["gradient_steps_per_update"] / r["env_steps_per_update"]
+        reuse = utd * r["batch_per_gradient_step"]
+        rows.append(f"| {name} | {len(results)} | {' / '.join(fmt(x, 0) for x in rates)} | {fmt(sum(rates), 0)} | {utd:.3f} | {reuse:.1f} |")
+    return rows
+
+
+def _sb3_utd(algorithm: str, hp: dict) -> tuple[float, float]:
+    if algorithm == "ppo":
+        rollout = hp["n_steps"] * hp["n_envs"]
+        steps = hp["n_epochs"] * rollout / hp["batch_size"]
+        return steps / rollout, hp["n_epochs"]
+    return hp["gradient_steps"] / hp["train_freq"], hp["gradient_steps"] * hp["batch_size"] / hp["train_freq"]
+
+
+def breakdown_table(probes: dict[str, list[dict]]) -> list[str]:
+    keys = ["env_step", "act_forward", "sample", "learn_forward", "backward_optimizer", "allreduce_gradients",
+            "allreduce_counters", "checkpoint_write", "update_total"]
+    rows = ["| run | rank | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
+    for name, results in probes.items():
+        for r in results:
+            if "breakdown_seconds" not in r:
+                continue
+            b = r["breakdown_seconds"]
+            rows.append(f"| {name} | {r['rank']} | " + " | ".join(fmt(b[k] * 1000, 2) if k in b else "-" for k in keys) + " |")
+    return rows
+
+
+def ceiling_table(probes: dict[str, list[dict]]) -> list[str]:
+    rows = ["| run | rank | random actions steps/s | env + forward steps/s | training steps/s | fraction of random | fraction of env+forward |",
+            "|---|---|---|---|---|---|---|"]
+    for name, results in probes.items():
+        for r in results:
+            c = r.get("ceilings")
+            if not c:
+                continue
+            rate = r["steps_per_second_rank"]
+            rows.append(f"| {name} | {r['rank']} | {fmt(c['random_actions'], 0)} | {fmt(c['env_plus_forward'], 0)} | {fmt(rate, 0)} | "
+                        f"{rate / c['random_actions']:.3f} | {rate / c['env_plus_forward']:.3f} |")
+    return rows
+
+
+def scaling_lines(probes: dict[str, list[dict]], runs: list[dict]) -> list[str]:
+    lines = []
+    for algorithm in ("ppo", "dqn"):
+        plain = probes.get(f"{algorithm}-plain") or []
+        ddp = probes.get(f"{algorithm}-ddp2") or []
+        fixed = probes.get(f"{algorithm}-ddp2-fixed-global") or []
+        if plain and ddp:
+            base = plain[0]["steps_per_second_rank"]
+            lines.append(f"- {algorithm}: 2 DDP ranks / 1 plain process (no DDP), per-rank envs fixed: "
+                         f"{sum(r['steps_per_second_rank'] for r in ddp) / base:.2f}x global env steps/s")
+            if fixed:
+                lines.append(f"- {algorithm}: fixed global batch (half the envs or batch per rank): "
+                             f"{sum(r['steps_per_second_rank'] for r in fixed) / base:.2f}x (reported, not targeted)")
+        one = [r["solved_seconds"] for r in runs if r["algorithm"] == algorithm and r["side"] == "kuberl-1" and r["solved_seconds"]]
+        two = [r["solved_seconds"] for r in runs if r["algorithm"] == algorithm and r["side"] == "kuberl-2" and r["solved_seconds"]]
+        sb3 = [r["solved_seconds"] for r in runs if r["algorithm"] == algorithm and r["side"] == "sb3" and r["solved_seconds"]]
+        if one and two:
+            lines.append(f"- {algorithm}: median time to solve, 1 rank / 2 ranks: {median(one) / median(two):.2f}x")
+        if two and sb3:
+            lines.append(f"- {algorithm}: median time to solve, 2 ranks / SB3: {median(two) / median(sb3):.2f} (target <= 0.25)")
+    return lines
+
+
+def plot(runs: list[dict], pendulum: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"kuberl-1": "tab:blue", "kuberl-2": "tab:green", "sb3": "tab:red"}
+    fig, ax = plt.subplots(figsize=(11, 6))
+    for r in runs:
+        points = [(t, m) for t, _, m in r["curve"] if m is not None]
+        if points:
+            ax.plot(*zip(*points, strict=True), color=colours[r["side"]], linestyle="-" if r["algorithm"] == "ppo" else "--",
+                    alpha=0.6, linewidth=1, label=f"{r['algorithm']} {r['side']}")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    ax.legend(unique.values(), unique.keys())
+    ax.axhline(TARGET, color="grey", linewidth=0.5)
+    ax.set(xlabel="seconds since launch (imports and rendezvous included)", ylabel="last-100 training return",
+           title="CartPole-v1: every run (solid PPO, dashed DQN)")
+    fig.savefig(out / "curves.png", dpi=110, bbox_inches="tight")
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for r in pendulum:
+        points = [(t, m) for t, _, m in r["curve"] if m is not None]
+        if points:
+            ax.plot(*zip(*points, strict=True), color=colours[r["side"]], label=f"{r['side']} seed {r['seed']}")
+    ax.legend()
+    ax.set(xlabel="seconds since launch", ylabel="last-100 training return", title="Pendulum-v1, PPO")
+    fig.savefig(out / "pendulum.png", dpi=110, bbox_inches="tight")
+
+
+def report(out: Path, args: argparse.Namespace, runs, probes, pendulum, operator, loads: tuple[str, str],
+           started: float) -> str:
+    lines = [
+        "# kuberl vs Stable-Baselines3 (`make bench`)", "",
+        (f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; one torch thread per process."
+        f" Load average (1, 5, 15 min) at start: {loads[0]}; at the end: {loads[1]}. Total bench time {time.time() - started:.0f} s."
+        f" Seeds: {', '.join(map(str, args.seeds_list))}."), "",
+        "Hyperparameters: rl-zoo's (rl-baselines3-zoo hyperparams/ppo.yml CartPole-v1 and Pendulum-v1, dqn.yml CartPole-v1), fixed in bench/bench.py.", "",
+        *[f"- {note}" for note in MAPPING_NOTES], "",
+        "## 1. Time to solve CartPole-v1 (seconds from process launch; imports and rendezvous count)", "",
+        f"Caps: PPO {args.caps['ppo']:.0f} s, DQN {args.caps['dqn']:.0f} s.", "",
+        *solve_table(runs), "",
+        "## 2. Training throughput, with the update-to-data ratio", "",
+        *probe_tables(probes), "",
+        "## 3. Scaling", "", *scaling_lines(probes, runs), "",
+        "## 4. Where the time goes, per update and rank (milliseconds)", "",
+        ("PPO: one update = 32 steps x envs, 20 epochs x 1 minibatch. DQN: one update = 256 env steps per rank, 128 gradient steps."
+        " allreduce_gradients is DDP's comm hook, launch to completion (it overlaps backward, and includes waiting for the slower rank);"
+        " PPO's act_forward is the rollout minus env stepping."), "",
+        *breakdown_table(probes), "",
+        "## 5. Ceilings with the same envs per rank", "", *ceiling_table(probes), "",
+        "## 6. Pendulum-v1, PPO, return after the budget (greedy, 20 episodes)", "",
+        "| side | seed | eval return | wall s (from launch) |", "|---|---|---|---|",
+        *[f"| {r['side']} | {r['seed']} | {fmt(r['eval_return'])} | {fmt(r['total_seconds'])} |" for r in pendulum], "",
+        "## 7. Operator", "",
+        ("Output of tests/operator/bench_operator.py (H6's), run here against the API stand-in:\n\n```\n" + operator + "\n```")
+        if operator else "Left out: the operator benchmark did not run here (missing or failed).", "",
+        "## 8. Peak memory per rank", "",
+        "In the tables of items 1 and 2 (peak RSS from wait4, MiB). Probes: " + ", ".join(
+            f"{name} {'/'.join(fmt(peak(r), 0) for r in results)}" for name, results in probes.items() if results), "",
+        "![curves](curves.png)", "", "![pendulum](pendulum.png)", "",
+    ]
+    text = "\n".join(lines)
+    (out / "report.md").write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one seed, short probes: a smoke run")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds for the solve runs (default 5, quick 1)")
+    parser.add_argument("--out", default=str(REPO / "runs/bench"))
+    parser.add_argument("--from-results", default=None, help="re-render the report from a results.json")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: solve,probe,pendulum,operator")
+    args = parser.parse_args(argv)
+    if not SB3_PYTHON.exists():
+        print(f"no {SB3_PYTHON}: run `make sb3-venv` first", file=sys.stderr)
+        return 2
+    skip = set(filter(None, args.skip.split(",")))
+    args.seeds_list = list(range(1, 1 + (args.seeds or (1 if args.quick else 5))))
+    args.caps = {"ppo": 120.0, "dqn": 300.0}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started, load_start = time.time(), load_average()
+    print(f"bench: load average {load_start}", flush=True)
+    if args.from_results:  # re-render a report from a finished run's results.json
+        saved = json.loads(Path(args.from_results).read_text())
+        runs, probes, pendulum, operator = saved["runs"], saved["probes"], saved["pendulum"], saved.get("operator")
+    else:
+        runs = solve_runs(out, args.seeds_list, args.caps) if "solve" not in skip else []
+        probes = probe_runs(out, args.quick) if "probe" not in skip else {}
+        pendulum = pendulum_runs(out, args.seeds_list[:1], 20_480 if args.quick else 100_000) if "pendulum" not in skip else []
+        operator = operator_numbers(args.quick) if "operator" not in skip else None
+        (out / "results.json").write_text(json.dumps({"runs": runs, "probes": probes, "pendulum": pendulum, "operator": operator}))
+    plot(runs, pendulum, out)
+    text = report(out, args, runs, probes, pendulum, operator, (load_start, load_average()), started)
+    print(text)
+    print(f"\nreport: {out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

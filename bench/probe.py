@@ -1,0 +1,198 @@
+"""One rank of a throughput probe for `make bench` (main venv): the real
+trainers, driven for a fixed number of updates with every phase timed.
+
+    python bench/probe.py JOB.json OUT_PREFIX   (rank and world from the env contract)
+
+Per update and per rank: env stepping, policy/Q forward while acting, the
+learning forward, backward + optimiser, gradient all-reduce (launch to
+completion, overlapping backward; DDP's hook), the counter all-reduce, and
+one checkpoint write. Then the two ceilings with the same envs: random
+actions only, and acting with the policy's forward.
+"""
+
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from kuberl.spec import DQNConfig, PPOConfig
+from kuberl_trainer import checkpoint
+from kuberl_trainer.distributed import process_group
+from kuberl_trainer.dqn import DQNTrainer
+from kuberl_trainer.envs import make_envs
+from kuberl_trainer.ppo import PPOTrainer
+
+
+class Timed:
+    """Wraps a callable, adding its wall time to `self.seconds`."""
+
+    def __init__(self, fn):
+        self.fn, self.seconds = fn, 0.0
+
+    def __call__(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+
+class Recorder:
+    """The Session protocol, recording each update's report."""
+
+    restart = 0
+
+    def __init__(self, updates: int):
+        self.updates, self.reports = updates, []
+
+    def stop_requested(self) -> bool:
+        return len(self.reports) >= self.updates - 1
+
+    def success_vote(self) -> bool:
+        return False
+
+    def load(self):
+        return None
+
+    def after_update(self, report, trainer) -> None:
+        self.reports.append(report)
+
+
+def timed_comm_hook(model, seconds: list[float]) -> None:
+    def hook(_state, bucket):
+        started = time.perf_counter()
+        future = dist.all_reduce(bucket.buffer().div_(dist.get_world_size()), async_op=True).get_future()
+
+        def done(f):
+            seconds.append(time.perf_counter() - started)
+            return f.value()[0]
+
+        return future.then(done)
+
+    model.register_comm_hook(None, hook)
+
+
+def ceilings(job: dict, agent, steps: int) -> dict:
+    """Env steps/s with random actions, and with the network's forward."""
+    envs = make_envs(job["env"], job["num_envs"])
+    obs, _ = envs.reset(seed=1)
+    rng = np.random.default_rng(0)
+    space = envs.action_space
+    low = high = None
+    if job["algorithm"] == "ppo" and not agent.discrete:
+        low, high = envs.single_action_space.low, envs.single_action_space.high
+    started = time.perf_counter()
+    for _ in range(steps):
+        envs.step(space.sample() if low is None else rng.uniform(low, high, space.shape).astype(np.float32))
+    random_rate = steps * job["num_envs"] / (time.perf_counter() - started)
+    started = time.perf_counter()
+    with torch.no_grad():
+        for _ in range(steps):
+            x = torch.as_tensor(obs, dtype=torch.float32)
+            if job["algorithm"] == "ppo":
+                action = agent.act(x)[0].numpy()
+                action = action if low is None else np.clip(action, low, high)
+            else:
+                action = agent.greedy(x).numpy()
+            obs, *_ = envs.step(action)
+    forward_rate = steps * job["num_envs"] / (time.perf_counter() - started)
+    envs.close()
+    return {"random_actions": random_rate, "env_plus_forward": forward_rate}
+
+
+def main() -> None:
+    job = json.loads(Path(sys.argv[1]).read_text())
+    with process_group("gloo", 600, 120) as ctx:
+        if job["algorithm"] == "ppo":
+            hp = PPOConfig(**job["hyperparameters"])
+            trainer = PPOTrainer(ctx, hp, job["env"], job["num_envs"], {}, 10**9, 1, 0)
+        else:
+            hp = DQNConfig(**job["hyperparameters"])
+            trainer = DQNTrainer(ctx, hp, job["env"], job["num_envs"], {}, 10**9, 1, 0)
+        grad_allreduce: list[float] = []
+        if ctx.distributed and job["algorithm"] == "ppo":
+            timed_comm_hook(trainer.model, grad_allreduce)
+        env_step = Timed(trainer.envs.step)
+        trainer.envs.step = env_step
+        learn_forward = Timed(trainer.model.forward)
+        trainer.model.forward = learn_forward
+        counter_sync = Timed(trainer.sync)
+        trainer.sync = counter_sync
+
+        warmup = Recorder(job["warmup_updates"])
+        trainer.train(warmup)  # DQN: fills learningStarts; both: first-call costs
+        env_step.seconds = learn_forward.seconds = counter_sync.seconds = 0.0
+        grad_allreduce.clear()
+        timings_before = dict(getattr(trainer, "timings", {}))
+        steps_before = trainer.counters.global_step
+        recorder = Recorder(job["updates"])
+        started = time.perf_counter()
+        trainer.train(recorder)
+        wall = time.perf_counter() - started
+        reports = recorder.reports
+        updates = len(reports)
+        local_steps = sum(r.local_steps for r in reports)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            write = time.perf_counter()
+            for i in range(3):
+                checkpoint.save(tmp, i, trainer.shared_state(), keep=1)
+            checkpoint_seconds = (time.perf_counter() - write) / 3
+
+        rollout = sum(r.rollout_seconds for r in reports)
+        update = sum(r.update_seconds for r in reports)
+        counter_allreduce = counter_sync.seconds
+        if job["algorithm"] == "dqn":
+            timings = {k: trainer.timings[k] - timings_before.get(k, 0.0) for k in trainer.timings}
+            # DQN's report folds its gradient all-reduces (comm hook) into allreduce_seconds
+            gradient_allreduce = sum(r.allreduce_seconds for r in reports) - counter_allreduce
+            breakdown = {
+                "env_step": timings["env_step"] / updates,
+                "act_forward": timings["act_forward"] / updates,
+                "sample": timings["sample"] / updates,
+                "learn_forward": timings["train_forward"] / updates,
+                "backward_optimizer": timings["backward_optimizer"] / updates,
+                "allreduce_gradients": gradient_allreduce / updates,
+                "allreduce_counters": counter_allreduce / updates,
+            }
+            gradient_steps = trainer.gradient_steps
+            batch = hp.batch_size
+        else:
+            breakdown = {
+                "env_step": env_step.seconds / updates,
+                "act_forward": (rollout - env_step.seconds) / updates,
+                "learn_forward": learn_forward.seconds / updates,
+                "backward_optimizer": (update - learn_forward.seconds) / updates,
+                "allreduce_gradients": sum(grad_allreduce) / updates,
+                "allreduce_counters": counter_allreduce / updates,
+            }
+            gradient_steps = hp.update_epochs * hp.num_minibatches
+            batch = trainer.batch_per_rank // hp.num_minibatches
+        breakdown["checkpoint_write"] = checkpoint_seconds if ctx.is_main else 0.0
+        breakdown["update_total"] = wall / updates
+        result = {
+            "rank": ctx.rank,
+            "world_size": ctx.world_size,
+            "updates": updates,
+            "local_steps": local_steps,
+            "global_steps": trainer.counters.global_step - steps_before,
+            "wall_seconds": wall,
+            "steps_per_second_rank": local_steps / wall,
+            "gradient_steps_per_update": gradient_steps,
+            "env_steps_per_update": trainer.batch_per_rank,
+            "batch_per_gradient_step": batch,
+            "breakdown_seconds": breakdown,
+            "ceilings": ceilings(job, trainer.agent, job["ceiling_steps"]) if job.get("ceiling_steps") else None,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+    with open(f"{sys.argv[2]}-rank{result['rank']}.json", "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()
