@@ -497,7 +497,7 @@ class Store:
             errors.append(FieldError('FieldValueForbidden', 'metadata.finalizers', 'no new finalizers can be added if the object is being deleted'))
         if errors:
             raise invalid(rtype, name, errors)
-        if self._spec_changed(old, new):
+        if self._spec_changed(old, new, rtype.has_status):
             metadata['generation'] = old['metadata'].get('generation', 1) + 1
         metadata['resourceVersion'] = old['metadata']['resourceVersion']
         if not metadata.get('finalizers'):
@@ -517,8 +517,9 @@ class Store:
         return clone(new), warnings
 
     @staticmethod
-    def _spec_changed(old: dict, new: dict) -> bool:
-        ignored = ('metadata', 'status', 'apiVersion', 'kind')
+    def _spec_changed(old: dict, new: dict, has_status: bool) -> bool:
+        """Whether generation moves: any change but metadata (and status, when it is a subresource)."""
+        ignored = ('metadata', 'apiVersion', 'kind') + (('status',) if has_status else ())
         return {k: v for k, v in old.items() if k not in ignored} != {k: v for k, v in new.items() if k not in ignored}
 
     def _store(self, key: tuple[str, str], obj: dict) -> None:
