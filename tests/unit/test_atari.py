@@ -109,6 +109,14 @@ def test_a_game_envpool_does_not_have_is_a_configuration_error_naming_the_id():
         envs.make_envs("ALE/TicTacToe3D-v5", 1, {}, "envpool")
 
 
+@pytest.mark.skipif(__import__("importlib").util.find_spec("envpool") is None, reason="envpool is not installed")
+def test_envpool_without_no_ops_runs_instead_of_crashing():
+    vec = envs.make_envs("ALE/Pong-v5", 1, {"noopMax": 0}, "envpool")  # EnvPool itself segfaults on noop_max=0
+    obs, _ = vec.reset(seed=1)
+    assert obs.shape == (1, 4, *FRAME)
+    vec.close()
+
+
 def test_envpool_missing_is_a_configuration_error_naming_the_backend(monkeypatch):
     monkeypatch.setitem(sys.modules, "envpool", None)  # import envpool now raises ImportError
     with pytest.raises(atari.AtariConfigError, match=r"^spec\.env\.backend: envpool is unavailable here"):

@@ -292,7 +292,7 @@ def make_envpool(game: str, num_envs: int, opts: AtariOptions, num_threads: int)
         "img_height": SCREEN_SIZE,
         "img_width": SCREEN_SIZE,
         "frame_skip": FRAME_SKIP,
-        "noop_max": max(1, opts.noop_max),  # EnvPool counts the reset itself as one
+        "noop_max": max(1, opts.noop_max),  # EnvPool 1.2.5 segfaults on 0; 1 is its minimum
         "episodic_life": opts.episodic_life,
         "reward_clip": False,  # clipped by the trainer, for learning only
         "repeat_action_probability": opts.sticky_actions,
