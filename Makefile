@@ -138,5 +138,8 @@ sb3-venv: $(SB3_STAMP) ## Stable-Baselines3 2.9.2 in its own venv (.tools/sb3-ve
 bench: $(STAMP) $(SB3_STAMP) ## kuberl vs SB3 (PPO, DQN): time to solve, throughput, scaling, profile; report in runs/bench (BENCH_ARGS=--quick)
 	$(PY) bench/bench.py $(BENCH_ARGS)
 
+bench-atari: $(STAMP) ## Pong from pixels per rank: env steps/s (gymnasium, EnvPool) with and without the learner, peak memory
+	$(PY) -m kuberl_trainer.bench_atari
+
 clean: ## remove the virtual environment and run outputs
 	rm -rf $(VENV) runs
