@@ -316,9 +316,12 @@ class DQNTrainer:
         return {"value_loss": float(total) / self.gradient_steps}
 
     def learning(self) -> bool:
-        """Enough transitions in this rank's buffer (identical on every rank,
-        since all ranks step alike; refilled after a resume)."""
-        return len(self.replay) >= max(self.hp.learning_starts, self.hp.batch_size) and self.replay.can_sample()
+        """Enough transitions in this rank's buffer: decided from counts alone,
+        identical on every rank (a rank-dependent answer would hang DDP).
+        Two start rows always hold a real transition (autoreset rows never
+        follow each other). After a resume the buffer refills first."""
+        lo, hi = self.replay.start_range()
+        return len(self.replay) >= max(self.hp.learning_starts, self.hp.batch_size) and hi - lo >= 2
 
     def train(self, session: Session) -> str:
         """Run iterations until the budget is spent, the target is met, or a
