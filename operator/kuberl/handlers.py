@@ -89,6 +89,7 @@ class OperatorConfig:
     scrape_timeout: float = 2.0  # short: a stopped rank 0 freezes its metrics server too
     resync_seconds: float = 300.0  # a safety net; watch events wake the loop sooner
     debounce_seconds: float = 0.05  # a burst of pod events becomes one reconcile
+    max_concurrent_reconciles: int = 32  # bounds the operator's load on the API server in a burst
     peering: str | None = None  # kopf peering object; None runs standalone
 
 
@@ -188,6 +189,7 @@ class Shell:
     wakes: dict[tuple[str, str], Wake] = dataclasses.field(default_factory=dict)
     scraper: aiohttp.ClientSession | None = None
     settings: kopf.OperatorSettings | None = None  # kopf's, as the startup handler saw them
+    reconcile_slots: asyncio.Semaphore | None = None
 
     def poke(self, namespace: str, job: str, pods_changed: bool = False) -> None:
         wake = self.wakes.get((namespace, job))
@@ -217,6 +219,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     shell.settings = settings
     if shell.config.peering is not None:  # several replicas: never run unpeered by accident
         settings.peering.mandatory = True
+    shell.reconcile_slots = asyncio.Semaphore(shell.config.max_concurrent_reconciles)
     shell.scraper = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=shell.config.scrape_timeout))
 
 
@@ -259,8 +262,9 @@ async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.Daem
     try:
         while not stopped:
             wake.event.clear()
-            with shell.metrics.reconcile_duration.time():
-                seconds = await job.reconcile()
+            async with shell.reconcile_slots:
+                with shell.metrics.reconcile_duration.time():
+                    seconds = await job.reconcile()
             await _sleep(wake.event, stopped, seconds)
             if wake.event.is_set():
                 await asyncio.sleep(shell.config.debounce_seconds)
