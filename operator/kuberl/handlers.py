@@ -414,7 +414,7 @@ class JobLoop:
         if decision.of(lifecycle.CreatePods) or decision.of(lifecycle.DeletePods):
             self.wake.pods_changed = True  # what we do to the pods is read back, never assumed
         if decision.phase in lifecycle.TERMINAL and spec.queue_name:
-            await self._finish_kueue_group(pods, decision.status.get("generation", 0))
+            await self._finish_kueue_group(pods)
         for action in decision.actions:
             if isinstance(action, lifecycle.CreatePods):
                 await self._ensure_children(job, spec, action.generation)
@@ -504,11 +504,12 @@ class JobLoop:
                 options["gracePeriodSeconds"] = 0
             await self.api.delete(*PODS, self.namespace, pod, options)
 
-    async def _finish_kueue_group(self, pods: list[dict], generation: int) -> None:
+    async def _finish_kueue_group(self, pods: list[dict]) -> None:
         """Kueue finishes a pod group (and releases its quota) once a pod says it will not be retried."""
         for pod in pods:
             annotations = pod["metadata"].get("annotations") or {}
             if annotations.get(names.KUEUE_RETRIABLE_IN_GROUP) != "false" and not pod["metadata"].get("deletionTimestamp"):
+                self.wake.pods_changed = True
                 await self.api.patch_pod_annotations(self.namespace, pod["metadata"]["name"], {names.KUEUE_RETRIABLE_IN_GROUP: "false"})
 
     async def _next_wake(self, job: dict, spec: JobSpec, decision: lifecycle.Decision, status: dict, now: float) -> float | None:
