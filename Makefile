@@ -61,9 +61,10 @@ test-gpu: $(STAMP) ## CUDA/NCCL paths; skips (and says so) without a GPU
 lint: $(STAMP) ## ruff over the code
 	$(VENV)/bin/ruff check operator trainer tests
 
-manifests: $(STAMP) install-yaml ## regenerate the CRD and examples' checked-in copies
+manifests: $(STAMP) ## regenerate the CRD (manifests/, the chart) and manifests/install.yaml
 	$(PY) -m kuberl.cli crd > manifests/crd.yaml
 	$(PY) -m kuberl.cli crd > charts/kuberl/crds/rltrainingjobs.yaml
+	$(MAKE) --no-print-directory install-yaml
 
 HELM := $(TOOLS)/bin/helm
 INSTALL_NAMESPACE := kuberl-system

@@ -144,6 +144,33 @@ def _status_schema() -> dict:
                     "evalReturn": {**nullable_num, "description": "Latest evaluation mean return."},
                 },
             },
+            "conditions": {
+                "type": "array", "maxItems": 16, "description": "Kubernetes-style conditions (type, status, reason, message, lastTransitionTime).",
+                "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "description": "One condition."},
+            },
+            "restartHistory": {
+                "type": "array", "maxItems": 16, "description": "The latest gang restarts with reason, time and whether they counted toward backoffLimit (bounded).",
+                "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "description": "One restart."},
+            },
+            "forceDeleted": {
+                "type": "array", "maxItems": 16, "description": "Pods force-deleted after being stuck terminating (bounded).",
+                "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "description": "One force deletion."},
+            },
+            "startupRetries": {"type": "integer", "description": "Generations that never fully started (not counted toward backoffLimit)."},
+            "startTime": {"type": "string", "nullable": True, "description": "When the job (or its resume) started running."},
+            "completionTime": {"type": "string", "nullable": True, "description": "When the job succeeded or failed."},
+            "generationStartTime": {"type": "string", "nullable": True, "description": "When the current gang generation was created."},
+            "gangRunningTime": {"type": "string", "nullable": True, "description": "When every pod of the current generation was first running."},
+            "nextStartTime": {"type": "string", "nullable": True, "description": "When the next generation may start (restart backoff)."},
+            "rank0Progress": {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                "description": "Rank 0's last step count and when it last changed: the stall clock, kept across operator restarts.",
+            },
+            "latestCheckpoint": {
+                "type": "object", "nullable": True, "x-kubernetes-preserve-unknown-fields": True,
+                "description": "Path, time and timesteps of the newest checkpoint.",
+            },
+            "finalModel": {"type": "string", "nullable": True, "description": "Where the trained policy was written."},
         },
     }
 

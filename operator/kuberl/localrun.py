@@ -43,7 +43,7 @@ from . import lifecycle, metricnames, names
 from .lifecycle import ObservedPod, Rank0Progress
 from .localnode import LocalRunError, PodProcess, processes_under, start_pod
 from .render import Job, render_configmap, render_pod, render_service
-from .spec import InvalidJob, JobSpec, Problem, validate_job
+from .spec import InvalidJob, JobSpec, KubernetesYamlLoader, Problem, load_documents, validate_job
 
 NAMESPACE = "default"
 CLUSTER_DOMAIN = "cluster.local"
@@ -67,7 +67,7 @@ def apply_overrides(job: Mapping, workers: int | None, settings: list[str]) -> d
         if not sep or not key:
             raise InvalidJob([Problem(setting, "expected --set path=value")])
         path = key if key.startswith(("spec.", "metadata.")) else f"spec.{key}"
-        pairs.append((path, yaml.safe_load(raw) if raw else ""))
+        pairs.append((path, yaml.load(raw, Loader=KubernetesYamlLoader) if raw else ""))
     for path, value in pairs:
         node = out
         parts = path.split(".")
@@ -329,7 +329,7 @@ def observed(entry: LocalPod, code: int | None) -> ObservedPod:
 
 def load_job(path: str) -> dict:
     with open(path) as f:
-        docs = [d for d in yaml.safe_load_all(f) if d is not None]
+        docs = load_documents(f)
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise SystemExit(f"{path}: expected exactly one RLTrainingJob document")
     return docs[0]

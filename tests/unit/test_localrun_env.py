@@ -157,6 +157,12 @@ def test_overrides_set_nested_fields_as_yaml():
     assert job["spec"]["workers"] == 2
 
 
+def test_overrides_read_numbers_as_kubectl_does():
+    # PyYAML alone reads 1e-3 as a string, which the strict spec would refuse.
+    out = apply_overrides({"spec": {}}, None, ["ppo.learningRate=1e-3", "totalTimesteps=5e5"])
+    assert out["spec"] == {"ppo": {"learningRate": 0.001}, "totalTimesteps": 500000}
+
+
 def test_rank_zero_metrics_are_read_by_name():
     text = (
         '# TYPE kuberl_trainer_env_steps_total counter\n'
