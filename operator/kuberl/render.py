@@ -47,7 +47,7 @@ COSCHEDULING_SCHEDULERS = frozenset({"scheduler-plugins-scheduler", "scheduler-p
 MEMORY_PER_PROC_GI = 2
 RENDEZVOUS_PORT_NAME = "rendezvous"
 CONFIG_PATH = f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"
-RUNTIME_USER = 1000
+RUNTIME_USER = 65532  # the uid the images run as (dockerfiles/)
 
 Target = Literal["cluster", "local"]
 

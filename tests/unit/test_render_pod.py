@@ -222,7 +222,7 @@ def test_pod_runs_locked_down():
     assert c["terminationMessagePath"] == "/dev/termination-log"
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert c["securityContext"] == {
-        "runAsNonRoot": True, "runAsUser": 1000, "allowPrivilegeEscalation": False,
+        "runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
     }
 
