@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from .spec import InvalidJob, load_documents, validate_job
+from .spec import InvalidJob, JobSpec, load_documents, validate_job
 
 
 def load_jobs(path: str) -> list[dict]:
@@ -34,18 +34,25 @@ def gymnasium_id_known(env_id: str) -> bool | None:
     return False
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
-    failed = False
-    for job in load_jobs(args.file):
+def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec]], bool]:
+    """Every job in a file with its parsed spec; problems go to stderr, each
+    with its field path. Returns (valid jobs, whether any was invalid)."""
+    valid, failed = [], False
+    for job in load_jobs(path):
         name = (job.get("metadata") or {}).get("name", "?") if isinstance(job, dict) else "?"
         try:
-            spec = validate_job(job, env_id_known=gymnasium_id_known)
+            valid.append((name, validate_job(job, env_id_known=gymnasium_id_known)))
         except InvalidJob as e:
             failed = True
-            print(f"{args.file}: RLTrainingJob {name!r} is invalid ({len(e.problems)} problem(s)):", file=sys.stderr)
+            print(f"{path}: RLTrainingJob {name!r} is invalid ({len(e.problems)} problem(s)):", file=sys.stderr)
             for p in e.problems:
                 print(f"  {p}", file=sys.stderr)
-            continue
+    return valid, failed
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    jobs, failed = valid_jobs(args.file)
+    for name, spec in jobs:
         target = spec.success.target_return
         print(
             f"{name}: valid: {spec.algorithm} on {spec.env.id}, {spec.workers} worker(s) x {spec.procs} process(es)"
@@ -66,17 +73,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     BlockDumper.add_representer(
         str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None)
     )
-    failed = False
-    for job in load_jobs(args.file):
-        name = (job.get("metadata") or {}).get("name", "?") if isinstance(job, dict) else "?"
-        try:
-            spec = validate_job(job, env_id_known=gymnasium_id_known)
-        except InvalidJob as e:
-            failed = True
-            print(f"{args.file}: RLTrainingJob {name!r} is invalid ({len(e.problems)} problem(s)):", file=sys.stderr)
-            for p in e.problems:
-                print(f"  {p}", file=sys.stderr)
-            continue
+    jobs, failed = valid_jobs(args.file)
+    for name, spec in jobs:
         for obj in render_job(Job(name, spec), args.namespace, PLACEHOLDER_UID, default_image=DEFAULT_IMAGE):
             print(f"---\n# {obj['kind']} {obj['metadata']['name']} (RLTrainingJob {name})")
             yaml.dump(obj, sys.stdout, Dumper=BlockDumper, sort_keys=False, width=120)
