@@ -216,7 +216,7 @@ def probe_run(root: Path, algorithm: str, hp: dict, num_envs: int, world: int, u
 # --- the runs -------------------------------------------------------------------------
 
 
-def solve_runs(out: Path, seeds: list[int], caps: dict[str, float]) -> list[dict]:
+def solve_runs(out: Path, seeds: list[int], caps: dict[str, float], so_far: dict) -> list[dict]:
     """Item 1: time to solve CartPole-v1, interleaved seed by seed."""
     runs = []
     for seed in seeds:
@@ -239,6 +239,7 @@ def solve_runs(out: Path, seeds: list[int], caps: dict[str, float]) -> list[dict
                                         TOTAL[algorithm] * 4, success, caps[algorithm])
                 result.update(algorithm=algorithm, side=side, seed=seed, load=load_average())
                 runs.append(result)
+                (out / "results.json").write_text(json.dumps({**so_far, "runs": runs}))
                 print(f"  {algorithm} {side:8s} seed {seed}: solved {fmt(result['solved_seconds'])} s, "
                       f"last-100>=475 {fmt(result['last100_seconds'])} s, steps {result['timesteps']}, "
                       f"wall {time.time() - started:.1f} s, load {load_average()}", flush=True)
@@ -499,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     skip = set(filter(None, args.skip.split(",")))
     args.seeds_list = list(range(1, 1 + (args.seeds or (1 if args.quick else 5))))
-    args.caps = {"ppo": 120.0, "dqn": 300.0}
+    args.caps = {"ppo": 120.0, "dqn": 200.0}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started, load_start = time.time(), load_average()
@@ -508,11 +509,13 @@ def main(argv: list[str] | None = None) -> int:
         saved = json.loads(Path(args.from_results).read_text())
         runs, probes, pendulum, operator = saved["runs"], saved["probes"], saved["pendulum"], saved.get("operator")
     else:
-        runs = solve_runs(out, args.seeds_list, args.caps) if "solve" not in skip else []
+        # the short parts first; the solve runs save what they have after every run (results.json)
         probes = probe_runs(out, args.quick) if "probe" not in skip else {}
         pendulum = pendulum_runs(out, args.seeds_list[:1], 20_480 if args.quick else 100_000) if "pendulum" not in skip else []
         operator = operator_numbers(args.quick) if "operator" not in skip else None
-        (out / "results.json").write_text(json.dumps({"runs": runs, "probes": probes, "pendulum": pendulum, "operator": operator}))
+        so_far = {"runs": [], "probes": probes, "pendulum": pendulum, "operator": operator}
+        runs = solve_runs(out, args.seeds_list, args.caps, so_far) if "solve" not in skip else []
+        (out / "results.json").write_text(json.dumps({**so_far, "runs": runs}))
     plot(runs, pendulum, out)
     text = report(out, args, runs, probes, pendulum, operator, (load_start, load_average()), started)
     print(text)
