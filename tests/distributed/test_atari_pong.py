@@ -20,8 +20,8 @@ from .support import JOB, REPO, Job, free_ports, make_job, write_config
 RANK_SCRIPT = Path(__file__).with_name("atari_rank.py")
 PONG = {"id": "ALE/Pong-v5", "numEnvs": 2}
 ALGORITHMS = {
-    # 2 ranks x 2 envs x 32 steps = 128 steps per update
-    "ppo": {"ppo": {"numSteps": 32, "numMinibatches": 2, "updateEpochs": 1, "learningRate": 2.5e-4},
+    # 2 ranks x 2 envs x 32 steps = 128 steps per update; bf16 autocast on CPU runs the GPU's code path under DDP
+    "ppo": {"ppo": {"numSteps": 32, "numMinibatches": 2, "updateEpochs": 1, "learningRate": 2.5e-4, "precision": "bf16"},
             "checkpoint": {"everyUpdates": 4, "keep": 2}},
     # 2 ranks x 2 envs x 8 vector steps = 32 steps per iteration, one gradient step each, from step 128 per rank
     "dqn": {"dqn": {"bufferSize": 2000, "batchSize": 16, "learningStarts": 128, "trainFrequency": 16,

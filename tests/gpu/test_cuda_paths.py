@@ -63,6 +63,7 @@ def test_the_rank_computes_on_the_gpu_named_by_local_rank(monkeypatch):
         monkeypatch.setenv(name, value)
     with distributed.process_group("auto") as ctx:
         assert ctx.device == GPU and torch.cuda.current_device() == 0
+        assert torch.cuda.get_device_name(0) in device.describe(ctx.device)
     assert distributed.choose_backend("auto") == "nccl"
 
 

@@ -26,6 +26,7 @@ import torch
 from kuberl import contract, names, trainerconfig
 from kuberl.spec import InvalidJob, Problem
 
+from .device import describe as describe_device
 from .distributed import PeerLost, process_group
 from .dqn import DQNSession, DQNTrainer
 from .dqn import check_hyperparameters as dqn_problems
@@ -132,7 +133,8 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event) -> tuple[str
         session = (DQNSession if spec.algorithm == "dqn" else TrainingSession)(config, ctx, metrics, restart, stop, log=lambda s: log(s, flush=True))
         if ctx.is_main:
             print(f"kuberl trainer: job {config.job}, {ctx.world_size} rank(s), backend {ctx.backend or 'none'}, "
-                  f"{trainer.num_updates} updates of {trainer.batch_per_rank * ctx.world_size} steps", flush=True)
+                  f"{trainer.num_updates} updates of {trainer.batch_per_rank * ctx.world_size} steps, "
+                  f"rank 0 on {describe_device(ctx.device)}", flush=True)
         try:
             outcome = trainer.train(session)
         except PeerLost:

@@ -11,7 +11,6 @@ return fp32), so mixed precision changes matrix maths, not the RL maths.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -43,13 +42,6 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     if precision == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-
-
-@contextlib.contextmanager
-def no_autocast() -> Iterator[None]:
-    """Leave any enclosing autocast region (fp32 maths inside one)."""
-    with torch.autocast(device_type="cuda", enabled=False), torch.autocast(device_type="cpu", enabled=False):
-        yield
 
 
 def describe(device: torch.device) -> str:

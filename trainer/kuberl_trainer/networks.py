@@ -113,7 +113,3 @@ class QCNN(nn.Module):
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         return self.forward(obs).argmax(-1)
-
-
-def is_cnn(space: gym.Space, requested: str, field: str) -> bool:
-    return choose(space, requested, field) == "cnn"
