@@ -83,6 +83,15 @@ def test_collectives_run_on_cuda_tensors_through_nccl(tmp_path):
         assert grads and all(g.device == GPU and torch.isfinite(g).all() for g in grads)
 
 
+def test_cudnn_autotunes_unless_deterministic(monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    device.tune(GPU, deterministic=True)
+    assert not torch.backends.cudnn.benchmark
+    device.tune(GPU, deterministic=False)
+    assert torch.backends.cudnn.benchmark and torch.backends.cuda.matmul.allow_tf32
+
+
 def test_host_buffers_are_pinned_and_copies_keep_uint8():
     buffer = device.host_zeros((16, 4, 84, 84), np.uint8, GPU)
     assert torch.from_numpy(buffer).is_pinned()

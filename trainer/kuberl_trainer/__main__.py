@@ -27,6 +27,7 @@ from kuberl import contract, names, trainerconfig
 from kuberl.spec import InvalidJob, Problem
 
 from .device import describe as describe_device
+from .device import tune as tune_device
 from .distributed import PeerLost, process_group
 from .dqn import DQNSession, DQNTrainer
 from .dqn import check_hyperparameters as dqn_problems
@@ -120,6 +121,7 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event) -> tuple[str
     seed_everything(spec.seed, spec.deterministic)
     policy = spec.run_policy
     with process_group(spec.rendezvous.backend, policy.collective_timeout_seconds, policy.rendezvous_timeout_seconds) as ctx:
+        tune_device(ctx.device, spec.deterministic)
         try:
             algorithm = DQNTrainer if spec.algorithm == "dqn" else PPOTrainer
             trainer = algorithm(ctx, spec.hyperparameters, spec.env.id, spec.env.num_envs, spec.env.kwargs,

@@ -44,6 +44,16 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
+def tune(device: torch.device, deterministic: bool) -> None:
+    """cuDNN picks its fastest convolutions for the fixed Atari shapes, and
+    fp32 matmuls may use TF32 tensor cores; deterministic mode keeps neither."""
+    if device.type != "cuda" or deterministic:
+        return
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+
 def describe(device: torch.device) -> str:
     """One line for the start-up log: what this rank computes on."""
     if device.type == "cuda":
