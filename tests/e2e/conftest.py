@@ -20,10 +20,12 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 
 import pytest
 import yaml
+from kuberl import metricnames as m
 from kuberl import names
 from kuberl.localnode import processes_under
 
@@ -53,7 +55,7 @@ SCRAPE_SECONDS = 1
 RESULTS = os.environ.get('KUBERL_E2E_RESULTS')  # where the scenario table is written (JSON lines), if set
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2, explain=None):
     """Poll until `predicate()` is truthy; deadlines come from the spec's own timeouts, with room for a loaded machine."""
     deadline = time.monotonic() + timeout
     while True:
@@ -61,7 +63,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f'timed out after {timeout:.0f}s waiting for {what}')
+            raise AssertionError(f'timed out after {timeout:.0f}s waiting for {what}' + (f'\n{explain()}' if explain else ''))
         time.sleep(interval)
 
 
@@ -242,7 +244,7 @@ class Stack:
     def get_rltj(self, name: str) -> dict[str, str]:
         """`kubectl get rltj NAME` as a user reads it: column -> value."""
         header, row = self.kubectl('get', 'rltj', name).stdout.strip().splitlines()
-        columns = [m.start() for m in re.finditer(r'\S+', header)]
+        columns = [match.start() for match in re.finditer(r'\S+', header)]
         cells = [row[a:b].strip() for a, b in zip(columns, [*columns[1:], None], strict=True)]
         return dict(zip(header.split(), cells, strict=True))
 
@@ -276,13 +278,19 @@ class Stack:
                  if (o['metadata'].get('labels') or {}).get(names.LABEL_JOB) == name]
         return left
 
+    def describe(self, name: str) -> str:
+        """What a user would look at when a job is stuck: its status, its pods, rank 0's last words."""
+        pods = [(p['metadata']['name'], p['metadata']['labels'].get(names.LABEL_RESTART), (p.get('status') or {}).get('phase'),
+                 bool(p['metadata'].get('deletionTimestamp'))) for p in self.pods(name)]
+        return f'status: {json.dumps(self.status(name))}\npods: {pods}\npids: {self.pids(name)}\nrank 0 log: {self.pod_logs(name)[-1500:]}'
+
     def wait_phase(self, name: str, phase: str, timeout: float) -> dict:
         def reached():
             status = self.status(name)
             if status.get('phase') in ('Succeeded', 'Failed') and status['phase'] != phase:
-                raise AssertionError(f'{name} ended {status["phase"]}, not {phase}: {status}\n{self.pod_logs(name)[-3000:]}')
+                raise AssertionError(f'{name} ended {status["phase"]}, not {phase}:\n{self.describe(name)}')
             return status if status.get('phase') == phase else None
-        return wait_for(reached, timeout, f'{name} to be {phase}')
+        return wait_for(reached, timeout, f'{name} to be {phase}', explain=lambda: self.describe(name))
 
     def pod_root(self, pod: str) -> pathlib.Path:
         return self.node.workdir / 'pods' / NS / pod
@@ -307,6 +315,41 @@ class Stack:
     def checkpoint_dir(self, name: str) -> pathlib.Path:
         uid = self.job(name)['metadata']['uid']
         return self.node.workdir / 'claims' / NS / names.pvc_name(name) / names.checkpoint_subdir(name, uid)
+
+    def main_pid(self, name: str, rank: int) -> int:
+        """The pod's own process (its container's first process), as the local node started it."""
+        pod = names.pod_name(name, rank)
+        with self.node.lock:
+            found = [e.process.pid for e in self.node.pods.values() if e.pod['metadata']['name'] == pod and e.process is not None
+                     and e.process.running and not e.pod['metadata'].get('deletionTimestamp')]
+        assert len(found) == 1, f'{pod}: {found}'
+        return found[0]
+
+    def checkpoints(self, name: str) -> list[pathlib.Path]:
+        """Checkpoint files, oldest first."""
+        directory = self.checkpoint_dir(name)
+        return sorted(directory.glob('ckpt-*.pt')) if directory.exists() else []
+
+    def progress(self, name: str) -> list[dict]:
+        """Rank 0's per-update rows (timesteps, restart generation) from the checkpoint volume."""
+        path = self.checkpoint_dir(name) / 'progress.jsonl'
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+    def resumed(self, name: str) -> list[tuple[str, int]]:
+        """Every `resuming from PATH (timesteps N)` rank 0 logged, in order."""
+        return [(path, int(steps)) for path, steps in re.findall(r'resuming from (\S+) \(timesteps (\d+)\)', self.pod_logs(name))]
+
+    def rank0_steps(self, name: str) -> int:
+        """Rank 0's global step counter, read from its metrics endpoint now."""
+        pod = next(p for p in self.pods(name, live=True) if p['metadata']['labels'][names.LABEL_RANK] == '0')
+        port = self.job(name)['spec'].get('metrics', {}).get('port', 9090)
+        with urllib.request.urlopen(f"http://{pod['status']['podIP']}:{port}/metrics", timeout=5) as reply:
+            page = reply.read().decode()
+        return int(float(re.search(rf'^{m.ENV_STEPS_TOTAL}{{[^}}]*}} (\S+)$', page, re.MULTILINE).group(1)))
+
+    def steps_per_update(self, name: str) -> int:
+        spec = self.job(name)['spec']
+        return spec['ppo']['numSteps'] * spec['env']['numEnvs'] * spec['workers'] * (spec.get('procsPerWorker') or 1)
 
     def hold(self, name: str, generation: int) -> list:
         """Keep that generation's pods Pending (Unschedulable) until `release`."""
@@ -333,6 +376,8 @@ def tiny_job(name: str, **spec) -> dict:
     """A small job from tests/e2e/jobs/tiny.yaml; keyword arguments override spec fields (camelCase, dicts merged)."""
     document = yaml.safe_load((JOBS_DIR / 'tiny.yaml').read_text())
     document['metadata']['name'] = name
+    # Pods here share one network: rank 0's rendezvous store listens on every address, so each job takes its own port.
+    document['spec']['rendezvous'] = {'port': free_port()}
     for key, value in spec.items():
         current = document['spec'].get(key)
         document['spec'][key] = {**current, **value} if isinstance(value, dict) and isinstance(current, dict) else value

@@ -4,6 +4,7 @@ The one scenario that trains to a target; the others end on small budgets.
 """
 from __future__ import annotations
 
+import pathlib
 import re
 import time
 
@@ -11,7 +12,7 @@ import yaml
 from kuberl import metricnames as m
 from kuberl import names
 
-from tests.e2e.conftest import EXAMPLES, Scenario, wait_for
+from tests.e2e.conftest import EXAMPLES, Scenario, tiny_job, wait_for
 
 EXAMPLE = EXAMPLES / 'cartpole-ppo.yaml'
 TRAINS_WITHIN_SECONDS = 420  # measured about 1-2 min alone; a loaded shared machine and concurrent scenarios slow it
@@ -65,3 +66,59 @@ def test_the_cartpole_example_trains_to_its_target_and_deleting_it_removes_its_c
     assert stack.pids(name) == []
     scenario.done(restarts=done['restarts'], notes=f"phases {'>'.join(stack.watch.phases(name))}; {succeeded['message'][:90]};"
                                                   f" kubectl showed {shown.get('TIMESTEPS')} steps, return {shown.get('RETURN')}")
+
+
+def test_an_invalid_job_is_refused_and_one_only_the_operator_can_judge_fails_while_a_valid_one_succeeds(stack):
+    scenario = Scenario('7 invalid jobs', time.monotonic())
+    refused = stack.kubectl('apply', '-f', '-', stdin=yaml.safe_dump(tiny_job('refused', workers=0)), check=False)
+    assert refused.returncode != 0 and 'spec.workers' in refused.stderr, refused.stderr
+    mismatched = stack.kubectl('apply', '-f', '-', stdin=yaml.safe_dump(tiny_job('mismatched', dqn={})), check=False)
+    assert mismatched.returncode != 0 and 'spec.dqn' in mismatched.stderr, mismatched.stderr
+    assert stack.job('refused') is None and stack.job('mismatched') is None
+
+    judged, valid = 'operator-judged', 'beside-it'
+    stack.apply(tiny_job(judged, labels={'not a key': 'x'}), tiny_job(valid, workers=1, totalTimesteps=1500))
+    failed = stack.wait_phase(judged, 'Failed', 60)
+    condition = stack.condition(judged, 'Failed')
+    assert condition['reason'] == 'InvalidSpec' and 'spec.labels.not a key' in condition['message'], condition
+    assert failed['observedGeneration'] == 1 and not stack.pods(judged)
+    def event_shown():
+        events = stack.kubectl('describe', 'rltj', judged).stdout.split('Events:')[-1]
+        return 'InvalidSpec' in events and events
+    assert 'spec.labels' in wait_for(event_shown, 30, 'kubectl describe to show the Warning event')
+    stack.wait_phase(valid, 'Succeeded', 240)
+    assert stack.operator.healthy()
+    scenario.done(restarts=0, notes=f"kubectl: {refused.stderr.strip().splitlines()[-1][:80]}; operator: {condition['message'][:80]}")
+
+
+def operator_reconciles(stack) -> tuple[float, float]:
+    """(sum of seconds, count) of the operator's reconcile histogram, read from its /metrics."""
+    page = stack.operator.metrics()
+    value = {suffix: float(re.search(rf'^{m.OPERATOR_RECONCILE_DURATION}_{suffix} (\S+)$', page, re.MULTILINE).group(1)) for suffix in ('sum', 'count')}
+    return value['sum'], value['count']
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    status = pathlib.Path(f'/proc/{pid}/status').read_text()
+    return {key: int(re.search(rf'^{key}:\s+(\d+) kB', status, re.MULTILINE).group(1)) for key in ('VmRSS', 'VmHWM')}
+
+
+def test_ten_small_jobs_applied_at_once_all_succeed(stack):
+    scenario = Scenario('10 ten 1-worker jobs at once', time.monotonic())
+    jobs = [tiny_job(f'load-{i}', workers=1, totalTimesteps=1500, env={'id': 'CartPole-v1', 'numEnvs': 2}) for i in range(10)]
+    total_before, count_before = operator_reconciles(stack)
+    started = time.time()
+    stack.apply(*jobs)
+    for job in jobs:
+        stack.wait_phase(job['metadata']['name'], 'Succeeded', 300)
+    wall = time.time() - started
+    total, count = operator_reconciles(stack)
+    mean_ms = 1000 * (total - total_before) / (count - count_before)
+    window = f'{int(time.time() - started) + 5}s'
+    p99 = stack.prom.query(f'histogram_quantile(0.99, sum by (le) (increase({m.OPERATOR_RECONCILE_DURATION}_bucket{{job="kuberl"}}[{window}])))')
+    memory = memory_kib(stack.operator.process.pid)
+    assert all(stack.status(j['metadata']['name'])['restarts'] == 0 for j in jobs)
+    assert p99, 'Prometheus holds the operator series scraped through the chart ServiceMonitor config'
+    assert mean_ms < 1000 and memory['VmRSS'] < 400 * 1024, (mean_ms, memory)
+    scenario.done(restarts=0, notes=f"all 10 Succeeded in {wall:.0f}s; reconcile mean {mean_ms:.0f} ms over {count - count_before:.0f}, "
+                                    f"p99 {float(p99[0]['value'][1]) * 1000:.0f} ms (Prometheus); operator RSS {memory['VmRSS'] // 1024} MiB, peak {memory['VmHWM'] // 1024} MiB")
