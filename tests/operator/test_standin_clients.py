@@ -2,6 +2,7 @@
 import textwrap
 import time
 
+import kopf
 import kubernetes
 from kopf.testing import KopfRunner
 
@@ -53,7 +54,9 @@ def test_kopf_operator_sees_a_create_over_real_http(standin, rest, tmp_path, mon
     module = tmp_path / 'smoke_operator.py'
     module.write_text(OPERATOR)
     monkeypatch.setenv('STANDIN_URL', standin.url)
-    with KopfRunner(['run', '--standalone', '--namespace=default', str(module)], timeout=30) as runner:
+    # A fresh registry: other tests import kuberl.handlers, which registers into kopf's global one.
+    registry = kopf.OperatorRegistry()
+    with KopfRunner(['run', '--standalone', '--namespace=default', str(module)], timeout=30, registry=registry) as runner:
         time.sleep(1.0)
         assert rest.post(JOBS, JOB).status == 201
         deadline = time.monotonic() + 15
