@@ -347,6 +347,13 @@ class Stack:
             page = reply.read().decode()
         return int(float(re.search(rf'^{m.ENV_STEPS_TOTAL}{{[^}}]*}} (\S+)$', page, re.MULTILINE).group(1)))
 
+    def reached_before_restart(self, name: str, read: int = 0) -> int:
+        """The furthest timesteps the previous generation reached: rank 0's last words before it resumed (a checkpoint, a
+        progress line, a stop), or what was read from its endpoint at the fault, whichever is further."""
+        log = self.pod_logs(name)
+        before = log[: log.rfind('resuming from')]
+        return max([read, *(int(n) for n in re.findall(r'timesteps (\d+)', before))])
+
     def steps_per_update(self, name: str) -> int:
         spec = self.job(name)['spec']
         return spec['ppo']['numSteps'] * spec['env']['numEnvs'] * spec['workers'] * (spec.get('procsPerWorker') or 1)
