@@ -1,7 +1,6 @@
 """Smoke tests of the spec model; the full mutation table lives in test_spec.py."""
 
 import pytest
-
 from kuberl.spec import InvalidJob, validate_job
 
 VALID = {
