@@ -43,7 +43,14 @@ from . import lifecycle, metricnames, names
 from .lifecycle import ObservedPod, Rank0Progress
 from .localnode import LocalRunError, PodProcess, processes_under, start_pod
 from .render import Job, render_configmap, render_pod, render_service
-from .spec import InvalidJob, JobSpec, KubernetesYamlLoader, Problem, load_documents, validate_job
+from .spec import (
+    InvalidJob,
+    JobSpec,
+    KubernetesYamlLoader,
+    Problem,
+    load_documents,
+    validate_job,
+)
 
 NAMESPACE = "default"
 CLUSTER_DOMAIN = "cluster.local"
