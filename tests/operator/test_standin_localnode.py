@@ -59,18 +59,19 @@ def test_env_resolves_cluster_dns_and_configmaps_become_directories(rest, node):
     config = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'cfg'}, 'data': {'trainer.yaml': 'seed: 7'}}
     assert rest.post(CONFIGMAPS, config).status == 201
     rank0 = pod('j-0', 'import time; time.sleep(30)', {'job': 'j'}, hostname='j-0', subdomain='gang')
-    report = ("os.environ['MASTER_ADDR'] + ' ' + os.environ['POD_NAME'] + ' ' + "
+    report = ("os.environ['MASTER_ADDR'] + ' ' + os.environ['POD_NAME'] + ' ' + os.environ['BIND'] + ' ' + "
               "open(os.environ['KUBERL_FS_ROOT'] + '/etc/kuberl/trainer.yaml').read()")
     rank1 = pod('j-1', WRITE_MESSAGE.format(report, 0), {'job': 'j'}, hostname='j-1', subdomain='gang',
                 volumes=[{'name': 'config', 'configMap': {'name': 'cfg'}}],
                 container={'env': [{'name': 'MASTER_ADDR', 'value': 'j-0.gang.default.svc'},
-                                   {'name': 'POD_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.name'}}}],
+                                   {'name': 'POD_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.name'}}},
+                           {'name': 'BIND', 'value': '0.0.0.0'}],
                            'volumeMounts': [{'name': 'config', 'mountPath': '/etc/kuberl'}]})
     rest.post(PODS, rank1)
     rest.post(PODS, rank0)
     first = wait_status(rest, 'j-0', lambda p: p['status'].get('phase') == 'Running')
     done = wait_status(rest, 'j-1', lambda p: p['status'].get('phase') == 'Succeeded')
-    assert terminated(done)['message'] == f'{first["status"]["podIP"]} j-1 seed: 7'
+    assert terminated(done)['message'] == f'{first["status"]["podIP"]} j-1 {done["status"]["podIP"]} seed: 7'
 
 
 def test_graceful_deletion_sigterm_then_sigkill_then_gone(rest, node):

@@ -3,7 +3,9 @@
 It is an honest API client (watch, GET, PATCH /status, DELETE) of whatever server it is pointed at.
 Process running, the downward API, `$(VAR)` expansion and the sandbox come from `kuberl.localnode`
 (shared with `kuberl run`); cluster DNS follows `kuberl.localrun`'s rules, fed from the API's Services
-and pods. Each pod gets its own 127.x.y.z address, written to status.podIP before its container starts.
+and pods. Each pod gets its own 127.x.y.z address, written to status.podIP before its container starts;
+that address stands in for the pod's network namespace, so an env value of 0.0.0.0 ("every address of
+this pod") becomes the pod's IP (two pods binding 0.0.0.0:9090 do not collide in a cluster either).
 
 Test hooks (deterministic start-up failures): `Store.hooks.unschedulable` (the scheduler's part, in the
 API server), `Store.hooks.image_pull_failure` (read here: ErrImagePull, then ImagePullBackOff),
@@ -352,6 +354,16 @@ class LocalNode:
                 raise NameNotResolvable(name)
             return address
         return resolve
+
+
+def _in_own_network(pod: dict, ip: str) -> dict:
+    """The pod as its own network namespace would see it: binding 0.0.0.0 means binding the pod's address."""
+    pod = json.loads(json.dumps(pod))
+    for container in pod['spec'].get('containers') or []:
+        for env in container.get('env') or []:
+            if env.get('value') == '0.0.0.0':
+                env['value'] = ip
+    return pod
 
 
 def _log_server(directory: pathlib.Path) -> http.server.ThreadingHTTPServer:
