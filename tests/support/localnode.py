@@ -6,6 +6,8 @@ Process running, the downward API, `$(VAR)` expansion and the sandbox come from 
 and pods. Each pod gets its own 127.x.y.z address, written to status.podIP before its container starts;
 that address stands in for the pod's network namespace, so an env value of 0.0.0.0 ("every address of
 this pod") becomes the pod's IP (two pods binding 0.0.0.0:9090 do not collide in a cluster either).
+What it cannot emulate: a process that binds the wildcard itself (torch's TCPStore on MASTER_PORT) holds
+that port on every address, so concurrent jobs on one machine need distinct `spec.rendezvous.port`s.
 
 Test hooks (deterministic start-up failures): `Store.hooks.unschedulable` (the scheduler's part, in the
 API server), `Store.hooks.image_pull_failure` (read here: ErrImagePull, then ImagePullBackOff),
