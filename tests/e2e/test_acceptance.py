@@ -12,7 +12,7 @@ import yaml
 from kuberl import metricnames as m
 from kuberl import names
 
-from tests.e2e.conftest import EXAMPLES, Scenario, tiny_job, wait_for
+from tests.e2e.stack import EXAMPLES, Scenario, tiny_job, wait_for
 
 EXAMPLE = EXAMPLES / 'cartpole-ppo.yaml'
 TRAINS_WITHIN_SECONDS = 420  # measured about 1-2 min alone; a loaded shared machine and concurrent scenarios slow it

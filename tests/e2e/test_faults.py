@@ -13,7 +13,7 @@ import time
 
 from kuberl import names
 
-from tests.e2e.conftest import Scenario, tiny_job, wait_for
+from tests.e2e.stack import Scenario, tiny_job, wait_for
 from tests.support.selectors import parse_label_selector
 
 RUN = 240  # a tiny job runs in seconds alone; the deadline allows a shared 2-core machine
@@ -104,10 +104,11 @@ def test_the_operator_killed_mid_run_and_restarted_loses_nothing(stack):
     def progressing():
         status = stack.status(name)
         return status.get('phase') == 'Running' and (status.get('progress') or {}).get('timesteps') and status
-    before = wait_for(progressing, RUN, f'{name} running with progress in status')
+    wait_for(progressing, RUN, f'{name} running with progress in status')
     gang = {p['metadata']['name']: p['metadata']['uid'] for p in stack.pods(name)}
     stack.operator.kill()
     down = time.monotonic()
+    before = stack.status(name)
     steps = stack.rank0_steps(name)
     wait_for(lambda: stack.rank0_steps(name) > steps, 60, 'the gang to train on without its operator')
     assert stack.status(name) == before, 'nobody else writes the status while the operator is down'
