@@ -48,7 +48,7 @@ def alive(pid: int) -> bool:
 def test_a_killed_rank_restarts_the_gang_from_its_latest_checkpoint(stack):
     scenario = Scenario('2 SIGKILL one rank', time.monotonic())
     name = 'killed-rank'
-    stack.apply(tiny_job(name, totalTimesteps=20000))
+    stack.apply(tiny_job(name, totalTimesteps=10000))
     running_with_checkpoints(stack, name, 2)
     reached = stack.rank0_steps(name)
     os.kill(stack.main_pid(name, 1), signal.SIGKILL)
@@ -72,7 +72,7 @@ def test_a_stopped_rank_is_a_stall_and_the_gang_restarts(stack):
     name = 'stalled-rank'
     stall = 10  # longer than a gang's start (imports, rendezvous) on a loaded machine, when no step has been counted yet
     # Collectives outwait the stall timeout, so the operator's stall clock, not a collective's timeout, ends the gang.
-    stack.apply(tiny_job(name, totalTimesteps=20000, runPolicy={'stallTimeoutSeconds': stall, 'collectiveTimeoutSeconds': 120}))
+    stack.apply(tiny_job(name, totalTimesteps=10000, runPolicy={'stallTimeoutSeconds': stall, 'collectiveTimeoutSeconds': 120}))
     running_with_checkpoints(stack, name, 1)
     reached = stack.rank0_steps(name)
     victim = stack.main_pid(name, 1)
@@ -100,7 +100,7 @@ def test_a_stopped_rank_is_a_stall_and_the_gang_restarts(stack):
 def test_the_operator_killed_mid_run_and_restarted_loses_nothing(stack):
     scenario = Scenario('4 operator killed and restarted', time.monotonic())
     name = 'operator-restart'
-    stack.apply(tiny_job(name, totalTimesteps=30000))
+    stack.apply(tiny_job(name, totalTimesteps=15000))
     def progressing():
         status = stack.status(name)
         return status.get('phase') == 'Running' and (status.get('progress') or {}).get('timesteps') and status
@@ -131,7 +131,7 @@ def test_the_operator_killed_mid_run_and_restarted_loses_nothing(stack):
 def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(stack):
     scenario = Scenario('5 truncated newest checkpoint', time.monotonic())
     name = 'truncated'
-    stack.apply(tiny_job(name, totalTimesteps=20000))
+    stack.apply(tiny_job(name, totalTimesteps=10000))
     running_with_checkpoints(stack, name, 3)
     held = stack.hold(name, generation=1)  # the node's hook: generation 1 stays Pending until the file is cut
     try:
@@ -210,7 +210,7 @@ def test_a_crash_on_every_start_exhausts_the_backoff_and_leaves_no_process(stack
 def test_suspend_and_resume_continue_from_the_checkpoint(stack):
     scenario = Scenario('8 suspend and resume', time.monotonic())
     name = 'suspended'
-    stack.apply(tiny_job(name, totalTimesteps=30000))
+    stack.apply(tiny_job(name, totalTimesteps=10000))
     running_with_checkpoints(stack, name, 1)
     stack.kubectl('patch', 'rltj', name, '--type=merge', '-p', '{"spec":{"runPolicy":{"suspend":true}}}')
     reached = rank0_steps_now(stack, name, 0)
@@ -232,7 +232,7 @@ def test_suspend_and_resume_continue_from_the_checkpoint(stack):
 def test_an_evicted_pod_restarts_the_gang_without_spending_the_backoff(stack):
     scenario = Scenario('9a eviction (DisruptionTarget)', time.monotonic())
     name = 'evicted'
-    stack.apply(tiny_job(name, totalTimesteps=20000, runPolicy={'backoffLimit': 0}))  # one counted restart would fail it
+    stack.apply(tiny_job(name, totalTimesteps=10000, runPolicy={'backoffLimit': 0}))  # one counted restart would fail it
     running_with_checkpoints(stack, name, 1)
     reached = stack.rank0_steps(name)
     stack.server.store.evict('default', f'{name}-1')
