@@ -52,7 +52,7 @@ test-distributed: $(STAMP) ## real multi-process gloo runs on CPU
 test-operator: $(STAMP) ## the real kopf operator over HTTP against the API stand-in
 	$(PYTEST) tests/operator
 
-test-e2e: $(STAMP) ## operator + stand-in + local node + kuberl run, end to end
+test-e2e: $(STAMP) ## acceptance: kubectl -> stand-in -> kuberl operator -> local node -> Prometheus, fault scenarios, kuberl run; prints the scenario table
 	$(PYTEST) tests/e2e
 
 test-gpu: $(STAMP) ## CUDA/NCCL paths; skips (and says so) without a GPU
