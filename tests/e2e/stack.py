@@ -356,6 +356,11 @@ class Stack:
         before = log[: log.rfind('resuming from')]
         return max([read, *(int(n) for n in re.findall(r'timesteps (\d+)', before))])
 
+    def latest_checkpoint_before_restart(self, name: str) -> str:
+        """The last checkpoint rank 0 said it wrote before it resumed."""
+        log = self.pod_logs(name)
+        return re.findall(r'^checkpoint (\S+) \(timesteps', log[: log.rfind('resuming from')], re.MULTILINE)[-1]
+
     def steps_per_update(self, name: str) -> int:
         spec = self.job(name)['spec']
         return spec['ppo']['numSteps'] * spec['env']['numEnvs'] * spec['workers'] * (spec.get('procsPerWorker') or 1)

@@ -58,7 +58,8 @@ def test_a_killed_rank_restarts_the_gang_from_its_latest_checkpoint(stack):
     (entry,) = done['restartHistory']
     assert done['restarts'] == 1 and done['generation'] == 1 and entry['counted'] and entry['generation'] == 0, done
     assert entry['reason'] and f'{name}-1' in entry['message'], entry
-    (_, resumed_at), = stack.resumed(name)
+    (resumed_from, resumed_at), = stack.resumed(name)
+    assert resumed_from == stack.latest_checkpoint_before_restart(name), (resumed_from, 'is not the latest checkpoint')
     reached = stack.reached_before_restart(name, reached)
     lost = reached - resumed_at
     assert 0 < resumed_at and 0 <= lost <= checkpoint_interval(stack, name), (reached, resumed_at)
@@ -90,7 +91,8 @@ def test_a_stopped_rank_is_a_stall_and_the_gang_restarts(stack):
     done = stack.wait_phase(name, 'Succeeded', RUN)
     assert done['restarts'] == 1, done
     wait_for(lambda: not alive(victim), 30, 'the stopped process to be killed')
-    (_, resumed_at), = stack.resumed(name)
+    (resumed_from, resumed_at), = stack.resumed(name)
+    assert resumed_from == stack.latest_checkpoint_before_restart(name), (resumed_from, 'is not the latest checkpoint')
     reached = stack.reached_before_restart(name, reached)
     assert 0 <= reached - resumed_at <= checkpoint_interval(stack, name), (reached, resumed_at)
     scenario.done(restarts=done['restarts'], lost=reached - resumed_at,
@@ -239,7 +241,8 @@ def test_an_evicted_pod_restarts_the_gang_without_spending_the_backoff(stack):
     done = stack.wait_phase(name, 'Succeeded', RUN)
     (entry,) = done['restartHistory']
     assert done['restarts'] == 0 and not entry['counted'] and done['generation'] == 1, done
-    (_, resumed_at), = stack.resumed(name)
+    (resumed_from, resumed_at), = stack.resumed(name)
+    assert resumed_from == stack.latest_checkpoint_before_restart(name), (resumed_from, 'is not the latest checkpoint')
     reached = stack.reached_before_restart(name, reached)
     assert 0 <= reached - resumed_at <= checkpoint_interval(stack, name), (reached, resumed_at)
     scenario.done(restarts=f"0 counted, 1 not ({entry['reason']})", lost=reached - resumed_at, notes=entry['message'][:90])
