@@ -71,17 +71,19 @@ def test_sigterm_leaves_a_checkpoint_and_the_next_run_continues(tmp_path):
 def test_deterministic_stop_and_resume_is_bitwise_equal_to_an_uninterrupted_run(tmp_path):
     settings = spec(totalTimesteps=40 * 2 * 4 * 32, deterministic=True)
     whole = make_job(tmp_path / "whole", raw_spec=settings)
-    assert Ranks(whole).wait(timeout=120) == [0, 0]
+    uninterrupted = Ranks(whole)
+    assert uninterrupted.wait(timeout=120) == [0, 0], uninterrupted.log(0)
 
     split = make_job(tmp_path / "split", raw_spec=settings)
     ranks = Ranks(split)
     ranks.wait_for_updates(8)
     for rank in (0, 1):
         ranks.signal(rank, signal.SIGTERM)
-    assert ranks.wait(timeout=30) == [0, 0]
+    assert ranks.wait(timeout=30) == [0, 0], ranks.log(0) + ranks.log(1)
     _, saved = checkpoint.load_newest(str(split.checkpoint_dir))
-    assert 8 <= saved["counters"]["updates"] < 40
-    assert Ranks(split).wait(timeout=120) == [0, 0]
+    assert 8 <= saved["counters"]["updates"] < 40, saved["counters"]
+    resumed = Ranks(split)
+    assert resumed.wait(timeout=120) == [0, 0], resumed.log(0) + resumed.log(1)
 
     a = torch.load(whole.final_model, weights_only=False)
     b = torch.load(split.final_model, weights_only=False)

@@ -282,6 +282,8 @@ class PPOTrainer:
         # small MLPs on CPU act in numpy, on views of the very same weights
         fast = fastpolicy.supports(self.agent, ctx.device, hp.precision)
         self.fast = fastpolicy.NumpyPolicy(self.agent, self.np_rng) if fast else None
+        if fast:  # on layers this small, intra-op threads cost more in synchronisation than they save
+            torch.set_num_threads(1)
         self.next_obs, _ = self.envs.reset(seed=self.seed)
 
     # -- state for checkpoints ------------------------------------------------
