@@ -41,7 +41,7 @@ setup: $(STAMP) $(TOOLS)/bin/helm ## create .venv with CPU torch, the operator, 
 train: $(STAMP) ## train PPO on CartPole-v1 with 2 DDP ranks on this machine
 	$(VENV)/bin/kuberl run manifests/examples/cartpole-ppo.yaml --plot
 
-test: test-unit test-distributed test-operator test-e2e ## every test tier (what CI runs)
+test: lint test-unit test-distributed test-operator test-e2e ## lint, then every test tier (what CI runs)
 
 test-unit: $(STAMP) ## pure tests: spec, CRD, render, lifecycle, algorithm maths
 	$(PYTEST) tests/unit
@@ -59,7 +59,7 @@ test-gpu: $(STAMP) ## CUDA/NCCL paths; skips (and says so) without a GPU
 	$(PYTEST) -rs tests/gpu
 
 lint: $(STAMP) ## ruff over the code
-	$(VENV)/bin/ruff check operator trainer tests
+	$(VENV)/bin/ruff check operator trainer tests bench
 
 manifests: $(STAMP) ## regenerate the CRD (manifests/, the chart) and manifests/install.yaml
 	$(PY) -m kuberl.cli crd > manifests/crd.yaml
