@@ -140,9 +140,11 @@ class PhaseWatch:
 
     def stop(self) -> None:
         self.stopped.set()
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
+        for _ in range(2):  # the one running, then any the loop started meanwhile
+            if self.process is not None and self.process.poll() is None:
+                self.process.terminate()
+                self.process.wait(10)
+            self.thread.join(5)
 
 
 class Stack:
