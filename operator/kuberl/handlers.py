@@ -349,7 +349,9 @@ class JobLoop:
         reading = None
         if status.get("phase") not in lifecycle.TERMINAL:
             reading = await self._scrape(spec, pods, generation)
-        rank0 = reconcile.progress_of(self.memo.get("rank0"), generation, reading, now)
+        # After an operator restart the memo is empty: status keeps the stall clock.
+        previous = self.memo.get("rank0") or lifecycle.progress_from_status(status)
+        rank0 = reconcile.progress_of(previous, generation, reading, now)
         self.memo["rank0"] = rank0
         decision = lifecycle.decide(spec, status, observed, rank0, now)
         paths = trainer_config(self.name, self.namespace, job["metadata"]["uid"], spec)["paths"]

@@ -455,14 +455,16 @@ def _startup_problem(live: dict[int, ObservedPod]) -> tuple[str, str]:
 def _watch_for_stall(
     plan: _Plan, spec: JobSpec, current: list[ObservedPod], live: dict[int, ObservedPod], rank0: Rank0Progress | None
 ) -> Decision:
-    """Rank 0's counter must move; without a reading, the gang's start is the last sign of life."""
+    """Rank 0's counter must move. The clock starts at this generation's first
+    reading: before it, imports and rendezvous are bounded by the trainer's own
+    rendezvous timeout, and a trainer that exports no counter is never judged."""
     timeout = spec.run_policy.stall_timeout_seconds
     up = plan.get_time("gangRunningTime")
-    if live.get(0) is None or live[0].phase != "Running":
+    if live.get(0) is None or live[0].phase != "Running" or rank0 is None or rank0.generation != plan.generation:
         return plan.finish(RUNNING)
-    last_moved = max(up, rank0.changed_at) if rank0 is not None else up
+    last_moved = max(up, rank0.changed_at)
     if plan.now >= last_moved + timeout:
-        at = f" at {rank0.timesteps} timesteps" if rank0 is not None else ""
+        at = f" at {rank0.timesteps} timesteps"
         message = f"rank 0's step counter has not moved for {plan.now - last_moved:.0f}s{at} (stallTimeoutSeconds={timeout})"
         return _restart(plan, spec, current, REASON_STALLED, message, counted=True, startup=False)
     plan.wake_at(last_moved + timeout)

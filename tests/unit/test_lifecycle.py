@@ -414,7 +414,15 @@ def test_the_stall_clock_starts_when_the_gang_is_up_not_with_an_older_reading():
     old_reading = progress(800, T0, gen=0)
     assert decide(spec, status, gang("running", gen=1), old_reading, T0 + 599).phase == lc.RUNNING
     assert decide(spec, status, gang("running", gen=1), progress(800, T0, gen=1), T0 + 599).phase == lc.RUNNING
-    assert decide(spec, status, gang("running", gen=1), None, T0 + 600).phase == lc.RESTARTING
+    assert decide(spec, status, gang("running", gen=1), progress(800, T0 + 501, gen=1), T0 + 601).phase == lc.RESTARTING
+
+
+def test_without_a_reading_of_this_generation_no_stall_is_judged():
+    # A trainer that exports no counter (bring your own) must not be restarted as Stalled.
+    spec = job()
+    status = running_status(spec, gen=1, at=T0 + 500)
+    assert decide(spec, status, gang("running", gen=1), None, T0 + 5000).phase == lc.RUNNING
+    assert decide(spec, status, gang("running", gen=1), progress(800, T0, gen=0), T0 + 5000).phase == lc.RUNNING
 
 
 def test_no_stall_is_judged_before_every_pod_runs():
