@@ -5,6 +5,8 @@ launcher turns every child failure into exit 1, so the reason, not the exit
 code, is what tells the operator a failure is permanent.
 """
 
+import re
+
 # sysexits.h EX_CONFIG: a configuration error, never retried.
 EXIT_CONFIG_ERROR = 78
 EXIT_OK = 0
@@ -43,3 +45,20 @@ ENV_OPERATOR_LOG_LEVEL = "KUBERL_LOG_LEVEL"  # debug, info, warning or error
 ENV_OPERATOR_METRICS_ENABLED = "KUBERL_METRICS_ENABLED"  # "true"/"false": serve /metrics on --metrics-port
 ENV_OPERATOR_POD_NAMESPACE = "KUBERL_POD_NAMESPACE"  # the operator's own namespace (downward API)
 ENV_OPERATOR_POD_INDEX = "KUBERL_POD_INDEX"  # StatefulSet ordinal, expanded into --priority when peering
+
+
+# A Succeeded message ends with the final numbers, so the job's status shows
+# where training ended, not the last scrape before rank 0 exited.
+_FINAL_NUMBERS = re.compile(r"\[final timesteps=(\d+) evalReturn=([-+0-9.eE]+|none)\]")
+
+
+def final_numbers(timesteps: int, eval_return: float | None) -> str:
+    shown = "none" if eval_return is None else f"{eval_return:.6g}"
+    return f"[final timesteps={timesteps} evalReturn={shown}]"
+
+
+def parse_final_numbers(message: str | None) -> tuple[int, float | None] | None:
+    found = _FINAL_NUMBERS.search(message or "")
+    if not found:
+        return None
+    return int(found.group(1)), None if found.group(2) == "none" else float(found.group(2))

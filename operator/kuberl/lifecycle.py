@@ -44,6 +44,7 @@ from .contract import (
     REASON_PEER_LOST,
     REASON_STOPPED,
     REASON_SUCCEEDED,
+    parse_final_numbers,
 )
 from .spec import JobSpec
 
@@ -532,6 +533,11 @@ def _fail(plan: _Plan, current: list[ObservedPod], reason: str, message: str) ->
 
 def _succeed(plan: _Plan, current: list[ObservedPod], reason: str, message: str) -> Decision:
     plan.set_time("completionTime", plan.now)
+    final = parse_final_numbers(message)
+    if final is not None:  # rank 0's last numbers, newer than any scrape
+        progress = dict(plan.status.get("progress") or {})
+        progress["timesteps"], progress["evalReturn"] = final[0], final[1]
+        plan.status["progress"] = progress
     plan.condition(CONDITION_READY, False, reason, message)
     plan.condition(CONDITION_SUCCEEDED, True, reason, message)
     plan.delete([p for p in current if p.active], reason)

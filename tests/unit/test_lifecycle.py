@@ -357,6 +357,17 @@ def test_rank_zero_reporting_success_succeeds_the_job():
     assert d.status["completionTime"] == lc.rfc3339(T0 + 1)
 
 
+def test_success_records_rank_zeros_final_numbers_over_the_last_scrape():
+    from kuberl.contract import final_numbers
+
+    spec = job()
+    message = f"Succeeded: eval return 496.6 >= 475 at timesteps 30996 {final_numbers(30996, 496.6)}"
+    pods = [Pod(0).exited(0, message).obj(), Pod(1).running().obj()]
+    d = decide(spec, running_status(spec), pods, progress(29973, T0), T0 + 1)
+    assert d.phase == lc.SUCCEEDED
+    assert (d.status["progress"]["timesteps"], d.status["progress"]["evalReturn"]) == (30996, 496.6)
+
+
 def test_every_rank_exiting_zero_succeeds_the_job():
     spec = job()
     d = decide(spec, running_status(spec), [Pod(0).exited(0).obj(), Pod(1).exited(0).obj()], None, T0 + 1)

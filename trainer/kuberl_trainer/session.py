@@ -13,6 +13,7 @@ import time
 from collections import deque
 
 import torch
+from kuberl import contract
 from kuberl.trainerconfig import TrainerConfig
 
 from . import checkpoint, distributed
@@ -178,9 +179,10 @@ class TrainingSession:
             self.write_final_model(trainer)
         if outcome == "target" and not self.ctx.is_main:
             return f"rank 0's evaluation met the target at timesteps {steps}"
+        final = contract.final_numbers(steps, self.eval_return)
         if outcome == "target":
-            return f"eval return {self.eval_return:.1f} >= {self.spec.success.target_return} at timesteps {steps}; model {self.config.final_model}"
-        return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}, eval return {_fmt(self.eval_return)}); model {self.config.final_model}"
+            return f"eval return {self.eval_return:.1f} >= {self.spec.success.target_return} at timesteps {steps}; model {self.config.final_model} {final}"
+        return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}, eval return {_fmt(self.eval_return)}); model {self.config.final_model} {final}"
 
     def write_final_model(self, trainer: PPOTrainer) -> None:
         buffer = io.BytesIO()
