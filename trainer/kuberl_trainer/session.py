@@ -85,6 +85,7 @@ class TrainingSession:
         success = self.spec.success
         if self.ctx.is_main and success.target_return is not None and counters.updates % success.eval_every == 0:
             self.evaluate(trainer)
+            self.curve_point(counters.global_step)
         if counters.updates % self.spec.checkpoint.every_updates == 0:
             self.save(trainer)
         if self.ctx.is_main and time.monotonic() - self.last_report[0] >= PROGRESS_EVERY_SECONDS:
@@ -137,12 +138,17 @@ class TrainingSession:
         self.log(
             f"timesteps {global_step}  steps/s {rate:,.0f}  return {_fmt(mean)}  eval {_fmt(self.eval_return)}"
         )
+        self.curve_point(global_step, rate)
+
+    def curve_point(self, global_step: int, rate: float | None = None) -> None:
+        """One line of progress.jsonl (what `kuberl plot` draws): at every
+        progress line and every evaluation, so short runs get a curve too."""
         line = {
             "timesteps": global_step,
             "wall_seconds": round(self.wall_seconds(), 3),
-            "episode_return_mean": mean,
+            "episode_return_mean": self.episode_return_mean,
             "eval_return": self.eval_return,
-            "steps_per_second": round(rate, 1),
+            "steps_per_second": None if rate is None else round(rate, 1),
             "restart": self.restart,
         }
         os.makedirs(self.checkpoint_dir, exist_ok=True)
