@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -487,7 +488,20 @@ def report(out: Path, args: argparse.Namespace, runs, probes, pendulum, operator
     return text
 
 
+def stop_children_on_sigterm() -> None:
+    """SIGTERM reaches the bench alone (Ctrl-C reaches the whole group): pass it
+    on to the ranks and SB3 runs it started, which share its process group."""
+
+    def handler(signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
+    stop_children_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one seed, short probes: a smoke run")
     parser.add_argument("--seeds", type=int, default=None, help="seeds for the solve runs (default 5, quick 1)")
