@@ -26,6 +26,7 @@ from kuberl_trainer.distributed import process_group
 from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.envs import make_envs
 from kuberl_trainer.ppo import PPOTrainer
+from kuberl_trainer.session import BareSession
 
 
 class Timed:
@@ -40,27 +41,6 @@ class Timed:
             return self.fn(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - started
-
-
-class Recorder:
-    """The Session protocol, recording each update's report."""
-
-    restart = 0
-
-    def __init__(self, updates: int):
-        self.updates, self.reports = updates, []
-
-    def stop_requested(self) -> bool:
-        return len(self.reports) >= self.updates - 1
-
-    def success_vote(self) -> bool:
-        return False
-
-    def load(self):
-        return None
-
-    def after_update(self, report, trainer) -> None:
-        self.reports.append(report)
 
 
 def timed_comm_hook(model, seconds: list[float]) -> None:
@@ -124,13 +104,13 @@ def main() -> None:
         counter_sync = Timed(trainer.sync)
         trainer.sync = counter_sync
 
-        warmup = Recorder(job["warmup_updates"])
+        warmup = BareSession(job["warmup_updates"])
         trainer.train(warmup)  # DQN: fills learningStarts; both: first-call costs
         env_step.seconds = learn_forward.seconds = counter_sync.seconds = 0.0
         grad_allreduce.clear()
         timings_before = dict(getattr(trainer, "timings", {}))
         steps_before = trainer.counters.global_step
-        recorder = Recorder(job["updates"])
+        recorder = BareSession(job["updates"])
         started = time.perf_counter()
         trainer.train(recorder)
         wall = time.perf_counter() - started

@@ -16,6 +16,7 @@ from kuberl_trainer import device, distributed, networks
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.ppo import Agent, PPOTrainer
+from kuberl_trainer.session import BareSession
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(),
@@ -24,27 +25,6 @@ pytestmark = pytest.mark.skipif(
 bf16 = pytest.mark.skipif(torch.cuda.is_available() and not torch.cuda.is_bf16_supported(), reason="this GPU has no bf16")
 GPU = torch.device("cuda", 0)
 PIXELS = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-
-
-class RecordingSession:
-    """The Session protocol without checkpoints or metrics."""
-
-    restart = 0
-
-    def __init__(self):
-        self.reports = []
-
-    def stop_requested(self) -> bool:
-        return False
-
-    def success_vote(self) -> bool:
-        return False
-
-    def load(self):
-        return None
-
-    def after_update(self, report, trainer) -> None:
-        self.reports.append(report)
 
 
 @contextlib.contextmanager
@@ -121,7 +101,7 @@ def test_ppo_learns_pong_from_pixels_on_one_gpu(precision):
     hp = PPOConfig(num_steps=16, num_minibatches=2, update_epochs=1, precision=precision)
     trainer = PPOTrainer(ctx, hp, "ALE/Pong-v5", 4, {}, total_timesteps=128, seed=1, restart=0)
     assert trainer.buf.obs.dtype == np.uint8 and torch.from_numpy(trainer.buf.obs).is_pinned()
-    session = RecordingSession()
+    session = BareSession()
     assert trainer.train(session) == "budget"
     assert all(p.device == GPU for p in trainer.agent.parameters())
     assert session.reports and all(np.isfinite(v) for r in session.reports for v in r.losses.values())
@@ -133,7 +113,7 @@ def test_dqn_learns_pong_from_pixels_on_one_gpu(precision):
     hp = DQNConfig(buffer_size=1000, batch_size=32, learning_starts=64, train_frequency=4, precision=precision)
     trainer = DQNTrainer(ctx, hp, "ALE/Pong-v5", 4, {}, total_timesteps=256, seed=1, restart=0)
     assert trainer.replay.frame_stack == 4 and trainer.replay.obs.dtype == np.uint8
-    session = RecordingSession()
+    session = BareSession()
     assert trainer.train(session) == "budget"
     assert all(p.device == GPU for p in trainer.agent.parameters())
     learned = [r.losses["value_loss"] for r in session.reports if r.losses]

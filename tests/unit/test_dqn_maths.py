@@ -14,6 +14,7 @@ from kuberl_trainer.dqn import (
     soft_update,
     td_targets,
 )
+from kuberl_trainer.session import BareSession
 
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 
@@ -76,22 +77,6 @@ def test_inconsistent_hyperparameters_name_the_field(dqn, field):
     assert check_hyperparameters(dqn_spec()) == []
 
 
-class NoSession:
-    restart = 0
-
-    def stop_requested(self):
-        return False
-
-    def success_vote(self):
-        return False
-
-    def load(self):
-        return None
-
-    def after_update(self, report, trainer):
-        pass
-
-
 def small_trainer(total=600, **hp):
     config = DQNConfig(learning_starts=64, batch_size=32, train_frequency=16, gradient_steps=4,
                        target_update_interval=48, hidden_sizes=[16], **hp)
@@ -110,7 +95,7 @@ def test_iteration_sizes_keep_the_update_to_data_ratio():
 
 def test_state_is_equal_after_a_load_and_training_continues():
     trainer = small_trainer()
-    assert trainer.train(NoSession()) == "budget"
+    assert trainer.train(BareSession()) == "budget"
     assert trainer.counters.global_step >= 600 and trainer.last_target_update > 0
     assert not torch.equal(trainer.agent.net[0].weight, trainer.target.net[0].weight)  # target lags
     saved = trainer.shared_state()
@@ -131,14 +116,14 @@ def test_state_is_equal_after_a_load_and_training_continues():
 
     # the replay buffer is not part of it: the resumed rank refills, then learns on
     assert len(resumed.replay) == 0 and not resumed.learning()
-    assert resumed.train(NoSession()) == "budget"
+    assert resumed.train(BareSession()) == "budget"
     assert resumed.counters.global_step >= 1200 > saved["counters"]["global_step"]
     assert not torch.equal(resumed.agent.net[0].weight, trainer.agent.net[0].weight)
 
 
 def test_only_real_transitions_are_counted():
     trainer = small_trainer(total=1000)
-    trainer.train(NoSession())
+    trainer.train(BareSession())
     autoresets = trainer.counters.updates * trainer.batch_per_rank - trainer.counters.global_step
     pending = np.count_nonzero(~trainer.tracker.valid)  # episodes whose autoreset step is still to come
     assert autoresets == trainer.counters.episodes - pending > 0

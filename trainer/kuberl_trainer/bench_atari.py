@@ -25,6 +25,7 @@ from .distributed import Dist
 from .dqn import DQNTrainer
 from .envs import make_envs
 from .ppo import PPOTrainer
+from .session import BareSession
 
 ENV_ID = "ALE/Pong-v5"
 
@@ -51,24 +52,6 @@ def _rates(steps: int, wall: float, cpu: float) -> dict:
     return {"steps": steps, "steps/s": steps / wall_s, "steps/cpu-s": steps / max(cpu_s, 1e-9)}
 
 
-class Quiet:
-    """The Session protocol, without checkpoints, metrics or evaluation."""
-
-    restart = 0
-
-    def stop_requested(self) -> bool:
-        return False
-
-    def success_vote(self) -> bool:
-        return False
-
-    def load(self):
-        return None
-
-    def after_update(self, report, trainer) -> None:
-        pass
-
-
 def with_learner(algorithm: str, backend: str, num_envs: int, timesteps: int) -> dict:
     ctx = Dist(0, 1, 0, 1, torch.device("cpu"), None)
     if algorithm == "ppo":  # CleanRL's Atari settings, one rank
@@ -78,7 +61,7 @@ def with_learner(algorithm: str, backend: str, num_envs: int, timesteps: int) ->
         hp = DQNConfig(buffer_size=10_000, batch_size=32, learning_starts=512, train_frequency=4)
         trainer = DQNTrainer(ctx, hp, ENV_ID, num_envs, {}, timesteps, 1, 0, env_backend=backend)
     wall, cpu = time.perf_counter(), time.process_time()
-    trainer.train(Quiet())
+    trainer.train(BareSession())
     result = _rates(trainer.counters.global_step, wall, cpu)
     trainer.envs.close()
     return result

@@ -28,6 +28,29 @@ RECENT_EPISODES = 100
 EVAL_SEED_STREAM = 1_000_003  # keeps evaluation seeds apart from every rank's
 
 
+class BareSession:
+    """The Session protocol with no checkpoints, metrics or evaluation, for
+    benchmarks and tests: records each update's report and asks to stop once
+    `max_updates` are done (never, when None)."""
+
+    restart = 0
+
+    def __init__(self, max_updates: int | None = None):
+        self.max_updates, self.reports = max_updates, []
+
+    def stop_requested(self) -> bool:
+        return self.max_updates is not None and len(self.reports) >= self.max_updates - 1
+
+    def success_vote(self) -> bool:
+        return False
+
+    def load(self) -> None:
+        return None
+
+    def after_update(self, report: UpdateReport, trainer: PPOTrainer) -> None:
+        self.reports.append(report)
+
+
 class TrainingSession:
     def __init__(self, config: TrainerConfig, ctx: Dist, metrics: TrainerMetrics | None,
                  restart: int, stop: threading.Event, log=print):
