@@ -107,14 +107,7 @@ class LocalNode:
 
     def stop(self) -> None:
         """Stop the node: every process it started is killed and waited for, and the Node object goes."""
-        self.stopped.set()
-        for thread in self.threads:
-            thread.join(5)
-        with self.lock:
-            for entry in self.pods.values():
-                if entry.process is not None:
-                    entry.process.kill()
-                    entry.process.wait(5)
+        self._kill_everything()
         self.log_server.shutdown()
         self.log_server.server_close()
         if not self.lost:
@@ -123,10 +116,8 @@ class LocalNode:
         if self.output:
             self.output.close()
 
-    def lose(self) -> None:
-        """The node drops off the network: its processes die, and nothing it runs is reported again."""
-        self.lost = True
-        self._report_node('Unknown', 'NodeStatusUnknown', 'Kubelet stopped posting node status.')
+    def _kill_everything(self) -> None:
+        """Stop the node's threads, then kill and reap every process it started."""
         self.stopped.set()
         for thread in self.threads:
             thread.join(5)
@@ -135,6 +126,12 @@ class LocalNode:
                 if entry.process is not None:
                     entry.process.kill()
                     entry.process.wait(5)
+
+    def lose(self) -> None:
+        """The node drops off the network: its processes die, and nothing it runs is reported again."""
+        self.lost = True
+        self._report_node('Unknown', 'NodeStatusUnknown', 'Kubelet stopped posting node status.')
+        self._kill_everything()
 
     def pids(self) -> list[int]:
         with self.lock:
