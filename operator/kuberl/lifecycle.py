@@ -522,28 +522,28 @@ def _restart(
 
 
 def _fail(plan: _Plan, current: list[ObservedPod], reason: str, message: str) -> Decision:
-    plan.set_time("completionTime", plan.now)
-    plan.condition(CONDITION_READY, False, reason, message)
-    plan.condition(CONDITION_FAILED, True, reason, message)
-    plan.delete([p for p in current if p.active], reason)
-    plan.actions.append(Fail(reason, _clip(message)))
-    plan.event("Warning", reason, message)
-    return plan.finish(FAILED)
+    return _end(plan, current, FAILED, reason, message)
 
 
 def _succeed(plan: _Plan, current: list[ObservedPod], reason: str, message: str) -> Decision:
-    plan.set_time("completionTime", plan.now)
     final = parse_final_numbers(message)
     if final is not None:  # rank 0's last numbers, newer than any scrape
         progress = dict(plan.status.get("progress") or {})
         progress["timesteps"], progress["evalReturn"] = final[0], final[1]
         plan.status["progress"] = progress
+    return _end(plan, current, SUCCEEDED, reason, message)
+
+
+def _end(plan: _Plan, current: list[ObservedPod], phase: str, reason: str, message: str) -> Decision:
+    """A terminal phase: completion time, conditions, the gang deleted, one event."""
+    failed = phase == FAILED
+    plan.set_time("completionTime", plan.now)
     plan.condition(CONDITION_READY, False, reason, message)
-    plan.condition(CONDITION_SUCCEEDED, True, reason, message)
+    plan.condition(CONDITION_FAILED if failed else CONDITION_SUCCEEDED, True, reason, message)
     plan.delete([p for p in current if p.active], reason)
-    plan.actions.append(Succeed(reason, _clip(message)))
-    plan.event("Normal", reason, message)
-    return plan.finish(SUCCEEDED)
+    plan.actions.append((Fail if failed else Succeed)(reason, _clip(message)))
+    plan.event("Warning" if failed else "Normal", reason, message)
+    return plan.finish(phase)
 
 
 def _suspend(plan: _Plan, current: list[ObservedPod], phase: str) -> Decision:
