@@ -130,16 +130,7 @@ def scrape_config(pod_monitor: dict, sd_file: Path) -> dict:
     if endpoint.get("port"):
         relabel.append({"target_label": "endpoint", "replacement": endpoint["port"]})
     relabel += [_relabel(r) for r in endpoint.get("relabelings", [])]
-    return {
-        "job_name": f"podMonitor/{meta['namespace']}/{meta['name']}/0",
-        "honor_labels": endpoint.get("honorLabels", False),
-        "metrics_path": endpoint.get("path", "/metrics"),
-        # The chart's interval is for clusters; a test cannot wait 15 s per sample.
-        "scrape_interval": f"{SCRAPE_SECONDS}s",
-        "scrape_timeout": f"{SCRAPE_SECONDS}s",
-        "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": "1s"}],
-        "relabel_configs": relabel,
-    }
+    return _scrape_job("podMonitor", meta, endpoint, relabel, sd_file)
 
 
 def discovered_endpoint(address: str, service: dict, pod_name: str, container: str, port_name: str) -> dict:
@@ -182,10 +173,16 @@ def service_monitor_scrape_config(service_monitor: dict, sd_file: Path) -> dict:
         {"target_label": "endpoint", "replacement": endpoint["port"]},
     ]
     relabel += [_relabel(r) for r in endpoint.get("relabelings", [])]
+    return _scrape_job("serviceMonitor", meta, endpoint, relabel, sd_file)
+
+
+def _scrape_job(kind: str, meta: dict, endpoint: dict, relabel: list, sd_file: Path) -> dict:
+    """The scrape job prometheus-operator writes for one monitor endpoint."""
     return {
-        "job_name": f"serviceMonitor/{meta['namespace']}/{meta['name']}/0",
+        "job_name": f"{kind}/{meta['namespace']}/{meta['name']}/0",
         "honor_labels": endpoint.get("honorLabels", False),
         "metrics_path": endpoint.get("path", "/metrics"),
+        # The chart's interval is for clusters; a test cannot wait 15 s per sample.
         "scrape_interval": f"{SCRAPE_SECONDS}s",
         "scrape_timeout": f"{SCRAPE_SECONDS}s",
         "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": "1s"}],
