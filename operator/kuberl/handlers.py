@@ -25,59 +25,24 @@ from typing import Any
 import aiohttp
 import kopf
 
-# kopf's own authenticated client: one login and one session for the operator, with
-# kopf's re-authentication on 401 and retries on 5xx/429 (kopf is pinned in the
-# operator's dependencies because this module is private to kopf).
-from kopf._cogs.clients import api as kopf_api
-from kopf._cogs.clients import errors as kopf_errors
-
-from . import lifecycle, names, reconcile, render
+from . import contract, kubeapi, lifecycle, names, reconcile, render
+from .kubeapi import (
+    PODS,
+    RLTJ,
+    Conflict,
+    KubeApi,
+    Unprocessable,
+    api_path,
+)
 from .operator_metrics import OperatorMetrics
 from .spec import InvalidJob, JobSpec, validate_job
 from .trainerconfig import trainer_config
 
-# The operator's configuration as the chart sets it (flags win where both exist).
-ENV_TRAINER_IMAGE = "KUBERL_TRAINER_IMAGE"
-ENV_TRAINER_PULL_POLICY = "KUBERL_TRAINER_IMAGE_PULL_POLICY"
-ENV_TRAINER_PULL_SECRETS = "KUBERL_TRAINER_IMAGE_PULL_SECRETS"  # comma-separated
-ENV_LOG_LEVEL = "KUBERL_LOG_LEVEL"
-ENV_METRICS_ENABLED = "KUBERL_METRICS_ENABLED"
-RLTJ = (names.GROUP, names.VERSION, names.PLURAL)
-PODS = ("", "v1", "pods")
 FINALIZER = f"{names.GROUP}/operator"
-API_BACKOFFS = (0.5, 1.0, 2.0)  # retries of 5xx/429 inside one call; then kopf's daemon backoff
 CONFLICT_RETRY_SECONDS = 1.0
 CREATE_CONCURRENCY = 16
 
 logger = logging.getLogger("kuberl.operator")
-
-# Every (verb, group, resource, subresource) the operator calls: the chart's RBAC is derived
-# from this list, and the integration tests fail when the operator calls anything else.
-# RBAC also needs `update` on rltrainingjobs/finalizers, which no request uses: owner
-# references with blockOwnerDeletion require it on clusters that enforce them.
-API_CALLS = frozenset({
-    ("get", names.GROUP, names.PLURAL, ""),
-    ("list", names.GROUP, names.PLURAL, ""),
-    ("watch", names.GROUP, names.PLURAL, ""),
-    ("patch", names.GROUP, names.PLURAL, ""),  # kopf's finalizer
-    ("patch", names.GROUP, names.PLURAL, "status"),
-    ("delete", names.GROUP, names.PLURAL, ""),  # ttlSecondsAfterFinished
-    ("get", "", "pods", ""),
-    ("list", "", "pods", ""),
-    ("watch", "", "pods", ""),
-    ("create", "", "pods", ""),
-    ("patch", "", "pods", ""),  # Kueue's retriable-in-group at the end
-    ("delete", "", "pods", ""),
-    ("create", "", "events", ""),
-    *((verb, group, plural, "") for verb in ("create", "get") for group, plural in (
-        ("", "configmaps"), ("", "persistentvolumeclaims"), ("", "services"), ("networking.k8s.io", "networkpolicies"),
-        ("scheduling.volcano.sh", "podgroups"), ("scheduling.x-k8s.io", "podgroups"),
-    )),
-})
-# With --peering, kopf's own peering objects (namespaced, or cluster-wide when all namespaces are watched).
-PEERING_API_CALLS = frozenset(
-    (verb, "kopf.dev", plural, "") for verb in ("get", "list", "watch", "patch") for plural in ("kopfpeerings", "clusterkopfpeerings")
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,82 +56,6 @@ class OperatorConfig:
     debounce_seconds: float = 0.05  # a burst of pod events becomes one reconcile
     max_concurrent_reconciles: int = 32  # bounds the operator's load on the API server in a burst
     peering: str | None = None  # kopf peering object; None runs standalone
-
-
-# --- the Kubernetes API -------------------------------------------------------
-
-
-def _path(group: str, version: str, plural: str, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
-    parts = ["/api", version] if not group else ["/apis", group, version]
-    if namespace:
-        parts += ["namespaces", namespace]
-    parts.append(plural)
-    if name:
-        parts.append(name)
-    if sub:
-        parts.append(sub)
-    return "/".join(parts)
-
-
-def _api_path(obj: dict) -> tuple[str, str, str]:
-    """(group, version, plural) of a rendered child."""
-    group, _, version = obj["apiVersion"].rpartition("/")
-    plural = {"ConfigMap": "configmaps", "PersistentVolumeClaim": "persistentvolumeclaims", "Service": "services",
-              "NetworkPolicy": "networkpolicies", "PodGroup": "podgroups", "Pod": "pods"}[obj["kind"]]
-    return group, version, plural
-
-
-class KubeApi:
-    """The calls the operator makes; every failure is counted, then raised for kopf to see."""
-
-    def __init__(self, settings: kopf.OperatorSettings, log: Any, metrics: OperatorMetrics):
-        self.settings, self.log, self.metrics = settings, log, metrics
-
-    async def call(self, method: str, verb: str, plural: str, path: str, payload: Any = None, content_type: str | None = None) -> Any:
-        headers = {"Content-Type": content_type} if content_type else None
-        try:
-            response = await kopf_api.request(
-                method, path, payload=payload, headers=headers, backoffs=API_BACKOFFS, settings=self.settings, logger=self.log,
-            )
-        except kopf_errors.APIError as error:
-            self.metrics.api_errors.labels(verb, plural, str(error.status)).inc()
-            raise
-        except (aiohttp.ClientError, TimeoutError):
-            self.metrics.api_errors.labels(verb, plural, "connection").inc()
-            raise
-        async with response:
-            return await response.json()
-
-    async def get(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict | None:
-        try:
-            return await self.call("get", "get", plural, _path(group, version, plural, namespace, name))
-        except kopf_errors.APINotFoundError:
-            return None
-
-    async def list_job_pods(self, namespace: str, job: str) -> list[dict]:
-        path = _path(*PODS, namespace) + f"?labelSelector={names.LABEL_JOB}%3D{job}"
-        return (await self.call("get", "list", "pods", path)).get("items") or []
-
-    async def create(self, obj: dict) -> dict:
-        group, version, plural = _api_path(obj)
-        return await self.call("post", "create", plural, _path(group, version, plural, obj["metadata"]["namespace"]), obj)
-
-    async def patch_status(self, namespace: str, name: str, status_patch: dict, resource_version: str) -> dict:
-        # The resourceVersion makes the write conditional: a stale read never overwrites a newer status.
-        body = {"metadata": {"resourceVersion": resource_version}, "status": status_patch}
-        return await self.call("patch", "patch", f"{names.PLURAL}/status", _path(*RLTJ, namespace, name, "status"), body, "application/merge-patch+json")
-
-    async def patch_pod_annotations(self, namespace: str, name: str, annotations: dict) -> None:
-        try:
-            await self.call("patch", "patch", "pods", _path(*PODS, namespace, name), {"metadata": {"annotations": annotations}}, "application/merge-patch+json")
-        except kopf_errors.APINotFoundError:
-            pass  # already gone: nothing left to mark
-
-    async def delete(self, group: str, version: str, plural: str, namespace: str, name: str, options: dict) -> None:
-        try:
-            await self.call("delete", "delete", plural, _path(group, version, plural, namespace, name), options)
-        except (kopf_errors.APINotFoundError, kopf_errors.APIConflictError):
-            pass  # gone already, or the name now belongs to a newer object (uid precondition)
 
 
 # --- operator-wide state ------------------------------------------------------
@@ -212,7 +101,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.label_selectors[PODS] = names.LABEL_JOB
     # Resources are discovered once at start: no cluster-wide watch of CRDs or namespaces.
     settings.scanning.disabled = True
-    settings.networking.error_backoffs = API_BACKOFFS
+    settings.networking.error_backoffs = kubeapi.API_BACKOFFS
     settings.networking.request_timeout = 30
     settings.background.instant_exit_timeout = 0.5
     shell: Shell = memo.shell
@@ -321,7 +210,7 @@ class JobLoop:
                 self.shell.metrics.gang_restarts.labels(entry["reason"]).inc()
         try:
             await self._act(job, spec, decision, pods)
-        except kopf_errors.APIUnprocessableEntityError as refused:
+        except Unprocessable as refused:
             # The API server refused an object rendered from this spec: no retry can help.
             await self._fail(job, reconcile.REASON_INVALID_CHILD, str(refused), time.time())
             await self._stop_gang(job, reconcile.REASON_INVALID_CHILD)
@@ -391,7 +280,7 @@ class JobLoop:
             return False
         try:
             written = await self.api.patch_status(self.namespace, self.name, patch, job["metadata"]["resourceVersion"])
-        except kopf_errors.APIConflictError:
+        except Conflict:
             raise kopf.TemporaryError("the job changed while it was reconciled; reading it again", delay=CONFLICT_RETRY_SECONDS) from None
         job["metadata"]["resourceVersion"] = written["metadata"]["resourceVersion"]
         job["status"] = written.get("status") or {}
@@ -450,8 +339,8 @@ class JobLoop:
     async def _create_child(self, child: dict, uid: str, adopted: bool) -> None:
         try:
             await self.api.create(child)
-        except kopf_errors.APIConflictError:
-            existing = await self.api.get(*_api_path(child), self.namespace, child["metadata"]["name"])
+        except Conflict:
+            existing = await self.api.get(*api_path(child), self.namespace, child["metadata"]["name"])
             ours = existing is not None and (
                 reconcile.owned_by(existing, uid)
                 or (not adopted and (existing["metadata"].get("labels") or {}).get(names.LABEL_JOB) == self.name)
@@ -476,7 +365,7 @@ class JobLoop:
                 try:
                     await self.api.create(pod)
                     self.shell.metrics.pods_created.inc()
-                except kopf_errors.APIConflictError:
+                except Conflict:
                     existing = await self.api.get(*PODS, self.namespace, pod["metadata"]["name"])
                     if existing is None or not reconcile.is_current_pod(existing, uid, action.generation):
                         raise kopf.TemporaryError(
@@ -538,17 +427,17 @@ class JobLoop:
 def cmd_operator(args: argparse.Namespace) -> int:
     """Run the operator until SIGTERM/SIGINT: standalone unless --peering names a peering object."""
     config = OperatorConfig(
-        trainer_image=getattr(args, "trainer_image", None) or os.environ.get(ENV_TRAINER_IMAGE) or render.DEFAULT_IMAGE,
-        trainer_pull_policy=os.environ.get(ENV_TRAINER_PULL_POLICY) or None,
-        trainer_pull_secrets=tuple(s.strip() for s in os.environ.get(ENV_TRAINER_PULL_SECRETS, "").split(",") if s.strip()),
+        trainer_image=getattr(args, "trainer_image", None) or os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE) or render.DEFAULT_IMAGE,
+        trainer_pull_policy=os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_POLICY) or None,
+        trainer_pull_secrets=tuple(s.strip() for s in os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_SECRETS, "").split(",") if s.strip()),
         scrape_interval=getattr(args, "scrape_interval", None) or OperatorConfig.scrape_interval,
         peering=args.peering,
     )
     listen = getattr(args, "listen_address", None) or "0.0.0.0"
     metrics = OperatorMetrics()
-    if os.environ.get(ENV_METRICS_ENABLED, "true").lower() != "false":
+    if os.environ.get(contract.ENV_OPERATOR_METRICS_ENABLED, "true").lower() != "false":
         metrics.serve(listen, args.metrics_port)
-    level = os.environ.get(ENV_LOG_LEVEL, "info").upper()
+    level = os.environ.get(contract.ENV_OPERATOR_LOG_LEVEL, "info").upper()
     kopf.configure(debug=level == "DEBUG", quiet=level in ("WARNING", "ERROR"))
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per liveness probe otherwise
     # One line per pod event would drown the log; failures of these handlers still show.

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from kuberl.handlers import API_CALLS
+from kuberl.kubeapi import API_CALLS
 
 from tests.e2e.stack import SCENARIOS, Stack
 

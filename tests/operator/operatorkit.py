@@ -15,7 +15,7 @@ from typing import Self
 
 import pytest
 from kuberl import names
-from kuberl.handlers import API_CALLS
+from kuberl.kubeapi import API_CALLS
 
 from tests.support.apiserver import StandinServer, free_port
 from tests.support.rest import Rest

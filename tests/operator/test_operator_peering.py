@@ -1,5 +1,5 @@
 """Several replicas with `--peering`: the higher priority works, the other waits and takes over."""
-from kuberl.handlers import API_CALLS, PEERING_API_CALLS
+from kuberl.kubeapi import API_CALLS, PEERING_API_CALLS
 
 from tests.operator.operatorkit import (
     Operator,

@@ -27,7 +27,7 @@ from chart_support import (
     validate,
 )
 from kuberl import cli, contract, names
-from kuberl.handlers import API_CALLS, PEERING_API_CALLS
+from kuberl.kubeapi import API_CALLS, PEERING_API_CALLS
 from kuberl.render import DEFAULT_IMAGE, PLACEHOLDER_UID, render_job
 
 # The operator image's entrypoint (dockerfiles/operator.Dockerfile).
