@@ -1,0 +1,253 @@
+"""Pod Security Standards (v1.34 field lists): one row per control, the
+offending field's path asserted, at the level that first forbids it."""
+
+import copy
+from pathlib import Path
+
+import pytest
+from kuberl import names
+from kuberl.podsecurity import (
+    LEVELS,
+    check_pod,
+    check_pods,
+    check_service_account,
+    parse_service_accounts,
+)
+from kuberl.render import PLACEHOLDER_UID, Job, render_job
+from kuberl.spec import load_documents, validate_job
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
+T = f"spec.containers[{names.TRAINER_CONTAINER}]"
+
+
+def kuberl_pods(job: dict) -> list[dict]:
+    spec = validate_job(job)
+    return [o for o in render_job(Job(job["metadata"]["name"], spec), "team-a", PLACEHOLDER_UID) if o["kind"] == "Pod"]
+
+
+def job_with_template(template: dict | None = None, **spec) -> dict:
+    body = {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "workers": 2, **spec}
+    if template is not None:
+        body["template"] = template
+    return {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": {"name": "t"}, "spec": body}
+
+
+def trainer_pod() -> dict:
+    return kuberl_pods(job_with_template())[0]
+
+
+def with_trainer(**security_context) -> dict:
+    pod = trainer_pod()
+    pod["spec"]["containers"][0]["securityContext"].update(security_context)
+    return pod
+
+
+def with_pod(**fields) -> dict:
+    pod = trainer_pod()
+    pod["spec"].update(fields)
+    return pod
+
+
+def with_pod_security_context(**fields) -> dict:
+    pod = trainer_pod()
+    pod["spec"]["securityContext"].update(fields)
+    return pod
+
+
+def with_volume(**source) -> dict:
+    pod = trainer_pod()
+    pod["spec"]["volumes"].append({"name": "extra", **source})
+    return pod
+
+
+def with_container_field(**fields) -> dict:
+    pod = trainer_pod()
+    pod["spec"]["containers"][0].update(fields)
+    return pod
+
+
+def without_trainer(*keys) -> dict:
+    pod = trainer_pod()
+    for key in keys:
+        pod["spec"]["containers"][0]["securityContext"].pop(key)
+    return pod
+
+
+def without_anywhere(key) -> dict:
+    """Unset in the trainer container and at pod level."""
+    pod = without_trainer(key)
+    pod["spec"]["securityContext"].pop(key)
+    return pod
+
+
+def with_init_container(**security_context) -> dict:
+    pod = trainer_pod()
+    pod["spec"]["initContainers"] = [{"name": "setup", "image": "busybox", "securityContext": security_context}]
+    return pod
+
+
+# (case id, pod, level that first forbids it, the paths reported)
+CASES = [
+    ("hostNetwork", lambda: with_pod(hostNetwork=True), "baseline", ["spec.hostNetwork"]),
+    ("hostPID", lambda: with_pod(hostPID=True), "baseline", ["spec.hostPID"]),
+    ("hostIPC", lambda: with_pod(hostIPC=True), "baseline", ["spec.hostIPC"]),
+    ("privileged", lambda: with_trainer(privileged=True), "baseline", [f"{T}.securityContext.privileged"]),
+    ("privileged init container", lambda: with_init_container(privileged=True), "baseline",
+     ["spec.initContainers[setup].securityContext.privileged"]),
+    ("SYS_ADMIN", lambda: with_trainer(capabilities={"drop": ["ALL"], "add": ["SYS_ADMIN"]}), "baseline",
+     [f"{T}.securityContext.capabilities.add"]),
+    ("NET_RAW", lambda: with_trainer(capabilities={"drop": ["ALL"], "add": ["NET_RAW"]}), "baseline",
+     [f"{T}.securityContext.capabilities.add"]),
+    ("hostPath", lambda: with_volume(hostPath={"path": "/"}), "baseline", ["spec.volumes[extra].hostPath"]),
+    ("hostPort", lambda: with_container_field(ports=[{"containerPort": 80, "hostPort": 80}]), "baseline",
+     [f"{T}.ports[0].hostPort"]),
+    ("hostProcess", lambda: with_pod_security_context(windowsOptions={"hostProcess": True}), "baseline",
+     ["spec.securityContext.windowsOptions.hostProcess"]),
+    ("AppArmor field", lambda: with_trainer(appArmorProfile={"type": "Unconfined"}), "baseline",
+     [f"{T}.securityContext.appArmorProfile.type"]),
+    ("AppArmor annotation",
+     lambda: {**trainer_pod(), "metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/trainer": "unconfined"}}},
+     "baseline", ["metadata.annotations[container.apparmor.security.beta.kubernetes.io/trainer]"]),
+    ("SELinux type", lambda: with_pod_security_context(seLinuxOptions={"type": "spc_t"}), "baseline",
+     ["spec.securityContext.seLinuxOptions.type"]),
+    ("SELinux user", lambda: with_trainer(seLinuxOptions={"user": "system_u"}), "baseline",
+     [f"{T}.securityContext.seLinuxOptions.user"]),
+    ("procMount", lambda: with_trainer(procMount="Unmasked"), "baseline", [f"{T}.securityContext.procMount"]),
+    ("seccomp Unconfined", lambda: with_trainer(seccompProfile={"type": "Unconfined"}), "baseline",
+     [f"{T}.securityContext.seccompProfile.type"]),
+    ("unsafe sysctl", lambda: with_pod_security_context(sysctls=[{"name": "kernel.msgmax", "value": "1"}]), "baseline",
+     ["spec.securityContext.sysctls[0].name"]),
+    ("probe host", lambda: with_container_field(livenessProbe={"httpGet": {"host": "10.0.0.1", "port": 80}}), "baseline",
+     [f"{T}.livenessProbe.httpGet.host"]),
+    ("lifecycle host", lambda: with_container_field(lifecycle={"preStop": {"tcpSocket": {"host": "node", "port": 22}}}),
+     "baseline", [f"{T}.lifecycle.preStop.tcpSocket.host"]),
+    ("ulimits", lambda: with_trainer(ulimits=[{"name": "nofile", "soft": 1, "hard": 1}]), "baseline",
+     [f"{T}.securityContext.ulimits"]),
+    ("nfs volume", lambda: with_volume(nfs={"server": "nfs", "path": "/"}), "restricted", ["spec.volumes[extra].nfs"]),
+    ("allowPrivilegeEscalation unset", lambda: without_trainer("allowPrivilegeEscalation"), "restricted",
+     [f"{T}.securityContext.allowPrivilegeEscalation"]),
+    ("runAsNonRoot nowhere",
+     lambda: without_anywhere("runAsNonRoot"),
+     "restricted", [f"{T}.securityContext.runAsNonRoot"]),
+    ("runAsNonRoot false", lambda: with_pod_security_context(runAsNonRoot=False), "restricted",
+     ["spec.securityContext.runAsNonRoot"]),
+    ("runAsUser 0", lambda: with_trainer(runAsUser=0), "restricted", [f"{T}.securityContext.runAsUser"]),
+    ("seccomp nowhere",
+     lambda: without_anywhere("seccompProfile"),
+     "restricted", [f"{T}.securityContext.seccompProfile.type"]),
+    ("drop ALL missing", lambda: with_trainer(capabilities={"drop": ["NET_RAW"]}), "restricted",
+     [f"{T}.securityContext.capabilities.drop"]),
+    ("default capability added", lambda: with_trainer(capabilities={"drop": ["ALL"], "add": ["CHOWN"]}), "restricted",
+     [f"{T}.securityContext.capabilities.add"]),
+]
+
+
+@pytest.mark.parametrize(("pod", "first_level", "paths"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_each_control_names_its_field_at_the_level_that_forbids_it(pod, first_level, paths):
+    pod = pod()
+    found = {level: sorted(v.path for v in check_pod(pod, level)) for level in LEVELS}
+    assert found["privileged"] == []
+    if first_level == "baseline":
+        assert found["baseline"] == paths
+        assert set(paths) <= set(found["restricted"])
+    else:
+        assert found["baseline"] == []
+        assert found["restricted"] == paths
+
+
+def test_allowed_values_pass():
+    """The values each control allows are not violations."""
+    pod = with_trainer(capabilities={"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}, seccompProfile={"type": "Localhost", "localhostProfile": "p.json"},
+                       appArmorProfile={"type": "RuntimeDefault"}, seLinuxOptions={"type": "container_init_t", "level": "s0:c1"}, procMount="Default")
+    pod["spec"]["securityContext"]["sysctls"] = [{"name": "net.ipv4.tcp_keepalive_time", "value": "60"}]
+    pod["spec"]["volumes"].append({"name": "creds", "secret": {"secretName": "s"}})
+    pod["spec"]["volumes"].append({"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}})
+    assert check_pod(pod, "restricted") == []
+
+
+def test_a_violation_says_what_the_level_allows():
+    [violation] = check_pod(with_pod(hostNetwork=True), "baseline")
+    assert str(violation) == "spec.hostNetwork: Host Namespaces: false or unset (got True)"
+
+
+def test_unknown_level_is_refused():
+    with pytest.raises(ValueError, match="expected one of privileged, baseline, restricted"):
+        check_pod(trainer_pod(), "strict")
+
+
+HOSTILE_TEMPLATE = {
+    "spec": {
+        "hostNetwork": True, "hostPID": True, "hostIPC": True,
+        "serviceAccountName": "cluster-admin-sa",
+        "containers": [{
+            "name": "trainer",
+            "securityContext": {"privileged": True, "runAsUser": 0, "capabilities": {"add": ["SYS_ADMIN"]}},
+            "volumeMounts": [{"name": "host", "mountPath": "/host"}],
+        }],
+        "volumes": [{"name": "host", "hostPath": {"path": "/"}}, {"name": "token", "secret": {"secretName": "x"}}],
+    }
+}
+
+
+def test_hostile_template_is_refused_at_baseline_naming_every_field():
+    """The issue's reproduction. runAsUser: 0 is a restricted-level control in
+    the standards (check_runAsUser.go), so baseline does not name it."""
+    pods = kuberl_pods(job_with_template(HOSTILE_TEMPLATE))
+    baseline = sorted(v.path for v in check_pods(pods, "baseline"))
+    assert baseline == sorted([
+        "spec.hostNetwork", "spec.hostPID", "spec.hostIPC",
+        f"{T}.securityContext.privileged", f"{T}.securityContext.capabilities.add",
+        "spec.volumes[host].hostPath",
+    ])
+    restricted = {v.path for v in check_pods(pods, "restricted")}
+    assert set(baseline) | {f"{T}.securityContext.runAsUser", f"{T}.securityContext.allowPrivilegeEscalation"} <= restricted
+    assert check_pods(pods, "privileged") == []
+
+
+def test_each_violation_is_reported_once_per_gang():
+    pods = kuberl_pods(job_with_template({"spec": {"hostPID": True}}, workers=4))
+    assert len(pods) == 4
+    assert [v.path for v in check_pods(pods, "baseline")] == ["spec.hostPID"]
+
+
+def test_kuberl_trainer_pods_pass_restricted():
+    for pod in kuberl_pods(job_with_template(workers=3, procsPerWorker=2)):
+        assert check_pod(pod, "restricted") == []
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_every_example_passes_restricted(path):
+    [job] = load_documents(path.read_text())
+    assert [str(v) for v in check_pods(kuberl_pods(job), "restricted")] == []
+
+
+def test_service_account_allowlist():
+    pod = kuberl_pods(job_with_template({"spec": {"serviceAccountName": "builder"}}))[0]
+    assert check_service_account(pod, None) == []
+    assert check_service_account(pod, {"builder"}) == []
+    [violation] = check_service_account(pod, {"rl-trainer", "default"})
+    assert (violation.path, violation.got) == ("spec.serviceAccountName", "builder")
+    assert "one of default, rl-trainer" in str(violation)
+    # unset means the namespace's "default" account
+    assert check_service_account(trainer_pod(), {"default"}) == []
+    assert [v.path for v in check_pods([pod], "baseline", {"default"})] == ["spec.serviceAccountName"]
+
+
+def test_parse_service_accounts():
+    assert parse_service_accounts(None) is None
+    assert parse_service_accounts("") is None
+    assert parse_service_accounts("a, b,,") == {"a", "b"}
+
+
+def test_rendered_pods_keep_the_token_unmounted_unless_the_template_asks():
+    assert all(p["spec"]["automountServiceAccountToken"] is False for p in kuberl_pods(job_with_template()))
+    asked = kuberl_pods(job_with_template({"spec": {"automountServiceAccountToken": True}}))
+    assert all(p["spec"]["automountServiceAccountToken"] is True for p in asked)
+
+
+def test_check_pod_does_not_mutate_its_input():
+    pod = kuberl_pods(job_with_template(HOSTILE_TEMPLATE))[0]
+    before = copy.deepcopy(pod)
+    check_pod(pod, "restricted")
+    assert pod == before
