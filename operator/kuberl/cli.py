@@ -8,12 +8,18 @@ from typing import Any
 
 import yaml
 
-from .spec import InvalidJob, JobSpec, load_documents, validate_job
+from .render import DEFAULT_MONITORING_NAMESPACE, DEFAULT_OPERATOR_NAMESPACE
+from .spec import InvalidJob, JobSpec, UnreadableSpec, load_documents, validate_job
 
 
 def load_jobs(path: str) -> list[dict]:
-    with open(path) if path != "-" else sys.stdin as f:
-        docs = load_documents(f)  # 1e-3 is a number, as kubectl reads it
+    """Every document of a job file (or stdin), read the one safe way
+    (`spec.load_documents`); a file that cannot be read exits 1 with one line."""
+    try:
+        with open(path, "rb") if path != "-" else sys.stdin.buffer as f:
+            docs = load_documents(f)  # 1e-3 is a number, as kubectl reads it
+    except (UnreadableSpec, OSError) as e:
+        raise SystemExit(f"{path}: {e.strerror if isinstance(e, OSError) and e.strerror else e}") from None
     if not docs:
         raise SystemExit(f"{path}: no YAML document found")
     return docs
@@ -75,7 +81,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     )
     jobs, failed = valid_jobs(args.file)
     for name, spec in jobs:
-        for obj in render_job(Job(name, spec), args.namespace, PLACEHOLDER_UID, default_image=DEFAULT_IMAGE):
+        objects = render_job(Job(name, spec), args.namespace, PLACEHOLDER_UID, default_image=DEFAULT_IMAGE,
+                             operator_namespace=args.operator_namespace, monitoring_namespace=args.monitoring_namespace)
+        for obj in objects:
             print(f"---\n# {obj['kind']} {obj['metadata']['name']} (RLTrainingJob {name})")
             yaml.dump(obj, sys.stdout, Dumper=BlockDumper, sort_keys=False, width=120)
     return 1 if failed else 0
@@ -102,6 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("render", help="print every object the operator creates for a job, like helm template")
     p.add_argument("file")
     p.add_argument("--namespace", "-n", default="default")
+    p.add_argument("--operator-namespace", default=DEFAULT_OPERATOR_NAMESPACE,
+                   help="the operator's namespace: its scrapes of rank 0 pass the job's NetworkPolicy")
+    p.add_argument("--monitoring-namespace", default=DEFAULT_MONITORING_NAMESPACE,
+                   help="Prometheus' namespace: its scrapes pass the NetworkPolicy ('' for none)")
     p.set_defaults(func=lambda a: cmd_render(a))
     p = sub.add_parser("run", help="run a job here: the same pods, as local processes")
     p.add_argument("file")
@@ -122,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trainer-image", help="default trainer image (else $KUBERL_TRAINER_IMAGE, else the built-in default)")
     p.add_argument("--listen-address", default="0.0.0.0", help="address of the health and metrics endpoints")
     p.add_argument("--scrape-interval", type=float, default=10.0, help="seconds between scrapes of a running job's rank 0")
+    p.add_argument("--monitoring-namespace", default=DEFAULT_MONITORING_NAMESPACE,
+                   help="Prometheus' namespace, admitted to trainer metrics ports by each job's NetworkPolicy ('' for none)")
     p.set_defaults(func=lambda a: __import__("kuberl.handlers", fromlist=["cmd_operator"]).cmd_operator(a))
     return parser
 

@@ -1,8 +1,11 @@
-"""The contract between operator, pod and trainer: exit codes and reasons.
+"""The contract between operator, pod and trainer: exit codes, reasons, env names.
 
-The trainer writes one line `<Reason>: <message>` to the termination log. torch's
-launcher turns every child failure into exit 1, so the reason, not the exit
-code, is what tells the operator a failure is permanent.
+The trainer writes one line `TERMINATION_MARKER<Reason>: <message>` to the
+termination log. torch's launcher turns every child failure into exit 1, so the
+reason, not the exit code, is what tells the operator a failure is permanent.
+With `FallbackToLogsOnError` the kubelet puts the log's tail in the same field
+when the file is empty, so only a line that starts with the marker (which no log
+line does: the trainer prints its reason unmarked) states a reason.
 """
 
 import re
@@ -16,6 +19,25 @@ REASON_SUCCEEDED = "Succeeded"  # target reached or budget spent
 REASON_STOPPED = "Stopped"  # SIGTERM/SIGINT; a resumable checkpoint was saved
 REASON_CRASHED = "Crashed"  # anything else: retryable
 REASON_PEER_LOST = "PeerLost"  # a collective failed or timed out: retryable
+TRAINER_REASONS = frozenset({REASON_CONFIG_ERROR, REASON_SUCCEEDED, REASON_STOPPED, REASON_CRASHED, REASON_PEER_LOST})
+
+# Starts the termination-log line; a log line never does (see module docstring).
+TERMINATION_MARKER = "kuberl.dev/reason "
+
+
+def termination_line(reason: str, message: str) -> str:
+    """The one line the trainer writes to its termination log."""
+    return TERMINATION_MARKER + f"{reason}: {message}".replace("\n", " ")
+
+
+def stated_reason(message: str | None) -> tuple[str, str] | None:
+    """(reason, text) when `message` is a marked line naming one of the trainer's
+    reasons; None for anything else (a log tail, an external script's output)."""
+    if not message or not message.startswith(TERMINATION_MARKER):
+        return None
+    text = message[len(TERMINATION_MARKER):].strip()
+    reason = text.split(":", 1)[0].strip()
+    return (reason, text) if reason in TRAINER_REASONS else None
 
 # Environment variables the operator renders and the trainer reads.
 ENV_MASTER_ADDR = "MASTER_ADDR"
@@ -30,10 +52,36 @@ ENV_JOB = "KUBERL_JOB"
 ENV_RESTART = "KUBERL_RESTART"
 ENV_METRICS_ADDR = "KUBERL_METRICS_ADDR"
 ENV_CONFIG = "KUBERL_CONFIG"
+# torch's launcher reads its flags from PET_<FLAG> (torch/distributed/argparse_util.py).
+ENV_PET_NNODES = "PET_NNODES"
+ENV_PET_NODE_RANK = "PET_NODE_RANK"
+ENV_PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
+ENV_PET_MASTER_ADDR = "PET_MASTER_ADDR"
+ENV_PET_MASTER_PORT = "PET_MASTER_PORT"
+ENV_PET_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"  # always MASTER_ADDR:MASTER_PORT: the static backend prefers it too
+ENV_PET_RDZV_ID = "PET_RDZV_ID"
+ENV_PET_RDZV_CONF = "PET_RDZV_CONF"  # is_host=true on worker 0 only: c10d's store lives there
 # Set only when pods run as local processes: the directory that stands in for
 # the pod's filesystem root, so absolute mount paths in the rendered pod need
 # no rewriting.
 ENV_FS_ROOT = "KUBERL_FS_ROOT"
+
+# The identity kuberl gives each pod: a spec's env may not set these (two pods
+# both rank 0 wait forever), nor any KUBERL_ name. Tuning names stay the user's:
+# OMP_NUM_THREADS, PYTHONUNBUFFERED, and torch launcher flags kuberl does not
+# set (PET_MAX_RESTARTS, PET_RDZV_BACKEND: a script's own choice).
+RESERVED_ENV_NAMES = frozenset({
+    ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_NNODES, ENV_NODE_RANK, ENV_NPROC_PER_NODE,
+    ENV_WORLD_SIZE, ENV_RANK, ENV_LOCAL_RANK,
+    ENV_PET_NNODES, ENV_PET_NODE_RANK, ENV_PET_NPROC_PER_NODE, ENV_PET_MASTER_ADDR, ENV_PET_MASTER_PORT,
+    ENV_PET_RDZV_ENDPOINT, ENV_PET_RDZV_ID, ENV_PET_RDZV_CONF,
+    ENV_JOB, ENV_RESTART, ENV_METRICS_ADDR, ENV_CONFIG, ENV_FS_ROOT,
+})
+RESERVED_ENV_PREFIXES = ("KUBERL_",)
+
+
+def is_reserved_env(name: str) -> bool:
+    return name in RESERVED_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIXES)
 
 # The operator pod's configuration beyond `kuberl operator` flags, set by the
 # chart (charts/kuberl/templates/_helpers.tpl); tests/unit/test_chart.py checks

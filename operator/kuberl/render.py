@@ -38,8 +38,12 @@ from .trainerconfig import dump, trainer_config
 DEFAULT_IMAGE = "ghcr.io/kuberl/trainer:0.1.0"
 # `kuberl render` has no API server to assign a uid; this one says so.
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
-DEFAULT_OPERATOR_NAMESPACE_SELECTOR = {"matchLabels": {"kubernetes.io/metadata.name": "kuberl-system"}}
-DEFAULT_MONITORING_NAMESPACE_SELECTOR = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+# Where the chart installs the operator, and Prometheus, unless told otherwise
+# (the operator reads its own from the downward API: contract.ENV_OPERATOR_POD_NAMESPACE).
+DEFAULT_OPERATOR_NAMESPACE = "kuberl-system"
+DEFAULT_MONITORING_NAMESPACE = "monitoring"
+# The API server labels every namespace with its name (NamespaceDefaultLabelName, GA in 1.22).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 VOLCANO_SCHEDULERS = frozenset({"volcano"})
 COSCHEDULING_SCHEDULERS = frozenset({"scheduler-plugins-scheduler", "scheduler-plugins", "coscheduling"})
@@ -75,14 +79,29 @@ def _env(name: str, value: Any) -> dict:
     return {"name": name, "value": str(value)}
 
 
-def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart: int, target: Target = "cluster") -> list[dict]:
-    """The pod's environment, exactly as DESIGN.md's contract table says.
+def rendezvous_id(job: str, namespace: str, restart: int) -> str:
+    """torchrun's --rdzv-id: one per job and gang generation, so a new gang
+    never joins what is left of the previous one's rendezvous."""
+    return f"{namespace}.{job}.{restart}"
 
-    With one process per pod the trainer reads WORLD_SIZE/RANK/LOCAL_RANK
-    directly; with several, torch's launcher sets them per child from NNODES,
-    NODE_RANK and NPROC_PER_NODE. OMP_NUM_THREADS is the container's CPU limit
-    rounded up; with several processes per pod the trainer divides it by its
-    local world size.
+
+def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart: int, target: Target = "cluster") -> list[dict]:
+    """The pod's environment: the contract table in the README, row by row.
+
+    As Kubeflow's PyTorchJob: WORLD_SIZE is every process of the gang
+    (workers x procsPerWorker) and RANK the pod's index, in every pod; with
+    several processes per pod torch's launcher overrides both per child (and
+    sets LOCAL_RANK, which is 0 here only when one process runs). The PET_*
+    names are torch's launcher flags, so `torchrun script.py` with no flags
+    runs the gang's static rendezvous, and `torchrun --rdzv-backend=c10d`
+    meets at worker 0: the static backend prefers PET_RDZV_ENDPOINT over
+    --master-addr/--master-port (torch/distributed/run.py, get_rdzv_endpoint),
+    so it is exactly MASTER_ADDR:MASTER_PORT; c10d guesses which agent hosts
+    its store by hostname (a guess every 127.x answers yes to on one machine),
+    so PET_RDZV_CONF says it: is_host=true on worker 0 only. PET_RDZV_BACKEND
+    is never set: the script's command line (static by default) chooses.
+    OMP_NUM_THREADS is the container's CPU limit rounded up; with several
+    processes per pod the trainer divides it by its local world size.
     """
     master_addr = names.master_addr(job, namespace)
     port = spec.rendezvous.port
@@ -92,19 +111,20 @@ def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart:
         _env(contract.ENV_NNODES, spec.workers),
         _env(contract.ENV_NODE_RANK, rank),
         _env(contract.ENV_NPROC_PER_NODE, spec.procs),
+        _env(contract.ENV_WORLD_SIZE, spec.workers * spec.procs),
+        _env(contract.ENV_RANK, rank),
     ]
     if spec.procs == 1:
-        env += [
-            _env(contract.ENV_WORLD_SIZE, spec.workers),
-            _env(contract.ENV_RANK, rank),
-            _env(contract.ENV_LOCAL_RANK, 0),
-        ]
+        env.append(_env(contract.ENV_LOCAL_RANK, 0))
     env += [
-        _env("PET_NNODES", spec.workers),
-        _env("PET_NODE_RANK", rank),
-        _env("PET_NPROC_PER_NODE", spec.procs),
-        _env("PET_MASTER_ADDR", master_addr),
-        _env("PET_MASTER_PORT", port),
+        _env(contract.ENV_PET_NNODES, spec.workers),
+        _env(contract.ENV_PET_NODE_RANK, rank),
+        _env(contract.ENV_PET_NPROC_PER_NODE, spec.procs),
+        _env(contract.ENV_PET_MASTER_ADDR, master_addr),
+        _env(contract.ENV_PET_MASTER_PORT, port),
+        _env(contract.ENV_PET_RDZV_ENDPOINT, f"{master_addr}:{port}"),
+        _env(contract.ENV_PET_RDZV_ID, rendezvous_id(job, namespace, restart)),
+        _env(contract.ENV_PET_RDZV_CONF, f"is_host={'true' if rank == 0 else 'false'}"),
         _env(contract.ENV_JOB, job),
         _env(contract.ENV_RESTART, restart),
         _env(contract.ENV_CONFIG, CONFIG_PATH),
@@ -211,21 +231,27 @@ def metrics_ports(spec: JobSpec) -> list[int]:
     return [spec.metrics.port + local_rank for local_rank in range(spec.procs)]
 
 
+def namespace_selector(namespace: str) -> dict:
+    return {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}}
+
+
 def render_networkpolicy(
     job: Mapping | Job,
     namespace: str,
     *,
-    operator_namespace_selector: Mapping = DEFAULT_OPERATOR_NAMESPACE_SELECTOR,
-    monitoring_namespace_selector: Mapping = DEFAULT_MONITORING_NAMESPACE_SELECTOR,
+    operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
+    monitoring_namespace: str | None = DEFAULT_MONITORING_NAMESPACE,
 ) -> dict:
     """The gang reaches itself on every port (gloo and NCCL connect every pair
-    on ephemeral ports); the operator and monitoring reach the metrics ports."""
+    on ephemeral ports); the operator's namespace and the monitoring namespace
+    (none when None or empty) reach the metrics ports; nothing else gets in."""
     j = as_job(job)
     ports = metrics_ports(j.spec)
     metrics_port: dict[str, Any] = {"protocol": "TCP", "port": ports[0]}
     if len(ports) > 1:
         metrics_port["endPort"] = ports[-1]
     gang = {"matchLabels": {names.LABEL_JOB: j.name}}
+    scrapers = list(dict.fromkeys(n for n in (operator_namespace, monitoring_namespace) if n))
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -235,16 +261,45 @@ def render_networkpolicy(
             "policyTypes": ["Ingress"],
             "ingress": [
                 {"from": [{"podSelector": copy.deepcopy(gang)}]},
-                {
-                    "from": [
-                        {"namespaceSelector": copy.deepcopy(dict(operator_namespace_selector))},
-                        {"namespaceSelector": copy.deepcopy(dict(monitoring_namespace_selector))},
-                    ],
-                    "ports": [metrics_port],
-                },
+                {"from": [{"namespaceSelector": namespace_selector(n)} for n in scrapers], "ports": [metrics_port]},
             ],
         },
     }
+
+
+def merge_patch(existing: Any, desired: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns `existing` into `desired`;
+    None when they are equal. Lists and scalars are replaced whole; a key only
+    `existing` has is removed (null)."""
+    if existing == desired:
+        return None
+    if not isinstance(existing, Mapping) or not isinstance(desired, Mapping):
+        return copy.deepcopy(desired)
+    patch: dict[str, Any] = {}
+    for key in existing.keys() - desired.keys():
+        patch[key] = None
+    for key, value in desired.items():
+        if key not in existing:
+            patch[key] = copy.deepcopy(value)
+        elif (change := merge_patch(existing[key], value)) is not None:
+            patch[key] = change
+    return patch
+
+
+def networkpolicy_patch(existing: Mapping, desired: Mapping) -> dict | None:
+    """What brings a job's existing NetworkPolicy to the desired form (an older
+    operator's namespaces, a hand edit), as a merge patch of its spec and
+    kuberl's labels; None when it is already right. Pure: the operator sends it
+    with `PATCH application/merge-patch+json`."""
+    patch: dict[str, Any] = {}
+    spec = merge_patch(existing.get("spec") or {}, desired["spec"])
+    if spec is not None:
+        patch["spec"] = spec
+    labels = (existing.get("metadata") or {}).get("labels") or {}
+    missing = {k: v for k, v in desired["metadata"]["labels"].items() if labels.get(k) != v}
+    if missing:
+        patch["metadata"] = {"labels": missing}
+    return patch or None
 
 
 def render_podgroup(job: Mapping | Job, namespace: str) -> dict | None:
@@ -511,8 +566,8 @@ def render_job(
     default_image: str = DEFAULT_IMAGE,
     target: Target = "cluster",
     restart: int = 0,
-    operator_namespace_selector: Mapping = DEFAULT_OPERATOR_NAMESPACE_SELECTOR,
-    monitoring_namespace_selector: Mapping = DEFAULT_MONITORING_NAMESPACE_SELECTOR,
+    operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
+    monitoring_namespace: str | None = DEFAULT_MONITORING_NAMESPACE,
 ) -> list[dict]:
     """Every child of the job, in creation order: ConfigMap, PVC, NetworkPolicy,
     Service, PodGroup, then the pods of generation `restart`."""
@@ -523,8 +578,8 @@ def render_job(
             render_pvc(j, namespace),
             render_networkpolicy(
                 j, namespace,
-                operator_namespace_selector=operator_namespace_selector,
-                monitoring_namespace_selector=monitoring_namespace_selector,
+                operator_namespace=operator_namespace,
+                monitoring_namespace=monitoring_namespace,
             ),
         ]
     objects.append(render_service(j, namespace))

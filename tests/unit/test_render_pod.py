@@ -10,10 +10,13 @@ from kuberl.render import (
     CONFIG_PATH,
     Job,
     as_job,
+    merge_patch,
     merge_template,
+    networkpolicy_patch,
     pod_environment,
     render_configmap,
     render_job,
+    render_networkpolicy,
     render_pod,
     render_service,
 )
@@ -66,6 +69,9 @@ def test_one_process_per_pod_environment(rank):
         "PET_NPROC_PER_NODE": "1",
         "PET_MASTER_ADDR": "cartpole-0.cartpole.team-rl.svc",
         "PET_MASTER_PORT": "29500",
+        "PET_RDZV_ENDPOINT": "cartpole-0.cartpole.team-rl.svc:29500",
+        "PET_RDZV_ID": "team-rl.cartpole.0",
+        "PET_RDZV_CONF": "is_host=true" if rank == 0 else "is_host=false",
         "KUBERL_JOB": "cartpole",
         "KUBERL_RESTART": "0",
         "KUBERL_CONFIG": "/etc/kuberl/config.json",
@@ -75,12 +81,42 @@ def test_one_process_per_pod_environment(rank):
     }
 
 
-def test_several_processes_per_pod_leave_world_size_rank_and_local_rank_to_torchrun():
+def test_several_processes_per_pod_set_world_size_and_rank_as_pytorchjob_does():
+    """Kubeflow's envvar.go: WORLD_SIZE = replicas x nprocPerNode and RANK = the
+    pod's index in every pod (a script that spawns its own processes computes
+    RANK * nproc + local_rank); LOCAL_RANK is left to torch's launcher."""
     env = env_of(pods(make_job(procsPerWorker=4, rendezvous={"port": 23456}))[2])
-    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
-        assert name not in env
+    assert (env["WORLD_SIZE"], env["RANK"]) == ("12", "2")
+    assert "LOCAL_RANK" not in env
     assert (env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"], env["MASTER_PORT"]) == ("3", "2", "4", "23456")
     assert (env["PET_NNODES"], env["PET_NODE_RANK"], env["PET_NPROC_PER_NODE"], env["PET_MASTER_PORT"]) == ("3", "2", "4", "23456")
+
+
+def test_torchrun_meets_at_worker_0_whichever_rendezvous_backend_the_script_picks():
+    """torch's static backend takes PET_RDZV_ENDPOINT over --master-addr/--master-port
+    (torch/distributed/run.py, get_rdzv_endpoint), so it must be MASTER_ADDR:MASTER_PORT;
+    c10d hosts its store where is_host is true (c10d_rendezvous_backend._create_tcp_store):
+    worker 0 only. The backend stays the script's choice."""
+    rendered = pods(make_job(procsPerWorker=2), restart=3)
+    envs = [env_of(p) for p in rendered]
+    for env in envs:
+        assert env["PET_RDZV_ENDPOINT"] == f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+        assert env["PET_RDZV_ID"] == "team-rl.cartpole.3"
+        assert "PET_RDZV_BACKEND" not in env
+    assert [e["PET_RDZV_CONF"] for e in envs] == ["is_host=true", "is_host=false", "is_host=false"]
+    assert env_of(pods(make_job(), restart=4)[0])["PET_RDZV_ID"] != envs[0]["PET_RDZV_ID"]
+
+
+def test_every_identity_name_rendered_is_reserved_and_tuning_names_are_not():
+    env = {}
+    for procs in (1, 2):
+        for target in ("cluster", "local"):
+            env.update(env_of(pods(make_job(procsPerWorker=procs), target=target)[1]))
+    identity = set(env) - {"OMP_NUM_THREADS", "PYTHONUNBUFFERED"}
+    assert identity <= contract.RESERVED_ENV_NAMES
+    assert all(contract.is_reserved_env(n) for n in identity)
+    assert not contract.is_reserved_env("OMP_NUM_THREADS") and not contract.is_reserved_env("PYTHONUNBUFFERED")
+    assert contract.is_reserved_env("KUBERL_ANYTHING") and not contract.is_reserved_env("PET_MAX_RESTARTS")
 
 
 def test_contract_names_come_from_the_contract_module():
@@ -256,15 +292,64 @@ def test_volcano_and_coscheduling_get_a_podgroup_and_the_group_on_each_pod():
 
 
 def test_networkpolicy_lets_the_gang_talk_and_monitoring_scrape():
-    objects = render_job(make_job(procsPerWorker=2), NAMESPACE, UID,
-                         monitoring_namespace_selector={"matchLabels": {"team": "observability"}})
+    objects = render_job(make_job(procsPerWorker=2), NAMESPACE, UID)
     policy = next(o for o in objects if o["kind"] == "NetworkPolicy")
     gang, metrics = policy["spec"]["ingress"]
     assert policy["spec"]["podSelector"] == {"matchLabels": {names.LABEL_JOB: "cartpole"}}
     assert gang == {"from": [{"podSelector": {"matchLabels": {names.LABEL_JOB: "cartpole"}}}]}  # every port
-    assert {"namespaceSelector": {"matchLabels": {"team": "observability"}}} in metrics["from"]
-    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberl-system"}}} in metrics["from"]
+    assert metrics["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberl-system"}}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+    ]
     assert metrics["ports"] == [{"protocol": "TCP", "port": 9090, "endPort": 9091}]
+
+
+def test_networkpolicy_admits_the_operator_and_prometheus_where_they_run_and_no_one_else():
+    objects = render_job(make_job(), NAMESPACE, UID, operator_namespace="ops", monitoring_namespace="observability")
+    policy = next(o for o in objects if o["kind"] == "NetworkPolicy")
+    peers = [peer for rule in policy["spec"]["ingress"] for peer in rule["from"]]
+    assert peers == [
+        {"podSelector": {"matchLabels": {names.LABEL_JOB: "cartpole"}}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}},
+    ]
+    alone = render_job(make_job(), NAMESPACE, UID, operator_namespace="ops", monitoring_namespace="")
+    policy = next(o for o in alone if o["kind"] == "NetworkPolicy")
+    assert policy["spec"]["ingress"][1]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}]
+
+
+def test_an_existing_networkpolicy_is_patched_to_the_desired_form_and_a_right_one_is_left_alone():
+    job = make_job()
+    old = render_networkpolicy(job, NAMESPACE)  # an older operator's defaults
+    old["metadata"]["resourceVersion"] = "7"
+    old["spec"]["ingress"].append({"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]})  # a hand edit
+    desired = render_networkpolicy(job, NAMESPACE, operator_namespace="ops", monitoring_namespace="observability")
+    patch = networkpolicy_patch(old, desired)
+    assert patch == {"spec": {"ingress": desired["spec"]["ingress"]}}
+    assert networkpolicy_patch(desired, desired) is None
+    assert networkpolicy_patch(old, old) is None
+    assert apply_merge_patch(old, patch)["spec"] == desired["spec"]
+
+
+def apply_merge_patch(target, patch):
+    """RFC 7386's algorithm, as the API server applies application/merge-patch+json."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = apply_merge_patch(result.get(key), value)
+    return result
+
+
+def test_merge_patch_removes_keys_the_desired_form_lacks():
+    existing = {"podSelector": {"matchLabels": {"a": "1", "stray": "x"}}, "policyTypes": ["Ingress", "Egress"]}
+    desired = {"podSelector": {"matchLabels": {"a": "1"}}, "policyTypes": ["Ingress"]}
+    patch = merge_patch(existing, desired)
+    assert patch == {"podSelector": {"matchLabels": {"stray": None}}, "policyTypes": ["Ingress"]}
+    assert apply_merge_patch(existing, patch) == desired
 
 
 # --- frozen config ------------------------------------------------------------
