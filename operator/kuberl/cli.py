@@ -89,6 +89,15 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """`kuberl run`, after the file passed the one safe reader (one line and
+    exit 1 otherwise, as for validate)."""
+    load_jobs(args.file)
+    from .localrun import cmd_run as run_here
+
+    return run_here(args)
+
+
 def cmd_crd(args: argparse.Namespace) -> int:
     from .crd import crd
 
@@ -121,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field, e.g. --set totalTimesteps=20000")
     p.add_argument("--plot", action="store_true", help="write a PNG learning curve when done")
     p.add_argument("--dir", default="runs", help="where runs keep checkpoints, logs and plots")
-    p.set_defaults(func=lambda a: __import__("kuberl.localrun", fromlist=["cmd_run"]).cmd_run(a))
+    p.set_defaults(func=cmd_run)
     p = sub.add_parser("plot", help="write a PNG learning curve of a local run")
     p.add_argument("run_dir")
     p.set_defaults(func=lambda a: __import__("kuberl.localrun", fromlist=["cmd_plot"]).cmd_plot(a))

@@ -130,7 +130,8 @@ class EnvSpec(Model):
         description="Keyword arguments for gymnasium.make. For Atari (ALE) ids kuberl also reads protocol (modern: sticky actions, the default; nature: NoFrameskip-v4 behaviour), frameStack, noopMax, episodicLife and clipRewards.",
         # a map of any JSON values, not an object with unknown fields: CEL sees
         # map entries (so env's `self == oldSelf` covers kwargs), not unknown fields
-        json_schema_extra={"maxProperties": 64, "additionalProperties": ANY_JSON_VALUE},
+        max_length=64,  # enforced here too, not only by the CRD
+        json_schema_extra={"additionalProperties": ANY_JSON_VALUE},
     )
     backend: Literal["gymnasium", "envpool"] = Field("gymnasium", description="Vector env implementation: gymnasium's, or EnvPool's C++ thread pool (Atari ids; needs the trainer's envpool extra).")
 
@@ -632,9 +633,52 @@ def immutable_changes(old: Any, new: Any) -> list[Problem]:
     return problems
 
 
+# --- reading a job file -------------------------------------------------------
+
+# etcd's default request limit (--max-request-bytes, 1.5 MiB): the API server
+# could not store a larger object, so no job file needs to be larger.
+MAX_DOCUMENT_BYTES = 3 * 512 * 1024
+# Deeper than any pod template; bounded so no reader recurses without end.
+MAX_NESTING = 64
+# Nodes aliases may add beyond the document's own: a few shared blocks are
+# fine, a "billion laughs" is refused before anything is built from it.
+MAX_ALIAS_EXPANSION = 10_000
+# Characters of one number: int64 and float64 need at most 25.
+MAX_NUMBER_CHARS = 64
+# Tags a document may write explicitly: plain JSON-like data only.
+PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq")) | {"!"}
+
+
+class UnreadableSpec(ValueError):
+    """A job file that is not safe, plain YAML; the message is one line."""
+
+
 class KubernetesYamlLoader(yaml.SafeLoader):
     """YAML read as kubectl reads it: `1e-3` is a number (YAML 1.2), where
-    PyYAML's YAML 1.1 rules would make it a string the strict model refuses."""
+    PyYAML's YAML 1.1 rules would make it a string the strict model refuses.
+    Nesting is bounded and only plain tags are accepted while composing, so a
+    hostile document fails before it is built."""
+
+    def __init__(self, stream: Any):
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        tag = getattr(event, "tag", None)
+        if tag is not None and tag not in PLAIN_TAGS:
+            shown = "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
+            raise yaml.MarkedYAMLError(
+                problem=f"tag {shown} is not allowed: only plain YAML (strings, numbers, booleans, null, maps, lists)",
+                problem_mark=event.start_mark,
+            )
+        self.depth += 1
+        try:
+            if self.depth > MAX_NESTING:
+                raise yaml.MarkedYAMLError(problem=f"nested deeper than {MAX_NESTING} levels", problem_mark=event.start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 KubernetesYamlLoader.add_implicit_resolver(
@@ -654,9 +698,96 @@ def _kubectl_float(loader: yaml.SafeLoader, node: yaml.Node) -> float | int:
 KubernetesYamlLoader.add_constructor("tag:yaml.org,2002:float", _kubectl_float)
 
 
-def load_documents(source: str | IO) -> list[Any]:
-    """Every non-empty YAML document in `source`, numbers as Kubernetes reads them."""
-    return [doc for doc in yaml.load_all(source, Loader=KubernetesYamlLoader) if doc is not None]
+def _where(node: yaml.Node) -> str:
+    return f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
+
+
+def _key_text(node: yaml.Node) -> str:
+    return node.value if isinstance(node, yaml.ScalarNode) else f"<{node.id} key>"
+
+
+def _check_composed(root: yaml.Node) -> None:
+    """Duplicate keys, alias expansion and number sizes, on the composed graph
+    (before any object is built). Walks iteratively and stops at the budget."""
+    distinct: set[int] = set()
+    visits = 0
+    stack: list[tuple[yaml.Node, str, int]] = [(root, "", 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        visits += 1
+        distinct.add(id(node))
+        if visits - len(distinct) > MAX_ALIAS_EXPANSION:
+            raise UnreadableSpec(f"{_where(node)}: aliases expand past {MAX_ALIAS_EXPANSION} nodes (refused, like an alias bomb)")
+        if depth > MAX_NESTING:  # only aliases that refer to an enclosing node get here
+            raise UnreadableSpec(f"{_where(node)}: aliases nest deeper than {MAX_NESTING} levels (a structure that contains itself?)")
+        if isinstance(node, yaml.ScalarNode):
+            numeric = node.tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+            if numeric and len(node.value) > MAX_NUMBER_CHARS:
+                raise UnreadableSpec(f"{_where(node)}: {path or '(document)'}: a number of {len(node.value)} characters"
+                                     f" (at most {MAX_NUMBER_CHARS})")
+        elif isinstance(node, yaml.SequenceNode):
+            stack += [(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node.value)]
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], yaml.Node] = {}
+            for key, value in node.value:
+                if key.tag == "tag:yaml.org,2002:merge":
+                    stack.append((value, path, depth + 1))
+                    continue
+                child = f"{path}.{_key_text(key)}" if path else _key_text(key)
+                ident = (key.tag, _key_text(key))
+                if ident in first:
+                    raise UnreadableSpec(f"{_where(key)}: {child}: duplicate key (first at {_where(first[ident])})")
+                first[ident] = key
+                stack += [(key, child, depth + 1), (value, child, depth + 1)]
+
+
+def _text(source: str | bytes | IO) -> str:
+    raw = source.read(MAX_DOCUMENT_BYTES + 1) if hasattr(source, "read") else source
+    if isinstance(raw, str):
+        if len(raw) > MAX_DOCUMENT_BYTES and len(raw.encode("utf-8", "surrogatepass")) > MAX_DOCUMENT_BYTES:
+            raise UnreadableSpec(f"larger than {MAX_DOCUMENT_BYTES} bytes (1.5 MiB, etcd's default request limit)")
+        if "\0" in raw:
+            raise UnreadableSpec("binary data (a NUL byte), not YAML text")
+        return raw
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise UnreadableSpec(f"larger than {MAX_DOCUMENT_BYTES} bytes (1.5 MiB, etcd's default request limit)")
+    if b"\0" in raw:
+        raise UnreadableSpec(f"binary data (a NUL byte at offset {raw.index(0)}), not YAML text")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UnreadableSpec(f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+
+
+def load_documents(source: str | bytes | IO) -> list[Any]:
+    """Every non-empty YAML document in `source`, numbers as Kubernetes reads
+    them. Anything but safe, plain, bounded YAML raises UnreadableSpec with
+    one line naming the problem (and where)."""
+    text = _text(source)
+    loader = KubernetesYamlLoader(text)
+    documents = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            _check_composed(node)
+            document = loader.construct_document(node)
+            if document is not None:
+                documents.append(document)
+    except UnreadableSpec:
+        raise
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise UnreadableSpec(f"{where}{' '.join(str(e.problem or e.context or 'invalid YAML').split())}") from None
+    except yaml.YAMLError as e:  # the reader's errors (non-printable characters) carry no mark
+        raise UnreadableSpec(" ".join(str(e).split())) from None
+    except (RecursionError, ValueError) as e:  # defence in depth: the checks above should catch these first
+        raise UnreadableSpec(f"cannot read: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
+    finally:
+        loader.dispose()
+    return documents
 
 
 def defaulted(spec: JobSpec) -> dict:

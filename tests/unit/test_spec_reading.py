@@ -1,0 +1,112 @@
+"""One safe way to read a job file: hostile input gets ONE line naming the
+problem and exit 1 from the real `kuberl validate`, never a traceback."""
+
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kuberl.spec import (
+    MAX_ALIAS_EXPANSION,
+    MAX_DOCUMENT_BYTES,
+    UnreadableSpec,
+    load_documents,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = (ROOT / "manifests" / "examples" / "cartpole-ppo.yaml").read_text()
+KUBERL = [sys.executable, "-m", "kuberl.cli"]
+MEMORY_LIMIT = 1 << 30  # an alias bomb must fail inside 1 GiB of address space
+
+
+def job_with_kwargs(kwargs_yaml: str) -> str:
+    lines = "".join(f"      {line}\n" for line in kwargs_yaml.splitlines())
+    return (
+        "apiVersion: kuberl.dev/v1alpha1\nkind: RLTrainingJob\nmetadata: {name: hostile}\n"
+        f"spec:\n  algorithm: ppo\n  totalTimesteps: 1000\n  env:\n    id: CartPole-v1\n    kwargs:\n{lines}"
+    )
+
+
+# Nine levels of ten aliases each: 10**9 strings once expanded.
+ALIAS_BOMB = job_with_kwargs(
+    "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+    + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10))
+)
+
+HOSTILE = {
+    "alias bomb": (ALIAS_BOMB, f"aliases expand past {MAX_ALIAS_EXPANSION} nodes"),
+    "duplicate key": (EXAMPLE.replace("  algorithm: ppo\n", "  algorithm: ppo\n  algorithm: dqn\n", 1),
+                      "spec.algorithm: duplicate key (first at line"),
+    "duplicate nested key": (job_with_kwargs("a: 1\nb: 2\na: 3\n"), "spec.env.kwargs.a: duplicate key"),
+    "binary": (b"\x7fELF\x02\x01\x01\x00\x00\x00\x00", "binary data"),
+    "not UTF-8": (EXAMPLE.encode().replace(b"cartpole-ppo", b"cartpole-p\xe9o"), "not UTF-8 text (byte 0xe9"),
+    "python tag": ("!!python/object/apply:os.system ['touch pwned']\n", "tag !!python/object/apply:os.system is not allowed"),
+    "python tag inside": (job_with_kwargs("x: !!python/name:os.system\n"), "tag !!python/name:os.system is not allowed"),
+    "syntax error": ("spec: {algorithm: ppo\n  env: [\n", "line 2, column 6: expected ',' or '}'"),
+    "1000-deep flow nesting": ("spec: " + "[" * 1000 + "]" * 1000 + "\n", "nested deeper than 64 levels"),
+    "1000-deep block nesting": ("".join("  " * i + "a:\n" for i in range(1000)) + "  " * 1000 + "x\n", "nested deeper than 64 levels"),
+    "5000-digit integer": (EXAMPLE.replace("totalTimesteps: 500000", "totalTimesteps: " + "9" * 5000, 1),
+                           "spec.totalTimesteps: a number of 5000 characters"),
+    "larger than etcd's limit": (EXAMPLE + "# " + "x" * MAX_DOCUMENT_BYTES + "\n", "larger than 1572864 bytes"),
+    "a structure that contains itself": ("spec: &a {x: *a}\n", "aliases nest deeper than 64 levels"),
+}
+
+
+def limit_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def kuberl(tmp_path, *args, content=None, timeout=60):
+    path = tmp_path / "job.yaml"
+    if content is not None:
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return subprocess.run([*KUBERL, *args, str(path)], check=False, capture_output=True, text=True, timeout=timeout,
+                          cwd=tmp_path, preexec_fn=limit_memory)
+
+
+@pytest.mark.parametrize(("content", "expected"), list(HOSTILE.values()), ids=list(HOSTILE))
+def test_hostile_file_gets_one_line_and_exit_1(tmp_path, content, expected):
+    started = time.monotonic()
+    result = kuberl(tmp_path, "validate", content=content)
+    assert result.returncode == 1, result
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"{tmp_path / 'job.yaml'}: ")
+    assert expected in result.stderr
+    assert result.stdout == ""
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("command", ["render", "run"])
+def test_render_and_run_read_the_same_safe_way(tmp_path, command):
+    result = kuberl(tmp_path, command, content=ALIAS_BOMB)
+    assert (result.returncode, result.stderr.count("\n"), "Traceback" in result.stderr) == (1, 1, False), result
+    assert "aliases expand past" in result.stderr
+
+
+def test_missing_file_is_one_line(tmp_path):
+    result = kuberl(tmp_path, "validate")
+    assert (result.returncode, result.stderr.strip()) == (1, f"{tmp_path / 'job.yaml'}: No such file or directory")
+
+
+def test_plain_yaml_still_reads_as_kubectl_reads_it():
+    [doc] = load_documents("a: 1e-3\nb: 5e5\nc: !!str 12\nbase: &b {x: 1}\nd: {<<: *b, y: 2}\n")
+    assert doc == {"a": 0.001, "b": 500000, "c": "12", "base": {"x": 1}, "d": {"x": 1, "y": 2}}
+    assert load_documents(b"\xef\xbb\xbfa: 1\n---\n---\nb: 2\n") == [{"a": 1}, {"b": 2}]
+
+
+def test_a_few_shared_blocks_are_fine():
+    shared = "base: &b {" + ", ".join(f"k{i}: {i}" for i in range(50)) + "}\n"
+    uses = "".join(f"u{i}: *b\n" for i in range(50))
+    [doc] = load_documents(shared + uses)
+    assert doc["u49"]["k49"] == 49
+
+
+def test_limits_are_checked_before_anything_is_built():
+    with pytest.raises(UnreadableSpec, match="aliases expand past"):
+        load_documents(ALIAS_BOMB)
+    with pytest.raises(UnreadableSpec, match="larger than"):
+        load_documents(b"a" * (MAX_DOCUMENT_BYTES + 1))
