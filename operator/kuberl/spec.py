@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from . import names
+from . import contract, names
 
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Kubernetes' own resource.Quantity pattern (as controller-gen writes it).
@@ -541,6 +541,41 @@ def _template_problems(template: Any) -> list[Problem]:
     problems += _named_items_problems("spec.template.spec.containers", pod_spec.get("containers"), "containers")
     problems += _named_items_problems("spec.template.spec.initContainers", pod_spec.get("initContainers"), "containers")
     problems += _named_items_problems("spec.template.spec.volumes", pod_spec.get("volumes"), "volumes")
+    for kind in ("containers", "initContainers"):
+        for i, container in enumerate(pod_spec.get(kind) if isinstance(pod_spec.get(kind), list) else []):
+            if isinstance(container, dict):
+                trainer = kind == "containers" and container.get("name") == names.TRAINER_CONTAINER
+                problems += _env_problems(f"spec.template.spec.{kind}[{i}].env", container.get("env"), trainer)
+    return problems
+
+
+# Kubernetes' IsEnvVarName (k8s.io/apimachinery/pkg/util/validation): the rule
+# every API server accepts, with or without RelaxedEnvironmentVariableValidation.
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+
+def _env_problems(path: str, env: Any, trainer: bool) -> list[Problem]:
+    """Env names are valid and values strings (the API server refuses anything
+    else at pod create, long after the job was accepted); the trainer's env may
+    not set the identity kuberl gives each pod."""
+    if env is None:
+        return []
+    if not isinstance(env, list):
+        return [Problem(path, f"expected a list of env vars (got {_shown(env)})")]
+    problems = []
+    for j, var in enumerate(env):
+        if not isinstance(var, dict):
+            problems.append(Problem(f"{path}[{j}]", f"expected an env var object with name and value (got {_shown(var)})"))
+            continue
+        name = var.get("name")
+        if not isinstance(name, str) or not ENV_NAME.match(name) or name in (".", "..") or name.startswith(".."):
+            problems.append(Problem(f"{path}[{j}].name", "expected an env var name: letters, digits, '_', '-' or '.',"
+                                    f" not starting with a digit, nor '.' or '..' (got {_shown(name)})"))
+        elif trainer and contract.is_reserved_env(name):
+            problems.append(Problem(f"{path}[{j}].name", f"{name} is reserved: kuberl sets each pod's identity (rank, world"
+                                    " size, rendezvous) and every KUBERL_ name; a spec may not set it"))
+        if "value" in var and var["value"] is not None and not isinstance(var["value"], str):
+            problems.append(Problem(f"{path}[{j}].value", f"expected a string; quote it (got {_shown(var['value'])})"))
     return problems
 
 

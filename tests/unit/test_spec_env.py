@@ -1,0 +1,78 @@
+"""Env from spec.template: kuberl's identity names refused in the trainer
+container, names valid as Kubernetes' IsEnvVarName wants them
+(k8s.io/apimachinery/pkg/util/validation: `[-._a-zA-Z][-._a-zA-Z0-9]*`, not
+'.', '..' or '..'-prefixed), values strings; each with its field path."""
+
+import pytest
+from kuberl import contract, names
+from kuberl.spec import InvalidJob, parse_spec
+
+T = names.TRAINER_CONTAINER
+
+
+def spec_with(containers=None, init_containers=None):
+    pod = {}
+    if containers is not None:
+        pod["containers"] = containers
+    if init_containers is not None:
+        pod["initContainers"] = init_containers
+    return {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "template": {"spec": pod}}
+
+
+def problems(spec):
+    try:
+        parse_spec(spec)
+    except InvalidJob as e:
+        return [(p.path, p.message) for p in e.problems]
+    return []
+
+
+def trainer_env(*env):
+    return spec_with([{"name": T, "env": [{"name": "WANDB_MODE", "value": "offline"}, *env]}])
+
+
+@pytest.mark.parametrize("name", sorted(contract.RESERVED_ENV_NAMES) + ["KUBERL_ANYTHING"])
+def test_identity_names_are_refused_in_the_trainer_with_the_field_path(name):
+    [(path, message)] = problems(trainer_env({"name": name, "value": "0"}))
+    assert path == "spec.template.spec.containers[0].env[1].name"
+    assert f"{name} is reserved" in message
+
+
+def test_the_issue_examples():
+    found = problems(trainer_env({"name": "RANK", "value": "0"}, {"name": "MASTER_ADDR", "value": "x"},
+                                 {"name": "WORLD_SIZE", "value": "1"}, {"name": "1=BAD NAME", "value": "x"},
+                                 {"name": "", "value": "x"}, {"name": "DEBUG", "value": True}))
+    assert [p for p, _ in found] == [f"spec.template.spec.containers[0].env[{i}].name" for i in range(1, 6)] + [
+        "spec.template.spec.containers[0].env[6].value"]
+    assert "expected a string; quote it (got True)" in found[-1][1]
+
+
+@pytest.mark.parametrize("name", ["OMP_NUM_THREADS", "PYTHONUNBUFFERED", "NCCL_DEBUG", "my.env-name", "_X", "-x"])
+def test_tuning_names_stay_the_users(name):
+    assert problems(trainer_env({"name": name, "value": "1"})) == []
+
+
+@pytest.mark.parametrize("name", ["", "1ABC", "A=B", "A B", ".", "..", "..x", "é", None, 3])
+def test_invalid_names_are_refused_in_every_container(name):
+    spec = spec_with([{"name": "sidecar", "env": [{"name": name, "value": "v"}]}],
+                     init_containers=[{"name": "setup", "env": [{"name": name, "value": "v"}]}])
+    assert [p for p, _ in problems(spec)] == [
+        "spec.template.spec.containers[0].env[0].name", "spec.template.spec.initContainers[0].env[0].name"]
+
+
+@pytest.mark.parametrize("value", [True, 1, 1.5, [], {}])
+def test_values_must_be_strings(value):
+    [(path, _)] = problems(spec_with([{"name": "sidecar", "env": [{"name": "X", "value": value}]}]))
+    assert path == "spec.template.spec.containers[0].env[0].value"
+
+
+def test_sidecars_may_use_identity_names_and_value_from_is_fine():
+    spec = spec_with([{"name": "sidecar", "env": [{"name": "RANK", "value": "7"}]},
+                      {"name": T, "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                                          {"name": "EMPTY", "value": None}]}])
+    assert problems(spec) == []
+
+
+def test_env_must_be_a_list_of_objects():
+    assert [p for p, _ in problems(spec_with([{"name": T, "env": {"A": "1"}}]))] == ["spec.template.spec.containers[0].env"]
+    assert [p for p, _ in problems(spec_with([{"name": T, "env": ["A=1"]}]))] == ["spec.template.spec.containers[0].env[0]"]
