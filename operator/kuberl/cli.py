@@ -8,6 +8,13 @@ from typing import Any
 
 import yaml
 
+from .podsecurity import (
+    DEFAULT_LEVEL,
+    LEVELS,
+    Violation,
+    check_pods,
+    parse_service_accounts,
+)
 from .render import DEFAULT_MONITORING_NAMESPACE, DEFAULT_OPERATOR_NAMESPACE
 from .spec import InvalidJob, JobSpec, UnreadableSpec, load_documents, validate_job
 
@@ -56,14 +63,41 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec]], bool]:
     return valid, failed
 
 
+def pod_security_violations(name: str, spec: JobSpec, args: argparse.Namespace) -> list[Violation]:
+    """The job's rendered pods checked as the operator checks them."""
+    from .render import PLACEHOLDER_UID, Job, render_job
+
+    pods = [o for o in render_job(Job(name, spec), getattr(args, "namespace", "default"), PLACEHOLDER_UID) if o["kind"] == "Pod"]
+    return check_pods(pods, args.pod_security, parse_service_accounts(getattr(args, "allowed_service_accounts", None)))
+
+
+def secure_jobs(path: str, args: argparse.Namespace) -> tuple[list[tuple[str, JobSpec]], bool]:
+    """`valid_jobs`, then the pod security level: a job whose pods violate it
+    is reported (every field by its path in the pod) and left out."""
+    jobs, failed = valid_jobs(path)
+    secure = []
+    for name, spec in jobs:
+        violations = pod_security_violations(name, spec, args)
+        if violations:
+            failed = True
+            print(f"{path}: RLTrainingJob {name!r} violates the {args.pod_security} Pod Security Standard"
+                  f" ({len(violations)} field(s) of its pods, set through spec.template):", file=sys.stderr)
+            for v in violations:
+                print(f"  {v}", file=sys.stderr)
+        else:
+            secure.append((name, spec))
+    return secure, failed
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    jobs, failed = valid_jobs(args.file)
+    jobs, failed = secure_jobs(args.file, args)
     for name, spec in jobs:
         target = spec.success.target_return
         print(
             f"{name}: valid: {spec.algorithm} on {spec.env.id}, {spec.workers} worker(s) x {spec.procs} process(es)"
             f" = world size {spec.world_size}, {spec.total_timesteps} timesteps"
             + (f", stop at eval return {target:g}" if target is not None else "")
+            + f"; pods pass the {args.pod_security} Pod Security Standard"
         )
     return 1 if failed else 0
 
@@ -79,7 +113,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     BlockDumper.add_representer(
         str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None)
     )
-    jobs, failed = valid_jobs(args.file)
+    jobs, failed = secure_jobs(args.file, args)
     for name, spec in jobs:
         objects = render_job(Job(name, spec), args.namespace, PLACEHOLDER_UID, default_image=DEFAULT_IMAGE,
                              operator_namespace=args.operator_namespace, monitoring_namespace=args.monitoring_namespace)
@@ -93,6 +127,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     """`kuberl run`, after the file passed the one safe reader (one line and
     exit 1 otherwise, as for validate)."""
     load_jobs(args.file)
+    if args.pod_security == "privileged":
+        print("kuberl run: pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
+    else:
+        from .localrun import apply_overrides
+
+        for job in load_jobs(args.file):
+            name = (job.get("metadata") or {}).get("name", "?") if isinstance(job, dict) else "?"
+            try:
+                spec = validate_job(apply_overrides(job, args.workers, args.set))
+            except InvalidJob:
+                continue  # the run itself reports it, with every problem
+            violations = pod_security_violations(name, spec, args)
+            if violations:
+                print(f"{args.file}: RLTrainingJob {name!r} violates the {args.pod_security} Pod Security Standard:", file=sys.stderr)
+                for v in violations:
+                    print(f"  {v}", file=sys.stderr)
+                return 1
     from .localrun import cmd_run as run_here
 
     return run_here(args)
@@ -106,11 +157,17 @@ def cmd_crd(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_pod_security(p: argparse.ArgumentParser, default: str, why: str) -> None:
+    p.add_argument("--pod-security", choices=LEVELS, default=default, metavar="LEVEL",
+                   help=f"Pod Security Standard the job's pods must meet: {', '.join(LEVELS)} (default {default}: {why})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kuberl", description="Distributed RL training on Kubernetes, or here.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="check a job file and report every problem with its field path")
     p.add_argument("file")
+    add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
     p.set_defaults(func=cmd_validate)
     p = sub.add_parser("crd", help="print the RLTrainingJob CustomResourceDefinition")
     p.set_defaults(func=cmd_crd)
@@ -123,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the operator's namespace: its scrapes of rank 0 pass the job's NetworkPolicy")
     p.add_argument("--monitoring-namespace", default=DEFAULT_MONITORING_NAMESPACE,
                    help="Prometheus' namespace: its scrapes pass the NetworkPolicy ('' for none)")
+    add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
     p.set_defaults(func=lambda a: cmd_render(a))
     p = sub.add_parser("run", help="run a job here: the same pods, as local processes")
     p.add_argument("file")
@@ -130,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field, e.g. --set totalTimesteps=20000")
     p.add_argument("--plot", action="store_true", help="write a PNG learning curve when done")
     p.add_argument("--dir", default="runs", help="where runs keep checkpoints, logs and plots")
+    add_pod_security(p, "privileged", "privileged by default: the pods run as your own processes, on your own machine")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("plot", help="write a PNG learning curve of a local run")
     p.add_argument("run_dir")
@@ -145,8 +204,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scrape-interval", type=float, default=10.0, help="seconds between scrapes of a running job's rank 0")
     p.add_argument("--monitoring-namespace", default=DEFAULT_MONITORING_NAMESPACE,
                    help="Prometheus' namespace, admitted to trainer metrics ports by each job's NetworkPolicy ('' for none)")
-    p.set_defaults(func=lambda a: __import__("kuberl.handlers", fromlist=["cmd_operator"]).cmd_operator(a))
+    add_pod_security(p, DEFAULT_LEVEL, "a job whose pods violate it fails, every offending field named")
+    p.add_argument("--allowed-service-accounts", metavar="NAME[,NAME...]",
+                   help="service accounts a job's pods may run as, refused like a Pod Security violation otherwise (default: any)")
+    p.set_defaults(func=cmd_operator)
     return parser
+
+
+OPERATOR_EXTRA = ("kopf", "aiohttp", "kubernetes_asyncio")  # kuberl[operator]; the core needs none of them
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    """Run the operator, whose dependencies are the `operator` extra (the trainer image has no use for them)."""
+    try:
+        from .handlers import cmd_operator as run_operator
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").split(".")[0] not in OPERATOR_EXTRA:
+            raise
+        print(f"kuberl operator: {missing.name} is not installed; install the operator extra: pip install 'kuberl[operator]'", file=sys.stderr)
+        return 1
+    return run_operator(args)
 
 
 def main(argv: list[str] | None = None) -> Any:

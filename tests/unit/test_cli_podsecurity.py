@@ -1,0 +1,92 @@
+"""`--pod-security` on validate, render, run and the operator: exit codes,
+every offending field named, `kuberl run` privileged by default and saying so."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from kuberl import cli, names
+
+ROOT = Path(__file__).resolve().parents[2]
+T = f"spec.containers[{names.TRAINER_CONTAINER}]"
+HOSTILE = {
+    "apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": {"name": "hostile"},
+    "spec": {
+        "algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000,
+        "template": {"spec": {
+            "hostNetwork": True, "hostPID": True, "hostIPC": True, "serviceAccountName": "admin",
+            "containers": [{"name": "trainer", "securityContext": {"privileged": True, "runAsUser": 0,
+                                                                   "capabilities": {"add": ["SYS_ADMIN"]}}}],
+            "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+        }},
+    },
+}
+BASELINE_FIELDS = ["spec.hostNetwork", "spec.hostPID", "spec.hostIPC", f"{T}.securityContext.privileged",
+                   f"{T}.securityContext.capabilities.add", "spec.volumes[host].hostPath"]
+
+
+def kuberl(tmp_path, *args, job=HOSTILE):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return subprocess.run([sys.executable, "-m", "kuberl.cli", *args, str(path)], check=False, capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("command", ["validate", "render"])
+def test_hostile_template_is_refused_by_default_naming_every_field(tmp_path, command):
+    result = kuberl(tmp_path, command)
+    assert result.returncode == 1, result
+    assert "violates the baseline Pod Security Standard" in result.stderr
+    for field in BASELINE_FIELDS:
+        assert f"  {field}: " in result.stderr
+    assert "kind: Pod" not in result.stdout and "valid:" not in result.stdout
+
+
+def test_restricted_names_more_and_privileged_allows_all(tmp_path):
+    restricted = kuberl(tmp_path, "validate", "--pod-security", "restricted")
+    assert restricted.returncode == 1
+    assert f"  {T}.securityContext.runAsUser: " in restricted.stderr
+    privileged = kuberl(tmp_path, "validate", "--pod-security", "privileged")
+    assert (privileged.returncode, privileged.stderr) == (0, "")
+    assert "pods pass the privileged Pod Security Standard" in privileged.stdout
+    rendered = kuberl(tmp_path, "render", "--pod-security", "privileged")
+    assert rendered.returncode == 0 and "hostPID: true" in rendered.stdout
+
+
+def test_examples_pass_restricted_through_the_cli(tmp_path):
+    for path in sorted((ROOT / "manifests" / "examples").glob("*.yaml")):
+        result = subprocess.run([sys.executable, "-m", "kuberl.cli", "validate", "--pod-security", "restricted", str(path)],
+                                check=False, capture_output=True, text=True, timeout=120)
+        assert (result.returncode, result.stderr) == (0, ""), path
+
+
+def test_unknown_level_is_a_usage_error(tmp_path):
+    result = kuberl(tmp_path, "validate", "--pod-security", "strict")
+    assert result.returncode == 2 and "invalid choice: 'strict'" in result.stderr
+
+
+def test_run_is_privileged_by_default_and_says_so_in_one_line(tmp_path):
+    invalid = {**HOSTILE, "spec": {**HOSTILE["spec"], "totalTimesteps": 0}}  # stops before any process starts
+    result = kuberl(tmp_path, "run", job=invalid)
+    assert result.stdout.splitlines()[0] == (
+        "kuberl run: pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
+    assert "Pod Security Standard" not in result.stderr
+
+
+def test_run_at_baseline_refuses_before_starting_anything(tmp_path):
+    result = kuberl(tmp_path, "run", "--pod-security", "baseline", "--dir", str(tmp_path / "runs"))
+    assert result.returncode == 1
+    assert all(f"  {field}: " in result.stderr for field in BASELINE_FIELDS)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_operator_flags():
+    args = cli.build_parser().parse_args(["operator"])
+    assert (args.pod_security, args.allowed_service_accounts) == ("baseline", None)
+    args = cli.build_parser().parse_args(["operator", "--pod-security", "restricted", "--allowed-service-accounts", "a,b"])
+    assert (args.pod_security, args.allowed_service_accounts) == ("restricted", "a,b")
+    assert cli.build_parser().parse_args(["run", "job.yaml"]).pod_security == "privileged"
+    assert cli.build_parser().parse_args(["validate", "job.yaml"]).pod_security == "baseline"
+    assert cli.build_parser().parse_args(["render", "job.yaml"]).pod_security == "baseline"
