@@ -20,27 +20,38 @@ import dataclasses
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import kopf
 
-from . import contract, kubeapi, lifecycle, names, reconcile, render
+from . import (
+    contract,
+    kubeapi,
+    lifecycle,
+    names,
+    podsecurity,
+    rank0metrics,
+    reconcile,
+    render,
+)
 from .kubeapi import (
     PODS,
     RLTJ,
+    ApiError,
     Conflict,
     KubeApi,
-    Unprocessable,
     api_path,
 )
 from .operator_metrics import OperatorMetrics
-from .spec import InvalidJob, JobSpec, validate_job
+from .spec import JobSpec
 from .trainerconfig import trainer_config
 
 FINALIZER = f"{names.GROUP}/operator"
 CONFLICT_RETRY_SECONDS = 1.0
 CREATE_CONCURRENCY = 16
+REASON_METRICS_TOO_LARGE = "MetricsTooLarge"
 
 logger = logging.getLogger("kuberl.operator")
 
@@ -56,6 +67,8 @@ class OperatorConfig:
     debounce_seconds: float = 0.05  # a burst of pod events becomes one reconcile
     max_concurrent_reconciles: int = 32  # bounds the operator's load on the API server in a burst
     peering: str | None = None  # kopf peering object; None runs standalone
+    pod_security: str = podsecurity.DEFAULT_LEVEL  # every rendered pod is checked against it before any is created
+    allowed_service_accounts: frozenset[str] | None = None  # None: any (Pod Security Standards leave it open)
 
 
 # --- operator-wide state ------------------------------------------------------
@@ -79,6 +92,7 @@ class Shell:
     scraper: aiohttp.ClientSession | None = None
     settings: kopf.OperatorSettings | None = None  # kopf's, as the startup handler saw them
     reconcile_slots: asyncio.Semaphore | None = None
+    events: reconcile.EventLimiter = dataclasses.field(default_factory=reconcile.EventLimiter)
 
     def poke(self, namespace: str, job: str, pods_changed: bool = False) -> None:
         wake = self.wakes.get((namespace, job))
@@ -160,6 +174,7 @@ async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.Daem
     finally:
         if stopped:
             shell.wakes.pop((namespace, name), None)
+            shell.events.forget((namespace, name))
             shell.metrics.job_phase(namespace, name, None)
 
 
@@ -178,44 +193,88 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, seconds: floa
 
 
 class JobLoop:
-    """One job's reconcile: read, decide, write once, act."""
+    """One job's reconcile: read, decide, write once, then execute the decision's actions."""
 
     def __init__(self, shell: Shell, api: KubeApi, namespace: str, name: str, memo: kopf.Memo, wake: Wake):
         self.shell, self.api, self.namespace, self.name, self.memo, self.wake = shell, api, namespace, name, memo, wake
         self.pods: list[dict] = []
         self.pods_listed_at = 0.0
+        # Every action of lifecycle.decide and the call that carries it out. Event, Wait, Fail and
+        # Succeed are read, not called: events go out after the status write, waits set the next wake.
+        self.calls: dict[type, Callable[[dict, JobSpec | None, Any], Awaitable[None]]] = {
+            lifecycle.FinishPodGroup: self._finish_pod_group,
+            lifecycle.CreatePods: self._create_gang,
+            lifecycle.DeletePods: self._delete_pods,
+            lifecycle.DeleteJob: self._delete_job,
+        }
 
     async def reconcile(self) -> float | None:
         """Returns how long until the next reconcile is due (None: only when something changes)."""
         job = await self.api.get(*RLTJ, self.namespace, self.name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None  # kopf stops this daemon; owner references do the deleting
+        spec, refusal = self._judge(job)
+        decision = await self._decide(job, spec, refusal)
+        try:
+            await self._act(job, spec, decision)
+        except ApiError as error:
+            refused = reconcile.child_refusal(error.status, server_message(error))
+            if refused is None:
+                raise
+            # Decided again with the refusal: the job fails (or waits for quota), and any part of
+            # the gang already created is deleted by the same decision.
+            self.wake.pods_changed = True
+            decision = await self._decide(job, spec, refused)
+            await self._act(job, spec, decision)
+        return self._next_wake(decision)
+
+    def _judge(self, job: dict) -> tuple[JobSpec | None, lifecycle.Refusal | None]:
+        """The spec and its pods' security, judged once per spec generation."""
+        key = (job["metadata"]["uid"], job["metadata"].get("generation"))
+        judged = self.memo.get("judged")
+        if judged is None or judged[0] != key:
+            judged = (key, reconcile.judge(job, self._pod_problems))
+            self.memo["judged"] = judged
+        return judged[1]
+
+    def _pod_problems(self, spec: JobSpec) -> list[str]:
+        """Every field of the job's rendered pods over the operator's pod security level, named by path."""
+        config = self.shell.config
+        pods = [self._render_pod(spec, "", rank, 0) for rank in range(spec.workers)]
+        return [str(v) for v in podsecurity.check_pods(pods, config.pod_security, config.allowed_service_accounts)]
+
+    def _render_pod(self, spec: JobSpec, uid: str, rank: int, generation: int) -> dict:
+        config = self.shell.config
+        pod = render.render_pod(render.Job(self.name, spec), self.namespace, uid, rank, generation, default_image=config.trainer_image)
+        return reconcile.with_operator_defaults(pod, config.trainer_pull_policy, config.trainer_pull_secrets)
+
+    async def _decide(self, job: dict, spec: JobSpec | None, refusal: lifecycle.Refusal | None) -> lifecycle.Decision:
+        """Read the pods and rank 0, decide, write the status once; events only after the write."""
         status = job.get("status") or {}
         now = time.time()
-        try:
-            spec = validate_job(job)
-        except InvalidJob as invalid:
-            message = reconcile.problems_message(invalid.problems)
-            await self._fail(job, reconcile.REASON_INVALID_SPEC, message, now)
-            await self._stop_gang(job, reconcile.REASON_INVALID_SPEC)  # an edit can break a running job's spec
-            return None
         pods = await self._pods(job["metadata"]["uid"])
-        decision, new_status = await self._decide(job, spec, status, pods, now)
+        generation = status.get("generation") or 0
+        observed = [lifecycle.observed_pod(p) for p in pods]
+        reading = None
+        if spec is not None and refusal is None and status.get("phase") not in lifecycle.TERMINAL:
+            reading = await self._scrape(job, spec, pods, generation)
+        # After an operator restart the memo is empty: status keeps the stall clock.
+        previous = self.memo.get("rank0") or lifecycle.progress_from_status(status)
+        rank0 = rank0metrics.progress_of(previous, generation, reading, now)
+        self.memo["rank0"] = rank0
+        decision = lifecycle.decide(spec, status, observed, rank0, now, refusal=refusal)
+        paths = trainer_config(self.name, self.namespace, job["metadata"]["uid"], spec)["paths"] if spec is not None else None
+        new_status = reconcile.job_status(decision.status, observed_generation=job["metadata"].get("generation", 1),
+                                          reading=reading, paths=paths)
         written = await self._write(job, status, new_status)
         self.shell.metrics.job_phase(self.namespace, self.name, decision.phase)
         if written:
-            self._events(job, decision.of(lifecycle.Event))
+            for event in decision.of(lifecycle.Event):
+                self._post(job, event.type, event.reason, event.message)
             entry = reconcile.restarted(status, new_status)
             if entry is not None:
                 self.shell.metrics.gang_restarts.labels(entry["reason"]).inc()
-        try:
-            await self._act(job, spec, decision, pods)
-        except Unprocessable as refused:
-            # The API server refused an object rendered from this spec: no retry can help.
-            await self._fail(job, reconcile.REASON_INVALID_CHILD, str(refused), time.time())
-            await self._stop_gang(job, reconcile.REASON_INVALID_CHILD)
-            return None
-        return await self._next_wake(job, spec, decision, new_status, now)
+        return decision
 
     async def _pods(self, uid: str) -> list[dict]:
         """The job's pods: listed again only after a pod event (or the resync period), so a
@@ -232,29 +291,9 @@ class JobLoop:
             self.pods = [p for p in listed if reconcile.owned_by(p, uid)]
         return self.pods
 
-    async def _decide(self, job: dict, spec: JobSpec, status: dict, pods: list[dict], now: float) -> tuple[lifecycle.Decision, dict]:
-        generation = status.get("generation") or 0
-        observed = [lifecycle.observed_pod(p) for p in pods]
-        reading = None
-        if status.get("phase") not in lifecycle.TERMINAL:
-            reading = await self._scrape(spec, pods, generation)
-        # After an operator restart the memo is empty: status keeps the stall clock.
-        previous = self.memo.get("rank0") or lifecycle.progress_from_status(status)
-        rank0 = reconcile.progress_of(previous, generation, reading, now)
-        self.memo["rank0"] = rank0
-        decision = lifecycle.decide(spec, status, observed, rank0, now)
-        paths = trainer_config(self.name, self.namespace, job["metadata"]["uid"], spec)["paths"]
-        new_status = reconcile.job_status(
-            decision.status,
-            observed_generation=job["metadata"].get("generation", 1),
-            reading=reading,
-            checkpoint_dir=paths["checkpointDir"],
-            final_model=paths["finalModel"],
-        )
-        return decision, new_status
-
-    async def _scrape(self, spec: JobSpec, pods: list[dict], generation: int) -> reconcile.Rank0Reading | None:
-        """Rank 0's metrics, if it runs and has an address; any failure reads as 'no news'."""
+    async def _scrape(self, job: dict, spec: JobSpec, pods: list[dict], generation: int) -> rank0metrics.Rank0Reading | None:
+        """Rank 0's metrics, if it runs and has an address; any failure reads as 'no news'.
+        At most MAX_PAGE_BYTES are read, and the page is parsed off the event loop."""
         rank0 = next(
             (p for p in pods
              if (p["metadata"].get("labels") or {}).get(names.LABEL_RANK) == "0"
@@ -270,7 +309,12 @@ class JobLoop:
             async with self.shell.scraper.get(url) as response:
                 if response.status != 200:
                     return None
-                return reconcile.parse_rank0_metrics(await response.text(), self.name)
+                page = await read_at_most(response, rank0metrics.MAX_PAGE_BYTES)
+            return await asyncio.to_thread(rank0metrics.parse, page, self.name)
+        except rank0metrics.PageTooLarge as too_large:
+            self.shell.metrics.metrics_pages_refused.labels("too_large").inc()
+            self._post(job, "Warning", REASON_METRICS_TOO_LARGE, str(too_large))
+            return None
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
 
@@ -286,32 +330,24 @@ class JobLoop:
         job["status"] = written.get("status") or {}
         return True
 
-    def _events(self, job: dict, events: list[lifecycle.Event]) -> None:
-        for event in events:
-            kopf.event(job, type=event.type, reason=event.reason, message=event.message)
-
-    async def _fail(self, job: dict, reason: str, message: str, now: float) -> None:
-        """A job that cannot run: Failed with the field named, once; never retried."""
-        status = job.get("status") or {}
-        new = reconcile.failed_status(status, reason, message, job["metadata"].get("generation", 1), now)
-        if await self._write(job, status, new):
-            kopf.event(job, type="Warning", reason=reason, message=message[: lifecycle.MESSAGE_LIMIT])
-        self.shell.metrics.job_phase(self.namespace, self.name, lifecycle.FAILED)
+    def _post(self, job: dict, type_: str, reason: str, message: str) -> None:
+        """An Event on the job, unless this job has posted too many (EventLimiter)."""
+        if self.shell.events.allow((self.namespace, self.name), type_, reason, message, time.monotonic()):
+            kopf.event(job, type=type_, reason=reason, message=message[: lifecycle.MESSAGE_LIMIT])
 
     # --- actions, after the status is on record ---
 
-    async def _act(self, job: dict, spec: JobSpec, decision: lifecycle.Decision, pods: list[dict]) -> None:
-        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+    async def _act(self, job: dict, spec: JobSpec | None, decision: lifecycle.Decision) -> None:
         if decision.of(lifecycle.CreatePods) or decision.of(lifecycle.DeletePods):
             self.wake.pods_changed = True  # what we do to the pods is read back, never assumed
-        if decision.phase in lifecycle.TERMINAL and spec.queue_name:
-            await self._finish_kueue_group(pods)
         for action in decision.actions:
-            if isinstance(action, lifecycle.CreatePods):
-                await self._ensure_children(job, spec, action.generation)
-                await self._create_pods(job, spec, action)
-            elif isinstance(action, lifecycle.DeletePods):
-                await self._delete_pods(action, uids)
+            call = self.calls.get(type(action))
+            if call is not None:
+                await call(job, spec, action)
+
+    async def _create_gang(self, job: dict, spec: JobSpec, action: lifecycle.CreatePods) -> None:
+        await self._ensure_children(job, spec, action.generation)
+        await self._create_pods(job, spec, action)
 
     async def _ensure_children(self, job: dict, spec: JobSpec, generation: int) -> None:
         """ConfigMap (frozen), PVC, NetworkPolicy, Service, PodGroup: before each generation's
@@ -356,10 +392,7 @@ class JobLoop:
         limit = asyncio.Semaphore(CREATE_CONCURRENCY)
 
         async def create(rank: int) -> None:
-            config = self.shell.config
-            pod = render.render_pod(render.Job(self.name, spec), self.namespace, uid, rank, action.generation,
-                                    default_image=config.trainer_image)
-            pod = reconcile.with_operator_defaults(pod, config.trainer_pull_policy, config.trainer_pull_secrets)
+            pod = self._render_pod(spec, uid, rank, action.generation)
             kopf.adopt(pod, owner=job)
             async with limit:
                 try:
@@ -375,18 +408,12 @@ class JobLoop:
         results = await asyncio.gather(*(create(rank) for rank in action.ranks), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
-            raise errors[0]
+            # A refusal decides the job's fate; any other error is retried as it is.
+            refusals = [e for e in errors if isinstance(e, ApiError) and reconcile.child_refusal(e.status, server_message(e))]
+            raise (refusals or errors)[0]
 
-    async def _stop_gang(self, job: dict, reason: str) -> None:
-        """Delete the pods still running for a job that can no longer run."""
-        pods = await self._pods(job["metadata"]["uid"])
-        active = [p for p in pods if not p["metadata"].get("deletionTimestamp") and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-        if active:
-            self.wake.pods_changed = True
-            uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in active}
-            await self._delete_pods(lifecycle.DeletePods(tuple(sorted(uids)), reason), uids)
-
-    async def _delete_pods(self, action: lifecycle.DeletePods, uids: dict[str, str]) -> None:
+    async def _delete_pods(self, job: dict, spec: JobSpec | None, action: lifecycle.DeletePods) -> None:
+        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in self.pods}
         for pod in action.names:
             options: dict[str, Any] = {"propagationPolicy": "Background"}
             if pod in uids:  # never delete a newer pod that took the name since the read
@@ -395,30 +422,49 @@ class JobLoop:
                 options["gracePeriodSeconds"] = 0
             await self.api.delete(*PODS, self.namespace, pod, options)
 
-    async def _finish_kueue_group(self, pods: list[dict]) -> None:
+    async def _finish_pod_group(self, job: dict, spec: JobSpec | None, action: lifecycle.FinishPodGroup) -> None:
         """Kueue finishes a pod group (and releases its quota) once a pod says it will not be retried."""
-        for pod in pods:
-            annotations = pod["metadata"].get("annotations") or {}
-            if annotations.get(names.KUEUE_RETRIABLE_IN_GROUP) != "false" and not pod["metadata"].get("deletionTimestamp"):
+        marked = {p["metadata"]["name"] for p in self.pods
+                  if (p["metadata"].get("annotations") or {}).get(names.KUEUE_RETRIABLE_IN_GROUP) == "false"}
+        for pod in action.pods:
+            if pod not in marked:
                 self.wake.pods_changed = True
-                await self.api.patch_pod_annotations(self.namespace, pod["metadata"]["name"], {names.KUEUE_RETRIABLE_IN_GROUP: "false"})
+                await self.api.patch_pod_annotations(self.namespace, pod, {names.KUEUE_RETRIABLE_IN_GROUP: "false"})
 
-    async def _next_wake(self, job: dict, spec: JobSpec, decision: lifecycle.Decision, status: dict, now: float) -> float | None:
-        """The lifecycle's own deadline, the next scrape of a running gang, or a finished job's TTL."""
-        due = reconcile.ttl_due(status, spec.run_policy.ttl_seconds_after_finished)
-        if due is not None:
-            if now >= due:
-                await self.api.delete(*RLTJ, self.namespace, self.name, {"propagationPolicy": "Background"})
-                return None
-            return due - now
-        if decision.phase in lifecycle.TERMINAL:
+    async def _delete_job(self, job: dict, spec: JobSpec | None, action: lifecycle.DeleteJob) -> None:
+        await self.api.delete(*RLTJ, self.namespace, self.name, {"propagationPolicy": "Background"})
+
+    def _next_wake(self, decision: lifecycle.Decision) -> float | None:
+        """The lifecycle's own deadline (a finished job's TTL included), or the next scrape of a running gang."""
+        if decision.of(lifecycle.DeleteJob):
             return None
+        if decision.phase in lifecycle.TERMINAL:
+            return decision.requeue_after
         waits = [self.shell.config.resync_seconds]
         if decision.requeue_after is not None:
             waits.append(decision.requeue_after)
         if decision.phase == lifecycle.RUNNING:
             waits.append(self.shell.config.scrape_interval)
         return min(waits)
+
+
+def server_message(error: ApiError) -> str:
+    """What the API server said (the Status message), whatever client raised the error."""
+    return getattr(error, "message", None) or str(error)
+
+
+async def read_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body, or PageTooLarge as soon as it is known to exceed `limit` bytes (before reading
+    any of it when Content-Length says so); what is beyond the limit is never read."""
+    if response.content_length is not None and response.content_length > limit:
+        raise rank0metrics.PageTooLarge(response.content_length)
+    chunks, size = [], 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise rank0metrics.PageTooLarge(None)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 # --- `kuberl operator` --------------------------------------------------------
@@ -432,6 +478,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
         trainer_pull_secrets=tuple(s.strip() for s in os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_SECRETS, "").split(",") if s.strip()),
         scrape_interval=getattr(args, "scrape_interval", None) or OperatorConfig.scrape_interval,
         peering=args.peering,
+        pod_security=getattr(args, "pod_security", None) or podsecurity.DEFAULT_LEVEL,
+        allowed_service_accounts=podsecurity.parse_service_accounts(getattr(args, "allowed_service_accounts", None)),
     )
     listen = getattr(args, "listen_address", None) or "0.0.0.0"
     metrics = OperatorMetrics()

@@ -26,7 +26,13 @@ Rules (DESIGN.md, Operator):
 - suspend deletes the pods, resume starts a new generation (not counted);
 - activeDeadlineSeconds fails the job; success is rank 0 exiting 0 having
   reported the criterion met, or every rank exiting 0;
-- pods stuck terminating (a lost node) are force-deleted, and that is recorded.
+- pods stuck terminating (a lost node) are force-deleted, and that is recorded;
+- a refusal fails the job at once, whatever it was doing: a spec only the
+  operator can judge (InvalidSpec), a pod over the pod security level
+  (PodSecurity), a child the API server refused (InvalidChild); a quota
+  refusal instead keeps it Pending and retries, bounded by startupTimeoutSeconds;
+- a finished job is deleted once ttlSecondsAfterFinished has passed, and its
+  Kueue pod group is marked finished so the queue's quota is released.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from .contract import (
     REASON_STOPPED,
     REASON_SUCCEEDED,
     parse_final_numbers,
+    stated_reason,
 )
 from .spec import JobSpec
 
@@ -80,6 +87,12 @@ REASON_ALL_RUNNING = "AllWorkersRunning"
 REASON_RANK0_SUCCEEDED = "RankZeroSucceeded"
 REASON_ALL_SUCCEEDED = "AllWorkersSucceeded"
 REASON_STARTING = "ContainerCreating"
+# Refusals: the job cannot run as written (see Refusal).
+REASON_INVALID_SPEC = "InvalidSpec"  # a spec only the operator can judge
+REASON_INVALID_CHILD = "InvalidChild"  # the API server refused an object rendered from the spec
+REASON_POD_SECURITY = "PodSecurity"  # a rendered pod over the operator's pod security level
+REASON_QUOTA = "QuotaExceeded"  # a ResourceQuota refused a pod: retried, it may fit later
+REASON_TTL = "TTLExpired"
 
 HISTORY_LIMIT = 10  # restart history and force-deletion records kept in status
 MESSAGE_LIMIT = 512  # characters of any message kept in status
@@ -88,6 +101,7 @@ MAX_RESTART_BACKOFF_SECONDS = 600.0
 FORCE_DELETE_AFTER_SECONDS = 60.0
 # Requeue while waiting on something no timer covers (old pods going away).
 POLL_SECONDS = 5.0
+MIN_QUOTA_RETRY_SECONDS = 1.0  # the first retry after a quota refusal; each later one waits as long as all before
 
 
 @dataclass(frozen=True)
@@ -149,6 +163,17 @@ def progress_from_status(status: dict) -> Rank0Progress | None:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """Why the job cannot run as written: found by the operator (a spec it alone can judge, a pod
+    over the pod security level) or answered by the API server to a create (a refused child).
+    `retryable`: the same request may be admitted later (a ResourceQuota refusal)."""
+
+    reason: str
+    message: str
+    retryable: bool = False
+
+
+@dataclass(frozen=True)
 class CreatePods:
     generation: int
     ranks: tuple[int, ...]
@@ -159,6 +184,21 @@ class DeletePods:
     names: tuple[str, ...]
     reason: str
     force: bool = False  # grace period 0: the node is gone
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """Delete the job itself (its TTL after finishing has passed); owner references take its children."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class FinishPodGroup:
+    """Mark these pods not retriable in their Kueue pod group: Kueue then finishes the group and
+    releases its quota (a pod already marked is left alone)."""
+
+    pods: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -187,7 +227,7 @@ class Event:
     message: str
 
 
-Action = CreatePods | DeletePods | Wait | Fail | Succeed | Event
+Action = CreatePods | DeletePods | DeleteJob | FinishPodGroup | Wait | Fail | Succeed | Event
 
 
 @dataclass(frozen=True)
@@ -217,11 +257,42 @@ def parse_time(text: str | None) -> float | None:
 
 
 def termination_reason(message: str | None) -> str | None:
-    """The trainer writes `<Reason>: <message>`; the reason is the first word."""
+    """The reason a container states: only a line the trainer marked
+    (contract.TERMINATION_MARKER) naming one of the contract's reasons; a log
+    tail, whatever its first word, states none."""
+    stated = stated_reason(message)
+    return stated[0] if stated else None
+
+
+# Room left in MESSAGE_LIMIT for "worker N (<pod name>): " and a suffix around a pod's message.
+_POD_MESSAGE_BUDGET = MESSAGE_LIMIT - 128
+
+
+def _clip_tail(text: str, limit: int = _POD_MESSAGE_BUDGET) -> str:
+    """The last lines of a log that fit in `limit` characters: the exception
+    and torchrun's root cause come last."""
+    lines = text.strip().splitlines()
+    kept: list[str] = []
+    size = 1  # the leading "…" when lines were dropped
+    for line in reversed(lines):
+        if size + len(line) + 1 > limit:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    if len(kept) == len(lines):
+        return "\n".join(lines)
+    if not kept:
+        return "…" + lines[-1][-(limit - 1):]
+    return "…\n" + "\n".join(reversed(kept))
+
+
+def _container_message(message: str | None) -> str | None:
+    """What a terminated container said: the trainer's stated line without
+    its marker, else the end of its log."""
     if not message or not message.strip():
         return None
-    head = message.strip().split(":", 1)[0].strip()
-    return head if head and " " not in head else None
+    stated = stated_reason(message)
+    return stated[1] if stated else _clip_tail(message)
 
 
 def _clip(text: str) -> str:
@@ -275,11 +346,18 @@ class _Plan:
         if t is not None:
             self.timers.append(t)
 
-    def finish(self, phase: str) -> Decision:
+    def finish(self, phase: str) -> str:
         self.status["phase"] = phase
-        if self.timers and phase not in TERMINAL:
-            self.actions.append(Wait(max(0.0, min(self.timers) - self.now)))
-        return Decision(phase, self.status, tuple(self.actions))
+        return phase
+
+    def decision(self) -> Decision:
+        actions = list(self.actions)
+        if self.timers:
+            actions.append(Wait(max(0.0, min(self.timers) - self.now)))
+        return Decision(self.status["phase"], self.status, tuple(actions))
+
+    def ready_reason(self) -> str | None:
+        return next((c["reason"] for c in self.status["conditions"] if c["type"] == CONDITION_READY), None)
 
 
 def _initial_status(status: dict) -> dict:
@@ -294,13 +372,20 @@ def _initial_status(status: dict) -> dict:
 
 
 def decide(
-    spec: JobSpec,
+    spec: JobSpec | None,
     status: dict,
     pods: list[ObservedPod],
     rank0: Rank0Progress | None,
     now: float,
+    *,
+    refusal: Refusal | None = None,
 ) -> Decision:
-    """The next phase, the status to write and the actions to take."""
+    """The next phase, the status to write and the actions to take.
+
+    `spec` is None only with a refusal (a spec that does not parse); `refusal` is what
+    stops the job from running as written, if anything does."""
+    if spec is None and (refusal is None or refusal.retryable):
+        raise ValueError("decide needs a spec, or a refusal that ends the job")
     plan = _Plan(_initial_status(status), now)
     phase = plan.status["phase"]
     current = [p for p in pods if p.generation == plan.generation]
@@ -313,13 +398,36 @@ def decide(
 
     if phase in TERMINAL:
         plan.delete([p for p in current if p.active], phase)
-        return plan.finish(phase)
-    if spec.run_policy.suspend:
-        return _suspend(plan, current, phase)
-    if phase == SUSPENDED:
-        phase = _resume(plan)
+        plan.finish(phase)
+    elif refusal is not None and not refusal.retryable:
+        _end(plan, current, FAILED, refusal.reason, refusal.message)
+    elif spec.run_policy.suspend:
+        _suspend(plan, current, phase)
+    else:
+        if phase == SUSPENDED:
+            phase = _resume(plan)
+        _run(plan, spec, phase, current, stale, rank0, refusal)
+    if plan.status["phase"] in TERMINAL:
+        _after_the_end(plan, spec, pods)
+    return plan.decision()
 
-    return _run(plan, spec, phase, current, stale, rank0)
+
+def _after_the_end(plan: _Plan, spec: JobSpec | None, pods: list[ObservedPod]) -> None:
+    """A finished job releases its Kueue quota, then goes when its TTL has passed."""
+    if spec is None:
+        return
+    if spec.queue_name:
+        unmarked = tuple(sorted(p.name for p in pods if p.deletion_timestamp is None))
+        if unmarked:
+            plan.actions.insert(0, FinishPodGroup(unmarked))
+    ttl = spec.run_policy.ttl_seconds_after_finished
+    finished = plan.get_time("completionTime")
+    if ttl is None or finished is None:
+        return
+    if plan.now >= finished + ttl:
+        plan.actions.append(DeleteJob(REASON_TTL))
+    else:
+        plan.wake_at(finished + ttl)
 
 
 def _run(
@@ -329,7 +437,8 @@ def _run(
     current: list[ObservedPod],
     stale: list[ObservedPod],
     rank0: Rank0Progress | None,
-) -> Decision:
+    refusal: Refusal | None,
+) -> str:
     """A job that should be running: check it, restart it, or start it."""
     policy = spec.run_policy
     now = plan.now
@@ -358,6 +467,8 @@ def _run(
         return _restart(plan, spec, current, *broken)
 
     missing = [r for r in range(spec.workers) if r not in live]
+    if missing and refusal is not None:
+        return _not_admitted(plan, spec, current, phase, refusal)
     if missing:
         _create(plan, spec, stale, missing)
         return plan.finish(phase)
@@ -455,7 +566,7 @@ def _startup_problem(live: dict[int, ObservedPod]) -> tuple[str, str]:
 
 def _watch_for_stall(
     plan: _Plan, spec: JobSpec, current: list[ObservedPod], live: dict[int, ObservedPod], rank0: Rank0Progress | None
-) -> Decision:
+) -> str:
     """Rank 0's counter must move. The clock starts at this generation's first
     reading: before it, imports and rendezvous are bounded by the trainer's own
     rendezvous timeout, and a trainer that exports no counter is never judged."""
@@ -479,8 +590,11 @@ def _create(plan: _Plan, spec: JobSpec, stale: list[ObservedPod], missing: list[
         plan.wake_at(plan.now + POLL_SECONDS)
         return
     not_before = plan.get_time("nextStartTime")
+    # Between quota retries the condition keeps quoting the server: that is what the job waits for.
+    quota_wait = plan.ready_reason() == REASON_QUOTA
     if not_before is not None and plan.now < not_before:
-        plan.condition(CONDITION_READY, False, REASON_BACKOFF, f"generation {plan.generation} starts in {not_before - plan.now:.0f}s")
+        if not quota_wait:
+            plan.condition(CONDITION_READY, False, REASON_BACKOFF, f"generation {plan.generation} starts in {not_before - plan.now:.0f}s")
         plan.wake_at(not_before)
         return
     plan.actions.append(CreatePods(plan.generation, tuple(missing)))
@@ -489,13 +603,31 @@ def _create(plan: _Plan, spec: JobSpec, stale: list[ObservedPod], missing: list[
         plan.event("Normal", REASON_CREATING, f"generation {plan.generation}: creating {len(missing)} pod(s)")
     if plan.status.get("startTime") is None:
         plan.set_time("startTime", plan.now)
-    plan.condition(CONDITION_READY, False, REASON_CREATING, f"generation {plan.generation}: creating {len(missing)} pod(s)")
+    if not quota_wait:
+        plan.condition(CONDITION_READY, False, REASON_CREATING, f"generation {plan.generation}: creating {len(missing)} pod(s)")
     plan.wake_at(plan.get_time("generationStartTime") + spec.run_policy.startup_timeout_seconds)
+
+
+def _not_admitted(plan: _Plan, spec: JobSpec, current: list[ObservedPod], phase: str, refusal: Refusal) -> str:
+    """A create refused for now (quota): wait and retry, each wait as long as all before it,
+    until startupTimeoutSeconds after the generation's first create; then the job fails."""
+    timeout = spec.run_policy.startup_timeout_seconds
+    created = plan.get_time("generationStartTime") or plan.now
+    deadline = created + timeout
+    if plan.now >= deadline:
+        return _fail(plan, current, refusal.reason, f"pods not admitted within startupTimeoutSeconds={timeout}: {refusal.message}")
+    delay = min(max(MIN_QUOTA_RETRY_SECONDS, spec.run_policy.restart_backoff_seconds, plan.now - created),
+                MAX_RESTART_BACKOFF_SECONDS, deadline - plan.now)
+    plan.set_time("nextStartTime", plan.now + delay)
+    plan.condition(CONDITION_READY, False, refusal.reason, refusal.message)
+    plan.event("Warning", refusal.reason, f"{refusal.message} (retried until startupTimeoutSeconds={timeout})")
+    plan.wake_at(plan.now + delay)
+    return plan.finish(phase)
 
 
 def _restart(
     plan: _Plan, spec: JobSpec, current: list[ObservedPod], reason: str, message: str, counted: bool, startup: bool
-) -> Decision:
+) -> str:
     """Record generation N+1, then delete generation N; or fail when the budget is spent."""
     policy = spec.run_policy
     status = plan.status
@@ -521,11 +653,11 @@ def _restart(
     return plan.finish(RESTARTING)
 
 
-def _fail(plan: _Plan, current: list[ObservedPod], reason: str, message: str) -> Decision:
+def _fail(plan: _Plan, current: list[ObservedPod], reason: str, message: str) -> str:
     return _end(plan, current, FAILED, reason, message)
 
 
-def _succeed(plan: _Plan, current: list[ObservedPod], reason: str, message: str) -> Decision:
+def _succeed(plan: _Plan, current: list[ObservedPod], reason: str, message: str) -> str:
     final = parse_final_numbers(message)
     if final is not None:  # rank 0's last numbers, newer than any scrape
         progress = dict(plan.status.get("progress") or {})
@@ -534,7 +666,7 @@ def _succeed(plan: _Plan, current: list[ObservedPod], reason: str, message: str)
     return _end(plan, current, SUCCEEDED, reason, message)
 
 
-def _end(plan: _Plan, current: list[ObservedPod], phase: str, reason: str, message: str) -> Decision:
+def _end(plan: _Plan, current: list[ObservedPod], phase: str, reason: str, message: str) -> str:
     """A terminal phase: completion time, conditions, the gang deleted, one event."""
     failed = phase == FAILED
     plan.set_time("completionTime", plan.now)
@@ -546,7 +678,7 @@ def _end(plan: _Plan, current: list[ObservedPod], phase: str, reason: str, messa
     return plan.finish(phase)
 
 
-def _suspend(plan: _Plan, current: list[ObservedPod], phase: str) -> Decision:
+def _suspend(plan: _Plan, current: list[ObservedPod], phase: str) -> str:
     """Delete the gang and keep the job; resuming starts a new generation."""
     if phase != SUSPENDED:
         if plan.status.get("generationStartTime") is not None:
@@ -635,15 +767,17 @@ def observed_pod(pod: dict[str, Any]) -> ObservedPod:
     scheduled = conditions.get("PodScheduled") or {}
     disruption = conditions.get("DisruptionTarget") or {}
     message = terminated.get("message")
+    exit_code = terminated.get("exitCode")
+    state_reason = terminated.get("reason") or (None if exit_code is None else ("Completed" if exit_code == 0 else "Error"))
     return ObservedPod(
         name=meta.get("name", ""),
         rank=int(labels.get(names.LABEL_RANK, -1)),
         generation=int(labels.get(names.LABEL_RESTART, 0)),
         phase=status.get("phase") or "Pending",
         ready=(conditions.get("Ready") or {}).get("status") == "True",
-        exit_code=terminated.get("exitCode"),
-        reason=termination_reason(message) or terminated.get("reason") or None,
-        message=message,
+        exit_code=exit_code,
+        reason=termination_reason(message) or state_reason,
+        message=_container_message(message),
         waiting_reason=waiting.get("reason"),
         waiting_message=waiting.get("message"),
         scheduling_reason=scheduled.get("reason") if scheduled.get("status") == "False" else None,

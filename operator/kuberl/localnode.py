@@ -11,7 +11,15 @@ module, so a pod behaves the same under either:
 - `prepare_sandbox` lays out a directory that stands in for the container's
   filesystem root (each volumeMount a symlink to its volume's directory, the
   termination-message file, /tmp), passed to the process as KUBERL_FS_ROOT so
-  absolute paths in the rendered pod need no rewriting.
+  absolute paths in the rendered pod need no rewriting. Every path the pod
+  names (mountPath, subPath, terminationMessagePath, workingDir, claimName)
+  must stay inside that root: one that leaves it is refused, naming the field.
+- `launch` starts the container as a container starts: from a clean
+  environment (the image's essentials: PATH with this interpreter's directory,
+  so `python`, `torchrun` and every console script of the trainer's
+  environment resolve alike; HOME, LANG; what a GPU host needs) plus the pod's
+  env, never the caller's shell; an absolute path in command/args under a
+  volume's mountPath is that volume's file here.
 - `PodProcess` starts the command in its own process group, prefixes its
   output, signals and reaps the whole group, and reports the exit code and the
   termination message (`FallbackToLogsOnError`: the log's tail when the file is
@@ -44,6 +52,11 @@ LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 2048
 TERMINATION_MESSAGE_LIMIT = 4096
 PYTHONS = ("python", "python3", f"python3.{sys.version_info.minor}")
+# A container image's usual PATH, after the trainer environment's own bin directory.
+IMAGE_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+# What a container gets from this host besides PATH: where the user's caches
+# live, the locale, and what CUDA needs to find the GPUs the host offers.
+HOST_ESSENTIALS = ("HOME", "LANG", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
 _output_lock = threading.Lock()
 
 
@@ -214,6 +227,47 @@ def trainer_container(pod: Mapping) -> dict:
     return next((c for c in containers if c["name"] == names.TRAINER_CONTAINER), containers[0])
 
 
+# A PersistentVolumeClaim's or ConfigMap's name: a DNS-1123 subdomain (the API
+# server's rule for both), so it can never name a path outside the run directory.
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _inside(root: str, path: str) -> bool:
+    resolved = os.path.normpath(os.path.join(root, path.lstrip("/")))
+    return resolved == root or resolved.startswith(root.rstrip("/") + "/")
+
+
+def path_problems(pod: Mapping, container: Mapping) -> list[str]:
+    """Every path of the pod that would leave its root here, by field path."""
+    root = "/pod-root"
+    where = f"spec.containers[{container.get('name')}]"
+    problems = []
+    for i, volume in enumerate(pod["spec"].get("volumes") or []):
+        for kind in ("persistentVolumeClaim", "configMap"):
+            key = "claimName" if kind == "persistentVolumeClaim" else "name"
+            name = (volume.get(kind) or {}).get(key)
+            if name is not None and (len(name) > 253 or not _DNS_SUBDOMAIN.match(str(name))):
+                problems.append(f"spec.volumes[{i}].{kind}.{key}: {name!r} is not a DNS-1123 subdomain name")
+    for i, mount in enumerate(container.get("volumeMounts") or []):
+        path = str(mount.get("mountPath", ""))
+        if not path.startswith("/") or not _inside(root, path) or os.path.normpath(path) == "/":
+            problems.append(f"{where}.volumeMounts[{i}].mountPath: {path!r} is not an absolute path inside the container")
+        sub = str(mount.get("subPath", ""))
+        if sub.startswith("/") or ".." in sub.split("/"):
+            problems.append(f"{where}.volumeMounts[{i}].subPath: {sub!r} must be a relative path without '..'")
+    for field in ("terminationMessagePath", "workingDir"):
+        path = container.get(field)
+        if path is not None and (not str(path).startswith("/") or not _inside(root, str(path))):
+            problems.append(f"{where}.{field}: {path!r} is not an absolute path inside the container")
+    return problems
+
+
+def check_paths(pod: Mapping, container: Mapping) -> None:
+    problems = path_problems(pod, container)
+    if problems:
+        raise LocalRunError("; ".join(problems))
+
+
 def prepare_sandbox(
     sandbox: str,
     pod: Mapping,
@@ -224,6 +278,7 @@ def prepare_sandbox(
     """A fresh directory standing in for the container's root; returns it.
     emptyDir volumes live in the sandbox (gone with the pod); ConfigMap and
     claim volumes are the caller's directories, shared and lasting."""
+    check_paths(pod, container)
     shutil.rmtree(sandbox, ignore_errors=True)
     root = os.path.join(sandbox, "root")
     os.makedirs(root)
@@ -247,7 +302,7 @@ def prepare_sandbox(
             raise LocalRunError(f"volumeMount {mount['mountPath']}: the pod has no volume {mount['name']!r}")
         source = os.path.join(sources[mount["name"]], mount.get("subPath", ""))
         os.makedirs(source, exist_ok=True)
-        target = os.path.join(root, mount["mountPath"].lstrip("/"))
+        target = os.path.normpath(host_path(root, mount["mountPath"]))
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.symlink(os.path.abspath(source), target)
     log = host_path(root, container.get("terminationMessagePath") or names.TERMINATION_LOG)
@@ -271,18 +326,55 @@ class Launch:
     termination_log: str
 
 
+def interpreter_bin() -> str:
+    """Where this interpreter and its environment's console scripts (torchrun, ...) live."""
+    return os.path.dirname(sys.executable)
+
+
+def container_base_env(host: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What a container has before the pod's env: its image's PATH, led by
+    the trainer environment's bin directory, and HOST_ESSENTIALS that are set."""
+    host = os.environ if host is None else host
+    env = {"PATH": os.pathsep.join((interpreter_bin(), *IMAGE_PATH)), "LANG": "C.UTF-8"}
+    env.update({name: host[name] for name in HOST_ESSENTIALS if host.get(name)})
+    return env
+
+
+def executable(name: str) -> str:
+    """`python` is this interpreter; a bare name found beside it (torchrun and
+    every other console script of the trainer's environment) is that file;
+    anything else is looked up on the container's PATH."""
+    if os.path.basename(name) in PYTHONS:
+        return sys.executable
+    if "/" not in name and os.path.isfile(os.path.join(interpreter_bin(), name)):
+        return os.path.join(interpreter_bin(), name)
+    return name
+
+
+def in_volumes(argument: str, root: str, mount_paths: list[str]) -> str:
+    """An absolute path under a volume's mountPath, as this host sees it."""
+    if not argument.startswith("/"):
+        return argument
+    path = os.path.normpath(argument)
+    if any(path == m or path.startswith(m.rstrip("/") + "/") for m in mount_paths):
+        return host_path(root, path)
+    return argument
+
+
 def launch(pod: Mapping, root: str, container_environment: Mapping[str, str], base_env: Mapping[str, str] | None = None) -> Launch:
     """The container's command and args, `$(VAR)`-expanded with its env, with
-    `python` meaning this interpreter; the process sees the pod's env over ours."""
+    the trainer environment's executables and the volumes' paths resolved here;
+    the process sees `base_env` (default: `container_base_env()`) under the pod's env."""
     container = trainer_container(pod)
     command = list(container.get("command") or []) + list(container.get("args") or [])
     if not command:
         raise LocalRunError(f"container {container['name']!r} has no command: a local node has no image entrypoint")
-    argv = [expand(part, container_environment) for part in command]
-    if os.path.basename(argv[0]) in PYTHONS:
-        argv[0] = sys.executable
+    mount_paths = [os.path.normpath(m["mountPath"]) for m in container.get("volumeMounts") or []]
+    argv = [in_volumes(expand(part, container_environment), root, mount_paths) for part in command]
+    argv[0] = executable(argv[0])
     env = {
-        **(os.environ if base_env is None else base_env),
+        **(container_base_env() if base_env is None else base_env),
+        "TMPDIR": host_path(root, names.TMP_MOUNT_DIR),
         **container_environment,
         "HOSTNAME": pod["spec"].get("hostname") or pod["metadata"]["name"],
         contract.ENV_FS_ROOT: root,

@@ -34,14 +34,15 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Self
 
 import yaml
 
-from . import lifecycle, metricnames, names
+from . import lifecycle, names, rank0metrics
 from .lifecycle import ObservedPod, Rank0Progress
 from .localnode import LocalRunError, PodProcess, processes_under, start_pod
+from .rank0metrics import Rank0Reading
 from .render import Job, render_configmap, render_pod, render_service
 from .spec import (
     InvalidJob,
@@ -180,37 +181,13 @@ def make_resolver(services: list[Mapping], pods: list[DNSPod], namespace: str = 
 # --- rank 0's metrics -----------------------------------------------------------
 
 
-def read_rank0_metrics(text: str) -> dict[str, float]:
-    """Rank 0's samples by metric name, from Prometheus text."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    values = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.labels.get(metricnames.LABEL_RANK, "0") == "0":
-                values[sample.name] = sample.value
-    return values
-
-
-def scrape(address: str, port: int) -> dict[str, float] | None:
-    """Short timeout: a stopped rank 0 freezes its metrics server too."""
+def scrape(address: str, port: int, job: str) -> Rank0Reading | None:
+    """Short timeout: a stopped rank 0 freezes its metrics server too. The one parser, bounded."""
     try:
         with urllib.request.urlopen(f"http://{address}:{port}/metrics", timeout=SCRAPE_TIMEOUT_SECONDS) as reply:
-            return read_rank0_metrics(reply.read().decode())
+            return rank0metrics.parse(reply.read(rank0metrics.MAX_PAGE_BYTES + 1), job)
     except (OSError, ValueError):
         return None
-
-
-def progress_from(values: Mapping[str, float], previous: Rank0Progress | None, generation: int, now: float) -> Rank0Progress | None:
-    if metricnames.ENV_STEPS_TOTAL not in values:
-        return previous
-    return lifecycle.next_progress(
-        previous, generation, int(values[metricnames.ENV_STEPS_TOTAL]), now,
-        succeeded=values.get(metricnames.SUCCESS, 0.0) >= 1.0,
-        steps_per_second=values.get(metricnames.STEPS_PER_SECOND),
-        episode_return_mean=values.get(metricnames.EPISODE_RETURN),
-        eval_return=values.get(metricnames.EVAL_RETURN),
-    )
 
 
 # --- the local cluster ----------------------------------------------------------
@@ -312,23 +289,24 @@ class LocalCluster:
 
 
 def observed(entry: LocalPod, code: int | None) -> ObservedPod:
+    """The pod as a kubelet would report it, read by the operator's own
+    `lifecycle.observed_pod`: reasons only from what the container states."""
     process = entry.process
-    message = process.termination_message() if code is not None else None
-    reason = lifecycle.termination_reason(message)
-    if code is not None and reason is None:
-        reason = "Completed" if code == 0 else ("StartError" if process.start_error else "Error")
-    return ObservedPod(
-        name=entry.pod["metadata"]["name"],
-        rank=entry.rank,
-        generation=entry.generation,
-        phase="Running" if code is None else ("Succeeded" if code == 0 else "Failed"),
-        ready=code is None,
-        exit_code=code,
-        reason=reason,
-        message=message,
-        deletion_timestamp=entry.deletion_timestamp,
-        start_time=process.started_at,
-    )
+    if code is None:
+        phase, state = "Running", {"running": {}}
+    else:
+        phase = "Succeeded" if code == 0 else "Failed"
+        kubelet_reason = "Completed" if code == 0 else ("StartError" if process.start_error else "Error")
+        state = {"terminated": {"exitCode": code, "reason": kubelet_reason, "message": process.termination_message() or ""}}
+    pod = {
+        "metadata": {"name": entry.pod["metadata"]["name"], "labels": entry.pod["metadata"]["labels"]},
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "True" if code is None else "False"}],
+            "containerStatuses": [{"name": names.TRAINER_CONTAINER, "state": state}],
+        },
+    }
+    return replace(lifecycle.observed_pod(pod), deletion_timestamp=entry.deletion_timestamp, start_time=process.started_at)
 
 
 # --- the run --------------------------------------------------------------------
@@ -458,9 +436,9 @@ def run(job: Job, run_dir: str, out=None) -> tuple[int, dict, float]:
                 leader = next((p for p in cluster.pods.values() if p.rank == 0 and p.deletion_timestamp is None), None)
                 if leader is not None and leader.process.running and now - last_scrape >= SCRAPE_EVERY_SECONDS:
                     last_scrape = now
-                    values = scrape(leader.ip, job.spec.metrics.port)
-                    if values is not None:
-                        rank0 = progress_from(values, rank0, leader.generation, now)
+                    reading = scrape(leader.ip, job.spec.metrics.port, job.name)
+                    if reading is not None:
+                        rank0 = rank0metrics.progress_of(rank0, leader.generation, reading, now)
                 if interrupts.count and not announced:
                     announced = True
                     say(f"stopping: SIGTERM to every rank, {job.spec.run_policy.termination_grace_period_seconds}s to save (Ctrl-C again to kill)")

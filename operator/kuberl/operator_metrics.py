@@ -16,6 +16,8 @@ from . import lifecycle
 from . import metricnames as m
 
 PHASES = (lifecycle.PENDING, lifecycle.RUNNING, lifecycle.RESTARTING, lifecycle.SUSPENDED, lifecycle.SUCCEEDED, lifecycle.FAILED)
+# Rank 0's metrics pages the operator refused to read, by reason (kuberl.rank0metrics.MAX_PAGE_BYTES).
+METRICS_PAGES_REFUSED_TOTAL = f"{m.OPERATOR_PREFIX}_metrics_pages_refused_total"
 RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -47,6 +49,11 @@ class OperatorMetrics:
         self.api_errors = Counter(
             m.OPERATOR_API_ERRORS_TOTAL, "Kubernetes API requests that failed, by verb, resource and HTTP status.",
             ["verb", "resource", "code"], registry=self.registry,
+        )
+
+        self.metrics_pages_refused = Counter(
+            METRICS_PAGES_REFUSED_TOTAL, "Rank 0 metrics pages not read (too_large: over the size limit).",
+            [m.LABEL_REASON], registry=self.registry,
         )
 
     def job_phase(self, namespace: str, name: str, phase: str | None) -> None:

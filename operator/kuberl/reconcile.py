@@ -1,74 +1,68 @@
-"""What the operator's shell decides around `lifecycle.decide`, as pure functions.
+"""What the operator's shell needs around `lifecycle.decide`, as pure functions.
 
 The kopf handlers (kuberl.handlers) read the job, its pods and rank 0's
 metrics, and write one status patch; everything in between that is not the
 gang lifecycle itself lives here, so it is tested without kopf or a cluster:
-reading rank 0's metrics text, the status a reconcile writes (observedGeneration,
-latestCheckpoint, finalModel, or Failed for a spec only the operator can
-judge), the merge patch between two statuses, which 409s are ours, TTL.
+judging a job before anything is created (its spec, its pods' security level),
+classifying an API server's refusal of a child, the status a reconcile writes
+(observedGeneration, latestCheckpoint, finalModel), the merge patch between two
+statuses, which 409s are ours, and how often one job may post an Event.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+import re
+from collections.abc import Callable
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from . import lifecycle, metricnames, names
-from .spec import Problem
-
-REASON_INVALID_SPEC = "InvalidSpec"
-REASON_INVALID_CHILD = "InvalidChild"  # the API server refused an object rendered from the spec
+from . import lifecycle, names
+from .lifecycle import Refusal
+from .rank0metrics import Rank0Reading
+from .spec import InvalidJob, JobSpec, Problem, validate_job
 
 
-@dataclass(frozen=True)
-class Rank0Reading:
-    """Rank 0's metrics endpoint at one scrape."""
-
-    timesteps: int
-    steps_per_second: float | None = None
-    episode_return_mean: float | None = None
-    eval_return: float | None = None
-    succeeded: bool = False
-    last_checkpoint_time: float | None = None  # POSIX seconds; None before the first checkpoint
+def problems_message(problems: list[Problem]) -> str:
+    """Every problem with its field path, e.g. `spec.labels.bad key: expected a label key`."""
+    return "; ".join(str(p) for p in problems)
 
 
-def parse_rank0_metrics(text: str, job: str) -> Rank0Reading | None:
-    """Global rank 0's values from a Prometheus text page; None without a step counter."""
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = sample.labels
-            if labels.get(metricnames.LABEL_RANK, "0") != "0" or labels.get(metricnames.LABEL_RLTJ, job) != job:
-                continue
-            values[sample.name] = sample.value
-    if metricnames.ENV_STEPS_TOTAL not in values:
+def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None) -> tuple[JobSpec | None, Refusal | None]:
+    """The job's spec, or why it cannot run before anything is created: a spec only the operator can
+    judge (InvalidSpec), or rendered pods over the operator's pod security level (PodSecurity)."""
+    try:
+        spec = validate_job(job)
+    except InvalidJob as invalid:
+        return None, Refusal(lifecycle.REASON_INVALID_SPEC, problems_message(invalid.problems))
+    problems = pod_problems(spec) if pod_problems is not None else []
+    if problems:
+        return spec, Refusal(lifecycle.REASON_POD_SECURITY, "; ".join(problems))
+    return spec, None
+
+
+# How the API server refuses a create, by source (Kubernetes v1.32):
+# - ResourceQuota: 403 Forbidden, `<resource> "<name>" is forbidden: exceeded quota: <quota>, requested: …`
+#   (staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/controller.go) — may pass later;
+# - the authorizer (RBAC): 403, `<resource> is forbidden: User "<user>" cannot create resource …`
+#   (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go) — the operator's
+#   own permissions, not the job's fault: kopf retries and the error is counted;
+# - Pod Security Admission and LimitRanger: 403 (pod-security-admission/admission/admission.go,
+#   plugin/pkg/admission/limitranger/admission.go); webhook denials: 400 unless the webhook sets
+#   a code (apiserver/pkg/admission/plugin/webhook/errors/statuserror.go); ValidatingAdmissionPolicy:
+#   422 Invalid by default (apiserver/pkg/admission/plugin/policy/validating/dispatcher.go); the
+#   schema: 422 or 400 — all of these refuse what the job asked for, and asking again will not help.
+QUOTA_MARK = "exceeded quota"
+AUTHORIZER_DENIAL = re.compile(r'is forbidden: User ".*" cannot [a-z]+ resource ')
+REFUSAL_CODES = (400, 403, 422)
+
+
+def child_refusal(code: int, message: str) -> Refusal | None:
+    """A create's refusal as the lifecycle sees it; None for an error worth retrying as it is."""
+    if code not in REFUSAL_CODES or (code == 403 and AUTHORIZER_DENIAL.search(message)):
         return None
-    checkpoint = values.get(metricnames.LAST_CHECKPOINT_TIMESTAMP)
-    return Rank0Reading(
-        timesteps=int(values[metricnames.ENV_STEPS_TOTAL]),
-        steps_per_second=values.get(metricnames.STEPS_PER_SECOND),
-        episode_return_mean=values.get(metricnames.EPISODE_RETURN),
-        eval_return=values.get(metricnames.EVAL_RETURN),
-        succeeded=values.get(metricnames.SUCCESS, 0.0) >= 1.0,
-        last_checkpoint_time=checkpoint if checkpoint else None,
-    )
-
-
-def progress_of(previous: lifecycle.Rank0Progress | None, generation: int, reading: Rank0Reading | None, now: float) -> lifecycle.Rank0Progress | None:
-    """The lifecycle's view of rank 0; an unreadable endpoint keeps the last reading
-    (a frozen rank 0 freezes its metrics server too, so the stall clock keeps running)."""
-    if reading is None:
-        return previous if previous is not None and previous.generation == generation else None
-    return lifecycle.next_progress(
-        previous, generation, reading.timesteps, now,
-        succeeded=reading.succeeded,
-        steps_per_second=reading.steps_per_second,
-        episode_return_mean=reading.episode_return_mean,
-        eval_return=reading.eval_return,
-    )
+    if code == 403 and QUOTA_MARK in message:
+        return Refusal(lifecycle.REASON_QUOTA, message, retryable=True)
+    return Refusal(lifecycle.REASON_INVALID_CHILD, message)
 
 
 def job_status(
@@ -76,51 +70,53 @@ def job_status(
     *,
     observed_generation: int,
     reading: Rank0Reading | None,
-    checkpoint_dir: str,
-    final_model: str,
+    paths: dict | None,
 ) -> dict:
-    """The status one reconcile writes: the lifecycle's, plus what only the shell knows."""
+    """The status one reconcile writes: the lifecycle's, plus what only the shell knows.
+    `paths`: the trainer configuration's (checkpointDir, finalModel); None for a spec that does not parse."""
     status = copy.deepcopy(decided)
     status["observedGeneration"] = observed_generation
+    if paths is None:
+        return status
     if reading is not None and reading.last_checkpoint_time is not None:
         time = lifecycle.rfc3339(reading.last_checkpoint_time)
         previous = status.get("latestCheckpoint") or {}
         if previous.get("time") != time:
-            status["latestCheckpoint"] = {"path": checkpoint_dir, "time": time, "timesteps": reading.timesteps}
+            status["latestCheckpoint"] = {"path": paths["checkpointDir"], "time": time, "timesteps": reading.timesteps}
     if status.get("phase") == lifecycle.SUCCEEDED and not status.get("finalModel"):
-        status["finalModel"] = final_model
+        status["finalModel"] = paths["finalModel"]
     return status
 
 
-def set_condition(status: dict, type_: str, true: bool, reason: str, message: str, now: float) -> None:
-    """Kubernetes-style: lastTransitionTime moves only when the condition's status flips."""
-    value = "True" if true else "False"
-    conditions = status.get("conditions") or []
-    old = next((c for c in conditions if c.get("type") == type_), None)
-    moved = old is None or old.get("status") != value
-    new = {
-        "type": type_, "status": value, "reason": reason, "message": message[: lifecycle.MESSAGE_LIMIT],
-        "lastTransitionTime": lifecycle.rfc3339(now) if moved else old["lastTransitionTime"],
-    }
-    status["conditions"] = [c for c in conditions if c.get("type") != type_] + [new]
+class EventLimiter:
+    """Events a job may post: the same event once per `repeat_seconds`, and a token bucket per job
+    (client-go's EventSourceObjectSpamFilter: a burst of 25, then one per 5 minutes), so a job
+    that is refused in a loop cannot flood the API server with Events."""
 
+    def __init__(self, burst: int = 25, refill_seconds: float = 300.0, repeat_seconds: float = 600.0):
+        self.burst, self.refill_seconds, self.repeat_seconds = burst, refill_seconds, repeat_seconds
+        self.tokens: dict[Any, tuple[float, float]] = {}  # job -> (tokens, when counted)
+        self.seen: dict[Any, dict[tuple[str, str, str], float]] = {}  # job -> event -> last posted
 
-def failed_status(status: dict | None, reason: str, message: str, observed_generation: int, now: float) -> dict:
-    """A job that can never run: Failed at once, with a condition saying why."""
-    out = copy.deepcopy(status or {})
-    already = out.get("phase") == lifecycle.FAILED
-    out["phase"] = lifecycle.FAILED
-    out["observedGeneration"] = observed_generation
-    if not already or not out.get("completionTime"):
-        out["completionTime"] = lifecycle.rfc3339(now)
-    set_condition(out, lifecycle.CONDITION_READY, False, reason, message, now)
-    set_condition(out, lifecycle.CONDITION_FAILED, True, reason, message, now)
-    return out
+    def allow(self, job: Any, type_: str, reason: str, message: str, now: float) -> bool:
+        seen = self.seen.setdefault(job, {})
+        key = (type_, reason, message)
+        if key in seen and now - seen[key] < self.repeat_seconds:
+            return False
+        tokens, then = self.tokens.get(job, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - then) / self.refill_seconds)
+        if tokens < 1.0:
+            self.tokens[job] = (tokens, now)
+            return False
+        self.tokens[job] = (tokens - 1.0, now)
+        seen[key] = now
+        if len(seen) > 4 * self.burst:  # bounded memory: forget the oldest
+            del seen[min(seen, key=seen.__getitem__)]
+        return True
 
-
-def problems_message(problems: list[Problem]) -> str:
-    """Every problem with its field path, e.g. `spec.labels.bad key: expected a label key`."""
-    return "; ".join(str(p) for p in problems)
+    def forget(self, job: Any) -> None:
+        self.tokens.pop(job, None)
+        self.seen.pop(job, None)
 
 
 def _pruned(value: Any) -> Any:
@@ -167,14 +163,6 @@ def is_current_pod(pod: dict, uid: str, generation: int) -> bool:
         and labels.get(names.LABEL_RESTART) == str(generation)
         and not meta.get("deletionTimestamp")
     )
-
-
-def ttl_due(status: dict, ttl_seconds: int | None) -> float | None:
-    """When a finished job should be deleted, or None."""
-    if ttl_seconds is None or status.get("phase") not in lifecycle.TERMINAL:
-        return None
-    finished = lifecycle.parse_time(status.get("completionTime"))
-    return None if finished is None else finished + ttl_seconds
 
 
 def restarted(before: dict | None, after: dict) -> dict | None:

@@ -370,8 +370,10 @@ def container_resources(spec: JobSpec) -> dict:
 def trainer_command(spec: JobSpec) -> list[str]:
     """One process runs the trainer directly; several go through torch's
     launcher with static rendezvous and no restarts of its own (the operator
-    restarts the whole gang)."""
-    trainer = ["-m", "kuberl_trainer", "--config", CONFIG_PATH]
+    restarts the whole gang). The trainer finds its configuration through
+    KUBERL_CONFIG (a pod path, as every path it opens: `kuberl run` maps them
+    through KUBERL_FS_ROOT, where it maps command-line paths itself)."""
+    trainer = ["-m", "kuberl_trainer"]
     if spec.procs == 1:
         return ["python", *trainer]
     return [

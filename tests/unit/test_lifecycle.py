@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 from kuberl import lifecycle as lc
-from kuberl.contract import EXIT_CONFIG_ERROR
+from kuberl.contract import EXIT_CONFIG_ERROR, TERMINATION_MARKER
 from kuberl.lifecycle import (
     CreatePods,
     DeletePods,
@@ -50,8 +50,10 @@ class Pod:
         return self._with(phase="Running", ready=True, start_time=T0)
 
     def exited(self, code: int, message: str | None = None) -> Pod:
+        """`message` is what the trainer states in its termination log (marked, as it writes it)."""
+        stated = TERMINATION_MARKER + message if message else None
         return self._with(phase="Succeeded" if code == 0 else "Failed", ready=False, exit_code=code,
-                          message=message, reason=lc.termination_reason(message))
+                          message=message, reason=lc.termination_reason(stated))
 
     def waiting(self, reason: str, message: str = "") -> Pod:
         return self._with(phase="Pending", waiting_reason=reason, waiting_message=message)
@@ -516,12 +518,6 @@ def test_unknown_status_fields_pass_through():
     assert d.status["observedGeneration"] == 4 and d.status["finalModel"] == "/x"
 
 
-def test_termination_reason_is_the_first_word():
-    assert lc.termination_reason("ConfigError: spec.env.id: bad") == "ConfigError"
-    assert lc.termination_reason("Traceback (most recent call last):") is None
-    assert lc.termination_reason("") is None and lc.termination_reason(None) is None
-
-
 def test_observed_pod_reads_what_a_cluster_reports():
     pod = {
         "metadata": {"name": "job-1", "labels": {"kuberl.dev/rank": "1", "kuberl.dev/restart": "3"},
@@ -531,7 +527,7 @@ def test_observed_pod_reads_what_a_cluster_reports():
             "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"},
                            {"type": "PodScheduled", "status": "True"}],
             "containerStatuses": [{"name": "trainer", "state": {"terminated": {
-                "exitCode": 1, "reason": "Error", "message": "PeerLost: rank 0 unreachable"}}}],
+                "exitCode": 1, "reason": "Error", "message": TERMINATION_MARKER + "PeerLost: rank 0 unreachable"}}}],
         },
     }
     seen = lc.observed_pod(pod)
@@ -565,3 +561,117 @@ def test_the_stall_clock_survives_an_operator_restart_through_status():
     assert (remembered.generation, remembered.timesteps, remembered.changed_at) == (0, 640, T0 + 20)
     assert lc.next_progress(remembered, 0, 640, T0 + 90).changed_at == T0 + 20
     assert lc.progress_from_status({}) is None
+
+
+# --- refusals: the job cannot run as written ------------------------------
+
+REFUSALS = [
+    lc.Refusal(lc.REASON_INVALID_SPEC, "spec.labels.a b: expected a label key"),
+    lc.Refusal(lc.REASON_POD_SECURITY, "spec.hostNetwork: Host Namespaces: false (got True); "
+                                       "spec.containers[trainer].securityContext.privileged: Privileged Containers: false (got True)"),
+    lc.Refusal(lc.REASON_INVALID_CHILD, 'admission webhook "deny.example.com" denied the request: no GPUs for team-a'),
+]
+
+
+@pytest.mark.parametrize("refusal", REFUSALS, ids=lambda r: r.reason)
+def test_a_refusal_fails_a_new_job_at_once_and_creates_nothing(refusal):
+    spec = None if refusal.reason == lc.REASON_INVALID_SPEC else job()
+    d = decide(spec, {}, [], None, T0, refusal=refusal)
+    assert d.phase == lc.FAILED and d.of(CreatePods) == [] and d.status["restarts"] == 0
+    assert d.of(Fail) == [Fail(refusal.reason, refusal.message)]
+    assert [(e.type, e.reason, e.message) for e in d.of(Event)] == [("Warning", refusal.reason, refusal.message)]
+    failed = next(c for c in d.status["conditions"] if c["type"] == "Failed")
+    assert (failed["status"], failed["reason"], failed["message"]) == ("True", refusal.reason, refusal.message)
+    again = decide(spec, d.status, [], None, T0 + 60, refusal=refusal)
+    assert again.status == d.status and again.actions == (), "a second reconcile writes and posts nothing"
+
+
+@pytest.mark.parametrize("refusal", REFUSALS, ids=lambda r: r.reason)
+def test_a_refusal_of_a_running_job_stops_its_whole_gang(refusal):
+    spec = job()
+    pods = [Pod(0).running().obj(), Pod(1).running().obj(), Pod(0, gen=1).running().obj()]
+    d = decide(None if refusal.reason == lc.REASON_INVALID_SPEC else spec, running_status(spec), pods, None, T0 + 5, refusal=refusal)
+    assert d.phase == lc.FAILED
+    assert sorted(d.of(DeletePods), key=lambda a: a.reason) == sorted(
+        [DeletePods(("job-0",), lc.REASON_STALE), DeletePods(("job-0", "job-1"), refusal.reason)], key=lambda a: a.reason)
+
+
+def test_a_child_refused_half_way_through_the_gang_deletes_the_pods_already_made():
+    spec = job(workers=3)
+    created = decide(spec, {}, [], None, T0)
+    refusal = lc.Refusal(lc.REASON_INVALID_CHILD, 'pods "job-2" is forbidden: maximum cpu usage per Container is 1, but limit is 2')
+    d = decide(spec, created.status, [Pod(0).obj(), Pod(1).obj()], None, T0 + 1, refusal=refusal)
+    assert d.phase == lc.FAILED and d.of(DeletePods) == [DeletePods(("job-0", "job-1"), lc.REASON_INVALID_CHILD)]
+
+
+def test_without_a_spec_only_a_refusal_can_be_decided():
+    with pytest.raises(ValueError, match="needs a spec"):
+        decide(None, {}, [], None, T0)
+    with pytest.raises(ValueError, match="needs a spec"):
+        decide(None, {}, [], None, T0, refusal=lc.Refusal(lc.REASON_QUOTA, "exceeded quota", retryable=True))
+
+
+QUOTA = lc.Refusal(lc.REASON_QUOTA, 'pods "job-1" is forbidden: exceeded quota: team-a, requested: pods=1, used: pods=4, limited: pods=4',
+                   retryable=True)
+
+
+def test_a_quota_refusal_keeps_the_job_pending_quoting_the_server_and_retries_with_backoff():
+    spec = job(startupTimeoutSeconds=100, restartBackoffSeconds=0)
+    created = decide(spec, {}, [], None, T0)
+    refused = decide(spec, created.status, [Pod(0).obj()], None, T0, refusal=QUOTA)
+    assert refused.phase == lc.PENDING and refused.of(CreatePods) == [] and refused.of(DeletePods) == []
+    ready = next(c for c in refused.status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"], ready["message"]) == ("False", lc.REASON_QUOTA, QUOTA.message)
+    [warning] = refused.of(Event)
+    assert warning.type == "Warning" and warning.reason == lc.REASON_QUOTA and QUOTA.message in warning.message
+    assert refused.requeue_after == lc.MIN_QUOTA_RETRY_SECONDS
+
+    waiting = decide(spec, refused.status, [Pod(0).obj()], None, T0 + 0.5)
+    assert waiting.of(CreatePods) == [] and waiting.status["conditions"] == refused.status["conditions"]
+    retried = decide(spec, refused.status, [Pod(0).obj()], None, T0 + 1)
+    assert retried.of(CreatePods) == [CreatePods(0, (1,))] and retried.status["conditions"] == refused.status["conditions"]
+    # each wait as long as all the waiting before it: 1, 1, 2, 4, ... seconds
+    again = decide(spec, retried.status, [Pod(0).obj()], None, T0 + 8, refusal=QUOTA)
+    assert again.requeue_after == 8 and again.phase == lc.PENDING
+
+
+def test_a_quota_refusal_past_the_startup_timeout_fails_the_job_with_the_servers_words():
+    spec = job(startupTimeoutSeconds=100)
+    created = decide(spec, {}, [], None, T0)
+    d = decide(spec, created.status, [Pod(0).obj()], None, T0 + 100, refusal=QUOTA)
+    assert d.phase == lc.FAILED and d.of(Fail)[0].reason == lc.REASON_QUOTA
+    assert "startupTimeoutSeconds=100" in d.of(Fail)[0].message and QUOTA.message in d.of(Fail)[0].message
+    assert d.of(DeletePods) == [DeletePods(("job-0",), lc.REASON_QUOTA)]
+    last_wait = decide(spec, created.status, [Pod(0).obj()], None, T0 + 90, refusal=QUOTA)
+    assert last_wait.phase == lc.PENDING and last_wait.requeue_after == 10, "no retry is scheduled past the deadline"
+
+
+# --- after the end: TTL and Kueue ---------------------------------------------
+
+
+def test_a_finished_job_is_deleted_once_its_ttl_has_passed():
+    spec = job(ttlSecondsAfterFinished=30)
+    done = decide(spec, running_status(spec), [Pod(0).exited(0, "Succeeded: done").obj(), Pod(1).running().obj()], None, T0 + 1)
+    assert done.phase == lc.SUCCEEDED and done.requeue_after == 30 and done.of(lc.DeleteJob) == []
+    early = decide(spec, done.status, [], None, T0 + 20)
+    assert early.requeue_after == 11 and early.of(lc.DeleteJob) == []
+    due = decide(spec, done.status, [], None, T0 + 31)
+    assert due.of(lc.DeleteJob) == [lc.DeleteJob(lc.REASON_TTL)] and due.status == early.status
+
+
+def test_without_a_ttl_a_finished_job_stays_and_sleeps():
+    spec = job()
+    done = decide(spec, running_status(spec), [Pod(0).exited(0).obj(), Pod(1).exited(0).obj()], None, T0 + 1)
+    later = decide(spec, done.status, [], None, T0 + 10**6)
+    assert later.actions == () and later.requeue_after is None
+
+
+def test_a_queued_job_that_ends_marks_its_kueue_group_finished_first():
+    spec = parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "workers": 2, "queueName": "team-a"})
+    pods = [Pod(0).exited(0, "Succeeded: done").obj(), Pod(1).running().obj(), Pod(0, gen=1).deleting(T0).obj()]
+    d = decide(spec, running_status(spec), pods, None, T0 + 1)
+    assert d.phase == lc.SUCCEEDED
+    assert d.actions[0] == lc.FinishPodGroup(("job-0", "job-1"))
+    assert decide(job(), running_status(job()), pods[:2], None, T0 + 1).of(lc.FinishPodGroup) == [], "no queue, no mark"
+    running = decide(spec, running_status(spec), gang("running"), None, T0 + 1)
+    assert running.of(lc.FinishPodGroup) == []

@@ -20,7 +20,7 @@ from kuberl.localnode import (
     resource_field,
     trainer_container,
 )
-from kuberl.localrun import DNSPod, apply_overrides, make_resolver, read_rank0_metrics
+from kuberl.localrun import DNSPod, apply_overrides, make_resolver
 from kuberl.render import Job, render_pod, render_service
 from kuberl.spec import parse_spec
 
@@ -161,17 +161,6 @@ def test_overrides_read_numbers_as_kubectl_does():
     # PyYAML alone reads 1e-3 as a string, which the strict spec would refuse.
     out = apply_overrides({"spec": {}}, None, ["ppo.learningRate=1e-3", "totalTimesteps=5e5"])
     assert out["spec"] == {"ppo": {"learningRate": 0.001}, "totalTimesteps": 500000}
-
-
-def test_rank_zero_metrics_are_read_by_name():
-    text = (
-        '# TYPE kuberl_trainer_env_steps_total counter\n'
-        'kuberl_trainer_env_steps_total{rltj="j",rank="0"} 4096.0\n'
-        'kuberl_trainer_env_steps_total{rltj="j",rank="1"} 7.0\n'
-        '# TYPE kuberl_trainer_success gauge\n'
-        'kuberl_trainer_success{rltj="j",rank="0"} 1.0\n'
-    )
-    assert read_rank0_metrics(text) == {"kuberl_trainer_env_steps_total": 4096.0, "kuberl_trainer_success": 1.0}
 
 
 def test_a_taken_default_rendezvous_port_moves_but_a_chosen_one_stays():

@@ -165,7 +165,9 @@ def test_master_addr_is_rank_0s_dns_name_and_the_service_selects_rank_0():
 
 
 def test_one_process_runs_the_trainer_directly():
-    assert trainer(pods(make_job())[0])["command"] == ["python", "-m", "kuberl_trainer", "--config", CONFIG_PATH]
+    pod = pods(make_job())[0]
+    assert trainer(pod)["command"] == ["python", "-m", "kuberl_trainer"]
+    assert env_of(pod)[contract.ENV_CONFIG] == CONFIG_PATH
 
 
 def expand(arg, env):
@@ -184,7 +186,7 @@ def test_several_processes_go_through_torchrun_with_static_rendezvous():
     assert (args.nnodes, args.node_rank, args.nproc_per_node) == ("3", 1, "4")
     assert (args.master_addr, args.master_port) == ("cartpole-0.cartpole.team-rl.svc", 29500)
     assert (args.rdzv_backend, args.max_restarts, args.module) == ("static", 0, True)
-    assert (args.training_script, args.training_script_args) == ("kuberl_trainer", ["--config", CONFIG_PATH])
+    assert (args.training_script, args.training_script_args) == ("kuberl_trainer", [])
 
 
 # --- pod details --------------------------------------------------------------

@@ -56,7 +56,7 @@ def write_reason(reason: str, message: str) -> None:
         if os.environ.get(contract.ENV_FS_ROOT):
             os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
-            f.write(line + "\n")
+            f.write(contract.TERMINATION_MARKER + line + "\n")
     except OSError:
         pass  # outside a pod there may be no termination log
 

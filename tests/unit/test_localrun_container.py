@@ -1,0 +1,101 @@
+"""A local pod starts as a container does: a clean environment, the trainer
+environment's executables, command-line paths inside its volumes, and every
+path the pod names kept inside its root."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from kuberl import contract
+from kuberl.localnode import (
+    LocalRunError,
+    container_base_env,
+    launch,
+    path_problems,
+    prepare_sandbox,
+    trainer_container,
+)
+
+
+def pod_with(container: dict, volumes: list[dict] | None = None) -> dict:
+    return {"metadata": {"name": "p-0"}, "spec": {"hostname": "p-0", "containers": [{"name": "trainer", **container}],
+                                                  "volumes": volumes or []}}
+
+
+def test_the_callers_shell_does_not_reach_the_container():
+    caller = {"WORLD_SIZE": "99", "RANK": "42", "PATH": "/opt/elsewhere/bin", "VIRTUAL_ENV": "/x", "PYTHONPATH": "/y",
+              "HOME": "/home/me", "LANG": "en_GB.UTF-8", "CUDA_VISIBLE_DEVICES": "1", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}
+    base = container_base_env(caller)
+    assert set(base) == {"PATH", "HOME", "LANG", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"}
+    assert base["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    assert "/opt/elsewhere/bin" not in base["PATH"]
+    assert (base["HOME"], base["LANG"], base["CUDA_VISIBLE_DEVICES"]) == ("/home/me", "en_GB.UTF-8", "1")
+    assert container_base_env({})["LANG"] == "C.UTF-8" and "CUDA_VISIBLE_DEVICES" not in container_base_env({})
+
+
+def test_by_default_the_launch_starts_from_the_clean_environment_plus_the_pods(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "99")
+    monkeypatch.setenv("RANK", "42")
+    monkeypatch.setenv("SOMETHING_OF_MINE", "x")
+    started = launch(pod_with({"command": ["python", "-c", "pass"]}), str(tmp_path), {"RANK": "1"})
+    assert started.env["RANK"] == "1"
+    assert "WORLD_SIZE" not in started.env and "SOMETHING_OF_MINE" not in started.env
+    assert started.env["TMPDIR"] == str(tmp_path / "tmp") and started.env[contract.ENV_FS_ROOT] == str(tmp_path)
+
+
+def test_console_scripts_of_the_trainer_environment_resolve_as_python_does(tmp_path):
+    started = launch(pod_with({"command": ["torchrun", "--nnodes=1", "x.py"]}), str(tmp_path), {})
+    assert started.argv[0] == os.path.join(os.path.dirname(sys.executable), "torchrun")
+    assert launch(pod_with({"command": ["python3", "-V"]}), str(tmp_path), {}).argv[0] == sys.executable
+    assert launch(pod_with({"command": ["sh", "-c", "true"]}), str(tmp_path), {}).argv[0] == "sh"  # the image's PATH
+
+
+def test_absolute_paths_under_a_mount_are_that_volumes_files(tmp_path):
+    container = {"command": ["python", "/app/train.py"], "args": ["--data=/data/x", "/data/sets/a.csv", "/application/z", "/app"],
+                 "volumeMounts": [{"name": "code", "mountPath": "/app"}, {"name": "sets", "mountPath": "/data/"}]}
+    started = launch(pod_with(container), str(tmp_path), {})
+    assert started.argv[1:] == [str(tmp_path / "app/train.py"), "--data=/data/x", str(tmp_path / "data/sets/a.csv"),
+                                "/application/z", str(tmp_path / "app")]
+
+
+def test_a_volume_script_runs_through_the_sandbox(tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "hello.py").write_text("print('hello')\n")
+    pod = pod_with({"command": ["python", "/app/hello.py"], "volumeMounts": [{"name": "code", "mountPath": "/app"}]},
+                   [{"name": "code", "hostPath": {"path": str(code)}}])
+    root = prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), str, str)
+    started = launch(pod, root, {})
+    assert Path(started.argv[1]).read_text() == "print('hello')\n"
+
+
+@pytest.mark.parametrize("container,volumes,field", [
+    ({"volumeMounts": [{"name": "v", "mountPath": "/../../x"}]}, [], "volumeMounts[0].mountPath"),
+    ({"volumeMounts": [{"name": "v", "mountPath": "relative"}]}, [], "volumeMounts[0].mountPath"),
+    ({"volumeMounts": [{"name": "v", "mountPath": "/"}]}, [], "volumeMounts[0].mountPath"),
+    ({"volumeMounts": [{"name": "v", "mountPath": "/a", "subPath": "../../x"}]}, [], "volumeMounts[0].subPath"),
+    ({"volumeMounts": [{"name": "v", "mountPath": "/a", "subPath": "/etc"}]}, [], "volumeMounts[0].subPath"),
+    ({"terminationMessagePath": "/../../../x"}, [], "terminationMessagePath"),
+    ({"workingDir": "/w/../../.."}, [], "workingDir"),
+    ({}, [{"name": "c", "persistentVolumeClaim": {"claimName": "../../x"}}], "spec.volumes[0].persistentVolumeClaim.claimName"),
+    ({}, [{"name": "c", "configMap": {"name": "a/../../b"}}], "spec.volumes[0].configMap.name"),
+])
+def test_a_path_that_leaves_the_pods_root_is_refused_naming_its_field(tmp_path, container, volumes, field):
+    pod = pod_with({"command": ["python", "-c", "pass"], **container}, volumes)
+    problems = path_problems(pod, trainer_container(pod))
+    assert len(problems) == 1 and field in problems[0], problems
+    outside = tmp_path / "outside"
+    with pytest.raises(LocalRunError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        prepare_sandbox(str(tmp_path / "sandbox" / "pod"), pod, trainer_container(pod),
+                        lambda n: str(outside / "cm" / n), lambda c: str(outside / "claims" / c))
+    assert not outside.exists() and not (tmp_path / "x").exists()
+
+
+def test_paths_inside_the_root_pass():
+    pod = pod_with({"command": ["python"], "workingDir": "/work/../app", "terminationMessagePath": "/dev/termination-log",
+                    "volumeMounts": [{"name": "c", "mountPath": "/checkpoints", "subPath": "job/a"}]},
+                   [{"name": "c", "persistentVolumeClaim": {"claimName": "my-claim.v2"}}])
+    assert path_problems(pod, trainer_container(pod)) == []

@@ -1,0 +1,80 @@
+"""Rank 0's metrics page: the one parser the operator and `kuberl run` share, bounded and finite."""
+import json
+
+import pytest
+from kuberl.rank0metrics import (
+    MAX_PAGE_BYTES,
+    PageTooLarge,
+    Rank0Reading,
+    parse,
+    progress_of,
+)
+
+METRICS = """# TYPE kuberl_trainer_env_steps_total counter
+kuberl_trainer_env_steps_total{rltj="job",rank="0"} 4096.0
+kuberl_trainer_env_steps_total{rltj="job",rank="1"} 9.0
+# TYPE kuberl_trainer_steps_per_second gauge
+kuberl_trainer_steps_per_second{rltj="job",rank="0"} 812.5
+# TYPE kuberl_trainer_episode_return gauge
+kuberl_trainer_episode_return{rltj="job",rank="0"} 120.0
+# TYPE kuberl_trainer_eval_return gauge
+kuberl_trainer_eval_return{rltj="job",rank="0"} 480.0
+# TYPE kuberl_trainer_success gauge
+kuberl_trainer_success{rltj="job",rank="0"} 1.0
+# TYPE kuberl_trainer_last_checkpoint_timestamp_seconds gauge
+kuberl_trainer_last_checkpoint_timestamp_seconds{rltj="job",rank="0"} 1.7e9
+"""
+
+
+def page(**values: str) -> str:
+    """A page with rank 0's samples of job `job`, by metric suffix."""
+    lines = []
+    for suffix, value in values.items():
+        lines += [f'# TYPE kuberl_trainer_{suffix} gauge', f'kuberl_trainer_{suffix}{{rltj="job",rank="0"}} {value}']
+    return '\n'.join(lines) + '\n'
+
+
+def test_rank_0_of_this_job_is_read_by_name_rank_and_rltj_label():
+    assert parse(METRICS, 'job') == Rank0Reading(4096, 812.5, 120.0, 480.0, True, 1.7e9)
+    assert parse(METRICS.encode(), 'job') == parse(METRICS, 'job')
+    assert parse(METRICS, 'other') is None, "another job's page (the rltj label) says nothing about this one"
+    assert parse('# nothing here\n', 'job') is None
+
+
+def test_a_page_without_the_rltj_label_is_taken_as_this_jobs():
+    unlabelled = '# TYPE kuberl_trainer_env_steps_total counter\nkuberl_trainer_env_steps_total{rank="0"} 7\n'
+    assert parse(unlabelled, 'job') == Rank0Reading(7)
+
+
+@pytest.mark.parametrize('bad', ['NaN', '+Inf', '-Inf', '1e300', '-5', '9007199254740993'])
+def test_a_step_counter_that_is_not_a_bounded_count_is_no_reading(bad):
+    assert parse(page(env_steps_total=bad), 'job') is None
+
+
+@pytest.mark.parametrize('bad', ['NaN', '+Inf', '-Inf', '1e300', '-1e300'])
+def test_gauges_that_are_not_finite_and_bounded_are_left_out_and_status_stays_json(bad):
+    reading = parse(page(env_steps_total='10', steps_per_second=bad, episode_return=bad, eval_return=bad, success=bad,
+                         last_checkpoint_timestamp_seconds=bad), 'job')
+    assert reading == Rank0Reading(10)
+    json.dumps(reading.__dict__, allow_nan=False)
+
+
+def test_a_page_over_the_limit_is_refused_not_truncated():
+    big = METRICS + '#' * (MAX_PAGE_BYTES - len(METRICS) + 1)
+    with pytest.raises(PageTooLarge, match='over the 1048576-byte limit'):
+        parse(big, 'job')
+    assert parse(big[:MAX_PAGE_BYTES], 'job').timesteps == 4096
+
+
+def test_a_malformed_page_is_a_value_error():
+    with pytest.raises(ValueError):
+        parse('kuberl_trainer_env_steps_total{rank="0" 7\n', 'job')
+
+
+def test_an_unreadable_endpoint_keeps_the_stall_clock_running():
+    first = progress_of(None, 0, Rank0Reading(10), now=100.0)
+    assert progress_of(first, 0, None, now=200.0) is first
+    assert progress_of(first, 1, None, now=200.0) is None
+    assert progress_of(first, 0, Rank0Reading(10), now=300.0).changed_at == 100.0
+    assert progress_of(first, 0, Rank0Reading(11), now=300.0).changed_at == 300.0
+

@@ -1,0 +1,74 @@
+"""Reasons only from what a container states: the trainer's marked line, else
+the container's state, with the END of the log as the message."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from kuberl import contract
+from kuberl import lifecycle as lc
+from kuberl.spec import parse_spec
+
+
+def terminated_pod(exit_code: int, message: str, reason: str = "Error") -> dict:
+    return {"metadata": {"name": "job-1", "labels": {"kuberl.dev/rank": "1", "kuberl.dev/restart": "0"}},
+            "status": {"phase": "Failed" if exit_code else "Succeeded", "containerStatuses": [
+                {"name": "trainer", "state": {"terminated": {"exitCode": exit_code, "reason": reason, "message": message}}}]}}
+
+
+def test_the_trainers_marked_line_states_its_reason_and_reads_without_the_marker():
+    line = contract.termination_line("ConfigError", "spec.env.id: no such env\nsecond line")
+    assert line.startswith(contract.TERMINATION_MARKER) and "\n" not in line
+    seen = lc.observed_pod(terminated_pod(78, line + "\n"))
+    assert seen.reason == "ConfigError"
+    assert seen.message == "ConfigError: spec.env.id: no such env second line"
+
+
+@pytest.mark.parametrize("log_tail", [
+    "ConfigError: looks like the contract but is a log line",
+    "INFO: starting epoch 3",
+    "/usr/local/bin/python3.11: can't open file '/app/x.py'",
+    "Succeeded: printed by a user's script",
+    contract.TERMINATION_MARKER + "NotOneOfOurs: whatever",
+])
+def test_a_log_tail_states_no_reason_whatever_its_first_word(log_tail):
+    assert lc.termination_reason(log_tail) is None
+    seen = lc.observed_pod(terminated_pod(1, log_tail))
+    assert seen.reason == "Error"
+
+
+def test_without_a_stated_reason_the_containers_state_is_the_reason():
+    assert lc.observed_pod(terminated_pod(137, "", reason="OOMKilled")).reason == "OOMKilled"
+    assert lc.observed_pod(terminated_pod(0, "", reason="Completed")).reason == "Completed"
+    no_reason = terminated_pod(3, "")
+    del no_reason["status"]["containerStatuses"][0]["state"]["terminated"]["reason"]
+    assert lc.observed_pod(no_reason).reason == "Error"
+
+
+def test_the_message_is_the_end_of_the_log_where_the_exception_is():
+    log = "\n".join([f"INFO step {i}: loss 0.{i:04d} and some more words to fill the line" for i in range(80)]
+                    + ["Traceback (most recent call last):", '  File "/app/train.py", line 9, in <module>',
+                       "RuntimeError: the actual cause"])
+    seen = lc.observed_pod(terminated_pod(1, log))
+    assert seen.message.endswith("RuntimeError: the actual cause")
+    assert seen.message.startswith("…\n") and len(seen.message) <= lc.MESSAGE_LIMIT - 128
+    one_long_line = "x" * 5000 + " RuntimeError: at the end"
+    clipped = lc.observed_pod(terminated_pod(1, one_long_line)).message
+    assert clipped.endswith("RuntimeError: at the end") and len(clipped) <= lc.MESSAGE_LIMIT - 128
+
+
+def test_a_failed_external_script_is_a_counted_crash_not_a_configuration_error():
+    """Old code took the log tail's first word: a script printing `ConfigError:` failed the job for good."""
+    spec = parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 10, "workers": 2,
+                       "runPolicy": {"restartBackoffSeconds": 10}})
+    log = "ConfigError: printed by the script\n" + "\n".join(f"line {i}" for i in range(40)) + "\nValueError: boom"
+    up = lc.decide(spec, {"generation": 0}, [], None, 0.0).status
+    running = [replace(lc.observed_pod(terminated_pod(0, "")), name=f"job-{r}", rank=r, phase="Running", exit_code=None,
+                       reason=None, ready=True, start_time=0.0) for r in range(2)]
+    up = lc.decide(spec, up, running, None, 1.0).status
+    crashed = [running[0], lc.observed_pod(terminated_pod(1, log))]
+    decision = lc.decide(spec, up, crashed, None, 2.0)
+    assert decision.phase != lc.FAILED
+    assert decision.status["restartHistory"][-1]["reason"] == "Error"
+    assert "ValueError: boom" in decision.status["restartHistory"][-1]["message"]
