@@ -129,6 +129,10 @@ spec:
         {{- end }}
         - --health-port={{ .Values.operator.health.port }}
         - --metrics-port={{ .Values.metrics.port }}
+        - --pod-security={{ .Values.podSecurity }}
+        {{- with .Values.allowedServiceAccounts }}
+        - --allowed-service-accounts={{ join "," . }}
+        {{- end }}
       env:
         - name: KUBERL_LOG_LEVEL
           value: {{ .Values.operator.logLevel | quote }}

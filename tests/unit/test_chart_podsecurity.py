@@ -1,0 +1,40 @@
+"""The chart's podSecurity and allowedServiceAccounts values reach the
+operator as `kuberl operator` flags, parsed by the real CLI; the schema
+refuses a level that does not exist."""
+
+import json
+import re
+
+import pytest
+from chart_support import CHART, ROOT, HelmError, helm, of_kind, render
+from kuberl import cli
+
+ENTRYPOINT = json.loads(re.search(r"^ENTRYPOINT (.+)$", (ROOT / "dockerfiles" / "operator.Dockerfile").read_text(), re.MULTILINE).group(1))
+
+
+def operator_args(values: dict | None = None):
+    objects = render(values)
+    (workload,) = of_kind(objects, "Deployment") + of_kind(objects, "StatefulSet")
+    args = workload["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = [a.replace("$(KUBERL_POD_INDEX)", "0") for a in args]
+    return cli.build_parser().parse_args([*ENTRYPOINT[1:], *args])
+
+
+def test_defaults_are_baseline_and_any_service_account():
+    parsed = operator_args()
+    assert (parsed.pod_security, parsed.allowed_service_accounts) == ("baseline", None)
+
+
+def test_values_reach_the_operator():
+    parsed = operator_args({"podSecurity": "restricted", "allowedServiceAccounts": ["default", "rl-trainer"]})
+    assert (parsed.pod_security, parsed.allowed_service_accounts) == ("restricted", "default,rl-trainer")
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ({"podSecurity": "strict"}, "podSecurity"),
+    ({"allowedServiceAccounts": ["Not_A_Name"]}, "allowedServiceAccounts"),
+])
+def test_schema_refuses_bad_values(values, expected):
+    with pytest.raises(HelmError) as refused:
+        helm("template", "kuberl", str(CHART), values=values)
+    assert expected in str(refused.value)
