@@ -4,6 +4,8 @@ its own filesystem root (KUBERL_FS_ROOT), env contract variables, gloo on
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import re
@@ -16,7 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from kuberl import metricnames, names, trainerconfig
+import torch
+from kuberl import contract, metricnames, names, trainerconfig
 from kuberl.spec import parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,7 +83,8 @@ class Job:
 
     def termination_log(self, rank: int) -> str:
         path = self.rank_root(rank) / names.TERMINATION_LOG.lstrip("/")
-        return path.read_text().strip() if path.exists() else ""
+        text = path.read_text().strip() if path.exists() else ""
+        return text.removeprefix(contract.TERMINATION_MARKER)  # the reason as the trainer stated it
 
     def metrics_port(self, rank: int) -> int:
         return self.config["spec"]["metrics"]["port"] + rank
@@ -161,3 +165,40 @@ class Ranks:
                 raise AssertionError(f"a rank exited early:\n{self.log(0)}\n{self.log(1) if len(self.procs) > 1 else ''}")
             time.sleep(0.05)
         raise AssertionError(f"no {updates} updates in {timeout}s:\n{self.log(0)}")
+
+
+# --- checkpoint files as an older trainer or an attacker writes them ----------
+
+
+def old_format_checkpoint(state: dict) -> bytes:
+    """Version 1, as trainers before the versioned format wrote it: a plain
+    torch.save (numpy arrays inside) behind its sha256."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    return b"KUBERLCKPT1 " + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+class _TouchMarker:
+    """Unpickling this runs `touch <marker>`: the forged payload."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def forged_checkpoint(marker: Path, version: int) -> bytes:
+    """A torch.save payload that would run a shell command when unpickled,
+    behind a header whose checksum is recomputed (anyone can)."""
+    buffer = io.BytesIO()
+    torch.save({"counters": {"global_step": 10**9, "updates": 10**6, "episodes": 0}, "agent": _TouchMarker(marker)}, buffer)
+    payload = buffer.getvalue()
+    return f"KUBERLCKPT{version} ".encode() + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def garbage_checkpoint(version: int = 2) -> bytes:
+    """A valid header and checksum over a payload that is not a checkpoint."""
+    payload = b"PK\x03\x04 not a zip archive at all " * 50
+    return f"KUBERLCKPT{version} ".encode() + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload

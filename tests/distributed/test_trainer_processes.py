@@ -13,7 +13,14 @@ from kuberl import contract, metricnames
 from kuberl_trainer import checkpoint
 from kuberl_trainer.ppo import Agent
 
-from .support import Ranks, make_job, spec
+from .support import (
+    Ranks,
+    forged_checkpoint,
+    garbage_checkpoint,
+    make_job,
+    old_format_checkpoint,
+    spec,
+)
 
 
 def sampled_return(model_path, episodes=10) -> float:
@@ -66,6 +73,35 @@ def test_sigterm_leaves_a_checkpoint_and_the_next_run_continues(tmp_path):
     assert resumed.metric(0, metricnames.ENV_STEPS_TOTAL) > stopped_at  # continues, never from 0
     resumed.kill()
     assert f"resuming from {job.checkpoint_dir}" in resumed.log(0)
+
+
+def test_a_forged_checkpoint_never_runs_and_the_job_resumes_from_the_last_good_one(tmp_path):
+    """Newest first in the directory: a pickle that would touch a marker
+    (checksum recomputed), a payload that is not a checkpoint, then the good
+    one rewritten in the previous format version (numpy arrays inside)."""
+    job = make_job(tmp_path, checkpoint={"everyUpdates": 5, "keep": 2})
+    ranks = Ranks(job)
+    ranks.wait_for_updates(7)
+    for rank in (0, 1):
+        ranks.signal(rank, signal.SIGTERM)
+    assert ranks.wait(timeout=30) == [0, 0], ranks.log(0)
+    good, saved = checkpoint.load_newest(str(job.checkpoint_dir))
+    with open(good, "wb") as f:
+        f.write(old_format_checkpoint(saved))
+    marker = tmp_path / "forged-checkpoint-ran"
+    (job.checkpoint_dir / "ckpt-9999999999.pt").write_bytes(forged_checkpoint(marker, 2))
+    (job.checkpoint_dir / "ckpt-9999999998.pt").write_bytes(forged_checkpoint(marker, 1))
+    (job.checkpoint_dir / "ckpt-9999999997.pt").write_bytes(garbage_checkpoint())
+
+    resumed = Ranks(job)
+    resumed.wait_for_updates(saved["counters"]["updates"] + 6)  # past one periodic save
+    resumed.kill()
+    assert not marker.exists()
+    log = resumed.log(0)
+    assert f"resuming from {good} (timesteps {saved['counters']['global_step']})" in log, log
+    assert log.count("skipping checkpoint") == 3, log
+    kept = sorted(p.name for p in job.checkpoint_dir.glob("ckpt-*.pt"))
+    assert len(kept) == 2 and not any(name.startswith("ckpt-999") for name in kept), kept
 
 
 def test_deterministic_stop_and_resume_is_bitwise_equal_to_an_uninterrupted_run(tmp_path):

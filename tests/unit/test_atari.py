@@ -234,21 +234,10 @@ def test_replay_rebuilds_the_stacks_pong_gave():
     assert (buffer.observations(rows, columns) == np.stack(seen)[rows, columns]).all()
 
 
-@pytest.mark.parametrize("protocol", ["modern", "nature"])
-def test_a_restored_env_state_continues_the_very_same_games(protocol):
-    """Deterministic mode checkpoints envs by pickling; ALE's own pickling
-    would restart the game and lose the sticky-action RNG."""
-    original = envs.make_envs("ALE/Pong-v5", 2, {"protocol": protocol})
-    original.reset(seed=1)
-    rng = np.random.default_rng(0)
-    for _ in range(10):
-        original.step(rng.integers(0, 6, 2))
-    restored = envs.make_envs("ALE/Pong-v5", 2, {"protocol": protocol})
-    restored.reset(seed=99)
-    envs.restore_env_state(restored, envs.env_state(original))
-    for _ in range(100):
-        actions = rng.integers(0, 6, 2)
-        for a, b in zip(original.step(actions)[:4], restored.step(actions)[:4], strict=True):
-            np.testing.assert_array_equal(a, b)
-    original.close()
-    restored.close()
+def test_atari_envs_have_no_checkpointable_state():
+    """ALE's emulator state is not plain data (restoring it meant unpickling
+    from the checkpoint): Atari jobs resume without env state."""
+    pong = envs.make_envs("ALE/Pong-v5", 2, {"protocol": "modern"})
+    pong.reset(seed=1)
+    assert envs.env_state(pong) is None
+    pong.close()

@@ -26,6 +26,7 @@ import torch
 from kuberl import contract, names, trainerconfig
 from kuberl.spec import InvalidJob, Problem
 
+from .checkpoint import UnknownCheckpointFormat
 from .device import describe as describe_device
 from .device import tune as tune_device
 from .distributed import PeerLost, process_group
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidJob as e:
         write_reason(contract.REASON_CONFIG_ERROR, "; ".join(str(p) for p in e.problems))
         return contract.EXIT_CONFIG_ERROR
-    except ConfigError as e:
+    except (ConfigError, UnknownCheckpointFormat) as e:  # a newer trainer's checkpoint: retrying cannot read it
         write_reason(contract.REASON_CONFIG_ERROR, str(e))
         return contract.EXIT_CONFIG_ERROR
     except PeerLost as e:

@@ -180,20 +180,6 @@ def learning_rewards(envs: gym.vector.VectorEnv, rewards: np.ndarray) -> np.ndar
 # --- gymnasium backend -------------------------------------------------------
 
 
-class ExactPickle(gym.Wrapper):
-    """Pickles the emulator exactly, RNG (sticky actions) included: ALE's
-    own pickling restarts the game, which would break deterministic resume."""
-
-    def __getstate__(self) -> dict:
-        return {**vars(self), "_ale_state": self.env.unwrapped.ale.cloneState(include_rng=True)}
-
-    def __setstate__(self, state: dict) -> None:
-        state = dict(state)
-        ale_state = state.pop("_ale_state")
-        vars(self).update(state)
-        self.env.unwrapped.ale.restoreState(ale_state)
-
-
 class EpisodicLife(gym.Wrapper):
     """A life loss ends the learning episode while the game goes on: reset()
     after a life loss takes a no-op step instead of resetting the emulator."""
@@ -235,7 +221,6 @@ def make_one(game: str, opts: AtariOptions) -> gym.Env:
         )
     except TypeError as e:
         raise AtariConfigError(f"spec.env.kwargs: ALE refused them: {e}") from e
-    env = ExactPickle(env)
     if opts.episodic_life:
         env = EpisodicLife(env)
     env = gym.wrappers.AtariPreprocessing(

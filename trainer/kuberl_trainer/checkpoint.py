@@ -1,9 +1,26 @@
-"""Checkpoint files: atomic, checksummed, the newest K kept.
+"""Checkpoint files: atomic, checksummed, versioned, loadable without
+running code, the newest K valid ones kept.
 
-A file is `KUBERLCKPT1 <sha256 of payload>\n<torch.save payload>`, written
-to a temporary name, fsynced, renamed, and its directory fsynced: a reader
-sees a whole checkpoint or none. A truncated or corrupted file fails its
-checksum and is skipped, so loading falls back to the previous one.
+A file is `KUBERLCKPT<version> <sha256 of payload>\n<payload>`, written to a
+temporary name, fsynced, renamed, and its directory fsynced: a reader sees a
+whole checkpoint or none.
+
+The checksum catches truncation and bit rot, not forgery (anyone who can
+write the file can recompute it), so decoding never runs code either:
+
+- version 2 (written today): the payload is `torch.save({"state": <JSON
+  text>, "tensors": [tensor, ...]})`, read with `torch.load(weights_only=
+  True)`. The JSON holds every counter, config value and RNG state; tensors
+  and numpy arrays are references into the tensor list.
+- version 1 (read only): a `torch.save` of the state with numpy arrays
+  inside, read with `weights_only=True` plus exactly the numpy types it
+  holds. Its per-rank env state was a pickle: it is dropped, never loaded.
+- any other version fails loudly, naming the file (a newer trainer wrote
+  it; skipping it would silently lose its progress).
+
+A file that fails to decode for any other reason is skipped with a log line,
+loading falls back to the next older one, and pruning never counts it among
+the K kept (it is deleted instead).
 """
 
 from __future__ import annotations
@@ -11,21 +28,52 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import logging
 import os
 import re
 import tempfile
+from collections.abc import Callable
 
+import numpy as np
 import torch
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"KUBERLCKPT1 "
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
+HEADER = re.compile(rb"^KUBERLCKPT(\d{1,6}) ([0-9a-f]{64})$")
 NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
+
+# What version 1 files hold besides tensors: numpy arrays, scalars and their
+# numeric dtypes (bool, ints, floats: never object, string or structured ones),
+# under both names a file may record (numpy 2's `numpy._core`, numpy 1's `numpy.core`).
+_multiarray = (getattr(np, "_core", None) or np.core).multiarray
+NUMERIC_DTYPES = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+                  np.float16, np.float32, np.float64)
+V1_NUMPY_GLOBALS = [
+    np.ndarray,
+    np.dtype,
+    *(type(np.dtype(scalar)) for scalar in NUMERIC_DTYPES),
+    *((function, f"numpy.{core}.multiarray.{function.__name__}")
+      for function in (_multiarray._reconstruct, _multiarray.scalar) for core in ("_core", "core")),
+]
 
 
 class CorruptCheckpoint(ValueError):
-    pass
+    """Not a loadable checkpoint: skipped, never counted among the kept."""
+
+
+class UnknownCheckpointFormat(ValueError):
+    """A format version this trainer cannot read (a newer trainer wrote it)."""
+
+    def __init__(self, path: str, version: int):
+        super().__init__(
+            f"checkpoint {path} has format version {version}; this trainer reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}. Run the trainer image that wrote it, or move the file away "
+            "to resume from an older checkpoint"
+        )
+        self.path, self.version = path, version
 
 
 def checkpoint_name(updates: int) -> str:
@@ -53,34 +101,196 @@ def write_atomic(path: str, data: bytes) -> None:
         os.close(dir_fd)
 
 
+# --- plain data: JSON for structure, a tensor list for arrays ----------------
+
+
+def to_plain(state: object) -> tuple[object, list[torch.Tensor]]:
+    """(JSON-able tree, tensors): tensors and numpy arrays and scalars become
+    {"$tensor"|"$ndarray"|"$scalar": index}; tuples and dicts whose keys are
+    not plain strings are tagged so they come back as they were. Anything
+    else is refused naming where it sits, so nothing is saved that cannot
+    be restored as data."""
+    tensors: list[torch.Tensor] = []
+
+    def walk(value: object, where: str) -> object:
+        if isinstance(value, (np.ndarray, np.generic)):  # first: np.float64 is a float too
+            array = np.asarray(value)
+            if array.dtype.hasobject:
+                raise TypeError(f"checkpoint state {where}: a numpy array of Python objects is not plain data")
+            tensors.append(torch.from_numpy(np.array(array, copy=True)))
+            return {("$ndarray" if isinstance(value, np.ndarray) else "$scalar"): len(tensors) - 1}
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, torch.Tensor):
+            tensors.append(value.detach())
+            return {"$tensor": len(tensors) - 1}
+        if isinstance(value, list):
+            return [walk(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        if isinstance(value, tuple):
+            return {"$tuple": [walk(v, f"{where}[{i}]") for i, v in enumerate(value)]}
+        if isinstance(value, dict):
+            if all(isinstance(k, str) and not k.startswith("$") for k in value):
+                return {k: walk(v, f"{where}.{k}") for k, v in value.items()}
+            return {"$items": [[walk(k, f"{where} key"), walk(v, f"{where}[{k!r}]")] for k, v in value.items()]}
+        raise TypeError(f"checkpoint state {where}: {type(value).__name__} is not plain data")
+
+    return walk(state, "state"), tensors
+
+
+def from_plain(tree: object, tensors: list[torch.Tensor]) -> object:
+    def walk(value: object) -> object:
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        if len(value) == 1:
+            (tag, inner), = value.items()
+            if tag == "$tensor":
+                return tensors[inner]
+            if tag == "$ndarray":
+                return tensors[inner].numpy()
+            if tag == "$scalar":
+                return tensors[inner].numpy()[()]
+            if tag == "$tuple":
+                return tuple(walk(v) for v in inner)
+            if tag == "$items":
+                return {_hashable(walk(k)): walk(v) for k, v in inner}
+        return {k: walk(v) for k, v in value.items()}
+
+    try:
+        return walk(tree)
+    except (IndexError, TypeError, ValueError, AttributeError) as e:
+        raise CorruptCheckpoint(f"state does not match its tensors: {e}") from e
+
+
+def _hashable(key: object) -> object:
+    return tuple(_hashable(k) for k in key) if isinstance(key, (list, tuple)) else key
+
+
+# --- encode and decode ---------------------------------------------------------
+
+
 def encode(state: dict) -> bytes:
+    tree, tensors = to_plain(state)
     buffer = io.BytesIO()
-    torch.save(state, buffer)
-    payload = buffer.getvalue()
-    return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+    torch.save({"state": json.dumps(tree, separators=(",", ":")), "tensors": tensors}, buffer)
+    return _framed(VERSION, buffer.getvalue())
 
 
-def decode(data: bytes) -> dict:
+def _framed(version: int, payload: bytes) -> bytes:
+    return f"KUBERLCKPT{version} ".encode() + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def decode(data: bytes, path: str = "<bytes>") -> dict:
+    """The state in `data`; CorruptCheckpoint for anything not loadable,
+    UnknownCheckpointFormat for a version this trainer does not read."""
     header, _, payload = data.partition(b"\n")
-    if not header.startswith(MAGIC):
+    match = HEADER.match(header)
+    if match is None:
         raise CorruptCheckpoint("not a kuberl checkpoint (bad header)")
-    if hashlib.sha256(payload).hexdigest().encode() != header[len(MAGIC):]:
+    version = int(match.group(1))
+    if version not in READABLE_VERSIONS:
+        raise UnknownCheckpointFormat(path, version)
+    if hashlib.sha256(payload).hexdigest().encode() != match.group(2):
         raise CorruptCheckpoint("checksum mismatch (truncated or corrupted)")
-    return torch.load(io.BytesIO(payload), weights_only=False)
+    try:
+        state = _decode_v1(payload) if version == 1 else _decode_v2(payload)
+    except CorruptCheckpoint:
+        raise
+    except Exception as e:  # whatever the payload does wrong, it is not a checkpoint
+        raise CorruptCheckpoint(f"version {version} payload does not load: {type(e).__name__}: {str(e)[:300]}") from e
+    if not isinstance(state, dict):
+        raise CorruptCheckpoint(f"version {version} payload is a {type(state).__name__}, not a state dict")
+    return state
+
+
+def _decode_v2(payload: bytes) -> object:
+    loaded = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
+    if not (isinstance(loaded, dict) and set(loaded) == {"state", "tensors"} and isinstance(loaded["state"], str)
+            and isinstance(loaded["tensors"], list) and all(isinstance(t, torch.Tensor) for t in loaded["tensors"])):
+        raise CorruptCheckpoint("version 2 payload is not {state: JSON text, tensors: [tensor, ...]}")
+    return from_plain(json.loads(loaded["state"]), loaded["tensors"])
+
+
+def _decode_v1(payload: bytes) -> object:
+    with torch.serialization.safe_globals(V1_NUMPY_GLOBALS):
+        state = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
+    if isinstance(state, dict) and state.get("per_rank") is not None:
+        log.warning("a version 1 checkpoint's per-rank env state is a pickle: resuming without it")
+        state["per_rank"] = None
+    return state
+
+
+# --- the directory -------------------------------------------------------------
+
+# path -> (size, mtime_ns, valid): each file is decoded at most once per process
+_verified: dict[str, tuple[int, int, bool]] = {}
+
+
+def _signature(path: str) -> tuple[int, int]:
+    stat = os.stat(path)
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _remember(path: str, valid: bool) -> None:
+    with contextlib.suppress(OSError):
+        _verified[path] = (*_signature(path), valid)
 
 
 def save(directory: str, updates: int, state: dict, keep: int) -> str:
-    """Write checkpoint `updates` and delete all but the newest `keep`."""
+    """Write checkpoint `updates`; keep the newest `keep` valid ones and
+    delete the rest, invalid files included, wherever they sort."""
     path = os.path.join(directory, checkpoint_name(updates))
     write_atomic(path, encode(state))
-    for old in list_checkpoints(directory)[keep:]:
+    _remember(path, True)
+    kept = 0
+    for candidate in list_checkpoints(directory):
+        valid = is_valid(candidate)
+        if valid is None:
+            continue  # another format version: not ours to delete
+        if valid and kept < keep:
+            kept += 1
+            continue
+        if not valid:
+            log.warning("deleting %s: not a valid checkpoint", candidate)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(old)
+            os.unlink(candidate)
+        _verified.pop(candidate, None)
     return path
 
 
+def is_valid(path: str) -> bool | None:
+    """Whether `path` decodes (None: a format version this trainer does not read)."""
+    try:
+        size, mtime = _signature(path)
+    except OSError:
+        return False
+    known = _verified.get(path)
+    if known is not None and known[:2] == (size, mtime):
+        return known[2]
+    try:
+        read(path)
+    except UnknownCheckpointFormat:
+        return None
+    except (CorruptCheckpoint, OSError):
+        return False
+    return True
+
+
+def read(path: str) -> dict:
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        state = decode(data, path)
+    except CorruptCheckpoint:
+        _remember(path, False)
+        raise
+    _remember(path, True)
+    return state
+
+
 def list_checkpoints(directory: str) -> list[str]:
-    """Checkpoint paths, newest first."""
+    """Checkpoint paths by name, newest first (valid or not)."""
     try:
         names = [n for n in os.listdir(directory) if NAME.match(n)]
     except FileNotFoundError:
@@ -88,13 +298,20 @@ def list_checkpoints(directory: str) -> list[str]:
     return [os.path.join(directory, n) for n in sorted(names, reverse=True)]
 
 
-def load_newest(directory: str) -> tuple[str, dict] | None:
-    """The newest checkpoint that passes its checksum; corrupt ones are
-    skipped with a warning naming them."""
+def load_newest(directory: str, accept: Callable[[dict], str | None] = lambda _state: None) -> tuple[str, dict] | None:
+    """The newest checkpoint that decodes and that `accept` does not refuse
+    (it returns why, or None); others are skipped with a warning naming them.
+    A format version this trainer does not know raises UnknownCheckpointFormat."""
     for path in list_checkpoints(directory):
         try:
-            with open(path, "rb") as f:
-                return path, decode(f.read())
-        except (CorruptCheckpoint, OSError, RuntimeError, EOFError) as e:
+            state = read(path)
+        except (CorruptCheckpoint, OSError) as e:
             log.warning("skipping checkpoint %s: %s", path, e)
+            continue
+        refused = accept(state)
+        if refused is None:
+            return path, state
+        _remember(path, False)
+        log.warning("skipping checkpoint %s: %s", path, refused)
     return None
+

@@ -9,7 +9,6 @@ one-worker jobs can share a machine. Every collective failure surfaces as
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import socket
 import time
@@ -179,21 +178,20 @@ def gather_objects(ctx: Dist, obj: object) -> list[object] | None:
         return box
 
 
-def scatter_state(ctx: Dist, per_rank: list[object] | None) -> object:
-    """Rank 0 holds one entry per rank; each rank gets its own."""
+def broadcast_bytes(ctx: Dist, data: bytes | None, src: int = 0) -> bytes | None:
+    """Rank `src`'s bytes (or None) on every rank, sent as uint8 tensors:
+    what travels is never unpickled (a loaded checkpoint, re-encoded)."""
     if not ctx.distributed:
-        return per_rank[0] if per_rank else None
+        return data
     with collectives():
-        out: list[object] = [None]
-        dist.scatter_object_list(out, per_rank if ctx.is_main else None, src=0)
-        return out[0]
-
-
-def tensor_bytes(obj: object) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return buffer.getvalue()
-
-
-def bytes_tensor(data: bytes) -> object:
-    return torch.load(io.BytesIO(data), weights_only=False)
+        size = torch.tensor([-1 if data is None else len(data)], dtype=torch.int64, device=ctx.device)
+        dist.broadcast(size, src=src)
+        length = int(size.item())
+        if length <= 0:
+            return None if length < 0 else b""
+        if ctx.rank == src:
+            payload = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(ctx.device)
+        else:
+            payload = torch.empty(length, dtype=torch.uint8, device=ctx.device)
+        dist.broadcast(payload, src=src)
+        return payload.cpu().numpy().tobytes()

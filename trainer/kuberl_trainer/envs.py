@@ -10,7 +10,6 @@ steps out; `EpisodeTracker` counts episodes the same way.
 from __future__ import annotations
 
 import importlib
-import pickle
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -73,14 +72,40 @@ def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: s
     return envs
 
 
-def env_state(envs: gym.vector.VectorEnv) -> bytes:
-    """Pickled simulator state (positions, step counts, RNG), so a
-    deterministic resume continues the very same episodes."""
-    return pickle.dumps({k: v for k, v in vars(envs).items() if k != "env_fns"})
+def env_state(envs: gym.vector.VectorEnv) -> dict | None:
+    """The simulator state of one of gymnasium's native vector envs (CartPole's:
+    positions, step counts, RNG) as plain data, so a deterministic resume
+    continues the very same episodes; None for every other env (SyncVectorEnv
+    of separate envs, Atari's emulators, user classes), whose state is not
+    plain data and which resume without it."""
+    if isinstance(envs, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv, gym.vector.VectorWrapper)):
+        return None
+    if not type(envs).__module__.startswith("gymnasium.envs."):
+        return None
+    state: dict = {}
+    for name, value in vars(envs).items():
+        if isinstance(value, np.random.Generator):
+            state[name] = {"$rng": value.bit_generator.state}
+        elif isinstance(value, np.ndarray) and not value.dtype.hasobject:
+            state[name] = value.copy()
+        elif value is None or isinstance(value, (bool, int, float, str, np.generic)):
+            state[name] = value
+        elif not isinstance(value, (gym.Space, gym.envs.registration.EnvSpec)):
+            return None  # something not plain (a renderer, a jax array): no state rather than half of it
+    return state
 
 
-def restore_env_state(envs: gym.vector.VectorEnv, state: bytes) -> None:
-    vars(envs).update(pickle.loads(state))
+def restore_env_state(envs: gym.vector.VectorEnv, state: dict) -> None:
+    """Set what env_state took, attribute by attribute, onto an env built
+    from the same spec; refuses names the env does not have."""
+    for name, value in state.items():
+        if not hasattr(envs, name):
+            raise ValueError(f"env state names {name!r}, which {type(envs).__name__} does not have")
+        if isinstance(value, dict) and set(value) == {"$rng"}:
+            generator = np.random.default_rng()
+            generator.bit_generator.state = value["$rng"]
+            value = generator
+        setattr(envs, name, value)
 
 
 @dataclass

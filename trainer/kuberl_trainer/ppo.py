@@ -299,11 +299,15 @@ class PPOTrainer:
             "world_size": self.ctx.world_size,
         }
 
-    def rank_state(self) -> dict:
+    def rank_state(self) -> dict | None:
         """This rank's own state (envs mid-episode, RNGs): only deterministic
-        mode gathers and restores it."""
+        mode gathers and restores it. None when the envs' state cannot be
+        taken as plain data (envs.env_state)."""
+        envs = env_state(self.envs)
+        if envs is None:
+            return None  # an env whose state is not plain data: resumed without any of it
         return {
-            "envs": env_state(self.envs),
+            "envs": envs,
             "next_obs": self.next_obs.copy(),
             "tracker": (self.tracker.returns.copy(), self.tracker.lengths.copy(), self.tracker.valid.copy()),
             "discounted": self.discounted.copy(),

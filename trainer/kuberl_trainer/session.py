@@ -77,21 +77,27 @@ class TrainingSession:
         return self.target_met
 
     def load(self) -> tuple[dict, dict | None] | None:
-        """Rank 0 reads the newest valid checkpoint and broadcasts it; in
-        deterministic mode each rank also gets its own env and RNG state."""
-        state = None
+        """Rank 0 reads the newest valid checkpoint and broadcasts it,
+        re-encoded as plain data (checkpoint.encode), so no rank ever
+        unpickles what was read from disk; in deterministic mode each rank
+        also gets its own env and RNG state."""
+        data = None
         if self.ctx.is_main:
-            found = checkpoint.load_newest(self.checkpoint_dir)
+            found = checkpoint.load_newest(self.checkpoint_dir, accept=_resumable)
             if found is not None:
                 path, state = found
                 self.log(f"resuming from {path} (timesteps {state['counters']['global_step']})")
-        per_rank = state.pop("per_rank", None) if state else None
-        header = {"found": state is not None, "per_rank": per_rank is not None and len(per_rank) == self.ctx.world_size}
-        header = distributed.broadcast_object(self.ctx, header)
-        if not header["found"]:
+                data = checkpoint.encode(state)
+        data = distributed.broadcast_bytes(self.ctx, data)
+        if data is None:
             return None
-        state = distributed.broadcast_object(self.ctx, state)
-        own = distributed.scatter_state(self.ctx, per_rank) if header["per_rank"] else None
+        state = checkpoint.decode(data)
+        per_rank = state.pop("per_rank", None)
+        own = None
+        if per_rank is not None and len(per_rank) == self.ctx.world_size:
+            own = per_rank[self.ctx.rank]
+        elif per_rank is not None:
+            self.log(f"the checkpoint's per-rank state is for {len(per_rank)} rank(s), not {self.ctx.world_size}: resuming without it")
         self.elapsed_before = float(state.get("elapsed_seconds", 0.0))
         self.start_step = state["counters"]["global_step"]
         self.last_report = (time.monotonic(), self.start_step)
@@ -184,6 +190,8 @@ class TrainingSession:
         per_rank = None
         if self.spec.deterministic and collectives:
             per_rank = distributed.gather_objects(self.ctx, trainer.rank_state())
+            if per_rank is not None and any(own is None for own in per_rank):
+                per_rank = None  # envs whose state is not plain data resume without it (envs.env_state)
         if not self.ctx.is_main or trainer.counters.updates == self.last_checkpoint_update:
             return
         state = {**trainer.shared_state(), "elapsed_seconds": self.wall_seconds(), "per_rank": per_rank}
@@ -227,6 +235,14 @@ class TrainingSession:
             buffer,
         )
         checkpoint.write_atomic(self.final_model, buffer.getvalue())
+
+
+def _resumable(state: dict) -> str | None:
+    """Why a decoded checkpoint cannot be resumed from (None: it can)."""
+    counters = state.get("counters")
+    if not isinstance(counters, dict) or not all(isinstance(counters.get(k), int) for k in ("global_step", "updates", "episodes")):
+        return "no integer counters (global_step, updates, episodes)"
+    return None
 
 
 def _fmt(value: float | None) -> str:

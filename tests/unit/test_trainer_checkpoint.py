@@ -1,0 +1,149 @@
+"""Checkpoint files cannot run code: version 2 is JSON plus tensors read with
+weights_only=True, version 1 is read through a numpy-only allowlist, and
+whatever fails to decode is skipped, then pruned."""
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+from kuberl_trainer import checkpoint, envs
+
+from tests.distributed.support import (
+    forged_checkpoint,
+    garbage_checkpoint,
+    old_format_checkpoint,
+)
+
+
+def ppo_like_state(updates: int) -> dict:
+    """What a PPO trainer saves, numpy arrays and all."""
+    agent = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(agent.parameters())
+    agent(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    return {
+        "agent": agent.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "obs_norm": {"mean": np.arange(4.0), "var": np.ones(4), "count": np.float64(7.0)},
+        "counters": {"global_step": 100 * updates, "updates": updates, "episodes": 3},
+        "world_size": 2,
+        "elapsed_seconds": 1.5,
+        "per_rank": None,
+    }
+
+
+def test_state_round_trips_as_plain_data_with_types_kept():
+    state = ppo_like_state(3)
+    state["per_rank"] = [{"tracker": (np.zeros(2), np.ones(2, np.int64), np.ones(2, bool)),
+                          "np_rng": np.random.default_rng(5).bit_generator.state,
+                          "count32": np.float32(0.1), "torch_rng": torch.get_rng_state()}]
+    back = checkpoint.decode(checkpoint.encode(state))
+    assert set(back["optimizer"]["state"]) == {0, 1}  # int keys stay ints: Adam's moments are found again
+    assert back["optimizer"]["param_groups"][0]["betas"] == (0.9, 0.999)
+    assert back["obs_norm"]["count"].dtype == np.float64 and back["obs_norm"]["mean"].tolist() == [0, 1, 2, 3]
+    own = back["per_rank"][0]
+    assert isinstance(own["tracker"], tuple) and own["tracker"][1].dtype == np.int64 and own["tracker"][2].dtype == bool
+    assert type(own["count32"]) is np.float32 and own["count32"] == np.float32(0.1)
+    assert own["np_rng"] == np.random.default_rng(5).bit_generator.state  # 128-bit ints intact
+    assert torch.equal(own["torch_rng"], torch.get_rng_state())
+    for name, tensor in state["agent"].items():
+        assert torch.equal(back["agent"][name], tensor)
+
+
+def test_anything_but_plain_data_is_refused_when_saving_naming_where():
+    with pytest.raises(TypeError, match=r"state\.per_rank\[0\]\.envs: bytes is not plain data"):
+        checkpoint.encode({"per_rank": [{"envs": b"\x80\x04pickled"}]})
+    with pytest.raises(TypeError, match="Python objects"):
+        checkpoint.encode({"x": np.array([object()])})
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_forged_pickle_newest_is_never_run_and_the_last_good_one_loads(tmp_path, version, caplog):
+    marker = tmp_path.parent / f"forged-ran-{version}"
+    checkpoint.save(str(tmp_path), 10, ppo_like_state(10), keep=3)
+    (tmp_path / "ckpt-9999999999.pt").write_bytes(forged_checkpoint(marker, version))
+    with caplog.at_level(logging.WARNING):
+        path, state = checkpoint.load_newest(str(tmp_path))
+    assert not marker.exists()
+    assert path.endswith("ckpt-0000000010.pt") and state["counters"]["updates"] == 10
+    assert "skipping checkpoint" in caplog.text and "ckpt-9999999999.pt" in caplog.text
+
+
+def test_an_old_format_checkpoint_loads_through_the_numpy_allowlist_and_drops_its_pickled_env_state(tmp_path, caplog):
+    marker = tmp_path.parent / "old-env-state-ran"
+    state = ppo_like_state(20)
+    state["per_rank"] = [{"envs": forged_checkpoint(marker, 1), "next_obs": np.zeros((4, 4), np.float32)}]
+    (tmp_path / "ckpt-0000000020.pt").write_bytes(old_format_checkpoint(state))
+    with caplog.at_level(logging.WARNING):
+        path, loaded = checkpoint.load_newest(str(tmp_path))
+    assert path.endswith("ckpt-0000000020.pt") and loaded["counters"] == state["counters"]
+    np.testing.assert_array_equal(loaded["obs_norm"]["mean"], state["obs_norm"]["mean"])
+    assert loaded["per_rank"] is None and "per-rank env state is a pickle" in caplog.text
+    assert not marker.exists()
+    agent = torch.nn.Linear(4, 2)
+    agent.load_state_dict(loaded["agent"])
+    # what rank 0 broadcasts: re-encoded in today's format
+    assert checkpoint.decode(checkpoint.encode(loaded))["counters"] == state["counters"]
+
+
+def test_an_old_format_file_with_anything_beyond_numpy_is_skipped(tmp_path):
+    (tmp_path / "ckpt-0000000002.pt").write_bytes(old_format_checkpoint({"counters": {}, "odd": logging.getLogger("x")}))
+    assert checkpoint.load_newest(str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_garbage_payload_behind_a_valid_header_falls_back(tmp_path, version):
+    checkpoint.save(str(tmp_path), 5, ppo_like_state(5), keep=3)
+    (tmp_path / "ckpt-0000000006.pt").write_bytes(garbage_checkpoint(version))
+    (tmp_path / "ckpt-0000000007.pt").write_bytes(b"not even a header")
+    path, _ = checkpoint.load_newest(str(tmp_path))
+    assert path.endswith("ckpt-0000000005.pt")
+
+
+def test_a_file_the_caller_refuses_is_skipped_too(tmp_path):
+    checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=3)
+    checkpoint.save(str(tmp_path), 2, {"counters": "none"}, keep=3)
+    path, _ = checkpoint.load_newest(str(tmp_path), accept=lambda s: None if isinstance(s["counters"], dict) else "no counters")
+    assert path.endswith("ckpt-0000000001.pt")
+
+
+def test_an_unknown_format_version_fails_loudly_naming_the_file(tmp_path):
+    checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=3)
+    future = tmp_path / "ckpt-0000000002.pt"
+    future.write_bytes(checkpoint._framed(3, b"whatever a newer trainer writes"))
+    with pytest.raises(checkpoint.UnknownCheckpointFormat, match=f"{future}.*format version 3"):
+        checkpoint.load_newest(str(tmp_path))
+
+
+def test_files_that_are_not_valid_checkpoints_are_never_kept_among_the_newest(tmp_path):
+    marker = tmp_path.parent / "pruned-forgery-ran"
+    for updates in (1, 2):
+        checkpoint.save(str(tmp_path), updates, ppo_like_state(updates), keep=2)
+    (tmp_path / "ckpt-9999999999.pt").write_bytes(forged_checkpoint(marker, 2))
+    (tmp_path / "ckpt-9999999998.pt").write_bytes(garbage_checkpoint())
+    future = tmp_path / "ckpt-9999999997.pt"
+    future.write_bytes(checkpoint._framed(3, b"a newer trainer's"))
+    checkpoint.save(str(tmp_path), 3, ppo_like_state(3), keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-0000000002.pt", "ckpt-0000000003.pt", future.name]
+    assert not marker.exists()
+
+
+def test_native_vector_env_state_is_plain_data_and_continues_the_same_episodes():
+    original = envs.make_envs("CartPole-v1", 3)
+    original.reset(seed=1)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        original.step(rng.integers(0, 2, 3))
+    saved = checkpoint.decode(checkpoint.encode({"envs": envs.env_state(original)}))["envs"]
+    restored = envs.make_envs("CartPole-v1", 3)
+    restored.reset(seed=99)
+    envs.restore_env_state(restored, saved)
+    for _ in range(200):
+        actions = rng.integers(0, 2, 3)
+        for a, b in zip(original.step(actions)[:4], restored.step(actions)[:4], strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_envs_whose_state_is_not_plain_data_have_none():
+    assert envs.env_state(envs.make_envs("Acrobot-v1", 2)) is None  # SyncVectorEnv of separate envs
