@@ -104,6 +104,15 @@ def test_a_forged_checkpoint_never_runs_and_the_job_resumes_from_the_last_good_o
     assert len(kept) == 2 and not any(name.startswith("ckpt-999") for name in kept), kept
 
 
+def test_a_checkpoint_from_a_newer_format_version_ends_the_job_naming_the_file(tmp_path):
+    job = make_job(tmp_path, world_size=1)
+    future = job.checkpoint_dir / "ckpt-0000000040.pt"
+    future.parent.mkdir(parents=True)
+    future.write_bytes(checkpoint._framed(checkpoint.VERSION + 1, b"what a newer trainer writes"))
+    assert Ranks(job).wait(timeout=60) == [contract.EXIT_CONFIG_ERROR]
+    assert job.termination_log(0).startswith(f"{contract.REASON_CONFIG_ERROR}: checkpoint {future} has format version")
+
+
 def test_deterministic_stop_and_resume_is_bitwise_equal_to_an_uninterrupted_run(tmp_path):
     settings = spec(totalTimesteps=40 * 2 * 4 * 32, deterministic=True)
     whole = make_job(tmp_path / "whole", raw_spec=settings)
