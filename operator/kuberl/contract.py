@@ -61,6 +61,7 @@ ENV_PET_MASTER_PORT = "PET_MASTER_PORT"
 ENV_PET_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"  # always MASTER_ADDR:MASTER_PORT: the static backend prefers it too
 ENV_PET_RDZV_ID = "PET_RDZV_ID"
 ENV_PET_RDZV_CONF = "PET_RDZV_CONF"  # is_host=true on worker 0 only: c10d's store lives there
+ENV_PET_LOCAL_ADDR = "PET_LOCAL_ADDR"  # this pod's DNS name: where c10d's workers find group rank 0
 # Set only when pods run as local processes: the directory that stands in for
 # the pod's filesystem root, so absolute mount paths in the rendered pod need
 # no rewriting.
@@ -74,7 +75,7 @@ RESERVED_ENV_NAMES = frozenset({
     ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_NNODES, ENV_NODE_RANK, ENV_NPROC_PER_NODE,
     ENV_WORLD_SIZE, ENV_RANK, ENV_LOCAL_RANK,
     ENV_PET_NNODES, ENV_PET_NODE_RANK, ENV_PET_NPROC_PER_NODE, ENV_PET_MASTER_ADDR, ENV_PET_MASTER_PORT,
-    ENV_PET_RDZV_ENDPOINT, ENV_PET_RDZV_ID, ENV_PET_RDZV_CONF,
+    ENV_PET_RDZV_ENDPOINT, ENV_PET_RDZV_ID, ENV_PET_RDZV_CONF, ENV_PET_LOCAL_ADDR,
     ENV_JOB, ENV_RESTART, ENV_METRICS_ADDR, ENV_CONFIG, ENV_FS_ROOT,
 })
 RESERVED_ENV_PREFIXES = ("KUBERL_",)

@@ -79,6 +79,11 @@ def _env(name: str, value: Any) -> dict:
     return {"name": name, "value": str(value)}
 
 
+def pod_dns_name(job: str, namespace: str, rank: int) -> str:
+    """Worker `rank`'s <hostname>.<subdomain>.<namespace>.svc (MASTER_ADDR is worker 0's)."""
+    return f"{names.pod_name(job, rank)}.{names.service_name(job)}.{namespace}.svc"
+
+
 def rendezvous_id(job: str, namespace: str, restart: int) -> str:
     """torchrun's --rdzv-id: one per job and gang generation, so a new gang
     never joins what is left of the previous one's rendezvous."""
@@ -98,8 +103,11 @@ def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart:
     --master-addr/--master-port (torch/distributed/run.py, get_rdzv_endpoint),
     so it is exactly MASTER_ADDR:MASTER_PORT; c10d guesses which agent hosts
     its store by hostname (a guess every 127.x answers yes to on one machine),
-    so PET_RDZV_CONF says it: is_host=true on worker 0 only. PET_RDZV_BACKEND
-    is never set: the script's command line (static by default) chooses.
+    so PET_RDZV_CONF says it: is_host=true on worker 0 only. PET_LOCAL_ADDR is
+    the pod's own DNS name, the name `socket.getfqdn()` gives inside a pod with
+    hostname and subdomain: c10d's workers meet group rank 0 there, locally as in
+    a cluster. PET_RDZV_BACKEND is never set: the script's command line (static
+    by default) chooses.
     OMP_NUM_THREADS is the container's CPU limit rounded up; with several
     processes per pod the trainer divides it by its local world size.
     """
@@ -125,6 +133,7 @@ def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart:
         _env(contract.ENV_PET_RDZV_ENDPOINT, f"{master_addr}:{port}"),
         _env(contract.ENV_PET_RDZV_ID, rendezvous_id(job, namespace, restart)),
         _env(contract.ENV_PET_RDZV_CONF, f"is_host={'true' if rank == 0 else 'false'}"),
+        _env(contract.ENV_PET_LOCAL_ADDR, pod_dns_name(job, namespace, rank)),
         _env(contract.ENV_JOB, job),
         _env(contract.ENV_RESTART, restart),
         _env(contract.ENV_CONFIG, CONFIG_PATH),

@@ -72,6 +72,7 @@ def test_one_process_per_pod_environment(rank):
         "PET_RDZV_ENDPOINT": "cartpole-0.cartpole.team-rl.svc:29500",
         "PET_RDZV_ID": "team-rl.cartpole.0",
         "PET_RDZV_CONF": "is_host=true" if rank == 0 else "is_host=false",
+        "PET_LOCAL_ADDR": f"cartpole-{rank}.cartpole.team-rl.svc",
         "KUBERL_JOB": "cartpole",
         "KUBERL_RESTART": "0",
         "KUBERL_CONFIG": "/etc/kuberl/config.json",
@@ -104,6 +105,9 @@ def test_torchrun_meets_at_worker_0_whichever_rendezvous_backend_the_script_pick
         assert env["PET_RDZV_ID"] == "team-rl.cartpole.3"
         assert "PET_RDZV_BACKEND" not in env
     assert [e["PET_RDZV_CONF"] for e in envs] == ["is_host=true", "is_host=false", "is_host=false"]
+    assert envs[0]["PET_LOCAL_ADDR"] == envs[0]["MASTER_ADDR"]  # c10d's workers meet where static ones do
+    for pod, env in zip(rendered, envs, strict=True):
+        assert env["PET_LOCAL_ADDR"] == f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}.team-rl.svc"
     assert env_of(pods(make_job(), restart=4)[0])["PET_RDZV_ID"] != envs[0]["PET_RDZV_ID"]
 
 
