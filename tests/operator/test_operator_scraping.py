@@ -1,0 +1,177 @@
+"""Rank 0's metrics page is untrusted input: the real operator reads at most 1 MiB of it, parses it
+off its event loop, and writes only finite, bounded numbers to status (issue 14, bounded scraping)."""
+import http.server
+import json
+import pathlib
+import threading
+import time
+import urllib.request
+from typing import Self
+
+import pytest
+from kuberl import rank0metrics
+
+from tests.operator.operatorkit import (
+    Operator,
+    create_job,
+    events,
+    start_gang,
+    status,
+    wait_for,
+    wait_phase,
+)
+from tests.support.apiserver import StandinServer, free_port
+
+MIB = 1 << 20
+LINE = b'kuberl_trainer_padding{rltj="hog",rank="0",filler="xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"} 1.0\n'
+
+
+class Page:
+    """Rank 0's /metrics as a hostile trainer would serve it: `size` bytes of valid samples after a
+    step counter, streamed (chunked, no Content-Length, unless `declared`) so nothing is cheap to refuse."""
+
+    def __init__(self, job: str, size: int, declared: bool = False, values: dict[str, str] | None = None):
+        self.job, self.size, self.declared = job, size, declared
+        self.values = values or {'env_steps_total': '640'}
+        self.served = 0
+        self.port = free_port()
+        page = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = 'HTTP/1.1'
+
+            def do_GET(self):
+                page.served += 1
+                head = page.head()
+                self.send_response(200)
+                self.send_header('Content-Type', 'text/plain; version=0.0.4')
+                if page.declared:
+                    self.send_header('Content-Length', str(page.size))
+                else:
+                    self.send_header('Transfer-Encoding', 'chunked')
+                self.send_header('Connection', 'close')
+                self.end_headers()
+                block = LINE * (64 * 1024 // len(LINE))
+                try:
+                    self.write(head)
+                    sent = len(head)
+                    while sent < page.size:
+                        left = page.size - sent
+                        piece = block if left >= len(block) else b'#' * (left - 1) + b'\n'  # whole lines only
+                        self.write(piece)
+                        sent += len(piece)
+                    if not page.declared:
+                        self.wfile.write(b'0\r\n\r\n')
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the operator stopped reading: what it is meant to do
+
+            def write(self, data: bytes) -> None:
+                if page.declared:
+                    self.wfile.write(data)
+                else:
+                    self.wfile.write(f'{len(data):x}\r\n'.encode() + data + b'\r\n')
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', self.port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def head(self) -> bytes:
+        lines = []
+        for suffix, value in self.values.items():
+            lines += [f'# TYPE kuberl_trainer_{suffix} gauge', f'kuberl_trainer_{suffix}{{rltj="{self.job}",rank="0"}} {value}']
+        return ('\n'.join(lines) + '\n# TYPE kuberl_trainer_padding gauge\n').encode()
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f'/proc/{pid}/status').read_text().splitlines():
+        if line.startswith('VmRSS:'):
+            return int(line.split()[1]) / 1024
+    raise AssertionError('no VmRSS')
+
+
+def watch(operator: Operator, seconds: float) -> tuple[float, float]:
+    """The slowest /healthz answer and the highest RSS (MiB) seen while the operator scrapes for `seconds`."""
+    slowest, peak = 0.0, 0.0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        with urllib.request.urlopen(f'http://127.0.0.1:{operator.health_port}/healthz', timeout=5) as reply:
+            assert reply.status == 200
+        slowest = max(slowest, time.monotonic() - started)
+        peak = max(peak, rss_mib(operator.process.pid))
+        time.sleep(0.05)
+    return slowest, peak
+
+
+def strict_json(status: dict) -> dict:
+    """Status as a strict JSON reader (kubectl's) sees it: NaN and Infinity are not JSON."""
+    def refuse(constant):
+        raise AssertionError(f'{constant} in status')
+    return json.loads(json.dumps(status), parse_constant=refuse)
+
+
+@pytest.fixture
+def scraping_operator(standin: StandinServer, tmp_path: pathlib.Path):
+    op = Operator(standin, tmp_path).start()
+    yield op
+    op.stop()
+
+
+@pytest.mark.parametrize('declared', [False, True], ids=['streamed', 'content-length'])
+def test_a_150_mb_page_is_not_read_and_the_operator_stays_responsive_and_small(standin, rest, scraping_operator, declared):
+    with Page('hog', 150 * 10**6, declared=declared) as page:
+        create_job(rest, 'hog', workers=1, metrics={'port': page.port})
+        start_gang(standin, 'hog', 1, ip='127.0.0.1')
+        wait_phase(rest, 'hog', 'Running')
+        wait_for(lambda: page.served >= 2, what='two scrapes of the big page')
+        slowest, peak = watch(scraping_operator, 4.0)
+        print(f'\n150 MB page ({"Content-Length" if declared else "chunked"}): {page.served} scrapes, '
+              f'slowest /healthz {slowest * 1000:.0f} ms, peak RSS {peak:.0f} MiB')
+        assert slowest < 1.0 and peak < 200
+        assert 'progress' not in status(rest, 'hog') or not status(rest, 'hog')['progress'].get('timesteps')
+        warning = wait_for(lambda: [e for e in events(rest, 'hog') if e['reason'] == 'MetricsTooLarge'], what='a MetricsTooLarge event')
+        assert warning[0]['type'] == 'Warning' and f'{rank0metrics.MAX_PAGE_BYTES}-byte limit' in warning[0]['message']
+        assert len(warning) == 1 and warning[0].get('count', 1) == 1, 'the same warning is not posted again at every scrape'
+        refused = [line for line in scraping_operator.metrics().splitlines()
+                   if line.startswith('kuberl_operator_metrics_pages_refused_total{reason="too_large"}')]
+        assert refused and float(refused[0].split()[-1]) >= 2
+
+
+def test_a_page_just_under_the_limit_is_read_off_the_event_loop(standin, rest, scraping_operator):
+    with Page('full', rank0metrics.MAX_PAGE_BYTES - 1024, declared=True, values={'env_steps_total': '4096'}) as page:
+        create_job(rest, 'full', workers=1, metrics={'port': page.port})
+        start_gang(standin, 'full', 1, ip='127.0.0.1')
+        wait_for(lambda: (status(rest, 'full').get('progress') or {}).get('timesteps') == 4096, what='progress from a 1 MiB page')
+        slowest, peak = watch(scraping_operator, 4.0)
+        print(f'\n1 MiB page: {page.served} scrapes, slowest /healthz {slowest * 1000:.0f} ms, peak RSS {peak:.0f} MiB')
+        assert slowest < 1.0 and peak < 200
+
+
+def test_non_finite_and_huge_values_never_reach_status(standin, rest, scraping_operator):
+    values = {'env_steps_total': '1e300', 'steps_per_second': 'NaN', 'episode_return': '+Inf', 'eval_return': '-Inf',
+              'success': 'NaN', 'last_checkpoint_timestamp_seconds': '1e300'}
+    with Page('nan', 0, values=values) as page:
+        create_job(rest, 'nan', workers=1, metrics={'port': page.port})
+        start_gang(standin, 'nan', 1, ip='127.0.0.1')
+        wait_phase(rest, 'nan', 'Running')
+        wait_for(lambda: page.served >= 3, what='three scrapes')
+        assert scraping_operator.healthy()
+        seen = strict_json(status(rest, 'nan'))
+        assert not (seen.get('progress') or {}).get('timesteps') and not seen.get('latestCheckpoint'), seen
+
+        page.values = {'env_steps_total': '77', **{k: v for k, v in values.items() if k != 'env_steps_total'}}
+        wait_for(lambda: (status(rest, 'nan').get('progress') or {}).get('timesteps') == 77, what='the finite step counter')
+        progress = strict_json(status(rest, 'nan'))['progress']
+        assert progress == {'timesteps': 77} or all(progress.get(k) is None for k in ('stepsPerSecond', 'episodeReturnMean', 'evalReturn'))
+        assert 'latestCheckpoint' not in status(rest, 'nan')
+        assert status(rest, 'nan')['phase'] == 'Running'
