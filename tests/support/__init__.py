@@ -14,7 +14,8 @@ Fixtures (tests/operator/conftest.py): `standin` (server with manifests/crd.yaml
   deletion (a pod on a registered Ready node waits for that node's confirmation; with no Node object a
   stand-in kubelet confirms at once; on a NotReady node it stays until force-deleted); finalizers;
   owner-reference garbage collection (background, foreground, orphan); namespaces; eviction.
-  Hooks: `store.hooks.unschedulable` / `image_pull_failure` (label selectors), `store.reschedule()`,
+  Hooks: `store.hooks.unschedulable` / `image_pull_failure` (label selectors), `store.hooks.admission`
+  (refusals on create with a real API server's codes and messages: `admission.Refuse`), `store.reschedule()`,
   `store.evict(ns, name)`, `store.report_pod(ns, name, status)` with `container_terminated(...)`.
 - `crdschema`: a CRD's structural schema (types, nullable, defaults, pruning, fieldValidation) and
   its x-kubernetes-validations via cel-python, with oldSelf on update.

@@ -42,6 +42,8 @@ class ApiError(Exception):
     def status(self) -> dict:
         status = {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure',
                   'message': self.message, 'reason': self.reason, 'code': self.code}
+        if not self.reason:  # metav1.Status omits an empty reason (a webhook's denial may set none)
+            del status['reason']
         if self.details:
             status['details'] = self.details
         return status
@@ -95,9 +97,11 @@ class Watcher:
 
 @dataclass
 class Hooks:
-    """Test hooks: label selectors of pods the scheduler, kubelet or eviction must treat specially."""
+    """Test hooks: label selectors of pods the scheduler, kubelet or eviction must treat specially;
+    `admission`: validating admission on create (tests.support.admission.Refuse), each may raise ApiError."""
     unschedulable: list[list[LabelRequirement]] = field(default_factory=list)
     image_pull_failure: list[list[LabelRequirement]] = field(default_factory=list)
+    admission: list[Callable[[ResourceType, dict], None]] = field(default_factory=list)
 
     @staticmethod
     def matches(selectors: list[list[LabelRequirement]], pod: dict) -> bool:
@@ -258,6 +262,8 @@ class Store:
             errors += self._validate(rtype, obj, None)
             if errors:
                 raise invalid(rtype, name, errors)
+            for admit in self.hooks.admission:  # validating admission runs after the object's own validation
+                admit(rtype, obj)
             for key in ('deletionTimestamp', 'deletionGracePeriodSeconds'):
                 metadata.pop(key, None)
             metadata.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=timestamp(), generation=1)

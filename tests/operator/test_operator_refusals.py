@@ -1,0 +1,101 @@
+"""A refused child is a visible failure, not a silent loop (issue 14, parts 1 and 5), through the real operator.
+
+The stand-in refuses as the real API server does (codes and messages cited in tests.support.admission):
+a quota refusal keeps the job Pending and retries until startupTimeoutSeconds; any other 400/403/422
+fails it at once (InvalidChild) with the server's words, and the part of the gang already created goes.
+"""
+import time
+
+import pytest
+from kuberl import names
+
+from tests.operator.operatorkit import (
+    condition,
+    create_job,
+    events,
+    operator,  # noqa: F401 — fixture
+    pods,
+    start_gang,
+    status,
+    wait_for,
+    wait_phase,
+)
+from tests.support import admission
+from tests.support.admission import Refuse
+
+
+def pod_creates(standin) -> int:
+    return sum(n for call, n in standin.calls.items() if call.verb == 'create' and call.resource == 'pods' and call.agent == 'kopf')
+
+
+def warnings(rest, name: str, reason: str) -> list[dict]:
+    return [e for e in events(rest, name) if e['reason'] == reason and e['type'] == 'Warning']
+
+
+REFUSALS = [
+    pytest.param(admission.webhook_denial(), 400, 'admission webhook "deny.policy.example.com" denied the request', id='webhook-400'),
+    pytest.param(admission.validating_admission_policy(), 422, "ValidatingAdmissionPolicy 'no-host-network'", id='policy-422'),
+    pytest.param(admission.pod_security(), 403, 'violates PodSecurity "baseline:latest"', id='pod-security-admission-403'),
+    pytest.param(admission.limit_ranger(), 403, 'maximum cpu usage per Container is 1, but limit is 2', id='limitranger-403'),
+]
+
+
+@pytest.mark.parametrize('answer, code, said', REFUSALS)
+def test_a_refused_pod_fails_the_job_with_the_servers_words_and_leaves_no_half_gang(standin, rest, operator, answer, code, said):  # noqa: F811
+    refuse = Refuse('pods', answer, labels={names.LABEL_JOB: 'refused', names.LABEL_RANK: '1'})
+    assert answer(standin.store.type_of('', 'v1', 'pods'), 'x').code == code
+    standin.store.hooks.admission.append(refuse)
+    create_job(rest, 'refused', workers=2)
+    wait_phase(rest, 'refused', 'Failed')
+    failed = condition(rest, 'refused', 'Failed')
+    assert failed['reason'] == 'InvalidChild' and said in failed['message'], failed
+    wait_for(lambda: warnings(rest, 'refused', 'InvalidChild'), what='an InvalidChild warning')
+    assert said in warnings(rest, 'refused', 'InvalidChild')[0]['message']
+    wait_for(lambda: not pods(standin, 'refused'), what='rank 0, created before rank 1 was refused, to be deleted')
+    creates, refusals = pod_creates(standin), refuse.refused
+    time.sleep(2.0)
+    assert (pod_creates(standin), refuse.refused) == (creates, refusals), 'no retry loop after the job failed'
+    assert len(warnings(rest, 'refused', 'InvalidChild')) == 1
+    assert operator.healthy()
+
+
+def test_a_quota_refusal_keeps_the_job_pending_quoting_the_server_then_it_runs_when_admitted(standin, rest, operator):  # noqa: F811
+    refuse = Refuse('pods', admission.quota_exceeded(), labels={names.LABEL_JOB: 'squeezed', names.LABEL_RANK: '1'})
+    standin.store.hooks.admission.append(refuse)
+    create_job(rest, 'squeezed', workers=2)
+    ready = wait_for(lambda: condition(rest, 'squeezed', 'Ready').get('reason') == 'QuotaExceeded' and condition(rest, 'squeezed', 'Ready'),
+                     what='the quota condition')
+    assert ready['status'] == 'False' and 'is forbidden: exceeded quota: compute-resources' in ready['message']
+    assert status(rest, 'squeezed')['phase'] == 'Pending'
+    wait_for(lambda: refuse.refused >= 3, timeout=15, what='retries with backoff')
+    [warning] = warnings(rest, 'squeezed', 'QuotaExceeded')
+    assert 'exceeded quota: compute-resources, requested: pods=1, used: pods=4, limited: pods=4' in warning['message']
+    assert status(rest, 'squeezed')['phase'] == 'Pending', 'never failed while startupTimeoutSeconds lasts'
+
+    standin.store.hooks.admission.remove(refuse)
+    start_gang(standin, 'squeezed', 2)
+    wait_phase(rest, 'squeezed', 'Running')
+    assert len(warnings(rest, 'squeezed', 'QuotaExceeded')) == 1, 'the same refusal is posted once, not at every retry'
+
+
+def test_a_quota_refusal_is_bounded_by_the_startup_timeout(standin, rest, operator):  # noqa: F811
+    standin.store.hooks.admission.append(Refuse('pods', admission.quota_exceeded(), labels={names.LABEL_JOB: 'starved'}))
+    create_job(rest, 'starved', workers=2, runPolicy={'startupTimeoutSeconds': 3})
+    wait_phase(rest, 'starved', 'Failed', timeout=20)
+    failed = condition(rest, 'starved', 'Failed')
+    assert failed['reason'] == 'QuotaExceeded' and 'startupTimeoutSeconds=3' in failed['message'] and 'exceeded quota' in failed['message']
+    assert not pods(standin, 'starved')
+
+
+def test_a_template_over_the_pod_security_level_fails_at_once_naming_every_field_and_creates_no_pod(standin, rest, operator):  # noqa: F811
+    template = {'spec': {'hostNetwork': True, 'containers': [{'name': names.TRAINER_CONTAINER, 'securityContext': {'privileged': True}}]}}
+    create_job(rest, 'escalator', workers=2, template=template)
+    wait_phase(rest, 'escalator', 'Failed')
+    failed = condition(rest, 'escalator', 'Failed')
+    assert failed['reason'] == 'PodSecurity'
+    assert 'spec.hostNetwork' in failed['message'] and 'securityContext.privileged' in failed['message'], failed['message']
+    wait_for(lambda: warnings(rest, 'escalator', 'PodSecurity'), what='a PodSecurity warning')
+    assert not [c for c in standin.calls if c.verb == 'create' and c.resource == 'pods' and c.agent == 'kopf'], 'no pod created'
+    create_job(rest, 'modest', workers=1)
+    start_gang(standin, 'modest', 1)
+    wait_phase(rest, 'modest', 'Running')

@@ -1,0 +1,94 @@
+"""Admission refusals for the stand-in, answered as a real API server answers them.
+
+A test makes the stand-in refuse creates with `store.hooks.admission.append(Refuse(...))`. The
+stand-in calls its admission hooks on create after the object passed validation, as the real
+server runs validating admission after the object's own validation. Each builder below gives the
+status code, reason and message of the Kubernetes source named in it (v1.32):
+
+- `apierrors.NewForbidden` (staging/src/k8s.io/apimachinery/pkg/api/errors/errors.go) formats
+  `<resource> "<name>" is forbidden: <err>`, 403, reason Forbidden, details {name, group, kind};
+  `admission.NewForbidden` (staging/src/k8s.io/apiserver/pkg/admission/errors.go) passes the
+  request's resource and name to it. Every built-in admission plugin refuses through it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tests.support.resources import ResourceType
+from tests.support.store import ApiError
+
+Answer = Callable[[ResourceType, str], ApiError]
+
+
+def forbidden(rtype: ResourceType, name: str, cause: str, code: int = 403, reason: str = 'Forbidden') -> ApiError:
+    """apierrors.NewForbidden(qualifiedResource, name, err)."""
+    return ApiError(code, reason, f'{rtype.qualified} "{name}" is forbidden: {cause}',
+                    {'name': name, 'group': rtype.group, 'kind': rtype.plural})
+
+
+def quota_exceeded(quota: str = 'compute-resources', requested: str = 'pods=1', used: str = 'pods=4',
+                   limited: str = 'pods=4') -> Answer:
+    """ResourceQuota (staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/controller.go,
+    CheckRequest): admission.NewForbidden(a, fmt.Errorf("exceeded quota: %s, requested: %s, used: %s,
+    limited: %s", ...)) — 403 Forbidden."""
+    return lambda rtype, name: forbidden(
+        rtype, name, f'exceeded quota: {quota}, requested: {requested}, used: {used}, limited: {limited}')
+
+
+def pod_security(level: str = 'baseline:latest', detail: str = 'host namespaces (hostNetwork=true)') -> Answer:
+    """Pod Security Admission (staging/src/k8s.io/pod-security-admission/admission/admission.go,
+    EvaluatePod): forbiddenResponse(attrs, fmt.Errorf("violates PodSecurity %q: %s", level,
+    result.ForbiddenDetail())) — 403 Forbidden."""
+    return lambda rtype, name: forbidden(rtype, name, f'violates PodSecurity "{level}": {detail}')
+
+
+def limit_ranger(detail: str = 'maximum cpu usage per Container is 1, but limit is 2') -> Answer:
+    """LimitRanger (plugin/pkg/admission/limitranger/admission.go, ValidateLimitRange / PodValidateLimitFunc):
+    admission.NewForbidden(a, utilerrors.NewAggregate(errs)); the per-container message is
+    fmt.Sprintf("maximum %s usage per %s is %s, but limit is %s", ...) — 403 Forbidden."""
+    return lambda rtype, name: forbidden(rtype, name, detail)
+
+
+def webhook_denial(webhook: str = 'deny.policy.example.com', message: str = 'GPU pods need a team label',
+                   code: int = 0) -> Answer:
+    """A validating webhook that answers allowed: false (staging/src/k8s.io/apiserver/pkg/admission/plugin/
+    webhook/errors/statuserror.go, ToStatusErr): the webhook's own Status, its code raised to 400 when
+    it set none below 400, message `admission webhook %q denied the request: <message>`, no reason."""
+    def answer(rtype: ResourceType, name: str) -> ApiError:
+        return ApiError(max(code, 400), '', f'admission webhook "{webhook}" denied the request: {message}')
+    return answer
+
+
+def validating_admission_policy(policy: str = 'no-host-network', binding: str = 'no-host-network-binding',
+                                message: str = 'failed expression: !object.spec.hostNetwork') -> Answer:
+    """ValidatingAdmissionPolicy (staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating/
+    dispatcher.go): admission.NewForbidden(a, "ValidatingAdmissionPolicy '%s' with binding '%s' denied
+    request: %s") with reason and code replaced: reason Invalid and 422 when the policy sets no reason."""
+    def answer(rtype: ResourceType, name: str) -> ApiError:
+        error = forbidden(rtype, name, f"ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: {message}",
+                          code=422, reason='Invalid')
+        error.details['causes'] = [{'message': error.message.split('is forbidden: ', 1)[1]}]
+        return error
+    return answer
+
+
+@dataclass
+class Refuse:
+    """Refuse creates of `plural` objects whose labels include `labels`, with `answer`; `times`
+    refusals in all (None: until removed). `refused` counts the refusals given."""
+
+    plural: str
+    answer: Answer
+    labels: dict[str, str] = field(default_factory=dict)
+    times: int | None = None
+    refused: int = 0
+
+    def __call__(self, rtype: ResourceType, obj: dict) -> None:
+        meta = obj.get('metadata') or {}
+        if rtype.plural != self.plural or not self.labels.items() <= (meta.get('labels') or {}).items():
+            return
+        if self.times is not None and self.refused >= self.times:
+            return
+        self.refused += 1
+        raise self.answer(rtype, meta.get('name', ''))
