@@ -81,3 +81,46 @@ def test_operator_pull_defaults_apply_only_where_the_job_sets_none():
     own = {'spec': {'imagePullSecrets': [{'name': 'mine'}], 'containers': [{'name': names.TRAINER_CONTAINER, 'imagePullPolicy': 'Never'}]}}
     assert reconcile.with_operator_defaults(own, 'Always', ('regcred',)) == own
     assert 'imagePullPolicy' not in pod['spec']['containers'][0], 'the input is not mutated'
+
+
+# How a real API server refuses a create (sources in reconcile.child_refusal and tests.support.admission).
+QUOTA = 'pods "job-1" is forbidden: exceeded quota: compute-resources, requested: pods=1, used: pods=4, limited: pods=4'
+RBAC = 'pods is forbidden: User "system:serviceaccount:kuberl-system:kuberl" cannot create resource "pods" in API group "" in the namespace "team-a"'
+
+
+@pytest.mark.parametrize('code, message, reason, retryable', [
+    (403, QUOTA, lifecycle.REASON_QUOTA, True),
+    (403, 'pods "job-1" is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)',
+     lifecycle.REASON_INVALID_CHILD, False),
+    (403, 'pods "job-1" is forbidden: maximum cpu usage per Container is 1, but limit is 2', lifecycle.REASON_INVALID_CHILD, False),
+    (400, 'admission webhook "deny.example.com" denied the request: no GPUs for team-a', lifecycle.REASON_INVALID_CHILD, False),
+    (422, "pods \"job-1\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no", lifecycle.REASON_INVALID_CHILD, False),
+    (422, 'Pod "job-1" is invalid: spec.containers[1].image: Required value', lifecycle.REASON_INVALID_CHILD, False),
+])
+def test_a_refused_create_is_classified_by_what_the_server_says_not_only_its_code(code, message, reason, retryable):
+    assert reconcile.child_refusal(code, message) == lifecycle.Refusal(reason, message, retryable)
+
+
+@pytest.mark.parametrize('code, message', [
+    (403, RBAC),  # the operator's own permissions: not the job's fault, retried and counted
+    (500, 'Internal error occurred: failed calling webhook "x": connection refused'),
+    (429, 'Too many requests'),
+    (404, 'namespaces "gone" not found'),
+    (401, 'Unauthorized'),
+])
+def test_errors_that_say_nothing_about_the_job_are_not_refusals(code, message):
+    assert reconcile.child_refusal(code, message) is None
+
+
+def test_events_are_rate_limited_per_job():
+    limiter = reconcile.EventLimiter(burst=2, refill_seconds=10.0, repeat_seconds=60.0)
+    job, other = ('ns', 'a'), ('ns', 'b')
+    assert limiter.allow(job, 'Warning', 'QuotaExceeded', 'm', now=0.0)
+    assert not limiter.allow(job, 'Warning', 'QuotaExceeded', 'm', now=1.0), 'the same event within repeat_seconds'
+    assert limiter.allow(job, 'Warning', 'QuotaExceeded', 'm', now=61.0)
+    assert limiter.allow(job, 'Normal', 'Creating', 'x', now=61.0)
+    assert not limiter.allow(job, 'Normal', 'Creating', 'y', now=61.0), 'the burst is spent'
+    assert limiter.allow(other, 'Normal', 'Creating', 'y', now=61.0), 'another job has its own budget'
+    assert limiter.allow(job, 'Normal', 'Creating', 'y', now=71.0), 'a token comes back after refill_seconds'
+    limiter.forget(job)
+    assert limiter.allow(job, 'Warning', 'QuotaExceeded', 'm', now=72.0)
