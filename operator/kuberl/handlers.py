@@ -1,10 +1,14 @@
-"""The kopf operator: the only module that imports kopf or talks to Kubernetes.
+"""The kopf operator: its registrations and the loop that executes `lifecycle.decide`.
 
-One daemon per RLTrainingJob runs the reconcile loop: read (the job, its pods
-by the `kuberl.dev/job` label, rank 0's metrics), decide (`lifecycle.decide`,
-unchanged, plus `reconcile`'s pure helpers), write (ONE status patch, only when
-something changed), then act (children, pods, deletions) and emit Events after
-the write. Pod and job watch events only poke the job's daemon awake.
+The whole CR -> pods path is pure and lives elsewhere: `spec` (parse, validate),
+`render` (every object, as dicts), `lifecycle` (phase, conditions, actions).
+One daemon per RLTrainingJob runs the loop: read (the job, its pods by the
+`kuberl.dev/job` label, rank 0's metrics, bounded by `rank0metrics`), judge
+(spec and pod security: `reconcile.judge`), decide, write (ONE status patch,
+only when something changed; Events after it, rate-limited), then execute the
+decision's actions from one table (`JobLoop.calls`). A child the API server
+refuses is decided again as a refusal, never retried blindly. Pod and job watch
+events only poke the job's daemon awake.
 
 kopf's own state is configured so a job that does not change causes no write:
 no create/update handlers (so no diffbase or progress annotations; daemons and
@@ -470,9 +474,9 @@ async def read_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes:
 # --- `kuberl operator` --------------------------------------------------------
 
 
-def cmd_operator(args: argparse.Namespace) -> int:
-    """Run the operator until SIGTERM/SIGINT: standalone unless --peering names a peering object."""
-    config = OperatorConfig(
+def operator_config(args: argparse.Namespace) -> OperatorConfig:
+    """The operator's configuration from its command line and the chart's environment."""
+    return OperatorConfig(
         trainer_image=getattr(args, "trainer_image", None) or os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE) or render.DEFAULT_IMAGE,
         trainer_pull_policy=os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_POLICY) or None,
         trainer_pull_secrets=tuple(s.strip() for s in os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_SECRETS, "").split(",") if s.strip()),
@@ -481,6 +485,11 @@ def cmd_operator(args: argparse.Namespace) -> int:
         pod_security=getattr(args, "pod_security", None) or podsecurity.DEFAULT_LEVEL,
         allowed_service_accounts=podsecurity.parse_service_accounts(getattr(args, "allowed_service_accounts", None)),
     )
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    """Run the operator until SIGTERM/SIGINT: standalone unless --peering names a peering object."""
+    config = operator_config(args)
     listen = getattr(args, "listen_address", None) or "0.0.0.0"
     metrics = OperatorMetrics()
     if os.environ.get(contract.ENV_OPERATOR_METRICS_ENABLED, "true").lower() != "false":

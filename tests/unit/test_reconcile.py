@@ -124,3 +124,14 @@ def test_events_are_rate_limited_per_job():
     assert limiter.allow(job, 'Normal', 'Creating', 'y', now=71.0), 'a token comes back after refill_seconds'
     limiter.forget(job)
     assert limiter.allow(job, 'Warning', 'QuotaExceeded', 'm', now=72.0)
+
+
+def test_the_operator_carries_its_pod_security_level_and_service_account_allowlist():
+    import argparse
+
+    from kuberl.handlers import operator_config
+
+    config = operator_config(argparse.Namespace(peering=None, pod_security='restricted', allowed_service_accounts='trainer, ci'))
+    assert (config.pod_security, config.allowed_service_accounts) == ('restricted', frozenset({'trainer', 'ci'}))
+    default = operator_config(argparse.Namespace(peering=None))
+    assert (default.pod_security, default.allowed_service_accounts) == ('baseline', None)
