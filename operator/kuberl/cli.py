@@ -99,8 +99,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for name, spec in jobs:
         target = spec.success.target_return
         print(
-            f"{name}: valid: {spec.algorithm} on {spec.env.id}, {spec.workers} worker(s) x {spec.procs} process(es)"
-            f" = world size {spec.world_size}, {spec.total_timesteps} timesteps"
+            f"{name}: valid: "
+            + (f"{spec.algorithm} on {spec.env.id}, " if spec.trainer == "kuberl" else "custom trainer, ")
+            + f"{spec.workers} worker(s) x {spec.procs} process(es) = world size {spec.world_size}"
+            + (f", {spec.total_timesteps} timesteps" if spec.total_timesteps else "")
             + (f", stop at eval return {target:g}" if target is not None else "")
             + f"; pods pass the {args.pod_security} Pod Security Standard"
         )

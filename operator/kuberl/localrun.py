@@ -498,6 +498,8 @@ def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float)
     final_text = f"{final:.1f}" if final is not None else "-"
     where = f"checkpoints {shown(cluster_paths['checkpoints'])}"
     if code == 0:
+        if cluster_paths["model"] is None:  # a custom trainer: its workers' exit codes are all kuberl knows
+            return f"{job.name} succeeded: every worker exited 0 after {wall:.0f}s; restarts {status.get('restarts', 0)}"
         return (f"{job.name} succeeded: {timesteps:,} timesteps in {wall:.0f}s, final return {final_text}; "
                 f"model {shown(cluster_paths['model'])}; {where}; restarts {status.get('restarts', 0)}")
     failed = next((c for c in status.get("conditions", []) if c["type"] == lifecycle.CONDITION_FAILED and c["status"] == "True"), None)
@@ -516,7 +518,8 @@ def paths_of(job: Job, run_dir: str, uid: str) -> dict:
     def host(path: str) -> str:
         return os.path.join(local, path[len(mount):]) if path.startswith(mount) else path
 
-    return {"checkpoints": host(cluster_config["paths"]["checkpointDir"]), "model": host(cluster_config["paths"]["finalModel"])}
+    model = cluster_config["paths"]["finalModel"]
+    return {"checkpoints": host(cluster_config["paths"]["checkpointDir"]), "model": host(model) if model else None}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -534,7 +537,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "job.yaml"), "w") as f:
         yaml.safe_dump(document, f, sort_keys=False)
-    say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {spec.total_timesteps:,} timesteps; logs and checkpoints in {shown(run_dir)}")
+    budget = f"{spec.total_timesteps:,} timesteps" if spec.total_timesteps else "custom trainer"
+    say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {budget}; logs and checkpoints in {shown(run_dir)}")
     try:
         code, status, wall = run(job, run_dir)
     except LocalRunError as e:

@@ -183,11 +183,16 @@ class RendezvousSpec(Model):
 class JobSpec(Model):
     """Spec of an RLTrainingJob."""
 
-    algorithm: Literal["ppo", "dqn"] = immutable(description="Training algorithm.")
+    trainer: Literal["kuberl", "custom"] = immutable(
+        default="kuberl",
+        description="kuberl: kuberl's trainer runs algorithm on env. custom: the template's `trainer` container brings its"
+        " own command; algorithm, env and totalTimesteps are then optional, and the job succeeds when every worker exits 0.",
+    )
+    algorithm: Literal["ppo", "dqn"] | None = immutable(default=None, description="Training algorithm; required unless trainer: custom.")
     ppo: PPOConfig | None = immutable(default=None, description="PPO hyperparameters; only with algorithm: ppo.")
     dqn: DQNConfig | None = immutable(default=None, description="DQN hyperparameters; only with algorithm: dqn.")
-    env: EnvSpec = immutable(description="Environment each rank vectorises.")
-    total_timesteps: int = immutable(ge=1, le=10**12, description="Env steps across all ranks.")
+    env: EnvSpec | None = immutable(default=None, description="Environment each rank vectorises; required unless trainer: custom.")
+    total_timesteps: int | None = immutable(default=None, ge=1, le=10**12, description="Env steps across all ranks; required unless trainer: custom.")
     success: SuccessSpec = Field(default_factory=SuccessSpec, description="Early stop on evaluation return.")
     workers: int = immutable(default=1, ge=1, le=names.MAX_WORKERS, description="Pods in the gang.")
     gpus_per_worker: int = immutable(default=0, ge=0, le=names.MAX_PROCS_PER_WORKER, description="nvidia.com/gpu per pod; explicit, never inferred.")
@@ -279,25 +284,38 @@ def _no_gpu_resource(spec: dict) -> bool:
     return not any(GPU_RESOURCE in (resources.get(kind) or {}) for kind in ("requests", "limits"))
 
 
+def _required_unless_custom(field: str) -> CrossFieldRule:
+    """kuberl's trainer needs the field; a custom trainer (CEL cannot see its command inside template) does not."""
+    return CrossFieldRule(
+        f".{field}",
+        f"has(self.{field}) || (has(self.trainer) && self.trainer == 'custom')",
+        "'required unless trainer: custom'",
+        "required unless trainer: custom",
+        lambda s: s.get(field) is not None or s.get("trainer") == "custom",
+        lambda s: "required unless trainer: custom",
+        (field, "trainer"),
+    )
+
+
+def _block_of_algorithm(block: str) -> CrossFieldRule:
+    return CrossFieldRule(
+        f".{block}",
+        f"!has(self.{block}) || (has(self.algorithm) && self.algorithm == '{block}')",
+        f"'only allowed with algorithm: {block} (got ' + (has(self.algorithm) ? 'algorithm: ' + self.algorithm : 'no algorithm') + ')'",
+        f"only allowed with algorithm: {block}",
+        lambda s: s.get(block) is None or s.get("algorithm") == block,
+        lambda s: f"only allowed with algorithm: {block} (got "
+        + (f"algorithm: {s['algorithm']}" if s.get("algorithm") is not None else "no algorithm") + ")",
+        (block, "algorithm"),
+    )
+
+
 CROSS_FIELD_RULES = [
-    CrossFieldRule(
-        ".ppo",
-        "!has(self.ppo) || self.algorithm == 'ppo'",
-        "'only allowed with algorithm: ppo (got algorithm: ' + self.algorithm + ')'",
-        "only allowed with algorithm: ppo",
-        lambda s: s.get("ppo") is None or s.get("algorithm") == "ppo",
-        lambda s: f"only allowed with algorithm: ppo (got algorithm: {s['algorithm']})",
-        ("ppo", "algorithm"),
-    ),
-    CrossFieldRule(
-        ".dqn",
-        "!has(self.dqn) || self.algorithm == 'dqn'",
-        "'only allowed with algorithm: dqn (got algorithm: ' + self.algorithm + ')'",
-        "only allowed with algorithm: dqn",
-        lambda s: s.get("dqn") is None or s.get("algorithm") == "dqn",
-        lambda s: f"only allowed with algorithm: dqn (got algorithm: {s['algorithm']})",
-        ("dqn", "algorithm"),
-    ),
+    _required_unless_custom("algorithm"),
+    _required_unless_custom("env"),
+    _required_unless_custom("totalTimesteps"),
+    _block_of_algorithm("ppo"),
+    _block_of_algorithm("dqn"),
     CrossFieldRule(
         ".procsPerWorker",
         "!has(self.procsPerWorker) || !has(self.gpusPerWorker) || self.gpusPerWorker == 0"
@@ -579,6 +597,19 @@ def _env_problems(path: str, env: Any, trainer: bool) -> list[Problem]:
     return problems
 
 
+def _custom_trainer_problems(spec: dict) -> list[Problem]:
+    """trainer: custom runs the template's command; without one kuberl's trainer would start with no algorithm."""
+    if spec.get("trainer") != "custom":
+        return []
+    pod_spec = (spec.get("template") or {}).get("spec") if isinstance(spec.get("template"), dict) else None
+    containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
+    ours = [c for c in containers if isinstance(c, dict) and c.get("name") == names.TRAINER_CONTAINER] if isinstance(containers, list) else []
+    if ours and (ours[0].get("command") or ours[0].get("args")):
+        return []
+    return [Problem("spec.template.spec.containers", f"trainer: custom needs a container named {names.TRAINER_CONTAINER!r}"
+                    " with a command (or args) of its own")]
+
+
 def _problem_at(problems: list[Problem], fields: tuple[str, ...]) -> bool:
     return any(p.path == f"spec.{f}" or p.path.startswith((f"spec.{f}.", f"spec.{f}[")) for p in problems for f in fields)
 
@@ -601,6 +632,7 @@ def parse_spec(spec: Any) -> JobSpec:
     problems += _label_key_problems("spec.labels", spec.get("labels"))
     problems += _label_key_problems("spec.nodeSelector", spec.get("nodeSelector"))
     problems += _template_problems(spec.get("template"))
+    problems += _custom_trainer_problems(spec)
     for rule in CROSS_FIELD_RULES:
         if _problem_at(problems, rule.reads):
             continue
@@ -865,6 +897,7 @@ def load_documents(source: str | bytes | IO) -> list[Any]:
 def defaulted(spec: JobSpec) -> dict:
     """The fully defaulted spec as the trainer receives it (camelCase)."""
     data = spec.model_dump(by_alias=True, mode="json")
-    data[spec.algorithm] = spec.hyperparameters.model_dump(by_alias=True, mode="json")
+    if spec.algorithm is not None:
+        data[spec.algorithm] = spec.hyperparameters.model_dump(by_alias=True, mode="json")
     data["procsPerWorker"] = spec.procs
     return data

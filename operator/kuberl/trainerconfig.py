@@ -25,7 +25,8 @@ def trainer_config(job: str, namespace: str, uid: str, spec: JobSpec) -> dict:
         "spec": defaulted(spec),
         "paths": {
             "checkpointDir": checkpoint_dir,
-            "finalModel": f"{checkpoint_dir}/final-model.pt",
+            # a custom trainer writes what it writes: no model is claimed for it
+            "finalModel": f"{checkpoint_dir}/final-model.pt" if spec.trainer == "kuberl" else None,
         },
     }
 
@@ -42,7 +43,7 @@ class TrainerConfig:
     uid: str
     spec: JobSpec
     checkpoint_dir: str
-    final_model: str
+    final_model: str | None
 
 
 def load(config: dict) -> TrainerConfig:

@@ -193,8 +193,29 @@ def named(base, name):
     return job
 
 
+CUSTOM = {
+    "apiVersion": "kuberl.dev/v1alpha1",
+    "kind": "RLTrainingJob",
+    "metadata": {"name": "byo"},
+    "spec": {"trainer": "custom", "workers": 2,
+             "template": {"spec": {"containers": [{"name": "trainer", "command": ["torchrun", "/app/train.py"]}]}}},
+}
+
 # (id, new, old or None, the paths both must refuse; empty = valid)
 CASES = [
+    ("custom-trainer-needs-no-algorithm-env-or-budget", CUSTOM, None, set()),
+    ("custom-trainer-may-still-name-them", spec_with(CUSTOM, algorithm="ppo", env={"id": "CartPole-v1"}, totalTimesteps=5), None, set()),
+    ("missing-algorithm", spec_with(MINIMAL, algorithm=None), None, {"spec.algorithm"}),
+    ("missing-timesteps", spec_with(MINIMAL, totalTimesteps=None), None, {"spec.totalTimesteps"}),
+    ("kuberl-trainer-needs-all-three", spec_with(CUSTOM, trainer="kuberl"), None,
+     {"spec.algorithm", "spec.env", "spec.totalTimesteps"}),
+    ("ppo-block-without-algorithm", spec_with(CUSTOM, ppo={}), None, {"spec.ppo"}),
+    ("unknown-trainer", spec_with(MINIMAL, trainer="mine"), None, {"spec.trainer"}),
+    ("update-trainer", spec_with(CUSTOM, trainer="kuberl", algorithm="ppo", env={"id": "CartPole-v1"}, totalTimesteps=5),
+     spec_with(CUSTOM, algorithm="ppo", env={"id": "CartPole-v1"}, totalTimesteps=5), {"spec.trainer"}),
+    ("add-algorithm-to-custom", spec_with(CUSTOM, algorithm="ppo"), CUSTOM, {"spec.algorithm"}),
+    ("add-env-to-custom", spec_with(CUSTOM, env={"id": "CartPole-v1"}), CUSTOM, {"spec.env"}),
+    ("add-budget-to-custom", spec_with(CUSTOM, totalTimesteps=5), CUSTOM, {"spec.totalTimesteps"}),
     ("minimal", MINIMAL, None, set()),
     ("full", FULL, None, set()),
     ("procs-without-gpus", spec_with(MINIMAL, procsPerWorker=4), None, set()),
@@ -303,6 +324,8 @@ PYTHON_ONLY = [
     ("template-container-without-name", spec_with(MINIMAL, template={"spec": {"containers": [{"image": "x"}]}}),
      "spec.template.spec.containers[0].name"),
     ("template-unknown-field", spec_with(MINIMAL, template={"metadta": {}}), "spec.template.metadta"),
+    ("custom-trainer-without-a-command", spec_with(CUSTOM, template={"spec": {"containers": [{"name": "trainer", "image": "x"}]}}),
+     "spec.template.spec.containers"),
 ]
 
 

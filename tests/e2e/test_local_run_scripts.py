@@ -1,0 +1,94 @@
+"""Scripts written for Kubeflow's PyTorchJob or torchrun, run unchanged by
+`kuberl run`: copied into a volume (tests/e2e/scripts), started through
+spec.template with `trainer: custom`, from a caller's shell that carries its
+own WORLD_SIZE and RANK (a container never sees them)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from kuberl.localrun import pod_address
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+KUBERL = [sys.executable, "-m", "kuberl.cli", "run"]
+CALLER_ENV = {**os.environ, "WORLD_SIZE": "99", "RANK": "42", "MASTER_ADDR": "caller.example", "PET_NNODES": "7"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_script_job(tmp_path: Path, name: str, command: list[str], workers: int, procs: int = 1,
+                   env: list[dict] | None = None) -> tuple[int, str, Path]:
+    """A bring-your-own-command job whose scripts live in a volume mounted at /app."""
+    trainer = {"name": "trainer", "command": command, "volumeMounts": [{"name": "scripts", "mountPath": "/app", "readOnly": True}]}
+    if env:
+        trainer["env"] = env
+    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": name}, "spec": {
+        "trainer": "custom", "workers": workers, "procsPerWorker": procs,
+        "rendezvous": {"port": free_port()}, "metrics": {"port": free_port()},
+        "runPolicy": {"backoffLimit": 0, "terminationGracePeriodSeconds": 5},
+        "template": {"spec": {"containers": [trainer], "volumes": [{"name": "scripts", "hostPath": {"path": str(SCRIPTS)}}]}},
+    }}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    proc = subprocess.Popen([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"kuberl run did not end:\n{proc.communicate()[0][-4000:]}")
+    return proc.returncode, out, tmp_path / "runs" / name
+
+
+def pod_log(run_dir: Path, rank: int) -> str:
+    return (run_dir / "logs" / f"{run_dir.name}-{rank}-g0.log").read_text()
+
+
+def test_pytorchjob_sendrecv_script_runs_unchanged_with_the_pods_identity(tmp_path):
+    code, out, run_dir = run_script_job(tmp_path, "sendrecv", ["python", "/app/dist_sendrecv.py"], workers=3)
+    assert code == 0, out[-4000:]
+    worker0 = pod_address(str(run_dir), 0)
+    for rank in range(3):
+        assert f"env WORLD_SIZE=3 RANK={rank} MASTER_ADDR={worker0} " in pod_log(run_dir, rank), pod_log(run_dir, rank)
+    assert "rank 0 received [10, 20]" in pod_log(run_dir, 0)
+    assert "sendrecv succeeded: every worker exited 0" in out and "final-model.pt" not in out, out[-2000:]
+
+
+def test_torchrun_c10d_with_no_endpoint_meets_at_worker_0(tmp_path):
+    """Kubeflow's elastic echo: `torchrun --rdzv_backend=c10d script` and nothing
+    else. Both agents log the launch config (LOGLEVEL=INFO): the endpoint is worker
+    0's address and only worker 0 hosts the store; the workers' own process group
+    meets at worker 0's address too, not at `localhost` as every pod here could."""
+    code, out, run_dir = run_script_job(tmp_path, "echo", ["torchrun", "--rdzv_backend=c10d", "/app/echo.py"],
+                                        workers=2, procs=2, env=[{"name": "LOGLEVEL", "value": "INFO"}])
+    assert code == 0, out[-4000:]
+    worker0 = pod_address(str(run_dir), 0)
+    port = yaml.safe_load((tmp_path / "job.yaml").read_text())["spec"]["rendezvous"]["port"]
+    for rank, is_host in ((0, "true"), (1, "false")):
+        log = pod_log(run_dir, rank)
+        assert re.search(rf"rdzv_endpoint\s*: {re.escape(worker0)}:{port}\n", log), log[-3000:]
+        assert f"'is_host': '{is_host}'" in log
+        assert re.search(r"rdzv_backend\s*: c10d", log)
+    echoed = re.findall(r"echo RANK=(\d) LOCAL_RANK=\d WORLD_SIZE=(\d+) GROUP_RANK=(\d) MASTER_ADDR=(\S+) MASTER_PORT=\d+ "
+                        r"TORCHELASTIC_RUN_ID=(\S+)", out)
+    assert sorted(int(r) for r, *_ in echoed) == [0, 1, 2, 3], out[-3000:]
+    assert {(w, addr, run_id) for _, w, _, addr, run_id in echoed} == {("4", worker0, "default.echo.0")}
+    assert out.count("sum of ranks 6") == 4
+
+
+def test_a_script_that_spawns_its_own_processes_gets_pytorchjobs_world_size_and_rank(tmp_path):
+    code, out, _ = run_script_job(tmp_path, "spawn", ["python", "/app/spawn.py", "2"], workers=2, procs=2)
+    assert code == 0, out[-4000:]
+    answered = re.findall(r"spawn rank (\d) of 4: 4 processes answered", out)
+    assert sorted(int(r) for r in answered) == [0, 1, 2, 3], out[-3000:]
