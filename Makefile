@@ -19,7 +19,7 @@ $(STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH_CPU)
-	$(PIP) install -q -r requirements-dev.txt -e operator -e trainer
+	$(PIP) install -q -r requirements-dev.txt -e "operator[operator]" -e trainer
 	touch $@
 
 TOOLS := .tools

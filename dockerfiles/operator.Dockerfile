@@ -11,7 +11,8 @@ RUN python -m venv /opt/kuberl
 COPY dockerfiles/operator-requirements.txt dockerfiles/
 RUN /opt/kuberl/bin/pip install --no-cache-dir -r dockerfiles/operator-requirements.txt
 COPY operator/ operator/
-RUN /opt/kuberl/bin/pip install --no-cache-dir --no-deps ./operator
+# With its operator extra, held to the pins above (tests/unit/test_dockerfiles.py checks they are the whole closure).
+RUN /opt/kuberl/bin/pip install --no-cache-dir -c dockerfiles/operator-requirements.txt "./operator[operator]"
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="kuberl-operator" \

@@ -21,6 +21,7 @@ RUN /opt/kuberl/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX}" "tor
  && /opt/kuberl/bin/python -c "import torch, torch.distributed as dist; assert torch.version.cuda and dist.is_nccl_available(), 'torch without CUDA/NCCL'"
 COPY operator/ operator/
 COPY trainer/ trainer/
+# kuberl without its operator extra: the trainer imports only the core.
 RUN /opt/kuberl/bin/pip install --no-cache-dir --no-deps ./operator ./trainer
 
 FROM ${PYTHON_IMAGE}

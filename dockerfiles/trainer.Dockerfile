@@ -20,6 +20,7 @@ RUN /opt/kuberl/bin/pip install --no-cache-dir -r dockerfiles/trainer-requiremen
 RUN /opt/kuberl/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX}" "torch==${TORCH_VERSION}" -c dockerfiles/trainer-requirements.txt
 COPY operator/ operator/
 COPY trainer/ trainer/
+# kuberl without its operator extra: the trainer imports only the core.
 RUN /opt/kuberl/bin/pip install --no-cache-dir --no-deps ./operator ./trainer
 
 FROM ${PYTHON_IMAGE}

@@ -134,12 +134,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 async def close(memo: kopf.Memo, **_: Any) -> None:
     if memo.shell.scraper is not None:
         await memo.shell.scraper.close()
+    await kubeapi.CONNECTION.close()
 
 
 @kopf.on.login()
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """The pod's service account in a cluster, else $KUBECONFIG: no client library needed."""
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """The pod's service account in a cluster, else $KUBECONFIG read by kubernetes_asyncio (exec
+    plugins, OIDC, client certificates), as `kubeapi` loads it; kopf calls this again after a 401."""
+    return await kopf.login_via_async_client(**kwargs)
 
 
 # --- watch events only wake the job's loop ------------------------------------

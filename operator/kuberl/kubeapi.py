@@ -1,26 +1,27 @@
 """The operator's own calls to the Kubernetes API: one small client, its errors, its RBAC.
 
-Every request the operator makes itself goes through `KubeApi`; kopf keeps its
-own client for watches, finalizers, events and peering. `API_CALLS` is the
-single source of the operator's RBAC (the chart's Role is derived from it, and
-the integration tests fail when the operator calls anything it does not list).
+Every request the operator makes itself goes through `KubeApi`, on the public
+`kubernetes_asyncio` client; kopf keeps its own client for watches, finalizers,
+events and peering. `API_CALLS` is the single source of the operator's RBAC (the
+chart's Role is derived from it, and the integration tests fail when the operator
+calls anything it does not list).
 
-Callers see kuberl's own exception names (`NotFound`, `Conflict`, `Refused`, …),
+Callers see kuberl's own exception names (`NotFound`, `Conflict`, `Unprocessable`, …),
 never the transport library's, so the client underneath can change alone.
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib.metadata
+import json
+import os
 from typing import Any
 
 import aiohttp
 import kopf
-
-# kopf's own authenticated client: one login and one session for the operator, with
-# kopf's re-authentication on 401 and retries on 5xx/429 (kopf is pinned in the
-# operator's dependencies because this module is private to kopf).
-from kopf._cogs.clients import api as kopf_api
-from kopf._cogs.clients import errors as kopf_errors
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
 
 from . import names
 from .operator_metrics import OperatorMetrics
@@ -28,12 +29,84 @@ from .operator_metrics import OperatorMetrics
 RLTJ = (names.GROUP, names.VERSION, names.PLURAL)
 PODS = ("", "v1", "pods")
 API_BACKOFFS = (0.5, 1.0, 2.0)  # retries of 5xx/429 inside one call; then kopf's daemon backoff
+RETIRED_CLIENT_GRACE_SECONDS = 60.0  # a client replaced after a 401 closes once its requests are done
 
-# What callers catch: the server's answer by meaning, whatever client made the call.
-ApiError = kopf_errors.APIError  # any non-2xx answer; `.status` is the HTTP code
-NotFound = kopf_errors.APINotFoundError  # 404
-Conflict = kopf_errors.APIConflictError  # 409
-Unprocessable = kopf_errors.APIUnprocessableEntityError  # 422
+# The first product is kopf's, as on kopf's own requests: the API server's audit log (and the
+# tests' call log) sees one operator process; the second product tells the two clients apart.
+USER_AGENT = (f"kopf/{importlib.metadata.version('kopf')} kuberl-operator/{importlib.metadata.version('kuberl')} "
+              f"kubernetes_asyncio/{importlib.metadata.version('kubernetes_asyncio')}")
+
+
+# --- what callers catch: the server's answer by meaning -------------------------
+
+
+class ApiError(Exception):
+    """A non-2xx answer: `status` the HTTP code; `reason` and `message` from the server's Status."""
+
+    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.status, self.reason, self.message, self.retry_after = status, reason, message, retry_after
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class BadRequest(ApiError):
+    """400"""
+
+
+class Unauthorized(ApiError):
+    """401: the credentials expired or were revoked; the client logs in again once."""
+
+
+class Forbidden(ApiError):
+    """403: RBAC, or an admission plugin such as Pod Security Admission refused."""
+
+
+class NotFound(ApiError):
+    """404"""
+
+
+class Conflict(ApiError):
+    """409: AlreadyExists on create, a stale resourceVersion or uid precondition on writes."""
+
+
+class Unprocessable(ApiError):
+    """422: the object is invalid (schema, CEL, or an admission webhook's verdict)."""
+
+
+class TooManyRequests(ApiError):
+    """429: retried after the server's Retry-After."""
+
+
+class ServerError(ApiError):
+    """5xx: retried."""
+
+
+ERRORS_BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict,
+                    422: Unprocessable, 429: TooManyRequests}
+
+
+def api_error(status: int, body: str | bytes | None, headers: Any = None) -> ApiError:
+    """The error for an answer: the server's Status when it sent one, else the HTTP line and body."""
+    text = body.decode(errors="replace") if isinstance(body, bytes) else (body or "")
+    try:
+        document = json.loads(text)
+    except ValueError:
+        document = None
+    if isinstance(document, dict) and document.get("kind") == "Status":
+        reason, message = str(document.get("reason") or ""), str(document.get("message") or "")
+    else:  # a proxy or load balancer in between answered, not the API server
+        reason, message = "", f"HTTP {status}: {text[:200]}"
+    retry_after = None
+    if headers is not None and headers.get("Retry-After"):
+        try:
+            retry_after = float(headers["Retry-After"])
+        except ValueError:
+            retry_after = None
+    error_class = ERRORS_BY_STATUS.get(status) or (ServerError if status >= 500 else ApiError)
+    return error_class(status, reason, message, retry_after)
+
 
 # Every (verb, group, resource, subresource) the operator calls: the chart's RBAC is derived
 # from this list, and the integration tests fail when the operator calls anything else.
@@ -83,27 +156,113 @@ def api_path(obj: dict) -> tuple[str, str, str]:
               "NetworkPolicy": "networkpolicies", "PodGroup": "podgroups", "Pod": "pods"}[obj["kind"]]
     return group, version, plural
 
+# --- one authenticated client per operator process --------------------------------
+
+
+async def load_configuration() -> k8s_client.Configuration:
+    """The credentials kopf logs in with: the pod's service account in a cluster, else $KUBECONFIG
+    with everything kubernetes_asyncio reads (exec plugins, OIDC, client certificates)."""
+    configuration = k8s_client.Configuration()
+    try:
+        k8s_config.load_incluster_config(client_configuration=configuration)  # re-reads the rotated token file itself
+    except k8s_config.ConfigException:
+        # $KUBECONFIG read now, not when kubernetes_asyncio was imported (it may hold several paths).
+        await k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration,
+                                          persist_config=False)
+    return configuration
+
+
+class Connection:
+    """The operator's kubernetes_asyncio client, loaded on first use and loaded again after a 401
+    (an exec plugin then runs again), once per burst of 401s however many calls saw one."""
+
+    def __init__(self) -> None:
+        self._client: k8s_client.ApiClient | None = None
+        self._logins = 0
+        self._lock = asyncio.Lock()
+        self._closing: set[asyncio.Task] = set()
+
+    async def client(self) -> tuple[k8s_client.ApiClient, int]:
+        """The client and which login made it (pass that to `login` after a 401)."""
+        if self._client is None:
+            await self.login(self._logins)
+        return self._client, self._logins
+
+    async def login(self, stale: int) -> None:
+        """Load the credentials again, unless another call did since login number `stale`."""
+        async with self._lock:
+            if self._logins != stale and self._client is not None:
+                return
+            fresh = k8s_client.ApiClient(await load_configuration())
+            fresh.user_agent = USER_AGENT
+            retired, self._client = self._client, fresh
+            self._logins += 1
+        if retired is not None:  # requests still in flight on it finish first
+            task = asyncio.create_task(self._close_later(retired))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close_later(client: k8s_client.ApiClient) -> None:
+        await asyncio.sleep(RETIRED_CLIENT_GRACE_SECONDS)
+        await client.close()
+
+    async def close(self) -> None:
+        for task in list(self._closing):
+            task.cancel()
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+
+CONNECTION = Connection()  # one per operator process, as kopf keeps one for its own calls
+
+
+def _retry_delay(error: Exception, backoff: float | None) -> float | None:
+    """Seconds before the next attempt, or None when the call fails now."""
+    if backoff is None or not isinstance(error, ServerError | TooManyRequests | aiohttp.ClientConnectionError | TimeoutError):
+        return None
+    if isinstance(error, TooManyRequests) and error.retry_after is not None:
+        return max(backoff, error.retry_after)
+    return backoff
+
 
 class KubeApi:
     """The calls the operator makes; every failure is counted, then raised for kopf to see."""
 
-    def __init__(self, settings: kopf.OperatorSettings, log: Any, metrics: OperatorMetrics):
-        self.settings, self.log, self.metrics = settings, log, metrics
+    def __init__(self, settings: kopf.OperatorSettings, log: Any, metrics: OperatorMetrics, connection: Connection = CONNECTION):
+        self.log, self.metrics, self.connection = log, metrics, connection
+        self.timeout = aiohttp.ClientTimeout(total=settings.networking.request_timeout, sock_connect=settings.networking.connect_timeout)
 
-    async def call(self, method: str, verb: str, plural: str, path: str, payload: Any = None, content_type: str | None = None) -> Any:
-        headers = {"Content-Type": content_type} if content_type else None
-        try:
-            response = await kopf_api.request(
-                method, path, payload=payload, headers=headers, backoffs=API_BACKOFFS, settings=self.settings, logger=self.log,
-            )
-        except kopf_errors.APIError as error:
-            self.metrics.api_errors.labels(verb, plural, str(error.status)).inc()
-            raise
-        except (aiohttp.ClientError, TimeoutError):
-            self.metrics.api_errors.labels(verb, plural, "connection").inc()
-            raise
-        async with response:
-            return await response.json()
+    async def call(self, method: str, verb: str, plural: str, path: str, payload: Any = None, content_type: str | None = None,
+                   query: list[tuple[str, str]] | None = None) -> Any:
+        """One request: logged in again once on 401, retried on 5xx, 429 and lost connections."""
+        headers = {"Accept": "application/json", "Content-Type": content_type or "application/json"}
+        backoffs = iter(API_BACKOFFS)
+        logged_in_again = False
+        while True:
+            client, login = await self.connection.client()
+            try:
+                return await client.call_api(
+                    path, method.upper(), query_params=query, header_params=dict(headers), body=payload,
+                    response_types_map={200: "object", 201: "object", 202: "object"}, auth_settings=["BearerToken"],
+                    _return_http_data_only=True, _request_timeout=self.timeout,
+                )
+            except k8s_client.ApiException as raw:
+                error: Exception = api_error(raw.status, raw.body, raw.headers)
+            except (aiohttp.ClientError, TimeoutError) as raw:
+                error = raw
+            if isinstance(error, Unauthorized) and not logged_in_again:
+                logged_in_again = True
+                await self.connection.login(login)
+                continue
+            delay = _retry_delay(error, next(backoffs, None))
+            if delay is None:
+                code = str(error.status) if isinstance(error, ApiError) else "connection"
+                self.metrics.api_errors.labels(verb, plural, code).inc()
+                raise error
+            self.log.warning(f"{method.upper()} {path} failed, retrying in {delay:g} s: {error!r}")
+            await asyncio.sleep(delay)
 
     async def get(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict | None:
         try:
@@ -112,8 +271,8 @@ class KubeApi:
             return None
 
     async def list_job_pods(self, namespace: str, job: str) -> list[dict]:
-        path = _path(*PODS, namespace) + f"?labelSelector={names.LABEL_JOB}%3D{job}"
-        return (await self.call("get", "list", "pods", path)).get("items") or []
+        listed = await self.call("get", "list", "pods", _path(*PODS, namespace), query=[("labelSelector", f"{names.LABEL_JOB}={job}")])
+        return listed.get("items") or []
 
     async def create(self, obj: dict) -> dict:
         group, version, plural = api_path(obj)

@@ -36,6 +36,7 @@ logger = logging.getLogger('kuberl.standin')
 RECENT_REQUESTS = 200  # kmock records every request; a short window keeps each one O(1)
 BOOKMARK_SECONDS = 1.0
 WRITE_VERBS = frozenset({'create', 'update', 'patch', 'delete', 'deletecollection'})
+PUBLIC_INFO_PATHS = frozenset({'/healthz', '/livez', '/readyz', '/version'})  # ClusterRole system:public-info-viewer
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,9 @@ class StandinHandler(kmock.RawHandler):
     store: Store = attrs.field(factory=Store)
     calls: collections.Counter = attrs.field(factory=collections.Counter)
     bookmark_seconds: float = BOOKMARK_SECONDS
+    # Bearer tokens the stand-in accepts; None: authentication off, every request is trusted.
+    tokens: set[str] | None = None
+    unauthorized: int = 0  # requests answered 401
 
     def __attrs_post_init__(self) -> None:
         self._requests = collections.deque(maxlen=RECENT_REQUESTS)
@@ -108,6 +112,9 @@ class StandinHandler(kmock.RawHandler):
             return _json(ApiError(500, 'InternalError', f'stand-in error: {error!r}').status(), 500)
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        refused = self._authenticate(request)
+        if refused is not None:
+            return refused
         if self._payloads:
             with contextlib.suppress(NotImplementedError):
                 return await super()._handle(request)
@@ -117,6 +124,36 @@ class StandinHandler(kmock.RawHandler):
             return _json(error.status(), error.code)
         except SelectorError as error:
             return _json(bad_request(str(error)).status(), 400)
+
+    # ------------------------------------------------------------ authentication
+
+    def _authenticate(self, request: kmock.Request) -> aiohttp.web.Response | None:
+        """kube-apiserver's WithAuthentication filter runs before every handler
+        (staging/src/k8s.io/apiserver/pkg/endpoints/filters/authentication.go): credentials no
+        authenticator accepts get `Unauthorized`, i.e. apierrors.NewUnauthorized("Unauthorized"),
+        a 401 Status with reason Unauthorized. A request without credentials is system:anonymous,
+        whom only system:public-info-viewer's paths (health, version) let through; else 403."""
+        if self.tokens is None:
+            return None
+        scheme, _, token = request.headers.get('Authorization', '').partition(' ')
+        if scheme.lower() == 'bearer':
+            if token in self.tokens:
+                return None
+            self.unauthorized += 1
+            return _json(ApiError(401, 'Unauthorized', 'Unauthorized').status(), 401)
+        path = request.url.path.rstrip('/') or '/'
+        if path in PUBLIC_INFO_PATHS:
+            return None
+        method = str(getattr(request.method, 'value', request.method))
+        route = parse_route(path)
+        if route is None:
+            message = f'forbidden: User "system:anonymous" cannot {method.lower()} path "{path}"'
+        else:
+            verb = self._verb(method, route, dict(request.params))
+            where = f'in the namespace "{route.namespace}"' if route.namespace else 'at the cluster scope'
+            message = (f'{route.plural} is forbidden: User "system:anonymous" cannot {verb} resource "{route.plural}" '
+                       f'in API group "{route.group}" {where}')
+        return _json(ApiError(403, 'Forbidden', message).status(), 403)
 
     # ------------------------------------------------------------ dispatch
 
@@ -449,9 +486,10 @@ class StandinServer:
     """
 
     def __init__(self, port: int | None = None, *, default_node: str | None = 'local-node', workdir: pathlib.Path | None = None,
-                 unattended_pods_use_grace: bool = False):
+                 unattended_pods_use_grace: bool = False, tokens: set[str] | None = None):
         self.port = port  # None: the listening socket binds port 0, so no other process can race us to it
-        self.handler = StandinHandler(store=Store(default_node=default_node, unattended_pods_use_grace=unattended_pods_use_grace))
+        self.handler = StandinHandler(store=Store(default_node=default_node, unattended_pods_use_grace=unattended_pods_use_grace),
+                                      tokens=tokens)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopped: asyncio.Event | None = None
@@ -531,10 +569,13 @@ class StandinServer:
         return self.store.create(crds, None, doc)[0]
 
 
-def kubeconfig(url: str, namespace: str = 'default') -> dict:
+STANDIN_TOKEN = 'standin'  # the token of the kubeconfig the stand-in writes
+
+
+def kubeconfig(url: str, namespace: str = 'default', user: dict | None = None) -> dict:
     return {
         'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'standin', 'preferences': {},
         'clusters': [{'name': 'standin', 'cluster': {'server': url}}],
-        'users': [{'name': 'standin', 'user': {'token': 'standin'}}],
+        'users': [{'name': 'standin', 'user': user or {'token': STANDIN_TOKEN}}],
         'contexts': [{'name': 'standin', 'context': {'cluster': 'standin', 'user': 'standin', 'namespace': namespace}}],
     }

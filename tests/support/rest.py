@@ -17,14 +17,15 @@ class Reply:
 
 
 class Rest:
-    def __init__(self, url: str):
+    def __init__(self, url: str, token: str | None = None):
         self.url = url.rstrip('/')
+        self.auth = {'Authorization': f'Bearer {token}'} if token else {}  # none: anonymous, as with no kubeconfig user
 
     def call(self, method: str, path: str, body: object = None, content_type: str = 'application/json',
              headers: dict | None = None) -> Reply:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={'Content-Type': content_type, **(headers or {})})
+                                         headers={'Content-Type': content_type, **self.auth, **(headers or {})})
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return Reply(response.status, _decode(response.read()), dict(response.headers))
@@ -48,7 +49,7 @@ class Rest:
 
     def watch(self, path: str, timeout: float = 5.0) -> list[dict]:
         """Read a watch stream until the server closes it (pass timeoutSeconds in the path's query)."""
-        request = urllib.request.Request(self.url + path)
+        request = urllib.request.Request(self.url + path, headers=self.auth)
         events = []
         with urllib.request.urlopen(request, timeout=timeout + 5) as response:
             assert response.headers.get('Content-Type', '').startswith('application/json'), response.headers

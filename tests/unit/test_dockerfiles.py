@@ -1,7 +1,8 @@
 """The images, without a Docker engine: hadolint over every Dockerfile, the
 rules we hold them to (multi-stage, non-root, pinned, torch index a build
 argument), and each build stage's own instructions replayed into a fresh
-virtual environment (operator: no torch; CPU trainer: torch and the trainer).
+virtual environment (operator: no torch; CPU trainer: torch and the trainer,
+no operator dependencies).
 
 The CPU trainer replay installs torch from this machine's local wheel into a
 fresh venv: the slow part of the unit tier (about 40 s on 2 shared cores)."""
@@ -26,6 +27,7 @@ DOCKERFILES = ROOT / "dockerfiles"
 HADOLINT = Path(sys.executable).parent / "hadolint"
 IMAGES = ["operator.Dockerfile", "trainer.Dockerfile", "trainer-cuda.Dockerfile"]
 VENV_IN_IMAGE = "/opt/kuberl"
+OPERATOR_ONLY_MODULES = ("kopf", "aiohttp", "kubernetes", "kubernetes_asyncio")
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:
@@ -73,7 +75,8 @@ def test_multi_stage_non_root_pinned(dockerfile):
     for kind, args in build:
         if kind == "RUN" and "pip install" in args:
             assert "--no-cache-dir" in args
-            assert "-r dockerfiles/" in args or "--no-deps" in args or re.search(r'"torch==\$\{TORCH_VERSION\}"', args), args
+            pinned = "-r dockerfiles/" in args or "-c dockerfiles/" in args or "--no-deps" in args
+            assert pinned or re.search(r'"torch==\$\{TORCH_VERSION\}"', args), args
 
 
 @pytest.mark.parametrize("requirements", ["operator-requirements.txt", "trainer-requirements.txt"])
@@ -160,7 +163,7 @@ def test_operator_image_install_steps_give_kuberl_without_torch(tmp_path):
     assert operator_help.returncode == 0 and "--peering" in operator_help.stdout
     no_torch = run_in(venv, "python", "-c", "import torch")
     assert no_torch.returncode != 0 and "No module named 'torch'" in no_torch.stderr
-    assert run_in(venv, "python", "-c", "import kopf, kuberl.render").returncode == 0
+    assert run_in(venv, "python", "-c", "import kopf, kubernetes_asyncio, kuberl.handlers").returncode == 0
     frozen = run_in(venv, "pip", "freeze", "--exclude", "kuberl").stdout.split()
     pinned = [line for line in (DOCKERFILES / "operator-requirements.txt").read_text().splitlines() if "==" in line]
     assert sorted(frozen, key=str.lower) == sorted(pinned, key=str.lower), "the pins are the whole closure"
@@ -179,3 +182,11 @@ def test_cpu_trainer_image_install_steps_give_a_working_trainer(tmp_path, capsys
     assert check.stdout.split() == ["2.13.0+cpu", "True"]
     trainer_help = run_in(venv, "python", "-m", "kuberl_trainer", "--help")
     assert trainer_help.returncode == 0 and "--config" in trainer_help.stdout
+    # The trainer carries kuberl's core only: the operator's dependencies are kuberl[operator]'s.
+    for module in OPERATOR_ONLY_MODULES:
+        missing = run_in(venv, "python", "-c", f"import {module}")
+        assert missing.returncode != 0 and f"No module named '{module}'" in missing.stderr, f"{module} is in the trainer image"
+    assert run_in(venv, "pip", "check").returncode == 0
+    no_operator = run_in(venv, "kuberl", "operator")
+    assert no_operator.returncode == 1 and "Traceback" not in no_operator.stderr, no_operator.stderr
+    assert no_operator.stderr.strip().count("\n") == 0 and "pip install 'kuberl[operator]'" in no_operator.stderr
