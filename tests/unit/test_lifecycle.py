@@ -8,7 +8,7 @@ case states only what matters to it.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import pytest
 from kuberl import lifecycle as lc
@@ -103,6 +103,91 @@ def restarted_status(spec, crashes: int, at: float = T0) -> dict:
 
 def events(decision) -> list[str]:
     return [e.reason for e in decision.of(Event)]
+
+
+# --- the failure classes, one table -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One way a running gang (2 workers, restartBackoffSeconds=10, backoffLimit=3, stallTimeoutSeconds=100,
+    startupTimeoutSeconds=50) stops: the pods seen at `at`, and what decide makes of it. `counted`: the
+    restart spends backoffLimit (None: the job ends). `fresh`: the gang never came up (a new job's status)."""
+
+    id: str
+    pods: tuple[Pod, ...]
+    phase: str
+    reason: str
+    counted: bool | None = None
+    said: str = ""  # a phrase the restart record or the Fail message carries
+    run_policy: dict = field(default_factory=dict)
+    rank0: Rank0Progress | None = None
+    at: float = T0 + 1
+    fresh: bool = False
+    refusal: lc.Refusal | None = None
+
+
+CASES = [
+    # counted: the workload's own failures
+    Case("crash", (Pod(0).running(), Pod(1).exited(1, "Crashed: CUDA error")), lc.RESTARTING, "Crashed", True, "CUDA error"),
+    Case("oom-killed", (Pod(0).running(), Pod(1).exited(137)._with(reason="OOMKilled")), lc.RESTARTING, "OOMKilled", True),
+    Case("stalled", (Pod(0).running(), Pod(1).running()), lc.RESTARTING, lc.REASON_STALLED, True, "800 timesteps",
+         rank0=Rank0Progress(0, 800, T0 + 50), at=T0 + 150),
+    # not counted: the cluster's doing
+    *(Case(f"disrupted-{r}", (Pod(0).running(), Pod(1).exited(137).disrupted(r)), lc.RESTARTING, r, False, f"disrupted: {r}")
+      for r in ("PreemptionByScheduler", "EvictionByEvictionAPI", "DeletionByTaintManager", "TerminationByKubelet")),
+    Case("pod-deleted", (Pod(0).running(), Pod(1).running().deleting(T0 + 30)), lc.RESTARTING, lc.REASON_POD_DELETED, False),
+    Case("pod-lost", (Pod(0).running(),), lc.RESTARTING, lc.REASON_POD_LOST, False, "disappeared"),
+    Case("stopped-by-a-signal", (Pod(0).exited(0, "Stopped: at 900; resumable"), Pod(1).exited(0, "Stopped: at 900; resumable")),
+         lc.RESTARTING, "Stopped", False),
+    # not counted: start-up problems, retried up to maxStartupRetries
+    Case("never-scheduled", (Pod(0).running(), Pod(1).unschedulable()), lc.RESTARTING, "Unschedulable", False,
+         "startupTimeoutSeconds=50", at=T0 + 50, fresh=True),
+    Case("image-pull", (Pod(0).running(), Pod(1).waiting("ImagePullBackOff")), lc.RESTARTING, "ImagePullBackOff", False,
+         at=T0 + 50, fresh=True),
+    Case("crash-before-up", (Pod(0).unschedulable(), Pod(1).exited(1, "Crashed: import failed")), lc.RESTARTING, "Crashed", False,
+         "before all workers were running", fresh=True),
+    # the job ends
+    Case("config-error", (Pod(0).running(), Pod(1).exited(1, "ConfigError: spec.env.id: no such env")), lc.FAILED, "ConfigError",
+         said="spec.env.id"),
+    Case("exit-78-unstated", (Pod(0).running(), Pod(1).exited(EXIT_CONFIG_ERROR)), lc.FAILED, "ConfigError", said="exit code 78"),
+    Case("backoff-limit-0", (Pod(0).running(), Pod(1).exited(2)), lc.FAILED, lc.REASON_BACKOFF_LIMIT, run_policy={"backoffLimit": 0}),
+    Case("deadline", (Pod(0).running(), Pod(1).running()), lc.FAILED, lc.REASON_DEADLINE, said="activeDeadlineSeconds=60",
+         run_policy={"activeDeadlineSeconds": 60}, at=T0 + 60),
+    *(Case(f"refused-{r.reason}", (Pod(0).running(), Pod(1).running()), lc.FAILED, r.reason, said=r.message[:20], refusal=r)
+      for r in (lc.Refusal(lc.REASON_INVALID_SPEC, "spec.seed: expected an integer"),
+                lc.Refusal(lc.REASON_POD_SECURITY, "spec.hostNetwork: Host Namespaces"),
+                lc.Refusal(lc.REASON_INVALID_CHILD, 'admission webhook "x" denied the request: no'))),
+    # waits
+    Case("quota", (Pod(0),), lc.PENDING, lc.REASON_QUOTA, said="exceeded quota", fresh=True,
+         refusal=lc.Refusal(lc.REASON_QUOTA, 'pods "job-1" is forbidden: exceeded quota: q', retryable=True)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_each_failure_class(case: Case):
+    spec = job(**case.run_policy)
+    status = decide(spec, {}, [], None, T0).status if case.fresh else running_status(spec)
+    given = None if case.refusal is not None and case.refusal.reason == lc.REASON_INVALID_SPEC else spec
+    d = decide(given, status, [p.obj() for p in case.pods], case.rank0, case.at, refusal=case.refusal)
+    assert d.phase == case.phase
+    if case.phase == lc.RESTARTING:
+        entry = d.status["restartHistory"][-1]
+        assert (entry["reason"], entry["counted"], case.said in entry["message"]) == (case.reason, case.counted, True), entry
+        assert (d.status["restarts"], d.status["startupRetries"]) == (int(case.counted), int(case.fresh))
+        assert d.status["generation"] == 1 and d.of(CreatePods) == [] and d.of(Fail) == []
+    elif case.phase == lc.FAILED:
+        [fail] = d.of(Fail)
+        assert fail.reason == case.reason and case.said in fail.message, fail
+        assert d.status["completionTime"] == lc.rfc3339(case.at) and d.status["restarts"] == 0
+        assert ("Warning", case.reason) in [(e.type, e.reason) for e in d.of(Event)]
+    else:
+        ready = next(c for c in d.status["conditions"] if c["type"] == "Ready")
+        assert (ready["reason"], case.said in ready["message"]) == (case.reason, True)
+        assert d.of(Fail) == [] and d.of(CreatePods) == []
+    deleted = {name for action in d.of(DeletePods) for name in action.names}
+    left = [p.name for p in (c.obj() for c in case.pods) if p.phase == "Running" and p.deletion_timestamp is None and p.name not in deleted]
+    assert left == [] or case.phase == lc.PENDING, "a gang that stops is deleted whole"
 
 
 # --- creation and start-up -------------------------------------------------
@@ -294,31 +379,6 @@ def test_backoff_limit_exhausted_fails_and_stops_the_gang():
     assert failed["status"] == "True" and failed["reason"] == lc.REASON_BACKOFF_LIMIT
 
 
-def test_backoff_limit_zero_fails_on_the_first_crash():
-    spec = job(backoffLimit=0)
-    d = decide(spec, running_status(spec), [Pod(0).running().obj(), Pod(1).exited(2).obj()], None, T0 + 1)
-    assert d.phase == lc.FAILED and d.of(Fail)[0].reason == lc.REASON_BACKOFF_LIMIT
-
-
-@pytest.mark.parametrize("reason", ["PreemptionByScheduler", "EvictionByEvictionAPI", "DeletionByTaintManager", "TerminationByKubelet"])
-def test_a_disruption_restarts_without_spending_the_budget(reason):
-    spec = job(backoffLimit=0)
-    status = running_status(spec)
-    pods = [Pod(0).running().obj(), Pod(1).exited(137).disrupted(reason).obj()]
-    d = decide(spec, status, pods, None, T0 + 1)
-    assert d.phase == lc.RESTARTING and d.status["restarts"] == 0 and d.status["generation"] == 1
-    assert d.status["restartHistory"][-1] | {"time": None} == {"generation": 0, "reason": reason, "time": None, "counted": False,
-                                                              "message": f"worker 1 (job-1) disrupted: {reason}"}
-
-
-def test_a_pod_that_vanished_from_a_running_gang_restarts_it_uncounted():
-    spec = job()
-    d = decide(spec, running_status(spec), [Pod(0).running().obj()], None, T0 + 1)
-    assert d.phase == lc.RESTARTING and d.status["restarts"] == 0
-    assert d.status["restartHistory"][-1]["reason"] == lc.REASON_POD_LOST
-    assert d.of(CreatePods) == []
-
-
 # --- permanent failures, deadlines, success -------------------------------
 
 
@@ -332,12 +392,6 @@ def test_a_configuration_error_fails_at_once_naming_the_field(code):
     assert d.of(Fail) == [Fail("ConfigError", f"worker 1 (job-1): {message}")]
     assert d.of(DeletePods) == [DeletePods(("job-0",), "ConfigError")]
     assert d.status["restarts"] == 0
-
-
-def test_exit_78_without_a_termination_message_is_a_configuration_error():
-    spec = job()
-    d = decide(spec, running_status(spec), [Pod(0).running().obj(), Pod(1).exited(EXIT_CONFIG_ERROR).obj()], None, T0)
-    assert d.phase == lc.FAILED and d.of(Fail)[0].reason == "ConfigError"
 
 
 def test_the_active_deadline_fails_the_job():
@@ -389,14 +443,6 @@ def test_after_rank_zero_reports_success_a_peer_ending_first_is_not_a_crash():
     assert d.phase == lc.RUNNING and d.status["restarts"] == 0
     done = decide(spec, d.status, [Pod(0).exited(0).obj(), pods[1]], progress(500, T0, succeeded=True), T0 + 2)
     assert done.phase == lc.SUCCEEDED
-
-
-def test_ranks_stopped_by_a_signal_are_resumed_not_succeeded():
-    spec = job(backoffLimit=0)
-    stopped = [Pod(r).exited(0, "Stopped: stopped at timesteps 900; resumable").obj() for r in range(2)]
-    d = decide(spec, running_status(spec), stopped, None, T0 + 1)
-    assert d.phase == lc.RESTARTING and d.status["restarts"] == 0
-    assert d.status["restartHistory"][-1]["reason"] == "Stopped"
 
 
 def test_a_finished_job_only_tidies_up():
