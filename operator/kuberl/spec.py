@@ -614,12 +614,31 @@ def _problem_at(problems: list[Problem], fields: tuple[str, ...]) -> bool:
     return any(p.path == f"spec.{f}" or p.path.startswith((f"spec.{f}.", f"spec.{f}[")) for p in problems for f in fields)
 
 
+def _too_deep(spec: dict) -> str | None:
+    """The field (its first three levels) under which `spec` nests deeper than
+    MAX_NESTING: a job from the API server is JSON, not YAML, so the file
+    reader's bound does not cover the operator."""
+    stack: list[tuple[Any, str, int]] = [(spec, "spec", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_NESTING:
+            return path
+        if isinstance(value, dict):
+            stack += [(v, f"{path}.{k}" if depth < 3 else path, depth + 1) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(v, f"{path}[{i}]" if depth < 3 else path, depth + 1) for i, v in enumerate(value)]
+    return None
+
+
 def parse_spec(spec: Any) -> JobSpec:
     """Validate a spec dict (camelCase, as in YAML) and return it defaulted.
     Raises InvalidJob listing every problem."""
     problems: list[Problem] = []
     if not isinstance(spec, dict):
         raise InvalidJob([Problem("spec", f"expected an object (got {_shown(spec)})")])
+    deep = _too_deep(spec)
+    if deep:  # before anything recurses into it (pydantic, deepcopy in render)
+        raise InvalidJob([Problem(deep, f"nested deeper than {MAX_NESTING} levels")])
     try:
         parsed = JobSpec.model_validate(spec)
     except ValidationError as e:

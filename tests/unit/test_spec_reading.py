@@ -118,3 +118,20 @@ def test_limits_are_checked_before_anything_is_built():
         load_documents(ALIAS_BOMB)
     with pytest.raises(UnreadableSpec, match="larger than"):
         load_documents(b"a" * (MAX_DOCUMENT_BYTES + 1))
+
+
+def test_a_job_from_the_api_server_is_bounded_too():
+    """The operator reads JSON, not this file reader: parse_spec bounds nesting
+    itself, naming the field, before pydantic or render recurse into it."""
+    from kuberl.spec import InvalidJob, validate_job
+
+    deep: dict = {}
+    node = deep
+    for _ in range(1000):
+        node["a"] = {}
+        node = node["a"]
+    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "deep"},
+           "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1", "kwargs": deep}, "totalTimesteps": 10}}
+    with pytest.raises(InvalidJob) as refused:
+        validate_job(job)
+    assert [str(p) for p in refused.value.problems] == ["spec.env.kwargs.a: nested deeper than 64 levels"]
