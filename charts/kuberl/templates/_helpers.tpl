@@ -129,6 +129,7 @@ spec:
         {{- end }}
         - --health-port={{ .Values.operator.health.port }}
         - --metrics-port={{ .Values.metrics.port }}
+        - --monitoring-namespace={{ .Values.monitoring.prometheusNamespace }}
         - --pod-security={{ .Values.podSecurity }}
         {{- with .Values.allowedServiceAccounts }}
         - --allowed-service-accounts={{ join "," . }}

@@ -1,0 +1,72 @@
+"""The operator's namespace (downward API) and Prometheus' (a chart value)
+reach each job's NetworkPolicy: installed in `ops` with Prometheus in
+`observability`, both are admitted to the metrics ports and nothing else is."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+from chart_support import ROOT, render
+from kuberl import cli, contract, names
+from kuberl.render import (
+    DEFAULT_MONITORING_NAMESPACE,
+    DEFAULT_OPERATOR_NAMESPACE,
+    render_networkpolicy,
+)
+
+ENTRYPOINT = json.loads(re.search(r"^ENTRYPOINT (.+)$", (ROOT / "dockerfiles" / "operator.Dockerfile").read_text(), re.MULTILINE).group(1))
+JOB = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": {"name": "cartpole"},
+       "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "workers": 2}}
+
+
+def operator_settings(release_namespace: str, values: dict) -> tuple[str, str]:
+    """(operator namespace, monitoring namespace) as the chart's operator pod gets them."""
+    (workload,) = [o for o in render(values, release_namespace) if o["kind"] in ("Deployment", "StatefulSet")]
+    container = workload["spec"]["template"]["spec"]["containers"][0]
+    (pod_namespace,) = [e for e in container["env"] if e["name"] == contract.ENV_OPERATOR_POD_NAMESPACE]
+    assert pod_namespace["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}  # the pod's own: the release's
+    args = cli.build_parser().parse_args([*ENTRYPOINT[1:], *container["args"]])
+    return release_namespace, args.monitoring_namespace
+
+
+def admitted(policy: dict) -> list[dict]:
+    return [peer for rule in policy["spec"]["ingress"] for peer in rule["from"]]
+
+
+def test_operator_in_ops_and_prometheus_in_observability_are_admitted_and_no_one_else():
+    operator_ns, monitoring_ns = operator_settings("ops", {"monitoring": {"prometheusNamespace": "observability"}})
+    policy = render_networkpolicy(JOB, "team-a", operator_namespace=operator_ns, monitoring_namespace=monitoring_ns)
+    assert admitted(policy) == [
+        {"podSelector": {"matchLabels": {names.LABEL_JOB: "cartpole"}}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}},
+    ]
+    assert policy["spec"]["ingress"][1]["ports"] == [{"protocol": "TCP", "port": 9090}]
+
+
+def test_the_chart_defaults_are_the_renders_defaults_and_an_empty_value_admits_only_the_operator():
+    assert operator_settings(DEFAULT_OPERATOR_NAMESPACE, {}) == (DEFAULT_OPERATOR_NAMESPACE, DEFAULT_MONITORING_NAMESPACE)
+    operator_ns, monitoring_ns = operator_settings("ops", {"monitoring": {"prometheusNamespace": ""}})
+    policy = render_networkpolicy(JOB, "team-a", operator_namespace=operator_ns, monitoring_namespace=monitoring_ns)
+    assert admitted(policy)[1:] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}]
+
+
+def test_a_namespace_that_is_not_a_dns_label_is_refused_by_the_charts_schema():
+    from chart_support import HelmError
+
+    with pytest.raises(HelmError, match="prometheusNamespace"):
+        render({"monitoring": {"prometheusNamespace": "Not A Namespace"}}, "ops")
+
+
+def test_kuberl_render_takes_both_namespaces(tmp_path):
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(JOB))
+    out = subprocess.run([sys.executable, "-m", "kuberl.cli", "render", str(tmp_path / "job.yaml"), "-n", "team-a",
+                          "--operator-namespace", "ops", "--monitoring-namespace", "observability"],
+                         capture_output=True, text=True, check=True).stdout
+    (policy,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "NetworkPolicy"]
+    assert [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in admitted(policy)[1:]] == ["ops", "observability"]
