@@ -20,24 +20,36 @@ import signal
 import sys
 import threading
 import traceback
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from kuberl import contract, names, trainerconfig
-from kuberl.spec import InvalidJob, Problem
+from kuberl.spec import InvalidJob, JobSpec, Problem
 
+from . import dqn, ppo
 from .checkpoint import UnknownCheckpointFormat
 from .device import describe as describe_device
 from .device import tune as tune_device
 from .distributed import PeerLost, process_group
-from .dqn import DQNSession, DQNTrainer
-from .dqn import check_hyperparameters as dqn_problems
 from .envs import UnknownEnv
 from .metrics import TrainerMetrics
 from .networks import PolicyMismatch
 from .paths import host_path
-from .ppo import PPOTrainer
-from .session import TrainingSession
+from .session import Algorithm, TrainingSession
+
+
+class AlgorithmEntry(NamedTuple):
+    make: Callable[..., Algorithm]  # (ctx, hyperparameters, env_id, num_envs, env_kwargs, total_timesteps, seed, restart, env_backend=)
+    problems: Callable[[JobSpec], list[Problem]]  # the rules that need more than one field
+
+
+# spec.algorithm -> its trainer: the only place that names the algorithms
+ALGORITHMS: dict[str, AlgorithmEntry] = {
+    "ppo": AlgorithmEntry(ppo.PPOTrainer, ppo.check_hyperparameters),
+    "dqn": AlgorithmEntry(dqn.DQNTrainer, dqn.check_hyperparameters),
+}
 
 # torch's teardown of DDP and the process group can block on a peer that
 # already left; what ran stays referenced here and the OS tears it down (os._exit).
@@ -78,18 +90,7 @@ def check_hyperparameters(config: trainerconfig.TrainerConfig) -> None:
     spec = config.spec
     if spec.env.backend == "envpool" and spec.deterministic:
         raise InvalidJob([Problem("spec.env.backend", "envpool's C++ env state cannot be checkpointed; spec.deterministic needs backend: gymnasium")])
-    if spec.algorithm == "dqn":
-        if problems := dqn_problems(spec):
-            raise InvalidJob(problems)
-        return
-    hp = spec.hyperparameters
-    batch = hp.num_steps * spec.env.num_envs
-    problems = []
-    if hp.num_minibatches > batch:
-        problems.append(Problem("spec.ppo.numMinibatches", f"expected at most numSteps x env.numEnvs = {batch} (got {hp.num_minibatches})"))
-    elif hp.grad_accumulation > batch // hp.num_minibatches:
-        problems.append(Problem("spec.ppo.gradAccumulation", f"expected at most the minibatch size {batch // hp.num_minibatches} (got {hp.grad_accumulation})"))
-    if problems:
+    if problems := ALGORITHMS[spec.algorithm].problems(spec):
         raise InvalidJob(problems)
 
 
@@ -124,16 +125,15 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event) -> tuple[str
     with process_group(spec.rendezvous.backend, policy.collective_timeout_seconds, policy.rendezvous_timeout_seconds) as ctx:
         tune_device(ctx.device, spec.deterministic)
         try:
-            algorithm = DQNTrainer if spec.algorithm == "dqn" else PPOTrainer
-            trainer = algorithm(ctx, spec.hyperparameters, spec.env.id, spec.env.num_envs, spec.env.kwargs,
-                                 spec.total_timesteps, spec.seed, restart, env_backend=spec.env.backend)
+            trainer = ALGORITHMS[spec.algorithm].make(ctx, spec.hyperparameters, spec.env.id, spec.env.num_envs, spec.env.kwargs,
+                                                      spec.total_timesteps, spec.seed, restart, env_backend=spec.env.backend)
         except (UnknownEnv, PolicyMismatch) as e:
             raise ConfigError(str(e)) from e
         _KEEP_ALIVE.append(trainer)
         metrics = TrainerMetrics(config.job, ctx.rank, ctx.world_size)
         metrics.serve(os.environ.get(contract.ENV_METRICS_ADDR, "127.0.0.1"), spec.metrics.port + ctx.local_rank)
         log = print if ctx.is_main else (lambda *_a, **_k: None)
-        session = (DQNSession if spec.algorithm == "dqn" else TrainingSession)(config, ctx, metrics, restart, stop, log=lambda s: log(s, flush=True))
+        session = TrainingSession(config, ctx, metrics, restart, stop, log=lambda s: log(s, flush=True))
         if ctx.is_main:
             print(f"kuberl trainer: job {config.job}, {ctx.world_size} rank(s), backend {ctx.backend or 'none'}, "
                   f"{trainer.num_updates} updates of {trainer.batch_per_rank * ctx.world_size} steps, "

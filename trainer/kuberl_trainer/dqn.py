@@ -8,7 +8,7 @@ are averaged over ranks; the target network is updated at the same
 iterations on every rank (a function of the replicated counters), so it
 stays identical everywhere. Counters, episode statistics and stop votes
 travel in ONE all-reduce per iteration; evaluation, checkpoints and metrics
-are the session's (session.py), as for PPO.
+are the session's (session.py), as for every algorithm.
 
 One iteration ("update" in counters and metrics) collects
 ceil(trainFrequency / numEnvs) vector steps per rank, then runs gradient
@@ -26,7 +26,6 @@ deterministic mode, whose per-rank state includes them.
 
 from __future__ import annotations
 
-import io
 import math
 import time
 
@@ -38,7 +37,7 @@ from kuberl.spec import DQNConfig, JobSpec, Problem
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import atari, checkpoint, distributed, networks
+from . import atari, distributed, networks
 from .device import autocast
 from .distributed import Dist
 from .envs import (
@@ -49,9 +48,8 @@ from .envs import (
     rank_seed,
     restore_env_state,
 )
-from .ppo import Counters, Session, UpdateReport
 from .replay import Batch, ReplayBuffer
-from .session import TrainingSession
+from .session import Counters, Session, UpdateReport, run_updates
 
 # --- The Q network ---------------------------------------------------------
 
@@ -327,51 +325,52 @@ class DQNTrainer:
         lo, hi = self.replay.start_range()
         return len(self.replay) >= max(self.hp.learning_starts, self.hp.batch_size) and hi - lo >= 2
 
-    def train(self, session: Session) -> str:
-        """Run iterations until the budget is spent, the target is met, or a
-        stop is requested. Returns "budget", "target" or "stopped"."""
-        loaded = session.load()
-        if loaded is not None:
-            shared, own = loaded
-            self.load_shared(shared)
-            if own is not None:
-                self.load_rank(own)
-        while self.counters.global_step < self.total_timesteps:
-            eps = epsilon(self.counters.global_step, self.total_timesteps, self.hp)
-            started = time.perf_counter()
-            local_steps = self.collect(eps)
-            rollout_seconds = time.perf_counter() - started
+    def budget_spent(self) -> bool:
+        return self.counters.global_step >= self.total_timesteps
 
-            totals, allreduce_seconds = self.sync(local_steps, session.stop_requested(), session.success_vote())
-            steps, episodes, return_sum, stop_votes, success_votes = totals[:5]
-            self.counters.global_step += int(steps)
-            self.counters.episodes += int(episodes)
-            if success_votes > 0:
-                return "target"  # rank 0's evaluation of the current weights met it
+    def update(self, stop_vote: bool, success_vote: bool) -> UpdateReport:
+        """One iteration: epsilon-greedy steps into the replay buffer, the
+        all-reduce, then (unless rank 0's evaluation of the current weights
+        met the target) gradient steps once the buffer holds enough."""
+        eps = epsilon(self.counters.global_step, self.total_timesteps, self.hp)
+        started = time.perf_counter()
+        local_steps = self.collect(eps)
+        rollout_seconds = time.perf_counter() - started
 
+        totals, allreduce_seconds = self.sync(local_steps, stop_vote, success_vote)
+        steps, episodes, return_sum, stop_votes, success_votes = totals[:5]
+        self.counters.global_step += int(steps)
+        self.counters.episodes += int(episodes)
+
+        losses, update_seconds = {}, 0.0
+        self.gradient_allreduce_seconds.clear()
+        if success_votes == 0:
             started = time.perf_counter()
-            self.gradient_allreduce_seconds.clear()
             losses = self.learn() if self.learning() else {}
             update_seconds = time.perf_counter() - started
             self.counters.updates += 1
-            session.after_update(
-                UpdateReport(
-                    counters=self.counters,
-                    local_steps=local_steps,
-                    episode_return_sum=float(return_sum),
-                    episode_return_count=int(episodes),
-                    learning_rate=self.hp.learning_rate,
-                    losses=losses,
-                    rollout_seconds=rollout_seconds,
-                    update_seconds=update_seconds,
-                    allreduce_seconds=allreduce_seconds + sum(self.gradient_allreduce_seconds),
-                    epochs_run=self.gradient_steps if losses else 0,
-                ),
-                self,
-            )
-            if stop_votes > 0:
-                return "stopped"
-        return "budget"
+        return UpdateReport(
+            counters=self.counters,
+            local_steps=local_steps,
+            episode_return_sum=float(return_sum),
+            episode_return_count=int(episodes),
+            learning_rate=self.hp.learning_rate,
+            losses=losses,
+            rollout_seconds=rollout_seconds,
+            update_seconds=update_seconds,
+            allreduce_seconds=allreduce_seconds + sum(self.gradient_allreduce_seconds),
+            epochs_run=self.gradient_steps if losses else 0,
+            stop=stop_votes > 0,
+            target_met=success_votes > 0,
+        )
+
+    def train(self, session: Session) -> str:
+        """Iterations until the budget is spent, the target is met or a stop
+        is voted (session.run_updates): "budget", "target" or "stopped"."""
+        return run_updates(self, session)
+
+    def final_model(self) -> dict:
+        return {"agent": self.agent.state_dict(), "hidden_sizes": list(self.hp.hidden_sizes)}
 
     # -- evaluation (rank 0) -------------------------------------------------
 
@@ -391,22 +390,3 @@ class DQNTrainer:
             return float(returns.mean())
         finally:
             envs.close()
-
-
-class DQNSession(TrainingSession):
-    """The session's plumbing, with DQN's final model file."""
-
-    def write_final_model(self, trainer: DQNTrainer) -> None:
-        buffer = io.BytesIO()
-        torch.save(
-            {
-                "algorithm": "dqn",
-                "agent": trainer.agent.state_dict(),
-                "env_id": self.spec.env.id,
-                "hidden_sizes": list(trainer.hp.hidden_sizes),
-                "timesteps": trainer.counters.global_step,
-                "eval_return": self.eval_return,
-            },
-            buffer,
-        )
-        checkpoint.write_atomic(self.final_model, buffer.getvalue())

@@ -14,13 +14,11 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass
-from typing import Protocol
 
 import gymnasium as gym
 import numpy as np
 import torch
-from kuberl.spec import PPOConfig
+from kuberl.spec import JobSpec, PPOConfig, Problem
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -29,6 +27,7 @@ from .device import CPU, autocast, host_zeros, to_device
 from .distributed import Dist
 from .envs import EpisodeTracker, env_state, make_envs, rank_seed, restore_env_state
 from .normalize import RunningMeanStd
+from .session import Counters, Session, UpdateReport, run_updates
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -180,6 +179,17 @@ def ppo_loss(
     return loss, stats
 
 
+def check_hyperparameters(spec: JobSpec) -> list[Problem]:
+    """Rules of a PPO job that need more than one field."""
+    hp = spec.hyperparameters
+    batch = hp.num_steps * spec.env.num_envs
+    if hp.num_minibatches > batch:
+        return [Problem("spec.ppo.numMinibatches", f"expected at most numSteps x env.numEnvs = {batch} (got {hp.num_minibatches})")]
+    if hp.grad_accumulation > batch // hp.num_minibatches:
+        return [Problem("spec.ppo.gradAccumulation", f"expected at most the minibatch size {batch // hp.num_minibatches} (got {hp.grad_accumulation})")]
+    return []
+
+
 # --- The rollout buffer -----------------------------------------------------
 
 
@@ -204,42 +214,6 @@ class Rollout:
         self.actions_t = torch.from_numpy(self.actions)
         self.log_probs_t = torch.from_numpy(self.log_probs)
         self.values_t = torch.from_numpy(self.values)
-
-
-@dataclass
-class Counters:
-    """Global (all ranks) progress, identical on every rank."""
-
-    global_step: int = 0
-    updates: int = 0
-    episodes: int = 0
-
-
-@dataclass
-class UpdateReport:
-    """What one update tells the session (metrics, progress, checkpoints)."""
-
-    counters: Counters
-    local_steps: int
-    episode_return_sum: float  # all ranks, episodes finished this update
-    episode_return_count: int
-    learning_rate: float
-    losses: dict[str, float]
-    rollout_seconds: float
-    update_seconds: float
-    allreduce_seconds: float
-    epochs_run: int
-
-
-class Session(Protocol):
-    """The plumbing the loop calls at update boundaries (see session.py)."""
-
-    restart: int
-
-    def stop_requested(self) -> bool: ...
-    def success_vote(self) -> bool: ...
-    def load(self) -> tuple[dict, dict | None] | None: ...
-    def after_update(self, report: UpdateReport, trainer: PPOTrainer) -> None: ...
 
 
 # --- The trainer ---------------------------------------------------------
@@ -455,62 +429,66 @@ class PPOTrainer:
         rewards = self.ret_norm.scale(buf.rewards).astype(np.float32) if scale_rewards else buf.rewards
         return gae(rewards, buf.values, next_value, buf.terminated, buf.truncated, buf.valid, self.hp.gamma, self.hp.gae_lambda)
 
-    def train(self, session: Session) -> str:
-        """Run updates until the budget is spent, the target is met, or a stop
-        is requested. Returns "budget", "target" or "stopped"."""
+    def budget_spent(self) -> bool:
+        return self.counters.updates >= self.num_updates
+
+    def update(self, stop_vote: bool, success_vote: bool) -> UpdateReport:
+        """One update: a rollout, the all-reduce, then (unless rank 0's
+        evaluation of the current weights met the target) learning."""
         hp = self.hp
-        loaded = session.load()
-        if loaded is not None:
-            shared, own = loaded
-            self.load_shared(shared)
-            if own is not None:
-                self.load_rank(own)
-        while self.counters.updates < self.num_updates:
-            frac = 1.0 - self.counters.updates / self.num_updates
-            lr = hp.learning_rate * frac if hp.anneal_lr else hp.learning_rate
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
+        frac = 1.0 - self.counters.updates / self.num_updates
+        lr = hp.learning_rate * frac if hp.anneal_lr else hp.learning_rate
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
-            started = time.perf_counter()
-            self.collect()
-            rollout_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        self.collect()
+        rollout_seconds = time.perf_counter() - started
 
-            totals, allreduce_seconds = self.sync(session.stop_requested(), session.success_vote())
-            steps, episodes, return_sum, stop_votes, success_votes = totals[:5]
-            offset = 5
-            if hp.normalize_observation:
-                self.obs_norm.merge(totals[offset : offset + self.obs_norm.size])
-                offset += self.obs_norm.size
-            if hp.normalize_reward:
-                self.ret_norm.merge(totals[offset : offset + self.ret_norm.size])
-            self.counters.global_step += int(steps)
-            self.counters.episodes += int(episodes)
-            if success_votes > 0:
-                return "target"  # rank 0's evaluation of the current weights met it
+        totals, allreduce_seconds = self.sync(stop_vote, success_vote)
+        steps, episodes, return_sum, stop_votes, success_votes = totals[:5]
+        offset = 5
+        if hp.normalize_observation:
+            self.obs_norm.merge(totals[offset : offset + self.obs_norm.size])
+            offset += self.obs_norm.size
+        if hp.normalize_reward:
+            self.ret_norm.merge(totals[offset : offset + self.ret_norm.size])
+        self.counters.global_step += int(steps)
+        self.counters.episodes += int(episodes)
 
+        losses, epochs_run, update_seconds = {}, 0, 0.0
+        if success_votes == 0:
             started = time.perf_counter()
             advantages, returns = self.advantages(hp.normalize_reward)
             losses, epochs_run = self.learn(advantages, returns)
             update_seconds = time.perf_counter() - started
             self.counters.updates += 1
-            session.after_update(
-                UpdateReport(
-                    counters=self.counters,
-                    local_steps=int(self.buf.valid.sum()),
-                    episode_return_sum=float(return_sum),
-                    episode_return_count=int(episodes),
-                    learning_rate=lr,
-                    losses=losses,
-                    rollout_seconds=rollout_seconds,
-                    update_seconds=update_seconds,
-                    allreduce_seconds=allreduce_seconds,
-                    epochs_run=epochs_run,
-                ),
-                self,
-            )
-            if stop_votes > 0:
-                return "stopped"
-        return "budget"
+        return UpdateReport(
+            counters=self.counters,
+            local_steps=int(self.buf.valid.sum()),
+            episode_return_sum=float(return_sum),
+            episode_return_count=int(episodes),
+            learning_rate=lr,
+            losses=losses,
+            rollout_seconds=rollout_seconds,
+            update_seconds=update_seconds,
+            allreduce_seconds=allreduce_seconds,
+            epochs_run=epochs_run,
+            stop=stop_votes > 0,
+            target_met=success_votes > 0,
+        )
+
+    def train(self, session: Session) -> str:
+        """Updates until the budget is spent, the target is met or a stop is
+        voted (session.run_updates): "budget", "target" or "stopped"."""
+        return run_updates(self, session)
+
+    def final_model(self) -> dict:
+        return {
+            "agent": self.agent.state_dict(),
+            "obs_norm": _as_tensors(self.obs_norm.state_dict()) if self.hp.normalize_observation else None,
+            "hidden_sizes": list(self.hp.hidden_sizes),
+        }
 
     # -- evaluation (rank 0) -------------------------------------------------
 
@@ -544,3 +522,9 @@ class PPOTrainer:
             return float(returns.mean())
         finally:
             envs.close()
+
+
+def _as_tensors(norm: dict) -> dict:
+    """A normaliser's state with tensors for arrays, so the final model loads
+    with torch.load(weights_only=True)."""
+    return {"mean": torch.from_numpy(norm["mean"]), "var": torch.from_numpy(norm["var"]), "count": float(norm["count"])}

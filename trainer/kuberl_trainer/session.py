@@ -1,6 +1,12 @@
-"""What happens at update boundaries around the algorithm: metrics, the
-progress line and progress.jsonl, rank-0 evaluation and its stop vote,
-checkpoints (save, resume, broadcast), the final model.
+"""The one boundary between the algorithms and everything around them.
+
+An algorithm (ppo.py, dqn.py; chosen from the table in __main__) implements
+`Algorithm`: one `update()` at a time, its replicated and per-rank state,
+evaluation and its final model's contents. `run_updates` is the loop every
+algorithm runs; a `Session` is what the loop calls at update boundaries:
+`TrainingSession` does metrics, the progress line and progress.jsonl,
+rank-0 evaluation and its stop vote, checkpoints (save, resume, broadcast)
+and the final model; `BareSession` does nothing, for benchmarks and tests.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ import os
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from kuberl import contract
@@ -21,11 +29,101 @@ from .distributed import Dist, PeerLost
 from .envs import rank_seed
 from .metrics import TrainerMetrics
 from .paths import host_path
-from .ppo import PPOTrainer, UpdateReport
 
 PROGRESS_EVERY_SECONDS = 5.0
 RECENT_EPISODES = 100
 EVAL_SEED_STREAM = 1_000_003  # keeps evaluation seeds apart from every rank's
+
+
+# --- What an algorithm and the loop share ----------------------------------------
+
+
+@dataclass
+class Counters:
+    """Global (all ranks) progress, identical on every rank."""
+
+    global_step: int = 0
+    updates: int = 0
+    episodes: int = 0
+
+
+@dataclass
+class UpdateReport:
+    """What one update tells the loop and the session (metrics, progress,
+    checkpoints). `stop` and `target_met` are the ranks' votes, summed in
+    the update's all-reduce; when the target is met nothing was learned."""
+
+    counters: Counters
+    local_steps: int
+    episode_return_sum: float  # all ranks, episodes finished this update
+    episode_return_count: int
+    learning_rate: float
+    losses: dict[str, float]
+    rollout_seconds: float
+    update_seconds: float
+    allreduce_seconds: float
+    epochs_run: int
+    stop: bool = False
+    target_met: bool = False
+
+
+class Algorithm(Protocol):
+    """A trainer for one algorithm, built as `make(ctx, hyperparameters,
+    env_id, num_envs, env_kwargs, total_timesteps, seed, restart,
+    env_backend=...)` (the table in __main__)."""
+
+    counters: Counters
+    num_updates: int  # planned updates (for the start line)
+    batch_per_rank: int  # env steps per rank per update
+
+    def budget_spent(self) -> bool: ...
+    def update(self, stop_vote: bool, success_vote: bool) -> UpdateReport: ...
+    def shared_state(self) -> dict:
+        """Replicated state: identical on every rank, so rank 0 alone saves it."""
+    def rank_state(self) -> dict | None:
+        """This rank's own state, as plain data (deterministic mode only); None
+        when it cannot be taken."""
+    def load_shared(self, state: dict) -> None: ...
+    def load_rank(self, state: dict) -> None: ...
+    def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float: ...
+    def final_model(self) -> dict:
+        """What the final model file holds of this algorithm (weights, the
+        network's shape, normalisers), as tensors and plain values; the
+        session adds the env id, timesteps and evaluation return."""
+
+
+class Session(Protocol):
+    """The plumbing the loop calls at update boundaries."""
+
+    restart: int
+
+    def stop_requested(self) -> bool: ...
+    def success_vote(self) -> bool: ...
+    def load(self) -> tuple[dict, dict | None] | None: ...
+    def after_update(self, report: UpdateReport, algorithm: Algorithm) -> None: ...
+
+
+def run_updates(algorithm: Algorithm, session: Session) -> str:
+    """Resume from the session's checkpoint, then update until the budget is
+    spent, rank 0's evaluation met the target, or a stop was voted. Returns
+    "budget", "target" or "stopped"."""
+    loaded = session.load()
+    if loaded is not None:
+        shared, own = loaded
+        algorithm.load_shared(shared)
+        if own is not None:
+            algorithm.load_rank(own)
+    while not algorithm.budget_spent():
+        report = algorithm.update(session.stop_requested(), session.success_vote())
+        if report.target_met:
+            return "target"
+        session.after_update(report, algorithm)
+        if report.stop:
+            return "stopped"
+    return "budget"
+
+
+# --- Sessions ---------------------------------------------------------------------
 
 
 class BareSession:
@@ -47,7 +145,7 @@ class BareSession:
     def load(self) -> None:
         return None
 
-    def after_update(self, report: UpdateReport, trainer: PPOTrainer) -> None:
+    def after_update(self, report: UpdateReport, algorithm: Algorithm) -> None:
         self.reports.append(report)
 
 
@@ -104,7 +202,7 @@ class TrainingSession:
         self.last_checkpoint_update = state["counters"]["updates"]
         return state, own
 
-    def after_update(self, report: UpdateReport, trainer: PPOTrainer) -> None:
+    def after_update(self, report: UpdateReport, algorithm: Algorithm) -> None:
         counters = report.counters
         self.recent.append((report.episode_return_sum, report.episode_return_count))
         while len(self.recent) > 1 and sum(c for _, c in list(self.recent)[1:]) >= RECENT_EPISODES:
@@ -113,10 +211,10 @@ class TrainingSession:
             self._record(report)
         success = self.spec.success
         if self.ctx.is_main and success.target_return is not None and counters.updates % success.eval_every == 0:
-            self.evaluate(trainer)
+            self.evaluate(algorithm)
             self.curve_point(counters.global_step)
         if counters.updates % self.spec.checkpoint.every_updates == 0:
-            self.save(trainer)
+            self.save(algorithm)
         if self.ctx.is_main and time.monotonic() - self.last_report[0] >= PROGRESS_EVERY_SECONDS:
             self.report(counters.global_step)
 
@@ -147,10 +245,10 @@ class TrainingSession:
         metrics.update_duration.observe(report.update_seconds)
         metrics.allreduce_duration.observe(report.allreduce_seconds)
 
-    def evaluate(self, trainer: PPOTrainer) -> None:
+    def evaluate(self, algorithm: Algorithm) -> None:
         env, success = self.spec.env, self.spec.success
-        seed = rank_seed(self.spec.seed, EVAL_SEED_STREAM, trainer.counters.updates)
-        self.eval_return = trainer.evaluate(env.id, success.eval_episodes, env.kwargs, seed)
+        seed = rank_seed(self.spec.seed, EVAL_SEED_STREAM, algorithm.counters.updates)
+        self.eval_return = algorithm.evaluate(env.id, success.eval_episodes, env.kwargs, seed)
         self.target_met = self.eval_return >= success.target_return
         if self.metrics is not None:
             self.metrics.eval_return.set(self.eval_return)
@@ -184,36 +282,36 @@ class TrainingSession:
         with open(os.path.join(self.checkpoint_dir, "progress.jsonl"), "a") as f:
             f.write(json.dumps(line) + "\n")
 
-    def save(self, trainer: PPOTrainer, collectives: bool = True) -> None:
+    def save(self, algorithm: Algorithm, collectives: bool = True) -> None:
         """Rank 0 writes the replicated state; deterministic mode first
         gathers every rank's env and RNG state (all ranks are here together)."""
         per_rank = None
         if self.spec.deterministic and collectives:
-            per_rank = distributed.gather_objects(self.ctx, trainer.rank_state())
+            per_rank = distributed.gather_objects(self.ctx, algorithm.rank_state())
             if per_rank is not None and any(own is None for own in per_rank):
                 per_rank = None  # envs whose state is not plain data resume without it (envs.env_state)
-        if not self.ctx.is_main or trainer.counters.updates == self.last_checkpoint_update:
+        if not self.ctx.is_main or algorithm.counters.updates == self.last_checkpoint_update:
             return
-        state = {**trainer.shared_state(), "elapsed_seconds": self.wall_seconds(), "per_rank": per_rank}
-        path = checkpoint.save(self.checkpoint_dir, trainer.counters.updates, state, self.spec.checkpoint.keep)
-        self.last_checkpoint_update = trainer.counters.updates
+        state = {**algorithm.shared_state(), "elapsed_seconds": self.wall_seconds(), "per_rank": per_rank}
+        path = checkpoint.save(self.checkpoint_dir, algorithm.counters.updates, state, self.spec.checkpoint.keep)
+        self.last_checkpoint_update = algorithm.counters.updates
         if self.metrics is not None:
             self.metrics.checkpointed()
-        self.log(f"checkpoint {path} (timesteps {trainer.counters.global_step})")
+        self.log(f"checkpoint {path} (timesteps {algorithm.counters.global_step})")
 
-    def finish(self, trainer: PPOTrainer, outcome: str) -> str:
+    def finish(self, algorithm: Algorithm, outcome: str) -> str:
         """Final checkpoint or model; returns the termination-log message."""
-        steps = trainer.counters.global_step
+        steps = algorithm.counters.global_step
         if self.ctx.is_main:
             self.report(steps)
         if outcome == "stopped":
             try:
-                self.save(trainer)
+                self.save(algorithm)
             except PeerLost:  # a peer already left: rank 0 holds the replicated state
-                self.save(trainer, collectives=False)
+                self.save(algorithm, collectives=False)
             return f"stopped at timesteps {steps}; resumable from {self.checkpoint_dir}"
         if self.ctx.is_main:
-            self.write_final_model(trainer)
+            self.write_final_model(algorithm)
         if outcome == "target" and not self.ctx.is_main:
             return f"rank 0's evaluation met the target at timesteps {steps}"
         final = contract.final_numbers(steps, self.eval_return)
@@ -221,19 +319,18 @@ class TrainingSession:
             return f"eval return {self.eval_return:.1f} >= {self.spec.success.target_return} at timesteps {steps}; model {self.config.final_model} {final}"
         return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}, eval return {_fmt(self.eval_return)}); model {self.config.final_model} {final}"
 
-    def write_final_model(self, trainer: PPOTrainer) -> None:
+    def write_final_model(self, algorithm: Algorithm) -> None:
+        """The algorithm's part (final_model) plus what every final model
+        carries; loadable with torch.load(weights_only=True)."""
+        model = {
+            **algorithm.final_model(),
+            "algorithm": self.spec.algorithm,
+            "env_id": self.spec.env.id,
+            "timesteps": algorithm.counters.global_step,
+            "eval_return": self.eval_return,
+        }
         buffer = io.BytesIO()
-        torch.save(
-            {
-                "agent": trainer.agent.state_dict(),
-                "obs_norm": trainer.obs_norm.state_dict() if trainer.hp.normalize_observation else None,
-                "env_id": self.spec.env.id,
-                "hidden_sizes": list(trainer.hp.hidden_sizes),
-                "timesteps": trainer.counters.global_step,
-                "eval_return": self.eval_return,
-            },
-            buffer,
-        )
+        torch.save(model, buffer)
         checkpoint.write_atomic(self.final_model, buffer.getvalue())
 
 

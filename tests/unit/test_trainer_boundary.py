@@ -1,0 +1,82 @@
+"""One algorithm boundary: every algorithm is chosen from __main__'s table,
+implements session.Algorithm, runs session.run_updates through one
+TrainingSession (final model included), and imports no other algorithm."""
+
+import ast
+import importlib
+import inspect
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from kuberl import contract, trainerconfig
+from kuberl.spec import parse_spec
+from kuberl_trainer import __main__ as entry
+from kuberl_trainer import session
+from kuberl_trainer.distributed import Dist
+
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+ALGORITHM_MODULES = {name: entry.make.__module__ for name, entry in entry.ALGORITHMS.items()}
+
+
+def imported_modules(module_name: str) -> set[str]:
+    """Every module `module_name` imports, relative imports resolved."""
+    module = importlib.import_module(module_name)
+    tree = ast.parse(Path(inspect.getfile(module)).read_text())
+    package = module.__package__
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) if node.level else node.module
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from . import ppo` imports a module
+    return found
+
+
+def test_each_algorithm_lives_in_its_own_module():
+    assert sorted(entry.ALGORITHMS) == ["dqn", "ppo"]
+    assert len(set(ALGORITHM_MODULES.values())) == len(ALGORITHM_MODULES)
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHM_MODULES))
+def test_no_algorithm_module_imports_another(name):
+    others = set(ALGORITHM_MODULES.values()) - {ALGORITHM_MODULES[name]}
+    assert imported_modules(ALGORITHM_MODULES[name]) & others == set()
+
+
+def test_the_session_imports_no_algorithm():
+    assert imported_modules(session.__name__) & set(ALGORITHM_MODULES.values()) == set()
+
+
+@pytest.mark.parametrize("name", sorted(entry.ALGORITHMS))
+def test_every_algorithm_has_the_protocol_methods_with_their_parameters(name):
+    trainer_class = entry.ALGORITHMS[name].make
+    methods = {m: f for m, f in vars(session.Algorithm).items() if inspect.isfunction(f) and not m.startswith("_")}
+    assert methods
+    for method, declared in methods.items():
+        implemented = getattr(trainer_class, method, None)
+        assert implemented is not None, method
+        assert list(inspect.signature(implemented).parameters) == list(inspect.signature(declared).parameters), method
+
+
+@pytest.mark.parametrize("name", sorted(entry.ALGORITHMS))
+def test_every_algorithm_trains_and_writes_its_final_model_through_one_session(name, tmp_path, monkeypatch):
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    block = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 32, "batchSize": 16, "bufferSize": 256}}[name]
+    spec = parse_spec({"algorithm": name, name: block, "env": {"id": "CartPole-v1", "numEnvs": 2},
+                       "totalTimesteps": 256, "workers": 1, "seed": 1})
+    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
+    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 256, 1, 0)
+    for member in session.Algorithm.__annotations__:
+        assert hasattr(trainer, member), member
+    training = session.TrainingSession(config, ONE_PROCESS, None, 0, threading.Event(), log=lambda _line: None)
+    outcome = session.run_updates(trainer, training)
+    assert outcome == "budget" and trainer.budget_spent() and trainer.counters.global_step > 0
+    training.finish(trainer, outcome)
+    model = torch.load(training.final_model, weights_only=True)  # tensors and plain values only
+    assert (model["algorithm"], model["env_id"], model["timesteps"]) == (name, "CartPole-v1", trainer.counters.global_step)
+    for key, tensor in trainer.agent.state_dict().items():
+        assert torch.equal(model["agent"][key], tensor), key
