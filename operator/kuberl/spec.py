@@ -695,7 +695,7 @@ def validate_job(job: Any, env_id_known: Callable[[str], bool | None] | None = N
             parsed = parse_spec(job["spec"])
         except InvalidJob as e:
             problems += e.problems
-    unknown_env = parsed is not None and env_id_known is not None and ":" not in parsed.env.id
+    unknown_env = parsed is not None and parsed.env is not None and env_id_known is not None and ":" not in parsed.env.id
     if unknown_env and env_id_known(parsed.env.id) is False:
         problems.append(Problem(
             "spec.env.id",

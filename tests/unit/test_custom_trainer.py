@@ -1,0 +1,37 @@
+"""trainer: custom: a job that brings its own command needs only what its pods need."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import yaml
+from kuberl import names
+from kuberl.localrun import summary
+from kuberl.render import Job, render_configmap
+from kuberl.spec import validate_job
+
+CUSTOM = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": {"name": "byo"}, "spec": {
+    "trainer": "custom", "workers": 2,
+    "template": {"spec": {"containers": [{"name": "trainer", "command": ["torchrun", "/app/train.py"]}]}}}}
+
+
+def test_validate_with_an_env_registry_accepts_a_job_without_env():
+    spec = validate_job(CUSTOM, env_id_known=lambda _id: False)
+    assert spec.trainer == "custom" and spec.env is None and spec.algorithm is None
+
+
+def test_no_final_model_is_claimed_and_the_summary_says_what_kuberl_knows(tmp_path):
+    job = Job("byo", validate_job(CUSTOM))
+    config = json.loads(render_configmap(job, "default", "u")["data"][names.CONFIG_FILE])
+    assert config["paths"]["finalModel"] is None
+    line = summary(job, {"checkpoints": str(tmp_path), "model": None}, {"restarts": 0}, 0, 12.0)
+    assert line == "byo succeeded: every worker exited 0 after 12s; restarts 0"
+
+
+def test_kuberl_validate_names_the_custom_trainer(tmp_path):
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(CUSTOM))
+    done = subprocess.run([sys.executable, "-m", "kuberl.cli", "validate", str(tmp_path / "job.yaml")], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "byo: valid: custom trainer, 2 worker(s) x 1 process(es) = world size 2;" in done.stdout

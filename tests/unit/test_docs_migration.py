@@ -1,0 +1,54 @@
+"""docs/migrating-from-pytorchjob.md: its RLTrainingJob is valid and renders
+the pods its PyTorchJob describes (same image, command, env, volumes, world
+size), and the README links it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from kuberl import names
+from kuberl.render import PLACEHOLDER_UID, render_job
+from kuberl.spec import validate_job
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "migrating-from-pytorchjob.md"
+
+
+def manifests() -> tuple[dict, dict]:
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", GUIDE.read_text(), re.DOTALL)]
+    (pytorchjob,) = [b for b in blocks if b["kind"] == "PyTorchJob"]
+    (rltj,) = [b for b in blocks if b["kind"] == "RLTrainingJob"]
+    return pytorchjob, rltj
+
+
+def test_the_guides_rltrainingjob_runs_the_pytorchjobs_pods():
+    pytorchjob, rltj = manifests()
+    validate_job(rltj)
+    replicas = pytorchjob["spec"]["pytorchReplicaSpecs"]
+    nproc = int(pytorchjob["spec"]["nprocPerNode"])
+    (theirs,) = replicas["Worker"]["template"]["spec"]["containers"]
+    pods = [o for o in render_job(rltj, rltj["metadata"]["namespace"], PLACEHOLDER_UID) if o["kind"] == "Pod"]
+    assert len(pods) == sum(r["replicas"] for r in replicas.values())
+    for rank, pod in enumerate(pods):
+        ours = next(c for c in pod["spec"]["containers"] if c["name"] == names.TRAINER_CONTAINER)
+        env = {e["name"]: e.get("value") for e in ours["env"]}
+        assert (ours["image"], ours["command"]) == (theirs["image"], theirs["command"])
+        assert env["NCCL_DEBUG"] == "WARN"
+        assert (env["WORLD_SIZE"], env["RANK"], env["PET_NPROC_PER_NODE"]) == (str(len(pods) * nproc), str(rank), str(nproc))
+        assert {"name": "data", "mountPath": "/data"} in ours["volumeMounts"]
+        assert ours["resources"]["limits"]["cpu"] == theirs["resources"]["limits"]["cpu"]
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "mnist-data"}
+    policy = pytorchjob["spec"]["runPolicy"]
+    for field in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
+        assert rltj["spec"]["runPolicy"][field] == policy[field]
+    assert rltj["spec"]["queueName"] == policy["schedulingPolicy"]["queue"]
+
+
+def test_the_readme_links_the_guide_and_the_guide_links_the_contract():
+    readme = (ROOT / "README.md").read_text()
+    assert "(docs/migrating-from-pytorchjob.md)" in readme
+    assert "../README.md#the-environment-contract" in GUIDE.read_text()
+    assert "\n## The environment contract\n" in readme
