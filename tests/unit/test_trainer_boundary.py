@@ -13,7 +13,7 @@ import torch
 from kuberl import contract, trainerconfig
 from kuberl.spec import parse_spec
 from kuberl_trainer import __main__ as entry
-from kuberl_trainer import session
+from kuberl_trainer import checkpoint, session
 from kuberl_trainer.distributed import Dist
 
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
@@ -80,3 +80,16 @@ def test_every_algorithm_trains_and_writes_its_final_model_through_one_session(n
     assert (model["algorithm"], model["env_id"], model["timesteps"]) == (name, "CartPole-v1", trainer.counters.global_step)
     for key, tensor in trainer.agent.state_dict().items():
         assert torch.equal(model["agent"][key], tensor), key
+
+
+@pytest.mark.parametrize("name", sorted(entry.ALGORITHMS))
+def test_every_algorithms_rank_state_is_plain_data_for_native_envs_and_none_for_others(name):
+    hp = parse_spec({"algorithm": name, "env": {"id": "CartPole-v1"}, "totalTimesteps": 10_000}).hyperparameters
+    make = entry.ALGORITHMS[name].make
+    trainer = make(ONE_PROCESS, hp, "CartPole-v1", 2, {}, 10_000, 1, 0)
+    trainer.update(stop_vote=False, success_vote=False)
+    saved = checkpoint.decode(checkpoint.encode({"per_rank": [trainer.rank_state()]}))["per_rank"][0]
+    resumed = make(ONE_PROCESS, hp, "CartPole-v1", 2, {}, 10_000, 1, 1)
+    resumed.load_rank(saved)
+    assert (resumed.next_obs == trainer.next_obs).all()
+    assert make(ONE_PROCESS, hp, "Acrobot-v1", 2, {}, 10_000, 1, 0).rank_state() is None

@@ -1,5 +1,7 @@
 """DQN under DDP, for discrete actions. Reads top to bottom: the Q network,
-the maths (epsilon, TD targets, loss), the trainer and its loop.
+the maths (epsilon, TD targets, loss), the trainer (one iteration, its
+state, its final model: session.Algorithm; the loop every algorithm runs is
+session.run_updates).
 
 Each rank steps its own vectorised envs and fills and samples its OWN replay
 buffer (`replay.ReplayBuffer`, n-step returns with gymnasium's autoreset rows

@@ -1,5 +1,7 @@
 """PPO under DDP, for discrete and continuous actions. Reads top to bottom:
-the agent, the maths (GAE, loss), the rollout buffer, the update, the loop.
+the agent, the maths (GAE, loss), the rollout buffer, the trainer (one
+update, its state, its final model: session.Algorithm; the loop every
+algorithm runs is session.run_updates).
 
 Each rank collects its own rollouts from its own vectorised envs; gradients
 are averaged by DDP (one flat all-reduce per minibatch, `no_sync()` on

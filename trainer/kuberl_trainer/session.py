@@ -196,6 +196,9 @@ class TrainingSession:
             own = per_rank[self.ctx.rank]
         elif per_rank is not None:
             self.log(f"the checkpoint's per-rank state is for {len(per_rank)} rank(s), not {self.ctx.world_size}: resuming without it")
+        elif self.spec.deterministic:
+            self.log("the checkpoint holds no per-rank env state (kept only for gymnasium's native vector envs): "
+                     "this resume is not bitwise equal to an uninterrupted run")
         self.elapsed_before = float(state.get("elapsed_seconds", 0.0))
         self.start_step = state["counters"]["global_step"]
         self.last_report = (time.monotonic(), self.start_step)
