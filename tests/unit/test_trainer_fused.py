@@ -1,0 +1,120 @@
+"""The hand-fused PPO step computes what the nn.Module path computes:
+ppo_loss + autograd + clip_grad_norm_ + torch.optim.Adam, on the same
+weights and minibatches (losses, gradients, parameters, Adam moments)."""
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from kuberl.spec import PPOConfig
+from kuberl_trainer import fused
+from kuberl_trainer.ppo import STAT_NAMES, Agent, ppo_loss
+from torch import nn
+
+OBS_DIM, BATCH = 4, 64
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def module_step(agent, optimizer, obs, rows, hp):
+    """PPOTrainer.minibatch_step's maths, without DDP (one micro-batch)."""
+    actions = rows[:, :-5]
+    actions = actions.squeeze(-1) if agent.discrete else actions
+    old_log_prob, old_value, advantages, returns, valid = rows[:, -5:].unbind(1)
+    weight = valid / valid.sum().clamp(min=1.0)
+    if hp.norm_advantage:
+        mean = (advantages * weight).sum()
+        std = ((advantages - mean).square() * weight).sum().sqrt()
+        advantages = (advantages - mean) / (std + 1e-8)
+    new_log_prob, entropy, new_value = agent(obs, actions)
+    loss, stats = ppo_loss(new_log_prob, entropy, new_value, old_log_prob, old_value, advantages, returns, weight, hp)
+    loss.backward()
+    grads = [p.grad.clone() for p in agent.parameters()]
+    nn.utils.clip_grad_norm_(agent.parameters(), hp.max_grad_norm, foreach=True)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return torch.stack([stats[name] for name in STAT_NAMES]), grads
+
+
+def minibatch(agent, rng, batch=BATCH, obs_dim=OBS_DIM):
+    """Observations and table rows as PPOTrainer.learn builds them, with old
+    log-probs and values near the current ones (so ratios straddle the clip)
+    and a few autoreset rows."""
+    obs = torch.from_numpy(rng.normal(size=(batch, obs_dim)).astype(np.float32))
+    with torch.no_grad():
+        action, log_prob, value = agent.act(obs)
+    action = action.float().reshape(batch, -1)
+    noise = lambda scale: torch.from_numpy(rng.normal(scale=scale, size=batch).astype(np.float32))
+    valid = torch.from_numpy((rng.random(batch) > 0.1).astype(np.float32))
+    table = torch.stack([log_prob + noise(0.3), value + noise(0.3), noise(1.0), value + noise(1.0), valid], 1)
+    return obs, torch.cat([action, table], 1)
+
+
+CASES = {
+    "discrete": (gym.spaces.Discrete(3), {}),
+    "discrete, clipped value, entropy": (gym.spaces.Discrete(2), {"clip_value_loss": True, "ent_coef": 0.01}),
+    "continuous": (gym.spaces.Box(-1, 1, (2,), np.float32), {"clip_value_loss": False, "ent_coef": 0.01}),
+    "one hidden layer, raw advantages": (gym.spaces.Discrete(2), {"norm_advantage": False, "hidden_sizes": [16]}),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fused_steps_equal_the_module_path(case):
+    space, overrides = CASES[case]
+    hp = PPOConfig(**{"hidden_sizes": [32, 32], "max_grad_norm": 0.1, **overrides})
+    torch.manual_seed(0)
+    reference = Agent(OBS_DIM, space, list(hp.hidden_sizes))
+    agent = copy.deepcopy(reference)
+    optimizer = torch.optim.Adam(reference.parameters(), lr=3e-3, eps=1e-5, fused=True)
+    step = fused.FusedPPOStep(agent, hp, lr=3e-3, eps=1e-5)
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        obs, rows = minibatch(reference, rng)
+        expected_stats, expected_grads = module_step(reference, optimizer, obs, rows, hp)
+        stats = step.step(obs, rows)
+        np.testing.assert_allclose(stats.numpy(), expected_stats.numpy(), rtol=1e-4, atol=1e-6)
+        # the unclipped gradient, before Adam consumed it (clipping scales it uniformly)
+        scale = min(1.0, hp.max_grad_norm / (torch.linalg.vector_norm(torch.cat([g.flatten() for g in expected_grads])) + 1e-6))
+        for param, grad in zip(agent.parameters(), expected_grads, strict=True):
+            _, fused_grad = step.params[id(param)]
+            np.testing.assert_allclose(fused_grad.numpy(), grad.numpy() * float(scale), rtol=1e-4, atol=1e-6)
+    for name, (mine, theirs) in enumerate(zip(agent.parameters(), reference.parameters(), strict=True)):
+        np.testing.assert_allclose(mine.detach().numpy(), theirs.detach().numpy(), rtol=1e-4, atol=1e-6, err_msg=str(name))
+        state, expected = step.optimizer_state(mine), optimizer.state[theirs]
+        assert float(state["step"]) == float(expected["step"]) == 6
+        np.testing.assert_allclose(state["exp_avg"].numpy(), expected["exp_avg"].numpy(), rtol=1e-4, atol=1e-7)
+        np.testing.assert_allclose(state["exp_avg_sq"].numpy(), expected["exp_avg_sq"].numpy(), rtol=1e-4, atol=1e-9)
+
+
+def test_the_agent_sees_the_fused_weights():
+    """Acting, state dicts and checkpoints read the agent: its parameters are views of the flat vector."""
+    hp = PPOConfig(hidden_sizes=[8, 8])
+    agent = Agent(OBS_DIM, gym.spaces.Discrete(2), [8, 8])
+    before = {k: v.clone() for k, v in agent.state_dict().items()}
+    step = fused.FusedPPOStep(agent, hp, lr=1e-2)
+    for name, value in agent.state_dict().items():
+        assert torch.equal(value, before[name]), name  # copied in unchanged
+    obs, rows = minibatch(agent, np.random.default_rng(0))
+    step.step(obs, rows)
+    assert not torch.equal(agent.actor[0].weight, before["actor.0.weight"])
+    assert agent.actor[0].weight.data_ptr() == step.view["W0"][0].data_ptr()
+
+
+def test_unsupported_agents_are_refused():
+    cpu = torch.device("cpu")
+    assert fused.supports(Agent(OBS_DIM, gym.spaces.Discrete(2), [8, 8]), cpu)
+    assert not fused.supports(Agent(OBS_DIM, gym.spaces.Discrete(2), [8, 8]), cpu, "bf16")
+    uneven = Agent(OBS_DIM, gym.spaces.Discrete(2), [8, 8])
+    uneven.critic[2] = nn.Linear(8, 4)
+    uneven.critic[4] = nn.Linear(4, 1)
+    assert not fused.supports(uneven, cpu)
+    with pytest.raises(ValueError, match="tanh MLP"):
+        fused.FusedPPOStep(uneven, PPOConfig(), lr=1e-3)
