@@ -89,6 +89,7 @@ def test_an_old_format_checkpoint_loads_through_the_numpy_allowlist_and_drops_it
 
 def test_an_old_format_file_with_anything_beyond_numpy_is_skipped(tmp_path):
     (tmp_path / "ckpt-0000000002.pt").write_bytes(old_format_checkpoint({"counters": {}, "odd": logging.getLogger("x")}))
+    (tmp_path / "ckpt-0000000001.pt").write_bytes(old_format_checkpoint({"counters": {}, "raw": b"bytes load, but are not state"}))
     assert checkpoint.load_newest(str(tmp_path)) is None
 
 

@@ -218,6 +218,7 @@ def _decode_v1(payload: bytes) -> object:
     if isinstance(state, dict) and state.get("per_rank") is not None:
         log.warning("a version 1 checkpoint's per-rank env state is a pickle: resuming without it")
         state["per_rank"] = None
+    to_plain(state)  # what loads must be plain data, as version 2 is (rank 0 re-encodes it to broadcast)
     return state
 
 
