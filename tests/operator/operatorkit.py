@@ -14,10 +14,11 @@ import urllib.request
 from typing import Self
 
 import pytest
-from kuberl import names
+from kuberl import contract, names
 from kuberl.kubeapi import API_CALLS
 
 from tests.support.apiserver import StandinServer, free_port
+from tests.support.jobs import make_job
 from tests.support.rest import Rest
 from tests.support.store import container_terminated, timestamp
 
@@ -162,11 +163,12 @@ def running(standin: StandinServer, pod: dict, ip: str | None = None) -> None:
 
 
 def terminated(standin: StandinServer, pod: dict, exit_code: int, message: str = '') -> None:
-    """Report a pod's trainer as ended, with its termination message."""
+    """Report a pod's trainer as ended; `message` is the line it states (marked, as the trainer writes it)."""
+    stated = contract.TERMINATION_MARKER + message if message else ''
     standin.store.report_pod(NS, pod['metadata']['name'], {
         'phase': 'Succeeded' if exit_code == 0 else 'Failed',
         'conditions': [{'type': 'Ready', 'status': 'False', 'lastTransitionTime': timestamp()}],
-        'containerStatuses': [container_terminated(names.TRAINER_CONTAINER, exit_code, message)]})
+        'containerStatuses': [container_terminated(names.TRAINER_CONTAINER, exit_code, stated)]})
 
 
 def start_gang(standin: StandinServer, name: str, workers: int, generation: int = 0, ip: str | None = None) -> list[dict]:
