@@ -18,7 +18,6 @@ from kuberl import contract, names
 from kuberl.kubeapi import API_CALLS
 
 from tests.support.apiserver import StandinServer, free_port
-from tests.support.jobs import make_job
 from tests.support.rest import Rest
 from tests.support.store import container_terminated, timestamp
 
