@@ -18,6 +18,7 @@ from kuberl import contract, names
 from kuberl.kubeapi import API_CALLS
 
 from tests.support.apiserver import StandinServer, free_port
+from tests.support.jobs import make_job
 from tests.support.rest import Rest
 from tests.support.store import container_terminated, timestamp
 
@@ -91,15 +92,9 @@ def operator(standin: StandinServer, tmp_path: pathlib.Path):
 # --- jobs ---------------------------------------------------------------------
 
 def manifest(name: str, **spec) -> dict:
-    """A small valid job; keyword arguments override spec fields (camelCase)."""
-    body = {'algorithm': 'ppo', 'env': {'id': 'CartPole-v1', 'numEnvs': 2}, 'totalTimesteps': 1000, 'workers': 2,
-            'runPolicy': {'restartBackoffSeconds': 0.2, 'stallTimeoutSeconds': 600, 'startupTimeoutSeconds': 600}}
-    for key, value in spec.items():
-        if isinstance(value, dict) and isinstance(body.get(key), dict):
-            body[key] = {**body[key], **value}
-        else:
-            body[key] = value
-    return {'apiVersion': names.API_VERSION, 'kind': names.KIND, 'metadata': {'name': name}, 'spec': body}
+    """A small valid job (tests.support.jobs) that restarts fast; keyword arguments are spec fields (camelCase)."""
+    quick = make_job(name).run_policy(restartBackoffSeconds=0.2, stallTimeoutSeconds=600, startupTimeoutSeconds=600)
+    return quick.with_spec(**spec).obj()
 
 
 def create_job(rest: Rest, name: str, **spec) -> dict:

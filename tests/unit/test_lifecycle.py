@@ -23,7 +23,8 @@ from kuberl.lifecycle import (
     Succeed,
     decide,
 )
-from kuberl.spec import parse_spec
+
+from tests.support.jobs import make_job
 
 T0 = 1_700_000_000.0
 JOB = "job"
@@ -32,8 +33,7 @@ JOB = "job"
 def job(workers: int = 2, **run_policy) -> object:
     policy = {"restartBackoffSeconds": 10, "backoffLimit": 3, "stallTimeoutSeconds": 100,
               "startupTimeoutSeconds": 50, "maxStartupRetries": 2, **run_policy}
-    return parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000,
-                       "workers": workers, "runPolicy": policy})
+    return make_job().workers(workers).run_policy(**policy).spec()
 
 
 class Pod:
@@ -713,7 +713,7 @@ def test_without_a_ttl_a_finished_job_stays_and_sleeps():
 
 
 def test_a_queued_job_that_ends_marks_its_kueue_group_finished_first():
-    spec = parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "workers": 2, "queueName": "team-a"})
+    spec = make_job().queue("team-a").spec()
     pods = [Pod(0).exited(0, "Succeeded: done").obj(), Pod(1).running().obj(), Pod(0, gen=1).deleting(T0).obj()]
     d = decide(spec, running_status(spec), pods, None, T0 + 1)
     assert d.phase == lc.SUCCEEDED

@@ -4,12 +4,13 @@ import json
 import pytest
 from kuberl import lifecycle, names, reconcile
 from kuberl.rank0metrics import Rank0Reading
-from kuberl.spec import Problem, parse_spec
+from kuberl.spec import Problem
+
+from tests.support.jobs import make_job
 
 
 def document(**spec) -> dict:
-    return {'apiVersion': names.API_VERSION, 'kind': names.KIND, 'metadata': {'name': 'job'},
-            'spec': {'algorithm': 'ppo', 'env': {'id': 'CartPole-v1'}, 'totalTimesteps': 1000, **spec}}
+    return make_job().with_spec(**spec).obj()
 
 @pytest.mark.parametrize('old, new, patch', [
     ({'a': 1}, {'a': 1, 'b': None}, None),
@@ -49,8 +50,7 @@ def test_pods_over_the_security_level_are_a_refusal_naming_each_field():
 
 
 def test_status_stays_bounded_for_64_workers_of_4_processes_over_200_restarts():
-    spec = parse_spec({'algorithm': 'ppo', 'env': {'id': 'CartPole-v1'}, 'totalTimesteps': 10**9, 'workers': 64,
-                       'procsPerWorker': 4, 'runPolicy': {'backoffLimit': 1000, 'restartBackoffSeconds': 0}})
+    spec = make_job().workers(64).with_spec(totalTimesteps=10**9, procsPerWorker=4).run_policy(backoffLimit=1000, restartBackoffSeconds=0).spec()
     status, now, sizes = {}, 1_000_000.0, []
     for cycle in range(200):
         generation = status.get('generation', 0)
