@@ -92,3 +92,19 @@ def test_a_script_that_spawns_its_own_processes_gets_pytorchjobs_world_size_and_
     assert code == 0, out[-4000:]
     answered = re.findall(r"spawn rank (\d) of 4: 4 processes answered", out)
     assert sorted(int(r) for r in answered) == [0, 1, 2, 3], out[-3000:]
+
+
+def test_a_path_that_leaves_the_pods_root_is_refused_before_anything_runs(tmp_path):
+    escape = "/.." * 40 + str(tmp_path / "escaped")
+    trainer = {"name": "trainer", "command": ["python", "-c", "print('ran')"], "terminationMessagePath": escape,
+               "volumeMounts": [{"name": "x", "mountPath": escape + "-dir"}]}
+    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "escape"}, "spec": {
+        "trainer": "custom", "workers": 2, "rendezvous": {"port": free_port()},
+        "template": {"spec": {"containers": [trainer], "volumes": [{"name": "x", "emptyDir": {}}]}}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    done = subprocess.run([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "terminationMessagePath" in done.stdout and ".mountPath" in done.stdout, done.stdout
+    assert "ran" not in done.stdout.splitlines()
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "escaped-dir").exists()
