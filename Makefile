@@ -49,8 +49,8 @@ test-unit: $(STAMP) ## pure tests: spec, CRD, render, lifecycle, algorithm maths
 test-distributed: $(STAMP) ## real multi-process gloo runs on CPU
 	$(PYTEST) tests/distributed
 
-test-operator: $(STAMP) ## the real kopf operator over HTTP against the API stand-in
-	$(PYTEST) tests/operator
+test-operator: $(STAMP) ## the API stand-in's own tests, then the real kopf operator over HTTP against it
+	$(PYTEST) tests/support tests/operator
 
 test-e2e: $(STAMP) ## acceptance: kubectl -> stand-in -> kuberl operator -> local node -> Prometheus, fault scenarios, kuberl run; prints the scenario table
 	$(PYTEST) tests/e2e

@@ -1,7 +1,8 @@
 """Test support: a Kubernetes API stand-in strict where the real API server is strict, and a local node.
 
-Fixtures (tests/operator/conftest.py): `standin` (server with manifests/crd.yaml applied), `rest`
-(a status-code-exact client), `kube_api` (kubernetes.client.ApiClient), `local_node`.
+Fixtures (tests/support/fixtures.py; the stand-in's own tests, test_standin_*.py, live beside it here and
+the operator tier uses the same ones): `standin` (server with manifests/crd.yaml applied), `rest` (a
+status-code-exact client), `kube_api` (kubernetes.client.ApiClient), `local_node`.
 
 - `apiserver.StandinServer`: the API server on 127.0.0.1 over real HTTP, in a background thread.
   kmock 0.8 serves the socket and parses requests; its reaction DSL still works for fault injection

@@ -1,0 +1,50 @@
+"""The stand-in's admission hook answers as a real API server does (sources in tests.support.admission)."""
+import pytest
+
+from tests.support import admission
+from tests.support.admission import Refuse
+from tests.support.jobs import make_job
+
+PODS = '/api/v1/namespaces/default/pods'
+
+
+def pod(name: str, **labels: str) -> dict:
+    return {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': name, 'labels': labels},
+            'spec': {'containers': [{'name': 'c', 'image': 'busybox'}]}}
+
+
+@pytest.mark.parametrize('answer, code, reason, message', [
+    (admission.quota_exceeded(), 403, 'Forbidden',
+     'pods "p" is forbidden: exceeded quota: compute-resources, requested: pods=1, used: pods=4, limited: pods=4'),
+    (admission.pod_security(), 403, 'Forbidden', 'pods "p" is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)'),
+    (admission.limit_ranger(), 403, 'Forbidden', 'pods "p" is forbidden: maximum cpu usage per Container is 1, but limit is 2'),
+    (admission.webhook_denial(), 400, None, 'admission webhook "deny.policy.example.com" denied the request: GPU pods need a team label'),
+    (admission.webhook_denial(code=403), 403, None, 'admission webhook "deny.policy.example.com" denied the request: GPU pods need a team label'),
+    (admission.validating_admission_policy(), 422, 'Invalid',
+     ("pods \"p\" is forbidden: ValidatingAdmissionPolicy 'no-host-network' with binding 'no-host-network-binding' denied request: "
+     "failed expression: !object.spec.hostNetwork")),
+])
+def test_a_refused_create_gets_the_api_servers_code_reason_and_message_and_stores_nothing(standin, rest, answer, code, reason, message):
+    standin.store.hooks.admission.append(Refuse('pods', answer, labels={'team': 'a'}))
+    reply = rest.post(PODS, pod('p', team='a'))
+    assert (reply.status, reply.body.get('reason'), reply.body['message']) == (code, reason, message)
+    assert reply.body['status'] == 'Failure' and reply.body['code'] == code
+    assert rest.get(f'{PODS}/p').status == 404
+    assert rest.post(PODS, pod('q', team='b')).status == 201, 'only matching objects are refused'
+
+
+def test_a_refusal_comes_after_the_objects_own_validation_and_can_be_limited_in_number(standin, rest):
+    refuse = Refuse('pods', admission.quota_exceeded(), times=1)
+    standin.store.hooks.admission.append(refuse)
+    invalid = pod('bad')
+    del invalid['spec']['containers'][0]['image']
+    assert rest.post(PODS, invalid).status == 422, 'an invalid object is refused by validation first'
+    assert rest.post(PODS, pod('p')).status == 403
+    assert rest.post(PODS, pod('p')).status == 201
+    assert refuse.refused == 1
+
+
+def test_custom_resources_pass_through_the_same_hook(standin, rest):
+    standin.store.hooks.admission.append(Refuse('rltrainingjobs', admission.webhook_denial(message='no jobs today')))
+    reply = rest.post('/apis/kuberl.dev/v1alpha1/namespaces/default/rltrainingjobs', make_job('j').obj())
+    assert reply.status == 400 and reply.body['message'].endswith('denied the request: no jobs today')
