@@ -2,15 +2,12 @@
 a stand-in that checks bearer tokens as the API server does: kopf's client and the operator's own
 client both get their token from the plugin, and both run it again after a 401."""
 import asyncio
-import logging
 import pathlib
 import sys
 
-import kopf
 import pytest
 import yaml
-from kuberl import kubeapi, names
-from kuberl.operator_metrics import OperatorMetrics
+from kuberl import kubeapi
 
 from tests.operator.operatorkit import (
     CRD,
@@ -21,6 +18,7 @@ from tests.operator.operatorkit import (
     pods,
     wait_for,
 )
+from tests.operator.test_kubeapi import api_errors, run_api
 from tests.support.apiserver import StandinServer, kubeconfig
 from tests.support.rest import Rest
 
@@ -59,17 +57,6 @@ def authenticating_standin(tmp_path: pathlib.Path):
         yield server
 
 
-def test_standin_answers_a_rejected_token_401_and_no_credentials_403(authenticating_standin):
-    url = f'/api/v1/namespaces/{NS}/pods'
-    assert Rest(authenticating_standin.url, token=ADMIN).get(url).status == 200
-    rejected = Rest(authenticating_standin.url, token='expired').get(url)
-    assert rejected.status == 401 and rejected.body['reason'] == 'Unauthorized' and rejected.message == 'Unauthorized'
-    anonymous = Rest(authenticating_standin.url).get(url)
-    assert anonymous.status == 403
-    assert anonymous.message == 'pods is forbidden: User "system:anonymous" cannot list resource "pods" in API group "" in the namespace "default"'
-    assert Rest(authenticating_standin.url).get('/healthz').status == 200
-
-
 def test_operator_logs_in_through_an_exec_plugin_and_again_after_its_token_expires(authenticating_standin, tmp_path):
     standin, state = authenticating_standin, tmp_path / 'plugin'
     rest = Rest(standin.url, token=ADMIN)
@@ -95,25 +82,8 @@ def test_operator_logs_in_through_an_exec_plugin_and_again_after_its_token_expir
 # --- the operator's own client, in this process ----------------------------------------------
 
 
-def run_api(standin: StandinServer, state: pathlib.Path, monkeypatch, calls):
-    """`calls(api)` with a KubeApi logged in from the exec kubeconfig; returns what it returns and the metrics."""
-    monkeypatch.setenv('KUBECONFIG', str(exec_kubeconfig(standin, state)))
-    monkeypatch.delenv('KUBERNETES_SERVICE_HOST', raising=False)
-    metrics = OperatorMetrics()
-
-    async def main():
-        connection = kubeapi.Connection()
-        try:
-            return await calls(kubeapi.KubeApi(kopf.OperatorSettings(), logging.getLogger('test'), metrics, connection))
-        finally:
-            await connection.close()
-
-    return asyncio.run(main()), metrics
-
-
-def api_errors(metrics: OperatorMetrics, code: str) -> float:
-    return sum(sample.value for metric in metrics.api_errors.collect() for sample in metric.samples
-               if sample.name.endswith('_total') and sample.labels['code'] == code)
+def run_exec_api(standin: StandinServer, state: pathlib.Path, monkeypatch, calls):
+    return run_api(monkeypatch, exec_kubeconfig(standin, state), calls)
 
 
 def test_a_burst_of_401s_runs_the_plugin_once_and_every_call_succeeds(authenticating_standin, tmp_path, monkeypatch):
@@ -124,7 +94,7 @@ def test_a_burst_of_401s_runs_the_plugin_once_and_every_call_succeeds(authentica
         revoke_issued(standin, state)
         return await asyncio.gather(*(api.get('', 'v1', 'pods', NS, f'missing-{i}') for i in range(16)))
 
-    answers, metrics = run_api(standin, state, monkeypatch, calls)
+    answers, metrics = run_exec_api(standin, state, monkeypatch, calls)
     assert answers == [None] * 16
     assert plugin_runs(state) == 2, 'one login at start, one after the burst of 401s'
     assert api_errors(metrics, '401') == 0
@@ -139,28 +109,7 @@ def test_a_token_the_server_keeps_refusing_fails_the_call_after_one_new_login(au
             await api.list_job_pods(NS, 'any')
         return refused.value
 
-    error, metrics = run_api(standin, state, monkeypatch, calls)
+    error, metrics = run_exec_api(standin, state, monkeypatch, calls)
     assert (error.status, error.reason, error.message) == (401, 'Unauthorized', 'Unauthorized')
     assert plugin_runs(state) == 2
     assert api_errors(metrics, '401') == 1
-
-
-def test_errors_carry_the_servers_status(authenticating_standin, tmp_path, monkeypatch):
-    standin, state = authenticating_standin, tmp_path / 'plugin'
-    pod = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'twice', 'namespace': NS, 'labels': {names.LABEL_JOB: 'j'}},
-           'spec': {'containers': [{'name': 'c', 'image': 'busybox'}]}}
-
-    async def calls(api):
-        await api.create(pod)
-        with pytest.raises(kubeapi.Conflict) as conflict:
-            await api.create(pod)
-        with pytest.raises(kubeapi.Unprocessable) as invalid:
-            await api.create({**pod, 'metadata': {**pod['metadata'], 'name': 'Not_A_Name'}})
-        return conflict.value, invalid.value, await api.list_job_pods(NS, 'j')
-
-    (conflict, invalid, listed), metrics = run_api(standin, state, monkeypatch, calls)
-    assert isinstance(conflict, kubeapi.ApiError) and conflict.status == 409 and conflict.reason == 'AlreadyExists'
-    assert str(conflict) == conflict.message == 'pods "twice" already exists'
-    assert invalid.status == 422 and invalid.reason == 'Invalid' and 'Not_A_Name' in invalid.message
-    assert [p['metadata']['name'] for p in listed] == ['twice']
-    assert api_errors(metrics, '409') == 1 and api_errors(metrics, '422') == 1

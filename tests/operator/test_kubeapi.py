@@ -1,0 +1,71 @@
+"""`kuberl.kubeapi` against the stand-in, in this process: errors carry the server's Status,
+5xx answers are retried with backoff, and a failure is counted once, after the last attempt."""
+import asyncio
+import logging
+
+import kmock
+import kopf
+import pytest
+from kuberl import kubeapi, names
+from kuberl.operator_metrics import OperatorMetrics
+
+NS = 'default'
+POD = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'twice', 'namespace': NS, 'labels': {names.LABEL_JOB: 'j'}},
+       'spec': {'containers': [{'name': 'c', 'image': 'busybox'}]}}
+
+
+def run_api(monkeypatch, kubeconfig, calls):
+    """`calls(api)` with a KubeApi logged in from `kubeconfig`; returns what it returns, and the metrics."""
+    monkeypatch.setenv('KUBECONFIG', str(kubeconfig))
+    monkeypatch.delenv('KUBERNETES_SERVICE_HOST', raising=False)
+    metrics = OperatorMetrics()
+
+    async def main():
+        connection = kubeapi.Connection()
+        try:
+            return await calls(kubeapi.KubeApi(kopf.OperatorSettings(), logging.getLogger('test'), metrics, connection))
+        finally:
+            await connection.close()
+
+    return asyncio.run(main()), metrics
+
+
+def api_errors(metrics: OperatorMetrics, code: str) -> float:
+    return sum(sample.value for metric in metrics.api_errors.collect() for sample in metric.samples
+               if sample.name.endswith('_total') and sample.labels['code'] == code)
+
+
+def test_errors_carry_the_servers_status(standin, monkeypatch):
+    async def calls(api):
+        await api.create(POD)
+        with pytest.raises(kubeapi.Conflict) as conflict:
+            await api.create(POD)
+        with pytest.raises(kubeapi.Unprocessable) as invalid:
+            await api.create({**POD, 'metadata': {**POD['metadata'], 'name': 'Not_A_Name'}})
+        return conflict.value, invalid.value, await api.list_job_pods(NS, 'j'), await api.get('', 'v1', 'pods', NS, 'none')
+
+    (conflict, invalid, listed, missing), metrics = run_api(monkeypatch, standin.kubeconfig, calls)
+    assert isinstance(conflict, kubeapi.ApiError) and (conflict.status, conflict.reason) == (409, 'AlreadyExists')
+    assert str(conflict) == conflict.message == 'pods "twice" already exists'
+    assert (invalid.status, invalid.reason) == (422, 'Invalid') and 'Not_A_Name' in invalid.message
+    assert [p['metadata']['name'] for p in listed] == ['twice'] and missing is None
+    assert api_errors(metrics, '409') == 1 and api_errors(metrics, '422') == 1 and api_errors(metrics, '404') == 1
+
+
+def test_server_errors_are_retried_with_backoff_and_counted_only_when_the_last_attempt_fails(standin, monkeypatch):
+    pods = kmock.resource('', 'v1', 'pods')
+    standin.handler['get', pods][:len(kubeapi.API_BACKOFFS)] << 503  # every retry is used, the last attempt succeeds
+
+    async def calls(api):
+        started = asyncio.get_running_loop().time()
+        listed = await api.list_job_pods(NS, 'j')
+        waited = asyncio.get_running_loop().time() - started
+        standin.handler['post', pods] << 500  # never recovers
+        with pytest.raises(kubeapi.ServerError) as failed:
+            await api.create(POD)
+        return listed, waited, failed.value
+
+    (listed, waited, failed), metrics = run_api(monkeypatch, standin.kubeconfig, calls)
+    assert listed == [] and waited >= sum(kubeapi.API_BACKOFFS)
+    assert failed.status == 500
+    assert api_errors(metrics, '503') == 0 and api_errors(metrics, '500') == 1
