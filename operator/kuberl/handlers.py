@@ -223,14 +223,11 @@ class JobLoop:
         decision = await self._decide(job, spec, refusal)
         try:
             await self._act(job, spec, decision)
-        except ApiError as error:
-            refused = reconcile.child_refusal(error.status, server_message(error))
-            if refused is None:
-                raise
+        except ChildRefused as refused:
             # Decided again with the refusal: the job fails (or waits for quota), and any part of
             # the gang already created is deleted by the same decision.
             self.wake.pods_changed = True
-            decision = await self._decide(job, spec, refused)
+            decision = await self._decide(job, spec, refused.refusal)
             await self._act(job, spec, decision)
         return self._next_wake(decision)
 
@@ -352,8 +349,15 @@ class JobLoop:
                 await call(job, spec, action)
 
     async def _create_gang(self, job: dict, spec: JobSpec, action: lifecycle.CreatePods) -> None:
-        await self._ensure_children(job, spec, action.generation)
-        await self._create_pods(job, spec, action)
+        """The generation's children and pods; a create the API server refuses becomes ChildRefused."""
+        try:
+            await self._ensure_children(job, spec, action.generation)
+            await self._create_pods(job, spec, action)
+        except ApiError as error:
+            refusal = reconcile.child_refusal(error.status, server_message(error))
+            if refusal is None:
+                raise
+            raise ChildRefused(refusal) from error
 
     async def _ensure_children(self, job: dict, spec: JobSpec, generation: int) -> None:
         """ConfigMap (frozen), PVC, NetworkPolicy, Service, PodGroup: before each generation's
@@ -452,6 +456,14 @@ class JobLoop:
         if decision.phase == lifecycle.RUNNING:
             waits.append(self.shell.config.scrape_interval)
         return min(waits)
+
+
+class ChildRefused(Exception):
+    """The API server refused to create a child: an input for the next decision, not a retry."""
+
+    def __init__(self, refusal: lifecycle.Refusal):
+        super().__init__(refusal.message)
+        self.refusal = refusal
 
 
 def server_message(error: ApiError) -> str:
