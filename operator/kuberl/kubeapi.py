@@ -204,12 +204,16 @@ class Connection:
 
     @staticmethod
     async def _close_later(client: k8s_client.ApiClient) -> None:
-        await asyncio.sleep(RETIRED_CLIENT_GRACE_SECONDS)
-        await client.close()
+        try:
+            await asyncio.sleep(RETIRED_CLIENT_GRACE_SECONDS)
+        finally:  # at once when the operator stops
+            await client.close()
 
     async def close(self) -> None:
-        for task in list(self._closing):
+        closing = list(self._closing)
+        for task in closing:
             task.cancel()
+        await asyncio.gather(*closing, return_exceptions=True)
         if self._client is not None:
             await self._client.close()
             self._client = None
