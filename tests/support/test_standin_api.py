@@ -3,6 +3,8 @@ import time
 
 import pytest
 
+from tests.support.jobs import make_job
+
 PODS = '/api/v1/namespaces/default/pods'
 JOBS = '/apis/kuberl.dev/v1alpha1/namespaces/default/rltrainingjobs'
 CONFIGMAPS = '/api/v1/namespaces/default/configmaps'
@@ -96,9 +98,7 @@ def test_stale_resource_version_update_is_409(rest):
 
 
 def test_custom_resource_put_needs_a_resource_version(rest):
-    job = {'apiVersion': 'kuberl.dev/v1alpha1', 'kind': 'RLTrainingJob', 'metadata': {'name': 'j'},
-           'spec': {'algorithm': 'ppo', 'env': {'id': 'CartPole-v1'}, 'totalTimesteps': 1000}}
-    created = rest.post(JOBS, job).body
+    created = rest.post(JOBS, make_job('j').obj()).body
     del created['metadata']['resourceVersion']
     reply = rest.put(f'{JOBS}/j', created)
     assert reply.status == 422 and 'metadata.resourceVersion' in reply.message

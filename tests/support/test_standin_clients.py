@@ -6,9 +6,10 @@ import kopf
 import kubernetes
 from kopf.testing import KopfRunner
 
+from tests.support.jobs import make_job
+
 JOBS = '/apis/kuberl.dev/v1alpha1/namespaces/default/rltrainingjobs'
-JOB = {'apiVersion': 'kuberl.dev/v1alpha1', 'kind': 'RLTrainingJob', 'metadata': {'name': 'smoke'},
-       'spec': {'algorithm': 'ppo', 'env': {'id': 'CartPole-v1'}, 'totalTimesteps': 1000}}
+JOB = make_job('smoke').without('workers').obj()  # the CRD defaults workers
 
 
 def test_python_client_create_returns_the_created_object(kube_api):
