@@ -1,0 +1,191 @@
+"""Why does a gradient sync wait ~10x the all-reduce's own cost? Two gloo
+ranks on this machine, measured three ways in one run:
+
+1. floor: back-to-back all-reduces of a tensor the size of the PPO agent's
+   gradient, nothing else running in the ranks;
+2. training: the real PPOTrainer (bench.py's CartPole settings), DDP's comm
+   hook timing each gradient all-reduce from launch (this rank's backward
+   done) to completion, and stamping the launch on the system-wide
+   monotonic clock, so the two ranks' launches of the same sync can be
+   compared: the gap between them is time the earlier rank waits for the later;
+3. fused: kuberl_trainer.fused's step on a fixed minibatch per rank, its
+   flat gradient all-reduced once per step (identical work on both ranks).
+
+    .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500]
+
+Prints milliseconds per sync (median, p90, min) and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def now() -> float:
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def summary(ms: list[float]) -> str:
+    if not ms:
+        return "-"
+    ordered = sorted(ms)
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return f"median {statistics.median(ms):.3f} ms, p90 {p90:.3f}, min {ordered[0]:.3f} ({len(ms)} syncs)"
+
+
+# --- one rank ---------------------------------------------------------------------------
+
+
+def rank_main(out: str, updates: int, floor_calls: int) -> None:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from kuberl.spec import PPOConfig
+    from kuberl_trainer import fused
+    from kuberl_trainer.distributed import process_group
+    from kuberl_trainer.ppo import PPOTrainer
+    from kuberl_trainer.session import BareSession
+
+    sys.path.insert(0, str(REPO / "bench"))
+    sys.path.insert(0, str(REPO / "tests/unit"))
+    from test_trainer_fused import minibatch
+
+    from bench import KUBERL_PPO_CARTPOLE, _snake
+
+    with process_group("gloo", 600, 120) as ctx:
+        hp = PPOConfig(**_snake(KUBERL_PPO_CARTPOLE))
+        trainer = PPOTrainer(ctx, hp, "CartPole-v1", 8, {}, 10**9, 1, 0)
+        size = sum(p.numel() for p in trainer.agent.parameters())
+        result: dict = {"rank": ctx.rank, "gradient_floats": size, "threads": torch.get_num_threads()}
+
+        # 1. the floor
+        grad = torch.zeros(size)
+        for _ in range(50):
+            dist.all_reduce(grad)
+        floor = []
+        for _ in range(floor_calls):
+            started = now()
+            dist.all_reduce(grad)
+            floor.append(now() - started)
+        result["floor"] = floor
+
+        # 2. inside training: DDP's comm hook, launch stamps on the shared clock
+        launches: list[float] = []
+        waits: list[float] = []
+
+        def hook(_state, bucket):
+            started = now()
+            launches.append(started)
+            future = dist.all_reduce(bucket.buffer().div_(ctx.world_size), async_op=True).get_future()
+
+            def done(f):
+                waits.append(now() - started)
+                return f.value()[0]
+
+            return future.then(done)
+
+        trainer.model.register_comm_hook(None, hook)
+        trainer.train(BareSession(2))  # warm-up
+        launches.clear()
+        waits.clear()
+        session = BareSession(updates)
+        trainer.train(session)
+        result["training"] = {"launches": launches, "waits": waits,
+                              "update_seconds": [r.update_seconds for r in session.reports],
+                              "rollout_seconds": [r.rollout_seconds for r in session.reports]}
+
+        # 3. the fused step, one flat all-reduce per gradient step
+        agent = trainer.agent
+        fused_waits: list[float] = []
+        fused_launches: list[float] = []
+
+        def allreduce(tensor):
+            started = now()
+            fused_launches.append(started)
+            dist.all_reduce(tensor)
+            fused_waits.append(now() - started)
+
+        step = fused.FusedPPOStep(agent, hp, lr=1e-4, eps=1e-5, allreduce=allreduce, world_size=ctx.world_size)
+        obs, rows = minibatch(agent, np.random.default_rng(ctx.rank), 256, 4)
+        for _ in range(20):
+            step.step(obs, rows)
+        fused_waits.clear()
+        fused_launches.clear()
+        started = now()
+        for _ in range(updates * 20):
+            step.step(obs, rows)
+        result["fused"] = {"launches": fused_launches, "waits": fused_waits,
+                           "seconds_per_step": (now() - started) / (updates * 20)}
+    with open(f"{out}-rank{result['rank']}.json", "w") as f:
+        json.dump(result, f)
+
+
+# --- the launcher -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def report(results: list[dict]) -> None:
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"2 gloo ranks, {results[0]['gradient_floats']} floats per gradient, torch threads per rank "
+          f"{results[0]['threads']}, load {load}")
+    for r in results:
+        print(f"  rank {r['rank']} floor (idle ranks, back to back): {summary([1000 * x for x in r['floor']])}")
+    for part in ("training", "fused"):
+        a, b = results[0][part], results[1][part]
+        n = min(len(a["launches"]), len(b["launches"]))
+        gaps = [1000 * abs(a["launches"][i] - b["launches"][i]) for i in range(n)]
+        for r in results:
+            print(f"  rank {r['rank']} {part}: wait per sync {summary([1000 * x for x in r[part]['waits']])}")
+        print(f"  {part}: gap between the ranks' launches of the same sync {summary(gaps)}")
+        early = [1000 * (b["launches"][i] - a["launches"][i]) for i in range(n)]
+        print(f"  {part}: rank 0 launches first in {sum(e > 0 for e in early)} of {n} syncs")
+    print(f"  fused: ms per gradient step including its sync, rank 0 {1000 * results[0]['fused']['seconds_per_step']:.3f}, "
+          f"rank 1 {1000 * results[1]['fused']['seconds_per_step']:.3f}")
+    for r in results:
+        t = r["training"]
+        print(f"  rank {r['rank']} training: update {1000 * statistics.median(t['update_seconds']):.1f} ms, "
+              f"rollout {1000 * statistics.median(t['rollout_seconds']):.1f} ms (medians)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--updates", type=int, default=10)
+    parser.add_argument("--floor-calls", type=int, default=500)
+    parser.add_argument("--rank-out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rank_out:
+        rank_main(args.rank_out, args.updates, args.floor_calls)
+        return
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "sync")
+        procs = []
+        for rank in range(2):
+            env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+            procs.append(subprocess.Popen([sys.executable, __file__, "--rank-out", out, "--updates", str(args.updates),
+                                           "--floor-calls", str(args.floor_calls)], env=env, cwd=REPO))
+        codes = [p.wait(timeout=1800) for p in procs]
+        if any(codes):
+            sys.exit(f"a rank failed: exit codes {codes}")
+        report([json.loads(Path(f"{out}-rank{rank}.json").read_text()) for rank in range(2)])
+
+
+if __name__ == "__main__":
+    main()
