@@ -128,6 +128,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         settings.peering.mandatory = True
     shell.reconcile_slots = asyncio.Semaphore(shell.config.max_concurrent_reconciles)
     shell.scraper = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=shell.config.scrape_timeout))
+    await kubeapi.CONNECTION.client()  # log in now: the first job's pods are not kept waiting for it
 
 
 @kopf.on.cleanup()
