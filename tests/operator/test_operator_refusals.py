@@ -10,6 +10,7 @@ import pytest
 from kuberl import names
 
 from tests.operator.operatorkit import (
+    Operator,
     condition,
     create_job,
     events,
@@ -99,3 +100,18 @@ def test_a_template_over_the_pod_security_level_fails_at_once_naming_every_field
     create_job(rest, 'modest', workers=1)
     start_gang(standin, 'modest', 1)
     wait_phase(rest, 'modest', 'Running')
+
+
+def test_the_operators_level_and_service_account_allowlist_come_from_its_command_line(standin, rest, tmp_path):
+    op = Operator(standin, tmp_path, '--pod-security', 'privileged', '--allowed-service-accounts', 'trainer').start()
+    try:
+        create_job(rest, 'host', workers=1, template={'spec': {'hostNetwork': True, 'serviceAccountName': 'trainer'}})
+        [pod] = wait_for(lambda: pods(standin, 'host'), what='the privileged level to let a host-network pod through')
+        assert pod['spec']['hostNetwork'] is True
+        create_job(rest, 'anyone', workers=1)
+        wait_phase(rest, 'anyone', 'Failed')
+        failed = condition(rest, 'anyone', 'Failed')
+        assert failed['reason'] == 'PodSecurity' and 'spec.serviceAccountName' in failed['message'], failed
+        assert not pods(standin, 'anyone')
+    finally:
+        op.stop()
