@@ -72,7 +72,7 @@ def main() -> None:
     reference = Agent(args.obs_dim, gym.spaces.Discrete(args.actions), args.hidden)
     agent = copy.deepcopy(reference)
     optimizer = torch.optim.Adam(reference.parameters(), lr=1e-4, eps=1e-5, fused=True)
-    fused_step = fused.FusedPPOStep(agent, hp, lr=1e-4, eps=1e-5)
+    fused_step = fused.FusedPPOStep(agent, hp, torch.optim.Adam(agent.parameters(), lr=1e-4, eps=1e-5))
     rng = np.random.default_rng(0)
     batches = [minibatch(reference, rng, args.batch, args.obs_dim) for _ in range(8)]
     sides = {

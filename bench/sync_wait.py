@@ -3,15 +3,16 @@ ranks on this machine, measured three ways in one run:
 
 1. floor: back-to-back all-reduces of a tensor the size of the PPO agent's
    gradient, nothing else running in the ranks;
-2. training: the real PPOTrainer (bench.py's CartPole settings), DDP's comm
-   hook timing each gradient all-reduce from launch (this rank's backward
-   done) to completion, and stamping the launch on the system-wide
-   monotonic clock, so the two ranks' launches of the same sync can be
-   compared: the gap between them is time the earlier rank waits for the later;
-3. fused: kuberl_trainer.fused's step on a fixed minibatch per rank, its
-   flat gradient all-reduced once per step (identical work on both ranks).
+2. training: the real PPOTrainer (bench.py's CartPole settings), each
+   gradient all-reduce timed from launch (this rank's gradient ready) to
+   completion, its launch stamped on the system-wide monotonic clock, so the
+   two ranks' launches of the same sync can be compared: the gap between
+   them is time the earlier rank waits for the later. The trainer's own path
+   (the fused step for small MLPs), or with --module DDP's (comm hook);
+3. fixed: the fused step on one fixed minibatch per rank, its flat gradient
+   all-reduced once per step (identical work on both ranks: no imbalance).
 
-    .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500]
+    .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500] [--module]
 
 Prints milliseconds per sync (median, p90, min) and the load average.
 """
@@ -47,7 +48,7 @@ def summary(ms: list[float]) -> str:
 # --- one rank ---------------------------------------------------------------------------
 
 
-def rank_main(out: str, updates: int, floor_calls: int) -> None:
+def rank_main(out: str, updates: int, floor_calls: int, module: bool) -> None:
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -65,9 +66,12 @@ def rank_main(out: str, updates: int, floor_calls: int) -> None:
 
     with process_group("gloo", 600, 120) as ctx:
         hp = PPOConfig(**_snake(KUBERL_PPO_CARTPOLE))
+        if module:
+            fused.supports = lambda *args, **kwargs: False
         trainer = PPOTrainer(ctx, hp, "CartPole-v1", 8, {}, 10**9, 1, 0)
         size = sum(p.numel() for p in trainer.agent.parameters())
-        result: dict = {"rank": ctx.rank, "gradient_floats": size, "threads": torch.get_num_threads()}
+        result: dict = {"rank": ctx.rank, "gradient_floats": size, "threads": torch.get_num_threads(),
+                        "path": "fused" if trainer.fused is not None else "DDP module"}
 
         # 1. the floor
         grad = torch.zeros(size)
@@ -80,9 +84,15 @@ def rank_main(out: str, updates: int, floor_calls: int) -> None:
             floor.append(now() - started)
         result["floor"] = floor
 
-        # 2. inside training: DDP's comm hook, launch stamps on the shared clock
+        # 2. inside training, launch stamps on the shared clock
         launches: list[float] = []
         waits: list[float] = []
+
+        def timed_allreduce(tensor):
+            started = now()
+            launches.append(started)
+            dist.all_reduce(tensor)
+            waits.append(now() - started)
 
         def hook(_state, bucket):
             started = now()
@@ -95,38 +105,31 @@ def rank_main(out: str, updates: int, floor_calls: int) -> None:
 
             return future.then(done)
 
-        trainer.model.register_comm_hook(None, hook)
+        if trainer.fused is not None:
+            trainer.fused.allreduce = timed_allreduce
+        else:
+            trainer.model.register_comm_hook(None, hook)
         trainer.train(BareSession(2))  # warm-up
         launches.clear()
         waits.clear()
         session = BareSession(updates)
         trainer.train(session)
-        result["training"] = {"launches": launches, "waits": waits,
+        result["training"] = {"launches": list(launches), "waits": list(waits),
                               "update_seconds": [r.update_seconds for r in session.reports],
                               "rollout_seconds": [r.rollout_seconds for r in session.reports]}
 
-        # 3. the fused step, one flat all-reduce per gradient step
-        agent = trainer.agent
-        fused_waits: list[float] = []
-        fused_launches: list[float] = []
-
-        def allreduce(tensor):
-            started = now()
-            fused_launches.append(started)
-            dist.all_reduce(tensor)
-            fused_waits.append(now() - started)
-
-        step = fused.FusedPPOStep(agent, hp, lr=1e-4, eps=1e-5, allreduce=allreduce, world_size=ctx.world_size)
-        obs, rows = minibatch(agent, np.random.default_rng(ctx.rank), 256, 4)
+        # 3. the fused step on a fixed minibatch, one flat all-reduce per gradient step
+        step = trainer.fused or fused.FusedPPOStep(trainer.agent, hp, trainer.optimizer, world_size=ctx.world_size)
+        step.allreduce = timed_allreduce
+        obs, rows = minibatch(trainer.agent, np.random.default_rng(ctx.rank), 256, 4)
         for _ in range(20):
             step.step(obs, rows)
-        fused_waits.clear()
-        fused_launches.clear()
+        waits.clear()
+        launches.clear()
         started = now()
         for _ in range(updates * 20):
             step.step(obs, rows)
-        result["fused"] = {"launches": fused_launches, "waits": fused_waits,
-                           "seconds_per_step": (now() - started) / (updates * 20)}
+        result["fixed"] = {"launches": launches, "waits": waits, "seconds_per_step": (now() - started) / (updates * 20)}
     with open(f"{out}-rank{result['rank']}.json", "w") as f:
         json.dump(result, f)
 
@@ -143,10 +146,10 @@ def free_port() -> int:
 def report(results: list[dict]) -> None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"2 gloo ranks, {results[0]['gradient_floats']} floats per gradient, torch threads per rank "
-          f"{results[0]['threads']}, load {load}")
+          f"{results[0]['threads']}, training path {results[0]['path']}, load {load}")
     for r in results:
         print(f"  rank {r['rank']} floor (idle ranks, back to back): {summary([1000 * x for x in r['floor']])}")
-    for part in ("training", "fused"):
+    for part in ("training", "fixed"):
         a, b = results[0][part], results[1][part]
         n = min(len(a["launches"]), len(b["launches"]))
         gaps = [1000 * abs(a["launches"][i] - b["launches"][i]) for i in range(n)]
@@ -155,8 +158,8 @@ def report(results: list[dict]) -> None:
         print(f"  {part}: gap between the ranks' launches of the same sync {summary(gaps)}")
         early = [1000 * (b["launches"][i] - a["launches"][i]) for i in range(n)]
         print(f"  {part}: rank 0 launches first in {sum(e > 0 for e in early)} of {n} syncs")
-    print(f"  fused: ms per gradient step including its sync, rank 0 {1000 * results[0]['fused']['seconds_per_step']:.3f}, "
-          f"rank 1 {1000 * results[1]['fused']['seconds_per_step']:.3f}")
+    print(f"  fixed: ms per fused gradient step including its sync, rank 0 {1000 * results[0]['fixed']['seconds_per_step']:.3f}, "
+          f"rank 1 {1000 * results[1]['fixed']['seconds_per_step']:.3f}")
     for r in results:
         t = r["training"]
         print(f"  rank {r['rank']} training: update {1000 * statistics.median(t['update_seconds']):.1f} ms, "
@@ -167,10 +170,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--updates", type=int, default=10)
     parser.add_argument("--floor-calls", type=int, default=500)
+    parser.add_argument("--module", action="store_true", help="train through DDP's module path, not the fused step")
     parser.add_argument("--rank-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_out:
-        rank_main(args.rank_out, args.updates, args.floor_calls)
+        rank_main(args.rank_out, args.updates, args.floor_calls, args.module)
         return
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,7 +184,8 @@ def main() -> None:
             env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
             procs.append(subprocess.Popen([sys.executable, __file__, "--rank-out", out, "--updates", str(args.updates),
-                                           "--floor-calls", str(args.floor_calls)], env=env, cwd=REPO))
+                                           "--floor-calls", str(args.floor_calls), *(["--module"] if args.module else [])],
+                                          env=env, cwd=REPO))
         codes = [p.wait(timeout=1800) for p in procs]
         if any(codes):
             sys.exit(f"a rank failed: exit codes {codes}")

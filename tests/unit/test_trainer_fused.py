@@ -74,7 +74,7 @@ def test_fused_steps_equal_the_module_path(case):
     reference = Agent(OBS_DIM, space, list(hp.hidden_sizes))
     agent = copy.deepcopy(reference)
     optimizer = torch.optim.Adam(reference.parameters(), lr=3e-3, eps=1e-5, fused=True)
-    step = fused.FusedPPOStep(agent, hp, lr=3e-3, eps=1e-5)
+    step = fused.FusedPPOStep(agent, hp, torch.optim.Adam(agent.parameters(), lr=3e-3, eps=1e-5))
     rng = np.random.default_rng(1)
     for _ in range(6):
         obs, rows = minibatch(reference, rng)
@@ -84,11 +84,11 @@ def test_fused_steps_equal_the_module_path(case):
         # the unclipped gradient, before Adam consumed it (clipping scales it uniformly)
         scale = min(1.0, hp.max_grad_norm / (torch.linalg.vector_norm(torch.cat([g.flatten() for g in expected_grads])) + 1e-6))
         for param, grad in zip(agent.parameters(), expected_grads, strict=True):
-            _, fused_grad = step.params[id(param)]
+            fused_grad = step._slot(step.grad, param)
             np.testing.assert_allclose(fused_grad.numpy(), grad.numpy() * float(scale), rtol=1e-4, atol=1e-6)
     for name, (mine, theirs) in enumerate(zip(agent.parameters(), reference.parameters(), strict=True)):
         np.testing.assert_allclose(mine.detach().numpy(), theirs.detach().numpy(), rtol=1e-4, atol=1e-6, err_msg=str(name))
-        state, expected = step.optimizer_state(mine), optimizer.state[theirs]
+        state, expected = step.optimizer.state[mine], optimizer.state[theirs]
         assert float(state["step"]) == float(expected["step"]) == 6
         np.testing.assert_allclose(state["exp_avg"].numpy(), expected["exp_avg"].numpy(), rtol=1e-4, atol=1e-7)
         np.testing.assert_allclose(state["exp_avg_sq"].numpy(), expected["exp_avg_sq"].numpy(), rtol=1e-4, atol=1e-9)
@@ -99,7 +99,7 @@ def test_the_agent_sees_the_fused_weights():
     hp = PPOConfig(hidden_sizes=[8, 8])
     agent = Agent(OBS_DIM, gym.spaces.Discrete(2), [8, 8])
     before = {k: v.clone() for k, v in agent.state_dict().items()}
-    step = fused.FusedPPOStep(agent, hp, lr=1e-2)
+    step = fused.FusedPPOStep(agent, hp, torch.optim.Adam(agent.parameters(), lr=1e-2))
     for name, value in agent.state_dict().items():
         assert torch.equal(value, before[name]), name  # copied in unchanged
     obs, rows = minibatch(agent, np.random.default_rng(0))
@@ -117,4 +117,62 @@ def test_unsupported_agents_are_refused():
     uneven.critic[4] = nn.Linear(4, 1)
     assert not fused.supports(uneven, cpu)
     with pytest.raises(ValueError, match="tanh MLP"):
-        fused.FusedPPOStep(uneven, PPOConfig(), lr=1e-3)
+        fused.FusedPPOStep(uneven, PPOConfig(), torch.optim.Adam(uneven.parameters()))
+
+
+def test_the_optimizer_state_round_trips_through_a_state_dict():
+    """Checkpoints hold torch.optim.Adam's state dict, whichever path wrote it."""
+    hp = PPOConfig(hidden_sizes=[8, 8])
+    torch.manual_seed(0)
+    agent = Agent(OBS_DIM, gym.spaces.Discrete(2), [8, 8])
+    step = fused.FusedPPOStep(agent, hp, torch.optim.Adam(agent.parameters(), lr=1e-2, eps=1e-5))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        step.step(*minibatch(agent, rng))
+    saved = copy.deepcopy({"agent": agent.state_dict(), "optimizer": step.optimizer.state_dict()})
+    assert [float(s["step"]) for s in saved["optimizer"]["state"].values()] == [3.0] * len(list(agent.parameters()))
+
+    # the nn.Module path resumes from it ...
+    reference = Agent(OBS_DIM, gym.spaces.Discrete(2), [8, 8])
+    reference.load_state_dict(saved["agent"])
+    optimizer = torch.optim.Adam(reference.parameters(), lr=1e-2, eps=1e-5, fused=True)
+    optimizer.load_state_dict(saved["optimizer"])
+    # ... and so does a fresh fused step: both take the same next step
+    resumed = Agent(OBS_DIM, gym.spaces.Discrete(2), [8, 8])
+    resumed_step = fused.FusedPPOStep(resumed, hp, torch.optim.Adam(resumed.parameters(), lr=1e-2, eps=1e-5))
+    resumed.load_state_dict(saved["agent"])
+    resumed_step.optimizer.load_state_dict(saved["optimizer"])
+    resumed_step.adopt_optimizer_state()
+    obs, rows = minibatch(agent, rng)
+    module_step(reference, optimizer, obs, rows, hp)
+    resumed_step.step(obs, rows)
+    for mine, theirs in zip(resumed.parameters(), reference.parameters(), strict=True):
+        np.testing.assert_allclose(mine.detach().numpy(), theirs.detach().numpy(), rtol=1e-5, atol=1e-7)
+        assert float(resumed_step.optimizer.state[mine]["step"]) == float(optimizer.state[theirs]["step"]) == 4
+
+
+def test_ppo_trainer_learns_through_the_fused_step_as_through_the_module_path(monkeypatch):
+    from kuberl_trainer.distributed import Dist
+    from kuberl_trainer.ppo import PPOTrainer
+
+    hp = PPOConfig(num_steps=16, num_minibatches=2, update_epochs=2, hidden_sizes=[16, 16], ent_coef=0.01)
+
+    def trainer():
+        return PPOTrainer(Dist(0, 1, 0, 1, torch.device("cpu"), None), hp, "CartPole-v1", 4, {}, 10**6, seed=5, restart=0)
+
+    fast = trainer()
+    with monkeypatch.context() as m:
+        m.setattr(fused, "supports", lambda *args, **kwargs: False)
+        reference = trainer()
+    assert fast.fused is not None and reference.fused is None
+    for _ in range(3):
+        fast_report, reference_report = fast.update(False, False), reference.update(False, False)
+        assert fast_report.local_steps == reference_report.local_steps  # same weights act alike
+        for name in STAT_NAMES:
+            assert fast_report.losses[name] == pytest.approx(reference_report.losses[name], rel=1e-3, abs=1e-6), name
+    for (name, mine), theirs in zip(fast.agent.state_dict().items(), reference.agent.state_dict().values(), strict=True):
+        np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+    saved, expected = fast.shared_state()["optimizer"], reference.shared_state()["optimizer"]
+    for key, state in expected["state"].items():
+        assert float(saved["state"][key]["step"]) == float(state["step"]) == 3 * 2 * 2
+        np.testing.assert_allclose(saved["state"][key]["exp_avg"].numpy(), state["exp_avg"].numpy(), rtol=1e-3, atol=1e-7)

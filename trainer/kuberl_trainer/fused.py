@@ -50,16 +50,23 @@ def supports(agent: nn.Module, device: torch.device, precision: str = "fp32") ->
 
 
 class FusedPPOStep:
-    """PPO's minibatch step for `agent` (a `ppo.Agent` that `supports`), with
-    Adam (betas, eps, lr as torch's) and global-norm clipping. `allreduce`,
-    when given, sums a tensor over ranks in place (the gradient is divided by
-    `world_size` first, as DDP's default hook does)."""
+    """PPO's minibatch step for `agent` (a `ppo.Agent` that `supports`),
+    applying `optimizer`'s Adam (its param group's lr, betas and eps, read at
+    every step, so learning-rate annealing applies) with global-norm
+    clipping. The optimizer's per-parameter state is kept live as views of
+    the flat moments, so its `state_dict()` (checkpoints) is always current;
+    after `optimizer.load_state_dict` call `adopt_optimizer_state`.
+    `allreduce`, when given, sums a tensor over ranks in place (the gradient
+    is divided by `world_size` first, as DDP's default hook does)."""
 
-    def __init__(self, agent: nn.Module, hp, lr: float, eps: float = 1e-5, betas: tuple[float, float] = (0.9, 0.999),
+    def __init__(self, agent: nn.Module, hp, optimizer: torch.optim.Adam,
                  allreduce: Callable[[torch.Tensor], None] | None = None, world_size: int = 1):
         if not supports(agent, torch.device("cpu")):
             raise ValueError("FusedPPOStep needs separate tanh MLP heads of equal hidden widths on CPU in fp32")
-        self.agent, self.hp, self.lr, self.eps, self.betas = agent, hp, lr, eps, betas
+        group = optimizer.param_groups[0]
+        if len(optimizer.param_groups) != 1 or group["weight_decay"] or group["amsgrad"] or group["maximize"]:
+            raise ValueError("FusedPPOStep applies plain Adam: one param group, no weight decay, amsgrad or maximize")
+        self.agent, self.hp, self.optimizer = agent, hp, optimizer
         self.allreduce, self.world_size = allreduce, world_size
         self.discrete = agent.discrete
         actor = [m for m in agent.actor if isinstance(m, nn.Linear)]
@@ -79,7 +86,6 @@ class FusedPPOStep:
         self.exp_avg = torch.zeros(size)
         self.exp_avg_sq = torch.zeros(size)
         self.denom = torch.zeros(size)
-        self.steps = 0
         self.view: dict[str, torch.Tensor] = {}
         self.grad_view: dict[str, torch.Tensor] = {}
         offset = 0
@@ -90,25 +96,49 @@ class FusedPPOStep:
             offset += n
         self.hidden = len(actor) - 1
         # copy the agent's weights in, then make its parameters views of ours
-        pairs: list[tuple[nn.Parameter, torch.Tensor]] = []
+        views: dict[nn.Parameter, torch.Tensor] = {}
         for k, (a, c) in enumerate(zip(actor[:-1], critic[:-1], strict=True)):
-            pairs += [(a.weight, self.view[f"W{k}"][0]), (c.weight, self.view[f"W{k}"][1]),
-                      (a.bias, self.view[f"b{k}"][0]), (c.bias, self.view[f"b{k}"][1])]
-        pairs += [(head_a.weight, self.view["Wa"]), (head_a.bias, self.view["ba"]),
-                  (head_c.weight, self.view["Wc"]), (head_c.bias, self.view["bc"])]
+            views |= {a.weight: self.view[f"W{k}"][0], c.weight: self.view[f"W{k}"][1],
+                      a.bias: self.view[f"b{k}"][0], c.bias: self.view[f"b{k}"][1]}
+        views |= {head_a.weight: self.view["Wa"], head_a.bias: self.view["ba"],
+                  head_c.weight: self.view["Wc"], head_c.bias: self.view["bc"]}
         if not self.discrete:
-            pairs.append((agent.log_std, self.view["log_std"]))
+            views[agent.log_std] = self.view["log_std"]
+        if {id(p) for p in views} != {id(p) for p in group["params"]}:
+            raise ValueError("FusedPPOStep: the optimizer must hold exactly the agent's parameters")
         with torch.no_grad():
-            for param, view in pairs:
+            for param, view in views.items():
                 view.copy_(param)
                 param.data = view
-        self.params = {id(p): (v, self.grad_of(v)) for p, v in pairs}
+        self.views = views
+        # Adam's step count per parameter, as torch keeps it (one float tensor each), advanced by one op
+        self.step_counts = torch.zeros(len(group["params"]))
+        self.adopt_optimizer_state()
         self.buffers: dict[int, dict[str, torch.Tensor]] = {}
 
-    def grad_of(self, view: torch.Tensor) -> torch.Tensor:
-        """The gradient slot matching a view of `flat`."""
-        offset = view.storage_offset()
-        return self.grad.as_strided(view.shape, view.stride(), offset)
+    def adopt_optimizer_state(self) -> None:
+        """Take the optimizer's Adam state (after load_state_dict) into the
+        flat moments, then make its state entries views of them again."""
+        for i, param in enumerate(self.optimizer.param_groups[0]["params"]):
+            state = self.optimizer.state.get(param)
+            exp_avg, exp_avg_sq = self._slot(self.exp_avg, param), self._slot(self.exp_avg_sq, param)
+            if state:
+                exp_avg.copy_(state["exp_avg"])
+                exp_avg_sq.copy_(state["exp_avg_sq"])
+                self.step_counts[i] = float(state["step"])
+            else:
+                exp_avg.zero_()
+                exp_avg_sq.zero_()
+                self.step_counts[i] = 0.0
+            self.optimizer.state[param] = {"step": self.step_counts[i], "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+        if not bool((self.step_counts == self.step_counts[0]).all()):
+            raise ValueError(f"FusedPPOStep: parameters with different Adam step counts {self.step_counts.tolist()}")
+        self.steps = int(self.step_counts[0])
+
+    def _slot(self, flat: torch.Tensor, param: nn.Parameter) -> torch.Tensor:
+        """The part of a flat vector laid out like `flat` that holds `param`."""
+        view = self.views[param]
+        return flat.as_strided(view.shape, view.stride(), view.storage_offset())
 
     def _buffers(self, batch: int, obs_dim: int) -> dict[str, torch.Tensor]:
         found = self.buffers.get(batch)
@@ -249,23 +279,13 @@ class FusedPPOStep:
 
     def adam(self) -> None:
         """torch.optim.Adam's update (no weight decay, no amsgrad) on the flat vector."""
-        beta1, beta2 = self.betas
+        group = self.optimizer.param_groups[0]
+        (beta1, beta2), lr, eps = group["betas"], group["lr"], group["eps"]
         self.steps += 1
+        self.step_counts.add_(1)
         bias_correction1 = 1 - beta1**self.steps
         bias_correction2_sqrt = math.sqrt(1 - beta2**self.steps)
         self.exp_avg.lerp_(self.grad, 1 - beta1)
         self.exp_avg_sq.mul_(beta2).addcmul_(self.grad, self.grad, value=1 - beta2)
-        torch.sqrt(self.exp_avg_sq, out=self.denom).div_(bias_correction2_sqrt).add_(self.eps)
-        self.flat.addcdiv_(self.exp_avg, self.denom, value=-self.lr / bias_correction1)
-
-    # -- torch.optim.Adam's state, for checkpoints written by either path ----------
-
-    def optimizer_state(self, param: nn.Parameter) -> dict[str, torch.Tensor]:
-        """This parameter's Adam state as torch.optim.Adam keeps it."""
-        view, _ = self.params[id(param)]
-        offset = view.storage_offset()
-        return {
-            "step": torch.tensor(float(self.steps)),
-            "exp_avg": self.exp_avg.as_strided(view.shape, view.stride(), offset),
-            "exp_avg_sq": self.exp_avg_sq.as_strided(view.shape, view.stride(), offset),
-        }
+        torch.sqrt(self.exp_avg_sq, out=self.denom).div_(bias_correction2_sqrt).add_(eps)
+        self.flat.addcdiv_(self.exp_avg, self.denom, value=-lr / bias_correction1)

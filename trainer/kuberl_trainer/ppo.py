@@ -5,7 +5,9 @@ algorithm runs is session.run_updates).
 
 Each rank collects its own rollouts from its own vectorised envs; gradients
 are averaged by DDP (one flat all-reduce per minibatch, `no_sync()` on
-accumulation micro-batches); counters, episode statistics, normaliser
+accumulation micro-batches), or, for small tanh MLPs on CPU, by the
+hand-fused step of `fused` (the same maths, one all-reduce of its flat
+gradient per minibatch); counters, episode statistics, normaliser
 moments and stop votes travel in ONE all-reduce per update. Plumbing
 (process group, checkpoints, metrics, evaluation scheduling) lives in
 `distributed`, `checkpoint`, `metrics` and `session`.
@@ -24,7 +26,7 @@ from kuberl.spec import JobSpec, PPOConfig, Problem
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import atari, distributed, fastpolicy, networks
+from . import atari, distributed, fastpolicy, fused, networks
 from .device import CPU, autocast, host_zeros, to_device
 from .distributed import Dist
 from .envs import EpisodeTracker, env_state, make_envs, rank_seed, restore_env_state
@@ -255,6 +257,16 @@ class PPOTrainer:
         # per-rank randomness: action sampling (torch) and minibatch order (numpy)
         torch.manual_seed(self.seed)
         self.np_rng = np.random.default_rng(self.seed)
+        # small MLPs on CPU learn through one hand-fused step (fused.py): DDP's
+        # initial broadcast above still sets the weights; its gradient average
+        # becomes one all-reduce of the flat gradient. Before the numpy views below:
+        # it rebinds the agent's parameters to its flat vector.
+        self.fused = (
+            fused.FusedPPOStep(self.agent, hp, self.optimizer, self._allreduce_gradient if ctx.distributed else None,
+                               ctx.world_size)
+            if fused.supports(self.agent, ctx.device, hp.precision)
+            else None
+        )
         # small MLPs on CPU act in numpy, on views of the very same weights
         fast = fastpolicy.supports(self.agent, ctx.device, hp.precision)
         self.fast = fastpolicy.NumpyPolicy(self.agent, self.np_rng) if fast else None
@@ -294,6 +306,8 @@ class PPOTrainer:
     def load_shared(self, state: dict) -> None:
         self.agent.load_state_dict(state["agent"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.fused is not None:
+            self.fused.adopt_optimizer_state()
         self.obs_norm.load_state_dict(state["obs_norm"])
         self.ret_norm.load_state_dict(state["ret_norm"])
         self.counters = Counters(**state["counters"])
@@ -385,6 +399,8 @@ class PPOTrainer:
         """One optimiser step on a minibatch of observations and table rows:
         grad_accumulation micro-batches, all but the last under no_sync() so
         DDP all-reduces the summed gradient once. Returns the summed STAT_NAMES."""
+        if self.fused is not None:
+            return self.fused.step(obs, rows)  # the same maths in one pass (micro-batches sum to it)
         hp = self.hp
         actions = rows[:, :-5]
         actions = actions.squeeze(-1) if self.agent.discrete else actions
@@ -415,6 +431,11 @@ class PPOTrainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return stats
+
+    def _allreduce_gradient(self, flat: torch.Tensor) -> None:
+        if self.ctx.distributed:
+            with distributed.collectives():
+                torch.distributed.all_reduce(flat)
 
     def mean_over_ranks(self, value: torch.Tensor) -> float:
         total = distributed.all_reduce_sum(self.ctx, value.detach().reshape(1).double().cpu())
