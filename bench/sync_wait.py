@@ -12,7 +12,7 @@ ranks on this machine, measured three ways in one run:
 3. fixed: the fused step on one fixed minibatch per rank, its flat gradient
    all-reduced once per step (identical work on both ranks: no imbalance).
 
-    .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500] [--module]
+    .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500] [--module] [--pin]
 
 Prints milliseconds per sync (median, p90, min) and the load average.
 """
@@ -48,7 +48,7 @@ def summary(ms: list[float]) -> str:
 # --- one rank ---------------------------------------------------------------------------
 
 
-def rank_main(out: str, updates: int, floor_calls: int, module: bool) -> None:
+def rank_main(out: str, updates: int, floor_calls: int, module: bool, pin: bool) -> None:
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -64,13 +64,18 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool) -> None:
 
     from bench import KUBERL_PPO_CARTPOLE, _snake
 
+    if pin:  # one core per rank, so the two never queue behind each other on one core
+        os.sched_setaffinity(0, {int(os.environ["RANK"]) % os.cpu_count()})
     with process_group("gloo", 600, 120) as ctx:
         hp = PPOConfig(**_snake(KUBERL_PPO_CARTPOLE))
+        supports = fused.supports
         if module:
             fused.supports = lambda *args, **kwargs: False
         trainer = PPOTrainer(ctx, hp, "CartPole-v1", 8, {}, 10**9, 1, 0)
+        fused.supports = supports
         size = sum(p.numel() for p in trainer.agent.parameters())
         result: dict = {"rank": ctx.rank, "gradient_floats": size, "threads": torch.get_num_threads(),
+                        "cpus": sorted(os.sched_getaffinity(0)),
                         "path": "fused" if trainer.fused is not None else "DDP module"}
 
         # 1. the floor
@@ -146,7 +151,7 @@ def free_port() -> int:
 def report(results: list[dict]) -> None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"2 gloo ranks, {results[0]['gradient_floats']} floats per gradient, torch threads per rank "
-          f"{results[0]['threads']}, training path {results[0]['path']}, load {load}")
+          f"{results[0]['threads']}, CPUs {[r['cpus'] for r in results]}, training path {results[0]['path']}, load {load}")
     for r in results:
         print(f"  rank {r['rank']} floor (idle ranks, back to back): {summary([1000 * x for x in r['floor']])}")
     for part in ("training", "fixed"):
@@ -171,10 +176,11 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=10)
     parser.add_argument("--floor-calls", type=int, default=500)
     parser.add_argument("--module", action="store_true", help="train through DDP's module path, not the fused step")
+    parser.add_argument("--pin", action="store_true", help="pin each rank to its own core (sched_setaffinity)")
     parser.add_argument("--rank-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_out:
-        rank_main(args.rank_out, args.updates, args.floor_calls, args.module)
+        rank_main(args.rank_out, args.updates, args.floor_calls, args.module, args.pin)
         return
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -184,7 +190,8 @@ def main() -> None:
             env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
             procs.append(subprocess.Popen([sys.executable, __file__, "--rank-out", out, "--updates", str(args.updates),
-                                           "--floor-calls", str(args.floor_calls), *(["--module"] if args.module else [])],
+                                           "--floor-calls", str(args.floor_calls),
+                                           *(["--module"] if args.module else []), *(["--pin"] if args.pin else [])],
                                           env=env, cwd=REPO))
         codes = [p.wait(timeout=1800) for p in procs]
         if any(codes):
