@@ -96,7 +96,10 @@ def main() -> None:
             trainer = DQNTrainer(ctx, hp, job["env"], job["num_envs"], {}, 10**9, 1, 0)
         grad_allreduce: list[float] = []
         if ctx.distributed and job["algorithm"] == "ppo":
-            timed_comm_hook(trainer.model, grad_allreduce)
+            if trainer.fused is not None:  # the fused step all-reduces its flat gradient itself
+                trainer.fused.allreduce = Timed(trainer.fused.allreduce)
+            else:
+                timed_comm_hook(trainer.model, grad_allreduce)
         env_step = Timed(trainer.envs.step)
         trainer.envs.step = env_step
         learn_forward = Timed(trainer.model.forward)
@@ -108,6 +111,9 @@ def main() -> None:
         trainer.train(warmup)  # DQN: fills learningStarts; both: first-call costs
         env_step.seconds = learn_forward.seconds = counter_sync.seconds = 0.0
         grad_allreduce.clear()
+        fused_allreduce = getattr(trainer, "fused", None) and trainer.fused.allreduce
+        if isinstance(fused_allreduce, Timed):
+            fused_allreduce.seconds = 0.0
         timings_before = dict(getattr(trainer, "timings", {}))
         steps_before = trainer.counters.global_step
         recorder = BareSession(job["updates"])
@@ -148,7 +154,8 @@ def main() -> None:
                 "act_forward": (rollout - env_step.seconds) / updates,
                 "learn_forward": learn_forward.seconds / updates,
                 "backward_optimizer": (update - learn_forward.seconds) / updates,
-                "allreduce_gradients": sum(grad_allreduce) / updates,
+                "allreduce_gradients": (fused_allreduce.seconds if isinstance(fused_allreduce, Timed)
+                                        else sum(grad_allreduce)) / updates,
                 "allreduce_counters": counter_allreduce / updates,
             }
             gradient_steps = hp.update_epochs * hp.num_minibatches
