@@ -131,10 +131,14 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, pin: bool)
             step.step(obs, rows)
         waits.clear()
         launches.clear()
-        started = now()
+        started, process_cpu, thread_cpu = now(), time.process_time(), time.thread_time()
         for _ in range(updates * 20):
             step.step(obs, rows)
-        result["fixed"] = {"launches": launches, "waits": waits, "seconds_per_step": (now() - started) / (updates * 20)}
+        steps = updates * 20
+        result["fixed"] = {"launches": launches, "waits": waits, "seconds_per_step": (now() - started) / steps,
+                           # all of the process's threads vs the training thread: gloo's own threads' share
+                           "process_cpu_per_step": (time.process_time() - process_cpu) / steps,
+                           "thread_cpu_per_step": (time.thread_time() - thread_cpu) / steps}
     with open(f"{out}-rank{result['rank']}.json", "w") as f:
         json.dump(result, f)
 
@@ -165,6 +169,10 @@ def report(results: list[dict]) -> None:
         print(f"  {part}: rank 0 launches first in {sum(e > 0 for e in early)} of {n} syncs")
     print(f"  fixed: ms per fused gradient step including its sync, rank 0 {1000 * results[0]['fixed']['seconds_per_step']:.3f}, "
           f"rank 1 {1000 * results[1]['fixed']['seconds_per_step']:.3f}")
+    for r in results:
+        f = r["fixed"]
+        print(f"  rank {r['rank']} fixed: CPU ms per step, training thread {1000 * f['thread_cpu_per_step']:.3f}, "
+              f"whole process {1000 * f['process_cpu_per_step']:.3f}")
     for r in results:
         t = r["training"]
         print(f"  rank {r['rank']} training: update {1000 * statistics.median(t['update_seconds']):.1f} ms, "
