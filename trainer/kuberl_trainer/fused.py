@@ -49,37 +49,24 @@ def supports(agent: nn.Module, device: torch.device, precision: str = "fp32") ->
     return len(linear_a) >= 2 and tanh_after_each_hidden and same_hidden and linear_c[-1].out_features == 1
 
 
-class FusedPPOStep:
-    """PPO's minibatch step for `agent` (a `ppo.Agent` that `supports`),
-    applying `optimizer`'s Adam (its param group's lr, betas and eps, read at
-    every step, so learning-rate annealing applies) with global-norm
-    clipping. The optimizer's per-parameter state is kept live as views of
-    the flat moments, so its `state_dict()` (checkpoints) is always current;
-    after `optimizer.load_state_dict` call `adopt_optimizer_state`.
-    `allreduce`, when given, sums a tensor over ranks in place (the gradient
-    is divided by `world_size` first, as DDP's default hook does)."""
+class FlatAdam:
+    """Parameters as views of ONE flat vector (the modules' parameters are
+    rebound to them, so modules, numpy views, state dicts and checkpoints see
+    the same memory), with the data-parallel gradient average, clip_grad_norm_'s
+    rule and `optimizer`'s Adam (its param group's lr, betas and eps, read at
+    every step, so annealing applies) each a few operations on that vector.
+    The optimizer's per-parameter state is kept live as views of the flat
+    moments, so its `state_dict()` (checkpoints) is always current; after
+    `optimizer.load_state_dict` call `adopt_optimizer_state`. `allreduce`,
+    when given, sums a tensor over ranks in place (the gradient is divided by
+    `world_size` first, as DDP's default hook does)."""
 
-    def __init__(self, agent: nn.Module, hp, optimizer: torch.optim.Adam,
-                 allreduce: Callable[[torch.Tensor], None] | None = None, world_size: int = 1):
-        if not supports(agent, torch.device("cpu")):
-            raise ValueError("FusedPPOStep needs separate tanh MLP heads of equal hidden widths on CPU in fp32")
+    def __init__(self, shapes: list[tuple[str, tuple[int, ...]]], optimizer: torch.optim.Adam,
+                 allreduce: Callable[[torch.Tensor], None] | None, world_size: int):
         group = optimizer.param_groups[0]
         if len(optimizer.param_groups) != 1 or group["weight_decay"] or group["amsgrad"] or group["maximize"]:
-            raise ValueError("FusedPPOStep applies plain Adam: one param group, no weight decay, amsgrad or maximize")
-        self.agent, self.hp, self.optimizer = agent, hp, optimizer
-        self.allreduce, self.world_size = allreduce, world_size
-        self.discrete = agent.discrete
-        actor = [m for m in agent.actor if isinstance(m, nn.Linear)]
-        critic = [m for m in agent.critic if isinstance(m, nn.Linear)]
-        # layout: per hidden layer [actor W, critic W] then [actor b, critic b]; then the heads; then log_std
-        shapes: list[tuple[str, tuple[int, ...]]] = []
-        for k, (a, c) in enumerate(zip(actor[:-1], critic[:-1], strict=True)):
-            shapes += [(f"W{k}", (2, *a.weight.shape)), (f"b{k}", (2, a.out_features))]
-        head_a, head_c = actor[-1], critic[-1]
-        shapes += [("Wa", tuple(head_a.weight.shape)), ("ba", (head_a.out_features,)),
-                   ("Wc", tuple(head_c.weight.shape)), ("bc", (1,))]
-        if not self.discrete:
-            shapes.append(("log_std", tuple(agent.log_std.shape)))
+            raise ValueError(f"{type(self).__name__} applies plain Adam: one param group, no weight decay, amsgrad or maximize")
+        self.optimizer, self.allreduce, self.world_size = optimizer, allreduce, world_size
         size = sum(math.prod(s) for _, s in shapes)
         self.flat = torch.zeros(size)
         self.grad = torch.zeros(size)
@@ -94,27 +81,19 @@ class FusedPPOStep:
             self.view[name] = self.flat[offset : offset + n].view(shape)
             self.grad_view[name] = self.grad[offset : offset + n].view(shape)
             offset += n
-        self.hidden = len(actor) - 1
-        # copy the agent's weights in, then make its parameters views of ours
-        views: dict[nn.Parameter, torch.Tensor] = {}
-        for k, (a, c) in enumerate(zip(actor[:-1], critic[:-1], strict=True)):
-            views |= {a.weight: self.view[f"W{k}"][0], c.weight: self.view[f"W{k}"][1],
-                      a.bias: self.view[f"b{k}"][0], c.bias: self.view[f"b{k}"][1]}
-        views |= {head_a.weight: self.view["Wa"], head_a.bias: self.view["ba"],
-                  head_c.weight: self.view["Wc"], head_c.bias: self.view["bc"]}
-        if not self.discrete:
-            views[agent.log_std] = self.view["log_std"]
-        if {id(p) for p in views} != {id(p) for p in group["params"]}:
-            raise ValueError("FusedPPOStep: the optimizer must hold exactly the agent's parameters")
+
+    def bind(self, views: dict[nn.Parameter, torch.Tensor]) -> None:
+        """Copy each parameter into its view of `flat`, then make it that view."""
+        if {id(p) for p in views} != {id(p) for p in self.optimizer.param_groups[0]["params"]}:
+            raise ValueError(f"{type(self).__name__}: the optimizer must hold exactly the network's parameters")
         with torch.no_grad():
             for param, view in views.items():
                 view.copy_(param)
                 param.data = view
         self.views = views
         # Adam's step count per parameter, as torch keeps it (one float tensor each), advanced by one op
-        self.step_counts = torch.zeros(len(group["params"]))
+        self.step_counts = torch.zeros(len(views))
         self.adopt_optimizer_state()
-        self.buffers: dict[int, dict[str, torch.Tensor]] = {}
 
     def adopt_optimizer_state(self) -> None:
         """Take the optimizer's Adam state (after load_state_dict) into the
@@ -132,13 +111,74 @@ class FusedPPOStep:
                 self.step_counts[i] = 0.0
             self.optimizer.state[param] = {"step": self.step_counts[i], "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
         if not bool((self.step_counts == self.step_counts[0]).all()):
-            raise ValueError(f"FusedPPOStep: parameters with different Adam step counts {self.step_counts.tolist()}")
+            raise ValueError(f"{type(self).__name__}: parameters with different Adam step counts {self.step_counts.tolist()}")
         self.steps = int(self.step_counts[0])
 
     def _slot(self, flat: torch.Tensor, param: nn.Parameter) -> torch.Tensor:
         """The part of a flat vector laid out like `flat` that holds `param`."""
         view = self.views[param]
         return flat.as_strided(view.shape, view.stride(), view.storage_offset())
+
+    def apply_gradient(self, max_norm: float) -> None:
+        """Average over ranks, clip, Adam: all on the one flat vector."""
+        if self.allreduce is not None:
+            self.grad.div_(self.world_size)
+            self.allreduce(self.grad)
+        self.clip(max_norm)
+        self.adam()
+
+    def clip(self, max_norm: float) -> None:
+        """clip_grad_norm_'s rule, without leaving the device (no .item())."""
+        scale = (max_norm / (torch.linalg.vector_norm(self.grad) + 1e-6)).clamp_(max=1.0)
+        self.grad.mul_(scale)
+
+    def adam(self) -> None:
+        """torch.optim.Adam's update (no weight decay, no amsgrad) on the flat vector."""
+        group = self.optimizer.param_groups[0]
+        (beta1, beta2), lr, eps = group["betas"], group["lr"], group["eps"]
+        self.steps += 1
+        self.step_counts.add_(1)
+        bias_correction1 = 1 - beta1**self.steps
+        bias_correction2_sqrt = math.sqrt(1 - beta2**self.steps)
+        self.exp_avg.lerp_(self.grad, 1 - beta1)
+        self.exp_avg_sq.mul_(beta2).addcmul_(self.grad, self.grad, value=1 - beta2)
+        torch.sqrt(self.exp_avg_sq, out=self.denom).div_(bias_correction2_sqrt).add_(eps)
+        self.flat.addcdiv_(self.exp_avg, self.denom, value=-lr / bias_correction1)
+
+
+class FusedPPOStep(FlatAdam):
+    """PPO's minibatch step for `agent` (a `ppo.Agent` that `supports`),
+    applying `optimizer`'s Adam with global-norm clipping (see FlatAdam)."""
+
+    def __init__(self, agent: nn.Module, hp, optimizer: torch.optim.Adam,
+                 allreduce: Callable[[torch.Tensor], None] | None = None, world_size: int = 1):
+        if not supports(agent, torch.device("cpu")):
+            raise ValueError("FusedPPOStep needs separate tanh MLP heads of equal hidden widths on CPU in fp32")
+        self.agent, self.hp = agent, hp
+        self.discrete = agent.discrete
+        actor = [m for m in agent.actor if isinstance(m, nn.Linear)]
+        critic = [m for m in agent.critic if isinstance(m, nn.Linear)]
+        # layout: per hidden layer [actor W, critic W] then [actor b, critic b]; then the heads; then log_std
+        shapes: list[tuple[str, tuple[int, ...]]] = []
+        for k, (a, c) in enumerate(zip(actor[:-1], critic[:-1], strict=True)):
+            shapes += [(f"W{k}", (2, *a.weight.shape)), (f"b{k}", (2, a.out_features))]
+        head_a, head_c = actor[-1], critic[-1]
+        shapes += [("Wa", tuple(head_a.weight.shape)), ("ba", (head_a.out_features,)),
+                   ("Wc", tuple(head_c.weight.shape)), ("bc", (1,))]
+        if not self.discrete:
+            shapes.append(("log_std", tuple(agent.log_std.shape)))
+        super().__init__(shapes, optimizer, allreduce, world_size)
+        self.hidden = len(actor) - 1
+        views: dict[nn.Parameter, torch.Tensor] = {}
+        for k, (a, c) in enumerate(zip(actor[:-1], critic[:-1], strict=True)):
+            views |= {a.weight: self.view[f"W{k}"][0], c.weight: self.view[f"W{k}"][1],
+                      a.bias: self.view[f"b{k}"][0], c.bias: self.view[f"b{k}"][1]}
+        views |= {head_a.weight: self.view["Wa"], head_a.bias: self.view["ba"],
+                  head_c.weight: self.view["Wc"], head_c.bias: self.view["bc"]}
+        if not self.discrete:
+            views[agent.log_std] = self.view["log_std"]
+        self.bind(views)
+        self.buffers: dict[int, dict[str, torch.Tensor]] = {}
 
     def _buffers(self, batch: int, obs_dim: int) -> dict[str, torch.Tensor]:
         found = self.buffers.get(batch)
@@ -242,13 +282,7 @@ class FusedPPOStep:
             self.grad_view["log_std"].add_(d_entropy.sum())
         torch.mul(d_value, weight * hp.vf_coef, out=buf["d_value"][:, 0])
         self.backward(obs, buf)
-
-        # -- the data-parallel average, clipping, Adam: all on the one flat vector
-        if self.allreduce is not None:
-            self.grad.div_(self.world_size)
-            self.allreduce(self.grad)
-        self.clip(hp.max_grad_norm)
-        self.adam()
+        self.apply_gradient(hp.max_grad_norm)
         return stats
 
     def backward(self, obs: torch.Tensor, buf: dict[str, torch.Tensor]) -> None:
@@ -271,21 +305,3 @@ class FusedPPOStep:
             torch.sum(dz, 1, out=grad[f"b{k}"])
             if k > 0:
                 torch.bmm(dz, view[f"W{k}"], out=buf[f"dz{k - 1}"])
-
-    def clip(self, max_norm: float) -> None:
-        """clip_grad_norm_'s rule, without leaving the device (no .item())."""
-        scale = (max_norm / (torch.linalg.vector_norm(self.grad) + 1e-6)).clamp_(max=1.0)
-        self.grad.mul_(scale)
-
-    def adam(self) -> None:
-        """torch.optim.Adam's update (no weight decay, no amsgrad) on the flat vector."""
-        group = self.optimizer.param_groups[0]
-        (beta1, beta2), lr, eps = group["betas"], group["lr"], group["eps"]
-        self.steps += 1
-        self.step_counts.add_(1)
-        bias_correction1 = 1 - beta1**self.steps
-        bias_correction2_sqrt = math.sqrt(1 - beta2**self.steps)
-        self.exp_avg.lerp_(self.grad, 1 - beta1)
-        self.exp_avg_sq.mul_(beta2).addcmul_(self.grad, self.grad, value=1 - beta2)
-        torch.sqrt(self.exp_avg_sq, out=self.denom).div_(bias_correction2_sqrt).add_(eps)
-        self.flat.addcdiv_(self.exp_avg, self.denom, value=-lr / bias_correction1)
