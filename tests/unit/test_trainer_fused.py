@@ -176,3 +176,92 @@ def test_ppo_trainer_learns_through_the_fused_step_as_through_the_module_path(mo
     for key, state in expected["state"].items():
         assert float(saved["state"][key]["step"]) == float(state["step"]) == 3 * 2 * 2
         np.testing.assert_allclose(saved["state"][key]["exp_avg"].numpy(), state["exp_avg"].numpy(), rtol=1e-3, atol=1e-7)
+
+
+# --- DQN ---------------------------------------------------------------------------
+
+
+def q_module_step(agent, target, optimizer, batch, hp):
+    """DQNTrainer.gradient_step's maths without DDP."""
+    from kuberl_trainer.dqn import dqn_loss, td_targets
+
+    obs, actions, returns, discount, next_obs = batch
+    with torch.no_grad():
+        next_q_online = agent(next_obs) if hp.double_dqn else None
+        targets = td_targets(returns, discount, target(next_obs), next_q_online)
+    loss = dqn_loss(agent(obs), actions, targets)
+    loss.backward()
+    grads = [p.grad.clone() for p in agent.parameters()]
+    nn.utils.clip_grad_norm_(agent.parameters(), hp.max_grad_norm, foreach=True)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach(), grads
+
+
+def q_batch(rng, batch=32, obs_dim=OBS_DIM, actions=3):
+    f32 = lambda a: torch.from_numpy(np.asarray(a, np.float32))
+    discount = np.where(rng.random(batch) < 0.2, 0.0, 0.99**3)  # some terminated
+    return (f32(rng.normal(size=(batch, obs_dim))), torch.from_numpy(rng.integers(0, actions, batch)),
+            f32(rng.normal(scale=2.0, size=batch)), f32(discount), f32(rng.normal(size=(batch, obs_dim))))
+
+
+@pytest.mark.parametrize("double_dqn", [True, False])
+def test_fused_q_steps_equal_the_module_path(double_dqn):
+    from kuberl.spec import DQNConfig
+    from kuberl_trainer.dqn import QNetwork, soft_update
+
+    hp = DQNConfig(double_dqn=double_dqn, max_grad_norm=0.05, hidden_sizes=[32, 32])
+    torch.manual_seed(0)
+    reference, reference_target = QNetwork(OBS_DIM, 3, [32, 32]), QNetwork(OBS_DIM, 3, [32, 32])
+    agent, target = copy.deepcopy(reference), copy.deepcopy(reference_target)
+    optimizer = torch.optim.Adam(reference.parameters(), lr=1e-2, fused=True)
+    step = fused.FusedQStep(agent, target, hp, torch.optim.Adam(agent.parameters(), lr=1e-2))
+    rng = np.random.default_rng(2)
+    for i in range(8):
+        if i % 3 == 2:  # the target follows at times, halfway
+            soft_update(reference_target, reference, 0.5)
+            step.update_target(0.5)
+        batch = q_batch(rng)
+        expected_loss, expected_grads = q_module_step(reference, reference_target, optimizer, batch, hp)
+        loss = step.step(*batch)
+        assert float(loss) == pytest.approx(float(expected_loss), rel=1e-4)
+        scale = min(1.0, hp.max_grad_norm / (torch.linalg.vector_norm(torch.cat([g.flatten() for g in expected_grads])) + 1e-6))
+        for param, grad in zip(agent.parameters(), expected_grads, strict=True):
+            np.testing.assert_allclose(step._slot(step.grad, param).numpy(), grad.numpy() * float(scale), rtol=1e-4, atol=1e-6)
+    for mine, theirs in zip([*agent.parameters(), *target.parameters()],
+                            [*reference.parameters(), *reference_target.parameters()], strict=True):
+        np.testing.assert_allclose(mine.detach().numpy(), theirs.detach().numpy(), rtol=1e-4, atol=1e-6)
+    for mine, theirs in zip(agent.parameters(), reference.parameters(), strict=True):
+        state, expected = step.optimizer.state[mine], optimizer.state[theirs]
+        assert float(state["step"]) == float(expected["step"]) == 8
+        np.testing.assert_allclose(state["exp_avg_sq"].numpy(), expected["exp_avg_sq"].numpy(), rtol=1e-4, atol=1e-10)
+
+
+def test_dqn_trainer_learns_through_the_fused_step_as_through_the_module_path(monkeypatch):
+    from kuberl.spec import DQNConfig
+    from kuberl_trainer.distributed import Dist
+    from kuberl_trainer.dqn import DQNTrainer
+
+    hp = DQNConfig(learning_starts=64, batch_size=32, train_frequency=16, gradient_steps=4, target_update_interval=32,
+                   hidden_sizes=[16, 16], tau=0.5)
+
+    def trainer():
+        return DQNTrainer(Dist(0, 1, 0, 1, torch.device("cpu"), None), hp, "CartPole-v1", 4, {}, 10**6, seed=3, restart=0)
+
+    fast = trainer()
+    with monkeypatch.context() as m:
+        m.setattr(fused, "supports_q", lambda *args, **kwargs: False)
+        reference = trainer()
+    assert fast.fused is not None and reference.fused is None
+    for _ in range(10):  # past learningStarts, with target updates
+        fast_report, reference_report = fast.update(False, False), reference.update(False, False)
+        assert fast_report.losses.get("value_loss", 0) == pytest.approx(reference_report.losses.get("value_loss", 0), rel=1e-3)
+    assert fast.last_target_update > 0
+    for network in ("agent", "target"):
+        for (name, mine), theirs in zip(getattr(fast, network).state_dict().items(),
+                                        getattr(reference, network).state_dict().values(), strict=True):
+            np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-4, atol=1e-6, err_msg=f"{network}.{name}")
+    saved, expected = fast.shared_state()["optimizer"], reference.shared_state()["optimizer"]
+    for key, state in expected["state"].items():
+        assert float(saved["state"][key]["step"]) == float(state["step"]) > 0
+        np.testing.assert_allclose(saved["state"][key]["exp_avg"].numpy(), state["exp_avg"].numpy(), rtol=1e-3, atol=1e-7)

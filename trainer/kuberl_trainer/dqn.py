@@ -5,8 +5,10 @@ session.run_updates).
 
 Each rank steps its own vectorised envs and fills and samples its OWN replay
 buffer (`replay.ReplayBuffer`, n-step returns with gymnasium's autoreset rows
-masked out). Every gradient step goes through the DDP wrapper, so gradients
-are averaged over ranks; the target network is updated at the same
+masked out). Every gradient step goes through the DDP wrapper, or, for
+ReLU MLPs on CPU, through the hand-fused step of `fused` (the same maths,
+one all-reduce of its flat gradient), so gradients are averaged over ranks;
+the target network is updated at the same
 iterations on every rank (a function of the replicated counters), so it
 stays identical everywhere. Counters, episode statistics and stop votes
 travel in ONE all-reduce per iteration; evaluation, checkpoints and metrics
@@ -39,7 +41,7 @@ from kuberl.spec import DQNConfig, JobSpec, Problem
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import atari, distributed, networks
+from . import atari, distributed, fused, networks
 from .device import autocast
 from .distributed import Dist
 from .envs import (
@@ -148,6 +150,14 @@ class DQNTrainer:
         self.timings = dict.fromkeys(("act_forward", "env_step", "sample", "train_forward", "backward_optimizer"), 0.0)
         self.model = self._wrap(self.agent)
         self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=hp.learning_rate, fused=ctx.device.type == "cpu" or None)
+        # small MLPs on CPU: one hand-fused step (fused.py), the same maths in far fewer
+        # operations; its flat gradient is the one all-reduce per step under DDP
+        self.fused = (
+            fused.FusedQStep(self.agent, self.target, hp, self.optimizer,
+                             self._allreduce_gradient if ctx.distributed else None, ctx.world_size)
+            if fused.supports_q(self.agent, ctx.device, hp.precision)
+            else None
+        )
         # frame stacks: the buffer keeps only each step's newest uint8 frame
         self.replay = ReplayBuffer(hp.buffer_size, num_envs, self.obs_shape, space.dtype, n_step=hp.n_step,
                                    frame_stack=atari.frame_stack(self.envs))
@@ -228,6 +238,8 @@ class DQNTrainer:
         self.agent.load_state_dict(state["agent"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.fused is not None:
+            self.fused.adopt_optimizer_state()
         self.counters = Counters(**state["counters"])
         self.last_target_update = state["last_target_update"]
 
@@ -281,6 +293,10 @@ class DQNTrainer:
         DDP wrapper, so the gradient is the mean over every rank's batch.
         Returns the (detached) loss."""
         started = time.perf_counter()
+        if self.fused is not None:
+            loss = self.fused.step(obs, actions, returns, discount, next_obs)
+            self.timings["backward_optimizer"] += time.perf_counter() - started
+            return loss
         precision = self.hp.precision  # autocast the forwards only: Q-values come back fp32 for the TD maths
         with torch.no_grad(), autocast(self.ctx.device, precision):
             next_q_online = self.agent(next_obs).float() if self.hp.double_dqn else None
@@ -298,6 +314,13 @@ class DQNTrainer:
         self.timings["train_forward"] += forwarded - started
         self.timings["backward_optimizer"] += time.perf_counter() - forwarded
         return loss.detach()
+
+    def _allreduce_gradient(self, flat: torch.Tensor) -> None:
+        """The fused step's one gradient all-reduce, timed as DDP's comm hook is."""
+        started = time.perf_counter()
+        with distributed.collectives():
+            dist.all_reduce(flat)
+        self.gradient_allreduce_seconds.append(time.perf_counter() - started)
 
     def maybe_update_target(self) -> bool:
         """At the first iteration boundary after every target_update_interval

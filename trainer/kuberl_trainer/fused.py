@@ -305,3 +305,105 @@ class FusedPPOStep(FlatAdam):
             torch.sum(dz, 1, out=grad[f"b{k}"])
             if k > 0:
                 torch.bmm(dz, view[f"W{k}"], out=buf[f"dz{k - 1}"])
+
+
+# --- DQN ---------------------------------------------------------------------------
+
+
+def supports_q(network: nn.Module, device: torch.device, precision: str = "fp32") -> bool:
+    """A ReLU MLP Q network (dqn.QNetwork: Linear, ReLU, ..., Linear) on CPU in fp32."""
+    layers = list(getattr(network, "net", []))
+    return (
+        device.type == "cpu"
+        and precision == "fp32"
+        and len(layers) >= 3
+        and all(isinstance(m, nn.Linear) for m in layers[0::2])
+        and all(isinstance(m, nn.ReLU) for m in layers[1::2])
+        and isinstance(layers[-1], nn.Linear)
+    )
+
+
+class FusedQStep(FlatAdam):
+    """DQN's gradient step (dqn.DQNTrainer.gradient_step: TD targets from the
+    target network, double or not, Huber loss of the taken action's value,
+    backward, clipping, Adam) for a ReLU MLP Q network by hand. The online
+    network's parameters are views of `flat`; the target's of `target_flat`
+    (same layout), so a soft or hard target update is one op."""
+
+    def __init__(self, agent: nn.Module, target: nn.Module, hp, optimizer: torch.optim.Adam,
+                 allreduce: Callable[[torch.Tensor], None] | None = None, world_size: int = 1):
+        if not (supports_q(agent, torch.device("cpu")) and supports_q(target, torch.device("cpu"))):
+            raise ValueError("FusedQStep needs ReLU MLP Q networks on CPU in fp32")
+        self.hp = hp
+        linear = [m for m in agent.net if isinstance(m, nn.Linear)]
+        shapes: list[tuple[str, tuple[int, ...]]] = []
+        for k, m in enumerate(linear):
+            shapes += [(f"W{k}", tuple(m.weight.shape)), (f"b{k}", (m.out_features,))]
+        super().__init__(shapes, optimizer, allreduce, world_size)
+        self.layers = len(linear)
+        self.bind({p: self.view[name] for p, (name, _) in zip(agent.parameters(), shapes, strict=True)})
+        self.target_flat = torch.zeros_like(self.flat)
+        self.target_view = {name: self.target_flat[v.storage_offset() : v.storage_offset() + v.numel()].view(v.shape)
+                            for name, v in self.view.items()}
+        with torch.no_grad():
+            for p, (name, _) in zip(target.parameters(), shapes, strict=True):
+                self.target_view[name].copy_(p)
+                p.data = self.target_view[name]
+        self.buffers: dict[int, dict[str, torch.Tensor]] = {}
+
+    def _buffers(self, batch: int) -> dict[str, torch.Tensor]:
+        found = self.buffers.get(batch)
+        if found is None:
+            widths = [self.view[f"W{k}"].shape[0] for k in range(self.layers)]
+            found = {f"h{k}": torch.zeros(batch, w) for k, w in enumerate(widths)}
+            found |= {f"d{k}": torch.zeros(batch, w) for k, w in enumerate(widths)}
+            found |= {f"next{k}": torch.zeros(batch, w) for k, w in enumerate(widths)}
+            self.buffers[batch] = found
+        return found
+
+    def q_values(self, views: dict[str, torch.Tensor], x: torch.Tensor, out: list[torch.Tensor]) -> torch.Tensor:
+        """The MLP's forward into `out` (one buffer per layer, activations kept)."""
+        for k in range(self.layers):
+            torch.addmm(views[f"b{k}"], x, views[f"W{k}"].t(), out=out[k])
+            if k < self.layers - 1:
+                out[k].relu_()
+            x = out[k]
+        return x
+
+    def update_target(self, tau: float) -> None:
+        """target <- tau * online + (1 - tau) * target (dqn.soft_update), one op."""
+        self.target_flat.lerp_(self.flat, tau)
+
+    def step(self, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
+             discount: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+        """One optimiser step; inputs as DQNTrainer.gradient_step takes them.
+        Returns the loss (a 0-d tensor)."""
+        batch = obs.shape[0]
+        buf = self._buffers(batch)
+        obs, next_obs = obs.flatten(1).float(), next_obs.flatten(1).float()
+        next_buffers = [buf[f"next{k}"] for k in range(self.layers)]
+        next_q_target = self.q_values(self.target_view, next_obs, next_buffers).clone()
+        if self.hp.double_dqn:
+            chooser = self.q_values(self.view, next_obs, next_buffers)
+        else:
+            chooser = next_q_target
+        best = next_q_target.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
+        targets = torch.addcmul(returns, discount, best)
+        hidden = [buf[f"h{k}"] for k in range(self.layers)]
+        q = self.q_values(self.view, obs, hidden)
+        index = actions.long().reshape(-1, 1)
+        error = q.gather(1, index).squeeze(1) - targets
+        loss = nn.functional.smooth_l1_loss(error, torch.zeros_like(error))
+        # Huber's derivative (beta 1): the error clamped to [-1, 1], over the batch mean
+        d_q = buf[f"d{self.layers - 1}"]
+        d_q.zero_().scatter_(1, index, error.clamp(-1.0, 1.0).div_(batch).unsqueeze(1))
+        for k in range(self.layers - 1, -1, -1):
+            below = obs if k == 0 else hidden[k - 1]
+            torch.mm(buf[f"d{k}"].t(), below, out=self.grad_view[f"W{k}"])
+            torch.sum(buf[f"d{k}"], 0, out=self.grad_view[f"b{k}"])
+            if k > 0:
+                d_below = buf[f"d{k - 1}"]
+                torch.mm(buf[f"d{k}"], self.view[f"W{k}"], out=d_below)
+                d_below.masked_fill_(hidden[k - 1] <= 0, 0.0)  # ReLU's gradient: where its output was positive
+        self.apply_gradient(self.hp.max_grad_norm)
+        return loss
