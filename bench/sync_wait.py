@@ -12,7 +12,7 @@ ranks on this machine, measured three ways in one run:
 3. fixed: the fused step on one fixed minibatch per rank, its flat gradient
    all-reduced once per step (identical work on both ranks: no imbalance).
 
-    .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500] [--module] [--pin]
+    .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500] [--module] [--pin] [--floats N]
 
 Prints milliseconds per sync (median, p90, min) and the load average.
 """
@@ -48,7 +48,7 @@ def summary(ms: list[float]) -> str:
 # --- one rank ---------------------------------------------------------------------------
 
 
-def rank_main(out: str, updates: int, floor_calls: int, module: bool, pin: bool) -> None:
+def rank_main(out: str, updates: int, floor_calls: int, module: bool, pin: bool, floats: int | None) -> None:
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -79,7 +79,7 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, pin: bool)
                         "path": "fused" if trainer.fused is not None else "DDP module"}
 
         # 1. the floor
-        grad = torch.zeros(size)
+        grad = torch.zeros(floats or size)
         for _ in range(50):
             dist.all_reduce(grad)
         floor = []
@@ -88,6 +88,11 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, pin: bool)
             dist.all_reduce(grad)
             floor.append(now() - started)
         result["floor"] = floor
+        if floats:  # the floor alone, for another network's gradient size
+            result["gradient_floats"] = floats
+            with open(f"{out}-rank{result['rank']}.json", "w") as f:
+                json.dump(result, f)
+            return
 
         # 2. inside training, launch stamps on the shared clock
         launches: list[float] = []
@@ -158,6 +163,8 @@ def report(results: list[dict]) -> None:
           f"{results[0]['threads']}, CPUs {[r['cpus'] for r in results]}, training path {results[0]['path']}, load {load}")
     for r in results:
         print(f"  rank {r['rank']} floor (idle ranks, back to back): {summary([1000 * x for x in r['floor']])}")
+    if "training" not in results[0]:
+        return
     for part in ("training", "fixed"):
         a, b = results[0][part], results[1][part]
         n = min(len(a["launches"]), len(b["launches"]))
@@ -185,10 +192,11 @@ def main() -> None:
     parser.add_argument("--floor-calls", type=int, default=500)
     parser.add_argument("--module", action="store_true", help="train through DDP's module path, not the fused step")
     parser.add_argument("--pin", action="store_true", help="pin each rank to its own core (sched_setaffinity)")
+    parser.add_argument("--floats", type=int, help="measure only the floor, for a gradient of this many floats")
     parser.add_argument("--rank-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_out:
-        rank_main(args.rank_out, args.updates, args.floor_calls, args.module, args.pin)
+        rank_main(args.rank_out, args.updates, args.floor_calls, args.module, args.pin, args.floats)
         return
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -199,7 +207,8 @@ def main() -> None:
                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
             procs.append(subprocess.Popen([sys.executable, __file__, "--rank-out", out, "--updates", str(args.updates),
                                            "--floor-calls", str(args.floor_calls),
-                                           *(["--module"] if args.module else []), *(["--pin"] if args.pin else [])],
+                                           *(["--module"] if args.module else []), *(["--pin"] if args.pin else []),
+                                           *(["--floats", str(args.floats)] if args.floats else [])],
                                           env=env, cwd=REPO))
         codes = [p.wait(timeout=1800) for p in procs]
         if any(codes):
