@@ -1,25 +1,25 @@
-"""One whole PPO gradient step for small tanh-MLP agents on CPU, by hand.
+"""Whole gradient steps for small MLPs on CPU, by hand: PPO's (tanh actor
+and critic) and DQN's (ReLU Q network).
 
-On two 64x64 MLPs and 256 samples the arithmetic of a step takes well under
-0.3 ms; autograd, `nn.Module` calls, the optimiser's per-parameter loops and
-fresh tensors for every intermediate take several times that. `FusedPPOStep`
-computes the very same step (forward, clipped PPO loss, backward, gradient
-clipping, Adam) in a few dozen tensor operations:
+On two 64x64 MLPs and 256 samples the arithmetic of a PPO step takes well
+under 0.3 ms; autograd, `nn.Module` calls, the optimiser's per-parameter
+loops and fresh tensors for every intermediate take several times that.
+These steps compute the very same update in a few dozen tensor operations:
 
-- actor and critic share each hidden layer's matmul (their weights stacked
-  as (2, out, in): one `baddbmm` for both heads);
-- the loss's gradient with respect to the logits/mean and value is written
-  in closed form, then back-propagated by hand (no autograd graph);
-- every parameter is a view into ONE flat tensor (the agent's parameters are
-  rebound to those views, so the agent, `fastpolicy`'s numpy views, state
-  dicts and checkpoints see the same memory), so clipping and Adam are a
-  handful of operations on one vector, and a data-parallel gradient average
-  is one all-reduce of one vector;
+- every parameter is a view into ONE flat tensor (the modules' parameters
+  are rebound to those views, so the modules, `fastpolicy`'s numpy views,
+  state dicts and checkpoints see the same memory), so clipping and Adam are
+  a handful of operations on one vector, and a data-parallel gradient
+  average is one all-reduce of one vector (`FlatAdam`);
+- the loss's gradient at the network's outputs is written in closed form,
+  then back-propagated by hand (no autograd graph);
+- PPO's actor and critic share each hidden layer's matmul (their weights
+  stacked as (2, out, in): one `baddbmm` for both heads);
 - intermediates live in buffers allocated once per minibatch size.
 
-What it computes equals `ppo.ppo_loss` + autograd + `clip_grad_norm_` +
-`torch.optim.Adam` on the same weights up to float rounding
-(tests/unit/test_trainer_fused.py).
+What they compute equals the nn.Module path (`ppo.ppo_loss` / `dqn.dqn_loss`
++ autograd + `clip_grad_norm_` + `torch.optim.Adam`) on the same weights up
+to float rounding (tests/unit/test_trainer_fused.py).
 """
 
 from __future__ import annotations
