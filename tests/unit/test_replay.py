@@ -182,3 +182,47 @@ def test_state_round_trip_samples_the_same():
 def test_frame_stack_needs_stacked_observations():
     with pytest.raises(ValueError, match="frame_stack=4"):
         ReplayBuffer(capacity=10, num_envs=1, obs_shape=(84, 84), frame_stack=4)
+
+
+def full_buffer(rows: int) -> ReplayBuffer:
+    """A buffer of `rows` vector steps of 1 env, through the public state API."""
+    buffer = ReplayBuffer(capacity=rows, num_envs=1, obs_shape=(4,))
+    valid = np.ones((rows, 1), bool)
+    valid[1::50] = False  # an autoreset row after every 50-step episode
+    state = buffer.state_dict()
+    state["added"] = rows
+    state["arrays"] = {name: np.resize(array, (rows, *array.shape[1:])) for name, array in state["arrays"].items()}
+    state["arrays"]["valid"] = valid
+    buffer.load_state_dict(state)
+    return buffer
+
+
+def test_sampling_cost_does_not_grow_with_the_buffer():
+    """Each gradient step samples once: a check that scans every row (1M
+    here) would cost milliseconds per step, more than the step itself."""
+    import time
+
+    rng = np.random.default_rng(0)
+
+    def microseconds_per_sample(buffer):
+        best = float("inf")
+        for _ in range(5):  # the minimum of CPU time: robust to a loaded machine
+            started = time.thread_time()
+            for _ in range(20):
+                buffer.sample(64, GAMMA, rng)
+            best = min(best, (time.thread_time() - started) / 20 * 1e6)
+        return best
+
+    small, large = full_buffer(1_000), full_buffer(1_000_000)
+    assert large.can_sample() and not large.valid[1]
+    assert microseconds_per_sample(large) < 5 * microseconds_per_sample(small) + 200
+
+
+def test_a_buffer_of_autoreset_rows_only_cannot_sample():
+    buffer = ReplayBuffer(capacity=10, num_envs=2, obs_shape=(1,))
+    for _ in range(4):
+        buffer.add(np.zeros((2, 1), np.float32), np.zeros(2, np.int64), np.zeros(2, np.float32),
+                   np.zeros(2, bool), np.zeros(2, bool), np.zeros(2, bool))
+    assert not buffer.can_sample()
+    with pytest.raises(ValueError, match="no sampleable transition"):
+        buffer.sample(1, GAMMA, np.random.default_rng(0))

@@ -136,8 +136,16 @@ class ReplayBuffer:
         return (self.added - self.oldest) * self.num_envs
 
     def can_sample(self) -> bool:
+        """A valid start exists. Called before every sample, so it must not
+        scan the buffer: autoreset rows never follow each other in an env's
+        stream (the step after a reset is a real one), so the first two start
+        rows settle it; the full scan remains for hand-made contents only."""
         lo, hi = self.start_range()
-        return hi > lo and bool(self.valid[np.arange(lo, hi) % self.rows].any())
+        if hi <= lo:
+            return False
+        if self.valid[np.arange(lo, min(hi, lo + 2)) % self.rows].any():
+            return True
+        return bool(self.valid[np.arange(lo, hi) % self.rows].any())
 
     def sample_indices(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Uniform (logical row, env) pairs over valid starts, by rejection."""
