@@ -265,3 +265,20 @@ def test_dqn_trainer_learns_through_the_fused_step_as_through_the_module_path(mo
     for key, state in expected["state"].items():
         assert float(saved["state"][key]["step"]) == float(state["step"]) > 0
         np.testing.assert_allclose(saved["state"][key]["exp_avg"].numpy(), state["exp_avg"].numpy(), rtol=1e-3, atol=1e-7)
+
+
+def test_fused_q_greedy_acts_as_the_network_does():
+    from kuberl.spec import DQNConfig
+    from kuberl_trainer.dqn import QNetwork
+
+    torch.manual_seed(1)
+    agent, target = QNetwork(OBS_DIM, 5, [16, 16]), QNetwork(OBS_DIM, 5, [16, 16])
+    step = fused.FusedQStep(agent, target, DQNConfig(hidden_sizes=[16, 16]), torch.optim.Adam(agent.parameters()))
+    obs = np.random.default_rng(0).normal(size=(256, OBS_DIM)).astype(np.float32)
+    with torch.no_grad():
+        expected = agent.greedy(torch.from_numpy(obs)).numpy()
+    assert len(set(expected)) > 1
+    np.testing.assert_array_equal(step.greedy(obs), expected)
+    step.step(*q_batch(np.random.default_rng(1), actions=5))  # the views follow the optimiser's writes
+    with torch.no_grad():
+        np.testing.assert_array_equal(step.greedy(obs), agent.greedy(torch.from_numpy(obs)).numpy())

@@ -262,7 +262,10 @@ class DQNTrainer:
             for _ in range(self.vector_steps):
                 obs = self.next_obs
                 started = clock()
-                greedy = self.agent.greedy(torch.from_numpy(obs).to(self.ctx.device)).cpu().numpy()
+                if self.fused is not None:
+                    greedy = self.fused.greedy(obs)
+                else:
+                    greedy = self.agent.greedy(torch.from_numpy(obs).to(self.ctx.device)).cpu().numpy()
                 acted = clock()
                 explore = self.np_rng.random(num_envs) < eps
                 actions = np.where(explore, self.np_rng.integers(0, self.action_space.n, num_envs), greedy)

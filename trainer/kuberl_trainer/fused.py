@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -349,6 +350,7 @@ class FusedQStep(FlatAdam):
             for p, (name, _) in zip(target.parameters(), shapes, strict=True):
                 self.target_view[name].copy_(p)
                 p.data = self.target_view[name]
+        self.numpy_view = {name: view.numpy() for name, view in self.view.items()}
         self.buffers: dict[int, dict[str, torch.Tensor]] = {}
 
     def _buffers(self, batch: int) -> dict[str, torch.Tensor]:
@@ -369,6 +371,17 @@ class FusedQStep(FlatAdam):
                 out[k].relu_()
             x = out[k]
         return x
+
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        """argmax of the online network's Q-values, in numpy on views of the
+        flat weights (acting one vector step at a time: torch's dispatch
+        costs more than these matmuls)."""
+        x = obs.reshape(len(obs), -1).astype(np.float32, copy=False)
+        for k in range(self.layers):
+            x = x @ self.numpy_view[f"W{k}"].T + self.numpy_view[f"b{k}"]
+            if k < self.layers - 1:
+                np.maximum(x, 0.0, out=x)
+        return x.argmax(-1)
 
     def update_target(self, tau: float) -> None:
         """target <- tau * online + (1 - tau) * target (dqn.soft_update), one op."""
