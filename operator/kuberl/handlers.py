@@ -73,6 +73,9 @@ class OperatorConfig:
     peering: str | None = None  # kopf peering object; None runs standalone
     pod_security: str = podsecurity.DEFAULT_LEVEL  # every rendered pod is checked against it before any is created
     allowed_service_accounts: frozenset[str] | None = None  # None: any (Pod Security Standards leave it open)
+    # Admitted to rank 0's metrics port by each job's NetworkPolicy: the operator's scrapes and Prometheus'.
+    operator_namespace: str = render.DEFAULT_OPERATOR_NAMESPACE
+    monitoring_namespace: str | None = render.DEFAULT_MONITORING_NAMESPACE
 
 
 # --- operator-wide state ------------------------------------------------------
@@ -221,6 +224,8 @@ class JobLoop:
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None  # kopf stops this daemon; owner references do the deleting
         spec, refusal = self._judge(job)
+        if spec is not None and refusal is None and (job.get("status") or {}).get("phase") == lifecycle.RUNNING:
+            await self._check_networkpolicy(job, spec)
         decision = await self._decide(job, spec, refusal)
         try:
             await self._act(job, spec, decision)
@@ -370,7 +375,7 @@ class JobLoop:
         children = [
             render.render_configmap(j, self.namespace, uid),
             render.render_pvc(j, self.namespace),
-            render.render_networkpolicy(j, self.namespace),
+            self._networkpolicy(spec),
             render.render_service(j, self.namespace),
             render.render_podgroup(j, self.namespace),
         ]
@@ -382,6 +387,11 @@ class JobLoop:
                 kopf.adopt(child, owner=job)
             await self._create_child(child, uid, adopted=not retained)
         self.memo["children_of"] = (uid, generation)
+
+    def _networkpolicy(self, spec: JobSpec) -> dict:
+        config = self.shell.config
+        return render.render_networkpolicy(render.Job(self.name, spec), self.namespace, operator_namespace=config.operator_namespace,
+                                           monitoring_namespace=config.monitoring_namespace)
 
     async def _create_child(self, child: dict, uid: str, adopted: bool) -> None:
         try:
@@ -397,6 +407,27 @@ class JobLoop:
                     f"{child['kind']} {child['metadata']['name']} exists and is not this job's (an older job's, still being collected?)",
                     delay=2.0,
                 ) from None
+            if child["kind"] == "NetworkPolicy":
+                await self._correct_networkpolicy(existing, child)
+
+    async def _check_networkpolicy(self, job: dict, spec: JobSpec) -> None:
+        """Once per job and operator start: a policy written by an operator in another namespace
+        (or edited by hand) would keep this operator's scrapes out, and nothing would say why."""
+        uid = job["metadata"]["uid"]
+        if self.memo.get("networkpolicy_checked") == uid:
+            return
+        desired = self._networkpolicy(spec)
+        existing = await self.api.get(*api_path(desired), self.namespace, desired["metadata"]["name"])
+        if existing is not None and reconcile.owned_by(existing, uid):
+            await self._correct_networkpolicy(existing, desired)
+        self.memo["networkpolicy_checked"] = uid
+
+    async def _correct_networkpolicy(self, existing: dict, desired: dict) -> None:
+        patch = render.networkpolicy_patch(existing, desired)
+        if patch is not None:
+            logger.info(f"NetworkPolicy {desired['metadata']['name']}: admitting {self.shell.config.operator_namespace!r} "
+                        f"and {self.shell.config.monitoring_namespace!r} to the metrics ports")
+            await self.api.merge_patch(*api_path(desired), self.namespace, desired["metadata"]["name"], patch)
 
     async def _create_pods(self, job: dict, spec: JobSpec, action: lifecycle.CreatePods) -> None:
         uid = job["metadata"]["uid"]
@@ -499,6 +530,8 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         peering=args.peering,
         pod_security=getattr(args, "pod_security", None) or podsecurity.DEFAULT_LEVEL,
         allowed_service_accounts=podsecurity.parse_service_accounts(getattr(args, "allowed_service_accounts", None)),
+        operator_namespace=os.environ.get(contract.ENV_OPERATOR_POD_NAMESPACE) or render.DEFAULT_OPERATOR_NAMESPACE,
+        monitoring_namespace=getattr(args, "monitoring_namespace", render.DEFAULT_MONITORING_NAMESPACE),
     )
 
 

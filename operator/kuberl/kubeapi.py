@@ -130,6 +130,7 @@ API_CALLS = frozenset({
         ("", "configmaps"), ("", "persistentvolumeclaims"), ("", "services"), ("networking.k8s.io", "networkpolicies"),
         ("scheduling.volcano.sh", "podgroups"), ("scheduling.x-k8s.io", "podgroups"),
     )),
+    ("patch", "networking.k8s.io", "networkpolicies", ""),  # admit the scrapes of an operator installed elsewhere
 })
 # With --peering, kopf's own peering objects (namespaced, or cluster-wide when all namespaces are watched).
 PEERING_API_CALLS = frozenset(
@@ -292,6 +293,9 @@ class KubeApi:
             await self.call("patch", "patch", "pods", _path(*PODS, namespace, name), {"metadata": {"annotations": annotations}}, "application/merge-patch+json")
         except NotFound:
             pass  # already gone: nothing left to mark
+
+    async def merge_patch(self, group: str, version: str, plural: str, namespace: str, name: str, patch: dict) -> dict:
+        return await self.call("patch", "patch", plural, _path(group, version, plural, namespace, name), patch, "application/merge-patch+json")
 
     async def delete(self, group: str, version: str, plural: str, namespace: str, name: str, options: dict) -> None:
         try:

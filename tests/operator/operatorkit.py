@@ -33,8 +33,9 @@ PODS = f'/api/v1/namespaces/{NS}/pods'
 class Operator:
     """`kuberl operator` in a subprocess, pointed at the stand-in by $KUBECONFIG (the stand-in's own, or `kubeconfig`)."""
 
-    def __init__(self, standin: StandinServer, logdir: pathlib.Path, *extra: str, kubeconfig: pathlib.Path | None = None):
-        self.standin, self.logdir, self.extra, self.kubeconfig = standin, logdir, extra, kubeconfig
+    def __init__(self, standin: StandinServer, logdir: pathlib.Path, *extra: str, kubeconfig: pathlib.Path | None = None,
+                 env: dict[str, str] | None = None):
+        self.standin, self.logdir, self.extra, self.kubeconfig, self.env = standin, logdir, extra, kubeconfig, env or {}
         self.health_port, self.metrics_port = free_port(), free_port()
         self.process: subprocess.Popen | None = None
         self.starts = 0
@@ -43,7 +44,7 @@ class Operator:
         self.starts += 1
         self.logfile = (self.logdir / f'operator-{self.starts}.log').open('wb')
         env = {**os.environ, 'KUBECONFIG': str(self.kubeconfig or self.standin.kubeconfig), 'PYTHONUNBUFFERED': '1',
-               'KUBERL_TRAINER_IMAGE_PULL_POLICY': 'Always', 'KUBERL_TRAINER_IMAGE_PULL_SECRETS': 'regcred, mirror'}
+               'KUBERL_TRAINER_IMAGE_PULL_POLICY': 'Always', 'KUBERL_TRAINER_IMAGE_PULL_SECRETS': 'regcred, mirror', **self.env}
         self.process = subprocess.Popen(
             [sys.executable, '-m', 'kuberl.cli', 'operator', '--listen-address', '127.0.0.1',
              '--health-port', str(self.health_port), '--metrics-port', str(self.metrics_port),

@@ -226,7 +226,7 @@ spec:
   verbs: [create, get]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [create, get]
+  verbs: [create, get, patch]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
