@@ -223,7 +223,7 @@ class JobLoop:
         job = await self.api.get(*RLTJ, self.namespace, self.name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None  # kopf stops this daemon; owner references do the deleting
-        spec, refusal = self._judge(job)
+        spec, refusal = await self._judge(job)
         if spec is not None and refusal is None and (job.get("status") or {}).get("phase") == lifecycle.RUNNING:
             await self._check_networkpolicy(job, spec)
         decision = await self._decide(job, spec, refusal)
@@ -237,25 +237,26 @@ class JobLoop:
             await self._act(job, spec, decision)
         return self._next_wake(decision)
 
-    def _judge(self, job: dict) -> tuple[JobSpec | None, lifecycle.Refusal | None]:
-        """The spec and its pods' security, judged once per spec generation."""
+    async def _judge(self, job: dict) -> tuple[JobSpec | None, lifecycle.Refusal | None]:
+        """The spec and its pods' security, judged once per spec generation, off the event loop:
+        a large spec must not keep every other job (and /healthz) waiting."""
         key = (job["metadata"]["uid"], job["metadata"].get("generation"))
         judged = self.memo.get("judged")
         if judged is None or judged[0] != key:
-            judged = (key, reconcile.judge(job, self._pod_problems))
+            judged = (key, await asyncio.to_thread(reconcile.judge, job, self._pod_problems))
             self.memo["judged"] = judged
         return judged[1]
 
     def _pod_problems(self, spec: JobSpec) -> list[str]:
         """Every field of the job's rendered pods over the operator's pod security level, named by path."""
         config = self.shell.config
-        pods = [self._render_pod(spec, "", rank, 0) for rank in range(spec.workers)]
+        pods = self._render_pods(spec, "", render.representative_ranks(spec.workers), 0)
         return [str(v) for v in podsecurity.check_pods(pods, config.pod_security, config.allowed_service_accounts)]
 
-    def _render_pod(self, spec: JobSpec, uid: str, rank: int, generation: int) -> dict:
+    def _render_pods(self, spec: JobSpec, uid: str, ranks: list[int], generation: int) -> list[dict]:
         config = self.shell.config
-        pod = render.render_pod(render.Job(self.name, spec), self.namespace, uid, rank, generation, default_image=config.trainer_image)
-        return reconcile.with_operator_defaults(pod, config.trainer_pull_policy, config.trainer_pull_secrets)
+        pods = render.render_pods(render.Job(self.name, spec), self.namespace, uid, ranks, generation, default_image=config.trainer_image)
+        return [reconcile.with_operator_defaults(pod, config.trainer_pull_policy, config.trainer_pull_secrets) for pod in pods]
 
     async def _decide(self, job: dict, spec: JobSpec | None, refusal: lifecycle.Refusal | None) -> lifecycle.Decision:
         """Read the pods and rank 0, decide, write the status once; events only after the write."""
@@ -432,9 +433,9 @@ class JobLoop:
     async def _create_pods(self, job: dict, spec: JobSpec, action: lifecycle.CreatePods) -> None:
         uid = job["metadata"]["uid"]
         limit = asyncio.Semaphore(CREATE_CONCURRENCY)
+        rendered = await asyncio.to_thread(self._render_pods, spec, uid, list(action.ranks), action.generation)
 
-        async def create(rank: int) -> None:
-            pod = self._render_pod(spec, uid, rank, action.generation)
+        async def create(pod: dict) -> None:
             kopf.adopt(pod, owner=job)
             async with limit:
                 try:
@@ -447,7 +448,7 @@ class JobLoop:
                             f"pod {pod['metadata']['name']} of an older generation is still terminating", delay=1.0,
                         ) from None
 
-        results = await asyncio.gather(*(create(rank) for rank in action.ranks), return_exceptions=True)
+        results = await asyncio.gather(*(create(pod) for pod in rendered), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             # A refusal decides the job's fate; any other error is retried as it is.

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -456,9 +456,29 @@ def render_pod(
     target: Target = "cluster",
 ) -> dict:
     """Worker `rank` of gang generation `restart`, with spec.template layered on."""
+    return render_pods(job, namespace, uid, [rank], restart, default_image=default_image, target=target)[0]
+
+
+def render_pods(
+    job: Mapping | Job,
+    namespace: str,
+    uid: str,
+    ranks: Iterable[int],
+    restart: int = 0,
+    *,
+    default_image: str = DEFAULT_IMAGE,
+    target: Target = "cluster",
+) -> list[dict]:
+    """Workers `ranks` of gang generation `restart`; the config digest is computed once for all."""
     j = as_job(job)
     digest = config_hash(config_text(j.name, namespace, uid, j.spec))
-    return _render_pod(j, namespace, rank, restart, default_image, target, digest)
+    return [_render_pod(j, namespace, rank, restart, default_image, target, digest) for rank in ranks]
+
+
+def representative_ranks(workers: int) -> list[int]:
+    """Ranks whose pods show every field any pod of the gang has: rank 0 (the checkpoint volume)
+    and rank 1; every other pod is rank 1's with other values of kuberl's env, hostname and labels."""
+    return list(range(min(workers, 2)))
 
 
 def _render_pod(j: Job, namespace: str, rank: int, restart: int, default_image: str, target: Target, digest: str) -> dict:
@@ -489,9 +509,9 @@ def _render_pod(j: Job, namespace: str, rank: int, restart: int, default_image: 
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
-        pod_spec["tolerations"] = copy.deepcopy(spec.tolerations)
+        pod_spec["tolerations"] = json_copy(spec.tolerations)
     if spec.affinity:
-        pod_spec["affinity"] = copy.deepcopy(spec.affinity)
+        pod_spec["affinity"] = json_copy(spec.affinity)
     if spec.priority_class_name:
         pod_spec["priorityClassName"] = spec.priority_class_name
     if spec.scheduler_name:
@@ -513,40 +533,52 @@ def _render_pod(j: Job, namespace: str, rank: int, restart: int, default_image: 
 # --- spec.template ------------------------------------------------------------
 
 
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON-shaped tree (dicts, lists, scalars), several times faster than
+    copy.deepcopy: a 1,024-pod gang copies its template once per pod."""
+    if isinstance(value, dict):
+        return {key: json_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_copy(item) for item in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return copy.deepcopy(value)
+
+
 def _merge_by(key: str, ours: list[dict], theirs: list[dict]) -> list[dict]:
     """Items with the same `key` are replaced in place; new ones are appended."""
-    merged = [copy.deepcopy(item) for item in ours]
+    merged = [json_copy(item) for item in ours]
     index = {item.get(key): i for i, item in enumerate(merged)}
     for item in theirs:
         if item.get(key) in index:
-            merged[index[item.get(key)]] = copy.deepcopy(item)
+            merged[index[item.get(key)]] = json_copy(item)
         else:
             index[item.get(key)] = len(merged)
-            merged.append(copy.deepcopy(item))
+            merged.append(json_copy(item))
     return merged
 
 
 def _patch_container(ours: dict, theirs: Mapping) -> dict:
-    patched = copy.deepcopy(ours)
+    patched = json_copy(ours)
     for field, value in theirs.items():
         if field == "env":
             patched["env"] = _merge_by("name", patched.get("env", []), value or [])
         elif field == "volumeMounts":
             patched["volumeMounts"] = _merge_by("mountPath", patched.get("volumeMounts", []), value or [])
         else:
-            patched[field] = copy.deepcopy(value)
+            patched[field] = json_copy(value)
     return patched
 
 
 def merge_template(pod: Mapping, template: Mapping | None) -> dict:
     """Layer a PodTemplateSpec onto a rendered pod (rules in the module docstring)."""
-    merged = copy.deepcopy(dict(pod))
+    merged = json_copy(dict(pod))
     if not template:
         return merged
     metadata = template.get("metadata") or {}
     for key in ("labels", "annotations"):
         if metadata.get(key):
-            merged["metadata"][key] = {**merged["metadata"].get(key, {}), **copy.deepcopy(metadata[key])}
+            merged["metadata"][key] = {**merged["metadata"].get(key, {}), **json_copy(metadata[key])}
     pod_spec = merged["spec"]
     for field, value in (template.get("spec") or {}).items():
         if field == "containers":
@@ -557,12 +589,12 @@ def merge_template(pod: Mapping, template: Mapping | None) -> dict:
                 if name in by_name:
                     containers[by_name[name]] = _patch_container(containers[by_name[name]], theirs)
                 else:
-                    containers.append(copy.deepcopy(theirs))
+                    containers.append(json_copy(theirs))
             pod_spec["containers"] = containers
         elif field == "volumes":
             pod_spec["volumes"] = _merge_by("name", pod_spec.get("volumes", []), value or [])
         else:
-            pod_spec[field] = copy.deepcopy(value)
+            pod_spec[field] = json_copy(value)
     return merged
 
 
@@ -596,6 +628,5 @@ def render_job(
     objects.append(render_service(j, namespace))
     if target == "cluster":
         objects.append(render_podgroup(j, namespace))
-    digest = config_hash(config_text(j.name, namespace, uid, j.spec))  # once, not once per pod
-    objects += [_render_pod(j, namespace, rank, restart, default_image, target, digest) for rank in range(j.spec.workers)]
+    objects += render_pods(j, namespace, uid, range(j.spec.workers), restart, default_image=default_image, target=target)
     return [o for o in objects if o is not None]
