@@ -3,22 +3,48 @@ never imports kuberl). Reads a JSON job on argv[1], writes a JSON result to
 argv[2]: the learning curve (seconds since the process was launched, env
 steps, last-100 training mean), when it solved, throughput, evaluation.
 
-Solving uses kuberl's success rule: a greedy evaluation of `eval_episodes`
-episodes every `eval_every` env steps reaching `target`.
+Solving uses kuberl's success rule and kuberl's own evaluation code
+(trainer/kuberl_trainer/evaluation.py, loaded by path: numpy only):
+`eval_episodes` episodes every `eval_every` env steps reaching `target`, PPO's
+discrete actions sampled, DQN's and continuous ones deterministic.
 """
 
+import importlib.util
 import json
 import resource
 import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.evaluation import evaluate_policy
+
+EVALUATION = Path(__file__).resolve().parents[1] / "trainer/kuberl_trainer/evaluation.py"
+
+
+def load_evaluation():
+    spec = importlib.util.spec_from_file_location("kuberl_evaluation", EVALUATION)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+evaluation = load_evaluation()
+
+
+def evaluate(model, env_id: str, episodes: int, seed: int, algorithm: str) -> float:
+    """kuberl's protocol (evaluation.mean_return) with SB3's policy acting."""
+    envs = gym.make_vec(env_id, num_envs=episodes, vectorization_mode="sync")
+    discrete = isinstance(envs.single_action_space, gym.spaces.Discrete)
+    deterministic = not (algorithm == "ppo" and discrete)
+    try:
+        return evaluation.mean_return(envs, lambda obs: model.predict(obs, deterministic=deterministic)[0], episodes, seed)
+    finally:
+        envs.close()
 
 
 def linear(start: float):
@@ -27,9 +53,10 @@ def linear(start: float):
 
 
 class Watch(BaseCallback):
-    def __init__(self, job: dict, launched: float, eval_env):
+    def __init__(self, job: dict, launched: float):
         super().__init__()
-        self.job, self.launched, self.eval_env = job, launched, eval_env
+        self.job, self.launched = job, launched
+        self.first_step_at = None
         self.curve: list[list[float]] = []
         self.next_eval = job["eval_every"] or None
         self.next_point = 0
@@ -39,6 +66,9 @@ class Watch(BaseCallback):
 
     def now(self) -> float:
         return time.time() - self.launched
+
+    def _on_training_start(self) -> None:
+        self.first_step_at = self.now()  # imports, env and model built: the next call steps the envs
 
     def _on_step(self) -> bool:
         steps = self.num_timesteps
@@ -50,8 +80,8 @@ class Watch(BaseCallback):
                 self.last100_at = self.now()
         if self.next_eval is not None and steps >= self.next_eval:
             self.next_eval = steps + self.job["eval_every"]
-            returns, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=self.job["eval_episodes"], deterministic=True)
-            self.eval_return = float(returns)
+            self.eval_return = evaluate(self.model, self.job["env"], self.job["eval_episodes"], self.job["seed"] + 10_000,
+                                        self.job["algorithm"])
             if self.eval_return >= self.job["target"]:
                 self.solved_at = self.now()
                 return False
@@ -69,19 +99,18 @@ def main() -> None:
             hp[key] = linear(float(hp[key][4:]))
     algo = {"ppo": PPO, "dqn": DQN}[job["algorithm"]]
     env = make_vec_env(job["env"], n_envs=n_envs, seed=job["seed"])
-    eval_env = make_vec_env(job["env"], n_envs=1, seed=job["seed"] + 10_000)
     model = algo("MlpPolicy", env, seed=job["seed"], device="cpu", verbose=0, **hp)
-    watch = Watch(job, launched, eval_env)
+    watch = Watch(job, launched)
     started = time.time()
     model.learn(total_timesteps=job["total_timesteps"], callback=watch)
     train_seconds = time.time() - started
     if job.get("final_eval") and watch.eval_return is None or job.get("final_eval_always"):
-        returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=job["eval_episodes"], deterministic=True)
-        watch.eval_return = float(returns)
+        watch.eval_return = evaluate(model, job["env"], job["eval_episodes"], job["seed"] + 10_000, job["algorithm"])
     result = {
         "curve": watch.curve,
         "solved_seconds": watch.solved_at,
         "last100_seconds": watch.last100_at,
+        "first_step_seconds": watch.first_step_at,
         "eval_return": watch.eval_return,
         "timesteps": int(model.num_timesteps),
         "train_seconds": train_seconds,

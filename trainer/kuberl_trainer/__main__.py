@@ -38,6 +38,7 @@ from .metrics import TrainerMetrics
 from .networks import PolicyMismatch
 from .paths import host_path
 from .session import Algorithm, TrainingSession
+from .startup import Startup
 
 
 class AlgorithmEntry(NamedTuple):
@@ -116,13 +117,15 @@ def install_stop_handlers(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def run(config: trainerconfig.TrainerConfig, stop: threading.Event) -> tuple[str, str]:
+def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Startup | None = None) -> tuple[str, str]:
     """Train one rank; returns (reason, message) for the termination log."""
+    startup = startup or Startup()
     spec = config.spec
     restart = int(os.environ.get(contract.ENV_RESTART, "0") or 0)
     seed_everything(spec.seed, spec.deterministic)
     policy = spec.run_policy
     with process_group(spec.rendezvous.backend, policy.collective_timeout_seconds, policy.rendezvous_timeout_seconds) as ctx:
+        startup.mark("rendezvous")
         tune_device(ctx.device, spec.deterministic)
         try:
             trainer = ALGORITHMS[spec.algorithm].make(ctx, spec.hyperparameters, spec.env.id, spec.env.num_envs, spec.env.kwargs,
@@ -130,10 +133,11 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event) -> tuple[str
         except (UnknownEnv, PolicyMismatch) as e:
             raise ConfigError(str(e)) from e
         _KEEP_ALIVE.append(trainer)
+        startup.mark("envs and networks")
         metrics = TrainerMetrics(config.job, ctx.rank, ctx.world_size)
         metrics.serve(os.environ.get(contract.ENV_METRICS_ADDR, "127.0.0.1"), spec.metrics.port + ctx.local_rank)
         log = print if ctx.is_main else (lambda *_a, **_k: None)
-        session = TrainingSession(config, ctx, metrics, restart, stop, log=lambda s: log(s, flush=True))
+        session = TrainingSession(config, ctx, metrics, restart, stop, log=lambda s: log(s, flush=True), startup=startup)
         if ctx.is_main:
             print(f"kuberl trainer: job {config.job}, {ctx.world_size} rank(s), backend {ctx.backend or 'none'}, "
                   f"{trainer.num_updates} updates of {trainer.batch_per_rank * ctx.world_size} steps, "
@@ -152,12 +156,13 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event) -> tuple[str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kuberl_trainer", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=os.environ.get(contract.ENV_CONFIG, f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"))
+    startup = Startup()  # imports are done: the first phase ends here
     args = parser.parse_args(argv)
     stop = threading.Event()
     install_stop_handlers(stop)
     try:
         config = load_config(args.config)
-        reason, message = run(config, stop)
+        reason, message = run(config, stop, startup)
     except InvalidJob as e:
         write_reason(contract.REASON_CONFIG_ERROR, "; ".join(str(p) for p in e.problems))
         return contract.EXIT_CONFIG_ERROR

@@ -41,7 +41,7 @@ from kuberl.spec import DQNConfig, JobSpec, Problem
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import atari, distributed, fused, networks
+from . import atari, distributed, evaluation, fused, networks
 from .device import autocast
 from .distributed import Dist
 from .envs import (
@@ -403,18 +403,14 @@ class DQNTrainer:
     # -- evaluation (rank 0) -------------------------------------------------
 
     def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float:
-        """Mean return of `episodes` greedy episodes, run side by side."""
+        """evaluation.mean_return, acting greedily (epsilon 0)."""
         envs = make_envs(env_id, episodes, env_kwargs, self.env_backend)
+
+        def act(obs: np.ndarray) -> np.ndarray:
+            return self.agent.greedy(torch.as_tensor(obs, device=self.ctx.device)).cpu().numpy()
+
         try:
-            obs, _ = envs.reset(seed=seed)
-            returns = np.zeros(episodes)
-            running = np.ones(episodes, bool)  # each env counts its first episode only
             with torch.no_grad():
-                while running.any():
-                    action = self.agent.greedy(torch.as_tensor(obs, device=self.ctx.device)).cpu().numpy()
-                    obs, reward, terminated, truncated, _ = envs.step(action)
-                    returns += reward * running
-                    running &= ~(terminated | truncated)
-            return float(returns.mean())
+                return evaluation.mean_return(envs, act, episodes, seed)
         finally:
             envs.close()

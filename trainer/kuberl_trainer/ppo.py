@@ -26,7 +26,7 @@ from kuberl.spec import JobSpec, PPOConfig, Problem
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import atari, distributed, fastpolicy, fused, networks
+from . import atari, distributed, evaluation, fastpolicy, fused, networks
 from .device import CPU, autocast, host_zeros, to_device
 from .distributed import Dist
 from .envs import EpisodeTracker, env_state, make_envs, rank_seed, restore_env_state
@@ -516,33 +516,26 @@ class PPOTrainer:
     # -- evaluation (rank 0) -------------------------------------------------
 
     def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float:
-        """Mean return of `episodes` episodes run side by side. Discrete
-        actions are sampled from the policy (an argmax policy loops forever
-        in Acrobot and hits CartPole's 500 by luck early on); continuous ones
-        are the mean. Seeded apart, so training's randomness is untouched."""
+        """evaluation.mean_return: discrete actions sampled from the policy,
+        continuous ones its mean. Seeded apart, so training's randomness is untouched."""
         envs = make_envs(env_id, episodes, env_kwargs, self.env_backend)
         fast = fastpolicy.NumpyPolicy(self.agent, np.random.default_rng(seed)) if self.fast is not None else None
         cuda = [self.ctx.device.index] if self.ctx.device.type == "cuda" else []
+
+        def act(obs: np.ndarray) -> np.ndarray:
+            x = self.obs_norm.normalize(obs) if self.hp.normalize_observation else obs
+            if fast is not None:
+                x = x.astype(np.float32, copy=False)
+                action = fast.act(x)[0] if self.agent.discrete else fast.greedy(x)
+            else:
+                x = torch.as_tensor(x, dtype=torch.float32, device=self.ctx.device)
+                action = (self.agent.act(x)[0] if self.agent.discrete else self.agent.greedy(x)).cpu().numpy()
+            return action if self.agent.discrete else np.clip(action, self.action_space.low, self.action_space.high)
+
         try:
-            obs, _ = envs.reset(seed=seed)
-            returns = np.zeros(episodes)
-            running = np.ones(episodes, bool)  # each env counts its first episode only
             with torch.no_grad(), torch.random.fork_rng(devices=cuda):
                 torch.manual_seed(seed)
-                while running.any():
-                    x = self.obs_norm.normalize(obs) if self.hp.normalize_observation else obs
-                    if fast is not None:
-                        x = x.astype(np.float32, copy=False)
-                        action = fast.act(x)[0] if self.agent.discrete else fast.greedy(x)
-                    else:
-                        x = torch.as_tensor(x, dtype=torch.float32, device=self.ctx.device)
-                        action = (self.agent.act(x)[0] if self.agent.discrete else self.agent.greedy(x)).cpu().numpy()
-                    if not self.agent.discrete:
-                        action = np.clip(action, self.action_space.low, self.action_space.high)
-                    obs, reward, terminated, truncated, _ = envs.step(action)
-                    returns += reward * running
-                    running &= ~(terminated | truncated)
-            return float(returns.mean())
+                return evaluation.mean_return(envs, act, episodes, seed)
         finally:
             envs.close()
 

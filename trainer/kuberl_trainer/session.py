@@ -29,6 +29,7 @@ from .distributed import Dist, PeerLost
 from .envs import rank_seed
 from .metrics import TrainerMetrics
 from .paths import host_path
+from .startup import Startup
 
 PROGRESS_EVERY_SECONDS = 5.0
 RECENT_EPISODES = 100
@@ -151,8 +152,9 @@ class BareSession:
 
 class TrainingSession:
     def __init__(self, config: TrainerConfig, ctx: Dist, metrics: TrainerMetrics | None,
-                 restart: int, stop: threading.Event, log=print):
+                 restart: int, stop: threading.Event, log=print, startup: Startup | None = None):
         self.config, self.spec, self.ctx, self.metrics = config, config.spec, ctx, metrics
+        self.startup = startup
         self.restart, self.stop, self.log = restart, stop, log
         self.checkpoint_dir = host_path(config.checkpoint_dir)
         self.final_model = host_path(config.final_model)
@@ -175,6 +177,15 @@ class TrainingSession:
         return self.target_met
 
     def load(self) -> tuple[dict, dict | None] | None:
+        """The checkpoint to resume from (`_load`); every rank then says how long its startup took."""
+        loaded = self._load()
+        if self.startup is not None:
+            self.startup.mark("metrics and resume")
+            print(self.startup.line(self.ctx.rank), flush=True)
+            self.startup = None
+        return loaded
+
+    def _load(self) -> tuple[dict, dict | None] | None:
         """Rank 0 reads the newest valid checkpoint and broadcasts it,
         re-encoded as plain data (checkpoint.encode), so no rank ever
         unpickles what was read from disk; in deterministic mode each rank

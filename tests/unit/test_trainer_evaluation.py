@@ -1,0 +1,59 @@
+"""The one evaluation protocol (kuberl_trainer.evaluation), which `make bench` also runs for
+Stable-Baselines3, and the startup line each rank prints (kuberl_trainer.startup)."""
+
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from kuberl_trainer import evaluation
+from kuberl_trainer.startup import Startup, process_age
+
+
+def first_episode_return(env_id: str, seed: int, policy) -> float:
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=seed)
+    total, done = 0.0, False
+    while not done:
+        obs, reward, terminated, truncated, _ = env.step(policy(obs[None])[0])
+        total += float(reward)
+        done = terminated or truncated
+    env.close()
+    return total
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1"])
+def test_copy_i_plays_its_first_episode_from_seed_plus_i(env_id):
+    """Copies that end early are autoreset by the vector env: their later episodes never count."""
+    def lean(obs):  # a fixed, state-dependent policy: episodes of different lengths
+        return (obs[:, 1] > 0).astype(np.int64) if env_id == "CartPole-v1" else np.zeros(len(obs), np.int64)
+
+    envs = gym.make_vec(env_id, num_envs=5, vectorization_mode="sync")
+    try:
+        got = evaluation.mean_return(envs, lean, 5, seed=40)
+    finally:
+        envs.close()
+    expected = [first_episode_return(env_id, 40 + i, lean) for i in range(5)]
+    assert got == pytest.approx(np.mean(expected))
+    if env_id == "CartPole-v1":
+        assert len(set(expected)) > 1, "episodes of different lengths, so autoreset episodes would change the mean"
+
+
+def test_a_process_knows_how_long_ago_it_was_launched():
+    code = "import time; time.sleep(0.6); from kuberl_trainer.startup import process_age; print(process_age())"
+    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0.6 <= age < 60
+    assert process_age() > 0
+
+
+def test_the_startup_line_splits_launch_to_first_step_into_phases():
+    startup = Startup()
+    startup.mark("rendezvous")
+    startup.mark("envs and networks")
+    seconds = startup.seconds()
+    assert list(seconds) == ["python and imports", "rendezvous", "envs and networks", "total"]
+    assert seconds["total"] == pytest.approx(sum(v for k, v in seconds.items() if k != "total"))
+    assert seconds["python and imports"] > 0  # this test process started before Startup()
+    line = startup.line(3)
+    assert line.startswith("kuberl trainer: rank 3 ready to step ") and "rendezvous" in line

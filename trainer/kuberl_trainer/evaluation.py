@@ -1,0 +1,31 @@
+"""The one evaluation protocol: what "solved" means for kuberl and for every peer it is compared with.
+
+`episodes` copies of the env step side by side from one vector reset with `seed`
+(copy i gets seed + i); each copy counts its first episode only; the score is
+the mean undiscounted return. The policy acts as it will be used, without
+exploration noise: PPO samples its categorical (an argmax loops forever in
+Acrobot and reaches CartPole's 500 by luck early on) and takes the mean of its
+Gaussian; DQN takes the argmax of Q (epsilon 0).
+
+This module imports numpy only, so `make bench` runs the same code for
+Stable-Baselines3 in its own virtual environment (bench/sb3_run.py loads it by path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def mean_return(envs: Any, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int) -> float:
+    """Mean return of the first episode of each of `envs`' `episodes` copies, acting with `act(obs)`."""
+    obs, _ = envs.reset(seed=seed)
+    returns = np.zeros(episodes)
+    running = np.ones(episodes, bool)
+    while running.any():
+        obs, reward, terminated, truncated, _ = envs.step(act(obs))
+        returns += reward * running
+        running &= ~(np.asarray(terminated) | np.asarray(truncated))
+    return float(returns.mean())
