@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import socket
 import statistics
@@ -64,9 +65,13 @@ MAPPING_NOTES = [
     " Gaussian (learned log-std, initialised at 0), no gSDE. Minibatch 64 = numMinibatches 64 of the 4096-step rollout, as SB3's default batch_size."),
     ("DQN CartPole: the same algorithm (vanilla DQN, 1-step, hard target copy every 10 steps, Huber loss, grad clip 10); with 2 ranks each"
     " rank runs rl-zoo's settings on its own env and buffer, so the global batch per gradient step is 2 x 64."),
-    ("Solving, every side: a greedy evaluation of 20 episodes >= 475 checked every 5120 global env steps (kuberl's success rule:"
-    " success.evalEvery in updates equal to that many steps); the first time the last-100 training mean reached 475 is reported beside it."),
+    ("Solving, every side: one evaluation protocol and one piece of code (trainer/kuberl_trainer/evaluation.py, which"
+    " bench/sb3_run.py loads by path): 20 episodes, one per env copy from one seeded vector reset, mean return >= 475, checked every"
+    " 5120 global env steps (kuberl's success rule: success.evalEvery in updates equal to that many steps). The policy acts without"
+    " exploration: PPO samples its categorical (SB3: predict(deterministic=False)), DQN takes the argmax (SB3: deterministic=True)."
+    " The first time the last-100 training mean reached 475 is reported beside it."),
 ]
+STARTUP_LINE = re.compile(r"rank (\d+) ready to step ([\d.]+) s after launch \((.*)\)")
 
 
 def free_port(count: int = 1) -> int:
@@ -148,6 +153,7 @@ def kuberl_run(root: Path, algorithm: str, hp: dict, env_id: str, num_envs: int,
                                        f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
                                       env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO))
     codes, ended, rss = wait_all(procs, launched + time_cap)
+    startup = [startup_of((root / f"rank-{rank}.log").read_text(errors="replace")) for rank in range(world)]
     rank0 = root / "rank-0"
     reason_file = rank0 / names.TERMINATION_LOG.lstrip("/")
     reason = reason_file.read_text().strip() if reason_file.exists() else ""
@@ -161,7 +167,16 @@ def kuberl_run(root: Path, algorithm: str, hp: dict, env_id: str, num_envs: int,
     return {"solved_seconds": total_seconds if solved else None, "last100_seconds": last100, "curve": curve,
             "total_seconds": total_seconds, "timesteps": lines[-1]["timesteps"] if lines else 0,
             "eval_return": lines[-1]["eval_return"] if lines else None, "reason": reason,
-            "peak_rss_mib": rss, "codes": codes}
+            "peak_rss_mib": rss, "codes": codes, "startup": startup}
+
+
+def startup_of(log: str) -> dict | None:
+    """A rank's line `rank R ready to step T s after launch (phase s, ...)` as {"total": T, phase: s}."""
+    found = STARTUP_LINE.search(log)
+    if found is None:
+        return None
+    phases = {name: float(value) for name, value in (part.rsplit(" ", 1) for part in found.group(3).split(", "))}
+    return {"total": float(found.group(2)), **phases}
 
 
 def sb3_run(root: Path, algorithm: str, hp: dict, env_id: str, seed: int, total: int, eval_every: int,
@@ -421,6 +436,96 @@ def scaling_lines(probes: dict[str, list[dict]], runs: list[dict]) -> list[str]:
     return lines
 
 
+def ddp_ceiling(probes: dict[str, list[dict]], algorithm: str) -> tuple[float, float, float] | None:
+    """(measured 2-rank / 1-process global steps/s, the ceiling the all-reduce floor allows, the floor in s):
+    ceiling = 2 t_update / (t_update + syncs x t_floor), t_update the plain process's time per update."""
+    plain, ddp = probes.get(f"{algorithm}-plain") or [], probes.get(f"{algorithm}-ddp2") or []
+    if not plain or len(ddp) < 2 or ddp[0].get("allreduce_floor_seconds") is None:
+        return None
+    t_update = plain[0]["breakdown_seconds"]["update_total"]
+    floor = max(r["allreduce_floor_seconds"] for r in ddp)
+    ceiling = 2 * t_update / (t_update + ddp[0]["syncs_per_update"] * floor)
+    return sum(r["steps_per_second_rank"] for r in ddp) / plain[0]["steps_per_second_rank"], ceiling, floor
+
+
+def goals_table(probes: dict[str, list[dict]], runs: list[dict], dqn_cap: float) -> list[str]:
+    """The issue's table: every figure, its goal, and whether this run meets it."""
+    def solved(algorithm: str, side: str) -> tuple[list[float], int]:
+        mine = [r for r in runs if r["algorithm"] == algorithm and r["side"] == side]
+        return [r["solved_seconds"] for r in mine if r["solved_seconds"] is not None], len(mine)
+
+    def verdict(ok: bool | None) -> str:
+        return "-" if ok is None else ("**met**" if ok else "not met")
+
+    rows = ["| figure | kuberl | SB3 (same run) | goal | met? |", "|---|---|---|---|---|"]
+    plain, sb3 = probes.get("ppo-plain") or [], probes.get("ppo-sb3") or []
+    if plain and sb3 and sb3[0].get("steps_per_second"):
+        mine, theirs = plain[0]["steps_per_second_rank"], sb3[0]["steps_per_second"]
+        rows.append(f"| PPO CartPole env steps/s per rank (rl-zoo update-to-data ratio, both) | {mine:,.0f} | {theirs:,.0f} | "
+                    f">= 2.5x SB3 (here {mine / theirs:.2f}x) | {verdict(mine >= 2.5 * theirs)} |")
+    for algorithm in ("ppo", "dqn"):
+        scaling = ddp_ceiling(probes, algorithm)
+        if scaling is not None:
+            ratio, ceiling, floor = scaling
+            goal = ">= 1.8x or >= 90% of the ceiling" if algorithm == "ppo" else ">= 90% of the ceiling"
+            ok = ratio >= 0.9 * ceiling or (algorithm == "ppo" and ratio >= 1.8)
+            rows.append(f"| {algorithm.upper()} 2 DDP ranks / 1 plain process, global steps/s | {ratio:.2f}x | - | {goal} "
+                        f"(ceiling {ceiling:.2f}x from an all-reduce floor of {floor * 1000:.2f} ms; {ratio / ceiling:.0%} of it) | {verdict(ok)} |")
+    two, _ = solved("ppo", "kuberl-2")
+    theirs, _ = solved("ppo", "sb3")
+    if two and theirs:
+        rows.append(f"| PPO time to solve from launch, 2 ranks (median s) | {median(two):.1f} | {median(theirs):.1f} | <= 1/4 of SB3 "
+                    f"(here {median(two) / median(theirs):.2f}) | {verdict(median(two) <= 0.25 * median(theirs))} |")
+    for side in ("kuberl-1", "kuberl-2"):
+        mine, seeds = solved("dqn", side)
+        theirs, their_seeds = solved("dqn", "sb3")
+        if not seeds:
+            continue
+        ok = len(mine) == seeds and bool(theirs) and median(mine) <= 0.5 * median(theirs)
+        rows.append(f"| DQN CartPole solved within {dqn_cap:.0f} s, {side} (median s) | {len(mine)}/{seeds} ({fmt(median(mine))}) | "
+                    f"{len(theirs)}/{their_seeds} ({fmt(median(theirs))}) | every seed, median <= 1/2 of SB3's | {verdict(ok)} |")
+    starts = [s["total"] for r in runs if r["side"].startswith("kuberl") for s in r.get("startup") or [] if s]
+    sb3_starts = [r["first_step_seconds"] for r in runs if r["side"] == "sb3" and r.get("first_step_seconds")]
+    if starts:
+        rows.append(f"| launch to first env step per rank (median s; section 9) | {median(starts):.2f} | {fmt(median(sb3_starts), 2)} | "
+                    "reported | - |")
+    return rows
+
+
+def startup_table(runs: list[dict]) -> list[str]:
+    """Launch to first env step, per rank, median over the solve runs, by phase."""
+    per_side: dict[str, list[dict]] = {}
+    for r in runs:
+        for startup in r.get("startup") or []:
+            if startup:
+                per_side.setdefault(f"{r['algorithm']} {r['side']}", []).append(startup)
+    phases = list(dict.fromkeys(k for rows in per_side.values() for row in rows for k in row if k != "total"))
+    lines = ["| run | ranks measured | " + " | ".join(phases) + " | total |", "|---|---|" + "---|" * (len(phases) + 1)]
+    for name, rows in per_side.items():
+        lines.append(f"| {name} | {len(rows)} | " + " | ".join(fmt(median([x[p] for x in rows if p in x]), 2) for p in phases)
+                     + f" | {fmt(median([x['total'] for x in rows]), 2)} |")
+    for algorithm in ("ppo", "dqn"):
+        sb3 = [r["first_step_seconds"] for r in runs if r["algorithm"] == algorithm and r["side"] == "sb3" and r.get("first_step_seconds")]
+        if sb3:
+            lines.append(f"| {algorithm} sb3 (imports, env, model; one process) | {len(sb3)} | " + " | ".join("-" for _ in phases)
+                         + f" | {fmt(median(sb3), 2)} |")
+    return lines
+
+
+def sync_lines(probes: dict[str, list[dict]]) -> list[str]:
+    """Wait per gradient sync inside training against the floor, per rank."""
+    lines = []
+    for algorithm in ("ppo", "dqn"):
+        for r in probes.get(f"{algorithm}-ddp2") or []:
+            syncs, floor = r.get("syncs_per_update"), r.get("allreduce_floor_seconds")
+            if syncs and floor:
+                wait = r["breakdown_seconds"]["allreduce_gradients"] / syncs
+                lines.append(f"- {algorithm} rank {r['rank']}: {syncs} gradient syncs per update of {r['gradient_floats']:,} floats; "
+                             f"wait per sync {wait * 1000:.2f} ms against an all-reduce floor of {floor * 1000:.2f} ms "
+                             f"({wait / floor:.1f}x)")
+    return lines
+
+
 def plot(runs: list[dict], pendulum: list[dict], out: Path) -> None:
     import matplotlib
 
@@ -460,12 +565,14 @@ def report(out: Path, args: argparse.Namespace, runs, probes, pendulum, operator
         f" Seeds: {', '.join(map(str, args.seeds_list))}."), "",
         "Hyperparameters: rl-zoo's (rl-baselines3-zoo hyperparams/ppo.yml CartPole-v1 and Pendulum-v1, dqn.yml CartPole-v1), fixed in bench/bench.py.", "",
         *[f"- {note}" for note in MAPPING_NOTES], "",
+        "## 0. The goals (issue 16), from this run", "",
+        *goals_table(probes, runs, args.caps["dqn"]), "",
         "## 1. Time to solve CartPole-v1 (seconds from process launch; imports and rendezvous count)", "",
         f"Caps: PPO {args.caps['ppo']:.0f} s, DQN {args.caps['dqn']:.0f} s.", "",
         *solve_table(runs), "",
         "## 2. Training throughput, with the update-to-data ratio", "",
         *probe_tables(probes), "",
-        "## 3. Scaling", "", *scaling_lines(probes, runs), "",
+        "## 3. Scaling", "", *scaling_lines(probes, runs), *sync_lines(probes), "",
         "## 4. Where the time goes, per update and rank (milliseconds)", "",
         ("PPO: one update = 32 steps x envs, 20 epochs x 1 minibatch. DQN: one update = 256 env steps per rank, 128 gradient steps."
         " allreduce_gradients is DDP's comm hook, launch to completion (it overlaps backward, and includes waiting for the slower rank);"
@@ -481,6 +588,11 @@ def report(out: Path, args: argparse.Namespace, runs, probes, pendulum, operator
         "## 8. Peak memory per rank", "",
         "In the tables of items 1 and 2 (peak RSS from wait4, MiB). Probes: " + ", ".join(
             f"{name} {'/'.join(fmt(peak(r), 0) for r in results)}" for name, results in probes.items() if results), "",
+        "## 9. Launch to first env step, per rank (median s over the solve runs)", "",
+        ("Each kuberl rank prints where its startup went (kuberl_trainer/startup.py: python and imports; rendezvous, config read"
+        " included; envs and networks, where torch.optim.Adam's first construction imports torch._dynamo; metrics server and"
+        " checkpoint resume). SB3: launch to its first training step."), "",
+        *startup_table(runs), "",
         "![curves](curves.png)", "", "![pendulum](pendulum.png)", "",
     ]
     text = "\n".join(lines)

@@ -12,6 +12,7 @@ actions only, and acting with the policy's forward.
 
 import json
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -83,6 +84,20 @@ def ceilings(job: dict, agent, steps: int) -> dict:
     forward_rate = steps * job["num_envs"] / (time.perf_counter() - started)
     envs.close()
     return {"random_actions": random_rate, "env_plus_forward": forward_rate}
+
+
+def allreduce_floor(floats: int, calls: int = 200) -> float:
+    """Median seconds of one all-reduce of `floats` floats between the ranks with
+    nothing else running in them: the floor a gradient sync cannot go below."""
+    grad = torch.zeros(floats)
+    for _ in range(20):
+        dist.all_reduce(grad)
+    times = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        dist.all_reduce(grad)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 def main() -> None:
@@ -161,6 +176,8 @@ def main() -> None:
             gradient_steps = hp.update_epochs * hp.num_minibatches
             batch = trainer.batch_per_rank // hp.num_minibatches
         breakdown["checkpoint_write"] = checkpoint_seconds if ctx.is_main else 0.0
+        gradient_floats = sum(p.numel() for p in trainer.agent.parameters())
+        floor = allreduce_floor(gradient_floats) if ctx.distributed else None
         breakdown["update_total"] = wall / updates
         result = {
             "rank": ctx.rank,
@@ -171,6 +188,9 @@ def main() -> None:
             "wall_seconds": wall,
             "steps_per_second_rank": local_steps / wall,
             "gradient_steps_per_update": gradient_steps,
+            "syncs_per_update": gradient_steps if ctx.distributed else 0,  # one gradient all-reduce per gradient step
+            "gradient_floats": gradient_floats,
+            "allreduce_floor_seconds": floor,
             "env_steps_per_update": trainer.batch_per_rank,
             "batch_per_gradient_step": batch,
             "breakdown_seconds": breakdown,
