@@ -519,18 +519,20 @@ def _label_key_problems(path: str, mapping: Any) -> list[Problem]:
     ]
 
 
-def _named_items_problems(path: str, items: Any, what: str) -> list[Problem]:
+def _objects(path: str, items: Any, plural: str, item: str) -> tuple[list[tuple[int, dict]], list[Problem]]:
+    """The objects of an optional list field, by index, and a problem for the field or each item that is not one."""
     if items is None:
-        return []
+        return [], []
     if not isinstance(items, list):
-        return [Problem(path, f"expected a list of {what} (got {_shown(items)})")]
-    problems = []
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            problems.append(Problem(f"{path}[{i}]", f"expected a {what[:-1]} object (got {_shown(item)})"))
-        elif not isinstance(item.get("name"), str) or not item["name"]:
-            problems.append(Problem(f"{path}[{i}].name", f"required: every {what[:-1]} needs a name (merged by name)"))
-    return problems
+        return [], [Problem(path, f"expected a list of {plural} (got {_shown(items)})")]
+    objects = [(i, x) for i, x in enumerate(items) if isinstance(x, dict)]
+    return objects, [Problem(f"{path}[{i}]", f"expected {item} (got {_shown(x)})") for i, x in enumerate(items) if not isinstance(x, dict)]
+
+
+def _named_items_problems(path: str, items: Any, what: str) -> list[Problem]:
+    objects, problems = _objects(path, items, what, f"a {what[:-1]} object")
+    return problems + [Problem(f"{path}[{i}].name", f"required: every {what[:-1]} needs a name (merged by name)")
+                       for i, item in objects if not isinstance(item.get("name"), str) or not item["name"]]
 
 
 def _template_problems(template: Any) -> list[Problem]:
@@ -576,15 +578,8 @@ def _env_problems(path: str, env: Any, trainer: bool) -> list[Problem]:
     """Env names are valid and values strings (the API server refuses anything
     else at pod create, long after the job was accepted); the trainer's env may
     not set the identity kuberl gives each pod."""
-    if env is None:
-        return []
-    if not isinstance(env, list):
-        return [Problem(path, f"expected a list of env vars (got {_shown(env)})")]
-    problems = []
-    for j, var in enumerate(env):
-        if not isinstance(var, dict):
-            problems.append(Problem(f"{path}[{j}]", f"expected an env var object with name and value (got {_shown(var)})"))
-            continue
+    objects, problems = _objects(path, env, "env vars", "an env var object with name and value")
+    for j, var in objects:
         name = var.get("name")
         if not isinstance(name, str) or not ENV_NAME.match(name) or name in (".", "..") or name.startswith(".."):
             problems.append(Problem(f"{path}[{j}].name", "expected an env var name: letters, digits, '_', '-' or '.',"

@@ -176,12 +176,28 @@ def start_gang(standin: StandinServer, name: str, workers: int, generation: int 
 
 # --- rank 0's metrics endpoint ------------------------------------------------
 
-class FakeMetrics:
+class LocalServer:
+    """A request handler served on a free 127.0.0.1 port from a thread, while in a `with` block."""
+
+    def serve(self, handler: type[http.server.BaseHTTPRequestHandler]) -> None:
+        self.port = free_port()
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', self.port), handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class FakeMetrics(LocalServer):
     """A tiny Prometheus endpoint on 127.0.0.1 standing in for rank 0's exporter."""
 
     def __init__(self, job: str):
         self.job, self.timesteps, self.success, self.eval_return, self.last_checkpoint = job, 0, 0, 0.0, 0.0
-        self.port = free_port()
         kit = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -196,8 +212,7 @@ class FakeMetrics:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', self.port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.serve(Handler)
 
     def page(self) -> str:
         labels = f'rltj="{self.job}",rank="0"'
@@ -208,14 +223,6 @@ class FakeMetrics:
                 f'# TYPE kuberl_trainer_steps_per_second gauge\nkuberl_trainer_steps_per_second{{{labels}}} 640.0\n'
                 f'# TYPE kuberl_trainer_last_checkpoint_timestamp_seconds gauge\n'
                 f'kuberl_trainer_last_checkpoint_timestamp_seconds{{{labels}}} {self.last_checkpoint}\n')
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def deep(obj: dict) -> dict:

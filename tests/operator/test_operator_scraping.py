@@ -3,15 +3,14 @@ off its event loop, and writes only finite, bounded numbers to status (issue 14,
 import http.server
 import json
 import pathlib
-import threading
 import time
 import urllib.request
-from typing import Self
 
 import pytest
 from kuberl import rank0metrics
 
 from tests.operator.operatorkit import (
+    LocalServer,
     Operator,
     create_job,
     events,
@@ -20,13 +19,13 @@ from tests.operator.operatorkit import (
     wait_for,
     wait_phase,
 )
-from tests.support.apiserver import StandinServer, free_port
+from tests.support.apiserver import StandinServer
 
 MIB = 1 << 20
 LINE = b'kuberl_trainer_padding{rltj="hog",rank="0",filler="xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"} 1.0\n'
 
 
-class Page:
+class Page(LocalServer):
     """Rank 0's /metrics as a hostile trainer would serve it: `size` bytes of valid samples after a
     step counter, streamed (chunked, no Content-Length, unless `declared`) so nothing is cheap to refuse."""
 
@@ -34,7 +33,6 @@ class Page:
         self.job, self.size, self.declared = job, size, declared
         self.values = values or {'env_steps_total': '640'}
         self.served = 0
-        self.port = free_port()
         page = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -74,8 +72,7 @@ class Page:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', self.port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.serve(Handler)
 
     def head(self) -> bytes:
         lines = []
@@ -83,13 +80,6 @@ class Page:
             lines += [f'# TYPE kuberl_trainer_{suffix} gauge', f'kuberl_trainer_{suffix}{{rltj="{self.job}",rank="0"}} {value}']
         return ('\n'.join(lines) + '\n# TYPE kuberl_trainer_padding gauge\n').encode()
 
-    def __enter__(self) -> Self:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def rss_mib(pid: int) -> float:

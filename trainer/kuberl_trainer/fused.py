@@ -35,6 +35,20 @@ LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
+def minibatch_columns(rows: torch.Tensor, norm_advantage: bool) -> tuple[torch.Tensor, ...]:
+    """A PPO minibatch's rows as (actions, old log-prob, old value, advantages, returns, weight):
+    actions first, then those five columns with `valid` turned into each row's weight in the
+    mean (padding rows weigh 0); advantages normalised over the valid rows when asked."""
+    actions = rows[:, :-5]
+    old_log_prob, old_value, advantages, returns, valid = rows[:, -5:].unbind(1)
+    weight = valid / valid.sum().clamp(min=1.0)
+    if norm_advantage:
+        mean = (advantages * weight).sum()
+        std = ((advantages - mean).square() * weight).sum().sqrt()
+        advantages = (advantages - mean) / (std + 1e-8)
+    return actions, old_log_prob, old_value, advantages, returns, weight
+
+
 def supports(agent: nn.Module, device: torch.device, precision: str = "fp32") -> bool:
     """Separate tanh-MLP actor and critic of equal hidden widths on CPU in fp32."""
     encoder = getattr(agent, "encoder", None)
@@ -219,13 +233,7 @@ class FusedPPOStep(FlatAdam):
         Returns the weighted sums of STAT_NAMES, (5,)."""
         hp = self.hp
         buf = self._buffers(obs.shape[0], obs.shape[1])
-        actions = rows[:, :-5]
-        old_log_prob, old_value, advantages, returns, valid = rows[:, -5:].unbind(1)
-        weight = valid / valid.sum().clamp(min=1.0)
-        if hp.norm_advantage:
-            mean = (advantages * weight).sum()
-            std = ((advantages - mean).square() * weight).sum().sqrt()
-            advantages = (advantages - mean) / (std + 1e-8)
+        actions, old_log_prob, old_value, advantages, returns, weight = minibatch_columns(rows, hp.norm_advantage)
         out, value2d = self.forward(obs)
         value = value2d.squeeze(1)
         columns = buf["columns"]

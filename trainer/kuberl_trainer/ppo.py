@@ -402,14 +402,8 @@ class PPOTrainer:
         if self.fused is not None:
             return self.fused.step(obs, rows)  # the same maths in one pass (micro-batches sum to it)
         hp = self.hp
-        actions = rows[:, :-5]
+        actions, old_log_prob, old_value, advantages, returns, weight = fused.minibatch_columns(rows, hp.norm_advantage)
         actions = actions.squeeze(-1) if self.agent.discrete else actions
-        old_log_prob, old_value, advantages, returns, valid = rows[:, -5:].unbind(1)
-        weight = valid / valid.sum().clamp(min=1.0)
-        if hp.norm_advantage:
-            mean = (advantages * weight).sum()
-            std = ((advantages - mean).square() * weight).sum().sqrt()
-            advantages = (advantages - mean) / (std + 1e-8)
         size = rows.shape[0]
         micro = -(-size // hp.grad_accumulation)
         stats = torch.zeros(len(STAT_NAMES), device=rows.device)
