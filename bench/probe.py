@@ -86,9 +86,10 @@ def ceilings(job: dict, agent, steps: int) -> dict:
     return {"random_actions": random_rate, "env_plus_forward": forward_rate}
 
 
-def allreduce_floor(floats: int, calls: int = 200) -> float:
-    """Median seconds of one all-reduce of `floats` floats between the ranks with
-    nothing else running in them: the floor a gradient sync cannot go below."""
+def allreduce_floor(floats: int, calls: int = 200) -> tuple[float, float]:
+    """(mean, median) seconds of one all-reduce of `floats` floats between the ranks with
+    nothing else running in them: the floor a gradient sync cannot go below. The mean is
+    what a run of syncs costs (here a tenth or more of them wait a whole scheduler tick)."""
     grad = torch.zeros(floats)
     for _ in range(20):
         dist.all_reduce(grad)
@@ -97,7 +98,7 @@ def allreduce_floor(floats: int, calls: int = 200) -> float:
         started = time.perf_counter()
         dist.all_reduce(grad)
         times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return statistics.mean(times), statistics.median(times)
 
 
 def main() -> None:
@@ -177,7 +178,7 @@ def main() -> None:
             batch = trainer.batch_per_rank // hp.num_minibatches
         breakdown["checkpoint_write"] = checkpoint_seconds if ctx.is_main else 0.0
         gradient_floats = sum(p.numel() for p in trainer.agent.parameters())
-        floor = allreduce_floor(gradient_floats) if ctx.distributed else None
+        floor, floor_median = allreduce_floor(gradient_floats) if ctx.distributed else (None, None)
         breakdown["update_total"] = wall / updates
         result = {
             "rank": ctx.rank,
@@ -191,6 +192,7 @@ def main() -> None:
             "syncs_per_update": gradient_steps if ctx.distributed else 0,  # one gradient all-reduce per gradient step
             "gradient_floats": gradient_floats,
             "allreduce_floor_seconds": floor,
+            "allreduce_floor_median_seconds": floor_median,
             "env_steps_per_update": trainer.batch_per_rank,
             "batch_per_gradient_step": batch,
             "breakdown_seconds": breakdown,
