@@ -22,6 +22,8 @@ import torch
 from kuberl import contract, metricnames, names, trainerconfig
 from kuberl.spec import parse_spec
 
+from tests.support.jobs import make_job as job_builder
+
 REPO = Path(__file__).resolve().parents[2]
 JOB = "t"
 
@@ -59,9 +61,7 @@ def spec(**overrides) -> dict:
         "metrics": {"port": free_ports(2)},
         "checkpoint": {"everyUpdates": 1000, "keep": 3},
     }
-    for key, value in overrides.items():
-        base[key] = {**base[key], **value} if isinstance(value, dict) and isinstance(base.get(key), dict) else value
-    return base
+    return job_builder().from_spec(base).with_spec(**overrides).obj()["spec"]
 
 
 @dataclass

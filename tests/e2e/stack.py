@@ -40,6 +40,7 @@ from tests.e2e.test_dashboard import (
 )
 from tests.operator.operatorkit import Operator
 from tests.support.apiserver import StandinServer
+from tests.support.jobs import make_job
 from tests.support.localnode import LocalNode
 from tests.support.rest import Rest
 from tests.support.selectors import parse_label_selector
@@ -380,11 +381,6 @@ class Stack:
 
 def tiny_job(name: str, **spec) -> dict:
     """A small job from tests/e2e/jobs/tiny.yaml; keyword arguments override spec fields (camelCase, dicts merged)."""
-    document = yaml.safe_load((JOBS_DIR / 'tiny.yaml').read_text())
-    document['metadata']['name'] = name
+    tiny = yaml.safe_load((JOBS_DIR / 'tiny.yaml').read_text())
     # Pods here share one network: rank 0's rendezvous store listens on every address, so each job takes its own port.
-    document['spec']['rendezvous'] = {'port': free_port()}
-    for key, value in spec.items():
-        current = document['spec'].get(key)
-        document['spec'][key] = {**current, **value} if isinstance(value, dict) and isinstance(current, dict) else value
-    return document
+    return make_job(name).from_spec(tiny['spec']).with_spec(rendezvous={'port': free_port()}).with_spec(**spec).obj()

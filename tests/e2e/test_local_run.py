@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.jobs import make_job
+
 KUBERL = [sys.executable, "-m", "kuberl.cli", "run"]
 JOB = "e2e"
 
@@ -41,11 +43,9 @@ def write_job(tmp_path: Path, **spec_overrides) -> Path:
         "runPolicy": {"restartBackoffSeconds": 0.2, "backoffLimit": 2, "terminationGracePeriodSeconds": 10},
         "rendezvous": {"port": free_port()},
         "metrics": {"port": free_port()},
-        **spec_overrides,
     }
     path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump({"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob",
-                                    "metadata": {"name": JOB}, "spec": spec}))
+    path.write_text(yaml.safe_dump(make_job(JOB).from_spec(spec).replace(**spec_overrides).obj()))
     return path
 
 

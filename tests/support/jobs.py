@@ -32,6 +32,16 @@ class JobBuilder:
         self.body: dict[str, Any] = {'algorithm': 'ppo', 'env': {'id': 'CartPole-v1', 'numEnvs': 2},
                                      'totalTimesteps': 1000, 'workers': 2}
 
+    def from_spec(self, body: dict) -> Self:
+        """Start from a tier's own base job (e.g. tests/e2e/jobs/tiny.yaml's spec) instead of the defaults."""
+        self.body = copy.deepcopy(body)
+        return self
+
+    def replace(self, **fields: Any) -> Self:
+        """Spec fields set whole, not merged (a dict given replaces the one there)."""
+        self.body.update(copy.deepcopy(fields))
+        return self
+
     def with_spec(self, **fields: Any) -> Self:
         """Any spec fields, camelCase as in the CRD; dicts are merged into what is there."""
         self.body = _merged(self.body, fields)

@@ -19,9 +19,10 @@ from kuberl.render import (
     render_networkpolicy,
 )
 
+from tests.support.jobs import make_job
+
 ENTRYPOINT = json.loads(re.search(r"^ENTRYPOINT (.+)$", (ROOT / "dockerfiles" / "operator.Dockerfile").read_text(), re.MULTILINE).group(1))
-JOB = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": {"name": "cartpole"},
-       "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "workers": 2}}
+JOB = make_job("cartpole").obj()
 
 
 def operator_settings(release_namespace: str, values: dict) -> tuple[str, str]:
