@@ -259,6 +259,10 @@ def path_problems(pod: Mapping, container: Mapping) -> list[str]:
         path = container.get(field)
         if path is not None and (not str(path).startswith("/") or not _inside(root, str(path))):
             problems.append(f"{where}.{field}: {path!r} is not an absolute path inside the container")
+    log = container.get("terminationMessagePath")
+    mounted = {os.path.normpath(str(m.get("mountPath", ""))) for m in container.get("volumeMounts") or []}
+    if log is not None and str(log).startswith("/") and os.path.normpath(str(log)) in mounted | {"/"}:
+        problems.append(f"{where}.terminationMessagePath: {log!r} is a directory here (the root or a mount), not a file")
     return problems
 
 
@@ -280,6 +284,21 @@ def prepare_sandbox(
     claim volumes are the caller's directories, shared and lasting."""
     check_paths(pod, container)
     shutil.rmtree(sandbox, ignore_errors=True)
+    try:
+        return _lay_out(sandbox, pod, container, configmap_dir, claim_dir)
+    except (OSError, KeyError, TypeError) as e:  # a shape validation let through must not end `kuberl run` in a traceback
+        shown = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) else f"{type(e).__name__}: {e}"
+        raise LocalRunError(f"spec.containers[{container.get('name')}]: cannot lay out the container's volumes and"
+                            f" files here ({shown})") from None
+
+
+def _lay_out(
+    sandbox: str,
+    pod: Mapping,
+    container: Mapping,
+    configmap_dir: Callable[[str], str],
+    claim_dir: Callable[[str], str],
+) -> str:
     root = os.path.join(sandbox, "root")
     os.makedirs(root)
     sources = {}

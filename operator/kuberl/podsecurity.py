@@ -70,6 +70,12 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
+def _one_of(value: Any, allowed: Collection[str]) -> bool:
+    """Membership for values a hostile template may give any JSON type (a list
+    is unhashable): only a string can be one of the allowed names."""
+    return isinstance(value, str) and value in allowed
+
+
 def _containers(pod_spec: Mapping) -> Iterator[tuple[str, Mapping]]:
     """(path, container) for every container of every kind, named by name."""
     for kind in CONTAINER_LISTS:
@@ -98,7 +104,7 @@ def _baseline(pod: Mapping) -> Iterator[Violation]:
     yield from _seccomp_baseline("spec.securityContext", pod_sc)
     for i, sysctl in enumerate(_list(pod_sc.get("sysctls"))):
         name = _dict(sysctl).get("name")
-        if name not in SAFE_SYSCTLS:
+        if not _one_of(name, SAFE_SYSCTLS):
             yield Violation(f"spec.securityContext.sysctls[{i}].name", "Sysctls", "one of " + ", ".join(sorted(SAFE_SYSCTLS)), name)
     for path, container in _containers(spec):
         sc = _dict(container.get("securityContext"))
@@ -106,7 +112,7 @@ def _baseline(pod: Mapping) -> Iterator[Violation]:
             yield Violation(f"{path}.securityContext.windowsOptions.hostProcess", "HostProcess", "false or unset", True)
         if sc.get("privileged"):
             yield Violation(f"{path}.securityContext.privileged", "Privileged Containers", "false or unset", sc["privileged"])
-        added = [c for c in _list(_dict(sc.get("capabilities")).get("add")) if c not in BASELINE_CAPABILITIES]
+        added = [c for c in _list(_dict(sc.get("capabilities")).get("add")) if not _one_of(c, BASELINE_CAPABILITIES)]
         if added:
             yield Violation(f"{path}.securityContext.capabilities.add", "Capabilities",
                             "only " + ", ".join(sorted(BASELINE_CAPABILITIES)), added)
@@ -134,7 +140,7 @@ def _apparmor(path: str, sc: Mapping) -> Iterator[Violation]:
 
 def _selinux(path: str, sc: Mapping) -> Iterator[Violation]:
     options = _dict(sc.get("seLinuxOptions"))
-    if options.get("type", "") not in SELINUX_TYPES:
+    if options.get("type") is not None and not _one_of(options["type"], SELINUX_TYPES):
         yield Violation(f"{path}.seLinuxOptions.type", "SELinux", "one of " + ", ".join(sorted(t for t in SELINUX_TYPES if t)) + " or unset", options["type"])
     for field in ("user", "role"):
         if options.get(field):
@@ -188,7 +194,7 @@ def _restricted(pod: Mapping) -> Iterator[Violation]:
         if "ALL" not in _list(capabilities.get("drop")):
             yield Violation(f"{path}.securityContext.capabilities.drop", "Capabilities", "must include ALL", capabilities.get("drop"))
         # additions outside the default set are already a baseline violation
-        added = [c for c in _list(capabilities.get("add")) if c in BASELINE_CAPABILITIES - RESTRICTED_CAPABILITIES]
+        added = [c for c in _list(capabilities.get("add")) if _one_of(c, BASELINE_CAPABILITIES - RESTRICTED_CAPABILITIES)]
         if added:
             yield Violation(f"{path}.securityContext.capabilities.add", "Capabilities", "only NET_BIND_SERVICE", added)
 
@@ -210,10 +216,16 @@ def check_service_account(pod: Mapping, allowed: Collection[str] | None) -> list
     Pod Security Standards leave serviceAccountName open; a platform may not."""
     if allowed is None:
         return []
-    name = _dict(pod.get("spec")).get("serviceAccountName") or DEFAULT_SERVICE_ACCOUNT
-    if name in allowed:
-        return []
-    return [Violation("spec.serviceAccountName", "Service Account", "one of " + ", ".join(sorted(allowed)), name)]
+    spec = _dict(pod.get("spec"))
+    # The API server reads the deprecated `serviceAccount` when `serviceAccountName`
+    # is empty (pkg/apis/core/v1/conversion.go), so both name the pod's account.
+    given = {field: spec[field] for field in ("serviceAccountName", "serviceAccount") if spec.get(field)}
+    expected = "one of " + ", ".join(sorted(allowed))
+    if not given:
+        return [] if DEFAULT_SERVICE_ACCOUNT in allowed else [
+            Violation("spec.serviceAccountName", "Service Account", expected, DEFAULT_SERVICE_ACCOUNT)]
+    return [Violation(f"spec.{field}", "Service Account", expected, name)
+            for field, name in given.items() if not _one_of(name, allowed)]
 
 
 def check_pods(pods: Iterable[Mapping], level: str, allowed_service_accounts: Collection[str] | None = None) -> list[Violation]:

@@ -12,6 +12,7 @@ statuses, which 409s are ours, and how often one job may post an Event.
 from __future__ import annotations
 
 import copy
+import logging
 import re
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,8 @@ from . import lifecycle, names
 from .lifecycle import Refusal
 from .rank0metrics import Rank0Reading
 from .spec import InvalidJob, JobSpec, Problem, validate_job
+
+log = logging.getLogger(__name__)
 
 
 def problems_message(problems: list[Problem]) -> str:
@@ -34,7 +37,12 @@ def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None)
         spec = validate_job(job)
     except InvalidJob as invalid:
         return None, Refusal(lifecycle.REASON_INVALID_SPEC, problems_message(invalid.problems))
-    problems = pod_problems(spec) if pod_problems is not None else []
+    try:
+        problems = pod_problems(spec) if pod_problems is not None else []
+    except Exception as e:  # a spec the checks cannot handle fails visibly, not as a silent retry loop
+        log.exception("job %s: rendering or checking its pods failed", (job.get("metadata") or {}).get("name"))
+        message = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        return spec, Refusal(lifecycle.REASON_INVALID_SPEC, f"spec.template: the operator could not render or check the pods ({message})")
     if problems:
         return spec, Refusal(lifecycle.REASON_POD_SECURITY, "; ".join(problems))
     return spec, None

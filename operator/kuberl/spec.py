@@ -49,7 +49,7 @@ class Model(BaseModel):
     type coercion: "2" is not an integer here, as it is not for the API server."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True, allow_inf_nan=False
     )
 
 
@@ -561,11 +561,26 @@ def _template_problems(template: Any) -> list[Problem]:
     problems += _named_items_problems("spec.template.spec.containers", pod_spec.get("containers"), "containers")
     problems += _named_items_problems("spec.template.spec.initContainers", pod_spec.get("initContainers"), "containers")
     problems += _named_items_problems("spec.template.spec.volumes", pod_spec.get("volumes"), "volumes")
+    if pod_spec.get("ephemeralContainers") is not None:
+        # ValidatePodCreate (pkg/apis/core/validation): "spec.ephemeralContainers: Forbidden: cannot be set on create".
+        problems.append(Problem("spec.template.spec.ephemeralContainers", "not allowed: a pod cannot be created with"
+                                " ephemeral containers (the API server adds them to running pods only)"))
     for kind in ("containers", "initContainers"):
         for i, container in enumerate(pod_spec.get(kind) if isinstance(pod_spec.get(kind), list) else []):
             if isinstance(container, dict):
                 trainer = kind == "containers" and container.get("name") == names.TRAINER_CONTAINER
                 problems += _env_problems(f"spec.template.spec.{kind}[{i}].env", container.get("env"), trainer)
+                problems += _volume_mount_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))
+    return problems
+
+
+def _volume_mount_problems(path: str, mounts: Any) -> list[Problem]:
+    """Each mount names a volume and a path, as ValidateVolumeMounts requires (both "Required value")."""
+    objects, problems = _objects(path, mounts, "volume mounts", "a volume mount object with name and mountPath")
+    for j, mount in objects:
+        for field in ("name", "mountPath"):
+            if not isinstance(mount.get(field), str) or not mount[field]:
+                problems.append(Problem(f"{path}[{j}].{field}", f"required: a non-empty string (got {_shown(mount.get(field))})"))
     return problems
 
 
@@ -818,6 +833,27 @@ def _key_text(node: yaml.Node) -> str:
     return node.value if isinstance(node, yaml.ScalarNode) else f"<{node.id} key>"
 
 
+_NOT_FINITE = re.compile(r"^[-+]?\.(inf|Inf|INF|nan|NaN|NAN)$")
+
+
+def _key_identity(key: yaml.Node) -> Any:
+    """What a key becomes once built: `1`, `0x1` and `1.0` (or `true` and `1`) are one
+    Python key, so the second would silently replace the first."""
+    if isinstance(key, yaml.ScalarNode):
+        try:
+            value = _KEY_BUILDER.construct_object(key)
+        except (yaml.YAMLError, ValueError):
+            value = None
+        finally:
+            _KEY_BUILDER.constructed_objects.clear()
+        if value is not None:
+            return ("value", value)
+    return (key.tag, _key_text(key))
+
+
+_KEY_BUILDER = KubernetesYamlLoader("")
+
+
 def _check_composed(root: yaml.Node) -> None:
     """Duplicate keys, alias expansion and number sizes, on the composed graph
     (before any object is built). Walks iteratively and stops at the budget."""
@@ -837,16 +873,19 @@ def _check_composed(root: yaml.Node) -> None:
             if numeric and len(node.value) > MAX_NUMBER_CHARS:
                 raise UnreadableSpec(f"{_where(node)}: {path or '(document)'}: a number of {len(node.value)} characters"
                                      f" (at most {MAX_NUMBER_CHARS})")
+            if node.tag == "tag:yaml.org,2002:float" and _NOT_FINITE.match(node.value):
+                raise UnreadableSpec(f"{_where(node)}: {path or '(document)'}: {node.value} is not a JSON number"
+                                     " (kubectl cannot send NaN or infinity to the API server)")
         elif isinstance(node, yaml.SequenceNode):
             stack += [(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node.value)]
         elif isinstance(node, yaml.MappingNode):
-            first: dict[tuple[str, str], yaml.Node] = {}
+            first: dict[Any, yaml.Node] = {}
             for key, value in node.value:
                 if key.tag == "tag:yaml.org,2002:merge":
                     stack.append((value, path, depth + 1))
                     continue
                 child = f"{path}.{_key_text(key)}" if path else _key_text(key)
-                ident = (key.tag, _key_text(key))
+                ident = _key_identity(key)
                 if ident in first:
                     raise UnreadableSpec(f"{_where(key)}: {child}: duplicate key (first at {_where(first[ident])})")
                 first[ident] = key

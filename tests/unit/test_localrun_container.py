@@ -82,6 +82,9 @@ def test_a_volume_script_runs_through_the_sandbox(tmp_path):
     ({"workingDir": "/w/../../.."}, [], "workingDir"),
     ({}, [{"name": "c", "persistentVolumeClaim": {"claimName": "../../x"}}], "spec.volumes[0].persistentVolumeClaim.claimName"),
     ({}, [{"name": "c", "configMap": {"name": "a/../../b"}}], "spec.volumes[0].configMap.name"),
+    ({"terminationMessagePath": "/"}, [], "terminationMessagePath"),
+    ({"terminationMessagePath": "/data/", "volumeMounts": [{"name": "d", "mountPath": "/data"}]},
+     [{"name": "d", "emptyDir": {}}], "terminationMessagePath"),
 ])
 def test_a_path_that_leaves_the_pods_root_is_refused_naming_its_field(tmp_path, container, volumes, field):
     pod = pod_with({"command": ["python", "-c", "pass"], **container}, volumes)
@@ -99,3 +102,14 @@ def test_paths_inside_the_root_pass():
                     "volumeMounts": [{"name": "c", "mountPath": "/checkpoints", "subPath": "job/a"}]},
                    [{"name": "c", "persistentVolumeClaim": {"claimName": "my-claim.v2"}}])
     assert path_problems(pod, trainer_container(pod)) == []
+
+
+@pytest.mark.parametrize("container,volumes", [
+    ({"volumeMounts": [{"mountPath": "/data"}]}, [{"name": "d", "emptyDir": {}}]),  # no name: the API server's "Required value"
+    ({"volumeMounts": [{"name": "d", "mountPath": "/a/b"}, {"name": "e", "mountPath": "/a"}]},
+     [{"name": "d", "emptyDir": {}}, {"name": "e", "emptyDir": {}}]),  # nested mounts: a symlink cannot sit under another here
+])
+def test_a_pod_this_node_cannot_lay_out_is_a_local_run_error_not_a_traceback(tmp_path, container, volumes):
+    pod = pod_with({"command": ["python", "-c", "pass"], **container}, volumes)
+    with pytest.raises(LocalRunError, match=r"spec.containers\[trainer\]: cannot lay out"):
+        prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), str, str)

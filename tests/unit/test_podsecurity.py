@@ -22,6 +22,8 @@ from kuberl.render import (
 )
 from kuberl.spec import load_documents, validate_job
 
+from tests.support.jobs import make_job
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
 T = f"spec.containers[{names.TRAINER_CONTAINER}]"
@@ -33,10 +35,8 @@ def kuberl_pods(job: dict) -> list[dict]:
 
 
 def job_with_template(template: dict | None = None, **spec) -> dict:
-    body = {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "workers": 2, **spec}
-    if template is not None:
-        body["template"] = template
-    return {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": {"name": "t"}, "spec": body}
+    job = make_job("t").with_spec(**spec)
+    return (job.template(template) if template is not None else job).obj()
 
 
 def trainer_pod() -> dict:
@@ -271,3 +271,64 @@ def test_check_pod_does_not_mutate_its_input():
     before = copy.deepcopy(pod)
     check_pod(pod, "restricted")
     assert pod == before
+
+
+def test_the_deprecated_service_account_field_is_judged_too():
+    # The API server takes the deprecated spec.serviceAccount when serviceAccountName is empty
+    # (kubernetes pkg/apis/core/v1/conversion.go, Convert_v1_PodSpec_To_core_PodSpec), so it is a way in.
+    pod = kuberl_pods(job_with_template({"spec": {"serviceAccount": "admin", "automountServiceAccountToken": True}}))[0]
+    [violation] = check_service_account(pod, {"default"})
+    assert (violation.path, violation.got) == ("spec.serviceAccount", "admin")
+    both = kuberl_pods(job_with_template({"spec": {"serviceAccountName": "default", "serviceAccount": "admin"}}))[0]
+    assert [v.path for v in check_service_account(both, {"default"})] == ["spec.serviceAccount"]
+
+
+# Every field the checks read, as a path into the trainer pod; a hostile template may put any JSON there.
+SECURITY_FIELDS = [
+    ("spec", "securityContext", "sysctls"), ("spec", "securityContext", "seLinuxOptions"),
+    ("spec", "securityContext", "seccompProfile"), ("spec", "securityContext", "appArmorProfile"),
+    ("spec", "securityContext", "windowsOptions"), ("spec", "securityContext", "runAsNonRoot"),
+    ("spec", "securityContext", "runAsUser"), ("spec", "volumes"), ("spec", "hostNetwork"),
+    ("spec", "serviceAccountName"), ("spec", "serviceAccount"), ("metadata", "annotations"),
+    ("spec", "containers", 0, "securityContext", "capabilities"), ("spec", "containers", 0, "securityContext", "seLinuxOptions"),
+    ("spec", "containers", 0, "securityContext", "procMount"), ("spec", "containers", 0, "securityContext", "seccompProfile"),
+    ("spec", "containers", 0, "ports"), ("spec", "containers", 0, "livenessProbe"), ("spec", "containers", 0, "lifecycle"),
+    ("spec", "containers", 0, "securityContext"), ("spec", "containers", 0), ("spec", "initContainers"),
+]
+
+
+def _json_values():
+    from hypothesis import strategies as st
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8) | st.sampled_from(
+        ["ALL", "SYS_ADMIN", "Unconfined", "RuntimeDefault", "kernel.msgmax", "spc_t", "name", "type", "add", "drop"])
+    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["name", "type", "add", "drop", "hostPort", "host", "httpGet", "postStart", "hostPath", "path"]) | st.text(max_size=4),
+        inner, max_size=3), max_leaves=10)
+
+
+def test_any_json_in_a_checked_field_is_judged_never_raises():
+    """A sysctl name or capability that is a list once made the check raise (unhashable), and the
+    operator's reconcile then looped with no status: every value must get an answer."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    base = trainer_pod()
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.sampled_from(SECURITY_FIELDS), _json_values())
+    def judged(path, value):
+        pod = copy.deepcopy(base)
+        node = pod
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+        for level in LEVELS:
+            for violation in check_pods([pod], level, {"default"}):
+                assert str(violation)
+
+    judged()
+    unhashable = trainer_pod()
+    unhashable["spec"]["securityContext"]["sysctls"] = [{"name": ["kernel.msgmax"]}]
+    unhashable["spec"]["containers"][0]["securityContext"]["capabilities"] = {"add": [["SYS_ADMIN"]], "drop": ["ALL"]}
+    assert {v.path for v in check_pod(unhashable, "baseline")} == {
+        "spec.securityContext.sysctls[0].name", f"{T}.securityContext.capabilities.add"}

@@ -49,6 +49,17 @@ def test_pods_over_the_security_level_are_a_refusal_naming_each_field():
     assert reconcile.judge(job, lambda spec: []) == (spec, None)
 
 
+def test_pods_the_checks_cannot_handle_fail_the_job_naming_the_template_not_a_retry_loop():
+    """An exception while rendering or checking the pods (a value of a type no check expected) used
+    to escape the reconcile, and kopf retried it every few seconds with no status and no event."""
+    def broken(spec):
+        raise TypeError("unhashable type: 'list'")
+
+    spec, refusal = reconcile.judge(document(), broken)
+    assert spec is not None and refusal.reason == lifecycle.REASON_INVALID_SPEC and not refusal.retryable
+    assert refusal.message.startswith('spec.template: ') and "TypeError: unhashable type: 'list'" in refusal.message
+
+
 def test_status_stays_bounded_for_64_workers_of_4_processes_over_200_restarts():
     spec = make_job().workers(64).with_spec(totalTimesteps=10**9, procsPerWorker=4).run_policy(backoffLimit=1000, restartBackoffSeconds=0).spec()
     status, now, sizes = {}, 1_000_000.0, []

@@ -76,3 +76,23 @@ def test_sidecars_may_use_identity_names_and_value_from_is_fine():
 def test_env_must_be_a_list_of_objects():
     assert [p for p, _ in problems(spec_with([{"name": T, "env": {"A": "1"}}]))] == ["spec.template.spec.containers[0].env"]
     assert [p for p, _ in problems(spec_with([{"name": T, "env": ["A=1"]}]))] == ["spec.template.spec.containers[0].env[0]"]
+
+
+@pytest.mark.parametrize("mount", [{"mountPath": "/data"}, {"name": "data"}, {"name": "", "mountPath": "/d"}, {"name": ["x"], "mountPath": "/d"}, "data"])
+def test_volume_mounts_name_a_volume_and_a_path_in_every_container(mount):
+    # ValidateVolumeMounts (pkg/apis/core/validation): name and mountPath are both "Required value";
+    # without them `kuberl validate` said valid and `kuberl run` ended in a KeyError.
+    spec = spec_with([{"name": T, "volumeMounts": [mount]}], init_containers=[{"name": "setup", "volumeMounts": [mount]}])
+    paths = [p for p, _ in problems(spec)]
+    assert paths and all(p.startswith(("spec.template.spec.containers[0].volumeMounts[0]",
+                                       "spec.template.spec.initContainers[0].volumeMounts[0]")) for p in paths)
+    assert len({p.split(".volumeMounts")[0] for p in paths}) == 2
+
+
+def test_ephemeral_containers_are_refused_as_the_api_server_refuses_them_on_create():
+    # ValidatePodCreate: "spec.ephemeralContainers: Forbidden: cannot be set on create"
+    # (test/integration/pods/pods_test.go asserts that message).
+    spec = spec_with()
+    spec["template"]["spec"]["ephemeralContainers"] = [{"name": "dbg", "image": "busybox", "env": [{"name": "RANK", "value": "0"}]}]
+    [(path, message)] = problems(spec)
+    assert path == "spec.template.spec.ephemeralContainers" and "cannot be created with ephemeral containers" in message

@@ -52,6 +52,12 @@ HOSTILE = {
                            "spec.totalTimesteps: a number of 5000 characters"),
     "larger than etcd's limit": (EXAMPLE + "# " + "x" * MAX_DOCUMENT_BYTES + "\n", "larger than 1572864 bytes"),
     "a structure that contains itself": ("spec: &a {x: *a}\n", "aliases nest deeper than 64 levels"),
+    # 1, 0x1 and 1.0 (or true and yes) are one key once built: the last would silently win.
+    "keys spelled apart, equal once built": (job_with_kwargs("1: a\n0x1: b\n1.0: c\n"), "spec.env.kwargs.0x1: duplicate key"),
+    "booleans spelled apart": (job_with_kwargs("true: a\nyes: b\n"), "spec.env.kwargs.yes: duplicate key"),
+    # JSON has no NaN or infinity; kubectl cannot send them, and config.json would not parse.
+    "NaN": (EXAMPLE.replace("targetReturn: 475", "targetReturn: .nan", 1), "spec.success.targetReturn: .nan is not a JSON number"),
+    "infinity": (job_with_kwargs("x: -.inf\n"), "spec.env.kwargs.x: -.inf is not a JSON number"),
 }
 
 
