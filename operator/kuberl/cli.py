@@ -47,14 +47,16 @@ def gymnasium_id_known(env_id: str) -> bool | None:
     return False
 
 
-def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec]], bool]:
-    """Every job in a file with its parsed spec; problems go to stderr, each
-    with its field path. Returns (valid jobs, whether any was invalid)."""
+def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
+    """Every job in a file with its parsed spec and declared namespace; problems go to
+    stderr, each with its field path. Returns (valid jobs, whether any was invalid)."""
     valid, failed = [], False
     for job in load_jobs(path):
-        name = (job.get("metadata") or {}).get("name", "?") if isinstance(job, dict) else "?"
+        metadata = (job.get("metadata") or {}) if isinstance(job, dict) else {}
+        name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
         try:
-            valid.append((name, validate_job(job, env_id_known=gymnasium_id_known)))
+            spec = validate_job(job, env_id_known=gymnasium_id_known)
+            valid.append((name, spec, metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None))
         except InvalidJob as e:
             failed = True
             print(f"{path}: RLTrainingJob {name!r} is invalid ({len(e.problems)} problem(s)):", file=sys.stderr)
@@ -72,16 +74,16 @@ def pod_security_violations(name: str, spec: JobSpec, args: argparse.Namespace) 
 
     job = Job(name, spec)
     ranks = sorted({0, 1, spec.workers - 1} & set(range(spec.workers)))
-    pods = (render_pod(job, getattr(args, "namespace", "default"), PLACEHOLDER_UID, rank) for rank in ranks)
+    pods = (render_pod(job, getattr(args, "namespace", None) or "default", PLACEHOLDER_UID, rank) for rank in ranks)
     return check_pods(pods, args.pod_security, parse_service_accounts(getattr(args, "allowed_service_accounts", None)))
 
 
-def secure_jobs(path: str, args: argparse.Namespace) -> tuple[list[tuple[str, JobSpec]], bool]:
+def secure_jobs(path: str, args: argparse.Namespace) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     """`valid_jobs`, then the pod security level: a job whose pods violate it
     is reported (every field by its path in the pod) and left out."""
     jobs, failed = valid_jobs(path)
     secure = []
-    for name, spec in jobs:
+    for name, spec, namespace in jobs:
         violations = pod_security_violations(name, spec, args)
         if violations:
             failed = True
@@ -90,13 +92,13 @@ def secure_jobs(path: str, args: argparse.Namespace) -> tuple[list[tuple[str, Jo
             for v in violations:
                 print(f"  {v}", file=sys.stderr)
         else:
-            secure.append((name, spec))
+            secure.append((name, spec, namespace))
     return secure, failed
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     jobs, failed = secure_jobs(args.file, args)
-    for name, spec in jobs:
+    for name, spec, _ in jobs:
         target = spec.success.target_return
         print(
             f"{name}: valid: "
@@ -121,8 +123,15 @@ def cmd_render(args: argparse.Namespace) -> int:
         str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None)
     )
     jobs, failed = secure_jobs(args.file, args)
-    for name, spec in jobs:
-        objects = render_job(Job(name, spec), args.namespace, PLACEHOLDER_UID, default_image=DEFAULT_IMAGE,
+    for name, spec, declared in jobs:
+        if declared and args.namespace and declared != args.namespace:
+            # kubectl's own refusal (cli-runtime's resource builder) for the same mismatch
+            print(f"{args.file}: the namespace from the provided object {declared!r} does not match the namespace"
+                  f" {args.namespace!r}. You must pass '--namespace={declared}' to perform this operation.", file=sys.stderr)
+            failed = True
+            continue
+        namespace = declared or args.namespace or "default"
+        objects = render_job(Job(name, spec), namespace, PLACEHOLDER_UID, default_image=DEFAULT_IMAGE,
                              operator_namespace=args.operator_namespace, monitoring_namespace=args.monitoring_namespace)
         for obj in objects:
             print(f"---\n# {obj['kind']} {obj['metadata']['name']} (RLTrainingJob {name})")
@@ -182,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     # `kuberl validate` stays fast and torch-free.
     p = sub.add_parser("render", help="print every object the operator creates for a job, like helm template")
     p.add_argument("file")
-    p.add_argument("--namespace", "-n", default="default")
+    p.add_argument("--namespace", "-n", default=None, help="as kubectl: the job's metadata.namespace, else 'default'")
     p.add_argument("--operator-namespace", default=DEFAULT_OPERATOR_NAMESPACE,
                    help="the operator's namespace: its scrapes of rank 0 pass the job's NetworkPolicy")
     p.add_argument("--monitoring-namespace", default=DEFAULT_MONITORING_NAMESPACE,

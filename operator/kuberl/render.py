@@ -90,6 +90,11 @@ def rendezvous_id(job: str, namespace: str, restart: int) -> str:
     return f"{namespace}.{job}.{restart}"
 
 
+def rendezvous_conf(spec: JobSpec, rank: int) -> str:
+    """torchrun's --rdzv-conf for c10d: worker 0 hosts the store; every agent waits for it as long as kuberl waits for pods."""
+    return f"is_host={'true' if rank == 0 else 'false'},read_timeout={spec.run_policy.startup_timeout_seconds}"
+
+
 def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart: int, target: Target = "cluster") -> list[dict]:
     """The pod's environment: the contract table in the README, row by row.
 
@@ -103,7 +108,10 @@ def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart:
     --master-addr/--master-port (torch/distributed/run.py, get_rdzv_endpoint),
     so it is exactly MASTER_ADDR:MASTER_PORT; c10d guesses which agent hosts
     its store by hostname (a guess every 127.x answers yes to on one machine),
-    so PET_RDZV_CONF says it: is_host=true on worker 0 only. PET_LOCAL_ADDR is
+    so PET_RDZV_CONF says it: is_host=true on worker 0 only, and how long the
+    others wait for that store (read_timeout: c10d's 60 s default is shorter than
+    a slow image pull; the job's startup timeout is how long kuberl waits for pods
+    to start). PET_LOCAL_ADDR is
     the pod's own DNS name, the name `socket.getfqdn()` gives inside a pod with
     hostname and subdomain: c10d's workers meet group rank 0 there, locally as in
     a cluster. PET_RDZV_BACKEND is never set: the script's command line (static
@@ -132,7 +140,7 @@ def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart:
         _env(contract.ENV_PET_MASTER_PORT, port),
         _env(contract.ENV_PET_RDZV_ENDPOINT, f"{master_addr}:{port}"),
         _env(contract.ENV_PET_RDZV_ID, rendezvous_id(job, namespace, restart)),
-        _env(contract.ENV_PET_RDZV_CONF, f"is_host={'true' if rank == 0 else 'false'}"),
+        _env(contract.ENV_PET_RDZV_CONF, rendezvous_conf(spec, rank)),
         _env(contract.ENV_PET_LOCAL_ADDR, pod_dns_name(job, namespace, rank)),
         _env(contract.ENV_JOB, job),
         _env(contract.ENV_RESTART, restart),

@@ -71,3 +71,27 @@ def test_kuberl_render_takes_both_namespaces(tmp_path):
                          capture_output=True, text=True, check=True).stdout
     (policy,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "NetworkPolicy"]
     assert [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in admitted(policy)[1:]] == ["ops", "observability"]
+
+
+def render_cli(tmp_path, job: dict, *flags: str) -> subprocess.CompletedProcess:
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    return subprocess.run([sys.executable, "-m", "kuberl.cli", "render", str(tmp_path / "job.yaml"), *flags],
+                          capture_output=True, text=True, check=False)
+
+
+def test_kuberl_render_takes_the_jobs_own_namespace_as_kubectl_does(tmp_path):
+    """A manifest that declares metadata.namespace rendered as `default` (MASTER_ADDR, PET_RDZV_ID and every
+    object's namespace wrong); kubectl uses it, and refuses a different -n naming both."""
+    job = make_job("cartpole", namespace="team-a").obj()
+    for flags in ((), ("-n", "team-a")):
+        out = render_cli(tmp_path, job, *flags)
+        objects = [d for d in yaml.safe_load_all(out.stdout) if d]
+        assert out.returncode == 0 and {o["metadata"]["namespace"] for o in objects} == {"team-a"}, out.stderr
+        pod = next(o for o in objects if o["kind"] == "Pod")
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["MASTER_ADDR"] == "cartpole-0.cartpole.team-a.svc" and env["PET_RDZV_ID"].startswith("team-a.")
+    mismatch = render_cli(tmp_path, job, "-n", "team-b")
+    assert mismatch.returncode == 1 and "'team-a' does not match the namespace 'team-b'" in mismatch.stderr
+    assert "--namespace=team-a" in mismatch.stderr and "Traceback" not in mismatch.stderr
+    plain = [d for d in yaml.safe_load_all(render_cli(tmp_path, JOB).stdout) if d]
+    assert {o["metadata"]["namespace"] for o in plain} == {"default"}

@@ -71,7 +71,7 @@ def test_one_process_per_pod_environment(rank):
         "PET_MASTER_PORT": "29500",
         "PET_RDZV_ENDPOINT": "cartpole-0.cartpole.team-rl.svc:29500",
         "PET_RDZV_ID": "team-rl.cartpole.0",
-        "PET_RDZV_CONF": "is_host=true" if rank == 0 else "is_host=false",
+        "PET_RDZV_CONF": f"is_host={'true' if rank == 0 else 'false'},read_timeout=600",
         "PET_LOCAL_ADDR": f"cartpole-{rank}.cartpole.team-rl.svc",
         "KUBERL_JOB": "cartpole",
         "KUBERL_RESTART": "0",
@@ -93,6 +93,16 @@ def test_several_processes_per_pod_set_world_size_and_rank_as_pytorchjob_does():
     assert (env["PET_NNODES"], env["PET_NODE_RANK"], env["PET_NPROC_PER_NODE"], env["PET_MASTER_PORT"]) == ("3", "2", "4", "23456")
 
 
+def torchrun_config(env: dict):
+    """The LaunchConfig torchrun builds from a pod's environment alone (its PET_* flags)."""
+    import os
+    from unittest import mock
+
+    from torch.distributed.run import config_from_args, get_args_parser
+    with mock.patch.dict(os.environ, {k: v for k, v in env.items() if isinstance(v, str)}, clear=True):
+        return config_from_args(get_args_parser().parse_args(["--rdzv-backend=c10d", "script.py"]))[0]
+
+
 def test_torchrun_meets_at_worker_0_whichever_rendezvous_backend_the_script_picks():
     """torch's static backend takes PET_RDZV_ENDPOINT over --master-addr/--master-port
     (torch/distributed/run.py, get_rdzv_endpoint), so it must be MASTER_ADDR:MASTER_PORT;
@@ -104,7 +114,12 @@ def test_torchrun_meets_at_worker_0_whichever_rendezvous_backend_the_script_pick
         assert env["PET_RDZV_ENDPOINT"] == f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
         assert env["PET_RDZV_ID"] == "team-rl.cartpole.3"
         assert "PET_RDZV_BACKEND" not in env
-    assert [e["PET_RDZV_CONF"] for e in envs] == ["is_host=true", "is_host=false", "is_host=false"]
+    assert [e["PET_RDZV_CONF"] for e in envs] == [f"is_host={h},read_timeout=600" for h in ("true", "false", "false")]
+    # torchrun reads it as its --rdzv-conf: the host flag and a store timeout longer than c10d's 60 s default
+    configs = torchrun_config(envs[1]).rdzv_configs
+    assert (configs["is_host"], configs["read_timeout"]) == ("false", "600"), configs
+    slow = env_of(pods(make_job(runPolicy={"startupTimeoutSeconds": 1800}))[1])
+    assert slow["PET_RDZV_CONF"] == "is_host=false,read_timeout=1800"
     assert envs[0]["PET_LOCAL_ADDR"] == envs[0]["MASTER_ADDR"]  # c10d's workers meet where static ones do
     for pod, env in zip(rendered, envs, strict=True):
         assert env["PET_LOCAL_ADDR"] == f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}.team-rl.svc"
