@@ -232,13 +232,15 @@ OPERATOR_EXTRA = ("kopf", "aiohttp", "kubernetes_asyncio")  # kuberl[operator]; 
 
 def cmd_operator(args: argparse.Namespace) -> int:
     """Run the operator, whose dependencies are the `operator` extra (the trainer image has no use for them)."""
-    try:
-        from .handlers import cmd_operator as run_operator
-    except ModuleNotFoundError as missing:
-        if (missing.name or "").split(".")[0] not in OPERATOR_EXTRA:
-            raise
-        print(f"kuberl operator: {missing.name} is not installed; install the operator extra: pip install 'kuberl[operator]'", file=sys.stderr)
+    import importlib.util
+
+    missing = [name for name in OPERATOR_EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"kuberl operator: {', '.join(missing)} not installed; install the operator extra: pip install 'kuberl[operator]'",
+              file=sys.stderr)
         return 1
+    from .operator_config import cmd_operator as run_operator
+
     return run_operator(args)
 
 

@@ -18,7 +18,6 @@ the daemon stops before the job goes, pods watched by label on the server.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import logging
@@ -31,7 +30,6 @@ import aiohttp
 import kopf
 
 from . import (
-    contract,
     kubeapi,
     lifecycle,
     names,
@@ -48,6 +46,7 @@ from .kubeapi import (
     KubeApi,
     api_path,
 )
+from .operator_config import OperatorConfig
 from .operator_metrics import OperatorMetrics
 from .spec import JobSpec
 from .trainerconfig import trainer_config
@@ -58,24 +57,6 @@ CREATE_CONCURRENCY = 16
 REASON_METRICS_TOO_LARGE = "MetricsTooLarge"
 
 logger = logging.getLogger("kuberl.operator")
-
-
-@dataclasses.dataclass(frozen=True)
-class OperatorConfig:
-    trainer_image: str = render.DEFAULT_IMAGE
-    trainer_pull_policy: str | None = None  # for jobs that set no imagePullPolicy
-    trainer_pull_secrets: tuple[str, ...] = ()  # for jobs whose template sets no imagePullSecrets
-    scrape_interval: float = 10.0  # how often a running job's rank 0 is scraped
-    scrape_timeout: float = 2.0  # short: a stopped rank 0 freezes its metrics server too
-    resync_seconds: float = 300.0  # a safety net; watch events wake the loop sooner
-    debounce_seconds: float = 0.05  # a burst of pod events becomes one reconcile
-    max_concurrent_reconciles: int = 32  # bounds the operator's load on the API server in a burst
-    peering: str | None = None  # kopf peering object; None runs standalone
-    pod_security: str = podsecurity.DEFAULT_LEVEL  # every rendered pod is checked against it before any is created
-    allowed_service_accounts: frozenset[str] | None = None  # None: any (Pod Security Standards leave it open)
-    # Admitted to rank 0's metrics port by each job's NetworkPolicy: the operator's scrapes and Prometheus'.
-    operator_namespace: str = render.DEFAULT_OPERATOR_NAMESPACE
-    monitoring_namespace: str | None = render.DEFAULT_MONITORING_NAMESPACE
 
 
 # --- operator-wide state ------------------------------------------------------
@@ -216,6 +197,7 @@ class JobLoop:
             lifecycle.CreatePods: self._create_gang,
             lifecycle.DeletePods: self._delete_pods,
             lifecycle.DeleteJob: self._delete_job,
+            lifecycle.CheckNetworkPolicy: self._check_networkpolicy,
         }
 
     async def reconcile(self) -> float | None:
@@ -224,8 +206,6 @@ class JobLoop:
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None  # kopf stops this daemon; owner references do the deleting
         spec, refusal = await self._judge(job)
-        if spec is not None and refusal is None and (job.get("status") or {}).get("phase") == lifecycle.RUNNING:
-            await self._check_networkpolicy(job, spec)
         decision = await self._decide(job, spec, refusal)
         try:
             await self._act(job, spec, decision)
@@ -272,7 +252,8 @@ class JobLoop:
         previous = self.memo.get("rank0") or lifecycle.progress_from_status(status)
         rank0 = rank0metrics.progress_of(previous, generation, reading, now)
         self.memo["rank0"] = rank0
-        decision = lifecycle.decide(spec, status, observed, rank0, now, refusal=refusal)
+        decision = lifecycle.decide(spec, status, observed, rank0, now, refusal=refusal,
+                                    networkpolicy_checked=self.memo.get("networkpolicy_checked") == job["metadata"]["uid"])
         paths = trainer_config(self.name, self.namespace, job["metadata"]["uid"], spec)["paths"] if spec is not None else None
         new_status = reconcile.job_status(decision.status, observed_generation=job["metadata"].get("generation", 1),
                                           reading=reading, paths=paths)
@@ -319,7 +300,7 @@ class JobLoop:
             async with self.shell.scraper.get(url) as response:
                 if response.status != 200:
                     return None
-                page = await read_at_most(response, rank0metrics.MAX_PAGE_BYTES)
+                page = await rank0metrics.read_at_most(response, rank0metrics.MAX_PAGE_BYTES)
             return await asyncio.to_thread(rank0metrics.parse, page, self.name)
         except rank0metrics.PageTooLarge as too_large:
             self.shell.metrics.metrics_pages_refused.labels("too_large").inc()
@@ -361,7 +342,7 @@ class JobLoop:
             await self._ensure_children(job, spec, action.generation)
             await self._create_pods(job, spec, action)
         except ApiError as error:
-            refusal = reconcile.child_refusal(error.status, server_message(error))
+            refusal = reconcile.child_refusal(error.status, error.message)
             if refusal is None:
                 raise
             raise ChildRefused(refusal) from error
@@ -411,12 +392,8 @@ class JobLoop:
             if child["kind"] == "NetworkPolicy":
                 await self._correct_networkpolicy(existing, child)
 
-    async def _check_networkpolicy(self, job: dict, spec: JobSpec) -> None:
-        """Once per job and operator start: a policy written by an operator in another namespace
-        (or edited by hand) would keep this operator's scrapes out, and nothing would say why."""
+    async def _check_networkpolicy(self, job: dict, spec: JobSpec, action: lifecycle.CheckNetworkPolicy) -> None:
         uid = job["metadata"]["uid"]
-        if self.memo.get("networkpolicy_checked") == uid:
-            return
         desired = self._networkpolicy(spec)
         existing = await self.api.get(*api_path(desired), self.namespace, desired["metadata"]["name"])
         if existing is not None and reconcile.owned_by(existing, uid):
@@ -452,7 +429,7 @@ class JobLoop:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             # A refusal decides the job's fate; any other error is retried as it is.
-            refusals = [e for e in errors if isinstance(e, ApiError) and reconcile.child_refusal(e.status, server_message(e))]
+            refusals = [e for e in errors if isinstance(e, ApiError) and reconcile.child_refusal(e.status, e.message)]
             raise (refusals or errors)[0]
 
     async def _delete_pods(self, job: dict, spec: JobSpec | None, action: lifecycle.DeletePods) -> None:
@@ -467,12 +444,9 @@ class JobLoop:
 
     async def _finish_pod_group(self, job: dict, spec: JobSpec | None, action: lifecycle.FinishPodGroup) -> None:
         """Kueue finishes a pod group (and releases its quota) once a pod says it will not be retried."""
-        marked = {p["metadata"]["name"] for p in self.pods
-                  if (p["metadata"].get("annotations") or {}).get(names.KUEUE_RETRIABLE_IN_GROUP) == "false"}
         for pod in action.pods:
-            if pod not in marked:
-                self.wake.pods_changed = True
-                await self.api.patch_pod_annotations(self.namespace, pod, {names.KUEUE_RETRIABLE_IN_GROUP: "false"})
+            self.wake.pods_changed = True
+            await self.api.patch_pod_annotations(self.namespace, pod, {names.KUEUE_RETRIABLE_IN_GROUP: "false"})
 
     async def _delete_job(self, job: dict, spec: JobSpec | None, action: lifecycle.DeleteJob) -> None:
         await self.api.delete(*RLTJ, self.namespace, self.name, {"propagationPolicy": "Background"})
@@ -497,66 +471,3 @@ class ChildRefused(Exception):
     def __init__(self, refusal: lifecycle.Refusal):
         super().__init__(refusal.message)
         self.refusal = refusal
-
-
-def server_message(error: ApiError) -> str:
-    """What the API server said (the Status message), whatever client raised the error."""
-    return getattr(error, "message", None) or str(error)
-
-
-async def read_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The body, or PageTooLarge as soon as it is known to exceed `limit` bytes (before reading
-    any of it when Content-Length says so); what is beyond the limit is never read."""
-    if response.content_length is not None and response.content_length > limit:
-        raise rank0metrics.PageTooLarge(response.content_length)
-    chunks, size = [], 0
-    async for chunk in response.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            raise rank0metrics.PageTooLarge(None)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-# --- `kuberl operator` --------------------------------------------------------
-
-
-def operator_config(args: argparse.Namespace) -> OperatorConfig:
-    """The operator's configuration from its command line and the chart's environment."""
-    return OperatorConfig(
-        trainer_image=getattr(args, "trainer_image", None) or os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE) or render.DEFAULT_IMAGE,
-        trainer_pull_policy=os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_POLICY) or None,
-        trainer_pull_secrets=tuple(s.strip() for s in os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_SECRETS, "").split(",") if s.strip()),
-        scrape_interval=getattr(args, "scrape_interval", None) or OperatorConfig.scrape_interval,
-        peering=args.peering,
-        pod_security=getattr(args, "pod_security", None) or podsecurity.DEFAULT_LEVEL,
-        allowed_service_accounts=podsecurity.parse_service_accounts(getattr(args, "allowed_service_accounts", None)),
-        operator_namespace=os.environ.get(contract.ENV_OPERATOR_POD_NAMESPACE) or render.DEFAULT_OPERATOR_NAMESPACE,
-        monitoring_namespace=getattr(args, "monitoring_namespace", render.DEFAULT_MONITORING_NAMESPACE),
-    )
-
-
-def cmd_operator(args: argparse.Namespace) -> int:
-    """Run the operator until SIGTERM/SIGINT: standalone unless --peering names a peering object."""
-    config = operator_config(args)
-    listen = getattr(args, "listen_address", None) or "0.0.0.0"
-    metrics = OperatorMetrics()
-    if os.environ.get(contract.ENV_OPERATOR_METRICS_ENABLED, "true").lower() != "false":
-        metrics.serve(listen, args.metrics_port)
-    level = os.environ.get(contract.ENV_OPERATOR_LOG_LEVEL, "info").upper()
-    kopf.configure(debug=level == "DEBUG", quiet=level in ("WARNING", "ERROR"))
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per liveness probe otherwise
-    # One line per pod event would drown the log; failures of these handlers still show.
-    logging.getLogger("kopf.objects").addFilter(
-        lambda record: not record.getMessage().startswith(("Handler 'pod_changed' succeeded", "Handler 'job_changed' succeeded"))
-    )
-    kopf.run(
-        standalone=args.peering is None,
-        peering_name=args.peering,
-        priority=args.priority,
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
-        liveness_endpoint=f"http://{listen}:{args.health_port}/healthz",
-        memo=kopf.Memo(shell=Shell(config, metrics)),
-    )
-    return 0

@@ -123,6 +123,7 @@ class ObservedPod:
     deletion_timestamp: float | None = None  # as Kubernetes sets it: when the grace period ends
     disruption: str | None = None  # DisruptionTarget reason: PreemptionByScheduler, EvictionByEvictionAPI, ...
     start_time: float | None = None
+    group_finished: bool = False  # marked not retriable in its Kueue pod group (the group may end)
 
     @property
     def started(self) -> bool:
@@ -202,6 +203,13 @@ class FinishPodGroup:
 
 
 @dataclass(frozen=True)
+class CheckNetworkPolicy:
+    """Bring the job's existing NetworkPolicy to the form this operator renders (its own and the
+    monitoring namespace admitted): a policy written by an operator elsewhere, or edited by hand,
+    would keep the scrapes of a running job out, and nothing would say why."""
+
+
+@dataclass(frozen=True)
 class Wait:
     """Reconcile again after this long (sooner if something changes)."""
 
@@ -227,7 +235,7 @@ class Event:
     message: str
 
 
-Action = CreatePods | DeletePods | DeleteJob | FinishPodGroup | Wait | Fail | Succeed | Event
+Action = CreatePods | DeletePods | DeleteJob | FinishPodGroup | CheckNetworkPolicy | Wait | Fail | Succeed | Event
 
 
 @dataclass(frozen=True)
@@ -379,11 +387,14 @@ def decide(
     now: float,
     *,
     refusal: Refusal | None = None,
+    networkpolicy_checked: bool = True,
 ) -> Decision:
     """The next phase, the status to write and the actions to take.
 
     `spec` is None only with a refusal (a spec that does not parse); `refusal` is what
-    stops the job from running as written, if anything does."""
+    stops the job from running as written, if anything does. `networkpolicy_checked`:
+    whether this operator has compared the job's NetworkPolicy with its own since it
+    started (a running job's policy may predate it)."""
     if spec is None and (refusal is None or refusal.retryable):
         raise ValueError("decide needs a spec, or a refusal that ends the job")
     plan = _Plan(_initial_status(status), now)
@@ -409,6 +420,8 @@ def decide(
         _run(plan, spec, phase, current, stale, rank0, refusal)
     if plan.status["phase"] in TERMINAL:
         _after_the_end(plan, spec, pods)
+    elif plan.status["phase"] == RUNNING and not networkpolicy_checked:
+        plan.actions.append(CheckNetworkPolicy())
     return plan.decision()
 
 
@@ -417,7 +430,7 @@ def _after_the_end(plan: _Plan, spec: JobSpec | None, pods: list[ObservedPod]) -
     if spec is None:
         return
     if spec.queue_name:
-        unmarked = tuple(sorted(p.name for p in pods if p.deletion_timestamp is None))
+        unmarked = tuple(sorted(p.name for p in pods if p.deletion_timestamp is None and not p.group_finished))
         if unmarked:
             plan.actions.insert(0, FinishPodGroup(unmarked))
     ttl = spec.run_policy.ttl_seconds_after_finished
@@ -785,4 +798,5 @@ def observed_pod(pod: dict[str, Any]) -> ObservedPod:
         deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
         disruption=disruption.get("reason") if disruption.get("status") == "True" else None,
         start_time=parse_time(status.get("startTime")),
+        group_finished=(meta.get("annotations") or {}).get(names.KUEUE_RETRIABLE_IN_GROUP) == "false",
     )

@@ -712,12 +712,62 @@ def test_without_a_ttl_a_finished_job_stays_and_sleeps():
     assert later.actions == () and later.requeue_after is None
 
 
-def test_a_queued_job_that_ends_marks_its_kueue_group_finished_first():
-    spec = make_job().queue("team-a").spec()
-    pods = [Pod(0).exited(0, "Succeeded: done").obj(), Pod(1).running().obj(), Pod(0, gen=1).deleting(T0).obj()]
-    d = decide(spec, running_status(spec), pods, None, T0 + 1)
-    assert d.phase == lc.SUCCEEDED
-    assert d.actions[0] == lc.FinishPodGroup(("job-0", "job-1"))
-    assert decide(job(), running_status(job()), pods[:2], None, T0 + 1).of(lc.FinishPodGroup) == [], "no queue, no mark"
-    running = decide(spec, running_status(spec), gang("running"), None, T0 + 1)
-    assert running.of(lc.FinishPodGroup) == []
+def finished(spec, pods=None) -> dict:
+    """The status of a job that succeeded at T0 + 1."""
+    ended = pods or [Pod(0).exited(0, "Succeeded: done").obj(), Pod(1).exited(0).obj()]
+    return decide(spec, running_status(spec), ended, None, T0 + 1).status
+
+
+QUEUED = make_job().queue("team-a").spec()
+ENDED_GANG = [Pod(0).exited(0, "Succeeded: done").obj(), Pod(1).running().obj(), Pod(0, gen=1).deleting(T0).obj()]
+
+
+@dataclass(frozen=True)
+class ShellCase:
+    """One row of what decide asks of the shell besides pods: Kueue's end-of-group mark, the TTL's
+    deletion, the NetworkPolicy check. `check_policy`: this operator has not yet compared the job's
+    NetworkPolicy with its own (decide's networkpolicy_checked input, negated)."""
+
+    id: str
+    spec: object
+    status: dict
+    pods: tuple[ObservedPod, ...]
+    expected: tuple
+    at: float = T0 + 1
+    check_policy: bool = False
+
+
+TTL30 = job(ttlSecondsAfterFinished=30)
+SHELL_ACTIONS = (lc.FinishPodGroup, lc.DeleteJob, lc.CheckNetworkPolicy)
+SHELL_CASES = [
+    ShellCase("kueue: an ended job marks its live pods, first", QUEUED, running_status(QUEUED), tuple(ENDED_GANG),
+              (lc.FinishPodGroup(("job-0", "job-1")),)),
+    ShellCase("kueue: a pod already marked is left alone", QUEUED, running_status(QUEUED),
+              (ENDED_GANG[0], replace(ENDED_GANG[1], group_finished=True)), (lc.FinishPodGroup(("job-0",)),)),
+    ShellCase("kueue: all marked, nothing to do", QUEUED, finished(QUEUED),
+              tuple(replace(p, group_finished=True) for p in ENDED_GANG[:2]), ()),
+    ShellCase("kueue: no queue, no mark", job(), running_status(job()), tuple(ENDED_GANG[:2]), ()),
+    ShellCase("kueue: a running job is not marked", QUEUED, running_status(QUEUED), tuple(gang("running")), ()),
+    ShellCase("ttl: before it passes, nothing", TTL30, finished(TTL30), (), (), at=T0 + 20),
+    ShellCase("ttl: once it passed, the job is deleted", TTL30, finished(TTL30), (), (lc.DeleteJob(lc.REASON_TTL),), at=T0 + 31),
+    ShellCase("ttl: none set, the job stays", job(), finished(job()), (), (), at=T0 + 10**6),
+    ShellCase("networkpolicy: a running job this operator has not checked", job(), running_status(job()), tuple(gang("running")),
+              (lc.CheckNetworkPolicy(),), check_policy=True),
+    ShellCase("networkpolicy: checked once, not again", job(), running_status(job()), tuple(gang("running")), ()),
+    ShellCase("networkpolicy: a new gang has nothing to scrape yet", job(), {}, (), (), check_policy=True),
+    ShellCase("networkpolicy: a finished job is not checked", job(), finished(job()), (), (), check_policy=True),
+]
+
+
+@pytest.mark.parametrize("case", SHELL_CASES, ids=lambda c: c.id)
+def test_what_decide_asks_of_the_shell(case: ShellCase):
+    d = decide(case.spec, case.status, list(case.pods), None, case.at, networkpolicy_checked=not case.check_policy)
+    assert tuple(a for a in d.actions if isinstance(a, SHELL_ACTIONS)) == case.expected
+    if case.expected[:1] and isinstance(case.expected[0], lc.FinishPodGroup):
+        assert d.actions[0] == case.expected[0], "Kueue hears of the end before anything is deleted"
+
+
+def test_a_pod_marked_in_its_kueue_group_is_read_as_such():
+    pod = {"metadata": {"name": "job-0", "labels": {"kuberl.dev/rank": "0"},
+                        "annotations": {lc.names.KUEUE_RETRIABLE_IN_GROUP: "false"}}}
+    assert lc.observed_pod(pod).group_finished and not lc.observed_pod({"metadata": {"name": "job-1"}}).group_finished

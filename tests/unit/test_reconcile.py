@@ -140,7 +140,7 @@ def test_events_are_rate_limited_per_job():
 def test_the_operator_carries_its_pod_security_level_and_service_account_allowlist():
     import argparse
 
-    from kuberl.handlers import operator_config
+    from kuberl.operator_config import operator_config
 
     config = operator_config(argparse.Namespace(peering=None, pod_security='restricted', allowed_service_accounts='trainer, ci'))
     assert (config.pod_security, config.allowed_service_accounts) == ('restricted', frozenset({'trainer', 'ci'}))

@@ -1,0 +1,78 @@
+"""`kuberl operator`: its configuration (command line and the chart's environment) and its start.
+
+`OperatorConfig` and `operator_config` are plain data, importable without the
+operator extra; `cmd_operator` imports kopf and the handlers it registers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+
+from . import contract, podsecurity, render
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorConfig:
+    trainer_image: str = render.DEFAULT_IMAGE
+    trainer_pull_policy: str | None = None  # for jobs that set no imagePullPolicy
+    trainer_pull_secrets: tuple[str, ...] = ()  # for jobs whose template sets no imagePullSecrets
+    scrape_interval: float = 10.0  # how often a running job's rank 0 is scraped
+    scrape_timeout: float = 2.0  # short: a stopped rank 0 freezes its metrics server too
+    resync_seconds: float = 300.0  # a safety net; watch events wake the loop sooner
+    debounce_seconds: float = 0.05  # a burst of pod events becomes one reconcile
+    max_concurrent_reconciles: int = 32  # bounds the operator's load on the API server in a burst
+    peering: str | None = None  # kopf peering object; None runs standalone
+    pod_security: str = podsecurity.DEFAULT_LEVEL  # every rendered pod is checked against it before any is created
+    allowed_service_accounts: frozenset[str] | None = None  # None: any (Pod Security Standards leave it open)
+    # Admitted to rank 0's metrics port by each job's NetworkPolicy: the operator's scrapes and Prometheus'.
+    operator_namespace: str = render.DEFAULT_OPERATOR_NAMESPACE
+    monitoring_namespace: str | None = render.DEFAULT_MONITORING_NAMESPACE
+
+
+def operator_config(args: argparse.Namespace) -> OperatorConfig:
+    """The operator's configuration from its command line and the chart's environment."""
+    return OperatorConfig(
+        trainer_image=getattr(args, "trainer_image", None) or os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE) or render.DEFAULT_IMAGE,
+        trainer_pull_policy=os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_POLICY) or None,
+        trainer_pull_secrets=tuple(s.strip() for s in os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_SECRETS, "").split(",") if s.strip()),
+        scrape_interval=getattr(args, "scrape_interval", None) or OperatorConfig.scrape_interval,
+        peering=args.peering,
+        pod_security=getattr(args, "pod_security", None) or podsecurity.DEFAULT_LEVEL,
+        allowed_service_accounts=podsecurity.parse_service_accounts(getattr(args, "allowed_service_accounts", None)),
+        operator_namespace=os.environ.get(contract.ENV_OPERATOR_POD_NAMESPACE) or render.DEFAULT_OPERATOR_NAMESPACE,
+        monitoring_namespace=getattr(args, "monitoring_namespace", render.DEFAULT_MONITORING_NAMESPACE),
+    )
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    """Run the operator until SIGTERM/SIGINT: standalone unless --peering names a peering object."""
+    import kopf
+
+    from .handlers import Shell
+    from .operator_metrics import OperatorMetrics
+
+    config = operator_config(args)
+    listen = getattr(args, "listen_address", None) or "0.0.0.0"
+    metrics = OperatorMetrics()
+    if os.environ.get(contract.ENV_OPERATOR_METRICS_ENABLED, "true").lower() != "false":
+        metrics.serve(listen, args.metrics_port)
+    level = os.environ.get(contract.ENV_OPERATOR_LOG_LEVEL, "info").upper()
+    kopf.configure(debug=level == "DEBUG", quiet=level in ("WARNING", "ERROR"))
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per liveness probe otherwise
+    # One line per pod event would drown the log; failures of these handlers still show.
+    logging.getLogger("kopf.objects").addFilter(
+        lambda record: not record.getMessage().startswith(("Handler 'pod_changed' succeeded", "Handler 'job_changed' succeeded"))
+    )
+    kopf.run(
+        standalone=args.peering is None,
+        peering_name=args.peering,
+        priority=args.priority,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=f"http://{listen}:{args.health_port}/healthz",
+        memo=kopf.Memo(shell=Shell(config, metrics)),
+    )
+    return 0
