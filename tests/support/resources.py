@@ -257,7 +257,7 @@ def _field_path_exists(schema: dict, field_path: str) -> bool:
     return True
 
 
-def validate_builtin(rtype: ResourceType, obj: dict) -> list[FieldError]:
+def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> list[FieldError]:
     """The checks of the built-in kinds a rendering bug would trip over first."""
     errors = []
     if rtype.plural == 'customresourcedefinitions':
@@ -287,10 +287,16 @@ def validate_builtin(rtype: ResourceType, obj: dict) -> list[FieldError]:
         for key in ('hostname', 'subdomain'):
             if spec.get(key) and (not DNS1123_LABEL.match(spec[key]) or len(spec[key]) > 63):
                 errors.append(FieldError('FieldValueInvalid', f'spec.{key}', 'must be a DNS-1123 label', spec[key]))
+        if creating and spec.get('ephemeralContainers'):
+            # ValidatePodCreate (pkg/apis/core/validation/validation.go); the integration test
+            # test/integration/pods/pods_test.go expects "spec.ephemeralContainers: Forbidden: cannot be set on create".
+            errors.append(FieldError('FieldValueForbidden', 'spec.ephemeralContainers', 'cannot be set on create'))
         volumes = {v.get('name') for v in spec.get('volumes') or []}
         for kind in ('initContainers', 'containers'):
             for index, container in enumerate(spec.get(kind) or []):
                 for mount_index, mount in enumerate(container.get('volumeMounts') or []):
+                    if not mount.get('mountPath'):  # ValidateVolumeMounts: mountPath "Required value"
+                        errors.append(FieldError('FieldValueRequired', f'spec.{kind}[{index}].volumeMounts[{mount_index}].mountPath'))
                     if mount.get('name') not in volumes:
                         errors.append(FieldError('FieldValueNotFound', f'spec.{kind}[{index}].volumeMounts[{mount_index}].name',
                                                  'not found', mount.get('name')))

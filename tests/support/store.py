@@ -333,7 +333,7 @@ class Store:
         if rtype.schema is not None:
             errors += rtype.schema.validate(obj, old)
         else:
-            errors += resources.validate_builtin(rtype, obj)
+            errors += resources.validate_builtin(rtype, obj, creating=old is None)
         if old is not None:
             errors += resources.validate_builtin_update(rtype, obj, old)
         return errors

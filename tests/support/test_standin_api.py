@@ -110,6 +110,18 @@ def test_noop_patch_changes_nothing(rest):
     assert patched['metadata']['resourceVersion'] == created['metadata']['resourceVersion']
 
 
+def test_pods_the_api_server_refuses_on_create(rest):
+    """ValidatePodCreate and ValidateVolumeMounts (pkg/apis/core/validation/validation.go): ephemeral
+    containers are added to running pods only ("spec.ephemeralContainers: Forbidden: cannot be set on
+    create", as test/integration/pods/pods_test.go expects), and a mount needs its path."""
+    debug = rest.post(PODS, pod('debug', ephemeralContainers=[{'name': 'dbg', 'image': 'busybox:1'}]))
+    assert debug.status == 422 and 'spec.ephemeralContainers: Forbidden: cannot be set on create' in debug.message
+    unmounted = pod('unmounted', volumes=[{'name': 'v', 'emptyDir': {}}])
+    unmounted['spec']['containers'][0]['volumeMounts'] = [{'name': 'v'}]
+    reply = rest.post(PODS, unmounted)
+    assert reply.status == 422 and 'spec.containers[0].volumeMounts[0].mountPath: Required value' in reply.message
+
+
 def test_finalizers_hold_an_object_until_removed(rest):
     rest.post(CONFIGMAPS, configmap('held') | {'metadata': {'name': 'held', 'finalizers': ['x/y']}})
     assert rest.delete(f'{CONFIGMAPS}/held').body['metadata']['deletionTimestamp']
