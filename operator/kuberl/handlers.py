@@ -297,7 +297,8 @@ class JobLoop:
             return None
         url = f"http://{rank0['status']['podIP']}:{spec.metrics.port}/metrics"
         try:
-            async with self.shell.scraper.get(url) as response:
+            # Never follow a redirect: rank 0 is the tenant's, and would steer the operator's requests elsewhere.
+            async with self.shell.scraper.get(url, allow_redirects=False) as response:
                 if response.status != 200:
                     return None
                 page = await rank0metrics.read_at_most(response, rank0metrics.MAX_PAGE_BYTES)

@@ -165,3 +165,36 @@ def test_non_finite_and_huge_values_never_reach_status(standin, rest, scraping_o
         assert progress == {'timesteps': 77} or all(progress.get(k) is None for k in ('stepsPerSecond', 'episodeReturnMean', 'evalReturn'))
         assert 'latestCheckpoint' not in status(rest, 'nan')
         assert status(rest, 'nan')['phase'] == 'Running'
+
+
+class Redirect(LocalServer):
+    """Rank 0 answering every scrape with a redirect elsewhere: a tenant steering the operator's
+    requests (and its network identity) at another service, past that service's NetworkPolicy."""
+
+    def __init__(self, target: str):
+        self.served = 0
+        redirect = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                redirect.served += 1
+                self.send_response(302)
+                self.send_header('Location', target)
+                self.send_header('Content-Length', '0')
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.serve(Handler)
+
+
+def test_a_redirect_from_rank_0_is_not_followed(standin, rest, scraping_operator):
+    with Page('elsewhere', 0, values={'env_steps_total': '999'}) as elsewhere, \
+            Redirect(f'http://127.0.0.1:{elsewhere.port}/metrics') as rank0:
+        create_job(rest, 'steer', workers=1, metrics={'port': rank0.port})
+        start_gang(standin, 'steer', 1, ip='127.0.0.1')
+        wait_phase(rest, 'steer', 'Running')
+        wait_for(lambda: rank0.served >= 2, what='two scrapes of rank 0')
+        assert elsewhere.served == 0, 'the operator followed rank 0 somewhere else'
+        assert not (status(rest, 'steer').get('progress') or {}).get('timesteps')
