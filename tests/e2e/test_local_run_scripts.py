@@ -17,6 +17,8 @@ import pytest
 import yaml
 from kuberl.localrun import pod_address
 
+from tests.support.jobs import make_job
+
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 KUBERL = [sys.executable, "-m", "kuberl.cli", "run"]
 CALLER_ENV = {**os.environ, "WORLD_SIZE": "99", "RANK": "42", "MASTER_ADDR": "caller.example", "PET_NNODES": "7"}
@@ -34,12 +36,10 @@ def run_script_job(tmp_path: Path, name: str, command: list[str], workers: int, 
     trainer = {"name": "trainer", "command": command, "volumeMounts": [{"name": "scripts", "mountPath": "/app", "readOnly": True}]}
     if env:
         trainer["env"] = env
-    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": name}, "spec": {
-        "trainer": "custom", "workers": workers, "procsPerWorker": procs,
-        "rendezvous": {"port": free_port()}, "metrics": {"port": free_port()},
-        "runPolicy": {"backoffLimit": 0, "terminationGracePeriodSeconds": 5},
-        "template": {"spec": {"containers": [trainer], "volumes": [{"name": "scripts", "hostPath": {"path": str(SCRIPTS)}}]}},
-    }}
+    job = (make_job(name)
+           .custom_trainer({"spec": {"containers": [trainer], "volumes": [{"name": "scripts", "hostPath": {"path": str(SCRIPTS)}}]}})
+           .workers(workers).with_spec(procsPerWorker=procs, rendezvous={"port": free_port()}).metrics_port(free_port())
+           .run_policy(backoffLimit=0, terminationGracePeriodSeconds=5).obj())
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     proc = subprocess.Popen([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -98,9 +98,8 @@ def test_a_path_that_leaves_the_pods_root_is_refused_before_anything_runs(tmp_pa
     escape = "/.." * 40 + str(tmp_path / "escaped")
     trainer = {"name": "trainer", "command": ["python", "-c", "print('ran')"], "terminationMessagePath": escape,
                "volumeMounts": [{"name": "x", "mountPath": escape + "-dir"}]}
-    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "escape"}, "spec": {
-        "trainer": "custom", "workers": 2, "rendezvous": {"port": free_port()},
-        "template": {"spec": {"containers": [trainer], "volumes": [{"name": "x", "emptyDir": {}}]}}}}
+    job = (make_job("escape").custom_trainer({"spec": {"containers": [trainer], "volumes": [{"name": "x", "emptyDir": {}}]}})
+           .workers(2).with_spec(rendezvous={"port": free_port()}).obj())
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     done = subprocess.run([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
                           text=True, timeout=60, check=False)

@@ -32,6 +32,12 @@ class JobBuilder:
         self.body: dict[str, Any] = {'algorithm': 'ppo', 'env': {'id': 'CartPole-v1', 'numEnvs': 2},
                                      'totalTimesteps': 1000, 'workers': 2}
 
+    def minimal(self) -> Self:
+        """Start from the smallest valid document instead of the defaults: algorithm, env id and budget only
+        (workers and numEnvs left to the operator's defaults), as a user would first write it."""
+        self.body = {'algorithm': 'ppo', 'env': {'id': 'CartPole-v1'}, 'totalTimesteps': 1000}
+        return self
+
     def from_spec(self, body: dict) -> Self:
         """Start from a tier's own base job (e.g. tests/e2e/jobs/tiny.yaml's spec) instead of the defaults."""
         self.body = copy.deepcopy(body)
@@ -51,6 +57,20 @@ class JobBuilder:
         for key in fields:
             self.body.pop(key, None)
         return self
+
+    def algorithm(self, name: str, **hyperparameters: Any) -> Self:
+        """`algorithm: name` and its block (`dqn: {...}`), merged into any block there; written even when empty."""
+        return self.with_spec(algorithm=name, **{name: hyperparameters})
+
+    def env(self, env_id: str, **fields: Any) -> Self:
+        """spec.env set whole: env('CartPole-v1') is the id alone, without the default numEnvs."""
+        return self.replace(env={'id': env_id, **fields})
+
+    def custom_trainer(self, template: dict) -> Self:
+        """trainer: custom, its command in `template`: no algorithm, env or budget of kuberl's."""
+        self.without('algorithm', 'env', 'totalTimesteps')
+        self.body = {'trainer': 'custom', **self.body}
+        return self.template(template)
 
     def workers(self, count: int) -> Self:
         return self.with_spec(workers=count)

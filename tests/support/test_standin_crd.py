@@ -3,15 +3,17 @@ import copy
 
 import pytest
 
+from tests.support.jobs import make_job
+
 JOBS = '/apis/kuberl.dev/v1alpha1/namespaces/default/rltrainingjobs'
-JOB = {'apiVersion': 'kuberl.dev/v1alpha1', 'kind': 'RLTrainingJob', 'metadata': {'name': 'job'},
-       'spec': {'algorithm': 'ppo', 'env': {'id': 'CartPole-v1'}, 'totalTimesteps': 1000, 'workers': 2}}
 
 
 def job(**spec) -> dict:
-    body = copy.deepcopy(JOB)
-    body['spec'].update(spec)
-    return body
+    """The one builder's job (env id alone, 2 workers); `spec` fields set whole."""
+    return make_job('job').env('CartPole-v1').workers(2).replace(**spec).obj()
+
+
+JOB = job()
 
 
 def fields(reply) -> list[str]:

@@ -9,20 +9,16 @@ import pytest
 import yaml
 from kuberl import cli, names
 
+from tests.support.jobs import make_job
+
 ROOT = Path(__file__).resolve().parents[2]
 T = f"spec.containers[{names.TRAINER_CONTAINER}]"
-HOSTILE = {
-    "apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": {"name": "hostile"},
-    "spec": {
-        "algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000,
-        "template": {"spec": {
-            "hostNetwork": True, "hostPID": True, "hostIPC": True, "serviceAccountName": "admin",
-            "containers": [{"name": "trainer", "securityContext": {"privileged": True, "runAsUser": 0,
-                                                                   "capabilities": {"add": ["SYS_ADMIN"]}}}],
-            "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
-        }},
-    },
-}
+HOSTILE = make_job("hostile").minimal().template({"spec": {
+    "hostNetwork": True, "hostPID": True, "hostIPC": True, "serviceAccountName": "admin",
+    "containers": [{"name": "trainer", "securityContext": {"privileged": True, "runAsUser": 0,
+                                                           "capabilities": {"add": ["SYS_ADMIN"]}}}],
+    "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+}}).obj()
 BASELINE_FIELDS = ["spec.hostNetwork", "spec.hostPID", "spec.hostIPC", f"{T}.securityContext.privileged",
                    f"{T}.securityContext.capabilities.add", "spec.volumes[host].hostPath"]
 

@@ -16,6 +16,8 @@ import pytest
 import yaml
 from kuberl.spec import CROSS_FIELD_RULES, InvalidJob, immutable_changes, validate_job
 
+from tests.support.jobs import make_job
+
 ROOT = Path(__file__).resolve().parents[2]
 CRD = yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text())
 SCHEMA = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
@@ -144,12 +146,7 @@ def python_verdict(new, old=None):
 
 # --- the shared table ---------------------------------------------------------
 
-MINIMAL = {
-    "apiVersion": "kuberl.dev/v1alpha1",
-    "kind": "RLTrainingJob",
-    "metadata": {"name": "cartpole"},
-    "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000},
-}
+MINIMAL = make_job("cartpole").minimal().obj()
 FULL = yaml.safe_load(
     """
 apiVersion: kuberl.dev/v1alpha1
@@ -193,13 +190,8 @@ def named(base, name):
     return job
 
 
-CUSTOM = {
-    "apiVersion": "kuberl.dev/v1alpha1",
-    "kind": "RLTrainingJob",
-    "metadata": {"name": "byo"},
-    "spec": {"trainer": "custom", "workers": 2,
-             "template": {"spec": {"containers": [{"name": "trainer", "command": ["torchrun", "/app/train.py"]}]}}},
-}
+CUSTOM = make_job("byo").custom_trainer(
+    {"spec": {"containers": [{"name": "trainer", "command": ["torchrun", "/app/train.py"]}]}}).workers(2).obj()
 
 # (id, new, old or None, the paths both must refuse; empty = valid)
 CASES = [

@@ -7,17 +7,13 @@ import copy
 import re
 
 import pytest
-from kuberl import names
 from kuberl.crd import crd
 from kuberl.spec import InvalidJob, validate_job
 
+from tests.support.jobs import make_job
+
 LIMITS = ("maxItems", "maxProperties", "maxLength", "minLength", "minItems", "pattern", "minimum", "maximum", "enum")
-BASE = {
-    "apiVersion": names.API_VERSION,
-    "kind": names.KIND,
-    "metadata": {"name": "limits"},
-    "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000},
-}
+BASE = make_job("limits").minimal().obj()
 
 
 def schema_nodes(schema, path=""):

@@ -12,9 +12,10 @@ from kuberl.localrun import summary
 from kuberl.render import Job, render_configmap
 from kuberl.spec import validate_job
 
-CUSTOM = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": {"name": "byo"}, "spec": {
-    "trainer": "custom", "workers": 2,
-    "template": {"spec": {"containers": [{"name": "trainer", "command": ["torchrun", "/app/train.py"]}]}}}}
+from tests.support.jobs import make_job
+
+CUSTOM = make_job("byo").custom_trainer(
+    {"spec": {"containers": [{"name": "trainer", "command": ["torchrun", "/app/train.py"]}]}}).workers(2).obj()
 
 
 def test_validate_with_an_env_registry_accepts_a_job_without_env():

@@ -4,7 +4,7 @@ rules) and resuming: a trainer's state equal after a load."""
 import numpy as np
 import pytest
 import torch
-from kuberl.spec import DQNConfig, parse_spec
+from kuberl.spec import DQNConfig
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import (
     DQNTrainer,
@@ -15,6 +15,8 @@ from kuberl_trainer.dqn import (
     td_targets,
 )
 from kuberl_trainer.session import BareSession
+
+from tests.support.jobs import make_job
 
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 
@@ -64,7 +66,7 @@ def test_soft_update_moves_by_tau_and_hard_copy_at_one():
 
 
 def dqn_spec(**dqn):
-    return parse_spec({"algorithm": "dqn", "dqn": dqn, "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000})
+    return make_job().minimal().algorithm("dqn", **dqn).spec()
 
 
 @pytest.mark.parametrize("dqn, field", [

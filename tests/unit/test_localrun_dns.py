@@ -17,9 +17,10 @@ from kuberl.localrun import (
     resolve,
 )
 from kuberl.render import Job, render_pod, render_service
-from kuberl.spec import parse_spec
 
-SPEC = parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "workers": 3})
+from tests.support.jobs import make_job
+
+SPEC = make_job().env("CartPole-v1").workers(3).spec()
 JOB = Job("cartpole", SPEC)
 UID = "uid-1"
 

@@ -24,6 +24,8 @@ from kuberl.localrun import DNSPod, apply_overrides, make_resolver
 from kuberl.render import Job, render_pod, render_service
 from kuberl.spec import parse_spec
 
+from tests.support.jobs import make_job
+
 
 def no_dns(name: str) -> str:
     raise AssertionError(f"unexpected lookup of {name}")
@@ -173,8 +175,7 @@ def test_a_taken_default_rendezvous_port_moves_but_a_chosen_one_stays():
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        default = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "j"},
-                   "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 10, "workers": 2}}
+        default = make_job("j").env("CartPole-v1").with_spec(totalTimesteps=10).workers(2).obj()
         spec = validate_job(default).model_copy(update={"rendezvous": validate_job(default).rendezvous.model_copy(update={"port": port})})
         moved = with_free_rendezvous_port(default, spec)
         assert moved["spec"]["rendezvous"]["port"] not in (port, None) and "rendezvous" not in default["spec"]

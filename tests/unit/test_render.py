@@ -15,6 +15,8 @@ from kuberl.cli import gymnasium_id_known
 from kuberl.render import PLACEHOLDER_UID, render_job
 from kuberl.spec import validate_job
 
+from tests.support.jobs import make_job as job_builder
+
 K8S_VERSION = "1.32"
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -26,13 +28,8 @@ ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 
 def make_job(name="cartpole", **spec):
-    base = {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 10000, "workers": 2}
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": name},
-        "spec": {**base, **spec},
-    }
+    """The one builder's job (env id alone, 10000 timesteps); `spec` fields set whole."""
+    return job_builder(name).env("CartPole-v1").with_spec(totalTimesteps=10000).replace(**spec).obj()
 
 
 SIDECAR_TEMPLATE = {

@@ -23,17 +23,15 @@ from kuberl.render import (
 from kuberl.spec import defaulted, parse_spec
 from kuberl.trainerconfig import load
 
+from tests.support.jobs import make_job as job_builder
+
 NAMESPACE = "team-rl"
 UID = "0f0e0d0c-1111-2222-3333-444455556666"
 
 
 def make_job(name="cartpole", **spec):
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": name},
-        "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 10000, "workers": 3, **spec},
-    }
+    """The one builder's job (env id alone, 10000 timesteps, 3 workers); `spec` fields set whole."""
+    return job_builder(name).env("CartPole-v1").with_spec(totalTimesteps=10000).workers(3).replace(**spec).obj()
 
 
 def env_of(pod, container=names.TRAINER_CONTAINER):

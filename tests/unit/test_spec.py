@@ -22,38 +22,33 @@ from kuberl.spec import (
     validate_job,
 )
 
+from tests.support.jobs import make_job
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "manifests" / "examples" / "cartpole-ppo.yaml"
 
-MINIMAL = {
-    "apiVersion": "kuberl.dev/v1alpha1",
-    "kind": "RLTrainingJob",
-    "metadata": {"name": "cartpole"},
-    "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000},
-}
-FULL = {
-    "apiVersion": "kuberl.dev/v1alpha1",
-    "kind": "RLTrainingJob",
-    "metadata": {"name": "pendulum-dqn"},
-    "spec": {
-        "algorithm": "dqn",
-        "dqn": {"learningRate": 0.0005, "bufferSize": 10000, "hiddenSizes": [64, 64]},
-        "env": {"id": "CartPole-v1", "numEnvs": 4, "kwargs": {"max_episode_steps": 200}},
-        "totalTimesteps": 200000,
-        "success": {"targetReturn": 195, "evalEpisodes": 5},
-        "workers": 4,
-        "gpusPerWorker": 2,
-        "procsPerWorker": 2,
-        "resources": {"requests": {"memory": "8Gi"}, "limits": {"cpu": 4}},
-        "nodeSelector": {"pool": "gpu"},
-        "labels": {"team": "rl"},
-        "template": {"spec": {"containers": [{"name": "trainer", "env": [{"name": "A", "value": "1"}]}]}},
-        "checkpoint": {"claimName": "shared", "keep": 2},
-        "runPolicy": {"backoffLimit": 5, "stallTimeoutSeconds": 300},
-        "queueName": "team-a",
-        "metrics": {"port": 9100},
-    },
-}
+MINIMAL = make_job("cartpole").minimal().obj()
+FULL = (
+    make_job("pendulum-dqn")
+    .algorithm("dqn", learningRate=0.0005, bufferSize=10000, hiddenSizes=[64, 64])
+    .env("CartPole-v1", numEnvs=4, kwargs={"max_episode_steps": 200})
+    .with_spec(
+        totalTimesteps=200000,
+        success={"targetReturn": 195, "evalEpisodes": 5},
+        workers=4,
+        gpusPerWorker=2,
+        procsPerWorker=2,
+        resources={"requests": {"memory": "8Gi"}, "limits": {"cpu": 4}},
+        nodeSelector={"pool": "gpu"},
+        labels={"team": "rl"},
+    )
+    .template({"spec": {"containers": [{"name": "trainer", "env": [{"name": "A", "value": "1"}]}]}})
+    .with_spec(checkpoint={"claimName": "shared", "keep": 2})
+    .run_policy(backoffLimit=5, stallTimeoutSeconds=300)
+    .queue("team-a")
+    .metrics_port(9100)
+    .obj()
+)
 VALID = {"minimal": MINIMAL, "full": FULL, "example": yaml.safe_load(EXAMPLE.read_text())}
 
 

@@ -3,12 +3,9 @@
 import pytest
 from kuberl.spec import InvalidJob, validate_job
 
-VALID = {
-    "apiVersion": "kuberl.dev/v1alpha1",
-    "kind": "RLTrainingJob",
-    "metadata": {"name": "cartpole"},
-    "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000},
-}
+from tests.support.jobs import make_job
+
+VALID = make_job("cartpole").minimal().obj()
 
 
 def test_valid_job_is_defaulted():

@@ -7,6 +7,8 @@ import pytest
 from kuberl import contract, names
 from kuberl.spec import InvalidJob, parse_spec
 
+from tests.support.jobs import make_job
+
 T = names.TRAINER_CONTAINER
 
 
@@ -16,7 +18,7 @@ def spec_with(containers=None, init_containers=None):
         pod["containers"] = containers
     if init_containers is not None:
         pod["initContainers"] = init_containers
-    return {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "template": {"spec": pod}}
+    return make_job().minimal().template({"spec": pod}).obj()["spec"]
 
 
 def problems(spec):

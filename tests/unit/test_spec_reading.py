@@ -16,6 +16,8 @@ from kuberl.spec import (
     load_documents,
 )
 
+from tests.support.jobs import make_job
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = (ROOT / "manifests" / "examples" / "cartpole-ppo.yaml").read_text()
 KUBERL = [sys.executable, "-m", "kuberl.cli"]
@@ -136,8 +138,8 @@ def test_a_job_from_the_api_server_is_bounded_too():
     for _ in range(1000):
         node["a"] = {}
         node = node["a"]
-    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "deep"},
-           "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1", "kwargs": deep}, "totalTimesteps": 10}}
+    job = make_job("deep").minimal().with_spec(totalTimesteps=10).obj()
+    job["spec"]["env"]["kwargs"] = deep  # set after building: the builder's deepcopy would recurse 1000 levels
     with pytest.raises(InvalidJob) as refused:
         validate_job(job)
     assert [str(p) for p in refused.value.problems] == ["spec.env.kwargs.a: nested deeper than 64 levels"]

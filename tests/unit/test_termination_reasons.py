@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 from kuberl import contract
 from kuberl import lifecycle as lc
-from kuberl.spec import parse_spec
+
+from tests.support.jobs import make_job
 
 
 def terminated_pod(exit_code: int, message: str, reason: str = "Error") -> dict:
@@ -60,8 +61,7 @@ def test_the_message_is_the_end_of_the_log_where_the_exception_is():
 
 def test_a_failed_external_script_is_a_counted_crash_not_a_configuration_error():
     """Old code took the log tail's first word: a script printing `ConfigError:` failed the job for good."""
-    spec = parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 10, "workers": 2,
-                       "runPolicy": {"restartBackoffSeconds": 10}})
+    spec = make_job().env("CartPole-v1").with_spec(totalTimesteps=10).workers(2).run_policy(restartBackoffSeconds=10).spec()
     log = "ConfigError: printed by the script\n" + "\n".join(f"line {i}" for i in range(40)) + "\nValueError: boom"
     up = lc.decide(spec, {"generation": 0}, [], None, 0.0).status
     running = [replace(lc.observed_pod(terminated_pod(0, "")), name=f"job-{r}", rank=r, phase="Running", exit_code=None,
