@@ -15,7 +15,7 @@ from kuberl import names
 from tests.e2e.stack import EXAMPLES, Scenario, tiny_job, wait_for
 
 EXAMPLE = EXAMPLES / 'cartpole-ppo.yaml'
-TRAINS_WITHIN_SECONDS = 420  # measured about 1-2 min alone; a loaded shared machine and concurrent scenarios slow it
+TRAINS_WITHIN_SECONDS = 420  # measured about 6 s alone; a loaded shared machine and concurrent scenarios slow it
 
 
 def test_the_cartpole_example_trains_to_its_target_and_deleting_it_removes_its_children(stack):
@@ -50,11 +50,12 @@ def test_the_cartpole_example_trains_to_its_target_and_deleting_it_removes_its_c
     assert int(shown['TIMESTEPS']) > 0 and float(shown['RETURN']) > 0, f'kubectl get rltj never showed progress: {shown}'
     assert done['restarts'] == 0
 
-    for metric in (m.ENV_STEPS_TOTAL, m.EPISODE_RETURN):  # the targets are gone now: look back over the run
-        series = stack.prom.query(f'last_over_time({metric}{{rltj="{name}"}}[30m])')
-        assert {s['metric']['rank'] for s in series} == {'0', '1'}, (metric, series)
-    steps = stack.prom.query(f'max_over_time({m.ENV_STEPS_TOTAL}{{rltj="{name}",rank="0"}}[30m])')
-    assert float(steps[0]['value'][1]) > 0
+    # The example solves CartPole in a few seconds now, shorter than Prometheus' own discovery cycle (its
+    # discovery manager hands new targets to the scrapers every 5 s), so whether the trainers were scraped
+    # is timing; test_dashboard.py scrapes a long run of this example through the same PodMonitor config.
+    # What Prometheus must hold here is the operator's account of the job, through the ServiceMonitor.
+    wait_for(lambda: any(float(s['value'][1]) >= 1 for s in stack.prom.query(f'{m.OPERATOR_JOBS}{{{m.LABEL_PHASE}="Succeeded"}}')),
+             30, 'Prometheus to see the operator count a Succeeded job', interval=0.5)
 
     owned_before = stack.children(name)
     assert any(c.startswith('services/') for c in owned_before) and any(c.startswith('configmaps/') for c in owned_before)
