@@ -52,7 +52,7 @@ from .spec import JobSpec
 from .trainerconfig import trainer_config
 
 FINALIZER = f"{names.GROUP}/operator"
-CONFLICT_RETRY_SECONDS = 1.0
+CONFLICT_RETRY_SECONDS = 0.05  # a conflict means the job changed under us: read it again at once (controller-runtime starts at 5 ms)
 CREATE_CONCURRENCY = 16
 REASON_METRICS_TOO_LARGE = "MetricsTooLarge"
 

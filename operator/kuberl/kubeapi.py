@@ -173,6 +173,25 @@ async def load_configuration() -> k8s_client.Configuration:
     return configuration
 
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
+
+
+def without_environment_lookups(client: k8s_client.ApiClient) -> bool:
+    """kubernetes_asyncio's session has aiohttp's trust_env on, which looks ~/.netrc up in a
+    thread on every request: 0.56 instead of 0.24 ms per call here, and a thread-pool hop for
+    each call of a burst. Where no proxy variable is set (in a cluster, on most laptops) the
+    environment has nothing else for the API server's requests, so the session is rebuilt on
+    the same connector without it. Returns whether it was."""
+    if any(os.environ.get(name) for name in PROXY_VARIABLES):
+        return False
+    rest = client.rest_client
+    connector = rest.pool_manager.connector
+    rest.pool_manager.detach()  # aiohttp's public hand-over: the old session lets go of the connector unclosed
+    rest.pool_manager = aiohttp.ClientSession(connector=connector, connector_owner=True, trust_env=False,
+                                              read_bufsize=2**21)  # as kubernetes_asyncio sizes it for large objects
+    return True
+
+
 class Connection:
     """The operator's kubernetes_asyncio client, loaded on first use and loaded again after a 401
     (an exec plugin then runs again), once per burst of 401s however many calls saw one."""
@@ -196,6 +215,7 @@ class Connection:
                 return
             fresh = k8s_client.ApiClient(await load_configuration())
             fresh.user_agent = USER_AGENT
+            without_environment_lookups(fresh)
             retired, self._client = self._client, fresh
             self._logins += 1
         if retired is not None:  # requests still in flight on it finish first

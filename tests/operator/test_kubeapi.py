@@ -69,3 +69,24 @@ def test_server_errors_are_retried_with_backoff_and_counted_only_when_the_last_a
     assert listed == [] and waited >= sum(kubeapi.API_BACKOFFS)
     assert failed.status == 500
     assert api_errors(metrics, '503') == 0 and api_errors(metrics, '500') == 1
+
+
+@pytest.mark.parametrize('proxy', [None, 'http://proxy.corp.example:3128'])
+def test_the_client_skips_environment_lookups_unless_a_proxy_is_set(standin, monkeypatch, proxy):
+    """aiohttp's trust_env reads ~/.netrc in a thread on every request (0.56 instead of 0.24 ms per
+    call against the stand-in); without proxy variables it is off, on the same connector, and the
+    calls still work. With one, the environment is kept so the proxy is used."""
+    for name in kubeapi.PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    if proxy:
+        monkeypatch.setenv('HTTPS_PROXY', proxy)
+        monkeypatch.setenv('NO_PROXY', '127.0.0.1')  # the stand-in stays reachable
+
+    async def calls(api):
+        client, _ = await api.connection.client()
+        session = client.rest_client.pool_manager
+        await api.create(POD)
+        return session.trust_env, session.connector is not None, (await api.get('', 'v1', 'pods', NS, 'twice'))['metadata']['name']
+
+    (trust_env, connected, name), _ = run_api(monkeypatch, standin.kubeconfig, calls)
+    assert (trust_env, connected, name) == (bool(proxy), True, 'twice')
