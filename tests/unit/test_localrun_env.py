@@ -22,7 +22,6 @@ from kuberl.localnode import (
 )
 from kuberl.localrun import DNSPod, apply_overrides, make_resolver
 from kuberl.render import Job, render_pod, render_service
-from kuberl.spec import parse_spec
 
 from tests.support.jobs import make_job
 
@@ -108,8 +107,7 @@ def test_what_cannot_be_served_here_is_an_error(source):
 
 
 def rendered_env(procs: int = 1) -> tuple[dict, dict]:
-    spec = parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "workers": 2,
-                       "procsPerWorker": procs, "resources": {"limits": {"cpu": "1500m"}}})
+    spec = make_job().minimal().with_spec(workers=2, procsPerWorker=procs, resources={"limits": {"cpu": "1500m"}}).spec()
     job = Job("cp", spec)
     pods = [DNSPod(render_pod(job, "default", "u", r, 3, target="local"), f"127.7.0.{r + 2}") for r in range(2)]
     resolver = make_resolver([render_service(job, "default")], pods)
@@ -135,7 +133,7 @@ def test_the_launcher_command_is_expanded_and_python_is_this_interpreter(tmp_pat
 
 
 def test_the_sandbox_puts_every_mount_where_the_pod_expects_it(tmp_path):
-    spec = parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000})
+    spec = make_job().minimal().spec()
     pod = render_pod(Job("cp", spec), "default", "u", 0, 0, target="local")
     configs, claims = tmp_path / "cm", tmp_path / "claims"
     (configs / "cp-config").mkdir(parents=True)

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 from kuberl import contract, trainerconfig
-from kuberl.spec import parse_spec
 from kuberl_trainer import __main__ as entry
 from kuberl_trainer import checkpoint, session
 from kuberl_trainer.distributed import Dist
+
+from tests.support.jobs import make_job
 
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 ALGORITHM_MODULES = {name: entry.make.__module__ for name, entry in entry.ALGORITHMS.items()}
@@ -66,8 +67,7 @@ def test_every_algorithm_has_the_protocol_methods_with_their_parameters(name):
 def test_every_algorithm_trains_and_writes_its_final_model_through_one_session(name, tmp_path, monkeypatch):
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
     block = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 32, "batchSize": 16, "bufferSize": 256}}[name]
-    spec = parse_spec({"algorithm": name, name: block, "env": {"id": "CartPole-v1", "numEnvs": 2},
-                       "totalTimesteps": 256, "workers": 1, "seed": 1})
+    spec = make_job().algorithm(name, **block).with_spec(totalTimesteps=256, workers=1, seed=1).spec()
     config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
     trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 256, 1, 0)
     for member in session.Algorithm.__annotations__:
@@ -84,7 +84,7 @@ def test_every_algorithm_trains_and_writes_its_final_model_through_one_session(n
 
 @pytest.mark.parametrize("name", sorted(entry.ALGORITHMS))
 def test_every_algorithms_rank_state_is_plain_data_for_native_envs_and_none_for_others(name):
-    hp = parse_spec({"algorithm": name, "env": {"id": "CartPole-v1"}, "totalTimesteps": 10_000}).hyperparameters
+    hp = make_job().minimal().with_spec(algorithm=name, totalTimesteps=10_000).spec().hyperparameters
     make = entry.ALGORITHMS[name].make
     trainer = make(ONE_PROCESS, hp, "CartPole-v1", 2, {}, 10_000, 1, 0)
     trainer.update(stop_vote=False, success_vote=False)
