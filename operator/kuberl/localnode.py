@@ -40,7 +40,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import IO
@@ -284,21 +284,22 @@ def prepare_sandbox(
     claim volumes are the caller's directories, shared and lasting."""
     check_paths(pod, container)
     shutil.rmtree(sandbox, ignore_errors=True)
-    try:
+    with _as_local_run_error(container):
         return _lay_out(sandbox, pod, container, configmap_dir, claim_dir)
-    except (OSError, KeyError, TypeError) as e:  # a shape validation let through must not end `kuberl run` in a traceback
+
+
+@contextlib.contextmanager
+def _as_local_run_error(container: Mapping) -> Iterator[None]:
+    """A pod shape validation let through must not end `kuberl run` in a traceback."""
+    try:
+        yield
+    except (OSError, KeyError, TypeError) as e:
         shown = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) else f"{type(e).__name__}: {e}"
         raise LocalRunError(f"spec.containers[{container.get('name')}]: cannot lay out the container's volumes and"
                             f" files here ({shown})") from None
 
 
-def _lay_out(
-    sandbox: str,
-    pod: Mapping,
-    container: Mapping,
-    configmap_dir: Callable[[str], str],
-    claim_dir: Callable[[str], str],
-) -> str:
+def _lay_out(sandbox: str, pod: Mapping, container: Mapping, configmap_dir: Callable[[str], str], claim_dir: Callable[[str], str]) -> str:
     root = os.path.join(sandbox, "root")
     os.makedirs(root)
     sources = {}
