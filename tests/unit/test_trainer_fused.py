@@ -151,6 +151,73 @@ def test_the_optimizer_state_round_trips_through_a_state_dict():
         assert float(resumed_step.optimizer.state[mine]["step"]) == float(optimizer.state[theirs]["step"]) == 4
 
 
+def test_adam_state_keeps_torch_adams_state_dict_and_loads_it_both_ways():
+    """The fused path keeps Adam's state without constructing torch.optim.Adam (whose first construction
+    imports torch._dynamo, 0.87 s); what it writes must be torch's format exactly, and either side must
+    resume from the other's checkpoint and take the same next step."""
+    hp = PPOConfig(hidden_sizes=[8, 8])
+    rng = np.random.default_rng(0)
+
+    def stepped(optimizer_of, steps=3, seed=0):
+        torch.manual_seed(seed)
+        agent = Agent(OBS_DIM, gym.spaces.Discrete(2), [8, 8])
+        step = fused.FusedPPOStep(agent, hp, optimizer_of(agent))
+        for batch in batches[:steps]:
+            step.step(*batch)
+        return agent, step
+
+    torch.manual_seed(0)
+    probe = Agent(OBS_DIM, gym.spaces.Discrete(2), [8, 8])
+    batches = [minibatch(probe, rng) for _ in range(4)]
+    light_agent, light = stepped(lambda a: fused.AdamState(a.parameters(), lr=1e-2, eps=1e-5))
+    torch_agent, real = stepped(lambda a: torch.optim.Adam(a.parameters(), lr=1e-2, eps=1e-5, fused=True))
+    written, expected = light.optimizer.state_dict(), real.optimizer.state_dict()
+    assert written["param_groups"] == expected["param_groups"]
+    assert written["state"].keys() == expected["state"].keys()
+    for key, state in expected["state"].items():
+        assert {k: (v.dtype, tuple(v.shape)) for k, v in written["state"][key].items()} == {
+            k: (v.dtype, tuple(v.shape)) for k, v in state.items()}
+        for name in state:
+            torch.testing.assert_close(written["state"][key][name], state[name])
+
+    for source, target in (("light", "torch"), ("torch", "light")):
+        saved = copy.deepcopy({"light": (light_agent, written), "torch": (torch_agent, expected)}[source])
+        resumed = Agent(OBS_DIM, gym.spaces.Discrete(2), [8, 8])
+        optimizer = (fused.AdamState(resumed.parameters(), lr=5.0) if target == "light"
+                     else torch.optim.Adam(resumed.parameters(), lr=5.0, fused=True))
+        step = fused.FusedPPOStep(resumed, hp, optimizer)
+        resumed.load_state_dict(saved[0].state_dict())
+        optimizer.load_state_dict(saved[1])
+        step.adopt_optimizer_state()
+        assert optimizer.param_groups[0]["lr"] == 1e-2 and optimizer.param_groups[0]["eps"] == 1e-5  # the saved settings
+        step.step(*batches[3])
+        _, uninterrupted = stepped(lambda a: fused.AdamState(a.parameters(), lr=1e-2, eps=1e-5), steps=4)
+        for mine, theirs in zip(step.flat, uninterrupted.flat, strict=True):
+            assert float(mine) == pytest.approx(float(theirs), rel=1e-5, abs=1e-7), (source, target)
+    with pytest.raises(ValueError, match="does not match this network"):
+        fused.AdamState(Agent(OBS_DIM, gym.spaces.Discrete(2), [8]).parameters(), lr=1e-2).load_state_dict(written)
+
+
+def test_a_trainer_that_learns_fused_never_imports_torch_dynamo():
+    """Startup: the fused trainers build no torch optimiser, so torch._dynamo (0.87 s) is not imported
+    by the time the first update and checkpoint state are done."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from kuberl_trainer.distributed import Dist\n"
+        "from kuberl_trainer.ppo import PPOTrainer\n"
+        "from kuberl.spec import PPOConfig\n"
+        "t = PPOTrainer(Dist(0, 1, 0, 1, torch.device('cpu'), None), PPOConfig(num_steps=8), 'CartPole-v1', 2, {}, 10**6, seed=1, restart=0)\n"
+        "t.update(False, False); t.shared_state()\n"
+        "assert t.fused is not None\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip() == "False", result.stdout + result.stderr
+
+
 def test_ppo_trainer_learns_through_the_fused_step_as_through_the_module_path(monkeypatch):
     from kuberl_trainer.distributed import Dist
     from kuberl_trainer.ppo import PPOTrainer

@@ -149,13 +149,16 @@ class DQNTrainer:
         # cumulative seconds per phase, for the benchmark's per-update breakdown
         self.timings = dict.fromkeys(("act_forward", "env_step", "sample", "train_forward", "backward_optimizer"), 0.0)
         self.model = self._wrap(self.agent)
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=hp.learning_rate, fused=ctx.device.type == "cpu" or None)
+        learns_fused = fused.supports_q(self.agent, ctx.device, hp.precision)
+        self.optimizer = (  # the fused step does Adam's arithmetic itself: it needs only Adam's state
+            fused.AdamState(self.agent.parameters(), lr=hp.learning_rate) if learns_fused
+            else torch.optim.Adam(self.agent.parameters(), lr=hp.learning_rate, fused=ctx.device.type == "cpu" or None))
         # small MLPs on CPU: one hand-fused step (fused.py), the same maths in far fewer
         # operations; its flat gradient is the one all-reduce per step under DDP
         self.fused = (
             fused.FusedQStep(self.agent, self.target, hp, self.optimizer,
                              self._allreduce_gradient if ctx.distributed else None, ctx.world_size)
-            if fused.supports_q(self.agent, ctx.device, hp.precision)
+            if learns_fused
             else None
         )
         # frame stacks: the buffer keeps only each step's newest uint8 frame

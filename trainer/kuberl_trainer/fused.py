@@ -64,6 +64,46 @@ def supports(agent: nn.Module, device: torch.device, precision: str = "fp32") ->
     return len(linear_a) >= 2 and tanh_after_each_hidden and same_hidden and linear_c[-1].out_features == 1
 
 
+class AdamState:
+    """torch.optim.Adam's bookkeeping without torch.optim, for the fused steps (which do
+    Adam's arithmetic themselves, FlatAdam): one param group with Adam's defaults (fused,
+    as on CPU), the per-parameter state, and the very same `state_dict` format, so a
+    checkpoint written by either loads into the other. Why not the real one: the first
+    torch optimiser a process builds imports torch._dynamo (`add_param_group` is
+    dynamo-disabled), 0.87 s here, a quarter of a CartPole solve, and again at the
+    first checkpoint's `state_dict()` of a process that had not paid it yet."""
+
+    def __init__(self, params, lr: float, eps: float = 1e-8, betas: tuple[float, float] = (0.9, 0.999)):
+        self.param_groups = [{"params": list(params), "lr": lr, "betas": betas, "eps": eps, "weight_decay": 0,
+                              "amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
+                              "differentiable": False, "fused": True, "decoupled_weight_decay": False}]
+        self.state: dict[nn.Parameter, dict] = {}
+
+    def state_dict(self) -> dict:
+        """As torch.optim.Optimizer.state_dict: parameters by index, the state's tensors themselves."""
+        params = self.param_groups[0]["params"]
+        index = {id(p): i for i, p in enumerate(params)}
+        group = {k: v for k, v in self.param_groups[0].items() if k != "params"}
+        return {"state": {index[id(p)]: entry for p, entry in self.state.items()},
+                "param_groups": [{**group, "params": list(range(len(params)))}]}
+
+    def load_state_dict(self, saved: dict) -> None:
+        """As torch.optim.Adam.load_state_dict with fused=True: the saved group's settings, each
+        state tensor cast to its parameter's dtype and device (the step count to float32)."""
+        params = self.param_groups[0]["params"]
+        groups = saved["param_groups"]
+        if len(groups) != 1 or len(groups[0]["params"]) != len(params):
+            raise ValueError("loaded optimizer state does not match this network: "
+                             f"{[len(g['params']) for g in groups]} parameters in groups, expected [{len(params)}]")
+        by_saved_id = dict(zip(groups[0]["params"], params, strict=True))
+        self.state = {}
+        for key, entry in saved["state"].items():
+            param = by_saved_id[key]
+            self.state[param] = {name: value.to(dtype=torch.float32 if name == "step" else param.dtype, device=param.device)
+                                 for name, value in entry.items()}
+        self.param_groups = [{**groups[0], "params": params}]
+
+
 class FlatAdam:
     """Parameters as views of ONE flat vector (the modules' parameters are
     rebound to them, so modules, numpy views, state dicts and checkpoints see
@@ -76,7 +116,7 @@ class FlatAdam:
     when given, sums a tensor over ranks in place (the gradient is divided by
     `world_size` first, as DDP's default hook does)."""
 
-    def __init__(self, shapes: list[tuple[str, tuple[int, ...]]], optimizer: torch.optim.Adam,
+    def __init__(self, shapes: list[tuple[str, tuple[int, ...]]], optimizer: AdamState | torch.optim.Adam,
                  allreduce: Callable[[torch.Tensor], None] | None, world_size: int):
         group = optimizer.param_groups[0]
         if len(optimizer.param_groups) != 1 or group["weight_decay"] or group["amsgrad"] or group["maximize"]:
@@ -165,7 +205,7 @@ class FusedPPOStep(FlatAdam):
     """PPO's minibatch step for `agent` (a `ppo.Agent` that `supports`),
     applying `optimizer`'s Adam with global-norm clipping (see FlatAdam)."""
 
-    def __init__(self, agent: nn.Module, hp, optimizer: torch.optim.Adam,
+    def __init__(self, agent: nn.Module, hp, optimizer: AdamState | torch.optim.Adam,
                  allreduce: Callable[[torch.Tensor], None] | None = None, world_size: int = 1):
         if not supports(agent, torch.device("cpu")):
             raise ValueError("FusedPPOStep needs separate tanh MLP heads of equal hidden widths on CPU in fp32")
@@ -339,7 +379,7 @@ class FusedQStep(FlatAdam):
     network's parameters are views of `flat`; the target's of `target_flat`
     (same layout), so a soft or hard target update is one op."""
 
-    def __init__(self, agent: nn.Module, target: nn.Module, hp, optimizer: torch.optim.Adam,
+    def __init__(self, agent: nn.Module, target: nn.Module, hp, optimizer: AdamState | torch.optim.Adam,
                  allreduce: Callable[[torch.Tensor], None] | None = None, world_size: int = 1):
         if not (supports_q(agent, torch.device("cpu")) and supports_q(target, torch.device("cpu"))):
             raise ValueError("FusedQStep needs ReLU MLP Q networks on CPU in fp32")

@@ -244,7 +244,10 @@ class PPOTrainer:
             if ctx.distributed
             else self.agent
         )
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=hp.learning_rate, eps=1e-5, fused=ctx.device.type == "cpu" or None)
+        learns_fused = fused.supports(self.agent, ctx.device, hp.precision)
+        self.optimizer = (  # the fused step does Adam's arithmetic itself: it needs only Adam's state
+            fused.AdamState(self.agent.parameters(), lr=hp.learning_rate, eps=1e-5) if learns_fused
+            else torch.optim.Adam(self.agent.parameters(), lr=hp.learning_rate, eps=1e-5, fused=ctx.device.type == "cpu" or None))
         self.obs_norm = RunningMeanStd(self.obs_shape)
         self.ret_norm = RunningMeanStd(())
         self.counters = Counters()
@@ -264,7 +267,7 @@ class PPOTrainer:
         self.fused = (
             fused.FusedPPOStep(self.agent, hp, self.optimizer, self._allreduce_gradient if ctx.distributed else None,
                                ctx.world_size)
-            if fused.supports(self.agent, ctx.device, hp.precision)
+            if learns_fused
             else None
         )
         # small MLPs on CPU act in numpy, on views of the very same weights
