@@ -654,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     skip = set(filter(None, args.skip.split(",")))
     args.seeds_list = list(range(1, 1 + (args.seeds or (1 if args.quick else 5))))
     args.caps = {"ppo": 120.0, "dqn": 200.0}
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # the runs it starts work in other directories
     out.mkdir(parents=True, exist_ok=True)
     started, load_start = time.time(), load_average()
     print(f"bench: load average {load_start}", flush=True)
