@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -136,6 +137,7 @@ def kuberl_run(root: Path, algorithm: str, hp: dict, env_id: str, num_envs: int,
             "totalTimesteps": total, "workers": world, "seed": seed, "success": success,
             "metrics": {"port": free_port(world)}, "checkpoint": {"everyUpdates": 1_000_000, "keep": 1}}
     config = trainerconfig.trainer_config("bench", "bench", "uid", parse_spec(spec))
+    shutil.rmtree(root, ignore_errors=True)  # a run interrupted here before left a checkpoint this one would resume
     master_port = free_port()
     procs = []
     launched = time.time()
