@@ -16,7 +16,14 @@ from .podsecurity import (
     parse_service_accounts,
 )
 from .render import DEFAULT_MONITORING_NAMESPACE, DEFAULT_OPERATOR_NAMESPACE
-from .spec import InvalidJob, JobSpec, UnreadableSpec, load_documents, validate_job
+from .spec import (
+    InvalidJob,
+    JobSpec,
+    UnreadableSpec,
+    load_documents,
+    namespace_problems,
+    validate_job,
+)
 
 
 def load_jobs(path: str) -> list[dict]:
@@ -122,6 +129,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     BlockDumper.add_representer(
         str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None)
     )
+    bad_namespace = namespace_problems("--namespace", args.namespace)
+    if bad_namespace:
+        print(f"kuberl render: {bad_namespace[0]}", file=sys.stderr)
+        return 1
     jobs, failed = secure_jobs(args.file, args)
     for name, spec, declared in jobs:
         if declared and args.namespace and declared != args.namespace:

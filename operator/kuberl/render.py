@@ -90,9 +90,14 @@ def rendezvous_id(job: str, namespace: str, restart: int) -> str:
     return f"{namespace}.{job}.{restart}"
 
 
+# torchrun turns read_timeout into a timedelta (at most ~8.6e13 s): a day is longer than any start-up worth waiting for.
+MAX_RENDEZVOUS_READ_TIMEOUT = 86_400
+
+
 def rendezvous_conf(spec: JobSpec, rank: int) -> str:
     """torchrun's --rdzv-conf for c10d: worker 0 hosts the store; every agent waits for it as long as kuberl waits for pods."""
-    return f"is_host={'true' if rank == 0 else 'false'},read_timeout={spec.run_policy.startup_timeout_seconds}"
+    read_timeout = min(spec.run_policy.startup_timeout_seconds, MAX_RENDEZVOUS_READ_TIMEOUT)
+    return f"is_host={'true' if rank == 0 else 'false'},read_timeout={read_timeout}"
 
 
 def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart: int, target: Target = "cluster") -> list[dict]:

@@ -507,6 +507,20 @@ def _name_problems(name: Any) -> list[Problem]:
     return problems
 
 
+DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def namespace_problems(path: str, namespace: Any) -> list[Problem]:
+    """A namespace, when given, is what the API server accepts (ValidateNamespaceName: a
+    DNS-1123 label): it becomes part of every derived DNS name (MASTER_ADDR, PET_RDZV_ID)."""
+    if namespace is None:
+        return []
+    if not isinstance(namespace, str) or len(namespace) > 63 or not DNS_1123_LABEL.match(namespace):
+        return [Problem(path, "expected a namespace: a DNS-1123 label of at most 63 lowercase letters, digits and '-',"
+                              f" starting and ending with a letter or digit (got {_shown(namespace)})")]
+    return []
+
+
 def _label_key_problems(path: str, mapping: Any) -> list[Problem]:
     """Label keys are qualified names; a schema cannot check map keys."""
     if not isinstance(mapping, dict):
@@ -695,6 +709,7 @@ def validate_job(job: Any, env_id_known: Callable[[str], bool | None] | None = N
     metadata = job.get("metadata") or {}
     if isinstance(metadata, dict):
         problems += _name_problems(metadata.get("name"))
+        problems += namespace_problems("metadata.namespace", metadata.get("namespace"))
     else:
         problems.append(Problem("metadata", f"expected an object (got {_shown(metadata)})"))
     parsed = None
@@ -841,13 +856,11 @@ def _key_identity(key: yaml.Node) -> Any:
     Python key, so the second would silently replace the first."""
     if isinstance(key, yaml.ScalarNode):
         try:
-            value = _KEY_BUILDER.construct_object(key)
+            return ("value", _KEY_BUILDER.construct_object(key))  # `null` and `~` are one key (None) too
         except (yaml.YAMLError, ValueError):
-            value = None
+            pass
         finally:
             _KEY_BUILDER.constructed_objects.clear()
-        if value is not None:
-            return ("value", value)
     return (key.tag, _key_text(key))
 
 

@@ -95,3 +95,18 @@ def test_kuberl_render_takes_the_jobs_own_namespace_as_kubectl_does(tmp_path):
     assert "--namespace=team-a" in mismatch.stderr and "Traceback" not in mismatch.stderr
     plain = [d for d in yaml.safe_load_all(render_cli(tmp_path, JOB).stdout) if d]
     assert {o["metadata"]["namespace"] for o in plain} == {"default"}
+
+
+@pytest.mark.parametrize("namespace", ["../Bad Namespace", "a" * 64, "UPPER", "-lead", 7])
+def test_a_namespace_the_api_server_would_refuse_is_refused_naming_where_it_came_from(tmp_path, namespace):
+    """It becomes part of MASTER_ADDR and PET_RDZV_ID: from the manifest it is a problem of the job
+    (metadata.namespace), from the command line one line about --namespace; nothing is rendered."""
+    job = make_job("cartpole").obj()
+    job["metadata"]["namespace"] = namespace
+    from_file = render_cli(tmp_path, job)
+    assert from_file.returncode == 1 and "metadata.namespace: expected a namespace" in from_file.stderr, from_file.stderr
+    assert from_file.stdout == "" and "Traceback" not in from_file.stderr
+    if isinstance(namespace, str):
+        from_flag = render_cli(tmp_path, JOB, f"--namespace={namespace}")
+        assert from_flag.returncode == 1 and from_flag.stderr.startswith("kuberl render: --namespace: expected a namespace")
+        assert from_flag.stdout == "" and from_flag.stderr.count("\n") == 1

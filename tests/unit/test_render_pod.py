@@ -118,6 +118,10 @@ def test_torchrun_meets_at_worker_0_whichever_rendezvous_backend_the_script_pick
     assert (configs["is_host"], configs["read_timeout"]) == ("false", "600"), configs
     slow = env_of(pods(make_job(runPolicy={"startupTimeoutSeconds": 1800}))[1])
     assert slow["PET_RDZV_CONF"] == "is_host=false,read_timeout=1800"
+    # torchrun makes a timedelta of it: a startup timeout of 10**15 s is capped at a day, not an overflow in torchrun
+    huge = env_of(pods(make_job(runPolicy={"startupTimeoutSeconds": 10**15}))[1])
+    assert huge["PET_RDZV_CONF"] == "is_host=false,read_timeout=86400"
+    assert torchrun_config(huge).rdzv_configs["read_timeout"] == "86400"
     assert envs[0]["PET_LOCAL_ADDR"] == envs[0]["MASTER_ADDR"]  # c10d's workers meet where static ones do
     for pod, env in zip(rendered, envs, strict=True):
         assert env["PET_LOCAL_ADDR"] == f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}.team-rl.svc"

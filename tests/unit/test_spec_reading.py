@@ -57,6 +57,7 @@ HOSTILE = {
     # 1, 0x1 and 1.0 (or true and yes) are one key once built: the last would silently win.
     "keys spelled apart, equal once built": (job_with_kwargs("1: a\n0x1: b\n1.0: c\n"), "spec.env.kwargs.0x1: duplicate key"),
     "booleans spelled apart": (job_with_kwargs("true: a\nyes: b\n"), "spec.env.kwargs.yes: duplicate key"),
+    "nulls spelled apart": (job_with_kwargs("null: a\n~: b\n"), "spec.env.kwargs.~: duplicate key"),
     # JSON has no NaN or infinity; kubectl cannot send them, and config.json would not parse.
     "NaN": (EXAMPLE.replace("targetReturn: 475", "targetReturn: .nan", 1), "spec.success.targetReturn: .nan is not a JSON number"),
     "infinity": (job_with_kwargs("x: -.inf\n"), "spec.env.kwargs.x: -.inf is not a JSON number"),

@@ -196,6 +196,14 @@ def test_adam_state_keeps_torch_adams_state_dict_and_loads_it_both_ways():
             assert float(mine) == pytest.approx(float(theirs), rel=1e-5, abs=1e-7), (source, target)
     with pytest.raises(ValueError, match="does not match this network"):
         fused.AdamState(Agent(OBS_DIM, gym.spaces.Discrete(2), [8]).parameters(), lr=1e-2).load_state_dict(written)
+    # a checkpoint's state that is not Adam's for these parameters is refused as a ValueError, never half-loaded
+    fresh = fused.AdamState(Agent(OBS_DIM, gym.spaces.Discrete(2), [8, 8]).parameters(), lr=1e-2)
+    for broken in ({**written, "state": {**written["state"], 99: written["state"][0]}},
+                   {**written, "state": {0: {"step": torch.tensor(1.0), "exp_avg": torch.zeros(3)}}},
+                   {**written, "state": {0: {"step": "1", "exp_avg": "x", "exp_avg_sq": [1]}}}):
+        with pytest.raises(ValueError, match="is not Adam's for this network"):
+            fresh.load_state_dict(broken)
+        assert fresh.state == {} and fresh.param_groups[0]["lr"] == 1e-2
 
 
 def test_a_trainer_that_learns_fused_never_imports_torch_dynamo():

@@ -96,11 +96,15 @@ class AdamState:
             raise ValueError("loaded optimizer state does not match this network: "
                              f"{[len(g['params']) for g in groups]} parameters in groups, expected [{len(params)}]")
         by_saved_id = dict(zip(groups[0]["params"], params, strict=True))
-        self.state = {}
+        state = {}
         for key, entry in saved["state"].items():
-            param = by_saved_id[key]
-            self.state[param] = {name: value.to(dtype=torch.float32 if name == "step" else param.dtype, device=param.device)
-                                 for name, value in entry.items()}
+            param = by_saved_id.get(key)
+            shapes = {name: tuple(value.shape) for name, value in entry.items() if isinstance(value, torch.Tensor)}
+            if param is None or shapes != {"step": (), "exp_avg": tuple(param.shape), "exp_avg_sq": tuple(param.shape)}:
+                raise ValueError(f"loaded optimizer state for parameter {key!r} is not Adam's for this network (got {shapes})")
+            state[param] = {name: value.to(dtype=torch.float32 if name == "step" else param.dtype, device=param.device)
+                            for name, value in entry.items()}
+        self.state = state
         self.param_groups = [{**groups[0], "params": params}]
 
 
