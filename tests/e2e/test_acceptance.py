@@ -18,10 +18,16 @@ EXAMPLE = EXAMPLES / 'cartpole-ppo.yaml'
 TRAINS_WITHIN_SECONDS = 420  # measured about 6 s alone; a loaded shared machine and concurrent scenarios slow it
 
 
+def operator_counts_succeeded(stack) -> float:
+    """The operator's Succeeded-jobs gauge as Prometheus last scraped it (0 before any)."""
+    return sum(float(s['value'][1]) for s in stack.prom.query(f'{m.OPERATOR_JOBS}{{{m.LABEL_PHASE}="Succeeded"}}'))
+
+
 def test_the_cartpole_example_trains_to_its_target_and_deleting_it_removes_its_children(stack):
     scenario = Scenario('1 cartpole-ppo example to target', time.monotonic())
     name = yaml.safe_load(EXAMPLE.read_text())['metadata']['name']
     target = yaml.safe_load(EXAMPLE.read_text())['spec']['success']['targetReturn']
+    succeeded_before = operator_counts_succeeded(stack)
     stack.kubectl('apply', '-f', str(EXAMPLE))
 
     phases: list[str] = []
@@ -54,8 +60,8 @@ def test_the_cartpole_example_trains_to_its_target_and_deleting_it_removes_its_c
     # discovery manager hands new targets to the scrapers every 5 s), so whether the trainers were scraped
     # is timing; test_dashboard.py scrapes a long run of this example through the same PodMonitor config.
     # What Prometheus must hold here is the operator's account of the job, through the ServiceMonitor.
-    wait_for(lambda: any(float(s['value'][1]) >= 1 for s in stack.prom.query(f'{m.OPERATOR_JOBS}{{{m.LABEL_PHASE}="Succeeded"}}')),
-             30, 'Prometheus to see the operator count a Succeeded job', interval=0.5)
+    wait_for(lambda: operator_counts_succeeded(stack) > succeeded_before,
+             30, 'Prometheus to see the operator count this job Succeeded', interval=0.5)
 
     owned_before = stack.children(name)
     assert any(c.startswith('services/') for c in owned_before) and any(c.startswith('configmaps/') for c in owned_before)
