@@ -605,7 +605,7 @@ def report(out: Path, args: argparse.Namespace, runs, probes, pendulum, operator
         "## 4. Where the time goes, per update and rank (milliseconds)", "",
         ("PPO: one update = 32 steps x envs, 20 epochs x 1 minibatch. DQN: one update = 256 env steps per rank, 128 gradient steps."
         " allreduce_gradients is DDP's comm hook, launch to completion (it overlaps backward, and includes waiting for the slower rank);"
-        " PPO's act_forward is the rollout minus env stepping."), "",
+        " PPO's act_forward is the rollout minus env stepping; DQN's sample includes the target network's forward for the drawn batches (fixed within an update, so computed once per draw)."), "",
         *breakdown_table(probes), "",
         "## 5. Ceilings with the same envs per rank", "", *ceiling_table(probes), "",
         "## 6. Pendulum-v1, PPO, return after the budget (greedy, 20 episodes)", "",

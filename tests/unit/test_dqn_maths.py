@@ -95,6 +95,40 @@ def test_iteration_sizes_keep_the_update_to_data_ratio():
     assert odd.update_to_data == 0.25
 
 
+@pytest.mark.parametrize("fused_path", [True, False])
+def test_a_precomputed_target_gives_the_step_computing_it_would(fused_path, monkeypatch):
+    """learn() computes the target network's Q-values for a chunk of steps at
+    once (the target is fixed within one learn()); a step must not tell."""
+    from kuberl_trainer import fused
+
+    if not fused_path:
+        monkeypatch.setattr(fused, "supports_q", lambda *args, **kwargs: False)
+    trainer, twin = small_trainer(double_dqn=False), small_trainer(double_dqn=False)
+    assert (trainer.fused is not None) == fused_path
+    while not trainer.learning():
+        trainer.update(False, False), twin.update(False, False)
+    batch = trainer.to_tensors(trainer.replay.sample(32, 0.99, np.random.default_rng(0)))
+    computed = trainer.gradient_step(*batch)
+    given = twin.gradient_step(*batch, twin.target_q(batch[-1]))
+    assert float(computed) == float(given)
+    for mine, theirs in zip(trainer.agent.parameters(), twin.agent.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+
+
+def test_learn_draws_a_bounded_chunk_at_once():
+    """CartPole's whole iteration in one draw; Atari's frame stacks a few
+    steps at a time, under DRAW_BYTES; a huge observation one step at a time."""
+    from kuberl_trainer.dqn import DRAW_BYTES, steps_per_draw
+
+    assert steps_per_draw(128, 64, (4,), np.float32) == 128
+    atari = steps_per_draw(128, 32, (4, 84, 84), np.uint8)
+    assert atari == 18 and atari * 32 * 2 * 4 * 84 * 84 <= DRAW_BYTES < (atari + 1) * 32 * 2 * 4 * 84 * 84
+    assert steps_per_draw(128, 32, (3, 1024, 1024), np.float32) == 1
+    cartpole = DQNTrainer(ONE_PROCESS, DQNConfig(batch_size=64, train_frequency=256, gradient_steps=128, hidden_sizes=[8]),
+                          "CartPole-v1", 1, {}, 1000, seed=1, restart=0)
+    assert cartpole.steps_per_draw == 128
+
+
 def test_state_is_equal_after_a_load_and_training_continues():
     trainer = small_trainer()
     assert trainer.train(BareSession()) == "budget"

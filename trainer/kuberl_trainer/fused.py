@@ -439,15 +439,26 @@ class FusedQStep(FlatAdam):
         """target <- tau * online + (1 - tau) * target (dqn.soft_update), one op."""
         self.target_flat.lerp_(self.flat, tau)
 
+    def target_q(self, next_obs: torch.Tensor) -> torch.Tensor:
+        """The target network's Q-values of next_obs (B, A), a new tensor."""
+        x = next_obs.flatten(1).float()
+        for k in range(self.layers):
+            x = torch.addmm(self.target_view[f"b{k}"], x, self.target_view[f"W{k}"].t())
+            if k < self.layers - 1:
+                x.relu_()
+        return x
+
     def step(self, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
-             discount: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
-        """One optimiser step; inputs as DQNTrainer.gradient_step takes them.
+             discount: torch.Tensor, next_obs: torch.Tensor, next_q_target: torch.Tensor | None = None) -> torch.Tensor:
+        """One optimiser step; inputs as DQNTrainer.gradient_step takes them
+        (next_q_target: target_q(next_obs), when the caller has it already).
         Returns the loss (a 0-d tensor)."""
         batch = obs.shape[0]
         buf = self._buffers(batch)
         obs, next_obs = obs.flatten(1).float(), next_obs.flatten(1).float()
         next_buffers = [buf[f"next{k}"] for k in range(self.layers)]
-        next_q_target = self.q_values(self.target_view, next_obs, next_buffers).clone()
+        if next_q_target is None:
+            next_q_target = self.target_q(next_obs)
         if self.hp.double_dqn:
             chooser = self.q_values(self.view, next_obs, next_buffers)
         else:
