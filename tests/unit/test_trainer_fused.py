@@ -357,3 +357,13 @@ def test_fused_q_greedy_acts_as_the_network_does():
     step.step(*q_batch(np.random.default_rng(1), actions=5))  # the views follow the optimiser's writes
     with torch.no_grad():
         np.testing.assert_array_equal(step.greedy(obs), agent.greedy(torch.from_numpy(obs)).numpy())
+
+
+def test_numpy_tanh_in_place_matches_torch():
+    """fused.tanh_ replaces torch's (10x slower here) tanh on the hidden
+    activations: the same values to float32 rounding, in the same memory."""
+    values = torch.cat([torch.linspace(-20, 20, 4001), torch.tensor([0.0, -0.0, 1e-30, -1e-30, 88.0, -88.0, 1e4])])
+    hidden = values.clone().reshape(1, -1)
+    assert fused.tanh_(hidden) is hidden
+    np.testing.assert_allclose(hidden.flatten().numpy(), torch.tanh(values).numpy(), rtol=2e-7, atol=1e-7)
+    assert float(hidden.flatten()[-1]) == 1.0 and float(hidden.flatten()[-2]) == -1.0
