@@ -85,3 +85,23 @@ def test_right_after_resume_every_rank_holds_the_saved_state(tmp_path):
         for key, value in saved["optimizer"]["state"].items():
             for field, tensor in value.items():
                 assert torch.equal(state["optimizer"]["state"][key][field], tensor), (key, field)
+
+
+def test_fused_ranks_start_from_rank0_weights_without_constructing_ddp(tmp_path):
+    """The fused path takes of DDP only its initial broadcast
+    (distributed.take_rank0_parameters): ranks seeded differently still start
+    equal, DQN's target equal to its online network, and torch._dynamo (which
+    DDP's constructor imports, 0.8 s) stays unimported."""
+    ranks = run_workers("initial", tmp_path, 2)
+    for part in ("ppo", "dqn", "dqn_target"):
+        for name, tensor in ranks[0][part].items():
+            assert torch.equal(tensor, ranks[1][part][name]), (part, name)
+    for name, tensor in ranks[0]["dqn"].items():
+        assert torch.equal(tensor, ranks[0]["dqn_target"][name]), name
+    assert [r["dynamo_imported"] for r in ranks] == [False, False]
+
+
+def test_ranks_with_different_networks_refuse_to_start(tmp_path):
+    ranks = run_workers("mismatch", tmp_path, 2)
+    for r in ranks:
+        assert r["error"] is not None and "different sizes" in r["error"] and "same spec" in r["error"], r

@@ -87,5 +87,34 @@ def resume(out: Path) -> None:
                     "counters": vars(trainer.counters).copy()}, out / f"rank-{ctx.rank}.pt")
 
 
+def initial(out: Path) -> None:
+    """Each rank builds the fused PPO and DQN trainers from its OWN seed;
+    records their weights, and whether torch._dynamo got imported (DDP's
+    constructor imports it; the fused path must not construct DDP)."""
+    from kuberl.spec import DQNConfig
+    from kuberl_trainer.dqn import DQNTrainer
+
+    with process_group("gloo", 60, 60) as ctx:
+        seed = 10 + ctx.rank
+        ppo = PPOTrainer(ctx, PPOConfig(num_steps=STEPS), "CartPole-v1", 2, {}, 10_000, seed, 0)
+        dqn = DQNTrainer(ctx, DQNConfig(hidden_sizes=[16, 16]), "CartPole-v1", 2, {}, 10_000, seed, 0)
+        assert ppo.fused is not None and dqn.fused is not None
+        torch.save({"ppo": params(ppo), "dqn": {k: v.clone() for k, v in dqn.agent.state_dict().items()},
+                    "dqn_target": {k: v.clone() for k, v in dqn.target.state_dict().items()},
+                    "dynamo_imported": "torch._dynamo" in sys.modules}, out / f"rank-{ctx.rank}.pt")
+
+
+def mismatch(out: Path) -> None:
+    """Rank 1 runs a different network: both ranks must refuse, naming it."""
+    with process_group("gloo", 60, 60) as ctx:
+        hidden = [64, 64] if ctx.rank == 0 else [32, 32]
+        try:
+            PPOTrainer(ctx, PPOConfig(num_steps=STEPS, hidden_sizes=hidden), "CartPole-v1", 2, {}, 10_000, 1, 0)
+            error = None
+        except RuntimeError as e:
+            error = str(e)
+        torch.save({"error": error}, out / f"rank-{ctx.rank}.pt")
+
+
 if __name__ == "__main__":
-    {"equivalence": equivalence, "resume": resume}[sys.argv[1]](Path(sys.argv[2]))
+    {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch}[sys.argv[1]](Path(sys.argv[2]))

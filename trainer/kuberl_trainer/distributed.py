@@ -142,6 +142,22 @@ def _looks_like_comm_error(e: BaseException) -> bool:
     )
 
 
+def take_rank0_parameters(ctx: Dist, flat: torch.Tensor) -> None:
+    """What DDP's constructor does to a module (refuse differing parameter
+    shapes across ranks, then broadcast rank 0's values), for the fused
+    steps' one flat parameter vector, without constructing DDP: in torch 2.13
+    its constructor imports torch._dynamo, 0.8 s of a CartPole run's start."""
+    if not ctx.distributed:
+        return
+    with collectives():
+        sizes = torch.tensor([flat.numel(), -flat.numel()], dtype=torch.int64)
+        dist.all_reduce(sizes, op=dist.ReduceOp.MAX)
+        if (int(sizes[0]), -int(sizes[1])) != (flat.numel(), flat.numel()):
+            raise RuntimeError(f"ranks hold networks of different sizes (from {-int(sizes[1])} to {int(sizes[0])} "
+                               f"parameters; this rank {flat.numel()}): every rank must run the same spec")
+        dist.broadcast(flat, src=0)
+
+
 def all_reduce_sum(ctx: Dist, values: torch.Tensor) -> torch.Tensor:
     """Sum a flat tensor across ranks, in place and returned (one collective
     for every counter and normaliser moment of an update)."""

@@ -7,7 +7,9 @@ Each rank steps its own vectorised envs and fills and samples its OWN replay
 buffer (`replay.ReplayBuffer`, n-step returns with gymnasium's autoreset rows
 masked out). Every gradient step goes through the DDP wrapper, or, for
 ReLU MLPs on CPU, through the hand-fused step of `fused` (the same maths,
-one all-reduce of its flat gradient), so gradients are averaged over ranks;
+one all-reduce of its flat gradient; rank 0's initial weights broadcast by
+`distributed.take_rank0_parameters` instead of DDP's constructor, which
+imports torch._dynamo), so gradients are averaged over ranks;
 the target network is updated at the same
 iterations on every rank (a function of the replicated counters), so it
 stays identical everywhere. Counters, episode statistics and stop votes
@@ -145,7 +147,7 @@ class DQNTrainer:
             raise UnknownEnv(f"spec.env.id: algorithm dqn needs discrete actions; {env_id!r} has {self.action_space}")
         space = self.envs.single_observation_space
         self.obs_shape = tuple(space.shape)
-        torch.manual_seed(seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
+        torch.manual_seed(seed)  # same initial weights everywhere (rank 0's are broadcast anyway)
         if networks.choose(space, hp.policy, "spec.dqn.policy") == "cnn":  # the Nature DQN
             self.agent = networks.QCNN(self.obs_shape, int(self.action_space.n)).to(ctx.device)
             self.target = networks.QCNN(self.obs_shape, int(self.action_space.n)).to(ctx.device)
@@ -157,8 +159,10 @@ class DQNTrainer:
         self.gradient_allreduce_seconds: list[float] = []
         # cumulative seconds per phase, for the benchmark's per-update breakdown
         self.timings = dict.fromkeys(("act_forward", "env_step", "sample", "train_forward", "backward_optimizer"), 0.0)
-        self.model = self._wrap(self.agent)
         learns_fused = fused.supports_q(self.agent, ctx.device, hp.precision)
+        # the fused step all-reduces its own flat gradient: of DDP it needs only the initial
+        # broadcast of rank 0's weights (distributed.take_rank0_parameters, below)
+        self.model = self.agent if learns_fused else self._wrap(self.agent)
         self.optimizer = (  # the fused step does Adam's arithmetic itself: it needs only Adam's state
             fused.AdamState(self.agent.parameters(), lr=hp.learning_rate) if learns_fused
             else torch.optim.Adam(self.agent.parameters(), lr=hp.learning_rate, fused=ctx.device.type == "cpu" or None))
@@ -170,6 +174,9 @@ class DQNTrainer:
             if learns_fused
             else None
         )
+        if self.fused is not None:
+            distributed.take_rank0_parameters(ctx, self.fused.flat)
+            self.fused.update_target(1.0)  # the target starts as the online network, everywhere
         # frame stacks: the buffer keeps only each step's newest uint8 frame
         self.replay = ReplayBuffer(hp.buffer_size, num_envs, self.obs_shape, space.dtype, n_step=hp.n_step,
                                    frame_stack=atari.frame_stack(self.envs))

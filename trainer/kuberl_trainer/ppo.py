@@ -7,7 +7,9 @@ Each rank collects its own rollouts from its own vectorised envs; gradients
 are averaged by DDP (one flat all-reduce per minibatch, `no_sync()` on
 accumulation micro-batches), or, for small tanh MLPs on CPU, by the
 hand-fused step of `fused` (the same maths, one all-reduce of its flat
-gradient per minibatch); counters, episode statistics, normaliser
+gradient per minibatch; DDP's other duty, the initial broadcast of rank 0's
+weights, is `distributed.take_rank0_parameters`, as DDP's constructor
+imports torch._dynamo: 0.8 s per rank); counters, episode statistics, normaliser
 moments and stop votes travel in ONE all-reduce per update. Plumbing
 (process group, checkpoints, metrics, evaluation scheduling) lives in
 `distributed`, `checkpoint`, `metrics` and `session`.
@@ -228,7 +230,7 @@ class PPOTrainer:
                  total_timesteps: int, seed: int, restart: int, env_backend: str = "gymnasium"):
         self.ctx, self.hp, self.env_backend = ctx, hp, env_backend
         self.seed = rank_seed(seed, ctx.rank, restart)
-        torch.manual_seed(seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
+        torch.manual_seed(seed)  # same initial weights everywhere (rank 0's are broadcast anyway)
         self.envs = make_envs(env_id, num_envs, env_kwargs, env_backend)
         space = self.envs.single_observation_space
         self.obs_shape = tuple(space.shape)
@@ -239,12 +241,14 @@ class PPOTrainer:
         encoder, features = networks.encoder(space, hp.policy, "spec.ppo.policy")
         # the CNN's heads are linear on its 512 features (Nature DQN / CleanRL); hiddenSizes shape MLPs
         self.agent = Agent(features, self.action_space, [] if cnn else list(hp.hidden_sizes), encoder).to(ctx.device)
+        learns_fused = fused.supports(self.agent, ctx.device, hp.precision)
+        # the fused step (below) all-reduces its own flat gradient, so it needs of DDP only the
+        # initial broadcast of rank 0's weights: distributed.take_rank0_parameters, after it
         self.model = (
             DDP(self.agent, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-            if ctx.distributed
+            if ctx.distributed and not learns_fused
             else self.agent
         )
-        learns_fused = fused.supports(self.agent, ctx.device, hp.precision)
         self.optimizer = (  # the fused step does Adam's arithmetic itself: it needs only Adam's state
             fused.AdamState(self.agent.parameters(), lr=hp.learning_rate, eps=1e-5) if learns_fused
             else torch.optim.Adam(self.agent.parameters(), lr=hp.learning_rate, eps=1e-5, fused=ctx.device.type == "cpu" or None))
@@ -260,8 +264,8 @@ class PPOTrainer:
         # per-rank randomness: action sampling (torch) and minibatch order (numpy)
         torch.manual_seed(self.seed)
         self.np_rng = np.random.default_rng(self.seed)
-        # small MLPs on CPU learn through one hand-fused step (fused.py): DDP's
-        # initial broadcast above still sets the weights; its gradient average
+        # small MLPs on CPU learn through one hand-fused step (fused.py), without the
+        # DDP wrapper: rank 0's weights are broadcast once, and DDP's gradient average
         # becomes one all-reduce of the flat gradient. Before the numpy views below:
         # it rebinds the agent's parameters to its flat vector.
         self.fused = (
@@ -270,6 +274,8 @@ class PPOTrainer:
             if learns_fused
             else None
         )
+        if self.fused is not None:
+            distributed.take_rank0_parameters(ctx, self.fused.flat)
         # small MLPs on CPU act in numpy, on views of the very same weights
         fast = fastpolicy.supports(self.agent, ctx.device, hp.precision)
         self.fast = fastpolicy.NumpyPolicy(self.agent, self.np_rng) if fast else None
