@@ -12,7 +12,14 @@ ranks on this machine, measured three ways in one run:
 3. fixed: the fused step on one fixed minibatch per rank, its flat gradient
    all-reduced once per step (identical work on both ranks: no imbalance).
 
-    .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500] [--module] [--pin] [--floats N]
+    .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500] [--module] [--pin] [--floats N] [--busy-cpus]
+
+--busy-cpus runs one nice-19 busy loop per CPU beside the ranks, so no CPU
+ever idles: on a virtual machine whose idle vCPUs halt (Firecracker here), a
+rank woken by its peer's data then waits for no halted vCPU to be woken, and
+the floor's p90 (one 4 ms scheduler tick otherwise) falls to its median. Not
+something to ship (a busy loop burns a pod's CPU quota): a measurement of
+where the floor's tail comes from.
 
 Prints milliseconds per sync (median, p90, min) and the load average.
 """
@@ -193,12 +200,26 @@ def main() -> None:
     parser.add_argument("--module", action="store_true", help="train through DDP's module path, not the fused step")
     parser.add_argument("--pin", action="store_true", help="pin each rank to its own core (sched_setaffinity)")
     parser.add_argument("--floats", type=int, help="measure only the floor, for a gradient of this many floats")
+    parser.add_argument("--busy-cpus", action="store_true", help="a nice-19 busy loop per CPU beside the ranks (no vCPU idles)")
     parser.add_argument("--rank-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_out:
         rank_main(args.rank_out, args.updates, args.floor_calls, args.module, args.pin, args.floats)
         return
     port = free_port()
+    spinners = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", "while True: pass"])
+                for _ in range(os.cpu_count() or 1)] if args.busy_cpus else []
+    try:
+        run_ranks(args, port)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+        if spinners:
+            print(f"  (beside {len(spinners)} nice-19 busy loops, one per CPU: no vCPU idles)")
+
+
+def run_ranks(args: argparse.Namespace, port: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "sync")
         procs = []
