@@ -141,6 +141,7 @@ class FlatAdam:
         self.exp_avg = torch.zeros(size)
         self.exp_avg_sq = torch.zeros(size)
         self.denom = torch.zeros(size)
+        self.exp_avg_sq_array, self.denom_array = self.exp_avg_sq.numpy(), self.denom.numpy()  # the same memory
         self.view: dict[str, torch.Tensor] = {}
         self.grad_view: dict[str, torch.Tensor] = {}
         offset = 0
@@ -210,8 +211,10 @@ class FlatAdam:
         bias_correction2_sqrt = math.sqrt(1 - beta2**self.steps)
         self.exp_avg.lerp_(self.grad, 1 - beta1)
         self.exp_avg_sq.mul_(beta2).addcmul_(self.grad, self.grad, value=1 - beta2)
-        # times the reciprocal: a division by a scalar costs 4x a multiplication on 67k floats
-        torch.sqrt(self.exp_avg_sq, out=self.denom).mul_(1 / bias_correction2_sqrt).add_(eps)
+        # numpy's sqrt (torch 2.13's takes 45 us on DQN's 67k moments, numpy's 18), then times
+        # the reciprocal (a division by a scalar costs 4x a multiplication)
+        np.sqrt(self.exp_avg_sq_array, out=self.denom_array)
+        self.denom.mul_(1 / bias_correction2_sqrt).add_(eps)
         self.flat.addcdiv_(self.exp_avg, self.denom, value=-lr / bias_correction1)
 
 
@@ -490,6 +493,8 @@ class FusedQStep(FlatAdam):
             if k > 0:
                 d_below = buf[f"d{k - 1}"]
                 torch.mm(buf[f"d{k}"], self.view[f"W{k}"], out=d_below)
-                d_below.masked_fill_(hidden[k - 1] <= 0, 0.0)  # ReLU's gradient: where its output was positive
+                # ReLU's gradient: where its output was positive. That output is >= 0, so its sign is
+                # exactly that 0/1 mask, and multiplying by it costs 3 us against masked_fill_'s 18
+                d_below.mul_(hidden[k - 1].sign())
         self.apply_gradient(self.hp.max_grad_norm)
         return loss
