@@ -40,7 +40,12 @@ class Operator:
         self.process: subprocess.Popen | None = None
         self.starts = 0
 
-    def start(self) -> 'Operator':
+    def start(self, watching: bool = True) -> 'Operator':
+        """Start and wait for /healthz, then (unless `watching` is False: a paused peer never
+        lists) for its first list or watch of RLTrainingJobs. kopf answers /healthz before its
+        discovery is done; a test that creates a job at once must not race that (once, a
+        discovery request got no answer and kopf retried it only after its 30 s timeout)."""
+        listings = self._job_listings()
         self.starts += 1
         self.logfile = (self.logdir / f'operator-{self.starts}.log').open('wb')
         env = {**os.environ, 'KUBECONFIG': str(self.kubeconfig or self.standin.kubeconfig), 'PYTHONUNBUFFERED': '1',
@@ -51,7 +56,17 @@ class Operator:
              '--scrape-interval', '0.5', *self.extra],
             stdout=self.logfile, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         wait_for(self.healthy, timeout=30, what='the operator to answer its health endpoint')
+        if watching:
+            try:
+                wait_for(lambda: self.healthy() and self._job_listings() > listings, timeout=60,
+                         what='the operator to list or watch RLTrainingJobs')
+            except AssertionError as e:
+                raise AssertionError(f'{e}; its log ends:\n{self.log()[-3000:]}') from None
         return self
+
+    def _job_listings(self) -> int:
+        return sum(n for call, n in self.standin.calls.items()
+                   if call.agent == 'kopf' and call.resource == names.PLURAL and call.verb in ('list', 'watch'))
 
     def healthy(self) -> bool:
         assert self.process.poll() is None, f'operator exited with {self.process.returncode}: {self.log()[-3000:]}'

@@ -34,7 +34,7 @@ def test_a_lower_priority_replica_pauses_then_takes_over(standin, rest, tmp_path
     (tmp_path / 'a').mkdir()
     (tmp_path / 'b').mkdir()
     leader = Operator(standin, tmp_path / 'a', '--peering', 'kuberl', '--priority', '10').start()
-    standby = Operator(standin, tmp_path / 'b', '--peering', 'kuberl', '--priority', '5').start()
+    standby = Operator(standin, tmp_path / 'b', '--peering', 'kuberl', '--priority', '5').start(watching=False)  # paused
     try:
         wait_for(lambda: _priorities(rest) == [5, 10], what='both replicas in the peering object')
         assert 'Resuming operations' not in standby.log(), 'the lower priority starts paused and stays so'
