@@ -149,12 +149,15 @@ def take_rank0_parameters(ctx: Dist, flat: torch.Tensor) -> None:
     its constructor imports torch._dynamo, 0.8 s of a CartPole run's start."""
     if not ctx.distributed:
         return
+    sizes = torch.tensor([flat.numel(), -flat.numel()], dtype=torch.int64)
     with collectives():
-        sizes = torch.tensor([flat.numel(), -flat.numel()], dtype=torch.int64)
         dist.all_reduce(sizes, op=dist.ReduceOp.MAX)
-        if (int(sizes[0]), -int(sizes[1])) != (flat.numel(), flat.numel()):
-            raise RuntimeError(f"ranks hold networks of different sizes (from {-int(sizes[1])} to {int(sizes[0])} "
-                               f"parameters; this rank {flat.numel()}): every rank must run the same spec")
+    # raised outside collectives(): its message must not be read as a lost peer. A crash, as
+    # DDP's own check is: the next gang start reads one config again
+    if (int(sizes[0]), -int(sizes[1])) != (flat.numel(), flat.numel()):
+        raise RuntimeError(f"ranks hold networks of different sizes (from {-int(sizes[1])} to {int(sizes[0])} "
+                           f"parameters; this rank {flat.numel()}): every rank must run the same spec")
+    with collectives():
         dist.broadcast(flat, src=0)
 
 
