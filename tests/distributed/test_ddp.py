@@ -105,3 +105,34 @@ def test_ranks_with_different_networks_refuse_to_start(tmp_path):
     ranks = run_workers("mismatch", tmp_path, 2)
     for r in ranks:
         assert r["error"] is not None and "different sizes" in r["error"] and "same spec" in r["error"], r
+
+
+@pytest.fixture(scope="module")
+def gradient_sync(tmp_path_factory):
+    return run_workers("gradient_sync", tmp_path_factory.mktemp("sync"), 2)
+
+
+def test_gradient_all_reduce_sums_on_time_and_late_and_reports_a_lost_peer(gradient_sync):
+    """distributed.all_reduce_gradient (the fused steps' one sync): it yields
+    the CPU while it waits, so it must still sum when the peer is later than
+    its spin window, and a peer that leaves must surface as PeerLost on the
+    rank still waiting, not as a hang or a bare RuntimeError."""
+    ranks = gradient_sync
+    for r in ranks:
+        assert torch.equal(r["on_time"], torch.full((1000,), 3.0))
+        assert torch.equal(r["late"], torch.full((1000,), 3.0))
+    assert ranks[0]["lost"] is not None, "rank 0 summed with a peer that had left"
+
+
+def test_processes_of_one_pod_split_its_cpus(gradient_sync):
+    """LOCAL_WORLD_SIZE processes share a pod's CPUs: each takes its own
+    slice (its gloo threads then wake on the core its training thread yields),
+    and never more torch threads than it has CPUs."""
+    ranks = gradient_sync
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        pytest.skip("one CPU: nothing to split")
+    slices = [set(r["cpus"]) for r in ranks]
+    assert all(slices) and not slices[0] & slices[1] and slices[0] | slices[1] <= allowed
+    assert len(slices[0]) == len(slices[1])
+    assert all(r["threads"] <= len(s) for r, s in zip(ranks, slices, strict=True))

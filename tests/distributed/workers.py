@@ -116,5 +116,36 @@ def mismatch(out: Path) -> None:
         torch.save({"error": error}, out / f"rank-{ctx.rank}.pt")
 
 
+def gradient_sync(out: Path) -> None:
+    """The fused steps' gradient all-reduce: a sum on time, a sum when a peer
+    is later than the yielding wait (the blocking wait takes over), then rank 1
+    leaves without its part: rank 0 must get PeerLost, not hang. Also records
+    the CPUs each rank was given (processes of one pod split the pod's CPUs)."""
+    import os
+    import time
+
+    from kuberl_trainer import distributed
+
+    with process_group("gloo", 60, 60) as ctx:
+        on_time = torch.full((1000,), float(ctx.rank + 1))
+        distributed.all_reduce_gradient(ctx, on_time)
+        if ctx.rank == 1:
+            time.sleep(5 * distributed.GRADIENT_SPIN_SECONDS)
+        late = torch.full((1000,), float(ctx.rank + 1))
+        distributed.all_reduce_gradient(ctx, late)
+        result = {"on_time": on_time, "late": late, "cpus": sorted(os.sched_getaffinity(0)),
+                  "threads": torch.get_num_threads()}
+        if ctx.rank == 1:
+            torch.save(result, out / f"rank-{ctx.rank}.pt")
+            os._exit(0)  # gone without its part of the next sync
+        try:
+            distributed.all_reduce_gradient(ctx, torch.ones(1000))
+            result["lost"] = None
+        except distributed.PeerLost as e:
+            result["lost"] = str(e)
+        torch.save(result, out / f"rank-{ctx.rank}.pt")
+
+
 if __name__ == "__main__":
-    {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch}[sys.argv[1]](Path(sys.argv[2]))
+    {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch,
+     "gradient_sync": gradient_sync}[sys.argv[1]](Path(sys.argv[2]))

@@ -351,8 +351,7 @@ class DQNTrainer:
     def _allreduce_gradient(self, flat: torch.Tensor) -> None:
         """The fused step's one gradient all-reduce, timed as DDP's comm hook is."""
         started = time.perf_counter()
-        with distributed.collectives():
-            dist.all_reduce(flat)
+        distributed.all_reduce_gradient(self.ctx, flat)
         self.gradient_allreduce_seconds.append(time.perf_counter() - started)
 
     def maybe_update_target(self) -> bool:

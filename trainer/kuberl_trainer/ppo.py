@@ -436,9 +436,7 @@ class PPOTrainer:
         return stats
 
     def _allreduce_gradient(self, flat: torch.Tensor) -> None:
-        if self.ctx.distributed:
-            with distributed.collectives():
-                torch.distributed.all_reduce(flat)
+        distributed.all_reduce_gradient(self.ctx, flat)
 
     def mean_over_ranks(self, value: torch.Tensor) -> float:
         total = distributed.all_reduce_sum(self.ctx, value.detach().reshape(1).double().cpu())
