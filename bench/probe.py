@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from kuberl.spec import DQNConfig, PPOConfig
 from kuberl_trainer import checkpoint
-from kuberl_trainer.distributed import process_group
+from kuberl_trainer.distributed import all_reduce_gradient, process_group
 from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.envs import make_envs
 from kuberl_trainer.ppo import PPOTrainer
@@ -86,18 +86,19 @@ def ceilings(job: dict, agent, steps: int) -> dict:
     return {"random_actions": random_rate, "env_plus_forward": forward_rate}
 
 
-def allreduce_floor(floats: int, calls: int = 1000) -> tuple[float, float]:
+def allreduce_floor(ctx, floats: int, calls: int = 1000) -> tuple[float, float]:
     """(mean, median) seconds of one all-reduce of `floats` floats between the ranks with
-    nothing else running in them: the floor a gradient sync cannot go below. The mean is
-    what a run of syncs costs (here a tenth or more of them wait a whole scheduler tick,
-    in bursts: 200 calls once caught none, a mean of 0.31 ms against 1.3 ms in other runs)."""
+    nothing else running in them, through the trainer's own gradient all-reduce (its
+    yielding wait included): the floor a gradient sync cannot go below. The mean is what
+    a run of syncs costs (when a rank's vCPU halts, some of them wait a whole scheduler
+    tick, in bursts: 200 calls once caught none)."""
     grad = torch.zeros(floats)
     for _ in range(20):
-        dist.all_reduce(grad)
+        all_reduce_gradient(ctx, grad)
     times = []
     for _ in range(calls):
         started = time.perf_counter()
-        dist.all_reduce(grad)
+        all_reduce_gradient(ctx, grad)
         times.append(time.perf_counter() - started)
     return statistics.mean(times), statistics.median(times)
 
@@ -179,7 +180,7 @@ def main() -> None:
             batch = trainer.batch_per_rank // hp.num_minibatches
         breakdown["checkpoint_write"] = checkpoint_seconds if ctx.is_main else 0.0
         gradient_floats = sum(p.numel() for p in trainer.agent.parameters())
-        floor, floor_median = allreduce_floor(gradient_floats) if ctx.distributed else (None, None)
+        floor, floor_median = allreduce_floor(ctx, gradient_floats) if ctx.distributed else (None, None)
         breakdown["update_total"] = wall / updates
         result = {
             "rank": ctx.rank,

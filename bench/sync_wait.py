@@ -12,7 +12,12 @@ ranks on this machine, measured three ways in one run:
 3. fixed: the fused step on one fixed minibatch per rank, its flat gradient
    all-reduced once per step (identical work on both ranks: no imbalance).
 
-    .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500] [--module] [--pin] [--floats N] [--busy-cpus]
+    .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500] [--module] [--pin] [--floats N]
+                                        [--busy-cpus] [--blocking]
+
+Every all-reduce goes through the trainer's own `all_reduce_gradient`, which
+waits by yielding the CPU for up to 10 ms before it blocks; --blocking makes
+it block at once (the wait before the yielding one: its idle vCPU halts).
 
 --busy-cpus runs one nice-19 busy loop per CPU beside the ranks, so no CPU
 ever idles: on a virtual machine whose idle vCPUs halt (Firecracker here), a
@@ -55,12 +60,13 @@ def summary(ms: list[float]) -> str:
 # --- one rank ---------------------------------------------------------------------------
 
 
-def rank_main(out: str, updates: int, floor_calls: int, module: bool, pin: bool, floats: int | None) -> None:
+def rank_main(out: str, updates: int, floor_calls: int, module: bool, pin: bool, floats: int | None,
+              blocking: bool) -> None:
     import numpy as np
     import torch
     import torch.distributed as dist
     from kuberl.spec import PPOConfig
-    from kuberl_trainer import fused
+    from kuberl_trainer import distributed, fused
     from kuberl_trainer.distributed import process_group
     from kuberl_trainer.ppo import PPOTrainer
     from kuberl_trainer.session import BareSession
@@ -73,6 +79,8 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, pin: bool,
 
     if pin:  # one core per rank, so the two never queue behind each other on one core
         os.sched_setaffinity(0, {int(os.environ["RANK"]) % os.cpu_count()})
+    if blocking:
+        distributed.GRADIENT_SPIN_SECONDS = 0.0
     with process_group("gloo", 600, 120) as ctx:
         hp = PPOConfig(**_snake(KUBERL_PPO_CARTPOLE))
         supports = fused.supports
@@ -83,16 +91,17 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, pin: bool,
         size = sum(p.numel() for p in trainer.agent.parameters())
         result: dict = {"rank": ctx.rank, "gradient_floats": size, "threads": torch.get_num_threads(),
                         "cpus": sorted(os.sched_getaffinity(0)),
-                        "path": "fused" if trainer.fused is not None else "DDP module"}
+                        "path": "fused" if trainer.fused is not None else "DDP module",
+                        "wait": "blocking" if blocking else "yielding"}
 
         # 1. the floor
         grad = torch.zeros(floats or size)
         for _ in range(50):
-            dist.all_reduce(grad)
+            distributed.all_reduce_gradient(ctx, grad)
         floor = []
         for _ in range(floor_calls):
             started = now()
-            dist.all_reduce(grad)
+            distributed.all_reduce_gradient(ctx, grad)
             floor.append(now() - started)
         result["floor"] = floor
         if floats:  # the floor alone, for another network's gradient size
@@ -108,7 +117,7 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, pin: bool,
         def timed_allreduce(tensor):
             started = now()
             launches.append(started)
-            dist.all_reduce(tensor)
+            distributed.all_reduce_gradient(ctx, tensor)
             waits.append(now() - started)
 
         def hook(_state, bucket):
@@ -166,7 +175,7 @@ def free_port() -> int:
 
 def report(results: list[dict]) -> None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"2 gloo ranks, {results[0]['gradient_floats']} floats per gradient, torch threads per rank "
+    print(f"2 gloo ranks, {results[0]['wait']} wait, {results[0]['gradient_floats']} floats per gradient, torch threads per rank "
           f"{results[0]['threads']}, CPUs {[r['cpus'] for r in results]}, training path {results[0]['path']}, load {load}")
     for r in results:
         print(f"  rank {r['rank']} floor (idle ranks, back to back): {summary([1000 * x for x in r['floor']])}")
@@ -201,10 +210,11 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true", help="pin each rank to its own core (sched_setaffinity)")
     parser.add_argument("--floats", type=int, help="measure only the floor, for a gradient of this many floats")
     parser.add_argument("--busy-cpus", action="store_true", help="a nice-19 busy loop per CPU beside the ranks (no vCPU idles)")
+    parser.add_argument("--blocking", action="store_true", help="block in each all-reduce at once, no yielding wait")
     parser.add_argument("--rank-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_out:
-        rank_main(args.rank_out, args.updates, args.floor_calls, args.module, args.pin, args.floats)
+        rank_main(args.rank_out, args.updates, args.floor_calls, args.module, args.pin, args.floats, args.blocking)
         return
     port = free_port()
     spinners = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", "while True: pass"])
@@ -229,6 +239,7 @@ def run_ranks(args: argparse.Namespace, port: int) -> None:
             procs.append(subprocess.Popen([sys.executable, __file__, "--rank-out", out, "--updates", str(args.updates),
                                            "--floor-calls", str(args.floor_calls),
                                            *(["--module"] if args.module else []), *(["--pin"] if args.pin else []),
+                                           *(["--blocking"] if args.blocking else []),
                                            *(["--floats", str(args.floats)] if args.floats else [])],
                                           env=env, cwd=REPO))
         codes = [p.wait(timeout=1800) for p in procs]
