@@ -12,12 +12,15 @@ ranks on this machine, measured three ways in one run:
 3. fixed: the fused step on one fixed minibatch per rank, its flat gradient
    all-reduced once per step (identical work on both ranks: no imbalance).
 
-    .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500] [--module] [--pin] [--floats N]
+    .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500] [--module] [--separate-pods] [--floats N]
                                         [--busy-cpus] [--blocking]
 
 Every all-reduce goes through the trainer's own `all_reduce_gradient`, which
 waits by yielding the CPU for up to 10 ms before it blocks; --blocking makes
 it block at once (the wait before the yielding one: its idle vCPU halts).
+The two ranks are the processes of one pod (LOCAL_WORLD_SIZE 2: each takes
+its own slice of the CPUs, distributed.pin_threads); --separate-pods runs
+them as two one-process pods sharing every CPU, as `kuberl run` does.
 
 --busy-cpus runs one nice-19 busy loop per CPU beside the ranks, so no CPU
 ever idles: on a virtual machine whose idle vCPUs halt (Firecracker here), a
@@ -60,7 +63,7 @@ def summary(ms: list[float]) -> str:
 # --- one rank ---------------------------------------------------------------------------
 
 
-def rank_main(out: str, updates: int, floor_calls: int, module: bool, pin: bool, floats: int | None,
+def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: int | None,
               blocking: bool) -> None:
     import numpy as np
     import torch
@@ -77,8 +80,6 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, pin: bool,
 
     from bench import KUBERL_PPO_CARTPOLE, _snake
 
-    if pin:  # one core per rank, so the two never queue behind each other on one core
-        os.sched_setaffinity(0, {int(os.environ["RANK"]) % os.cpu_count()})
     if blocking:
         distributed.GRADIENT_SPIN_SECONDS = 0.0
     with process_group("gloo", 600, 120) as ctx:
@@ -207,14 +208,15 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=10)
     parser.add_argument("--floor-calls", type=int, default=500)
     parser.add_argument("--module", action="store_true", help="train through DDP's module path, not the fused step")
-    parser.add_argument("--pin", action="store_true", help="pin each rank to its own core (sched_setaffinity)")
+    parser.add_argument("--separate-pods", action="store_true",
+                        help="two one-process pods sharing every CPU (kuberl run), not one pod of two processes")
     parser.add_argument("--floats", type=int, help="measure only the floor, for a gradient of this many floats")
     parser.add_argument("--busy-cpus", action="store_true", help="a nice-19 busy loop per CPU beside the ranks (no vCPU idles)")
     parser.add_argument("--blocking", action="store_true", help="block in each all-reduce at once, no yielding wait")
     parser.add_argument("--rank-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_out:
-        rank_main(args.rank_out, args.updates, args.floor_calls, args.module, args.pin, args.floats, args.blocking)
+        rank_main(args.rank_out, args.updates, args.floor_calls, args.module, args.floats, args.blocking)
         return
     port = free_port()
     spinners = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", "while True: pass"])
@@ -234,11 +236,14 @@ def run_ranks(args: argparse.Namespace, port: int) -> None:
         out = os.path.join(tmp, "sync")
         procs = []
         for rank in range(2):
-            env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
-                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+            # one pod of two processes (a CPU limit of 2, split), or two pods of one CPU each
+            pod = ({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "OMP_NUM_THREADS": "1"} if args.separate_pods else
+                   {"LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2", "OMP_NUM_THREADS": "2"})
+            env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": str(port), **pod}
             procs.append(subprocess.Popen([sys.executable, __file__, "--rank-out", out, "--updates", str(args.updates),
                                            "--floor-calls", str(args.floor_calls),
-                                           *(["--module"] if args.module else []), *(["--pin"] if args.pin else []),
+                                           *(["--module"] if args.module else []),
                                            *(["--blocking"] if args.blocking else []),
                                            *(["--floats", str(args.floats)] if args.floats else [])],
                                           env=env, cwd=REPO))
