@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from kuberl_trainer import checkpoint
+from kuberl_trainer import checkpoint, distributed
 
 from .support import REPO, Ranks, free_ports, make_job
 
@@ -122,6 +122,8 @@ def test_gradient_all_reduce_sums_on_time_and_late_and_reports_a_lost_peer(gradi
         assert torch.equal(r["on_time"], torch.full((1000,), 3.0))
         assert torch.equal(r["late"], torch.full((1000,), 3.0))
     assert ranks[0]["lost"] is not None, "rank 0 summed with a peer that had left"
+    # the window the process group chose from this machine's CPU quota, for 2 processes of one pod
+    assert [r["yield"] for r in ranks] == [distributed.yield_window(distributed.read_cpu_quota(), 2)] * 2
 
 
 def test_processes_of_one_pod_split_its_cpus(gradient_sync):

@@ -130,10 +130,10 @@ def gradient_sync(out: Path) -> None:
         on_time = torch.full((1000,), float(ctx.rank + 1))
         distributed.all_reduce_gradient(ctx, on_time)
         if ctx.rank == 1:
-            time.sleep(5 * distributed.GRADIENT_SPIN_SECONDS)
+            time.sleep(max(5 * ctx.sync_yield_seconds, 0.05))
         late = torch.full((1000,), float(ctx.rank + 1))
         distributed.all_reduce_gradient(ctx, late)
-        result = {"on_time": on_time, "late": late, "cpus": sorted(os.sched_getaffinity(0)),
+        result = {"on_time": on_time, "late": late, "cpus": sorted(os.sched_getaffinity(0)), "yield": ctx.sync_yield_seconds,
                   "threads": torch.get_num_threads()}
         if ctx.rank == 1:
             torch.save(result, out / f"rank-{ctx.rank}.pt")

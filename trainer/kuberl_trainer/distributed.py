@@ -20,6 +20,12 @@ import torch
 import torch.distributed as dist
 from kuberl import contract
 
+# How long a gradient all-reduce's caller yields in a loop before it blocks. Blocking lets
+# the rank's vCPU go idle, and on a VM waking a halted vCPU can cost a scheduler tick (4 ms
+# here: bench/sync_wait.py); yielding keeps the core awake while still giving it to gloo's
+# threads. A peer late by more than this is imbalance, not wakeup latency: block then.
+GRADIENT_SPIN_SECONDS = 0.01
+
 
 class PeerLost(RuntimeError):
     """A collective failed or timed out: a peer died or hangs."""
@@ -33,6 +39,7 @@ class Dist:
     local_world_size: int
     device: torch.device
     backend: str | None  # None: a single process, no process group
+    sync_yield_seconds: float = 0.0  # all_reduce_gradient's yielding wait (yield_window)
 
     @property
     def is_main(self) -> bool:
@@ -69,12 +76,49 @@ def pin_threads(local_world_size: int, local_rank: int = 0) -> int:
     if local_world_size > 1 and len(allowed) >= local_world_size and 0 <= local_rank < local_world_size:
         share = len(allowed) // local_world_size
         mine = allowed[local_rank * share:(local_rank + 1) * share]
-        os.sched_setaffinity(0, mine)
-        threads = min(threads, len(mine))
+        with contextlib.suppress(OSError):  # a sandbox that forbids it keeps the whole set
+            os.sched_setaffinity(0, mine)
+            threads = min(threads, len(mine))
     torch.set_num_threads(threads)
     with contextlib.suppress(RuntimeError):  # only settable before first use
         torch.set_num_interop_threads(1)
     return threads
+
+
+def cpu_quota_cores(cpu_max: str | None, cfs_quota_us: str | None = None, cfs_period_us: str | None = None) -> float | None:
+    """The container's CPU limit in cores from its cgroup files (v2 cpu.max:
+    "QUOTA PERIOD" or "max PERIOD"; v1 cpu.cfs_quota_us, -1 for none, and
+    cpu.cfs_period_us), or None when there is none or the text is not that."""
+    try:
+        if cpu_max is not None:
+            quota, period = cpu_max.split()
+            return None if quota == "max" else int(quota) / int(period)
+        if cfs_quota_us is not None and cfs_period_us is not None and int(cfs_quota_us) > 0:
+            return int(cfs_quota_us) / int(cfs_period_us)
+    except ValueError:
+        return None
+    return None
+
+
+def yield_window(quota_cores: float | None, local_world_size: int) -> float:
+    """How long a rank yields its core while waiting for a gradient sync
+    (GRADIENT_SPIN_SECONDS), or 0 (block at once) when its container's CPU
+    quota gives each of its processes less than a whole core: time spent
+    yielding counts against the quota its computation needs."""
+    if quota_cores is not None and quota_cores / max(1, local_world_size) < 1:
+        return 0.0
+    return GRADIENT_SPIN_SECONDS
+
+
+def read_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
+    def text(path: str) -> str | None:
+        try:
+            with open(os.path.join(root, path)) as f:
+                return f.read().strip()
+        except OSError:
+            return None
+
+    return cpu_quota_cores(text("cpu.max"), text("cpu/cpu.cfs_quota_us"), text("cpu/cpu.cfs_period_us"))
 
 
 def _wait_for_master(addr: str, deadline: float) -> None:
@@ -127,7 +171,8 @@ def process_group(
                 raise PeerLost(f"rendezvous did not complete in {rendezvous_timeout_seconds}s: {e}") from e
             time.sleep(1.0)
     try:
-        yield Dist(rank, world_size, local_rank, local_world_size, device, chosen)
+        yield Dist(rank, world_size, local_rank, local_world_size, device, chosen,
+                   yield_window(read_cpu_quota(), local_world_size))
     finally:
         with contextlib.suppress(Exception):  # a dead peer must not block exit
             dist.destroy_process_group()
@@ -173,23 +218,16 @@ def take_rank0_parameters(ctx: Dist, flat: torch.Tensor) -> None:
         dist.broadcast(flat, src=0)
 
 
-# How long a gradient all-reduce's caller yields in a loop before it blocks. Blocking lets
-# the rank's vCPU go idle, and on a VM waking a halted vCPU can cost a scheduler tick (4 ms
-# here: bench/sync_wait.py); yielding keeps the core awake while still giving it to gloo's
-# threads. A peer late by more than this is imbalance, not wakeup latency: block then.
-GRADIENT_SPIN_SECONDS = 0.01
-
-
 def all_reduce_gradient(ctx: Dist, flat: torch.Tensor) -> None:
     """Sum a flat CPU gradient across ranks in place (the fused steps' one
     sync per gradient step): launched asynchronously, then waited for by
-    yielding the CPU for at most GRADIENT_SPIN_SECONDS before blocking."""
+    yielding the CPU for at most ctx.sync_yield_seconds before blocking."""
     if not ctx.distributed:
         return
     with collectives():
         work = dist.all_reduce(flat, async_op=True)
-        if ctx.backend == "gloo":
-            give_up = time.perf_counter() + GRADIENT_SPIN_SECONDS
+        if ctx.backend == "gloo" and ctx.sync_yield_seconds > 0:
+            give_up = time.perf_counter() + ctx.sync_yield_seconds
             while not work.is_completed() and time.perf_counter() < give_up:
                 os.sched_yield()
         work.wait()  # raises the collective's own error (timeout, closed peer)
