@@ -30,7 +30,6 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
-from torch.optim.adam import adam as adam_functional
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -141,7 +140,8 @@ class FlatAdam:
         self.grad = torch.zeros(size)
         self.exp_avg = torch.zeros(size)
         self.exp_avg_sq = torch.zeros(size)
-        self.adam_step = torch.zeros(())  # the fused kernel's own step count, advanced by it
+        self.denom = torch.zeros(size)
+        self.exp_avg_sq_array, self.denom_array = self.exp_avg_sq.numpy(), self.denom.numpy()  # the same memory
         self.view: dict[str, torch.Tensor] = {}
         self.grad_view: dict[str, torch.Tensor] = {}
         offset = 0
@@ -182,7 +182,6 @@ class FlatAdam:
         if not bool((self.step_counts == self.step_counts[0]).all()):
             raise ValueError(f"{type(self).__name__}: parameters with different Adam step counts {self.step_counts.tolist()}")
         self.steps = int(self.step_counts[0])
-        self.adam_step.fill_(self.steps)
 
     def _slot(self, flat: torch.Tensor, param: nn.Parameter) -> torch.Tensor:
         """The part of a flat vector laid out like `flat` that holds `param`."""
@@ -203,18 +202,20 @@ class FlatAdam:
         self.grad.mul_(scale)
 
     def adam(self) -> None:
-        """torch.optim.Adam's update (no weight decay, no amsgrad) on the flat
-        vector, by torch's fused CPU kernel through its public functional form
-        (torch.optim.adam.adam, fused=True): one pass over the vectors instead
-        of seven ops, and none of Optimizer.step's per-call overhead (DQN's 67k
-        parameters: 34 us against 56 for the ops, 43 for Adam(fused=True).step)."""
+        """torch.optim.Adam's update (no weight decay, no amsgrad) on the flat vector."""
         group = self.optimizer.param_groups[0]
         (beta1, beta2), lr, eps = group["betas"], group["lr"], group["eps"]
         self.steps += 1
         self.step_counts.add_(1)
-        adam_functional([self.flat], [self.grad], [self.exp_avg], [self.exp_avg_sq], [], [self.adam_step],
-                        fused=True, amsgrad=False, beta1=beta1, beta2=beta2, lr=lr, weight_decay=0.0, eps=eps,
-                        maximize=False)
+        bias_correction1 = 1 - beta1**self.steps
+        bias_correction2_sqrt = math.sqrt(1 - beta2**self.steps)
+        self.exp_avg.lerp_(self.grad, 1 - beta1)
+        self.exp_avg_sq.mul_(beta2).addcmul_(self.grad, self.grad, value=1 - beta2)
+        # numpy's sqrt (torch 2.13's takes 45 us on DQN's 67k moments, numpy's 18), then times
+        # the reciprocal (a division by a scalar costs 4x a multiplication)
+        np.sqrt(self.exp_avg_sq_array, out=self.denom_array)
+        self.denom.mul_(1 / bias_correction2_sqrt).add_(eps)
+        self.flat.addcdiv_(self.exp_avg, self.denom, value=-lr / bias_correction1)
 
 
 class FusedPPOStep(FlatAdam):
