@@ -2,6 +2,11 @@
 container's cgroup, and the yielding window it allows. The syncs themselves
 run with real gloo ranks in tests/distributed/test_ddp.py."""
 
+import ast
+import os
+import subprocess
+import sys
+
 import pytest
 from kuberl_trainer.distributed import (
     GRADIENT_SPIN_SECONDS,
@@ -40,3 +45,21 @@ def test_read_cpu_quota_reads_the_files_under_the_root(tmp_path):
 ])
 def test_a_rank_yields_only_with_a_whole_core_of_quota(cores, processes, window):
     assert yield_window(cores, processes) == window
+
+
+def _affinity_after(call: str) -> set[int]:
+    """The CPUs a fresh process may run on after `call` (pin_threads changes
+    its process's affinity, so each case gets its own process)."""
+    code = f"import os; from kuberl_trainer.distributed import pin_threads; {call}; print(sorted(os.sched_getaffinity(0)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    return set(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+
+
+def test_only_cpu_ranks_sharing_a_pod_take_a_slice_of_its_cpus():
+    allowed = os.sched_getaffinity(0)
+    assert _affinity_after("pin_threads(1, 0)") == allowed                      # one process: the whole set
+    assert _affinity_after("pin_threads(2, 1, split_cpus=False)") == allowed    # GPU ranks: the whole set
+    assert _affinity_after("pin_threads(2, 5)") == allowed                      # a local rank out of range: untouched
+    if len(allowed) >= 2:
+        first, second = _affinity_after("pin_threads(2, 0)"), _affinity_after("pin_threads(2, 1)")
+        assert first and second and not first & second and first | second <= allowed

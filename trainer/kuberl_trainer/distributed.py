@@ -61,7 +61,7 @@ def choose_backend(requested: str) -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
-def pin_threads(local_world_size: int, local_rank: int = 0) -> int:
+def pin_threads(local_world_size: int, local_rank: int = 0, split_cpus: bool = True) -> int:
     """Split the container's CPUs among the processes of the pod, so ranks
     never oversubscribe cores: its CPU limit (OMP_NUM_THREADS) into torch
     threads, and the CPUs it may run on (its affinity, the kubelet's cpuset)
@@ -69,11 +69,13 @@ def pin_threads(local_world_size: int, local_rank: int = 0) -> int:
     the core its training thread yields while it waits for a sync
     (all_reduce_gradient), rather than on the other rank's busy core: with 2
     ranks on 2 cores that takes PPO's 2-rank throughput from about 10k to 15k
-    steps/s (bench/bench.py). One process per pod keeps the whole set."""
+    steps/s (bench/bench.py). One process per pod keeps the whole set, and so
+    do GPU ranks (split_cpus False): NCCL places its own threads near each GPU,
+    and no GPU was here to measure a split against."""
     cpus = _int_env("OMP_NUM_THREADS", os.cpu_count() or 1)
     threads = max(1, cpus // max(1, local_world_size))
     allowed = sorted(os.sched_getaffinity(0))
-    if local_world_size > 1 and len(allowed) >= local_world_size and 0 <= local_rank < local_world_size:
+    if split_cpus and local_world_size > 1 and len(allowed) >= local_world_size and 0 <= local_rank < local_world_size:
         share = len(allowed) // local_world_size
         mine = allowed[local_rank * share:(local_rank + 1) * share]
         with contextlib.suppress(OSError):  # a sandbox that forbids it keeps the whole set
@@ -151,7 +153,7 @@ def process_group(
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-    pin_threads(local_world_size, local_rank)
+    pin_threads(local_world_size, local_rank, split_cpus=chosen != "nccl")
     if world_size == 1:
         yield Dist(rank, 1, local_rank, local_world_size, device, None)
         return
