@@ -21,9 +21,10 @@ import torch.distributed as dist
 from kuberl import contract
 
 # How long a gradient all-reduce's caller yields in a loop before it blocks. Blocking lets
-# the rank's vCPU go idle, and on a VM waking a halted vCPU can cost a scheduler tick (4 ms
-# here: bench/sync_wait.py); yielding keeps the core awake while still giving it to gloo's
-# threads. A peer late by more than this is imbalance, not wakeup latency: block then.
+# the rank's vCPU go idle, and on a VM a wake-up from idle can wait a whole scheduler tick
+# (4 ms here; the tail goes when no vCPU idles: bench/sync_wait.py); yielding keeps the core
+# awake while still giving it to gloo's threads. A peer later than this is imbalance, not
+# wake-up latency: block then.
 GRADIENT_SPIN_SECONDS = 0.01
 
 
