@@ -492,7 +492,7 @@ def goals_table(probes: dict[str, list[dict]], runs: list[dict], dqn_cap: float)
             ok = ratio >= 0.9 * ceiling or (algorithm == "ppo" and ratio >= 1.8)
             rows.append(f"| {algorithm.upper()} 2 DDP ranks / 1 plain process, global steps/s | {ratio:.2f}x | - | {goal} "
                         f"(ceiling {ceiling:.2f}x from an all-reduce floor of {floor * 1000:.2f} ms, the mean of idle back-to-back"
-                        f" all-reduces; {ratio / ceiling:.0%} of it) | {verdict(ok)} |")
+                        f" all-reduces through the trainer's own all_reduce_gradient; {ratio / ceiling:.0%} of it) | {verdict(ok)} |")
     two, _ = solved("ppo", "kuberl-2")
     theirs, _ = solved("ppo", "sb3")
     if two and theirs:
