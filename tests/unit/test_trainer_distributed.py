@@ -3,17 +3,23 @@ container's cgroup, and the yielding window it allows. The syncs themselves
 run with real gloo ranks in tests/distributed/test_ddp.py."""
 
 import ast
+import json
 import os
 import subprocess
 import sys
 
 import pytest
+from kuberl import contract, names, trainerconfig
 from kuberl_trainer.distributed import (
     GRADIENT_SPIN_SECONDS,
+    BadEnvironment,
     cpu_quota_cores,
+    omp_threads,
     read_cpu_quota,
     yield_window,
 )
+
+from tests.support.jobs import make_job
 
 
 @pytest.mark.parametrize(("cpu_max", "quota_us", "period_us", "cores"), [
@@ -25,6 +31,11 @@ from kuberl_trainer.distributed import (
     (None, None, None, None),                  # neither mounted
     ("garbage", None, None, None),             # not the kernel's format: no limit assumed, no crash
     (None, "x", "100000", None),
+    ("100000 0", None, None, None),            # a zero period: no division by it
+    (None, "100000", "0", None),
+    ("0 100000", None, None, None),            # no quota at all is not "no CPU"
+    ("1 2 3", None, None, None),
+    ("9" * 5000 + " 100000", None, None, None),  # past int()'s digit limit: still no crash
 ])
 def test_cpu_quota_from_either_cgroup_version(cpu_max, quota_us, period_us, cores):
     assert cpu_quota_cores(cpu_max, quota_us, period_us) == cores
@@ -63,3 +74,35 @@ def test_only_cpu_ranks_sharing_a_pod_take_a_slice_of_its_cpus():
     if len(allowed) >= 2:
         first, second = _affinity_after("pin_threads(2, 0)"), _affinity_after("pin_threads(2, 1)")
         assert first and second and not first & second and first | second <= allowed
+
+
+@pytest.mark.parametrize(("value", "threads"), [
+    (None, 7), ("", 7),   # unset: the default
+    ("4", 4),
+    ("4,2", 4),           # OpenMP's threads per nesting level: the outer level's count
+    (" 3 , 1", 3),
+])
+def test_omp_num_threads_is_read_as_openmp_reads_it(value, threads):
+    assert omp_threads(value, 7) == threads
+
+
+@pytest.mark.parametrize("value", ["four", "0", "-1", "4;2", "1e3", "..", "9" * 5000])
+def test_an_omp_num_threads_nobody_can_use_is_refused_naming_it(value):
+    with pytest.raises(BadEnvironment, match=r"^environment variable OMP_NUM_THREADS=.*expected a positive integer") as caught:
+        omp_threads(value, 7)
+    assert len(str(caught.value)) < 300  # a huge value is cut, not echoed whole
+
+
+def test_a_trainer_given_an_unusable_environment_exits_with_a_config_error(tmp_path):
+    """Not a crash to retry until backoffLimit: the pod's environment (its
+    spec.template) is the configuration, and the reason names the variable."""
+    spec = make_job().minimal().with_spec(workers=1).spec()
+    config = tmp_path / names.CONFIG_MOUNT_DIR.lstrip("/") / names.CONFIG_FILE
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps(trainerconfig.trainer_config("t", "default", "uid", spec)))
+    env = {**os.environ, contract.ENV_FS_ROOT: str(tmp_path), "OMP_NUM_THREADS": "four"}
+    done = subprocess.run([sys.executable, "-m", "kuberl_trainer", "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
+                          check=False, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == contract.EXIT_CONFIG_ERROR, done.stderr
+    reason = (tmp_path / names.TERMINATION_LOG.lstrip("/")).read_text()
+    assert "ConfigError: environment variable OMP_NUM_THREADS='four'" in reason

@@ -32,7 +32,7 @@ from . import dqn, ppo
 from .checkpoint import UnknownCheckpointFormat
 from .device import describe as describe_device
 from .device import tune as tune_device
-from .distributed import PeerLost, process_group
+from .distributed import BadEnvironment, PeerLost, process_group
 from .envs import UnknownEnv
 from .metrics import TrainerMetrics
 from .networks import PolicyMismatch
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidJob as e:
         write_reason(contract.REASON_CONFIG_ERROR, "; ".join(str(p) for p in e.problems))
         return contract.EXIT_CONFIG_ERROR
-    except (ConfigError, UnknownCheckpointFormat) as e:  # a newer trainer's checkpoint: retrying cannot read it
+    except (ConfigError, UnknownCheckpointFormat, BadEnvironment) as e:  # retrying cannot change these
         write_reason(contract.REASON_CONFIG_ERROR, str(e))
         return contract.EXIT_CONFIG_ERROR
     except PeerLost as e:

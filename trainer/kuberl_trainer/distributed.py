@@ -32,6 +32,11 @@ class PeerLost(RuntimeError):
     """A collective failed or timed out: a peer died or hangs."""
 
 
+class BadEnvironment(ValueError):
+    """An environment variable the trainer reads holds what it cannot use
+    (set in spec.template, or by a launcher): a configuration error."""
+
+
 @dataclass(frozen=True)
 class Dist:
     rank: int
@@ -53,7 +58,24 @@ class Dist:
 
 def _int_env(name: str, default: int) -> int:
     value = os.environ.get(name)
-    return int(value) if value not in (None, "") else default
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise BadEnvironment(f"environment variable {name}={value[:64]!r}: expected an integer") from None
+
+
+def omp_threads(value: str | None, default: int) -> int:
+    """OMP_NUM_THREADS as OpenMP reads it: a count, or a comma-separated list
+    of counts per nesting level ("4,2"), whose first is the outer level's."""
+    if value in (None, ""):
+        return default
+    first = value.split(",")[0].strip()
+    if not first.isdigit() or len(first) > 9 or int(first) < 1:  # 9 digits: no thread count, and int() stays cheap
+        raise BadEnvironment(f"environment variable OMP_NUM_THREADS={value[:64]!r}: expected a positive integer "
+                             f"or a comma-separated list of them (OpenMP's threads per nesting level)")
+    return int(first)
 
 
 def choose_backend(requested: str) -> str:
@@ -73,9 +95,9 @@ def pin_threads(local_world_size: int, local_rank: int = 0, split_cpus: bool = T
     steps/s (bench/bench.py). One process per pod keeps the whole set, and so
     do GPU ranks (split_cpus False): NCCL places its own threads near each GPU,
     and no GPU was here to measure a split against."""
-    cpus = _int_env("OMP_NUM_THREADS", os.cpu_count() or 1)
-    threads = max(1, cpus // max(1, local_world_size))
+    cpus = omp_threads(os.environ.get("OMP_NUM_THREADS"), os.cpu_count() or 1)
     allowed = sorted(os.sched_getaffinity(0))
+    threads = min(len(allowed), max(1, cpus // max(1, local_world_size)))  # never more threads than CPUs to run on
     if split_cpus and local_world_size > 1 and len(allowed) >= local_world_size and 0 <= local_rank < local_world_size:
         share = len(allowed) // local_world_size
         mine = allowed[local_rank * share:(local_rank + 1) * share]
@@ -95,12 +117,16 @@ def cpu_quota_cores(cpu_max: str | None, cfs_quota_us: str | None = None, cfs_pe
     try:
         if cpu_max is not None:
             quota, period = cpu_max.split()
-            return None if quota == "max" else int(quota) / int(period)
-        if cfs_quota_us is not None and cfs_period_us is not None and int(cfs_quota_us) > 0:
-            return int(cfs_quota_us) / int(cfs_period_us)
+            if quota == "max":
+                return None
+        elif cfs_quota_us is not None and cfs_period_us is not None:
+            quota, period = cfs_quota_us, cfs_period_us
+        else:
+            return None
+        quota_us, period_us = int(quota), int(period)
     except ValueError:
         return None
-    return None
+    return quota_us / period_us if quota_us > 0 and period_us > 0 else None  # v1 writes -1 for none
 
 
 def yield_window(quota_cores: float | None, local_world_size: int) -> float:
