@@ -138,3 +138,11 @@ def test_processes_of_one_pod_split_its_cpus(gradient_sync):
     assert all(slices) and not slices[0] & slices[1] and slices[0] | slices[1] <= allowed
     assert len(slices[0]) == len(slices[1])
     assert all(r["threads"] <= len(s) for r, s in zip(ranks, slices, strict=True))
+
+
+def test_gloos_event_loop_never_preempts_the_worker_holding_its_lock(gradient_sync):
+    """Every gloo event loop thread of a rank is SCHED_BATCH
+    (distributed.calm_gloo_loop). Found by name: this fails, rather than
+    silently losing the fix, if a torch upgrade renames the thread."""
+    for r in gradient_sync:
+        assert r["loop_policies"] and all(p == os.SCHED_BATCH for p in r["loop_policies"]), r["loop_policies"]

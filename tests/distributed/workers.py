@@ -120,7 +120,8 @@ def gradient_sync(out: Path) -> None:
     """The fused steps' gradient all-reduce: a sum on time, a sum when a peer
     is later than the yielding wait (the blocking wait takes over), then rank 1
     leaves without its part: rank 0 must get PeerLost, not hang. Also records
-    the CPUs each rank was given (processes of one pod split the pod's CPUs)."""
+    the CPUs each rank was given (processes of one pod split the pod's CPUs)
+    and the scheduling policy of gloo's event loop threads."""
     import os
     import time
 
@@ -133,8 +134,10 @@ def gradient_sync(out: Path) -> None:
             time.sleep(max(5 * ctx.sync_yield_seconds, 0.05))
         late = torch.full((1000,), float(ctx.rank + 1))
         distributed.all_reduce_gradient(ctx, late)
+        loop_threads = distributed.threads_named(distributed.GLOO_LOOP_THREAD)
         result = {"on_time": on_time, "late": late, "cpus": sorted(os.sched_getaffinity(0)), "yield": ctx.sync_yield_seconds,
-                  "threads": torch.get_num_threads()}
+                  "threads": torch.get_num_threads(),
+                  "loop_policies": [os.sched_getscheduler(tid) for tid in loop_threads]}
         if ctx.rank == 1:
             torch.save(result, out / f"rank-{ctx.rank}.pt")
             os._exit(0)  # gone without its part of the next sync

@@ -7,15 +7,19 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 from kuberl import contract, names, trainerconfig
 from kuberl_trainer.distributed import (
     GRADIENT_SPIN_SECONDS,
+    GLOO_LOOP_THREAD,
     BadEnvironment,
+    calm_gloo_loop,
     cpu_quota_cores,
     omp_threads,
     read_cpu_quota,
+    threads_named,
     yield_window,
 )
 
@@ -56,6 +60,38 @@ def test_read_cpu_quota_reads_the_files_under_the_root(tmp_path):
 ])
 def test_a_rank_yields_only_with_a_whole_core_of_quota(cores, processes, window):
     assert yield_window(cores, processes) == window
+
+
+def test_threads_are_found_by_name_and_a_thread_that_ended_is_skipped(tmp_path):
+    for tid, name in ((11, "gloo_tcp_loop"), (12, "pt_gloo_runloop"), (13, "gloo_tcp_loop")):
+        (tmp_path / str(tid)).mkdir()
+        (tmp_path / str(tid) / "comm").write_text(name + "\n")
+    (tmp_path / "14").mkdir()  # listed, then gone before its comm was read
+    assert sorted(threads_named("gloo_tcp_loop", str(tmp_path))) == [11, 13]
+    assert threads_named("absent", str(tmp_path)) == []
+
+
+def test_a_thread_named_as_gloos_event_loop_becomes_sched_batch_and_nothing_else_does():
+    """calm_gloo_loop on a live thread of this process given gloo's loop name
+    (a thread may rename itself through /proc): it alone changes policy."""
+    ready, done = threading.Event(), threading.Event()
+
+    def loop():
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
+            f.write(GLOO_LOOP_THREAD)
+        ready.set()
+        done.wait(30)
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    try:
+        ready.wait(30)
+        assert calm_gloo_loop() == 1
+        assert os.sched_getscheduler(thread.native_id) == os.SCHED_BATCH
+        assert os.sched_getscheduler(threading.get_native_id()) == os.SCHED_OTHER
+    finally:
+        done.set()
+        thread.join()
 
 
 def _affinity_after(call: str) -> set[int]:

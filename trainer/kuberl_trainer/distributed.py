@@ -20,11 +20,10 @@ import torch
 import torch.distributed as dist
 from kuberl import contract
 
-# How long a gradient all-reduce's caller yields in a loop before it blocks. Blocking lets
-# the rank's vCPU go idle, and on a VM a wake-up from idle can wait a whole scheduler tick
-# (4 ms here; the tail goes when no vCPU idles: bench/sync_wait.py); yielding keeps the core
-# awake while still giving it to gloo's threads. A peer later than this is imbalance, not
-# wake-up latency: block then.
+# How long a gradient all-reduce's caller yields in a loop before it blocks: a rank that yields
+# is running when its sync completes, one that blocked must be woken first (PPO update with 2
+# ranks, bench/sync_wait.py: 15.2-15.7 ms yielding, 16.5-16.7 blocking). A peer later than
+# this is imbalance, not wake-up latency: block then.
 GRADIENT_SPIN_SECONDS = 0.01
 
 
@@ -150,6 +149,38 @@ def read_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
     return cpu_quota_cores(text("cpu.max"), text("cpu/cpu.cfs_quota_us"), text("cpu/cpu.cfs_period_us"))
 
 
+# gloo's TCP event loop thread (one per device; torch names it) handles a socket's event only
+# if it gets the pair's lock at once (gloo's Pair::handleEvents, try_to_lock); if not, epoll
+# hands it the same event again and it spins. Woken onto the core of the gloo worker holding
+# that lock, it preempted the worker and spun until the next scheduler tick let the worker
+# finish: 4 ms lost in about 1 sync in 5 here (bench/sync_wait.py). A SCHED_BATCH thread
+# never preempts on waking, keeps its share of the CPU, and needs no privilege.
+GLOO_LOOP_THREAD = "gloo_tcp_loop"
+
+
+def threads_named(name: str, task_dir: str = "/proc/self/task") -> list[int]:
+    """Ids of this process's threads whose name (comm) is `name`."""
+    found = []
+    for tid in os.listdir(task_dir):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            with open(os.path.join(task_dir, tid, "comm")) as f:
+                if f.read().strip() == name:
+                    found.append(int(tid))
+    return found
+
+
+def calm_gloo_loop() -> int:
+    """Make gloo's event loop threads SCHED_BATCH (see GLOO_LOOP_THREAD);
+    returns how many were changed (0 where the kernel refuses or a torch
+    names them otherwise: the old behaviour)."""
+    changed = 0
+    for tid in threads_named(GLOO_LOOP_THREAD):
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
+            changed += 1
+    return changed
+
+
 def _wait_for_master(addr: str, deadline: float) -> None:
     """Rank 0's DNS name may resolve only once its pod exists: retry."""
     while True:
@@ -199,6 +230,8 @@ def process_group(
             if time.monotonic() > deadline:
                 raise PeerLost(f"rendezvous did not complete in {rendezvous_timeout_seconds}s: {e}") from e
             time.sleep(1.0)
+    if chosen == "gloo":
+        calm_gloo_loop()
     try:
         yield Dist(rank, world_size, local_rank, local_world_size, device, chosen,
                    yield_window(read_cpu_quota(), local_world_size))
