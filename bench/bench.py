@@ -294,10 +294,10 @@ def probe_runs(out: Path, quick: bool) -> dict[str, list[dict]]:
 def sync_wait_numbers(quick: bool) -> str | None:
     """bench/sync_wait.py: why a gradient sync waits (launch gaps between the ranks, gloo's CPU per
     sync), for PPO's fused step: as the trainer runs (yielding wait, one pod of two processes splitting
-    its CPUs), as two separate pods, with the blocking wait, and with the blocking wait and no vCPU idle
-    (--busy-cpus: where the floor's 4 ms tail comes from)."""
+    its CPUs, gloo's event loop SCHED_BATCH), as two separate pods, with the blocking wait, and with
+    gloo's event loop left a normal thread (--gloo-loop-unchanged: where the floor's 4 ms tail came from)."""
     outputs = []
-    for pin in ([], ["--separate-pods"], ["--blocking"], ["--blocking", "--busy-cpus"]):
+    for pin in ([], ["--separate-pods"], ["--blocking"], ["--gloo-loop-unchanged"]):
         try:
             done = subprocess.run([sys.executable, str(REPO / "bench/sync_wait.py"), "--updates", "5" if quick else "20",
                                    "--floor-calls", "200" if quick else "1000", *pin],
@@ -602,7 +602,7 @@ def report(out: Path, args: argparse.Namespace, runs, probes, pendulum, operator
         "## 3. Scaling", "", *scaling_lines(probes, runs), *sync_lines(probes), "",
         ("Where a sync's time goes, bench/sync_wait.py (2 gloo ranks, PPO's fused step; 'floor' = idle back-to-back all-reduces,"
         " 'gap' = between the two ranks' launches of the same sync on the shared monotonic clock, 'whole process' CPU minus"
-        " 'training thread' CPU = gloo's own threads), first as the trainer runs (each all-reduce waited for by yielding the core, up to 10 ms; the two ranks one pod's processes, each on its own slice of the CPUs), then as two separate pods sharing both CPUs (`kuberl run`'s layout), then blocking in the wait (the wait before), then blocking beside a nice-19 busy loop per CPU so that no vCPU idles (on this VM an idle vCPU halts, and waking it costs up to a 4 ms scheduler tick: the blocking floor's p90):\n\n```\n" + sync_wait + "\n```")
+        " 'training thread' CPU = gloo's own threads), first as the trainer runs (each all-reduce waited for by yielding the core, up to 10 ms; the two ranks one pod's processes, each on its own slice of the CPUs), then as two separate pods sharing both CPUs (`kuberl run`'s layout), then blocking in the wait at once, then with gloo's event loop thread left a normal thread, as before distributed.calm_gloo_loop (woken onto the core of the gloo worker that holds a pair's lock, it preempts the worker and spins on that lock until the next 4 ms scheduler tick: the floor's p90 there):\n\n```\n" + sync_wait + "\n```")
         if sync_wait else "bench/sync_wait.py did not run here.", "",
         "## 4. Where the time goes, per update and rank (milliseconds)", "",
         ("PPO: one update = 32 steps x envs, 20 epochs x 1 minibatch. DQN: one update = 256 env steps per rank, 128 gradient steps."

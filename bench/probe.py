@@ -90,8 +90,7 @@ def allreduce_floor(ctx, floats: int, calls: int = 1000) -> tuple[float, float]:
     """(mean, median) seconds of one all-reduce of `floats` floats between the ranks with
     nothing else running in them, through the trainer's own gradient all-reduce (its
     yielding wait included): the floor a gradient sync cannot go below. The mean is what
-    a run of syncs costs (when a rank's vCPU halts, some of them wait a whole scheduler
-    tick, in bursts: 200 calls once caught none)."""
+    a run of syncs costs, a tail included."""
     grad = torch.zeros(floats)
     for _ in range(20):
         all_reduce_gradient(ctx, grad)

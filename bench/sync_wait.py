@@ -1,5 +1,5 @@
-"""Why does a gradient sync wait ~10x the all-reduce's own cost? Two gloo
-ranks on this machine, measured three ways in one run:
+"""What does a gradient sync wait for? Two gloo ranks on this machine,
+measured three ways in one run:
 
 1. floor: back-to-back all-reduces of a tensor the size of the PPO agent's
    gradient, nothing else running in the ranks;
@@ -13,21 +13,20 @@ ranks on this machine, measured three ways in one run:
    all-reduced once per step (identical work on both ranks: no imbalance).
 
     .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500] [--module] [--separate-pods] [--floats N]
-                                        [--busy-cpus] [--blocking]
+                                        [--blocking] [--gloo-loop-unchanged]
 
 Every all-reduce goes through the trainer's own `all_reduce_gradient`, which
 waits by yielding the CPU for up to 10 ms before it blocks; --blocking makes
-it block at once (the wait before the yielding one: its idle vCPU halts).
-The two ranks are the processes of one pod (LOCAL_WORLD_SIZE 2: each takes
-its own slice of the CPUs, distributed.pin_threads); --separate-pods runs
-them as two one-process pods sharing every CPU, as `kuberl run` does.
+it block at once. The two ranks are the processes of one pod
+(LOCAL_WORLD_SIZE 2: each takes its own slice of the CPUs,
+distributed.pin_threads); --separate-pods runs them as two one-process pods
+sharing every CPU, as `kuberl run` does.
 
---busy-cpus runs one nice-19 busy loop per CPU beside the ranks, so no CPU
-ever idles: on a virtual machine whose idle vCPUs halt (Firecracker here), a
-rank woken by its peer's data then waits for no halted vCPU to be woken, and
-the floor's p90 (one 4 ms scheduler tick otherwise) falls to its median. Not
-something to ship (a busy loop burns a pod's CPU quota): a measurement of
-where the floor's tail comes from.
+--gloo-loop-unchanged leaves gloo's event loop thread a normal thread, as
+the trainer ran before distributed.calm_gloo_loop: woken by a peer's data
+onto the core where the gloo worker holding a pair's lock runs, it preempts
+that worker and spins on the lock until the next scheduler tick (4 ms at
+HZ 250), in about 1 sync in 5 here: the floor's p90.
 
 Prints milliseconds per sync (median, p90, min) and the load average.
 """
@@ -64,7 +63,7 @@ def summary(ms: list[float]) -> str:
 
 
 def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: int | None,
-              blocking: bool) -> None:
+              blocking: bool, gloo_loop_unchanged: bool) -> None:
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -82,6 +81,8 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: in
 
     if blocking:
         distributed.GRADIENT_SPIN_SECONDS = 0.0
+    if gloo_loop_unchanged:
+        distributed.calm_gloo_loop = lambda: 0
     with process_group("gloo", 600, 120) as ctx:
         hp = PPOConfig(**_snake(KUBERL_PPO_CARTPOLE))
         supports = fused.supports
@@ -93,7 +94,8 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: in
         result: dict = {"rank": ctx.rank, "gradient_floats": size, "threads": torch.get_num_threads(),
                         "cpus": sorted(os.sched_getaffinity(0)),
                         "path": "fused" if trainer.fused is not None else "DDP module",
-                        "wait": "blocking" if blocking else "yielding"}
+                        "wait": "blocking" if blocking else "yielding",
+                        "gloo_loop": "unchanged (SCHED_OTHER)" if gloo_loop_unchanged else "SCHED_BATCH"}
 
         # 1. the floor
         grad = torch.zeros(floats or size)
@@ -176,7 +178,7 @@ def free_port() -> int:
 
 def report(results: list[dict]) -> None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"2 gloo ranks, {results[0]['wait']} wait, {results[0]['gradient_floats']} floats per gradient, torch threads per rank "
+    print(f"2 gloo ranks, {results[0]['wait']} wait, gloo event loop {results[0]['gloo_loop']}, {results[0]['gradient_floats']} floats per gradient, torch threads per rank "
           f"{results[0]['threads']}, CPUs {[r['cpus'] for r in results]}, training path {results[0]['path']}, load {load}")
     for r in results:
         print(f"  rank {r['rank']} floor (idle ranks, back to back): {summary([1000 * x for x in r['floor']])}")
@@ -211,24 +213,16 @@ def main() -> None:
     parser.add_argument("--separate-pods", action="store_true",
                         help="two one-process pods sharing every CPU (kuberl run), not one pod of two processes")
     parser.add_argument("--floats", type=int, help="measure only the floor, for a gradient of this many floats")
-    parser.add_argument("--busy-cpus", action="store_true", help="a nice-19 busy loop per CPU beside the ranks (no vCPU idles)")
+    parser.add_argument("--gloo-loop-unchanged", action="store_true",
+                        help="leave gloo's event loop thread SCHED_OTHER (the trainer before calm_gloo_loop)")
     parser.add_argument("--blocking", action="store_true", help="block in each all-reduce at once, no yielding wait")
     parser.add_argument("--rank-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_out:
-        rank_main(args.rank_out, args.updates, args.floor_calls, args.module, args.floats, args.blocking)
+        rank_main(args.rank_out, args.updates, args.floor_calls, args.module, args.floats, args.blocking,
+                  args.gloo_loop_unchanged)
         return
-    port = free_port()
-    spinners = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", "while True: pass"])
-                for _ in range(os.cpu_count() or 1)] if args.busy_cpus else []
-    try:
-        run_ranks(args, port)
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
-        if spinners:
-            print(f"  (beside {len(spinners)} nice-19 busy loops, one per CPU: no vCPU idles)")
+    run_ranks(args, free_port())
 
 
 def run_ranks(args: argparse.Namespace, port: int) -> None:
@@ -245,6 +239,7 @@ def run_ranks(args: argparse.Namespace, port: int) -> None:
                                            "--floor-calls", str(args.floor_calls),
                                            *(["--module"] if args.module else []),
                                            *(["--blocking"] if args.blocking else []),
+                                           *(["--gloo-loop-unchanged"] if args.gloo_loop_unchanged else []),
                                            *(["--floats", str(args.floats)] if args.floats else [])],
                                           env=env, cwd=REPO))
         codes = [p.wait(timeout=1800) for p in procs]

@@ -12,8 +12,8 @@ import threading
 import pytest
 from kuberl import contract, names, trainerconfig
 from kuberl_trainer.distributed import (
-    GRADIENT_SPIN_SECONDS,
     GLOO_LOOP_THREAD,
+    GRADIENT_SPIN_SECONDS,
     BadEnvironment,
     calm_gloo_loop,
     cpu_quota_cores,

@@ -89,11 +89,12 @@ def pin_threads(local_world_size: int, local_rank: int = 0, split_cpus: bool = T
     threads, and the CPUs it may run on (its affinity, the kubelet's cpuset)
     into one slice per process. In its own slice a rank's gloo threads wake on
     the core its training thread yields while it waits for a sync
-    (all_reduce_gradient), rather than on the other rank's busy core: with 2
-    ranks on 2 cores that takes PPO's 2-rank throughput from about 10k to 15k
-    steps/s (bench/bench.py). One process per pod keeps the whole set, and so
-    do GPU ranks (split_cpus False): NCCL places its own threads near each GPU,
-    and no GPU was here to measure a split against."""
+    (all_reduce_gradient), never on the other rank's busy core (with gloo's
+    event loop calmed, calm_gloo_loop, a PPO update measures about the same
+    either way: bench/sync_wait.py with and without --separate-pods). One
+    process per pod keeps the whole set, and so do GPU ranks (split_cpus
+    False): NCCL places its own threads near each GPU, and no GPU was here to
+    measure a split against."""
     cpus = omp_threads(os.environ.get("OMP_NUM_THREADS"), os.cpu_count() or 1)
     allowed = sorted(os.sched_getaffinity(0))
     threads = min(len(allowed), max(1, cpus // max(1, local_world_size)))  # never more threads than CPUs to run on
@@ -162,10 +163,9 @@ def threads_named(name: str, task_dir: str = "/proc/self/task") -> list[int]:
     """Ids of this process's threads whose name (comm) is `name`."""
     found = []
     for tid in os.listdir(task_dir):
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            with open(os.path.join(task_dir, tid, "comm")) as f:
-                if f.read().strip() == name:
-                    found.append(int(tid))
+        with contextlib.suppress(OSError), open(os.path.join(task_dir, tid, "comm")) as f:  # OSError: it ended meanwhile
+            if f.read().strip() == name:
+                found.append(int(tid))
     return found
 
 
