@@ -69,6 +69,7 @@ def test_threads_are_found_by_name_and_a_thread_that_ended_is_skipped(tmp_path):
     (tmp_path / "14").mkdir()  # listed, then gone before its comm was read
     assert sorted(threads_named("gloo_tcp_loop", str(tmp_path))) == [11, 13]
     assert threads_named("absent", str(tmp_path)) == []
+    assert threads_named("gloo_tcp_loop", str(tmp_path / "no-proc-here")) == []
 
 
 def test_a_thread_named_as_gloos_event_loop_becomes_sched_batch_and_nothing_else_does():

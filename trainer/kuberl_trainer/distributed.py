@@ -160,9 +160,14 @@ GLOO_LOOP_THREAD = "gloo_tcp_loop"
 
 
 def threads_named(name: str, task_dir: str = "/proc/self/task") -> list[int]:
-    """Ids of this process's threads whose name (comm) is `name`."""
+    """Ids of this process's threads whose name (comm) is `name`; none where
+    there is no readable /proc (another OS, a locked-down sandbox)."""
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return []
     found = []
-    for tid in os.listdir(task_dir):
+    for tid in tids:
         with contextlib.suppress(OSError), open(os.path.join(task_dir, tid, "comm")) as f:  # OSError: it ended meanwhile
             if f.read().strip() == name:
                 found.append(int(tid))
@@ -174,6 +179,8 @@ def calm_gloo_loop() -> int:
     returns how many were changed (0 where the kernel refuses or a torch
     names them otherwise: the old behaviour)."""
     changed = 0
+    if not hasattr(os, "SCHED_BATCH"):  # not Linux
+        return changed
     for tid in threads_named(GLOO_LOOP_THREAD):
         with contextlib.suppress(OSError):
             os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
