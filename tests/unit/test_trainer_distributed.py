@@ -5,9 +5,11 @@ run with real gloo ranks in tests/distributed/test_ddp.py."""
 import ast
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from kuberl import contract, names, trainerconfig
@@ -20,6 +22,7 @@ from kuberl_trainer.distributed import (
     omp_threads,
     read_cpu_quota,
     threads_named,
+    wait_for_store,
     yield_window,
 )
 
@@ -43,6 +46,36 @@ from tests.support.jobs import make_job
 ])
 def test_cpu_quota_from_either_cgroup_version(cpu_max, quota_us, period_us, cores):
     assert cpu_quota_cores(cpu_max, quota_us, period_us) == cores
+
+
+def test_a_rank_waits_for_the_store_to_listen_and_not_past_its_deadline():
+    """wait_for_store (ranks > 0, before init_process_group): it returns as
+    soon as rank 0's port accepts, which torch's own backing-off client
+    would notice up to ~0.5 s later, and gives up at the deadline."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    opened = threading.Timer(0.2, lambda: (listener.bind(("127.0.0.1", port)), listener.listen()))
+    opened.start()
+    try:
+        started = time.monotonic()
+        assert wait_for_store("127.0.0.1", str(port), started + 30)
+        assert 0.15 < time.monotonic() - started < 5
+    finally:
+        opened.join()
+        listener.close()
+    started = time.monotonic()  # nothing listens now
+    assert not wait_for_store("127.0.0.1", str(port), started + 0.2)
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("port", [None, "", "http", "-1", "0", "70000", "+80", "9" * 5000])
+def test_a_master_port_that_is_no_port_is_left_to_torch_to_report(port):
+    started = time.monotonic()
+    assert not wait_for_store("127.0.0.1", port, started + 30)
+    assert time.monotonic() - started < 1
 
 
 def test_read_cpu_quota_reads_the_files_under_the_root(tmp_path):

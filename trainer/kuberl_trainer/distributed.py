@@ -200,6 +200,24 @@ def _wait_for_master(addr: str, deadline: float) -> None:
             time.sleep(1.0)
 
 
+def wait_for_store(addr: str, port: str | None, deadline: float, poll_seconds: float = 0.01) -> bool:
+    """Until rank 0's rendezvous store accepts a connection, probing its port
+    every poll_seconds. torch's own client backs off ~0.5 s after a refused
+    connect, so a rank up before rank 0 slept through the store's start
+    (a 2-rank rendezvous took 0.1-0.5 s instead of 0.01). False at the
+    deadline or for a port that is not one: init_process_group then reports."""
+    if not (port and port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
+        return False
+    while True:
+        try:
+            with socket.create_connection((addr, int(port)), timeout=1.0):
+                return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(poll_seconds)
+
+
 @contextlib.contextmanager
 def process_group(
     backend: str = "auto",
@@ -223,7 +241,10 @@ def process_group(
         yield Dist(rank, 1, local_rank, local_world_size, device, None)
         return
     deadline = time.monotonic() + rendezvous_timeout_seconds
-    _wait_for_master(os.environ.get(contract.ENV_MASTER_ADDR, "127.0.0.1"), deadline)
+    master = os.environ.get(contract.ENV_MASTER_ADDR, "127.0.0.1")
+    _wait_for_master(master, deadline)
+    if rank != 0:  # rank 0 hosts the store
+        wait_for_store(master, os.environ.get(contract.ENV_MASTER_PORT), deadline)
     while True:
         try:
             dist.init_process_group(
