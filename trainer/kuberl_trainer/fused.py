@@ -418,6 +418,7 @@ class FusedQStep(FlatAdam):
                 p.data = self.target_view[name]
         self.numpy_view = {name: view.numpy() for name, view in self.view.items()}
         self.buffers: dict[int, dict[str, torch.Tensor]] = {}
+        self.target_buffers: dict[int, list[torch.Tensor]] = {}  # target_q's hidden activations, per batch size
 
     def _buffers(self, batch: int) -> dict[str, torch.Tensor]:
         found = self.buffers.get(batch)
@@ -454,13 +455,19 @@ class FusedQStep(FlatAdam):
         self.target_flat.lerp_(self.flat, tau)
 
     def target_q(self, next_obs: torch.Tensor) -> torch.Tensor:
-        """The target network's Q-values of next_obs (B, A), a new tensor."""
+        """The target network's Q-values of next_obs (B, A), a new tensor. The
+        hidden activations go to buffers kept per batch size: learn() draws
+        8192 rows at once, and fresh 8 MB activations cost their page faults
+        every update (14.5 against 11 ms per draw here)."""
         x = next_obs.flatten(1).float()
-        for k in range(self.layers):
-            x = torch.addmm(self.target_view[f"b{k}"], x, self.target_view[f"W{k}"].t())
-            if k < self.layers - 1:
-                x.relu_()
-        return x
+        hidden = self.target_buffers.get(x.shape[0])
+        if hidden is None:
+            widths = [self.view[f"W{k}"].shape[0] for k in range(self.layers - 1)]
+            hidden = self.target_buffers[x.shape[0]] = [torch.empty(x.shape[0], w) for w in widths]
+        for k in range(self.layers - 1):
+            x = torch.addmm(self.target_view[f"b{k}"], x, self.target_view[f"W{k}"].t(), out=hidden[k]).relu_()
+        last = self.layers - 1
+        return torch.addmm(self.target_view[f"b{last}"], x, self.target_view[f"W{last}"].t())
 
     def step(self, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
              discount: torch.Tensor, next_obs: torch.Tensor, next_q_target: torch.Tensor | None = None) -> torch.Tensor:
