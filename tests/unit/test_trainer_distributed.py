@@ -1,6 +1,9 @@
-"""How a rank waits for its gradient syncs: the CPU quota read from the
-container's cgroup, and the yielding window it allows. The syncs themselves
-run with real gloo ranks in tests/distributed/test_ddp.py."""
+"""What a rank decides about its process before and around its syncs: the
+CPU quota read from the container's cgroup and the yielding window it allows,
+the CPU slice and thread count per process (OMP_NUM_THREADS read as OpenMP
+reads it), gloo's event loop thread found by name and made SCHED_BATCH, and
+the probe of rank 0's store before the rendezvous. The syncs themselves run
+with real gloo ranks in tests/distributed/test_ddp.py."""
 
 import ast
 import json
@@ -21,6 +24,7 @@ from kuberl_trainer.distributed import (
     cpu_quota_cores,
     omp_threads,
     read_cpu_quota,
+    tcp_port,
     threads_named,
     wait_for_store,
     yield_window,
@@ -69,6 +73,15 @@ def test_a_rank_waits_for_the_store_to_listen_and_not_past_its_deadline():
     started = time.monotonic()  # nothing listens now
     assert not wait_for_store("127.0.0.1", str(port), started + 0.2)
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(("text", "port"), [
+    ("29500", 29500), ("1", 1), ("65535", 65535),
+    (None, None), ("", None), ("http", None), ("-1", None), ("0", None), ("70000", None), ("+80", None),
+    ("٣", None), ("9" * 5000, None),   # a non-ASCII digit; past int()'s digit limit
+])
+def test_a_port_is_read_from_its_environment_value(text, port):
+    assert tcp_port(text) == port
 
 
 @pytest.mark.parametrize("port", [None, "", "http", "-1", "0", "70000", "+80", "9" * 5000])

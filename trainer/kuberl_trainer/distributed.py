@@ -200,17 +200,25 @@ def _wait_for_master(addr: str, deadline: float) -> None:
             time.sleep(1.0)
 
 
-def wait_for_store(addr: str, port: str | None, deadline: float, poll_seconds: float = 0.01) -> bool:
+def tcp_port(text: str | None) -> int | None:
+    """A TCP port number from an environment value, or None when it is not one."""
+    if not (text and text.isascii() and text.isdigit() and len(text) <= 5 and 0 < int(text) < 65536):
+        return None
+    return int(text)
+
+
+def wait_for_store(addr: str, port_text: str | None, deadline: float, poll_seconds: float = 0.01) -> bool:
     """Until rank 0's rendezvous store accepts a connection, probing its port
     every poll_seconds. torch's own client backs off ~0.5 s after a refused
     connect, so a rank up before rank 0 slept through the store's start
     (a 2-rank rendezvous took 0.1-0.5 s instead of 0.01). False at the
     deadline or for a port that is not one: init_process_group then reports."""
-    if not (port and port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
+    port = tcp_port(port_text)
+    if port is None:
         return False
     while True:
         try:
-            with socket.create_connection((addr, int(port)), timeout=1.0):
+            with socket.create_connection((addr, port), timeout=1.0):
                 return True
         except OSError:
             if time.monotonic() > deadline:
