@@ -97,6 +97,7 @@ REASON_TTL = "TTLExpired"
 HISTORY_LIMIT = 10  # restart history and force-deletion records kept in status
 MESSAGE_LIMIT = 512  # characters of any message kept in status
 MAX_RESTART_BACKOFF_SECONDS = 600.0
+MAX_BACKOFF_DOUBLINGS = 64  # any base of a millisecond or more has reached the cap long before
 # A pod still present this long after its grace period ended is on a lost node.
 FORCE_DELETE_AFTER_SECONDS = 60.0
 # Requeue while waiting on something no timer covers (old pods going away).
@@ -638,6 +639,12 @@ def _not_admitted(plan: _Plan, spec: JobSpec, current: list[ObservedPod], phase:
     return plan.finish(phase)
 
 
+def restart_delay(base_seconds: float, failures: int) -> float:
+    """`base_seconds` doubled per earlier failure, capped. The exponent is capped too:
+    backoffLimit and maxStartupRetries allow 2,000 failures, and 2.0 ** 1024 overflows a float."""
+    return min(base_seconds * 2.0 ** min(failures, MAX_BACKOFF_DOUBLINGS), MAX_RESTART_BACKOFF_SECONDS)
+
+
 def _restart(
     plan: _Plan, spec: JobSpec, current: list[ObservedPod], reason: str, message: str, counted: bool, startup: bool
 ) -> str:
@@ -649,7 +656,7 @@ def _restart(
     if startup and status["startupRetries"] >= policy.max_startup_retries:
         return _fail(plan, current, reason, f"{message}; {status['startupRetries']} start-up retries spent (maxStartupRetries={policy.max_startup_retries})")
     failures = status["restarts"] + status["startupRetries"]
-    delay = min(policy.restart_backoff_seconds * 2 ** (failures if counted or startup else 0), MAX_RESTART_BACKOFF_SECONDS)
+    delay = restart_delay(policy.restart_backoff_seconds, failures if counted or startup else 0)
     old = plan.generation
     _record_history(plan, old, reason, message, counted)
     status["generation"] = old + 1

@@ -365,6 +365,17 @@ def test_backoff_is_capped():
     assert lc.parse_time(restarted_status(spec, 2)["nextStartTime"]) - T0 == lc.MAX_RESTART_BACKOFF_SECONDS
 
 
+def test_the_backoff_survives_the_largest_failure_budgets_the_schema_allows():
+    """backoffLimit and maxStartupRetries go to 1000 each (spec.py); 10 * 2 ** 1999 does not fit a
+    float, and decide raising there froze the job: it restarted neither failed."""
+    spec = job(backoffLimit=1000, maxStartupRetries=1000, restartBackoffSeconds=0.5)
+    status = {**running_status(spec), "restarts": 999, "startupRetries": 999, "generation": 1998}
+    crashed = decide(spec, status, [Pod(0, 1998).running().obj(), Pod(1, 1998).exited(1).obj()], None, T0)
+    assert crashed.status["restarts"] == 1000
+    assert lc.parse_time(crashed.status["nextStartTime"]) - T0 == lc.MAX_RESTART_BACKOFF_SECONDS
+    assert lc.restart_delay(0, 10_000) == 0 and lc.restart_delay(3600, 10_000) == lc.MAX_RESTART_BACKOFF_SECONDS
+
+
 def test_backoff_limit_exhausted_fails_and_stops_the_gang():
     spec = job(backoffLimit=2)
     status = restarted_status(spec, 2)
