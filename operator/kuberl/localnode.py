@@ -118,9 +118,11 @@ def quantity(value: str | float) -> Fraction:
     return number * _SUFFIXES[match.group(3) or ""]
 
 
-def resource_field(pod: Mapping, ref: Mapping, node_cpus: int) -> str:
+def resource_field(pod: Mapping, ref: Mapping, node_cpus: int, node_memory: int | None = None,
+                   node_storage: int | None = None) -> str:
     """resourceFieldRef: the container's limit (or request), in `divisor` units,
-    rounded up as the kubelet does; an unset CPU limit is the node's CPUs."""
+    rounded up as the kubelet does; an unset limit is the node's allocatable
+    amount (CPUs, memory, ephemeral storage), an unset request its limit or 0."""
     container_name = ref.get("containerName") or pod["spec"]["containers"][0]["name"]
     container = next((c for c in pod["spec"]["containers"] if c["name"] == container_name), None)
     if container is None:
@@ -131,12 +133,25 @@ def resource_field(pod: Mapping, ref: Mapping, node_cpus: int) -> str:
     if kind == "limits":
         raw = limits.get(resource)
         if raw is None:
-            raw = node_cpus if resource == "cpu" else None
+            raw = {"cpu": node_cpus, "memory": node_memory, "ephemeral-storage": node_storage}.get(resource)
     else:
         raw = requests.get(resource, limits.get(resource, 0))
     if raw is None:
         raise LocalRunError(f"resourceFieldRef {ref['resource']}: no limit set and no node allocatable to fall back on")
     return str(math.ceil(quantity(raw) / quantity(ref.get("divisor") or "1")))
+
+
+def node_allocatable() -> tuple[int, int | None, int | None]:
+    """This machine as a node: CPUs, memory bytes, bytes of the disk runs live on."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        memory = None
+    try:
+        storage = shutil.disk_usage(os.getcwd()).total
+    except OSError:
+        storage = None
+    return os.cpu_count() or 1, memory, storage
 
 
 _FIELD_KEY = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
@@ -175,7 +190,8 @@ def container_env(
     """The container's environment in definition order: envFrom, then env
     (each value may use `$(VAR)` of those before it); every value that is a
     cluster DNS name is passed through `resolve`."""
-    cpus = node_cpus or os.cpu_count() or 1
+    cpus, memory, storage = node_allocatable()
+    cpus = node_cpus or cpus
     env: dict[str, str] = {}
     for source in container.get("envFrom") or []:
         ref = source.get("configMapRef")
@@ -194,7 +210,7 @@ def container_env(
         if "fieldRef" in source:
             env[name] = field_ref(pod, source["fieldRef"]["fieldPath"], pod_ip)
         elif "resourceFieldRef" in source:
-            env[name] = resource_field(pod, source["resourceFieldRef"], cpus)
+            env[name] = resource_field(pod, source["resourceFieldRef"], cpus, memory, storage)
         elif "configMapKeyRef" in source:
             ref = source["configMapKeyRef"]
             value = (configmaps.get(ref["name"]) or {}).get(ref["key"])

@@ -70,10 +70,21 @@ def pod_with(env: list[dict], resources: dict | None = None) -> dict:
     ({"cpu": "250m"}, {}, {"resource": "limits.cpu", "divisor": "1m"}, "250"),
     ({"memory": "2Gi"}, {}, {"resource": "limits.memory", "divisor": "1Mi"}, "2048"),
     ({"cpu": "4"}, {"cpu": "1100m"}, {"resource": "requests.cpu"}, "2"),
+    ({}, {}, {"resource": "limits.memory", "divisor": "1Mi"}, "8192"),  # no limit: the node's memory
+    ({}, {}, {"resource": "limits.ephemeral-storage", "divisor": "1Gi"}, "100"),  # and its disk
+    ({}, {}, {"resource": "requests.memory"}, "0"),
 ])
 def test_resource_field_refs_round_up(limits, requests, ref, expected):
     pod = pod_with([], {"limits": limits, "requests": requests})
-    assert resource_field(pod, ref, node_cpus=6) == expected
+    assert resource_field(pod, ref, node_cpus=6, node_memory=8 * 2**30, node_storage=100 * 2**30) == expected
+
+
+def test_a_memory_limit_the_pod_does_not_set_is_this_machines_memory():
+    """A PyTorchJob manifest's `resourceFieldRef: limits.memory` with no memory
+    limit gets the node's allocatable memory from a kubelet; here, this machine's."""
+    pod = pod_with([{"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}}])
+    got = container_env(pod, trainer_container(pod), "127.5.0.9", {}, no_dns, node_cpus=1)
+    assert int(got["MEM"]) == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def test_env_values_field_refs_and_configmap_keys():
