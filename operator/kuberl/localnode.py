@@ -495,6 +495,7 @@ class PodProcess:
                 self.signal(signal.SIGKILL)
             return None
         self.signal(signal.SIGKILL)  # the container is gone: so is everything it started
+        self._kill_escaped()
         if self._reader is not None:
             self._reader.join(timeout=2)
         self.finished_at = time.time()
@@ -525,6 +526,18 @@ class PodProcess:
     def kill(self) -> None:
         self.kill_at = time.time()
         self.signal(signal.SIGKILL)
+        self._kill_escaped()
+
+    def _kill_escaped(self) -> None:
+        """What left the group (setsid, a daemonised helper) is still in the
+        container: a kubelet kills it too. It carries the pod's root in its env;
+        once this process is reaped (and escapees with it), a pod of the same name may own that root."""
+        root = self.spec.env.get(contract.ENV_FS_ROOT)
+        if self.popen is None or not root or self._exit_code is not None:
+            return
+        for pid in processes_under(os.path.dirname(os.path.normpath(root))):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def wait(self, timeout: float) -> int | None:
         deadline = time.time() + timeout

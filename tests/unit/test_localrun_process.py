@@ -114,3 +114,25 @@ def test_a_pod_dies_with_the_runner_that_started_it(tmp_path):
     while alive(pod) and time.time() < deadline:
         time.sleep(0.05)
     assert not alive(pod) and processes_under(str(tmp_path / "pods")) == []
+
+
+def test_a_grandchild_in_its_own_session_ends_with_the_pod(tmp_path):
+    """A daemonised helper (setsid) leaves the process group, not the container:
+    a kubelet ends it with the pod's main process, and the log is not held open by it."""
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    env = {**os.environ, "KUBERL_FS_ROOT": str(tmp_path / "pods" / "p" / "root")}
+    code = """
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        print(child.pid, flush=True)
+    """
+    started = time.time()
+    p = PodProcess(Launch([sys.executable, "-c", textwrap.dedent(code)], env, str(tmp_path), str(log)), "[rank 0]", io.StringIO())
+    assert p.wait(10) == 0
+    assert time.time() - started < 1.5, "the reader waited for the escaped grandchild's end of the pipe"
+    child = int(p.out.getvalue().split()[2])
+    deadline = time.time() + 5
+    while alive(child) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not alive(child) and processes_under(str(tmp_path / "pods")) == []
