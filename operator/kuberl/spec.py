@@ -501,7 +501,7 @@ def _name_problems(name: Any) -> list[Problem]:
                 f" (e.g. {names.pvc_name(name)!r}) stays a 63-character DNS label (got {len(name)})",
             )
         )
-    if not DNS_1035.match(name):
+    if not DNS_1035.fullmatch(name):
         problems.append(
             Problem("metadata.name", f"expected a DNS-1035 label: lowercase letters, digits and '-', starting with a letter (got {name!r})")
         )
@@ -516,7 +516,7 @@ def namespace_problems(path: str, namespace: Any) -> list[Problem]:
     DNS-1123 label): it becomes part of every derived DNS name (MASTER_ADDR, PET_RDZV_ID)."""
     if namespace is None:
         return []
-    if not isinstance(namespace, str) or len(namespace) > 63 or not DNS_1123_LABEL.match(namespace):
+    if not isinstance(namespace, str) or len(namespace) > 63 or not DNS_1123_LABEL.fullmatch(namespace):
         return [Problem(path, "expected a namespace: a DNS-1123 label of at most 63 lowercase letters, digits and '-',"
                               f" starting and ending with a letter or digit (got {_shown(namespace)})")]
     return []
@@ -530,7 +530,7 @@ def _label_key_problems(path: str, mapping: Any) -> list[Problem]:
         Problem(f"{path}.{key}", "expected a label key: an optional DNS prefix and '/', then at most 63 letters,"
                 f" digits, '-', '_' or '.' (got {key!r})")
         for key in mapping
-        if not isinstance(key, str) or not LABEL_KEY.match(key) or len(key.rpartition("/")[2]) > 63
+        if not isinstance(key, str) or not LABEL_KEY.fullmatch(key) or len(key.rpartition("/")[2]) > 63
     ]
 
 
@@ -629,7 +629,7 @@ def _env_problems(path: str, env: Any, trainer: bool) -> list[Problem]:
     objects, problems = _objects(path, env, "env vars", "an env var object with name and value")
     for j, var in objects:
         name = var.get("name")
-        if not isinstance(name, str) or not ENV_NAME.match(name) or name in (".", "..") or name.startswith(".."):
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name) or name in (".", "..") or name.startswith(".."):
             problems.append(Problem(f"{path}[{j}].name", "expected an env var name: letters, digits, '_', '-' or '.',"
                                     f" not starting with a digit, nor '.' or '..' (got {_shown(name)})"))
         elif trainer and contract.is_reserved_env(name):

@@ -43,3 +43,27 @@ def test_a_gang_of_huge_templates_is_refused(template_bytes, workers):
 @pytest.mark.parametrize(("template_bytes", "workers"), [(1_300_000, 8), (16 * 1024, 1024), (4096, 1024)])
 def test_large_templates_or_large_gangs_alone_pass(template_bytes, workers):
     assert validate_job(make_job("fine").workers(workers).template(sidecar_template(template_bytes)).obj()).workers == workers
+
+
+def trainer_env(name: str) -> dict:
+    return {"spec": {"containers": [{"name": "trainer", "env": [{"name": name, "value": "0"}]}]}}
+
+
+# Python's `$` also matches before a final newline; Go's (k8s.io/apimachinery/pkg/util/validation:
+# IsDNS1035Label, IsDNS1123Label, IsQualifiedName, IsEnvVarName) does not, so the API server refuses
+# these names at pod create, long after the job was accepted; "RANK\n" also slipped past the
+# reserved-name check.
+TRAILING_NEWLINES = {
+    "metadata.name": (make_job("abc\n").obj(), "metadata.name"),
+    "metadata.namespace": (make_job("abc", namespace="team-a\n").obj(), "metadata.namespace"),
+    "spec.labels key": (make_job().with_spec(labels={"team\n": "rl"}).obj(), "spec.labels.team\n"),
+    "spec.nodeSelector key": (make_job().with_spec(nodeSelector={"pool\n": "gpu"}).obj(), "spec.nodeSelector.pool\n"),
+    "template label key": (make_job().template({"metadata": {"labels": {"app\n": "x"}}}).obj(), "spec.template.metadata.labels.app\n"),
+    "reserved env name": (make_job().template(trainer_env("RANK\n")).obj(), "spec.template.spec.containers[0].env[0].name"),
+    "env name": (make_job().template(trainer_env("WANDB_MODE\n")).obj(), "spec.template.spec.containers[0].env[0].name"),
+}
+
+
+@pytest.mark.parametrize(("job", "path"), TRAILING_NEWLINES.values(), ids=TRAILING_NEWLINES.keys())
+def test_a_name_with_a_trailing_newline_is_refused(job, path):
+    assert [p.split(": ")[0] for p in problems(job)] == [path]

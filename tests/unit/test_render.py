@@ -74,22 +74,22 @@ def label_problems(labels):
     problems = []
     for key, value in (labels or {}).items():
         prefix, _, name = key.rpartition("/")
-        if prefix and (len(prefix) > 253 or not DNS_1123_SUBDOMAIN.match(prefix)):
+        if prefix and (len(prefix) > 253 or not DNS_1123_SUBDOMAIN.fullmatch(prefix)):
             problems.append(f"label key prefix {key!r}")
-        if len(name) > 63 or not LABEL_NAME.match(name):
+        if len(name) > 63 or not LABEL_NAME.fullmatch(name):
             problems.append(f"label key {key!r}")
-        if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.match(value):
+        if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.fullmatch(value):
             problems.append(f"label value {key}={value!r}")
     return problems
 
 
 def container_problems(container, volume_names):
     problems = []
-    if not DNS_1123_LABEL.match(container["name"]) or len(container["name"]) > 63:
+    if not DNS_1123_LABEL.fullmatch(container["name"]) or len(container["name"]) > 63:
         problems.append(f"container name {container['name']!r}")
     port_names = [p["name"] for p in container.get("ports", [])]
     for port in port_names:
-        if len(port) > 15 or not IANA_SVC_NAME.match(port) or "--" in port or not re.search("[a-z]", port):
+        if len(port) > 15 or not IANA_SVC_NAME.fullmatch(port) or "--" in port or not re.search("[a-z]", port):
             problems.append(f"port name {port!r}")
     if len(set(port_names)) != len(port_names):
         problems.append("duplicate port names")
@@ -99,7 +99,7 @@ def container_problems(container, volume_names):
     env_names = [e["name"] for e in container.get("env", [])]
     if len(set(env_names)) != len(env_names):
         problems.append(f"duplicate env names in {container['name']}")
-    problems += [f"env name {n!r}" for n in env_names if not ENV_NAME.match(n)]
+    problems += [f"env name {n!r}" for n in env_names if not ENV_NAME.fullmatch(n)]
     mounts = container.get("volumeMounts", [])
     problems += [f"mount of unknown volume {m['name']!r}" for m in mounts if m["name"] not in volume_names]
     if len({m["mountPath"] for m in mounts}) != len(mounts):
@@ -111,12 +111,12 @@ def pod_problems(pod):
     spec = pod["spec"]
     problems = []
     for key in ("hostname", "subdomain"):
-        if key in spec and (len(spec[key]) > 63 or not DNS_1123_LABEL.match(spec[key])):
+        if key in spec and (len(spec[key]) > 63 or not DNS_1123_LABEL.fullmatch(spec[key])):
             problems.append(f"{key} {spec[key]!r}")
     volume_names = [v["name"] for v in spec.get("volumes", [])]
     if len(set(volume_names)) != len(volume_names):
         problems.append("duplicate volume names")
-    problems += [f"volume name {v!r}" for v in volume_names if not DNS_1123_LABEL.match(v) or len(v) > 63]
+    problems += [f"volume name {v!r}" for v in volume_names if not DNS_1123_LABEL.fullmatch(v) or len(v) > 63]
     containers = spec["containers"]
     if len({c["name"] for c in containers}) != len(containers):
         problems.append("duplicate container names")
@@ -133,14 +133,14 @@ def rule_problems(obj):
     """What an API server refuses but the JSON schemas let through."""
     meta = obj["metadata"]
     problems = []
-    if len(meta["name"]) > 63 or not DNS_1035_LABEL.match(meta["name"]):
+    if len(meta["name"]) > 63 or not DNS_1035_LABEL.fullmatch(meta["name"]):
         problems.append(f"name {meta['name']!r} is not a DNS-1035 label")
     problems += label_problems(meta.get("labels"))
     problems += [f"annotation value {k} is not a string" for k, v in (meta.get("annotations") or {}).items() if not isinstance(v, str)]
     if obj["kind"] == "Pod":
         problems += pod_problems(obj)
     if obj["kind"] == "Service":
-        problems += [f"service port name {p['name']!r}" for p in obj["spec"]["ports"] if len(p["name"]) > 15 or not IANA_SVC_NAME.match(p["name"])]
+        problems += [f"service port name {p['name']!r}" for p in obj["spec"]["ports"] if len(p["name"]) > 15 or not IANA_SVC_NAME.fullmatch(p["name"])]
         problems += label_problems(obj["spec"]["selector"])
     if obj["kind"] == "NetworkPolicy":
         problems += label_problems(obj["spec"]["podSelector"]["matchLabels"])
