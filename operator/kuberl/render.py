@@ -19,8 +19,9 @@ directory mounted at the same path), no NetworkPolicy, no PodGroup.
     sets replaces ours); containers with other names are appended as sidecars;
   - spec.volumes are merged by name (template wins);
   - every other pod spec field the template sets replaces ours.
-Then kuberl's own labels, hostname, subdomain and restartPolicy are put back:
-the Service selector, MASTER_ADDR and gang restarts depend on them.
+Then kuberl's own labels and annotations, hostname, subdomain and restartPolicy
+are put back: the Service selector, MASTER_ADDR, gang restarts and the gang
+scheduler's pod group depend on them.
 """
 
 from __future__ import annotations
@@ -538,6 +539,7 @@ def _render_pod(j: Job, namespace: str, rank: int, restart: int, default_image: 
     if spec.template:
         pod = merge_template(pod, spec.template)
     pod["metadata"]["labels"].update(reserved_labels)
+    pod["metadata"]["annotations"].update(annotations)  # a gang's size and PodGroup are the scheduler's count
     for key in ("hostname", "subdomain", "restartPolicy"):
         pod["spec"][key] = pod_spec[key]
     return pod

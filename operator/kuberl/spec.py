@@ -216,7 +216,7 @@ class JobSpec(Model):
             " patches kuberl's (env merged by name, volumeMounts by mountPath, any other field it sets"
             " replaces kuberl's, e.g. command to bring your own trainer), others are added as sidecars;"
             " spec.volumes merge by name; any other pod field set here replaces kuberl's. kuberl's labels,"
-            " hostname, subdomain and restartPolicy always stay."
+            " annotations, hostname, subdomain and restartPolicy always stay."
         ),
         json_schema_extra=free_form(2),
     )
