@@ -29,7 +29,7 @@ from kuberl import contract, names, trainerconfig
 from kuberl.spec import InvalidJob, JobSpec, Problem
 
 from . import dqn, ppo
-from .checkpoint import UnknownCheckpointFormat
+from .checkpoint import UnusableCheckpoint
 from .device import describe as describe_device
 from .device import tune as tune_device
 from .distributed import BadEnvironment, PeerLost, process_group
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidJob as e:
         write_reason(contract.REASON_CONFIG_ERROR, "; ".join(str(p) for p in e.problems))
         return contract.EXIT_CONFIG_ERROR
-    except (ConfigError, UnknownCheckpointFormat, BadEnvironment) as e:  # retrying cannot change these
+    except (ConfigError, UnusableCheckpoint, BadEnvironment) as e:  # retrying cannot change these
         write_reason(contract.REASON_CONFIG_ERROR, str(e))
         return contract.EXIT_CONFIG_ERROR
     except PeerLost as e:

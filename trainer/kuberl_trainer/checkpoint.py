@@ -21,6 +21,13 @@ write the file can recompute it), so decoding never runs code either:
 A file that fails to decode for any other reason is skipped with a log line,
 loading falls back to the next older one, and pruning never counts it among
 the K kept (it is deleted instead).
+
+The directory is the tenant's, so reading is bounded too: a name that is not a
+regular file (a FIFO, a device, a directory) is skipped and never deleted; a
+file larger than half the memory this process may use fails loudly (loading
+takes at least twice its size); a payload whose zip members are compressed or
+claim more bytes than the file holds (a decompression bomb: torch inflates
+deflated members) is not loaded.
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ import json
 import logging
 import os
 import re
+import stat
 import tempfile
+import zipfile
 from collections.abc import Callable
 
 import numpy as np
@@ -64,16 +73,46 @@ class CorruptCheckpoint(ValueError):
     """Not a loadable checkpoint: skipped, never counted among the kept."""
 
 
-class UnknownCheckpointFormat(ValueError):
+class NotAFile(CorruptCheckpoint):
+    """A checkpoint name that is not a regular file: skipped, and never deleted (not ours)."""
+
+
+class UnusableCheckpoint(ValueError):
+    """A checkpoint this trainer can neither load nor skip (skipping would silently lose its
+    progress): the run fails, naming the file; retrying cannot help."""
+
+    def __init__(self, path: str, why: str):
+        super().__init__(f"checkpoint {path} {why}")
+        self.path = path
+
+
+class UnknownCheckpointFormat(UnusableCheckpoint):
     """A format version this trainer cannot read (a newer trainer wrote it)."""
 
     def __init__(self, path: str, version: int):
         super().__init__(
-            f"checkpoint {path} has format version {version}; this trainer reads versions "
+            path, f"has format version {version}; this trainer reads versions "
             f"{', '.join(map(str, READABLE_VERSIONS))}. Run the trainer image that wrote it, or move the file away "
             "to resume from an older checkpoint"
         )
-        self.path, self.version = path, version
+        self.version = version
+
+
+class CheckpointTooLarge(UnusableCheckpoint):
+    """Larger than this process could load (MAX_LOAD_FRACTION of its memory)."""
+
+    def __init__(self, path: str, size: int, limit: int):
+        super().__init__(
+            path, f"is {size} bytes, over the {limit} bytes this rank can load (half its memory limit): "
+            "raise the pod's memory limit, or move the file away to resume from an older checkpoint"
+        )
+
+
+class CheckpointMismatch(UnusableCheckpoint):
+    """Written for another algorithm, network or env than this job's."""
+
+    def __init__(self, path: str, why: str):
+        super().__init__(path, f"was not written by this job's trainer ({why}): move it away to resume from an older checkpoint")
 
 
 def checkpoint_name(updates: int) -> str:
@@ -204,7 +243,22 @@ def decode(data: bytes, path: str = "<bytes>") -> dict:
     return state
 
 
+def _stored_zip(payload: bytes) -> None:
+    """torch.save writes its zip uncompressed; torch.load would inflate a deflated member, so a
+    small file could become many GiB of tensors. Members must be stored and fit in the payload."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(payload)) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as e:
+        raise CorruptCheckpoint(f"payload is not a torch.save zip: {e}") from e
+    if any(m.compress_type != zipfile.ZIP_STORED for m in members):
+        raise CorruptCheckpoint("payload has compressed members (torch.save never compresses): not loaded")
+    if sum(m.file_size for m in members) > len(payload):
+        raise CorruptCheckpoint("payload's members claim more bytes than it holds: not loaded")
+
+
 def _decode_v2(payload: bytes) -> object:
+    _stored_zip(payload)
     loaded = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
     if not (isinstance(loaded, dict) and set(loaded) == {"state", "tensors"} and isinstance(loaded["state"], str)
             and isinstance(loaded["tensors"], list) and all(isinstance(t, torch.Tensor) for t in loaded["tensors"])):
@@ -213,6 +267,7 @@ def _decode_v2(payload: bytes) -> object:
 
 
 def _decode_v1(payload: bytes) -> object:
+    _stored_zip(payload)
     with torch.serialization.safe_globals(V1_NUMPY_GLOBALS):
         state = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
     if isinstance(state, dict) and state.get("per_rank") is not None:
@@ -224,13 +279,29 @@ def _decode_v1(payload: bytes) -> object:
 
 # --- the directory -------------------------------------------------------------
 
+MAX_LOAD_FRACTION = 0.5  # of the memory this process may use: loading holds the bytes and the tensors at once
+
 # path -> (size, mtime_ns, valid): each file is decoded at most once per process
 _verified: dict[str, tuple[int, int, bool]] = {}
 
 
+def memory_limit(cgroup: str = "/sys/fs/cgroup") -> int:
+    """Bytes this process may use: its cgroup's memory limit (v2 or v1) when set, else the machine's RAM."""
+    limits = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
+    for name in ("memory.max", "memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError), open(os.path.join(cgroup, name)) as f:
+            limits.append(int(f.read(64).strip()))  # "max" (no limit) is a ValueError
+    return min(limit for limit in limits if limit > 0)
+
+
+def load_limit() -> int:
+    """The largest checkpoint file this process reads."""
+    return int(memory_limit() * MAX_LOAD_FRACTION)
+
+
 def _signature(path: str) -> tuple[int, int]:
-    stat = os.stat(path)
-    return stat.st_size, stat.st_mtime_ns
+    info = os.stat(path)
+    return info.st_size, info.st_mtime_ns
 
 
 def _remember(path: str, valid: bool) -> None:
@@ -240,7 +311,8 @@ def _remember(path: str, valid: bool) -> None:
 
 def save(directory: str, updates: int, state: dict, keep: int) -> str:
     """Write checkpoint `updates`; keep the newest `keep` valid ones and
-    delete the rest, invalid files included, wherever they sort."""
+    delete the rest, invalid files included, wherever they sort (never
+    what is not a regular file, nor what this trainer cannot judge)."""
     path = os.path.join(directory, checkpoint_name(updates))
     write_atomic(path, encode(state))
     _remember(path, True)
@@ -248,7 +320,7 @@ def save(directory: str, updates: int, state: dict, keep: int) -> str:
     for candidate in list_checkpoints(directory):
         valid = is_valid(candidate)
         if valid is None:
-            continue  # another format version: not ours to delete
+            continue  # another format version, too large to read, or not a file: not ours to delete
         if valid and kept < keep:
             kept += 1
             continue
@@ -261,7 +333,7 @@ def save(directory: str, updates: int, state: dict, keep: int) -> str:
 
 
 def is_valid(path: str) -> bool | None:
-    """Whether `path` decodes (None: a format version this trainer does not read)."""
+    """Whether `path` decodes (None: not a regular file, or one this trainer cannot judge)."""
     try:
         size, mtime = _signature(path)
     except OSError:
@@ -271,16 +343,30 @@ def is_valid(path: str) -> bool | None:
         return known[2]
     try:
         read(path)
-    except UnknownCheckpointFormat:
+    except (UnusableCheckpoint, NotAFile):
         return None
     except (CorruptCheckpoint, OSError):
         return False
     return True
 
 
-def read(path: str) -> dict:
-    with open(path, "rb") as f:
-        data = f.read()
+def read(path: str, max_bytes: int | None = None) -> dict:
+    """The state in checkpoint file `path`, reading at most `max_bytes` (default: load_limit())."""
+    limit = load_limit() if max_bytes is None else max_bytes
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAFile("not a regular file: skipped, and left alone")
+        if info.st_size > limit:
+            raise CheckpointTooLarge(path, info.st_size, limit)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            head = f.readline(96)  # the header, so a file that is not a checkpoint is not read on
+            data = head
+            if HEADER.match(head.rstrip(b"\n")) is not None:  # no more than fstat said: a file that grew fails its checksum
+                data += f.read(max(0, info.st_size - len(head)))
+    finally:
+        os.close(fd)
     try:
         state = decode(data, path)
     except CorruptCheckpoint:
@@ -316,3 +402,32 @@ def load_newest(directory: str, accept: Callable[[dict], str | None] = lambda _s
         log.warning("skipping checkpoint %s: %s", path, refused)
     return None
 
+
+
+def mismatch(expected: object, found: object, where: str = "state") -> str | None:
+    """Where a checkpoint's state `found` differs in kind from `expected` (what this job's
+    algorithm holds): a key missing or extra, a tensor or array of another shape or dtype, a
+    value of another type; None when alike. An empty dict or a None in `expected` (optimizer
+    state before the first step, unset values) takes anything; lists are compared by type only."""
+    if expected is None or (isinstance(expected, dict) and not expected):
+        return None
+    if isinstance(expected, (torch.Tensor, np.ndarray)):
+        if type(found) is not type(expected):
+            return f"{where} is {type(found).__name__}, not {type(expected).__name__}"
+        if tuple(found.shape) != tuple(expected.shape) or found.dtype != expected.dtype:
+            return f"{where} is {found.dtype}{list(found.shape)}, this job's is {expected.dtype}{list(expected.shape)}"
+        return None
+    if isinstance(expected, dict):
+        if not isinstance(found, dict):
+            return f"{where} is {type(found).__name__}, not a mapping"
+        if missing := [k for k in expected if k not in found]:
+            return f"{where} lacks {', '.join(map(repr, missing[:5]))}"
+        if extra := [k for k in found if k not in expected]:
+            return f"{where} has {', '.join(map(repr, extra[:5]))}, which this job's has not"
+        return next((m for k in expected if (m := mismatch(expected[k], found[k], f"{where}.{k}"))), None)
+    numbers = (int, float, np.integer, np.floating)
+    if isinstance(expected, numbers) and not isinstance(expected, (bool, np.bool_)):
+        alike = isinstance(found, numbers) and not isinstance(found, (bool, np.bool_))
+    else:
+        alike = isinstance(found, type(expected))
+    return None if alike else f"{where} is {type(found).__name__}, not {type(expected).__name__}"

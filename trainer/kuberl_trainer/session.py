@@ -34,6 +34,8 @@ from .startup import Startup
 PROGRESS_EVERY_SECONDS = 5.0
 RECENT_EPISODES = 100
 EVAL_SEED_STREAM = 1_000_003  # keeps evaluation seeds apart from every rank's
+SESSION_KEYS = ("elapsed_seconds", "per_rank")  # what a checkpoint holds besides the algorithm's shared state
+MAX_COUNTER = 2**62  # counters are all-reduced as int64
 
 
 # --- What an algorithm and the loop share ----------------------------------------
@@ -97,6 +99,7 @@ class Session(Protocol):
     """The plumbing the loop calls at update boundaries."""
 
     restart: int
+    resumed_from: str | None  # the checkpoint file load() read (rank 0 only)
 
     def stop_requested(self) -> bool: ...
     def success_vote(self) -> bool: ...
@@ -111,6 +114,9 @@ def run_updates(algorithm: Algorithm, session: Session) -> str:
     loaded = session.load()
     if loaded is not None:
         shared, own = loaded
+        # every rank got the same state, so every rank refuses it alike (a config error, not a crash)
+        if problem := checkpoint.mismatch(algorithm.shared_state(), {k: v for k, v in shared.items() if k not in SESSION_KEYS}):
+            raise checkpoint.CheckpointMismatch(session.resumed_from or "rank 0 resumed from", problem)
         algorithm.load_shared(shared)
         if own is not None:
             algorithm.load_rank(own)
@@ -133,6 +139,7 @@ class BareSession:
     `max_updates` are done (never, when None)."""
 
     restart = 0
+    resumed_from = None
 
     def __init__(self, max_updates: int | None = None):
         self.max_updates, self.reports = max_updates, []
@@ -166,6 +173,7 @@ class TrainingSession:
         self.last_report = (self.started, 0)
         self.start_step = 0
         self.last_checkpoint_update = -1
+        self.resumed_from: str | None = None
         self.exported = (0, 0)  # counter values already exported (steps, episodes)
 
     # -- the Session protocol --------------------------------------------------
@@ -195,6 +203,7 @@ class TrainingSession:
             found = checkpoint.load_newest(self.checkpoint_dir, accept=_resumable)
             if found is not None:
                 path, state = found
+                self.resumed_from = path
                 self.log(f"resuming from {path} (timesteps {state['counters']['global_step']})")
                 data = checkpoint.encode(state)
         data = distributed.broadcast_bytes(self.ctx, data)
@@ -202,6 +211,9 @@ class TrainingSession:
             return None
         state = checkpoint.decode(data)
         per_rank = state.pop("per_rank", None)
+        if per_rank is not None and not isinstance(per_rank, list):
+            raise checkpoint.CheckpointMismatch(self.resumed_from or "rank 0 resumed from",
+                                                f"per-rank state is {type(per_rank).__name__}, not a list")
         own = None
         if per_rank is not None and len(per_rank) == self.ctx.world_size:
             own = per_rank[self.ctx.rank]
@@ -351,8 +363,13 @@ class TrainingSession:
 def _resumable(state: dict) -> str | None:
     """Why a decoded checkpoint cannot be resumed from (None: it can)."""
     counters = state.get("counters")
-    if not isinstance(counters, dict) or not all(isinstance(counters.get(k), int) for k in ("global_step", "updates", "episodes")):
-        return "no integer counters (global_step, updates, episodes)"
+    if not isinstance(counters, dict) or not all(
+        type(counters.get(k)) is int and 0 <= counters[k] <= MAX_COUNTER for k in ("global_step", "updates", "episodes")
+    ):
+        return f"counters (global_step, updates, episodes) are not integers from 0 to {MAX_COUNTER}"
+    elapsed = state.get("elapsed_seconds", 0.0)
+    if type(elapsed) not in (int, float) or not 0 <= elapsed < float("inf"):
+        return "elapsed_seconds is not a finite, non-negative number"
     return None
 
 

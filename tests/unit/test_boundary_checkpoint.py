@@ -1,0 +1,167 @@
+"""The checkpoint directory is the tenant's (their PVC): whatever sits under a
+checkpoint's name is read in bounded time and memory, never deleted unless it
+is a file, and a checkpoint for another job's trainer fails loudly."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+
+import pytest
+import torch
+from kuberl import contract, trainerconfig
+from kuberl_trainer import __main__ as entry
+from kuberl_trainer import checkpoint, session
+from kuberl_trainer.distributed import Dist
+
+from tests.support.jobs import make_job
+from tests.unit.test_trainer_checkpoint import ppo_like_state
+
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+
+
+def newest_name(directory) -> str:
+    return str(directory / checkpoint.checkpoint_name(9_999_999_999))
+
+
+def load_in_a_child(directory, seconds: float = 20.0) -> subprocess.CompletedProcess:
+    """load_newest in its own process, under a 2 GiB address-space limit and a deadline:
+    a hang or an unbounded read fails the test instead of the test run."""
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30));"
+            "from kuberl_trainer import checkpoint;"
+            f"found = checkpoint.load_newest({str(directory)!r});"
+            "print('LOADED', found and found[0])")
+    return subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=seconds)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+def test_a_name_that_is_not_a_regular_file_is_skipped_at_once_and_never_deleted(tmp_path, kind):
+    checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=3)
+    hostile = newest_name(tmp_path)
+    {"fifo": os.mkfifo, "dev-zero": lambda p: os.symlink("/dev/zero", p), "directory": os.mkdir}[kind](hostile)
+    started = time.monotonic()
+    child = load_in_a_child(tmp_path)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "LOADED " + str(tmp_path / "ckpt-0000000001.pt") in child.stdout
+    assert "not a regular file" in child.stderr and time.monotonic() - started < 15
+    # rotation leaves it alone (it used to unlink a directory and fail every save)
+    checkpoint.save(str(tmp_path), 2, ppo_like_state(2), keep=1)
+    assert os.path.lexists(hostile)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-0000000002.pt", os.path.basename(hostile)]
+
+
+def test_a_file_larger_than_the_rank_can_load_fails_loudly_and_is_kept(tmp_path):
+    checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=3)
+    sparse = newest_name(tmp_path)
+    with open(sparse, "wb") as f:  # a sparse file: costs nothing to make, more than the machine's memory to read
+        f.truncate(checkpoint.memory_limit() + 1)
+    started = time.monotonic()
+    with pytest.raises(checkpoint.CheckpointTooLarge, match=f"checkpoint {sparse} is \\d+ bytes, over the") as raised:
+        checkpoint.load_newest(str(tmp_path))
+    assert isinstance(raised.value, checkpoint.UnusableCheckpoint) and time.monotonic() - started < 1
+    checkpoint.save(str(tmp_path), 2, ppo_like_state(2), keep=1)
+    assert os.path.exists(sparse), "a file too large to judge is not ours to delete"
+
+
+def deflated_payload(numel: int) -> bytes:
+    """A torch.save zip whose one float tensor of `numel` zeros is a deflated member: a few KiB
+    on disk, numel * 4 bytes once torch.load inflates it."""
+    buffer = io.BytesIO()
+    torch.save({"state": json.dumps({"x": {"$tensor": 0}}), "tensors": [torch.zeros(numel)]}, buffer)
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as source, zipfile.ZipFile(out, "w") as bomb:
+        for member in source.infolist():
+            deflate = member.filename.endswith("/data/0")
+            bomb.writestr(zipfile.ZipInfo(member.filename), source.read(member),
+                          compress_type=zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED)
+    return out.getvalue()
+
+
+def test_a_decompression_bomb_is_not_inflated(tmp_path):
+    payload = deflated_payload(1 << 22)  # 16 MiB of tensor in ~16 KiB: the same file scales to any size
+    assert len(payload) < 64 * 1024
+    bomb = tmp_path / "ckpt-0000000009.pt"
+    bomb.write_bytes(checkpoint._framed(2, payload))
+    with pytest.raises(checkpoint.CorruptCheckpoint, match="compressed members"):  # refused before torch.load
+        checkpoint.read(str(bomb))
+    checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=3)
+    assert not bomb.exists()
+    path, _ = checkpoint.load_newest(str(tmp_path))
+    assert path.endswith("ckpt-0000000001.pt")
+
+
+def test_zip_members_claiming_more_than_the_file_holds_are_refused():
+    buffer = io.BytesIO()
+    torch.save({"state": "{}", "tensors": []}, buffer)
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as source, zipfile.ZipFile(out, "w") as copy:
+        for member in source.infolist():
+            copy.writestr(zipfile.ZipInfo(member.filename), source.read(member))
+    data = bytearray(out.getvalue())
+    central = data.rindex(b"PK\x01\x02")  # the last member's central record: claim 1 GiB for it
+    data[central + 24:central + 28] = (1 << 30).to_bytes(4, "little")
+    with pytest.raises(checkpoint.CorruptCheckpoint, match="claim more bytes"):
+        checkpoint.decode(checkpoint._framed(2, bytes(data)))
+
+
+def training_session(tmp_path, name: str, **block) -> tuple[object, session.TrainingSession]:
+    spec = make_job().algorithm(name, **block).with_spec(totalTimesteps=256, workers=1, seed=1).spec()
+    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
+    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 256, 1, 0)
+    return trainer, session.TrainingSession(config, ONE_PROCESS, None, 0, threading.Event(), log=lambda _line: None)
+
+
+@pytest.mark.parametrize("foreign, expected", [
+    ("dqn", "state lacks 'obs_norm', 'ret_norm'"),
+    ("ppo-wider", "state.agent.* is torch.float32\\[\\d+, \\d+\\], this job's is torch.float32\\[64, 4\\]"),
+], ids=["another-algorithm", "another-network"])
+def test_a_checkpoint_for_another_algorithm_or_network_fails_as_a_config_error_naming_the_file(tmp_path, monkeypatch, foreign, expected):
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    other, _ = training_session(tmp_path, "dqn" if foreign == "dqn" else "ppo",
+                                **({"learningStarts": 32, "batchSize": 16, "bufferSize": 256} if foreign == "dqn" else {"hiddenSizes": [32, 32]}))
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16, hiddenSizes=[64, 64])
+    path = checkpoint.save(training.checkpoint_dir, 3, {**other.shared_state(), "elapsed_seconds": 1.0, "per_rank": None}, keep=3)
+    with pytest.raises(checkpoint.CheckpointMismatch, match=f"checkpoint {path} was not written by this job's trainer \\({expected}"):
+        session.run_updates(trainer, training)
+
+
+def test_the_jobs_own_checkpoint_passes_the_same_check(tmp_path, monkeypatch):
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
+    assert session.run_updates(trainer, training) == "budget"
+    training.save(trainer)
+    resumed, again = training_session(tmp_path, "ppo", numSteps=16)
+    assert session.run_updates(resumed, again) == "budget" and again.resumed_from is not None
+    assert resumed.counters == trainer.counters
+
+
+@pytest.mark.parametrize("counters", [
+    {"global_step": -5, "updates": 1, "episodes": 0},
+    {"global_step": 10**30, "updates": 1, "episodes": 0},
+    {"global_step": True, "updates": 1, "episodes": 0},
+], ids=["negative", "past-int64", "bool"])
+def test_counters_out_of_range_are_skipped_like_a_corrupt_file(tmp_path, counters):
+    checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=3)
+    checkpoint.save(str(tmp_path), 2, {**ppo_like_state(2), "counters": counters}, keep=3)
+    path, state = checkpoint.load_newest(str(tmp_path), accept=session._resumable)
+    assert path.endswith("ckpt-0000000001.pt") and state["counters"]["updates"] == 1
+
+
+def test_an_unusable_checkpoint_exits_with_the_configuration_error_code_and_one_line(tmp_path, monkeypatch, capsys):
+    spec = make_job().algorithm("ppo").with_spec(totalTimesteps=256, workers=1, seed=1).spec()
+    config_file = tmp_path / "config.json"
+    config_file.write_text(trainerconfig.dump(trainerconfig.trainer_config("t", "default", "uid", spec)))
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+
+    def run(config, stop, startup=None):
+        raise checkpoint.CheckpointMismatch("/ckpt/ckpt-0000000003.pt", "state lacks 'obs_norm'")
+
+    monkeypatch.setattr(entry, "run", run)
+    assert entry.main(["--config", "/config.json"]) == contract.EXIT_CONFIG_ERROR  # under KUBERL_FS_ROOT
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line == ("ConfigError: checkpoint /ckpt/ckpt-0000000003.pt was not written by this job's trainer "
+                    "(state lacks 'obs_norm'): move it away to resume from an older checkpoint")
