@@ -828,6 +828,12 @@ def _kubectl_float(loader: yaml.SafeLoader, node: yaml.Node) -> float | int:
 
 
 KubernetesYamlLoader.add_constructor("tag:yaml.org,2002:float", _kubectl_float)
+# go-yaml v2 (kubectl) keeps a timestamp-looking scalar a string when decoding into interface{}:
+# `args: [2024-01-01T00:00:00Z]` must reach the pod as written, not as a datetime.
+KubernetesYamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in KubernetesYamlLoader.yaml_implicit_resolvers.items()
+}
 
 
 if yaml.__with_libyaml__:

@@ -4,7 +4,12 @@
 import json
 
 import pytest
-from kuberl.spec import MAX_GANG_TEMPLATE_BYTES, InvalidJob, validate_job
+from kuberl.spec import (
+    MAX_GANG_TEMPLATE_BYTES,
+    InvalidJob,
+    load_documents,
+    validate_job,
+)
 
 from tests.support.jobs import make_job
 
@@ -67,3 +72,13 @@ TRAILING_NEWLINES = {
 @pytest.mark.parametrize(("job", "path"), TRAILING_NEWLINES.values(), ids=TRAILING_NEWLINES.keys())
 def test_a_name_with_a_trailing_newline_is_refused(job, path):
     assert [p.split(": ")[0] for p in problems(job)] == [path]
+
+
+# kubectl reads YAML with go-yaml v2, which keeps a timestamp-looking scalar a string when decoding
+# into interface{} (decode.go: "for backward compatibility reasons we set it as a string"); PyYAML
+# made it a datetime, so `kuberl render` printed `args: [2024-01-01 00:00:00+00:00]`, and `kuberl run`
+# started the container with that text instead of what the file says.
+@pytest.mark.parametrize("scalar", ["2024-01-01", "2024-01-01T00:00:00Z", "2001-12-14 21:59:43.10 -5"])
+def test_timestamps_stay_the_strings_kubectl_sends(scalar):
+    [doc] = load_documents(f"args: [{scalar}]\nimage: {scalar}\n")
+    assert doc == {"args": [scalar], "image": scalar}
