@@ -165,3 +165,17 @@ def test_an_unusable_checkpoint_exits_with_the_configuration_error_code_and_one_
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line == ("ConfigError: checkpoint /ckpt/ckpt-0000000003.pt was not written by this job's trainer "
                     "(state lacks 'obs_norm'): move it away to resume from an older checkpoint")
+
+
+def test_a_fifo_named_progress_jsonl_does_not_block_the_trainer(tmp_path, monkeypatch):
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    _, training = training_session(tmp_path, "ppo")
+    os.makedirs(training.checkpoint_dir)
+    os.mkfifo(os.path.join(training.checkpoint_dir, "progress.jsonl"))  # nobody ever reads it
+    lines = []
+    training.log = lines.append
+    writer = threading.Thread(target=lambda: [training.curve_point(step) for step in (1, 2)], daemon=True)
+    writer.start()
+    writer.join(10)
+    assert not writer.is_alive(), "opening the FIFO for append blocked the trainer"
+    assert len(lines) == 1 and lines[0].startswith("progress.jsonl not written")

@@ -11,9 +11,11 @@ and the final model; `BareSession` does nothing, for benchmarks and tests.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
+import stat
 import threading
 import time
 from collections import deque
@@ -174,6 +176,7 @@ class TrainingSession:
         self.start_step = 0
         self.last_checkpoint_update = -1
         self.resumed_from: str | None = None
+        self.progress_unwritable = False
         self.exported = (0, 0)  # counter values already exported (steps, episodes)
 
     # -- the Session protocol --------------------------------------------------
@@ -305,8 +308,12 @@ class TrainingSession:
             "restart": self.restart,
         }
         os.makedirs(self.checkpoint_dir, exist_ok=True)
-        with open(os.path.join(self.checkpoint_dir, "progress.jsonl"), "a") as f:
-            f.write(json.dumps(line) + "\n")
+        try:
+            append_line(os.path.join(self.checkpoint_dir, "progress.jsonl"), json.dumps(line))
+        except OSError as e:  # the directory is the tenant's: a curve point lost is not worth the run
+            if not self.progress_unwritable:
+                self.log(f"progress.jsonl not written: {e}")
+            self.progress_unwritable = True
 
     def save(self, algorithm: Algorithm, collectives: bool = True) -> None:
         """Rank 0 writes the replicated state; deterministic mode first
@@ -358,6 +365,18 @@ class TrainingSession:
         buffer = io.BytesIO()
         torch.save(model, buffer)
         checkpoint.write_atomic(self.final_model, buffer.getvalue())
+
+
+def append_line(path: str, line: str) -> None:
+    """Append `line` to a regular file; a FIFO or device under the name raises OSError
+    instead of blocking (a FIFO nobody reads) or writing where it should not."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def _resumable(state: dict) -> str | None:
