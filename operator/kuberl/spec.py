@@ -158,6 +158,10 @@ class CheckpointSpec(Model):
     retain: bool = Field(True, description="Keep the created PVC when the job is deleted.")
 
 
+# How long a deleted pod may keep its node: bounds suspend, gang restarts and deletion.
+MAX_GRACE_SECONDS = 3600
+
+
 class RunPolicy(Model):
     backoff_limit: int = Field(3, ge=0, le=1000, description="Gang restarts after crashes or stalls before the job fails.")
     restart_backoff_seconds: float = Field(10.0, ge=0, le=3600, description="Base of the exponential delay between gang restarts.")
@@ -169,7 +173,7 @@ class RunPolicy(Model):
     max_startup_retries: int = Field(3, ge=0, le=1000, description="Generations that never fully start before the job fails.")
     collective_timeout_seconds: int = Field(1800, ge=10, description="Timeout of each collective; must outlast rank-0-only work (evaluation, checkpoints).")
     rendezvous_timeout_seconds: int = Field(600, ge=1, description="How long ranks retry rendezvous while rank 0's name does not resolve yet.")
-    termination_grace_period_seconds: int = Field(30, ge=0, le=3600, description="Time a pod gets to save a checkpoint after SIGTERM.")
+    termination_grace_period_seconds: int = Field(30, ge=0, le=MAX_GRACE_SECONDS, description="Time a pod gets to save a checkpoint after SIGTERM.")
 
 
 class MetricsSpec(Model):
@@ -580,6 +584,7 @@ def _template_problems(template: Any) -> list[Problem]:
         # ValidatePodCreate (pkg/apis/core/validation): "spec.ephemeralContainers: Forbidden: cannot be set on create".
         problems.append(Problem("spec.template.spec.ephemeralContainers", "not allowed: a pod cannot be created with"
                                 " ephemeral containers (the API server adds them to running pods only)"))
+    problems += _grace_problems(pod_spec.get("terminationGracePeriodSeconds"))
     for kind in ("containers", "initContainers"):
         for i, container in enumerate(pod_spec.get(kind) if isinstance(pod_spec.get(kind), list) else []):
             if isinstance(container, dict):
@@ -605,6 +610,20 @@ def _gang_template_problems(template: Any, workers: int) -> list[Problem]:
     return [Problem("spec.template", f"expected at most {MAX_GANG_TEMPLATE_BYTES} bytes of pod template across the gang"
                     f" (got {size} bytes as JSON x spec.workers {workers} = {size * workers}): the operator renders every"
                     " pod at once; use fewer workers, or keep large data in a ConfigMap or Secret")]
+
+
+def _grace_problems(seconds: Any) -> list[Problem]:
+    """The template's grace period replaces runPolicy's, so it keeps runPolicy's bound."""
+    if seconds is None:
+        return []
+    path = "spec.template.spec.terminationGracePeriodSeconds"
+    hint = "; spec.runPolicy.terminationGracePeriodSeconds is the job's own setting"
+    if not isinstance(seconds, int) or isinstance(seconds, bool):
+        return [Problem(path, f"expected an integer (got {_shown(seconds)}){hint}")]
+    if not 0 <= seconds <= MAX_GRACE_SECONDS:
+        bound = f"at most {MAX_GRACE_SECONDS}" if seconds > 0 else "at least 0"
+        return [Problem(path, f"expected {bound} (got {seconds}): a deleted pod keeps its node that long{hint}")]
+    return []
 
 
 def _volume_mount_problems(path: str, mounts: Any) -> list[Problem]:

@@ -82,3 +82,27 @@ def test_a_name_with_a_trailing_newline_is_refused(job, path):
 def test_timestamps_stay_the_strings_kubectl_sends(scalar):
     [doc] = load_documents(f"args: [{scalar}]\nimage: {scalar}\n")
     assert doc == {"args": [scalar], "image": scalar}
+
+
+# spec.runPolicy.terminationGracePeriodSeconds is capped at an hour, but the template's pod field
+# replaced it unchecked: with 10**9 a pod that ignores SIGTERM keeps its node (and GPUs) for decades
+# after a suspend, a gang restart or the job's deletion (the operator force-deletes only 60 s past
+# the pod's deletionTimestamp, which the grace period pushes out).
+GRACE_PERIODS = {
+    "decades": (10**9, "at most 3600"),
+    "negative": (-1, "at least 0"),
+    "a string": ("30", "an integer"),
+}
+
+
+@pytest.mark.parametrize(("seconds", "expected"), GRACE_PERIODS.values(), ids=GRACE_PERIODS.keys())
+def test_the_template_grace_period_keeps_the_run_policy_bound(seconds, expected):
+    job = make_job().template({"spec": {"terminationGracePeriodSeconds": seconds}}).obj()
+    [problem] = problems(job)
+    assert problem.startswith("spec.template.spec.terminationGracePeriodSeconds: expected " + expected)
+    assert "spec.runPolicy.terminationGracePeriodSeconds" in problem
+
+
+def test_a_template_grace_period_within_the_bound_passes():
+    job = make_job().template({"spec": {"terminationGracePeriodSeconds": 120}}).obj()
+    assert validate_job(job).template["spec"]["terminationGracePeriodSeconds"] == 120
