@@ -221,18 +221,31 @@ def container_env(
             env[name] = value
         else:
             raise LocalRunError(f"env {name}: {next(iter(source), '?')} cannot be served locally (no Secrets here)")
-    return {k: resolve_names(v, resolve) for k, v in env.items()}
+    return {k: resolve_names(v, resolve, strict=contract.is_reserved_env(k)) for k, v in env.items()}
 
 
 _CLUSTER_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?\.svc(\.cluster\.local)?)\.?(:[0-9]+)?$")
+# A cluster name inside a longer value: `tcp://<name>:port`, `<name>:1,<name>:2`, a shell line.
+_CLUSTER_NAME_INSIDE = re.compile(r"(?<![-a-zA-Z0-9.])([a-z0-9](?:[-a-z0-9.]*[a-z0-9])?\.svc(?:\.cluster\.local)?)(?![-a-zA-Z0-9]|\.[a-zA-Z0-9])")
 
 
-def resolve_names(value: str, resolve: Callable[[str], str]) -> str:
-    """A value that is a cluster DNS name (optionally with a port) becomes the address it resolves to."""
+def resolve_names(value: str, resolve: Callable[[str], str], strict: bool = True) -> str:
+    """A value that is a cluster DNS name (optionally with a port) becomes the
+    address it resolves to; so does each cluster name inside a longer value.
+    A whole-value name that does not resolve is an error when `strict` (kuberl's
+    own names: a render bug); any other stays as written, for this machine's
+    resolver to answer as it would (a name of another Service: no answer here)."""
     match = _CLUSTER_NAME.match(value)
-    if not match:
-        return value
-    return resolve(match.group(1)) + (match.group(4) or "")
+    if match and strict:
+        return resolve(match.group(1)) + (match.group(4) or "")
+
+    def one(found: re.Match) -> str:
+        try:
+            return resolve(found.group(1))
+        except LocalRunError:
+            return found.group(0)
+
+    return _CLUSTER_NAME_INSIDE.sub(one, value)
 
 
 # --- the container's filesystem ----------------------------------------------
@@ -397,16 +410,20 @@ def in_volumes(argument: str, root: str, mount_paths: list[str]) -> str:
     return argument
 
 
-def launch(pod: Mapping, root: str, container_environment: Mapping[str, str], base_env: Mapping[str, str] | None = None) -> Launch:
+def launch(pod: Mapping, root: str, container_environment: Mapping[str, str], base_env: Mapping[str, str] | None = None,
+           resolve: Callable[[str], str] | None = None) -> Launch:
     """The container's command and args, `$(VAR)`-expanded with its env, with
-    the trainer environment's executables and the volumes' paths resolved here;
-    the process sees `base_env` (default: `container_base_env()`) under the pod's env."""
+    the trainer environment's executables, the volumes' paths and (given
+    `resolve`) the cluster names written in them resolved here; the process
+    sees `base_env` (default: `container_base_env()`) under the pod's env."""
     container = trainer_container(pod)
     command = list(container.get("command") or []) + list(container.get("args") or [])
     if not command:
         raise LocalRunError(f"container {container['name']!r} has no command: a local node has no image entrypoint")
     mount_paths = [os.path.normpath(m["mountPath"]) for m in container.get("volumeMounts") or []]
     argv = [in_volumes(expand(part, container_environment), root, mount_paths) for part in command]
+    if resolve is not None:
+        argv = [resolve_names(part, resolve, strict=False) for part in argv]
     argv[0] = executable(argv[0])
     env = {
         **(container_base_env() if base_env is None else base_env),
@@ -578,7 +595,7 @@ def start_pod(
     container = trainer_container(pod)
     env = container_env(pod, container, pod_ip, configmaps, resolve, node_cpus)
     root = prepare_sandbox(sandbox, pod, container, configmap_dir, claim_dir)
-    return PodProcess(launch(pod, root, env, base_env), prefix, out, log_path)
+    return PodProcess(launch(pod, root, env, base_env, resolve), prefix, out, log_path)
 
 
 

@@ -107,3 +107,12 @@ def test_a_path_that_leaves_the_pods_root_is_refused_before_anything_runs(tmp_pa
     assert "terminationMessagePath" in done.stdout and ".mountPath" in done.stdout, done.stdout
     assert "ran" not in done.stdout.splitlines()
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "escaped-dir").exists()
+
+
+def test_a_rendezvous_url_composed_in_the_manifests_env_resolves(tmp_path):
+    """`value: tcp://$(MASTER_ADDR):$(MASTER_PORT)` holds worker 0's cluster name
+    inside a URL: it resolves here as a pod's DNS resolves it in a cluster."""
+    env = [{"name": "INIT_METHOD", "value": "tcp://$(MASTER_ADDR):$(MASTER_PORT)"}]
+    code, out, _ = run_script_job(tmp_path, "initenv", ["python", "/app/init_from_env.py"], workers=2, env=env)
+    assert code == 0, out[-4000:]
+    assert out.count("hosts ['initenv-0', 'initenv-1'] pair 2") == 2, out[-3000:]

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 from kuberl import names
-from kuberl.localnode import LocalRunError, container_env, trainer_container
+from kuberl.localnode import LocalRunError, container_env, launch, trainer_container
 from kuberl.localrun import (
     DNSPod,
     dns_records,
@@ -102,3 +102,37 @@ def test_pod_addresses_are_loopback_distinct_and_never_the_hosts():
     assert len(a) == 1024 and not a & b
     assert all(ip.startswith("127.") and ip != "127.0.0.1" for ip in a | b)
     assert pod_address("/runs/a", 0) == pod_address("/runs/a", 0)
+
+
+def with_user_env(pod: dict, env: list[dict], args: list[str] | None = None) -> dict:
+    pod = copy.deepcopy(pod)
+    trainer_container(pod)["env"] += env
+    if args is not None:
+        trainer_container(pod)["args"] = args
+    return pod
+
+
+def test_a_cluster_name_inside_a_value_resolves_as_a_pods_resolver_would():
+    """`tcp://$(MASTER_ADDR):$(MASTER_PORT)` is a cluster name inside a URL: a
+    script's init_method, resolved in a cluster by its DNS, here by the same rules."""
+    service, pods = rendered()
+    pod = with_user_env(pods[1].pod, [
+        {"name": "INIT", "value": "tcp://$(MASTER_ADDR):$(MASTER_PORT)"},
+        {"name": "PEERS", "value": "cartpole-1.cartpole.default.svc.cluster.local:1,cartpole-2.cartpole.default.svc:2"},
+        {"name": "ELSEWHERE", "value": "http://db.other.svc:5432/x"},  # not the job's: a cluster resolves it, not us
+        {"name": "LOOKALIKE", "value": "cartpole-0.cartpole.default.svc.example.com"},
+    ])
+    env = container_env(pod, trainer_container(pod), pods[1].ip, {}, make_resolver([service], pods), node_cpus=4)
+    assert env["INIT"] == f"tcp://127.9.0.2:{env['MASTER_PORT']}"
+    assert env["PEERS"] == "127.9.0.3:1,127.9.0.4:2"
+    assert env["ELSEWHERE"] == "http://db.other.svc:5432/x"
+    assert env["LOOKALIKE"] == "cartpole-0.cartpole.default.svc.example.com"
+
+
+def test_a_cluster_name_written_into_the_command_resolves_too(tmp_path):
+    service, pods = rendered()
+    pod = with_user_env(pods[1].pod, [], ["--rdzv-endpoint=cartpole-0.cartpole.default.svc:29500", "sh -c 'x cartpole-2.cartpole.default.svc'"])
+    resolver = make_resolver([service], pods)
+    env = container_env(pod, trainer_container(pod), pods[1].ip, {}, resolver, node_cpus=4)
+    argv = launch(pod, str(tmp_path), env, {}, resolver).argv
+    assert argv[-2:] == ["--rdzv-endpoint=127.9.0.2:29500", "sh -c 'x 127.9.0.4'"]
