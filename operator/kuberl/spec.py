@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Context, Decimal
 from typing import IO, Annotated, Any, Literal
 
 import yaml
@@ -612,6 +613,71 @@ def _gang_template_problems(template: Any, workers: int) -> list[Problem]:
                     " pod at once; use fewer workers, or keep large data in a ConfigMap or Secret")]
 
 
+# Quantity suffixes (k8s.io/apimachinery/pkg/api/resource): binary, decimal SI, or an exponent.
+_QUANTITY_SUFFIXES = {
+    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+    **{s: Decimal(10) ** e for s, e in (("n", -9), ("u", -6), ("m", -3), ("", 0), ("k", 3), ("M", 6), ("G", 9),
+                                        ("T", 12), ("P", 15), ("E", 18))},
+}
+_QUANTITY_PARTS = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)")
+_UNBOUNDED = Context(prec=60, Emax=10**9, Emin=-(10**9), traps=[])  # exact, and never raises
+STANDARD_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
+
+
+def quantity_value(quantity: str | int) -> Decimal:
+    """The number a Kubernetes quantity (already matching QUANTITY) stands for, to compare two."""
+    if isinstance(quantity, int):
+        return Decimal(quantity)
+    number, suffix = _QUANTITY_PARTS.fullmatch(quantity).groups()
+    if suffix not in _QUANTITY_SUFFIXES:  # an exponent: e3, E-2 ("Ei" is a suffix)
+        value, exponent = Decimal(number), int(suffix[1:])
+        if value == 0 or exponent < -(10**6):
+            return Decimal(0)
+        if exponent > 10**6:  # scaleb would give NaN, which no comparison survives
+            return Decimal("Infinity").copy_sign(value)
+        return value.scaleb(exponent, _UNBOUNDED)
+    return _UNBOUNDED.multiply(Decimal(number), _QUANTITY_SUFFIXES[suffix])
+
+
+def _resource_name_ok(name: str) -> bool:
+    """validateContainerResourceName: a qualified name; without a domain one of Kubernetes' own
+    (cpu, memory, ephemeral-storage, hugepages-<size>); with one, an extended resource outside kubernetes.io."""
+    if not LABEL_KEY.fullmatch(name) or len(name.rpartition("/")[2]) > 63:
+        return False
+    if "/" not in name:
+        return name in STANDARD_CONTAINER_RESOURCES or name.startswith("hugepages-")
+    return "kubernetes.io/" not in name
+
+
+def _resources_problems(resources: Any) -> list[Problem]:
+    """What ValidateResourceRequirements refuses at pod create: unknown names, negative amounts, a request over its limit."""
+    if not isinstance(resources, dict):
+        return []
+    problems, values = [], {}
+    for kind in ("requests", "limits"):
+        amounts = resources.get(kind)
+        for name, amount in (amounts.items() if isinstance(amounts, dict) else ()):
+            path = f"spec.resources.{kind}.{name}"
+            if not isinstance(name, str) or not _resource_name_ok(name):
+                problems.append(Problem(path, "expected a resource name: cpu, memory, ephemeral-storage, hugepages-<size>,"
+                                        " or an extended resource with a domain such as example.com/fpga"))
+                continue
+            if isinstance(amount, bool) or not isinstance(amount, int | str) or (
+                    isinstance(amount, str) and not re.fullmatch(QUANTITY, amount)):
+                continue  # the model already names it
+            value = quantity_value(amount)
+            if value < 0:
+                problems.append(Problem(path, f"expected a quantity of at least 0 (got {amount!r})"))
+            else:
+                values[kind, name] = (amount, value)
+    for (kind, name), (amount, value) in values.items():
+        limit = values.get(("limits", name))
+        if kind == "requests" and limit is not None and value > limit[1]:
+            problems.append(Problem(f"spec.resources.requests.{name}",
+                                    f"expected at most the limit spec.resources.limits.{name} {limit[0]!r} (got {amount!r})"))
+    return problems
+
+
 def _grace_problems(seconds: Any) -> list[Problem]:
     """The template's grace period replaces runPolicy's, so it keeps runPolicy's bound."""
     if seconds is None:
@@ -712,6 +778,7 @@ def parse_spec(spec: Any) -> JobSpec:
             problems.append(problem)
     problems += _label_key_problems("spec.labels", spec.get("labels"))
     problems += _label_key_problems("spec.nodeSelector", spec.get("nodeSelector"))
+    problems += _resources_problems(spec.get("resources"))
     problems += _template_problems(spec.get("template"))
     problems += _custom_trainer_problems(spec)
     if parsed is not None:

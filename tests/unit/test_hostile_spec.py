@@ -106,3 +106,33 @@ def test_the_template_grace_period_keeps_the_run_policy_bound(seconds, expected)
 def test_a_template_grace_period_within_the_bound_passes():
     job = make_job().template({"spec": {"terminationGracePeriodSeconds": 120}}).obj()
     assert validate_job(job).template["spec"]["terminationGracePeriodSeconds"] == 120
+
+
+# Resources the API server refuses at pod create (pkg/apis/core/validation: ValidateResourceRequirements,
+# ValidateNonnegativeQuantity, validateContainerResourceName), after the job was accepted and its
+# ConfigMap, PVC, Service and NetworkPolicy were created: refused with the job instead.
+RESOURCES = {
+    "negative cpu request": ({"requests": {"cpu": "-2"}}, "spec.resources.requests.cpu"),
+    "negative integer limit": ({"limits": {"memory": -1}}, "spec.resources.limits.memory"),
+    "request above limit": ({"requests": {"cpu": "8"}, "limits": {"cpu": "2"}}, "spec.resources.requests.cpu"),
+    "request above limit, other units": ({"requests": {"memory": "2Gi"}, "limits": {"memory": "2G"}}, "spec.resources.requests.memory"),
+    "huge exponent over its limit": ({"requests": {"cpu": "1e99999999999"}, "limits": {"cpu": "1Ei"}}, "spec.resources.requests.cpu"),
+    "negative huge exponent": ({"requests": {"cpu": "-1e99999999999"}}, "spec.resources.requests.cpu"),
+    "not a resource name": ({"requests": {"foo bar": "1"}}, "spec.resources.requests.foo bar"),
+    "unqualified extended resource": ({"limits": {"widgets": "1"}}, "spec.resources.limits.widgets"),
+}
+
+
+@pytest.mark.parametrize(("resources", "path"), RESOURCES.values(), ids=RESOURCES.keys())
+def test_resources_the_api_server_refuses_are_refused_with_the_job(resources, path):
+    [problem] = problems(make_job().with_spec(resources=resources).obj())
+    assert problem.startswith(path + ": expected ")
+
+
+@pytest.mark.parametrize("resources", [
+    {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "0.5", "memory": "1024Mi"}},
+    {"requests": {"cpu": 2, "ephemeral-storage": "10Gi", "hugepages-2Mi": "1Gi"}, "limits": {"cpu": "2000m", "hugepages-2Mi": "1Gi"}},
+    {"limits": {"example.com/fpga": 1, "memory": "1e9"}},
+])
+def test_resources_the_api_server_accepts_pass(resources):
+    validate_job(make_job().with_spec(resources=resources).obj())
