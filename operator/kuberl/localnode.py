@@ -401,13 +401,48 @@ def executable(name: str) -> str:
 
 
 def in_volumes(argument: str, root: str, mount_paths: list[str]) -> str:
-    """An absolute path under a volume's mountPath, as this host sees it."""
+    """An absolute path under a volume's mountPath (alone, or an option's
+    `--name=/path` value), as this host sees it."""
+    if argument.startswith("-") and "=/" in argument:
+        option, _, value = argument.partition("=")
+        return f"{option}={in_volumes(value, root, mount_paths)}"
     if not argument.startswith("/"):
         return argument
     path = os.path.normpath(argument)
     if any(path == m or path.startswith(m.rstrip("/") + "/") for m in mount_paths):
         return host_path(root, path)
     return argument
+
+
+SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh")
+_SHELL_BEFORE = "\\s'\"=:,;&|()<>`"  # what may precede a path in a shell line (a word's start)
+_SAFE_IN_SHELL = re.compile(r"^[\w@%+=:,./-]+$")
+
+
+def is_shell_line(argv: list[str], i: int) -> bool:
+    """argv[i] is the line of `sh -c LINE` (or `bash -ec LINE`, ...)."""
+    flag = argv[i - 1] if i >= 2 else ""
+    return (os.path.basename(argv[0]) in SHELLS and flag.startswith("-") and not flag.startswith("--")
+            and flag.endswith("c") and i == argv.index(flag) + 1)
+
+
+def in_volumes_of_line(line: str, root: str, mount_paths: list[str]) -> str:
+    """Each word of a shell line that is a path under a mountPath, as this host sees it (one pass:
+    a host path put in is never rewritten again)."""
+    mounts = sorted({m.rstrip("/") for m in mount_paths if m.rstrip("/")}, key=len, reverse=True)
+    if not mounts:
+        return line
+    words = "|".join(re.escape(m) for m in mounts)
+    pattern = re.compile(rf"(?:(?<=[{_SHELL_BEFORE}])|^)({words})(?=[/{_SHELL_BEFORE}]|$)")
+
+    def one(found: re.Match) -> str:
+        host = host_path(root, found.group(1))
+        if not _SAFE_IN_SHELL.match(host):
+            raise LocalRunError(f"the shell line {line!r} names {found.group(1)}, whose directory here ({host}) a"
+                                " shell would split: run from a path of letters, digits and ._-/ only")
+        return host
+
+    return pattern.sub(one, line)
 
 
 def launch(pod: Mapping, root: str, container_environment: Mapping[str, str], base_env: Mapping[str, str] | None = None,
@@ -421,7 +456,9 @@ def launch(pod: Mapping, root: str, container_environment: Mapping[str, str], ba
     if not command:
         raise LocalRunError(f"container {container['name']!r} has no command: a local node has no image entrypoint")
     mount_paths = [os.path.normpath(m["mountPath"]) for m in container.get("volumeMounts") or []]
-    argv = [in_volumes(expand(part, container_environment), root, mount_paths) for part in command]
+    argv = [expand(part, container_environment) for part in command]
+    argv = [in_volumes_of_line(part, root, mount_paths) if is_shell_line(argv, i) else in_volumes(part, root, mount_paths)
+            for i, part in enumerate(argv)]
     if resolve is not None:
         argv = [resolve_names(part, resolve, strict=False) for part in argv]
     argv[0] = executable(argv[0])

@@ -116,3 +116,12 @@ def test_a_rendezvous_url_composed_in_the_manifests_env_resolves(tmp_path):
     code, out, _ = run_script_job(tmp_path, "initenv", ["python", "/app/init_from_env.py"], workers=2, env=env)
     assert code == 0, out[-4000:]
     assert out.count("hosts ['initenv-0', 'initenv-1'] pair 2") == 2, out[-3000:]
+
+
+def test_a_shell_line_with_torchruns_flags_spelled_out_runs_the_volumes_script(tmp_path):
+    """`command: [sh, -c, "torchrun --nnodes=$NNODES ... /app/echo.py"]`, as many PyTorchJob manifests say it."""
+    line = ("torchrun --nnodes=$NNODES --nproc-per-node=$NPROC_PER_NODE --node-rank=$NODE_RANK"
+            " --master-addr=$MASTER_ADDR --master-port=$MASTER_PORT /app/echo.py")
+    code, out, _ = run_script_job(tmp_path, "shline", ["sh", "-c", line], workers=2, procs=2)
+    assert code == 0, out[-4000:]
+    assert out.count("sum of ranks 6") == 4, out[-3000:]

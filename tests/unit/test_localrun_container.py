@@ -57,8 +57,26 @@ def test_absolute_paths_under_a_mount_are_that_volumes_files(tmp_path):
     container = {"command": ["python", "/app/train.py"], "args": ["--data=/data/x", "/data/sets/a.csv", "/application/z", "/app"],
                  "volumeMounts": [{"name": "code", "mountPath": "/app"}, {"name": "sets", "mountPath": "/data/"}]}
     started = launch(pod_with(container), str(tmp_path), {})
-    assert started.argv[1:] == [str(tmp_path / "app/train.py"), "--data=/data/x", str(tmp_path / "data/sets/a.csv"),
+    assert started.argv[1:] == [str(tmp_path / "app/train.py"), f"--data={tmp_path}/data/x", str(tmp_path / "data/sets/a.csv"),
                                 "/application/z", str(tmp_path / "app")]
+
+
+@pytest.mark.parametrize("command,expected", [
+    (["sh", "-c", "python /app/train.py --data=/data/x"], "python {root}/app/train.py --data={root}/data/x"),
+    (["/bin/bash", "-ec", "cd /app && torchrun '/app/t.py' /application"], "cd {root}/app && torchrun '{root}/app/t.py' /application"),
+    (["sh", "-c", 'echo "$X/app" a/app /app:/data'], 'echo "$X/app" a/app {root}/app:{root}/data'),
+    (["python", "-c", "open('/app/x')"], "open('/app/x')"),  # a program's text is not a shell line
+])
+def test_paths_under_a_mount_in_a_shell_line_are_that_volumes_files(tmp_path, command, expected):
+    """PyTorchJob manifests often say `command: [sh, -c, "python /workspace/train.py ..."]`."""
+    container = {"command": command, "volumeMounts": [{"name": "code", "mountPath": "/app"}, {"name": "sets", "mountPath": "/data"}]}
+    assert launch(pod_with(container), str(tmp_path), {}).argv[2] == expected.format(root=tmp_path)
+
+
+def test_a_root_a_shell_would_split_is_refused_rather_than_rewritten(tmp_path):
+    container = {"command": ["sh", "-c", "python /app/train.py"], "volumeMounts": [{"name": "code", "mountPath": "/app"}]}
+    with pytest.raises(LocalRunError, match="shell"):
+        launch(pod_with(container), str(tmp_path / "my runs"), {})
 
 
 def test_a_volume_script_runs_through_the_sandbox(tmp_path):
@@ -113,3 +131,10 @@ def test_a_pod_this_node_cannot_lay_out_is_a_local_run_error_not_a_traceback(tmp
     pod = pod_with({"command": ["python", "-c", "pass"], **container}, volumes)
     with pytest.raises(LocalRunError, match=r"spec.containers\[trainer\]: cannot lay out"):
         prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), str, str)
+
+
+def test_a_shell_line_is_rewritten_once_even_when_the_root_is_under_a_mount_path(tmp_path):
+    container = {"command": ["sh", "-c", "python /app/t.py /tmp/x"],
+                 "volumeMounts": [{"name": "code", "mountPath": "/app"}, {"name": "scratch", "mountPath": "/tmp"}]}
+    root = "/tmp/runs/j/pods/j-0/root"
+    assert launch(pod_with(container), root, {}).argv[2] == f"python {root}/app/t.py {root}/tmp/x"
