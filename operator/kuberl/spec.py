@@ -163,6 +163,11 @@ class CheckpointSpec(Model):
 MAX_GRACE_SECONDS = 3600
 
 
+# The trainer's timeouts become datetime.timedelta (torch's process group), which overflows
+# past about 10**14 s; 30 days outlasts any evaluation or checkpoint load.
+MAX_TIMEOUT_SECONDS = 30 * 24 * 3600
+
+
 class RunPolicy(Model):
     backoff_limit: int = Field(3, ge=0, le=1000, description="Gang restarts after crashes or stalls before the job fails.")
     restart_backoff_seconds: float = Field(10.0, ge=0, le=3600, description="Base of the exponential delay between gang restarts.")
@@ -172,8 +177,8 @@ class RunPolicy(Model):
     stall_timeout_seconds: int = Field(600, ge=1, description="Restart the gang when rank 0's step counter has not moved this long.")
     startup_timeout_seconds: int = Field(600, ge=1, description="Report why pods are not running after this long, then retry them.")
     max_startup_retries: int = Field(3, ge=0, le=1000, description="Generations that never fully start before the job fails.")
-    collective_timeout_seconds: int = Field(1800, ge=10, description="Timeout of each collective; must outlast rank-0-only work (evaluation, checkpoints).")
-    rendezvous_timeout_seconds: int = Field(600, ge=1, description="How long ranks retry rendezvous while rank 0's name does not resolve yet.")
+    collective_timeout_seconds: int = Field(1800, ge=10, le=MAX_TIMEOUT_SECONDS, description="Timeout of each collective; must outlast rank-0-only work (evaluation, checkpoints).")
+    rendezvous_timeout_seconds: int = Field(600, ge=1, le=MAX_TIMEOUT_SECONDS, description="How long ranks retry rendezvous while rank 0's name does not resolve yet.")
     termination_grace_period_seconds: int = Field(30, ge=0, le=MAX_GRACE_SECONDS, description="Time a pod gets to save a checkpoint after SIGTERM.")
 
 

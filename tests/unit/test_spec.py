@@ -110,6 +110,9 @@ MUTATIONS = [
     ("minimal", "spec.metrics", {"port": 80}, "spec.metrics.port", "at least 1024"),
     ("minimal", "spec.metrics", {"port": 29500}, "spec.metrics.port", "rendezvous"),
     ("full", "spec.rendezvous", {"port": 9101}, "spec.metrics.port", "9100..9101"),
+    # The trainer turns these into a timedelta, which 10**15 seconds overflows (a crash, retried).
+    ("minimal", "spec.runPolicy", {"collectiveTimeoutSeconds": 10**15}, "spec.runPolicy.collectiveTimeoutSeconds", "at most 2592000"),
+    ("minimal", "spec.runPolicy", {"rendezvousTimeoutSeconds": 10**15}, "spec.runPolicy.rendezvousTimeoutSeconds", "at most 2592000"),
     ("minimal", "spec.labels", {"team": "x" * 64}, "spec.labels.team", "63 characters"),
     ("minimal", "spec.labels", {"bad key!": "x"}, "spec.labels.bad key!", "label key"),
     ("minimal", "spec.nodeSelector", {"pool": 1}, "spec.nodeSelector.pool", "string"),
