@@ -27,6 +27,7 @@ import ipaddress
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -206,12 +207,14 @@ class LocalPod:
 class LocalCluster:
     """The job's Service, ConfigMap, claim and pods, on this machine."""
 
-    def __init__(self, job: Job, uid: str, run_dir: str, out=None):
+    def __init__(self, job: Job, uid: str, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str, str]] | None = None):
         self.job, self.uid, self.run_dir = job, uid, run_dir
         self.out = out or sys.stdout
         self.services = [render_service(job, NAMESPACE)]
         configmap = render_configmap(job, NAMESPACE, uid)
-        self.configmaps = {configmap["metadata"]["name"]: dict(configmap["data"])}
+        if configmap["metadata"]["name"] in (configmaps or {}):
+            raise LocalRunError(f"ConfigMap {configmap['metadata']['name']!r} is the job's own (its frozen configuration): name yours otherwise")
+        self.configmaps = {**{k: dict(v) for k, v in (configmaps or {}).items()}, configmap["metadata"]["name"]: dict(configmap["data"])}
         for name, data in self.configmaps.items():
             directory = self.configmap_dir(name)
             for key, value in data.items():
@@ -312,12 +315,36 @@ def observed(entry: LocalPod, code: int | None) -> ObservedPod:
 # --- the run --------------------------------------------------------------------
 
 
-def load_job(path: str) -> dict:
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+
+
+def split_documents(docs: list, path: str) -> tuple[dict, dict[str, dict[str, str]]]:
+    """The job and the ConfigMaps beside it (as `kubectl apply -f` takes a file
+    of both): its template's envFrom, configMapKeyRef and configMap volumes read them here."""
+    jobs = [d for d in docs if not (isinstance(d, dict) and d.get("kind") == "ConfigMap")]
+    if len(jobs) != 1 or not isinstance(jobs[0], dict):
+        raise SystemExit(f"{path}: expected exactly one RLTrainingJob document (and any ConfigMaps it reads)")
+    configmaps: dict[str, dict[str, str]] = {}
+    for doc in docs:
+        if doc is jobs[0]:
+            continue
+        name = (doc.get("metadata") or {}).get("name")
+        data = doc.get("data") or {}
+        if not isinstance(name, str) or not _DNS_SUBDOMAIN.match(name) or not isinstance(data, dict):
+            raise SystemExit(f"{path}: a ConfigMap needs metadata.name (a DNS-1123 subdomain) and data")
+        bad = [k for k, v in data.items() if not isinstance(v, str) or not _CONFIGMAP_KEY.match(str(k)) or k in (".", "..")]
+        if bad:
+            raise SystemExit(f"{path}: ConfigMap {name!r}: data keys are [-._a-zA-Z0-9]+ with string values ({bad[0]!r} is not)")
+        if name in configmaps:
+            raise SystemExit(f"{path}: two ConfigMaps named {name!r}")
+        configmaps[name] = {str(k): v for k, v in data.items()}
+    return jobs[0], configmaps
+
+
+def load_job(path: str) -> tuple[dict, dict[str, dict[str, str]]]:
     with open(path) as f:
-        docs = load_documents(f)
-    if len(docs) != 1 or not isinstance(docs[0], dict):
-        raise SystemExit(f"{path}: expected exactly one RLTrainingJob document")
-    return docs[0]
+        return split_documents(load_documents(f), path)
 
 
 def job_uid(run_dir: str) -> str:
@@ -410,7 +437,7 @@ def say(message: str) -> None:
     print(f"[kuberl] {message}", flush=True)
 
 
-def run(job: Job, run_dir: str, out=None) -> tuple[int, dict, float]:
+def run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str, str]] | None = None) -> tuple[int, dict, float]:
     """Drive the job to an end; returns (exit code, final status, wall seconds)."""
     uid = job_uid(run_dir)
     status_path = os.path.join(run_dir, "status.json")
@@ -423,7 +450,7 @@ def run(job: Job, run_dir: str, out=None) -> tuple[int, dict, float]:
     wait_for_leftovers(os.path.join(run_dir, "pods"), job.spec.run_policy.termination_grace_period_seconds)
     if job.spec.world_size > 1:
         check_port_free(job.spec.rendezvous.port)
-    cluster = LocalCluster(job, uid, run_dir, out)
+    cluster = LocalCluster(job, uid, run_dir, out, configmaps)
     started = time.time()
     rank0: Rank0Progress | None = None
     last_scrape = 0.0
@@ -524,7 +551,8 @@ def paths_of(job: Job, run_dir: str, uid: str) -> dict:
 
 def cmd_run(args: argparse.Namespace) -> int:
     try:
-        document = apply_overrides(load_job(args.file), args.workers, args.set)
+        document, configmaps = load_job(args.file)
+        document = apply_overrides(document, args.workers, args.set)
         document = with_free_rendezvous_port(document, validate_job(document))
         spec = validate_job(document)
     except InvalidJob as e:
@@ -540,7 +568,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     budget = f"{spec.total_timesteps:,} timesteps" if spec.total_timesteps else "custom trainer"
     say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {budget}; logs and checkpoints in {shown(run_dir)}")
     try:
-        code, status, wall = run(job, run_dir)
+        code, status, wall = run(job, run_dir, configmaps=configmaps)
     except LocalRunError as e:
         say(f"{job.name} cannot run here: {e}")
         return 2

@@ -125,3 +125,22 @@ def test_a_shell_line_with_torchruns_flags_spelled_out_runs_the_volumes_script(t
     code, out, _ = run_script_job(tmp_path, "shline", ["sh", "-c", line], workers=2, procs=2)
     assert code == 0, out[-4000:]
     assert out.count("sum of ranks 6") == 4, out[-3000:]
+
+
+def test_configmaps_beside_the_job_serve_its_env_and_its_script(tmp_path):
+    """A file of ConfigMaps and the job, as `kubectl apply -f` takes it: the script
+    itself comes from a ConfigMap volume, settings through envFrom and configMapKeyRef."""
+    script = "import os\nprint('from configmap', os.environ['EPOCHS'], os.environ['LR'], os.environ['RANK'], flush=True)\n"
+    trainer = {"name": "trainer", "command": ["python", "/scripts/train.py"],
+               "envFrom": [{"configMapRef": {"name": "settings"}}],
+               "env": [{"name": "LR", "valueFrom": {"configMapKeyRef": {"name": "tuning", "key": "lr"}}}],
+               "volumeMounts": [{"name": "scripts", "mountPath": "/scripts"}]}
+    job = (make_job("cmjob").custom_trainer({"spec": {"containers": [trainer], "volumes": [{"name": "scripts", "configMap": {"name": "scripts"}}]}})
+           .workers(2).with_spec(rendezvous={"port": free_port()}).run_policy(backoffLimit=0).obj())
+    configmaps = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}, "data": d}
+                  for n, d in (("settings", {"EPOCHS": "3"}), ("tuning", {"lr": "0.01"}), ("scripts", {"train.py": script}))]
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump_all([*configmaps, job]))
+    done = subprocess.run([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    assert "from configmap 3 0.01 0" in done.stdout and "from configmap 3 0.01 1" in done.stdout, done.stdout[-3000:]

@@ -1,0 +1,37 @@
+"""`kuberl run` takes a file of a job and the ConfigMaps it reads, as
+`kubectl apply -f` does: envFrom, configMapKeyRef and configMap volumes of a
+PyTorchJob-style template find them here."""
+
+from __future__ import annotations
+
+import pytest
+from kuberl.localrun import split_documents
+
+JOB = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "j"}, "spec": {}}
+
+
+def configmap(name: str, data: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+def test_the_job_and_its_configmaps_in_any_order():
+    job, configmaps = split_documents([configmap("settings", {"A": "1"}), JOB, configmap("scripts", {"t.py": "print(1)"})], "f")
+    assert job is JOB
+    assert configmaps == {"settings": {"A": "1"}, "scripts": {"t.py": "print(1)"}}
+
+
+def test_a_job_alone_has_no_configmaps():
+    assert split_documents([JOB], "f") == (JOB, {})
+
+
+@pytest.mark.parametrize("docs,why", [
+    ([JOB, JOB], "exactly one RLTrainingJob"),
+    ([configmap("a", {})], "exactly one RLTrainingJob"),
+    ([JOB, configmap("../up", {})], "DNS-1123"),
+    ([JOB, configmap("a", {"../x": "1"})], "data keys"),
+    ([JOB, configmap("a", {"k": 1})], "data keys"),
+    ([JOB, configmap("a", {}), configmap("a", {})], "two ConfigMaps"),
+])
+def test_what_a_cluster_would_refuse_is_refused(docs, why):
+    with pytest.raises(SystemExit, match=why):
+        split_documents(docs, "f")
