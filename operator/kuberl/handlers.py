@@ -19,11 +19,12 @@ the daemon stops before the job goes, pods watched by label on the server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -111,7 +112,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     if shell.config.peering is not None:  # several replicas: never run unpeered by accident
         settings.peering.mandatory = True
     shell.reconcile_slots = asyncio.Semaphore(shell.config.max_concurrent_reconciles)
-    shell.scraper = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=shell.config.scrape_timeout))
+    # No cap on connections: scrapes wait outside the reconcile slots, and a pool of 100 (aiohttp's
+    # default) would let 100 silent rank 0s starve every other job's scrape.
+    shell.scraper = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=shell.config.scrape_timeout),
+                                          connector=aiohttp.TCPConnector(limit=0))
     await kubeapi.CONNECTION.client()  # log in now: the first job's pods are not kept waiting for it
 
 
@@ -181,6 +185,22 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, seconds: floa
     finally:
         for waiter in waiters:
             waiter.cancel()
+
+
+@contextlib.asynccontextmanager
+async def _slot_lent(slots: asyncio.Semaphore | None) -> AsyncIterator[None]:
+    """Inside a reconcile (which holds one of `slots`): lend the slot to other jobs while waiting on
+    rank 0, which the tenant controls; a scrape is no load on the API server the slots protect."""
+    if slots is None:
+        yield
+        return
+    slots.release()
+    try:
+        yield
+    finally:
+        # Shielded: if the daemon is cancelled meanwhile, the slot is still taken back, for
+        # run_job's `async with` to release it (the count stays right).
+        await asyncio.shield(slots.acquire())
 
 
 class JobLoop:
@@ -297,12 +317,13 @@ class JobLoop:
             return None
         url = f"http://{rank0['status']['podIP']}:{spec.metrics.port}/metrics"
         try:
-            # Never follow a redirect: rank 0 is the tenant's, and would steer the operator's requests elsewhere.
-            async with self.shell.scraper.get(url, allow_redirects=False) as response:
-                if response.status != 200:
-                    return None
-                page = await rank0metrics.read_at_most(response, rank0metrics.MAX_PAGE_BYTES)
-            return await asyncio.to_thread(rank0metrics.parse, page, self.name)
+            async with _slot_lent(self.shell.reconcile_slots):
+                # Never follow a redirect: rank 0 is the tenant's, and would steer the operator's requests elsewhere.
+                async with self.shell.scraper.get(url, allow_redirects=False) as response:
+                    if response.status != 200:
+                        return None
+                    page = await rank0metrics.read_at_most(response, rank0metrics.MAX_PAGE_BYTES)
+                return await asyncio.to_thread(rank0metrics.parse, page, self.name)
         except rank0metrics.PageTooLarge as too_large:
             self.shell.metrics.metrics_pages_refused.labels("too_large").inc()
             self._post(job, "Warning", REASON_METRICS_TOO_LARGE, str(too_large))

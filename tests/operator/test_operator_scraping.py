@@ -1,19 +1,26 @@
 """Rank 0's metrics page is untrusted input: the real operator reads at most 1 MiB of it, parses it
 off its event loop, and writes only finite, bounded numbers to status (issue 14, bounded scraping)."""
+import asyncio
+import contextlib
 import http.server
 import json
 import pathlib
+import socket
+import threading
 import time
 import urllib.request
+from typing import Self
 
 import pytest
-from kuberl import rank0metrics
+from kuberl import handlers, rank0metrics
 
 from tests.operator.operatorkit import (
+    FakeMetrics,
     LocalServer,
     Operator,
     create_job,
     events,
+    pods,
     start_gang,
     status,
     wait_for,
@@ -198,3 +205,85 @@ def test_a_redirect_from_rank_0_is_not_followed(standin, rest, scraping_operator
         wait_for(lambda: rank0.served >= 2, what='two scrapes of rank 0')
         assert elsewhere.served == 0, 'the operator followed rank 0 somewhere else'
         assert not (status(rest, 'steer').get('progress') or {}).get('timesteps')
+
+
+class Silent:
+    """Rank 0 that accepts every scrape and never answers (a stopped process, or a tenant who
+    means it): each scrape lasts the operator's whole scrape timeout."""
+
+    def __init__(self):
+        self.listener = socket.create_server(('127.0.0.1', 0), backlog=256)
+        self.port = self.listener.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self.held.append(self.listener.accept()[0])
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.listener.close()
+        for held in self.held:
+            held.close()
+        self.thread.join(5)
+
+
+def test_many_silent_rank_0s_do_not_delay_other_jobs(standin, rest, scraping_operator):
+    """Scrapes used to run inside the reconcile slot (32 at once): enough silent rank 0s, each
+    holding a slot for the 2 s timeout every scrape interval, queued every other job's reconcile."""
+    hostile = 96
+    with Silent() as silent:
+        for i in range(hostile):
+            create_job(rest, f'mute-{i}', workers=1, metrics={'port': silent.port})
+        for i in range(hostile):
+            start_gang(standin, f'mute-{i}', 1, ip='127.0.0.1')
+        wait_for(lambda: len(silent.held) >= 2 * hostile, timeout=60, what='every silent rank 0 scraped twice')
+        lags = []
+        for i in range(3):
+            started = time.monotonic()
+            create_job(rest, f'quick-{i}', workers=2)
+            wait_for(lambda i=i: len(pods(standin, f'quick-{i}')) == 2, timeout=60, what=f'quick-{i} pods')
+            lags.append(time.monotonic() - started)
+        with FakeMetrics('heard') as honest:
+            create_job(rest, 'heard', workers=1, metrics={'port': honest.port})
+            start_gang(standin, 'heard', 1, ip='127.0.0.1')
+            honest.timesteps = 1234
+            started = time.monotonic()
+            wait_for(lambda: (status(rest, 'heard').get('progress') or {}).get('timesteps') == 1234, timeout=60, what='progress')
+            heard = time.monotonic() - started
+        print(f'\n{hostile} silent rank 0s: another job\'s pods created after {", ".join(f"{lag:.2f}" for lag in lags)} s, '
+              f'its progress read after {heard:.2f} s')
+        assert max(lags) < 1.5 and heard < 3.0
+
+
+def test_a_lent_reconcile_slot_is_taken_back_even_when_the_loop_is_cancelled():
+    async def scenario(hold_others: bool) -> int:
+        slots = asyncio.Semaphore(2)
+
+        async def reconcile(inside: asyncio.Event) -> None:
+            async with slots, handlers._slot_lent(slots):
+                inside.set()
+                await asyncio.sleep(3600)
+
+        inside = asyncio.Event()
+        task = asyncio.ensure_future(reconcile(inside))
+        await inside.wait()
+        if hold_others:  # every slot taken while the scrape waits: taking it back has to queue
+            await slots.acquire()
+            await slots.acquire()
+        task.cancel()
+        await asyncio.sleep(0.01)
+        if hold_others:  # the others finish; the cancelled loop takes its slot back, then gives it up
+            slots.release()
+            slots.release()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return slots._value
+
+    assert asyncio.run(scenario(hold_others=False)) == 2
+    assert asyncio.run(scenario(hold_others=True)) == 2
