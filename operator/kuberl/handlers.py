@@ -315,7 +315,9 @@ class JobLoop:
         )
         if rank0 is None or self.shell.scraper is None:
             return None
-        url = f"http://{rank0['status']['podIP']}:{spec.metrics.port}/metrics"
+        ip = rank0["status"]["podIP"]
+        host = f"[{ip}]" if ":" in ip else ip  # an IPv6 pod address in a URL takes brackets
+        url = f"http://{host}:{spec.metrics.port}/metrics"
         try:
             async with _slot_lent(self.shell.reconcile_slots):
                 # Never follow a redirect: rank 0 is the tenant's, and would steer the operator's requests elsewhere.

@@ -287,3 +287,25 @@ def test_a_lent_reconcile_slot_is_taken_back_even_when_the_loop_is_cancelled():
 
     assert asyncio.run(scenario(hold_others=False)) == 2
     assert asyncio.run(scenario(hold_others=True)) == 2
+
+
+class IPv6Server(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def test_rank_0_on_an_ipv6_address_is_scraped(standin, rest, scraping_operator):
+    """On an IPv6 cluster podIP is `fd00::5`: formatted into a URL without brackets it never parsed,
+    and such a job showed no progress at all."""
+    page = FakeMetrics('six')
+    page.timesteps = 4242
+    server = IPv6Server(('::1', 0), page.server.RequestHandlerClass)
+    page.server.server_close()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        create_job(rest, 'six', workers=1, metrics={'port': server.server_address[1]})
+        start_gang(standin, 'six', 1, ip='::1')
+        wait_for(lambda: (status(rest, 'six').get('progress') or {}).get('timesteps') == 4242, what='progress from an IPv6 rank 0')
+    finally:
+        server.shutdown()
+        server.server_close()
