@@ -93,3 +93,19 @@ def test_an_unreadable_endpoint_keeps_the_stall_clock_running():
     assert progress_of(first, 0, Rank0Reading(10), now=300.0).changed_at == 100.0
     assert progress_of(first, 0, Rank0Reading(11), now=300.0).changed_at == 300.0
 
+
+
+def test_the_trainers_own_page_is_read_whole():
+    """The exporter the trainer runs, as it renders its page (counter `_created` lines, histograms)."""
+    from kuberl_trainer.metrics import TrainerMetrics
+    from prometheus_client import generate_latest
+
+    metrics = TrainerMetrics('job', 0, 2)
+    metrics.env_steps.inc(4096)
+    metrics.steps_per_second.set(812.5)
+    metrics.episode_return.set(120.0)
+    metrics.eval_return.set(480.0)
+    metrics.success.set(1)
+    metrics.last_checkpoint.set(1.7e9)
+    metrics.update_duration.observe(0.01)
+    assert parse(generate_latest(metrics.registry), 'job') == Rank0Reading(4096, 812.5, 120.0, 480.0, True, 1.7e9)
