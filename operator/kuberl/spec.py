@@ -739,8 +739,11 @@ def _custom_trainer_problems(spec: dict) -> list[Problem]:
     ours = [c for c in containers if isinstance(c, dict) and c.get("name") == names.TRAINER_CONTAINER] if isinstance(containers, list) else []
     if ours and (ours[0].get("command") or ours[0].get("args")):
         return []
+    others = [c["name"] for c in containers if isinstance(c, dict) and isinstance(c.get("name"), str)] if isinstance(containers, list) else []
+    hint = (f"; rename {others[0]!r} to {names.TRAINER_CONTAINER!r} (any other container runs beside it as a sidecar,"
+            " without the rank environment; PyTorchJob's is named 'pytorch')") if others and not ours else ""
     return [Problem("spec.template.spec.containers", f"trainer: custom needs a container named {names.TRAINER_CONTAINER!r}"
-                    " with a command (or args) of its own")]
+                    f" with a command (or args) of its own{hint}")]
 
 
 def _problem_at(problems: list[Problem], fields: tuple[str, ...]) -> bool:

@@ -36,3 +36,25 @@ def test_kuberl_validate_names_the_custom_trainer(tmp_path):
     done = subprocess.run([sys.executable, "-m", "kuberl.cli", "validate", str(tmp_path / "job.yaml")], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "byo: valid: custom trainer, 2 worker(s) x 1 process(es) = world size 2;" in done.stdout
+
+
+def test_a_pytorchjob_container_name_is_pointed_at_the_trainer_container():
+    """A PyTorchJob's container is named `pytorch`; here that name would run as a sidecar
+    without RANK and MASTER_ADDR, so the refusal says which container to rename."""
+    from kuberl.render import render_pods
+    from kuberl.spec import InvalidJob
+
+    pytorchjob_style = {"spec": {"containers": [{"name": "pytorch", "command": ["python", "train.py"]}]}}
+    job = make_job("byo").custom_trainer(pytorchjob_style).workers(2).obj()
+    try:
+        validate_job(job)
+    except InvalidJob as refused:
+        assert [p.path for p in refused.problems] == ["spec.template.spec.containers"]
+        assert "rename 'pytorch' to 'trainer'" in str(refused)
+    else:
+        raise AssertionError("a custom job without a trainer container was accepted")
+    beside = make_job("byo").custom_trainer({"spec": {"containers": [
+        {"name": "trainer", "command": ["python", "train.py"]}, {"name": "pytorch", "command": ["sleep", "1"]}]}}).workers(2).obj()
+    pod = render_pods(Job("byo", validate_job(beside)), "default", "u", [0], 0)[0]
+    sidecar = next(c for c in pod["spec"]["containers"] if c["name"] == "pytorch")
+    assert "RANK" not in {e["name"] for e in sidecar.get("env") or []}
