@@ -16,7 +16,8 @@ the new generation.
 Rules (DESIGN.md, Operator):
 - a failed pod restarts the whole gang, after restartBackoffSeconds * 2^n
   (capped); crashes and stalls count toward backoffLimit; disruptions
-  (DisruptionTarget, a pod deleted or lost) do not;
+  (DisruptionTarget, a pod deleted or lost, a stated Stop) do not, and back
+  off in a row from 10 s like kubelet's CrashLoopBackOff;
 - a generation that never had all its pods started is a start-up problem:
   reported with its reason, retried after startupTimeoutSeconds up to
   maxStartupRetries, never spending the backoff budget;
@@ -97,6 +98,10 @@ REASON_TTL = "TTLExpired"
 HISTORY_LIMIT = 10  # restart history and force-deletion records kept in status
 MESSAGE_LIMIT = 512  # characters of any message kept in status
 MAX_RESTART_BACKOFF_SECONDS = 600.0
+# Uncounted restarts in a row back off as kubelet's CrashLoopBackOff does: from 10 s, and start over
+# once a gang ran 10 minutes (two restarts this far apart, at most MAX_RESTART_BACKOFF_SECONDS of it waiting).
+UNCOUNTED_FLOOR_SECONDS = 10.0
+UNCOUNTED_RESET_SECONDS = 600.0 + MAX_RESTART_BACKOFF_SECONDS
 MAX_BACKOFF_DOUBLINGS = 64  # any base of a millisecond or more has reached the cap long before
 # A pod still present this long after its grace period ended is on a lost node.
 FORCE_DELETE_AFTER_SECONDS = 60.0
@@ -645,6 +650,24 @@ def restart_delay(base_seconds: float, failures: int) -> float:
     return min(base_seconds * 2.0 ** min(failures, MAX_BACKOFF_DOUBLINGS), MAX_RESTART_BACKOFF_SECONDS)
 
 
+def _uncounted_delay(plan: _Plan, base_seconds: float) -> float:
+    """The wait before a restart no budget counts (a disruption, a deleted pod, a stated `Stopped`):
+    `base_seconds` for the first in a while, then doubling from at least UNCOUNTED_FLOOR_SECONDS per
+    such restart in a row. A container can state `Stopped` itself: without this a job could restart
+    its gang without end, and with restartBackoffSeconds=0 without pause."""
+    in_a_row, later = 0, plan.now
+    for entry in reversed(plan.status["restartHistory"]):
+        try:
+            when = parse_time(entry.get("time"))
+        except (AttributeError, TypeError, ValueError):
+            break
+        if when is None or entry.get("counted") is not False or entry.get("reason") == REASON_SUSPEND \
+                or later - when >= UNCOUNTED_RESET_SECONDS:
+            break
+        in_a_row, later = in_a_row + 1, when
+    return base_seconds if in_a_row == 0 else restart_delay(max(base_seconds, UNCOUNTED_FLOOR_SECONDS), in_a_row - 1)
+
+
 def _restart(
     plan: _Plan, spec: JobSpec, current: list[ObservedPod], reason: str, message: str, counted: bool, startup: bool
 ) -> str:
@@ -655,8 +678,10 @@ def _restart(
         return _fail(plan, current, REASON_BACKOFF_LIMIT, f"{status['restarts']} restart(s) spent (backoffLimit={policy.backoff_limit}); last: {reason}: {message}")
     if startup and status["startupRetries"] >= policy.max_startup_retries:
         return _fail(plan, current, reason, f"{message}; {status['startupRetries']} start-up retries spent (maxStartupRetries={policy.max_startup_retries})")
-    failures = status["restarts"] + status["startupRetries"]
-    delay = restart_delay(policy.restart_backoff_seconds, failures if counted or startup else 0)
+    if counted or startup:
+        delay = restart_delay(policy.restart_backoff_seconds, status["restarts"] + status["startupRetries"])
+    else:
+        delay = _uncounted_delay(plan, policy.restart_backoff_seconds)
     old = plan.generation
     _record_history(plan, old, reason, message, counted)
     status["generation"] = old + 1

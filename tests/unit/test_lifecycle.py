@@ -376,6 +376,32 @@ def test_the_backoff_survives_the_largest_failure_budgets_the_schema_allows():
     assert lc.restart_delay(0, 10_000) == 0 and lc.restart_delay(3600, 10_000) == lc.MAX_RESTART_BACKOFF_SECONDS
 
 
+def stopped_gang(gen: int) -> list[ObservedPod]:
+    """Every rank exited 0 stating `Stopped`, which any container can write to its termination log."""
+    return [Pod(r, gen).exited(0, lc.REASON_STOPPED + ": signalled").obj() for r in range(2)]
+
+
+def test_uncounted_restarts_in_a_row_back_off_like_crash_loop_backoff():
+    """A gang that states `Stopped` over and over (or keeps being disrupted) is restarted without
+    spending backoffLimit; it used to be restarted at once each time with restartBackoffSeconds=0,
+    2 x workers API calls per loop for ever. Now: the base for the first, then 10, 20, 40 ... 600 s
+    in a row, starting over once a gang ran ten minutes (kubelet's CrashLoopBackOff)."""
+    spec = job(restartBackoffSeconds=0)
+    status, now, delays = running_status(spec), T0, []
+    for _ in range(9):
+        status = decide(spec, status, stopped_gang(status["generation"]), None, now).status
+        delays.append(lc.parse_time(status["nextStartTime"]) - now)
+        now += delays[-1]
+        status = decide(spec, status, gang("running", gen=status["generation"]), None, now).status
+        assert status["restarts"] == 0, "a stated Stop is never counted"
+    assert delays == [0, 10, 20, 40, 80, 160, 320, 600, 600]
+    soon = decide(spec, status, stopped_gang(status["generation"]), None, now + 60).status
+    assert lc.parse_time(soon["nextStartTime"]) - (now + 60) == 600
+    later = now + lc.UNCOUNTED_RESET_SECONDS
+    status = decide(spec, status, stopped_gang(status["generation"]), None, later).status
+    assert lc.parse_time(status["nextStartTime"]) == later, "a gang that ran ten minutes starts the backoff over"
+
+
 def test_backoff_limit_exhausted_fails_and_stops_the_gang():
     spec = job(backoffLimit=2)
     status = restarted_status(spec, 2)
