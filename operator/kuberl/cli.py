@@ -57,8 +57,13 @@ def gymnasium_id_known(env_id: str) -> bool | None:
 def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     """Every job in a file with its parsed spec and declared namespace; problems go to
     stderr, each with its field path. Returns (valid jobs, whether any was invalid)."""
+    from .localrun import is_configmap, read_configmap
+
     valid, failed = [], False
     for job in load_jobs(path):
+        if is_configmap(job):  # beside the job, for its template to read (kuberl run mounts it; kubectl applies it)
+            read_configmap(job, path)
+            continue
         metadata = (job.get("metadata") or {}) if isinstance(job, dict) else {}
         name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
         try:

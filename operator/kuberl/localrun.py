@@ -319,26 +319,36 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 
 
+def is_configmap(doc: object) -> bool:
+    return isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
+
+
+def read_configmap(doc: dict, path: str) -> tuple[str, dict[str, str]]:
+    """A ConfigMap document's name and data, checked as the API server checks them."""
+    name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
+    data = doc.get("data") or {}
+    if doc.get("apiVersion") != "v1" or not isinstance(name, str) or not _DNS_SUBDOMAIN.fullmatch(name) or not isinstance(data, dict):
+        raise SystemExit(f"{path}: a ConfigMap needs apiVersion v1, metadata.name (a DNS-1123 subdomain) and data")
+    bad = [k for k, v in data.items() if not isinstance(v, str) or not _CONFIGMAP_KEY.fullmatch(str(k)) or k in (".", "..")]
+    if bad:
+        raise SystemExit(f"{path}: ConfigMap {name!r}: data keys are [-._a-zA-Z0-9]+ with string values ({bad[0]!r} is not)")
+    return name, {str(k): v for k, v in data.items()}
+
+
 def split_documents(docs: list, path: str) -> tuple[dict, dict[str, dict[str, str]]]:
     """The job and the ConfigMaps beside it (as `kubectl apply -f` takes a file
     of both): its template's envFrom, configMapKeyRef and configMap volumes read them here."""
-    jobs = [d for d in docs if not (isinstance(d, dict) and d.get("kind") == "ConfigMap")]
+    jobs = [d for d in docs if not is_configmap(d)]
     if len(jobs) != 1 or not isinstance(jobs[0], dict):
         raise SystemExit(f"{path}: expected exactly one RLTrainingJob document (and any ConfigMaps it reads)")
     configmaps: dict[str, dict[str, str]] = {}
     for doc in docs:
         if doc is jobs[0]:
             continue
-        name = (doc.get("metadata") or {}).get("name")
-        data = doc.get("data") or {}
-        if not isinstance(name, str) or not _DNS_SUBDOMAIN.match(name) or not isinstance(data, dict):
-            raise SystemExit(f"{path}: a ConfigMap needs metadata.name (a DNS-1123 subdomain) and data")
-        bad = [k for k, v in data.items() if not isinstance(v, str) or not _CONFIGMAP_KEY.match(str(k)) or k in (".", "..")]
-        if bad:
-            raise SystemExit(f"{path}: ConfigMap {name!r}: data keys are [-._a-zA-Z0-9]+ with string values ({bad[0]!r} is not)")
+        name, data = read_configmap(doc, path)
         if name in configmaps:
             raise SystemExit(f"{path}: two ConfigMaps named {name!r}")
-        configmaps[name] = {str(k): v for k, v in data.items()}
+        configmaps[name] = data
     return jobs[0], configmaps
 
 

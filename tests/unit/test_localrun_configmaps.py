@@ -31,7 +31,32 @@ def test_a_job_alone_has_no_configmaps():
     ([JOB, configmap("a", {"../x": "1"})], "data keys"),
     ([JOB, configmap("a", {"k": 1})], "data keys"),
     ([JOB, configmap("a", {}), configmap("a", {})], "two ConfigMaps"),
+    ([JOB, configmap("a\n", {})], "DNS-1123"),  # Go's regexp has no "$ before a final newline"
+    ([JOB, configmap("a", {"k\n": "1"})], "data keys"),
+    ([JOB, {**configmap("a", {}), "apiVersion": "v2"}], "apiVersion v1"),
 ])
 def test_what_a_cluster_would_refuse_is_refused(docs, why):
     with pytest.raises(SystemExit, match=why):
         split_documents(docs, "f")
+
+
+def test_validate_and_render_take_the_file_kuberl_run_takes(tmp_path):
+    """The file a user runs is the file they validate and render: ConfigMaps beside the job
+    were read as RLTrainingJobs and refused (exit 1), and a bad one still is."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    job = {**JOB, "metadata": {"name": "byo"}, "spec": {"trainer": "custom", "template": {"spec": {
+        "containers": [{"name": "trainer", "command": ["python", "/app/t.py"], "volumeMounts": [{"name": "code", "mountPath": "/app"}]}],
+        "volumes": [{"name": "code", "configMap": {"name": "scripts"}}]}}}}
+    path = tmp_path / "job.yaml"
+    for command in ("validate", "render"):
+        path.write_text(yaml.safe_dump_all([configmap("scripts", {"t.py": "print(1)"}), job]))
+        done = subprocess.run([sys.executable, "-m", "kuberl.cli", command, str(path)], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        assert "byo" in done.stdout
+        path.write_text(yaml.safe_dump_all([configmap("Scripts", {"t.py": "print(1)"}), job]))
+        done = subprocess.run([sys.executable, "-m", "kuberl.cli", command, str(path)], capture_output=True, text=True, check=False)
+        assert done.returncode == 1 and "DNS-1123" in done.stderr
