@@ -275,7 +275,7 @@ def path_problems(pod: Mapping, container: Mapping) -> list[str]:
         for kind in ("persistentVolumeClaim", "configMap"):
             key = "claimName" if kind == "persistentVolumeClaim" else "name"
             name = (volume.get(kind) or {}).get(key)
-            if name is not None and (len(name) > 253 or not _DNS_SUBDOMAIN.match(str(name))):
+            if name is not None and (len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(str(name))):
                 problems.append(f"spec.volumes[{i}].{kind}.{key}: {name!r} is not a DNS-1123 subdomain name")
     for i, mount in enumerate(container.get("volumeMounts") or []):
         path = str(mount.get("mountPath", ""))

@@ -179,3 +179,10 @@ def test_a_fifo_named_progress_jsonl_does_not_block_the_trainer(tmp_path, monkey
     writer.join(10)
     assert not writer.is_alive(), "opening the FIFO for append blocked the trainer"
     assert len(lines) == 1 and lines[0].startswith("progress.jsonl not written")
+
+
+def test_a_name_that_only_starts_like_a_checkpoints_is_not_ours(tmp_path):
+    """Matched whole: `ckpt-0000000001.pt` plus a newline is the tenant's file, never listed,
+    so never loaded nor deleted by rotation."""
+    (tmp_path / "ckpt-0000000001.pt\n").write_bytes(b"x")
+    assert checkpoint.list_checkpoints(str(tmp_path)) == []

@@ -100,6 +100,7 @@ def test_a_volume_script_runs_through_the_sandbox(tmp_path):
     ({"workingDir": "/w/../../.."}, [], "workingDir"),
     ({}, [{"name": "c", "persistentVolumeClaim": {"claimName": "../../x"}}], "spec.volumes[0].persistentVolumeClaim.claimName"),
     ({}, [{"name": "c", "configMap": {"name": "a/../../b"}}], "spec.volumes[0].configMap.name"),
+    ({}, [{"name": "c", "configMap": {"name": "b\n"}}], "spec.volumes[0].configMap.name"),  # matched whole, as Go does
     ({"terminationMessagePath": "/"}, [], "terminationMessagePath"),
     ({"terminationMessagePath": "/data/", "volumeMounts": [{"name": "d", "mountPath": "/data"}]},
      [{"name": "d", "emptyDir": {}}], "terminationMessagePath"),

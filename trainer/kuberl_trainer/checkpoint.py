@@ -379,7 +379,7 @@ def read(path: str, max_bytes: int | None = None) -> dict:
 def list_checkpoints(directory: str) -> list[str]:
     """Checkpoint paths by name, newest first (valid or not)."""
     try:
-        names = [n for n in os.listdir(directory) if NAME.match(n)]
+        names = [n for n in os.listdir(directory) if NAME.fullmatch(n)]
     except FileNotFoundError:
         return []
     return [os.path.join(directory, n) for n in sorted(names, reverse=True)]
