@@ -98,8 +98,8 @@ REASON_TTL = "TTLExpired"
 HISTORY_LIMIT = 10  # restart history and force-deletion records kept in status
 MESSAGE_LIMIT = 512  # characters of any message kept in status
 MAX_RESTART_BACKOFF_SECONDS = 600.0
-# Uncounted restarts in a row back off as kubelet's CrashLoopBackOff does: from 10 s, and start over
-# once a gang ran 10 minutes (two restarts this far apart, at most MAX_RESTART_BACKOFF_SECONDS of it waiting).
+# Uncounted restarts in a row back off as kubelet's CrashLoopBackOff does: from 10 s, starting over when two
+# are twice the longest wait apart (kubelet: 10 min for its 5 min cap; so a gang ran at least 10 minutes).
 UNCOUNTED_FLOOR_SECONDS = 10.0
 UNCOUNTED_RESET_SECONDS = 600.0 + MAX_RESTART_BACKOFF_SECONDS
 MAX_BACKOFF_DOUBLINGS = 64  # any base of a millisecond or more has reached the cap long before
@@ -653,7 +653,7 @@ def restart_delay(base_seconds: float, failures: int) -> float:
 def _uncounted_delay(plan: _Plan, base_seconds: float) -> float:
     """The wait before a restart no budget counts (a disruption, a deleted pod, a stated `Stopped`):
     `base_seconds` for the first in a while, then doubling from at least UNCOUNTED_FLOOR_SECONDS per
-    such restart in a row. A container can state `Stopped` itself: without this a job could restart
+    such restart in a row (less than UNCOUNTED_RESET_SECONDS after the one before). A container can state `Stopped` itself: without this a job could restart
     its gang without end, and with restartBackoffSeconds=0 without pause."""
     in_a_row, later = 0, plan.now
     for entry in reversed(plan.status["restartHistory"]):

@@ -385,7 +385,7 @@ def test_uncounted_restarts_in_a_row_back_off_like_crash_loop_backoff():
     """A gang that states `Stopped` over and over (or keeps being disrupted) is restarted without
     spending backoffLimit; it used to be restarted at once each time with restartBackoffSeconds=0,
     2 x workers API calls per loop for ever. Now: the base for the first, then 10, 20, 40 ... 600 s
-    in a row, starting over once a gang ran ten minutes (kubelet's CrashLoopBackOff)."""
+    in a row, starting over once two are UNCOUNTED_RESET_SECONDS apart (kubelet's CrashLoopBackOff)."""
     spec = job(restartBackoffSeconds=0)
     status, now, delays = running_status(spec), T0, []
     for _ in range(9):
@@ -395,11 +395,13 @@ def test_uncounted_restarts_in_a_row_back_off_like_crash_loop_backoff():
         status = decide(spec, status, gang("running", gen=status["generation"]), None, now).status
         assert status["restarts"] == 0, "a stated Stop is never counted"
     assert delays == [0, 10, 20, 40, 80, 160, 320, 600, 600]
-    soon = decide(spec, status, stopped_gang(status["generation"]), None, now + 60).status
-    assert lc.parse_time(soon["nextStartTime"]) - (now + 60) == 600
-    later = now + lc.UNCOUNTED_RESET_SECONDS
-    status = decide(spec, status, stopped_gang(status["generation"]), None, later).status
-    assert lc.parse_time(status["nextStartTime"]) == later, "a gang that ran ten minutes starts the backoff over"
+    last_restart = lc.parse_time(status["restartHistory"][-1]["time"])
+    just_before = last_restart + lc.UNCOUNTED_RESET_SECONDS - 1
+    soon = decide(spec, status, stopped_gang(status["generation"]), None, just_before).status
+    assert lc.parse_time(soon["nextStartTime"]) - just_before == 600
+    apart = last_restart + lc.UNCOUNTED_RESET_SECONDS
+    status = decide(spec, status, stopped_gang(status["generation"]), None, apart).status
+    assert lc.parse_time(status["nextStartTime"]) == apart, "restarts this far apart start the backoff over"
 
 
 def test_backoff_limit_exhausted_fails_and_stops_the_gang():
