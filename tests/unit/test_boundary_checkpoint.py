@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import zipfile
 
 import pytest
@@ -43,11 +42,10 @@ def test_a_name_that_is_not_a_regular_file_is_skipped_at_once_and_never_deleted(
     checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=3)
     hostile = newest_name(tmp_path)
     {"fifo": os.mkfifo, "dev-zero": lambda p: os.symlink("/dev/zero", p), "directory": os.mkdir}[kind](hostile)
-    started = time.monotonic()
-    child = load_in_a_child(tmp_path)
+    child = load_in_a_child(tmp_path)  # a hang is its timeout, an unbounded read its memory limit
     assert child.returncode == 0, child.stderr[-2000:]
     assert "LOADED " + str(tmp_path / "ckpt-0000000001.pt") in child.stdout
-    assert "not a regular file" in child.stderr and time.monotonic() - started < 15
+    assert "not a regular file" in child.stderr
     # rotation leaves it alone (it used to unlink a directory and fail every save)
     checkpoint.save(str(tmp_path), 2, ppo_like_state(2), keep=1)
     assert os.path.lexists(hostile)
@@ -59,10 +57,9 @@ def test_a_file_larger_than_the_rank_can_load_fails_loudly_and_is_kept(tmp_path)
     sparse = newest_name(tmp_path)
     with open(sparse, "wb") as f:  # a sparse file: costs nothing to make, more than the machine's memory to read
         f.truncate(checkpoint.memory_limit() + 1)
-    started = time.monotonic()
-    with pytest.raises(checkpoint.CheckpointTooLarge, match=f"checkpoint {sparse} is \\d+ bytes, over the") as raised:
-        checkpoint.load_newest(str(tmp_path))
-    assert isinstance(raised.value, checkpoint.UnusableCheckpoint) and time.monotonic() - started < 1
+    child = load_in_a_child(tmp_path)  # read whole, it would take all the memory of this test run
+    assert child.returncode != 0 and "CheckpointTooLarge: checkpoint " + sparse + " is " in child.stderr, child.stderr[-2000:]
+    assert issubclass(checkpoint.CheckpointTooLarge, checkpoint.UnusableCheckpoint)
     checkpoint.save(str(tmp_path), 2, ppo_like_state(2), keep=1)
     assert os.path.exists(sparse), "a file too large to judge is not ours to delete"
 
