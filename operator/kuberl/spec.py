@@ -646,16 +646,29 @@ def quantity_value(quantity: str | int) -> Decimal:
 
 def _resource_name_ok(name: str) -> bool:
     """validateContainerResourceName: a qualified name; without a domain one of Kubernetes' own
-    (cpu, memory, ephemeral-storage, hugepages-<size>); with one, an extended resource outside kubernetes.io."""
+    (cpu, memory, ephemeral-storage, hugepages-<size>); with one, a native (kubernetes.io/) or an
+    extended resource, whose name quota's `requests.` prefix must not already start."""
     if not LABEL_KEY.fullmatch(name) or len(name.rpartition("/")[2]) > 63:
         return False
     if "/" not in name:
         return name in STANDARD_CONTAINER_RESOURCES or name.startswith("hugepages-")
-    return "kubernetes.io/" not in name
+    return "kubernetes.io/" in name or not name.startswith("requests.")
+
+
+def _extended(name: str) -> bool:
+    """helper.IsExtendedResourceName: a domain-qualified resource that is not Kubernetes' own."""
+    return "/" in name and "kubernetes.io/" not in name
+
+
+def _overcommit_allowed(name: str) -> bool:
+    """helper.IsOvercommitAllowed: extended resources and hugepages are requested exactly as limited."""
+    return not _extended(name) and not name.startswith("hugepages-")
 
 
 def _resources_problems(resources: Any) -> list[Problem]:
-    """What ValidateResourceRequirements refuses at pod create: unknown names, negative amounts, a request over its limit."""
+    """What ValidateResourceRequirements refuses at pod create: unknown names, negative amounts, a
+    fraction of an extended resource, a request over its limit (or, where no overcommit is allowed,
+    a request without its limit or other than it)."""
     if not isinstance(resources, dict):
         return []
     problems, values = [], {}
@@ -673,13 +686,24 @@ def _resources_problems(resources: Any) -> list[Problem]:
             value = quantity_value(amount)
             if value < 0:
                 problems.append(Problem(path, f"expected a quantity of at least 0 (got {amount!r})"))
+            elif _extended(name) and value != value.to_integral_value():
+                problems.append(Problem(path, f"expected a whole number of {name} (got {amount!r})"))
             else:
                 values[kind, name] = (amount, value)
     for (kind, name), (amount, value) in values.items():
         limit = values.get(("limits", name))
-        if kind == "requests" and limit is not None and value > limit[1]:
-            problems.append(Problem(f"spec.resources.requests.{name}",
-                                    f"expected at most the limit spec.resources.limits.{name} {limit[0]!r} (got {amount!r})"))
+        if kind != "requests":
+            continue
+        if _overcommit_allowed(name):
+            if limit is not None and value > limit[1]:
+                problems.append(Problem(f"spec.resources.requests.{name}",
+                                        f"expected at most the limit spec.resources.limits.{name} {limit[0]!r} (got {amount!r})"))
+        elif limit is None:
+            problems.append(Problem(f"spec.resources.limits.{name}", f"expected a limit equal to the request {amount!r}:"
+                                    f" {name} cannot be overcommitted (or set only the limit)"))
+        elif value != limit[1]:
+            problems.append(Problem(f"spec.resources.requests.{name}", f"expected the limit spec.resources.limits.{name}"
+                                    f" {limit[0]!r} (got {amount!r}): {name} cannot be overcommitted"))
     return problems
 
 

@@ -120,6 +120,13 @@ RESOURCES = {
     "negative huge exponent": ({"requests": {"cpu": "-1e99999999999"}}, "spec.resources.requests.cpu"),
     "not a resource name": ({"requests": {"foo bar": "1"}}, "spec.resources.requests.foo bar"),
     "unqualified extended resource": ({"limits": {"widgets": "1"}}, "spec.resources.limits.widgets"),
+    "quota's requests. prefix": ({"limits": {"requests.example.com/fpga": "1"}}, "spec.resources.limits.requests.example.com/fpga"),
+    # IsOvercommitAllowed: extended resources and hugepages are requested exactly as limited
+    "extended request without a limit": ({"requests": {"example.com/fpga": "1"}}, "spec.resources.limits.example.com/fpga"),
+    "extended request under its limit": ({"requests": {"example.com/fpga": "1"}, "limits": {"example.com/fpga": "2"}},
+                                         "spec.resources.requests.example.com/fpga"),
+    "hugepages request without a limit": ({"requests": {"hugepages-2Mi": "1Gi"}}, "spec.resources.limits.hugepages-2Mi"),
+    "a fraction of an extended resource": ({"limits": {"example.com/fpga": "500m"}}, "spec.resources.limits.example.com/fpga"),
 }
 
 
@@ -133,6 +140,8 @@ def test_resources_the_api_server_refuses_are_refused_with_the_job(resources, pa
     {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "0.5", "memory": "1024Mi"}},
     {"requests": {"cpu": 2, "ephemeral-storage": "10Gi", "hugepages-2Mi": "1Gi"}, "limits": {"cpu": "2000m", "hugepages-2Mi": "1Gi"}},
     {"limits": {"example.com/fpga": 1, "memory": "1e9"}},
+    {"requests": {"example.com/fpga": "2"}, "limits": {"example.com/fpga": "2000m"}},
+    {"limits": {"kubernetes.io/batch-cpu": "500"}},  # Kubernetes' own prefixed names pass validateContainerResourceName
 ])
 def test_resources_the_api_server_accepts_pass(resources):
     validate_job(make_job().with_spec(resources=resources).obj())
