@@ -46,6 +46,7 @@ from fractions import Fraction
 from typing import IO
 
 from . import contract, names
+from .spec import QUANTITY, quantity_value
 
 # What Kubernetes keeps of a log for FallbackToLogsOnError.
 LOG_TAIL_LINES = 80
@@ -97,25 +98,17 @@ def expand(text: str, env: Mapping[str, str]) -> str:
 
 # --- quantities and the downward API -----------------------------------------
 
-_SUFFIXES = {
-    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
-    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
-    "P": Fraction(10**15), "E": Fraction(10**18),
-    "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50), "Ei": Fraction(2**60),
-}
-_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))$")
+# The API server caps a quantity's magnitude at 2^63-1 (k8s.io/apimachinery/pkg/api/resource).
+MAX_QUANTITY = 2**63 - 1
 
 
 def quantity(value: str | float) -> Fraction:
-    """A Kubernetes resource quantity ("500m", "2", "1.5Gi", "1e3") as an exact number."""
-    match = _QUANTITY.match(str(value).strip())
-    if not match or (match.group(3) or "") not in _SUFFIXES:
+    """A Kubernetes resource quantity ("500m", "2", "1.5Gi", "1e3") as an exact number, capped as
+    the API server caps it (an exponent like 1e99999999 is never computed out)."""
+    text = str(value).strip()
+    if not re.fullmatch(QUANTITY, text):
         raise LocalRunError(f"not a resource quantity: {value!r}")
-    number = Fraction(match.group(1))
-    if match.group(2):
-        return number * Fraction(10) ** int(match.group(2)[1:])
-    return number * _SUFFIXES[match.group(3) or ""]
+    return Fraction(max(-MAX_QUANTITY, min(MAX_QUANTITY, quantity_value(text))))
 
 
 def resource_field(pod: Mapping, ref: Mapping, node_cpus: int, node_memory: int | None = None,
