@@ -46,7 +46,7 @@ from fractions import Fraction
 from typing import IO
 
 from . import contract, names
-from .spec import QUANTITY, quantity_value
+from .spec import DNS_1123_SUBDOMAIN, QUANTITY, quantity_value
 
 # What Kubernetes keeps of a log for FallbackToLogsOnError.
 LOG_TAIL_LINES = 80
@@ -249,11 +249,6 @@ def trainer_container(pod: Mapping) -> dict:
     return next((c for c in containers if c["name"] == names.TRAINER_CONTAINER), containers[0])
 
 
-# A PersistentVolumeClaim's or ConfigMap's name: a DNS-1123 subdomain (the API
-# server's rule for both), so it can never name a path outside the run directory.
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
 def _inside(root: str, path: str) -> bool:
     resolved = os.path.normpath(os.path.join(root, path.lstrip("/")))
     return resolved == root or resolved.startswith(root.rstrip("/") + "/")
@@ -268,7 +263,8 @@ def path_problems(pod: Mapping, container: Mapping) -> list[str]:
         for kind in ("persistentVolumeClaim", "configMap"):
             key = "claimName" if kind == "persistentVolumeClaim" else "name"
             name = (volume.get(kind) or {}).get(key)
-            if name is not None and (len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(str(name))):
+            # the API server's rule for both names, so neither can name a path outside the run directory
+            if name is not None and (len(name) > 253 or not re.fullmatch(DNS_1123_SUBDOMAIN, str(name))):
                 problems.append(f"spec.volumes[{i}].{kind}.{key}: {name!r} is not a DNS-1123 subdomain name")
     for i, mount in enumerate(container.get("volumeMounts") or []):
         path = str(mount.get("mountPath", ""))

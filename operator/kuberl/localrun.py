@@ -46,6 +46,7 @@ from .localnode import LocalRunError, PodProcess, processes_under, start_pod
 from .rank0metrics import Rank0Reading
 from .render import Job, render_configmap, render_pod, render_service
 from .spec import (
+    DNS_1123_SUBDOMAIN,
     InvalidJob,
     JobSpec,
     KubernetesYamlLoader,
@@ -315,7 +316,6 @@ def observed(entry: LocalPod, code: int | None) -> ObservedPod:
 # --- the run --------------------------------------------------------------------
 
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 
 
@@ -327,7 +327,7 @@ def read_configmap(doc: dict, path: str) -> tuple[str, dict[str, str]]:
     """A ConfigMap document's name and data, checked as the API server checks them."""
     name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
     data = doc.get("data") or {}
-    if doc.get("apiVersion") != "v1" or not isinstance(name, str) or not _DNS_SUBDOMAIN.fullmatch(name) or not isinstance(data, dict):
+    if doc.get("apiVersion") != "v1" or not isinstance(name, str) or len(name) > 253 or not re.fullmatch(DNS_1123_SUBDOMAIN, name) or not isinstance(data, dict):
         raise SystemExit(f"{path}: a ConfigMap needs apiVersion v1, metadata.name (a DNS-1123 subdomain) and data")
     bad = [k for k, v in data.items() if not isinstance(v, str) or not _CONFIGMAP_KEY.fullmatch(str(k)) or k in (".", "..")]
     if bad:

@@ -4,7 +4,11 @@ PyTorchJob-style template find them here."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
+import yaml
 from kuberl.localrun import split_documents
 
 JOB = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "j"}, "spec": {}}
@@ -32,6 +36,7 @@ def test_a_job_alone_has_no_configmaps():
     ([JOB, configmap("a", {"k": 1})], "data keys"),
     ([JOB, configmap("a", {}), configmap("a", {})], "two ConfigMaps"),
     ([JOB, configmap("a\n", {})], "DNS-1123"),  # Go's regexp has no "$ before a final newline"
+    ([JOB, configmap("a" * 254, {})], "DNS-1123"),  # a subdomain is at most 253 characters
     ([JOB, configmap("a", {"k\n": "1"})], "data keys"),
     ([JOB, {**configmap("a", {}), "apiVersion": "v2"}], "apiVersion v1"),
 ])
@@ -43,11 +48,6 @@ def test_what_a_cluster_would_refuse_is_refused(docs, why):
 def test_validate_and_render_take_the_file_kuberl_run_takes(tmp_path):
     """The file a user runs is the file they validate and render: ConfigMaps beside the job
     were read as RLTrainingJobs and refused (exit 1), and a bad one still is."""
-    import subprocess
-    import sys
-
-    import yaml
-
     job = {**JOB, "metadata": {"name": "byo"}, "spec": {"trainer": "custom", "template": {"spec": {
         "containers": [{"name": "trainer", "command": ["python", "/app/t.py"], "volumeMounts": [{"name": "code", "mountPath": "/app"}]}],
         "volumes": [{"name": "code", "configMap": {"name": "scripts"}}]}}}}
