@@ -6,11 +6,12 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 from kuberl import names
 from kuberl.localrun import summary
-from kuberl.render import Job, render_configmap
-from kuberl.spec import validate_job
+from kuberl.render import Job, render_configmap, render_pods
+from kuberl.spec import InvalidJob, validate_job
 
 from tests.support.jobs import make_job
 
@@ -41,18 +42,11 @@ def test_kuberl_validate_names_the_custom_trainer(tmp_path):
 def test_a_pytorchjob_container_name_is_pointed_at_the_trainer_container():
     """A PyTorchJob's container is named `pytorch`; here that name would run as a sidecar
     without RANK and MASTER_ADDR, so the refusal says which container to rename."""
-    from kuberl.render import render_pods
-    from kuberl.spec import InvalidJob
-
     pytorchjob_style = {"spec": {"containers": [{"name": "pytorch", "command": ["python", "train.py"]}]}}
-    job = make_job("byo").custom_trainer(pytorchjob_style).workers(2).obj()
-    try:
-        validate_job(job)
-    except InvalidJob as refused:
-        assert [p.path for p in refused.problems] == ["spec.template.spec.containers"]
-        assert "rename 'pytorch' to 'trainer'" in str(refused)
-    else:
-        raise AssertionError("a custom job without a trainer container was accepted")
+    with pytest.raises(InvalidJob) as refused:
+        validate_job(make_job("byo").custom_trainer(pytorchjob_style).workers(2).obj())
+    assert [p.path for p in refused.value.problems] == ["spec.template.spec.containers"]
+    assert "rename 'pytorch' to 'trainer'" in str(refused.value)
     beside = make_job("byo").custom_trainer({"spec": {"containers": [
         {"name": "trainer", "command": ["python", "train.py"]}, {"name": "pytorch", "command": ["sleep", "1"]}]}}).workers(2).obj()
     pod = render_pods(Job("byo", validate_job(beside)), "default", "u", [0], 0)[0]
