@@ -10,6 +10,8 @@ from kuberl.rank0metrics import (
     parse,
     progress_of,
 )
+from kuberl_trainer.metrics import TrainerMetrics
+from prometheus_client import generate_latest
 
 METRICS = """# TYPE kuberl_trainer_env_steps_total counter
 kuberl_trainer_env_steps_total{rltj="job",rank="0"} 4096.0
@@ -94,12 +96,8 @@ def test_an_unreadable_endpoint_keeps_the_stall_clock_running():
     assert progress_of(first, 0, Rank0Reading(11), now=300.0).changed_at == 300.0
 
 
-
 def test_the_trainers_own_page_is_read_whole():
     """The exporter the trainer runs, as it renders its page (counter `_created` lines, histograms)."""
-    from kuberl_trainer.metrics import TrainerMetrics
-    from prometheus_client import generate_latest
-
     metrics = TrainerMetrics('job', 0, 2)
     metrics.env_steps.inc(4096)
     metrics.steps_per_second.set(812.5)
