@@ -17,6 +17,7 @@ import time
 
 import torch
 from kuberl.spec import DQNConfig
+from kuberl_trainer import fused
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer
 
@@ -65,6 +66,7 @@ def main() -> None:
     parser.add_argument("--set", default="{}", help="JSON overrides of the DQN hyperparameters (snake_case)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    fused.flush_subnormals()  # as the trainer's entry point does
     hp = DQNConfig(**{**_snake(KUBERL_DQN_CARTPOLE), **json.loads(args.set)})
     for seed in args.seeds:
         started = time.time()

@@ -34,6 +34,7 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=12)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    fused.flush_subnormals()  # as the trainer's entry point does
     hp = PPOConfig(**_snake(KUBERL_PPO_CARTPOLE))
     ctx = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 

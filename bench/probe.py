@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from kuberl.spec import DQNConfig, PPOConfig
-from kuberl_trainer import checkpoint
+from kuberl_trainer import checkpoint, fused
 from kuberl_trainer.distributed import all_reduce_gradient, process_group
 from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.envs import make_envs
@@ -105,6 +105,7 @@ def allreduce_floor(ctx, floats: int, calls: int = 1000) -> tuple[float, float]:
 def main() -> None:
     job = json.loads(Path(sys.argv[1]).read_text())
     with process_group("gloo", 600, 120) as ctx:
+        fused.flush_subnormals()  # as the trainer's entry point does
         if job["algorithm"] == "ppo":
             hp = PPOConfig(**job["hyperparameters"])
             trainer = PPOTrainer(ctx, hp, job["env"], job["num_envs"], {}, 10**9, 1, 0)

@@ -84,6 +84,7 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: in
     if gloo_loop_unchanged:
         distributed.calm_gloo_loop = lambda: 0
     with process_group("gloo", 600, 120) as ctx:
+        fused.flush_subnormals()  # as the trainer's entry point does
         hp = PPOConfig(**_snake(KUBERL_PPO_CARTPOLE))
         supports = fused.supports
         if module:

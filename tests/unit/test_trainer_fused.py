@@ -367,3 +367,37 @@ def test_numpy_tanh_in_place_matches_torch():
     assert fused.tanh_(hidden) is hidden
     np.testing.assert_allclose(hidden.flatten().numpy(), torch.tanh(values).numpy(), rtol=2e-7, atol=1e-7)
     assert float(hidden.flatten()[-1]) == 1.0 and float(hidden.flatten()[-2]) == -1.0
+
+
+def test_flushed_subnormal_moments_move_no_weight():
+    """fused.flush_subnormals: Adam's moments of parameters whose gradient turned 0
+    (dead ReLU units) decay into subnormals and stay there; flushing them to zero
+    leaves every weight the very same bits."""
+    smallest_normal = torch.finfo(torch.float32).tiny
+    rng = np.random.default_rng(0)
+    gradients = [torch.from_numpy(rng.normal(size=64).astype(np.float32)) for _ in range(900)]
+    for g in gradients[5:]:
+        g[:32] = 0.0  # the first half dies after 5 steps
+
+    def train(flush: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        weight = nn.Parameter(torch.from_numpy(rng.normal(size=64).astype(np.float32)))
+        adam = fused.FlatAdam([("w", (64,))], fused.AdamState([weight], lr=2.3e-3), None, 1)
+        adam.bind({weight: adam.view["w"]})
+        try:
+            if flush:
+                fused.flush_subnormals()
+            for g in gradients:
+                adam.grad.copy_(g)
+                adam.apply_gradient(10.0)
+        finally:
+            torch.set_flush_denormal(False)
+        return adam.flat.clone(), adam.exp_avg.clone()
+
+    state = rng.bit_generator.state
+    plain, plain_moment = train(flush=False)
+    rng.bit_generator.state = state
+    flushed, flushed_moment = train(flush=True)
+    dead = plain_moment[:32].abs()
+    assert bool(((dead > 0) & (dead < smallest_normal)).all())  # stuck in the subnormals, unflushed
+    assert bool((flushed_moment[:32] == 0).all())
+    assert torch.equal(plain, flushed)

@@ -28,7 +28,7 @@ import torch
 from kuberl import contract, names, trainerconfig
 from kuberl.spec import InvalidJob, JobSpec, Problem
 
-from . import dqn, ppo
+from . import dqn, fused, ppo
 from .checkpoint import UnusableCheckpoint
 from .device import describe as describe_device
 from .device import tune as tune_device
@@ -127,6 +127,7 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
     with process_group(spec.rendezvous.backend, policy.collective_timeout_seconds, policy.rendezvous_timeout_seconds) as ctx:
         startup.mark("rendezvous")
         tune_device(ctx.device, spec.deterministic)
+        fused.flush_subnormals()  # this thread runs the learner: Adam's dead moments cost no more than live ones
         try:
             trainer = ALGORITHMS[spec.algorithm].make(ctx, spec.hyperparameters, spec.env.id, spec.env.num_envs, spec.env.kwargs,
                                                       spec.total_timesteps, spec.seed, restart, env_backend=spec.env.backend)
