@@ -677,6 +677,8 @@ def _resources_problems(resources: Any) -> list[Problem]:
     for kind in ("requests", "limits"):
         amounts = resources.get(kind)
         for name, amount in (amounts.items() if isinstance(amounts, dict) else ()):
+            if name == GPU_RESOURCE:
+                continue  # refused whole: GPUs come from spec.gpusPerWorker (a cross-field rule)
             path = f"spec.resources.{kind}.{name}"
             if not isinstance(name, str) or not _resource_name_ok(name):
                 problems.append(Problem(path, "expected a resource name: cpu, memory, ephemeral-storage, hugepages-<size>,"
