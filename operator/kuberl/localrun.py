@@ -329,6 +329,8 @@ def read_configmap(doc: dict, path: str) -> tuple[str, dict[str, str]]:
     data = doc.get("data") or {}
     if doc.get("apiVersion") != "v1" or not isinstance(name, str) or len(name) > 253 or not re.fullmatch(DNS_1123_SUBDOMAIN, name) or not isinstance(data, dict):
         raise SystemExit(f"{path}: a ConfigMap needs apiVersion v1, metadata.name (a DNS-1123 subdomain) and data")
+    if doc.get("binaryData"):  # dropping it would leave its files missing from the volume without a word
+        raise SystemExit(f"{path}: ConfigMap {name!r}: binaryData is not served by kuberl run; put its files in data")
     bad = [k for k, v in data.items() if not isinstance(v, str) or not _CONFIGMAP_KEY.fullmatch(str(k)) or k in (".", "..")]
     if bad:
         raise SystemExit(f"{path}: ConfigMap {name!r}: data keys are [-._a-zA-Z0-9]+ with string values ({bad[0]!r} is not)")

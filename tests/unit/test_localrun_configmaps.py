@@ -45,6 +45,11 @@ def test_what_a_cluster_would_refuse_is_refused(docs, why):
         split_documents(docs, "f")
 
 
+def test_binary_data_is_refused_rather_than_left_out_of_the_volume():
+    with pytest.raises(SystemExit, match="binaryData is not served by kuberl run"):
+        split_documents([JOB, {**configmap("a", {}), "binaryData": {"model.bin": "AAEC"}}], "f")
+
+
 def test_validate_and_render_take_the_file_kuberl_run_takes(tmp_path):
     """The file a user runs is the file they validate and render: ConfigMaps beside the job
     were read as RLTrainingJobs and refused (exit 1), and a bad one still is."""
