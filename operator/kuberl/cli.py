@@ -60,7 +60,10 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     from .localrun import is_configmap, read_configmap
 
     valid, failed = [], False
-    for job in load_jobs(path):
+    docs = load_jobs(path)
+    if all(is_configmap(doc) for doc in docs):  # as for an empty file: "valid" would hide the wrong file
+        raise SystemExit(f"{path}: no RLTrainingJob document, only ConfigMaps")
+    for job in docs:
         if is_configmap(job):  # beside the job, for its template to read (kuberl run mounts it; kubectl applies it)
             read_configmap(job, path)
             continue

@@ -65,3 +65,10 @@ def test_validate_and_render_take_the_file_kuberl_run_takes(tmp_path):
         path.write_text(yaml.safe_dump_all([configmap("Scripts", {"t.py": "print(1)"}), job]))
         done = subprocess.run([sys.executable, "-m", "kuberl.cli", command, str(path)], capture_output=True, text=True, check=False)
         assert done.returncode == 1 and "DNS-1123" in done.stderr
+
+
+def test_a_file_of_configmaps_alone_is_no_valid_job(tmp_path):
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump(configmap("scripts", {"t.py": "print(1)"})))
+    done = subprocess.run([sys.executable, "-m", "kuberl.cli", "validate", str(path)], capture_output=True, text=True, check=False)
+    assert done.returncode == 1 and "no RLTrainingJob document, only ConfigMaps" in done.stderr
