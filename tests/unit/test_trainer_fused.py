@@ -312,13 +312,14 @@ def test_fused_q_steps_equal_the_module_path(double_dqn):
         np.testing.assert_allclose(state["exp_avg_sq"].numpy(), expected["exp_avg_sq"].numpy(), rtol=1e-4, atol=1e-10)
 
 
-def test_dqn_trainer_learns_through_the_fused_step_as_through_the_module_path(monkeypatch):
+@pytest.mark.parametrize("double_dqn", [True, False])  # vanilla: learn() takes a whole draw's TD targets at once
+def test_dqn_trainer_learns_through_the_fused_step_as_through_the_module_path(monkeypatch, double_dqn):
     from kuberl.spec import DQNConfig
     from kuberl_trainer.distributed import Dist
     from kuberl_trainer.dqn import DQNTrainer
 
     hp = DQNConfig(learning_starts=64, batch_size=32, train_frequency=16, gradient_steps=4, target_update_interval=32,
-                   hidden_sizes=[16, 16], tau=0.5)
+                   hidden_sizes=[16, 16], tau=0.5, double_dqn=double_dqn)
 
     def trainer():
         return DQNTrainer(Dist(0, 1, 0, 1, torch.device("cpu"), None), hp, "CartPole-v1", 4, {}, 10**6, seed=3, restart=0)

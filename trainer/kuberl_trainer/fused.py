@@ -210,9 +210,13 @@ class FlatAdam:
         self.adam()
 
     def clip(self, max_norm: float) -> None:
-        """clip_grad_norm_'s rule, without leaving the device (no .item())."""
-        scale = (max_norm / (torch.linalg.vector_norm(self.grad) + 1e-6)).clamp_(max=1.0)
-        self.grad.mul_(scale)
+        """clip_grad_norm_'s rule: the scale max_norm / (norm + 1e-6), at most 1, in float32
+        as torch computes it on a 0-d tensor (a reciprocal, then a product), here on numpy
+        scalars (the vector is on the CPU: .item() waits for nothing); no multiply by 1.0."""
+        norm = np.float32(torch.linalg.vector_norm(self.grad).item())
+        scale = np.float32(max_norm) * (np.float32(1.0) / (norm + np.float32(1e-6)))
+        if not scale >= 1.0:  # a NaN scale still multiplies, as torch's did
+            self.grad.mul_(float(scale))
 
     def adam(self) -> None:
         """torch.optim.Adam's update (no weight decay, no amsgrad) on the flat vector."""
@@ -390,6 +394,9 @@ class FusedPPOStep(FlatAdam):
 # --- DQN ---------------------------------------------------------------------------
 
 
+relu_backward = torch.ops.aten.threshold_backward.grad_input  # (grad, output, 0.0, grad_input=out)
+
+
 def supports_q(network: nn.Module, device: torch.device, precision: str = "fp32") -> bool:
     """A ReLU MLP Q network (dqn.QNetwork: Linear, ReLU, ..., Linear) on CPU in fp32."""
     layers = list(getattr(network, "net", []))
@@ -430,24 +437,32 @@ class FusedQStep(FlatAdam):
                 self.target_view[name].copy_(p)
                 p.data = self.target_view[name]
         self.numpy_view = {name: view.numpy() for name, view in self.view.items()}
-        self.buffers: dict[int, dict[str, torch.Tensor]] = {}
+        # per layer, made once (the step is a few dozen small ops: a view or a name lookup is a real share)
+        self.weights = [self.view[f"W{k}"] for k in range(self.layers)]
+        self.grad_weights = [self.grad_view[f"W{k}"] for k in range(self.layers)]
+        self.grad_biases = [self.grad_view[f"b{k}"] for k in range(self.layers)]
+        self.online_layers = [(self.view[f"W{k}"].t(), self.view[f"b{k}"]) for k in range(self.layers)]
+        self.target_layers = [(self.target_view[f"W{k}"].t(), self.target_view[f"b{k}"]) for k in range(self.layers)]
+        self.buffers: dict[int, dict[str, list[torch.Tensor]]] = {}
         self.target_buffers: dict[int, list[torch.Tensor]] = {}  # target_q's hidden activations, per batch size
 
-    def _buffers(self, batch: int) -> dict[str, torch.Tensor]:
+    def _buffers(self, batch: int) -> dict[str, list[torch.Tensor]]:
+        """Per layer: activations h, their gradients d (and d transposed), the double-DQN chooser's next."""
         found = self.buffers.get(batch)
         if found is None:
-            widths = [self.view[f"W{k}"].shape[0] for k in range(self.layers)]
-            found = {f"h{k}": torch.zeros(batch, w) for k, w in enumerate(widths)}
-            found |= {f"d{k}": torch.zeros(batch, w) for k, w in enumerate(widths)}
-            found |= {f"next{k}": torch.zeros(batch, w) for k, w in enumerate(widths)}
+            widths = [w.shape[0] for w in self.weights]
+            found = {name: [torch.zeros(batch, w) for w in widths] for name in ("h", "d", "next")}
+            found["d_t"] = [d.t() for d in found["d"]]
             self.buffers[batch] = found
         return found
 
-    def q_values(self, views: dict[str, torch.Tensor], x: torch.Tensor, out: list[torch.Tensor]) -> torch.Tensor:
-        """The MLP's forward into `out` (one buffer per layer, activations kept)."""
-        for k in range(self.layers):
-            torch.addmm(views[f"b{k}"], x, views[f"W{k}"].t(), out=out[k])
-            if k < self.layers - 1:
+    def q_values(self, layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor,
+                 out: list[torch.Tensor]) -> torch.Tensor:
+        """The MLP's forward, layers as (W transposed, b), into `out` (one buffer per layer, activations kept)."""
+        last = len(layers) - 1
+        for k, (weight_t, bias) in enumerate(layers):
+            torch.addmm(bias, x, weight_t, out=out[k])
+            if k < last:
                 out[k].relu_()
             x = out[k]
         return x
@@ -477,45 +492,68 @@ class FusedQStep(FlatAdam):
         if hidden is None:
             widths = [self.view[f"W{k}"].shape[0] for k in range(self.layers - 1)]
             hidden = self.target_buffers[x.shape[0]] = [torch.empty(x.shape[0], w) for w in widths]
-        for k in range(self.layers - 1):
-            x = torch.addmm(self.target_view[f"b{k}"], x, self.target_view[f"W{k}"].t(), out=hidden[k]).relu_()
-        last = self.layers - 1
-        return torch.addmm(self.target_view[f"b{last}"], x, self.target_view[f"W{last}"].t())
+        for (weight_t, bias), out in zip(self.target_layers[:-1], hidden, strict=True):
+            x = torch.addmm(bias, x, weight_t, out=out).relu_()
+        weight_t, bias = self.target_layers[-1]
+        return torch.addmm(bias, x, weight_t)
+
+    def targets(self, returns: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor,
+                next_q_target: torch.Tensor | None = None) -> torch.Tensor:
+        """TD targets (B,): returns + discount * Q_target(s', a'), a' the argmax of
+        the online network's Q-values of next_obs for double DQN, of the target's
+        otherwise (dqn.td_targets). next_q_target: target_q(next_obs), when the
+        caller has it already. Without double DQN nothing here depends on the
+        online weights, so learn() takes a whole draw's targets at once."""
+        if next_q_target is None:
+            next_q_target = self.target_q(next_obs)
+        if self.hp.double_dqn:
+            buf = self._buffers(next_obs.shape[0])
+            chooser = self.q_values(self.online_layers, next_obs.flatten(1).float(), buf["next"])
+        else:
+            chooser = next_q_target
+        best = next_q_target.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
+        return torch.addcmul(returns, discount, best)
 
     def step(self, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
              discount: torch.Tensor, next_obs: torch.Tensor, next_q_target: torch.Tensor | None = None) -> torch.Tensor:
         """One optimiser step; inputs as DQNTrainer.gradient_step takes them
         (next_q_target: target_q(next_obs), when the caller has it already).
         Returns the loss (a 0-d tensor)."""
+        error = self.step_towards(obs, actions, self.targets(returns, discount, next_obs, next_q_target))
+        return huber(error)
+
+    def step_towards(self, obs: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor,
+                     error: torch.Tensor | None = None) -> torch.Tensor:
+        """One optimiser step towards the TD targets (B,). Returns the TD error
+        Q(s, a) - target (B,), written into `error` when given: the loss is a
+        function of it (`huber`), which learn() takes once for all its steps."""
         batch = obs.shape[0]
         buf = self._buffers(batch)
-        obs, next_obs = obs.flatten(1).float(), next_obs.flatten(1).float()
-        next_buffers = [buf[f"next{k}"] for k in range(self.layers)]
-        if next_q_target is None:
-            next_q_target = self.target_q(next_obs)
-        if self.hp.double_dqn:
-            chooser = self.q_values(self.view, next_obs, next_buffers)
-        else:
-            chooser = next_q_target
-        best = next_q_target.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
-        targets = torch.addcmul(returns, discount, best)
-        hidden = [buf[f"h{k}"] for k in range(self.layers)]
-        q = self.q_values(self.view, obs, hidden)
+        hidden, d, d_t = buf["h"], buf["d"], buf["d_t"]
+        obs = obs.flatten(1).float()
+        q = self.q_values(self.online_layers, obs, hidden)
         index = actions.long().reshape(-1, 1)
-        error = q.gather(1, index).squeeze(1) - targets
-        loss = nn.functional.smooth_l1_loss(error, torch.zeros_like(error))
+        error = torch.sub(q.gather(1, index).squeeze(1), targets, out=error)
         # Huber's derivative (beta 1): the error clamped to [-1, 1], over the batch mean
-        d_q = buf[f"d{self.layers - 1}"]
-        d_q.zero_().scatter_(1, index, error.clamp(-1.0, 1.0).div_(batch).unsqueeze(1))
+        d[-1].zero_().scatter_(1, index, error.clamp(-1.0, 1.0).div_(batch).unsqueeze(1))
         for k in range(self.layers - 1, -1, -1):
             below = obs if k == 0 else hidden[k - 1]
-            torch.mm(buf[f"d{k}"].t(), below, out=self.grad_view[f"W{k}"])
-            torch.sum(buf[f"d{k}"], 0, out=self.grad_view[f"b{k}"])
+            torch.mm(d_t[k], below, out=self.grad_weights[k])
+            torch.sum(d[k], 0, out=self.grad_biases[k])
             if k > 0:
-                d_below = buf[f"d{k - 1}"]
-                torch.mm(buf[f"d{k}"], self.view[f"W{k}"], out=d_below)
-                # ReLU's gradient: where its output was positive. That output is >= 0, so its sign is
-                # exactly that 0/1 mask, and multiplying by it costs 3 us against masked_fill_'s 18
-                d_below.mul_(hidden[k - 1].sign())
+                d_below = d[k - 1]
+                torch.mm(d[k], self.weights[k], out=d_below)
+                # ReLU's gradient: zero where its output was not positive, in place (torch's own ReLU
+                # backward; a multiply by the output's sign made a 64 KB temporary a step, and -0.0
+                # where this gives 0.0: equal values, and the same Adam state and weights after)
+                relu_backward(d_below, hidden[k - 1], 0.0, grad_input=d_below)
         self.apply_gradient(self.hp.max_grad_norm)
-        return loss
+        return error
+
+
+def huber(error: torch.Tensor) -> torch.Tensor:
+    """dqn.dqn_loss from the TD errors: the mean Huber loss (beta 1) over the
+    last axis, so errors (steps, B) give each step's loss (steps,)."""
+    if error.dim() == 1:
+        return nn.functional.smooth_l1_loss(error, torch.zeros_like(error))
+    return nn.functional.smooth_l1_loss(error, torch.zeros_like(error), reduction="none").mean(-1)
