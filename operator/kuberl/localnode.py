@@ -106,9 +106,12 @@ def quantity(value: str | float) -> Fraction:
     """A Kubernetes resource quantity ("500m", "2", "1.5Gi", "1e3") as an exact number, capped as
     the API server caps it (an exponent like 1e99999999 is never computed out)."""
     text = str(value).strip()
-    if not re.fullmatch(QUANTITY, text):
-        raise LocalRunError(f"not a resource quantity: {value!r}")
-    return Fraction(max(-MAX_QUANTITY, min(MAX_QUANTITY, quantity_value(text))))
+    try:
+        if re.fullmatch(QUANTITY, text):
+            return Fraction(max(-MAX_QUANTITY, min(MAX_QUANTITY, quantity_value(text))))
+    except ValueError:
+        pass
+    raise LocalRunError(f"not a resource quantity: {value!r}")
 
 
 def resource_field(pod: Mapping, ref: Mapping, node_cpus: int, node_memory: int | None = None,

@@ -632,7 +632,8 @@ STANDARD_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
 
 
 def quantity_value(quantity: str | int) -> Decimal:
-    """The number a Kubernetes quantity (already matching QUANTITY) stands for, to compare two."""
+    """The number a Kubernetes quantity (already matching QUANTITY) stands for, to compare two.
+    ValueError for a fractional exponent (1e1.5): QUANTITY's pattern allows it, ParseQuantity does not."""
     if isinstance(quantity, int):
         return Decimal(quantity)
     number, suffix = _QUANTITY_PARTS.fullmatch(quantity).groups()
@@ -687,7 +688,11 @@ def _resources_problems(resources: Any) -> list[Problem]:
             if isinstance(amount, bool) or not isinstance(amount, int | str) or (
                     isinstance(amount, str) and not re.fullmatch(QUANTITY, amount)):
                 continue  # the model already names it
-            value = quantity_value(amount)
+            try:
+                value = quantity_value(amount)
+            except ValueError:
+                problems.append(Problem(path, f"expected a quantity whose exponent is a whole number (got {amount!r})"))
+                continue
             if value < 0:
                 problems.append(Problem(path, f"expected a quantity of at least 0 (got {amount!r})"))
             elif _extended(name) and value != value.to_integral_value():

@@ -118,6 +118,7 @@ RESOURCES = {
     "request above limit, other units": ({"requests": {"memory": "2Gi"}, "limits": {"memory": "2G"}}, "spec.resources.requests.memory"),
     "huge exponent over its limit": ({"requests": {"cpu": "1e99999999999"}, "limits": {"cpu": "1Ei"}}, "spec.resources.requests.cpu"),
     "negative huge exponent": ({"requests": {"cpu": "-1e99999999999"}}, "spec.resources.requests.cpu"),
+    "fractional exponent": ({"requests": {"cpu": "1e1.5"}}, "spec.resources.requests.cpu"),  # ValueError, before
     "not a resource name": ({"requests": {"foo bar": "1"}}, "spec.resources.requests.foo bar"),
     "unqualified extended resource": ({"limits": {"widgets": "1"}}, "spec.resources.limits.widgets"),
     "quota's requests. prefix": ({"limits": {"requests.example.com/fpga": "1"}}, "spec.resources.limits.requests.example.com/fpga"),

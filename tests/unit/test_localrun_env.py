@@ -53,9 +53,10 @@ def test_quantities(text, value):
     assert quantity(text) == value
 
 
-def test_a_bad_quantity_is_refused():
+@pytest.mark.parametrize("text", ["2 cores", "1e1.5"])
+def test_a_bad_quantity_is_refused(text):
     with pytest.raises(LocalRunError):
-        quantity("2 cores")
+        quantity(text)
 
 
 def pod_with(env: list[dict], resources: dict | None = None) -> dict:
