@@ -197,6 +197,19 @@ def add_pod_security(p: argparse.ArgumentParser, default: str, why: str) -> None
                    help=f"Pod Security Standard the job's pods must meet: {', '.join(LEVELS)} (default {default}: {why})")
 
 
+def positive(kind: type) -> Any:
+    """An argparse type: a number of `kind` above zero."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__} (got {text!r})") from None
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__} (got {text!r})")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kuberl", description="Distributed RL training on Kubernetes, or here.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -237,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trainer-image", help="default trainer image (else $KUBERL_TRAINER_IMAGE, else the built-in default)")
     p.add_argument("--listen-address", default="0.0.0.0", help="address of the health and metrics endpoints")
     p.add_argument("--scrape-interval", type=float, default=10.0, help="seconds between scrapes of a running job's rank 0")
+    p.add_argument("--scrape-timeout", type=positive(float), help="seconds a scrape of rank 0 may take in all (default 2)")
+    p.add_argument("--max-concurrent-reconciles", type=positive(int),
+                   help="job reconciles running at once, bounding the operator's burst on the API server (default 32)")
     p.add_argument("--monitoring-namespace", default=DEFAULT_MONITORING_NAMESPACE,
                    help="Prometheus' namespace, admitted to trainer metrics ports by each job's NetworkPolicy ('' for none)")
     add_pod_security(p, DEFAULT_LEVEL, "a job whose pods violate it fails, every offending field named")

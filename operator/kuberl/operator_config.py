@@ -39,6 +39,8 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         trainer_pull_policy=os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_POLICY) or None,
         trainer_pull_secrets=tuple(s.strip() for s in os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_SECRETS, "").split(",") if s.strip()),
         scrape_interval=getattr(args, "scrape_interval", None) or OperatorConfig.scrape_interval,
+        scrape_timeout=getattr(args, "scrape_timeout", None) or OperatorConfig.scrape_timeout,
+        max_concurrent_reconciles=getattr(args, "max_concurrent_reconciles", None) or OperatorConfig.max_concurrent_reconciles,
         peering=args.peering,
         pod_security=getattr(args, "pod_security", None) or podsecurity.DEFAULT_LEVEL,
         allowed_service_accounts=podsecurity.parse_service_accounts(getattr(args, "allowed_service_accounts", None)),

@@ -146,3 +146,23 @@ def test_the_operator_carries_its_pod_security_level_and_service_account_allowli
     assert (config.pod_security, config.allowed_service_accounts) == ('restricted', frozenset({'trainer', 'ci'}))
     default = operator_config(argparse.Namespace(peering=None))
     assert (default.pod_security, default.allowed_service_accounts) == ('baseline', None)
+
+
+@pytest.mark.parametrize('flag', ['--scrape-timeout', '--max-concurrent-reconciles'])
+@pytest.mark.parametrize('bad', ['0', '-1', 'nan', 'inf', 'two'])
+def test_the_operators_timing_flags_take_positive_numbers_only(flag, bad, capsys):
+    from kuberl.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(['operator', flag, bad])
+    assert f'argument {flag}: expected a positive' in capsys.readouterr().err
+
+
+def test_the_operators_timing_flags_reach_its_configuration():
+    from kuberl.cli import build_parser
+    from kuberl.operator_config import OperatorConfig, operator_config
+
+    config = operator_config(build_parser().parse_args(['operator', '--scrape-timeout', '0.5', '--max-concurrent-reconciles', '4']))
+    assert (config.scrape_timeout, config.max_concurrent_reconciles) == (0.5, 4)
+    default = operator_config(build_parser().parse_args(['operator']))
+    assert (default.scrape_timeout, default.max_concurrent_reconciles) == (OperatorConfig.scrape_timeout, OperatorConfig.max_concurrent_reconciles)
