@@ -25,8 +25,10 @@ from pydantic.alias_generators import to_camel
 from . import contract, names
 
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-# Kubernetes' own resource.Quantity pattern (as controller-gen writes it).
-QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+# Kubernetes' resource.Quantity pattern as controller-gen writes it, but with a whole exponent:
+# ParseQuantity refuses 1e1.5 (apimachinery's api/resource/suffix.go, interpret: strconv.ParseInt),
+# which the generated pattern lets through to fail only at PVC or pod create.
+QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$"
 # A gymnasium id ("CartPole-v1", "ALE/Pong-v5") or a user's "module:Class".
 ENV_ID = r"^([A-Za-z0-9_.-]+/)?[A-Za-z0-9_.-]+(:[A-Za-z_][A-Za-z0-9_.]*)?$"
 DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"

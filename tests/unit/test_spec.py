@@ -100,6 +100,8 @@ MUTATIONS = [
     ("minimal", "spec.runPolicy", {"backofLimit": 1}, "spec.runPolicy.backofLimit", "did you mean 'backoffLimit'"),
     ("minimal", "spec.success", {"targetReturn": "high"}, "spec.success.targetReturn", "number"),
     ("minimal", "spec.checkpoint", {"size": "lots"}, "spec.checkpoint.size", "quantity"),
+    # ParseQuantity reads an exponent with strconv.ParseInt (apimachinery api/resource/suffix.go).
+    ("minimal", "spec.checkpoint", {"size": "1e1.5"}, "spec.checkpoint.size", "quantity"),
     ("minimal", "spec.checkpoint", {"claimName": "My_PVC"}, "spec.checkpoint.claimName", "object name"),
     ("minimal", "spec.resources", {"requests": {"cpu": "a lot"}}, "spec.resources.requests.cpu", "quantity"),
     ("minimal", "spec.resources", {"requestz": {}}, "spec.resources.requestz", "unknown field"),
