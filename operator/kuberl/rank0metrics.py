@@ -30,7 +30,7 @@ READ_NAMES = (
     metricnames.EVAL_RETURN, metricnames.SUCCESS, metricnames.LAST_CHECKPOINT_TIMESTAMP,
 )
 MAX_SAMPLE_LINES = 64  # a rank's own page has one line per name
-_SAMPLE_LINE = re.compile(rf"^(?:{'|'.join(map(re.escape, READ_NAMES))})[{{ \t].*$", re.MULTILINE)
+_SAMPLE_LINE = re.compile(rf"^[ \t]*(?:{'|'.join(map(re.escape, READ_NAMES))})[{{ \t].*$", re.MULTILINE)
 
 
 class PageTooLarge(ValueError):

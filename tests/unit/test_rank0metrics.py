@@ -80,6 +80,7 @@ def test_only_the_lines_of_the_samples_read_reach_the_parser():
     junk = ''.join(f'x{i}{{a="b"}} 1\n' for i in range(20000)) + 'not a { sample line\n'
     assert parse(junk + METRICS + junk, 'job') == parse(METRICS, 'job')
     assert parse('kuberl_trainer_env_steps_total_other 5\n' + page(env_steps_total='3'), 'job') == Rank0Reading(3)
+    assert parse('  kuberl_trainer_env_steps_total{rank="0"} 5\n', 'job') == Rank0Reading(5), 'indented, as the parser strips it'
 
 
 def test_past_the_sample_line_cap_nothing_more_is_read():
