@@ -184,6 +184,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_here(args)
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    """A PyTorchJob file as RLTrainingJob YAML on stdout; what was not carried over, one line each on
+    stderr. Nothing on stdout unless every document converts (a pipe to kubectl applies all or none)."""
+    from .convert import convert_documents, to_yaml
+
+    docs, notes, failures = convert_documents(load_jobs(args.file))
+    for label, e in failures:
+        print(f"{args.file}: {label} cannot be converted ({len(e.problems)} problem(s)):", file=sys.stderr)
+        for p in e.problems:
+            print(f"  {p}", file=sys.stderr)
+    if failures:
+        return 1
+    if not notes:
+        print(f"{args.file}: no PyTorchJob document, only ConfigMaps", file=sys.stderr)
+        return 1
+    for label, job_notes in notes:
+        for note in job_notes:
+            print(f"{args.file}: {label}: {note}", file=sys.stderr)
+    sys.stdout.write(to_yaml(docs))
+    return 0
+
+
 def cmd_crd(args: argparse.Namespace) -> int:
     from .crd import crd
 
@@ -230,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Prometheus' namespace: its scrapes pass the NetworkPolicy ('' for none)")
     add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
     p.set_defaults(func=lambda a: cmd_render(a))
+    p = sub.add_parser("convert", help="print the RLTrainingJob for a Kubeflow PyTorchJob; what changes goes to stderr")
+    p.add_argument("file", help="a PyTorchJob manifest, or - for stdin")
+    p.set_defaults(func=cmd_convert)
     p = sub.add_parser("run", help="run a job here: the same pods, as local processes")
     p.add_argument("file")
     p.add_argument("--workers", type=int)

@@ -1,0 +1,615 @@
+"""A Kubeflow PyTorchJob (kubeflow.org/v1) turned into the RLTrainingJob that runs the same pods.
+
+Pure: documents in, (job, notes) out; no I/O, and the input is never mutated
+(it is copied first, so the output shares nothing with it). The mapping is
+docs/migrating-from-pytorchjob.md's "Field by field" table; every field that
+cannot be carried over, or whose meaning changes, becomes a `Note` naming the
+PyTorchJob's field, so nothing is lost silently. What cannot be converted at
+all (not a PyTorchJob, no replicas, a Master of several replicas, Master and
+Worker running different programs, a result `validate_job` refuses) raises
+`NotConvertible`, every problem at the PyTorchJob's own field path.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import yaml
+
+from . import contract, names
+from .spec import (
+    GPU_RESOURCE,
+    QUANTITY,
+    InvalidJob,
+    KubernetesYamlLoader,
+    Problem,
+    quantity_value,
+    validate_job,
+)
+
+API_VERSION = "kubeflow.org/v1"
+KIND = "PyTorchJob"
+MASTER, WORKER = "Master", "Worker"
+CONTAINER = "pytorch"  # kubeflowv1.PytorchJobDefaultContainerName: the one PyTorchJob sets the env of
+PORT_NAME = "pytorchjob-port"  # kubeflowv1.PytorchJobDefaultPortName: the Master's is MASTER_PORT
+KUEUE_QUEUE_LABEL = names.KUEUE_QUEUE_NAME  # Kueue's PyTorchJob integration reads the job's label
+# torchrun's own words for "count them at start": nothing in a manifest says how many CPUs a node has.
+NPROC_WORDS = ("auto", "cpu", "gpu")
+# Names PyTorchJob's operator appends after the user's env (so its value won over the user's).
+KUBEFLOW_ENV = frozenset({"PYTHONUNBUFFERED", "PET_NNODES"})
+KUBEFLOW_MASTER_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT", "WORLD_SIZE", "RANK",
+                                 "PET_NPROC_PER_NODE", "PET_NODE_RANK"})
+KUBEFLOW_ELASTIC_ENV = frozenset({"PET_RDZV_ENDPOINT", "PET_RDZV_ID", "PET_RDZV_CONF", "PET_RDZV_BACKEND", "PET_MAX_RESTARTS"})
+# Pod fields kuberl sets itself on every pod, whatever a template says.
+KUBERL_POD_FIELDS = ("hostname", "subdomain", "restartPolicy")
+# Pod fields with a spec-level home: the PodGroup of Volcano or scheduler-plugins reads them there.
+LIFTED_POD_FIELDS = {"schedulerName": "schedulerName", "priorityClassName": "priorityClassName"}
+# The trainer container's fields every pod must share: they are the program that runs.
+PROGRAM_FIELDS = ("image", "command", "args")
+
+RESTART_POLICY = {
+    "OnFailure": "changed: a failed pod restarts the whole gang (DDP cannot lose a rank), not itself alone, up to"
+                 " runPolicy.backoffLimit with exponential backoff; preemption, eviction and node loss are not counted",
+    "ExitCode": "kuberl does not read exit codes: any failed pod restarts the whole gang up to runPolicy.backoffLimit"
+                " (PyTorchJob took exit codes 1-127 as permanent)",
+    "Always": "kuberl's pods run to completion; a failed pod restarts the whole gang up to runPolicy.backoffLimit,"
+              " and the job succeeds when every worker exits 0",
+    "Never": "a failed pod failed the PyTorchJob: spec.runPolicy.backoffLimit is 0, so a failure fails the job",
+}
+CLEAN_POD_POLICY = {
+    "Running": "kuberl always does this: pods still running when the job ends are deleted, finished ones stay for"
+               " kubectl logs until the job is deleted",
+    "None": "changed: kuberl deletes pods still running when the job ends (finished ones stay until the job is deleted)",
+    "All": "changed: kuberl keeps finished pods for kubectl logs until the job is deleted (running ones are deleted)",
+}
+SCHEDULING_POLICY = {
+    "minAvailable": "kuberl gang-schedules all spec.workers pods (a PodGroup's minMember, or Kueue's pod group)",
+    "minResources": "not carried over: kuberl's PodGroup states only minMember",
+    "priorityClass": "not carried over: set spec.priorityClassName to give the pods (and Volcano's PodGroup) a priority",
+    "scheduleTimeoutSeconds": "not carried over: kuberl reports pods that do not start after"
+                              " spec.runPolicy.startupTimeoutSeconds (scheduler-plugins' PodGroup gets that timeout)",
+}
+ELASTIC_POLICY = {
+    "minReplicas": "a kuberl gang has a fixed size, spec.workers",
+    "maxReplicas": "a kuberl gang has a fixed size, spec.workers",
+    "rdzvBackend": "not set as PET_RDZV_BACKEND: torchrun's own default (static) runs unless the command line says"
+                   " --rdzv-backend=c10d; either meets at worker 0 (PET_RDZV_ENDPOINT)",
+    "rdzvHost": "rendezvous is always at worker 0 (PET_RDZV_ENDPOINT)",
+    "rdzvPort": "rendezvous is at spec.rendezvous.port (MASTER_PORT)",
+    "rdzvId": "kuberl sets PET_RDZV_ID per job and gang restart",
+    "rdzvConf": "kuberl sets PET_RDZV_CONF (is_host on worker 0); a --rdzv-conf on the command line replaces it",
+    "maxRestarts": "not set as PET_MAX_RESTARTS: kuberl restarts the whole gang instead, up to runPolicy.backoffLimit",
+    "nProcPerNode": "superseded by spec.nprocPerNode",
+    "standalone": "kuberl never runs a standalone rendezvous: worker 0 hosts it",
+    "metrics": "no autoscaling: a kuberl gang has a fixed size",
+}
+METADATA_CARRIED = ("name", "namespace", "labels", "annotations")
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+@dataclass(frozen=True)
+class Note:
+    """A PyTorchJob field not carried over, or carried over with a changed meaning."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class NotConvertible(ValueError):
+    """A document that has no RLTrainingJob equivalent; every problem at the PyTorchJob's field path."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+def _fail(path: str, message: str) -> NotConvertible:
+    return NotConvertible([Problem(path, message)])
+
+
+def _mapping(value: Any, path: str, required: bool = False) -> dict:
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise _fail(path, "required field is missing" if value is None else f"expected an object (got {_shown(value)})")
+    return value
+
+
+def _list(value: Any, path: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _fail(path, f"expected a list (got {_shown(value)})")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) < 60 else f"{type(value).__name__} of {len(value) if hasattr(value, '__len__') else '?'} entries"
+
+
+def _key(path: str, key: str) -> str:
+    """A field path segment; keys with dots or slashes (labels, resources) are written as they are."""
+    return f"{path}.{key}"
+
+
+# --- the document ---------------------------------------------------------------
+
+
+def _check_document(doc: Any) -> None:
+    if not isinstance(doc, dict):
+        raise _fail("(document)", f"expected a PyTorchJob, a YAML mapping (got {_shown(doc)})")
+    problems = []
+    kind = doc.get("kind")
+    if kind != KIND:
+        close = difflib.get_close_matches(str(kind), [KIND], n=1, cutoff=0.6)
+        hint = (f"; did you mean {KIND!r}?" if close and kind != names.KIND
+                else "; it is already an RLTrainingJob" if kind == names.KIND else "")
+        problems.append(Problem("kind", f"expected {KIND!r} (got {kind!r}){hint}"))
+    if doc.get("apiVersion") != API_VERSION:
+        problems.append(Problem("apiVersion", f"expected {API_VERSION!r}, Kubeflow training-operator v1 (got {doc.get('apiVersion')!r})"))
+    if problems:
+        raise NotConvertible(problems)
+
+
+def _metadata(doc: dict, notes: list[Note]) -> dict:
+    metadata = _mapping(doc.get("metadata"), "metadata", required=True)
+    out = {key: metadata[key] for key in METADATA_CARRIED if metadata.get(key) is not None}
+    for key in ("labels", "annotations"):
+        values = out.get(key, {})
+        if not isinstance(values, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
+            raise _fail(f"metadata.{key}", f"expected a mapping of strings to strings (got {_shown(values)})")
+    for key in metadata:
+        if key not in METADATA_CARRIED:
+            notes.append(Note(_key("metadata", key), "not carried over: the API server sets it for the new object"
+                              if key != "generateName" else "not carried over: an RLTrainingJob needs metadata.name"))
+    annotations = out.get("annotations")
+    if isinstance(annotations, dict) and LAST_APPLIED in annotations:
+        out["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+        if not out["annotations"]:
+            del out["annotations"]
+        notes.append(Note(_key("metadata.annotations", LAST_APPLIED), "not carried over: kubectl apply writes the new job's own"))
+    return out
+
+
+# --- replicas ----------------------------------------------------------------------
+
+
+def _replicas(spec: dict) -> tuple[dict[str, dict], dict[str, int]]:
+    """The Master and Worker replica specs, and how many pods each runs (Kubeflow's default is 1)."""
+    path = "spec.pytorchReplicaSpecs"
+    specs = _mapping(spec.get("pytorchReplicaSpecs"), path, required=True)
+    for rtype in specs:
+        if rtype not in (MASTER, WORKER):
+            close = difflib.get_close_matches(str(rtype), [MASTER, WORKER], n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise _fail(f"{path}.{rtype}", f"unknown replica type: a PyTorchJob has {MASTER} and {WORKER}{hint}")
+    if not specs:
+        raise _fail(path, f"expected a {MASTER} or a {WORKER} replica spec (got none)")
+    replica_specs, counts = {}, {}
+    for rtype in (MASTER, WORKER):
+        if rtype not in specs:
+            continue
+        replica = _mapping(specs[rtype], f"{path}.{rtype}", required=True)
+        count = replica.get("replicas", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise _fail(f"{path}.{rtype}.replicas", f"expected a whole number of pods (got {_shown(count)})")
+        if rtype == MASTER and count != 1:
+            raise _fail(f"{path}.{MASTER}.replicas", f"expected 1 (got {count}): a PyTorchJob has exactly one Master,"
+                        " and kuberl's worker 0 plays it; put the other pods under Worker")
+        replica_specs[rtype], counts[rtype] = replica, count
+    return replica_specs, counts
+
+
+def _trainer_index(template: dict, path: str) -> int:
+    pod_spec = _mapping(template.get("spec"), f"{path}.spec", required=True)
+    containers = _list(pod_spec.get("containers"), f"{path}.spec.containers")
+    for i, container in enumerate(containers):
+        if not isinstance(container, dict):
+            raise _fail(f"{path}.spec.containers[{i}]", f"expected a container object (got {_shown(container)})")
+    found = [i for i, c in enumerate(containers) if c.get("name") == CONTAINER]
+    if not found:
+        raise _fail(f"{path}.spec.containers", f"expected a container named {CONTAINER!r}: PyTorchJob gives its environment"
+                    " to that one, and kuberl's trainer container takes its place")
+    clash = [i for i, c in enumerate(containers) if c.get("name") == names.TRAINER_CONTAINER]
+    if clash:
+        raise _fail(f"{path}.spec.containers[{clash[0]}].name", f"{names.TRAINER_CONTAINER!r} is the name the {CONTAINER!r}"
+                    " container takes in kuberl; rename this one")
+    return found[0]
+
+
+def _compare_templates(master: dict, worker: dict, used: str, notes: list[Note]) -> None:
+    """Master and Worker must run one program; any other difference is a note (one template serves every pod)."""
+    other = MASTER if used == WORKER else WORKER
+    paths = {MASTER: f"spec.pytorchReplicaSpecs.{MASTER}.template", WORKER: f"spec.pytorchReplicaSpecs.{WORKER}.template"}
+    templates = {MASTER: master, WORKER: worker}
+    indexes = {rtype: _trainer_index(t, paths[rtype]) for rtype, t in templates.items()}
+    ours = {rtype: t["spec"]["containers"][indexes[rtype]] for rtype, t in templates.items()}
+    problems = [
+        Problem(f"{paths[MASTER]}.spec.containers[{indexes[MASTER]}].{field}",
+                f"differs from the {WORKER}'s ({_shown(ours[MASTER].get(field))} and {_shown(ours[WORKER].get(field))}):"
+                " every kuberl worker runs one program; make them equal (rank 0 can tell itself apart by RANK)")
+        for field in PROGRAM_FIELDS if ours[MASTER].get(field) != ours[WORKER].get(field)
+    ]
+    if problems:
+        raise NotConvertible(problems)
+    ignored = f"differs from the {used}'s: every pod gets the {used}'s"
+
+    def differ(a: dict, b: dict, path: str, skip: tuple = ()) -> None:
+        for field in [*a, *(k for k in b if k not in a)]:
+            if field not in skip and a.get(field) != b.get(field):
+                notes.append(Note(f"{path}.{field}", ignored))
+
+    differ(_mapping(templates[other].get("metadata"), f"{paths[other]}.metadata"),
+           _mapping(templates[used].get("metadata"), f"{paths[used]}.metadata"), f"{paths[other]}.metadata")
+    differ(templates[other]["spec"], templates[used]["spec"], f"{paths[other]}.spec", skip=("containers",))
+    differ(ours[other], ours[used], f"{paths[other]}.spec.containers[{indexes[other]}]", skip=(*PROGRAM_FIELDS, "ports"))
+    theirs_by_name = {c.get("name"): c for c in templates[used]["spec"]["containers"]}
+    for i, container in enumerate(templates[other]["spec"]["containers"]):
+        if i != indexes[other] and container != theirs_by_name.get(container.get("name")):
+            notes.append(Note(f"{paths[other]}.spec.containers[{i}]", ignored))
+
+
+# --- processes and GPUs ----------------------------------------------------------------
+
+
+def _gpus(resources: dict, path: str) -> int:
+    """nvidia.com/gpu of the container: its limit (a request alone, or one equal to the limit, is the same count)."""
+    limit = (resources.get("limits") or {}).get(GPU_RESOURCE) if isinstance(resources.get("limits"), dict) else None
+    request = (resources.get("requests") or {}).get(GPU_RESOURCE) if isinstance(resources.get("requests"), dict) else None
+    counts = {}
+    for kind, amount in (("limits", limit), ("requests", request)):
+        if amount is None:
+            continue
+        where = f"{path}.{kind}.{GPU_RESOURCE}"
+        if isinstance(amount, bool) or not isinstance(amount, int | str) or (isinstance(amount, str) and not re.fullmatch(QUANTITY, amount)):
+            raise _fail(where, f"expected a whole number of GPUs (got {_shown(amount)})")
+        try:
+            value = quantity_value(amount)
+        except ValueError:
+            raise _fail(where, f"expected a whole number of GPUs (got {_shown(amount)})") from None
+        if value < 0 or value != value.to_integral_value() or value > Decimal(names.MAX_PROCS_PER_WORKER):
+            raise _fail(where, f"expected a whole number of GPUs from 0 to {names.MAX_PROCS_PER_WORKER} (got {_shown(amount)})")
+        counts[kind] = int(value)
+    if len(counts) == 2 and counts["limits"] != counts["requests"]:
+        raise _fail(f"{path}.requests.{GPU_RESOURCE}", f"expected the limit {limit!r} (got {request!r}): GPUs cannot be overcommitted")
+    return counts.get("limits", counts.get("requests", 0))
+
+
+def _procs(spec: dict, gpus: int, notes: list[Note]) -> tuple[int | None, str]:
+    """procsPerWorker (None: kuberl's default, gpusPerWorker or 1) and the field it came from."""
+    path = "spec.nprocPerNode"
+    nproc = spec.get("nprocPerNode")
+    elastic = spec.get("elasticPolicy")
+    if nproc is None and isinstance(elastic, dict) and elastic.get("nProcPerNode") is not None:
+        nproc, path = elastic["nProcPerNode"], "spec.elasticPolicy.nProcPerNode"
+    if isinstance(nproc, bool) or not isinstance(nproc, int | str | None):
+        raise _fail(path, f"expected a number of processes, or auto, cpu or gpu (got {_shown(nproc)})")
+    if isinstance(nproc, int) or (isinstance(nproc, str) and re.fullmatch(r"[0-9]+", nproc)):
+        return int(nproc), path
+    word = "auto" if nproc is None else nproc
+    if word not in NPROC_WORDS:
+        raise _fail(path, f"expected a number of processes, or auto, cpu or gpu, as torchrun reads it (got {nproc!r})")
+    shown = "unset (PyTorchJob's default 'auto')" if nproc is None else repr(word)
+    world = ("; every pod's WORLD_SIZE is now workers x processes (PyTorchJob set replicas x 1 for a word), so a script"
+             " not started by torchrun that reads WORLD_SIZE sees the processes too")
+    if gpus and word != "cpu":
+        notes.append(Note(path, f"{shown}: one process per GPU, gpusPerWorker {gpus}, as torchrun counts CUDA devices{world}"))
+    elif gpus:
+        notes.append(Note(path, f"{shown}: torchrun would start one process per CPU of the node; kuberl runs one process per"
+                          f" GPU, gpusPerWorker {gpus}{world}"))
+    elif word == "gpu":
+        notes.append(Note(path, f"{shown} cannot be known: the {CONTAINER!r} container has no {GPU_RESOURCE} limit (torchrun's"
+                          " gpu fails without CUDA); kuberl runs 1 process per pod: set spec.procsPerWorker, or"
+                          " spec.gpusPerWorker for GPUs"))
+    else:
+        notes.append(Note(path, f"{shown} cannot be known from a manifest: torchrun would start one process per CPU of the"
+                          " node it lands on (os.cpu_count(), not the container's limit); kuberl runs 1 process per pod"
+                          " (PET_NPROC_PER_NODE=1): set spec.procsPerWorker to choose"))
+    return None, path
+
+
+# --- the trainer container and its pod -------------------------------------------------------
+
+
+def _rendezvous_port(container: dict, path: str) -> tuple[int | None, str]:
+    for i, port in enumerate(_list(container.get("ports"), f"{path}.ports")):
+        if isinstance(port, dict) and port.get("name") == PORT_NAME:
+            return port.get("containerPort"), f"{path}.ports[{i}].containerPort"
+    return None, ""
+
+
+def _trainer_container(container: dict, path: str, index: int, origins: dict, notes: list[Note],
+                       kubeflow_env: frozenset) -> tuple[dict, dict]:
+    """kuberl's `trainer` container patch, and the spec fields lifted out of it (image, resources, GPUs)."""
+    lifted: dict[str, Any] = {}
+    out: dict[str, Any] = {"name": names.TRAINER_CONTAINER}
+    new = f"spec.template.spec.containers[{index}]"
+    origins[new] = path
+    for field, value in container.items():
+        if field == "name":
+            continue
+        if field == "image":
+            lifted["image"], origins["spec.image"] = value, f"{path}.image"
+        elif field == "imagePullPolicy":
+            lifted["imagePullPolicy"], origins["spec.imagePullPolicy"] = value, f"{path}.imagePullPolicy"
+        elif field == "resources":
+            resources = _mapping(value, f"{path}.resources")
+            gpus = _gpus(resources, f"{path}.resources")
+            if gpus:
+                lifted["gpusPerWorker"] = gpus
+                origins["spec.gpusPerWorker"] = f"{path}.resources.limits.{GPU_RESOURCE}"
+            kept = {}
+            for kind, amounts in resources.items():
+                if kind in ("requests", "limits") and isinstance(amounts, dict):
+                    amounts = {k: v for k, v in amounts.items() if k != GPU_RESOURCE}
+                    if amounts:
+                        kept[kind] = amounts
+                elif kind in ("requests", "limits"):
+                    kept[kind] = amounts  # not a mapping: validation names it, at the PyTorchJob's path
+                else:
+                    notes.append(Note(f"{path}.resources.{kind}", "not carried over: spec.resources has requests and limits"))
+            if kept:
+                lifted["resources"], origins["spec.resources"] = kept, f"{path}.resources"
+        elif field == "ports":
+            ports = [p for p in _list(value, f"{path}.ports") if not (isinstance(p, dict) and p.get("name") == PORT_NAME)]
+            if ports:  # a script's own ports; they replace the trainer container's declared metrics ports
+                out["ports"] = ports
+        elif field == "env":
+            out["env"] = _trainer_env(value, f"{path}.env", f"{new}.env", origins, notes, kubeflow_env)
+        else:
+            out[field] = value
+    return out, lifted
+
+
+def _trainer_env(env: Any, path: str, new: str, origins: dict, notes: list[Note], kubeflow_env: frozenset) -> Any:
+    """The container's env without the names kuberl gives each pod (it refuses a spec that sets them)."""
+    if not isinstance(env, list):
+        origins[new] = path
+        return env  # validation names it
+    kept = []
+    for i, var in enumerate(env):
+        name = var.get("name") if isinstance(var, dict) else None
+        if isinstance(name, str) and contract.is_reserved_env(name):
+            why = ("PyTorchJob's own value overrode it too" if name in kubeflow_env
+                   else "changed: under PyTorchJob the pod saw this value")
+            notes.append(Note(f"{path}[{i}]", f"{name} not carried over: kuberl sets it for every pod ({why})"))
+            continue
+        origins[f"{new}[{len(kept)}]"] = f"{path}[{i}]"
+        kept.append(var)
+    return kept
+
+
+def _template(template: dict, path: str, origins: dict, notes: list[Note], kubeflow_env: frozenset) -> tuple[dict, dict]:
+    """spec.template (the pytorch container renamed `trainer`) and the spec fields lifted out of it."""
+    index = _trainer_index(template, path)
+    origins["spec.template"] = path
+    out: dict[str, Any] = {}
+    lifted: dict[str, Any] = {}
+    for key, value in template.items():
+        if key == "metadata":
+            metadata = _mapping(value, f"{path}.metadata")
+            kept = {k: v for k, v in metadata.items() if k in ("labels", "annotations")}
+            for k in metadata:
+                if k not in kept:
+                    notes.append(Note(f"{path}.metadata.{k}", "not carried over: kuberl names its pods; only labels and"
+                                      " annotations of a template apply"))
+            if kept:
+                out["metadata"] = kept
+        elif key != "spec":
+            out[key] = value  # validation names it
+    pod_spec: dict[str, Any] = {}
+    for key, value in template["spec"].items():
+        if key == "containers":
+            containers = list(value)
+            containers[index], lifted = _trainer_container(value[index], f"{path}.spec.containers[{index}]", index,
+                                                           origins, notes, kubeflow_env)
+            pod_spec["containers"] = containers
+        elif key in LIFTED_POD_FIELDS:
+            lifted[LIFTED_POD_FIELDS[key]] = value
+            origins[f"spec.{LIFTED_POD_FIELDS[key]}"] = f"{path}.spec.{key}"
+        elif key in KUBERL_POD_FIELDS:
+            notes.append(Note(f"{path}.spec.{key}", "not carried over: kuberl sets it on every pod"
+                              + (" (Never: a failure restarts the gang)" if key == "restartPolicy"
+                                 else " (hostname <job>-<rank>, subdomain <job>, its headless Service)")))
+        else:
+            pod_spec[key] = value
+    out["spec"] = pod_spec
+    return out, lifted
+
+
+# --- run policy and scheduling --------------------------------------------------------------
+
+
+def _run_policy(spec: dict, restart_policies: dict[str, Any], origins: dict, notes: list[Note]) -> tuple[dict, Any, str]:
+    """spec.runPolicy, and the Kueue queue with the field it came from."""
+    path = "spec.runPolicy"
+    policy = _mapping(spec.get("runPolicy"), path)
+    out: dict[str, Any] = {}
+    queue, queue_path = None, ""
+    origins["spec.runPolicy"] = path
+    for key, value in policy.items():
+        if key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend"):
+            if value is not None:
+                out[key] = value
+        elif key == "cleanPodPolicy":
+            notes.append(Note(f"{path}.cleanPodPolicy", CLEAN_POD_POLICY.get(value, f"not carried over ({value!r}):"
+                              f" kuberl always deletes running pods when the job ends")))
+        elif key == "schedulingPolicy":
+            for field, setting in _mapping(value, f"{path}.schedulingPolicy").items():
+                if field == "queue":
+                    queue, queue_path = setting, f"{path}.schedulingPolicy.queue"
+                    notes.append(Note(queue_path, "now spec.queueName, a Kueue LocalQueue: the pods become one Kueue"
+                                      " pod group (PyTorchJob gave it to Volcano's PodGroup)"))
+                else:
+                    notes.append(Note(f"{path}.schedulingPolicy.{field}", SCHEDULING_POLICY.get(field, "not carried over: unknown field")))
+        else:
+            notes.append(Note(f"{path}.{key}", "not carried over" + ("" if key == "managedBy" else ": unknown field")))
+    for rtype, restart in restart_policies.items():
+        field = f"spec.pytorchReplicaSpecs.{rtype}.restartPolicy"
+        notes.append(Note(field, RESTART_POLICY.get(restart, f"not carried over ({restart!r}): "
+                                                    + RESTART_POLICY["OnFailure"])))
+    if "Never" in restart_policies.values():
+        never = next(r for r, p in restart_policies.items() if p == "Never")
+        if out.get("backoffLimit") not in (None, 0):
+            notes.append(Note(f"{path}.backoffLimit", f"now 0: a {never} with restartPolicy Never was never restarted"))
+        out["backoffLimit"] = 0
+        origins[f"{path}.backoffLimit"] = f"spec.pytorchReplicaSpecs.{never}.restartPolicy"
+    return out, queue, queue_path
+
+
+def _elastic_notes(spec: dict, notes: list[Note]) -> None:
+    path = "spec.elasticPolicy"
+    for key in _mapping(spec.get("elasticPolicy"), path):
+        notes.append(Note(f"{path}.{key}", ELASTIC_POLICY.get(key, "not carried over: unknown field")))
+
+
+# --- everything -----------------------------------------------------------------------------
+
+
+def convert(pytorchjob: Any) -> tuple[dict, list[Note]]:
+    """The RLTrainingJob for a PyTorchJob, and a note for each field not carried over or changed in meaning.
+    Raises NotConvertible with every problem at the PyTorchJob's own field path."""
+    _check_document(pytorchjob)
+    doc = copy.deepcopy(pytorchjob)  # the input is never touched, and the output shares nothing with it
+    notes: list[Note] = []
+    origins: dict[str, str] = {"metadata": "metadata", "spec": "spec"}
+    metadata = _metadata(doc, notes)
+    for key in doc:
+        if key not in ("apiVersion", "kind", "metadata", "spec"):
+            notes.append(Note(str(key), "not carried over: a new job starts without status" if key == "status"
+                              else "not carried over: unknown field"))
+    spec = _mapping(doc.get("spec"), "spec", required=True)
+    for key in spec:
+        if key not in ("pytorchReplicaSpecs", "nprocPerNode", "runPolicy", "elasticPolicy"):
+            notes.append(Note(f"spec.{key}", "not carried over: unknown PyTorchJob field"))
+    replicas, counts = _replicas(spec)
+    used = WORKER if counts.get(WORKER) else MASTER  # the template of the pods that run; a Worker of 0 runs none
+    templates = {rtype: _mapping(r.get("template"), f"spec.pytorchReplicaSpecs.{rtype}.template", required=True)
+                 for rtype, r in replicas.items()}
+    if len(templates) == 2:
+        _compare_templates(templates[MASTER], templates[WORKER], used, notes)
+    for rtype, replica in replicas.items():
+        for key in replica:
+            if key not in ("replicas", "template", "restartPolicy"):
+                notes.append(Note(f"spec.pytorchReplicaSpecs.{rtype}.{key}", "not carried over: unknown field"))
+    kubeflow_env = KUBEFLOW_ENV | (KUBEFLOW_MASTER_ENV if MASTER in replicas else frozenset()) | (
+        KUBEFLOW_ELASTIC_ENV if spec.get("elasticPolicy") else frozenset())
+    template_path = f"spec.pytorchReplicaSpecs.{used}.template"
+    template, lifted = _template(templates[used], template_path, origins, notes, kubeflow_env)
+
+    if not lifted.get("image"):
+        index = _trainer_index(templates[used], template_path)
+        raise _fail(f"{template_path}.spec.containers[{index}].image", "required field is missing: the pods would run"
+                    " kuberl's own trainer image, not your program")
+    workers = sum(counts.values())
+    origins["spec.workers"] = f"spec.pytorchReplicaSpecs.{WORKER if WORKER in counts else MASTER}.replicas"
+    procs, procs_path = _procs(spec, lifted.get("gpusPerWorker", 0), notes)
+    origins["spec.procsPerWorker"] = procs_path
+    # MASTER_PORT is the Master's pytorchjob-port under PyTorchJob (getPortFromPyTorchJob)
+    port_from = MASTER if MASTER in replicas else WORKER
+    port_index = _trainer_index(templates[port_from], f"spec.pytorchReplicaSpecs.{port_from}.template")
+    port, port_path = _rendezvous_port(templates[port_from]["spec"]["containers"][port_index],
+                                       f"spec.pytorchReplicaSpecs.{port_from}.template.spec.containers[{port_index}]")
+    restart_policies = {rtype: r["restartPolicy"] for rtype, r in replicas.items() if r.get("restartPolicy") is not None}
+    run_policy, queue, queue_path = _run_policy(spec, restart_policies, origins, notes)
+    _elastic_notes(spec, notes)
+    labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
+    if KUEUE_QUEUE_LABEL in labels:
+        label_path = f"metadata.labels.{KUEUE_QUEUE_LABEL}"
+        if queue is not None and queue != labels[KUEUE_QUEUE_LABEL]:
+            notes.append(Note(queue_path, f"not carried over: Kueue admitted the PyTorchJob to {label_path}"
+                              f" {labels[KUEUE_QUEUE_LABEL]!r}, which becomes spec.queueName"))
+        queue, queue_path = labels[KUEUE_QUEUE_LABEL], label_path
+
+    out: dict[str, Any] = {"trainer": "custom", "workers": workers}
+    if procs is not None:
+        out["procsPerWorker"] = procs
+    for key in ("gpusPerWorker", "image", "imagePullPolicy", "resources", "schedulerName", "priorityClassName"):
+        if key in lifted:
+            out[key] = lifted[key]
+    if queue is not None:
+        out["queueName"] = queue
+        origins["spec.queueName"] = queue_path
+    if port is not None:
+        out["rendezvous"] = {"port": port}
+        origins["spec.rendezvous.port"] = port_path
+    if run_policy:
+        out["runPolicy"] = run_policy
+    out["template"] = template
+    job = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": metadata, "spec": out}
+    try:
+        validate_job(job)
+    except InvalidJob as e:
+        raise NotConvertible([_traced(p, origins) for p in e.problems]) from None
+    return job, notes
+
+
+_PATH_TOKEN = re.compile(r"\bspec\.[A-Za-z0-9_.\[\]/-]*[A-Za-z0-9_\]]")
+
+
+def _origin(path: str, origins: dict[str, str]) -> str:
+    """The PyTorchJob field an RLTrainingJob field came from (the longest mapped prefix)."""
+    for new in sorted(origins, key=len, reverse=True):
+        if path == new or path.startswith((new + ".", new + "[")):
+            return origins[new] + path[len(new):]
+    return path
+
+
+def _traced(problem: Problem, origins: dict[str, str]) -> Problem:
+    """validate_job's problem, at the PyTorchJob's field path, with the RLTrainingJob's name for it after."""
+    origin = _origin(problem.path, origins)
+    message = _PATH_TOKEN.sub(lambda m: _origin(m.group(0), origins), problem.message)
+    if origin != problem.path:
+        message += f" [as {problem.path}]"
+    return Problem(origin, message)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Quotes every string that kubectl or kuberl would read back as something else (`1e-3`, `on`, a date)."""
+
+
+_Dumper.yaml_implicit_resolvers = {
+    first: [*yaml.SafeDumper.yaml_implicit_resolvers.get(first, []), *KubernetesYamlLoader.yaml_implicit_resolvers.get(first, [])]
+    for first in {*yaml.SafeDumper.yaml_implicit_resolvers, *KubernetesYamlLoader.yaml_implicit_resolvers}
+}
+_Dumper.add_representer(str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
+
+
+def to_yaml(docs: list[dict]) -> str:
+    """The documents as one YAML stream, keys in the order built (the order the guide shows)."""
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, width=120, explicit_start=len(docs) > 1)
+
+
+def is_configmap(doc: Any) -> bool:
+    return isinstance(doc, dict) and doc.get("apiVersion") == "v1" and doc.get("kind") == "ConfigMap"
+
+
+def convert_documents(docs: list[Any]) -> tuple[list[dict], list[tuple[str, list[Note]]], list[tuple[str, NotConvertible]]]:
+    """Every document of a file: PyTorchJobs converted, ConfigMaps beside them kept as they are (the
+    template may read them; kubectl applies them and kuberl run mounts them). Returns the output
+    documents, the notes per job, and the failures per document."""
+    out, notes, failures = [], [], []
+    for i, doc in enumerate(docs):
+        metadata = doc.get("metadata") if isinstance(doc, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        label = f"{KIND} {name!r}" if isinstance(name, str) else f"document {i + 1}"
+        if is_configmap(doc):
+            out.append(copy.deepcopy(doc))
+            continue
+        try:
+            job, job_notes = convert(doc)
+        except NotConvertible as e:
+            failures.append((label, e))
+            continue
+        out.append(job)
+        notes.append((label, job_notes))
+    return out, notes, failures

@@ -1,0 +1,275 @@
+"""kuberl convert: a Kubeflow PyTorchJob becomes the RLTrainingJob that runs the same pods; every field
+not carried over (or changed in meaning) is a note naming it; what cannot be converted is refused at
+the PyTorchJob's own field path. The guide's own pair lives in test_docs_migration.py."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+from kuberl import cli
+from kuberl.convert import NotConvertible, convert, to_yaml
+from kuberl.spec import MAX_DOCUMENT_BYTES, load_documents, validate_job
+
+IMAGE = "registry.example.com/ml/train:1.4"
+
+
+def pytorch(**fields) -> dict:
+    return {"name": "pytorch", "image": IMAGE, "command": ["python", "/app/train.py"], **fields}
+
+
+def replica(replicas: int | None, *containers: dict, restart: str | None = "OnFailure", **pod) -> dict:
+    out: dict = {"template": {"spec": {"containers": list(containers) or [pytorch()], **pod}}}
+    if replicas is not None:
+        out["replicas"] = replicas
+    if restart:
+        out["restartPolicy"] = restart
+    return out
+
+
+def pytorchjob(master: dict | None = None, worker: dict | None = None, name: str = "train", **spec) -> dict:
+    replicas = {k: v for k, v in (("Master", master), ("Worker", worker)) if v is not None}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name},
+            "spec": {**spec, "pytorchReplicaSpecs": replicas}}
+
+
+GPU = {"limits": {"nvidia.com/gpu": 4, "cpu": "16", "memory": "64Gi"}}
+EXPORTED = pytorchjob(replica(1), replica(1), nprocPerNode="1")  # as `kubectl get pytorchjob -o yaml` gives it
+EXPORTED["metadata"] |= {"namespace": "ml", "uid": "0b6f", "resourceVersion": "42", "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "labels": {"team": "vision"},
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "owner": "ana"}}
+EXPORTED["status"] = {"conditions": [{"type": "Succeeded", "status": "True"}]}
+
+
+# (id, PyTorchJob, the RLTrainingJob spec fields expected, the PyTorchJob fields noted)
+CONVERTED = [
+    ("kubeflow-mnist-master-worker",  # kubeflow/training-operator examples/pytorch/mnist, with its port spelled out
+     pytorchjob(replica(1, pytorch(args=["--backend", "gloo"], ports=[{"name": "pytorchjob-port", "containerPort": 23456}])),
+                replica(3, pytorch(args=["--backend", "gloo"], ports=[{"name": "pytorchjob-port", "containerPort": 23456}]))),
+     {"trainer": "custom", "workers": 4, "image": IMAGE, "rendezvous": {"port": 23456},
+      "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"], "args": ["--backend", "gloo"]}]}}},
+     ["spec.nprocPerNode", "spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
+    ("worker-only-elastic-echo",  # examples/pytorch/elastic/echo
+     pytorchjob(None, replica(2, pytorch(command=["torchrun", "--rdzv_backend=c10d", "./echo.py"],
+                                         env=[{"name": "LOGLEVEL", "value": "DEBUG"}]), restart=None),
+                elasticPolicy={"rdzvBackend": "c10d", "minReplicas": 1, "maxReplicas": 2, "maxRestarts": 100}),
+     {"workers": 2, "template": {"spec": {"containers": [{"name": "trainer", "command": ["torchrun", "--rdzv_backend=c10d", "./echo.py"],
+                                                          "env": [{"name": "LOGLEVEL", "value": "DEBUG"}]}]}}},
+     ["spec.nprocPerNode", "spec.elasticPolicy.rdzvBackend", "spec.elasticPolicy.minReplicas",
+      "spec.elasticPolicy.maxReplicas", "spec.elasticPolicy.maxRestarts"]),
+    ("master-only", pytorchjob(replica(None), None, nprocPerNode="2"), {"workers": 1, "procsPerWorker": 2},
+     ["spec.pytorchReplicaSpecs.Master.restartPolicy"]),
+    ("worker-replicas-0-runs-the-master", pytorchjob(replica(1), replica(0), nprocPerNode="1"), {"workers": 1, "procsPerWorker": 1},
+     ["spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
+    ("nproc-int-unquoted", pytorchjob(None, replica(2, restart=None), nprocPerNode=4), {"procsPerWorker": 4}, []),
+    ("nproc-gpu-from-the-limit", pytorchjob(replica(1, pytorch(resources=GPU)), replica(1, pytorch(resources=GPU)), nprocPerNode="gpu"),
+     {"workers": 2, "gpusPerWorker": 4, "resources": {"limits": {"cpu": "16", "memory": "64Gi"}}},
+     ["spec.nprocPerNode", "spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
+    ("nproc-unset-with-gpus", pytorchjob(None, replica(2, pytorch(resources={"limits": {"nvidia.com/gpu": "8"}}), restart=None)),
+     {"gpusPerWorker": 8}, ["spec.nprocPerNode"]),
+    ("nproc-number-equal-to-gpus", pytorchjob(None, replica(2, pytorch(resources=GPU), restart=None), nprocPerNode="4"),
+     {"gpusPerWorker": 4, "procsPerWorker": 4}, []),
+    ("nproc-gpu-without-gpus", pytorchjob(None, replica(2, restart=None), nprocPerNode="gpu"), {"workers": 2}, ["spec.nprocPerNode"]),
+    ("nproc-auto", pytorchjob(None, replica(2, restart=None), nprocPerNode="auto"), {"workers": 2}, ["spec.nprocPerNode"]),
+    ("nproc-cpu", pytorchjob(None, replica(2, restart=None), nprocPerNode="cpu"), {"workers": 2}, ["spec.nprocPerNode"]),
+    ("restart-never-is-no-retries", pytorchjob(replica(1, restart="Never"), replica(1, restart="Never"), nprocPerNode="1",
+                                                runPolicy={"backoffLimit": 6}),
+     {"runPolicy": {"backoffLimit": 0}},
+     ["spec.runPolicy.backoffLimit", "spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
+    ("run-policy-and-scheduling", pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={
+        "backoffLimit": 2, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 60, "suspend": True, "cleanPodPolicy": "None",
+        "schedulingPolicy": {"queue": "research", "minAvailable": 2, "priorityClass": "high", "scheduleTimeoutSeconds": 30}}),
+     {"queueName": "research", "runPolicy": {"backoffLimit": 2, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 60, "suspend": True}},
+     ["spec.runPolicy.cleanPodPolicy", "spec.runPolicy.schedulingPolicy.queue", "spec.runPolicy.schedulingPolicy.minAvailable",
+      "spec.runPolicy.schedulingPolicy.priorityClass", "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"]),
+    ("kueue-label-is-the-queue", {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1"),
+                                  "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
+     {"queueName": "user-queue"}, []),
+    ("volcano-sidecar-and-pod-fields", pytorchjob(None, replica(
+        2, pytorch(), {"name": "log-shipper", "image": "fluent-bit:3"}, restart=None, schedulerName="volcano",
+        priorityClassName="batch-high", restartPolicy="OnFailure", nodeSelector={"pool": "gpu"},
+        imagePullSecrets=[{"name": "regcred"}]), nprocPerNode="1"),
+     {"schedulerName": "volcano", "priorityClassName": "batch-high",
+      "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"]},
+                                           {"name": "log-shipper", "image": "fluent-bit:3"}],
+                            "nodeSelector": {"pool": "gpu"}, "imagePullSecrets": [{"name": "regcred"}]}}},
+     ["spec.pytorchReplicaSpecs.Worker.template.spec.restartPolicy"]),
+    ("reserved-env-dropped", pytorchjob(replica(1, pytorch(env=[{"name": "WORLD_SIZE", "value": "8"}, {"name": "LR", "value": "0.1"},
+                                                                {"name": "LOCAL_RANK", "value": "0"}])),
+                                        replica(1, pytorch(env=[{"name": "WORLD_SIZE", "value": "8"}, {"name": "LR", "value": "0.1"},
+                                                                {"name": "LOCAL_RANK", "value": "0"}])), nprocPerNode="1"),
+     {"template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"], "env": [{"name": "LR", "value": "0.1"}]}]}}},
+     ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0]",
+      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[2]",
+      "spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
+    ("master-differs-beyond-the-program", pytorchjob(replica(1, pytorch(env=[{"name": "ROLE", "value": "master"}]), restart=None),
+                                                    replica(1, pytorch(), restart=None), nprocPerNode="1"),
+     {"template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"]}]}}},
+     ["spec.pytorchReplicaSpecs.Master.template.spec.containers[0].env"]),
+    ("kubectl-get-export", EXPORTED, {"workers": 2},
+     ["metadata.uid", "metadata.resourceVersion", "metadata.creationTimestamp",
+      "metadata.annotations.kubectl.kubernetes.io/last-applied-configuration", "status",
+      "spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
+]
+
+
+@pytest.mark.parametrize(("doc", "expected", "noted"), [c[1:] for c in CONVERTED], ids=[c[0] for c in CONVERTED])
+def test_a_pytorchjob_converts_to_a_valid_job_and_notes_what_changed(doc, expected, noted):
+    before = copy.deepcopy(doc)
+    job, notes = convert(doc)
+    assert doc == before
+    validate_job(job)
+    assert {k: job["spec"].get(k) for k in expected} == expected
+    assert sorted(n.path for n in notes) == sorted(noted), [str(n) for n in notes]
+    job["spec"]["template"]["spec"]["containers"][0]["command"].append("changed")
+    assert doc == before, "the output shares nothing with the input"
+
+
+def test_an_exported_job_keeps_only_what_a_new_object_carries():
+    job, _ = convert(EXPORTED)
+    assert job["metadata"] == {"name": "train", "namespace": "ml", "labels": {"team": "vision"}, "annotations": {"owner": "ana"}}
+    assert set(job) == {"apiVersion", "kind", "metadata", "spec"}
+
+
+def test_the_notes_say_what_happens_instead():
+    notes = {c[0]: {n.path: n.message for n in convert(c[1])[1]} for c in CONVERTED}
+    assert "cannot be known" in notes["nproc-gpu-without-gpus"]["spec.nprocPerNode"]
+    assert "nvidia.com/gpu" in notes["nproc-gpu-without-gpus"]["spec.nprocPerNode"]
+    assert "os.cpu_count()" in notes["nproc-auto"]["spec.nprocPerNode"]
+    assert "gpusPerWorker 8" in notes["nproc-unset-with-gpus"]["spec.nprocPerNode"]
+    assert "WORLD_SIZE" in notes["nproc-unset-with-gpus"]["spec.nprocPerNode"]
+    assert "backoffLimit is 0" in notes["restart-never-is-no-retries"]["spec.pytorchReplicaSpecs.Worker.restartPolicy"]
+    env = notes["reserved-env-dropped"]
+    assert "overrode it too" in env["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0]"]  # WORLD_SIZE
+    assert "changed" in env["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[2]"]  # LOCAL_RANK
+    assert "every pod gets the Worker's" in notes["master-differs-beyond-the-program"][
+        "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].env"]
+
+
+def big_script(size: int) -> str:
+    line = "print('a line of an inline training script, as some manifests carry one')\n"
+    return line * (size // len(line))
+
+
+# (id, document, the PyTorchJob field refused, words of the message)
+REFUSED = [
+    ("master-of-3", pytorchjob(replica(3), replica(2)), "spec.pytorchReplicaSpecs.Master.replicas", "expected 1 (got 3)"),
+    ("kind-typo", {**pytorchjob(None, replica(2)), "kind": "PytorchJob"}, "kind", "did you mean 'PyTorchJob'?"),
+    ("already-ours", {**pytorchjob(None, replica(2)), "kind": "RLTrainingJob"}, "kind", "already an RLTrainingJob"),
+    ("wrong-api-version", {**pytorchjob(None, replica(2)), "apiVersion": "kubeflow.org/v1beta1"}, "apiVersion", "kubeflow.org/v1"),
+    ("a-list", [pytorchjob(None, replica(2))], "(document)", "a YAML mapping"),
+    ("no-replica-specs", {**pytorchjob(None, replica(2)), "spec": {"nprocPerNode": "1"}}, "spec.pytorchReplicaSpecs", "required"),
+    ("empty-replica-specs", pytorchjob(None, None), "spec.pytorchReplicaSpecs", "expected a Master or a Worker"),
+    ("lowercase-worker", {**pytorchjob(None, None), "spec": {"pytorchReplicaSpecs": {"worker": replica(2)}}},
+     "spec.pytorchReplicaSpecs.worker", "did you mean 'Worker'?"),
+    ("images-differ", pytorchjob(replica(1, pytorch(image="train:1")), replica(1, pytorch(image="train:2"))),
+     "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].image", "differs from the Worker's ('train:1' and 'train:2')"),
+    ("commands-differ", pytorchjob(replica(1, pytorch(command=["python", "master.py"])), replica(1)),
+     "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].command", "differs from the Worker's"),
+    ("no-pytorch-container", pytorchjob(None, replica(2, {"name": "main", "image": IMAGE, "command": ["python"]})),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.containers", "named 'pytorch'"),
+    ("no-image", pytorchjob(None, replica(2, {"name": "pytorch", "command": ["python", "/app/train.py"]})),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].image", "required"),
+    ("one-process-for-four-gpus", pytorchjob(None, replica(2, pytorch(resources=GPU)), nprocPerNode="1"),
+     "spec.nprocPerNode", "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu"),
+    ("half-a-gpu", pytorchjob(None, replica(2, pytorch(resources={"limits": {"nvidia.com/gpu": "0.5"}}))),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu", "whole number"),
+    ("nproc-word-torchrun-lacks", pytorchjob(None, replica(2), nprocPerNode="two"), "spec.nprocPerNode", "auto, cpu or gpu"),
+    ("too-many-workers", pytorchjob(None, replica(2000)), "spec.pytorchReplicaSpecs.Worker.replicas", "at most 1024"),
+    ("privileged-port", pytorchjob(replica(1, pytorch(ports=[{"name": "pytorchjob-port", "containerPort": 80}])), replica(1)),
+     "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].ports[0].containerPort", "at least 1024"),
+    ("unquoted-env-value", pytorchjob(None, replica(2, pytorch(env=[{"name": "EPOCHS", "value": 10}]))),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0].value", "quote it"),
+    ("reserved-trainer-name", pytorchjob(None, replica(2, pytorch(), {"name": "trainer", "image": "x"})),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.containers[1].name", "rename this one"),
+    ("long-name", pytorchjob(None, replica(2), name="a" * 60), "metadata.name", "at most 50"),
+    ("a-1mb-script-times-20-workers", pytorchjob(None, replica(20, pytorch(command=["python", "-c", big_script(1_000_000)]))),
+     "spec.pytorchReplicaSpecs.Worker.template", "bytes of pod template across the gang"),
+]
+
+
+@pytest.mark.parametrize(("doc", "path", "words"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
+def test_what_cannot_be_converted_is_refused_at_the_pytorchjobs_field(doc, path, words):
+    before = copy.deepcopy(doc)
+    with pytest.raises(NotConvertible) as e:
+        convert(doc)
+    assert doc == before
+    assert [p.path for p in e.value.problems][:1] == [path], e.value.problems
+    assert words in e.value.problems[0].message, e.value.problems[0]
+
+
+def test_the_yaml_printed_reads_back_as_the_same_job_with_every_string_a_string():
+    tricky = [{"name": n, "value": v} for n, v in (("LR", "1e-3"), ("FLAG", "on"), ("DAY", "2026-01-01"), ("N", "10"), ("NULL", "~"))]
+    job, _ = convert(pytorchjob(None, replica(2, pytorch(env=tricky, args=["--script", "line one\nline two\n"]))))
+    (back,) = load_documents(to_yaml([job]))
+    assert back == job
+
+
+# --- the command line ----------------------------------------------------------------------------------------------
+
+
+def run_cli(capsys, path) -> tuple[int, str, str]:
+    try:
+        code = cli.main(["convert", str(path)])
+    except SystemExit as e:  # the reader's one-line refusals
+        code, message = 1, str(e.code)
+        out, err = capsys.readouterr()
+        return code, out, err + message
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_convert_prints_the_job_and_one_line_per_note(tmp_path, capsys):
+    path = tmp_path / "pj.yaml"
+    path.write_text(to_yaml([CONVERTED[0][1]]))
+    code, out, err = run_cli(capsys, path)
+    assert code == 0, err
+    (job,) = load_documents(out)
+    assert job == convert(CONVERTED[0][1])[0]
+    lines = err.splitlines()
+    assert lines == [f"{path}: PyTorchJob 'train': {n}" for n in convert(CONVERTED[0][1])[1]]
+    assert len(lines) == 3
+
+
+def test_configmaps_beside_the_job_pass_through(tmp_path, capsys):
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"EPOCHS": "3"}}
+    path = tmp_path / "pj.yaml"
+    path.write_text(to_yaml([configmap, CONVERTED[2][1]]))
+    code, out, err = run_cli(capsys, path)
+    assert code == 0, err
+    assert [d["kind"] for d in load_documents(out)] == ["ConfigMap", "RLTrainingJob"]
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("", "no YAML document found"),
+    ("kind: PytorchJob\napiVersion: kubeflow.org/v1\nmetadata: {name: x}\nspec: {}\n", "kind: expected 'PyTorchJob'"),
+    ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "no PyTorchJob document"),
+    ("spec: {a: 1, a: 2}\n", "duplicate key"),
+    (to_yaml([pytorchjob(replica(3), replica(1))]), "spec.pytorchReplicaSpecs.Master.replicas: expected 1 (got 3)"),
+], ids=["empty", "kind-typo", "only-configmaps", "duplicate-key", "master-of-3"])
+def test_convert_exits_1_naming_the_field_and_prints_nothing(tmp_path, capsys, text, words):
+    path = tmp_path / "pj.yaml"
+    path.write_text(text)
+    code, out, err = run_cli(capsys, path)
+    assert (code, out) == (1, "")
+    assert words in err, err
+
+
+def test_a_1mb_manifest_converts(tmp_path, capsys):
+    doc = pytorchjob(None, replica(2, pytorch(command=["python", "-c", big_script(1_000_000)]), restart=None), nprocPerNode="1")
+    path = tmp_path / "pj.yaml"
+    path.write_text(to_yaml([doc]))
+    assert 1_000_000 < path.stat().st_size < MAX_DOCUMENT_BYTES  # a megabyte, under the reader's 1.5 MiB bound
+    code, out, err = run_cli(capsys, path)
+    assert (code, err) == (0, "")
+    (job,) = load_documents(out)
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][2] == big_script(1_000_000)
+
+
+def test_stdin_is_read_with_a_dash():
+    done = subprocess.run([sys.executable, "-m", "kuberl.cli", "convert", "-"], input=to_yaml([CONVERTED[2][1]]),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "workers: 1" in done.stdout and "-: PyTorchJob 'train': spec.pytorchReplicaSpecs.Master.restartPolicy:" in done.stderr
