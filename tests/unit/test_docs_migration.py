@@ -1,6 +1,7 @@
 """docs/migrating-from-pytorchjob.md: its RLTrainingJob is valid and renders
 the pods its PyTorchJob describes (same image, command, env, volumes, world
-size), and the README links it."""
+size), it is exactly what `kuberl convert` prints for that PyTorchJob (with the
+notes the guide shows), and the README links it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import yaml
 from kuberl import names
+from kuberl.convert import convert
 from kuberl.render import PLACEHOLDER_UID, render_job
 from kuberl.spec import validate_job
 
@@ -45,6 +47,15 @@ def test_the_guides_rltrainingjob_runs_the_pytorchjobs_pods():
     for field in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
         assert rltj["spec"]["runPolicy"][field] == policy[field]
     assert rltj["spec"]["queueName"] == policy["schedulingPolicy"]["queue"]
+
+
+def test_kuberl_convert_prints_the_guides_rltrainingjob_and_the_guides_notes():
+    """One source of truth: the right-hand manifest is the converter's output, and so are the notes."""
+    pytorchjob, rltj = manifests()
+    job, notes = convert(pytorchjob)
+    assert job == rltj
+    (shown,) = re.findall(r"```text\n(.*?)```", GUIDE.read_text(), re.DOTALL)
+    assert shown.splitlines() == [f"pytorchjob.yaml: PyTorchJob 'mnist-ddp': {note}" for note in notes]
 
 
 def test_the_readme_links_the_guide_and_the_guide_links_the_contract():
