@@ -144,3 +144,34 @@ def test_configmaps_beside_the_job_serve_its_env_and_its_script(tmp_path):
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert "from configmap 3 0.01 0" in done.stdout and "from configmap 3 0.01 1" in done.stdout, done.stdout[-3000:]
+
+
+def test_a_pytorchjob_converted_by_kuberl_convert_runs_with_world_size_2(tmp_path):
+    """The migration path end to end: a Master + Worker PyTorchJob whose command runs Kubeflow's
+    dist_sendrecv pattern, through `kuberl convert` (its pytorchjob-port becoming the rendezvous port)
+    and `kuberl run`."""
+    pod = {"spec": {"containers": [{"name": "pytorch", "image": "registry.example.com/ml/sendrecv:1",
+                                    "command": ["python", "/app/dist_sendrecv.py"],
+                                    "ports": [{"name": "pytorchjob-port", "containerPort": free_port()}],
+                                    "volumeMounts": [{"name": "scripts", "mountPath": "/app", "readOnly": True}]}],
+                    "volumes": [{"name": "scripts", "hostPath": {"path": str(SCRIPTS)}}]}}
+    pytorchjob = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pjsendrecv"},
+                  "spec": {"nprocPerNode": "1", "pytorchReplicaSpecs": {
+                      "Master": {"replicas": 1, "restartPolicy": "Never", "template": pod},
+                      "Worker": {"replicas": 1, "restartPolicy": "Never", "template": pod}}}}
+    (tmp_path / "pytorchjob.yaml").write_text(yaml.safe_dump(pytorchjob))
+    converted = subprocess.run([sys.executable, "-m", "kuberl.cli", "convert", "pytorchjob.yaml"], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=60, check=False)
+    assert converted.returncode == 0, converted.stderr
+    assert "spec.pytorchReplicaSpecs.Master.restartPolicy: a failed pod failed the PyTorchJob" in converted.stderr
+    (tmp_path / "job.yaml").write_text(converted.stdout)
+    done = subprocess.run([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
+                          text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr
+    run_dir = tmp_path / "runs" / "pjsendrecv"
+    worker0 = pod_address(str(run_dir), 0)
+    port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
+    for rank in range(2):
+        assert f"env WORLD_SIZE=2 RANK={rank} MASTER_ADDR={worker0} MASTER_PORT={port}" in pod_log(run_dir, rank), pod_log(run_dir, rank)
+    assert "rank 0 received [10]" in pod_log(run_dir, 0)
+    assert "pjsendrecv succeeded: every worker exited 0" in done.stdout, done.stdout[-2000:]
