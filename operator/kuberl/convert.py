@@ -123,6 +123,13 @@ def _mapping(value: Any, path: str, required: bool = False) -> dict:
     return value
 
 
+def _one_of(value: Any, choices: dict, path: str) -> Any:
+    """An enum field as the PyTorchJob CRD allows it (None: unset)."""
+    if value is not None and (not isinstance(value, str) or value not in choices):
+        raise _fail(path, f"expected one of {', '.join(choices)} (got {_shown(value)})")
+    return value
+
+
 def _list(value: Any, path: str) -> list:
     if value is None:
         return []
@@ -205,6 +212,7 @@ def _replicas(spec: dict) -> tuple[dict[str, dict], dict[str, int]]:
         if rtype == MASTER and count != 1:
             raise _fail(f"{path}.{MASTER}.replicas", f"expected 1 (got {count}): a PyTorchJob has exactly one Master,"
                         " and kuberl's worker 0 plays it; put the other pods under Worker")
+        _one_of(replica.get("restartPolicy"), RESTART_POLICY, f"{path}.{rtype}.restartPolicy")
         replica_specs[rtype], counts[rtype] = replica, count
     return replica_specs, counts
 
@@ -440,9 +448,8 @@ def _run_policy(spec: dict, restart_policies: dict[str, Any], origins: dict, not
         if key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend"):
             if value is not None:
                 out[key] = value
-        elif key == "cleanPodPolicy":
-            notes.append(Note(f"{path}.cleanPodPolicy", CLEAN_POD_POLICY.get(value, f"not carried over ({value!r}):"
-                              f" kuberl always deletes running pods when the job ends")))
+        elif key == "cleanPodPolicy" and value is not None:
+            notes.append(Note(f"{path}.cleanPodPolicy", CLEAN_POD_POLICY[_one_of(value, CLEAN_POD_POLICY, f"{path}.cleanPodPolicy")]))
         elif key == "schedulingPolicy":
             for field, setting in _mapping(value, f"{path}.schedulingPolicy").items():
                 if field == "queue":
@@ -455,8 +462,7 @@ def _run_policy(spec: dict, restart_policies: dict[str, Any], origins: dict, not
             notes.append(Note(f"{path}.{key}", "not carried over" + ("" if key == "managedBy" else ": unknown field")))
     for rtype, restart in restart_policies.items():
         field = f"spec.pytorchReplicaSpecs.{rtype}.restartPolicy"
-        notes.append(Note(field, RESTART_POLICY.get(restart, f"not carried over ({restart!r}): "
-                                                    + RESTART_POLICY["OnFailure"])))
+        notes.append(Note(field, RESTART_POLICY[restart]))
     if "Never" in restart_policies.values():
         never = next(r for r, p in restart_policies.items() if p == "Never")
         if out.get("backoffLimit") not in (None, 0):
@@ -492,7 +498,7 @@ def convert(pytorchjob: Any) -> tuple[dict, list[Note]]:
         if key not in ("pytorchReplicaSpecs", "nprocPerNode", "runPolicy", "elasticPolicy"):
             notes.append(Note(f"spec.{key}", "not carried over: unknown PyTorchJob field"))
     replicas, counts = _replicas(spec)
-    used = WORKER if counts.get(WORKER) else MASTER  # the template of the pods that run; a Worker of 0 runs none
+    used = WORKER if counts.get(WORKER) or MASTER not in counts else MASTER  # the pods that run; a Worker of 0 runs none
     templates = {rtype: _mapping(r.get("template"), f"spec.pytorchReplicaSpecs.{rtype}.template", required=True)
                  for rtype, r in replicas.items()}
     if len(templates) == 2:

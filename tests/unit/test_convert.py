@@ -184,6 +184,8 @@ REFUSED = [
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0].value", "quote it"),
     ("reserved-trainer-name", pytorchjob(None, replica(2, pytorch(), {"name": "trainer", "image": "x"})),
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[1].name", "rename this one"),
+    ("restart-policy-typo", pytorchjob(None, replica(2, restart="OnFailed")), "spec.pytorchReplicaSpecs.Worker.restartPolicy",
+     "expected one of Always, OnFailure, ExitCode, Never"),
     ("long-name", pytorchjob(None, replica(2), name="a" * 60), "metadata.name", "at most 50"),
     ("a-1mb-script-times-20-workers", pytorchjob(None, replica(20, pytorch(command=["python", "-c", big_script(1_000_000)]))),
      "spec.pytorchReplicaSpecs.Worker.template", "bytes of pod template across the gang"),
@@ -273,3 +275,31 @@ def test_stdin_is_read_with_a_dash():
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert "workers: 1" in done.stdout and "-: PyTorchJob 'train': spec.pytorchReplicaSpecs.Master.restartPolicy:" in done.stderr
+
+
+JUNK = [None, "x", 0, -1, True, [], {}, [None], {"a": None}, 1.5, [1, "x"]]
+
+
+def leaf_paths(value, path=()):
+    yield path
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        yield from leaf_paths(child, (*path, key))
+
+
+@pytest.mark.parametrize("case", ["kubeflow-mnist-master-worker", "nproc-gpu-from-the-limit", "run-policy-and-scheduling"])
+def test_any_value_anywhere_converts_or_is_refused_with_a_path_never_a_traceback(case):
+    doc = next(c[1] for c in CONVERTED if c[0] == case)
+    for path in list(leaf_paths(doc))[1:]:
+        for junk in JUNK:
+            hostile = copy.deepcopy(doc)
+            node = hostile
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = junk
+            before = copy.deepcopy(hostile)
+            try:
+                convert(hostile)
+            except NotConvertible as e:
+                assert e.problems and all(p.path for p in e.problems)
+            assert hostile == before
