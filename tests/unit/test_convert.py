@@ -185,7 +185,7 @@ REFUSED = [
     ("reserved-trainer-name", pytorchjob(None, replica(2, pytorch(), {"name": "trainer", "image": "x"})),
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[1].name", "rename this one"),
     ("restart-policy-typo", pytorchjob(None, replica(2, restart="OnFailed")), "spec.pytorchReplicaSpecs.Worker.restartPolicy",
-     "expected one of Always, OnFailure, ExitCode, Never"),
+     "expected one of OnFailure, ExitCode, Always, Never"),
     ("long-name", pytorchjob(None, replica(2), name="a" * 60), "metadata.name", "at most 50"),
     ("a-1mb-script-times-20-workers", pytorchjob(None, replica(20, pytorch(command=["python", "-c", big_script(1_000_000)]))),
      "spec.pytorchReplicaSpecs.Worker.template", "bytes of pod template across the gang"),
