@@ -418,8 +418,9 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
     for key, value in template["spec"].items():
         if key == "containers":
             containers = list(value)
-            containers[index], lifted = _trainer_container(value[index], f"{path}.spec.containers[{index}]", index,
-                                                           origins, notes, kubeflow_env)
+            containers[index], from_container = _trainer_container(value[index], f"{path}.spec.containers[{index}]",
+                                                                   index, origins, notes, kubeflow_env)
+            lifted.update(from_container)
             pod_spec["containers"] = containers
         elif key in LIFTED_POD_FIELDS:
             lifted[LIFTED_POD_FIELDS[key]] = value
@@ -475,6 +476,8 @@ def _run_policy(spec: dict, restart_policies: dict[str, Any], origins: dict, not
 def _elastic_notes(spec: dict, notes: list[Note]) -> None:
     path = "spec.elasticPolicy"
     for key in _mapping(spec.get("elasticPolicy"), path):
+        if key == "nProcPerNode" and spec.get("nprocPerNode") is None:
+            continue  # it is the process count then (see _procs)
         notes.append(Note(f"{path}.{key}", ELASTIC_POLICY.get(key, "not carried over: unknown field")))
 
 

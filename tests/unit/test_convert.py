@@ -96,6 +96,10 @@ CONVERTED = [
                                            {"name": "log-shipper", "image": "fluent-bit:3"}],
                             "nodeSelector": {"pool": "gpu"}, "imagePullSecrets": [{"name": "regcred"}]}}},
      ["spec.pytorchReplicaSpecs.Worker.template.spec.restartPolicy"]),
+    ("pod-fields-before-containers", pytorchjob(None, {"replicas": 2, "template": {"spec": {
+        "schedulerName": "volcano", "containers": [pytorch(resources={"limits": {"nvidia.com/gpu": 2}})]}}},
+        elasticPolicy={"nProcPerNode": 2}),
+     {"schedulerName": "volcano", "gpusPerWorker": 2, "procsPerWorker": 2}, []),
     ("reserved-env-dropped", pytorchjob(replica(1, pytorch(env=[{"name": "WORLD_SIZE", "value": "8"}, {"name": "LR", "value": "0.1"},
                                                                 {"name": "LOCAL_RANK", "value": "0"}])),
                                         replica(1, pytorch(env=[{"name": "WORLD_SIZE", "value": "8"}, {"name": "LR", "value": "0.1"},
