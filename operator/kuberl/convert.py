@@ -89,6 +89,8 @@ ELASTIC_POLICY = {
     "metrics": "no autoscaling: a kuberl gang has a fixed size",
 }
 METADATA_CARRIED = ("name", "namespace", "labels", "annotations")
+SERVER_METADATA = frozenset({"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
+                             "deletionTimestamp", "deletionGracePeriodSeconds"})
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
@@ -143,11 +145,6 @@ def _shown(value: Any) -> str:
     return text if len(text) < 60 else f"{type(value).__name__} of {len(value) if hasattr(value, '__len__') else '?'} entries"
 
 
-def _key(path: str, key: str) -> str:
-    """A field path segment; keys with dots or slashes (labels, resources) are written as they are."""
-    return f"{path}.{key}"
-
-
 # --- the document ---------------------------------------------------------------
 
 
@@ -176,14 +173,16 @@ def _metadata(doc: dict, notes: list[Note]) -> dict:
             raise _fail(f"metadata.{key}", f"expected a mapping of strings to strings (got {_shown(values)})")
     for key in metadata:
         if key not in METADATA_CARRIED:
-            notes.append(Note(_key("metadata", key), "not carried over: the API server sets it for the new object"
-                              if key != "generateName" else "not carried over: an RLTrainingJob needs metadata.name"))
+            notes.append(Note(f"metadata.{key}", "not carried over: " + (
+                "the API server sets it for the new object" if key in SERVER_METADATA
+                else "an RLTrainingJob needs metadata.name" if key == "generateName"
+                else "it belonged to the PyTorchJob object; set it on the RLTrainingJob if it still applies")))
     annotations = out.get("annotations")
     if isinstance(annotations, dict) and LAST_APPLIED in annotations:
         out["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
         if not out["annotations"]:
             del out["annotations"]
-        notes.append(Note(_key("metadata.annotations", LAST_APPLIED), "not carried over: kubectl apply writes the new job's own"))
+        notes.append(Note(f"metadata.annotations.{LAST_APPLIED}", "not carried over: kubectl apply writes the new job's own"))
     return out
 
 
