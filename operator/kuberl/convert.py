@@ -534,6 +534,7 @@ def convert(pytorchjob: Any) -> tuple[dict, list[Note]]:
     if KUEUE_QUEUE_LABEL in labels:
         label_path = f"metadata.labels.{KUEUE_QUEUE_LABEL}"
         if queue is not None and queue != labels[KUEUE_QUEUE_LABEL]:
+            notes = [n for n in notes if n.path != queue_path]  # this note replaces "now spec.queueName"
             notes.append(Note(queue_path, f"not carried over: Kueue admitted the PyTorchJob to {label_path}"
                               f" {labels[KUEUE_QUEUE_LABEL]!r}, which becomes spec.queueName"))
         queue, queue_path = labels[KUEUE_QUEUE_LABEL], label_path

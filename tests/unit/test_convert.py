@@ -87,6 +87,10 @@ CONVERTED = [
     ("kueue-label-is-the-queue", {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1"),
                                   "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
      {"queueName": "user-queue"}, []),
+    ("kueue-label-wins-over-schedulingpolicy-queue",
+     {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={"schedulingPolicy": {"queue": "volcano-q"}}),
+      "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
+     {"queueName": "user-queue"}, ["spec.runPolicy.schedulingPolicy.queue"]),
     ("volcano-sidecar-and-pod-fields", pytorchjob(None, replica(
         2, pytorch(), {"name": "log-shipper", "image": "fluent-bit:3"}, restart=None, schedulerName="volcano",
         priorityClassName="batch-high", restartPolicy="OnFailure", nodeSelector={"pool": "gpu"},
