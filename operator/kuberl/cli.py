@@ -1,4 +1,4 @@
-"""The `kuberl` command line: validate, render, crd (run and operator join later)."""
+"""The `kuberl` command line: validate, render, convert, crd, run, plot and operator."""
 
 from __future__ import annotations
 
