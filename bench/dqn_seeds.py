@@ -2,11 +2,13 @@
 (not seconds, so machine load does not decide it): one process, in-process
 trainer, rl-zoo's settings as `make bench` maps them (bench.py).
 
-    .venv/bin/python bench/dqn_seeds.py --seeds 1 2 3 [--max-steps 100000]
+    .venv/bin/python bench/dqn_seeds.py --seeds 1 2 3 [--max-steps 100000] [--unflushed]
 
 Prints, per seed, the global env step at which a greedy evaluation of 20
 episodes first reached 475 (checked every 5120 steps, as `make bench`
-does), or "-" when it never did, and the evaluation curve.
+does), or "-" when it never did, the evaluation curve and the wall time.
+--unflushed leaves subnormal floats as they are (the trainer before
+fused.flush_subnormals): the same steps to solve, twice the time on long seeds.
 """
 
 from __future__ import annotations
@@ -64,9 +66,11 @@ def main() -> None:
     parser.add_argument("--total", type=int, default=200_000, help="totalTimesteps (sets epsilon's schedule)")
     parser.add_argument("--num-envs", type=int, default=1)
     parser.add_argument("--set", default="{}", help="JSON overrides of the DQN hyperparameters (snake_case)")
+    parser.add_argument("--unflushed", action="store_true", help="keep subnormal floats (no fused.flush_subnormals)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    fused.flush_subnormals()  # as the trainer's entry point does
+    if not args.unflushed:
+        fused.flush_subnormals()  # as the trainer's entry point does
     hp = DQNConfig(**{**_snake(KUBERL_DQN_CARTPOLE), **json.loads(args.set)})
     for seed in args.seeds:
         started = time.time()
