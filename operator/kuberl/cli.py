@@ -39,6 +39,27 @@ def load_jobs(path: str) -> list[dict]:
     return docs
 
 
+def runnable_documents(docs: list, path: str, say: bool = True) -> list:
+    """A file's documents with each Kubeflow PyTorchJob replaced by the RLTrainingJob `kuberl convert`
+    prints (validate, render and run take a PyTorchJob as it stands); what could not be carried
+    over goes to stderr when `say`. A PyTorchJob with no equivalent exits 1, naming its fields."""
+    from .convert import KIND, convert_documents
+
+    out = []
+    for doc in docs:
+        if not (isinstance(doc, dict) and doc.get("kind") == KIND):
+            out.append(doc)
+            continue
+        converted, notes, failures = convert_documents([doc])
+        for label, e in failures:
+            raise SystemExit(f"{path}: {label} has no RLTrainingJob equivalent:\n" + "\n".join(f"  {p}" for p in e.problems))
+        for label, job_notes in notes if say else []:
+            for note in job_notes:
+                print(f"{path}: {label}, run as an RLTrainingJob (`kuberl convert` prints it): {note}", file=sys.stderr)
+        out += converted
+    return out
+
+
 def gymnasium_id_known(env_id: str) -> bool | None:
     """True/False when gymnasium is importable here; None when we cannot tell.
     Ids from packages not installed here (ALE, envpool) are left to the trainer."""
@@ -60,7 +81,7 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     from .localrun import is_configmap, read_configmap
 
     valid, failed = [], False
-    docs = load_jobs(path)
+    docs = runnable_documents(load_jobs(path), path)
     if all(is_configmap(doc) for doc in docs):  # as for an empty file: "valid" would hide the wrong file
         raise SystemExit(f"{path}: no RLTrainingJob document, only ConfigMaps")
     for job in docs:
@@ -165,9 +186,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.pod_security == "privileged":
         print("kuberl run: pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
     else:
-        from .localrun import apply_overrides
+        from .localrun import apply_overrides, is_configmap
 
-        for job in load_jobs(args.file):
+        for job in runnable_documents(load_jobs(args.file), args.file, say=False):
+            if is_configmap(job):
+                continue
             name = (job.get("metadata") or {}).get("name", "?") if isinstance(job, dict) else "?"
             try:
                 spec = validate_job(apply_overrides(job, args.workers, args.set))

@@ -355,8 +355,11 @@ def split_documents(docs: list, path: str) -> tuple[dict, dict[str, dict[str, st
 
 
 def load_job(path: str) -> tuple[dict, dict[str, dict[str, str]]]:
+    """The job file's documents; a PyTorchJob runs as the RLTrainingJob `kuberl convert` prints."""
+    from .cli import runnable_documents
+
     with open(path) as f:
-        return split_documents(load_documents(f), path)
+        return split_documents(runnable_documents(load_documents(f), path), path)
 
 
 def job_uid(run_dir: str) -> str:

@@ -175,3 +175,9 @@ def test_a_pytorchjob_converted_by_kuberl_convert_runs_with_world_size_2(tmp_pat
         assert f"env WORLD_SIZE=2 RANK={rank} MASTER_ADDR={worker0} MASTER_PORT={port}" in pod_log(run_dir, rank), pod_log(run_dir, rank)
     assert "rank 0 received [10]" in pod_log(run_dir, 0)
     assert "pjsendrecv succeeded: every worker exited 0" in done.stdout, done.stdout[-2000:]
+    # The PyTorchJob file itself runs too, as the RLTrainingJob kuberl convert printed (a fresh run directory).
+    direct = subprocess.run([*KUBERL, "pytorchjob.yaml", "--dir", "direct"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
+                            text=True, timeout=240, check=False)
+    assert direct.returncode == 0, direct.stdout[-4000:] + direct.stderr
+    assert "run as an RLTrainingJob" in direct.stderr and "Master.restartPolicy" in direct.stderr
+    assert "rank 0 received [10]" in pod_log(tmp_path / "direct" / "pjsendrecv", 0)

@@ -220,9 +220,9 @@ def test_the_yaml_printed_reads_back_as_the_same_job_with_every_string_a_string(
 # --- the command line ----------------------------------------------------------------------------------------------
 
 
-def run_cli(capsys, path) -> tuple[int, str, str]:
+def run_cli(capsys, path, command: str = "convert") -> tuple[int, str, str]:
     try:
-        code = cli.main(["convert", str(path)])
+        code = cli.main([command, str(path)])
     except SystemExit as e:  # the reader's one-line refusals
         code, message = 1, str(e.code)
         out, err = capsys.readouterr()
@@ -311,3 +311,18 @@ def test_any_value_anywhere_converts_or_is_refused_with_a_path_never_a_traceback
             except NotConvertible as e:
                 assert e.problems and all(p.path for p in e.problems)
             assert hostile == before
+
+
+@pytest.mark.parametrize("command", ["validate", "render"])
+def test_validate_and_render_take_a_pytorchjob_as_it_stands(tmp_path, capsys, command):
+    """What `kuberl run` takes too: the PyTorchJob is the RLTrainingJob convert prints, its notes on stderr."""
+    path = tmp_path / "pj.yaml"
+    path.write_text(to_yaml([CONVERTED[0][1]]))
+    code, out, err = run_cli(capsys, path, command)
+    assert code == 0, err
+    assert "train" in out
+    assert err.splitlines() == [f"{path}: PyTorchJob 'train', run as an RLTrainingJob (`kuberl convert` prints it): {n}"
+                                for n in convert(CONVERTED[0][1])[1]]
+    path.write_text(to_yaml([pytorchjob(replica(3), replica(1))]))
+    code, out, err = run_cli(capsys, path, command)
+    assert code == 1 and "no RLTrainingJob equivalent" in err and "Master" in err
