@@ -653,8 +653,10 @@ def restart_delay(base_seconds: float, failures: int) -> float:
 def _uncounted_delay(plan: _Plan, base_seconds: float) -> float:
     """The wait before a restart no budget counts (a disruption, a deleted pod, a stated `Stopped`):
     `base_seconds` for the first in a while, then doubling from at least UNCOUNTED_FLOOR_SECONDS per
-    such restart in a row (less than UNCOUNTED_RESET_SECONDS after the one before). A container can state `Stopped` itself: without this a job could restart
-    its gang without end, and with restartBackoffSeconds=0 without pause."""
+    such restart in a row (less than UNCOUNTED_RESET_SECONDS after the one before; start-up retries,
+    which have their own budget and backoff, neither count nor break the row). A container can state
+    `Stopped` itself: without this a job could restart its gang without end, and with
+    restartBackoffSeconds=0 without pause."""
     in_a_row, later = 0, plan.now
     for entry in reversed(plan.status["restartHistory"]):
         try:
@@ -664,7 +666,7 @@ def _uncounted_delay(plan: _Plan, base_seconds: float) -> float:
         if when is None or entry.get("counted") is not False or entry.get("reason") == REASON_SUSPEND \
                 or later - when >= UNCOUNTED_RESET_SECONDS:
             break
-        in_a_row, later = in_a_row + 1, when
+        in_a_row, later = in_a_row + (not entry.get("startup")), when
     return base_seconds if in_a_row == 0 else restart_delay(max(base_seconds, UNCOUNTED_FLOOR_SECONDS), in_a_row - 1)
 
 
@@ -683,7 +685,7 @@ def _restart(
     else:
         delay = _uncounted_delay(plan, policy.restart_backoff_seconds)
     old = plan.generation
-    _record_history(plan, old, reason, message, counted)
+    _record_history(plan, old, reason, message, counted, startup)
     status["generation"] = old + 1
     status["restarts"] += int(counted)
     status["startupRetries"] += int(startup)
@@ -746,8 +748,10 @@ def _resume(plan: _Plan) -> str:
     return PENDING
 
 
-def _record_history(plan: _Plan, generation: int, reason: str, message: str, counted: bool) -> None:
+def _record_history(plan: _Plan, generation: int, reason: str, message: str, counted: bool, startup: bool = False) -> None:
     entry = {"generation": generation, "reason": reason, "message": _clip(message), "time": rfc3339(plan.now), "counted": counted}
+    if startup:
+        entry["startup"] = True
     plan.status["restartHistory"] = (plan.status["restartHistory"] + [entry])[-HISTORY_LIMIT:]
 
 

@@ -404,6 +404,18 @@ def test_uncounted_restarts_in_a_row_back_off_like_crash_loop_backoff():
     assert lc.parse_time(status["nextStartTime"]) == apart, "restarts this far apart start the backoff over"
 
 
+def test_start_up_retries_do_not_lengthen_the_uncounted_backoff():
+    """A start-up retry has its own budget and backoff: a stated Stop right after one waits only the base."""
+    spec = job(restartBackoffSeconds=0, startupTimeoutSeconds=50)
+    status = decide(spec, {}, [], None, T0).status
+    retried = decide(spec, status, [Pod(0).running().obj(), Pod(1).unschedulable().obj()], None, T0 + 50).status
+    assert retried["startupRetries"] == 1 and retried["restartHistory"][-1]["startup"] is True
+    up = decide(spec, decide(spec, retried, [], None, T0 + 50).status, gang("running", gen=1), None, T0 + 51).status
+    stopped = decide(spec, up, stopped_gang(1), None, T0 + 60).status
+    assert lc.parse_time(stopped["nextStartTime"]) == T0 + 60
+    assert "startup" not in stopped["restartHistory"][-1]
+
+
 def test_backoff_limit_exhausted_fails_and_stops_the_gang():
     spec = job(backoffLimit=2)
     status = restarted_status(spec, 2)
