@@ -10,6 +10,7 @@ kopf's peerings) go through the openAPIV3Schema in the chart's crds/.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import re
@@ -20,6 +21,7 @@ from pathlib import Path
 import jsonschema
 import kubernetes_validate
 import yaml
+from kuberl import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kuberl"
@@ -27,6 +29,10 @@ HELM = ROOT / ".tools" / "bin" / "helm"
 PROM_MODELS = ROOT / ".tools" / "prometheus-operator-models"
 PROM_MODELS_PKG = PROM_MODELS / "node_modules" / "@kubernetes-models" / "prometheus-operator"
 K8S_VERSION = "1.33"
+
+# The operator image's entrypoint (dockerfiles/operator.Dockerfile).
+ENTRYPOINT = json.loads(re.search(r"^ENTRYPOINT (.+)$", (ROOT / "dockerfiles" / "operator.Dockerfile").read_text(), re.MULTILINE).group(1))
+assert ENTRYPOINT[0] == "kuberl"
 
 # Every optional feature on at once.
 ALL_FEATURES = {
@@ -41,6 +47,9 @@ ALL_FEATURES = {
         "podAnnotations": {"example.com/team": "rl"},
         "podLabels": {"team": "rl"},
         "logLevel": "debug",
+        "scrapeIntervalSeconds": 30,
+        "scrapeTimeoutSeconds": 0.5,
+        "maxConcurrentReconciles": 8,
         "serviceAccount": {"annotations": {"iam.example.com/role": "kuberl"}},
     },
     "trainer": {"imagePullSecrets": ["regcred"]},
@@ -85,6 +94,20 @@ def render(values: dict | None = None, namespace: str = "kuberl-system", *extra:
 
 def of_kind(objects: list[dict], kind: str) -> list[dict]:
     return [o for o in objects if o["kind"] == kind]
+
+
+def operator_container(objects: list[dict]) -> tuple[dict, dict]:
+    """The operator's workload (Deployment or StatefulSet) and its container."""
+    (workload,) = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
+    return workload, workload["spec"]["template"]["spec"]["containers"][0]
+
+
+def parse_operator_args(args: list[str], pod_index: int = 0) -> argparse.Namespace:
+    """What `kuberl operator` (the image's entrypoint) makes of the rendered
+    args, after the kubelet's $(VAR) expansion; argparse exits on a flag it
+    does not accept."""
+    expanded = [re.sub(r"\$\((\w+)\)", lambda m: {"KUBERL_POD_INDEX": str(pod_index)}.get(m.group(1), m.group(0)), a) for a in args]
+    return cli.build_parser().parse_args([*ENTRYPOINT[1:], *expanded])
 
 
 def pod_specs(objects: list[dict]) -> list[tuple[str, dict]]:

@@ -22,6 +22,8 @@ from chart_support import (
     HelmError,
     helm,
     of_kind,
+    operator_container,
+    parse_operator_args,
     pod_specs,
     render,
     validate,
@@ -29,10 +31,6 @@ from chart_support import (
 from kuberl import cli, contract, names
 from kuberl.kubeapi import API_CALLS, PEERING_API_CALLS
 from kuberl.render import DEFAULT_IMAGE, PLACEHOLDER_UID, render_job
-
-# The operator image's entrypoint (dockerfiles/operator.Dockerfile).
-ENTRYPOINT = json.loads(re.search(r"^ENTRYPOINT (.+)$", (ROOT / "dockerfiles" / "operator.Dockerfile").read_text(), re.MULTILINE).group(1))
-assert ENTRYPOINT[0] == "kuberl"
 
 SCENARIOS = {
     "defaults": {},
@@ -201,23 +199,11 @@ def test_image_tags_follow_the_chart_and_the_operator_default():
 
 # --- the operator pod -----------------------------------------------------------
 
-def _operator_container(objects):
-    (workload,) = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
-    return workload, workload["spec"]["template"]["spec"]["containers"][0]
-
-
-def _parse_operator_args(args: list[str], pod_index: int):
-    """What `kuberl operator` (the image's entrypoint) makes of the rendered
-    args, after the kubelet's $(VAR) expansion."""
-    expanded = [re.sub(r"\$\((\w+)\)", lambda m: {"KUBERL_POD_INDEX": str(pod_index)}.get(m.group(1), m.group(0)), a) for a in args]
-    return cli.build_parser().parse_args([*ENTRYPOINT[1:], *expanded])
-
-
 @pytest.mark.parametrize("scenario", ["defaults", "all-features", "namespaced"])
 def test_operator_args_parse_with_the_kuberl_cli(scenario):
     values = SCENARIOS[scenario]
-    _, container = _operator_container(render(values))
-    parsed = _parse_operator_args(container["args"], pod_index=2)
+    _, container = operator_container(render(values))
+    parsed = parse_operator_args(container["args"], pod_index=2)
     assert parsed.command == "operator"
     assert parsed.namespace == values.get("operator", {}).get("watchNamespaces", [])
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -226,20 +212,20 @@ def test_operator_args_parse_with_the_kuberl_cli(scenario):
 
 def test_replicas_get_distinct_kopf_priorities_from_their_ordinal():
     objects = render(ALL_FEATURES)
-    workload, container = _operator_container(objects)
+    workload, container = operator_container(objects)
     assert workload["kind"] == "StatefulSet" and workload["spec"]["replicas"] == 3
     env = {e["name"]: e for e in container["env"]}
     assert env["KUBERL_POD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
-    priorities = {_parse_operator_args(container["args"], i).priority for i in range(workload["spec"]["replicas"])}
+    priorities = {parse_operator_args(container["args"], i).priority for i in range(workload["spec"]["replicas"])}
     assert len(priorities) == 3
-    peering = _parse_operator_args(container["args"], 0).peering
+    peering = parse_operator_args(container["args"], 0).peering
     assert [p["metadata"]["name"] for p in of_kind(objects, "ClusterKopfPeering")] == [peering]
     namespaced = render(NAMESPACED)
     assert sorted(p["metadata"]["namespace"] for p in of_kind(namespaced, "KopfPeering")) == ["team-a", "team-b"]
 
 
 def test_operator_gets_the_default_trainer_image_and_settings():
-    _, container = _operator_container(render(ALL_FEATURES))
+    _, container = operator_container(render(ALL_FEATURES))
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["KUBERL_TRAINER_IMAGE"] == DEFAULT_IMAGE
     assert env["KUBERL_TRAINER_IMAGE_PULL_SECRETS"] == "regcred"
@@ -248,8 +234,8 @@ def test_operator_gets_the_default_trainer_image_and_settings():
 
 def test_operator_env_names_are_the_contract_ones():
     operator_env = {v for k, v in vars(contract).items() if k.startswith("ENV_OPERATOR_")}
-    _, peering = _operator_container(render(ALL_FEATURES))
-    _, standalone = _operator_container(render())
+    _, peering = operator_container(render(ALL_FEATURES))
+    _, standalone = operator_container(render())
     assert {e["name"] for e in peering["env"]} == operator_env
     assert {e["name"] for e in standalone["env"]} == operator_env - {contract.ENV_OPERATOR_POD_INDEX}
     assert f"--priority=$({contract.ENV_OPERATOR_POD_INDEX})" in peering["args"]
@@ -382,7 +368,7 @@ def test_service_monitor_scrapes_the_operator_metrics_port():
 def test_network_policy_admits_only_the_operator_ports():
     objects = render()
     (policy,) = of_kind(objects, "NetworkPolicy")
-    workload, container = _operator_container(objects)
+    workload, container = operator_container(objects)
     assert policy["spec"]["podSelector"]["matchLabels"] == workload["spec"]["selector"]["matchLabels"]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     (rule,) = policy["spec"]["ingress"]

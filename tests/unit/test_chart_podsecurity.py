@@ -2,22 +2,20 @@
 operator as `kuberl operator` flags, parsed by the real CLI; the schema
 refuses a level that does not exist."""
 
-import json
-import re
-
 import pytest
-from chart_support import CHART, ROOT, HelmError, helm, of_kind, render
-from kuberl import cli
-
-ENTRYPOINT = json.loads(re.search(r"^ENTRYPOINT (.+)$", (ROOT / "dockerfiles" / "operator.Dockerfile").read_text(), re.MULTILINE).group(1))
+from chart_support import (
+    CHART,
+    HelmError,
+    helm,
+    operator_container,
+    parse_operator_args,
+    render,
+)
 
 
 def operator_args(values: dict | None = None):
-    objects = render(values)
-    (workload,) = of_kind(objects, "Deployment") + of_kind(objects, "StatefulSet")
-    args = workload["spec"]["template"]["spec"]["containers"][0]["args"]
-    args = [a.replace("$(KUBERL_POD_INDEX)", "0") for a in args]
-    return cli.build_parser().parse_args([*ENTRYPOINT[1:], *args])
+    _, container = operator_container(render(values))
+    return parse_operator_args(container["args"])
 
 
 def test_defaults_are_baseline_and_any_service_account():

@@ -134,6 +134,15 @@ spec:
         {{- with .Values.allowedServiceAccounts }}
         - --allowed-service-accounts={{ join "," . }}
         {{- end }}
+        {{- with .Values.operator.scrapeIntervalSeconds }}
+        - --scrape-interval={{ . }}
+        {{- end }}
+        {{- with .Values.operator.scrapeTimeoutSeconds }}
+        - --scrape-timeout={{ . }}
+        {{- end }}
+        {{- with .Values.operator.maxConcurrentReconciles }}
+        - --max-concurrent-reconciles={{ int64 . }}
+        {{- end }}
       env:
         - name: KUBERL_LOG_LEVEL
           value: {{ .Values.operator.logLevel | quote }}

@@ -1,0 +1,97 @@
+"""The chart's scrape and reconcile values reach `kuberl operator` as flags it
+accepts, parsed by the real CLI; unset, no flag is rendered (the operator's own
+defaults hold); the schema refuses 0, negatives and strings, naming the key."""
+
+import argparse
+
+import pytest
+from chart_support import (
+    ALL_FEATURES,
+    CHART,
+    HelmError,
+    helm,
+    operator_container,
+    parse_operator_args,
+    render,
+)
+from kuberl import cli
+from kuberl.operator_config import OperatorConfig, operator_config
+
+FLAGS = ("--scrape-interval", "--scrape-timeout", "--max-concurrent-reconciles")
+
+
+def rendered_args(values: dict | None = None, *extra: str) -> list[str]:
+    _, container = operator_container(render(values, "kuberl-system", *extra))
+    return container["args"]
+
+
+def refusal(values: dict) -> str:
+    with pytest.raises(HelmError) as refused:
+        helm("template", "kuberl", str(CHART), values=values)
+    return str(refused.value)
+
+
+def operator_option_strings() -> set[str]:
+    (subparsers,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return set(subparsers.choices["operator"]._option_string_actions)
+
+
+def test_defaults_render_no_flag_and_the_operator_keeps_its_own_defaults():
+    args = rendered_args()
+    assert [a for a in args if a.startswith(FLAGS)] == []
+    config = operator_config(parse_operator_args(args))
+    assert (config.scrape_interval, config.scrape_timeout, config.max_concurrent_reconciles) == (
+        OperatorConfig.scrape_interval, OperatorConfig.scrape_timeout, OperatorConfig.max_concurrent_reconciles)
+
+
+@pytest.mark.parametrize(("key", "value", "flag", "field"), [
+    ("scrapeIntervalSeconds", 30, "--scrape-interval=30", "scrape_interval"),
+    ("scrapeIntervalSeconds", 2.5, "--scrape-interval=2.5", "scrape_interval"),
+    ("scrapeTimeoutSeconds", 0.5, "--scrape-timeout=0.5", "scrape_timeout"),
+    ("scrapeTimeoutSeconds", 5, "--scrape-timeout=5", "scrape_timeout"),
+    ("maxConcurrentReconciles", 8, "--max-concurrent-reconciles=8", "max_concurrent_reconciles"),
+    # Helm reads -f numbers as floats: a large count must still render as an integer.
+    ("maxConcurrentReconciles", 1_000_000, "--max-concurrent-reconciles=1000000", "max_concurrent_reconciles"),
+])
+def test_each_value_reaches_the_operator_as_its_flag(key, value, flag, field):
+    args = rendered_args({"operator": {key: value}})
+    assert flag in args
+    assert [a for a in args if a.startswith(FLAGS)] == [flag]
+    assert getattr(operator_config(parse_operator_args(args)), field) == value
+
+
+def test_set_on_the_command_line_works_too():
+    args = rendered_args(None, "--set", "operator.maxConcurrentReconciles=4", "--set", "operator.scrapeIntervalSeconds=15",
+                         "--set-json", "operator.scrapeTimeoutSeconds=0.25")
+    parsed = parse_operator_args(args)
+    assert (parsed.max_concurrent_reconciles, parsed.scrape_interval, parsed.scrape_timeout) == (4, 15.0, 0.25)
+
+
+@pytest.mark.parametrize("values", [{}, ALL_FEATURES], ids=["defaults", "all-features"])
+def test_every_rendered_flag_is_one_kuberl_operator_defines(values):
+    """Exact names: argparse would also take an abbreviation the CLI never meant to offer."""
+    args = rendered_args(values)
+    assert all(a.startswith("--") for a in args)
+    assert {a.split("=", 1)[0] for a in args} <= operator_option_strings()
+    assert {a.split("=", 1)[0] for a in rendered_args(ALL_FEATURES)} >= set(FLAGS)
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("scrapeIntervalSeconds", 0, "exclusiveMinimum: got 0, want 0"),
+    ("scrapeIntervalSeconds", -5, "exclusiveMinimum: got -5, want 0"),
+    ("scrapeIntervalSeconds", "10s", "got string, want null or number"),
+    ("scrapeTimeoutSeconds", 0, "exclusiveMinimum: got 0, want 0"),
+    ("scrapeTimeoutSeconds", -0.5, "exclusiveMinimum: got -0.5, want 0"),
+    ("scrapeTimeoutSeconds", "2", "got string, want null or number"),
+    ("maxConcurrentReconciles", 0, "minimum: got 0, want 1"),
+    ("maxConcurrentReconciles", -1, "minimum: got -1, want 1"),
+    ("maxConcurrentReconciles", "many", "got string, want null or integer"),
+    ("maxConcurrentReconciles", 1.5, "got number, want null or integer"),
+])
+def test_schema_refuses_a_bad_value_naming_the_key(key, value, expected):
+    message = refusal({"operator": {key: value}})
+    assert f"at '/operator/{key}': {expected}" in message
+
+
+def test_a_misspelled_key_is_refused():
+    assert "'scrapeTimeout'" in refusal({"operator": {"scrapeTimeout": 2}})
