@@ -297,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=8081)
     p.add_argument("--trainer-image", help="default trainer image (else $KUBERL_TRAINER_IMAGE, else the built-in default)")
     p.add_argument("--listen-address", default="0.0.0.0", help="address of the health and metrics endpoints")
-    p.add_argument("--scrape-interval", type=float, default=10.0, help="seconds between scrapes of a running job's rank 0")
+    p.add_argument("--scrape-interval", type=positive(float), help="seconds between scrapes of a running job's rank 0 (default 10)")
     p.add_argument("--scrape-timeout", type=positive(float), help="seconds a scrape of rank 0 may take in all (default 2)")
     p.add_argument("--max-concurrent-reconciles", type=positive(int),
                    help="job reconciles running at once, bounding the operator's burst on the API server (default 32)")

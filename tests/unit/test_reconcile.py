@@ -148,7 +148,7 @@ def test_the_operator_carries_its_pod_security_level_and_service_account_allowli
     assert (default.pod_security, default.allowed_service_accounts) == ('baseline', None)
 
 
-@pytest.mark.parametrize('flag', ['--scrape-timeout', '--max-concurrent-reconciles'])
+@pytest.mark.parametrize('flag', ['--scrape-interval', '--scrape-timeout', '--max-concurrent-reconciles'])
 @pytest.mark.parametrize('bad', ['0', '-1', 'nan', 'inf', 'two'])
 def test_the_operators_timing_flags_take_positive_numbers_only(flag, bad, capsys):
     from kuberl.cli import build_parser
