@@ -423,7 +423,8 @@ def _trainer_container(job: str, namespace: str, spec: JobSpec, rank: int, resta
     container: dict[str, Any] = {
         "name": names.TRAINER_CONTAINER,
         "image": spec.image or default_image,
-        "command": trainer_command(spec),
+        # a custom trainer's template brings the command: its args alone run the image's ENTRYPOINT, as in any pod
+        **({} if spec.trainer == "custom" else {"command": trainer_command(spec)}),
         "env": pod_environment(job, namespace, spec, rank, restart, target),
         "ports": [
             {"name": names.metrics_port_name(i), "containerPort": port, "protocol": "TCP"}
