@@ -88,6 +88,8 @@ ELASTIC_POLICY = {
     "standalone": "kuberl never runs a standalone rendezvous: worker 0 hosts it",
     "metrics": "no autoscaling: a kuberl gang has a fixed size",
 }
+CPU_LIMIT = ("unset: changed, kuberl limits the trainer container's CPU to its request (1 per process when none), so"
+             " OMP_NUM_THREADS is right; the PyTorchJob's pod could use the node's idle CPUs: set spec.resources.limits.cpu")
 METADATA_CARRIED = ("name", "namespace", "labels", "annotations")
 SERVER_METADATA = frozenset({"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
                              "deletionTimestamp", "deletionGracePeriodSeconds"})
@@ -374,6 +376,9 @@ def _trainer_container(container: dict, path: str, index: int, origins: dict, no
             out["env"] = _trainer_env(value, f"{path}.env", f"{new}.env", origins, notes, kubeflow_env)
         else:
             out[field] = value
+    limits = container.get("resources", {}).get("limits") if isinstance(container.get("resources"), dict) else None
+    if not (isinstance(limits, dict) and "cpu" in limits):
+        notes.append(Note(f"{path}.resources.limits.cpu", CPU_LIMIT))
     return out, lifted
 
 

@@ -17,7 +17,8 @@ IMAGE = "registry.example.com/ml/train:1.4"
 
 
 def pytorch(**fields) -> dict:
-    return {"name": "pytorch", "image": IMAGE, "command": ["python", "/app/train.py"], **fields}
+    """The `pytorch` container, with a CPU limit (without one, convert notes kuberl's)."""
+    return {"name": "pytorch", "image": IMAGE, "command": ["python", "/app/train.py"], "resources": {"limits": {"cpu": "2"}}, **fields}
 
 
 def replica(replicas: int | None, *containers: dict, restart: str | None = "OnFailure", **pod) -> dict:
@@ -67,7 +68,7 @@ CONVERTED = [
     ("nproc-gpu-from-the-limit", pytorchjob(replica(1, pytorch(resources=GPU)), replica(1, pytorch(resources=GPU)), nprocPerNode="gpu"),
      {"workers": 2, "gpusPerWorker": 4, "resources": {"limits": {"cpu": "16", "memory": "64Gi"}}},
      ["spec.nprocPerNode", "spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
-    ("nproc-unset-with-gpus", pytorchjob(None, replica(2, pytorch(resources={"limits": {"nvidia.com/gpu": "8"}}), restart=None)),
+    ("nproc-unset-with-gpus", pytorchjob(None, replica(2, pytorch(resources={"limits": {"nvidia.com/gpu": "8", "cpu": "8"}}), restart=None)),
      {"gpusPerWorker": 8}, ["spec.nprocPerNode"]),
     ("nproc-number-equal-to-gpus", pytorchjob(None, replica(2, pytorch(resources=GPU), restart=None), nprocPerNode="4"),
      {"gpusPerWorker": 4, "procsPerWorker": 4}, []),
@@ -101,7 +102,7 @@ CONVERTED = [
                             "nodeSelector": {"pool": "gpu"}, "imagePullSecrets": [{"name": "regcred"}]}}},
      ["spec.pytorchReplicaSpecs.Worker.template.spec.restartPolicy"]),
     ("pod-fields-before-containers", pytorchjob(None, {"replicas": 2, "template": {"spec": {
-        "schedulerName": "volcano", "containers": [pytorch(resources={"limits": {"nvidia.com/gpu": 2}})]}}},
+        "schedulerName": "volcano", "containers": [pytorch(resources={"limits": {"nvidia.com/gpu": 2, "cpu": "4"}})]}}},
         elasticPolicy={"nProcPerNode": 2}),
      {"schedulerName": "volcano", "gpusPerWorker": 2, "procsPerWorker": 2}, []),
     ("reserved-env-dropped", pytorchjob(replica(1, pytorch(env=[{"name": "WORLD_SIZE", "value": "8"}, {"name": "LR", "value": "0.1"},
@@ -116,6 +117,8 @@ CONVERTED = [
                                                     replica(1, pytorch(), restart=None), nprocPerNode="1"),
      {"template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"]}]}}},
      ["spec.pytorchReplicaSpecs.Master.template.spec.containers[0].env"]),
+    ("no-cpu-limit-is-noted", pytorchjob(None, replica(2, pytorch(resources={"requests": {"cpu": "4"}}), restart=None), nprocPerNode="1"),
+     {"resources": {"requests": {"cpu": "4"}}}, ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.cpu"]),
     ("kubectl-get-export", EXPORTED, {"workers": 2},
      ["metadata.uid", "metadata.resourceVersion", "metadata.creationTimestamp",
       "metadata.annotations.kubectl.kubernetes.io/last-applied-configuration", "status",
@@ -152,6 +155,8 @@ def test_the_notes_say_what_happens_instead():
     env = notes["reserved-env-dropped"]
     assert "overrode it too" in env["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0]"]  # WORLD_SIZE
     assert "changed" in env["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[2]"]  # LOCAL_RANK
+    assert "could use the node's idle CPUs" in notes["no-cpu-limit-is-noted"][
+        "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.cpu"]
     assert "every pod gets the Worker's" in notes["master-differs-beyond-the-program"][
         "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].env"]
 
