@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from . import contract, names
+from .render import RUNTIME_USER
 from .spec import (
     GPU_RESOURCE,
     QUANTITY,
@@ -90,6 +91,9 @@ ELASTIC_POLICY = {
 }
 CPU_LIMIT = ("unset: changed, kuberl limits the trainer container's CPU to its request (1 per process when none), so"
              " OMP_NUM_THREADS is right; the PyTorchJob's pod could use the node's idle CPUs: set spec.resources.limits.cpu")
+SECURITY_CONTEXT = (f"unset: changed, kuberl's trainer container runs as user {RUNTIME_USER} (non-root) with a read-only"
+                    " root filesystem (writable: /tmp, /dev/shm and volumes), where the PyTorchJob's ran as the image's user"
+                    " on a writable one; a securityContext here (kept in spec.template) replaces kuberl's")
 METADATA_CARRIED = ("name", "namespace", "labels", "annotations")
 SERVER_METADATA = frozenset({"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
                              "deletionTimestamp", "deletionGracePeriodSeconds"})
@@ -379,6 +383,8 @@ def _trainer_container(container: dict, path: str, index: int, origins: dict, no
     limits = container.get("resources", {}).get("limits") if isinstance(container.get("resources"), dict) else None
     if not (isinstance(limits, dict) and "cpu" in limits):
         notes.append(Note(f"{path}.resources.limits.cpu", CPU_LIMIT))
+    if container.get("securityContext") is None:
+        notes.append(Note(f"{path}.securityContext", SECURITY_CONTEXT))
     return out, lifted
 
 

@@ -14,11 +14,13 @@ from kuberl.convert import NotConvertible, convert, to_yaml
 from kuberl.spec import MAX_DOCUMENT_BYTES, load_documents, validate_job
 
 IMAGE = "registry.example.com/ml/train:1.4"
+SECURITY = {"runAsUser": 1000}
 
 
 def pytorch(**fields) -> dict:
-    """The `pytorch` container, with a CPU limit (without one, convert notes kuberl's)."""
-    return {"name": "pytorch", "image": IMAGE, "command": ["python", "/app/train.py"], "resources": {"limits": {"cpu": "2"}}, **fields}
+    """The `pytorch` container, with a CPU limit and a securityContext (without them, convert notes kuberl's)."""
+    return {"name": "pytorch", "image": IMAGE, "command": ["python", "/app/train.py"], "resources": {"limits": {"cpu": "2"}},
+            "securityContext": SECURITY, **fields}
 
 
 def replica(replicas: int | None, *containers: dict, restart: str | None = "OnFailure", **pod) -> dict:
@@ -50,13 +52,13 @@ CONVERTED = [
      pytorchjob(replica(1, pytorch(args=["--backend", "gloo"], ports=[{"name": "pytorchjob-port", "containerPort": 23456}])),
                 replica(3, pytorch(args=["--backend", "gloo"], ports=[{"name": "pytorchjob-port", "containerPort": 23456}]))),
      {"trainer": "custom", "workers": 4, "image": IMAGE, "rendezvous": {"port": 23456},
-      "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"], "args": ["--backend", "gloo"]}]}}},
+      "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"], "securityContext": SECURITY, "args": ["--backend", "gloo"]}]}}},
      ["spec.nprocPerNode", "spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
     ("worker-only-elastic-echo",  # examples/pytorch/elastic/echo
      pytorchjob(None, replica(2, pytorch(command=["torchrun", "--rdzv_backend=c10d", "./echo.py"],
                                          env=[{"name": "LOGLEVEL", "value": "DEBUG"}]), restart=None),
                 elasticPolicy={"rdzvBackend": "c10d", "minReplicas": 1, "maxReplicas": 2, "maxRestarts": 100}),
-     {"workers": 2, "template": {"spec": {"containers": [{"name": "trainer", "command": ["torchrun", "--rdzv_backend=c10d", "./echo.py"],
+     {"workers": 2, "template": {"spec": {"containers": [{"name": "trainer", "command": ["torchrun", "--rdzv_backend=c10d", "./echo.py"], "securityContext": SECURITY,
                                                           "env": [{"name": "LOGLEVEL", "value": "DEBUG"}]}]}}},
      ["spec.nprocPerNode", "spec.elasticPolicy.rdzvBackend", "spec.elasticPolicy.minReplicas",
       "spec.elasticPolicy.maxReplicas", "spec.elasticPolicy.maxRestarts"]),
@@ -97,7 +99,7 @@ CONVERTED = [
         priorityClassName="batch-high", restartPolicy="OnFailure", nodeSelector={"pool": "gpu"},
         imagePullSecrets=[{"name": "regcred"}]), nprocPerNode="1"),
      {"schedulerName": "volcano", "priorityClassName": "batch-high",
-      "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"]},
+      "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"], "securityContext": SECURITY},
                                            {"name": "log-shipper", "image": "fluent-bit:3"}],
                             "nodeSelector": {"pool": "gpu"}, "imagePullSecrets": [{"name": "regcred"}]}}},
      ["spec.pytorchReplicaSpecs.Worker.template.spec.restartPolicy"]),
@@ -109,16 +111,20 @@ CONVERTED = [
                                                                 {"name": "LOCAL_RANK", "value": "0"}])),
                                         replica(1, pytorch(env=[{"name": "WORLD_SIZE", "value": "8"}, {"name": "LR", "value": "0.1"},
                                                                 {"name": "LOCAL_RANK", "value": "0"}])), nprocPerNode="1"),
-     {"template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"], "env": [{"name": "LR", "value": "0.1"}]}]}}},
+     {"template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"], "securityContext": SECURITY, "env": [{"name": "LR", "value": "0.1"}]}]}}},
      ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0]",
       "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[2]",
       "spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
     ("master-differs-beyond-the-program", pytorchjob(replica(1, pytorch(env=[{"name": "ROLE", "value": "master"}]), restart=None),
                                                     replica(1, pytorch(), restart=None), nprocPerNode="1"),
-     {"template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"]}]}}},
+     {"template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"], "securityContext": SECURITY}]}}},
      ["spec.pytorchReplicaSpecs.Master.template.spec.containers[0].env"]),
     ("no-cpu-limit-is-noted", pytorchjob(None, replica(2, pytorch(resources={"requests": {"cpu": "4"}}), restart=None), nprocPerNode="1"),
      {"resources": {"requests": {"cpu": "4"}}}, ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.cpu"]),
+    ("no-security-context-is-noted", pytorchjob(None, replica(2, {k: v for k, v in pytorch().items() if k != "securityContext"},
+                                                             restart=None), nprocPerNode="1"),
+     {"template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"]}]}}},
+     ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].securityContext"]),
     ("kubectl-get-export", EXPORTED, {"workers": 2},
      ["metadata.uid", "metadata.resourceVersion", "metadata.creationTimestamp",
       "metadata.annotations.kubectl.kubernetes.io/last-applied-configuration", "status",
@@ -157,6 +163,8 @@ def test_the_notes_say_what_happens_instead():
     assert "changed" in env["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[2]"]  # LOCAL_RANK
     assert "could use the node's idle CPUs" in notes["no-cpu-limit-is-noted"][
         "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.cpu"]
+    assert "read-only root filesystem" in notes["no-security-context-is-noted"][
+        "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].securityContext"]
     assert "every pod gets the Worker's" in notes["master-differs-beyond-the-program"][
         "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].env"]
 
