@@ -39,27 +39,6 @@ def load_jobs(path: str) -> list[dict]:
     return docs
 
 
-def runnable_documents(docs: list, path: str, say: bool = True) -> list:
-    """A file's documents with each Kubeflow PyTorchJob replaced by the RLTrainingJob `kuberl convert`
-    prints (validate, render and run take a PyTorchJob as it stands); what could not be carried
-    over goes to stderr when `say`. A PyTorchJob with no equivalent exits 1, naming its fields."""
-    from .convert import KIND, convert_documents
-
-    out = []
-    for doc in docs:
-        if not (isinstance(doc, dict) and doc.get("kind") == KIND):
-            out.append(doc)
-            continue
-        converted, notes, failures = convert_documents([doc])
-        for label, e in failures:
-            raise SystemExit(f"{path}: {label} has no RLTrainingJob equivalent:\n" + "\n".join(f"  {p}" for p in e.problems))
-        for label, job_notes in notes if say else []:
-            for note in job_notes:
-                print(f"{path}: {label}, run as an RLTrainingJob (`kuberl convert` prints it): {note}", file=sys.stderr)
-        out += converted
-    return out
-
-
 def gymnasium_id_known(env_id: str) -> bool | None:
     """True/False when gymnasium is importable here; None when we cannot tell.
     Ids from packages not installed here (ALE, envpool) are left to the trainer."""
@@ -78,7 +57,7 @@ def gymnasium_id_known(env_id: str) -> bool | None:
 def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     """Every job in a file with its parsed spec and declared namespace; problems go to
     stderr, each with its field path. Returns (valid jobs, whether any was invalid)."""
-    from .localrun import is_configmap, read_configmap
+    from .localrun import is_configmap, read_configmap, runnable_documents
 
     valid, failed = [], False
     docs = runnable_documents(load_jobs(path), path)
@@ -186,7 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.pod_security == "privileged":
         print("kuberl run: pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
     else:
-        from .localrun import apply_overrides, is_configmap
+        from .localrun import apply_overrides, is_configmap, runnable_documents
 
         for job in runnable_documents(load_jobs(args.file), args.file, say=False):
             if is_configmap(job):

@@ -40,7 +40,7 @@ from typing import Self
 
 import yaml
 
-from . import lifecycle, names, rank0metrics
+from . import convert, lifecycle, names, rank0metrics
 from .lifecycle import ObservedPod, Rank0Progress
 from .localnode import LocalRunError, PodProcess, processes_under, start_pod
 from .rank0metrics import Rank0Reading
@@ -354,10 +354,27 @@ def split_documents(docs: list, path: str) -> tuple[dict, dict[str, dict[str, st
     return jobs[0], configmaps
 
 
+def runnable_documents(docs: list, path: str, say: bool = True) -> list:
+    """A file's documents with each Kubeflow PyTorchJob replaced by the RLTrainingJob `kuberl convert`
+    prints (validate, render and run take a PyTorchJob as it stands); what could not be carried
+    over goes to stderr when `say`. A PyTorchJob with no equivalent exits 1, naming its fields."""
+    out = []
+    for doc in docs:
+        if not (isinstance(doc, dict) and doc.get("kind") == convert.KIND):
+            out.append(doc)
+            continue
+        converted, notes, failures = convert.convert_documents([doc])
+        for label, e in failures:
+            raise SystemExit(f"{path}: {label} has no RLTrainingJob equivalent:\n" + "\n".join(f"  {p}" for p in e.problems))
+        for label, job_notes in notes if say else []:
+            for note in job_notes:
+                print(f"{path}: {label}, run as an RLTrainingJob (`kuberl convert` prints it): {note}", file=sys.stderr)
+        out += converted
+    return out
+
+
 def load_job(path: str) -> tuple[dict, dict[str, dict[str, str]]]:
     """The job file's documents; a PyTorchJob runs as the RLTrainingJob `kuberl convert` prints."""
-    from .cli import runnable_documents
-
     with open(path) as f:
         return split_documents(runnable_documents(load_documents(f), path), path)
 
