@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from .operator_config import OperatorConfig
 from .podsecurity import (
     DEFAULT_LEVEL,
     LEVELS,
@@ -276,10 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=8081)
     p.add_argument("--trainer-image", help="default trainer image (else $KUBERL_TRAINER_IMAGE, else the built-in default)")
     p.add_argument("--listen-address", default="0.0.0.0", help="address of the health and metrics endpoints")
-    p.add_argument("--scrape-interval", type=positive(float), help="seconds between scrapes of a running job's rank 0 (default 10)")
-    p.add_argument("--scrape-timeout", type=positive(float), help="seconds a scrape of rank 0 may take in all (default 2)")
+    p.add_argument("--scrape-interval", type=positive(float),
+                   help=f"seconds between scrapes of a running job's rank 0 (default {OperatorConfig.scrape_interval:g})")
+    p.add_argument("--scrape-timeout", type=positive(float),
+                   help=f"seconds a scrape of rank 0 may take in all (default {OperatorConfig.scrape_timeout:g})")
     p.add_argument("--max-concurrent-reconciles", type=positive(int),
-                   help="job reconciles running at once, bounding the operator's burst on the API server (default 32)")
+                   help="job reconciles running at once, bounding the operator's burst on the API server"
+                        f" (default {OperatorConfig.max_concurrent_reconciles})")
     p.add_argument("--monitoring-namespace", default=DEFAULT_MONITORING_NAMESPACE,
                    help="Prometheus' namespace, admitted to trainer metrics ports by each job's NetworkPolicy ('' for none)")
     add_pod_security(p, DEFAULT_LEVEL, "a job whose pods violate it fails, every offending field named")
