@@ -29,6 +29,7 @@ DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # ParseQuantity refuses 1e1.5 (apimachinery's api/resource/suffix.go, interpret: strconv.ParseInt),
 # which the generated pattern lets through to fail only at PVC or pod create.
 QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$"
+MAX_QUANTITY_LENGTH = 64  # so an exponent is always one int() reads (Python refuses over 4300 digits)
 # A gymnasium id ("CartPole-v1", "ALE/Pong-v5") or a user's "module:Class".
 ENV_ID = r"^([A-Za-z0-9_.-]+/)?[A-Za-z0-9_.-]+(:[A-Za-z_][A-Za-z0-9_.]*)?$"
 DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -44,7 +45,7 @@ PATTERN_MEANINGS = {
     LABEL_VALUE: "a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
 }
 
-Quantity = Annotated[Annotated[str, Field(max_length=64, pattern=QUANTITY)] | int, Field(description="A Kubernetes quantity (e.g. 500m, 2, 4Gi).")]
+Quantity = Annotated[Annotated[str, Field(max_length=MAX_QUANTITY_LENGTH, pattern=QUANTITY)] | int, Field(description="A Kubernetes quantity (e.g. 500m, 2, 4Gi).")]
 LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE, description="A label value.")]
 
 
@@ -635,7 +636,7 @@ STANDARD_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
 
 def quantity_value(quantity: str | int) -> Decimal:
     """The number a Kubernetes quantity (already matching QUANTITY) stands for, to compare two.
-    ValueError for a fractional exponent (1e1.5): QUANTITY's pattern allows it, ParseQuantity does not."""
+    A string longer than MAX_QUANTITY_LENGTH may have an exponent int() refuses (ValueError)."""
     if isinstance(quantity, int):
         return Decimal(quantity)
     number, suffix = _QUANTITY_PARTS.fullmatch(quantity).groups()
@@ -688,13 +689,9 @@ def _resources_problems(resources: Any) -> list[Problem]:
                                         " or an extended resource with a domain such as example.com/fpga"))
                 continue
             if isinstance(amount, bool) or not isinstance(amount, int | str) or (
-                    isinstance(amount, str) and not re.fullmatch(QUANTITY, amount)):
+                    isinstance(amount, str) and (len(amount) > MAX_QUANTITY_LENGTH or not re.fullmatch(QUANTITY, amount))):
                 continue  # the model already names it
-            try:
-                value = quantity_value(amount)
-            except ValueError:
-                problems.append(Problem(path, f"expected a quantity whose exponent is a whole number (got {amount!r})"))
-                continue
+            value = quantity_value(amount)
             if value < 0:
                 problems.append(Problem(path, f"expected a quantity of at least 0 (got {amount!r})"))
             elif _extended(name) and value != value.to_integral_value():

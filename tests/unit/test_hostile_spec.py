@@ -119,6 +119,7 @@ RESOURCES = {
     "huge exponent over its limit": ({"requests": {"cpu": "1e99999999999"}, "limits": {"cpu": "1Ei"}}, "spec.resources.requests.cpu"),
     "negative huge exponent": ({"requests": {"cpu": "-1e99999999999"}}, "spec.resources.requests.cpu"),
     "fractional exponent": ({"requests": {"cpu": "1e1.5"}}, "spec.resources.requests.cpu"),  # ValueError, before
+    "exponent of more digits than int() reads, one problem": ({"requests": {"cpu": "1e" + "9" * 5000}}, "spec.resources.requests.cpu"),
     "not a resource name": ({"requests": {"foo bar": "1"}}, "spec.resources.requests.foo bar"),
     "unqualified extended resource": ({"limits": {"widgets": "1"}}, "spec.resources.limits.widgets"),
     "quota's requests. prefix": ({"limits": {"requests.example.com/fpga": "1"}}, "spec.resources.limits.requests.example.com/fpga"),
