@@ -550,6 +550,10 @@ def convert(pytorchjob: Any) -> tuple[dict, list[Note]]:
                               f" {labels[KUEUE_QUEUE_LABEL]!r}, which becomes spec.queueName"))
         queue, queue_path = labels[KUEUE_QUEUE_LABEL], label_path
 
+    if KUEUE_QUEUE_LABEL in labels and run_policy.get("suspend") is True:
+        notes.append(Note("spec.runPolicy.suspend", "changed: Kueue unsuspended the admitted PyTorchJob; kuberl's pods are"
+                          " admitted through Kueue's pod integration and nothing unsuspends the RLTrainingJob: it waits"
+                          " until you set spec.runPolicy.suspend to false"))
     out: dict[str, Any] = {"trainer": "custom", "workers": workers}
     if procs is not None:
         out["procsPerWorker"] = procs

@@ -90,6 +90,9 @@ CONVERTED = [
     ("kueue-label-is-the-queue", {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1"),
                                   "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
      {"queueName": "user-queue"}, []),
+    ("kueue-and-suspend", {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={"suspend": True}),
+                           "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
+     {"queueName": "user-queue", "runPolicy": {"suspend": True}}, ["spec.runPolicy.suspend"]),
     ("kueue-label-wins-over-schedulingpolicy-queue",
      {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={"schedulingPolicy": {"queue": "volcano-q"}}),
       "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
@@ -165,6 +168,7 @@ def test_the_notes_say_what_happens_instead():
         "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.cpu"]
     assert "read-only root filesystem" in notes["no-security-context-is-noted"][
         "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].securityContext"]
+    assert "nothing unsuspends the RLTrainingJob" in notes["kueue-and-suspend"]["spec.runPolicy.suspend"]
     assert "every pod gets the Worker's" in notes["master-differs-beyond-the-program"][
         "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].env"]
 
