@@ -343,3 +343,13 @@ def test_validate_and_render_take_a_pytorchjob_as_it_stands(tmp_path, capsys, co
     path.write_text(to_yaml([pytorchjob(replica(3), replica(1))]))
     code, out, err = run_cli(capsys, path, command)
     assert code == 1 and "no RLTrainingJob equivalent" in err and "Master" in err
+
+
+def test_metadata_the_user_set_is_noted_as_the_pytorchjobs_not_the_api_servers():
+    doc = pytorchjob(None, replica(2, restart=None), nprocPerNode="1")
+    doc["metadata"] |= {"uid": "0b6f", "finalizers": ["example.com/cleanup"],
+                        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "1"}]}
+    notes = {n.path: n.message for n in convert(doc)[1]}
+    assert notes["metadata.uid"] == "not carried over: the API server sets it for the new object"
+    for key in ("finalizers", "ownerReferences"):
+        assert "belonged to the PyTorchJob" in notes[f"metadata.{key}"], notes
