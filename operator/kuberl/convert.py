@@ -312,9 +312,10 @@ def _procs(spec: dict, gpus: int, notes: list[Note]) -> tuple[int | None, str]:
     if word not in NPROC_WORDS:
         raise _fail(path, f"expected a number of processes, or auto, cpu or gpu, as torchrun reads it (got {nproc!r})")
     shown = "unset (PyTorchJob's default 'auto')" if nproc is None else repr(word)
-    world = ("; every pod's WORLD_SIZE is now workers x processes (PyTorchJob set replicas x 1 for a word), so a script"
-             " that runs one process per pod waits in init_process_group for ranks that never start: start it with"
-             " torchrun, or spawn NPROC_PER_NODE processes")
+    world = "" if gpus <= 1 else (  # one process per pod: WORLD_SIZE is as PyTorchJob set it
+        "; every pod's WORLD_SIZE is now workers x processes (PyTorchJob set replicas x 1 for a word), so a script"
+        " that runs one process per pod waits in init_process_group for ranks that never start: start it with"
+        " torchrun, or spawn NPROC_PER_NODE processes")
     if gpus and word != "cpu":
         notes.append(Note(path, f"{shown}: one process per GPU, gpusPerWorker {gpus}, as torchrun counts CUDA devices{world}"))
     elif gpus:

@@ -160,6 +160,9 @@ def test_the_notes_say_what_happens_instead():
     assert "os.cpu_count()" in notes["nproc-auto"]["spec.nprocPerNode"]
     assert "gpusPerWorker 8" in notes["nproc-unset-with-gpus"]["spec.nprocPerNode"]
     assert "WORLD_SIZE" in notes["nproc-unset-with-gpus"]["spec.nprocPerNode"]
+    one_gpu = pytorchjob(None, replica(2, pytorch(resources={"limits": {"nvidia.com/gpu": 1, "cpu": "2"}}), restart=None))
+    (note,) = convert(one_gpu)[1]
+    assert "gpusPerWorker 1" in note.message and "WORLD_SIZE" not in note.message, "1 process per pod: WORLD_SIZE is as before"
     assert "backoffLimit is 0" in notes["restart-never-is-no-retries"]["spec.pytorchReplicaSpecs.Worker.restartPolicy"]
     env = notes["reserved-env-dropped"]
     assert "overrode it too" in env["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0]"]  # WORLD_SIZE
