@@ -94,6 +94,8 @@ CPU_LIMIT = ("unset: changed, kuberl limits the trainer container's CPU to its r
 SECURITY_CONTEXT = (f"unset: changed, kuberl's trainer container runs as user {RUNTIME_USER} (non-root) with a read-only"
                     " root filesystem (writable: /tmp, /dev/shm and volumes), where the PyTorchJob's ran as the image's user"
                     " on a writable one; a securityContext here (kept in spec.template) replaces kuberl's")
+BACKOFF_LIMIT_UNSET = ("unset: changed, kuberl fails the job after spec.runPolicy.backoffLimit (default 3) gang restarts for"
+                       " crashes and stalls, where an unset limit let PyTorchJob restart failed pods without end")
 METADATA_CARRIED = ("name", "namespace", "labels", "annotations")
 SERVER_METADATA = frozenset({"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
                              "deletionTimestamp", "deletionGracePeriodSeconds"})
@@ -482,6 +484,8 @@ def _run_policy(spec: dict, restart_policies: dict[str, Any], origins: dict, not
             notes.append(Note(f"{path}.backoffLimit", f"now 0: a {never} with restartPolicy Never was never restarted"))
         out["backoffLimit"] = 0
         origins[f"{path}.backoffLimit"] = f"spec.pytorchReplicaSpecs.{never}.restartPolicy"
+    elif out.get("backoffLimit") is None:
+        notes.append(Note(f"{path}.backoffLimit", BACKOFF_LIMIT_UNSET))
     return out, queue, queue_path
 
 

@@ -35,7 +35,7 @@ def replica(replicas: int | None, *containers: dict, restart: str | None = "OnFa
 def pytorchjob(master: dict | None = None, worker: dict | None = None, name: str = "train", **spec) -> dict:
     replicas = {k: v for k, v in (("Master", master), ("Worker", worker)) if v is not None}
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name},
-            "spec": {**spec, "pytorchReplicaSpecs": replicas}}
+            "spec": {"runPolicy": {"backoffLimit": 3}, **spec, "pytorchReplicaSpecs": replicas}}  # unset, convert notes it
 
 
 GPU = {"limits": {"nvidia.com/gpu": 4, "cpu": "16", "memory": "64Gi"}}
@@ -90,11 +90,11 @@ CONVERTED = [
     ("kueue-label-is-the-queue", {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1"),
                                   "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
      {"queueName": "user-queue"}, []),
-    ("kueue-and-suspend", {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={"suspend": True}),
+    ("kueue-and-suspend", {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={"suspend": True, "backoffLimit": 3}),
                            "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
-     {"queueName": "user-queue", "runPolicy": {"suspend": True}}, ["spec.runPolicy.suspend"]),
+     {"queueName": "user-queue", "runPolicy": {"suspend": True, "backoffLimit": 3}}, ["spec.runPolicy.suspend"]),
     ("kueue-label-wins-over-schedulingpolicy-queue",
-     {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={"schedulingPolicy": {"queue": "volcano-q"}}),
+     {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={"schedulingPolicy": {"queue": "volcano-q"}, "backoffLimit": 3}),
       "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
      {"queueName": "user-queue"}, ["spec.runPolicy.schedulingPolicy.queue"]),
     ("volcano-sidecar-and-pod-fields", pytorchjob(None, replica(
@@ -128,6 +128,8 @@ CONVERTED = [
                                                              restart=None), nprocPerNode="1"),
      {"template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"]}]}}},
      ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].securityContext"]),
+    ("backoff-limit-unset-is-noted", pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={}),
+     {"runPolicy": None}, ["spec.runPolicy.backoffLimit"]),
     ("kubectl-get-export", EXPORTED, {"workers": 2},
      ["metadata.uid", "metadata.resourceVersion", "metadata.creationTimestamp",
       "metadata.annotations.kubectl.kubernetes.io/last-applied-configuration", "status",
@@ -172,6 +174,7 @@ def test_the_notes_say_what_happens_instead():
     assert "read-only root filesystem" in notes["no-security-context-is-noted"][
         "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].securityContext"]
     assert "nothing unsuspends the RLTrainingJob" in notes["kueue-and-suspend"]["spec.runPolicy.suspend"]
+    assert "without end" in notes["backoff-limit-unset-is-noted"]["spec.runPolicy.backoffLimit"]
     assert "every pod gets the Worker's" in notes["master-differs-beyond-the-program"][
         "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].env"]
 
