@@ -93,7 +93,8 @@ CPU_LIMIT = ("unset: changed, kuberl limits the trainer container's CPU to its r
              " OMP_NUM_THREADS is right; the PyTorchJob's pod could use the node's idle CPUs: set spec.resources.limits.cpu")
 SECURITY_CONTEXT = (f"unset: changed, kuberl's trainer container runs as user {RUNTIME_USER} (non-root) with a read-only"
                     " root filesystem (writable: /tmp, /dev/shm and volumes), where the PyTorchJob's ran as the image's user"
-                    " on a writable one; a securityContext here (kept in spec.template) replaces kuberl's")
+                    " on a writable one; a securityContext here (kept in spec.template) replaces kuberl's: {runAsUser: 0,"
+                    " runAsNonRoot: false} runs as root on a writable one, as the baseline Pod Security Standard allows")
 BACKOFF_LIMIT_UNSET = ("unset: changed, kuberl fails the job after spec.runPolicy.backoffLimit (default 3) gang restarts for"
                        " crashes and stalls, where an unset limit let PyTorchJob restart failed pods without end")
 METADATA_CARRIED = ("name", "namespace", "labels", "annotations")
