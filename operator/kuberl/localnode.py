@@ -447,6 +447,9 @@ def launch(pod: Mapping, root: str, container_environment: Mapping[str, str], ba
     command = list(container.get("command") or []) + list(container.get("args") or [])
     if not command:
         raise LocalRunError(f"container {container['name']!r} has no command: a local node has no image entrypoint")
+    if not container.get("command"):  # Kubernetes runs the image's ENTRYPOINT with these args
+        raise LocalRunError(f"spec.containers[{container['name']}].command: unset, so a cluster runs the image's ENTRYPOINT with"
+                            f" args {container['args']!r}; a local node has no image: set command to that ENTRYPOINT to run it here")
     mount_paths = [os.path.normpath(m["mountPath"]) for m in container.get("volumeMounts") or []]
     argv = [expand(part, container_environment) for part in command]
     argv = [in_volumes_of_line(part, root, mount_paths) if is_shell_line(argv, i) else in_volumes(part, root, mount_paths)

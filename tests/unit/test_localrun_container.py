@@ -139,3 +139,10 @@ def test_a_shell_line_is_rewritten_once_even_when_the_root_is_under_a_mount_path
                  "volumeMounts": [{"name": "code", "mountPath": "/app"}, {"name": "scratch", "mountPath": "/tmp"}]}
     root = "/tmp/runs/j/pods/j-0/root"
     assert launch(pod_with(container), root, {}).argv[2] == f"python {root}/app/t.py {root}/tmp/x"
+
+
+def test_args_without_a_command_are_refused_here_naming_the_entrypoint(tmp_path):
+    """A cluster runs the image's ENTRYPOINT with args alone; here there is no image, so the run
+    stops before any pod starts instead of running the first arg and crash-looping."""
+    with pytest.raises(LocalRunError, match=r"spec.containers\[trainer\].command: unset.*ENTRYPOINT"):
+        launch(pod_with({"args": ["--backend", "gloo"]}), str(tmp_path), {})
