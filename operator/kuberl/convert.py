@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import difflib
 import re
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -103,23 +102,12 @@ SERVER_METADATA = frozenset({"uid", "resourceVersion", "generation", "creationTi
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
-@dataclass(frozen=True)
-class Note:
-    """A PyTorchJob field not carried over, or carried over with a changed meaning."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
+class Note(Problem):
+    """A PyTorchJob field not carried over, or carried over with a changed meaning (a warning, not a refusal)."""
 
 
-class NotConvertible(ValueError):
+class NotConvertible(InvalidJob):
     """A document that has no RLTrainingJob equivalent; every problem at the PyTorchJob's field path."""
-
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        super().__init__("; ".join(str(p) for p in problems))
 
 
 def _fail(path: str, message: str) -> NotConvertible:
