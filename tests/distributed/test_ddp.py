@@ -8,16 +8,16 @@ import sys
 
 import pytest
 import torch
-from kuberl_trainer import checkpoint, distributed
+from kuberl_trainer import checkpoint, distributed, gradlink
 
 from .support import REPO, Ranks, free_ports, make_job
 
 
-def run_workers(scenario: str, out, world_size: int, timeout: float = 120) -> list[dict]:
+def run_workers(scenario: str, out, world_size: int, timeout: float = 120, transport: str = "") -> list[dict]:
     port = free_ports(1)
     procs = []
     for rank in range(world_size):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+        env = {**os.environ, gradlink.TRANSPORT_ENV: transport, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "OMP_NUM_THREADS": str(world_size)}
         procs.append(subprocess.Popen([sys.executable, "-m", "tests.distributed.workers", scenario, str(out)],
@@ -31,10 +31,21 @@ def run_workers(scenario: str, out, world_size: int, timeout: float = 120) -> li
     return [torch.load(out / f"rank-{rank}.pt", weights_only=False) for rank in range(world_size)]
 
 
-@pytest.fixture(scope="module")
-def two_ranks_and_plain(tmp_path_factory):
+# Each gradient sync over the gang's direct link (gradlink, the default) and over gloo's all-reduce.
+@pytest.fixture(scope="module", params=["direct", "gloo"])
+def two_ranks_and_plain(tmp_path_factory, request):
     ddp, plain = tmp_path_factory.mktemp("ddp"), tmp_path_factory.mktemp("plain")
-    return run_workers("equivalence", ddp, 2), run_workers("equivalence", plain, 1)[0]
+    return run_workers("equivalence", ddp, 2, transport=request.param), run_workers("equivalence", plain, 1)[0]
+
+
+def test_gradient_syncs_travel_the_transport_asked_for(two_ranks_and_plain, request):
+    ranks, plain = two_ranks_and_plain
+    syncs = [r["link_syncs"] for r in ranks]
+    if request.node.callspec.params["two_ranks_and_plain"] == "direct":
+        assert syncs[0] == syncs[1] > 0
+    else:
+        assert syncs == [0, 0]
+    assert plain["link_syncs"] == 0  # one process: no sync at all
 
 
 def test_two_half_batches_equal_one_concatenated_batch(two_ranks_and_plain):
@@ -107,9 +118,11 @@ def test_ranks_with_different_networks_refuse_to_start(tmp_path):
         assert r["error"] is not None and "different sizes" in r["error"] and "same spec" in r["error"], r
 
 
-@pytest.fixture(scope="module")
-def gradient_sync(tmp_path_factory):
-    return run_workers("gradient_sync", tmp_path_factory.mktemp("sync"), 2)
+@pytest.fixture(scope="module", params=["direct", "gloo"])
+def gradient_sync(tmp_path_factory, request):
+    ranks = run_workers("gradient_sync", tmp_path_factory.mktemp("sync"), 2, transport=request.param)
+    assert [r["linked"] for r in ranks] == [request.param == "direct"] * 2
+    return ranks
 
 
 def test_gradient_all_reduce_sums_on_time_and_late_and_reports_a_lost_peer(gradient_sync):

@@ -68,8 +68,9 @@ def equivalence(out: Path) -> None:
             totals, _ = trainer.sync(stop_vote=False, success_vote=False)
             global_episodes.append(int(totals[1]))
             trainer.learn(*trainer.advantages(False))
+        link_syncs = ctx.gradient_link.syncs if ctx.gradient_link is not None else 0
         torch.save({"after_one": after_one, "moments": moments, "after_many": params(trainer), "first_obs": first_obs,
-                    "local_episodes": local_episodes, "global_episodes": global_episodes},
+                    "local_episodes": local_episodes, "global_episodes": global_episodes, "link_syncs": link_syncs},
                    out / f"rank-{ctx.rank}.pt")
 
 
@@ -136,7 +137,7 @@ def gradient_sync(out: Path) -> None:
         distributed.all_reduce_gradient(ctx, late)
         loop_threads = distributed.threads_named(distributed.GLOO_LOOP_THREAD)
         result = {"on_time": on_time, "late": late, "cpus": sorted(os.sched_getaffinity(0)), "yield": ctx.sync_yield_seconds,
-                  "threads": torch.get_num_threads(),
+                  "threads": torch.get_num_threads(), "linked": ctx.gradient_link is not None,
                   "loop_policies": [os.sched_getscheduler(tid) for tid in loop_threads]}
         if ctx.rank == 1:
             torch.save(result, out / f"rank-{ctx.rank}.pt")

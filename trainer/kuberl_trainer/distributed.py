@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 from kuberl import contract
 
+from . import gradlink
+
 # How long a gradient all-reduce's caller yields in a loop before it blocks: a rank that yields
 # is running when its sync completes, one that blocked must be woken first (PPO update with 2
 # ranks, bench/sync_wait.py: 15.2-15.7 ms yielding, 16.5-16.7 blocking). A peer later than
@@ -45,6 +47,7 @@ class Dist:
     device: torch.device
     backend: str | None  # None: a single process, no process group
     sync_yield_seconds: float = 0.0  # all_reduce_gradient's yielding wait (yield_window)
+    gradient_link: gradlink.GradientLink | None = None  # all_reduce_gradient's transport when not gloo's
 
     @property
     def is_main(self) -> bool:
@@ -238,6 +241,10 @@ def process_group(
     world_size = _int_env(contract.ENV_WORLD_SIZE, 1)
     local_rank = _int_env(contract.ENV_LOCAL_RANK, 0)
     local_world_size = _int_env("LOCAL_WORLD_SIZE", _int_env(contract.ENV_NPROC_PER_NODE, 1))
+    try:
+        transport = gradlink.check_transport(os.environ.get(gradlink.TRANSPORT_ENV))
+    except ValueError as e:
+        raise BadEnvironment(str(e)) from None
     chosen = choose_backend(backend)
     if chosen == "nccl":
         torch.cuda.set_device(local_rank)  # before the group: NCCL binds to it
@@ -268,10 +275,16 @@ def process_group(
             time.sleep(1.0)
     if chosen == "gloo":
         calm_gloo_loop()
+    link = None
     try:
-        yield Dist(rank, world_size, local_rank, local_world_size, device, chosen,
-                   yield_window(read_cpu_quota(), local_world_size))
+        sync_yield = yield_window(read_cpu_quota(), local_world_size)
+        if gradlink.wanted(world_size, chosen, transport):
+            with collectives():
+                link = gradlink.open_link(rank, world_size, master, collective_timeout_seconds, sync_yield)
+        yield Dist(rank, world_size, local_rank, local_world_size, device, chosen, sync_yield, link)
     finally:
+        if link is not None:
+            link.close()
         with contextlib.suppress(Exception):  # a dead peer must not block exit
             dist.destroy_process_group()
 
@@ -318,9 +331,16 @@ def take_rank0_parameters(ctx: Dist, flat: torch.Tensor) -> None:
 
 def all_reduce_gradient(ctx: Dist, flat: torch.Tensor) -> None:
     """Sum a flat CPU gradient across ranks in place (the fused steps' one
-    sync per gradient step): launched asynchronously, then waited for by
-    yielding the CPU for at most ctx.sync_yield_seconds before blocking."""
+    sync per gradient step): over the gang's direct link (gradlink) where it
+    has one, else gloo's all-reduce launched asynchronously; either waited
+    for by yielding the CPU for at most ctx.sync_yield_seconds before blocking."""
     if not ctx.distributed:
+        return
+    if ctx.gradient_link is not None and flat.device.type == "cpu" and flat.is_contiguous():
+        try:
+            ctx.gradient_link.sum_(flat)
+        except gradlink.LinkLost as e:
+            raise PeerLost(str(e)) from e
         return
     with collectives():
         work = dist.all_reduce(flat, async_op=True)

@@ -1,0 +1,159 @@
+"""gradlink: the fused steps' gradient sum over direct sockets. Ranks are
+threads here, joined by socket pairs (the real processes and gloo's side by
+side are in tests/distributed/test_ddp.py)."""
+
+import socket
+import threading
+import time
+
+import pytest
+import torch
+from kuberl_trainer import gradlink
+
+
+def tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        return server.accept()[0], client
+
+
+def star(world_size: int) -> list[dict[int, socket.socket]]:
+    """Each rank's peers as open_link leaves them: rank 0 one socket per rank, the others one to rank 0."""
+    peers: list[dict[int, socket.socket]] = [{} for _ in range(world_size)]
+    for rank in range(1, world_size):
+        peers[0][rank], peers[rank][0] = tcp_pair()
+    return peers
+
+
+def run_ranks(world_size: int, body, timeout: float = 5.0, yield_seconds: float = 0.01):
+    """body(rank, link) on one thread per rank; each rank's result or exception."""
+    links = [gradlink.GradientLink(r, world_size, p, timeout, yield_seconds) for r, p in enumerate(star(world_size))]
+    results: list[object] = [None] * world_size
+
+    def target(rank: int) -> None:
+        try:
+            results[rank] = body(rank, links[rank])
+        except Exception as e:  # noqa: BLE001 - any failure is the test's to report
+            results[rank] = e
+
+    threads = [threading.Thread(target=target, args=(r,)) for r in range(world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for link in links:
+        link.close()
+    return results
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 5])
+@pytest.mark.parametrize("numel", [9155, 67586])  # PPO's and DQN's CartPole gradients (DQN's over a socket buffer)
+def test_every_rank_gets_the_same_bits_the_rank_order_sum(world_size, numel):
+    grads = [[torch.randn(numel, generator=torch.Generator().manual_seed(100 * s + r)) for r in range(world_size)]
+             for s in range(3)]
+
+    def body(rank, link):
+        out = []
+        for sync in range(3):
+            flat = grads[sync][rank].clone()
+            assert link.sum_(flat) is flat
+            out.append(flat)
+        return out
+
+    results = run_ranks(world_size, body)
+    for sync in range(3):
+        expected = grads[sync][0].clone()
+        for r in range(1, world_size):
+            expected += grads[sync][r]  # rank order, as gloo's result is one order's too
+        for r in range(world_size):
+            assert torch.equal(results[r][sync], expected), (sync, r)
+
+
+def test_a_peer_that_leaves_is_a_lost_link_not_a_hang():
+    def body(rank, link):
+        if rank == 1:
+            link.close()
+            return None
+        started = time.monotonic()
+        with pytest.raises(gradlink.LinkLost, match="closed|reset|Broken|sync 1"):
+            link.sum_(torch.ones(1000))
+        return time.monotonic() - started
+
+    waited = run_ranks(2, body, timeout=30)[0]
+    assert not isinstance(waited, Exception) and waited < 5, waited
+
+
+@pytest.mark.parametrize("yield_seconds", [0.0, 0.01])  # blocking in select() at once, and after yielding
+def test_a_silent_peer_is_a_lost_link_at_the_collective_timeout(yield_seconds):
+    def body(rank, link):
+        if rank == 1:
+            time.sleep(1.0)  # says nothing
+            return None
+        started = time.monotonic()
+        with pytest.raises(gradlink.LinkLost, match="timeout of 0.3s"):
+            link.sum_(torch.ones(10))
+        return time.monotonic() - started
+
+    waited = run_ranks(2, body, timeout=0.3, yield_seconds=yield_seconds)[0]
+    assert not isinstance(waited, Exception) and 0.3 <= waited < 1.0, waited
+
+
+def test_ranks_out_of_step_fail_loudly_instead_of_adding_the_wrong_floats():
+    """A rank summing a different tensor (another size, or a sync the other
+    skipped) must not have its bytes read as the other's gradient."""
+    def body(rank, link):
+        mine, theirs = (40, 44) if rank == 0 else (44, 40)
+        with pytest.raises(gradlink.LinkLost, match=f"out of step: expected sync 1 of {mine} bytes, got sync 1 of {theirs}"):
+            link.sum_(torch.ones(mine // 4))
+
+    assert run_ranks(2, body, timeout=2) == [None, None]
+
+
+def test_the_transport_setting():
+    assert gradlink.check_transport(None) == gradlink.check_transport("") == "direct"
+    assert gradlink.check_transport("gloo") == "gloo"
+    with pytest.raises(ValueError, match="KUBERL_GRADIENT_TRANSPORT='nccl': expected 'direct' or 'gloo'"):
+        gradlink.check_transport("nccl")
+    assert gradlink.wanted(2, "gloo", "direct") and gradlink.wanted(gradlink.MAX_LINK_RANKS, "gloo", "direct")
+    assert not gradlink.wanted(1, "gloo", "direct")  # no process group at all
+    assert not gradlink.wanted(gradlink.MAX_LINK_RANKS + 1, "gloo", "direct")  # gloo's ring beats a star there
+    assert not gradlink.wanted(2, "nccl", "direct")  # GPU tensors: NCCL
+    assert not gradlink.wanted(2, "gloo", "gloo")
+
+
+def hello(port: int, rank: int, token: bytes, magic: bytes = gradlink.MAGIC) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(gradlink.HELLO.pack(magic, rank, token))
+    return sock
+
+
+def test_rank_0_links_only_the_gangs_ranks_and_a_stranger_cannot_stall_it():
+    """Who may join (rank 0's accept_peers): the token from the process group,
+    a rank of the gang not linked yet. A wrong token, a wrong magic, a rank
+    outside the gang, a second rank 1 and a connection that says nothing are
+    closed unheard; the silent one costs at most HELLO_SECONDS."""
+    token = b"t" * 16
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    strangers = [socket.create_connection(("127.0.0.1", port)),  # silent
+                 hello(port, 1, b"x" * 16), hello(port, 1, token, magic=b"HTTP"), hello(port, 3, token)]
+    real = [hello(port, 1, token), hello(port, 1, token), hello(port, 2, token)]  # the second rank 1 is an impostor
+    started = time.monotonic()
+    peers = gradlink.accept_peers(server, token, 3, time.monotonic() + 10)
+    took = time.monotonic() - started
+    assert sorted(peers) == [1, 2] and took < gradlink.HELLO_SECONDS + 1.5, took
+    for sock in [*strangers[1:], real[1]]:  # closed unheard: the stranger reads EOF
+        sock.settimeout(5)
+        assert sock.recv(1) == b""
+    for sock in [*strangers, *real, *peers.values(), server]:
+        sock.close()
+
+
+def test_rank_0_gives_up_at_the_deadline_when_a_rank_never_comes():
+    server = socket.create_server(("127.0.0.1", 0))
+    peer = hello(server.getsockname()[1], 1, b"k" * 16)
+    started = time.monotonic()
+    peers = gradlink.accept_peers(server, b"k" * 16, 3, time.monotonic() + 0.5)
+    assert sorted(peers) == [1] and time.monotonic() - started < 2
+    for sock in [peer, *peers.values(), server]:
+        sock.close()
