@@ -46,7 +46,7 @@ from fractions import Fraction
 from typing import IO
 
 from . import contract, names
-from .spec import DNS_1123_SUBDOMAIN, QUANTITY, quantity_value
+from .spec import DNS_1123_LABEL, DNS_1123_SUBDOMAIN, QUANTITY, quantity_value
 
 # What Kubernetes keeps of a log for FallbackToLogsOnError.
 LOG_TAIL_LINES = 80
@@ -244,6 +244,184 @@ def resolve_names(value: str, resolve: Callable[[str], str], strict: bool = True
     return _CLUSTER_NAME_INSIDE.sub(one, value)
 
 
+# --- what the pod's env and volumes read, checked as the API server checks it ---
+
+# ConfigMapVolumeSourceDefaultMode (k8s.io/api/core/v1): a projected file is 0644 unless a mode says otherwise.
+CONFIGMAP_DEFAULT_MODE = 0o644
+# validateConfigMapVolumeSource and validateKeyToPath (pkg/apis/core/validation): "must be a number between 0 and 0777".
+MAX_FILE_MODE = 0o777
+# The kubelet's AtomicWriter (pkg/volume/util/atomic_writer.go validatePath) writes no longer payload path or file name.
+MAX_PROJECTED_PATH = 4096
+MAX_PROJECTED_NAME = 255
+# IsConfigMapKey (k8s.io/apimachinery/pkg/util/validation): what a configMapKeyRef's key may be.
+CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _relaxed_env_name(name: object) -> bool:
+    """IsRelaxedEnvVarName (k8s.io/apimachinery/pkg/util/validation), the API server's rule for an
+    envFrom prefix: printable ASCII but '='."""
+    return isinstance(name, str) and bool(name) and all(" " <= c <= "~" and c != "=" for c in name)
+
+
+def _mode_problems(path: str, mode: object) -> list[str]:
+    if mode is None or (isinstance(mode, int) and not isinstance(mode, bool) and 0 <= mode <= MAX_FILE_MODE):
+        return []
+    return [f"{path}: expected a file mode from 0 to 0777 (octal; 511 in decimal) (got {_shown(mode)})"]
+
+
+def item_path_problems(path: str, target: object) -> list[str]:
+    """A ConfigMap volume item's path, by the API server's validateLocalNonReservedPath (relative, no '..'
+    element, not starting with '..') and the kubelet AtomicWriter's validatePath (at most 4096
+    characters, 255 per name; a NUL no file name can hold)."""
+    if not isinstance(target, str) or not target:
+        return [f"{path}: required: a relative file path (got {_shown(target)})"]
+    parts = target.split("/")
+    if target.startswith("/"):
+        return [f"{path}: {target!r} must be a relative path"]
+    if ".." in parts:
+        return [f"{path}: {target!r} must not contain '..'"]
+    if target.startswith(".."):
+        return [f"{path}: {target!r} must not start with '..' (the kubelet keeps its own ..data there)"]
+    if "\0" in target:
+        return [f"{path}: {target!r} contains a NUL character, which no file name can hold"]
+    if len(target) > MAX_PROJECTED_PATH or any(len(part) > MAX_PROJECTED_NAME for part in parts):
+        return [f"{path}: at most {MAX_PROJECTED_PATH} characters, {MAX_PROJECTED_NAME} per name (got {len(target)})"]
+    return []
+
+
+def _object_list(path: str, value: object, what: str) -> tuple[list[tuple[int, dict]], list[str]]:
+    if value is None:
+        return [], []
+    if not isinstance(value, list):
+        return [], [f"{path}: expected a list of {what} (got {_shown(value)})"]
+    return ([(i, v) for i, v in enumerate(value) if isinstance(v, dict)],
+            [f"{path}[{i}]: expected an object (got {_shown(v)})" for i, v in enumerate(value) if not isinstance(v, dict)])
+
+
+def _named(path: str, ref: object, what: str) -> list[str]:
+    if not isinstance(ref, dict):
+        return [f"{path}: expected an object naming the {what} (got {_shown(ref)})"]
+    name = ref.get("name")
+    if not isinstance(name, str) or not name:
+        return [f"{path}.name: required: the {what}'s name (got {_shown(name)})"]
+    return []
+
+
+def source_problems(pod: Mapping, container: Mapping) -> list[str]:
+    """Every envFrom, env valueFrom and configMap volume of the pod the API server would refuse, by
+    field path (ValidateEnvFrom, validateEnvVarValueFrom, validateConfigMapVolumeSource): checked
+    before the node reads them, so a shape no cluster accepts is named, never a traceback."""
+    where = f"spec.containers[{container.get('name')}]"
+    sources, problems = _object_list(f"{where}.envFrom", container.get("envFrom"), "envFrom sources")
+    for i, source in sources:
+        at = f"{where}.envFrom[{i}]"
+        refs = [k for k in ("configMapRef", "secretRef") if source.get(k) is not None]
+        if len(refs) != 1:
+            problems.append(f"{at}: expected exactly one of configMapRef or secretRef (got {sorted(source) or 'neither'})")
+        for ref in refs:
+            problems += _named(f"{at}.{ref}", source[ref], "ConfigMap" if ref == "configMapRef" else "Secret")
+        prefix = source.get("prefix")
+        if prefix not in (None, "") and not _relaxed_env_name(prefix):
+            problems.append(f"{at}.prefix: expected printable ASCII characters other than '=' (got {_shown(prefix)})")
+    env, more = _object_list(f"{where}.env", container.get("env"), "env vars")
+    problems += more
+    for i, var in env:
+        source = var.get("valueFrom")
+        if source is None:
+            continue
+        at = f"{where}.env[{var.get('name', i)}].valueFrom"  # by name: kuberl's own env comes before the template's
+        kinds = [k for k in ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef") if isinstance(source, dict) and source.get(k) is not None]
+        if not isinstance(source, dict) or len(kinds) != 1:
+            problems.append(f"{at}: expected an object with exactly one of fieldRef, resourceFieldRef, configMapKeyRef"
+                            f" or secretKeyRef (got {_shown(source)})")
+            continue
+        ref = source[kinds[0]]
+        field = {"fieldRef": "fieldPath", "resourceFieldRef": "resource"}.get(kinds[0], "key")
+        if kinds[0] in ("configMapKeyRef", "secretKeyRef"):
+            problems += _named(f"{at}.{kinds[0]}", ref, "ConfigMap" if kinds[0] == "configMapKeyRef" else "Secret")
+        if not isinstance(ref, dict) or not isinstance(ref.get(field), str) or not ref[field]:
+            problems.append(f"{at}.{kinds[0]}.{field}: required (got {_shown(ref.get(field) if isinstance(ref, dict) else ref)})")
+        elif kinds[0] == "configMapKeyRef" and (not CONFIGMAP_KEY.fullmatch(ref["key"]) or ref["key"] in (".", "..")
+                                                or ref["key"].startswith("..")):
+            problems.append(f"{at}.configMapKeyRef.key: expected a ConfigMap key: letters, digits, '-', '_' or '.',"
+                            f" not starting with '..' (got {_shown(ref['key'])})")
+    volumes, more = _object_list("spec.volumes", pod["spec"].get("volumes"), "volumes")
+    problems += more
+    for _, volume in volumes:
+        if "configMap" not in volume:
+            continue
+        at, source = f"spec.volumes[{volume.get('name')}].configMap", volume["configMap"]
+        problems += _named(at, source, "ConfigMap")
+        if not isinstance(source, dict):
+            continue
+        problems += _mode_problems(f"{at}.defaultMode", source.get("defaultMode"))
+        items, more = _object_list(f"{at}.items", source.get("items"), "items")
+        problems += more
+        for j, item in items:
+            if not isinstance(item.get("key"), str) or not item["key"]:
+                problems.append(f"{at}.items[{j}].key: required: the ConfigMap key to project (got {_shown(item.get('key'))})")
+            problems += item_path_problems(f"{at}.items[{j}].path", item.get("path"))
+            problems += _mode_problems(f"{at}.items[{j}].mode", item.get("mode"))
+    return problems
+
+
+def check_sources(pod: Mapping, container: Mapping) -> None:
+    problems = source_problems(pod, container)
+    if problems:
+        raise LocalRunError("; ".join(problems))
+
+
+def configmap_files(volume: Mapping, configmaps: Mapping[str, Mapping[str, str]]) -> dict[str, tuple[str, int]]:
+    """A configMap volume's files as the kubelet projects them (pkg/volume/configmap makePayload): every
+    key, or only `items` at their paths; each with its item's mode, else defaultMode, else 0644. A
+    ConfigMap or item key that does not exist leaves the volume empty of it when `optional`, and
+    otherwise stops the pod before it starts (a cluster's FailedMount: the pod never leaves ContainerCreating)."""
+    source, at = volume["configMap"], f"spec.volumes[{volume['name']}].configMap"
+    optional = source.get("optional") is True
+    data = configmaps.get(source["name"])
+    if data is None:
+        if optional:
+            return {}
+        raise LocalRunError(f"{at}.name: ConfigMap {source['name']!r} does not exist (a cluster leaves the pod in"
+                            " ContainerCreating, FailedMount); put it in the job's file or set optional: true")
+    mode = source.get("defaultMode", CONFIGMAP_DEFAULT_MODE)
+    if not source.get("items"):
+        return {key: (value, mode) for key, value in data.items()}
+    files: dict[str, tuple[str, int]] = {}
+    for j, item in enumerate(source["items"]):
+        if item["key"] not in data:
+            if optional:
+                continue
+            raise LocalRunError(f"{at}.items[{j}].key: ConfigMap {source['name']!r} has no key {item['key']!r}"
+                                " (a cluster's FailedMount: configmap references non-existent config key)")
+        files[os.path.normpath(item["path"])] = (data[item["key"]], item.get("mode", mode))  # the same path twice: the last wins
+    for path in files:
+        parent = os.path.dirname(path)
+        while parent:
+            if parent in files:
+                raise LocalRunError(f"{at}.items: {parent!r} is a file and also the directory of {path!r};"
+                                    " the kubelet cannot write both (FailedMount)")
+            parent = os.path.dirname(parent)
+    return files
+
+
+def write_files(directory: str, files: Mapping[str, tuple[str, int]]) -> None:
+    """Write projected files into a new directory; a path that exists already (a symlink, say) is refused, never followed."""
+    os.makedirs(directory)
+    for path, (content, mode) in files.items():
+        target = os.path.join(directory, path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(content)
+        os.chmod(target, mode)
+
+
 # --- the container's filesystem ----------------------------------------------
 
 
@@ -263,9 +441,14 @@ def path_problems(pod: Mapping, container: Mapping) -> list[str]:
     where = f"spec.containers[{container.get('name')}]"
     problems = []
     for i, volume in enumerate(pod["spec"].get("volumes") or []):
+        name = volume.get("name")
+        # validateVolumes (pkg/apis/core/validation): a volume's name is a DNS-1123 label; here it names a directory
+        if not isinstance(name, str) or len(name) > 63 or not re.fullmatch(DNS_1123_LABEL, name):
+            problems.append(f"spec.volumes[{i}].name: {name!r} is not a DNS-1123 label (at most 63 lowercase letters,"
+                            " digits and '-', starting and ending with a letter or digit)")
         for kind in ("persistentVolumeClaim", "configMap"):
             key = "claimName" if kind == "persistentVolumeClaim" else "name"
-            name = (volume.get(kind) or {}).get(key)
+            name = volume[kind].get(key) if isinstance(volume.get(kind), dict) else None
             # the API server's rule for both names, so neither can name a path outside the run directory
             if name is not None and (len(name) > 253 or not re.fullmatch(DNS_1123_SUBDOMAIN, str(name))):
                 problems.append(f"spec.volumes[{i}].{kind}.{key}: {name!r} is not a DNS-1123 subdomain name")
@@ -297,16 +480,19 @@ def prepare_sandbox(
     sandbox: str,
     pod: Mapping,
     container: Mapping,
-    configmap_dir: Callable[[str], str],
+    configmaps: Mapping[str, Mapping[str, str]],
     claim_dir: Callable[[str], str],
 ) -> str:
     """A fresh directory standing in for the container's root; returns it.
-    emptyDir volumes live in the sandbox (gone with the pod); ConfigMap and
+    emptyDir and configMap volumes live in the sandbox (gone with the pod: a
+    configMap volume is projected afresh for each pod, as a kubelet does);
     claim volumes are the caller's directories, shared and lasting."""
     check_paths(pod, container)
+    check_sources(pod, container)
+    projected = {v["name"]: configmap_files(v, configmaps) for v in pod["spec"].get("volumes") or [] if "configMap" in v}
     shutil.rmtree(sandbox, ignore_errors=True)
     with _as_local_run_error(container):
-        return _lay_out(sandbox, pod, container, configmap_dir, claim_dir)
+        return _lay_out(sandbox, pod, container, projected, claim_dir)
 
 
 @contextlib.contextmanager
@@ -320,7 +506,14 @@ def _as_local_run_error(container: Mapping) -> Iterator[None]:
                             f" files here ({shown})") from None
 
 
-def _lay_out(sandbox: str, pod: Mapping, container: Mapping, configmap_dir: Callable[[str], str], claim_dir: Callable[[str], str]) -> str:
+def _within(directory: str, path: str) -> bool:
+    """`path`, symlinks resolved, is `directory` or under it."""
+    base, resolved = os.path.realpath(directory), os.path.realpath(path)
+    return resolved == base or resolved.startswith(base.rstrip("/") + "/")
+
+
+def _lay_out(sandbox: str, pod: Mapping, container: Mapping, projected: Mapping[str, Mapping[str, tuple[str, int]]],
+             claim_dir: Callable[[str], str]) -> str:
     root = os.path.join(sandbox, "root")
     os.makedirs(root)
     sources = {}
@@ -330,7 +523,8 @@ def _lay_out(sandbox: str, pod: Mapping, container: Mapping, configmap_dir: Call
             sources[name] = os.path.join(sandbox, "volumes", name)
             os.makedirs(sources[name])
         elif "configMap" in volume:
-            sources[name] = configmap_dir(volume["configMap"]["name"])
+            sources[name] = os.path.join(sandbox, "volumes", name)
+            write_files(sources[name], projected[name])
         elif "persistentVolumeClaim" in volume:
             sources[name] = claim_dir(volume["persistentVolumeClaim"]["claimName"])
         elif "hostPath" in volume:
@@ -338,13 +532,20 @@ def _lay_out(sandbox: str, pod: Mapping, container: Mapping, configmap_dir: Call
         else:
             kind = next((k for k in volume if k != "name"), "?")
             raise LocalRunError(f"volume {name!r}: {kind} volumes cannot be served locally")
-    for mount in container.get("volumeMounts") or []:
+    where = f"spec.containers[{container.get('name')}]"
+    for i, mount in enumerate(container.get("volumeMounts") or []):
         if mount["name"] not in sources:
             raise LocalRunError(f"volumeMount {mount['mountPath']}: the pod has no volume {mount['name']!r}")
         source = os.path.join(sources[mount["name"]], mount.get("subPath", ""))
+        if not _within(sources[mount["name"]], source):  # the kubelet's PrepareSafeSubpath refuses it too
+            raise LocalRunError(f"{where}.volumeMounts[{i}].subPath: {mount['subPath']!r} leads out of volume"
+                                f" {mount['name']!r} through a symlink in it")
         os.makedirs(source, exist_ok=True)
         target = os.path.normpath(host_path(root, mount["mountPath"]))
         os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not _within(root, os.path.dirname(target)):  # its symlink would be made inside that other volume
+            raise LocalRunError(f"{where}.volumeMounts[{i}].mountPath: {mount['mountPath']!r} is inside another"
+                                " mount, which this node cannot lay out (each mount is a symlink here)")
         os.symlink(os.path.abspath(source), target)
     log = host_path(root, container.get("terminationMessagePath") or names.TERMINATION_LOG)
     os.makedirs(os.path.dirname(log), exist_ok=True)
@@ -508,7 +709,7 @@ class PodProcess:
                 # the child calls one libc function looked up before the fork: no lock to inherit
                 preexec_fn=_die_with_parent if _PRCTL else None,  # noqa: PLW1509
             )
-        except OSError as e:  # the runtime could not start the container
+        except (OSError, ValueError) as e:  # the runtime could not start the container (a NUL in argv or env: ValueError)
             self.popen = None
             self.start_error = f"StartError: {e}"
             self._exit_code = 128
@@ -614,7 +815,7 @@ def start_pod(
     pod_ip: str,
     sandbox: str,
     configmaps: Mapping[str, Mapping[str, str]],
-    configmap_dir: Callable[[str], str],
+    configmap_dir: Callable[[str], str] | None,
     claim_dir: Callable[[str], str],
     resolve: Callable[[str], str],
     prefix: str,
@@ -623,10 +824,12 @@ def start_pod(
     base_env: Mapping[str, str] | None = None,
     node_cpus: int | None = None,
 ) -> PodProcess:
-    """Everything a kubelet does to start a pod's trainer container here."""
+    """Everything a kubelet does to start a pod's trainer container here. `configmap_dir` is no
+    longer read: configMap volumes are projected from `configmaps` into the pod's own sandbox."""
     container = trainer_container(pod)
+    check_sources(pod, container)
     env = container_env(pod, container, pod_ip, configmaps, resolve, node_cpus)
-    root = prepare_sandbox(sandbox, pod, container, configmap_dir, claim_dir)
+    root = prepare_sandbox(sandbox, pod, container, configmaps, claim_dir)
     return PodProcess(launch(pod, root, env, base_env, resolve), prefix, out, log_path)
 
 

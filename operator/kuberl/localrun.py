@@ -215,18 +215,9 @@ class LocalCluster:
         configmap = render_configmap(job, NAMESPACE, uid)
         if configmap["metadata"]["name"] in (configmaps or {}):
             raise LocalRunError(f"ConfigMap {configmap['metadata']['name']!r} is the job's own (its frozen configuration): name yours otherwise")
+        # each pod's configMap volumes are projected from these into its own sandbox, as a kubelet does
         self.configmaps = {**{k: dict(v) for k, v in (configmaps or {}).items()}, configmap["metadata"]["name"]: dict(configmap["data"])}
-        for name, data in self.configmaps.items():
-            directory = self.configmap_dir(name)
-            for key, value in data.items():
-                with open(os.path.join(directory, key), "w") as f:
-                    f.write(value)
         self.pods: dict[str, LocalPod] = {}
-
-    def configmap_dir(self, name: str) -> str:
-        path = os.path.join(self.run_dir, "configmaps", name)
-        os.makedirs(path, exist_ok=True)
-        return path
 
     def claim_dir(self, claim: str) -> str:
         """The job's checkpoint claim is runs/<job>/checkpoints; any other claim its own directory."""
@@ -255,7 +246,7 @@ class LocalCluster:
             name, rank = entry.pod["metadata"]["name"], int(entry.pod["metadata"]["labels"][names.LABEL_RANK])
             process = start_pod(
                 entry.pod, entry.ip, os.path.join(self.run_dir, "pods", name), self.configmaps,
-                self.configmap_dir, self.claim_dir, resolver, prefix=f"[rank {rank}]", out=self.out,
+                None, self.claim_dir, resolver, prefix=f"[rank {rank}]", out=self.out,
                 log_path=os.path.join(logs, f"{name}-g{generation}.log"),
             )
             self.pods[name] = LocalPod(entry.pod, entry.ip, rank, generation, process)
@@ -317,6 +308,8 @@ def observed(entry: LocalPod, code: int | None) -> ObservedPod:
 
 
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+# ValidateConfigMap (pkg/apis/core/validation): data and binaryData may total core.MaxSecretSize bytes.
+MAX_CONFIGMAP_BYTES = 1024 * 1024
 
 
 def is_configmap(doc: object) -> bool:
@@ -331,10 +324,22 @@ def read_configmap(doc: dict, path: str) -> tuple[str, dict[str, str]]:
         raise SystemExit(f"{path}: a ConfigMap needs apiVersion v1, metadata.name (a DNS-1123 subdomain) and data")
     if doc.get("binaryData"):  # dropping it would leave its files missing from the volume without a word
         raise SystemExit(f"{path}: ConfigMap {name!r}: binaryData is not served by kuberl run; put its files in data")
-    bad = [k for k, v in data.items() if not isinstance(v, str) or not _CONFIGMAP_KEY.fullmatch(str(k)) or k in (".", "..")]
+    # IsConfigMapKey (k8s.io/apimachinery/pkg/util/validation): not '.', '..' nor starting with '..' (the kubelet's ..data)
+    bad = [k for k, v in data.items() if not isinstance(v, str) or not _CONFIGMAP_KEY.fullmatch(str(k)) or str(k).startswith("..") or k == "."]
     if bad:
-        raise SystemExit(f"{path}: ConfigMap {name!r}: data keys are [-._a-zA-Z0-9]+ with string values ({bad[0]!r} is not)")
+        raise SystemExit(f"{path}: ConfigMap {name!r}: data keys are [-._a-zA-Z0-9]+, not '.' nor starting with '..',"
+                         f" with string values ({bad[0]!r} is not)")
+    size = sum(len(v.encode("utf-8", "surrogatepass")) for v in data.values())
+    if size > MAX_CONFIGMAP_BYTES:
+        raise SystemExit(f"{path}: ConfigMap {name!r}: data totals {size} bytes; the API server takes at most"
+                         f" {MAX_CONFIGMAP_BYTES} (1 MiB) per ConfigMap: split it, or mount the files from a volume")
     return name, {str(k): v for k, v in data.items()}
+
+
+def _namespace(doc: dict) -> str | None:
+    metadata = doc.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    return namespace if isinstance(namespace, str) and namespace else None
 
 
 def split_documents(docs: list, path: str) -> tuple[dict, dict[str, dict[str, str]]]:
@@ -350,6 +355,10 @@ def split_documents(docs: list, path: str) -> tuple[dict, dict[str, dict[str, st
         name, data = read_configmap(doc, path)
         if name in configmaps:
             raise SystemExit(f"{path}: two ConfigMaps named {name!r}")
+        ours, theirs = _namespace(jobs[0]), _namespace(doc)
+        if ours and theirs and ours != theirs:  # a pod reads ConfigMaps of its own namespace only
+            raise SystemExit(f"{path}: ConfigMap {name!r} has metadata.namespace {theirs!r}, the job {ours!r}: the job's"
+                             " pods could not read it in a cluster; put both in one namespace")
         configmaps[name] = data
     return jobs[0], configmaps
 

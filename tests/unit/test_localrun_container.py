@@ -85,7 +85,7 @@ def test_a_volume_script_runs_through_the_sandbox(tmp_path):
     (code / "hello.py").write_text("print('hello')\n")
     pod = pod_with({"command": ["python", "/app/hello.py"], "volumeMounts": [{"name": "code", "mountPath": "/app"}]},
                    [{"name": "code", "hostPath": {"path": str(code)}}])
-    root = prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), str, str)
+    root = prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {}, str)
     started = launch(pod, root, {})
     assert Path(started.argv[1]).read_text() == "print('hello')\n"
 
@@ -112,7 +112,7 @@ def test_a_path_that_leaves_the_pods_root_is_refused_naming_its_field(tmp_path, 
     outside = tmp_path / "outside"
     with pytest.raises(LocalRunError, match=field.replace("[", r"\[").replace("]", r"\]")):
         prepare_sandbox(str(tmp_path / "sandbox" / "pod"), pod, trainer_container(pod),
-                        lambda n: str(outside / "cm" / n), lambda c: str(outside / "claims" / c))
+                        {}, lambda c: str(outside / "claims" / c))
     assert not outside.exists() and not (tmp_path / "x").exists()
 
 
@@ -131,7 +131,7 @@ def test_paths_inside_the_root_pass():
 def test_a_pod_this_node_cannot_lay_out_is_a_local_run_error_not_a_traceback(tmp_path, container, volumes):
     pod = pod_with({"command": ["python", "-c", "pass"], **container}, volumes)
     with pytest.raises(LocalRunError, match=r"spec.containers\[trainer\]: cannot lay out"):
-        prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), str, str)
+        prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {}, str)
 
 
 def test_a_shell_line_is_rewritten_once_even_when_the_root_is_under_a_mount_path(tmp_path):

@@ -148,12 +148,10 @@ def test_the_launcher_command_is_expanded_and_python_is_this_interpreter(tmp_pat
 def test_the_sandbox_puts_every_mount_where_the_pod_expects_it(tmp_path):
     spec = make_job().minimal().spec()
     pod = render_pod(Job("cp", spec), "default", "u", 0, 0, target="local")
-    configs, claims = tmp_path / "cm", tmp_path / "claims"
-    (configs / "cp-config").mkdir(parents=True)
-    (configs / "cp-config" / "config.json").write_text("{}")
+    claims = tmp_path / "claims"
     (tmp_path / "sandbox" / "stale").mkdir(parents=True)
     root = prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod),
-                           lambda name: str(configs / name), lambda claim: str(claims / claim))
+                           {"cp-config": {"config.json": "{}"}}, lambda claim: str(claims / claim))
     assert Path(root, "etc/kuberl/config.json").read_text() == "{}"
     assert os.path.realpath(os.path.join(root, "checkpoints")) == str(claims / "cp-checkpoints")
     assert os.path.isfile(os.path.join(root, "dev/termination-log")) and os.path.isdir(os.path.join(root, "tmp"))

@@ -1,0 +1,273 @@
+"""`kuberl run` against a careless or hostile job file: ConfigMap volumes, envFrom and env sources
+shaped as no cluster would take them. Every refusal is the API server's or the kubelet's own rule,
+named below with the Kubernetes source it comes from, and is a LocalRunError (or SystemExit for the
+file) naming the field: never a traceback, never a write outside the pod's sandbox."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+import pytest
+from kuberl.localnode import (
+    Launch,
+    LocalRunError,
+    PodProcess,
+    configmap_files,
+    path_problems,
+    prepare_sandbox,
+    source_problems,
+    trainer_container,
+    write_files,
+)
+from kuberl.localrun import split_documents
+
+JOB = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "j"}, "spec": {}}
+SCRIPTS = {"train.py": "print('train')\n", "eval.py": "print('eval')\n"}
+
+
+def pod_with(container: dict | None = None, volumes: list[dict] | None = None) -> dict:
+    return {"metadata": {"name": "p-0"}, "spec": {"hostname": "p-0", "volumes": volumes or [],
+                                                  "containers": [{"name": "trainer", "command": ["python"], **(container or {})}]}}
+
+
+def code_volume(**source) -> dict:
+    return {"name": "code", "configMap": {"name": "scripts", **source}}
+
+
+def laid_out(tmp_path, volume: dict, configmaps: dict | None = None, mount: dict | None = None) -> str:
+    pod = pod_with({"volumeMounts": [{"name": volume["name"], "mountPath": "/app", **(mount or {})}]}, [volume])
+    root = prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod),
+                           {"scripts": SCRIPTS} if configmaps is None else configmaps, lambda c: str(tmp_path / "claims" / c))
+    return os.path.join(root, "app")
+
+
+def files_under(directory: str) -> dict[str, str]:
+    found = {}
+    for parent, _, names in os.walk(directory):
+        for name in names:
+            with open(os.path.join(parent, name)) as f:
+                found[os.path.relpath(os.path.join(parent, name), directory)] = f.read()
+    return found
+
+
+# --- items: the kubelet projects only the listed keys, at their paths, with their modes ---------------
+# pkg/volume/configmap/configmap.go makePayload: with items, payload[ktp.Path] = data[ktp.Key], mode ktp.Mode
+# else defaultMode; ConfigMapVolumeSourceDefaultMode (k8s.io/api/core/v1) is 0644.
+
+
+def test_items_put_only_the_listed_keys_at_their_paths_with_their_modes(tmp_path):
+    """kuberl run ignored items: every key sat at the volume's top level, so `python /app/sub/main.py`
+    failed with 'No such file' where a cluster ran it."""
+    app = laid_out(tmp_path, code_volume(items=[{"key": "train.py", "path": "sub/main.py", "mode": 0o500}], defaultMode=0o440))
+    assert files_under(app) == {"sub/main.py": "print('train')\n"}
+    assert stat.S_IMODE(os.stat(os.path.join(app, "sub/main.py")).st_mode) == 0o500
+
+
+def test_without_items_every_key_is_a_file_with_default_mode_0644_or_defaultmode(tmp_path):
+    app = laid_out(tmp_path, code_volume())
+    assert files_under(app) == SCRIPTS
+    assert stat.S_IMODE(os.stat(os.path.join(app, "train.py")).st_mode) == 0o644
+    app = laid_out(tmp_path, code_volume(defaultMode=0o400))
+    assert stat.S_IMODE(os.stat(os.path.join(app, "eval.py")).st_mode) == 0o400
+
+
+def test_each_pod_gets_the_configmap_as_it_is_now_not_keys_left_from_an_earlier_run(tmp_path):
+    """The volume was one lasting directory per ConfigMap: a key removed from the file stayed in it."""
+    laid_out(tmp_path, code_volume())
+    app = laid_out(tmp_path, code_volume(), {"scripts": {"train.py": "v2"}})
+    assert files_under(app) == {"train.py": "v2"}
+
+
+def test_two_items_at_one_path_the_last_wins_as_in_the_kubelets_payload_map():
+    files = configmap_files(code_volume(items=[{"key": "train.py", "path": "main.py"}, {"key": "eval.py", "path": "./main.py"}]),
+                            {"scripts": SCRIPTS})
+    assert files == {"main.py": ("print('eval')\n", 0o644)}
+
+
+def test_an_item_that_is_both_a_file_and_a_directory_is_refused_as_the_kubelets_write_fails():
+    volume = code_volume(items=[{"key": "train.py", "path": "a"}, {"key": "eval.py", "path": "a/b.py"}])
+    with pytest.raises(LocalRunError, match=r"spec.volumes\[code\].configMap.items: 'a' is a file and also the directory"):
+        configmap_files(volume, {"scripts": SCRIPTS})
+
+
+# configmap.go SetUpAt: a missing ConfigMap is an error unless optional (then an empty volume); makePayload:
+# "configmap references non-existent config key" unless optional (then the item is skipped).
+@pytest.mark.parametrize("volume,configmaps,expected", [
+    (code_volume(optional=True), {}, {}),
+    (code_volume(optional=True, items=[{"key": "gone", "path": "g"}, {"key": "train.py", "path": "t"}]), {"scripts": SCRIPTS},
+     {"t": ("print('train')\n", 0o644)}),
+])
+def test_optional_leaves_out_what_does_not_exist(volume, configmaps, expected):
+    assert configmap_files(volume, configmaps) == expected
+
+
+@pytest.mark.parametrize("volume,configmaps,field", [
+    (code_volume(), {}, r"spec.volumes\[code\].configMap.name: ConfigMap 'scripts' does not exist"),
+    (code_volume(items=[{"key": "gone", "path": "g"}]), {"scripts": SCRIPTS}, r"spec.volumes\[code\].configMap.items\[0\].key"),
+])
+def test_what_does_not_exist_stops_the_pod_before_it_starts(tmp_path, volume, configmaps, field):
+    """A missing ConfigMap was an empty directory here: the pod ran where a cluster's waits in ContainerCreating."""
+    with pytest.raises(LocalRunError, match=field):
+        laid_out(tmp_path, volume, configmaps)
+
+
+# --- item paths and modes: validateConfigMapVolumeSource / validateKeyToPath / validateLocalNonReservedPath
+# (pkg/apis/core/validation/validation.go: relative, no '..' element, not starting with '..'; mode and
+# defaultMode 0..0777) and the kubelet AtomicWriter's validatePath (pkg/volume/util/atomic_writer.go:
+# maxPathLength 4096, maxFileNameLength 255).
+@pytest.mark.parametrize("source,field", [
+    ({"items": [{"key": "train.py", "path": "/etc/cron.d/x"}]}, "items[0].path: '/etc/cron.d/x' must be a relative path"),
+    ({"items": [{"key": "train.py", "path": "../../../../x"}]}, "items[0].path: '../../../../x' must not contain '..'"),
+    ({"items": [{"key": "train.py", "path": "a/../../x"}]}, "items[0].path: 'a/../../x' must not contain '..'"),
+    ({"items": [{"key": "train.py", "path": "..data"}]}, "items[0].path: '..data' must not start with '..'"),
+    ({"items": [{"key": "train.py", "path": ""}]}, "items[0].path: required"),
+    ({"items": [{"key": "train.py"}]}, "items[0].path: required"),
+    ({"items": [{"key": "train.py", "path": "a\0b"}]}, "items[0].path: 'a\\x00b' contains a NUL"),
+    ({"items": [{"key": "train.py", "path": "x" * 256}]}, "items[0].path: at most 4096 characters, 255 per name"),
+    ({"items": [{"key": "train.py", "path": "/".join(["x" * 200] * 21)}]}, "items[0].path: at most 4096 characters"),
+    ({"items": [{"path": "t.py"}]}, "items[0].key: required"),
+    ({"items": ["train.py"]}, "items[0]: expected an object"),
+    ({"items": "train.py"}, "items: expected a list"),
+    ({"defaultMode": 0o1000}, "defaultMode: expected a file mode from 0 to 0777"),
+    ({"defaultMode": -1}, "defaultMode: expected a file mode from 0 to 0777"),
+    ({"defaultMode": "0644"}, "defaultMode: expected a file mode from 0 to 0777"),
+    ({"items": [{"key": "train.py", "path": "t", "mode": 4095}]}, "items[0].mode: expected a file mode from 0 to 0777"),
+    ({"name": ""}, "configMap.name: required"),
+])
+def test_a_volume_source_the_api_server_refuses_is_refused_naming_its_field_and_nothing_is_written(tmp_path, source, field):
+    volume = code_volume(**source)
+    problems = source_problems(pod_with(volumes=[volume]), trainer_container(pod_with()))
+    assert len(problems) == 1 and problems[0].startswith("spec.volumes[code].configMap.") and field in problems[0], problems
+    with pytest.raises(LocalRunError, match="configMap"):
+        laid_out(tmp_path, volume)
+    assert os.listdir(tmp_path) == []  # refused before anything is laid out
+
+
+def test_a_configmap_volume_that_is_not_an_object_is_refused_not_a_traceback():
+    pod = pod_with(volumes=[{"name": "code", "configMap": "scripts"}])
+    assert path_problems(pod, trainer_container(pod)) == []
+    assert source_problems(pod, trainer_container(pod)) == [
+        "spec.volumes[code].configMap: expected an object naming the ConfigMap (got 'scripts')"]
+
+
+# validateVolumes (pkg/apis/core/validation/validation.go): a volume's name is a DNS-1123 label.
+@pytest.mark.parametrize("name", ["../../../../escape", "a/b", "Code", "x" * 64, "code\n"])
+def test_a_volume_name_that_is_no_dns_label_is_refused_before_it_names_a_directory(tmp_path, name):
+    """An emptyDir volume named '../../x' was created outside the pod's sandbox."""
+    pod = pod_with(volumes=[{"name": name, "emptyDir": {}}])
+    assert any("spec.volumes[0].name" in p for p in path_problems(pod, trainer_container(pod)))
+    with pytest.raises(LocalRunError, match=r"spec.volumes\[0\].name"):
+        prepare_sandbox(str(tmp_path / "a" / "b" / "sandbox"), pod, trainer_container(pod), {}, str)
+    assert os.listdir(tmp_path) == []
+
+
+# --- symlinks: nothing is written through one ------------------------------------------------------------
+
+
+def test_projected_files_never_follow_a_planted_symlink(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine")
+    (tmp_path / "vol").mkdir()
+    os.symlink(outside, tmp_path / "vol" / "train.py")
+    with pytest.raises(FileExistsError):  # the directory is always new here; a leftover is refused, not followed
+        write_files(str(tmp_path / "vol"), {"train.py": ("evil", 0o644)})
+    assert outside.read_text() == "mine"
+
+
+def test_a_subpath_through_a_symlink_out_of_its_volume_is_refused(tmp_path):
+    """The kubelet's PrepareSafeSubpath refuses a subPath that resolves outside its volume; here the claim's
+    directory (which lasts across runs) held a link a process had made, and the mount went to /."""
+    claim = tmp_path / "claims" / "data"
+    claim.mkdir(parents=True)
+    os.symlink("/", claim / "escape")
+    pod = pod_with({"volumeMounts": [{"name": "data", "mountPath": "/data", "subPath": "escape/etc"}]},
+                   [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}])
+    with pytest.raises(LocalRunError, match=r"volumeMounts\[0\].subPath: 'escape/etc' leads out of volume 'data'"):
+        prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {}, lambda c: str(tmp_path / "claims" / c))
+
+
+def test_a_mount_inside_another_mount_is_refused_rather_than_made_inside_that_volume(tmp_path):
+    """Mounting /data then /data/cfg made the second symlink inside the first volume (a lasting host directory)."""
+    claim = tmp_path / "claims" / "data"
+    pod = pod_with({"volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "code", "mountPath": "/data/cfg"}]},
+                   [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}, code_volume()])
+    with pytest.raises(LocalRunError, match=r"volumeMounts\[1\].mountPath: '/data/cfg' is inside another mount"):
+        prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {"scripts": SCRIPTS}, lambda c: str(claim))
+    assert os.listdir(claim) == []
+
+
+# --- envFrom and env sources: ValidateEnvFrom, validateEnvVarValueFrom (pkg/apis/core/validation) --------
+# An envFrom prefix must pass IsRelaxedEnvVarName (k8s.io/apimachinery/pkg/util/validation): printable
+# ASCII but '='. The kubelet (pkg/kubelet/kubelet_pods.go makeEnvironmentVariables) no longer skips keys.
+@pytest.mark.parametrize("container,field", [
+    ({"envFrom": "settings"}, "envFrom: expected a list"),
+    ({"envFrom": [None]}, "envFrom[0]: expected an object"),
+    ({"envFrom": [{}]}, "envFrom[0]: expected exactly one of configMapRef or secretRef"),
+    ({"envFrom": [{"configMapRef": {"name": "a"}, "secretRef": {"name": "b"}}]}, "envFrom[0]: expected exactly one"),
+    ({"envFrom": [{"configMapRef": {}}]}, "envFrom[0].configMapRef.name: required"),
+    ({"envFrom": [{"configMapRef": "settings"}]}, "envFrom[0].configMapRef: expected an object naming the ConfigMap"),
+    ({"envFrom": [{"prefix": "A=", "configMapRef": {"name": "a"}}]}, "envFrom[0].prefix: expected printable ASCII"),
+    ({"envFrom": [{"prefix": "A\0", "configMapRef": {"name": "a"}}]}, "envFrom[0].prefix: expected printable ASCII"),
+    ({"env": [{"name": "X", "valueFrom": 5}]}, "env[X].valueFrom: expected an object with exactly one"),
+    ({"env": [{"name": "X", "valueFrom": {}}]}, "env[X].valueFrom: expected an object with exactly one"),
+    ({"env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"key": "k"}}}]}, "env[X].valueFrom.configMapKeyRef.name: required"),
+    ({"env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "a"}}}]}, "env[X].valueFrom.configMapKeyRef.key: required"),
+    ({"env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "a", "key": "../k"}}}]},
+     "env[X].valueFrom.configMapKeyRef.key: expected a ConfigMap key"),
+    ({"env": [{"name": "X", "valueFrom": {"fieldRef": {}}}]}, "env[X].valueFrom.fieldRef.fieldPath: required"),
+    ({"env": [{"name": "X", "valueFrom": {"resourceFieldRef": "cpu"}}]}, "env[X].valueFrom.resourceFieldRef.resource: required"),
+])
+def test_an_env_source_the_api_server_refuses_is_named_not_a_traceback(container, field):
+    """Each of these ended `kuberl run` in an AttributeError, KeyError or ValueError traceback."""
+    pod = pod_with(container)
+    problems = source_problems(pod, trainer_container(pod))
+    assert len(problems) == 1 and problems[0].startswith(f"spec.containers[trainer].{field}"), problems
+
+
+def test_a_digit_led_envfrom_key_passes_as_the_kubelet_passes_it():
+    pod = pod_with({"envFrom": [{"configMapRef": {"name": "a"}}], "env": [{"name": "X", "value": "$(Y)"}]})
+    assert source_problems(pod, trainer_container(pod)) == []
+
+
+@pytest.mark.parametrize("argv,env", [
+    ([sys.executable, "-c", "pass\0"], {}),
+    ([sys.executable, "-c", "pass"], {"X": "a\0b"}),
+    ([sys.executable, "-c", "pass"], {"A=B": "1"}),
+])
+def test_what_no_process_can_be_started_with_is_a_start_error_as_a_runtime_reports_it(tmp_path, argv, env):
+    """The container runtime fails such a container (StartError); here it was a ValueError traceback
+    (the kubelet's makeEnvironmentVariables passes NUL bytes on: 'TODO: validate no NUL bytes')."""
+    process = PodProcess(Launch(argv, env, str(tmp_path), str(tmp_path / "log")), "[t]")
+    assert process.poll() == 128 and process.start_error.startswith("StartError")
+
+
+# --- the file's ConfigMaps: ValidateConfigMap (pkg/apis/core/validation/validation.go) ---------------------
+
+
+def configmap(name: str, data: dict, namespace: str | None = None) -> dict:
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+@pytest.mark.parametrize("docs,why", [
+    # IsConfigMapKey (k8s.io/apimachinery/pkg/util/validation): "must not start with '..'"
+    ([JOB, configmap("a", {"..data": "x"})], r"data keys .* not '.' nor starting with '..'"),
+    ([JOB, configmap("a", {"..2026_11_25": "x"})], "starting with '..'"),
+    # totalSize > core.MaxSecretSize: 1 MiB of data per ConfigMap, counted in bytes
+    ([JOB, configmap("a", {"big": "x" * (1024 * 1024 + 1)})], "data totals 1048577 bytes"),
+    ([JOB, configmap("a", {"a": "é" * (512 * 1024), "b": "x"})], "data totals 1048577 bytes"),
+    # a pod reads ConfigMaps of its own namespace only
+    ([{**JOB, "metadata": {"name": "j", "namespace": "ml"}}, configmap("a", {}, "other")], "metadata.namespace 'other', the job 'ml'"),
+])
+def test_a_configmap_the_api_server_or_a_pod_could_not_use_is_refused(docs, why):
+    with pytest.raises(SystemExit, match=why):
+        split_documents(docs, "f")
+
+
+def test_configmaps_at_the_limits_pass():
+    job = {**JOB, "metadata": {"name": "j", "namespace": "ml"}}
+    _, configmaps = split_documents([job, configmap("a", {"big": "x" * 1024 * 1024}, "ml"), configmap("b", {"k.v": ""})], "f")
+    assert set(configmaps) == {"a", "b"}
+    assert split_documents([JOB, configmap("a", {}, "ml")], "f")[1] == {"a": {}}  # the job's namespace left to kubectl -n
