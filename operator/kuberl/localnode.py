@@ -313,11 +313,21 @@ def _named(path: str, ref: object, what: str) -> list[str]:
 
 
 def source_problems(pod: Mapping, container: Mapping) -> list[str]:
-    """Every envFrom, env valueFrom and configMap volume of the pod the API server would refuse, by
-    field path (ValidateEnvFrom, validateEnvVarValueFrom, validateConfigMapVolumeSource): checked
+    """Every command and args item, envFrom, env valueFrom and configMap volume of the pod the API
+    server would refuse, by field path (its decoding of []string; ValidateEnvFrom,
+    validateEnvVarValueFrom, validateConfigMapVolumeSource): checked
     before the node reads them, so a shape no cluster accepts is named, never a traceback."""
     where = f"spec.containers[{container.get('name')}]"
-    sources, problems = _object_list(f"{where}.envFrom", container.get("envFrom"), "envFrom sources")
+    problems = []
+    for field in ("command", "args"):  # []string: the API server cannot decode a string or a number into it
+        value = container.get(field)
+        if value is not None and not isinstance(value, list):
+            problems.append(f"{where}.{field}: expected a list of strings (got {_shown(value)})")
+        for j, part in enumerate(value if isinstance(value, list) else []):
+            if not isinstance(part, str):
+                problems.append(f"{where}.{field}[{j}]: expected a string; quote it (got {_shown(part)})")
+    sources, more = _object_list(f"{where}.envFrom", container.get("envFrom"), "envFrom sources")
+    problems += more
     for i, source in sources:
         at = f"{where}.envFrom[{i}]"
         refs = [k for k in ("configMapRef", "secretRef") if source.get(k) is not None]

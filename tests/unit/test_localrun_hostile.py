@@ -226,6 +226,21 @@ def test_an_env_source_the_api_server_refuses_is_named_not_a_traceback(container
     assert len(problems) == 1 and problems[0].startswith(f"spec.containers[trainer].{field}"), problems
 
 
+# k8s.io/api/core/v1 Container.Command and Args are []string: kubectl's JSON of a string or a number there
+# does not decode ("cannot unmarshal number into Go struct field Container...args of type string").
+@pytest.mark.parametrize("container,field", [
+    ({"command": "python -c print(1)"}, "command: expected a list of strings"),
+    ({"command": ["python", "-c"], "args": "print(1)"}, "args: expected a list of strings"),
+    ({"command": ["python", "train.py", "--epochs", 10]}, "command[3]: expected a string; quote it (got 10)"),
+    ({"command": ["python"], "args": [None]}, "args[0]: expected a string"),
+])
+def test_a_command_no_cluster_could_decode_is_refused_naming_the_item(container, field):
+    """A string command ran its first character ('p': StartError); a number in args was a TypeError traceback."""
+    pod = pod_with(container)
+    problems = source_problems(pod, trainer_container(pod))
+    assert problems == [problems[0]] and problems[0].startswith(f"spec.containers[trainer].{field}"), problems
+
+
 def test_a_digit_led_envfrom_key_passes_as_the_kubelet_passes_it():
     pod = pod_with({"envFrom": [{"configMapRef": {"name": "a"}}], "env": [{"name": "X", "value": "$(Y)"}]})
     assert source_problems(pod, trainer_container(pod)) == []
