@@ -49,8 +49,8 @@ from .spec import (
     DNS_1123_SUBDOMAIN,
     InvalidJob,
     JobSpec,
-    KubernetesYamlLoader,
     Problem,
+    UnreadableSpec,
     load_documents,
     validate_job,
 )
@@ -77,7 +77,7 @@ def apply_overrides(job: Mapping, workers: int | None, settings: list[str]) -> d
         if not sep or not key:
             raise InvalidJob([Problem(setting, "expected --set path=value")])
         path = key if key.startswith(("spec.", "metadata.")) else f"spec.{key}"
-        pairs.append((path, yaml.load(raw, Loader=KubernetesYamlLoader) if raw else ""))
+        pairs.append((path, override_value(setting, raw)))
     for path, value in pairs:
         node = out
         parts = path.split(".")
@@ -87,6 +87,20 @@ def apply_overrides(job: Mapping, workers: int | None, settings: list[str]) -> d
             node = node[part]
         node[parts[-1]] = value
     return out
+
+
+def override_value(setting: str, raw: str) -> object:
+    """`--set`'s value read as the job file is (bounded, plain YAML: no tags, no alias bomb); one that
+    cannot be read is a problem naming the setting, not a traceback."""
+    if not raw:
+        return ""
+    try:
+        values = load_documents(raw)
+    except UnreadableSpec as e:
+        raise InvalidJob([Problem(setting, f"the value is not plain YAML: {e}")]) from None
+    if len(values) > 1:
+        raise InvalidJob([Problem(setting, "expected one YAML value (got several documents)")])
+    return values[0] if values else None
 
 
 # --- addresses and cluster DNS ------------------------------------------------

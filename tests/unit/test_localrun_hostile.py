@@ -286,3 +286,28 @@ def test_configmaps_at_the_limits_pass():
     _, configmaps = split_documents([job, configmap("a", {"big": "x" * 1024 * 1024}, "ml"), configmap("b", {"k.v": ""})], "f")
     assert set(configmaps) == {"a", "b"}
     assert split_documents([JOB, configmap("a", {}, "ml")], "f")[1] == {"a": {}}  # the job's namespace left to kubectl -n
+
+
+# --- --set values: read as the job file is (spec.load_documents), not by a second, unbounded reader ---------
+@pytest.mark.parametrize("setting,why", [
+    ("ppo.hiddenSizes=[8", "not plain YAML: line"),
+    ("x=!!python/object/apply:os.system [echo]", "tag !!python/object/apply:os.system is not allowed"),
+    ("x=[&a [1,1,1,1,1,1,1,1,1], " + ", ".join(f"&{b} [{', '.join(['*' + a] * 9)}]" for a, b in zip("abcd", "bcde", strict=True))
+     + "]", "aliases expand past"),
+    ("x=a\n---\nb", "expected one YAML value"),
+])
+def test_a_set_value_that_is_not_plain_bounded_yaml_is_a_problem_naming_it_not_a_traceback(setting, why):
+    """`--set 'x=[1'` ended `kuberl run` in a yaml.scanner traceback."""
+    from kuberl.localrun import apply_overrides
+    from kuberl.spec import InvalidJob
+
+    with pytest.raises(InvalidJob) as e:
+        apply_overrides({"spec": {}}, None, [setting])
+    assert e.value.problems[0].path == setting and why in e.value.problems[0].message
+
+
+def test_set_values_keep_their_meaning():
+    from kuberl.localrun import apply_overrides
+
+    out = apply_overrides({"spec": {}}, None, ["a=null", "b=", "c=1e-3", "d=[1, x]", "e=off"])
+    assert out["spec"] == {"a": None, "b": "", "c": 0.001, "d": [1, "x"], "e": False}
