@@ -550,7 +550,8 @@ def _lay_out(sandbox: str, pod: Mapping, container: Mapping, projected: Mapping[
         if not _within(sources[mount["name"]], source):  # the kubelet's PrepareSafeSubpath refuses it too
             raise LocalRunError(f"{where}.volumeMounts[{i}].subPath: {mount['subPath']!r} leads out of volume"
                                 f" {mount['name']!r} through a symlink in it")
-        os.makedirs(source, exist_ok=True)
+        if not os.path.isfile(source):  # a subPath naming a file (one ConfigMap key) mounts that file
+            os.makedirs(source, exist_ok=True)
         target = os.path.normpath(host_path(root, mount["mountPath"]))
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if not _within(root, os.path.dirname(target)):  # its symlink would be made inside that other volume

@@ -80,6 +80,14 @@ def test_each_pod_gets_the_configmap_as_it_is_now_not_keys_left_from_an_earlier_
     assert files_under(app) == {"train.py": "v2"}
 
 
+def test_a_subpath_naming_one_key_mounts_that_file(tmp_path):
+    """The common way to put one script at a path: it was 'cannot lay out ... File exists'."""
+    pod = pod_with({"volumeMounts": [{"name": "code", "mountPath": "/app/train.py", "subPath": "train.py"}]}, [code_volume()])
+    root = prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {"scripts": SCRIPTS}, str)
+    with open(os.path.join(root, "app/train.py")) as f:
+        assert f.read() == SCRIPTS["train.py"]
+
+
 def test_two_items_at_one_path_the_last_wins_as_in_the_kubelets_payload_map():
     files = configmap_files(code_volume(items=[{"key": "train.py", "path": "main.py"}, {"key": "eval.py", "path": "./main.py"}]),
                             {"scripts": SCRIPTS})
