@@ -47,7 +47,6 @@ TRANSPORT_ENV = "KUBERL_GRADIENT_TRANSPORT"  # "gloo" keeps every sync in gloo
 HELLO = struct.Struct("!4sI16s")  # magic, rank, token
 MAGIC = b"KRG1"
 HEADER = struct.Struct("!QQ")  # sync number, payload bytes
-SOCKET_BUFFER_BYTES = 4 << 20  # a DQN gradient (~270 KB) in one send, both ways at once
 HELLO_SECONDS = 2.0  # how long an accepted connection may take to say who it is
 
 
@@ -71,10 +70,10 @@ def wanted(world_size: int, backend: str | None, transport: str) -> bool:
 
 
 def _tune(sock: socket.socket) -> socket.socket:
+    """No Nagle delay; non-blocking. Socket buffers stay the kernel's: setting
+    them turns off its autotuning, which grows them past a DQN gradient's
+    270 KB where net.core.rmem_max would cap a request."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-        with contextlib.suppress(OSError):  # the kernel caps it (net.core.*mem_max): still correct, a little slower
-            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
     sock.setblocking(False)
     return sock
 
@@ -189,9 +188,14 @@ class GradientLink:
                 raise LinkLost(f"no word from a peer within the collective timeout of {self.timeout_seconds:g}s")
             if waited < self.yield_seconds:
                 os.sched_yield()
-            else:
-                select.select([t.sock for t in pending if t.receiving], [t.sock for t in pending if not t.receiving],
-                              [], min(1.0, self.timeout_seconds - waited))
+            else:  # poll(), not select(): a trainer may hold descriptors past select's 1024
+                events: dict[int, int] = {}
+                for t in pending:  # one socket may both send and receive
+                    events[t.sock.fileno()] = events.get(t.sock.fileno(), 0) | (select.POLLIN if t.receiving else select.POLLOUT)
+                poller = select.poll()
+                for fd, mask in events.items():
+                    poller.register(fd, mask)
+                poller.poll(1000 * min(1.0, self.timeout_seconds - waited))
 
     def close(self) -> None:
         for sock in self.peers.values():
