@@ -474,9 +474,19 @@ def path_problems(pod: Mapping, container: Mapping) -> list[str]:
         if path is not None and (not str(path).startswith("/") or not _inside(root, str(path))):
             problems.append(f"{where}.{field}: {path!r} is not an absolute path inside the container")
     log = container.get("terminationMessagePath")
-    mounted = {os.path.normpath(str(m.get("mountPath", ""))) for m in container.get("volumeMounts") or []}
-    if log is not None and str(log).startswith("/") and os.path.normpath(str(log)) in mounted | {"/"}:
+    mounted = [os.path.normpath(str(m.get("mountPath", ""))) for m in container.get("volumeMounts") or []]
+    if log is not None and str(log).startswith("/") and os.path.normpath(str(log)) in {*mounted, "/"}:
         problems.append(f"{where}.terminationMessagePath: {log!r} is a directory here (the root or a mount), not a file")
+    elif log is not None and any(os.path.normpath(str(log)).startswith(m.rstrip("/") + "/") for m in mounted):
+        # a kubelet mounts a file of its own over that path; here the volume's own file would be emptied
+        problems.append(f"{where}.terminationMessagePath: {log!r} is inside a volume mount; this node would empty that"
+                        " volume's file at every start: keep it outside the mounts (default /dev/termination-log)")
+    # validateVolumes and validateVolumeMounts (pkg/apis/core/validation): "Duplicate value", "must be unique"
+    volume_names = [v.get("name") for v in pod["spec"].get("volumes") or []]
+    problems += [f"spec.volumes[{i}].name: {n!r} is a duplicate: volume names are unique in a pod"
+                 for i, n in enumerate(volume_names) if n in volume_names[:i]]
+    problems += [f"{where}.volumeMounts[{i}].mountPath: {m!r} is mounted twice: mount paths are unique in a container"
+                 for i, m in enumerate(mounted) if m in mounted[:i]]
     return problems
 
 

@@ -171,6 +171,30 @@ def test_a_volume_name_that_is_no_dns_label_is_refused_before_it_names_a_directo
     assert os.listdir(tmp_path) == []
 
 
+def test_a_termination_message_path_inside_a_volume_is_refused_before_it_empties_the_volumes_file(tmp_path):
+    """terminationMessagePath /checkpoints/progress.jsonl truncated the claim's own file at every pod start
+    (a kubelet mounts a file of its own over that path, leaving the volume's untouched)."""
+    claim = tmp_path / "claims" / "data"
+    claim.mkdir(parents=True)
+    (claim / "progress.jsonl").write_text("precious\n")
+    pod = pod_with({"terminationMessagePath": "/checkpoints/progress.jsonl",
+                    "volumeMounts": [{"name": "data", "mountPath": "/checkpoints"}]},
+                   [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}])
+    with pytest.raises(LocalRunError, match=r"terminationMessagePath: '/checkpoints/progress.jsonl' is inside a volume mount"):
+        prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {}, lambda c: str(claim))
+    assert (claim / "progress.jsonl").read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("container,volumes,field", [
+    ({}, [{"name": "v", "emptyDir": {}}, {"name": "v", "emptyDir": {}}], "spec.volumes[1].name: 'v' is a duplicate"),
+    ({"volumeMounts": [{"name": "v", "mountPath": "/a"}, {"name": "v", "mountPath": "/a/"}]}, [{"name": "v", "emptyDir": {}}],
+     "volumeMounts[1].mountPath: '/a' is mounted twice"),
+])
+def test_duplicates_the_api_server_refuses_are_named(container, volumes, field):
+    pod = pod_with(container, volumes)
+    assert [p for p in path_problems(pod, trainer_container(pod)) if field in p]
+
+
 # --- symlinks: nothing is written through one ------------------------------------------------------------
 
 
