@@ -406,12 +406,31 @@ def job_uid(run_dir: str) -> str:
     """The same run directory is the same job: resuming keeps the uid (and checkpoints)."""
     path = os.path.join(run_dir, "uid")
     if os.path.exists(path):
-        with open(path) as f:
-            return f.read().strip()
+        with open(path, errors="replace") as f:
+            text = f.read(100).strip()
+        try:
+            return str(uuid.UUID(text))
+        except ValueError:
+            raise LocalRunError(f"{path} holds {text!r}, not the uid kuberl run wrote: delete it, or the run directory,"
+                                " to start the job afresh") from None
     uid = str(uuid.uuid4())
     with open(path, "w") as f:
         f.write(uid + "\n")
     return uid
+
+
+def last_status(text: str, path: str) -> dict:
+    """The last run's status.json, which a resumed run counts its generation on from; one a hand
+    or a full disk damaged is refused, saying what to do, rather than a traceback."""
+    try:
+        status = json.loads(text)
+        generation = status.get("generation", 0)
+    except (ValueError, AttributeError):
+        status = generation = None
+    if not isinstance(status, dict) or not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        raise LocalRunError(f"{path} is not a status kuberl run wrote: delete it to start the job again from generation 0"
+                            " (its checkpoints are kept, so training resumes from the last one)")
+    return status
 
 
 def write_json(path: str, data: dict) -> None:
@@ -498,9 +517,9 @@ def run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str, 
     status_path = os.path.join(run_dir, "status.json")
     status: dict = {}
     if os.path.exists(status_path):
-        with open(status_path) as f:
-            previous = json.load(f)
-        status = {"generation": int(previous.get("generation", 0)) + 1}
+        with open(status_path, errors="replace") as f:
+            previous = last_status(f.read(), status_path)
+        status = {"generation": previous.get("generation", 0) + 1}
         say(f"resuming {job.name} (last run: {previous.get('phase')}, generation {previous.get('generation')})")
     wait_for_leftovers(os.path.join(run_dir, "pods"), job.spec.run_policy.termination_grace_period_seconds)
     if job.spec.world_size > 1:

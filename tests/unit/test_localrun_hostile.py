@@ -343,3 +343,31 @@ def test_set_values_keep_their_meaning():
 
     out = apply_overrides({"spec": {}}, None, ["a=null", "b=", "c=1e-3", "d=[1, x]", "e=off"])
     assert out["spec"] == {"a": None, "b": "", "c": 0.001, "d": [1, "x"], "e": False}
+
+
+# --- the run directory: what a hand, a full disk or another tool left in it -------------------------------
+@pytest.mark.parametrize("text", ["", "garbage", "[]", '{"generation": "x"}', '{"generation": -1}', '{"generation": 1e400}',
+                                  '{"generation": true}', '{"generation": ' + "9" * 5000 + "}"])
+def test_a_damaged_status_is_refused_saying_what_to_do_not_a_traceback(text):
+    """A status.json that was not kuberl's JSON ended the resumed run in a JSONDecodeError/ValueError/AttributeError."""
+    from kuberl.localrun import last_status
+
+    with pytest.raises(LocalRunError, match="runs/j/status.json is not a status kuberl run wrote: delete it"):
+        last_status(text, "runs/j/status.json")
+
+
+def test_a_status_kuberl_wrote_resumes():
+    from kuberl.localrun import last_status
+
+    assert last_status('{"generation": 3, "phase": "Suspended"}', "s") == {"generation": 3, "phase": "Suspended"}
+    assert last_status("{}", "s") == {}
+
+
+def test_a_uid_file_that_is_no_uuid_is_refused_and_a_good_one_kept(tmp_path):
+    from kuberl.localrun import job_uid
+
+    uid = job_uid(str(tmp_path))
+    assert job_uid(str(tmp_path)) == uid
+    (tmp_path / "uid").write_text("$(rm -rf ~)\n")
+    with pytest.raises(LocalRunError, match="holds '\\$\\(rm -rf ~\\)', not the uid kuberl run wrote"):
+        job_uid(str(tmp_path))
