@@ -334,13 +334,7 @@ def all_reduce_gradient(ctx: Dist, flat: torch.Tensor) -> None:
     sync per gradient step): over the gang's direct link (gradlink) where it
     has one, else gloo's all-reduce launched asynchronously; either waited
     for by yielding the CPU for at most ctx.sync_yield_seconds before blocking."""
-    if not ctx.distributed:
-        return
-    if ctx.gradient_link is not None and flat.device.type == "cpu" and flat.is_contiguous():
-        try:
-            ctx.gradient_link.sum_(flat)
-        except gradlink.LinkLost as e:
-            raise PeerLost(str(e)) from e
+    if not ctx.distributed or _summed_over_link(ctx, flat):
         return
     with collectives():
         work = dist.all_reduce(flat, async_op=True)
@@ -351,10 +345,22 @@ def all_reduce_gradient(ctx: Dist, flat: torch.Tensor) -> None:
         work.wait()  # raises the collective's own error (timeout, closed peer)
 
 
+def _summed_over_link(ctx: Dist, values: torch.Tensor) -> bool:
+    """Sum `values` over the gang's direct link, if it has one and they are a
+    contiguous CPU tensor (the same on every rank: same spec, same code)."""
+    if ctx.gradient_link is None or values.device.type != "cpu" or not values.is_contiguous():
+        return False
+    try:
+        ctx.gradient_link.sum_(values)
+    except gradlink.LinkLost as e:
+        raise PeerLost(str(e)) from e
+    return True
+
+
 def all_reduce_sum(ctx: Dist, values: torch.Tensor) -> torch.Tensor:
     """Sum a flat tensor across ranks, in place and returned (one collective
     for every counter and normaliser moment of an update)."""
-    if ctx.distributed:
+    if ctx.distributed and not _summed_over_link(ctx, values):
         with collectives():
             on_device = values.to(ctx.device)
             dist.all_reduce(on_device, op=dist.ReduceOp.SUM)
