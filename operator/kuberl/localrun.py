@@ -26,6 +26,7 @@ import hashlib
 import ipaddress
 import itertools
 import json
+import math
 import os
 import re
 import signal
@@ -579,9 +580,33 @@ def last_progress(checkpoint_dir: str | None) -> dict:
     path = os.path.join(checkpoint_dir, "progress.jsonl") if checkpoint_dir else None
     if not path or not os.path.exists(path):
         return {}
-    with open(path) as f:
-        lines = [line for line in f if line.strip()]
-    return json.loads(lines[-1]) if lines else {}
+    with open(path, errors="replace") as f:
+        return progress_record(f.read().splitlines())
+
+
+def progress_records(lines: list[str]) -> list[dict]:
+    """The lines of a progress.jsonl that are JSON objects: a line cut short (a disk that filled, a kill
+    mid-write) or a custom trainer's own format in that file is skipped, never a traceback at the run's end."""
+    records = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                records.append(record)
+    return records
+
+
+def progress_record(lines: list[str]) -> dict:
+    """The last record of a progress.jsonl (see `progress_records`), or {}."""
+    for line in reversed(lines):
+        found = progress_records([line])
+        if found:
+            return found[0]
+    return {}
+
+
+def _number(value: object) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
 
 def shown(path: str) -> str:
@@ -593,9 +618,9 @@ def shown(path: str) -> str:
 def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float) -> str:
     """The one line a user reads at the end."""
     record = last_progress(cluster_paths.get("checkpoints"))
-    timesteps = record.get("timesteps", (status.get("progress") or {}).get("timesteps", 0))
-    final = record.get("eval_return")
-    final = final if final is not None else record.get("episode_return_mean")
+    timesteps = _number(record.get("timesteps", (status.get("progress") or {}).get("timesteps", 0))) or 0
+    final = _number(record.get("eval_return"))
+    final = final if final is not None else _number(record.get("episode_return_mean"))
     final_text = f"{final:.1f}" if final is not None else "-"
     where = f"checkpoints {shown(cluster_paths['checkpoints'])}"
     if code == 0:
@@ -661,8 +686,8 @@ def plot(run_dir: str) -> str:
     found = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "**", "progress.jsonl"), recursive=True), key=os.path.getmtime)
     if not found:
         raise FileNotFoundError(f"no progress.jsonl under {run_dir}/checkpoints (has the run reported progress yet?)")
-    with open(found[-1]) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    with open(found[-1], errors="replace") as f:
+        rows = progress_records(f.read().splitlines())
     import matplotlib
 
     matplotlib.use("Agg")
@@ -671,10 +696,11 @@ def plot(run_dir: str) -> str:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
     for ax, x_key, x_label in ((axes[0], "timesteps", "timesteps"), (axes[1], "wall_seconds", "wall time (s)")):
         for key, label in (("episode_return_mean", "training return (mean)"), ("eval_return", "evaluation return")):
-            points = [(r[x_key], r[key]) for r in rows if r.get(key) is not None and r.get(x_key) is not None]
+            points = [(r[x_key], r[key]) for r in rows if _number(r.get(key)) is not None and _number(r.get(x_key)) is not None]
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o" if key == "eval_return" else ".", markersize=3, label=label)
-        restarts = [r[x_key] for prev, r in itertools.pairwise(rows) if r.get("restart") != prev.get("restart")]
+        restarts = [r[x_key] for prev, r in itertools.pairwise(rows)
+                    if r.get("restart") != prev.get("restart") and _number(r.get(x_key)) is not None]
         for x in restarts:
             ax.axvline(x, color="grey", linestyle=":", linewidth=1)
         ax.set_xlabel(x_label)

@@ -371,3 +371,33 @@ def test_a_uid_file_that_is_no_uuid_is_refused_and_a_good_one_kept(tmp_path):
     (tmp_path / "uid").write_text("$(rm -rf ~)\n")
     with pytest.raises(LocalRunError, match="holds '\\$\\(rm -rf ~\\)', not the uid kuberl run wrote"):
         job_uid(str(tmp_path))
+
+
+FOREIGN_PROGRESS = ('{"timesteps": 1000, "wall_seconds": 1.0, "episode_return_mean": 20.0}\n'
+                    "epoch,loss\n1,0.5\n[1, 2]\n"  # a custom trainer's own CSV in the file, a JSON list
+                    '{"timesteps": "many", "eval_return": "good", "wall_seconds": null, "restart": 1}\n'
+                    '{"timesteps": 2000, "wall_seconds": 2.0, "episode_return_mean": 3')  # a kill mid-write
+
+
+def test_a_progress_file_cut_short_or_not_kuberls_ends_the_run_with_its_summary_not_a_traceback(tmp_path):
+    """The summary line parsed the file's last line: a line cut short by a kill or a full disk, or a custom
+    trainer's own format there, ended a finished run in a JSONDecodeError (or ValueError on 'many')."""
+    from kuberl.localrun import progress_record, summary
+    from kuberl.render import Job
+    from kuberl.spec import validate_job
+
+    from tests.support.jobs import make_job
+
+    (tmp_path / "progress.jsonl").write_text(FOREIGN_PROGRESS)
+    assert progress_record(FOREIGN_PROGRESS.splitlines())["timesteps"] == "many"
+    job = Job("j", validate_job(make_job("j").env("CartPole-v1").with_spec(totalTimesteps=10).obj()))
+    line = summary(job, {"checkpoints": str(tmp_path), "model": str(tmp_path / "m.pt")}, {}, 0, 1.0)
+    assert line.startswith("j succeeded: 0 timesteps in 1s, final return -;"), line
+
+
+def test_plotting_skips_what_is_not_a_progress_record(tmp_path):
+    from kuberl.localrun import plot
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "progress.jsonl").write_text(FOREIGN_PROGRESS)
+    assert plot(str(tmp_path)).endswith("learning-curve.png")
