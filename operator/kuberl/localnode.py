@@ -572,6 +572,8 @@ def _lay_out(sandbox: str, pod: Mapping, container: Mapping, projected: Mapping[
     os.makedirs(os.path.dirname(log), exist_ok=True)
     open(log, "w").close()
     os.makedirs(host_path(root, names.TMP_MOUNT_DIR), exist_ok=True)
+    if container.get("workingDir"):  # runc creates a missing working directory (opencontainers/runc#1604)
+        os.makedirs(host_path(root, container["workingDir"]), exist_ok=True)
     return root
 
 

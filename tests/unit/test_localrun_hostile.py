@@ -195,6 +195,14 @@ def test_duplicates_the_api_server_refuses_are_named(container, volumes, field):
     assert [p for p in path_problems(pod, trainer_container(pod)) if field in p]
 
 
+def test_a_working_directory_the_image_would_have_is_created_as_runc_creates_it(tmp_path):
+    """runc creates a missing cwd (opencontainers/runc#1604 'libcontainer: create Cwd when it does not exist');
+    here `workingDir: /workspace/proj` was a StartError (No such file or directory) and a crash loop."""
+    pod = pod_with({"workingDir": "/workspace/proj"})
+    root = prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {}, str)
+    assert os.path.isdir(os.path.join(root, "workspace/proj"))
+
+
 # --- symlinks: nothing is written through one ------------------------------------------------------------
 
 
