@@ -159,3 +159,14 @@ def test_gloos_event_loop_never_preempts_the_worker_holding_its_lock(gradient_sy
     silently losing the fix, if a torch upgrade renames the thread."""
     for r in gradient_sync:
         assert r["loop_policies"] and all(p == os.SCHED_BATCH for p in r["loop_policies"]), r["loop_policies"]
+
+
+def test_a_gang_whose_link_cannot_connect_keeps_gloo_on_every_rank(tmp_path):
+    """gradlink.open_link's fallback: rank 1 cannot reach rank 0's link port,
+    so no rank uses the link (a rank summing over it while another waits in
+    gloo would hang both), and the sums still come out right."""
+    ranks = run_workers("link_refused", tmp_path, 2)
+    assert [r["linked"] for r in ranks] == [False, False]
+    for r in ranks:
+        assert torch.equal(r["grad"], torch.full((1000,), 3.0))
+        assert r["counters"].tolist() == [2.0, 1.0]

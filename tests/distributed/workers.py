@@ -150,6 +150,34 @@ def gradient_sync(out: Path) -> None:
         torch.save(result, out / f"rank-{ctx.rank}.pt")
 
 
+def link_refused(out: Path) -> None:
+    """Rank 1 cannot reach rank 0's link port (a network that lets the
+    process group through but not that port): every rank must give up on the
+    link together and sum over gloo, not hang or sum half over each."""
+    import os
+    import socket
+
+    from kuberl_trainer import distributed, gradlink
+
+    class RefusingSocketModule:  # gradlink's view of the socket module: connect is refused
+        def __getattr__(self, name):
+            return getattr(socket, name)
+
+        @staticmethod
+        def create_connection(*args, **kwargs):
+            raise ConnectionRefusedError("refused by the test")
+
+    gradlink.SETUP_SECONDS = 1.0
+    if int(os.environ["RANK"]) == 1:
+        gradlink.socket = RefusingSocketModule()
+    with process_group("gloo", 60, 60) as ctx:
+        grad = torch.full((1000,), float(ctx.rank + 1))
+        distributed.all_reduce_gradient(ctx, grad)
+        counters = distributed.all_reduce_sum(ctx, torch.tensor([1.0, ctx.rank], dtype=torch.float64))
+        torch.save({"linked": ctx.gradient_link is not None, "grad": grad, "counters": counters},
+                   out / f"rank-{ctx.rank}.pt")
+
+
 if __name__ == "__main__":
     {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch,
-     "gradient_sync": gradient_sync}[sys.argv[1]](Path(sys.argv[2]))
+     "gradient_sync": gradient_sync, "link_refused": link_refused}[sys.argv[1]](Path(sys.argv[2]))

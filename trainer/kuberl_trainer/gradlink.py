@@ -48,6 +48,7 @@ HELLO = struct.Struct("!4sI16s")  # magic, rank, token
 MAGIC = b"KRG1"
 HEADER = struct.Struct("!QQ")  # sync number, payload bytes
 HELLO_SECONDS = 2.0  # how long an accepted connection may take to say who it is
+SETUP_SECONDS = 10.0  # how long rank 0 waits for every rank to connect before the gang keeps gloo
 
 
 class LinkLost(RuntimeError):
@@ -262,7 +263,7 @@ def accept_peers(server: socket.socket, token: bytes, world_size: int, deadline:
 
 
 def open_link(rank: int, world_size: int, master_addr: str, timeout_seconds: float, yield_seconds: float,
-              setup_seconds: float = 10.0) -> GradientLink | None:
+              setup_seconds: float | None = None) -> GradientLink | None:
     """Connect the gang (every rank calls this, after init_process_group):
     rank 0 listens and hands port and token to the others through the process
     group; they connect. None on every rank when any of them failed (a
@@ -279,6 +280,7 @@ def open_link(rank: int, world_size: int, master_addr: str, timeout_seconds: flo
         offer = torch.zeros(2 + len(token), dtype=torch.uint8)
     dist.broadcast(offer, src=0)
     port, token = struct.unpack("!H", offer[:2].numpy().tobytes())[0], offer[2:].numpy().tobytes()
+    setup_seconds = SETUP_SECONDS if setup_seconds is None else setup_seconds
     deadline = time.monotonic() + setup_seconds
     if rank == 0:
         if server is not None:
