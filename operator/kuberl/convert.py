@@ -12,6 +12,8 @@ Worker running different programs, a result `validate_job` refuses) raises
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import difflib
 import re
@@ -23,6 +25,7 @@ import yaml
 from . import contract, names
 from .render import RUNTIME_USER
 from .spec import (
+    DNS_1123_SUBDOMAIN,
     GPU_RESOURCE,
     QUANTITY,
     InvalidJob,
@@ -612,6 +615,55 @@ def is_configmap(doc: Any) -> bool:
     return isinstance(doc, dict) and doc.get("apiVersion") == "v1" and doc.get("kind") == "ConfigMap"
 
 
+# ValidateConfigMap (pkg/apis/core/validation/validation.go): data and binaryData total at most
+# core.MaxSecretSize bytes; every key passes IsConfigMapKey (k8s.io/apimachinery/pkg/util/validation).
+MAX_CONFIGMAP_BYTES = 1024 * 1024
+CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
+CONFIGMAP_KEY_RULE = "a ConfigMap key: at most 253 letters, digits, '-', '_' or '.', not '.' nor starting with '..'"
+
+
+def is_configmap_key(key: object) -> bool:
+    return isinstance(key, str) and bool(CONFIGMAP_KEY.fullmatch(key)) and key != "." and not key.startswith("..")
+
+
+def configmap_problems(doc: dict) -> list[Problem]:
+    """A ConfigMap document beside the job, checked as the API server checks it (ValidateConfigMap and
+    the name's DNS-1123 subdomain), each problem at its field: what kubectl apply would refuse is
+    named before kuberl convert prints it or kuberl run mounts it."""
+    problems = []
+    metadata = doc.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or len(name) > 253 or not re.fullmatch(DNS_1123_SUBDOMAIN, name):
+        problems.append(Problem("metadata.name", "expected a DNS-1123 subdomain: at most 253 lowercase letters, digits,"
+                                f" '-' and '.', starting and ending with a letter or digit (got {name!r})"))
+    size = 0
+    for field in ("data", "binaryData"):
+        values = doc.get(field)
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            problems.append(Problem(field, f"expected a mapping of keys to strings (got {type(values).__name__})"))
+            continue
+        for key, value in values.items():
+            if not is_configmap_key(key):
+                problems.append(Problem(f"{field}.{key}", f"expected {CONFIGMAP_KEY_RULE} (got {key!r})"))
+            elif not isinstance(value, str):
+                problems.append(Problem(f"{field}.{key}", f"expected a string; quote it (got {value!r:.40})"))
+            elif field == "data":
+                size += len(value.encode("utf-8", "surrogatepass"))
+            else:
+                try:
+                    size += len(base64.b64decode(value, validate=True))
+                except (binascii.Error, ValueError):
+                    problems.append(Problem(f"binaryData.{key}", "expected base64 (the bytes of a file)"))
+            if field == "binaryData" and key in (doc.get("data") or {}):
+                problems.append(Problem(f"binaryData.{key}", "duplicate of a data key: a key lives in data or binaryData"))
+    if size > MAX_CONFIGMAP_BYTES:
+        problems.append(Problem("data", f"{size} bytes in all; the API server takes at most {MAX_CONFIGMAP_BYTES} (1 MiB)"
+                                " per ConfigMap: split it, or put large files in a volume"))
+    return problems
+
+
 def convert_documents(docs: list[Any]) -> tuple[list[dict], list[tuple[str, list[Note]]], list[tuple[str, NotConvertible]]]:
     """Every document of a file: PyTorchJobs converted, ConfigMaps beside them kept as they are (the
     template may read them; kubectl applies them and kuberl run mounts them). Returns the output
@@ -622,6 +674,9 @@ def convert_documents(docs: list[Any]) -> tuple[list[dict], list[tuple[str, list
         name = metadata.get("name") if isinstance(metadata, dict) else None
         label = f"{KIND} {name!r}" if isinstance(name, str) else f"document {i + 1}"
         if is_configmap(doc):
+            problems = configmap_problems(doc)
+            if problems:
+                failures.append((f"ConfigMap {name!r}" if isinstance(name, str) else label, NotConvertible(problems)))
             out.append(copy.deepcopy(doc))
             continue
         try:

@@ -28,7 +28,6 @@ import itertools
 import json
 import math
 import os
-import re
 import signal
 import socket
 import sys
@@ -47,7 +46,6 @@ from .localnode import LocalRunError, PodProcess, processes_under, start_pod
 from .rank0metrics import Rank0Reading
 from .render import Job, render_configmap, render_pod, render_service
 from .spec import (
-    DNS_1123_SUBDOMAIN,
     InvalidJob,
     JobSpec,
     Problem,
@@ -322,33 +320,23 @@ def observed(entry: LocalPod, code: int | None) -> ObservedPod:
 # --- the run --------------------------------------------------------------------
 
 
-_CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
-# ValidateConfigMap (pkg/apis/core/validation): data and binaryData may total core.MaxSecretSize bytes.
-MAX_CONFIGMAP_BYTES = 1024 * 1024
-
-
 def is_configmap(doc: object) -> bool:
     return isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
 
 
 def read_configmap(doc: dict, path: str) -> tuple[str, dict[str, str]]:
-    """A ConfigMap document's name and data, checked as the API server checks them."""
-    name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
-    data = doc.get("data") or {}
-    if doc.get("apiVersion") != "v1" or not isinstance(name, str) or len(name) > 253 or not re.fullmatch(DNS_1123_SUBDOMAIN, name) or not isinstance(data, dict):
-        raise SystemExit(f"{path}: a ConfigMap needs apiVersion v1, metadata.name (a DNS-1123 subdomain) and data")
+    """A ConfigMap document's name and data, checked as the API server checks them (`convert.configmap_problems`)."""
+    problems = convert.configmap_problems(doc)
+    if doc.get("apiVersion") != "v1":
+        problems.insert(0, Problem("apiVersion", f"expected v1 (got {doc.get('apiVersion')!r})"))
     if doc.get("binaryData"):  # dropping it would leave its files missing from the volume without a word
-        raise SystemExit(f"{path}: ConfigMap {name!r}: binaryData is not served by kuberl run; put its files in data")
-    # IsConfigMapKey (k8s.io/apimachinery/pkg/util/validation): not '.', '..' nor starting with '..' (the kubelet's ..data)
-    bad = [k for k, v in data.items() if not isinstance(v, str) or not _CONFIGMAP_KEY.fullmatch(str(k)) or str(k).startswith("..") or k == "."]
-    if bad:
-        raise SystemExit(f"{path}: ConfigMap {name!r}: data keys are [-._a-zA-Z0-9]+, not '.' nor starting with '..',"
-                         f" with string values ({bad[0]!r} is not)")
-    size = sum(len(v.encode("utf-8", "surrogatepass")) for v in data.values())
-    if size > MAX_CONFIGMAP_BYTES:
-        raise SystemExit(f"{path}: ConfigMap {name!r}: data totals {size} bytes; the API server takes at most"
-                         f" {MAX_CONFIGMAP_BYTES} (1 MiB) per ConfigMap: split it, or mount the files from a volume")
-    return name, {str(k): v for k, v in data.items()}
+        problems.append(Problem("binaryData", "not served by kuberl run; put its files in data"))
+    metadata = doc.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if problems:
+        raise SystemExit(f"{path}: ConfigMap {name!r} is invalid ({len(problems)} problem(s)):\n"
+                         + "\n".join(f"  {p}" for p in problems))
+    return name, dict(doc.get("data") or {})
 
 
 def _namespace(doc: dict) -> str | None:

@@ -275,6 +275,38 @@ def test_configmaps_beside_the_job_pass_through(tmp_path, capsys):
     assert [d["kind"] for d in load_documents(out)] == ["ConfigMap", "RLTrainingJob"]
 
 
+# ValidateConfigMap (pkg/apis/core/validation/validation.go): IsConfigMapKey keys (k8s.io/apimachinery
+# pkg/util/validation: [-._a-zA-Z0-9]+, at most 253, not '.' nor starting with '..'), string values,
+# base64 binaryData, no key in both, at most core.MaxSecretSize (1 MiB) in all; a DNS-1123 subdomain name.
+@pytest.mark.parametrize(("data", "words"), [
+    ({"data": {"my script.py": "x"}}, "data.my script.py: expected a ConfigMap key"),
+    ({"data": {"..data": "x"}}, "data...data: expected a ConfigMap key"),
+    ({"data": {"EPOCHS": 3}}, "data.EPOCHS: expected a string; quote it"),
+    ({"data": ["EPOCHS=3"]}, "data: expected a mapping of keys to strings"),
+    ({"data": {"big": "x" * (1024 * 1024 + 1)}}, "data: 1048577 bytes in all"),
+    ({"binaryData": {"model.bin": "not base64!"}}, "binaryData.model.bin: expected base64"),
+    ({"data": {"k": "1"}, "binaryData": {"k": "AAEC"}}, "binaryData.k: duplicate of a data key"),
+    ({"metadata": {"name": "Settings"}}, "metadata.name: expected a DNS-1123 subdomain"),
+])
+def test_a_configmap_beside_the_job_that_kubectl_apply_would_refuse_is_named_and_nothing_printed(tmp_path, capsys, data, words):
+    """ConfigMaps passed through convert unchecked: the file printed, then kubectl apply (or kuberl run) refused it."""
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, **data}
+    path = tmp_path / "pj.yaml"
+    path.write_text(to_yaml([configmap, CONVERTED[2][1]]))
+    code, out, err = run_cli(capsys, path)
+    assert (code, out) == (1, ""), err
+    assert "is invalid (1 problem(s)):" in err and words in err, err
+
+
+def test_a_configmap_with_binary_data_converts_as_a_cluster_takes_it(tmp_path, capsys):
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "weights"}, "binaryData": {"w.bin": "AAEC"}}
+    path = tmp_path / "pj.yaml"
+    path.write_text(to_yaml([configmap, CONVERTED[2][1]]))
+    code, out, err = run_cli(capsys, path)
+    assert code == 0, err
+    assert load_documents(out)[0] == configmap
+
+
 @pytest.mark.parametrize(("text", "words"), [
     ("", "no YAML document found"),
     ("kind: PytorchJob\napiVersion: kubeflow.org/v1\nmetadata: {name: x}\nspec: {}\n", "kind: expected 'PyTorchJob'"),

@@ -32,13 +32,13 @@ def test_a_job_alone_has_no_configmaps():
     ([JOB, JOB], "exactly one RLTrainingJob"),
     ([configmap("a", {})], "exactly one RLTrainingJob"),
     ([JOB, configmap("../up", {})], "DNS-1123"),
-    ([JOB, configmap("a", {"../x": "1"})], "data keys"),
-    ([JOB, configmap("a", {"k": 1})], "data keys"),
+    ([JOB, configmap("a", {"../x": "1"})], r"data\.\.\./x: expected a ConfigMap key"),
+    ([JOB, configmap("a", {"k": 1})], "data.k: expected a string; quote it"),
     ([JOB, configmap("a", {}), configmap("a", {})], "two ConfigMaps"),
     ([JOB, configmap("a\n", {})], "DNS-1123"),  # Go's regexp has no "$ before a final newline"
     ([JOB, configmap("a" * 254, {})], "DNS-1123"),  # a subdomain is at most 253 characters
-    ([JOB, configmap("a", {"k\n": "1"})], "data keys"),
-    ([JOB, {**configmap("a", {}), "apiVersion": "v2"}], "apiVersion v1"),
+    ([JOB, configmap("a", {"k\n": "1"})], "expected a ConfigMap key"),
+    ([JOB, {**configmap("a", {}), "apiVersion": "v2"}], "apiVersion: expected v1"),
 ])
 def test_what_a_cluster_would_refuse_is_refused(docs, why):
     with pytest.raises(SystemExit, match=why):
@@ -46,7 +46,7 @@ def test_what_a_cluster_would_refuse_is_refused(docs, why):
 
 
 def test_binary_data_is_refused_rather_than_left_out_of_the_volume():
-    with pytest.raises(SystemExit, match="binaryData is not served by kuberl run"):
+    with pytest.raises(SystemExit, match="binaryData: not served by kuberl run"):
         split_documents([JOB, {**configmap("a", {}), "binaryData": {"model.bin": "AAEC"}}], "f")
 
 

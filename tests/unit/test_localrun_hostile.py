@@ -308,11 +308,11 @@ def configmap(name: str, data: dict, namespace: str | None = None) -> dict:
 
 @pytest.mark.parametrize("docs,why", [
     # IsConfigMapKey (k8s.io/apimachinery/pkg/util/validation): "must not start with '..'"
-    ([JOB, configmap("a", {"..data": "x"})], r"data keys .* not '.' nor starting with '..'"),
+    ([JOB, configmap("a", {"..data": "x"})], r"data\.\.\.data: expected a ConfigMap key: .* nor starting with '\.\.'"),
     ([JOB, configmap("a", {"..2026_11_25": "x"})], "starting with '..'"),
     # totalSize > core.MaxSecretSize: 1 MiB of data per ConfigMap, counted in bytes
-    ([JOB, configmap("a", {"big": "x" * (1024 * 1024 + 1)})], "data totals 1048577 bytes"),
-    ([JOB, configmap("a", {"a": "é" * (512 * 1024), "b": "x"})], "data totals 1048577 bytes"),
+    ([JOB, configmap("a", {"big": "x" * (1024 * 1024 + 1)})], "data: 1048577 bytes in all"),
+    ([JOB, configmap("a", {"a": "é" * (512 * 1024), "b": "x"})], "data: 1048577 bytes in all"),
     # a pod reads ConfigMaps of its own namespace only
     ([{**JOB, "metadata": {"name": "j", "namespace": "ml"}}, configmap("a", {}, "other")], "metadata.namespace 'other', the job 'ml'"),
 ])
