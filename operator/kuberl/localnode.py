@@ -409,7 +409,11 @@ def configmap_files(volume: Mapping, configmaps: Mapping[str, Mapping[str, str]]
                 continue
             raise LocalRunError(f"{at}.items[{j}].key: ConfigMap {source['name']!r} has no key {item['key']!r}"
                                 " (a cluster's FailedMount: configmap references non-existent config key)")
-        files[os.path.normpath(item["path"])] = (data[item["key"]], item.get("mode", mode))  # the same path twice: the last wins
+        path = os.path.normpath(item["path"])
+        if path == ".":  # the API server lets it through; the kubelet cannot write a file over the volume's directory
+            raise LocalRunError(f"{at}.items[{j}].path: {item['path']!r} names the volume's own directory, not a file"
+                                " (a cluster's FailedMount)")
+        files[path] = (data[item["key"]], item.get("mode", mode))  # the same path twice: the last wins
     for path in files:
         parent = os.path.dirname(path)
         while parent:

@@ -94,6 +94,12 @@ def test_two_items_at_one_path_the_last_wins_as_in_the_kubelets_payload_map():
     assert files == {"main.py": ("print('eval')\n", 0o644)}
 
 
+@pytest.mark.parametrize("path", [".", "./", "././"])
+def test_an_item_path_naming_the_volume_itself_is_refused_as_the_kubelets_write_fails(path):
+    with pytest.raises(LocalRunError, match=r"items\[0\].path: .* names the volume's own directory"):
+        configmap_files(code_volume(items=[{"key": "train.py", "path": path}]), {"scripts": SCRIPTS})
+
+
 def test_an_item_that_is_both_a_file_and_a_directory_is_refused_as_the_kubelets_write_fails():
     volume = code_volume(items=[{"key": "train.py", "path": "a"}, {"key": "eval.py", "path": "a/b.py"}])
     with pytest.raises(LocalRunError, match=r"spec.volumes\[code\].configMap.items: 'a' is a file and also the directory"):
