@@ -20,6 +20,7 @@ from .render import DEFAULT_MONITORING_NAMESPACE, DEFAULT_OPERATOR_NAMESPACE
 from .spec import (
     InvalidJob,
     JobSpec,
+    Problem,
     UnreadableSpec,
     load_documents,
     namespace_problems,
@@ -58,18 +59,25 @@ def gymnasium_id_known(env_id: str) -> bool | None:
 def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     """Every job in a file with its parsed spec and declared namespace; problems go to
     stderr, each with its field path. Returns (valid jobs, whether any was invalid)."""
-    from .localrun import is_configmap, read_configmap, runnable_documents
+    from .convert import configmap_problems
+    from .localrun import is_configmap, runnable_documents
 
     valid, failed = [], False
     docs = runnable_documents(load_jobs(path), path)
     if all(is_configmap(doc) for doc in docs):  # as for an empty file: "valid" would hide the wrong file
         raise SystemExit(f"{path}: no RLTrainingJob document, only ConfigMaps")
     for job in docs:
-        if is_configmap(job):  # beside the job, for its template to read (kuberl run mounts it; kubectl applies it)
-            read_configmap(job, path)
-            continue
         metadata = (job.get("metadata") or {}) if isinstance(job, dict) else {}
         name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
+        if is_configmap(job):  # beside the job, for its template to read (kuberl run mounts it; kubectl applies it)
+            problems = configmap_problems(job) if job.get("apiVersion") == "v1" else [
+                Problem("apiVersion", f"expected v1 (got {job.get('apiVersion')!r})")]
+            failed = failed or bool(problems)
+            if problems:
+                print(f"{path}: ConfigMap {name!r} is invalid ({len(problems)} problem(s)):", file=sys.stderr)
+            for p in problems:
+                print(f"  {p}", file=sys.stderr)
+            continue
         try:
             spec = validate_job(job, env_id_known=gymnasium_id_known)
             valid.append((name, spec, metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None))

@@ -72,3 +72,20 @@ def test_a_file_of_configmaps_alone_is_no_valid_job(tmp_path):
     path.write_text(yaml.safe_dump(configmap("scripts", {"t.py": "print(1)"})))
     done = subprocess.run([sys.executable, "-m", "kuberl.cli", "validate", str(path)], capture_output=True, text=True, check=False)
     assert done.returncode == 1 and "no RLTrainingJob document, only ConfigMaps" in done.stderr
+
+
+def test_validate_lists_a_bad_configmaps_problems_and_goes_on_to_the_job(tmp_path, capsys):
+    """A bad ConfigMap ended validate at once (the job after it unread), and binaryData, which a
+    cluster takes, was refused for kuberl run's own limitation."""
+    from kuberl import cli
+
+    bad_job = {**JOB, "spec": {"workers": 0}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump_all([configmap("a", {"..data": "x", "k": "v"}), bad_job]))
+    assert cli.main(["validate", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "ConfigMap 'a' is invalid (1 problem(s)):\n  data...data: expected a ConfigMap key" in err
+    assert "RLTrainingJob 'j' is invalid" in err and "spec.workers" in err
+    good_job = {**JOB, "spec": {"trainer": "custom", "template": {"spec": {"containers": [{"name": "trainer", "command": ["x"]}]}}}}
+    path.write_text(yaml.safe_dump_all([{**configmap("w", {}), "binaryData": {"w.bin": "AAEC"}}, good_job]))
+    assert cli.main(["validate", str(path)]) == 0, capsys.readouterr().err
