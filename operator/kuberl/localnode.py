@@ -134,7 +134,8 @@ def resource_field(pod: Mapping, ref: Mapping, node_cpus: int, node_memory: int 
         raw = requests.get(resource, limits.get(resource, 0))
     if raw is None:
         raise LocalRunError(f"resourceFieldRef {ref['resource']}: no limit set and no node allocatable to fall back on")
-    return str(math.ceil(quantity(raw) / quantity(ref.get("divisor") or "1")))
+    divisor = quantity(ref.get("divisor") or "1")
+    return str(math.ceil(quantity(raw) / (divisor or 1)))  # a zero divisor is the unset one, 1 (ExtractContainerResourceValue)
 
 
 def node_allocatable() -> tuple[int, int | None, int | None]:
@@ -253,6 +254,10 @@ MAX_FILE_MODE = 0o777
 # The kubelet's AtomicWriter (pkg/volume/util/atomic_writer.go validatePath) writes no longer payload path or file name.
 MAX_PROJECTED_PATH = 4096
 MAX_PROJECTED_NAME = 255
+# validateContainerResourceDivisor (pkg/apis/core/validation): the divisors the API server takes, by value
+# (1m and 1 for CPU; 1, 1k..1E and 1Ki..1Ei for memory and ephemeral storage); zero is the unset divisor.
+CPU_DIVISORS = frozenset({Fraction(1, 1000), Fraction(1)})
+BYTE_DIVISORS = frozenset({Fraction(1), *(Fraction(1000) ** e for e in range(1, 7)), *(Fraction(1024) ** e for e in range(1, 7))})
 # IsConfigMapKey (k8s.io/apimachinery/pkg/util/validation): what a configMapKeyRef's key may be.
 CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
@@ -312,6 +317,21 @@ def _named(path: str, ref: object, what: str) -> list[str]:
     return []
 
 
+def _divisor_problems(path: str, ref: Mapping) -> list[str]:
+    divisor = ref.get("divisor")
+    if divisor is None:
+        return []
+    try:
+        value = quantity(divisor)
+    except LocalRunError:
+        return [f"{path}.divisor: expected a quantity such as 1, 1m or 1Mi (got {_shown(divisor)})"]
+    allowed = CPU_DIVISORS if ref["resource"].endswith(".cpu") else BYTE_DIVISORS
+    if value == 0 or value in allowed:
+        return []
+    shown = "1m or 1 for cpu" if allowed is CPU_DIVISORS else "1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi or 1Ei"
+    return [f"{path}.divisor: expected {shown} (got {_shown(divisor)})"]
+
+
 def source_problems(pod: Mapping, container: Mapping) -> list[str]:
     """Every command and args item, envFrom, env valueFrom and configMap volume of the pod the API
     server would refuse, by field path (its decoding of []string; ValidateEnvFrom,
@@ -356,6 +376,8 @@ def source_problems(pod: Mapping, container: Mapping) -> list[str]:
             problems += _named(f"{at}.{kinds[0]}", ref, "ConfigMap" if kinds[0] == "configMapKeyRef" else "Secret")
         if not isinstance(ref, dict) or not isinstance(ref.get(field), str) or not ref[field]:
             problems.append(f"{at}.{kinds[0]}.{field}: required (got {_shown(ref.get(field) if isinstance(ref, dict) else ref)})")
+        elif kinds[0] == "resourceFieldRef":
+            problems += _divisor_problems(f"{at}.resourceFieldRef", ref)
         elif kinds[0] == "configMapKeyRef" and (not CONFIGMAP_KEY.fullmatch(ref["key"]) or ref["key"] in (".", "..")
                                                 or ref["key"].startswith("..")):
             problems.append(f"{at}.configMapKeyRef.key: expected a ConfigMap key: letters, digits, '-', '_' or '.',"

@@ -415,3 +415,31 @@ def test_plotting_skips_what_is_not_a_progress_record(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "progress.jsonl").write_text(FOREIGN_PROGRESS)
     assert plot(str(tmp_path)).endswith("learning-curve.png")
+
+
+# validateContainerResourceDivisor (pkg/apis/core/validation/validation.go): 1m or 1 for cpu; 1, 1k..1E,
+# 1Ki..1Ei for memory and ephemeral-storage; a zero divisor equals the unset one, which
+# ExtractContainerResourceValue (pkg/api/v1/resource) reads as 1.
+@pytest.mark.parametrize("ref,field", [
+    ({"resource": "limits.cpu", "divisor": "-1"}, "divisor: expected 1m or 1 for cpu"),
+    ({"resource": "limits.cpu", "divisor": "1n"}, "divisor: expected 1m or 1 for cpu"),
+    ({"resource": "requests.memory", "divisor": "1e-9"}, "divisor: expected 1, 1k"),
+    ({"resource": "limits.memory", "divisor": "lots"}, "divisor: expected a quantity"),
+])
+def test_a_divisor_the_api_server_refuses_is_named(ref, field):
+    pod = pod_with({"env": [{"name": "N", "valueFrom": {"resourceFieldRef": ref}}]})
+    problems = source_problems(pod, trainer_container(pod))
+    assert len(problems) == 1 and problems[0].startswith("spec.containers[trainer].env[N].valueFrom.resourceFieldRef.")
+    assert field in problems[0], problems
+
+
+def test_a_zero_divisor_is_the_unset_one_not_a_zero_division():
+    """divisor: '0' passes the API server (it equals the unset Quantity); here it was a ZeroDivisionError traceback."""
+    from kuberl.localnode import resource_field
+
+    pod = pod_with({"resources": {"limits": {"cpu": "2", "memory": "1Gi"}}})
+    zero = pod_with({"env": [{"name": "N", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "0"}}}]})
+    assert source_problems(zero, trainer_container(zero)) == []
+    assert resource_field(pod, {"resource": "limits.cpu", "divisor": "0"}, 4) == "2"
+    assert resource_field(pod, {"resource": "limits.memory", "divisor": "1Mi"}, 4) == "1024"
+    assert resource_field(pod, {"resource": "limits.cpu", "divisor": "1m"}, 4) == "2000"
