@@ -200,8 +200,8 @@ def container_env(
         env.update({source.get("prefix", "") + k: v for k, v in (data or {}).items()})
     for item in container.get("env") or []:
         name = item["name"]
-        if "valueFrom" not in item:
-            env[name] = expand(item.get("value", ""), env)
+        if item.get("valueFrom") is None:  # value: null is an unset value, "" (JSON null decodes to Go's zero value)
+            env[name] = expand(item.get("value") or "", env)
             continue
         source = item["valueFrom"]
         if "fieldRef" in source:

@@ -443,3 +443,12 @@ def test_a_zero_divisor_is_the_unset_one_not_a_zero_division():
     assert resource_field(pod, {"resource": "limits.cpu", "divisor": "0"}, 4) == "2"
     assert resource_field(pod, {"resource": "limits.memory", "divisor": "1Mi"}, 4) == "1024"
     assert resource_field(pod, {"resource": "limits.cpu", "divisor": "1m"}, 4) == "2000"
+
+
+def test_an_env_value_of_null_is_the_empty_string_as_a_kubelet_sets_it():
+    """`{name: X, value: null}` (JSON null: Go's zero value, "") was a TypeError traceback in the $(VAR) expansion."""
+    from kuberl.localnode import container_env
+
+    pod = pod_with({"env": [{"name": "X", "value": None}, {"name": "Y", "value": "a$(X)b", "valueFrom": None}]})
+    env = container_env(pod, trainer_container(pod), "127.0.0.2", {}, lambda name: name, node_cpus=1)
+    assert (env["X"], env["Y"]) == ("", "ab")
