@@ -421,7 +421,7 @@ def configmap_files(volume: Mapping, configmaps: Mapping[str, Mapping[str, str]]
             return {}
         raise LocalRunError(f"{at}.name: ConfigMap {source['name']!r} does not exist (a cluster leaves the pod in"
                             " ContainerCreating, FailedMount); put it in the job's file or set optional: true")
-    mode = source.get("defaultMode", CONFIGMAP_DEFAULT_MODE)
+    mode = CONFIGMAP_DEFAULT_MODE if source.get("defaultMode") is None else source["defaultMode"]
     if not source.get("items"):
         return {key: (value, mode) for key, value in data.items()}
     files: dict[str, tuple[str, int]] = {}
@@ -435,7 +435,7 @@ def configmap_files(volume: Mapping, configmaps: Mapping[str, Mapping[str, str]]
         if path == ".":  # the API server lets it through; the kubelet cannot write a file over the volume's directory
             raise LocalRunError(f"{at}.items[{j}].path: {item['path']!r} names the volume's own directory, not a file"
                                 " (a cluster's FailedMount)")
-        files[path] = (data[item["key"]], item.get("mode", mode))  # the same path twice: the last wins
+        files[path] = (data[item["key"]], mode if item.get("mode") is None else item["mode"])  # the same path twice: the last wins
     for path in files:
         parent = os.path.dirname(path)
         while parent:
@@ -492,7 +492,7 @@ def path_problems(pod: Mapping, container: Mapping) -> list[str]:
         path = str(mount.get("mountPath", ""))
         if not path.startswith("/") or not _inside(root, path) or os.path.normpath(path) == "/":
             problems.append(f"{where}.volumeMounts[{i}].mountPath: {path!r} is not an absolute path inside the container")
-        sub = str(mount.get("subPath", ""))
+        sub = str(mount.get("subPath") or "")  # null is unset, as everywhere in a pod
         if sub.startswith("/") or ".." in sub.split("/"):
             problems.append(f"{where}.volumeMounts[{i}].subPath: {sub!r} must be a relative path without '..'")
     for field in ("terminationMessagePath", "workingDir"):
@@ -582,7 +582,7 @@ def _lay_out(sandbox: str, pod: Mapping, container: Mapping, projected: Mapping[
     for i, mount in enumerate(container.get("volumeMounts") or []):
         if mount["name"] not in sources:
             raise LocalRunError(f"volumeMount {mount['mountPath']}: the pod has no volume {mount['name']!r}")
-        source = os.path.join(sources[mount["name"]], mount.get("subPath", ""))
+        source = os.path.join(sources[mount["name"]], mount.get("subPath") or "")
         if not _within(sources[mount["name"]], source):  # the kubelet's PrepareSafeSubpath refuses it too
             raise LocalRunError(f"{where}.volumeMounts[{i}].subPath: {mount['subPath']!r} leads out of volume"
                                 f" {mount['name']!r} through a symlink in it")

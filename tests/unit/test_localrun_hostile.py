@@ -88,6 +88,15 @@ def test_a_subpath_naming_one_key_mounts_that_file(tmp_path):
         assert f.read() == SCRIPTS["train.py"]
 
 
+def test_null_modes_and_subpath_are_unset_not_refused(tmp_path):
+    """defaultMode: null, mode: null and subPath: null are unset in a pod (JSON null); here they stopped the run
+    with 'cannot lay out ... TypeError'."""
+    volume = code_volume(defaultMode=None, items=[{"key": "train.py", "path": "t.py", "mode": None}])
+    app = laid_out(tmp_path, volume, mount={"subPath": None})
+    assert files_under(app) == {"t.py": "print('train')\n"}
+    assert stat.S_IMODE(os.stat(os.path.join(app, "t.py")).st_mode) == 0o644
+
+
 def test_two_items_at_one_path_the_last_wins_as_in_the_kubelets_payload_map():
     files = configmap_files(code_volume(items=[{"key": "train.py", "path": "main.py"}, {"key": "eval.py", "path": "./main.py"}]),
                             {"scripts": SCRIPTS})
