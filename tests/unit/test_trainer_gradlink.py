@@ -25,9 +25,9 @@ def star(world_size: int) -> list[dict[int, socket.socket]]:
     return peers
 
 
-def run_ranks(world_size: int, body, timeout: float = 5.0, yield_seconds: float = 0.01):
+def run_ranks(world_size: int, body, timeout: float = 5.0, busy_poll_seconds: float = gradlink.BUSY_POLL_SECONDS):
     """body(rank, link) on one thread per rank; each rank's result or exception."""
-    links = [gradlink.GradientLink(r, world_size, p, timeout, yield_seconds) for r, p in enumerate(star(world_size))]
+    links = [gradlink.GradientLink(r, world_size, p, timeout, busy_poll_seconds) for r, p in enumerate(star(world_size))]
     results: list[object] = [None] * world_size
 
     def target(rank: int) -> None:
@@ -83,8 +83,8 @@ def test_a_peer_that_leaves_is_a_lost_link_not_a_hang():
     assert not isinstance(waited, Exception) and waited < 5, waited
 
 
-@pytest.mark.parametrize("yield_seconds", [0.0, 0.01])  # blocking in select() at once, and after yielding
-def test_a_silent_peer_is_a_lost_link_at_the_collective_timeout(yield_seconds):
+@pytest.mark.parametrize("busy_poll_seconds", [0.0, 0.01])  # blocking in poll() at once, and after polling
+def test_a_silent_peer_is_a_lost_link_at_the_collective_timeout(busy_poll_seconds):
     def body(rank, link):
         if rank == 1:
             time.sleep(1.0)  # says nothing
@@ -94,7 +94,7 @@ def test_a_silent_peer_is_a_lost_link_at_the_collective_timeout(yield_seconds):
             link.sum_(torch.ones(10))
         return time.monotonic() - started
 
-    waited = run_ranks(2, body, timeout=0.3, yield_seconds=yield_seconds)[0]
+    waited = run_ranks(2, body, timeout=0.3, busy_poll_seconds=busy_poll_seconds)[0]
     assert not isinstance(waited, Exception) and 0.3 <= waited < 1.0, waited
 
 

@@ -280,7 +280,9 @@ def process_group(
         sync_yield = yield_window(read_cpu_quota(), local_world_size)
         if gradlink.wanted(world_size, chosen, transport):
             with collectives():
-                link = gradlink.open_link(rank, world_size, master, collective_timeout_seconds, sync_yield)
+                # no busy poll where the CPU quota is under a core per process, as no yielding wait there
+                link = gradlink.open_link(rank, world_size, master, collective_timeout_seconds,
+                                          gradlink.BUSY_POLL_SECONDS if sync_yield > 0 else 0.0)
         yield Dist(rank, world_size, local_rank, local_world_size, device, chosen, sync_yield, link)
     finally:
         if link is not None:

@@ -10,8 +10,8 @@ hand-offs a sync. Between two idle ranks that is 0.08 ms; between two
 training ones (whose gloo threads have gone to sleep between syncs) 0.24-0.34
 ms, plus gloo's threads' own CPU on the rank's core (bench/sync_wait.py). Here
 the thread that computed the gradient sends it and polls for the peers' on
-non-blocking sockets, yielding its core meanwhile: 0.013 ms idle, 0.026 ms
-between training ranks, on the same machine (`make bench`'s sync section).
+non-blocking sockets: 0.013 ms idle, 0.026 ms between training ranks, on
+the same machine (bench/sync_wait.py).
 
 Shape: a star through rank 0, for at most MAX_LINK_RANKS ranks. With two
 ranks each sends its gradient to the other and adds the one it receives;
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import os
 import secrets
 import select
 import socket
@@ -49,6 +48,11 @@ MAGIC = b"KRG1"
 HEADER = struct.Struct("!QQ")  # sync number, payload bytes
 HELLO_SECONDS = 2.0  # how long an accepted connection may take to say who it is
 SETUP_SECONDS = 10.0  # how long rank 0 waits for every rank to connect before the gang keeps gloo
+# How long a sync polls its sockets before it blocks in poll(): ranks in step arrive within it
+# (a PPO step's sync waits ~0.1 ms), and a late peer costs a wake-up (~0.03 ms) rather than a core
+# held or handed away: a thread that sched_yield()s gives a busier neighbour its core until the next
+# scheduler tick, where one woken from poll() preempts it.
+BUSY_POLL_SECONDS = 0.0002
 
 
 class LinkLost(RuntimeError):
@@ -125,9 +129,9 @@ class GradientLink:
     rank; the others hold only peers[0])."""
 
     def __init__(self, rank: int, world_size: int, peers: dict[int, socket.socket],
-                 timeout_seconds: float, yield_seconds: float):
+                 timeout_seconds: float, busy_poll_seconds: float):
         self.rank, self.world_size, self.peers = rank, world_size, {r: _tune(s) for r, s in peers.items()}
-        self.timeout_seconds, self.yield_seconds = timeout_seconds, yield_seconds
+        self.timeout_seconds, self.busy_poll_seconds = timeout_seconds, busy_poll_seconds
         self.syncs = 0
         self._buffers: dict[tuple[int, int], torch.Tensor] = {}
 
@@ -170,9 +174,9 @@ class GradientLink:
         return flat
 
     def _move(self, transfers: list[_Transfer]) -> None:
-        """Every transfer to its end: poll them all, yielding the core while
-        nothing moves; once the yield window is over, block in select(); past
-        the collective timeout, give up."""
+        """Every transfer to its end: poll them all while nothing moves, for
+        busy_poll_seconds, then block in poll() until something can; past the
+        collective timeout, give up."""
         started = time.monotonic()
         while True:
             moved = False
@@ -187,9 +191,7 @@ class GradientLink:
             waited = time.monotonic() - started
             if waited > self.timeout_seconds:
                 raise LinkLost(f"no word from a peer within the collective timeout of {self.timeout_seconds:g}s")
-            if waited < self.yield_seconds:
-                os.sched_yield()
-            else:  # poll(), not select(): a trainer may hold descriptors past select's 1024
+            if waited >= self.busy_poll_seconds:  # poll(), not select(): a trainer may hold descriptors past 1024
                 events: dict[int, int] = {}
                 for t in pending:  # one socket may both send and receive
                     events[t.sock.fileno()] = events.get(t.sock.fileno(), 0) | (select.POLLIN if t.receiving else select.POLLOUT)
@@ -262,7 +264,7 @@ def accept_peers(server: socket.socket, token: bytes, world_size: int, deadline:
     return peers
 
 
-def open_link(rank: int, world_size: int, master_addr: str, timeout_seconds: float, yield_seconds: float,
+def open_link(rank: int, world_size: int, master_addr: str, timeout_seconds: float, busy_poll_seconds: float,
               setup_seconds: float | None = None) -> GradientLink | None:
     """Connect the gang (every rank calls this, after init_process_group):
     rank 0 listens and hands port and token to the others through the process
@@ -304,4 +306,4 @@ def open_link(rank: int, world_size: int, master_addr: str, timeout_seconds: flo
         for sock in peers.values():
             sock.close()
         return None
-    return GradientLink(rank, world_size, peers, timeout_seconds, yield_seconds)
+    return GradientLink(rank, world_size, peers, timeout_seconds, busy_poll_seconds)
