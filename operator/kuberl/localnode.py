@@ -197,7 +197,7 @@ def container_env(
         data = configmaps.get(ref["name"])
         if data is None and not ref.get("optional"):
             raise LocalRunError(f"envFrom: ConfigMap {ref['name']!r} does not exist")
-        env.update({source.get("prefix", "") + k: v for k, v in (data or {}).items()})
+        env.update({(source.get("prefix") or "") + k: v for k, v in (data or {}).items()})
     for item in container.get("env") or []:
         name = item["name"]
         if item.get("valueFrom") is None:  # value: null is an unset value, "" (JSON null decodes to Go's zero value)

@@ -458,6 +458,7 @@ def test_an_env_value_of_null_is_the_empty_string_as_a_kubelet_sets_it():
     """`{name: X, value: null}` (JSON null: Go's zero value, "") was a TypeError traceback in the $(VAR) expansion."""
     from kuberl.localnode import container_env
 
-    pod = pod_with({"env": [{"name": "X", "value": None}, {"name": "Y", "value": "a$(X)b", "valueFrom": None}]})
-    env = container_env(pod, trainer_container(pod), "127.0.0.2", {}, lambda name: name, node_cpus=1)
-    assert (env["X"], env["Y"]) == ("", "ab")
+    pod = pod_with({"env": [{"name": "X", "value": None}, {"name": "Y", "value": "a$(X)b", "valueFrom": None}],
+                    "envFrom": [{"prefix": None, "configMapRef": {"name": "cm"}}]})
+    env = container_env(pod, trainer_container(pod), "127.0.0.2", {"cm": {"K": "v"}}, lambda name: name, node_cpus=1)
+    assert (env["X"], env["Y"], env["K"]) == ("", "ab", "v")
