@@ -492,6 +492,12 @@ def _elastic_notes(spec: dict, notes: list[Note]) -> None:
 # --- everything -----------------------------------------------------------------------------
 
 
+def _program_of(template: dict, path: str) -> bool:
+    """Whether the template's pytorch container names its program (command or args)."""
+    container = template["spec"]["containers"][_trainer_index(template, path)]
+    return bool(container.get("command") or container.get("args"))
+
+
 def convert(pytorchjob: Any) -> tuple[dict, list[Note]]:
     """The RLTrainingJob for a PyTorchJob, and a note for each field not carried over or changed in meaning.
     Raises NotConvertible with every problem at the PyTorchJob's own field path."""
@@ -527,6 +533,11 @@ def convert(pytorchjob: Any) -> tuple[dict, list[Note]]:
         index = _trainer_index(templates[used], template_path)
         raise _fail(f"{template_path}.spec.containers[{index}].image", "required field is missing: the pods would run"
                     " kuberl's own trainer image, not your program")
+    if not _program_of(templates[used], template_path):
+        index = _trainer_index(templates[used], template_path)
+        raise _fail(f"{template_path}.spec.containers[{index}].command", "unset, and args too: under PyTorchJob the image's"
+                    " ENTRYPOINT and CMD ran; kuberl's container would run its own trainer instead, so set command to"
+                    " what the image runs (docker inspect --format '{{.Config.Entrypoint}} {{.Config.Cmd}}' IMAGE)")
     workers = sum(counts.values())
     origins["spec.workers"] = f"spec.pytorchReplicaSpecs.{WORKER if WORKER in counts else MASTER}.replicas"
     procs, procs_path = _procs(spec, lifted.get("gpusPerWorker", 0), notes)

@@ -218,6 +218,9 @@ REFUSED = [
     ("restart-policy-typo", pytorchjob(None, replica(2, restart="OnFailed")), "spec.pytorchReplicaSpecs.Worker.restartPolicy",
      "expected one of OnFailure, ExitCode, Always, Never"),
     ("long-name", pytorchjob(None, replica(2), name="a" * 60), "metadata.name", "at most 50"),
+    # the image's ENTRYPOINT ran; it was refused at the converted job's 'trainer' container, a name the user never wrote
+    ("image-entrypoint", pytorchjob(None, replica(2, pytorch(command=None))),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command", "ENTRYPOINT and CMD ran"),
     ("a-1mb-script-times-20-workers", pytorchjob(None, replica(20, pytorch(command=["python", "-c", big_script(1_000_000)]))),
      "spec.pytorchReplicaSpecs.Worker.template", "bytes of pod template across the gang"),
 ]
