@@ -219,6 +219,11 @@ REFUSED = [
      "expected one of OnFailure, ExitCode, Always, Never"),
     ("long-name", pytorchjob(None, replica(2), name="a" * 60), "metadata.name", "at most 50"),
     # the image's ENTRYPOINT ran; it was refused at the converted job's 'trainer' container, a name the user never wrote
+    # Container.Command and Args are []string: a number or a string there no cluster decodes, and it ran as characters
+    ("unquoted-arg", pytorchjob(None, replica(2, pytorch(args=["--epochs", 10]))),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].args[1]", "quote it (got 10)"),
+    ("string-command", pytorchjob(None, replica(2, pytorch(command="python /app/train.py"))),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command", "expected a list of strings"),
     ("image-entrypoint", pytorchjob(None, replica(2, pytorch(command=None))),
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command", "ENTRYPOINT and CMD ran"),
     ("a-1mb-script-times-20-workers", pytorchjob(None, replica(20, pytorch(command=["python", "-c", big_script(1_000_000)]))),
