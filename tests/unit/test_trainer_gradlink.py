@@ -69,6 +69,15 @@ def test_every_rank_gets_the_same_bits_the_rank_order_sum(world_size, numel):
             assert torch.equal(results[r][sync], expected), (sync, r)
 
 
+def test_an_empty_tensor_is_an_empty_sum_not_a_closed_peer():
+    def body(rank, link):
+        empty = torch.empty(0)
+        link.sum_(empty)
+        return link.sum_(torch.full((3,), float(rank)))
+
+    assert all(torch.equal(r, torch.full((3,), 1.0)) for r in run_ranks(2, body))
+
+
 def test_a_peer_that_leaves_is_a_lost_link_not_a_hang():
     def body(rank, link):
         if rank == 1:

@@ -91,7 +91,8 @@ class _Transfer:
     def __init__(self, sock: socket.socket, header: bytes, payload: memoryview, receive: bool):
         self.sock, self.expected, self.receiving = sock, header, receive
         self.header = bytearray(header) if receive else header
-        self.parts, self.done = [memoryview(self.header), payload], 0
+        self.parts, self.done = [memoryview(self.header)] + ([payload] if len(payload) else []), 0
+        self.header_pending = True
 
     @property
     def finished(self) -> bool:
@@ -110,7 +111,8 @@ class _Transfer:
             return False
         self.done += moved
         if self.done == len(self.parts[0]):
-            if self.receiving and len(self.parts) == 2 and bytes(self.header) != self.expected:
+            header, self.header_pending = self.header_pending, False
+            if header and self.receiving and bytes(self.header) != self.expected:
                 (sync, size), (got_sync, got_size) = HEADER.unpack(self.expected), HEADER.unpack(bytes(self.header))
                 raise LinkLost(f"ranks out of step: expected sync {sync} of {size} bytes, "
                                f"got sync {got_sync} of {got_size} bytes")
