@@ -294,12 +294,12 @@ def probe_runs(out: Path, quick: bool) -> dict[str, list[dict]]:
 
 
 def sync_wait_numbers(quick: bool) -> str | None:
-    """bench/sync_wait.py: why a gradient sync waits (launch gaps between the ranks, gloo's CPU per
-    sync), for PPO's fused step: as the trainer runs (yielding wait, one pod of two processes splitting
-    its CPUs, gloo's event loop SCHED_BATCH), as two separate pods, with the blocking wait, and with
-    gloo's event loop left a normal thread (--gloo-loop-unchanged: where the floor's 4 ms tail came from)."""
+    """bench/sync_wait.py: why a gradient sync waits (launch gaps between the ranks, CPU per sync
+    outside the training thread), for PPO's fused step: over the direct link as the trainer runs (one
+    pod of two processes splitting its CPUs), the same as two separate pods, then over gloo (yielding
+    wait, gloo's event loop SCHED_BATCH) and gloo blocking at once."""
     outputs = []
-    for pin in ([], ["--separate-pods"], ["--blocking"], ["--gloo-loop-unchanged"]):
+    for pin in ([], ["--separate-pods"], ["--transport", "gloo"], ["--transport", "gloo", "--blocking"]):
         try:
             done = subprocess.run([sys.executable, str(REPO / "bench/sync_wait.py"), "--updates", "5" if quick else "20",
                                    "--floor-calls", "200" if quick else "1000", *pin],
@@ -446,6 +446,10 @@ def scaling_lines(probes: dict[str, list[dict]], runs: list[dict]) -> list[str]:
             base = plain[0]["steps_per_second_rank"]
             lines.append(f"- {algorithm}: 2 DDP ranks / 1 plain process (no DDP), per-rank envs fixed: "
                          f"{sum(r['steps_per_second_rank'] for r in ddp) / base:.2f}x global env steps/s")
+            over_gloo = probes.get(f"{algorithm}-ddp2-gloo") or []
+            if over_gloo:
+                lines.append(f"- {algorithm}: the same 2 ranks with every gradient sum over gloo's all-reduce instead of the "
+                             f"direct link: {sum(r['steps_per_second_rank'] for r in over_gloo) / base:.2f}x")
             if fixed:
                 lines.append(f"- {algorithm}: fixed global batch (half the envs or batch per rank): "
                              f"{sum(r['steps_per_second_rank'] for r in fixed) / base:.2f}x (reported, not targeted)")
@@ -615,9 +619,13 @@ def report(out: Path, args: argparse.Namespace, runs, probes, pendulum, operator
         "## 2. Training throughput, with the update-to-data ratio", "",
         *probe_tables(probes), "",
         "## 3. Scaling", "", *scaling_lines(probes, runs), *sync_lines(probes), "",
-        ("Where a sync's time goes, bench/sync_wait.py (2 gloo ranks, PPO's fused step; 'floor' = idle back-to-back all-reduces,"
+        ("Where a sync's time goes, bench/sync_wait.py (2 ranks, PPO's fused step; 'floor' = idle back-to-back sums,"
         " 'gap' = between the two ranks' launches of the same sync on the shared monotonic clock, 'whole process' CPU minus"
-        " 'training thread' CPU = gloo's own threads), first as the trainer runs (each all-reduce waited for by yielding the core, up to 10 ms; the two ranks one pod's processes, each on its own slice of the CPUs), then as two separate pods sharing both CPUs (`kuberl run`'s layout), then blocking in the wait at once, then with gloo's event loop thread left a normal thread, as before distributed.calm_gloo_loop (woken onto the core of the gloo worker that holds a pair's lock, it preempts the worker and spins on that lock until the next 4 ms scheduler tick: the floor's p90 there):\n\n```\n" + sync_wait + "\n```")
+        " 'training thread' CPU = other threads' (gloo's own, when it carries the sums)): first over the direct link as the"
+        " trainer runs (the two ranks one pod's processes, each on its own slice of the CPUs), then as two separate pods"
+        " sharing both CPUs (`kuberl run`'s layout), then over gloo's all-reduce (waited for by yielding the core, up to"
+        " 10 ms), then over gloo blocking in the wait at once (`--gloo-loop-unchanged` shows why gloo's event loop thread"
+        " runs SCHED_BATCH):\n\n```\n" + sync_wait + "\n```")
         if sync_wait else "bench/sync_wait.py did not run here.", "",
         "## 4. Where the time goes, per update and rank (milliseconds)", "",
         ("PPO: one update = 32 steps x envs, 20 epochs x 1 minibatch. DQN: one update = 256 env steps per rank, 128 gradient steps."
