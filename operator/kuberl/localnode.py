@@ -51,6 +51,9 @@ from .spec import DNS_1123_LABEL, DNS_1123_SUBDOMAIN, QUANTITY, quantity_value
 # What Kubernetes keeps of a log for FallbackToLogsOnError.
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 2048
+# containerd's max_container_log_line_size: a longer line is logged in pieces of this size, so one
+# line without a newline (a progress bar, a binary dump) cannot take the runner's memory.
+LOG_LINE_BYTES = 16 * 1024
 TERMINATION_MESSAGE_LIMIT = 4096
 PYTHONS = ("python", "python3", f"python3.{sys.version_info.minor}")
 # A container image's usual PATH, after the trainer environment's own bin directory.
@@ -774,7 +777,7 @@ class PodProcess:
     def _pump(self) -> None:
         assert self.popen is not None and self.popen.stdout is not None
         with open(self.log_path, "a", buffering=1) if self.log_path else contextlib.nullcontext() as log:
-            for raw in iter(self.popen.stdout.readline, b""):
+            for raw in iter(lambda: self.popen.stdout.readline(LOG_LINE_BYTES), b""):
                 line = raw.decode(errors="replace").rstrip("\n")
                 self.tail.append(line)
                 if log:

@@ -462,3 +462,17 @@ def test_an_env_value_of_null_is_the_empty_string_as_a_kubelet_sets_it():
                     "envFrom": [{"prefix": None, "configMapRef": {"name": "cm"}}]})
     env = container_env(pod, trainer_container(pod), "127.0.0.2", {"cm": {"K": "v"}}, lambda name: name, node_cpus=1)
     assert (env["X"], env["Y"], env["K"]) == ("", "ab", "v")
+
+
+def test_a_line_without_end_is_logged_in_pieces_not_held_whole(tmp_path):
+    """One 8 MB line without a newline was read whole into memory (and kept in the log tail): a process printing
+    gigabytes that way took the runner with it. containerd splits lines at max_container_log_line_size (16 KiB)."""
+    from kuberl.localnode import LOG_LINE_BYTES
+
+    out = tmp_path / "out"
+    with open(out, "w") as sink:
+        process = PodProcess(Launch([sys.executable, "-c", "import sys; sys.stdout.write('x' * 8_000_000)"], {}, str(tmp_path),
+                                    str(tmp_path / "log")), "[t]", sink)
+        assert process.wait(30) == 0
+    assert max(len(line) for line in process.tail) == LOG_LINE_BYTES
+    assert sum(len(line) for line in process.tail) <= 80 * LOG_LINE_BYTES
