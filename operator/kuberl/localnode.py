@@ -36,6 +36,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -851,15 +852,24 @@ class PodProcess:
         """The file's content, else (the process failed) the tail of its log."""
         if self.start_error:
             return self.start_error
-        try:
-            with open(self.spec.termination_log, errors="replace") as f:
-                text = f.read(TERMINATION_MESSAGE_LIMIT).strip()
-        except OSError:
-            text = ""
+        text = read_termination_log(self.spec.termination_log)
         if text or not self._exit_code:
             return text or None
         tail = "\n".join(self.tail)[-LOG_TAIL_BYTES:].strip()
         return tail or None
+
+
+def read_termination_log(path: str) -> str:
+    """The termination-message file, only as the regular file a kubelet mounts there: the process owns its root
+    here, and a FIFO or a link to a terminal put in its place must not hang the runner (nor a link be followed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return f.read(TERMINATION_MESSAGE_LIMIT).decode(errors="replace").strip()
 
 
 def start_pod(

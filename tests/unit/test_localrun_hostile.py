@@ -5,6 +5,7 @@ file) naming the field: never a traceback, never a write outside the pod's sandb
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import sys
@@ -476,3 +477,23 @@ def test_a_line_without_end_is_logged_in_pieces_not_held_whole(tmp_path):
         assert process.wait(30) == 0
     assert max(len(line) for line in process.tail) == LOG_LINE_BYTES
     assert sum(len(line) for line in process.tail) <= 80 * LOG_LINE_BYTES
+
+
+@pytest.mark.parametrize("replace", ["mkfifo", "symlink"])
+def test_a_termination_log_the_process_replaced_is_not_read_through(tmp_path, replace):
+    """The process owns its root here (a kubelet's termination file is a mount it cannot replace): a FIFO put in
+    its place hung `kuberl run` reading it once the process had failed; a symlink to one hung it the same way."""
+    import threading
+
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    fifo = tmp_path / "elsewhere"
+    make = f"os.mkfifo({str(log)!r})" if replace == "mkfifo" else f"os.mkfifo({str(fifo)!r}); os.symlink({str(fifo)!r}, {str(log)!r})"
+    process = PodProcess(Launch([sys.executable, "-c", f"import os; os.remove({str(log)!r}); {make}; raise SystemExit(3)"],
+                                {}, str(tmp_path), str(log)), "[t]", io.StringIO())
+    assert process.wait(30) == 3
+    done = []
+    reader = threading.Thread(target=lambda: done.append(process.termination_message()), daemon=True)
+    reader.start()
+    reader.join(5)
+    assert done, "termination_message() blocked"
