@@ -859,17 +859,22 @@ class PodProcess:
         return tail or None
 
 
-def read_termination_log(path: str) -> str:
-    """The termination-message file, only as the regular file a kubelet mounts there: the process owns its root
-    here, and a FIFO or a link to a terminal put in its place must not hang the runner (nor a link be followed)."""
+def read_regular_file(path: str, limit: int = -1) -> str | None:
+    """A file a container wrote, read only if it is a regular file (else None): the process owns its root and
+    volumes here, and a FIFO or a link put in a file's place must not hang the runner (nor a link be followed)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
-        return ""
+        return None
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        return f.read(TERMINATION_MESSAGE_LIMIT).decode(errors="replace").strip()
+            return None
+        return f.read(limit).decode(errors="replace")
+
+
+def read_termination_log(path: str) -> str:
+    """The termination-message file, as the regular file a kubelet mounts there."""
+    return (read_regular_file(path, TERMINATION_MESSAGE_LIMIT) or "").strip()
 
 
 def start_pod(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import glob
 import hashlib
 import ipaddress
 import itertools
@@ -42,7 +41,13 @@ import yaml
 
 from . import convert, lifecycle, names, rank0metrics
 from .lifecycle import ObservedPod, Rank0Progress
-from .localnode import LocalRunError, PodProcess, processes_under, start_pod
+from .localnode import (
+    LocalRunError,
+    PodProcess,
+    processes_under,
+    read_regular_file,
+    start_pod,
+)
 from .rank0metrics import Rank0Reading
 from .render import Job, render_configmap, render_pod, render_service
 from .spec import (
@@ -565,11 +570,8 @@ def act(cluster: LocalCluster, decision: lifecycle.Decision, now: float) -> None
 
 
 def last_progress(checkpoint_dir: str | None) -> dict:
-    path = os.path.join(checkpoint_dir, "progress.jsonl") if checkpoint_dir else None
-    if not path or not os.path.exists(path):
-        return {}
-    with open(path, errors="replace") as f:
-        return progress_record(f.read().splitlines())
+    text = read_regular_file(os.path.join(checkpoint_dir, "progress.jsonl")) if checkpoint_dir else None
+    return progress_record(text.splitlines()) if text else {}
 
 
 def progress_records(lines: list[str]) -> list[dict]:
@@ -669,13 +671,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 # --- the learning curve ---------------------------------------------------------
 
 
+def progress_files(checkpoints: str) -> list[str]:
+    """Every progress.jsonl under the checkpoint directory; links are not followed (a trainer's or a careless
+    hand's `ln -s . a; ln -s . b` there made a recursive glob walk 2^40 paths)."""
+    return [os.path.join(parent, "progress.jsonl") for parent, _, files in os.walk(checkpoints) if "progress.jsonl" in files]
+
+
 def plot(run_dir: str) -> str:
     """A PNG of return against timesteps and against wall time, from progress.jsonl."""
-    found = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "**", "progress.jsonl"), recursive=True), key=os.path.getmtime)
+    found = sorted(progress_files(os.path.join(run_dir, "checkpoints")), key=os.path.getmtime)
     if not found:
         raise FileNotFoundError(f"no progress.jsonl under {run_dir}/checkpoints (has the run reported progress yet?)")
-    with open(found[-1], errors="replace") as f:
-        rows = progress_records(f.read().splitlines())
+    rows = progress_records((read_regular_file(found[-1]) or "").splitlines())
     import matplotlib
 
     matplotlib.use("Agg")

@@ -497,3 +497,35 @@ def test_a_termination_log_the_process_replaced_is_not_read_through(tmp_path, re
     reader.start()
     reader.join(5)
     assert done, "termination_message() blocked"
+
+
+def test_plot_finds_progress_without_following_links_round_in_circles(tmp_path):
+    """Two links to '.' in the checkpoint directory made `kuberl plot` (and `kuberl run --plot`) hang in a recursive glob."""
+    import threading
+
+    from kuberl.localrun import plot
+
+    checkpoints = tmp_path / "checkpoints" / "job-uid"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "progress.jsonl").write_text('{"timesteps": 1, "episode_return_mean": 2.0, "wall_seconds": 1}\n')
+    os.symlink(".", checkpoints / "a")
+    os.symlink(".", checkpoints / "b")
+    done = []
+    worker = threading.Thread(target=lambda: done.append(plot(str(tmp_path))), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert done == [str(tmp_path / "learning-curve.png")]
+
+
+def test_a_progress_file_that_is_a_fifo_does_not_hang_the_summary(tmp_path):
+    """A container's FIFO at /checkpoints/progress.jsonl hung `kuberl run` at its summary line."""
+    import threading
+
+    from kuberl.localrun import last_progress
+
+    os.mkfifo(tmp_path / "progress.jsonl")
+    done = []
+    worker = threading.Thread(target=lambda: done.append(last_progress(str(tmp_path))), daemon=True)
+    worker.start()
+    worker.join(5)
+    assert done == [{}]
