@@ -99,25 +99,28 @@ class _Transfer:
         return not self.parts
 
     def step(self) -> bool:
-        """Move what the socket takes or holds now; whether anything moved."""
+        """Move what the socket takes or holds now, header and payload in one
+        system call; whether anything moved."""
+        buffers = [self.parts[0][self.done:], *self.parts[1:]]
         try:
             if self.receiving:
-                moved = self.sock.recv_into(self.parts[0][self.done:])
+                moved = self.sock.recvmsg_into(buffers)[0]
                 if moved == 0:
                     raise ConnectionResetError("the peer closed the connection")
             else:
-                moved = self.sock.send(self.parts[0][self.done:])
+                moved = self.sock.sendmsg(buffers)
         except (BlockingIOError, InterruptedError):
             return False
         self.done += moved
-        if self.done == len(self.parts[0]):
-            header, self.header_pending = self.header_pending, False
-            if header and self.receiving and bytes(self.header) != self.expected:
-                (sync, size), (got_sync, got_size) = HEADER.unpack(self.expected), HEADER.unpack(bytes(self.header))
-                raise LinkLost(f"ranks out of step: expected sync {sync} of {size} bytes, "
-                               f"got sync {got_sync} of {got_size} bytes")
+        while self.parts and self.done >= len(self.parts[0]):
+            self.done -= len(self.parts[0])
             self.parts.pop(0)
-            self.done = 0
+            if self.header_pending:
+                self.header_pending = False
+                if self.receiving and bytes(self.header) != self.expected:
+                    (sync, size), (got_sync, got_size) = HEADER.unpack(self.expected), HEADER.unpack(bytes(self.header))
+                    raise LinkLost(f"ranks out of step: expected sync {sync} of {size} bytes, "
+                                   f"got sync {got_sync} of {got_size} bytes")
         return moved > 0
 
 
