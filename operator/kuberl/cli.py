@@ -80,6 +80,7 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
             continue
         try:
             spec = validate_job(job, env_id_known=gymnasium_id_known)
+            template_problems(name, spec)
             valid.append((name, spec, metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None))
         except InvalidJob as e:
             failed = True
@@ -87,6 +88,17 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
             for p in e.problems:
                 print(f"  {p}", file=sys.stderr)
     return valid, failed
+
+
+def template_problems(name: str, spec: JobSpec) -> None:
+    """The template's command, args, env sources and configMap volumes in a rendered pod, checked as the API
+    server checks a pod (`localnode.source_problems`): raises InvalidJob at spec.template's fields."""
+    from .localnode import pod_source_problems
+    from .render import PLACEHOLDER_UID, Job, render_pod
+
+    problems = pod_source_problems(render_pod(Job(name, spec), "default", PLACEHOLDER_UID, 0))
+    if problems:
+        raise InvalidJob([Problem(f"spec.template.{path}", message) for path, _, message in (p.partition(": ") for p in problems)])
 
 
 def pod_security_violations(name: str, spec: JobSpec, args: argparse.Namespace) -> list[Violation]:

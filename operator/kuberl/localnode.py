@@ -406,6 +406,14 @@ def source_problems(pod: Mapping, container: Mapping) -> list[str]:
     return problems
 
 
+def pod_source_problems(pod: Mapping) -> list[str]:
+    """`source_problems` for every container of the pod (its volumes once): what `kuberl validate` reports
+    before the operator's pods would be refused."""
+    containers = [c for c in pod["spec"].get("containers") or [] if isinstance(c, dict)]
+    found = [p for c in containers for p in source_problems(pod, c)]
+    return list(dict.fromkeys(found))
+
+
 def check_sources(pod: Mapping, container: Mapping) -> None:
     problems = source_problems(pod, container)
     if problems:

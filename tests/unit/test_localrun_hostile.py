@@ -529,3 +529,23 @@ def test_a_progress_file_that_is_a_fifo_does_not_hang_the_summary(tmp_path):
     worker.start()
     worker.join(5)
     assert done == [{}]
+
+
+@pytest.mark.parametrize("container,volumes,line", [
+    ({"command": ["python", "train.py", "--epochs", 10]}, [], "spec.template.spec.containers[trainer].command[3]: expected a string"),
+    ({"command": ["x"], "envFrom": [{"prefix": "A=", "configMapRef": {"name": "s"}}]}, [],
+     "spec.template.spec.containers[trainer].envFrom[0].prefix: expected printable ASCII"),
+    ({"command": ["x"]}, [{"name": "code", "configMap": {"name": "s", "items": [{"key": "k", "path": "../k"}]}}],
+     "spec.template.spec.volumes[code].configMap.items[0].path: '../k' must not contain '..'"),
+])
+def test_validate_reports_what_the_api_server_would_refuse_in_the_operators_pods(tmp_path, capsys, container, volumes, line):
+    """`kuberl validate` said "valid" and the operator's pods were then refused at creation."""
+    import yaml
+    from kuberl import cli
+
+    job = {**JOB, "spec": {"trainer": "custom", "template": {"spec": {"containers": [{"name": "trainer", **container}],
+                                                                       "volumes": volumes}}}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert cli.main(["validate", str(path)]) == 1
+    assert f"  {line}" in capsys.readouterr().err
