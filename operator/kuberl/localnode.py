@@ -548,9 +548,26 @@ def prepare_sandbox(
     check_paths(pod, container)
     check_sources(pod, container)
     projected = {v["name"]: configmap_files(v, configmaps) for v in pod["spec"].get("volumes") or [] if "configMap" in v}
-    shutil.rmtree(sandbox, ignore_errors=True)
+    remove_tree(sandbox)
     with _as_local_run_error(container):
         return _lay_out(sandbox, pod, container, projected, claim_dir)
+
+
+def remove_tree(path: str) -> None:
+    """Remove a pod's old sandbox, a fresh root for the next pod as a node gives it: a directory the old pod
+    left without write permission (a module cache's read-only tree, say) is made writable first (its
+    processes are gone by then), where rmtree alone left it and the next pod could not be laid out."""
+    shutil.rmtree(path, ignore_errors=True)
+    if not os.path.lexists(path) or os.path.islink(path):
+        return
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o700)
+    for parent, dirs, _ in os.walk(path):  # top-down: each directory is made listable before the walk enters it
+        for name in dirs:
+            if not os.path.islink(os.path.join(parent, name)):  # chmod would follow a link out of the sandbox
+                with contextlib.suppress(OSError):
+                    os.chmod(os.path.join(parent, name), 0o700)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager

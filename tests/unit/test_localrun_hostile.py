@@ -549,3 +549,42 @@ def test_validate_reports_what_the_api_server_would_refuse_in_the_operators_pods
     path.write_text(yaml.safe_dump(job))
     assert cli.main(["validate", str(path)]) == 1
     assert f"  {line}" in capsys.readouterr().err
+
+
+LEAVE_READ_ONLY_TREE = """
+import os, sys
+from kuberl.localnode import prepare_sandbox, trainer_container
+pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "trainer", "command": ["x"]}], "volumes": []}}
+sandbox = sys.argv[1]
+root = prepare_sandbox(sandbox, pod, trainer_container(pod), {}, str)
+os.makedirs(root + "/tmp/cache/pkg")
+open(root + "/tmp/cache/pkg/mod.go", "w").close()
+os.makedirs(root + "/tmp/closed/x")
+for path, mode in (("/tmp/cache/pkg", 0o555), ("/tmp/cache", 0o555), ("/tmp/closed", 0)):
+    os.chmod(root + path, mode)
+print(os.listdir(prepare_sandbox(sandbox, pod, trainer_container(pod), {}, str) + "/tmp"))
+"""
+
+
+def test_a_pods_read_only_leftovers_do_not_stop_the_next_pod(tmp_path):
+    """A pod that left a read-only tree in its root (Go's module cache, a 0555 directory) stopped the gang's
+    restart with 'cannot lay out ... File exists': rmtree left it. Run as an ordinary user (root ignores modes)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    workdir, command = str(tmp_path), []
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("root, and no setpriv to run as another user")
+        workdir = tempfile.mkdtemp()  # pytest's own directory is root's alone
+        os.chmod(workdir, 0o777)
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    operator = os.path.dirname(os.path.dirname(sys.modules["kuberl"].__file__))
+    try:
+        done = subprocess.run([*command, sys.executable, "-c", LEAVE_READ_ONLY_TREE, os.path.join(workdir, "sandbox")],
+                              capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": operator})
+    finally:
+        if workdir != str(tmp_path):
+            shutil.rmtree(workdir, ignore_errors=True)  # root removes whatever modes are left
+    assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr[-800:]
