@@ -473,6 +473,14 @@ def write_files(directory: str, files: Mapping[str, tuple[str, int]]) -> None:
 # --- the container's filesystem ----------------------------------------------
 
 
+def containers_not_run(pod: Mapping) -> list[str]:
+    """The pod's containers a local node does not start, by field: it runs the trainer container's command
+    alone, so an init container that fetches data, or a sidecar it talks to, is missing here (said, not silent)."""
+    ours = trainer_container(pod)
+    skipped = [f"spec.initContainers[{c.get('name')}]" for c in pod["spec"].get("initContainers") or [] if isinstance(c, dict)]
+    return skipped + [f"spec.containers[{c.get('name')}]" for c in pod["spec"]["containers"] if isinstance(c, dict) and c is not ours]
+
+
 def trainer_container(pod: Mapping) -> dict:
     containers = pod["spec"]["containers"]
     return next((c for c in containers if c["name"] == names.TRAINER_CONTAINER), containers[0])

@@ -44,6 +44,7 @@ from .lifecycle import ObservedPod, Rank0Progress
 from .localnode import (
     LocalRunError,
     PodProcess,
+    containers_not_run,
     processes_under,
     read_regular_file,
     start_pod,
@@ -656,6 +657,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         yaml.safe_dump(document, f, sort_keys=False)
     budget = f"{spec.total_timesteps:,} timesteps" if spec.total_timesteps else "custom trainer"
     say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {budget}; logs and checkpoints in {shown(run_dir)}")
+    skipped = containers_not_run(render_pod(job, NAMESPACE, "0", 0, target="local"))
+    if skipped:
+        say(f"not run here (only the trainer container's command runs): {', '.join(skipped)}")
     try:
         code, status, wall = run(job, run_dir, configmaps=configmaps)
     except LocalRunError as e:

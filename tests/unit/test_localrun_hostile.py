@@ -588,3 +588,21 @@ def test_a_pods_read_only_leftovers_do_not_stop_the_next_pod(tmp_path):
         if workdir != str(tmp_path):
             shutil.rmtree(workdir, ignore_errors=True)  # root removes whatever modes are left
     assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr[-800:]
+
+
+def test_containers_the_local_node_does_not_start_are_named_not_skipped_silently():
+    """An init container that fetched the script, or a sidecar, was skipped without a word: the trainer then
+    failed with 'No such file' and nothing said why."""
+    from kuberl.localnode import containers_not_run
+    from kuberl.render import Job, render_pod
+    from kuberl.spec import validate_job
+
+    from tests.support.jobs import make_job
+
+    pod = pod_with({}, [])
+    pod["spec"]["initContainers"] = [{"name": "fetch", "image": "alpine"}]
+    pod["spec"]["containers"].append({"name": "log-shipper", "image": "fluent-bit"})
+    assert containers_not_run(pod) == ["spec.initContainers[fetch]", "spec.containers[log-shipper]"]
+    ours = render_pod(Job("j", validate_job(make_job("j").env("CartPole-v1").with_spec(totalTimesteps=10).obj())), "default", "u", 0,
+                      target="local")
+    assert containers_not_run(ours) == []
