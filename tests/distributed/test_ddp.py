@@ -170,3 +170,15 @@ def test_a_gang_whose_link_cannot_connect_keeps_gloo_on_every_rank(tmp_path):
     for r in ranks:
         assert torch.equal(r["grad"], torch.full((1000,), 3.0))
         assert r["counters"].tolist() == [2.0, 1.0]
+
+
+def test_three_ranks_sum_over_the_links_star_to_the_same_bits_everywhere(tmp_path):
+    """More than two ranks: rank 0 adds every gradient in rank order and
+    sends the sum back; each rank holds the very same bits, within float
+    rounding of gloo's all-reduce of the same tensors."""
+    ranks = run_workers("link_star", tmp_path, 3)
+    assert [r["linked"] for r in ranks] == [True] * 3 and [r["syncs"] for r in ranks] == [3] * 3
+    for i in range(3):
+        for r in ranks[1:]:
+            assert torch.equal(r["over_link"][i], ranks[0]["over_link"][i])
+        torch.testing.assert_close(ranks[0]["over_link"][i], ranks[0]["over_gloo"][i], rtol=1e-6, atol=1e-6)

@@ -178,6 +178,24 @@ def link_refused(out: Path) -> None:
                    out / f"rank-{ctx.rank}.pt")
 
 
+def link_star(out: Path) -> None:
+    """Three ranks: the link's star through rank 0 (gradlink), from
+    process_group's own setup, beside gloo's all-reduce of the same tensors."""
+    import torch.distributed as dist
+    from kuberl_trainer import distributed
+
+    with process_group("gloo", 60, 60) as ctx:
+        generator = torch.Generator().manual_seed(ctx.rank)
+        grads = [torch.randn(9155, generator=generator) for _ in range(3)]
+        over_link, over_gloo = [g.clone() for g in grads], [g.clone() for g in grads]
+        for g in over_link:
+            distributed.all_reduce_gradient(ctx, g)
+        for g in over_gloo:
+            dist.all_reduce(g)
+        torch.save({"linked": ctx.gradient_link is not None, "over_link": over_link, "over_gloo": over_gloo,
+                    "syncs": ctx.gradient_link.syncs if ctx.gradient_link else 0}, out / f"rank-{ctx.rank}.pt")
+
+
 if __name__ == "__main__":
     {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch,
-     "gradient_sync": gradient_sync, "link_refused": link_refused}[sys.argv[1]](Path(sys.argv[2]))
+     "gradient_sync": gradient_sync, "link_refused": link_refused, "link_star": link_star}[sys.argv[1]](Path(sys.argv[2]))
