@@ -59,7 +59,7 @@ def gymnasium_id_known(env_id: str) -> bool | None:
 def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     """Every job in a file with its parsed spec and declared namespace; problems go to
     stderr, each with its field path. Returns (valid jobs, whether any was invalid)."""
-    from .convert import configmap_problems
+    from .convert import configmap_problems, metadata_problems
     from .localrun import is_configmap, runnable_documents
 
     valid, failed = [], False
@@ -78,27 +78,30 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
             for p in problems:
                 print(f"  {p}", file=sys.stderr)
             continue
+        problems = metadata_problems(metadata) if isinstance(metadata, dict) else []
         try:
             spec = validate_job(job, env_id_known=gymnasium_id_known)
-            template_problems(name, spec)
-            valid.append((name, spec, metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None))
+            problems += template_problems(name, spec)
         except InvalidJob as e:
+            problems = [p for p in problems if not any(q.path == p.path for q in e.problems)] + e.problems
+        if problems:
             failed = True
-            print(f"{path}: RLTrainingJob {name!r} is invalid ({len(e.problems)} problem(s)):", file=sys.stderr)
-            for p in e.problems:
+            print(f"{path}: RLTrainingJob {name!r} is invalid ({len(problems)} problem(s)):", file=sys.stderr)
+            for p in problems:
                 print(f"  {p}", file=sys.stderr)
+        else:
+            valid.append((name, spec, metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None))
     return valid, failed
 
 
-def template_problems(name: str, spec: JobSpec) -> None:
+def template_problems(name: str, spec: JobSpec) -> list[Problem]:
     """The template's command, args, env sources and configMap volumes in a rendered pod, checked as the API
-    server checks a pod (`localnode.source_problems`): raises InvalidJob at spec.template's fields."""
+    server checks a pod (`localnode.source_problems`), at spec.template's fields."""
     from .localnode import pod_source_problems
     from .render import PLACEHOLDER_UID, Job, render_pod
 
     problems = pod_source_problems(render_pod(Job(name, spec), "default", PLACEHOLDER_UID, 0))
-    if problems:
-        raise InvalidJob([Problem(f"spec.template.{path}", message) for path, _, message in (p.partition(": ") for p in problems)])
+    return [Problem(f"spec.template.{path}", message) for path, _, message in (p.partition(": ") for p in problems)]
 
 
 def pod_security_violations(name: str, spec: JobSpec, args: argparse.Namespace) -> list[Violation]:

@@ -27,6 +27,8 @@ from .render import RUNTIME_USER
 from .spec import (
     DNS_1123_SUBDOMAIN,
     GPU_RESOURCE,
+    LABEL_KEY,
+    LABEL_VALUE,
     QUANTITY,
     InvalidJob,
     KubernetesYamlLoader,
@@ -164,13 +166,48 @@ def _check_document(doc: Any) -> None:
         raise NotConvertible(problems)
 
 
+# ValidateAnnotations (k8s.io/apimachinery/pkg/api/validation/objectmeta.go): TotalAnnotationSizeLimitB.
+MAX_ANNOTATION_BYTES = 256 * 1024
+
+
+def _qualified_name(key: str) -> bool:
+    """IsQualifiedName (k8s.io/apimachinery/pkg/util/validation): [DNS-1123 subdomain '/'] name of at most 63."""
+    prefix, _, name = key.rpartition("/")
+    return bool(LABEL_KEY.fullmatch(key)) and len(name) <= 63 and len(prefix) <= 253
+
+
+def metadata_problems(metadata: dict) -> list[Problem]:
+    """An object's labels and annotations as ValidateObjectMeta checks them (for a custom resource too):
+    qualified-name keys, label values of at most 63 characters, at most 256 KiB of annotations."""
+    problems = []
+    for field in ("labels", "annotations"):
+        values = metadata.get(field)
+        if values is None:
+            continue
+        if not isinstance(values, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
+            problems.append(Problem(f"metadata.{field}", f"expected a mapping of strings to strings (got {_shown(values)})"))
+            continue
+        for key, value in values.items():
+            if not _qualified_name(key.lower() if field == "annotations" else key):
+                problems.append(Problem(f"metadata.{field}.{key}", "expected a key of an optional DNS subdomain and '/', then"
+                                        " at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter"
+                                        " or digit"))
+            elif field == "labels" and (len(value) > 63 or not re.fullmatch(LABEL_VALUE, value)):
+                problems.append(Problem(f"metadata.labels.{key}", "expected a label value: at most 63 letters, digits,"
+                                        f" '-', '_' or '.', starting and ending with a letter or digit (got {_shown(value)})"))
+        if field == "annotations":
+            size = sum(len(k.encode()) + len(v.encode()) for k, v in values.items())
+            if size > MAX_ANNOTATION_BYTES:
+                problems.append(Problem("metadata.annotations", f"{size} bytes in all; at most {MAX_ANNOTATION_BYTES} (256 KiB)"))
+    return problems
+
+
 def _metadata(doc: dict, notes: list[Note]) -> dict:
     metadata = _mapping(doc.get("metadata"), "metadata", required=True)
     out = {key: metadata[key] for key in METADATA_CARRIED if metadata.get(key) is not None}
-    for key in ("labels", "annotations"):
-        values = out.get(key, {})
-        if not isinstance(values, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
-            raise _fail(f"metadata.{key}", f"expected a mapping of strings to strings (got {_shown(values)})")
+    problems = metadata_problems(out)
+    if problems:
+        raise NotConvertible(problems)
     for key in metadata:
         if key not in METADATA_CARRIED:
             notes.append(Note(f"metadata.{key}", "not carried over: " + (

@@ -38,6 +38,12 @@ def pytorchjob(master: dict | None = None, worker: dict | None = None, name: str
             "spec": {"runPolicy": {"backoffLimit": 3}, **spec, "pytorchReplicaSpecs": replicas}}  # unset, convert notes it
 
 
+def with_metadata(**metadata) -> dict:
+    doc = pytorchjob(None, replica(2))
+    doc["metadata"] |= metadata
+    return doc
+
+
 GPU = {"limits": {"nvidia.com/gpu": 4, "cpu": "16", "memory": "64Gi"}}
 EXPORTED = pytorchjob(replica(1), replica(1), nprocPerNode="1")  # as `kubectl get pytorchjob -o yaml` gives it
 EXPORTED["metadata"] |= {"namespace": "ml", "uid": "0b6f", "resourceVersion": "42", "creationTimestamp": "2026-01-01T00:00:00Z",
@@ -224,6 +230,13 @@ REFUSED = [
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].args[1]", "quote it (got 10)"),
     ("string-command", pytorchjob(None, replica(2, pytorch(command="python /app/train.py"))),
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command", "expected a list of strings"),
+    # ValidateObjectMeta (k8s.io/apimachinery/pkg/api/validation/objectmeta.go), which custom resources get too:
+    # IsQualifiedName label and annotation keys, IsValidLabelValue values; the job converted and kubectl refused it
+    ("label-key", with_metadata(labels={"team/ml/x": "a"}), "metadata.labels.team/ml/x", "optional DNS subdomain and '/'"),
+    ("label-value", with_metadata(labels={"owner": "Ana Lopez"}), "metadata.labels.owner", "expected a label value"),
+    ("long-label-value", with_metadata(labels={"run": "x" * 64}), "metadata.labels.run", "at most 63"),
+    ("annotation-key", with_metadata(annotations={"my note": "x"}), "metadata.annotations.my note", "optional DNS subdomain"),
+    ("annotations-size", with_metadata(annotations={"a": "x" * 256 * 1024}), "metadata.annotations", "at most 262144"),
     ("image-entrypoint", pytorchjob(None, replica(2, pytorch(command=None))),
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command", "ENTRYPOINT and CMD ran"),
     ("a-1mb-script-times-20-workers", pytorchjob(None, replica(20, pytorch(command=["python", "-c", big_script(1_000_000)]))),

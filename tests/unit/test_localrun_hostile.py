@@ -606,3 +606,16 @@ def test_containers_the_local_node_does_not_start_are_named_not_skipped_silently
     ours = render_pod(Job("j", validate_job(make_job("j").env("CartPole-v1").with_spec(totalTimesteps=10).obj())), "default", "u", 0,
                       target="local")
     assert containers_not_run(ours) == []
+
+
+def test_validate_refuses_metadata_the_api_server_would(tmp_path, capsys):
+    """ValidateObjectMeta applies to custom resources: validate said valid and kubectl apply refused the job."""
+    import yaml
+    from kuberl import cli
+
+    job = {**JOB, "metadata": {"name": "j", "labels": {"a/b/c": "x"}},
+           "spec": {"trainer": "custom", "template": {"spec": {"containers": [{"name": "trainer", "command": ["x"]}]}}}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert cli.main(["validate", str(path)]) == 1
+    assert "  metadata.labels.a/b/c: expected a key of an optional DNS subdomain" in capsys.readouterr().err
