@@ -695,6 +695,7 @@ def configmap_problems(doc: dict) -> list[Problem]:
     if not isinstance(name, str) or len(name) > 253 or not re.fullmatch(DNS_1123_SUBDOMAIN, name):
         problems.append(Problem("metadata.name", "expected a DNS-1123 subdomain: at most 253 lowercase letters, digits,"
                                 f" '-' and '.', starting and ending with a letter or digit (got {name!r})"))
+    problems += metadata_problems(metadata) if isinstance(metadata, dict) else []
     size = 0
     for field in ("data", "binaryData"):
         values = doc.get(field)
