@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import fcntl
 import hashlib
 import ipaddress
 import itertools
@@ -33,7 +34,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Self
 
@@ -506,8 +507,33 @@ def say(message: str) -> None:
     print(f"[kuberl] {message}", flush=True)
 
 
+@contextlib.contextmanager
+def run_lock(run_dir: str) -> Iterator[None]:
+    """One runner per run directory, as one job object has one controller: a second `kuberl run` of the
+    same job (another terminal) killed the first's ranks as leftovers and then raced it for the same pod
+    directories. The lock goes with the process, however it ends."""
+    fd = os.open(os.path.join(run_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise LocalRunError(f"another kuberl run (pid {holder}) is running this job in {run_dir}: wait for it,"
+                                " or stop it (Ctrl-C there) and run again to resume") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
 def run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str, str]] | None = None) -> tuple[int, dict, float]:
     """Drive the job to an end; returns (exit code, final status, wall seconds)."""
+    with run_lock(run_dir):
+        return _run(job, run_dir, out, configmaps)
+
+
+def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str, str]] | None = None) -> tuple[int, dict, float]:
     uid = job_uid(run_dir)
     status_path = os.path.join(run_dir, "status.json")
     status: dict = {}

@@ -619,3 +619,17 @@ def test_validate_refuses_metadata_the_api_server_would(tmp_path, capsys):
     path.write_text(yaml.safe_dump(job))
     assert cli.main(["validate", str(path)]) == 1
     assert "  metadata.labels.a/b/c: expected a key of an optional DNS subdomain" in capsys.readouterr().err
+
+
+def test_a_second_runner_of_the_same_job_is_refused_while_the_first_runs(tmp_path):
+    """A second `kuberl run` of the job (another terminal) took the first's ranks for a dead runner's leftovers,
+    killed them after the grace period, and the two then raced for the same pod directories."""
+    from kuberl.localrun import run_lock
+
+    second = pytest.raises(LocalRunError, match=rf"another kuberl run \(pid {os.getpid()}\) is running this job")
+    with run_lock(str(tmp_path)), second, run_lock(str(tmp_path)):
+        pass
+    with run_lock(str(tmp_path)):  # released when the first ends
+        pass
+    with run_lock(str(tmp_path)):  # released when the first ends
+        pass
