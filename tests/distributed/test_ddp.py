@@ -31,8 +31,9 @@ def run_workers(scenario: str, out, world_size: int, timeout: float = 120, trans
     return [torch.load(out / f"rank-{rank}.pt", weights_only=False) for rank in range(world_size)]
 
 
-# Each gradient sync over the gang's direct link (gradlink, the default) and over gloo's all-reduce.
-@pytest.fixture(scope="module", params=["direct", "gloo"])
+# Each gradient sync over the gang's direct link (gradlink, the default: through shared memory on one
+# x86-64 machine), over its TCP connections alone, and over gloo's all-reduce.
+@pytest.fixture(scope="module", params=["direct", "tcp", "gloo"])
 def two_ranks_and_plain(tmp_path_factory, request):
     ddp, plain = tmp_path_factory.mktemp("ddp"), tmp_path_factory.mktemp("plain")
     return run_workers("equivalence", ddp, 2, transport=request.param), run_workers("equivalence", plain, 1)[0]
@@ -41,10 +42,12 @@ def two_ranks_and_plain(tmp_path_factory, request):
 def test_gradient_syncs_travel_the_transport_asked_for(two_ranks_and_plain, request):
     ranks, plain = two_ranks_and_plain
     syncs = [r["link_syncs"] for r in ranks]
-    if request.node.callspec.params["two_ranks_and_plain"] == "direct":
-        assert syncs[0] == syncs[1] > 0
-    else:
+    transport = request.node.callspec.params["two_ranks_and_plain"]
+    if transport == "gloo":
         assert syncs == [0, 0]
+    else:
+        assert syncs[0] == syncs[1] > 0
+        assert [r["shared"] for r in ranks] == [transport == "direct" and gradlink.shared_memory_possible()] * 2
     assert plain["link_syncs"] == 0  # one process: no sync at all
 
 
@@ -118,10 +121,11 @@ def test_ranks_with_different_networks_refuse_to_start(tmp_path):
         assert r["error"] is not None and "different sizes" in r["error"] and "same spec" in r["error"], r
 
 
-@pytest.fixture(scope="module", params=["direct", "gloo"])
+@pytest.fixture(scope="module", params=["direct", "tcp", "gloo"])
 def gradient_sync(tmp_path_factory, request):
     ranks = run_workers("gradient_sync", tmp_path_factory.mktemp("sync"), 2, transport=request.param)
-    assert [r["linked"] for r in ranks] == [request.param == "direct"] * 2
+    assert [r["linked"] for r in ranks] == [request.param != "gloo"] * 2
+    assert [r["shared"] for r in ranks] == [request.param == "direct" and gradlink.shared_memory_possible()] * 2
     return ranks
 
 
@@ -172,12 +176,15 @@ def test_a_gang_whose_link_cannot_connect_keeps_gloo_on_every_rank(tmp_path):
         assert r["counters"].tolist() == [2.0, 1.0]
 
 
-def test_three_ranks_sum_over_the_links_star_to_the_same_bits_everywhere(tmp_path):
-    """More than two ranks: rank 0 adds every gradient in rank order and
-    sends the sum back; each rank holds the very same bits, within float
+@pytest.mark.parametrize("transport", ["tcp", "direct"])
+def test_three_ranks_sum_over_the_link_to_the_same_bits_everywhere(tmp_path, transport):
+    """More than two ranks: over TCP, rank 0 adds every gradient in rank
+    order and sends the sum back; through shared memory every rank adds all
+    slots in rank order. Each rank holds the very same bits, within float
     rounding of gloo's all-reduce of the same tensors."""
-    ranks = run_workers("link_star", tmp_path, 3)
+    ranks = run_workers("link_star", tmp_path, 3, transport=transport)
     assert [r["linked"] for r in ranks] == [True] * 3 and [r["syncs"] for r in ranks] == [3] * 3
+    assert [r["shared"] for r in ranks] == [transport == "direct" and gradlink.shared_memory_possible()] * 3
     for i in range(3):
         for r in ranks[1:]:
             assert torch.equal(r["over_link"][i], ranks[0]["over_link"][i])

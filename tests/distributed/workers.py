@@ -69,8 +69,10 @@ def equivalence(out: Path) -> None:
             global_episodes.append(int(totals[1]))
             trainer.learn(*trainer.advantages(False))
         link_syncs = ctx.gradient_link.syncs if ctx.gradient_link is not None else 0
+        shared = ctx.gradient_link is not None and ctx.gradient_link.shared is not None
         torch.save({"after_one": after_one, "moments": moments, "after_many": params(trainer), "first_obs": first_obs,
-                    "local_episodes": local_episodes, "global_episodes": global_episodes, "link_syncs": link_syncs},
+                    "local_episodes": local_episodes, "global_episodes": global_episodes, "link_syncs": link_syncs,
+                    "shared": shared},
                    out / f"rank-{ctx.rank}.pt")
 
 
@@ -138,6 +140,7 @@ def gradient_sync(out: Path) -> None:
         loop_threads = distributed.threads_named(distributed.GLOO_LOOP_THREAD)
         result = {"on_time": on_time, "late": late, "cpus": sorted(os.sched_getaffinity(0)), "yield": ctx.sync_yield_seconds,
                   "threads": torch.get_num_threads(), "linked": ctx.gradient_link is not None,
+                  "shared": ctx.gradient_link is not None and ctx.gradient_link.shared is not None,
                   "loop_policies": [os.sched_getscheduler(tid) for tid in loop_threads]}
         if ctx.rank == 1:
             torch.save(result, out / f"rank-{ctx.rank}.pt")
@@ -188,12 +191,14 @@ def link_star(out: Path) -> None:
         generator = torch.Generator().manual_seed(ctx.rank)
         grads = [torch.randn(9155, generator=generator) for _ in range(3)]
         over_link, over_gloo = [g.clone() for g in grads], [g.clone() for g in grads]
+        before = ctx.gradient_link.syncs if ctx.gradient_link else 0  # attaching shared memory takes two
         for g in over_link:
             distributed.all_reduce_gradient(ctx, g)
         for g in over_gloo:
             dist.all_reduce(g)
         torch.save({"linked": ctx.gradient_link is not None, "over_link": over_link, "over_gloo": over_gloo,
-                    "syncs": ctx.gradient_link.syncs if ctx.gradient_link else 0}, out / f"rank-{ctx.rank}.pt")
+                    "syncs": (ctx.gradient_link.syncs if ctx.gradient_link else 0) - before,
+                    "shared": bool(ctx.gradient_link and ctx.gradient_link.shared)}, out / f"rank-{ctx.rank}.pt")
 
 
 if __name__ == "__main__":

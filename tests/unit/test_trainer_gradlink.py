@@ -121,8 +121,10 @@ def test_ranks_out_of_step_fail_loudly_instead_of_adding_the_wrong_floats():
 def test_the_transport_setting():
     assert gradlink.check_transport(None) == gradlink.check_transport("") == "direct"
     assert gradlink.check_transport("gloo") == "gloo"
-    with pytest.raises(ValueError, match="KUBERL_GRADIENT_TRANSPORT='nccl': expected 'direct' or 'gloo'"):
+    assert gradlink.check_transport("tcp") == "tcp"
+    with pytest.raises(ValueError, match="KUBERL_GRADIENT_TRANSPORT='nccl': expected one of direct, tcp, gloo"):
         gradlink.check_transport("nccl")
+    assert gradlink.wanted(2, "gloo", "tcp")
     assert gradlink.wanted(2, "gloo", "direct") and gradlink.wanted(gradlink.MAX_LINK_RANKS, "gloo", "direct")
     assert not gradlink.wanted(1, "gloo", "direct")  # no process group at all
     assert not gradlink.wanted(gradlink.MAX_LINK_RANKS + 1, "gloo", "direct")  # gloo's ring beats a star there
@@ -166,3 +168,114 @@ def test_rank_0_gives_up_at_the_deadline_when_a_rank_never_comes():
     assert sorted(peers) == [1] and time.monotonic() - started < 2
     for sock in [peer, *peers.values(), server]:
         sock.close()
+
+
+# --- through shared memory (ranks of one machine) ---------------------------------------------
+
+
+@pytest.fixture
+def shared_dir(tmp_path, monkeypatch):
+    """SHARED_DIR in a test directory, so a test never touches the machine's /dev/shm."""
+    monkeypatch.setattr(gradlink, "SHARED_DIR", str(tmp_path))
+    if not gradlink.shared_memory_possible():
+        pytest.skip("shared memory is x86-64 only (its sync numbers rely on total store order)")
+    return tmp_path
+
+
+def attached(body):
+    """body(rank, link) after every rank attached the shared mapping; body gets (attached, result)."""
+    def run(rank, link):
+        ok = link.attach_shared_memory(b"k" * 16)
+        return ok, body(rank, link)
+    return run
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_shared_memory_sums_are_the_rank_order_sum_and_leave_no_file(shared_dir, world_size):
+    grads = [[torch.randn(67586, generator=torch.Generator().manual_seed(10 * s + r)) for r in range(world_size)]
+             for s in range(4)]
+
+    def body(rank, link):
+        assert link.shared is not None
+        out = [link.sum_(grads[s][rank].clone()) for s in range(4)]  # both parities, twice
+        counters = link.sum_(torch.tensor([1.0, float(rank)], dtype=torch.float64))
+        return out, counters
+
+    results = run_ranks(world_size, attached(body))
+    assert [ok for ok, _ in results] == [True] * world_size
+    for s in range(4):
+        expected = grads[s][0].clone()
+        for r in range(1, world_size):
+            expected += grads[s][r]
+        for _, (out, _) in results:
+            assert torch.equal(out[s], expected)
+    for _, (_, counters) in results:
+        assert counters.tolist() == [world_size, sum(range(world_size))]
+    assert list(shared_dir.iterdir()) == []  # rank 0 removed the name once everyone had it mapped
+
+
+def test_a_sum_larger_than_a_slot_goes_over_tcp_on_every_rank(shared_dir, monkeypatch):
+    monkeypatch.setattr(gradlink, "SHARED_SLOT_BYTES", 4096)
+
+    def body(rank, link):
+        return link.sum_(torch.full((2048,), float(rank + 1))), link.sum_(torch.full((8,), float(rank + 1)))
+
+    for ok, (large, small) in run_ranks(2, attached(body)):
+        assert ok and torch.equal(large, torch.full((2048,), 3.0)) and torch.equal(small, torch.full((8,), 3.0))
+
+
+def test_over_shared_memory_a_peer_that_leaves_is_a_lost_link(shared_dir):
+    def body(rank, link):
+        if rank == 1:
+            link.close()
+            return None
+        started = time.monotonic()
+        with pytest.raises(gradlink.LinkLost, match="closed"):
+            link.sum_(torch.ones(100))
+        return time.monotonic() - started
+
+    (_, waited), _ = run_ranks(2, attached(body), timeout=30)
+    assert not isinstance(waited, Exception) and waited < 5, waited
+
+
+def test_over_shared_memory_ranks_out_of_step_fail_loudly(shared_dir):
+    def body(rank, link):
+        with pytest.raises(gradlink.LinkLost, match="out of step"):
+            link.sum_(torch.ones(10 if rank == 0 else 11))
+
+    assert [r for _, r in run_ranks(2, attached(body), timeout=2)] == [None, None]
+
+
+def test_a_mapping_that_is_not_the_gangs_is_not_used(shared_dir):
+    """Rank 1 finds a file under the name that does not hold the gang's token
+    (or cannot open it): no rank uses shared memory, the sums go over TCP."""
+    real_map = gradlink._map
+
+    def forged(path, size, token, create):
+        if not create:
+            raise ValueError(f"{path} is not this gang's")
+        return real_map(path, size, token, create)
+
+    gradlink._map = forged
+    try:
+        results = run_ranks(2, attached(lambda rank, link: (link.shared, link.sum_(torch.full((4,), 1.0)))))
+    finally:
+        gradlink._map = real_map
+    for ok, (shared, summed) in results:
+        assert ok is False and shared is None and torch.equal(summed, torch.full((4,), 2.0))
+    assert list(shared_dir.iterdir()) == []
+
+
+def test_a_mapping_name_taken_already_is_never_opened_through(shared_dir):
+    """Made exclusively and never through a symlink: a name planted first
+    (the token is random, so only by someone who knows it) is refused."""
+    token = b"t" * 16
+    planted = shared_dir / f"kuberl-gradients-{token.hex()}"
+    target = shared_dir / "elsewhere"
+    target.write_bytes(b"")
+    planted.symlink_to(target)
+    with pytest.raises(OSError):
+        gradlink._map(str(planted), gradlink.SharedSlots.size(2), token, create=True)
+    with pytest.raises(OSError):
+        gradlink._map(str(planted), gradlink.SharedSlots.size(2), token, create=False)
+    assert target.read_bytes() == b""

@@ -282,7 +282,8 @@ def process_group(
             with collectives():
                 # no busy poll where the CPU quota is under a core per process, as no yielding wait there
                 link = gradlink.open_link(rank, world_size, master, collective_timeout_seconds,
-                                          gradlink.BUSY_POLL_SECONDS if sync_yield > 0 else 0.0)
+                                          gradlink.BUSY_POLL_SECONDS if sync_yield > 0 else 0.0,
+                                          shared_memory=transport == "direct")
         yield Dist(rank, world_size, local_rank, local_world_size, device, chosen, sync_yield, link)
     finally:
         if link is not None:
@@ -350,7 +351,7 @@ def all_reduce_gradient(ctx: Dist, flat: torch.Tensor) -> None:
 def _summed_over_link(ctx: Dist, values: torch.Tensor) -> bool:
     """Sum `values` over the gang's direct link, if it has one and they are a
     contiguous CPU tensor (the same on every rank: same spec, same code)."""
-    if ctx.gradient_link is None or values.device.type != "cpu" or not values.is_contiguous():
+    if ctx.gradient_link is None or not values.is_cpu or not values.is_contiguous():
         return False
     try:
         ctx.gradient_link.sum_(values)

@@ -27,22 +27,37 @@ the token and a rank not yet linked is closed unheard. Every message carries
 its sync number and size, so ranks out of step fail loudly instead of adding
 the wrong floats; a peer that leaves or stays silent past the collective
 timeout raises PeerLost, as a gloo collective would.
+
+Ranks of one machine (`kuberl run`, or one pod's processes when they are
+the whole gang) that see the same /dev/shm pass the floats through shared
+memory instead (SharedSlots): each rank copies its gradient into its own
+slot, publishes the sync number, and every rank adds all slots in rank
+order. The kernel's socket path touched ~0.8 MB of memory per DQN sync and
+left the next gradient step to run on cold caches; through shared memory a
+PPO update took 15.1-15.4 ms against 18.0-18.1 over TCP, a DQN update
+94-96 ms against 110 (2 ranks, interleaved). The TCP connections stay: they
+tell a rank at once that a peer is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hmac
+import mmap
+import os
+import platform
 import secrets
 import select
 import socket
 import struct
+import threading
 import time
 
+import numpy as np
 import torch
 
 MAX_LINK_RANKS = 8  # rank 0 moves 2 x (ranks - 1) gradients a sync: beyond a few ranks, gloo's ring wins
-TRANSPORT_ENV = "KUBERL_GRADIENT_TRANSPORT"  # "gloo" keeps every sync in gloo
+TRANSPORT_ENV = "KUBERL_GRADIENT_TRANSPORT"  # "gloo" keeps every sync in gloo, "tcp" the link off shared memory
 HELLO = struct.Struct("!4sI16s")  # magic, rank, token
 MAGIC = b"KRG1"
 HEADER = struct.Struct("!QQ")  # sync number, payload bytes
@@ -53,25 +68,33 @@ SETUP_SECONDS = 10.0  # how long rank 0 waits for every rank to connect before t
 # held or handed away: a thread that sched_yield()s gives a busier neighbour its core until the next
 # scheduler tick, where one woken from poll() preempts it.
 BUSY_POLL_SECONDS = 0.0002
+SHARED_DIR = "/dev/shm"
+SHARED_SLOT_BYTES = 1 << 20  # per rank and parity: sums up to 262,144 floats (DQN CartPole's: 67,586); larger ones go over TCP
+SHARED_HEADER_BYTES = 4096  # the token, then each rank's sync line
+SYNC_LINE_BYTES = 64  # one cache line per rank: its sync number and its payload size per parity
+SHARED_SLEEP_SECONDS = 0.00005  # between looks at a late peer's sync number, past the busy poll
 
 
 class LinkLost(RuntimeError):
     """A peer left, stayed silent past the timeout or fell out of step."""
 
 
+TRANSPORTS = ("direct", "tcp", "gloo")  # direct: the link, through shared memory where the gang can; tcp: never
+
+
 def check_transport(transport: str | None) -> str:
-    """KUBERL_GRADIENT_TRANSPORT's value: 'direct' (the default) or 'gloo'."""
+    """KUBERL_GRADIENT_TRANSPORT's value: 'direct' (the default), 'tcp' or 'gloo'."""
     if transport in (None, ""):
         return "direct"
-    if transport not in ("direct", "gloo"):
-        raise ValueError(f"environment variable {TRANSPORT_ENV}={transport[:64]!r}: expected 'direct' or 'gloo'")
+    if transport not in TRANSPORTS:
+        raise ValueError(f"environment variable {TRANSPORT_ENV}={transport[:64]!r}: expected one of {', '.join(TRANSPORTS)}")
     return transport
 
 
 def wanted(world_size: int, backend: str | None, transport: str) -> bool:
     """Whether a gang sums its fused gradients over the link: CPU (gloo)
     gangs of 2..MAX_LINK_RANKS ranks, unless the environment asks for gloo."""
-    return backend == "gloo" and 2 <= world_size <= MAX_LINK_RANKS and transport == "direct"
+    return backend == "gloo" and 2 <= world_size <= MAX_LINK_RANKS and transport != "gloo"
 
 
 def _tune(sock: socket.socket) -> socket.socket:
@@ -124,8 +147,75 @@ class _Transfer:
         return moved > 0
 
 
+def _map(path: str, size: int, token: bytes, create: bool) -> mmap.mmap:
+    """The shared mapping at `path`: made (exclusively, 0600, every byte
+    reserved) and stamped with the token, or opened and its token checked."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | (os.O_CREAT | os.O_EXCL if create else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        if create:
+            os.posix_fallocate(fd, 0, size)
+            os.pwrite(fd, token, 0)
+        elif os.fstat(fd).st_size != size or os.pread(fd, len(token), 0) != token:
+            raise ValueError(f"{path} is not this gang's")
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
 def _as_bytes(tensor: torch.Tensor) -> memoryview:
     return memoryview(tensor.numpy().view("B").reshape(-1))
+
+
+def shared_memory_possible() -> bool:
+    """Where a sync number published after the floats is seen after them by
+    plain loads and stores: x86-64's total store order (with the fence of
+    SharedSlots for any weakly ordered store). Elsewhere (arm64) the floats
+    go over TCP."""
+    return platform.machine().lower() in ("x86_64", "amd64") and os.path.isdir(SHARED_DIR)
+
+
+class SharedSlots:
+    """The gang's slots in one shared mapping: a sync line per rank (its sync
+    number, then the payload size it wrote for each parity) and, for each
+    parity of the sync number, one slot per rank. A rank writes sync k into
+    its slot of parity k % 2: by the time it writes sync k + 2 there, every
+    peer has published k + 1, which each does only after reading sync k."""
+
+    def __init__(self, mapping: mmap.mmap, rank: int, world_size: int):
+        self.mapping, self.rank, self.world_size = mapping, rank, world_size
+        lines = np.frombuffer(mapping, dtype=np.int64, count=world_size * SYNC_LINE_BYTES // 8,
+                              offset=SHARED_HEADER_BYTES - world_size * SYNC_LINE_BYTES)
+        self.lines = lines.reshape(world_size, SYNC_LINE_BYTES // 8)  # [sync, size of parity 0, size of parity 1, ...]
+        self.slots = torch.frombuffer(mapping, dtype=torch.uint8, offset=SHARED_HEADER_BYTES,
+                                      count=2 * world_size * SHARED_SLOT_BYTES).view(2, world_size, SHARED_SLOT_BYTES)
+        # Acquiring and releasing a lock is a locked instruction: it orders every store before it
+        # (non-temporal ones, which a large copy may use, included) before every store after it.
+        self._fence = threading.Lock()
+        self._views: dict[tuple[int, torch.dtype, int], list[torch.Tensor]] = {}
+
+    def views(self, parity: int, dtype: torch.dtype, numel: int) -> list[torch.Tensor]:
+        """Each rank's slot of `parity` as `numel` elements of `dtype`, made once
+        (a view costs a few microseconds, a PPO sync ~25 in all)."""
+        key = (parity, dtype, numel)
+        if key not in self._views:
+            nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+            self._views[key] = [self.slots[parity, r, :nbytes].view(dtype) for r in range(self.world_size)]
+        return self._views[key]
+
+    @staticmethod
+    def size(world_size: int) -> int:
+        return SHARED_HEADER_BYTES + 2 * world_size * SHARED_SLOT_BYTES
+
+    def fence(self) -> None:
+        with self._fence:
+            pass
+
+    def close(self) -> None:
+        self._views.clear()
+        del self.lines, self.slots
+        with contextlib.suppress(BufferError, ValueError):  # a view still held elsewhere: the mapping goes with it
+            self.mapping.close()
 
 
 class GradientLink:
@@ -138,6 +228,7 @@ class GradientLink:
         self.rank, self.world_size, self.peers = rank, world_size, {r: _tune(s) for r, s in peers.items()}
         self.timeout_seconds, self.busy_poll_seconds = timeout_seconds, busy_poll_seconds
         self.syncs = 0
+        self.shared: SharedSlots | None = None  # set by attach_shared_memory
         self._buffers: dict[tuple[int, int], torch.Tensor] = {}
 
     def _buffer(self, peer: int, like: torch.Tensor) -> torch.Tensor:
@@ -150,6 +241,8 @@ class GradientLink:
         """`flat` (a contiguous CPU float tensor) becomes the sum of every
         rank's, the same bits on every rank."""
         self.syncs += 1
+        if self.shared is not None and flat.numel() * flat.element_size() <= SHARED_SLOT_BYTES:
+            return self._sum_shared(flat)
         mine = _as_bytes(flat)
         header = HEADER.pack(self.syncs, mine.nbytes)
 
@@ -177,6 +270,50 @@ class GradientLink:
         except OSError as e:
             raise LinkLost(f"gradient link, sync {self.syncs}: {e}") from e
         return flat
+
+    def _sum_shared(self, flat: torch.Tensor) -> torch.Tensor:
+        shared, sync, nbytes = self.shared, self.syncs, flat.numel() * flat.element_size()
+        parity = sync % 2
+        slots = shared.views(parity, flat.dtype, flat.numel())
+        slots[self.rank].copy_(flat)
+        shared.lines[self.rank, 1 + parity] = nbytes
+        shared.fence()  # the floats and their size before the sync number
+        shared.lines[self.rank, 0] = sync
+        self._wait_shared(sync)
+        for r in range(self.world_size):
+            line = shared.lines[r]
+            if line[0] > sync + 1 or line[1 + parity] != nbytes:
+                raise LinkLost(f"ranks out of step: sync {sync} of {nbytes} bytes here, rank {r} at sync "
+                               f"{int(line[0])} with {int(line[1 + parity])} bytes")
+        if self.world_size == 2:  # a + b is b + a, bit for bit: add the other's to this rank's own
+            flat.add_(slots[1 - self.rank])
+        else:  # rank order, on every rank: the same bits everywhere
+            torch.add(slots[0], slots[1], out=flat)
+            for part in slots[2:]:
+                flat.add_(part)
+        return flat
+
+    def _wait_shared(self, sync: int) -> None:
+        """Until every rank has published `sync`: polled for busy_poll_seconds,
+        then looked at every SHARED_SLEEP_SECONDS, each time asking the TCP
+        connections whether a peer has gone (nothing else travels on them)."""
+        lines, started = self.shared.lines, time.monotonic()
+        while (lines[:, 0] < sync).any():
+            waited = time.monotonic() - started
+            if waited < self.busy_poll_seconds:
+                continue
+            if waited > self.timeout_seconds:
+                raise LinkLost(f"no word from a peer within the collective timeout of {self.timeout_seconds:g}s")
+            for sock in self.peers.values():
+                try:
+                    if sock.recv(1, socket.MSG_PEEK) == b"":
+                        raise LinkLost(f"gradient link, sync {sync}: the peer closed the connection")
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError as e:
+                    raise LinkLost(f"gradient link, sync {sync}: {e}") from e
+            time.sleep(SHARED_SLEEP_SECONDS)
+        self.shared.fence()
 
     def _move(self, transfers: list[_Transfer]) -> None:
         """Every transfer to its end: poll them all while nothing moves, for
@@ -206,10 +343,44 @@ class GradientLink:
                 poller.poll(1000 * min(1.0, self.timeout_seconds - waited))
 
     def close(self) -> None:
+        if self.shared is not None:
+            self.shared.close()
+            self.shared = None
         for sock in self.peers.values():
             with contextlib.suppress(OSError):
                 sock.close()
         self.peers = {}
+
+    def attach_shared_memory(self, token: bytes) -> bool:
+        """Collective, over the link itself: rank 0 creates a mapping in
+        SHARED_DIR named by the gang's token (created exclusively, its memory
+        reserved up front, so a full /dev/shm fails here and not as SIGBUS
+        later) and writes the token into it; every other rank opens it and
+        checks the token; rank 0 removes the name once all have it mapped.
+        Every rank uses it only if every rank could (one machine, one /dev/shm)."""
+        path = os.path.join(SHARED_DIR, f"kuberl-gradients-{token.hex()}")
+        size, mapping = SharedSlots.size(self.world_size), None
+        created = torch.zeros(self.world_size, dtype=torch.int64)
+        if self.rank == 0 and shared_memory_possible():
+            with contextlib.suppress(OSError):
+                mapping = _map(path, size, token, create=True)
+                created[0] = 1
+        self.sum_(created)
+        mapped = torch.zeros(self.world_size, dtype=torch.int64)
+        if self.rank != 0 and created[0] and shared_memory_possible():
+            with contextlib.suppress(OSError, ValueError):
+                mapping = _map(path, size, token, create=False)
+        mapped[self.rank] = int(mapping is not None)
+        self.sum_(mapped)
+        if self.rank == 0 and created[0]:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if int(mapped.sum()) != self.world_size:
+            if mapping is not None:
+                mapping.close()
+            return False
+        self.shared = SharedSlots(mapping, self.rank, self.world_size)
+        return True
 
 
 # --- Setting it up: collective, over the process group ----------------------
@@ -270,7 +441,7 @@ def accept_peers(server: socket.socket, token: bytes, world_size: int, deadline:
 
 
 def open_link(rank: int, world_size: int, master_addr: str, timeout_seconds: float, busy_poll_seconds: float,
-              setup_seconds: float | None = None) -> GradientLink | None:
+              setup_seconds: float | None = None, shared_memory: bool = True) -> GradientLink | None:
     """Connect the gang (every rank calls this, after init_process_group):
     rank 0 listens and hands port and token to the others through the process
     group; they connect. None on every rank when any of them failed (a
@@ -311,4 +482,7 @@ def open_link(rank: int, world_size: int, master_addr: str, timeout_seconds: flo
         for sock in peers.values():
             sock.close()
         return None
-    return GradientLink(rank, world_size, peers, timeout_seconds, busy_poll_seconds)
+    link = GradientLink(rank, world_size, peers, timeout_seconds, busy_poll_seconds)
+    if shared_memory:
+        link.attach_shared_memory(token)
+    return link
