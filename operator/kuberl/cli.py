@@ -184,14 +184,14 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """`kuberl run`, after the file passed the one safe reader (one line and
-    exit 1 otherwise, as for validate)."""
-    load_jobs(args.file)
+    exit 1 otherwise, as for validate); read once, so `kuberl run -` takes stdin."""
+    docs = load_jobs(args.file)
     if args.pod_security == "privileged":
         print("kuberl run: pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
     else:
         from .localrun import apply_overrides, is_configmap, runnable_documents
 
-        for job in runnable_documents(load_jobs(args.file), args.file, say=False):
+        for job in runnable_documents(docs, args.file, say=False):
             if is_configmap(job):
                 continue
             name = (job.get("metadata") or {}).get("name", "?") if isinstance(job, dict) else "?"
@@ -207,7 +207,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 return 1
     from .localrun import cmd_run as run_here
 
-    return run_here(args)
+    return run_here(args, docs)
 
 
 def cmd_convert(args: argparse.Namespace) -> int:

@@ -392,10 +392,13 @@ def runnable_documents(docs: list, path: str, say: bool = True) -> list:
     return out
 
 
-def load_job(path: str) -> tuple[dict, dict[str, dict[str, str]]]:
-    """The job file's documents; a PyTorchJob runs as the RLTrainingJob `kuberl convert` prints."""
-    with open(path) as f:
-        return split_documents(runnable_documents(load_documents(f), path), path)
+def load_job(path: str, docs: list | None = None) -> tuple[dict, dict[str, dict[str, str]]]:
+    """The job file's documents (`docs` when the caller has read them: stdin reads once); a PyTorchJob
+    runs as the RLTrainingJob `kuberl convert` prints."""
+    if docs is None:
+        with open(path) as f:
+            docs = load_documents(f)
+    return split_documents(runnable_documents(docs, path), path)
 
 
 def job_uid(run_dir: str) -> str:
@@ -665,9 +668,9 @@ def paths_of(job: Job, run_dir: str, uid: str) -> dict:
     return {"checkpoints": host(cluster_config["paths"]["checkpointDir"]), "model": host(model) if model else None}
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace, docs: list | None = None) -> int:
     try:
-        document, configmaps = load_job(args.file)
+        document, configmaps = load_job(args.file, docs)
         document = apply_overrides(document, args.workers, args.set)
         document = with_free_rendezvous_port(document, validate_job(document))
         spec = validate_job(document)

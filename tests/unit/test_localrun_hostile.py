@@ -633,3 +633,15 @@ def test_a_second_runner_of_the_same_job_is_refused_while_the_first_runs(tmp_pat
         pass
     with run_lock(str(tmp_path)):  # released when the first ends
         pass
+
+
+def test_run_takes_the_job_on_stdin_as_validate_does(tmp_path, monkeypatch):
+    """`kuberl run -` read stdin for its checks, then opened a file named '-': a FileNotFoundError traceback."""
+    import yaml
+    from kuberl import cli
+
+    job = {**JOB, "metadata": {"name": "stdin-job"}, "spec": {"trainer": "custom", "runPolicy": {"backoffLimit": 0}, "template": {
+        "spec": {"containers": [{"name": "trainer", "command": ["python", "-c", "pass"]}]}}}}
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(yaml.safe_dump(job).encode())))
+    assert cli.main(["run", "-", "--dir", str(tmp_path)]) == 0
+    assert (tmp_path / "stdin-job" / "status.json").exists()
