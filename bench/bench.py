@@ -270,18 +270,19 @@ def probe_runs(out: Path, quick: bool) -> dict[str, list[dict]]:
     dqn = {k: v for k, v in KUBERL_DQN_CARTPOLE.items()}
     updates = {"ppo": 15 if quick else 60, "dqn": 4 if quick else 16}
     ceiling = 500 if quick else 3000
-    # "-gloo": every gradient sync through gloo's all-reduce instead of the direct link (gradlink)
+    # the gradient sums' transport (gradlink): the default through shared memory here (one machine),
+    # "-tcp" over the link's sockets alone (as pods on different nodes), "-gloo" through gloo's all-reduce
     plans = {
-        "ppo-plain": ("ppo", ppo, 8, 1), "ppo-ddp2": ("ppo", ppo, 8, 2), "ppo-ddp2-gloo": ("ppo", ppo, 8, 2),
-        "ppo-ddp2-fixed-global": ("ppo", ppo, 4, 2),
-        "dqn-plain": ("dqn", dqn, 1, 1), "dqn-ddp2": ("dqn", dqn, 1, 2), "dqn-ddp2-gloo": ("dqn", dqn, 1, 2),
-        "dqn-ddp2-fixed-global": ("dqn", {**dqn, "batchSize": 32}, 1, 2),
+        "ppo-plain": ("ppo", ppo, 8, 1), "ppo-ddp2": ("ppo", ppo, 8, 2), "ppo-ddp2-tcp": ("ppo", ppo, 8, 2),
+        "ppo-ddp2-gloo": ("ppo", ppo, 8, 2), "ppo-ddp2-fixed-global": ("ppo", ppo, 4, 2),
+        "dqn-plain": ("dqn", dqn, 1, 1), "dqn-ddp2": ("dqn", dqn, 1, 2), "dqn-ddp2-tcp": ("dqn", dqn, 1, 2),
+        "dqn-ddp2-gloo": ("dqn", dqn, 1, 2), "dqn-ddp2-fixed-global": ("dqn", {**dqn, "batchSize": 32}, 1, 2),
     }
     results = {}
     for name, (algorithm, hp, envs, world) in plans.items():
         warmup = 2 if algorithm == "ppo" else 5  # DQN: past learningStarts
         results[name] = probe_run(out / "probes" / name, algorithm, _snake(hp), envs, world, updates[algorithm],
-                                  warmup, ceiling, 600, transport="gloo" if name.endswith("-gloo") else "direct")
+                                  warmup, ceiling, 600, transport=name.rsplit("-", 1)[1] if name.endswith(("-gloo", "-tcp")) else "direct")
         rates = [r["steps_per_second_rank"] for r in results[name]]
         print(f"  probe {name}: steps/s per rank {', '.join(f'{x:,.0f}' for x in rates) or 'FAILED'}", flush=True)
     for algorithm in ("ppo", "dqn"):
@@ -296,10 +297,10 @@ def probe_runs(out: Path, quick: bool) -> dict[str, list[dict]]:
 def sync_wait_numbers(quick: bool) -> str | None:
     """bench/sync_wait.py: why a gradient sync waits (launch gaps between the ranks, CPU per sync
     outside the training thread), for PPO's fused step: over the direct link as the trainer runs (one
-    pod of two processes splitting its CPUs), the same as two separate pods, then over gloo (yielding
-    wait, gloo's event loop SCHED_BATCH) and gloo blocking at once."""
+    pod of two processes splitting its CPUs; shared memory here), the same as two separate pods, then
+    over the link's TCP connections alone, then over gloo (yielding wait, its event loop SCHED_BATCH)."""
     outputs = []
-    for pin in ([], ["--separate-pods"], ["--transport", "gloo"], ["--transport", "gloo", "--blocking"]):
+    for pin in ([], ["--separate-pods"], ["--transport", "tcp"], ["--transport", "gloo"]):
         try:
             done = subprocess.run([sys.executable, str(REPO / "bench/sync_wait.py"), "--updates", "5" if quick else "20",
                                    "--floor-calls", "200" if quick else "1000", *pin],
@@ -446,10 +447,12 @@ def scaling_lines(probes: dict[str, list[dict]], runs: list[dict]) -> list[str]:
             base = plain[0]["steps_per_second_rank"]
             lines.append(f"- {algorithm}: 2 DDP ranks / 1 plain process (no DDP), per-rank envs fixed: "
                          f"{sum(r['steps_per_second_rank'] for r in ddp) / base:.2f}x global env steps/s")
-            over_gloo = probes.get(f"{algorithm}-ddp2-gloo") or []
-            if over_gloo:
-                lines.append(f"- {algorithm}: the same 2 ranks with every gradient sum over gloo's all-reduce instead of the "
-                             f"direct link: {sum(r['steps_per_second_rank'] for r in over_gloo) / base:.2f}x")
+            for suffix, how in (("tcp", "the link's TCP connections alone (as pods on different nodes)"),
+                                ("gloo", "gloo's all-reduce")):
+                other = probes.get(f"{algorithm}-ddp2-{suffix}") or []
+                if other:
+                    lines.append(f"- {algorithm}: the same 2 ranks with every gradient sum over {how} instead of shared "
+                                 f"memory: {sum(r['steps_per_second_rank'] for r in other) / base:.2f}x")
             if fixed:
                 lines.append(f"- {algorithm}: fixed global batch (half the envs or batch per rank): "
                              f"{sum(r['steps_per_second_rank'] for r in fixed) / base:.2f}x (reported, not targeted)")
@@ -622,10 +625,11 @@ def report(out: Path, args: argparse.Namespace, runs, probes, pendulum, operator
         ("Where a sync's time goes, bench/sync_wait.py (2 ranks, PPO's fused step; 'floor' = idle back-to-back sums,"
         " 'gap' = between the two ranks' launches of the same sync on the shared monotonic clock, 'whole process' CPU minus"
         " 'training thread' CPU = other threads' (gloo's own, when it carries the sums)): first over the direct link as the"
-        " trainer runs (the two ranks one pod's processes, each on its own slice of the CPUs), then as two separate pods"
-        " sharing both CPUs (`kuberl run`'s layout), then over gloo's all-reduce (waited for by yielding the core, up to"
-        " 10 ms), then over gloo blocking in the wait at once (`--gloo-loop-unchanged` shows why gloo's event loop thread"
-        " runs SCHED_BATCH):\n\n```\n" + sync_wait + "\n```")
+        " trainer runs (the two ranks one pod's processes, each on its own slice of the CPUs; through shared memory, one"
+        " machine), then as two separate pods sharing both CPUs (`kuberl run`'s layout), then over the link's TCP"
+        " connections alone (`--transport tcp`, as pods on different nodes), then over gloo's all-reduce (waited for by"
+        " yielding the core, up to 10 ms; `--blocking` and `--gloo-loop-unchanged` show gloo's other waits):"
+        "\n\n```\n" + sync_wait + "\n```")
         if sync_wait else "bench/sync_wait.py did not run here.", "",
         "## 4. Where the time goes, per update and rank (milliseconds)", "",
         ("PPO: one update = 32 steps x envs, 20 epochs x 1 minibatch. DQN: one update = 256 env steps per rank, 128 gradient steps."

@@ -1,6 +1,7 @@
 """What does a gradient sync wait for? Two ranks on this machine, their
-gradient sums over the direct link (gradlink, the trainer's default) or,
-with --transport gloo, gloo's all-reduce, measured three ways in one run:
+gradient sums over the direct link (gradlink, the trainer's default:
+shared memory on one machine; --transport tcp its sockets alone) or, with
+--transport gloo, gloo's all-reduce, measured three ways in one run:
 
 1. floor: back-to-back all-reduces of a tensor the size of the PPO agent's
    gradient, nothing else running in the ranks;
@@ -17,7 +18,8 @@ with --transport gloo, gloo's all-reduce, measured three ways in one run:
                                         [--transport direct|gloo] [--blocking] [--gloo-loop-unchanged]
 
 Every sum goes through the trainer's own `all_reduce_gradient`. Over the
-link it polls for 0.2 ms, then blocks in poll(); over gloo it waits by
+link it polls for 0.2 ms, then blocks in poll() (TCP) or looks every 50 us
+(shared memory); over gloo it waits by
 yielding the CPU for up to 10 ms before it blocks, and --blocking makes it
 block at once. The two ranks are the processes of one pod
 (LOCAL_WORLD_SIZE 2: each takes its own slice of the CPUs,
@@ -98,7 +100,8 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: in
                         "cpus": sorted(os.sched_getaffinity(0)),
                         "path": "fused" if trainer.fused is not None else "DDP module",
                         "wait": "blocking" if blocking else "yielding",
-                        "transport": "direct link" if ctx.gradient_link is not None else "gloo",
+                        "transport": ("gloo" if ctx.gradient_link is None else
+                                      "direct link, shared memory" if ctx.gradient_link.shared is not None else "direct link, TCP"),
                         "gloo_loop": "unchanged (SCHED_OTHER)" if gloo_loop_unchanged else "SCHED_BATCH"}
 
         # 1. the floor
@@ -182,7 +185,7 @@ def free_port() -> int:
 
 def report(results: list[dict]) -> None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    how = ("sums over the direct link (busy poll 0.2 ms, then poll())" if results[0]["transport"] == "direct link" else
+    how = (f"sums over the {results[0]['transport']} (busy poll 0.2 ms, then wait)" if results[0]["transport"] != "gloo" else
            f"sums over gloo, {results[0]['wait']} wait, gloo event loop {results[0]['gloo_loop']}")
     print(f"2 ranks, {how}, {results[0]['gradient_floats']} floats per gradient, torch threads per rank "
           f"{results[0]['threads']}, CPUs {[r['cpus'] for r in results]}, training path {results[0]['path']}, load {load}")
@@ -221,7 +224,7 @@ def main() -> None:
     parser.add_argument("--floats", type=int, help="measure only the floor, for a gradient of this many floats")
     parser.add_argument("--gloo-loop-unchanged", action="store_true",
                         help="leave gloo's event loop thread SCHED_OTHER (the trainer before calm_gloo_loop)")
-    parser.add_argument("--transport", choices=["direct", "gloo"], default="direct",
+    parser.add_argument("--transport", choices=["direct", "tcp", "gloo"], default="direct",
                         help="the gradient sums' transport (KUBERL_GRADIENT_TRANSPORT)")
     parser.add_argument("--blocking", action="store_true", help="gloo: block in each all-reduce at once, no yielding wait")
     parser.add_argument("--rank-out", help=argparse.SUPPRESS)
