@@ -681,9 +681,13 @@ def cmd_run(args: argparse.Namespace, docs: list | None = None) -> int:
         return 2
     job = Job(document["metadata"]["name"], spec)
     run_dir = os.path.abspath(os.path.join(args.dir, job.name))  # pod roots must not depend on a cwd
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "job.yaml"), "w") as f:
-        yaml.safe_dump(document, f, sort_keys=False)
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, "job.yaml"), "w") as f:
+            yaml.safe_dump(document, f, sort_keys=False)
+    except OSError as e:
+        print(f"kuberl run: --dir {args.dir}: cannot keep the run in {run_dir}: {e.strerror or e}", file=sys.stderr)
+        return 2
     budget = f"{spec.total_timesteps:,} timesteps" if spec.total_timesteps else "custom trainer"
     say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {budget}; logs and checkpoints in {shown(run_dir)}")
     skipped = containers_not_run(render_pod(job, NAMESPACE, "0", 0, target="local"))
@@ -693,6 +697,9 @@ def cmd_run(args: argparse.Namespace, docs: list | None = None) -> int:
         code, status, wall = run(job, run_dir, configmaps=configmaps)
     except LocalRunError as e:
         say(f"{job.name} cannot run here: {e}")
+        return 2
+    except OSError as e:  # the run directory's disk filled or went away: every rank is already stopped
+        say(f"{job.name} stopped: {e.strerror or e}{f': {e.filename}' if e.filename else ''}")
         return 2
     say(summary(job, paths_of(job, run_dir, job_uid(run_dir)), status, code, wall))
     if args.plot and code in (0, EXIT_INTERRUPTED):

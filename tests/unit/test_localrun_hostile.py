@@ -645,3 +645,15 @@ def test_run_takes_the_job_on_stdin_as_validate_does(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(yaml.safe_dump(job).encode())))
     assert cli.main(["run", "-", "--dir", str(tmp_path)]) == 0
     assert (tmp_path / "stdin-job" / "status.json").exists()
+
+
+def test_a_dir_that_cannot_hold_the_run_is_named_not_a_traceback(tmp_path, capsys):
+    """`--dir` naming a file (or a place that cannot be written) was a NotADirectoryError traceback."""
+    import yaml
+    from kuberl import cli
+
+    job = {**JOB, "spec": {"trainer": "custom", "template": {"spec": {"containers": [{"name": "trainer", "command": ["x"]}]}}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    (tmp_path / "afile").write_text("")
+    assert cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "afile")]) == 2
+    assert f"--dir {tmp_path / 'afile'}: cannot keep the run in" in capsys.readouterr().err
