@@ -23,7 +23,8 @@ from typing import Any
 import yaml
 
 from . import contract, names
-from .render import RUNTIME_USER
+from .localnode import pod_source_problems
+from .render import PLACEHOLDER_UID, RUNTIME_USER, Job, render_pod
 from .spec import (
     DNS_1123_SUBDOMAIN,
     GPU_RESOURCE,
@@ -628,9 +629,16 @@ def convert(pytorchjob: Any) -> tuple[dict, list[Note]]:
     out["template"] = template
     job = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": metadata, "spec": out}
     try:
-        validate_job(job)
+        parsed = validate_job(job)
     except InvalidJob as e:
         raise NotConvertible([_traced(p, origins) for p in e.problems]) from None
+    # what the API server would refuse in the pods themselves (kuberl validate and run check the same)
+    pod = render_pod(Job(metadata["name"], parsed), "default", PLACEHOLDER_UID, 0)
+    index = next(i for i, c in enumerate(template["spec"]["containers"]) if c.get("name") == names.TRAINER_CONTAINER)
+    problems = [Problem("spec.template." + path.replace(f"containers[{names.TRAINER_CONTAINER}]", f"containers[{index}]"), message)
+                for path, _, message in (p.partition(": ") for p in pod_source_problems(pod))]
+    if problems:
+        raise NotConvertible([_traced(p, origins) for p in problems])
     return job, notes
 
 

@@ -237,6 +237,12 @@ REFUSED = [
     ("long-label-value", with_metadata(labels={"run": "x" * 64}), "metadata.labels.run", "at most 63"),
     ("annotation-key", with_metadata(annotations={"my note": "x"}), "metadata.annotations.my note", "optional DNS subdomain"),
     ("annotations-size", with_metadata(annotations={"a": "x" * 256 * 1024}), "metadata.annotations", "at most 262144"),
+    # what the API server refuses in the pods (localnode.source_problems): it converted, and the pods were refused
+    ("envfrom-prefix", pytorchjob(None, replica(2, pytorch(envFrom=[{"prefix": "A=", "configMapRef": {"name": "s"}}]))),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].envFrom[0].prefix", "printable ASCII"),
+    ("configmap-item-path", pytorchjob(None, replica(2, volumes=[{"name": "code", "configMap": {
+        "name": "s", "items": [{"key": "t.py", "path": "../t.py"}]}}])),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.volumes[code].configMap.items[0].path", "must not contain '..'"),
     ("image-entrypoint", pytorchjob(None, replica(2, pytorch(command=None))),
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command", "ENTRYPOINT and CMD ran"),
     ("a-1mb-script-times-20-workers", pytorchjob(None, replica(20, pytorch(command=["python", "-c", big_script(1_000_000)]))),
