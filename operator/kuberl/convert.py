@@ -571,17 +571,6 @@ def convert(pytorchjob: Any) -> tuple[dict, list[Note]]:
         index = _trainer_index(templates[used], template_path)
         raise _fail(f"{template_path}.spec.containers[{index}].image", "required field is missing: the pods would run"
                     " kuberl's own trainer image, not your program")
-    for rtype, rtemplate in templates.items():  # every role's: a Master's command differing is refused later, naming both
-        rpath = f"spec.pytorchReplicaSpecs.{rtype}.template"
-        index = _trainer_index(rtemplate, rpath)
-        for field in ("command", "args"):
-            value = rtemplate["spec"]["containers"][index].get(field)
-            where = f"{rpath}.spec.containers[{index}].{field}"
-            if value is not None and not isinstance(value, list):
-                raise _fail(where, f"expected a list of strings (got {_shown(value)})")
-            bad = next((j for j, part in enumerate(value or []) if not isinstance(part, str)), None)
-            if bad is not None:  # []string in the pod API: kubectl could never have applied it
-                raise _fail(f"{where}[{bad}]", f"expected a string; quote it (got {_shown(value[bad])})")
     if not _program_of(templates[used], template_path):
         index = _trainer_index(templates[used], template_path)
         raise _fail(f"{template_path}.spec.containers[{index}].command", "unset, and args too: under PyTorchJob the image's"
