@@ -9,7 +9,8 @@ module, so a pod behaves the same under either:
   ConfigMap keys; cluster DNS names are handed to a resolver the caller owns
   (cluster DNS is not the kubelet's business).
 - `prepare_sandbox` lays out a directory that stands in for the container's
-  filesystem root (each volumeMount a symlink to its volume's directory, the
+  filesystem root (each volumeMount a symlink to its volume's directory, a
+  configMap volume projected afresh as the kubelet projects it, the
   termination-message file, /tmp), passed to the process as KUBERL_FS_ROOT so
   absolute paths in the rendered pod need no rewriting. Every path the pod
   names (mountPath, subPath, terminationMessagePath, workingDir, claimName)

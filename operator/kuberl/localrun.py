@@ -5,7 +5,9 @@ run by `kuberl.localnode`; this module plays the rest of the cluster:
 - an address per pod (127.0.0.x: Linux routes all of 127/8 to loopback);
 - cluster DNS by Kubernetes' rules, so a rendered name that would not resolve
   in a cluster does not resolve here either;
-- the ConfigMap and the checkpoint claim as directories under `runs/<job>/`;
+- the API server's store: the job's ConfigMap and those beside it in the file
+  (each pod's configMap volumes are projected from them into its sandbox by
+  `kuberl.localnode`), and the checkpoint claim as a directory under `runs/<job>/`;
 - the control loop: observe the processes as pods, read rank 0's metrics,
   and let `kuberl.lifecycle.decide` choose what happens next, exactly as the
   operator does.
