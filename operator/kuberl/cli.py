@@ -59,8 +59,8 @@ def gymnasium_id_known(env_id: str) -> bool | None:
 def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     """Every job in a file with its parsed spec and declared namespace; problems go to
     stderr, each with its field path. Returns (valid jobs, whether any was invalid)."""
-    from .convert import configmap_problems, metadata_problems
-    from .localrun import is_configmap, runnable_documents
+    from .convert import configmap_problems, is_configmap, metadata_problems
+    from .localrun import runnable_documents
 
     valid, failed = [], False
     docs = runnable_documents(load_jobs(path), path)
@@ -70,8 +70,7 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
         metadata = (job.get("metadata") or {}) if isinstance(job, dict) else {}
         name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
         if is_configmap(job):  # beside the job, for its template to read (kuberl run mounts it; kubectl applies it)
-            problems = configmap_problems(job) if job.get("apiVersion") == "v1" else [
-                Problem("apiVersion", f"expected v1 (got {job.get('apiVersion')!r})")]
+            problems = configmap_problems(job)
             failed = failed or bool(problems)
             if problems:
                 print(f"{path}: ConfigMap {name!r} is invalid ({len(problems)} problem(s)):", file=sys.stderr)
@@ -189,7 +188,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.pod_security == "privileged":
         print("kuberl run: pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
     else:
-        from .localrun import apply_overrides, is_configmap, runnable_documents
+        from .convert import is_configmap
+        from .localrun import apply_overrides, runnable_documents
 
         for job in runnable_documents(docs, args.file, say=False):
             if is_configmap(job):

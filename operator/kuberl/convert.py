@@ -668,7 +668,8 @@ def to_yaml(docs: list[dict]) -> str:
 
 
 def is_configmap(doc: Any) -> bool:
-    return isinstance(doc, dict) and doc.get("apiVersion") == "v1" and doc.get("kind") == "ConfigMap"
+    """A ConfigMap document, whatever its apiVersion (one other than v1 is a problem of that ConfigMap's)."""
+    return isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
 
 
 # ValidateConfigMap (pkg/apis/core/validation/validation.go): data and binaryData total at most
@@ -686,7 +687,7 @@ def configmap_problems(doc: dict) -> list[Problem]:
     """A ConfigMap document beside the job, checked as the API server checks it (ValidateConfigMap and
     the name's DNS-1123 subdomain), each problem at its field: what kubectl apply would refuse is
     named before kuberl convert prints it or kuberl run mounts it."""
-    problems = []
+    problems = [] if doc.get("apiVersion") == "v1" else [Problem("apiVersion", f"expected v1 (got {doc.get('apiVersion')!r})")]
     metadata = doc.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     if not isinstance(name, str) or len(name) > 253 or not re.fullmatch(DNS_1123_SUBDOMAIN, name):

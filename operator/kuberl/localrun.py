@@ -329,15 +329,9 @@ def observed(entry: LocalPod, code: int | None) -> ObservedPod:
 # --- the run --------------------------------------------------------------------
 
 
-def is_configmap(doc: object) -> bool:
-    return isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
-
-
 def read_configmap(doc: dict, path: str) -> tuple[str, dict[str, str]]:
     """A ConfigMap document's name and data, checked as the API server checks them (`convert.configmap_problems`)."""
     problems = convert.configmap_problems(doc)
-    if doc.get("apiVersion") != "v1":
-        problems.insert(0, Problem("apiVersion", f"expected v1 (got {doc.get('apiVersion')!r})"))
     if doc.get("binaryData"):  # dropping it would leave its files missing from the volume without a word
         problems.append(Problem("binaryData", "not served by kuberl run; put its files in data"))
     metadata = doc.get("metadata")
@@ -357,7 +351,7 @@ def _namespace(doc: dict) -> str | None:
 def split_documents(docs: list, path: str) -> tuple[dict, dict[str, dict[str, str]]]:
     """The job and the ConfigMaps beside it (as `kubectl apply -f` takes a file
     of both): its template's envFrom, configMapKeyRef and configMap volumes read them here."""
-    jobs = [d for d in docs if not is_configmap(d)]
+    jobs = [d for d in docs if not convert.is_configmap(d)]
     if len(jobs) != 1 or not isinstance(jobs[0], dict):
         raise SystemExit(f"{path}: expected exactly one RLTrainingJob document (and any ConfigMaps it reads)")
     configmaps: dict[str, dict[str, str]] = {}

@@ -315,6 +315,7 @@ def test_configmaps_beside_the_job_pass_through(tmp_path, capsys):
     ({"data": {"k": "1"}, "binaryData": {"k": "AAEC"}}, "binaryData.k: duplicate of a data key"),
     ({"metadata": {"name": "Settings"}}, "metadata.name: expected a DNS-1123 subdomain"),
     ({"metadata": {"name": "settings", "labels": {"app": "my app"}}}, "metadata.labels.app: expected a label value"),
+    ({"apiVersion": "v2"}, "ConfigMap 'settings' is invalid (1 problem(s)):\n  apiVersion: expected v1"),  # was "PyTorchJob 'settings'"
 ])
 def test_a_configmap_beside_the_job_that_kubectl_apply_would_refuse_is_named_and_nothing_printed(tmp_path, capsys, data, words):
     """ConfigMaps passed through convert unchecked: the file printed, then kubectl apply (or kuberl run) refused it."""
