@@ -657,3 +657,17 @@ def test_a_dir_that_cannot_hold_the_run_is_named_not_a_traceback(tmp_path, capsy
     (tmp_path / "afile").write_text("")
     assert cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "afile")]) == 2
     assert f"--dir {tmp_path / 'afile'}: cannot keep the run in" in capsys.readouterr().err
+
+
+def test_a_script_in_a_configmap_with_defaultmode_0755_runs_as_the_command(tmp_path):
+    """`command: [/scripts/entry.sh]` with `defaultMode: 0755`, the usual way to ship an entrypoint in a ConfigMap:
+    the files were written 0644 whatever the mode said, so the exec failed (StartError: Permission denied)."""
+    from kuberl.localnode import launch
+
+    pod = pod_with({"command": ["/scripts/entry.sh"], "volumeMounts": [{"name": "s", "mountPath": "/scripts"}]},
+                   [{"name": "s", "configMap": {"name": "scripts", "defaultMode": 0o755}}])
+    root = prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod),
+                           {"scripts": {"entry.sh": "#!/bin/sh\necho entry ran\n"}}, str)
+    out = io.StringIO()
+    process = PodProcess(launch(pod, root, {}, base_env={"PATH": "/usr/bin:/bin"}), "[t]", out)
+    assert process.wait(30) == 0 and "[t] entry ran" in out.getvalue()
