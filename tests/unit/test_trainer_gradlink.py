@@ -279,3 +279,19 @@ def test_a_mapping_name_taken_already_is_never_opened_through(shared_dir):
     with pytest.raises(OSError):
         gradlink._map(str(planted), gradlink.SharedSlots.size(2), token, create=False)
     assert target.read_bytes() == b""
+
+
+def test_a_peer_lost_while_attaching_leaves_no_file_and_no_mapping(shared_dir):
+    """Rank 0 made the mapping's name, then rank 1 went before saying whether
+    it mapped it: rank 0 raises LinkLost and removes the name (left behind, it
+    held 2 x ranks MiB of /dev/shm until the machine restarted)."""
+    def body(rank, link):
+        if rank == 1:
+            link.close()
+            return None
+        with pytest.raises(gradlink.LinkLost):
+            link.attach_shared_memory(b"k" * 16)
+        return link.shared
+
+    assert run_ranks(2, body, timeout=5) == [None, None]
+    assert list(shared_dir.iterdir()) == []

@@ -359,22 +359,31 @@ class GradientLink:
         checks the token; rank 0 removes the name once all have it mapped.
         Every rank uses it only if every rank could (one machine, one /dev/shm)."""
         path = os.path.join(SHARED_DIR, f"kuberl-gradients-{token.hex()}")
-        size, mapping = SharedSlots.size(self.world_size), None
-        created = torch.zeros(self.world_size, dtype=torch.int64)
-        if self.rank == 0 and shared_memory_possible():
-            with contextlib.suppress(OSError):
-                mapping = _map(path, size, token, create=True)
-                created[0] = 1
-        self.sum_(created)
-        mapped = torch.zeros(self.world_size, dtype=torch.int64)
-        if self.rank != 0 and created[0] and shared_memory_possible():
-            with contextlib.suppress(OSError, ValueError):
-                mapping = _map(path, size, token, create=False)
-        mapped[self.rank] = int(mapping is not None)
-        self.sum_(mapped)
-        if self.rank == 0 and created[0]:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        size, mapping, named = SharedSlots.size(self.world_size), None, False
+        try:
+            created = torch.zeros(self.world_size, dtype=torch.int64)
+            if self.rank == 0 and shared_memory_possible():
+                with contextlib.suppress(OSError):
+                    mapping = _map(path, size, token, create=True)
+                    named = True
+                    created[0] = 1
+            self.sum_(created)
+            mapped = torch.zeros(self.world_size, dtype=torch.int64)
+            if self.rank != 0 and created[0] and shared_memory_possible():
+                with contextlib.suppress(OSError, ValueError):
+                    mapping = _map(path, size, token, create=False)
+            mapped[self.rank] = int(mapping is not None)
+            self.sum_(mapped)
+        except BaseException:
+            # A peer lost mid-setup: the name must not outlive the gang in /dev/shm (it holds
+            # 2 x ranks MiB until the machine restarts), nor the mapping this rank.
+            if mapping is not None:
+                mapping.close()
+            raise
+        finally:
+            if named:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
         if int(mapped.sum()) != self.world_size:
             if mapping is not None:
                 mapping.close()
@@ -484,5 +493,9 @@ def open_link(rank: int, world_size: int, master_addr: str, timeout_seconds: flo
         return None
     link = GradientLink(rank, world_size, peers, timeout_seconds, busy_poll_seconds)
     if shared_memory:
-        link.attach_shared_memory(token)
+        try:
+            link.attach_shared_memory(token)
+        except BaseException:
+            link.close()  # its sockets: the caller never holds a link to close
+            raise
     return link
