@@ -711,7 +711,9 @@ def configmap_problems(doc: dict) -> list[Problem]:
                 size += len(value.encode("utf-8", "surrogatepass"))
             else:
                 try:
-                    size += len(base64.b64decode(value, validate=True))
+                    # Go's base64.StdEncoding, which decodes a []byte from JSON, skips '\r' and '\n': a
+                    # YAML block of wrapped lines is base64 to the API server
+                    size += len(base64.b64decode(value.replace("\r", "").replace("\n", ""), validate=True))
                 except (binascii.Error, ValueError):
                     problems.append(Problem(f"binaryData.{key}", "expected base64 (the bytes of a file)"))
             if field == "binaryData" and key in (doc.get("data") or {}):
