@@ -176,6 +176,15 @@ def test_a_gang_whose_link_cannot_connect_keeps_gloo_on_every_rank(tmp_path):
         assert r["counters"].tolist() == [2.0, 1.0]
 
 
+def test_ranks_asking_for_different_transports_agree_on_the_most_conservative(tmp_path):
+    """One rank with KUBERL_GRADIENT_TRANSPORT=gloo, the other without: both keep gloo. Each used to
+    decide alone, and the linking rank's open_link broadcast met the other's first all-reduce."""
+    ranks = run_workers("transport_mismatch", tmp_path, 2, timeout=60)
+    assert [r["linked"] for r in ranks] == [False, False]
+    for r in ranks:
+        assert torch.equal(r["grad"], torch.full((1000,), 3.0))
+
+
 @pytest.mark.parametrize("transport", ["tcp", "direct"])
 def test_three_ranks_sum_over_the_link_to_the_same_bits_everywhere(tmp_path, transport):
     """More than two ranks: over TCP, rank 0 adds every gradient in rank

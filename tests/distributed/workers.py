@@ -181,6 +181,20 @@ def link_refused(out: Path) -> None:
                    out / f"rank-{ctx.rank}.pt")
 
 
+def transport_mismatch(out: Path) -> None:
+    """Rank 0 asks for gloo, rank 1 for the link (KUBERL_GRADIENT_TRANSPORT set in one replica's
+    template only): the gang agrees on gloo, rather than rank 1 setting up a link alone."""
+    import os
+
+    from kuberl_trainer import distributed, gradlink
+
+    os.environ[gradlink.TRANSPORT_ENV] = "gloo" if os.environ["RANK"] == "0" else "direct"
+    with process_group("gloo", 15, 60) as ctx:
+        grad = torch.full((1000,), float(ctx.rank + 1))
+        distributed.all_reduce_gradient(ctx, grad)
+        torch.save({"linked": ctx.gradient_link is not None, "grad": grad}, out / f"rank-{ctx.rank}.pt")
+
+
 def link_star(out: Path) -> None:
     """Three ranks: the link's star through rank 0 (gradlink), from
     process_group's own setup, beside gloo's all-reduce of the same tensors."""
@@ -203,4 +217,5 @@ def link_star(out: Path) -> None:
 
 if __name__ == "__main__":
     {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch,
-     "gradient_sync": gradient_sync, "link_refused": link_refused, "link_star": link_star}[sys.argv[1]](Path(sys.argv[2]))
+     "gradient_sync": gradient_sync, "link_refused": link_refused, "link_star": link_star,
+     "transport_mismatch": transport_mismatch}[sys.argv[1]](Path(sys.argv[2]))

@@ -278,6 +278,14 @@ def process_group(
     link = None
     try:
         sync_yield = yield_window(read_cpu_quota(), local_world_size)
+        if gradlink.wanted(world_size, chosen, "direct"):
+            # The gang's transport, the most conservative any rank asks for: a rank that went to set up
+            # the link while another did not would pair open_link's broadcast with that rank's next
+            # collective (a PyTorchJob's Master and Worker templates can set the variable differently).
+            asked = torch.tensor([gradlink.TRANSPORTS.index(transport)], dtype=torch.int64)
+            with collectives():
+                dist.all_reduce(asked, op=dist.ReduceOp.MAX)
+            transport = gradlink.TRANSPORTS[int(asked)]
         if gradlink.wanted(world_size, chosen, transport):
             with collectives():
                 # no busy poll where the CPU quota is under a core per process, as no yielding wait there
