@@ -683,6 +683,19 @@ def is_configmap_key(key: object) -> bool:
     return isinstance(key, str) and bool(CONFIGMAP_KEY.fullmatch(key)) and key != "." and not key.startswith("..")
 
 
+def json_key(key: object) -> object:
+    """A YAML mapping key as kubectl sends it (sigs.k8s.io/yaml's YAMLToJSON): an integer or a boolean
+    key is written as its text ('1', 'true'); any other non-string key stays as it is (and is refused)."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key) if isinstance(key, int) else key
+
+
+def configmap_data(doc: dict) -> dict[str, str]:
+    """A checked ConfigMap's data, keyed as the API server stores it (`json_key`)."""
+    return {json_key(k): v for k, v in (doc.get("data") or {}).items()}
+
+
 def configmap_problems(doc: dict) -> list[Problem]:
     """A ConfigMap document beside the job, checked as the API server checks it (ValidateConfigMap and
     the name's DNS-1123 subdomain), each problem at its field: what kubectl apply would refuse is
@@ -702,7 +715,7 @@ def configmap_problems(doc: dict) -> list[Problem]:
         if not isinstance(values, dict):
             problems.append(Problem(field, f"expected a mapping of keys to strings (got {type(values).__name__})"))
             continue
-        for key, value in values.items():
+        for key, value in ((json_key(k), v) for k, v in values.items()):
             if not is_configmap_key(key):
                 problems.append(Problem(f"{field}.{key}", f"expected {CONFIGMAP_KEY_RULE} (got {key!r})"))
             elif not isinstance(value, str):
@@ -716,7 +729,7 @@ def configmap_problems(doc: dict) -> list[Problem]:
                     size += len(base64.b64decode(value.replace("\r", "").replace("\n", ""), validate=True))
                 except (binascii.Error, ValueError):
                     problems.append(Problem(f"binaryData.{key}", "expected base64 (the bytes of a file)"))
-            if field == "binaryData" and key in (doc.get("data") or {}):
+            if field == "binaryData" and isinstance(doc.get("data"), dict) and key in map(json_key, doc["data"]):
                 problems.append(Problem(f"binaryData.{key}", "duplicate of a data key: a key lives in data or binaryData"))
     if size > MAX_CONFIGMAP_BYTES:
         problems.append(Problem("data", f"{size} bytes in all; the API server takes at most {MAX_CONFIGMAP_BYTES} (1 MiB)"

@@ -339,7 +339,7 @@ def read_configmap(doc: dict, path: str) -> tuple[str, dict[str, str]]:
     if problems:
         raise SystemExit(f"{path}: ConfigMap {name!r} is invalid ({len(problems)} problem(s)):\n"
                          + "\n".join(f"  {p}" for p in problems))
-    return name, dict(doc.get("data") or {})
+    return name, convert.configmap_data(doc)
 
 
 def _namespace(doc: dict) -> str | None:

@@ -89,3 +89,22 @@ def test_validate_lists_a_bad_configmaps_problems_and_goes_on_to_the_job(tmp_pat
     good_job = {**JOB, "spec": {"trainer": "custom", "template": {"spec": {"containers": [{"name": "trainer", "command": ["x"]}]}}}}
     path.write_text(yaml.safe_dump_all([{**configmap("w", {}), "binaryData": {"w.bin": "AAEC"}}, good_job]))
     assert cli.main(["validate", str(path)]) == 0, capsys.readouterr().err
+
+
+def test_an_unquoted_number_or_boolean_key_is_the_key_kubectl_sends(tmp_path):
+    """kubectl turns YAML into JSON with sigs.k8s.io/yaml, which writes an integer or boolean key as its
+    text: `1: x` is the key '1' to the API server. kuberl run took it so before configmap_problems, which
+    then refused it as no ConfigMap key (validate and convert too)."""
+    from kuberl import cli
+    from kuberl.spec import load_documents
+
+    text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata:\n  1: one\n  k: v\n"
+    _, configmaps = split_documents([JOB, *load_documents(text)], "f")
+    assert configmaps == {"a": {"1": "one", "k": "v"}}
+    assert split_documents([JOB, configmap("b", {False: "no"})], "f")[1] == {"b": {"false": "no"}}
+    good_job = {**JOB, "spec": {"trainer": "custom", "template": {"spec": {"containers": [{"name": "trainer", "command": ["x"]}]}}}}
+    path = tmp_path / "job.yaml"
+    path.write_text(text + "---\n" + yaml.safe_dump(good_job))
+    assert cli.main(["validate", str(path)]) == 0
+    with pytest.raises(SystemExit, match=r"data\.1\.5: expected a ConfigMap key"):  # Go writes a float key its own way: quote it
+        split_documents([JOB, configmap("a", {1.5: "x"})], "f")
