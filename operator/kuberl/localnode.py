@@ -534,6 +534,12 @@ def path_problems(pod: Mapping, container: Mapping) -> list[str]:
                  for i, n in enumerate(volume_names) if n in volume_names[:i]]
     problems += [f"{where}.volumeMounts[{i}].mountPath: {m!r} is mounted twice: mount paths are unique in a container"
                  for i, m in enumerate(mounted) if m in mounted[:i]]
+    # A cluster nests mounts (a claim at /data, a ConfigMap at /data/cfg); each is a symlink here, so the inner one
+    # would be made inside the outer volume, or (listed first) leave no place for the outer's link
+    problems += [f"{where}.volumeMounts[{i}].mountPath: {m!r} is inside another mount ({outer!r}), which this node"
+                 " cannot lay out (each mount is a symlink here): mount them side by side"
+                 for i, m in enumerate(mounted) for outer in dict.fromkeys(mounted)
+                 if outer.startswith("/") and outer != "/" and m.startswith(outer + "/")]
     return problems
 
 

@@ -130,7 +130,7 @@ def test_paths_inside_the_root_pass():
 ])
 def test_a_pod_this_node_cannot_lay_out_is_a_local_run_error_not_a_traceback(tmp_path, container, volumes):
     pod = pod_with({"command": ["python", "-c", "pass"], **container}, volumes)
-    with pytest.raises(LocalRunError, match=r"spec.containers\[trainer\]: cannot lay out"):
+    with pytest.raises(LocalRunError, match=r"spec.containers\[trainer\](: |\.volumeMounts\[0\]\.mountPath: .*)cannot lay out"):
         prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {}, str)
 
 
