@@ -677,20 +677,31 @@ def cmd_run(args: argparse.Namespace, docs: list | None = None) -> int:
         return 2
     job = Job(document["metadata"]["name"], spec)
     run_dir = os.path.abspath(os.path.join(args.dir, job.name))  # pod roots must not depend on a cwd
-    try:
-        os.makedirs(run_dir, exist_ok=True)
-        with open(os.path.join(run_dir, "job.yaml"), "w") as f:
-            yaml.safe_dump(document, f, sort_keys=False)
-    except OSError as e:
-        print(f"kuberl run: --dir {args.dir}: cannot keep the run in {run_dir}: {e.strerror or e}", file=sys.stderr)
-        return 2
+    with contextlib.ExitStack() as held:
+        try:
+            os.makedirs(run_dir, exist_ok=True)
+            # held from before job.yaml is written: a second run of the job, refused, must not replace the first's
+            held.enter_context(run_lock(run_dir))
+            with open(os.path.join(run_dir, "job.yaml"), "w") as f:
+                yaml.safe_dump(document, f, sort_keys=False)
+        except LocalRunError as e:
+            say(f"{job.name} cannot run here: {e}")
+            return 2
+        except OSError as e:
+            print(f"kuberl run: --dir {args.dir}: cannot keep the run in {run_dir}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        return _run_held(args, job, spec, run_dir, configmaps)
+
+
+def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, configmaps: Mapping[str, Mapping[str, str]]) -> int:
+    """cmd_run's run, with the run directory's lock held."""
     budget = f"{spec.total_timesteps:,} timesteps" if spec.total_timesteps else "custom trainer"
     say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {budget}; logs and checkpoints in {shown(run_dir)}")
     skipped = containers_not_run(render_pod(job, NAMESPACE, "0", 0, target="local"))
     if skipped:
         say(f"not run here (only the trainer container's command runs): {', '.join(skipped)}")
     try:
-        code, status, wall = run(job, run_dir, configmaps=configmaps)
+        code, status, wall = _run(job, run_dir, configmaps=configmaps)
     except LocalRunError as e:
         say(f"{job.name} cannot run here: {e}")
         return 2

@@ -649,6 +649,23 @@ def test_run_takes_the_job_on_stdin_as_validate_does(tmp_path, monkeypatch):
     assert (tmp_path / "stdin-job" / "status.json").exists()
 
 
+def test_a_second_run_refused_leaves_the_first_runs_job_yaml(tmp_path, capsys):
+    """The lock was taken after job.yaml was written: a second `kuberl run` of the job (another --set,
+    say) replaced the running one's record, then was refused."""
+    import yaml
+    from kuberl import cli
+    from kuberl.localrun import run_lock
+
+    job = {**JOB, "spec": {"trainer": "custom", "template": {"spec": {"containers": [{"name": "trainer", "command": ["x"]}]}}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    (tmp_path / "runs" / "j").mkdir(parents=True)
+    (tmp_path / "runs" / "j" / "job.yaml").write_text("the first run's\n")
+    with run_lock(str(tmp_path / "runs" / "j")):
+        assert cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "runs")]) == 2
+    assert "another kuberl run" in capsys.readouterr().out
+    assert (tmp_path / "runs" / "j" / "job.yaml").read_text() == "the first run's\n"
+
+
 def test_a_dir_that_cannot_hold_the_run_is_named_not_a_traceback(tmp_path, capsys):
     """`--dir` naming a file (or a place that cannot be written) was a NotADirectoryError traceback."""
     import yaml
