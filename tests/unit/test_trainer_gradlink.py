@@ -2,6 +2,7 @@
 threads here, joined by socket pairs (the real processes and gloo's side by
 side are in tests/distributed/test_ddp.py)."""
 
+import contextlib
 import socket
 import threading
 import time
@@ -157,6 +158,33 @@ def test_rank_0_links_only_the_gangs_ranks_and_a_stranger_cannot_stall_it():
         sock.settimeout(5)
         assert sock.recv(1) == b""
     for sock in [*strangers, *real, *peers.values(), server]:
+        sock.close()
+
+
+def test_a_stranger_saying_a_byte_now_and_then_costs_at_most_hello_seconds():
+    """HELLO_SECONDS bounded each read, not the hello: a byte every second kept rank 0 on one stranger until
+    the setup deadline, and the gang fell back to gloo."""
+    token = b"t" * 16
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    dripper = socket.create_connection(("127.0.0.1", port))
+    stop = threading.Event()
+
+    def drip():
+        for byte in gradlink.HELLO.pack(gradlink.MAGIC, 1, b"x" * 16):
+            if stop.wait(0.5):
+                return
+            with contextlib.suppress(OSError):
+                dripper.send(bytes([byte]))
+
+    threading.Thread(target=drip, daemon=True).start()
+    real = hello(port, 1, token)
+    started = time.monotonic()
+    peers = gradlink.accept_peers(server, token, 2, time.monotonic() + 8)
+    took = time.monotonic() - started
+    stop.set()
+    assert sorted(peers) == [1] and took < gradlink.HELLO_SECONDS + 1, took
+    for sock in [dripper, real, *peers.values(), server]:
         sock.close()
 
 

@@ -409,10 +409,11 @@ def _listen(master_addr: str, backlog: int) -> socket.socket:
 
 
 def _read_hello(conn: socket.socket, deadline: float) -> tuple[bytes, int, bytes] | None:
-    """An accepted connection's (magic, rank, token), or None if it says less in time."""
-    data = b""
+    """An accepted connection's (magic, rank, token), or None if it says less within HELLO_SECONDS
+    of being accepted (in all: a byte now and then must not keep rank 0 listening to it), or by the deadline."""
+    data, until = b"", min(deadline, time.monotonic() + HELLO_SECONDS)
     while len(data) < HELLO.size:
-        remaining = min(HELLO_SECONDS, deadline - time.monotonic())
+        remaining = until - time.monotonic()
         if remaining <= 0:
             return None
         conn.settimeout(remaining)
