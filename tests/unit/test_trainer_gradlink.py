@@ -323,3 +323,16 @@ def test_a_peer_lost_while_attaching_leaves_no_file_and_no_mapping(shared_dir):
 
     assert run_ranks(2, body, timeout=5) == [None, None]
     assert list(shared_dir.iterdir()) == []
+
+
+def test_a_full_shared_directory_leaves_no_file_and_the_sums_go_over_tcp(shared_dir, monkeypatch):
+    """posix_fallocate failing (a full /dev/shm, the case it is there for) left the name it had just made."""
+    import errno
+
+    def full(fd, offset, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(gradlink.os, "posix_fallocate", full)
+    for ok, summed in run_ranks(2, attached(lambda rank, link: link.sum_(torch.full((4,), 1.0)))):
+        assert ok is False and torch.equal(summed, torch.full((4,), 2.0))
+    assert list(shared_dir.iterdir()) == []

@@ -159,6 +159,11 @@ def _map(path: str, size: int, token: bytes, create: bool) -> mmap.mmap:
         elif os.fstat(fd).st_size != size or os.pread(fd, len(token), 0) != token:
             raise ValueError(f"{path} is not this gang's")
         return mmap.mmap(fd, size)
+    except BaseException:
+        if create:  # made here (a full /dev/shm fails fallocate): not left behind
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
     finally:
         os.close(fd)
 
