@@ -336,3 +336,21 @@ def test_a_full_shared_directory_leaves_no_file_and_the_sums_go_over_tcp(shared_
     for ok, summed in run_ranks(2, attached(lambda rank, link: link.sum_(torch.full((4,), 1.0)))):
         assert ok is False and torch.equal(summed, torch.full((4,), 2.0))
     assert list(shared_dir.iterdir()) == []
+
+
+def test_rank_0_gone_after_making_the_mapping_is_cleaned_up_by_the_rank_that_sees_it_go(shared_dir):
+    """Rank 0 killed between making the name and removing it (an OOM kill, say): the other rank, lost
+    in setup, removes it."""
+    token = b"k" * 16
+
+    def body(rank, link):
+        if rank == 0:  # what a kill leaves: the name made, the connections closed
+            path = shared_dir / f"kuberl-gradients-{token.hex()}"
+            gradlink._map(str(path), gradlink.SharedSlots.size(2), token, create=True).close()
+            link.close()
+            return
+        with pytest.raises(gradlink.LinkLost):
+            link.attach_shared_memory(token)
+
+    assert run_ranks(2, body, timeout=5) == [None, None]
+    assert list(shared_dir.iterdir()) == []

@@ -381,9 +381,12 @@ class GradientLink:
             self.sum_(mapped)
         except BaseException:
             # A peer lost mid-setup: the name must not outlive the gang in /dev/shm (it holds
-            # 2 x ranks MiB until the machine restarts), nor the mapping this rank.
+            # 2 x ranks MiB until the machine restarts), nor the mapping this rank. Any rank removes
+            # it: rank 0 may be the one that went (killed between making and removing it).
             if mapping is not None:
                 mapping.close()
+            with contextlib.suppress(OSError):
+                os.unlink(path)
             raise
         finally:
             if named:
