@@ -416,45 +416,70 @@ def _listen(master_addr: str, backlog: int) -> socket.socket:
     return socket.create_server(("", 0), backlog=backlog)
 
 
-def _read_hello(conn: socket.socket, deadline: float) -> tuple[bytes, int, bytes] | None:
-    """An accepted connection's (magic, rank, token), or None if it says less within HELLO_SECONDS
-    of being accepted (in all: a byte now and then must not keep rank 0 listening to it), or by the deadline."""
-    data, until = b"", min(deadline, time.monotonic() + HELLO_SECONDS)
-    while len(data) < HELLO.size:
-        remaining = until - time.monotonic()
-        if remaining <= 0:
-            return None
-        conn.settimeout(remaining)
-        try:
-            chunk = conn.recv(HELLO.size - len(data))
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        data += chunk
-    return HELLO.unpack(data)
+MAX_PENDING_HELLOS = 64  # connections heard at once; past that, the oldest is dropped
 
 
 def accept_peers(server: socket.socket, token: bytes, world_size: int, deadline: float) -> dict[int, socket.socket]:
     """Rank 0's side: connections until every other rank has said hello with
-    the token, or the deadline. Anything else is closed unheard."""
+    the token, or the deadline. Every pending connection is heard at once
+    (a selector), each for at most HELLO_SECONDS and HELLO.size bytes, so
+    silent or slow strangers cannot queue the gang's ranks behind them; a
+    wrong hello is closed."""
+    import selectors
+
     peers: dict[int, socket.socket] = {}
-    while len(peers) < world_size - 1:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        server.settimeout(remaining)
-        try:
-            conn, _ = server.accept()
-        except OSError:  # the deadline passed
-            break
-        hello = _read_hello(conn, deadline)
-        if (hello is not None and hello[0] == MAGIC and hmac.compare_digest(hello[2], token)
-                and 0 < hello[1] < world_size and hello[1] not in peers):
-            conn.settimeout(None)
-            peers[hello[1]] = conn
-        else:
+    pending: dict[socket.socket, tuple[bytearray, float]] = {}  # connection -> (hello so far, its own deadline)
+    with selectors.DefaultSelector() as selector:
+        server.setblocking(False)
+        selector.register(server, selectors.EVENT_READ)
+
+        def drop(conn: socket.socket) -> None:
+            selector.unregister(conn)
+            pending.pop(conn, None)
             conn.close()
+
+        while len(peers) < world_size - 1:
+            now = time.monotonic()
+            for conn, (_, until) in list(pending.items()):
+                if now >= until:
+                    drop(conn)
+            if now >= deadline:
+                break
+            wake = min([deadline, *(until for _, until in pending.values())])
+            for key, _ in selector.select(max(0.0, wake - now)):
+                if key.fileobj is server:
+                    with contextlib.suppress(BlockingIOError, InterruptedError):
+                        conn, _ = server.accept()
+                        conn.setblocking(False)
+                        if len(pending) >= MAX_PENDING_HELLOS:
+                            drop(next(iter(pending)))
+                        pending[conn] = (bytearray(), min(deadline, time.monotonic() + HELLO_SECONDS))
+                        selector.register(conn, selectors.EVENT_READ)
+                    continue
+                conn = key.fileobj
+                data, _ = pending[conn]
+                try:
+                    chunk = conn.recv(HELLO.size - len(data))
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    drop(conn)
+                    continue
+                data += chunk
+                if len(data) < HELLO.size:
+                    continue
+                magic, rank, offered = HELLO.unpack(bytes(data))
+                if magic == MAGIC and hmac.compare_digest(offered, token) and 0 < rank < world_size and rank not in peers:
+                    selector.unregister(conn)
+                    del pending[conn]
+                    conn.setblocking(True)
+                    peers[rank] = conn
+                else:
+                    drop(conn)
+        for conn in list(pending):
+            drop(conn)
     return peers
 
 
