@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from . import contract, names
+from . import contract, names, podschema
 
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Kubernetes' resource.Quantity pattern as controller-gen writes it, but with a whole exponent:
@@ -571,6 +571,13 @@ def _named_items_problems(path: str, items: Any, what: str) -> list[Problem]:
                        for i, item in objects if not isinstance(item.get("name"), str) or not item["name"]]
 
 
+# fields with checks of their own (their type included, with a more specific message: here, or the
+# container checks validate, run and convert share, localnode.source_problems): not checked twice
+_POD_FIELDS_CHECKED_ABOVE = frozenset({"containers", "initContainers", "volumes", "ephemeralContainers",
+                                       "terminationGracePeriodSeconds"})
+_CONTAINER_FIELDS_CHECKED_ELSEWHERE = frozenset({"env", "envFrom", "volumeMounts", "command", "args"})
+
+
 def _template_problems(template: Any) -> list[Problem]:
     """The shape the merge relies on; Kubernetes validates the rest of the pod."""
     if not isinstance(template, dict):
@@ -602,9 +609,15 @@ def _template_problems(template: Any) -> list[Problem]:
         problems.append(Problem("spec.template.spec.ephemeralContainers", "not allowed: a pod cannot be created with"
                                 " ephemeral containers (the API server adds them to running pods only)"))
     problems += _grace_problems(pod_spec.get("terminationGracePeriodSeconds"))
+    problems += [Problem(path, message) for path, message in podschema.type_problems(
+        "spec.template.spec", {k: v for k, v in pod_spec.items() if k not in _POD_FIELDS_CHECKED_ABOVE},
+        podschema.POD_SPEC_FIELDS)]
     for kind in ("containers", "initContainers"):
         for i, container in enumerate(pod_spec.get(kind) if isinstance(pod_spec.get(kind), list) else []):
             if isinstance(container, dict):
+                problems += [Problem(path, message) for path, message in podschema.type_problems(
+                    f"spec.template.spec.{kind}[{i}]", {k: v for k, v in container.items() if k not in _CONTAINER_FIELDS_CHECKED_ELSEWHERE},
+                    podschema.CONTAINER_FIELDS)]
                 trainer = kind == "containers" and container.get("name") == names.TRAINER_CONTAINER
                 problems += _env_problems(f"spec.template.spec.{kind}[{i}].env", container.get("env"), trainer)
                 problems += _volume_mount_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))

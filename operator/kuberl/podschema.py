@@ -1,0 +1,90 @@
+"""The JSON type of every field of a pod template's spec and containers, as
+the API server decodes them: Kubernetes v1.33's OpenAPI definitions
+io.k8s.api.core.v1.PodSpec and io.k8s.api.core.v1.Container
+(tests/unit/test_podschema.py checks this table against those definitions as
+PyPI `kubernetes-validate` ships them). A value of the wrong type (a list for
+`nodeSelector`, a string for `tolerations`) makes the API server refuse the
+pod when the operator creates it, after the job's other children exist, and
+`kuberl run` would have run it; `kuberl validate`, `run` and the operator
+refuse it at its field instead. Only the type is checked here: what each
+field may hold is the API server's to say.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# field -> (JSON type, the type of its items for an array)
+POD_SPEC_FIELDS: dict[str, tuple[str, str | None]] = {
+    "activeDeadlineSeconds": ("integer", None), "affinity": ("object", None),
+    "automountServiceAccountToken": ("boolean", None), "containers": ("array", "object"),
+    "dnsConfig": ("object", None), "dnsPolicy": ("string", None), "enableServiceLinks": ("boolean", None),
+    "ephemeralContainers": ("array", "object"), "hostAliases": ("array", "object"), "hostIPC": ("boolean", None),
+    "hostNetwork": ("boolean", None), "hostPID": ("boolean", None), "hostUsers": ("boolean", None),
+    "hostname": ("string", None), "imagePullSecrets": ("array", "object"), "initContainers": ("array", "object"),
+    "nodeName": ("string", None), "nodeSelector": ("object", None), "os": ("object", None),
+    "overhead": ("object", None), "preemptionPolicy": ("string", None), "priority": ("integer", None),
+    "priorityClassName": ("string", None), "readinessGates": ("array", "object"),
+    "resourceClaims": ("array", "object"), "resources": ("object", None), "restartPolicy": ("string", None),
+    "runtimeClassName": ("string", None), "schedulerName": ("string", None),
+    "schedulingGates": ("array", "object"), "securityContext": ("object", None), "serviceAccount": ("string", None),
+    "serviceAccountName": ("string", None), "setHostnameAsFQDN": ("boolean", None),
+    "shareProcessNamespace": ("boolean", None), "subdomain": ("string", None),
+    "terminationGracePeriodSeconds": ("integer", None), "tolerations": ("array", "object"),
+    "topologySpreadConstraints": ("array", "object"), "volumes": ("array", "object"),
+}
+CONTAINER_FIELDS: dict[str, tuple[str, str | None]] = {
+    "args": ("array", "string"), "command": ("array", "string"), "env": ("array", "object"),
+    "envFrom": ("array", "object"), "image": ("string", None), "imagePullPolicy": ("string", None),
+    "lifecycle": ("object", None), "livenessProbe": ("object", None), "name": ("string", None),
+    "ports": ("array", "object"), "readinessProbe": ("object", None), "resizePolicy": ("array", "object"),
+    "resources": ("object", None), "restartPolicy": ("string", None), "securityContext": ("object", None),
+    "startupProbe": ("object", None), "stdin": ("boolean", None), "stdinOnce": ("boolean", None),
+    "terminationMessagePath": ("string", None), "terminationMessagePolicy": ("string", None), "tty": ("boolean", None),
+    "volumeDevices": ("array", "object"), "volumeMounts": ("array", "object"), "workingDir": ("string", None),
+}
+STRING_MAPS = frozenset({"nodeSelector"})  # objects whose every value is a string or null (additionalProperties)
+
+_EXPECTED = {"object": "an object", "array": "a list", "string": "a string", "boolean": "true or false",
+             "integer": "an integer"}
+
+
+def is_type(value: Any, json_type: str) -> bool:
+    """Whether the API server's decoder takes `value` as `json_type` (an integral
+    float is an integer to it, a bool is never a number)."""
+    if json_type == "object":
+        return isinstance(value, dict)
+    if json_type == "array":
+        return isinstance(value, list)
+    if json_type == "string":
+        return isinstance(value, str)
+    if json_type == "boolean":
+        return isinstance(value, bool)
+    if json_type == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and value.is_integer())
+    return True
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{type(value).__name__} of {len(value)} entries" if isinstance(value, (dict, list)) else text[:57] + "..."
+
+
+def type_problems(path: str, obj: dict, fields: dict[str, tuple[str, str | None]]) -> list[tuple[str, str]]:
+    """(field path, what was expected) for each field of `obj` whose value the
+    API server would refuse by its type; null is unset, unknown fields are not
+    this check's (the API server drops them)."""
+    problems = []
+    for name, value in obj.items():
+        if value is None or name not in fields:
+            continue
+        json_type, item_type = fields[name]
+        if not is_type(value, json_type):
+            problems.append((f"{path}.{name}", f"expected {_EXPECTED[json_type]} (got {_shown(value)})"))
+        elif item_type is not None:
+            problems += [(f"{path}.{name}[{i}]", f"expected {_EXPECTED[item_type]} (got {_shown(item)})")
+                         for i, item in enumerate(value) if item is not None and not is_type(item, item_type)]
+        elif name in STRING_MAPS:
+            problems += [(f"{path}.{name}.{key}", f"expected a string (got {_shown(item)})") for key, item in value.items()
+                         if item is not None and not isinstance(item, str)]
+    return problems

@@ -1,0 +1,100 @@
+"""podschema: the JSON type of each pod template field, as the API server
+decodes a pod. The table is Kubernetes' own (v1.33's OpenAPI definitions as
+PyPI kubernetes-validate ships them: the same schemas the API stand-in decodes
+with, tests/support/coreschema.py); a value of the wrong type is refused by
+`validate_job` at its field, where the operator used to create the job's other
+children and then have the pod refused (and `kuberl run` ran it)."""
+
+import importlib.resources
+import json
+
+import pytest
+from kuberl import podschema
+from kuberl.spec import InvalidJob, validate_job
+
+from tests.support.jobs import make_job
+
+SCHEMA_VERSION = "v1.33.0-local"  # the kubectl and Helm the tests install are v1.33
+
+
+def kubernetes_fields(definition: str) -> dict[str, tuple[str, str | None]]:
+    root = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema" / SCHEMA_VERSION / "_definitions.json"
+    definitions = json.loads(root.read_text())["$defs"]
+
+    def resolve(schema: dict) -> dict:
+        while "$ref" in schema:
+            schema = definitions[schema["$ref"].rsplit("/", 1)[-1]]
+        return schema
+
+    def json_type(schema: dict) -> str | None:
+        kind = resolve(schema).get("type")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), None)
+        return kind
+
+    fields = {}
+    for name, schema in definitions[definition]["properties"].items():
+        kind = json_type(schema)
+        fields[name] = (kind, json_type(resolve(schema)["items"]) if kind == "array" else None)
+    return fields
+
+
+def test_the_table_is_kubernetes_own():
+    assert podschema.POD_SPEC_FIELDS == kubernetes_fields("io.k8s.api.core.v1.PodSpec")
+    assert podschema.CONTAINER_FIELDS == kubernetes_fields("io.k8s.api.core.v1.Container")
+
+
+def test_string_maps_are_kubernetes_own():
+    root = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema" / SCHEMA_VERSION / "_definitions.json"
+    pod_spec = json.loads(root.read_text())["$defs"]["io.k8s.api.core.v1.PodSpec"]["properties"]
+    for name in podschema.STRING_MAPS:
+        assert pod_spec[name]["additionalProperties"]["type"] in ("string", ["string", "null"]), name
+
+
+HOSTILE = {
+    "nodeSelector as a list": ({"nodeSelector": ["a"]}, "spec.template.spec.nodeSelector", "expected an object"),
+    "a nodeSelector value that is a number": ({"nodeSelector": {"disk": 1}}, "spec.template.spec.nodeSelector.disk",
+                                              "expected a string (got 1)"),
+    "tolerations as a string": ({"tolerations": "x"}, "spec.template.spec.tolerations", "expected a list"),
+    "a toleration that is a string": ({"tolerations": ["x"]}, "spec.template.spec.tolerations[0]", "expected an object"),
+    "a pod securityContext string": ({"securityContext": "x"}, "spec.template.spec.securityContext", "expected an object"),
+    "activeDeadlineSeconds quoted": ({"activeDeadlineSeconds": "100"}, "spec.template.spec.activeDeadlineSeconds",
+                                     "expected an integer (got '100')"),
+    "hostNetwork quoted": ({"hostNetwork": "false"}, "spec.template.spec.hostNetwork", "expected true or false"),
+    "priority true": ({"priority": True}, "spec.template.spec.priority", "expected an integer (got True)"),
+}
+
+
+@pytest.mark.parametrize(("pod_spec", "path", "message"), HOSTILE.values(), ids=HOSTILE.keys())
+def test_a_pod_field_of_the_wrong_type_is_refused_at_its_field(pod_spec, path, message):
+    job = make_job("typed").template({"spec": {**pod_spec, "containers": [{"name": "trainer"}]}}).obj()
+    with pytest.raises(InvalidJob) as refused:
+        validate_job(job)
+    assert [p.path for p in refused.value.problems] == [path]
+    assert message in refused.value.problems[0].message
+
+
+@pytest.mark.parametrize(("container", "field", "message"), [
+    ({"securityContext": "y"}, "securityContext", "expected an object"),
+    ({"tty": 1}, "tty", "expected true or false (got 1)"),
+    ({"ports": [8080]}, "ports[0]", "expected an object (got 8080)"),
+    ({"image": ["busybox"]}, "image", "expected a string"),
+])
+@pytest.mark.parametrize("kind", ["containers", "initContainers"])
+def test_a_container_field_of_the_wrong_type_is_refused_at_its_field(kind, container, field, message):
+    if kind == "containers":
+        pod_spec = {"containers": [{"name": "trainer", **container}]}
+    else:
+        pod_spec = {"containers": [{"name": "trainer"}], "initContainers": [{"name": "init", **container}]}
+    with pytest.raises(InvalidJob) as refused:
+        validate_job(make_job("typed").template({"spec": pod_spec}).obj())
+    assert [p.path for p in refused.value.problems] == [f"spec.template.spec.{kind}[0].{field}"]
+    assert message in refused.value.problems[0].message
+
+
+def test_what_the_api_server_decodes_passes():
+    """null is unset; an integral float is an integer to the decoder; unknown fields are dropped, not refused."""
+    pod_spec = {"nodeSelector": {"disk": "ssd"}, "activeDeadlineSeconds": 100.0, "hostNetwork": None,
+                "tolerations": [{"key": "gpu", "operator": "Exists"}], "somethingNew": "x",
+                "containers": [{"name": "trainer", "tty": False, "ports": [{"containerPort": 9000}], "resizePolicy": None}]}
+    assert validate_job(make_job("typed").template({"spec": pod_spec}).obj()).workers >= 1
