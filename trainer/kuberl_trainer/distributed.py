@@ -342,9 +342,10 @@ def take_rank0_parameters(ctx: Dist, flat: torch.Tensor) -> None:
 
 def all_reduce_gradient(ctx: Dist, flat: torch.Tensor) -> None:
     """Sum a flat CPU gradient across ranks in place (the fused steps' one
-    sync per gradient step): over the gang's direct link (gradlink) where it
-    has one, else gloo's all-reduce launched asynchronously; either waited
-    for by yielding the CPU for at most ctx.sync_yield_seconds before blocking."""
+    sync per gradient step): over the gang's direct link where it has one
+    (gradlink, which polls briefly, then blocks), else gloo's all-reduce
+    launched asynchronously and waited for by yielding the CPU for at most
+    ctx.sync_yield_seconds before blocking."""
     if not ctx.distributed or _summed_over_link(ctx, flat):
         return
     with collectives():

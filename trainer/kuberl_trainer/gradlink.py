@@ -10,8 +10,8 @@ hand-offs a sync. Between two idle ranks that is 0.08 ms; between two
 training ones (whose gloo threads have gone to sleep between syncs) 0.24-0.34
 ms, plus gloo's threads' own CPU on the rank's core (bench/sync_wait.py). Here
 the thread that computed the gradient sends it and polls for the peers' on
-non-blocking sockets: 0.013 ms idle, 0.026 ms between training ranks, on
-the same machine (bench/sync_wait.py).
+non-blocking sockets: 0.022 ms idle, about 0.1 ms between training ranks, on
+the same machine (bench/sync_wait.py --transport tcp).
 
 Shape: a star through rank 0, for at most MAX_LINK_RANKS ranks. With two
 ranks each sends its gradient to the other and adds the one it receives;
@@ -33,10 +33,10 @@ the whole gang) that see the same /dev/shm pass the floats through shared
 memory instead (SharedSlots): each rank copies its gradient into its own
 slot, publishes the sync number, and every rank adds all slots in rank
 order. The kernel's socket path touched ~0.8 MB of memory per DQN sync and
-left the next gradient step to run on cold caches; through shared memory a
-PPO update took 15.1-15.4 ms against 18.0-18.1 over TCP, a DQN update
-94-96 ms against 110 (2 ranks, interleaved). The TCP connections stay: they
-tell a rank at once that a peer is gone.
+left the next gradient step to run on cold caches. A 2-rank update's learning
+phase (`make bench`, section 4) takes 17.1 ms through shared memory, 19.2
+over TCP and 23.5 over gloo for PPO; 84, 126 and 201 ms for DQN. The TCP
+connections stay: they tell a rank at once that a peer is gone.
 """
 
 from __future__ import annotations
