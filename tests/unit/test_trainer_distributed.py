@@ -176,16 +176,21 @@ def test_an_omp_num_threads_nobody_can_use_is_refused_naming_it(value):
     assert len(str(caught.value)) < 300  # a huge value is cut, not echoed whole
 
 
-def test_a_trainer_given_an_unusable_environment_exits_with_a_config_error(tmp_path):
+@pytest.mark.parametrize(("variable", "value", "reason"), [
+    ("OMP_NUM_THREADS", "four", "ConfigError: environment variable OMP_NUM_THREADS='four'"),
+    # kuberl's own, set by a launcher (bench, tests); a value nobody reads is not a silent default
+    ("KUBERL_GRADIENT_TRANSPORT", "x" * 100_000, "ConfigError: environment variable KUBERL_GRADIENT_TRANSPORT='xxx"),
+])
+def test_a_trainer_given_an_unusable_environment_exits_with_a_config_error(tmp_path, variable, value, reason):
     """Not a crash to retry until backoffLimit: the pod's environment (its
     spec.template) is the configuration, and the reason names the variable."""
     spec = make_job().minimal().with_spec(workers=1).spec()
     config = tmp_path / names.CONFIG_MOUNT_DIR.lstrip("/") / names.CONFIG_FILE
     config.parent.mkdir(parents=True)
     config.write_text(json.dumps(trainerconfig.trainer_config("t", "default", "uid", spec)))
-    env = {**os.environ, contract.ENV_FS_ROOT: str(tmp_path), "OMP_NUM_THREADS": "four"}
+    env = {**os.environ, contract.ENV_FS_ROOT: str(tmp_path), variable: value}
     done = subprocess.run([sys.executable, "-m", "kuberl_trainer", "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
                           check=False, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == contract.EXIT_CONFIG_ERROR, done.stderr
-    reason = (tmp_path / names.TERMINATION_LOG.lstrip("/")).read_text()
-    assert "ConfigError: environment variable OMP_NUM_THREADS='four'" in reason
+    termination = (tmp_path / names.TERMINATION_LOG.lstrip("/")).read_text()
+    assert reason in termination and len(termination) < 1000, termination[:200]
