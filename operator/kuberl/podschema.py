@@ -82,9 +82,20 @@ def type_problems(path: str, obj: dict, fields: dict[str, tuple[str, str | None]
         if not is_type(value, json_type):
             problems.append((f"{path}.{name}", f"expected {_EXPECTED[json_type]} (got {_shown(value)})"))
         elif item_type is not None:
-            problems += [(f"{path}.{name}[{i}]", f"expected {_EXPECTED[item_type]} (got {_shown(item)})")
-                         for i, item in enumerate(value) if item is not None and not is_type(item, item_type)]
+            wrong = [(f"{path}.{name}[{i}]", f"expected {_EXPECTED[item_type]} (got {_shown(item)})")
+                     for i, item in enumerate(value) if item is not None and not is_type(item, item_type)]
+            problems += _first_of(f"{path}.{name}", wrong, "items")
         elif name in STRING_MAPS:
-            problems += [(f"{path}.{name}.{key}", f"expected a string (got {_shown(item)})") for key, item in value.items()
-                         if item is not None and not isinstance(item, str)]
+            wrong = [(f"{path}.{name}.{key}", f"expected a string (got {_shown(item)})") for key, item in value.items()
+                     if item is not None and not isinstance(item, str)]
+            problems += _first_of(f"{path}.{name}", wrong, "values")
     return problems
+
+
+MAX_ITEM_PROBLEMS = 3  # per field: a list of 400,000 wrong items is one mistake, not 400,000 lines
+
+
+def _first_of(path: str, wrong: list[tuple[str, str]], what: str) -> list[tuple[str, str]]:
+    if len(wrong) <= MAX_ITEM_PROBLEMS:
+        return wrong
+    return [*wrong[:MAX_ITEM_PROBLEMS], (path, f"{len(wrong) - MAX_ITEM_PROBLEMS} more {what} of the wrong type")]

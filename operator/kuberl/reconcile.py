@@ -25,9 +25,20 @@ from .spec import InvalidJob, JobSpec, Problem, validate_job
 log = logging.getLogger(__name__)
 
 
+MAX_MESSAGE_PROBLEMS = 20  # the rest are counted: the message goes into the job's status and an Event
+MAX_MESSAGE_CHARACTERS = 16384  # well inside a condition message's 32768 (metav1.Condition's maxLength)
+
+
 def problems_message(problems: list[Problem]) -> str:
-    """Every problem with its field path, e.g. `spec.labels.bad key: expected a label key`."""
-    return "; ".join(str(p) for p in problems)
+    """The problems with their field paths, e.g. `spec.labels.bad key: expected a label key`; past
+    MAX_MESSAGE_PROBLEMS, how many more (a tenant's spec can hold hundreds of thousands, and a status
+    write of megabytes is one the API server refuses: the job would never show why it failed)."""
+    shown = "; ".join(str(p) for p in problems[:MAX_MESSAGE_PROBLEMS])
+    if len(shown) > MAX_MESSAGE_CHARACTERS:  # one problem can quote a huge key
+        shown = shown[:MAX_MESSAGE_CHARACTERS] + "..."
+    if len(problems) > MAX_MESSAGE_PROBLEMS:
+        shown += f"; and {len(problems) - MAX_MESSAGE_PROBLEMS} more problem(s)"
+    return shown
 
 
 def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None) -> tuple[JobSpec | None, Refusal | None]:
