@@ -23,7 +23,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the tests' port picker: ports outside the kernel's ephemeral range
+from tests.support.ports import free_ports
+
 SB3_PYTHON = REPO / ".tools/sb3-venv/bin/python"
 TARGET = 475.0
 EVAL_EPISODES = 20
@@ -73,16 +75,6 @@ MAPPING_NOTES = [
     " The first time the last-100 training mean reached 475 is reported beside it."),
 ]
 STARTUP_LINE = re.compile(r"rank (\d+) ready to step ([\d.]+) s after launch \((.*)\)")
-
-
-def free_port(count: int = 1) -> int:
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count < 65000:
-            return base
-    raise RuntimeError("no free port")
 
 
 def load_average() -> str:
@@ -135,10 +127,10 @@ def kuberl_run(root: Path, algorithm: str, hp: dict, env_id: str, num_envs: int,
 
     spec = {"algorithm": algorithm, algorithm: hp, "env": {"id": env_id, "numEnvs": num_envs},
             "totalTimesteps": total, "workers": world, "seed": seed, "success": success,
-            "metrics": {"port": free_port(world)}, "checkpoint": {"everyUpdates": 1_000_000, "keep": 1}}
+            "metrics": {"port": free_ports(world)}, "checkpoint": {"everyUpdates": 1_000_000, "keep": 1}}
     config = trainerconfig.trainer_config("bench", "bench", "uid", parse_spec(spec))
     shutil.rmtree(root, ignore_errors=True)  # a run interrupted here before left a checkpoint this one would resume
-    master_port = free_port()
+    master_port = free_ports()
     procs = []
     launched = time.time()
     for rank in range(world):
@@ -211,7 +203,7 @@ def probe_run(root: Path, algorithm: str, hp: dict, num_envs: int, world: int, u
     job_file.write_text(json.dumps({"algorithm": algorithm, "hyperparameters": hp, "env": "CartPole-v1",
                                     "num_envs": num_envs, "updates": updates, "warmup_updates": warmup,
                                     "ceiling_steps": ceiling_steps}))
-    master_port = free_port()
+    master_port = free_ports()
     procs = []
     for rank in range(world):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the tests' port picker: ports outside the kernel's ephemeral range
+from tests.support.ports import free_port
 
 
 def now() -> float:
@@ -175,12 +176,6 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: in
 
 
 # --- the launcher -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def report(results: list[dict]) -> None:

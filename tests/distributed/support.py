@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,32 +22,10 @@ from kuberl import contract, metricnames, names, trainerconfig
 from kuberl.spec import parse_spec
 
 from tests.support.jobs import make_job as job_builder
+from tests.support.ports import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "t"
-
-
-def free_ports(count: int) -> int:
-    """A base port with `count` consecutive free ports after it."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count >= 65000:
-            continue
-        try:
-            held = []
-            for port in range(base, base + count):
-                sock = socket.socket()
-                held.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in held:
-                sock.close()
-    raise RuntimeError("no free ports")
 
 
 def spec(**overrides) -> dict:

@@ -25,7 +25,6 @@ import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -50,6 +49,7 @@ from tests.operator.operatorkit import (
     wait_for,
 )
 from tests.support.apiserver import StandinServer
+from tests.support.ports import free_port
 from tests.support.rest import Rest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,12 +204,6 @@ def chart_pod_monitor() -> dict:
 
 
 # --- processes ------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 class Prometheus:
     def __init__(self, url: str):

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,15 +20,10 @@ import pytest
 import yaml
 
 from tests.support.jobs import make_job
+from tests.support.ports import free_port
 
 KUBERL = [sys.executable, "-m", "kuberl.cli", "run"]
 JOB = "e2e"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_job(tmp_path: Path, **spec_overrides) -> Path:

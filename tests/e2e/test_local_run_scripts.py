@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,16 +17,11 @@ import yaml
 from kuberl.localrun import pod_address
 
 from tests.support.jobs import make_job
+from tests.support.ports import free_port, free_ports
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 KUBERL = [sys.executable, "-m", "kuberl.cli", "run"]
 CALLER_ENV = {**os.environ, "WORLD_SIZE": "99", "RANK": "42", "MASTER_ADDR": "caller.example", "PET_NNODES": "7"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_script_job(tmp_path: Path, name: str, command: list[str], workers: int, procs: int = 1,
@@ -38,7 +32,7 @@ def run_script_job(tmp_path: Path, name: str, command: list[str], workers: int, 
         trainer["env"] = env
     job = (make_job(name)
            .custom_trainer({"spec": {"containers": [trainer], "volumes": [{"name": "scripts", "hostPath": {"path": str(SCRIPTS)}}]}})
-           .workers(workers).with_spec(procsPerWorker=procs, rendezvous={"port": free_port()}).metrics_port(free_port())
+           .workers(workers).with_spec(procsPerWorker=procs, rendezvous={"port": free_port()}).metrics_port(free_ports(procs))
            .run_policy(backoffLimit=0, terminationGracePeriodSeconds=5).obj())
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     proc = subprocess.Popen([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, text=True,

@@ -17,8 +17,9 @@ import pytest
 from kuberl import contract, names
 from kuberl.kubeapi import API_CALLS
 
-from tests.support.apiserver import StandinServer, free_port
+from tests.support.apiserver import StandinServer
 from tests.support.jobs import make_job
+from tests.support.ports import free_port
 from tests.support.rest import Rest
 from tests.support.store import container_terminated, timestamp
 

@@ -10,7 +10,6 @@ import contextlib
 import json
 import logging
 import pathlib
-import socket
 import tempfile
 import threading
 import time
@@ -471,12 +470,6 @@ async def _stream_start(request: kmock.Request) -> aiohttp.web.StreamResponse:
 
 
 # ---------------------------------------------------------------- running it
-
-def free_port(host: str = '127.0.0.1') -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
 
 class StandinServer:
     """The stand-in on 127.0.0.1 in a background thread with its own event loop.

@@ -31,6 +31,7 @@ from kuberl_trainer.distributed import (
 )
 
 from tests.support.jobs import make_job
+from tests.support.ports import free_port
 
 
 @pytest.mark.parametrize(("cpu_max", "quota_us", "period_us", "cores"), [
@@ -56,9 +57,7 @@ def test_a_rank_waits_for_the_store_to_listen_and_not_past_its_deadline():
     """wait_for_store (ranks > 0, before init_process_group): it returns as
     soon as rank 0's port accepts, which torch's own backing-off client
     would notice up to ~0.5 s later, and gives up at the deadline."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     opened = threading.Timer(0.2, lambda: (listener.bind(("127.0.0.1", port)), listener.listen()))
