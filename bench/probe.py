@@ -86,6 +86,36 @@ def ceilings(job: dict, agent, steps: int) -> dict:
     return {"random_actions": random_rate, "env_plus_forward": forward_rate}
 
 
+class Durations(Timed):
+    """Timed, keeping every call's wall time."""
+
+    def __init__(self, fn):
+        super().__init__(fn)
+        self.durations: list[float] = []
+
+    def __call__(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.durations.append(time.perf_counter() - started)
+            self.seconds += self.durations[-1]
+
+
+def step_spread(durations: list[float]) -> dict | None:
+    """How much one gradient step's time varies, and what that costs ranks that sync after
+    every step: each sync waits for the slower rank, so a step takes E[max(X, Y)] of two
+    independent draws of the one-process step time X rather than E[X]. For the sorted sample
+    x_1..x_n, E[max] = sum of x_i (2i - 1) / n^2 (every ordered pair once)."""
+    if len(durations) < 2:
+        return None
+    x = np.sort(np.asarray(durations))
+    n = len(x)
+    expected_max = float(np.sum(x * (2 * np.arange(1, n + 1) - 1)) / n**2)
+    return {"steps": n, "mean": float(x.mean()), "std": float(x.std()), "p10": float(np.percentile(x, 10)),
+            "p90": float(np.percentile(x, 90)), "slower_of_two_extra": expected_max - float(x.mean())}
+
+
 def allreduce_floor(ctx, floats: int, calls: int = 1000) -> tuple[float, float]:
     """(mean, median) seconds of one all-reduce of `floats` floats between the ranks with
     nothing else running in them, through the trainer's own gradient all-reduce (its
@@ -118,6 +148,11 @@ def main() -> None:
                 trainer.fused.allreduce = Timed(trainer.fused.allreduce)
             else:
                 timed_comm_hook(trainer.model, grad_allreduce)
+        step_times = None
+        if not ctx.distributed and getattr(trainer, "fused", None) is not None:  # the one-process learner's step times
+            step = "step" if job["algorithm"] == "ppo" else "step_towards"  # DQN's: one gradient step of a drawn chunk
+            step_times = Durations(getattr(trainer.fused, step))
+            setattr(trainer.fused, step, step_times)
         env_step = Timed(trainer.envs.step)
         trainer.envs.step = env_step
         learn_forward = Timed(trainer.model.forward)
@@ -128,6 +163,8 @@ def main() -> None:
         warmup = BareSession(job["warmup_updates"])
         trainer.train(warmup)  # DQN: fills learningStarts; both: first-call costs
         env_step.seconds = learn_forward.seconds = counter_sync.seconds = 0.0
+        if step_times is not None:
+            step_times.durations.clear()
         grad_allreduce.clear()
         fused_allreduce = getattr(trainer, "fused", None) and trainer.fused.allreduce
         if isinstance(fused_allreduce, Timed):
@@ -198,6 +235,7 @@ def main() -> None:
             "env_steps_per_update": trainer.batch_per_rank,
             "batch_per_gradient_step": batch,
             "breakdown_seconds": breakdown,
+            "step_seconds": step_spread(step_times.durations) if step_times is not None else None,
             "ceilings": ceilings(job, trainer.agent, job["ceiling_steps"]) if job.get("ceiling_steps") else None,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         }
