@@ -3,6 +3,7 @@ termination-log reasons, checkpoints on disk."""
 
 import json
 import signal
+import socket
 import time
 
 import gymnasium as gym
@@ -167,3 +168,18 @@ def test_a_bad_configuration_exits_78_naming_the_field(tmp_path, mutate, field):
     write_config(job)
     assert Ranks(job).wait(timeout=60) == [contract.EXIT_CONFIG_ERROR]
     assert job.termination_log(0).startswith(f"{contract.REASON_CONFIG_ERROR}: {field}")
+
+
+def test_a_held_metrics_port_ends_the_rank_naming_the_field_and_retryable(tmp_path):
+    """Another container of the pod (or a socket of anything else) holding the rank's
+    metrics port: the rank says which port and field, as Crashed (a restart may find it
+    free), not bind()'s traceback."""
+    job = make_job(tmp_path, world_size=1)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", job.metrics_port(0)))
+        holder.listen()
+        ranks = Ranks(job)
+        assert ranks.wait(timeout=60) == [1]
+    reason = job.termination_log(0)
+    assert reason.startswith(f"{contract.REASON_CRASHED}: metrics port {job.metrics_port(0)} on 127.0.0.1"), reason
+    assert "spec.metrics.port" in reason and "Traceback" not in ranks.log(0)

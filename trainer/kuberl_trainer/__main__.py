@@ -34,7 +34,7 @@ from .device import describe as describe_device
 from .device import tune as tune_device
 from .distributed import BadEnvironment, PeerLost, process_group
 from .envs import UnknownEnv
-from .metrics import TrainerMetrics
+from .metrics import MetricsPortTaken, TrainerMetrics
 from .networks import PolicyMismatch
 from .paths import host_path
 from .session import Algorithm, TrainingSession
@@ -136,7 +136,7 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
         _KEEP_ALIVE.append(trainer)
         startup.mark("envs and networks")
         metrics = TrainerMetrics(config.job, ctx.rank, ctx.world_size)
-        metrics.serve(os.environ.get(contract.ENV_METRICS_ADDR, "127.0.0.1"), spec.metrics.port + ctx.local_rank)
+        metrics.serve(os.environ.get(contract.ENV_METRICS_ADDR, "127.0.0.1"), spec.metrics.port, ctx.local_rank)
         log = print if ctx.is_main else (lambda *_a, **_k: None)
         session = TrainingSession(config, ctx, metrics, restart, stop, log=lambda s: log(s, flush=True), startup=startup)
         if ctx.is_main:
@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         return contract.EXIT_CONFIG_ERROR
     except PeerLost as e:
         write_reason(contract.REASON_PEER_LOST, str(e))
+        return 1
+    except MetricsPortTaken as e:  # retryable, and its message says everything a traceback would
+        write_reason(contract.REASON_CRASHED, str(e))
         return 1
     except KeyboardInterrupt:
         write_reason(contract.REASON_STOPPED, "interrupted twice; not checkpointed since the last periodic checkpoint")

@@ -20,6 +20,10 @@ from prometheus_client import (
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+class MetricsPortTaken(RuntimeError):
+    """The rank's metrics port is held by another socket: retryable (it may free up)."""
+
+
 class TrainerMetrics:
     def __init__(self, job: str, rank: int, world_size: int):
         self.registry = CollectorRegistry(auto_describe=True)
@@ -55,8 +59,18 @@ class TrainerMetrics:
         self.world_size.set(world_size)
         self.success.set(0)
 
-    def serve(self, addr: str, port: int) -> None:
-        start_http_server(port, addr=addr, registry=self.registry)
+    def serve(self, addr: str, base_port: int, local_rank: int = 0) -> None:
+        """Serve on base_port + local_rank (spec.metrics.port is local rank 0's). A port
+        something else holds ends the rank naming the field, not with bind()'s traceback."""
+        port = base_port + local_rank
+        try:
+            start_http_server(port, addr=addr, registry=self.registry)
+        except OSError as e:
+            raise MetricsPortTaken(
+                f"metrics port {port} on {addr} (spec.metrics.port {base_port} + local rank {local_rank}) cannot be"
+                f" served: {e.strerror or e}; another process or container of the pod holds it, or it lies in the"
+                " kernel's ephemeral range (ip_local_port_range) where outgoing connections take ports:"
+                " choose another spec.metrics.port") from None
 
     def checkpointed(self) -> None:
         self.checkpoints.inc()
