@@ -65,7 +65,9 @@ def is_type(value: Any, json_type: str) -> bool:
     return True
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A value as a message quotes it: as written up to 60 characters, else a
+    list's or mapping's size, or a scalar cut short (a refusal stays readable)."""
     text = repr(value)
     return text if len(text) <= 60 else f"{type(value).__name__} of {len(value)} entries" if isinstance(value, (dict, list)) else text[:57] + "..."
 
@@ -80,13 +82,13 @@ def type_problems(path: str, obj: dict, fields: dict[str, tuple[str, str | None]
             continue
         json_type, item_type = fields[name]
         if not is_type(value, json_type):
-            problems.append((f"{path}.{name}", f"expected {_EXPECTED[json_type]} (got {_shown(value)})"))
+            problems.append((f"{path}.{name}", f"expected {_EXPECTED[json_type]} (got {shown(value)})"))
         elif item_type is not None:
-            wrong = [(f"{path}.{name}[{i}]", f"expected {_EXPECTED[item_type]} (got {_shown(item)})")
+            wrong = [(f"{path}.{name}[{i}]", f"expected {_EXPECTED[item_type]} (got {shown(item)})")
                      for i, item in enumerate(value) if item is not None and not is_type(item, item_type)]
             problems += _first_of(f"{path}.{name}", wrong, "items")
         elif name in STRING_MAPS:
-            wrong = [(f"{path}.{name}.{key}", f"expected a string (got {_shown(item)})") for key, item in value.items()
+            wrong = [(f"{path}.{name}.{key}", f"expected a string (got {shown(item)})") for key, item in value.items()
                      if item is not None and not isinstance(item, str)]
             problems += _first_of(f"{path}.{name}", wrong, "values")
     return problems

@@ -476,10 +476,7 @@ def _expected(err: dict) -> str:
     return err["msg"][0].lower() + err["msg"][1:]
 
 
-def _shown(value: Any) -> str:
-    if isinstance(value, (dict, list)) and len(repr(value)) >= 60:
-        return f"{type(value).__name__} of {len(value)} entries"
-    return repr(value)
+_shown = podschema.shown  # a value in a message: short ones as written, long ones summed up
 
 
 def _fields_at(loc: tuple) -> list[str]:
