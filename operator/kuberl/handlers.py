@@ -409,8 +409,11 @@ class JobLoop:
                 or (not adopted and (existing["metadata"].get("labels") or {}).get(names.LABEL_JOB) == self.name)
             )
             if not ours:
+                refusal = reconcile.name_in_use(child["kind"], child["metadata"]["name"], existing, self.name)
+                if refusal is not None:
+                    raise ChildRefused(refusal) from None
                 raise kopf.TemporaryError(
-                    f"{child['kind']} {child['metadata']['name']} exists and is not this job's (an older job's, still being collected?)",
+                    f"{child['kind']} {child['metadata']['name']} is an older job's of this name, still being collected",
                     delay=2.0,
                 ) from None
             if child["kind"] == "NetworkPolicy":
@@ -444,6 +447,10 @@ class JobLoop:
                     self.shell.metrics.pods_created.inc()
                 except Conflict:
                     existing = await self.api.get(*PODS, self.namespace, pod["metadata"]["name"])
+                    if existing is not None and not reconcile.owned_by(existing, uid):
+                        refusal = reconcile.name_in_use("Pod", pod["metadata"]["name"], existing, self.name)
+                        if refusal is not None:
+                            raise ChildRefused(refusal) from None
                     if existing is None or not reconcile.is_current_pod(existing, uid, action.generation):
                         raise kopf.TemporaryError(
                             f"pod {pod['metadata']['name']} of an older generation is still terminating", delay=1.0,
@@ -454,7 +461,7 @@ class JobLoop:
         if errors:
             # A refusal decides the job's fate; any other error is retried as it is.
             refusals = [e for e in errors if isinstance(e, ApiError) and reconcile.child_refusal(e.status, e.message)]
-            raise (refusals or errors)[0]
+            raise (refusals or [e for e in errors if isinstance(e, ChildRefused)] or errors)[0]
 
     async def _delete_pods(self, job: dict, spec: JobSpec | None, action: lifecycle.DeletePods) -> None:
         uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in self.pods}

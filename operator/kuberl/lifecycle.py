@@ -93,6 +93,8 @@ REASON_INVALID_SPEC = "InvalidSpec"  # a spec only the operator can judge
 REASON_INVALID_CHILD = "InvalidChild"  # the API server refused an object rendered from the spec
 REASON_POD_SECURITY = "PodSecurity"  # a rendered pod over the operator's pod security level
 REASON_QUOTA = "QuotaExceeded"  # a ResourceQuota refused a pod: retried, it may fit later
+REASON_NAME_IN_USE = "NameInUse"  # a child's name is held by an object this job did not create: retried, it may go
+RETRIED_REFUSALS = frozenset({REASON_QUOTA, REASON_NAME_IN_USE})  # a Ready condition that keeps quoting the refusal
 REASON_TTL = "TTLExpired"
 
 HISTORY_LIMIT = 10  # restart history and force-deletion records kept in status
@@ -173,7 +175,8 @@ def progress_from_status(status: dict) -> Rank0Progress | None:
 class Refusal:
     """Why the job cannot run as written: found by the operator (a spec it alone can judge, a pod
     over the pod security level) or answered by the API server to a create (a refused child).
-    `retryable`: the same request may be admitted later (a ResourceQuota refusal)."""
+    `retryable`: the same request may be admitted later (a ResourceQuota refusal, a name that
+    another object holds now)."""
 
     reason: str
     message: str
@@ -609,8 +612,8 @@ def _create(plan: _Plan, spec: JobSpec, stale: list[ObservedPod], missing: list[
         plan.wake_at(plan.now + POLL_SECONDS)
         return
     not_before = plan.get_time("nextStartTime")
-    # Between quota retries the condition keeps quoting the server: that is what the job waits for.
-    quota_wait = plan.ready_reason() == REASON_QUOTA
+    # Between retries of a refused create the condition keeps quoting the refusal: that is what the job waits for.
+    quota_wait = plan.ready_reason() in RETRIED_REFUSALS
     if not_before is not None and plan.now < not_before:
         if not quota_wait:
             plan.condition(CONDITION_READY, False, REASON_BACKOFF, f"generation {plan.generation} starts in {not_before - plan.now:.0f}s")
@@ -628,13 +631,13 @@ def _create(plan: _Plan, spec: JobSpec, stale: list[ObservedPod], missing: list[
 
 
 def _not_admitted(plan: _Plan, spec: JobSpec, current: list[ObservedPod], phase: str, refusal: Refusal) -> str:
-    """A create refused for now (quota): wait and retry, each wait as long as all before it,
+    """A create refused for now (quota, a name in use): wait and retry, each wait as long as all before it,
     until startupTimeoutSeconds after the generation's first create; then the job fails."""
     timeout = spec.run_policy.startup_timeout_seconds
     created = plan.get_time("generationStartTime") or plan.now
     deadline = created + timeout
     if plan.now >= deadline:
-        return _fail(plan, current, refusal.reason, f"pods not admitted within startupTimeoutSeconds={timeout}: {refusal.message}")
+        return _fail(plan, current, refusal.reason, f"not created within startupTimeoutSeconds={timeout}: {refusal.message}")
     delay = min(max(MIN_QUOTA_RETRY_SECONDS, spec.run_policy.restart_backoff_seconds, plan.now - created),
                 MAX_RESTART_BACKOFF_SECONDS, deadline - plan.now)
     plan.set_time("nextStartTime", plan.now + delay)

@@ -172,6 +172,28 @@ def owned_by(obj: dict, uid: str) -> bool:
     return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
 
 
+def predecessor_of(obj: dict, job: str) -> bool:
+    """Owned by an RLTrainingJob of this name (a deleted predecessor, its children still being
+    collected): the name comes free once the garbage collector is done."""
+    return any(
+        ref.get("kind") == names.KIND and str(ref.get("apiVersion", "")).split("/")[0] == names.GROUP and ref.get("name") == job
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+    )
+
+
+def name_in_use(kind: str, name: str, existing: dict | None, job: str) -> Refusal | None:
+    """A child's create answered 409 by `existing`, which is not this job's: None when the name
+    will come free by itself (gone since, or a same-named predecessor's); else a refusal that keeps
+    the job Pending and says why. kuberl never takes over, overwrites or deletes an object it did
+    not create: a user's ConfigMap `<job>-config` would become the trainer's configuration, a pod
+    `<job>-0` someone else's rank 0."""
+    if existing is None or predecessor_of(existing, job):
+        return None
+    return Refusal(lifecycle.REASON_NAME_IN_USE,
+                   f"{kind} {name} exists and was not created by this job (it has no owner reference to it):"
+                   " kuberl never takes over or deletes it; delete or rename it, or rename the job", retryable=True)
+
+
 def is_current_pod(pod: dict, uid: str, generation: int) -> bool:
     """A pod found under a name we create is ours only if it is of this generation and
     not going away: with fixed pod names, a 409 can be the OLD gang's pod."""

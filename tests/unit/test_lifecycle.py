@@ -743,6 +743,22 @@ def test_a_quota_refusal_past_the_startup_timeout_fails_the_job_with_the_servers
     assert last_wait.phase == lc.PENDING and last_wait.requeue_after == 10, "no retry is scheduled past the deadline"
 
 
+def test_a_name_in_use_waits_like_quota_and_its_condition_stays_between_retries():
+    """A ConfigMap or pod a user made under a child's name: Pending, saying so until the retry
+    (not 'starts in 1s' nor 'creating'), then Failed at the startup timeout."""
+    taken = lc.Refusal(lc.REASON_NAME_IN_USE, "ConfigMap job-config exists and was not created by this job", retryable=True)
+    spec = job(startupTimeoutSeconds=100, restartBackoffSeconds=0)
+    created = decide(spec, {}, [], None, T0)
+    refused = decide(spec, created.status, [], None, T0, refusal=taken)
+    assert refused.phase == lc.PENDING and refused.of(CreatePods) == [] and refused.requeue_after == lc.MIN_QUOTA_RETRY_SECONDS
+    waiting = decide(spec, refused.status, [], None, T0 + 0.5)
+    retried = decide(spec, refused.status, [], None, T0 + 1)
+    assert waiting.status["conditions"] == retried.status["conditions"] == refused.status["conditions"]
+    assert retried.of(CreatePods) == [CreatePods(0, (0, 1))]
+    failed = decide(spec, refused.status, [], None, T0 + 100, refusal=taken)
+    assert failed.phase == lc.FAILED and failed.of(Fail)[0].reason == lc.REASON_NAME_IN_USE and taken.message in failed.of(Fail)[0].message
+
+
 # --- after the end: TTL and Kueue ---------------------------------------------
 
 

@@ -181,3 +181,15 @@ def test_the_operators_timing_flags_reach_its_configuration():
     assert (config.scrape_timeout, config.max_concurrent_reconciles) == (0.5, 4)
     default = operator_config(build_parser().parse_args(['operator']))
     assert (default.scrape_timeout, default.max_concurrent_reconciles) == (OperatorConfig.scrape_timeout, OperatorConfig.max_concurrent_reconciles)
+
+
+def test_a_name_held_by_an_object_this_job_did_not_create_is_a_retried_refusal_unless_a_predecessor_holds_it():
+    predecessor = {'metadata': {'ownerReferences': [{'apiVersion': names.API_VERSION, 'kind': names.KIND, 'name': 'j', 'uid': 'old'}]}}
+    assert reconcile.name_in_use('ConfigMap', 'j-config', predecessor, 'j') is None, 'collected soon: wait'
+    assert reconcile.name_in_use('ConfigMap', 'j-config', None, 'j') is None, 'gone since the 409: create again'
+    for existing in ({'metadata': {}},
+                     {'metadata': {'ownerReferences': [{'apiVersion': names.API_VERSION, 'kind': names.KIND, 'name': 'other', 'uid': 'x'}]}},
+                     {'metadata': {'ownerReferences': [{'apiVersion': 'apps/v1', 'kind': names.KIND, 'name': 'j', 'uid': 'x'}]}}):
+        refusal = reconcile.name_in_use('ConfigMap', 'j-config', existing, 'j')
+        assert refusal.reason == lifecycle.REASON_NAME_IN_USE and refusal.retryable
+        assert refusal.message.startswith('ConfigMap j-config exists and was not created by this job')

@@ -1,0 +1,72 @@
+"""One operator, many tenants: what one job, or one user's own objects, can do to another job.
+
+A child's name is derived from the job's (`<job>-config`, `<job>-0`, ...), so an object a user made
+under such a name before the job existed holds it: the operator must neither take it over (a user's
+ConfigMap would become the trainer's configuration) nor delete it, and the job must say why it waits.
+"""
+from kuberl import names
+
+from tests.operator.operatorkit import (
+    NS,
+    condition,
+    create_job,
+    operator,  # noqa: F401 — fixture
+    pods,
+    start_gang,
+    status,
+    wait_for,
+    wait_phase,
+)
+
+CONFIGMAPS = f'/api/v1/namespaces/{NS}/configmaps'
+PODS = f'/api/v1/namespaces/{NS}/pods'
+
+
+def name_in_use(rest, name: str) -> dict:
+    return wait_for(lambda: condition(rest, name, 'Ready').get('reason') == 'NameInUse' and condition(rest, name, 'Ready'),
+                    what=f'{name} to say a name is in use')
+
+
+def test_a_users_configmap_under_the_jobs_config_name_is_never_taken_over_and_the_job_says_so(standin, rest, operator):  # noqa: F811
+    """It was a silent hang: status said 'creating 2 pod(s)' forever while the operator retried the
+    create every 2 s, its log blaming 'an older job's' object."""
+    mine = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'victim-config'}, 'data': {'mine': 'precious'}}
+    assert rest.post(CONFIGMAPS, mine).status == 201
+    create_job(rest, 'victim', workers=2)
+    ready = name_in_use(rest, 'victim')
+    assert 'ConfigMap victim-config exists and was not created by this job' in ready['message']
+    assert status(rest, 'victim')['phase'] == 'Pending' and not pods(standin, 'victim')
+    kept = rest.get(f'{CONFIGMAPS}/victim-config').body
+    assert kept['data'] == {'mine': 'precious'} and not kept['metadata'].get('ownerReferences')
+
+    assert rest.delete(f'{CONFIGMAPS}/victim-config').status == 200
+    start_gang(standin, 'victim', 2)  # retried with backoff, within startupTimeoutSeconds
+    wait_phase(rest, 'victim', 'Running')
+    assert rest.get(f'{CONFIGMAPS}/victim-config').body['metadata']['labels'][names.LABEL_JOB] == 'victim'
+
+
+def test_a_pod_under_a_ranks_name_is_neither_adopted_nor_deleted_and_the_rest_of_the_gang_waits(standin, rest, operator):  # noqa: F811
+    """It was the same hang, the log saying the pod was 'of an older generation'."""
+    theirs = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'squatted-1', 'labels': {'app': 'theirs'}},
+              'spec': {'containers': [{'name': 'c', 'image': 'registry.test/theirs'}]}}
+    assert rest.post(PODS, theirs).status == 201
+    create_job(rest, 'squatted', workers=2)
+    assert 'Pod squatted-1 exists and was not created by this job' in name_in_use(rest, 'squatted')['message']
+    assert [p['metadata']['name'] for p in pods(standin, 'squatted')] == ['squatted-0']
+    kept = rest.get(f'{PODS}/squatted-1').body
+    assert kept['metadata']['labels'] == {'app': 'theirs'} and not kept['metadata'].get('deletionTimestamp')
+
+    assert rest.delete(f'{PODS}/squatted-1').status == 200
+    wait_for(lambda: rest.get(f'{PODS}/squatted-1').status == 404, what='their pod to go')
+    start_gang(standin, 'squatted', 2)
+    wait_phase(rest, 'squatted', 'Running')
+
+
+def test_a_name_held_past_the_startup_timeout_fails_the_job_naming_the_object(standin, rest, operator):  # noqa: F811
+    mine = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'held-config'}, 'data': {}}
+    assert rest.post(CONFIGMAPS, mine).status == 201
+    create_job(rest, 'held', workers=2, runPolicy={'startupTimeoutSeconds': 3})
+    wait_phase(rest, 'held', 'Failed', timeout=20)
+    failed = condition(rest, 'held', 'Failed')
+    assert failed['reason'] == 'NameInUse' and 'startupTimeoutSeconds=3' in failed['message'] and 'ConfigMap held-config' in failed['message']
+    assert rest.get(f'{CONFIGMAPS}/held-config').status == 200
