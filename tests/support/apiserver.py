@@ -34,6 +34,11 @@ from tests.support.store import ApiError, Store, WatchEvent, bad_request
 logger = logging.getLogger('kuberl.standin')
 RECENT_REQUESTS = 200  # kmock records every request; a short window keeps each one O(1)
 BOOKMARK_SECONDS = 1.0
+# The API server reads at most MaxRequestBodyBytes of a request (3 MiB: staging/src/k8s.io/apiserver/pkg/server/
+# config.go) and answers 413 "Request entity too large: limit is 3145728" past it (limitedReadBody in
+# pkg/endpoints/handlers/rest.go); what it then stores is bounded by etcd's 1.5 MiB (Store._store).
+# aiohttp's own default is 1 MiB: a 1.2 MB job, which a real server stores, was refused here.
+MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
 WRITE_VERBS = frozenset({'create', 'update', 'patch', 'delete', 'deletecollection'})
 PUBLIC_INFO_PATHS = frozenset({'/healthz', '/livez', '/readyz', '/version'})  # ClusterRole system:public-info-viewer
 
@@ -97,8 +102,12 @@ class StandinHandler(kmock.RawHandler):
         self._requests = collections.deque(maxlen=RECENT_REQUESTS)
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        raw_request._client_max_size = MAX_REQUEST_BODY_BYTES
         try:
             request = await kmock.Request._parse(raw_request, id=len(self._requests))
+        except aiohttp.web.HTTPRequestEntityTooLarge:
+            too_large = ApiError(413, 'RequestEntityTooLarge', f'Request entity too large: limit is {MAX_REQUEST_BODY_BYTES}')
+            return _json(too_large.status(), 413)
         except ValueError:  # kmock's path parser fails on /api/v1/namespaces; the fields we read are these
             request = kmock.Request(raw_request=raw_request, url=raw_request.url, method=raw_request.method,
                                     params=dict(raw_request.query), headers=dict(raw_request.headers),

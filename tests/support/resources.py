@@ -12,6 +12,7 @@ LABEL_VALUE = re.compile(r'^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$')
 LABEL_NAME = re.compile(r'^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$')
 
 ANNOTATIONS_LIMIT = 256 * 1024
+CONFIGMAP_LIMIT = 1024 * 1024  # core.MaxSecretSize
 OBJECT_LIMIT = 1536 * 1024  # etcd's default request size limit
 
 COMMON_FIELDS = frozenset({'metadata.name', 'metadata.namespace'})
@@ -257,6 +258,12 @@ def _field_path_exists(schema: dict, field_path: str) -> bool:
     return True
 
 
+def _decoded_length(text: str) -> int:
+    """Bytes a base64 value stands for (padding excluded)."""
+    text = ''.join(text.split())
+    return len(text) * 3 // 4 - (len(text) - len(text.rstrip('=')))
+
+
 def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> list[FieldError]:
     """The checks of the built-in kinds a rendering bug would trip over first."""
     errors = []
@@ -300,6 +307,14 @@ def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> l
                     if mount.get('name') not in volumes:
                         errors.append(FieldError('FieldValueNotFound', f'spec.{kind}[{index}].volumeMounts[{mount_index}].name',
                                                  'not found', mount.get('name')))
+    if rtype.plural == 'configmaps':
+        # ValidateConfigMap (pkg/apis/core/validation/validation.go): the lengths of every data and binaryData
+        # value, summed, at most core.MaxSecretSize (1 MiB); field.TooLong(field.NewPath(""), cfg, MaxSecretSize),
+        # whose message omits the value. binaryData counts decoded bytes.
+        size = sum(len(v.encode()) for v in (obj.get('data') or {}).values() if isinstance(v, str))
+        size += sum(_decoded_length(v) for v in (obj.get('binaryData') or {}).values() if isinstance(v, str))
+        if size > CONFIGMAP_LIMIT:
+            errors.append(FieldError('FieldValueTooLong', '', f'must have at most {CONFIGMAP_LIMIT} bytes'))
     if rtype.plural == 'services':
         for index, port in enumerate((obj.get('spec') or {}).get('ports') or []):
             if not isinstance(port.get('port'), int):

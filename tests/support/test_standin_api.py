@@ -351,7 +351,25 @@ def test_size_limits_of_annotations_and_objects(rest):
     big = configmap('big') | {'metadata': {'name': 'big', 'annotations': {'a': 'x' * (256 * 1024 + 1)}}}
     assert rest.post(CONFIGMAPS, big).status == 422
     huge = configmap('huge') | {'data': {'blob': 'x' * (2 * 1024 * 1024)}}
-    assert rest.post(CONFIGMAPS, huge).status == 413
+    assert rest.post(CONFIGMAPS, huge).status == 422, 'ValidateConfigMap refuses it before etcd would'
+
+
+def test_size_limits_of_configmaps_request_bodies_and_stored_objects(rest):
+    """ValidateConfigMap: data and binaryData values at most 1 MiB in all (422, the value not quoted);
+    MaxRequestBodyBytes: 3 MiB read (413 past it); etcd stores at most 1.5 MiB (413). A stand-in
+    that read 1 MiB at most (aiohttp's default) refused a 1.2 MB job a real server keeps."""
+    full = configmap('full') | {'data': {'a': 'x' * (512 * 1024)}, 'binaryData': {'b': 'eHh4' * (512 * 1024 // 3)}}
+    assert rest.post(CONFIGMAPS, full).status == 201
+    over = configmap('over') | {'data': {'a': 'x' * (1024 * 1024 + 1)}}
+    reply = rest.post(CONFIGMAPS, over)
+    assert reply.status == 422 and reply.body['message'] == 'ConfigMap "over" is invalid: : Too long: must have at most 1048576 bytes'
+    big_job = make_job('big').with_spec(env={'id': 'CartPole-v1', 'kwargs': {'blob': 'x' * 1_200_000}}).obj()
+    assert rest.post(JOBS, big_job).status == 201, 'under etcd\'s 1.5 MiB: stored'
+    bigger = make_job('bigger').with_spec(env={'id': 'CartPole-v1', 'kwargs': {'blob': 'x' * 2_000_000}}).obj()
+    reply = rest.post(JOBS, bigger)
+    assert reply.status == 413 and reply.body['message'] == 'etcdserver: request is too large'
+    reply = rest.post(JOBS, make_job('biggest').with_spec(env={'id': 'CartPole-v1', 'kwargs': {'blob': 'x' * 3_200_000}}).obj())
+    assert reply.status == 413 and reply.body['message'] == 'Request entity too large: limit is 3145728'
 
 
 def test_unattended_pods_can_be_held_for_their_grace_period(rest, standin):
