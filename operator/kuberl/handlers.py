@@ -56,6 +56,7 @@ FINALIZER = f"{names.GROUP}/operator"
 CONFLICT_RETRY_SECONDS = 0.05  # a conflict means the job changed under us: read it again at once (controller-runtime starts at 5 ms)
 CREATE_CONCURRENCY = 16
 REASON_METRICS_TOO_LARGE = "MetricsTooLarge"
+REASON_STATUS_TOO_LARGE = "StatusTooLarge"
 
 logger = logging.getLogger("kuberl.operator")
 
@@ -226,15 +227,23 @@ class JobLoop:
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None  # kopf stops this daemon; owner references do the deleting
         spec, refusal = await self._judge(job)
-        decision = await self._decide(job, spec, refusal)
         try:
-            await self._act(job, spec, decision)
-        except ChildRefused as refused:
-            # Decided again with the refusal: the job fails (or waits for quota), and any part of
-            # the gang already created is deleted by the same decision.
-            self.wake.pods_changed = True
-            decision = await self._decide(job, spec, refused.refusal)
-            await self._act(job, spec, decision)
+            decision = await self._decide(job, spec, refusal)
+            try:
+                await self._act(job, spec, decision)
+            except ChildRefused as refused:
+                # Decided again with the refusal: the job fails (or waits for quota), and any part of
+                # the gang already created is deleted by the same decision.
+                self.wake.pods_changed = True
+                decision = await self._decide(job, spec, refused.refusal)
+                await self._act(job, spec, decision)
+        except StatusTooLarge as too_large:
+            # Nothing is done that status cannot record first; an Event is a separate object, so it
+            # still tells the user why. Tried again when the job is edited (or at the resync).
+            self._post(job, "Warning", REASON_STATUS_TOO_LARGE,
+                       f"the job's status cannot be written ({too_large}): the job with its status is over the API server's"
+                       " object size limit; make its spec smaller. Nothing is created or deleted until the status can be written")
+            return self.shell.config.resync_seconds
         return self._next_wake(decision)
 
     async def _judge(self, job: dict) -> tuple[JobSpec | None, lifecycle.Refusal | None]:
@@ -341,6 +350,10 @@ class JobLoop:
             written = await self.api.patch_status(self.namespace, self.name, patch, job["metadata"]["resourceVersion"])
         except Conflict:
             raise kopf.TemporaryError("the job changed while it was reconciled; reading it again", delay=CONFLICT_RETRY_SECONDS) from None
+        except ApiError as error:
+            if error.status == 413:  # etcd's object size limit: retrying the same write cannot help
+                raise StatusTooLarge(error.message) from None
+            raise
         job["metadata"]["resourceVersion"] = written["metadata"]["resourceVersion"]
         job["status"] = written.get("status") or {}
         return True
@@ -494,6 +507,10 @@ class JobLoop:
         if decision.phase == lifecycle.RUNNING:
             waits.append(self.shell.config.scrape_interval)
         return min(waits)
+
+
+class StatusTooLarge(Exception):
+    """The API server refused the job's status write as too large (413): the job is too big to hold it."""
 
 
 class ChildRefused(Exception):

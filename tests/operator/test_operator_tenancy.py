@@ -4,12 +4,19 @@ A child's name is derived from the job's (`<job>-config`, `<job>-0`, ...), so an
 under such a name before the job existed holds it: the operator must neither take it over (a user's
 ConfigMap would become the trainer's configuration) nor delete it, and the job must say why it waits.
 """
+import json
+import time
+
 from kuberl import names
 
 from tests.operator.operatorkit import (
+    JOBS,
     NS,
     condition,
     create_job,
+    events,
+    job,
+    manifest,
     operator,  # noqa: F401 — fixture
     pods,
     start_gang,
@@ -85,3 +92,23 @@ def test_a_spec_whose_configuration_is_over_a_configmaps_1_mib_fails_with_the_se
     assert not pods(standin, 'bulky')
     start_gang(standin, 'neighbour', 2)
     wait_phase(rest, 'neighbour', 'Running')
+
+
+def test_a_job_too_large_to_hold_its_status_says_so_in_an_event_creates_nothing_and_others_run(standin, rest, operator):  # noqa: F811
+    """A job stored just under etcd's 1.5 MiB: its first status write is refused (413). The daemon
+    crashed on it every 5 s, forever, the job showing no status and no Event."""
+    edge = manifest('edge', workers=2, env={'id': 'CartPole-v1', 'kwargs': {'blob': ''}})
+    edge['spec']['env']['kwargs']['blob'] = 'x' * (1536 * 1024 - len(json.dumps(edge)) - 600)
+    assert rest.post(JOBS, edge).status == 201
+    create_job(rest, 'neighbour', workers=2)
+    [warning] = wait_for(lambda: [e for e in events(rest, 'edge') if e['reason'] == 'StatusTooLarge'], what='the StatusTooLarge event')
+    assert warning['type'] == 'Warning' and 'etcdserver: request is too large' in warning['message']
+    start_gang(standin, 'neighbour', 2)
+    wait_phase(rest, 'neighbour', 'Running')
+    time.sleep(6)  # past kopf's 5 s daemon backoff: no retry loop
+    writes = sum(n for c, n in standin.calls.items() if c.agent == 'kopf' and c.verb == 'patch' and c.subresource == 'status')
+    assert writes <= 4, f'{writes} status writes: the refused one is not retried in a loop'
+    assert not job(rest, 'edge').get('status') and not pods(standin, 'edge')
+    assert 'Traceback' not in operator.log()
+    assert rest.delete(f'{JOBS}/edge').status == 200
+    wait_for(lambda: job(rest, 'edge') is None, what='the job to go')
