@@ -130,7 +130,12 @@ def scrape_config(pod_monitor: dict, sd_file: Path) -> dict:
     if endpoint.get("port"):
         relabel.append({"target_label": "endpoint", "replacement": endpoint["port"]})
     relabel += [_relabel(r) for r in endpoint.get("relabelings", [])]
-    return _scrape_job("podMonitor", meta, endpoint, relabel, sd_file)
+    job = _scrape_job("podMonitor", meta, endpoint, relabel, sd_file)
+    # prometheus-operator's generatePodMonitorConfig (pkg/prometheus/promcfg.go) writes the spec's limits as these keys.
+    limits = {"sampleLimit": "sample_limit", "labelLimit": "label_limit", "labelNameLengthLimit": "label_name_length_limit",
+              "labelValueLengthLimit": "label_value_length_limit", "bodySizeLimit": "body_size_limit"}
+    job.update({key: spec[field] for field, key in limits.items() if spec.get(field)})
+    return job
 
 
 def discovered_endpoint(address: str, service: dict, pod_name: str, container: str, port_name: str) -> dict:

@@ -355,6 +355,20 @@ def test_pod_monitor_selects_every_rendered_trainer_port():
         assert kept == [names.metrics_port_name(i) for i in range(3)]
 
 
+def test_pod_monitor_bounds_what_one_trainer_target_may_send_and_zero_lifts_a_bound():
+    """Any tenant's pod labelled kuberl.dev/job is scraped into the shared Prometheus (a real one refuses a
+    flood under these limits: tests/e2e/test_monitoring_limits.py); the limits validate as prometheus-operator's."""
+    (pod_monitor,) = of_kind(render(ALL_FEATURES), "PodMonitor")
+    spec = pod_monitor["spec"]
+    assert (spec["sampleLimit"], spec["labelLimit"], spec["labelNameLengthLimit"], spec["labelValueLengthLimit"], spec["bodySizeLimit"]) \
+        == (10000, 40, 128, 1024, "10MiB")
+    assert validate(pod_monitor) == []
+    (lifted,) = of_kind(render({**ALL_FEATURES, "monitoring": {**ALL_FEATURES["monitoring"], "podMonitor": {
+        **ALL_FEATURES["monitoring"]["podMonitor"], "sampleLimit": 0, "bodySizeLimit": ""}}}), "PodMonitor")
+    assert "sampleLimit" not in lifted["spec"] and "bodySizeLimit" not in lifted["spec"] and lifted["spec"]["labelLimit"] == 40
+    assert "/monitoring/podMonitor/sampleLimit" in refusal({"monitoring": {"podMonitor": {"sampleLimit": -1}}})
+
+
 def test_service_monitor_scrapes_the_operator_metrics_port():
     objects = render(ALL_FEATURES)
     (service_monitor,) = of_kind(objects, "ServiceMonitor")

@@ -1,0 +1,91 @@
+"""One tenant's trainer cannot flood the Prometheus every tenant shares.
+
+The chart's PodMonitor selects every pod labelled kuberl.dev/job in every namespace, and what a
+trainer pod serves is the tenant's own (any image; `trainer: custom` brings its own exporter). A
+real Prometheus, configured from the chart's PodMonitor as prometheus-operator configures it
+(tests/e2e/test_dashboard.py), scrapes a hostile page (50,000 series) and a trainer-sized one in
+another namespace: the hostile target fails its scrape and stores nothing, the other is kept.
+Before the limits, all 50,000 series went into the shared TSDB, as would 5 million.
+"""
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import threading
+import time
+
+import pytest
+import yaml
+
+from tests.e2e.test_dashboard import PROMETHEUS, Prometheus, chart_pod_monitor, discovered_targets, scrape_config, stop
+from tests.support.ports import free_port
+
+pytestmark = pytest.mark.timeout(120)
+
+HOSTILE_SERIES = 50_000
+
+
+def serve(page: bytes) -> tuple[http.server.ThreadingHTTPServer, int]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args):
+            pass
+
+    port = free_port()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, port
+
+
+def trainer_pod(name: str, namespace: str, port: int) -> dict:
+    return {"metadata": {"name": name, "namespace": namespace, "labels": {"kuberl.dev/job": name}},
+            "spec": {"containers": [{"name": "trainer", "ports": [{"name": "metrics-0", "containerPort": port}]}]}}
+
+
+def test_a_target_over_the_podmonitors_sample_limit_is_refused_and_its_neighbour_kept(tmp_path):
+    assert PROMETHEUS.exists(), "Debian's prometheus is missing: `make prometheus` installs it"
+    pod_monitor = chart_pod_monitor()
+    assert pod_monitor["spec"]["sampleLimit"] < HOSTILE_SERIES
+    flood = "".join(f'flood_series{{rltj="flood",n="{i}"}} 1\n' for i in range(HOSTILE_SERIES)).encode()
+    modest = "".join(f'kuberl_trainer_modest_{i}{{rltj="modest",rank="0"}} {i}\n' for i in range(150)).encode()
+    servers = [serve(flood), serve(modest)]
+    try:
+        (_, flood_port), (_, modest_port) = servers
+        targets = tmp_path / "targets.json"
+        pods = [(trainer_pod("flood", "tenant-a", flood_port), "127.0.0.1"), (trainer_pod("modest", "tenant-b", modest_port), "127.0.0.1")]
+        targets.write_text(json.dumps(discovered_targets(pods)))
+        config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [scrape_config(pod_monitor, targets)]}
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+        port = free_port()
+        with open(tmp_path / "prometheus.log", "w") as log:
+            prometheus = subprocess.Popen(
+                [str(PROMETHEUS), f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                 f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                api = Prometheus(f"http://127.0.0.1:{port}")
+                deadline = time.monotonic() + 60
+                up: dict[str, str] = {}
+                while time.monotonic() < deadline and len(up) < 2:
+                    time.sleep(1)
+                    try:
+                        up = {r["metric"]["namespace"]: r["value"][1] for r in api.query("up")}
+                    except OSError:
+                        continue
+                assert up == {"tenant-a": "0", "tenant-b": "1"}, f"{up}\n{(tmp_path / 'prometheus.log').read_text()[-2000:]}"
+                [target] = [t for t in api.get("/api/v1/targets")["activeTargets"] if t["labels"]["namespace"] == "tenant-a"]
+                assert "sample limit exceeded" in target["lastError"]
+                assert api.query("count(flood_series)") == []
+                assert api.query('count({__name__=~"kuberl_trainer_modest_.*"})')[0]["value"][1] == "150"
+            finally:
+                stop(prometheus)
+    finally:
+        for server, _ in servers:
+            server.shutdown()
+            server.server_close()
