@@ -329,13 +329,39 @@ def _gpus(resources: dict, path: str) -> int:
     return counts.get("limits", counts.get("requests", 0))
 
 
-def _procs(spec: dict, gpus: int, notes: list[Note]) -> tuple[int | None, str]:
+def _user_nproc(template: dict, path: str, spec: dict, kubeflow_env: frozenset) -> tuple[str, str] | None:
+    """The pytorch container's own literal PET_NPROC_PER_NODE and its field, when it is what torchrun read: neither
+    spec.nprocPerNode nor elasticPolicy.nProcPerNode is set and PyTorchJob appends no value of its own after it
+    (it does only with a Master). The last of duplicate env names wins, as the kubelet takes them."""
+    elastic = spec.get("elasticPolicy")
+    if (spec.get("nprocPerNode") is not None or contract.ENV_PET_NPROC_PER_NODE in kubeflow_env
+            or (isinstance(elastic, dict) and elastic.get("nProcPerNode") is not None)):
+        return None
+    index = _trainer_index(template, path)
+    env = template["spec"]["containers"][index].get("env")
+    found = None
+    for i, var in enumerate(env if isinstance(env, list) else []):
+        if isinstance(var, dict) and var.get("name") == contract.ENV_PET_NPROC_PER_NODE:
+            value = var.get("value")
+            found = (value, f"{path}.spec.containers[{index}].env[{i}]") if isinstance(value, str) and "valueFrom" not in var else None
+    return found
+
+
+def _procs(spec: dict, gpus: int, notes: list[Note], user_nproc: tuple[str, str] | None = None) -> tuple[int | None, str]:
     """procsPerWorker (None: kuberl's default, gpusPerWorker or 1) and the field it came from."""
     path = "spec.nprocPerNode"
     nproc = spec.get("nprocPerNode")
     elastic = spec.get("elasticPolicy")
     if nproc is None and isinstance(elastic, dict) and elastic.get("nProcPerNode") is not None:
         nproc, path = elastic["nProcPerNode"], "spec.elasticPolicy.nProcPerNode"
+    if nproc is None and user_nproc is not None:  # the pod's own PET_NPROC_PER_NODE is what torchrun read
+        nproc, path = user_nproc
+        notes[:] = [n for n in notes if n.path != path]  # its "not carried over" note: it is, as procsPerWorker
+        if re.fullmatch(r"[0-9]+", nproc.strip()):
+            notes.append(Note(path, f"{contract.ENV_PET_NPROC_PER_NODE}={nproc.strip()} is now spec.procsPerWorker, from"
+                              " which kuberl sets it (and NPROC_PER_NODE, WORLD_SIZE) for every pod"))
+            return int(nproc), path
+        nproc = nproc.strip()
     if isinstance(nproc, bool) or not isinstance(nproc, int | str | None):
         raise _fail(path, f"expected a number of processes, or auto, cpu or gpu (got {_shown(nproc)})")
     if isinstance(nproc, int) or (isinstance(nproc, str) and re.fullmatch(r"[0-9]+", nproc)):
@@ -578,7 +604,8 @@ def convert(pytorchjob: Any) -> tuple[dict, list[Note]]:
                     " what the image runs (docker inspect --format '{{.Config.Entrypoint}} {{.Config.Cmd}}' IMAGE)")
     workers = sum(counts.values())
     origins["spec.workers"] = f"spec.pytorchReplicaSpecs.{WORKER if WORKER in counts else MASTER}.replicas"
-    procs, procs_path = _procs(spec, lifted.get("gpusPerWorker", 0), notes)
+    procs, procs_path = _procs(spec, lifted.get("gpusPerWorker", 0), notes,
+                               _user_nproc(templates[used], template_path, spec, kubeflow_env))
     origins["spec.procsPerWorker"] = procs_path
     # MASTER_PORT is the Master's pytorchjob-port under PyTorchJob (getPortFromPyTorchJob)
     port_from = MASTER if MASTER in replicas else WORKER

@@ -136,6 +136,21 @@ CONVERTED = [
      ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].securityContext"]),
     ("backoff-limit-unset-is-noted", pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={}),
      {"runPolicy": None}, ["spec.runPolicy.backoffLimit"]),
+    # Without a Master PyTorchJob appends no PET_NPROC_PER_NODE of its own: the pod's value is what torchrun read.
+    ("worker-only-pet-nproc-env-is-the-process-count",
+     pytorchjob(None, replica(2, pytorch(command=["torchrun", "/app/train.py"], env=[{"name": "PET_NPROC_PER_NODE", "value": "2"}]),
+                              restart=None)),
+     {"workers": 2, "procsPerWorker": 2, "template": {"spec": {"containers": [
+         {"name": "trainer", "command": ["torchrun", "/app/train.py"], "securityContext": SECURITY, "env": []}]}}},
+     ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0]"]),
+    ("worker-only-pet-nproc-env-auto", pytorchjob(None, replica(2, pytorch(env=[{"name": "PET_NPROC_PER_NODE", "value": "auto"}]),
+                                                                restart=None)),
+     {"workers": 2, "procsPerWorker": None}, ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0]"]),
+    # With a Master, PyTorchJob's own PET_NPROC_PER_NODE (spec.nprocPerNode, default auto) came after it and won.
+    ("master-overrides-pet-nproc-env", pytorchjob(replica(1, pytorch(env=[{"name": "PET_NPROC_PER_NODE", "value": "2"}]), restart=None),
+                                                  replica(1, pytorch(env=[{"name": "PET_NPROC_PER_NODE", "value": "2"}]), restart=None)),
+     {"workers": 2, "procsPerWorker": None},
+     ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0]", "spec.nprocPerNode"]),
     ("kubectl-get-export", EXPORTED, {"workers": 2},
      ["metadata.uid", "metadata.resourceVersion", "metadata.creationTimestamp",
       "metadata.annotations.kubectl.kubernetes.io/last-applied-configuration", "status",
@@ -166,6 +181,10 @@ def test_the_notes_say_what_happens_instead():
     assert "cannot be known" in notes["nproc-gpu-without-gpus"]["spec.nprocPerNode"]
     assert "nvidia.com/gpu" in notes["nproc-gpu-without-gpus"]["spec.nprocPerNode"]
     assert "os.cpu_count()" in notes["nproc-auto"]["spec.nprocPerNode"]
+    env0 = "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0]"
+    assert "PET_NPROC_PER_NODE=2 is now spec.procsPerWorker" in notes["worker-only-pet-nproc-env-is-the-process-count"][env0]
+    assert "os.cpu_count()" in notes["worker-only-pet-nproc-env-auto"][env0]
+    assert "PyTorchJob's own value overrode it" in notes["master-overrides-pet-nproc-env"][env0]
     assert "gpusPerWorker 8" in notes["nproc-unset-with-gpus"]["spec.nprocPerNode"]
     assert "WORLD_SIZE" in notes["nproc-unset-with-gpus"]["spec.nprocPerNode"]
     one_gpu = pytorchjob(None, replica(2, pytorch(resources={"limits": {"nvidia.com/gpu": 1, "cpu": "2"}}), restart=None))
