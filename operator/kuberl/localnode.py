@@ -676,13 +676,16 @@ def container_base_env(host: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def executable(name: str) -> str:
-    """`python` is this interpreter; a bare name found beside it (torchrun and
-    every other console script of the trainer's environment) is that file;
-    anything else is looked up on the container's PATH."""
-    if os.path.basename(name) in PYTHONS:
+    """`python` (by any path) is this interpreter; a bare name found beside it (torchrun and
+    every other console script of the trainer's environment) is that file, and so is an
+    image's absolute path to one that this machine lacks (`/opt/conda/bin/torchrun`, as
+    `/opt/conda/bin/python` is this interpreter); anything else is looked up on the container's PATH."""
+    base = os.path.basename(name)
+    if base in PYTHONS:
         return sys.executable
-    if "/" not in name and os.path.isfile(os.path.join(interpreter_bin(), name)):
-        return os.path.join(interpreter_bin(), name)
+    beside = os.path.join(interpreter_bin(), base)
+    if base and os.path.isfile(beside) and ("/" not in name or (os.path.isabs(name) and not os.path.lexists(name))):
+        return beside
     return name
 
 

@@ -53,6 +53,20 @@ def test_console_scripts_of_the_trainer_environment_resolve_as_python_does(tmp_p
     assert launch(pod_with({"command": ["sh", "-c", "true"]}), str(tmp_path), {}).argv[0] == "sh"  # the image's PATH
 
 
+def test_an_images_absolute_path_to_a_console_script_this_machine_lacks_is_the_trainer_environments(tmp_path):
+    """PyTorch's images put torchrun in /opt/conda/bin: `/opt/conda/bin/torchrun` was a StartError here
+    (No such file or directory) while `/opt/conda/bin/python` ran this interpreter."""
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    assert launch(pod_with({"command": ["/opt/conda/bin/torchrun", "x.py"]}), str(tmp_path), {}).argv[0] == torchrun
+    assert launch(pod_with({"command": ["/opt/conda/bin/python", "-V"]}), str(tmp_path), {}).argv[0] == sys.executable
+    mine = tmp_path / "app" / "torchrun"  # a file of that name in a volume is the user's own program
+    mine.parent.mkdir()
+    mine.write_text("#!/bin/sh\n")
+    container = {"command": ["/app/torchrun"], "volumeMounts": [{"name": "code", "mountPath": "/app"}]}
+    assert launch(pod_with(container), str(tmp_path), {}).argv[0] == str(mine)
+    assert launch(pod_with({"command": ["/opt/conda/bin/not-a-script"]}), str(tmp_path), {}).argv[0] == "/opt/conda/bin/not-a-script"
+
+
 def test_absolute_paths_under_a_mount_are_that_volumes_files(tmp_path):
     container = {"command": ["python", "/app/train.py"], "args": ["--data=/data/x", "/data/sets/a.csv", "/application/z", "/app"],
                  "volumeMounts": [{"name": "code", "mountPath": "/app"}, {"name": "sets", "mountPath": "/data/"}]}
