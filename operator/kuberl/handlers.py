@@ -404,7 +404,13 @@ class JobLoop:
             retained = child["kind"] == "PersistentVolumeClaim" and spec.checkpoint.retain
             if not retained:  # a retained PVC must outlive the job: no owner reference
                 kopf.adopt(child, owner=job)
-            await self._create_child(child, uid, adopted=not retained)
+            try:
+                await self._create_child(child, uid, adopted=not retained)
+            except ApiError as error:
+                refusal = reconcile.not_served(error.status, error.message, child, spec.scheduler_name)
+                if refusal is None:
+                    raise
+                raise ChildRefused(refusal) from error
         self.memo["children_of"] = (uid, generation)
 
     def _networkpolicy(self, spec: JobSpec) -> dict:

@@ -84,6 +84,23 @@ def child_refusal(code: int, message: str) -> Refusal | None:
     return Refusal(lifecycle.REASON_INVALID_CHILD, message)
 
 
+# What the API server answers for a resource it does not serve (a CRD not installed): 404 from its
+# NotFound handler (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go,
+# errors.NewGenericServerResponse(404, ...)). A namespace that is gone says `namespaces "x" not found`.
+NOT_SERVED = "the server could not find the requested resource"
+
+
+def not_served(code: int, message: str, child: dict, scheduler_name: str | None) -> Refusal | None:
+    """A child whose kind this cluster does not serve (a Volcano or coscheduling PodGroup without its
+    CRD): the job cannot run as written, and asking again will not help until someone installs it."""
+    if code != 404 or message.strip() != NOT_SERVED:
+        return None
+    what = f"{child.get('kind')} ({child.get('apiVersion')})"
+    needed = f" spec.schedulerName {scheduler_name!r} needs it: install that scheduler, or set another schedulerName" \
+        if child.get("kind") == "PodGroup" else ""
+    return Refusal(lifecycle.REASON_INVALID_CHILD, f"{what} is not served by this cluster ({message}):{needed}".rstrip(":"))
+
+
 def job_status(
     decided: dict,
     *,

@@ -193,3 +193,13 @@ def test_a_name_held_by_an_object_this_job_did_not_create_is_a_retried_refusal_u
         refusal = reconcile.name_in_use('ConfigMap', 'j-config', existing, 'j')
         assert refusal.reason == lifecycle.REASON_NAME_IN_USE and refusal.retryable
         assert refusal.message.startswith('ConfigMap j-config exists and was not created by this job')
+
+
+def test_a_child_kind_the_cluster_does_not_serve_is_a_refusal_naming_the_scheduler():
+    podgroup = {'apiVersion': 'scheduling.volcano.sh/v1beta1', 'kind': 'PodGroup'}
+    refusal = reconcile.not_served(404, reconcile.NOT_SERVED, podgroup, 'volcano')
+    assert refusal.reason == lifecycle.REASON_INVALID_CHILD and not refusal.retryable
+    assert refusal.message.startswith('PodGroup (scheduling.volcano.sh/v1beta1) is not served by this cluster')
+    assert "spec.schedulerName 'volcano' needs it" in refusal.message
+    assert reconcile.not_served(404, 'namespaces "team-a" not found', podgroup, 'volcano') is None, 'a namespace going away'
+    assert reconcile.not_served(500, reconcile.NOT_SERVED, podgroup, 'volcano') is None
