@@ -166,7 +166,7 @@ async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.Daem
                     seconds = await job.reconcile()
             await _sleep(wake.event, stopped, seconds)
             if wake.event.is_set():
-                await asyncio.sleep(shell.config.debounce_seconds)
+                await asyncio.sleep(job.settle_seconds())
     finally:
         if stopped:
             shell.wakes.pop((namespace, name), None)
@@ -220,6 +220,15 @@ class JobLoop:
             lifecycle.DeleteJob: self._delete_job,
             lifecycle.CheckNetworkPolicy: self._check_networkpolicy,
         }
+
+    def settle_seconds(self) -> float:
+        """How long a woken loop waits before it reconciles: a burst of events becomes one reconcile,
+        and a stale pod list is listed again no sooner than `relist_seconds` after the last list
+        (outside the reconcile slots: a throttled job holds none)."""
+        config = self.shell.config
+        if not self.wake.pods_changed:
+            return config.debounce_seconds
+        return max(config.debounce_seconds, self.pods_listed_at + config.relist_seconds - time.monotonic())
 
     async def reconcile(self) -> float | None:
         """Returns how long until the next reconcile is due (None: only when something changes)."""

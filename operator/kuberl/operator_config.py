@@ -23,6 +23,9 @@ class OperatorConfig:
     scrape_timeout: float = 2.0  # short: a stopped rank 0 freezes its metrics server too
     resync_seconds: float = 300.0  # a safety net; watch events wake the loop sooner
     debounce_seconds: float = 0.05  # a burst of pod events becomes one reconcile
+    # A job's pods are listed again at most this often, however fast pod events come: a tenant
+    # patching one pod in a loop made the operator list the whole gang back to back.
+    relist_seconds: float = 0.5
     max_concurrent_reconciles: int = 32  # bounds the operator's load on the API server in a burst
     peering: str | None = None  # kopf peering object; None runs standalone
     pod_security: str = podsecurity.DEFAULT_LEVEL  # every rendered pod is checked against it before any is created
