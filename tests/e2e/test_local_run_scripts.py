@@ -10,10 +10,13 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import yaml
+from kuberl import localnode
 from kuberl.localrun import pod_address
 
 from tests.support.jobs import make_job
@@ -24,19 +27,26 @@ KUBERL = [sys.executable, "-m", "kuberl.cli", "run"]
 CALLER_ENV = {**os.environ, "WORLD_SIZE": "99", "RANK": "42", "MASTER_ADDR": "caller.example", "PET_NNODES": "7"}
 
 
-def run_script_job(tmp_path: Path, name: str, command: list[str], workers: int, procs: int = 1,
-                   env: list[dict] | None = None) -> tuple[int, str, Path]:
-    """A bring-your-own-command job whose scripts live in a volume mounted at /app."""
+def script_job(tmp_path: Path, name: str, command: list[str], workers: int, procs: int = 1,
+               env: list[dict] | None = None, backoff_limit: int = 0) -> subprocess.Popen:
+    """`kuberl run` started on a bring-your-own-command job whose scripts live in a volume mounted at /app."""
     trainer = {"name": "trainer", "command": command, "volumeMounts": [{"name": "scripts", "mountPath": "/app", "readOnly": True}]}
     if env:
         trainer["env"] = env
     job = (make_job(name)
            .custom_trainer({"spec": {"containers": [trainer], "volumes": [{"name": "scripts", "hostPath": {"path": str(SCRIPTS)}}]}})
            .workers(workers).with_spec(procsPerWorker=procs, rendezvous={"port": free_port()}).metrics_port(free_ports(procs))
-           .run_policy(backoffLimit=0, terminationGracePeriodSeconds=5).obj())
+           .run_policy(backoffLimit=backoff_limit, terminationGracePeriodSeconds=5, restartBackoffSeconds=1).obj())
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    proc = subprocess.Popen([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, text=True,
+    return subprocess.Popen([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def run_script_job(tmp_path: Path, name: str, command: list[str], workers: int, procs: int = 1,
+                   env: list[dict] | None = None, backoff_limit: int = 0) -> tuple[int, str, Path]:
+    """A bring-your-own-command job run to its end: exit code, output, run directory."""
+    proc = script_job(tmp_path, name, command, workers, procs, env, backoff_limit)
     try:
         out, _ = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
@@ -175,3 +185,117 @@ def test_a_pytorchjob_converted_by_kuberl_convert_runs_with_world_size_2(tmp_pat
     assert direct.returncode == 0, direct.stdout[-4000:] + direct.stderr
     assert "run as an RLTrainingJob" in direct.stderr and "Master.restartPolicy" in direct.stderr
     assert "rank 0 received [10]" in pod_log(tmp_path / "direct" / "pjsendrecv", 0)
+
+
+def test_the_ddp_elastic_tutorial_runs_under_torchs_launcher_from_the_pet_names_alone(tmp_path):
+    """`python -m torch.distributed.run --nproc_per_node=2 script` and no other flag, as PyTorchJob users
+    write it: PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR/PORT place it; the script reads every name
+    torch's agent sets (local_elastic_agent.py) with os.environ[...] and checks them against the group."""
+    code, out, run_dir = run_script_job(tmp_path, "eddp", ["python", "-m", "torch.distributed.run", "--nproc_per_node=2",
+                                                          "/app/elastic_ddp.py"], workers=2, procs=2)
+    assert code == 0, out[-4000:]
+    worker0 = pod_address(str(run_dir), 0)
+    seen = re.findall(r"elastic_ddp rank (\d)/4 group (\d) local (\d)/2 restart 0 master (\S+):\d+ heard "
+                      r"'from rank 0 of run default\.eddp\.0'", out)
+    assert sorted((int(r), int(g), int(lr)) for r, g, lr, _ in seen) == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)], out[-3000:]
+    assert {addr for *_, addr in seen} == {worker0}
+
+
+def test_a_worker_only_pytorchjob_whose_pod_env_says_pet_nproc_per_node_runs_that_many_processes(tmp_path):
+    """Without a Master, PyTorchJob appends no PET_NPROC_PER_NODE of its own: torchrun read the pod's 2. The
+    PyTorchJob file runs as it stands (kuberl converts it), its torchrun named as PyTorch's images place it.
+    kuberl convert dropped the value, so 2 pods ran 2 ranks, not 4; and /opt/conda/bin/torchrun did not start."""
+    pod = {"spec": {"containers": [{"name": "pytorch", "image": "registry.example.com/ml/elastic:1",
+                                    "command": ["/opt/conda/bin/torchrun", "/app/elastic_ddp.py"],
+                                    "env": [{"name": "PET_NPROC_PER_NODE", "value": "2"}],
+                                    "ports": [{"name": "pytorchjob-port", "containerPort": free_port()}],
+                                    "volumeMounts": [{"name": "scripts", "mountPath": "/app", "readOnly": True}]}],
+                    "volumes": [{"name": "scripts", "hostPath": {"path": str(SCRIPTS)}}]}}
+    pytorchjob = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pjnproc"},
+                  "spec": {"runPolicy": {"backoffLimit": 0}, "pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": pod}}}}
+    (tmp_path / "pytorchjob.yaml").write_text(yaml.safe_dump(pytorchjob))
+    done = subprocess.run([*KUBERL, "pytorchjob.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
+                          text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "PET_NPROC_PER_NODE=2 is now spec.procsPerWorker" in done.stderr, done.stderr
+    ranks = re.findall(r"elastic_ddp rank (\d)/(\d) ", done.stdout)
+    assert sorted(ranks) == [("0", "4"), ("1", "4"), ("2", "4"), ("3", "4")], done.stdout[-3000:]
+
+
+def test_one_rank_raising_under_torchrun_fails_the_job_at_once_with_its_recorded_traceback(tmp_path):
+    """`@record` writes the traceback to TORCHELASTIC_ERROR_FILE (in the pod's TMPDIR); torch's agent names it
+    the root cause; the pod of the ranks left waiting in all_reduce is stopped, and the job's message is the
+    failed rank's exception, not the peers' 'Connection closed'."""
+    started = time.monotonic()
+    code, out, run_dir = run_script_job(tmp_path, "failrec", ["torchrun", "/app/fail_one_rank.py"], workers=2, procs=2)
+    assert code == 1, out[-4000:]
+    assert time.monotonic() - started < 90, out[-3000:]
+    final = next(line for line in out.splitlines() if line.startswith("[kuberl] failrec failed"))
+    assert "worker 1 (failrec-1)" in final, final
+    assert "ValueError: rank 3 read a corrupt batch 17" in out[out.index(final):], out[-3000:]
+    log = pod_log(run_dir, 1)
+    assert re.search(r"error_file: \S*/pods/failrec-1/root/tmp/torchelastic_\S+/error\.json", log), log[-3000:]
+    assert re.findall(r"fail_one_rank rank (\d)/4 error file (\S+)", out) and "error file None" not in out
+
+
+def test_a_script_resumes_from_its_checkpoint_after_a_gang_restart(tmp_path):
+    """Rank 0 crashes once at step 4; kuberl restarts the gang (backoffLimit 1) and rank 0 reads the checkpoint
+    it wrote to the job's claim at /checkpoints and broadcasts it (TORCHELASTIC_RESTART_COUNT is 0 again, as
+    for a restarted PyTorchJob pod). torchrun's own --max-restarts is not tested here: in torch 2.13 its
+    restarted gloo workers fail to connect in about half the runs on a plain machine too (pytorch#167288)."""
+    code, out, _ = run_script_job(tmp_path, "resume", ["python", "/app/resume_steps.py", "/checkpoints"], workers=2,
+                                  backoff_limit=1)
+    assert code == 0, out[-4000:]
+    assert "GangRestart: generation 0 -> 1" in out and out.count("restart_count 0 starts at step 4 weight 12.0") == 2, out[-3000:]
+    assert out.count("done: step 8 weight 24.0") == 2
+
+
+def stop_with_ctrl_c(proc: subprocess.Popen, ready: str, count: int) -> tuple[str, float]:
+    """Ctrl-C once `ready` was printed `count` times (the ranks are in their loops): the output and how long
+    kuberl took to end after it."""
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while "".join(out).count(ready) < count and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"kuberl run did not end after Ctrl-C:\n{''.join(out)[-4000:]}")
+    reader.join(timeout=5)
+    return "".join(out), time.monotonic() - sent
+
+
+def test_ctrl_c_reaches_every_rank_and_one_that_ignores_sigterm_ends_with_its_grace_period(tmp_path):
+    """Ranks that save on SIGTERM stop at once, and say so; under torchrun, ranks that ignore SIGTERM are
+    killed when terminationGracePeriodSeconds (5 s) runs out, as a kubelet kills them, and nothing is left."""
+    proc = script_job(tmp_path / "graceful", "sigstop", ["python", "/app/sigterm_steps.py"], workers=2)
+    out, took = stop_with_ctrl_c(proc, "training", 2)
+    assert proc.returncode == 130, out[-3000:]
+    assert re.findall(r"sigterm_steps rank (\d) got SIGTERM after \d+ steps", out) in (["0", "1"], ["1", "0"]), out[-3000:]
+    assert took < 4, (took, out[-3000:])
+    proc = script_job(tmp_path / "stubborn", "sigstop", ["torchrun", "/app/sigterm_steps.py"], workers=2, procs=2,
+                      env=[{"name": "IGNORE_SIGTERM", "value": "1"}])
+    out, took = stop_with_ctrl_c(proc, "training", 4)
+    assert proc.returncode == 130, out[-3000:]
+    assert "got SIGTERM" not in out and 4.5 < took < 9, (took, out[-3000:])
+    assert not localnode.processes_under(str(tmp_path / "stubborn" / "runs" / "sigstop" / "pods"))
+
+
+def test_a_chatty_script_is_logged_whole_and_a_last_line_without_newline_too(tmp_path):
+    """A progress bar drawn with carriage returns, 20,000 logger lines on stderr, a 3 MB line, bytes that are
+    not UTF-8 and a last line with no newline: every rank's log has them all, and the job succeeds."""
+    code, out, run_dir = run_script_job(tmp_path, "chatty", ["python", "/app/chatty.py"], workers=2,
+                                        env=[{"name": "CHATTY_LINES", "value": "20000"}])
+    assert code == 0, out[-3000:]
+    for rank in range(2):
+        log = pod_log(run_dir, rank)
+        assert log.count(f"INFO rank {rank} step ") == 20000
+        assert "| 1999/2000 [loss=0.1999]" in log and "bad bytes \ufffd\ufffd\ufffd end" in log
+        assert log.count("x" * 16384) >= 183
+        assert log.endswith(f"chatty rank {rank} done, no newline\n"), log[-200:]
+        assert f"[rank {rank}] chatty rank {rank} done, no newline" in out
