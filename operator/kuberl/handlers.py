@@ -144,8 +144,10 @@ async def pod_changed(labels: dict, namespace: str, memo: kopf.Memo, **_: Any) -
 
 @kopf.on.event(*RLTJ)
 async def job_changed(body: kopf.Body, namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
-    """A spec edit (suspend, deadline, TTL) acts at once; our own status writes do not re-wake."""
-    if body.metadata.get("generation") != body.status.get("observedGeneration"):
+    """A spec edit (suspend, deadline, TTL) acts at once; our own status writes do not re-wake, nor
+    does a metadata edit of a job whose status this spec cannot hold (StatusTooLarge)."""
+    generation = body.metadata.get("generation")
+    if generation != body.status.get("observedGeneration") and memo.get("status_refused") != (body.metadata.uid, generation):
         memo.shell.poke(namespace, name)
 
 
@@ -247,6 +249,7 @@ class JobLoop:
                 decision = await self._decide(job, spec, refused.refusal)
                 await self._act(job, spec, decision)
         except StatusTooLarge as too_large:
+            self.memo["status_refused"] = (job["metadata"]["uid"], job["metadata"].get("generation"))
             # Nothing is done that status cannot record first; an Event is a separate object, so it
             # still tells the user why. Tried again when the job is edited (or at the resync).
             self._post(job, "Warning", REASON_STATUS_TOO_LARGE,
