@@ -39,6 +39,7 @@ Rules (DESIGN.md, Operator):
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -131,6 +132,7 @@ class ObservedPod:
     deletion_timestamp: float | None = None  # as Kubernetes sets it: when the grace period ends
     disruption: str | None = None  # DisruptionTarget reason: PreemptionByScheduler, EvictionByEvictionAPI, ...
     start_time: float | None = None
+    finished_at: float | None = None  # the trainer container's terminated.finishedAt
     group_finished: bool = False  # marked not retriable in its Kueue pod group (the group may end)
 
     @property
@@ -556,8 +558,9 @@ def _broken(
         return REASON_STOPPED, _pod_says(pod), False, False
     failed = [p for p in live.values() if p.phase == "Failed"]
     if failed:
-        # PeerLost is the echo of another rank's failure; name the cause.
-        pod = min(failed, key=lambda p: (p.reason == REASON_PEER_LOST, p.rank))
+        # PeerLost is the echo of another rank's failure; name the cause. A script of the user's states no
+        # reason: the first to fail is the cause (torchrun's "first observed failure"), the lowest rank on a tie.
+        pod = min(failed, key=lambda p: (p.reason == REASON_PEER_LOST, p.finished_at or math.inf, p.rank))
         reason = pod.reason or "Error"
         if fully_started or (len(live) == spec.workers and all(p.started for p in live.values())):
             return reason, _pod_says(pod), True, False
@@ -837,5 +840,6 @@ def observed_pod(pod: dict[str, Any]) -> ObservedPod:
         deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
         disruption=disruption.get("reason") if disruption.get("status") == "True" else None,
         start_time=parse_time(status.get("startTime")),
+        finished_at=parse_time(terminated.get("finishedAt")),
         group_finished=(meta.get("annotations") or {}).get(names.KUEUE_RETRIABLE_IN_GROUP) == "false",
     )

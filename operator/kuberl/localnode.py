@@ -793,6 +793,7 @@ class PodProcess:
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.started_at = time.time()
         self.finished_at: float | None = None
+        self.output_ended_at: float | None = None  # its stdout closed: when it exited, unless something it started kept it
         self.kill_at: float | None = None
         self.start_error: str | None = None
         self._exit_code: int | None = None
@@ -829,6 +830,7 @@ class PodProcess:
                 with _output_lock, contextlib.suppress(OSError, ValueError):  # our stdout may be gone
                     self.out.write(f"{self.prefix} {line}\n")
                     self.out.flush()
+        self.output_ended_at = time.time()
 
     def poll(self, now: float | None = None) -> int | None:
         """The exit code once the process has ended (128 + signal when killed),
@@ -844,7 +846,8 @@ class PodProcess:
         self._kill_escaped()
         if self._reader is not None:
             self._reader.join(timeout=2)
-        self.finished_at = time.time()
+        # which of two ranks failed first (the cause, not its echo) even when one poll sees both ended
+        self.finished_at = min(time.time(), self.output_ended_at or math.inf)
         self._exit_code = 128 - code if code < 0 else code
         return self._exit_code
 

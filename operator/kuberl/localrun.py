@@ -323,7 +323,8 @@ def observed(entry: LocalPod, code: int | None) -> ObservedPod:
             "containerStatuses": [{"name": names.TRAINER_CONTAINER, "state": state}],
         },
     }
-    return replace(lifecycle.observed_pod(pod), deletion_timestamp=entry.deletion_timestamp, start_time=process.started_at)
+    return replace(lifecycle.observed_pod(pod), deletion_timestamp=entry.deletion_timestamp, start_time=process.started_at,
+                   finished_at=None if code is None else process.finished_at)
 
 
 # --- the run --------------------------------------------------------------------

@@ -299,3 +299,12 @@ def test_a_chatty_script_is_logged_whole_and_a_last_line_without_newline_too(tmp
         assert log.count("x" * 16384) >= 183
         assert log.endswith(f"chatty rank {rank} done, no newline\n"), log[-200:]
         assert f"[rank {rank}] chatty rank {rank} done, no newline" in out
+
+
+def test_the_job_names_the_rank_that_failed_first_not_the_lowest_rank_that_echoed_it(tmp_path):
+    """Rank 2 exits 3; ranks 0 and 1 exit 1 a few ms later, usually before kuberl's next look (0.2 s) at its
+    pods, which then named worker 0's 'peer gone' as the job's failure."""
+    code, out, _ = run_script_job(tmp_path, "firstfail", ["python", "/app/first_failure.py"], workers=3)
+    assert code == 1, out[-3000:]
+    final = next(line for line in out.splitlines() if line.startswith("[kuberl] firstfail failed"))
+    assert "worker 2 (firstfail-2): first_failure rank 2: bad batch 17, exiting 3" in final, out[-3000:]

@@ -303,6 +303,20 @@ def test_the_cause_is_named_not_the_peers_that_lost_it():
     assert decide(spec, status, pods, None, T0 + 1).status["restartHistory"][-1]["reason"] == "OOMKilled"
 
 
+def test_of_scripts_that_state_no_reason_the_first_to_fail_is_named_not_its_echo():
+    """A user's script: rank 1 exits 3 on a bad batch, rank 0 dies 50 ms later of 'Connection closed by peer'; one
+    look at the pods saw both failed, and the job blamed worker 0 (the lowest rank) for the echo."""
+    spec = job(workers=3)
+    status = running_status(spec)
+    pods = [Pod(0).exited(1, "RuntimeError: Connection closed by peer")._with(reason="Error", finished_at=T0 + 0.35).obj(),
+            Pod(1).exited(3, "ValueError: bad batch 17")._with(reason="Error", finished_at=T0 + 0.3).obj(),
+            Pod(2).running().obj()]
+    history = decide(spec, status, pods, None, T0 + 1).status["restartHistory"][-1]
+    assert history["message"].startswith("worker 1 (job-1): ValueError: bad batch 17"), history
+    tie = [replace(pods[0], finished_at=T0), replace(pods[1], finished_at=T0), pods[2]]  # finishedAt counts seconds
+    assert decide(spec, status, tie, None, T0 + 1).status["restartHistory"][-1]["message"].startswith("worker 0 (job-0)")
+
+
 def test_new_pods_wait_for_the_old_generation_to_be_gone():
     spec = job()
     status = decide(spec, running_status(spec), [Pod(0).running().obj(), Pod(1).exited(1).obj()], None, T0).status
@@ -624,13 +638,15 @@ def test_observed_pod_reads_what_a_cluster_reports():
             "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"},
                            {"type": "PodScheduled", "status": "True"}],
             "containerStatuses": [{"name": "trainer", "state": {"terminated": {
-                "exitCode": 1, "reason": "Error", "message": TERMINATION_MARKER + "PeerLost: rank 0 unreachable"}}}],
+                "exitCode": 1, "reason": "Error", "message": TERMINATION_MARKER + "PeerLost: rank 0 unreachable",
+                "finishedAt": "2026-01-01T00:00:20Z"}}}],
         },
     }
     seen = lc.observed_pod(pod)
     assert (seen.rank, seen.generation, seen.phase, seen.exit_code) == (1, 3, "Failed", 1)
     assert seen.reason == "PeerLost" and seen.disruption == "EvictionByEvictionAPI" and seen.scheduling_reason is None
     assert seen.deletion_timestamp == lc.parse_time("2026-01-01T00:00:30Z")
+    assert seen.finished_at == lc.parse_time("2026-01-01T00:00:20Z")
     pending = lc.observed_pod({"metadata": {"name": "job-0", "labels": {"kuberl.dev/rank": "0"}}, "status": {
         "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no nodes"}]}})
     assert pending.scheduling_reason == "Unschedulable" and pending.generation == 0 and not pending.started

@@ -135,3 +135,16 @@ def test_a_grandchild_in_its_own_session_ends_with_the_pod(tmp_path):
     while alive(child) and time.time() < deadline:
         time.sleep(0.05)
     assert not alive(child) and processes_under(str(tmp_path / "pods")) == []
+
+
+def test_of_two_processes_seen_ended_in_one_poll_the_first_to_exit_finished_first(tmp_path):
+    """kuberl run looks at its pods every 0.2 s: a rank that exits 50 ms after another (its echo: 'Connection
+    closed by peer') was given the same look's time, so the job named the lower rank, not the first failure."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    echo = start(tmp_path / "a", "import time; time.sleep(0.35); raise SystemExit(1)", "[rank 0]")
+    cause = start(tmp_path / "b", "import time; time.sleep(0.3); raise SystemExit(3)", "[rank 1]")
+    time.sleep(1.0)
+    assert (echo.poll(), cause.poll()) == (1, 3)
+    assert cause.finished_at < echo.finished_at, (cause.finished_at, echo.finished_at)
+    assert echo.finished_at - cause.finished_at < 0.3
