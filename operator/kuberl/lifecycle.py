@@ -52,6 +52,7 @@ from .contract import (
     REASON_PEER_LOST,
     REASON_STOPPED,
     REASON_SUCCEEDED,
+    TRAINER_REASONS,
     parse_final_numbers,
     stated_reason,
 )
@@ -519,8 +520,11 @@ def _is_config_error(pod: ObservedPod) -> bool:
 
 
 def _pod_says(pod: ObservedPod) -> str:
-    said = pod.message.strip() if pod.message and pod.message.strip() else f"exit code {pod.exit_code}"
-    return f"worker {pod.rank} ({pod.name}): {said}"
+    if not (pod.message and pod.message.strip()):
+        return f"worker {pod.rank} ({pod.name}): exit code {pod.exit_code}"
+    # a log tail (a script of the user's states no reason): its exit code may be all that says why
+    code = "" if pod.reason in TRAINER_REASONS or pod.exit_code is None else f" exit code {pod.exit_code}"
+    return f"worker {pod.rank} ({pod.name}){code}: {pod.message.strip()}"
 
 
 def _success(spec: JobSpec, live: dict[int, ObservedPod], rank0: Rank0Progress | None) -> tuple[str, str] | None:

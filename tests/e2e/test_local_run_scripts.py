@@ -307,4 +307,4 @@ def test_the_job_names_the_rank_that_failed_first_not_the_lowest_rank_that_echoe
     code, out, _ = run_script_job(tmp_path, "firstfail", ["python", "/app/first_failure.py"], workers=3)
     assert code == 1, out[-3000:]
     final = next(line for line in out.splitlines() if line.startswith("[kuberl] firstfail failed"))
-    assert "worker 2 (firstfail-2): first_failure rank 2: bad batch 17, exiting 3" in final, out[-3000:]
+    assert "worker 2 (firstfail-2) exit code 3: first_failure rank 2: bad batch 17, exiting 3" in final, out[-3000:]

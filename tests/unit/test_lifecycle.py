@@ -312,7 +312,7 @@ def test_of_scripts_that_state_no_reason_the_first_to_fail_is_named_not_its_echo
             Pod(1).exited(3, "ValueError: bad batch 17")._with(reason="Error", finished_at=T0 + 0.3).obj(),
             Pod(2).running().obj()]
     history = decide(spec, status, pods, None, T0 + 1).status["restartHistory"][-1]
-    assert history["message"].startswith("worker 1 (job-1): ValueError: bad batch 17"), history
+    assert history["message"].startswith("worker 1 (job-1) exit code 3: ValueError: bad batch 17"), history
     tie = [replace(pods[0], finished_at=T0), replace(pods[1], finished_at=T0), pods[2]]  # finishedAt counts seconds
     assert decide(spec, status, tie, None, T0 + 1).status["restartHistory"][-1]["message"].startswith("worker 0 (job-0)")
 
