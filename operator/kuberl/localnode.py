@@ -794,6 +794,7 @@ class PodProcess:
         self.started_at = time.time()
         self.finished_at: float | None = None
         self.output_ended_at: float | None = None  # its stdout closed: when it exited, unless something it started kept it
+        self._seen_running_at = self.started_at  # the last poll that found it running
         self.kill_at: float | None = None
         self.start_error: str | None = None
         self._exit_code: int | None = None
@@ -839,6 +840,7 @@ class PodProcess:
             return self._exit_code
         code = self.popen.poll()
         if code is None:
+            self._seen_running_at = time.time()
             if self.kill_at is not None and (now or time.time()) >= self.kill_at:
                 self.signal(signal.SIGKILL)
             return None
@@ -846,8 +848,9 @@ class PodProcess:
         self._kill_escaped()
         if self._reader is not None:
             self._reader.join(timeout=2)
-        # which of two ranks failed first (the cause, not its echo) even when one poll sees both ended
-        self.finished_at = min(time.time(), self.output_ended_at or math.inf)
+        # which of two ranks failed first (the cause, not its echo) even when one poll sees both ended; never
+        # before a poll that saw it running (a process may close its stdout long before it exits)
+        self.finished_at = max(self._seen_running_at, min(time.time(), self.output_ended_at or math.inf))
         self._exit_code = 128 - code if code < 0 else code
         return self._exit_code
 

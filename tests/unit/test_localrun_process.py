@@ -148,3 +148,12 @@ def test_of_two_processes_seen_ended_in_one_poll_the_first_to_exit_finished_firs
     assert (echo.poll(), cause.poll()) == (1, 3)
     assert cause.finished_at < echo.finished_at, (cause.finished_at, echo.finished_at)
     assert echo.finished_at - cause.finished_at < 0.3
+
+
+def test_a_process_that_closed_its_output_long_before_it_exited_did_not_finish_then(tmp_path):
+    p = start(tmp_path, "import os, time; os.close(1); time.sleep(0.6)")
+    time.sleep(0.4)
+    assert p.poll() is None
+    seen_running = time.time()
+    assert p.wait(10) == 0
+    assert p.finished_at >= seen_running - 0.01, (p.finished_at, seen_running)
