@@ -164,10 +164,35 @@ def validate_labels(metadata: dict) -> list[FieldError]:
     return errors
 
 
+def qualified_name_problem(key: str) -> str | None:
+    """IsQualifiedName (k8s.io/apimachinery/pkg/util/validation/validation.go): an optional DNS-1123
+    subdomain prefix and '/', then a name part of at most 63 characters; its first complaint."""
+    prefix, slash, name = key.rpartition('/')
+    if slash and not prefix:
+        return 'prefix part must be non-empty'
+    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
+        return ("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+                "'-' or '.', and must start and end with an alphanumeric character")
+    if not name:
+        return 'name part must be non-empty'
+    if len(name) > 63:
+        return 'name part must be no more than 63 characters'
+    if not LABEL_NAME.match(name):
+        return ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                "alphanumeric character")
+    return None
+
+
 def validate_metadata(metadata: dict) -> list[FieldError]:
-    """Labels, annotations' total size and ownerReferences, checked for every kind."""
+    """Labels, annotations (keys and total size) and ownerReferences, checked for every kind."""
     errors = validate_labels(metadata)
     annotations = metadata.get('annotations') or {}
+    # ValidateAnnotations (k8s.io/apimachinery/pkg/api/validation/objectmeta.go): every key a qualified
+    # name, case aside (IsQualifiedName(strings.ToLower(k))), as Invalid at metadata.annotations.
+    for key in annotations:
+        problem = qualified_name_problem(str(key).lower())
+        if problem:
+            errors.append(FieldError('FieldValueInvalid', 'metadata.annotations', problem, key))
     size = sum(len(k) + len(v if isinstance(v, str) else str(v)) for k, v in annotations.items())
     if size > ANNOTATIONS_LIMIT:
         errors.append(FieldError('FieldValueTooLong', 'metadata.annotations', f'must have at most {ANNOTATIONS_LIMIT} bytes', size))

@@ -354,6 +354,18 @@ def test_size_limits_of_annotations_and_objects(rest):
     assert rest.post(CONFIGMAPS, huge).status == 422, 'ValidateConfigMap refuses it before etcd would'
 
 
+def test_annotation_keys_are_qualified_names_case_aside(rest):
+    """ValidateAnnotations: IsQualifiedName(strings.ToLower(key)); the stand-in checked only their total size."""
+    ok = configmap('ok') | {'metadata': {'name': 'ok', 'annotations': {'Example.COM/Some_Key.1': 'v', 'plain': 'v'}}}
+    assert rest.post(CONFIGMAPS, ok).status == 201
+    for key, said in (('a' * 64, 'name part must be no more than 63 characters'), ('/x', 'prefix part must be non-empty'),
+                      ('x/', 'name part must be non-empty'), ('bad key', 'name part must consist of'),
+                      ('under_score.example.com/x', 'prefix part a lowercase RFC 1123 subdomain')):
+        bad = configmap('bad') | {'metadata': {'name': 'bad', 'annotations': {key: 'v'}}}
+        reply = rest.post(CONFIGMAPS, bad)
+        assert reply.status == 422 and f'metadata.annotations: Invalid value: "{key}": {said}' in reply.body['message'], reply.body
+
+
 def test_size_limits_of_configmaps_request_bodies_and_stored_objects(rest):
     """ValidateConfigMap: data and binaryData values at most 1 MiB in all (422, the value not quoted);
     MaxRequestBodyBytes: 3 MiB read (413 past it); etcd stores at most 1.5 MiB (413). A stand-in
