@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -223,7 +224,36 @@ def container_env(
             env[name] = value
         else:
             raise LocalRunError(f"env {name}: {next(iter(source), '?')} cannot be served locally (no Secrets here)")
-    return {k: resolve_names(v, resolve, strict=contract.is_reserved_env(k)) for k, v in env.items()}
+    env = {k: resolve_names(v, resolve, strict=contract.is_reserved_env(k)) for k, v in env.items()}
+    return {k: local_interfaces(v, prefixes=k.startswith("NCCL_")) if k in SOCKET_IFNAME_ENV else v for k, v in env.items()}
+
+
+# Where gloo, NCCL and TensorPipe look for the network interface to use: PyTorchJob manifests often say
+# GLOO_SOCKET_IFNAME=eth0, a pod's own interface; a local pod's address is on this machine's loopback.
+SOCKET_IFNAME_ENV = frozenset({"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"})
+LOOPBACK = "lo"
+
+
+def host_interfaces() -> set[str]:
+    return {name for _, name in socket.if_nameindex()}
+
+
+def local_interfaces(value: str, prefixes: bool = False, present: set[str] | None = None) -> str:
+    """A pod's interface list as this machine has it: one that names none of its interfaces (eth0 on a
+    laptop whose card is wlp2s0 or en0) is the loopback, where every local pod's address lives, as a
+    cluster name is that address; one that names an interface here, or NCCL's ^exclusions, stays.
+    NCCL matches names by prefix (`eth`) unless `=` asks for the exact one."""
+    present = host_interfaces() if present is None else present
+    wanted = [n.strip() for n in value.split(",") if n.strip()]
+    if not wanted or value.lstrip().startswith("^"):
+        return value
+
+    def here(name: str) -> bool:
+        if prefixes and not name.startswith("="):
+            return any(p.startswith(name) for p in present)
+        return name.lstrip("=") in present
+
+    return value if any(here(n) for n in wanted) else LOOPBACK
 
 
 _CLUSTER_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?\.svc(\.cluster\.local)?)\.?(:[0-9]+)?$")

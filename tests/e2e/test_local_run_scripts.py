@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -308,3 +309,14 @@ def test_the_job_names_the_rank_that_failed_first_not_the_lowest_rank_that_echoe
     assert code == 1, out[-3000:]
     final = next(line for line in out.splitlines() if line.startswith("[kuberl] firstfail failed"))
     assert "worker 2 (firstfail-2) exit code 3: first_failure rank 2: bad batch 17, exiting 3" in final, out[-3000:]
+
+
+def test_a_manifests_gloo_socket_ifname_eth0_works_on_a_machine_without_that_interface(tmp_path):
+    """PyTorchJob manifests often pin gloo to the pod's eth0; a laptop's card is wlp2s0 or en0, and every
+    local pod failed 'Unable to find address for: eth0' (here: an eth<N> this machine lacks)."""
+    here = {name for _, name in socket.if_nameindex()}
+    absent = next(f"eth{i}" for i in range(100) if f"eth{i}" not in here)
+    code, out, _ = run_script_job(tmp_path, "ifname", ["python", "/app/dist_sendrecv.py"], workers=2,
+                                  env=[{"name": "GLOO_SOCKET_IFNAME", "value": absent}])
+    assert code == 0, out[-3000:]
+    assert "rank 0 received [10]" in out

@@ -14,7 +14,9 @@ from kuberl.localnode import (
     LocalRunError,
     container_env,
     expand,
+    host_interfaces,
     launch,
+    local_interfaces,
     prepare_sandbox,
     quantity,
     resource_field,
@@ -106,6 +108,34 @@ def test_env_values_field_refs_and_configmap_keys():
     got = container_env(pod, trainer_container(pod), "127.5.0.9", {"cm": {"k": "v"}}, no_dns, node_cpus=8)
     assert got == {"A": "one", "B": "one-two-$(C)", "C": "three", "IP": "127.5.0.9", "NAME": "p", "NS": "ns",
                    "APP": "x", "CPUS": "3", "KEY": "v"}
+
+
+@pytest.mark.parametrize("value,prefixes,expected", [
+    ("eth0", False, "lo"),  # a pod's own interface; this laptop's card is wlp2s0
+    ("eth0,eth1", False, "lo"),
+    ("wlp2s0", False, "wlp2s0"),  # an interface this machine has stays
+    ("eth1,wlp2s0", False, "eth1,wlp2s0"),
+    ("eth", True, "lo"),  # NCCL: a prefix
+    ("wl", True, "wl"),
+    ("=wlp2s0", True, "=wlp2s0"),  # NCCL: exactly that one
+    ("=wlp", True, "lo"),
+    ("^docker,lo", True, "^docker,lo"),  # NCCL: every interface but these
+    ("", False, ""),
+])
+def test_an_interface_this_machine_lacks_is_the_loopback_where_local_pods_live(value, prefixes, expected):
+    assert local_interfaces(value, prefixes, present={"lo", "wlp2s0"}) == expected
+
+
+def test_gloo_socket_ifname_eth0_of_a_pytorchjob_manifest_is_an_interface_here():
+    """GLOO_SOCKET_IFNAME=eth0 (NCCL_SOCKET_IFNAME too), as many PyTorchJob manifests set it: on a machine
+    without eth0 gloo failed 'Unable to find address for: eth0' in every local pod."""
+    absent = next(f"eth{i}" for i in range(100) if f"eth{i}" not in host_interfaces())
+    env = [{"name": "GLOO_SOCKET_IFNAME", "value": absent}, {"name": "NCCL_SOCKET_IFNAME", "value": absent},
+           {"name": "OTHER", "value": absent}]
+    pod = pod_with(env)
+    got = container_env(pod, trainer_container(pod), "127.5.0.9", {}, no_dns, node_cpus=8)
+    assert (got["GLOO_SOCKET_IFNAME"], got["NCCL_SOCKET_IFNAME"], got["OTHER"]) == ("lo", "lo", absent)
+    assert "lo" in host_interfaces()
 
 
 @pytest.mark.parametrize("source", [
