@@ -810,6 +810,15 @@ def _record_progress(plan: _Plan, rank0: Rank0Progress | None) -> None:
     }
 
 
+def _label_number(value: Any, default: int) -> int | None:
+    """A rank or restart label as kuberl writes it (decimal digits); None for anything else. A pod
+    relabelled `kuberl.dev/rank=abc` made every reconcile of its job fail (int() raised), so the
+    job's status froze while the operator logged a traceback every 5 s."""
+    if value is None:
+        return default
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else None
+
+
 def observed_pod(pod: dict[str, Any]) -> ObservedPod:
     """An ObservedPod from a Kubernetes Pod object (as the API returns it)."""
     meta = pod.get("metadata") or {}
@@ -828,10 +837,13 @@ def observed_pod(pod: dict[str, Any]) -> ObservedPod:
     message = terminated.get("message")
     exit_code = terminated.get("exitCode")
     state_reason = terminated.get("reason") or (None if exit_code is None else ("Completed" if exit_code == 0 else "Error"))
+    rank, generation = _label_number(labels.get(names.LABEL_RANK), -1), _label_number(labels.get(names.LABEL_RESTART), 0)
+    if rank is None or generation is None:  # rewritten by hand (the pod is the tenant's to label): of no generation
+        rank, generation = -1, -1
     return ObservedPod(
         name=meta.get("name", ""),
-        rank=int(labels.get(names.LABEL_RANK, -1)),
-        generation=int(labels.get(names.LABEL_RESTART, 0)),
+        rank=rank,
+        generation=generation,
         phase=status.get("phase") or "Pending",
         ready=(conditions.get("Ready") or {}).get("status") == "True",
         exit_code=exit_code,

@@ -185,3 +185,16 @@ def test_a_template_annotation_key_the_api_server_refuses_fails_the_job_with_its
     assert failed['reason'] == 'InvalidChild' and 'Pod "noted-' in failed['message']
     assert 'metadata.annotations' in failed['message'] and 'name part must be no more than 63 characters' in failed['message']
     assert not pods(standin, 'noted')
+
+
+def test_a_worker_relabelled_by_its_tenant_is_replaced_and_the_job_keeps_being_reconciled(standin, rest, operator):  # noqa: F811
+    """`kubectl label pod <job>-1 kuberl.dev/rank=abc --overwrite`: the job's status froze at Running while
+    the daemon failed every 5 s (int('abc')). Now that pod is nobody's worker: deleted, and the gang restarts."""
+    create_job(rest, 'relabelled', workers=2)
+    start_gang(standin, 'relabelled', 2)
+    wait_phase(rest, 'relabelled', 'Running')
+    assert rest.patch(f'{PODS}/relabelled-1', {'metadata': {'labels': {names.LABEL_RANK: 'abc'}}}).status == 200
+    wait_for(lambda: status(rest, 'relabelled').get('generation') == 1, what='a new gang')
+    start_gang(standin, 'relabelled', 2, generation=1)
+    wait_phase(rest, 'relabelled', 'Running')
+    assert 'Traceback' not in operator.log()

@@ -203,3 +203,16 @@ def test_a_child_kind_the_cluster_does_not_serve_is_a_refusal_naming_the_schedul
     assert "spec.schedulerName 'volcano' needs it" in refusal.message
     assert reconcile.not_served(404, 'namespaces "team-a" not found', podgroup, 'volcano') is None, 'a namespace going away'
     assert reconcile.not_served(500, reconcile.NOT_SERVED, podgroup, 'volcano') is None
+
+
+@pytest.mark.parametrize('labels', [{names.LABEL_RANK: 'abc', names.LABEL_RESTART: '0'}, {names.LABEL_RANK: '1', names.LABEL_RESTART: 'x'},
+                                    {names.LABEL_RANK: '-1', names.LABEL_RESTART: '0'}, {names.LABEL_RANK: '1', names.LABEL_RESTART: '٣'}])
+def test_a_pod_whose_kuberl_labels_were_rewritten_is_of_no_generation_and_goes_as_stale(labels):
+    """A tenant may relabel its own pods: `kuberl.dev/rank=abc` made observed_pod raise, every reconcile
+    of the job failed and its status froze. Now such a pod is nobody's worker, deleted as stale."""
+    pod = lifecycle.observed_pod({'metadata': {'name': 'job-1', 'labels': labels}, 'status': {'phase': 'Running'}})
+    assert (pod.rank, pod.generation) == (-1, -1)
+    spec = make_job().spec()
+    decision = lifecycle.decide(spec, {'phase': lifecycle.PENDING, 'generation': 0}, [pod], None, 1000.0)
+    assert lifecycle.DeletePods(('job-1',), lifecycle.REASON_STALE) in decision.actions
+    assert lifecycle.observed_pod({'metadata': {'name': 'job-0', 'labels': {}}}).generation == 0, 'unlabelled: as before'
