@@ -18,7 +18,14 @@ import time
 import pytest
 import yaml
 
-from tests.e2e.test_dashboard import PROMETHEUS, Prometheus, chart_pod_monitor, discovered_targets, scrape_config, stop
+from tests.e2e.test_dashboard import (
+    PROMETHEUS,
+    Prometheus,
+    chart_pod_monitor,
+    discovered_targets,
+    scrape_config,
+    stop,
+)
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(120)
