@@ -477,15 +477,16 @@ class JobLoop:
                     await self.api.create(pod)
                     self.shell.metrics.pods_created.inc()
                 except Conflict:
-                    existing = await self.api.get(*PODS, self.namespace, pod["metadata"]["name"])
-                    if existing is not None and not reconcile.owned_by(existing, uid):
-                        refusal = reconcile.name_in_use("Pod", pod["metadata"]["name"], existing, self.name)
-                        if refusal is not None:
-                            raise ChildRefused(refusal) from None
-                    if existing is None or not reconcile.is_current_pod(existing, uid, action.generation):
-                        raise kopf.TemporaryError(
-                            f"pod {pod['metadata']['name']} of an older generation is still terminating", delay=1.0,
-                        ) from None
+                    name = pod["metadata"]["name"]
+                    existing = await self.api.get(*PODS, self.namespace, name)
+                    taken = reconcile.taken_pod(existing, uid, action.generation, self.name)
+                    if isinstance(taken, lifecycle.Refusal):
+                        raise ChildRefused(taken) from None
+                    if taken == reconcile.POD_UNSEEN:  # ours, of an older gang, and never listed: it must not run beside this one
+                        await self.api.delete(*PODS, self.namespace, name,
+                                              {"propagationPolicy": "Background", "preconditions": {"uid": existing["metadata"]["uid"]}})
+                    if taken != reconcile.POD_CURRENT:
+                        raise kopf.TemporaryError(f"pod {name} of an older generation is still terminating", delay=1.0) from None
 
         results = await asyncio.gather(*(create(pod) for pod in rendered), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]

@@ -223,6 +223,26 @@ def is_current_pod(pod: dict, uid: str, generation: int) -> bool:
     )
 
 
+POD_CURRENT = "current"  # this job's, this generation's: created already
+POD_LEAVING = "leaving"  # an older pod of this job (or a same-named predecessor's) going away: wait
+POD_UNSEEN = "unseen"  # this job's, older and not going away: delete it, then wait
+
+
+def taken_pod(existing: dict | None, uid: str, generation: int, job: str) -> str | Refusal:
+    """What a 409 on creating a gang's pod means. POD_UNSEEN is a pod of ours whose kuberl.dev/job
+    label its tenant removed: the pods are listed by that label, so decide never saw it, never
+    deleted it with its old gang, and its name blocked the new gang forever while it kept running."""
+    if existing is None:
+        return POD_LEAVING
+    if not owned_by(existing, uid):
+        return name_in_use("Pod", existing["metadata"]["name"], existing, job) or POD_LEAVING
+    if is_current_pod(existing, uid, generation):
+        return POD_CURRENT
+    if existing["metadata"].get("deletionTimestamp"):
+        return POD_LEAVING
+    return POD_UNSEEN
+
+
 def restarted(before: dict | None, after: dict) -> dict | None:
     """The restart-history entry a decision just added (for metrics), or None."""
     old = (before or {}).get("generation") or 0

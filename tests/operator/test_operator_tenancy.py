@@ -198,3 +198,17 @@ def test_a_worker_relabelled_by_its_tenant_is_replaced_and_the_job_keeps_being_r
     start_gang(standin, 'relabelled', 2, generation=1)
     wait_phase(rest, 'relabelled', 'Running')
     assert 'Traceback' not in operator.log()
+
+
+def test_a_worker_whose_job_label_its_tenant_removed_is_deleted_with_its_gang_not_left_running(standin, rest, operator):  # noqa: F811
+    """The pods are listed by kuberl.dev/job: a pod without it was never seen again, so it kept running
+    beside the next gang and its name blocked that gang ('of an older generation is still terminating'
+    every second, forever). The stand-in also sent its DELETED watch event without the label."""
+    create_job(rest, 'unlabelled', workers=2)
+    start_gang(standin, 'unlabelled', 2)
+    wait_phase(rest, 'unlabelled', 'Running')
+    old = rest.get(f'{PODS}/unlabelled-1').body['metadata']['uid']
+    assert rest.patch(f'{PODS}/unlabelled-1', {'metadata': {'labels': {names.LABEL_JOB: None}}}).status == 200
+    start_gang(standin, 'unlabelled', 2, generation=1)
+    wait_phase(rest, 'unlabelled', 'Running')
+    assert rest.get(f'{PODS}/unlabelled-1').body['metadata']['uid'] != old, 'the unseen pod went, a new rank 1 took its name'

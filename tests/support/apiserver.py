@@ -372,6 +372,13 @@ class StandinHandler(kmock.RawHandler):
                 if kind is None:
                     continue
                 obj = {**event.obj, 'apiVersion': rtype.api_version}
+                if event.type == 'MODIFIED' and kind == 'DELETED':
+                    # An object that stops matching the selector leaves as DELETED carrying its PREVIOUS
+                    # content at the event's resourceVersion (convertToWatchEvent, staging/src/k8s.io/apiserver/
+                    # pkg/storage/cacher/cache_watcher.go): a client filtering on the label still sees it go.
+                    old = event.old or {}
+                    obj = {**old, 'apiVersion': rtype.api_version,
+                           'metadata': {**(old.get('metadata') or {}), 'resourceVersion': str(event.rv)}}
                 if as_table:
                     obj = tables.table(rtype, [obj], str(event.rv), params.get('includeObject', 'Metadata'))
                 await response.write(_line({'type': kind, 'object': obj}))

@@ -211,6 +211,10 @@ def test_watch_honours_resource_version_selectors_and_sends_json_lines(rest):
     since = first['metadata']['resourceVersion']
     events = rest.watch(f'{PODS}?watch=true&resourceVersion={since}&labelSelector=app%3Dx&timeoutSeconds=1')
     assert [(e['type'], e['object']['metadata']['name']) for e in events] == [('MODIFIED', 'a'), ('DELETED', 'a')]
+    # The object that stopped matching leaves with its previous content at the event's resourceVersion
+    # (cache_watcher.go, convertToWatchEvent): a client filtering on `app: x` still sees it go.
+    gone = events[-1]['object']['metadata']
+    assert gone['labels']['app'] == 'x' and gone['resourceVersion'] == rest.get(f'{PODS}/a').body['metadata']['resourceVersion']
     everything = rest.watch(f'{PODS}?watch=true&timeoutSeconds=1')
     assert sorted((e['type'], e['object']['metadata']['name']) for e in everything) == [('ADDED', 'a'), ('ADDED', 'b')]
 

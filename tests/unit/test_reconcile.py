@@ -216,3 +216,21 @@ def test_a_pod_whose_kuberl_labels_were_rewritten_is_of_no_generation_and_goes_a
     decision = lifecycle.decide(spec, {'phase': lifecycle.PENDING, 'generation': 0}, [pod], None, 1000.0)
     assert lifecycle.DeletePods(('job-1',), lifecycle.REASON_STALE) in decision.actions
     assert lifecycle.observed_pod({'metadata': {'name': 'job-0', 'labels': {}}}).generation == 0, 'unlabelled: as before'
+
+
+def test_a_409_on_a_gang_pod_is_read_by_who_owns_it_its_generation_and_whether_it_is_going():
+    def pod(owner='u1', restart='3', deleting=False, name='job-1'):
+        meta = {'name': name, 'uid': 'p', 'labels': {names.LABEL_RESTART: restart}}
+        if owner:
+            meta['ownerReferences'] = [{'apiVersion': names.API_VERSION, 'kind': names.KIND, 'name': 'job', 'uid': owner}]
+        if deleting:
+            meta['deletionTimestamp'] = '2026-01-01T00:00:00Z'
+        return {'metadata': meta}
+
+    assert reconcile.taken_pod(pod(), 'u1', 3, 'job') == reconcile.POD_CURRENT
+    assert reconcile.taken_pod(pod(restart='2', deleting=True), 'u1', 3, 'job') == reconcile.POD_LEAVING
+    assert reconcile.taken_pod(pod(restart='2'), 'u1', 3, 'job') == reconcile.POD_UNSEEN, 'ours, old, not going: never listed'
+    assert reconcile.taken_pod(pod(owner='u0'), 'u1', 3, 'job') == reconcile.POD_LEAVING, "a same-named predecessor's"
+    assert reconcile.taken_pod(None, 'u1', 3, 'job') == reconcile.POD_LEAVING
+    refusal = reconcile.taken_pod(pod(owner=None), 'u1', 3, 'job')
+    assert refusal.reason == lifecycle.REASON_NAME_IN_USE and 'Pod job-1 exists' in refusal.message
