@@ -252,6 +252,11 @@ class LocalCluster:
     def live_dns_pods(self) -> list[DNSPod]:
         return [DNSPod(p.pod, p.ip, p.process.running) for p in self.pods.values() if p.deletion_timestamp is None]
 
+    def prefix(self, rank: int) -> str:
+        """What marks a pod's output lines: its rank when it runs one process; with several (ranks
+        2 and 3 in worker 1 of a torchrun pod) its worker index, as the job's messages name it."""
+        return f"[rank {rank}]" if self.job.spec.procs == 1 else f"[worker {rank}]"
+
     def create(self, generation: int, ranks: tuple[int, ...]) -> None:
         """Start the pods of `generation`; names resolve against every pod that exists, these included."""
         fresh = []
@@ -268,7 +273,7 @@ class LocalCluster:
             name, rank = entry.pod["metadata"]["name"], int(entry.pod["metadata"]["labels"][names.LABEL_RANK])
             process = start_pod(
                 entry.pod, entry.ip, os.path.join(self.run_dir, "pods", name), self.configmaps,
-                None, self.claim_dir, resolver, prefix=f"[rank {rank}]", out=self.out,
+                None, self.claim_dir, resolver, prefix=self.prefix(rank), out=self.out,
                 log_path=os.path.join(logs, f"{name}-g{generation}.log"),
             )
             self.pods[name] = LocalPod(entry.pod, entry.ip, rank, generation, process)

@@ -200,6 +200,8 @@ def test_the_ddp_elastic_tutorial_runs_under_torchs_launcher_from_the_pet_names_
                       r"'from rank 0 of run default\.eddp\.0'", out)
     assert sorted((int(r), int(g), int(lr)) for r, g, lr, _ in seen) == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)], out[-3000:]
     assert {addr for *_, addr in seen} == {worker0}
+    # each line is marked with the pod it came from: worker 1 holds ranks 2 and 3
+    assert re.search(r"^\[worker 1\] elastic_ddp rank 3/4 ", out, re.MULTILINE) and "[rank 1]" not in out, out[-3000:]
 
 
 def test_a_worker_only_pytorchjob_whose_pod_env_says_pet_nproc_per_node_runs_that_many_processes(tmp_path):
