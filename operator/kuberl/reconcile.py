@@ -48,6 +48,13 @@ def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None)
         spec = validate_job(job)
     except InvalidJob as invalid:
         return None, Refusal(lifecycle.REASON_INVALID_SPEC, problems_message(invalid.problems))
+    queue_label = ((job.get("metadata") or {}).get("labels") or {}).get(names.KUEUE_QUEUE_NAME)
+    if queue_label is not None and spec.queue_name is None:
+        # Kueue's way for its own job kinds; here the job's labels reach every child (kopf.adopt), so each
+        # pod would be queued alone, without the pod group that admits the gang at once.
+        return spec, Refusal(lifecycle.REASON_INVALID_SPEC, f"metadata.labels.{names.KUEUE_QUEUE_NAME}: kuberl queues a job"
+                             f" by spec.queueName (its pods then form one Kueue pod group); set spec.queueName: {queue_label}"
+                             " instead of this label (the label alone would queue each pod on its own)")
     try:
         problems = pod_problems(spec) if pod_problems is not None else []
     except Exception as e:  # a spec the checks cannot handle fails visibly, not as a silent retry loop

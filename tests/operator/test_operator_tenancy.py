@@ -212,3 +212,16 @@ def test_a_worker_whose_job_label_its_tenant_removed_is_deleted_with_its_gang_no
     start_gang(standin, 'unlabelled', 2, generation=1)
     wait_phase(rest, 'unlabelled', 'Running')
     assert rest.get(f'{PODS}/unlabelled-1').body['metadata']['uid'] != old, 'the unseen pod went, a new rank 1 took its name'
+
+
+def test_kueues_queue_label_on_the_job_itself_is_refused_not_copied_onto_each_pod(standin, rest, operator):  # noqa: F811
+    """The job's own labels reach every child (kopf.adopt): `kueue.x-k8s.io/queue-name` on the job, as
+    Kueue documents for its own job kinds, put each pod in the queue alone (no pod-group labels: Kueue
+    admits them one by one, a gang holding quota it cannot use). spec.queueName is kuberl's way."""
+    queued = manifest('queued', workers=2)
+    queued['metadata']['labels'] = {names.KUEUE_QUEUE_NAME: 'team-a'}
+    assert rest.post(JOBS, queued).status == 201
+    wait_phase(rest, 'queued', 'Failed')
+    failed = condition(rest, 'queued', 'Failed')
+    assert failed['reason'] == 'InvalidSpec' and 'set spec.queueName: team-a' in failed['message']
+    assert not pods(standin, 'queued')

@@ -234,3 +234,15 @@ def test_a_409_on_a_gang_pod_is_read_by_who_owns_it_its_generation_and_whether_i
     assert reconcile.taken_pod(None, 'u1', 3, 'job') == reconcile.POD_LEAVING
     refusal = reconcile.taken_pod(pod(owner=None), 'u1', 3, 'job')
     assert refusal.reason == lifecycle.REASON_NAME_IN_USE and 'Pod job-1 exists' in refusal.message
+
+
+def test_kueues_queue_label_on_the_job_without_spec_queue_name_is_refused_naming_both():
+    """kopf.adopt gives every child the job's own labels: with Kueue's label on the job (its way for
+    batch Jobs, JobSet, PyTorchJob) each pod became a Kueue workload of its own, the gang admitted piecemeal."""
+    job = document()
+    job['metadata']['labels'] = {names.KUEUE_QUEUE_NAME: 'team-a'}
+    spec, refusal = reconcile.judge(job)
+    assert refusal.reason == lifecycle.REASON_INVALID_SPEC and not refusal.retryable
+    assert refusal.message.startswith(f'metadata.labels.{names.KUEUE_QUEUE_NAME}:') and 'set spec.queueName: team-a' in refusal.message
+    job['spec']['queueName'] = 'team-a'
+    assert reconcile.judge(job)[1] is None, 'with spec.queueName the pods are one group; the label is harmless'
