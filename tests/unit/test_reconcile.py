@@ -241,7 +241,7 @@ def test_kueues_queue_label_on_the_job_without_spec_queue_name_is_refused_naming
     batch Jobs, JobSet, PyTorchJob) each pod became a Kueue workload of its own, the gang admitted piecemeal."""
     job = document()
     job['metadata']['labels'] = {names.KUEUE_QUEUE_NAME: 'team-a'}
-    spec, refusal = reconcile.judge(job)
+    _, refusal = reconcile.judge(job)
     assert refusal.reason == lifecycle.REASON_INVALID_SPEC and not refusal.retryable
     assert refusal.message.startswith(f'metadata.labels.{names.KUEUE_QUEUE_NAME}:') and 'set spec.queueName: team-a' in refusal.message
     job['spec']['queueName'] = 'team-a'
