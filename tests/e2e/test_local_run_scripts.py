@@ -285,7 +285,7 @@ def test_ctrl_c_reaches_every_rank_and_one_that_ignores_sigterm_ends_with_its_gr
                       env=[{"name": "IGNORE_SIGTERM", "value": "1"}])
     out, took = stop_with_ctrl_c(proc, "training", 4)
     assert proc.returncode == 130, out[-3000:]
-    assert "got SIGTERM" not in out and 4.5 < took < 9, (took, out[-3000:])
+    assert "got SIGTERM" not in out and 4.5 < took < 15, (took, out[-3000:])
     assert not localnode.processes_under(str(tmp_path / "stubborn" / "runs" / "sigstop" / "pods"))
 
 
