@@ -248,6 +248,10 @@ class JobLoop:
                 self.wake.pods_changed = True
                 decision = await self._decide(job, spec, refused.refusal)
                 await self._act(job, spec, decision)
+        except StatusConflict:
+            # The job changed since it was read (a tenant may edit it many times a second): read it again
+            # soon, quietly; kopf would log each as an ERROR ("failed temporarily") and restart the daemon.
+            return CONFLICT_RETRY_SECONDS
         except StatusTooLarge as too_large:
             self.memo["status_refused"] = (job["metadata"]["uid"], job["metadata"].get("generation"))
             # Nothing is done that status cannot record first; an Event is a separate object, so it
@@ -361,7 +365,7 @@ class JobLoop:
         try:
             written = await self.api.patch_status(self.namespace, self.name, patch, job["metadata"]["resourceVersion"])
         except Conflict:
-            raise kopf.TemporaryError("the job changed while it was reconciled; reading it again", delay=CONFLICT_RETRY_SECONDS) from None
+            raise StatusConflict from None
         except ApiError as error:
             if error.status == 413:  # etcd's object size limit: retrying the same write cannot help
                 raise StatusTooLarge(error.message) from None
@@ -526,6 +530,10 @@ class JobLoop:
         if decision.phase == lifecycle.RUNNING:
             waits.append(self.shell.config.scrape_interval)
         return min(waits)
+
+
+class StatusConflict(Exception):
+    """The status write's resourceVersion is no longer the job's: it changed while it was reconciled."""
 
 
 class StatusTooLarge(Exception):
