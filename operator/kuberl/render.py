@@ -123,7 +123,8 @@ def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart:
     a cluster. PET_RDZV_BACKEND is never set: the script's command line (static
     by default) chooses.
     OMP_NUM_THREADS is the container's CPU limit rounded up; with several
-    processes per pod the trainer divides it by its local world size.
+    processes per pod the trainer divides it by its local world size, and a
+    custom command's launcher (torchrun: 1 each) chooses it.
     """
     master_addr = names.master_addr(job, namespace)
     port = spec.rendezvous.port
@@ -156,15 +157,18 @@ def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart:
         env.append(_env(contract.ENV_METRICS_ADDR, "0.0.0.0"))
     else:  # the local runner gives each pod its own 127.0.0.x as status.podIP
         env.append({"name": contract.ENV_METRICS_ADDR, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
-    env += [
-        {
+    if spec.trainer != "custom" or spec.procs == 1:
+        # Not for a custom command that starts several processes itself: torchrun gives each child
+        # OMP_NUM_THREADS=1 only where the pod sets none (torch/distributed/run.py), as under
+        # PyTorchJob, which sets none; the pod's whole CPU limit in every child oversubscribed its
+        # CPUs procs-fold. kuberl's own trainer divides it by its local world size.
+        env.append({
             "name": "OMP_NUM_THREADS",
             "valueFrom": {
                 "resourceFieldRef": {"containerName": names.TRAINER_CONTAINER, "resource": "limits.cpu", "divisor": "1"}
             },
-        },
-        _env("PYTHONUNBUFFERED", 1),
-    ]
+        })
+    env.append(_env("PYTHONUNBUFFERED", 1))
     return env
 
 

@@ -465,3 +465,17 @@ def test_builders_do_not_mutate_inputs_or_share_state_between_calls():
 def test_rank_outside_the_gang_is_refused():
     with pytest.raises(ValueError):
         render_pod(make_job(), NAMESPACE, UID, 3)
+
+
+@pytest.mark.parametrize(("trainer", "procs", "has_omp"), [("kuberl", 1, True), ("kuberl", 2, True),
+                                                           ("custom", 1, True), ("custom", 2, False)])
+def test_omp_num_threads_is_the_cpu_limit_unless_a_custom_command_starts_several_processes(trainer, procs, has_omp):
+    """torchrun gives each child OMP_NUM_THREADS=1 only where the pod sets none (torch/distributed/run.py),
+    and PyTorchJob sets none: the pod's whole CPU limit in each of a custom command's children
+    oversubscribed the pod procs-fold. kuberl's own trainer divides the limit by its local world size."""
+    spec = {"procsPerWorker": procs}
+    if trainer == "custom":
+        spec |= {"trainer": "custom", "template": {"spec": {"containers": [{"name": "trainer", "command": ["torchrun", "x.py"]}]}}}
+    env = env_of(pods(make_job(**spec))[0])
+    assert ("OMP_NUM_THREADS" in env) == has_omp
+    assert env["PYTHONUNBUFFERED"] == "1"

@@ -47,7 +47,7 @@ def main() -> None:
     dist.broadcast_object_list(message, src=0)
     print(f"elastic_ddp rank {rank}/{world} group {env['GROUP_RANK']} local {local_rank}/{local_world} "
           f"restart {env['TORCHELASTIC_RESTART_COUNT']} master {env['MASTER_ADDR']}:{env['MASTER_PORT']} "
-          f"heard {message[0]!r}", flush=True)
+          f"heard {message[0]!r} threads {torch.get_num_threads()}", flush=True)
     dist.destroy_process_group()
 
 
