@@ -168,11 +168,11 @@ def test_a_tenant_patching_one_pod_in_a_loop_does_not_make_the_operator_relist_t
         started = time.monotonic()
         terminated(standin, gang[1], 1, 'Crashed: boom')
         wait_for(lambda: status(rest, 'steady').get('generation') == 1, what='the neighbour to restart its gang')
-        assert time.monotonic() - started < 3, 'a neighbour is still served at once'
+        assert time.monotonic() - started < 5, 'a neighbour is still served at once'
     finally:
         stop.set()
         patcher.join()
-    assert patches[0] > 200, 'the tenant did patch in a loop'
+    assert patches[0] > 100, 'the tenant did patch in a loop'
     assert listed <= 5 / 0.5 + 4, f'{listed} pod lists in 5 s'
 
 
