@@ -552,6 +552,31 @@ def _label_key_problems(path: str, mapping: Any) -> list[Problem]:
     ]
 
 
+def _label_value_problems(path: str, mapping: Any) -> list[Problem]:
+    """Label values as the API server takes them (IsValidLabelValue: at most 63 characters of
+    LABEL_VALUE), checked where the model cannot (the template's metadata is kept as written)."""
+    if not isinstance(mapping, dict):
+        return []
+    return [
+        Problem(f"{path}.{key}", f"expected {PATTERN_MEANINGS[LABEL_VALUE]} (got {_shown(value)})")
+        for key, value in mapping.items()
+        if isinstance(value, str) and (len(value) > 63 or not re.fullmatch(LABEL_VALUE, value))
+    ]
+
+
+def _annotation_key_problems(path: str, mapping: Any) -> list[Problem]:
+    """Annotation keys are qualified names, case aside (ValidateAnnotations:
+    IsQualifiedName(strings.ToLower(k))); refused by the API server at pod creation otherwise."""
+    if not isinstance(mapping, dict):
+        return []
+    return [
+        Problem(path, "expected annotation keys that are qualified names: an optional DNS prefix and '/', then at most 63"
+                f" letters, digits, '-', '_' or '.', starting and ending with a letter or digit (got key {_shown(key)})")
+        for key in mapping
+        if not isinstance(key, str) or not LABEL_KEY.fullmatch(key.lower()) or len(key.rpartition("/")[2]) > 63
+    ]
+
+
 def _objects(path: str, items: Any, plural: str, item: str) -> tuple[list[tuple[int, dict]], list[Problem]]:
     """The objects of an optional list field, by index, and a problem for the field or each item that is not one."""
     if items is None:
@@ -593,6 +618,8 @@ def _template_problems(template: Any) -> list[Problem]:
             if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
                 problems.append(Problem(f"spec.template.metadata.{key}", "expected a mapping of strings to strings"))
         problems += _label_key_problems("spec.template.metadata.labels", metadata.get("labels"))
+        problems += _label_value_problems("spec.template.metadata.labels", metadata.get("labels"))
+        problems += _annotation_key_problems("spec.template.metadata.annotations", metadata.get("annotations"))
     else:
         problems.append(Problem("spec.template.metadata", f"expected an object (got {_shown(metadata)})"))
     pod_spec = template.get("spec") or {}

@@ -176,14 +176,15 @@ def test_a_tenant_patching_one_pod_in_a_loop_does_not_make_the_operator_relist_t
     assert listed <= 5 / 0.5 + 4, f'{listed} pod lists in 5 s'
 
 
-def test_a_template_annotation_key_the_api_server_refuses_fails_the_job_with_its_words_and_no_pod(standin, rest, operator):  # noqa: F811
-    """Annotation keys are qualified names (ValidateAnnotations); the stand-in checked only their
-    total size, so such a template's pods were created here and refused by any real server."""
+def test_a_template_annotation_key_the_api_server_refuses_fails_the_job_before_any_child(standin, rest, operator):  # noqa: F811
+    """Annotation keys are qualified names (ValidateAnnotations). The stand-in checked only their total
+    size, so such a template's pods were created here and refused by any real server; the operator's
+    spec check now refuses the job itself (as `kuberl validate` does), naming the field, and creates nothing
+    (tests/support/test_standin_api.py checks the stand-in's own rule)."""
     create_job(rest, 'noted', workers=2, template={'metadata': {'annotations': {'a' * 64: 'x'}}})
     wait_phase(rest, 'noted', 'Failed')
     failed = condition(rest, 'noted', 'Failed')
-    assert failed['reason'] == 'InvalidChild' and 'Pod "noted-' in failed['message']
-    assert 'metadata.annotations' in failed['message'] and 'name part must be no more than 63 characters' in failed['message']
+    assert failed['reason'] == 'InvalidSpec' and 'spec.template.metadata.annotations' in failed['message'], failed
     assert not pods(standin, 'noted')
 
 

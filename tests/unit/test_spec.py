@@ -280,3 +280,21 @@ def test_yaml_numbers_read_as_kubectl_reads_them(tmp_path):
     assert job["spec"]["ppo"]["learningRate"] == 0.0025
     assert load_documents("a: 12\nb: '1e-3'\nc: 1e3\nd: 2.0\ne: 0.5\n") == [{"a": 12, "b": "1e-3", "c": 1000, "d": 2, "e": 0.5}]
     assert isinstance(load_documents("c: 1e3")[0]["c"], int)  # kubectl's JSON writes 1000, an integer
+
+
+def test_template_label_values_and_annotation_keys_are_what_the_api_server_takes():
+    """IsValidLabelValue and ValidateAnnotations (IsQualifiedName(strings.ToLower(k)),
+    k8s.io/apimachinery .../validation): `kuberl validate` said "valid" for a template whose
+    pods the API server refuses, and the operator learned it only at the pods' create."""
+    def with_metadata(metadata):
+        return make_job("meta").env("CartPole-v1").with_spec(totalTimesteps=1000, template={"metadata": metadata}).obj()
+
+    validate_job(with_metadata({"labels": {"team": "rl-1.a_b", "empty": ""},
+                                "annotations": {"Example.COM/Some_Key.1": "v", "plain": "x" * 1000, "kubernetes.io/x": ""}}),
+                 env_id_known=gymnasium_id_known)
+    found = problems_of(with_metadata({"labels": {"team": "bad value!", "long": "a" * 64},
+                                       "annotations": {"a" * 64: "x", "-dash": "x", "ok": "x"}}))
+    by_path = {(p.path, "got key" in p.message or "label value" in p.message) for p in found}
+    assert by_path == {("spec.template.metadata.labels.team", True), ("spec.template.metadata.labels.long", True),
+                       ("spec.template.metadata.annotations", True)}, found
+    assert sum(p.path == "spec.template.metadata.annotations" for p in found) == 2
