@@ -12,7 +12,10 @@ field may hold is the API server's to say.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # field -> (JSON type, the type of its items for an array)
 POD_SPEC_FIELDS: dict[str, tuple[str, str | None]] = {
@@ -86,18 +89,19 @@ def type_problems(path: str, obj: dict, fields: dict[str, tuple[str, str | None]
         elif item_type is not None:
             wrong = [(f"{path}.{name}[{i}]", f"expected {_EXPECTED[item_type]} (got {shown(item)})")
                      for i, item in enumerate(value) if item is not None and not is_type(item, item_type)]
-            problems += _first_of(f"{path}.{name}", wrong, "items")
+            problems += first_of(f"{path}.{name}", wrong, "items of the wrong type", lambda *problem: problem)
         elif name in STRING_MAPS:
             wrong = [(f"{path}.{name}.{key}", f"expected a string (got {shown(item)})") for key, item in value.items()
                      if item is not None and not isinstance(item, str)]
-            problems += _first_of(f"{path}.{name}", wrong, "values")
+            problems += first_of(f"{path}.{name}", wrong, "values of the wrong type", lambda *problem: problem)
     return problems
 
 
 MAX_ITEM_PROBLEMS = 3  # per field: a list of 400,000 wrong items is one mistake, not 400,000 lines
 
 
-def _first_of(path: str, wrong: list[tuple[str, str]], what: str) -> list[tuple[str, str]]:
+def first_of(path: str, wrong: list[T], more: str, make: Callable[[str, str], T]) -> list[T]:
+    """A field's first MAX_ITEM_PROBLEMS problems, then one `make(path, "N more <more>")`."""
     if len(wrong) <= MAX_ITEM_PROBLEMS:
         return wrong
-    return [*wrong[:MAX_ITEM_PROBLEMS], (path, f"{len(wrong) - MAX_ITEM_PROBLEMS} more {what} of the wrong type")]
+    return [*wrong[:MAX_ITEM_PROBLEMS], make(path, f"{len(wrong) - MAX_ITEM_PROBLEMS} more {more}")]

@@ -544,12 +544,13 @@ def _label_key_problems(path: str, mapping: Any) -> list[Problem]:
     """Label keys are qualified names; a schema cannot check map keys."""
     if not isinstance(mapping, dict):
         return []
-    return [
+    wrong = [
         Problem(f"{path}.{key}", "expected a label key: an optional DNS prefix and '/', then at most 63 letters,"
                 f" digits, '-', '_' or '.' (got {key!r})")
         for key in mapping
         if not isinstance(key, str) or not LABEL_KEY.fullmatch(key) or len(key.rpartition("/")[2]) > 63
     ]
+    return podschema.first_of(path, wrong, "keys that are not label keys", Problem)
 
 
 def _label_value_problems(path: str, mapping: Any) -> list[Problem]:
@@ -557,11 +558,12 @@ def _label_value_problems(path: str, mapping: Any) -> list[Problem]:
     LABEL_VALUE), checked where the model cannot (the template's metadata is kept as written)."""
     if not isinstance(mapping, dict):
         return []
-    return [
+    wrong = [
         Problem(f"{path}.{key}", f"expected {PATTERN_MEANINGS[LABEL_VALUE]} (got {_shown(value)})")
         for key, value in mapping.items()
         if isinstance(value, str) and (len(value) > 63 or not re.fullmatch(LABEL_VALUE, value))
     ]
+    return podschema.first_of(path, wrong, "values that are not label values", Problem)
 
 
 def _annotation_key_problems(path: str, mapping: Any) -> list[Problem]:
@@ -569,12 +571,13 @@ def _annotation_key_problems(path: str, mapping: Any) -> list[Problem]:
     IsQualifiedName(strings.ToLower(k))); refused by the API server at pod creation otherwise."""
     if not isinstance(mapping, dict):
         return []
-    return [
+    wrong = [
         Problem(path, "expected annotation keys that are qualified names: an optional DNS prefix and '/', then at most 63"
                 f" letters, digits, '-', '_' or '.', starting and ending with a letter or digit (got key {_shown(key)})")
         for key in mapping
         if not isinstance(key, str) or not LABEL_KEY.fullmatch(key.lower()) or len(key.rpartition("/")[2]) > 63
     ]
+    return podschema.first_of(path, wrong, "keys that are not qualified names", Problem)
 
 
 def _objects(path: str, items: Any, plural: str, item: str) -> tuple[list[tuple[int, dict]], list[Problem]]:

@@ -298,3 +298,19 @@ def test_template_label_values_and_annotation_keys_are_what_the_api_server_takes
     assert by_path == {("spec.template.metadata.labels.team", True), ("spec.template.metadata.labels.long", True),
                        ("spec.template.metadata.annotations", True)}, found
     assert sum(p.path == "spec.template.metadata.annotations" for p in found) == 2
+
+
+def test_a_mapping_of_100000_bad_keys_or_values_is_three_problems_and_a_count_per_field():
+    """As podschema's item checks: one careless or hostile mapping is one mistake, not 100,000 lines
+    of `kuberl validate` (the operator's message is capped too, reconcile.problems_message)."""
+    many = {f"-{i}": "bad value!" for i in range(100_000)}
+    job = make_job("meta").env("CartPole-v1").with_spec(totalTimesteps=1000, labels={f"a b{i}": "x" for i in range(10)},
+                                                        template={"metadata": {"labels": {f"k{i}": v for i, v in enumerate(many.values())},
+                                                                               "annotations": many}}).obj()
+    found = problems_of(job)
+    assert len(found) == 12, found
+    assert [str(p) for p in found if "more" in p.message] == [
+        "spec.labels: 7 more keys that are not label keys",
+        "spec.template.metadata.labels: 99997 more values that are not label values",
+        "spec.template.metadata.annotations: 99997 more keys that are not qualified names",
+    ]
