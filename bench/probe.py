@@ -31,17 +31,22 @@ from kuberl_trainer.session import BareSession
 
 
 class Timed:
-    """Wraps a callable, adding its wall time to `self.seconds`."""
+    """Wraps a callable, adding its wall time to `self.seconds` (and each call's to
+    `self.durations`, when that is a list)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, keep_durations: bool = False):
         self.fn, self.seconds = fn, 0.0
+        self.durations: list[float] | None = [] if keep_durations else None
 
     def __call__(self, *args, **kwargs):
         started = time.perf_counter()
         try:
             return self.fn(*args, **kwargs)
         finally:
-            self.seconds += time.perf_counter() - started
+            took = time.perf_counter() - started
+            self.seconds += took
+            if self.durations is not None:
+                self.durations.append(took)
 
 
 def timed_comm_hook(model, seconds: list[float]) -> None:
@@ -84,22 +89,6 @@ def ceilings(job: dict, agent, steps: int) -> dict:
     forward_rate = steps * job["num_envs"] / (time.perf_counter() - started)
     envs.close()
     return {"random_actions": random_rate, "env_plus_forward": forward_rate}
-
-
-class Durations(Timed):
-    """Timed, keeping every call's wall time."""
-
-    def __init__(self, fn):
-        super().__init__(fn)
-        self.durations: list[float] = []
-
-    def __call__(self, *args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return self.fn(*args, **kwargs)
-        finally:
-            self.durations.append(time.perf_counter() - started)
-            self.seconds += self.durations[-1]
 
 
 def step_spread(durations: list[float]) -> dict | None:
@@ -151,7 +140,7 @@ def main() -> None:
         step_times = None
         if not ctx.distributed and getattr(trainer, "fused", None) is not None:  # the one-process learner's step times
             step = "step" if job["algorithm"] == "ppo" else "step_towards"  # DQN's: one gradient step of a drawn chunk
-            step_times = Durations(getattr(trainer.fused, step))
+            step_times = Timed(getattr(trainer.fused, step), keep_durations=True)
             setattr(trainer.fused, step, step_times)
         env_step = Timed(trainer.envs.step)
         trainer.envs.step = env_step
