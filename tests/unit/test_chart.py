@@ -77,7 +77,8 @@ def test_all_features_renders_every_kind():
 def test_defaults_render_one_standalone_deployment_and_nothing_optional():
     objects = render()
     assert sorted(o["kind"] for o in objects) == sorted(
-        ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment", "Pod", "NetworkPolicy"])
+        ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment", "Pod", "NetworkPolicy",
+         "ClusterRole", "ClusterRole"])  # the operator's, then the job submitters' edit and view
     (deployment,) = of_kind(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
@@ -316,17 +317,22 @@ def test_no_wildcards_no_secrets(scenario):
             assert resource != "secrets" and not {"escalate", "bind", "impersonate"} & verbs
 
 
+def _operators(roles: list[dict]) -> list[dict]:
+    """The roles the operator's bindings refer to (not the job submitters')."""
+    return [r for r in roles if not r["metadata"]["name"].endswith(("-edit", "-view"))]
+
+
 def test_cluster_wide_rules_are_exactly_the_operators_calls():
-    (default_role,) = of_kind(render(), "ClusterRole")
+    (default_role,) = _operators(of_kind(render(), "ClusterRole"))
     assert _grants(default_role) == JOB_RULES
-    (full_role,) = of_kind(render(ALL_FEATURES), "ClusterRole")
+    (full_role,) = _operators(of_kind(render(ALL_FEATURES), "ClusterRole"))
     assert _grants(full_role) == {**JOB_RULES, **PODGROUP_RULES, ("kopf.dev", "clusterkopfpeerings"): PEERING[("kopf.dev", "clusterkopfpeerings")]}
     assert PODGROUP_RULES.keys() == PODGROUPS
 
 
 def test_listed_namespaces_get_one_role_each_and_nothing_cluster_wide():
     objects = render(NAMESPACED)
-    assert of_kind(objects, "ClusterRole") == of_kind(objects, "ClusterRoleBinding") == []
+    assert _operators(of_kind(objects, "ClusterRole")) == of_kind(objects, "ClusterRoleBinding") == []
     roles = of_kind(objects, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
@@ -335,6 +341,38 @@ def test_listed_namespaces_get_one_role_each_and_nothing_cluster_wide():
     assert sorted((b["metadata"]["namespace"], b["roleRef"]["kind"]) for b in bindings) == [("team-a", "Role"), ("team-b", "Role")]
     for binding in bindings:
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kuberl", "namespace": "kuberl-system"}]
+
+
+# The default user-facing roles aggregate ClusterRoles by these labels (Kubernetes RBAC docs, "Default roles
+# and role bindings": admin, edit and view carry aggregationRules selecting rbac.authorization.k8s.io/aggregate-to-<role>).
+SUBMITTER_GRANTS = {
+    "edit": {(names.GROUP, names.PLURAL): {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"},
+             (names.GROUP, f"{names.PLURAL}/status"): {"get", "list", "watch"}},
+    "view": {(names.GROUP, names.PLURAL): {"get", "list", "watch"}, (names.GROUP, f"{names.PLURAL}/status"): {"get", "list", "watch"}},
+}
+
+
+@pytest.mark.parametrize("scenario", ["defaults", "namespaced"])
+def test_job_submitters_get_edit_and_view_roles_aggregated_into_the_defaults_with_status_read_only(scenario):
+    objects = render(SCENARIOS[scenario])
+    roles = {r["metadata"]["name"].rsplit("-", 1)[1]: r for r in of_kind(objects, "ClusterRole")
+             if r["metadata"]["name"].endswith(("-edit", "-view"))}
+    assert {name: _grants(role) for name, role in roles.items()} == SUBMITTER_GRANTS
+    aggregated = {name: sorted(k.rsplit("-", 1)[1] for k, v in role["metadata"]["labels"].items()
+                               if k.startswith("rbac.authorization.k8s.io/aggregate-to-") and v == "true")
+                  for name, role in roles.items()}
+    assert aggregated == {"edit": ["admin", "edit"], "view": ["view"]}
+    # only the operator may write status: a tenant's own Succeeded or restart count would be believed
+    assert not any(verbs & {"create", "update", "patch", "delete"} for name in roles
+                   for (_, resource), verbs in _grants(roles[name]).items() if resource.endswith("/status"))
+    # they grant nothing until bound, and the chart binds them to no one
+    bound = {b["roleRef"]["name"] for b in of_kind(objects, "ClusterRoleBinding") + of_kind(objects, "RoleBinding")}
+    assert not bound & {r["metadata"]["name"] for r in roles.values()}
+
+
+def test_user_roles_off_renders_no_submitter_roles():
+    objects = render({"rbac": {"create": True, "userRoles": False}})
+    assert [r["metadata"]["name"] for r in of_kind(objects, "ClusterRole")] == ["kuberl"]
 
 
 # --- monitoring ---------------------------------------------------------------------
