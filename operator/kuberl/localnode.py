@@ -745,14 +745,29 @@ def is_shell_line(argv: list[str], i: int) -> bool:
             and flag.endswith("c") and i == argv.index(flag) + 1)
 
 
+def _mount_words(mount_paths: list[str], also_after: str = "") -> re.Pattern | None:
+    """A mountPath starting a word (after a shell's separators, or `also_after`), longest first."""
+    mounts = sorted({m.rstrip("/") for m in mount_paths if m.rstrip("/")}, key=len, reverse=True)
+    if not mounts:
+        return None
+    words = "|".join(re.escape(m) for m in mounts)
+    return re.compile(rf"(?:(?<=[{_SHELL_BEFORE}])|^{also_after})({words})(?=[/{_SHELL_BEFORE}]|$)")
+
+
+def in_volumes_of_env(value: str, root: str, mount_paths: list[str]) -> str:
+    """An env value's paths under a mountPath, as this host sees them: the manifest's own words, as its
+    command's are (`PYTHONPATH=/app`, `OUTPUT_DIR=/shared/out`, `file:///shared/init`); left as written
+    they named this machine's /app, or made /shared on it."""
+    pattern = _mount_words(mount_paths, also_after="|(?<=file://)")
+    return value if pattern is None else pattern.sub(lambda found: host_path(root, found.group(1)), value)
+
+
 def in_volumes_of_line(line: str, root: str, mount_paths: list[str]) -> str:
     """Each word of a shell line that is a path under a mountPath, as this host sees it (one pass:
     a host path put in is never rewritten again)."""
-    mounts = sorted({m.rstrip("/") for m in mount_paths if m.rstrip("/")}, key=len, reverse=True)
-    if not mounts:
+    pattern = _mount_words(mount_paths)
+    if pattern is None:
         return line
-    words = "|".join(re.escape(m) for m in mounts)
-    pattern = re.compile(rf"(?:(?<=[{_SHELL_BEFORE}])|^)({words})(?=[/{_SHELL_BEFORE}]|$)")
 
     def one(found: re.Match) -> str:
         host = host_path(root, found.group(1))
@@ -787,7 +802,7 @@ def launch(pod: Mapping, root: str, container_environment: Mapping[str, str], ba
     env = {
         **(container_base_env() if base_env is None else base_env),
         "TMPDIR": host_path(root, names.TMP_MOUNT_DIR),
-        **container_environment,
+        **{k: v if contract.is_reserved_env(k) else in_volumes_of_env(v, root, mount_paths) for k, v in container_environment.items()},
         "HOSTNAME": pod["spec"].get("hostname") or pod["metadata"]["name"],
         contract.ENV_FS_ROOT: root,
     }

@@ -64,6 +64,8 @@ from .spec import (
 )
 
 NAMESPACE = "default"
+# beside the jobs' run directories: every PVC a job mounts that is not its own checkpoint claim
+SHARED_CLAIMS_DIR = "_claims"
 CLUSTER_DOMAIN = "cluster.local"
 POLL_SECONDS = 0.2
 SCRAPE_EVERY_SECONDS = 1.0
@@ -242,10 +244,13 @@ class LocalCluster:
         self.pods: dict[str, LocalPod] = {}
 
     def claim_dir(self, claim: str) -> str:
-        """The job's checkpoint claim is runs/<job>/checkpoints; any other claim its own directory."""
+        """The job's checkpoint claim is runs/<job>/checkpoints; any other claim is runs/_claims/<claim>, one
+        directory for every job run beside this one, as a PVC is one volume for every job of its namespace
+        (a second job reading what the first saved to it found it empty). `_` starts no job's name."""
         spec = self.job.spec
         ours = spec.checkpoint.claim_name or names.pvc_name(self.job.name)
-        path = os.path.join(self.run_dir, "checkpoints") if claim == ours else os.path.join(self.run_dir, "claims", claim)
+        shared = os.path.join(os.path.dirname(self.run_dir), SHARED_CLAIMS_DIR, claim)
+        path = os.path.join(self.run_dir, "checkpoints") if claim == ours else shared
         os.makedirs(path, exist_ok=True)
         return path
 

@@ -29,13 +29,18 @@ CALLER_ENV = {**os.environ, "WORLD_SIZE": "99", "RANK": "42", "MASTER_ADDR": "ca
 
 
 def script_job(tmp_path: Path, name: str, command: list[str], workers: int, procs: int = 1,
-               env: list[dict] | None = None, backoff_limit: int = 0) -> subprocess.Popen:
-    """`kuberl run` started on a bring-your-own-command job whose scripts live in a volume mounted at /app."""
+               env: list[dict] | None = None, backoff_limit: int = 0, claims: dict[str, str] | None = None) -> subprocess.Popen:
+    """`kuberl run` started on a bring-your-own-command job whose scripts live in a volume mounted at /app;
+    `claims` mounts PersistentVolumeClaims (name: mountPath) in every worker."""
     trainer = {"name": "trainer", "command": command, "volumeMounts": [{"name": "scripts", "mountPath": "/app", "readOnly": True}]}
+    volumes = [{"name": "scripts", "hostPath": {"path": str(SCRIPTS)}}]
+    for claim, mount in (claims or {}).items():
+        trainer["volumeMounts"].append({"name": claim, "mountPath": mount})
+        volumes.append({"name": claim, "persistentVolumeClaim": {"claimName": claim}})
     if env:
         trainer["env"] = env
     job = (make_job(name)
-           .custom_trainer({"spec": {"containers": [trainer], "volumes": [{"name": "scripts", "hostPath": {"path": str(SCRIPTS)}}]}})
+           .custom_trainer({"spec": {"containers": [trainer], "volumes": volumes}})
            .workers(workers).with_spec(procsPerWorker=procs, rendezvous={"port": free_port()}).metrics_port(free_ports(procs))
            .run_policy(backoffLimit=backoff_limit, terminationGracePeriodSeconds=5, restartBackoffSeconds=1).obj())
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -45,9 +50,9 @@ def script_job(tmp_path: Path, name: str, command: list[str], workers: int, proc
 
 
 def run_script_job(tmp_path: Path, name: str, command: list[str], workers: int, procs: int = 1,
-                   env: list[dict] | None = None, backoff_limit: int = 0) -> tuple[int, str, Path]:
+                   env: list[dict] | None = None, backoff_limit: int = 0, claims: dict[str, str] | None = None) -> tuple[int, str, Path]:
     """A bring-your-own-command job run to its end: exit code, output, run directory."""
-    proc = script_job(tmp_path, name, command, workers, procs, env, backoff_limit)
+    proc = script_job(tmp_path, name, command, workers, procs, env, backoff_limit, claims)
     try:
         out, _ = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
@@ -325,3 +330,32 @@ def test_a_manifests_gloo_socket_ifname_eth0_works_on_a_machine_without_that_int
                                   env=[{"name": "GLOO_SOCKET_IFNAME", "value": absent}])
     assert code == 0, out[-3000:]
     assert "rank 0 received [10]" in out
+
+
+def test_a_dcp_checkpoint_saved_to_a_shared_claim_by_one_job_loads_in_the_next_with_more_ranks(tmp_path):
+    """torch.distributed.checkpoint from every rank into CHECKPOINT_DIR=/shared/ckpt, a claim both jobs mount (a
+    ReadWriteMany PVC in a cluster: one volume for every job of the namespace); the next job, 3 ranks where the
+    first had 2, loads it. The claim was a directory per job here, and the env's /shared/ckpt was this
+    machine's own /shared: the second job found nothing and saved afresh."""
+    env = [{"name": "CHECKPOINT_DIR", "value": "/shared/ckpt"}]
+    code, out, _ = run_script_job(tmp_path, "dcp-save", ["python", "/app/dcp_reshard.py"], workers=2, env=env,
+                                  claims={"shared": "/shared"})
+    assert code == 0, out[-3000:]
+    assert len(re.findall(r"dcp rank \d/2 saved to \S+/root/shared/ckpt\n", out)) == 2, out[-3000:]
+    code, out, _ = run_script_job(tmp_path, "dcp-load", ["python", "/app/dcp_reshard.py"], workers=3, env=env,
+                                  claims={"shared": "/shared"})
+    assert code == 0, out[-3000:]
+    loaded = re.findall(r"dcp rank (\d)/3 loaded step 7 bias \[1\.5, -2\.5\]", out)
+    assert sorted(loaded) == ["0", "1", "2"], out[-3000:]
+    assert (tmp_path / "runs" / "_claims" / "shared" / "ckpt" / ".metadata").is_file()
+
+
+def test_env_paths_under_the_mounts_serve_python_m_and_a_file_rendezvous(tmp_path):
+    """`python -m file_store_init` found through PYTHONPATH=/app, and init_method=file:///shared/pg-init from the
+    env with explicit rank and world size: the manifest's env names its volumes as its command does. Both named
+    this machine's /app and /shared ('No module named file_store_init'; the file rendezvous waited forever)."""
+    env = [{"name": "PYTHONPATH", "value": "/app"}, {"name": "INIT_METHOD", "value": "file:///shared/pg-init"}]
+    code, out, _ = run_script_job(tmp_path, "filestore", ["python", "-m", "file_store_init"], workers=2, env=env,
+                                  claims={"shared": "/shared"})
+    assert code == 0, out[-3000:]
+    assert sorted(re.findall(r"file_store_init rank (\d)/2: sum 3 width 8", out)) == ["0", "1"], out[-3000:]

@@ -87,6 +87,19 @@ def test_paths_under_a_mount_in_a_shell_line_are_that_volumes_files(tmp_path, co
     assert launch(pod_with(container), str(tmp_path), {}).argv[2] == expected.format(root=tmp_path)
 
 
+def test_env_values_naming_paths_under_a_mount_are_that_volumes_files(tmp_path):
+    """PYTHONPATH=/app, OUTPUT_DIR=/shared/out, INIT_METHOD=file:///shared/pg: the manifest's env names its
+    volumes as its command does; kuberl's own names and other paths stay as written."""
+    container = {"command": ["python", "-m", "train"],
+                 "volumeMounts": [{"name": "code", "mountPath": "/app"}, {"name": "shared", "mountPath": "/shared/"}]}
+    pod_env = {"PYTHONPATH": "/app:/opt/lib", "OUTPUT_DIR": "/shared/out", "INIT_METHOD": "file:///shared/pg",
+               "URL": "http://host/app", "OTHER": "/application", contract.ENV_CONFIG: "/app/config.json"}
+    env = launch(pod_with(container), str(tmp_path), pod_env).env
+    assert (env["PYTHONPATH"], env["OUTPUT_DIR"], env["INIT_METHOD"]) == (
+        f"{tmp_path}/app:/opt/lib", f"{tmp_path}/shared/out", f"file://{tmp_path}/shared/pg")
+    assert (env["URL"], env["OTHER"], env[contract.ENV_CONFIG]) == ("http://host/app", "/application", "/app/config.json")
+
+
 def test_a_root_a_shell_would_split_is_refused_rather_than_rewritten(tmp_path):
     container = {"command": ["sh", "-c", "python /app/train.py"], "volumeMounts": [{"name": "code", "mountPath": "/app"}]}
     with pytest.raises(LocalRunError, match="shell"):

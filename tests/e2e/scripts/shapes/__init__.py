@@ -1,0 +1,3 @@
+"""A helper package beside the scripts, imported through PYTHONPATH=/app."""
+
+HIDDEN = 8
