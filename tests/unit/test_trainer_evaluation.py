@@ -57,3 +57,31 @@ def test_the_startup_line_splits_launch_to_first_step_into_phases():
     assert seconds["python and imports"] > 0  # this test process started before Startup()
     line = startup.line(3)
     assert line.startswith("kuberl trainer: rank 3 ready to step ") and "rendezvous" in line
+
+
+def test_a_launched_rank_imports_without_cyclic_collections_then_collects_again():
+    """`python -m kuberl_trainer` pauses the collector for its imports (each full pass walked every
+    object the imports had made so far), then freezes those objects and turns it back on; an import
+    of the module by anything else leaves the collector alone."""
+    code = (
+        "import gc, runpy, sys\n"
+        "def seen(phase, info):  # a collection once torch's import began and before the freeze: during the imports\n"
+        "    if phase == 'start' and 'torch' in sys.modules and not gc.get_freeze_count():\n"
+        "        print('collected', info['generation'], flush=True)\n"
+        "gc.callbacks.append(seen)\n"
+        "sys.argv = ['kuberl_trainer', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('kuberl_trainer', run_name='__main__', alter_sys=True)\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "gc.callbacks.clear()\n"
+        "print('after', gc.isenabled(), gc.get_freeze_count())\n"
+    )
+    launched = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    lines = [x for x in launched.stdout.splitlines() if x.startswith(("collected", "after"))]
+    enabled, frozen = lines[-1].split()[1:]
+    assert lines[:-1] == [], "a collection ran during the imports"
+    assert enabled == "True" and int(frozen) > 50_000, launched.stdout
+    imported = subprocess.run([sys.executable, "-c", "import gc, kuberl_trainer.__main__; print(gc.isenabled(), gc.get_freeze_count())"],
+                              capture_output=True, text=True, timeout=120, check=True)
+    assert imported.stdout.split() == ["True", "0"]

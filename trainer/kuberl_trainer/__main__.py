@@ -13,6 +13,17 @@ a run stopped and resumed ends bitwise equal to an uninterrupted one.
 
 from __future__ import annotations
 
+import gc
+
+# A pod's launch (not an import by tests or tools): no cyclic garbage collection while the
+# imports create ~185,000 objects. Every full pass over them walked all made so far, a fifth of
+# the launch-to-first-step time (2.40 against 3.02 s on a loaded 2-core machine, min of 6);
+# startup is a real share of a CartPole solve. main() freezes what the imports made and
+# turns the collector back on.
+PAUSED_GC_FOR_IMPORTS = __name__ == "__main__"
+if PAUSED_GC_FOR_IMPORTS:
+    gc.disable()
+
 import argparse
 import json
 import os
@@ -158,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kuberl_trainer", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=os.environ.get(contract.ENV_CONFIG, f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"))
     startup = Startup()  # imports are done: the first phase ends here
+    if PAUSED_GC_FOR_IMPORTS:
+        gc.freeze()  # the imports' objects live as long as the process: no collection need walk them
+        gc.enable()
     args = parser.parse_args(argv)
     stop = threading.Event()
     install_stop_handlers(stop)
