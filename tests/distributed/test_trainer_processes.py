@@ -172,6 +172,19 @@ def test_a_bad_configuration_exits_78_naming_the_field(tmp_path, mutate, field):
     assert job.termination_log(0).startswith(f"{contract.REASON_CONFIG_ERROR}: {field}")
 
 
+def test_a_replay_buffer_no_machine_can_hold_exits_78_at_once_naming_the_field(tmp_path):
+    """100M Atari transitions are ~659 GiB: numpy would only reserve them, and the kernel kill the
+    rank once the buffer filled past the pod's limit, hours in, to be restarted and killed again."""
+    job = make_job(tmp_path, world_size=1, algorithm="dqn", env={"id": "ALE/Pong-v5", "numEnvs": 1},
+                   dqn={"bufferSize": 100_000_000})
+    started = time.monotonic()
+    assert Ranks(job).wait(timeout=60) == [contract.EXIT_CONFIG_ERROR]
+    reason = job.termination_log(0)
+    assert reason.startswith(f"{contract.REASON_CONFIG_ERROR}: spec.dqn.bufferSize: a replay buffer of 100,000,000 "
+                             "transitions of ALE/Pong-v5 takes 658.6 GiB per rank"), reason
+    assert time.monotonic() - started < 30
+
+
 def test_a_held_metrics_port_ends_the_rank_naming_the_field_and_retryable(tmp_path):
     """Another container of the pod (or a socket of anything else) holding the rank's
     metrics port: the rank says which port and field, as Crashed (a restart may find it

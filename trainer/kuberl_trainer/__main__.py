@@ -40,6 +40,7 @@ from kuberl import contract, names, trainerconfig
 from kuberl.spec import InvalidJob, JobSpec, Problem
 
 from . import dqn, fused, ppo
+from .budget import BufferTooLarge
 from .checkpoint import UnusableCheckpoint
 from .device import describe as describe_device
 from .device import tune as tune_device
@@ -142,7 +143,7 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
         try:
             trainer = ALGORITHMS[spec.algorithm].make(ctx, spec.hyperparameters, spec.env.id, spec.env.num_envs, spec.env.kwargs,
                                                       spec.total_timesteps, spec.seed, restart, env_backend=spec.env.backend)
-        except (UnknownEnv, PolicyMismatch) as e:
+        except (UnknownEnv, PolicyMismatch, BufferTooLarge) as e:
             raise ConfigError(str(e)) from e
         _KEEP_ALIVE.append(trainer)
         startup.mark("envs and networks")

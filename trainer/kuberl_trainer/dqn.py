@@ -43,7 +43,7 @@ from kuberl.spec import DQNConfig, JobSpec, Problem
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import atari, distributed, evaluation, fused, networks
+from . import atari, budget, distributed, evaluation, fused, networks
 from .device import autocast
 from .distributed import Dist
 from .envs import (
@@ -147,6 +147,11 @@ class DQNTrainer:
             raise UnknownEnv(f"spec.env.id: algorithm dqn needs discrete actions; {env_id!r} has {self.action_space}")
         space = self.envs.single_observation_space
         self.obs_shape = tuple(space.shape)
+        # frame stacks: the buffer keeps only each step's newest uint8 frame
+        replay_layout = (hp.buffer_size, num_envs, self.obs_shape, space.dtype, (), np.int64, hp.n_step,
+                         atari.frame_stack(self.envs))
+        budget.check_fits("spec.dqn.bufferSize", f"a replay buffer of {hp.buffer_size:,} transitions of {env_id}",
+                          ReplayBuffer.planned_nbytes(*replay_layout), ctx.local_world_size)
         torch.manual_seed(seed)  # same initial weights everywhere (rank 0's are broadcast anyway)
         if networks.choose(space, hp.policy, "spec.dqn.policy") == "cnn":  # the Nature DQN
             self.agent = networks.QCNN(self.obs_shape, int(self.action_space.n)).to(ctx.device)
@@ -177,9 +182,7 @@ class DQNTrainer:
         if self.fused is not None:
             distributed.take_rank0_parameters(ctx, self.fused.flat)
             self.fused.update_target(1.0)  # the target starts as the online network, everywhere
-        # frame stacks: the buffer keeps only each step's newest uint8 frame
-        self.replay = ReplayBuffer(hp.buffer_size, num_envs, self.obs_shape, space.dtype, n_step=hp.n_step,
-                                   frame_stack=atari.frame_stack(self.envs))
+        self.replay = ReplayBuffer(*replay_layout)
         self.tracker = EpisodeTracker(num_envs)
         self.counters = Counters()
         self.vector_steps = max(1, math.ceil(hp.train_frequency / num_envs))

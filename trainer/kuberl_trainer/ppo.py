@@ -28,7 +28,7 @@ from kuberl.spec import JobSpec, PPOConfig, Problem
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import atari, distributed, evaluation, fastpolicy, fused, networks
+from . import atari, budget, distributed, evaluation, fastpolicy, fused, networks
 from .device import CPU, autocast, host_zeros, to_device
 from .distributed import Dist
 from .envs import EpisodeTracker, env_state, make_envs, rank_seed, restore_env_state
@@ -203,19 +203,27 @@ class Rollout:
     """Preallocated numpy arrays with zero-copy torch views: acting writes
     into them in place, the update reads them flat."""
 
+    # per (step, env): discounted is for reward scaling; the rest as named
+    SCALARS = ("log_probs", "values", "rewards", "discounted", "terminated", "truncated", "valid")
+
+    @classmethod
+    def layout(cls, steps: int, num_envs: int, obs_shape: tuple, action_shape: tuple, discrete: bool,
+               obs_dtype: type = np.float32) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Each array's (shape, dtype): what __init__ allocates and budget.check_fits weighs."""
+        obs = ((steps, num_envs, *obs_shape), np.dtype(obs_dtype))
+        arrays = {"obs": obs, "raw_obs": obs,  # raw: before normalisation, for its statistics
+                  "actions": ((steps, num_envs, *action_shape), np.dtype(np.int64 if discrete else np.float32))}
+        return arrays | {name: ((steps, num_envs), np.dtype(np.float32)) for name in cls.SCALARS}
+
+    @classmethod
+    def planned_nbytes(cls, *layout_args) -> int:
+        return sum(math.prod(shape) * dtype.itemsize for shape, dtype in cls.layout(*layout_args).values())
+
     def __init__(self, steps: int, num_envs: int, obs_shape: tuple, action_shape: tuple, discrete: bool,
                  obs_dtype: type = np.float32, device: torch.device = CPU):
-        # as the policy saw it; uint8 frames stay uint8, pinned for async copies when on CUDA
-        self.obs = host_zeros((steps, num_envs, *obs_shape), obs_dtype, device)
-        self.raw_obs = np.zeros_like(self.obs)  # before normalisation, for its statistics
-        self.actions = np.zeros((steps, num_envs, *action_shape), np.int64 if discrete else np.float32)
-        self.log_probs = np.zeros((steps, num_envs), np.float32)
-        self.values = np.zeros((steps, num_envs), np.float32)
-        self.rewards = np.zeros((steps, num_envs), np.float32)
-        self.discounted = np.zeros((steps, num_envs), np.float32)  # for reward scaling
-        self.terminated = np.zeros((steps, num_envs), np.float32)
-        self.truncated = np.zeros((steps, num_envs), np.float32)
-        self.valid = np.zeros((steps, num_envs), np.float32)
+        for name, (shape, dtype) in self.layout(steps, num_envs, obs_shape, action_shape, discrete, obs_dtype).items():
+            # as the policy saw it; uint8 frames stay uint8, pinned for async copies when on CUDA
+            setattr(self, name, host_zeros(shape, dtype, device) if name == "obs" else np.zeros(shape, dtype))
         self.obs_t = torch.from_numpy(self.obs)
         self.actions_t = torch.from_numpy(self.actions)
         self.log_probs_t = torch.from_numpy(self.log_probs)
@@ -257,8 +265,12 @@ class PPOTrainer:
         self.counters = Counters()
         self.batch_per_rank = hp.num_steps * num_envs
         self.num_updates = max(1, math.ceil(total_timesteps / (self.batch_per_rank * ctx.world_size)))
-        self.buf = Rollout(hp.num_steps, num_envs, self.obs_shape, tuple(self.action_space.shape or ()), self.agent.discrete,
-                           np.uint8 if cnn else np.float32, ctx.device)
+        layout = (hp.num_steps, num_envs, self.obs_shape, tuple(self.action_space.shape or ()), self.agent.discrete,
+                  np.uint8 if cnn else np.float32)
+        budget.check_fits("spec.ppo.numSteps x spec.env.numEnvs",
+                          f"a rollout of {self.batch_per_rank:,} steps of {env_id}", Rollout.planned_nbytes(*layout),
+                          ctx.local_world_size)
+        self.buf = Rollout(*layout, ctx.device)
         self.tracker = EpisodeTracker(num_envs)
         self.discounted = np.zeros(num_envs, np.float32)
         # per-rank randomness: action sampling (torch) and minibatch order (numpy)

@@ -89,18 +89,30 @@ class ReplayBuffer:
             raise ValueError(f"frame_stack={frame_stack} needs observations shaped ({frame_stack}, ...), got {obs_shape}")
         self.num_envs, self.n_step, self.frame_stack = num_envs, n_step, frame_stack
         self.obs_shape = tuple(obs_shape)
-        # enough rows for one full n-step window behind the stacking margin
-        self.rows = max(math.ceil(capacity / num_envs), n_step + frame_stack + 1)
-        stored_shape = self.obs_shape[1:] if frame_stack > 1 else self.obs_shape
-        self.obs = np.zeros((self.rows, num_envs, *stored_shape), obs_dtype)
-        self.actions = np.zeros((self.rows, num_envs, *action_shape), action_dtype)
-        self.rewards = np.zeros((self.rows, num_envs), np.float32)
-        self.terminated = np.zeros((self.rows, num_envs), bool)
-        self.truncated = np.zeros((self.rows, num_envs), bool)
-        self.valid = np.zeros((self.rows, num_envs), bool)
-        self.first = np.zeros((self.rows, num_envs), bool)  # first row of an episode
+        arrays = self.layout(capacity, num_envs, obs_shape, obs_dtype, action_shape, action_dtype, n_step, frame_stack)
+        for name, (shape, dtype) in arrays.items():
+            setattr(self, name, np.zeros(shape, dtype))
+        self.rows = self.obs.shape[0]
         self.previous_valid = np.zeros(num_envs, bool)  # so the very first row counts as first
         self.added = 0  # vector steps ever added; the newest is row (added - 1) % rows
+
+    @staticmethod
+    def layout(capacity: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype | type = np.float32,
+               action_shape: tuple[int, ...] = (), action_dtype: np.dtype | type = np.int64, n_step: int = 1,
+               frame_stack: int = 1) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Each array's (shape, dtype): what __init__ allocates and budget.check_fits weighs.
+        `first` marks an episode's first row."""
+        # enough rows for one full n-step window behind the stacking margin
+        rows = max(math.ceil(capacity / num_envs), n_step + frame_stack + 1)
+        stored_shape = tuple(obs_shape)[1:] if frame_stack > 1 else tuple(obs_shape)
+        flags = {name: ((rows, num_envs), np.dtype(bool)) for name in ("terminated", "truncated", "valid", "first")}
+        return {"obs": ((rows, num_envs, *stored_shape), np.dtype(obs_dtype)),
+                "actions": ((rows, num_envs, *action_shape), np.dtype(action_dtype)),
+                "rewards": ((rows, num_envs), np.dtype(np.float32)), **flags}
+
+    @classmethod
+    def planned_nbytes(cls, *layout_args) -> int:
+        return sum(math.prod(shape) * dtype.itemsize for shape, dtype in cls.layout(*layout_args).values())
 
     # -- writing ------------------------------------------------------------
 

@@ -1,0 +1,65 @@
+"""A rank's preallocated buffers are weighed before they are allocated: a spec
+whose rollout or replay buffer cannot fit the rank's memory fails at once naming
+its fields, instead of being OOM-killed once the buffer fills and restarted."""
+
+import numpy as np
+import pytest
+import torch
+from kuberl.spec import DQNConfig, PPOConfig
+from kuberl_trainer import budget
+from kuberl_trainer.distributed import Dist
+from kuberl_trainer.ppo import PPOTrainer, Rollout
+from kuberl_trainer.replay import ReplayBuffer
+
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize("layout", [
+    (32, 8, (4,), (), True, np.float32),
+    (128, 3, (4, 84, 84), (), True, np.uint8),
+    (16, 2, (3,), (1,), False, np.float32),
+])
+def test_a_rollouts_planned_bytes_are_what_it_allocates(layout):
+    rollout = Rollout(*layout)
+    allocated = sum(getattr(rollout, name).nbytes for name in Rollout.layout(*layout))
+    assert Rollout.planned_nbytes(*layout) == allocated
+    assert {name for name, value in vars(rollout).items() if isinstance(value, np.ndarray)} == set(Rollout.layout(*layout))
+
+
+@pytest.mark.parametrize("layout", [
+    (1000, 1, (4,), np.float32, (), np.int64, 1, 1),
+    (5000, 3, (4, 84, 84), np.uint8, (), np.int64, 3, 4),
+    (7, 4, (2,), np.float64, (), np.int64, 5, 1),  # fewer rows than an n-step window needs: the window's
+])
+def test_a_replay_buffers_planned_bytes_are_what_it_allocates(layout):
+    assert ReplayBuffer.planned_nbytes(*layout) == ReplayBuffer(*layout).nbytes
+
+
+def test_a_ranks_share_is_the_limit_split_among_the_pods_ranks_less_what_it_holds():
+    limit, resident = 8 * GIB, GIB // 2
+    assert budget.rank_share(4, limit, resident)[0] == 2 * GIB - GIB // 2
+    budget.check_fits("spec.dqn.bufferSize", "a replay buffer", int(1.4 * GIB), 4, limit, resident)
+    with pytest.raises(budget.BufferTooLarge) as refused:
+        budget.check_fits("spec.dqn.bufferSize", "a replay buffer", int(1.6 * GIB), 4, limit, resident)
+    assert str(refused.value) == (
+        "spec.dqn.bufferSize: a replay buffer takes 1.6 GiB per rank, more than the 1.5 GiB it may use "
+        "(8.0 GiB of memory, the container's limit or else the machine's, shared by the pod's 4 ranks, "
+        "less the 0.50 GiB this rank holds already); lower spec.dqn.bufferSize or raise the pod's resources.limits.memory")
+
+
+def test_a_rollout_over_the_ranks_share_is_refused_before_it_is_allocated(monkeypatch):
+    monkeypatch.setattr(budget, "memory_limit", lambda: 2 * GIB)
+    allocated = []
+    monkeypatch.setattr(Rollout, "__init__", lambda self, *args: allocated.append(args))
+    with pytest.raises(budget.BufferTooLarge, match=r"^spec\.ppo\.numSteps x spec\.env\.numEnvs: a rollout of 6,400,000 steps of CartPole-v1 takes 0\.4 GiB"):
+        PPOTrainer(Dist(0, 8, 0, 8, torch.device("cpu"), None), PPOConfig(num_steps=100_000), "CartPole-v1", 64, {}, 10**9, 1, 0)
+    assert allocated == []
+
+
+def test_buffers_that_fit_are_made_as_before():
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=32), "CartPole-v1", 8, {}, 10**6, 1, 0)
+    assert trainer.buf.obs.shape == (32, 8, 4)
+    from kuberl_trainer.dqn import DQNTrainer
+    trainer = DQNTrainer(ONE_PROCESS, DQNConfig(buffer_size=50_000), "CartPole-v1", 1, {}, 10**6, 1, 0)
+    assert trainer.replay.rows == 50_000

@@ -1,0 +1,57 @@
+"""Whether a rank's preallocated buffers (PPO's rollout, DQN's replay) fit the
+memory it may use, checked before they are allocated.
+
+Why before: numpy's zeros are only reserved, so an oversized buffer is not
+refused when it is made; the kernel kills the rank once the buffer has
+filled past the container's limit, minutes or hours in, and the operator
+restarts it to be killed again. A spec that can never fit fails at once
+instead, naming its fields (a ConfigError, exit 78, never retried).
+
+A rank's share is the container's memory limit (the cgroup's, else the
+machine's RAM) divided among the ranks the pod runs (LOCAL_WORLD_SIZE),
+less what this process already holds (torch, the envs, the networks).
+The check is a floor: the update's own temporaries come on top.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .checkpoint import memory_limit
+
+GIB = 1 << 30
+
+
+class BufferTooLarge(ValueError):
+    """A buffer the spec asks for cannot fit this rank's memory; the message starts with the fields."""
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux: /proc/self/statm); 0 where unknown."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def rank_share(local_world_size: int, limit: int | None = None, resident: int | None = None) -> tuple[int, str]:
+    """(bytes this rank's buffers may take, how that was reckoned)."""
+    limit = memory_limit() if limit is None else limit
+    resident = resident_bytes() if resident is None else resident
+    ranks = max(1, local_world_size)
+    share = limit // ranks - resident
+    how = (f"{limit / GIB:.1f} GiB of memory, the container's limit or else the machine's"
+           + (f", shared by the pod's {ranks} ranks" if ranks > 1 else "")
+           + f", less the {resident / GIB:.2f} GiB this rank holds already")
+    return share, how
+
+
+def check_fits(fields: str, what: str, planned: int, local_world_size: int,
+               limit: int | None = None, resident: int | None = None) -> None:
+    """Raise BufferTooLarge when `planned` bytes exceed this rank's share."""
+    share, how = rank_share(local_world_size, limit, resident)
+    if planned > share:
+        raise BufferTooLarge(
+            f"{fields}: {what} takes {planned / GIB:.1f} GiB per rank, more than the {max(share, 0) / GIB:.1f} GiB "
+            f"it may use ({how}); lower {fields.split(' ')[0]} or raise the pod's resources.limits.memory")
