@@ -719,12 +719,17 @@ def executable(name: str) -> str:
     return name
 
 
+FILE_URL = "file://"  # init_method=file:///shared/pg: a path under a mount after it is the volume's too
+
+
 def in_volumes(argument: str, root: str, mount_paths: list[str]) -> str:
     """An absolute path under a volume's mountPath (alone, or an option's
-    `--name=/path` value), as this host sees it."""
-    if argument.startswith("-") and "=/" in argument:
+    `--name=/path` value, or a `file://` URL's), as this host sees it."""
+    if argument.startswith("-") and "=" in argument:
         option, _, value = argument.partition("=")
         return f"{option}={in_volumes(value, root, mount_paths)}"
+    if argument.startswith(FILE_URL + "/"):  # --dist-url file:///shared/pg: torch's file rendezvous
+        return FILE_URL + in_volumes(argument[len(FILE_URL):], root, mount_paths)
     if not argument.startswith("/"):
         return argument
     path = os.path.normpath(argument)
@@ -745,20 +750,20 @@ def is_shell_line(argv: list[str], i: int) -> bool:
             and flag.endswith("c") and i == argv.index(flag) + 1)
 
 
-def _mount_words(mount_paths: list[str], also_after: str = "") -> re.Pattern | None:
-    """A mountPath starting a word (after a shell's separators, or `also_after`), longest first."""
+def _mount_words(mount_paths: list[str]) -> re.Pattern | None:
+    """A mountPath starting a word (after a shell's separators, or a `file://`), longest first."""
     mounts = sorted({m.rstrip("/") for m in mount_paths if m.rstrip("/")}, key=len, reverse=True)
     if not mounts:
         return None
     words = "|".join(re.escape(m) for m in mounts)
-    return re.compile(rf"(?:(?<=[{_SHELL_BEFORE}])|^{also_after})({words})(?=[/{_SHELL_BEFORE}]|$)")
+    return re.compile(rf"(?:(?<=[{_SHELL_BEFORE}])|^|(?<={FILE_URL}))({words})(?=[/{_SHELL_BEFORE}]|$)")
 
 
 def in_volumes_of_env(value: str, root: str, mount_paths: list[str]) -> str:
     """An env value's paths under a mountPath, as this host sees them: the manifest's own words, as its
     command's are (`PYTHONPATH=/app`, `OUTPUT_DIR=/shared/out`, `file:///shared/init`); left as written
     they named this machine's /app, or made /shared on it."""
-    pattern = _mount_words(mount_paths, also_after="|(?<=file://)")
+    pattern = _mount_words(mount_paths)
     return value if pattern is None else pattern.sub(lambda found: host_path(root, found.group(1)), value)
 
 

@@ -350,12 +350,14 @@ def test_a_dcp_checkpoint_saved_to_a_shared_claim_by_one_job_loads_in_the_next_w
     assert (tmp_path / "runs" / "_claims" / "shared" / "ckpt" / ".metadata").is_file()
 
 
-def test_env_paths_under_the_mounts_serve_python_m_and_a_file_rendezvous(tmp_path):
-    """`python -m file_store_init` found through PYTHONPATH=/app, and init_method=file:///shared/pg-init from the
-    env with explicit rank and world size: the manifest's env names its volumes as its command does. Both named
-    this machine's /app and /shared ('No module named file_store_init'; the file rendezvous waited forever)."""
-    env = [{"name": "PYTHONPATH", "value": "/app"}, {"name": "INIT_METHOD", "value": "file:///shared/pg-init"}]
-    code, out, _ = run_script_job(tmp_path, "filestore", ["python", "-m", "file_store_init"], workers=2, env=env,
+def test_python_m_through_pythonpath_and_a_file_rendezvous_on_a_shared_claim(tmp_path):
+    """`python -m file_store_init --dist-url file:///shared/pg-init --world-size $(WORLD_SIZE) --rank $(RANK)`
+    with PYTHONPATH=/app (the scripts' volume): the env names its volumes as the command does, and so does a
+    file:// URL (torch's file rendezvous, PyTorch's ImageNet example's flag). PYTHONPATH named this machine's
+    /app ('No module named file_store_init'), and the URL its /shared: each rank waited there forever."""
+    command = ["python", "-m", "file_store_init", "--dist-url", "file:///shared/pg-init",
+               "--world-size=$(WORLD_SIZE)", "--rank=$(RANK)"]
+    code, out, _ = run_script_job(tmp_path, "filestore", command, workers=2, env=[{"name": "PYTHONPATH", "value": "/app"}],
                                   claims={"shared": "/shared"})
     assert code == 0, out[-3000:]
     assert sorted(re.findall(r"file_store_init rank (\d)/2: sum 3 width 8", out)) == ["0", "1"], out[-3000:]

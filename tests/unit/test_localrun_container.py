@@ -68,17 +68,20 @@ def test_an_images_absolute_path_to_a_console_script_this_machine_lacks_is_the_t
 
 
 def test_absolute_paths_under_a_mount_are_that_volumes_files(tmp_path):
-    container = {"command": ["python", "/app/train.py"], "args": ["--data=/data/x", "/data/sets/a.csv", "/application/z", "/app"],
+    container = {"command": ["python", "/app/train.py"], "args": ["--data=/data/x", "/data/sets/a.csv", "/application/z", "/app",
+                                                                  "--dist-url=file:///data/pg", "file:///app/pg", "file:///opt/pg"],
                  "volumeMounts": [{"name": "code", "mountPath": "/app"}, {"name": "sets", "mountPath": "/data/"}]}
     started = launch(pod_with(container), str(tmp_path), {})
     assert started.argv[1:] == [str(tmp_path / "app/train.py"), f"--data={tmp_path}/data/x", str(tmp_path / "data/sets/a.csv"),
-                                "/application/z", str(tmp_path / "app")]
+                                "/application/z", str(tmp_path / "app"), f"--dist-url=file://{tmp_path}/data/pg",
+                                f"file://{tmp_path}/app/pg", "file:///opt/pg"]
 
 
 @pytest.mark.parametrize("command,expected", [
     (["sh", "-c", "python /app/train.py --data=/data/x"], "python {root}/app/train.py --data={root}/data/x"),
     (["/bin/bash", "-ec", "cd /app && torchrun '/app/t.py' /application"], "cd {root}/app && torchrun '{root}/app/t.py' /application"),
     (["sh", "-c", 'echo "$X/app" a/app /app:/data'], 'echo "$X/app" a/app {root}/app:{root}/data'),
+    (["sh", "-c", "python t.py --dist-url file:///data/pg"], "python t.py --dist-url file://{root}/data/pg"),
     (["python", "-c", "open('/app/x')"], "open('/app/x')"),  # a program's text is not a shell line
 ])
 def test_paths_under_a_mount_in_a_shell_line_are_that_volumes_files(tmp_path, command, expected):
