@@ -1,6 +1,7 @@
-"""A rank's preallocated buffers are weighed before they are allocated: a spec
-whose rollout or replay buffer cannot fit the rank's memory fails at once naming
-its fields, instead of being OOM-killed once the buffer fills and restarted."""
+"""What a spec asks the trainer for and can never get fails at once naming its
+fields (a ConfigError, never retried): a rollout or replay buffer that cannot
+fit the rank's memory (weighed before it is allocated, instead of being
+OOM-killed once it fills and restarted), an env the image cannot make."""
 
 import numpy as np
 import pytest
@@ -63,3 +64,27 @@ def test_buffers_that_fit_are_made_as_before():
     from kuberl_trainer.dqn import DQNTrainer
     trainer = DQNTrainer(ONE_PROCESS, DQNConfig(buffer_size=50_000), "CartPole-v1", 1, {}, 10**6, 1, 0)
     assert trainer.replay.rows == 50_000
+
+
+# --- envs the spec asks for that cannot be made: ConfigError (UnknownEnv), never a retried crash ---
+
+@pytest.mark.parametrize("env_id, kwargs, expected", [
+    ("LunarLander-v3", {}, "spec.env.id: 'LunarLander-v3' needs a package the trainer image lacks: Box2D"),
+    ("CartPole-v1", {"wrappers": ["x"]}, "spec.env.kwargs: 'CartPole-v1' refused them: Cannot use `vector_entry_point`"),
+    ("CartPole-v1", {"vector_kwargs": {"x": 1}}, "spec.env.kwargs: 'CartPole-v1' refused them: Custom vector environment"),
+    ("Acrobot-v1", {"foo": 1}, "spec.env.kwargs: 'Acrobot-v1' refused them: AcrobotEnv.__init__() got an unexpected keyword"),
+    ("gymnasium.envs.classic_control:CartPoleEnv", {"foo": 1},
+     "spec.env.kwargs: 'gymnasium.envs.classic_control:CartPoleEnv' refused them: CartPoleEnv.__init__() got an unexpected"),
+])
+def test_an_env_that_cannot_be_made_names_the_field(env_id, kwargs, expected):
+    from kuberl_trainer import envs
+
+    if env_id == "LunarLander-v3":
+        try:
+            import Box2D  # noqa: F401 — with Box2D installed this env is made, nothing to refuse
+            pytest.skip("Box2D is installed here")
+        except ImportError:
+            pass
+    with pytest.raises(envs.UnknownEnv) as refused:
+        envs.make_envs(env_id, 2, kwargs)
+    assert str(refused.value).startswith(expected), str(refused.value)

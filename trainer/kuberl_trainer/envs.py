@@ -53,19 +53,25 @@ def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: s
         raise UnknownEnv(f"spec.env.backend: {backend!r} runs Atari (ALE) ids only; {env_id!r} needs backend: gymnasium")
     target = _resolve(env_id)
     kwargs = dict(kwargs or {})
-    if isinstance(target, str):
-        native = gym.spec(target).vector_entry_point is not None
-        try:
+    # What the spec asked for cannot be made: a ConfigError naming the field, not a Crashed
+    # rank that every restart would meet again (a Box2D env in an image without Box2D,
+    # kwargs gymnasium itself refuses such as `wrappers` or `vector_kwargs`).
+    try:
+        if isinstance(target, str):
+            native = gym.spec(target).vector_entry_point is not None
             envs = gym.make_vec(
                 target,
                 num_envs=num_envs,
                 vectorization_mode="vector_entry_point" if native else "sync",
                 **kwargs,
             )
-        except TypeError as e:
-            raise UnknownEnv(f"spec.env.kwargs: {env_id!r} refused them: {e}") from e
-    else:
-        envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.PassiveEnvChecker(target(**kwargs))] * num_envs)
+        else:
+            envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.PassiveEnvChecker(target(**kwargs))] * num_envs)
+    except gym.error.DependencyNotInstalled as e:
+        raise UnknownEnv(f"spec.env.id: {env_id!r} needs a package the trainer image lacks: {e}") from e
+    except (TypeError, gym.error.Error) as e:
+        field = "spec.env.kwargs" if kwargs else "spec.env.id"
+        raise UnknownEnv(f"{field}: {env_id!r} refused {'them' if kwargs else 'to be made'}: {e}") from e
     mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
     if mode != gym.vector.AutoresetMode.NEXT_STEP:
         raise UnknownEnv(f"spec.env.id: {env_id!r} uses autoreset mode {mode}; kuberl expects next-step")
