@@ -332,20 +332,21 @@ def test_a_manifests_gloo_socket_ifname_eth0_works_on_a_machine_without_that_int
     assert "rank 0 received [10]" in out
 
 
-def test_a_dcp_checkpoint_saved_to_a_shared_claim_by_one_job_loads_in_the_next_with_more_ranks(tmp_path):
-    """torch.distributed.checkpoint from every rank into CHECKPOINT_DIR=/shared/ckpt, a claim both jobs mount (a
-    ReadWriteMany PVC in a cluster: one volume for every job of the namespace); the next job, 3 ranks where the
-    first had 2, loads it. The claim was a directory per job here, and the env's /shared/ckpt was this
-    machine's own /shared: the second job found nothing and saved afresh."""
+def test_an_fsdp2_dcp_checkpoint_saved_to_a_shared_claim_by_one_job_loads_resharded_in_the_next(tmp_path):
+    """A model sharded with fully_shard over init_device_mesh("cpu", ...), saved by torch.distributed.checkpoint
+    from every rank into CHECKPOINT_DIR=/shared/ckpt, a claim both jobs mount (a ReadWriteMany PVC in a cluster:
+    one volume for every job of the namespace); the next job, 3 ranks where the first had 2, loads it resharded.
+    The claim was a directory per job here, and the env's /shared/ckpt was this machine's own /shared: the
+    second job found nothing and saved afresh."""
     env = [{"name": "CHECKPOINT_DIR", "value": "/shared/ckpt"}]
     code, out, _ = run_script_job(tmp_path, "dcp-save", ["python", "/app/dcp_reshard.py"], workers=2, env=env,
                                   claims={"shared": "/shared"})
     assert code == 0, out[-3000:]
-    assert len(re.findall(r"dcp rank \d/2 saved to \S+/root/shared/ckpt\n", out)) == 2, out[-3000:]
+    assert len(re.findall(r"dcp rank \d/2 saved shard \(3, 4\) to \S+/root/shared/ckpt\n", out)) == 2, out[-3000:]
     code, out, _ = run_script_job(tmp_path, "dcp-load", ["python", "/app/dcp_reshard.py"], workers=3, env=env,
                                   claims={"shared": "/shared"})
     assert code == 0, out[-3000:]
-    loaded = re.findall(r"dcp rank (\d)/3 loaded step 7 bias \[1\.5, -2\.5\]", out)
+    loaded = re.findall(r"dcp rank (\d)/3 loaded step 7 shard \(2, 4\) weight sum 276\n", out)
     assert sorted(loaded) == ["0", "1", "2"], out[-3000:]
     assert (tmp_path / "runs" / "_claims" / "shared" / "ckpt" / ".metadata").is_file()
 
