@@ -362,3 +362,15 @@ def test_python_m_through_pythonpath_and_a_file_rendezvous_on_a_shared_claim(tmp
                                   claims={"shared": "/shared"})
     assert code == 0, out[-3000:]
     assert sorted(re.findall(r"file_store_init rank (\d)/2: sum 3 width 8", out)) == ["0", "1"], out[-3000:]
+
+
+@pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="a machine with a GPU runs NCCL")
+def test_a_script_that_asks_for_nccl_on_a_machine_without_gpus_fails_at_once_saying_so(tmp_path):
+    """backend="nccl" here: every rank fails in init_process_group (a CPU build: 'Distributed package doesn't
+    have NCCL built in'; a CUDA one without GPUs: 'ProcessGroupNCCL is only supported with GPUs'), and the job
+    fails within seconds naming it, instead of a rank waiting in the rendezvous for one that is gone."""
+    started = time.monotonic()
+    code, out, _ = run_script_job(tmp_path, "nccl", ["python", "/app/nccl_backend.py"], workers=2)
+    assert code == 1 and time.monotonic() - started < 60, out[-3000:]
+    final = out[out.index("[kuberl] nccl failed"):]
+    assert "NCCL" in final, final
