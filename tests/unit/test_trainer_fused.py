@@ -402,3 +402,26 @@ def test_flushed_subnormal_moments_move_no_weight():
     assert bool(((dead > 0) & (dead < smallest_normal)).all())  # stuck in the subnormals, unflushed
     assert bool((flushed_moment[:32] == 0).all())
     assert torch.equal(plain, flushed)
+
+
+def test_flat_adam_is_torch_adams_fused_update_bit_for_bit():
+    """FlatAdam.adam runs the kernel torch.optim.Adam(fused=True) runs: after many steps (the learning
+    rate changed between them, as annealing does) the weights and moments are the same bits."""
+    generator = torch.Generator().manual_seed(0)
+    weight = nn.Parameter(torch.randn(67_586, generator=generator))
+    reference = nn.Parameter(weight.detach().clone())
+    mine = fused.FlatAdam([("w", tuple(weight.shape))], fused.AdamState([weight], lr=2.3e-3), None, 1)
+    mine.bind({weight: mine.view["w"]})
+    theirs = torch.optim.Adam([reference], lr=2.3e-3, fused=True)
+    for step in range(50):
+        gradient = torch.randn(weight.shape, generator=generator) * 10.0 ** (step % 5 - 2)
+        for optimizer in (mine.optimizer, theirs):
+            optimizer.param_groups[0]["lr"] = 2.3e-3 * (1 - step / 50)
+        mine.grad.copy_(gradient)
+        mine.adam()
+        reference.grad = gradient.clone()
+        theirs.step()
+    state = theirs.state[reference]
+    assert torch.equal(mine.flat, reference.detach())
+    assert torch.equal(mine.exp_avg, state["exp_avg"]) and torch.equal(mine.exp_avg_sq, state["exp_avg_sq"])
+    assert float(mine.optimizer.state[weight]["step"]) == float(state["step"]) == 50

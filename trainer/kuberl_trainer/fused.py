@@ -153,8 +153,6 @@ class FlatAdam:
         self.grad = torch.zeros(size)
         self.exp_avg = torch.zeros(size)
         self.exp_avg_sq = torch.zeros(size)
-        self.denom = torch.zeros(size)
-        self.exp_avg_sq_array, self.denom_array = self.exp_avg_sq.numpy(), self.denom.numpy()  # the same memory
         self.view: dict[str, torch.Tensor] = {}
         self.grad_view: dict[str, torch.Tensor] = {}
         offset = 0
@@ -175,6 +173,7 @@ class FlatAdam:
         self.views = views
         # Adam's step count per parameter, as torch keeps it (one float tensor each), advanced by one op
         self.step_counts = torch.zeros(len(views))
+        self.kernel_steps = [self.step_counts[0]]  # what Adam's kernel reads as the step (all counts are equal)
         self.adopt_optimizer_state()
 
     def adopt_optimizer_state(self) -> None:
@@ -219,20 +218,17 @@ class FlatAdam:
             self.grad.mul_(float(scale))
 
     def adam(self) -> None:
-        """torch.optim.Adam's update (no weight decay, no amsgrad) on the flat vector."""
+        """torch.optim.Adam(fused=True)'s update (no weight decay, no amsgrad) on the flat
+        vector, through the very kernel it calls, so the bits are its bits (a test holds them
+        equal). Why not through torch.optim.adam.adam(fused=True), the public function: its
+        Python costs ~30 us a call, more than PPO's whole update. One pass over the four
+        vectors: 0.06 ms for DQN's 67,586 floats against 0.12 for the six ops it replaced."""
         group = self.optimizer.param_groups[0]
         (beta1, beta2), lr, eps = group["betas"], group["lr"], group["eps"]
         self.steps += 1
         self.step_counts.add_(1)
-        bias_correction1 = 1 - beta1**self.steps
-        bias_correction2_sqrt = math.sqrt(1 - beta2**self.steps)
-        self.exp_avg.lerp_(self.grad, 1 - beta1)
-        self.exp_avg_sq.mul_(beta2).addcmul_(self.grad, self.grad, value=1 - beta2)
-        # numpy's sqrt (torch 2.13's takes 45 us on DQN's 67k moments, numpy's 18), then times
-        # the reciprocal (a division by a scalar costs 4x a multiplication)
-        np.sqrt(self.exp_avg_sq_array, out=self.denom_array)
-        self.denom.mul_(1 / bias_correction2_sqrt).add_(eps)
-        self.flat.addcdiv_(self.exp_avg, self.denom, value=-lr / bias_correction1)
+        torch._fused_adam_([self.flat], [self.grad], [self.exp_avg], [self.exp_avg_sq], [], self.kernel_steps,
+                           lr=lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
 
 
 class FusedPPOStep(FlatAdam):
