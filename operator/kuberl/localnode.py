@@ -722,12 +722,17 @@ def executable(name: str) -> str:
 FILE_URL = "file://"  # init_method=file:///shared/pg: a path under a mount after it is the volume's too
 
 
+# `--name=`, and Hydra's `key.sub=`, `+key=`, `~key=` (a path-free key): its value is a word of its own.
+_ASSIGNMENT = re.compile(r"^[-+~]*[\w.@\[\]-]*=")
+
+
 def in_volumes(argument: str, root: str, mount_paths: list[str]) -> str:
     """An absolute path under a volume's mountPath (alone, or an option's
-    `--name=/path` value, or a `file://` URL's), as this host sees it."""
-    if argument.startswith("-") and "=" in argument:
-        option, _, value = argument.partition("=")
-        return f"{option}={in_volumes(value, root, mount_paths)}"
+    `--name=/path` or a Hydra override's `data.dir=/path` value, or a `file://`
+    URL's), as this host sees it."""
+    assignment = _ASSIGNMENT.match(argument)
+    if assignment:
+        return assignment.group(0) + in_volumes(argument[assignment.end():], root, mount_paths)
     if argument.startswith(FILE_URL + "/"):  # --dist-url file:///shared/pg: torch's file rendezvous
         return FILE_URL + in_volumes(argument[len(FILE_URL):], root, mount_paths)
     if not argument.startswith("/"):

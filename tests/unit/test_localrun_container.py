@@ -69,12 +69,14 @@ def test_an_images_absolute_path_to_a_console_script_this_machine_lacks_is_the_t
 
 def test_absolute_paths_under_a_mount_are_that_volumes_files(tmp_path):
     container = {"command": ["python", "/app/train.py"], "args": ["--data=/data/x", "/data/sets/a.csv", "/application/z", "/app",
-                                                                  "--dist-url=file:///data/pg", "file:///app/pg", "file:///opt/pg"],
+                                                                  "--dist-url=file:///data/pg", "file:///app/pg", "file:///opt/pg",
+                                                                  "data.root=/data/sets", "+exp=/app/e.yaml", "/app/a=b"],
                  "volumeMounts": [{"name": "code", "mountPath": "/app"}, {"name": "sets", "mountPath": "/data/"}]}
     started = launch(pod_with(container), str(tmp_path), {})
     assert started.argv[1:] == [str(tmp_path / "app/train.py"), f"--data={tmp_path}/data/x", str(tmp_path / "data/sets/a.csv"),
                                 "/application/z", str(tmp_path / "app"), f"--dist-url=file://{tmp_path}/data/pg",
-                                f"file://{tmp_path}/app/pg", "file:///opt/pg"]
+                                f"file://{tmp_path}/app/pg", "file:///opt/pg", f"data.root={tmp_path}/data/sets",
+                                f"+exp={tmp_path}/app/e.yaml", str(tmp_path / "app/a=b")]
 
 
 @pytest.mark.parametrize("command,expected", [
