@@ -727,20 +727,14 @@ _ASSIGNMENT = re.compile(r"^[-+~]*[\w.@\[\]-]*=")
 
 
 def in_volumes(argument: str, root: str, mount_paths: list[str]) -> str:
-    """An absolute path under a volume's mountPath (alone, or an option's
-    `--name=/path` or a Hydra override's `data.dir=/path` value, or a `file://`
-    URL's), as this host sees it."""
+    """Absolute paths under a volume's mountPath, as this host sees them: an argument
+    that is a path, a `file://` URL (torch's file rendezvous) or a list of them
+    (`/data/a.csv,/data/b.csv`, `/app:/lib`), alone or as an option's `--name=` or a
+    Hydra override's `data.dir=` value. Other text (a `python -c` program) stays."""
     assignment = _ASSIGNMENT.match(argument)
     if assignment:
         return assignment.group(0) + in_volumes(argument[assignment.end():], root, mount_paths)
-    if argument.startswith(FILE_URL + "/"):  # --dist-url file:///shared/pg: torch's file rendezvous
-        return FILE_URL + in_volumes(argument[len(FILE_URL):], root, mount_paths)
-    if not argument.startswith("/"):
-        return argument
-    path = os.path.normpath(argument)
-    if any(path == m or path.startswith(m.rstrip("/") + "/") for m in mount_paths):
-        return host_path(root, path)
-    return argument
+    return in_volumes_of_words(argument, root, mount_paths) if argument.startswith(("/", FILE_URL)) else argument
 
 
 SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh")
@@ -764,10 +758,11 @@ def _mount_words(mount_paths: list[str]) -> re.Pattern | None:
     return re.compile(rf"(?:(?<=[{_SHELL_BEFORE}])|^|(?<={FILE_URL}))({words})(?=[/{_SHELL_BEFORE}]|$)")
 
 
-def in_volumes_of_env(value: str, root: str, mount_paths: list[str]) -> str:
-    """An env value's paths under a mountPath, as this host sees them: the manifest's own words, as its
-    command's are (`PYTHONPATH=/app`, `OUTPUT_DIR=/shared/out`, `file:///shared/init`); left as written
-    they named this machine's /app, or made /shared on it."""
+def in_volumes_of_words(value: str, root: str, mount_paths: list[str]) -> str:
+    """Each path under a mountPath that starts a word of `value`, as this host sees it (one pass). So
+    is an env value's: the manifest's own words, as its command's are (`PYTHONPATH=/app`,
+    `OUTPUT_DIR=/shared/out`, `file:///shared/init`); left as written they named this machine's /app,
+    or made /shared on it."""
     pattern = _mount_words(mount_paths)
     return value if pattern is None else pattern.sub(lambda found: host_path(root, found.group(1)), value)
 
@@ -812,7 +807,7 @@ def launch(pod: Mapping, root: str, container_environment: Mapping[str, str], ba
     env = {
         **(container_base_env() if base_env is None else base_env),
         "TMPDIR": host_path(root, names.TMP_MOUNT_DIR),
-        **{k: v if contract.is_reserved_env(k) else in_volumes_of_env(v, root, mount_paths) for k, v in container_environment.items()},
+        **{k: v if contract.is_reserved_env(k) else in_volumes_of_words(v, root, mount_paths) for k, v in container_environment.items()},
         "HOSTNAME": pod["spec"].get("hostname") or pod["metadata"]["name"],
         contract.ENV_FS_ROOT: root,
     }

@@ -70,13 +70,15 @@ def test_an_images_absolute_path_to_a_console_script_this_machine_lacks_is_the_t
 def test_absolute_paths_under_a_mount_are_that_volumes_files(tmp_path):
     container = {"command": ["python", "/app/train.py"], "args": ["--data=/data/x", "/data/sets/a.csv", "/application/z", "/app",
                                                                   "--dist-url=file:///data/pg", "file:///app/pg", "file:///opt/pg",
-                                                                  "data.root=/data/sets", "+exp=/app/e.yaml", "/app/a=b"],
+                                                                  "data.root=/data/sets", "+exp=/app/e.yaml", "/app/a=b",
+                                                                  "--files=/data/a.csv,/data/b.csv", "/app:/opt/lib"],
                  "volumeMounts": [{"name": "code", "mountPath": "/app"}, {"name": "sets", "mountPath": "/data/"}]}
     started = launch(pod_with(container), str(tmp_path), {})
     assert started.argv[1:] == [str(tmp_path / "app/train.py"), f"--data={tmp_path}/data/x", str(tmp_path / "data/sets/a.csv"),
                                 "/application/z", str(tmp_path / "app"), f"--dist-url=file://{tmp_path}/data/pg",
                                 f"file://{tmp_path}/app/pg", "file:///opt/pg", f"data.root={tmp_path}/data/sets",
-                                f"+exp={tmp_path}/app/e.yaml", str(tmp_path / "app/a=b")]
+                                f"+exp={tmp_path}/app/e.yaml", str(tmp_path / "app/a=b"),
+                                f"--files={tmp_path}/data/a.csv,{tmp_path}/data/b.csv", f"{tmp_path}/app:/opt/lib"]
 
 
 @pytest.mark.parametrize("command,expected", [
