@@ -512,6 +512,27 @@ def containers_not_run(pod: Mapping) -> list[str]:
     return skipped + [f"spec.containers[{c.get('name')}]" for c in pod["spec"]["containers"] if isinstance(c, dict) and c is not ours]
 
 
+# A rendezvous at the pod's own loopback: torchrun's (and the legacy launcher's) endpoint flags, a tcp:// URL.
+_LOOPBACK_RENDEZVOUS = re.compile(r"(?:--(?:rdzv[-_]endpoint|master[-_]addr)[=\s]+['\"]?|tcp://)(?:localhost|127\.0\.0\.1)(?![\w.-])")
+_ONE_NODE = re.compile(r"--standalone\b|--nnodes[=\s]+['\"]?1(?![\d:])")
+
+
+def loopback_rendezvous(pod: Mapping) -> list[str]:
+    """The trainer container's fields that name a rendezvous at localhost for a gang of several pods
+    (`--rdzv-endpoint=localhost:29400`, `tcp://127.0.0.1:23456`, from a one-machine tutorial): in a
+    cluster each pod's localhost is its own, so the pods never meet and wait until a timeout; here
+    every pod's localhost is this machine's, and they do. A one-node launch (`--standalone`,
+    `--nnodes=1`: each pod a gang of its own) is not one."""
+    container = trainer_container(pod)
+    field = f"spec.containers[{container['name']}]"
+    command, args = (" ".join(map(str, container.get(key) or [])) for key in ("command", "args"))
+    found = []
+    if _LOOPBACK_RENDEZVOUS.search(f"{command} {args}") and not _ONE_NODE.search(f"{command} {args}"):
+        found.append(f"{field}.args" if _LOOPBACK_RENDEZVOUS.search(args) else f"{field}.command")
+    return found + [f"{field}.env[{item['name']}]" for item in container.get("env") or []
+                    if isinstance(item, dict) and isinstance(item.get("value"), str) and _LOOPBACK_RENDEZVOUS.search(item["value"])]
+
+
 def trainer_container(pod: Mapping) -> dict:
     containers = pod["spec"]["containers"]
     return next((c for c in containers if c["name"] == names.TRAINER_CONTAINER), containers[0])

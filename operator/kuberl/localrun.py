@@ -48,6 +48,7 @@ from .localnode import (
     LocalRunError,
     PodProcess,
     containers_not_run,
+    loopback_rendezvous,
     processes_under,
     read_regular_file,
     start_pod,
@@ -708,9 +709,15 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
     """cmd_run's run, with the run directory's lock held."""
     budget = f"{spec.total_timesteps:,} timesteps" if spec.total_timesteps else "custom trainer"
     say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {budget}; logs and checkpoints in {shown(run_dir)}")
-    skipped = containers_not_run(render_pod(job, NAMESPACE, "0", 0, target="local"))
+    pod = render_pod(job, NAMESPACE, "0", 0, target="local")
+    skipped = containers_not_run(pod)
     if skipped:
         say(f"not run here (only the trainer container's command runs): {', '.join(skipped)}")
+    loopback = loopback_rendezvous(pod) if spec.workers > 1 else []
+    if loopback:
+        say(f"warning: {', '.join(loopback)} rendezvous at localhost: in a cluster each pod's localhost is its own, so"
+            f" these {spec.workers} pods never meet there (they wait until a timeout); here they share this machine's"
+            " and do. Meet at $(MASTER_ADDR):$(MASTER_PORT), or give torchrun no endpoint (PET_RDZV_ENDPOINT is worker 0)")
     try:
         code, status, wall = _run(job, run_dir, configmaps=configmaps)
     except LocalRunError as e:

@@ -610,6 +610,24 @@ def test_containers_the_local_node_does_not_start_are_named_not_skipped_silently
     assert containers_not_run(ours) == []
 
 
+@pytest.mark.parametrize("container,named", [
+    ({"command": ["torchrun", "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:29400", "t.py"]}, ["command"]),
+    ({"command": ["torchrun"], "args": ["--rdzv_endpoint", "127.0.0.1:29400", "t.py"]}, ["args"]),
+    ({"command": ["sh", "-c", "python -m torch.distributed.launch --master_addr='localhost' t.py"]}, ["command"]),
+    ({"command": ["python", "t.py"], "env": [{"name": "INIT_METHOD", "value": "tcp://localhost:23456"}]}, ["env[INIT_METHOD]"]),
+    ({"command": ["torchrun", "--standalone", "--rdzv-endpoint=localhost:0", "t.py"]}, []),  # a gang per pod
+    ({"command": ["torchrun", "--nnodes", "1", "--rdzv-endpoint=localhost:29400", "t.py"]}, []),
+    ({"command": ["torchrun", "--rdzv-endpoint=localhost.example:29400", "--master-addr=localhostx", "t.py"]}, []),
+    ({"command": ["python", "t.py", "--metrics-host=localhost"]}, []),  # not a rendezvous
+])
+def test_a_rendezvous_at_localhost_is_named_as_one_a_clusters_pods_never_meet_at(container, named):
+    """Copied from a one-machine tutorial into a gang of pods: here every pod's localhost is this machine's,
+    so kuberl run met there and succeeded; in a cluster each pod waits at its own until a timeout."""
+    from kuberl.localnode import loopback_rendezvous
+
+    assert loopback_rendezvous(pod_with(container, [])) == [f"spec.containers[trainer].{n}" for n in named]
+
+
 def test_validate_refuses_metadata_the_api_server_would(tmp_path, capsys):
     """ValidateObjectMeta applies to custom resources: validate said valid and kubectl apply refused the job."""
     import yaml
