@@ -90,8 +90,10 @@ def test_torchrun_c10d_with_no_endpoint_meets_at_worker_0(tmp_path):
         assert re.search(rf"rdzv_endpoint\s*: {re.escape(worker0)}:{port}\n", log), log[-3000:]
         assert f"'is_host': '{is_host}'" in log
         assert re.search(r"rdzv_backend\s*: c10d", log)
+    # two children of a pod share its stdout, and print writes a line and its newline apart: one line may run on
+    # into its neighbour's ('...RUN_ID=default.echo.0echo RANK=0 ...'), as in kubectl logs
     echoed = re.findall(r"echo RANK=(\d) LOCAL_RANK=\d WORLD_SIZE=(\d+) GROUP_RANK=(\d) MASTER_ADDR=(\S+) MASTER_PORT=\d+ "
-                        r"TORCHELASTIC_RUN_ID=(\S+)", out)
+                        r"TORCHELASTIC_RUN_ID=(\w+\.\w+\.\d+)", out)
     assert sorted(int(r) for r, *_ in echoed) == [0, 1, 2, 3], out[-3000:]
     assert {(w, addr, run_id) for _, w, _, addr, run_id in echoed} == {("4", worker0, "default.echo.0")}
     assert out.count("sum of ranks 6") == 4
