@@ -463,11 +463,18 @@ def check_port_free(port: int) -> None:
         raise LocalRunError(f"rendezvous port {port} is in use here; pick another with --set rendezvous.port=N")
 
 
+def meets_at_master_port(spec: JobSpec) -> bool:
+    """Whether rank 0 listens on MASTER_PORT: kuberl's trainer alone (world size 1) forms no process group,
+    but a command of the user's may (init_process_group in one pod, torchrun's static store), and this
+    machine's ports are every pod's: a port taken here failed it 'EADDRINUSE', as no pod's own is in a cluster."""
+    return spec.world_size > 1 or spec.trainer == "custom"
+
+
 def with_free_rendezvous_port(document: dict, spec: JobSpec) -> dict:
     """The default rendezvous port taken (another local run): use the next free
     one. A port the user chose is kept, and refused if taken."""
     chosen = "port" in ((document.get("spec") or {}).get("rendezvous") or {})
-    if spec.world_size == 1 or chosen or port_free(spec.rendezvous.port):
+    if not meets_at_master_port(spec) or chosen or port_free(spec.rendezvous.port):
         return document
     metrics_ports = range(spec.metrics.port, spec.metrics.port + 16)
     for port in range(spec.rendezvous.port + 1, spec.rendezvous.port + 100):
@@ -554,7 +561,7 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
         status = {"generation": previous.get("generation", 0) + 1}
         say(f"resuming {job.name} (last run: {previous.get('phase')}, generation {previous.get('generation')})")
     wait_for_leftovers(os.path.join(run_dir, "pods"), job.spec.run_policy.termination_grace_period_seconds)
-    if job.spec.world_size > 1:
+    if meets_at_master_port(job.spec):
         check_port_free(job.spec.rendezvous.port)
     cluster = LocalCluster(job, uid, run_dir, out, configmaps)
     started = time.time()

@@ -220,3 +220,14 @@ def test_a_taken_default_rendezvous_port_moves_but_a_chosen_one_stays():
         assert moved["spec"]["rendezvous"]["port"] not in (port, None) and "rendezvous" not in default["spec"]
         chosen = {**default, "spec": {**default["spec"], "rendezvous": {"port": port}}}
         assert with_free_rendezvous_port(chosen, validate_job(chosen)) == chosen
+
+
+def test_a_one_pod_custom_job_gets_a_free_rendezvous_port_too():
+    """One pod of the user's command may still listen on MASTER_PORT (init_process_group, torchrun's store):
+    a port another run held failed it EADDRINUSE. kuberl's own trainer of one process forms no group."""
+    from kuberl.localrun import meets_at_master_port
+
+    template = {"spec": {"containers": [{"name": "trainer", "command": ["python", "t.py"]}]}}
+    assert meets_at_master_port(make_job().custom_trainer(template).workers(1).spec())
+    assert meets_at_master_port(make_job().workers(2).spec())
+    assert not meets_at_master_port(make_job().workers(1).spec())
