@@ -146,7 +146,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
             + (f", stop at eval return {target:g}" if target is not None else "")
             + f"; pods pass the {args.pod_security} Pod Security Standard"
         )
+        for field in loopback_fields(name, spec):
+            print(f"{args.file}: {name}: warning: {field} meets at localhost, each pod's own in a cluster: these"
+                  f" {spec.workers} pods never meet there; meet at $(MASTER_ADDR):$(MASTER_PORT)", file=sys.stderr)
     return 1 if failed else 0
+
+
+def loopback_fields(name: str, spec: Any) -> list[str]:
+    """The trainer container's fields that rendezvous at localhost, in a job of several pods."""
+    from .localnode import loopback_rendezvous
+    from .render import PLACEHOLDER_UID, Job, render_pod
+
+    return loopback_rendezvous(render_pod(Job(name, spec), "default", PLACEHOLDER_UID, 0)) if spec.workers > 1 else []
 
 
 def cmd_render(args: argparse.Namespace) -> int:

@@ -628,6 +628,20 @@ def test_a_rendezvous_at_localhost_is_named_as_one_a_clusters_pods_never_meet_at
     assert loopback_rendezvous(pod_with(container, [])) == [f"spec.containers[trainer].{n}" for n in named]
 
 
+def test_validate_warns_of_a_gang_that_meets_at_localhost(tmp_path, capsys):
+    import yaml
+    from kuberl import cli
+
+    command = ["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:29400", "t.py"]
+    for workers, warned in ((2, True), (1, False)):
+        job = {**JOB, "metadata": {"name": "j"}, "spec": {"trainer": "custom", "workers": workers, "template": {
+            "spec": {"containers": [{"name": "trainer", "command": command}]}}}}
+        (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+        assert cli.main(["validate", str(tmp_path / "job.yaml")]) == 0
+        err = capsys.readouterr().err
+        assert ("warning: spec.containers[trainer].command meets at localhost" in err) == warned, err
+
+
 def test_validate_refuses_metadata_the_api_server_would(tmp_path, capsys):
     """ValidateObjectMeta applies to custom resources: validate said valid and kubectl apply refused the job."""
     import yaml
