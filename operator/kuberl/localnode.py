@@ -199,6 +199,8 @@ def container_env(
     for source in container.get("envFrom") or []:
         ref = source.get("configMapRef")
         if ref is None:
+            if (source.get("secretRef") or {}).get("optional"):
+                continue  # no Secret exists here: an optional one adds nothing, as a missing one in a cluster
             raise LocalRunError("envFrom: only configMapRef can be served locally (no Secrets here)")
         data = configmaps.get(ref["name"])
         if data is None and not ref.get("optional"):
@@ -222,6 +224,8 @@ def container_env(
                     continue
                 raise LocalRunError(f"env {name}: ConfigMap {ref['name']!r} has no key {ref['key']!r}")
             env[name] = value
+        elif (source.get("secretKeyRef") or {}).get("optional"):
+            continue  # WANDB_API_KEY from an optional Secret: unset, as where the Secret is missing
         else:
             raise LocalRunError(f"env {name}: {next(iter(source), '?')} cannot be served locally (no Secrets here)")
     env = {k: resolve_names(v, resolve, strict=contract.is_reserved_env(k)) for k, v in env.items()}

@@ -149,6 +149,16 @@ def test_what_cannot_be_served_here_is_an_error(source):
         container_env(pod, trainer_container(pod), "127.5.0.9", {"cm": {}}, no_dns, node_cpus=1)
 
 
+def test_an_optional_secret_is_missing_here_as_where_no_such_secret_exists():
+    """`secretKeyRef: {name: wandb, key: api-key, optional: true}` left unset, as a kubelet leaves it without the
+    Secret; kuberl run refused the whole job ('no Secrets here')."""
+    pod = pod_with([{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "k", "optional": True}}},
+                    {"name": "Y", "value": "y"}])
+    pod["spec"]["containers"][0]["envFrom"] = [{"secretRef": {"name": "extra", "optional": True}}]
+    got = container_env(pod, trainer_container(pod), "127.5.0.9", {}, no_dns, node_cpus=1)
+    assert "WANDB_API_KEY" not in got and got["Y"] == "y"
+
+
 def rendered_env(procs: int = 1) -> tuple[dict, dict]:
     spec = make_job().minimal().with_spec(workers=2, procsPerWorker=procs, resources={"limits": {"cpu": "1500m"}}).spec()
     job = Job("cp", spec)
