@@ -142,12 +142,20 @@ def test_of_two_processes_seen_ended_in_one_poll_the_first_to_exit_finished_firs
     closed by peer') was given the same look's time, so the job named the lower rank, not the first failure."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    echo = start(tmp_path / "a", "import time; time.sleep(0.35); raise SystemExit(1)", "[rank 0]")
-    cause = start(tmp_path / "b", "import time; time.sleep(0.3); raise SystemExit(3)", "[rank 1]")
-    time.sleep(1.0)
+    failed = tmp_path / "failed"  # the echo exits 0.1 s after the cause, however late either process started
+    echo = start(tmp_path / "a", f"""
+        import os, time
+        while not os.path.exists({str(failed)!r}):
+            time.sleep(0.005)
+        time.sleep(0.1)
+        raise SystemExit(1)
+    """, "[rank 0]")
+    cause = start(tmp_path / "b", f"open({str(failed)!r}, 'w').close(); raise SystemExit(3)", "[rank 1]")
+    deadline = time.monotonic() + 30
+    while (alive(echo.popen.pid) or alive(cause.popen.pid)) and time.monotonic() < deadline:
+        time.sleep(0.02)  # both ended before the one look below, as within one of kuberl run's polls
     assert (echo.poll(), cause.poll()) == (1, 3)
     assert cause.finished_at < echo.finished_at, (cause.finished_at, echo.finished_at)
-    assert echo.finished_at - cause.finished_at < 0.3
 
 
 def test_a_process_that_closed_its_output_long_before_it_exited_did_not_finish_then(tmp_path):
