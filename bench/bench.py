@@ -198,7 +198,10 @@ def sb3_run(root: Path, algorithm: str, hp: dict, env_id: str, seed: int, total:
 
 
 def probe_run(root: Path, algorithm: str, hp: dict, num_envs: int, world: int, updates: int,
-              warmup: int, ceiling_steps: int, time_cap: float, transport: str = "direct") -> list[dict]:
+              warmup: int, ceiling_steps: int, time_cap: float, transport: str = "direct",
+              independent: bool = False) -> list[dict]:
+    """`world` probe processes at once: the ranks of one job, or with `independent` as many
+    one-process jobs side by side (no process group, nothing shared)."""
     root.mkdir(parents=True, exist_ok=True)
     job_file = root / "job.json"
     job_file.write_text(json.dumps({"algorithm": algorithm, "hyperparameters": hp, "env": "CartPole-v1",
@@ -207,19 +210,27 @@ def probe_run(root: Path, algorithm: str, hp: dict, num_envs: int, world: int, u
     master_port = free_ports()
     procs = []
     for rank in range(world):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
-               "OMP_NUM_THREADS": str(world), "KUBERL_GRADIENT_TRANSPORT": transport}
+        identity = ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"} if independent else
+                    {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world)})
+        # the ranks of one job split the CPUs (distributed.pin_threads: one thread, one CPU each); jobs side
+        # by side get the same by hand (two 2-thread OpenMP teams on 2 cores spin-wait for each other: 35x slower)
+        env = {**os.environ, **identity, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
+               "OMP_NUM_THREADS": "1" if independent else str(world), "KUBERL_GRADIENT_TRANSPORT": transport}
         log = open(root / f"probe-{rank}.log", "w")  # noqa: SIM115 — the child writes it
-        procs.append(subprocess.Popen([sys.executable, str(REPO / "bench/probe.py"), str(job_file), str(root / "probe")],
+        prefix = root / (f"probe{rank}" if independent else "probe")
+        if independent:
+            cpus = sorted(os.sched_getaffinity(0))
+            env["BENCH_PIN_CPU"] = str(cpus[rank % len(cpus)])  # probe.py pins itself there
+        procs.append(subprocess.Popen([sys.executable, str(REPO / "bench/probe.py"), str(job_file), str(prefix)],
                                       env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO))
     codes, _, rss = wait_all(procs, time.time() + time_cap)
     results = []
     for rank in range(world):
-        path = root / f"probe-rank{rank}.json"
+        path = root / (f"probe{rank}-rank0.json" if independent else f"probe-rank{rank}.json")
         if codes[rank] == 0 and path.exists():
             result = json.loads(path.read_text())
             result["peak_rss_mib"] = rss[rank]
+            result["rank"] = rank  # side by side: each process is its own job's rank 0
             results.append(result)
     return results
 
@@ -270,6 +281,9 @@ def probe_runs(out: Path, quick: bool) -> dict[str, list[dict]]:
         "ppo-ddp2-gloo": ("ppo", ppo, 8, 2), "ppo-ddp2-fixed-global": ("ppo", ppo, 4, 2),
         "dqn-plain": ("dqn", dqn, 1, 1), "dqn-ddp2": ("dqn", dqn, 1, 2), "dqn-ddp2-tcp": ("dqn", dqn, 1, 2),
         "dqn-ddp2-gloo": ("dqn", dqn, 1, 2), "dqn-ddp2-fixed-global": ("dqn", {**dqn, "batchSize": 32}, 1, 2),
+        # two one-process jobs side by side, nothing shared: what two busy cores of this machine give
+        # before any sync, the ceiling below the all-reduce floor's (pair_ceiling)
+        "ppo-pair": ("ppo", ppo, 8, 2), "dqn-pair": ("dqn", dqn, 1, 2),
     }
     # This machine's speed drifts by 10-25% over seconds (other tenants of its host), and one probe
     # lasts a second or two: a plain run and a DDP run taken once each, a minute apart, gave PPO
@@ -281,7 +295,8 @@ def probe_runs(out: Path, quick: bool) -> dict[str, list[dict]]:
             warmup = 2 if algorithm == "ppo" else 5  # DQN: past learningStarts
             got = probe_run(out / "probes" / name / f"round{round_number}", algorithm, _snake(hp), envs, world,
                             updates[algorithm], warmup, ceiling if round_number == 0 else 0, 600,
-                            transport=name.rsplit("-", 1)[1] if name.endswith(("-gloo", "-tcp")) else "direct")
+                            transport=name.rsplit("-", 1)[1] if name.endswith(("-gloo", "-tcp")) else "direct",
+                            independent=name.endswith("-pair"))
             rates = [r["steps_per_second_rank"] for r in got]
             print(f"  probe {name} round {round_number + 1}/{PROBE_ROUNDS}: steps/s per rank "
                   f"{', '.join(f'{x:,.0f}' for x in rates) or 'FAILED'}", flush=True)
@@ -467,6 +482,13 @@ def scaling_lines(probes: dict[str, list[dict]], runs: list[dict]) -> list[str]:
             if len(ratios) > 1:
                 lines.append(f"- {algorithm}: the same ratio round by round (each DDP round beside the plain round run"
                              f" just before it): {', '.join(ratios)}")
+            pair = probes.get(f"{algorithm}-pair") or []
+            if len(pair) == 2:
+                by_round = zip(pair[0].get("round_rates") or [], plain[0].get("round_rates") or [])
+                rounds = ", ".join(f"{two / one:.2f}x" if two and one else "failed" for two, one in by_round)
+                lines.append(f"- {algorithm}: two one-process jobs side by side (no process group, nothing shared) / one alone:"
+                             f" {sum(r['steps_per_second_rank'] for r in pair) / base:.2f}x (rounds {rounds}): this machine's"
+                             " two busy cores, before any sync")
             for suffix, how in (("tcp", "the link's TCP connections alone (as pods on different nodes)"),
                                 ("gloo", "gloo's all-reduce")):
                 other = probes.get(f"{algorithm}-ddp2-{suffix}") or []
@@ -512,6 +534,28 @@ def variation_ceiling(probes: dict[str, list[dict]], algorithm: str) -> tuple[fl
     return 2 * t_update / (t_update + ddp[0]["syncs_per_update"] * (scaling[2] + wait)), wait, spread
 
 
+def pair_ceiling(probes: dict[str, list[dict]], algorithm: str) -> tuple[float, float] | None:
+    """(two one-process jobs side by side / one alone, global steps/s; the ceiling with both that and
+    the all-reduce floor): ranks run as fast as two busy cores let one process run, so an update
+    takes t_pair = 2 t_update / pair, then its syncs: ceiling = 2 t_update / (t_pair + syncs x t_floor)."""
+    plain, pair, ddp = (probes.get(f"{algorithm}-{k}") or [] for k in ("plain", "pair", "ddp2"))
+    scaling = ddp_ceiling(probes, algorithm)
+    if scaling is None or len(pair) < 2:
+        return None
+    ratio = sum(r["steps_per_second_rank"] for r in pair) / plain[0]["steps_per_second_rank"]
+    t_update = plain[0]["breakdown_seconds"]["update_total"]
+    return ratio, 2 * t_update / (2 * t_update / ratio + ddp[0]["syncs_per_update"] * scaling[2])
+
+
+def pair_note(probes: dict[str, list[dict]], algorithm: str, ratio: float) -> str:
+    found = pair_ceiling(probes, algorithm)
+    if found is None:
+        return ""
+    pair, ceiling = found
+    return (f"; and two one-process jobs side by side, nothing shared, run at {pair:.2f}x one alone on this machine's two"
+            f" busy cores: with that and the floor the ceiling is {ceiling:.2f}x, and {ratio / ceiling:.0%} of it is reached")
+
+
 def variation_note(probes: dict[str, list[dict]], algorithm: str, ratio: float) -> str:
     found = variation_ceiling(probes, algorithm)
     if found is None:
@@ -546,7 +590,7 @@ def goals_table(probes: dict[str, list[dict]], runs: list[dict], dqn_cap: float)
             rows.append(f"| {algorithm.upper()} 2 DDP ranks / 1 plain process, global steps/s | {ratio:.2f}x | - | {goal} "
                         f"(ceiling {ceiling:.2f}x from an all-reduce floor of {floor * 1000:.2f} ms, the mean of idle back-to-back"
                         f" all-reduces through the trainer's own all_reduce_gradient; {ratio / ceiling:.0%} of it"
-                        f"{variation_note(probes, algorithm, ratio)}) | {verdict(ok)} |")
+                        f"{variation_note(probes, algorithm, ratio)}{pair_note(probes, algorithm, ratio)}) | {verdict(ok)} |")
     two, _ = solved("ppo", "kuberl-2")
     theirs, _ = solved("ppo", "sb3")
     if two and theirs:

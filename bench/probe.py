@@ -11,6 +11,7 @@ actions only, and acting with the policy's forward.
 """
 
 import json
+import os
 import resource
 import statistics
 import sys
@@ -123,6 +124,8 @@ def allreduce_floor(ctx, floats: int, calls: int = 1000) -> tuple[float, float]:
 
 def main() -> None:
     job = json.loads(Path(sys.argv[1]).read_text())
+    if "BENCH_PIN_CPU" in os.environ:  # one of two jobs side by side: one CPU each, as the ranks of one job have
+        os.sched_setaffinity(0, {int(os.environ["BENCH_PIN_CPU"])})
     with process_group("gloo", 600, 120) as ctx:
         fused.flush_subnormals()  # as the trainer's entry point does
         if job["algorithm"] == "ppo":

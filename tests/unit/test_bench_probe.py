@@ -22,3 +22,19 @@ def test_the_slower_of_two_ranks_costs_the_mean_of_every_pairs_maximum_over_the_
 def test_steps_that_never_vary_cost_no_wait_and_too_few_steps_say_nothing():
     assert step_spread([0.3] * 10)["slower_of_two_extra"] == pytest.approx(0.0)
     assert step_spread([0.3]) is None
+
+
+def test_the_pair_ceiling_runs_each_update_at_two_busy_cores_speed_then_adds_the_syncs():
+    from bench import pair_ceiling, pair_note
+
+    def result(rate, floor=None):
+        return {"steps_per_second_rank": rate, "breakdown_seconds": {"update_total": 0.020}, "syncs_per_update": 20,
+                "allreduce_floor_seconds": floor}
+
+    probes = {"ppo-plain": [result(10_000)], "ppo-ddp2": [result(8_000, 0.0001)] * 2, "ppo-pair": [result(9_000)] * 2}
+    pair, ceiling = pair_ceiling(probes, "ppo")
+    assert pair == pytest.approx(1.8)
+    # one update side by side: 2 x 20 ms / 1.8; then 20 syncs of 0.1 ms
+    assert ceiling == pytest.approx(2 * 0.020 / (2 * 0.020 / 1.8 + 20 * 0.0001))
+    assert "1.80x one alone" in pair_note(probes, "ppo", 1.6)
+    assert pair_ceiling({**probes, "ppo-pair": []}, "ppo") is None and pair_note({**probes, "ppo-pair": []}, "ppo", 1.6) == ""
