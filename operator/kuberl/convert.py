@@ -614,6 +614,11 @@ def convert(pytorchjob: Any) -> tuple[dict, list[Note]]:
                                        f"spec.pytorchReplicaSpecs.{port_from}.template.spec.containers[{port_index}]")
     restart_policies = {rtype: r["restartPolicy"] for rtype, r in replicas.items() if r.get("restartPolicy") is not None}
     run_policy, queue, queue_path = _run_policy(spec, restart_policies, origins, notes)
+    if MASTER in counts:  # training-operator: "when master is succeed, the job is finished"; Workers alone: all of them
+        run_policy["successPolicy"] = "Worker0"
+        origins["spec.runPolicy.successPolicy"] = f"spec.pytorchReplicaSpecs.{MASTER}"
+        notes.append(Note("spec.runPolicy.successPolicy", "Worker0: the job succeeds when worker 0, the Master's pod,"
+                          " exits 0, whatever the Workers' exits, as the PyTorchJob did"))
     _elastic_notes(spec, notes)
     labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
     if KUEUE_QUEUE_LABEL in labels:

@@ -89,6 +89,7 @@ REASON_OLD_PODS = "WaitingForOldPods"
 REASON_ALL_RUNNING = "AllWorkersRunning"
 REASON_RANK0_SUCCEEDED = "RankZeroSucceeded"
 REASON_ALL_SUCCEEDED = "AllWorkersSucceeded"
+REASON_WORKER0_SUCCEEDED = "WorkerZeroSucceeded"
 REASON_STARTING = "ContainerCreating"
 # Refusals: the job cannot run as written (see Refusal).
 REASON_INVALID_SPEC = "InvalidSpec"  # a spec only the operator can judge
@@ -528,13 +529,19 @@ def _pod_says(pod: ObservedPod) -> str:
 
 
 def _success(spec: JobSpec, live: dict[int, ObservedPod], rank0: Rank0Progress | None) -> tuple[str, str] | None:
-    """Rank 0 exited 0 having reported the criterion met, or every rank exited 0."""
+    """Rank 0 exited 0 having reported the criterion met, every rank exited 0, or (successPolicy
+    Worker0) worker 0 exited 0."""
     first = live.get(0)
     reported = first is not None and (first.reason == REASON_SUCCEEDED or (rank0 is not None and rank0.succeeded))
     if reported and first.phase == "Succeeded" and first.exit_code in (EXIT_OK, None):
         return REASON_RANK0_SUCCEEDED, first.message.strip() if first.message else "rank 0 reported success"
     if len(live) == spec.workers and all(p.phase == "Succeeded" and p.reason != REASON_STOPPED for p in live.values()):
         return REASON_ALL_SUCCEEDED, f"all {spec.workers} workers exited 0"
+    exited_zero = first is not None and first.phase == "Succeeded" and first.reason != REASON_STOPPED
+    if spec.run_policy.success_policy == "Worker0" and exited_zero:
+        # a PyTorchJob with a Master: "when master is succeed, the job is finished" (training-operator,
+        # pytorchjob_controller.go UpdateJobStatus); the others' exits, failed ones included, are not waited for
+        return REASON_WORKER0_SUCCEEDED, "worker 0 exited 0 (runPolicy.successPolicy: Worker0)"
     return None
 
 

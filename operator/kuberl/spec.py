@@ -189,6 +189,12 @@ class RunPolicy(Model):
     collective_timeout_seconds: int = Field(1800, ge=10, le=MAX_TIMEOUT_SECONDS, description="Timeout of each collective; must outlast rank-0-only work (evaluation, checkpoints).")
     rendezvous_timeout_seconds: int = Field(600, ge=1, le=MAX_TIMEOUT_SECONDS, description="How long ranks retry rendezvous while rank 0's name does not resolve yet.")
     termination_grace_period_seconds: int = Field(30, ge=0, le=MAX_GRACE_SECONDS, description="Time a pod gets to save a checkpoint after SIGTERM.")
+    success_policy: Literal["AllWorkers", "Worker0"] = Field(
+        "AllWorkers",
+        description="When a job whose trainer reports nothing succeeds. AllWorkers: when every worker has exited 0 (as a"
+        " PyTorchJob of Workers only). Worker0: when worker 0 has exited 0, however the others end (as a PyTorchJob"
+        " with a Master succeeds with its Master; kuberl convert sets it for one).",
+    )
 
 
 class MetricsSpec(Model):

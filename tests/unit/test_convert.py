@@ -164,8 +164,14 @@ def test_a_pytorchjob_converts_to_a_valid_job_and_notes_what_changed(doc, expect
     job, notes = convert(doc)
     assert doc == before
     validate_job(job)
-    assert {k: job["spec"].get(k) for k in expected} == expected
-    assert sorted(n.path for n in notes) == sorted(noted), [str(n) for n in notes]
+    # with a Master the PyTorchJob succeeded when its Master did (training-operator UpdateJobStatus), so does the job
+    with_master = "Master" in doc["spec"]["pytorchReplicaSpecs"]
+    got = {k: job["spec"].get(k) for k in expected}
+    if isinstance(got.get("runPolicy"), dict):  # its successPolicy is checked below
+        got["runPolicy"] = {k: v for k, v in got["runPolicy"].items() if k != "successPolicy"}
+    assert got == expected
+    assert sorted(n.path for n in notes) == sorted(noted + ["spec.runPolicy.successPolicy"] * with_master), [str(n) for n in notes]
+    assert (job["spec"].get("runPolicy") or {}).get("successPolicy") == ("Worker0" if with_master else None)
     job["spec"]["template"]["spec"]["containers"][0]["command"].append("changed")
     assert doc == before, "the output shares nothing with the input"
 
@@ -309,7 +315,7 @@ def test_convert_prints_the_job_and_one_line_per_note(tmp_path, capsys):
     assert job == convert(CONVERTED[0][1])[0]
     lines = err.splitlines()
     assert lines == [f"{path}: PyTorchJob 'train': {n}" for n in convert(CONVERTED[0][1])[1]]
-    assert len(lines) == 3
+    assert len(lines) == 4  # nprocPerNode, two restartPolicy notes, the Master's successPolicy
 
 
 def test_configmaps_beside_the_job_pass_through(tmp_path, capsys):

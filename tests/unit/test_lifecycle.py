@@ -501,6 +501,36 @@ def test_rank_zero_exiting_zero_without_a_report_waits_for_the_others():
     assert d.phase == lc.RUNNING and d.of(DeletePods) == [] and d.of(Succeed) == []
 
 
+def test_worker0_success_policy_succeeds_when_worker_0_exits_0_however_the_others_end():
+    """A PyTorchJob with a Master: "when master is succeed, the job is finished" (training-operator,
+    pytorchjob_controller.go UpdateJobStatus); a Worker failing in its teardown after it does not matter."""
+    spec = job(workers=3, successPolicy="Worker0")
+    pods = [Pod(0).exited(0).obj(), Pod(1).exited(1).obj(), Pod(2).running().obj()]
+    d = decide(spec, running_status(spec), pods, None, T0 + 1)
+    assert d.phase == lc.SUCCEEDED and d.status["restarts"] == 0
+    assert d.of(Succeed) == [Succeed(lc.REASON_WORKER0_SUCCEEDED, "worker 0 exited 0 (runPolicy.successPolicy: Worker0)")]
+    assert d.of(DeletePods) == [DeletePods(("job-2",), lc.REASON_WORKER0_SUCCEEDED)]
+
+
+def test_worker0_success_policy_still_restarts_a_gang_whose_other_worker_failed_while_worker_0_ran():
+    spec = job(successPolicy="Worker0")
+    d = decide(spec, running_status(spec), [Pod(0).running().obj(), Pod(1).exited(1).obj()], None, T0 + 1)
+    assert d.phase != lc.SUCCEEDED and d.status["restarts"] == 1
+
+
+def test_worker0_success_policy_does_not_take_a_stopped_worker_0_for_success():
+    spec = job(successPolicy="Worker0")
+    pods = [Pod(0).exited(0, lc.REASON_STOPPED + ": signalled").obj(), Pod(1).running().obj()]
+    assert decide(spec, running_status(spec), pods, None, T0 + 1).phase != lc.SUCCEEDED
+
+
+def test_the_default_success_policy_restarts_when_a_worker_fails_after_worker_0_exited_0():
+    spec = job()
+    assert spec.run_policy.success_policy == "AllWorkers"
+    d = decide(spec, running_status(spec), [Pod(0).exited(0).obj(), Pod(1).exited(1).obj()], None, T0 + 1)
+    assert d.phase != lc.SUCCEEDED and d.status["restarts"] == 1
+
+
 def test_after_rank_zero_reports_success_a_peer_ending_first_is_not_a_crash():
     spec = job()
     pods = [Pod(0).running().obj(), Pod(1).exited(1, "PeerLost: rank 0 closed").obj()]
