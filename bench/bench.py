@@ -116,9 +116,10 @@ def wait_all(procs: list[subprocess.Popen], deadline: float) -> tuple[list[int |
 # --- kuberl through its real entry point ----------------------------------------------
 
 LAUNCH_RANK = (
-    "import runpy, sys, kuberl_trainer.session as s; s.PROGRESS_EVERY_SECONDS = 0.5; "
+    "import gc; gc.disable(); import runpy, sys, kuberl_trainer.session as s; s.PROGRESS_EVERY_SECONDS = 0.5; "
     "sys.argv = ['kuberl_trainer'] + sys.argv[1:]; runpy.run_module('kuberl_trainer', run_name='__main__', alter_sys=True)"
-)  # the entry point as pods run it, with a progress line every 0.5 s for the curves
+)  # the entry point as pods run it (which pauses the collector for its imports: so does this, importing first),
+# with a progress line every 0.5 s for the curves
 
 
 def kuberl_run(root: Path, algorithm: str, hp: dict, env_id: str, num_envs: int, world: int, seed: int,
