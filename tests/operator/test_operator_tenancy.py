@@ -176,7 +176,10 @@ def test_a_tenant_patching_one_pod_in_a_loop_does_not_make_the_operator_relist_t
         stop.set()
         patcher.join()
     assert patches[0] > 100, 'the tenant did patch in a loop'
-    assert listed <= 5 / 0.5 + 4, f'{listed} pod lists in 5 s'
+    # fidget's own lists at most one per relist_seconds (10 in 5 s), plus both jobs' other lists, which a
+    # loaded CI machine bunches into the window (17 seen there); the behaviour this guards against listed
+    # 8.5 times a second, ~42 in the window
+    assert listed <= 5 / 0.5 + 10, f'{listed} pod lists in 5 s'
 
 
 def test_a_template_annotation_key_the_api_server_refuses_fails_the_job_before_any_child(standin, rest, operator):  # noqa: F811
