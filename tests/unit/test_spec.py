@@ -314,3 +314,11 @@ def test_a_mapping_of_100000_bad_keys_or_values_is_three_problems_and_a_count_pe
         "spec.template.metadata.labels: 99997 more values that are not label values",
         "spec.template.metadata.annotations: 99997 more keys that are not qualified names",
     ]
+
+
+@pytest.mark.parametrize("value", ["...", "worker0", "", 123, ["Worker0"], {"Worker0": True}, "W" * 100_000])
+def test_a_success_policy_other_than_its_two_names_is_refused_naming_the_field(value):
+    job = make_job("cartpole").minimal().run_policy(successPolicy=value).obj()
+    (problem,) = problems_of(job)
+    assert problem.path == "spec.runPolicy.successPolicy" and "expected 'AllWorkers' or 'Worker0'" in problem.message
+    assert len(str(problem)) < 300  # a 100,000-character value is shown cut short
