@@ -24,7 +24,7 @@ GIB = 1 << 30
 def test_a_rollouts_planned_bytes_are_what_it_allocates(layout):
     rollout = Rollout(*layout)
     allocated = sum(getattr(rollout, name).nbytes for name in Rollout.layout(*layout))
-    assert Rollout.planned_nbytes(*layout) == allocated
+    assert budget.nbytes(Rollout.layout(*layout)) == allocated
     assert {name for name, value in vars(rollout).items() if isinstance(value, np.ndarray)} == set(Rollout.layout(*layout))
 
 
@@ -34,7 +34,7 @@ def test_a_rollouts_planned_bytes_are_what_it_allocates(layout):
     (7, 4, (2,), np.float64, (), np.int64, 5, 1),  # fewer rows than an n-step window needs: the window's
 ])
 def test_a_replay_buffers_planned_bytes_are_what_it_allocates(layout):
-    assert ReplayBuffer.planned_nbytes(*layout) == ReplayBuffer(*layout).nbytes
+    assert budget.nbytes(ReplayBuffer.layout(*layout)) == ReplayBuffer(*layout).nbytes
 
 
 def test_a_ranks_share_is_the_limit_split_among_the_pods_ranks_less_what_it_holds():

@@ -15,7 +15,10 @@ The check is a floor: the update's own temporaries come on top.
 
 from __future__ import annotations
 
+import math
 import os
+
+import numpy as np
 
 from .checkpoint import memory_limit
 
@@ -24,6 +27,11 @@ GIB = 1 << 30
 
 class BufferTooLarge(ValueError):
     """A buffer the spec asks for cannot fit this rank's memory; the message starts with the fields."""
+
+
+def nbytes(layout: dict[str, tuple[tuple[int, ...], np.dtype]]) -> int:
+    """The bytes of the arrays a buffer's `layout()` names ((shape, dtype) by name)."""
+    return sum(math.prod(shape) * dtype.itemsize for shape, dtype in layout.values())
 
 
 def resident_bytes() -> int:

@@ -151,7 +151,7 @@ class DQNTrainer:
         replay_layout = (hp.buffer_size, num_envs, self.obs_shape, space.dtype, (), np.int64, hp.n_step,
                          atari.frame_stack(self.envs))
         budget.check_fits("spec.dqn.bufferSize", f"a replay buffer of {hp.buffer_size:,} transitions of {env_id}",
-                          ReplayBuffer.planned_nbytes(*replay_layout), ctx.local_world_size)
+                          budget.nbytes(ReplayBuffer.layout(*replay_layout)), ctx.local_world_size)
         torch.manual_seed(seed)  # same initial weights everywhere (rank 0's are broadcast anyway)
         if networks.choose(space, hp.policy, "spec.dqn.policy") == "cnn":  # the Nature DQN
             self.agent = networks.QCNN(self.obs_shape, int(self.action_space.n)).to(ctx.device)

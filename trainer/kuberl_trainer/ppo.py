@@ -215,10 +215,6 @@ class Rollout:
                   "actions": ((steps, num_envs, *action_shape), np.dtype(np.int64 if discrete else np.float32))}
         return arrays | {name: ((steps, num_envs), np.dtype(np.float32)) for name in cls.SCALARS}
 
-    @classmethod
-    def planned_nbytes(cls, *layout_args) -> int:
-        return sum(math.prod(shape) * dtype.itemsize for shape, dtype in cls.layout(*layout_args).values())
-
     def __init__(self, steps: int, num_envs: int, obs_shape: tuple, action_shape: tuple, discrete: bool,
                  obs_dtype: type = np.float32, device: torch.device = CPU):
         for name, (shape, dtype) in self.layout(steps, num_envs, obs_shape, action_shape, discrete, obs_dtype).items():
@@ -268,7 +264,7 @@ class PPOTrainer:
         layout = (hp.num_steps, num_envs, self.obs_shape, tuple(self.action_space.shape or ()), self.agent.discrete,
                   np.uint8 if cnn else np.float32)
         budget.check_fits("spec.ppo.numSteps x spec.env.numEnvs",
-                          f"a rollout of {self.batch_per_rank:,} steps of {env_id}", Rollout.planned_nbytes(*layout),
+                          f"a rollout of {self.batch_per_rank:,} steps of {env_id}", budget.nbytes(Rollout.layout(*layout)),
                           ctx.local_world_size)
         self.buf = Rollout(*layout, ctx.device)
         self.tracker = EpisodeTracker(num_envs)

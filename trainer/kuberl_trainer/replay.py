@@ -110,10 +110,6 @@ class ReplayBuffer:
                 "actions": ((rows, num_envs, *action_shape), np.dtype(action_dtype)),
                 "rewards": ((rows, num_envs), np.dtype(np.float32)), **flags}
 
-    @classmethod
-    def planned_nbytes(cls, *layout_args) -> int:
-        return sum(math.prod(shape) * dtype.itemsize for shape, dtype in cls.layout(*layout_args).values())
-
     # -- writing ------------------------------------------------------------
 
     def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
