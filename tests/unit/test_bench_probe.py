@@ -38,3 +38,25 @@ def test_the_pair_ceiling_runs_each_update_at_two_busy_cores_speed_then_adds_the
     assert ceiling == pytest.approx(2 * 0.020 / (2 * 0.020 / 1.8 + 20 * 0.0001))
     assert "1.80x one alone" in pair_note(probes, "ppo", 1.6)
     assert pair_ceiling({**probes, "ppo-pair": []}, "ppo") is None and pair_note({**probes, "ppo-pair": []}, "ppo", 1.6) == ""
+
+
+def test_every_side_of_a_dqn_solve_run_explores_over_the_same_32000_steps_of_a_budget_no_side_spends():
+    """The cap, not a step budget, ends an unsolved solve run; the exploration schedule stays the one the
+    bench measured before (0.16 of 200,000 steps), on SB3's side and kuberl's alike."""
+    from bench import (
+        KUBERL_DQN_CARTPOLE,
+        KUBERL_PPO_CARTPOLE,
+        RLZOO_DQN_CARTPOLE,
+        SOLVE_BUDGET,
+        solve_settings,
+    )
+
+    sb3 = solve_settings("dqn", RLZOO_DQN_CARTPOLE)
+    kuberl = solve_settings("dqn", KUBERL_DQN_CARTPOLE)
+    assert sb3["exploration_fraction"] * SOLVE_BUDGET["dqn"] == pytest.approx(32_000) == 0.16 * 200_000
+    assert kuberl["explorationFraction"] == sb3["exploration_fraction"]
+    assert "explorationFraction" not in sb3 and "exploration_fraction" not in kuberl
+    assert {k: v for k, v in kuberl.items() if k != "explorationFraction"} == {
+        k: v for k, v in KUBERL_DQN_CARTPOLE.items() if k != "explorationFraction"}
+    assert SOLVE_BUDGET["dqn"] / 200 > 4 * 2_022  # more steps than 2 ranks at twice today's rate take in the cap
+    assert solve_settings("ppo", KUBERL_PPO_CARTPOLE) is KUBERL_PPO_CARTPOLE
