@@ -160,6 +160,8 @@ def test_a_killed_peer_ends_the_survivor_within_the_collective_timeout(tmp_path)
         (lambda s: s["env"].update(id="collections:NoSuchClass"), "spec.env.id"),
         (lambda s: s["ppo"].update(learningRate=-1), "spec.ppo.learningRate"),
         (lambda s: s["ppo"].update(numMinibatches=4000), "spec.ppo.numMinibatches"),
+        # made without complaint, then failing the first step: every restart would fail there again
+        (lambda s: s["env"].update(kwargs={"max_episode_steps": "x"}), "spec.env.kwargs"),
     ],
 )
 def test_a_bad_configuration_exits_78_naming_the_field(tmp_path, mutate, field):

@@ -88,3 +88,52 @@ def test_an_env_that_cannot_be_made_names_the_field(env_id, kwargs, expected):
     with pytest.raises(envs.UnknownEnv) as refused:
         envs.make_envs(env_id, 2, kwargs)
     assert str(refused.value).startswith(expected), str(refused.value)
+
+
+@pytest.mark.parametrize("env_id, kwargs, expected", [
+    # taken at construction, then the first step compares an int with a str
+    ("CartPole-v1", {"max_episode_steps": "x"}, "spec.env.kwargs: 'CartPole-v1' failed its first step: UFuncTypeError"),
+    ("Pendulum-v1", {"g": "x"}, "spec.env.kwargs: 'Pendulum-v1' failed its first step: TypeError: unsupported operand"),
+])
+def test_an_env_that_fails_its_first_step_on_the_specs_values_names_the_field(env_id, kwargs, expected):
+    """Made without complaint, these fail at the first step; a restart (same kwargs, same code) would
+    fail there again: a ConfigError, not a Crashed rank retried until backoffLimit."""
+    from kuberl_trainer import envs
+
+    made = envs.make_envs(env_id, 2, kwargs)
+    made.reset(seed=1)
+    with pytest.raises(envs.UnknownEnv) as refused:
+        made.step(made.action_space.sample())
+    assert str(refused.value).startswith(expected), str(refused.value)
+
+
+def test_a_user_env_failing_its_first_reset_names_the_id_and_other_errors_pass_through(tmp_path, monkeypatch):
+    from kuberl_trainer import envs
+
+    (tmp_path / "firstreset.py").write_text(
+        "import gymnasium as gym, numpy as np\n"
+        "class Bad(gym.Env):\n"
+        "    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)\n"
+        "    action_space = gym.spaces.Discrete(2)\n"
+        "    def reset(self, seed=None, options=None):\n"
+        "        raise ValueError('needs a map file')\n"
+        "class Flaky(Bad):\n"
+        "    def reset(self, seed=None, options=None):\n"
+        "        raise ConnectionError('simulator not up yet')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(envs.UnknownEnv, match=r"^spec.env.id: 'firstreset:Bad' failed its first reset: ValueError: needs a map file"):
+        envs.make_envs("firstreset:Bad", 1).reset(seed=1)
+    with pytest.raises(ConnectionError):  # may pass on a retry: stays a crash, retried
+        envs.make_envs("firstreset:Flaky", 1).reset(seed=1)
+
+
+def test_after_its_first_step_an_env_is_unguarded_and_its_state_still_plain_data():
+    from kuberl_trainer import envs
+
+    made = envs.make_envs("CartPole-v1", 2)
+    assert envs.env_state(made) is not None  # before the first step: the guards are not state
+    made.reset(seed=1)
+    made.step(made.action_space.sample())
+    assert not {"reset", "step"} & set(vars(made))  # the class's own methods again: no cost per step
+    with pytest.raises(AssertionError):  # after the first step an error is the env's own, as raised
+        made.step(np.array(["x", "y"]))

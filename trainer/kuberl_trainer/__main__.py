@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidJob as e:
         write_reason(contract.REASON_CONFIG_ERROR, "; ".join(str(p) for p in e.problems))
         return contract.EXIT_CONFIG_ERROR
-    except (ConfigError, UnusableCheckpoint, BadEnvironment) as e:  # retrying cannot change these
+    except (ConfigError, UnknownEnv, UnusableCheckpoint, BadEnvironment) as e:  # retrying cannot change these
+        # UnknownEnv here: an env made without complaint that failed its first reset or step (envs.guard_first_step)
         write_reason(contract.REASON_CONFIG_ERROR, str(e))
         return contract.EXIT_CONFIG_ERROR
     except PeerLost as e:

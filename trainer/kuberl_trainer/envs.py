@@ -75,7 +75,45 @@ def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: s
     mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
     if mode != gym.vector.AutoresetMode.NEXT_STEP:
         raise UnknownEnv(f"spec.env.id: {env_id!r} uses autoreset mode {mode}; kuberl expects next-step")
+    guard_first_step(envs, env_id, kwargs)
     return envs
+
+
+# What an env raises from the values the spec gave it, at its first reset or step: CartPole's
+# `max_episode_steps: "x"` is taken at construction and fails its first step comparing an int
+# with a str; Pendulum's `g: "x"` fails in its physics.
+REFUSED_AT_FIRST_STEP = (TypeError, ValueError, AssertionError)
+
+
+def guard_first_step(envs: gym.vector.VectorEnv, env_id: str, kwargs: dict) -> None:
+    """Until `envs` has stepped once, a REFUSED_AT_FIRST_STEP error from its reset or step
+    becomes UnknownEnv naming the field: every restart would meet it again (same kwargs,
+    same code), so it is the spec's error, not a crash to retry. The guards are instance
+    attributes that remove themselves after the first step: no cost per step after it."""
+    field = "spec.env.kwargs" if kwargs else "spec.env.id"
+    reset, step = envs.reset, envs.step
+
+    def refused(call: str, e: Exception) -> UnknownEnv:
+        return UnknownEnv(f"{field}: {env_id!r} failed its first {call}: {type(e).__name__}: {e}")
+
+    def guarded_reset(*args, **kw):
+        try:
+            return reset(*args, **kw)
+        except REFUSED_AT_FIRST_STEP as e:
+            raise refused("reset", e) from e
+
+    def guarded_step(*args, **kw):
+        try:
+            result = step(*args, **kw)
+        except REFUSED_AT_FIRST_STEP as e:
+            raise refused("step", e) from e
+        for name, guard in (("reset", guarded_reset), ("step", guarded_step)):
+            if vars(envs).get(name) is guard:  # a wrapper put over it (a benchmark's timer) keeps it
+                delattr(envs, name)
+        return result
+
+    guarded_reset.first_step_guard = guarded_step.first_step_guard = True  # not env state (env_state)
+    envs.reset, envs.step = guarded_reset, guarded_step
 
 
 def env_state(envs: gym.vector.VectorEnv) -> dict | None:
@@ -90,6 +128,8 @@ def env_state(envs: gym.vector.VectorEnv) -> dict | None:
         return None
     state: dict = {}
     for name, value in vars(envs).items():
+        if getattr(value, "first_step_guard", False):
+            continue
         if isinstance(value, np.random.Generator):
             state[name] = {"$rng": value.bit_generator.state}
         elif isinstance(value, np.ndarray) and not value.dtype.hasobject:
