@@ -425,3 +425,18 @@ def test_flat_adam_is_torch_adams_fused_update_bit_for_bit():
     assert torch.equal(mine.flat, reference.detach())
     assert torch.equal(mine.exp_avg, state["exp_avg"]) and torch.equal(mine.exp_avg_sq, state["exp_avg_sq"])
     assert float(mine.optimizer.state[weight]["step"]) == float(state["step"]) == 50
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 6, 64])
+def test_the_gradient_average_has_the_bits_of_ddps_division_for_every_world_size(world_size):
+    """A power of two multiplies by its reciprocal (cheaper than a division); tiny, huge, subnormal,
+    signed-zero, infinite and NaN gradients come out as div_ makes them."""
+    from kuberl_trainer.fused import divide_in_place
+
+    torch.manual_seed(world_size)
+    magnitudes = 10.0 ** torch.randint(-45, 38, (200_000,)).double()
+    values = (torch.randn(200_000).double() * magnitudes).float()
+    values = torch.cat([values, torch.tensor([1e-45, -1e-45, 3e-45, 1.1754942e-38, 0.0, -0.0, float("inf"), float("nan")])])
+    ours = divide_in_place(values.clone(), world_size)
+    ddp = values.clone().div_(world_size)
+    assert torch.equal(ours.view(torch.int32), ddp.view(torch.int32))
