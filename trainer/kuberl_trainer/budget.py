@@ -62,4 +62,4 @@ def check_fits(fields: str, what: str, planned: int, local_world_size: int,
     if planned > share:
         raise BufferTooLarge(
             f"{fields}: {what} takes {planned / GIB:.1f} GiB per rank, more than the {max(share, 0) / GIB:.1f} GiB "
-            f"it may use ({how}); lower {fields.split(' ')[0]} or raise the pod's resources.limits.memory")
+            f"it may use ({how}); lower {fields} or raise the pod's resources.limits.memory")
