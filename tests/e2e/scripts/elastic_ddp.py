@@ -53,3 +53,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Skip finalization, where torch 2.13's gloo worker thread can still be freeing broadcast_object_list's
+    # tensors and aborts the interpreter (exit 134, 1 run in 100 here; see dcp_reshard.py). A retried pod
+    # would print its lines twice.
+    os._exit(0)
