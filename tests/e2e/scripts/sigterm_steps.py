@@ -3,9 +3,9 @@ the handler only sets a flag, and each step's all-reduce carries it, so every
 rank leaves the loop at the same step. Signals reach ranks at different
 moments: a rank that left alone while its peer was already in the next
 collective left that peer failing 'Connection closed by peer' (a fresh-clone CI
-run met it). The rank then saves what it has and exits 0. IGNORE_SIGTERM=1
-makes the script that never stops, whose pod must still end within its grace
-period."""
+run met it). Each rank then exits 0, where a real script saves its checkpoint
+first (this one only says so). IGNORE_SIGTERM=1 makes the script that never
+stops, whose pod must still end within its grace period."""
 
 import os
 import signal
@@ -34,6 +34,7 @@ def main() -> None:
     deadline = time.monotonic() + 2
     while not stop and time.monotonic() < deadline:
         time.sleep(0.01)
+    # a real script saves its checkpoint here, every rank at the same step
     said = "got SIGTERM" if stop else "stopped with its gang before its own SIGTERM"
     print(f"sigterm_steps rank {rank} {said} after {steps} steps: saved, exiting 0", flush=True)
     dist.destroy_process_group()
