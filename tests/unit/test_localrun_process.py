@@ -58,12 +58,16 @@ def test_a_killed_process_reports_128_plus_the_signal(tmp_path):
 def test_terminate_reaches_the_whole_group_then_kills_what_ignores_it(tmp_path):
     p = start(tmp_path, """
         import signal, subprocess, sys, time
-        child = subprocess.Popen([sys.executable, "-c",
-            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)"])
-        print(child.pid, flush=True)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)"],
+            stdout=subprocess.PIPE)
+        child.stdout.readline()  # the child ignores SIGTERM from here on
+        print(child.pid, flush=True)
         time.sleep(60)
     """)
+    # The pid is printed only once both processes ignore SIGTERM: a signal
+    # sent earlier would end them and fail the test, not kuberl (a CI flake).
     while not p.out.getvalue().strip():
         time.sleep(0.05)
     child = int(p.out.getvalue().split()[2])
