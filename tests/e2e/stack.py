@@ -119,15 +119,19 @@ class PhaseWatch:
         self.env = {**os.environ, 'KUBECONFIG': str(kubeconfig)}
         self.seen: dict[str, list[str]] = collections.defaultdict(list)
         self.stopped = threading.Event()
+        self.established = threading.Event()
         self.process: subprocess.Popen | None = None
         self.thread = threading.Thread(target=self._follow, name='kubectl-watch', daemon=True)
         self.thread.start()
 
     def _follow(self) -> None:
         while not self.stopped.is_set():  # kubectl ends when the server closes the watch: start it again
+            # -v=6 logs each request as it completes: the watch GET's "200 OK" says the watch is open
             self.process = subprocess.Popen(
-                ['kubectl', 'get', 'rltj', '--watch', '--no-headers', '-o', 'custom-columns=NAME:.metadata.name,PHASE:.status.phase'],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=self.env)
+                ['kubectl', 'get', 'rltj', '--watch', '--no-headers', '-v=6',
+                 '-o', 'custom-columns=NAME:.metadata.name,PHASE:.status.phase'],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
+            threading.Thread(target=self._note_established, args=(self.process.stderr,), daemon=True).start()
             for line in self.process.stdout:
                 name, _, phase = line.strip().partition(' ')
                 phase = phase.strip()
@@ -136,8 +140,23 @@ class PhaseWatch:
             self.process.wait()
             self.stopped.wait(0.5)
 
+    def _note_established(self, stderr) -> None:
+        for line in stderr:
+            if 'watch=true' in line and ' 200 OK' in line:
+                self.established.set()
+
+    def wait_established(self, timeout: float) -> None:
+        """Until kubectl's watch is open: a job applied before it would be listed in its current
+        phase and its earlier ones missed (a loaded CI machine starts kubectl in seconds)."""
+        assert self.established.wait(timeout), f'kubectl get rltj --watch not established within {timeout}s'
+
     def phases(self, name: str) -> list[str]:
         return list(self.seen[name])
+
+    def phases_through(self, name: str, last: str, timeout: float = 30) -> list[str]:
+        """The phases seen, once the watch has delivered `last` (it lags the API by kubectl's own pace)."""
+        wait_for(lambda: self.seen[name][-1:] == [last], timeout, f'kubectl --watch to show {name} {last}', interval=0.1)
+        return self.phases(name)
 
     def stop(self) -> None:
         self.stopped.set()
@@ -172,6 +191,7 @@ class Stack:
         self.operator = Operator(self.server, self.workdir).start()
         self._start_prometheus()
         self.watch = PhaseWatch(self.server.kubeconfig)
+        self.watch.wait_established(60)
 
     def _start_prometheus(self) -> None:
         assert PROMETHEUS.exists(), "Debian's prometheus is missing: `make prometheus` installs it"

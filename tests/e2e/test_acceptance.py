@@ -48,7 +48,7 @@ def test_the_cartpole_example_trains_to_its_target_and_deleting_it_removes_its_c
 
     done = stack.status(name)
     assert done['phase'] == 'Succeeded', f'{done}\n{stack.pod_logs(name)[-3000:]}'
-    assert stack.watch.phases(name) == ['Pending', 'Running', 'Succeeded'], stack.watch.phases(name)
+    assert stack.watch.phases_through(name, 'Succeeded') == ['Pending', 'Running', 'Succeeded'], stack.watch.phases(name)
     succeeded = stack.condition(name, 'Succeeded')
     # status.progress is rank 0's last scrape, which may predate the final evaluation: the condition carries rank 0's own words.
     reached = float(re.search(r'eval return ([\d.]+) >= ', succeeded['message']).group(1))
