@@ -290,7 +290,7 @@ def solve_runs(out: Path, seeds: list[int], caps: dict[str, float], so_far: dict
     return runs
 
 
-def probe_runs(out: Path, quick: bool, rounds: int | None = None) -> dict[str, list[dict]]:
+def probe_runs(out: Path, quick: bool, round_count: int | None = None) -> dict[str, list[dict]]:
     """Items 2-5 and 8: throughput, scaling, time per update, ceilings, memory."""
     ppo = {k: v for k, v in KUBERL_PPO_CARTPOLE.items()}
     dqn = {k: v for k, v in KUBERL_DQN_CARTPOLE.items()}
@@ -312,7 +312,7 @@ def probe_runs(out: Path, quick: bool, rounds: int | None = None) -> dict[str, l
     # scaling of 1.39x in one try and 1.86x in the next. So every plan runs PROBE_ROUNDS times,
     # interleaved with the others, and the report takes the round with the median global steps/s.
     rounds: dict[str, list[list[dict] | None]] = {name: [] for name in plans}
-    how_many = rounds or PROBE_ROUNDS["quick" if quick else "full"]
+    how_many = round_count or PROBE_ROUNDS["quick" if quick else "full"]
     for round_number in range(how_many):
         for name, (algorithm, hp, envs, world) in plans.items():
             warmup = 2 if algorithm == "ppo" else 5  # DQN: past learningStarts
