@@ -80,12 +80,16 @@ def test_the_median_time_to_solve_counts_a_seed_never_solved_as_slower_than_ever
 
 
 def test_the_scaling_rounds_give_a_95_percent_interval_that_says_when_the_goal_is_undecided():
-    from bench import interval_note, mean_interval
+    from bench import interval_note, mean_interval, t_975
 
     values = [1.6, 1.8, 1.6, 1.8]  # mean 1.7, sample std 0.11547; t(0.975, 3 degrees of freedom) = 3.182
     mean, low, high = mean_interval(values)
     assert mean == pytest.approx(1.7) and high - mean == pytest.approx(3.182 * 0.115470 / 2, rel=1e-4) and mean - low == pytest.approx(high - mean)
     assert mean_interval([1.7]) is None
+    # 15 rounds have 14 degrees of freedom: t = 2.145, not the normal's 1.96 (an interval 9% too narrow)
+    assert t_975(14) == 2.145 and t_975(30) == 2.042
+    for degrees, exact in ((40, 2.0211), (60, 2.0003), (120, 1.9799)):  # the usual table's values
+        assert t_975(degrees) == pytest.approx(exact, abs=0.001)
 
     def probes(ddp_rates):
         return {"ppo-plain": [{"round_rates": [1000.0] * len(ddp_rates)}], "ppo-ddp2": [{"round_rates": ddp_rates}] * 2}
@@ -94,3 +98,12 @@ def test_the_scaling_rounds_give_a_95_percent_interval_that_says_when_the_goal_i
     assert interval_note(probes([1900.0, 1910.0, 1905.0]), "ppo", 1.77)[1] is True
     assert interval_note(probes([1500.0, 1510.0, None]), "ppo", 1.77)[1] is False  # a failed round is left out
     assert interval_note(probes([1500.0]), "ppo", 1.77) == ("", None)
+
+
+def test_the_bench_refuses_a_round_count_below_one_by_name(capsys):
+    from bench import main
+
+    for bad in ("0", "-3", "x", "1e9"):
+        with pytest.raises(SystemExit) as refused:
+            main(["--rounds", bad])
+        assert refused.value.code == 2 and "argument --rounds" in capsys.readouterr().err
