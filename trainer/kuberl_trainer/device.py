@@ -24,7 +24,8 @@ def host_zeros(shape: tuple[int, ...], dtype: np.dtype | type, device: torch.dev
     so its host-to-device copies can run asynchronously."""
     if device.type != "cuda":
         return np.zeros(shape, dtype)
-    return torch.zeros(shape, dtype=torch.from_numpy(np.zeros((), dtype)).dtype, pin_memory=True).numpy()
+    torch_dtype = torch.from_numpy(np.zeros((), dtype)).dtype
+    return torch.zeros(shape, dtype=torch_dtype, pin_memory=True).numpy()  # host: pinned, for asynchronous copies
 
 
 def to_device(array: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -282,7 +282,7 @@ def process_group(
             # The gang's transport, the most conservative any rank asks for: a rank that went to set up
             # the link while another did not would pair open_link's broadcast with that rank's next
             # collective (a PyTorchJob's Master and Worker templates can set the variable differently).
-            asked = torch.tensor([gradlink.TRANSPORTS.index(transport)], dtype=torch.int64)
+            asked = torch.tensor([gradlink.TRANSPORTS.index(transport)], dtype=torch.int64)  # host: gloo only
             with collectives():
                 dist.all_reduce(asked, op=dist.ReduceOp.MAX)
             transport = gradlink.TRANSPORTS[int(asked)]
@@ -328,7 +328,7 @@ def take_rank0_parameters(ctx: Dist, flat: torch.Tensor) -> None:
     its constructor imports torch._dynamo, 0.8 s of a CartPole run's start."""
     if not ctx.distributed:
         return
-    sizes = torch.tensor([flat.numel(), -flat.numel()], dtype=torch.int64)
+    sizes = torch.tensor([flat.numel(), -flat.numel()], dtype=torch.int64, device=flat.device)
     with collectives():
         dist.all_reduce(sizes, op=dist.ReduceOp.MAX)
     # raised outside collectives(): its message must not be read as a lost peer. A crash, as

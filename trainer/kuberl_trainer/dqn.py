@@ -366,14 +366,15 @@ class DQNTrainer:
         self.last_target_update = self.steps_per_rank
         return True
 
-    def learn(self) -> dict[str, float]:
+    def learn(self) -> dict[str, torch.Tensor]:
         """gradient_steps DDP steps on batches from this rank's replay buffer.
         The target network does not change during them, so batches are drawn
         (i.i.d. uniform, as one at a time would be) and their target Q-values
         computed a chunk of steps at a time: one large draw and one large
         forward instead of one small one per step."""
         self.maybe_update_target()
-        total, size = torch.zeros(()), self.hp.batch_size
+        # the losses stay on the learner's device: one host sync per update, in update()
+        total, size = torch.zeros((), device=self.ctx.device), self.hp.batch_size
         for first in range(0, self.gradient_steps, self.steps_per_draw):
             steps = min(self.steps_per_draw, self.gradient_steps - first)
             started = time.perf_counter()
@@ -383,10 +384,9 @@ class DQNTrainer:
             if self.fused is not None:
                 total += self.fused_steps(drawn, next_q_target)
                 continue
-            for k in range(steps):
-                part = slice(k * size, (k + 1) * size)
-                total += self.gradient_step(*(t[part] for t in drawn), next_q_target[part])
-        return {"value_loss": float(total) / self.gradient_steps}
+            for batch in zip(*(t.split(size) for t in (*drawn, next_q_target)), strict=True):
+                total += self.gradient_step(*batch)
+        return {"value_loss": total / self.gradient_steps}
 
     def fused_steps(self, drawn: tuple[torch.Tensor, ...], next_q_target: torch.Tensor) -> torch.Tensor:
         """gradient_step's fused path for every batch of a draw, in fewer operations:
@@ -395,7 +395,7 @@ class DQNTrainer:
         buffer and the losses are taken once at the end. Returns their sum."""
         started, size = time.perf_counter(), self.hp.batch_size
         obs, actions, returns, discount, next_obs = drawn
-        errors = torch.empty(len(obs) // size, size)
+        errors = torch.empty(len(obs) // size, size, device=obs.device)
         if not self.hp.double_dqn:
             targets = self.fused.targets(returns, discount, next_obs, next_q_target)
         for k in range(len(errors)):
@@ -438,7 +438,7 @@ class DQNTrainer:
         self.gradient_allreduce_seconds.clear()
         if success_votes == 0:
             started = time.perf_counter()
-            losses = self.learn() if self.learning() else {}
+            losses = {name: float(loss) for name, loss in self.learn().items()} if self.learning() else {}
             update_seconds = time.perf_counter() - started
             self.counters.updates += 1
         return UpdateReport(

@@ -82,7 +82,7 @@ class NatureCNN(nn.Module):
             nn.Flatten(),
         )
         with torch.no_grad():
-            flat = self.convs(torch.zeros(1, channels, height, width)).shape[1]
+            flat = self.convs(torch.zeros(1, channels, height, width)).shape[1]  # host: at construction, before .to(device)
         self.fc = nn.Sequential(layer(flat, CNN_FEATURES), nn.ReLU())
         self.single_channel = len(frame_shape) == 2
 

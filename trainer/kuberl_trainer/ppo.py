@@ -73,7 +73,7 @@ class Agent(nn.Module):
         self.critic = mlp(obs_dim, hidden, 1, out_std=1.0)
         self.actor = mlp(obs_dim, hidden, n_out, out_std=0.01)
         if not self.discrete:
-            self.log_std = nn.Parameter(torch.zeros(n_out))
+            self.log_std = nn.Parameter(torch.zeros(n_out))  # host: moves with the module's .to(device)
 
     def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features = self.encoder(obs)

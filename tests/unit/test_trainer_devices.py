@@ -1,0 +1,170 @@
+"""Device placement, checked without a GPU.
+
+CI has no GPU, and a CPU tensor mixed into CUDA maths only fails on one
+(DQN's loss accumulator did: `torch.zeros(())` collecting CUDA losses).
+Two guards, each catching what the other cannot:
+
+- A static check: every tensor factory in the trainer names its device, or
+  its line says `# host:` and why (memory that is meant to stay on the CPU).
+- Fake CUDA: torch's FakeTensorMode runs the networks and the learners'
+  maths on tensors that claim to be on `cuda:0` (made from meta tensors: a
+  CPU build of torch cannot move a module to CUDA, fake or not). It raises on
+  any CPU/CUDA mix, as a real GPU would. Autograd on fake CUDA tensors aborts
+  a CPU build's process, so `backward` is recorded instead of run, and
+  host<->device copies (which a CPU build refuses even for fakes) are the
+  one door the tests replace.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pathlib
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from kuberl.spec import DQNConfig, PPOConfig
+from kuberl_trainer import device, dqn, fused, networks, ppo
+from kuberl_trainer.distributed import Dist
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+TRAINER = pathlib.Path(ppo.__file__).parent
+FACTORIES = {"zeros", "ones", "empty", "full", "tensor", "as_tensor", "arange", "rand", "randn", "randint",
+             "randperm", "eye", "linspace"}
+CUDA = torch.device("cuda", 0)
+PIXELS = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+VECTOR = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+
+
+def unplaced_factories(source: str) -> list[int]:
+    """Line numbers of torch tensor factories with neither device= nor a `# host:` mark."""
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in FACTORIES and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "torch"):
+            continue
+        if any(k.arg == "device" for k in node.keywords):
+            continue
+        if any("# host:" in line for line in lines[node.lineno - 1:node.end_lineno]):
+            continue
+        found.append(node.lineno)
+    return found
+
+
+def test_the_static_check_catches_the_accumulator_that_crashed_dqn_on_cuda():
+    crashed = "total, size = torch.zeros(()), self.hp.batch_size\n"
+    assert unplaced_factories(crashed) == [1]
+    assert unplaced_factories("total = torch.zeros((), device=self.ctx.device)\n") == []
+    assert unplaced_factories("flat = torch.zeros(n)  # host: the fused step is CPU-only\n") == []
+
+
+# Modules whose every tensor lives on the host by design, and the check that keeps them there.
+HOST_ONLY = {
+    "fused.py": "the hand-fused steps run on CPU only (fused.supports and supports_q refuse CUDA)",
+    "gradlink.py": "the fused steps' CPU gradient transport",
+}
+
+
+def test_every_tensor_factory_in_the_trainer_names_its_device_or_says_host():
+    offenders = {path.name: lines for path in sorted(TRAINER.glob("*.py"))
+                 if path.name not in HOST_ONLY and (lines := unplaced_factories(path.read_text()))}
+    assert offenders == {}, f"tensor factories without device= or a '# host:' reason: {offenders}"
+
+
+def test_the_host_only_fast_path_refuses_cuda():
+    assert fused.supports_q(dqn.QNetwork(4, 2, [64, 64]), CUDA) is False
+    assert fused.supports(ppo.Agent(4, gym.spaces.Discrete(2), [64, 64]), CUDA) is False
+    assert fused.supports_q(dqn.QNetwork(4, 2, [64, 64]), torch.device("cpu")) is True
+
+
+# --- fake CUDA -----------------------------------------------------------------
+
+
+@pytest.fixture
+def fake():
+    """A FakeTensorMode to enter around the maths (real CPU tensors may flow in, as a
+    GPU allows 0-dim CPU scalars); autocast's "no CUDA here" warning silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*CUDA is not available.*")
+        yield FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def on_fake_cuda(mode: FakeTensorMode, module: torch.nn.Module) -> torch.nn.Module:
+    """`module` (built outside the mode) with every parameter and buffer a fake CUDA tensor."""
+    with mode:
+        return module.to_empty(device=CUDA)
+
+
+def fake_cuda(mode: FakeTensorMode, array: np.ndarray) -> torch.Tensor:
+    """The fake CUDA copy of a host array: what device.to_device would give on a GPU."""
+    return FakeTensor(mode, torch.from_numpy(np.ascontiguousarray(array)).to("meta"), CUDA)
+
+
+def frames(mode, batch: int) -> torch.Tensor:
+    return fake_cuda(mode, np.zeros((batch, *PIXELS.shape), np.uint8))
+
+
+@pytest.mark.parametrize("precision", device.PRECISIONS)
+@pytest.mark.parametrize("space", [VECTOR, PIXELS], ids=["vectors", "pixels"])
+def test_ppo_acts_and_scores_on_the_device_of_its_weights(fake, space, precision):
+    encoder, features = networks.encoder(space, "auto", "spec.ppo.policy")
+    agent = on_fake_cuda(fake, ppo.Agent(features, gym.spaces.Discrete(6), [64, 64], encoder))
+    obs = fake_cuda(fake, np.zeros((8, *space.shape), space.dtype))
+    with fake, torch.no_grad(), device.autocast(CUDA, precision):
+        action, log_prob, value = agent.act(obs)
+        new_log_prob, entropy, new_value = agent(obs, action)
+        greedy = agent.greedy(obs)
+    for tensor in (action, log_prob, value, new_log_prob, entropy, new_value, greedy):
+        assert tensor.device == CUDA
+    assert log_prob.dtype == value.dtype == torch.float32  # the heads return fp32 under bf16 too
+
+
+def test_ppo_loss_stays_on_the_device(fake):
+    n = 16
+    zeros = fake_cuda(fake, np.zeros(n, np.float32))
+    with fake, torch.no_grad():
+        loss, stats = ppo.ppo_loss(zeros, zeros, zeros, zeros, zeros, zeros, zeros, zeros + 1 / n, PPOConfig())
+    assert loss.device == CUDA and all(v.device == CUDA for v in stats.values())
+
+
+@pytest.mark.parametrize("precision", device.PRECISIONS)
+@pytest.mark.parametrize("space", [VECTOR, PIXELS], ids=["vectors", "pixels"])
+def test_q_networks_and_td_maths_stay_on_the_device(fake, space, precision):
+    if space is PIXELS:
+        online = on_fake_cuda(fake, networks.QCNN(space.shape, 6))
+    else:
+        online = on_fake_cuda(fake, dqn.QNetwork(4, 6, [64, 64]))
+    obs = fake_cuda(fake, np.zeros((8, *space.shape), space.dtype))
+    with fake, torch.no_grad(), device.autocast(CUDA, precision):
+        q = online(obs).float()
+        targets = dqn.td_targets(q.select(1, 0), q.select(1, 1), q, q)  # (indexing a fake CUDA tensor needs CUDA)
+        loss = dqn.dqn_loss(q, online.greedy(obs), targets)
+    assert loss.device == CUDA
+
+
+def test_dqn_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch):
+    """DQNTrainer.learn on fake CUDA: batches drawn from the (host) replay buffer,
+    target values, every gradient step's loss and their sum."""
+    hp = DQNConfig(buffer_size=256, learning_starts=64, batch_size=32, train_frequency=4, gradient_steps=2)
+    ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is: no fused CPU path
+    trainer = dqn.DQNTrainer(ctx, hp, "CartPole-v1", 4, {}, 10_000, 7, 0)
+    for _ in range(32):  # acting needs a host sync: real CPU work, done before the fake mode
+        trainer.next_obs = trainer.envs.step(trainer.envs.action_space.sample())[0]
+        trainer.replay.add(trainer.next_obs, np.zeros(4, np.int64), np.ones(4, np.float32),
+                           np.zeros(4, bool), np.zeros(4, bool), np.ones(4, bool))
+    trainer.ctx = dataclasses.replace(ctx, device=CUDA)
+    backward = []
+    monkeypatch.setattr(torch.Tensor, "backward", lambda loss, *a, **k: backward.append(loss.device))
+    on_fake_cuda(fake, trainer.agent).requires_grad_(False)  # recording autograd on fake CUDA aborts too
+    on_fake_cuda(fake, trainer.target)
+    monkeypatch.setattr(trainer, "to_tensors", lambda batch: tuple(
+        fake_cuda(fake, a) for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs)))
+    with fake:
+        losses = trainer.learn()
+    assert backward == [CUDA] * trainer.gradient_steps
+    assert {name: loss.device for name, loss in losses.items()} == {"value_loss": CUDA}
