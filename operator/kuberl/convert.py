@@ -94,6 +94,9 @@ ELASTIC_POLICY = {
     "standalone": "kuberl never runs a standalone rendezvous: worker 0 hosts it",
     "metrics": "no autoscaling: a kuberl gang has a fixed size",
 }
+ETCD_BACKEND = ("etcd: not carried over, kuberl runs no etcd server: torchrun's static rendezvous at worker 0"
+                " (PET_RDZV_ENDPOINT) replaces it, unless the command line says --rdzv-backend=etcd (then it fails:"
+                " drop the flag)")
 CPU_LIMIT = ("unset: changed, kuberl limits the trainer container's CPU to its request (1 per process when none), so"
              " OMP_NUM_THREADS is right; the PyTorchJob's pod could use the node's idle CPUs: set spec.resources.limits.cpu")
 SECURITY_CONTEXT = (f"unset: changed, kuberl's trainer container runs as user {RUNTIME_USER} (non-root) with a read-only"
@@ -550,7 +553,10 @@ def _elastic_notes(spec: dict, notes: list[Note]) -> None:
     for key in _mapping(spec.get("elasticPolicy"), path):
         if key == "nProcPerNode" and spec.get("nprocPerNode") is None:
             continue  # it is the process count then (see _procs)
-        notes.append(Note(f"{path}.{key}", ELASTIC_POLICY.get(key, "not carried over: unknown field")))
+        why = ELASTIC_POLICY.get(key, "not carried over: unknown field")
+        if key == "rdzvBackend" and str(spec["elasticPolicy"][key]).startswith("etcd"):
+            why = ETCD_BACKEND
+        notes.append(Note(f"{path}.{key}", why))
 
 
 # --- everything -----------------------------------------------------------------------------
@@ -767,6 +773,131 @@ def configmap_problems(doc: dict) -> list[Problem]:
         problems.append(Problem("data", f"{size} bytes in all; the API server takes at most {MAX_CONFIGMAP_BYTES} (1 MiB)"
                                 " per ConfigMap: split it, or put large files in a volume"))
     return problems
+
+
+# --- a file of several objects ----------------------------------------------------------------
+
+TRAINJOB_KIND = "TrainJob"  # Kubeflow Trainer v2 (trainer.kubeflow.org); see trainjob.py
+JOB_KINDS = (names.KIND, KIND, TRAINJOB_KIND)
+# Groups whose documents are kept even under an unknown kind: a typo there is refused by name, not skipped.
+JOB_GROUPS = (names.GROUP, "kubeflow.org", "trainer.kubeflow.org")
+RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
+MAX_LIST_DEPTH = 8  # kubectl flattens nested Lists; deeper than this is no manifest anyone wrote
+SKIPPED = ("left out: kuberl takes the job, and the ConfigMaps it reads, from this file; kubectl apply the rest"
+           " yourself if the job needs it")
+ETCD_SKIPPED = ("left out: an etcd server for torchrun's etcd rendezvous, which kuberl does not need: every pod meets"
+                " at worker 0 by static rendezvous (MASTER_ADDR:MASTER_PORT, PET_RDZV_ENDPOINT), which replaces it")
+RUNTIME_SKIPPED = ("left out: a Kubeflow Trainer runtime, which kuberl does not read: what a TrainJob takes from it"
+                   " (image, processes per node) is asked for by kuberl convert")
+
+
+def flatten(docs: list[Any], depth: int = 0) -> list[Any]:
+    """The documents with every `kind: List` (or `<Kind>List`, as kubectl get -o yaml writes) replaced by its
+    items, as kubectl apply -f reads a file."""
+    out: list[Any] = []
+    for doc in docs:
+        items = doc.get("items") if isinstance(doc, dict) else None
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list) and depth < MAX_LIST_DEPTH:
+            out += flatten(items, depth + 1)
+        else:
+            out.append(doc)
+    return out
+
+
+def document_label(doc: Any, index: int) -> str:
+    """`Kind 'name'` of a document, bounded and escaped (repr), or its place in the file."""
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    metadata = doc.get("metadata") if isinstance(doc, dict) else None
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    kind_text = kind if isinstance(kind, str) and re.fullmatch(r"[A-Za-z0-9]{1,63}", kind) else f"document {index + 1}"
+    if not isinstance(name, str):
+        return kind_text
+    shown = repr(name[:80] + "…" if len(name) > 80 else name)
+    return f"{kind_text} {shown}"
+
+
+def is_job(doc: Any) -> bool:
+    """A document kuberl takes as the job (or refuses by name): a job kind, a kind close to one, a kind of
+    a job group, or no mapping at all. Anything else is skipped, named."""
+    if not isinstance(doc, dict):
+        return True
+    kind, api = doc.get("kind"), doc.get("apiVersion")
+    if kind == "ConfigMap":
+        return False
+    if kind in RUNTIME_KINDS:
+        return False
+    group = api.rpartition("/")[0] if isinstance(api, str) else ""
+    return (kind in JOB_KINDS or group in JOB_GROUPS or not isinstance(kind, str)
+            or bool(difflib.get_close_matches(kind, JOB_KINDS, n=1, cutoff=0.8)))
+
+
+def _words(value: Any) -> list[str]:
+    """The strings of a document's names, labels, selectors and container images (lower case)."""
+    found: list[str] = []
+    stack, seen = [value], 0
+    while stack and seen < 10_000:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if (key in ("name", "image", "app") or key.endswith("/name")) and isinstance(child, str):
+                    found.append(child.lower())
+                if isinstance(child, dict | list):
+                    stack.append(child)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def is_etcd(doc: Any, rdzv_hosts: frozenset[str]) -> bool:
+    """An object of the etcd server a PyTorchJob's etcd rendezvous used: the job's rdzvHost by name, or
+    an object whose names, labels or images say etcd (AWS's samples ship a Service and a Deployment)."""
+    if not isinstance(doc, dict):
+        return False
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    if metadata.get("name") in rdzv_hosts:
+        return True
+    return any(re.search(r"(^|[/_.-])etcd([:_.-]|$)", word) for word in _words(doc))
+
+
+def _etcd_hosts(jobs: list[Any]) -> frozenset[str]:
+    hosts = set()
+    for job in jobs:
+        spec = job.get("spec") if isinstance(job, dict) else None
+        policy = spec.get("elasticPolicy") if isinstance(spec, dict) else None
+        if isinstance(policy, dict) and str(policy.get("rdzvBackend", "")).startswith("etcd"):
+            host = policy.get("rdzvHost")
+            if isinstance(host, str):
+                hosts.add(host.split(".")[0])
+    return frozenset(hosts)
+
+
+def select_documents(docs: list[Any]) -> tuple[list[Any], list[str], list[str]]:
+    """A file's documents (Lists flattened) split three ways: the job documents and ConfigMaps, in the
+    file's order; a line for each other document, naming it and why it is left out; the job
+    documents' labels (kuberl takes one job per file from a file of several objects)."""
+    flat = flatten(docs)
+    jobs = [d for d in flat if is_job(d)]
+    hosts = _etcd_hosts(jobs)
+    kept, skipped = [], []
+    for i, doc in enumerate(flat):
+        if is_job(doc) or is_configmap(doc):
+            kept.append(doc)
+            continue
+        why = (RUNTIME_SKIPPED if isinstance(doc, dict) and doc.get("kind") in RUNTIME_KINDS
+               else ETCD_SKIPPED if is_etcd(doc, hosts) else SKIPPED)
+        skipped.append(f"{document_label(doc, i)}: {why}")
+    labels = [document_label(d, i) for i, d in enumerate(flat) if is_job(d)]
+    return kept, skipped, labels
+
+
+def one_job_problem(labels: list[str]) -> str | None:
+    """The refusal of a file with several job documents, naming each; None for one or none."""
+    if len(labels) <= 1:
+        return None
+    return (f"{len(labels)} job documents ({', '.join(labels)}): kuberl takes one job from a file; keep one, or put"
+            " each in its own file")
 
 
 def convert_documents(docs: list[Any]) -> tuple[list[dict], list[tuple[str, list[Note]]], list[tuple[str, NotConvertible]]]:

@@ -381,13 +381,23 @@ def split_documents(docs: list, path: str) -> tuple[dict, dict[str, dict[str, st
     return jobs[0], configmaps
 
 
-def runnable_documents(docs: list, path: str, say: bool = True) -> list:
-    """A file's documents with each Kubeflow PyTorchJob replaced by the RLTrainingJob `kuberl convert`
-    prints (validate, render and run take a PyTorchJob as it stands); what could not be carried
-    over goes to stderr when `say`. A PyTorchJob with no equivalent exits 1, naming its fields."""
+def runnable_documents(docs: list, path: str, say: bool = True, one_job: bool = False) -> list:
+    """A file's job and ConfigMap documents (Lists flattened), each Kubeflow PyTorchJob replaced by the
+    RLTrainingJob `kuberl convert` prints (validate, render and run take a PyTorchJob as it stands).
+    Every other document is left out, and when `say` named on stderr with why, one line each, as is
+    what could not be carried over. Several job documents exit 1 naming each when `one_job` (run) or
+    when one is not an RLTrainingJob (a migrated file); a PyTorchJob with no equivalent exits 1,
+    naming its fields."""
+    kept, skipped, labels = convert.select_documents(docs)
+    for line in skipped if say else []:
+        print(f"{path}: {line}", file=sys.stderr)
+    foreign = [d for d in kept if isinstance(d, dict) and d.get("kind") in (convert.KIND, convert.TRAINJOB_KIND)]
+    several = convert.one_job_problem(labels) if one_job or foreign else None
+    if several:
+        raise SystemExit(f"{path}: {several}")
     out = []
-    for doc in docs:
-        if not (isinstance(doc, dict) and doc.get("kind") == convert.KIND):
+    for doc in kept:
+        if not any(doc is d for d in foreign):
             out.append(doc)
             continue
         converted, notes, failures = convert.convert_documents([doc])
@@ -406,7 +416,7 @@ def load_job(path: str, docs: list | None = None) -> tuple[dict, dict[str, dict[
     if docs is None:
         with open(path) as f:
             docs = load_documents(f)
-    return split_documents(runnable_documents(docs, path), path)
+    return split_documents(runnable_documents(docs, path, one_job=True), path)
 
 
 def job_uid(run_dir: str) -> str:

@@ -6,8 +6,12 @@ notes the guide shows), and the README links it."""
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from kuberl import names
 from kuberl.convert import convert
@@ -63,3 +67,26 @@ def test_the_readme_links_the_guide_and_the_guide_links_the_contract():
     assert "(docs/migrating-from-pytorchjob.md)" in readme
     assert "../README.md#the-environment-contract" in GUIDE.read_text()
     assert "\n## The environment contract\n" in readme
+
+
+def console_blocks() -> list[tuple[str, list[str]]]:
+    """The guide's ```console blocks: the `$ kuberl ...` line and the lines shown after it."""
+    blocks = re.findall(r"```console\n(.*?)```", GUIDE.read_text(), re.DOTALL)
+    out = []
+    for block in blocks:
+        command, *shown = block.rstrip("\n").split("\n")
+        out.append((command.removeprefix("$ "), shown))
+    return out
+
+
+@pytest.mark.parametrize(("command", "shown"), console_blocks(), ids=[c for c, _ in console_blocks()])
+def test_every_command_in_the_guide_prints_the_lines_shown(command, shown):
+    """Run from docs/, as the guide says; the lines shown are among stdout and stderr's, in order."""
+    argv = shlex.split(command)
+    assert argv[0] == "kuberl"
+    done = subprocess.run([sys.executable, "-m", "kuberl.cli", *argv[1:]], cwd=GUIDE.parent, capture_output=True,
+                          text=True, timeout=120, check=False)
+    printed = iter((done.stderr + done.stdout).splitlines())
+    for line in shown:
+        if line != "…":
+            assert any(p == line for p in printed), f"{line!r} not printed by {command!r}:\n{done.stderr}"

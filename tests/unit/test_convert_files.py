@@ -1,0 +1,142 @@
+"""A published job file holds more than the job: kuberl run, validate, render and convert take the
+PyTorchJob (or RLTrainingJob) from a file of several documents or a `kind: List`, carry the
+ConfigMaps it reads, and name every other document they leave out on stderr, one line each;
+several job documents are refused, each named. The etcd objects beside an etcd-rendezvous
+PyTorchJob (the shape of aws-samples/awsome-distributed-training's pytorch/ddp job file) are
+called out as replaced by kuberl's static rendezvous."""
+
+from __future__ import annotations
+
+import pytest
+from kuberl import cli
+from kuberl.convert import to_yaml
+from kuberl.localrun import load_job
+from kuberl.spec import MAX_DOCUMENT_BYTES, load_documents
+
+IMAGE = "registry.example.com/ml/ddp:1"
+
+ETCD_SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "etcd"},
+                "spec": {"ports": [{"name": "etcd-client-port", "port": 2379, "targetPort": 2379}], "selector": {"app": "etcd"}}}
+ETCD_DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "etcd", "labels": {"app": "etcd"}},
+                   "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "etcd"}}, "template": {
+                       "metadata": {"labels": {"app": "etcd"}},
+                       "spec": {"containers": [{"name": "etcd", "image": "quay.io/coreos/etcd:v3.5.19",
+                                                "command": ["/usr/local/bin/etcd"], "args": ["--enable-v2"]}]}}}}
+
+
+def pytorchjob(name: str = "ddp", **elastic) -> dict:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name}, "spec": {
+        "elasticPolicy": {"rdzvBackend": "etcd", "rdzvHost": "etcd", "rdzvPort": 2379, "minReplicas": 1, "maxReplicas": 64,
+                          **elastic},
+        "pytorchReplicaSpecs": {"Worker": {"replicas": 2, "restartPolicy": "OnFailure", "template": {"spec": {
+            "containers": [{"name": "pytorch", "image": IMAGE,
+                            "command": ["torchrun", "--nproc_per_node=1", "--nnodes=2", "/workspace/ddp.py"],
+                            "envFrom": [{"configMapRef": {"name": "settings"}}]}]}}}}}}
+
+
+SETTINGS = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"EPOCHS": "3"}}
+RLTJ = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "mine"}, "spec": {}}
+
+
+def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
+    try:
+        code = cli.main(argv)
+        message = ""
+    except SystemExit as e:
+        code, message = 1, str(e.code)
+    out, err = capsys.readouterr()
+    return code, out, err + message
+
+
+def write(tmp_path, docs: list) -> str:
+    path = tmp_path / "job.yaml"
+    path.write_text(to_yaml(docs))
+    return str(path)
+
+
+ETCD_LINES = ["Service 'etcd': left out: an etcd server", "Deployment 'etcd': left out: an etcd server"]
+
+
+def test_convert_takes_the_pytorchjob_and_names_the_etcd_objects_it_leaves_out(tmp_path, capsys):
+    path = write(tmp_path, [ETCD_SERVICE, ETCD_DEPLOYMENT, SETTINGS, pytorchjob()])
+    code, out, err = run_cli(capsys, ["convert", path])
+    assert code == 0, err
+    assert [d["kind"] for d in load_documents(out)] == ["ConfigMap", "RLTrainingJob"]
+    skipped = [line for line in err.splitlines() if "left out" in line]
+    assert [line.removeprefix(f"{path}: ")[:len(w)] for line, w in zip(skipped, ETCD_LINES, strict=True)] == ETCD_LINES
+    assert all("static rendezvous" in line for line in skipped)
+    backend = next(line for line in err.splitlines() if "elasticPolicy.rdzvBackend" in line)
+    assert "kuberl runs no etcd server" in backend
+
+
+@pytest.mark.parametrize("command", ["validate", "render"])
+def test_validate_and_render_take_the_job_from_the_same_file(tmp_path, capsys, command):
+    path = write(tmp_path, [ETCD_SERVICE, ETCD_DEPLOYMENT, SETTINGS, pytorchjob()])
+    code, out, err = run_cli(capsys, [command, path])
+    assert code == 0, err
+    assert "ddp" in out
+    assert sum("left out" in line for line in err.splitlines()) == 2
+
+
+def test_run_takes_the_job_and_the_configmaps_it_reads(tmp_path, capsys):
+    path = write(tmp_path, [ETCD_SERVICE, ETCD_DEPLOYMENT, SETTINGS, pytorchjob()])
+    job, configmaps = load_job(path)
+    assert job["kind"] == "RLTrainingJob" and configmaps == {"settings": {"EPOCHS": "3"}}
+    err = capsys.readouterr().err
+    assert sum(line.startswith(f"{path}: Service 'etcd': left out") for line in err.splitlines()) == 1
+
+
+def test_a_list_is_read_as_its_items(tmp_path, capsys):
+    """`kubectl get pytorchjob,svc,cm -o yaml` writes one `kind: List`."""
+    other = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token"}, "stringData": {"t": "x"}}
+    listed = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
+              "items": [SETTINGS, {**pytorchjob(), "spec": {**pytorchjob()["spec"], "elasticPolicy": {"rdzvBackend": "c10d"}}},
+                        other]}
+    path = write(tmp_path, [listed])
+    code, out, err = run_cli(capsys, ["convert", path])
+    assert code == 0, err
+    assert [d["kind"] for d in load_documents(out)] == ["ConfigMap", "RLTrainingJob"]
+    assert f"{path}: Secret 'token': left out: kuberl takes the job" in err
+    job, configmaps = load_job(path)
+    assert job["metadata"]["name"] == "ddp" and set(configmaps) == {"settings"}
+
+
+@pytest.mark.parametrize("docs", [
+    [pytorchjob("a"), pytorchjob("b")],
+    [pytorchjob("a"), RLTJ],
+    [{"apiVersion": "v1", "kind": "List", "items": [pytorchjob("a"), ETCD_SERVICE]}, pytorchjob("b")],
+], ids=["two-pytorchjobs", "pytorchjob-and-rltj", "one-in-a-list"])
+@pytest.mark.parametrize("command", ["convert", "validate", "render", "run"])
+def test_several_job_documents_are_refused_naming_each(tmp_path, capsys, docs, command):
+    path = write(tmp_path, docs)
+    code, out, err = run_cli(capsys, [command, path])
+    assert code == 1 and (out == "" or command == "run"), err  # run says its pod security level first
+    line = next(line for line in err.splitlines() if "job documents" in line)
+    assert "PyTorchJob 'a'" in line and ("PyTorchJob 'b'" in line or "RLTrainingJob 'mine'" in line), line
+
+
+def test_a_typo_in_a_job_kind_is_refused_not_left_out(tmp_path, capsys):
+    path = write(tmp_path, [ETCD_SERVICE, {**pytorchjob(), "kind": "PytorchJob"}])
+    code, out, err = run_cli(capsys, ["convert", path])
+    assert (code, out) == (1, "")
+    assert "did you mean 'PyTorchJob'?" in err
+
+
+def test_a_name_is_escaped_and_bounded_on_stderr(tmp_path, capsys):
+    hostile = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x\x1b[2J" + "y" * 500}}
+    path = write(tmp_path, [hostile, pytorchjob()])
+    code, _, err = run_cli(capsys, ["convert", path])
+    assert code == 0, err
+    (line,) = [line for line in err.splitlines() if "Service" in line]
+    assert "\x1b" not in line and "\\x1b[2J" in line and len(line) < 400
+
+
+def test_the_whole_stream_stays_under_the_readers_budget(tmp_path, capsys):
+    """Many small documents add up: the reader's 1.5 MiB bound is the file's, not each document's."""
+    filler = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"c{i}"}, "data": {"k": "x" * 100_000}}
+              for i in range(16)]
+    path = write(tmp_path, [{"apiVersion": "v1", "kind": "List", "items": filler}, pytorchjob()])
+    assert (tmp_path / "job.yaml").stat().st_size > MAX_DOCUMENT_BYTES
+    for command in ("convert", "validate", "run"):
+        code, out, err = run_cli(capsys, [command, path])
+        assert (code, out) == (1, "") and "larger than" in err, err
