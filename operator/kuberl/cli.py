@@ -306,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field, e.g. --set totalTimesteps=20000")
     p.add_argument("--plot", action="store_true", help="write a PNG learning curve when done")
     p.add_argument("--dir", default="runs", help="where runs keep checkpoints, logs and plots")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the job's latest run even if the spec now learns something else (e.g. a raised totalTimesteps);"
+                        " by default such a spec starts a fresh run beside it")
     add_pod_security(p, "privileged", "privileged by default: the pods run as your own processes, on your own machine")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("plot", help="write a PNG learning curve of a local run")

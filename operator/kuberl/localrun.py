@@ -42,7 +42,7 @@ from typing import Self
 
 import yaml
 
-from . import convert, lifecycle, names, rank0metrics
+from . import convert, fingerprint, lifecycle, names, rank0metrics
 from .lifecycle import ObservedPod, Rank0Progress
 from .localnode import (
     LocalRunError,
@@ -693,6 +693,83 @@ def paths_of(job: Job, run_dir: str, uid: str) -> dict:
     return {"checkpoints": host(cluster_config["paths"]["checkpointDir"]), "model": host(model) if model else None}
 
 
+# --- which run a rerun continues -------------------------------------------------
+
+FINGERPRINT_FILE = "fingerprint.json"
+RECORD_LIMIT = 16 << 20  # a run's own records are small; a file put in their place is not read whole
+
+
+@dataclass(frozen=True)
+class RunChoice:
+    run_dir: str
+    note: str | None = None  # what the user should be told about the choice
+    succeeded: bool = False  # the run already succeeded with this very spec: nothing to train
+
+
+def recorded_learned_values(run_dir: str) -> dict | None:
+    """The learned fields a run recorded (`fingerprint.json`), or, for a run an older kuberl started,
+    those of the job.yaml it kept; None when neither can be read."""
+    text = read_regular_file(os.path.join(run_dir, FINGERPRINT_FILE), RECORD_LIMIT)
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        record = json.loads(text) if text else None
+        if isinstance(record, dict) and isinstance(record.get("learned"), dict):
+            return record["learned"]
+    text = read_regular_file(os.path.join(run_dir, "job.yaml"), RECORD_LIMIT)
+    with contextlib.suppress(InvalidJob, UnreadableSpec, ValueError, TypeError, AttributeError):
+        docs = load_documents(text) if text else []
+        if len(docs) == 1:
+            return fingerprint.learned_values(validate_job(docs[0]))
+    return None
+
+
+def has_run(run_dir: str) -> bool:
+    return any(os.path.exists(os.path.join(run_dir, f)) for f in (FINGERPRINT_FILE, "status.json"))
+
+
+def run_phase(run_dir: str) -> str | None:
+    text = read_regular_file(os.path.join(run_dir, "status.json"), RECORD_LIMIT)
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        return json.loads(text).get("phase") if text else None
+    return None
+
+
+def choose_run(base: str, name: str, learned: dict, resume: bool = False) -> RunChoice:
+    """Where this run of job `name` lives. The run of the same learned fields (`kuberl.fingerprint`)
+    resumes, or, when it already succeeded, is not trained again. A spec that learns something else
+    starts a fresh run beside the others (runs/<job>.<fingerprint>: a dot is in no job's name), and
+    says which fields changed; `resume` continues the job's latest run whatever changed."""
+    primary = os.path.abspath(os.path.join(base, name))
+    wanted = fingerprint.fingerprint(learned)
+    try:
+        entries = os.listdir(base)
+    except (FileNotFoundError, NotADirectoryError):
+        entries = []
+    siblings = sorted(os.path.join(os.path.abspath(base), entry) for entry in entries
+                      if entry.startswith(name + ".") and not entry[len(name) + 1:].strip("0123456789abcdef"))
+    runs = [d for d in [primary, *siblings] if has_run(d)]
+    if not runs:
+        return RunChoice(primary)
+    recorded = {d: recorded_learned_values(d) for d in runs}
+    same = next((d for d in runs if recorded[d] is not None and fingerprint.fingerprint(recorded[d]) == wanted), None)
+    if same is not None:
+        succeeded = run_phase(same) == lifecycle.SUCCEEDED
+        return RunChoice(same, succeeded=succeeded)
+    latest = max(runs, key=lambda d: os.path.getmtime(os.path.join(d, "status.json")) if os.path.exists(os.path.join(d, "status.json")) else 0)
+    old = recorded[latest]
+    changes = fingerprint.describe_changes(fingerprint.changed_fields(old, learned)) if old is not None else "its spec was not recorded"
+    if resume:
+        return RunChoice(latest, note=f"resuming {shown(latest)} although what it learns changed (--resume): {changes}")
+    fresh = f"{primary}.{wanted[:8]}"
+    if fresh in runs:  # a prefix shared with another spec's run, or an unreadable record: never mix them
+        fresh = f"{primary}.{wanted[:16]}"
+    return RunChoice(fresh, note=f"{name}: the spec learns something other than the run in {shown(latest)} ({changes}): starting a"
+                                 f" fresh run in {shown(fresh)} and keeping that one; --resume continues it instead")
+
+
+def record_fingerprint(run_dir: str, learned: dict) -> None:
+    write_json(os.path.join(run_dir, FINGERPRINT_FILE), {"fingerprint": fingerprint.fingerprint(learned), "learned": learned})
+
+
 def cmd_run(args: argparse.Namespace, docs: list | None = None) -> int:
     try:
         document, configmaps = load_job(args.file, docs)
@@ -705,7 +782,17 @@ def cmd_run(args: argparse.Namespace, docs: list | None = None) -> int:
             print(f"  {p}", file=sys.stderr)
         return 2
     job = Job(document["metadata"]["name"], spec)
-    run_dir = os.path.abspath(os.path.join(args.dir, job.name))  # pod roots must not depend on a cwd
+    learned = fingerprint.learned_values(spec)
+    choice = choose_run(args.dir, job.name, learned, getattr(args, "resume", False))
+    run_dir = choice.run_dir  # absolute: pod roots must not depend on a cwd
+    if choice.note:
+        say(choice.note)
+    if choice.succeeded:
+        model = paths_of(job, run_dir, job_uid(run_dir))["model"]
+        where = f"; its model is {shown(model)}" if model and os.path.exists(model) else ""
+        say(f"{job.name} already succeeded with this spec in {shown(run_dir)}{where}; nothing to train"
+            f" (delete {shown(run_dir)} to train it again)")
+        return 0
     with contextlib.ExitStack() as held:
         try:
             os.makedirs(run_dir, exist_ok=True)
@@ -713,6 +800,7 @@ def cmd_run(args: argparse.Namespace, docs: list | None = None) -> int:
             held.enter_context(run_lock(run_dir))
             with open(os.path.join(run_dir, "job.yaml"), "w") as f:
                 yaml.safe_dump(document, f, sort_keys=False)
+            record_fingerprint(run_dir, learned)
         except LocalRunError as e:
             say(f"{job.name} cannot run here: {e}")
             return 2

@@ -188,7 +188,9 @@ def test_ctrl_c_stops_every_rank_within_the_grace_period_and_the_run_resumes(tmp
     saved = state["counters"]["global_step"]
     assert 0 < saved < 40000
 
-    code, out = finish(start(tmp_path, "--set", "totalTimesteps=" + str(saved + 1500)), timeout=90)
+    # a changed budget learns something else (its schedules run over it): only --resume continues the run
+    code, out = finish(start(tmp_path, "--resume", "--set", "totalTimesteps=" + str(saved + 1500)), timeout=90)
     assert code == 0, out[-3000:]
+    assert f"totalTimesteps 40000 -> {saved + 1500}" in out, out[-3000:]
     assert re.search(rf"resuming from \S+ \(timesteps {saved}\)", out), out[-3000:]
     assert min(r["timesteps"] for r in progress(tmp_path) if r["restart"] == status(tmp_path)["generation"]) > saved

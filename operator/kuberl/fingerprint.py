@@ -1,0 +1,101 @@
+"""Which spec fields change what a job learns, and a run's fingerprint of them.
+
+`kuberl run` keeps a job's run in `runs/<job>/` and resumes it when run again. Resuming is right
+only when the rerun would learn the same thing: a rerun with another learning rate that picked up
+the old run's checkpoint trained neither. `FIELDS` sorts every top-level spec field (a unit test
+fails when a field is added to `JobSpec` without a row here); the fingerprint is a hash of the
+defaulted values of the `LEARNED` ones.
+
+`totalTimesteps` is learned: PPO's annealed learning rate and DQN's epsilon decay are scheduled
+over it, so a run resumed under another budget would jump to another point of its schedule.
+`kuberl run --resume` continues a run all the same (to extend a budget, knowingly).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .spec import JobSpec, defaulted
+
+LEARNED = "learned"
+OPERATIONAL = "operational"
+
+# Every JobSpec field (camelCase): whether a change to it changes what is learned, and why.
+FIELDS: dict[str, tuple[str, str]] = {
+    "trainer": (LEARNED, "which program trains"),
+    "algorithm": (LEARNED, "the learning algorithm"),
+    "ppo": (LEARNED, "PPO's hyperparameters and network"),
+    "dqn": (LEARNED, "DQN's hyperparameters and network"),
+    "env": (LEARNED, "the environment and how many copies each rank steps"),
+    "totalTimesteps": (LEARNED, "learning-rate and exploration schedules run over it"),
+    "workers": (LEARNED, "world size: the global batch and the seeds of every rank's envs"),
+    "gpusPerWorker": (LEARNED, "sets processes per pod by default, hence the world size"),
+    "procsPerWorker": (LEARNED, "world size"),
+    "seed": (LEARNED, "every random number the run draws"),
+    "deterministic": (LEARNED, "which kernels compute the updates"),
+    "image": (LEARNED, "the trainer's code, in a cluster"),
+    "template": (LEARNED, "may replace the command, its arguments and environment"),
+    "success": (OPERATIONAL, "when to stop, not what each update does"),
+    "imagePullPolicy": (OPERATIONAL, "when the image is pulled"),
+    "resources": (OPERATIONAL, "CPU and memory the pods get"),
+    "nodeSelector": (OPERATIONAL, "where the pods run"),
+    "tolerations": (OPERATIONAL, "where the pods run"),
+    "affinity": (OPERATIONAL, "where the pods run"),
+    "priorityClassName": (OPERATIONAL, "scheduling priority"),
+    "schedulerName": (OPERATIONAL, "which scheduler places the pods"),
+    "labels": (OPERATIONAL, "labels on the pods"),
+    "shmSize": (OPERATIONAL, "size of /dev/shm"),
+    "checkpoint": (OPERATIONAL, "how often and where state is saved"),
+    "runPolicy": (OPERATIONAL, "restarts, deadlines and timeouts"),
+    "queueName": (OPERATIONAL, "which Kueue queue admits the pods"),
+    "metrics": (OPERATIONAL, "the metrics port"),
+    "rendezvous": (OPERATIONAL, "the process group's port and backend (same sums either way)"),
+}
+
+
+def learned_fields() -> list[str]:
+    return [name for name, (kind, _) in FIELDS.items() if kind == LEARNED]
+
+
+def learned_values(spec: JobSpec) -> dict[str, Any]:
+    """The defaulted values (camelCase, JSON types) of the fields that change what is learned."""
+    data = defaulted(spec)
+    return {name: data.get(name) for name in learned_fields()}
+
+
+def fingerprint(values: Mapping[str, Any]) -> str:
+    """A hex digest of `learned_values`: equal values, equal fingerprint (key order aside)."""
+    return hashlib.sha256(json.dumps(values, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _flat(value: Any, path: str, out: dict[str, Any]) -> None:
+    if isinstance(value, Mapping) and value:
+        for key, inner in value.items():
+            _flat(inner, f"{path}.{key}" if path else str(key), out)
+    else:
+        out[path] = value
+
+
+def changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(dotted path, old value, new value) for every leaf that differs; a missing leaf is None."""
+    flat_old: dict[str, Any] = {}
+    flat_new: dict[str, Any] = {}
+    _flat(old, "", flat_old)
+    _flat(new, "", flat_new)
+    return [(path, flat_old.get(path), flat_new.get(path))
+            for path in sorted(flat_old.keys() | flat_new.keys()) if flat_old.get(path) != flat_new.get(path)]
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = json.dumps(value)  # escapes control characters, so a value prints as one safe line
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def describe_changes(changes: list[tuple[str, Any, Any]], limit: int = 6) -> str:
+    """`ppo.learningRate 0.0025 -> 0.001, workers 2 -> 1` (and how many more)."""
+    shown = [f"{path} {_short(a)} -> {_short(b)}" for path, a, b in changes[:limit]]
+    more = len(changes) - limit
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")

@@ -1,0 +1,92 @@
+"""A rerun of `kuberl run` resumes only the run of a spec that learns the same thing (`kuberl.fingerprint`)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import yaml
+from kuberl import fingerprint
+from kuberl.cli import main
+from kuberl.localrun import choose_run, record_fingerprint, write_json
+from kuberl.spec import JobSpec
+
+from tests.support.jobs import make_job
+
+
+def learned(**spec):
+    return fingerprint.learned_values(make_job("cartpole").with_spec(**spec).spec())
+
+
+def finished_run(run_dir, values, phase):
+    os.makedirs(run_dir)
+    record_fingerprint(str(run_dir), values)
+    write_json(os.path.join(run_dir, "status.json"), {"phase": phase, "generation": 0})
+
+
+def test_every_spec_field_is_sorted_into_learned_or_operational():
+    aliases = {field.alias or name for name, field in JobSpec.model_fields.items()}
+    assert set(fingerprint.FIELDS) == aliases
+    assert "ppo" in fingerprint.learned_fields() and "resources" not in fingerprint.learned_fields()
+
+
+def test_operational_fields_keep_the_fingerprint_and_learned_ones_change_it():
+    base = fingerprint.fingerprint(learned())
+    assert fingerprint.fingerprint(learned(resources={"limits": {"cpu": "2"}}, labels={"team": "a"},
+                                           checkpoint={"everyUpdates": 5})) == base
+    # the default written out is the same spec
+    assert fingerprint.fingerprint(learned(ppo={"learningRate": 2.5e-3})) == base
+    for change in ({"ppo": {"learningRate": 1e-3}}, {"workers": 1}, {"seed": 7}, {"totalTimesteps": 2000}):
+        assert fingerprint.fingerprint(learned(**change)) != base, change
+
+
+def test_the_same_spec_resumes_its_unfinished_run(tmp_path):
+    finished_run(tmp_path / "cartpole", learned(), "Running")
+    choice = choose_run(str(tmp_path), "cartpole", learned(resources={"limits": {"cpu": "3"}}))
+    assert choice.run_dir == str(tmp_path / "cartpole") and not choice.succeeded and choice.note is None
+
+
+def test_a_spec_that_learns_otherwise_starts_a_fresh_run_beside_the_old_one_naming_the_change(tmp_path):
+    finished_run(tmp_path / "cartpole", learned(), "Succeeded")
+    new = learned(ppo={"learningRate": 1e-3}, workers=1)
+    choice = choose_run(str(tmp_path), "cartpole", new)
+    assert choice.run_dir == str(tmp_path / f"cartpole.{fingerprint.fingerprint(new)[:8]}")
+    assert "ppo.learningRate 0.0025 -> 0.001" in choice.note and "workers 2 -> 1" in choice.note
+    assert "--resume" in choice.note and not choice.succeeded
+    # once that run exists, the same spec finds it again, and the first spec its own
+    finished_run(choice.run_dir, new, "Running")
+    assert choose_run(str(tmp_path), "cartpole", new).run_dir == choice.run_dir
+    assert choose_run(str(tmp_path), "cartpole", learned()).run_dir == str(tmp_path / "cartpole")
+
+
+def test_resume_continues_the_latest_run_whatever_changed(tmp_path):
+    finished_run(tmp_path / "cartpole", learned(), "Suspended")
+    choice = choose_run(str(tmp_path), "cartpole", learned(totalTimesteps=5000), resume=True)
+    assert choice.run_dir == str(tmp_path / "cartpole")
+    assert "totalTimesteps 1000 -> 5000" in choice.note
+
+
+def test_a_run_an_older_kuberl_started_is_compared_by_its_job_yaml(tmp_path):
+    run = tmp_path / "cartpole"
+    run.mkdir()
+    (run / "job.yaml").write_text(yaml.safe_dump(make_job("cartpole").obj()))
+    (run / "status.json").write_text(json.dumps({"phase": "Suspended", "generation": 1}))
+    assert choose_run(str(tmp_path), "cartpole", learned()).run_dir == str(run)
+    assert choose_run(str(tmp_path), "cartpole", learned(seed=3)).run_dir != str(run)
+
+
+def test_a_run_that_already_succeeded_says_where_its_model_is_and_trains_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    job = make_job("cartpole").obj()
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    run = tmp_path / "runs" / "cartpole"
+    finished_run(run, fingerprint.learned_values(make_job("cartpole").spec()), "Succeeded")
+    uid = "00000000-0000-4000-8000-000000000001"
+    (run / "uid").write_text(uid + "\n")
+    model = run / "checkpoints" / f"cartpole-{uid}" / "final-model.pt"
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"x")
+    assert main(["run", "job.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "cartpole already succeeded" in out and f"runs/cartpole/checkpoints/cartpole-{uid}/final-model.pt" in out
+    assert not (run / "pods").exists() and not (run / "logs").exists()
