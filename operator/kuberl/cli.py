@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from . import torchrun
 from .operator_config import OperatorConfig
 from .podsecurity import (
     DEFAULT_LEVEL,
@@ -146,6 +147,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             + (f", stop at eval return {target:g}" if target is not None else "")
             + f"; pods pass the {args.pod_security} Pod Security Standard"
         )
+        unread = torchrun.template_problem({"template": spec.template, "procsPerWorker": spec.procs_per_worker,
+                                            "gpusPerWorker": spec.gpus_per_worker}, unreadable=True)
+        if unread:
+            print(f"{args.file}: {name}: warning: {unread[0]}: {unread[1]}", file=sys.stderr)
         for field in loopback_fields(name, spec):
             print(f"{args.file}: {name}: warning: {field} meets at localhost, each pod's own in a cluster: these"
                   f" {spec.workers} pods never meet there; meet at $(MASTER_ADDR):$(MASTER_PORT)", file=sys.stderr)
@@ -233,7 +238,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if several:
         print(f"{args.file}: {several}", file=sys.stderr)
         return 1
-    docs, notes, failures = convert_documents(kept)
+    docs, notes, failures = convert_documents(kept, args.procs_per_worker)
     for label, e in failures:
         verdict = "is invalid" if label.startswith("ConfigMap ") else "cannot be converted"  # kept as is, but checked
         print(f"{args.file}: {label} {verdict} ({len(e.problems)} problem(s)):", file=sys.stderr)
@@ -299,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=lambda a: cmd_render(a))
     p = sub.add_parser("convert", help="print the RLTrainingJob for a Kubeflow PyTorchJob; what changes goes to stderr")
     p.add_argument("file", help="a PyTorchJob manifest, or - for stdin")
+    p.add_argument("--procs-per-worker", type=positive(int), default=None,
+                   help="processes per pod where the manifest cannot tell (torchrun's --nproc-per-node cpu or auto)")
     p.set_defaults(func=cmd_convert)
     p = sub.add_parser("run", help="run a job here: the same pods, as local processes")
     p.add_argument("file")

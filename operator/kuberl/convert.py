@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from . import contract, names
+from . import contract, names, torchrun
 from .localnode import pod_source_problems
 from .render import PLACEHOLDER_UID, RUNTIME_USER, Job, render_pod
 from .spec import (
@@ -393,6 +393,56 @@ def _procs(spec: dict, gpus: int, notes: list[Note], user_nproc: tuple[str, str]
     return None, path
 
 
+PROCS_OPTION = "--procs-per-worker"  # kuberl convert's option, for a count no manifest tells
+
+
+def command_procs(nproc: torchrun.Nproc | None, container_path: str, gpus: int, decided: tuple[int | None, str],
+                  given: int | None, notes: list[Note]) -> tuple[int | None, str]:
+    """procsPerWorker and its origin, once the container's own torchrun --nproc-per-node is read: the
+    command line wins over PET_NPROC_PER_NODE (which nprocPerNode set) in torchrun, so it wins here.
+    `given` is --procs-per-worker, which a word that counts CPUs needs."""
+    if given is not None:
+        notes[:] = [n for n in notes if n.path != decided[1]]
+        if decided[0] is not None and decided[0] != given:
+            notes.append(Note(decided[1], f"not carried over: {PROCS_OPTION} {given} replaces it"))
+        decided = (given, PROCS_OPTION)
+    if nproc is None:
+        return decided
+    path = f"{container_path}.{nproc.where.split(' ')[0]}"
+    if nproc.problem or not torchrun.readable(nproc.value or ""):
+        why = nproc.problem or f"--nproc-per-node {nproc.value!r} is a shell or $(VAR) expansion, or no count"
+        notes.append(Note(path, f"{why}: kuberl cannot tell how many processes torchrun starts; it runs"
+                          f" {decided[0] or gpus or 1} per pod (spec.procsPerWorker): make the flag agree"))
+        return decided
+    source = decided[1]  # the field PET_NPROC_PER_NODE came from, which the flag overrides in torchrun
+    before = [n for n in notes if n.path == source]
+    notes[:] = [n for n in notes if n.path != source]
+    if source != PROCS_OPTION and (decided[0] is not None or before) and not any(n.message.startswith("unset") for n in before):
+        notes.append(Note(source, f"not carried over: torchrun took the command line's --nproc-per-node"
+                          f" {nproc.value!r} over it ({path})"))
+    if nproc.count is not None:
+        if given is not None and given != nproc.count:
+            raise _fail(path, f"--nproc-per-node {nproc.count} starts {nproc.count} process(es) per pod, and"
+                        f" {PROCS_OPTION} says {given}: make them equal")
+        notes.append(Note(path, f"--nproc-per-node {nproc.count} is now spec.procsPerWorker: every pod's WORLD_SIZE,"
+                          " CPU request and OMP_NUM_THREADS count its processes"))
+        return nproc.count, path
+    if nproc.value == "gpu" or (nproc.value == "auto" and gpus):
+        if not gpus:
+            raise _fail(path, f"--nproc-per-node gpu counts CUDA devices, and the {CONTAINER!r} container has no"
+                        f" {GPU_RESOURCE} limit (torchrun fails without CUDA): set the limit, or a number")
+        notes.append(Note(path, f"--nproc-per-node {nproc.value}: one process per GPU, spec.gpusPerWorker {gpus}"))
+        return decided if given is not None else (None, path)
+    if given is None:
+        raise _fail(path, f"--nproc-per-node {nproc.value} starts one process per CPU in torch's affinity mask, which"
+                    " no manifest tells (the node's cores, not the pod's CPU limit: a 4-CPU pod on a 64-core node"
+                    f" starts 64): pass {PROCS_OPTION} N to choose, or write a number")
+    notes.append(Note(path, f"--nproc-per-node {nproc.value}: torchrun counts the CPUs in its affinity mask, which equal"
+                      f" spec.procsPerWorker ({given}) only where the kubelet pins whole CPUs (static CPU manager,"
+                      " Guaranteed QoS): write the number instead"))
+    return decided
+
+
 # --- the trainer container and its pod -------------------------------------------------------
 
 
@@ -568,8 +618,9 @@ def _program_of(template: dict, path: str) -> bool:
     return bool(container.get("command") or container.get("args"))
 
 
-def convert(pytorchjob: Any) -> tuple[dict, list[Note]]:
-    """The RLTrainingJob for a PyTorchJob, and a note for each field not carried over or changed in meaning.
+def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict, list[Note]]:
+    """The RLTrainingJob for a PyTorchJob, and a note for each field not carried over or changed in meaning;
+    `procs_per_worker` (convert's --procs-per-worker) where the manifest cannot tell the process count.
     Raises NotConvertible with every problem at the PyTorchJob's own field path."""
     _check_document(pytorchjob)
     doc = copy.deepcopy(pytorchjob)  # the input is never touched, and the output shares nothing with it
@@ -612,6 +663,11 @@ def convert(pytorchjob: Any) -> tuple[dict, list[Note]]:
     origins["spec.workers"] = f"spec.pytorchReplicaSpecs.{WORKER if WORKER in counts else MASTER}.replicas"
     procs, procs_path = _procs(spec, lifted.get("gpusPerWorker", 0), notes,
                                _user_nproc(templates[used], template_path, spec, kubeflow_env))
+    index = _trainer_index(templates[used], template_path)
+    container = templates[used]["spec"]["containers"][index]
+    procs, procs_path = command_procs(torchrun.find(container.get("command"), container.get("args")),
+                                      f"{template_path}.spec.containers[{index}]", lifted.get("gpusPerWorker", 0),
+                                      (procs, procs_path), procs_per_worker, notes)
     origins["spec.procsPerWorker"] = procs_path
     # MASTER_PORT is the Master's pytorchjob-port under PyTorchJob (getPortFromPyTorchJob)
     port_from = MASTER if MASTER in replicas else WORKER
@@ -900,7 +956,8 @@ def one_job_problem(labels: list[str]) -> str | None:
             " each in its own file")
 
 
-def convert_documents(docs: list[Any]) -> tuple[list[dict], list[tuple[str, list[Note]]], list[tuple[str, NotConvertible]]]:
+def convert_documents(docs: list[Any], procs_per_worker: int | None = None,
+                      ) -> tuple[list[dict], list[tuple[str, list[Note]]], list[tuple[str, NotConvertible]]]:
     """Every document of a file: PyTorchJobs converted, ConfigMaps beside them kept as they are (the
     template may read them; kubectl applies them and kuberl run mounts them). Returns the output
     documents, the notes per job, and the failures per document."""
@@ -916,7 +973,7 @@ def convert_documents(docs: list[Any]) -> tuple[list[dict], list[tuple[str, list
             out.append(copy.deepcopy(doc))
             continue
         try:
-            job, job_notes = convert(doc)
+            job, job_notes = convert(doc, procs_per_worker)
         except NotConvertible as e:
             failures.append((label, e))
             continue

@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from . import contract, names, podschema
+from . import contract, names, podschema, torchrun
 
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Kubernetes' resource.Quantity pattern as controller-gen writes it, but with a whole exponent:
@@ -913,6 +913,8 @@ def validate_job(job: Any, env_id_known: Callable[[str], bool | None] | None = N
             parsed = parse_spec(job["spec"])
         except InvalidJob as e:
             problems += e.problems
+        nproc = torchrun.template_problem(job["spec"]) if parsed is not None else None
+        problems += [Problem(*nproc)] if nproc else []
     unknown_env = parsed is not None and parsed.env is not None and env_id_known is not None and ":" not in parsed.env.id
     if unknown_env and env_id_known(parsed.env.id) is False:
         problems.append(Problem(

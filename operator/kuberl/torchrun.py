@@ -1,0 +1,176 @@
+"""torchrun's own process count, read from a container's command line.
+
+torch.distributed.run takes `--nproc-per-node` (or `--nproc_per_node`) from its command line over
+PET_NPROC_PER_NODE, the variable kuberl sets from spec.procsPerWorker: a command line that says 4
+starts 4 processes in a pod whose WORLD_SIZE, CPU limit and OMP_NUM_THREADS were sized for another
+count. This module finds that flag (torchrun, `python -m torch.distributed.run`,
+`torch.distributed.launch`, and the same inside an `sh -c` script) and tells how it agrees with
+the job's process count. Pure: lists of strings in, values out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass
+
+LAUNCH_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+NPROC_FLAGS = ("--nproc-per-node", "--nproc_per_node")
+# The launchers' options that take no value (torch/distributed/run.py `check_env` actions; launch.py's
+# --use-env): every other option's value is the next word unless written `--flag=value`.
+NO_VALUE = frozenset({"--standalone", "-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path",
+                      "--virtual-local-rank", "--virtual_local_rank", "--use-env", "--use_env"})
+SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh"})
+WORDS = ("auto", "cpu", "gpu")
+MAX_SCRIPT_CHARS = 64 * 1024  # an inline script longer than this is not searched (shlex is linear, but why spend it)
+
+
+@dataclass(frozen=True)
+class Nproc:
+    """The flag as found: `value` as written (None: it cannot be read, and `problem` says why), and
+    `where`, the field path of the word that holds it (relative to the container)."""
+
+    value: str | None
+    where: str
+    problem: str | None = None
+
+    @property
+    def count(self) -> int | None:
+        return int(self.value) if self.value is not None and self.value.isdigit() else None
+
+
+def _python(word: str) -> bool:
+    return bool(re.fullmatch(r"python[0-9.]*", os.path.basename(word)))
+
+
+def _launcher_end(words: list[str], start: int) -> int | None:
+    """The index just past the launcher's name in `words[start:]` (torchrun, or python [opts] -m torch.distributed.run)."""
+    for i in range(start, len(words)):
+        word = words[i]
+        if os.path.basename(word) == "torchrun":
+            return i + 1
+        if _python(word):
+            j = i + 1
+            while j < len(words) and words[j].startswith("-") and words[j] != "-m":
+                j += 1  # python's own flags: -u, -O, -X...
+            if j + 1 < len(words) and words[j] == "-m" and words[j + 1] in LAUNCH_MODULES:
+                return j + 2
+    return None
+
+
+def _nproc_in(words: list[str], start: int) -> tuple[str, int] | None:
+    """(value, index of the word that holds it) of the launcher's nproc flag, before its script."""
+    i = start
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("-") or word == "-":
+            return None  # the training script: what follows is its own
+        name, eq, value = word.partition("=")
+        if name in NPROC_FLAGS:
+            if eq:
+                return value, i
+            return (words[i + 1], i + 1) if i + 1 < len(words) else None
+        i += 1 if eq or name in NO_VALUE else 2
+    return None
+
+
+def _shell_script(words: list[str]) -> int | None:
+    """The index of the script of `sh -c SCRIPT` (any shell, with its own flags before -c)."""
+    for i, word in enumerate(words[:-1]):
+        if os.path.basename(word) in SHELLS:
+            for j in range(i + 1, len(words) - 1):
+                if re.fullmatch(r"-[a-z]*c[a-z]*", words[j]):
+                    return j + 1
+                if not words[j].startswith("-"):
+                    break
+            return None
+    return None
+
+
+def find(command: list | None, args: list | None) -> Nproc | None:
+    """torchrun's nproc flag in a container's command and args (as the kubelet joins them), or None."""
+    command = command if isinstance(command, list) else []
+    args = args if isinstance(args, list) else []
+    words = [w for w in [*command, *args] if isinstance(w, str)]
+    if len(words) != len(command) + len(args):
+        return None  # not strings: validation names them
+
+    def where(index: int) -> str:
+        return f"command[{index}]" if index < len(command) else f"args[{index - len(command)}]"
+
+    end = _launcher_end(words, 0)
+    if end is not None:
+        found = _nproc_in(words, end)
+        return Nproc(found[0], where(found[1])) if found else None
+    script = _shell_script(words)
+    if script is None or len(words[script]) > MAX_SCRIPT_CHARS:
+        return None
+    text = words[script]
+    if "torchrun" not in text and not any(m in text for m in LAUNCH_MODULES):
+        return None
+    try:
+        inner = shlex.split(text, comments=True)
+    except ValueError as e:
+        return Nproc(None, where(script), f"the {words[script - 2] if script >= 2 else 'shell'} -c script cannot be"
+                     f" read for torchrun's --nproc-per-node ({e})")
+    start = 0
+    while (end := _launcher_end(inner, start)) is not None:
+        found = _nproc_in(inner, end)
+        if found:
+            return Nproc(found[0], f"{where(script)} (the shell script)")
+        start = end
+    return None
+
+
+def readable(value: str) -> bool:
+    """A value torchrun reads (a whole number or one of its words), not a shell or $(VAR) expansion."""
+    return value.isdigit() or value in WORDS
+
+
+def procs_problem(nproc: Nproc, procs: int, procs_set: bool, gpus: int) -> str | None:
+    """Why the flag disagrees with the job's processes per pod (`procs` after defaulting, `procs_set`
+    when spec.procsPerWorker was written), or None when it agrees."""
+    flag = f"torchrun's --nproc-per-node {nproc.value!r}" if nproc.value is not None else ""
+    if nproc.problem:
+        return nproc.problem + ": set the flag to spec.procsPerWorker's value, or drop it (kuberl sets PET_NPROC_PER_NODE)"
+    assert nproc.value is not None
+    if not readable(nproc.value):
+        return (f"{flag} cannot be read here (a shell or $(VAR) expansion, or no count): write spec.procsPerWorker's"
+                " value, or drop the flag (kuberl sets PET_NPROC_PER_NODE from spec.procsPerWorker)")
+    if nproc.count is not None:
+        if nproc.count != procs:
+            return (f"{flag} starts {nproc.count} process(es) per pod, spec.procsPerWorker is {procs}"
+                    f"{'' if procs_set else ' (its default)'}: make them equal, or drop the flag")
+        return None
+    word = nproc.value
+    if word == "gpu" or (word == "auto" and gpus):
+        if not gpus:
+            return f"{flag} counts CUDA devices, and spec.gpusPerWorker is 0: set spec.gpusPerWorker, or a number"
+        if procs != gpus:
+            return f"{flag} starts one process per GPU ({gpus}), spec.procsPerWorker is {procs}: make them equal"
+        return None
+    if not procs_set:
+        return (f"{flag} starts one process per CPU in torch's affinity mask (the node's cores, not the pod's CPU"
+                " limit: a 4-CPU pod on a 64-core node starts 64): set spec.procsPerWorker, or a number")
+    return None
+
+
+def template_problem(spec: dict, unreadable: bool = False) -> tuple[str, str] | None:
+    """(field path, message) where spec.template's `trainer` container runs torchrun with a process
+    count other than the job's; None when it agrees or runs no launcher. A flag that cannot be read
+    (a shell variable, a script shlex cannot split) is reported only when `unreadable`: it may be
+    right, so the operator does not refuse it; kuberl validate and convert say so."""
+    template = spec.get("template") if isinstance(spec, dict) else None
+    pod = template.get("spec") if isinstance(template, dict) else None
+    containers = pod.get("containers") if isinstance(pod, dict) else None
+    for i, container in enumerate(containers if isinstance(containers, list) else []):
+        if not (isinstance(container, dict) and container.get("name") == "trainer"):
+            continue
+        nproc = find(container.get("command"), container.get("args"))
+        procs, gpus = spec.get("procsPerWorker"), spec.get("gpusPerWorker") or 0
+        if nproc is None or not isinstance(gpus, int) or unreadable != (nproc.problem is not None or not readable(nproc.value or "")):
+            return None
+        problem = procs_problem(nproc, procs if isinstance(procs, int) else gpus or 1, isinstance(procs, int), gpus)
+        return (f"spec.template.spec.containers[{i}].{nproc.where.split(' ')[0]}", problem) if problem else None
+    return None

@@ -1,0 +1,164 @@
+"""torchrun's --nproc-per-node on the command line wins over PET_NPROC_PER_NODE (torch/distributed/run.py
+reads the flag first): kuberl reads it from the command (torchrun, python -m torch.distributed.run or
+.launch, an sh -c script), makes it procsPerWorker when converting, and refuses a job whose command
+line starts another count than the pods were sized for (WORLD_SIZE, CPU request, OMP_NUM_THREADS)."""
+
+from __future__ import annotations
+
+import pytest
+from kuberl import cli, torchrun
+from kuberl.convert import NotConvertible, convert, to_yaml
+from kuberl.render import PLACEHOLDER_UID, render_job
+from kuberl.spec import InvalidJob, validate_job
+
+IMAGE = "registry.example.com/ml/train:1"
+
+
+@pytest.mark.parametrize(("command", "args", "value", "where"), [
+    (["torchrun", "--nproc_per_node=4", "--nnodes=2", "train.py"], None, "4", "command[1]"),
+    (["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "train.py"], None, "8", "command[4]"),
+    (["/opt/conda/bin/torchrun", "--standalone", "--nproc_per_node", "gpu", "t.py"], None, "gpu", "command[3]"),
+    (["python3", "-u", "-m", "torch.distributed.run", "--nproc-per-node=auto", "t.py"], None, "auto", "command[4]"),
+    (["python", "-m", "torch.distributed.launch", "--use_env", "--nproc_per_node=2", "t.py"], None, "2", "command[4]"),
+    (["torchrun"], ["--nproc_per_node=3", "t.py"], "3", "args[0]"),
+    (["sh", "-c", "cd /w && exec torchrun --nnodes=2 --nproc_per_node=4 t.py --lr 1"], None, "4", "command[2] (the shell script)"),
+    (["/bin/bash", "-lc"], ["pip install x; python -m torch.distributed.run --nproc_per_node 2 t.py"], "2",
+     "args[0] (the shell script)"),
+    (["sh", "-c", "torchrun --nproc_per_node=$NPROC t.py"], None, "$NPROC", "command[2] (the shell script)"),
+    (["torchrun", "--nproc_per_node=$(NPROC)", "t.py"], None, "$(NPROC)", "command[1]"),
+])
+def test_the_flag_is_found_where_torchrun_reads_it(command, args, value, where):
+    assert torchrun.find(command, args) == torchrun.Nproc(value, where)
+
+
+@pytest.mark.parametrize(("command", "args"), [
+    (["torchrun", "--nnodes=2", "train.py", "--nproc_per_node=9"], None),  # the script's own argument
+    (["torchrun", "-m", "pkg.train", "--nproc_per_node=9"], None),
+    (["python", "train.py", "--nproc_per_node=9"], None),
+    (["sh", "-c", "python train.py --nproc_per_node=9"], None),
+    (["torchrun", "--no-python", "python3", "-c", "print(1)"], None),
+    (None, None),
+])
+def test_no_flag_is_read_from_the_script_or_a_plain_python(command, args):
+    assert torchrun.find(command, args) is None
+
+
+def test_a_script_the_shell_reads_and_shlex_cannot_is_said_so():
+    found = torchrun.find(["sh", "-c", "torchrun --nproc_per_node='4 t.py"], None)
+    assert found.value is None and "cannot be read" in found.problem and found.where == "command[2]"
+
+
+# --- convert ---------------------------------------------------------------------------------------
+
+
+def pytorchjob(command: list[str], gpus: int = 0, **spec) -> dict:
+    limits = {"cpu": "4", **({"nvidia.com/gpu": gpus} if gpus else {})}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "train"}, "spec": {
+        "runPolicy": {"backoffLimit": 3}, **spec, "pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {
+            "containers": [{"name": "pytorch", "image": IMAGE, "command": command, "resources": {"limits": limits},
+                            "securityContext": {"runAsUser": 1000}}]}}}}}}
+
+
+FLAG = "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command[1]"
+
+
+def test_the_issues_case_runs_4_processes_per_pod_where_torchrun_starts_4():
+    """`torchrun --nproc_per_node=4 --nnodes=2` with no nprocPerNode: 1 process per pod before."""
+    job, notes = convert(pytorchjob(["torchrun", "--nproc_per_node=4", "--nnodes=2", "/workspace/train.py"]))
+    assert job["spec"]["procsPerWorker"] == 4
+    assert [n.path for n in notes] == [FLAG]
+    pods = [o for o in render_job(job, "default", PLACEHOLDER_UID) if o["kind"] == "Pod"]
+    env = {e["name"]: e.get("value") for e in pods[1]["spec"]["containers"][0]["env"]}
+    assert (env["WORLD_SIZE"], env["PET_NPROC_PER_NODE"]) == ("8", "4")
+    assert pods[1]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "4"
+
+
+def test_the_flag_wins_over_nprocpernode_as_in_torchrun():
+    job, notes = convert(pytorchjob(["torchrun", "--nproc_per_node=2", "t.py"], nprocPerNode="4"))
+    assert job["spec"]["procsPerWorker"] == 2
+    overridden = next(n for n in notes if n.path == "spec.nprocPerNode")
+    assert "torchrun took the command line's --nproc-per-node '2'" in overridden.message
+
+
+@pytest.mark.parametrize("word", ["gpu", "auto"])
+def test_gpu_and_auto_with_gpus_are_one_process_per_gpu(word):
+    job, notes = convert(pytorchjob(["torchrun", f"--nproc_per_node={word}", "t.py"], gpus=4))
+    assert (job["spec"]["gpusPerWorker"], job["spec"].get("procsPerWorker")) == (4, None)
+    assert any(n.path == FLAG and "one process per GPU" in n.message for n in notes)
+
+
+@pytest.mark.parametrize(("command", "words"), [
+    (["torchrun", "--nproc_per_node=gpu", "t.py"], "no nvidia.com/gpu limit"),
+    (["torchrun", "--nproc_per_node=cpu", "t.py"], "affinity mask"),
+    (["torchrun", "--nproc_per_node=auto", "t.py"], "pass --procs-per-worker N"),
+])
+def test_a_count_no_manifest_tells_is_refused_at_the_flag(command, words):
+    with pytest.raises(NotConvertible) as e:
+        convert(pytorchjob(command))
+    (problem,) = e.value.problems
+    assert problem.path == FLAG and words in problem.message, problem
+
+
+def test_cpu_takes_the_count_given():
+    job, notes = convert(pytorchjob(["torchrun", "--nproc_per_node=cpu", "t.py"]), procs_per_worker=3)
+    assert job["spec"]["procsPerWorker"] == 3
+    assert any(n.path == FLAG and "static CPU manager" in n.message for n in notes)
+    with pytest.raises(NotConvertible, match="--procs-per-worker says 3"):
+        convert(pytorchjob(["torchrun", "--nproc_per_node=2", "t.py"]), procs_per_worker=3)
+
+
+def test_a_count_that_cannot_be_read_is_said_so():
+    _, notes = convert(pytorchjob(["sh", "-c", "torchrun --nproc_per_node=$CPU_PER_NODE /workspace/ddp.py"]))
+    note = next(n for n in notes if n.path == "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command[2]")
+    assert "'$CPU_PER_NODE'" in note.message and "cannot tell" in note.message
+
+
+# --- an RLTrainingJob --------------------------------------------------------------------------------
+
+
+def rltj(command: list[str], **spec) -> dict:
+    return {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "j"}, "spec": {
+        "trainer": "custom", "workers": 2, "image": IMAGE, **spec,
+        "template": {"spec": {"containers": [{"name": "trainer", "command": command}]}}}}
+
+
+@pytest.mark.parametrize(("job", "words"), [
+    (rltj(["torchrun", "--nproc_per_node=4", "t.py"], procsPerWorker=2), "starts 4 process(es) per pod, spec.procsPerWorker is 2"),
+    (rltj(["torchrun", "--nproc_per_node=4", "t.py"]), "spec.procsPerWorker is 1 (its default)"),
+    (rltj(["torchrun", "--nproc_per_node=cpu", "t.py"]), "set spec.procsPerWorker"),
+    (rltj(["torchrun", "--nproc_per_node=gpu", "t.py"]), "spec.gpusPerWorker is 0"),
+])
+def test_a_job_whose_command_line_disagrees_is_refused_in_one_line(job, words):
+    with pytest.raises(InvalidJob) as e:
+        validate_job(job)
+    (problem,) = e.value.problems
+    assert problem.path == "spec.template.spec.containers[0].command[1]" and words in problem.message, problem
+
+
+@pytest.mark.parametrize("job", [
+    rltj(["torchrun", "--nproc_per_node=4", "t.py"], procsPerWorker=4),
+    rltj(["torchrun", "--nproc_per_node=cpu", "t.py"], procsPerWorker=4),
+    rltj(["torchrun", "--nproc_per_node=auto", "t.py"], gpusPerWorker=2),
+    rltj(["sh", "-c", "torchrun --nproc_per_node=$N t.py"]),  # may be right: validate warns, nothing refuses
+])
+def test_a_job_whose_command_line_agrees_is_valid(job):
+    validate_job(job)
+
+
+def test_validate_counts_the_processes_torchrun_starts(tmp_path, capsys):
+    path = tmp_path / "pj.yaml"
+    path.write_text(to_yaml([pytorchjob(["torchrun", "--nproc_per_node=4", "--nnodes=2", "t.py"])]))
+    assert cli.main(["validate", str(path)]) == 0
+    assert "2 worker(s) x 4 process(es) = world size 8" in capsys.readouterr().out
+    path.write_text(to_yaml([rltj(["sh", "-c", "torchrun --nproc_per_node=$N t.py"])]))
+    assert cli.main(["validate", str(path)]) == 0
+    assert "warning: spec.template.spec.containers[0].command[2]: torchrun's --nproc-per-node '$N' cannot be read" in capsys.readouterr().err
+
+
+def test_convert_takes_procs_per_worker(tmp_path, capsys):
+    path = tmp_path / "pj.yaml"
+    path.write_text(to_yaml([pytorchjob(["torchrun", "--nproc_per_node=cpu", "t.py"])]))
+    assert cli.main(["convert", str(path)]) == 1
+    assert "pass --procs-per-worker N" in capsys.readouterr().err
+    assert cli.main(["convert", "--procs-per-worker", "3", str(path)]) == 0
+    assert "procsPerWorker: 3" in capsys.readouterr().out
