@@ -949,6 +949,12 @@ MAX_NESTING = 64
 # Nodes aliases may add beyond the document's own: a few shared blocks are
 # fine, a "billion laughs" is refused before anything is built from it.
 MAX_ALIAS_EXPANSION = 10_000
+# Bytes aliases may add to a document, counted as a lower bound of their JSON
+# (a scalar's characters plus one separator per node): nine thousand aliases of
+# one large string pass the node budget yet expand to gigabytes. What kubectl
+# sends must fit the API server's request limit, so this bound refuses no job a
+# cluster could store, and nothing is built before it is checked.
+MAX_ALIAS_BYTES = MAX_DOCUMENT_BYTES
 # Characters of one number: int64 and float64 need at most 25.
 MAX_NUMBER_CHARS = 64
 # Tags a document may write explicitly: plain JSON-like data only.
@@ -1073,10 +1079,16 @@ def _check_composed(root: yaml.Node) -> None:
     (before any object is built). Walks iteratively and stops at the budget."""
     distinct: set[int] = set()
     visits = 0
+    added = 0
     stack: list[tuple[yaml.Node, str, int]] = [(root, "", 0)]
     while stack:
         node, path, depth = stack.pop()
         visits += 1
+        if id(node) in distinct:  # reached again, through an alias
+            added += 1 + (len(node.value) if isinstance(node, yaml.ScalarNode) else 0)
+            if added > MAX_ALIAS_BYTES:
+                raise UnreadableSpec(f"{_where(node)}: {path or '(document)'}: aliases expand the document by more than"
+                                     f" {MAX_ALIAS_BYTES} bytes (refused, like an alias bomb: the API server stores at most that)")
         distinct.add(id(node))
         if visits - len(distinct) > MAX_ALIAS_EXPANSION:
             raise UnreadableSpec(f"{_where(node)}: aliases expand past {MAX_ALIAS_EXPANSION} nodes (refused, like an alias bomb)")
@@ -1091,19 +1103,21 @@ def _check_composed(root: yaml.Node) -> None:
                 raise UnreadableSpec(f"{_where(node)}: {path or '(document)'}: {node.value} is not a JSON number"
                                      " (kubectl cannot send NaN or infinity to the API server)")
         elif isinstance(node, yaml.SequenceNode):
-            stack += [(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node.value)]
+            stack += reversed([(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node.value)])  # in document order
         elif isinstance(node, yaml.MappingNode):
             first: dict[Any, yaml.Node] = {}
+            children: list[tuple[yaml.Node, str, int]] = []
             for key, value in node.value:
                 if key.tag == "tag:yaml.org,2002:merge":
-                    stack.append((value, path, depth + 1))
+                    children.append((value, path, depth + 1))
                     continue
                 child = f"{path}.{_key_text(key)}" if path else _key_text(key)
                 ident = _key_identity(key)
                 if ident in first:
                     raise UnreadableSpec(f"{_where(key)}: {child}: duplicate key (first at {_where(first[ident])})")
                 first[ident] = key
-                stack += [(key, child, depth + 1), (value, child, depth + 1)]
+                children += [(key, child, depth + 1), (value, child, depth + 1)]
+            stack += reversed(children)
 
 
 def _text(source: str | bytes | IO) -> str:

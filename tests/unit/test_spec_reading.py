@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kuberl.spec import (
+    MAX_ALIAS_BYTES,
     MAX_ALIAS_EXPANSION,
     MAX_DOCUMENT_BYTES,
     UnreadableSpec,
@@ -38,7 +39,18 @@ ALIAS_BOMB = job_with_kwargs(
     + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10))
 )
 
+# One 1.4 MB string behind 9,000 aliases: under the node budget, 12.6 GB once expanded.
+LONG_STRING_BOMB = job_with_kwargs("big: &s " + "x" * 1_400_000 + "\nuses: [" + ", ".join(["*s"] * 9000) + "]\n")
+TEMPLATE_BOMB = (
+    "apiVersion: kuberl.dev/v1alpha1\nkind: RLTrainingJob\nmetadata: {name: hostile}\n"
+    "spec:\n  algorithm: ppo\n  totalTimesteps: 1000\n  env: {id: CartPole-v1}\n  template:\n"
+    "    metadata: {annotations: {a: &s " + "x" * 1_400_000 + "}}\n"
+    "    spec: {containers: [{name: trainer, args: [" + ", ".join(["*s"] * 9000) + "]}]}\n"
+)
+
 HOSTILE = {
+    "a long string behind many aliases": (LONG_STRING_BOMB, f"spec.env.kwargs.uses[1]: aliases expand the document by more than {MAX_ALIAS_BYTES} bytes"),
+    "the same in the pod template": (TEMPLATE_BOMB, "spec.template.spec.containers[0].args[1]: aliases expand the document by more"),
     "alias bomb": (ALIAS_BOMB, f"aliases expand past {MAX_ALIAS_EXPANSION} nodes"),
     "duplicate key": (EXAMPLE.replace("  algorithm: ppo\n", "  algorithm: ppo\n  algorithm: dqn\n", 1),
                       "spec.algorithm: duplicate key (first at line"),
@@ -88,6 +100,21 @@ def test_hostile_file_gets_one_line_and_exit_1(tmp_path, content, expected):
     assert result.stdout == ""
     assert time.monotonic() - started < 30
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_byte_bomb_is_refused_quickly_in_one_gibibyte(tmp_path):
+    """Counted in CPU seconds (the child's own), so a loaded machine does not fail it."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = kuberl(tmp_path, "validate", content=LONG_STRING_BOMB)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert result.stderr == (f"{tmp_path / 'job.yaml'}: line 10, column 12: spec.env.kwargs.uses[1]: aliases expand the document"
+                             f" by more than {MAX_ALIAS_BYTES} bytes (refused, like an alias bomb: the API server stores at most that)\n")
+    assert (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime) < 5
+
+
+def test_aliases_that_add_less_than_the_budget_are_fine():
+    [doc] = load_documents(job_with_kwargs("big: &s " + "x" * 700_000 + "\nuse: *s\n"))
+    assert doc["spec"]["env"]["kwargs"]["use"] == "x" * 700_000
 
 
 @pytest.mark.parametrize("command", ["render", "run"])
