@@ -558,6 +558,29 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
     return out, lifted
 
 
+PRIVILEGED_WAY = ("or install the operator with --pod-security privileged (chart value podSecurity; the level is"
+                  " operator-wide) and label the namespace's Pod Security Admission to allow it")
+
+
+def _host_path_notes(template: dict, path: str, notes: list[Note]) -> None:
+    """A note per hostPath volume: the baseline level, the operator's default, refuses them, and the ways out."""
+    volumes = template["spec"].get("volumes")
+    for i, volume in enumerate(volumes if isinstance(volumes, list) else []):
+        host = volume.get("hostPath") if isinstance(volume, dict) else None
+        if not isinstance(host, dict):
+            continue
+        where = host.get("path")
+        head = (f"hostPath {where!r}: the operator's default Pod Security level, baseline, refuses hostPath volumes"
+                " (kuberl validate shows it);")
+        if isinstance(where, str) and where.rstrip("/") == names.SHM_MOUNT_DIR:
+            way = (f" kuberl's pods have an in-memory {names.SHM_MOUNT_DIR} already: drop this volume and its mount, and"
+                   " size it with spec.shmSize (default 1Gi), ")
+        else:
+            way = (" keep the data in a PersistentVolumeClaim (a local PersistentVolume for a node's disk), or use an"
+                   " emptyDir for scratch space, ")
+        notes.append(Note(f"{path}.spec.volumes[{i}].hostPath", head + way + PRIVILEGED_WAY))
+
+
 # --- run policy and scheduling --------------------------------------------------------------
 
 
@@ -649,6 +672,7 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
         KUBEFLOW_ELASTIC_ENV if spec.get("elasticPolicy") else frozenset())
     template_path = f"spec.pytorchReplicaSpecs.{used}.template"
     template, lifted = _template(templates[used], template_path, origins, notes, kubeflow_env)
+    _host_path_notes(templates[used], template_path, notes)
 
     if not lifted.get("image"):
         index = _trainer_index(templates[used], template_path)

@@ -140,3 +140,36 @@ def test_the_whole_stream_stays_under_the_readers_budget(tmp_path, capsys):
     for command in ("convert", "validate", "run"):
         code, out, err = run_cli(capsys, [command, path])
         assert (code, out) == (1, "") and "larger than" in err, err
+
+
+# --- hostPath under the baseline level ------------------------------------------------------------------------------
+
+
+def with_host_paths() -> dict:
+    """The AWS DDP sample's volumes: /dev/shm and a node disk from the host, a PVC for checkpoints."""
+    doc = pytorchjob()
+    pod = doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    pod["volumes"] = [{"name": "shmem", "hostPath": {"path": "/dev/shm"}}, {"name": "local", "hostPath": {"path": "/mnt/k8s-disks/0"}},
+                      {"name": "fsx", "persistentVolumeClaim": {"claimName": "fsx-pvc"}}]
+    pod["containers"][0]["volumeMounts"] = [{"name": "shmem", "mountPath": "/dev/shm"}, {"name": "local", "mountPath": "/local"},
+                                            {"name": "fsx", "mountPath": "/fsx"}]
+    return doc
+
+
+def test_convert_notes_each_host_path_the_baseline_level_refuses_and_the_ways_out():
+    from kuberl.convert import convert
+    from kuberl.podsecurity import check_pods
+    from kuberl.render import PLACEHOLDER_UID, Job, render_pod
+    from kuberl.spec import validate_job
+
+    job, notes = convert(with_host_paths())
+    volumes = "spec.pytorchReplicaSpecs.Worker.template.spec.volumes"
+    found = {n.path: n.message for n in notes if n.path.startswith(volumes)}
+    assert set(found) == {f"{volumes}[0].hostPath", f"{volumes}[1].hostPath"}
+    assert "spec.shmSize" in found[f"{volumes}[0].hostPath"]
+    assert "PersistentVolumeClaim" in found[f"{volumes}[1].hostPath"] and "emptyDir" in found[f"{volumes}[1].hostPath"]
+    assert all("baseline" in m and "--pod-security privileged" in m and "Pod Security Admission" in m for m in found.values())
+    # what the notes name is what the operator's default level refuses, and nothing else
+    pod = render_pod(Job("ddp", validate_job(job)), "default", PLACEHOLDER_UID, 0)
+    assert sorted(v.path for v in check_pods([pod], "baseline")) == [
+        "spec.volumes[local].hostPath", "spec.volumes[shmem].hostPath"]
