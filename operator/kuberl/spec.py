@@ -138,7 +138,7 @@ class EnvSpec(Model):
         max_length=64,  # enforced here too, not only by the CRD
         json_schema_extra={"additionalProperties": ANY_JSON_VALUE},
     )
-    backend: Literal["gymnasium", "envpool"] = Field("gymnasium", description="Vector env implementation: gymnasium's, or EnvPool's C++ thread pool (Atari ids; needs the trainer's envpool extra).")
+    backend: Literal["auto", "ale", "gymnasium", "envpool"] = Field("auto", description="Vector env implementation. auto: ale-py's threaded C++ vector env for Atari ids (ale), gymnasium's otherwise; gymnasium: gymnasium's own (Atari: one core per rank); envpool: EnvPool's C++ thread pool (Atari ids; needs the trainer's envpool extra).")
 
 
 class SuccessSpec(Model):

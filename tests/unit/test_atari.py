@@ -15,7 +15,7 @@ from kuberl_trainer.ppo import Agent, ppo_loss
 from kuberl_trainer.replay import ReplayBuffer
 
 FRAME = (84, 84)
-BACKENDS = ["gymnasium", pytest.param("envpool", marks=pytest.mark.skipif(
+BACKENDS = ["ale", "gymnasium", pytest.param("envpool", marks=pytest.mark.skipif(
     __import__("importlib").util.find_spec("envpool") is None, reason="envpool (the trainer's envpool extra) is not installed"))]
 
 
@@ -48,7 +48,7 @@ def test_observations_are_stacked_uint8_84x84_frames(env_id, backend):
 
 def test_protocols_set_sticky_actions_and_the_emulator_never_skips_frames_itself():
     for protocol, sticky in (("modern", 0.25), ("nature", 0.0)):
-        vec = atari.make_atari_envs("ALE/Pong-v5", 1, {"protocol": protocol})
+        vec = atari.make_atari_envs("ALE/Pong-v5", 1, {"protocol": protocol}, "gymnasium")
         ale_env = vec.envs[0].unwrapped
         assert ale_env.ale.getFloat("repeat_action_probability") == pytest.approx(sticky)
         assert ale_env._frameskip == 1  # AtariPreprocessing skips 4 and max-pools the last two
@@ -73,7 +73,7 @@ def test_rewards_are_clipped_for_learning_only():
 
 
 def test_episodic_life_ends_the_learning_episode_but_not_the_game():
-    vec = atari.make_atari_envs("ALE/Breakout-v5", 1, {"episodicLife": True, "protocol": "nature"})
+    vec = atari.make_atari_envs("ALE/Breakout-v5", 1, {"episodicLife": True, "protocol": "nature"}, "gymnasium")
     ale = vec.envs[0].unwrapped.ale
     vec.reset(seed=1)
     lives_at_end = None
@@ -96,6 +96,8 @@ def test_episodic_life_ends_the_learning_episode_but_not_the_game():
     ("ALE/Pong-v5", {"episodicLife": "yes"}, "gymnasium", "spec.env.kwargs.episodicLife", "true or false"),
     ("ALE/Pong-v5", {"difficult": 1}, "gymnasium", "spec.env.kwargs", "refused"),
     ("CartPole-v1", {}, "envpool", "spec.env.backend", "Atari (ALE) ids only"),
+    ("CartPole-v1", {}, "ale", "spec.env.backend", "Atari (ALE) ids only"),
+    ("ALE/Pong-v5", {"mode": 1}, "ale", "spec.env.kwargs.mode", "not an option of backend ale"),
 ])
 def test_bad_atari_settings_are_configuration_errors_naming_the_field(env_id, kwargs, backend, field, words):
     with pytest.raises(envs.UnknownEnv) as raised:
@@ -232,6 +234,68 @@ def test_replay_rebuilds_the_stacks_pong_gave():
     rows = np.repeat(np.arange(60), 2)
     columns = np.tile(np.arange(2), 60)
     assert (buffer.observations(rows, columns) == np.stack(seen)[rows, columns]).all()
+
+
+def test_the_threaded_backend_is_bit_equal_to_gymnasiums_wrappers_without_randomness():
+    """protocol nature, noopMax 0: no sticky actions, no no-ops, so nothing random is
+    left. Same seed, same actions: the same stacks (reset padding included), rewards
+    and episode ends, through autoresets."""
+    kwargs = {"protocol": "nature", "noopMax": 0}
+    threaded, wrapped = (envs.make_envs("ALE/Pong-v5", 2, kwargs, b) for b in ("ale", "gymnasium"))
+    try:
+        seen = [(threaded.reset(seed=11)[0], wrapped.reset(seed=11)[0])]
+        rng, ended = np.random.default_rng(2), 0
+        for _ in range(900):  # a random Pong game ends after about 760 steps
+            actions = rng.integers(0, 6, 2)
+            a, b = threaded.step(actions), wrapped.step(actions)
+            for x, y in zip(a[:4], b[:4], strict=True):
+                assert np.array_equal(x, y)
+            assert a[1].dtype == b[1].dtype == np.float64
+            ended += int(a[2].sum() + a[3].sum())
+            seen.append((a[0], b[0]))
+    finally:
+        threaded.close()
+        wrapped.close()
+    assert ended >= 1, "the run must cross an episode end and its autoreset"
+    assert all(np.array_equal(x, y) for x, y in seen)
+
+
+def test_the_threaded_backend_sets_every_default_that_differs_from_kuberls_protocol(monkeypatch):
+    import ale_py
+
+    made = {}
+
+    class Recording(ale_py.AtariVectorEnv):
+        def __init__(self, game, num_envs, **kw):
+            made.update(kw, game=game)
+            super().__init__(game, num_envs, **kw)
+
+    monkeypatch.setattr(ale_py, "AtariVectorEnv", Recording)
+    envs.make_envs("ALE/MsPacman-v5", 1, {"episodicLife": True}, "auto").close()
+    assert made["game"] == "ms_pacman"
+    assert made["repeat_action_probability"] == 0.25  # the modern protocol (ALE's own default: 0)
+    assert (made["reward_clipping"], made["use_fire_reset"]) == (False, False)  # ALE's: True, True
+    assert (made["noop_max"], made["episodic_life"], made["frameskip"], made["stack_num"]) == (30, True, 4, 4)
+    assert made["max_num_frames_per_episode"] == atari.MAX_FRAMES_PER_EPISODE and made["batch_size"] == 0
+
+
+def test_no_op_starts_have_the_same_distribution_on_both_backends():
+    """Up to 30 no-ops after a reset: the emulator frame each episode starts at."""
+    threaded = envs.make_envs("ALE/Pong-v5", 16, {"protocol": "nature"}, "ale")
+    wrapped = envs.make_envs("ALE/Pong-v5", 1, {"protocol": "nature"}, "gymnasium")  # one, reset 16 times: faster
+    starts = {"ale": threaded.reset(seed=4)[1]["episode_frame_number"],
+              "gymnasium": np.concatenate([wrapped.reset(seed=4 + k)[1]["episode_frame_number"] for k in range(16)])}
+    threaded.close()
+    wrapped.close()
+    for backend, frames in starts.items():
+        assert 0 <= frames.min() and frames.max() <= 30, backend
+        assert len(set(frames.tolist())) >= 8, backend  # spread over the range, not one fixed start
+        assert abs(frames.mean() - 15) < 4.5, (backend, frames.mean())  # uniform over 0 or 1 to 30 (seeded: the same draws every run)
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [(1, 1), (2, 2), (3, 2), (16, 15)])
+def test_env_threads_take_the_ranks_cpu_share_leaving_one_core_on_larger_ones(cpus, threads):
+    assert atari.env_threads(cpus) == threads
 
 
 def test_atari_envs_have_no_checkpointable_state():

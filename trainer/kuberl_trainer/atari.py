@@ -27,10 +27,13 @@ episodicLife (a life loss ends the learning episode, the game goes on;
 reported returns are then per life), clipRewards (default true). Any other
 key goes to gymnasium.make (e.g. mode, difficulty).
 
-Backends (`spec.env.backend`): `gymnasium` runs gymnasium's own wrappers
-(AtariPreprocessing, FrameStackObservation) per env in one process;
-`envpool` runs EnvPool's C++ thread pool with the same protocol and the
-same observation layout.
+Backends (`spec.env.backend`): `ale` (what `auto` picks) runs ale-py's own
+threaded C++ vector env (`ale_py.AtariVectorEnv`) on the rank's CPU share;
+`gymnasium` runs gymnasium's wrappers (AtariPreprocessing,
+FrameStackObservation) per env on one core; `envpool` runs EnvPool's C++
+thread pool. All three take the same protocol and give the same observation
+layout; `ale` and `gymnasium` give bit-equal frames, rewards and episode ends
+for a fixed seed and actions (tests/unit/test_atari.py).
 """
 
 from __future__ import annotations
@@ -270,6 +273,13 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self.pool.close()
 
 
+def make_ale(game: str, num_envs: int, opts: AtariOptions, num_threads: int) -> gym.vector.VectorEnv:
+    if opts.make_kwargs:  # mode, difficulty, ...: gymnasium.make's, which AtariVectorEnv does not take
+        raise AtariConfigError(f"spec.env.kwargs.{next(iter(opts.make_kwargs))}: not an option of backend ale "
+                               "(gymnasium.make's keys need backend: gymnasium)")
+    return ALEVectorEnv(game, num_envs, opts, num_threads)
+
+
 def envpool_tasks() -> list[str]:
     try:
         import envpool
@@ -301,20 +311,107 @@ def make_envpool(game: str, num_envs: int, opts: AtariOptions, num_threads: int)
     })
 
 
+# --- ale-py's threaded vector env ---------------------------------------------------
+
+
+def rom_id(game: str) -> str:
+    """ale-py's ROM id of a game ("MsPacman" -> "ms_pacman")."""
+    return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(game))
+
+
+class ALEVectorEnv(gym.vector.VectorEnv):
+    """ale-py's `AtariVectorEnv` (C++, one pool of threads stepping every env
+    at once) with kuberl's protocol set explicitly: its own defaults clip
+    rewards, press FIRE at reset and differ from gymnasium's wrappers.
+
+    Its frame stacks start zero-padded; gymnasium's and EnvPool's repeat the
+    episode's first frame, and so does the replay buffer when it rebuilds a
+    stack. `step` and `reset` pad the same way, so every backend (and the
+    buffer) shows a learner the same observation."""
+
+    def __init__(self, game: str, num_envs: int, opts: AtariOptions, num_threads: int):
+        from ale_py import AtariVectorEnv
+
+        self.ale = AtariVectorEnv(
+            rom_id(game), num_envs,
+            num_threads=num_threads,
+            thread_affinity_offset=-1,  # no pinning: a pod's cpuset need not start at core 0
+            batch_size=0,  # synchronous: every env steps every time (per-env trajectories, determinism)
+            autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+            repeat_action_probability=opts.sticky_actions,
+            noop_max=opts.noop_max,
+            episodic_life=opts.episodic_life,
+            max_num_frames_per_episode=MAX_FRAMES_PER_EPISODE,
+            frameskip=FRAME_SKIP,
+            stack_num=opts.frame_stack,
+            img_height=SCREEN_SIZE,
+            img_width=SCREEN_SIZE,
+            grayscale=True,
+            maxpool=True,
+            full_action_space=False,
+            reward_clipping=False,  # clipped by the trainer, for learning only
+            use_fire_reset=False,  # as gymnasium's AtariPreprocessing
+        )
+        self.num_envs = num_envs
+        self.single_observation_space = self.ale.single_observation_space
+        self.single_action_space = self.ale.single_action_space
+        self.observation_space = self.ale.observation_space
+        self.action_space = self.ale.action_space
+        self.metadata = {**self.metadata, "autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+        self.frames_in_episode = np.zeros(num_envs, np.int64)  # frames of the current episode in each stack
+        self.episode_ended = np.zeros(num_envs, bool)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = self.ale.reset(seed=None if seed is None else int(seed) % 2**31)
+        self.frames_in_episode[:] = 1
+        self.episode_ended[:] = False
+        return self._pad(obs), info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.ale.step(np.asarray(actions, np.int32))
+        self.frames_in_episode = np.where(self.episode_ended, 1, self.frames_in_episode + 1)
+        self.episode_ended = terminated | truncated
+        return self._pad(obs), reward.astype(np.float64), terminated, truncated, info
+
+    def _pad(self, obs: np.ndarray) -> np.ndarray:
+        """Fill a young episode's zero frames with its first frame."""
+        stack = obs.shape[1]
+        for env in np.flatnonzero(self.frames_in_episode < stack):
+            first = stack - self.frames_in_episode[env]
+            obs[env, :first] = obs[env, first]
+        return obs
+
+    def close_extras(self, **kwargs):
+        self.ale.close()
+
+
+def env_threads(cpu_threads: int) -> int:
+    """Env threads for a rank given its CPU share (OMP_NUM_THREADS, from the pod's
+    limits.cpu / processes): all of a small share, else one core left for the
+    Python thread that acts (and feeds the GPU) while the envs step."""
+    return cpu_threads if cpu_threads <= 2 else cpu_threads - 1
+
+
 # --- entry point ---------------------------------------------------------------
 
 
-def make_atari_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: str = "gymnasium",
+BACKENDS = ("auto", "ale", "gymnasium", "envpool")
+
+
+def make_atari_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: str = "auto",
                     num_threads: int = 1) -> gym.vector.VectorEnv:
-    """A preprocessed Atari vector env; raises AtariConfigError naming the field."""
+    """A preprocessed Atari vector env; raises AtariConfigError naming the field.
+    `auto` is ale-py's threaded vector env."""
     opts = options(kwargs)
     game = game_of(env_id)
     if backend == "envpool":
         envs = make_envpool(game, num_envs, opts, num_threads)
     elif backend == "gymnasium":
         envs = make_gymnasium(game, num_envs, opts)
+    elif backend in ("auto", "ale"):
+        envs = make_ale(game, num_envs, opts, num_threads)
     else:
-        raise AtariConfigError(f"spec.env.backend: expected 'gymnasium' or 'envpool' (got {backend!r})")
+        raise AtariConfigError(f"spec.env.backend: expected one of {', '.join(map(repr, BACKENDS))} (got {backend!r})")
     envs.metadata[CLIP_REWARDS] = opts.clip_rewards
     envs.metadata[FRAME_STACK] = opts.frame_stack
     return envs

@@ -138,7 +138,7 @@ def steps_per_draw(gradient_steps: int, batch_size: int, obs_shape: tuple[int, .
 
 class DQNTrainer:
     def __init__(self, ctx: Dist, hp: DQNConfig, env_id: str, num_envs: int, env_kwargs: dict,
-                 total_timesteps: int, seed: int, restart: int, env_backend: str = "gymnasium"):
+                 total_timesteps: int, seed: int, restart: int, env_backend: str = "auto"):
         self.ctx, self.hp, self.total_timesteps, self.env_backend = ctx, hp, total_timesteps, env_backend
         self.seed = rank_seed(seed, ctx.rank, restart)
         self.envs = make_envs(env_id, num_envs, env_kwargs, env_backend)

@@ -43,13 +43,14 @@ def _resolve(env_id: str) -> str | type:
     return env_id
 
 
-def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: str = "gymnasium") -> gym.vector.VectorEnv:
+def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: str = "auto") -> gym.vector.VectorEnv:
     """A vector env with next-step autoreset; raises UnknownEnv naming spec.env.id."""
     from . import atari  # imports envs: only here, to stay out of a cycle
 
     if atari.is_atari(env_id):  # pixels, preprocessed per spec.env.kwargs.protocol
-        return atari.make_atari_envs(env_id, num_envs, kwargs, backend, num_threads=torch.get_num_threads())
-    if backend != "gymnasium":
+        return atari.make_atari_envs(env_id, num_envs, kwargs, backend,
+                                     num_threads=atari.env_threads(torch.get_num_threads()))
+    if backend not in ("auto", "gymnasium"):
         raise UnknownEnv(f"spec.env.backend: {backend!r} runs Atari (ALE) ids only; {env_id!r} needs backend: gymnasium")
     target = _resolve(env_id)
     kwargs = dict(kwargs or {})

@@ -231,7 +231,7 @@ class Rollout:
 
 class PPOTrainer:
     def __init__(self, ctx: Dist, hp: PPOConfig, env_id: str, num_envs: int, env_kwargs: dict,
-                 total_timesteps: int, seed: int, restart: int, env_backend: str = "gymnasium"):
+                 total_timesteps: int, seed: int, restart: int, env_backend: str = "auto"):
         self.ctx, self.hp, self.env_backend = ctx, hp, env_backend
         self.seed = rank_seed(seed, ctx.rank, restart)
         torch.manual_seed(seed)  # same initial weights everywhere (rank 0's are broadcast anyway)
