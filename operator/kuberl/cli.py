@@ -1,4 +1,4 @@
-"""The `kuberl` command line: validate, render, convert, crd, run, plot and operator."""
+"""The `kuberl` command line: validate, render, convert, crd, run, plot, eval and operator."""
 
 from __future__ import annotations
 
@@ -321,6 +321,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="write a PNG learning curve of a local run")
     p.add_argument("run_dir")
     p.set_defaults(func=lambda a: __import__("kuberl.localrun", fromlist=["cmd_plot"]).cmd_plot(a))
+    p = sub.add_parser("eval", help="play a trained model on its job's env: mean return, a GIF, a TorchScript export")
+    p.add_argument("path", metavar="RUN_DIR|MODEL.pt", help="a run directory of kuberl run, a final-model.pt or a ckpt-*.pt")
+    p.add_argument("--episodes", type=positive(int), default=10, help="episodes to play, by the trainer's evaluation protocol (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the episodes and of sampled actions (default 0)")
+    p.add_argument("--video", metavar="FILE.gif", help="also play one episode and write it as an animated GIF (the trainer's video extra)")
+    p.add_argument("--export", metavar="FILE.pt", help="also write the deterministic policy as TorchScript, for serving")
+    p.set_defaults(func=cmd_eval)
     p = sub.add_parser("operator", help="run the kopf operator (standalone by default)")
     p.add_argument("--namespace", "-n", action="append", default=[], help="watch these namespaces (default: all)")
     p.add_argument("--peering", help="kopf peering object name (several replicas); standalone when unset")
@@ -343,6 +350,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="service accounts a job's pods may run as, refused like a Pod Security violation otherwise (default: any)")
     p.set_defaults(func=cmd_operator)
     return parser
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """`kuberl eval`, from the trainer package (torch): the CLI itself never imports it."""
+    try:
+        from kuberl_trainer.policy import cmd_eval as evaluate
+    except ImportError as e:
+        print(f"kuberl eval: the trainer is not installed here ({e}): pip install kuberl-trainer", file=sys.stderr)
+        return 1
+    return evaluate(args)
 
 
 OPERATOR_EXTRA = ("kopf", "aiohttp", "kubernetes_asyncio")  # kuberl[operator]; the core needs none of them

@@ -117,6 +117,10 @@ def test_a_two_rank_job_runs_to_success(tmp_path):
     assert (checkpoint_dir(tmp_path) / "final-model.pt").exists()
     assert (tmp_path / "runs" / JOB / "learning-curve.png").stat().st_size > 1000, last
     assert rank_processes(tmp_path) == {}
+    # the model it wrote plays again, through the loader, from the run directory
+    played = subprocess.run([sys.executable, "-m", "kuberl.cli", "eval", "runs/e2e", "--episodes", "2"], check=False, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert played.returncode == 0 and "CartPole-v1: mean return" in played.stdout and "final-model.pt" in played.stdout, played
 
 
 def test_a_killed_rank_restarts_the_gang_from_its_checkpoint(tmp_path):
@@ -187,6 +191,10 @@ def test_ctrl_c_stops_every_rank_within_the_grace_period_and_the_run_resumes(tmp
     _, state = checkpoint.load_newest(str(checkpoint_dir(tmp_path)))
     saved = state["counters"]["global_step"]
     assert 0 < saved < 40000
+    # a stopped run plays from its newest checkpoint
+    played = subprocess.run([sys.executable, "-m", "kuberl.cli", "eval", "runs/e2e", "--episodes", "2"], check=False, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert played.returncode == 0 and "ckpt-" in played.stdout and f"{saved:,} timesteps" in played.stdout, played
 
     # a changed budget learns something else (its schedules run over it): only --resume continues the run
     code, out = finish(start(tmp_path, "--resume", "--set", "totalTimesteps=" + str(saved + 1500)), timeout=90)

@@ -376,6 +376,31 @@ def read(path: str, max_bytes: int | None = None) -> dict:
     return state
 
 
+def read_model(path: str, max_bytes: int | None = None) -> dict:
+    """A final model file (a plain `torch.save` of a dict: `kuberl_trainer.policy`), bounded and decoded as a
+    checkpoint's payload is: a regular file within the load limit, stored zip members, weights_only."""
+    limit = load_limit() if max_bytes is None else max_bytes
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAFile("not a regular file")
+        if info.st_size > limit:
+            raise CheckpointTooLarge(path, info.st_size, limit)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            payload = f.read(info.st_size)
+    finally:
+        os.close(fd)
+    _stored_zip(payload)
+    try:
+        model = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
+    except Exception as e:  # torch raises many kinds for a file it cannot read; none may run code
+        raise CorruptCheckpoint(f"does not load: {type(e).__name__}: {str(e)[:300]}") from e
+    if not isinstance(model, dict):
+        raise CorruptCheckpoint(f"holds a {type(model).__name__}, not a model dict")
+    return model
+
+
 def list_checkpoints(directory: str) -> list[str]:
     """Checkpoint paths by name, newest first (valid or not)."""
     try:

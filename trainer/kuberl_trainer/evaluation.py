@@ -21,11 +21,16 @@ import numpy as np
 
 def mean_return(envs: Any, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int) -> float:
     """Mean return of the first episode of each of `envs`' `episodes` copies, acting with `act(obs)`."""
+    return float(returns(envs, act, episodes, seed).mean())
+
+
+def returns(envs: Any, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int) -> np.ndarray:
+    """The return of the first episode of each of `envs`' `episodes` copies, acting with `act(obs)`."""
     obs, _ = envs.reset(seed=seed)
-    returns = np.zeros(episodes)
+    totals = np.zeros(episodes)
     running = np.ones(episodes, bool)
     while running.any():
         obs, reward, terminated, truncated, _ = envs.step(act(obs))
-        returns += reward * running
+        totals += reward * running
         running &= ~(np.asarray(terminated) | np.asarray(truncated))
-    return float(returns.mean())
+    return totals

@@ -357,8 +357,10 @@ class TrainingSession:
         carries; loadable with torch.load(weights_only=True)."""
         model = {
             **algorithm.final_model(),
+            "format": 1,  # kuberl_trainer.policy documents the file and loads it
             "algorithm": self.spec.algorithm,
             "env_id": self.spec.env.id,
+            "env_kwargs": dict(self.spec.env.kwargs),
             "timesteps": algorithm.counters.global_step,
             "eval_return": self.eval_return,
         }

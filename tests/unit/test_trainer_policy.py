@@ -1,0 +1,111 @@
+"""A trained model used outside training: `kuberl_trainer.policy.load_policy`, `kuberl eval`, TorchScript export."""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from kuberl.cli import main
+from kuberl.spec import DQNConfig, PPOConfig
+from kuberl_trainer import policy as policies
+from kuberl_trainer.distributed import Dist
+from kuberl_trainer.dqn import DQNTrainer
+from kuberl_trainer.ppo import PPOTrainer
+from kuberl_trainer.session import BareSession
+
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+
+
+def save_final_model(trainer, algorithm: str, env_id: str, path) -> str:
+    """What TrainingSession.write_final_model writes (its keys come from there, checked below)."""
+    model = {**trainer.final_model(), "format": 1, "algorithm": algorithm, "env_id": env_id, "env_kwargs": {},
+             "timesteps": trainer.counters.global_step, "eval_return": None}
+    torch.save(model, str(path))
+    return str(path)
+
+
+def test_the_session_writes_the_keys_the_loader_documents():
+    import inspect
+
+    from kuberl_trainer.session import TrainingSession
+
+    source = inspect.getsource(TrainingSession.write_final_model)
+    for key in ("format", "algorithm", "env_id", "env_kwargs", "timesteps", "eval_return"):
+        assert f'"{key}"' in source, key
+
+
+def test_a_dqn_model_plays_exactly_as_the_trainers_evaluation(tmp_path):
+    trainer = DQNTrainer(ONE_PROCESS, DQNConfig(hidden_sizes=[16], learning_starts=0, train_frequency=1),
+                         "CartPole-v1", 4, {}, 400, seed=3, restart=0)
+    trainer.train(BareSession(max_updates=50))
+    path = save_final_model(trainer, "dqn", "CartPole-v1", tmp_path / "final-model.pt")
+    policy = policies.load_policy(path)
+    assert policies.evaluate(policy, 4, seed=11).mean() == trainer.evaluate("CartPole-v1", 4, {}, 11)
+
+
+def test_a_ppo_model_applies_its_observation_normaliser_and_acts_as_the_trainer(tmp_path):
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8], normalize_observation=True),
+                         "Pendulum-v1", 2, {}, 64, seed=1, restart=0)
+    trainer.train(BareSession(max_updates=2))
+    assert trainer.obs_norm.count > 0
+    path = save_final_model(trainer, "ppo", "Pendulum-v1", tmp_path / "final-model.pt")
+    policy = policies.load_policy(path)
+    obs = np.stack([policy.observation_space.sample() for _ in range(5)])
+    expected = trainer.agent.greedy(torch.as_tensor(trainer.obs_norm.normalize(obs), dtype=torch.float32)).detach().numpy()
+    np.testing.assert_allclose(policy(obs), np.clip(expected, -2, 2), rtol=1e-5, atol=1e-6)
+    assert policy(obs[0]).shape == (1,)  # one observation in, one action out
+    assert policies.evaluate(policy, 3, seed=5).mean() == pytest.approx(trainer.evaluate("Pendulum-v1", 3, {}, 5), rel=1e-4)
+
+
+def test_the_torchscript_export_acts_like_the_policy(tmp_path):
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8], normalize_observation=True),
+                         "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    trainer.train(BareSession(max_updates=2))
+    policy = policies.load_policy(save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "m.pt"), sample=False)
+    policies.export_torchscript(policy, str(tmp_path / "policy.ts"))
+    exported = torch.jit.load(str(tmp_path / "policy.ts"))
+    obs = np.random.default_rng(0).normal(0, 1, (64, 4)).astype(np.float32)
+    np.testing.assert_array_equal(exported(torch.as_tensor(obs)).numpy(), policy(obs))
+
+
+def test_what_is_not_a_model_is_refused_without_running_it(tmp_path):
+    class Boom:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "ran"),))
+
+    torch.save({"algorithm": Boom()}, str(tmp_path / "pickle.pt"))
+    with pytest.raises(policies.UnusableModel):
+        policies.read_model(str(tmp_path / "pickle.pt"))
+    assert not (tmp_path / "ran").exists()
+    buffer = io.BytesIO()
+    torch.save({"algorithm": "ppo"}, buffer)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as src, zipfile.ZipFile(tmp_path / "deflated.pt", "w", zipfile.ZIP_DEFLATED) as out:
+        for item in src.infolist():
+            out.writestr(item.filename, src.read(item))
+    with pytest.raises(policies.UnusableModel, match="compressed"):
+        policies.read_model(str(tmp_path / "deflated.pt"))
+    torch.save({"algorithm": "ppo"}, str(tmp_path / "partial.pt"))
+    with pytest.raises(policies.UnusableModel, match="missing env_id, agent, hidden_sizes"):
+        policies.read_model(str(tmp_path / "partial.pt"))
+    with pytest.raises(policies.UnusableModel, match="no final-model.pt and no checkpoint"):
+        policies.find_model(str(tmp_path))
+
+
+def test_kuberl_eval_prints_mean_and_std_and_writes_a_gif_and_an_export(tmp_path, capsys):
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "final-model.pt")
+    gif, ts = tmp_path / "episode.gif", tmp_path / "policy.ts"
+    assert main(["eval", path, "--episodes", "3", "--video", str(gif), "--export", str(ts)]) == 0
+    out = capsys.readouterr().out
+    assert "CartPole-v1: mean return" in out and "± " in out and "over 3 episode(s)" in out
+    from PIL import Image
+
+    with Image.open(gif) as image:
+        assert image.n_frames > 5 and image.size == (600, 400)
+    assert torch.jit.load(str(ts))(torch.zeros(2, 4)).shape == (2,)
+    assert main(["eval", str(tmp_path / "missing.pt")]) == 1
+    assert "no such file" in capsys.readouterr().err

@@ -1,0 +1,349 @@
+"""Use a trained model: `load_policy(path)` gives a callable `obs -> action`.
+
+    from kuberl_trainer.policy import load_policy
+    policy = load_policy("runs/cartpole-ppo")          # a run directory, final-model.pt or a ckpt-*.pt
+    env = gymnasium.make(policy.env_id, **policy.env_kwargs)
+    obs, _ = env.reset(seed=0)
+    obs, reward, terminated, truncated, _ = env.step(policy(obs))
+
+The policy acts as the trainer's evaluation does (`kuberl_trainer.evaluation`), so its returns are
+the ones `status.progress.evalReturn` reports: PPO samples its categorical (seeded, apart from the
+caller's torch RNG) and takes the mean of its Gaussian, clipped to the action bounds; DQN takes the
+argmax of Q. `sample=False` makes PPO's discrete policy greedy too. Observation normalisation, where
+the job trained with it, is applied inside. It takes one observation or a batch (leading axis).
+For Atari the observation is the preprocessed frame stack `(stack, 84, 84)` uint8 that
+`kuberl_trainer.envs.make_envs` (and `env_for`) produce: the caller keeps the stack, the policy
+keeps no state between calls.
+
+## The final model file (`final-model.pt`, format 1)
+
+A `torch.save` of one dict, loadable with `torch.load(path, weights_only=True)`:
+
+| key | value |
+| --- | --- |
+| `format` | 1 (absent in files written before the format was numbered: read the same) |
+| `algorithm` | `"ppo"` or `"dqn"` |
+| `env_id`, `env_kwargs` | the job's `spec.env.id` and `spec.env.kwargs` (`env_kwargs` absent before format 1: `{}`) |
+| `agent` | the network's `state_dict` (PPO: `ppo.Agent`, actor and critic; DQN: the online Q network) |
+| `hidden_sizes` | the MLP's hidden widths (unused for pixel observations, where the Nature CNN is the torso) |
+| `obs_norm` | PPO only: `{mean, var, count}` tensors of the observation normaliser, or None |
+| `timesteps`, `eval_return` | the run's timesteps and last evaluation return (None if never evaluated) |
+
+The network is rebuilt from the env's spaces as the trainer builds it (`policy: auto` picks the same
+torso any valid forced one would). A checkpoint (`ckpt-*.pt`) holds the same weights inside the
+trainer's full state; read through `checkpoint.read`, it needs the run's `job.yaml` for the rest.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from . import checkpoint, evaluation, networks
+from .envs import UnknownEnv, make_envs
+from .normalize import RunningMeanStd
+
+FORMAT = 1
+FINAL_MODEL = "final-model.pt"
+
+
+class UnusableModel(ValueError):
+    """A path that holds no model this module can load; the message says what to give instead."""
+
+
+# --- finding and reading the model ------------------------------------------------
+
+
+def _run_job(run_dir: str) -> dict:
+    """The job a `kuberl run` directory ran (its job.yaml), read by the spec's own safe reader."""
+    from kuberl.spec import (
+        InvalidJob,
+        UnreadableSpec,
+        defaulted,
+        load_documents,
+        validate_job,
+    )
+
+    path = os.path.join(run_dir, "job.yaml")
+    try:
+        with open(path, "rb") as f:
+            docs = load_documents(f)
+        spec = validate_job(docs[0])
+    except (OSError, IndexError, InvalidJob, UnreadableSpec) as e:
+        raise UnusableModel(f"{path}: cannot read the run's job: {e}") from None
+    if spec.algorithm is None:
+        raise UnusableModel(f"{run_dir}: a custom trainer's run; kuberl cannot load its model")
+    return defaulted(spec)
+
+
+def find_model(path: str) -> str:
+    """The file to load for `path`: itself, or in a run directory its final model, else its newest
+    valid checkpoint (a run stopped before the end)."""
+    if not os.path.isdir(path):
+        if not os.path.exists(path):
+            raise UnusableModel(f"{path}: no such file or directory")
+        return path
+    finals = sorted(glob.glob(os.path.join(glob.escape(path), "checkpoints", "*", FINAL_MODEL)), key=os.path.getmtime)
+    if finals:
+        return finals[-1]
+    for directory in sorted(glob.glob(os.path.join(glob.escape(path), "checkpoints", "*")), key=os.path.getmtime, reverse=True):
+        newest = checkpoint.load_newest(directory)  # the newest that is valid, as a resumed run takes it
+        if newest is not None:
+            return newest[0]
+    raise UnusableModel(f"{path}: no {FINAL_MODEL} and no checkpoint under checkpoints/ (give a run directory of kuberl run,"
+                        f" a {FINAL_MODEL} or a ckpt-*.pt)")
+
+
+def _run_dir_of(model_path: str) -> str | None:
+    """runs/<job>/ for runs/<job>/checkpoints/<job>-<uid>/<file>, when its job.yaml is there."""
+    run_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(model_path))))
+    return run_dir if os.path.exists(os.path.join(run_dir, "job.yaml")) else None
+
+
+def read_model(path: str) -> dict:
+    """The model dict (format above) of a final model or a checkpoint, each read the safe way
+    (`checkpoint.read_model`, `checkpoint.read`: bounded, no code run)."""
+    if checkpoint.NAME.match(os.path.basename(path)):
+        try:
+            state = checkpoint.read(path)
+        except (ValueError, OSError) as e:
+            raise UnusableModel(f"{path}: {e}") from None
+        run_dir = _run_dir_of(path)
+        if run_dir is None:
+            raise UnusableModel(f"{path}: a checkpoint is loaded with its run's job.yaml (give the run directory)")
+        spec = _run_job(run_dir)
+        norm = state.get("obs_norm") if spec["algorithm"] == "ppo" and spec["ppo"]["normalizeObservation"] else None
+        return {"format": FORMAT, "algorithm": spec["algorithm"], "env_id": spec["env"]["id"],
+                "env_kwargs": spec["env"]["kwargs"], "agent": state["agent"],
+                "hidden_sizes": spec[spec["algorithm"]]["hiddenSizes"], "obs_norm": norm,
+                "timesteps": (state.get("counters") or {}).get("global_step"), "eval_return": None}
+    try:
+        model = checkpoint.read_model(path)
+    except (ValueError, OSError) as e:
+        raise UnusableModel(f"{path}: {e}") from None
+    missing = [k for k in ("algorithm", "env_id", "agent", "hidden_sizes") if k not in model]
+    if missing or model.get("format", FORMAT) > FORMAT:
+        raise UnusableModel(f"{path}: not a kuberl final model of format {FORMAT}"
+                            + (f" (missing {', '.join(missing)})" if missing else f" (format {model.get('format')})"))
+    return {"env_kwargs": {}, "obs_norm": None, **model}
+
+
+# --- the policy --------------------------------------------------------------------
+
+
+def build_network(model: dict, obs_space: gym.Space, action_space: gym.Space) -> nn.Module:
+    """The trainer's network for these spaces, with the model's weights."""
+    from .dqn import QNetwork
+    from .ppo import Agent
+
+    hidden = [int(w) for w in model["hidden_sizes"]]
+    cnn = networks.choose(obs_space, "auto", "policy") == "cnn"
+    if model["algorithm"] == "ppo":
+        encoder, features = networks.encoder(obs_space, "auto", "policy")
+        network: nn.Module = Agent(features, action_space, [] if cnn else hidden, encoder)
+    elif model["algorithm"] == "dqn":
+        n = int(action_space.n)
+        network = networks.QCNN(tuple(obs_space.shape), n) if cnn else QNetwork(math.prod(obs_space.shape), n, hidden)
+    else:
+        raise UnusableModel(f"unknown algorithm {model['algorithm']!r}")
+    try:
+        network.load_state_dict(model["agent"])
+    except (RuntimeError, KeyError, TypeError) as e:
+        raise UnusableModel(f"the weights do not fit {model['env_id']}'s network: {str(e).splitlines()[0]}") from None
+    return network.eval()
+
+
+@dataclass
+class Policy:
+    """`policy(obs) -> action`, acting as the trainer's evaluation does (module docstring)."""
+
+    network: nn.Module
+    algorithm: str
+    env_id: str
+    env_kwargs: dict
+    observation_space: gym.Space
+    action_space: gym.Space
+    obs_norm: RunningMeanStd | None = None
+    sample: bool = True
+    seed: int = 0
+    timesteps: int | None = None
+    eval_return: float | None = None
+    _rng: torch.Tensor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            self._rng = torch.get_rng_state()
+
+    @property
+    def discrete(self) -> bool:
+        return isinstance(self.action_space, gym.spaces.Discrete)
+
+    def __call__(self, obs: Any) -> np.ndarray:
+        x = np.asarray(obs)
+        single = x.shape == tuple(self.observation_space.shape)
+        if single:
+            x = x[None]
+        if self.obs_norm is not None:
+            x = self.obs_norm.normalize(x)
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(self._rng)
+            t = torch.as_tensor(x) if self.algorithm == "dqn" or x.dtype == np.uint8 else torch.as_tensor(x, dtype=torch.float32)
+            if self.algorithm == "dqn":
+                action = self.network.greedy(t)
+            elif self.discrete and self.sample:
+                action = self.network.act(t)[0]
+            else:
+                action = self.network.greedy(t)
+            self._rng = torch.get_rng_state()
+        out = action.numpy()
+        if not self.discrete:
+            out = np.clip(out, self.action_space.low, self.action_space.high)
+        return out[0] if single else out
+
+
+def load_policy(path: str, sample: bool = True, seed: int = 0) -> Policy:
+    """A run directory, a final model or a checkpoint as a `Policy` (module docstring). The job's env is
+    made once (as the trainer makes it) for its spaces; raises UnusableModel saying what is wrong."""
+    model = read_model(find_model(path))
+    envs = make_envs(model["env_id"], 1, model["env_kwargs"])
+    try:
+        obs_space, action_space = envs.single_observation_space, envs.single_action_space
+    finally:
+        envs.close()
+    norm = None
+    if model.get("obs_norm") is not None:
+        norm = RunningMeanStd(tuple(obs_space.shape))
+        norm.load_state_dict({k: np.asarray(v) if k != "count" else float(v) for k, v in model["obs_norm"].items()})
+    return Policy(build_network(model, obs_space, action_space), model["algorithm"], model["env_id"], dict(model["env_kwargs"]),
+                  obs_space, action_space, norm, sample, seed, model.get("timesteps"), model.get("eval_return"))
+
+
+# --- playing it ------------------------------------------------------------------
+
+
+def evaluate(policy: Policy, episodes: int, seed: int = 0) -> np.ndarray:
+    """The return of each of `episodes` episodes, by the trainer's own protocol (`evaluation.returns`)."""
+    envs = make_envs(policy.env_id, episodes, policy.env_kwargs)
+    try:
+        return evaluation.returns(envs, policy, episodes, seed)
+    finally:
+        envs.close()
+
+
+def env_for(policy: Policy, render_mode: str | None = None) -> gym.Env:
+    """One env of the job, preprocessed as the trainer's (a frame stack for Atari), rendering when asked."""
+    from . import atari
+    from .envs import _resolve
+
+    kwargs = dict(policy.env_kwargs)
+    if atari.is_atari(policy.env_id):
+        opts = atari.options(kwargs)
+        if render_mode:
+            opts = atari.AtariOptions(**{**vars(opts), "make_kwargs": {**opts.make_kwargs, "render_mode": render_mode}})
+        return atari.make_one(atari.game_of(policy.env_id), opts)
+    target = _resolve(policy.env_id)
+    if render_mode:
+        kwargs["render_mode"] = render_mode
+    return gym.make(target, **kwargs) if isinstance(target, str) else target(**kwargs)
+
+
+def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps: int = 30,
+           log: Callable[[str], None] = print) -> tuple[float, int]:
+    """Play one episode and write its frames to `path` as an animated GIF (Pillow: the `video` extra).
+    Returns (the episode's return, frames written)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise UnusableModel("--video needs Pillow: pip install 'kuberl-trainer[video]'") from None
+    if not path.lower().endswith(".gif"):
+        raise UnusableModel(f"--video {path}: only .gif is written")
+    env = env_for(policy, "rgb_array")
+    frames, total = [], 0.0
+    try:
+        obs, _ = env.reset(seed=seed)
+        for _ in range(max_frames):
+            frame = env.render()
+            if frame is None:
+                raise UnusableModel(f"{policy.env_id} renders no rgb_array frames: no video")
+            frames.append(Image.fromarray(np.asarray(frame, dtype=np.uint8)))
+            obs, reward, terminated, truncated, _ = env.step(policy(obs))
+            total += float(reward)
+            if terminated or truncated:
+                break
+    finally:
+        env.close()
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=max(1, round(1000 / fps)), loop=0)
+    return total, len(frames)
+
+
+# --- export for serving --------------------------------------------------------------
+
+
+class _Greedy(nn.Module):
+    """The deterministic policy (greedy, or the Gaussian's mean), normalisation inside, for TorchScript."""
+
+    def __init__(self, policy: Policy):
+        super().__init__()
+        self.network = policy.network
+        norm = policy.obs_norm
+        self.normalize = norm is not None
+        shape = tuple(policy.observation_space.shape)
+        self.register_buffer("mean", torch.as_tensor(norm.mean if norm else np.zeros(shape), dtype=torch.float32))
+        self.register_buffer("std", torch.as_tensor(np.sqrt(norm.var + norm.epsilon) if norm else np.ones(shape), dtype=torch.float32))
+        self.clip = float(norm.clip) if norm else 0.0
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs
+        if self.normalize:
+            x = torch.clamp((x.float() - self.mean) / self.std, -self.clip, self.clip)
+        return self.network.greedy(x)
+
+
+def export_torchscript(policy: Policy, path: str) -> None:
+    """Write the deterministic policy (batch of observations -> actions) as TorchScript: load it with
+    `torch.jit.load(path)`, no kuberl needed. Continuous actions are the Gaussian's mean, unclipped."""
+    example = torch.as_tensor(np.stack([policy.observation_space.sample()] * 2))
+    if example.dtype != torch.uint8:
+        example = example.float()
+    traced = torch.jit.trace(_Greedy(policy).eval(), example, check_trace=False)
+    torch.jit.save(traced, path)
+
+
+# --- `kuberl eval` ---------------------------------------------------------------------
+
+
+def _shown(path: str) -> str:
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def cmd_eval(args: Any) -> int:
+    """`kuberl eval RUN_DIR|MODEL.pt [--episodes N] [--video FILE] [--export FILE]`."""
+    try:
+        source = find_model(args.path)
+        policy = load_policy(source, seed=args.seed)
+        returns = evaluate(policy, args.episodes, args.seed)
+        trained = f"{policy.timesteps:,} timesteps" if isinstance(policy.timesteps, int) else "timesteps unknown"
+        print(f"{policy.env_id}: mean return {returns.mean():.1f} ± {returns.std():.1f} over {args.episodes} episode(s)"
+              f" ({policy.algorithm}, {trained}; model {os.path.relpath(source)})")
+        if args.video:
+            total, count = record(policy, args.video, args.seed)
+            print(f"video: {args.video} ({count} frames, return {total:.1f})")
+        if args.export:
+            export_torchscript(policy, args.export)
+            print(f"TorchScript: {args.export} (torch.jit.load; a batch of observations -> actions)")
+    except (UnusableModel, UnknownEnv, networks.PolicyMismatch) as e:
+        print(f"kuberl eval: {e}", file=sys.stderr)
+        return 1
+    return 0
