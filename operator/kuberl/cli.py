@@ -238,7 +238,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if several:
         print(f"{args.file}: {several}", file=sys.stderr)
         return 1
-    docs, notes, failures = convert_documents(kept, args.procs_per_worker)
+    docs, notes, failures = convert_documents(kept, args.procs_per_worker, args.image)
     for label, e in failures:
         verdict = "is invalid" if label.startswith("ConfigMap ") else "cannot be converted"  # kept as is, but checked
         print(f"{args.file}: {label} {verdict} ({len(e.problems)} problem(s)):", file=sys.stderr)
@@ -247,7 +247,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if failures:
         return 1
     if not notes:
-        print(f"{args.file}: no PyTorchJob document, only ConfigMaps", file=sys.stderr)
+        print(f"{args.file}: no PyTorchJob or TrainJob document, only ConfigMaps", file=sys.stderr)
         return 1
     for label, job_notes in notes:
         for note in job_notes:
@@ -302,10 +302,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Prometheus' namespace: its scrapes pass the NetworkPolicy ('' for none)")
     add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
     p.set_defaults(func=lambda a: cmd_render(a))
-    p = sub.add_parser("convert", help="print the RLTrainingJob for a Kubeflow PyTorchJob; what changes goes to stderr")
-    p.add_argument("file", help="a PyTorchJob manifest, or - for stdin")
+    p = sub.add_parser("convert", help="print the RLTrainingJob for a Kubeflow PyTorchJob or TrainJob; what changes goes to stderr")
+    p.add_argument("file", help="a PyTorchJob or TrainJob manifest, or - for stdin")
     p.add_argument("--procs-per-worker", type=positive(int), default=None,
                    help="processes per pod where the manifest cannot tell (torchrun's --nproc-per-node cpu or auto)")
+    p.add_argument("--image", default=None, help="the trainer image where a TrainJob leaves it to its runtime")
     p.set_defaults(func=cmd_convert)
     p = sub.add_parser("run", help="run a job here: the same pods, as local processes")
     p.add_argument("file")

@@ -735,18 +735,24 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
         out["runPolicy"] = run_policy
     out["template"] = template
     job = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": metadata, "spec": out}
+    checked(job, origins)
+    return job, notes
+
+
+def checked(job: dict, origins: dict[str, str]) -> None:
+    """Raises NotConvertible, every problem at the source document's field (`origins`), where kuberl would
+    refuse the RLTrainingJob or the API server its pods (kuberl validate and run check the same)."""
     try:
         parsed = validate_job(job)
     except InvalidJob as e:
         raise NotConvertible([_traced(p, origins) for p in e.problems]) from None
-    # what the API server would refuse in the pods themselves (kuberl validate and run check the same)
-    pod = render_pod(Job(metadata["name"], parsed), "default", PLACEHOLDER_UID, 0)
+    template = job["spec"]["template"]
+    pod = render_pod(Job(job["metadata"]["name"], parsed), "default", PLACEHOLDER_UID, 0)
     index = next(i for i, c in enumerate(template["spec"]["containers"]) if c.get("name") == names.TRAINER_CONTAINER)
     problems = [Problem("spec.template." + path.replace(f"containers[{names.TRAINER_CONTAINER}]", f"containers[{index}]"), message)
                 for path, _, message in (p.partition(": ") for p in pod_source_problems(pod))]
     if problems:
         raise NotConvertible([_traced(p, origins) for p in problems])
-    return job, notes
 
 
 _PATH_TOKEN = re.compile(r"\bspec\.[A-Za-z0-9_.\[\]/-]*[A-Za-z0-9_\]]")
@@ -980,16 +986,20 @@ def one_job_problem(labels: list[str]) -> str | None:
             " each in its own file")
 
 
-def convert_documents(docs: list[Any], procs_per_worker: int | None = None,
+def convert_documents(docs: list[Any], procs_per_worker: int | None = None, image: str | None = None,
                       ) -> tuple[list[dict], list[tuple[str, list[Note]]], list[tuple[str, NotConvertible]]]:
-    """Every document of a file: PyTorchJobs converted, ConfigMaps beside them kept as they are (the
-    template may read them; kubectl applies them and kuberl run mounts them). Returns the output
-    documents, the notes per job, and the failures per document."""
+    """Every document of a file: PyTorchJobs and TrainJobs converted (`procs_per_worker`, `image`: what
+    the manifest cannot tell), ConfigMaps beside them kept as they are (the template may read them;
+    kubectl applies them and kuberl run mounts them). Returns the output documents, the notes per job,
+    and the failures per document."""
+    from .trainjob import convert_trainjob
+
     out, notes, failures = [], [], []
     for i, doc in enumerate(docs):
         metadata = doc.get("metadata") if isinstance(doc, dict) else None
         name = metadata.get("name") if isinstance(metadata, dict) else None
-        label = f"{KIND} {name!r}" if isinstance(name, str) else f"document {i + 1}"
+        is_trainjob = isinstance(doc, dict) and doc.get("kind") == TRAINJOB_KIND
+        label = f"{TRAINJOB_KIND if is_trainjob else KIND} {name!r}" if isinstance(name, str) else f"document {i + 1}"
         if is_configmap(doc):
             problems = configmap_problems(doc)
             if problems:
@@ -997,7 +1007,7 @@ def convert_documents(docs: list[Any], procs_per_worker: int | None = None,
             out.append(copy.deepcopy(doc))
             continue
         try:
-            job, job_notes = convert(doc, procs_per_worker)
+            job, job_notes = convert_trainjob(doc, procs_per_worker, image) if is_trainjob else convert(doc, procs_per_worker)
         except NotConvertible as e:
             failures.append((label, e))
             continue

@@ -1,0 +1,316 @@
+"""A Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1) turned into the RLTrainingJob that
+runs the same pods, as convert.py does for a PyTorchJob: pure, the input never mutated, every field
+that cannot carry a `Note` naming it, every refusal at the TrainJob's own field path.
+
+A TrainJob names a runtime (runtimeRef) that holds its image, its default process count and the rest
+of its pod template, and kuberl cannot see that object: what only the runtime knows is asked for
+(`--image`, `--procs-per-worker`, or the TrainJob's fields), never guessed. The fields follow
+kubeflow/trainer's pkg/apis/trainer/v1alpha1/trainjob_types.go; the process count follows its torch
+plugin (pkg/runtime/framework/plugins/torch/torch.go, EnforceMLPolicy).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+from . import names, torchrun
+from .convert import (
+    CPU_LIMIT,
+    KUEUE_QUEUE_LABEL,
+    PROCS_OPTION,
+    SECURITY_CONTEXT,
+    NotConvertible,
+    Note,
+    _fail,
+    _gpus,
+    _list,
+    _mapping,
+    _metadata,
+    _shown,
+    _trainer_env,
+    checked,
+    command_procs,
+)
+from .spec import GPU_RESOURCE, Problem, quantity_value
+
+API_VERSION = "trainer.kubeflow.org/v1alpha1"
+KIND = "TrainJob"
+TRAINER_CONTAINER = "node"  # constants.Node: the trainer's container in every Trainer runtime
+TRAINER_JOB = "node"  # the runtime's replicated Job the trainer runs in
+IMAGE_OPTION = "--image"
+# constants.TorchRunReservedEnvNames: Trainer refuses them in spec.trainer.env and sets its own.
+TRAINER_ENV = frozenset({"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"})
+TRAINER_FIELDS = ("image", "command", "args", "env", "numNodes", "resourcesPerNode", "numProcPerNode")
+# PodSpecPatch fields with a home in an RLTrainingJob's pod template (kept there as written).
+POD_FIELDS = ("serviceAccountName", "volumes", "imagePullSecrets", "securityContext", "nodeSelector", "affinity",
+              "tolerations")
+OLDER_API = ("labels", "annotations", "podTemplateOverrides", "podSpecOverrides")
+INITIALIZER = ("not carried over: kuberl runs no initializer Job; fetch the {what} in the trainer's command, or in an"
+               " initContainer of spec.template (a cluster runs it; kuberl run does not), onto a volume the trainer mounts")
+
+
+def _check_document(doc: Any) -> None:
+    if not isinstance(doc, dict):
+        raise _fail("(document)", f"expected a TrainJob, a YAML mapping (got {_shown(doc)})")
+    problems = []
+    if doc.get("kind") != KIND:
+        problems.append(Problem("kind", f"expected {KIND!r} (got {doc.get('kind')!r})"))
+    if doc.get("apiVersion") != API_VERSION:
+        hint = "; kubeflow.org/v2alpha1 was its name before Kubeflow Trainer 2.0" if doc.get("apiVersion") == "kubeflow.org/v2alpha1" else ""
+        problems.append(Problem("apiVersion", f"expected {API_VERSION!r}, Kubeflow Trainer v2 (got {doc.get('apiVersion')!r}){hint}"))
+    if problems:
+        raise NotConvertible(problems)
+
+
+def _runtime(spec: dict) -> str:
+    ref = _mapping(spec.get("runtimeRef"), "spec.runtimeRef")
+    kind = ref.get("kind") or "ClusterTrainingRuntime"
+    return f"{kind} {ref.get('name')!r}" if ref.get("name") else "its runtime"
+
+
+def _cpus(resources: dict) -> int:
+    """getNumCPUPerNode (torch.go): the CPU request, else the limit, as a whole count rounded up (Quantity.Value)."""
+    for kind in ("requests", "limits"):
+        amounts = resources.get(kind)
+        amount = amounts.get("cpu") if isinstance(amounts, dict) else None
+        try:
+            value = quantity_value(amount) if isinstance(amount, str | int) and not isinstance(amount, bool) else None
+        except ValueError:
+            value = None
+        if value:
+            return math.ceil(value)
+    return 0
+
+
+def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int | None, has_resources: bool,
+           notes: list[Note]) -> tuple[int | None, str]:
+    """procsPerWorker and its origin, as Trainer's torch plugin decides it: numProcPerNode, else 'auto':
+    one per GPU of resourcesPerNode, else one per CPU of it; with no resourcesPerNode, the runtime's."""
+    path = "spec.trainer.numProcPerNode"
+    nproc = trainer.get("numProcPerNode")
+    decided: tuple[int | None, str]
+    if isinstance(nproc, int) and not isinstance(nproc, bool) or isinstance(nproc, str) and nproc.isdigit():
+        decided = (int(nproc), path)
+    elif nproc not in (None, "auto"):
+        raise _fail(path, f"expected a number of processes (got {_shown(nproc)})")
+    elif gpus:
+        decided = (None, path)  # gpusPerWorker, one process each, as torchrun's auto counts CUDA devices
+    elif has_resources:
+        cpus = max(1, _cpus(trainer["resourcesPerNode"]))
+        notes.append(Note(path, f"unset: Trainer starts one process per CPU of resourcesPerNode ({cpus}), now"
+                          " spec.procsPerWorker"))
+        decided = (cpus, "spec.trainer.resourcesPerNode")
+    else:
+        decided = (None, path)
+    flag = torchrun.find(container.get("command"), container.get("args"))
+    unread = flag is None or flag.problem is not None or not torchrun.readable(flag.value or "")
+    if decided == (None, path) and not gpus and given is None and unread:
+        raise _fail(path, f"unset, and so are resourcesPerNode and torchrun's --nproc-per-node: the process count"
+                    f" comes from {runtime}, which kuberl cannot see: pass {PROCS_OPTION} N, or set numProcPerNode")
+    return command_procs(flag, "spec.trainer", gpus, decided, given, notes)
+
+
+def _resources(trainer: dict, origins: dict, notes: list[Note]) -> tuple[dict, int]:
+    """spec.resources and gpusPerWorker from resourcesPerNode."""
+    path = "spec.trainer.resourcesPerNode"
+    resources = _mapping(trainer.get("resourcesPerNode"), path)
+    gpus = _gpus(resources, path)
+    if gpus:
+        origins["spec.gpusPerWorker"] = f"{path}.limits.{GPU_RESOURCE}"
+    kept: dict[str, Any] = {}
+    for kind, amounts in resources.items():
+        if kind in ("requests", "limits") and isinstance(amounts, dict):
+            amounts = {k: v for k, v in amounts.items() if k != GPU_RESOURCE}
+            if amounts:
+                kept[kind] = amounts
+        elif kind in ("requests", "limits"):
+            kept[kind] = amounts  # validation names it
+        else:
+            notes.append(Note(f"{path}.{kind}", "not carried over: spec.resources has requests and limits"))
+    if kept:
+        origins["spec.resources"] = path
+    limits = resources.get("limits")
+    if not (isinstance(limits, dict) and "cpu" in limits):
+        notes.append(Note(f"{path}.limits.cpu", CPU_LIMIT.replace("the PyTorchJob's pod", "the TrainJob's pod")))
+    return kept, gpus
+
+
+def _patches(spec: dict, template: dict, out: dict, origins: dict, notes: list[Note]) -> None:
+    """runtimePatches, in order, onto spec.template where they map; every other patch noted."""
+    pod = template["spec"]
+    trainer = pod["containers"][0]
+    for i, patch in enumerate(_list(spec.get("runtimePatches"), "spec.runtimePatches")):
+        base = f"spec.runtimePatches[{i}]"
+        patch = _mapping(patch, base)
+        for key in patch:
+            if key not in ("manager", "time", "trainingRuntimeSpec"):
+                notes.append(Note(f"{base}.{key}", "not carried over: unknown field"))
+        runtime_spec = _mapping(patch.get("trainingRuntimeSpec"), f"{base}.trainingRuntimeSpec")
+        jobset = _mapping(runtime_spec.get("template"), f"{base}.trainingRuntimeSpec.template")
+        base = f"{base}.trainingRuntimeSpec.template"
+        if jobset.get("metadata"):
+            notes.append(Note(f"{base}.metadata", "not carried over: kuberl makes no JobSet; labels and annotations for"
+                              " the job go on the RLTrainingJob's metadata"))
+        jobs = _list(_mapping(jobset.get("spec"), f"{base}.spec").get("replicatedJobs"), f"{base}.spec.replicatedJobs")
+        for j, job in enumerate(jobs):
+            job_path = f"{base}.spec.replicatedJobs[{j}]"
+            job = _mapping(job, job_path)
+            if job.get("name") != TRAINER_JOB:
+                notes.append(Note(job_path, f"not carried over: the runtime's {job.get('name')!r} Job (an initializer, or"
+                                  f" a step beside the trainer); kuberl runs only the trainer's pods"))
+                continue
+            job_template = _mapping(job.get("template"), f"{job_path}.template")
+            if job_template.get("metadata"):
+                notes.append(Note(f"{job_path}.template.metadata", "not carried over: kuberl makes no Job per node"))
+            pod_template = _mapping(_mapping(job_template.get("spec"), f"{job_path}.template.spec").get("template"),
+                                    f"{job_path}.template.spec.template")
+            pod_path = f"{job_path}.template.spec.template"
+            metadata = _mapping(pod_template.get("metadata"), f"{pod_path}.metadata")
+            for field in ("labels", "annotations"):
+                if isinstance(metadata.get(field), dict):
+                    template.setdefault("metadata", {}).setdefault(field, {}).update(metadata[field])
+                    origins[f"spec.template.metadata.{field}"] = f"{pod_path}.metadata.{field}"
+            _pod_patch(_mapping(pod_template.get("spec"), f"{pod_path}.spec"), f"{pod_path}.spec", pod, trainer, out,
+                       origins, notes)
+
+
+def _pod_patch(patch: dict, path: str, pod: dict, trainer: dict, out: dict, origins: dict, notes: list[Note]) -> None:
+    for field, value in patch.items():
+        where = f"{path}.{field}"
+        if field in POD_FIELDS:
+            if isinstance(value, list) and isinstance(pod.get(field), list):
+                pod[field] = pod[field] + value  # several patches add up, as Trainer's list-map merge keys by name
+            elif isinstance(value, dict) and isinstance(pod.get(field), dict) and field == "nodeSelector":
+                pod[field] = {**pod[field], **value}
+            else:
+                pod[field] = value
+            origins[f"spec.template.spec.{field}"] = where
+        elif field == "terminationGracePeriodSeconds":
+            out.setdefault("runPolicy", {})["terminationGracePeriodSeconds"] = value
+            origins["spec.runPolicy.terminationGracePeriodSeconds"] = where
+        elif field == "containers":
+            for c, container in enumerate(_list(value, where)):
+                container = _mapping(container, f"{where}[{c}]")
+                if container.get("name") != TRAINER_CONTAINER:
+                    notes.append(Note(f"{where}[{c}]", f"not carried over: the runtime's {container.get('name')!r}"
+                                      " container, which kuberl's pods do not have"))
+                    continue
+                for key, setting in container.items():
+                    if key in ("volumeMounts",):
+                        trainer[key] = list(trainer.get(key) or []) + list(_list(setting, f"{where}[{c}].{key}"))
+                        origins[f"spec.template.spec.containers[0].{key}"] = f"{where}[{c}].{key}"
+                    elif key == "securityContext":
+                        trainer[key] = setting
+                        origins[f"spec.template.spec.containers[0].{key}"] = f"{where}[{c}].{key}"
+                    elif key != "name":
+                        notes.append(Note(f"{where}[{c}].{key}", "not carried over: Trainer refuses it for the node"
+                                          " container (spec.trainer.env is its env)" if key == "env" else
+                                          "not carried over: unknown field"))
+        elif field == "initContainers":
+            notes.append(Note(where, "not carried over: it patches the runtime's init containers, which kuberl does"
+                              " not have; put init containers in spec.template (kuberl run does not run them)"))
+        else:
+            notes.append(Note(where, "not carried over: " + ("kuberl admits pods through Kueue's pod integration"
+                                                             if field == "schedulingGates" else "unknown field")))
+
+
+def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: str | None = None) -> tuple[dict, list[Note]]:
+    """The RLTrainingJob for a TrainJob and a note for each field not carried over or changed in meaning;
+    `image` and `procs_per_worker` (convert's --image, --procs-per-worker) stand for what its runtime held.
+    Raises NotConvertible with every problem at the TrainJob's own field path."""
+    _check_document(trainjob)
+    doc = copy.deepcopy(trainjob)
+    notes: list[Note] = []
+    origins: dict[str, str] = {"metadata": "metadata", "spec": "spec", "spec.workers": "spec.trainer.numNodes",
+                               "spec.image": "spec.trainer.image", "spec.template.spec.containers[0]": "spec.trainer"}
+    metadata = _metadata(doc, notes)
+    for key in doc:
+        if key not in ("apiVersion", "kind", "metadata", "spec"):
+            notes.append(Note(str(key), "not carried over: a new job starts without status" if key == "status"
+                              else "not carried over: unknown field"))
+    spec = _mapping(doc.get("spec"), "spec", required=True)
+    runtime = _runtime(spec)
+    trainer = _mapping(spec.get("trainer"), "spec.trainer")
+    out: dict[str, Any] = {"trainer": "custom"}
+    run_policy: dict[str, Any] = {}
+    for key, value in spec.items():
+        if key in ("trainer", "runtimePatches"):
+            continue
+        if key == "runtimeRef":
+            notes.append(Note("spec.runtimeRef", f"not carried over: kuberl reads no runtime; what {runtime} holds"
+                              " beyond the trainer's fields (its pod template, its JobSet's failure and success"
+                              " policies, its mlPolicy) does not carry, and what the job needs from it is asked for"))
+        elif key == "initializer":
+            for part in _mapping(value, "spec.initializer"):
+                notes.append(Note(f"spec.initializer.{part}", INITIALIZER.format(what=part)))
+        elif key in ("suspend", "activeDeadlineSeconds") and value is not None:
+            run_policy[key] = value
+            origins[f"spec.runPolicy.{key}"] = f"spec.{key}"
+        elif key == "managedBy":
+            notes.append(Note("spec.managedBy", "not carried over: kuberl's operator manages the RLTrainingJob"))
+        elif key in OLDER_API:
+            notes.append(Note(f"spec.{key}", "not carried over: a field of Trainer before runtimePatches (v2.1 and"
+                              " older); set labels on the RLTrainingJob, pod fields in spec.template"))
+        else:
+            notes.append(Note(f"spec.{key}", "not carried over: unknown TrainJob field"))
+    for key in trainer:
+        if key not in TRAINER_FIELDS:
+            notes.append(Note(f"spec.trainer.{key}", "not carried over: unknown field"))
+
+    chosen = trainer.get("image") or image
+    if not chosen:
+        raise _fail("spec.trainer.image", f"unset: the image comes from {runtime}, which kuberl cannot see: pass"
+                    f" {IMAGE_OPTION} IMAGE (the runtime's is in `kubectl get {runtime.split(' ')[0].lower()}"
+                    f" {runtime.split(' ', 1)[-1].strip(chr(39))} -o yaml`, its {TRAINER_JOB!r} container), or set the field")
+    if trainer.get("image") and image and image != trainer["image"]:
+        notes.append(Note("spec.trainer.image", f"not carried over: {IMAGE_OPTION} {image} replaces it"))
+    if not image or trainer.get("image") == image:
+        origins["spec.image"] = "spec.trainer.image" if trainer.get("image") else IMAGE_OPTION
+    out["image"] = chosen
+    if not (trainer.get("command") or trainer.get("args")):
+        raise _fail("spec.trainer.command", f"unset, and args too: the command came from {runtime} or the image's"
+                    " ENTRYPOINT, which kuberl cannot see; set command to what it runs")
+    workers = trainer.get("numNodes")
+    if workers is None:
+        notes.append(Note("spec.trainer.numNodes", f"unset: {runtime}'s mlPolicy.numNodes applied (1 in Trainer's"
+                          " torch-distributed); kuberl runs 1 worker: set spec.workers for more"))
+        workers = 1
+    out["workers"] = workers
+    container: dict[str, Any] = {"name": names.TRAINER_CONTAINER}
+    for key in ("command", "args"):
+        if key in trainer:
+            container[key] = trainer[key]
+    if "env" in trainer:
+        container["env"] = _trainer_env(trainer["env"], "spec.trainer.env", "spec.template.spec.containers[0].env",
+                                        origins, notes, TRAINER_ENV)
+    resources, gpus = _resources(trainer, origins, notes)
+    if gpus:
+        out["gpusPerWorker"] = gpus
+    if resources:
+        out["resources"] = resources
+    procs, procs_path = _procs(trainer, container, gpus, runtime, procs_per_worker,
+                               trainer.get("resourcesPerNode") is not None, notes)
+    if procs is not None:
+        out["procsPerWorker"] = procs
+    origins["spec.procsPerWorker"] = procs_path
+    template: dict[str, Any] = {"spec": {"containers": [container]}}
+    _patches(spec, template, out, origins, notes)
+    if "securityContext" not in container:
+        notes.append(Note("spec.trainer", SECURITY_CONTEXT.replace("the PyTorchJob's ran", "the TrainJob's ran")
+                          .replace("a securityContext here", "a securityContext in a runtimePatches node container")))
+    labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
+    if KUEUE_QUEUE_LABEL in labels:
+        out["queueName"] = labels[KUEUE_QUEUE_LABEL]
+        origins["spec.queueName"] = f"metadata.labels.{KUEUE_QUEUE_LABEL}"
+        if run_policy.get("suspend") is True:
+            notes.append(Note("spec.suspend", "changed: Kueue unsuspended the admitted TrainJob; kuberl's pods are"
+                              " admitted through Kueue's pod integration and nothing unsuspends the RLTrainingJob: it"
+                              " waits until you set spec.runPolicy.suspend to false"))
+    if run_policy or "runPolicy" in out:
+        out["runPolicy"] = {**out.get("runPolicy", {}), **run_policy}
+    out["template"] = template
+    job = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": metadata, "spec": out}
+    checked(job, origins)
+    return job, notes

@@ -1,0 +1,201 @@
+"""kuberl convert (and run, validate, render) take a Kubeflow Trainer v2 TrainJob: numNodes, numProcPerNode,
+the trainer's command/args/env/image, resourcesPerNode and runtimePatches map where they can; what
+only the runtime knows (image, process count) is asked for, never guessed; what cannot carry is a
+note naming it. The fixtures reproduce the shapes of kubeflow/trainer's examples/yaml (01 multi-node,
+02 runtime patches, 03 Kueue, 05 multi-step) and its API (pkg/apis/trainer/v1alpha1/trainjob_types.go)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from kuberl import cli
+from kuberl.convert import NotConvertible, to_yaml
+from kuberl.render import PLACEHOLDER_UID, render_job
+from kuberl.spec import load_documents, validate_job
+from kuberl.trainjob import convert_trainjob
+
+IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
+SCRIPT = "import torch.distributed as dist\ndist.init_process_group('gloo')\nprint(dist.get_rank())\n"
+RUNTIME = {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": "torch-distributed"}
+
+
+def trainjob(name: str = "multi-node", runtime: dict | None = None, **trainer) -> dict:
+    """01-multi-node's shape: no image, no process count, a torchrun --no-python python3 -c script."""
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": name},
+            "spec": {"runtimeRef": runtime or RUNTIME, "trainer": {
+                "numNodes": 3, "command": ["torchrun", "--no-python", "python3", "-c", SCRIPT], **trainer}}}
+
+
+PATCHES = [{"manager": "example.io/platform-team", "trainingRuntimeSpec": {"template": {
+    "metadata": {"labels": {"team": "ml-platform"}},
+    "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
+        "metadata": {"labels": {"sidecar.istio.io/inject": "false"}},
+        "spec": {"serviceAccountName": "training-sa", "nodeSelector": {"node-type": "training"},
+                 "tolerations": [{"key": "training-workload", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+                 "containers": [{"name": "node", "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                                 "securityContext": {"runAsUser": 1000}}],
+                 "terminationGracePeriodSeconds": 60}}}}}]}}}}]
+
+
+def spec_of(doc: dict, **options) -> tuple[dict, dict[str, str]]:
+    job, notes = convert_trainjob(doc, **options)
+    validate_job(job)
+    return job["spec"], {n.path: n.message for n in notes}
+
+
+def test_the_multi_node_example_asks_for_its_image_then_its_process_count():
+    with pytest.raises(NotConvertible) as e:
+        convert_trainjob(trainjob())
+    (problem,) = e.value.problems
+    assert problem.path == "spec.trainer.image" and "--image" in problem.message and "torch-distributed" in problem.message
+    with pytest.raises(NotConvertible) as e:
+        convert_trainjob(trainjob(), image=IMAGE)
+    (problem,) = e.value.problems
+    assert problem.path == "spec.trainer.numProcPerNode" and "--procs-per-worker" in problem.message
+    spec, notes = spec_of(trainjob(), image=IMAGE, procs_per_worker=2)
+    assert (spec["image"], spec["workers"], spec["procsPerWorker"]) == (IMAGE, 3, 2)
+    assert spec["template"]["spec"]["containers"][0]["command"][-1] == SCRIPT, "the multi-line script passes intact"
+    assert "spec.runtimeRef" in notes
+
+
+@pytest.mark.parametrize(("trainer", "expected"), [
+    ({"image": IMAGE, "numProcPerNode": 4}, {"procsPerWorker": 4}),
+    ({"image": IMAGE, "numProcPerNode": "2"}, {"procsPerWorker": 2}),  # Trainer 2.0's IntOrString
+    ({"image": IMAGE, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 4, "cpu": "16"}}},
+     {"gpusPerWorker": 4, "procsPerWorker": None, "resources": {"limits": {"cpu": "16"}}}),
+    # the torch plugin: auto with no GPU starts one process per CPU of resourcesPerNode (the request first)
+    ({"image": IMAGE, "resourcesPerNode": {"requests": {"cpu": "2"}, "limits": {"cpu": "4"}}}, {"procsPerWorker": 2}),
+    ({"image": IMAGE, "resourcesPerNode": {"limits": {"cpu": "1500m"}}}, {"procsPerWorker": 2}),
+    ({"image": IMAGE, "command": ["torchrun", "--nproc_per_node=3", "/workspace/t.py"]}, {"procsPerWorker": 3}),
+    ({"image": IMAGE, "numNodes": None, "numProcPerNode": 1}, {"workers": 1}),
+])
+def test_the_trainers_fields_map(trainer, expected):
+    spec, _ = spec_of(trainjob(**trainer))
+    assert {k: spec.get(k) for k in expected} == expected
+
+
+def test_the_command_lines_count_wins_over_numprocpernode_as_in_torchrun():
+    spec, notes = spec_of(trainjob(image=IMAGE, numProcPerNode=2, command=["torchrun", "--nproc_per_node=4", "t.py"]))
+    assert spec["procsPerWorker"] == 4
+    assert "torchrun took the command line's --nproc-per-node '4'" in notes["spec.trainer.numProcPerNode"]
+
+
+def test_runtime_patches_land_in_the_pod_template():
+    doc = trainjob(image=IMAGE, numProcPerNode=1, env=[{"name": "CUSTOM_VAR", "value": "x"}, {"name": "PET_NNODES", "value": "9"}])
+    doc["spec"]["runtimePatches"] = PATCHES
+    spec, notes = spec_of(doc)
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "training-sa" and pod["nodeSelector"] == {"node-type": "training"}
+    assert pod["tolerations"][0]["key"] == "training-workload" and pod["volumes"][0]["name"] == "data"
+    (trainer,) = pod["containers"]
+    assert trainer["volumeMounts"] == [{"name": "data", "mountPath": "/data"}] and trainer["securityContext"] == {"runAsUser": 1000}
+    assert trainer["env"] == [{"name": "CUSTOM_VAR", "value": "x"}]
+    assert spec["template"]["metadata"] == {"labels": {"sidecar.istio.io/inject": "false"}}
+    assert spec["runPolicy"]["terminationGracePeriodSeconds"] == 60
+    assert "PET_NNODES not carried over" in notes["spec.trainer.env[1]"]
+    assert "no JobSet" in notes["spec.runtimePatches[0].trainingRuntimeSpec.template.metadata"]
+    assert "spec.trainer" not in notes, "a securityContext came with the patch"
+
+
+def test_what_cannot_carry_is_named_one_line_each():
+    doc = trainjob(image=IMAGE, numProcPerNode=1)
+    doc["spec"] |= {"initializer": {"dataset": {"storageUri": "hf://tatsu-lab/alpaca"}, "model": {"storageUri": "hf://x/y"}},
+                    "managedBy": "kueue.x-k8s.io/multikueue", "podTemplateOverrides": [], "suspend": True,
+                    "activeDeadlineSeconds": 600}
+    doc["spec"]["runtimePatches"] = [{"manager": "m", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "dataset-initializer", "template": {}},
+        {"name": "node", "template": {"spec": {"template": {"spec": {
+            "initContainers": [{"name": "fetch"}], "schedulingGates": [{"name": "g"}],
+            "containers": [{"name": "sidecar", "env": []}]}}}}}]}}}}]
+    doc["status"] = {"conditions": []}
+    spec, notes = spec_of(doc)
+    assert spec["runPolicy"] == {"suspend": True, "activeDeadlineSeconds": 600}
+    jobs = "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs"
+    pod = f"{jobs}[1].template.spec.template.spec"
+    for path in ("spec.initializer.dataset", "spec.initializer.model", "spec.managedBy", "spec.podTemplateOverrides",
+                 "status", f"{jobs}[0]", f"{pod}.initContainers", f"{pod}.schedulingGates", f"{pod}.containers[0]"):
+        assert notes[path].startswith("not carried over"), path
+    assert "kuberl run does not" in notes["spec.initializer.dataset"]
+
+
+def test_the_kueue_label_is_the_queue_and_suspend_is_noted():
+    doc = trainjob(image="python:3.11-slim", command=["python3", "-c", "print(1)"],
+                   resourcesPerNode={"requests": {"cpu": "2"}, "limits": {"cpu": "4"}})
+    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "training-queue"}
+    doc["spec"]["suspend"] = True
+    spec, notes = spec_of(doc)
+    assert spec["queueName"] == "training-queue" and spec["runPolicy"]["suspend"] is True
+    assert "nothing unsuspends" in notes["spec.suspend"]
+
+
+@pytest.mark.parametrize(("doc", "path", "words"), [
+    ({**trainjob(image=IMAGE), "apiVersion": "kubeflow.org/v2alpha1"}, "apiVersion", "before Kubeflow Trainer 2.0"),
+    (trainjob(image=IMAGE, numProcPerNode=1, command=None), "spec.trainer.command", "set command"),
+    (trainjob(image=IMAGE, numProcPerNode="auto", command=["torchrun", "--nproc_per_node=cpu", "t.py"]),
+     "spec.trainer.command[1]", "affinity mask"),
+    (trainjob(image=IMAGE, numProcPerNode=1, numNodes=5000), "spec.trainer.numNodes", "at most 1024"),
+    (trainjob(image=IMAGE, numProcPerNode=1, env=[{"name": "X", "value": 1}]), "spec.trainer.env[0].value", "quote it"),
+])
+def test_what_cannot_be_converted_is_refused_at_the_trainjobs_field(doc, path, words):
+    with pytest.raises(NotConvertible) as e:
+        convert_trainjob(doc)
+    assert e.value.problems[0].path == path and words in e.value.problems[0].message, e.value.problems
+
+
+def test_the_pods_get_what_trainer_gave_them():
+    """Trainer sets PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR/PORT: kuberl sets those and more."""
+    job, _ = convert_trainjob(trainjob(image=IMAGE, numProcPerNode=2))
+    pods = [o for o in render_job(job, "default", PLACEHOLDER_UID) if o["kind"] == "Pod"]
+    assert len(pods) == 3
+    env = {e["name"]: e.get("value") for e in pods[2]["spec"]["containers"][0]["env"]}
+    assert (env["PET_NNODES"], env["PET_NPROC_PER_NODE"], env["PET_NODE_RANK"], env["WORLD_SIZE"]) == ("3", "2", "2", "6")
+
+
+JUNK = [None, "x", 0, -1, True, [], {}, [None], {"a": None}, 1.5]
+
+
+def leaf_paths(value, path=()):
+    yield path
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        yield from leaf_paths(child, (*path, key))
+
+
+def test_any_value_anywhere_converts_or_is_refused_with_a_path_never_a_traceback():
+    doc = trainjob(image=IMAGE, numProcPerNode=1, env=[{"name": "A", "value": "1"}],
+                   resourcesPerNode={"limits": {"cpu": "2"}})
+    doc["spec"]["runtimePatches"] = PATCHES
+    for path in list(leaf_paths(doc))[1:]:
+        for junk in JUNK:
+            hostile = copy.deepcopy(doc)
+            node = hostile
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = junk
+            before = copy.deepcopy(hostile)
+            try:
+                convert_trainjob(hostile)
+            except NotConvertible as e:
+                assert e.problems and all(p.path for p in e.problems)
+            assert hostile == before
+
+
+def test_convert_run_and_validate_take_a_trainjob(tmp_path, capsys):
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "torch-distributed"}, "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}}}
+    path = tmp_path / "tj.yaml"
+    path.write_text(to_yaml([runtime, trainjob()]))
+    assert cli.main(["convert", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "ClusterTrainingRuntime 'torch-distributed': left out: a Kubeflow Trainer runtime" in err
+    assert "spec.trainer.image: unset" in err
+    assert cli.main(["convert", "--image", IMAGE, "--procs-per-worker", "2", str(path)]) == 0
+    out, err = capsys.readouterr()
+    (job,) = load_documents(out)
+    assert (job["spec"]["image"], job["spec"]["procsPerWorker"]) == (IMAGE, 2)
+    assert f"{path}: TrainJob 'multi-node': spec.runtimeRef: not carried over" in err
+    path.write_text(to_yaml([trainjob(image=IMAGE, numProcPerNode=1)]))
+    assert cli.main(["validate", str(path)]) == 0
+    assert "3 worker(s) x 1 process(es)" in capsys.readouterr().out
