@@ -1,7 +1,6 @@
 """What does a gradient sync wait for? Two ranks on this machine, their
-gradient sums over the direct link (gradlink, the trainer's default:
-shared memory on one machine; --transport tcp its sockets alone) or, with
---transport gloo, gloo's all-reduce, measured three ways in one run:
+gradient sums through torch.distributed's all-reduce on gloo (the trainer's
+one engine), measured three ways in one run:
 
 1. floor: back-to-back all-reduces of a tensor the size of the PPO agent's
    gradient, nothing else running in the ranks;
@@ -15,12 +14,10 @@ shared memory on one machine; --transport tcp its sockets alone) or, with
    all-reduced once per step (identical work on both ranks: no imbalance).
 
     .venv/bin/python bench/sync_wait.py [--updates 10] [--floor-calls 500] [--module] [--separate-pods] [--floats N]
-                                        [--transport direct|gloo] [--blocking] [--gloo-loop-unchanged]
+                                        [--blocking] [--gloo-loop-unchanged]
 
-Every sum goes through the trainer's own `all_reduce_gradient`. Over the
-link it polls for 0.2 ms, then blocks in poll() (TCP) or looks every 50 us
-(shared memory); over gloo it waits by
-yielding the CPU for up to 10 ms before it blocks, and --blocking makes it
+Every sum goes through the trainer's own `all_reduce_gradient`, which waits
+by yielding the CPU for up to 10 ms before it blocks; --blocking makes it
 block at once. The two ranks are the processes of one pod
 (LOCAL_WORLD_SIZE 2: each takes its own slice of the CPUs,
 distributed.pin_threads); --separate-pods runs them as two one-process pods
@@ -29,8 +26,7 @@ sharing every CPU, as `kuberl run` does.
 --gloo-loop-unchanged leaves gloo's event loop thread a normal thread, as
 the trainer ran before distributed.calm_gloo_loop: woken by a peer's data
 onto the core where the gloo worker holding a pair's lock runs, it preempts
-that worker and spins on the lock until the next scheduler tick (4 ms at
-HZ 250), in about 1 sync in 5 here: the floor's p90.
+that worker and spins on the lock until the next scheduler tick.
 
 Prints milliseconds per sync (median, p90, min) and the load average.
 """
@@ -68,7 +64,7 @@ def summary(ms: list[float]) -> str:
 
 
 def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: int | None,
-              blocking: bool, gloo_loop_unchanged: bool) -> None:  # the transport: KUBERL_GRADIENT_TRANSPORT
+              blocking: bool, gloo_loop_unchanged: bool) -> None:
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -101,8 +97,6 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: in
                         "cpus": sorted(os.sched_getaffinity(0)),
                         "path": "fused" if trainer.fused is not None else "DDP module",
                         "wait": "blocking" if blocking else "yielding",
-                        "transport": ("gloo" if ctx.gradient_link is None else
-                                      "direct link, shared memory" if ctx.gradient_link.shared is not None else "direct link, TCP"),
                         "gloo_loop": "unchanged (SCHED_OTHER)" if gloo_loop_unchanged else "SCHED_BATCH"}
 
         # 1. the floor
@@ -180,8 +174,7 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: in
 
 def report(results: list[dict]) -> None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    how = (f"sums over the {results[0]['transport']} (busy poll 0.2 ms, then wait)" if results[0]["transport"] != "gloo" else
-           f"sums over gloo, {results[0]['wait']} wait, gloo event loop {results[0]['gloo_loop']}")
+    how = f"sums over gloo, {results[0]['wait']} wait, gloo event loop {results[0]['gloo_loop']}"
     print(f"2 ranks, {how}, {results[0]['gradient_floats']} floats per gradient, torch threads per rank "
           f"{results[0]['threads']}, CPUs {[r['cpus'] for r in results]}, training path {results[0]['path']}, load {load}")
     for r in results:
@@ -219,8 +212,6 @@ def main() -> None:
     parser.add_argument("--floats", type=int, help="measure only the floor, for a gradient of this many floats")
     parser.add_argument("--gloo-loop-unchanged", action="store_true",
                         help="leave gloo's event loop thread SCHED_OTHER (the trainer before calm_gloo_loop)")
-    parser.add_argument("--transport", choices=["direct", "tcp", "gloo"], default="direct",
-                        help="the gradient sums' transport (KUBERL_GRADIENT_TRANSPORT)")
     parser.add_argument("--blocking", action="store_true", help="gloo: block in each all-reduce at once, no yielding wait")
     parser.add_argument("--rank-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -240,7 +231,7 @@ def run_ranks(args: argparse.Namespace, port: int) -> None:
             pod = ({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "OMP_NUM_THREADS": "1"} if args.separate_pods else
                    {"LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2", "OMP_NUM_THREADS": "2"})
             env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                   "MASTER_PORT": str(port), "KUBERL_GRADIENT_TRANSPORT": args.transport, **pod}
+                   "MASTER_PORT": str(port), **pod}
             procs.append(subprocess.Popen([sys.executable, __file__, "--rank-out", out, "--updates", str(args.updates),
                                            "--floor-calls", str(args.floor_calls),
                                            *(["--module"] if args.module else []),

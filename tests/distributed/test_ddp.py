@@ -8,16 +8,16 @@ import sys
 
 import pytest
 import torch
-from kuberl_trainer import checkpoint, distributed, gradlink
+from kuberl_trainer import checkpoint, distributed
 
 from .support import REPO, Ranks, free_ports, make_job
 
 
-def run_workers(scenario: str, out, world_size: int, timeout: float = 120, transport: str = "") -> list[dict]:
+def run_workers(scenario: str, out, world_size: int, timeout: float = 120) -> list[dict]:
     port = free_ports(1)
     procs = []
     for rank in range(world_size):
-        env = {**os.environ, gradlink.TRANSPORT_ENV: transport, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "OMP_NUM_THREADS": str(world_size)}
         procs.append(subprocess.Popen([sys.executable, "-m", "tests.distributed.workers", scenario, str(out)],
@@ -31,24 +31,10 @@ def run_workers(scenario: str, out, world_size: int, timeout: float = 120, trans
     return [torch.load(out / f"rank-{rank}.pt", weights_only=False) for rank in range(world_size)]
 
 
-# Each gradient sync over the gang's direct link (gradlink, the default: through shared memory on one
-# x86-64 machine), over its TCP connections alone, and over gloo's all-reduce.
-@pytest.fixture(scope="module", params=["direct", "tcp", "gloo"])
-def two_ranks_and_plain(tmp_path_factory, request):
+@pytest.fixture(scope="module")
+def two_ranks_and_plain(tmp_path_factory):
     ddp, plain = tmp_path_factory.mktemp("ddp"), tmp_path_factory.mktemp("plain")
-    return run_workers("equivalence", ddp, 2, transport=request.param), run_workers("equivalence", plain, 1)[0]
-
-
-def test_gradient_syncs_travel_the_transport_asked_for(two_ranks_and_plain, request):
-    ranks, plain = two_ranks_and_plain
-    syncs = [r["link_syncs"] for r in ranks]
-    transport = request.node.callspec.params["two_ranks_and_plain"]
-    if transport == "gloo":
-        assert syncs == [0, 0]
-    else:
-        assert syncs[0] == syncs[1] > 0
-        assert [r["shared"] for r in ranks] == [transport == "direct" and gradlink.shared_memory_possible()] * 2
-    assert plain["link_syncs"] == 0  # one process: no sync at all
+    return run_workers("equivalence", ddp, 2), run_workers("equivalence", plain, 1)[0]
 
 
 def test_two_half_batches_equal_one_concatenated_batch(two_ranks_and_plain):
@@ -121,12 +107,9 @@ def test_ranks_with_different_networks_refuse_to_start(tmp_path):
         assert r["error"] is not None and "different sizes" in r["error"] and "same spec" in r["error"], r
 
 
-@pytest.fixture(scope="module", params=["direct", "tcp", "gloo"])
-def gradient_sync(tmp_path_factory, request):
-    ranks = run_workers("gradient_sync", tmp_path_factory.mktemp("sync"), 2, transport=request.param)
-    assert [r["linked"] for r in ranks] == [request.param != "gloo"] * 2
-    assert [r["shared"] for r in ranks] == [request.param == "direct" and gradlink.shared_memory_possible()] * 2
-    return ranks
+@pytest.fixture(scope="module")
+def gradient_sync(tmp_path_factory):
+    return run_workers("gradient_sync", tmp_path_factory.mktemp("sync"), 2)
 
 
 def test_gradient_all_reduce_sums_on_time_and_late_and_reports_a_lost_peer(gradient_sync):
@@ -139,6 +122,8 @@ def test_gradient_all_reduce_sums_on_time_and_late_and_reports_a_lost_peer(gradi
         assert torch.equal(r["on_time"], torch.full((1000,), 3.0))
         assert torch.equal(r["late"], torch.full((1000,), 3.0))
     assert ranks[0]["lost"] is not None, "rank 0 summed with a peer that had left"
+    # one engine: each gradient sum is one torch.distributed all-reduce of the whole flat buffer
+    assert ranks[1]["through_torch"] == [1000, 1000]
     # the window the process group chose from this machine's CPU quota, for 2 processes of one pod
     assert [r["yield"] for r in ranks] == [distributed.yield_window(distributed.read_cpu_quota(), 2)] * 2
 
@@ -163,38 +148,3 @@ def test_gloos_event_loop_never_preempts_the_worker_holding_its_lock(gradient_sy
     silently losing the fix, if a torch upgrade renames the thread."""
     for r in gradient_sync:
         assert r["loop_policies"] and all(p == os.SCHED_BATCH for p in r["loop_policies"]), r["loop_policies"]
-
-
-def test_a_gang_whose_link_cannot_connect_keeps_gloo_on_every_rank(tmp_path):
-    """gradlink.open_link's fallback: rank 1 cannot reach rank 0's link port,
-    so no rank uses the link (a rank summing over it while another waits in
-    gloo would hang both), and the sums still come out right."""
-    ranks = run_workers("link_refused", tmp_path, 2)
-    assert [r["linked"] for r in ranks] == [False, False]
-    for r in ranks:
-        assert torch.equal(r["grad"], torch.full((1000,), 3.0))
-        assert r["counters"].tolist() == [2.0, 1.0]
-
-
-def test_ranks_asking_for_different_transports_agree_on_the_most_conservative(tmp_path):
-    """One rank with KUBERL_GRADIENT_TRANSPORT=gloo, the other without: both keep gloo. Each used to
-    decide alone, and the linking rank's open_link broadcast met the other's first all-reduce."""
-    ranks = run_workers("transport_mismatch", tmp_path, 2, timeout=60)
-    assert [r["linked"] for r in ranks] == [False, False]
-    for r in ranks:
-        assert torch.equal(r["grad"], torch.full((1000,), 3.0))
-
-
-@pytest.mark.parametrize("transport", ["tcp", "direct"])
-def test_three_ranks_sum_over_the_link_to_the_same_bits_everywhere(tmp_path, transport):
-    """More than two ranks: over TCP, rank 0 adds every gradient in rank
-    order and sends the sum back; through shared memory every rank adds all
-    slots in rank order. Each rank holds the very same bits, within float
-    rounding of gloo's all-reduce of the same tensors."""
-    ranks = run_workers("link_star", tmp_path, 3, transport=transport)
-    assert [r["linked"] for r in ranks] == [True] * 3 and [r["syncs"] for r in ranks] == [3] * 3
-    assert [r["shared"] for r in ranks] == [transport == "direct" and gradlink.shared_memory_possible()] * 3
-    for i in range(3):
-        for r in ranks[1:]:
-            assert torch.equal(r["over_link"][i], ranks[0]["over_link"][i])
-        torch.testing.assert_close(ranks[0]["over_link"][i], ranks[0]["over_gloo"][i], rtol=1e-6, atol=1e-6)

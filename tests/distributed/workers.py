@@ -68,11 +68,8 @@ def equivalence(out: Path) -> None:
             totals, _ = trainer.sync(stop_vote=False, success_vote=False)
             global_episodes.append(int(totals[1]))
             trainer.learn(*trainer.advantages(False))
-        link_syncs = ctx.gradient_link.syncs if ctx.gradient_link is not None else 0
-        shared = ctx.gradient_link is not None and ctx.gradient_link.shared is not None
         torch.save({"after_one": after_one, "moments": moments, "after_many": params(trainer), "first_obs": first_obs,
-                    "local_episodes": local_episodes, "global_episodes": global_episodes, "link_syncs": link_syncs,
-                    "shared": shared},
+                    "local_episodes": local_episodes, "global_episodes": global_episodes},
                    out / f"rank-{ctx.rank}.pt")
 
 
@@ -122,14 +119,25 @@ def mismatch(out: Path) -> None:
 def gradient_sync(out: Path) -> None:
     """The fused steps' gradient all-reduce: a sum on time, a sum when a peer
     is later than the yielding wait (the blocking wait takes over), then rank 1
-    leaves without its part: rank 0 must get PeerLost, not hang. Also records
-    the CPUs each rank was given (processes of one pod split the pod's CPUs)
-    and the scheduling policy of gloo's event loop threads."""
+    leaves without its part: rank 0 must get PeerLost, not hang. Records how
+    many of those sums went through torch.distributed's all_reduce (every one:
+    there is no other transport), the CPUs each rank was given (processes of
+    one pod split the pod's CPUs) and the scheduling policy of gloo's event
+    loop threads."""
     import os
     import time
 
+    import torch.distributed as dist
     from kuberl_trainer import distributed
 
+    through_torch = []
+    real_all_reduce = dist.all_reduce
+
+    def counting_all_reduce(tensor, *args, **kwargs):
+        through_torch.append(tensor.numel())
+        return real_all_reduce(tensor, *args, **kwargs)
+
+    dist.all_reduce = counting_all_reduce
     with process_group("gloo", 60, 60) as ctx:
         on_time = torch.full((1000,), float(ctx.rank + 1))
         distributed.all_reduce_gradient(ctx, on_time)
@@ -139,8 +147,7 @@ def gradient_sync(out: Path) -> None:
         distributed.all_reduce_gradient(ctx, late)
         loop_threads = distributed.threads_named(distributed.GLOO_LOOP_THREAD)
         result = {"on_time": on_time, "late": late, "cpus": sorted(os.sched_getaffinity(0)), "yield": ctx.sync_yield_seconds,
-                  "threads": torch.get_num_threads(), "linked": ctx.gradient_link is not None,
-                  "shared": ctx.gradient_link is not None and ctx.gradient_link.shared is not None,
+                  "threads": torch.get_num_threads(), "through_torch": list(through_torch),
                   "loop_policies": [os.sched_getscheduler(tid) for tid in loop_threads]}
         if ctx.rank == 1:
             torch.save(result, out / f"rank-{ctx.rank}.pt")
@@ -153,69 +160,6 @@ def gradient_sync(out: Path) -> None:
         torch.save(result, out / f"rank-{ctx.rank}.pt")
 
 
-def link_refused(out: Path) -> None:
-    """Rank 1 cannot reach rank 0's link port (a network that lets the
-    process group through but not that port): every rank must give up on the
-    link together and sum over gloo, not hang or sum half over each."""
-    import os
-    import socket
-
-    from kuberl_trainer import distributed, gradlink
-
-    class RefusingSocketModule:  # gradlink's view of the socket module: connect is refused
-        def __getattr__(self, name):
-            return getattr(socket, name)
-
-        @staticmethod
-        def create_connection(*args, **kwargs):
-            raise ConnectionRefusedError("refused by the test")
-
-    gradlink.SETUP_SECONDS = 1.0
-    if int(os.environ["RANK"]) == 1:
-        gradlink.socket = RefusingSocketModule()
-    with process_group("gloo", 60, 60) as ctx:
-        grad = torch.full((1000,), float(ctx.rank + 1))
-        distributed.all_reduce_gradient(ctx, grad)
-        counters = distributed.all_reduce_sum(ctx, torch.tensor([1.0, ctx.rank], dtype=torch.float64))
-        torch.save({"linked": ctx.gradient_link is not None, "grad": grad, "counters": counters},
-                   out / f"rank-{ctx.rank}.pt")
-
-
-def transport_mismatch(out: Path) -> None:
-    """Rank 0 asks for gloo, rank 1 for the link (KUBERL_GRADIENT_TRANSPORT set in one replica's
-    template only): the gang agrees on gloo, rather than rank 1 setting up a link alone."""
-    import os
-
-    from kuberl_trainer import distributed, gradlink
-
-    os.environ[gradlink.TRANSPORT_ENV] = "gloo" if os.environ["RANK"] == "0" else "direct"
-    with process_group("gloo", 15, 60) as ctx:
-        grad = torch.full((1000,), float(ctx.rank + 1))
-        distributed.all_reduce_gradient(ctx, grad)
-        torch.save({"linked": ctx.gradient_link is not None, "grad": grad}, out / f"rank-{ctx.rank}.pt")
-
-
-def link_star(out: Path) -> None:
-    """Three ranks: the link's star through rank 0 (gradlink), from
-    process_group's own setup, beside gloo's all-reduce of the same tensors."""
-    import torch.distributed as dist
-    from kuberl_trainer import distributed
-
-    with process_group("gloo", 60, 60) as ctx:
-        generator = torch.Generator().manual_seed(ctx.rank)
-        grads = [torch.randn(9155, generator=generator) for _ in range(3)]
-        over_link, over_gloo = [g.clone() for g in grads], [g.clone() for g in grads]
-        before = ctx.gradient_link.syncs if ctx.gradient_link else 0  # attaching shared memory takes two
-        for g in over_link:
-            distributed.all_reduce_gradient(ctx, g)
-        for g in over_gloo:
-            dist.all_reduce(g)
-        torch.save({"linked": ctx.gradient_link is not None, "over_link": over_link, "over_gloo": over_gloo,
-                    "syncs": (ctx.gradient_link.syncs if ctx.gradient_link else 0) - before,
-                    "shared": bool(ctx.gradient_link and ctx.gradient_link.shared)}, out / f"rank-{ctx.rank}.pt")
-
-
 if __name__ == "__main__":
     {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch,
-     "gradient_sync": gradient_sync, "link_refused": link_refused, "link_star": link_star,
-     "transport_mismatch": transport_mismatch}[sys.argv[1]](Path(sys.argv[2]))
+     "gradient_sync": gradient_sync}[sys.argv[1]](Path(sys.argv[2]))

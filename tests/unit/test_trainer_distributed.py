@@ -177,8 +177,8 @@ def test_an_omp_num_threads_nobody_can_use_is_refused_naming_it(value):
 
 @pytest.mark.parametrize(("variable", "value", "reason"), [
     ("OMP_NUM_THREADS", "four", "ConfigError: environment variable OMP_NUM_THREADS='four'"),
-    # kuberl's own, set by a launcher (bench, tests); a value nobody reads is not a silent default
-    ("KUBERL_GRADIENT_TRANSPORT", "x" * 100_000, "ConfigError: environment variable KUBERL_GRADIENT_TRANSPORT='xxx"),
+    # set by a launcher; a value nobody can read is not a silent default, and a huge one is cut
+    ("LOCAL_WORLD_SIZE", "x" * 100_000, "ConfigError: environment variable LOCAL_WORLD_SIZE='xxx"),
 ])
 def test_a_trainer_given_an_unusable_environment_exits_with_a_config_error(tmp_path, variable, value, reason):
     """Not a crash to retry until backoffLimit: the pod's environment (its

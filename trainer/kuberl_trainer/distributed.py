@@ -20,8 +20,6 @@ import torch
 import torch.distributed as dist
 from kuberl import contract
 
-from . import gradlink
-
 # How long a gradient all-reduce's caller yields in a loop before it blocks: a rank that yields
 # is running when its sync completes, one that blocked must be woken first (PPO update with 2
 # ranks, bench/sync_wait.py: 15.2-15.7 ms yielding, 16.5-16.7 blocking). A peer later than
@@ -47,7 +45,6 @@ class Dist:
     device: torch.device
     backend: str | None  # None: a single process, no process group
     sync_yield_seconds: float = 0.0  # all_reduce_gradient's yielding wait (yield_window)
-    gradient_link: gradlink.GradientLink | None = None  # all_reduce_gradient's transport when not gloo's
 
     @property
     def is_main(self) -> bool:
@@ -241,10 +238,6 @@ def process_group(
     world_size = _int_env(contract.ENV_WORLD_SIZE, 1)
     local_rank = _int_env(contract.ENV_LOCAL_RANK, 0)
     local_world_size = _int_env("LOCAL_WORLD_SIZE", _int_env(contract.ENV_NPROC_PER_NODE, 1))
-    try:
-        transport = gradlink.check_transport(os.environ.get(gradlink.TRANSPORT_ENV))
-    except ValueError as e:
-        raise BadEnvironment(str(e)) from None
     chosen = choose_backend(backend)
     if chosen == "nccl":
         torch.cuda.set_device(local_rank)  # before the group: NCCL binds to it
@@ -275,27 +268,10 @@ def process_group(
             time.sleep(1.0)
     if chosen == "gloo":
         calm_gloo_loop()
-    link = None
     try:
-        sync_yield = yield_window(read_cpu_quota(), local_world_size)
-        if gradlink.wanted(world_size, chosen, "direct"):
-            # The gang's transport, the most conservative any rank asks for: a rank that went to set up
-            # the link while another did not would pair open_link's broadcast with that rank's next
-            # collective (a PyTorchJob's Master and Worker templates can set the variable differently).
-            asked = torch.tensor([gradlink.TRANSPORTS.index(transport)], dtype=torch.int64)  # host: gloo only
-            with collectives():
-                dist.all_reduce(asked, op=dist.ReduceOp.MAX)
-            transport = gradlink.TRANSPORTS[int(asked)]
-        if gradlink.wanted(world_size, chosen, transport):
-            with collectives():
-                # no busy poll where the CPU quota is under a core per process, as no yielding wait there
-                link = gradlink.open_link(rank, world_size, master, collective_timeout_seconds,
-                                          gradlink.BUSY_POLL_SECONDS if sync_yield > 0 else 0.0,
-                                          shared_memory=transport == "direct")
-        yield Dist(rank, world_size, local_rank, local_world_size, device, chosen, sync_yield, link)
+        yield Dist(rank, world_size, local_rank, local_world_size, device, chosen,
+                   yield_window(read_cpu_quota(), local_world_size))
     finally:
-        if link is not None:
-            link.close()
         with contextlib.suppress(Exception):  # a dead peer must not block exit
             dist.destroy_process_group()
 
@@ -341,12 +317,12 @@ def take_rank0_parameters(ctx: Dist, flat: torch.Tensor) -> None:
 
 
 def all_reduce_gradient(ctx: Dist, flat: torch.Tensor) -> None:
-    """Sum a flat CPU gradient across ranks in place (the fused steps' one
-    sync per gradient step): over the gang's direct link where it has one
-    (gradlink, which polls briefly, then blocks), else gloo's all-reduce
-    launched asynchronously and waited for by yielding the CPU for at most
-    ctx.sync_yield_seconds before blocking."""
-    if not ctx.distributed or _summed_over_link(ctx, flat):
+    """Sum a flat gradient across ranks in place (the fused steps' one sync
+    per gradient step) with torch.distributed's all-reduce, launched
+    asynchronously; on gloo waited for by yielding the CPU for at most
+    ctx.sync_yield_seconds before blocking (a rank that yields is running
+    when the sum lands, one that blocked must be woken first)."""
+    if not ctx.distributed:
         return
     with collectives():
         work = dist.all_reduce(flat, async_op=True)
@@ -357,22 +333,10 @@ def all_reduce_gradient(ctx: Dist, flat: torch.Tensor) -> None:
         work.wait()  # raises the collective's own error (timeout, closed peer)
 
 
-def _summed_over_link(ctx: Dist, values: torch.Tensor) -> bool:
-    """Sum `values` over the gang's direct link, if it has one and they are a
-    contiguous CPU tensor (the same on every rank: same spec, same code)."""
-    if ctx.gradient_link is None or not values.is_cpu or not values.is_contiguous():
-        return False
-    try:
-        ctx.gradient_link.sum_(values)
-    except gradlink.LinkLost as e:
-        raise PeerLost(str(e)) from e
-    return True
-
-
 def all_reduce_sum(ctx: Dist, values: torch.Tensor) -> torch.Tensor:
     """Sum a flat tensor across ranks, in place and returned (one collective
     for every counter and normaliser moment of an update)."""
-    if ctx.distributed and not _summed_over_link(ctx, values):
+    if ctx.distributed:
         with collectives():
             on_device = values.to(ctx.device)
             dist.all_reduce(on_device, op=dist.ReduceOp.SUM)
