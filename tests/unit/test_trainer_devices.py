@@ -66,7 +66,6 @@ def test_the_static_check_catches_the_accumulator_that_crashed_dqn_on_cuda():
 # Modules whose every tensor lives on the host by design, and the check that keeps them there.
 HOST_ONLY = {
     "fused.py": "the hand-fused steps run on CPU only (fused.supports and supports_q refuse CUDA)",
-    "gradlink.py": "the fused steps' CPU gradient transport",
 }
 
 
