@@ -9,8 +9,8 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help tools setup train test test-unit test-distributed test-operator test-e2e test-gpu lint bench chart images manifests clean
-.PHONY: install-yaml checkov sb3-venv prometheus
+.PHONY: help tools setup train test test-unit test-distributed test-operator test-e2e test-gpu lint bench chart images lint-dockerfiles manifests clean
+.PHONY: install-yaml chart-readme checkov sb3-venv prometheus
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -69,10 +69,13 @@ test-gpu: $(STAMP) ## CUDA/NCCL paths; skips (and says so) without a GPU
 lint: $(STAMP) ## ruff over the code
 	$(VENV)/bin/ruff check operator trainer tests bench
 
-manifests: $(STAMP) ## regenerate the CRD (manifests/, the chart) and manifests/install.yaml
+manifests: $(STAMP) ## regenerate the CRD (manifests/, the chart), manifests/install.yaml and the chart's README
 	$(PY) -m kuberl.cli crd > manifests/crd.yaml
 	$(PY) -m kuberl.cli crd > charts/kuberl/crds/rltrainingjobs.yaml
-	$(MAKE) --no-print-directory install-yaml
+	$(MAKE) --no-print-directory install-yaml chart-readme
+
+chart-readme: $(STAMP) ## write charts/kuberl/README.md from values.yaml (every value, its type, default and comment)
+	$(PY) charts/values_readme.py > charts/kuberl/README.md
 
 HELM := $(TOOLS)/bin/helm
 INSTALL_NAMESPACE := kuberl-system
@@ -100,15 +103,34 @@ HADOLINT := $(VENV)/bin/hadolint
 IMAGE_TAG ?= 0.1.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_CUDA_INDEX ?= https://download.pytorch.org/whl/cu128
-images: ## build the operator, CPU trainer and CUDA trainer images (needs a Docker engine)
-	@if ! docker info >/dev/null 2>&1; then \
-	  echo "make images: no Docker engine reachable here; linting the Dockerfiles instead (tests/unit/test_dockerfiles.py)"; \
-	  $(HADOLINT) dockerfiles/*.Dockerfile; \
-	else \
-	  docker build -f dockerfiles/operator.Dockerfile -t ghcr.io/kuberl/operator:$(IMAGE_TAG) . && \
-	  docker build -f dockerfiles/trainer.Dockerfile --build-arg TORCH_INDEX=$(TORCH_INDEX) -t ghcr.io/kuberl/trainer:$(IMAGE_TAG) . && \
-	  docker build -f dockerfiles/trainer-cuda.Dockerfile --build-arg TORCH_INDEX=$(TORCH_CUDA_INDEX) -t ghcr.io/kuberl/trainer:$(IMAGE_TAG)-cuda . ; \
-	fi
+# Where the images go: REGISTRY=registry.example.com/team pushes there; KIND=<cluster> loads them into
+# a kind cluster instead (no registry); MINIKUBE=1 into minikube's. The chart's defaults name ghcr.io/kuberl,
+# which nobody has pushed: install with the repositories printed at the end.
+REGISTRY ?=
+KIND ?=
+MINIKUBE ?=
+DOCKER ?= docker
+IMAGE_PREFIX := $(if $(REGISTRY),$(REGISTRY:%/=%),kuberl)
+OPERATOR_IMAGE := $(IMAGE_PREFIX)/operator:$(IMAGE_TAG)
+TRAINER_IMAGE := $(IMAGE_PREFIX)/trainer:$(IMAGE_TAG)
+TRAINER_CUDA_IMAGE := $(IMAGE_PREFIX)/trainer:$(IMAGE_TAG)-cuda
+images: ## build the operator, CPU and CUDA trainer images; REGISTRY=… pushes them, KIND=cluster or MINIKUBE=1 loads them
+	@if [ -z "$(REGISTRY)$(KIND)$(MINIKUBE)" ]; then \
+	  echo "make images: say where the images go: REGISTRY=registry.example.com/you (build and push), KIND=<kind cluster> or MINIKUBE=1 (build and load, no registry)"; exit 2; fi
+	@if ! $(DOCKER) info >/dev/null 2>&1; then \
+	  echo "make images: no Docker (or compatible) engine reachable here: start one, or set DOCKER=podman"; exit 1; fi
+	$(DOCKER) build -f dockerfiles/operator.Dockerfile -t $(OPERATOR_IMAGE) .
+	$(DOCKER) build -f dockerfiles/trainer.Dockerfile --build-arg TORCH_INDEX=$(TORCH_INDEX) -t $(TRAINER_IMAGE) .
+	$(if $(SKIP_CUDA),@echo "make images: SKIP_CUDA set: no CUDA trainer image",$(DOCKER) build -f dockerfiles/trainer-cuda.Dockerfile --build-arg TORCH_INDEX=$(TORCH_CUDA_INDEX) -t $(TRAINER_CUDA_IMAGE) .)
+	$(if $(REGISTRY),$(DOCKER) push $(OPERATOR_IMAGE) && $(DOCKER) push $(TRAINER_IMAGE)$(if $(SKIP_CUDA),, && $(DOCKER) push $(TRAINER_CUDA_IMAGE)))
+	$(if $(KIND),kind load docker-image --name $(KIND) $(OPERATOR_IMAGE) $(TRAINER_IMAGE))
+	$(if $(MINIKUBE),minikube image load $(OPERATOR_IMAGE) && minikube image load $(TRAINER_IMAGE))
+	@echo "make images: install the chart with these images:"
+	@echo "  helm install kuberl charts/kuberl -n kuberl-system --create-namespace \\"
+	@echo "    --set operator.image.repository=$(IMAGE_PREFIX)/operator --set trainer.image.repository=$(IMAGE_PREFIX)/trainer --set operator.image.tag=$(IMAGE_TAG) --set trainer.image.tag=$(IMAGE_TAG)$(if $(REGISTRY),, --set operator.image.pullPolicy=Never --set trainer.image.pullPolicy=Never)"
+
+lint-dockerfiles: $(STAMP) ## hadolint over dockerfiles/ (no Docker engine needed)
+	$(HADOLINT) dockerfiles/*.Dockerfile
 
 CHECKOV_VENV := $(TOOLS)/checkov-venv
 CHECKOV := $(CHECKOV_VENV)/bin/checkov

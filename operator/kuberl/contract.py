@@ -90,6 +90,8 @@ def is_reserved_env(name: str) -> bool:
 ENV_OPERATOR_TRAINER_IMAGE = "KUBERL_TRAINER_IMAGE"  # image of jobs that set no spec.image
 ENV_OPERATOR_TRAINER_IMAGE_PULL_POLICY = "KUBERL_TRAINER_IMAGE_PULL_POLICY"  # for jobs that set none
 ENV_OPERATOR_TRAINER_IMAGE_PULL_SECRETS = "KUBERL_TRAINER_IMAGE_PULL_SECRETS"  # comma-separated Secret names
+ENV_OPERATOR_TRAINER_CPU_PER_PROCESS = "KUBERL_TRAINER_CPU_PER_PROCESS"  # default CPU request per process (1)
+ENV_OPERATOR_TRAINER_MEMORY_PER_PROCESS = "KUBERL_TRAINER_MEMORY_PER_PROCESS"  # default memory request per process (2Gi)
 ENV_OPERATOR_LOG_LEVEL = "KUBERL_LOG_LEVEL"  # debug, info, warning or error
 ENV_OPERATOR_METRICS_ENABLED = "KUBERL_METRICS_ENABLED"  # "true"/"false": serve /metrics on --metrics-port
 ENV_OPERATOR_POD_NAMESPACE = "KUBERL_POD_NAMESPACE"  # the operator's own namespace (downward API)

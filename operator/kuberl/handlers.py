@@ -280,7 +280,8 @@ class JobLoop:
 
     def _render_pods(self, spec: JobSpec, uid: str, ranks: list[int], generation: int) -> list[dict]:
         config = self.shell.config
-        pods = render.render_pods(render.Job(self.name, spec), self.namespace, uid, ranks, generation, default_image=config.trainer_image)
+        pods = render.render_pods(render.Job(self.name, spec), self.namespace, uid, ranks, generation, default_image=config.trainer_image,
+                                  per_process=config.trainer_per_process)
         return [reconcile.with_operator_defaults(pod, config.trainer_pull_policy, config.trainer_pull_secrets) for pod in pods]
 
     async def _decide(self, job: dict, spec: JobSpec | None, refusal: lifecycle.Refusal | None) -> lifecycle.Decision:

@@ -33,6 +33,7 @@ class OperatorConfig:
     # Admitted to rank 0's metrics port by each job's NetworkPolicy: the operator's scrapes and Prometheus'.
     operator_namespace: str = render.DEFAULT_OPERATOR_NAMESPACE
     monitoring_namespace: str | None = render.DEFAULT_MONITORING_NAMESPACE
+    trainer_per_process: render.PerProcess = render.PER_PROCESS  # default requests of a job that sets none
 
 
 def operator_config(args: argparse.Namespace) -> OperatorConfig:
@@ -49,7 +50,20 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         allowed_service_accounts=podsecurity.parse_service_accounts(getattr(args, "allowed_service_accounts", None)),
         operator_namespace=os.environ.get(contract.ENV_OPERATOR_POD_NAMESPACE) or render.DEFAULT_OPERATOR_NAMESPACE,
         monitoring_namespace=getattr(args, "monitoring_namespace", render.DEFAULT_MONITORING_NAMESPACE),
+        trainer_per_process=per_process_from_env(),
     )
+
+
+def per_process_from_env() -> render.PerProcess:
+    """The chart's trainer.resourcesPerProcess; one that is not a plain quantity stops the operator at start, named."""
+    values = {}
+    for field, variable in (("cpu", contract.ENV_OPERATOR_TRAINER_CPU_PER_PROCESS), ("memory", contract.ENV_OPERATOR_TRAINER_MEMORY_PER_PROCESS)):
+        value = os.environ.get(variable) or getattr(render.PER_PROCESS, field)
+        if render.PLAIN_QUANTITY.match(value) is None:
+            raise SystemExit(f"kuberl operator: {variable}={value!r}: expected a quantity such as 1, 500m or 2Gi"
+                             f" (chart value trainer.resourcesPerProcess.{field})")
+        values[field] = value
+    return render.PerProcess(**values)
 
 
 def cmd_operator(args: argparse.Namespace) -> int:

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Literal
 
 from . import contract, names
@@ -49,7 +51,29 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 VOLCANO_SCHEDULERS = frozenset({"volcano"})
 COSCHEDULING_SCHEDULERS = frozenset({"scheduler-plugins-scheduler", "scheduler-plugins", "coscheduling"})
 
-MEMORY_PER_PROC_GI = 2
+
+
+@dataclass(frozen=True)
+class PerProcess:
+    """The trainer container's default requests per process, where the job sets none (chart value
+    trainer.resourcesPerProcess, the operator's KUBERL_TRAINER_CPU/MEMORY_PER_PROCESS)."""
+
+    cpu: str = "1"
+    memory: str = "2Gi"
+
+
+PER_PROCESS = PerProcess()
+PLAIN_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|[KMGTPE]i?)?$")
+
+
+def times(quantity: str, n: int) -> str:
+    """`quantity` (a plain one: digits, an optional fraction and suffix) n times: 500m x 2 = 1000m, 2Gi x 2 = 4Gi."""
+    found = PLAIN_QUANTITY.match(quantity)
+    if found is None:
+        raise ValueError(f"expected a quantity such as 1, 500m or 2Gi (got {quantity!r})")
+    total = Decimal(found.group(1)) * n
+    return f"{total.normalize():f}{found.group(2) or ''}"
+
 RENDEZVOUS_PORT_NAME = "rendezvous"
 CONFIG_PATH = f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"
 RUNTIME_USER = 65532  # the uid the images run as (dockerfiles/)
@@ -377,18 +401,19 @@ def _quantity(value: str | int) -> str:
     return str(value)
 
 
-def container_resources(spec: JobSpec) -> dict:
-    """Defaults (1 CPU and 2Gi per process, CPU limited so OMP_NUM_THREADS is
-    right) under the user's resources; GPUs only from gpusPerWorker."""
+def container_resources(spec: JobSpec, per_process: PerProcess = PER_PROCESS) -> dict:
+    """Defaults (`per_process` times the processes, 1 CPU and 2Gi each unless the operator is told
+    otherwise; CPU limited so OMP_NUM_THREADS is right) under the user's resources; GPUs only from gpusPerWorker."""
     procs = spec.procs
     user_requests = {k: _quantity(v) for k, v in spec.resources.requests.items()}
     user_limits = {k: _quantity(v) for k, v in spec.resources.limits.items()}
     requests = {}
-    for resource, default in (("cpu", str(procs)), ("memory", f"{MEMORY_PER_PROC_GI * procs}Gi")):
+    cpu = times(per_process.cpu, procs)
+    for resource, default in (("cpu", cpu), ("memory", times(per_process.memory, procs))):
         if resource not in user_requests and resource not in user_limits:  # a lone limit is the request
             requests[resource] = default
     requests.update(user_requests)
-    limits = {"cpu": user_requests.get("cpu", str(procs)), **user_limits}
+    limits = {"cpu": user_requests.get("cpu", cpu), **user_limits}
     if spec.gpus_per_worker > 0:
         limits["nvidia.com/gpu"] = str(spec.gpus_per_worker)
     return {"requests": requests, "limits": limits}
@@ -416,7 +441,8 @@ def trainer_command(spec: JobSpec) -> list[str]:
     ]
 
 
-def _trainer_container(job: str, namespace: str, spec: JobSpec, rank: int, restart: int, target: Target, default_image: str) -> dict:
+def _trainer_container(job: str, namespace: str, spec: JobSpec, rank: int, restart: int, target: Target, default_image: str,
+                       per_process: PerProcess = PER_PROCESS) -> dict:
     mounts = [
         {"name": "config", "mountPath": names.CONFIG_MOUNT_DIR, "readOnly": True},
         {"name": "dshm", "mountPath": names.SHM_MOUNT_DIR},
@@ -434,7 +460,7 @@ def _trainer_container(job: str, namespace: str, spec: JobSpec, rank: int, resta
             {"name": names.metrics_port_name(i), "containerPort": port, "protocol": "TCP"}
             for i, port in enumerate(metrics_ports(spec))
         ],
-        "resources": container_resources(spec),
+        "resources": container_resources(spec, per_process),
         "volumeMounts": mounts,
         "terminationMessagePath": names.TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -473,9 +499,10 @@ def render_pod(
     *,
     default_image: str = DEFAULT_IMAGE,
     target: Target = "cluster",
+    per_process: PerProcess = PER_PROCESS,
 ) -> dict:
     """Worker `rank` of gang generation `restart`, with spec.template layered on."""
-    return render_pods(job, namespace, uid, [rank], restart, default_image=default_image, target=target)[0]
+    return render_pods(job, namespace, uid, [rank], restart, default_image=default_image, target=target, per_process=per_process)[0]
 
 
 def render_pods(
@@ -487,11 +514,12 @@ def render_pods(
     *,
     default_image: str = DEFAULT_IMAGE,
     target: Target = "cluster",
+    per_process: PerProcess = PER_PROCESS,
 ) -> list[dict]:
     """Workers `ranks` of gang generation `restart`; the config digest is computed once for all."""
     j = as_job(job)
     digest = config_hash(config_text(j.name, namespace, uid, j.spec))
-    return [_render_pod(j, namespace, rank, restart, default_image, target, digest) for rank in ranks]
+    return [_render_pod(j, namespace, rank, restart, default_image, target, digest, per_process) for rank in ranks]
 
 
 def representative_ranks(workers: int) -> list[int]:
@@ -500,7 +528,8 @@ def representative_ranks(workers: int) -> list[int]:
     return list(range(min(workers, 2)))
 
 
-def _render_pod(j: Job, namespace: str, rank: int, restart: int, default_image: str, target: Target, digest: str) -> dict:
+def _render_pod(j: Job, namespace: str, rank: int, restart: int, default_image: str, target: Target, digest: str,
+                per_process: PerProcess = PER_PROCESS) -> dict:
     spec = j.spec
     if not 0 <= rank < spec.workers:
         raise ValueError(f"rank {rank} outside 0..{spec.workers - 1}")
@@ -522,7 +551,7 @@ def _render_pod(j: Job, namespace: str, rank: int, restart: int, default_image: 
             "fsGroup": RUNTIME_USER,  # the checkpoint volume is writable by the trainer
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [_trainer_container(j.name, namespace, spec, rank, restart, target, default_image)],
+        "containers": [_trainer_container(j.name, namespace, spec, rank, restart, target, default_image, per_process)],
         "volumes": _volumes(j.name, spec, rank),
     }
     if spec.node_selector:

@@ -225,7 +225,7 @@ class JobSpec(Model):
     procs_per_worker: int | None = immutable(default=None, ge=1, le=names.MAX_PROCS_PER_WORKER, description="Processes per pod; defaults to gpusPerWorker, or 1.")
     image: str | None = immutable(default=None, min_length=1, max_length=512, description="Trainer image; defaults to the operator's configured image.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(None, description="Pull policy of the trainer container.")
-    resources: ResourceRequirements = Field(default_factory=ResourceRequirements, description="Per-pod resources; defaults to 1 CPU and 2Gi per process.")
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements, description="Per-pod resources; defaults to 1 CPU and 2Gi per process (the operator's trainer.resourcesPerProcess).")
     node_selector: dict[str, LabelValue] = Field(default_factory=dict, max_length=64, description="Node labels the pods require.")
     tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=32, description="Pod tolerations.", json_schema_extra={"items": {"type": "object", "description": "A Kubernetes Toleration.", "x-kubernetes-preserve-unknown-fields": True}})
     affinity: dict[str, Any] = Field(default_factory=dict, description="Pod affinity.", json_schema_extra=free_form())

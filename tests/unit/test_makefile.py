@@ -32,3 +32,27 @@ def test_make_train_installs_the_trainer_cli_and_plotting_only_with_visible_prog
 def test_make_test_adds_the_test_tools_and_extras(tmp_path):
     joined = "\n".join(dry_run("test-unit", tmp_path))
     assert "-r requirements-dev.txt" in joined and "operator[operator,plot]" in joined and "trainer[video]" in joined
+
+
+def make_dry(*args: str) -> str:
+    return subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+
+def test_make_images_pushes_to_the_registry_named_and_prints_the_helm_install_to_match():
+    out = make_dry("images", "REGISTRY=registry.example.com/me/")
+    for image in ("operator:0.1.0", "trainer:0.1.0", "trainer:0.1.0-cuda"):
+        assert "build -f dockerfiles/" in out and f"-t registry.example.com/me/{image} " in out
+        assert f"push registry.example.com/me/{image}" in out
+    assert "--set operator.image.repository=registry.example.com/me/operator" in out
+    assert "--set trainer.image.repository=registry.example.com/me/trainer" in out and "pullPolicy=Never" not in out
+
+
+def test_make_images_loads_into_kind_without_a_registry():
+    out = make_dry("images", "KIND=dev", "SKIP_CUDA=1")
+    assert "kind load docker-image --name dev kuberl/operator:0.1.0 kuberl/trainer:0.1.0" in out
+    assert " push " not in out and "trainer-cuda.Dockerfile" not in out and "pullPolicy=Never" in out
+
+
+def test_make_images_without_a_destination_says_which_to_choose():
+    done = subprocess.run(["make", "images"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode != 0 and "REGISTRY=" in done.stdout and "KIND=" in done.stdout

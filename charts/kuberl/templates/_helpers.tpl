@@ -67,6 +67,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* Every combination of values the schema cannot refuse, refused here with the keys named. */}}
 {{- define "kuberl.validate" -}}
+{{- /* keys other charts have at the top: the schema lets them through so the message can say where they belong */ -}}
+{{- if hasKey .Values "image" -}}
+{{- fail "image is not a value of this chart (it is a common chart's): set operator.image.repository and operator.image.tag (the operator) and trainer.image.repository and trainer.image.tag (the default trainer of jobs)" -}}
+{{- end -}}
+{{- if hasKey .Values "serviceAccount" -}}
+{{- fail "serviceAccount is not a value of this chart (it is a common chart's): set operator.serviceAccount.create and operator.serviceAccount.name" -}}
+{{- end -}}
+{{- if hasKey .Values "resources" -}}
+{{- fail "resources is not a value of this chart (it is a common chart's): set operator.resources (the operator) or trainer.resourcesPerProcess (each trainer process)" -}}
+{{- end -}}
+{{- if hasKey .Values "replicaCount" -}}
+{{- fail "replicaCount is not a value of this chart (it is a common chart's): set operator.replicas" -}}
+{{- end -}}
+{{- if hasKey .Values "imagePullSecrets" -}}
+{{- fail "imagePullSecrets is not a value of this chart (it is a common chart's): set operator.imagePullSecrets and trainer.imagePullSecrets" -}}
+{{- end -}}
 {{- $_ := include "kuberl.operatorImage" . -}}
 {{- $_ := include "kuberl.trainerImage" . -}}
 {{- if and .Values.monitoring.serviceMonitor.enabled (not .Values.metrics.enabled) -}}
@@ -154,6 +170,10 @@ spec:
           value: {{ .Values.trainer.image.pullPolicy | quote }}
         - name: KUBERL_TRAINER_IMAGE_PULL_SECRETS
           value: {{ join "," .Values.trainer.imagePullSecrets | quote }}
+        - name: KUBERL_TRAINER_CPU_PER_PROCESS
+          value: {{ .Values.trainer.resourcesPerProcess.cpu | toString | quote }}
+        - name: KUBERL_TRAINER_MEMORY_PER_PROCESS
+          value: {{ .Values.trainer.resourcesPerProcess.memory | toString | quote }}
         - name: KUBERL_POD_NAMESPACE
           valueFrom:
             fieldRef:

@@ -1,0 +1,97 @@
+"""Chart values a new user meets first: common charts' keys refused with where they belong, the trainer's
+default resources as values, and the chart README generated from values.yaml (stale: this fails)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import yaml
+from chart_support import CHART, ROOT, HelmError, helm, operator_container, render
+from kuberl import render as rendering
+from kuberl.operator_config import per_process_from_env
+
+from tests.support.jobs import make_job
+
+
+def values_readme():
+    spec = importlib.util.spec_from_file_location("values_readme", ROOT / "charts" / "values_readme.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def refused(*set_args: str) -> str:
+    with pytest.raises(HelmError) as e:
+        helm("template", "kuberl", str(CHART), *[a for s in set_args for a in ("--set", s)])
+    return str(e.value)
+
+
+@pytest.mark.parametrize(("setting", "hint"), [
+    ("image.repository=registry.example.com/op", "set operator.image.repository and operator.image.tag (the operator) and trainer.image.repository"),
+    ("serviceAccount.create=false", "set operator.serviceAccount.create and operator.serviceAccount.name"),
+    ("resources.limits.cpu=1", "trainer.resourcesPerProcess"),
+    ("replicaCount=2", "set operator.replicas"),
+])
+def test_a_common_charts_key_is_refused_naming_where_it_belongs(setting, hint):
+    message = refused(setting)
+    assert "is not a value of this chart" in message and hint in message
+
+
+def test_a_misspelled_key_is_still_refused_by_the_schema():
+    assert "additional properties 'imagee' not allowed" in refused("imagee.repository=x")
+
+
+def test_trainer_default_resources_are_values_that_reach_every_pod(monkeypatch):
+    _, container = operator_container(render({"trainer": {"resourcesPerProcess": {"cpu": "500m", "memory": "3Gi"}}}))
+    for e in container["env"]:
+        if "value" in e:
+            monkeypatch.setenv(e["name"], e["value"])
+    per_process = per_process_from_env()
+    assert per_process == rendering.PerProcess(cpu="500m", memory="3Gi")
+    pod = rendering.render_pod(make_job("j").with_spec(procsPerWorker=2).obj(), "ns", rendering.PLACEHOLDER_UID, 0,
+                               per_process=per_process)
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == {"cpu": "1000m", "memory": "6Gi"} and resources["limits"]["cpu"] == "1000m"
+    # the default, and a job's own resources win
+    assert rendering.render_pod(make_job("j").obj(), "ns", "u", 0)["spec"]["containers"][0]["resources"]["requests"] == {
+        "cpu": "1", "memory": "2Gi"}
+    own = make_job("j").with_spec(resources={"requests": {"memory": "1Gi"}}).obj()
+    assert rendering.render_pod(own, "ns", "u", 0, per_process=per_process)["spec"]["containers"][0]["resources"]["requests"] == {
+        "cpu": "500m", "memory": "1Gi"}
+    assert "trainer.resourcesPerProcess.memory" in refused("trainer.resourcesPerProcess.memory=lots").replace("/", ".")
+
+
+def test_a_bad_per_process_default_stops_the_operator_naming_the_value(monkeypatch):
+    monkeypatch.setenv("KUBERL_TRAINER_MEMORY_PER_PROCESS", "two gigs")
+    with pytest.raises(SystemExit, match="trainer.resourcesPerProcess.memory"):
+        per_process_from_env()
+
+
+def test_quantities_multiply_by_the_process_count():
+    assert [rendering.times(q, n) for q, n in (("1", 3), ("500m", 2), ("2Gi", 4), ("1.5", 2), ("0.25", 2))] == [
+        "3", "1000m", "8Gi", "3", "0.5"]
+
+
+def test_the_chart_readme_is_generated_from_values_and_lists_every_value():
+    module = values_readme()
+    text = (CHART / "values.yaml").read_text()
+    assert (CHART / "README.md").read_text() == module.readme(text), "stale: run `make chart-readme`"
+    keys = {key for key, _, _ in module.documented(text)}
+    assert {"operator.image.repository", "trainer.image.repository", "trainer.resourcesPerProcess.cpu",
+            "monitoring.podMonitor.sampleLimit"} <= keys
+    assert len(keys) >= 60
+
+
+def test_the_readme_says_what_deleting_a_job_keeps_and_chart_yaml_points_at_a_heading_that_exists():
+    readme = (CHART / "README.md").read_text()
+    assert "## Upgrading the CRD" in readme and "## Uninstalling" in readme
+    assert "kubectl delete pvc" in readme and "retain" in readme
+    chart = (CHART / "Chart.yaml").read_text()
+    assert "Upgrading the CRD" in chart
+    notes = helm("install", "kuberl", str(CHART), "--dry-run", "--namespace", "kuberl-system")
+    assert "keeps its checkpoint PVC" in notes and "kubectl delete pvc" in notes
+
+
+def test_every_rendered_default_still_parses():
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["trainer"]["resourcesPerProcess"] == {"cpu": "1", "memory": "2Gi"}
