@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from . import names
+from . import names, rootcause
 from .contract import (
     EXIT_CONFIG_ERROR,
     EXIT_OK,
@@ -313,7 +313,9 @@ def _container_message(message: str | None) -> str | None:
     if not message or not message.strip():
         return None
     stated = stated_reason(message)
-    return stated[1] if stated else _clip_tail(message)
+    if stated:
+        return stated[1]
+    return rootcause.describe(message) or _clip_tail(message)  # under torchrun: the failing rank and its exception
 
 
 def _clip(text: str) -> str:
@@ -694,6 +696,7 @@ def _restart(
     policy = spec.run_policy
     status = plan.status
     if counted and status["restarts"] >= policy.backoff_limit:
+        _record_history(plan, plan.generation, reason, message, counted, startup)  # the last failure too (backoffLimit 0)
         return _fail(plan, current, REASON_BACKOFF_LIMIT, f"{status['restarts']} restart(s) spent (backoffLimit={policy.backoff_limit}); last: {reason}: {message}")
     if startup and status["startupRetries"] >= policy.max_startup_retries:
         return _fail(plan, current, reason, f"{message}; {status['startupRetries']} start-up retries spent (maxStartupRetries={policy.max_startup_retries})")

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import IO
 
-from . import contract, names
+from . import contract, names, rootcause
 from .spec import DNS_1123_LABEL, DNS_1123_SUBDOMAIN, QUANTITY, quantity_value
 
 # What Kubernetes keeps of a log for FallbackToLogsOnError.
@@ -866,6 +866,7 @@ class PodProcess:
         self.out = out if out is not None else sys.stdout
         self.log_path = log_path
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self.rank_lines: dict[int, str] = {}  # each torch rank's last `[rankN]:` line (rootcause.completed)
         self.started_at = time.time()
         self.finished_at: float | None = None
         self.output_ended_at: float | None = None  # its stdout closed: when it exited, unless something it started kept it
@@ -901,6 +902,7 @@ class PodProcess:
             for raw in iter(lambda: self.popen.stdout.readline(LOG_LINE_BYTES), b""):
                 line = raw.decode(errors="replace").rstrip("\n")
                 self.tail.append(line)
+                rootcause.remember(line, self.rank_lines)
                 if log:
                     log.write(line + "\n")
                 with _output_lock, contextlib.suppress(OSError, ValueError):  # our stdout may be gone
@@ -980,7 +982,7 @@ class PodProcess:
         if text or not self._exit_code:
             return text or None
         tail = "\n".join(self.tail)[-LOG_TAIL_BYTES:].strip()
-        return tail or None
+        return rootcause.completed(tail, self.rank_lines) or None
 
 
 def read_regular_file(path: str, limit: int = -1) -> str | None:

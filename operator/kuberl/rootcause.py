@@ -1,0 +1,114 @@
+"""Why a torchrun pod failed, in one line: the failing rank and its child's exception.
+
+torch's launcher ends a failed run with a "Root Cause (first observed failure)" block naming the
+global rank, local rank and exit code of the first child that failed, and, unless that child's
+entrypoint used `@record`, nothing more ("traceback : To enable traceback see: ..."). The child's
+exception is further up the log: once a process group exists, torch prefixes every line of an
+uncaught exception's traceback with `[rankN]:` (distributed_c10d's excepthook), so its last
+`[rankN]:` line is the exception itself. Pure: text in, text out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ROOT_CAUSE = "Root Cause (first observed failure):"
+LINE_LIMIT = 300  # characters of the exception line kept: the status message is bounded as a whole
+_FIELD = re.compile(r"^\s*(rank|exitcode|error_file|traceback)\s*:\s*(.*)$")
+_RANK = re.compile(r"(-?\d+) \(local_rank: (-?\d+)\)")
+_EXIT = re.compile(r"(-?\d+)")
+
+
+@dataclass(frozen=True)
+class Failure:
+    rank: int
+    local_rank: int
+    exit_code: int | None
+    exception: str | None  # the child's last `[rankN]:` line, or its error file's message
+
+
+def printable(text: str) -> str:
+    """A pod-originated line shown as text: control characters (ANSI escapes, NUL, CR) as \\xNN escapes."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _bounded(line: str) -> str:
+    line = printable(line.strip())
+    return line if len(line) <= LINE_LIMIT else line[: LINE_LIMIT - 1] + "…"
+
+
+def exception_line(text: str, rank: int) -> str | None:
+    """The last line torch's excepthook wrote for `rank` (its exception), without the prefix."""
+    prefix = f"[rank{rank}]:"
+    for line in reversed(text.split("\n")):  # lines as a log has them: \r is a character of one
+        if line.startswith(prefix):
+            body = line[len(prefix):].strip()
+            if body and not set(body) <= set("^~ "):  # not the caret line under a frame
+                return _bounded(body)
+    return None
+
+
+def parse(text: str) -> Failure | None:
+    """The root cause torchrun printed at the end of `text` (a log tail), with the rank's exception line
+    when the text holds it; None when the text has no root-cause block."""
+    at = text.rfind(ROOT_CAUSE)
+    if at < 0:
+        return None
+    fields: dict[str, str] = {}
+    traceback: list[str] = []  # the traceback field and the lines that continue it, up to the block's end
+    for line in text[at + len(ROOT_CAUSE):].split("\n"):
+        if line.startswith("====="):
+            break
+        match = _FIELD.match(line)
+        if match and match.group(1) not in fields:
+            fields[match.group(1)] = match.group(2).strip()
+            if match.group(1) == "traceback":
+                traceback = [match.group(2)]
+        elif traceback and line.strip():
+            traceback.append(line)
+    rank = _RANK.search(fields.get("rank", ""))
+    if rank is None:
+        return None
+    code = _EXIT.match(fields.get("exitcode", ""))
+    global_rank = int(rank.group(1))
+    exception = exception_line(text[:at], global_rank)
+    if exception is None and traceback and not traceback[0].startswith(("To enable traceback", "Signal ")):
+        exception = _bounded(traceback[-1])  # a child that used @record: its error file's traceback ends in it
+    return Failure(global_rank, int(rank.group(2)), int(code.group(1)) if code else None, exception)
+
+
+def describe(text: str) -> str | None:
+    """One line for a failed torchrun pod: global rank, local rank, exit code and the exception;
+    None when `text` holds no root cause."""
+    failure = parse(text)
+    if failure is None:
+        return None
+    code = f", exit code {failure.exit_code}" if failure.exit_code is not None else ""
+    head = f"torchrun: global rank {failure.rank} (local rank {failure.local_rank}) failed first{code}"
+    if failure.exception:
+        return f"{head}: {failure.exception}"
+    return (f"{head}; its exception is above the log's last 2 KiB the kubelet keeps:"
+            f" kubectl logs POD | grep '^\\[rank{failure.rank}\\]:' | tail -1")
+
+
+_PREFIX = re.compile(r"\[rank(\d{1,7})\]:")
+MAX_RANKS_REMEMBERED = 256  # a pod runs at most names.MAX_PROCS_PER_WORKER ranks; bounded whatever it prints
+
+
+def remember(line: str, last: dict[int, str]) -> None:
+    """Keep `line` as its rank's last `[rankN]:` line (the local node's log reader calls this per line)."""
+    match = _PREFIX.match(line)
+    if match and exception_line(line, int(match.group(1))) is not None:
+        rank = int(match.group(1))
+        if rank in last or len(last) < MAX_RANKS_REMEMBERED:
+            last[rank] = line[:LINE_LIMIT * 4]
+
+
+def completed(tail: str, last: dict[int, str]) -> str:
+    """The log tail with the failing rank's last `[rankN]:` line put first when the tail names the rank
+    in torchrun's root cause but has lost the line above its last 2 KiB (kuberl run reads every line)."""
+    failure = parse(tail)
+    if failure is None or failure.exception is not None or failure.rank not in last:
+        return tail
+    return last[failure.rank] + "\n" + tail

@@ -1,0 +1,108 @@
+"""Under torchrun a failure's reason names the failing worker, the global rank and the child's exception
+line: torchrun's "Root Cause" block gives the rank and exit code, the rank's last `[rankN]:` line (torch's
+excepthook prefix) the exception. The log below has the shape of nanoGPT's train.py run with
+--device=cpu under torchrun (its DDP path calls torch.cuda.set_device on a CPU-only torch): written here
+from torch 2.13's own formats, not copied."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+from kuberl import lifecycle as lc
+from kuberl import rootcause
+from kuberl.localnode import LOG_TAIL_BYTES, Launch, PodProcess
+
+from tests.support.jobs import make_job
+
+SITE = "/opt/conda/lib/python3.11/site-packages/torch"
+EXCEPTION = "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'"
+
+
+def rank_traceback(rank: int, last: str) -> list[str]:
+    return [f"[rank{rank}]: {line}" for line in [
+        "Traceback (most recent call last):", '  File "/workspace/nanoGPT/train.py", line 93, in <module>',
+        "    torch.cuda.set_device(device)", f'  File "{SITE}/cuda/__init__.py", line 689, in set_device',
+        "    torch._C._cuda_setDevice(device)", "    ^^^^^^^^^^^^^^^^^^^^^^^^", last]]
+
+
+def torchrun_log(failing: int = 1, local: int = 1) -> str:
+    """66 lines: the launcher's banner, the children's output and tracebacks, then torchrun's own."""
+    lines = [f"W1127 06:29:19.441000 5642 {SITE}/distributed/run.py:874] " + "*" * 40] * 4
+    lines += [f"overriding config with config/train_shakespeare_char.py: line {i}" for i in range(10)]
+    lines += rank_traceback(failing, EXCEPTION) + rank_traceback(1 - failing, EXCEPTION)
+    lines += [(f"E1127 06:29:21.589000 5642 {SITE}/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1)"
+              f" local_rank: {local} (pid: 5663) of binary: /opt/conda/bin/python3.11"),
+              "Traceback (most recent call last):", '  File "/opt/conda/bin/torchrun", line 6, in <module>',
+              "    sys.exit(main())", "             ^^^^^^"]
+    lines += [f'  File "{SITE}/distributed/{p}", line {n}, in wrapper\n    return f(*args, **kwargs)'
+              for p, n in (("elastic/multiprocessing/errors/__init__.py", 367), ("run.py", 1028), ("run.py", 1019),
+                           ("launcher/api.py", 194), ("launcher/api.py", 383))]
+    lines += ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 60, "train.py FAILED", "-" * 60,
+              "Failures:", "  <NO_OTHER_FAILURES>", "-" * 60, "Root Cause (first observed failure):", "[0]:",
+              "  time      : 2026-11-27_06:29:21", "  host      : nanogpt-0.nanogpt.default.svc",
+              f"  rank      : {failing} (local_rank: {local})", "  exitcode  : 1 (pid: 5663)", "  error_file: <N/A>",
+              "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html", "=" * 60]
+    return "\n".join(lines)
+
+
+def test_the_root_cause_names_the_rank_and_its_exception():
+    assert rootcause.describe(torchrun_log()) == (
+        f"torchrun: global rank 1 (local rank 1) failed first, exit code 1: {EXCEPTION}")
+    # the second pod's ranks are 2 and 3: the global rank, not the local one
+    assert rootcause.parse(torchrun_log(failing=3, local=1).replace("[rank0]", "[rank2]")).exception == EXCEPTION
+
+
+def test_a_kubelets_2_kib_tail_says_where_the_exception_is():
+    tail = torchrun_log()[-LOG_TAIL_BYTES:]
+    assert "[rank1]" not in tail
+    said = rootcause.describe(tail)
+    assert said.startswith("torchrun: global rank 1 (local rank 1) failed first, exit code 1;")
+    assert "grep '^\\[rank1\\]:'" in said
+
+
+def test_the_line_is_escaped_and_bounded():
+    hostile = rank_traceback(1, "ValueError: \x1b[2J\x1b[31mred\r\x00" + "y" * 5000)
+    said = rootcause.describe("\n".join([*hostile, *torchrun_log().splitlines()[-9:]]))
+    assert "\x1b" not in said and "\\x1b[2J" in said and "\\r" in said and "\\x00" in said
+    assert len(said) < rootcause.LINE_LIMIT + 100
+
+
+def test_no_root_cause_no_description():
+    assert rootcause.describe("Traceback (most recent call last):\nValueError: boom") is None
+    assert rootcause.describe("Root Cause (first observed failure):\n[0]:\n  rank : x\n") is None
+
+
+def terminated_pod(rank: int, exit_code: int, message: str) -> dict:
+    return {"metadata": {"name": f"nanogpt-{rank}", "labels": {"kuberl.dev/rank": str(rank), "kuberl.dev/restart": "0"}},
+            "status": {"phase": "Failed", "containerStatuses": [
+                {"name": "trainer", "state": {"terminated": {"exitCode": exit_code, "reason": "Error", "message": message}}}]}}
+
+
+def test_the_failed_condition_and_restart_history_name_worker_rank_and_exception_at_backoff_limit_0():
+    """nanoGPT under kuberl run with backoffLimit 0: the condition held torchrun's block, the history nothing."""
+    spec = make_job().env("CartPole-v1").with_spec(totalTimesteps=10).workers(2).run_policy(backoffLimit=0).spec()
+    up = lc.decide(spec, {"generation": 0}, [], None, 0.0).status
+    running = [replace(lc.observed_pod(terminated_pod(0, 0, "")), name=f"nanogpt-{r}", rank=r, phase="Running",
+                       exit_code=None, reason=None, ready=True, start_time=0.0) for r in range(2)]
+    up = lc.decide(spec, up, running, None, 1.0).status
+    decision = lc.decide(spec, up, [running[0], lc.observed_pod(terminated_pod(1, 1, torchrun_log(failing=3)))], None, 2.0)
+    assert decision.phase == lc.FAILED
+    failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
+    expected = f"worker 1 (nanogpt-1) exit code 1: torchrun: global rank 3 (local rank 1) failed first, exit code 1: {EXCEPTION}"
+    assert expected in failed["message"]
+    (entry,) = decision.status["restartHistory"]
+    assert expected in entry["message"] and entry["generation"] == 0
+
+
+def test_kuberl_runs_node_keeps_the_ranks_line_the_2_kib_tail_lost(tmp_path):
+    """The local node reads every line: the failing rank's last `[rankN]:` line comes first in its message."""
+    log = tmp_path / "log.txt"
+    log.write_text(torchrun_log() + "\n")
+    code = f"import sys; sys.stdout.write(open({str(log)!r}).read()); sys.exit(1)"
+    process = PodProcess(Launch([sys.executable, "-c", code], {}, str(tmp_path), str(tmp_path / "termination-log")),
+                         "[worker 0]", out=open(tmp_path / "out", "w"))  # noqa: SIM115
+    assert process.wait(60) == 1
+    process._reader.join(10)
+    message = process.termination_message()
+    assert rootcause.describe(message) == f"torchrun: global rank 1 (local rank 1) failed first, exit code 1: {EXCEPTION}"
