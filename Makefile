@@ -9,7 +9,7 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help tools setup train test test-unit test-distributed test-operator test-e2e test-gpu lint bench chart images lint-dockerfiles manifests clean
+.PHONY: help tools setup train test test-unit test-distributed test-operator test-e2e test-gpu gpu-check lint bench chart images lint-dockerfiles manifests clean
 .PHONY: install-yaml chart-readme checkov sb3-venv prometheus
 
 help: ## list the targets
@@ -65,6 +65,10 @@ test-e2e: $(STAMP) ## acceptance: kubectl -> stand-in -> kuberl operator -> loca
 
 test-gpu: $(STAMP) ## CUDA/NCCL paths; skips (and says so) without a GPU
 	$(PYTEST) -rs tests/gpu
+
+gpu-check: $(STAMP) ## ~10 min on a GPU node: the GPU tier, then Pong PPO/DQN rates, GPU use, startup, env ceiling, SB3 (GPU_CHECK_SOLVE=1: train Pong to 18)
+	$(PYTEST) -rs tests/gpu
+	$(PY) bench/gpu_check.py
 
 lint: $(STAMP) ## ruff over the code
 	$(VENV)/bin/ruff check operator trainer tests bench

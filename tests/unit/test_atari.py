@@ -305,3 +305,56 @@ def test_atari_envs_have_no_checkpointable_state():
     pong.reset(seed=1)
     assert envs.env_state(pong) is None
     pong.close()
+
+
+def test_the_threaded_backend_in_two_halves_gives_the_same_trajectories():
+    """halves=2 (the GPU rank's overlap) steps each half on its own; the same seed
+    and actions give what one pool gives, through episode ends (life losses here)."""
+    kwargs = {"protocol": "modern", "episodicLife": True}
+    whole, halved = (atari.make_atari_envs("ALE/Breakout-v5", 4, kwargs, "ale", halves=h) for h in (1, 2))
+    try:
+        for x, y in zip(whole.reset(seed=9)[0], halved.reset(seed=9)[0], strict=True):
+            assert np.array_equal(x, y)
+        rng, ended = np.random.default_rng(4), 0
+        for _ in range(300):
+            actions = rng.integers(0, 4, 4)
+            for half, part in enumerate(halved.parts):
+                halved.send_half(half, actions[part])
+            apart = [halved.recv_half(half) for half in range(2)]
+            together = whole.step(actions)
+            for k in range(4):
+                assert np.array_equal(together[k], np.concatenate([apart[0][k], apart[1][k]]))
+            ended += int(together[2].sum())
+    finally:
+        whole.close()
+        halved.close()
+    assert ended >= 2
+
+
+def test_ppo_overlapped_rollout_records_what_the_envs_did():
+    """PPO's overlapped collect (forced on, on CPU), replayed on one synchronous
+    pool with the actions it chose: the same observations, rewards, episode ends
+    and autoreset mask, step by step."""
+    from kuberl_trainer.distributed import Dist
+    from kuberl_trainer.ppo import PPOTrainer
+
+    kwargs, steps = {"protocol": "modern", "episodicLife": True}, 96
+    ctx = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+    trainer = PPOTrainer(ctx, PPOConfig(num_steps=steps, num_minibatches=1), "ALE/Breakout-v5", 4, kwargs, 10**6, 5, 0,
+                         overlap=True)
+    assert trainer.overlap
+    trainer.collect()
+    trainer.envs.close()
+    buf = trainer.buf
+    replay = atari.make_atari_envs("ALE/Breakout-v5", 4, kwargs, "ale")
+    obs, _ = replay.reset(seed=trainer.seed)
+    valid = np.ones(4, bool)
+    for t in range(steps):
+        assert np.array_equal(buf.obs[t], obs) and np.array_equal(buf.valid[t], valid)
+        obs, reward, terminated, truncated, _ = replay.step(buf.actions[t])
+        assert np.array_equal(buf.rewards[t], np.sign(reward))
+        assert np.array_equal(buf.terminated[t], terminated) and np.array_equal(buf.truncated[t], truncated)
+        valid = ~(terminated | truncated)
+    replay.close()
+    assert np.array_equal(trainer.next_obs, obs)
+    assert not buf.valid.all(), "the rollout must cross a life loss and its autoreset"

@@ -138,6 +138,10 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
     policy = spec.run_policy
     with process_group(spec.rendezvous.backend, policy.collective_timeout_seconds, policy.rendezvous_timeout_seconds) as ctx:
         startup.mark("rendezvous")
+        if ctx.device.type == "cuda":  # its own phase: creating the context is a GPU node's first cost
+            torch.empty(0, device=ctx.device)
+            torch.cuda.synchronize(ctx.device)
+            startup.mark("cuda context")
         tune_device(ctx.device, spec.deterministic)
         fused.flush_subnormals()  # this thread runs the learner: Adam's dead moments cost no more than live ones
         try:

@@ -39,6 +39,7 @@ for a fixed seed and actions (tests/unit/test_atari.py).
 from __future__ import annotations
 
 import difflib
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -273,11 +274,11 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self.pool.close()
 
 
-def make_ale(game: str, num_envs: int, opts: AtariOptions, num_threads: int) -> gym.vector.VectorEnv:
+def make_ale(game: str, num_envs: int, opts: AtariOptions, num_threads: int, halves: int = 1) -> gym.vector.VectorEnv:
     if opts.make_kwargs:  # mode, difficulty, ...: gymnasium.make's, which AtariVectorEnv does not take
         raise AtariConfigError(f"spec.env.kwargs.{next(iter(opts.make_kwargs))}: not an option of backend ale "
                                "(gymnasium.make's keys need backend: gymnasium)")
-    return ALEVectorEnv(game, num_envs, opts, num_threads)
+    return ALEVectorEnv(game, num_envs, opts, num_threads, halves)
 
 
 def envpool_tasks() -> list[str]:
@@ -326,17 +327,26 @@ class ALEVectorEnv(gym.vector.VectorEnv):
 
     Its frame stacks start zero-padded; gymnasium's and EnvPool's repeat the
     episode's first frame, and so does the replay buffer when it rebuilds a
-    stack. `step` and `reset` pad the same way, so every backend (and the
-    buffer) shows a learner the same observation."""
+    stack. Observations are padded the same way here, so every backend (and
+    the buffer) shows a learner the same observation.
 
-    def __init__(self, game: str, num_envs: int, opts: AtariOptions, num_threads: int):
+    `halves=2` runs the envs as two synchronous pools of half the envs each:
+    `send_half`/`recv_half` step one half while the caller acts on the other
+    (a GPU rank's overlap); `step` steps both. Env i is seeded `seed + i`
+    either way, so the split changes no trajectory."""
+
+    def __init__(self, game: str, num_envs: int, opts: AtariOptions, num_threads: int, halves: int = 1):
         from ale_py import AtariVectorEnv
 
-        self.ale = AtariVectorEnv(
-            rom_id(game), num_envs,
+        if halves not in (1, 2) or num_envs < halves:
+            raise ValueError(f"halves: 1, or 2 with at least 2 envs (got {halves} for {num_envs})")
+        bounds = [0, num_envs // 2, num_envs] if halves == 2 else [0, num_envs]
+        self.parts = [slice(a, b) for a, b in itertools.pairwise(bounds)]
+        self.pools = [AtariVectorEnv(
+            rom_id(game), part.stop - part.start,
             num_threads=num_threads,
             thread_affinity_offset=-1,  # no pinning: a pod's cpuset need not start at core 0
-            batch_size=0,  # synchronous: every env steps every time (per-env trajectories, determinism)
+            batch_size=0,  # synchronous: every env of the pool steps every time (per-env trajectories)
             autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
             repeat_action_probability=opts.sticky_actions,
             noop_max=opts.noop_max,
@@ -351,38 +361,59 @@ class ALEVectorEnv(gym.vector.VectorEnv):
             full_action_space=False,
             reward_clipping=False,  # clipped by the trainer, for learning only
             use_fire_reset=False,  # as gymnasium's AtariPreprocessing
-        )
+        ) for part in self.parts]
         self.num_envs = num_envs
-        self.single_observation_space = self.ale.single_observation_space
-        self.single_action_space = self.ale.single_action_space
-        self.observation_space = self.ale.observation_space
-        self.action_space = self.ale.action_space
+        self.single_observation_space = self.pools[0].single_observation_space
+        self.single_action_space = self.pools[0].single_action_space
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.metadata = {**self.metadata, "autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
-        self.frames_in_episode = np.zeros(num_envs, np.int64)  # frames of the current episode in each stack
+        self.frames_in_episode = np.ones(num_envs, np.int64)  # frames of the current episode in each stack
         self.episode_ended = np.zeros(num_envs, bool)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        obs, info = self.ale.reset(seed=None if seed is None else int(seed) % 2**31)
+        results = [pool.reset(seed=None if seed is None else (int(seed) + part.start) % 2**31)
+                   for pool, part in zip(self.pools, self.parts, strict=True)]
         self.frames_in_episode[:] = 1
         self.episode_ended[:] = False
-        return self._pad(obs), info
+        obs = self._pad(np.concatenate([obs for obs, _ in results]), slice(None))
+        return obs, {key: np.concatenate([info[key] for _, info in results]) for key in results[0][1]}
+
+    def send_half(self, half: int, actions: np.ndarray) -> None:
+        """Start stepping one half's envs (returns at once)."""
+        self.pools[half].send(np.asarray(actions, np.int32))
+
+    def recv_half(self, half: int):
+        """The half's step results, as `step` returns them for its envs."""
+        obs, reward, terminated, truncated, info = self.pools[half].recv()
+        part = self.parts[half]
+        order = np.argsort(info["env_id"])  # the pool's envs in their own order
+        obs, reward, terminated, truncated = obs[order], reward[order], terminated[order], truncated[order]
+        self.frames_in_episode[part] = np.where(self.episode_ended[part], 1, self.frames_in_episode[part] + 1)
+        self.episode_ended[part] = terminated | truncated
+        return self._pad(obs, part), reward.astype(np.float64), terminated, truncated, {k: v[order] for k, v in info.items()}
 
     def step(self, actions):
-        obs, reward, terminated, truncated, info = self.ale.step(np.asarray(actions, np.int32))
-        self.frames_in_episode = np.where(self.episode_ended, 1, self.frames_in_episode + 1)
-        self.episode_ended = terminated | truncated
-        return self._pad(obs), reward.astype(np.float64), terminated, truncated, info
+        actions = np.asarray(actions)
+        for half, part in enumerate(self.parts):
+            self.send_half(half, actions[part])
+        results = [self.recv_half(half) for half in range(len(self.parts))]
+        if len(results) == 1:
+            return results[0]
+        return (*(np.concatenate(column) for column in list(zip(*results, strict=True))[:4]),
+                {key: np.concatenate([r[4][key] for r in results]) for key in results[0][4]})
 
-    def _pad(self, obs: np.ndarray) -> np.ndarray:
+    def _pad(self, obs: np.ndarray, part: slice) -> np.ndarray:
         """Fill a young episode's zero frames with its first frame."""
         stack = obs.shape[1]
-        for env in np.flatnonzero(self.frames_in_episode < stack):
-            first = stack - self.frames_in_episode[env]
+        for env in np.flatnonzero(self.frames_in_episode[part] < stack):
+            first = stack - self.frames_in_episode[part][env]
             obs[env, :first] = obs[env, first]
         return obs
 
     def close_extras(self, **kwargs):
-        self.ale.close()
+        for pool in self.pools:
+            pool.close()
 
 
 def env_threads(cpu_threads: int) -> int:
@@ -399,9 +430,9 @@ BACKENDS = ("auto", "ale", "gymnasium", "envpool")
 
 
 def make_atari_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: str = "auto",
-                    num_threads: int = 1) -> gym.vector.VectorEnv:
+                    num_threads: int = 1, halves: int = 1) -> gym.vector.VectorEnv:
     """A preprocessed Atari vector env; raises AtariConfigError naming the field.
-    `auto` is ale-py's threaded vector env."""
+    `auto` is ale-py's threaded vector env (in two halves on request: ALEVectorEnv)."""
     opts = options(kwargs)
     game = game_of(env_id)
     if backend == "envpool":
@@ -409,7 +440,7 @@ def make_atari_envs(env_id: str, num_envs: int, kwargs: dict | None = None, back
     elif backend == "gymnasium":
         envs = make_gymnasium(game, num_envs, opts)
     elif backend in ("auto", "ale"):
-        envs = make_ale(game, num_envs, opts, num_threads)
+        envs = make_ale(game, num_envs, opts, num_threads, halves)
     else:
         raise AtariConfigError(f"spec.env.backend: expected one of {', '.join(map(repr, BACKENDS))} (got {backend!r})")
     envs.metadata[CLIP_REWARDS] = opts.clip_rewards

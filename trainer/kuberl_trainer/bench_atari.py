@@ -1,8 +1,9 @@
 """Pong throughput per rank: `python -m kuberl_trainer.bench_atari`.
 
-Env steps per second for each backend with random actions (no learner),
-then PPO and DQN from pixels at world size 1 (acting, learning, the
-update's bookkeeping), and each run's peak resident memory. Besides wall
+Env steps per second for each backend with random actions (no learner) --
+ale-py's threaded backend at 1 and 2 threads, with its scaling -- then PPO
+and DQN from pixels at world size 1 (acting, learning, the update's
+bookkeeping), and each run's peak resident memory. Besides wall
 steps/s it prints steps per CPU-second of this process, which a machine
 shared with other work does not distort: a pod's rank with a dedicated core
 runs at about that rate (EnvPool's pool threads count in it too).
@@ -67,9 +68,9 @@ def with_learner(algorithm: str, backend: str, num_envs: int, timesteps: int) ->
     return result
 
 
-def measure(run: str, backend: str, args: argparse.Namespace) -> tuple[dict, float]:
+def measure(run: str, backend: str, args: argparse.Namespace, threads: int) -> tuple[dict, float]:
     """One measurement in this (fresh) process: its rates and peak RSS."""
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads)  # the rank's CPU share: ale's env threads follow it (atari.env_threads)
     if run == "envs":
         result = env_only(backend, args.num_envs, args.seconds)
     else:
@@ -82,21 +83,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--timesteps", type=int, default=2048)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (a rank's CPU share)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (a rank's CPU share) for the learner runs")
     args = parser.parse_args(argv)
-    backends = ["gymnasium"] + (["envpool"] if importlib.util.find_spec("envpool") else [])
+    others = ["gymnasium"] + (["envpool"] if importlib.util.find_spec("envpool") else [])
     labels = {"envs": "envs only", "ppo": "ppo (CNN, fp32)", "dqn": "dqn (CNN, fp32)"}
+    plan = [("envs", "ale", 1), ("envs", "ale", 2)] + [("envs", b, args.threads) for b in others]
+    plan += [(run, backend, args.threads) for run in ("ppo", "dqn") for backend in ["ale", *others]]
     rows = []
-    for run in ("envs", "ppo", "dqn"):
-        for backend in backends:
-            # a fresh process per run, so each peak RSS is that run's own
-            with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-                result, rss = pool.submit(measure, run, backend, args).result()
-            rows.append((backend, labels[run], result, rss))
-    print(f"Pong per rank: {args.num_envs} envs, {args.threads} torch thread(s), CPU")
-    print(f"{'backend':<10} {'run':<16} {'steps':>7} {'steps/s':>9} {'steps/cpu-s':>12} {'peak RSS MiB':>13}")
-    for backend, run, r, rss in rows:
-        print(f"{backend:<10} {run:<16} {r['steps']:>7} {r['steps/s']:>9.0f} {r['steps/cpu-s']:>12.0f} {rss:>13.0f}")
+    for run, backend, threads in plan:
+        # a fresh process per run, so each peak RSS is that run's own
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            result, rss = pool.submit(measure, run, backend, args, threads).result()
+        rows.append((backend, threads, labels[run], result, rss))
+    print(f"Pong per rank: {args.num_envs} envs, CPU")
+    print(f"{'backend':<10} {'threads':>7} {'run':<16} {'steps':>7} {'steps/s':>9} {'steps/cpu-s':>12} {'peak RSS MiB':>13}")
+    for backend, threads, run, r, rss in rows:
+        print(f"{backend:<10} {threads:>7} {run:<16} {r['steps']:>7} {r['steps/s']:>9.0f} {r['steps/cpu-s']:>12.0f} {rss:>13.0f}")
+    one, two = (r["steps/s"] for b, _, run, r, _ in rows[:2])
+    print(f"ale's threaded env, 2 threads over 1: {two / one:.2f}x (goal >= 1.8x on 2 free cores)")
 
 
 if __name__ == "__main__":

@@ -43,13 +43,17 @@ def _resolve(env_id: str) -> str | type:
     return env_id
 
 
-def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: str = "auto") -> gym.vector.VectorEnv:
-    """A vector env with next-step autoreset; raises UnknownEnv naming spec.env.id."""
+def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: str = "auto",
+              halves: int = 1) -> gym.vector.VectorEnv:
+    """A vector env with next-step autoreset; raises UnknownEnv naming spec.env.id.
+    `halves=2` asks for two halves a caller can step apart (`send_half`/`recv_half`):
+    only Atari's threaded backend has them, the others ignore it."""
     from . import atari  # imports envs: only here, to stay out of a cycle
 
     if atari.is_atari(env_id):  # pixels, preprocessed per spec.env.kwargs.protocol
         return atari.make_atari_envs(env_id, num_envs, kwargs, backend,
-                                     num_threads=atari.env_threads(torch.get_num_threads()))
+                                     num_threads=atari.env_threads(torch.get_num_threads()),
+                                     halves=halves if num_envs >= 2 else 1)
     if backend not in ("auto", "gymnasium"):
         raise UnknownEnv(f"spec.env.backend: {backend!r} runs Atari (ALE) ids only; {env_id!r} needs backend: gymnasium")
     target = _resolve(env_id)

@@ -198,7 +198,7 @@ class Policy:
             x = self.obs_norm.normalize(x)
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.set_rng_state(self._rng)
-            t = torch.as_tensor(x) if self.algorithm == "dqn" or x.dtype == np.uint8 else torch.as_tensor(x, dtype=torch.float32)
+            t = torch.as_tensor(x) if self.algorithm == "dqn" or x.dtype == np.uint8 else torch.as_tensor(x, dtype=torch.float32)  # host: the loaded policy runs on the CPU
             if self.algorithm == "dqn":
                 action = self.network.greedy(t)
             elif self.discrete and self.sample:
@@ -299,8 +299,8 @@ class _Greedy(nn.Module):
         norm = policy.obs_norm
         self.normalize = norm is not None
         shape = tuple(policy.observation_space.shape)
-        self.register_buffer("mean", torch.as_tensor(norm.mean if norm else np.zeros(shape), dtype=torch.float32))
-        self.register_buffer("std", torch.as_tensor(np.sqrt(norm.var + norm.epsilon) if norm else np.ones(shape), dtype=torch.float32))
+        self.register_buffer("mean", torch.as_tensor(norm.mean if norm else np.zeros(shape), dtype=torch.float32))  # host: buffers move with the module
+        self.register_buffer("std", torch.as_tensor(np.sqrt(norm.var + norm.epsilon) if norm else np.ones(shape), dtype=torch.float32))  # host: buffers move with the module
         self.clip = float(norm.clip) if norm else 0.0
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -313,7 +313,7 @@ class _Greedy(nn.Module):
 def export_torchscript(policy: Policy, path: str) -> None:
     """Write the deterministic policy (batch of observations -> actions) as TorchScript: load it with
     `torch.jit.load(path)`, no kuberl needed. Continuous actions are the Gaussian's mean, unclipped."""
-    example = torch.as_tensor(np.stack([policy.observation_space.sample()] * 2))
+    example = torch.as_tensor(np.stack([policy.observation_space.sample()] * 2))  # host: the export traces on the CPU
     if example.dtype != torch.uint8:
         example = example.float()
     traced = torch.jit.trace(_Greedy(policy).eval(), example, check_trace=False)

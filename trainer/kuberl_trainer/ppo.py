@@ -231,11 +231,15 @@ class Rollout:
 
 class PPOTrainer:
     def __init__(self, ctx: Dist, hp: PPOConfig, env_id: str, num_envs: int, env_kwargs: dict,
-                 total_timesteps: int, seed: int, restart: int, env_backend: str = "auto"):
+                 total_timesteps: int, seed: int, restart: int, env_backend: str = "auto",
+                 overlap: bool | None = None):
         self.ctx, self.hp, self.env_backend = ctx, hp, env_backend
         self.seed = rank_seed(seed, ctx.rank, restart)
         torch.manual_seed(seed)  # same initial weights everywhere (rank 0's are broadcast anyway)
-        self.envs = make_envs(env_id, num_envs, env_kwargs, env_backend)
+        if overlap is None:  # a GPU acts on one half of the envs while the other steps; deterministic runs keep one order
+            overlap = ctx.device.type == "cuda" and not torch.are_deterministic_algorithms_enabled()
+        self.envs = make_envs(env_id, num_envs, env_kwargs, env_backend, halves=2 if overlap else 1)
+        self.overlap = hasattr(self.envs, "send_half") and len(self.envs.parts) == 2
         space = self.envs.single_observation_space
         self.obs_shape = tuple(space.shape)
         self.action_space = self.envs.single_action_space
@@ -341,34 +345,63 @@ class PPOTrainer:
 
     def collect(self) -> None:
         """num_steps vector steps into the buffer, acting with the bare module."""
-        hp, buf, agent, device = self.hp, self.buf, self.agent, self.ctx.device
-        low = high = None
-        if not agent.discrete:
-            low, high = self.action_space.low, self.action_space.high
+        if self.overlap:
+            return self.collect_overlapped()
         with torch.no_grad():
-            for t in range(hp.num_steps):
-                if hp.normalize_observation:
-                    np.copyto(buf.raw_obs[t], self.next_obs)
-                    self.obs_norm.normalize(self.next_obs, out=buf.obs[t])
-                else:
-                    np.copyto(buf.obs[t], self.next_obs)
-                buf.valid[t] = self.tracker.valid
-                if self.fast is not None:
-                    buf.actions[t], buf.log_probs[t], buf.values[t] = self.fast.act(buf.obs[t])
-                else:
-                    action, log_prob, value = agent.act(buf.obs_t[t].to(device, non_blocking=True))
-                    buf.actions_t[t].copy_(action)
-                    buf.log_probs_t[t].copy_(log_prob)
-                    buf.values_t[t].copy_(value)
-                env_action = buf.actions[t] if low is None else np.clip(buf.actions[t], low, high)
-                self.next_obs, reward, terminated, truncated, _ = self.envs.step(env_action)
-                done = terminated | truncated
-                buf.rewards[t] = atari.learning_rewards(self.envs, reward)  # clipped for learning only
-                buf.terminated[t] = terminated
-                buf.truncated[t] = truncated
-                self.discounted = self.discounted * hp.gamma * buf.valid[t] + buf.rewards[t]
-                buf.discounted[t] = self.discounted
-                self.tracker.step(reward, done)
+            for t in range(self.hp.num_steps):
+                self.buf.valid[t] = self.tracker.valid
+                self.next_obs, reward, terminated, truncated, _ = self.envs.step(self.act(t, slice(None)))
+                self.account(t, reward, terminated, truncated)
+
+    def collect_overlapped(self) -> None:
+        """collect(), with the envs in two halves: while one half steps (ale-py's
+        threads), the GPU acts on the other. Each half steps synchronously, so
+        every env's trajectory is what collect() would give for the same actions."""
+        n = self.envs.num_envs
+        halves = self.envs.parts
+        reward, terminated, truncated = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool)
+        self.next_obs = np.array(self.next_obs)  # written half by half below
+        with torch.no_grad():
+            for t in range(self.hp.num_steps + 1):
+                for half, cols in enumerate(halves):
+                    if t > 0:  # this half's step t-1, sent while the other half was acted on
+                        self.next_obs[cols], reward[cols], terminated[cols], truncated[cols], _ = self.envs.recv_half(half)
+                    if t < self.hp.num_steps:
+                        # what tracker.valid will say once step t-1 is accounted (after both halves)
+                        self.buf.valid[t, cols] = self.tracker.valid[cols] if t == 0 else ~(terminated[cols] | truncated[cols])
+                        self.envs.send_half(half, self.act(t, cols))
+                if t > 0:
+                    self.account(t - 1, reward, terminated, truncated)
+
+    def act(self, t: int, cols: slice) -> np.ndarray:
+        """Store the envs' (cols) current observations at step t, act on them;
+        the actions as the envs take them."""
+        hp, buf = self.hp, self.buf
+        if hp.normalize_observation:
+            np.copyto(buf.raw_obs[t, cols], self.next_obs[cols])
+            self.obs_norm.normalize(self.next_obs[cols], out=buf.obs[t, cols])
+        else:
+            np.copyto(buf.obs[t, cols], self.next_obs[cols])
+        if self.fast is not None:
+            buf.actions[t, cols], buf.log_probs[t, cols], buf.values[t, cols] = self.fast.act(buf.obs[t, cols])
+        else:
+            action, log_prob, value = self.agent.act(buf.obs_t[t, cols].to(self.ctx.device, non_blocking=True))
+            buf.actions_t[t, cols].copy_(action)
+            buf.log_probs_t[t, cols].copy_(log_prob)
+            buf.values_t[t, cols].copy_(value)
+        if self.agent.discrete:
+            return buf.actions[t, cols]
+        return np.clip(buf.actions[t, cols], self.action_space.low, self.action_space.high)
+
+    def account(self, t: int, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """Step t's outcome into the buffer, the discounted return and the episode tracker."""
+        buf = self.buf
+        buf.rewards[t] = atari.learning_rewards(self.envs, reward)  # clipped for learning only
+        buf.terminated[t] = terminated
+        buf.truncated[t] = truncated
+        self.discounted = self.discounted * self.hp.gamma * buf.valid[t] + buf.rewards[t]
+        buf.discounted[t] = self.discounted
+        self.tracker.step(reward, terminated | truncated)
 
     def sync(self, stop_vote: bool, success_vote: bool) -> tuple[np.ndarray, float]:
         """The update's one all-reduce: counters, episode returns, normaliser

@@ -1,0 +1,341 @@
+"""`make gpu-check`: what one rank gets out of one GPU node, beside the node's ceiling
+and Stable-Baselines3, in one run of about ten minutes.
+
+Sections, each bounded in time and reported even when another fails:
+  machine    GPU, driver, torch, cores
+  ceiling    ale-py's threaded vector env alone (random actions) at 16/64/128 envs,
+             gymnasium's one-core backend beside it
+  update     PPO's update inside the trainer (samples/s, fp32 and bf16) and its
+             rollout with and without stepping overlapped with acting
+  ppo        manifests/examples/pong-ppo-gpu.yaml through `kuberl run` with one
+             GPU: env steps/s, GPU utilisation and memory, the startup split
+             (a second, warm launch resumes it and reports its startup too)
+  dqn        pong-dqn-gpu.yaml likewise: env steps/s once learning has started
+  sb3        SB3's PPO and DQN on the same game with matched settings
+GPU_CHECK_SOLVE=1 instead trains pong-ppo-gpu to its success target (eval
+return >= 18) and reports launch to success.
+
+The numbers go to stdout and, as JSON, to runs/gpu-check/summary.json.
+Without a CUDA GPU it says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "runs" / "gpu-check"
+RUNS = OUT / "runs"
+GAME = "ALE/Pong-v5"
+SUMMARY: dict = {}
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def section(name: str, seconds: float):
+    """Decorator: run the section, report its failure and go on."""
+    def wrap(fn):
+        def run(*args, **kwargs):
+            say(f"\n== {name} (budget {seconds:.0f} s)")
+            started = time.monotonic()
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001 -- one broken section must not hide the others' figures
+                say(f"   {name} FAILED: {type(e).__name__}: {e}")
+                result = {"error": f"{type(e).__name__}: {e}"}
+            SUMMARY[name] = result
+            say(f"   ({time.monotonic() - started:.0f} s)")
+            (OUT / "summary.json").write_text(json.dumps(SUMMARY, indent=1, default=str))
+            return result
+        return run
+    return wrap
+
+
+# --- GPU sampling ------------------------------------------------------------------
+
+
+class GpuSampler:
+    """nvidia-smi's utilisation and memory once a second while a run lasts."""
+
+    def __init__(self):
+        self.samples: list[tuple[float, float, float]] = []
+        self.proc = subprocess.Popen(
+            ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits", "-lms", "1000"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                util, mem = (float(x) for x in line.split(","))
+            except ValueError:
+                continue
+            self.samples.append((time.monotonic(), util, mem))
+
+    def window(self, start: float, end: float) -> dict:
+        inside = [(u, m) for t, u, m in self.samples if start <= t <= end]
+        if not inside:
+            return {"gpu_util_mean": None, "gpu_mem_max_mib": None}
+        return {"gpu_util_mean": round(sum(u for u, _ in inside) / len(inside), 1),
+                "gpu_mem_max_mib": max(m for _, m in inside), "samples": len(inside)}
+
+    def stop(self):
+        self.proc.terminate()
+
+
+# --- sections ----------------------------------------------------------------------
+
+
+@section("machine", 10)
+def machine() -> dict:
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    info = {"gpu": props.name, "gpu_mem_gib": round(props.total_memory / 2**30), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "cpus": os.cpu_count()}
+    say("   " + ", ".join(f"{k} {v}" for k, v in info.items()))
+    return info
+
+
+@section("ceiling", 40)
+def ceiling() -> dict:
+    import numpy as np
+    from kuberl_trainer import atari, envs
+
+    threads = atari.env_threads(os.cpu_count() or 1)
+    rates = {}
+    for backend, num_envs in (("ale", 16), ("ale", 64), ("ale", 128), ("gymnasium", 16)):
+        vec = (atari.make_atari_envs(GAME, num_envs, {}, "ale", num_threads=threads) if backend == "ale"
+               else envs.make_envs(GAME, num_envs, {}, "gymnasium"))
+        vec.reset(seed=1)
+        rng = np.random.default_rng(0)
+        steps, started = 0, time.perf_counter()
+        while time.perf_counter() - started < 3.0:
+            vec.step(rng.integers(0, 6, num_envs))
+            steps += num_envs
+        rate = steps / (time.perf_counter() - started)
+        vec.close()
+        rates[f"{backend}x{num_envs}"] = round(rate)
+        say(f"   {backend:<9} {num_envs:>3} envs ({threads if backend == 'ale' else 1} threads): {rate:>8,.0f} env steps/s")
+    return rates
+
+
+@section("update", 90)
+def update() -> dict:
+    """PPO at the GPU example's shape (64 envs x 32 steps, 4 epochs, 4 minibatches),
+    inside the trainer: rollout rate (acting + stepping) and update rate."""
+    import torch
+    from kuberl.spec import PPOConfig
+    from kuberl_trainer import device as devices
+    from kuberl_trainer.distributed import Dist
+    from kuberl_trainer.ppo import PPOTrainer
+
+    cuda = torch.device("cuda", 0)
+    devices.tune(cuda, deterministic=False)
+    ctx = Dist(0, 1, 0, 1, cuda, None)
+    results = {}
+    for precision in ("fp32", "bf16"):
+        for overlap in (False, True):
+            if precision == "bf16" and not overlap:
+                continue
+            hp = PPOConfig(num_steps=32, num_minibatches=4, update_epochs=4, precision=precision)
+            os.environ["KUBERL_OVERLAP_ROLLOUT"] = "1" if overlap else "0"
+            trainer = PPOTrainer(ctx, hp, GAME, 64, {}, 10**9, 1, 0)
+            reports = [trainer.update(False, False) for _ in range(6)][2:]  # 2 warm-ups: cudnn autotuning
+            trainer.envs.close()
+            batch = trainer.batch_per_rank
+            rollout = sum(r.rollout_seconds for r in reports)
+            learn = sum(r.update_seconds for r in reports)
+            row = {"rollout_steps_per_s": round(batch * len(reports) / rollout),
+                   "update_samples_per_s": round(batch * hp.update_epochs * len(reports) / learn),
+                   "bound_env_steps_per_s": round(batch * len(reports) / (rollout + learn))}
+            results[f"{precision}{'-overlap' if overlap else ''}"] = row
+            say(f"   {precision} overlap={'on ' if overlap else 'off'}: rollout {row['rollout_steps_per_s']:>7,} steps/s, "
+                f"update {row['update_samples_per_s']:>7,} samples/s, together {row['bound_env_steps_per_s']:>7,} steps/s")
+    os.environ.pop("KUBERL_OVERLAP_ROLLOUT", None)
+    return results
+
+
+def kuberl_run(example: str, seconds: float, overrides: list[str], sampler: GpuSampler, warm_relaunch: bool = False) -> dict:
+    """`kuberl run` the example with one GPU for `seconds`, then Ctrl-C; the rate
+    from progress.jsonl, the GPU over the same window, rank 0's startup line."""
+    job = Path(example).stem
+    command = [sys.executable, "-m", "kuberl.cli", "run", example, "--dir", str(RUNS), "--set", "gpusPerWorker=1", "--workers", "1"]
+    for override in overrides:
+        command += ["--set", override]
+    result = {}
+    for attempt in ("cold", "warm") if warm_relaunch else ("cold",):
+        log = (OUT / f"{job}-{attempt}.log").open("w")
+        started = time.monotonic()
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        try:
+            proc.wait(timeout=seconds if attempt == "cold" else 25)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C: ranks stop at an update boundary and save
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        ended = time.monotonic()
+        log.close()
+        text = (OUT / f"{job}-{attempt}.log").read_text(errors="replace")
+        ready = re.findall(r"rank 0 ready to step ([\d.]+) s after launch \(([^)]*)\)", text)
+        if not ready:  # the line lives in the pod's own log
+            for pod_log in sorted((RUNS / job / "logs").glob("*.log")) if (RUNS / job / "logs").exists() else []:
+                ready += re.findall(r"rank 0 ready to step ([\d.]+) s after launch \(([^)]*)\)", pod_log.read_text(errors="replace"))
+        result[f"startup_{attempt}"] = {"seconds": float(ready[-1][0]), "phases": ready[-1][1]} if ready else None
+        if attempt == "cold":
+            result.update(sampler.window(started + 0.5 * (ended - started), ended))
+            result["wall_seconds"] = round(ended - started, 1)
+        say(f"   {attempt} launch: rank 0 ready to step after {ready[-1][0] if ready else '?'} s ({ready[-1][1] if ready else 'no startup line'})")
+    result.update(progress_rate(RUNS / job))
+    return result
+
+
+def progress_rate(run_dir: Path, after_timesteps: int = 0) -> dict:
+    """Env steps/s over the first generation's records past `after_timesteps`
+    (and past the first 20% of them: warm-up), from every progress.jsonl."""
+    records = []
+    for path in run_dir.rglob("progress.jsonl"):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+    first = [r for r in records if r.get("restart", 0) == records[0].get("restart", 0)] if records else []
+    first = [r for r in first if r["timesteps"] > after_timesteps]
+    first.sort(key=lambda r: r["wall_seconds"])
+    first = first[len(first) // 5:]
+    if len(first) < 2:
+        return {"env_steps_per_s": None, "records": len(records)}
+    steps = first[-1]["timesteps"] - first[0]["timesteps"]
+    wall = first[-1]["wall_seconds"] - first[0]["wall_seconds"]
+    returns = [r["episode_return_mean"] for r in first if r.get("episode_return_mean") is not None]
+    return {"env_steps_per_s": round(steps / wall), "timesteps": first[-1]["timesteps"],
+            "return_last": returns[-1] if returns else None}
+
+
+@section("ppo", 150)
+def ppo(sampler: GpuSampler) -> dict:
+    result = kuberl_run("manifests/examples/pong-ppo-gpu.yaml", 90, ["success.evalEvery=1000000"], sampler, warm_relaunch=True)
+    say(f"   PPO Pong: {result.get('env_steps_per_s')} env steps/s, GPU {result.get('gpu_util_mean')}% busy, "
+        f"{result.get('gpu_mem_max_mib')} MiB")
+    return result
+
+
+@section("dqn", 110)
+def dqn(sampler: GpuSampler) -> dict:
+    starts = 5000
+    result = kuberl_run("manifests/examples/pong-dqn-gpu.yaml", 90,
+                        [f"dqn.learningStarts={starts}", "dqn.bufferSize=100000", "success.evalEvery=1000000"], sampler)
+    result.update({f"after_learning_starts_{k}": v for k, v in progress_rate(RUNS / "pong-dqn-gpu", starts).items()})
+    say(f"   DQN Pong: {result.get('after_learning_starts_env_steps_per_s')} env steps/s after learningStarts, "
+        f"GPU {result.get('gpu_util_mean')}% busy")
+    return result
+
+
+@section("sb3", 110)
+def sb3() -> dict:
+    """SB3 2.9.2 on the same game: PPO at the example's rollout shape, DQN at one
+    gradient step of 32 per 4 env steps (kuberl's dqn defaults), each for a fixed time."""
+    import ale_py
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import DQN, PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    gym.register_envs(ale_py)
+    torch.backends.cudnn.benchmark = True
+
+    class Clock(BaseCallback):
+        def __init__(self, seconds: float, after: int):
+            super().__init__()
+            self.seconds, self.after, self.mark = seconds, after, None
+
+        def _on_step(self) -> bool:
+            now = time.perf_counter()
+            if self.mark is None and self.num_timesteps >= self.after:
+                self.mark = (now, self.num_timesteps)
+            return self.mark is None or now - self.mark[0] < self.seconds
+
+        def rate(self) -> float | None:
+            if self.mark is None:
+                return None
+            return (self.num_timesteps - self.mark[1]) / (time.perf_counter() - self.mark[0])
+
+    results = {}
+    envs = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=16, seed=1), 4)
+    model = PPO("CnnPolicy", envs, n_steps=128, batch_size=512, n_epochs=4, learning_rate=2.5e-4, clip_range=0.1,
+                ent_coef=0.01, device="cuda", verbose=0)
+    clock = Clock(35, 2048)
+    model.learn(10**8, callback=clock)
+    results["ppo_16envs_env_steps_per_s"] = round(clock.rate() or 0)
+    envs.close()
+    envs = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=8, seed=1), 4)
+    model = DQN("CnnPolicy", envs, buffer_size=100_000, learning_starts=5000, batch_size=32, train_freq=4,
+                gradient_steps=8, target_update_interval=2000, optimize_memory_usage=False, device="cuda", verbose=0)
+    clock = Clock(40, 5000)
+    model.learn(10**8, callback=clock)
+    results["dqn_8envs_env_steps_per_s_after_learning_starts"] = round(clock.rate() or 0)
+    envs.close()
+    say(f"   SB3 PPO (16 envs x 128 steps): {results['ppo_16envs_env_steps_per_s']:,} env steps/s; "
+        f"SB3 DQN (8 envs, 1 gradient step per 4 env steps): {results['dqn_8envs_env_steps_per_s_after_learning_starts']:,}")
+    return results
+
+
+@section("solve", 1800)
+def solve(sampler: GpuSampler) -> dict:
+    job = "pong-ppo-gpu"
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "kuberl.cli", "run", f"manifests/examples/{job}.yaml", "--dir", str(RUNS),
+                    "--set", "gpusPerWorker=1", "--workers", "1"], cwd=ROOT, check=False)
+    result = {"launch_to_end_seconds": round(time.monotonic() - started)}
+    status = RUNS / job / "status.json"
+    if status.exists():
+        result["status"] = json.loads(status.read_text()).get("phase")
+    return result
+
+
+def main() -> int:
+    try:
+        import torch
+    except ImportError:
+        say("gpu-check: torch is not installed here; skipped")
+        return 0
+    if not torch.cuda.is_available():
+        say("gpu-check: no CUDA GPU here: skipped (the GPU figures are unmeasured on this machine)")
+        return 0
+    OUT.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["rm", "-rf", str(RUNS)], check=False)
+    sampler = GpuSampler()
+    try:
+        machine()
+        if os.environ.get("GPU_CHECK_SOLVE") == "1":
+            solve(sampler)
+            return 0
+        only = set(filter(None, os.environ.get("GPU_CHECK_ONLY", "").split(",")))
+        for name, run in (("ceiling", ceiling), ("update", update), ("ppo", lambda: ppo(sampler)),
+                          ("dqn", lambda: dqn(sampler)), ("sb3", sb3)):
+            if not only or name in only:
+                run()
+    finally:
+        sampler.stop()
+    say(f"\nsummary: {OUT / 'summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
