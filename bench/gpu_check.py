@@ -228,7 +228,7 @@ def progress_rate(run_dir: Path, after_timesteps: int = 0) -> dict:
 
 @section("ppo", 150)
 def ppo(sampler: GpuSampler) -> dict:
-    result = kuberl_run("manifests/examples/pong-ppo-gpu.yaml", 90, ["success.evalEvery=1000000"], sampler, warm_relaunch=True)
+    result = kuberl_run("manifests/examples/pong-ppo-gpu.yaml", 75, ["success.evalEvery=1000000"], sampler, warm_relaunch=True)
     say(f"   PPO Pong: {result.get('env_steps_per_s')} env steps/s, GPU {result.get('gpu_util_mean')}% busy, "
         f"{result.get('gpu_mem_max_mib')} MiB")
     return result
@@ -237,7 +237,7 @@ def ppo(sampler: GpuSampler) -> dict:
 @section("dqn", 110)
 def dqn(sampler: GpuSampler) -> dict:
     starts = 5000
-    result = kuberl_run("manifests/examples/pong-dqn-gpu.yaml", 90,
+    result = kuberl_run("manifests/examples/pong-dqn-gpu.yaml", 75,
                         [f"dqn.learningStarts={starts}", "dqn.bufferSize=100000", "success.evalEvery=1000000"], sampler)
     result.update({f"after_learning_starts_{k}": v for k, v in progress_rate(RUNS / "pong-dqn-gpu", starts).items()})
     say(f"   DQN Pong: {result.get('after_learning_starts_env_steps_per_s')} env steps/s after learningStarts, "
@@ -280,14 +280,14 @@ def sb3() -> dict:
     envs = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=16, seed=1), 4)
     model = PPO("CnnPolicy", envs, n_steps=128, batch_size=512, n_epochs=4, learning_rate=2.5e-4, clip_range=0.1,
                 ent_coef=0.01, device="cuda", verbose=0)
-    clock = Clock(35, 2048)
+    clock = Clock(30, 2048)
     model.learn(10**8, callback=clock)
     results["ppo_16envs_env_steps_per_s"] = round(clock.rate() or 0)
     envs.close()
     envs = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=8, seed=1), 4)
     model = DQN("CnnPolicy", envs, buffer_size=100_000, learning_starts=5000, batch_size=32, train_freq=4,
                 gradient_steps=8, target_update_interval=2000, optimize_memory_usage=False, device="cuda", verbose=0)
-    clock = Clock(40, 5000)
+    clock = Clock(35, 5000)
     model.learn(10**8, callback=clock)
     results["dqn_8envs_env_steps_per_s_after_learning_starts"] = round(clock.rate() or 0)
     envs.close()
