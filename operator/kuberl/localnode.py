@@ -516,6 +516,24 @@ def containers_not_run(pod: Mapping) -> list[str]:
     return skipped + [f"spec.containers[{c.get('name')}]" for c in pod["spec"]["containers"] if isinstance(c, dict) and c is not ours]
 
 
+_SCRIPT_PATH = re.compile(r"(?<![\w./-])(/[\w@%+.,-]+(?:/[\w@%+.,-]+)*\.(?:py|sh))(?![\w/])")
+
+
+def image_files(pod: Mapping) -> list[str]:
+    """The trainer container's command and args that name a script (`*.py`, `*.sh`) by an absolute path
+    under no volume's mountPath and absent on this machine: a file baked into the image, which a local
+    node (running this machine's files) does not have."""
+    container = trainer_container(pod)
+    mounts = [m.get("mountPath", "").rstrip("/") for m in container.get("volumeMounts") or [] if isinstance(m, dict)]
+    found = []
+    for field in ("command", "args"):
+        for i, word in enumerate(container.get(field) or []):
+            for path in _SCRIPT_PATH.findall(word) if isinstance(word, str) else []:
+                if not any(path.startswith(m + "/") for m in mounts if m) and not os.path.exists(path):
+                    found.append(f"{field}[{i}] {path!r}")
+    return found
+
+
 # A rendezvous at the pod's own loopback: torchrun's (and the legacy launcher's) endpoint flags, a tcp:// URL.
 _LOOPBACK_RENDEZVOUS = re.compile(r"(?:--(?:rdzv[-_]endpoint|master[-_]addr)[=\s]+['\"]?|tcp://)(?:localhost|127\.0\.0\.1)(?![\w.-])")
 _ONE_NODE = re.compile(r"--standalone\b|--nnodes[=\s]+['\"]?1(?![\d:])")

@@ -48,6 +48,7 @@ from .localnode import (
     LocalRunError,
     PodProcess,
     containers_not_run,
+    image_files,
     loopback_rendezvous,
     processes_under,
     read_regular_file,
@@ -818,6 +819,10 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
     skipped = containers_not_run(pod)
     if skipped:
         say(f"not run here (only the trainer container's command runs): {', '.join(skipped)}")
+    baked = image_files(pod)
+    if baked:
+        say(f"warning: {', '.join(baked)}: a file of the image, in no volume: here the pod runs this machine's files;"
+            " mount a volume at its directory (a hostPath to your checkout), or it fails with No such file")
     loopback = loopback_rendezvous(pod) if spec.workers > 1 else []
     if loopback:
         say(f"warning: {', '.join(loopback)} rendezvous at localhost: in a cluster each pod's localhost is its own, so"

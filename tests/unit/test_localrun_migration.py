@@ -1,0 +1,44 @@
+"""What a migrated job needs to run here that its cluster gave it: a script baked into the image
+(`torchrun /workspace/train.py`) is not on this machine unless a volume puts it there, and kuberl run
+says so before the pod fails with "No such file"; init containers (a sample fetches its script with
+one) are not run here, and that is said too."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+from kuberl.localnode import image_files
+
+
+def pod(command: list[str], mounts: tuple[str, ...] = ()) -> dict:
+    return {"spec": {"containers": [{"name": "trainer", "command": command,
+                                     "volumeMounts": [{"name": f"v{i}", "mountPath": m} for i, m in enumerate(mounts)]}]}}
+
+
+@pytest.mark.parametrize(("command", "mounts", "found"), [
+    (["torchrun", "--nproc_per_node=2", "/workspace/ddp.py", "--total_epochs=5"], (), ["command[2] '/workspace/ddp.py'"]),
+    (["torchrun", "/workspace/ddp.py"], ("/workspace",), []),
+    (["sh", "-c", "cd /w && python /workspace/train.py --cfg /app/c.yaml"], (), ["command[2] '/workspace/train.py'"]),
+    (["python", "-c", "print(1)"], (), []),
+    (["python", "train.py"], (), []),  # relative: the workingDir's, which kuberl run maps
+    ([sys.executable, __file__], (), []),  # on this machine: it runs
+])
+def test_a_script_of_the_image_is_named(command, mounts, found):
+    assert image_files(pod(command, mounts)) == found
+
+
+def test_kuberl_run_says_so_before_the_pod_fails(tmp_path):
+    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "baked"}, "spec": {
+        "trainer": "custom", "workers": 1, "runPolicy": {"backoffLimit": 0},
+        "template": {"spec": {"initContainers": [{"name": "fetch", "image": "alpine/git", "command": ["git", "clone", "x"]}],
+                              "containers": [{"name": "trainer", "command": ["python", "/workspace/train.py"]}]}}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    done = subprocess.run([sys.executable, "-m", "kuberl.cli", "run", "job.yaml", "--dir", "runs"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    out = done.stdout + done.stderr
+    assert "not run here (only the trainer container's command runs): spec.initContainers[fetch]" in out, out[-2000:]
+    assert "warning: command[1] '/workspace/train.py': a file of the image, in no volume" in out, out[-2000:]
