@@ -38,6 +38,7 @@ from . import (
     rank0metrics,
     reconcile,
     render,
+    safetext,
 )
 from .kubeapi import (
     PODS,
@@ -378,7 +379,7 @@ class JobLoop:
     def _post(self, job: dict, type_: str, reason: str, message: str) -> None:
         """An Event on the job, unless this job has posted too many (EventLimiter)."""
         if self.shell.events.allow((self.namespace, self.name), type_, reason, message, time.monotonic()):
-            kopf.event(job, type=type_, reason=reason, message=message[: lifecycle.MESSAGE_LIMIT])
+            kopf.event(job, type=type_, reason=reason, message=safetext.escape(message)[: lifecycle.MESSAGE_LIMIT])
 
     # --- actions, after the status is on record ---
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from . import names, rootcause
+from . import names, rootcause, safetext
 from .contract import (
     EXIT_CONFIG_ERROR,
     EXIT_OK,
@@ -289,22 +289,26 @@ def termination_reason(message: str | None) -> str | None:
 _POD_MESSAGE_BUDGET = MESSAGE_LIMIT - 128
 
 
-def _clip_tail(text: str, limit: int = _POD_MESSAGE_BUDGET) -> str:
+def _clip_tail(text: str, limit: int = _POD_MESSAGE_BUDGET, source: str = "") -> str:
     """The last lines of a log that fit in `limit` characters: the exception
-    and torchrun's root cause come last."""
+    and torchrun's root cause come last. With a `source`, each line after the
+    first starts with it (safetext.continued), counted in the limit."""
     lines = text.strip().splitlines()
     kept: list[str] = []
+    margin = len(source) + 1 if source else 0
     size = 1  # the leading "…" when lines were dropped
     for line in reversed(lines):
-        if size + len(line) + 1 > limit:
+        if size + len(line) + 1 + margin > limit:
             break
         kept.append(line)
-        size += len(line) + 1
+        size += len(line) + 1 + margin
     if len(kept) == len(lines):
-        return "\n".join(lines)
-    if not kept:
-        return "…" + lines[-1][-(limit - 1):]
-    return "…\n" + "\n".join(reversed(kept))
+        clipped = "\n".join(lines)
+    elif not kept:
+        clipped = "…" + lines[-1][-(limit - 1):]
+    else:
+        clipped = "…\n" + "\n".join(reversed(kept))
+    return safetext.continued(clipped, source) if source else clipped
 
 
 def _container_message(message: str | None) -> str | None:
@@ -319,6 +323,8 @@ def _container_message(message: str | None) -> str | None:
 
 
 def _clip(text: str) -> str:
+    """A message as status and Events keep it: escaped first (safetext), then cut."""
+    text = safetext.escape(text)
     return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
 
 
@@ -350,14 +356,14 @@ class _Plan:
         new = {
             "type": type_,
             "status": value,
-            "reason": reason,
+            "reason": safetext.one_line(reason),
             "message": _clip(message),
             "lastTransitionTime": rfc3339(self.now) if moved else old["lastTransitionTime"],
         }
         self.status["conditions"] = [c for c in conditions if c["type"] != type_] + [new]
 
     def event(self, type_: str, reason: str, message: str) -> None:
-        self.actions.append(Event(type_, reason, _clip(message)))
+        self.actions.append(Event(type_, safetext.one_line(reason), _clip(message)))
 
     def delete(self, pods: list[ObservedPod], reason: str) -> None:
         """Delete pods not already going; never twice the same request."""
@@ -522,12 +528,18 @@ def _is_config_error(pod: ObservedPod) -> bool:
     return pod.reason == REASON_CONFIG_ERROR or (pod.exit_code == EXIT_CONFIG_ERROR and pod.reason is None)
 
 
+def _pod_text(pod: ObservedPod) -> str:
+    """What the pod said, each line after the first marked `[worker N]`: in status, Events and
+    `kuberl run`'s output a line it wrote cannot pass for one of kuberl's own."""
+    return _clip_tail(pod.message or "", source=f"[worker {pod.rank}]")
+
+
 def _pod_says(pod: ObservedPod) -> str:
     if not (pod.message and pod.message.strip()):
         return f"worker {pod.rank} ({pod.name}): exit code {pod.exit_code}"
     # a log tail (a script of the user's states no reason): its exit code may be all that says why
     code = "" if pod.reason in TRAINER_REASONS or pod.exit_code is None else f" exit code {pod.exit_code}"
-    return f"worker {pod.rank} ({pod.name}){code}: {pod.message.strip()}"
+    return f"worker {pod.rank} ({pod.name}){code}: {_pod_text(pod)}"
 
 
 def _success(spec: JobSpec, live: dict[int, ObservedPod], rank0: Rank0Progress | None) -> tuple[str, str] | None:
@@ -536,7 +548,7 @@ def _success(spec: JobSpec, live: dict[int, ObservedPod], rank0: Rank0Progress |
     first = live.get(0)
     reported = first is not None and (first.reason == REASON_SUCCEEDED or (rank0 is not None and rank0.succeeded))
     if reported and first.phase == "Succeeded" and first.exit_code in (EXIT_OK, None):
-        return REASON_RANK0_SUCCEEDED, first.message.strip() if first.message else "rank 0 reported success"
+        return REASON_RANK0_SUCCEEDED, _pod_text(first) if first.message and first.message.strip() else "rank 0 reported success"
     if len(live) == spec.workers and all(p.phase == "Succeeded" and p.reason != REASON_STOPPED for p in live.values()):
         return REASON_ALL_SUCCEEDED, f"all {spec.workers} workers exited 0"
     exited_zero = first is not None and first.phase == "Succeeded" and first.reason != REASON_STOPPED
@@ -829,6 +841,10 @@ def _label_number(value: Any, default: int) -> int | None:
     return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else None
 
 
+def _one_line(value: Any) -> str | None:
+    return safetext.one_line(value) if isinstance(value, str) else None
+
+
 def observed_pod(pod: dict[str, Any]) -> ObservedPod:
     """An ObservedPod from a Kubernetes Pod object (as the API returns it)."""
     meta = pod.get("metadata") or {}
@@ -844,7 +860,8 @@ def observed_pod(pod: dict[str, Any]) -> ObservedPod:
     waiting = state.get("waiting") or {}
     scheduled = conditions.get("PodScheduled") or {}
     disruption = conditions.get("DisruptionTarget") or {}
-    message = terminated.get("message")
+    # what a container wrote, escaped before anything cuts it (safetext); reasons are one word by design
+    message = safetext.escape(terminated["message"]) if isinstance(terminated.get("message"), str) else None
     exit_code = terminated.get("exitCode")
     state_reason = terminated.get("reason") or (None if exit_code is None else ("Completed" if exit_code == 0 else "Error"))
     rank, generation = _label_number(labels.get(names.LABEL_RANK), -1), _label_number(labels.get(names.LABEL_RESTART), 0)
@@ -857,12 +874,12 @@ def observed_pod(pod: dict[str, Any]) -> ObservedPod:
         phase=status.get("phase") or "Pending",
         ready=(conditions.get("Ready") or {}).get("status") == "True",
         exit_code=exit_code,
-        reason=termination_reason(message) or state_reason,
+        reason=termination_reason(message) or _one_line(state_reason),
         message=_container_message(message),
-        waiting_reason=waiting.get("reason"),
-        waiting_message=waiting.get("message"),
-        scheduling_reason=scheduled.get("reason") if scheduled.get("status") == "False" else None,
-        scheduling_message=scheduled.get("message") if scheduled.get("status") == "False" else None,
+        waiting_reason=_one_line(waiting.get("reason")),
+        waiting_message=_one_line(waiting.get("message")),
+        scheduling_reason=_one_line(scheduled.get("reason")) if scheduled.get("status") == "False" else None,
+        scheduling_message=_one_line(scheduled.get("message")) if scheduled.get("status") == "False" else None,
         deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
         disruption=disruption.get("reason") if disruption.get("status") == "True" else None,
         start_time=parse_time(status.get("startTime")),

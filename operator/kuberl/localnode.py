@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import IO
 
-from . import contract, names, rootcause
+from . import contract, names, rootcause, safetext
 from .spec import DNS_1123_LABEL, DNS_1123_SUBDOMAIN, QUANTITY, quantity_value
 
 # What Kubernetes keeps of a log for FallbackToLogsOnError.
@@ -68,7 +68,11 @@ _output_lock = threading.Lock()
 
 
 class LocalRunError(RuntimeError):
-    """A pod that cannot run here as rendered (a render bug, or a feature no local node has)."""
+    """A pod that cannot run here as rendered (a render bug, or a feature no local node has); one
+    line, escaped (safetext), since it quotes the spec's strings."""
+
+    def __init__(self, message: str):
+        super().__init__(safetext.one_line(message))
 
 
 # --- $(VAR) expansion, as Kubernetes does it ---------------------------------
@@ -924,7 +928,7 @@ class PodProcess:
                 if log:
                     log.write(line + "\n")
                 with _output_lock, contextlib.suppress(OSError, ValueError):  # our stdout may be gone
-                    self.out.write(f"{self.prefix} {line}\n")
+                    self.out.write(f"{self.prefix} {safetext.escape(line)}\n")  # the log file keeps it raw
                     self.out.flush()
         self.output_ended_at = time.time()
 

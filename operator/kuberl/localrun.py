@@ -42,7 +42,7 @@ from typing import Self
 
 import yaml
 
-from . import convert, fingerprint, lifecycle, names, rank0metrics
+from . import convert, fingerprint, lifecycle, names, rank0metrics, safetext
 from .lifecycle import ObservedPod, Rank0Progress
 from .localnode import (
     LocalRunError,
@@ -533,7 +533,9 @@ class Interrupts:
 
 
 def say(message: str) -> None:
-    print(f"[kuberl] {message}", flush=True)
+    """A line of kuberl's own; what it quotes of a pod arrives with each further line marked
+    `[worker N]` (lifecycle), of a spec as one line (safetext)."""
+    print(f"[kuberl] {safetext.escape(message)}", flush=True)
 
 
 @contextlib.contextmanager

@@ -22,6 +22,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import safetext
+
 LEVELS = ("privileged", "baseline", "restricted")
 DEFAULT_LEVEL = "baseline"
 
@@ -59,7 +61,7 @@ class Violation:
     got: Any = None
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.control}: {self.allowed} (got {self.got!r})"
+        return safetext.one_line(f"{self.path}: {self.control}: {self.allowed} (got {self.got!r})")
 
 
 def _dict(value: Any) -> Mapping:

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from . import lifecycle, names
+from . import lifecycle, names, safetext
 from .lifecycle import Refusal
 from .rank0metrics import Rank0Reading
 from .spec import InvalidJob, JobSpec, Problem, validate_job
@@ -59,7 +59,7 @@ def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None)
         problems = pod_problems(spec) if pod_problems is not None else []
     except Exception as e:  # a spec the checks cannot handle fails visibly, not as a silent retry loop
         log.exception("job %s: rendering or checking its pods failed", (job.get("metadata") or {}).get("name"))
-        message = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        message = safetext.one_line(" ".join(f"{type(e).__name__}: {e}".split()))[:300]
         return spec, Refusal(lifecycle.REASON_INVALID_SPEC, f"spec.template: the operator could not render or check the pods ({message})")
     if problems:
         return spec, Refusal(lifecycle.REASON_POD_SECURITY, "; ".join(problems))

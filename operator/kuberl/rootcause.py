@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from . import safetext
+
 ROOT_CAUSE = "Root Cause (first observed failure):"
 LINE_LIMIT = 300  # characters of the exception line kept: the status message is bounded as a whole
 _FIELD = re.compile(r"^\s*(rank|exitcode|error_file|traceback)\s*:\s*(.*)$")
@@ -30,7 +32,7 @@ class Failure:
 
 def printable(text: str) -> str:
     """A pod-originated line shown as text: control characters (ANSI escapes, NUL, CR) as \\xNN escapes."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return safetext.one_line(text)
 
 
 def _bounded(line: str) -> str:

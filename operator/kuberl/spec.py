@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from . import contract, names, podschema, torchrun
+from . import contract, names, podschema, safetext, torchrun
 
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Kubernetes' resource.Quantity pattern as controller-gen writes it, but with a whole exponent:
@@ -413,7 +413,8 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
+        # one line, escaped (safetext): a path quotes a tenant's map keys, and this line reaches status and terminals
+        return safetext.one_line(f"{self.path}: {self.message}")
 
 
 class InvalidJob(ValueError):
@@ -962,7 +963,10 @@ PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float",
 
 
 class UnreadableSpec(ValueError):
-    """A job file that is not safe, plain YAML; the message is one line."""
+    """A job file that is not safe, plain YAML; the message is one line (escaped: it may quote a key)."""
+
+    def __init__(self, message: str):
+        super().__init__(safetext.one_line(message))
 
 
 class KubernetesYamlLoader(yaml.SafeLoader):

@@ -259,3 +259,24 @@ def test_a_job_edited_in_a_loop_keeps_up_quietly_and_its_gang_is_not_restarted(s
     wait_for(lambda: status(rest, 'edited').get('observedGeneration') == generation, what='the last edit observed')
     assert status(rest, 'edited')['phase'] == 'Running' and status(rest, 'edited')['generation'] == 0
     assert 'failed temporarily' not in operator.log()
+
+
+def test_control_characters_from_a_spec_or_a_pod_reach_status_and_events_escaped(standin, rest, operator):  # noqa: F811
+    """A nodeSelector key with ESC/BEL and a termination message that clears the screen and forges a line
+    were copied raw into the job's conditions, restartHistory and Events (kuberl.safetext)."""
+    import re
+
+    from tests.support.store import container_terminated
+
+    unsafe = re.compile('[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]')
+    create_job(rest, 'keyed', workers=1, nodeSelector={'pool\x1b[2J\x07': 'gpu'})
+    create_job(rest, 'crashy', workers=2, runPolicy={'backoffLimit': 0})
+    gang = start_gang(standin, 'crashy', 2)
+    standin.store.report_pod(NS, gang[1]['metadata']['name'], {'phase': 'Failed', 'containerStatuses': [container_terminated(
+        names.TRAINER_CONTAINER, 1, '\x1b[2J\x1b]8;;https://evil.example/\x07x\x1b]8;;\x07\n[kuberl] forged\n\u202eValueError: boom')]})
+    for name, said in (('keyed', 'spec.nodeSelector.pool\\x1b[2J\\x07'), ('crashy', '\n[worker 1] [kuberl] forged\n')):
+        wait_phase(rest, name, 'Failed')
+        failed = condition(rest, name, 'Failed')
+        assert said in failed['message'] and not unsafe.search(json.dumps(status(rest, name), ensure_ascii=False)), failed
+        warning = wait_for(lambda name=name, reason=failed['reason']: [e for e in events(rest, name) if e['reason'] == reason], what='the Event')
+        assert said in warning[0]['message'] and not unsafe.search(warning[0]['message'])

@@ -57,13 +57,13 @@ def trainer_env(name: str) -> dict:
 # Python's `$` also matches before a final newline; Go's (k8s.io/apimachinery/pkg/util/validation:
 # IsDNS1035Label, IsDNS1123Label, IsQualifiedName, IsEnvVarName) does not, so the API server refuses
 # these names at pod create, long after the job was accepted; "RANK\n" also slipped past the
-# reserved-name check.
+# reserved-name check. A path shows the newline escaped (kuberl.safetext): a problem is one line.
 TRAILING_NEWLINES = {
     "metadata.name": (make_job("abc\n").obj(), "metadata.name"),
     "metadata.namespace": (make_job("abc", namespace="team-a\n").obj(), "metadata.namespace"),
-    "spec.labels key": (make_job().with_spec(labels={"team\n": "rl"}).obj(), "spec.labels.team\n"),
-    "spec.nodeSelector key": (make_job().with_spec(nodeSelector={"pool\n": "gpu"}).obj(), "spec.nodeSelector.pool\n"),
-    "template label key": (make_job().template({"metadata": {"labels": {"app\n": "x"}}}).obj(), "spec.template.metadata.labels.app\n"),
+    "spec.labels key": (make_job().with_spec(labels={"team\n": "rl"}).obj(), "spec.labels.team\\n"),
+    "spec.nodeSelector key": (make_job().with_spec(nodeSelector={"pool\n": "gpu"}).obj(), "spec.nodeSelector.pool\\n"),
+    "template label key": (make_job().template({"metadata": {"labels": {"app\n": "x"}}}).obj(), "spec.template.metadata.labels.app\\n"),
     "reserved env name": (make_job().template(trainer_env("RANK\n")).obj(), "spec.template.spec.containers[0].env[0].name"),
     "env name": (make_job().template(trainer_env("WANDB_MODE\n")).obj(), "spec.template.spec.containers[0].env[0].name"),
 }

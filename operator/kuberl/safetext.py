@@ -1,0 +1,48 @@
+"""Strings from pods and specs, made safe to show: the one escaping function.
+
+A container's termination message, a spec's map keys and an API server's
+message quoting them reach the job's status, its Events (readable across
+namespaces by many roles) and terminals. Raw, an `ESC[2J` clears the screen of
+whoever runs `kubectl describe`, an OSC 8 sequence hides a link, a carriage
+return or a bidirectional override rewrites what a line seems to say, and a
+line break forges a line of kuberl's own. So every such string passes through
+`escape` before it is written or cut short: C0 controls other than a line break
+and a tab, DEL, C1 controls and the bidirectional controls and marks become
+visible escapes (`\\x1b`, `\\u202e`), as `repr` writes them. Escaping twice
+changes nothing more: an escape is plain ASCII.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 but \t and \n, DEL, C1; the bidi embeddings/overrides (U+202A-U+202E), isolates (U+2066-U+2069)
+# and the implicit marks (ALM, LRM, RLM): the characters of "Trojan Source" (CVE-2021-42574).
+_UNSAFE_CHARACTERS = r"\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[{_UNSAFE_CHARACTERS}]")
+_UNSAFE_OR_BREAK = re.compile(f"[{_UNSAFE_CHARACTERS}\\n]")
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def _visible(match: re.Match) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def escape(text: str) -> str:
+    """`text` with every unsafe character as a visible escape; line breaks and tabs kept."""
+    return _UNSAFE.sub(_visible, text)
+
+
+def one_line(text: str) -> str:
+    """`escape`, line breaks escaped too: for what is one line by design (a field path, a refusal)."""
+    return _UNSAFE_OR_BREAK.sub(_visible, text)
+
+
+def continued(text: str, source: str) -> str:
+    """`escape`, each line after the first marked with its source (`[worker 0] ...`), so a
+    line a pod wrote cannot pass for one of kuberl's own."""
+    return escape(text).replace("\n", f"\n{source} ")
