@@ -51,6 +51,22 @@ def exception_line(text: str, rank: int) -> str | None:
     return None
 
 
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))(?::|$)")
+_LAUNCHER_REPORT = "failed (exitcode:"  # torchrun's own log line once a child failed: its traceback follows
+
+
+def unprefixed_exception(text: str) -> str | None:
+    """The last exception line of a child that failed before its process group existed (no `[rankN]:`
+    prefix yet: `torch.cuda.set_device` before `init_process_group`), above torchrun's own report;
+    marked as such, since with several processes per pod it may be another rank's."""
+    report = text.rfind(_LAUNCHER_REPORT)
+    before = text[:report] if report >= 0 else ""
+    for line in reversed(before.split("\n")):
+        if _EXCEPTION.match(line):
+            return _bounded(line) + " (the last exception above torchrun's report; no [rankN]: line)"
+    return None
+
+
 def parse(text: str) -> Failure | None:
     """The root cause torchrun printed at the end of `text` (a log tail), with the rank's exception line
     when the text holds it; None when the text has no root-cause block."""
@@ -74,7 +90,7 @@ def parse(text: str) -> Failure | None:
         return None
     code = _EXIT.match(fields.get("exitcode", ""))
     global_rank = int(rank.group(1))
-    exception = exception_line(text[:at], global_rank)
+    exception = exception_line(text[:at], global_rank) or unprefixed_exception(text[:at])
     if exception is None and traceback and not traceback[0].startswith(("To enable traceback", "Signal ")):
         exception = _bounded(traceback[-1])  # a child that used @record: its error file's traceback ends in it
     return Failure(global_rank, int(rank.group(2)), int(code.group(1)) if code else None, exception)
@@ -99,7 +115,14 @@ MAX_RANKS_REMEMBERED = 256  # a pod runs at most names.MAX_PROCS_PER_WORKER rank
 
 
 def remember(line: str, last: dict[int, str]) -> None:
-    """Keep `line` as its rank's last `[rankN]:` line (the local node's log reader calls this per line)."""
+    """Keep `line` as its rank's last `[rankN]:` line, and an unprefixed exception line under -1 (the local
+    node's log reader calls this per line)."""
+    if _LAUNCHER_REPORT in line:
+        last.setdefault(-2, "")  # torchrun's report: what follows is torchrun's own traceback
+    if _EXCEPTION.match(line):
+        if -2 not in last:
+            last[-1] = line[:LINE_LIMIT * 4]
+        return
     match = _PREFIX.match(line)
     if match and exception_line(line, int(match.group(1))) is not None:
         rank = int(match.group(1))
@@ -111,6 +134,8 @@ def completed(tail: str, last: dict[int, str]) -> str:
     """The log tail with the failing rank's last `[rankN]:` line put first when the tail names the rank
     in torchrun's root cause but has lost the line above its last 2 KiB (kuberl run reads every line)."""
     failure = parse(tail)
-    if failure is None or failure.exception is not None or failure.rank not in last:
+    if failure is None or failure.exception is not None:
         return tail
-    return last[failure.rank] + "\n" + tail
+    if failure.rank in last:
+        return last[failure.rank] + "\n" + tail
+    return last[-1] + "\n" + tail if -1 in last else tail

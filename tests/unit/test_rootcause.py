@@ -106,3 +106,17 @@ def test_kuberl_runs_node_keeps_the_ranks_line_the_2_kib_tail_lost(tmp_path):
     process._reader.join(10)
     message = process.termination_message()
     assert rootcause.describe(message) == f"torchrun: global rank 1 (local rank 1) failed first, exit code 1: {EXCEPTION}"
+
+
+def test_a_child_that_failed_before_its_process_group_is_read_without_a_prefix():
+    """pytorch/examples' ddp-tutorial-series multinode.py calls torch.cuda.set_device before init_process_group:
+    no `[rankN]:` prefix yet, so the last exception line above torchrun's own report stands in, marked."""
+    plain = [line.removeprefix("[rank1]: ") for line in rank_traceback(1, EXCEPTION)]
+    log = torchrun_log().replace("\n".join(rank_traceback(1, EXCEPTION) + rank_traceback(0, EXCEPTION)), "\n".join(plain))
+    assert "[rank1]" not in log
+    said = rootcause.describe(log)
+    assert said.endswith(f"{EXCEPTION} (the last exception above torchrun's report; no [rankN]: line)"), said
+    last: dict[int, str] = {}
+    for line in log.split("\n"):
+        rootcause.remember(line, last)
+    assert rootcause.describe(rootcause.completed(log[-LOG_TAIL_BYTES:], last)) == said, "not torchrun's ChildFailedError"
