@@ -48,6 +48,7 @@ from . import names, rootcause, safetext
 from .contract import (
     EXIT_CONFIG_ERROR,
     EXIT_OK,
+    PERMANENT_REASONS,
     REASON_CONFIG_ERROR,
     REASON_PEER_LOST,
     REASON_STOPPED,
@@ -482,7 +483,7 @@ def _run(
 
     config_error = next((p for p in sorted(current, key=lambda p: p.rank) if _is_config_error(p)), None)
     if config_error is not None:
-        return _fail(plan, current, REASON_CONFIG_ERROR, _pod_says(config_error))
+        return _fail(plan, current, config_error.reason or REASON_CONFIG_ERROR, _pod_says(config_error))
 
     success = _success(spec, live, rank0)
     if success is not None:
@@ -525,7 +526,7 @@ def _run(
 
 
 def _is_config_error(pod: ObservedPod) -> bool:
-    return pod.reason == REASON_CONFIG_ERROR or (pod.exit_code == EXIT_CONFIG_ERROR and pod.reason is None)
+    return pod.reason in PERMANENT_REASONS or (pod.exit_code == EXIT_CONFIG_ERROR and pod.reason is None)
 
 
 def _pod_text(pod: ObservedPod) -> str:

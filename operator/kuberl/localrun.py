@@ -663,10 +663,26 @@ def shown(path: str) -> str:
     return path if relative.startswith("..") else relative
 
 
+def newest_checkpoint(checkpoint_dir: str | None) -> tuple[str, int] | None:
+    """(file name, timesteps) of the newest checkpoint progress.jsonl names (the trainer adds a
+    record at each save) that is still on disk, or None."""
+    text = read_regular_file(os.path.join(checkpoint_dir, "progress.jsonl")) if checkpoint_dir else None
+    for record in reversed(progress_records(text.splitlines()) if text else []):
+        name, steps = record.get("checkpoint"), _number(record.get("timesteps"))
+        if (isinstance(name, str) and steps is not None and os.path.basename(name) == name
+                and os.path.isfile(os.path.join(checkpoint_dir, name))):
+            return name, int(steps)
+    return None
+
+
 def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float) -> str:
     """The one line a user reads at the end."""
     record = last_progress(cluster_paths.get("checkpoints"))
     timesteps = _number(record.get("timesteps", (status.get("progress") or {}).get("timesteps", 0))) or 0
+    newest = newest_checkpoint(cluster_paths.get("checkpoints"))
+    if newest is not None:
+        timesteps = max(timesteps, newest[1])
+    saved = f" (newest checkpoint {newest[0]} at {newest[1]:,} timesteps)" if newest else ""
     final = _number(record.get("eval_return"))
     final = final if final is not None else _number(record.get("episode_return_mean"))
     final_text = f"{final:.1f}" if final is not None else "-"
@@ -680,7 +696,7 @@ def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float)
     if code == EXIT_INTERRUPTED:
         return f"{job.name} stopped at {timesteps:,} timesteps after {wall:.0f}s; {where}; run the same command again to resume"
     reason = f"{failed['reason']}: {failed['message']}" if failed else status.get("phase", "?")
-    return f"{job.name} failed after {wall:.0f}s at {timesteps:,} timesteps: {reason}"
+    return f"{job.name} failed after {wall:.0f}s at {timesteps:,} timesteps{saved}: {reason}"
 
 
 def paths_of(job: Job, run_dir: str, uid: str) -> dict:

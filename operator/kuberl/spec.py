@@ -160,6 +160,9 @@ class CheckpointSpec(Model):
     storage_class_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="StorageClass of the created PVC; unset uses the cluster default.")
     claim_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="Use this existing PVC (never adopted or deleted).")
     retain: bool = Field(True, description="Keep the created PVC when the job is deleted.")
+    when_none_usable: Literal["Fail", "StartOver"] = Field(
+        "Fail", description="When checkpoints exist and none can be loaded. Fail: the job fails with reason NoUsableCheckpoint,"
+        " naming each file (they are kept). StartOver: train from zero; the files are moved aside into unreadable/.")
 
 
 # How long a deleted pod may keep its node: bounds suspend, gang restarts and deletion.

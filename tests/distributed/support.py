@@ -84,7 +84,8 @@ def write_config(job: Job) -> Job:
 class Ranks:
     """The job's rank processes; output of each goes to rank-N.log."""
 
-    def __init__(self, job: Job, extra_env: dict | None = None):
+    def __init__(self, job: Job, extra_env: dict | None = None, prefix: list[str] | None = None):
+        """`prefix` runs before the trainer's command (e.g. `unshare` to mount a volume first)."""
         self.job = job
         port = free_ports(1)
         self.procs: list[subprocess.Popen] = []
@@ -101,7 +102,7 @@ class Ranks:
             }
             with open(job.root / f"rank-{rank}.log", "a") as log:  # the child keeps its own handle
                 self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "kuberl_trainer", "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
+                    [*(prefix or []), sys.executable, "-m", "kuberl_trainer", "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
                     env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                 ))
 

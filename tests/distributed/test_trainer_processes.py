@@ -2,6 +2,7 @@
 termination-log reasons, checkpoints on disk."""
 
 import json
+import os
 import signal
 import socket
 import time
@@ -65,9 +66,12 @@ def test_sigterm_leaves_a_checkpoint_and_the_next_run_continues(tmp_path):
         ranks.signal(rank, signal.SIGTERM)
     assert ranks.wait(timeout=30) == [0, 0]
     assert job.termination_log(0).startswith(f"{contract.REASON_STOPPED}: ") and "resumable" in job.termination_log(0)
-    _, saved = checkpoint.load_newest(str(job.checkpoint_dir))
+    newest, saved = checkpoint.load_newest(str(job.checkpoint_dir))
     assert saved["counters"]["updates"] >= 15
     stopped_at = saved["counters"]["global_step"]
+    # progress.jsonl names each checkpoint with its timesteps: what a run's summary reports
+    named = [r for r in map(json.loads, (job.checkpoint_dir / "progress.jsonl").read_text().splitlines()) if "checkpoint" in r]
+    assert (named[-1]["checkpoint"], named[-1]["timesteps"]) == (os.path.basename(newest), stopped_at)
 
     resumed = Ranks(job)
     resumed.wait_for_updates(saved["counters"]["updates"] + 1)

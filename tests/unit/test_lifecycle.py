@@ -151,6 +151,11 @@ CASES = [
     Case("config-error", (Pod(0).running(), Pod(1).exited(1, "ConfigError: spec.env.id: no such env")), lc.FAILED, "ConfigError",
          said="spec.env.id"),
     Case("exit-78-unstated", (Pod(0).running(), Pod(1).exited(EXIT_CONFIG_ERROR)), lc.FAILED, "ConfigError", said="exit code 78"),
+    # checkpoints no restart can make usable: the job fails at once, under the trainer's own reason
+    Case("no-usable-checkpoint", (Pod(0).exited(1, "NoUsableCheckpoint: /c holds 2 checkpoint(s) and none is usable"),
+                                  Pod(1).exited(1, "PeerLost: rank 0 left")), lc.FAILED, "NoUsableCheckpoint", said="none is usable"),
+    Case("checkpoint-volume-read-only", (Pod(0).exited(1, "CheckpointVolumeReadOnly: the checkpoint volume at /c is read-only"),
+                                         Pod(1).running()), lc.FAILED, "CheckpointVolumeReadOnly", said="read-only"),
     Case("backoff-limit-0", (Pod(0).running(), Pod(1).exited(2)), lc.FAILED, lc.REASON_BACKOFF_LIMIT, run_policy={"backoffLimit": 0}),
     Case("deadline", (Pod(0).running(), Pod(1).running()), lc.FAILED, lc.REASON_DEADLINE, said="activeDeadlineSeconds=60",
          run_policy={"activeDeadlineSeconds": 60}, at=T0 + 60),

@@ -2,7 +2,9 @@
 weights_only=True, version 1 is read through a numpy-only allowlist, and
 whatever fails to decode is skipped, then pruned."""
 
+import errno
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -90,7 +92,7 @@ def test_an_old_format_checkpoint_loads_through_the_numpy_allowlist_and_drops_it
 def test_an_old_format_file_with_anything_beyond_numpy_is_skipped(tmp_path):
     (tmp_path / "ckpt-0000000002.pt").write_bytes(old_format_checkpoint({"counters": {}, "odd": logging.getLogger("x")}))
     (tmp_path / "ckpt-0000000001.pt").write_bytes(old_format_checkpoint({"counters": {}, "raw": b"bytes load, but are not state"}))
-    assert checkpoint.load_newest(str(tmp_path)) is None
+    assert checkpoint.load_newest(str(tmp_path), start_over=True) is None
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -126,8 +128,93 @@ def test_files_that_are_not_valid_checkpoints_are_never_kept_among_the_newest(tm
     future = tmp_path / "ckpt-9999999997.pt"
     future.write_bytes(checkpoint._framed(3, b"a newer trainer's"))
     checkpoint.save(str(tmp_path), 3, ppo_like_state(3), keep=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-0000000002.pt", "ckpt-0000000003.pt", future.name]
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*")) == ["ckpt-0000000002.pt", "ckpt-0000000003.pt", future.name]
+    # moved aside, never deleted: they are the evidence of what went wrong
+    assert sorted(p.name for p in (tmp_path / checkpoint.ASIDE).iterdir()) == ["ckpt-9999999998.pt", "ckpt-9999999999.pt"]
     assert not marker.exists()
+
+
+def flip_one_bit(path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def test_when_every_checkpoint_is_unreadable_loading_fails_naming_each_and_keeps_them(tmp_path, caplog):
+    for updates in (1, 2, 3):
+        checkpoint.save(str(tmp_path), updates, ppo_like_state(updates), keep=3)
+    files = sorted(tmp_path.glob("ckpt-*.pt"))
+    for path in files:
+        flip_one_bit(path)
+    before = {p.name: p.read_bytes() for p in files}
+    checkpoint._verified.clear()
+    with pytest.raises(checkpoint.NoUsableCheckpoint) as failed:
+        checkpoint.load_newest(str(tmp_path))
+    message = str(failed.value)
+    assert failed.value.reason == "NoUsableCheckpoint"
+    assert all(name in message for name in before) and "checksum mismatch" in message and "StartOver" in message
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("ckpt-*.pt")} == before  # nothing deleted, nothing moved
+    # opting in starts over, and moves them aside before a new save of the same name could replace one
+    assert checkpoint.load_newest(str(tmp_path), start_over=True) is None
+    checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=3)
+    assert {p.name: p.read_bytes() for p in (tmp_path / checkpoint.ASIDE).iterdir()} == before
+    assert checkpoint.load_newest(str(tmp_path))[0].endswith("ckpt-0000000001.pt")
+
+
+def test_no_checkpoint_at_all_is_a_fresh_start_not_a_failure(tmp_path):
+    assert checkpoint.load_newest(str(tmp_path)) is None
+    (tmp_path / "progress.jsonl").write_text("{}\n")
+    assert checkpoint.load_newest(str(tmp_path)) is None
+
+
+class FlakyReads:
+    """checkpoint._read_bytes failing with `error` for the first `failures` calls on `victim`:
+    the EIO or ESTALE a network volume answers for a while."""
+
+    def __init__(self, monkeypatch, victim, error: int, failures: int):
+        self.real, self.victim, self.error, self.left = checkpoint._read_bytes, str(victim), error, failures
+        monkeypatch.setattr(checkpoint, "_read_bytes", self)
+        monkeypatch.setattr(checkpoint, "READ_RETRY_SECONDS", (0.0, 0.0, 0.0))
+
+    def __call__(self, path, limit):
+        if path == self.victim and self.left > 0:
+            self.left -= 1
+            raise OSError(self.error, os.strerror(self.error), path)
+        return self.real(path, limit)
+
+
+@pytest.mark.parametrize("error", [errno.EIO, errno.ESTALE])
+def test_an_io_error_is_retried_never_taken_for_corruption(tmp_path, monkeypatch, error):
+    for updates in (1, 2):
+        checkpoint.save(str(tmp_path), updates, ppo_like_state(updates), keep=3)
+    newest = tmp_path / "ckpt-0000000002.pt"
+    checkpoint._verified.clear()
+    FlakyReads(monkeypatch, newest, error, failures=2)
+    path, state = checkpoint.load_newest(str(tmp_path))
+    assert path == str(newest) and state["counters"]["updates"] == 2
+
+
+def test_an_io_error_that_lasts_fails_the_load_and_pruning_leaves_the_file_alone(tmp_path, monkeypatch):
+    for updates in (1, 2):
+        checkpoint.save(str(tmp_path), updates, ppo_like_state(updates), keep=1)
+    newest = tmp_path / "ckpt-0000000002.pt"
+    checkpoint._verified.clear()
+    FlakyReads(monkeypatch, newest, errno.EIO, failures=10**6)
+    with pytest.raises(OSError) as failed:
+        checkpoint.load_newest(str(tmp_path))
+    assert failed.value.errno == errno.EIO and not isinstance(failed.value, checkpoint.CorruptCheckpoint)
+    checkpoint.save(str(tmp_path), 3, ppo_like_state(3), keep=1)
+    assert newest.exists() and not (tmp_path / checkpoint.ASIDE).exists()
+
+
+def test_stale_temp_files_are_removed_and_nothing_else(tmp_path):
+    checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=3)
+    stale = tmp_path / ".tmp-k1ll3d.part"
+    stale.write_bytes(b"x" * 4096)
+    os.mkfifo(tmp_path / ".tmp-fifo.part")
+    (tmp_path / "tmp-not-ours.part").write_text("the tenant's")
+    assert checkpoint.remove_stale_temps(str(tmp_path)) == [str(stale)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tmp-fifo.part", "ckpt-0000000001.pt", "tmp-not-ours.part"]
 
 
 def test_native_vector_env_state_is_plain_data_and_continues_the_same_episodes():

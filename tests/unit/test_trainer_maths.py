@@ -80,7 +80,8 @@ def test_a_flipped_byte_fails_the_checksum(tmp_path):
     with pytest.raises(checkpoint.CorruptCheckpoint):
         checkpoint.decode(bytes(data))
     Path(path).write_bytes(bytes(data))
-    assert checkpoint.load_newest(str(tmp_path)) is None
+    with pytest.raises(checkpoint.NoUsableCheckpoint, match="ckpt-0000000001.pt: checksum mismatch"):
+        checkpoint.load_newest(str(tmp_path))
 
 
 def test_no_temporary_files_are_left(tmp_path):

@@ -41,7 +41,7 @@ from kuberl.spec import InvalidJob, JobSpec, Problem
 
 from . import dqn, fused, ppo
 from .budget import BufferTooLarge
-from .checkpoint import UnusableCheckpoint
+from .checkpoint import CheckpointVolumeFull, UnusableCheckpoint
 from .device import describe as describe_device
 from .device import tune as tune_device
 from .distributed import BadEnvironment, PeerLost, process_group
@@ -186,14 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidJob as e:
         write_reason(contract.REASON_CONFIG_ERROR, "; ".join(str(p) for p in e.problems))
         return contract.EXIT_CONFIG_ERROR
-    except (ConfigError, UnknownEnv, UnusableCheckpoint, BadEnvironment) as e:  # retrying cannot change these
+    except UnusableCheckpoint as e:  # retrying cannot change these; the reason names which
+        write_reason(e.reason, str(e))
+        return contract.EXIT_CONFIG_ERROR
+    except (ConfigError, UnknownEnv, BadEnvironment) as e:  # retrying cannot change these
         # UnknownEnv here: an env made without complaint that failed its first reset or step (envs.guard_first_step)
         write_reason(contract.REASON_CONFIG_ERROR, str(e))
         return contract.EXIT_CONFIG_ERROR
     except PeerLost as e:
         write_reason(contract.REASON_PEER_LOST, str(e))
         return 1
-    except MetricsPortTaken as e:  # retryable, and its message says everything a traceback would
+    except (MetricsPortTaken, CheckpointVolumeFull) as e:  # retryable, and its message says everything a traceback would
         write_reason(contract.REASON_CRASHED, str(e))
         return 1
     except KeyboardInterrupt:

@@ -20,7 +20,14 @@ write the file can recompute it), so decoding never runs code either:
 
 A file that fails to decode for any other reason is skipped with a log line,
 loading falls back to the next older one, and pruning never counts it among
-the K kept (it is deleted instead).
+the K kept: it is moved aside into `unreadable/`, never deleted (it is the
+evidence of what went wrong, and perhaps recoverable). When checkpoints exist
+and none is usable, loading fails with NoUsableCheckpoint naming them, unless
+the caller opts in to starting over: training silently from zero would throw
+away the run's progress. An I/O error (EIO, ESTALE on network storage) is no
+verdict on a file: reads are retried, then the error is raised, and pruning
+leaves a file it cannot read alone. A killed writer's temp files are removed
+when the next run starts (`remove_stale_temps`).
 
 The directory is the tenant's, so reading is bounded too: a name that is not a
 regular file (a FIFO, a device, a directory) is skipped and never deleted; a
@@ -33,6 +40,7 @@ deflated members) is not loaded.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -41,6 +49,7 @@ import os
 import re
 import stat
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable
 
@@ -53,6 +62,9 @@ VERSION = 2
 READABLE_VERSIONS = (1, 2)
 HEADER = re.compile(rb"^KUBERLCKPT(\d{1,6}) ([0-9a-f]{64})$")
 NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
+TEMP_NAME = re.compile(r"^\.tmp-.*\.part$")  # write_atomic's temp files
+ASIDE = "unreadable"  # subdirectory where files that do not decode are moved: evidence, never deleted
+READ_RETRY_SECONDS = (0.5, 2.0, 5.0)  # waits between reads that fail with an I/O error (EIO, ESTALE)
 
 # What version 1 files hold besides tensors: numpy arrays, scalars and their
 # numeric dtypes (bool, ints, floats: never object, string or structured ones),
@@ -79,7 +91,10 @@ class NotAFile(CorruptCheckpoint):
 
 class UnusableCheckpoint(ValueError):
     """A checkpoint this trainer can neither load nor skip (skipping would silently lose its
-    progress): the run fails, naming the file; retrying cannot help."""
+    progress): the run fails, naming the file; retrying cannot help. `reason` is the
+    termination-log reason (kuberl.contract), a permanent one."""
+
+    reason = "ConfigError"
 
     def __init__(self, path: str, why: str):
         super().__init__(f"checkpoint {path} {why}")
@@ -106,6 +121,47 @@ class CheckpointTooLarge(UnusableCheckpoint):
             path, f"is {size} bytes, over the {limit} bytes this rank can load (half its memory limit): "
             "raise the pod's memory limit, or move the file away to resume from an older checkpoint"
         )
+
+
+class NoUsableCheckpoint(UnusableCheckpoint):
+    """Checkpoints exist and none can be resumed from: starting from zero would lose the run's
+    progress in silence, so the run fails naming each file and why, unless told to start over."""
+
+    reason = "NoUsableCheckpoint"
+
+    def __init__(self, directory: str, unusable: list[tuple[str, str]]):
+        listed = "; ".join(f"{os.path.basename(path)}: {why}" for path, why in unusable[:10])
+        more = f"; and {len(unusable) - 10} more" if len(unusable) > 10 else ""
+        ValueError.__init__(
+            self, f"{directory} holds {len(unusable)} checkpoint(s) and none is usable ({listed}{more}); the files are "
+            "kept. Move them away, or set spec.checkpoint.whenNoneUsable: StartOver to train from zero")
+        self.path, self.unusable = directory, unusable
+
+
+class CheckpointVolumeReadOnly(UnusableCheckpoint):
+    """The checkpoint volume is mounted read-only: no restart can make it writable."""
+
+    reason = "CheckpointVolumeReadOnly"
+
+    def __init__(self, directory: str, error: OSError):
+        ValueError.__init__(
+            self, f"the checkpoint volume at {directory} is read-only ({error.strerror or error}): mount the claim "
+            "read-write (check the PVC's accessModes and the volume's health), then rerun the job")
+        self.path = directory
+
+
+class CheckpointVolumeFull(OSError):
+    """No space left for a checkpoint: retryable (a claim can be expanded), with what one needs."""
+
+    def __init__(self, directory: str, need: int, volume: str, keep: int):
+        try:
+            fs = os.statvfs(directory)
+            space = f"{fs.f_blocks * fs.f_frsize} bytes in all, {fs.f_bavail * fs.f_frsize} free"
+        except OSError:
+            space = "its size unreadable"
+        super().__init__(errno.ENOSPC, f"the checkpoint volume ({volume}; {space}) is full: one checkpoint needs "
+                         f"{need} bytes, and spec.checkpoint.keep={keep} of them plus one being written must fit "
+                         f"({need * (keep + 1)} bytes). Expand the claim or lower spec.checkpoint.keep", directory)
 
 
 class CheckpointMismatch(UnusableCheckpoint):
@@ -309,35 +365,67 @@ def _remember(path: str, valid: bool) -> None:
         _verified[path] = (*_signature(path), valid)
 
 
-def save(directory: str, updates: int, state: dict, keep: int) -> str:
-    """Write checkpoint `updates`; keep the newest `keep` valid ones and
-    delete the rest, invalid files included, wherever they sort (never
-    what is not a regular file, nor what this trainer cannot judge)."""
+def save(directory: str, updates: int, state: dict, keep: int, volume: str = "") -> str:
+    """Write checkpoint `updates`; keep the newest `keep` valid ones and delete
+    the older ones. Files that do not decode are moved aside (`ASIDE`), wherever
+    they sort; what is not a regular file, what this trainer cannot judge and
+    what cannot be read right now are left alone. A full volume raises
+    CheckpointVolumeFull (naming `volume` and what one checkpoint needs), a
+    read-only one CheckpointVolumeReadOnly."""
     path = os.path.join(directory, checkpoint_name(updates))
-    write_atomic(path, encode(state))
+    data = encode(state)
+    try:
+        write_atomic(path, data)
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise CheckpointVolumeFull(directory, len(data), volume or directory, keep) from e
+        if e.errno == errno.EROFS:
+            raise CheckpointVolumeReadOnly(directory, e) from e
+        raise
     _remember(path, True)
     kept = 0
     for candidate in list_checkpoints(directory):
         valid = is_valid(candidate)
         if valid is None:
-            continue  # another format version, too large to read, or not a file: not ours to delete
+            continue  # another format version, too large to read, not a file, or unreadable now: not ours to judge
         if valid and kept < keep:
             kept += 1
             continue
-        if not valid:
-            log.warning("deleting %s: not a valid checkpoint", candidate)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(candidate)
+        if valid:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(candidate)
+        else:
+            move_aside(candidate, "not a valid checkpoint")
         _verified.pop(candidate, None)
     return path
 
 
+def move_aside(path: str, why: str) -> str | None:
+    """Move `path` into its directory's `ASIDE` subdirectory (a new name when one is taken);
+    the new path, or None when it was gone already."""
+    directory, name = os.path.split(path)
+    aside = os.path.join(directory, ASIDE)
+    os.makedirs(aside, exist_ok=True)
+    target = os.path.join(aside, name)
+    n = 0
+    while os.path.lexists(target):
+        n += 1
+        target = os.path.join(aside, f"{name}.{n}")
+    try:
+        os.rename(path, target)
+    except FileNotFoundError:
+        return None
+    log.warning("moved %s aside to %s: %s (kept for inspection; delete it when done)", path, target, why)
+    return target
+
+
 def is_valid(path: str) -> bool | None:
-    """Whether `path` decodes (None: not a regular file, or one this trainer cannot judge)."""
+    """Whether `path` decodes (None: not a regular file, gone, unreadable now, or one this
+    trainer cannot judge)."""
     try:
         size, mtime = _signature(path)
     except OSError:
-        return False
+        return None
     known = _verified.get(path)
     if known is not None and known[:2] == (size, mtime):
         return known[2]
@@ -345,14 +433,28 @@ def is_valid(path: str) -> bool | None:
         read(path)
     except (UnusableCheckpoint, NotAFile):
         return None
-    except (CorruptCheckpoint, OSError):
+    except CorruptCheckpoint:
         return False
+    except OSError as e:  # an I/O error says nothing about the file's bytes
+        log.warning("leaving checkpoint %s alone: %s", path, e)
+        return None
     return True
 
 
 def read(path: str, max_bytes: int | None = None) -> dict:
     """The state in checkpoint file `path`, reading at most `max_bytes` (default: load_limit())."""
     limit = load_limit() if max_bytes is None else max_bytes
+    data = _read_bytes(path, limit)
+    try:
+        state = decode(data, path)
+    except CorruptCheckpoint:
+        _remember(path, False)
+        raise
+    _remember(path, True)
+    return state
+
+
+def _read_bytes(path: str, limit: int) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
     try:
         info = os.fstat(fd)
@@ -367,13 +469,23 @@ def read(path: str, max_bytes: int | None = None) -> dict:
                 data += f.read(max(0, info.st_size - len(head)))
     finally:
         os.close(fd)
-    try:
-        state = decode(data, path)
-    except CorruptCheckpoint:
-        _remember(path, False)
-        raise
-    _remember(path, True)
-    return state
+    return data
+
+
+def read_retrying(path: str) -> dict:
+    """`read`, retried after each wait in READ_RETRY_SECONDS while it fails with an I/O error
+    (EIO, ESTALE: network storage heals); the last error is raised, never taken for corruption."""
+    for wait in (*READ_RETRY_SECONDS, None):
+        try:
+            return read(path)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            if wait is None:
+                raise
+            log.warning("reading checkpoint %s failed (%s): retrying in %.1fs", path, e, wait)
+            time.sleep(wait)
+    raise AssertionError("unreachable")
 
 
 def read_model(path: str, max_bytes: int | None = None) -> dict:
@@ -410,23 +522,74 @@ def list_checkpoints(directory: str) -> list[str]:
     return [os.path.join(directory, n) for n in sorted(names, reverse=True)]
 
 
-def load_newest(directory: str, accept: Callable[[dict], str | None] = lambda _state: None) -> tuple[str, dict] | None:
+def load_newest(directory: str, accept: Callable[[dict], str | None] = lambda _state: None,
+                start_over: bool = False) -> tuple[str, dict] | None:
     """The newest checkpoint that decodes and that `accept` does not refuse
     (it returns why, or None); others are skipped with a warning naming them.
-    A format version this trainer does not know raises UnknownCheckpointFormat."""
+    When some exist and none is usable: NoUsableCheckpoint, or None when
+    `start_over` (and they are moved aside). A format version this trainer does not know raises
+    UnknownCheckpointFormat; an I/O error that outlasts the retries is raised."""
+    unusable: list[tuple[str, str]] = []
     for path in list_checkpoints(directory):
         try:
-            state = read(path)
-        except (CorruptCheckpoint, OSError) as e:
+            state = read_retrying(path)
+        except (NotAFile, FileNotFoundError) as e:  # not a checkpoint of ours, or gone: nothing lost
+            log.warning("skipping %s: %s", path, e)
+            continue
+        except CorruptCheckpoint as e:
             log.warning("skipping checkpoint %s: %s", path, e)
+            unusable.append((path, str(e)))
             continue
         refused = accept(state)
         if refused is None:
             return path, state
         _remember(path, False)
         log.warning("skipping checkpoint %s: %s", path, refused)
+        unusable.append((path, refused))
+    if unusable and not start_over:
+        raise NoUsableCheckpoint(directory, unusable)
+    if unusable:
+        log.warning("none of the %d checkpoint(s) in %s is usable: starting over from zero, as "
+                    "spec.checkpoint.whenNoneUsable: StartOver asks", len(unusable), directory)
+        for path, why in unusable:  # now, before a new save of the same name could replace one
+            move_aside(path, why)
+            _verified.pop(path, None)
     return None
 
+
+def remove_stale_temps(directory: str) -> list[str]:
+    """Delete write_atomic's temp files in `directory`: at a run's start no writer of this job
+    is alive (two generations never run at once), so each was left by a killed one, and each
+    may be as large as a checkpoint. Only regular files are touched. Returns what was removed."""
+    try:
+        names = [n for n in os.listdir(directory) if TEMP_NAME.fullmatch(n)]
+    except FileNotFoundError:
+        return []
+    removed = []
+    for name in names:
+        path = os.path.join(directory, name)
+        with contextlib.suppress(FileNotFoundError):
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            os.unlink(path)
+            removed.append(path)
+            log.warning("removed %s (%d bytes): a temp file left by a writer that was killed mid-write", path, info.st_size)
+    return removed
+
+
+def check_writable(directory: str) -> None:
+    """Create `directory` and a file in it, or raise CheckpointVolumeReadOnly at once for a
+    read-only volume (a restart cannot heal it); other OS errors are raised as they are."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".part")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        if e.errno == errno.EROFS:
+            raise CheckpointVolumeReadOnly(directory, e) from e
+        raise
 
 
 def mismatch(expected: object, found: object, where: str = "state") -> str | None:

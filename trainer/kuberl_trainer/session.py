@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-from kuberl import contract
+from kuberl import contract, names
 from kuberl.trainerconfig import TrainerConfig
 
 from . import checkpoint, distributed
@@ -203,7 +203,11 @@ class TrainingSession:
         also gets its own env and RNG state."""
         data = None
         if self.ctx.is_main:
-            found = checkpoint.load_newest(self.checkpoint_dir, accept=_resumable)
+            checkpoint.check_writable(self.checkpoint_dir)  # a read-only volume fails now, not at the first save
+            for directory in {self.checkpoint_dir, os.path.dirname(self.final_model or self.checkpoint_dir)}:
+                checkpoint.remove_stale_temps(directory)
+            start_over = self.spec.checkpoint.when_none_usable == "StartOver"
+            found = checkpoint.load_newest(self.checkpoint_dir, accept=_resumable, start_over=start_over)
             if found is not None:
                 path, state = found
                 self.resumed_from = path
@@ -296,9 +300,10 @@ class TrainingSession:
         )
         self.curve_point(global_step, rate)
 
-    def curve_point(self, global_step: int, rate: float | None = None) -> None:
+    def curve_point(self, global_step: int, rate: float | None = None, checkpoint_file: str | None = None) -> None:
         """One line of progress.jsonl (what `kuberl plot` draws): at every
-        progress line and every evaluation, so short runs get a curve too."""
+        progress line, every evaluation and every checkpoint (naming its file,
+        so a run's summary knows the newest checkpoint's timesteps)."""
         line = {
             "timesteps": global_step,
             "wall_seconds": round(self.wall_seconds(), 3),
@@ -306,6 +311,7 @@ class TrainingSession:
             "eval_return": self.eval_return,
             "steps_per_second": None if rate is None else round(rate, 1),
             "restart": self.restart,
+            **({"checkpoint": checkpoint_file} if checkpoint_file else {}),
         }
         os.makedirs(self.checkpoint_dir, exist_ok=True)
         try:
@@ -326,11 +332,20 @@ class TrainingSession:
         if not self.ctx.is_main or algorithm.counters.updates == self.last_checkpoint_update:
             return
         state = {**algorithm.shared_state(), "elapsed_seconds": self.wall_seconds(), "per_rank": per_rank}
-        path = checkpoint.save(self.checkpoint_dir, algorithm.counters.updates, state, self.spec.checkpoint.keep)
+        path = checkpoint.save(self.checkpoint_dir, algorithm.counters.updates, state, self.spec.checkpoint.keep,
+                               volume=self.volume())
         self.last_checkpoint_update = algorithm.counters.updates
         if self.metrics is not None:
             self.metrics.checkpointed()
         self.log(f"checkpoint {path} (timesteps {algorithm.counters.global_step})")
+        self.curve_point(algorithm.counters.global_step, checkpoint_file=os.path.basename(path))
+
+    def volume(self) -> str:
+        """The checkpoint volume, as a user finds it: the claim and its requested size."""
+        ckpt = self.spec.checkpoint
+        if ckpt.claim_name:
+            return f"claim {ckpt.claim_name} (spec.checkpoint.claimName) at {self.config.checkpoint_dir}"
+        return f"claim {names.pvc_name(self.config.job)} of spec.checkpoint.size {ckpt.size} at {self.config.checkpoint_dir}"
 
     def finish(self, algorithm: Algorithm, outcome: str) -> str:
         """Final checkpoint or model; returns the termination-log message."""

@@ -1,0 +1,81 @@
+"""Checkpoints are never lost in silence, as a rank process lives it: unreadable
+ones fail the run by name and stay on disk, a killed writer's temp files go at
+start, and a volume that cannot heal (read-only) or is full says so. The
+read-only and full volumes are real mounts, made in a private mount namespace
+(`unshare`): a read-only bind mount answers EROFS, a small tmpfs ENOSPC."""
+
+import shutil
+import subprocess
+import time
+
+import pytest
+from kuberl import contract
+from kuberl_trainer import checkpoint
+
+from tests.unit.test_trainer_checkpoint import flip_one_bit, ppo_like_state
+
+from .support import Ranks, make_job
+
+
+def _can_mount() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=4k tmpfs /mnt"], check=False, capture_output=True)
+    return probe.returncode == 0
+
+
+needs_mounts = pytest.mark.skipif(not _can_mount(), reason="no private mount namespace here (unshare -rm): "
+                                  "the read-only and full volume tests need one")
+
+
+def mounted(command: str, directory) -> list[str]:
+    """A prefix for Ranks: run the trainer after `command` mounted `directory` ("$1") in a
+    private mount namespace."""
+    return ["unshare", "-rm", "sh", "-c", f'{command} && shift && exec "$@"', "sh", str(directory)]
+
+
+def test_unreadable_checkpoints_fail_the_run_by_name_keep_the_files_and_stale_temps_go(tmp_path):
+    job = make_job(tmp_path, world_size=1)
+    job.checkpoint_dir.mkdir(parents=True)
+    for updates in (20, 40):
+        checkpoint.save(str(job.checkpoint_dir), updates, ppo_like_state(updates), keep=3)
+    files = sorted(job.checkpoint_dir.glob("ckpt-*.pt"))
+    for path in files:
+        flip_one_bit(path)
+    before = {p.name: p.read_bytes() for p in files}
+    stale = job.checkpoint_dir / ".tmp-k1ll3d.part"  # a rank killed between writing and renaming
+    stale.write_bytes(b"\0" * 100_000)
+
+    assert Ranks(job).wait(timeout=60) == [contract.EXIT_CONFIG_ERROR]
+    reason = job.termination_log(0)
+    assert reason.startswith(f"{contract.REASON_NO_USABLE_CHECKPOINT}: {job.checkpoint_dir} holds 2 checkpoint(s)"), reason
+    assert all(name in reason for name in before)
+    assert {p.name: p.read_bytes() for p in job.checkpoint_dir.glob("ckpt-*.pt")} == before
+    assert not stale.exists()
+
+
+@needs_mounts
+def test_a_read_only_checkpoint_volume_fails_at_once_by_name(tmp_path):
+    job = make_job(tmp_path, world_size=1, checkpoint={"everyUpdates": 1})
+    job.checkpoint_dir.mkdir(parents=True)
+    checkpoint.save(str(job.checkpoint_dir), 20, ppo_like_state(20), keep=3)
+    started = time.monotonic()
+    ranks = Ranks(job, prefix=mounted('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1"', job.checkpoint_dir))
+    assert ranks.wait(timeout=60) == [contract.EXIT_CONFIG_ERROR], ranks.log(0)
+    reason = job.termination_log(0)
+    assert reason.startswith(f"{contract.REASON_CHECKPOINT_READ_ONLY}: the checkpoint volume at {job.checkpoint_dir} "
+                             "is read-only"), reason
+    assert "timesteps" not in ranks.log(0)  # before any training: nothing a restart could add
+    assert time.monotonic() - started < 30
+
+
+@needs_mounts
+def test_a_full_checkpoint_volume_names_the_claim_its_size_and_what_one_checkpoint_needs(tmp_path):
+    job = make_job(tmp_path, world_size=1, checkpoint={"everyUpdates": 1, "size": "2Gi"})
+    job.checkpoint_dir.mkdir(parents=True)
+    ranks = Ranks(job, prefix=mounted('mount -t tmpfs -o size=8k tmpfs "$1"', job.checkpoint_dir))
+    assert ranks.wait(timeout=60) == [1], ranks.log(0)
+    reason = job.termination_log(0)
+    assert reason.startswith(f"{contract.REASON_CRASHED}: [Errno 28] the checkpoint volume (claim t-checkpoints of "
+                             "spec.checkpoint.size 2Gi at /"), reason
+    assert "bytes in all" in reason and "is full: one checkpoint needs " in reason and "Traceback" not in ranks.log(0)

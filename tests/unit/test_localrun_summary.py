@@ -1,0 +1,32 @@
+"""The line a `kuberl run` ends with reports the newest checkpoint's timesteps, also when the
+run's last progress record (or its status) says less: a restarted generation that failed at
+once has reported nothing, but the checkpoint it would resume from is there."""
+
+import json
+
+from kuberl.localrun import summary
+from kuberl.render import Job
+from kuberl.spec import validate_job
+
+from tests.support.jobs import make_job
+
+JOB = Job("j", validate_job(make_job("j").env("CartPole-v1").with_spec(totalTimesteps=1000).obj()))
+FAILED = {"phase": "Failed", "restarts": 3, "progress": {"timesteps": 0},
+          "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "m"}]}
+
+
+def test_a_failed_run_reports_its_newest_checkpoint(tmp_path):
+    (tmp_path / "ckpt-0000000003.pt").write_bytes(b"a checkpoint")
+    records = [{"timesteps": 124, "checkpoint": "ckpt-0000000002.pt"},  # pruned since: not on disk
+               {"timesteps": 186, "checkpoint": "ckpt-0000000003.pt"}]
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    line = summary(JOB, {"checkpoints": str(tmp_path), "model": str(tmp_path / "m.pt")}, FAILED, 1, 9.0)
+    assert line == ("j failed after 9s at 186 timesteps (newest checkpoint ckpt-0000000003.pt at 186 timesteps): "
+                    "BackoffLimitExceeded: m"), line
+
+
+def test_a_record_naming_a_file_elsewhere_or_gone_is_not_taken(tmp_path):
+    (tmp_path / "progress.jsonl").write_text(json.dumps({"timesteps": 9, "checkpoint": "../ckpt-0000000001.pt"}) + "\n"
+                                             + json.dumps({"timesteps": 7, "checkpoint": "ckpt-0000000001.pt"}) + "\n")
+    line = summary(JOB, {"checkpoints": str(tmp_path), "model": str(tmp_path / "m.pt")}, FAILED, 1, 9.0)
+    assert "newest checkpoint" not in line and "at 7 timesteps" in line, line
