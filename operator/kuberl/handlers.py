@@ -311,7 +311,7 @@ class JobLoop:
                 self._post(job, event.type, event.reason, event.message)
             entry = reconcile.restarted(status, new_status)
             if entry is not None:
-                self.shell.metrics.gang_restarts.labels(entry["reason"]).inc()
+                self.shell.metrics.gang_restarted(self.namespace, self.name, entry["reason"])
         return decision
 
     async def _pods(self, uid: str) -> list[dict]:
@@ -481,7 +481,7 @@ class JobLoop:
             async with limit:
                 try:
                     await self.api.create(pod)
-                    self.shell.metrics.pods_created.inc()
+                    self.shell.metrics.pod_created(self.namespace, self.name)
                 except Conflict:
                     name = pod["metadata"]["name"]
                     existing = await self.api.get(*PODS, self.namespace, name)

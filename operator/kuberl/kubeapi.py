@@ -284,7 +284,9 @@ class KubeApi:
             delay = _retry_delay(error, next(backoffs, None))
             if delay is None:
                 code = str(error.status) if isinstance(error, ApiError) else "connection"
-                self.metrics.api_errors.labels(verb, plural, code).inc()
+                # a 404 or 409 is an answer its caller acts on (gone, taken, stale), not a failure to alert on
+                counter = self.metrics.api_resolved if isinstance(error, (NotFound, Conflict)) else self.metrics.api_errors
+                counter.labels(verb, plural, code).inc()
                 raise error
             self.log.warning(f"{method.upper()} {path} failed, retrying in {delay:g} s: {error!r}")
             await asyncio.sleep(delay)

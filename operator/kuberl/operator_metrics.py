@@ -6,6 +6,7 @@ so a deleted job stops counting the moment it is forgotten.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
@@ -44,10 +45,20 @@ class OperatorMetrics:
             m.OPERATOR_RECONCILE_DURATION, "Time of one reconcile of one job (reads, decision, writes).",
             registry=self.registry, buckets=RECONCILE_BUCKETS,
         )
-        self.gang_restarts = Counter(m.OPERATOR_GANG_RESTARTS_TOTAL, "Gang restarts started, by reason.", [m.LABEL_REASON], registry=self.registry)
-        self.pods_created = Counter(m.OPERATOR_PODS_CREATED_TOTAL, "Worker pods created.", registry=self.registry)
+        # Per job (namespace, rltj: the dashboard's filters), dropped when the job is gone (job_phase(..., None)).
+        self.gang_restarts = Counter(m.OPERATOR_GANG_RESTARTS_TOTAL, "Gang restarts started, by job and reason.",
+                                     [m.LABEL_NAMESPACE, m.LABEL_RLTJ, m.LABEL_REASON], registry=self.registry)
+        self.pods_created = Counter(m.OPERATOR_PODS_CREATED_TOTAL, "Worker pods created, by job.", [m.LABEL_NAMESPACE, m.LABEL_RLTJ],
+                                    registry=self.registry)
+        self.restart_reasons: dict[tuple[str, str], set[str]] = {}
         self.api_errors = Counter(
-            m.OPERATOR_API_ERRORS_TOTAL, "Kubernetes API requests that failed, by verb, resource and HTTP status.",
+            m.OPERATOR_API_ERRORS_TOTAL, "Kubernetes API requests that failed, by verb, resource and HTTP status"
+            " (404 and 409, which the operator resolves itself, are counted apart).",
+            ["verb", "resource", "code"], registry=self.registry,
+        )
+        self.api_resolved = Counter(
+            m.OPERATOR_API_RESOLVED_TOTAL, "Kubernetes API requests answered 404 or 409, which the operator resolves itself"
+            " (an object already gone, a name already taken, a write on a stale version): not errors.",
             ["verb", "resource", "code"], registry=self.registry,
         )
 
@@ -57,10 +68,24 @@ class OperatorMetrics:
         )
 
     def job_phase(self, namespace: str, name: str, phase: str | None) -> None:
-        if phase is None:
-            self.phases.pop((namespace, name), None)
-        else:
+        """The job's phase as last reconciled; None: the job is gone, and its per-job series with it
+        (so the series a cluster's jobs leave behind stay bounded by the jobs that exist)."""
+        if phase is not None:
             self.phases[(namespace, name)] = phase
+            return
+        self.phases.pop((namespace, name), None)
+        for reason in self.restart_reasons.pop((namespace, name), set()):
+            with contextlib.suppress(KeyError):
+                self.gang_restarts.remove(namespace, name, reason)
+        with contextlib.suppress(KeyError):
+            self.pods_created.remove(namespace, name)
+
+    def gang_restarted(self, namespace: str, name: str, reason: str) -> None:
+        self.restart_reasons.setdefault((namespace, name), set()).add(reason)
+        self.gang_restarts.labels(namespace, name, reason).inc()
+
+    def pod_created(self, namespace: str, name: str) -> None:
+        self.pods_created.labels(namespace, name).inc()
 
     def serve(self, addr: str, port: int) -> None:
         start_http_server(port, addr=addr, registry=self.registry)

@@ -73,6 +73,7 @@ def service_monitor_scrape_config(monitor: dict, target: str, service: str) -> d
     meta = monitor['metadata']
     return {
         'job_name': f"serviceMonitor/{meta['namespace']}/{meta['name']}/0",
+        'honor_labels': endpoint.get('honorLabels', False),
         'metrics_path': endpoint.get('path', '/metrics'),
         'scrape_interval': f'{SCRAPE_SECONDS}s',
         'scrape_timeout': f'{SCRAPE_SECONDS}s',

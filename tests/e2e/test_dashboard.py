@@ -255,7 +255,8 @@ def start_operator_with_a_restarted_job(work: Path, stack: contextlib.ExitStack)
     gang = start_gang(standin, OPERATOR_JOB, 2)
     terminated(standin, gang[1], 1, "Crashed: RuntimeError: a crash for the dashboard")
     start_gang(standin, OPERATOR_JOB, 2, generation=1)
-    wait_for(lambda: f'{m.OPERATOR_GANG_RESTARTS_TOTAL}{{reason="Crashed"}} 1.0' in operator.metrics(), 60, "the restart in the operator's metrics")
+    wait_for(lambda: any(line.startswith(f'{m.OPERATOR_GANG_RESTARTS_TOTAL}{{') and 'reason="Crashed"' in line and line.endswith(" 1.0")
+                         for line in operator.metrics().splitlines()), 60, "the restart in the operator's metrics")
     return operator
 
 
@@ -392,6 +393,9 @@ def test_panel_query_returns_plausible_series(scraped_run, variables, title, ref
     metric = metric_of(expr)
     if metric == m.OPERATOR_API_ERRORS_TOTAL and not api.query(metric):
         pytest.skip(f"{title}: the operator made no failed API request in this run, so the counter has no series yet")
+    if metric in (m.OPERATOR_GANG_RESTARTS_TOTAL, m.OPERATOR_PODS_CREATED_TOTAL):
+        # per-job operator series: the job the operator restarted (the scraped run never restarts)
+        variables = {**variables, "namespace": "default", m.LABEL_RLTJ: OPERATOR_JOB}
     query = substitute(expr, variables)
     series = api.query(query)
     assert series, f"{title} [{ref}]: no series for {query}"
@@ -423,6 +427,8 @@ def test_operator_series_carry_the_servicemonitor_labels_and_the_restart(scraped
     assert [float(s["value"][1]) for s in series if s["metric"]["phase"] == "Running"] == [1.0]
     (restarts,) = api.query(f'{m.OPERATOR_GANG_RESTARTS_TOTAL}{{reason="Crashed"}}')
     assert float(restarts["value"][1]) == 1
+    # per job: the job's namespace (honoured over the operator's own) and name, as the dashboard filters them
+    assert (restarts["metric"]["namespace"], restarts["metric"][m.LABEL_RLTJ]) == ("default", OPERATOR_JOB)
     assert float(api.query(m.OPERATOR_PODS_CREATED_TOTAL)[0]["value"][1]) >= 4
 
 

@@ -55,6 +55,6 @@ def test_create_runs_and_succeeds_with_children_conditions_and_events(standin, r
     assert status(rest, 'happy')['restarts'] == 0
     assert len(pods(standin, 'happy')) == 2
     page = operator.metrics()
-    assert 'kuberl_operator_pods_created_total 2.0' in page
+    assert 'kuberl_operator_pods_created_total{namespace="default",rltj="happy"} 2.0' in page
     assert 'kuberl_operator_jobs{phase="Succeeded"} 1.0' in page
     assert 'kuberl_operator_reconcile_duration_seconds_count' in page

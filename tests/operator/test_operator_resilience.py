@@ -51,8 +51,10 @@ def test_deleting_a_job_removes_every_child_through_owner_references(standin, re
     create_job(rest, 'goner', workers=2, checkpoint={'retain': False})
     start_gang(standin, 'goner', 2)
     wait_phase(rest, 'goner', 'Running')
+    assert 'kuberl_operator_pods_created_total{namespace="default",rltj="goner"} 2.0' in operator.metrics()
     assert rest.delete(f'{JOBS}/goner').status == 200
     wait_for(lambda: job(rest, 'goner') is None, what='the job to go (the operator lets go of its finalizer)')
+    wait_for(lambda: 'rltj="goner"' not in operator.metrics(), what="the job's own series to be dropped")
     children = (('', 'pods'), ('', 'services'), ('', 'configmaps'), ('', 'persistentvolumeclaims'), ('networking.k8s.io', 'networkpolicies'))
     wait_for(lambda: not [o for g, p in children for o in standin.store.objects_of(g, p)
                           if (o['metadata'].get('labels') or {}).get('kuberl.dev/job') == 'goner'],

@@ -39,7 +39,7 @@ def test_a_crash_restarts_the_whole_gang_with_the_reason_from_the_termination_me
     assert standin.store.find('', 'services', NS, 'crashy') is not None, 'the next gang brings its Service back'
     restart_events = [e for e in events(rest, 'crashy') if e['reason'] == 'GangRestart']
     assert restart_events and 'NaN in the policy loss' in restart_events[0]['message']
-    assert 'kuberl_operator_gang_restarts_total{reason="Crashed"} 1.0' in operator.metrics()
+    assert 'kuberl_operator_gang_restarts_total{namespace="default",reason="Crashed",rltj="crashy"} 1.0' in operator.metrics()
 
 
 def test_a_configuration_error_fails_at_once_and_a_spent_budget_fails_with_the_last_reason(standin, rest, operator):  # noqa: F811
