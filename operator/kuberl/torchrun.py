@@ -123,6 +123,17 @@ def find(command: list | None, args: list | None) -> Nproc | None:
     return None
 
 
+def launches(command: list | None, args: list | None) -> bool:
+    """Whether the command starts torch's launcher (directly, or in an `sh -c` script): only then does a
+    process count (PET_NPROC_PER_NODE) start more than the one process the command is."""
+    words = [w for w in [*(command if isinstance(command, list) else []), *(args if isinstance(args, list) else [])]
+             if isinstance(w, str)]
+    if _launcher_end(words, 0) is not None:
+        return True
+    script = _shell_script(words)
+    return script is not None and ("torchrun" in words[script] or any(m in words[script] for m in LAUNCH_MODULES))
+
+
 def readable(value: str) -> bool:
     """A value torchrun reads (a whole number or one of its words), not a shell or $(VAR) expansion."""
     return value.isdigit() or value in WORDS

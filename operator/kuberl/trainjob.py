@@ -97,6 +97,10 @@ def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int |
         raise _fail(path, f"expected a number of processes (got {_shown(nproc)})")
     elif gpus:
         decided = (None, path)  # gpusPerWorker, one process each, as torchrun's auto counts CUDA devices
+    elif not torchrun.launches(container.get("command"), container.get("args")):
+        notes.append(Note(path, "unset: Trainer sets PET_NPROC_PER_NODE from its runtime or resourcesPerNode, but the"
+                          " command starts no torch launcher, so each pod runs the one process it is"))
+        return command_procs(None, "spec.trainer", gpus, (None, path), given, notes)
     elif has_resources:
         cpus = max(1, _cpus(trainer["resourcesPerNode"]))
         notes.append(Note(path, f"unset: Trainer starts one process per CPU of resourcesPerNode ({cpus}), now"

@@ -128,6 +128,8 @@ def test_the_kueue_label_is_the_queue_and_suspend_is_noted():
     spec, notes = spec_of(doc)
     assert spec["queueName"] == "training-queue" and spec["runPolicy"]["suspend"] is True
     assert "nothing unsuspends" in notes["spec.suspend"]
+    # Trainer set PET_NPROC_PER_NODE=2 from the CPU request, but `python3 -c` is one process: WORLD_SIZE counts 1 a pod
+    assert spec.get("procsPerWorker") is None and "starts no torch launcher" in notes["spec.trainer.numProcPerNode"]
 
 
 @pytest.mark.parametrize(("doc", "path", "words"), [
