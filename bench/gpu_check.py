@@ -149,8 +149,7 @@ def update() -> dict:
             if precision == "bf16" and not overlap:
                 continue
             hp = PPOConfig(num_steps=32, num_minibatches=4, update_epochs=4, precision=precision)
-            os.environ["KUBERL_OVERLAP_ROLLOUT"] = "1" if overlap else "0"
-            trainer = PPOTrainer(ctx, hp, GAME, 64, {}, 10**9, 1, 0)
+            trainer = PPOTrainer(ctx, hp, GAME, 64, {}, 10**9, 1, 0, overlap=overlap)
             reports = [trainer.update(False, False) for _ in range(6)][2:]  # 2 warm-ups: cudnn autotuning
             trainer.envs.close()
             batch = trainer.batch_per_rank
@@ -162,7 +161,6 @@ def update() -> dict:
             results[f"{precision}{'-overlap' if overlap else ''}"] = row
             say(f"   {precision} overlap={'on ' if overlap else 'off'}: rollout {row['rollout_steps_per_s']:>7,} steps/s, "
                 f"update {row['update_samples_per_s']:>7,} samples/s, together {row['bound_env_steps_per_s']:>7,} steps/s")
-    os.environ.pop("KUBERL_OVERLAP_ROLLOUT", None)
     return results
 
 
