@@ -51,7 +51,9 @@ def exception_line(text: str, rank: int) -> str | None:
     return None
 
 
-_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))(?::|$)")
+# An exception's last line, or the interpreter refusing to start the script (no exception is raised then).
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))(?::|$)"
+                        r"|^\S*python[\d.]*: (?:can't open file|No module named|Error while finding module)")
 _LAUNCHER_REPORT = "failed (exitcode:"  # torchrun's own log line once a child failed: its traceback follows
 
 
@@ -106,7 +108,7 @@ def describe(text: str) -> str | None:
     head = f"torchrun: global rank {failure.rank} (local rank {failure.local_rank}) failed first{code}"
     if failure.exception:
         return f"{head}: {failure.exception}"
-    return (f"{head}; its exception is above the log's last 2 KiB the kubelet keeps:"
+    return (f"{head}; no exception line in the log's end (a kubelet keeps its last 2 KiB):"
             f" kubectl logs POD | grep '^\\[rank{failure.rank}\\]:' | tail -1")
 
 
@@ -132,10 +134,16 @@ def remember(line: str, last: dict[int, str]) -> None:
 
 def completed(tail: str, last: dict[int, str]) -> str:
     """The log tail with the failing rank's last `[rankN]:` line put first when the tail names the rank
-    in torchrun's root cause but has lost the line above its last 2 KiB (kuberl run reads every line)."""
+    in torchrun's root cause but has lost the line above its last 2 KiB (kuberl run reads every line);
+    with no such line, the last unprefixed exception line, put just above torchrun's report (the
+    tail's first line may be a cut piece of it)."""
     failure = parse(tail)
-    if failure is None or failure.exception is not None:
+    if failure is None or exception_line(tail, failure.rank) is not None:
         return tail
     if failure.rank in last:
         return last[failure.rank] + "\n" + tail
-    return last[-1] + "\n" + tail if -1 in last else tail
+    report = tail.rfind(_LAUNCHER_REPORT)
+    if -1 not in last or report < 0:
+        return tail
+    at = tail.rfind("\n", 0, report) + 1
+    return tail[:at] + last[-1] + "\n" + tail[at:]

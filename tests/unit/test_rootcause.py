@@ -120,3 +120,22 @@ def test_a_child_that_failed_before_its_process_group_is_read_without_a_prefix()
     for line in log.split("\n"):
         rootcause.remember(line, last)
     assert rootcause.describe(rootcause.completed(log[-LOG_TAIL_BYTES:], last)) == said, "not torchrun's ChildFailedError"
+
+
+def test_a_script_the_interpreter_cannot_open_is_the_reason():
+    """AWS's DDP sample run unchanged here: /workspace/ddp.py is in its image, not on this machine."""
+    log = torchrun_log().replace("\n".join(rank_traceback(1, EXCEPTION) + rank_traceback(0, EXCEPTION)),
+                                 "/opt/conda/bin/python3.11: can't open file '/workspace/ddp.py': [Errno 2] No such file or directory")
+    assert rootcause.describe(log).startswith(
+        "torchrun: global rank 1 (local rank 1) failed first, exit code 1: /opt/conda/bin/python3.11: can't open file"
+        " '/workspace/ddp.py'")
+
+
+def test_the_local_node_gives_the_whole_line_where_the_tail_cut_it():
+    line = "/opt/conda/bin/python3.11: can't open file '/workspace/ddp.py': [Errno 2] No such file or directory"
+    log = torchrun_log().replace("\n".join(rank_traceback(1, EXCEPTION) + rank_traceback(0, EXCEPTION)), line)
+    cut = log[log.index(line) + 20:]  # the tail starts inside the line, as a byte-counted tail may
+    last: dict[int, str] = {}
+    for each in log.split("\n"):
+        rootcause.remember(each, last)
+    assert f"exit code 1: {line}" in rootcause.describe(rootcause.completed(cut, last))
