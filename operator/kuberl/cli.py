@@ -1,8 +1,15 @@
-"""The `kuberl` command line: validate, render, convert, crd, run, plot, eval and operator."""
+"""The `kuberl` command line: validate, render, convert, crd, run, plot, eval and operator.
+
+Files as kubectl takes them: `kuberl validate a.yaml b.yaml`, `-f FILE` (repeatable), `-` for stdin,
+and for validate and render a directory (its .yaml, .yml and .json files). Exit codes, the same for
+every subcommand, are EXIT_CODES below (printed by `kuberl --help`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from typing import Any
 
@@ -191,6 +198,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         namespace = declared or args.namespace or "default"
         objects = render_job(Job(name, spec), namespace, PLACEHOLDER_UID, default_image=DEFAULT_IMAGE,
                              operator_namespace=args.operator_namespace, monitoring_namespace=args.monitoring_namespace)
+        if getattr(args, "output", "yaml") == "json":
+            args.collected.extend(objects)  # one List for every file: for_each_file prints it
+            continue
         for obj in objects:
             print(f"---\n# {obj['kind']} {obj['metadata']['name']} (RLTrainingJob {name})")
             yaml.dump(obj, sys.stdout, Dumper=BlockDumper, sort_keys=False, width=120)
@@ -201,9 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """`kuberl run`, after the file passed the one safe reader (one line and
     exit 1 otherwise, as for validate); read once, so `kuberl run -` takes stdin."""
     docs = load_jobs(args.file)
-    if args.pod_security == "privileged":
-        print("kuberl run: pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
-    else:
+    if args.pod_security != "privileged":  # privileged is said by the run, once the job is valid
         from .convert import is_configmap
         from .localrun import apply_overrides, runnable_documents
 
@@ -282,34 +290,112 @@ def positive(kind: type) -> Any:
     return parse
 
 
+EXIT_CODES = """exit codes (every subcommand):
+  0    done (a run that had already succeeded included)
+  1    invalid input: a file, job or --set refused, each problem named; a run whose job failed
+  2    usage: an unknown option, a missing or extra argument (the subcommand's usage is printed)
+  3    kuberl run could not run here: its run directory locked or unwritable, a port taken
+  130  kuberl run interrupted (Ctrl-C): every rank saved; the same command resumes"""
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("kuberl")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def add_files(p: argparse.ArgumentParser, many: bool, directories: bool) -> None:
+    """Job files as kubectl takes them: positional or -f (repeatable), `-` for stdin, a directory's files."""
+    what = "job files" if many else "the job file"
+    p.add_argument("files", nargs="*", metavar="FILE", help=f"{what}; - for stdin" + ("; a directory: its .yaml/.yml/.json files" if directories else ""))
+    p.add_argument("-f", "--filename", dest="filenames", action="append", default=[], metavar="FILE",
+                   help="as kubectl: the same as a FILE argument" + (", repeatable" if many else ""))
+    p.set_defaults(files_many=many, files_directories=directories)
+
+
+def resolve_files(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """args.files from FILE arguments and -f, directories expanded; args.file the first. Usage errors exit 2."""
+    given = [*args.files, *args.filenames]
+    if not given:
+        parser.error("a job file is required: FILE or -f FILE (- for stdin)")
+    if given.count("-") > 1:
+        parser.error("- (stdin) can be read once")
+    files = []
+    for path in given:
+        if path == "-" or not os.path.isdir(path):
+            files.append(path)
+            continue
+        if not args.files_directories:
+            parser.error(f"{path} is a directory: give the job file")
+        found = sorted(os.path.join(path, n) for n in os.listdir(path)
+                       if n.endswith((".yaml", ".yml", ".json")) and os.path.isfile(os.path.join(path, n)))
+        if not found:
+            parser.error(f"{path}: no .yaml, .yml or .json file in this directory")
+        files += found
+    if not args.files_many and len(files) > 1:
+        parser.error(f"takes one job file (got {len(files)}: {', '.join(files)})")
+    args.files, args.file = files, files[0]
+
+
+def for_each_file(command: Any) -> Any:
+    """Run `command` on each file in turn: one unreadable file is reported and the rest still checked;
+    the worst exit code wins. `render -o json` prints one List of every file's objects."""
+    def run(args: argparse.Namespace) -> int:
+        args.collected = []
+        codes = []
+        for path in args.files:
+            try:
+                codes.append(command(argparse.Namespace(**{**vars(args), "file": path})))
+            except SystemExit as e:  # load_jobs: the file cannot be read, said in one line
+                if not isinstance(e.code, str):
+                    raise
+                print(e.code, file=sys.stderr)
+                codes.append(1)
+        if getattr(args, "output", None) == "json":
+            print(json.dumps({"apiVersion": "v1", "kind": "List", "items": args.collected}, indent=2))
+        return max(codes)
+    return run
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kuberl", description="Distributed RL training on Kubernetes, or here.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("validate", help="check a job file and report every problem with its field path")
-    p.add_argument("file")
+    parser = argparse.ArgumentParser(prog="kuberl", description="Distributed RL training on Kubernetes, or here.",
+                                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"kuberl {version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.subcommands = sub.choices  # main() reports an argument error with its subcommand's usage
+    p = sub.add_parser("validate", help="check job files and report every problem with its field path", epilog=EXIT_CODES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_files(p, many=True, directories=True)
     add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
-    p.set_defaults(func=cmd_validate)
+    p.set_defaults(func=for_each_file(cmd_validate))
     p = sub.add_parser("crd", help="print the RLTrainingJob CustomResourceDefinition")
     p.set_defaults(func=cmd_crd)
     # Each command below lives beside the code it drives; imported on use so
     # `kuberl validate` stays fast and torch-free.
     p = sub.add_parser("render", help="print every object the operator creates for a job, like helm template")
-    p.add_argument("file")
+    add_files(p, many=True, directories=True)
+    p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
+                   help="yaml (documents, each named in a comment) or json (one v1 List, as kubectl -o json)")
     p.add_argument("--namespace", "-n", default=None, help="as kubectl: the job's metadata.namespace, else 'default'")
     p.add_argument("--operator-namespace", default=DEFAULT_OPERATOR_NAMESPACE,
                    help="the operator's namespace: its scrapes of rank 0 pass the job's NetworkPolicy")
     p.add_argument("--monitoring-namespace", default=DEFAULT_MONITORING_NAMESPACE,
                    help="Prometheus' namespace: its scrapes pass the NetworkPolicy ('' for none)")
     add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
-    p.set_defaults(func=lambda a: cmd_render(a))
+    p.set_defaults(func=for_each_file(cmd_render))
     p = sub.add_parser("convert", help="print the RLTrainingJob for a Kubeflow PyTorchJob or TrainJob; what changes goes to stderr")
-    p.add_argument("file", help="a PyTorchJob or TrainJob manifest, or - for stdin")
+    add_files(p, many=False, directories=False)
     p.add_argument("--procs-per-worker", type=positive(int), default=None,
                    help="processes per pod where the manifest cannot tell (torchrun's --nproc-per-node cpu or auto)")
     p.add_argument("--image", default=None, help="the trainer image where a TrainJob leaves it to its runtime")
     p.set_defaults(func=cmd_convert)
-    p = sub.add_parser("run", help="run a job here: the same pods, as local processes")
-    p.add_argument("file")
+    p = sub.add_parser("run", help="run a job here: the same pods, as local processes", epilog=EXIT_CODES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_files(p, many=False, directories=False)
     p.add_argument("--workers", type=int)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field, e.g. --set totalTimesteps=20000")
     p.add_argument("--plot", action="store_true", help="write a PNG learning curve when done")
@@ -381,7 +467,16 @@ def cmd_operator(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> Any:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    subparser = parser.subcommands.get(args.command) if args.command else None
+    if extra:
+        (subparser or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command is None:  # `kuberl` alone: what it can do, as kubectl does
+        parser.print_help()
+        return 0
+    if hasattr(args, "filenames"):
+        resolve_files(args, subparser)
     return args.func(args)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import difflib
 import fcntl
 import hashlib
 import ipaddress
@@ -34,6 +35,7 @@ import signal
 import socket
 import sys
 import time
+import typing
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -41,6 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Self
 
 import yaml
+from pydantic import BaseModel
 
 from . import convert, fingerprint, lifecycle, names, rank0metrics, safetext
 from .lifecycle import ObservedPod, Rank0Progress
@@ -73,22 +76,89 @@ POLL_SECONDS = 0.2
 SCRAPE_EVERY_SECONDS = 1.0
 SCRAPE_TIMEOUT_SECONDS = 1.0
 EXIT_INTERRUPTED = 130
+EXIT_CANNOT_RUN = 3  # this machine could not run it (run directory locked or unwritable, a port taken): kuberl.cli's table
 
 
 # --- the job file and --set ---------------------------------------------------
 
 
+class BadOverride(InvalidJob):
+    """A `--set` that names no field of the spec: the flag is wrong, not the file."""
+
+
+def set_path(key: str) -> str:
+    """A `--set` key as a path from the document's root."""
+    return key if key.startswith(("spec.", "metadata.")) else f"spec.{key}"
+
+
+def _model_of(annotation: object) -> type[BaseModel] | None:
+    """The spec model a field holds (also when optional), or None for a value or a free-form map."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _fields(model: type[BaseModel]) -> dict[str, object]:
+    return {(field.alias or name): field.annotation for name, field in model.model_fields.items()}
+
+
+def spec_paths(model: type[BaseModel] = JobSpec, prefix: str = "") -> list[str]:
+    """Every field path of the spec model (camelCase, dotted), blocks and leaves."""
+    paths = []
+    for alias, annotation in _fields(model).items():
+        paths.append(prefix + alias)
+        inner = _model_of(annotation)
+        if inner is not None:
+            paths += spec_paths(inner, f"{prefix}{alias}.")
+    return paths
+
+
+def override_problem(setting: str, key: str) -> Problem | None:
+    """Why `--set key=…` names no field of the spec (None when it does, or reaches into a free-form map
+    such as env.kwargs, which the spec does not type), with the paths it may have meant."""
+    path = set_path(key)
+    if not path.startswith("spec."):
+        return None
+    model: type[BaseModel] | None = JobSpec
+    parts = path.split(".")[1:]
+    for i, part in enumerate(parts):
+        fields = _fields(model)
+        if part not in fields:
+            wanted = ".".join(parts)
+            every = spec_paths()
+            same_leaf = [p for p in every if p.rsplit(".", 1)[-1].lower() == part.lower() and p != wanted]
+            close = same_leaf or difflib.get_close_matches(wanted, every, n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(f'--set {c}=…' for c in close)}?" if close else " (kuberl validate lists every field)"
+            return Problem(f"--set {setting}", f"the spec has no field {'.'.join(parts[:i + 1])}{hint}")
+        model = _model_of(fields[part])
+        if model is None:
+            return None  # a value, or a map whose keys are the user's
+    return None
+
+
+def check_overrides(settings: list[str]) -> None:
+    """Each `--set` is path=value and its path names a spec field (or a key in a map the spec leaves to the
+    user, such as env.kwargs); else a BadOverride naming the flag and the paths it may have meant."""
+    for setting in settings:
+        key, sep, _ = setting.partition("=")
+        if not sep or not key:
+            raise BadOverride([Problem(f"--set {setting}", "expected --set path=value, e.g. --set ppo.learningRate=0.001")])
+        if (problem := override_problem(setting, key)) is not None:
+            raise BadOverride([problem])
+
+
 def apply_overrides(job: Mapping, workers: int | None, settings: list[str]) -> dict:
     """A copy of the job with `--workers` and each `--set path=value` applied;
     paths are the YAML's (camelCase), relative to `spec` unless they start
-    with `spec.` or `metadata.`; values are YAML."""
+    with `spec.` or `metadata.`; values are YAML (`check_overrides` checks the paths)."""
     out = copy.deepcopy(dict(job))
     pairs = [("spec.workers", workers)] if workers is not None else []
     for setting in settings:
         key, sep, raw = setting.partition("=")
         if not sep or not key:
             raise InvalidJob([Problem(setting, "expected --set path=value")])
-        path = key if key.startswith(("spec.", "metadata.")) else f"spec.{key}"
+        path = set_path(key)
         pairs.append((path, override_value(setting, raw)))
     for path, value in pairs:
         node = out
@@ -789,17 +859,32 @@ def record_fingerprint(run_dir: str, learned: dict) -> None:
     write_json(os.path.join(run_dir, FINGERPRINT_FILE), {"fingerprint": fingerprint.fingerprint(learned), "learned": learned})
 
 
+def from_flag(problem: Problem, args: argparse.Namespace) -> str:
+    """` (from --set KEY=…)` when the problem is at a field a flag set, not one the file holds."""
+    keys = [("spec.workers", "--workers")] if getattr(args, "workers", None) is not None else []
+    keys += [(set_path(s.partition("=")[0]), f"--set {s}") for s in getattr(args, "set", [])]
+    for path, flag in reversed(keys):
+        if problem.path == path or problem.path.startswith((path + ".", path + "[")):
+            return f" (from {safetext.one_line(flag)})"
+    return ""
+
+
 def cmd_run(args: argparse.Namespace, docs: list | None = None) -> int:
     try:
         document, configmaps = load_job(args.file, docs)
+        check_overrides(args.set)
         document = apply_overrides(document, args.workers, args.set)
         document = with_free_rendezvous_port(document, validate_job(document))
         spec = validate_job(document)
+    except BadOverride as e:
+        for p in e.problems:
+            print(f"kuberl run: {p}", file=sys.stderr)
+        return 1
     except InvalidJob as e:
         print(f"{args.file}: RLTrainingJob is invalid ({len(e.problems)} problem(s)):", file=sys.stderr)
         for p in e.problems:
-            print(f"  {p}", file=sys.stderr)
-        return 2
+            print(f"  {p}{from_flag(p, args)}", file=sys.stderr)
+        return 1
     job = Job(document["metadata"]["name"], spec)
     learned = fingerprint.learned_values(spec)
     choice = choose_run(args.dir, job.name, learned, getattr(args, "resume", False))
@@ -822,15 +907,17 @@ def cmd_run(args: argparse.Namespace, docs: list | None = None) -> int:
             record_fingerprint(run_dir, learned)
         except LocalRunError as e:
             say(f"{job.name} cannot run here: {e}")
-            return 2
+            return EXIT_CANNOT_RUN
         except OSError as e:
             print(f"kuberl run: --dir {args.dir}: cannot keep the run in {run_dir}: {e.strerror or e}", file=sys.stderr)
-            return 2
+            return EXIT_CANNOT_RUN
         return _run_held(args, job, spec, run_dir, configmaps)
 
 
 def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, configmaps: Mapping[str, Mapping[str, str]]) -> int:
     """cmd_run's run, with the run directory's lock held."""
+    if getattr(args, "pod_security", "privileged") == "privileged":  # said once the job is known to be valid
+        say("pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
     budget = f"{spec.total_timesteps:,} timesteps" if spec.total_timesteps else "custom trainer"
     say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {budget}; logs and checkpoints in {shown(run_dir)}")
     pod = render_pod(job, NAMESPACE, "0", 0, target="local")
@@ -850,10 +937,10 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
         code, status, wall = _run(job, run_dir, configmaps=configmaps)
     except LocalRunError as e:
         say(f"{job.name} cannot run here: {e}")
-        return 2
+        return EXIT_CANNOT_RUN
     except OSError as e:  # the run directory's disk filled or went away: every rank is already stopped
         say(f"{job.name} stopped: {e.strerror or e}{f': {e.filename}' if e.filename else ''}")
-        return 2
+        return EXIT_CANNOT_RUN
     say(summary(job, paths_of(job, run_dir, job_uid(run_dir)), status, code, wall))
     if args.plot and code in (0, EXIT_INTERRUPTED):
         with contextlib.suppress(FileNotFoundError):

@@ -63,11 +63,16 @@ def test_unknown_level_is_a_usage_error(tmp_path):
     assert result.returncode == 2 and "invalid choice: 'strict'" in result.stderr
 
 
-def test_run_is_privileged_by_default_and_says_so_in_one_line(tmp_path):
+def test_run_is_privileged_by_default_and_says_so_in_one_line_once_the_job_is_valid(tmp_path):
     invalid = {**HOSTILE, "spec": {**HOSTILE["spec"], "totalTimesteps": 0}}  # stops before any process starts
     result = kuberl(tmp_path, "run", job=invalid)
+    assert result.returncode == 1 and "spec.totalTimesteps" in result.stderr
+    assert "pod security level" not in result.stdout, "no banner for a job that will not run"
+    quick = make_job("quick").custom_trainer({"spec": {"containers": [{"name": "trainer", "command": ["python", "-c", "pass"]}]}}).workers(1).obj()
+    result = kuberl(tmp_path, "run", "--dir", str(tmp_path / "runs"), job=quick)
+    assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines()[0] == (
-        "kuberl run: pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
+        "[kuberl] pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
     assert "Pod Security Standard" not in result.stderr
 
 

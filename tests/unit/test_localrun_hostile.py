@@ -693,7 +693,7 @@ def test_a_second_run_refused_leaves_the_first_runs_job_yaml(tmp_path, capsys):
     (tmp_path / "runs" / "j").mkdir(parents=True)
     (tmp_path / "runs" / "j" / "job.yaml").write_text("the first run's\n")
     with run_lock(str(tmp_path / "runs" / "j")):
-        assert cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "runs")]) == 2
+        assert cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "runs")]) == 3  # could not run here
     assert "another kuberl run" in capsys.readouterr().out
     assert (tmp_path / "runs" / "j" / "job.yaml").read_text() == "the first run's\n"
 
@@ -706,7 +706,7 @@ def test_a_dir_that_cannot_hold_the_run_is_named_not_a_traceback(tmp_path, capsy
     job = {**JOB, "spec": {"trainer": "custom", "template": {"spec": {"containers": [{"name": "trainer", "command": ["x"]}]}}}}
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     (tmp_path / "afile").write_text("")
-    assert cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "afile")]) == 2
+    assert cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "afile")]) == 3
     assert f"--dir {tmp_path / 'afile'}: cannot keep the run in" in capsys.readouterr().err
 
 

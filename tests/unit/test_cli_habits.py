@@ -1,0 +1,103 @@
+"""The kuberl CLI keeps kubectl's habits: help when bare, --version, -f/-/directories, -o json, errors with
+the subcommand's usage, --set errors naming the flag, and one table of exit codes for every subcommand."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.jobs import make_job
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "manifests" / "examples"
+
+
+def kuberl(*args: str, cwd: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kuberl.cli", *args], check=False, capture_output=True, text=True,
+                          timeout=120, cwd=cwd, input=stdin)
+
+
+def test_kuberl_alone_and_help_print_help_with_the_exit_codes_and_exit_0():
+    for args in ([], ["--help"]):
+        done = kuberl(*args)
+        assert done.returncode == 0, done
+        assert "usage: kuberl" in done.stdout and "validate" in done.stdout and "exit codes" in done.stdout
+        assert "130" in done.stdout and "invalid input" in done.stdout
+
+
+def test_version():
+    done = kuberl("--version")
+    assert done.returncode == 0 and done.stdout.startswith("kuberl 0.")
+
+
+def test_validate_takes_several_files_a_directory_and_repeated_f():
+    names = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
+    by_args = kuberl("validate", *[str(EXAMPLES / n) for n in names])
+    by_dir = kuberl("validate", str(EXAMPLES))
+    by_f = kuberl("validate", "-f", str(EXAMPLES / names[0]), "-f", str(EXAMPLES / names[1]))
+    assert by_args.returncode == by_dir.returncode == by_f.returncode == 0, (by_args, by_dir, by_f)
+    assert by_args.stdout == by_dir.stdout and by_args.stdout.count(": valid:") == len(names)
+    assert by_f.stdout.count(": valid:") == 2
+
+
+def test_one_bad_file_among_several_is_named_and_the_rest_still_checked(tmp_path):
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(make_job("bad").with_spec(workers=0).obj()))
+    (tmp_path / "good.yaml").write_text(yaml.safe_dump(make_job("good").obj()))
+    done = kuberl("validate", str(tmp_path / "missing.yaml"), str(tmp_path))
+    assert done.returncode == 1
+    assert "missing.yaml" in done.stderr and "spec.workers" in done.stderr and "good: valid" in done.stdout
+
+
+def test_stdin_is_dash_as_positional_or_f():
+    text = (EXAMPLES / "cartpole-ppo.yaml").read_text()
+    for args in (["validate", "-"], ["validate", "-f", "-"]):
+        done = kuberl(*args, stdin=text)
+        assert done.returncode == 0 and "cartpole-ppo: valid" in done.stdout, done
+
+
+def test_render_o_json_is_one_list_and_yaml_stays_the_default():
+    done = kuberl("render", "-o", "json", "-f", str(EXAMPLES / "cartpole-ppo.yaml"), str(EXAMPLES / "cartpole-dqn.yaml"))
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(done.stdout)
+    assert listed["kind"] == "List" and listed["apiVersion"] == "v1"
+    assert {o["metadata"]["labels"]["kuberl.dev/job"] for o in listed["items"] if o["kind"] == "Pod"} == {"cartpole-ppo", "cartpole-dqn"}
+    as_yaml = kuberl("render", str(EXAMPLES / "cartpole-ppo.yaml"))
+    assert [d["kind"] for d in yaml.safe_load_all(as_yaml.stdout) if d][:1] == ["ConfigMap"]
+
+
+@pytest.mark.parametrize(("args", "usage", "message"), [
+    (["validate"], "usage: kuberl validate", "a job file is required"),
+    (["run", "a.yaml", "--bogus"], "usage: kuberl run", "unrecognized arguments: --bogus"),
+    (["run", "a.yaml", "b.yaml"], "usage: kuberl run", "takes one job file"),
+    (["run", str(EXAMPLES)], "usage: kuberl run", "is a directory"),
+    (["render", "-o", "xml", "a.yaml"], "usage: kuberl render", "invalid choice: 'xml'"),
+])
+def test_a_usage_error_prints_the_subcommands_usage_and_exits_2(args, usage, message):
+    done = kuberl(*args)
+    assert done.returncode == 2, done
+    assert done.stderr.startswith(usage) and message in done.stderr, done.stderr
+
+
+def test_a_set_naming_no_field_names_the_flag_suggests_the_path_and_exits_1_as_validate_does(tmp_path):
+    job = EXAMPLES / "cartpole-ppo.yaml"
+    done = kuberl("run", str(job), "--set", "learningRate=0.001", "--dir", str(tmp_path / "runs"))
+    assert done.returncode == 1, done
+    assert done.stderr.strip() == ("kuberl run: --set learningRate=0.001: the spec has no field learningRate;"
+                                   " did you mean --set ppo.learningRate=… or --set dqn.learningRate=…?")
+    typo = kuberl("run", str(job), "--set", "totalTimestep=10", "--dir", str(tmp_path / "runs"))
+    assert typo.returncode == 1 and "did you mean --set totalTimesteps=…?" in typo.stderr
+    bad_value = kuberl("run", str(job), "--set", "workers=abc", "--dir", str(tmp_path / "runs"))
+    assert bad_value.returncode == 1 and "spec.workers: expected an integer (got 'abc') (from --set workers=abc)" in bad_value.stderr
+    # a free-form map takes any key
+    free = kuberl("run", str(job), "--set", "env.kwargs.sutton_barto_reward=true", "--set", "totalTimesteps=0", "--dir", str(tmp_path / "runs"))
+    assert free.returncode == 1 and "env.kwargs" not in free.stderr and "spec.totalTimesteps" in free.stderr
+    assert not (tmp_path / "runs").exists()
+    invalid = make_job("bad").with_spec(workers=0).obj()
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(invalid))
+    assert kuberl("run", str(tmp_path / "bad.yaml"), "--dir", str(tmp_path / "runs")).returncode == kuberl(
+        "validate", str(tmp_path / "bad.yaml")).returncode == 1
