@@ -237,16 +237,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     """A PyTorchJob file as RLTrainingJob YAML on stdout; what was not carried over, one line each on
     stderr. Nothing on stdout unless every document converts (a pipe to kubectl applies all or none)."""
-    from .convert import convert_documents, one_job_problem, select_documents, to_yaml
+    from .convert import (
+        convert_documents,
+        one_job_problem,
+        runtimes_of,
+        select_documents,
+        to_yaml,
+    )
 
-    kept, skipped, labels = select_documents(load_jobs(args.file))
+    read = load_jobs(args.file)
+    kept, skipped, labels = select_documents(read)
     for line in skipped:
         print(f"{args.file}: {line}", file=sys.stderr)
     several = one_job_problem(labels)
     if several:
         print(f"{args.file}: {several}", file=sys.stderr)
         return 1
-    docs, notes, failures = convert_documents(kept, args.procs_per_worker, args.image)
+    docs, notes, failures = convert_documents(kept, args.procs_per_worker, args.image, runtimes_of(read))
     for label, e in failures:
         verdict = "is invalid" if label.startswith("ConfigMap ") else "cannot be converted"  # kept as is, but checked
         print(f"{args.file}: {label} {verdict} ({len(e.problems)} problem(s)):", file=sys.stderr)

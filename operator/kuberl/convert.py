@@ -873,8 +873,8 @@ SKIPPED = ("left out: kuberl takes the job, and the ConfigMaps it reads, from th
            " yourself if the job needs it")
 ETCD_SKIPPED = ("left out: an etcd server for torchrun's etcd rendezvous, which kuberl does not need: every pod meets"
                 " at worker 0 by static rendezvous (MASTER_ADDR:MASTER_PORT, PET_RDZV_ENDPOINT), which replaces it")
-RUNTIME_SKIPPED = ("left out: a Kubeflow Trainer runtime, which kuberl does not read: what a TrainJob takes from it"
-                   " (image, processes per node) is asked for by kuberl convert")
+RUNTIME_SKIPPED = ("left out: a Kubeflow Trainer runtime; a TrainJob of this file that names it takes its node"
+                   " container's image and resources and its mlPolicy.numNodes, nothing else")
 
 
 def flatten(docs: list[Any], depth: int = 0) -> list[Any]:
@@ -978,6 +978,11 @@ def select_documents(docs: list[Any]) -> tuple[list[Any], list[str], list[str]]:
     return kept, skipped, labels
 
 
+def runtimes_of(docs: list[Any]) -> list[dict]:
+    """The Trainer runtimes (TrainingRuntime, ClusterTrainingRuntime) among a file's documents."""
+    return [d for d in flatten(docs) if isinstance(d, dict) and d.get("kind") in RUNTIME_KINDS]
+
+
 def one_job_problem(labels: list[str]) -> str | None:
     """The refusal of a file with several job documents, naming each; None for one or none."""
     if len(labels) <= 1:
@@ -987,11 +992,12 @@ def one_job_problem(labels: list[str]) -> str | None:
 
 
 def convert_documents(docs: list[Any], procs_per_worker: int | None = None, image: str | None = None,
-                      ) -> tuple[list[dict], list[tuple[str, list[Note]]], list[tuple[str, NotConvertible]]]:
+                      runtimes: list | tuple = ()) -> tuple[list[dict], list[tuple[str, list[Note]]], list[tuple[str, NotConvertible]]]:
     """Every document of a file: PyTorchJobs and TrainJobs converted (`procs_per_worker`, `image`: what
     the manifest cannot tell), ConfigMaps beside them kept as they are (the template may read them;
-    kubectl applies them and kuberl run mounts them). Returns the output documents, the notes per job,
-    and the failures per document."""
+    kubectl applies them and kuberl run mounts them); `runtimes`, the file's Trainer runtimes, give a
+    TrainJob what its runtime holds. Returns the output documents, the notes per job, and the failures
+    per document."""
     from .trainjob import convert_trainjob
 
     out, notes, failures = [], [], []
@@ -1007,7 +1013,8 @@ def convert_documents(docs: list[Any], procs_per_worker: int | None = None, imag
             out.append(copy.deepcopy(doc))
             continue
         try:
-            job, job_notes = convert_trainjob(doc, procs_per_worker, image) if is_trainjob else convert(doc, procs_per_worker)
+            job, job_notes = (convert_trainjob(doc, procs_per_worker, image, runtimes) if is_trainjob
+                              else convert(doc, procs_per_worker))
         except NotConvertible as e:
             failures.append((label, e))
             continue

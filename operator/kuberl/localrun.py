@@ -471,7 +471,7 @@ def runnable_documents(docs: list, path: str, say: bool = True, one_job: bool = 
         if not any(doc is d for d in foreign):
             out.append(doc)
             continue
-        converted, notes, failures = convert.convert_documents([doc])
+        converted, notes, failures = convert.convert_documents([doc], runtimes=convert.runtimes_of(docs))
         for label, e in failures:
             raise SystemExit(f"{path}: {label} has no RLTrainingJob equivalent:\n" + "\n".join(f"  {p}" for p in e.problems))
         for label, job_notes in notes if say else []:

@@ -220,9 +220,43 @@ def _pod_patch(patch: dict, path: str, pod: dict, trainer: dict, out: dict, orig
                                                              if field == "schedulingGates" else "unknown field")))
 
 
-def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: str | None = None) -> tuple[dict, list[Note]]:
+def _from_runtime(spec: dict, runtimes: list, notes: list[Note]) -> dict:
+    """The trainer fields a runtime in the same file gives (its node container's image and resources, its
+    mlPolicy.numNodes): what Trainer would take from it, read rather than asked for."""
+    ref = spec.get("runtimeRef") if isinstance(spec.get("runtimeRef"), dict) else {}
+    kind = ref.get("kind") or "ClusterTrainingRuntime"
+    found = [r for r in runtimes if isinstance(r, dict) and r.get("kind") == kind
+             and isinstance(r.get("metadata"), dict) and r["metadata"].get("name") == ref.get("name")]
+    if len(found) != 1 or not isinstance(found[0].get("spec"), dict):
+        return {}
+    runtime_spec = found[0]["spec"]
+    out: dict[str, Any] = {}
+    policy = runtime_spec.get("mlPolicy")
+    if isinstance(policy, dict) and isinstance(policy.get("numNodes"), int):
+        out["numNodes"] = policy["numNodes"]
+    template = runtime_spec.get("template") if isinstance(runtime_spec.get("template"), dict) else {}
+    jobs = (template.get("spec") or {}).get("replicatedJobs") if isinstance(template.get("spec"), dict) else None
+    for job in jobs if isinstance(jobs, list) else []:
+        try:
+            containers = job["template"]["spec"]["template"]["spec"]["containers"] if job.get("name") == TRAINER_JOB else []
+        except (KeyError, TypeError, AttributeError):
+            containers = []
+        for container in containers if isinstance(containers, list) else []:
+            if isinstance(container, dict) and container.get("name") == TRAINER_CONTAINER:
+                out |= {k: v for k, v in (("image", container.get("image")), ("resourcesPerNode", container.get("resources")))
+                        if v is not None}
+    trainer = spec.get("trainer") if isinstance(spec.get("trainer"), dict) else {}
+    taken = {k: v for k, v in out.items() if trainer.get(k) is None}
+    for key in taken:
+        notes.append(Note(f"spec.trainer.{key}", f"unset: taken from {kind} {ref.get('name')!r} in the same file"))
+    return taken
+
+
+def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: str | None = None,
+                     runtimes: list | tuple = ()) -> tuple[dict, list[Note]]:
     """The RLTrainingJob for a TrainJob and a note for each field not carried over or changed in meaning;
-    `image` and `procs_per_worker` (convert's --image, --procs-per-worker) stand for what its runtime held.
+    `image` and `procs_per_worker` (convert's --image, --procs-per-worker) stand for what its runtime held,
+    and a runtime among `runtimes` (the same file's) gives what it holds for the trainer.
     Raises NotConvertible with every problem at the TrainJob's own field path."""
     _check_document(trainjob)
     doc = copy.deepcopy(trainjob)
@@ -236,16 +270,17 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
                               else "not carried over: unknown field"))
     spec = _mapping(doc.get("spec"), "spec", required=True)
     runtime = _runtime(spec)
-    trainer = _mapping(spec.get("trainer"), "spec.trainer")
+    trainer = {**_mapping(spec.get("trainer"), "spec.trainer"), **_from_runtime(spec, list(runtimes), notes)}
     out: dict[str, Any] = {"trainer": "custom"}
     run_policy: dict[str, Any] = {}
     for key, value in spec.items():
         if key in ("trainer", "runtimePatches"):
             continue
         if key == "runtimeRef":
-            notes.append(Note("spec.runtimeRef", f"not carried over: kuberl reads no runtime; what {runtime} holds"
-                              " beyond the trainer's fields (its pod template, its JobSet's failure and success"
-                              " policies, its mlPolicy) does not carry, and what the job needs from it is asked for"))
+            notes.append(Note("spec.runtimeRef", f"not carried over: of {runtime} kuberl reads only the trainer's image,"
+                              " resources and node count, and only from the same file; its pod template, its JobSet's"
+                              " failure and success policies and the rest of its mlPolicy do not carry, and what the"
+                              " job needs from it is asked for"))
         elif key == "initializer":
             for part in _mapping(value, "spec.initializer"):
                 notes.append(Note(f"spec.initializer.{part}", INITIALIZER.format(what=part)))

@@ -192,7 +192,7 @@ def test_convert_run_and_validate_take_a_trainjob(tmp_path, capsys):
     assert cli.main(["convert", str(path)]) == 1
     err = capsys.readouterr().err
     assert "ClusterTrainingRuntime 'torch-distributed': left out: a Kubeflow Trainer runtime" in err
-    assert "spec.trainer.image: unset" in err
+    assert "spec.trainer.image: unset: the image comes from" in err, "this runtime names no image"
     assert cli.main(["convert", "--image", IMAGE, "--procs-per-worker", "2", str(path)]) == 0
     out, err = capsys.readouterr()
     (job,) = load_documents(out)
@@ -201,3 +201,23 @@ def test_convert_run_and_validate_take_a_trainjob(tmp_path, capsys):
     path.write_text(to_yaml([trainjob(image=IMAGE, numProcPerNode=1)]))
     assert cli.main(["validate", str(path)]) == 0
     assert "3 worker(s) x 1 process(es)" in capsys.readouterr().out
+
+
+def test_a_runtime_in_the_same_file_gives_the_trainer_its_image_resources_and_node_count(tmp_path, capsys):
+    """05-multi-step and 04-volcano ship their runtime beside the TrainJob: nothing to ask for then."""
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime", "metadata": {"name": "with-init"},
+               "spec": {"mlPolicy": {"numNodes": 2, "torch": {}}, "template": {"spec": {"replicatedJobs": [
+                   {"name": "dataset-initializer", "template": {"spec": {"template": {"spec": {"containers": [
+                       {"name": "dataset-initializer", "image": "ghcr.io/kubeflow/trainer/dataset-initializer"}]}}}}},
+                   {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [
+                       {"name": "node", "image": IMAGE, "resources": {"requests": {"cpu": "3"}}}]}}}}}]}}}}
+    doc = trainjob(runtime={"kind": "TrainingRuntime", "name": "with-init"}, numNodes=None)
+    job, notes = convert_trainjob(doc, runtimes=[runtime])
+    assert (job["spec"]["image"], job["spec"]["workers"], job["spec"]["procsPerWorker"]) == (IMAGE, 2, 3)
+    taken = {n.path for n in notes if "taken from TrainingRuntime 'with-init' in the same file" in n.message}
+    assert taken == {"spec.trainer.image", "spec.trainer.numNodes", "spec.trainer.resourcesPerNode"}
+    path = tmp_path / "tj.yaml"
+    path.write_text(to_yaml([runtime, doc]))
+    assert cli.main(["convert", str(path)]) == 0
+    assert cli.main(["validate", str(path)]) == 0
+    assert "2 worker(s) x 3 process(es)" in capsys.readouterr().out
