@@ -135,20 +135,22 @@ def main() -> None:
             hp = DQNConfig(**job["hyperparameters"])
             trainer = DQNTrainer(ctx, hp, job["env"], job["num_envs"], {}, 10**9, 1, 0)
         grad_allreduce: list[float] = []
+        flat_step = getattr(trainer.learner, "fused", trainer.learner)  # the hand-fused step, when the learner is one
+        fast = isinstance(flat_step, fused.FlatAdam)
         if ctx.distributed and job["algorithm"] == "ppo":
-            if trainer.fused is not None:  # the fused step all-reduces its flat gradient itself
-                trainer.fused.allreduce = Timed(trainer.fused.allreduce)
+            if fast:  # the fused step all-reduces its flat gradient itself
+                flat_step.allreduce = Timed(flat_step.allreduce)
             else:
-                timed_comm_hook(trainer.model, grad_allreduce)
+                timed_comm_hook(trainer.learner.model, grad_allreduce)
         step_times = None
-        if not ctx.distributed and getattr(trainer, "fused", None) is not None:  # the one-process learner's step times
+        if not ctx.distributed and fast:  # the one-process learner's step times
             step = "step" if job["algorithm"] == "ppo" else "step_towards"  # DQN's: one gradient step of a drawn chunk
-            step_times = Timed(getattr(trainer.fused, step), keep_durations=True)
-            setattr(trainer.fused, step, step_times)
+            step_times = Timed(getattr(flat_step, step), keep_durations=True)
+            setattr(flat_step, step, step_times)
         env_step = Timed(trainer.envs.step)
         trainer.envs.step = env_step
-        learn_forward = Timed(trainer.model.forward)
-        trainer.model.forward = learn_forward
+        learn_forward = Timed(trainer.agent.forward)  # DDP's forward calls it too
+        trainer.agent.forward = learn_forward
         counter_sync = Timed(trainer.sync)
         trainer.sync = counter_sync
 
@@ -158,7 +160,7 @@ def main() -> None:
         if step_times is not None:
             step_times.durations.clear()
         grad_allreduce.clear()
-        fused_allreduce = getattr(trainer, "fused", None) and trainer.fused.allreduce
+        fused_allreduce = fast and flat_step.allreduce
         if isinstance(fused_allreduce, Timed):
             fused_allreduce.seconds = 0.0
         timings_before = dict(getattr(trainer, "timings", {}))

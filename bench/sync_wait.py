@@ -95,7 +95,7 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: in
         size = sum(p.numel() for p in trainer.agent.parameters())
         result: dict = {"rank": ctx.rank, "gradient_floats": size, "threads": torch.get_num_threads(),
                         "cpus": sorted(os.sched_getaffinity(0)),
-                        "path": "fused" if trainer.fused is not None else "DDP module",
+                        "path": "fused" if isinstance(trainer.learner, fused.FusedPPOStep) else "DDP module",
                         "wait": "blocking" if blocking else "yielding",
                         "gloo_loop": "unchanged (SCHED_OTHER)" if gloo_loop_unchanged else "SCHED_BATCH"}
 
@@ -136,10 +136,10 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: in
 
             return future.then(done)
 
-        if trainer.fused is not None:
-            trainer.fused.allreduce = timed_allreduce
+        if isinstance(trainer.learner, fused.FusedPPOStep):
+            trainer.learner.allreduce = timed_allreduce
         else:
-            trainer.model.register_comm_hook(None, hook)
+            trainer.learner.model.register_comm_hook(None, hook)
         trainer.train(BareSession(2))  # warm-up
         launches.clear()
         waits.clear()
@@ -150,7 +150,7 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: in
                               "rollout_seconds": [r.rollout_seconds for r in session.reports]}
 
         # 3. the fused step on a fixed minibatch, one flat all-reduce per gradient step
-        step = trainer.fused or fused.FusedPPOStep(trainer.agent, hp, trainer.optimizer, world_size=ctx.world_size)
+        step = trainer.learner if isinstance(trainer.learner, fused.FusedPPOStep) else fused.FusedPPOStep(trainer.agent, hp, trainer.optimizer, world_size=ctx.world_size)
         step.allreduce = timed_allreduce
         obs, rows = minibatch(trainer.agent, np.random.default_rng(ctx.rank), 256, 4)
         for _ in range(20):

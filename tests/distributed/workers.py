@@ -98,7 +98,7 @@ def initial(out: Path) -> None:
         seed = 10 + ctx.rank
         ppo = PPOTrainer(ctx, PPOConfig(num_steps=STEPS), "CartPole-v1", 2, {}, 10_000, seed, 0)
         dqn = DQNTrainer(ctx, DQNConfig(hidden_sizes=[16, 16]), "CartPole-v1", 2, {}, 10_000, seed, 0)
-        assert ppo.fused is not None and dqn.fused is not None
+        assert type(ppo.learner).__name__ == "FusedPPOStep" and type(dqn.learner).__name__ == "FusedQLearner"
         torch.save({"ppo": params(ppo), "dqn": {k: v.clone() for k, v in dqn.agent.state_dict().items()},
                     "dqn_target": {k: v.clone() for k, v in dqn.target.state_dict().items()},
                     "dynamo_imported": "torch._dynamo" in sys.modules}, out / f"rank-{ctx.rank}.pt")

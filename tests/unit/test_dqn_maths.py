@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 from kuberl.spec import DQNConfig
+from kuberl_trainer import learners
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import (
     DQNTrainer,
@@ -104,12 +105,12 @@ def test_a_precomputed_target_gives_the_step_computing_it_would(fused_path, monk
     if not fused_path:
         monkeypatch.setattr(fused, "supports_q", lambda *args, **kwargs: False)
     trainer, twin = small_trainer(double_dqn=False), small_trainer(double_dqn=False)
-    assert (trainer.fused is not None) == fused_path
+    assert isinstance(trainer.learner, learners.FusedQLearner) == fused_path
     while not trainer.learning():
         trainer.update(False, False), twin.update(False, False)
     batch = trainer.to_tensors(trainer.replay.sample(32, 0.99, np.random.default_rng(0)))
     computed = trainer.gradient_step(*batch)
-    given = twin.gradient_step(*batch, twin.target_q(batch[-1]))
+    given = twin.gradient_step(*batch, twin.learner.target_q(batch[-1]))
     assert float(computed) == float(given)
     for mine, theirs in zip(trainer.agent.parameters(), twin.agent.parameters(), strict=True):
         assert torch.equal(mine, theirs)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from kuberl.spec import PPOConfig
-from kuberl_trainer import fused
+from kuberl_trainer import fused, learners
 from kuberl_trainer.ppo import STAT_NAMES, Agent, ppo_loss
 from torch import nn
 
@@ -25,7 +25,7 @@ def one_thread():
 
 
 def module_step(agent, optimizer, obs, rows, hp):
-    """PPOTrainer.minibatch_step's maths, without DDP (one micro-batch)."""
+    """learners.AutogradPPOLearner.step's maths, without DDP (one micro-batch)."""
     actions = rows[:, :-5]
     actions = actions.squeeze(-1) if agent.discrete else actions
     old_log_prob, old_value, advantages, returns, valid = rows[:, -5:].unbind(1)
@@ -219,7 +219,7 @@ def test_a_trainer_that_learns_fused_never_imports_torch_dynamo():
         "from kuberl.spec import PPOConfig\n"
         "t = PPOTrainer(Dist(0, 1, 0, 1, torch.device('cpu'), None), PPOConfig(num_steps=8), 'CartPole-v1', 2, {}, 10**6, seed=1, restart=0)\n"
         "t.update(False, False); t.shared_state()\n"
-        "assert t.fused is not None\n"
+        "assert type(t.learner).__name__ == 'FusedPPOStep'\n"
         "print('torch._dynamo' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
@@ -239,7 +239,7 @@ def test_ppo_trainer_learns_through_the_fused_step_as_through_the_module_path(mo
     with monkeypatch.context() as m:
         m.setattr(fused, "supports", lambda *args, **kwargs: False)
         reference = trainer()
-    assert fast.fused is not None and reference.fused is None
+    assert isinstance(fast.learner, fused.FusedPPOStep) and not isinstance(reference.learner, fused.FusedPPOStep)
     for _ in range(3):
         fast_report, reference_report = fast.update(False, False), reference.update(False, False)
         assert fast_report.local_steps == reference_report.local_steps  # same weights act alike
@@ -328,7 +328,7 @@ def test_dqn_trainer_learns_through_the_fused_step_as_through_the_module_path(mo
     with monkeypatch.context() as m:
         m.setattr(fused, "supports_q", lambda *args, **kwargs: False)
         reference = trainer()
-    assert fast.fused is not None and reference.fused is None
+    assert isinstance(fast.learner, learners.FusedQLearner) and isinstance(reference.learner, learners.AutogradQLearner)
     for _ in range(10):  # past learningStarts, with target updates
         fast_report, reference_report = fast.update(False, False), reference.update(False, False)
         assert fast_report.losses.get("value_loss", 0) == pytest.approx(reference_report.losses.get("value_loss", 0), rel=1e-3)

@@ -5,12 +5,10 @@ session.run_updates).
 
 Each rank steps its own vectorised envs and fills and samples its OWN replay
 buffer (`replay.ReplayBuffer`, n-step returns with gymnasium's autoreset rows
-masked out). Every gradient step goes through the DDP wrapper, or, for
-ReLU MLPs on CPU, through the hand-fused step of `fused` (the same maths,
-one all-reduce of its flat gradient; rank 0's initial weights broadcast by
-`distributed.take_rank0_parameters` instead of DDP's constructor, which
-imports torch._dynamo), so gradients are averaged over ranks;
-the target network is updated at the same
+masked out). How the Q network learns and acts (DDP + Adam + autograd on
+`q_loss`, or the CPU fast path for ReLU MLPs) is `learners.q_learner`'s
+choice, which this file never asks about; gradients are averaged over
+ranks either way; the target network is updated at the same
 iterations on every rank (a function of the replicated counters), so it
 stays identical everywhere. Counters, episode statistics and stop votes
 travel in ONE all-reduce per iteration; evaluation, checkpoints and metrics
@@ -38,13 +36,10 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.distributed as dist
 from kuberl.spec import DQNConfig, JobSpec, Problem
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import atari, budget, distributed, evaluation, fused, networks
-from .device import autocast
+from . import atari, budget, distributed, evaluation, learners, networks
 from .distributed import Dist
 from .envs import (
     EpisodeTracker,
@@ -54,6 +49,7 @@ from .envs import (
     rank_seed,
     restore_env_state,
 )
+from .networks import soft_update  # noqa: F401 — the maths, beside td_targets and dqn_loss, for readers and tests
 from .replay import Batch, ReplayBuffer
 from .session import Counters, Session, UpdateReport, run_updates
 
@@ -104,11 +100,10 @@ def dqn_loss(q: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor) -> t
     return nn.functional.smooth_l1_loss(chosen, targets)
 
 
-@torch.no_grad()
-def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """target <- tau * online + (1 - tau) * target (tau = 1: a hard copy)."""
-    for t, o in zip(target.parameters(), online.parameters(), strict=True):
-        t.lerp_(o, tau)
+def q_loss(q: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, discount: torch.Tensor,
+           next_q_target: torch.Tensor, next_q_online: torch.Tensor | None) -> torch.Tensor:
+    """dqn_loss against td_targets: the loss the learner (learners.q_learner) minimises."""
+    return dqn_loss(q, actions, td_targets(returns, discount, next_q_target, next_q_online))
 
 
 def check_hyperparameters(spec: JobSpec) -> list[Problem]:
@@ -138,7 +133,7 @@ def steps_per_draw(gradient_steps: int, batch_size: int, obs_shape: tuple[int, .
 
 class DQNTrainer:
     def __init__(self, ctx: Dist, hp: DQNConfig, env_id: str, num_envs: int, env_kwargs: dict,
-                 total_timesteps: int, seed: int, restart: int, env_backend: str = "auto"):
+                 total_timesteps: int, seed: int, restart: int, env_backend: str = "auto", fast: bool = True):
         self.ctx, self.hp, self.total_timesteps, self.env_backend = ctx, hp, total_timesteps, env_backend
         self.seed = rank_seed(seed, ctx.rank, restart)
         self.envs = make_envs(env_id, num_envs, env_kwargs, env_backend)
@@ -161,27 +156,11 @@ class DQNTrainer:
             self.target = QNetwork(int(np.prod(self.obs_shape)), int(self.action_space.n), list(hp.hidden_sizes)).to(ctx.device)
         self.target.load_state_dict(self.agent.state_dict())
         self.target.requires_grad_(False)
-        self.gradient_allreduce_seconds: list[float] = []
         # cumulative seconds per phase, for the benchmark's per-update breakdown
         self.timings = dict.fromkeys(("act_forward", "env_step", "sample", "train_forward", "backward_optimizer"), 0.0)
-        learns_fused = fused.supports_q(self.agent, ctx.device, hp.precision)
-        # the fused step all-reduces its own flat gradient: of DDP it needs only the initial
-        # broadcast of rank 0's weights (distributed.take_rank0_parameters, below)
-        self.model = self.agent if learns_fused else self._wrap(self.agent)
-        self.optimizer = (  # the fused step does Adam's arithmetic itself: it needs only Adam's state
-            fused.AdamState(self.agent.parameters(), lr=hp.learning_rate) if learns_fused
-            else torch.optim.Adam(self.agent.parameters(), lr=hp.learning_rate, fused=ctx.device.type == "cpu" or None))
-        # small MLPs on CPU: one hand-fused step (fused.py), the same maths in far fewer
-        # operations; its flat gradient is the one all-reduce per step under DDP
-        self.fused = (
-            fused.FusedQStep(self.agent, self.target, hp, self.optimizer,
-                             self._allreduce_gradient if ctx.distributed else None, ctx.world_size)
-            if learns_fused
-            else None
-        )
-        if self.fused is not None:
-            distributed.take_rank0_parameters(ctx, self.fused.flat)
-            self.fused.update_target(1.0)  # the target starts as the online network, everywhere
+        # how it learns and acts, rank 0's weights everywhere (fast=False: always DDP + Adam + torch)
+        self.learner = learners.q_learner(self.agent, self.target, hp, ctx, q_loss, self.timings, fast)
+        self.optimizer = self.learner.optimizer
         self.replay = ReplayBuffer(*replay_layout)
         self.tracker = EpisodeTracker(num_envs)
         self.counters = Counters()
@@ -195,28 +174,6 @@ class DQNTrainer:
         torch.manual_seed(self.seed)
         self.np_rng = np.random.default_rng(self.seed)
         self.next_obs, _ = self.envs.reset(seed=self.seed)
-
-    def _wrap(self, agent: nn.Module) -> nn.Module:
-        """DDP with a comm hook that times each gradient all-reduce (launch to
-        completion, waiting for the slowest peer included)."""
-        if not self.ctx.distributed:
-            return agent
-        model = DDP(agent, device_ids=[self.ctx.device.index] if self.ctx.device.type == "cuda" else None)
-        timings = self.gradient_allreduce_seconds
-
-        def timed_allreduce(_state, bucket):  # unannotated: torch checks a real GradBucket annotation
-            started = time.perf_counter()
-            tensor = bucket.buffer().div_(dist.get_world_size())
-            future = dist.all_reduce(tensor, async_op=True).get_future()
-
-            def done(f):
-                timings.append(time.perf_counter() - started)
-                return f.value()[0]
-
-            return future.then(done)
-
-        model.register_comm_hook(None, timed_allreduce)
-        return model
 
     @property
     def steps_per_rank(self) -> int:
@@ -260,9 +217,7 @@ class DQNTrainer:
     def load_shared(self, state: dict) -> None:
         self.agent.load_state_dict(state["agent"])
         self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.fused is not None:
-            self.fused.adopt_optimizer_state()
+        self.learner.load_optimizer(state["optimizer"])
         self.counters = Counters(**state["counters"])
         self.last_target_update = state["last_target_update"]
 
@@ -285,10 +240,7 @@ class DQNTrainer:
             for _ in range(self.vector_steps):
                 obs = self.next_obs
                 started = clock()
-                if self.fused is not None:
-                    greedy = self.fused.greedy(obs)
-                else:
-                    greedy = self.agent.greedy(torch.from_numpy(obs).to(self.ctx.device)).cpu().numpy()
+                greedy = self.learner.greedy(obs)
                 acted = clock()
                 explore = self.np_rng.random(num_envs) < eps
                 actions = np.where(explore, self.np_rng.integers(0, self.action_space.n, num_envs), greedy)
@@ -313,56 +265,20 @@ class DQNTrainer:
         return tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device)
                      for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs))
 
-    def target_q(self, next_obs: torch.Tensor) -> torch.Tensor:
-        """The target network's Q-values of next_obs, (B, A) fp32."""
-        if self.fused is not None:
-            return self.fused.target_q(next_obs)
-        with torch.no_grad(), autocast(self.ctx.device, self.hp.precision):
-            return self.target(next_obs).float()
-
     def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
                       discount: torch.Tensor, next_obs: torch.Tensor,
                       next_q_target: torch.Tensor | None = None) -> torch.Tensor:
-        """One optimiser step on a per-rank batch; the loss goes through the
-        DDP wrapper, so the gradient is the mean over every rank's batch.
-        next_q_target: target_q(next_obs) when the caller has it already.
-        Returns the (detached) loss."""
-        started = time.perf_counter()
-        if next_q_target is None:
-            next_q_target = self.target_q(next_obs)
-        if self.fused is not None:
-            loss = self.fused.step(obs, actions, returns, discount, next_obs, next_q_target)
-            self.timings["backward_optimizer"] += time.perf_counter() - started
-            return loss
-        precision = self.hp.precision  # autocast the forwards only: Q-values come back fp32 for the TD maths
-        with torch.no_grad(), autocast(self.ctx.device, precision):
-            next_q_online = self.agent(next_obs).float() if self.hp.double_dqn else None
-        targets = td_targets(returns, discount, next_q_target, next_q_online)
-        with autocast(self.ctx.device, precision):
-            q = self.model(obs).float()
-        loss = dqn_loss(q, actions, targets)
-        forwarded = time.perf_counter()
-        with distributed.collectives():
-            loss.backward()
-        nn.utils.clip_grad_norm_(self.agent.parameters(), self.hp.max_grad_norm, foreach=True)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.timings["train_forward"] += forwarded - started
-        self.timings["backward_optimizer"] += time.perf_counter() - forwarded
-        return loss.detach()
-
-    def _allreduce_gradient(self, flat: torch.Tensor) -> None:
-        """The fused step's one gradient all-reduce, timed as DDP's comm hook is."""
-        started = time.perf_counter()
-        distributed.all_reduce_gradient(self.ctx, flat)
-        self.gradient_allreduce_seconds.append(time.perf_counter() - started)
+        """One optimiser step on a per-rank batch, its gradient the mean over
+        every rank's batch. next_q_target: the target network's Q-values of
+        next_obs when the caller has them already. Returns the (detached) loss."""
+        return self.learner.step(obs, actions, returns, discount, next_obs, next_q_target)
 
     def maybe_update_target(self) -> bool:
         """At the first iteration boundary after every target_update_interval
         env steps per rank: the same iterations on every rank."""
         if self.steps_per_rank - self.last_target_update < self.hp.target_update_interval:
             return False
-        soft_update(self.target, self.agent, self.hp.tau)
+        self.learner.update_target(self.hp.tau)
         self.last_target_update = self.steps_per_rank
         return True
 
@@ -379,35 +295,10 @@ class DQNTrainer:
             steps = min(self.steps_per_draw, self.gradient_steps - first)
             started = time.perf_counter()
             drawn = self.to_tensors(self.replay.sample(size * steps, self.hp.gamma, self.np_rng))
-            next_q_target = self.target_q(drawn[-1])
+            next_q_target = self.learner.target_q(drawn[-1])
             self.timings["sample"] += time.perf_counter() - started
-            if self.fused is not None:
-                total += self.fused_steps(drawn, next_q_target)
-                continue
-            for batch in zip(*(t.split(size) for t in (*drawn, next_q_target)), strict=True):
-                total += self.gradient_step(*batch)
+            total += self.learner.learn_draw(drawn, next_q_target)
         return {"value_loss": total / self.gradient_steps}
-
-    def fused_steps(self, drawn: tuple[torch.Tensor, ...], next_q_target: torch.Tensor) -> torch.Tensor:
-        """gradient_step's fused path for every batch of a draw, in fewer operations:
-        without double DQN the TD targets depend on the target network alone, so
-        the whole draw's are taken at once; each step's TD error goes into one
-        buffer and the losses are taken once at the end. Returns their sum."""
-        started, size = time.perf_counter(), self.hp.batch_size
-        obs, actions, returns, discount, next_obs = drawn
-        errors = torch.empty(len(obs) // size, size, device=obs.device)
-        if not self.hp.double_dqn:
-            targets = self.fused.targets(returns, discount, next_obs, next_q_target)
-        for k in range(len(errors)):
-            part = slice(k * size, (k + 1) * size)
-            if self.hp.double_dqn:  # a' comes from the online network as it is at this step
-                step_targets = self.fused.targets(returns[part], discount[part], next_obs[part], next_q_target[part])
-            else:
-                step_targets = targets[part]
-            self.fused.step_towards(obs[part], actions[part], step_targets, errors[k])
-        total = fused.huber(errors).sum()
-        self.timings["backward_optimizer"] += time.perf_counter() - started
-        return total
 
     def learning(self) -> bool:
         """Enough transitions in this rank's buffer: decided from counts alone,
@@ -435,7 +326,7 @@ class DQNTrainer:
         self.counters.episodes += int(episodes)
 
         losses, update_seconds = {}, 0.0
-        self.gradient_allreduce_seconds.clear()
+        self.learner.allreduce_seconds.clear()
         if success_votes == 0:
             started = time.perf_counter()
             losses = {name: float(loss) for name, loss in self.learn().items()} if self.learning() else {}
@@ -450,7 +341,7 @@ class DQNTrainer:
             losses=losses,
             rollout_seconds=rollout_seconds,
             update_seconds=update_seconds,
-            allreduce_seconds=allreduce_seconds + sum(self.gradient_allreduce_seconds),
+            allreduce_seconds=allreduce_seconds + sum(self.learner.allreduce_seconds),
             epochs_run=self.gradient_steps if losses else 0,
             stop=stop_votes > 0,
             target_met=success_votes > 0,
@@ -470,11 +361,7 @@ class DQNTrainer:
         """evaluation.mean_return, acting greedily (epsilon 0)."""
         envs = make_envs(env_id, episodes, env_kwargs, self.env_backend)
 
-        def act(obs: np.ndarray) -> np.ndarray:
-            return self.agent.greedy(torch.as_tensor(obs, device=self.ctx.device)).cpu().numpy()
-
         try:
-            with torch.no_grad():
-                return evaluation.mean_return(envs, act, episodes, seed)
+            return evaluation.mean_return(envs, self.learner.greedy, episodes, seed)
         finally:
             envs.close()

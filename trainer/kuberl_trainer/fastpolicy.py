@@ -10,13 +10,11 @@ Sampling uses the rank's numpy generator, which checkpoints record.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 from torch import nn
 
-LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+from .ppo_terms import LOG_SQRT_2PI
 
 
 def supports(agent: nn.Module, device: torch.device, precision: str = "fp32") -> bool:
@@ -44,10 +42,13 @@ def _forward(layers: list[tuple[np.ndarray, np.ndarray]], x: np.ndarray) -> np.n
 
 class NumpyPolicy:
     def __init__(self, agent: nn.Module, rng: np.random.Generator):
-        self.discrete = agent.discrete
+        self.agent, self.discrete = agent, agent.discrete
         self.actor, self.critic = _views(agent.actor), _views(agent.critic)
         self.log_std = None if self.discrete else agent.log_std.detach().numpy()
         self.rng = rng
+
+    def reseeded(self, rng: np.random.Generator) -> NumpyPolicy:
+        return NumpyPolicy(self.agent, rng)
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         return _forward(self.critic, obs)[:, 0]

@@ -31,22 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-
-
-def minibatch_columns(rows: torch.Tensor, norm_advantage: bool) -> tuple[torch.Tensor, ...]:
-    """A PPO minibatch's rows as (actions, old log-prob, old value, advantages, returns, weight):
-    actions first, then those five columns with `valid` turned into each row's weight in the
-    mean (padding rows weigh 0); advantages normalised over the valid rows when asked."""
-    actions = rows[:, :-5]
-    old_log_prob, old_value, advantages, returns, valid = rows[:, -5:].unbind(1)
-    weight = valid / valid.sum().clamp(min=1.0)
-    if norm_advantage:
-        mean = (advantages * weight).sum()
-        std = ((advantages - mean).square() * weight).sum().sqrt()
-        advantages = (advantages - mean) / (std + 1e-8)
-    return actions, old_log_prob, old_value, advantages, returns, weight
+from .ppo_terms import LOG_SQRT_2PI, STAT_NAMES, minibatch_columns
 
 
 def supports(agent: nn.Module, device: torch.device, precision: str = "fp32") -> bool:
@@ -203,6 +188,11 @@ class FlatAdam:
         if not bool((self.step_counts == self.step_counts[0]).all()):
             raise ValueError(f"{type(self).__name__}: parameters with different Adam step counts {self.step_counts.tolist()}")
         self.steps = int(self.step_counts[0])
+
+    def load_optimizer(self, state: dict) -> None:
+        """A checkpoint's optimizer state (either optimizer's state_dict format), taken into the flat moments."""
+        self.optimizer.load_state_dict(state)
+        self.adopt_optimizer_state()
 
     def _slot(self, flat: torch.Tensor, param: nn.Parameter) -> torch.Tensor:
         """The part of a flat vector laid out like `flat` that holds `param`."""

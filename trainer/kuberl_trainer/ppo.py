@@ -3,21 +3,18 @@ the agent, the maths (GAE, loss), the rollout buffer, the trainer (one
 update, its state, its final model: session.Algorithm; the loop every
 algorithm runs is session.run_updates).
 
-Each rank collects its own rollouts from its own vectorised envs; gradients
-are averaged by DDP (one flat all-reduce per minibatch, `no_sync()` on
-accumulation micro-batches), or, for small tanh MLPs on CPU, by the
-hand-fused step of `fused` (the same maths, one all-reduce of its flat
-gradient per minibatch; DDP's other duty, the initial broadcast of rank 0's
-weights, is `distributed.take_rank0_parameters`, as DDP's constructor
-imports torch._dynamo: 0.8 s per rank); counters, episode statistics, normaliser
-moments and stop votes travel in ONE all-reduce per update. Plumbing
+Each rank collects its own rollouts from its own vectorised envs; how the
+network learns and acts (DDP + Adam + autograd on `ppo_loss`, or the CPU
+fast path for small MLPs) is `learners.ppo_learner`'s choice, which this
+file never asks about; gradients are averaged over ranks either way.
+Counters, episode statistics, normaliser moments and stop votes travel in
+ONE all-reduce per update. Plumbing
 (process group, checkpoints, metrics, evaluation scheduling) lives in
 `distributed`, `checkpoint`, `metrics` and `session`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 
@@ -26,18 +23,14 @@ import numpy as np
 import torch
 from kuberl.spec import JobSpec, PPOConfig, Problem
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import atari, budget, distributed, evaluation, fastpolicy, fused, networks
-from .device import CPU, autocast, host_zeros, to_device
+from . import atari, budget, distributed, evaluation, learners, networks
+from .device import CPU, host_zeros, to_device
 from .distributed import Dist
 from .envs import EpisodeTracker, env_state, make_envs, rank_seed, restore_env_state
 from .normalize import RunningMeanStd
+from .ppo_terms import LOG_SQRT_2PI, STAT_NAMES, minibatch_table
 from .session import Counters, Session, UpdateReport, run_updates
-
-LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-
 
 # --- The agent -------------------------------------------------------------
 
@@ -232,7 +225,7 @@ class Rollout:
 class PPOTrainer:
     def __init__(self, ctx: Dist, hp: PPOConfig, env_id: str, num_envs: int, env_kwargs: dict,
                  total_timesteps: int, seed: int, restart: int, env_backend: str = "auto",
-                 overlap: bool | None = None):
+                 overlap: bool | None = None, fast: bool = True):
         self.ctx, self.hp, self.env_backend = ctx, hp, env_backend
         self.seed = rank_seed(seed, ctx.rank, restart)
         torch.manual_seed(seed)  # same initial weights everywhere (rank 0's are broadcast anyway)
@@ -249,17 +242,6 @@ class PPOTrainer:
         encoder, features = networks.encoder(space, hp.policy, "spec.ppo.policy")
         # the CNN's heads are linear on its 512 features (Nature DQN / CleanRL); hiddenSizes shape MLPs
         self.agent = Agent(features, self.action_space, [] if cnn else list(hp.hidden_sizes), encoder).to(ctx.device)
-        learns_fused = fused.supports(self.agent, ctx.device, hp.precision)
-        # the fused step (below) all-reduces its own flat gradient, so it needs of DDP only the
-        # initial broadcast of rank 0's weights: distributed.take_rank0_parameters, after it
-        self.model = (
-            DDP(self.agent, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-            if ctx.distributed and not learns_fused
-            else self.agent
-        )
-        self.optimizer = (  # the fused step does Adam's arithmetic itself: it needs only Adam's state
-            fused.AdamState(self.agent.parameters(), lr=hp.learning_rate, eps=1e-5) if learns_fused
-            else torch.optim.Adam(self.agent.parameters(), lr=hp.learning_rate, eps=1e-5, fused=ctx.device.type == "cpu" or None))
         self.obs_norm = RunningMeanStd(self.obs_shape)
         self.ret_norm = RunningMeanStd(())
         self.counters = Counters()
@@ -276,23 +258,9 @@ class PPOTrainer:
         # per-rank randomness: action sampling (torch) and minibatch order (numpy)
         torch.manual_seed(self.seed)
         self.np_rng = np.random.default_rng(self.seed)
-        # small MLPs on CPU learn through one hand-fused step (fused.py), without the
-        # DDP wrapper: rank 0's weights are broadcast once, and DDP's gradient average
-        # becomes one all-reduce of the flat gradient. Before the numpy views below:
-        # it rebinds the agent's parameters to its flat vector.
-        self.fused = (
-            fused.FusedPPOStep(self.agent, hp, self.optimizer, self._allreduce_gradient if ctx.distributed else None,
-                               ctx.world_size)
-            if learns_fused
-            else None
-        )
-        if self.fused is not None:
-            distributed.take_rank0_parameters(ctx, self.fused.flat)
-        # small MLPs on CPU act in numpy, on views of the very same weights
-        fast = fastpolicy.supports(self.agent, ctx.device, hp.precision)
-        self.fast = fastpolicy.NumpyPolicy(self.agent, self.np_rng) if fast else None
-        if fast:  # on layers this small, intra-op threads cost more in synchronisation than they save
-            torch.set_num_threads(1)
+        # how it learns and acts, rank 0's weights everywhere (fast=False: always DDP + Adam + torch)
+        self.learner, self.actor = learners.ppo_learner(self.agent, hp, ctx, ppo_loss, self.np_rng, fast)
+        self.optimizer = self.learner.optimizer
         self.next_obs, _ = self.envs.reset(seed=self.seed)
 
     # -- state for checkpoints ------------------------------------------------
@@ -326,9 +294,7 @@ class PPOTrainer:
 
     def load_shared(self, state: dict) -> None:
         self.agent.load_state_dict(state["agent"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.fused is not None:
-            self.fused.adopt_optimizer_state()
+        self.learner.load_optimizer(state["optimizer"])
         self.obs_norm.load_state_dict(state["obs_norm"])
         self.ret_norm.load_state_dict(state["ret_norm"])
         self.counters = Counters(**state["counters"])
@@ -344,7 +310,7 @@ class PPOTrainer:
     # -- one update -------------------------------------------------------
 
     def collect(self) -> None:
-        """num_steps vector steps into the buffer, acting with the bare module."""
+        """num_steps vector steps into the buffer, acting with the actor (no collective)."""
         if self.overlap:
             return self.collect_overlapped()
         with torch.no_grad():
@@ -382,13 +348,7 @@ class PPOTrainer:
             self.obs_norm.normalize(self.next_obs[cols], out=buf.obs[t, cols])
         else:
             np.copyto(buf.obs[t, cols], self.next_obs[cols])
-        if self.fast is not None:
-            buf.actions[t, cols], buf.log_probs[t, cols], buf.values[t, cols] = self.fast.act(buf.obs[t, cols])
-        else:
-            action, log_prob, value = self.agent.act(buf.obs_t[t, cols].to(self.ctx.device, non_blocking=True))
-            buf.actions_t[t, cols].copy_(action)
-            buf.log_probs_t[t, cols].copy_(log_prob)
-            buf.values_t[t, cols].copy_(value)
+        buf.actions[t, cols], buf.log_probs[t, cols], buf.values[t, cols] = self.actor.act(buf.obs[t, cols])
         if self.agent.discrete:
             return buf.actions[t, cols]
         return np.clip(buf.actions[t, cols], self.action_space.low, self.action_space.high)
@@ -423,11 +383,8 @@ class PPOTrainer:
         size = self.batch_per_rank
         # observations apart, in their own dtype (uint8 frames stay uint8 until on the device)
         all_obs = to_device(buf.obs_t.reshape(size, *self.obs_shape), device)
-        # one row per transition, so a minibatch is one gather
-        table = torch.cat([
-            buf.actions_t.reshape(size, -1).float(),
-            torch.from_numpy(np.stack([buf.log_probs, buf.values, advantages, returns, buf.valid], -1).reshape(size, 5)),
-        ], 1).to(device)
+        scalars = np.stack([buf.log_probs, buf.values, advantages, returns, buf.valid], -1).reshape(size, -1)
+        table = minibatch_table(buf.actions_t.reshape(size, -1), torch.from_numpy(scalars)).to(device)
         minibatch = size // hp.num_minibatches
         totals = torch.zeros(len(STAT_NAMES), device=device)
         epochs_run = 0
@@ -437,7 +394,7 @@ class PPOTrainer:
             epoch = torch.zeros_like(totals)
             for start in range(0, minibatch * hp.num_minibatches, minibatch):
                 rows = order[start : start + minibatch]
-                epoch += self.minibatch_step(all_obs[rows], table[rows])
+                epoch += self.learner.step(all_obs[rows], table[rows])
             totals += epoch
             kl = epoch[STAT_NAMES.index("approx_kl")] / hp.num_minibatches
             if hp.target_kl is not None and self.mean_over_ranks(kl) > hp.target_kl:
@@ -445,52 +402,14 @@ class PPOTrainer:
         means = (totals / (epochs_run * hp.num_minibatches)).tolist()
         return dict(zip(STAT_NAMES, means, strict=True)), epochs_run
 
-    def minibatch_step(self, obs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """One optimiser step on a minibatch of observations and table rows:
-        grad_accumulation micro-batches, all but the last under no_sync() so
-        DDP all-reduces the summed gradient once. Returns the summed STAT_NAMES."""
-        if self.fused is not None:
-            return self.fused.step(obs, rows)  # the same maths in one pass (micro-batches sum to it)
-        hp = self.hp
-        actions, old_log_prob, old_value, advantages, returns, weight = fused.minibatch_columns(rows, hp.norm_advantage)
-        actions = actions.squeeze(-1) if self.agent.discrete else actions
-        size = rows.shape[0]
-        micro = -(-size // hp.grad_accumulation)
-        stats = torch.zeros(len(STAT_NAMES), device=rows.device)
-        for start in range(0, size, micro):
-            part = slice(start, start + micro)
-            last = start + micro >= size
-            sync = contextlib.nullcontext() if last or not self.ctx.distributed else self.model.no_sync()
-            with sync:
-                with autocast(self.ctx.device, hp.precision):  # the forward only: the loss below is fp32
-                    new_log_prob, entropy, new_value = self.model(obs[part], actions[part])
-                loss, part_stats = ppo_loss(
-                    new_log_prob, entropy, new_value, old_log_prob[part], old_value[part],
-                    advantages[part], returns[part], weight[part], hp,
-                )
-                with distributed.collectives():
-                    loss.backward()
-            stats += torch.stack([part_stats[name] for name in STAT_NAMES])
-        nn.utils.clip_grad_norm_(self.agent.parameters(), hp.max_grad_norm, foreach=True)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return stats
-
-    def _allreduce_gradient(self, flat: torch.Tensor) -> None:
-        distributed.all_reduce_gradient(self.ctx, flat)
-
     def mean_over_ranks(self, value: torch.Tensor) -> float:
         total = distributed.all_reduce_sum(self.ctx, value.detach().reshape(1).double().cpu())
         return float(total[0]) / self.ctx.world_size
 
     def advantages(self, scale_rewards: bool) -> tuple[np.ndarray, np.ndarray]:
         buf = self.buf
-        with torch.no_grad():
-            obs = self.obs_norm.normalize(self.next_obs) if self.hp.normalize_observation else self.next_obs
-            if self.fast is not None:
-                next_value = self.fast.value(obs.astype(np.float32, copy=False))
-            else:
-                next_value = self.agent.value(torch.as_tensor(obs, dtype=torch.float32, device=self.ctx.device)).cpu().numpy()
+        obs = self.obs_norm.normalize(self.next_obs) if self.hp.normalize_observation else self.next_obs
+        next_value = self.actor.value(obs.astype(np.float32, copy=False))
         rewards = self.ret_norm.scale(buf.rewards).astype(np.float32) if scale_rewards else buf.rewards
         return gae(rewards, buf.values, next_value, buf.terminated, buf.truncated, buf.valid, self.hp.gamma, self.hp.gae_lambda)
 
@@ -561,17 +480,13 @@ class PPOTrainer:
         """evaluation.mean_return: discrete actions sampled from the policy,
         continuous ones its mean. Seeded apart, so training's randomness is untouched."""
         envs = make_envs(env_id, episodes, env_kwargs, self.env_backend)
-        fast = fastpolicy.NumpyPolicy(self.agent, np.random.default_rng(seed)) if self.fast is not None else None
+        actor = self.actor.reseeded(np.random.default_rng(seed))
         cuda = [self.ctx.device.index] if self.ctx.device.type == "cuda" else []
 
         def act(obs: np.ndarray) -> np.ndarray:
             x = self.obs_norm.normalize(obs) if self.hp.normalize_observation else obs
-            if fast is not None:
-                x = x.astype(np.float32, copy=False)
-                action = fast.act(x)[0] if self.agent.discrete else fast.greedy(x)
-            else:
-                x = torch.as_tensor(x, dtype=torch.float32, device=self.ctx.device)
-                action = (self.agent.act(x)[0] if self.agent.discrete else self.agent.greedy(x)).cpu().numpy()
+            x = x.astype(np.float32, copy=False)
+            action = actor.act(x)[0] if self.agent.discrete else actor.greedy(x)
             return action if self.agent.discrete else np.clip(action, self.action_space.low, self.action_space.high)
 
         try:

@@ -1,0 +1,61 @@
+"""The seam (learners.py): an algorithm gets a learner and an actor for its
+network on its device, never asks which, and the fast path can be switched off."""
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+from kuberl.spec import DQNConfig, PPOConfig
+from kuberl_trainer import fastpolicy, fused, learners
+from kuberl_trainer.distributed import Dist
+from kuberl_trainer.dqn import DQNTrainer
+from kuberl_trainer.ppo import PPOTrainer
+from kuberl_trainer.session import BareSession
+
+TRAINER = Path(__file__).resolve().parents[2] / "trainer/kuberl_trainer"
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_ppo_gets_the_fast_path_or_the_reference_and_learns_either_way(fast):
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8, hidden_sizes=[16, 16]), "CartPole-v1", 2, {}, 64, seed=1,
+                         restart=0, fast=fast)
+    expected = (fused.FusedPPOStep, fastpolicy.NumpyPolicy) if fast else (learners.AutogradPPOLearner, learners.TorchPolicy)
+    assert (type(trainer.learner), type(trainer.actor)) == expected
+    before = [p.detach().clone() for p in trainer.agent.parameters()]
+    assert trainer.train(BareSession()) == "budget"
+    assert any(not torch.equal(a, p) for a, p in zip(before, trainer.agent.parameters(), strict=True))
+    assert trainer.optimizer is trainer.learner.optimizer  # the learning rate is annealed through it
+    assert trainer.evaluate("CartPole-v1", 2, {}, 7) > 0
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_dqn_gets_the_fast_path_or_the_reference_and_learns_either_way(fast):
+    hp = DQNConfig(learning_starts=32, batch_size=16, train_frequency=8, gradient_steps=2, target_update_interval=32,
+                   hidden_sizes=[16, 16])
+    trainer = DQNTrainer(ONE_PROCESS, hp, "CartPole-v1", 2, {}, 200, seed=1, restart=0, fast=fast)
+    assert type(trainer.learner) is (learners.FusedQLearner if fast else learners.AutogradQLearner)
+    assert trainer.train(BareSession()) == "budget"
+    assert trainer.counters.global_step >= 200 and trainer.last_target_update > 0
+    assert trainer.evaluate("CartPole-v1", 2, {}, 7) > 0
+
+
+@pytest.mark.parametrize("algorithm", ["ppo.py", "dqn.py"])
+def test_an_algorithm_never_asks_which_learner_it_got(algorithm):
+    """No import of the fast path's modules or of DDP, no attribute naming them:
+    the choice is learners.py's alone."""
+    tree = ast.parse((TRAINER / algorithm).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in node.names} | {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not imported & {"fused", "fastpolicy", "DistributedDataParallel", "torch.nn.parallel"}, imported
+    attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    assert not attributes & {"fused", "fast", "model"}, attributes
+
+
+@pytest.mark.parametrize("name", ["LOG_SQRT_2PI", "STAT_NAMES"])
+def test_shared_constants_are_defined_once(name):
+    defined = [path.name for path in sorted(TRAINER.glob("*.py"))
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)]
+    assert defined == ["ppo_terms.py"]

@@ -1,0 +1,323 @@
+"""The seam between an algorithm and how its network learns and acts.
+
+An algorithm asks once for "a learner and an actor for this network on this
+device" (`ppo_learner`, `q_learner`) and never asks which it got, as SB3's
+algorithms talk only to `self.policy`:
+
+- the reference: DDP (when distributed) + torch.optim.Adam + autograd on the
+  algorithm's own loss, acting in torch on the bare module under no_grad;
+- the CPU fast path, for small MLPs on CPU in fp32: fused.py's hand-written
+  step (the same maths; its flat gradient summed by one torch.distributed
+  all-reduce; rank 0's weights broadcast once instead of by DDP's
+  constructor, which imports torch._dynamo) and numpy acting (fastpolicy,
+  or the fused Q step's own greedy).
+
+`fast=False` switches the fast path off; tests/unit/test_trainer_fused.py
+holds both paths to the same weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from . import distributed, fastpolicy, fused, networks
+from .device import autocast, to_device
+from .distributed import Dist
+from .ppo_terms import STAT_NAMES, minibatch_columns
+
+
+class PPOLearner(Protocol):
+    optimizer: torch.optim.Optimizer | fused.AdamState  # its param groups carry the learning rate
+
+    def step(self, obs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """One optimiser step on a minibatch (ppo_terms.minibatch_table's rows); the summed STAT_NAMES."""
+
+    def load_optimizer(self, state: dict) -> None: ...
+
+
+class PPOActor(Protocol):
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sampled (action, log-prob, value) for a batch of observations."""
+
+    def value(self, obs: np.ndarray) -> np.ndarray: ...
+
+    def greedy(self, obs: np.ndarray) -> np.ndarray: ...
+
+    def reseeded(self, rng: np.random.Generator) -> PPOActor:
+        """The same policy sampling from `rng` (evaluation, apart from training's randomness)."""
+
+
+class QLearner(Protocol):
+    optimizer: torch.optim.Optimizer | fused.AdamState
+    allreduce_seconds: list[float]  # each gradient all-reduce's launch to completion, since last cleared
+
+    def target_q(self, next_obs: torch.Tensor) -> torch.Tensor: ...
+
+    def step(self, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, discount: torch.Tensor,
+             next_obs: torch.Tensor, next_q_target: torch.Tensor | None = None) -> torch.Tensor: ...
+
+    def learn_draw(self, drawn: tuple[torch.Tensor, ...], next_q_target: torch.Tensor) -> torch.Tensor: ...
+
+    def update_target(self, tau: float) -> None: ...
+
+    def greedy(self, obs: np.ndarray) -> np.ndarray: ...
+
+    def load_optimizer(self, state: dict) -> None: ...
+
+
+# --- the seam ----------------------------------------------------------------------
+
+
+def ppo_learner(agent: nn.Module, hp, ctx: Dist, loss: Callable, rng: np.random.Generator,
+                fast: bool = True) -> tuple[PPOLearner, PPOActor]:
+    """A learner and an actor for PPO's `agent` (a ppo.Agent on ctx.device) with `loss`
+    (ppo.ppo_loss's signature); rank 0's weights on every rank. A numpy actor samples
+    from `rng` (the rank's generator, which checkpoints record), a torch one from torch's."""
+    if fast and fused.supports(agent, ctx.device, hp.precision):
+        learner: PPOLearner = fused.FusedPPOStep(agent, hp, fused.AdamState(agent.parameters(), lr=hp.learning_rate, eps=1e-5),
+                                                 _gradient_sum(ctx), ctx.world_size)
+        distributed.take_rank0_parameters(ctx, learner.flat)
+    else:
+        learner = AutogradPPOLearner(agent, hp, ctx, loss)
+    if fast and fastpolicy.supports(agent, ctx.device, hp.precision):
+        torch.set_num_threads(1)  # on layers this small, intra-op threads cost more in synchronisation than they save
+        return learner, fastpolicy.NumpyPolicy(agent, rng)
+    return learner, TorchPolicy(agent, ctx.device)
+
+
+def q_learner(agent: nn.Module, target: nn.Module, hp, ctx: Dist, loss: Callable, timings: dict[str, float],
+              fast: bool = True) -> QLearner:
+    """A learner (which also acts: greedy) for DQN's online `agent` and its `target` network
+    with `loss` (dqn.q_loss's signature); rank 0's weights on every rank, the target equal to
+    them. `timings` accumulates seconds under "train_forward" and "backward_optimizer"."""
+    if fast and fused.supports_q(agent, ctx.device, hp.precision):
+        return FusedQLearner(agent, target, hp, ctx, timings)
+    return AutogradQLearner(agent, target, hp, ctx, loss, timings)
+
+
+def _gradient_sum(ctx: Dist, seconds: list[float] | None = None) -> Callable[[torch.Tensor], None] | None:
+    """The fused steps' one gradient sync: torch.distributed's all-reduce of the flat gradient."""
+    if not ctx.distributed:
+        return None
+
+    def allreduce(flat: torch.Tensor) -> None:
+        started = time.perf_counter()
+        distributed.all_reduce_gradient(ctx, flat)
+        if seconds is not None:
+            seconds.append(time.perf_counter() - started)
+
+    return allreduce
+
+
+def ddp(agent: nn.Module, ctx: Dist, seconds: list[float] | None = None) -> nn.Module:
+    """`agent` wrapped in DDP when distributed (the bare module otherwise), with a comm hook
+    that times each gradient all-reduce (launch to completion) into `seconds` when given."""
+    if not ctx.distributed:
+        return agent
+    model = DDP(agent, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    if seconds is not None:
+        def timed_allreduce(_state, bucket):  # unannotated: torch checks a real GradBucket annotation
+            started = time.perf_counter()
+            tensor = bucket.buffer().div_(torch.distributed.get_world_size())
+            future = torch.distributed.all_reduce(tensor, async_op=True).get_future()
+
+            def done(f):
+                seconds.append(time.perf_counter() - started)
+                return f.value()[0]
+
+            return future.then(done)
+
+        model.register_comm_hook(None, timed_allreduce)
+    return model
+
+
+def adam(agent: nn.Module, device: torch.device, lr: float, **kwargs) -> torch.optim.Adam:
+    return torch.optim.Adam(agent.parameters(), lr=lr, fused=device.type == "cpu" or None, **kwargs)
+
+
+# --- PPO: the reference ---------------------------------------------------------------
+
+
+class AutogradPPOLearner:
+    """DDP + Adam + autograd on the algorithm's loss: grad_accumulation
+    micro-batches per minibatch, all but the last under no_sync() so DDP
+    all-reduces the summed gradient once."""
+
+    def __init__(self, agent: nn.Module, hp, ctx: Dist, loss: Callable):
+        self.agent, self.hp, self.ctx, self.loss = agent, hp, ctx, loss
+        self.model = ddp(agent, ctx)
+        self.optimizer = adam(agent, ctx.device, hp.learning_rate, eps=1e-5)
+
+    def load_optimizer(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)
+
+    def step(self, obs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        hp = self.hp
+        actions, old_log_prob, old_value, advantages, returns, weight = minibatch_columns(rows, hp.norm_advantage)
+        actions = actions.squeeze(-1) if self.agent.discrete else actions
+        size = rows.shape[0]
+        micro = -(-size // hp.grad_accumulation)
+        stats = torch.zeros(len(STAT_NAMES), device=rows.device)
+        for start in range(0, size, micro):
+            part = slice(start, start + micro)
+            last = start + micro >= size
+            sync = contextlib.nullcontext() if last or not self.ctx.distributed else self.model.no_sync()
+            with sync:
+                with autocast(self.ctx.device, hp.precision):  # the forward only: the loss below is fp32
+                    new_log_prob, entropy, new_value = self.model(obs[part], actions[part])
+                loss, part_stats = self.loss(
+                    new_log_prob, entropy, new_value, old_log_prob[part], old_value[part],
+                    advantages[part], returns[part], weight[part], hp,
+                )
+                with distributed.collectives():
+                    loss.backward()
+            stats += torch.stack([part_stats[name] for name in STAT_NAMES])
+        nn.utils.clip_grad_norm_(self.agent.parameters(), hp.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return stats
+
+
+class TorchPolicy:
+    """PPO acting in torch on the bare module (no collective), numpy in and out."""
+
+    def __init__(self, agent: nn.Module, device: torch.device):
+        self.agent, self.device = agent, device
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        action, log_prob, value = self.agent.act(to_device(obs, self.device))
+        return action.cpu().numpy(), log_prob.cpu().numpy(), value.cpu().numpy()
+
+    @torch.no_grad()
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        return self.agent.value(torch.as_tensor(obs, dtype=torch.float32, device=self.device)).cpu().numpy()
+
+    @torch.no_grad()
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        return self.agent.greedy(torch.as_tensor(obs, dtype=torch.float32, device=self.device)).cpu().numpy()
+
+    def reseeded(self, rng: np.random.Generator) -> TorchPolicy:
+        return self  # torch samples from torch's generator: the caller forks and seeds it
+
+
+# --- DQN -----------------------------------------------------------------------------
+
+
+class AutogradQLearner:
+    """DDP + Adam + autograd on the algorithm's loss; the target network a
+    module updated by soft_update."""
+
+    def __init__(self, agent: nn.Module, target: nn.Module, hp, ctx: Dist, loss: Callable, timings: dict[str, float]):
+        self.agent, self.target, self.hp, self.ctx, self.loss, self.timings = agent, target, hp, ctx, loss, timings
+        self.allreduce_seconds: list[float] = []
+        self.model = ddp(agent, ctx, self.allreduce_seconds)
+        self.optimizer = adam(agent, ctx.device, hp.learning_rate)
+
+    def load_optimizer(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)
+
+    def target_q(self, next_obs: torch.Tensor) -> torch.Tensor:
+        """The target network's Q-values of next_obs, (B, A) fp32."""
+        with torch.no_grad(), autocast(self.ctx.device, self.hp.precision):
+            return self.target(next_obs).float()
+
+    def step(self, obs, actions, returns, discount, next_obs, next_q_target=None) -> torch.Tensor:
+        """One optimiser step on a per-rank batch; the loss goes through the
+        DDP wrapper, so the gradient is the mean over every rank's batch.
+        Returns the (detached) loss."""
+        started = time.perf_counter()
+        if next_q_target is None:
+            next_q_target = self.target_q(next_obs)
+        precision = self.hp.precision  # autocast the forwards only: Q-values come back fp32 for the TD maths
+        with torch.no_grad(), autocast(self.ctx.device, precision):
+            next_q_online = self.agent(next_obs).float() if self.hp.double_dqn else None
+        with autocast(self.ctx.device, precision):
+            q = self.model(obs).float()
+        loss = self.loss(q, actions, returns, discount, next_q_target, next_q_online)
+        forwarded = time.perf_counter()
+        with distributed.collectives():
+            loss.backward()
+        nn.utils.clip_grad_norm_(self.agent.parameters(), self.hp.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.timings["train_forward"] += forwarded - started
+        self.timings["backward_optimizer"] += time.perf_counter() - forwarded
+        return loss.detach()
+
+    def learn_draw(self, drawn: tuple[torch.Tensor, ...], next_q_target: torch.Tensor) -> torch.Tensor:
+        """A step per batch of a draw (batch_size rows each); the sum of their losses."""
+        total = torch.zeros((), device=next_q_target.device)  # on the learner's device: no host sync per step
+        for batch in zip(*(t.split(self.hp.batch_size) for t in (*drawn, next_q_target)), strict=True):
+            total += self.step(*batch)
+        return total
+
+    def update_target(self, tau: float) -> None:
+        networks.soft_update(self.target, self.agent, tau)
+
+    @torch.no_grad()
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        return self.agent.greedy(torch.as_tensor(obs, device=self.ctx.device)).cpu().numpy()
+
+
+class FusedQLearner:
+    """fused.FusedQStep behind the QLearner face: its flat gradient summed by
+    one all-reduce per step, a draw's steps in fewer operations (learn_draw)."""
+
+    def __init__(self, agent: nn.Module, target: nn.Module, hp, ctx: Dist, timings: dict[str, float]):
+        self.hp, self.timings = hp, timings
+        self.allreduce_seconds: list[float] = []
+        self.optimizer = fused.AdamState(agent.parameters(), lr=hp.learning_rate)
+        self.fused = fused.FusedQStep(agent, target, hp, self.optimizer, _gradient_sum(ctx, self.allreduce_seconds),
+                                      ctx.world_size)
+        distributed.take_rank0_parameters(ctx, self.fused.flat)
+        self.fused.update_target(1.0)  # the target starts as the online network, everywhere
+
+    def load_optimizer(self, state: dict) -> None:
+        self.fused.load_optimizer(state)
+
+    def target_q(self, next_obs: torch.Tensor) -> torch.Tensor:
+        return self.fused.target_q(next_obs)
+
+    def step(self, obs, actions, returns, discount, next_obs, next_q_target=None) -> torch.Tensor:
+        started = time.perf_counter()
+        if next_q_target is None:
+            next_q_target = self.target_q(next_obs)
+        loss = self.fused.step(obs, actions, returns, discount, next_obs, next_q_target)
+        self.timings["backward_optimizer"] += time.perf_counter() - started
+        return loss
+
+    def learn_draw(self, drawn: tuple[torch.Tensor, ...], next_q_target: torch.Tensor) -> torch.Tensor:
+        """Every batch of a draw in fewer operations: without double DQN the TD targets
+        depend on the target network alone, so the whole draw's are taken at once; each
+        step's TD error goes into one buffer and the losses are taken once at the end.
+        Returns their sum."""
+        started, size, step = time.perf_counter(), self.hp.batch_size, self.fused
+        obs, actions, returns, discount, next_obs = drawn
+        errors = torch.empty(len(obs) // size, size, device=obs.device)
+        if not self.hp.double_dqn:
+            targets = step.targets(returns, discount, next_obs, next_q_target)
+        for k in range(len(errors)):
+            part = slice(k * size, (k + 1) * size)
+            if self.hp.double_dqn:  # a' comes from the online network as it is at this step
+                step_targets = step.targets(returns[part], discount[part], next_obs[part], next_q_target[part])
+            else:
+                step_targets = targets[part]
+            step.step_towards(obs[part], actions[part], step_targets, errors[k])
+        total = fused.huber(errors).sum()
+        self.timings["backward_optimizer"] += time.perf_counter() - started
+        return total
+
+    def update_target(self, tau: float) -> None:
+        self.fused.update_target(tau)
+
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        return self.fused.greedy(obs)
