@@ -7,9 +7,11 @@ is checked by PID, not trusted.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -121,6 +123,40 @@ def test_a_two_rank_job_runs_to_success(tmp_path):
     played = subprocess.run([sys.executable, "-m", "kuberl.cli", "eval", "runs/e2e", "--episodes", "2"], check=False, cwd=tmp_path,
                             capture_output=True, text=True, timeout=60)
     assert played.returncode == 0 and "CartPole-v1: mean return" in played.stdout and "final-model.pt" in played.stdout, played
+
+
+def listeners(pids: set[int]) -> list[str]:
+    """The local addresses `ss -ltn` shows these processes listening on."""
+    if shutil.which("ss") is None:
+        pytest.fail("ss (iproute2) is needed to see the run's listening sockets")
+    table = subprocess.run(["ss", "-Hltnp"], check=True, capture_output=True, text=True).stdout
+    return [line.split()[3] for line in table.splitlines() if pids & {int(p) for p in re.findall(r"pid=(\d+)", line)}]
+
+
+def loopback(local: str) -> bool:
+    host = local.rsplit(":", 1)[0].strip("[]").split("%")[0]
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # "*": every address
+        return False
+
+
+def test_no_listener_of_a_local_run_is_on_a_wildcard_or_outside_address(tmp_path):
+    """Rank 0's rendezvous store listened on *:port (TCPStore binds every interface whatever host it is
+    given): anyone on the network could join or break the run. Now each pod's listeners (store, gloo,
+    metrics) are on its own 127.x address, seen with `ss -ltn` while the run lasts."""
+    path = write_job(tmp_path, success={"targetReturn": None})
+    port = yaml.safe_load(path.read_text())["spec"]["rendezvous"]["port"]
+    proc = start(tmp_path)
+    seen: set[str] = set()
+    while proc.poll() is None:
+        pids = {pid for found in rank_processes(tmp_path).values() for pid in found}
+        seen.update(listeners(pids) if pids else [])
+        time.sleep(0.05)
+    code, out = finish(proc, timeout=10)
+    assert code == 0, out[-3000:]
+    assert any(local.endswith(f":{port}") for local in seen), (port, seen)  # the store was seen listening
+    assert [local for local in seen if not loopback(local)] == [], seen
 
 
 def test_a_killed_rank_restarts_the_gang_from_its_checkpoint(tmp_path):

@@ -9,6 +9,7 @@ one-worker jobs can share a machine. Every collective failure surfaces as
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import socket
 import time
@@ -226,6 +227,32 @@ def wait_for_store(addr: str, port_text: str | None, deadline: float, poll_secon
             time.sleep(poll_seconds)
 
 
+def loopback_store(master: str, port_text: str | None, world_size: int,
+                   timeout: timedelta) -> tuple[dist.Store, socket.socket] | None:
+    """Rank 0's rendezvous store listening on MASTER_ADDR alone, when that is a loopback address
+    (`kuberl run`: each pod its own 127.x); None elsewhere (a cluster pod's own network namespace,
+    or under torchrun, whose agent hosts the store). TCPStore binds every interface whatever host it
+    is given (`TCPStore('127.0.0.5', p, is_master=True)` listens on *:p), so anyone on the network
+    could join or break a local run and, in deterministic mode, have rank 0 unpickle what it sends.
+    A socket bound here first is handed over instead (master_listen_fd: torch owns and closes the
+    duplicate it gets; the caller keeps the returned socket open for the store's life). Keys go
+    under "default_pg/", as init_process_group's env:// store puts them, so every rank agrees."""
+    port = tcp_port(port_text)
+    if port is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return None
+    family, _, _, _, address = socket.getaddrinfo(master, port, type=socket.SOCK_STREAM)[0]
+    if not ipaddress.ip_address(address[0]).is_loopback:
+        return None
+    listener = socket.create_server((address[0], port), family=family)
+    try:
+        store = dist.TCPStore(address[0], port, world_size, is_master=True, timeout=timeout,
+                              master_listen_fd=os.dup(listener.fileno()), use_libuv=False)  # libuv's server takes no fd
+    except BaseException:
+        listener.close()
+        raise
+    return dist.PrefixStore("default_pg", store), listener
+
+
 @contextlib.contextmanager
 def process_group(
     backend: str = "auto",
@@ -253,16 +280,17 @@ def process_group(
     _wait_for_master(master, deadline)
     if rank != 0:  # rank 0 hosts the store
         wait_for_store(master, os.environ.get(contract.ENV_MASTER_PORT), deadline)
+    timeout = timedelta(seconds=collective_timeout_seconds)
+    listener = None
     while True:
         try:
-            dist.init_process_group(
-                chosen,
-                rank=rank,
-                world_size=world_size,
-                timeout=timedelta(seconds=collective_timeout_seconds),
-            )
+            hosted = loopback_store(master, os.environ.get(contract.ENV_MASTER_PORT), world_size, timeout) if rank == 0 else None
+            store, listener = hosted or (None, None)
+            dist.init_process_group(chosen, rank=rank, world_size=world_size, timeout=timeout, store=store)
             break
-        except (RuntimeError, ValueError) as e:  # store not up yet, name flapping
+        except (RuntimeError, ValueError, OSError) as e:  # store not up yet, name flapping, port still held
+            if listener is not None:
+                listener.close()
             if time.monotonic() > deadline:
                 raise PeerLost(f"rendezvous did not complete in {rendezvous_timeout_seconds}s: {e}") from e
             time.sleep(1.0)
@@ -274,6 +302,8 @@ def process_group(
     finally:
         with contextlib.suppress(Exception):  # a dead peer must not block exit
             dist.destroy_process_group()
+        if listener is not None:
+            listener.close()
 
 
 @contextlib.contextmanager
