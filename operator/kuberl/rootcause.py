@@ -30,13 +30,8 @@ class Failure:
     exception: str | None  # the child's last `[rankN]:` line, or its error file's message
 
 
-def printable(text: str) -> str:
-    """A pod-originated line shown as text: control characters (ANSI escapes, NUL, CR) as \\xNN escapes."""
-    return safetext.one_line(text)
-
-
 def _bounded(line: str) -> str:
-    line = printable(line.strip())
+    line = safetext.one_line(line.strip())  # pod-originated: escaped before it is cut
     return line if len(line) <= LINE_LIMIT else line[: LINE_LIMIT - 1] + "…"
 
 
