@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import time
@@ -84,6 +85,7 @@ class Shell:
     settings: kopf.OperatorSettings | None = None  # kopf's, as the startup handler saw them
     reconcile_slots: asyncio.Semaphore | None = None
     events: reconcile.EventLimiter = dataclasses.field(default_factory=reconcile.EventLimiter)
+    heartbeat: Any = None  # WatchHeartbeat, once started
 
     def poke(self, namespace: str, job: str, pods_changed: bool = False) -> None:
         wake = self.wakes.get((namespace, job))
@@ -108,6 +110,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.scanning.disabled = True
     settings.networking.error_backoffs = kubeapi.API_BACKOFFS
     settings.networking.request_timeout = 30
+    # A half-open watch (its socket ESTABLISHED, nothing arriving) is dropped and made again
+    # within these bounds; unset, kopf waits on it for as long as the socket lives.
+    watch = shell_of(memo).config.watch
+    settings.watching.server_timeout = watch.server_timeout
+    settings.watching.client_timeout = watch.client_timeout
+    settings.watching.connect_timeout = watch.connect_timeout
     settings.background.instant_exit_timeout = 0.5
     shell: Shell = memo.shell
     shell.settings = settings
@@ -119,10 +127,87 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     shell.scraper = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=shell.config.scrape_timeout),
                                           connector=aiohttp.TCPConnector(limit=0))
     await kubeapi.CONNECTION.client()  # log in now: the first job's pods are not kept waiting for it
+    shell.heartbeat = WatchHeartbeat(shell.config.watch)
+    shell.heartbeat.task = asyncio.create_task(
+        shell.heartbeat.run(KubeApi(settings, logger, shell.metrics), shell.config.namespaces[:1] or (None,)))
+
+
+def shell_of(memo: kopf.Memo) -> Shell:
+    return memo.shell
+
+
+class WatchHeartbeat:
+    """One watch of RLTrainingJobs with bookmarks, on the operator's own client and kopf's
+    bounds, whose every line (event, bookmark, a fresh list) is a sign of life. kopf's watches
+    share its network path and bounds but tell nothing of their silence, so this one speaks for
+    them: silent past `WatchBounds.silent_bound`, /healthz fails and the kubelet restarts the
+    operator, whatever kept it blind. A 410 (Expired, Gone) lists again and goes on."""
+
+    def __init__(self, bounds: Any):
+        self.bounds = bounds
+        self.last_heard = time.monotonic()
+        self.task: asyncio.Task | None = None
+        self.silent_reported = False
+
+    def heard(self) -> None:
+        self.last_heard = time.monotonic()
+        if self.silent_reported:
+            logger.warning("watches heard from again after a silence longer than %gs", self.bounds.silent_bound)
+        self.silent_reported = False
+
+    def silence(self) -> float:
+        return time.monotonic() - self.last_heard
+
+    async def run(self, api: KubeApi, namespaces: tuple[str | None]) -> None:
+        bounds, path = self.bounds, kubeapi._path(*RLTJ, namespaces[0])
+        timeout = aiohttp.ClientTimeout(total=bounds.client_timeout, sock_connect=bounds.connect_timeout,
+                                        sock_read=bounds.inactivity_timeout)
+        version: str | None = None
+        while True:
+            try:
+                if version is None:
+                    listed = await api.call("get", "list", names.PLURAL, path, query=[("limit", "1")])
+                    version = listed["metadata"]["resourceVersion"]
+                    self.heard()
+                query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("resourceVersion", version),
+                         ("timeoutSeconds", f"{bounds.server_timeout:g}")]
+                async for line in api.watch_lines(names.PLURAL, path, query, timeout):
+                    self.heard()
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":  # 410 Expired: list again
+                        version = None
+                        break
+                    version = (event.get("object") or {}).get("metadata", {}).get("resourceVersion") or version
+            except ApiError as error:
+                if error.status == 410:
+                    version = None
+            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+                pass  # the silence is what counts: /healthz reports it
+            await asyncio.sleep(1.0)
+
+
+@kopf.on.probe(id="watching")
+def watching(memo: kopf.Memo, **_: Any) -> float:
+    """Seconds since the watches were last heard from; fails /healthz past the bound."""
+    heartbeat = shell_of(memo).heartbeat
+    if heartbeat is None:
+        return 0.0
+    silence = heartbeat.silence()
+    if silence > heartbeat.bounds.silent_bound:
+        if not heartbeat.silent_reported:
+            logger.error("watches silent for %.0fs, past the %gs bound (--watch-timeout %g): /healthz fails so the"
+                         " kubelet restarts the operator", silence, heartbeat.bounds.silent_bound, heartbeat.bounds.server_timeout)
+            heartbeat.silent_reported = True
+        raise kopf.PermanentError(f"watches silent for {silence:.0f}s (bound {heartbeat.bounds.silent_bound:g}s)")
+    return round(silence, 1)
 
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
+    heartbeat = memo.shell.heartbeat
+    if heartbeat is not None and heartbeat.task is not None:
+        heartbeat.task.cancel()
+        await asyncio.gather(heartbeat.task, return_exceptions=True)
     if memo.shell.scraper is not None:
         await memo.shell.scraper.close()
     await kubeapi.CONNECTION.close()

@@ -16,6 +16,7 @@ import asyncio
 import importlib.metadata
 import json
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -290,6 +291,22 @@ class KubeApi:
                 raise error
             self.log.warning(f"{method.upper()} {path} failed, retrying in {delay:g} s: {error!r}")
             await asyncio.sleep(delay)
+
+    async def watch_lines(self, plural: str, path: str, query: list[tuple[str, str]],
+                          timeout: aiohttp.ClientTimeout) -> AsyncIterator[bytes]:
+        """The lines of one watch request (events and bookmarks) until the server ends it or
+        `timeout` does; an answer other than 200 raises its ApiError (a 410 included)."""
+        client, _ = await self.connection.client()
+        response = await client.call_api(path, "GET", query_params=query, header_params={"Accept": "application/json"},
+                                         auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout)
+        async with response:
+            if response.status != 200:
+                error = api_error(response.status, await response.read(), response.headers)
+                self.metrics.api_errors.labels("watch", plural, str(response.status)).inc()
+                raise error
+            async for line in response.content:
+                if line.strip():
+                    yield line
 
     async def get(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict | None:
         try:

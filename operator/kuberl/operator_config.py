@@ -15,6 +15,41 @@ from . import contract, podsecurity, render
 
 
 @dataclasses.dataclass(frozen=True)
+class WatchBounds:
+    """How long a watch may stay silent before it is dropped and made again, and before /healthz
+    fails. A half-open connection (the API host died, a middlebox dropped the flow without a
+    reset) keeps its socket ESTABLISHED and delivers nothing; only a client-side bound ends it.
+
+    - `server_timeout`: the API server ends each watch after this (`timeoutSeconds`);
+    - `client_timeout`: the client ends it a little later, whatever the server did;
+    - `connect_timeout`: a connection that is not made in this long is given up;
+    - `inactivity_timeout`: the heartbeat's read timeout: a stream that brings nothing (not even
+      a bookmark, which a real API server sends about once a minute) for this long is made again.
+      kopf's own (settings.watching.inactivity_timeout, 70 s) is left as it is: lowered, a line
+      arriving as it expires raises "Cannot change state of expiring Timeout" in kopf's watcher,
+      which ends the operator (seen with 4.2 s);
+    - `silent_bound`: the most a working watch can go without a line; /healthz fails past it."""
+
+    server_timeout: float = 300.0
+
+    @property
+    def client_timeout(self) -> float:
+        return round(self.server_timeout * 1.1 + 2.0, 3)
+
+    @property
+    def connect_timeout(self) -> float:
+        return min(10.0, self.server_timeout)
+
+    @property
+    def inactivity_timeout(self) -> float:
+        return min(70.0, self.client_timeout)
+
+    @property
+    def silent_bound(self) -> float:
+        return self.client_timeout + self.connect_timeout
+
+
+@dataclasses.dataclass(frozen=True)
 class OperatorConfig:
     trainer_image: str = render.DEFAULT_IMAGE
     trainer_pull_policy: str | None = None  # for jobs that set no imagePullPolicy
@@ -34,6 +69,8 @@ class OperatorConfig:
     operator_namespace: str = render.DEFAULT_OPERATOR_NAMESPACE
     monitoring_namespace: str | None = render.DEFAULT_MONITORING_NAMESPACE
     trainer_per_process: render.PerProcess = render.PER_PROCESS  # default requests of a job that sets none
+    watch: WatchBounds = WatchBounds()
+    namespaces: tuple[str, ...] = ()  # watched namespaces; () for all
 
 
 def operator_config(args: argparse.Namespace) -> OperatorConfig:
@@ -51,6 +88,8 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         operator_namespace=os.environ.get(contract.ENV_OPERATOR_POD_NAMESPACE) or render.DEFAULT_OPERATOR_NAMESPACE,
         monitoring_namespace=getattr(args, "monitoring_namespace", render.DEFAULT_MONITORING_NAMESPACE),
         trainer_per_process=per_process_from_env(),
+        watch=WatchBounds(getattr(args, "watch_timeout", None) or WatchBounds.server_timeout),
+        namespaces=tuple(getattr(args, "namespace", None) or ()),
     )
 
 
@@ -81,6 +120,9 @@ def cmd_operator(args: argparse.Namespace) -> int:
     level = os.environ.get(contract.ENV_OPERATOR_LOG_LEVEL, "info").upper()
     kopf.configure(debug=level == "DEBUG", quiet=level in ("WARNING", "ERROR"))
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per liveness probe otherwise
+    # A failing probe is said once by the handler that fails it; aiohttp would add a traceback per probe.
+    logging.getLogger("aiohttp.server").addFilter(
+        lambda record: not (record.exc_info and type(record.exc_info[1]).__name__ == "ActivityError"))
     # One line per pod event would drown the log; failures of these handlers still show.
     logging.getLogger("kopf.objects").addFilter(
         lambda record: not record.getMessage().startswith(("Handler 'pod_changed' succeeded", "Handler 'job_changed' succeeded"))

@@ -50,6 +50,7 @@ ALL_FEATURES = {
         "scrapeIntervalSeconds": 30,
         "scrapeTimeoutSeconds": 0.5,
         "maxConcurrentReconciles": 8,
+        "watchTimeoutSeconds": 240,
         "serviceAccount": {"annotations": {"iam.example.com/role": "kuberl"}},
     },
     "trainer": {"imagePullSecrets": ["regcred"]},

@@ -17,7 +17,7 @@ from chart_support import (
 from kuberl import cli
 from kuberl.operator_config import OperatorConfig, operator_config
 
-FLAGS = ("--scrape-interval", "--scrape-timeout", "--max-concurrent-reconciles")
+FLAGS = ("--scrape-interval", "--scrape-timeout", "--max-concurrent-reconciles", "--watch-timeout")
 
 
 def rendered_args(values: dict | None = None, *extra: str) -> list[str]:
@@ -52,12 +52,14 @@ def test_defaults_render_no_flag_and_the_operator_keeps_its_own_defaults():
     ("maxConcurrentReconciles", 8, "--max-concurrent-reconciles=8", "max_concurrent_reconciles"),
     # Helm reads -f numbers as floats: a large count must still render as an integer.
     ("maxConcurrentReconciles", 1_000_000, "--max-concurrent-reconciles=1000000", "max_concurrent_reconciles"),
+    ("watchTimeoutSeconds", 120, "--watch-timeout=120", "watch"),
 ])
 def test_each_value_reaches_the_operator_as_its_flag(key, value, flag, field):
     args = rendered_args({"operator": {key: value}})
     assert flag in args
     assert [a for a in args if a.startswith(FLAGS)] == [flag]
-    assert getattr(operator_config(parse_operator_args(args)), field) == value
+    configured = getattr(operator_config(parse_operator_args(args)), field)
+    assert (configured.server_timeout if field == "watch" else configured) == value
 
 
 def test_set_on_the_command_line_works_too():
@@ -87,6 +89,7 @@ def test_every_rendered_flag_is_one_kuberl_operator_defines(values):
     ("maxConcurrentReconciles", -1, "minimum: got -1, want 1"),
     ("maxConcurrentReconciles", "many", "got string, want null or integer"),
     ("maxConcurrentReconciles", 1.5, "got number, want null or integer"),
+    ("watchTimeoutSeconds", 0, "exclusiveMinimum: got 0, want 0"),
 ])
 def test_schema_refuses_a_bad_value_naming_the_key(key, value, expected):
     message = refusal({"operator": {key: value}})

@@ -159,6 +159,9 @@ spec:
         {{- with .Values.operator.maxConcurrentReconciles }}
         - --max-concurrent-reconciles={{ int64 . }}
         {{- end }}
+        {{- with .Values.operator.watchTimeoutSeconds }}
+        - --watch-timeout={{ . }}
+        {{- end }}
       env:
         - name: KUBERL_LOG_LEVEL
           value: {{ .Values.operator.logLevel | quote }}
