@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import time
 
 from . import contract, podsecurity, render
 
@@ -127,13 +128,50 @@ def cmd_operator(args: argparse.Namespace) -> int:
     logging.getLogger("kopf.objects").addFilter(
         lambda record: not record.getMessage().startswith(("Handler 'pod_changed' succeeded", "Handler 'job_changed' succeeded"))
     )
-    kopf.run(
-        standalone=args.peering is None,
-        peering_name=args.peering,
-        priority=args.priority,
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
-        liveness_endpoint=f"http://{listen}:{args.health_port}/healthz",
-        memo=kopf.Memo(shell=Shell(config, metrics)),
-    )
-    return 0
+    for handler in logging.getLogger().handlers:  # our one line says it; kopf's would add two tracebacks
+        handler.addFilter(lambda record: not (record.exc_info and gone(record.exc_info[1]) is not None))
+    log = logging.getLogger("kuberl.operator")
+    quick_restarts = 0
+    while True:
+        started = time.monotonic()
+        try:
+            kopf.run(
+                standalone=args.peering is None,
+                peering_name=args.peering,
+                priority=args.priority,
+                clusterwide=not args.namespace,
+                namespaces=args.namespace,
+                liveness_endpoint=f"http://{listen}:{args.health_port}/healthz",
+                memo=kopf.Memo(shell=Shell(config, metrics)),
+            )
+            return 0
+        except Exception as error:
+            expired = gone(error)
+            if expired is None:
+                raise
+            quick_restarts = quick_restarts + 1 if time.monotonic() - started < GONE_RESET_SECONDS else 1
+            delay = min(GONE_MAX_DELAY_SECONDS, 2.0 ** (quick_restarts - 1) - 1)
+            log.warning("a watch was answered 410 Gone (%s); kopf stops on that, so the operator starts its watches "
+                        "again in %gs, listing every object anew (as client-go's reflector relists)",
+                        getattr(expired, "message", None) or expired, delay)
+            time.sleep(delay)
+
+
+GONE_RESET_SECONDS = 60.0  # a run this long resets the backoff of restarts after 410s
+GONE_MAX_DELAY_SECONDS = 30.0
+
+
+def gone(error: BaseException | None) -> BaseException | None:
+    """The HTTP 410 Gone that `error` is, or was caused by, or holds in a group; else None. kopf's
+    API errors carry the answer's `status`; kopf has no public name for them."""
+    seen: set[int] = set()
+    pending = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if getattr(current, "status", None) == 410:
+            return current
+        pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
+    return None

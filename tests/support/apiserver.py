@@ -97,6 +97,11 @@ class StandinHandler(kmock.RawHandler):
     # Bearer tokens the stand-in accepts; None: authentication off, every request is trusted.
     tokens: set[str] | None = None
     unauthorized: int = 0  # requests answered 401
+    # A fault hook: the next N watch requests whose path ends with this plural are answered with an
+    # HTTP status 410 Expired instead of a stream (the form a LIST with an expired continue token
+    # takes, and the one proxies and aggregated APIs give a watch: kubernetes.io/docs/reference/
+    # using-api/api-concepts/#410-gone-responses), not an ERROR event inside the stream.
+    watch_gone: dict[str, int] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self._requests = collections.deque(maxlen=RECENT_REQUESTS)
@@ -310,6 +315,10 @@ class StandinHandler(kmock.RawHandler):
         return _json({'kind': f'{rtype.kind}List', 'apiVersion': rtype.api_version, 'metadata': metadata, 'items': page})
 
     async def _watch(self, request: kmock.Request, rtype, route: Route, params: dict) -> aiohttp.web.StreamResponse:
+        if self.watch_gone.get(rtype.plural, 0) > 0:
+            self.watch_gone[rtype.plural] -= 1
+            gone = ApiError(410, 'Expired', f'too old resource version: {params.get("resourceVersion")} (fault hook)')
+            return _json(gone.status(), 410)
         labels = parse_label_selector(params.get('labelSelector'))
         fields = parse_field_selector(params.get('fieldSelector'), rtype.field_selectors)
         as_table = tables.wants_table(request.headers.get('Accept', ''))
