@@ -199,7 +199,8 @@ def test_a_crash_on_every_start_exhausts_the_backoff_and_leaves_no_process(stack
     done = wait_for(failed, RUN, f'{name} to fail', interval=0.1)
     reason = stack.condition(name, 'Failed')
     assert reason['reason'] == 'BackoffLimitExceeded' and f'backoffLimit={limit}' in reason['message'], reason
-    assert done['restarts'] == limit and [h['counted'] for h in done['restartHistory']] == [True] * limit, done
+    # each restart, then the failure that spent the budget, recorded with its reason too (issue 31)
+    assert done['restarts'] == limit and [h['counted'] for h in done['restartHistory']] == [True] * (limit + 1), done
     # The failed pod stays, as a Job's do, to show why; nothing may still run.
     wait_for(lambda: not stack.pids(name) and all(p['status'].get('phase') in ('Succeeded', 'Failed') for p in stack.pods(name)),
              30, f'{name} processes to end',

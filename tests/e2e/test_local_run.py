@@ -207,7 +207,8 @@ def test_a_rank_crashing_on_every_start_exhausts_the_backoff_and_leaves_nothing(
     assert "BackoffLimitExceeded" in out.strip().splitlines()[-1], out[-2000:]
     done = status(tmp_path)
     assert done["phase"] == "Failed" and done["restarts"] == 2
-    assert [h["counted"] for h in done["restartHistory"]] == [True, True]
+    # two restarts, then the failure that spent the budget: recorded too, with its reason (issue 31)
+    assert [h["counted"] for h in done["restartHistory"]] == [True, True, True]
     assert rank_processes(tmp_path) == {}
 
 
