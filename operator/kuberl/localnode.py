@@ -32,6 +32,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import errno
+import functools
 import math
 import os
 import re
@@ -43,7 +45,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import IO
@@ -673,17 +675,74 @@ def _as_local_run_error(container: Mapping) -> Iterator[None]:
                             f" files here ({shown})") from None
 
 
-def _within(directory: str, path: str) -> bool:
-    """`path`, symlinks resolved, is `directory` or under it."""
-    base, resolved = os.path.realpath(directory), os.path.realpath(path)
-    return resolved == base or resolved.startswith(base.rstrip("/") + "/")
+def descend(top: str, path: str, field: str, what: str, mounts: Collection[str] = (), create: bool = True,
+            written: str | None = None) -> int:
+    """An open directory `path` under `top`, each component opened without following a link
+    (O_NOFOLLOW at the parent's dir_fd) and, with `create`, made first where missing: the runner never
+    creates or enters a directory a link leads to, and a link swapped in between a check and a create
+    is met at the open, not followed. `mounts`: paths (as `path` is written) of the links this node
+    made itself for volume mounts, the only ones followed. A link or a file on the way is refused,
+    naming `field` as `written` there (default `path`; `what`: where the path must stay)."""
+    shown = path if written is None else written
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    walked = ""
+    try:
+        for name in (part for part in path.split("/") if part not in ("", ".")):
+            walked += "/" + name
+            ours = walked in mounts
+            if name == "..":
+                raise LocalRunError(f"{field}: {shown!r} leads out of {what} ('..')")
+            if create and not ours:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, dir_fd=fd)
+            try:
+                inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | (0 if ours else os.O_NOFOLLOW), dir_fd=fd)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                if not stat.S_ISLNK(os.lstat(name, dir_fd=fd).st_mode):
+                    raise LocalRunError(f"{field}: {shown!r}: {walked.lstrip('/')!r} is not a directory") from None
+                raise LocalRunError(f"{field}: {shown!r} leads out of {what} through a symlink in it ({walked.lstrip('/')!r}):"
+                                    " this node never follows one") from None
+            os.close(fd)
+            fd = inner
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def make_dirs(top: str, path: str, field: str, what: str, mounts: Collection[str] = ()) -> None:
+    """`descend`, for the directories it creates."""
+    os.close(descend(top, path, field, what, mounts))
+
+
+def _mount_of(container: Mapping, path: str) -> Mapping | None:
+    """The volume mount a container path lies in, if any (mounts never nest: path_problems)."""
+    normal = os.path.normpath(path)
+    return next((m for m in container.get("volumeMounts") or []
+                 if normal == os.path.normpath(m["mountPath"]) or normal.startswith(os.path.normpath(m["mountPath"]).rstrip("/") + "/")),
+                None)
+
+
+def working_dir(root: str, container: Mapping, create: bool = True) -> int:
+    """The container's workingDir, opened (and made, as runc makes a missing one) without following a
+    link the pod's volumes hold: a co-tenant's `link -> /elsewhere` in a shared claim made the runner
+    create `/elsewhere/made-by-runner` and start the pod there."""
+    path = container["workingDir"]
+    mount = _mount_of(container, path)
+    what = f"volume {mount['name']!r}" if mount else "the container's root"
+    mounts = {os.path.normpath(m["mountPath"]) for m in container.get("volumeMounts") or []}
+    return descend(root, os.path.normpath(path), f"spec.containers[{container.get('name')}].workingDir", what, mounts, create)
 
 
 def _lay_out(sandbox: str, pod: Mapping, container: Mapping, projected: Mapping[str, Mapping[str, tuple[str, int]]],
              claim_dir: Callable[[str], str]) -> str:
     root = os.path.join(sandbox, "root")
-    os.makedirs(root)
+    os.makedirs(os.path.dirname(sandbox), exist_ok=True)
+    make_dirs(os.path.dirname(sandbox), os.path.relpath(root, os.path.dirname(sandbox)), "the pod's root", "its pods directory")
     sources = {}
+    index = {v["name"]: i for i, v in enumerate(pod["spec"].get("volumes") or [])}
     for volume in pod["spec"].get("volumes") or []:
         name = volume["name"]
         if "emptyDir" in volume:
@@ -694,6 +753,9 @@ def _lay_out(sandbox: str, pod: Mapping, container: Mapping, projected: Mapping[
             write_files(sources[name], projected[name])
         elif "persistentVolumeClaim" in volume:
             sources[name] = claim_dir(volume["persistentVolumeClaim"]["claimName"])
+            if os.path.islink(sources[name]):  # runs/_claims/<claim> is any run's pods' to replace
+                raise LocalRunError(f"spec.volumes[{index[name]}].persistentVolumeClaim.claimName: the claim's directory"
+                                    f" {sources[name]} is a symlink: this node never follows one")
         elif "hostPath" in volume:
             sources[name] = volume["hostPath"]["path"]
         else:
@@ -703,24 +765,40 @@ def _lay_out(sandbox: str, pod: Mapping, container: Mapping, projected: Mapping[
     for i, mount in enumerate(container.get("volumeMounts") or []):
         if mount["name"] not in sources:
             raise LocalRunError(f"volumeMount {mount['mountPath']}: the pod has no volume {mount['name']!r}")
-        source = os.path.join(sources[mount["name"]], mount.get("subPath") or "")
-        if not _within(sources[mount["name"]], source):  # the kubelet's PrepareSafeSubpath refuses it too
-            raise LocalRunError(f"{where}.volumeMounts[{i}].subPath: {mount['subPath']!r} leads out of volume"
-                                f" {mount['name']!r} through a symlink in it")
-        if not os.path.isfile(source):  # a subPath naming a file (one ConfigMap key) mounts that file
+        sub = mount.get("subPath") or ""
+        source = os.path.join(sources[mount["name"]], sub)
+        if sub:  # made as the kubelet's PrepareSafeSubpath makes it: never through a link in the volume
+            subpath = f"{where}.volumeMounts[{i}].subPath"
+            parent = descend(sources[mount["name"]], os.path.dirname(os.path.normpath(sub)), subpath, f"volume {mount['name']!r}",
+                             written=sub)
+            try:
+                last = os.path.basename(os.path.normpath(sub))
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(last, dir_fd=parent)
+                if stat.S_ISLNK(os.lstat(last, dir_fd=parent).st_mode):  # a regular file (one ConfigMap key) mounts that file
+                    raise LocalRunError(f"{subpath}: {sub!r} leads out of volume {mount['name']!r} through a symlink in it"
+                                        f" ({os.path.normpath(sub)!r}): this node never follows one")
+            finally:
+                os.close(parent)
+        elif not os.path.isfile(source):  # the volume's own directory (a hostPath as DirectoryOrCreate)
             os.makedirs(source, exist_ok=True)
         target = os.path.normpath(host_path(root, mount["mountPath"]))
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        if not _within(root, os.path.dirname(target)):  # its symlink would be made inside that other volume
-            raise LocalRunError(f"{where}.volumeMounts[{i}].mountPath: {mount['mountPath']!r} is inside another"
-                                " mount, which this node cannot lay out (each mount is a symlink here)")
-        os.symlink(os.path.abspath(source), target)
-    log = host_path(root, container.get("terminationMessagePath") or names.TERMINATION_LOG)
-    os.makedirs(os.path.dirname(log), exist_ok=True)
-    open(log, "w").close()
-    os.makedirs(host_path(root, names.TMP_MOUNT_DIR), exist_ok=True)
+        parent = descend(root, os.path.dirname(os.path.normpath(mount["mountPath"])), f"{where}.volumeMounts[{i}].mountPath",
+                         "the container's root (each mount is a symlink here: one inside another cannot be laid out)")
+        try:
+            os.symlink(os.path.abspath(source), os.path.basename(target), dir_fd=parent)
+        finally:
+            os.close(parent)
+    mounts = {os.path.normpath(m["mountPath"]) for m in container.get("volumeMounts") or []}
+    log = os.path.normpath(container.get("terminationMessagePath") or names.TERMINATION_LOG)
+    parent = descend(root, os.path.dirname(log), f"{where}.terminationMessagePath", "the container's root", mounts)
+    try:
+        os.close(os.open(os.path.basename(log), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666, dir_fd=parent))
+    finally:
+        os.close(parent)
+    make_dirs(root, names.TMP_MOUNT_DIR, "TMPDIR", "the container's root", mounts)
     if container.get("workingDir"):  # runc creates a missing working directory (opencontainers/runc#1604)
-        os.makedirs(host_path(root, container["workingDir"]), exist_ok=True)
+        os.close(working_dir(root, container))
     return root
 
 
@@ -730,12 +808,14 @@ def host_path(root: str, path: str) -> str:
 
 @dataclass(frozen=True)
 class Launch:
-    """What starting the container means here: argv, full env, cwd."""
+    """What starting the container means here: argv, full env, cwd (with `open_cwd`, the
+    working directory opened without following a link, which the process enters by its fd)."""
 
     argv: list[str]
     env: dict[str, str]
     cwd: str
     termination_log: str
+    open_cwd: Callable[[], int] | None = None
 
 
 def interpreter_bin() -> str:
@@ -860,7 +940,8 @@ def launch(pod: Mapping, root: str, container_environment: Mapping[str, str], ba
     }
     cwd = host_path(root, container["workingDir"]) if container.get("workingDir") else os.getcwd()
     log = host_path(root, container.get("terminationMessagePath") or names.TERMINATION_LOG)
-    return Launch(argv, env, cwd, log)
+    opened = functools.partial(working_dir, root, container, create=False) if container.get("workingDir") else None
+    return Launch(argv, env, cwd, log, opened)
 
 
 # --- the process --------------------------------------------------------------
@@ -897,20 +978,27 @@ class PodProcess:
         self.start_error: str | None = None
         self._exit_code: int | None = None
         self._reader: threading.Thread | None = None
+        opened = None
         try:
+            opened = spec.open_cwd() if spec.open_cwd else None
+            # the child changes into the very directory checked, by its fd: a link swapped in since is not followed
+            cwd = f"/proc/self/fd/{opened}" if opened is not None and os.path.isdir("/proc/self/fd") else spec.cwd
             self.popen: subprocess.Popen | None = subprocess.Popen(
-                spec.argv, env=spec.env, cwd=spec.cwd, stdin=subprocess.DEVNULL,
+                spec.argv, env=spec.env, cwd=cwd, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True,
                 # the child calls one libc function looked up before the fork: no lock to inherit
                 preexec_fn=_die_with_parent if _PRCTL else None,  # noqa: PLW1509
             )
-        except (OSError, ValueError) as e:  # the runtime could not start the container (a NUL in argv or env: ValueError)
+        except (OSError, ValueError, LocalRunError) as e:  # the runtime could not start the container (a NUL in argv or env: ValueError)
             self.popen = None
             self.start_error = f"StartError: {e}"
             self._exit_code = 128
             self.finished_at = self.started_at
             return
+        finally:
+            if opened is not None:
+                os.close(opened)
         self._reader = threading.Thread(target=self._pump, name=f"output {prefix}", daemon=True)
         self._reader.start()
 

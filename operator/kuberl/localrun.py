@@ -53,6 +53,7 @@ from .localnode import (
     containers_not_run,
     image_files,
     loopback_rendezvous,
+    make_dirs,
     processes_under,
     read_regular_file,
     start_pod,
@@ -323,7 +324,8 @@ class LocalCluster:
         ours = spec.checkpoint.claim_name or names.pvc_name(self.job.name)
         shared = os.path.join(os.path.dirname(self.run_dir), SHARED_CLAIMS_DIR, claim)
         path = os.path.join(self.run_dir, "checkpoints") if claim == ours else shared
-        os.makedirs(path, exist_ok=True)
+        runs = os.path.dirname(self.run_dir)  # made without following a link any run's pods may have left there
+        make_dirs(runs, os.path.relpath(path, runs), f"persistentVolumeClaim {claim!r}", f"the runs directory {runs}")
         return path
 
     def live_dns_pods(self) -> list[DNSPod]:

@@ -16,6 +16,7 @@ from kuberl.localnode import (
     LocalRunError,
     PodProcess,
     configmap_files,
+    launch,
     path_problems,
     prepare_sandbox,
     source_problems,
@@ -722,3 +723,103 @@ def test_a_script_in_a_configmap_with_defaultmode_0755_runs_as_the_command(tmp_p
     out = io.StringIO()
     process = PodProcess(launch(pod, root, {}, base_env={"PATH": "/usr/bin:/bin"}), "[t]", out)
     assert process.wait(30) == 0 and "[t] entry ran" in out.getvalue()
+
+
+# --- directories the node makes or enters: never through a link a pod left -----------------------------
+
+
+def shared_claim_with_link(tmp_path) -> tuple[dict, object]:
+    """A job left `link -> <outside>` in a shared claim; this pod mounts that claim at /data."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    claim = tmp_path / "claims" / "shared"
+    claim.mkdir(parents=True)
+    os.symlink(outside, claim / "link")
+    pod = pod_with({"workingDir": "/data/link/made-by-runner", "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                   [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}])
+    return pod, outside
+
+
+def test_a_working_dir_through_a_link_in_a_shared_claim_is_refused_and_nothing_is_made_outside(tmp_path):
+    """The runner itself created <outside>/made-by-runner (even at --pod-security restricted)."""
+    pod, outside = shared_claim_with_link(tmp_path)
+    with pytest.raises(LocalRunError, match=r"^spec.containers\[trainer\].workingDir: '/data/link/made-by-runner' leads out of"
+                                            r" volume 'data' through a symlink in it \('data/link'\)"):
+        prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {}, lambda c: str(tmp_path / "claims" / c))
+    assert list(outside.iterdir()) == []
+
+
+def test_a_working_dir_inside_a_claim_is_made_there_and_entered(tmp_path):
+    pod = pod_with({"command": ["python", "-c", "import os; print(os.getcwd())"], "workingDir": "/data/a/b",
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                   [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}])
+    root = prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {}, lambda c: str(tmp_path / "claims" / c))
+    assert (tmp_path / "claims" / "shared" / "a" / "b").is_dir()
+    out = io.StringIO()
+    assert PodProcess(launch(pod, root, {}), "[t]", out).wait(30) == 0
+    assert out.getvalue() == f"[t] {tmp_path / 'claims' / 'shared' / 'a' / 'b'}\n"
+
+
+def test_a_link_swapped_in_after_the_sandbox_was_made_is_not_entered(tmp_path):
+    """Checked, then swapped: the process enters the directory the node opened, by its fd, or none."""
+    pod = pod_with({"command": ["python", "-c", "open('made-here', 'w')"], "workingDir": "/data/a/b",
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                   [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}])
+    root = prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {}, lambda c: str(tmp_path / "claims" / c))
+    outside = tmp_path / "outside"
+    (outside / "b").mkdir(parents=True)
+    os.rename(tmp_path / "claims" / "shared" / "a", tmp_path / "moved")
+    os.symlink(outside, tmp_path / "claims" / "shared" / "a")
+    process = PodProcess(launch(pod, root, {}), "[t]", io.StringIO())
+    assert process.wait(30) == 128 and "workingDir" in process.start_error and "symlink" in process.start_error
+    assert list((outside / "b").iterdir()) == []
+
+
+def test_a_link_swapped_in_between_a_check_and_a_create_is_met_not_followed(tmp_path, monkeypatch):
+    """A co-tenant replaces a directory the node has just made with a link: the next step opens it without following."""
+    from kuberl import localnode
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    made = os.mkdir
+
+    def mkdir_then_swap(name, *args, dir_fd=None, **kwargs):
+        made(name, *args, dir_fd=dir_fd, **kwargs)
+        if name == "a":
+            os.rmdir(name, dir_fd=dir_fd)
+            os.symlink(outside, name, dir_fd=dir_fd)
+
+    monkeypatch.setattr(localnode.os, "mkdir", mkdir_then_swap)
+    (tmp_path / "top").mkdir()
+    with pytest.raises(LocalRunError, match=r"^f: 'a/b' leads out of v through a symlink in it \('a'\)"):
+        localnode.make_dirs(str(tmp_path / "top"), "a/b", "f", "v")
+    assert list(outside.iterdir()) == []
+
+
+def test_a_claim_directory_a_pod_replaced_with_a_link_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "claims").mkdir()
+    os.symlink(outside, tmp_path / "claims" / "shared")
+    pod = pod_with({"volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                   [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}])
+    with pytest.raises(LocalRunError, match=r"spec.volumes\[0\].persistentVolumeClaim.claimName: the claim's directory .* is a symlink"):
+        prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {}, lambda c: str(tmp_path / "claims" / c))
+
+
+def test_kuberl_run_makes_shared_claims_without_following_a_link_left_in_runs(tmp_path, capsys):
+    """runs/_claims is every run's: a pod of an earlier run can leave `runs/_claims -> <outside>` there."""
+    import yaml
+    from kuberl import cli
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "runs").mkdir()
+    os.symlink(outside, tmp_path / "runs" / "_claims")
+    job = {**JOB, "spec": {"trainer": "custom", "runPolicy": {"backoffLimit": 0}, "template": {"spec": {
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}],
+        "containers": [{"name": "trainer", "command": ["python", "-c", "pass"], "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    assert cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "runs"), "--pod-security", "restricted"]) != 0
+    assert "persistentVolumeClaim 'shared'" in capsys.readouterr().out
+    assert list(outside.iterdir()) == []
