@@ -475,7 +475,10 @@ def runnable_documents(docs: list, path: str, say: bool = True, one_job: bool = 
             continue
         converted, notes, failures = convert.convert_documents([doc], runtimes=convert.runtimes_of(docs))
         for label, e in failures:
-            raise SystemExit(f"{path}: {label} has no RLTrainingJob equivalent:\n" + "\n".join(f"  {p}" for p in e.problems))
+            asks = any(option in p.message for p in e.problems for option in ("--image", "--procs-per-worker"))
+            hint = (f"\n  (the options are kuberl convert's: kuberl convert --image IMAGE --procs-per-worker N {path} >"
+                    " job.yaml, then run job.yaml)") if asks else ""
+            raise SystemExit(f"{path}: {label} has no RLTrainingJob equivalent:\n" + "\n".join(f"  {p}" for p in e.problems) + hint)
         for label, job_notes in notes if say else []:
             for note in job_notes:
                 print(f"{path}: {label}, run as an RLTrainingJob (`kuberl convert` prints it): {note}", file=sys.stderr)

@@ -198,6 +198,14 @@ def test_convert_run_and_validate_take_a_trainjob(tmp_path, capsys):
     (job,) = load_documents(out)
     assert (job["spec"]["image"], job["spec"]["procsPerWorker"]) == (IMAGE, 2)
     assert f"{path}: TrainJob 'multi-node': spec.runtimeRef: not carried over" in err
+    try:  # run and validate take no --image: they say where it is asked
+        code = cli.main(["validate", str(path)])
+    except SystemExit as e:
+        code, said = 1, str(e.code)
+    else:
+        said = ""
+    assert code == 1
+    assert f"kuberl convert --image IMAGE --procs-per-worker N {path} > job.yaml" in said + capsys.readouterr().err
     path.write_text(to_yaml([trainjob(image=IMAGE, numProcPerNode=1)]))
     assert cli.main(["validate", str(path)]) == 0
     assert "3 worker(s) x 1 process(es)" in capsys.readouterr().out
