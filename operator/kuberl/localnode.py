@@ -1108,6 +1108,26 @@ def read_regular_file(path: str, limit: int = -1) -> str | None:
         return f.read(limit).decode(errors="replace")
 
 
+def read_regular_tail(path: str, limit: int) -> tuple[str, int] | None:
+    """The last `limit` bytes of a regular file a container wrote, from the first whole line on, and
+    the file's size; None as for `read_regular_file`. A run's progress.jsonl grows for as long as the
+    run lasts (or is a 3 GiB sparse file a process put there): it is never read whole."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        size = os.fstat(fd).st_size
+        if size <= limit:
+            return f.read(limit).decode(errors="replace"), size
+        f.seek(size - limit - 1)  # one byte more: whether the tail starts a line
+        tail = f.read(limit + 1)
+        start = tail.find(b"\n") + 1  # 0: no whole line in it
+        return (tail[start:].decode(errors="replace") if start else ""), size
+
+
 def read_termination_log(path: str) -> str:
     """The termination-message file, as the regular file a kubelet mounts there."""
     return (read_regular_file(path, TERMINATION_MESSAGE_LIMIT) or "").strip()

@@ -56,6 +56,7 @@ from .localnode import (
     make_dirs,
     processes_under,
     read_regular_file,
+    read_regular_tail,
     start_pod,
 )
 from .rank0metrics import Rank0Reading
@@ -643,9 +644,8 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
     uid = job_uid(run_dir)
     status_path = os.path.join(run_dir, "status.json")
     status: dict = {}
-    if os.path.exists(status_path):
-        with open(status_path, errors="replace") as f:
-            previous = last_status(f.read(), status_path)
+    if os.path.lexists(status_path):  # a file put in its place (a FIFO, gigabytes) is not read through, nor whole
+        previous = last_status(read_regular_file(status_path, RECORD_LIMIT) or "", status_path)
         status = {"generation": previous.get("generation", 0) + 1}
         say(f"resuming {job.name} (last run: {previous.get('phase')}, generation {previous.get('generation')})")
     wait_for_leftovers(os.path.join(run_dir, "pods"), job.spec.run_policy.termination_grace_period_seconds)
@@ -702,9 +702,18 @@ def act(cluster: LocalCluster, decision: lifecycle.Decision, now: float) -> None
             say(f"{action.reason}: {action.message}")
 
 
+# What is read of a progress.jsonl: its last records (80,000 or so), whatever its size.
+PROGRESS_TAIL_BYTES = 16 << 20
+
+
+def progress_tail(checkpoint_dir: str | None) -> str:
+    """The end of the run's progress.jsonl (`read_regular_tail`), or ""."""
+    read = read_regular_tail(os.path.join(checkpoint_dir, "progress.jsonl"), PROGRESS_TAIL_BYTES) if checkpoint_dir else None
+    return read[0] if read else ""
+
+
 def last_progress(checkpoint_dir: str | None) -> dict:
-    text = read_regular_file(os.path.join(checkpoint_dir, "progress.jsonl")) if checkpoint_dir else None
-    return progress_record(text.splitlines()) if text else {}
+    return progress_record(progress_tail(checkpoint_dir).splitlines())
 
 
 def progress_records(lines: list[str]) -> list[dict]:
@@ -741,8 +750,7 @@ def shown(path: str) -> str:
 def newest_checkpoint(checkpoint_dir: str | None) -> tuple[str, int] | None:
     """(file name, timesteps) of the newest checkpoint progress.jsonl names (the trainer adds a
     record at each save) that is still on disk, or None."""
-    text = read_regular_file(os.path.join(checkpoint_dir, "progress.jsonl")) if checkpoint_dir else None
-    for record in reversed(progress_records(text.splitlines()) if text else []):
+    for record in reversed(progress_records(progress_tail(checkpoint_dir).splitlines())):
         name, steps = record.get("checkpoint"), _number(record.get("timesteps"))
         if (isinstance(name, str) and steps is not None and os.path.basename(name) == name
                 and os.path.isfile(os.path.join(checkpoint_dir, name))):
@@ -967,7 +975,8 @@ def plot(run_dir: str) -> str:
     found = sorted(progress_files(os.path.join(run_dir, "checkpoints")), key=os.path.getmtime)
     if not found:
         raise FileNotFoundError(f"no progress.jsonl under {run_dir}/checkpoints (has the run reported progress yet?)")
-    rows = progress_records((read_regular_file(found[-1]) or "").splitlines())
+    text, size = read_regular_tail(found[-1], PROGRESS_TAIL_BYTES) or ("", 0)
+    rows = progress_records(text.splitlines())
     import matplotlib
 
     matplotlib.use("Agg")
@@ -987,7 +996,8 @@ def plot(run_dir: str) -> str:
         ax.set_ylabel("return")
         ax.grid(alpha=0.3)
     axes[0].legend(loc="lower right")
-    fig.suptitle(f"{os.path.basename(os.path.abspath(run_dir))} (dotted: gang restarts)")
+    part = f"; the last {PROGRESS_TAIL_BYTES >> 20} MiB of {size / 2**20:,.0f} MiB of records" if size > PROGRESS_TAIL_BYTES else ""
+    fig.suptitle(f"{os.path.basename(os.path.abspath(run_dir))} (dotted: gang restarts{part})")
     out = os.path.join(run_dir, "learning-curve.png")
     fig.savefig(out, dpi=100)
     plt.close(fig)

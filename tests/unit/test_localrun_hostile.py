@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import stat
+import subprocess
 import sys
 
 import pytest
@@ -823,3 +824,57 @@ def test_kuberl_run_makes_shared_claims_without_following_a_link_left_in_runs(tm
     assert cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "runs"), "--pod-security", "restricted"]) != 0
     assert "persistentVolumeClaim 'shared'" in capsys.readouterr().out
     assert list(outside.iterdir()) == []
+
+
+# --- run files are read as a bounded tail -----------------------------------------------------------------
+
+
+def sparse_progress(directory, size: int = 3 << 30) -> None:
+    """A 3 GiB progress.jsonl (sparse: no disk) ending in two real records."""
+    records = b'{"timesteps": 100, "wall_seconds": 1.0, "episode_return_mean": 20.0}\n' \
+              b'{"timesteps": 200, "wall_seconds": 2.0, "episode_return_mean": 30.0, "eval_return": 42.0}\n'
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "progress.jsonl", "wb") as f:
+        f.truncate(size - len(records))
+        f.seek(size - len(records))
+        f.write(records)
+
+
+def in_two_gibibytes(*argv: str, cwd) -> subprocess.CompletedProcess:
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    return subprocess.run([sys.executable, *argv], check=False, capture_output=True, text=True, timeout=120, cwd=cwd,
+                          preexec_fn=limit)
+
+
+def test_plot_of_a_3_gib_progress_file_draws_its_last_records_in_2_gib(tmp_path):
+    """`kuberl plot` read the whole file: a MemoryError traceback under a 2 GiB address-space limit."""
+    sparse_progress(tmp_path / "checkpoints" / "j-uid")
+    done = in_two_gibibytes("-m", "kuberl.cli", "plot", str(tmp_path), cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, ""), done
+    assert done.stdout.strip().endswith("learning-curve.png") and (tmp_path / "learning-curve.png").stat().st_size > 1000
+
+
+def test_the_run_summary_reads_a_3_gib_progress_file_in_2_gib(tmp_path):
+    """`kuberl run`'s end-of-run summary read it the same way."""
+    sparse_progress(tmp_path)
+    code = ("import sys; from kuberl.localrun import last_progress, newest_checkpoint;"
+            f" print(last_progress({str(tmp_path)!r})['eval_return'], newest_checkpoint({str(tmp_path)!r}))")
+    done = in_two_gibibytes("-c", code, cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "42.0 None\n", ""), done
+
+
+def test_a_tail_starts_at_a_whole_line_and_says_how_large_the_file_is(tmp_path):
+    from kuberl.localnode import read_regular_tail
+
+    path = tmp_path / "f"
+    path.write_bytes(b"first line\nsecond\nthird\n")
+    assert read_regular_tail(str(path), 100) == ("first line\nsecond\nthird\n", 24)
+    assert read_regular_tail(str(path), 12) == ("third\n", 24)  # "econd\nthird\n": the cut line is dropped
+    assert read_regular_tail(str(path), 13) == ("second\nthird\n", 24)  # it starts exactly at a line
+    assert read_regular_tail(str(path), 3) == ("", 24)
+    os.mkfifo(tmp_path / "fifo")
+    assert read_regular_tail(str(tmp_path / "fifo"), 10) is None
