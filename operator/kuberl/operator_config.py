@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import re
 import time
 
 from . import contract, podsecurity, render
@@ -128,8 +129,11 @@ def cmd_operator(args: argparse.Namespace) -> int:
     logging.getLogger("kopf.objects").addFilter(
         lambda record: not record.getMessage().startswith(("Handler 'pod_changed' succeeded", "Handler 'job_changed' succeeded"))
     )
-    for handler in logging.getLogger().handlers:  # our one line says it; kopf's would add two tracebacks
+    once = TracebackOnce()
+    for handler in logging.getLogger().handlers:
+        # a 410: our one line says it; kopf's would add two tracebacks
         handler.addFilter(lambda record: not (record.exc_info and gone(record.exc_info[1]) is not None))
+        handler.addFilter(once)
     log = logging.getLogger("kuberl.operator")
     quick_restarts = 0
     while True:
@@ -155,6 +159,33 @@ def cmd_operator(args: argparse.Namespace) -> int:
                         "again in %gs, listing every object anew (as client-go's reflector relists)",
                         getattr(expired, "message", None) or expired, delay)
             time.sleep(delay)
+
+
+class TracebackOnce(logging.Filter):
+    """A failure that repeats (a daemon retrying every few seconds while the API server is down)
+    logs its traceback the first time; each repeat within `window` seconds (the same logger and
+    message up to its first colon, numbers aside) is one line, the error's type added and the
+    traceback left out."""
+
+    def __init__(self, window: float = 600.0, clock=time.monotonic):
+        super().__init__()
+        self.window, self.clock = window, clock
+        self.shown: dict[tuple[str, str], tuple[float, str]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.exc_info or record.exc_info[1] is None:
+            return True
+        error = record.exc_info[1]
+        # what failed, not how: the first retry's error may be a reset, the next ones refused connections
+        key = (record.name, re.sub(r"[\d.]+", "#", str(record.msg).split(":", 1)[0]))
+        now = self.clock()
+        first = self.shown.get(key)
+        if first is None or now - first[0] > self.window:
+            self.shown[key] = (now, time.strftime("%H:%M:%S"))
+            return True
+        record.msg, record.args = f"{record.getMessage()} [{type(error).__name__}; traceback as logged at {first[1]}]", ()
+        record.exc_info, record.exc_text = None, None
+        return True
 
 
 GONE_RESET_SECONDS = 60.0  # a run this long resets the backoff of restarts after 410s

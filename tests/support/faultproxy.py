@@ -8,6 +8,8 @@ Faults a real network gives, which a clean close does not:
   then ignored: the client's connect succeeds and its request is never answered.
 - `heal()`: new connections flow again. Flows opened before stay silent for good: the middlebox
   that forgot them drops their packets still, and only a client-side timeout ends them.
+- `down()`: the API host is down and says so: every flow is reset (RST), open ones and new ones,
+  until `up()`.
 
 `flows` and `silenced` count what happened, so a test can tell its fault actually bit.
 """
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import struct
 import threading
 from typing import Self
 
@@ -27,6 +31,7 @@ class FaultProxy:
         self.flows = 0  # connections accepted
         self.silenced = 0  # flows a partition made silent
         self._partitioned = False
+        self._down = False
         self._live: set[_Flow] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -59,6 +64,17 @@ class FaultProxy:
                     self.silenced += 1
         self._call(cut)
 
+    def down(self) -> None:
+        """Every flow, open or new, is reset, until `up()`."""
+        def reset() -> None:
+            self._down = True
+            for flow in list(self._live):
+                flow.reset()
+        self._call(reset)
+
+    def up(self) -> None:
+        self._call(lambda: setattr(self, '_down', False))
+
     def heal(self) -> None:
         """New flows pass again; those a partition silenced stay silent."""
         self._call(lambda: setattr(self, '_partitioned', False))
@@ -76,6 +92,7 @@ class FaultProxy:
 
     def _run(self) -> None:
         self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
         self._server = self._loop.run_until_complete(asyncio.start_server(self._accept, '127.0.0.1', 0))
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
@@ -96,6 +113,9 @@ class FaultProxy:
         flow = _Flow(client_writer)
         self._live.add(flow)
         try:
+            if self._down:
+                flow.reset()
+                return
             if self._partitioned:  # accepted, then never answered: the request goes nowhere
                 flow.silent = True
                 self.silenced += 1
@@ -116,6 +136,14 @@ class FaultProxy:
 class _Flow:
     def __init__(self, client: asyncio.StreamWriter):
         self.client, self.upstream, self.silent = client, None, False
+
+    def reset(self) -> None:
+        """Close with an RST (SO_LINGER 0), as a host that lost the connection answers."""
+        sock = self.client.get_extra_info('socket')
+        with contextlib.suppress(OSError):
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+        self.close()
 
     def close(self) -> None:
         for writer in (self.client, self.upstream):
