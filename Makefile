@@ -23,11 +23,11 @@ $(TRAIN_STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PIP) install --progress-bar on --upgrade pip
 	$(PIP) install --progress-bar on $(TORCH_CPU)
-	$(PIP) install --progress-bar on -c requirements-dev.txt -e "operator[plot]" -e trainer
+	$(PIP) install --progress-bar on -c requirements-dev.txt -e "operator[plot,progress]" -e trainer
 	touch $@
 
 $(STAMP): $(TRAIN_STAMP) requirements-dev.txt
-	$(PIP) install -q -r requirements-dev.txt -e "operator[operator,plot]" -e "trainer[video]"
+	$(PIP) install -q -r requirements-dev.txt -e "operator[operator,plot,progress]" -e "trainer[video]"
 	touch $@
 
 TOOLS := .tools

@@ -406,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field, e.g. --set totalTimesteps=20000")
     p.add_argument("--plot", action="store_true", help="write a PNG learning curve when done")
+    p.add_argument("-v", "--verbose", action="store_true", help="also print each checkpoint rank 0 writes")
     p.add_argument("--dir", default="runs", help="where runs keep checkpoints, logs and plots")
     p.add_argument("--resume", action="store_true",
                    help="continue the job's latest run even if the spec now learns something else (e.g. a raised totalTimesteps);"

@@ -171,17 +171,27 @@ def _status_schema() -> dict:
                 "description": "Path, time and timesteps of the newest checkpoint.",
             },
             "finalModel": {"type": "string", "nullable": True, "description": "Where the trained policy was written."},
+            "display": {
+                "type": "object", "description": "What kubectl get rltj prints (a printer column cannot format): strings beside the exact values.",
+                "properties": {
+                    "workers": {"type": "string", "maxLength": 16, "description": "Ready/desired pods of the current generation."},
+                    "return": {"type": "string", "maxLength": 32, "description": "Mean training return, rounded (the last known once pods are gone)."},
+                    "eval": {"type": "string", "maxLength": 32, "description": "Latest evaluation return, rounded: what decided success."},
+                    "reason": {"type": "string", "maxLength": 64, "description": "Why the job is Failed or Suspended (its condition's reason)."},
+                },
+            },
         },
     }
 
 
-PRINTER_COLUMNS = [
+PRINTER_COLUMNS = [  # the display strings the operator writes beside the exact values (status.display)
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Lifecycle phase."},
-    {"name": "Workers", "type": "integer", "jsonPath": ".spec.workers", "description": "Pods in the gang."},
+    {"name": "Workers", "type": "string", "jsonPath": ".status.display.workers", "description": "Ready/desired pods."},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "description": "Counted gang restarts."},
     {"name": "Timesteps", "type": "integer", "jsonPath": ".status.progress.timesteps", "description": "Env steps so far."},
-    {"name": "Return", "type": "number", "jsonPath": ".status.progress.episodeReturnMean", "description": "Mean training return."},
-    {"name": "Eval", "type": "number", "jsonPath": ".status.progress.evalReturn", "description": "Latest evaluation return.", "priority": 1},
+    {"name": "Return", "type": "string", "jsonPath": ".status.display.return", "description": "Mean training return, rounded."},
+    {"name": "Eval", "type": "string", "jsonPath": ".status.display.eval", "description": "Latest evaluation return, rounded."},
+    {"name": "Reason", "type": "string", "jsonPath": ".status.display.reason", "description": "Why Failed or Suspended."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

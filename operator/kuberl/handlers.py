@@ -388,7 +388,7 @@ class JobLoop:
                                     networkpolicy_checked=self.memo.get("networkpolicy_checked") == job["metadata"]["uid"])
         paths = trainer_config(self.name, self.namespace, job["metadata"]["uid"], spec)["paths"] if spec is not None else None
         new_status = reconcile.job_status(decision.status, observed_generation=job["metadata"].get("generation", 1),
-                                          reading=reading, paths=paths)
+                                          reading=reading, paths=paths, desired_workers=spec.workers if spec is not None else None)
         written = await self._write(job, status, new_status)
         self.shell.metrics.job_phase(self.namespace, self.name, decision.phase)
         if written:

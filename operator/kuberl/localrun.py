@@ -46,6 +46,7 @@ import yaml
 from pydantic import BaseModel
 
 from . import convert, fingerprint, lifecycle, names, rank0metrics, safetext
+from .console import Console
 from .lifecycle import ObservedPod, Rank0Progress
 from .localnode import (
     LocalRunError,
@@ -611,7 +612,14 @@ class Interrupts:
 def say(message: str) -> None:
     """A line of kuberl's own; what it quotes of a pod arrives with each further line marked
     `[worker N]` (lifecycle), of a spec as one line (safetext)."""
-    print(f"[kuberl] {safetext.escape(message)}", flush=True)
+    line = f"[kuberl] {safetext.escape(message)}"
+    if CONSOLE is not None:  # a live progress bar: the line goes above it
+        CONSOLE.line(line)
+    else:
+        print(line, flush=True)
+
+
+CONSOLE: Console | None = None  # the run's console while `kuberl run` drives a job (_run_held)
 
 
 @contextlib.contextmanager
@@ -667,6 +675,8 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
                     reading = scrape(leader.ip, job.spec.metrics.port, job.name)
                     if reading is not None:
                         rank0 = rank0metrics.progress_of(rank0, leader.generation, reading, now)
+                        if isinstance(cluster.out, Console):
+                            cluster.out.progress(reading.timesteps, reading.episode_return_mean, reading.eval_return)
                 if interrupts.count and not announced:
                     announced = True
                     say(f"stopping: SIGTERM to every rank, {job.spec.run_policy.termination_grace_period_seconds}s to save (Ctrl-C again to kill)")
@@ -675,7 +685,7 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
                 if decision.status != status:
                     write_json(status_path, decision.status)
                 status = decision.status
-                act(cluster, decision, now)
+                act(cluster, decision, now, interrupted=bool(interrupts.count))
                 if interrupts.count > 1 and not killed:
                     say("killing every rank now")
                     cluster.kill_all()
@@ -690,15 +700,16 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
             raise
 
 
-def act(cluster: LocalCluster, decision: lifecycle.Decision, now: float) -> None:
-    """Carry out the decision (its status is already written), then tell the user."""
+def act(cluster: LocalCluster, decision: lifecycle.Decision, now: float, interrupted: bool = False) -> None:
+    """Carry out the decision (its status is already written), then tell the user. After Ctrl-C the suspension
+    is not announced: its pods are still saving, and the run's last line says where it stopped."""
     for action in decision.actions:
         if isinstance(action, lifecycle.DeletePods):
             cluster.delete(action.names, action.force, now)
         elif isinstance(action, lifecycle.CreatePods):
             cluster.create(action.generation, action.ranks)
     for action in decision.actions:
-        if isinstance(action, lifecycle.Event):
+        if isinstance(action, lifecycle.Event) and not (interrupted and action.reason == lifecycle.REASON_SUSPEND):
             say(f"{action.reason}: {action.message}")
 
 
@@ -946,18 +957,27 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
         say(f"warning: {', '.join(loopback)} rendezvous at localhost: in a cluster each pod's localhost is its own, so"
             f" these {spec.workers} pods never meet there (they wait until a timeout); here they share this machine's"
             " and do. Meet at $(MASTER_ADDR):$(MASTER_PORT), or give torchrun no endpoint (PET_RDZV_ENDPOINT is worker 0)")
+    global CONSOLE
+    console = Console(sys.stdout, spec.total_timesteps, os.path.join(run_dir, "checkpoints"), getattr(args, "verbose", False))
+    CONSOLE = console
     try:
-        code, status, wall = _run(job, run_dir, configmaps=configmaps)
+        code, status, wall = _run(job, run_dir, out=console, configmaps=configmaps)
     except LocalRunError as e:
         say(f"{job.name} cannot run here: {e}")
         return EXIT_CANNOT_RUN
     except OSError as e:  # the run directory's disk filled or went away: every rank is already stopped
         say(f"{job.name} stopped: {e.strerror or e}{f': {e.filename}' if e.filename else ''}")
         return EXIT_CANNOT_RUN
-    say(summary(job, paths_of(job, run_dir, job_uid(run_dir)), status, code, wall))
+    finally:
+        console.close()
+        CONSOLE = None
+    curve = None
     if args.plot and code in (0, EXIT_INTERRUPTED):
         with contextlib.suppress(FileNotFoundError):
-            say(f"learning curve {shown(plot(run_dir))}")
+            curve = plot(run_dir)
+    # one summary: what happened, and where the model, checkpoints, logs and learning curve are
+    say(summary(job, paths_of(job, run_dir, job_uid(run_dir)), status, code, wall)
+        + f"; logs {shown(os.path.join(run_dir, 'logs'))}" + (f"; learning curve {shown(curve)}" if curve else ""))
     return code
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -108,17 +109,46 @@ def not_served(code: int, message: str, child: dict, scheduler_name: str | None)
     return Refusal(lifecycle.REASON_INVALID_CHILD, f"{what} is not served by this cluster ({message}):{needed}".rstrip(":"))
 
 
+DISPLAY_REASON_PHASES = (lifecycle.FAILED, lifecycle.SUSPENDED)
+
+
+def _rounded(value: object) -> str | None:
+    return f"{value:.1f}" if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
+def display(status: dict, desired_workers: int | None) -> dict:
+    """What `kubectl get rltj` shows, as strings a printer column (one JSONPath, no formatting) can print:
+    ready/desired workers, returns rounded to 0.1 (the last known ones once the pods are gone, so a finished
+    job still shows what it reached), and a Failed or Suspended job's reason."""
+    previous = status.get("display") or {}
+    progress = status.get("progress") or {}
+    workers = status.get("workers") or {}
+    out = {
+        "return": _rounded(progress.get("episodeReturnMean")) or previous.get("return"),
+        "eval": _rounded(progress.get("evalReturn")) or previous.get("eval"),
+        "reason": None,
+    }
+    if desired_workers is not None:
+        out["workers"] = f"{workers.get('ready', 0)}/{desired_workers}"
+    if status.get("phase") in DISPLAY_REASON_PHASES:
+        condition = next((c for c in status.get("conditions") or [] if c.get("type") == status["phase"] and c.get("status") == "True"), {})
+        out["reason"] = str(condition.get("reason") or status["phase"])[:64]
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def job_status(
     decided: dict,
     *,
     observed_generation: int,
     reading: Rank0Reading | None,
     paths: dict | None,
+    desired_workers: int | None = None,
 ) -> dict:
     """The status one reconcile writes: the lifecycle's, plus what only the shell knows.
     `paths`: the trainer configuration's (checkpointDir, finalModel); None for a spec that does not parse."""
     status = copy.deepcopy(decided)
     status["observedGeneration"] = observed_generation
+    status["display"] = display(status, desired_workers)
     if paths is None:
         return status
     if reading is not None and reading.last_checkpoint_time is not None:

@@ -48,6 +48,7 @@ def test_create_runs_and_succeeds_with_children_conditions_and_events(standin, r
     done = wait_phase(rest, 'happy', 'Succeeded')
     assert done['completionTime']
     assert done['finalModel'].endswith('final-model.pt')
+    assert done['display']['workers'].endswith('/2')  # kubectl get rltj's WORKERS column: ready/desired
     assert any(c['type'] == 'Succeeded' and c['status'] == 'True' for c in done['conditions'])
     reasons = wait_for(lambda: {e['reason'] for e in events(rest, 'happy')} >= {'Creating', 'AllWorkersRunning'}
                        and {e['reason'] for e in events(rest, 'happy')})

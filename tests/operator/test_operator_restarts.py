@@ -48,7 +48,10 @@ def test_a_configuration_error_fails_at_once_and_a_spent_budget_fails_with_the_l
     terminated(standin, gang[0], 1, 'ConfigError: spec.env.id: no gymnasium env named "CartPol-v1"')
     failed = wait_phase(rest, 'misconfigured', 'Failed')
     assert failed['restarts'] == 0
-    assert 'spec.env.id' in condition(rest, 'misconfigured', 'Failed')['message']
+    failed_condition = condition(rest, 'misconfigured', 'Failed')
+    assert 'spec.env.id' in failed_condition['message']
+    # kubectl get rltj's REASON column
+    assert wait_for(lambda: status(rest, 'misconfigured').get('display', {}).get('reason')) == failed_condition['reason']
     wait_for(lambda: not pods(standin, 'misconfigured', 0) or all(p['status']['phase'] != 'Running' for p in pods(standin, 'misconfigured', 0)))
 
     create_job(rest, 'fragile', workers=1, runPolicy={'backoffLimit': 1, 'restartBackoffSeconds': 0.1})

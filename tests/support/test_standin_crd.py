@@ -112,11 +112,12 @@ def test_status_is_ignored_on_create_and_kept_apart(rest):
 
 def test_printer_columns_render_as_a_table(rest):
     rest.post(JOBS, job())
-    rest.patch(f'{JOBS}/job/status', {'status': {'phase': 'Running', 'restarts': 1, 'progress': {'timesteps': 640}}})
+    rest.patch(f'{JOBS}/job/status', {'status': {'phase': 'Running', 'restarts': 1, 'progress': {'timesteps': 640},
+                                                 'display': {'workers': '2/2'}}})
     table = rest.get(JOBS, headers={'Accept': 'application/json;as=Table;g=meta.k8s.io;v=v1'}).body
     names = [c['name'] for c in table['columnDefinitions']]
     row = dict(zip(names, table['rows'][0]['cells'], strict=True))
-    assert row['Name'] == 'job' and row['Phase'] == 'Running' and row['Workers'] == 2
+    assert row['Name'] == 'job' and row['Phase'] == 'Running' and row['Workers'] == '2/2'
     assert row['Restarts'] == 1 and row['Timesteps'] == 640 and row['Age'].endswith('s')
 
 

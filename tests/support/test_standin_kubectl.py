@@ -44,10 +44,11 @@ def test_apply_get_describe_delete(kubectl, rest):
     assert 'created' in kubectl('apply', '-f', str(EXAMPLE)).stdout
     assert 'unchanged' in kubectl('apply', '-f', str(EXAMPLE)).stdout
     rest.patch(f'{JOBS}/{name}/status', {'status': {'phase': 'Running', 'restarts': 2,
-                                                    'progress': {'timesteps': 4096, 'episodeReturnMean': 123.5}}})
+                                                    'progress': {'timesteps': 4096, 'episodeReturnMean': 123.456},
+                                                    'display': {'workers': '1/2', 'return': '123.5'}}})
     header, row = kubectl('get', 'rltj').stdout.splitlines()
-    assert header.split()[:6] == ['NAME', 'PHASE', 'WORKERS', 'RESTARTS', 'TIMESTEPS', 'RETURN']
-    assert row.split()[:6] == [name, 'Running', '2', '2', '4096', '123.5']
+    assert header.split() == ['NAME', 'PHASE', 'WORKERS', 'RESTARTS', 'TIMESTEPS', 'RETURN', 'EVAL', 'REASON', 'AGE']
+    assert row.split()[:6] == [name, 'Running', '1/2', '2', '4096', '123.5'] and len(row.split()) == 7  # no eval, no reason yet
     described = kubectl('describe', 'rltj', name).stdout
     assert f'Name:         {name}' in described and 'Total Timesteps:' in described
     assert 'deleted' in kubectl('delete', '-f', str(EXAMPLE)).stdout

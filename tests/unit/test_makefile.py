@@ -25,13 +25,13 @@ def test_make_train_installs_the_trainer_cli_and_plotting_only_with_visible_prog
     assert installs, "make train installs something into a fresh venv"
     joined = "\n".join(installs)
     assert "-r requirements-dev.txt" not in joined  # pins as constraints (-c) only: no test tools
-    assert "operator[plot]" in joined and "-e trainer" in joined and "operator[operator" not in joined
+    assert "operator[plot,progress]" in joined and "-e trainer" in joined and "operator[operator" not in joined
     assert not any(" -q" in line for line in installs), "pip's progress is shown"
 
 
 def test_make_test_adds_the_test_tools_and_extras(tmp_path):
     joined = "\n".join(dry_run("test-unit", tmp_path))
-    assert "-r requirements-dev.txt" in joined and "operator[operator,plot]" in joined and "trainer[video]" in joined
+    assert "-r requirements-dev.txt" in joined and "operator[operator,plot,progress]" in joined and "trainer[video]" in joined
 
 
 def make_dry(*args: str) -> str:

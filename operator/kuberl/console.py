@@ -1,0 +1,106 @@
+"""What `kuberl run` shows a person: on a terminal one live progress bar (tqdm: percent, steps/s,
+ETA, return, eval) with the pods' other lines above it; in a pipe or a file, plain lines.
+
+The pods' output reaches the console through `Console.write` (every line is kept whole in the pod's
+log file regardless): rank 0's periodic progress line is what the bar shows, so on a terminal it is
+not printed; checkpoint lines only with `-v`; the checkpoint volume's in-pod path (/checkpoints/…)
+is shown where it lies here, relative to the current directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import IO, Any
+
+from . import names
+
+PROGRESS_LINE = re.compile(r"^\[(?:rank|worker) 0\] timesteps \d+  steps/s ")
+CHECKPOINT_LINE = re.compile(r"^\[(?:rank|worker) 0\] checkpoint ")
+
+
+def shown(path: str) -> str:
+    """Paths under the current directory read best relative to it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+class Console:
+    """The runner's and the pods' lines, and on a terminal the progress bar below them."""
+
+    def __init__(self, stream: IO[str], total_timesteps: int | None, host_checkpoints: str | None = None,
+                 verbose: bool = False, live: bool | None = None):
+        self.stream, self.total, self.verbose = stream, total_timesteps, verbose
+        self.tqdm = _tqdm() if live is not False else None
+        self.live = bool(self.tqdm and total_timesteps and (live or (live is None and _isatty(stream))))
+        mount = names.CHECKPOINT_MOUNT_DIR.rstrip("/") + "/"
+        self.paths = (mount, shown(host_checkpoints).rstrip("/") + "/") if host_checkpoints else None
+        self.bar: Any = None
+        self.lock = threading.Lock()
+
+    # -- lines ---------------------------------------------------------------------------
+
+    def write(self, text: str) -> None:
+        """A pod's output (already prefixed and escaped), as a PodProcess writes it."""
+        for line in text.splitlines():
+            if CHECKPOINT_LINE.match(line) and not self.verbose:
+                continue
+            if self.live and PROGRESS_LINE.match(line):
+                continue
+            self.line(line)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def line(self, line: str) -> None:
+        """One line above the bar, the checkpoint volume's paths shown where they lie here."""
+        if self.paths is not None:
+            line = line.replace(" " + self.paths[0], " " + self.paths[1])
+        with self.lock:
+            if self.bar is not None:
+                self.bar.clear()
+                self.stream.write(line + "\n")
+                self.bar.refresh()
+            else:
+                self.stream.write(line + "\n")
+            self.stream.flush()
+
+    # -- the bar -------------------------------------------------------------------------
+
+    def progress(self, timesteps: int | None, episode_return: float | None, eval_return: float | None) -> None:
+        """Rank 0's latest reading; the first one starts the bar where a resumed run stands."""
+        if not self.live or timesteps is None:
+            return
+        with self.lock:
+            if self.bar is None:
+                self.bar = self.tqdm(total=self.total, initial=min(timesteps, self.total), unit="step", unit_scale=True,
+                                     dynamic_ncols=True, file=self.stream, smoothing=0.3, leave=False, mininterval=0.5)
+            self.bar.set_postfix_str(f"return {_number(episode_return)}  eval {_number(eval_return)}", refresh=False)
+            self.bar.update(max(0, min(timesteps, self.total) - self.bar.n))
+            self.bar.refresh()  # one reading a second at most (the runner's scrapes): each is shown
+
+    def close(self) -> None:
+        with self.lock:
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _tqdm() -> Any:
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the progress extra is not installed: plain lines
+        return None
+    return tqdm

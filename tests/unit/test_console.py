@@ -1,0 +1,50 @@
+"""What `kuberl run` shows: a live bar on a terminal, plain lines in a pipe, checkpoints only with -v,
+the checkpoint volume's paths where they lie here."""
+
+from __future__ import annotations
+
+import io
+
+from kuberl.console import Console
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+PROGRESS = "[rank 0] timesteps 206762  steps/s 17,045  return 500.0  eval 500.0\n"
+CHECKPOINT = "[rank 0] checkpoint /checkpoints/job-1234/ckpt-0000000140.pt (timesteps 206762)\n"
+RESUMED = "[rank 0] resuming from /checkpoints/job-1234/ckpt-0000000140.pt (timesteps 206762)\n"
+
+
+def test_a_terminal_gets_one_live_bar_with_percent_rate_eta_return_and_eval(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    screen = Terminal()
+    console = Console(screen, 3_000_000, str(tmp_path / "runs" / "job" / "checkpoints"))
+    assert console.live
+    console.write(PROGRESS + CHECKPOINT + RESUMED + "[rank 1] hello\n")
+    console.progress(1_500_000, 123.4, None)
+    console.progress(1_600_000, 130.0, 200.0)
+    console.close()
+    out = screen.getvalue()
+    assert "timesteps 206762  steps/s" not in out, "the bar shows progress; its line is not printed"
+    assert "checkpoint " not in out, "checkpoints only with -v"
+    assert "[rank 0] resuming from runs/job/checkpoints/job-1234/ckpt-0000000140.pt (timesteps 206762)" in out
+    assert "[rank 1] hello" in out
+    assert "53%" in out and "return 130.0  eval 200.0" in out and "step/s" in out and "<" in out  # percent, rate, ETA
+
+
+def test_a_pipe_gets_plain_lines_and_verbose_adds_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    pipe = io.StringIO()
+    console = Console(pipe, 3_000_000, str(tmp_path / "runs" / "job" / "checkpoints"), verbose=True)
+    assert not console.live
+    console.write(PROGRESS + CHECKPOINT)
+    console.progress(1_500_000, 1.0, 2.0)
+    console.close()
+    assert pipe.getvalue() == (PROGRESS + "[rank 0] checkpoint runs/job/checkpoints/job-1234/ckpt-0000000140.pt (timesteps 206762)\n")
+
+
+def test_a_custom_trainer_without_a_budget_gets_no_bar():
+    assert not Console(Terminal(), None).live
