@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from . import torchrun
-from .operator_config import OperatorConfig, WatchBounds
+from .operator_config import MIN_PEERING_LIFETIME, OperatorConfig, WatchBounds
 from .podsecurity import (
     DEFAULT_LEVEL,
     LEVELS,
@@ -427,6 +427,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", "-n", action="append", default=[], help="watch these namespaces (default: all)")
     p.add_argument("--peering", help="kopf peering object name (several replicas); standalone when unset")
     p.add_argument("--priority", type=int, default=0, help="peering priority; distinct per replica")
+    p.add_argument("--peering-lifetime", type=positive(int), metavar="SECONDS",
+                   help="how long a replica's peering record outlives its last keepalive, so how long a standby waits"
+                        f" to take over from a replica that died (default {OperatorConfig.peering_lifetime}, at least"
+                        f" {MIN_PEERING_LIFETIME}: kopf renews it 5-10 s before it expires)")
     p.add_argument("--health-port", type=int, default=8080)
     p.add_argument("--metrics-port", type=int, default=8081)
     p.add_argument("--trainer-image", help="default trainer image (else $KUBERL_TRAINER_IMAGE, else the built-in default)")

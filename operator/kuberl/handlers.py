@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import json
 import logging
 import os
@@ -86,6 +87,7 @@ class Shell:
     reconcile_slots: asyncio.Semaphore | None = None
     events: reconcile.EventLimiter = dataclasses.field(default_factory=reconcile.EventLimiter)
     heartbeat: Any = None  # WatchHeartbeat, once started
+    peering: Any = None  # PeeringCheck, when peering
 
     def poke(self, namespace: str, job: str, pods_changed: bool = False) -> None:
         wake = self.wakes.get((namespace, job))
@@ -121,6 +123,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     shell.settings = settings
     if shell.config.peering is not None:  # several replicas: never run unpeered by accident
         settings.peering.mandatory = True
+        settings.peering.lifetime = shell.config.peering_lifetime
+        shell.peering = PeeringCheck(shell.config, shell.metrics)
+        shell.peering.task = asyncio.create_task(shell.peering.run(KubeApi(settings, logger, shell.metrics)))
     shell.reconcile_slots = asyncio.Semaphore(shell.config.max_concurrent_reconciles)
     # No cap on connections: scrapes wait outside the reconcile slots, and a pool of 100 (aiohttp's
     # default) would let 100 silent rank 0s starve every other job's scrape.
@@ -202,12 +207,76 @@ def watching(memo: kopf.Memo, **_: Any) -> float:
     return round(silence, 1)
 
 
+class PeeringCheck:
+    """Reads the peering object every few seconds: other live replicas with this one's priority
+    make kopf pause every one of them ("Pausing all operators, including self"), so no job
+    progresses and, from kopf, nothing says why. This says it: an error line when it starts, a
+    gauge (kuberl_operator_peers_same_priority), and a failing /healthz, so the kubelet restarts
+    the replica and its restarts show."""
+
+    def __init__(self, config: OperatorConfig, metrics: OperatorMetrics):
+        self.config, self.metrics = config, metrics
+        self.same: list[str] = []  # identities of other live replicas with our priority
+        self.task: asyncio.Task | None = None
+
+    def path(self) -> str:
+        if self.config.namespaces:  # kopf peers per namespace when not cluster-wide
+            return kubeapi._path("kopf.dev", "v1", "kopfpeerings", self.config.namespaces[0], self.config.peering)
+        return kubeapi._path("kopf.dev", "v1", "clusterkopfpeerings", None, self.config.peering)
+
+    def judge(self, peering: dict | None, now: float) -> list[str]:
+        """Identities of live peers with our priority, ourselves excluded (we are one of those
+        holding it: a second one is a conflict)."""
+        peers = (peering or {}).get("status") or {}
+        same = []
+        for identity, record in peers.items():
+            if not isinstance(record, dict) or record.get("priority") != self.config.priority:
+                continue
+            try:  # kopf writes datetime.isoformat(), with its offset
+                seen = datetime.datetime.fromisoformat(str(record.get("lastseen"))).timestamp()
+            except ValueError:
+                continue
+            if now - seen <= float(record.get("lifetime") or 60):
+                same.append(identity)
+        return sorted(same)[1:] if len(same) > 1 else []
+
+    async def run(self, api: KubeApi) -> None:
+        while True:
+            with contextlib.suppress(ApiError, aiohttp.ClientError, TimeoutError, ValueError, TypeError):
+                same = self.judge(await api.call("get", "get", "clusterkopfpeerings" if not self.config.namespaces else
+                                                 "kopfpeerings", self.path()), time.time())
+                if same and not self.same:
+                    logger.error("peering %s: %d other live replica(s) have priority %d, as this one does: kopf pauses every one"
+                                 " of them and no job progresses. Give each replica a distinct --priority (the chart's"
+                                 " StatefulSet uses its ordinal); /healthz fails until then", self.config.peering, len(same),
+                                 self.config.priority)
+                elif self.same and not same:
+                    logger.warning("peering %s: no other live replica has priority %d any more", self.config.peering,
+                                   self.config.priority)
+                self.same = same
+                self.metrics.peers_same_priority.set(len(same))
+            await asyncio.sleep(PEERING_CHECK_SECONDS)
+
+
+PEERING_CHECK_SECONDS = 5.0
+
+
+@kopf.on.probe(id="peering")
+def peering(memo: kopf.Memo, **_: Any) -> int:
+    """Other live replicas sharing this one's peering priority; fails /healthz when there are any."""
+    check = shell_of(memo).peering
+    if check is None or not check.same:
+        return 0
+    raise kopf.PermanentError(f"peering {check.config.peering}: {len(check.same)} other live replica(s) share priority"
+                              f" {check.config.priority}; every replica is paused")
+
+
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
-    heartbeat = memo.shell.heartbeat
-    if heartbeat is not None and heartbeat.task is not None:
-        heartbeat.task.cancel()
-        await asyncio.gather(heartbeat.task, return_exceptions=True)
+    for task in (memo.shell.heartbeat and memo.shell.heartbeat.task, memo.shell.peering and memo.shell.peering.task):
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
     if memo.shell.scraper is not None:
         await memo.shell.scraper.close()
     await kubeapi.CONNECTION.close()

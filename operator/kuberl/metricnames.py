@@ -47,6 +47,7 @@ OPERATOR_GANG_RESTARTS_TOTAL = f"{OPERATOR_PREFIX}_gang_restarts_total"  # by re
 OPERATOR_PODS_CREATED_TOTAL = f"{OPERATOR_PREFIX}_pods_created_total"
 OPERATOR_API_ERRORS_TOTAL = f"{OPERATOR_PREFIX}_api_errors_total"  # by verb, resource, code
 OPERATOR_API_RESOLVED_TOTAL = f"{OPERATOR_PREFIX}_api_resolved_total"  # 404/409 the operator resolves, by verb, resource, code
+OPERATOR_PEERS_SAME_PRIORITY = f"{OPERATOR_PREFIX}_peers_same_priority"  # live replicas sharing this one's peering priority (0: fine)
 # Per-job operator series: the job's namespace (the ServiceMonitor honours it over the operator's own) and name.
 LABEL_NAMESPACE = "namespace"
 LABEL_PHASE = "phase"

@@ -65,6 +65,10 @@ class OperatorConfig:
     relist_seconds: float = 0.5
     max_concurrent_reconciles: int = 32  # bounds the operator's load on the API server in a burst
     peering: str | None = None  # kopf peering object; None runs standalone
+    priority: int = 0  # this replica's peering priority
+    # How long a replica's peering record outlives its last keepalive: a standby takes over this
+    # long after the active replica dies (kopf refreshes the record 5-10 s before it expires).
+    peering_lifetime: int = 60
     pod_security: str = podsecurity.DEFAULT_LEVEL  # every rendered pod is checked against it before any is created
     allowed_service_accounts: frozenset[str] | None = None  # None: any (Pod Security Standards leave it open)
     # Admitted to rank 0's metrics port by each job's NetworkPolicy: the operator's scrapes and Prometheus'.
@@ -75,8 +79,15 @@ class OperatorConfig:
     namespaces: tuple[str, ...] = ()  # watched namespaces; () for all
 
 
+MIN_PEERING_LIFETIME = 12  # kopf renews a record 5-10 s before it expires; less leaves no room for the PATCH
+
+
 def operator_config(args: argparse.Namespace) -> OperatorConfig:
     """The operator's configuration from its command line and the chart's environment."""
+    lifetime = getattr(args, "peering_lifetime", None)
+    if lifetime is not None and lifetime < MIN_PEERING_LIFETIME:
+        raise SystemExit(f"kuberl operator: --peering-lifetime={lifetime}: expected at least {MIN_PEERING_LIFETIME} seconds"
+                         " (kopf renews a replica's record 5-10 s before it expires; chart value operator.peering.failoverSeconds)")
     return OperatorConfig(
         trainer_image=getattr(args, "trainer_image", None) or os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE) or render.DEFAULT_IMAGE,
         trainer_pull_policy=os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_POLICY) or None,
@@ -85,6 +96,8 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         scrape_timeout=getattr(args, "scrape_timeout", None) or OperatorConfig.scrape_timeout,
         max_concurrent_reconciles=getattr(args, "max_concurrent_reconciles", None) or OperatorConfig.max_concurrent_reconciles,
         peering=args.peering,
+        priority=getattr(args, "priority", 0) or 0,
+        peering_lifetime=getattr(args, "peering_lifetime", None) or OperatorConfig.peering_lifetime,
         pod_security=getattr(args, "pod_security", None) or podsecurity.DEFAULT_LEVEL,
         allowed_service_accounts=podsecurity.parse_service_accounts(getattr(args, "allowed_service_accounts", None)),
         operator_namespace=os.environ.get(contract.ENV_OPERATOR_POD_NAMESPACE) or render.DEFAULT_OPERATOR_NAMESPACE,

@@ -9,7 +9,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -51,6 +57,10 @@ class OperatorMetrics:
         self.pods_created = Counter(m.OPERATOR_PODS_CREATED_TOTAL, "Worker pods created, by job.", [m.LABEL_NAMESPACE, m.LABEL_RLTJ],
                                     registry=self.registry)
         self.restart_reasons: dict[tuple[str, str], set[str]] = {}
+        self.peers_same_priority = Gauge(
+            m.OPERATOR_PEERS_SAME_PRIORITY, "Other live replicas in this one's peering object with its priority: kopf pauses"
+            " every one of them, so no job progresses while this is above 0.", registry=self.registry,
+        )
         self.api_errors = Counter(
             m.OPERATOR_API_ERRORS_TOTAL, "Kubernetes API requests that failed, by verb, resource and HTTP status"
             " (404 and 409, which the operator resolves itself, are counted apart).",

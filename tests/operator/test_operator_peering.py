@@ -54,3 +54,74 @@ def test_a_lower_priority_replica_pauses_then_takes_over(standin, rest, tmp_path
         leader.stop()
     made = {(c.verb, c.group, c.resource, c.subresource) for c in standin.calls if c.agent == 'kopf'}
     assert made <= API_CALLS | PEERING_API_CALLS, sorted(made - API_CALLS - PEERING_API_CALLS)
+
+
+def _make_peering(standin, rest) -> None:
+    standin.apply_crd(PEERING_CRD)
+    assert rest.post('/apis/kopf.dev/v1/clusterkopfpeerings', {'apiVersion': 'kopf.dev/v1', 'kind': 'ClusterKopfPeering',
+                                                               'metadata': {'name': 'kuberl'}}).status == 201
+
+
+def _health(op: Operator) -> int:
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f'http://127.0.0.1:{op.health_port}/healthz', timeout=2) as reply:
+            return reply.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def _gauge(op: Operator, name: str) -> float | None:
+    line = next((line for line in op.metrics().splitlines() if line.startswith(name + ' ')), None)
+    return None if line is None else float(line.split()[1])
+
+
+def test_equal_priorities_are_reported_loudly_log_healthz_and_metric(standin, rest, tmp_path):
+    """kopf pauses every replica that sees another with its priority, and says so only as a
+    warning: no job progresses. Each replica says why, fails /healthz and sets the gauge; once
+    one of them goes, the other resumes and is healthy again."""
+    from kuberl import metricnames
+    _make_peering(standin, rest)
+    (tmp_path / 'a').mkdir()
+    (tmp_path / 'b').mkdir()
+    first = Operator(standin, tmp_path / 'a', '--peering', 'kuberl', '--priority', '7').start()
+    second = Operator(standin, tmp_path / 'b', '--peering', 'kuberl', '--priority', '7').start(watching=False)
+    gauge = metricnames.OPERATOR_PEERS_SAME_PRIORITY
+    try:
+        for op in (first, second):
+            wait_for(lambda op=op: _health(op) == 500, timeout=30, what='/healthz to fail on equal priorities')
+            assert _gauge(op, gauge) == 1
+            assert op.log().count('other live replica(s) have priority 7, as this one does') == 1, op.log()[-3000:]
+        second.stop()  # a graceful stop removes its record
+        wait_for(lambda: _health(first) == 200 and _gauge(first, gauge) == 0, timeout=30,
+                 what='the remaining replica to be healthy again')
+    finally:
+        second.stop()
+        first.stop()
+
+
+def test_the_failover_time_is_the_peering_lifetime(standin, rest, tmp_path):
+    """A killed leader leaves its record behind: the standby takes over once it expires,
+    --peering-lifetime seconds after the leader's last keepalive (kopf's default 60)."""
+    import time
+    _make_peering(standin, rest)
+    (tmp_path / 'a').mkdir()
+    (tmp_path / 'b').mkdir()
+    lifetime = 12
+    leader = Operator(standin, tmp_path / 'a', '--peering', 'kuberl', '--priority', '10', '--peering-lifetime', str(lifetime)).start()
+    standby = Operator(standin, tmp_path / 'b', '--peering', 'kuberl', '--priority', '5',
+                       '--peering-lifetime', str(lifetime)).start(watching=False)
+    try:
+        wait_for(lambda: _priorities(rest) == [5, 10], what='both replicas in the peering object')
+        leader.kill()
+        killed = time.monotonic()
+        wait_for(lambda: 'Resuming operations after the pause' in standby.log(), timeout=lifetime + 15,
+                 what='the standby to take over')
+        took = time.monotonic() - killed
+        assert took <= lifetime + 3, took
+        create_job(rest, 'after-failover', workers=1)
+        wait_for(lambda: pods(standin, 'after-failover'), what='the standby to create pods')
+    finally:
+        standby.stop()
+        leader.stop()

@@ -219,6 +219,11 @@ def test_replicas_get_distinct_kopf_priorities_from_their_ordinal():
     assert env["KUBERL_POD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
     priorities = {parse_operator_args(container["args"], i).priority for i in range(workload["spec"]["replicas"])}
     assert len(priorities) == 3
+    assert parse_operator_args(container["args"], 0).peering_lifetime == 60  # the failover time, chart default
+    _, faster = operator_container(render({**ALL_FEATURES, "operator": {**ALL_FEATURES["operator"], "peering": {
+        "name": "kuberl", "failoverSeconds": 20}}}))
+    assert parse_operator_args(faster["args"], 0).peering_lifetime == 20
+    assert "/operator/peering/failoverSeconds" in refusal({"operator": {"replicas": 2, "peering": {"failoverSeconds": 5}}})
     peering = parse_operator_args(container["args"], 0).peering
     assert [p["metadata"]["name"] for p in of_kind(objects, "ClusterKopfPeering")] == [peering]
     namespaced = render(NAMESPACED)

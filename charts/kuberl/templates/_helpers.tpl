@@ -142,6 +142,7 @@ spec:
         {{- if include "kuberl.peering" . | eq "true" }}
         - --peering={{ .Values.operator.peering.name }}
         - --priority=$(KUBERL_POD_INDEX)
+        - --peering-lifetime={{ int64 .Values.operator.peering.failoverSeconds }}
         {{- end }}
         - --health-port={{ .Values.operator.health.port }}
         - --metrics-port={{ .Values.metrics.port }}
