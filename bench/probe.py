@@ -151,8 +151,8 @@ def main() -> None:
         trainer.envs.step = env_step
         learn_forward = Timed(trainer.agent.forward)  # DDP's forward calls it too
         trainer.agent.forward = learn_forward
-        counter_sync = Timed(trainer.sync)
-        trainer.sync = counter_sync
+        counter_sync = Timed(trainer.sync_update)
+        trainer.sync_update = counter_sync
 
         warmup = BareSession(job["warmup_updates"])
         trainer.train(warmup)  # DQN: fills learningStarts; both: first-call costs

@@ -33,6 +33,18 @@ POLICY_LOSS = f"{PREFIX}_policy_loss"
 VALUE_LOSS = f"{PREFIX}_value_loss"
 ENTROPY = f"{PREFIX}_entropy"
 APPROX_KL = f"{PREFIX}_approx_kl"
+CLIP_FRACTION = f"{PREFIX}_clip_fraction"
+# An update's statistics exported as gauges: the name an algorithm reports in
+# UpdateReport.losses -> (metric, help). A new algorithm's statistic is one row
+# here (and a dashboard panel, if it should be drawn); one it reports without a
+# row is not exported.
+LOSS_GAUGES = {
+    "policy_loss": (POLICY_LOSS, "Mean clipped policy loss of the last update (PPO)."),
+    "value_loss": (VALUE_LOSS, "Mean value loss of the last update (PPO's critic, DQN's TD loss)."),
+    "entropy": (ENTROPY, "Mean policy entropy of the last update (PPO)."),
+    "approx_kl": (APPROX_KL, "Mean approximate KL of the last update (PPO)."),
+    "clip_fraction": (CLIP_FRACTION, "Fraction of samples whose probability ratio was clipped, last update (PPO)."),
+}
 
 # Histograms (Prometheus adds _bucket, _sum, _count).
 ROLLOUT_DURATION = f"{PREFIX}_rollout_duration_seconds"

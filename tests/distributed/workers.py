@@ -65,8 +65,8 @@ def equivalence(out: Path) -> None:
         for _ in range(4):  # real updates: collect, all-reduce counters, learn
             trainer.collect()
             local_episodes.append(len(trainer.tracker.finished_returns))
-            totals, _ = trainer.sync(stop_vote=False, success_vote=False)
-            global_episodes.append(int(totals[1]))
+            totals, _ = trainer.sync_update(trainer.local_statistics(), stop_vote=False, success_vote=False)
+            global_episodes.append(int(totals["episodes"]))
             trainer.learn(*trainer.advantages(False))
         torch.save({"after_one": after_one, "moments": moments, "after_many": params(trainer), "first_obs": first_obs,
                     "local_episodes": local_episodes, "global_episodes": global_episodes},

@@ -51,6 +51,8 @@ def test_an_algorithm_never_asks_which_learner_it_got(algorithm):
     assert not imported & {"fused", "fastpolicy", "DistributedDataParallel", "torch.nn.parallel"}, imported
     attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     assert not attributes & {"fused", "fast", "model"}, attributes
+    tests = [ast.unparse(node.test) for node in ast.walk(tree) if isinstance(node, (ast.If, ast.IfExp))]
+    assert not [t for t in tests if "fast" in t or "fused" in t], tests
 
 
 @pytest.mark.parametrize("name", ["LOG_SQRT_2PI", "STAT_NAMES"])
@@ -59,3 +61,44 @@ def test_shared_constants_are_defined_once(name):
                for node in ast.walk(ast.parse(path.read_text()))
                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)]
     assert defined == ["ppo_terms.py"]
+
+
+def test_the_updates_statistics_are_reduced_by_name():
+    """base.all_reduce_named: numbers and arrays in, the same names back in their shapes
+    (one process: the sum is the value), whatever the order they were given in."""
+    import numpy as np
+    from kuberl_trainer.base import all_reduce_named
+
+    values = {"return_moments": np.array([2.0, 3.0, 5.0]), "steps": 16, "stop_votes": 1.0}
+    totals = all_reduce_named(ONE_PROCESS, values)
+    assert list(totals) == ["return_moments", "steps", "stop_votes"]
+    assert totals["steps"] == 16.0 and totals["stop_votes"] == 1.0
+    np.testing.assert_array_equal(totals["return_moments"], [2.0, 3.0, 5.0])
+    assert all_reduce_named(ONE_PROCESS, {}) == {}
+
+
+@pytest.mark.parametrize("algorithm", ["ppo.py", "dqn.py"])
+def test_what_algorithms_share_is_written_once_in_the_base(algorithm):
+    """Seeding, envs, checkpoint state and the loop are base.BaseAlgorithm's: an
+    algorithm module defines none of them, and reads no statistic by position."""
+    tree = ast.parse((TRAINER / algorithm).read_text())
+    defined = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    assert not defined & {"shared_state", "load_shared", "rank_state", "load_rank", "train", "sync"}, defined
+    source = (TRAINER / algorithm).read_text()
+    assert "rank_seed(" not in source and "totals[" not in source.replace('totals["', "")
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_every_statistic_an_algorithm_reports_has_a_gauge(fast):
+    """UpdateReport.losses by name -> metricnames.LOSS_GAUGES: a statistic without a row would not be exported."""
+    from kuberl import metricnames
+
+    ppo = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8, hidden_sizes=[8]), "CartPole-v1", 2, {}, 32, seed=1, restart=0,
+                     fast=fast)
+    dqn = DQNTrainer(ONE_PROCESS, DQNConfig(learning_starts=16, batch_size=8, train_frequency=8, gradient_steps=1,
+                                            hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0, fast=fast)
+    for trainer in (ppo, dqn):
+        session = BareSession()
+        trainer.train(session)
+        reported = {name for report in session.reports for name in report.losses}
+        assert reported and reported <= set(metricnames.LOSS_GAUGES), reported

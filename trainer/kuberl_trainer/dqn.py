@@ -39,19 +39,13 @@ import torch
 from kuberl.spec import DQNConfig, JobSpec, Problem
 from torch import nn
 
-from . import atari, budget, distributed, evaluation, learners, networks
+from . import atari, budget, evaluation, learners, networks
+from .base import BaseAlgorithm
 from .distributed import Dist
-from .envs import (
-    EpisodeTracker,
-    UnknownEnv,
-    env_state,
-    make_envs,
-    rank_seed,
-    restore_env_state,
-)
+from .envs import UnknownEnv, make_envs
 from .networks import soft_update  # noqa: F401 — the maths, beside td_targets and dqn_loss, for readers and tests
 from .replay import Batch, ReplayBuffer
-from .session import Counters, Session, UpdateReport, run_updates
+from .session import UpdateReport
 
 # --- The Q network ---------------------------------------------------------
 
@@ -131,23 +125,22 @@ def steps_per_draw(gradient_steps: int, batch_size: int, obs_shape: tuple[int, .
     return max(1, min(gradient_steps, DRAW_BYTES // (sample_bytes * batch_size)))
 
 
-class DQNTrainer:
+class DQNTrainer(BaseAlgorithm):
     def __init__(self, ctx: Dist, hp: DQNConfig, env_id: str, num_envs: int, env_kwargs: dict,
                  total_timesteps: int, seed: int, restart: int, env_backend: str = "auto", fast: bool = True):
-        self.ctx, self.hp, self.total_timesteps, self.env_backend = ctx, hp, total_timesteps, env_backend
-        self.seed = rank_seed(seed, ctx.rank, restart)
-        self.envs = make_envs(env_id, num_envs, env_kwargs, env_backend)
-        self.action_space = self.envs.single_action_space
+        self.hp, self.total_timesteps, self.fast_path = hp, total_timesteps, fast
+        super().__init__(ctx, env_id, num_envs, env_kwargs, seed, restart, env_backend)
+
+    def _setup_model(self, env_id: str, num_envs: int) -> None:
+        """The online and target Q networks, the replay buffer, and how it learns and acts."""
+        ctx, hp, space = self.ctx, self.hp, self.envs.single_observation_space
         if not isinstance(self.action_space, gym.spaces.Discrete):
             raise UnknownEnv(f"spec.env.id: algorithm dqn needs discrete actions; {env_id!r} has {self.action_space}")
-        space = self.envs.single_observation_space
-        self.obs_shape = tuple(space.shape)
         # frame stacks: the buffer keeps only each step's newest uint8 frame
         replay_layout = (hp.buffer_size, num_envs, self.obs_shape, space.dtype, (), np.int64, hp.n_step,
                          atari.frame_stack(self.envs))
         budget.check_fits("spec.dqn.bufferSize", f"a replay buffer of {hp.buffer_size:,} transitions of {env_id}",
                           budget.nbytes(ReplayBuffer.layout(*replay_layout)), ctx.local_world_size)
-        torch.manual_seed(seed)  # same initial weights everywhere (rank 0's are broadcast anyway)
         if networks.choose(space, hp.policy, "spec.dqn.policy") == "cnn":  # the Nature DQN
             self.agent = networks.QCNN(self.obs_shape, int(self.action_space.n)).to(ctx.device)
             self.target = networks.QCNN(self.obs_shape, int(self.action_space.n)).to(ctx.device)
@@ -159,21 +152,15 @@ class DQNTrainer:
         # cumulative seconds per phase, for the benchmark's per-update breakdown
         self.timings = dict.fromkeys(("act_forward", "env_step", "sample", "train_forward", "backward_optimizer"), 0.0)
         # how it learns and acts, rank 0's weights everywhere (fast=False: always DDP + Adam + torch)
-        self.learner = learners.q_learner(self.agent, self.target, hp, ctx, q_loss, self.timings, fast)
+        self.learner = learners.q_learner(self.agent, self.target, hp, ctx, q_loss, self.timings, self.fast_path)
         self.optimizer = self.learner.optimizer
         self.replay = ReplayBuffer(*replay_layout)
-        self.tracker = EpisodeTracker(num_envs)
-        self.counters = Counters()
         self.vector_steps = max(1, math.ceil(hp.train_frequency / num_envs))
         self.batch_per_rank = self.vector_steps * num_envs  # env steps per rank per iteration
         self.gradient_steps = max(1, round(hp.gradient_steps * self.batch_per_rank / hp.train_frequency))
         self.steps_per_draw = steps_per_draw(self.gradient_steps, hp.batch_size, self.obs_shape, space.dtype)
-        self.num_updates = max(1, math.ceil(total_timesteps / (self.batch_per_rank * ctx.world_size)))
+        self.num_updates = max(1, math.ceil(self.total_timesteps / (self.batch_per_rank * ctx.world_size)))
         self.last_target_update = 0  # env steps per rank at the last target update
-        # per-rank randomness: exploration and replay sampling
-        torch.manual_seed(self.seed)
-        self.np_rng = np.random.default_rng(self.seed)
-        self.next_obs, _ = self.envs.reset(seed=self.seed)
 
     @property
     def steps_per_rank(self) -> int:
@@ -185,49 +172,20 @@ class DQNTrainer:
         """Gradient steps per env step, per rank."""
         return self.gradient_steps / self.batch_per_rank
 
-    # -- state for checkpoints ------------------------------------------------
+    # -- state for checkpoints, beyond BaseAlgorithm's ----------------------------
 
-    def shared_state(self) -> dict:
-        """Replicated state: identical on every rank, so rank 0 alone can save it."""
-        return {
-            "agent": self.agent.state_dict(),
-            "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "counters": vars(self.counters).copy(),
-            "last_target_update": self.last_target_update,
-            "world_size": self.ctx.world_size,
-        }
+    def _shared_extra(self) -> dict:
+        return {"target": self.target.state_dict(), "last_target_update": self.last_target_update}
 
-    def rank_state(self) -> dict | None:
-        """This rank's own state, replay buffer included: only deterministic
-        mode gathers and restores it. None when the envs' state cannot be
-        taken as plain data (envs.env_state)."""
-        envs = env_state(self.envs)
-        if envs is None:
-            return None  # an env whose state is not plain data: resumed without any of it
-        return {
-            "envs": envs,
-            "next_obs": self.next_obs.copy(),
-            "tracker": (self.tracker.returns.copy(), self.tracker.lengths.copy(), self.tracker.valid.copy()),
-            "replay": self.replay.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "np_rng": self.np_rng.bit_generator.state,
-        }
-
-    def load_shared(self, state: dict) -> None:
-        self.agent.load_state_dict(state["agent"])
+    def _load_shared_extra(self, state: dict) -> None:
         self.target.load_state_dict(state["target"])
-        self.learner.load_optimizer(state["optimizer"])
-        self.counters = Counters(**state["counters"])
         self.last_target_update = state["last_target_update"]
 
-    def load_rank(self, state: dict) -> None:
-        restore_env_state(self.envs, state["envs"])
-        self.next_obs = state["next_obs"]
-        self.tracker.returns, self.tracker.lengths, self.tracker.valid = state["tracker"]
+    def _rank_extra(self) -> dict:
+        return {"replay": self.replay.state_dict()}  # deterministic mode only: buffers are per rank and large
+
+    def _load_rank_extra(self, state: dict) -> None:
         self.replay.load_state_dict(state["replay"])
-        torch.set_rng_state(state["torch_rng"])
-        self.np_rng.bit_generator.state = state["np_rng"]
 
     # -- one iteration ----------------------------------------------------------
 
@@ -251,14 +209,6 @@ class DQNTrainer:
                 self.replay.add(obs, actions, atari.learning_rewards(self.envs, reward), terminated, truncated, self.tracker.valid)
                 self.tracker.step(reward, terminated | truncated)
         return real
-
-    def sync(self, local_steps: int, stop_vote: bool, success_vote: bool) -> tuple[np.ndarray, float]:
-        """The iteration's one all-reduce: counters, episode returns, stop votes."""
-        returns, _ = self.tracker.drain()
-        local = np.array([local_steps, len(returns), sum(returns), float(stop_vote), float(success_vote)], np.float64)
-        started = time.perf_counter()
-        totals = distributed.all_reduce_sum(self.ctx, torch.from_numpy(local)).numpy()
-        return totals, time.perf_counter() - started
 
     def to_tensors(self, batch: Batch) -> tuple[torch.Tensor, ...]:
         device = self.ctx.device
@@ -320,14 +270,11 @@ class DQNTrainer:
         local_steps = self.collect(eps)
         rollout_seconds = time.perf_counter() - started
 
-        totals, allreduce_seconds = self.sync(local_steps, stop_vote, success_vote)
-        steps, episodes, return_sum, stop_votes, success_votes = totals[:5]
-        self.counters.global_step += int(steps)
-        self.counters.episodes += int(episodes)
+        totals, allreduce_seconds = self.sync_update({"steps": local_steps}, stop_vote, success_vote)
 
         losses, update_seconds = {}, 0.0
         self.learner.allreduce_seconds.clear()
-        if success_votes == 0:
+        if totals["success_votes"] == 0:
             started = time.perf_counter()
             losses = {name: float(loss) for name, loss in self.learn().items()} if self.learning() else {}
             update_seconds = time.perf_counter() - started
@@ -335,22 +282,17 @@ class DQNTrainer:
         return UpdateReport(
             counters=self.counters,
             local_steps=local_steps,
-            episode_return_sum=float(return_sum),
-            episode_return_count=int(episodes),
+            episode_return_sum=totals["return_sum"],
+            episode_return_count=int(totals["episodes"]),
             learning_rate=self.hp.learning_rate,
             losses=losses,
             rollout_seconds=rollout_seconds,
             update_seconds=update_seconds,
             allreduce_seconds=allreduce_seconds + sum(self.learner.allreduce_seconds),
             epochs_run=self.gradient_steps if losses else 0,
-            stop=stop_votes > 0,
-            target_met=success_votes > 0,
+            stop=totals["stop_votes"] > 0,
+            target_met=totals["success_votes"] > 0,
         )
-
-    def train(self, session: Session) -> str:
-        """Iterations until the budget is spent, the target is met or a stop
-        is voted (session.run_updates): "budget", "target" or "stopped"."""
-        return run_updates(self, session)
 
     def final_model(self) -> dict:
         return {"agent": self.agent.state_dict(), "hidden_sizes": list(self.hp.hidden_sizes)}

@@ -49,10 +49,7 @@ class TrainerMetrics:
         self.world_size = gauge(m.WORLD_SIZE, "Ranks in the process group.")
         self.success = gauge(m.SUCCESS, "1 once the success target is met.")
         self.last_checkpoint = gauge(m.LAST_CHECKPOINT_TIMESTAMP, "Unix time of the last checkpoint written.")
-        self.policy_loss = gauge(m.POLICY_LOSS, "Mean clipped policy loss of the last update.")
-        self.value_loss = gauge(m.VALUE_LOSS, "Mean value loss of the last update.")
-        self.entropy = gauge(m.ENTROPY, "Mean policy entropy of the last update.")
-        self.approx_kl = gauge(m.APPROX_KL, "Mean approximate KL of the last update.")
+        self.losses = {name: gauge(metric, doc) for name, (metric, doc) in m.LOSS_GAUGES.items()}  # by statistic name
         self.rollout_duration = histogram(m.ROLLOUT_DURATION, "Time collecting one rollout.")
         self.update_duration = histogram(m.UPDATE_DURATION, "Time of one optimisation round (epochs x minibatches).")
         self.allreduce_duration = histogram(m.ALLREDUCE_DURATION, "Time of the update's counter all-reduce.")

@@ -25,12 +25,13 @@ from kuberl.spec import JobSpec, PPOConfig, Problem
 from torch import nn
 
 from . import atari, budget, distributed, evaluation, learners, networks
+from .base import BaseAlgorithm
 from .device import CPU, host_zeros, to_device
 from .distributed import Dist
-from .envs import EpisodeTracker, env_state, make_envs, rank_seed, restore_env_state
+from .envs import make_envs
 from .normalize import RunningMeanStd
 from .ppo_terms import LOG_SQRT_2PI, STAT_NAMES, minibatch_table
-from .session import Counters, Session, UpdateReport, run_updates
+from .session import UpdateReport
 
 # --- The agent -------------------------------------------------------------
 
@@ -222,20 +223,19 @@ class Rollout:
 # --- The trainer ---------------------------------------------------------
 
 
-class PPOTrainer:
+class PPOTrainer(BaseAlgorithm):
     def __init__(self, ctx: Dist, hp: PPOConfig, env_id: str, num_envs: int, env_kwargs: dict,
                  total_timesteps: int, seed: int, restart: int, env_backend: str = "auto",
                  overlap: bool | None = None, fast: bool = True):
-        self.ctx, self.hp, self.env_backend = ctx, hp, env_backend
-        self.seed = rank_seed(seed, ctx.rank, restart)
-        torch.manual_seed(seed)  # same initial weights everywhere (rank 0's are broadcast anyway)
+        self.hp, self.total_timesteps, self.fast_path = hp, total_timesteps, fast
         if overlap is None:  # a GPU acts on one half of the envs while the other steps; deterministic runs keep one order
             overlap = ctx.device.type == "cuda" and not torch.are_deterministic_algorithms_enabled()
-        self.envs = make_envs(env_id, num_envs, env_kwargs, env_backend, halves=2 if overlap else 1)
+        super().__init__(ctx, env_id, num_envs, env_kwargs, seed, restart, env_backend, halves=2 if overlap else 1)
+
+    def _setup_model(self, env_id: str, num_envs: int) -> None:
+        """The agent, its normalisers, the rollout buffer, and how it learns and acts."""
+        ctx, hp, space = self.ctx, self.hp, self.envs.single_observation_space
         self.overlap = hasattr(self.envs, "send_half") and len(self.envs.parts) == 2
-        space = self.envs.single_observation_space
-        self.obs_shape = tuple(space.shape)
-        self.action_space = self.envs.single_action_space
         cnn = networks.choose(space, hp.policy, "spec.ppo.policy") == "cnn"
         if cnn and hp.normalize_observation:
             raise networks.PolicyMismatch("spec.ppo.normalizeObservation: not for pixels (the CNN scales uint8 frames by 1/255)")
@@ -244,68 +244,33 @@ class PPOTrainer:
         self.agent = Agent(features, self.action_space, [] if cnn else list(hp.hidden_sizes), encoder).to(ctx.device)
         self.obs_norm = RunningMeanStd(self.obs_shape)
         self.ret_norm = RunningMeanStd(())
-        self.counters = Counters()
         self.batch_per_rank = hp.num_steps * num_envs
-        self.num_updates = max(1, math.ceil(total_timesteps / (self.batch_per_rank * ctx.world_size)))
+        self.num_updates = max(1, math.ceil(self.total_timesteps / (self.batch_per_rank * ctx.world_size)))
         layout = (hp.num_steps, num_envs, self.obs_shape, tuple(self.action_space.shape or ()), self.agent.discrete,
                   np.uint8 if cnn else np.float32)
         budget.check_fits("spec.ppo.numSteps x spec.env.numEnvs",
                           f"a rollout of {self.batch_per_rank:,} steps of {env_id}", budget.nbytes(Rollout.layout(*layout)),
                           ctx.local_world_size)
         self.buf = Rollout(*layout, ctx.device)
-        self.tracker = EpisodeTracker(num_envs)
         self.discounted = np.zeros(num_envs, np.float32)
-        # per-rank randomness: action sampling (torch) and minibatch order (numpy)
-        torch.manual_seed(self.seed)
-        self.np_rng = np.random.default_rng(self.seed)
         # how it learns and acts, rank 0's weights everywhere (fast=False: always DDP + Adam + torch)
-        self.learner, self.actor = learners.ppo_learner(self.agent, hp, ctx, ppo_loss, self.np_rng, fast)
+        self.learner, self.actor = learners.ppo_learner(self.agent, hp, ctx, ppo_loss, self.np_rng, self.fast_path)
         self.optimizer = self.learner.optimizer
-        self.next_obs, _ = self.envs.reset(seed=self.seed)
 
-    # -- state for checkpoints ------------------------------------------------
+    # -- state for checkpoints, beyond BaseAlgorithm's ----------------------------
 
-    def shared_state(self) -> dict:
-        """Replicated state: identical on every rank, so rank 0 alone can save it."""
-        return {
-            "agent": self.agent.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "obs_norm": self.obs_norm.state_dict(),
-            "ret_norm": self.ret_norm.state_dict(),
-            "counters": vars(self.counters).copy(),
-            "world_size": self.ctx.world_size,
-        }
+    def _shared_extra(self) -> dict:
+        return {"obs_norm": self.obs_norm.state_dict(), "ret_norm": self.ret_norm.state_dict()}
 
-    def rank_state(self) -> dict | None:
-        """This rank's own state (envs mid-episode, RNGs): only deterministic
-        mode gathers and restores it. None when the envs' state cannot be
-        taken as plain data (envs.env_state)."""
-        envs = env_state(self.envs)
-        if envs is None:
-            return None  # an env whose state is not plain data: resumed without any of it
-        return {
-            "envs": envs,
-            "next_obs": self.next_obs.copy(),
-            "tracker": (self.tracker.returns.copy(), self.tracker.lengths.copy(), self.tracker.valid.copy()),
-            "discounted": self.discounted.copy(),
-            "torch_rng": torch.get_rng_state(),
-            "np_rng": self.np_rng.bit_generator.state,
-        }
-
-    def load_shared(self, state: dict) -> None:
-        self.agent.load_state_dict(state["agent"])
-        self.learner.load_optimizer(state["optimizer"])
+    def _load_shared_extra(self, state: dict) -> None:
         self.obs_norm.load_state_dict(state["obs_norm"])
         self.ret_norm.load_state_dict(state["ret_norm"])
-        self.counters = Counters(**state["counters"])
 
-    def load_rank(self, state: dict) -> None:
-        restore_env_state(self.envs, state["envs"])
-        self.next_obs = state["next_obs"]
-        self.tracker.returns, self.tracker.lengths, self.tracker.valid = state["tracker"]
+    def _rank_extra(self) -> dict:
+        return {"discounted": self.discounted.copy()}
+
+    def _load_rank_extra(self, state: dict) -> None:
         self.discounted = state["discounted"]
-        torch.set_rng_state(state["torch_rng"])
-        self.np_rng.bit_generator.state = state["np_rng"]
 
     # -- one update -------------------------------------------------------
 
@@ -363,19 +328,16 @@ class PPOTrainer:
         buf.discounted[t] = self.discounted
         self.tracker.step(reward, terminated | truncated)
 
-    def sync(self, stop_vote: bool, success_vote: bool) -> tuple[np.ndarray, float]:
-        """The update's one all-reduce: counters, episode returns, normaliser
-        moments, stop votes."""
+    def local_statistics(self) -> dict[str, float | np.ndarray]:
+        """What this rank adds to the update's all-reduce (sync_update): its
+        real env steps and, where used, its normalisers' moments."""
         buf, valid = self.buf, self.buf.valid.astype(bool)
-        returns, _ = self.tracker.drain()
-        local = np.concatenate([
-            [valid.sum(), len(returns), sum(returns), float(stop_vote), float(success_vote)],
-            RunningMeanStd.moments(buf.raw_obs[valid], self.obs_shape) if self.hp.normalize_observation else [],
-            RunningMeanStd.moments(buf.discounted[valid], ()) if self.hp.normalize_reward else [],
-        ])
-        start = time.perf_counter()
-        totals = distributed.all_reduce_sum(self.ctx, torch.from_numpy(local.astype(np.float64))).numpy()
-        return totals, time.perf_counter() - start
+        local: dict[str, float | np.ndarray] = {"steps": float(valid.sum())}
+        if self.hp.normalize_observation:
+            local["obs_moments"] = RunningMeanStd.moments(buf.raw_obs[valid], self.obs_shape)
+        if self.hp.normalize_reward:
+            local["return_moments"] = RunningMeanStd.moments(buf.discounted[valid], ())
+        return local
 
     def learn(self, advantages: np.ndarray, returns: np.ndarray) -> tuple[dict[str, float], int]:
         """update_epochs passes of num_minibatches DDP steps over the rollout."""
@@ -429,19 +391,14 @@ class PPOTrainer:
         self.collect()
         rollout_seconds = time.perf_counter() - started
 
-        totals, allreduce_seconds = self.sync(stop_vote, success_vote)
-        steps, episodes, return_sum, stop_votes, success_votes = totals[:5]
-        offset = 5
+        totals, allreduce_seconds = self.sync_update(self.local_statistics(), stop_vote, success_vote)
         if hp.normalize_observation:
-            self.obs_norm.merge(totals[offset : offset + self.obs_norm.size])
-            offset += self.obs_norm.size
+            self.obs_norm.merge(totals["obs_moments"])
         if hp.normalize_reward:
-            self.ret_norm.merge(totals[offset : offset + self.ret_norm.size])
-        self.counters.global_step += int(steps)
-        self.counters.episodes += int(episodes)
+            self.ret_norm.merge(totals["return_moments"])
 
         losses, epochs_run, update_seconds = {}, 0, 0.0
-        if success_votes == 0:
+        if totals["success_votes"] == 0:
             started = time.perf_counter()
             advantages, returns = self.advantages(hp.normalize_reward)
             losses, epochs_run = self.learn(advantages, returns)
@@ -450,22 +407,17 @@ class PPOTrainer:
         return UpdateReport(
             counters=self.counters,
             local_steps=int(self.buf.valid.sum()),
-            episode_return_sum=float(return_sum),
-            episode_return_count=int(episodes),
+            episode_return_sum=totals["return_sum"],
+            episode_return_count=int(totals["episodes"]),
             learning_rate=lr,
             losses=losses,
             rollout_seconds=rollout_seconds,
             update_seconds=update_seconds,
             allreduce_seconds=allreduce_seconds,
             epochs_run=epochs_run,
-            stop=stop_votes > 0,
-            target_met=success_votes > 0,
+            stop=totals["stop_votes"] > 0,
+            target_met=totals["success_votes"] > 0,
         )
-
-    def train(self, session: Session) -> str:
-        """Updates until the budget is spent, the target is met or a stop is
-        voted (session.run_updates): "budget", "target" or "stopped"."""
-        return run_updates(self, session)
 
     def final_model(self) -> dict:
         return {

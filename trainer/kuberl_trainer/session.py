@@ -270,10 +270,8 @@ class TrainingSession:
         if self.episode_return_mean is not None:
             metrics.episode_return.set(self.episode_return_mean)
         metrics.learning_rate.set(report.learning_rate)
-        metrics.policy_loss.set(report.losses.get("policy_loss", 0.0))
-        metrics.value_loss.set(report.losses.get("value_loss", 0.0))
-        metrics.entropy.set(report.losses.get("entropy", 0.0))
-        metrics.approx_kl.set(report.losses.get("approx_kl", 0.0))
+        for name, gauge in metrics.losses.items():
+            gauge.set(report.losses.get(name, 0.0))
         metrics.rollout_duration.observe(report.rollout_seconds)
         metrics.update_duration.observe(report.update_seconds)
         metrics.allreduce_duration.observe(report.allreduce_seconds)
