@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help tools setup train test test-unit test-distributed test-operator test-e2e test-gpu gpu-check lint bench chart images lint-dockerfiles manifests clean
-.PHONY: install-yaml chart-readme checkov sb3-venv prometheus
+.PHONY: install-yaml chart-readme docs checkov sb3-venv prometheus
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -76,7 +76,10 @@ lint: $(STAMP) ## ruff over the code
 manifests: $(STAMP) ## regenerate the CRD (manifests/, the chart), manifests/install.yaml and the chart's README
 	$(PY) -m kuberl.cli crd > manifests/crd.yaml
 	$(PY) -m kuberl.cli crd > charts/kuberl/crds/rltrainingjobs.yaml
-	$(MAKE) --no-print-directory install-yaml chart-readme
+	$(MAKE) --no-print-directory install-yaml chart-readme docs
+
+docs: $(STAMP) ## regenerate docs/spec-reference.md from the spec model
+	$(PY) -m kuberl.specdoc > docs/spec-reference.md
 
 chart-readme: $(STAMP) ## write charts/kuberl/README.md from values.yaml (every value, its type, default and comment)
 	$(PY) charts/values_readme.py > charts/kuberl/README.md

@@ -65,8 +65,8 @@ def test_kuberl_convert_prints_the_guides_rltrainingjob_and_the_guides_notes():
 def test_the_readme_links_the_guide_and_the_guide_links_the_contract():
     readme = (ROOT / "README.md").read_text()
     assert "(docs/migrating-from-pytorchjob.md)" in readme
-    assert "../README.md#the-environment-contract" in GUIDE.read_text()
-    assert "\n## The environment contract\n" in readme
+    assert "(environment-contract.md)" in GUIDE.read_text()
+    assert (ROOT / "docs" / "environment-contract.md").read_text().startswith("# The environment contract\n")
 
 
 def console_blocks() -> list[tuple[str, list[str]]]:
