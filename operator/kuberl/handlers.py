@@ -442,8 +442,8 @@ class JobLoop:
     async def _decide(self, job: dict, spec: JobSpec | None, refusal: lifecycle.Refusal | None) -> lifecycle.Decision:
         """Read the pods and rank 0, decide, write the status once; events only after the write."""
         status = job.get("status") or {}
-        now = time.time()
         pods = await self._pods(job["metadata"]["uid"])
+        now = kubeapi.SERVER_CLOCK.now()  # the API server's time, which every replica shares (kubeapi.ServerClock)
         generation = status.get("generation") or 0
         observed = [lifecycle.observed_pod(p) for p in pods]
         reading = None

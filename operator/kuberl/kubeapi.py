@@ -13,9 +13,12 @@ never the transport library's, so the client underneath can change alone.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import importlib.metadata
 import json
+import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -244,6 +247,49 @@ class Connection:
 CONNECTION = Connection()  # one per operator process, as kopf keeps one for its own calls
 
 
+class ServerClock:
+    """The API server's time, from the `Date` header of its answers: every replica of the operator
+    reads and writes the timestamps of status (deadlines, TTLs, backoffs) and compares pods'
+    deletionTimestamps, which the API server sets, so all of them count in the API server's time
+    and a replica whose own clock is off by minutes neither fails a job early nor force-deletes a
+    pod still in its grace period. `Date` has one-second resolution and is stamped before the
+    answer travels, so each sample is at most about a second low: the highest of the recent ones is
+    taken, and an offset under SKEW_THRESHOLD_SECONDS counts as none."""
+
+    SAMPLES = 20
+    SKEW_THRESHOLD_SECONDS = 2.0
+
+    def __init__(self, clock: Any = time.time):
+        self.clock = clock
+        self.samples: list[float] = []
+        self.reported: float | None = None
+
+    def observe(self, date: str | None, received: float | None = None) -> None:
+        if not date:
+            return
+        try:
+            server = email.utils.parsedate_to_datetime(date).timestamp()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return
+        self.samples = [*self.samples[-(self.SAMPLES - 1):], server - (self.clock() if received is None else received)]
+        offset = self.offset()
+        if offset and (self.reported is None or abs(offset - self.reported) >= self.SKEW_THRESHOLD_SECONDS):
+            self.reported = offset
+            logging.getLogger("kuberl.operator").warning(
+                "the API server's clock is %+.0fs from this operator's: deadlines, TTLs, backoffs and force deletions"
+                " count in the API server's time", offset)
+
+    def offset(self) -> float:
+        best = max(self.samples, default=0.0)
+        return best if abs(best) >= self.SKEW_THRESHOLD_SECONDS else 0.0
+
+    def now(self) -> float:
+        return self.clock() + self.offset()
+
+
+SERVER_CLOCK = ServerClock()  # one per operator process, fed by every answer KubeApi reads
+
+
 def _retry_delay(error: Exception, backoff: float | None) -> float | None:
     """Seconds before the next attempt, or None when the call fails now."""
     if backoff is None or not isinstance(error, ServerError | TooManyRequests | aiohttp.ClientConnectionError | TimeoutError):
@@ -256,8 +302,9 @@ def _retry_delay(error: Exception, backoff: float | None) -> float | None:
 class KubeApi:
     """The calls the operator makes; every failure is counted, then raised for kopf to see."""
 
-    def __init__(self, settings: kopf.OperatorSettings, log: Any, metrics: OperatorMetrics, connection: Connection = CONNECTION):
-        self.log, self.metrics, self.connection = log, metrics, connection
+    def __init__(self, settings: kopf.OperatorSettings, log: Any, metrics: OperatorMetrics, connection: Connection = CONNECTION,
+                 clock: ServerClock = SERVER_CLOCK):
+        self.log, self.metrics, self.connection, self.clock = log, metrics, connection, clock
         self.timeout = aiohttp.ClientTimeout(total=settings.networking.request_timeout, sock_connect=settings.networking.connect_timeout)
 
     async def call(self, method: str, verb: str, plural: str, path: str, payload: Any = None, content_type: str | None = None,
@@ -269,12 +316,15 @@ class KubeApi:
         while True:
             client, login = await self.connection.client()
             try:
-                return await client.call_api(
+                data, _status, answer_headers = await client.call_api(
                     path, method.upper(), query_params=query, header_params=dict(headers), body=payload,
                     response_types_map={200: "object", 201: "object", 202: "object"}, auth_settings=["BearerToken"],
-                    _return_http_data_only=True, _request_timeout=self.timeout,
+                    _return_http_data_only=False, _request_timeout=self.timeout,
                 )
+                self.clock.observe(answer_headers.get("Date"))
+                return data
             except k8s_client.ApiException as raw:
+                self.clock.observe((raw.headers or {}).get("Date"))
                 error: Exception = api_error(raw.status, raw.body, raw.headers)
             except (aiohttp.ClientError, TimeoutError) as raw:
                 error = raw

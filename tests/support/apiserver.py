@@ -7,6 +7,7 @@ Everything kmock's KubernetesEmulator would answer is answered here instead, fro
 import asyncio
 import collections
 import contextlib
+import email.utils
 import json
 import logging
 import pathlib
@@ -30,6 +31,7 @@ from tests.support.selectors import (
     parse_label_selector,
 )
 from tests.support.store import ApiError, Store, WatchEvent, bad_request
+from tests.support.store import now as store_now
 
 logger = logging.getLogger('kuberl.standin')
 RECENT_REQUESTS = 200  # kmock records every request; a short window keeps each one O(1)
@@ -119,10 +121,13 @@ class StandinHandler(kmock.RawHandler):
                                     body=await raw_request.read(), data=await _json_body(raw_request))
         self._requests.append(request)
         try:
-            return await self._handle(request)
+            response = await self._handle(request)
         except Exception as error:
             logger.exception('stand-in failed on %s %s', raw_request.method, raw_request.path_qs)
-            return _json(ApiError(500, 'InternalError', f'stand-in error: {error!r}').status(), 500)
+            response = _json(ApiError(500, 'InternalError', f'stand-in error: {error!r}').status(), 500)
+        if not response.prepared:
+            response.headers['Date'] = _http_date()
+        return response
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         refused = self._authenticate(request)
@@ -487,8 +492,13 @@ def _line(event: dict) -> bytes:
     return json.dumps(event).encode() + b'\n'
 
 
+def _http_date() -> str:
+    """The Date header by the stand-in's clock (store.CLOCK_OFFSET), as the API server's answers carry its own."""
+    return email.utils.format_datetime(store_now(), usegmt=True)
+
+
 async def _stream_start(request: kmock.Request) -> aiohttp.web.StreamResponse:
-    response = aiohttp.web.StreamResponse(status=200, headers={'Content-Type': 'application/json',
+    response = aiohttp.web.StreamResponse(status=200, headers={'Content-Type': 'application/json', 'Date': _http_date(),
                                                                'Transfer-Encoding': 'chunked'})
     await response.prepare(request._raw_request)
     return response

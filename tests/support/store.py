@@ -69,8 +69,13 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, 'BadRequest', message)
 
 
+# The stand-in's clock against this machine's: a test sets it to play an API server whose clock is
+# off (its timestamps and its answers' Date header both follow it).
+CLOCK_OFFSET = datetime.timedelta(0)
+
+
 def now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    return (datetime.datetime.now(datetime.UTC) + CLOCK_OFFSET).replace(microsecond=0)
 
 
 def timestamp(moment: datetime.datetime | None = None) -> str:
