@@ -20,8 +20,10 @@ from .operator_config import MIN_PEERING_LIFETIME, OperatorConfig, WatchBounds
 from .podsecurity import (
     DEFAULT_LEVEL,
     LEVELS,
+    OPEN_FIELDS,
     Violation,
     check_pods,
+    parse_open_fields,
     parse_service_accounts,
 )
 from .render import DEFAULT_MONITORING_NAMESPACE, DEFAULT_OPERATOR_NAMESPACE
@@ -121,7 +123,8 @@ def pod_security_violations(name: str, spec: JobSpec, args: argparse.Namespace) 
     job = Job(name, spec)
     ranks = sorted({0, 1, spec.workers - 1} & set(range(spec.workers)))
     pods = (render_pod(job, getattr(args, "namespace", None) or "default", PLACEHOLDER_UID, rank) for rank in ranks)
-    return check_pods(pods, args.pod_security, parse_service_accounts(getattr(args, "allowed_service_accounts", None)))
+    return check_pods(pods, args.pod_security, parse_service_accounts(getattr(args, "allowed_service_accounts", None)),
+                      getattr(args, "forbid_pod_fields", None) or ())
 
 
 def secure_jobs(path: str, args: argparse.Namespace) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
@@ -282,6 +285,17 @@ def cmd_crd(args: argparse.Namespace) -> int:
 def add_pod_security(p: argparse.ArgumentParser, default: str, why: str) -> None:
     p.add_argument("--pod-security", choices=LEVELS, default=default, metavar="LEVEL",
                    help=f"Pod Security Standard the job's pods must meet: {', '.join(LEVELS)} (default {default}: {why})")
+    p.add_argument("--forbid-pod-fields", type=open_fields, metavar="FIELD[,FIELD...]",
+                   help=f"pod fields every level leaves open, refused like a Pod Security violation: {', '.join(OPEN_FIELDS)}"
+                        " (tolerations: only a keyless operator: Exists; default: none)")
+
+
+def open_fields(text: str) -> frozenset[str]:
+    """An argparse type: `--forbid-pod-fields`, each one of podsecurity.OPEN_FIELDS."""
+    try:
+        return parse_open_fields(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def positive(kind: type) -> Any:

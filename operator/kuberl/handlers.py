@@ -431,7 +431,8 @@ class JobLoop:
         """Every field of the job's rendered pods over the operator's pod security level, named by path."""
         config = self.shell.config
         pods = self._render_pods(spec, "", render.representative_ranks(spec.workers), 0)
-        return [str(v) for v in podsecurity.check_pods(pods, config.pod_security, config.allowed_service_accounts)]
+        return [str(v) for v in podsecurity.check_pods(pods, config.pod_security, config.allowed_service_accounts,
+                                                       config.forbidden_pod_fields)]
 
     def _render_pods(self, spec: JobSpec, uid: str, ranks: list[int], generation: int) -> list[dict]:
         config = self.shell.config

@@ -30,7 +30,9 @@ Rules (DESIGN.md, Operator):
 - pods stuck terminating (a lost node) are force-deleted, and that is recorded;
 - a refusal fails the job at once, whatever it was doing: a spec only the
   operator can judge (InvalidSpec), a pod over the pod security level
-  (PodSecurity), a child the API server refused (InvalidChild); a quota
+  (PodSecurity, the operator's or the namespace's Pod Security Admission), a
+  child a cluster's admission policy denied (AdmissionPolicy), a child the API
+  server refused otherwise (InvalidChild); a quota
   refusal instead keeps it Pending and retries, bounded by startupTimeoutSeconds;
 - a finished job is deleted once ttlSecondsAfterFinished has passed, and its
   Kueue pod group is marked finished so the queue's quota is released.
@@ -95,7 +97,8 @@ REASON_STARTING = "ContainerCreating"
 # Refusals: the job cannot run as written (see Refusal).
 REASON_INVALID_SPEC = "InvalidSpec"  # a spec only the operator can judge
 REASON_INVALID_CHILD = "InvalidChild"  # the API server refused an object rendered from the spec
-REASON_POD_SECURITY = "PodSecurity"  # a rendered pod over the operator's pod security level
+REASON_POD_SECURITY = "PodSecurity"  # a rendered pod over the operator's pod security level, or the namespace's
+REASON_ADMISSION_POLICY = "AdmissionPolicy"  # a cluster's policy (ValidatingAdmissionPolicy; Kyverno, Gatekeeper: webhooks) denied a child
 REASON_QUOTA = "QuotaExceeded"  # a ResourceQuota refused a pod: retried, it may fit later
 REASON_NAME_IN_USE = "NameInUse"  # a child's name is held by an object this job did not create: retried, it may go
 RETRIED_REFUSALS = frozenset({REASON_QUOTA, REASON_NAME_IN_USE})  # a Ready condition that keeps quoting the refusal

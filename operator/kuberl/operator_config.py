@@ -71,6 +71,7 @@ class OperatorConfig:
     peering_lifetime: int = 60
     pod_security: str = podsecurity.DEFAULT_LEVEL  # every rendered pod is checked against it before any is created
     allowed_service_accounts: frozenset[str] | None = None  # None: any (Pod Security Standards leave it open)
+    forbidden_pod_fields: frozenset[str] = frozenset()  # of podsecurity.OPEN_FIELDS, refused like pod security violations
     # Admitted to rank 0's metrics port by each job's NetworkPolicy: the operator's scrapes and Prometheus'.
     operator_namespace: str = render.DEFAULT_OPERATOR_NAMESPACE
     monitoring_namespace: str | None = render.DEFAULT_MONITORING_NAMESPACE
@@ -100,6 +101,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         peering_lifetime=getattr(args, "peering_lifetime", None) or OperatorConfig.peering_lifetime,
         pod_security=getattr(args, "pod_security", None) or podsecurity.DEFAULT_LEVEL,
         allowed_service_accounts=podsecurity.parse_service_accounts(getattr(args, "allowed_service_accounts", None)),
+        forbidden_pod_fields=getattr(args, "forbid_pod_fields", None) or frozenset(),
         operator_namespace=os.environ.get(contract.ENV_OPERATOR_POD_NAMESPACE) or render.DEFAULT_OPERATOR_NAMESPACE,
         monitoring_namespace=getattr(args, "monitoring_namespace", render.DEFAULT_MONITORING_NAMESPACE),
         trainer_per_process=per_process_from_env(),

@@ -230,12 +230,63 @@ def check_service_account(pod: Mapping, allowed: Collection[str] | None) -> list
             for field, name in given.items() if not _one_of(name, allowed)]
 
 
-def check_pods(pods: Iterable[Mapping], level: str, allowed_service_accounts: Collection[str] | None = None) -> list[Violation]:
+# Fields every Pod Security level leaves open, each a way out of a namespace's share of the cluster;
+# an operator may refuse any of them (--forbid-pod-fields, chart value forbidPodFields).
+OPEN_FIELDS = {
+    "nodeName": "spec.nodeName skips the scheduler, and with it NoSchedule taints and node affinity",
+    "tolerations": "a toleration with no key and operator Exists tolerates every taint (dedicated, GPU and control-plane nodes)",
+    "priorityClassName": "a high PriorityClass preempts other tenants' pods",
+    "schedulerName": "another scheduler places the pod by its own rules",
+    "serviceAccountToken": "a projected service-account token may name any audience: a credential for another system",
+    "csi": "an inline CSI volume is whatever the cluster's drivers make of its attributes",
+    "nfs": "an NFS volume mounts any server's export the node can reach",
+}
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+def check_open_fields(pod: Mapping, forbidden: Collection[str]) -> list[Violation]:
+    """The fields of `pod` among OPEN_FIELDS that the operator was told to refuse."""
+    spec = _dict(pod.get("spec"))
+    found = []
+    if "nodeName" in forbidden and spec.get("nodeName"):
+        found.append(Violation("spec.nodeName", "Node Name", "unset (the scheduler places the pod)", spec["nodeName"]))
+    if "tolerations" in forbidden:
+        found += [Violation(f"spec.tolerations[{i}]", "Tolerations", "a key (no key with operator Exists tolerates every taint)", t)
+                  for i, t in enumerate(_list(spec.get("tolerations"))) if _dict(t).get("operator") == "Exists" and not _dict(t).get("key")]
+    if "priorityClassName" in forbidden and spec.get("priorityClassName"):
+        found.append(Violation("spec.priorityClassName", "Priority Class", "unset", spec["priorityClassName"]))
+    if "schedulerName" in forbidden and spec.get("schedulerName") not in (None, "", DEFAULT_SCHEDULER):
+        found.append(Violation("spec.schedulerName", "Scheduler", f"unset or {DEFAULT_SCHEDULER}", spec["schedulerName"]))
+    for i, volume in enumerate(_list(spec.get("volumes"))):
+        volume = _dict(volume)
+        where = f"spec.volumes[{volume.get('name') or i}]"
+        for kind in ("csi", "nfs"):
+            if kind in forbidden and volume.get(kind) is not None:
+                found.append(Violation(f"{where}.{kind}", f"{kind.upper()} Volumes", "unset", volume[kind]))
+        if "serviceAccountToken" in forbidden:
+            found += [Violation(f"{where}.projected.sources[{j}].serviceAccountToken", "Service Account Tokens", "no projected token",
+                                _dict(source).get("serviceAccountToken"))
+                      for j, source in enumerate(_list(_dict(volume.get("projected")).get("sources")))
+                      if _dict(source).get("serviceAccountToken") is not None]
+    return found
+
+
+def parse_open_fields(text: str | None) -> frozenset[str]:
+    """`--forbid-pod-fields nodeName,csi`: the OPEN_FIELDS to refuse (none when unset)."""
+    chosen = frozenset(n.strip() for n in (text or "").split(",") if n.strip())
+    unknown = sorted(chosen - OPEN_FIELDS.keys())
+    if unknown:
+        raise ValueError(f"unknown pod field {unknown[0]!r}: expected some of {', '.join(OPEN_FIELDS)}")
+    return chosen
+
+
+def check_pods(pods: Iterable[Mapping], level: str, allowed_service_accounts: Collection[str] | None = None,
+               forbidden: Collection[str] = ()) -> list[Violation]:
     """Violations of several pods (a gang), each reported once: the pods of a
     job differ only in rank, so a template's violation would repeat per pod."""
     seen: dict[tuple[str, str], Violation] = {}
     for pod in pods:
-        for v in check_pod(pod, level) + check_service_account(pod, allowed_service_accounts):
+        for v in check_pod(pod, level) + check_service_account(pod, allowed_service_accounts) + check_open_fields(pod, forbidden):
             seen.setdefault((v.path, v.control), v)
     return list(seen.values())
 

@@ -81,14 +81,26 @@ def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None)
 QUOTA_MARK = "exceeded quota"
 AUTHORIZER_DENIAL = re.compile(r'is forbidden: User ".*" cannot [a-z]+ resource ')
 REFUSAL_CODES = (400, 403, 422)
+# Who denied, by the words each admission plugin writes: a webhook's denial (Kyverno and Gatekeeper are
+# webhooks) `admission webhook "<name>" denied the request` (webhook/errors/statuserror.go ToStatusErr);
+# a ValidatingAdmissionPolicy's `ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied
+# request` (policy/validating/dispatcher.go); Pod Security Admission's `violates PodSecurity "<level>"`
+# (pod-security-admission/admission/admission.go).
+ADMISSION_POLICY_DENIAL = re.compile(r'admission webhook ".*" denied the request|ValidatingAdmissionPolicy \'.*\' with binding')
+POD_SECURITY_ADMISSION_DENIAL = re.compile(r'violates PodSecurity "')
 
 
 def child_refusal(code: int, message: str) -> Refusal | None:
-    """A create's refusal as the lifecycle sees it; None for an error worth retrying as it is."""
+    """A create's refusal as the lifecycle sees it, named by who refused; None for an error worth
+    retrying as it is."""
     if code not in REFUSAL_CODES or (code == 403 and AUTHORIZER_DENIAL.search(message)):
         return None
     if code == 403 and QUOTA_MARK in message:
         return Refusal(lifecycle.REASON_QUOTA, message, retryable=True)
+    if ADMISSION_POLICY_DENIAL.search(message):
+        return Refusal(lifecycle.REASON_ADMISSION_POLICY, message)
+    if POD_SECURITY_ADMISSION_DENIAL.search(message):
+        return Refusal(lifecycle.REASON_POD_SECURITY, message)
     return Refusal(lifecycle.REASON_INVALID_CHILD, message)
 
 

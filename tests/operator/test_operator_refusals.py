@@ -2,7 +2,7 @@
 
 The stand-in refuses as the real API server does (codes and messages cited in tests.support.admission):
 a quota refusal keeps the job Pending and retries until startupTimeoutSeconds; any other 400/403/422
-fails it at once (InvalidChild) with the server's words, and the part of the gang already created goes.
+fails it at once with the server's words, named by who refused (AdmissionPolicy, PodSecurity, InvalidChild), and the part of the gang already created goes.
 """
 import time
 
@@ -33,30 +33,32 @@ def warnings(rest, name: str, reason: str) -> list[dict]:
     return [e for e in events(rest, name) if e['reason'] == reason and e['type'] == 'Warning']
 
 
-REFUSALS = [
-    pytest.param(admission.webhook_denial(), 400, 'admission webhook "deny.policy.example.com" denied the request', id='webhook-400'),
-    pytest.param(admission.validating_admission_policy(), 422, "ValidatingAdmissionPolicy 'no-host-network'", id='policy-422'),
-    pytest.param(admission.pod_security(), 403, 'violates PodSecurity "baseline:latest"', id='pod-security-admission-403'),
-    pytest.param(admission.limit_ranger(), 403, 'maximum cpu usage per Container is 1, but limit is 2', id='limitranger-403'),
+REFUSALS = [  # each named by who refused: a cluster's admission policy, Pod Security Admission, or the child itself
+    pytest.param(admission.webhook_denial(), 400, 'admission webhook "deny.policy.example.com" denied the request', 'AdmissionPolicy',
+                 id='webhook-400'),
+    pytest.param(admission.validating_admission_policy(), 422, "ValidatingAdmissionPolicy 'no-host-network'", 'AdmissionPolicy',
+                 id='policy-422'),
+    pytest.param(admission.pod_security(), 403, 'violates PodSecurity "baseline:latest"', 'PodSecurity', id='pod-security-admission-403'),
+    pytest.param(admission.limit_ranger(), 403, 'maximum cpu usage per Container is 1, but limit is 2', 'InvalidChild', id='limitranger-403'),
 ]
 
 
-@pytest.mark.parametrize('answer, code, said', REFUSALS)
-def test_a_refused_pod_fails_the_job_with_the_servers_words_and_leaves_no_half_gang(standin, rest, operator, answer, code, said):  # noqa: F811
+@pytest.mark.parametrize('answer, code, said, reason', REFUSALS)
+def test_a_refused_pod_fails_the_job_with_the_servers_words_and_leaves_no_half_gang(standin, rest, operator, answer, code, said, reason):  # noqa: F811
     refuse = Refuse('pods', answer, labels={names.LABEL_JOB: 'refused', names.LABEL_RANK: '1'})
     assert answer(standin.store.type_of('', 'v1', 'pods'), 'x').code == code
     standin.store.hooks.admission.append(refuse)
     create_job(rest, 'refused', workers=2)
     wait_phase(rest, 'refused', 'Failed')
     failed = condition(rest, 'refused', 'Failed')
-    assert failed['reason'] == 'InvalidChild' and said in failed['message'], failed
-    wait_for(lambda: warnings(rest, 'refused', 'InvalidChild'), what='an InvalidChild warning')
-    assert said in warnings(rest, 'refused', 'InvalidChild')[0]['message']
+    assert failed['reason'] == reason and said in failed['message'], failed
+    wait_for(lambda: warnings(rest, 'refused', reason), what=f'a {reason} warning')
+    assert said in warnings(rest, 'refused', reason)[0]['message']
     wait_for(lambda: not pods(standin, 'refused'), what='rank 0, created before rank 1 was refused, to be deleted')
     creates, refusals = pod_creates(standin), refuse.refused
     time.sleep(2.0)
     assert (pod_creates(standin), refuse.refused) == (creates, refusals), 'no retry loop after the job failed'
-    assert len(warnings(rest, 'refused', 'InvalidChild')) == 1
+    assert len(warnings(rest, 'refused', reason)) == 1
     assert operator.healthy()
 
 
@@ -113,5 +115,24 @@ def test_the_operators_level_and_service_account_allowlist_come_from_its_command
         failed = condition(rest, 'anyone', 'Failed')
         assert failed['reason'] == 'PodSecurity' and 'spec.serviceAccountName' in failed['message'], failed
         assert not pods(standin, 'anyone')
+    finally:
+        op.stop()
+
+
+def test_fields_pod_security_leaves_open_are_refused_when_the_operator_is_told_to(standin, rest, tmp_path):
+    """nodeName (skips the scheduler and its taints), a keyless `operator: Exists` toleration (tolerates every
+    taint), CSI volumes...: copied from the template at every level. Refused, each named, only when chosen."""
+    op = Operator(standin, tmp_path, '--forbid-pod-fields', 'nodeName,tolerations,csi').start()
+    try:
+        create_job(rest, 'pinned', workers=1, template={'spec': {'nodeName': 'gpu-node-7', 'tolerations': [{'operator': 'Exists'}],
+                                                                 'volumes': [{'name': 'v', 'csi': {'driver': 'x.example.com'}}]}})
+        create_job(rest, 'keyed', workers=1, tolerations=[{'key': 'nvidia.com/gpu', 'operator': 'Exists', 'effect': 'NoSchedule'}])
+        wait_phase(rest, 'pinned', 'Failed')
+        failed = condition(rest, 'pinned', 'Failed')
+        assert failed['reason'] == 'PodSecurity', failed
+        for field in ('spec.nodeName: Node Name', 'spec.tolerations[0]: Tolerations', 'spec.volumes[v].csi: CSI Volumes'):
+            assert field in failed['message'], (field, failed['message'])
+        assert not pods(standin, 'pinned')
+        wait_for(lambda: pods(standin, 'keyed'), what='a keyed toleration (as the GPU examples use) to pass')
     finally:
         op.stop()

@@ -20,17 +20,20 @@ def operator_args(values: dict | None = None):
 
 def test_defaults_are_baseline_and_any_service_account():
     parsed = operator_args()
-    assert (parsed.pod_security, parsed.allowed_service_accounts) == ("baseline", None)
+    assert (parsed.pod_security, parsed.allowed_service_accounts, parsed.forbid_pod_fields) == ("baseline", None, None)
 
 
 def test_values_reach_the_operator():
-    parsed = operator_args({"podSecurity": "restricted", "allowedServiceAccounts": ["default", "rl-trainer"]})
+    parsed = operator_args({"podSecurity": "restricted", "allowedServiceAccounts": ["default", "rl-trainer"],
+                            "forbidPodFields": ["nodeName", "tolerations"]})
     assert (parsed.pod_security, parsed.allowed_service_accounts) == ("restricted", "default,rl-trainer")
+    assert parsed.forbid_pod_fields == {"nodeName", "tolerations"}
 
 
 @pytest.mark.parametrize(("values", "expected"), [
     ({"podSecurity": "strict"}, "podSecurity"),
     ({"allowedServiceAccounts": ["Not_A_Name"]}, "allowedServiceAccounts"),
+    ({"forbidPodFields": ["hostNetwork"]}, "forbidPodFields"),
 ])
 def test_schema_refuses_bad_values(values, expected):
     with pytest.raises(HelmError) as refused:

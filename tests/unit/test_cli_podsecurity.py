@@ -91,3 +91,14 @@ def test_operator_flags():
     assert cli.build_parser().parse_args(["run", "job.yaml"]).pod_security == "privileged"
     assert cli.build_parser().parse_args(["validate", "job.yaml"]).pod_security == "baseline"
     assert cli.build_parser().parse_args(["render", "job.yaml"]).pod_security == "baseline"
+
+
+def test_validate_refuses_the_open_fields_it_is_told_to_naming_each(tmp_path, capsys):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(make_job("pinned").template({"spec": {"nodeName": "gpu-node-7"}}).obj()))
+    assert cli.main(["validate", str(path)]) == 0  # open by default, as the Pod Security levels leave it
+    assert cli.main(["validate", str(path), "--forbid-pod-fields", "nodeName"]) == 1
+    assert "  spec.nodeName: Node Name: unset (the scheduler places the pod) (got 'gpu-node-7')" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["validate", str(path), "--forbid-pod-fields", "hostNetwork"])
+    assert "unknown pod field 'hostNetwork'" in capsys.readouterr().err

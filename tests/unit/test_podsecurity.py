@@ -2,15 +2,19 @@
 offending field's path asserted, at the level that first forbids it."""
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
 from kuberl import names
 from kuberl.podsecurity import (
     LEVELS,
+    OPEN_FIELDS,
+    check_open_fields,
     check_pod,
     check_pods,
     check_service_account,
+    parse_open_fields,
     parse_service_accounts,
 )
 from kuberl.render import (
@@ -332,3 +336,49 @@ def test_any_json_in_a_checked_field_is_judged_never_raises():
     unhashable["spec"]["containers"][0]["securityContext"]["capabilities"] = {"add": [["SYS_ADMIN"]], "drop": ["ALL"]}
     assert {v.path for v in check_pod(unhashable, "baseline")} == {
         "spec.securityContext.sysctls[0].name", f"{T}.securityContext.capabilities.add"}
+
+
+# What every level leaves open (the security model in README.md lists them): refused only when chosen.
+TOKEN = {"serviceAccountToken": {"audience": "vault.example.com", "path": "token"}}
+OPEN = {
+    "nodeName": (with_pod(nodeName="gpu-node-7"), ["spec.nodeName"]),
+    "tolerations": (with_pod(tolerations=[{"operator": "Exists"}, {"key": "nvidia.com/gpu", "operator": "Exists"},
+                                          {"key": "", "operator": "Exists", "effect": "NoSchedule"}]),
+                    ["spec.tolerations[0]", "spec.tolerations[2]"]),  # keyed ones (the GPU examples') pass
+    "priorityClassName": (with_pod(priorityClassName="system-cluster-critical"), ["spec.priorityClassName"]),
+    "schedulerName": (with_pod(schedulerName="my-scheduler"), ["spec.schedulerName"]),
+    "serviceAccountToken": (with_volume(projected={"sources": [{"configMap": {"name": "x"}}, TOKEN]}),
+                            ["spec.volumes[extra].projected.sources[1].serviceAccountToken"]),
+    "csi": (with_volume(csi={"driver": "secrets-store.csi.k8s.io"}), ["spec.volumes[extra].csi"]),
+    "nfs": (with_volume(nfs={"server": "10.0.0.9", "path": "/"}), ["spec.volumes[extra].nfs"]),
+}
+
+
+@pytest.mark.parametrize(("pod", "paths"), OPEN.values(), ids=OPEN.keys())
+def test_what_every_level_leaves_open_is_refused_only_when_chosen(pod, paths):
+    field = next(k for k, v in OPEN.items() if v[0] is pod)
+    assert check_pod(pod, "baseline") == []  # the default level lets it through (restricted refuses only nfs of these)
+    assert [v.path for v in check_pods([pod], "baseline")] == []  # open by default
+    assert [v.path for v in check_pods([pod], "baseline", forbidden={field})] == paths
+    assert [v.path for v in check_open_fields(pod, OPEN_FIELDS.keys() - {field})] == []
+
+
+def test_the_default_scheduler_by_name_is_not_another_scheduler():
+    assert check_open_fields(with_pod(schedulerName="default-scheduler"), {"schedulerName"}) == []
+
+
+def test_parse_open_fields():
+    assert parse_open_fields(None) == frozenset()
+    assert parse_open_fields("nodeName, csi,,") == {"nodeName", "csi"}
+    with pytest.raises(ValueError, match="unknown pod field 'hostNetwork': expected some of nodeName, tolerations"):
+        parse_open_fields("nodeName,hostNetwork")
+
+
+def test_the_security_model_lists_what_the_levels_leave_open():
+    """README's security model (or wherever docs/ takes it) names every field --forbid-pod-fields takes."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
+    [section] = [text.split("What the standards leave open", 1)[1].split("\n- **", 1)[0]
+                 for text in (p.read_text() for p in pages) if "What the standards leave open" in text]
+    for field in OPEN_FIELDS:
+        assert len(re.findall(rf"\b{field}\b", section, re.IGNORECASE)) >= 2, field  # said what it does, and how to refuse it
+    assert "--forbid-pod-fields" in section and "forbidPodFields" in section

@@ -117,10 +117,15 @@ RBAC = 'pods is forbidden: User "system:serviceaccount:kuberl-system:kuberl" can
 @pytest.mark.parametrize('code, message, reason, retryable', [
     (403, QUOTA, lifecycle.REASON_QUOTA, True),
     (403, 'pods "job-1" is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)',
-     lifecycle.REASON_INVALID_CHILD, False),
+     lifecycle.REASON_POD_SECURITY, False),
     (403, 'pods "job-1" is forbidden: maximum cpu usage per Container is 1, but limit is 2', lifecycle.REASON_INVALID_CHILD, False),
-    (400, 'admission webhook "deny.example.com" denied the request: no GPUs for team-a', lifecycle.REASON_INVALID_CHILD, False),
-    (422, "pods \"job-1\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no", lifecycle.REASON_INVALID_CHILD, False),
+    # a cluster's admission policies, named as such (they were InvalidChild): a webhook (Kyverno, Gatekeeper) or a VAP
+    (400, 'admission webhook "deny.example.com" denied the request: no GPUs for team-a', lifecycle.REASON_ADMISSION_POLICY, False),
+    (400, 'admission webhook "validation.gatekeeper.sh" denied the request: [k8s-require-team] you must provide labels: {"team"}',
+     lifecycle.REASON_ADMISSION_POLICY, False),
+    (400, ('admission webhook "validate.kyverno.svc-fail" denied the request: \n\nresource Pod/team-a/job-1 was blocked due to'
+           ' the following policies\n\ndisallow-latest-tag:\n  validate-image-tag: ...'), lifecycle.REASON_ADMISSION_POLICY, False),
+    (422, "pods \"job-1\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no", lifecycle.REASON_ADMISSION_POLICY, False),
     (422, 'Pod "job-1" is invalid: spec.containers[1].image: Required value', lifecycle.REASON_INVALID_CHILD, False),
 ])
 def test_a_refused_create_is_classified_by_what_the_server_says_not_only_its_code(code, message, reason, retryable):

@@ -151,6 +151,9 @@ spec:
         {{- with .Values.allowedServiceAccounts }}
         - --allowed-service-accounts={{ join "," . }}
         {{- end }}
+        {{- with .Values.forbidPodFields }}
+        - --forbid-pod-fields={{ join "," . }}
+        {{- end }}
         {{- with .Values.operator.scrapeIntervalSeconds }}
         - --scrape-interval={{ . }}
         {{- end }}
