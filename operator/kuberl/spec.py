@@ -268,10 +268,16 @@ class JobSpec(Model):
         return self.workers * self.procs
 
     @property
-    def hyperparameters(self) -> PPOConfig | DQNConfig:
-        if self.algorithm == "ppo":
-            return self.ppo or PPOConfig()
-        return self.dqn or DQNConfig()
+    def hyperparameters(self) -> PPOConfig | DQNConfig | None:
+        """The algorithm's block, defaulted when omitted (ALGORITHM_BLOCKS); None without an algorithm."""
+        if self.algorithm is None:
+            return None
+        field, model = ALGORITHM_BLOCKS[self.algorithm]
+        return getattr(self, field) or model()
+
+
+# spec.algorithm -> (the JobSpec field holding its hyperparameters, their model); a new algorithm is a row
+ALGORITHM_BLOCKS: dict[str, tuple[str, type[Model]]] = {"ppo": ("ppo", PPOConfig), "dqn": ("dqn", DQNConfig)}
 
 
 @dataclass(frozen=True)
@@ -341,12 +347,99 @@ def _block_of_algorithm(block: str) -> CrossFieldRule:
     )
 
 
+def _default_of(model: type[BaseModel], name: str) -> Any:
+    """The model's default of the camelCase field `name`: what the trainer uses when it is omitted."""
+    return next(f.default for n, f in model.model_fields.items() if (f.alias or n) == name)
+
+
+def _hp(spec: dict, block: str, name: str, model: type[BaseModel]) -> Any:
+    """A block's field as the trainer will read it: the spec's value, else the model's default."""
+    value = (spec.get(block) or {}).get(name) if isinstance(spec.get(block) or {}, dict) else None
+    return _default_of(model, name) if value is None else value
+
+
+def _cel_hp(block: str, name: str, model: type[BaseModel]) -> str:
+    """CEL for _hp: CEL sees only what the object holds, so an omitted field reads as the model's default."""
+    default = _default_of(model, name)
+    return f"(has(self.{block}) && has(self.{block}.{name}) ? self.{block}.{name} : {default!r})"
+
+
+def _hyperparameter_rule(algorithm: str, field: str, cel: str, message_expression: str, fallback: str,
+                         check: Callable[[dict], bool], describe: Callable[[dict], str], reads: tuple[str, ...] = ()) -> CrossFieldRule:
+    """A rule between an algorithm's hyperparameters (and the fields in `reads`), checked when it is
+    the job's algorithm; omitted fields read as their defaults on both sides."""
+    return CrossFieldRule(
+        f".{algorithm}.{field}",
+        f"!has(self.algorithm) || self.algorithm != '{algorithm}' || ({cel})",
+        message_expression, fallback,
+        lambda s: s.get("algorithm") != algorithm or check(s),
+        describe,
+        ("algorithm", algorithm, *reads),
+    )
+
+
+def _at_most_buffer(field: str) -> CrossFieldRule:
+    """A DQN count that must fit the replay buffer (per rank, as both are)."""
+    value, size = _cel_hp("dqn", field, DQNConfig), _cel_hp("dqn", "bufferSize", DQNConfig)
+    return _hyperparameter_rule(
+        "dqn", field, f"{value} <= {size}",
+        f"'expected at most bufferSize ' + string({size}) + ' (got ' + string({value}) + ')'",
+        "expected at most bufferSize",
+        lambda s: _hp(s, "dqn", field, DQNConfig) <= _hp(s, "dqn", "bufferSize", DQNConfig),
+        lambda s: f"expected at most bufferSize {_hp(s, 'dqn', 'bufferSize', DQNConfig)} (got {_hp(s, 'dqn', field, DQNConfig)})",
+    )
+
+
+_CEL_PPO_BATCH = f"({_cel_hp('ppo', 'numSteps', PPOConfig)} * {_cel_hp('env', 'numEnvs', EnvSpec)})"
+_CEL_MINIBATCHES = _cel_hp("ppo", "numMinibatches", PPOConfig)
+
+
+def _ppo_batch(s: dict) -> int:
+    """Transitions per rank per update: numSteps x env.numEnvs."""
+    return _hp(s, "ppo", "numSteps", PPOConfig) * _hp(s, "env", "numEnvs", EnvSpec)
+
+
+# Rules that need only the spec, between hyperparameters: refused at kubectl apply and by
+# `kuberl validate`, not by a trainer after its pods were scheduled.
+HYPERPARAMETER_RULES = [
+    _at_most_buffer("batchSize"),
+    _at_most_buffer("learningStarts"),
+    _hyperparameter_rule(
+        "dqn", "explorationFinalEps",
+        f"{_cel_hp('dqn', 'explorationFinalEps', DQNConfig)} <= {_cel_hp('dqn', 'explorationInitialEps', DQNConfig)}",
+        "'expected at most explorationInitialEps (epsilon decays from it to this)'",
+        "expected at most explorationInitialEps (epsilon decays from it to this)",
+        lambda s: _hp(s, "dqn", "explorationFinalEps", DQNConfig) <= _hp(s, "dqn", "explorationInitialEps", DQNConfig),
+        lambda s: "expected at most explorationInitialEps (epsilon decays from it to this)",
+    ),
+    _hyperparameter_rule(
+        "ppo", "numMinibatches", f"{_CEL_MINIBATCHES} <= {_CEL_PPO_BATCH}",
+        f"'expected at most numSteps x env.numEnvs = ' + string({_CEL_PPO_BATCH}) + ' (got ' + string({_CEL_MINIBATCHES}) + ')'",
+        "expected at most numSteps x env.numEnvs",
+        lambda s: _hp(s, "ppo", "numMinibatches", PPOConfig) <= _ppo_batch(s),
+        lambda s: f"expected at most numSteps x env.numEnvs = {_ppo_batch(s)} (got {_hp(s, 'ppo', 'numMinibatches', PPOConfig)})",
+        ("env",),
+    ),
+    _hyperparameter_rule(  # a minibatch of fewer rows than numMinibatches asks for is the rule above's
+        "ppo", "gradAccumulation",
+        f"{_CEL_MINIBATCHES} > {_CEL_PPO_BATCH} || {_cel_hp('ppo', 'gradAccumulation', PPOConfig)} <= {_CEL_PPO_BATCH} / {_CEL_MINIBATCHES}",
+        f"'expected at most the minibatch size ' + string({_CEL_PPO_BATCH} / {_CEL_MINIBATCHES})"
+        f" + ' (got ' + string({_cel_hp('ppo', 'gradAccumulation', PPOConfig)}) + ')'",
+        "expected at most the minibatch size (numSteps x env.numEnvs / numMinibatches)",
+        lambda s: _hp(s, "ppo", "numMinibatches", PPOConfig) > _ppo_batch(s)
+        or _hp(s, "ppo", "gradAccumulation", PPOConfig) <= _ppo_batch(s) // _hp(s, "ppo", "numMinibatches", PPOConfig),
+        lambda s: f"expected at most the minibatch size {_ppo_batch(s) // _hp(s, 'ppo', 'numMinibatches', PPOConfig)}"
+        f" (got {_hp(s, 'ppo', 'gradAccumulation', PPOConfig)})",
+        ("env",),
+    ),
+]
+
+
 CROSS_FIELD_RULES = [
     _required_unless_custom("algorithm"),
     _required_unless_custom("env"),
     _required_unless_custom("totalTimesteps"),
-    _block_of_algorithm("ppo"),
-    _block_of_algorithm("dqn"),
+    *(_block_of_algorithm(field) for field, _ in ALGORITHM_BLOCKS.values()),
     CrossFieldRule(
         ".procsPerWorker",
         "!has(self.procsPerWorker) || !has(self.gpusPerWorker) || self.gpusPerWorker == 0"
@@ -388,6 +481,17 @@ CROSS_FIELD_RULES = [
         lambda s: f"must not name {GPU_RESOURCE}: set spec.gpusPerWorker (GPUs are explicit)",
         ("resources",),
     ),
+    CrossFieldRule(
+        ".env.backend",
+        "!has(self.deterministic) || !self.deterministic || !has(self.env) || !has(self.env.backend)"
+        " || self.env.backend != 'envpool'",
+        "'envpool\\'s C++ env state cannot be checkpointed; spec.deterministic needs backend: gymnasium'",
+        "envpool's C++ env state cannot be checkpointed; spec.deterministic needs backend: gymnasium",
+        lambda s: not s.get("deterministic") or (s.get("env") or {}).get("backend") != "envpool",
+        lambda s: "envpool's C++ env state cannot be checkpointed; spec.deterministic needs backend: gymnasium",
+        ("deterministic", "env"),
+    ),
+    *HYPERPARAMETER_RULES,
 ]
 
 
@@ -501,10 +605,20 @@ def _fields_at(loc: tuple) -> list[str]:
 
 
 def _unknown_field(loc: tuple) -> str:
+    if len(loc) == 2 and (other := _block_holding(str(loc[1]), str(loc[0]))):
+        return f"unknown field: a hyperparameter of algorithm {other}, not {loc[0]} (spec.{other}.{loc[1]})"
     close = difflib.get_close_matches(str(loc[-1]), _fields_at(loc[:-1]), n=1, cutoff=0.6)
     if close:
         return f"unknown field; did you mean {close[0]!r}?"
     return "unknown field (check the spelling; `kubectl explain rltj.spec` lists the fields)"
+
+
+def _block_holding(name: str, block: str) -> str | None:
+    """The other algorithm's block that has a field `name`, when `block` is an algorithm's block."""
+    blocks = {field: model for field, model in ALGORITHM_BLOCKS.values()}
+    if block not in blocks or name in _fields_at((block,)):
+        return None
+    return next((field for field, model in blocks.items() if field != block and name in _fields_at((field,))), None)
 
 
 def _message(err: dict) -> str:
@@ -873,8 +987,9 @@ def parse_spec(spec: Any) -> JobSpec:
     problems += _custom_trainer_problems(spec)
     if parsed is not None:
         problems += _gang_template_problems(spec.get("template"), parsed.workers)
+    found = list(problems)  # a field refused by itself already says it all; one rule's refusal silences no other rule
     for rule in CROSS_FIELD_RULES:
-        if _problem_at(problems, rule.reads):
+        if _problem_at(found, rule.reads):
             continue
         if not rule.check(spec):
             problems.append(Problem("spec" + rule.field_path, rule.describe(spec)))

@@ -4,12 +4,11 @@ rules) and resuming: a trainer's state equal after a load."""
 import numpy as np
 import pytest
 import torch
-from kuberl.spec import DQNConfig
+from kuberl.spec import DQNConfig, InvalidJob
 from kuberl_trainer import learners
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import (
     DQNTrainer,
-    check_hyperparameters,
     dqn_loss,
     epsilon,
     soft_update,
@@ -75,9 +74,11 @@ def dqn_spec(**dqn):
     ({"bufferSize": 100, "batchSize": 128, "learningStarts": 50}, "spec.dqn.batchSize"),
     ({"bufferSize": 100, "batchSize": 32, "learningStarts": 1000}, "spec.dqn.learningStarts"),
 ])
-def test_inconsistent_hyperparameters_name_the_field(dqn, field):
-    assert [p.path for p in check_hyperparameters(dqn_spec(**dqn))] == [field]
-    assert check_hyperparameters(dqn_spec()) == []
+def test_inconsistent_hyperparameters_are_the_specs_to_refuse_naming_the_field(dqn, field):
+    with pytest.raises(InvalidJob) as refused:
+        dqn_spec(**dqn)
+    assert [p.path for p in refused.value.problems] == [field]
+    assert dqn_spec().hyperparameters == DQNConfig()
 
 
 def small_trainer(total=600, **hp):

@@ -37,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from kuberl import contract, names, trainerconfig
-from kuberl.spec import InvalidJob, JobSpec, Problem
+from kuberl.spec import InvalidJob
 
 from . import dqn, fused, ppo
 from .budget import BufferTooLarge
@@ -55,13 +55,12 @@ from .startup import Startup
 
 class AlgorithmEntry(NamedTuple):
     make: Callable[..., Algorithm]  # (ctx, hyperparameters, env_id, num_envs, env_kwargs, total_timesteps, seed, restart, env_backend=)
-    problems: Callable[[JobSpec], list[Problem]]  # the rules that need more than one field
 
 
 # spec.algorithm -> its trainer: the only place that names the algorithms
 ALGORITHMS: dict[str, AlgorithmEntry] = {
-    "ppo": AlgorithmEntry(ppo.PPOTrainer, ppo.check_hyperparameters),
-    "dqn": AlgorithmEntry(dqn.DQNTrainer, dqn.check_hyperparameters),
+    "ppo": AlgorithmEntry(ppo.PPOTrainer),
+    "dqn": AlgorithmEntry(dqn.DQNTrainer),
 }
 
 # torch's teardown of DDP and the process group can block on a peer that
@@ -93,18 +92,7 @@ def load_config(path: str) -> trainerconfig.TrainerConfig:
             document = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise ConfigError(f"--config: cannot read {path}: {e}") from e
-    config = trainerconfig.load(document)
-    check_hyperparameters(config)
-    return config
-
-
-def check_hyperparameters(config: trainerconfig.TrainerConfig) -> None:
-    """Rules that need more than one field, checked before any process group."""
-    spec = config.spec
-    if spec.env.backend == "envpool" and spec.deterministic:
-        raise InvalidJob([Problem("spec.env.backend", "envpool's C++ env state cannot be checkpointed; spec.deterministic needs backend: gymnasium")])
-    if problems := ALGORITHMS[spec.algorithm].problems(spec):
-        raise InvalidJob(problems)
+    return trainerconfig.load(document)  # the spec's own rules (kuberl.spec's CROSS_FIELD_RULES) included
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:

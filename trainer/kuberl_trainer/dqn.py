@@ -36,7 +36,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
-from kuberl.spec import DQNConfig, JobSpec, Problem
+from kuberl.spec import DQNConfig
 from torch import nn
 
 from . import atari, budget, evaluation, learners, networks
@@ -98,19 +98,6 @@ def q_loss(q: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, discou
            next_q_target: torch.Tensor, next_q_online: torch.Tensor | None) -> torch.Tensor:
     """dqn_loss against td_targets: the loss the learner (learners.q_learner) minimises."""
     return dqn_loss(q, actions, td_targets(returns, discount, next_q_target, next_q_online))
-
-
-def check_hyperparameters(spec: JobSpec) -> list[Problem]:
-    """Rules of a DQN job that need more than one field."""
-    hp, problems = spec.hyperparameters, []
-    if hp.exploration_final_eps > hp.exploration_initial_eps:
-        problems.append(Problem("spec.dqn.explorationFinalEps",
-                                f"expected at most explorationInitialEps {hp.exploration_initial_eps} (got {hp.exploration_final_eps})"))
-    if hp.batch_size > hp.buffer_size:
-        problems.append(Problem("spec.dqn.batchSize", f"expected at most bufferSize {hp.buffer_size} (got {hp.batch_size})"))
-    if hp.learning_starts > hp.buffer_size:
-        problems.append(Problem("spec.dqn.learningStarts", f"expected at most bufferSize {hp.buffer_size} (got {hp.learning_starts})"))
-    return problems
 
 
 # --- The trainer -----------------------------------------------------------

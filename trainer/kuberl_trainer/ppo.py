@@ -21,7 +21,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
-from kuberl.spec import JobSpec, PPOConfig, Problem
+from kuberl.spec import PPOConfig
 from torch import nn
 
 from . import atari, budget, distributed, evaluation, learners, networks
@@ -177,17 +177,6 @@ def ppo_loss(
             "clip_fraction": (((ratio - 1).abs() > hp.clip_coef).float() * weight).sum(),
         }
     return loss, stats
-
-
-def check_hyperparameters(spec: JobSpec) -> list[Problem]:
-    """Rules of a PPO job that need more than one field."""
-    hp = spec.hyperparameters
-    batch = hp.num_steps * spec.env.num_envs
-    if hp.num_minibatches > batch:
-        return [Problem("spec.ppo.numMinibatches", f"expected at most numSteps x env.numEnvs = {batch} (got {hp.num_minibatches})")]
-    if hp.grad_accumulation > batch // hp.num_minibatches:
-        return [Problem("spec.ppo.gradAccumulation", f"expected at most the minibatch size {batch // hp.num_minibatches} (got {hp.grad_accumulation})")]
-    return []
 
 
 # --- The rollout buffer -----------------------------------------------------

@@ -1,0 +1,45 @@
+"""Hyperparameters in the spec: the block of the job's algorithm from one table,
+none without an algorithm, and another algorithm's fields named as such."""
+
+import pytest
+from kuberl.spec import ALGORITHM_BLOCKS, DQNConfig, InvalidJob, PPOConfig, parse_spec
+
+from tests.support.jobs import make_job
+
+
+def test_the_algorithms_block_is_a_table_lookup_defaulted_when_omitted():
+    assert make_job().minimal().spec().hyperparameters == PPOConfig()
+    assert make_job().minimal().algorithm("dqn", batchSize=32).spec().hyperparameters == DQNConfig(batch_size=32)
+    assert set(ALGORITHM_BLOCKS) == {"ppo", "dqn"}
+
+
+def test_a_job_without_an_algorithm_has_no_hyperparameters():
+    """A custom trainer leaves algorithm unset: it gets no algorithm's config (it got DQNConfig())."""
+    custom = make_job("byo").custom_trainer(
+        {"spec": {"containers": [{"name": "trainer", "command": ["torchrun", "/app/train.py"]}]}}).spec()
+    assert custom.algorithm is None and custom.hyperparameters is None
+
+
+def test_a_block_holding_the_other_algorithms_fields_is_named_as_such():
+    with pytest.raises(InvalidJob) as refused:
+        parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000,
+                    "dqn": {"numSteps": 128, "clipCoef": 0.1}})
+    assert [str(p) for p in refused.value.problems] == [
+        "spec.dqn.numSteps: unknown field: a hyperparameter of algorithm ppo, not dqn (spec.ppo.numSteps)",
+        "spec.dqn.clipCoef: unknown field: a hyperparameter of algorithm ppo, not dqn (spec.ppo.clipCoef)",
+    ]
+    with pytest.raises(InvalidJob) as refused:  # a plain typo keeps its spelling hint
+        parse_spec({"algorithm": "dqn", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "dqn": {"nSteps": 3}})
+    assert [str(p) for p in refused.value.problems] == ["spec.dqn.nSteps: unknown field; did you mean 'nStep'?"]
+
+
+def test_kuberl_validate_refuses_a_batch_larger_than_the_buffer_before_any_pod(tmp_path, capsys):
+    """Issue 28's case: it used to pass validation, schedule pods, and fail in the trainer."""
+    import yaml
+    from kuberl.cli import main
+
+    job = make_job().minimal().algorithm("dqn", bufferSize=10, batchSize=128, learningStarts=5).obj()
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert main(["validate", str(path)]) == 1
+    assert "spec.dqn.batchSize: expected at most bufferSize 10 (got 128)" in capsys.readouterr().err
