@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from kuberl.spec import DQNConfig, PPOConfig
+from kuberl.spec import ALGORITHM_BLOCKS, DQNConfig, PPOConfig
+from kuberl_trainer import __main__ as main
 from kuberl_trainer import fastpolicy, fused, learners
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer
@@ -15,6 +16,10 @@ from kuberl_trainer.session import BareSession
 
 TRAINER = Path(__file__).resolve().parents[2] / "trainer/kuberl_trainer"
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+ALGORITHM_FILES = sorted(f"{entry.make.__module__.rsplit('.', 1)[1]}.py" for entry in main.ALGORITHMS.values())
+# each algorithm's hyperparameters for a few quick updates that learn: a new algorithm is a row here
+QUICK = {"ppo": {"num_steps": 8, "hidden_sizes": [8]},
+         "dqn": {"learning_starts": 16, "batch_size": 8, "train_frequency": 8, "gradient_steps": 1, "hidden_sizes": [8]}}
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -41,7 +46,7 @@ def test_dqn_gets_the_fast_path_or_the_reference_and_learns_either_way(fast):
     assert trainer.evaluate("CartPole-v1", 2, {}, 7) > 0
 
 
-@pytest.mark.parametrize("algorithm", ["ppo.py", "dqn.py"])
+@pytest.mark.parametrize("algorithm", ALGORITHM_FILES)
 def test_an_algorithm_never_asks_which_learner_it_got(algorithm):
     """No import of the fast path's modules or of DDP, no attribute naming them:
     the choice is learners.py's alone."""
@@ -77,7 +82,7 @@ def test_the_updates_statistics_are_reduced_by_name():
     assert all_reduce_named(ONE_PROCESS, {}) == {}
 
 
-@pytest.mark.parametrize("algorithm", ["ppo.py", "dqn.py"])
+@pytest.mark.parametrize("algorithm", ALGORITHM_FILES)
 def test_what_algorithms_share_is_written_once_in_the_base(algorithm):
     """Seeding, envs, checkpoint state and the loop are base.BaseAlgorithm's: an
     algorithm module defines none of them, and reads no statistic by position."""
@@ -89,16 +94,15 @@ def test_what_algorithms_share_is_written_once_in_the_base(algorithm):
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_every_statistic_an_algorithm_reports_has_a_gauge(fast):
+@pytest.mark.parametrize("name", sorted(main.ALGORITHMS))
+def test_every_statistic_an_algorithm_reports_has_a_gauge(name, fast):
     """UpdateReport.losses by name -> metricnames.LOSS_GAUGES: a statistic without a row would not be exported."""
     from kuberl import metricnames
 
-    ppo = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8, hidden_sizes=[8]), "CartPole-v1", 2, {}, 32, seed=1, restart=0,
-                     fast=fast)
-    dqn = DQNTrainer(ONE_PROCESS, DQNConfig(learning_starts=16, batch_size=8, train_frequency=8, gradient_steps=1,
-                                            hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0, fast=fast)
-    for trainer in (ppo, dqn):
-        session = BareSession()
-        trainer.train(session)
-        reported = {name for report in session.reports for name in report.losses}
-        assert reported and reported <= set(metricnames.LOSS_GAUGES), reported
+    assert set(QUICK) == set(main.ALGORITHMS)
+    _, model = ALGORITHM_BLOCKS[name]
+    trainer = main.ALGORITHMS[name].make(ONE_PROCESS, model(**QUICK[name]), "CartPole-v1", 2, {}, 64, 1, 0, fast=fast)
+    session = BareSession()
+    trainer.train(session)
+    reported = {stat for report in session.reports for stat in report.losses}
+    assert reported and reported <= set(metricnames.LOSS_GAUGES), reported
