@@ -453,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"seconds between scrapes of a running job's rank 0 (default {OperatorConfig.scrape_interval:g})")
     p.add_argument("--scrape-timeout", type=positive(float),
                    help=f"seconds a scrape of rank 0 may take in all (default {OperatorConfig.scrape_timeout:g})")
-    p.add_argument("--watch-timeout", type=positive(float),
+    p.add_argument("--watch-timeout", type=positive(int),
                    help="seconds the API server keeps each watch open; the client drops one silent a little longer, and"
                         f" /healthz fails when watches stay silent past that (default {WatchBounds.server_timeout:g})")
     p.add_argument("--max-concurrent-reconciles", type=positive(int),

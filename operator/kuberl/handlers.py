@@ -175,7 +175,7 @@ class WatchHeartbeat:
                     version = listed["metadata"]["resourceVersion"]
                     self.heard()
                 query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("resourceVersion", version),
-                         ("timeoutSeconds", f"{bounds.server_timeout:g}")]
+                         ("timeoutSeconds", str(bounds.server_timeout))]
                 async for line in api.watch_lines(names.PLURAL, path, query, timeout):
                     self.heard()
                     event = json.loads(line)

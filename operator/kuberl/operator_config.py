@@ -32,7 +32,8 @@ class WatchBounds:
       which ends the operator (seen with 4.2 s);
     - `silent_bound`: the most a working watch can go without a line; /healthz fails past it."""
 
-    server_timeout: float = 300.0
+    # An integer: the API server reads timeoutSeconds as an int64 and answers "300.0" with a 400.
+    server_timeout: int = 300
 
     @property
     def client_timeout(self) -> float:
@@ -40,7 +41,7 @@ class WatchBounds:
 
     @property
     def connect_timeout(self) -> float:
-        return min(10.0, self.server_timeout)
+        return float(min(10, self.server_timeout))
 
     @property
     def inactivity_timeout(self) -> float:

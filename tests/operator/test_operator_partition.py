@@ -20,7 +20,7 @@ from tests.operator.operatorkit import (
 from tests.support.apiserver import kubeconfig
 from tests.support.faultproxy import FaultProxy
 
-WATCH_TIMEOUT = 2.0
+WATCH_TIMEOUT = 2
 BOUNDS = WatchBounds(WATCH_TIMEOUT)
 PROBE_CACHE_SECONDS = 10.0  # kopf answers /healthz from probe results at most this old
 

@@ -328,7 +328,7 @@ class StandinHandler(kmock.RawHandler):
         fields = parse_field_selector(params.get('fieldSelector'), rtype.field_selectors)
         as_table = tables.wants_table(request.headers.get('Accept', ''))
         bookmarks = params.get('allowWatchBookmarks') in ('true', '1')
-        timeout = float(params['timeoutSeconds']) if params.get('timeoutSeconds') else None
+        timeout = _int64_param(params, 'timeoutSeconds')
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         revision = [0]
@@ -490,6 +490,19 @@ async def _json_body(raw_request: aiohttp.web.BaseRequest) -> object:
 
 def _line(event: dict) -> bytes:
     return json.dumps(event).encode() + b'\n'
+
+
+def _int64_param(params: dict, name: str) -> int | None:
+    """A query parameter the API server decodes into an int64 (ListOptions.TimeoutSeconds): with
+    strconv.ParseInt (apimachinery pkg/runtime/conversion.go, Convert_Slice_string_To_Pointer_int64),
+    so "300.0" is a 400, not 300 seconds."""
+    text = params.get(name)
+    if not text:
+        return None
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise bad_request(f'strconv.ParseInt: parsing "{text}": invalid syntax') from None
 
 
 def _http_date() -> str:

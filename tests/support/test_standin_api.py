@@ -407,3 +407,11 @@ def test_binding_assigns_an_unscheduled_pod_once(rest, standin):
     assert rest.post(f'{PODS}/waiting/binding', binding).status == 201
     assert rest.get(f'{PODS}/waiting').body['spec']['nodeName'] == 'n2'
     assert rest.post(f'{PODS}/waiting/binding', binding).status == 409
+
+
+def test_a_watch_timeout_that_is_not_an_integer_is_refused_as_the_api_server_does(rest):
+    """timeoutSeconds is an int64 (strconv.ParseInt): kopf's server_timeout set to a float sends
+    "300.0", which a real API server answers 400; the stand-in must too."""
+    refused = rest.get(f'{PODS}?watch=true&timeoutSeconds=1.0')
+    assert refused.status == 400 and 'parsing "1.0": invalid syntax' in refused.body['message'], refused.body
+    assert rest.watch(f'{PODS}?watch=true&timeoutSeconds=1') == []

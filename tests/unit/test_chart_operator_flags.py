@@ -90,6 +90,7 @@ def test_every_rendered_flag_is_one_kuberl_operator_defines(values):
     ("maxConcurrentReconciles", "many", "got string, want null or integer"),
     ("maxConcurrentReconciles", 1.5, "got number, want null or integer"),
     ("watchTimeoutSeconds", 0, "exclusiveMinimum: got 0, want 0"),
+    ("watchTimeoutSeconds", 2.5, "got number, want null or integer"),
 ])
 def test_schema_refuses_a_bad_value_naming_the_key(key, value, expected):
     message = refusal({"operator": {key: value}})

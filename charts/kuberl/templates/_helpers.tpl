@@ -164,7 +164,7 @@ spec:
         - --max-concurrent-reconciles={{ int64 . }}
         {{- end }}
         {{- with .Values.operator.watchTimeoutSeconds }}
-        - --watch-timeout={{ . }}
+        - --watch-timeout={{ int64 . }}
         {{- end }}
       env:
         - name: KUBERL_LOG_LEVEL
