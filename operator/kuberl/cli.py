@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from . import torchrun
+from . import safetext, torchrun
 from .operator_config import MIN_PEERING_LIFETIME, OperatorConfig, WatchBounds
 from .podsecurity import (
     DEFAULT_LEVEL,
@@ -160,7 +160,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         unread = torchrun.template_problem({"template": spec.template, "procsPerWorker": spec.procs_per_worker,
                                             "gpusPerWorker": spec.gpus_per_worker}, unreadable=True)
         if unread:
-            print(f"{args.file}: {name}: warning: {unread[0]}: {unread[1]}", file=sys.stderr)
+            print(f"{args.file}: {name}: warning: {safetext.one_line(f'{unread[0]}: {unread[1]}')}", file=sys.stderr)
         for field in loopback_fields(name, spec):
             print(f"{args.file}: {name}: warning: {field} meets at localhost, each pod's own in a cluster: these"
                   f" {spec.workers} pods never meet there; meet at $(MASTER_ADDR):$(MASTER_PORT)", file=sys.stderr)

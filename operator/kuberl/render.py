@@ -422,14 +422,15 @@ def container_resources(spec: JobSpec, per_process: PerProcess = PER_PROCESS) ->
 def trainer_command(spec: JobSpec) -> list[str]:
     """One process runs the trainer directly; several go through torch's
     launcher with static rendezvous and no restarts of its own (the operator
-    restarts the whole gang). The trainer finds its configuration through
+    restarts the whole gang), by way of kuberl_trainer.launch, which keeps
+    its store on loopback under `kuberl run` and is torchrun elsewhere. The trainer finds its configuration through
     KUBERL_CONFIG (a pod path, as every path it opens: `kuberl run` maps them
     through KUBERL_FS_ROOT, where it maps command-line paths itself)."""
     trainer = ["-m", "kuberl_trainer"]
     if spec.procs == 1:
         return ["python", *trainer]
     return [
-        "python", "-m", "torch.distributed.run",
+        "python", "-m", "kuberl_trainer.launch",
         f"--nnodes=$({contract.ENV_NNODES})",
         f"--node-rank=$({contract.ENV_NODE_RANK})",
         f"--nproc-per-node=$({contract.ENV_NPROC_PER_NODE})",

@@ -141,11 +141,13 @@ def loopback(local: str) -> bool:
         return False
 
 
-def test_no_listener_of_a_local_run_is_on_a_wildcard_or_outside_address(tmp_path):
+@pytest.mark.parametrize("procs", [1, 2], ids=["one-process-pods", "torchrun-pods"])
+def test_no_listener_of_a_local_run_is_on_a_wildcard_or_outside_address(tmp_path, procs):
     """Rank 0's rendezvous store listened on *:port (TCPStore binds every interface whatever host it is
-    given): anyone on the network could join or break the run. Now each pod's listeners (store, gloo,
-    metrics) are on its own 127.x address, seen with `ss -ltn` while the run lasts."""
-    path = write_job(tmp_path, success={"targetReturn": None})
+    given), and so did torchrun's agent store in pods of several processes: anyone on the network could
+    join or break the run. Now each pod's listeners (store, gloo, metrics) are on its own 127.x address,
+    seen with `ss -ltn` while the run lasts."""
+    path = write_job(tmp_path, success={"targetReturn": None}, procsPerWorker=procs)
     port = yaml.safe_load(path.read_text())["spec"]["rendezvous"]["port"]
     proc = start(tmp_path)
     seen: set[str] = set()

@@ -227,30 +227,40 @@ def wait_for_store(addr: str, port_text: str | None, deadline: float, poll_secon
             time.sleep(poll_seconds)
 
 
-def loopback_store(master: str, port_text: str | None, world_size: int,
-                   timeout: timedelta) -> tuple[dist.Store, socket.socket] | None:
-    """Rank 0's rendezvous store listening on MASTER_ADDR alone, when that is a loopback address
-    (`kuberl run`: each pod its own 127.x); None elsewhere (a cluster pod's own network namespace,
-    or under torchrun, whose agent hosts the store). TCPStore binds every interface whatever host it
-    is given (`TCPStore('127.0.0.5', p, is_master=True)` listens on *:p), so anyone on the network
-    could join or break a local run and, in deterministic mode, have rank 0 unpickle what it sends.
-    A socket bound here first is handed over instead (master_listen_fd: torch owns and closes the
-    duplicate it gets; the caller keeps the returned socket open for the store's life). Keys go
-    under "default_pg/", as init_process_group's env:// store puts them, so every rank agrees."""
+def loopback_server(master: str, port_text: str | None, world_size: int, timeout: timedelta,
+                    multi_tenant: bool = False) -> tuple[dist.TCPStore, socket.socket] | None:
+    """A rendezvous store's server listening on MASTER_ADDR alone, when that is a loopback address
+    (`kuberl run`: each pod its own 127.x); None elsewhere (a cluster pod's own network namespace).
+    TCPStore binds every interface whatever host it is given (`TCPStore('127.0.0.5', p,
+    is_master=True)` listens on *:p), so anyone on the network could join or break a local run and,
+    in deterministic mode, have rank 0 unpickle what it sends. A socket bound here first is handed
+    over instead (master_listen_fd, which libuv's server does not take: torch owns and closes the
+    duplicate it gets; the caller keeps the returned socket open for the store's life)."""
     port = tcp_port(port_text)
-    if port is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+    if port is None:
         return None
     family, _, _, _, address = socket.getaddrinfo(master, port, type=socket.SOCK_STREAM)[0]
     if not ipaddress.ip_address(address[0]).is_loopback:
         return None
     listener = socket.create_server((address[0], port), family=family)
     try:
-        store = dist.TCPStore(address[0], port, world_size, is_master=True, timeout=timeout,
-                              master_listen_fd=os.dup(listener.fileno()), use_libuv=False)  # libuv's server takes no fd
+        store = dist.TCPStore(address[0], port, world_size, is_master=True, timeout=timeout, wait_for_workers=False,
+                              multi_tenant=multi_tenant, master_listen_fd=os.dup(listener.fileno()), use_libuv=False)
     except BaseException:
         listener.close()
         raise
-    return dist.PrefixStore("default_pg", store), listener
+    return store, listener
+
+
+def loopback_store(master: str, port_text: str | None, world_size: int,
+                   timeout: timedelta) -> tuple[dist.Store, socket.socket] | None:
+    """Rank 0's store for init_process_group on a `loopback_server`; None where torch hosts it as
+    before (not loopback, or under torchrun, whose agent hosts it: kuberl_trainer.launch). Keys go
+    under "default_pg/", as init_process_group's env:// store puts them, so every rank agrees."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return None
+    hosted = loopback_server(master, port_text, world_size, timeout)
+    return (dist.PrefixStore("default_pg", hosted[0]), hosted[1]) if hosted else None
 
 
 @contextlib.contextmanager
