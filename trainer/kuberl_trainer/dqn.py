@@ -1,7 +1,7 @@
 """DQN under DDP, for discrete actions. Reads top to bottom: the Q network,
-the maths (epsilon, TD targets, loss), the trainer (one iteration, its
-state, its final model: session.Algorithm; the loop every algorithm runs is
-session.run_updates).
+the maths (epsilon, TD targets, loss), the trainer (its model, one
+iteration, its own state, its final model; seeding, envs, checkpoint state
+and the loop are base.BaseAlgorithm's).
 
 Each rank steps its own vectorised envs and fills and samples its OWN replay
 buffer (`replay.ReplayBuffer`, n-step returns with gymnasium's autoreset rows

@@ -1,14 +1,14 @@
 """PPO under DDP, for discrete and continuous actions. Reads top to bottom:
-the agent, the maths (GAE, loss), the rollout buffer, the trainer (one
-update, its state, its final model: session.Algorithm; the loop every
-algorithm runs is session.run_updates).
+the agent, the maths (GAE, loss), the rollout buffer, the trainer (its
+model, one update, its own state, its final model; seeding, envs,
+checkpoint state and the loop are base.BaseAlgorithm's).
 
 Each rank collects its own rollouts from its own vectorised envs; how the
 network learns and acts (DDP + Adam + autograd on `ppo_loss`, or the CPU
 fast path for small MLPs) is `learners.ppo_learner`'s choice, which this
 file never asks about; gradients are averaged over ranks either way.
 Counters, episode statistics, normaliser moments and stop votes travel in
-ONE all-reduce per update. Plumbing
+ONE all-reduce per update, by name (base.BaseAlgorithm.sync_update). Plumbing
 (process group, checkpoints, metrics, evaluation scheduling) lives in
 `distributed`, `checkpoint`, `metrics` and `session`.
 """
