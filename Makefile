@@ -129,7 +129,7 @@ images: ## build the operator, CPU and CUDA trainer images; REGISTRY=… pushes 
 	@if [ -z "$(REGISTRY)$(KIND)$(MINIKUBE)" ]; then \
 	  echo "make images: say where the images go: REGISTRY=registry.example.com/you (build and push), KIND=<kind cluster> or MINIKUBE=1 (build and load, no registry)"; exit 2; fi
 	@if ! $(DOCKER) info >/dev/null 2>&1; then \
-	  echo "make images: no Docker (or compatible) engine reachable here: start one, or set DOCKER=podman"; exit 1; fi
+	  echo "make images: no Docker engine reachable here (start one; a compatible engine: DOCKER=podman)"; exit 1; fi
 	$(DOCKER) build -f dockerfiles/operator.Dockerfile -t $(OPERATOR_IMAGE) .
 	$(DOCKER) build -f dockerfiles/trainer.Dockerfile --build-arg TORCH_INDEX=$(TORCH_INDEX) -t $(TRAINER_IMAGE) .
 	$(if $(SKIP_CUDA),@echo "make images: SKIP_CUDA set: no CUDA trainer image",$(DOCKER) build -f dockerfiles/trainer-cuda.Dockerfile --build-arg TORCH_INDEX=$(TORCH_CUDA_INDEX) -t $(TRAINER_CUDA_IMAGE) .)

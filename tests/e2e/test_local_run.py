@@ -227,6 +227,8 @@ def test_ctrl_c_stops_every_rank_within_the_grace_period_and_the_run_resumes(tmp
     assert time.time() - interrupted < 10 + 3
     assert rank_processes(tmp_path) == {}
     assert "run the same command again to resume" in out.strip().splitlines()[-1]
+    assert "Suspended: job suspended" not in out, "no suspension line before the ranks have saved"
+    assert "[rank 0] checkpoint " not in out, "checkpoint lines only with -v"
     _, state = checkpoint.load_newest(str(checkpoint_dir(tmp_path)))
     saved = state["counters"]["global_step"]
     assert 0 < saved < 40000

@@ -108,3 +108,11 @@ def test_the_trainers_own_page_is_read_whole():
     metrics.last_checkpoint.set(1.7e9)
     metrics.update_duration.observe(0.01)
     assert parse(generate_latest(metrics.registry), 'job') == Rank0Reading(4096, 812.5, 120.0, 480.0, True, 1.7e9)
+
+
+def test_returns_a_rank_has_not_measured_yet_are_none_not_zero():
+    """A fresh (or resumed) rank 0 showed RETURN and EVAL 0.0 in kubectl get rltj and kuberl run's bar."""
+    metrics = TrainerMetrics('job', 0, 2)
+    metrics.env_steps.inc(10)
+    reading = parse(generate_latest(metrics.registry), 'job')
+    assert (reading.episode_return_mean, reading.eval_return) == (None, None)

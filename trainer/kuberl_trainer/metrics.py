@@ -6,6 +6,7 @@ Every series carries `rltj` (the job) and `rank`. Counters are global
 
 from __future__ import annotations
 
+import math
 import time
 
 from kuberl import metricnames as m
@@ -55,6 +56,10 @@ class TrainerMetrics:
         self.allreduce_duration = histogram(m.ALLREDUCE_DURATION, "Time of the update's counter all-reduce.")
         self.world_size.set(world_size)
         self.success.set(0)
+        # unknown until the first episodes end and the first evaluation runs (a resumed rank too): NaN, which
+        # the operator reads as none, not 0, a return no run reached (kubectl get rltj's RETURN and EVAL)
+        self.episode_return.set(math.nan)
+        self.eval_return.set(math.nan)
 
     def serve(self, addr: str, base_port: int, local_rank: int = 0) -> None:
         """Serve on base_port + local_rank (spec.metrics.port is local rank 0's). A port

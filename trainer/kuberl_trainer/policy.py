@@ -6,10 +6,11 @@
     obs, _ = env.reset(seed=0)
     obs, reward, terminated, truncated, _ = env.step(policy(obs))
 
-The policy acts as the trainer's evaluation does (`kuberl_trainer.evaluation`), so its returns are
-the ones `status.progress.evalReturn` reports: PPO samples its categorical (seeded, apart from the
-caller's torch RNG) and takes the mean of its Gaussian, clipped to the action bounds; DQN takes the
-argmax of Q. `sample=False` makes PPO's discrete policy greedy too. Observation normalisation, where
+The policy acts by the protocol of the trainer's evaluation (`kuberl_trainer.evaluation`), the one
+`status.progress.evalReturn` reports: PPO samples its categorical (seeded, apart from the caller's
+torch RNG: the same returns in distribution, not draw for draw) and takes the mean of its Gaussian,
+clipped to the action bounds; DQN takes the argmax of Q (both the same returns as the trainer's for
+the same seed, as tests/unit/test_trainer_policy.py checks). `sample=False` makes PPO's discrete policy greedy too. Observation normalisation, where
 the job trained with it, is applied inside. It takes one observation or a batch (leading axis).
 For Atari the observation is the preprocessed frame stack `(stack, 84, 84)` uint8 that
 `kuberl_trainer.envs.make_envs` (and `env_for`) produce: the caller keeps the stack, the policy
