@@ -739,8 +739,9 @@ def working_dir(root: str, container: Mapping, create: bool = True) -> int:
 def _lay_out(sandbox: str, pod: Mapping, container: Mapping, projected: Mapping[str, Mapping[str, tuple[str, int]]],
              claim_dir: Callable[[str], str]) -> str:
     root = os.path.join(sandbox, "root")
-    os.makedirs(os.path.dirname(sandbox), exist_ok=True)
-    make_dirs(os.path.dirname(sandbox), os.path.relpath(root, os.path.dirname(sandbox)), "the pod's root", "its pods directory")
+    top = os.path.dirname(os.path.dirname(sandbox))  # the run's directory: its pods/ is any pod's to replace
+    os.makedirs(top, exist_ok=True)
+    make_dirs(top, os.path.relpath(root, top), "the pod's root", f"the run's directory {top}")
     sources = {}
     index = {v["name"]: i for i, v in enumerate(pod["spec"].get("volumes") or [])}
     for volume in pod["spec"].get("volumes") or []:
@@ -1008,7 +1009,11 @@ class PodProcess:
 
     def _pump(self) -> None:
         assert self.popen is not None and self.popen.stdout is not None
-        with open(self.log_path, "a", buffering=1) if self.log_path else contextlib.nullcontext() as log:
+        try:
+            opened = open_to_write(self.log_path, append=True) if self.log_path else contextlib.nullcontext()
+        except OSError:  # a link where the log goes: the output still reaches the terminal
+            opened = contextlib.nullcontext()
+        with opened as log:
             for raw in iter(lambda: self.popen.stdout.readline(LOG_LINE_BYTES), b""):
                 line = raw.decode(errors="replace").rstrip("\n")
                 self.tail.append(line)
@@ -1106,6 +1111,13 @@ def read_regular_file(path: str, limit: int = -1) -> str | None:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
         return f.read(limit).decode(errors="replace")
+
+
+def open_to_write(path: str, append: bool = False) -> IO[str]:
+    """A file of the run's own (a log, status.json's temporary), opened without following a link:
+    any run's pods can leave one in runs/ pointing anywhere this user may write."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, 0o644), "a" if append else "w", buffering=1 if append else -1)
 
 
 def read_regular_tail(path: str, limit: int) -> tuple[str, int] | None:

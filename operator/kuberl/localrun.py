@@ -55,6 +55,7 @@ from .localnode import (
     image_files,
     loopback_rendezvous,
     make_dirs,
+    open_to_write,
     processes_under,
     read_regular_file,
     read_regular_tail,
@@ -349,7 +350,7 @@ class LocalCluster:
             fresh.append(DNSPod(pod, pod_address(self.run_dir, rank)))
         resolver = make_resolver(self.services, self.live_dns_pods() + fresh)
         logs = os.path.join(self.run_dir, "logs")
-        os.makedirs(logs, exist_ok=True)
+        make_dirs(self.run_dir, "logs", "the run's logs", f"the run's directory {self.run_dir}")
         for entry in fresh:
             name, rank = entry.pod["metadata"]["name"], int(entry.pod["metadata"]["labels"][names.LABEL_RANK])
             process = start_pod(
@@ -530,13 +531,16 @@ def last_status(text: str, path: str) -> dict:
 
 def write_json(path: str, data: dict) -> None:
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
+    with contextlib.suppress(FileNotFoundError):  # a leftover (or a link left in its place) is replaced, never written through
+        os.unlink(tmp)
+    with open_to_write(tmp) as f:
         json.dump(data, f, indent=1, sort_keys=True)
     os.replace(tmp, path)
 
 
 def port_free(port: int) -> bool:
-    """Rank 0's store listens on every address: a port taken anywhere here is taken for us."""
+    """A port taken on any address here (another run's store, a custom torchrun's on every address) is taken for
+    rank 0's store too, on its own 127.x."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -926,7 +930,7 @@ def cmd_run(args: argparse.Namespace, docs: list | None = None) -> int:
             os.makedirs(run_dir, exist_ok=True)
             # held from before job.yaml is written: a second run of the job, refused, must not replace the first's
             held.enter_context(run_lock(run_dir))
-            with open(os.path.join(run_dir, "job.yaml"), "w") as f:
+            with open_to_write(os.path.join(run_dir, "job.yaml")) as f:
                 yaml.safe_dump(document, f, sort_keys=False)
             record_fingerprint(run_dir, learned)
         except LocalRunError as e:

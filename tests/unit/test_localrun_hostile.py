@@ -878,3 +878,25 @@ def test_a_tail_starts_at_a_whole_line_and_says_how_large_the_file_is(tmp_path):
     assert read_regular_tail(str(path), 3) == ("", 24)
     os.mkfifo(tmp_path / "fifo")
     assert read_regular_tail(str(tmp_path / "fifo"), 10) is None
+
+
+def test_the_runner_writes_its_own_files_in_runs_without_following_a_link_left_there(tmp_path, capsys):
+    """A pod of an earlier run can leave `logs/<pod>.log` or `status.json.tmp` pointing anywhere this user may
+    write; the runner appended its log and wrote its status through them."""
+    import yaml
+    from kuberl import cli
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = tmp_path / "runs" / "j"
+    (run / "logs").mkdir(parents=True)
+    for planted in ("logs/j-0-g0.log", "status.json.tmp"):
+        (elsewhere / planted.replace("/", "_")).write_text("mine\n")
+        os.symlink(elsewhere / planted.replace("/", "_"), run / planted)
+    job = {**JOB, "spec": {"trainer": "custom", "runPolicy": {"backoffLimit": 0}, "template": {"spec": {
+        "containers": [{"name": "trainer", "command": ["python", "-c", "print('hello')"]}]}}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    code = cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "runs")])
+    out = capsys.readouterr().out
+    assert [p.read_text() for p in sorted(elsewhere.iterdir())] == ["mine\n", "mine\n"], out
+    assert code == 0 and "[rank 0] hello" in out, out  # the output still reaches the terminal
