@@ -345,7 +345,8 @@ class KubeApi:
     async def watch_lines(self, plural: str, path: str, query: list[tuple[str, str]],
                           timeout: aiohttp.ClientTimeout) -> AsyncIterator[bytes]:
         """The lines of one watch request (events and bookmarks) until the server ends it or
-        `timeout` does; an answer other than 200 raises its ApiError (a 410 included)."""
+        `timeout` does, after an empty first item when the server answered 200; an answer other
+        than 200 raises its ApiError (a 410 included)."""
         client, _ = await self.connection.client()
         response = await client.call_api(path, "GET", query_params=query, header_params={"Accept": "application/json"},
                                          auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout)
@@ -354,6 +355,7 @@ class KubeApi:
                 error = api_error(response.status, await response.read(), response.headers)
                 self.metrics.api_errors.labels("watch", plural, str(response.status)).inc()
                 raise error
+            yield b""
             async for line in response.content:
                 if line.strip():
                     yield line
