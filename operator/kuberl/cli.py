@@ -426,6 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the job's latest run even if the spec now learns something else (e.g. a raised totalTimesteps);"
                         " by default such a spec starts a fresh run beside it")
     add_pod_security(p, "privileged", "privileged by default: the pods run as your own processes, on your own machine")
+    p.add_argument("--private-network", action="store_true",
+                   help="run in a network namespace of its own (Linux): nothing the pods listen on is reachable from"
+                        " outside, a custom torchrun's store included, and the pods reach no other host")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("plot", help="write a PNG learning curve of a local run")
     p.add_argument("run_dir")

@@ -1113,6 +1113,35 @@ def read_regular_file(path: str, limit: int = -1) -> str | None:
         return f.read(limit).decode(errors="replace")
 
 
+_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def private_network() -> str | None:
+    """Move this process (and every pod it starts after) into a network namespace of its own, with
+    only a loopback interface, brought up: no listener of the run, a custom torchrun's store on
+    every address included, can be reached from outside it, and the pods reach no other host.
+    A user namespace mapping this user to itself makes it possible without privileges. Returns
+    why it could not (another platform, a kernel or container that forbids it), None when done."""
+    import fcntl
+    import struct
+
+    if _PRCTL is None:
+        return "network namespaces are Linux's"
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(_CLONE_NEWNET if uid == 0 else _CLONE_NEWUSER | _CLONE_NEWNET) != 0:
+        return f"unshare: {os.strerror(ctypes.get_errno())}"
+    if uid != 0:  # this user, mapped to itself: files the pods write keep their owner
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        name, flags = struct.unpack("16sH", fcntl.ioctl(s, _SIOCGIFFLAGS, struct.pack("16sH", b"lo", 0))[:18])
+        fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | _IFF_UP))
+    return None
+
+
 def open_to_write(path: str, append: bool = False) -> IO[str]:
     """A file of the run's own (a log, status.json's temporary), opened without following a link:
     any run's pods can leave one in runs/ pointing anywhere this user may write."""

@@ -56,6 +56,7 @@ from .localnode import (
     loopback_rendezvous,
     make_dirs,
     open_to_write,
+    private_network,
     processes_under,
     read_regular_file,
     read_regular_tail,
@@ -898,6 +899,11 @@ def from_flag(problem: Problem, args: argparse.Namespace) -> str:
 
 
 def cmd_run(args: argparse.Namespace, docs: list | None = None) -> int:
+    if getattr(args, "private_network", False):  # before any thread starts: a user namespace takes one thread only
+        refused = private_network()
+        if refused is not None:
+            print(f"kuberl run: --private-network: this machine gives no network namespace ({refused})", file=sys.stderr)
+            return EXIT_CANNOT_RUN
     try:
         document, configmaps = load_job(args.file, docs)
         check_overrides(args.set)

@@ -161,6 +161,35 @@ def test_no_listener_of_a_local_run_is_on_a_wildcard_or_outside_address(tmp_path
     assert [local for local in seen if not loopback(local)] == [], seen
 
 
+def test_a_custom_torchruns_store_is_unreachable_with_a_private_network(tmp_path):
+    """A command of the user's own that starts torchrun has torch's agent host the store on every address
+    (the documented residual risk, shown first); `--private-network` runs the whole run in a network
+    namespace of its own, where `ss` here sees none of its listeners at all."""
+    port = free_port()
+    command = ["python", "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=1", f"--master-port={port}",
+               "--no-python", "python", "-c", "import time; time.sleep(4)"]
+    job = make_job(JOB).from_spec({"trainer": "custom", "runPolicy": {"backoffLimit": 0}, "rendezvous": {"port": port},
+                                   "template": {"spec": {"containers": [{"name": "trainer", "command": command}]}}}).obj()
+    for private in (False, True):
+        here = tmp_path / ("private" if private else "shared")
+        here.mkdir()
+        (here / "job.yaml").write_text(yaml.safe_dump(job))
+        proc = start(here, *(["--private-network"] if private else []))
+        seen: set[str] = set()
+        ran = set()
+        while proc.poll() is None:
+            pids = {pid for found in rank_processes(here).values() for pid in found}
+            ran |= pids
+            seen.update(listeners(pids) if pids else [])
+            time.sleep(0.05)
+        code, out = finish(proc, timeout=10)
+        assert code == 0 and ran and "e2e succeeded" in out, out[-3000:]
+        if private:
+            assert seen == set(), seen
+        else:
+            assert f"*:{port}" in seen or f"0.0.0.0:{port}" in seen, seen
+
+
 def test_a_killed_rank_restarts_the_gang_from_its_checkpoint(tmp_path):
     write_job(tmp_path, totalTimesteps=30000, success={"targetReturn": None})
     proc = start(tmp_path)
