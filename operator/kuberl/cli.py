@@ -214,7 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """`kuberl run`, after the file passed the one safe reader (one line and
     exit 1 otherwise, as for validate); read once, so `kuberl run -` takes stdin."""
     docs = load_jobs(args.file)
-    if args.pod_security != "privileged":  # privileged is said by the run, once the job is valid
+    if args.pod_security != "privileged" or args.forbid_pod_fields:  # privileged is said by the run, once the job is valid
         from .convert import is_configmap
         from .localrun import apply_overrides, runnable_documents
 

@@ -102,3 +102,11 @@ def test_validate_refuses_the_open_fields_it_is_told_to_naming_each(tmp_path, ca
     with pytest.raises(SystemExit):
         cli.main(["validate", str(path), "--forbid-pod-fields", "hostNetwork"])
     assert "unknown pod field 'hostNetwork'" in capsys.readouterr().err
+
+
+def test_run_refuses_the_open_fields_it_is_told_to_also_at_privileged(tmp_path, capsys):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(make_job("pinned").template({"spec": {"nodeName": "gpu-node-7"}}).obj()))
+    assert cli.main(["run", str(path), "--dir", str(tmp_path / "runs"), "--forbid-pod-fields", "nodeName"]) == 1
+    assert "  spec.nodeName: Node Name: unset" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
