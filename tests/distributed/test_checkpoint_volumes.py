@@ -6,6 +6,7 @@ read-only and full volumes are real mounts, made in a private mount namespace
 
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -79,3 +80,20 @@ def test_a_full_checkpoint_volume_names_the_claim_its_size_and_what_one_checkpoi
     assert reason.startswith(f"{contract.REASON_CRASHED}: [Errno 28] the checkpoint volume (claim t-checkpoints of "
                              "spec.checkpoint.size 2Gi at /"), reason
     assert "bytes in all" in reason and "is full: one checkpoint needs " in reason and "Traceback" not in ranks.log(0)
+
+
+@needs_mounts
+def test_a_final_model_that_does_not_fit_names_the_volume_and_leaves_no_temp_file(tmp_path):
+    script = (
+        "import os, sys\n"
+        "from kuberl_trainer import checkpoint\n"
+        "try:\n"
+        "    checkpoint.write_on_volume(sys.argv[1] + '/final-model.pt', b'x' * 100_000, volume='claim j-checkpoints')\n"
+        "except checkpoint.CheckpointVolumeFull as e:\n"
+        "    print(e, sorted(os.listdir(sys.argv[1])))\n"
+    )
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    out = subprocess.run([*mounted('mount -t tmpfs -o size=16k tmpfs "$1"', volume), sys.executable, "-c", script, str(volume)],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "claim j-checkpoints" in out and "the final model needs 100000 bytes" in out and out.rstrip().endswith("[]"), out

@@ -235,3 +235,4 @@ def test_native_vector_env_state_is_plain_data_and_continues_the_same_episodes()
 
 def test_envs_whose_state_is_not_plain_data_have_none():
     assert envs.env_state(envs.make_envs("Acrobot-v1", 2)) is None  # SyncVectorEnv of separate envs
+

@@ -159,9 +159,10 @@ class CheckpointVolumeFull(OSError):
             space = f"{fs.f_blocks * fs.f_frsize} bytes in all, {fs.f_bavail * fs.f_frsize} free"
         except OSError:
             space = "its size unreadable"
-        super().__init__(errno.ENOSPC, f"the checkpoint volume ({volume}; {space}) is full: one checkpoint needs "
-                         f"{need} bytes, and spec.checkpoint.keep={keep} of them plus one being written must fit "
-                         f"({need * (keep + 1)} bytes). Expand the claim or lower spec.checkpoint.keep", directory)
+        room = (f"one checkpoint needs {need} bytes, and spec.checkpoint.keep={keep} of them plus one being written must"
+                f" fit ({need * (keep + 1)} bytes). Expand the claim or lower spec.checkpoint.keep" if keep else
+                f"the final model needs {need} bytes besides the checkpoints kept. Expand the claim")
+        super().__init__(errno.ENOSPC, f"the checkpoint volume ({volume}; {space}) is full: {room}", directory)
 
 
 class CheckpointMismatch(UnusableCheckpoint):
@@ -373,15 +374,7 @@ def save(directory: str, updates: int, state: dict, keep: int, volume: str = "")
     CheckpointVolumeFull (naming `volume` and what one checkpoint needs), a
     read-only one CheckpointVolumeReadOnly."""
     path = os.path.join(directory, checkpoint_name(updates))
-    data = encode(state)
-    try:
-        write_atomic(path, data)
-    except OSError as e:
-        if e.errno == errno.ENOSPC:
-            raise CheckpointVolumeFull(directory, len(data), volume or directory, keep) from e
-        if e.errno == errno.EROFS:
-            raise CheckpointVolumeReadOnly(directory, e) from e
-        raise
+    write_on_volume(path, encode(state), volume, keep)
     _remember(path, True)
     kept = 0
     for candidate in list_checkpoints(directory):
@@ -398,6 +391,21 @@ def save(directory: str, updates: int, state: dict, keep: int, volume: str = "")
             move_aside(candidate, "not a valid checkpoint")
         _verified.pop(candidate, None)
     return path
+
+
+def write_on_volume(path: str, data: bytes, volume: str = "", keep: int = 0) -> None:
+    """write_atomic, a full volume raised as CheckpointVolumeFull (naming `volume` and what `data`
+    needs; `keep` checkpoints of that size must fit besides) and a read-only one as
+    CheckpointVolumeReadOnly."""
+    directory = os.path.dirname(path) or "."
+    try:
+        write_atomic(path, data)
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise CheckpointVolumeFull(directory, len(data), volume or directory, keep) from e
+        if e.errno == errno.EROFS:
+            raise CheckpointVolumeReadOnly(directory, e) from e
+        raise
 
 
 def move_aside(path: str, why: str) -> str | None:

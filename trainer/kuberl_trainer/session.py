@@ -379,7 +379,7 @@ class TrainingSession:
         }
         buffer = io.BytesIO()
         torch.save(model, buffer)
-        checkpoint.write_atomic(self.final_model, buffer.getvalue())
+        checkpoint.write_on_volume(self.final_model, buffer.getvalue(), volume=self.volume())
 
 
 def append_line(path: str, line: str) -> None:
