@@ -1,0 +1,39 @@
+"""The operator's last resort after a 410 Gone: when kopf does not return from the run the 410
+ended (a second watcher waiting for a re-login nobody serves), it restarts in place after a
+grace period: the same process, the same arguments, every watch listed anew."""
+
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent("""
+    import logging, os, sys, time
+    from kuberl.operator_config import GoneWatchdog
+
+    class Gone(Exception):
+        status = 410
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+    print("start", os.getpid(), os.environ.get("RUN", "first"), flush=True)
+    if os.environ.get("RUN") == "second":
+        sys.exit(0)
+    os.environ["RUN"] = "second"
+    watchdog = GoneWatchdog(logging.getLogger("kuberl.operator"), grace=0.3)
+    assert watchdog.seen(Gone("too old resource version")) and watchdog.seen(None) is False
+    time.sleep(30)  # kopf.run that never returns
+""")
+
+
+def test_a_run_that_never_returns_after_a_410_restarts_in_place():
+    done = subprocess.run([sys.executable, "-c", SCRIPT], check=False, capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, second = (line.split() for line in lines if line.startswith("start"))
+    assert first[1] == second[1] and (first[2], second[2]) == ("first", "second")  # same PID, run again
+    assert any("kopf did not stop within 0.3s, so the operator restarts in place" in line for line in lines)
+
+
+def test_a_run_that_returns_disarms_the_restart():
+    script = SCRIPT.replace("time.sleep(30)", "watchdog.disarm(); time.sleep(0.6); print('still here', flush=True)")
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "still here" in done.stdout and done.stdout.count("start") == 1, done.stdout
