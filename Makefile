@@ -83,7 +83,7 @@ manifests: $(STAMP) ## regenerate the CRD (manifests/, the chart), manifests/ins
 	$(MAKE) --no-print-directory install-yaml chart-readme docs
 
 docs: $(STAMP) ## regenerate docs/spec-reference.md from the spec model
-	$(PY) -m kuberl.specdoc > docs/spec-reference.md
+	$(PY) -m kuberl.tools.specdoc > docs/spec-reference.md
 
 chart-readme: $(STAMP) ## write charts/kuberl/README.md from values.yaml (every value, its type, default and comment)
 	$(PY) charts/values_readme.py > charts/kuberl/README.md

@@ -145,8 +145,8 @@ LAUNCH_RANK = (
 
 def kuberl_run(root: Path, algorithm: str, hp: dict, env_id: str, num_envs: int, world: int, seed: int,
                total: int, success: dict, time_cap: float) -> dict:
-    from kuberl import contract, names, trainerconfig
-    from kuberl.spec import parse_spec
+    from kuberl.core import contract, names, trainerconfig
+    from kuberl.core.rules import parse_spec
 
     spec = {"algorithm": algorithm, algorithm: hp, "env": {"id": env_id, "numEnvs": num_envs},
             "totalTimesteps": total, "workers": world, "seed": seed, "success": success,

@@ -18,7 +18,7 @@ import json
 import time
 
 import torch
-from kuberl.spec import DQNConfig
+from kuberl.core.spec import DQNConfig
 from kuberl_trainer import fused
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/unit"))
-from kuberl.spec import PPOConfig
+from kuberl.core.spec import PPOConfig
 from kuberl_trainer import fused
 from kuberl_trainer.ppo import STAT_NAMES, Agent, ppo_loss
 from test_trainer_fused import minibatch

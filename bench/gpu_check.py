@@ -135,7 +135,7 @@ def update() -> dict:
     """PPO at the GPU example's shape (64 envs x 32 steps, 4 epochs, 4 minibatches),
     inside the trainer: rollout rate (acting + stepping) and update rate."""
     import torch
-    from kuberl.spec import PPOConfig
+    from kuberl.core.spec import PPOConfig
     from kuberl_trainer import device as devices
     from kuberl_trainer.distributed import Dist
     from kuberl_trainer.ppo import PPOTrainer

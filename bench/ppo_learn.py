@@ -20,7 +20,7 @@ from pathlib import Path
 from unittest import mock
 
 import torch
-from kuberl.spec import PPOConfig
+from kuberl.core.spec import PPOConfig
 from kuberl_trainer import fused
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.ppo import PPOTrainer

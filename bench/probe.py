@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from kuberl.spec import DQNConfig, PPOConfig
+from kuberl.core.spec import DQNConfig, PPOConfig
 from kuberl_trainer import checkpoint, fused
 from kuberl_trainer.distributed import all_reduce_gradient, process_group
 from kuberl_trainer.dqn import DQNTrainer

@@ -68,7 +68,7 @@ def rank_main(out: str, updates: int, floor_calls: int, module: bool, floats: in
     import numpy as np
     import torch
     import torch.distributed as dist
-    from kuberl.spec import PPOConfig
+    from kuberl.core.spec import PPOConfig
     from kuberl_trainer import distributed, fused
     from kuberl_trainer.distributed import process_group
     from kuberl_trainer.ppo import PPOTrainer

@@ -15,9 +15,8 @@ from typing import Any
 
 import yaml
 
-from . import safetext, torchrun
-from .operator_config import MIN_PEERING_LIFETIME, OperatorConfig, WatchBounds
-from .podsecurity import (
+from .core import safetext, torchrun
+from .core.podsecurity import (
     DEFAULT_LEVEL,
     LEVELS,
     OPEN_FIELDS,
@@ -26,16 +25,12 @@ from .podsecurity import (
     parse_open_fields,
     parse_service_accounts,
 )
-from .render import DEFAULT_MONITORING_NAMESPACE, DEFAULT_OPERATOR_NAMESPACE
-from .spec import (
-    InvalidJob,
-    JobSpec,
-    Problem,
-    UnreadableSpec,
-    load_documents,
-    namespace_problems,
-    validate_job,
-)
+from .core.render import DEFAULT_MONITORING_NAMESPACE, DEFAULT_OPERATOR_NAMESPACE
+from .core.rules import validate_job
+from .core.spec import JobSpec
+from .core.validation import InvalidJob, Problem, namespace_problems
+from .core.yamlreader import UnreadableSpec, load_documents
+from .operator.config import MIN_PEERING_LIFETIME, OperatorConfig, WatchBounds
 
 
 def load_jobs(path: str) -> list[dict]:
@@ -69,8 +64,9 @@ def gymnasium_id_known(env_id: str) -> bool | None:
 def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     """Every job in a file with its parsed spec and declared namespace; problems go to
     stderr, each with its field path. Returns (valid jobs, whether any was invalid)."""
-    from .convert import configmap_problems, is_configmap, metadata_problems
-    from .localrun import runnable_documents
+    from .core.podsource import configmap_problems, is_configmap
+    from .core.validation import metadata_problems
+    from .tools.documents import runnable_documents
 
     valid, failed = [], False
     docs = runnable_documents(load_jobs(path), path)
@@ -106,8 +102,8 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
 def template_problems(name: str, spec: JobSpec) -> list[Problem]:
     """The template's command, args, env sources and configMap volumes in a rendered pod, checked as the API
     server checks a pod (`localnode.source_problems`), at spec.template's fields."""
-    from .localnode import pod_source_problems
-    from .render import PLACEHOLDER_UID, Job, render_pod
+    from .core.podsource import pod_source_problems
+    from .core.render import PLACEHOLDER_UID, Job, render_pod
 
     problems = pod_source_problems(render_pod(Job(name, spec), "default", PLACEHOLDER_UID, 0))
     return [Problem(f"spec.template.{path}", message) for path, _, message in (p.partition(": ") for p in problems)]
@@ -118,7 +114,7 @@ def pod_security_violations(name: str, spec: JobSpec, args: argparse.Namespace) 
     only by rank (rank 0 alone mounts the checkpoints), so the first, second
     and last stand for all: 1024 workers with a 1.5 MiB template would
     otherwise take a minute and gigabytes just to say "valid"."""
-    from .render import PLACEHOLDER_UID, Job, render_pod
+    from .core.render import PLACEHOLDER_UID, Job, render_pod
 
     job = Job(name, spec)
     ranks = sorted({0, 1, spec.workers - 1} & set(range(spec.workers)))
@@ -169,8 +165,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def loopback_fields(name: str, spec: Any) -> list[str]:
     """The trainer container's fields that rendezvous at localhost, in a job of several pods."""
-    from .localnode import loopback_rendezvous
-    from .render import PLACEHOLDER_UID, Job, render_pod
+    from .core.render import PLACEHOLDER_UID, Job, render_pod
+    from .local.dns import loopback_rendezvous
 
     return loopback_rendezvous(render_pod(Job(name, spec), "default", PLACEHOLDER_UID, 0)) if spec.workers > 1 else []
 
@@ -178,7 +174,7 @@ def loopback_fields(name: str, spec: Any) -> list[str]:
 def cmd_render(args: argparse.Namespace) -> int:
     """Print every child object like `helm template`; the uid is a placeholder
     (all zeros) because only the API server assigns one."""
-    from .render import DEFAULT_IMAGE, PLACEHOLDER_UID, Job, render_job
+    from .core.render import DEFAULT_IMAGE, PLACEHOLDER_UID, Job, render_job
 
     class BlockDumper(yaml.SafeDumper):
         """Multi-line strings (config.json) as readable `|` blocks."""
@@ -215,8 +211,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     exit 1 otherwise, as for validate); read once, so `kuberl run -` takes stdin."""
     docs = load_jobs(args.file)
     if args.pod_security != "privileged" or args.forbid_pod_fields:  # privileged is said by the run, once the job is valid
-        from .convert import is_configmap
-        from .localrun import apply_overrides, runnable_documents
+        from .core.podsource import is_configmap
+        from .local.runner import apply_overrides
+        from .tools.documents import runnable_documents
 
         for job in runnable_documents(docs, args.file, say=False, one_job=True):
             if is_configmap(job):
@@ -232,7 +229,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 for v in violations:
                     print(f"  {v}", file=sys.stderr)
                 return 1
-    from .localrun import cmd_run as run_here
+    from .local.runner import cmd_run as run_here
 
     return run_here(args, docs)
 
@@ -240,12 +237,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     """A PyTorchJob file as RLTrainingJob YAML on stdout; what was not carried over, one line each on
     stderr. Nothing on stdout unless every document converts (a pipe to kubectl applies all or none)."""
-    from .convert import (
+    from .tools.convert import to_yaml
+    from .tools.documents import (
         convert_documents,
         one_job_problem,
         runtimes_of,
         select_documents,
-        to_yaml,
     )
 
     read = load_jobs(args.file)
@@ -275,9 +272,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
-    from .crd import crd
+    from .core.crd import crd
 
-    print("# Generated by `make manifests` from operator/kuberl/spec.py; do not edit.")
+    print("# Generated by `make manifests` from operator/kuberl/core/spec.py; do not edit.")
     yaml.safe_dump(crd(), sys.stdout, sort_keys=False, width=120)
     return 0
 
@@ -432,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("plot", help="write a PNG learning curve of a local run")
     p.add_argument("run_dir")
-    p.set_defaults(func=lambda a: __import__("kuberl.localrun", fromlist=["cmd_plot"]).cmd_plot(a))
+    p.set_defaults(func=lambda a: __import__("kuberl.local.runner", fromlist=["cmd_plot"]).cmd_plot(a))
     p = sub.add_parser("eval", help="play a trained model on its job's env: mean return, a GIF, a TorchScript export")
     p.add_argument("path", metavar="RUN_DIR|MODEL.pt", help="a run directory of kuberl run, a final-model.pt or a ckpt-*.pt")
     p.add_argument("--episodes", type=positive(int), default=10, help="episodes to play, by the trainer's evaluation protocol (default 10)")
@@ -493,7 +490,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
         print(f"kuberl operator: {', '.join(missing)} not installed; install the operator extra: pip install 'kuberl[operator]'",
               file=sys.stderr)
         return 1
-    from .operator_config import cmd_operator as run_operator
+    from .operator.main import cmd_operator as run_operator
 
     return run_operator(args)
 

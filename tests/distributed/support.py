@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from kuberl import contract, metricnames, names, trainerconfig
-from kuberl.spec import parse_spec
+from kuberl.core import contract, metricnames, names, trainerconfig
+from kuberl.core.rules import parse_spec
 
 from tests.support.jobs import make_job as job_builder
 from tests.support.ports import free_ports

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kuberl import contract, metricnames, names
+from kuberl.core import contract, metricnames, names
 
 from .support import JOB, REPO, Job, free_ports, make_job, write_config
 

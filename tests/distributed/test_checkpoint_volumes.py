@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from kuberl import contract
+from kuberl.core import contract
 from kuberl_trainer import checkpoint
 
 from tests.unit.test_trainer_checkpoint import flip_one_bit, ppo_like_state

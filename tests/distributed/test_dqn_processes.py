@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from kuberl import contract, metricnames
-from kuberl.spec import DQNConfig
+from kuberl.core import contract, metricnames
+from kuberl.core.spec import DQNConfig
 from kuberl_trainer import checkpoint
 from kuberl_trainer.distributed import process_group
 from kuberl_trainer.dqn import DQNTrainer, QNetwork

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from kuberl import contract, metricnames
+from kuberl.core import contract, metricnames
 from kuberl_trainer import checkpoint
 from kuberl_trainer.ppo import Agent
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from kuberl import trainerconfig
-from kuberl.spec import PPOConfig
+from kuberl.core import trainerconfig
+from kuberl.core.spec import PPOConfig
 from kuberl_trainer.distributed import process_group
 from kuberl_trainer.ppo import PPOTrainer
 from kuberl_trainer.session import TrainingSession
@@ -91,7 +91,7 @@ def initial(out: Path) -> None:
     """Each rank builds the fused PPO and DQN trainers from its OWN seed;
     records their weights, and whether torch._dynamo got imported (DDP's
     constructor imports it; the fused path must not construct DDP)."""
-    from kuberl.spec import DQNConfig
+    from kuberl.core.spec import DQNConfig
     from kuberl_trainer.dqn import DQNTrainer
 
     with process_group("gloo", 60, 60) as ctx:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from kuberl.kubeapi import API_CALLS
+from kuberl.operator.kubeapi import API_CALLS
 
 from tests.e2e.stack import SCENARIOS, Stack
 

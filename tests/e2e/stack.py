@@ -24,9 +24,9 @@ import urllib.request
 from dataclasses import dataclass
 
 import yaml
-from kuberl import metricnames as m
-from kuberl import names
-from kuberl.localnode import processes_under
+from kuberl.core import metricnames as m
+from kuberl.core import names
+from kuberl.local.process import processes_under
 
 from tests.e2e.test_dashboard import (
     CHART,

@@ -9,8 +9,8 @@ import re
 import time
 
 import yaml
-from kuberl import metricnames as m
-from kuberl import names
+from kuberl.core import metricnames as m
+from kuberl.core import names
 
 from tests.e2e.stack import EXAMPLES, Scenario, tiny_job, wait_for
 

@@ -35,11 +35,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kuberl import metricnames as m
-from kuberl import names
-from kuberl.localrun import NAMESPACE, apply_overrides, pod_address
-from kuberl.render import PLACEHOLDER_UID, Job, render_pod
-from kuberl.spec import validate_job
+from kuberl.core import metricnames as m
+from kuberl.core import names
+from kuberl.core.render import PLACEHOLDER_UID, Job, render_pod
+from kuberl.core.rules import validate_job
+from kuberl.local.runner import NAMESPACE, apply_overrides, pod_address
 
 from tests.operator.operatorkit import (
     Operator,

@@ -11,7 +11,7 @@ import re
 import signal
 import time
 
-from kuberl import names
+from kuberl.core import names
 
 from tests.e2e.stack import Scenario, tiny_job, wait_for
 from tests.support.selectors import parse_label_selector

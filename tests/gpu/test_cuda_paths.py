@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from kuberl.spec import DQNConfig, PPOConfig
+from kuberl.core.spec import DQNConfig, PPOConfig
 from kuberl_trainer import device, distributed, networks
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer

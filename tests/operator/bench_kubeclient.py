@@ -1,6 +1,6 @@
 """Which Python Kubernetes client for the operator's own calls (a report, not a test): bursts of
 concurrent pod creates against the API stand-in (in its own process), by kubernetes_asyncio on the
-event loop, as `kuberl.kubeapi` makes them, and by the sync `kubernetes` client in a thread pool.
+event loop, as `kuberl.operator.kubeapi` makes them, and by the sync `kubernetes` client in a thread pool.
 
     .venv/bin/python -m tests.operator.bench_kubeclient [--burst 16] [--rounds 20]
 
@@ -47,14 +47,14 @@ def report(label: str, walls: list[float], cpu: float, creates: int) -> None:
 
 
 class AsyncioClient:
-    """kuberl.kubeapi as the operator runs it: kubernetes_asyncio's ApiClient on one event loop."""
+    """kuberl.operator.kubeapi as the operator runs it: kubernetes_asyncio's ApiClient on one event loop."""
 
     label = 'kubernetes_asyncio, event loop'
 
     def __init__(self, burst: int):
         import kopf
-        from kuberl import kubeapi
-        from kuberl.operator_metrics import OperatorMetrics
+        from kuberl.operator import kubeapi
+        from kuberl.operator.metrics import OperatorMetrics
 
         self.burst, self.loop = burst, asyncio.new_event_loop()
         self.connection = kubeapi.Connection()

@@ -14,7 +14,7 @@ import re
 import tempfile
 import time
 
-from kuberl.names import GROUP, PLURAL
+from kuberl.core.names import GROUP, PLURAL
 
 from tests.operator.operatorkit import (
     CRD,

@@ -14,8 +14,8 @@ import urllib.request
 from typing import Self
 
 import pytest
-from kuberl import contract, names
-from kuberl.kubeapi import API_CALLS
+from kuberl.core import contract, names
+from kuberl.operator.kubeapi import API_CALLS
 
 from tests.support.apiserver import StandinServer
 from tests.support.jobs import make_job

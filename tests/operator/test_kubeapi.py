@@ -1,4 +1,4 @@
-"""`kuberl.kubeapi` against the stand-in, in this process: errors carry the server's Status,
+"""`kuberl.operator.kubeapi` against the stand-in, in this process: errors carry the server's Status,
 5xx answers are retried with backoff, and a failure is counted once, after the last attempt."""
 import asyncio
 import logging
@@ -6,8 +6,9 @@ import logging
 import kmock
 import kopf
 import pytest
-from kuberl import kubeapi, names
-from kuberl.operator_metrics import OperatorMetrics
+from kuberl.core import names
+from kuberl.operator import kubeapi
+from kuberl.operator.metrics import OperatorMetrics
 
 NS = 'default'
 POD = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'twice', 'namespace': NS, 'labels': {names.LABEL_JOB: 'j'}},

@@ -1,4 +1,4 @@
-"""Clock skew: the operator counts in the API server's time (kuberl.kubeapi.ServerClock, from the
+"""Clock skew: the operator counts in the API server's time (kuberl.operator.kubeapi.ServerClock, from the
 Date header of its answers), so a replica whose own clock is minutes off neither force-deletes
 a pod still in its grace period nor stamps status in a time the next replica does not share.
 The stand-in plays an API server whose clock is five minutes behind this machine's

@@ -1,5 +1,5 @@
 """Gang scheduling objects through the real operator: Kueue's pod group, Volcano's and coscheduling's PodGroups."""
-from kuberl import names
+from kuberl.core import names
 
 from tests.operator.operatorkit import (
     NS,

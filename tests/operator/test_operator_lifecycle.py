@@ -1,5 +1,5 @@
 """The real operator over HTTP: a job goes Pending -> Running -> Succeeded with its children."""
-from kuberl import names
+from kuberl.core import names
 
 from tests.operator.operatorkit import (
     NS,

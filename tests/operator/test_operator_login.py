@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import yaml
-from kuberl import kubeapi
+from kuberl.operator import kubeapi
 
 from tests.operator.operatorkit import (
     CRD,

@@ -1,8 +1,8 @@
 """Each job's NetworkPolicy admits the namespace the operator really runs in (the chart's
 downward-API KUBERL_POD_NAMESPACE) and Prometheus' (--monitoring-namespace); a policy an
 operator installed elsewhere wrote is corrected when the new operator starts, running jobs included."""
-from kuberl import contract, names
-from kuberl.kubeapi import API_CALLS
+from kuberl.core import contract, names
+from kuberl.operator.kubeapi import API_CALLS
 
 from tests.operator.operatorkit import (
     NS,

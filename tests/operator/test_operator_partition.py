@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 
 import yaml
-from kuberl.operator_config import WatchBounds
+from kuberl.operator.config import WatchBounds
 
 from tests.operator.operatorkit import (
     TRAINER_IMAGE,

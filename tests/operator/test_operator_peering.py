@@ -1,5 +1,5 @@
 """Several replicas with `--peering`: the higher priority works, the other waits and takes over."""
-from kuberl.kubeapi import API_CALLS, PEERING_API_CALLS
+from kuberl.operator.kubeapi import API_CALLS, PEERING_API_CALLS
 
 from tests.operator.operatorkit import (
     Operator,
@@ -81,7 +81,7 @@ def test_equal_priorities_are_reported_loudly_log_healthz_and_metric(standin, re
     """kopf pauses every replica that sees another with its priority, and says so only as a
     warning: no job progresses. Each replica says why, fails /healthz and sets the gauge; once
     one of them goes, the other resumes and is healthy again."""
-    from kuberl import metricnames
+    from kuberl.core import metricnames
     _make_peering(standin, rest)
     (tmp_path / 'a').mkdir()
     (tmp_path / 'b').mkdir()

@@ -7,7 +7,7 @@ fails it at once with the server's words, named by who refused (AdmissionPolicy,
 import time
 
 import pytest
-from kuberl import names
+from kuberl.core import names
 
 from tests.operator.operatorkit import (
     Operator,

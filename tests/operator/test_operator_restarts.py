@@ -1,7 +1,7 @@
 """Gang restarts through the real operator: reasons from termination messages, what counts, old pods never adopted."""
 import datetime
 
-from kuberl import names
+from kuberl.core import names
 
 from tests.operator.operatorkit import (
     NS,

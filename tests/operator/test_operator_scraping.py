@@ -12,7 +12,8 @@ import urllib.request
 from typing import Self
 
 import pytest
-from kuberl import handlers, rank0metrics
+from kuberl.core import rank0metrics
+from kuberl.operator import handlers
 
 from tests.operator.operatorkit import (
     FakeMetrics,

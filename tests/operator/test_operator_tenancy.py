@@ -8,7 +8,7 @@ import json
 import threading
 import time
 
-from kuberl import names
+from kuberl.core import names
 
 from tests.operator.operatorkit import (
     JOBS,
@@ -263,7 +263,7 @@ def test_a_job_edited_in_a_loop_keeps_up_quietly_and_its_gang_is_not_restarted(s
 
 def test_control_characters_from_a_spec_or_a_pod_reach_status_and_events_escaped(standin, rest, operator):  # noqa: F811
     """A nodeSelector key with ESC/BEL and a termination message that clears the screen and forges a line
-    were copied raw into the job's conditions, restartHistory and Events (kuberl.safetext)."""
+    were copied raw into the job's conditions, restartHistory and Events (kuberl.core.safetext)."""
     import re
 
     from tests.support.store import container_terminated

@@ -22,6 +22,6 @@ status-code-exact client), `kube_api` (kubernetes.client.ApiClient), `local_node
   its x-kubernetes-validations via cel-python, with oldSelf on update.
 - `coreschema`: built-in kinds decoded against Kubernetes' own schemas (from kubernetes-validate).
 - `tables`, `openapi`: server-side Table rendering and the OpenAPI v3 kubectl needs.
-- `localnode.LocalNode`: a kubelet stand-in running bound pods as local processes (kuberl.localnode).
+- `localnode.LocalNode`: a kubelet stand-in running bound pods as local processes (kuberl.local.process).
 - `python -m tests.support --crd manifests/crd.yaml --node`: the same, by hand.
 """

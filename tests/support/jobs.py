@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 from typing import Any, Self
 
-from kuberl import names
-from kuberl.spec import JobSpec, parse_spec
+from kuberl.core import names
+from kuberl.core.rules import parse_spec
+from kuberl.core.spec import JobSpec
 
 
 def _merged(base: dict, fields: dict) -> dict:

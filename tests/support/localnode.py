@@ -1,8 +1,8 @@
 """A kubelet stand-in: runs the pods bound to its node as local processes and reports them through the API.
 
 It is an honest API client (watch, GET, PATCH /status, DELETE) of whatever server it is pointed at.
-Process running, the downward API, `$(VAR)` expansion and the sandbox come from `kuberl.localnode`
-(shared with `kuberl run`); cluster DNS follows `kuberl.localrun`'s rules, fed from the API's Services
+Process running, the downward API, `$(VAR)` expansion and the sandbox come from `kuberl.local.process`
+(shared with `kuberl run`); cluster DNS follows `kuberl.local.runner`'s rules, fed from the API's Services
 and pods. Each pod gets its own 127.x.y.z address, written to status.podIP before its container starts;
 that address stands in for the pod's network namespace, so an env value of 0.0.0.0 ("every address of
 this pod") becomes the pod's IP (two pods binding 0.0.0.0:9090 do not collide in a cluster either).
@@ -30,8 +30,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Self
 
-from kuberl import localnode as kubelet
-from kuberl import localrun
+from kuberl.local import process as local_process
+from kuberl.local import runner, sandbox
 
 from tests.support.rest import Rest
 from tests.support.selectors import LabelRequirement, labels_match
@@ -49,7 +49,7 @@ class NameNotResolvable(Exception):
 class RunningPod:
     pod: dict
     ip: str
-    process: kubelet.PodProcess | None = None
+    process: local_process.PodProcess | None = None
     restarts: int = 0
     pull_failed: bool = False
     stopping: bool = False
@@ -231,7 +231,7 @@ class LocalNode:
     def _start_pod(self, entry: RunningPod) -> None:
         pod = entry.pod
         if any(labels_match(s, pod['metadata'].get('labels')) for s in self.image_pull_failure):
-            image = kubelet.trainer_container(pod).get('image', '')
+            image = sandbox.trainer_container(pod).get('image', '')
             reason = 'ImagePullBackOff' if entry.pull_failed else 'ErrImagePull'
             entry.pull_failed = True
             self._report(entry, 'Pending', {'waiting': {'reason': reason, 'message': f'Back-off pulling image "{image}"'}})
@@ -241,14 +241,14 @@ class LocalNode:
         (self.workdir / 'logs').mkdir(exist_ok=True)
         try:
             configmaps = self._configmaps(pod)
-            entry.process = kubelet.start_pod(
+            entry.process = local_process.start_pod(
                 in_own_network_namespace(pod, entry.ip), entry.ip, str(self.workdir / 'pods' / namespace / name), configmaps,
                 lambda cm: self._configmap_dir(namespace, cm, configmaps), lambda claim: self._claim_dir(namespace, claim),
                 self._resolver(namespace), prefix=f'[{name}]', out=self.output,
                 log_path=str(self.workdir / 'logs' / f'{namespace}_{name}.log'))
         except NameNotResolvable:
             return
-        except kubelet.LocalRunError as error:
+        except sandbox.LocalRunError as error:
             self._report(entry, 'Pending', {'waiting': {'reason': 'CreateContainerConfigError', 'message': str(error)}})
             return
         self._report(entry, 'Running', {'running': {'startedAt': _iso(entry.process.started_at)}}, ready=True)
@@ -280,7 +280,7 @@ class LocalNode:
 
     def _report(self, entry: RunningPod, phase: str, state: dict, ready: bool = False) -> None:
         pod = entry.pod
-        container = kubelet.trainer_container(pod)
+        container = sandbox.trainer_container(pod)
         status = {
             'phase': phase, 'podIP': entry.ip, 'podIPs': [{'ip': entry.ip}], 'hostIP': '127.0.0.1',
             'startTime': pod.get('status', {}).get('startTime') or timestamp(),
@@ -324,7 +324,7 @@ class LocalNode:
 
     def _configmap_dir(self, namespace: str, name: str, configmaps: dict) -> str:
         if name not in configmaps:
-            raise kubelet.LocalRunError(f'configmap "{name}" not found')
+            raise sandbox.LocalRunError(f'configmap "{name}" not found')
         path = self.workdir / 'configmaps' / namespace / name
         path.mkdir(parents=True, exist_ok=True)
         for key, value in configmaps[name].items():
@@ -333,7 +333,7 @@ class LocalNode:
 
     def _claim_dir(self, namespace: str, claim: str) -> str:
         if self.rest.get(f'/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}').status != 200:
-            raise kubelet.LocalRunError(f'persistentvolumeclaim "{claim}" not found')
+            raise sandbox.LocalRunError(f'persistentvolumeclaim "{claim}" not found')
         path = self.workdir / 'claims' / namespace / claim
         path.mkdir(parents=True, exist_ok=True)
         return str(path)
@@ -343,12 +343,12 @@ class LocalNode:
         pods = self.rest.get(f'/api/v1/namespaces/{namespace}/pods').body['items']
         with self.lock:
             addresses = {e.pod['metadata']['uid']: e.ip for e in self.pods.values()}
-        dns_pods = [localrun.DNSPod(p, p.get('status', {}).get('podIP') or addresses.get(p['metadata']['uid'], ''),
+        dns_pods = [runner.DNSPod(p, p.get('status', {}).get('podIP') or addresses.get(p['metadata']['uid'], ''),
                                     _ready(p)) for p in pods if not p['metadata'].get('deletionTimestamp')]
-        records = localrun.dns_records(services, [p for p in dns_pods if p.ip])
+        records = runner.dns_records(services, [p for p in dns_pods if p.ip])
 
         def resolve(name: str) -> str:
-            address = localrun.resolve(name, records, namespace)
+            address = runner.resolve(name, records, namespace)
             if address is None:
                 raise NameNotResolvable(name)
             return address

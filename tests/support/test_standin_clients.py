@@ -55,7 +55,7 @@ def test_kopf_operator_sees_a_create_over_real_http(standin, rest, tmp_path, mon
     module = tmp_path / 'smoke_operator.py'
     module.write_text(OPERATOR)
     monkeypatch.setenv('STANDIN_URL', standin.url)
-    # A fresh registry: other tests import kuberl.handlers, which registers into kopf's global one.
+    # A fresh registry: other tests import kuberl.operator.handlers, which registers into kopf's global one.
     registry = kopf.OperatorRegistry()
     with KopfRunner(['run', '--standalone', '--namespace=default', str(module)], timeout=30, registry=registry) as runner:
         time.sleep(1.0)

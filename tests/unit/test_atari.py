@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from kuberl.spec import PPOConfig
+from kuberl.core.spec import PPOConfig
 from kuberl_trainer import atari, device, envs, networks
 from kuberl_trainer.ppo import Agent, ppo_loss
 from kuberl_trainer.replay import ReplayBuffer

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 import torch
-from kuberl import contract, trainerconfig
+from kuberl.core import contract, trainerconfig
 from kuberl_trainer import __main__ as entry
 from kuberl_trainer import checkpoint, session
 from kuberl_trainer.distributed import Dist

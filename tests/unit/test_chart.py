@@ -28,9 +28,10 @@ from chart_support import (
     render,
     validate,
 )
-from kuberl import cli, contract, names
-from kuberl.kubeapi import API_CALLS, PEERING_API_CALLS
-from kuberl.render import DEFAULT_IMAGE, PLACEHOLDER_UID, render_job
+from kuberl import cli
+from kuberl.core import contract, names
+from kuberl.core.render import DEFAULT_IMAGE, PLACEHOLDER_UID, render_job
+from kuberl.operator.kubeapi import API_CALLS, PEERING_API_CALLS
 
 SCENARIOS = {
     "defaults": {},

@@ -1,5 +1,5 @@
 """The Grafana dashboard in the chart: every query names only metrics that
-kuberl.metricnames defines (trainer and operator), none is padded to look
+kuberl.core.metricnames defines (trainer and operator), none is padded to look
 alive, and every training panel follows the namespace and rltj variables.
 tests/e2e/test_dashboard.py runs the same queries against a real Prometheus."""
 
@@ -10,7 +10,7 @@ import re
 
 import pytest
 from chart_support import CHART
-from kuberl import metricnames
+from kuberl.core import metricnames
 
 DASHBOARD = json.loads((CHART / "dashboards" / "kuberl.json").read_text())
 HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
@@ -56,7 +56,7 @@ def test_metrics_in_parses_what_it_should():
 def test_every_query_uses_only_defined_kuberl_metrics(title, expr):
     used = {base_name(m) for m in metrics_in(expr)}
     assert used, f"{title}: the query names no kuberl metric"
-    assert used <= defined_metric_names(), f"{title}: {sorted(used - defined_metric_names())} not in kuberl.metricnames"
+    assert used <= defined_metric_names(), f"{title}: {sorted(used - defined_metric_names())} not in kuberl.core.metricnames"
 
 
 @pytest.mark.parametrize(("title", "expr"), panel_targets())

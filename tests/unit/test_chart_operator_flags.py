@@ -15,7 +15,7 @@ from chart_support import (
     render,
 )
 from kuberl import cli
-from kuberl.operator_config import OperatorConfig, operator_config
+from kuberl.operator.config import OperatorConfig, operator_config
 
 FLAGS = ("--scrape-interval", "--scrape-timeout", "--max-concurrent-reconciles", "--watch-timeout")
 

@@ -8,8 +8,8 @@ import importlib.util
 import pytest
 import yaml
 from chart_support import CHART, ROOT, HelmError, helm, operator_container, render
-from kuberl import render as rendering
-from kuberl.operator_config import per_process_from_env
+from kuberl.core import render as rendering
+from kuberl.operator.config import per_process_from_env
 
 from tests.support.jobs import make_job
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kuberl import cli, names
+from kuberl import cli
+from kuberl.core import names
 
 from tests.support.jobs import make_job
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from kuberl.console import Console
+from kuberl.local.console import Console
 
 
 class Terminal(io.StringIO):

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 from kuberl import cli
-from kuberl.convert import NotConvertible, convert, to_yaml
-from kuberl.spec import MAX_DOCUMENT_BYTES, load_documents, validate_job
+from kuberl.core.rules import validate_job
+from kuberl.core.yamlreader import MAX_DOCUMENT_BYTES, load_documents
+from kuberl.tools.convert import NotConvertible, convert, to_yaml
 
 IMAGE = "registry.example.com/ml/train:1.4"
 SECURITY = {"runAsUser": 1000}

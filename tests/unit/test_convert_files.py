@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 from kuberl import cli
-from kuberl.convert import to_yaml
-from kuberl.localrun import load_job
-from kuberl.spec import MAX_DOCUMENT_BYTES, load_documents
+from kuberl.core.yamlreader import MAX_DOCUMENT_BYTES, load_documents
+from kuberl.local.runner import load_job
+from kuberl.tools.convert import to_yaml
 
 IMAGE = "registry.example.com/ml/ddp:1"
 
@@ -157,10 +157,10 @@ def with_host_paths() -> dict:
 
 
 def test_convert_notes_each_host_path_the_baseline_level_refuses_and_the_ways_out():
-    from kuberl.convert import convert
-    from kuberl.podsecurity import check_pods
-    from kuberl.render import PLACEHOLDER_UID, Job, render_pod
-    from kuberl.spec import validate_job
+    from kuberl.core.podsecurity import check_pods
+    from kuberl.core.render import PLACEHOLDER_UID, Job, render_pod
+    from kuberl.core.rules import validate_job
+    from kuberl.tools.convert import convert
 
     job, notes = convert(with_host_paths())
     volumes = "spec.pytorchReplicaSpecs.Worker.template.spec.volumes"

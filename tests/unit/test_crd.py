@@ -9,9 +9,14 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from kuberl import cli, names
-from kuberl.crd import crd
-from kuberl.spec import CROSS_FIELD_RULES, immutable_fields, optional_immutable_fields
+from kuberl import cli
+from kuberl.core import names
+from kuberl.core.crd import crd
+from kuberl.core.rules import (
+    CROSS_FIELD_RULES,
+    immutable_fields,
+    optional_immutable_fields,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "manifests" / "crd.yaml"

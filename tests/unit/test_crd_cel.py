@@ -14,7 +14,8 @@ import celpy
 import jsonschema
 import pytest
 import yaml
-from kuberl.spec import CROSS_FIELD_RULES, InvalidJob, immutable_changes, validate_job
+from kuberl.core.rules import CROSS_FIELD_RULES, immutable_changes, validate_job
+from kuberl.core.validation import InvalidJob
 
 from tests.support.jobs import make_job
 

@@ -1,14 +1,15 @@
 """Every limit the generated CRD declares (maxItems, maxProperties, maxLength,
 minLength, minItems, pattern, minimum, maximum, enum) is enforced by the Python
-validation too: the cases are derived from `kuberl.crd.crd()`, so a limit added
+validation too: the cases are derived from `kuberl.core.crd.crd()`, so a limit added
 to the CRD alone fails here."""
 
 import copy
 import re
 
 import pytest
-from kuberl.crd import crd
-from kuberl.spec import InvalidJob, validate_job
+from kuberl.core.crd import crd
+from kuberl.core.rules import validate_job
+from kuberl.core.validation import InvalidJob
 
 from tests.support.jobs import make_job
 

@@ -8,10 +8,11 @@ import sys
 
 import pytest
 import yaml
-from kuberl import names
-from kuberl.localrun import summary
-from kuberl.render import Job, render_configmap, render_pods
-from kuberl.spec import InvalidJob, validate_job
+from kuberl.core import names
+from kuberl.core.render import Job, render_configmap, render_pods
+from kuberl.core.rules import validate_job
+from kuberl.core.validation import InvalidJob
+from kuberl.local.runner import summary
 
 from tests.support.jobs import make_job
 

@@ -163,7 +163,7 @@ def test_operator_image_install_steps_give_kuberl_without_torch(tmp_path):
     assert operator_help.returncode == 0 and "--peering" in operator_help.stdout
     no_torch = run_in(venv, "python", "-c", "import torch")
     assert no_torch.returncode != 0 and "No module named 'torch'" in no_torch.stderr
-    assert run_in(venv, "python", "-c", "import kopf, kubernetes_asyncio, kuberl.handlers").returncode == 0
+    assert run_in(venv, "python", "-c", "import kopf, kubernetes_asyncio, kuberl.operator.handlers").returncode == 0
     frozen = run_in(venv, "pip", "freeze", "--exclude", "kuberl").stdout.split()
     pinned = [line for line in (DOCKERFILES / "operator-requirements.txt").read_text().splitlines() if "==" in line]
     assert sorted(frozen, key=str.lower) == sorted(pinned, key=str.lower), "the pins are the whole closure"

@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kuberl import fingerprint, specdoc
-from kuberl.spec import JobSpec
+from kuberl.core import fingerprint
+from kuberl.core.spec import JobSpec
+from kuberl.tools import specdoc
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kuberl import names
-from kuberl.convert import convert
-from kuberl.render import PLACEHOLDER_UID, render_job
-from kuberl.spec import validate_job
+from kuberl.core import names
+from kuberl.core.render import PLACEHOLDER_UID, render_job
+from kuberl.core.rules import validate_job
+from kuberl.tools.convert import convert
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "migrating-from-pytorchjob.md"

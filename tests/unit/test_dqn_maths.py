@@ -4,7 +4,8 @@ rules) and resuming: a trainer's state equal after a load."""
 import numpy as np
 import pytest
 import torch
-from kuberl.spec import DQNConfig, InvalidJob
+from kuberl.core.spec import DQNConfig
+from kuberl.core.validation import InvalidJob
 from kuberl_trainer import learners
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import (

@@ -2,8 +2,8 @@
 and identity the operator, the Service, the NetworkPolicy and the gang scheduler rely on."""
 
 import pytest
-from kuberl import names
-from kuberl.render import PLACEHOLDER_UID, render_job
+from kuberl.core import names
+from kuberl.core.render import PLACEHOLDER_UID, render_job
 
 from tests.support.jobs import make_job
 

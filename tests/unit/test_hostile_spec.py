@@ -4,12 +4,9 @@
 import json
 
 import pytest
-from kuberl.spec import (
-    MAX_GANG_TEMPLATE_BYTES,
-    InvalidJob,
-    load_documents,
-    validate_job,
-)
+from kuberl.core.rules import validate_job
+from kuberl.core.validation import MAX_GANG_TEMPLATE_BYTES, InvalidJob
+from kuberl.core.yamlreader import load_documents
 
 from tests.support.jobs import make_job
 
@@ -57,7 +54,7 @@ def trainer_env(name: str) -> dict:
 # Python's `$` also matches before a final newline; Go's (k8s.io/apimachinery/pkg/util/validation:
 # IsDNS1035Label, IsDNS1123Label, IsQualifiedName, IsEnvVarName) does not, so the API server refuses
 # these names at pod create, long after the job was accepted; "RANK\n" also slipped past the
-# reserved-name check. A path shows the newline escaped (kuberl.safetext): a problem is one line.
+# reserved-name check. A path shows the newline escaped (kuberl.core.safetext): a problem is one line.
 TRAILING_NEWLINES = {
     "metadata.name": (make_job("abc\n").obj(), "metadata.name"),
     "metadata.namespace": (make_job("abc", namespace="team-a\n").obj(), "metadata.namespace"),

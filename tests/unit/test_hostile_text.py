@@ -1,4 +1,4 @@
-"""No control characters from a pod or a spec in status, Events or terminals (kuberl.safetext).
+"""No control characters from a pod or a spec in status, Events or terminals (kuberl.core.safetext).
 
 A termination message carrying `ESC[2J`, an OSC 8 hyperlink, a C1 CSI, a bidi override and a forged
 "[kuberl] ... succeeded" line was copied raw into the job's conditions, restartHistory and Events and
@@ -15,11 +15,15 @@ from dataclasses import replace
 
 import pytest
 import yaml
-from kuberl import cli, reconcile, safetext
-from kuberl import lifecycle as lc
-from kuberl.localnode import Launch, LocalRunError, PodProcess
-from kuberl.podsecurity import Violation
-from kuberl.spec import InvalidJob, UnreadableSpec, load_documents, validate_job
+from kuberl import cli
+from kuberl.core import jobstatus, safetext
+from kuberl.core import lifecycle as lc
+from kuberl.core.podsecurity import Violation
+from kuberl.core.rules import validate_job
+from kuberl.core.validation import InvalidJob
+from kuberl.core.yamlreader import UnreadableSpec, load_documents
+from kuberl.local.process import Launch, PodProcess
+from kuberl.local.sandbox import LocalRunError
 
 from tests.support.jobs import make_job
 
@@ -99,7 +103,7 @@ def test_a_spec_key_with_control_characters_is_escaped_in_every_refusal():
         validate_job(job)
     [problem] = [str(p) for p in refused.value.problems]
     assert problem.startswith("spec.nodeSelector.pool\\x1b[2J\\x07\\u202e: ") and not unsafe_in(problem)
-    _, refusal = reconcile.judge(job)
+    _, refusal = jobstatus.judge(job)
     assert refusal.reason == lc.REASON_INVALID_SPEC and "pool\\x1b[2J" in refusal.message and not unsafe_in(refusal.message)
     assert not unsafe_in(str(Violation("spec.containers[0].securityContext", "x\x1b", "y\x9b", "z")))
     assert not unsafe_in(str(LocalRunError("volumeMount /a\x1b[2J\nforged")))

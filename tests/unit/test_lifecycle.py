@@ -1,4 +1,4 @@
-"""The lifecycle table: every transition and failure class of kuberl.lifecycle.decide.
+"""The lifecycle table: every transition and failure class of kuberl.core.lifecycle.decide.
 
 Fixtures come from builders (JobSet style): `job(...)` for a spec, `Pod(rank)`
 for an observed pod, and `Status` helpers that replay earlier decisions, so each
@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field, replace
 
 import pytest
-from kuberl import lifecycle as lc
-from kuberl.contract import EXIT_CONFIG_ERROR, TERMINATION_MARKER
-from kuberl.lifecycle import (
+from kuberl.core import lifecycle as lc
+from kuberl.core.contract import EXIT_CONFIG_ERROR, TERMINATION_MARKER
+from kuberl.core.lifecycle import (
     CreatePods,
     DeletePods,
     Event,
@@ -484,7 +484,7 @@ def test_rank_zero_reporting_success_succeeds_the_job():
 
 
 def test_success_records_rank_zeros_final_numbers_over_the_last_scrape():
-    from kuberl.contract import final_numbers
+    from kuberl.core.contract import final_numbers
 
     spec = job()
     message = f"Succeeded: eval return 496.6 >= 475 at timesteps 30996 {final_numbers(30996, 496.6)}"

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import yaml
-from kuberl.localrun import split_documents
+from kuberl.local.runner import split_documents
 
 JOB = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "j"}, "spec": {}}
 
@@ -96,7 +96,7 @@ def test_an_unquoted_number_or_boolean_key_is_the_key_kubectl_sends(tmp_path):
     text: `1: x` is the key '1' to the API server. kuberl run took it so before configmap_problems, which
     then refused it as no ConfigMap key (validate and convert too)."""
     from kuberl import cli
-    from kuberl.spec import load_documents
+    from kuberl.core.yamlreader import load_documents
 
     text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata:\n  1: one\n  k: v\n"
     _, configmaps = split_documents([JOB, *load_documents(text)], "f")

@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from kuberl import contract
-from kuberl.localnode import (
+from kuberl.core import contract
+from kuberl.local.process import container_base_env, launch
+from kuberl.local.sandbox import (
     LocalRunError,
-    container_base_env,
-    launch,
     path_problems,
     prepare_sandbox,
     trainer_container,

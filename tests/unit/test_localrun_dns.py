@@ -6,9 +6,11 @@ from __future__ import annotations
 import copy
 
 import pytest
-from kuberl import names
-from kuberl.localnode import LocalRunError, container_env, launch, trainer_container
-from kuberl.localrun import (
+from kuberl.core import names
+from kuberl.core.render import Job, render_pod, render_service
+from kuberl.local.containerenv import container_env
+from kuberl.local.process import launch
+from kuberl.local.runner import (
     DNSPod,
     dns_records,
     explain_unresolved,
@@ -16,7 +18,7 @@ from kuberl.localrun import (
     pod_address,
     resolve,
 )
-from kuberl.render import Job, render_pod, render_service
+from kuberl.local.sandbox import LocalRunError, trainer_container
 
 from tests.support.jobs import make_job
 

@@ -9,21 +9,13 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from kuberl import contract
-from kuberl.localnode import (
-    LocalRunError,
-    container_env,
-    expand,
-    host_interfaces,
-    launch,
-    local_interfaces,
-    prepare_sandbox,
-    quantity,
-    resource_field,
-    trainer_container,
-)
-from kuberl.localrun import DNSPod, apply_overrides, make_resolver
-from kuberl.render import Job, render_pod, render_service
+from kuberl.core import contract
+from kuberl.core.render import Job, render_pod, render_service
+from kuberl.local.containerenv import container_env, expand, quantity, resource_field
+from kuberl.local.dns import host_interfaces, local_interfaces
+from kuberl.local.process import launch
+from kuberl.local.runner import DNSPod, apply_overrides, make_resolver
+from kuberl.local.sandbox import LocalRunError, prepare_sandbox, trainer_container
 
 from tests.support.jobs import make_job
 
@@ -217,8 +209,8 @@ def test_overrides_read_numbers_as_kubectl_does():
 def test_a_taken_default_rendezvous_port_moves_but_a_chosen_one_stays():
     import socket
 
-    from kuberl.localrun import with_free_rendezvous_port
-    from kuberl.spec import validate_job
+    from kuberl.core.rules import validate_job
+    from kuberl.local.runner import with_free_rendezvous_port
 
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
@@ -235,7 +227,7 @@ def test_a_taken_default_rendezvous_port_moves_but_a_chosen_one_stays():
 def test_a_one_pod_custom_job_gets_a_free_rendezvous_port_too():
     """One pod of the user's command may still listen on MASTER_PORT (init_process_group, torchrun's store):
     a port another run held failed it EADDRINUSE. kuberl's own trainer of one process forms no group."""
-    from kuberl.localrun import meets_at_master_port
+    from kuberl.local.runner import meets_at_master_port
 
     template = {"spec": {"containers": [{"name": "trainer", "command": ["python", "t.py"]}]}}
     assert meets_at_master_port(make_job().custom_trainer(template).workers(1).spec())

@@ -1,4 +1,4 @@
-"""A rerun of `kuberl run` resumes only the run of a spec that learns the same thing (`kuberl.fingerprint`)."""
+"""A rerun of `kuberl run` resumes only the run of a spec that learns the same thing (`kuberl.core.fingerprint`)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 import os
 
 import yaml
-from kuberl import fingerprint
 from kuberl.cli import main
-from kuberl.localrun import choose_run, record_fingerprint, write_json
-from kuberl.spec import JobSpec
+from kuberl.core import fingerprint
+from kuberl.core.spec import JobSpec
+from kuberl.local.runner import choose_run, record_fingerprint, write_json
 
 from tests.support.jobs import make_job
 

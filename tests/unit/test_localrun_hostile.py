@@ -12,19 +12,17 @@ import subprocess
 import sys
 
 import pytest
-from kuberl.localnode import (
-    Launch,
+from kuberl.core.podsource import source_problems
+from kuberl.local.process import Launch, PodProcess, launch
+from kuberl.local.runner import split_documents
+from kuberl.local.sandbox import (
     LocalRunError,
-    PodProcess,
     configmap_files,
-    launch,
     path_problems,
     prepare_sandbox,
-    source_problems,
     trainer_container,
     write_files,
 )
-from kuberl.localrun import split_documents
 
 JOB = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "j"}, "spec": {}}
 SCRIPTS = {"train.py": "print('train')\n", "eval.py": "print('eval')\n"}
@@ -358,8 +356,8 @@ def test_configmaps_at_the_limits_pass():
 ])
 def test_a_set_value_that_is_not_plain_bounded_yaml_is_a_problem_naming_it_not_a_traceback(setting, why):
     """`--set 'x=[1'` ended `kuberl run` in a yaml.scanner traceback."""
-    from kuberl.localrun import apply_overrides
-    from kuberl.spec import InvalidJob
+    from kuberl.core.validation import InvalidJob
+    from kuberl.local.runner import apply_overrides
 
     with pytest.raises(InvalidJob) as e:
         apply_overrides({"spec": {}}, None, [setting])
@@ -367,7 +365,7 @@ def test_a_set_value_that_is_not_plain_bounded_yaml_is_a_problem_naming_it_not_a
 
 
 def test_set_values_keep_their_meaning():
-    from kuberl.localrun import apply_overrides
+    from kuberl.local.runner import apply_overrides
 
     out = apply_overrides({"spec": {}}, None, ["a=null", "b=", "c=1e-3", "d=[1, x]", "e=off"])
     assert out["spec"] == {"a": None, "b": "", "c": 0.001, "d": [1, "x"], "e": False}
@@ -378,21 +376,21 @@ def test_set_values_keep_their_meaning():
                                   '{"generation": true}', '{"generation": ' + "9" * 5000 + "}"])
 def test_a_damaged_status_is_refused_saying_what_to_do_not_a_traceback(text):
     """A status.json that was not kuberl's JSON ended the resumed run in a JSONDecodeError/ValueError/AttributeError."""
-    from kuberl.localrun import last_status
+    from kuberl.local.runner import last_status
 
     with pytest.raises(LocalRunError, match="runs/j/status.json is not a status kuberl run wrote: delete it"):
         last_status(text, "runs/j/status.json")
 
 
 def test_a_status_kuberl_wrote_resumes():
-    from kuberl.localrun import last_status
+    from kuberl.local.runner import last_status
 
     assert last_status('{"generation": 3, "phase": "Suspended"}', "s") == {"generation": 3, "phase": "Suspended"}
     assert last_status("{}", "s") == {}
 
 
 def test_a_uid_file_that_is_no_uuid_is_refused_and_a_good_one_kept(tmp_path):
-    from kuberl.localrun import job_uid
+    from kuberl.local.runner import job_uid
 
     uid = job_uid(str(tmp_path))
     assert job_uid(str(tmp_path)) == uid
@@ -410,9 +408,9 @@ FOREIGN_PROGRESS = ('{"timesteps": 1000, "wall_seconds": 1.0, "episode_return_me
 def test_a_progress_file_cut_short_or_not_kuberls_ends_the_run_with_its_summary_not_a_traceback(tmp_path):
     """The summary line parsed the file's last line: a line cut short by a kill or a full disk, or a custom
     trainer's own format there, ended a finished run in a JSONDecodeError (or ValueError on 'many')."""
-    from kuberl.localrun import progress_record, summary
-    from kuberl.render import Job
-    from kuberl.spec import validate_job
+    from kuberl.core.render import Job
+    from kuberl.core.rules import validate_job
+    from kuberl.local.runner import progress_record, summary
 
     from tests.support.jobs import make_job
 
@@ -424,7 +422,7 @@ def test_a_progress_file_cut_short_or_not_kuberls_ends_the_run_with_its_summary_
 
 
 def test_plotting_skips_what_is_not_a_progress_record(tmp_path):
-    from kuberl.localrun import plot
+    from kuberl.local.runner import plot
 
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "progress.jsonl").write_text(FOREIGN_PROGRESS)
@@ -449,7 +447,7 @@ def test_a_divisor_the_api_server_refuses_is_named(ref, field):
 
 def test_a_zero_divisor_is_the_unset_one_not_a_zero_division():
     """divisor: '0' passes the API server (it equals the unset Quantity); here it was a ZeroDivisionError traceback."""
-    from kuberl.localnode import resource_field
+    from kuberl.local.containerenv import resource_field
 
     pod = pod_with({"resources": {"limits": {"cpu": "2", "memory": "1Gi"}}})
     zero = pod_with({"env": [{"name": "N", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "0"}}}]})
@@ -461,7 +459,7 @@ def test_a_zero_divisor_is_the_unset_one_not_a_zero_division():
 
 def test_an_env_value_of_null_is_the_empty_string_as_a_kubelet_sets_it():
     """`{name: X, value: null}` (JSON null: Go's zero value, "") was a TypeError traceback in the $(VAR) expansion."""
-    from kuberl.localnode import container_env
+    from kuberl.local.containerenv import container_env
 
     pod = pod_with({"env": [{"name": "X", "value": None}, {"name": "Y", "value": "a$(X)b", "valueFrom": None}],
                     "envFrom": [{"prefix": None, "configMapRef": {"name": "cm"}}]})
@@ -472,7 +470,7 @@ def test_an_env_value_of_null_is_the_empty_string_as_a_kubelet_sets_it():
 def test_a_line_without_end_is_logged_in_pieces_not_held_whole(tmp_path):
     """One 8 MB line without a newline was read whole into memory (and kept in the log tail): a process printing
     gigabytes that way took the runner with it. containerd splits lines at max_container_log_line_size (16 KiB)."""
-    from kuberl.localnode import LOG_LINE_BYTES
+    from kuberl.local.process import LOG_LINE_BYTES
 
     out = tmp_path / "out"
     with open(out, "w") as sink:
@@ -507,7 +505,7 @@ def test_plot_finds_progress_without_following_links_round_in_circles(tmp_path):
     """Two links to '.' in the checkpoint directory made `kuberl plot` (and `kuberl run --plot`) hang in a recursive glob."""
     import threading
 
-    from kuberl.localrun import plot
+    from kuberl.local.runner import plot
 
     checkpoints = tmp_path / "checkpoints" / "job-uid"
     checkpoints.mkdir(parents=True)
@@ -525,7 +523,7 @@ def test_a_progress_file_that_is_a_fifo_does_not_hang_the_summary(tmp_path):
     """A container's FIFO at /checkpoints/progress.jsonl hung `kuberl run` at its summary line."""
     import threading
 
-    from kuberl.localrun import last_progress
+    from kuberl.local.runner import last_progress
 
     os.mkfifo(tmp_path / "progress.jsonl")
     done = []
@@ -557,7 +555,7 @@ def test_validate_reports_what_the_api_server_would_refuse_in_the_operators_pods
 
 LEAVE_READ_ONLY_TREE = """
 import os, sys
-from kuberl.localnode import prepare_sandbox, trainer_container
+from kuberl.local.process import prepare_sandbox, trainer_container
 pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "trainer", "command": ["x"]}], "volumes": []}}
 sandbox = sys.argv[1]
 root = prepare_sandbox(sandbox, pod, trainer_container(pod), {}, str)
@@ -597,9 +595,9 @@ def test_a_pods_read_only_leftovers_do_not_stop_the_next_pod(tmp_path):
 def test_containers_the_local_node_does_not_start_are_named_not_skipped_silently():
     """An init container that fetched the script, or a sidecar, was skipped without a word: the trainer then
     failed with 'No such file' and nothing said why."""
-    from kuberl.localnode import containers_not_run
-    from kuberl.render import Job, render_pod
-    from kuberl.spec import validate_job
+    from kuberl.core.render import Job, render_pod
+    from kuberl.core.rules import validate_job
+    from kuberl.local.process import containers_not_run
 
     from tests.support.jobs import make_job
 
@@ -625,7 +623,7 @@ def test_containers_the_local_node_does_not_start_are_named_not_skipped_silently
 def test_a_rendezvous_at_localhost_is_named_as_one_a_clusters_pods_never_meet_at(container, named):
     """Copied from a one-machine tutorial into a gang of pods: here every pod's localhost is this machine's,
     so kuberl run met there and succeeded; in a cluster each pod waits at its own until a timeout."""
-    from kuberl.localnode import loopback_rendezvous
+    from kuberl.local.dns import loopback_rendezvous
 
     assert loopback_rendezvous(pod_with(container, [])) == [f"spec.containers[trainer].{n}" for n in named]
 
@@ -660,7 +658,7 @@ def test_validate_refuses_metadata_the_api_server_would(tmp_path, capsys):
 def test_a_second_runner_of_the_same_job_is_refused_while_the_first_runs(tmp_path):
     """A second `kuberl run` of the job (another terminal) took the first's ranks for a dead runner's leftovers,
     killed them after the grace period, and the two then raced for the same pod directories."""
-    from kuberl.localrun import run_lock
+    from kuberl.local.runner import run_lock
 
     second = pytest.raises(LocalRunError, match=rf"another kuberl run \(pid {os.getpid()}\) is running this job")
     with run_lock(str(tmp_path)), second, run_lock(str(tmp_path)):
@@ -688,7 +686,7 @@ def test_a_second_run_refused_leaves_the_first_runs_job_yaml(tmp_path, capsys):
     say) replaced the running one's record, then was refused."""
     import yaml
     from kuberl import cli
-    from kuberl.localrun import run_lock
+    from kuberl.local.runner import run_lock
 
     job = {**JOB, "spec": {"trainer": "custom", "template": {"spec": {"containers": [{"name": "trainer", "command": ["x"]}]}}}}
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
@@ -715,7 +713,7 @@ def test_a_dir_that_cannot_hold_the_run_is_named_not_a_traceback(tmp_path, capsy
 def test_a_script_in_a_configmap_with_defaultmode_0755_runs_as_the_command(tmp_path):
     """`command: [/scripts/entry.sh]` with `defaultMode: 0755`, the usual way to ship an entrypoint in a ConfigMap:
     the files were written 0644 whatever the mode said, so the exec failed (StartError: Permission denied)."""
-    from kuberl.localnode import launch
+    from kuberl.local.process import launch
 
     pod = pod_with({"command": ["/scripts/entry.sh"], "volumeMounts": [{"name": "s", "mountPath": "/scripts"}]},
                    [{"name": "s", "configMap": {"name": "scripts", "defaultMode": 0o755}}])
@@ -778,7 +776,7 @@ def test_a_link_swapped_in_after_the_sandbox_was_made_is_not_entered(tmp_path):
 
 def test_a_link_swapped_in_between_a_check_and_a_create_is_met_not_followed(tmp_path, monkeypatch):
     """A co-tenant replaces a directory the node has just made with a link: the next step opens it without following."""
-    from kuberl import localnode
+    from kuberl.local import sandbox
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -790,10 +788,10 @@ def test_a_link_swapped_in_between_a_check_and_a_create_is_met_not_followed(tmp_
             os.rmdir(name, dir_fd=dir_fd)
             os.symlink(outside, name, dir_fd=dir_fd)
 
-    monkeypatch.setattr(localnode.os, "mkdir", mkdir_then_swap)
+    monkeypatch.setattr(sandbox.os, "mkdir", mkdir_then_swap)
     (tmp_path / "top").mkdir()
     with pytest.raises(LocalRunError, match=r"^f: 'a/b' leads out of v through a symlink in it \('a'\)"):
-        localnode.make_dirs(str(tmp_path / "top"), "a/b", "f", "v")
+        sandbox.make_dirs(str(tmp_path / "top"), "a/b", "f", "v")
     assert list(outside.iterdir()) == []
 
 
@@ -861,14 +859,14 @@ def test_plot_of_a_3_gib_progress_file_draws_its_last_records_in_2_gib(tmp_path)
 def test_the_run_summary_reads_a_3_gib_progress_file_in_2_gib(tmp_path):
     """`kuberl run`'s end-of-run summary read it the same way."""
     sparse_progress(tmp_path)
-    code = ("import sys; from kuberl.localrun import last_progress, newest_checkpoint;"
+    code = ("import sys; from kuberl.local.runner import last_progress, newest_checkpoint;"
             f" print(last_progress({str(tmp_path)!r})['eval_return'], newest_checkpoint({str(tmp_path)!r}))")
     done = in_two_gibibytes("-c", code, cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (0, "42.0 None\n", ""), done
 
 
 def test_a_tail_starts_at_a_whole_line_and_says_how_large_the_file_is(tmp_path):
-    from kuberl.localnode import read_regular_tail
+    from kuberl.local.process import read_regular_tail
 
     path = tmp_path / "f"
     path.write_bytes(b"first line\nsecond\nthird\n")

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import yaml
-from kuberl.localnode import image_files
+from kuberl.local.sandbox import image_files
 
 
 def pod(command: list[str], mounts: tuple[str, ...] = ()) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from kuberl.localrun import cmd_plot, plot
+from kuberl.local.runner import cmd_plot, plot
 
 
 def test_a_learning_curve_is_written_from_progress(tmp_path):

@@ -11,7 +11,7 @@ import sys
 import textwrap
 import time
 
-from kuberl.localnode import Launch, PodProcess, processes_under
+from kuberl.local.process import Launch, PodProcess, processes_under
 
 
 def start(tmp_path, code: str, prefix: str = "[rank 0]") -> PodProcess:
@@ -104,7 +104,7 @@ def test_a_command_that_cannot_start_is_a_start_error(tmp_path):
 def test_a_pod_dies_with_the_runner_that_started_it(tmp_path):
     runner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os, sys, time
-        from kuberl.localnode import Launch, PodProcess
+        from kuberl.local.process import Launch, PodProcess
         env = {{**os.environ, "KUBERL_FS_ROOT": {str(tmp_path / "pods" / "p" / "root")!r}}}
         p = PodProcess(Launch([sys.executable, "-c", "import time; time.sleep(60)"], env, ".", "log"), "[p]")
         print(p.pid, flush=True)

@@ -4,9 +4,9 @@ once has reported nothing, but the checkpoint it would resume from is there."""
 
 import json
 
-from kuberl.localrun import summary
-from kuberl.render import Job
-from kuberl.spec import validate_job
+from kuberl.core.render import Job
+from kuberl.core.rules import validate_job
+from kuberl.local.runner import summary
 
 from tests.support.jobs import make_job
 

@@ -8,7 +8,7 @@ import textwrap
 
 SCRIPT = textwrap.dedent("""
     import logging, os, sys, time
-    from kuberl.operator_config import GoneWatchdog
+    from kuberl.operator.config import GoneWatchdog
 
     class Gone(Exception):
         status = 410

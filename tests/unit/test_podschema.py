@@ -9,8 +9,9 @@ import importlib.resources
 import json
 
 import pytest
-from kuberl import podschema
-from kuberl.spec import InvalidJob, validate_job
+from kuberl.core import podschema
+from kuberl.core.rules import validate_job
+from kuberl.core.validation import InvalidJob
 
 from tests.support.jobs import make_job
 

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from kuberl import names
-from kuberl.podsecurity import (
+from kuberl.core import names
+from kuberl.core.podsecurity import (
     LEVELS,
     OPEN_FIELDS,
     check_open_fields,
@@ -17,14 +17,15 @@ from kuberl.podsecurity import (
     parse_open_fields,
     parse_service_accounts,
 )
-from kuberl.render import (
+from kuberl.core.render import (
     PLACEHOLDER_UID,
     Job,
     render_job,
     render_pods,
     representative_ranks,
 )
-from kuberl.spec import load_documents, validate_job
+from kuberl.core.rules import validate_job
+from kuberl.core.yamlreader import load_documents
 
 from tests.support.jobs import make_job
 

@@ -2,7 +2,7 @@
 import json
 
 import pytest
-from kuberl.rank0metrics import (
+from kuberl.core.rank0metrics import (
     MAX_PAGE_BYTES,
     MAX_SAMPLE_LINES,
     PageTooLarge,

@@ -2,9 +2,9 @@
 import json
 
 import pytest
-from kuberl import lifecycle, names, reconcile
-from kuberl.rank0metrics import Rank0Reading
-from kuberl.spec import Problem
+from kuberl.core import jobstatus, lifecycle, names
+from kuberl.core.rank0metrics import Rank0Reading
+from kuberl.core.validation import Problem
 
 from tests.support.jobs import make_job
 
@@ -21,23 +21,23 @@ def document(**spec) -> dict:
     ({}, {'c': [{'t': 'Ready', 'm': None}]}, {'c': [{'t': 'Ready'}]}),
 ])
 def test_merge_patch_is_minimal_and_none_when_nothing_changed(old, new, patch):
-    assert reconcile.merge_patch(old, new) == patch
+    assert jobstatus.merge_patch(old, new) == patch
 
 
 def test_a_pod_under_our_name_is_ours_only_when_current_and_not_terminating():
     pod = {'metadata': {'ownerReferences': [{'uid': 'u1'}], 'labels': {names.LABEL_RESTART: '2'}}}
-    assert reconcile.is_current_pod(pod, 'u1', 2)
-    assert not reconcile.is_current_pod(pod, 'u2', 2)
-    assert not reconcile.is_current_pod(pod, 'u1', 3)
-    assert not reconcile.is_current_pod({**pod, 'metadata': {**pod['metadata'], 'deletionTimestamp': '2026-01-01T00:00:00Z'}}, 'u1', 2)
+    assert jobstatus.is_current_pod(pod, 'u1', 2)
+    assert not jobstatus.is_current_pod(pod, 'u2', 2)
+    assert not jobstatus.is_current_pod(pod, 'u1', 3)
+    assert not jobstatus.is_current_pod({**pod, 'metadata': {**pod['metadata'], 'deletionTimestamp': '2026-01-01T00:00:00Z'}}, 'u1', 2)
 
 
 def test_a_spec_only_the_operator_can_judge_is_refused_with_every_field_named():
     job = document(labels={'a b': 'x'}, seed='one')
-    spec, refusal = reconcile.judge(job)
+    spec, refusal = jobstatus.judge(job)
     assert spec is None and refusal.reason == lifecycle.REASON_INVALID_SPEC and not refusal.retryable
     assert refusal.message.count('; ') == 1 and 'spec.labels.a b' in refusal.message and 'spec.seed' in refusal.message
-    message = reconcile.problems_message([Problem('spec.labels.a b', 'expected a label key'), Problem('spec.seed', 'expected an integer')])
+    message = jobstatus.problems_message([Problem('spec.labels.a b', 'expected a label key'), Problem('spec.seed', 'expected an integer')])
     assert message == 'spec.labels.a b: expected a label key; spec.seed: expected an integer'
 
 
@@ -47,21 +47,21 @@ def test_a_spec_with_400000_problems_is_refused_in_a_message_the_status_can_hold
     and the refusal's message to MAX_MESSAGE_PROBLEMS and a count (it was
     400,000 problems, 27 MB of message, 2.5 s of the operator's CPU)."""
     job = document(template={"spec": {"tolerations": ["x"] * 400_000, "containers": [{"name": "trainer"}]}})
-    spec, refusal = reconcile.judge(job)
+    spec, refusal = jobstatus.judge(job)
     assert spec is None and refusal.reason == lifecycle.REASON_INVALID_SPEC
     assert refusal.message.count("spec.template.spec.tolerations[") == 3
     assert "spec.template.spec.tolerations: 399997 more items of the wrong type" in refusal.message
     many = [Problem(f"spec.labels.k{i}", "x" * 5000) for i in range(100)]
-    message = reconcile.problems_message(many)
-    assert len(message) < reconcile.MAX_MESSAGE_CHARACTERS + 100 and message.endswith("; and 80 more problem(s)")
+    message = jobstatus.problems_message(many)
+    assert len(message) < jobstatus.MAX_MESSAGE_CHARACTERS + 100 and message.endswith("; and 80 more problem(s)")
 
 
 def test_pods_over_the_security_level_are_a_refusal_naming_each_field():
     job = document()
-    spec, refusal = reconcile.judge(job, lambda spec: ['spec.hostNetwork: Host Namespaces', 'spec.volumes[root].hostPath: HostPath'])
+    spec, refusal = jobstatus.judge(job, lambda spec: ['spec.hostNetwork: Host Namespaces', 'spec.volumes[root].hostPath: HostPath'])
     assert spec is not None and refusal == lifecycle.Refusal(
         lifecycle.REASON_POD_SECURITY, 'spec.hostNetwork: Host Namespaces; spec.volumes[root].hostPath: HostPath')
-    assert reconcile.judge(job, lambda spec: []) == (spec, None)
+    assert jobstatus.judge(job, lambda spec: []) == (spec, None)
 
 
 def test_pods_the_checks_cannot_handle_fail_the_job_naming_the_template_not_a_retry_loop():
@@ -70,7 +70,7 @@ def test_pods_the_checks_cannot_handle_fail_the_job_naming_the_template_not_a_re
     def broken(spec):
         raise TypeError("unhashable type: 'list'")
 
-    spec, refusal = reconcile.judge(document(), broken)
+    spec, refusal = jobstatus.judge(document(), broken)
     assert spec is not None and refusal.reason == lifecycle.REASON_INVALID_SPEC and not refusal.retryable
     assert refusal.message.startswith('spec.template: ') and "TypeError: unhashable type: 'list'" in refusal.message
 
@@ -89,7 +89,7 @@ def test_status_stays_bounded_for_64_workers_of_4_processes_over_200_restarts():
                                                      reason='Crashed', message='Crashed: ' + 'x' * 5000)]
         reading = Rank0Reading(cycle * 1000, 100.0, 1.0, 2.0, False, now)
         decided = lifecycle.decide(spec, status, crashed, None, now + 2).status
-        status = reconcile.job_status(decided, observed_generation=1, reading=reading,
+        status = jobstatus.job_status(decided, observed_generation=1, reading=reading,
                                      paths={'checkpointDir': '/c', 'finalModel': '/c/m'})
         sizes.append(len(json.dumps(status)))
         now += 10
@@ -101,11 +101,11 @@ def test_status_stays_bounded_for_64_workers_of_4_processes_over_200_restarts():
 
 def test_operator_pull_defaults_apply_only_where_the_job_sets_none():
     pod = {'spec': {'containers': [{'name': names.TRAINER_CONTAINER}, {'name': 'sidecar'}]}}
-    out = reconcile.with_operator_defaults(pod, 'Always', ('regcred',))
+    out = jobstatus.with_operator_defaults(pod, 'Always', ('regcred',))
     assert out['spec']['imagePullSecrets'] == [{'name': 'regcred'}]
     assert out['spec']['containers'][0]['imagePullPolicy'] == 'Always' and 'imagePullPolicy' not in out['spec']['containers'][1]
     own = {'spec': {'imagePullSecrets': [{'name': 'mine'}], 'containers': [{'name': names.TRAINER_CONTAINER, 'imagePullPolicy': 'Never'}]}}
-    assert reconcile.with_operator_defaults(own, 'Always', ('regcred',)) == own
+    assert jobstatus.with_operator_defaults(own, 'Always', ('regcred',)) == own
     assert 'imagePullPolicy' not in pod['spec']['containers'][0], 'the input is not mutated'
 
 
@@ -129,7 +129,7 @@ RBAC = 'pods is forbidden: User "system:serviceaccount:kuberl-system:kuberl" can
     (422, 'Pod "job-1" is invalid: spec.containers[1].image: Required value', lifecycle.REASON_INVALID_CHILD, False),
 ])
 def test_a_refused_create_is_classified_by_what_the_server_says_not_only_its_code(code, message, reason, retryable):
-    assert reconcile.child_refusal(code, message) == lifecycle.Refusal(reason, message, retryable)
+    assert jobstatus.child_refusal(code, message) == lifecycle.Refusal(reason, message, retryable)
 
 
 @pytest.mark.parametrize('code, message', [
@@ -140,11 +140,11 @@ def test_a_refused_create_is_classified_by_what_the_server_says_not_only_its_cod
     (401, 'Unauthorized'),
 ])
 def test_errors_that_say_nothing_about_the_job_are_not_refusals(code, message):
-    assert reconcile.child_refusal(code, message) is None
+    assert jobstatus.child_refusal(code, message) is None
 
 
 def test_events_are_rate_limited_per_job():
-    limiter = reconcile.EventLimiter(burst=2, refill_seconds=10.0, repeat_seconds=60.0)
+    limiter = jobstatus.EventLimiter(burst=2, refill_seconds=10.0, repeat_seconds=60.0)
     job, other = ('ns', 'a'), ('ns', 'b')
     assert limiter.allow(job, 'Warning', 'QuotaExceeded', 'm', now=0.0)
     assert not limiter.allow(job, 'Warning', 'QuotaExceeded', 'm', now=1.0), 'the same event within repeat_seconds'
@@ -160,7 +160,7 @@ def test_events_are_rate_limited_per_job():
 def test_the_operator_carries_its_pod_security_level_and_service_account_allowlist():
     import argparse
 
-    from kuberl.operator_config import operator_config
+    from kuberl.operator.config import operator_config
 
     config = operator_config(argparse.Namespace(peering=None, pod_security='restricted', allowed_service_accounts='trainer, ci'))
     assert (config.pod_security, config.allowed_service_accounts) == ('restricted', frozenset({'trainer', 'ci'}))
@@ -180,7 +180,7 @@ def test_the_operators_timing_flags_take_positive_numbers_only(flag, bad, capsys
 
 def test_the_operators_timing_flags_reach_its_configuration():
     from kuberl.cli import build_parser
-    from kuberl.operator_config import OperatorConfig, operator_config
+    from kuberl.operator.config import OperatorConfig, operator_config
 
     config = operator_config(build_parser().parse_args(['operator', '--scrape-timeout', '0.5', '--max-concurrent-reconciles', '4']))
     assert (config.scrape_timeout, config.max_concurrent_reconciles) == (0.5, 4)
@@ -190,24 +190,24 @@ def test_the_operators_timing_flags_reach_its_configuration():
 
 def test_a_name_held_by_an_object_this_job_did_not_create_is_a_retried_refusal_unless_a_predecessor_holds_it():
     predecessor = {'metadata': {'ownerReferences': [{'apiVersion': names.API_VERSION, 'kind': names.KIND, 'name': 'j', 'uid': 'old'}]}}
-    assert reconcile.name_in_use('ConfigMap', 'j-config', predecessor, 'j') is None, 'collected soon: wait'
-    assert reconcile.name_in_use('ConfigMap', 'j-config', None, 'j') is None, 'gone since the 409: create again'
+    assert jobstatus.name_in_use('ConfigMap', 'j-config', predecessor, 'j') is None, 'collected soon: wait'
+    assert jobstatus.name_in_use('ConfigMap', 'j-config', None, 'j') is None, 'gone since the 409: create again'
     for existing in ({'metadata': {}},
                      {'metadata': {'ownerReferences': [{'apiVersion': names.API_VERSION, 'kind': names.KIND, 'name': 'other', 'uid': 'x'}]}},
                      {'metadata': {'ownerReferences': [{'apiVersion': 'apps/v1', 'kind': names.KIND, 'name': 'j', 'uid': 'x'}]}}):
-        refusal = reconcile.name_in_use('ConfigMap', 'j-config', existing, 'j')
+        refusal = jobstatus.name_in_use('ConfigMap', 'j-config', existing, 'j')
         assert refusal.reason == lifecycle.REASON_NAME_IN_USE and refusal.retryable
         assert refusal.message.startswith('ConfigMap j-config exists and was not created by this job')
 
 
 def test_a_child_kind_the_cluster_does_not_serve_is_a_refusal_naming_the_scheduler():
     podgroup = {'apiVersion': 'scheduling.volcano.sh/v1beta1', 'kind': 'PodGroup'}
-    refusal = reconcile.not_served(404, reconcile.NOT_SERVED, podgroup, 'volcano')
+    refusal = jobstatus.not_served(404, jobstatus.NOT_SERVED, podgroup, 'volcano')
     assert refusal.reason == lifecycle.REASON_INVALID_CHILD and not refusal.retryable
     assert refusal.message.startswith('PodGroup (scheduling.volcano.sh/v1beta1) is not served by this cluster')
     assert "spec.schedulerName 'volcano' needs it" in refusal.message
-    assert reconcile.not_served(404, 'namespaces "team-a" not found', podgroup, 'volcano') is None, 'a namespace going away'
-    assert reconcile.not_served(500, reconcile.NOT_SERVED, podgroup, 'volcano') is None
+    assert jobstatus.not_served(404, 'namespaces "team-a" not found', podgroup, 'volcano') is None, 'a namespace going away'
+    assert jobstatus.not_served(500, jobstatus.NOT_SERVED, podgroup, 'volcano') is None
 
 
 @pytest.mark.parametrize('labels', [{names.LABEL_RANK: 'abc', names.LABEL_RESTART: '0'}, {names.LABEL_RANK: '1', names.LABEL_RESTART: 'x'},
@@ -232,12 +232,12 @@ def test_a_409_on_a_gang_pod_is_read_by_who_owns_it_its_generation_and_whether_i
             meta['deletionTimestamp'] = '2026-01-01T00:00:00Z'
         return {'metadata': meta}
 
-    assert reconcile.taken_pod(pod(), 'u1', 3, 'job') == reconcile.POD_CURRENT
-    assert reconcile.taken_pod(pod(restart='2', deleting=True), 'u1', 3, 'job') == reconcile.POD_LEAVING
-    assert reconcile.taken_pod(pod(restart='2'), 'u1', 3, 'job') == reconcile.POD_UNSEEN, 'ours, old, not going: never listed'
-    assert reconcile.taken_pod(pod(owner='u0'), 'u1', 3, 'job') == reconcile.POD_LEAVING, "a same-named predecessor's"
-    assert reconcile.taken_pod(None, 'u1', 3, 'job') == reconcile.POD_LEAVING
-    refusal = reconcile.taken_pod(pod(owner=None), 'u1', 3, 'job')
+    assert jobstatus.taken_pod(pod(), 'u1', 3, 'job') == jobstatus.POD_CURRENT
+    assert jobstatus.taken_pod(pod(restart='2', deleting=True), 'u1', 3, 'job') == jobstatus.POD_LEAVING
+    assert jobstatus.taken_pod(pod(restart='2'), 'u1', 3, 'job') == jobstatus.POD_UNSEEN, 'ours, old, not going: never listed'
+    assert jobstatus.taken_pod(pod(owner='u0'), 'u1', 3, 'job') == jobstatus.POD_LEAVING, "a same-named predecessor's"
+    assert jobstatus.taken_pod(None, 'u1', 3, 'job') == jobstatus.POD_LEAVING
+    refusal = jobstatus.taken_pod(pod(owner=None), 'u1', 3, 'job')
     assert refusal.reason == lifecycle.REASON_NAME_IN_USE and 'Pod job-1 exists' in refusal.message
 
 
@@ -246,8 +246,8 @@ def test_kueues_queue_label_on_the_job_without_spec_queue_name_is_refused_naming
     batch Jobs, JobSet, PyTorchJob) each pod became a Kueue workload of its own, the gang admitted piecemeal."""
     job = document()
     job['metadata']['labels'] = {names.KUEUE_QUEUE_NAME: 'team-a'}
-    _, refusal = reconcile.judge(job)
+    _, refusal = jobstatus.judge(job)
     assert refusal.reason == lifecycle.REASON_INVALID_SPEC and not refusal.retryable
     assert refusal.message.startswith(f'metadata.labels.{names.KUEUE_QUEUE_NAME}:') and 'set spec.queueName: team-a' in refusal.message
     job['spec']['queueName'] = 'team-a'
-    assert reconcile.judge(job)[1] is None, 'with spec.queueName the pods are one group; the label is harmless'
+    assert jobstatus.judge(job)[1] is None, 'with spec.queueName the pods are one group; the label is harmless'

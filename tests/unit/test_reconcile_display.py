@@ -3,8 +3,8 @@ writes display strings into status beside the exact values (reconcile.display)."
 
 from __future__ import annotations
 
-from kuberl import crd, lifecycle
-from kuberl.reconcile import job_status
+from kuberl.core import crd, lifecycle
+from kuberl.core.jobstatus import job_status
 
 PATHS = {"checkpointDir": "/checkpoints/j-u", "finalModel": "/checkpoints/j-u/final-model.pt"}
 

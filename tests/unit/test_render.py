@@ -10,10 +10,10 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kuberl import names
 from kuberl.cli import gymnasium_id_known
-from kuberl.render import PLACEHOLDER_UID, render_job
-from kuberl.spec import validate_job
+from kuberl.core import names
+from kuberl.core.render import PLACEHOLDER_UID, render_job
+from kuberl.core.rules import validate_job
 
 from tests.support.jobs import make_job as job_builder
 

@@ -12,8 +12,9 @@ import sys
 import pytest
 import yaml
 from chart_support import ROOT, render
-from kuberl import cli, contract, names
-from kuberl.render import (
+from kuberl import cli
+from kuberl.core import contract, names
+from kuberl.core.render import (
     DEFAULT_MONITORING_NAMESPACE,
     DEFAULT_OPERATOR_NAMESPACE,
     render_networkpolicy,

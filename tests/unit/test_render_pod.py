@@ -5,8 +5,8 @@ import json
 import re
 
 import pytest
-from kuberl import contract, names
-from kuberl.render import (
+from kuberl.core import contract, names
+from kuberl.core.render import (
     CONFIG_PATH,
     Job,
     as_job,
@@ -20,8 +20,8 @@ from kuberl.render import (
     render_pod,
     render_service,
 )
-from kuberl.spec import defaulted, parse_spec
-from kuberl.trainerconfig import load
+from kuberl.core.rules import defaulted, parse_spec
+from kuberl.core.trainerconfig import load
 
 from tests.support.jobs import make_job as job_builder
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 
-from kuberl import lifecycle as lc
-from kuberl import rootcause
-from kuberl.localnode import LOG_TAIL_BYTES, Launch, PodProcess
+from kuberl.core import lifecycle as lc
+from kuberl.core import rootcause
+from kuberl.local.process import LOG_TAIL_BYTES, Launch, PodProcess
 
 from tests.support.jobs import make_job
 

@@ -1,8 +1,8 @@
-"""kuberl.kubeapi.ServerClock: the API server's time from its answers' Date headers."""
+"""kuberl.operator.kubeapi.ServerClock: the API server's time from its answers' Date headers."""
 import email.utils
 
 import pytest
-from kuberl.kubeapi import ServerClock
+from kuberl.operator.kubeapi import ServerClock
 
 LOCAL = 1_800_000_000.0
 

@@ -12,15 +12,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kuberl.cli import gymnasium_id_known
-from kuberl.render import PLACEHOLDER_UID, render_job
-from kuberl.spec import (
-    InvalidJob,
-    JobSpec,
-    immutable_changes,
-    load_documents,
-    parse_spec,
-    validate_job,
-)
+from kuberl.core.render import PLACEHOLDER_UID, render_job
+from kuberl.core.rules import immutable_changes, parse_spec, validate_job
+from kuberl.core.spec import JobSpec
+from kuberl.core.validation import InvalidJob
+from kuberl.core.yamlreader import load_documents
 
 from tests.support.jobs import make_job
 

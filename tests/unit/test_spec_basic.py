@@ -1,7 +1,8 @@
 """Smoke tests of the spec model; the full mutation table lives in test_spec.py."""
 
 import pytest
-from kuberl.spec import InvalidJob, validate_job
+from kuberl.core.rules import validate_job
+from kuberl.core.validation import InvalidJob
 
 from tests.support.jobs import make_job
 

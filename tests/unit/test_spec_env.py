@@ -4,8 +4,9 @@ container, names valid as Kubernetes' IsEnvVarName wants them
 '.', '..' or '..'-prefixed), values strings; each with its field path."""
 
 import pytest
-from kuberl import contract, names
-from kuberl.spec import InvalidJob, parse_spec
+from kuberl.core import contract, names
+from kuberl.core.rules import parse_spec
+from kuberl.core.validation import InvalidJob
 
 from tests.support.jobs import make_job
 

@@ -2,7 +2,9 @@
 none without an algorithm, and another algorithm's fields named as such."""
 
 import pytest
-from kuberl.spec import ALGORITHM_BLOCKS, DQNConfig, InvalidJob, PPOConfig, parse_spec
+from kuberl.core.rules import parse_spec
+from kuberl.core.spec import ALGORITHM_BLOCKS, DQNConfig, PPOConfig
+from kuberl.core.validation import InvalidJob
 
 from tests.support.jobs import make_job
 

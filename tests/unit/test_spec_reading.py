@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kuberl.spec import (
+from kuberl.core.yamlreader import (
     MAX_ALIAS_BYTES,
     MAX_ALIAS_EXPANSION,
     MAX_DOCUMENT_BYTES,
@@ -159,7 +159,8 @@ def test_limits_are_checked_before_anything_is_built():
 def test_a_job_from_the_api_server_is_bounded_too():
     """The operator reads JSON, not this file reader: parse_spec bounds nesting
     itself, naming the field, before pydantic or render recurse into it."""
-    from kuberl.spec import InvalidJob, validate_job
+    from kuberl.core.rules import validate_job
+    from kuberl.core.validation import InvalidJob
 
     deep: dict = {}
     node = deep

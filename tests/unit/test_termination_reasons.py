@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from kuberl import contract
-from kuberl import lifecycle as lc
+from kuberl.core import contract
+from kuberl.core import lifecycle as lc
 
 from tests.support.jobs import make_job
 

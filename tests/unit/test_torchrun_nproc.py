@@ -6,10 +6,12 @@ line starts another count than the pods were sized for (WORLD_SIZE, CPU request,
 from __future__ import annotations
 
 import pytest
-from kuberl import cli, torchrun
-from kuberl.convert import NotConvertible, convert, to_yaml
-from kuberl.render import PLACEHOLDER_UID, render_job
-from kuberl.spec import InvalidJob, validate_job
+from kuberl import cli
+from kuberl.core import torchrun
+from kuberl.core.render import PLACEHOLDER_UID, render_job
+from kuberl.core.rules import validate_job
+from kuberl.core.validation import InvalidJob
+from kuberl.tools.convert import NotConvertible, convert, to_yaml
 
 IMAGE = "registry.example.com/ml/train:1"
 

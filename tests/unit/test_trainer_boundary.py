@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from kuberl import contract, trainerconfig
-from kuberl.spec import JobSpec
+from kuberl.core import contract, trainerconfig
+from kuberl.core.spec import JobSpec
 from kuberl_trainer import __main__ as entry
 from kuberl_trainer import checkpoint, session
 from kuberl_trainer.distributed import Dist

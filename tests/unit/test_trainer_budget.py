@@ -6,7 +6,7 @@ OOM-killed once it fills and restarted), an env the image cannot make."""
 import numpy as np
 import pytest
 import torch
-from kuberl.spec import DQNConfig, PPOConfig
+from kuberl.core.spec import DQNConfig, PPOConfig
 from kuberl_trainer import budget
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.ppo import PPOTrainer, Rollout

@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from kuberl.spec import DQNConfig, PPOConfig
+from kuberl.core.spec import DQNConfig, PPOConfig
 from kuberl_trainer import device, dqn, fused, networks, ppo
 from kuberl_trainer.distributed import Dist
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode

@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from kuberl import contract, names, trainerconfig
+from kuberl.core import contract, names, trainerconfig
 from kuberl_trainer.distributed import (
     GLOO_LOOP_THREAD,
     GRADIENT_SPIN_SECONDS,

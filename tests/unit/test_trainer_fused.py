@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from kuberl.spec import PPOConfig
+from kuberl.core.spec import PPOConfig
 from kuberl_trainer import fused, learners
 from kuberl_trainer.ppo import STAT_NAMES, Agent, ppo_loss
 from torch import nn
@@ -216,7 +216,7 @@ def test_a_trainer_that_learns_fused_never_imports_torch_dynamo():
         "import sys, torch\n"
         "from kuberl_trainer.distributed import Dist\n"
         "from kuberl_trainer.ppo import PPOTrainer\n"
-        "from kuberl.spec import PPOConfig\n"
+        "from kuberl.core.spec import PPOConfig\n"
         "t = PPOTrainer(Dist(0, 1, 0, 1, torch.device('cpu'), None), PPOConfig(num_steps=8), 'CartPole-v1', 2, {}, 10**6, seed=1, restart=0)\n"
         "t.update(False, False); t.shared_state()\n"
         "assert type(t.learner).__name__ == 'FusedPPOStep'\n"
@@ -282,7 +282,7 @@ def q_batch(rng, batch=32, obs_dim=OBS_DIM, actions=3):
 
 @pytest.mark.parametrize("double_dqn", [True, False])
 def test_fused_q_steps_equal_the_module_path(double_dqn):
-    from kuberl.spec import DQNConfig
+    from kuberl.core.spec import DQNConfig
     from kuberl_trainer.dqn import QNetwork, soft_update
 
     hp = DQNConfig(double_dqn=double_dqn, max_grad_norm=0.05, hidden_sizes=[32, 32])
@@ -314,7 +314,7 @@ def test_fused_q_steps_equal_the_module_path(double_dqn):
 
 @pytest.mark.parametrize("double_dqn", [True, False])  # vanilla: learn() takes a whole draw's TD targets at once
 def test_dqn_trainer_learns_through_the_fused_step_as_through_the_module_path(monkeypatch, double_dqn):
-    from kuberl.spec import DQNConfig
+    from kuberl.core.spec import DQNConfig
     from kuberl_trainer.distributed import Dist
     from kuberl_trainer.dqn import DQNTrainer
 
@@ -344,7 +344,7 @@ def test_dqn_trainer_learns_through_the_fused_step_as_through_the_module_path(mo
 
 
 def test_fused_q_greedy_acts_as_the_network_does():
-    from kuberl.spec import DQNConfig
+    from kuberl.core.spec import DQNConfig
     from kuberl_trainer.dqn import QNetwork
 
     torch.manual_seed(1)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kuberl.spec import ALGORITHM_BLOCKS, DQNConfig, PPOConfig
+from kuberl.core.spec import ALGORITHM_BLOCKS, DQNConfig, PPOConfig
 from kuberl_trainer import __main__ as main
 from kuberl_trainer import fastpolicy, fused, learners
 from kuberl_trainer.distributed import Dist
@@ -97,7 +97,7 @@ def test_what_algorithms_share_is_written_once_in_the_base(algorithm):
 @pytest.mark.parametrize("name", sorted(main.ALGORITHMS))
 def test_every_statistic_an_algorithm_reports_has_a_gauge(name, fast):
     """UpdateReport.losses by name -> metricnames.LOSS_GAUGES: a statistic without a row would not be exported."""
-    from kuberl import metricnames
+    from kuberl.core import metricnames
 
     assert set(QUICK) == set(main.ALGORITHMS)
     _, model = ALGORITHM_BLOCKS[name]

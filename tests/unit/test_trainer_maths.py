@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from kuberl.spec import PPOConfig
+from kuberl.core.spec import PPOConfig
 from kuberl_trainer import checkpoint
 from kuberl_trainer.normalize import RunningMeanStd
 from kuberl_trainer.ppo import ppo_loss

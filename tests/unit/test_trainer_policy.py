@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from kuberl.cli import main
-from kuberl.spec import DQNConfig, PPOConfig
+from kuberl.core.spec import DQNConfig, PPOConfig
 from kuberl_trainer import policy as policies
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer

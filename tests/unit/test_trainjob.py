@@ -10,10 +10,11 @@ import copy
 
 import pytest
 from kuberl import cli
-from kuberl.convert import NotConvertible, to_yaml
-from kuberl.render import PLACEHOLDER_UID, render_job
-from kuberl.spec import load_documents, validate_job
-from kuberl.trainjob import convert_trainjob
+from kuberl.core.render import PLACEHOLDER_UID, render_job
+from kuberl.core.rules import validate_job
+from kuberl.core.yamlreader import load_documents
+from kuberl.tools.convert import NotConvertible, to_yaml
+from kuberl.tools.trainjob import convert_trainjob
 
 IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
 SCRIPT = "import torch.distributed as dist\ndist.init_process_group('gloo')\nprint(dist.get_rank())\n"

@@ -1,6 +1,6 @@
 """`python -m kuberl_trainer --config FILE`: one rank of a kuberl job.
 
-Exit and termination-log contract (kuberl.contract): 0 with "Succeeded: …"
+Exit and termination-log contract (kuberl.core.contract): 0 with "Succeeded: …"
 (target met or budget spent) or "Stopped: … resumable" (SIGTERM/SIGINT);
 78 with "ConfigError: spec.x.y: …" for a configuration that can never run;
 1 with "PeerLost: …" (a collective failed) or "Crashed: …" (anything else),
@@ -36,8 +36,8 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from kuberl import contract, names, trainerconfig
-from kuberl.spec import InvalidJob
+from kuberl.core import contract, names, trainerconfig
+from kuberl.core.validation import InvalidJob
 
 from . import dqn, fused, ppo
 from .budget import BufferTooLarge
@@ -92,7 +92,7 @@ def load_config(path: str) -> trainerconfig.TrainerConfig:
             document = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise ConfigError(f"--config: cannot read {path}: {e}") from e
-    return trainerconfig.load(document)  # the spec's own rules (kuberl.spec's CROSS_FIELD_RULES) included
+    return trainerconfig.load(document)  # the spec's own rules (kuberl.core.spec's CROSS_FIELD_RULES) included
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 import torch
-from kuberl.spec import DQNConfig, PPOConfig
+from kuberl.core.spec import DQNConfig, PPOConfig
 
 from .distributed import Dist
 from .dqn import DQNTrainer

@@ -92,7 +92,7 @@ class NotAFile(CorruptCheckpoint):
 class UnusableCheckpoint(ValueError):
     """A checkpoint this trainer can neither load nor skip (skipping would silently lose its
     progress): the run fails, naming the file; retrying cannot help. `reason` is the
-    termination-log reason (kuberl.contract), a permanent one."""
+    termination-log reason (kuberl.core.contract), a permanent one."""
 
     reason = "ConfigError"
 

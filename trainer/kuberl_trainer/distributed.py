@@ -19,7 +19,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from kuberl import contract
+from kuberl.core import contract
 
 # How long a gradient all-reduce's caller yields in a loop before it blocks: a rank that yields
 # is running when its sync completes, one that blocked must be woken first (PPO update with 2

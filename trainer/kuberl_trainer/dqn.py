@@ -36,7 +36,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
-from kuberl.spec import DQNConfig
+from kuberl.core.spec import DQNConfig
 from torch import nn
 
 from . import atari, budget, evaluation, learners, networks

@@ -1,4 +1,4 @@
-"""Prometheus exporter, one registry per rank, names from kuberl.metricnames.
+"""Prometheus exporter, one registry per rank, names from kuberl.core.metricnames.
 
 Every series carries `rltj` (the job) and `rank`. Counters are global
 (all-reduced) values, so rank 0's steps counter is the job's progress.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 
-from kuberl import metricnames as m
+from kuberl.core import metricnames as m
 from prometheus_client import (
     CollectorRegistry,
     Counter,

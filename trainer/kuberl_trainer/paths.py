@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from kuberl import contract
+from kuberl.core import contract
 
 
 def host_path(path: str) -> str:

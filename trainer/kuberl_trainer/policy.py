@@ -67,13 +67,9 @@ class UnusableModel(ValueError):
 
 def _run_job(run_dir: str) -> dict:
     """The job a `kuberl run` directory ran (its job.yaml), read by the spec's own safe reader."""
-    from kuberl.spec import (
-        InvalidJob,
-        UnreadableSpec,
-        defaulted,
-        load_documents,
-        validate_job,
-    )
+    from kuberl.core.rules import defaulted, validate_job
+    from kuberl.core.validation import InvalidJob
+    from kuberl.core.yamlreader import UnreadableSpec, load_documents
 
     path = os.path.join(run_dir, "job.yaml")
     try:

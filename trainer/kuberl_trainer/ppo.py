@@ -21,7 +21,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
-from kuberl.spec import PPOConfig
+from kuberl.core.spec import PPOConfig
 from torch import nn
 
 from . import atari, budget, distributed, evaluation, learners, networks

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-from kuberl import contract, names
-from kuberl.trainerconfig import TrainerConfig
+from kuberl.core import contract, names
+from kuberl.core.trainerconfig import TrainerConfig
 
 from . import checkpoint, distributed
 from .distributed import Dist, PeerLost

@@ -243,7 +243,7 @@ spec:
 
 {{/* Rules for the namespaces whose jobs the operator runs: no secrets, no wildcards. */}}
 {{- define "kuberl.jobRules" -}}
-# Exactly the calls the operator makes (kuberl.kubeapi.API_CALLS, enforced by its integration tests).
+# Exactly the calls the operator makes (kuberl.operator.kubeapi.API_CALLS, enforced by its integration tests).
 - apiGroups: [kuberl.dev]
   resources: [rltrainingjobs]
   verbs: [get, list, watch, patch, delete]

@@ -35,7 +35,8 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from . import contract, names
-from .spec import JobSpec, validate_job
+from .rules import validate_job
+from .spec import JobSpec
 from .trainerconfig import dump, trainer_config
 
 DEFAULT_IMAGE = "ghcr.io/kuberl/trainer:0.1.0"

@@ -14,7 +14,7 @@ import re
 import threading
 from typing import IO, Any
 
-from . import names
+from ..core import names
 
 PROGRESS_LINE = re.compile(r"^\[(?:rank|worker) 0\] timesteps \d+  steps/s ")
 CHECKPOINT_LINE = re.compile(r"^\[(?:rank|worker) 0\] checkpoint ")

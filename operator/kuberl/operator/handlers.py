@@ -32,28 +32,21 @@ from typing import Any
 import aiohttp
 import kopf
 
-from . import (
-    kubeapi,
+from ..core import (
+    jobstatus,
     lifecycle,
     names,
     podsecurity,
     rank0metrics,
-    reconcile,
     render,
     safetext,
 )
-from .kubeapi import (
-    PODS,
-    RLTJ,
-    ApiError,
-    Conflict,
-    KubeApi,
-    api_path,
-)
-from .operator_config import OperatorConfig
-from .operator_metrics import OperatorMetrics
-from .spec import JobSpec
-from .trainerconfig import trainer_config
+from ..core.spec import JobSpec
+from ..core.trainerconfig import trainer_config
+from . import kubeapi, scraping
+from .config import OperatorConfig
+from .kubeapi import PODS, RLTJ, ApiError, Conflict, KubeApi, api_path
+from .metrics import OperatorMetrics
 
 FINALIZER = f"{names.GROUP}/operator"
 CONFLICT_RETRY_SECONDS = 0.05  # a conflict means the job changed under us: read it again at once (controller-runtime starts at 5 ms)
@@ -85,7 +78,7 @@ class Shell:
     scraper: aiohttp.ClientSession | None = None
     settings: kopf.OperatorSettings | None = None  # kopf's, as the startup handler saw them
     reconcile_slots: asyncio.Semaphore | None = None
-    events: reconcile.EventLimiter = dataclasses.field(default_factory=reconcile.EventLimiter)
+    events: jobstatus.EventLimiter = dataclasses.field(default_factory=jobstatus.EventLimiter)
     heartbeat: Any = None  # WatchHeartbeat, once started
     peering: Any = None  # PeeringCheck, when peering
 
@@ -430,7 +423,7 @@ class JobLoop:
         key = (job["metadata"]["uid"], job["metadata"].get("generation"))
         judged = self.memo.get("judged")
         if judged is None or judged[0] != key:
-            judged = (key, await asyncio.to_thread(reconcile.judge, job, self._pod_problems))
+            judged = (key, await asyncio.to_thread(jobstatus.judge, job, self._pod_problems))
             self.memo["judged"] = judged
         return judged[1]
 
@@ -445,7 +438,7 @@ class JobLoop:
         config = self.shell.config
         pods = render.render_pods(render.Job(self.name, spec), self.namespace, uid, ranks, generation, default_image=config.trainer_image,
                                   per_process=config.trainer_per_process)
-        return [reconcile.with_operator_defaults(pod, config.trainer_pull_policy, config.trainer_pull_secrets) for pod in pods]
+        return [jobstatus.with_operator_defaults(pod, config.trainer_pull_policy, config.trainer_pull_secrets) for pod in pods]
 
     async def _decide(self, job: dict, spec: JobSpec | None, refusal: lifecycle.Refusal | None) -> lifecycle.Decision:
         """Read the pods and rank 0, decide, write the status once; events only after the write."""
@@ -464,14 +457,14 @@ class JobLoop:
         decision = lifecycle.decide(spec, status, observed, rank0, now, refusal=refusal,
                                     networkpolicy_checked=self.memo.get("networkpolicy_checked") == job["metadata"]["uid"])
         paths = trainer_config(self.name, self.namespace, job["metadata"]["uid"], spec)["paths"] if spec is not None else None
-        new_status = reconcile.job_status(decision.status, observed_generation=job["metadata"].get("generation", 1),
+        new_status = jobstatus.job_status(decision.status, observed_generation=job["metadata"].get("generation", 1),
                                           reading=reading, paths=paths, desired_workers=spec.workers if spec is not None else None)
         written = await self._write(job, status, new_status)
         self.shell.metrics.job_phase(self.namespace, self.name, decision.phase)
         if written:
             for event in decision.of(lifecycle.Event):
                 self._post(job, event.type, event.reason, event.message)
-            entry = reconcile.restarted(status, new_status)
+            entry = jobstatus.restarted(status, new_status)
             if entry is not None:
                 self.shell.metrics.gang_restarted(self.namespace, self.name, entry["reason"])
         return decision
@@ -488,7 +481,7 @@ class JobLoop:
                 self.wake.pods_changed = True
                 raise
             # A pod under our label but not owned by this uid is a same-named predecessor's, still going.
-            self.pods = [p for p in listed if reconcile.owned_by(p, uid)]
+            self.pods = [p for p in listed if jobstatus.owned_by(p, uid)]
         return self.pods
 
     async def _scrape(self, job: dict, spec: JobSpec, pods: list[dict], generation: int) -> rank0metrics.Rank0Reading | None:
@@ -513,7 +506,7 @@ class JobLoop:
                 async with self.shell.scraper.get(url, allow_redirects=False) as response:
                     if response.status != 200:
                         return None
-                    page = await rank0metrics.read_at_most(response, rank0metrics.MAX_PAGE_BYTES)
+                    page = await scraping.read_at_most(response, rank0metrics.MAX_PAGE_BYTES)
                 return await asyncio.to_thread(rank0metrics.parse, page, self.name)
         except rank0metrics.PageTooLarge as too_large:
             self.shell.metrics.metrics_pages_refused.labels("too_large").inc()
@@ -523,7 +516,7 @@ class JobLoop:
             return None
 
     async def _write(self, job: dict, old: dict, new: dict) -> bool:
-        patch = reconcile.merge_patch(old, new)
+        patch = jobstatus.merge_patch(old, new)
         if patch is None:
             return False
         try:
@@ -559,7 +552,7 @@ class JobLoop:
             await self._ensure_children(job, spec, action.generation)
             await self._create_pods(job, spec, action)
         except ApiError as error:
-            refusal = reconcile.child_refusal(error.status, error.message)
+            refusal = jobstatus.child_refusal(error.status, error.message)
             if refusal is None:
                 raise
             raise ChildRefused(refusal) from error
@@ -587,7 +580,7 @@ class JobLoop:
             try:
                 await self._create_child(child, uid, adopted=not retained)
             except ApiError as error:
-                refusal = reconcile.not_served(error.status, error.message, child, spec.scheduler_name)
+                refusal = jobstatus.not_served(error.status, error.message, child, spec.scheduler_name)
                 if refusal is None:
                     raise
                 raise ChildRefused(refusal) from error
@@ -604,11 +597,11 @@ class JobLoop:
         except Conflict:
             existing = await self.api.get(*api_path(child), self.namespace, child["metadata"]["name"])
             ours = existing is not None and (
-                reconcile.owned_by(existing, uid)
+                jobstatus.owned_by(existing, uid)
                 or (not adopted and (existing["metadata"].get("labels") or {}).get(names.LABEL_JOB) == self.name)
             )
             if not ours:
-                refusal = reconcile.name_in_use(child["kind"], child["metadata"]["name"], existing, self.name)
+                refusal = jobstatus.name_in_use(child["kind"], child["metadata"]["name"], existing, self.name)
                 if refusal is not None:
                     raise ChildRefused(refusal) from None
                 raise kopf.TemporaryError(
@@ -622,7 +615,7 @@ class JobLoop:
         uid = job["metadata"]["uid"]
         desired = self._networkpolicy(spec)
         existing = await self.api.get(*api_path(desired), self.namespace, desired["metadata"]["name"])
-        if existing is not None and reconcile.owned_by(existing, uid):
+        if existing is not None and jobstatus.owned_by(existing, uid):
             await self._correct_networkpolicy(existing, desired)
         self.memo["networkpolicy_checked"] = uid
 
@@ -647,20 +640,20 @@ class JobLoop:
                 except Conflict:
                     name = pod["metadata"]["name"]
                     existing = await self.api.get(*PODS, self.namespace, name)
-                    taken = reconcile.taken_pod(existing, uid, action.generation, self.name)
+                    taken = jobstatus.taken_pod(existing, uid, action.generation, self.name)
                     if isinstance(taken, lifecycle.Refusal):
                         raise ChildRefused(taken) from None
-                    if taken == reconcile.POD_UNSEEN:  # ours, of an older gang, and never listed: it must not run beside this one
+                    if taken == jobstatus.POD_UNSEEN:  # ours, of an older gang, and never listed: it must not run beside this one
                         await self.api.delete(*PODS, self.namespace, name,
                                               {"propagationPolicy": "Background", "preconditions": {"uid": existing["metadata"]["uid"]}})
-                    if taken != reconcile.POD_CURRENT:
+                    if taken != jobstatus.POD_CURRENT:
                         raise kopf.TemporaryError(f"pod {name} of an older generation is still terminating", delay=1.0) from None
 
         results = await asyncio.gather(*(create(pod) for pod in rendered), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             # A refusal decides the job's fate; any other error is retried as it is.
-            refusals = [e for e in errors if isinstance(e, ApiError) and reconcile.child_refusal(e.status, e.message)]
+            refusals = [e for e in errors if isinstance(e, ApiError) and jobstatus.child_refusal(e.status, e.message)]
             raise (refusals or [e for e in errors if isinstance(e, ChildRefused)] or errors)[0]
 
     async def _delete_pods(self, job: dict, spec: JobSpec | None, action: lifecycle.DeletePods) -> None:

@@ -15,7 +15,8 @@ import copy
 import math
 from typing import Any
 
-from . import names, torchrun
+from ..core import names, torchrun
+from ..core.validation import GPU_RESOURCE, Problem, quantity_value
 from .convert import (
     CPU_LIMIT,
     KUEUE_QUEUE_LABEL,
@@ -33,7 +34,6 @@ from .convert import (
     checked,
     command_procs,
 )
-from .spec import GPU_RESOURCE, Problem, quantity_value
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 KIND = "TrainJob"

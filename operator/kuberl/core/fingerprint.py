@@ -18,7 +18,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .spec import JobSpec, defaulted
+from .rules import defaulted
+from .spec import JobSpec
 
 LEARNED = "learned"
 OPERATIONAL = "operational"

@@ -12,8 +12,6 @@ Worker running different programs, a result `validate_job` refuses) raises
 
 from __future__ import annotations
 
-import base64
-import binascii
 import copy
 import difflib
 import re
@@ -22,21 +20,19 @@ from typing import Any
 
 import yaml
 
-from . import contract, names, torchrun
-from .localnode import pod_source_problems
-from .render import PLACEHOLDER_UID, RUNTIME_USER, Job, render_pod
-from .spec import (
-    DNS_1123_SUBDOMAIN,
+from ..core import contract, names, torchrun
+from ..core.podsource import pod_source_problems
+from ..core.render import PLACEHOLDER_UID, RUNTIME_USER, Job, render_pod
+from ..core.rules import validate_job
+from ..core.validation import (
     GPU_RESOURCE,
-    LABEL_KEY,
-    LABEL_VALUE,
     QUANTITY,
     InvalidJob,
-    KubernetesYamlLoader,
     Problem,
+    metadata_problems,
     quantity_value,
-    validate_job,
 )
+from ..core.yamlreader import KubernetesYamlLoader
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "PyTorchJob"
@@ -168,42 +164,6 @@ def _check_document(doc: Any) -> None:
         problems.append(Problem("apiVersion", f"expected {API_VERSION!r}, Kubeflow training-operator v1 (got {doc.get('apiVersion')!r})"))
     if problems:
         raise NotConvertible(problems)
-
-
-# ValidateAnnotations (k8s.io/apimachinery/pkg/api/validation/objectmeta.go): TotalAnnotationSizeLimitB.
-MAX_ANNOTATION_BYTES = 256 * 1024
-
-
-def _qualified_name(key: str) -> bool:
-    """IsQualifiedName (k8s.io/apimachinery/pkg/util/validation): [DNS-1123 subdomain '/'] name of at most 63."""
-    prefix, _, name = key.rpartition("/")
-    return bool(LABEL_KEY.fullmatch(key)) and len(name) <= 63 and len(prefix) <= 253
-
-
-def metadata_problems(metadata: dict) -> list[Problem]:
-    """An object's labels and annotations as ValidateObjectMeta checks them (for a custom resource too):
-    qualified-name keys, label values of at most 63 characters, at most 256 KiB of annotations."""
-    problems = []
-    for field in ("labels", "annotations"):
-        values = metadata.get(field)
-        if values is None:
-            continue
-        if not isinstance(values, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
-            problems.append(Problem(f"metadata.{field}", f"expected a mapping of strings to strings (got {_shown(values)})"))
-            continue
-        for key, value in values.items():
-            if not _qualified_name(key.lower() if field == "annotations" else key):
-                problems.append(Problem(f"metadata.{field}.{key}", "expected a key of an optional DNS subdomain and '/', then"
-                                        " at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter"
-                                        " or digit"))
-            elif field == "labels" and (len(value) > 63 or not re.fullmatch(LABEL_VALUE, value)):
-                problems.append(Problem(f"metadata.labels.{key}", "expected a label value: at most 63 letters, digits,"
-                                        f" '-', '_' or '.', starting and ending with a letter or digit (got {_shown(value)})"))
-        if field == "annotations":
-            size = sum(len(k.encode()) + len(v.encode()) for k, v in values.items())
-            if size > MAX_ANNOTATION_BYTES:
-                problems.append(Problem("metadata.annotations", f"{size} bytes in all; at most {MAX_ANNOTATION_BYTES} (256 KiB)"))
-    return problems
 
 
 def _metadata(doc: dict, notes: list[Note]) -> dict:
@@ -789,235 +749,3 @@ _Dumper.add_representer(str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:
 def to_yaml(docs: list[dict]) -> str:
     """The documents as one YAML stream, keys in the order built (the order the guide shows)."""
     return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, width=120, explicit_start=len(docs) > 1)
-
-
-def is_configmap(doc: Any) -> bool:
-    """A ConfigMap document, whatever its apiVersion (one other than v1 is a problem of that ConfigMap's)."""
-    return isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
-
-
-# ValidateConfigMap (pkg/apis/core/validation/validation.go): data and binaryData total at most
-# core.MaxSecretSize bytes; every key passes IsConfigMapKey (k8s.io/apimachinery/pkg/util/validation).
-MAX_CONFIGMAP_BYTES = 1024 * 1024
-CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
-CONFIGMAP_KEY_RULE = "a ConfigMap key: at most 253 letters, digits, '-', '_' or '.', not '.' nor starting with '..'"
-
-
-def is_configmap_key(key: object) -> bool:
-    return isinstance(key, str) and bool(CONFIGMAP_KEY.fullmatch(key)) and key != "." and not key.startswith("..")
-
-
-def json_key(key: object) -> object:
-    """A YAML mapping key as kubectl sends it (sigs.k8s.io/yaml's YAMLToJSON): an integer or a boolean
-    key is written as its text ('1', 'true'); any other non-string key stays as it is (and is refused)."""
-    if isinstance(key, bool):
-        return "true" if key else "false"
-    return str(key) if isinstance(key, int) else key
-
-
-def configmap_data(doc: dict) -> dict[str, str]:
-    """A checked ConfigMap's data, keyed as the API server stores it (`json_key`)."""
-    return {json_key(k): v for k, v in (doc.get("data") or {}).items()}
-
-
-def configmap_problems(doc: dict) -> list[Problem]:
-    """A ConfigMap document beside the job, checked as the API server checks it (ValidateConfigMap and
-    the name's DNS-1123 subdomain), each problem at its field: what kubectl apply would refuse is
-    named before kuberl convert prints it or kuberl run mounts it."""
-    problems = [] if doc.get("apiVersion") == "v1" else [Problem("apiVersion", f"expected v1 (got {doc.get('apiVersion')!r})")]
-    metadata = doc.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, dict) else None
-    if not isinstance(name, str) or len(name) > 253 or not re.fullmatch(DNS_1123_SUBDOMAIN, name):
-        problems.append(Problem("metadata.name", "expected a DNS-1123 subdomain: at most 253 lowercase letters, digits,"
-                                f" '-' and '.', starting and ending with a letter or digit (got {name!r})"))
-    problems += metadata_problems(metadata) if isinstance(metadata, dict) else []
-    size = 0
-    for field in ("data", "binaryData"):
-        values = doc.get(field)
-        if values is None:
-            continue
-        if not isinstance(values, dict):
-            problems.append(Problem(field, f"expected a mapping of keys to strings (got {type(values).__name__})"))
-            continue
-        for key, value in ((json_key(k), v) for k, v in values.items()):
-            if not is_configmap_key(key):
-                problems.append(Problem(f"{field}.{key}", f"expected {CONFIGMAP_KEY_RULE} (got {key!r})"))
-            elif not isinstance(value, str):
-                problems.append(Problem(f"{field}.{key}", f"expected a string; quote it (got {value!r:.40})"))
-            elif field == "data":
-                size += len(value.encode("utf-8", "surrogatepass"))
-            else:
-                try:
-                    # Go's base64.StdEncoding, which decodes a []byte from JSON, skips '\r' and '\n': a
-                    # YAML block of wrapped lines is base64 to the API server
-                    size += len(base64.b64decode(value.replace("\r", "").replace("\n", ""), validate=True))
-                except (binascii.Error, ValueError):
-                    problems.append(Problem(f"binaryData.{key}", "expected base64 (the bytes of a file)"))
-            if field == "binaryData" and isinstance(doc.get("data"), dict) and key in map(json_key, doc["data"]):
-                problems.append(Problem(f"binaryData.{key}", "duplicate of a data key: a key lives in data or binaryData"))
-    if size > MAX_CONFIGMAP_BYTES:
-        problems.append(Problem("data", f"{size} bytes in all; the API server takes at most {MAX_CONFIGMAP_BYTES} (1 MiB)"
-                                " per ConfigMap: split it, or put large files in a volume"))
-    return problems
-
-
-# --- a file of several objects ----------------------------------------------------------------
-
-TRAINJOB_KIND = "TrainJob"  # Kubeflow Trainer v2 (trainer.kubeflow.org); see trainjob.py
-JOB_KINDS = (names.KIND, KIND, TRAINJOB_KIND)
-# Groups whose documents are kept even under an unknown kind: a typo there is refused by name, not skipped.
-JOB_GROUPS = (names.GROUP, "kubeflow.org", "trainer.kubeflow.org")
-RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
-MAX_LIST_DEPTH = 8  # kubectl flattens nested Lists; deeper than this is no manifest anyone wrote
-SKIPPED = ("left out: kuberl takes the job, and the ConfigMaps it reads, from this file; kubectl apply the rest"
-           " yourself if the job needs it")
-ETCD_SKIPPED = ("left out: an etcd server for torchrun's etcd rendezvous, which kuberl does not need: every pod meets"
-                " at worker 0 by static rendezvous (MASTER_ADDR:MASTER_PORT, PET_RDZV_ENDPOINT), which replaces it")
-RUNTIME_SKIPPED = ("left out: a Kubeflow Trainer runtime; a TrainJob of this file that names it takes its node"
-                   " container's image and resources and its mlPolicy.numNodes, nothing else")
-
-
-def flatten(docs: list[Any], depth: int = 0) -> list[Any]:
-    """The documents with every `kind: List` (or `<Kind>List`, as kubectl get -o yaml writes) replaced by its
-    items, as kubectl apply -f reads a file."""
-    out: list[Any] = []
-    for doc in docs:
-        items = doc.get("items") if isinstance(doc, dict) else None
-        kind = doc.get("kind") if isinstance(doc, dict) else None
-        if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list) and depth < MAX_LIST_DEPTH:
-            out += flatten(items, depth + 1)
-        else:
-            out.append(doc)
-    return out
-
-
-def document_label(doc: Any, index: int) -> str:
-    """`Kind 'name'` of a document, bounded and escaped (repr), or its place in the file."""
-    kind = doc.get("kind") if isinstance(doc, dict) else None
-    metadata = doc.get("metadata") if isinstance(doc, dict) else None
-    name = metadata.get("name") if isinstance(metadata, dict) else None
-    kind_text = kind if isinstance(kind, str) and re.fullmatch(r"[A-Za-z0-9]{1,63}", kind) else f"document {index + 1}"
-    if not isinstance(name, str):
-        return kind_text
-    shown = repr(name[:80] + "…" if len(name) > 80 else name)
-    return f"{kind_text} {shown}"
-
-
-def is_job(doc: Any) -> bool:
-    """A document kuberl takes as the job (or refuses by name): a job kind, a kind close to one, a kind of
-    a job group, or no mapping at all. Anything else is skipped, named."""
-    if not isinstance(doc, dict):
-        return True
-    kind, api = doc.get("kind"), doc.get("apiVersion")
-    if kind == "ConfigMap":
-        return False
-    if kind in RUNTIME_KINDS:
-        return False
-    group = api.rpartition("/")[0] if isinstance(api, str) else ""
-    return (kind in JOB_KINDS or group in JOB_GROUPS or not isinstance(kind, str)
-            or bool(difflib.get_close_matches(kind, JOB_KINDS, n=1, cutoff=0.8)))
-
-
-def _words(value: Any) -> list[str]:
-    """The strings of a document's names, labels, selectors and container images (lower case)."""
-    found: list[str] = []
-    stack, seen = [value], 0
-    while stack and seen < 10_000:
-        item = stack.pop()
-        seen += 1
-        if isinstance(item, dict):
-            for key, child in item.items():
-                if (key in ("name", "image", "app") or key.endswith("/name")) and isinstance(child, str):
-                    found.append(child.lower())
-                if isinstance(child, dict | list):
-                    stack.append(child)
-        elif isinstance(item, list):
-            stack.extend(item)
-    return found
-
-
-def is_etcd(doc: Any, rdzv_hosts: frozenset[str]) -> bool:
-    """An object of the etcd server a PyTorchJob's etcd rendezvous used: the job's rdzvHost by name, or
-    an object whose names, labels or images say etcd (AWS's samples ship a Service and a Deployment)."""
-    if not isinstance(doc, dict):
-        return False
-    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    if metadata.get("name") in rdzv_hosts:
-        return True
-    return any(re.search(r"(^|[/_.-])etcd([:_.-]|$)", word) for word in _words(doc))
-
-
-def _etcd_hosts(jobs: list[Any]) -> frozenset[str]:
-    hosts = set()
-    for job in jobs:
-        spec = job.get("spec") if isinstance(job, dict) else None
-        policy = spec.get("elasticPolicy") if isinstance(spec, dict) else None
-        if isinstance(policy, dict) and str(policy.get("rdzvBackend", "")).startswith("etcd"):
-            host = policy.get("rdzvHost")
-            if isinstance(host, str):
-                hosts.add(host.split(".")[0])
-    return frozenset(hosts)
-
-
-def select_documents(docs: list[Any]) -> tuple[list[Any], list[str], list[str]]:
-    """A file's documents (Lists flattened) split three ways: the job documents and ConfigMaps, in the
-    file's order; a line for each other document, naming it and why it is left out; the job
-    documents' labels (kuberl takes one job per file from a file of several objects)."""
-    flat = flatten(docs)
-    jobs = [d for d in flat if is_job(d)]
-    hosts = _etcd_hosts(jobs)
-    kept, skipped = [], []
-    for i, doc in enumerate(flat):
-        if is_job(doc) or is_configmap(doc):
-            kept.append(doc)
-            continue
-        why = (RUNTIME_SKIPPED if isinstance(doc, dict) and doc.get("kind") in RUNTIME_KINDS
-               else ETCD_SKIPPED if is_etcd(doc, hosts) else SKIPPED)
-        skipped.append(f"{document_label(doc, i)}: {why}")
-    labels = [document_label(d, i) for i, d in enumerate(flat) if is_job(d)]
-    return kept, skipped, labels
-
-
-def runtimes_of(docs: list[Any]) -> list[dict]:
-    """The Trainer runtimes (TrainingRuntime, ClusterTrainingRuntime) among a file's documents."""
-    return [d for d in flatten(docs) if isinstance(d, dict) and d.get("kind") in RUNTIME_KINDS]
-
-
-def one_job_problem(labels: list[str]) -> str | None:
-    """The refusal of a file with several job documents, naming each; None for one or none."""
-    if len(labels) <= 1:
-        return None
-    return (f"{len(labels)} job documents ({', '.join(labels)}): kuberl takes one job from a file; keep one, or put"
-            " each in its own file")
-
-
-def convert_documents(docs: list[Any], procs_per_worker: int | None = None, image: str | None = None,
-                      runtimes: list | tuple = ()) -> tuple[list[dict], list[tuple[str, list[Note]]], list[tuple[str, NotConvertible]]]:
-    """Every document of a file: PyTorchJobs and TrainJobs converted (`procs_per_worker`, `image`: what
-    the manifest cannot tell), ConfigMaps beside them kept as they are (the template may read them;
-    kubectl applies them and kuberl run mounts them); `runtimes`, the file's Trainer runtimes, give a
-    TrainJob what its runtime holds. Returns the output documents, the notes per job, and the failures
-    per document."""
-    from .trainjob import convert_trainjob
-
-    out, notes, failures = [], [], []
-    for i, doc in enumerate(docs):
-        metadata = doc.get("metadata") if isinstance(doc, dict) else None
-        name = metadata.get("name") if isinstance(metadata, dict) else None
-        is_trainjob = isinstance(doc, dict) and doc.get("kind") == TRAINJOB_KIND
-        label = f"{TRAINJOB_KIND if is_trainjob else KIND} {name!r}" if isinstance(name, str) else f"document {i + 1}"
-        if is_configmap(doc):
-            problems = configmap_problems(doc)
-            if problems:
-                failures.append((f"ConfigMap {name!r}" if isinstance(name, str) else label, NotConvertible(problems)))
-            out.append(copy.deepcopy(doc))
-            continue
-        try:
-            job, job_notes = (convert_trainjob(doc, procs_per_worker, image, runtimes) if is_trainjob
-                              else convert(doc, procs_per_worker))
-        except NotConvertible as e:
-            failures.append((label, e))
-            continue
-        out.append(job)
-        notes.append((label, job_notes))
-    return out, notes, failures

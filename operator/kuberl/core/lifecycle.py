@@ -75,7 +75,7 @@ CONDITION_SUSPENDED = "Suspended"
 CONDITION_SUCCEEDED = "Succeeded"
 CONDITION_FAILED = "Failed"
 
-# Reasons the lifecycle itself gives (the trainer's are in kuberl.contract).
+# Reasons the lifecycle itself gives (the trainer's are in kuberl.core.contract).
 REASON_BACKOFF_LIMIT = "BackoffLimitExceeded"
 REASON_DEADLINE = "DeadlineExceeded"
 REASON_STALLED = "Stalled"

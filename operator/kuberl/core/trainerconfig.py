@@ -9,7 +9,8 @@ import json
 from dataclasses import dataclass
 
 from . import names
-from .spec import JobSpec, defaulted, parse_spec
+from .rules import defaulted, parse_spec
+from .spec import JobSpec
 
 CONFIG_VERSION = 1
 
@@ -47,7 +48,7 @@ class TrainerConfig:
 
 
 def load(config: dict) -> TrainerConfig:
-    """Parse a config document (raises kuberl.spec.InvalidJob with field paths)."""
+    """Parse a config document (raises kuberl.core.validation.InvalidJob with field paths)."""
     return TrainerConfig(
         job=config["job"],
         namespace=config.get("namespace", ""),

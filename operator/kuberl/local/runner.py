@@ -1,15 +1,15 @@
 """`kuberl run JOB.yaml`: the job's very pods, as processes on this machine.
 
 The pods are rendered by the operator's own functions (target "local") and
-run by `kuberl.localnode`; this module plays the rest of the cluster:
+run by `kuberl.local.process`; this module plays the rest of the cluster:
 - an address per pod (127.0.0.x: Linux routes all of 127/8 to loopback);
 - cluster DNS by Kubernetes' rules, so a rendered name that would not resolve
   in a cluster does not resolve here either;
 - the API server's store: the job's ConfigMap and those beside it in the file
   (each pod's configMap volumes are projected from them into its sandbox by
-  `kuberl.localnode`), and the checkpoint claim as a directory under `runs/<job>/`;
+  `kuberl.local.process`), and the checkpoint claim as a directory under `runs/<job>/`;
 - the control loop: observe the processes as pods, read rank 0's metrics,
-  and let `kuberl.lifecycle.decide` choose what happens next, exactly as the
+  and let `kuberl.core.lifecycle.decide` choose what happens next, exactly as the
   operator does.
 
 Ctrl-C suspends the job (the same lifecycle path as `runPolicy.suspend`):
@@ -45,16 +45,20 @@ from typing import Self
 import yaml
 from pydantic import BaseModel
 
-from . import convert, fingerprint, lifecycle, names, rank0metrics, safetext
+from ..core import fingerprint, lifecycle, names, podsource, rank0metrics, safetext
+from ..core.lifecycle import ObservedPod, Rank0Progress
+from ..core.rank0metrics import Rank0Reading
+from ..core.render import Job, render_configmap, render_pod, render_service
+from ..core.rules import validate_job
+from ..core.spec import JobSpec
+from ..core.validation import InvalidJob, Problem
+from ..core.yamlreader import UnreadableSpec, load_documents
+from ..tools.documents import runnable_documents
 from .console import Console
-from .lifecycle import ObservedPod, Rank0Progress
-from .localnode import (
-    LocalRunError,
+from .dns import loopback_rendezvous
+from .process import (
     PodProcess,
     containers_not_run,
-    image_files,
-    loopback_rendezvous,
-    make_dirs,
     open_to_write,
     private_network,
     processes_under,
@@ -62,16 +66,7 @@ from .localnode import (
     read_regular_tail,
     start_pod,
 )
-from .rank0metrics import Rank0Reading
-from .render import Job, render_configmap, render_pod, render_service
-from .spec import (
-    InvalidJob,
-    JobSpec,
-    Problem,
-    UnreadableSpec,
-    load_documents,
-    validate_job,
-)
+from .sandbox import LocalRunError, image_files, make_dirs
 
 NAMESPACE = "default"
 # beside the jobs' run directories: every PVC a job mounts that is not its own checkpoint claim
@@ -420,7 +415,7 @@ def observed(entry: LocalPod, code: int | None) -> ObservedPod:
 
 def read_configmap(doc: dict, path: str) -> tuple[str, dict[str, str]]:
     """A ConfigMap document's name and data, checked as the API server checks them (`convert.configmap_problems`)."""
-    problems = convert.configmap_problems(doc)
+    problems = podsource.configmap_problems(doc)
     if doc.get("binaryData"):  # dropping it would leave its files missing from the volume without a word
         problems.append(Problem("binaryData", "not served by kuberl run; put its files in data"))
     metadata = doc.get("metadata")
@@ -428,7 +423,7 @@ def read_configmap(doc: dict, path: str) -> tuple[str, dict[str, str]]:
     if problems:
         raise SystemExit(f"{path}: ConfigMap {name!r} is invalid ({len(problems)} problem(s)):\n"
                          + "\n".join(f"  {p}" for p in problems))
-    return name, convert.configmap_data(doc)
+    return name, podsource.configmap_data(doc)
 
 
 def _namespace(doc: dict) -> str | None:
@@ -440,7 +435,7 @@ def _namespace(doc: dict) -> str | None:
 def split_documents(docs: list, path: str) -> tuple[dict, dict[str, dict[str, str]]]:
     """The job and the ConfigMaps beside it (as `kubectl apply -f` takes a file
     of both): its template's envFrom, configMapKeyRef and configMap volumes read them here."""
-    jobs = [d for d in docs if not convert.is_configmap(d)]
+    jobs = [d for d in docs if not podsource.is_configmap(d)]
     if len(jobs) != 1 or not isinstance(jobs[0], dict):
         raise SystemExit(f"{path}: expected exactly one RLTrainingJob document (and any ConfigMaps it reads)")
     configmaps: dict[str, dict[str, str]] = {}
@@ -456,38 +451,6 @@ def split_documents(docs: list, path: str) -> tuple[dict, dict[str, dict[str, st
                              " pods could not read it in a cluster; put both in one namespace")
         configmaps[name] = data
     return jobs[0], configmaps
-
-
-def runnable_documents(docs: list, path: str, say: bool = True, one_job: bool = False) -> list:
-    """A file's job and ConfigMap documents (Lists flattened), each Kubeflow PyTorchJob replaced by the
-    RLTrainingJob `kuberl convert` prints (validate, render and run take a PyTorchJob as it stands).
-    Every other document is left out, and when `say` named on stderr with why, one line each, as is
-    what could not be carried over. Several job documents exit 1 naming each when `one_job` (run) or
-    when one is not an RLTrainingJob (a migrated file); a PyTorchJob with no equivalent exits 1,
-    naming its fields."""
-    kept, skipped, labels = convert.select_documents(docs)
-    for line in skipped if say else []:
-        print(f"{path}: {line}", file=sys.stderr)
-    foreign = [d for d in kept if isinstance(d, dict) and d.get("kind") in (convert.KIND, convert.TRAINJOB_KIND)]
-    several = convert.one_job_problem(labels) if one_job or foreign else None
-    if several:
-        raise SystemExit(f"{path}: {several}")
-    out = []
-    for doc in kept:
-        if not any(doc is d for d in foreign):
-            out.append(doc)
-            continue
-        converted, notes, failures = convert.convert_documents([doc], runtimes=convert.runtimes_of(docs))
-        for label, e in failures:
-            asks = any(option in p.message for p in e.problems for option in ("--image", "--procs-per-worker"))
-            hint = (f"\n  (the options are kuberl convert's: kuberl convert --image IMAGE --procs-per-worker N {path} >"
-                    " job.yaml, then run job.yaml)") if asks else ""
-            raise SystemExit(f"{path}: {label} has no RLTrainingJob equivalent:\n" + "\n".join(f"  {p}" for p in e.problems) + hint)
-        for label, job_notes in notes if say else []:
-            for note in job_notes:
-                print(f"{path}: {label}, run as an RLTrainingJob (`kuberl convert` prints it): {note}", file=sys.stderr)
-        out += converted
-    return out
 
 
 def load_job(path: str, docs: list | None = None) -> tuple[dict, dict[str, dict[str, str]]]:
@@ -852,7 +815,7 @@ def run_phase(run_dir: str) -> str | None:
 
 
 def choose_run(base: str, name: str, learned: dict, resume: bool = False) -> RunChoice:
-    """Where this run of job `name` lives. The run of the same learned fields (`kuberl.fingerprint`)
+    """Where this run of job `name` lives. The run of the same learned fields (`kuberl.core.fingerprint`)
     resumes, or, when it already succeeded, is not trained again. A spec that learns something else
     starts a fresh run beside the others (runs/<job>.<fingerprint>: a dot is in no job's name), and
     says which fields changed; `resume` continues the job's latest run whatever changed."""

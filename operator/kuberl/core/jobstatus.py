@@ -1,6 +1,6 @@
 """What the operator's shell needs around `lifecycle.decide`, as pure functions.
 
-The kopf handlers (kuberl.handlers) read the job, its pods and rank 0's
+The kopf handlers (kuberl.operator.handlers) read the job, its pods and rank 0's
 metrics, and write one status patch; everything in between that is not the
 gang lifecycle itself lives here, so it is tested without kopf or a cluster:
 judging a job before anything is created (its spec, its pods' security level),
@@ -21,7 +21,9 @@ from typing import Any
 from . import lifecycle, names, safetext
 from .lifecycle import Refusal
 from .rank0metrics import Rank0Reading
-from .spec import InvalidJob, JobSpec, Problem, validate_job
+from .rules import validate_job
+from .spec import JobSpec
+from .validation import InvalidJob, Problem
 
 log = logging.getLogger(__name__)
 

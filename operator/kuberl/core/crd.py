@@ -1,4 +1,4 @@
-"""The RLTrainingJob CustomResourceDefinition, generated from `kuberl.spec`.
+"""The RLTrainingJob CustomResourceDefinition, generated from `kuberl.core.spec`.
 
 `make manifests` writes it to manifests/ and the chart; a test fails when the
 checked-in copies are stale, so the schema is never written twice.
@@ -10,13 +10,9 @@ import copy
 from typing import Any
 
 from . import names
-from .spec import (
-    ANY_JSON_VALUE,
-    CROSS_FIELD_RULES,
-    DNS_1035,
-    JobSpec,
-    optional_immutable_fields,
-)
+from .rules import CROSS_FIELD_RULES, optional_immutable_fields
+from .spec import ANY_JSON_VALUE, JobSpec
+from .validation import DNS_1035
 
 PHASES = ["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed"]
 

@@ -27,8 +27,8 @@ import kopf
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from . import names
-from .operator_metrics import OperatorMetrics
+from ..core import names
+from .metrics import OperatorMetrics
 
 RLTJ = (names.GROUP, names.VERSION, names.PLURAL)
 PODS = ("", "v1", "pods")

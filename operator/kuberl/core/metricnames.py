@@ -51,7 +51,7 @@ ROLLOUT_DURATION = f"{PREFIX}_rollout_duration_seconds"
 UPDATE_DURATION = f"{PREFIX}_update_duration_seconds"
 ALLREDUCE_DURATION = f"{PREFIX}_allreduce_duration_seconds"
 
-# The operator's own metrics (kuberl.operator_metrics).
+# The operator's own metrics (kuberl.operator.metrics).
 OPERATOR_PREFIX = "kuberl_operator"
 OPERATOR_JOBS = f"{OPERATOR_PREFIX}_jobs"  # gauge by phase
 OPERATOR_RECONCILE_DURATION = f"{OPERATOR_PREFIX}_reconcile_duration_seconds"

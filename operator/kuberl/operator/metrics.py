@@ -1,4 +1,4 @@
-"""The operator's own Prometheus metrics, on their own registry (names in kuberl.metricnames).
+"""The operator's own Prometheus metrics, on their own registry (names in kuberl.core.metricnames).
 
 Jobs by phase is computed at scrape time from what the reconciles last saw,
 so a deleted job stops counting the moment it is forgotten.
@@ -19,11 +19,11 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from . import lifecycle
-from . import metricnames as m
+from ..core import lifecycle
+from ..core import metricnames as m
 
 PHASES = (lifecycle.PENDING, lifecycle.RUNNING, lifecycle.RESTARTING, lifecycle.SUSPENDED, lifecycle.SUCCEEDED, lifecycle.FAILED)
-# Rank 0's metrics pages the operator refused to read, by reason (kuberl.rank0metrics.MAX_PAGE_BYTES).
+# Rank 0's metrics pages the operator refused to read, by reason (kuberl.core.rank0metrics.MAX_PAGE_BYTES).
 METRICS_PAGES_REFUSED_TOTAL = f"{m.OPERATOR_PREFIX}_metrics_pages_refused_total"
 RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 

@@ -13,7 +13,6 @@ import itertools
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -40,20 +39,6 @@ class PageTooLarge(ValueError):
         self.size = size
         said = f"{size} bytes" if size is not None else "more"
         super().__init__(f"rank 0's metrics page is {said}, over the {MAX_PAGE_BYTES}-byte limit: not read")
-
-
-async def read_at_most(response: Any, limit: int) -> bytes:
-    """An aiohttp response's body, or PageTooLarge as soon as it is known to exceed `limit` bytes
-    (before reading any of it when Content-Length says so); what is beyond the limit is never read."""
-    if response.content_length is not None and response.content_length > limit:
-        raise PageTooLarge(response.content_length)
-    chunks, size = [], 0
-    async for chunk in response.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            raise PageTooLarge(None)
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,508 @@
+"""The job's own rules: the cross-field rules (CEL for the API server, Python for
+the operator and `kuberl validate`, one table proving both agree), immutable fields,
+and `validate_job`/`parse_spec`, which turn a spec into a `JobSpec` or every problem
+found, each at its path."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from . import names, torchrun
+from .spec import (
+    ALGORITHM_BLOCKS,
+    DQNConfig,
+    EnvSpec,
+    JobSpec,
+    MetricsSpec,
+    PPOConfig,
+    RendezvousSpec,
+)
+from .validation import (
+    GPU_RESOURCE,
+    PATTERN_MEANINGS,
+    InvalidJob,
+    Problem,
+    gang_template_problems,
+    label_key_problems,
+    name_problems,
+    namespace_problems,
+    pod_template_problems,
+    resources_problems,
+    shown,
+)
+from .yamlreader import MAX_NESTING
+
+
+@dataclass(frozen=True)
+class CrossFieldRule:
+    """One rule, written for the API server (CEL) and for the operator.
+
+    `check` and `describe` read the raw spec dict (camelCase, as the API server
+    sees it after defaulting); a unit test evaluates `cel` and
+    `message_expression` with cel-python and proves both sides agree.
+    """
+
+    field_path: str  # relative to spec, as CEL's fieldPath wants it
+    cel: str
+    message_expression: str  # CEL, evaluated when `cel` is false
+    message: str  # the API server's fallback when message_expression fails
+    check: Callable[[dict], bool]  # True = valid
+    describe: Callable[[dict], str]  # Python's rendering of message_expression
+    reads: tuple[str, ...]  # spec fields the rule reads; a problem there already says it all
+
+
+def _port(spec: dict, block: str, model: type[BaseModel]) -> int:
+    return (spec.get(block) or {}).get("port", model.model_fields["port"].default)
+
+
+def _procs(spec: dict) -> int:
+    return spec.get("procsPerWorker") or spec.get("gpusPerWorker") or 1
+
+
+def _cel_port(block: str, model: type[BaseModel]) -> str:
+    return f"(has(self.{block}) && has(self.{block}.port) ? self.{block}.port : {model.model_fields['port'].default})"
+
+
+_CEL_PROCS = (
+    "(has(self.procsPerWorker) ? self.procsPerWorker"
+    " : has(self.gpusPerWorker) && self.gpusPerWorker > 0 ? self.gpusPerWorker : 1)"
+)
+
+
+def _no_gpu_resource(spec: dict) -> bool:
+    resources = spec.get("resources") or {}
+    return not any(GPU_RESOURCE in (resources.get(kind) or {}) for kind in ("requests", "limits"))
+
+
+def _required_unless_custom(field: str) -> CrossFieldRule:
+    """kuberl's trainer needs the field; a custom trainer (CEL cannot see its command inside template) does not."""
+    return CrossFieldRule(
+        f".{field}",
+        f"has(self.{field}) || (has(self.trainer) && self.trainer == 'custom')",
+        "'required unless trainer: custom'",
+        "required unless trainer: custom",
+        lambda s: s.get(field) is not None or s.get("trainer") == "custom",
+        lambda s: "required unless trainer: custom",
+        (field, "trainer"),
+    )
+
+
+def _block_of_algorithm(block: str) -> CrossFieldRule:
+    return CrossFieldRule(
+        f".{block}",
+        f"!has(self.{block}) || (has(self.algorithm) && self.algorithm == '{block}')",
+        f"'only allowed with algorithm: {block} (got ' + (has(self.algorithm) ? 'algorithm: ' + self.algorithm : 'no algorithm') + ')'",
+        f"only allowed with algorithm: {block}",
+        lambda s: s.get(block) is None or s.get("algorithm") == block,
+        lambda s: f"only allowed with algorithm: {block} (got "
+        + (f"algorithm: {s['algorithm']}" if s.get("algorithm") is not None else "no algorithm") + ")",
+        (block, "algorithm"),
+    )
+
+
+def _default_of(model: type[BaseModel], name: str) -> Any:
+    """The model's default of the camelCase field `name`: what the trainer uses when it is omitted."""
+    return next(f.default for n, f in model.model_fields.items() if (f.alias or n) == name)
+
+
+def _hp(spec: dict, block: str, name: str, model: type[BaseModel]) -> Any:
+    """A block's field as the trainer will read it: the spec's value, else the model's default."""
+    value = (spec.get(block) or {}).get(name) if isinstance(spec.get(block) or {}, dict) else None
+    return _default_of(model, name) if value is None else value
+
+
+def _cel_hp(block: str, name: str, model: type[BaseModel]) -> str:
+    """CEL for _hp: CEL sees only what the object holds, so an omitted field reads as the model's default."""
+    default = _default_of(model, name)
+    return f"(has(self.{block}) && has(self.{block}.{name}) ? self.{block}.{name} : {default!r})"
+
+
+def _hyperparameter_rule(algorithm: str, field: str, cel: str, message_expression: str, fallback: str,
+                         check: Callable[[dict], bool], describe: Callable[[dict], str], reads: tuple[str, ...] = ()) -> CrossFieldRule:
+    """A rule between an algorithm's hyperparameters (and the fields in `reads`), checked when it is
+    the job's algorithm; omitted fields read as their defaults on both sides."""
+    return CrossFieldRule(
+        f".{algorithm}.{field}",
+        f"!has(self.algorithm) || self.algorithm != '{algorithm}' || ({cel})",
+        message_expression, fallback,
+        lambda s: s.get("algorithm") != algorithm or check(s),
+        describe,
+        ("algorithm", algorithm, *reads),
+    )
+
+
+def _at_most_buffer(field: str) -> CrossFieldRule:
+    """A DQN count that must fit the replay buffer (per rank, as both are)."""
+    value, size = _cel_hp("dqn", field, DQNConfig), _cel_hp("dqn", "bufferSize", DQNConfig)
+    return _hyperparameter_rule(
+        "dqn", field, f"{value} <= {size}",
+        f"'expected at most bufferSize ' + string({size}) + ' (got ' + string({value}) + ')'",
+        "expected at most bufferSize",
+        lambda s: _hp(s, "dqn", field, DQNConfig) <= _hp(s, "dqn", "bufferSize", DQNConfig),
+        lambda s: f"expected at most bufferSize {_hp(s, 'dqn', 'bufferSize', DQNConfig)} (got {_hp(s, 'dqn', field, DQNConfig)})",
+    )
+
+
+_CEL_PPO_BATCH = f"({_cel_hp('ppo', 'numSteps', PPOConfig)} * {_cel_hp('env', 'numEnvs', EnvSpec)})"
+_CEL_MINIBATCHES = _cel_hp("ppo", "numMinibatches", PPOConfig)
+
+
+def _ppo_batch(s: dict) -> int:
+    """Transitions per rank per update: numSteps x env.numEnvs."""
+    return _hp(s, "ppo", "numSteps", PPOConfig) * _hp(s, "env", "numEnvs", EnvSpec)
+
+
+# Rules that need only the spec, between hyperparameters: refused at kubectl apply and by
+# `kuberl validate`, not by a trainer after its pods were scheduled.
+HYPERPARAMETER_RULES = [
+    _at_most_buffer("batchSize"),
+    _at_most_buffer("learningStarts"),
+    _hyperparameter_rule(
+        "dqn", "explorationFinalEps",
+        f"{_cel_hp('dqn', 'explorationFinalEps', DQNConfig)} <= {_cel_hp('dqn', 'explorationInitialEps', DQNConfig)}",
+        "'expected at most explorationInitialEps (epsilon decays from it to this)'",
+        "expected at most explorationInitialEps (epsilon decays from it to this)",
+        lambda s: _hp(s, "dqn", "explorationFinalEps", DQNConfig) <= _hp(s, "dqn", "explorationInitialEps", DQNConfig),
+        lambda s: "expected at most explorationInitialEps (epsilon decays from it to this)",
+    ),
+    _hyperparameter_rule(
+        "ppo", "numMinibatches", f"{_CEL_MINIBATCHES} <= {_CEL_PPO_BATCH}",
+        f"'expected at most numSteps x env.numEnvs = ' + string({_CEL_PPO_BATCH}) + ' (got ' + string({_CEL_MINIBATCHES}) + ')'",
+        "expected at most numSteps x env.numEnvs",
+        lambda s: _hp(s, "ppo", "numMinibatches", PPOConfig) <= _ppo_batch(s),
+        lambda s: f"expected at most numSteps x env.numEnvs = {_ppo_batch(s)} (got {_hp(s, 'ppo', 'numMinibatches', PPOConfig)})",
+        ("env",),
+    ),
+    _hyperparameter_rule(  # a minibatch of fewer rows than numMinibatches asks for is the rule above's
+        "ppo", "gradAccumulation",
+        f"{_CEL_MINIBATCHES} > {_CEL_PPO_BATCH} || {_cel_hp('ppo', 'gradAccumulation', PPOConfig)} <= {_CEL_PPO_BATCH} / {_CEL_MINIBATCHES}",
+        f"'expected at most the minibatch size ' + string({_CEL_PPO_BATCH} / {_CEL_MINIBATCHES})"
+        f" + ' (got ' + string({_cel_hp('ppo', 'gradAccumulation', PPOConfig)}) + ')'",
+        "expected at most the minibatch size (numSteps x env.numEnvs / numMinibatches)",
+        lambda s: _hp(s, "ppo", "numMinibatches", PPOConfig) > _ppo_batch(s)
+        or _hp(s, "ppo", "gradAccumulation", PPOConfig) <= _ppo_batch(s) // _hp(s, "ppo", "numMinibatches", PPOConfig),
+        lambda s: f"expected at most the minibatch size {_ppo_batch(s) // _hp(s, 'ppo', 'numMinibatches', PPOConfig)}"
+        f" (got {_hp(s, 'ppo', 'gradAccumulation', PPOConfig)})",
+        ("env",),
+    ),
+]
+
+
+CROSS_FIELD_RULES = [
+    _required_unless_custom("algorithm"),
+    _required_unless_custom("env"),
+    _required_unless_custom("totalTimesteps"),
+    *(_block_of_algorithm(field) for field, _ in ALGORITHM_BLOCKS.values()),
+    CrossFieldRule(
+        ".procsPerWorker",
+        "!has(self.procsPerWorker) || !has(self.gpusPerWorker) || self.gpusPerWorker == 0"
+        " || self.procsPerWorker == self.gpusPerWorker",
+        "'must equal spec.gpusPerWorker, one process per GPU (got '"
+        " + string(self.procsPerWorker) + ' and ' + string(self.gpusPerWorker) + ')'",
+        "must equal spec.gpusPerWorker (one process per GPU)",
+        lambda s: s.get("procsPerWorker") is None
+        or not s.get("gpusPerWorker")
+        or s.get("procsPerWorker") == s.get("gpusPerWorker"),
+        lambda s: "must equal spec.gpusPerWorker, one process per GPU"
+        f" (got {s['procsPerWorker']} and {s['gpusPerWorker']})",
+        ("procsPerWorker", "gpusPerWorker"),
+    ),
+    CrossFieldRule(
+        ".metrics.port",
+        f"{_cel_port('rendezvous', RendezvousSpec)} < {_cel_port('metrics', MetricsSpec)}"
+        f" || {_cel_port('rendezvous', RendezvousSpec)} >= {_cel_port('metrics', MetricsSpec)} + {_CEL_PROCS}",
+        f"'the metrics ports ' + string({_cel_port('metrics', MetricsSpec)}) + '..'"
+        f" + string({_cel_port('metrics', MetricsSpec)} + {_CEL_PROCS} - 1)"
+        f" + ' (one per local rank) must not include spec.rendezvous.port ' + string({_cel_port('rendezvous', RendezvousSpec)})",
+        "the metrics ports (port + local rank) must not include spec.rendezvous.port",
+        lambda s: not (
+            _port(s, "metrics", MetricsSpec) <= _port(s, "rendezvous", RendezvousSpec)
+            < _port(s, "metrics", MetricsSpec) + _procs(s)
+        ),
+        lambda s: f"the metrics ports {_port(s, 'metrics', MetricsSpec)}.."
+        f"{_port(s, 'metrics', MetricsSpec) + _procs(s) - 1} (one per local rank) must not include"
+        f" spec.rendezvous.port {_port(s, 'rendezvous', RendezvousSpec)}",
+        ("metrics", "rendezvous", "procsPerWorker", "gpusPerWorker"),
+    ),
+    CrossFieldRule(
+        ".resources",
+        f"!has(self.resources) || ((!has(self.resources.requests) || !('{GPU_RESOURCE}' in self.resources.requests))"
+        f" && (!has(self.resources.limits) || !('{GPU_RESOURCE}' in self.resources.limits)))",
+        f"'must not name {GPU_RESOURCE}: set spec.gpusPerWorker (GPUs are explicit)'",
+        f"must not name {GPU_RESOURCE}: set spec.gpusPerWorker (GPUs are explicit)",
+        _no_gpu_resource,
+        lambda s: f"must not name {GPU_RESOURCE}: set spec.gpusPerWorker (GPUs are explicit)",
+        ("resources",),
+    ),
+    CrossFieldRule(
+        ".env.backend",
+        "!has(self.deterministic) || !self.deterministic || !has(self.env) || !has(self.env.backend)"
+        " || self.env.backend != 'envpool'",
+        "'envpool\\'s C++ env state cannot be checkpointed; spec.deterministic needs backend: gymnasium'",
+        "envpool's C++ env state cannot be checkpointed; spec.deterministic needs backend: gymnasium",
+        lambda s: not s.get("deterministic") or (s.get("env") or {}).get("backend") != "envpool",
+        lambda s: "envpool's C++ env state cannot be checkpointed; spec.deterministic needs backend: gymnasium",
+        ("deterministic", "env"),
+    ),
+    *HYPERPARAMETER_RULES,
+]
+
+
+def immutable_fields() -> list[str]:
+    """Spec fields (camelCase) that cannot change while the job exists."""
+    return [
+        field.alias or name
+        for name, field in JobSpec.model_fields.items()
+        if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("x-kuberl-immutable")
+    ]
+
+
+def optional_immutable_fields() -> list[str]:
+    """Immutable fields with neither a default nor `required`: the API server
+    can only tell that one was added or removed with a spec-level rule."""
+    return [
+        field.alias or name
+        for name, field in JobSpec.model_fields.items()
+        if (field.alias or name) in immutable_fields() and not field.is_required() and field.default is None
+    ]
+
+
+# pydantic names union branches in error locations; they are not field names.
+_BRANCH_TAG = re.compile(
+    r"^(int|str|float|bool|none|constrained-(str|int|float)"
+    r"|(list|dict|literal|nullable|union|tagged-union|json-or-python|lax-or-strict|function-\w+)\[.*\]|function-\w+)$"
+)
+
+
+def _path(loc: tuple) -> str:
+    parts = ["spec"]
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1] += f"[{item}]"
+        elif not _BRANCH_TAG.match(str(item)):
+            parts.append(str(item))
+    return ".".join(parts)
+
+
+_EXPECTED = {
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+    "list_type": "a list",
+}
+
+
+def _expected(err: dict) -> str:
+    kind, ctx = err["type"], err.get("ctx") or {}
+    bounds = {
+        "greater_than_equal": ("at least", "ge"),
+        "greater_than": ("more than", "gt"),
+        "less_than_equal": ("at most", "le"),
+        "less_than": ("less than", "lt"),
+    }
+    if kind in _EXPECTED:
+        return _EXPECTED[kind]
+    if kind in bounds:
+        words, key = bounds[kind]
+        return f"{words} {ctx[key]}"
+    if kind == "literal_error":
+        return ctx["expected"]
+    if kind == "string_pattern_mismatch":
+        return PATTERN_MEANINGS.get(ctx["pattern"], f"a string matching {ctx['pattern']}")
+    if kind == "string_too_long":
+        return f"at most {ctx['max_length']} characters"
+    if kind == "string_too_short":
+        return f"at least {ctx['min_length']} character(s)"
+    if kind == "too_long":
+        return f"at most {ctx['max_length']} entries"
+    if kind == "too_short":
+        return f"at least {ctx['min_length']} entries"
+    return err["msg"][0].lower() + err["msg"][1:]
+
+
+def _fields_at(loc: tuple) -> list[str]:
+    """camelCase field names of the model at `loc` (for spelling hints)."""
+    model: Any = JobSpec
+    for item in loc:
+        field = next((f for n, f in getattr(model, "model_fields", {}).items() if (f.alias or n) == item), None)
+        if field is None:
+            return []
+        model = next((t for t in (field.annotation, *getattr(field.annotation, "__args__", ())) if isinstance(t, type) and issubclass(t, BaseModel)), None)
+    return [f.alias or n for n, f in getattr(model, "model_fields", {}).items()]
+
+
+def _unknown_field(loc: tuple) -> str:
+    if len(loc) == 2 and (other := _block_holding(str(loc[1]), str(loc[0]))):
+        return f"unknown field: a hyperparameter of algorithm {other}, not {loc[0]} (spec.{other}.{loc[1]})"
+    close = difflib.get_close_matches(str(loc[-1]), _fields_at(loc[:-1]), n=1, cutoff=0.6)
+    if close:
+        return f"unknown field; did you mean {close[0]!r}?"
+    return "unknown field (check the spelling; `kubectl explain rltj.spec` lists the fields)"
+
+
+def _block_holding(name: str, block: str) -> str | None:
+    """The other algorithm's block that has a field `name`, when `block` is an algorithm's block."""
+    blocks = {field: model for field, model in ALGORITHM_BLOCKS.values()}
+    if block not in blocks or name in _fields_at((block,)):
+        return None
+    return next((field for field, model in blocks.items() if field != block and name in _fields_at((field,))), None)
+
+
+def _message(err: dict) -> str:
+    if err["type"] == "extra_forbidden":
+        return _unknown_field(err["loc"])
+    if err["type"] == "missing":
+        return "required field is missing"
+    return f"expected {_expected(err)} (got {shown(err.get('input'))})"
+
+
+def _custom_trainer_problems(spec: dict) -> list[Problem]:
+    """trainer: custom runs the template's command; without one kuberl's trainer would start with no algorithm."""
+    if spec.get("trainer") != "custom":
+        return []
+    pod_spec = (spec.get("template") or {}).get("spec") if isinstance(spec.get("template"), dict) else None
+    containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
+    ours = [c for c in containers if isinstance(c, dict) and c.get("name") == names.TRAINER_CONTAINER] if isinstance(containers, list) else []
+    if ours and (ours[0].get("command") or ours[0].get("args")):
+        return []
+    others = [c["name"] for c in containers if isinstance(c, dict) and isinstance(c.get("name"), str)] if isinstance(containers, list) else []
+    hint = (f"; rename {others[0]!r} to {names.TRAINER_CONTAINER!r} (any other container runs beside it as a sidecar,"
+            " without the rank environment; PyTorchJob's is named 'pytorch')") if others and not ours else ""
+    return [Problem("spec.template.spec.containers", f"trainer: custom needs a container named {names.TRAINER_CONTAINER!r}"
+                    f" with a command (or args) of its own{hint}")]
+
+
+def _problem_at(problems: list[Problem], fields: tuple[str, ...]) -> bool:
+    return any(p.path == f"spec.{f}" or p.path.startswith((f"spec.{f}.", f"spec.{f}[")) for p in problems for f in fields)
+
+
+def _too_deep(spec: dict) -> str | None:
+    """The field (its first three levels) under which `spec` nests deeper than
+    MAX_NESTING: a job from the API server is JSON, not YAML, so the file
+    reader's bound does not cover the operator."""
+    stack: list[tuple[Any, str, int]] = [(spec, "spec", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_NESTING:
+            return path
+        if isinstance(value, dict):
+            stack += [(v, f"{path}.{k}" if depth < 3 else path, depth + 1) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(v, f"{path}[{i}]" if depth < 3 else path, depth + 1) for i, v in enumerate(value)]
+    return None
+
+
+def parse_spec(spec: Any) -> JobSpec:
+    """Validate a spec dict (camelCase, as in YAML) and return it defaulted.
+    Raises InvalidJob listing every problem."""
+    problems: list[Problem] = []
+    if not isinstance(spec, dict):
+        raise InvalidJob([Problem("spec", f"expected an object (got {shown(spec)})")])
+    deep = _too_deep(spec)
+    if deep:  # before anything recurses into it (pydantic, deepcopy in render)
+        raise InvalidJob([Problem(deep, f"nested deeper than {MAX_NESTING} levels")])
+    try:
+        parsed = JobSpec.model_validate(spec)
+    except ValidationError as e:
+        parsed = None
+        for err in e.errors():
+            problem = Problem(_path(err["loc"]), _message(err))
+            if problems and problems[-1].path == problem.path:  # one union, two branches
+                problem = Problem(problem.path, problems.pop().message.split(" (got")[0] + " or " + problem.message[len("expected "):])
+            problems.append(problem)
+    problems += label_key_problems("spec.labels", spec.get("labels"))
+    problems += label_key_problems("spec.nodeSelector", spec.get("nodeSelector"))
+    problems += resources_problems(spec.get("resources"))
+    problems += pod_template_problems(spec.get("template"))
+    problems += _custom_trainer_problems(spec)
+    if parsed is not None:
+        problems += gang_template_problems(spec.get("template"), parsed.workers)
+    found = list(problems)  # a field refused by itself already says it all; one rule's refusal silences no other rule
+    for rule in CROSS_FIELD_RULES:
+        if _problem_at(found, rule.reads):
+            continue
+        if not rule.check(spec):
+            problems.append(Problem("spec" + rule.field_path, rule.describe(spec)))
+    if problems or parsed is None:
+        raise InvalidJob(problems)
+    return parsed
+
+
+DOCUMENT_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
+
+
+def validate_job(job: Any, env_id_known: Callable[[str], bool | None] | None = None) -> JobSpec:
+    """Validate a whole RLTrainingJob object (apiVersion, kind, metadata, spec).
+
+    `env_id_known(id) -> bool | None` lets callers that can import gymnasium
+    check that a gymnasium id is registered; None means "cannot tell here"
+    (ids from packages not installed here, and "module:Class", are left to
+    the trainer).
+    """
+    if not isinstance(job, dict):
+        raise InvalidJob([Problem("(document)", f"expected a YAML mapping (got {shown(job)})")])
+    problems: list[Problem] = []
+    if job.get("apiVersion") != names.API_VERSION:
+        problems.append(Problem("apiVersion", f"expected {names.API_VERSION!r} (got {job.get('apiVersion')!r})"))
+    if job.get("kind") != names.KIND:
+        problems.append(Problem("kind", f"expected {names.KIND!r} (got {job.get('kind')!r})"))
+    problems += [Problem(str(key), "unknown field (an RLTrainingJob has apiVersion, kind, metadata, spec)")
+                 for key in job if key not in DOCUMENT_FIELDS]
+    metadata = job.get("metadata") or {}
+    if isinstance(metadata, dict):
+        problems += name_problems(metadata.get("name"))
+        problems += namespace_problems("metadata.namespace", metadata.get("namespace"))
+    else:
+        problems.append(Problem("metadata", f"expected an object (got {shown(metadata)})"))
+    parsed = None
+    if "spec" not in job:
+        problems.append(Problem("spec", "required field is missing"))
+    else:
+        try:
+            parsed = parse_spec(job["spec"])
+        except InvalidJob as e:
+            problems += e.problems
+        nproc = torchrun.template_problem(job["spec"]) if parsed is not None else None
+        problems += [Problem(*nproc)] if nproc else []
+    unknown_env = parsed is not None and parsed.env is not None and env_id_known is not None and ":" not in parsed.env.id
+    if unknown_env and env_id_known(parsed.env.id) is False:
+        problems.append(Problem(
+            "spec.env.id",
+            f"expected a gymnasium id registered here, or \"module:Class\" (got {parsed.env.id!r})",
+        ))
+    if problems:
+        raise InvalidJob(problems)
+    assert parsed is not None
+    return parsed
+
+
+def immutable_changes(old: Any, new: Any) -> list[Problem]:
+    """Immutable fields that differ between two specs, as the CRD's
+    `self == oldSelf` rules see them (after defaulting)."""
+    old_spec, new_spec = parse_spec(old), parse_spec(new)
+    problems = []
+    for field in immutable_fields():
+        attr = next(n for n, f in JobSpec.model_fields.items() if (f.alias or n) == field)
+        if getattr(old_spec, attr) != getattr(new_spec, attr):
+            problems.append(Problem(f"spec.{field}", "immutable while the job exists"))
+    return problems
+
+
+def defaulted(spec: JobSpec) -> dict:
+    """The fully defaulted spec as the trainer receives it (camelCase)."""
+    data = spec.model_dump(by_alias=True, mode="json")
+    if spec.algorithm is not None:
+        data[spec.algorithm] = spec.hyperparameters.model_dump(by_alias=True, mode="json")
+    data["procsPerWorker"] = spec.procs
+    return data

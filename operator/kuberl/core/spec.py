@@ -1,0 +1,249 @@
+"""The RLTrainingJob spec: one model, the source of the CRD schema and of the
+operator's validation.
+
+Every field carries its description and default here; `kuberl.core.crd` turns these
+models into the CRD's openAPIV3Schema, and `kuberl.core.rules.validate_job` checks a
+job with the very same models and the cross-field rules beside them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from . import names
+from .validation import (
+    DNS_1123_SUBDOMAIN,
+    ENV_ID,
+    LABEL_VALUE,
+    MAX_GANG_TEMPLATE_BYTES,
+    MAX_GRACE_SECONDS,
+    MAX_QUANTITY_LENGTH,
+    QUANTITY,
+)
+
+Quantity = Annotated[Annotated[str, Field(max_length=MAX_QUANTITY_LENGTH, pattern=QUANTITY)] | int, Field(description="A Kubernetes quantity (e.g. 500m, 2, 4Gi).")]
+LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE, description="A label value.")]
+
+
+class Model(BaseModel):
+    """camelCase in YAML, snake_case in Python, unknown keys refused, and no
+    type coercion: "2" is not an integer here, as it is not for the API server."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True, allow_inf_nan=False
+    )
+
+
+def immutable(**kwargs: Any) -> Any:
+    """A field that cannot change once the job exists (CEL `self == oldSelf`)."""
+    extra = kwargs.pop("json_schema_extra", {}) or {}
+    return Field(json_schema_extra={**extra, "x-kuberl-immutable": True}, **kwargs)
+
+
+ANY_JSON_VALUE = {"x-kubernetes-preserve-unknown-fields": True, "description": "Any JSON value."}
+
+
+def free_form(max_properties: int | None = None) -> dict:
+    """Schema extra for an object Kubernetes validates itself (a pod template,
+    affinity): the API server keeps its fields, the pod's own schema checks them."""
+    extra: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
+    if max_properties:
+        extra["maxProperties"] = max_properties
+    return extra
+
+
+HiddenWidth = Annotated[int, Field(ge=1, le=65536, description="Width of one hidden layer.")]
+
+
+class PPOConfig(Model):
+    """PPO hyperparameters. Defaults solve CartPole-v1 quickly on CPU."""
+
+    learning_rate: float = Field(2.5e-3, gt=0, le=1, description="Adam learning rate.")
+    anneal_lr: bool = Field(True, description="Decay the learning rate linearly to 0 over totalTimesteps.")
+    num_steps: int = Field(32, ge=1, le=100000, description="Rollout length per env per update.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    num_minibatches: int = Field(2, ge=1, le=4096, description="Minibatches per epoch, per rank; each is one all-reduce.")
+    update_epochs: int = Field(4, ge=1, le=1000, description="Passes over each rollout.")
+    grad_accumulation: int = Field(1, ge=1, le=1024, description="Micro-batches per minibatch; all but the last skip the all-reduce (no_sync).")
+    norm_advantage: bool = Field(True, description="Normalise advantages per minibatch.")
+    clip_coef: float = Field(0.2, gt=0, le=10, description="Policy ratio clip.")
+    clip_value_loss: bool = Field(True, description="Clip the value loss like the policy loss.")
+    ent_coef: float = Field(0.0, ge=0, le=10, description="Entropy bonus coefficient.")
+    vf_coef: float = Field(0.5, ge=0, le=100, description="Value loss coefficient.")
+    max_grad_norm: float = Field(0.5, gt=0, le=1000, description="Global gradient norm clip.")
+    target_kl: float | None = Field(None, gt=0, description="Stop the epoch loop early when the approximate KL exceeds this (decided on all ranks together).")
+    hidden_sizes: list[HiddenWidth] = Field([64, 64], min_length=1, max_length=8, description="Hidden layer widths of the actor and critic MLPs.")
+    policy: Literal["auto", "mlp", "cnn"] = Field("auto", description="Network torso: auto picks the Nature DQN CNN for uint8 image observations (Atari) and an MLP otherwise; mlp or cnn force one.")
+    precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16: autocast the network's forward pass (GPUs with bf16, or CPU); losses, log-probs and targets stay fp32.")
+    normalize_observation: bool = Field(False, description="Running observation normalisation, all-reduced across ranks and checkpointed.")
+    normalize_reward: bool = Field(False, description="Scale rewards by a running return std, all-reduced and checkpointed.")
+
+
+class DQNConfig(Model):
+    """DQN hyperparameters (per rank: every rank keeps its own replay buffer)."""
+
+    learning_rate: float = Field(1e-3, gt=0, le=1, description="Adam learning rate.")
+    buffer_size: int = Field(50000, ge=1, le=100_000_000, description="Replay capacity per rank, in transitions.")
+    batch_size: int = Field(128, ge=1, le=65536, description="Transitions per gradient step, per rank.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    n_step: int = Field(3, ge=1, le=100, description="n-step returns (episode ends and the autoreset step are masked).")
+    double_dqn: bool = Field(True, description="Select the next action with the online network, value it with the target.")
+    target_update_interval: int = Field(500, ge=1, description="Env steps per rank between target network updates.")
+    tau: float = Field(1.0, gt=0, le=1, description="Target update rate (1 = hard copy).")
+    learning_starts: int = Field(1000, ge=0, description="Env steps per rank before learning starts.")
+    train_frequency: int = Field(4, ge=1, description="Env steps per rank between gradient steps.")
+    gradient_steps: int = Field(1, ge=1, le=1000, description="Gradient steps each time training runs.")
+    exploration_initial_eps: float = Field(1.0, ge=0, le=1, description="Initial epsilon.")
+    exploration_final_eps: float = Field(0.05, ge=0, le=1, description="Final epsilon.")
+    exploration_fraction: float = Field(0.2, gt=0, le=1, description="Fraction of totalTimesteps over which epsilon decays.")
+    max_grad_norm: float = Field(10.0, gt=0, le=1000, description="Global gradient norm clip.")
+    hidden_sizes: list[HiddenWidth] = Field([128, 128], min_length=1, max_length=8, description="Hidden layer widths of the Q network.")
+    policy: Literal["auto", "mlp", "cnn"] = Field("auto", description="Network torso: auto picks the Nature DQN CNN for uint8 image observations (Atari) and an MLP otherwise; mlp or cnn force one.")
+    precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16: autocast the network's forward pass (GPUs with bf16, or CPU); losses, log-probs and targets stay fp32.")
+
+
+class EnvSpec(Model):
+    id: str = Field(min_length=1, max_length=253, pattern=ENV_ID, description='A gymnasium id ("CartPole-v1", "ALE/Pong-v5") or "module:Class".')
+    num_envs: int = Field(8, ge=1, le=4096, description="Vectorised envs per process (rank).")
+    kwargs: dict[str, Any] = Field(
+        {},
+        description="Keyword arguments for gymnasium.make. For Atari (ALE) ids kuberl also reads protocol (modern: sticky actions, the default; nature: NoFrameskip-v4 behaviour), frameStack, noopMax, episodicLife and clipRewards.",
+        # a map of any JSON values, not an object with unknown fields: CEL sees
+        # map entries (so env's `self == oldSelf` covers kwargs), not unknown fields
+        max_length=64,  # enforced here too, not only by the CRD
+        json_schema_extra={"additionalProperties": ANY_JSON_VALUE},
+    )
+    backend: Literal["auto", "ale", "gymnasium", "envpool"] = Field("auto", description="Vector env implementation. auto: ale-py's threaded C++ vector env for Atari ids (ale), gymnasium's otherwise; gymnasium: gymnasium's own (Atari: one core per rank); envpool: EnvPool's C++ thread pool (Atari ids; needs the trainer's envpool extra).")
+
+
+class SuccessSpec(Model):
+    target_return: float | None = Field(None, description="Stop when the evaluation mean return reaches this; unset means train for totalTimesteps.")
+    eval_episodes: int = Field(10, ge=1, le=10000, description="Episodes per evaluation (rank 0).")
+    eval_every: int = Field(10, ge=1, le=1_000_000, description="Policy updates between evaluations.")
+
+
+class ResourceRequirements(Model):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # Kubernetes' own names
+    requests: dict[str, Quantity] = Field(default_factory=dict, max_length=16, description="Resource requests per pod (e.g. cpu, memory); GPUs come from gpusPerWorker.")
+    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=16, description="Resource limits per pod; the CPU limit sets OMP_NUM_THREADS.")
+
+
+class CheckpointSpec(Model):
+    every_updates: int = Field(20, ge=1, le=1_000_000, description="Policy updates between checkpoints.")
+    keep: int = Field(3, ge=1, le=100, description="Checkpoints kept; older ones are deleted.")
+    size: str = Field("1Gi", pattern=QUANTITY, max_length=64, description="Size of the PVC the operator creates when claimName is unset.")
+    storage_class_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="StorageClass of the created PVC; unset uses the cluster default.")
+    claim_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="Use this existing PVC (never adopted or deleted).")
+    retain: bool = Field(True, description="Keep the created PVC when the job is deleted.")
+    when_none_usable: Literal["Fail", "StartOver"] = Field(
+        "Fail", description="When checkpoints exist and none can be loaded. Fail: the job fails with reason NoUsableCheckpoint,"
+        " naming each file (they are kept). StartOver: train from zero; the files are moved aside into unreadable/.")
+
+
+# The trainer's timeouts become datetime.timedelta (torch's process group), which overflows
+# past about 10**14 s; 30 days outlasts any evaluation or checkpoint load.
+MAX_TIMEOUT_SECONDS = 30 * 24 * 3600
+
+
+class RunPolicy(Model):
+    backoff_limit: int = Field(3, ge=0, le=1000, description="Gang restarts after crashes or stalls before the job fails.")
+    restart_backoff_seconds: float = Field(10.0, ge=0, le=3600, description="Base of the exponential delay between gang restarts.")
+    active_deadline_seconds: int | None = Field(None, ge=1, description="Fail the job when it has run this long.")
+    ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Delete the job this long after it finishes.")
+    suspend: bool = Field(False, description="Delete the pods and keep the job; resuming continues from the checkpoint.")
+    stall_timeout_seconds: int = Field(600, ge=1, description="Restart the gang when rank 0's step counter has not moved this long.")
+    startup_timeout_seconds: int = Field(600, ge=1, description="Report why pods are not running after this long, then retry them.")
+    max_startup_retries: int = Field(3, ge=0, le=1000, description="Generations that never fully start before the job fails.")
+    collective_timeout_seconds: int = Field(1800, ge=10, le=MAX_TIMEOUT_SECONDS, description="Timeout of each collective; must outlast rank-0-only work (evaluation, checkpoints).")
+    rendezvous_timeout_seconds: int = Field(600, ge=1, le=MAX_TIMEOUT_SECONDS, description="How long ranks retry rendezvous while rank 0's name does not resolve yet.")
+    termination_grace_period_seconds: int = Field(30, ge=0, le=MAX_GRACE_SECONDS, description="Time a pod gets to save a checkpoint after SIGTERM.")
+    success_policy: Literal["AllWorkers", "Worker0"] = Field(
+        "AllWorkers",
+        description="When a job whose trainer reports nothing succeeds. AllWorkers: when every worker has exited 0 (as a"
+        " PyTorchJob of Workers only). Worker0: when worker 0 has exited 0, however the others end (as a PyTorchJob"
+        " with a Master succeeds with its Master; kuberl convert sets it for one).",
+    )
+
+
+class MetricsSpec(Model):
+    port: int = Field(9090, ge=1024, le=65000, description="Prometheus port of local rank 0; local rank i uses port + i.")
+
+
+class RendezvousSpec(Model):
+    port: int = Field(29500, ge=1024, le=65000, description="MASTER_PORT of the process group.")
+    backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: NCCL when CUDA is available, else gloo.")
+
+
+class JobSpec(Model):
+    """Spec of an RLTrainingJob."""
+
+    trainer: Literal["kuberl", "custom"] = immutable(
+        default="kuberl",
+        description="kuberl: kuberl's trainer runs algorithm on env. custom: the template's `trainer` container brings its"
+        " own command; algorithm, env and totalTimesteps are then optional, and the job succeeds when every worker exits 0.",
+    )
+    algorithm: Literal["ppo", "dqn"] | None = immutable(default=None, description="Training algorithm; required unless trainer: custom.")
+    ppo: PPOConfig | None = immutable(default=None, description="PPO hyperparameters; only with algorithm: ppo.")
+    dqn: DQNConfig | None = immutable(default=None, description="DQN hyperparameters; only with algorithm: dqn.")
+    env: EnvSpec | None = immutable(default=None, description="Environment each rank vectorises; required unless trainer: custom.")
+    total_timesteps: int | None = immutable(default=None, ge=1, le=10**12, description="Env steps across all ranks; required unless trainer: custom.")
+    success: SuccessSpec = Field(default_factory=SuccessSpec, description="Early stop on evaluation return.")
+    workers: int = immutable(default=1, ge=1, le=names.MAX_WORKERS, description="Pods in the gang.")
+    gpus_per_worker: int = immutable(default=0, ge=0, le=names.MAX_PROCS_PER_WORKER, description="nvidia.com/gpu per pod; explicit, never inferred.")
+    procs_per_worker: int | None = immutable(default=None, ge=1, le=names.MAX_PROCS_PER_WORKER, description="Processes per pod; defaults to gpusPerWorker, or 1.")
+    image: str | None = immutable(default=None, min_length=1, max_length=512, description="Trainer image; defaults to the operator's configured image.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(None, description="Pull policy of the trainer container.")
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements, description="Per-pod resources; defaults to 1 CPU and 2Gi per process (the operator's trainer.resourcesPerProcess).")
+    node_selector: dict[str, LabelValue] = Field(default_factory=dict, max_length=64, description="Node labels the pods require.")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=32, description="Pod tolerations.", json_schema_extra={"items": {"type": "object", "description": "A Kubernetes Toleration.", "x-kubernetes-preserve-unknown-fields": True}})
+    affinity: dict[str, Any] = Field(default_factory=dict, description="Pod affinity.", json_schema_extra=free_form())
+    priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="PriorityClass of the pods.")
+    scheduler_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="Scheduler of the pods (volcano or scheduler-plugins get a PodGroup).")
+    labels: dict[str, LabelValue] = Field(default_factory=dict, max_length=64, description="Extra labels on every pod; kuberl's own (kuberl.dev/*) win.")
+    shm_size: str = Field("1Gi", pattern=QUANTITY, max_length=64, description="Size of the in-memory /dev/shm.")
+    template: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "A PodTemplateSpec (metadata, spec) layered onto every rendered pod. metadata.labels and"
+            " metadata.annotations merge key by key; spec.containers merge by name: one named `trainer`"
+            " patches kuberl's (env merged by name, volumeMounts by mountPath, any other field it sets"
+            " replaces kuberl's, e.g. command to bring your own trainer), others are added as sidecars;"
+            " spec.volumes merge by name; any other pod field set here replaces kuberl's. kuberl's labels,"
+            " annotations, hostname, subdomain and restartPolicy always stay. Its JSON times workers is at"
+            f" most {MAX_GANG_TEMPLATE_BYTES // 2**20} MiB (every pod is rendered at once), and"
+            f" spec.terminationGracePeriodSeconds at most {MAX_GRACE_SECONDS}, as runPolicy's."
+        ),
+        json_schema_extra=free_form(2),
+    )
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpoint policy and storage.")
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restarts, deadlines, suspend, timeouts.")
+    queue_name: str | None = immutable(default=None, max_length=63, pattern=DNS_1123_SUBDOMAIN, description="Kueue LocalQueue; the pods become one pod group.")
+    seed: int = immutable(default=1, ge=0, le=2**31 - 1, description="Job seed; each rank's envs derive theirs from it, the rank and the restart.")
+    deterministic: bool = immutable(default=False, description="Deterministic torch kernels: a stopped and resumed run ends bitwise equal to an uninterrupted one.")
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Trainer metrics endpoint.")
+    rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec, description="Process group settings.")
+
+    @property
+    def procs(self) -> int:
+        """Processes per pod after defaulting."""
+        return self.procs_per_worker or self.gpus_per_worker or 1
+
+    @property
+    def world_size(self) -> int:
+        return self.workers * self.procs
+
+    @property
+    def hyperparameters(self) -> PPOConfig | DQNConfig | None:
+        """The algorithm's block, defaulted when omitted (ALGORITHM_BLOCKS); None without an algorithm."""
+        if self.algorithm is None:
+            return None
+        field, model = ALGORITHM_BLOCKS[self.algorithm]
+        return getattr(self, field) or model()
+
+
+# spec.algorithm -> (the JobSpec field holding its hyperparameters, their model); a new algorithm is a row
+ALGORITHM_BLOCKS: dict[str, tuple[str, type[Model]]] = {"ppo": ("ppo", PPOConfig), "dqn": ("dqn", DQNConfig)}

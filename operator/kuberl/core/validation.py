@@ -1,0 +1,405 @@
+"""Kubernetes' own rules, as the API server applies them: object names, labels and
+annotations, quantities and resource names, env names, the parts of a pod template
+a job carries. Each check returns `Problem`s naming the field (apimachinery's
+`pkg/util/validation` and `pkg/apis/core/validation` are the sources cited)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from decimal import Context, Decimal
+from typing import Any
+
+from . import contract, names, podschema, safetext
+
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Kubernetes' resource.Quantity pattern as controller-gen writes it, but with a whole exponent:
+# ParseQuantity refuses 1e1.5 (apimachinery's api/resource/suffix.go, interpret: strconv.ParseInt),
+# which the generated pattern lets through to fail only at PVC or pod create.
+QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$"
+MAX_QUANTITY_LENGTH = 64  # so an exponent is always one int() reads (Python refuses over 4300 digits)
+# A gymnasium id ("CartPole-v1", "ALE/Pong-v5") or a user's "module:Class".
+ENV_ID = r"^([A-Za-z0-9_.-]+/)?[A-Za-z0-9_.-]+(:[A-Za-z_][A-Za-z0-9_.]*)?$"
+DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# What a pattern means, for messages a person can act on.
+PATTERN_MEANINGS = {
+    QUANTITY: "a Kubernetes quantity such as 500m, 2 or 4Gi",
+    ENV_ID: 'a gymnasium id such as "CartPole-v1" or "ALE/Pong-v5", or "module:Class"',
+    DNS_1123_SUBDOMAIN: "a Kubernetes object name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+    LABEL_VALUE: "a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+}
+
+
+# How long a deleted pod may keep its node: bounds suspend, gang restarts and deletion.
+MAX_GRACE_SECONDS = 3600
+
+
+# The operator renders every pod of a gang at once, each with its own copy of the template (about
+# 2.7 bytes of memory per byte of template JSON): a 1.3 MB template x 1,024 workers took 3.6 GB and
+# 31 s, where the chart gives the operator 256 MiB. 16 KiB per pod at the largest gang is plenty.
+MAX_GANG_TEMPLATE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        # one line, escaped (safetext): a path quotes a tenant's map keys, and this line reaches status and terminals
+        return safetext.one_line(f"{self.path}: {self.message}")
+
+
+class InvalidJob(ValueError):
+    """A job that cannot run; carries every problem found, each with its path."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+shown = podschema.shown  # a value in a message: short ones as written, long ones summed up
+
+
+def name_problems(name: Any) -> list[Problem]:
+    if not name:
+        return [Problem("metadata.name", "required field is missing")]
+    if not isinstance(name, str):
+        return [Problem("metadata.name", f"expected a string (got {name!r})")]
+    problems = []
+    if len(name) > names.MAX_JOB_NAME:
+        problems.append(
+            Problem(
+                "metadata.name",
+                f"expected at most {names.MAX_JOB_NAME} characters so every derived name"
+                f" (e.g. {names.pvc_name(name)!r}) stays a 63-character DNS label (got {len(name)})",
+            )
+        )
+    if not DNS_1035.fullmatch(name):
+        problems.append(
+            Problem("metadata.name", f"expected a DNS-1035 label: lowercase letters, digits and '-', starting with a letter (got {name!r})")
+        )
+    return problems
+
+
+DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def namespace_problems(path: str, namespace: Any) -> list[Problem]:
+    """A namespace, when given, is what the API server accepts (ValidateNamespaceName: a
+    DNS-1123 label): it becomes part of every derived DNS name (MASTER_ADDR, PET_RDZV_ID)."""
+    if namespace is None:
+        return []
+    if not isinstance(namespace, str) or len(namespace) > 63 or not DNS_1123_LABEL.fullmatch(namespace):
+        return [Problem(path, "expected a namespace: a DNS-1123 label of at most 63 lowercase letters, digits and '-',"
+                              f" starting and ending with a letter or digit (got {shown(namespace)})")]
+    return []
+
+
+def label_key_problems(path: str, mapping: Any) -> list[Problem]:
+    """Label keys are qualified names; a schema cannot check map keys."""
+    if not isinstance(mapping, dict):
+        return []
+    wrong = [
+        Problem(f"{path}.{key}", "expected a label key: an optional DNS prefix and '/', then at most 63 letters,"
+                f" digits, '-', '_' or '.' (got {key!r})")
+        for key in mapping
+        if not isinstance(key, str) or not LABEL_KEY.fullmatch(key) or len(key.rpartition("/")[2]) > 63
+    ]
+    return podschema.first_of(path, wrong, "keys that are not label keys", Problem)
+
+
+def _label_value_problems(path: str, mapping: Any) -> list[Problem]:
+    """Label values as the API server takes them (IsValidLabelValue: at most 63 characters of
+    LABEL_VALUE), checked where the model cannot (the template's metadata is kept as written)."""
+    if not isinstance(mapping, dict):
+        return []
+    wrong = [
+        Problem(f"{path}.{key}", f"expected {PATTERN_MEANINGS[LABEL_VALUE]} (got {shown(value)})")
+        for key, value in mapping.items()
+        if isinstance(value, str) and (len(value) > 63 or not re.fullmatch(LABEL_VALUE, value))
+    ]
+    return podschema.first_of(path, wrong, "values that are not label values", Problem)
+
+
+def _annotation_key_problems(path: str, mapping: Any) -> list[Problem]:
+    """Annotation keys are qualified names, case aside (ValidateAnnotations:
+    IsQualifiedName(strings.ToLower(k))); refused by the API server at pod creation otherwise."""
+    if not isinstance(mapping, dict):
+        return []
+    wrong = [
+        Problem(path, "expected annotation keys that are qualified names: an optional DNS prefix and '/', then at most 63"
+                f" letters, digits, '-', '_' or '.', starting and ending with a letter or digit (got key {shown(key)})")
+        for key in mapping
+        if not isinstance(key, str) or not LABEL_KEY.fullmatch(key.lower()) or len(key.rpartition("/")[2]) > 63
+    ]
+    return podschema.first_of(path, wrong, "keys that are not qualified names", Problem)
+
+
+def _objects(path: str, items: Any, plural: str, item: str) -> tuple[list[tuple[int, dict]], list[Problem]]:
+    """The objects of an optional list field, by index, and a problem for the field or each item that is not one."""
+    if items is None:
+        return [], []
+    if not isinstance(items, list):
+        return [], [Problem(path, f"expected a list of {plural} (got {shown(items)})")]
+    objects = [(i, x) for i, x in enumerate(items) if isinstance(x, dict)]
+    return objects, [Problem(f"{path}[{i}]", f"expected {item} (got {shown(x)})") for i, x in enumerate(items) if not isinstance(x, dict)]
+
+
+def _named_items_problems(path: str, items: Any, what: str) -> list[Problem]:
+    objects, problems = _objects(path, items, what, f"a {what[:-1]} object")
+    return problems + [Problem(f"{path}[{i}].name", f"required: every {what[:-1]} needs a name (merged by name)")
+                       for i, item in objects if not isinstance(item.get("name"), str) or not item["name"]]
+
+
+# fields with checks of their own (their type included, with a more specific message: here, or the
+# container checks validate, run and convert share, localnode.source_problems): not checked twice
+_POD_FIELDS_CHECKED_ABOVE = frozenset({"containers", "initContainers", "volumes", "ephemeralContainers",
+                                       "terminationGracePeriodSeconds"})
+_CONTAINER_FIELDS_CHECKED_ELSEWHERE = frozenset({"env", "envFrom", "volumeMounts", "command", "args"})
+
+
+def pod_template_problems(template: Any) -> list[Problem]:
+    """The shape the merge relies on; Kubernetes validates the rest of the pod."""
+    if not isinstance(template, dict):
+        return []  # the model already reported it
+    problems = [
+        Problem(f"spec.template.{key}", "unknown field (a PodTemplateSpec has metadata and spec)")
+        for key in template if key not in ("metadata", "spec")
+    ]
+    metadata = template.get("metadata") or {}
+    if isinstance(metadata, dict):
+        for key in metadata:
+            if key not in ("labels", "annotations"):
+                problems.append(Problem(f"spec.template.metadata.{key}", "unknown field (only labels and annotations apply to kuberl's pods)"))
+        for key in ("labels", "annotations"):
+            values = metadata.get(key) or {}
+            if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
+                problems.append(Problem(f"spec.template.metadata.{key}", "expected a mapping of strings to strings"))
+        problems += label_key_problems("spec.template.metadata.labels", metadata.get("labels"))
+        problems += _label_value_problems("spec.template.metadata.labels", metadata.get("labels"))
+        problems += _annotation_key_problems("spec.template.metadata.annotations", metadata.get("annotations"))
+    else:
+        problems.append(Problem("spec.template.metadata", f"expected an object (got {shown(metadata)})"))
+    pod_spec = template.get("spec") or {}
+    if not isinstance(pod_spec, dict):
+        return problems + [Problem("spec.template.spec", f"expected an object (got {shown(pod_spec)})")]
+    problems += _named_items_problems("spec.template.spec.containers", pod_spec.get("containers"), "containers")
+    problems += _named_items_problems("spec.template.spec.initContainers", pod_spec.get("initContainers"), "containers")
+    problems += _named_items_problems("spec.template.spec.volumes", pod_spec.get("volumes"), "volumes")
+    if pod_spec.get("ephemeralContainers") is not None:
+        # ValidatePodCreate (pkg/apis/core/validation): "spec.ephemeralContainers: Forbidden: cannot be set on create".
+        problems.append(Problem("spec.template.spec.ephemeralContainers", "not allowed: a pod cannot be created with"
+                                " ephemeral containers (the API server adds them to running pods only)"))
+    problems += _grace_problems(pod_spec.get("terminationGracePeriodSeconds"))
+    problems += [Problem(path, message) for path, message in podschema.type_problems(
+        "spec.template.spec", {k: v for k, v in pod_spec.items() if k not in _POD_FIELDS_CHECKED_ABOVE},
+        podschema.POD_SPEC_FIELDS)]
+    for kind in ("containers", "initContainers"):
+        for i, container in enumerate(pod_spec.get(kind) if isinstance(pod_spec.get(kind), list) else []):
+            if isinstance(container, dict):
+                problems += [Problem(path, message) for path, message in podschema.type_problems(
+                    f"spec.template.spec.{kind}[{i}]", {k: v for k, v in container.items() if k not in _CONTAINER_FIELDS_CHECKED_ELSEWHERE},
+                    podschema.CONTAINER_FIELDS)]
+                trainer = kind == "containers" and container.get("name") == names.TRAINER_CONTAINER
+                problems += _env_problems(f"spec.template.spec.{kind}[{i}].env", container.get("env"), trainer)
+                problems += _volume_mount_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))
+    return problems
+
+
+def gang_template_problems(template: Any, workers: int) -> list[Problem]:
+    """The template's JSON, once per worker, within MAX_GANG_TEMPLATE_BYTES."""
+    if not isinstance(template, dict) or not template:
+        return []
+    size = len(json.dumps(template, separators=(",", ":"), ensure_ascii=False, default=str).encode())
+    if size * workers <= MAX_GANG_TEMPLATE_BYTES:
+        return []
+    return [Problem("spec.template", f"expected at most {MAX_GANG_TEMPLATE_BYTES} bytes of pod template across the gang"
+                    f" (got {size} bytes as JSON x spec.workers {workers} = {size * workers}): the operator renders every"
+                    " pod at once; use fewer workers, or keep large data in a ConfigMap or Secret")]
+
+
+# Quantity suffixes (k8s.io/apimachinery/pkg/api/resource): binary, decimal SI, or an exponent.
+_QUANTITY_SUFFIXES = {
+    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+    **{s: Decimal(10) ** e for s, e in (("n", -9), ("u", -6), ("m", -3), ("", 0), ("k", 3), ("M", 6), ("G", 9),
+                                        ("T", 12), ("P", 15), ("E", 18))},
+}
+_QUANTITY_PARTS = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)")
+_UNBOUNDED = Context(prec=60, Emax=10**9, Emin=-(10**9), traps=[])  # exact, and never raises
+STANDARD_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
+
+
+def quantity_value(quantity: str | int) -> Decimal:
+    """The number a Kubernetes quantity (already matching QUANTITY) stands for, to compare two.
+    A string longer than MAX_QUANTITY_LENGTH may have an exponent int() refuses (ValueError)."""
+    if isinstance(quantity, int):
+        return Decimal(quantity)
+    number, suffix = _QUANTITY_PARTS.fullmatch(quantity).groups()
+    if suffix not in _QUANTITY_SUFFIXES:  # an exponent: e3, E-2 ("Ei" is a suffix)
+        value, exponent = Decimal(number), int(suffix[1:])
+        if value == 0 or exponent < -(10**6):
+            return Decimal(0)
+        if exponent > 10**6:  # scaleb would give NaN, which no comparison survives
+            return Decimal("Infinity").copy_sign(value)
+        return value.scaleb(exponent, _UNBOUNDED)
+    return _UNBOUNDED.multiply(Decimal(number), _QUANTITY_SUFFIXES[suffix])
+
+
+def _resource_name_ok(name: str) -> bool:
+    """validateContainerResourceName: a qualified name; without a domain one of Kubernetes' own
+    (cpu, memory, ephemeral-storage, hugepages-<size>); with one, a native (kubernetes.io/) or an
+    extended resource, whose name quota's `requests.` prefix must not already start."""
+    if not LABEL_KEY.fullmatch(name) or len(name.rpartition("/")[2]) > 63:
+        return False
+    if "/" not in name:
+        return name in STANDARD_CONTAINER_RESOURCES or name.startswith("hugepages-")
+    return "kubernetes.io/" in name or not name.startswith("requests.")
+
+
+def _extended(name: str) -> bool:
+    """helper.IsExtendedResourceName: a domain-qualified resource that is not Kubernetes' own."""
+    return "/" in name and "kubernetes.io/" not in name
+
+
+def _overcommit_allowed(name: str) -> bool:
+    """helper.IsOvercommitAllowed: extended resources and hugepages are requested exactly as limited."""
+    return not _extended(name) and not name.startswith("hugepages-")
+
+
+def resources_problems(resources: Any) -> list[Problem]:
+    """What ValidateResourceRequirements refuses at pod create: unknown names, negative amounts, a
+    fraction of an extended resource, a request over its limit (or, where no overcommit is allowed,
+    a request without its limit or other than it)."""
+    if not isinstance(resources, dict):
+        return []
+    problems, values = [], {}
+    for kind in ("requests", "limits"):
+        amounts = resources.get(kind)
+        for name, amount in (amounts.items() if isinstance(amounts, dict) else ()):
+            if name == GPU_RESOURCE:
+                continue  # refused whole: GPUs come from spec.gpusPerWorker (a cross-field rule)
+            path = f"spec.resources.{kind}.{name}"
+            if not isinstance(name, str) or not _resource_name_ok(name):
+                problems.append(Problem(path, "expected a resource name: cpu, memory, ephemeral-storage, hugepages-<size>,"
+                                        " or an extended resource with a domain such as example.com/fpga"))
+                continue
+            if isinstance(amount, bool) or not isinstance(amount, int | str) or (
+                    isinstance(amount, str) and (len(amount) > MAX_QUANTITY_LENGTH or not re.fullmatch(QUANTITY, amount))):
+                continue  # the model already names it
+            value = quantity_value(amount)
+            if value < 0:
+                problems.append(Problem(path, f"expected a quantity of at least 0 (got {amount!r})"))
+            elif _extended(name) and value != value.to_integral_value():
+                problems.append(Problem(path, f"expected a whole number of {name} (got {amount!r})"))
+            else:
+                values[kind, name] = (amount, value)
+    for (kind, name), (amount, value) in values.items():
+        limit = values.get(("limits", name))
+        if kind != "requests":
+            continue
+        if _overcommit_allowed(name):
+            if limit is not None and value > limit[1]:
+                problems.append(Problem(f"spec.resources.requests.{name}",
+                                        f"expected at most the limit spec.resources.limits.{name} {limit[0]!r} (got {amount!r})"))
+        elif limit is None:
+            problems.append(Problem(f"spec.resources.limits.{name}", f"expected a limit equal to the request {amount!r}:"
+                                    f" {name} cannot be overcommitted (or set only the limit)"))
+        elif value != limit[1]:
+            problems.append(Problem(f"spec.resources.requests.{name}", f"expected the limit spec.resources.limits.{name}"
+                                    f" {limit[0]!r} (got {amount!r}): {name} cannot be overcommitted"))
+    return problems
+
+
+def _grace_problems(seconds: Any) -> list[Problem]:
+    """The template's grace period replaces runPolicy's, so it keeps runPolicy's bound."""
+    if seconds is None:
+        return []
+    path = "spec.template.spec.terminationGracePeriodSeconds"
+    hint = "; spec.runPolicy.terminationGracePeriodSeconds is the job's own setting"
+    if not isinstance(seconds, int) or isinstance(seconds, bool):
+        return [Problem(path, f"expected an integer (got {shown(seconds)}){hint}")]
+    if not 0 <= seconds <= MAX_GRACE_SECONDS:
+        bound = f"at most {MAX_GRACE_SECONDS}" if seconds > 0 else "at least 0"
+        return [Problem(path, f"expected {bound} (got {seconds}): a deleted pod keeps its node that long{hint}")]
+    return []
+
+
+def _volume_mount_problems(path: str, mounts: Any) -> list[Problem]:
+    """Each mount names a volume and a path, as ValidateVolumeMounts requires (both "Required value")."""
+    objects, problems = _objects(path, mounts, "volume mounts", "a volume mount object with name and mountPath")
+    for j, mount in objects:
+        for field in ("name", "mountPath"):
+            if not isinstance(mount.get(field), str) or not mount[field]:
+                problems.append(Problem(f"{path}[{j}].{field}", f"required: a non-empty string (got {shown(mount.get(field))})"))
+    return problems
+
+
+# Kubernetes' IsEnvVarName (k8s.io/apimachinery/pkg/util/validation): the rule
+# every API server accepts, with or without RelaxedEnvironmentVariableValidation.
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+
+def _env_problems(path: str, env: Any, trainer: bool) -> list[Problem]:
+    """Env names are valid and values strings (the API server refuses anything
+    else at pod create, long after the job was accepted); the trainer's env may
+    not set the identity kuberl gives each pod."""
+    objects, problems = _objects(path, env, "env vars", "an env var object with name and value")
+    for j, var in objects:
+        name = var.get("name")
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name) or name in (".", "..") or name.startswith(".."):
+            problems.append(Problem(f"{path}[{j}].name", "expected an env var name: letters, digits, '_', '-' or '.',"
+                                    f" not starting with a digit, nor '.' or '..' (got {shown(name)})"))
+        elif trainer and contract.is_reserved_env(name):
+            problems.append(Problem(f"{path}[{j}].name", f"{name} is reserved: kuberl sets each pod's identity (rank, world"
+                                    " size, rendezvous) and every KUBERL_ name; a spec may not set it"))
+        if "value" in var and var["value"] is not None and not isinstance(var["value"], str):
+            problems.append(Problem(f"{path}[{j}].value", f"expected a string; quote it (got {shown(var['value'])})"))
+    return problems
+
+
+# --- quantities and the downward API -----------------------------------------
+
+# The API server caps a quantity's magnitude at 2^63-1 (k8s.io/apimachinery/pkg/api/resource).
+MAX_QUANTITY = 2**63 - 1
+
+
+# ValidateAnnotations (k8s.io/apimachinery/pkg/api/validation/objectmeta.go): TotalAnnotationSizeLimitB.
+MAX_ANNOTATION_BYTES = 256 * 1024
+
+
+def _qualified_name(key: str) -> bool:
+    """IsQualifiedName (k8s.io/apimachinery/pkg/util/validation): [DNS-1123 subdomain '/'] name of at most 63."""
+    prefix, _, name = key.rpartition("/")
+    return bool(LABEL_KEY.fullmatch(key)) and len(name) <= 63 and len(prefix) <= 253
+
+
+def metadata_problems(metadata: dict) -> list[Problem]:
+    """An object's labels and annotations as ValidateObjectMeta checks them (for a custom resource too):
+    qualified-name keys, label values of at most 63 characters, at most 256 KiB of annotations."""
+    problems = []
+    for field in ("labels", "annotations"):
+        values = metadata.get(field)
+        if values is None:
+            continue
+        if not isinstance(values, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
+            problems.append(Problem(f"metadata.{field}", f"expected a mapping of strings to strings (got {shown(values)})"))
+            continue
+        for key, value in values.items():
+            if not _qualified_name(key.lower() if field == "annotations" else key):
+                problems.append(Problem(f"metadata.{field}.{key}", "expected a key of an optional DNS subdomain and '/', then"
+                                        " at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter"
+                                        " or digit"))
+            elif field == "labels" and (len(value) > 63 or not re.fullmatch(LABEL_VALUE, value)):
+                problems.append(Problem(f"metadata.labels.{key}", "expected a label value: at most 63 letters, digits,"
+                                        f" '-', '_' or '.', starting and ending with a letter or digit (got {shown(value)})"))
+        if field == "annotations":
+            size = sum(len(k.encode()) + len(v.encode()) for k, v in values.items())
+            if size > MAX_ANNOTATION_BYTES:
+                problems.append(Problem("metadata.annotations", f"{size} bytes in all; at most {MAX_ANNOTATION_BYTES} (256 KiB)"))
+    return problems

@@ -1,0 +1,345 @@
+"""A pod's filesystem as a directory: each volumeMount a link to its volume's
+directory, configMap volumes projected, every path the pod names kept inside the
+sandbox root (one that leaves it is refused, naming the field)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import shutil
+import stat
+from collections.abc import Callable, Collection, Iterator, Mapping
+
+from ..core import names, safetext
+from ..core.podsource import CONFIGMAP_DEFAULT_MODE, source_problems
+from ..core.validation import DNS_1123_LABEL, DNS_1123_SUBDOMAIN
+
+
+class LocalRunError(RuntimeError):
+    """A pod that cannot run here as rendered (a render bug, or a feature no local node has); one
+    line, escaped (safetext), since it quotes the spec's strings."""
+
+    def __init__(self, message: str):
+        super().__init__(safetext.one_line(message))
+
+
+def check_sources(pod: Mapping, container: Mapping) -> None:
+    problems = source_problems(pod, container)
+    if problems:
+        raise LocalRunError("; ".join(problems))
+
+
+def configmap_files(volume: Mapping, configmaps: Mapping[str, Mapping[str, str]]) -> dict[str, tuple[str, int]]:
+    """A configMap volume's files as the kubelet projects them (pkg/volume/configmap makePayload): every
+    key, or only `items` at their paths; each with its item's mode, else defaultMode, else 0644. A
+    ConfigMap or item key that does not exist leaves the volume empty of it when `optional`, and
+    otherwise stops the pod before it starts (a cluster's FailedMount: the pod never leaves ContainerCreating)."""
+    source, at = volume["configMap"], f"spec.volumes[{volume['name']}].configMap"
+    optional = source.get("optional") is True
+    data = configmaps.get(source["name"])
+    if data is None:
+        if optional:
+            return {}
+        raise LocalRunError(f"{at}.name: ConfigMap {source['name']!r} does not exist (a cluster leaves the pod in"
+                            " ContainerCreating, FailedMount); put it in the job's file or set optional: true")
+    mode = CONFIGMAP_DEFAULT_MODE if source.get("defaultMode") is None else source["defaultMode"]
+    if not source.get("items"):
+        return {key: (value, mode) for key, value in data.items()}
+    files: dict[str, tuple[str, int]] = {}
+    for j, item in enumerate(source["items"]):
+        if item["key"] not in data:
+            if optional:
+                continue
+            raise LocalRunError(f"{at}.items[{j}].key: ConfigMap {source['name']!r} has no key {item['key']!r}"
+                                " (a cluster's FailedMount: configmap references non-existent config key)")
+        path = os.path.normpath(item["path"])
+        if path == ".":  # the API server lets it through; the kubelet cannot write a file over the volume's directory
+            raise LocalRunError(f"{at}.items[{j}].path: {item['path']!r} names the volume's own directory, not a file"
+                                " (a cluster's FailedMount)")
+        files[path] = (data[item["key"]], mode if item.get("mode") is None else item["mode"])  # the same path twice: the last wins
+    for path in files:
+        parent = os.path.dirname(path)
+        while parent:
+            if parent in files:
+                raise LocalRunError(f"{at}.items: {parent!r} is a file and also the directory of {path!r};"
+                                    " the kubelet cannot write both (FailedMount)")
+            parent = os.path.dirname(parent)
+    return files
+
+
+def write_files(directory: str, files: Mapping[str, tuple[str, int]]) -> None:
+    """Write projected files into a new directory; a path that exists already (a symlink, say) is refused, never followed."""
+    os.makedirs(directory)
+    for path, (content, mode) in files.items():
+        target = os.path.join(directory, path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(content)
+        os.chmod(target, mode)
+
+
+_SCRIPT_PATH = re.compile(r"(?<![\w./-])(/[\w@%+.,-]+(?:/[\w@%+.,-]+)*\.(?:py|sh))(?![\w/])")
+
+
+def image_files(pod: Mapping) -> list[str]:
+    """The trainer container's command and args that name a script (`*.py`, `*.sh`) by an absolute path
+    under no volume's mountPath and absent on this machine: a file baked into the image, which a local
+    node (running this machine's files) does not have."""
+    container = trainer_container(pod)
+    mounts = [m.get("mountPath", "").rstrip("/") for m in container.get("volumeMounts") or [] if isinstance(m, dict)]
+    found = []
+    for field in ("command", "args"):
+        for i, word in enumerate(container.get(field) or []):
+            for path in _SCRIPT_PATH.findall(word) if isinstance(word, str) else []:
+                if not any(path.startswith(m + "/") for m in mounts if m) and not os.path.exists(path):
+                    found.append(f"{field}[{i}] {path!r}")
+    return found
+
+
+def trainer_container(pod: Mapping) -> dict:
+    containers = pod["spec"]["containers"]
+    return next((c for c in containers if c["name"] == names.TRAINER_CONTAINER), containers[0])
+
+
+def _inside(root: str, path: str) -> bool:
+    resolved = os.path.normpath(os.path.join(root, path.lstrip("/")))
+    return resolved == root or resolved.startswith(root.rstrip("/") + "/")
+
+
+def path_problems(pod: Mapping, container: Mapping) -> list[str]:
+    """Every path of the pod that would leave its root here, by field path."""
+    root = "/pod-root"
+    where = f"spec.containers[{container.get('name')}]"
+    problems = []
+    for i, volume in enumerate(pod["spec"].get("volumes") or []):
+        name = volume.get("name")
+        # validateVolumes (pkg/apis/core/validation): a volume's name is a DNS-1123 label; here it names a directory
+        if not isinstance(name, str) or len(name) > 63 or not re.fullmatch(DNS_1123_LABEL, name):
+            problems.append(f"spec.volumes[{i}].name: {name!r} is not a DNS-1123 label (at most 63 lowercase letters,"
+                            " digits and '-', starting and ending with a letter or digit)")
+        for kind in ("persistentVolumeClaim", "configMap"):
+            key = "claimName" if kind == "persistentVolumeClaim" else "name"
+            name = volume[kind].get(key) if isinstance(volume.get(kind), dict) else None
+            # the API server's rule for both names, so neither can name a path outside the run directory
+            if name is not None and (len(name) > 253 or not re.fullmatch(DNS_1123_SUBDOMAIN, str(name))):
+                problems.append(f"spec.volumes[{i}].{kind}.{key}: {name!r} is not a DNS-1123 subdomain name")
+    for i, mount in enumerate(container.get("volumeMounts") or []):
+        path = str(mount.get("mountPath", ""))
+        if not path.startswith("/") or not _inside(root, path) or os.path.normpath(path) == "/":
+            problems.append(f"{where}.volumeMounts[{i}].mountPath: {path!r} is not an absolute path inside the container")
+        sub = str(mount.get("subPath") or "")  # null is unset, as everywhere in a pod
+        if sub.startswith("/") or ".." in sub.split("/"):
+            problems.append(f"{where}.volumeMounts[{i}].subPath: {sub!r} must be a relative path without '..'")
+    for field in ("terminationMessagePath", "workingDir"):
+        path = container.get(field)
+        if path is not None and (not str(path).startswith("/") or not _inside(root, str(path))):
+            problems.append(f"{where}.{field}: {path!r} is not an absolute path inside the container")
+    log = container.get("terminationMessagePath")
+    mounted = [os.path.normpath(str(m.get("mountPath", ""))) for m in container.get("volumeMounts") or []]
+    if log is not None and str(log).startswith("/") and os.path.normpath(str(log)) in {*mounted, "/"}:
+        problems.append(f"{where}.terminationMessagePath: {log!r} is a directory here (the root or a mount), not a file")
+    elif log is not None and any(os.path.normpath(str(log)).startswith(m.rstrip("/") + "/") for m in mounted):
+        # a kubelet mounts a file of its own over that path; here the volume's own file would be emptied
+        problems.append(f"{where}.terminationMessagePath: {log!r} is inside a volume mount; this node would empty that"
+                        " volume's file at every start: keep it outside the mounts (default /dev/termination-log)")
+    # validateVolumes and validateVolumeMounts (pkg/apis/core/validation): "Duplicate value", "must be unique"
+    volume_names = [v.get("name") for v in pod["spec"].get("volumes") or []]
+    problems += [f"spec.volumes[{i}].name: {n!r} is a duplicate: volume names are unique in a pod"
+                 for i, n in enumerate(volume_names) if n in volume_names[:i]]
+    problems += [f"{where}.volumeMounts[{i}].mountPath: {m!r} is mounted twice: mount paths are unique in a container"
+                 for i, m in enumerate(mounted) if m in mounted[:i]]
+    # A cluster nests mounts (a claim at /data, a ConfigMap at /data/cfg); each is a symlink here, so the inner one
+    # would be made inside the outer volume, or (listed first) leave no place for the outer's link
+    problems += [f"{where}.volumeMounts[{i}].mountPath: {m!r} is inside another mount ({outer!r}), which this node"
+                 " cannot lay out (each mount is a symlink here): mount them side by side"
+                 for i, m in enumerate(mounted) for outer in dict.fromkeys(mounted)
+                 if outer.startswith("/") and outer != "/" and m.startswith(outer + "/")]
+    return problems
+
+
+def check_paths(pod: Mapping, container: Mapping) -> None:
+    problems = path_problems(pod, container)
+    if problems:
+        raise LocalRunError("; ".join(problems))
+
+
+def prepare_sandbox(
+    sandbox: str,
+    pod: Mapping,
+    container: Mapping,
+    configmaps: Mapping[str, Mapping[str, str]],
+    claim_dir: Callable[[str], str],
+) -> str:
+    """A fresh directory standing in for the container's root; returns it.
+    emptyDir and configMap volumes live in the sandbox (gone with the pod: a
+    configMap volume is projected afresh for each pod, as a kubelet does);
+    claim volumes are the caller's directories, shared and lasting."""
+    check_paths(pod, container)
+    check_sources(pod, container)
+    projected = {v["name"]: configmap_files(v, configmaps) for v in pod["spec"].get("volumes") or [] if "configMap" in v}
+    remove_tree(sandbox)
+    with _as_local_run_error(container):
+        return _lay_out(sandbox, pod, container, projected, claim_dir)
+
+
+def remove_tree(path: str) -> None:
+    """Remove a pod's old sandbox, a fresh root for the next pod as a node gives it: a directory the old pod
+    left without write permission (a module cache's read-only tree, say) is made writable first (its
+    processes are gone by then), where rmtree alone left it and the next pod could not be laid out."""
+    shutil.rmtree(path, ignore_errors=True)
+    if not os.path.lexists(path) or os.path.islink(path):
+        return
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o700)
+    for parent, dirs, _ in os.walk(path):  # top-down: each directory is made listable before the walk enters it
+        for name in dirs:
+            if not os.path.islink(os.path.join(parent, name)):  # chmod would follow a link out of the sandbox
+                with contextlib.suppress(OSError):
+                    os.chmod(os.path.join(parent, name), 0o700)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _as_local_run_error(container: Mapping) -> Iterator[None]:
+    """A pod shape validation let through must not end `kuberl run` in a traceback."""
+    try:
+        yield
+    except (OSError, KeyError, TypeError) as e:
+        shown = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) else f"{type(e).__name__}: {e}"
+        raise LocalRunError(f"spec.containers[{container.get('name')}]: cannot lay out the container's volumes and"
+                            f" files here ({shown})") from None
+
+
+def descend(top: str, path: str, field: str, what: str, mounts: Collection[str] = (), create: bool = True,
+            written: str | None = None) -> int:
+    """An open directory `path` under `top`, each component opened without following a link
+    (O_NOFOLLOW at the parent's dir_fd) and, with `create`, made first where missing: the runner never
+    creates or enters a directory a link leads to, and a link swapped in between a check and a create
+    is met at the open, not followed. `mounts`: paths (as `path` is written) of the links this node
+    made itself for volume mounts, the only ones followed. A link or a file on the way is refused,
+    naming `field` as `written` there (default `path`; `what`: where the path must stay)."""
+    shown = path if written is None else written
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    walked = ""
+    try:
+        for name in (part for part in path.split("/") if part not in ("", ".")):
+            walked += "/" + name
+            ours = walked in mounts
+            if name == "..":
+                raise LocalRunError(f"{field}: {shown!r} leads out of {what} ('..')")
+            if create and not ours:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, dir_fd=fd)
+            try:
+                inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | (0 if ours else os.O_NOFOLLOW), dir_fd=fd)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                if not stat.S_ISLNK(os.lstat(name, dir_fd=fd).st_mode):
+                    raise LocalRunError(f"{field}: {shown!r}: {walked.lstrip('/')!r} is not a directory") from None
+                raise LocalRunError(f"{field}: {shown!r} leads out of {what} through a symlink in it ({walked.lstrip('/')!r}):"
+                                    " this node never follows one") from None
+            os.close(fd)
+            fd = inner
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def make_dirs(top: str, path: str, field: str, what: str, mounts: Collection[str] = ()) -> None:
+    """`descend`, for the directories it creates."""
+    os.close(descend(top, path, field, what, mounts))
+
+
+def _mount_of(container: Mapping, path: str) -> Mapping | None:
+    """The volume mount a container path lies in, if any (mounts never nest: path_problems)."""
+    normal = os.path.normpath(path)
+    return next((m for m in container.get("volumeMounts") or []
+                 if normal == os.path.normpath(m["mountPath"]) or normal.startswith(os.path.normpath(m["mountPath"]).rstrip("/") + "/")),
+                None)
+
+
+def working_dir(root: str, container: Mapping, create: bool = True) -> int:
+    """The container's workingDir, opened (and made, as runc makes a missing one) without following a
+    link the pod's volumes hold: a co-tenant's `link -> /elsewhere` in a shared claim made the runner
+    create `/elsewhere/made-by-runner` and start the pod there."""
+    path = container["workingDir"]
+    mount = _mount_of(container, path)
+    what = f"volume {mount['name']!r}" if mount else "the container's root"
+    mounts = {os.path.normpath(m["mountPath"]) for m in container.get("volumeMounts") or []}
+    return descend(root, os.path.normpath(path), f"spec.containers[{container.get('name')}].workingDir", what, mounts, create)
+
+
+def _lay_out(sandbox: str, pod: Mapping, container: Mapping, projected: Mapping[str, Mapping[str, tuple[str, int]]],
+             claim_dir: Callable[[str], str]) -> str:
+    root = os.path.join(sandbox, "root")
+    top = os.path.dirname(os.path.dirname(sandbox))  # the run's directory: its pods/ is any pod's to replace
+    os.makedirs(top, exist_ok=True)
+    make_dirs(top, os.path.relpath(root, top), "the pod's root", f"the run's directory {top}")
+    sources = {}
+    index = {v["name"]: i for i, v in enumerate(pod["spec"].get("volumes") or [])}
+    for volume in pod["spec"].get("volumes") or []:
+        name = volume["name"]
+        if "emptyDir" in volume:
+            sources[name] = os.path.join(sandbox, "volumes", name)
+            os.makedirs(sources[name])
+        elif "configMap" in volume:
+            sources[name] = os.path.join(sandbox, "volumes", name)
+            write_files(sources[name], projected[name])
+        elif "persistentVolumeClaim" in volume:
+            sources[name] = claim_dir(volume["persistentVolumeClaim"]["claimName"])
+            if os.path.islink(sources[name]):  # runs/_claims/<claim> is any run's pods' to replace
+                raise LocalRunError(f"spec.volumes[{index[name]}].persistentVolumeClaim.claimName: the claim's directory"
+                                    f" {sources[name]} is a symlink: this node never follows one")
+        elif "hostPath" in volume:
+            sources[name] = volume["hostPath"]["path"]
+        else:
+            kind = next((k for k in volume if k != "name"), "?")
+            raise LocalRunError(f"volume {name!r}: {kind} volumes cannot be served locally")
+    where = f"spec.containers[{container.get('name')}]"
+    for i, mount in enumerate(container.get("volumeMounts") or []):
+        if mount["name"] not in sources:
+            raise LocalRunError(f"volumeMount {mount['mountPath']}: the pod has no volume {mount['name']!r}")
+        sub = mount.get("subPath") or ""
+        source = os.path.join(sources[mount["name"]], sub)
+        if sub:  # made as the kubelet's PrepareSafeSubpath makes it: never through a link in the volume
+            subpath = f"{where}.volumeMounts[{i}].subPath"
+            parent = descend(sources[mount["name"]], os.path.dirname(os.path.normpath(sub)), subpath, f"volume {mount['name']!r}",
+                             written=sub)
+            try:
+                last = os.path.basename(os.path.normpath(sub))
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(last, dir_fd=parent)
+                if stat.S_ISLNK(os.lstat(last, dir_fd=parent).st_mode):  # a regular file (one ConfigMap key) mounts that file
+                    raise LocalRunError(f"{subpath}: {sub!r} leads out of volume {mount['name']!r} through a symlink in it"
+                                        f" ({os.path.normpath(sub)!r}): this node never follows one")
+            finally:
+                os.close(parent)
+        elif not os.path.isfile(source):  # the volume's own directory (a hostPath as DirectoryOrCreate)
+            os.makedirs(source, exist_ok=True)
+        target = os.path.normpath(host_path(root, mount["mountPath"]))
+        parent = descend(root, os.path.dirname(os.path.normpath(mount["mountPath"])), f"{where}.volumeMounts[{i}].mountPath",
+                         "the container's root (each mount is a symlink here: one inside another cannot be laid out)")
+        try:
+            os.symlink(os.path.abspath(source), os.path.basename(target), dir_fd=parent)
+        finally:
+            os.close(parent)
+    mounts = {os.path.normpath(m["mountPath"]) for m in container.get("volumeMounts") or []}
+    log = os.path.normpath(container.get("terminationMessagePath") or names.TERMINATION_LOG)
+    parent = descend(root, os.path.dirname(log), f"{where}.terminationMessagePath", "the container's root", mounts)
+    try:
+        os.close(os.open(os.path.basename(log), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666, dir_fd=parent))
+    finally:
+        os.close(parent)
+    make_dirs(root, names.TMP_MOUNT_DIR, "TMPDIR", "the container's root", mounts)
+    if container.get("workingDir"):  # runc creates a missing working directory (opencontainers/runc#1604)
+        os.close(working_dir(root, container))
+    return root
+
+
+def host_path(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/"))

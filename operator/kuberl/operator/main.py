@@ -1,0 +1,117 @@
+"""`kuberl operator`: start kopf with the handlers and the configuration, apart from
+both so that neither the configuration nor the handlers import the other."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import time
+
+from ..core import contract
+from .config import (
+    GONE_MAX_DELAY_SECONDS,
+    GONE_RESET_SECONDS,
+    GoneWatchdog,
+    operator_config,
+)
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    """Run the operator until SIGTERM/SIGINT: standalone unless --peering names a peering object."""
+    import kopf
+
+    from .handlers import Shell
+    from .metrics import OperatorMetrics
+
+    config = operator_config(args)
+    listen = getattr(args, "listen_address", None) or "0.0.0.0"
+    metrics = OperatorMetrics()
+    if os.environ.get(contract.ENV_OPERATOR_METRICS_ENABLED, "true").lower() != "false":
+        metrics.serve(listen, args.metrics_port)
+    level = os.environ.get(contract.ENV_OPERATOR_LOG_LEVEL, "info").upper()
+    kopf.configure(debug=level == "DEBUG", quiet=level in ("WARNING", "ERROR"))
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per liveness probe otherwise
+    # A failing probe is said once by the handler that fails it; aiohttp would add a traceback per probe.
+    logging.getLogger("aiohttp.server").addFilter(
+        lambda record: not (record.exc_info and type(record.exc_info[1]).__name__ == "ActivityError"))
+    # One line per pod event would drown the log; failures of these handlers still show.
+    logging.getLogger("kopf.objects").addFilter(
+        lambda record: not record.getMessage().startswith(("Handler 'pod_changed' succeeded", "Handler 'job_changed' succeeded"))
+    )
+    once = TracebackOnce()
+    log = logging.getLogger("kuberl.operator")
+    watchdog = GoneWatchdog(log)
+    for handler in logging.getLogger().handlers:
+        # a 410: our one line says it; kopf's would add two tracebacks
+        handler.addFilter(lambda record: not (record.exc_info and watchdog.seen(gone(record.exc_info[1]))))
+        handler.addFilter(once)
+    quick_restarts = 0
+    while True:
+        started = time.monotonic()
+        try:
+            kopf.run(
+                standalone=args.peering is None,
+                peering_name=args.peering,
+                priority=args.priority,
+                clusterwide=not args.namespace,
+                namespaces=args.namespace,
+                liveness_endpoint=f"http://{listen}:{args.health_port}/healthz",
+                memo=kopf.Memo(shell=Shell(config, metrics)),
+            )
+            return 0
+        except Exception as error:
+            watchdog.disarm()
+            expired = gone(error)
+            if expired is None:
+                raise
+            quick_restarts = quick_restarts + 1 if time.monotonic() - started < GONE_RESET_SECONDS else 1
+            delay = min(GONE_MAX_DELAY_SECONDS, 2.0 ** (quick_restarts - 1) - 1)
+            log.warning("a watch was answered 410 Gone (%s); kopf stops on that, so the operator starts its watches "
+                        "again in %gs, listing every object anew (as client-go's reflector relists)",
+                        getattr(expired, "message", None) or expired, delay)
+            time.sleep(delay)
+
+
+class TracebackOnce(logging.Filter):
+    """A failure that repeats (a daemon retrying every few seconds while the API server is down)
+    logs its traceback the first time; each repeat within `window` seconds (the same logger and
+    message up to its first colon, numbers aside) is one line, the error's type added and the
+    traceback left out."""
+
+    def __init__(self, window: float = 600.0, clock=time.monotonic):
+        super().__init__()
+        self.window, self.clock = window, clock
+        self.shown: dict[tuple[str, str], tuple[float, str]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.exc_info or record.exc_info[1] is None:
+            return True
+        error = record.exc_info[1]
+        # what failed, not how: the first retry's error may be a reset, the next ones refused connections
+        key = (record.name, re.sub(r"[\d.]+", "#", str(record.msg).split(":", 1)[0]))
+        now = self.clock()
+        first = self.shown.get(key)
+        if first is None or now - first[0] > self.window:
+            self.shown[key] = (now, time.strftime("%H:%M:%S"))
+            return True
+        record.msg, record.args = f"{record.getMessage()} [{type(error).__name__}; traceback as logged at {first[1]}]", ()
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
+def gone(error: BaseException | None) -> BaseException | None:
+    """The HTTP 410 Gone that `error` is, or was caused by, or holds in a group; else None. kopf's
+    API errors carry the answer's `status`; kopf has no public name for them."""
+    seen: set[int] = set()
+    pending = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if getattr(current, "status", None) == 410:
+            return current
+        pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
+    return None
