@@ -12,9 +12,14 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from ..local.containerenv import quantity
-from ..local.sandbox import LocalRunError
-from .validation import DNS_1123_SUBDOMAIN, Problem, metadata_problems
+from .validation import (
+    DNS_1123_SUBDOMAIN,
+    MAX_QUANTITY,
+    QUANTITY,
+    Problem,
+    metadata_problems,
+    quantity_value,
+)
 
 # --- what the pod's env and volumes read, checked as the API server checks it ---
 
@@ -88,13 +93,21 @@ def _named(path: str, ref: object, what: str) -> list[str]:
     return []
 
 
+def _quantity(value: object) -> Fraction | None:
+    """A resource quantity as an exact number, capped as the API server caps it; None when it is not one."""
+    text = str(value).strip()
+    try:
+        return Fraction(max(-MAX_QUANTITY, min(MAX_QUANTITY, quantity_value(text)))) if re.fullmatch(QUANTITY, text) else None
+    except ValueError:
+        return None
+
+
 def _divisor_problems(path: str, ref: Mapping) -> list[str]:
     divisor = ref.get("divisor")
     if divisor is None:
         return []
-    try:
-        value = quantity(divisor)
-    except LocalRunError:
+    value = _quantity(divisor)
+    if value is None:
         return [f"{path}.divisor: expected a quantity such as 1, 1m or 1Mi (got {_shown(divisor)})"]
     allowed = CPU_DIVISORS if ref["resource"].endswith(".cpu") else BYTE_DIVISORS
     if value == 0 or value in allowed:
