@@ -209,13 +209,15 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """`kuberl run`, after the file passed the one safe reader (one line and
     exit 1 otherwise, as for validate); read once, so `kuberl run -` takes stdin."""
-    docs = load_jobs(args.file)
+    from .tools.documents import runnable_documents
+
+    # a PyTorchJob converted here, once: the local runner imports the core only
+    docs = runnable_documents(load_jobs(args.file), args.file, one_job=True)
     if args.pod_security != "privileged" or args.forbid_pod_fields:  # privileged is said by the run, once the job is valid
         from .core.podsource import is_configmap
         from .local.runner import apply_overrides
-        from .tools.documents import runnable_documents
 
-        for job in runnable_documents(docs, args.file, say=False, one_job=True):
+        for job in docs:
             if is_configmap(job):
                 continue
             name = (job.get("metadata") or {}).get("name", "?") if isinstance(job, dict) else "?"

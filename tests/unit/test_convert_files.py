@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 from kuberl import cli
 from kuberl.core.yamlreader import MAX_DOCUMENT_BYTES, load_documents
-from kuberl.local.runner import load_job
+from kuberl.local.runner import split_documents
 from kuberl.tools.convert import to_yaml
+from kuberl.tools.documents import runnable_documents
 
 IMAGE = "registry.example.com/ml/ddp:1"
 
@@ -23,6 +24,12 @@ ETCD_DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"
                        "spec": {"containers": [{"name": "etcd", "image": "quay.io/coreos/etcd:v3.5.19",
                                                 "command": ["/usr/local/bin/etcd"], "args": ["--enable-v2"]}]}}}}
 
+
+
+def load_job(path):
+    """What `kuberl run` runs of a file: its documents made runnable (`kuberl.cli.cmd_run`), then the
+    job and the ConfigMaps beside it."""
+    return split_documents(runnable_documents(cli.load_jobs(path), path, one_job=True), path)
 
 def pytorchjob(name: str = "ddp", **elastic) -> dict:
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name}, "spec": {

@@ -53,7 +53,6 @@ from ..core.rules import validate_job
 from ..core.spec import JobSpec
 from ..core.validation import InvalidJob, Problem
 from ..core.yamlreader import UnreadableSpec, load_documents
-from ..tools.documents import runnable_documents
 from .console import Console
 from .dns import loopback_rendezvous
 from .process import (
@@ -414,7 +413,7 @@ def observed(entry: LocalPod, code: int | None) -> ObservedPod:
 
 
 def read_configmap(doc: dict, path: str) -> tuple[str, dict[str, str]]:
-    """A ConfigMap document's name and data, checked as the API server checks them (`convert.configmap_problems`)."""
+    """A ConfigMap document's name and data, checked as the API server checks them (`podsource.configmap_problems`)."""
     problems = podsource.configmap_problems(doc)
     if doc.get("binaryData"):  # dropping it would leave its files missing from the volume without a word
         problems.append(Problem("binaryData", "not served by kuberl run; put its files in data"))
@@ -451,15 +450,6 @@ def split_documents(docs: list, path: str) -> tuple[dict, dict[str, dict[str, st
                              " pods could not read it in a cluster; put both in one namespace")
         configmaps[name] = data
     return jobs[0], configmaps
-
-
-def load_job(path: str, docs: list | None = None) -> tuple[dict, dict[str, dict[str, str]]]:
-    """The job file's documents (`docs` when the caller has read them: stdin reads once); a PyTorchJob
-    runs as the RLTrainingJob `kuberl convert` prints."""
-    if docs is None:
-        with open(path) as f:
-            docs = load_documents(f)
-    return split_documents(runnable_documents(docs, path, one_job=True), path)
 
 
 def job_uid(run_dir: str) -> str:
@@ -861,14 +851,16 @@ def from_flag(problem: Problem, args: argparse.Namespace) -> str:
     return ""
 
 
-def cmd_run(args: argparse.Namespace, docs: list | None = None) -> int:
+def cmd_run(args: argparse.Namespace, docs: list) -> int:
+    """`kuberl run` of a file's documents, as `kuberl.tools.documents.runnable_documents` gives them
+    (a PyTorchJob already converted: the caller's, so the local runner imports the core only)."""
     if getattr(args, "private_network", False):  # before any thread starts: a user namespace takes one thread only
         refused = private_network()
         if refused is not None:
             print(f"kuberl run: --private-network: this machine gives no network namespace ({refused})", file=sys.stderr)
             return EXIT_CANNOT_RUN
     try:
-        document, configmaps = load_job(args.file, docs)
+        document, configmaps = split_documents(docs, args.file)
         check_overrides(args.set)
         document = apply_overrides(document, args.workers, args.set)
         document = with_free_rendezvous_port(document, validate_job(document))
