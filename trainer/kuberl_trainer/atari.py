@@ -46,7 +46,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from .envs import UnknownEnv
+from .envid import UnknownEnv
 
 ATARI_EXTRA = "pip install 'kuberl-trainer[atari]'"
 ENVPOOL_EXTRA = "pip install 'kuberl-trainer[envpool]'"

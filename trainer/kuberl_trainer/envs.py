@@ -16,9 +16,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-
-class UnknownEnv(ValueError):
-    """spec.env.id names no registered env and no importable "module:Class"."""
+from . import atari
+from .envid import UnknownEnv
 
 
 def rank_seed(job_seed: int, rank: int, restart: int) -> int:
@@ -48,7 +47,6 @@ def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: s
     """A vector env with next-step autoreset; raises UnknownEnv naming spec.env.id.
     `halves=2` asks for two halves a caller can step apart (`send_half`/`recv_half`):
     only Atari's threaded backend has them, the others ignore it."""
-    from . import atari  # imports envs: only here, to stay out of a cycle
 
     if atari.is_atari(env_id):  # pixels, preprocessed per spec.env.kwargs.protocol
         return atari.make_atari_envs(env_id, num_envs, kwargs, backend,
