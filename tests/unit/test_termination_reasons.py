@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from kuberl.core import contract
+from kuberl.core import contract, names
 from kuberl.core import lifecycle as lc
 
 from tests.support.jobs import make_job
@@ -24,6 +24,17 @@ def test_the_trainers_marked_line_states_its_reason_and_reads_without_the_marker
     seen = lc.observed_pod(terminated_pod(78, line + "\n"))
     assert seen.reason == "ConfigError"
     assert seen.message == "ConfigError: spec.env.id: no such env second line"
+
+
+def test_the_trainer_writes_its_termination_log_with_the_contracts_line(tmp_path, monkeypatch, capsys):
+    from kuberl_trainer import __main__ as entry
+
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    message = "spec.env.id: no such env\n" + "x" * 5000
+    entry.write_reason("ConfigError", message)
+    written = (tmp_path / names.TERMINATION_LOG.lstrip("/")).read_text()
+    assert written == contract.termination_line("ConfigError", message) + "\n"
+    assert len(written) < 4096 and capsys.readouterr().err == contract.stated_line("ConfigError", message) + "\n"
 
 
 @pytest.mark.parametrize("log_tail", [

@@ -74,14 +74,13 @@ class ConfigError(ValueError):
 
 def write_reason(reason: str, message: str) -> None:
     """One line for the pod's termination log (and the log itself)."""
-    line = f"{reason}: {message}".replace("\n", " ")[:4000]
-    print(line, file=sys.stderr, flush=True)
+    print(contract.stated_line(reason, message), file=sys.stderr, flush=True)  # unmarked: a log line states nothing
     path = host_path(names.TERMINATION_LOG)
     try:
         if os.environ.get(contract.ENV_FS_ROOT):
             os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
-            f.write(contract.TERMINATION_MARKER + line + "\n")
+            f.write(contract.termination_line(reason, message) + "\n")
     except OSError:
         pass  # outside a pod there may be no termination log
 
@@ -92,7 +91,7 @@ def load_config(path: str) -> trainerconfig.TrainerConfig:
             document = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise ConfigError(f"--config: cannot read {path}: {e}") from e
-    return trainerconfig.load(document)  # the spec's own rules (kuberl.core.spec's CROSS_FIELD_RULES) included
+    return trainerconfig.load(document)  # the spec's own rules (kuberl.core.rules' CROSS_FIELD_RULES) included
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:

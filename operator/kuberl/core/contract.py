@@ -29,9 +29,18 @@ TRAINER_REASONS = frozenset({*PERMANENT_REASONS, REASON_SUCCEEDED, REASON_STOPPE
 TERMINATION_MARKER = "kuberl.dev/reason "
 
 
+# The kubelet keeps at most 4096 bytes of a termination message; the stated line stays under it.
+MAX_STATED_CHARACTERS = 4000
+
+
+def stated_line(reason: str, message: str) -> str:
+    """`<Reason>: <message>` on one line, cut to MAX_STATED_CHARACTERS: what the trainer states."""
+    return f"{reason}: {message}".replace("\n", " ")[:MAX_STATED_CHARACTERS]
+
+
 def termination_line(reason: str, message: str) -> str:
-    """The one line the trainer writes to its termination log."""
-    return TERMINATION_MARKER + f"{reason}: {message}".replace("\n", " ")
+    """The one line the trainer writes to its termination log: the marker, then `stated_line`."""
+    return TERMINATION_MARKER + stated_line(reason, message)
 
 
 def stated_reason(message: str | None) -> tuple[str, str] | None:
