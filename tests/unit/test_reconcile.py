@@ -2,7 +2,7 @@
 import json
 
 import pytest
-from kuberl.core import jobstatus, lifecycle, names
+from kuberl.core import jobstatus, lifecycle, names, render
 from kuberl.core.rank0metrics import Rank0Reading
 from kuberl.core.validation import Problem
 
@@ -21,7 +21,7 @@ def document(**spec) -> dict:
     ({}, {'c': [{'t': 'Ready', 'm': None}]}, {'c': [{'t': 'Ready'}]}),
 ])
 def test_merge_patch_is_minimal_and_none_when_nothing_changed(old, new, patch):
-    assert jobstatus.merge_patch(old, new) == patch
+    assert render.merge_patch(old, new) == patch
 
 
 def test_a_pod_under_our_name_is_ours_only_when_current_and_not_terminating():

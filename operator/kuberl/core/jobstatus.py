@@ -206,36 +206,6 @@ class EventLimiter:
         self.seen.pop(job, None)
 
 
-def _pruned(value: Any) -> Any:
-    """Nulls dropped: a merge patch deletes a key set to null, so both read alike."""
-    if isinstance(value, dict):
-        return {k: _pruned(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_pruned(v) for v in value]
-    return value
-
-
-def merge_patch(old: dict | None, new: dict) -> dict | None:
-    """The JSON merge patch that turns `old` into `new`; None when they already agree."""
-    before, after = _pruned(old or {}), _pruned(new)
-    if before == after:
-        return None
-    patch: dict[str, Any] = {}
-    for key, value in after.items():
-        if key not in before:
-            patch[key] = value
-        elif isinstance(value, dict) and isinstance(before[key], dict):
-            inner = merge_patch(before[key], value)
-            if inner is not None:
-                patch[key] = inner
-        elif before[key] != value:
-            patch[key] = value
-    for key in before:
-        if key not in after:
-            patch[key] = None
-    return patch
-
-
 def owned_by(obj: dict, uid: str) -> bool:
     return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
 

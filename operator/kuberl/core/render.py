@@ -319,10 +319,21 @@ def render_networkpolicy(
     }
 
 
+def _pruned(value: Any) -> Any:
+    """Nulls dropped: a merge patch deletes a key set to null, so both read alike."""
+    if isinstance(value, Mapping):
+        return {k: _pruned(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
 def merge_patch(existing: Any, desired: Any) -> Any:
-    """The JSON merge patch (RFC 7386) that turns `existing` into `desired`;
-    None when they are equal. Lists and scalars are replaced whole; a key only
-    `existing` has is removed (null)."""
+    """The JSON merge patch (RFC 7386) that turns `existing` into `desired`; None when they
+    agree. A null reads as an absent key (a patch's null deletes it), None `existing` as an empty
+    object; lists and scalars are replaced whole; a key only `existing` has is removed (null).
+    The operator's one: for status as for the children it keeps in shape."""
+    existing, desired = _pruned({} if existing is None else existing), _pruned(desired)
     if existing == desired:
         return None
     if not isinstance(existing, Mapping) or not isinstance(desired, Mapping):

@@ -516,7 +516,7 @@ class JobLoop:
             return None
 
     async def _write(self, job: dict, old: dict, new: dict) -> bool:
-        patch = jobstatus.merge_patch(old, new)
+        patch = render.merge_patch(old, new)
         if patch is None:
             return False
         try:
