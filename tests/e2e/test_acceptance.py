@@ -66,7 +66,7 @@ def test_the_cartpole_example_trains_to_its_target_and_deleting_it_removes_its_c
     owned_before = stack.children(name)
     assert any(c.startswith('services/') for c in owned_before) and any(c.startswith('configmaps/') for c in owned_before)
     stack.kubectl('delete', 'rltj', name, '--wait=false')
-    # checkpoint.retain defaults to true: the PVC is left for the user, by design (DESIGN.md); everything else goes.
+    # checkpoint.retain defaults to true: the PVC is left for the user, by design; everything else goes.
     wait_for(lambda: stack.job(name) is None and all(c.startswith('persistentvolumeclaims/') for c in stack.children(name)),
              60, f'{name} and its children to go', interval=0.5)
     assert stack.children(name) == [f'persistentvolumeclaims/{names.pvc_name(name)}']

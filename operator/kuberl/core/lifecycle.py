@@ -13,7 +13,7 @@ generation is on record before the old gang is deleted, and a pod carrying an
 older `kuberl.dev/restart` label or a deletion timestamp is never taken for
 the new generation.
 
-Rules (DESIGN.md, Operator):
+Rules (the project design, Operator):
 - a failed pod restarts the whole gang, after restartBackoffSeconds * 2^n
   (capped); crashes and stalls count toward backoffLimit; disruptions
   (DisruptionTarget, a pod deleted or lost, a stated Stop) do not, and back

@@ -2,7 +2,7 @@
 
 `render_job` returns all children of an RLTrainingJob; `render_pod` builds one
 worker pod so the operator can create generation N rank by rank;
-`pod_environment` is THE environment contract (DESIGN.md), called by the
+`pod_environment` is THE environment contract (the project design), called by the
 operator and by the local runner alike. Nothing here does I/O or mutates its
 inputs; owner references are the operator's business (`kopf.adopt`).
 
