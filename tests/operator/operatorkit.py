@@ -13,9 +13,7 @@ import time
 import urllib.request
 from typing import Self
 
-import pytest
 from kuberl.core import contract, names
-from kuberl.operator.kubeapi import API_CALLS
 
 from tests.support.apiserver import StandinServer
 from tests.support.jobs import make_job
@@ -95,17 +93,6 @@ class Operator:
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
-
-
-@pytest.fixture
-def operator(standin: StandinServer, tmp_path: pathlib.Path, request: pytest.FixtureRequest):
-    op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE).start()
-    yield op
-    op.stop()
-    # shown under a failed test: what the operator did (or where it stalled) is in its own log
-    request.node.add_report_section('teardown', 'operator log (last 300 lines)', '\n'.join(op.log().splitlines()[-300:]))
-    made = {(c.verb, c.group, c.resource, c.subresource) for c in standin.calls if c.agent == 'kopf'}
-    assert made <= API_CALLS, f'calls the RBAC list does not declare: {sorted(made - API_CALLS)}'
 
 
 # --- jobs ---------------------------------------------------------------------

@@ -4,7 +4,6 @@ from kuberl.core import names
 from tests.operator.operatorkit import (
     NS,
     create_job,
-    operator,  # noqa: F401 — fixture
     pods,
     start_gang,
     terminated,
@@ -26,7 +25,7 @@ def podgroup_crd(group: str, version: str) -> dict:
 
 
 
-def test_kueue_pod_group_labels_and_the_group_marked_finished_at_the_end(standin, rest, operator):  # noqa: F811
+def test_kueue_pod_group_labels_and_the_group_marked_finished_at_the_end(standin, rest, operator):
     create_job(rest, 'queued', workers=2, queueName='team-a')
     gang = start_gang(standin, 'queued', 2)
     for pod in gang:
@@ -42,7 +41,7 @@ def test_kueue_pod_group_labels_and_the_group_marked_finished_at_the_end(standin
              what='the pod group to be marked finished for Kueue')
 
 
-def test_volcano_gets_an_owned_podgroup_for_the_whole_gang(standin, rest, operator):  # noqa: F811
+def test_volcano_gets_an_owned_podgroup_for_the_whole_gang(standin, rest, operator):
     standin.apply_crd(podgroup_crd('scheduling.volcano.sh', 'v1beta1'))
     uid = create_job(rest, 'volc', workers=3, schedulerName='volcano', priorityClassName='high')['metadata']['uid']
     gang = start_gang(standin, 'volc', 3)
@@ -55,7 +54,7 @@ def test_volcano_gets_an_owned_podgroup_for_the_whole_gang(standin, rest, operat
         assert pod['metadata']['annotations'][names.VOLCANO_GROUP_NAME] == 'volc-gang'
 
 
-def test_coscheduling_gets_its_podgroup_and_a_users_claim_is_mounted_never_created(standin, rest, operator):  # noqa: F811
+def test_coscheduling_gets_its_podgroup_and_a_users_claim_is_mounted_never_created(standin, rest, operator):
     standin.apply_crd(podgroup_crd('scheduling.x-k8s.io', 'v1alpha1'))
     create_job(rest, 'cosched', workers=2, schedulerName='scheduler-plugins-scheduler', checkpoint={'claimName': 'shared-data'},
                runPolicy={'startupTimeoutSeconds': 120})

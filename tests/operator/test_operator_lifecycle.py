@@ -6,7 +6,6 @@ from tests.operator.operatorkit import (
     TRAINER_IMAGE,
     create_job,
     events,
-    operator,  # noqa: F401 — fixture
     pods,
     start_gang,
     status,
@@ -16,7 +15,7 @@ from tests.operator.operatorkit import (
 )
 
 
-def test_create_runs_and_succeeds_with_children_conditions_and_events(standin, rest, operator):  # noqa: F811
+def test_create_runs_and_succeeds_with_children_conditions_and_events(standin, rest, operator):
     created = create_job(rest, 'happy', workers=2)
     uid = created['metadata']['uid']
 

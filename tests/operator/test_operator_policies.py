@@ -6,7 +6,6 @@ from tests.operator.operatorkit import (
     condition,
     create_job,
     job,
-    operator,  # noqa: F401 — fixture
     pods,
     running,
     start_gang,
@@ -21,7 +20,7 @@ def _uids(standin, name: str) -> set[str]:
     return {p['metadata']['uid'] for p in pods(standin, name)}
 
 
-def test_suspend_deletes_the_pods_keeps_the_service_and_resume_starts_a_new_generation(standin, rest, operator):  # noqa: F811
+def test_suspend_deletes_the_pods_keeps_the_service_and_resume_starts_a_new_generation(standin, rest, operator):
     create_job(rest, 'napper', workers=2)
     start_gang(standin, 'napper', 2)
     wait_phase(rest, 'napper', 'Running')
@@ -43,7 +42,7 @@ def test_suspend_deletes_the_pods_keeps_the_service_and_resume_starts_a_new_gene
     assert not [line for line in page.splitlines() if line.startswith('kuberl_operator_api_errors_total{') and 'code="409"' in line], page
 
 
-def test_allowed_edits_do_not_restart_a_healthy_gang_and_immutable_ones_are_refused(standin, rest, operator):  # noqa: F811
+def test_allowed_edits_do_not_restart_a_healthy_gang_and_immutable_ones_are_refused(standin, rest, operator):
     create_job(rest, 'steady', workers=2)
     start_gang(standin, 'steady', 2)
     wait_phase(rest, 'steady', 'Running')
@@ -59,7 +58,7 @@ def test_allowed_edits_do_not_restart_a_healthy_gang_and_immutable_ones_are_refu
     assert status(rest, 'steady')['phase'] == 'Running'
 
 
-def test_active_deadline_fails_the_job_and_deletes_its_pods(standin, rest, operator):  # noqa: F811
+def test_active_deadline_fails_the_job_and_deletes_its_pods(standin, rest, operator):
     create_job(rest, 'hasty', workers=2, runPolicy={'activeDeadlineSeconds': 2})
     start_gang(standin, 'hasty', 2)
     wait_phase(rest, 'hasty', 'Failed', timeout=15)
@@ -67,7 +66,7 @@ def test_active_deadline_fails_the_job_and_deletes_its_pods(standin, rest, opera
     wait_for(lambda: not pods(standin, 'hasty'), what='the pods to be deleted')
 
 
-def test_ttl_deletes_a_finished_job_and_its_owned_pvc_but_a_retained_pvc_stays(standin, rest, operator):  # noqa: F811
+def test_ttl_deletes_a_finished_job_and_its_owned_pvc_but_a_retained_pvc_stays(standin, rest, operator):
     for name, retain in (('brief', False), ('keeper', True)):
         create_job(rest, name, workers=1, checkpoint={'retain': retain}, runPolicy={'ttlSecondsAfterFinished': 1})
     for name in ('brief', 'keeper'):
@@ -80,7 +79,7 @@ def test_ttl_deletes_a_finished_job_and_its_owned_pvc_but_a_retained_pvc_stays(s
     assert standin.store.find('', 'persistentvolumeclaims', NS, 'keeper-checkpoints') is not None
 
 
-def test_progress_comes_from_rank_0_and_a_stalled_counter_restarts_the_gang(standin, rest, operator):  # noqa: F811
+def test_progress_comes_from_rank_0_and_a_stalled_counter_restarts_the_gang(standin, rest, operator):
     with FakeMetrics('stuckling') as metrics:
         create_job(rest, 'stuckling', workers=2, metrics={'port': metrics.port},
                    runPolicy={'stallTimeoutSeconds': 3, 'backoffLimit': 2})
@@ -102,7 +101,7 @@ def test_progress_comes_from_rank_0_and_a_stalled_counter_restarts_the_gang(stan
         assert 'at 300 timesteps' in stalled['restartHistory'][-1]['message']
 
 
-def test_rank_0_reporting_success_ends_the_job(standin, rest, operator):  # noqa: F811
+def test_rank_0_reporting_success_ends_the_job(standin, rest, operator):
     with FakeMetrics('winner') as metrics:
         create_job(rest, 'winner', workers=2, metrics={'port': metrics.port})
         gang = start_gang(standin, 'winner', 2, ip='127.0.0.1')

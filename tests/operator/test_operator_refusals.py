@@ -14,7 +14,6 @@ from tests.operator.operatorkit import (
     condition,
     create_job,
     events,
-    operator,  # noqa: F401 — fixture
     pods,
     start_gang,
     status,
@@ -44,7 +43,7 @@ REFUSALS = [  # each named by who refused: a cluster's admission policy, Pod Sec
 
 
 @pytest.mark.parametrize('answer, code, said, reason', REFUSALS)
-def test_a_refused_pod_fails_the_job_with_the_servers_words_and_leaves_no_half_gang(standin, rest, operator, answer, code, said, reason):  # noqa: F811
+def test_a_refused_pod_fails_the_job_with_the_servers_words_and_leaves_no_half_gang(standin, rest, operator, answer, code, said, reason):
     refuse = Refuse('pods', answer, labels={names.LABEL_JOB: 'refused', names.LABEL_RANK: '1'})
     assert answer(standin.store.type_of('', 'v1', 'pods'), 'x').code == code
     standin.store.hooks.admission.append(refuse)
@@ -62,7 +61,7 @@ def test_a_refused_pod_fails_the_job_with_the_servers_words_and_leaves_no_half_g
     assert operator.healthy()
 
 
-def test_a_quota_refusal_keeps_the_job_pending_quoting_the_server_then_it_runs_when_admitted(standin, rest, operator):  # noqa: F811
+def test_a_quota_refusal_keeps_the_job_pending_quoting_the_server_then_it_runs_when_admitted(standin, rest, operator):
     refuse = Refuse('pods', admission.quota_exceeded(), labels={names.LABEL_JOB: 'squeezed', names.LABEL_RANK: '1'})
     standin.store.hooks.admission.append(refuse)
     create_job(rest, 'squeezed', workers=2)
@@ -81,7 +80,7 @@ def test_a_quota_refusal_keeps_the_job_pending_quoting_the_server_then_it_runs_w
     assert len(warnings(rest, 'squeezed', 'QuotaExceeded')) == 1, 'the same refusal is posted once, not at every retry'
 
 
-def test_a_quota_refusal_is_bounded_by_the_startup_timeout(standin, rest, operator):  # noqa: F811
+def test_a_quota_refusal_is_bounded_by_the_startup_timeout(standin, rest, operator):
     standin.store.hooks.admission.append(Refuse('pods', admission.quota_exceeded(), labels={names.LABEL_JOB: 'starved'}))
     create_job(rest, 'starved', workers=2, runPolicy={'startupTimeoutSeconds': 3})
     wait_phase(rest, 'starved', 'Failed', timeout=20)
@@ -90,7 +89,7 @@ def test_a_quota_refusal_is_bounded_by_the_startup_timeout(standin, rest, operat
     assert not pods(standin, 'starved')
 
 
-def test_a_template_over_the_pod_security_level_fails_at_once_naming_every_field_and_creates_no_pod(standin, rest, operator):  # noqa: F811
+def test_a_template_over_the_pod_security_level_fails_at_once_naming_every_field_and_creates_no_pod(standin, rest, operator):
     template = {'spec': {'hostNetwork': True, 'containers': [{'name': names.TRAINER_CONTAINER, 'securityContext': {'privileged': True}}]}}
     create_job(rest, 'escalator', workers=2, template=template)
     wait_phase(rest, 'escalator', 'Failed')

@@ -11,7 +11,6 @@ from tests.operator.operatorkit import (
     events,
     job,
     manifest,
-    operator,  # noqa: F401 — fixture
     pods,
     start_gang,
     status,
@@ -47,7 +46,7 @@ def test_operator_killed_and_restarted_mid_job_keeps_the_gang_and_the_status(sta
         op.stop()
 
 
-def test_deleting_a_job_removes_every_child_through_owner_references(standin, rest, operator):  # noqa: F811
+def test_deleting_a_job_removes_every_child_through_owner_references(standin, rest, operator):
     create_job(rest, 'goner', workers=2, checkpoint={'retain': False})
     start_gang(standin, 'goner', 2)
     wait_phase(rest, 'goner', 'Running')
@@ -61,7 +60,7 @@ def test_deleting_a_job_removes_every_child_through_owner_references(standin, re
              what='every child to be collected')
 
 
-def test_a_job_that_does_not_change_causes_zero_writes(standin, rest, operator):  # noqa: F811
+def test_a_job_that_does_not_change_causes_zero_writes(standin, rest, operator):
     with FakeMetrics('flat') as metrics:
         metrics.timesteps = 1234  # a running rank 0 whose numbers do not move
         create_job(rest, 'flat', workers=2, metrics={'port': metrics.port}, runPolicy={'stallTimeoutSeconds': 3600})
@@ -101,7 +100,7 @@ MUTATIONS = [  # each passes the CRD; only the operator can judge it
 ]
 
 
-def test_input_only_the_operator_can_judge_fails_naming_the_field_while_other_jobs_run(standin, rest, operator):  # noqa: F811
+def test_input_only_the_operator_can_judge_fails_naming_the_field_while_other_jobs_run(standin, rest, operator):
     for i, (mutation, _) in enumerate(MUTATIONS):
         reply = rest.post(JOBS, manifest(f'bad-{i}', **mutation))
         assert reply.status == 201, f'the CRD already refuses {mutation}: {reply.body}'
@@ -121,7 +120,7 @@ def test_input_only_the_operator_can_judge_fails_naming_the_field_while_other_jo
     assert standin.store.find('', 'pods', NS, 'fine-0') is not None
 
 
-def test_an_edit_that_breaks_a_running_job_fails_it_and_stops_its_gang(standin, rest, operator):  # noqa: F811
+def test_an_edit_that_breaks_a_running_job_fails_it_and_stops_its_gang(standin, rest, operator):
     create_job(rest, 'edited', workers=2)
     start_gang(standin, 'edited', 2)
     wait_phase(rest, 'edited', 'Running')
@@ -131,7 +130,7 @@ def test_an_edit_that_breaks_a_running_job_fails_it_and_stops_its_gang(standin, 
     wait_for(lambda: not pods(standin, 'edited'), what='the gang to be deleted')
 
 
-def test_a_pod_the_api_server_refuses_fails_the_job_with_its_field(standin, rest, operator):  # noqa: F811
+def test_a_pod_the_api_server_refuses_fails_the_job_with_its_field(standin, rest, operator):
     create_job(rest, 'sidecarless', workers=1, template={'spec': {'containers': [{'name': 'shipper'}]}})
     wait_phase(rest, 'sidecarless', 'Failed')
     refused = condition(rest, 'sidecarless', 'Failed')

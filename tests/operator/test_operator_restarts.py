@@ -8,7 +8,6 @@ from tests.operator.operatorkit import (
     condition,
     create_job,
     events,
-    operator,  # noqa: F401 — fixture
     pods,
     start_gang,
     status,
@@ -20,7 +19,7 @@ from tests.support.selectors import parse_label_selector
 from tests.support.store import timestamp
 
 
-def test_a_crash_restarts_the_whole_gang_with_the_reason_from_the_termination_message(standin, rest, operator):  # noqa: F811
+def test_a_crash_restarts_the_whole_gang_with_the_reason_from_the_termination_message(standin, rest, operator):
     create_job(rest, 'crashy', workers=3)
     gang = start_gang(standin, 'crashy', 3)
     wait_phase(rest, 'crashy', 'Running')
@@ -42,7 +41,7 @@ def test_a_crash_restarts_the_whole_gang_with_the_reason_from_the_termination_me
     assert 'kuberl_operator_gang_restarts_total{namespace="default",reason="Crashed",rltj="crashy"} 1.0' in operator.metrics()
 
 
-def test_a_configuration_error_fails_at_once_and_a_spent_budget_fails_with_the_last_reason(standin, rest, operator):  # noqa: F811
+def test_a_configuration_error_fails_at_once_and_a_spent_budget_fails_with_the_last_reason(standin, rest, operator):
     create_job(rest, 'misconfigured', workers=2)
     gang = start_gang(standin, 'misconfigured', 2)
     terminated(standin, gang[0], 1, 'ConfigError: spec.env.id: no gymnasium env named "CartPol-v1"')
@@ -64,7 +63,7 @@ def test_a_configuration_error_fails_at_once_and_a_spent_budget_fails_with_the_l
     assert condition(rest, 'fragile', 'Failed')['reason'] == 'BackoffLimitExceeded'
 
 
-def test_eviction_restarts_without_spending_the_budget(standin, rest, operator):  # noqa: F811
+def test_eviction_restarts_without_spending_the_budget(standin, rest, operator):
     create_job(rest, 'evicted', workers=2, runPolicy={'backoffLimit': 0})
     gang = start_gang(standin, 'evicted', 2)
     wait_phase(rest, 'evicted', 'Running')
@@ -77,7 +76,7 @@ def test_eviction_restarts_without_spending_the_budget(standin, rest, operator):
     assert wait_phase(rest, 'evicted', 'Running')['restarts'] == 0
 
 
-def test_a_gang_that_never_starts_is_retried_with_its_reason_without_spending_the_budget(standin, rest, operator):  # noqa: F811
+def test_a_gang_that_never_starts_is_retried_with_its_reason_without_spending_the_budget(standin, rest, operator):
     standin.store.hooks.unschedulable.append(parse_label_selector(f'{names.LABEL_JOB}=stuck'))
     create_job(rest, 'stuck', workers=2, runPolicy={'backoffLimit': 0, 'startupTimeoutSeconds': 2, 'maxStartupRetries': 3})
     blocked = wait_for(lambda: condition(rest, 'stuck', 'Ready').get('reason') == 'Unschedulable' and condition(rest, 'stuck', 'Ready'))
@@ -94,7 +93,7 @@ def test_a_gang_that_never_starts_is_retried_with_its_reason_without_spending_th
     assert running['restarts'] == 0
 
 
-def test_image_pull_backoff_is_named_in_a_condition(standin, rest, operator):  # noqa: F811
+def test_image_pull_backoff_is_named_in_a_condition(standin, rest, operator):
     standin.store.hooks.image_pull_failure.append(parse_label_selector(f'{names.LABEL_JOB}=pully'))
     create_job(rest, 'pully', workers=1, image='registry.example.com/missing:1')
     ready = wait_for(lambda: condition(rest, 'pully', 'Ready').get('reason') == 'ImagePullBackOff' and condition(rest, 'pully', 'Ready'))
@@ -119,7 +118,7 @@ def _release(standin, name: str) -> None:
         standin.store._remove(pods_type.key, new) if new['metadata'].get('deletionTimestamp') else standin.store._replace_stored(pods_type.key, stored, new)
 
 
-def test_a_409_from_an_old_terminating_pod_waits_and_never_adopts_it(standin, rest, operator):  # noqa: F811
+def test_a_409_from_an_old_terminating_pod_waits_and_never_adopts_it(standin, rest, operator):
     old_uid = create_job(rest, 'reborn', workers=1)['metadata']['uid']
     [old_pod] = start_gang(standin, 'reborn', 1)
     _hold(standin, old_pod)
@@ -140,7 +139,7 @@ def test_a_409_from_an_old_terminating_pod_waits_and_never_adopts_it(standin, re
     assert new_pod['metadata']['labels'][names.LABEL_RESTART] == '0'
 
 
-def test_pods_stuck_terminating_on_a_lost_node_are_force_deleted_and_recorded(standin, rest, operator):  # noqa: F811
+def test_pods_stuck_terminating_on_a_lost_node_are_force_deleted_and_recorded(standin, rest, operator):
     node = {'apiVersion': 'v1', 'kind': 'Node', 'metadata': {'name': 'local-node'},
             'status': {'conditions': [{'type': 'Ready', 'status': 'Unknown', 'reason': 'NodeStatusUnknown', 'lastTransitionTime': timestamp()}]}}
     assert rest.post('/api/v1/nodes', node).status == 201

@@ -18,7 +18,6 @@ from tests.operator.operatorkit import (
     events,
     job,
     manifest,
-    operator,  # noqa: F401 — fixture
     pods,
     start_gang,
     status,
@@ -45,7 +44,7 @@ def name_in_use(rest, name: str) -> dict:
                     what=f'{name} to say a name is in use')
 
 
-def test_a_users_configmap_under_the_jobs_config_name_is_never_taken_over_and_the_job_says_so(standin, rest, operator):  # noqa: F811
+def test_a_users_configmap_under_the_jobs_config_name_is_never_taken_over_and_the_job_says_so(standin, rest, operator):
     """It was a silent hang: status said 'creating 2 pod(s)' forever while the operator retried the
     create every 2 s, its log blaming 'an older job's' object."""
     mine = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'victim-config'}, 'data': {'mine': 'precious'}}
@@ -63,7 +62,7 @@ def test_a_users_configmap_under_the_jobs_config_name_is_never_taken_over_and_th
     assert rest.get(f'{CONFIGMAPS}/victim-config').body['metadata']['labels'][names.LABEL_JOB] == 'victim'
 
 
-def test_a_pod_under_a_ranks_name_is_neither_adopted_nor_deleted_and_the_rest_of_the_gang_waits(standin, rest, operator):  # noqa: F811
+def test_a_pod_under_a_ranks_name_is_neither_adopted_nor_deleted_and_the_rest_of_the_gang_waits(standin, rest, operator):
     """It was the same hang, the log saying the pod was 'of an older generation'."""
     theirs = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'squatted-1', 'labels': {'app': 'theirs'}},
               'spec': {'containers': [{'name': 'c', 'image': 'registry.test/theirs'}]}}
@@ -80,7 +79,7 @@ def test_a_pod_under_a_ranks_name_is_neither_adopted_nor_deleted_and_the_rest_of
     wait_phase(rest, 'squatted', 'Running')
 
 
-def test_a_name_held_past_the_startup_timeout_fails_the_job_naming_the_object(standin, rest, operator):  # noqa: F811
+def test_a_name_held_past_the_startup_timeout_fails_the_job_naming_the_object(standin, rest, operator):
     mine = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'held-config'}, 'data': {}}
     assert rest.post(CONFIGMAPS, mine).status == 201
     create_job(rest, 'held', workers=2, runPolicy={'startupTimeoutSeconds': 3})
@@ -90,7 +89,7 @@ def test_a_name_held_past_the_startup_timeout_fails_the_job_naming_the_object(st
     assert rest.get(f'{CONFIGMAPS}/held-config').status == 200
 
 
-def test_a_spec_whose_configuration_is_over_a_configmaps_1_mib_fails_with_the_servers_words_and_others_run(standin, rest, operator):  # noqa: F811
+def test_a_spec_whose_configuration_is_over_a_configmaps_1_mib_fails_with_the_servers_words_and_others_run(standin, rest, operator):
     """A 1.1 MB env.kwargs is a job the API server stores (under etcd's 1.5 MiB), but its frozen
     configuration is a ConfigMap over 1 MiB, which it refuses (ValidateConfigMap). The stand-in
     read at most 1 MiB of any request and had no ConfigMap limit, so this was never tried."""
@@ -105,7 +104,7 @@ def test_a_spec_whose_configuration_is_over_a_configmaps_1_mib_fails_with_the_se
     wait_phase(rest, 'neighbour', 'Running')
 
 
-def test_a_job_too_large_to_hold_its_status_says_so_in_an_event_creates_nothing_and_others_run(standin, rest, operator):  # noqa: F811
+def test_a_job_too_large_to_hold_its_status_says_so_in_an_event_creates_nothing_and_others_run(standin, rest, operator):
     """A job stored just under etcd's 1.5 MiB: its first status write is refused (413). The daemon
     crashed on it every 5 s, forever, the job showing no status and no Event."""
     edge = manifest('edge', workers=2, env={'id': 'CartPole-v1', 'kwargs': {'blob': ''}})
@@ -131,7 +130,7 @@ def test_a_job_too_large_to_hold_its_status_says_so_in_an_event_creates_nothing_
     wait_for(lambda: job(rest, 'edge') is None, what='the job to go')
 
 
-def test_a_scheduler_whose_podgroup_this_cluster_does_not_serve_fails_the_job_naming_the_field(standin, rest, operator):  # noqa: F811
+def test_a_scheduler_whose_podgroup_this_cluster_does_not_serve_fails_the_job_naming_the_field(standin, rest, operator):
     """schedulerName: volcano on a cluster without Volcano's CRDs: the PodGroup's create is answered 404
     ('the server could not find the requested resource'). It was 'creating 2 pod(s)' forever, the
     daemon failing every 5 s with a traceback."""
@@ -143,7 +142,7 @@ def test_a_scheduler_whose_podgroup_this_cluster_does_not_serve_fails_the_job_na
     assert 'Traceback' not in operator.log()
 
 
-def test_a_tenant_patching_one_pod_in_a_loop_does_not_make_the_operator_relist_the_gang_back_to_back(standin, rest, operator):  # noqa: F811
+def test_a_tenant_patching_one_pod_in_a_loop_does_not_make_the_operator_relist_the_gang_back_to_back(standin, rest, operator):
     """Every pod event marked the job's pod list stale, and the loop listed the whole gang again after
     50 ms: one annotation patched ~400 times a second made 8.5 lists a second of a 256-pod gang (load
     on the API server every tenant shares). Now at most one list per relist_seconds (0.5 s)."""
@@ -182,7 +181,7 @@ def test_a_tenant_patching_one_pod_in_a_loop_does_not_make_the_operator_relist_t
     assert listed <= 5 / 0.5 + 10, f'{listed} pod lists in 5 s'
 
 
-def test_a_template_annotation_key_the_api_server_refuses_fails_the_job_before_any_child(standin, rest, operator):  # noqa: F811
+def test_a_template_annotation_key_the_api_server_refuses_fails_the_job_before_any_child(standin, rest, operator):
     """Annotation keys are qualified names (ValidateAnnotations). The stand-in checked only their total
     size, so such a template's pods were created here and refused by any real server; the operator's
     spec check now refuses the job itself (as `kuberl validate` does), naming the field, and creates nothing
@@ -194,7 +193,7 @@ def test_a_template_annotation_key_the_api_server_refuses_fails_the_job_before_a
     assert not pods(standin, 'noted')
 
 
-def test_a_worker_relabelled_by_its_tenant_is_replaced_and_the_job_keeps_being_reconciled(standin, rest, operator):  # noqa: F811
+def test_a_worker_relabelled_by_its_tenant_is_replaced_and_the_job_keeps_being_reconciled(standin, rest, operator):
     """`kubectl label pod <job>-1 kuberl.dev/rank=abc --overwrite`: the job's status froze at Running while
     the daemon failed every 5 s (int('abc')). Now that pod is nobody's worker: deleted, and the gang restarts."""
     create_job(rest, 'relabelled', workers=2)
@@ -207,7 +206,7 @@ def test_a_worker_relabelled_by_its_tenant_is_replaced_and_the_job_keeps_being_r
     assert 'Traceback' not in operator.log()
 
 
-def test_a_worker_whose_job_label_its_tenant_removed_is_deleted_with_its_gang_not_left_running(standin, rest, operator):  # noqa: F811
+def test_a_worker_whose_job_label_its_tenant_removed_is_deleted_with_its_gang_not_left_running(standin, rest, operator):
     """The pods are listed by kuberl.dev/job: a pod without it was never seen again, so it kept running
     beside the next gang and its name blocked that gang ('of an older generation is still terminating'
     every second, forever). The stand-in also sent its DELETED watch event without the label."""
@@ -221,7 +220,7 @@ def test_a_worker_whose_job_label_its_tenant_removed_is_deleted_with_its_gang_no
     assert rest.get(f'{PODS}/unlabelled-1').body['metadata']['uid'] != old, 'the unseen pod went, a new rank 1 took its name'
 
 
-def test_kueues_queue_label_on_the_job_itself_is_refused_not_copied_onto_each_pod(standin, rest, operator):  # noqa: F811
+def test_kueues_queue_label_on_the_job_itself_is_refused_not_copied_onto_each_pod(standin, rest, operator):
     """The job's own labels reach every child (kopf.adopt): `kueue.x-k8s.io/queue-name` on the job, as
     Kueue documents for its own job kinds, put each pod in the queue alone (no pod-group labels: Kueue
     admits them one by one, a gang holding quota it cannot use). spec.queueName is kuberl's way."""
@@ -234,7 +233,7 @@ def test_kueues_queue_label_on_the_job_itself_is_refused_not_copied_onto_each_po
     assert not pods(standin, 'queued')
 
 
-def test_a_job_edited_in_a_loop_keeps_up_quietly_and_its_gang_is_not_restarted(standin, rest, operator):  # noqa: F811
+def test_a_job_edited_in_a_loop_keeps_up_quietly_and_its_gang_is_not_restarted(standin, rest, operator):
     """Each edit landing between the loop's read and its status write is a 409: it was raised to kopf,
     logged as an ERROR ('Daemon reconcile failed temporarily') and the daemon restarted, ~11 lines a
     second in the log every tenant's operator shares. Now it is read again quietly."""
@@ -261,7 +260,7 @@ def test_a_job_edited_in_a_loop_keeps_up_quietly_and_its_gang_is_not_restarted(s
     assert 'failed temporarily' not in operator.log()
 
 
-def test_control_characters_from_a_spec_or_a_pod_reach_status_and_events_escaped(standin, rest, operator):  # noqa: F811
+def test_control_characters_from_a_spec_or_a_pod_reach_status_and_events_escaped(standin, rest, operator):
     """A nodeSelector key with ESC/BEL and a termination message that clears the screen and forges a line
     were copied raw into the job's conditions, restartHistory and Events (kuberl.core.safetext)."""
     import re
