@@ -13,6 +13,7 @@ from kuberl.core.yamlreader import (
     MAX_ALIAS_BYTES,
     MAX_ALIAS_EXPANSION,
     MAX_DOCUMENT_BYTES,
+    MAX_NESTING,
     UnreadableSpec,
     load_documents,
 )
@@ -147,6 +148,17 @@ def test_without_libyaml_the_python_composer_checks_the_same(monkeypatch, conten
     monkeypatch.setattr(yaml, "__with_libyaml__", False)
     with pytest.raises(UnreadableSpec, match="nested deeper than 64 levels|tag !!python/name:os.system is not allowed"):
         load_documents(content)
+
+
+def test_both_parsers_draw_the_nesting_line_at_the_same_place(monkeypatch):
+    """One check for both: a scalar inside MAX_NESTING collections reads, one more collection does not."""
+    deepest = "a: " + "[" * (MAX_NESTING - 1) + "1" + "]" * (MAX_NESTING - 1)
+    too_deep = "a: " + "[" * MAX_NESTING + "1" + "]" * MAX_NESTING
+    with_libyaml = load_documents(deepest)
+    monkeypatch.setattr(yaml, "__with_libyaml__", False)
+    assert load_documents(deepest) == with_libyaml
+    with pytest.raises(UnreadableSpec, match=f"nested deeper than {MAX_NESTING} levels"):
+        load_documents(too_deep)
 
 
 def test_limits_are_checked_before_anything_is_built():

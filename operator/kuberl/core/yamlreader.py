@@ -43,29 +43,7 @@ class UnreadableSpec(ValueError):
 class KubernetesYamlLoader(yaml.SafeLoader):
     """YAML read as kubectl reads it: `1e-3` is a number (YAML 1.2), where
     PyYAML's YAML 1.1 rules would make it a string the strict model refuses.
-    Nesting is bounded and only plain tags are accepted while composing, so a
-    hostile document fails before it is built."""
-
-    def __init__(self, stream: Any):
-        super().__init__(stream)
-        self.depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
-        tag = getattr(event, "tag", None)
-        if tag is not None and tag not in PLAIN_TAGS:
-            shown = "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
-            raise yaml.MarkedYAMLError(
-                problem=f"tag {shown} is not allowed: only plain YAML (strings, numbers, booleans, null, maps, lists)",
-                problem_mark=event.start_mark,
-            )
-        self.depth += 1
-        try:
-            if self.depth > MAX_NESTING:
-                raise yaml.MarkedYAMLError(problem=f"nested deeper than {MAX_NESTING} levels", problem_mark=event.start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
+    `load_documents` bounds nesting and tags (`_check_events`) before it composes."""
 
 
 KubernetesYamlLoader.add_implicit_resolver(
@@ -104,9 +82,10 @@ if yaml.__with_libyaml__:
 
 def _check_events(text: str) -> None:
     """Nesting and explicit tags, from the event stream (no recursion, so a
-    1,000-deep document is refused before anything composes it)."""
+    1,000-deep document is refused before anything composes it); the one check
+    of both, whichever parser reads the text."""
     depth = 0
-    for event in yaml.parse(text, Loader=yaml.CSafeLoader):
+    for event in yaml.parse(text, Loader=yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader):
         tag = getattr(event, "tag", None)
         if tag is not None and tag not in PLAIN_TAGS:
             shown = "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
@@ -221,11 +200,8 @@ def load_documents(source: str | bytes | IO) -> list[Any]:
     documents = []
     loader = None
     try:
-        if yaml.__with_libyaml__:
-            _check_events(text)
-            loader = _LibyamlLoader(text)
-        else:
-            loader = KubernetesYamlLoader(text)  # checks nesting and tags as it composes
+        _check_events(text)
+        loader = _LibyamlLoader(text) if yaml.__with_libyaml__ else KubernetesYamlLoader(text)
         while loader.check_node():
             node = loader.get_node()
             if node is None:
