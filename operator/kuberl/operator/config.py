@@ -1,7 +1,7 @@
-"""`kuberl operator`: its configuration (command line and the chart's environment) and its start.
+"""`kuberl operator`: its configuration (command line and the chart's environment).
 
 `OperatorConfig` and `operator_config` are plain data, importable without the
-operator extra; `cmd_operator` imports kopf and the handlers it registers.
+operator extra; `kuberl.operator.main.cmd_operator` starts kopf with them.
 """
 
 from __future__ import annotations
