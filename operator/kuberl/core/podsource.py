@@ -162,8 +162,7 @@ def source_problems(pod: Mapping, container: Mapping) -> list[str]:
             problems.append(f"{at}.{kinds[0]}.{field}: required (got {_shown(ref.get(field) if isinstance(ref, dict) else ref)})")
         elif kinds[0] == "resourceFieldRef":
             problems += _divisor_problems(f"{at}.resourceFieldRef", ref)
-        elif kinds[0] == "configMapKeyRef" and (not CONFIGMAP_KEY.fullmatch(ref["key"]) or ref["key"] in (".", "..")
-                                                or ref["key"].startswith("..")):
+        elif kinds[0] == "configMapKeyRef" and not is_configmap_key(ref["key"]):
             problems.append(f"{at}.configMapKeyRef.key: expected a ConfigMap key: letters, digits, '-', '_' or '.',"
                             f" not starting with '..' (got {_shown(ref['key'])})")
     volumes, more = _object_list("spec.volumes", pod["spec"].get("volumes"), "volumes")
