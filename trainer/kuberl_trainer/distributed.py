@@ -274,7 +274,7 @@ def process_group(
     rank = _int_env(contract.ENV_RANK, 0)
     world_size = _int_env(contract.ENV_WORLD_SIZE, 1)
     local_rank = _int_env(contract.ENV_LOCAL_RANK, 0)
-    local_world_size = _int_env("LOCAL_WORLD_SIZE", _int_env(contract.ENV_NPROC_PER_NODE, 1))
+    local_world_size = _int_env(contract.ENV_LOCAL_WORLD_SIZE, _int_env(contract.ENV_NPROC_PER_NODE, 1))
     chosen = choose_backend(backend)
     if chosen == "nccl":
         torch.cuda.set_device(local_rank)  # before the group: NCCL binds to it
