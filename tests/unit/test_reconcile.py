@@ -232,11 +232,11 @@ def test_a_409_on_a_gang_pod_is_read_by_who_owns_it_its_generation_and_whether_i
             meta['deletionTimestamp'] = '2026-01-01T00:00:00Z'
         return {'metadata': meta}
 
-    assert jobstatus.taken_pod(pod(), 'u1', 3, 'job') == jobstatus.POD_CURRENT
-    assert jobstatus.taken_pod(pod(restart='2', deleting=True), 'u1', 3, 'job') == jobstatus.POD_LEAVING
-    assert jobstatus.taken_pod(pod(restart='2'), 'u1', 3, 'job') == jobstatus.POD_UNSEEN, 'ours, old, not going: never listed'
-    assert jobstatus.taken_pod(pod(owner='u0'), 'u1', 3, 'job') == jobstatus.POD_LEAVING, "a same-named predecessor's"
-    assert jobstatus.taken_pod(None, 'u1', 3, 'job') == jobstatus.POD_LEAVING
+    assert jobstatus.taken_pod(pod(), 'u1', 3, 'job') == jobstatus.TakenPod.CURRENT
+    assert jobstatus.taken_pod(pod(restart='2', deleting=True), 'u1', 3, 'job') == jobstatus.TakenPod.LEAVING
+    assert jobstatus.taken_pod(pod(restart='2'), 'u1', 3, 'job') == jobstatus.TakenPod.UNSEEN, 'ours, old, not going: never listed'
+    assert jobstatus.taken_pod(pod(owner='u0'), 'u1', 3, 'job') == jobstatus.TakenPod.LEAVING, "a same-named predecessor's"
+    assert jobstatus.taken_pod(None, 'u1', 3, 'job') == jobstatus.TakenPod.LEAVING
     refusal = jobstatus.taken_pod(pod(owner=None), 'u1', 3, 'job')
     assert refusal.reason == lifecycle.REASON_NAME_IN_USE and 'Pod job-1 exists' in refusal.message
 

@@ -12,6 +12,7 @@ statuses, which 409s are ours, and how often one job may post an Event.
 from __future__ import annotations
 
 import copy
+import enum
 import logging
 import math
 import re
@@ -244,24 +245,27 @@ def is_current_pod(pod: dict, uid: str, generation: int) -> bool:
     )
 
 
-POD_CURRENT = "current"  # this job's, this generation's: created already
-POD_LEAVING = "leaving"  # an older pod of this job (or a same-named predecessor's) going away: wait
-POD_UNSEEN = "unseen"  # this job's, older and not going away: delete it, then wait
+class TakenPod(enum.Enum):
+    """Whose pod holds a name the gang's pod could not take (a 409 on create)."""
+
+    CURRENT = "current"  # this job's, this generation's: created already
+    LEAVING = "leaving"  # an older pod of this job (or a same-named predecessor's) going away: wait
+    UNSEEN = "unseen"  # this job's, older and not going away: delete it, then wait
 
 
-def taken_pod(existing: dict | None, uid: str, generation: int, job: str) -> str | Refusal:
-    """What a 409 on creating a gang's pod means. POD_UNSEEN is a pod of ours whose kuberl.dev/job
+def taken_pod(existing: dict | None, uid: str, generation: int, job: str) -> TakenPod | Refusal:
+    """What a 409 on creating a gang's pod means. TakenPod.UNSEEN is a pod of ours whose kuberl.dev/job
     label its tenant removed: the pods are listed by that label, so decide never saw it, never
     deleted it with its old gang, and its name blocked the new gang forever while it kept running."""
     if existing is None:
-        return POD_LEAVING
+        return TakenPod.LEAVING
     if not owned_by(existing, uid):
-        return name_in_use("Pod", existing["metadata"]["name"], existing, job) or POD_LEAVING
+        return name_in_use("Pod", existing["metadata"]["name"], existing, job) or TakenPod.LEAVING
     if is_current_pod(existing, uid, generation):
-        return POD_CURRENT
+        return TakenPod.CURRENT
     if existing["metadata"].get("deletionTimestamp"):
-        return POD_LEAVING
-    return POD_UNSEEN
+        return TakenPod.LEAVING
+    return TakenPod.UNSEEN
 
 
 def restarted(before: dict | None, after: dict) -> dict | None:

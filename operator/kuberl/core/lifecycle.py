@@ -502,7 +502,7 @@ def _run(
     fully_started = plan.get_time("gangRunningTime") is not None
     broken = _broken(spec, current, live, fully_started, rank0)
     if broken is not None:
-        return _restart(plan, spec, current, *broken)
+        return _restart(plan, spec, current, broken.reason, broken.message, broken.counted, broken.startup)
 
     missing = [r for r in range(spec.workers) if r not in live]
     if missing and refusal is not None:
@@ -563,28 +563,39 @@ def _success(spec: JobSpec, live: dict[int, ObservedPod], rank0: Rank0Progress |
     return None
 
 
+@dataclass(frozen=True)
+class Breakage:
+    """Why a gang cannot go on: the restart's reason and message; `counted` toward backoffLimit
+    (a crash or stall of a started gang), `startup` (a failure before all workers ran)."""
+
+    reason: str
+    message: str
+    counted: bool
+    startup: bool
+
+
 def _broken(
     spec: JobSpec,
     current: list[ObservedPod],
     live: dict[int, ObservedPod],
     fully_started: bool,
     rank0: Rank0Progress | None,
-) -> tuple[str, str, bool, bool] | None:
-    """Why the current gang cannot go on: (reason, message, counted, startup), or None."""
+) -> Breakage | None:
+    """Why the current gang cannot go on, or None."""
     if rank0 is not None and rank0.succeeded:
         return None  # the others may end first; rank 0's own exit decides
     disrupted = [p for p in current if p.disruption and p.phase != "Succeeded"]
     if disrupted:
         pod = min(disrupted, key=lambda p: p.rank)
-        return pod.disruption, f"worker {pod.rank} ({pod.name}) disrupted: {pod.disruption}", False, False
+        return Breakage(pod.disruption, f"worker {pod.rank} ({pod.name}) disrupted: {pod.disruption}", counted=False, startup=False)
     deleted = [p for p in current if p.deletion_timestamp is not None and p.phase != "Succeeded"]
     if deleted:
         pod = min(deleted, key=lambda p: p.rank)
-        return REASON_POD_DELETED, f"worker {pod.rank} ({pod.name}) was deleted", False, False
+        return Breakage(REASON_POD_DELETED, f"worker {pod.rank} ({pod.name}) was deleted", counted=False, startup=False)
     stopped = [p for p in live.values() if p.phase == "Succeeded" and p.reason == REASON_STOPPED]
     if stopped:  # signalled by someone else (a node shutting down): resumable, not the workload's fault
         pod = min(stopped, key=lambda p: p.rank)
-        return REASON_STOPPED, _pod_says(pod), False, False
+        return Breakage(REASON_STOPPED, _pod_says(pod), counted=False, startup=False)
     failed = [p for p in live.values() if p.phase == "Failed"]
     if failed:
         # PeerLost is the echo of another rank's failure; name the cause. A script of the user's states no
@@ -592,11 +603,11 @@ def _broken(
         pod = min(failed, key=lambda p: (p.reason == REASON_PEER_LOST, p.finished_at or math.inf, p.rank))
         reason = pod.reason or "Error"
         if fully_started or (len(live) == spec.workers and all(p.started for p in live.values())):
-            return reason, _pod_says(pod), True, False
-        return reason, _pod_says(pod) + " (before all workers were running)", False, True
+            return Breakage(reason, _pod_says(pod), counted=True, startup=False)
+        return Breakage(reason, _pod_says(pod) + " (before all workers were running)", counted=False, startup=True)
     lost = [r for r in range(spec.workers) if r not in live]
     if fully_started and lost:
-        return REASON_POD_LOST, f"worker {lost[0]} ({len(lost)} in all) disappeared", False, False
+        return Breakage(REASON_POD_LOST, f"worker {lost[0]} ({len(lost)} in all) disappeared", counted=False, startup=False)
     return None
 
 

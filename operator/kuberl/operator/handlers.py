@@ -643,10 +643,10 @@ class JobLoop:
                     taken = jobstatus.taken_pod(existing, uid, action.generation, self.name)
                     if isinstance(taken, lifecycle.Refusal):
                         raise ChildRefused(taken) from None
-                    if taken == jobstatus.POD_UNSEEN:  # ours, of an older gang, and never listed: it must not run beside this one
+                    if taken == jobstatus.TakenPod.UNSEEN:  # ours, of an older gang, and never listed: it must not run beside this one
                         await self.api.delete(*PODS, self.namespace, name,
                                               {"propagationPolicy": "Background", "preconditions": {"uid": existing["metadata"]["uid"]}})
-                    if taken != jobstatus.POD_CURRENT:
+                    if taken != jobstatus.TakenPod.CURRENT:
                         raise kopf.TemporaryError(f"pod {name} of an older generation is still terminating", delay=1.0) from None
 
         results = await asyncio.gather(*(create(pod) for pod in rendered), return_exceptions=True)
