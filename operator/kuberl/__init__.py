@@ -1,1 +1,3 @@
-"""kuberl control plane. Never imports torch: the operator image stays small."""
+"""kuberl control plane, one room per audience: `core` (what everyone shares, the trainer
+included), `operator` (the kopf operator), `local` (`kuberl run`), `tools` (`kuberl convert`,
+the spec reference); `cli` is the command. Never imports torch: the operator image stays small."""
