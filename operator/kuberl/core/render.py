@@ -127,7 +127,7 @@ def rendezvous_conf(spec: JobSpec, rank: int) -> str:
 
 
 def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart: int, target: Target = "cluster") -> list[dict]:
-    """The pod's environment: the contract table in the README, row by row.
+    """The pod's environment: the contract table of docs/environment-contract.md, row by row.
 
     As Kubeflow's PyTorchJob: WORLD_SIZE is every process of the gang
     (workers x procsPerWorker) and RANK the pod's index, in every pod; with
