@@ -322,14 +322,24 @@ class PodProcess:
 def read_regular_file(path: str, limit: int = -1) -> str | None:
     """A file a container wrote, read only if it is a regular file (else None): the process owns its root and
     volumes here, and a FIFO or a link put in a file's place must not hang the runner (nor a link be followed)."""
+    f = open_regular(path)
+    if f is None:
+        return None
+    with f:
+        return f.read(limit).decode(errors="replace")
+
+
+def open_regular(path: str):
+    """`path` opened for reading if it is a regular file, without following a link or blocking on a FIFO; else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return f.read(limit).decode(errors="replace")
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        return None
+    return f
 
 
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
@@ -372,14 +382,11 @@ def read_regular_tail(path: str, limit: int) -> tuple[str, int] | None:
     """The last `limit` bytes of a regular file a container wrote, from the first whole line on, and
     the file's size; None as for `read_regular_file`. A run's progress.jsonl grows for as long as the
     run lasts (or is a 3 GiB sparse file a process put there): it is never read whole."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
+    f = open_regular(path)
+    if f is None:
         return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        size = os.fstat(fd).st_size
+    with f:
+        size = os.fstat(f.fileno()).st_size
         if size <= limit:
             return f.read(limit).decode(errors="replace"), size
         f.seek(size - limit - 1)  # one byte more: whether the tail starts a line
