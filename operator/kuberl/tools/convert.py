@@ -93,12 +93,17 @@ ELASTIC_POLICY = {
 ETCD_BACKEND = ("etcd: not carried over, kuberl runs no etcd server: torchrun's static rendezvous at worker 0"
                 " (PET_RDZV_ENDPOINT) replaces it, unless the command line says --rdzv-backend=etcd (then it fails:"
                 " drop the flag)")
+# {kind}: the source document's kind (PyTorchJob, TrainJob); {where}: where its securityContext would go.
 CPU_LIMIT = ("unset: changed, kuberl limits the trainer container's CPU to its request (1 per process when none), so"
-             " OMP_NUM_THREADS is right; the PyTorchJob's pod could use the node's idle CPUs: set spec.resources.limits.cpu")
-SECURITY_CONTEXT = (f"unset: changed, kuberl's trainer container runs as user {RUNTIME_USER} (non-root) with a read-only"
-                    " root filesystem (writable: /tmp, /dev/shm and volumes), where the PyTorchJob's ran as the image's user"
-                    " on a writable one; a securityContext here (kept in spec.template) replaces kuberl's: {runAsUser: 0,"
-                    " runAsNonRoot: false} runs as root on a writable one, as the baseline Pod Security Standard allows")
+             " OMP_NUM_THREADS is right; the {kind}'s pod could use the node's idle CPUs: set spec.resources.limits.cpu")
+SECURITY_CONTEXT = ("unset: changed, kuberl's trainer container runs as user " + str(RUNTIME_USER) + " (non-root) with a"
+                    " read-only root filesystem (writable: /tmp, /dev/shm and volumes), where the {kind}'s ran as the"
+                    " image's user on a writable one; a securityContext {where} (kept in spec.template) replaces kuberl's:"
+                    " {{runAsUser: 0, runAsNonRoot: false}} runs as root on a writable one, as the baseline Pod Security"
+                    " Standard allows")
+KUEUE_SUSPEND = ("changed: Kueue unsuspended the admitted {kind}; kuberl's pods are admitted through Kueue's pod"
+                 " integration and nothing unsuspends the RLTrainingJob: it waits until you set"
+                 " spec.runPolicy.suspend to false")
 BACKOFF_LIMIT_UNSET = ("unset: changed, kuberl fails the job after spec.runPolicy.backoffLimit (default 3) gang restarts for"
                        " crashes and stalls, where an unset limit let PyTorchJob restart failed pods without end")
 METADATA_CARRIED = ("name", "namespace", "labels", "annotations")
@@ -115,34 +120,41 @@ class NotConvertible(InvalidJob):
     """A document that has no RLTrainingJob equivalent; every problem at the PyTorchJob's field path."""
 
 
-def _fail(path: str, message: str) -> NotConvertible:
+# --- reading a source document's fields (trainjob.py reads a TrainJob with the same helpers) -----------
+
+
+def not_convertible(path: str, message: str) -> NotConvertible:
+    """One refusal at the source document's field `path`."""
     return NotConvertible([Problem(path, message)])
 
 
-def _mapping(value: Any, path: str, required: bool = False) -> dict:
+def as_mapping(value: Any, path: str, required: bool = False) -> dict:
+    """The field as a mapping ({} when unset and not required), or a refusal at `path`."""
     if value is None and not required:
         return {}
     if not isinstance(value, dict):
-        raise _fail(path, "required field is missing" if value is None else f"expected an object (got {_shown(value)})")
+        raise not_convertible(path, "required field is missing" if value is None else f"expected an object (got {short_repr(value)})")
     return value
 
 
 def _one_of(value: Any, choices: dict, path: str) -> Any:
     """An enum field as the PyTorchJob CRD allows it (None: unset)."""
     if value is not None and (not isinstance(value, str) or value not in choices):
-        raise _fail(path, f"expected one of {', '.join(choices)} (got {_shown(value)})")
+        raise not_convertible(path, f"expected one of {', '.join(choices)} (got {short_repr(value)})")
     return value
 
 
-def _list(value: Any, path: str) -> list:
+def as_list(value: Any, path: str) -> list:
+    """The field as a list ([] when unset), or a refusal at `path`."""
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _fail(path, f"expected a list (got {_shown(value)})")
+        raise not_convertible(path, f"expected a list (got {short_repr(value)})")
     return value
 
 
-def _shown(value: Any) -> str:
+def short_repr(value: Any) -> str:
+    """The value for a message: its repr, or its type and size where that would be long."""
     text = repr(value)
     return text if len(text) < 60 else f"{type(value).__name__} of {len(value) if hasattr(value, '__len__') else '?'} entries"
 
@@ -152,7 +164,7 @@ def _shown(value: Any) -> str:
 
 def _check_document(doc: Any) -> None:
     if not isinstance(doc, dict):
-        raise _fail("(document)", f"expected a PyTorchJob, a YAML mapping (got {_shown(doc)})")
+        raise not_convertible("(document)", f"expected a PyTorchJob, a YAML mapping (got {short_repr(doc)})")
     problems = []
     kind = doc.get("kind")
     if kind != KIND:
@@ -166,8 +178,17 @@ def _check_document(doc: Any) -> None:
         raise NotConvertible(problems)
 
 
-def _metadata(doc: dict, notes: list[Note]) -> dict:
-    metadata = _mapping(doc.get("metadata"), "metadata", required=True)
+def note_top_level_fields(doc: dict, notes: list[Note]) -> None:
+    """A note for each top-level field beside apiVersion, kind, metadata and spec (status, mostly)."""
+    for key in doc:
+        if key not in ("apiVersion", "kind", "metadata", "spec"):
+            notes.append(Note(str(key), "not carried over: a new job starts without status" if key == "status"
+                              else "not carried over: unknown field"))
+
+
+def carried_metadata(doc: dict, notes: list[Note]) -> dict:
+    """The new job's metadata (name, namespace, labels, annotations), a note for every other field."""
+    metadata = as_mapping(doc.get("metadata"), "metadata", required=True)
     out = {key: metadata[key] for key in METADATA_CARRIED if metadata.get(key) is not None}
     problems = metadata_problems(out)
     if problems:
@@ -193,24 +214,24 @@ def _metadata(doc: dict, notes: list[Note]) -> dict:
 def _replicas(spec: dict) -> tuple[dict[str, dict], dict[str, int]]:
     """The Master and Worker replica specs, and how many pods each runs (Kubeflow's default is 1)."""
     path = "spec.pytorchReplicaSpecs"
-    specs = _mapping(spec.get("pytorchReplicaSpecs"), path, required=True)
+    specs = as_mapping(spec.get("pytorchReplicaSpecs"), path, required=True)
     for rtype in specs:
         if rtype not in (MASTER, WORKER):
             close = difflib.get_close_matches(str(rtype), [MASTER, WORKER], n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise _fail(f"{path}.{rtype}", f"unknown replica type: a PyTorchJob has {MASTER} and {WORKER}{hint}")
+            raise not_convertible(f"{path}.{rtype}", f"unknown replica type: a PyTorchJob has {MASTER} and {WORKER}{hint}")
     if not specs:
-        raise _fail(path, f"expected a {MASTER} or a {WORKER} replica spec (got none)")
+        raise not_convertible(path, f"expected a {MASTER} or a {WORKER} replica spec (got none)")
     replica_specs, counts = {}, {}
     for rtype in (MASTER, WORKER):
         if rtype not in specs:
             continue
-        replica = _mapping(specs[rtype], f"{path}.{rtype}", required=True)
+        replica = as_mapping(specs[rtype], f"{path}.{rtype}", required=True)
         count = replica.get("replicas", 1)
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise _fail(f"{path}.{rtype}.replicas", f"expected a whole number of pods (got {_shown(count)})")
+            raise not_convertible(f"{path}.{rtype}.replicas", f"expected a whole number of pods (got {short_repr(count)})")
         if rtype == MASTER and count != 1:
-            raise _fail(f"{path}.{MASTER}.replicas", f"expected 1 (got {count}): a PyTorchJob has exactly one Master,"
+            raise not_convertible(f"{path}.{MASTER}.replicas", f"expected 1 (got {count}): a PyTorchJob has exactly one Master,"
                         " and kuberl's worker 0 plays it; put the other pods under Worker")
         _one_of(replica.get("restartPolicy"), RESTART_POLICY, f"{path}.{rtype}.restartPolicy")
         replica_specs[rtype], counts[rtype] = replica, count
@@ -218,18 +239,18 @@ def _replicas(spec: dict) -> tuple[dict[str, dict], dict[str, int]]:
 
 
 def _trainer_index(template: dict, path: str) -> int:
-    pod_spec = _mapping(template.get("spec"), f"{path}.spec", required=True)
-    containers = _list(pod_spec.get("containers"), f"{path}.spec.containers")
+    pod_spec = as_mapping(template.get("spec"), f"{path}.spec", required=True)
+    containers = as_list(pod_spec.get("containers"), f"{path}.spec.containers")
     for i, container in enumerate(containers):
         if not isinstance(container, dict):
-            raise _fail(f"{path}.spec.containers[{i}]", f"expected a container object (got {_shown(container)})")
+            raise not_convertible(f"{path}.spec.containers[{i}]", f"expected a container object (got {short_repr(container)})")
     found = [i for i, c in enumerate(containers) if c.get("name") == CONTAINER]
     if not found:
-        raise _fail(f"{path}.spec.containers", f"expected a container named {CONTAINER!r}: PyTorchJob gives its environment"
+        raise not_convertible(f"{path}.spec.containers", f"expected a container named {CONTAINER!r}: PyTorchJob gives its environment"
                     " to that one, and kuberl's trainer container takes its place")
     clash = [i for i, c in enumerate(containers) if c.get("name") == names.TRAINER_CONTAINER]
     if clash:
-        raise _fail(f"{path}.spec.containers[{clash[0]}].name", f"{names.TRAINER_CONTAINER!r} is the name the {CONTAINER!r}"
+        raise not_convertible(f"{path}.spec.containers[{clash[0]}].name", f"{names.TRAINER_CONTAINER!r} is the name the {CONTAINER!r}"
                     " container takes in kuberl; rename this one")
     return found[0]
 
@@ -243,7 +264,7 @@ def _compare_templates(master: dict, worker: dict, used: str, notes: list[Note])
     ours = {rtype: t["spec"]["containers"][indexes[rtype]] for rtype, t in templates.items()}
     problems = [
         Problem(f"{paths[MASTER]}.spec.containers[{indexes[MASTER]}].{field}",
-                f"differs from the {WORKER}'s ({_shown(ours[MASTER].get(field))} and {_shown(ours[WORKER].get(field))}):"
+                f"differs from the {WORKER}'s ({short_repr(ours[MASTER].get(field))} and {short_repr(ours[WORKER].get(field))}):"
                 " every kuberl worker runs one program; make them equal (rank 0 can tell itself apart by RANK)")
         for field in PROGRAM_FIELDS if ours[MASTER].get(field) != ours[WORKER].get(field)
     ]
@@ -256,8 +277,8 @@ def _compare_templates(master: dict, worker: dict, used: str, notes: list[Note])
             if field not in skip and a.get(field) != b.get(field):
                 notes.append(Note(f"{path}.{field}", ignored))
 
-    differ(_mapping(templates[other].get("metadata"), f"{paths[other]}.metadata"),
-           _mapping(templates[used].get("metadata"), f"{paths[used]}.metadata"), f"{paths[other]}.metadata")
+    differ(as_mapping(templates[other].get("metadata"), f"{paths[other]}.metadata"),
+           as_mapping(templates[used].get("metadata"), f"{paths[used]}.metadata"), f"{paths[other]}.metadata")
     differ(templates[other]["spec"], templates[used]["spec"], f"{paths[other]}.spec", skip=("containers",))
     differ(ours[other], ours[used], f"{paths[other]}.spec.containers[{indexes[other]}]", skip=(*PROGRAM_FIELDS, "ports"))
     theirs_by_name = {c.get("name"): c for c in templates[used]["spec"]["containers"]}
@@ -269,7 +290,7 @@ def _compare_templates(master: dict, worker: dict, used: str, notes: list[Note])
 # --- processes and GPUs ----------------------------------------------------------------
 
 
-def _gpus(resources: dict, path: str) -> int:
+def gpu_count(resources: dict, path: str) -> int:
     """nvidia.com/gpu of the container: its limit (a request alone, or one equal to the limit, is the same count)."""
     limit = (resources.get("limits") or {}).get(GPU_RESOURCE) if isinstance(resources.get("limits"), dict) else None
     request = (resources.get("requests") or {}).get(GPU_RESOURCE) if isinstance(resources.get("requests"), dict) else None
@@ -279,16 +300,16 @@ def _gpus(resources: dict, path: str) -> int:
             continue
         where = f"{path}.{kind}.{GPU_RESOURCE}"
         if isinstance(amount, bool) or not isinstance(amount, int | str) or (isinstance(amount, str) and not re.fullmatch(QUANTITY, amount)):
-            raise _fail(where, f"expected a whole number of GPUs (got {_shown(amount)})")
+            raise not_convertible(where, f"expected a whole number of GPUs (got {short_repr(amount)})")
         try:
             value = quantity_value(amount)
         except ValueError:
-            raise _fail(where, f"expected a whole number of GPUs (got {_shown(amount)})") from None
+            raise not_convertible(where, f"expected a whole number of GPUs (got {short_repr(amount)})") from None
         if value < 0 or value != value.to_integral_value() or value > Decimal(names.MAX_PROCS_PER_WORKER):
-            raise _fail(where, f"expected a whole number of GPUs from 0 to {names.MAX_PROCS_PER_WORKER} (got {_shown(amount)})")
+            raise not_convertible(where, f"expected a whole number of GPUs from 0 to {names.MAX_PROCS_PER_WORKER} (got {short_repr(amount)})")
         counts[kind] = int(value)
     if len(counts) == 2 and counts["limits"] != counts["requests"]:
-        raise _fail(f"{path}.requests.{GPU_RESOURCE}", f"expected the limit {limit!r} (got {request!r}): GPUs cannot be overcommitted")
+        raise not_convertible(f"{path}.requests.{GPU_RESOURCE}", f"expected the limit {limit!r} (got {request!r}): GPUs cannot be overcommitted")
     return counts.get("limits", counts.get("requests", 0))
 
 
@@ -326,12 +347,12 @@ def _procs(spec: dict, gpus: int, notes: list[Note], user_nproc: tuple[str, str]
             return int(nproc), path
         nproc = nproc.strip()
     if isinstance(nproc, bool) or not isinstance(nproc, int | str | None):
-        raise _fail(path, f"expected a number of processes, or auto, cpu or gpu (got {_shown(nproc)})")
+        raise not_convertible(path, f"expected a number of processes, or auto, cpu or gpu (got {short_repr(nproc)})")
     if isinstance(nproc, int) or (isinstance(nproc, str) and re.fullmatch(r"[0-9]+", nproc)):
         return int(nproc), path
     word = "auto" if nproc is None else nproc
     if word not in NPROC_WORDS:
-        raise _fail(path, f"expected a number of processes, or auto, cpu or gpu, as torchrun reads it (got {nproc!r})")
+        raise not_convertible(path, f"expected a number of processes, or auto, cpu or gpu, as torchrun reads it (got {nproc!r})")
     shown = "unset (PyTorchJob's default 'auto')" if nproc is None else repr(word)
     world = "" if gpus <= 1 else (  # one process per pod: WORLD_SIZE is as PyTorchJob set it
         "; every pod's WORLD_SIZE is now workers x processes (PyTorchJob set replicas x 1 for a word), so a script"
@@ -382,19 +403,19 @@ def command_procs(nproc: torchrun.Nproc | None, container_path: str, gpus: int, 
                           f" {nproc.value!r} over it ({path})"))
     if nproc.count is not None:
         if given is not None and given != nproc.count:
-            raise _fail(path, f"--nproc-per-node {nproc.count} starts {nproc.count} process(es) per pod, and"
+            raise not_convertible(path, f"--nproc-per-node {nproc.count} starts {nproc.count} process(es) per pod, and"
                         f" {PROCS_OPTION} says {given}: make them equal")
         notes.append(Note(path, f"--nproc-per-node {nproc.count} is now spec.procsPerWorker: every pod's WORLD_SIZE,"
                           " CPU request and OMP_NUM_THREADS count its processes"))
         return nproc.count, path
     if nproc.value == "gpu" or (nproc.value == "auto" and gpus):
         if not gpus:
-            raise _fail(path, f"--nproc-per-node gpu counts CUDA devices, and the {CONTAINER!r} container has no"
+            raise not_convertible(path, f"--nproc-per-node gpu counts CUDA devices, and the {CONTAINER!r} container has no"
                         f" {GPU_RESOURCE} limit (torchrun fails without CUDA): set the limit, or a number")
         notes.append(Note(path, f"--nproc-per-node {nproc.value}: one process per GPU, spec.gpusPerWorker {gpus}"))
         return decided if given is not None else (None, path)
     if given is None:
-        raise _fail(path, f"--nproc-per-node {nproc.value} starts one process per CPU in torch's affinity mask, which"
+        raise not_convertible(path, f"--nproc-per-node {nproc.value} starts one process per CPU in torch's affinity mask, which"
                     " no manifest tells (the node's cores, not the pod's CPU limit: a 4-CPU pod on a 64-core node"
                     f" starts 64): pass {PROCS_OPTION} N to choose, or write a number")
     notes.append(Note(path, f"--nproc-per-node {nproc.value}: torchrun counts the CPUs in its affinity mask, which equal"
@@ -407,7 +428,7 @@ def command_procs(nproc: torchrun.Nproc | None, container_path: str, gpus: int, 
 
 
 def _rendezvous_port(container: dict, path: str) -> tuple[int | None, str]:
-    for i, port in enumerate(_list(container.get("ports"), f"{path}.ports")):
+    for i, port in enumerate(as_list(container.get("ports"), f"{path}.ports")):
         if isinstance(port, dict) and port.get("name") == PORT_NAME:
             return port.get("containerPort"), f"{path}.ports[{i}].containerPort"
     return None, ""
@@ -428,41 +449,51 @@ def _trainer_container(container: dict, path: str, index: int, origins: dict, no
         elif field == "imagePullPolicy":
             lifted["imagePullPolicy"], origins["spec.imagePullPolicy"] = value, f"{path}.imagePullPolicy"
         elif field == "resources":
-            resources = _mapping(value, f"{path}.resources")
-            gpus = _gpus(resources, f"{path}.resources")
+            kept, gpus = split_resources(as_mapping(value, f"{path}.resources"), f"{path}.resources", origins, notes)
             if gpus:
                 lifted["gpusPerWorker"] = gpus
-                origins["spec.gpusPerWorker"] = f"{path}.resources.limits.{GPU_RESOURCE}"
-            kept = {}
-            for kind, amounts in resources.items():
-                if kind in ("requests", "limits") and isinstance(amounts, dict):
-                    amounts = {k: v for k, v in amounts.items() if k != GPU_RESOURCE}
-                    if amounts:
-                        kept[kind] = amounts
-                elif kind in ("requests", "limits"):
-                    kept[kind] = amounts  # not a mapping: validation names it, at the PyTorchJob's path
-                else:
-                    notes.append(Note(f"{path}.resources.{kind}", "not carried over: spec.resources has requests and limits"))
             if kept:
-                lifted["resources"], origins["spec.resources"] = kept, f"{path}.resources"
+                lifted["resources"] = kept
         elif field == "ports":
-            ports = [p for p in _list(value, f"{path}.ports") if not (isinstance(p, dict) and p.get("name") == PORT_NAME)]
+            ports = [p for p in as_list(value, f"{path}.ports") if not (isinstance(p, dict) and p.get("name") == PORT_NAME)]
             if ports:  # a script's own ports; they replace the trainer container's declared metrics ports
                 out["ports"] = ports
         elif field == "env":
-            out["env"] = _trainer_env(value, f"{path}.env", f"{new}.env", origins, notes, kubeflow_env)
+            out["env"] = trainer_env(value, f"{path}.env", f"{new}.env", origins, notes, kubeflow_env)
         else:
             out[field] = value
     limits = container.get("resources", {}).get("limits") if isinstance(container.get("resources"), dict) else None
     if not (isinstance(limits, dict) and "cpu" in limits):
-        notes.append(Note(f"{path}.resources.limits.cpu", CPU_LIMIT))
+        notes.append(Note(f"{path}.resources.limits.cpu", CPU_LIMIT.format(kind=KIND)))
     if container.get("securityContext") is None:
-        notes.append(Note(f"{path}.securityContext", SECURITY_CONTEXT))
+        notes.append(Note(f"{path}.securityContext", SECURITY_CONTEXT.format(kind=KIND, where="here")))
     return out, lifted
 
 
-def _trainer_env(env: Any, path: str, new: str, origins: dict, notes: list[Note], kubeflow_env: frozenset) -> Any:
-    """The container's env without the names kuberl gives each pod (it refuses a spec that sets them)."""
+def split_resources(resources: dict, path: str, origins: dict, notes: list[Note]) -> tuple[dict, int]:
+    """A container's resources (at `path`) as spec.resources and spec.gpusPerWorker: the GPU count lifted out
+    of requests and limits, anything but those two noted."""
+    gpus = gpu_count(resources, path)
+    if gpus:
+        origins["spec.gpusPerWorker"] = f"{path}.limits.{GPU_RESOURCE}"
+    kept: dict[str, Any] = {}
+    for kind, amounts in resources.items():
+        if kind in ("requests", "limits") and isinstance(amounts, dict):
+            amounts = {k: v for k, v in amounts.items() if k != GPU_RESOURCE}
+            if amounts:
+                kept[kind] = amounts
+        elif kind in ("requests", "limits"):
+            kept[kind] = amounts  # not a mapping: validation names it, at the source document's path
+        else:
+            notes.append(Note(f"{path}.{kind}", "not carried over: spec.resources has requests and limits"))
+    if kept:
+        origins["spec.resources"] = path
+    return kept, gpus
+
+
+def trainer_env(env: Any, path: str, new: str, origins: dict, notes: list[Note], kubeflow_env: frozenset) -> Any:
+    """The container's env without the names kuberl gives each pod (it refuses a spec that sets them); a note for
+    each dropped one, saying whether Kubeflow's own value (`kubeflow_env`) had overridden it there too."""
     if not isinstance(env, list):
         origins[new] = path
         return env  # validation names it
@@ -487,7 +518,7 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
     lifted: dict[str, Any] = {}
     for key, value in template.items():
         if key == "metadata":
-            metadata = _mapping(value, f"{path}.metadata")
+            metadata = as_mapping(value, f"{path}.metadata")
             kept = {k: v for k, v in metadata.items() if k in ("labels", "annotations")}
             for k in metadata:
                 if k not in kept:
@@ -547,7 +578,7 @@ def _host_path_notes(template: dict, path: str, notes: list[Note]) -> None:
 def _run_policy(spec: dict, restart_policies: dict[str, Any], origins: dict, notes: list[Note]) -> tuple[dict, Any, str]:
     """spec.runPolicy, and the Kueue queue with the field it came from."""
     path = "spec.runPolicy"
-    policy = _mapping(spec.get("runPolicy"), path)
+    policy = as_mapping(spec.get("runPolicy"), path)
     out: dict[str, Any] = {}
     queue, queue_path = None, ""
     origins["spec.runPolicy"] = path
@@ -558,7 +589,7 @@ def _run_policy(spec: dict, restart_policies: dict[str, Any], origins: dict, not
         elif key == "cleanPodPolicy" and value is not None:
             notes.append(Note(f"{path}.cleanPodPolicy", CLEAN_POD_POLICY[_one_of(value, CLEAN_POD_POLICY, f"{path}.cleanPodPolicy")]))
         elif key == "schedulingPolicy":
-            for field, setting in _mapping(value, f"{path}.schedulingPolicy").items():
+            for field, setting in as_mapping(value, f"{path}.schedulingPolicy").items():
                 if field == "queue":
                     queue, queue_path = setting, f"{path}.schedulingPolicy.queue"
                     notes.append(Note(queue_path, "now spec.queueName, a Kueue LocalQueue: the pods become one Kueue"
@@ -583,7 +614,7 @@ def _run_policy(spec: dict, restart_policies: dict[str, Any], origins: dict, not
 
 def _elastic_notes(spec: dict, notes: list[Note]) -> None:
     path = "spec.elasticPolicy"
-    for key in _mapping(spec.get("elasticPolicy"), path):
+    for key in as_mapping(spec.get("elasticPolicy"), path):
         if key == "nProcPerNode" and spec.get("nprocPerNode") is None:
             continue  # it is the process count then (see _procs)
         why = ELASTIC_POLICY.get(key, "not carried over: unknown field")
@@ -609,18 +640,15 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     doc = copy.deepcopy(pytorchjob)  # the input is never touched, and the output shares nothing with it
     notes: list[Note] = []
     origins: dict[str, str] = {"metadata": "metadata", "spec": "spec"}
-    metadata = _metadata(doc, notes)
-    for key in doc:
-        if key not in ("apiVersion", "kind", "metadata", "spec"):
-            notes.append(Note(str(key), "not carried over: a new job starts without status" if key == "status"
-                              else "not carried over: unknown field"))
-    spec = _mapping(doc.get("spec"), "spec", required=True)
+    metadata = carried_metadata(doc, notes)
+    note_top_level_fields(doc, notes)
+    spec = as_mapping(doc.get("spec"), "spec", required=True)
     for key in spec:
         if key not in ("pytorchReplicaSpecs", "nprocPerNode", "runPolicy", "elasticPolicy"):
             notes.append(Note(f"spec.{key}", "not carried over: unknown PyTorchJob field"))
     replicas, counts = _replicas(spec)
     used = WORKER if counts.get(WORKER) or MASTER not in counts else MASTER  # the pods that run; a Worker of 0 runs none
-    templates = {rtype: _mapping(r.get("template"), f"spec.pytorchReplicaSpecs.{rtype}.template", required=True)
+    templates = {rtype: as_mapping(r.get("template"), f"spec.pytorchReplicaSpecs.{rtype}.template", required=True)
                  for rtype, r in replicas.items()}
     if len(templates) == 2:
         _compare_templates(templates[MASTER], templates[WORKER], used, notes)
@@ -636,11 +664,11 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
 
     if not lifted.get("image"):
         index = _trainer_index(templates[used], template_path)
-        raise _fail(f"{template_path}.spec.containers[{index}].image", "required field is missing: the pods would run"
+        raise not_convertible(f"{template_path}.spec.containers[{index}].image", "required field is missing: the pods would run"
                     " kuberl's own trainer image, not your program")
     if not _program_of(templates[used], template_path):
         index = _trainer_index(templates[used], template_path)
-        raise _fail(f"{template_path}.spec.containers[{index}].command", "unset, and args too: under PyTorchJob the image's"
+        raise not_convertible(f"{template_path}.spec.containers[{index}].command", "unset, and args too: under PyTorchJob the image's"
                     " ENTRYPOINT and CMD ran; kuberl's container would run its own trainer instead, so set command to"
                     " what the image runs (docker inspect --format '{{.Config.Entrypoint}} {{.Config.Cmd}}' IMAGE)")
     workers = sum(counts.values())
@@ -676,9 +704,7 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
         queue, queue_path = labels[KUEUE_QUEUE_LABEL], label_path
 
     if KUEUE_QUEUE_LABEL in labels and run_policy.get("suspend") is True:
-        notes.append(Note("spec.runPolicy.suspend", "changed: Kueue unsuspended the admitted PyTorchJob; kuberl's pods are"
-                          " admitted through Kueue's pod integration and nothing unsuspends the RLTrainingJob: it waits"
-                          " until you set spec.runPolicy.suspend to false"))
+        notes.append(Note("spec.runPolicy.suspend", KUEUE_SUSPEND.format(kind=KIND)))
     out: dict[str, Any] = {"trainer": "custom", "workers": workers}
     if procs is not None:
         out["procsPerWorker"] = procs

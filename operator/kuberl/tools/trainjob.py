@@ -16,23 +16,25 @@ import math
 from typing import Any
 
 from ..core import names, torchrun
-from ..core.validation import GPU_RESOURCE, Problem, quantity_value
+from ..core.validation import Problem, quantity_value
 from .convert import (
     CPU_LIMIT,
     KUEUE_QUEUE_LABEL,
+    KUEUE_SUSPEND,
     PROCS_OPTION,
     SECURITY_CONTEXT,
     NotConvertible,
     Note,
-    _fail,
-    _gpus,
-    _list,
-    _mapping,
-    _metadata,
-    _shown,
-    _trainer_env,
+    as_list,
+    as_mapping,
+    carried_metadata,
     checked,
     command_procs,
+    not_convertible,
+    note_top_level_fields,
+    short_repr,
+    split_resources,
+    trainer_env,
 )
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -53,7 +55,7 @@ INITIALIZER = ("not carried over: kuberl runs no initializer Job; fetch the {wha
 
 def _check_document(doc: Any) -> None:
     if not isinstance(doc, dict):
-        raise _fail("(document)", f"expected a TrainJob, a YAML mapping (got {_shown(doc)})")
+        raise not_convertible("(document)", f"expected a TrainJob, a YAML mapping (got {short_repr(doc)})")
     problems = []
     if doc.get("kind") != KIND:
         problems.append(Problem("kind", f"expected {KIND!r} (got {doc.get('kind')!r})"))
@@ -65,7 +67,7 @@ def _check_document(doc: Any) -> None:
 
 
 def _runtime(spec: dict) -> str:
-    ref = _mapping(spec.get("runtimeRef"), "spec.runtimeRef")
+    ref = as_mapping(spec.get("runtimeRef"), "spec.runtimeRef")
     kind = ref.get("kind") or "ClusterTrainingRuntime"
     return f"{kind} {ref.get('name')!r}" if ref.get("name") else "its runtime"
 
@@ -94,7 +96,7 @@ def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int |
     if isinstance(nproc, int) and not isinstance(nproc, bool) or isinstance(nproc, str) and nproc.isdigit():
         decided = (int(nproc), path)
     elif nproc not in (None, "auto"):
-        raise _fail(path, f"expected a number of processes (got {_shown(nproc)})")
+        raise not_convertible(path, f"expected a number of processes (got {short_repr(nproc)})")
     elif gpus:
         decided = (None, path)  # gpusPerWorker, one process each, as torchrun's auto counts CUDA devices
     elif not torchrun.launches(container.get("command"), container.get("args")):
@@ -111,7 +113,7 @@ def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int |
     flag = torchrun.find(container.get("command"), container.get("args"))
     unread = flag is None or flag.problem is not None or not torchrun.readable(flag.value or "")
     if decided == (None, path) and not gpus and given is None and unread:
-        raise _fail(path, f"unset, and so are resourcesPerNode and torchrun's --nproc-per-node: the process count"
+        raise not_convertible(path, f"unset, and so are resourcesPerNode and torchrun's --nproc-per-node: the process count"
                     f" comes from {runtime}, which kuberl cannot see: pass {PROCS_OPTION} N, or set numProcPerNode")
     return command_procs(flag, "spec.trainer", gpus, decided, given, notes)
 
@@ -119,25 +121,11 @@ def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int |
 def _resources(trainer: dict, origins: dict, notes: list[Note]) -> tuple[dict, int]:
     """spec.resources and gpusPerWorker from resourcesPerNode."""
     path = "spec.trainer.resourcesPerNode"
-    resources = _mapping(trainer.get("resourcesPerNode"), path)
-    gpus = _gpus(resources, path)
-    if gpus:
-        origins["spec.gpusPerWorker"] = f"{path}.limits.{GPU_RESOURCE}"
-    kept: dict[str, Any] = {}
-    for kind, amounts in resources.items():
-        if kind in ("requests", "limits") and isinstance(amounts, dict):
-            amounts = {k: v for k, v in amounts.items() if k != GPU_RESOURCE}
-            if amounts:
-                kept[kind] = amounts
-        elif kind in ("requests", "limits"):
-            kept[kind] = amounts  # validation names it
-        else:
-            notes.append(Note(f"{path}.{kind}", "not carried over: spec.resources has requests and limits"))
-    if kept:
-        origins["spec.resources"] = path
+    resources = as_mapping(trainer.get("resourcesPerNode"), path)
+    kept, gpus = split_resources(resources, path, origins, notes)
     limits = resources.get("limits")
     if not (isinstance(limits, dict) and "cpu" in limits):
-        notes.append(Note(f"{path}.limits.cpu", CPU_LIMIT.replace("the PyTorchJob's pod", "the TrainJob's pod")))
+        notes.append(Note(f"{path}.limits.cpu", CPU_LIMIT.format(kind=KIND)))
     return kept, gpus
 
 
@@ -145,38 +133,38 @@ def _patches(spec: dict, template: dict, out: dict, origins: dict, notes: list[N
     """runtimePatches, in order, onto spec.template where they map; every other patch noted."""
     pod = template["spec"]
     trainer = pod["containers"][0]
-    for i, patch in enumerate(_list(spec.get("runtimePatches"), "spec.runtimePatches")):
+    for i, patch in enumerate(as_list(spec.get("runtimePatches"), "spec.runtimePatches")):
         base = f"spec.runtimePatches[{i}]"
-        patch = _mapping(patch, base)
+        patch = as_mapping(patch, base)
         for key in patch:
             if key not in ("manager", "time", "trainingRuntimeSpec"):
                 notes.append(Note(f"{base}.{key}", "not carried over: unknown field"))
-        runtime_spec = _mapping(patch.get("trainingRuntimeSpec"), f"{base}.trainingRuntimeSpec")
-        jobset = _mapping(runtime_spec.get("template"), f"{base}.trainingRuntimeSpec.template")
+        runtime_spec = as_mapping(patch.get("trainingRuntimeSpec"), f"{base}.trainingRuntimeSpec")
+        jobset = as_mapping(runtime_spec.get("template"), f"{base}.trainingRuntimeSpec.template")
         base = f"{base}.trainingRuntimeSpec.template"
         if jobset.get("metadata"):
             notes.append(Note(f"{base}.metadata", "not carried over: kuberl makes no JobSet; labels and annotations for"
                               " the job go on the RLTrainingJob's metadata"))
-        jobs = _list(_mapping(jobset.get("spec"), f"{base}.spec").get("replicatedJobs"), f"{base}.spec.replicatedJobs")
+        jobs = as_list(as_mapping(jobset.get("spec"), f"{base}.spec").get("replicatedJobs"), f"{base}.spec.replicatedJobs")
         for j, job in enumerate(jobs):
             job_path = f"{base}.spec.replicatedJobs[{j}]"
-            job = _mapping(job, job_path)
+            job = as_mapping(job, job_path)
             if job.get("name") != TRAINER_JOB:
                 notes.append(Note(job_path, f"not carried over: the runtime's {job.get('name')!r} Job (an initializer, or"
                                   f" a step beside the trainer); kuberl runs only the trainer's pods"))
                 continue
-            job_template = _mapping(job.get("template"), f"{job_path}.template")
+            job_template = as_mapping(job.get("template"), f"{job_path}.template")
             if job_template.get("metadata"):
                 notes.append(Note(f"{job_path}.template.metadata", "not carried over: kuberl makes no Job per node"))
-            pod_template = _mapping(_mapping(job_template.get("spec"), f"{job_path}.template.spec").get("template"),
+            pod_template = as_mapping(as_mapping(job_template.get("spec"), f"{job_path}.template.spec").get("template"),
                                     f"{job_path}.template.spec.template")
             pod_path = f"{job_path}.template.spec.template"
-            metadata = _mapping(pod_template.get("metadata"), f"{pod_path}.metadata")
+            metadata = as_mapping(pod_template.get("metadata"), f"{pod_path}.metadata")
             for field in ("labels", "annotations"):
                 if isinstance(metadata.get(field), dict):
                     template.setdefault("metadata", {}).setdefault(field, {}).update(metadata[field])
                     origins[f"spec.template.metadata.{field}"] = f"{pod_path}.metadata.{field}"
-            _pod_patch(_mapping(pod_template.get("spec"), f"{pod_path}.spec"), f"{pod_path}.spec", pod, trainer, out,
+            _pod_patch(as_mapping(pod_template.get("spec"), f"{pod_path}.spec"), f"{pod_path}.spec", pod, trainer, out,
                        origins, notes)
 
 
@@ -195,15 +183,15 @@ def _pod_patch(patch: dict, path: str, pod: dict, trainer: dict, out: dict, orig
             out.setdefault("runPolicy", {})["terminationGracePeriodSeconds"] = value
             origins["spec.runPolicy.terminationGracePeriodSeconds"] = where
         elif field == "containers":
-            for c, container in enumerate(_list(value, where)):
-                container = _mapping(container, f"{where}[{c}]")
+            for c, container in enumerate(as_list(value, where)):
+                container = as_mapping(container, f"{where}[{c}]")
                 if container.get("name") != TRAINER_CONTAINER:
                     notes.append(Note(f"{where}[{c}]", f"not carried over: the runtime's {container.get('name')!r}"
                                       " container, which kuberl's pods do not have"))
                     continue
                 for key, setting in container.items():
                     if key in ("volumeMounts",):
-                        trainer[key] = list(trainer.get(key) or []) + list(_list(setting, f"{where}[{c}].{key}"))
+                        trainer[key] = list(trainer.get(key) or []) + list(as_list(setting, f"{where}[{c}].{key}"))
                         origins[f"spec.template.spec.containers[0].{key}"] = f"{where}[{c}].{key}"
                     elif key == "securityContext":
                         trainer[key] = setting
@@ -263,14 +251,11 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
     notes: list[Note] = []
     origins: dict[str, str] = {"metadata": "metadata", "spec": "spec", "spec.workers": "spec.trainer.numNodes",
                                "spec.image": "spec.trainer.image", "spec.template.spec.containers[0]": "spec.trainer"}
-    metadata = _metadata(doc, notes)
-    for key in doc:
-        if key not in ("apiVersion", "kind", "metadata", "spec"):
-            notes.append(Note(str(key), "not carried over: a new job starts without status" if key == "status"
-                              else "not carried over: unknown field"))
-    spec = _mapping(doc.get("spec"), "spec", required=True)
+    metadata = carried_metadata(doc, notes)
+    note_top_level_fields(doc, notes)
+    spec = as_mapping(doc.get("spec"), "spec", required=True)
     runtime = _runtime(spec)
-    trainer = {**_mapping(spec.get("trainer"), "spec.trainer"), **_from_runtime(spec, list(runtimes), notes)}
+    trainer = {**as_mapping(spec.get("trainer"), "spec.trainer"), **_from_runtime(spec, list(runtimes), notes)}
     out: dict[str, Any] = {"trainer": "custom"}
     run_policy: dict[str, Any] = {}
     for key, value in spec.items():
@@ -282,7 +267,7 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
                               " failure and success policies and the rest of its mlPolicy do not carry, and what the"
                               " job needs from it is asked for"))
         elif key == "initializer":
-            for part in _mapping(value, "spec.initializer"):
+            for part in as_mapping(value, "spec.initializer"):
                 notes.append(Note(f"spec.initializer.{part}", INITIALIZER.format(what=part)))
         elif key in ("suspend", "activeDeadlineSeconds") and value is not None:
             run_policy[key] = value
@@ -300,7 +285,7 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
 
     chosen = trainer.get("image") or image
     if not chosen:
-        raise _fail("spec.trainer.image", f"unset: the image comes from {runtime}, which kuberl cannot see: pass"
+        raise not_convertible("spec.trainer.image", f"unset: the image comes from {runtime}, which kuberl cannot see: pass"
                     f" {IMAGE_OPTION} IMAGE (the runtime's is in `kubectl get {runtime.split(' ')[0].lower()}"
                     f" {runtime.split(' ', 1)[-1].strip(chr(39))} -o yaml`, its {TRAINER_JOB!r} container), or set the field")
     if trainer.get("image") and image and image != trainer["image"]:
@@ -309,7 +294,7 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
         origins["spec.image"] = "spec.trainer.image" if trainer.get("image") else IMAGE_OPTION
     out["image"] = chosen
     if not (trainer.get("command") or trainer.get("args")):
-        raise _fail("spec.trainer.command", f"unset, and args too: the command came from {runtime} or the image's"
+        raise not_convertible("spec.trainer.command", f"unset, and args too: the command came from {runtime} or the image's"
                     " ENTRYPOINT, which kuberl cannot see; set command to what it runs")
     workers = trainer.get("numNodes")
     if workers is None:
@@ -322,7 +307,7 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
         if key in trainer:
             container[key] = trainer[key]
     if "env" in trainer:
-        container["env"] = _trainer_env(trainer["env"], "spec.trainer.env", "spec.template.spec.containers[0].env",
+        container["env"] = trainer_env(trainer["env"], "spec.trainer.env", "spec.template.spec.containers[0].env",
                                         origins, notes, TRAINER_ENV)
     resources, gpus = _resources(trainer, origins, notes)
     if gpus:
@@ -337,16 +322,13 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
     template: dict[str, Any] = {"spec": {"containers": [container]}}
     _patches(spec, template, out, origins, notes)
     if "securityContext" not in container:
-        notes.append(Note("spec.trainer", SECURITY_CONTEXT.replace("the PyTorchJob's ran", "the TrainJob's ran")
-                          .replace("a securityContext here", "a securityContext in a runtimePatches node container")))
+        notes.append(Note("spec.trainer", SECURITY_CONTEXT.format(kind=KIND, where="in a runtimePatches node container")))
     labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
     if KUEUE_QUEUE_LABEL in labels:
         out["queueName"] = labels[KUEUE_QUEUE_LABEL]
         origins["spec.queueName"] = f"metadata.labels.{KUEUE_QUEUE_LABEL}"
         if run_policy.get("suspend") is True:
-            notes.append(Note("spec.suspend", "changed: Kueue unsuspended the admitted TrainJob; kuberl's pods are"
-                              " admitted through Kueue's pod integration and nothing unsuspends the RLTrainingJob: it"
-                              " waits until you set spec.runPolicy.suspend to false"))
+            notes.append(Note("spec.suspend", KUEUE_SUSPEND.format(kind=KIND)))
     if run_policy or "runPolicy" in out:
         out["runPolicy"] = {**out.get("runPolicy", {}), **run_policy}
     out["template"] = template
