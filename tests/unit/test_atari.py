@@ -358,3 +358,39 @@ def test_ppo_overlapped_rollout_records_what_the_envs_did():
     replay.close()
     assert np.array_equal(trainer.next_obs, obs)
     assert not buf.valid.all(), "the rollout must cross a life loss and its autoreset"
+
+
+@pytest.mark.parametrize("backend", ["ale", "gymnasium"])
+def test_a_seeded_reset_restarts_a_used_atari_env_as_a_new_one_starts(backend):
+    """What lets rank 0 keep its evaluation envs (BaseAlgorithm.evaluation_envs): under
+    the modern protocol (sticky actions, no-op starts), an env that has played and been
+    reset with a seed plays on exactly as a freshly built one reset with that seed."""
+    kept = envs.make_envs("ALE/Pong-v5", 2, {}, backend)
+    fresh = envs.make_envs("ALE/Pong-v5", 2, {}, backend)
+    try:
+        rollout(kept, 60, seed=11)  # an evaluation with another seed, ended mid-episode
+        np.testing.assert_array_equal(rollout(kept, 60, seed=5), rollout(fresh, 60, seed=5))
+    finally:
+        kept.close()
+        fresh.close()
+
+
+def test_rank_0_builds_its_atari_evaluation_envs_once(monkeypatch):
+    from kuberl_trainer import base
+    from kuberl_trainer.distributed import Dist
+    from kuberl_trainer.ppo import PPOTrainer
+
+    trainer = PPOTrainer(Dist(0, 1, 0, 1, torch.device("cpu"), None), PPOConfig(num_steps=8), "ALE/Pong-v5",
+                         2, {"frameStack": 2}, 64, 1, 0)
+    built = []
+    monkeypatch.setattr(base, "make_envs", lambda *args, **kwargs: built.append(args) or envs.make_envs(*args, **kwargs))
+    kept = []
+    for episodes in (1, 1, 2):
+        with trainer.evaluation_envs("ALE/Pong-v5", episodes, {"frameStack": 2}) as vec:
+            kept.append(vec)
+    assert kept[0] is kept[1] and len(built) == 2  # another shape of evaluation: new envs
+    assert kept[0].closed and not kept[2].closed
+    for _ in range(2):
+        with trainer.evaluation_envs("CartPole-v1", 1, {}):
+            pass
+    assert len(built) == 4  # any other env: a fresh set each time

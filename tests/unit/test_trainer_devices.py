@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 from kuberl.core.spec import DQNConfig, PPOConfig
-from kuberl_trainer import device, dqn, fused, networks, ppo
+from kuberl_trainer import device, dqn, fused, learners, networks, ppo
 from kuberl_trainer.distributed import Dist
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
@@ -167,3 +167,11 @@ def test_dqn_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch
         losses = trainer.learn()
     assert backward == [CUDA] * trainer.gradient_steps
     assert {name: loss.device for name, loss in losses.items()} == {"value_loss": CUDA}
+
+
+def test_adam_takes_torchs_fused_kernel_on_cuda_as_on_cpu(fake):
+    """One fused launch a step instead of a dozen foreach ones: DQN's batch-32 step on a
+    GPU is bound by launches (docs/gpus-and-atari.md)."""
+    agent = on_fake_cuda(fake, dqn.QNetwork(4, 2, [64, 64]))
+    assert learners.adam(agent, CUDA, 1e-3).defaults["fused"] is True
+    assert learners.adam(dqn.QNetwork(4, 2, [8]), torch.device("cpu"), 1e-3).defaults["fused"] is True

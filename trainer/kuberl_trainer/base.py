@@ -12,12 +12,16 @@ target network, a replay buffer) goes through the `_shared_extra` /
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
+from collections.abc import Iterator
 
+import gymnasium as gym
 import numpy as np
 import torch
 
-from . import distributed
+from . import atari, distributed
 from .distributed import Dist
 from .envs import EpisodeTracker, env_state, make_envs, rank_seed, restore_env_state
 from .session import Counters, Session, run_updates
@@ -63,6 +67,28 @@ class BaseAlgorithm:
         self._setup_model(env_id, num_envs)
         torch.manual_seed(self.seed)  # this rank's torch randomness (action sampling)
         self.next_obs, _ = self.envs.reset(seed=self.seed)
+        self._evaluation_envs: tuple[str, gym.vector.VectorEnv] | None = None
+
+    @contextlib.contextmanager
+    def evaluation_envs(self, env_id: str, episodes: int, env_kwargs: dict) -> Iterator[gym.vector.VectorEnv]:
+        """Rank 0's evaluation envs. Atari's are built once and kept: building
+        is the slow part (ale-py makes each emulator's colour tables, 0.1-0.2 s,
+        one after another) and a seeded reset, which each evaluation starts
+        with, restarts every copy as a new one starts. Other envs are cheap to
+        build and may keep state across resets (a user's own class): fresh ones."""
+        if not atari.is_atari(env_id):
+            envs = make_envs(env_id, episodes, env_kwargs, self.env_backend)
+            try:
+                yield envs
+            finally:
+                envs.close()
+            return
+        key = json.dumps([env_id, episodes, env_kwargs, self.env_backend], sort_keys=True)
+        if self._evaluation_envs is None or self._evaluation_envs[0] != key:
+            if self._evaluation_envs is not None:
+                self._evaluation_envs[1].close()
+            self._evaluation_envs = (key, make_envs(env_id, episodes, env_kwargs, self.env_backend))
+        yield self._evaluation_envs[1]
 
     def _setup_model(self, env_id: str, num_envs: int) -> None:
         raise NotImplementedError

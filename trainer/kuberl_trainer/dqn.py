@@ -42,7 +42,7 @@ from torch import nn
 from . import atari, budget, evaluation, learners, networks
 from .base import BaseAlgorithm
 from .distributed import Dist
-from .envs import UnknownEnv, make_envs
+from .envs import UnknownEnv
 from .networks import soft_update  # noqa: F401 — the maths, beside td_targets and dqn_loss, for readers and tests
 from .replay import Batch, ReplayBuffer
 from .session import UpdateReport
@@ -288,9 +288,5 @@ class DQNTrainer(BaseAlgorithm):
 
     def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float:
         """evaluation.mean_return, acting greedily (epsilon 0)."""
-        envs = make_envs(env_id, episodes, env_kwargs, self.env_backend)
-
-        try:
+        with self.evaluation_envs(env_id, episodes, env_kwargs) as envs:
             return evaluation.mean_return(envs, self.learner.greedy, episodes, seed)
-        finally:
-            envs.close()

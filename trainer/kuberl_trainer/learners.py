@@ -140,7 +140,9 @@ def ddp(agent: nn.Module, ctx: Dist, seconds: list[float] | None = None) -> nn.M
 
 
 def adam(agent: nn.Module, device: torch.device, lr: float, **kwargs) -> torch.optim.Adam:
-    return torch.optim.Adam(agent.parameters(), lr=lr, fused=device.type == "cpu" or None, **kwargs)
+    """torch's fused Adam kernel on CPU and CUDA (one launch a step instead of a
+    dozen foreach ones: on a GPU, DQN's batch-32 step is bound by launches)."""
+    return torch.optim.Adam(agent.parameters(), lr=lr, fused=device.type in ("cpu", "cuda") or None, **kwargs)
 
 
 # --- PPO: the reference ---------------------------------------------------------------

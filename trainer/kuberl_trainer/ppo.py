@@ -28,7 +28,6 @@ from . import atari, budget, distributed, evaluation, learners, networks
 from .base import BaseAlgorithm
 from .device import CPU, host_zeros, to_device
 from .distributed import Dist
-from .envs import make_envs
 from .normalize import RunningMeanStd
 from .ppo_terms import LOG_SQRT_2PI, STAT_NAMES, minibatch_table
 from .session import UpdateReport
@@ -420,7 +419,6 @@ class PPOTrainer(BaseAlgorithm):
     def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float:
         """evaluation.mean_return: discrete actions sampled from the policy,
         continuous ones its mean. Seeded apart, so training's randomness is untouched."""
-        envs = make_envs(env_id, episodes, env_kwargs, self.env_backend)
         actor = self.actor.reseeded(np.random.default_rng(seed))
         cuda = [self.ctx.device.index] if self.ctx.device.type == "cuda" else []
 
@@ -430,12 +428,10 @@ class PPOTrainer(BaseAlgorithm):
             action = actor.act(x)[0] if self.agent.discrete else actor.greedy(x)
             return action if self.agent.discrete else np.clip(action, self.action_space.low, self.action_space.high)
 
-        try:
-            with torch.no_grad(), torch.random.fork_rng(devices=cuda):
-                torch.manual_seed(seed)
-                return evaluation.mean_return(envs, act, episodes, seed)
-        finally:
-            envs.close()
+        with self.evaluation_envs(env_id, episodes, env_kwargs) as envs, torch.no_grad(), \
+                torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(seed)
+            return evaluation.mean_return(envs, act, episodes, seed)
 
 
 def _as_tensors(norm: dict) -> dict:
