@@ -1,5 +1,5 @@
 """Milliseconds per PPO gradient step on one minibatch, one torch thread:
-the nn.Module path (PPOTrainer.minibatch_step's maths: autograd, foreach
+the nn.Module path (learners.AutogradPPOLearner.step's maths: autograd, foreach
 clipping, fused Adam) against kuberl_trainer.fused's hand-fused step.
 
     .venv/bin/python bench/fused_step.py [--batch 256] [--hidden 64 64] [--repeats 7]
@@ -26,26 +26,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/unit"))
 from kuberl.core.spec import PPOConfig
 from kuberl_trainer import fused
-from kuberl_trainer.ppo import STAT_NAMES, Agent, ppo_loss
-from test_trainer_fused import minibatch
-from torch import nn
-
-
-def module_step(agent, optimizer, obs, rows, hp) -> torch.Tensor:
-    """PPOTrainer.minibatch_step for a discrete agent without DDP, one micro-batch."""
-    actions = rows[:, :-5].squeeze(-1)
-    old_log_prob, old_value, advantages, returns, valid = rows[:, -5:].unbind(1)
-    weight = valid / valid.sum().clamp(min=1.0)
-    mean = (advantages * weight).sum()
-    std = ((advantages - mean).square() * weight).sum().sqrt()
-    advantages = (advantages - mean) / (std + 1e-8)
-    new_log_prob, entropy, new_value = agent(obs, actions)
-    loss, stats = ppo_loss(new_log_prob, entropy, new_value, old_log_prob, old_value, advantages, returns, weight, hp)
-    loss.backward()
-    nn.utils.clip_grad_norm_(agent.parameters(), hp.max_grad_norm, foreach=True)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return torch.stack([stats[name] for name in STAT_NAMES])
+from kuberl_trainer.ppo import Agent
+from test_trainer_fused import minibatch, module_step
 
 
 def time_steps(step, batches, steps: int) -> tuple[float, float]:
@@ -76,7 +58,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     batches = [minibatch(reference, rng, args.batch, args.obs_dim) for _ in range(8)]
     sides = {
-        "module": lambda obs, rows: module_step(reference, optimizer, obs, rows, hp),
+        "module": lambda obs, rows: module_step(reference, optimizer, obs, rows, hp, keep_grads=False),
         "fused": fused_step.step,
     }
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}

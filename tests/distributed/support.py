@@ -84,8 +84,10 @@ def write_config(job: Job) -> Job:
 class Ranks:
     """The job's rank processes; output of each goes to rank-N.log."""
 
-    def __init__(self, job: Job, extra_env: dict | None = None, prefix: list[str] | None = None):
-        """`prefix` runs before the trainer's command (e.g. `unshare` to mount a volume first)."""
+    def __init__(self, job: Job, extra_env: dict | None = None, prefix: list[str] | None = None,
+                 program: list[str] | None = None):
+        """`prefix` runs before the trainer's command (e.g. `unshare` to mount a volume first); `program`
+        replaces the trainer's module (`-m kuberl_trainer`) with a script of the test's own."""
         self.job = job
         port = free_ports(1)
         self.procs: list[subprocess.Popen] = []
@@ -102,7 +104,7 @@ class Ranks:
             }
             with open(job.root / f"rank-{rank}.log", "a") as log:  # the child keeps its own handle
                 self.procs.append(subprocess.Popen(
-                    [*(prefix or []), sys.executable, "-m", "kuberl_trainer", "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
+                    [*(prefix or []), sys.executable, *(program or ["-m", "kuberl_trainer"]), "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
                     env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                 ))
 

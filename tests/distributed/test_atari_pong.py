@@ -5,17 +5,14 @@ job can hit. Kept tiny: the machine has two shared cores."""
 
 import importlib.util
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from kuberl.core import contract, metricnames, names
+from kuberl.core import contract, metricnames
 
-from .support import JOB, REPO, Job, free_ports, make_job, write_config
+from .support import Job, Ranks, make_job, write_config
 
 RANK_SCRIPT = Path(__file__).with_name("atari_rank.py")
 PONG = {"id": "ALE/Pong-v5", "numEnvs": 2}
@@ -31,30 +28,8 @@ ALGORITHMS = {
 
 
 def launch(job: Job, timeout: float = 300) -> list[int]:
-    """Every rank as a process, the way a pod runs it; returns exit codes."""
-    port = free_ports(1)
-    procs = []
-    for rank in range(job.world_size):
-        env = {
-            **os.environ,
-            "RANK": str(rank), "WORLD_SIZE": str(job.world_size),
-            "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(job.world_size),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-            "KUBERL_METRICS_ADDR": "127.0.0.1", "KUBERL_FS_ROOT": str(job.rank_root(rank)),
-            "KUBERL_JOB": JOB, "KUBERL_RESTART": "0", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-        }
-        with open(job.root / f"rank-{rank}.log", "a") as log:  # the child keeps its own copy of the fd
-            procs.append(subprocess.Popen(
-                [sys.executable, str(RANK_SCRIPT), "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-            ))
-    try:
-        return [p.wait(timeout=timeout) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    """Every rank as a process running atari_rank.py, the way a pod runs the trainer; returns exit codes."""
+    return Ranks(job, extra_env={"OMP_NUM_THREADS": "1"}, program=[str(RANK_SCRIPT)]).wait(timeout)
 
 
 def logs(job: Job) -> str:

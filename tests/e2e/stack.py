@@ -38,6 +38,7 @@ from tests.e2e.test_dashboard import (
     free_port,
     scrape_config,
 )
+from tests.operator import operatorkit
 from tests.operator.operatorkit import Operator
 from tests.support.apiserver import StandinServer
 from tests.support.jobs import make_job
@@ -56,15 +57,9 @@ RESULTS = os.environ.get('KUBERL_E2E_RESULTS')  # where the scenario table is wr
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.2, explain=None):
-    """Poll until `predicate()` is truthy; deadlines come from the spec's own timeouts, with room for a loaded machine."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f'timed out after {timeout:.0f}s waiting for {what}' + (f'\n{explain()}' if explain else ''))
-        time.sleep(interval)
+    """operatorkit's wait with no default deadline (each comes from the spec's own timeouts, with room for a loaded
+    machine), polled half as often: the predicates here run kubectl and read Prometheus."""
+    return operatorkit.wait_for(predicate, timeout, what, interval, explain)
 
 
 def service_monitor_scrape_config(monitor: dict, target: str, service: str) -> dict:

@@ -134,14 +134,15 @@ def events(rest: Rest, name: str) -> list[dict]:
     return [e for e in items if e['involvedObject'].get('name') == name]
 
 
-def wait_for(predicate, timeout: float = 20.0, what: str = 'the condition', interval: float = 0.1):
+def wait_for(predicate, timeout: float = 20.0, what: str = 'the condition', interval: float = 0.1, explain=None):
+    """Poll until `predicate()` is truthy and return its value; on timeout, fail with `what` and `explain()`."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f'timed out after {timeout}s waiting for {what}')
+            raise AssertionError(f'timed out after {timeout:g}s waiting for {what}' + (f'\n{explain()}' if explain else ''))
         time.sleep(interval)
 
 

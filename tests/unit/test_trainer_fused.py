@@ -24,8 +24,9 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def module_step(agent, optimizer, obs, rows, hp):
-    """learners.AutogradPPOLearner.step's maths, without DDP (one micro-batch)."""
+def module_step(agent, optimizer, obs, rows, hp, keep_grads: bool = True):
+    """learners.AutogradPPOLearner.step's maths, without DDP (one micro-batch): the stats, and the gradients
+    before clipping (None without `keep_grads`: bench/fused_step.py times this step, and copies would count)."""
     actions = rows[:, :-5]
     actions = actions.squeeze(-1) if agent.discrete else actions
     old_log_prob, old_value, advantages, returns, valid = rows[:, -5:].unbind(1)
@@ -37,7 +38,7 @@ def module_step(agent, optimizer, obs, rows, hp):
     new_log_prob, entropy, new_value = agent(obs, actions)
     loss, stats = ppo_loss(new_log_prob, entropy, new_value, old_log_prob, old_value, advantages, returns, weight, hp)
     loss.backward()
-    grads = [p.grad.clone() for p in agent.parameters()]
+    grads = [p.grad.clone() for p in agent.parameters()] if keep_grads else None
     nn.utils.clip_grad_norm_(agent.parameters(), hp.max_grad_norm, foreach=True)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

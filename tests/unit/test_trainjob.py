@@ -6,9 +6,8 @@ note naming it. The fixtures reproduce the shapes of kubeflow/trainer's examples
 
 from __future__ import annotations
 
-import copy
-
 import pytest
+from conversion_support import assert_any_junk_anywhere_is_converted_or_refused
 from kuberl import cli
 from kuberl.core.render import PLACEHOLDER_UID, render_job
 from kuberl.core.rules import validate_job
@@ -156,33 +155,11 @@ def test_the_pods_get_what_trainer_gave_them():
     assert (env["PET_NNODES"], env["PET_NPROC_PER_NODE"], env["PET_NODE_RANK"], env["WORLD_SIZE"]) == ("3", "2", "2", "6")
 
 
-JUNK = [None, "x", 0, -1, True, [], {}, [None], {"a": None}, 1.5]
-
-
-def leaf_paths(value, path=()):
-    yield path
-    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, child in children:
-        yield from leaf_paths(child, (*path, key))
-
-
 def test_any_value_anywhere_converts_or_is_refused_with_a_path_never_a_traceback():
     doc = trainjob(image=IMAGE, numProcPerNode=1, env=[{"name": "A", "value": "1"}],
                    resourcesPerNode={"limits": {"cpu": "2"}})
     doc["spec"]["runtimePatches"] = PATCHES
-    for path in list(leaf_paths(doc))[1:]:
-        for junk in JUNK:
-            hostile = copy.deepcopy(doc)
-            node = hostile
-            for key in path[:-1]:
-                node = node[key]
-            node[path[-1]] = junk
-            before = copy.deepcopy(hostile)
-            try:
-                convert_trainjob(hostile)
-            except NotConvertible as e:
-                assert e.problems and all(p.path for p in e.problems)
-            assert hostile == before
+    assert_any_junk_anywhere_is_converted_or_refused(doc, convert_trainjob)
 
 
 def test_convert_run_and_validate_take_a_trainjob(tmp_path, capsys):
