@@ -174,15 +174,7 @@ def test_a_configuration_error_fails_at_once_naming_the_field_also_through_torch
     scenario.done(restarts=0, notes=f"{reason['message'][:100]}")
 
 
-CRASH_ON_EVERY_START = (
-    # rank 1 crashes at once; rank 0 hangs as if waiting for it, ignoring SIGTERM, with a child of its own.
-    "import os, signal, subprocess, sys, time\n"
-    "if os.environ['NODE_RANK'] == '1':\n"
-    "    sys.exit(3)\n"
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
-    "time.sleep(300)\n"
-)
+CRASH_ON_EVERY_START = (pathlib.Path(__file__).parent / 'scripts' / 'crash_on_every_start.py').read_text()
 
 
 def test_a_crash_on_every_start_exhausts_the_backoff_and_leaves_no_process(stack):

@@ -221,16 +221,8 @@ def test_a_configuration_error_fails_at_once_naming_the_field(tmp_path):
 
 
 def test_a_rank_crashing_on_every_start_exhausts_the_backoff_and_leaves_nothing(tmp_path):
-    # rank 0 hangs as if waiting for its peer, ignoring SIGTERM, with a child of its own;
-    # rank 1 crashes at once: the kubelet's SIGKILL and the group kill must clean up.
-    script = (
-        "import os, signal, subprocess, sys, time\n"
-        "if os.environ['NODE_RANK'] == '1':\n"
-        "    sys.exit(3)\n"
-        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
-        "time.sleep(300)\n"
-    )
+    # the kubelet's SIGKILL and the group kill must clean up after this script
+    script = (Path(__file__).parent / "scripts" / "crash_on_every_start.py").read_text()
     write_job(tmp_path, template={"spec": {"containers": [{"name": "trainer", "command": ["python", "-c", script]}]}},
               runPolicy={"restartBackoffSeconds": 0.2, "backoffLimit": 2, "terminationGracePeriodSeconds": 1})
     code, out = finish(start(tmp_path), timeout=90)

@@ -462,21 +462,29 @@ def read(path: str, max_bytes: int | None = None) -> dict:
     return state
 
 
-def _read_bytes(path: str, limit: int) -> bytes:
+@contextlib.contextmanager
+def _bounded_regular_file(path: str, limit: int, not_regular: str):
+    """`path` opened for reading, and its size: anything but a regular file refused (NotAFile(not_regular)),
+    and a file over `limit` bytes refused before a byte of it is read."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise NotAFile("not a regular file: skipped, and left alone")
+            raise NotAFile(not_regular)
         if info.st_size > limit:
             raise CheckpointTooLarge(path, info.st_size, limit)
         with os.fdopen(fd, "rb", closefd=False) as f:
-            head = f.readline(96)  # the header, so a file that is not a checkpoint is not read on
-            data = head
-            if HEADER.match(head.rstrip(b"\n")) is not None:  # no more than fstat said: a file that grew fails its checksum
-                data += f.read(max(0, info.st_size - len(head)))
+            yield f, info.st_size
     finally:
         os.close(fd)
+
+
+def _read_bytes(path: str, limit: int) -> bytes:
+    with _bounded_regular_file(path, limit, "not a regular file: skipped, and left alone") as (f, size):
+        head = f.readline(96)  # the header, so a file that is not a checkpoint is not read on
+        data = head
+        if HEADER.match(head.rstrip(b"\n")) is not None:  # no more than fstat said: a file that grew fails its checksum
+            data += f.read(max(0, size - len(head)))
     return data
 
 
@@ -500,17 +508,8 @@ def read_model(path: str, max_bytes: int | None = None) -> dict:
     """A final model file (a plain `torch.save` of a dict: `kuberl_trainer.policy`), bounded and decoded as a
     checkpoint's payload is: a regular file within the load limit, stored zip members, weights_only."""
     limit = load_limit() if max_bytes is None else max_bytes
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotAFile("not a regular file")
-        if info.st_size > limit:
-            raise CheckpointTooLarge(path, info.st_size, limit)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            payload = f.read(info.st_size)
-    finally:
-        os.close(fd)
+    with _bounded_regular_file(path, limit, "not a regular file") as (f, size):
+        payload = f.read(size)
     _stored_zip(payload)
     try:
         model = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
