@@ -107,17 +107,26 @@ def machine() -> dict:
     return info
 
 
-@section("ceiling", 40)
+@section("ceiling", 50)
 def ceiling() -> dict:
+    """Each backend's env-only rate, and how long it takes to build its envs and
+    reset them with a seed (most of a rank's startup: docs/gpus-and-atari.md)."""
+    import importlib.util
+
     import numpy as np
     from kuberl_trainer import atari, envs
 
     threads = atari.env_threads(os.cpu_count() or 1)
+    plan = [("ale", 16), ("ale", 64), ("gymnasium", 16)]  # 128 ale envs stepped no faster than 64 (2026-11-27)
+    if importlib.util.find_spec("envpool"):
+        plan += [("envpool", 16), ("envpool", 64)]
     rates = {}
-    for backend, num_envs in (("ale", 16), ("ale", 64), ("ale", 128), ("gymnasium", 16)):
-        vec = (atari.make_atari_envs(GAME, num_envs, {}, "ale", num_threads=threads) if backend == "ale"
-               else envs.make_envs(GAME, num_envs, {}, "gymnasium"))
+    for backend, num_envs in plan:
+        started = time.perf_counter()
+        vec = (envs.make_envs(GAME, num_envs, {}, "gymnasium") if backend == "gymnasium"
+               else atari.make_atari_envs(GAME, num_envs, {}, backend, num_threads=threads))
         vec.reset(seed=1)
+        built = time.perf_counter() - started
         rng = np.random.default_rng(0)
         steps, started = 0, time.perf_counter()
         while time.perf_counter() - started < 3.0:
@@ -126,7 +135,9 @@ def ceiling() -> dict:
         rate = steps / (time.perf_counter() - started)
         vec.close()
         rates[f"{backend}x{num_envs}"] = round(rate)
-        say(f"   {backend:<9} {num_envs:>3} envs ({threads if backend == 'ale' else 1} threads): {rate:>8,.0f} env steps/s")
+        rates[f"{backend}x{num_envs}_build_s"] = round(built, 2)
+        say(f"   {backend:<9} {num_envs:>3} envs ({1 if backend == 'gymnasium' else threads} threads): "
+            f"{rate:>8,.0f} env steps/s, built and reset in {built:.1f} s")
     return rates
 
 

@@ -3,7 +3,8 @@
 Env steps per second for each backend with random actions (no learner) --
 ale-py's threaded backend at 1 and 2 threads, with its scaling -- then PPO
 and DQN from pixels at world size 1 (acting, learning, the update's
-bookkeeping), and each run's peak resident memory. Besides wall
+bookkeeping), and each run's peak resident memory; for the envs alone, the
+seconds to build them and reset them with a seed (a rank's startup). Besides wall
 steps/s it prints steps per CPU-second of this process, which a machine
 shared with other work does not distort: a pod's rank with a dedicated core
 runs at about that rate (EnvPool's pool threads count in it too).
@@ -37,14 +38,16 @@ def peak_rss_mib() -> float:
 
 
 def env_only(backend: str, num_envs: int, seconds: float) -> dict:
+    started = time.perf_counter()
     envs = make_envs(ENV_ID, num_envs, {}, backend)
     envs.reset(seed=1)
+    built = time.perf_counter() - started
     rng = np.random.default_rng(1)
     steps, wall, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - wall < seconds:
         envs.step(rng.integers(0, 6, num_envs))
         steps += num_envs
-    result = _rates(steps, wall, cpu)
+    result = _rates(steps, wall, cpu) | {"build s": built}
     envs.close()
     return result
 
@@ -120,9 +123,11 @@ def main(argv: list[str] | None = None) -> None:
             result, rss = pool.submit(measure, run, backend, args, threads).result()
         rows.append((backend, threads, labels[run], result, rss))
     print(f"Pong per rank: {args.num_envs} envs, CPU")
-    print(f"{'backend':<10} {'threads':>7} {'run':<16} {'steps':>7} {'steps/s':>9} {'steps/cpu-s':>12} {'peak RSS MiB':>13}")
+    print(f"{'backend':<10} {'threads':>7} {'run':<16} {'steps':>7} {'steps/s':>9} {'steps/cpu-s':>12} {'peak RSS MiB':>13}"
+          f" {'build s':>8}")
     for backend, threads, run, r, rss in rows:
-        print(f"{backend:<10} {threads:>7} {run:<16} {r['steps']:>7} {r['steps/s']:>9.0f} {r['steps/cpu-s']:>12.0f} {rss:>13.0f}")
+        built = f"{r['build s']:>8.2f}" if "build s" in r else ""
+        print(f"{backend:<10} {threads:>7} {run:<16} {r['steps']:>7} {r['steps/s']:>9.0f} {r['steps/cpu-s']:>12.0f} {rss:>13.0f} {built}")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         ratios = sorted(pool.submit(thread_scaling, args.num_envs, 7, args.seconds / 5).result())
     print(f"ale's threaded env, 2 threads over 1: {ratios[len(ratios) // 2]:.2f}x, median of {len(ratios)} "
