@@ -701,5 +701,7 @@ class ChildRefused(Exception):
     """The API server refused to create a child: an input for the next decision, not a retry."""
 
     def __init__(self, refusal: lifecycle.Refusal):
-        super().__init__(refusal.message)
+        # The API server's words, which can quote the tenant's: escaped, for kopf should this ever reach it
+        # (it logs and posts str() of the exception); the refusal keeps them raw for the lifecycle, which escapes them.
+        super().__init__(safetext.one_line(refusal.message))
         self.refusal = refusal

@@ -27,7 +27,7 @@ import kopf
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from ..core import names
+from ..core import names, safetext
 from .metrics import OperatorMetrics
 
 RLTJ = (names.GROUP, names.VERSION, names.PLURAL)
@@ -52,7 +52,9 @@ class ApiError(Exception):
         self.status, self.reason, self.message, self.retry_after = status, reason, message, retry_after
 
     def __str__(self) -> str:
-        return self.message
+        # What kopf logs, and posts as an Event, for an error that reaches it: the server's message can quote a
+        # tenant's values (an admission webhook's words, a field's value), so escaped and on one line; `message` stays raw.
+        return safetext.one_line(self.message)
 
 
 class BadRequest(ApiError):
