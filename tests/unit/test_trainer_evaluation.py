@@ -3,6 +3,7 @@ Stable-Baselines3, and the startup line each rank prints (kuberl_trainer.startup
 
 import subprocess
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -50,9 +51,13 @@ def test_a_process_knows_how_long_ago_it_was_launched():
 def test_the_startup_line_splits_launch_to_first_step_into_phases():
     startup = Startup()
     startup.mark("rendezvous")
-    startup.mark("envs and networks")
+    envs_ready = time.monotonic()
+    time.sleep(0.01)
+    startup.mark("envs", at=envs_ready)  # taken when the envs were ready, marked after the networks
+    startup.mark("networks")
     seconds = startup.seconds()
-    assert list(seconds) == ["python and imports", "rendezvous", "envs and networks", "total"]
+    assert list(seconds) == ["python and imports", "rendezvous", "envs", "networks", "total"]
+    assert seconds["networks"] >= 0.01
     assert seconds["total"] == pytest.approx(sum(v for k, v in seconds.items() if k != "total"))
     assert seconds["python and imports"] > 0  # this test process started before Startup()
     line = startup.line(3)

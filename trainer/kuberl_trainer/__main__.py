@@ -137,7 +137,8 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
         except (UnknownEnv, PolicyMismatch, BufferTooLarge) as e:
             raise ConfigError(str(e)) from e
         _KEEP_ALIVE.append(trainer)
-        startup.mark("envs and networks")
+        startup.mark("envs", at=trainer.envs_ready_at)
+        startup.mark("networks")
         metrics = TrainerMetrics(config.job, ctx.rank, ctx.world_size)
         metrics.serve(os.environ.get(contract.ENV_METRICS_ADDR, "127.0.0.1"), spec.metrics.port, ctx.local_rank)
         log = print if ctx.is_main else (lambda *_a, **_k: None)

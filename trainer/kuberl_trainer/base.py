@@ -58,6 +58,8 @@ class BaseAlgorithm:
         self.ctx, self.env_backend = ctx, env_backend
         self.seed = rank_seed(seed, ctx.rank, restart)  # distinct per rank and gang restart
         self.envs = make_envs(env_id, num_envs, env_kwargs, env_backend, halves=halves)
+        self.next_obs, _ = self.envs.reset(seed=self.seed)
+        self.envs_ready_at = time.monotonic()  # startup's "envs" phase ends here, "networks" after _setup_model
         self.obs_shape = tuple(self.envs.single_observation_space.shape)
         self.action_space = self.envs.single_action_space
         self.counters = Counters()
@@ -66,7 +68,6 @@ class BaseAlgorithm:
         torch.manual_seed(seed)  # the same initial weights everywhere (rank 0's are broadcast anyway)
         self._setup_model(env_id, num_envs)
         torch.manual_seed(self.seed)  # this rank's torch randomness (action sampling)
-        self.next_obs, _ = self.envs.reset(seed=self.seed)
         self._evaluation_envs: tuple[str, gym.vector.VectorEnv] | None = None
 
     @contextlib.contextmanager

@@ -1,8 +1,8 @@
 """How long a rank takes from its process's launch to its first env step, by phase.
 
 A CartPole solve lasts seconds, so startup is a real share of it: one line per
-rank says where it went (python and imports, rendezvous, envs and networks,
-metrics server and resume), and `make bench` reports it beside SB3's.
+rank says where it went (python and imports, rendezvous, CUDA context, envs,
+networks, metrics server and resume), and `make bench` reports it beside SB3's.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ class Startup:
         self.marks: list[tuple[str, float]] = [("python and imports", now)]
         self.done = False
 
-    def mark(self, phase: str) -> None:
-        """`phase` ended now."""
-        self.marks.append((phase, time.monotonic()))
+    def mark(self, phase: str, at: float | None = None) -> None:
+        """`phase` ended now, or at `at` (time.monotonic())."""
+        self.marks.append((phase, time.monotonic() if at is None else at))
 
     def seconds(self) -> dict[str, float]:
         """Each phase's duration, in order, and "total": launch to the last mark."""
