@@ -3,6 +3,7 @@ accepts, parsed by the real CLI; unset, no flag is rendered (the operator's own
 defaults hold); the schema refuses 0, negatives and strings, naming the key."""
 
 import argparse
+import json
 
 import pytest
 from chart_support import (
@@ -15,7 +16,7 @@ from chart_support import (
     render,
 )
 from kuberl import cli
-from kuberl.operator.config import OperatorConfig, operator_config
+from kuberl.operator.config import MAX_WATCH_TIMEOUT, OperatorConfig, operator_config
 
 FLAGS = ("--scrape-interval", "--scrape-timeout", "--max-concurrent-reconciles", "--watch-timeout")
 
@@ -91,10 +92,17 @@ def test_every_rendered_flag_is_one_kuberl_operator_defines(values):
     ("maxConcurrentReconciles", 1.5, "got number, want null or integer"),
     ("watchTimeoutSeconds", 0, "exclusiveMinimum: got 0, want 0"),
     ("watchTimeoutSeconds", 2.5, "got number, want null or integer"),
+    ("watchTimeoutSeconds", MAX_WATCH_TIMEOUT + 1, "maximum: got 9.223372037×10⁰⁹"),  # Helm writes large numbers so
 ])
 def test_schema_refuses_a_bad_value_naming_the_key(key, value, expected):
     message = refusal({"operator": {key: value}})
     assert f"at '/operator/{key}': {expected}" in message
+
+
+def test_the_schema_allows_the_watch_timeouts_the_operator_takes():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    watch = schema["properties"]["operator"]["properties"]["watchTimeoutSeconds"]
+    assert (watch["exclusiveMinimum"], watch["maximum"]) == (0, MAX_WATCH_TIMEOUT)
 
 
 def test_a_misspelled_key_is_refused():

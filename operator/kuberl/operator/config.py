@@ -82,6 +82,10 @@ class OperatorConfig:
 
 
 MIN_PEERING_LIFETIME = 12  # kopf renews a record 5-10 s before it expires; less leaves no room for the PATCH
+# The API server turns timeoutSeconds into a Go time.Duration (int64 nanoseconds; handlers/get.go multiplies it by
+# time.Second): a longer watch wraps negative there, and a far longer one cannot even be a float here (kopf's
+# startup handler fails with OverflowError, and the operator never watches).
+MAX_WATCH_TIMEOUT = (2**63 - 1) // 10**9
 
 
 def operator_config(args: argparse.Namespace) -> OperatorConfig:
@@ -90,6 +94,11 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
     if lifetime is not None and lifetime < MIN_PEERING_LIFETIME:
         raise SystemExit(f"kuberl operator: --peering-lifetime={lifetime}: expected at least {MIN_PEERING_LIFETIME} seconds"
                          " (kopf renews a replica's record 5-10 s before it expires; chart value operator.peering.failoverSeconds)")
+    watch_timeout = getattr(args, "watch_timeout", None)
+    if watch_timeout is not None and not 1 <= watch_timeout <= MAX_WATCH_TIMEOUT:
+        raise SystemExit(f"kuberl operator: --watch-timeout={watch_timeout}: expected whole seconds from 1 to {MAX_WATCH_TIMEOUT}"
+                         " (the API server holds a watch's timeoutSeconds in nanoseconds, as an int64; chart value"
+                         " operator.watchTimeoutSeconds)")
     return OperatorConfig(
         trainer_image=getattr(args, "trainer_image", None) or os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE) or render.DEFAULT_IMAGE,
         trainer_pull_policy=os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_POLICY) or None,
