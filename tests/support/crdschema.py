@@ -76,6 +76,17 @@ def type_name(value: object) -> str:
     return 'null'
 
 
+def schema_nodes(schema: dict, path: str = ''):
+    """Every node of a schema with its path: properties by name, list items as [], map values as {}."""
+    yield path, schema
+    for name, child in (schema.get('properties') or {}).items():
+        yield from schema_nodes(child, f'{path}.{name}')
+    if isinstance(schema.get('items'), dict):
+        yield from schema_nodes(schema['items'], f'{path}[]')
+    if isinstance(schema.get('additionalProperties'), dict):
+        yield from schema_nodes(schema['additionalProperties'], f'{path}{{}}')
+
+
 def _join(path: str, key: str) -> str:
     return f'{path}.{key}' if path else key
 

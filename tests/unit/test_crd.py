@@ -18,6 +18,8 @@ from kuberl.core.rules import (
     optional_immutable_fields,
 )
 
+from tests.support.crdschema import schema_nodes
+
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "manifests" / "crd.yaml"
 # Kubernetes owns these; the CRD only narrows metadata.name.
@@ -38,17 +40,6 @@ def root_schema(doc=None):
     return (doc or checked_in())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
-def nodes(schema, path=""):
-    """Every schema node with its path: properties by name, items as [], map values as {}."""
-    yield path, schema
-    for name, child in (schema.get("properties") or {}).items():
-        yield from nodes(child, f"{path}.{name}")
-    if isinstance(schema.get("items"), dict):
-        yield from nodes(schema["items"], f"{path}[]")
-    if isinstance(schema.get("additionalProperties"), dict):
-        yield from nodes(schema["additionalProperties"], f"{path}{{}}")
-
-
 def test_checked_in_crd_equals_kuberl_crd_output():
     printed = io.StringIO()
     with redirect_stdout(printed):
@@ -58,7 +49,7 @@ def test_checked_in_crd_equals_kuberl_crd_output():
 
 
 def test_every_field_has_a_description():
-    missing = [p for p, node in nodes(root_schema()) if p and not p.startswith(tuple(EXEMPT)) and not node.get("description")]
+    missing = [p for p, node in schema_nodes(root_schema()) if p and not p.startswith(tuple(EXEMPT)) and not node.get("description")]
     assert missing == []
 
 
@@ -66,7 +57,7 @@ def test_every_list_map_and_string_is_bounded():
     """Unbounded lists, maps and strings make the API server assume the largest
     request size when it estimates CEL cost; a CRD over budget is refused."""
     unbounded = []
-    for path, node in nodes(root_schema()):
+    for path, node in schema_nodes(root_schema()):
         if path.startswith((*EXEMPT, ".status")):
             continue
         if node.get("type") == "array" and "maxItems" not in node:
@@ -81,12 +72,12 @@ def test_every_list_map_and_string_is_bounded():
 
 
 def test_status_lists_are_bounded_too():
-    for path, node in nodes(root_schema()["properties"]["status"], ".status"):
+    for path, node in schema_nodes(root_schema()["properties"]["status"], ".status"):
         assert node.get("type") != "array" or "maxItems" in node, path
 
 
 def test_schema_is_structural():
-    for path, node in nodes(root_schema()):
+    for path, node in schema_nodes(root_schema()):
         assert set(node) <= STRUCTURAL_KEYWORDS, f"{path}: {set(node) - STRUCTURAL_KEYWORDS}"
         assert "type" in node or node.get("x-kubernetes-int-or-string") or node.get("x-kubernetes-preserve-unknown-fields"), f"{path} has no type"
         if "anyOf" in node:
@@ -99,7 +90,7 @@ def test_schema_is_structural():
 
 def test_every_rule_has_a_message_and_a_known_reason():
     spec = root_schema()["properties"]["spec"]
-    for path, node in nodes(root_schema()):
+    for path, node in schema_nodes(root_schema()):
         for rule in node.get("x-kubernetes-validations", []):
             assert rule.get("message") or rule.get("messageExpression"), (path, rule)
             assert rule.get("reason", "FieldValueInvalid") in {"FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate"}

@@ -17,6 +17,7 @@ import yaml
 from kuberl.core.rules import CROSS_FIELD_RULES, immutable_changes, validate_job
 from kuberl.core.validation import InvalidJob
 
+from tests.support.crdschema import schema_nodes
 from tests.support.jobs import make_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -293,7 +294,7 @@ CASES = [
 
 
 def test_every_rule_compiles_and_fails_in_some_case_of_the_table():
-    rules = [(path, r) for path, node in _nodes(SCHEMA) for r in node.get("x-kubernetes-validations", [])]
+    rules = [(path, r) for path, node in schema_nodes(SCHEMA) for r in node.get("x-kubernetes-validations", [])]
     assert len(rules) >= 20
     fired = set()
     for _, new, old, _ in CASES:
@@ -313,14 +314,6 @@ def test_every_rule_compiles_and_fails_in_some_case_of_the_table():
     untested_immutables = {w for w, r in never if r == "self == oldSelf"}
     assert [n for n in never if n[1] != "self == oldSelf"] == []
     assert untested_immutables <= {".totalTimesteps", ".queueName", ".deterministic", ".ppo"}
-
-
-def _nodes(node, path=""):
-    yield path, node
-    for key, child in (node.get("properties") or {}).items():
-        yield from _nodes(child, f"{path}.{key}")
-    if isinstance(node.get("items"), dict):
-        yield from _nodes(node["items"], f"{path}[]")
 
 
 @pytest.mark.parametrize(("case", "new", "old", "refused"), CASES, ids=[c[0] for c in CASES])

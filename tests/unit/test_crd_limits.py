@@ -11,21 +11,11 @@ from kuberl.core.crd import crd
 from kuberl.core.rules import validate_job
 from kuberl.core.validation import InvalidJob
 
+from tests.support.crdschema import schema_nodes
 from tests.support.jobs import make_job
 
 LIMITS = ("maxItems", "maxProperties", "maxLength", "minLength", "minItems", "pattern", "minimum", "maximum", "enum")
 BASE = make_job("limits").minimal().obj()
-
-
-def schema_nodes(schema, path=""):
-    """(path, node): properties by name, list items as [], map values as {}."""
-    yield path, schema
-    for name, child in (schema.get("properties") or {}).items():
-        yield from schema_nodes(child, f"{path}.{name}")
-    if isinstance(schema.get("items"), dict):
-        yield from schema_nodes(schema["items"], f"{path}[]")
-    if isinstance(schema.get("additionalProperties"), dict):
-        yield from schema_nodes(schema["additionalProperties"], f"{path}{{}}")
 
 
 def sample(node):
