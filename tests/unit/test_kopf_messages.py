@@ -34,6 +34,8 @@ def test_an_api_error_reaches_kopf_escaped_and_keeps_the_raw_message_for_kuberl(
     error = kubeapi.api_error(status, body)
     assert_safe(what_kopf_gets(error))
     assert error.message == HOSTILE  # what child_refusal matches its patterns against
+    # KubeApi logs a retried call's error with repr() on kopf's per-object logger, which posts it too
+    assert not any(c in repr(error) for c in "\x1b\x07\u202e\u2066\n")
 
 
 def test_an_answer_from_a_proxy_reaches_kopf_escaped():
