@@ -3,10 +3,13 @@ and Stable-Baselines3, in one run of about ten minutes.
 
 Sections, each bounded in time and reported even when another fails:
   machine    GPU, driver, torch, cores
-  ceiling    ale-py's threaded vector env alone (random actions) at 16/64/128 envs,
-             gymnasium's one-core backend beside it
+  ceiling    ale-py's threaded vector env alone (random actions) at 16/64 envs,
+             gymnasium's one-core backend (and EnvPool, where installed) beside it,
+             each with the seconds it takes to build its envs
   update     PPO's update inside the trainer (samples/s, fp32 and bf16) and its
              rollout with and without stepping overlapped with acting
+  profile    torch.profiler over PPO's and DQN's learning: per optimiser step its
+             wall ms, aten ops, kernel launches and GPU-busy ms, and the top ops
   ppo        manifests/examples/pong-ppo-gpu.yaml through `kuberl run` with one
              GPU: env steps/s, GPU utilisation and memory, the startup split
              (a second, warm launch resumes it and reports its startup too)
@@ -235,6 +238,75 @@ def progress_rate(run_dir: Path, after_timesteps: int = 0) -> dict:
             "return_last": returns[-1] if returns else None}
 
 
+KERNEL_LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch")
+
+
+def learning_profile(device, ppo_envs: int = 64, ppo_steps: int = 32, dqn_envs: int = 32) -> dict:
+    """torch.profiler over one PPO learn() (4 epochs x 4 minibatches, as the GPU example)
+    and one DQN learn() (its gradient steps of 32): where an optimiser step's time goes.
+    Per step: wall ms (unprofiled), aten ops dispatched (each is at least one kernel
+    on a GPU), kernel launches and GPU-busy ms (CUDA only); then the top ops."""
+    import torch
+    from kuberl.core.spec import DQNConfig, PPOConfig
+    from kuberl_trainer.distributed import Dist
+    from kuberl_trainer.dqn import DQNTrainer
+    from kuberl_trainer.ppo import PPOTrainer
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    ctx = Dist(0, 1, 0, 1, device, None)
+
+    def measured(name: str, learn, steps: int) -> dict:
+        learn()  # warm: cudnn autotuning, allocator
+        if cuda:
+            torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        learn()
+        if cuda:
+            torch.cuda.synchronize(device)
+        wall = time.perf_counter() - started
+        with profile(activities=activities) as prof:
+            learn()
+            if cuda:
+                torch.cuda.synchronize(device)
+        events = prof.events()
+        top_level = [e for e in events if e.name.startswith("aten::")
+                     and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
+        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+        row = {"steps": steps, "wall_ms_per_step": round(wall * 1e3 / steps, 3),
+               "aten_ops_per_step": round(len(top_level) / steps, 1),
+               "kernel_launches_per_step": round(sum(e.name in KERNEL_LAUNCHES for e in events) / steps, 1),
+               "gpu_busy_ms_per_step": round(sum(e.time_range.elapsed_us() for e in kernels) / 1e3 / steps, 3)}
+        say(f"   {name}: {row['wall_ms_per_step']} ms per optimiser step, {row['aten_ops_per_step']} aten ops, "
+            f"{row['kernel_launches_per_step']} kernel launches, GPU busy {row['gpu_busy_ms_per_step']} ms")
+        table = prof.key_averages().table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total", row_limit=12)
+        say("\n".join("      " + line for line in table.splitlines()))
+        return row
+
+    hp = PPOConfig(num_steps=ppo_steps, num_minibatches=4, update_epochs=4)
+    ppo_trainer = PPOTrainer(ctx, hp, GAME, ppo_envs, {}, 10**9, 1, 0)
+    ppo_trainer.collect()
+    advantages, returns = ppo_trainer.advantages(False)
+    result = {"ppo": measured("PPO learn", lambda: ppo_trainer.learn(advantages, returns), 4 * 4)}
+    ppo_trainer.envs.close()
+
+    dqn_hp = DQNConfig(buffer_size=10_000, batch_size=32, learning_starts=dqn_envs * 8, train_frequency=4)
+    dqn_trainer = DQNTrainer(ctx, dqn_hp, GAME, dqn_envs, {}, 10**9, 1, 0)
+    while not dqn_trainer.learning():
+        dqn_trainer.collect(1.0)  # random actions until the buffer holds learning_starts
+    result["dqn"] = measured("DQN learn", dqn_trainer.learn, dqn_trainer.gradient_steps)
+    dqn_trainer.envs.close()
+    return result
+
+
+@section("profile", 60)
+def profile_learning() -> dict:
+    import torch
+
+    return learning_profile(torch.device("cuda", 0))
+
+
 @section("ppo", 150)
 def ppo(sampler: GpuSampler) -> dict:
     result = kuberl_run("manifests/examples/pong-ppo-gpu.yaml", 75, ["success.evalEvery=1000000"], sampler, warm_relaunch=True)
@@ -336,7 +408,7 @@ def main() -> int:
             solve(sampler)
             return 0
         only = set(filter(None, os.environ.get("GPU_CHECK_ONLY", "").split(",")))
-        for name, run in (("ceiling", ceiling), ("update", update), ("ppo", lambda: ppo(sampler)),
+        for name, run in (("ceiling", ceiling), ("update", update), ("profile", profile_learning), ("ppo", lambda: ppo(sampler)),
                           ("dqn", lambda: dqn(sampler)), ("sb3", sb3)):
             if not only or name in only:
                 run()

@@ -1,0 +1,38 @@
+"""`make gpu-check` (bench/gpu_check.py) off a GPU: what CI can run of it.
+
+Its GPU figures need a GPU; here it must say it skipped, and its learning
+profile (the section a GPU session reads to see where an optimiser step's
+time goes) must run on the same code with the CPU's profiler."""
+
+import importlib.util
+import pathlib
+
+import pytest
+import torch
+
+GPU_CHECK = pathlib.Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", GPU_CHECK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: make gpu-check runs for real")
+def test_without_a_gpu_it_says_it_skipped_and_exits_0(gpu_check, capsys):
+    assert gpu_check.main() == 0
+    assert "no CUDA GPU here: skipped" in capsys.readouterr().out
+
+
+def test_the_learning_profile_counts_what_one_optimiser_step_costs(gpu_check, capsys):
+    result = gpu_check.learning_profile(torch.device("cpu"), ppo_envs=4, ppo_steps=8, dqn_envs=4)
+    for algorithm, steps in (("ppo", 16), ("dqn", 1)):
+        row = result[algorithm]
+        assert row["steps"] == steps and row["wall_ms_per_step"] > 0
+        assert 20 < row["aten_ops_per_step"] < 1000  # a forward, a backward and Adam: tens of ops, not one
+        assert row["kernel_launches_per_step"] == 0 and row["gpu_busy_ms_per_step"] == 0  # none on a CPU
+    out = capsys.readouterr().out
+    assert "PPO learn:" in out and "DQN learn:" in out and "Self CPU" in out  # the top-ops tables
