@@ -241,9 +241,11 @@ def progress_rate(run_dir: Path, after_timesteps: int = 0) -> dict:
 KERNEL_LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch")
 
 
-def learning_profile(device, ppo_envs: int = 64, ppo_steps: int = 32, dqn_envs: int = 32) -> dict:
-    """torch.profiler over one PPO learn() (4 epochs x 4 minibatches, as the GPU example)
-    and one DQN learn() (its gradient steps of 32): where an optimiser step's time goes.
+def learning_profile(device, ppo_envs: int = 16, ppo_steps: int = 128, dqn_envs: int = 16) -> dict:
+    """torch.profiler over one PPO learn() (2,048 samples, 4 epochs x 4 minibatches, as the
+    GPU example) and one DQN learn() (its gradient steps of 32): where an optimiser step's
+    time goes. Few envs (the learning's shapes are the example's): ale-py builds each
+    emulator in 0.2 s, serially, and device time is short.
     Per step: wall ms (unprofiled), aten ops dispatched (each is at least one kernel
     on a GPU), kernel launches and GPU-busy ms (CUDA only); then the top ops."""
     import torch
