@@ -36,3 +36,11 @@ def test_the_learning_profile_counts_what_one_optimiser_step_costs(gpu_check, ca
         assert row["kernel_launches_per_step"] == 0 and row["gpu_busy_ms_per_step"] == 0  # none on a CPU
     out = capsys.readouterr().out
     assert "PPO learn:" in out and "DQN learn:" in out and "Self CPU" in out  # the top-ops tables
+
+
+def test_the_ratios_to_sb3_come_from_sections_of_the_same_run(gpu_check):
+    summary = {"ppo": {"env_steps_per_s": 7834}, "dqn": {"after_learning_starts_env_steps_per_s": 760},
+               "sb3": {"ppo_16envs_env_steps_per_s": 754, "dqn_32envs_env_steps_per_s_after_learning_starts": 380}}
+    assert gpu_check.ratios(summary) == ["PPO Pong: kuberl 7,834 env steps/s, SB3 754: 10.39x",
+                                         "DQN Pong at 32 envs: kuberl 760 env steps/s, SB3 380: 2.00x"]
+    assert gpu_check.ratios({"ppo": {"error": "RuntimeError: x"}, "sb3": {}}) == []  # a failed section: no ratio
