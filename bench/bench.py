@@ -802,7 +802,7 @@ def report(out: Path, args: argparse.Namespace, runs, probes, pendulum, operator
             f"{name} {'/'.join(fmt(peak(r), 0) for r in results)}" for name, results in probes.items() if results), "",
         "## 9. Launch to first env step, per rank (median s over the solve runs)", "",
         ("Each kuberl rank prints where its startup went (kuberl_trainer/startup.py: python and imports; rendezvous, config read"
-        " included; envs and networks, where a DDP wrapper's or torch.optim.Adam's first construction imports torch._dynamo (the fused path builds neither); metrics server and"
+        " included; envs, built and reset with the rank's seed; networks, where a DDP wrapper's or torch.optim.Adam's first construction imports torch._dynamo (the fused path builds neither); metrics server and"
         " checkpoint resume). SB3: launch to its first training step."), "",
         *startup_table(runs), "",
         "![curves](curves.png)", "", "![pendulum](pendulum.png)", "",
