@@ -105,6 +105,8 @@ def test_ppo_learns_pong_from_pixels_on_one_gpu(precision):
     assert trainer.train(session) == "budget"
     assert all(p.device == GPU for p in trainer.agent.parameters())
     assert session.reports and all(np.isfinite(v) for r in session.reports for v in r.losses.values())
+    final = device.on_host(trainer.final_model())  # as write_final_model saves it: loadable without a GPU
+    assert {t.device.type for t in final["agent"].values()} == {"cpu"}
 
 
 @pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=bf16)])

@@ -175,3 +175,27 @@ def test_adam_takes_torchs_fused_kernel_on_cuda_as_on_cpu(fake):
     agent = on_fake_cuda(fake, dqn.QNetwork(4, 2, [64, 64]))
     assert learners.adam(agent, CUDA, 1e-3).defaults["fused"] is True
     assert learners.adam(dqn.QNetwork(4, 2, [8]), torch.device("cpu"), 1e-3).defaults["fused"] is True
+
+
+def test_a_gpu_ranks_final_model_is_written_from_host_memory(fake, monkeypatch):
+    """A model trained on a GPU must load on a laptop with a plain torch.load:
+    write_final_model passes the algorithm's tensors through device.on_host."""
+    import types
+
+    from kuberl_trainer import session as sessions
+
+    agent = on_fake_cuda(fake, dqn.QNetwork(4, 2, [8]))
+    algorithm = types.SimpleNamespace(counters=types.SimpleNamespace(global_step=7), final_model=lambda: {
+        "agent": agent.state_dict(), "obs_norm": {"mean": agent.state_dict()["net.0.bias"], "count": 3.0},
+        "pair": (agent.state_dict()["net.0.weight"], 1), "hidden_sizes": [8]})
+    saved = []
+    monkeypatch.setattr(sessions.torch, "save", lambda model, _buffer: saved.append(model))
+    monkeypatch.setattr(sessions.checkpoint, "write_on_volume", lambda *_a, **_k: None)
+    spec = types.SimpleNamespace(algorithm="dqn", env=types.SimpleNamespace(id="CartPole-v1", kwargs={}))
+    session = types.SimpleNamespace(spec=spec, eval_return=None, final_model="model.pt", volume=lambda: None)
+    with fake:
+        sessions.TrainingSession.write_final_model(session, algorithm)
+    tensors = [*saved[0]["agent"].values(), saved[0]["obs_norm"]["mean"], saved[0]["pair"][0]]
+    assert agent.state_dict()["net.0.bias"].device == CUDA
+    assert {t.device for t in tensors} == {torch.device("cpu")}
+    assert saved[0]["obs_norm"]["count"] == 3.0 and saved[0]["pair"][1] == 1 and saved[0]["hidden_sizes"] == [8]

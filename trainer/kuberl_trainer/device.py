@@ -35,6 +35,19 @@ def to_device(array: np.ndarray | torch.Tensor, device: torch.device) -> torch.T
     return tensor.to(device, non_blocking=device.type == "cuda")
 
 
+def on_host(tree):
+    """`tree` (dicts, lists and tuples of tensors and plain values) with every
+    tensor copied to host memory: a model a GPU rank saves then loads where
+    there is no GPU, with a plain torch.load (no map_location)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu()
+    if isinstance(tree, dict):
+        return {key: on_host(value) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(on_host(value) for value in tree)
+    return tree
+
+
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
     """bf16 autocast on `device` when precision is "bf16" (CUDA or CPU:
     the CPU path runs the very code a GPU would), else nothing."""

@@ -27,6 +27,7 @@ from kuberl.core import contract, names
 from kuberl.core.trainerconfig import TrainerConfig
 
 from . import checkpoint, distributed
+from .device import on_host
 from .distributed import Dist, PeerLost
 from .envs import rank_seed
 from .metrics import TrainerMetrics
@@ -367,9 +368,10 @@ class TrainingSession:
 
     def write_final_model(self, algorithm: Algorithm) -> None:
         """The algorithm's part (final_model) plus what every final model
-        carries; loadable with torch.load(weights_only=True)."""
+        carries; loadable with torch.load(weights_only=True), on a machine
+        without a GPU too (its tensors are written from host memory)."""
         model = {
-            **algorithm.final_model(),
+            **on_host(algorithm.final_model()),
             "format": 1,  # kuberl_trainer.policy documents the file and loads it
             "algorithm": self.spec.algorithm,
             "env_id": self.spec.env.id,
