@@ -251,6 +251,9 @@ def test_a_job_edited_in_a_loop_keeps_up_quietly_and_its_gang_is_not_restarted(s
     editor = threading.Thread(target=edit)
     editor.start()
     time.sleep(4)
+    busy_machine = time.monotonic() + 30  # under load 50 edits can take longer than 4 s: the edits, not the time, matter
+    while edits[0] <= 50 and time.monotonic() < busy_machine:
+        time.sleep(0.1)
     stop.set()
     editor.join()
     assert edits[0] > 50
