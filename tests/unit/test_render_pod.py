@@ -76,6 +76,7 @@ def test_one_process_per_pod_environment(rank):
         "KUBERL_CONFIG": "/etc/kuberl/config.json",
         "KUBERL_METRICS_ADDR": "0.0.0.0",
         "OMP_NUM_THREADS": {"resourceFieldRef": {"containerName": "trainer", "resource": "limits.cpu", "divisor": "1"}},
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "30",
         "PYTHONUNBUFFERED": "1",
     }
 
@@ -89,6 +90,16 @@ def test_several_processes_per_pod_set_world_size_and_rank_as_pytorchjob_does():
     assert "LOCAL_RANK" not in env
     assert (env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"], env["MASTER_PORT"]) == ("3", "2", "4", "23456")
     assert (env["PET_NNODES"], env["PET_NODE_RANK"], env["PET_NPROC_PER_NODE"], env["PET_MASTER_PORT"]) == ("3", "2", "4", "23456")
+
+
+def test_torchs_launcher_waits_the_pods_grace_period_for_its_children_after_a_sigterm():
+    """torchrun passes the kubelet's SIGTERM on to its children, then kills them after its
+    shutdown timeout: 30 s by default, while a pod's trainers stop at an update boundary and
+    checkpoint within terminationGracePeriodSeconds (120 in the 4-GPU examples)."""
+    env = env_of(pods(make_job(procsPerWorker=4, runPolicy={"terminationGracePeriodSeconds": 120}))[0])
+    assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "120"
+    assert torchrun_config(env).shutdown_timeout == 120  # what torch's own launcher reads from it
+    assert torchrun_config({}).shutdown_timeout == 30
 
 
 def torchrun_config(env: dict):
@@ -133,10 +144,11 @@ def test_every_identity_name_rendered_is_reserved_and_tuning_names_are_not():
     for procs in (1, 2):
         for target in ("cluster", "local"):
             env.update(env_of(pods(make_job(procsPerWorker=procs), target=target)[1]))
-    identity = set(env) - {"OMP_NUM_THREADS", "PYTHONUNBUFFERED"}
+    tuning = {"OMP_NUM_THREADS", "PYTHONUNBUFFERED", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"}
+    identity = set(env) - tuning
     assert identity <= contract.RESERVED_ENV_NAMES
     assert all(contract.is_reserved_env(n) for n in identity)
-    assert not contract.is_reserved_env("OMP_NUM_THREADS") and not contract.is_reserved_env("PYTHONUNBUFFERED")
+    assert not any(contract.is_reserved_env(n) for n in tuning)
     assert contract.is_reserved_env("KUBERL_ANYTHING") and not contract.is_reserved_env("PET_MAX_RESTARTS")
 
 

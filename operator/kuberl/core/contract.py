@@ -76,6 +76,10 @@ ENV_PET_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"  # always MASTER_ADDR:MASTER_PORT: t
 ENV_PET_RDZV_ID = "PET_RDZV_ID"
 ENV_PET_RDZV_CONF = "PET_RDZV_CONF"  # is_host=true on worker 0 only: c10d's store lives there
 ENV_PET_LOCAL_ADDR = "PET_LOCAL_ADDR"  # this pod's DNS name: where c10d's workers find group rank 0
+# How long torch's launcher (torchrun, in a pod of several processes) waits for its
+# children after passing on a SIGTERM before it kills them (torch/distributed/launcher/api.py
+# reads it; 30 s unset): kuberl sets the pod's grace period, so a stop's checkpoint has it all.
+ENV_TORCH_SHUTDOWN_TIMEOUT = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 # Set only when pods run as local processes: the directory that stands in for
 # the pod's filesystem root, so absolute mount paths in the rendered pod need
 # no rewriting.
@@ -83,7 +87,7 @@ ENV_FS_ROOT = "KUBERL_FS_ROOT"
 
 # The identity kuberl gives each pod: a spec's env may not set these (two pods
 # both rank 0 wait forever), nor any KUBERL_ name. Tuning names stay the user's:
-# OMP_NUM_THREADS, PYTHONUNBUFFERED, and torch launcher flags kuberl does not
+# OMP_NUM_THREADS, PYTHONUNBUFFERED, TORCH_ELASTIC_SHUTDOWN_TIMEOUT, and torch launcher flags kuberl does not
 # set (PET_MAX_RESTARTS, PET_RDZV_BACKEND: a script's own choice).
 RESERVED_ENV_NAMES = frozenset({
     ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_NNODES, ENV_NODE_RANK, ENV_NPROC_PER_NODE,

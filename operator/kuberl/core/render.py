@@ -150,6 +150,9 @@ def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart:
     OMP_NUM_THREADS is the container's CPU limit rounded up; with several
     processes per pod the trainer divides it by its local world size, and a
     custom command's launcher (torchrun: 1 each) chooses it.
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT gives torch's launcher the pod's grace period
+    to wait for its children after a SIGTERM (its own default, 30 s, killed a
+    4-GPU pod's ranks before their stop checkpoint).
     """
     master_addr = names.master_addr(job, namespace)
     port = spec.rendezvous.port
@@ -193,6 +196,7 @@ def pod_environment(job: str, namespace: str, spec: JobSpec, rank: int, restart:
                 "resourceFieldRef": {"containerName": names.TRAINER_CONTAINER, "resource": "limits.cpu", "divisor": "1"}
             },
         })
+    env.append(_env(contract.ENV_TORCH_SHUTDOWN_TIMEOUT, spec.run_policy.termination_grace_period_seconds))
     env.append(_env("PYTHONUNBUFFERED", 1))
     return env
 
