@@ -6,7 +6,7 @@ import json
 
 from kuberl.core.render import Job
 from kuberl.core.rules import validate_job
-from kuberl.local.runner import summary
+from kuberl.local.runner import EXIT_INTERRUPTED, summary
 
 from tests.support.jobs import make_job
 
@@ -30,3 +30,19 @@ def test_a_record_naming_a_file_elsewhere_or_gone_is_not_taken(tmp_path):
                                              + json.dumps({"timesteps": 7, "checkpoint": "ckpt-0000000001.pt"}) + "\n")
     line = summary(JOB, {"checkpoints": str(tmp_path), "model": str(tmp_path / "m.pt")}, FAILED, 1, 9.0)
     assert "newest checkpoint" not in line and "at 7 timesteps" in line, line
+
+
+def test_a_stopped_run_promises_a_resume_only_from_a_checkpoint_on_disk(tmp_path):
+    """Ranks killed before their stop checkpoint (torchrun's 30 s, before pods got
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT) left progress records and no checkpoint, and the
+    run still said "run the same command again to resume": it would have started over."""
+    (tmp_path / "progress.jsonl").write_text(json.dumps({"timesteps": 8192}) + "\n")
+    paths = {"checkpoints": str(tmp_path), "model": str(tmp_path / "m.pt")}
+    line = summary(JOB, paths, {"phase": "Suspended"}, EXIT_INTERRUPTED, 151.0)
+    assert line == "j stopped at 8,192 timesteps after 151s before any checkpoint was saved; the same command starts over"
+    (tmp_path / "ckpt-0000000001.pt").write_bytes(b"a checkpoint")
+    (tmp_path / "progress.jsonl").write_text(json.dumps({"timesteps": 8192, "checkpoint": "ckpt-0000000001.pt"}) + "\n")
+    line = summary(JOB, paths, {"phase": "Suspended"}, EXIT_INTERRUPTED, 160.0)
+    assert line.endswith("(newest checkpoint ckpt-0000000001.pt at 8,192 timesteps); run the same command again to resume")
+    custom = {"checkpoints": str(tmp_path / "elsewhere"), "model": None}  # a custom trainer keeps its own checkpoints
+    assert summary(JOB, custom, {}, EXIT_INTERRUPTED, 5.0).endswith("run the same command again to resume")

@@ -746,7 +746,11 @@ def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float)
                 f"model {shown(cluster_paths['model'])}; {where}; restarts {status.get('restarts', 0)}")
     failed = next((c for c in status.get("conditions", []) if c["type"] == lifecycle.CONDITION_FAILED and c["status"] == "True"), None)
     if code == EXIT_INTERRUPTED:
-        return f"{job.name} stopped at {timesteps:,} timesteps after {wall:.0f}s; {where}; run the same command again to resume"
+        if newest is None and cluster_paths["model"] is not None:  # kuberl's trainer saved none: "resume" would be a broken promise
+            return (f"{job.name} stopped at {timesteps:,} timesteps after {wall:.0f}s before any checkpoint was saved; "
+                    "the same command starts over")
+        return (f"{job.name} stopped at {timesteps:,} timesteps after {wall:.0f}s; {where}{saved}; "
+                "run the same command again to resume")
     reason = f"{failed['reason']}: {failed['message']}" if failed else status.get("phase", "?")
     return f"{job.name} failed after {wall:.0f}s at {timesteps:,} timesteps{saved}: {reason}"
 
