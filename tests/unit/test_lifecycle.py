@@ -140,6 +140,10 @@ CASES = [
     Case("pod-lost", (Pod(0).running(),), lc.RESTARTING, lc.REASON_POD_LOST, False, "disappeared"),
     Case("stopped-by-a-signal", (Pod(0).exited(0, "Stopped: at 900; resumable"), Pod(1).exited(0, "Stopped: at 900; resumable")),
          lc.RESTARTING, "Stopped", False),
+    # ... but only from a pod that exited 0: torch's launcher exited 1 after a clean stop until
+    # kuberl_trainer.launch made it exit 0 (tests/distributed/test_pod_launcher.py)
+    Case("stopped-but-exited-1", (Pod(0).exited(1, "Stopped: at 900; resumable"), Pod(1).exited(1, "Stopped: at 900; resumable")),
+         lc.RESTARTING, "Stopped", True),
     # not counted: start-up problems, retried up to maxStartupRetries
     Case("never-scheduled", (Pod(0).running(), Pod(1).unschedulable()), lc.RESTARTING, "Unschedulable", False,
          "startupTimeoutSeconds=50", at=T0 + 50, fresh=True),

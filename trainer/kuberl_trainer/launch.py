@@ -7,17 +7,28 @@ interface (`*:MASTER_PORT`) whatever address it is given. Where MASTER_ADDR is a
 bound to that address (distributed.loopback_server), and torchrun's own TCPStore, multi-tenant,
 takes the server already running on its port in this process instead of binding another. Anywhere
 else this is `python -m torch.distributed.run` with the same arguments.
+
+A SIGTERM (a node drained, a job suspended) reaches torch's launcher, which passes it on to its
+ranks, waits for them (TORCH_ELASTIC_SHUTDOWN_TIMEOUT: the pod's grace period) and re-raises it
+as a SignalException: a traceback and exit 1, which the operator counted as a failure of the
+workload. When the ranks stopped cleanly (rank 0 saved its checkpoint and stated "Stopped" in the
+pod's termination log) the pod exits 0 instead, as a pod of one process does; otherwise
+128 + the signal, as a process the signal killed.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import timedelta
 
+from kuberl.core import contract, names
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.run import get_args_parser, get_rdzv_endpoint
 from torch.distributed.run import main as torchrun
 
 from .distributed import loopback_server
+from .paths import host_path
 
 # The agent's store outlives every rendezvous timeout torchrun gives it; only our own client uses this.
 STORE_TIMEOUT = timedelta(hours=1)
@@ -33,9 +44,25 @@ def main(argv: list[str] | None = None) -> None:
         held = loopback_server(host.strip("[]"), port, int(nodes), STORE_TIMEOUT, multi_tenant=True)
     try:
         torchrun(argv)
+    except SignalException as e:
+        print(f"kuberl launcher: {e.sigval.name} passed on to the ranks; they have exited", file=sys.stderr, flush=True)
+        sys.exit(contract.EXIT_OK if ranks_stopped_cleanly() else 128 + int(e.sigval))
     finally:
         if held is not None:
             held[1].close()
+
+
+def ranks_stopped_cleanly() -> bool:
+    """The pod's termination log states "Stopped": the ranks' last word, written after they saved."""
+    path = host_path(names.TERMINATION_LOG)
+    if not os.path.isfile(path):  # none written, or not a file the ranks could have written (a FIFO would block)
+        return False
+    try:
+        with open(path) as f:
+            stated = contract.stated_reason(f.read(4096))  # as much as the kubelet keeps
+    except OSError:
+        return False
+    return stated is not None and stated[0] == contract.REASON_STOPPED
 
 
 if __name__ == "__main__":

@@ -1,0 +1,38 @@
+"""A pod of several processes (procsPerWorker > 1) runs kuberl_trainer.launch, torch's launcher:
+what it does when the kubelet sends the pod SIGTERM (a node drained, a job suspended)."""
+
+import signal
+import time
+
+from tests.distributed.support import Ranks, make_job
+from tests.support.ports import free_ports
+
+
+def launcher(port: int, procs: int) -> list[str]:
+    """The command render.trainer_command gives such a pod, with this machine's rendezvous."""
+    return ["-m", "kuberl_trainer.launch", "--nnodes=1", "--node-rank=0", f"--nproc-per-node={procs}",
+            "--master-addr=127.0.0.1", f"--master-port={port}", "--rdzv-backend=static", "--max-restarts=0",
+            "-m", "kuberl_trainer"]
+
+
+def test_a_pod_of_two_ranks_stopped_by_sigterm_checkpoints_and_exits_0_as_a_one_process_pod(tmp_path):
+    """torchrun re-raised the SIGTERM it passed on as a SignalException: a traceback and exit 1,
+    which the operator counts against backoffLimit, where a one-process pod exits 0 with
+    "Stopped". The ranks get the pod's grace period (TORCH_ELASTIC_SHUTDOWN_TIMEOUT), save,
+    state "Stopped", and the launcher exits 0."""
+    job = make_job(tmp_path, world_size=1, procsPerWorker=2, metrics={"port": free_ports(2)})
+    pod = Ranks(job, extra_env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "60"}, program=launcher(free_ports(1), 2))
+    try:
+        pod.wait_for_updates(3, timeout=90)
+        pod.signal(0, signal.SIGTERM)
+        started = time.monotonic()
+        [code] = pod.wait(timeout=90)
+    finally:
+        pod.kill()
+    log = pod.log(0)
+    assert code == 0, log[-3000:]
+    assert time.monotonic() - started < 60
+    assert job.termination_log(0).startswith("Stopped: stopped at timesteps"), job.termination_log(0)
+    assert list(job.checkpoint_dir.glob("ckpt-*.pt")), "the stop's checkpoint"
+    assert "SignalException" not in log and "Traceback" not in log, log[-3000:]
+    assert "kuberl launcher: SIGTERM passed on to the ranks; they have exited" in log
