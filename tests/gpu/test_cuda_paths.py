@@ -47,6 +47,15 @@ def test_the_rank_computes_on_the_gpu_named_by_local_rank(monkeypatch):
     assert distributed.choose_backend("auto") == "nccl"
 
 
+@pytest.mark.skipif(torch.cuda.device_count() > 1, reason="needs a machine with exactly one GPU")
+def test_a_second_process_on_a_one_gpu_machine_is_refused_naming_gpus_per_worker(monkeypatch):
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(distributed.BadEnvironment, match="spec.gpusPerWorker: this pod runs 2 process"), \
+            distributed.process_group("auto"):
+        pass
+
+
 def test_collectives_run_on_cuda_tensors_through_nccl(tmp_path):
     with nccl_group(tmp_path) as ctx:
         values = torch.arange(4, dtype=torch.float64)

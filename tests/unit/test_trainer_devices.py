@@ -199,3 +199,22 @@ def test_a_gpu_ranks_final_model_is_written_from_host_memory(fake, monkeypatch):
     assert agent.state_dict()["net.0.bias"].device == CUDA
     assert {t.device for t in tensors} == {torch.device("cpu")}
     assert saved[0]["obs_norm"]["count"] == 3.0 and saved[0]["pair"][1] == 1 and saved[0]["hidden_sizes"] == [8]
+
+
+def test_a_pod_with_fewer_gpus_than_processes_is_a_configuration_error_naming_the_field():
+    """`kuberl run` of a 4-GPU example on a 1-GPU machine crashed each rank past the first with
+    "invalid device ordinal", and each restart met it again."""
+    from kuberl_trainer.distributed import BadEnvironment, cuda_device
+
+    assert cuda_device(3, 4, 4) == torch.device("cuda", 3)
+    with pytest.raises(BadEnvironment) as refused:
+        cuda_device(1, 4, 1)
+    assert str(refused.value).startswith("spec.gpusPerWorker: this pod runs 4 process(es), one per GPU, but sees 1")
+    assert "--set gpusPerWorker=1" in str(refused.value)
+
+
+def test_rank_0_says_when_the_spec_asks_for_gpus_and_torch_sees_none():
+    assert device.gpus_missing(0, torch.device("cpu")) is None
+    assert device.gpus_missing(4, CUDA) is None
+    note = device.gpus_missing(4, torch.device("cpu"))
+    assert note.startswith("spec.gpusPerWorker is 4, but torch ") and "train on the CPU" in note

@@ -43,6 +43,7 @@ from . import dqn, fused, ppo
 from .budget import BufferTooLarge
 from .checkpoint import CheckpointVolumeFull, UnusableCheckpoint
 from .device import describe as describe_device
+from .device import gpus_missing
 from .device import tune as tune_device
 from .distributed import BadEnvironment, PeerLost, process_group
 from .envs import UnknownEnv
@@ -147,6 +148,8 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
             print(f"kuberl trainer: job {config.job}, {ctx.world_size} rank(s), backend {ctx.backend or 'none'}, "
                   f"{trainer.num_updates} updates of {trainer.batch_per_rank * ctx.world_size} steps, "
                   f"rank 0 on {describe_device(ctx.device)}", flush=True)
+            if note := gpus_missing(spec.gpus_per_worker, ctx.device):
+                print(f"kuberl trainer: {note}", flush=True)
         try:
             outcome = trainer.train(session)
         except PeerLost:

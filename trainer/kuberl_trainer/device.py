@@ -68,6 +68,16 @@ def tune(device: torch.device, deterministic: bool) -> None:
     torch.backends.cudnn.allow_tf32 = True
 
 
+def gpus_missing(gpus_per_worker: int, device: torch.device) -> str | None:
+    """A line for rank 0's log when the spec asks for GPUs and the rank computes on the CPU
+    anyway: a CPU build of torch in a GPU pod leaves its GPUs idle, and `kuberl run` of a GPU
+    example on a machine without one trains on CPU (it can; the user should know)."""
+    if gpus_per_worker == 0 or device.type == "cuda":
+        return None
+    return (f"spec.gpusPerWorker is {gpus_per_worker}, but torch {torch.__version__} sees no CUDA device here "
+            f"(a CPU build of torch, or no GPU on this machine): the ranks train on the CPU")
+
+
 def describe(device: torch.device) -> str:
     """One line for the start-up log: what this rank computes on."""
     if device.type == "cuda":

@@ -263,6 +263,19 @@ def loopback_store(master: str, port_text: str | None, world_size: int,
     return (dist.PrefixStore("default_pg", hosted[0]), hosted[1]) if hosted else None
 
 
+def cuda_device(local_rank: int, local_world_size: int, visible: int) -> torch.device:
+    """The GPU a rank computes on: its LOCAL_RANK among the devices its pod sees. A pod
+    that sees fewer GPUs than it runs processes (a template's own limits, or `kuberl run`
+    on a machine with fewer GPUs than the spec asks) is a configuration error naming the
+    field, not an "invalid device ordinal" crash every restart meets again."""
+    if local_rank >= visible:
+        raise BadEnvironment(
+            f"spec.gpusPerWorker: this pod runs {local_world_size} process(es), one per GPU, but sees {visible} "
+            f"CUDA device(s) (LOCAL_RANK {local_rank}); give each pod as many GPUs as processes "
+            f"(on one machine: kuberl run ... --set gpusPerWorker={visible})")
+    return torch.device("cuda", local_rank)
+
+
 @contextlib.contextmanager
 def process_group(
     backend: str = "auto",
@@ -277,8 +290,8 @@ def process_group(
     local_world_size = _int_env(contract.ENV_LOCAL_WORLD_SIZE, _int_env(contract.ENV_NPROC_PER_NODE, 1))
     chosen = choose_backend(backend)
     if chosen == "nccl":
-        torch.cuda.set_device(local_rank)  # before the group: NCCL binds to it
-        device = torch.device("cuda", local_rank)
+        device = cuda_device(local_rank, local_world_size, torch.cuda.device_count())
+        torch.cuda.set_device(device)  # before the group: NCCL binds to it
     else:
         device = torch.device("cpu")
     pin_threads(local_world_size, local_rank, split_cpus=chosen != "nccl")
