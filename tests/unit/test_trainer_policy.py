@@ -102,6 +102,7 @@ def test_kuberl_eval_prints_mean_and_std_and_writes_a_gif_and_an_export(tmp_path
     assert main(["eval", path, "--episodes", "3", "--video", str(gif), "--export", str(ts)]) == 0
     out = capsys.readouterr().out
     assert "CartPole-v1: mean return" in out and "± " in out and "over 3 episode(s)" in out
+    assert f"; model {path})" in out  # outside the working directory: its absolute path, not ../../tmp/...
     from PIL import Image
 
     with Image.open(gif) as image:

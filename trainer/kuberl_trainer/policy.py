@@ -333,7 +333,7 @@ def cmd_eval(args: Any) -> int:
         returns = evaluate(policy, args.episodes, args.seed)
         trained = f"{policy.timesteps:,} timesteps" if isinstance(policy.timesteps, int) else "timesteps unknown"
         print(f"{policy.env_id}: mean return {returns.mean():.1f} ± {returns.std():.1f} over {args.episodes} episode(s)"
-              f" ({policy.algorithm}, {trained}; model {os.path.relpath(source)})")
+              f" ({policy.algorithm}, {trained}; model {_shown(source)})")
         if args.video:
             total, count = record(policy, args.video, args.seed)
             print(f"video: {args.video} ({count} frames, return {total:.1f})")
