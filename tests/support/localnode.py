@@ -243,7 +243,7 @@ class LocalNode:
             configmaps = self._configmaps(pod)
             entry.process = local_process.start_pod(
                 in_own_network_namespace(pod, entry.ip), entry.ip, str(self.workdir / 'pods' / namespace / name), configmaps,
-                lambda cm: self._configmap_dir(namespace, cm, configmaps), lambda claim: self._claim_dir(namespace, claim),
+                lambda claim: self._claim_dir(namespace, claim),
                 self._resolver(namespace), prefix=f'[{name}]', out=self.output,
                 log_path=str(self.workdir / 'logs' / f'{namespace}_{name}.log'))
         except NameNotResolvable:
@@ -321,15 +321,6 @@ class LocalNode:
             if reply.status == 200:
                 found[name] = dict(reply.body.get('data') or {})
         return found
-
-    def _configmap_dir(self, namespace: str, name: str, configmaps: dict) -> str:
-        if name not in configmaps:
-            raise sandbox.LocalRunError(f'configmap "{name}" not found')
-        path = self.workdir / 'configmaps' / namespace / name
-        path.mkdir(parents=True, exist_ok=True)
-        for key, value in configmaps[name].items():
-            (path / key).write_text(value)
-        return str(path)
 
     def _claim_dir(self, namespace: str, claim: str) -> str:
         if self.rest.get(f'/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}').status != 200:

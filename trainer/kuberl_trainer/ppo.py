@@ -204,8 +204,6 @@ class Rollout:
             setattr(self, name, host_zeros(shape, dtype, device) if name == "obs" else np.zeros(shape, dtype))
         self.obs_t = torch.from_numpy(self.obs)
         self.actions_t = torch.from_numpy(self.actions)
-        self.log_probs_t = torch.from_numpy(self.log_probs)
-        self.values_t = torch.from_numpy(self.values)
 
 
 # --- The trainer ---------------------------------------------------------

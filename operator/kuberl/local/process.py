@@ -405,7 +405,6 @@ def start_pod(
     pod_ip: str,
     sandbox: str,
     configmaps: Mapping[str, Mapping[str, str]],
-    configmap_dir: Callable[[str], str] | None,
     claim_dir: Callable[[str], str],
     resolve: Callable[[str], str],
     prefix: str,
@@ -414,8 +413,8 @@ def start_pod(
     base_env: Mapping[str, str] | None = None,
     node_cpus: int | None = None,
 ) -> PodProcess:
-    """Everything a kubelet does to start a pod's trainer container here. `configmap_dir` is no
-    longer read: configMap volumes are projected from `configmaps` into the pod's own sandbox."""
+    """Everything a kubelet does to start a pod's trainer container here; configMap volumes are
+    projected from `configmaps` into the pod's own sandbox."""
     container = trainer_container(pod)
     check_sources(pod, container)
     env = container_env(pod, container, pod_ip, configmaps, resolve, node_cpus)

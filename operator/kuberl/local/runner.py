@@ -350,7 +350,7 @@ class LocalCluster:
             name, rank = entry.pod["metadata"]["name"], int(entry.pod["metadata"]["labels"][names.LABEL_RANK])
             process = start_pod(
                 entry.pod, entry.ip, os.path.join(self.run_dir, "pods", name), self.configmaps,
-                None, self.claim_dir, resolver, prefix=self.prefix(rank), out=self.out,
+                self.claim_dir, resolver, prefix=self.prefix(rank), out=self.out,
                 log_path=os.path.join(logs, f"{name}-g{generation}.log"),
             )
             self.pods[name] = LocalPod(entry.pod, entry.ip, rank, generation, process)
