@@ -394,3 +394,11 @@ def test_rank_0_builds_its_atari_evaluation_envs_once(monkeypatch):
         with trainer.evaluation_envs("CartPole-v1", 1, {}):
             pass
     assert len(built) == 4  # any other env: a fresh set each time
+
+
+def test_rank_0_says_it_is_building_many_atari_envs_before_the_seconds_it_takes():
+    assert atari.build_note("ALE/Pong-v5", 64, "auto") == (
+        "building 64 ALE/Pong-v5 envs per rank (about 0.1-0.2 s each, one after another)")
+    assert "EnvPool builds them on its threads" in atari.build_note("ALE/Pong-v5", 64, "envpool")
+    assert atari.build_note("ALE/Pong-v5", 8, "auto") is None  # a second or so: nothing to explain
+    assert atari.build_note("CartPole-v1", 64, "auto") is None

@@ -39,7 +39,7 @@ import torch
 from kuberl.core import contract, names, trainerconfig
 from kuberl.core.validation import InvalidJob
 
-from . import dqn, fused, ppo
+from . import atari, dqn, fused, ppo
 from .budget import BufferTooLarge
 from .checkpoint import CheckpointVolumeFull, UnusableCheckpoint
 from .device import describe as describe_device
@@ -132,6 +132,8 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
             startup.mark("cuda context")
         tune_device(ctx.device, spec.deterministic)
         fused.flush_subnormals()  # this thread runs the learner: Adam's dead moments cost no more than live ones
+        if ctx.is_main and (note := atari.build_note(spec.env.id, spec.env.num_envs, spec.env.backend)):
+            print(f"kuberl trainer: {note}", flush=True)
         try:
             trainer = ALGORITHMS[spec.algorithm].make(ctx, spec.hyperparameters, spec.env.id, spec.env.num_envs, spec.env.kwargs,
                                                       spec.total_timesteps, spec.seed, restart, env_backend=spec.env.backend)

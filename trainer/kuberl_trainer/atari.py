@@ -416,6 +416,18 @@ class ALEVectorEnv(gym.vector.VectorEnv):
             pool.close()
 
 
+SLOW_BUILD_ENVS = 16  # from here on, building a rank's envs takes seconds: say so before starting
+
+
+def build_note(env_id: str, num_envs: int, backend: str) -> str | None:
+    """A line for rank 0 before it builds many Atari envs, so a quiet start is not taken
+    for a hang: ale-py makes each emulator's colour tables (0.1-0.2 s), one after another."""
+    if num_envs < SLOW_BUILD_ENVS or not is_atari(env_id):
+        return None
+    how = "EnvPool builds them on its threads" if backend == "envpool" else "about 0.1-0.2 s each, one after another"
+    return f"building {num_envs} {env_id} envs per rank ({how})"
+
+
 def env_threads(cpu_threads: int) -> int:
     """Env threads for a rank given its CPU share (OMP_NUM_THREADS, from the pod's
     limits.cpu / processes): all of a small share, else one core left for the
