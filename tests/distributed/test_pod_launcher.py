@@ -36,3 +36,19 @@ def test_a_pod_of_two_ranks_stopped_by_sigterm_checkpoints_and_exits_0_as_a_one_
     assert list(job.checkpoint_dir.glob("ckpt-*.pt")), "the stop's checkpoint"
     assert "SignalException" not in log and "Traceback" not in log, log[-3000:]
     assert "kuberl launcher: SIGTERM passed on to the ranks; they have exited" in log
+
+
+def test_a_pod_whose_ranks_fail_says_so_in_one_line_after_their_own_errors(tmp_path):
+    """torch's launcher re-raised the ranks' failure with its own traceback and a 40-line table;
+    each rank has already printed its error (here: its stated ConfigError)."""
+    job = make_job(tmp_path, world_size=1, procsPerWorker=2, metrics={"port": free_ports(2)},
+                   env={"id": "NoSuchEnv-v0", "numEnvs": 2})
+    pod = Ranks(job, program=launcher(free_ports(1), 2))
+    [code] = pod.wait(timeout=90)
+    log = pod.log(0)
+    assert code == 1, log[-3000:]  # as torch's launcher exits: the ranks' stated reason is what the operator reads
+    stated = [line for line in log.splitlines() if line.startswith("ConfigError: spec.env.id: 'NoSuchEnv-v0'")]
+    assert len(stated) == 2 and all(line.count("ConfigError") == 1 for line in stated), log[-3000:]  # whole lines
+    assert "kuberl launcher: 2 of 2 rank(s) failed; first rank " in log and "exit code 78" in log
+    assert "Traceback" not in log and "Root Cause" not in log, log[-3000:]
+    assert job.termination_log(0).startswith("ConfigError: spec.env.id")

@@ -75,7 +75,10 @@ class ConfigError(ValueError):
 
 def write_reason(reason: str, message: str) -> None:
     """One line for the pod's termination log (and the log itself)."""
-    print(contract.stated_line(reason, message), file=sys.stderr, flush=True)  # unmarked: a log line states nothing
+    # unmarked: a log line states nothing. One write, so the ranks of one pod, sharing its log, cannot splice
+    # their lines together (print writes the text and its newline apart)
+    sys.stderr.write(contract.stated_line(reason, message) + "\n")
+    sys.stderr.flush()
     path = host_path(names.TERMINATION_LOG)
     try:
         if os.environ.get(contract.ENV_FS_ROOT):

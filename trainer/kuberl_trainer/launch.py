@@ -11,7 +11,8 @@ else this is `python -m torch.distributed.run` with the same arguments.
 A SIGTERM (a node drained, a job suspended) reaches torch's launcher, which passes it on to its
 ranks, waits for them (TORCH_ELASTIC_SHUTDOWN_TIMEOUT: the pod's grace period) and re-raises it
 as a SignalException: a traceback and exit 1, which the operator counted as a failure of the
-workload. When the ranks stopped cleanly (rank 0 saved its checkpoint and stated "Stopped" in the
+workload. (A rank's failure it re-raises as a ChildFailedError, with a traceback of its own and a
+table of every rank: the pod's log says it in one line, and exits 1 as torch's launcher does.) When the ranks stopped cleanly (rank 0 saved its checkpoint and stated "Stopped" in the
 pod's termination log) the pod exits 0 instead, as a pod of one process does; otherwise
 128 + the signal, as a process the signal killed.
 """
@@ -24,6 +25,7 @@ from datetime import timedelta
 
 from kuberl.core import contract, names
 from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import get_args_parser, get_rdzv_endpoint
 from torch.distributed.run import main as torchrun
 
@@ -44,6 +46,13 @@ def main(argv: list[str] | None = None) -> None:
         held = loopback_server(host.strip("[]"), port, int(nodes), STORE_TIMEOUT, multi_tenant=True)
     try:
         torchrun(argv)
+    except ChildFailedError as e:
+        # each rank printed its own error (a traceback, or its one stated line); torch's launcher then
+        # raised this with its own traceback and a table of every rank: one line, the same exit code
+        rank, first = e.get_first_failure()
+        print(f"kuberl launcher: {len(e.failures)} of {args.nproc_per_node} rank(s) failed; first rank {rank} "
+              f"(local rank {first.local_rank}), exit code {first.exitcode}", file=sys.stderr, flush=True)
+        sys.exit(1)
     except SignalException as e:
         print(f"kuberl launcher: {e.sigval.name} passed on to the ranks; they have exited", file=sys.stderr, flush=True)
         sys.exit(contract.EXIT_OK if ranks_stopped_cleanly() else 128 + int(e.sigval))
