@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         torchrun(argv)
     except ChildFailedError as e:
         # each rank printed its own error (a traceback, or its one stated line); torch's launcher then
-        # raised this with its own traceback and a table of every rank: one line, the same exit code
+        # raised this with its own traceback and a table of every rank: one line instead, and exit 1 as it does
         rank, first = e.get_first_failure()
         print(f"kuberl launcher: {len(e.failures)} of {args.nproc_per_node} rank(s) failed; first rank {rank} "
               f"(local rank {first.local_rank}), exit code {first.exitcode}", file=sys.stderr, flush=True)
