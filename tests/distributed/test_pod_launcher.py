@@ -52,3 +52,15 @@ def test_a_pod_whose_ranks_fail_says_so_in_one_line_after_their_own_errors(tmp_p
     assert "kuberl launcher: 2 of 2 rank(s) failed; first rank " in log and "exit code 78" in log
     assert "Traceback" not in log and "Root Cause" not in log, log[-3000:]
     assert job.termination_log(0).startswith("ConfigError: spec.env.id")
+
+
+def test_a_rank_killed_by_a_signal_is_named_by_the_signal(tmp_path):
+    """torch reports a rank killed by a signal (the OOM killer's SIGKILL) as exit code -9."""
+    script = tmp_path / "killed.py"
+    script.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    job = make_job(tmp_path, world_size=1, procsPerWorker=2, metrics={"port": free_ports(2)})
+    pod = Ranks(job, program=[*launcher(free_ports(1), 2)[:-2], str(script)])
+    [code] = pod.wait(timeout=60)
+    log = pod.log(0)
+    assert code == 1 and "kuberl launcher: 2 of 2 rank(s) failed; first rank " in log, log[-3000:]
+    assert "killed by SIGKILL (the kernel's OOM killer sends SIGKILL)" in log and "Traceback" not in log, log[-3000:]

@@ -20,6 +20,7 @@ pod's termination log) the pod exits 0 instead, as a pod of one process does; ot
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from datetime import timedelta
 
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         # raised this with its own traceback and a table of every rank: one line instead, and exit 1 as it does
         rank, first = e.get_first_failure()
         print(f"kuberl launcher: {len(e.failures)} of {args.nproc_per_node} rank(s) failed; first rank {rank} "
-              f"(local rank {first.local_rank}), exit code {first.exitcode}", file=sys.stderr, flush=True)
+              f"(local rank {first.local_rank}), {how_it_ended(first.exitcode)}", file=sys.stderr, flush=True)
         sys.exit(1)
     except SignalException as e:
         print(f"kuberl launcher: {e.sigval.name} passed on to the ranks; they have exited", file=sys.stderr, flush=True)
@@ -59,6 +60,16 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if held is not None:
             held[1].close()
+
+
+def how_it_ended(exitcode: int) -> str:
+    """A rank's end as a person reads it: torch reports a signal's death as a negative exit code."""
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name} (the kernel's OOM killer sends SIGKILL)"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
 
 
 def ranks_stopped_cleanly() -> bool:
