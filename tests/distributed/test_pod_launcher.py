@@ -63,4 +63,31 @@ def test_a_rank_killed_by_a_signal_is_named_by_the_signal(tmp_path):
     [code] = pod.wait(timeout=60)
     log = pod.log(0)
     assert code == 1 and "kuberl launcher: 2 of 2 rank(s) failed; first rank " in log, log[-3000:]
-    assert "killed by SIGKILL (the kernel's OOM killer sends SIGKILL)" in log and "Traceback" not in log, log[-3000:]
+    assert "killed by SIGKILL (the kernel's OOM killer sends it)" in log and "Traceback" not in log, log[-3000:]
+
+
+def test_how_a_rank_ended_reads_as_a_person_would_say_it():
+    from kuberl_trainer.launch import how_it_ended
+
+    assert how_it_ended(78) == "exit code 78"
+    assert how_it_ended(-9) == "killed by SIGKILL (the kernel's OOM killer sends it)"
+    assert how_it_ended(-11) == "killed by SIGSEGV"
+    assert how_it_ended(-200) == "killed by signal 200"
+
+
+def test_a_shutdown_timeout_torchs_launcher_cannot_read_is_a_configuration_error_naming_it(tmp_path):
+    """A spec.template may set TORCH_ELASTIC_SHUTDOWN_TIMEOUT (a tuning name); torch's launcher reads it
+    with int() and failed every start with a ValueError traceback, a crash each restart met again."""
+    from kuberl_trainer.launch import shutdown_timeout_problem
+
+    assert shutdown_timeout_problem(None) is None and shutdown_timeout_problem("120") is None
+    assert shutdown_timeout_problem("999999999999") is None  # 12 digits: any grace period a spec can give
+    for hostile in ("abc", "-5", "1e3", "", "../x", "9" * 10_000):
+        assert shutdown_timeout_problem(hostile).startswith(
+            "spec.template: environment variable TORCH_ELASTIC_SHUTDOWN_TIMEOUT="), hostile
+    job = make_job(tmp_path, world_size=1, procsPerWorker=2, metrics={"port": free_ports(2)})
+    pod = Ranks(job, extra_env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "abc"}, program=launcher(free_ports(1), 2))
+    [code] = pod.wait(timeout=60)
+    assert code == 78 and "Traceback" not in pod.log(0), pod.log(0)[-3000:]
+    assert job.termination_log(0).startswith("ConfigError: spec.template: environment variable "
+                                             "TORCH_ELASTIC_SHUTDOWN_TIMEOUT='abc': expected whole seconds")

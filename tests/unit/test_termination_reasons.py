@@ -27,14 +27,31 @@ def test_the_trainers_marked_line_states_its_reason_and_reads_without_the_marker
 
 
 def test_the_trainer_writes_its_termination_log_with_the_contracts_line(tmp_path, monkeypatch, capsys):
-    from kuberl_trainer import __main__ as entry
+    from kuberl_trainer import termination
 
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
     message = "spec.env.id: no such env\n" + "x" * 5000
-    entry.write_reason("ConfigError", message)
+    termination.write_reason("ConfigError", message)
     written = (tmp_path / names.TERMINATION_LOG.lstrip("/")).read_text()
     assert written == contract.termination_line("ConfigError", message) + "\n"
     assert len(written) < 4096 and capsys.readouterr().err == contract.stated_line("ConfigError", message) + "\n"
+    assert termination.stated() == "ConfigError"  # what the pod's launcher reads back
+
+
+def test_the_launcher_reads_a_stated_reason_only_from_a_file_a_rank_wrote(tmp_path, monkeypatch):
+    import os
+
+    from kuberl_trainer import termination
+
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    log = tmp_path / names.TERMINATION_LOG.lstrip("/")
+    assert termination.stated() is None  # none written
+    log.parent.mkdir(parents=True)
+    log.write_text("Stopped: a log tail, not the contract's line\n")
+    assert termination.stated() is None
+    log.unlink()
+    os.mkfifo(log)
+    assert termination.stated() is None  # a FIFO nobody writes would block the launcher: not opened
 
 
 @pytest.mark.parametrize("log_tail", [

@@ -52,6 +52,7 @@ from .networks import PolicyMismatch
 from .paths import host_path
 from .session import Algorithm, TrainingSession
 from .startup import Startup
+from .termination import write_reason
 
 
 class AlgorithmEntry(NamedTuple):
@@ -71,22 +72,6 @@ _KEEP_ALIVE: list[object] = []
 
 class ConfigError(ValueError):
     """A configuration that can never run; the message starts with its field."""
-
-
-def write_reason(reason: str, message: str) -> None:
-    """One line for the pod's termination log (and the log itself)."""
-    # unmarked: a log line states nothing. One write, so the ranks of one pod, sharing its log, cannot splice
-    # their lines together (print writes the text and its newline apart)
-    sys.stderr.write(contract.stated_line(reason, message) + "\n")
-    sys.stderr.flush()
-    path = host_path(names.TERMINATION_LOG)
-    try:
-        if os.environ.get(contract.ENV_FS_ROOT):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(contract.termination_line(reason, message) + "\n")
-    except OSError:
-        pass  # outside a pod there may be no termination log
 
 
 def load_config(path: str) -> trainerconfig.TrainerConfig:

@@ -11,10 +11,11 @@ else this is `python -m torch.distributed.run` with the same arguments.
 A SIGTERM (a node drained, a job suspended) reaches torch's launcher, which passes it on to its
 ranks, waits for them (TORCH_ELASTIC_SHUTDOWN_TIMEOUT: the pod's grace period) and re-raises it
 as a SignalException: a traceback and exit 1, which the operator counted as a failure of the
-workload. (A rank's failure it re-raises as a ChildFailedError, with a traceback of its own and a
-table of every rank: the pod's log says it in one line, and exits 1 as torch's launcher does.) When the ranks stopped cleanly (rank 0 saved its checkpoint and stated "Stopped" in the
+workload. When the ranks stopped cleanly (rank 0 saved its checkpoint and stated "Stopped" in the
 pod's termination log) the pod exits 0 instead, as a pod of one process does; otherwise
-128 + the signal, as a process the signal killed.
+128 + the signal, as a process the signal killed. A rank's failure torch's launcher re-raises as a
+ChildFailedError, with a traceback of its own and a table of every rank after the ranks' own
+errors: here one line says it, and the pod exits 1 as under torch's launcher.
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ import signal
 import sys
 from datetime import timedelta
 
-from kuberl.core import contract, names
+from kuberl.core import contract
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import get_args_parser, get_rdzv_endpoint
 from torch.distributed.run import main as torchrun
 
+from . import termination
 from .distributed import loopback_server
-from .paths import host_path
 
 # The agent's store outlives every rendezvous timeout torchrun gives it; only our own client uses this.
 STORE_TIMEOUT = timedelta(hours=1)
@@ -39,6 +40,9 @@ STORE_TIMEOUT = timedelta(hours=1)
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if problem := shutdown_timeout_problem(os.environ.get(contract.ENV_TORCH_SHUTDOWN_TIMEOUT)):
+        termination.write_reason(contract.REASON_CONFIG_ERROR, problem)
+        sys.exit(contract.EXIT_CONFIG_ERROR)
     args = get_args_parser().parse_args(argv)
     nodes = str(args.nnodes).split(":")[-1]
     held = None
@@ -56,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except SignalException as e:
         print(f"kuberl launcher: {e.sigval.name} passed on to the ranks; they have exited", file=sys.stderr, flush=True)
-        sys.exit(contract.EXIT_OK if ranks_stopped_cleanly() else 128 + int(e.sigval))
+        sys.exit(contract.EXIT_OK if termination.stated() == contract.REASON_STOPPED else 128 + int(e.sigval))
     finally:
         if held is not None:
             held[1].close()
@@ -64,25 +68,22 @@ def main(argv: list[str] | None = None) -> None:
 
 def how_it_ended(exitcode: int) -> str:
     """A rank's end as a person reads it: torch reports a signal's death as a negative exit code."""
-    if exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name} (the kernel's OOM killer sends SIGKILL)"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exit code {exitcode}"
-
-
-def ranks_stopped_cleanly() -> bool:
-    """The pod's termination log states "Stopped": the ranks' last word, written after they saved."""
-    path = host_path(names.TERMINATION_LOG)
-    if not os.path.isfile(path):  # none written, or not a file the ranks could have written (a FIFO would block)
-        return False
+    if exitcode >= 0:
+        return f"exit code {exitcode}"
     try:
-        with open(path) as f:
-            stated = contract.stated_reason(f.read(4096))  # as much as the kubelet keeps
-    except OSError:
-        return False
-    return stated is not None and stated[0] == contract.REASON_STOPPED
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        return f"killed by signal {-exitcode}"
+    return f"killed by {name}" + (" (the kernel's OOM killer sends it)" if name == "SIGKILL" else "")
+
+
+def shutdown_timeout_problem(value: str | None) -> str | None:
+    """TORCH_ELASTIC_SHUTDOWN_TIMEOUT as torch's launcher reads it (int(), at least 0): kuberl sets the
+    pod's grace period; a spec.template value it cannot read failed every start with a traceback."""
+    if value is None or (value.strip().isdigit() and len(value.strip()) <= 12):
+        return None  # 12 digits: far past any grace period, yet a deadline time.monotonic() can add
+    return (f"spec.template: environment variable {contract.ENV_TORCH_SHUTDOWN_TIMEOUT}={value[:64]!r}: expected "
+            "whole seconds, 0 or more (kuberl sets it to runPolicy.terminationGracePeriodSeconds; leave it out)")
 
 
 if __name__ == "__main__":

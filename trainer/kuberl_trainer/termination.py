@@ -1,0 +1,42 @@
+"""The pod's termination log, both ways: the reason a rank states when it ends
+(`write_reason`), and what the pod's launcher reads back from it (`stated`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from kuberl.core import contract, names
+
+from .paths import host_path
+
+KUBELET_KEEPS = 4096  # bytes of a termination message the kubelet keeps
+
+
+def write_reason(reason: str, message: str) -> None:
+    """One line for the pod's termination log (and the log itself)."""
+    # unmarked: a log line states nothing. One write, so the ranks of one pod, sharing its log, cannot splice
+    # their lines together (print writes the text and its newline apart)
+    sys.stderr.write(contract.stated_line(reason, message) + "\n")
+    sys.stderr.flush()
+    path = host_path(names.TERMINATION_LOG)
+    try:
+        if os.environ.get(contract.ENV_FS_ROOT):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(contract.termination_line(reason, message) + "\n")
+    except OSError:
+        pass  # outside a pod there may be no termination log
+
+
+def stated() -> str | None:
+    """The reason the pod's ranks last stated (contract.TRAINER_REASONS), or None."""
+    path = host_path(names.TERMINATION_LOG)
+    if not os.path.isfile(path):  # none written, or not a file a rank could have written (a FIFO would block)
+        return None
+    try:
+        with open(path) as f:
+            found = contract.stated_reason(f.read(KUBELET_KEEPS))
+    except OSError:
+        return None
+    return found[0] if found else None
