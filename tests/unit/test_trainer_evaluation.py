@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from kuberl_trainer import evaluation
-from kuberl_trainer.startup import Startup, process_age
+from kuberl_trainer.startup import Startup, import_in_background, process_age
 
 
 def first_episode_return(env_id: str, seed: int, policy) -> float:
@@ -62,6 +62,27 @@ def test_the_startup_line_splits_launch_to_first_step_into_phases():
     assert seconds["python and imports"] > 0  # this test process started before Startup()
     line = startup.line(3)
     assert line.startswith("kuberl trainer: rank 3 ready to step ") and "rendezvous" in line
+
+
+def test_a_module_imported_in_the_background_runs_once_and_a_later_import_waits_for_it(tmp_path, monkeypatch):
+    """The trainer starts importing torch._dynamo (a second) while the envs reset;
+    the optimiser's own import later must get that module, not a second copy."""
+    (tmp_path / "slow_to_import.py").write_text(
+        "import threading, time\nRUNS = [threading.current_thread().name]\ntime.sleep(0.3)\n")
+    (tmp_path / "broken_on_import.py").write_text("raise RuntimeError('this module cannot load')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("slow_to_import", "broken_on_import"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    started = time.monotonic()
+    thread = import_in_background("slow_to_import")
+    assert time.monotonic() - started < 0.2  # the caller goes on while the module loads
+    import slow_to_import  # waits on the module's import lock: no second execution
+
+    assert slow_to_import.RUNS == ["import slow_to_import"]
+    thread.join(5)
+    import_in_background("broken_on_import").join(5)  # the thread swallows it ...
+    with pytest.raises(RuntimeError, match="cannot load"):  # ... and the importer that needs it sees it
+        import broken_on_import  # noqa: F401
 
 
 def test_a_launched_rank_imports_without_cyclic_collections_then_collects_again():

@@ -106,3 +106,17 @@ def test_every_statistic_an_algorithm_reports_has_a_gauge(name, fast):
     trainer.train(session)
     reported = {stat for report in session.reports for stat in report.losses}
     assert reported and reported <= set(metricnames.LOSS_GAUGES), reported
+
+
+@pytest.mark.parametrize("algorithm", sorted(QUICK))
+@pytest.mark.parametrize(("env_id", "precision"), [("CartPole-v1", "fp32"), ("CartPole-v1", "bf16"), ("ALE/Pong-v5", "fp32")])
+def test_the_spec_foretells_which_learner_imports_torch_dynamo(algorithm, env_id, precision):
+    """__main__ starts importing torch._dynamo (a second) before the envs exist when the
+    spec foretells the reference learner, so the import overlaps the env reset."""
+    from kuberl_trainer import atari
+
+    hp = ALGORITHM_BLOCKS[algorithm][1](**QUICK[algorithm], precision=precision)
+    trainer = main.ALGORITHMS[algorithm].make(ONE_PROCESS, hp, env_id, 1, {}, 64, 1, 0)
+    fast_path = isinstance(trainer.learner, (fused.FusedPPOStep, learners.FusedQLearner))
+    assert learners.imports_torch_dynamo(atari.is_atari(env_id), False, hp) is not fast_path
+    assert learners.imports_torch_dynamo(False, True, hp) is True  # a GPU rank never takes the CPU fast path

@@ -39,7 +39,7 @@ import torch
 from kuberl.core import contract, names, trainerconfig
 from kuberl.core.validation import InvalidJob
 
-from . import atari, dqn, fused, ppo
+from . import atari, dqn, fused, learners, ppo
 from .budget import BufferTooLarge
 from .checkpoint import CheckpointVolumeFull, UnusableCheckpoint
 from .device import describe as describe_device
@@ -51,7 +51,7 @@ from .metrics import MetricsPortTaken, TrainerMetrics
 from .networks import PolicyMismatch
 from .paths import host_path
 from .session import Algorithm, TrainingSession
-from .startup import Startup
+from .startup import Startup, import_in_background
 from .termination import write_reason
 
 
@@ -111,6 +111,8 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
     spec = config.spec
     restart = int(os.environ.get(contract.ENV_RESTART, "0") or 0)
     seed_everything(spec.seed, spec.deterministic)
+    if learners.imports_torch_dynamo(atari.is_atari(spec.env.id), spec.gpus_per_worker > 0, spec.hyperparameters):
+        import_in_background("torch._dynamo")  # while the rendezvous, CUDA context and env reset wait outside the GIL
     policy = spec.run_policy
     with process_group(spec.rendezvous.backend, policy.collective_timeout_seconds, policy.rendezvous_timeout_seconds) as ctx:
         startup.mark("rendezvous")

@@ -103,6 +103,15 @@ def q_learner(agent: nn.Module, target: nn.Module, hp, ctx: Dist, loss: Callable
     return AutogradQLearner(agent, target, hp, ctx, loss, timings)
 
 
+def imports_torch_dynamo(pixels: bool, gpu: bool, hp) -> bool:
+    """Whether the learner will be the reference path, whose torch.optim.Adam (and DDP)
+    import torch._dynamo on first use (1.1 s on the build machine, more on a GPU node),
+    as far as the spec tells before any network exists: the fast path takes only
+    MLPs on CPU in fp32 (fused.supports, supports_q). A wrong False costs nothing
+    over not knowing; a wrong True, a second of CPU on an import nobody uses."""
+    return pixels or gpu or hp.precision != "fp32" or hp.policy == "cnn"
+
+
 def _gradient_sum(ctx: Dist, seconds: list[float] | None = None) -> Callable[[torch.Tensor], None] | None:
     """The fused steps' one gradient sync: torch.distributed's all-reduce of the flat gradient."""
     if not ctx.distributed:

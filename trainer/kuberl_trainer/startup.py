@@ -7,7 +7,10 @@ networks, metrics server and resume), and `make bench` reports it beside SB3's.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
+import threading
 import time
 
 
@@ -51,3 +54,19 @@ class Startup:
         total = seconds.pop("total")
         phases = ", ".join(f"{phase} {value:.2f}" for phase, value in seconds.items())
         return f"kuberl trainer: rank {rank} ready to step {total:.2f} s after launch ({phases})"
+
+
+def import_in_background(module: str) -> threading.Thread:
+    """Start importing `module` on a daemon thread. It makes progress while this
+    thread waits outside the GIL (rendezvous, creating the CUDA context, ale-py's
+    seeded reset on its pool threads); a later `import` of the same module waits
+    for it instead of starting over (Python's per-module import lock). A failed
+    import here is left to fail again, with its traceback, where it is needed."""
+
+    def load() -> None:
+        with contextlib.suppress(Exception):  # the importer on the main thread reports it
+            importlib.import_module(module)
+
+    thread = threading.Thread(target=load, name=f"import {module}", daemon=True)
+    thread.start()
+    return thread
