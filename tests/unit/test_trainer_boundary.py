@@ -96,3 +96,21 @@ def test_every_algorithms_rank_state_is_plain_data_for_native_envs_and_none_for_
     resumed.load_rank(saved)
     assert (resumed.next_obs == trainer.next_obs).all()
     assert make(ONE_PROCESS, hp, "Acrobot-v1", 2, {}, 10_000, 1, 0).rank_state() is None
+
+
+@pytest.mark.parametrize("reported_at_the_last_update", [False, True])
+def test_the_run_ends_with_one_progress_line_for_its_last_steps_never_a_rate_of_zero(
+        reported_at_the_last_update, tmp_path, monkeypatch):
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    spec = make_job().algorithm("ppo", numSteps=16).with_spec(totalTimesteps=128, workers=1, seed=1).spec()
+    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
+    trainer = entry.ALGORITHMS["ppo"].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 128, 1, 0)
+    lines: list[str] = []
+    training = session.TrainingSession(config, ONE_PROCESS, None, 0, threading.Event(), log=lines.append)
+    outcome = session.run_updates(trainer, training)
+    if reported_at_the_last_update:  # what after_update does when a progress line falls due then
+        training.report(trainer.counters.global_step)
+    training.finish(trainer, outcome)
+    progress = [line for line in lines if line.startswith("timesteps ")]
+    assert [line.split()[1] for line in progress].count(str(trainer.counters.global_step)) == 1, progress
+    assert not any(" steps/s 0 " in line for line in progress), progress

@@ -349,7 +349,7 @@ class TrainingSession:
     def finish(self, algorithm: Algorithm, outcome: str) -> str:
         """Final checkpoint or model; returns the termination-log message."""
         steps = algorithm.counters.global_step
-        if self.ctx.is_main:
+        if self.ctx.is_main and steps > self.last_report[1]:  # a line already says these steps: no "steps/s 0"
             self.report(steps)
         if outcome == "stopped":
             try:
