@@ -5,6 +5,7 @@ on Pong from pixels at world size 1 (NCCL refuses two ranks on one GPU).
 Without a GPU every test here is skipped, and says why."""
 
 import contextlib
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -89,6 +90,23 @@ def test_host_buffers_are_pinned_and_copies_keep_uint8():
     torch.cuda.synchronize()
     assert copied.device == GPU and copied.dtype == torch.uint8 and int(copied.sum()) == 7 * buffer.size
     assert not torch.from_numpy(device.host_zeros((2,), np.float32, torch.device("cpu"))).is_pinned()
+
+
+def test_a_fresh_host_array_reaches_the_gpu_without_waiting_for_queued_kernels():
+    """PPO's minibatch order and DQN's replay draws (device.upload): a copy from
+    pageable memory would wait for the kernels already queued, an idle gap per epoch."""
+    x = torch.randn(4096, 4096, device=GPU)
+    torch.cuda.synchronize()
+    queued = time.perf_counter()
+    for _ in range(20):  # tens of milliseconds of queued matmuls
+        x = x @ x / 64
+    launched = time.perf_counter()
+    order = device.upload(np.arange(1000), GPU)
+    uploaded = time.perf_counter()
+    torch.cuda.synchronize()
+    drained = time.perf_counter()
+    assert uploaded - launched < (drained - queued) / 4, (uploaded - launched, drained - queued)
+    assert order.device == GPU and torch.equal(order.cpu(), torch.arange(1000))
 
 
 @bf16

@@ -75,6 +75,25 @@ def test_every_tensor_factory_in_the_trainer_names_its_device_or_says_host():
     assert offenders == {}, f"tensor factories without device= or a '# host:' reason: {offenders}"
 
 
+def host_copies_that_wait(source: str) -> list[int]:
+    """Line numbers of `torch.from_numpy(...).to(...)`: a fresh host array copied from
+    pageable memory, which on CUDA waits for every queued kernel (device.upload does not)."""
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to"
+            and isinstance(node.func.value, ast.Call) and isinstance(node.func.value.func, ast.Attribute)
+            and node.func.value.func.attr == "from_numpy"]
+
+
+def test_fresh_host_arrays_reach_the_device_through_upload():
+    assert host_copies_that_wait("order = torch.from_numpy(rng.permutation(n)).to(device)\n") == [1]
+    assert host_copies_that_wait("order = device.upload(rng.permutation(n), device)\n") == []
+    offenders = {path.name: lines for path in sorted(TRAINER.glob("*.py"))
+                 if path.name not in HOST_ONLY and (lines := host_copies_that_wait(path.read_text()))}
+    assert offenders == {}, f"use device.upload (or to_device for pinned buffers): {offenders}"
+    copied = device.upload(np.arange(6, dtype=np.int64)[::2], torch.device("cpu"))  # a strided view too
+    assert copied.dtype == torch.int64 and copied.tolist() == [0, 2, 4]
+
+
 def test_the_host_only_fast_path_refuses_cuda():
     assert fused.supports_q(dqn.QNetwork(4, 2, [64, 64]), CUDA) is False
     assert fused.supports(ppo.Agent(4, gym.spaces.Discrete(2), [64, 64]), CUDA) is False

@@ -35,6 +35,17 @@ def to_device(array: np.ndarray | torch.Tensor, device: torch.device) -> torch.T
     return tensor.to(device, non_blocking=device.type == "cuda")
 
 
+def upload(array: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host array (or tensor) made for one copy (a minibatch order, a replay draw) on
+    `device`. On CUDA the copy is staged in pinned memory from torch's caching
+    host allocator, which keeps the block until the copy is done; a copy from
+    pageable memory would first wait for every kernel already queued."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array)) if isinstance(array, np.ndarray) else array
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def on_host(tree):
     """`tree` (dicts, lists and tuples of tensors and plain values) with every
     tensor copied to host memory: a model a GPU rank saves then loads where

@@ -41,6 +41,7 @@ from torch import nn
 
 from . import atari, budget, evaluation, learners, networks
 from .base import BaseAlgorithm
+from .device import upload
 from .distributed import Dist
 from .envs import UnknownEnv
 from .networks import soft_update  # noqa: F401 — the maths, beside td_targets and dqn_loss, for readers and tests
@@ -199,8 +200,7 @@ class DQNTrainer(BaseAlgorithm):
 
     def to_tensors(self, batch: Batch) -> tuple[torch.Tensor, ...]:
         device = self.ctx.device
-        return tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device)
-                     for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs))
+        return tuple(upload(a, device) for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs))
 
     def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
                       discount: torch.Tensor, next_obs: torch.Tensor,

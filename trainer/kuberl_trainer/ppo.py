@@ -26,7 +26,7 @@ from torch import nn
 
 from . import atari, budget, distributed, evaluation, learners, networks
 from .base import BaseAlgorithm
-from .device import CPU, host_zeros, to_device
+from .device import CPU, host_zeros, to_device, upload
 from .distributed import Dist
 from .normalize import RunningMeanStd
 from .ppo_terms import LOG_SQRT_2PI, STAT_NAMES, minibatch_table
@@ -332,13 +332,13 @@ class PPOTrainer(BaseAlgorithm):
         # observations apart, in their own dtype (uint8 frames stay uint8 until on the device)
         all_obs = to_device(buf.obs_t.reshape(size, *self.obs_shape), device)
         scalars = np.stack([buf.log_probs, buf.values, advantages, returns, buf.valid], -1).reshape(size, -1)
-        table = minibatch_table(buf.actions_t.reshape(size, -1), torch.from_numpy(scalars)).to(device)
+        table = upload(minibatch_table(buf.actions_t.reshape(size, -1), torch.from_numpy(scalars)), device)
         minibatch = size // hp.num_minibatches
         totals = torch.zeros(len(STAT_NAMES), device=device)
         epochs_run = 0
         for _ in range(hp.update_epochs):
             epochs_run += 1
-            order = torch.from_numpy(self.np_rng.permutation(size)).to(device)
+            order = upload(self.np_rng.permutation(size), device)
             epoch = torch.zeros_like(totals)
             for start in range(0, minibatch * hp.num_minibatches, minibatch):
                 rows = order[start : start + minibatch]
