@@ -104,6 +104,15 @@ class StandinHandler(kmock.RawHandler):
     # takes, and the one proxies and aggregated APIs give a watch: kubernetes.io/docs/reference/
     # using-api/api-concepts/#410-gone-responses), not an ERROR event inside the stream.
     watch_gone: dict[str, int] = attrs.field(factory=dict)
+    # A fault hook: the next watch requests whose path ends with a plural here are accepted and then
+    # answered by one ERROR event carrying the listed Status (one per watch, in order), the stream then
+    # closed. This is how the real API server fails a watch it has already accepted for any reason but
+    # an old resourceVersion: the watch cache's newErrWatcher (staging/src/k8s.io/apiserver/pkg/storage/
+    # cacher/cacher.go: "once we have passed authn/authz/admission ... other errors must fail with a
+    # watch event of type ERROR, rather than a directly returned error"), e.g. its 3 s wait for a
+    # resourceVersion it has not seen yet ending in storage.NewTooLargeResourceVersionError (a 504 Timeout,
+    # staging/src/k8s.io/apiserver/pkg/storage/errors.go), or any other storage error as a 500 InternalError.
+    watch_errors: dict[str, list[ApiError]] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self._requests = collections.deque(maxlen=RECENT_REQUESTS)
@@ -324,6 +333,11 @@ class StandinHandler(kmock.RawHandler):
             self.watch_gone[rtype.plural] -= 1
             gone = ApiError(410, 'Expired', f'too old resource version: {params.get("resourceVersion")} (fault hook)')
             return _json(gone.status(), 410)
+        if self.watch_errors.get(rtype.plural):
+            response = await _stream_start(request)
+            await response.write(_line({'type': 'ERROR', 'object': self.watch_errors[rtype.plural].pop(0).status()}))
+            await response.write_eof()
+            return response
         labels = parse_label_selector(params.get('labelSelector'))
         fields = parse_field_selector(params.get('fieldSelector'), rtype.field_selectors)
         as_table = tables.wants_table(request.headers.get('Accept', ''))

@@ -7,6 +7,7 @@ operator extra; `kuberl.operator.main.cmd_operator` starts kopf with them.
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import logging
 import os
@@ -133,10 +134,10 @@ def per_process_from_env() -> render.PerProcess:
 
 
 class GoneWatchdog:
-    """kopf.run does not always return from a run a 410 ended: a second watcher, retrying at that
+    """kopf.run does not always return from a run a lost watch (a 410, an ERROR event) ended: a second watcher, retrying at that
     moment, waits for a re-login the stopping operator no longer serves (1 run in about 10 with
     both watches answered 410, tests/operator/test_operator_watch_gone.py). If kopf has not
-    returned `grace` seconds after a 410 was logged, the operator restarts in place: the same
+    returned `grace` seconds after a lost watch was logged, the operator restarts in place: the same
     process (exec: same PID, same arguments), every watch listed anew."""
 
     def __init__(self, log: logging.Logger, grace: float = 10.0):
@@ -144,7 +145,7 @@ class GoneWatchdog:
         self.timer: threading.Timer | None = None
 
     def seen(self, expired: BaseException | None) -> bool:
-        """Arm on a 410 (the record filter's answer: whether one was seen)."""
+        """Arm on a lost watch (the record filter's answer: whether one was seen)."""
         if expired is not None and self.timer is None:
             self.timer = threading.Timer(self.grace, self.restart, args=(expired,))
             self.timer.daemon = True
@@ -157,12 +158,26 @@ class GoneWatchdog:
             self.timer = None
 
     def restart(self, expired: BaseException) -> None:
-        self.log.warning("a watch was answered 410 Gone (%s); kopf did not stop within %gs, so the operator restarts "
-                         "in place, listing every object anew", getattr(expired, "message", None) or expired, self.grace)
+        self.log.warning("%s; kopf did not stop within %gs, so the operator restarts in place, listing every object anew",
+                         lost_watch(expired), self.grace)
         for handler in logging.getLogger().handlers:
             handler.flush()
         os.execv(sys.executable, sys.orig_argv)
 
 
-GONE_RESET_SECONDS = 60.0  # a run this long resets the backoff of restarts after 410s
+def lost_watch(error: BaseException) -> str:
+    """What ended a watch, for the operator's one line: a 410 answer, or the Status of the ERROR event
+    kopf raised on (its message holds the event's object as a Python literal)."""
+    if getattr(error, "status", None) == 410:
+        return f"a watch was answered 410 Gone ({getattr(error, 'message', None) or error})"
+    text = str(error)
+    try:
+        status = ast.literal_eval(text.partition(": ")[2])  # literals only: nothing in it runs
+        said = f"{status['code']} {status.get('reason') or ''}: {status.get('message') or ''}".replace(" :", ":")
+    except (ValueError, SyntaxError, TypeError, KeyError, MemoryError, RecursionError):
+        said = text
+    return f"a watch was ended by the API server with an ERROR event ({said[:300]})"
+
+
+GONE_RESET_SECONDS = 60.0  # a run this long resets the backoff of restarts after lost watches
 GONE_MAX_DELAY_SECONDS = 30.0

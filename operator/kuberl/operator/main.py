@@ -14,6 +14,7 @@ from .config import (
     GONE_MAX_DELAY_SECONDS,
     GONE_RESET_SECONDS,
     GoneWatchdog,
+    lost_watch,
     operator_config,
 )
 
@@ -44,8 +45,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
     log = logging.getLogger("kuberl.operator")
     watchdog = GoneWatchdog(log)
     for handler in logging.getLogger().handlers:
-        # a 410: our one line says it; kopf's would add two tracebacks
-        handler.addFilter(lambda record: not (record.exc_info and watchdog.seen(gone(record.exc_info[1]))))
+        # a lost watch: our one line says it; kopf's would add two tracebacks
+        handler.addFilter(lambda record: not (record.exc_info and watchdog.seen(watch_lost(record.exc_info[1]))))
         handler.addFilter(once)
     quick_restarts = 0
     while True:
@@ -63,14 +64,13 @@ def cmd_operator(args: argparse.Namespace) -> int:
             return 0
         except Exception as error:
             watchdog.disarm()
-            expired = gone(error)
-            if expired is None:
+            lost = watch_lost(error)
+            if lost is None:
                 raise
             quick_restarts = quick_restarts + 1 if time.monotonic() - started < GONE_RESET_SECONDS else 1
             delay = min(GONE_MAX_DELAY_SECONDS, 2.0 ** (quick_restarts - 1) - 1)
-            log.warning("a watch was answered 410 Gone (%s); kopf stops on that, so the operator starts its watches "
-                        "again in %gs, listing every object anew (as client-go's reflector relists)",
-                        getattr(expired, "message", None) or expired, delay)
+            log.warning("%s; kopf stops on that, so the operator starts its watches again in %gs, listing every object "
+                        "anew (as client-go's reflector relists)", lost_watch(lost), delay)
             time.sleep(delay)
 
 
@@ -101,9 +101,16 @@ class TracebackOnce(logging.Filter):
         return True
 
 
-def gone(error: BaseException | None) -> BaseException | None:
-    """The HTTP 410 Gone that `error` is, or was caused by, or holds in a group; else None. kopf's
-    API errors carry the answer's `status`; kopf has no public name for them."""
+# kopf's exception for an ERROR event in a watch stream other than a 410 (which kopf handles itself by
+# listing again); kopf has no public name for it, nor for its API errors, which carry the answer's `status`.
+WATCH_ERROR_EVENT = "WatchingError"
+
+
+def watch_lost(error: BaseException | None) -> BaseException | None:
+    """The lost watch that `error` is, or was caused by, or holds in a group; else None. A watch is
+    lost, and made whole by listing again, when it is answered HTTP 410 Gone or when the API server
+    ends it with an ERROR event (a 504 "Too large resource version" from a watch cache behind, a 500
+    from storage): client-go's reflector relists or retries on both; kopf stops the operator."""
     seen: set[int] = set()
     pending = [error]
     while pending:
@@ -111,7 +118,7 @@ def gone(error: BaseException | None) -> BaseException | None:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if getattr(current, "status", None) == 410:
+        if getattr(current, "status", None) == 410 or type(current).__name__ == WATCH_ERROR_EVENT:
             return current
         pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
     return None
