@@ -46,19 +46,14 @@ def load_jobs(path: str) -> list[dict]:
     return docs
 
 
-def gymnasium_id_known(env_id: str) -> bool | None:
-    """True/False when gymnasium is importable here; None when we cannot tell.
-    Ids from packages not installed here (ALE, envpool) are left to the trainer."""
+def registered_env_ids() -> frozenset[str] | None:
+    """The gymnasium ids registered here (`rules.env_id_problem` checks spec.env.id against them), or None when
+    gymnasium is not installed here and the trainer must tell."""
     try:
         import gymnasium
     except ImportError:
         return None
-    if env_id in gymnasium.registry:
-        return True
-    namespace = env_id.split("/", 1)[0] if "/" in env_id else None
-    if namespace and not any(k.startswith(namespace + "/") for k in gymnasium.registry):
-        return None  # a namespace whose package is not installed here
-    return False
+    return frozenset(gymnasium.registry)
 
 
 def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
@@ -85,7 +80,7 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
             continue
         problems = metadata_problems(metadata) if isinstance(metadata, dict) else []
         try:
-            spec = validate_job(job, env_id_known=gymnasium_id_known)
+            spec = validate_job(job, env_ids=registered_env_ids())
             problems += template_problems(name, spec)
         except InvalidJob as e:
             problems = [p for p in problems if not any(q.path == p.path for q in e.problems)] + e.problems
@@ -233,7 +228,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 return 1
     from .local.runner import cmd_run as run_here
 
-    return run_here(args, docs)
+    return run_here(args, docs, env_ids=registered_env_ids())
 
 
 def cmd_convert(args: argparse.Namespace) -> int:

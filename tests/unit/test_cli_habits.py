@@ -101,3 +101,16 @@ def test_a_set_naming_no_field_names_the_flag_suggests_the_path_and_exits_1_as_v
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(invalid))
     assert kuberl("run", str(tmp_path / "bad.yaml"), "--dir", str(tmp_path / "runs")).returncode == kuberl(
         "validate", str(tmp_path / "bad.yaml")).returncode == 1
+
+
+def test_run_refuses_a_misspelt_env_id_as_validate_does_before_any_run_directory_or_pod(tmp_path):
+    """`kuberl run` took Cartpole-v1 (validate refused it): it named env.id among the fields that "learn something
+    other" than the earlier run, started a fresh run directory beside it and two pods, which failed."""
+    job = tmp_path / "job.yaml"
+    job.write_text((EXAMPLES / "cartpole-ppo.yaml").read_text().replace("CartPole-v1", "Cartpole-v1"))
+    ran = kuberl("run", str(job), "--dir", str(tmp_path / "runs"))
+    validated = kuberl("validate", str(job))
+    line = "spec.env.id: expected a gymnasium id registered here, or \"module:Class\" (got 'Cartpole-v1'); did you mean 'CartPole-v1'?"
+    assert ran.returncode == validated.returncode == 1, (ran, validated)
+    assert line in ran.stderr and line in validated.stderr, (ran.stderr, validated.stderr)
+    assert ran.stdout == "" and not (tmp_path / "runs").exists()

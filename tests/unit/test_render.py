@@ -10,7 +10,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kuberl.cli import gymnasium_id_known
+from kuberl.cli import registered_env_ids
 from kuberl.core import names
 from kuberl.core.render import PLACEHOLDER_UID, render_job
 from kuberl.core.rules import validate_job
@@ -218,7 +218,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "manifests" / "examples
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_every_example_validates_and_renders_valid_objects(example):
     (job,) = [d for d in yaml.safe_load_all(example.read_text()) if d]
-    validate_job(job, env_id_known=gymnasium_id_known)
+    validate_job(job, env_ids=registered_env_ids())
     for obj in render_job(job, "default", PLACEHOLDER_UID):
         if (obj["apiVersion"], obj["kind"]) not in NON_CORE_KINDS:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)

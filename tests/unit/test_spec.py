@@ -11,9 +11,14 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kuberl.cli import gymnasium_id_known
+from kuberl.cli import registered_env_ids
 from kuberl.core.render import PLACEHOLDER_UID, render_job
-from kuberl.core.rules import immutable_changes, parse_spec, validate_job
+from kuberl.core.rules import (
+    env_id_problem,
+    immutable_changes,
+    parse_spec,
+    validate_job,
+)
 from kuberl.core.spec import JobSpec
 from kuberl.core.validation import InvalidJob
 from kuberl.core.yamlreader import load_documents
@@ -128,13 +133,13 @@ MUTATIONS = [
 
 def problems_of(job):
     with pytest.raises(InvalidJob) as e:
-        validate_job(job, env_id_known=gymnasium_id_known)
+        validate_job(job, env_ids=registered_env_ids())
     return e.value.problems
 
 
 @pytest.mark.parametrize("name", sorted(VALID))
 def test_valid_jobs_are_valid(name):
-    validate_job(VALID[name], env_id_known=gymnasium_id_known)
+    validate_job(VALID[name], env_ids=registered_env_ids())
 
 
 ALL_FIELD_NAMES = {f.alias for f in JobSpec.model_fields.values()}
@@ -172,12 +177,29 @@ def test_an_unregistered_gymnasium_id_is_refused_naming_spec_env_id():
     assert [p.path for p in problems] == ["spec.env.id"] and "CartPoel-v1" in problems[0].message
 
 
+@pytest.mark.parametrize(("env_id", "meant"), [
+    ("Cartpole-v1", "'CartPole-v1'"),  # case: gymnasium ids are case-sensitive
+    ("CartPoel-v1", "'CartPole-v1' or 'CartPole-v0'"),  # closest first
+    ("cartpole", "'CartPole-v1' or 'CartPole-v0'"),
+])
+def test_a_misspelt_gymnasium_id_names_the_ids_it_may_have_meant(env_id, meant):
+    registered = {"CartPole-v0", "CartPole-v1", "Pendulum-v1", "ALE/Pong-v5"}
+    problem = env_id_problem(env_id, registered)
+    assert problem is not None and problem.path == "spec.env.id"
+    assert problem.message.endswith(f"(got {env_id!r}); did you mean {meant}?"), problem.message
+    nothing_near = env_id_problem("Walker-v9", registered)
+    assert nothing_near is not None and nothing_near.message.endswith("(got 'Walker-v9')")
+    assert env_id_problem("CartPole-v1", registered) is None
+    assert env_id_problem("ALE/Pongg-v5", registered).message.endswith("did you mean 'ALE/Pong-v5'?")
+    assert env_id_problem("MyPkg/Env-v0", registered) is None  # a namespace not installed here: the trainer's to tell
+
+
 @pytest.mark.parametrize("env_id", ["ALE/Pong-v5", "mypkg.envs:MyEnv", "mypkg.envs:My.Env"])
 def test_ids_from_packages_not_installed_here_are_left_to_the_trainer(env_id):
     if env_id.startswith("ALE/"):
         pytest.importorskip("gymnasium")
-        assert gymnasium_id_known(env_id) in (None, True)  # None without ale_py, True with it
-    validate_job(mutate(MINIMAL, "spec.env.id", env_id), env_id_known=gymnasium_id_known)
+        assert env_id_problem(env_id, registered_env_ids()) is None  # ALE/ unregistered without ale_py, registered with it
+    validate_job(mutate(MINIMAL, "spec.env.id", env_id), env_ids=registered_env_ids())
 
 
 # --- immutability (Python side; the CEL side is in test_crd_cel.py) ------------
@@ -255,7 +277,7 @@ SPEC_PATHS = sorted(
 def test_random_mutations_only_ever_raise_invalid_job(base, path, value):
     job = mutate(VALID[base], path, value)
     try:
-        validate_job(job, env_id_known=gymnasium_id_known)
+        validate_job(job, env_ids=registered_env_ids())
     except InvalidJob as e:
         assert e.problems and all(p.path and p.message for p in e.problems)
 
@@ -287,7 +309,7 @@ def test_template_label_values_and_annotation_keys_are_what_the_api_server_takes
 
     validate_job(with_metadata({"labels": {"team": "rl-1.a_b", "empty": ""},
                                 "annotations": {"Example.COM/Some_Key.1": "v", "plain": "x" * 1000, "kubernetes.io/x": ""}}),
-                 env_id_known=gymnasium_id_known)
+                 env_ids=registered_env_ids())
     found = problems_of(with_metadata({"labels": {"team": "bad value!", "long": "a" * 64},
                                        "annotations": {"a" * 64: "x", "-dash": "x", "ok": "x"}}))
     by_path = {(p.path, "got key" in p.message or "label value" in p.message) for p in found}

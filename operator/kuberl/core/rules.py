@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -442,13 +442,29 @@ def parse_spec(spec: Any) -> JobSpec:
 DOCUMENT_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
 
 
-def validate_job(job: Any, env_id_known: Callable[[str], bool | None] | None = None) -> JobSpec:
+def env_id_problem(env_id: str, registered: Collection[str]) -> Problem | None:
+    """Why spec.env.id names no env of `registered` (the gymnasium ids registered here), with the ids it may
+    have meant; None when it is registered, a "module:Class", or in a namespace whose package is not installed
+    here (`ALE/Pong-v5` without ale_py: left to the trainer's image)."""
+    if ":" in env_id or env_id in registered:
+        return None
+    namespace = env_id.split("/", 1)[0] + "/" if "/" in env_id else None
+    if namespace and not any(known.startswith(namespace) for known in registered):
+        return None
+    # case first (Cartpole-v1), then spelling (CartPoel-v1) and version (CartPole-v2)
+    same_case = [known for known in registered if known.lower() == env_id.lower()]
+    by_lower = {known.lower(): known for known in sorted(registered)}
+    close = same_case or [by_lower[k] for k in difflib.get_close_matches(env_id.lower(), by_lower, n=3, cutoff=0.75)]
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return Problem("spec.env.id", f"expected a gymnasium id registered here, or \"module:Class\" (got {env_id!r}){hint}")
+
+
+def validate_job(job: Any, env_ids: Collection[str] | None = None) -> JobSpec:
     """Validate a whole RLTrainingJob object (apiVersion, kind, metadata, spec).
 
-    `env_id_known(id) -> bool | None` lets callers that can import gymnasium
-    check that a gymnasium id is registered; None means "cannot tell here"
-    (ids from packages not installed here, and "module:Class", are left to
-    the trainer).
+    `env_ids`, the gymnasium ids registered here, lets callers that can import
+    gymnasium check spec.env.id (`env_id_problem`); None means "cannot tell
+    here" (the operator's image has no gymnasium: the trainer checks it).
     """
     if not isinstance(job, dict):
         raise InvalidJob([Problem("(document)", f"expected a YAML mapping (got {shown(job)})")])
@@ -475,12 +491,8 @@ def validate_job(job: Any, env_id_known: Callable[[str], bool | None] | None = N
             problems += e.problems
         nproc = torchrun.template_problem(job["spec"]) if parsed is not None else None
         problems += [Problem(*nproc)] if nproc else []
-    unknown_env = parsed is not None and parsed.env is not None and env_id_known is not None and ":" not in parsed.env.id
-    if unknown_env and env_id_known(parsed.env.id) is False:
-        problems.append(Problem(
-            "spec.env.id",
-            f"expected a gymnasium id registered here, or \"module:Class\" (got {parsed.env.id!r})",
-        ))
+    if parsed is not None and parsed.env is not None and env_ids is not None:
+        problems += [p for p in [env_id_problem(parsed.env.id, env_ids)] if p is not None]
     if problems:
         raise InvalidJob(problems)
     assert parsed is not None

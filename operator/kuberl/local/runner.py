@@ -38,7 +38,7 @@ import time
 import typing
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Self
 
@@ -855,9 +855,11 @@ def from_flag(problem: Problem, args: argparse.Namespace) -> str:
     return ""
 
 
-def cmd_run(args: argparse.Namespace, docs: list) -> int:
+def cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | None = None) -> int:
     """`kuberl run` of a file's documents, as `kuberl.tools.documents.runnable_documents` gives them
-    (a PyTorchJob already converted: the caller's, so the local runner imports the core only)."""
+    (a PyTorchJob already converted: the caller's, so the local runner imports the core only). `env_ids`, the
+    gymnasium ids registered here, refuse a misspelt spec.env.id as `kuberl validate` does, before a run
+    directory is chosen or a pod started."""
     if getattr(args, "private_network", False):  # before any thread starts: a user namespace takes one thread only
         refused = private_network()
         if refused is not None:
@@ -867,7 +869,7 @@ def cmd_run(args: argparse.Namespace, docs: list) -> int:
         document, configmaps = split_documents(docs, args.file)
         check_overrides(args.set)
         document = apply_overrides(document, args.workers, args.set)
-        document = with_free_rendezvous_port(document, validate_job(document))
+        document = with_free_rendezvous_port(document, validate_job(document, env_ids=env_ids))
         spec = validate_job(document)
     except BadOverride as e:
         for p in e.problems:
