@@ -36,6 +36,9 @@ def test_a_pod_of_two_ranks_stopped_by_sigterm_checkpoints_and_exits_0_as_a_one_
     assert list(job.checkpoint_dir.glob("ckpt-*.pt")), "the stop's checkpoint"
     assert "SignalException" not in log and "Traceback" not in log, log[-3000:]
     assert "kuberl launcher: SIGTERM passed on to the ranks; they have exited" in log
+    # said once for the pod: no stated line per rank, no torch warning per rank it signalled
+    assert [line for line in log.splitlines() if line.startswith("Stopped: ")] == [job.termination_log(0).strip()]
+    assert "death signal" not in log and "closing signal" not in log, log[-3000:]
 
 
 def test_a_pod_whose_ranks_fail_says_so_in_one_line_after_their_own_errors(tmp_path):

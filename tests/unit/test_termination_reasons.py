@@ -100,3 +100,42 @@ def test_a_failed_external_script_is_a_counted_crash_not_a_configuration_error()
     assert decision.phase != lc.FAILED
     assert decision.status["restartHistory"][-1]["reason"] == "Error"
     assert "ValueError: boom" in decision.status["restartHistory"][-1]["message"]
+
+
+def test_a_clean_end_is_said_once_per_pod_and_every_ranks_failure_by_each(tmp_path, monkeypatch, capsys):
+    """A 4-GPU pod stopped for a suspend said "Stopped: ..." four times in its log."""
+    from kuberl_trainer import termination
+
+    assert termination.said_in_the_log(contract.REASON_STOPPED, 0) and termination.said_in_the_log(contract.REASON_SUCCEEDED, 0)
+    assert not termination.said_in_the_log(contract.REASON_STOPPED, 3) and not termination.said_in_the_log(contract.REASON_SUCCEEDED, 1)
+    assert all(termination.said_in_the_log(reason, 3) for reason in contract.TRAINER_REASONS - {
+        contract.REASON_STOPPED, contract.REASON_SUCCEEDED})
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    monkeypatch.setenv(contract.ENV_LOCAL_RANK, "1")
+    termination.write_reason(contract.REASON_STOPPED, "stopped at timesteps 8")
+    assert capsys.readouterr().err == "" and termination.stated() == contract.REASON_STOPPED  # the file still says it
+    termination.write_reason(contract.REASON_CRASHED, "RuntimeError: boom")
+    assert capsys.readouterr().err == contract.stated_line(contract.REASON_CRASHED, "RuntimeError: boom") + "\n"
+
+
+def test_the_launcher_drops_torchs_per_rank_signal_warnings_and_keeps_its_others(monkeypatch):
+    import logging
+
+    from kuberl_trainer import launch
+
+    seen: list[str] = []
+
+    class Recorder(logging.Handler):  # on the loggers themselves: torch's loggers need not propagate
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    for name in launch.SIGNAL_RELAY_LOGS:
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "filters", [])  # restored after the test
+        monkeypatch.setattr(logger, "handlers", [Recorder()])
+    launch.quiet_signal_relay()
+    agent, processes = (logging.getLogger(name) for name in launch.SIGNAL_RELAY_LOGS)
+    agent.warning(launch.SIGNAL_RELAY_LOGS[agent.name], "SIGTERM")
+    processes.warning(launch.SIGNAL_RELAY_LOGS[processes.name], 1234, "SIGTERM")
+    processes.warning("Unable to shutdown process %s via %s, forcefully exiting via %s", 1234, "SIGTERM", "SIGKILL")
+    assert seen == ["Unable to shutdown process 1234 via SIGTERM, forcefully exiting via SIGKILL"]

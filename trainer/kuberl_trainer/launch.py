@@ -20,6 +20,7 @@ errors: here one line says it, and the pod exits 1 as under torch's launcher.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -36,6 +37,17 @@ from .distributed import loopback_server
 
 # The agent's store outlives every rendezvous timeout torchrun gives it; only our own client uses this.
 STORE_TIMEOUT = timedelta(hours=1)
+# torch's launcher logs a warning for a signal and one per rank it passes it on to, with its file
+# and line; main() says it once for the pod (a 4-GPU pod's suspend was 5 lines of torch internals)
+SIGNAL_RELAY_LOGS = {
+    "torch.distributed.elastic.agent.server.api": "Received %s death signal, shutting down workers",
+    "torch.distributed.elastic.multiprocessing.api": "Sending process %s closing signal %s",
+}
+
+
+def quiet_signal_relay() -> None:
+    for logger, template in SIGNAL_RELAY_LOGS.items():
+        logging.getLogger(logger).addFilter(lambda record, template=template: record.msg != template)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.rdzv_backend == "static" and args.node_rank == 0 and nodes.isdigit():
         host, _, port = get_rdzv_endpoint(args).rpartition(":")  # where torchrun's agent will host it
         held = loopback_server(host.strip("[]"), port, int(nodes), STORE_TIMEOUT, multi_tenant=True)
+    quiet_signal_relay()
     try:
         torchrun(argv)
     except ChildFailedError as e:

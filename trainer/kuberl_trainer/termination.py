@@ -13,12 +13,20 @@ from .paths import host_path
 KUBELET_KEEPS = 4096  # bytes of a termination message the kubelet keeps
 
 
+def said_in_the_log(reason: str, local_rank: int) -> bool:
+    """Whether a rank's ending goes into the pod's log too: every rank's failure, but a clean
+    end once per pod (its local rank 0), not once per GPU with the same words."""
+    return local_rank == 0 or reason not in (contract.REASON_SUCCEEDED, contract.REASON_STOPPED)
+
+
 def write_reason(reason: str, message: str) -> None:
-    """One line for the pod's termination log (and the log itself)."""
+    """One line for the pod's termination log (and the log itself, said_in_the_log)."""
     # unmarked: a log line states nothing. One write, so the ranks of one pod, sharing its log, cannot splice
     # their lines together (print writes the text and its newline apart)
-    sys.stderr.write(contract.stated_line(reason, message) + "\n")
-    sys.stderr.flush()
+    local_rank = os.environ.get(contract.ENV_LOCAL_RANK, "0")
+    if said_in_the_log(reason, int(local_rank) if local_rank.isdigit() else 0):
+        sys.stderr.write(contract.stated_line(reason, message) + "\n")
+        sys.stderr.flush()
     path = host_path(names.TERMINATION_LOG)
     try:
         if os.environ.get(contract.ENV_FS_ROOT):
