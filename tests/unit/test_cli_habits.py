@@ -91,6 +91,13 @@ def test_a_set_naming_no_field_names_the_flag_suggests_the_path_and_exits_1_as_v
                                    " did you mean --set ppo.learningRate=… or --set dqn.learningRate=…?")
     typo = kuberl("run", str(job), "--set", "totalTimestep=10", "--dir", str(tmp_path / "runs"))
     assert typo.returncode == 1 and "did you mean --set totalTimesteps=…?" in typo.stderr
+    for empty_name in ("ppo..learningRate=1", "=3", "ppo.=1"):
+        refused = kuberl("run", str(job), "--set", empty_name, "--dir", str(tmp_path / "runs"))
+        assert refused.returncode == 1 and refused.stderr.strip() == (
+            f"kuberl run: --set {empty_name}: expected --set path=value, e.g. --set ppo.learningRate=0.001"), refused.stderr
+    unreadable = kuberl("run", str(job), "--set", "env.id=[", "--dir", str(tmp_path / "runs"))
+    assert unreadable.returncode == 1 and unreadable.stderr.startswith("kuberl run: --set env.id=[: the value is not plain YAML: ")
+    assert "is invalid" not in unreadable.stderr and len(unreadable.stderr.splitlines()) == 1, unreadable.stderr  # not the file's fault
     bad_value = kuberl("run", str(job), "--set", "workers=abc", "--dir", str(tmp_path / "runs"))
     assert bad_value.returncode == 1 and "spec.workers: expected an integer (got 'abc') (from --set workers=abc)" in bad_value.stderr
     # a free-form map takes any key

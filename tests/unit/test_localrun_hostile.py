@@ -356,12 +356,11 @@ def test_configmaps_at_the_limits_pass():
 ])
 def test_a_set_value_that_is_not_plain_bounded_yaml_is_a_problem_naming_it_not_a_traceback(setting, why):
     """`--set 'x=[1'` ended `kuberl run` in a yaml.scanner traceback."""
-    from kuberl.core.validation import InvalidJob
-    from kuberl.local.runner import apply_overrides
+    from kuberl.local.runner import BadOverride, apply_overrides
 
-    with pytest.raises(InvalidJob) as e:
+    with pytest.raises(BadOverride) as e:  # the flag's fault, not the file's
         apply_overrides({"spec": {}}, None, [setting])
-    assert e.value.problems[0].path == setting and why in e.value.problems[0].message
+    assert e.value.problems[0].path == f"--set {setting}" and why in e.value.problems[0].message
 
 
 def test_set_values_keep_their_meaning():

@@ -141,7 +141,7 @@ def check_overrides(settings: list[str]) -> None:
     user, such as env.kwargs); else a BadOverride naming the flag and the paths it may have meant."""
     for setting in settings:
         key, sep, _ = setting.partition("=")
-        if not sep or not key:
+        if not sep or "" in key.split("."):  # `=3`, `ppo..x=1`, `ppo.=1`: no field has an empty name
             raise BadOverride([Problem(f"--set {setting}", "expected --set path=value, e.g. --set ppo.learningRate=0.001")])
         if (problem := override_problem(setting, key)) is not None:
             raise BadOverride([problem])
@@ -172,15 +172,15 @@ def apply_overrides(job: Mapping, workers: int | None, settings: list[str]) -> d
 
 def override_value(setting: str, raw: str) -> object:
     """`--set`'s value read as the job file is (bounded, plain YAML: no tags, no alias bomb); one that
-    cannot be read is a problem naming the setting, not a traceback."""
+    cannot be read is a BadOverride naming the flag (the file is not at fault), not a traceback."""
     if not raw:
         return ""
     try:
         values = load_documents(raw)
     except UnreadableSpec as e:
-        raise InvalidJob([Problem(setting, f"the value is not plain YAML: {e}")]) from None
+        raise BadOverride([Problem(f"--set {setting}", f"the value is not plain YAML: {e}")]) from None
     if len(values) > 1:
-        raise InvalidJob([Problem(setting, "expected one YAML value (got several documents)")])
+        raise BadOverride([Problem(f"--set {setting}", "expected one YAML value (got several documents)")])
     return values[0] if values else None
 
 
