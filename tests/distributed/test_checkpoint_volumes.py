@@ -28,6 +28,17 @@ def _can_mount() -> bool:
 needs_mounts = pytest.mark.skipif(not _can_mount(), reason="no private mount namespace here (unshare -rm): "
                                   "the read-only and full volume tests need one")
 
+# uid 1 in a user namespace of its own: it owns what this user owns, with no capability to pass a mode that denies the owner.
+UNPRIVILEGED = ["unshare", "--user", "--map-user=1", "--map-group=1"]
+
+
+def _can_drop_privileges() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run([*UNPRIVILEGED, "true"], check=False).returncode == 0
+
+
+needs_user_namespaces = pytest.mark.skipif(not _can_drop_privileges(), reason="no user namespace here (unshare --user): "
+                                           "the permission test needs one (root passes any mode)")
+
 
 def mounted(command: str, directory) -> list[str]:
     """A prefix for Ranks: run the trainer after `command` mounted `directory` ("$1") in a
@@ -97,3 +108,30 @@ def test_a_final_model_that_does_not_fit_names_the_volume_and_leaves_no_temp_fil
     out = subprocess.run([*mounted('mount -t tmpfs -o size=16k tmpfs "$1"', volume), sys.executable, "-c", script, str(volume)],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     assert "claim j-checkpoints" in out and "the final model needs 100000 bytes" in out and out.rstrip().endswith("[]"), out
+
+
+@needs_user_namespaces
+@pytest.mark.parametrize("denied", ["directory", "newest"])
+def test_a_checkpoint_volume_the_trainer_may_not_read_fails_at_once_by_name_and_keeps_the_files(tmp_path, denied):
+    """As a claim owned by another user (no fsGroup, or a template's runAsUser) gives: EACCES, which no
+    restart heals; it was a retried Crashed with a traceback, after 7.5 s of read retries for a file."""
+    job = make_job(tmp_path, world_size=1)
+    job.checkpoint_dir.mkdir(parents=True)
+    for updates in (20, 40):
+        checkpoint.save(str(job.checkpoint_dir), updates, ppo_like_state(updates), keep=3)
+    before = {p.name: p.read_bytes() for p in job.checkpoint_dir.glob("ckpt-*.pt")}
+    locked = job.checkpoint_dir if denied == "directory" else job.checkpoint_dir / checkpoint.checkpoint_name(40)
+    locked.chmod(0)
+    started = time.monotonic()
+    try:
+        ranks = Ranks(job, prefix=UNPRIVILEGED)
+        assert ranks.wait(timeout=60) == [contract.EXIT_CONFIG_ERROR], ranks.log(0)
+    finally:
+        locked.chmod(0o755)
+    reason = job.termination_log(0)
+    assert reason.startswith(f"{contract.REASON_CHECKPOINT_FORBIDDEN}: the checkpoint volume at {job.checkpoint_dir} "
+                             f"denies this trainer (uid 1, gid 1) access to {locked}"), reason
+    assert "mode 0o000" in reason and "spec.template.spec.securityContext.fsGroup" in reason, reason
+    assert "timesteps" not in ranks.log(0) and "Traceback" not in ranks.log(0), ranks.log(0)
+    assert time.monotonic() - started < 30
+    assert {p.name: p.read_bytes() for p in job.checkpoint_dir.glob("ckpt-*.pt")} == before

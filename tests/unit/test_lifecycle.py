@@ -160,6 +160,9 @@ CASES = [
                                   Pod(1).exited(1, "PeerLost: rank 0 left")), lc.FAILED, "NoUsableCheckpoint", said="none is usable"),
     Case("checkpoint-volume-read-only", (Pod(0).exited(1, "CheckpointVolumeReadOnly: the checkpoint volume at /c is read-only"),
                                          Pod(1).running()), lc.FAILED, "CheckpointVolumeReadOnly", said="read-only"),
+    Case("checkpoint-volume-forbidden", (Pod(0).exited(78, "CheckpointVolumeForbidden: the checkpoint volume at /c denies this "
+                                                        "trainer (uid 1000, gid 1000) access to /c"),
+                                         Pod(1).running()), lc.FAILED, "CheckpointVolumeForbidden", said="denies this trainer"),
     Case("backoff-limit-0", (Pod(0).running(), Pod(1).exited(2)), lc.FAILED, lc.REASON_BACKOFF_LIMIT, run_policy={"backoffLimit": 0}),
     Case("deadline", (Pod(0).running(), Pod(1).running()), lc.FAILED, lc.REASON_DEADLINE, said="activeDeadlineSeconds=60",
          run_policy={"activeDeadlineSeconds": 60}, at=T0 + 60),

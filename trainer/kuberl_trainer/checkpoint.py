@@ -26,7 +26,10 @@ and none is usable, loading fails with NoUsableCheckpoint naming them, unless
 the caller opts in to starting over: training silently from zero would throw
 away the run's progress. An I/O error (EIO, ESTALE on network storage) is no
 verdict on a file: reads are retried, then the error is raised, and pruning
-leaves a file it cannot read alone. A killed writer's temp files are removed
+leaves a file it cannot read alone. A permission error (EACCES, EPERM: the volume
+belongs to another user) is no verdict either, nor healed by waiting: it is raised
+at once as CheckpointVolumeForbidden, which fails the job naming who was refused
+what. A killed writer's temp files are removed
 when the next run starts (`remove_stale_temps`).
 
 The directory is the tenant's, so reading is bounded too: a name that is not a
@@ -148,6 +151,44 @@ class CheckpointVolumeReadOnly(UnusableCheckpoint):
             self, f"the checkpoint volume at {directory} is read-only ({error.strerror or error}): mount the claim "
             "read-write (check the PVC's accessModes and the volume's health), then rerun the job")
         self.path = directory
+
+
+class CheckpointVolumeForbidden(UnusableCheckpoint):
+    """The trainer's user may not read or write the checkpoint volume (EACCES, EPERM): a claim owned
+    by another user, with no fsGroup to share it. The volume's owner or the pod's user must change;
+    no restart does, nor waiting (so reads are not retried)."""
+
+    reason = "CheckpointVolumeForbidden"
+
+    def __init__(self, directory: str, error: OSError):
+        # A temp file's name (mkstemp's) tells nothing: the directory it was to be made in does.
+        named = error.filename if isinstance(error.filename, str) else None
+        where = named if named and not TEMP_NAME.fullmatch(os.path.basename(named)) else directory
+        ValueError.__init__(
+            self, f"the checkpoint volume at {directory} denies this trainer (uid {os.getuid()}, gid {os.getgid()}) access "
+            f"to {where} ({error.strerror or error}; {_ownership(where)}): let the trainer's user read and write it "
+            "(spec.template.spec.securityContext.fsGroup, or the volume's owner and mode), then rerun the job")
+        self.path = directory
+
+
+def _ownership(path: str) -> str:
+    for candidate in (path, os.path.dirname(path)):
+        try:
+            info = os.stat(candidate)
+        except OSError:
+            continue
+        owner = f"owner uid {info.st_uid}, gid {info.st_gid}, mode 0o{stat.S_IMODE(info.st_mode):03o}"
+        return owner if candidate == path else f"{candidate}: {owner}"
+    return "its owner unreadable"
+
+
+@contextlib.contextmanager
+def volume_access(directory: str):
+    """PermissionError (EACCES, EPERM) on the checkpoint volume raised as CheckpointVolumeForbidden."""
+    try:
+        yield
+    except PermissionError as e:
+        raise CheckpointVolumeForbidden(directory, e) from e
 
 
 class CheckpointVolumeFull(OSError):
@@ -372,34 +413,36 @@ def save(directory: str, updates: int, state: dict, keep: int, volume: str = "")
     they sort; what is not a regular file, what this trainer cannot judge and
     what cannot be read right now are left alone. A full volume raises
     CheckpointVolumeFull (naming `volume` and what one checkpoint needs), a
-    read-only one CheckpointVolumeReadOnly."""
+    read-only one CheckpointVolumeReadOnly, one this trainer may not write CheckpointVolumeForbidden."""
     path = os.path.join(directory, checkpoint_name(updates))
     write_on_volume(path, encode(state), volume, keep)
     _remember(path, True)
     kept = 0
-    for candidate in list_checkpoints(directory):
-        valid = is_valid(candidate)
-        if valid is None:
-            continue  # another format version, too large to read, not a file, or unreadable now: not ours to judge
-        if valid and kept < keep:
-            kept += 1
-            continue
-        if valid:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(candidate)
-        else:
-            move_aside(candidate, "not a valid checkpoint")
-        _verified.pop(candidate, None)
+    with volume_access(directory):
+        for candidate in list_checkpoints(directory):
+            valid = is_valid(candidate)
+            if valid is None:
+                continue  # another format version, too large to read, not a file, or unreadable now: not ours to judge
+            if valid and kept < keep:
+                kept += 1
+                continue
+            if valid:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(candidate)
+            else:
+                move_aside(candidate, "not a valid checkpoint")
+            _verified.pop(candidate, None)
     return path
 
 
 def write_on_volume(path: str, data: bytes, volume: str = "", keep: int = 0) -> None:
     """write_atomic, a full volume raised as CheckpointVolumeFull (naming `volume` and what `data`
-    needs; `keep` checkpoints of that size must fit besides) and a read-only one as
-    CheckpointVolumeReadOnly."""
+    needs; `keep` checkpoints of that size must fit besides), a read-only one as
+    CheckpointVolumeReadOnly and one this trainer may not write as CheckpointVolumeForbidden."""
     directory = os.path.dirname(path) or "."
     try:
-        write_atomic(path, data)
+        with volume_access(directory):
+            write_atomic(path, data)
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise CheckpointVolumeFull(directory, len(data), volume or directory, keep) from e
@@ -490,11 +533,12 @@ def _read_bytes(path: str, limit: int) -> bytes:
 
 def read_retrying(path: str) -> dict:
     """`read`, retried after each wait in READ_RETRY_SECONDS while it fails with an I/O error
-    (EIO, ESTALE: network storage heals); the last error is raised, never taken for corruption."""
+    (EIO, ESTALE: network storage heals); the last error is raised, never taken for corruption.
+    A permission error is raised at once: waiting does not change who may read the file."""
     for wait in (*READ_RETRY_SECONDS, None):
         try:
             return read(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, PermissionError):
             raise
         except OSError as e:
             if wait is None:

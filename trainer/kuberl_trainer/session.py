@@ -204,11 +204,12 @@ class TrainingSession:
         also gets its own env and RNG state."""
         data = None
         if self.ctx.is_main:
-            checkpoint.check_writable(self.checkpoint_dir)  # a read-only volume fails now, not at the first save
-            for directory in {self.checkpoint_dir, os.path.dirname(self.final_model or self.checkpoint_dir)}:
-                checkpoint.remove_stale_temps(directory)
-            start_over = self.spec.checkpoint.when_none_usable == "StartOver"
-            found = checkpoint.load_newest(self.checkpoint_dir, accept=_resumable, start_over=start_over)
+            with checkpoint.volume_access(self.checkpoint_dir):  # a volume it may not use fails now, by name
+                checkpoint.check_writable(self.checkpoint_dir)  # a read-only volume fails now, not at the first save
+                for directory in {self.checkpoint_dir, os.path.dirname(self.final_model or self.checkpoint_dir)}:
+                    checkpoint.remove_stale_temps(directory)
+                start_over = self.spec.checkpoint.when_none_usable == "StartOver"
+                found = checkpoint.load_newest(self.checkpoint_dir, accept=_resumable, start_over=start_over)
             if found is not None:
                 path, state = found
                 self.resumed_from = path
