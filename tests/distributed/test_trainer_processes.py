@@ -79,7 +79,7 @@ def test_sigterm_leaves_a_checkpoint_and_the_next_run_continues(tmp_path):
     resumed.wait_for_updates(saved["counters"]["updates"] + 1)
     assert resumed.metric(0, metricnames.ENV_STEPS_TOTAL) > stopped_at  # continues, never from 0
     resumed.kill()
-    assert f"resuming from {job.checkpoint_dir}" in resumed.log(0)
+    assert f"resuming from {job.config['paths']['checkpointDir']}/ckpt-" in resumed.log(0)  # the pod's path, as kubectl logs shows it
 
 
 def test_a_forged_checkpoint_never_runs_and_the_job_resumes_from_the_last_good_one(tmp_path):

@@ -114,3 +114,24 @@ def test_the_run_ends_with_one_progress_line_for_its_last_steps_never_a_rate_of_
     progress = [line for line in lines if line.startswith("timesteps ")]
     assert [line.split()[1] for line in progress].count(str(trainer.counters.global_step)) == 1, progress
     assert not any(" steps/s 0 " in line for line in progress), progress
+
+
+def test_a_stopped_rank_names_the_checkpoint_where_the_pod_sees_it_and_only_rank_0_names_it(tmp_path, monkeypatch):
+    """Ctrl-C under `kuberl run` said rank 1 was "resumable from …/pods/job-1/root/checkpoints/…", a directory rank 1
+    never mounts, and rank 0's host path past the console's mapping of /checkpoints/ (the path kuberl's own line shows)."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    spec = make_job().algorithm("ppo", numSteps=16).with_spec(totalTimesteps=128, workers=1, seed=1).spec()
+    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
+    trainer = entry.ALGORITHMS["ppo"].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 128, 1, 0)
+    training = session.TrainingSession(config, ONE_PROCESS, None, 0, threading.Event(), log=lambda _line: None)
+    trainer.update(stop_vote=True, success_vote=False)
+    message = training.finish(trainer, "stopped")
+    assert message == f"stopped at timesteps {trainer.counters.global_step}; resumable from {config.checkpoint_dir}"
+    assert config.checkpoint_dir.startswith("/checkpoints/") and str(tmp_path) not in message
+    assert session.stopped_message(900, False, config.checkpoint_dir) == "stopped at timesteps 900; resumable from rank 0's checkpoint"
+
+    lines: list[str] = []
+    resumed = session.TrainingSession(config, ONE_PROCESS, None, 1, threading.Event(), log=lines.append)
+    resumed.load()
+    said = [line for line in lines if line.startswith("resuming from ")]
+    assert said and said[0].startswith(f"resuming from {config.checkpoint_dir}/ckpt-"), lines  # not the host's pods/…/root

@@ -14,3 +14,12 @@ def host_path(path: str) -> str:
     if root and os.path.isabs(path):
         return os.path.join(root, path.lstrip("/"))
     return path
+
+
+def pod_path(path: str) -> str:
+    """`host_path`'s inverse, for what a rank says: the path as the pod sees it (/checkpoints/…), which `kuberl run`
+    shows where it lies here, as a cluster's `kubectl logs` shows it."""
+    root = os.environ.get(contract.ENV_FS_ROOT)
+    if root and os.path.isabs(path) and os.path.commonpath([root, path]) == os.path.normpath(root):
+        return "/" + os.path.relpath(path, root).removeprefix(".")
+    return path

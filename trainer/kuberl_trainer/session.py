@@ -31,7 +31,7 @@ from .device import on_host
 from .distributed import Dist, PeerLost
 from .envs import rank_seed
 from .metrics import TrainerMetrics
-from .paths import host_path
+from .paths import host_path, pod_path
 from .startup import Startup
 
 PROGRESS_EVERY_SECONDS = 5.0
@@ -213,7 +213,7 @@ class TrainingSession:
             if found is not None:
                 path, state = found
                 self.resumed_from = path
-                self.log(f"resuming from {path} (timesteps {state['counters']['global_step']})")
+                self.log(f"resuming from {pod_path(path)} (timesteps {state['counters']['global_step']})")
                 data = checkpoint.encode(state)
         data = distributed.broadcast_bytes(self.ctx, data)
         if data is None:
@@ -337,7 +337,7 @@ class TrainingSession:
         self.last_checkpoint_update = algorithm.counters.updates
         if self.metrics is not None:
             self.metrics.checkpointed()
-        self.log(f"checkpoint {path} (timesteps {algorithm.counters.global_step})")
+        self.log(f"checkpoint {pod_path(path)} (timesteps {algorithm.counters.global_step})")
         self.curve_point(algorithm.counters.global_step, checkpoint_file=os.path.basename(path))
 
     def volume(self) -> str:
@@ -357,7 +357,7 @@ class TrainingSession:
                 self.save(algorithm)
             except PeerLost:  # a peer already left: rank 0 holds the replicated state
                 self.save(algorithm, collectives=False)
-            return f"stopped at timesteps {steps}; resumable from {self.checkpoint_dir}"
+            return stopped_message(steps, self.ctx.is_main, self.config.checkpoint_dir)
         if self.ctx.is_main:
             self.write_final_model(algorithm)
         if outcome == "target" and not self.ctx.is_main:
@@ -395,6 +395,13 @@ def append_line(path: str, line: str) -> None:
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
+
+
+def stopped_message(steps: int, is_main: bool, checkpoint_dir: str) -> str:
+    """A stopped rank's termination message. The directory is the pod's own path (/checkpoints/…, which `kuberl
+    run` shows where it lies here), and only rank 0 names it: no other rank mounts the checkpoint volume."""
+    where = checkpoint_dir if is_main else "rank 0's checkpoint"
+    return f"stopped at timesteps {steps}; resumable from {where}"
 
 
 def _resumable(state: dict) -> str | None:
