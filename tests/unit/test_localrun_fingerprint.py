@@ -40,6 +40,14 @@ def test_operational_fields_keep_the_fingerprint_and_learned_ones_change_it():
         assert fingerprint.fingerprint(learned(**change)) != base, change
 
 
+def test_a_key_added_to_an_empty_map_is_one_change_not_also_the_map_turned_null():
+    """`--set env.kwargs.foo=1` was described as "env.kwargs {} -> null, env.kwargs.foo null -> 1"."""
+    old, new = learned(), learned(env={"id": "CartPole-v1", "kwargs": {"sutton_barto_reward": True}})
+    assert fingerprint.changed_fields(old, new) == [("env.kwargs.sutton_barto_reward", None, True)]
+    assert fingerprint.changed_fields(new, old) == [("env.kwargs.sutton_barto_reward", True, None)]
+    assert fingerprint.changed_fields({"template": {}}, {"template": None}) == [("template", {}, None)]
+
+
 def test_the_same_spec_resumes_its_unfinished_run(tmp_path):
     finished_run(tmp_path / "cartpole", learned(), "Running")
     choice = choose_run(str(tmp_path), "cartpole", learned(resources={"limits": {"cpu": "3"}}))

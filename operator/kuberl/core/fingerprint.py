@@ -81,13 +81,17 @@ def _flat(value: Any, path: str, out: dict[str, Any]) -> None:
 
 
 def changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(dotted path, old value, new value) for every leaf that differs; a missing leaf is None."""
+    """(dotted path, old value, new value) for every leaf that differs; a missing leaf is None. An empty map on
+    one side whose keys the other side has is no leaf of its own: `env.kwargs.foo null -> 1`, not also
+    `env.kwargs {} -> null`."""
     flat_old: dict[str, Any] = {}
     flat_new: dict[str, Any] = {}
     _flat(old, "", flat_old)
     _flat(new, "", flat_new)
+    paths = flat_old.keys() | flat_new.keys()
+    parents = {path.rsplit(".", depth)[0] for path in paths for depth in range(1, path.count(".") + 1)}
     return [(path, flat_old.get(path), flat_new.get(path))
-            for path in sorted(flat_old.keys() | flat_new.keys()) if flat_old.get(path) != flat_new.get(path)]
+            for path in sorted(paths - parents) if flat_old.get(path) != flat_new.get(path)]
 
 
 def _short(value: Any, width: int = 40) -> str:
