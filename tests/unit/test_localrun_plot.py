@@ -24,3 +24,11 @@ def test_a_learning_curve_is_written_from_progress(tmp_path):
 def test_plotting_a_run_without_progress_says_so(tmp_path, capsys):
     assert cmd_plot(argparse.Namespace(run_dir=str(tmp_path))) == 1
     assert "no progress.jsonl" in capsys.readouterr().err
+
+
+def test_plotting_a_path_that_is_no_directory_names_it_without_asking_about_progress(tmp_path, capsys):
+    model = tmp_path / "final-model.pt"
+    model.write_bytes(b"x")
+    for path, what in ((tmp_path / "runs" / "typo", "no such directory"), (model, "not a directory")):
+        assert cmd_plot(argparse.Namespace(run_dir=str(path))) == 1
+        assert capsys.readouterr().err == f"kuberl plot: {path}: {what} (give a run directory of kuberl run, e.g. runs/<job>)\n"

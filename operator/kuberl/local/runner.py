@@ -963,6 +963,9 @@ def progress_files(checkpoints: str) -> list[str]:
 
 def plot(run_dir: str) -> str:
     """A PNG of return against timesteps and against wall time, from progress.jsonl."""
+    if not os.path.isdir(run_dir):  # "has the run reported progress yet?" misleads about a path that is no run
+        what = "not a directory" if os.path.exists(run_dir) else "no such directory"
+        raise FileNotFoundError(f"{run_dir}: {what} (give a run directory of kuberl run, e.g. runs/<job>)")
     found = sorted(progress_files(os.path.join(run_dir, "checkpoints")), key=os.path.getmtime)
     if not found:
         raise FileNotFoundError(f"no progress.jsonl under {run_dir}/checkpoints (has the run reported progress yet?)")
