@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from typing import Any
 
@@ -310,7 +311,7 @@ EXIT_CODES = """exit codes (every subcommand):
   1    invalid input: a file, job or --set refused, each problem named; a run whose job failed
   2    usage: an unknown option, a missing or extra argument (the subcommand's usage is printed)
   3    kuberl run could not run here: its run directory locked or unwritable, a port taken
-  130  kuberl run interrupted (Ctrl-C): every rank saved; the same command resumes"""
+  130  kuberl run interrupted (Ctrl-C, or its output piped to a reader that quit): every rank saved; the same command resumes"""
 
 
 def version() -> str:
@@ -501,6 +502,10 @@ def main(argv: list[str] | None = None) -> Any:
     if args.command is None:  # `kuberl` alone: what it can do, as kubectl does
         parser.print_help()
         return 0
+    if argv is None and args.command not in ("run", "operator"):
+        # `kuberl crd | head` ends quietly as cat or kubectl does, not in a BrokenPipeError traceback; `run` stops
+        # its ranks with a checkpoint instead (local.console.Output), and the operator's output is a container's
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if hasattr(args, "filenames"):
         resolve_files(args, subparser)
     return args.func(args)

@@ -4,6 +4,8 @@ the subcommand's usage, --set errors naming the flag, and one table of exit code
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +123,34 @@ def test_run_refuses_a_misspelt_env_id_as_validate_does_before_any_run_directory
     assert ran.returncode == validated.returncode == 1, (ran, validated)
     assert line in ran.stderr and line in validated.stderr, (ran.stderr, validated.stderr)
     assert ran.stdout == "" and not (tmp_path / "runs").exists()
+
+
+def test_run_whose_output_reader_goes_away_stops_as_on_ctrl_c_without_a_traceback(tmp_path):
+    """`kuberl run job.yaml | head -2` ended in a BrokenPipeError traceback, its ranks killed unsaved."""
+    run = subprocess.Popen([sys.executable, "-m", "kuberl.cli", "run", str(EXAMPLES / "cartpole-ppo.yaml"), "--dir",
+                            str(tmp_path / "runs"), "--workers", "1", "--set", "env.numEnvs=2"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = run.stdout.readline()
+    run.stdout.close()  # as head does once it has its lines
+    try:
+        stderr = run.stderr.read()
+        code = run.wait(timeout=90)
+    finally:
+        run.kill()
+    assert first.startswith("[kuberl] ") and "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+    assert code == 130, stderr
+    assert "the output's reader is gone (a pipe closed): stopping as on Ctrl-C" in stderr
+    assert stderr.rstrip().splitlines()[-1].startswith("[kuberl] cartpole-ppo stopped at "), stderr
+
+
+@pytest.mark.parametrize("args", [["crd"], ["render", str(EXAMPLES / "cartpole-ppo.yaml")]])
+def test_output_into_a_pipe_closed_early_ends_quietly_as_unix_tools_do(args):
+    """`kuberl crd | head -1` printed a BrokenPipeError traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write: no race with a listing the pipe could hold whole
+    try:
+        done = subprocess.run([sys.executable, "-m", "kuberl.cli", *args], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=60, check=False)
+    finally:
+        os.close(write_end)
+    assert done.returncode == -signal.SIGPIPE and done.stderr == "", done.stderr  # SIGPIPE's death, as cat's or kubectl's

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from kuberl.local.console import Console
+from kuberl.local.console import Console, Output
 
 
 class Terminal(io.StringIO):
@@ -48,3 +48,24 @@ def test_a_pipe_gets_plain_lines_and_verbose_adds_checkpoints(tmp_path, monkeypa
 
 def test_a_custom_trainer_without_a_budget_gets_no_bar():
     assert not Console(Terminal(), None).live
+
+
+class ClosedPipe(Terminal):
+    """A reader that went away after the first line (`kuberl run job.yaml | head -1`)."""
+
+    def write(self, text: str) -> int:
+        if self.getvalue():
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+def test_a_closed_pipe_sends_the_rest_to_stderr_and_says_the_reader_is_gone():
+    pipe, stderr = ClosedPipe(), io.StringIO()
+    output = Output(pipe, stderr)
+    console = Console(output, 1000, live=False)
+    assert output.isatty() and not console.reader_gone
+    console.line("[kuberl] first")
+    console.write("[rank 0] second\n")  # raised BrokenPipeError out of `kuberl run`, every rank killed unsaved
+    console.line("[kuberl] third")
+    assert pipe.getvalue() == "[kuberl] first\n" and stderr.getvalue() == "[rank 0] second\n[kuberl] third\n"
+    assert console.reader_gone and not output.isatty()

@@ -57,6 +57,11 @@ class Console:
     def flush(self) -> None:
         self.stream.flush()
 
+    @property
+    def reader_gone(self) -> bool:
+        """Whoever read the output stopped reading (`Output`)."""
+        return bool(getattr(self.stream, "reader_gone", False))
+
     def line(self, line: str) -> None:
         """One line above the bar, the checkpoint volume's paths shown where they lie here."""
         if self.paths is not None:
@@ -89,6 +94,51 @@ class Console:
             if self.bar is not None:
                 self.bar.close()
                 self.bar = None
+
+
+class Output:
+    """`kuberl run`'s stdout. When its reader goes away (`| head`, a pager quit) a write no longer raises
+    BrokenPipeError, which ended the run in a traceback with every rank killed unsaved: the rest goes to
+    `fallback` (stderr: the terminal, in `kuberl run job.yaml | head`), and `reader_gone` asks the run to
+    stop as Ctrl-C does."""
+
+    def __init__(self, stream: IO[str], fallback: IO[str]):
+        self.stream, self.fallback = stream, fallback
+        self.reader_gone = False
+
+    def write(self, text: str) -> int:
+        if not self.reader_gone:
+            try:
+                return self.stream.write(text)
+            except BrokenPipeError:
+                self._gone()
+        return self.fallback.write(text)
+
+    def flush(self) -> None:
+        if not self.reader_gone:
+            try:
+                self.stream.flush()
+                return
+            except BrokenPipeError:
+                self._gone()
+        self.fallback.flush()
+
+    def isatty(self) -> bool:
+        return not self.reader_gone and _isatty(self.stream)
+
+    def _gone(self) -> None:
+        self.reader_gone = True
+        # what the stream still buffers would fail again at exit ("Exception ignored … BrokenPipeError")
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            return
+        try:
+            os.dup2(devnull, self.stream.fileno())
+        except (OSError, ValueError, AttributeError):  # no descriptor (a StringIO): nothing buffered at exit
+            pass
+        finally:
+            os.close(devnull)
 
 
 def _isatty(stream: IO[str]) -> bool:

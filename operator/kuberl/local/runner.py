@@ -53,7 +53,7 @@ from ..core.rules import validate_job
 from ..core.spec import JobSpec
 from ..core.validation import InvalidJob, Problem
 from ..core.yamlreader import UnreadableSpec, load_documents
-from .console import Console
+from .console import Console, Output
 from .dns import loopback_rendezvous
 from .process import (
     PodProcess,
@@ -574,10 +574,11 @@ def say(message: str) -> None:
     if CONSOLE is not None:  # a live progress bar: the line goes above it
         CONSOLE.line(line)
     else:
-        print(line, flush=True)
+        print(line, file=OUTPUT or sys.stdout, flush=True)
 
 
 CONSOLE: Console | None = None  # the run's console while `kuberl run` drives a job (_run_held)
+OUTPUT: Output | None = None  # `kuberl run`'s stdout, which its reader may close (cmd_run)
 
 
 @contextlib.contextmanager
@@ -635,6 +636,9 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
                         rank0 = rank0metrics.progress_of(rank0, leader.generation, reading, now)
                         if isinstance(cluster.out, Console):
                             cluster.out.progress(reading.timesteps, reading.episode_return_mean, reading.eval_return)
+                if getattr(cluster.out, "reader_gone", False) and not interrupts.count:  # `| head` has read enough
+                    interrupts.count = 1
+                    say("the output's reader is gone (a pipe closed): stopping as on Ctrl-C")
                 if interrupts.count and not announced:
                     announced = True
                     say(f"stopping: SIGTERM to every rank, {job.spec.run_policy.termination_grace_period_seconds}s to save (Ctrl-C again to kill)")
@@ -860,6 +864,8 @@ def cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | Non
     (a PyTorchJob already converted: the caller's, so the local runner imports the core only). `env_ids`, the
     gymnasium ids registered here, refuse a misspelt spec.env.id as `kuberl validate` does, before a run
     directory is chosen or a pod started."""
+    global OUTPUT
+    OUTPUT = Output(sys.stdout, sys.stderr)
     if getattr(args, "private_network", False):  # before any thread starts: a user namespace takes one thread only
         refused = private_network()
         if refused is not None:
@@ -929,7 +935,7 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
             f" these {spec.workers} pods never meet there (they wait until a timeout); here they share this machine's"
             " and do. Meet at $(MASTER_ADDR):$(MASTER_PORT), or give torchrun no endpoint (PET_RDZV_ENDPOINT is worker 0)")
     global CONSOLE
-    console = Console(sys.stdout, spec.total_timesteps, os.path.join(run_dir, "checkpoints"), getattr(args, "verbose", False))
+    console = Console(OUTPUT or sys.stdout, spec.total_timesteps, os.path.join(run_dir, "checkpoints"), getattr(args, "verbose", False))
     CONSOLE = console
     try:
         code, status, wall = _run(job, run_dir, out=console, configmaps=configmaps)
