@@ -8,6 +8,9 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
+
+import aiohttp
 
 from ..core import contract
 from .config import (
@@ -48,7 +51,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
         # a lost watch: our one line says it; kopf's would add two tracebacks
         handler.addFilter(lambda record: not (record.exc_info and watchdog.seen(watch_lost(record.exc_info[1]))))
         handler.addFilter(once)
-    quick_restarts = 0
+    quick_restarts, unanswered_since = 0, None
     while True:
         started = time.monotonic()
         try:
@@ -65,12 +68,26 @@ def cmd_operator(args: argparse.Namespace) -> int:
         except Exception as error:
             watchdog.disarm()
             lost = watch_lost(error)
-            if lost is None:
+            unanswered = None if lost is not None else api_unanswered(error)
+            if lost is None and unanswered is None:
                 raise
-            quick_restarts = quick_restarts + 1 if time.monotonic() - started < GONE_RESET_SECONDS else 1
+            quick = time.monotonic() - started < GONE_RESET_SECONDS
+            quick_restarts = quick_restarts + 1 if quick else 1
             delay = min(GONE_MAX_DELAY_SECONDS, 2.0 ** (quick_restarts - 1) - 1)
-            log.warning("%s; kopf stops on that, so the operator starts its watches again in %gs, listing every object "
-                        "anew (as client-go's reflector relists)", lost_watch(lost), delay)
+            if lost is not None:
+                unanswered_since = None
+                log.warning("%s; kopf stops on that, so the operator starts its watches again in %gs, listing every object "
+                            "anew (as client-go's reflector relists)", lost_watch(lost), delay)
+            else:
+                unanswered_since = unanswered_since if quick and unanswered_since is not None else started
+                bound, waited = config.watch.silent_bound, time.monotonic() - unanswered_since
+                said = f"{type(unanswered).__name__}: {unanswered}"[:300]
+                if waited > bound:
+                    log.error("the API server did not answer (%s) for %.0fs, past the %gs bound (--watch-timeout %g): the "
+                              "operator exits", said, waited, bound, config.watch.server_timeout)
+                    return 1  # the line says it all; kopf logged the traceback once
+                log.warning("the API server did not answer (%s); kopf stops on that, so the operator starts again in %gs "
+                            "(for up to %gs, the bound of a silent watch)", said, delay, bound)
             time.sleep(delay)
 
 
@@ -111,6 +128,18 @@ def watch_lost(error: BaseException | None) -> BaseException | None:
     lost, and made whole by listing again, when it is answered HTTP 410 Gone or when the API server
     ends it with an ERROR event (a 504 "Too large resource version" from a watch cache behind, a 500
     from storage): client-go's reflector relists or retries on both; kopf stops the operator."""
+    return _found(error, lambda e: getattr(e, "status", None) == 410 or type(e).__name__ == WATCH_ERROR_EVENT)
+
+
+def api_unanswered(error: BaseException | None) -> BaseException | None:
+    """The API server's silence or trouble that `error` is, or was caused by, or holds in a group;
+    else None: a connection refused, reset or timed out, or a 5xx answer (etcd electing a leader).
+    kopf's watches wait through these; its one-off discovery at start gives up after 4 tries."""
+    return _found(error, lambda e: isinstance(e, (aiohttp.ClientConnectionError, TimeoutError))
+                  or (isinstance(getattr(e, "status", None), int) and e.status >= 500))
+
+
+def _found(error: BaseException | None, matches: Callable[[BaseException], bool]) -> BaseException | None:
     seen: set[int] = set()
     pending = [error]
     while pending:
@@ -118,7 +147,7 @@ def watch_lost(error: BaseException | None) -> BaseException | None:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if getattr(current, "status", None) == 410 or type(current).__name__ == WATCH_ERROR_EVENT:
+        if matches(current):
             return current
         pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
     return None

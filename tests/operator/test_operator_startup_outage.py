@@ -1,0 +1,64 @@
+"""An API server down when the operator starts (a cluster booting, a control plane being upgraded:
+tests.support.faultproxy resets every connection) is waited for, in the same process, saying so in
+a line per try; kopf stopped the operator after its first request's 4 attempts (3.5 s), and a
+crash-looping pod waits up to 5 minutes between starts. A server that stays down past the watch
+bound (the one that fails /healthz for silent watches) ends the operator, naming how long."""
+import time
+
+import yaml
+from kuberl.operator.config import WatchBounds
+
+from tests.operator.operatorkit import (
+    TRAINER_IMAGE,
+    Operator,
+    create_job,
+    pods,
+    wait_for,
+)
+from tests.support.apiserver import kubeconfig
+from tests.support.faultproxy import FaultProxy
+
+WAITED = 'the API server did not answer'
+DOWN_SECONDS = 9.0  # past kopf's 3.5 s of retries twice over
+
+
+def through(proxy: FaultProxy, tmp_path) -> str:
+    config = tmp_path / 'kubeconfig'
+    config.write_text(yaml.safe_dump(kubeconfig(proxy.url)))
+    return config
+
+
+def test_an_api_server_down_at_startup_is_waited_for_and_jobs_get_their_pods_once_it_answers(standin, rest, tmp_path):
+    with FaultProxy('127.0.0.1', standin.port) as proxy:
+        proxy.down()
+        op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE, kubeconfig=through(proxy, tmp_path))
+        op.start(watching=False)
+        try:
+            create_job(rest, 'waiting', workers=1)
+            time.sleep(DOWN_SECONDS)
+            assert op.process.poll() is None, op.log()[-3000:]
+            proxy.up()
+            wait_for(lambda: pods(standin, 'waiting'), timeout=40, what='pods of a job created while the API server was down')
+            log = op.log()
+            waited = [line for line in log.splitlines() if WAITED in line]
+            # the error met (the first try may meet a reset, later ones a refused connect), and when the next try is
+            assert waited and all('did not answer (Client' in line and 'starts again in' in line for line in waited), log[-4000:]
+            failed = [line for line in log.splitlines() if 'Resource observer has failed' in line]
+            assert len(failed) >= 2 and all('traceback as logged at' in line for line in failed[1:]), failed  # once (TracebackOnce)
+        finally:
+            op.stop()
+
+
+def test_an_api_server_down_past_the_watch_bound_ends_the_operator_naming_how_long(standin, tmp_path):
+    bound = WatchBounds(1).silent_bound
+    with FaultProxy('127.0.0.1', standin.port) as proxy:
+        proxy.down()
+        op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE, '--watch-timeout', '1', kubeconfig=through(proxy, tmp_path))
+        op.start(watching=False)
+        try:
+            op.process.wait(timeout=bound + 40)
+        finally:
+            op.stop()
+        log = op.log()
+        assert op.process.returncode != 0, log[-3000:]
+        assert f'past the {bound:g}s bound' in log and 'the operator exits' in log, log[-4000:]
