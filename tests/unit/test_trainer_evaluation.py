@@ -1,6 +1,7 @@
 """The one evaluation protocol (kuberl_trainer.evaluation), which `make bench` also runs for
 Stable-Baselines3, and the startup line each rank prints (kuberl_trainer.startup)."""
 
+import json
 import subprocess
 import sys
 import time
@@ -83,6 +84,39 @@ def test_a_module_imported_in_the_background_runs_once_and_a_later_import_waits_
     import_in_background("broken_on_import").join(5)  # the thread swallows it ...
     with pytest.raises(RuntimeError, match="cannot load"):  # ... and the importer that needs it sees it
         import broken_on_import  # noqa: F401
+
+
+NEW_MODULES = """
+import json, os, sys
+import kuberl_trainer.__main__
+from kuberl_trainer.distributed import process_group
+from kuberl_trainer.envs import make_envs
+before = set(sys.modules)
+if sys.argv[1] == "dynamo":
+    import torch._dynamo
+else:  # the main thread's work while the background import runs: rendezvous, envs and their reset
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=sys.argv[2])
+    with process_group("gloo", 60, 60):
+        make_envs("ALE/Pong-v5", 2, {}, "auto").reset(seed=1)
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_what_the_main_thread_imports_while_torch_dynamo_loads_in_the_background_is_disjoint_from_it():
+    """Two threads importing can deadlock (Python then raises in one of them) only when each
+    waits on a module the other is importing. During the background import of torch._dynamo the
+    main thread imports only ale-py's modules (rendezvous, envs): none of them is torch._dynamo's."""
+    from tests.support.ports import free_ports
+
+    def new_modules(*args: str) -> set[str]:
+        out = subprocess.run([sys.executable, "-c", NEW_MODULES, *args], capture_output=True, text=True, timeout=120,
+                             check=True).stdout
+        return set(json.loads(out))
+
+    dynamo, window = new_modules("dynamo"), new_modules("window", str(free_ports(1)))
+    assert "torch._dynamo" in dynamo and window, (len(dynamo), window)
+    assert window & dynamo == set()
 
 
 def test_a_launched_rank_imports_without_cyclic_collections_then_collects_again():
