@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -110,3 +112,15 @@ def test_kuberl_eval_prints_mean_and_std_and_writes_a_gif_and_an_export(tmp_path
     assert torch.jit.load(str(ts))(torch.zeros(2, 4)).shape == (2,)
     assert main(["eval", str(tmp_path / "missing.pt")]) == 1
     assert "no such file" in capsys.readouterr().err
+
+
+def test_kuberl_eval_video_says_nothing_of_a_display_it_does_not_need(tmp_path):
+    """On a machine without a desktop session (ssh, a container) `--video` printed SDL's
+    "error: XDG_RUNTIME_DIR is invalid or not set in the environment." after a successful run."""
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "final-model.pt")
+    headless = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER")}
+    done = subprocess.run([sys.executable, "-m", "kuberl.cli", "eval", path, "--episodes", "1", "--video", str(tmp_path / "e.gif")],
+                          env=headless, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert (tmp_path / "e.gif").exists()

@@ -265,6 +265,9 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
         raise UnusableModel("--video needs Pillow: pip install 'kuberl-trainer[video]'") from None
     if not path.lower().endswith(".gif"):
         raise UnusableModel(f"--video {path}: only .gif is written")
+    # frames need no display: SDL (pygame, classic control's renderer) probing for one printed
+    # "error: XDG_RUNTIME_DIR is invalid or not set" on a machine without a desktop session
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env = env_for(policy, "rgb_array")
     frames, total = [], 0.0
     try:
