@@ -412,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a job here: the same pods, as local processes", epilog=EXIT_CODES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_files(p, many=False, directories=False)
-    p.add_argument("--workers", type=int)
+    p.add_argument("--workers", type=int, help="pods to run, instead of the job's spec.workers (as --set workers=N)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field, e.g. --set totalTimesteps=20000")
     p.add_argument("--plot", action="store_true", help="write a PNG learning curve when done")
     p.add_argument("-v", "--verbose", action="store_true", help="also print each checkpoint rank 0 writes")
@@ -420,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="continue the job's latest run even if the spec now learns something else (e.g. a raised totalTimesteps);"
                         " by default such a spec starts a fresh run beside it")
-    add_pod_security(p, "privileged", "privileged by default: the pods run as your own processes, on your own machine")
+    add_pod_security(p, "privileged", "the pods run as your own processes, on your own machine")
     p.add_argument("--private-network", action="store_true",
                    help="run in a network namespace of its own (Linux): nothing the pods listen on is reachable from"
                         " outside, a custom torchrun's store included, and the pods reach no other host")
