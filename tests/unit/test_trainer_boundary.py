@@ -5,6 +5,7 @@ TrainingSession (final model included), and imports no other algorithm."""
 import ast
 import importlib
 import inspect
+import os
 import threading
 import typing
 from pathlib import Path
@@ -135,3 +136,18 @@ def test_a_stopped_rank_names_the_checkpoint_where_the_pod_sees_it_and_only_rank
     resumed.load()
     said = [line for line in lines if line.startswith("resuming from ")]
     assert said and said[0].startswith(f"resuming from {config.checkpoint_dir}/ckpt-"), lines  # not the host's pods/…/root
+
+
+def test_a_rank_other_than_0_that_spent_the_budget_claims_neither_an_eval_return_nor_the_model(tmp_path, monkeypatch):
+    """Rank 1 said "eval return -; model …/final-model.pt [final … evalReturn=none]" beside rank 0's "eval return 9.6":
+    it neither evaluates nor writes the model (nor mounts the checkpoint volume)."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    spec = make_job().algorithm("ppo", numSteps=16).with_spec(totalTimesteps=64, workers=2, seed=1).spec()
+    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
+    rank1 = Dist(1, 2, 0, 1, torch.device("cpu"), None)
+    trainer = entry.ALGORITHMS["ppo"].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 64, 1, 0)
+    training = session.TrainingSession(config, rank1, None, 0, threading.Event(), log=lambda _line: None)
+    trainer.update(stop_vote=False, success_vote=False)
+    message = training.finish(trainer, "budget")
+    assert message == f"budget of 64 timesteps spent (timesteps {trainer.counters.global_step}); rank 0 writes the model"
+    assert not os.path.exists(training.final_model)

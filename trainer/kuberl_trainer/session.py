@@ -362,6 +362,8 @@ class TrainingSession:
             self.write_final_model(algorithm)
         if outcome == "target" and not self.ctx.is_main:
             return f"rank 0's evaluation met the target at timesteps {steps}"
+        if not self.ctx.is_main:  # rank 0 evaluates and writes the model: "eval return -; model …" here misled
+            return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}); rank 0 writes the model"
         final = contract.final_numbers(steps, self.eval_return)
         if outcome == "target":
             return f"eval return {self.eval_return:.1f} >= {self.spec.success.target_return} at timesteps {steps}; model {self.config.final_model} {final}"
