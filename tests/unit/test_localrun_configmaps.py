@@ -45,6 +45,17 @@ def test_what_a_cluster_would_refuse_is_refused(docs, why):
         split_documents(docs, "f")
 
 
+@pytest.mark.parametrize(("docs", "said"), [
+    ([["a", "b"]], "f: expected an RLTrainingJob, a YAML mapping (got ['a', 'b'])"),
+    ([42], "f: expected an RLTrainingJob, a YAML mapping (got 42)"),
+])
+def test_a_file_without_a_job_mapping_says_what_it_holds(docs, said):
+    """A YAML list was refused with "expected exactly one RLTrainingJob document", which it was."""
+    with pytest.raises(SystemExit) as e:
+        split_documents(docs, "f")
+    assert e.value.code == said
+
+
 def test_binary_data_is_refused_rather_than_left_out_of_the_volume():
     with pytest.raises(SystemExit, match="binaryData: not served by kuberl run"):
         split_documents([JOB, {**configmap("a", {}), "binaryData": {"model.bin": "AAEC"}}], "f")

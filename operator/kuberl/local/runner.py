@@ -52,6 +52,7 @@ from ..core.render import Job, render_configmap, render_pod, render_service
 from ..core.rules import validate_job
 from ..core.spec import JobSpec
 from ..core.validation import InvalidJob, Problem
+from ..core.validation import shown as shown_value
 from ..core.yamlreader import UnreadableSpec, load_documents
 from .console import Console, Output
 from .dns import loopback_rendezvous
@@ -435,7 +436,9 @@ def split_documents(docs: list, path: str) -> tuple[dict, dict[str, dict[str, st
     """The job and the ConfigMaps beside it (as `kubectl apply -f` takes a file
     of both): its template's envFrom, configMapKeyRef and configMap volumes read them here."""
     jobs = [d for d in docs if not podsource.is_configmap(d)]
-    if len(jobs) != 1 or not isinstance(jobs[0], dict):
+    if len(jobs) == 1 and not isinstance(jobs[0], dict):  # a list or a scalar where the job goes: say what came
+        raise SystemExit(f"{path}: expected an RLTrainingJob, a YAML mapping (got {shown_value(jobs[0])})")
+    if len(jobs) != 1:
         raise SystemExit(f"{path}: expected exactly one RLTrainingJob document (and any ConfigMaps it reads)")
     configmaps: dict[str, dict[str, str]] = {}
     for doc in docs:
