@@ -5,6 +5,7 @@ whatever fails to decode is skipped, then pruned."""
 import errno
 import logging
 import os
+import stat
 
 import numpy as np
 import pytest
@@ -236,3 +237,52 @@ def test_native_vector_env_state_is_plain_data_and_continues_the_same_episodes()
 def test_envs_whose_state_is_not_plain_data_have_none():
     assert envs.env_state(envs.make_envs("Acrobot-v1", 2)) is None  # SyncVectorEnv of separate envs
 
+
+
+class DirectoryFsync:
+    """os.fsync failing with `error` on a directory, as the kernel answers on a filesystem whose
+    directories have no fsync (vfs_fsync_range: EINVAL without f_op->fsync): SMB/CIFS (Azure Files
+    volumes), some Ceph and FUSE mounts; here only /proc and /sys, where no file can be written."""
+
+    def __init__(self, monkeypatch, error: int):
+        self.real, self.error, self.refused = os.fsync, error, 0
+        monkeypatch.setattr(checkpoint.os, "fsync", self)
+
+    def __call__(self, fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            self.refused += 1
+            raise OSError(self.error, os.strerror(self.error))
+        self.real(fd)
+
+
+def test_the_kernel_refuses_fsync_on_a_directory_of_a_filesystem_without_one():
+    fd = os.open("/proc", os.O_RDONLY)
+    try:
+        with pytest.raises(OSError) as refused:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    assert refused.value.errno == errno.EINVAL
+
+
+def test_a_filesystem_without_directory_fsync_still_keeps_checkpoints_and_says_so_once(tmp_path, monkeypatch, caplog):
+    """Each save used to fail after its rename (OSError EINVAL: a Crashed gang restart per checkpoint)."""
+    refusing = DirectoryFsync(monkeypatch, errno.EINVAL)
+    with caplog.at_level(logging.WARNING, logger=checkpoint.log.name):
+        for updates in (1, 2, 3):
+            checkpoint.save(str(tmp_path), updates, ppo_like_state(updates), keep=2)
+        checkpoint.write_on_volume(str(tmp_path / "final-model.pt"), b"model")
+    assert refusing.refused == 4
+    checkpoint._verified.clear()
+    path, state = checkpoint.load_newest(str(tmp_path))
+    assert state["counters"]["updates"] == 3
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith("ckpt-")) == ["ckpt-0000000002.pt", "ckpt-0000000003.pt"]
+    said = [r.getMessage() for r in caplog.records if "cannot fsync a directory" in r.getMessage()]
+    assert len(said) == 1 and str(tmp_path) in said[0], said
+
+
+def test_a_directory_fsync_that_fails_with_an_io_error_fails_the_save(tmp_path, monkeypatch):
+    DirectoryFsync(monkeypatch, errno.EIO)
+    with pytest.raises(OSError) as failed:
+        checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=2)
+    assert failed.value.errno == errno.EIO

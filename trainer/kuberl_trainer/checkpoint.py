@@ -231,9 +231,30 @@ def write_atomic(path: str, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    _fsync_directory(directory)
+
+
+# A filesystem whose directories have no fsync answers EINVAL (Linux: vfs_fsync_range without
+# f_op->fsync), or ENOTSUP: SMB/CIFS (Azure Files volumes), some Ceph and FUSE mounts. Write-back
+# errors are EIO, ENOSPC or EDQUOT, never these, so nothing written is lost by going on.
+NO_DIRECTORY_FSYNC = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
+_no_directory_fsync: set[str] = set()  # directories already said to have none
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make a rename in `directory` durable; where its filesystem cannot, say so once and go on
+    (the file itself is fsynced already): failing there failed every save after its rename."""
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
+    except OSError as e:
+        if e.errno not in NO_DIRECTORY_FSYNC:
+            raise
+        if directory not in _no_directory_fsync:
+            _no_directory_fsync.add(directory)
+            log.warning("the filesystem of %s cannot fsync a directory (%s): checkpoints are renamed into place without it, "
+                        "so a node that loses power just after a save may come back with the one before", directory,
+                        e.strerror or e)
     finally:
         os.close(dir_fd)
 
