@@ -10,6 +10,8 @@ Sections, each bounded in time and reported even when another fails:
              rollout with and without stepping overlapped with acting
   profile    torch.profiler over PPO's and DQN's learning: per optimiser step its
              wall ms, aten ops, kernel launches and GPU-busy ms, and the top ops
+  graphs     the trainer's PPO and DQN optimiser steps eager against captured in a
+             CUDA graph: ms per step each, and how far their weights differ
   ppo        manifests/examples/pong-ppo-gpu.yaml through `kuberl run` with one
              GPU: env steps/s, GPU utilisation and memory, the startup split
              (a second, warm launch resumes it and reports its startup too)
@@ -24,6 +26,7 @@ Without a CUDA GPU it says so and exits 0.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -302,6 +305,120 @@ def learning_profile(device, ppo_envs: int = 16, ppo_steps: int = 128, dqn_envs:
     return result
 
 
+def step_graphs(device, ppo_envs: int = 16, ppo_steps: int = 128, dqn_envs: int = 16, steps: int = 32) -> dict:
+    """The trainer's own PPO minibatch step (512 samples) and DQN gradient step (32), eager
+    against the same step captured once in a CUDA graph and replayed (torch.cuda.graph, Adam
+    with capturable=True), on a real rollout and replay draw: ms per step each, and the
+    largest weight difference between the two after the same `steps` steps from the same
+    start. Whether graphs are worth building into the learners is this section's question.
+    On a CPU only the eager half runs."""
+    import numpy as np
+    import torch
+    from kuberl.core.spec import DQNConfig, PPOConfig
+    from kuberl_trainer import device as devices
+    from kuberl_trainer.device import to_device, upload
+    from kuberl_trainer.distributed import Dist
+    from kuberl_trainer.dqn import DQNTrainer
+    from kuberl_trainer.ppo import PPOTrainer
+    from kuberl_trainer.ppo_terms import minibatch_table
+
+    cuda = device.type == "cuda"
+    ctx = Dist(0, 1, 0, 1, device, None)
+    devices.tune(device, deterministic=False)  # TF32 and cudnn.benchmark, as the trainer runs
+
+    def compare(name: str, learner, batches: list[tuple]) -> dict:
+        """Eager, then (CUDA) captured and replayed, each `steps` steps over `batches` from the same start."""
+        params = list(learner.agent.parameters())
+        learner.optimizer = torch.optim.Adam(params, **{**learner.optimizer.defaults, "capturable": cuda})
+        static = tuple(t.clone() for t in batches[0])
+
+        def load(batch):
+            for into, value in zip(static, batch, strict=True):
+                into.copy_(value)
+
+        def synced() -> float:
+            if cuda:
+                torch.cuda.synchronize(device)
+            return time.perf_counter()
+
+        side = torch.cuda.Stream(device) if cuda else None
+        if cuda:
+            side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side) if cuda else contextlib.nullcontext():
+            for batch in batches[:3]:  # warm: cudnn autotuning, Adam's state, the allocator
+                load(batch)
+                learner.step(*static)
+        if cuda:
+            torch.cuda.current_stream(device).wait_stream(side)
+        start = [p.detach().clone() for p in params]
+        state = [{k: v.detach().clone() for k, v in learner.optimizer.state[p].items()} for p in params]
+
+        def rewind():
+            with torch.no_grad():
+                for p, p0, s0 in zip(params, start, state, strict=True):
+                    p.copy_(p0)
+                    for key, value in learner.optimizer.state[p].items():
+                        value.copy_(s0[key])
+
+        graph = None
+        if cuda:
+            graph = torch.cuda.CUDAGraph()
+            learner.optimizer.zero_grad(set_to_none=True)
+            with torch.cuda.graph(graph):
+                learner.step(*static)
+        rewind()
+        began = synced()
+        for i in range(steps):
+            load(batches[i % len(batches)])
+            learner.step(*static)
+        eager_ms = (synced() - began) * 1e3 / steps
+        row = {"eager_ms_per_step": round(eager_ms, 3)}
+        if graph is not None:
+            eager_weights = [p.detach().clone() for p in params]
+            rewind()
+            began = synced()
+            for i in range(steps):
+                load(batches[i % len(batches)])
+                graph.replay()
+            graph_ms = (synced() - began) * 1e3 / steps
+            drift = max(float((p - q).abs().max()) for p, q in zip(params, eager_weights, strict=True))
+            row.update(graph_ms_per_step=round(graph_ms, 3), speedup=round(eager_ms / graph_ms, 2), max_weight_diff=drift)
+        say(f"   {name}: eager {row['eager_ms_per_step']} ms per step"
+            + (f", CUDA graph {row['graph_ms_per_step']} ms ({row['speedup']}x), weights within {row['max_weight_diff']:.2e}"
+               if graph is not None else " (no CUDA: no graph)"))
+        return row
+
+    hp = PPOConfig(num_steps=ppo_steps, num_minibatches=4, update_epochs=4)
+    ppo_trainer = PPOTrainer(ctx, hp, GAME, ppo_envs, {}, 10**9, 1, 0)
+    ppo_trainer.collect()
+    advantages, returns = ppo_trainer.advantages(False)
+    buf, size = ppo_trainer.buf, ppo_trainer.batch_per_rank
+    all_obs = to_device(buf.obs_t.reshape(size, *ppo_trainer.obs_shape), device)
+    scalars = np.stack([buf.log_probs, buf.values, advantages, returns, buf.valid], -1).reshape(size, -1)
+    table = upload(minibatch_table(buf.actions_t.reshape(size, -1), torch.from_numpy(scalars)), device)
+    order = upload(np.random.default_rng(0).permutation(size), device).reshape(4, -1)  # one epoch's 4 minibatches
+    result = {"ppo": compare("PPO minibatch step", ppo_trainer.learner, [(all_obs[rows], table[rows]) for rows in order])}
+    ppo_trainer.envs.close()
+
+    dqn_hp = DQNConfig(buffer_size=10_000, batch_size=32, learning_starts=dqn_envs * 8, train_frequency=4)
+    dqn_trainer = DQNTrainer(ctx, dqn_hp, GAME, dqn_envs, {}, 10**9, 1, 0)
+    while not dqn_trainer.learning():
+        dqn_trainer.collect(1.0)  # random actions until the buffer holds learning_starts
+    drawn = dqn_trainer.to_tensors(dqn_trainer.replay.sample(32 * 8, dqn_hp.gamma, dqn_trainer.np_rng))
+    next_q_target = dqn_trainer.learner.target_q(drawn[-1])
+    batches = list(zip(*(t.split(32) for t in (*drawn, next_q_target)), strict=True))
+    result["dqn"] = compare("DQN gradient step", dqn_trainer.learner, batches)
+    dqn_trainer.envs.close()
+    return result
+
+
+@section("graphs", 60)
+def graphs() -> dict:
+    import torch
+
+    return step_graphs(torch.device("cuda", 0))
+
+
 @section("profile", 60)
 def profile_learning() -> dict:
     import torch
@@ -425,7 +542,8 @@ def main() -> int:
             solve(sampler)
             return 0
         only = set(filter(None, os.environ.get("GPU_CHECK_ONLY", "").split(",")))
-        for name, run in (("ceiling", ceiling), ("update", update), ("profile", profile_learning), ("ppo", lambda: ppo(sampler)),
+        for name, run in (("ceiling", ceiling), ("update", update), ("profile", profile_learning), ("graphs", graphs),
+                          ("ppo", lambda: ppo(sampler)),
                           ("dqn", lambda: dqn(sampler)), ("sb3", sb3)):
             if not only or name in only:
                 run()

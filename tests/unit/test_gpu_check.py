@@ -38,6 +38,16 @@ def test_the_learning_profile_counts_what_one_optimiser_step_costs(gpu_check, ca
     assert "PPO learn:" in out and "DQN learn:" in out and "Self CPU" in out  # the top-ops tables
 
 
+def test_the_graphs_section_times_the_trainers_own_steps_and_captures_only_on_cuda(gpu_check, capsys):
+    """The eager half runs here on the learners the trainer builds for Pong; capturing
+    needs CUDA, so the GPU session's run is the first to replay a graph."""
+    result = gpu_check.step_graphs(torch.device("cpu"), ppo_envs=4, ppo_steps=32, dqn_envs=4, steps=2)
+    assert set(result) == {"ppo", "dqn"}
+    assert all(set(row) == {"eager_ms_per_step"} and row["eager_ms_per_step"] > 0 for row in result.values())
+    out = capsys.readouterr().out
+    assert "PPO minibatch step: eager" in out and "DQN gradient step: eager" in out and "no CUDA: no graph" in out
+
+
 def test_the_ratios_to_sb3_come_from_sections_of_the_same_run(gpu_check):
     summary = {"ppo": {"env_steps_per_s": 7834}, "dqn": {"after_learning_starts_env_steps_per_s": 760},
                "sb3": {"ppo_16envs_env_steps_per_s": 754, "dqn_32envs_env_steps_per_s_after_learning_starts": 380}}
