@@ -14,7 +14,7 @@ import pytest
 import torch
 from kuberl.core import contract, trainerconfig
 from kuberl_trainer import __main__ as entry
-from kuberl_trainer import checkpoint, session
+from kuberl_trainer import checkpoint, paths, session
 from kuberl_trainer.distributed import Dist
 
 from tests.support.jobs import make_job
@@ -183,3 +183,25 @@ def test_a_name_that_only_starts_like_a_checkpoints_is_not_ours(tmp_path):
     so never loaded nor deleted by rotation."""
     (tmp_path / "ckpt-0000000001.pt\n").write_bytes(b"x")
     assert checkpoint.list_checkpoints(str(tmp_path)) == []
+
+
+def test_a_job_created_again_under_its_name_says_where_the_earlier_ones_checkpoints_are(tmp_path, monkeypatch):
+    """Deleted and created again (to change an immutable field), a job has a new uid and a directory of
+    its own on the same claim: it starts from zero, and says so, naming the earlier job's newest checkpoint."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
+    said = []
+    training.log = said.append
+    volume = os.path.dirname(training.checkpoint_dir)
+    earlier = os.path.join(volume, "t-5f0c8a5e-2c1d-4d3e-9a8b-7c6d5e4f3a21")
+    another = os.path.join(volume, "t-other-5f0c8a5e-2c1d-4d3e-9a8b-7c6d5e4f3a21")  # job t-other's: not ours to name
+    for directory in (earlier, another):
+        for updates in (1, 2):
+            checkpoint.save(directory, updates, {**trainer.shared_state(), "elapsed_seconds": 1.0, "per_rank": None}, keep=3)
+    assert training.load() is None
+    line, = [s for s in said if s.startswith("starting from zero")]
+    own, earlier = (paths.pod_path(d) for d in (training.checkpoint_dir, earlier))  # as the pod sees them
+    assert f"{own} holds no checkpoint of this job, but {earlier}/ckpt-0000000002.pt is one of an earlier job named t " \
+           f"(1 such job(s) on this volume); a job resumes only from its own directory, named by its uid. To continue " \
+           f"from it, copy it into {own}" in line, line
+    assert "t-other" not in line

@@ -629,6 +629,28 @@ def load_newest(directory: str, accept: Callable[[dict], str | None] = lambda _s
     return None
 
 
+UID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # the API server's metadata.uid
+
+
+def same_named_jobs(directory: str, job: str) -> list[str]:
+    """The newest checkpoint of each earlier job named `job` beside `directory` (their directories are
+    `<job>-<uid>`: kuberl.core.names.checkpoint_subdir), newest first. A job deleted and created again
+    (to change an immutable field) gets a new uid, so a directory of its own: it starts from zero."""
+    parent, own = os.path.split(directory.rstrip(os.sep))
+    pattern = re.compile(rf"{re.escape(job)}-{UID}")
+    try:
+        names = [n for n in os.listdir(parent) if n != own and pattern.fullmatch(n)]
+    except OSError:
+        return []
+    newest = []
+    for name in names:
+        with contextlib.suppress(OSError):
+            found = list_checkpoints(os.path.join(parent, name))
+            if found:
+                newest.append((os.stat(found[0]).st_mtime, found[0]))
+    return [path for _, path in sorted(newest, reverse=True)]
+
+
 def remove_stale_temps(directory: str) -> list[str]:
     """Delete write_atomic's temp files in `directory`: at a run's start no writer of this job
     is alive (two generations never run at once), so each was left by a killed one, and each

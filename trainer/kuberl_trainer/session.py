@@ -215,6 +215,12 @@ class TrainingSession:
                 self.resumed_from = path
                 self.log(f"resuming from {pod_path(path)} (timesteps {state['counters']['global_step']})")
                 data = checkpoint.encode(state)
+            elif earlier := checkpoint.same_named_jobs(self.checkpoint_dir, self.config.job):
+                own = pod_path(self.checkpoint_dir)
+                self.log(f"starting from zero: {own} holds no checkpoint of this job, but {pod_path(earlier[0])} is one of an "
+                         f"earlier job named {self.config.job} ({len(earlier)} such job(s) on this volume); a job resumes only "
+                         f"from its own directory, named by its uid. To continue from it, copy it into {own}: the job's next "
+                         "start resumes from it")
         data = distributed.broadcast_bytes(self.ctx, data)
         if data is None:
             return None
