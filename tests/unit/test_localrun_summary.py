@@ -6,7 +6,7 @@ import json
 
 from kuberl.core.render import Job
 from kuberl.core.rules import validate_job
-from kuberl.local.runner import EXIT_INTERRUPTED, summary
+from kuberl.local.runner import EXIT_INTERRUPTED, rerun_note, summary
 
 from tests.support.jobs import make_job
 
@@ -46,3 +46,14 @@ def test_a_stopped_run_promises_a_resume_only_from_a_checkpoint_on_disk(tmp_path
     assert line.endswith("(newest checkpoint ckpt-0000000001.pt at 8,192 timesteps); run the same command again to resume")
     custom = {"checkpoints": str(tmp_path / "elsewhere"), "model": None}  # a custom trainer keeps its own checkpoints
     assert summary(JOB, custom, {}, EXIT_INTERRUPTED, 5.0).endswith("run the same command again to resume")
+
+
+def test_a_rerun_says_what_it_resumes_from_and_never_resumes_a_run_that_saved_nothing():
+    """After "stopped … before any checkpoint was saved; the same command starts over" the rerun said
+    "resuming j (last run: Suspended, generation 1)"."""
+    assert rerun_note("j", "Suspended", ("ckpt-0000000003.pt", 186), True) == (
+        "resuming j from ckpt-0000000003.pt at 186 timesteps (last run: stopped)")
+    assert rerun_note("j", "Suspended", None, False) == "running j again from the start: its last run (stopped) saved no checkpoint"
+    assert rerun_note("j", "Failed", None, True) == "resuming j from its newest checkpoint (last run: failed)"
+    assert rerun_note("j", "Running", None, None) == "running j again (last run: running)"  # a custom trainer's own
+    assert rerun_note("j", None, None, False).endswith("(unknown) saved no checkpoint")

@@ -617,7 +617,11 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
     if os.path.lexists(status_path):  # a file put in its place (a FIFO, gigabytes) is not read through, nor whole
         previous = last_status(read_regular_file(status_path, RECORD_LIMIT) or "", status_path)
         status = {"generation": previous.get("generation", 0) + 1}
-        say(f"resuming {job.name} (last run: {previous.get('phase')}, generation {previous.get('generation')})")
+        paths = paths_of(job, run_dir, uid)
+        checkpoints = paths["checkpoints"]
+        saved_any = None if paths["model"] is None else (  # a custom trainer's checkpoints are its own
+            os.path.isdir(checkpoints) and any(n.startswith("ckpt-") for n in os.listdir(checkpoints)))
+        say(rerun_note(job.name, previous.get("phase"), newest_checkpoint(checkpoints) if saved_any else None, saved_any))
     wait_for_leftovers(os.path.join(run_dir, "pods"), job.spec.run_policy.termination_grace_period_seconds)
     if meets_at_master_port(job.spec):
         check_port_free(job.spec.rendezvous.port)
@@ -721,6 +725,20 @@ def shown(path: str) -> str:
     """Paths under the current directory read best relative to it."""
     relative = os.path.relpath(path)
     return path if relative.startswith("..") else relative
+
+
+def rerun_note(name: str, last_phase: object, newest: tuple[str, int] | None, saved_any: bool | None) -> str:
+    """What a rerun of an unfinished run continues from (`saved_any` None: a custom trainer's, which kuberl cannot
+    tell). "resuming (last run: Suspended, generation 1)" followed the last run's "before any checkpoint was saved;
+    the same command starts over", and named no checkpoint."""
+    last = "stopped" if last_phase == "Suspended" else str(last_phase).lower() if isinstance(last_phase, str) else "unknown"
+    if saved_any is None:
+        return f"running {name} again (last run: {last})"
+    if newest is not None:
+        return f"resuming {name} from {newest[0]} at {newest[1]:,} timesteps (last run: {last})"
+    if saved_any:  # files progress.jsonl does not name: the trainer picks the newest valid one
+        return f"resuming {name} from its newest checkpoint (last run: {last})"
+    return f"running {name} again from the start: its last run ({last}) saved no checkpoint"
 
 
 def newest_checkpoint(checkpoint_dir: str | None) -> tuple[str, int] | None:
