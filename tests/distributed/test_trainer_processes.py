@@ -82,6 +82,19 @@ def test_sigterm_leaves_a_checkpoint_and_the_next_run_continues(tmp_path):
     assert f"resuming from {job.config['paths']['checkpointDir']}/ckpt-" in resumed.log(0)  # the pod's path, as kubectl logs shows it
 
 
+def test_a_sigterm_during_the_imports_stops_every_rank_at_the_first_update_with_a_checkpoint(tmp_path):
+    """Ctrl-C in `kuberl run`'s first seconds killed a rank still importing torch (SIGTERM's default), while a
+    peer past its imports sat in the rendezvous waiting for it until the grace period's SIGKILL: 30 s of silence."""
+    job = make_job(tmp_path, checkpoint={"everyUpdates": 1000})
+    ranks = Ranks(job)
+    time.sleep(0.3)  # python is up, torch is not imported yet
+    for rank in (0, 1):
+        ranks.signal(rank, signal.SIGTERM)
+    assert ranks.wait(timeout=60) == [0, 0], (ranks.log(0), ranks.log(1))
+    assert job.termination_log(0).startswith(f"{contract.REASON_STOPPED}: stopped at timesteps ")
+    assert checkpoint.load_newest(str(job.checkpoint_dir)) is not None  # the same command resumes from it
+
+
 def test_a_forged_checkpoint_never_runs_and_the_job_resumes_from_the_last_good_one(tmp_path):
     """Newest first in the directory: a pickle that would touch a marker
     (checksum recomputed), a payload that is not a checkpoint, then the good

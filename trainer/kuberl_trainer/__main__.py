@@ -24,12 +24,22 @@ PAUSED_GC_FOR_IMPORTS = __name__ == "__main__"
 if PAUSED_GC_FOR_IMPORTS:
     gc.disable()
 
+import signal
+import threading
+
+# A pod's launch: the first SIGTERM/SIGINT is remembered from before the imports (seconds of them), not a death
+# there. A rank killed mid-import (Ctrl-C in `kuberl run`'s first seconds) left a peer that had got past its
+# imports blocked in the rendezvous, waiting for it until the grace period ran out (30 s of silence); now every
+# rank meets, and all stop at the first update boundary, rank 0 with a checkpoint.
+STOPPED_EARLY = threading.Event()
+if PAUSED_GC_FOR_IMPORTS:
+    for _signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(_signum, lambda _signum, _frame: STOPPED_EARLY.set())
+
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 import traceback
 from collections.abc import Callable
 from typing import NamedTuple
@@ -161,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.freeze()  # the imports' objects live as long as the process: no collection need walk them
         gc.enable()
     args = parser.parse_args(argv)
-    stop = threading.Event()
+    stop = STOPPED_EARLY if PAUSED_GC_FOR_IMPORTS else threading.Event()  # a pod's launch: set if a signal came already
     install_stop_handlers(stop)
     try:
         config = load_config(args.config)
