@@ -124,3 +124,18 @@ def test_kuberl_eval_video_says_nothing_of_a_display_it_does_not_need(tmp_path):
                           env=headless, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert (tmp_path / "e.gif").exists()
+
+
+def test_kuberl_eval_refuses_a_video_or_export_it_could_not_write_before_playing_any_episode(tmp_path, capsys):
+    """`--video missing/x.gif` and `--export DIR` ended in tracebacks after every episode was played; `--video x.mp4`
+    was refused only after them."""
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "final-model.pt")
+    missing = tmp_path / "missing"
+    for flag, target, why in (("--video", f"{missing}/x.gif", f"no directory {missing}"),
+                              ("--video", str(tmp_path / "x.mp4"), "only .gif is written"),
+                              ("--export", str(tmp_path), "is a directory; name a file"),
+                              ("--export", f"{missing}/p.ts", f"no directory {missing}")):
+        assert main(["eval", path, flag, target]) == 1
+        out, err = capsys.readouterr()
+        assert out == "" and err == f"kuberl eval: {flag} {target}: {why}\n", (out, err)

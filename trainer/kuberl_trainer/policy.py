@@ -328,8 +328,29 @@ def _shown(path: str) -> str:
     return path if relative.startswith("..") else relative
 
 
+def output_problem(flag: str, path: str | None) -> str | None:
+    """Why `--video`/`--export` could not be written, said before episodes are played (a wrong suffix was
+    refused only after them, a missing directory in a traceback)."""
+    if path is None:
+        return None
+    if flag == "--video" and not path.lower().endswith(".gif"):
+        return f"--video {path}: only .gif is written"
+    if os.path.isdir(path):
+        return f"{flag} {path}: is a directory; name a file"
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        return f"{flag} {path}: no directory {parent}"
+    if not os.access(parent, os.W_OK):
+        return f"{flag} {path}: {parent} is not writable"
+    return None
+
+
 def cmd_eval(args: Any) -> int:
     """`kuberl eval RUN_DIR|MODEL.pt [--episodes N] [--video FILE] [--export FILE]`."""
+    refused = output_problem("--video", args.video) or output_problem("--export", args.export)
+    if refused:
+        print(f"kuberl eval: {refused}", file=sys.stderr)
+        return 1
     try:
         source = find_model(args.path)
         policy = load_policy(source, seed=args.seed)
@@ -338,7 +359,10 @@ def cmd_eval(args: Any) -> int:
         print(f"{policy.env_id}: mean return {returns.mean():.1f} ± {returns.std():.1f} over {args.episodes} episode(s)"
               f" ({policy.algorithm}, {trained}; model {_shown(source)})")
         if args.video:
-            total, count = record(policy, args.video, args.seed)
+            try:
+                total, count = record(policy, args.video, args.seed)
+            except OSError as e:
+                raise UnusableModel(f"--video {args.video}: {e.strerror or e}") from None
             print(f"video: {args.video} ({count} frames, return {total:.1f})")
         if args.export:
             export_torchscript(policy, args.export)
