@@ -654,13 +654,15 @@ def test_validate_refuses_metadata_the_api_server_would(tmp_path, capsys):
     assert "  metadata.labels.a/b/c: expected a key of an optional DNS subdomain" in capsys.readouterr().err
 
 
-def test_a_second_runner_of_the_same_job_is_refused_while_the_first_runs(tmp_path):
+def test_a_second_runner_of_the_same_job_is_refused_while_the_first_runs(tmp_path, monkeypatch):
     """A second `kuberl run` of the job (another terminal) took the first's ranks for a dead runner's leftovers,
     killed them after the grace period, and the two then raced for the same pod directories."""
     from kuberl.local.runner import run_lock
 
-    second = pytest.raises(LocalRunError, match=rf"another kuberl run \(pid {os.getpid()}\) is running this job")
-    with run_lock(str(tmp_path)), second, run_lock(str(tmp_path)):
+    monkeypatch.chdir(tmp_path)  # the run directory as the docs show it, runs/<job>, not its absolute path
+    (tmp_path / "runs" / "j").mkdir(parents=True)
+    second = pytest.raises(LocalRunError, match=rf"another kuberl run \(pid {os.getpid()}\) is running this job in runs/j: ")
+    with run_lock(str(tmp_path / "runs" / "j")), second, run_lock(str(tmp_path / "runs" / "j")):
         pass
     with run_lock(str(tmp_path)):  # released when the first ends
         pass

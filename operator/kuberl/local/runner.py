@@ -595,7 +595,7 @@ def run_lock(run_dir: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            raise LocalRunError(f"another kuberl run (pid {holder}) is running this job in {run_dir}: wait for it,"
+            raise LocalRunError(f"another kuberl run (pid {holder}) is running this job in {shown(run_dir)}: wait for it,"
                                 " or stop it (Ctrl-C there) and run again to resume") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
