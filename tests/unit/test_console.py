@@ -69,3 +69,10 @@ def test_a_closed_pipe_sends_the_rest_to_stderr_and_says_the_reader_is_gone():
     console.line("[kuberl] third")
     assert pipe.getvalue() == "[kuberl] first\n" and stderr.getvalue() == "[rank 0] second\n[kuberl] third\n"
     assert console.reader_gone and not output.isatty()
+    closed_stderr = ClosedPipe()
+    closed_stderr.write("already read\n")
+    both = Output(ClosedPipe(), closed_stderr)  # `kuberl run job.yaml 2>&1 | head -2`: stderr is the same closed pipe
+    for line in ("first\n", "second\n", "third\n"):
+        both.write(line)
+        both.flush()
+    assert both.reader_gone and both.stream.getvalue() == "first\n" and closed_stderr.getvalue() == "already read\n"

@@ -55,5 +55,5 @@ def test_a_rerun_says_what_it_resumes_from_and_never_resumes_a_run_that_saved_no
         "resuming j from ckpt-0000000003.pt at 186 timesteps (last run: stopped)")
     assert rerun_note("j", "Suspended", None, False) == "running j again from the start: its last run (stopped) saved no checkpoint"
     assert rerun_note("j", "Failed", None, True) == "resuming j from its newest checkpoint (last run: failed)"
-    assert rerun_note("j", "Running", None, None) == "running j again (last run: running)"  # a custom trainer's own
+    assert rerun_note("j", "Running", None, None) == "running j again (last run: ended while running)"  # a custom trainer's own
     assert rerun_note("j", None, None, False).endswith("(unknown) saved no checkpoint")

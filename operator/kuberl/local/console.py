@@ -9,6 +9,7 @@ is shown where it lies here, relative to the current directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -112,7 +113,9 @@ class Output:
                 return self.stream.write(text)
             except BrokenPipeError:
                 self._gone()
-        return self.fallback.write(text)
+        with contextlib.suppress(OSError, ValueError):  # `2>&1 | head`: stderr went with it; the logs keep every line
+            self.fallback.write(text)
+        return len(text)
 
     def flush(self) -> None:
         if not self.reader_gone:
@@ -121,7 +124,8 @@ class Output:
                 return
             except BrokenPipeError:
                 self._gone()
-        self.fallback.flush()
+        with contextlib.suppress(OSError, ValueError):
+            self.fallback.flush()
 
     def isatty(self) -> bool:
         return not self.reader_gone and _isatty(self.stream)

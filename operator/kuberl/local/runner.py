@@ -731,7 +731,12 @@ def rerun_note(name: str, last_phase: object, newest: tuple[str, int] | None, sa
     """What a rerun of an unfinished run continues from (`saved_any` None: a custom trainer's, which kuberl cannot
     tell). "resuming (last run: Suspended, generation 1)" followed the last run's "before any checkpoint was saved;
     the same command starts over", and named no checkpoint."""
-    last = "stopped" if last_phase == "Suspended" else str(last_phase).lower() if isinstance(last_phase, str) else "unknown"
+    if last_phase == "Suspended":
+        last = "stopped"
+    elif last_phase in ("Pending", "Running", "Restarting"):  # the runner itself ended (killed, the machine rebooted)
+        last = f"ended while {last_phase.lower()}"
+    else:
+        last = last_phase.lower() if isinstance(last_phase, str) else "unknown"
     if saved_any is None:
         return f"running {name} again (last run: {last})"
     if newest is not None:
