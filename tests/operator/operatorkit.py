@@ -204,6 +204,7 @@ class FakeMetrics(LocalServer):
 
     def __init__(self, job: str):
         self.job, self.timesteps, self.success, self.eval_return, self.last_checkpoint = job, 0, 0, 0.0, 0.0
+        self.checkpoints_skipped = 0
         kit = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -228,7 +229,8 @@ class FakeMetrics(LocalServer):
                 f'# TYPE kuberl_trainer_episode_return gauge\nkuberl_trainer_episode_return{{{labels}}} 21.5\n'
                 f'# TYPE kuberl_trainer_steps_per_second gauge\nkuberl_trainer_steps_per_second{{{labels}}} 640.0\n'
                 f'# TYPE kuberl_trainer_last_checkpoint_timestamp_seconds gauge\n'
-                f'kuberl_trainer_last_checkpoint_timestamp_seconds{{{labels}}} {self.last_checkpoint}\n')
+                f'kuberl_trainer_last_checkpoint_timestamp_seconds{{{labels}}} {self.last_checkpoint}\n'
+                f'# TYPE kuberl_trainer_checkpoints_skipped gauge\nkuberl_trainer_checkpoints_skipped{{{labels}}} {self.checkpoints_skipped}\n')
 
 
 def deep(obj: dict) -> dict:

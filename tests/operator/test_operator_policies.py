@@ -5,6 +5,7 @@ from tests.operator.operatorkit import (
     FakeMetrics,
     condition,
     create_job,
+    events,
     job,
     pods,
     running,
@@ -114,3 +115,23 @@ def test_rank_0_reporting_success_ends_the_job(standin, rest, operator):
         assert done['finalModel'].endswith('/final-model.pt')
         wait_for(lambda: all(p['metadata'].get('deletionTimestamp') or p['status']['phase'] != 'Running' for p in pods(standin, 'winner'))
                  or not pods(standin, 'winner'), what='the remaining rank to be deleted')
+
+
+def test_a_rank_0_that_skipped_newer_checkpoints_is_said_in_one_warning_event_per_generation(standin, rest, operator):
+    """Progress going back after a restart is otherwise unexplained outside rank 0's log (and that log goes
+    with the pod at the next gang restart)."""
+    with FakeMetrics('fellback') as metrics:
+        create_job(rest, 'fellback', workers=2, metrics={'port': metrics.port})
+        start_gang(standin, 'fellback', 2, ip='127.0.0.1')
+        metrics.timesteps = 100
+        wait_for(lambda: (status(rest, 'fellback').get('progress') or {}).get('timesteps') == 100, what='progress in status')
+        assert not [e for e in events(rest, 'fellback') if e['reason'] == 'CheckpointsSkipped']
+        metrics.checkpoints_skipped, metrics.timesteps = 2, 200
+        said = wait_for(lambda: [e for e in events(rest, 'fellback') if e['reason'] == 'CheckpointsSkipped'],
+                        what='a CheckpointsSkipped event')
+        assert said[0]['type'] == 'Warning'
+        assert said[0]['message'].startswith('generation 0: rank 0 could not use the 2 newest checkpoint(s)'), said
+        for steps in (300, 400):  # more scrapes and status writes of the same generation
+            metrics.timesteps = steps
+            wait_for(lambda steps=steps: (status(rest, 'fellback').get('progress') or {}).get('timesteps') == steps)
+        assert len([e for e in events(rest, 'fellback') if e['reason'] == 'CheckpointsSkipped']) == 1

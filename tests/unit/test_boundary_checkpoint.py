@@ -5,6 +5,7 @@ is a file, and a checkpoint for another job's trainer fails loudly."""
 import io
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import threading
@@ -16,9 +17,10 @@ from kuberl.core import contract, trainerconfig
 from kuberl_trainer import __main__ as entry
 from kuberl_trainer import checkpoint, paths, session
 from kuberl_trainer.distributed import Dist
+from kuberl_trainer.metrics import TrainerMetrics
 
 from tests.support.jobs import make_job
-from tests.unit.test_trainer_checkpoint import ppo_like_state
+from tests.unit.test_trainer_checkpoint import flip_one_bit, ppo_like_state
 
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 
@@ -205,3 +207,18 @@ def test_a_job_created_again_under_its_name_says_where_the_earlier_ones_checkpoi
            f"(1 such job(s) on this volume); a job resumes only from its own directory, named by its uid. To continue " \
            f"from it, copy it into {own}" in line, line
     assert "t-other" not in line
+
+
+def test_a_resume_past_a_corrupt_newest_checkpoint_counts_it_for_the_operator_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
+    training.metrics, said = TrainerMetrics("t", 0, 1), []
+    training.log = said.append
+    for updates in (1, 2):
+        newest = checkpoint.save(training.checkpoint_dir, updates, {**trainer.shared_state(), "elapsed_seconds": 1.0,
+                                                                    "per_rank": None}, keep=3)
+    flip_one_bit(pathlib.Path(newest))
+    checkpoint._verified.clear()
+    assert training.load() is not None and training.resumed_from.endswith("ckpt-0000000001.pt")
+    assert training.metrics.checkpoints_skipped._value.get() == 1
+    assert said[-2].startswith("resuming from ") and said[-1].startswith("1 newer checkpoint(s) skipped"), said

@@ -106,8 +106,9 @@ def test_the_trainers_own_page_is_read_whole():
     metrics.eval_return.set(480.0)
     metrics.success.set(1)
     metrics.last_checkpoint.set(1.7e9)
+    metrics.checkpoints_skipped.set(2)
     metrics.update_duration.observe(0.01)
-    assert parse(generate_latest(metrics.registry), 'job') == Rank0Reading(4096, 812.5, 120.0, 480.0, True, 1.7e9)
+    assert parse(generate_latest(metrics.registry), 'job') == Rank0Reading(4096, 812.5, 120.0, 480.0, True, 1.7e9, 2)
 
 
 def test_returns_a_rank_has_not_measured_yet_are_none_not_zero():
@@ -116,3 +117,8 @@ def test_returns_a_rank_has_not_measured_yet_are_none_not_zero():
     metrics.env_steps.inc(10)
     reading = parse(generate_latest(metrics.registry), 'job')
     assert (reading.episode_return_mean, reading.eval_return) == (None, None)
+
+
+@pytest.mark.parametrize('bad', ['NaN', '-1', '1e300'])
+def test_a_skipped_checkpoint_count_that_is_not_a_bounded_count_reads_as_none_skipped(bad):
+    assert parse(page(env_steps_total='10', checkpoints_skipped=bad), 'job').checkpoints_skipped == 0

@@ -595,13 +595,14 @@ def list_checkpoints(directory: str) -> list[str]:
 
 
 def load_newest(directory: str, accept: Callable[[dict], str | None] = lambda _state: None,
-                start_over: bool = False) -> tuple[str, dict] | None:
+                start_over: bool = False, skipped: list[tuple[str, str]] | None = None) -> tuple[str, dict] | None:
     """The newest checkpoint that decodes and that `accept` does not refuse
-    (it returns why, or None); others are skipped with a warning naming them.
+    (it returns why, or None); others are skipped with a warning naming them
+    (and added to `skipped`, as (path, why), for the caller to count).
     When some exist and none is usable: NoUsableCheckpoint, or None when
     `start_over` (and they are moved aside). A format version this trainer does not know raises
     UnknownCheckpointFormat; an I/O error that outlasts the retries is raised."""
-    unusable: list[tuple[str, str]] = []
+    unusable: list[tuple[str, str]] = skipped if skipped is not None else []
     for path in list_checkpoints(directory):
         try:
             state = read_retrying(path)

@@ -50,6 +50,8 @@ class TrainerMetrics:
         self.world_size = gauge(m.WORLD_SIZE, "Ranks in the process group.")
         self.success = gauge(m.SUCCESS, "1 once the success target is met.")
         self.last_checkpoint = gauge(m.LAST_CHECKPOINT_TIMESTAMP, "Unix time of the last checkpoint written.")
+        self.checkpoints_skipped = gauge(m.CHECKPOINTS_SKIPPED, "Checkpoints newer than the one this start resumed from "
+                                         "that could not be used (truncated, corrupt, refused): their training is done again.")
         self.losses = {name: gauge(metric, doc) for name, (metric, doc) in m.LOSS_GAUGES.items()}  # by statistic name
         self.rollout_duration = histogram(m.ROLLOUT_DURATION, "Time collecting one rollout.")
         self.update_duration = histogram(m.UPDATE_DURATION, "Time of one optimisation round (epochs x minibatches).")

@@ -209,11 +209,16 @@ class TrainingSession:
                 for directory in {self.checkpoint_dir, os.path.dirname(self.final_model or self.checkpoint_dir)}:
                     checkpoint.remove_stale_temps(directory)
                 start_over = self.spec.checkpoint.when_none_usable == "StartOver"
-                found = checkpoint.load_newest(self.checkpoint_dir, accept=_resumable, start_over=start_over)
+                skipped: list[tuple[str, str]] = []  # each said by name as it is skipped
+                found = checkpoint.load_newest(self.checkpoint_dir, accept=_resumable, start_over=start_over, skipped=skipped)
+            if self.metrics is not None:
+                self.metrics.checkpoints_skipped.set(len(skipped))
             if found is not None:
                 path, state = found
                 self.resumed_from = path
                 self.log(f"resuming from {pod_path(path)} (timesteps {state['counters']['global_step']})")
+                if skipped:
+                    self.log(f"{len(skipped)} newer checkpoint(s) skipped, each named above: their training is done again")
                 data = checkpoint.encode(state)
             elif earlier := checkpoint.same_named_jobs(self.checkpoint_dir, self.config.job):
                 own = pod_path(self.checkpoint_dir)

@@ -207,6 +207,17 @@ class EventLimiter:
         self.seen.pop(job, None)
 
 
+REASON_CHECKPOINTS_SKIPPED = "CheckpointsSkipped"
+
+
+def checkpoints_skipped(generation: int, skipped: int) -> str:
+    """The Event that says, once per generation, that rank 0 passed over newer checkpoints when it started:
+    their training is lost and done again, which progress going back alone does not explain."""
+    return (f"generation {generation}: rank 0 could not use the {skipped} newest checkpoint(s) (truncated, corrupt or"
+            " refused) and resumed from an older one, or from zero: the training they held is done again. Its log"
+            " names each file and why; they are moved into unreadable/ beside the checkpoints at its first save")
+
+
 def owned_by(obj: dict, uid: str) -> bool:
     return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
 

@@ -29,6 +29,9 @@ LEARNING_RATE = f"{PREFIX}_learning_rate"
 WORLD_SIZE = f"{PREFIX}_world_size"
 SUCCESS = f"{PREFIX}_success"  # 1 once the success target is met
 LAST_CHECKPOINT_TIMESTAMP = f"{PREFIX}_last_checkpoint_timestamp_seconds"
+# Rank 0, from its start: checkpoints newer than the one it resumed from that it could not use
+# (truncated, corrupt, refused), whose training is done again; the operator posts an Event.
+CHECKPOINTS_SKIPPED = f"{PREFIX}_checkpoints_skipped"
 POLICY_LOSS = f"{PREFIX}_policy_loss"
 VALUE_LOSS = f"{PREFIX}_value_loss"
 ENTROPY = f"{PREFIX}_entropy"

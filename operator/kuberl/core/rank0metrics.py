@@ -26,7 +26,7 @@ MAX_TIMESTAMP = 1e11  # POSIX seconds (year 5138): beyond it rfc3339 cannot rend
 # a whole 1 MiB page of tiny series took 0.4-0.8 s of parsing (holding the GIL) per scrape.
 READ_NAMES = (
     metricnames.ENV_STEPS_TOTAL, metricnames.STEPS_PER_SECOND, metricnames.EPISODE_RETURN,
-    metricnames.EVAL_RETURN, metricnames.SUCCESS, metricnames.LAST_CHECKPOINT_TIMESTAMP,
+    metricnames.EVAL_RETURN, metricnames.SUCCESS, metricnames.LAST_CHECKPOINT_TIMESTAMP, metricnames.CHECKPOINTS_SKIPPED,
 )
 MAX_SAMPLE_LINES = 64  # a rank's own page has one line per name
 _SAMPLE_LINE = re.compile(rf"^[ \t]*(?:{'|'.join(map(re.escape, READ_NAMES))})[{{ \t].*$", re.MULTILINE)
@@ -51,6 +51,7 @@ class Rank0Reading:
     eval_return: float | None = None
     succeeded: bool = False
     last_checkpoint_time: float | None = None  # POSIX seconds; None before the first checkpoint
+    checkpoints_skipped: int = 0  # newer checkpoints rank 0 could not use when it started
 
 
 def _bounded(value: float | None, low: float, high: float) -> float | None:
@@ -84,6 +85,7 @@ def parse(page: bytes | str, job: str) -> Rank0Reading | None:
         eval_return=_bounded(values.get(metricnames.EVAL_RETURN), -MAX_GAUGE, MAX_GAUGE),
         succeeded=success is not None and success >= 1.0,
         last_checkpoint_time=checkpoint or None,
+        checkpoints_skipped=int(_bounded(values.get(metricnames.CHECKPOINTS_SKIPPED), 0, MAX_TIMESTEPS) or 0),
     )
 
 

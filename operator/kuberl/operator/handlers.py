@@ -461,6 +461,11 @@ class JobLoop:
                                           reading=reading, paths=paths, desired_workers=spec.workers if spec is not None else None)
         written = await self._write(job, status, new_status)
         self.shell.metrics.job_phase(self.namespace, self.name, decision.phase)
+        said = (job["metadata"]["uid"], generation)
+        if reading is not None and reading.checkpoints_skipped and self.memo.get("skipped_said") != said:
+            self.memo["skipped_said"] = said  # once per generation: the gauge holds its value while rank 0 runs
+            self._post(job, "Warning", jobstatus.REASON_CHECKPOINTS_SKIPPED,
+                       jobstatus.checkpoints_skipped(generation, reading.checkpoints_skipped))
         if written:
             for event in decision.of(lifecycle.Event):
                 self._post(job, event.type, event.reason, event.message)
