@@ -311,7 +311,8 @@ EXIT_CODES = """exit codes (every subcommand):
   1    invalid input: a file, job or --set refused, each problem named; a run whose job failed
   2    usage: an unknown option, a missing or extra argument (the subcommand's usage is printed)
   3    kuberl run could not run here: its run directory locked or unwritable, a port taken
-  130  kuberl run interrupted (Ctrl-C, or its output piped to a reader that quit): every rank saved; the same command resumes"""
+  130  kuberl run interrupted (Ctrl-C, a closed terminal, a reader of its output that quit): every rank saved;
+       the same command resumes"""
 
 
 def version() -> str:

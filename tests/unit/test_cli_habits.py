@@ -154,3 +154,21 @@ def test_output_into_a_pipe_closed_early_ends_quietly_as_unix_tools_do(args):
     finally:
         os.close(write_end)
     assert done.returncode == -signal.SIGPIPE and done.stderr == "", done.stderr  # SIGPIPE's death, as cat's or kubectl's
+
+
+def test_run_whose_terminal_hangs_up_stops_as_on_ctrl_c(tmp_path):
+    """A closed terminal or a dropped ssh session (SIGHUP) killed the runner, and with it every rank, unsaved."""
+    run = subprocess.Popen([sys.executable, "-m", "kuberl.cli", "run", str(EXAMPLES / "cartpole-ppo.yaml"), "--dir",
+                            str(tmp_path / "runs"), "--workers", "1", "--set", "env.numEnvs=2"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        while "Creating" not in run.stdout.readline():
+            pass
+        run.send_signal(signal.SIGHUP)
+        said = run.stdout.read()
+        code = run.wait(timeout=90)
+    finally:
+        run.kill()
+    assert code == 130 and "Traceback" not in said, said
+    assert said.rstrip().splitlines()[-1].startswith("[kuberl] cartpole-ppo stopped at "), said
+    assert json.loads((tmp_path / "runs" / "cartpole-ppo" / "status.json").read_text())["phase"] == "Suspended"

@@ -98,9 +98,9 @@ class Console:
 
 
 class Output:
-    """`kuberl run`'s stdout. When its reader goes away (`| head`, a pager quit) a write no longer raises
-    BrokenPipeError, which ended the run in a traceback with every rank killed unsaved: the rest goes to
-    `fallback` (stderr: the terminal, in `kuberl run job.yaml | head`), and `reader_gone` asks the run to
+    """`kuberl run`'s stdout. When its reader goes away (`| head`, a pager quit, the terminal closed) a write
+    no longer raises BrokenPipeError (or EIO), which ended the run in a traceback with every rank killed
+    unsaved: the rest goes to `fallback` (stderr: the terminal, in `kuberl run job.yaml | head`), and `reader_gone` asks the run to
     stop as Ctrl-C does."""
 
     def __init__(self, stream: IO[str], fallback: IO[str]):
@@ -111,7 +111,7 @@ class Output:
         if not self.reader_gone:
             try:
                 return self.stream.write(text)
-            except BrokenPipeError:
+            except OSError:  # EPIPE: `| head` has read enough; EIO: the terminal closed (SIGHUP)
                 self._gone()
         with contextlib.suppress(OSError, ValueError):  # `2>&1 | head`: stderr went with it; the logs keep every line
             self.fallback.write(text)
@@ -122,7 +122,7 @@ class Output:
             try:
                 self.stream.flush()
                 return
-            except BrokenPipeError:
+            except OSError:
                 self._gone()
         with contextlib.suppress(OSError, ValueError):
             self.fallback.flush()

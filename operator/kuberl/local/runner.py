@@ -553,13 +553,14 @@ def suspended(spec: JobSpec) -> JobSpec:
 
 
 class Interrupts:
-    """First Ctrl-C (or SIGTERM): stop gracefully. Second: kill at once."""
+    """First Ctrl-C (or SIGTERM, or SIGHUP: the terminal closed, an ssh session dropped): stop gracefully,
+    every rank saving. Second: kill at once."""
 
     def __init__(self) -> None:
         self.count = 0
 
     def __enter__(self) -> Self:
-        self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         return self
 
     def handle(self, _signum: int, _frame: object) -> None:
