@@ -286,3 +286,17 @@ def test_a_directory_fsync_that_fails_with_an_io_error_fails_the_save(tmp_path, 
     with pytest.raises(OSError) as failed:
         checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=2)
     assert failed.value.errno == errno.EIO
+
+
+def test_a_claim_over_its_quota_is_a_full_volume_naming_what_a_checkpoint_needs(tmp_path, monkeypatch):
+    """CephFS and NFS answer a write past a claim's quota with EDQUOT, not ENOSPC: it was a bare OSError
+    ('Crashed: OSError: [Errno 122] Disk quota exceeded'). No filesystem here sets quotas: the write fails as one does."""
+    def over_quota(path, data):
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), path)
+
+    monkeypatch.setattr(checkpoint, "write_atomic", over_quota)
+    with pytest.raises(checkpoint.CheckpointVolumeFull) as full:
+        checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=3, volume="claim j-checkpoints")
+    assert full.value.errno == errno.EDQUOT
+    assert "the checkpoint volume (claim j-checkpoints; " in str(full.value) and "is over its quota (EDQUOT): one checkpoint" \
+        " needs " in str(full.value), str(full.value)

@@ -192,9 +192,10 @@ def volume_access(directory: str):
 
 
 class CheckpointVolumeFull(OSError):
-    """No space left for a checkpoint: retryable (a claim can be expanded), with what one needs."""
+    """No space left for a checkpoint (ENOSPC, or EDQUOT: the quota network filesystems such as CephFS
+    and NFS set per claim), retryable (a claim can be expanded), with what one needs."""
 
-    def __init__(self, directory: str, need: int, volume: str, keep: int):
+    def __init__(self, directory: str, need: int, volume: str, keep: int, quota: bool = False):
         try:
             fs = os.statvfs(directory)
             space = f"{fs.f_blocks * fs.f_frsize} bytes in all, {fs.f_bavail * fs.f_frsize} free"
@@ -203,7 +204,9 @@ class CheckpointVolumeFull(OSError):
         room = (f"one checkpoint needs {need} bytes, and spec.checkpoint.keep={keep} of them plus one being written must"
                 f" fit ({need * (keep + 1)} bytes). Expand the claim or lower spec.checkpoint.keep" if keep else
                 f"the final model needs {need} bytes besides the checkpoints kept. Expand the claim")
-        super().__init__(errno.ENOSPC, f"the checkpoint volume ({volume}; {space}) is full: {room}", directory)
+        full = "is over its quota (EDQUOT)" if quota else "is full"
+        super().__init__(errno.EDQUOT if quota else errno.ENOSPC, f"the checkpoint volume ({volume}; {space}) {full}: {room}",
+                         directory)
 
 
 class CheckpointMismatch(UnusableCheckpoint):
@@ -465,8 +468,8 @@ def write_on_volume(path: str, data: bytes, volume: str = "", keep: int = 0) -> 
         with volume_access(directory):
             write_atomic(path, data)
     except OSError as e:
-        if e.errno == errno.ENOSPC:
-            raise CheckpointVolumeFull(directory, len(data), volume or directory, keep) from e
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise CheckpointVolumeFull(directory, len(data), volume or directory, keep, quota=e.errno == errno.EDQUOT) from e
         if e.errno == errno.EROFS:
             raise CheckpointVolumeReadOnly(directory, e) from e
         raise
