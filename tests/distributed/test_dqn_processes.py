@@ -131,7 +131,7 @@ def test_sigterm_checkpoints_the_target_network_and_the_next_run_continues(tmp_p
     resumed.wait_for_updates(saved["counters"]["updates"] + 1)
     assert resumed.metric(0, metricnames.ENV_STEPS_TOTAL) > saved["counters"]["global_step"]
     resumed.kill()
-    assert f"resuming from {job.checkpoint_dir}" in resumed.log(0)
+    assert f"resuming from {job.config['paths']['checkpointDir']}/ckpt-" in resumed.log(0)  # the pod's path, as kubectl logs shows it
 
 
 @pytest.mark.parametrize("mutate, field", [

@@ -120,7 +120,8 @@ def test_a_forged_checkpoint_never_runs_and_the_job_resumes_from_the_last_good_o
     assert resumed.wait(timeout=30) == [0, 0], resumed.log(0)
     assert not marker.exists()
     log = resumed.log(0)
-    assert f"resuming from {good} (timesteps {saved['counters']['global_step']})" in log, log
+    pod_good = f"{job.config['paths']['checkpointDir']}/{os.path.basename(good)}"  # the pod's path, as kubectl logs shows it
+    assert f"resuming from {pod_good} (timesteps {saved['counters']['global_step']})" in log, log
     assert log.count("skipping checkpoint") == 3, log
     kept = sorted(p.name for p in job.checkpoint_dir.glob("ckpt-*.pt"))
     assert len(kept) == 2 and not any(name.startswith("ckpt-999") for name in kept), kept
