@@ -310,7 +310,7 @@ EXIT_CODES = """exit codes (every subcommand):
   0    done (a run that had already succeeded included)
   1    invalid input: a file, job or --set refused, each problem named; a run whose job failed
   2    usage: an unknown option, a missing or extra argument (the subcommand's usage is printed)
-  3    kuberl run could not run here: its run directory locked or unwritable, a port taken
+  3    could not run here: kuberl run's run directory locked or unwritable, a port taken; kuberl operator without a cluster
   130  kuberl run interrupted (Ctrl-C, a closed terminal, a reader of its output that quit): every rank saved;
        the same command resumes"""
 
@@ -489,6 +489,11 @@ def cmd_operator(args: argparse.Namespace) -> int:
         print(f"kuberl operator: {', '.join(missing)} not installed; install the operator extra: pip install 'kuberl[operator]'",
               file=sys.stderr)
         return 1
+    from .operator.config import no_cluster_problem
+
+    if (no_cluster := no_cluster_problem(dict(os.environ), os.path.exists)) is not None:
+        print(f"kuberl operator: {no_cluster}", file=sys.stderr)
+        return 3
     from .operator.main import cmd_operator as run_operator
 
     return run_operator(args)

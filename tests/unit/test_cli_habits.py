@@ -172,3 +172,21 @@ def test_run_whose_terminal_hangs_up_stops_as_on_ctrl_c(tmp_path):
     assert code == 130 and "Traceback" not in said, said
     assert said.rstrip().splitlines()[-1].startswith("[kuberl] cartpole-ppo stopped at "), said
     assert json.loads((tmp_path / "runs" / "cartpole-ppo" / "status.json").read_text())["phase"] == "Suspended"
+
+
+def test_operator_without_a_cluster_says_so_in_one_line_instead_of_retrying_with_tracebacks(tmp_path):
+    """`kuberl operator` on a laptop logged two tracebacks and "will try again in 60 seconds", forever."""
+    from kuberl.operator.config import no_cluster_problem
+
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")}
+    done = subprocess.run([sys.executable, "-m", "kuberl.cli", "operator"], env={**env, "HOME": str(tmp_path)},
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 3, done
+    assert done.stderr == (f"kuberl operator: no Kubernetes cluster to run against: not in a pod, and no kubeconfig at"
+                           f" {tmp_path}/.kube/config. The chart runs the operator in your cluster (docs/cluster.md);"
+                           " `kuberl run JOB.yaml` runs a job here without one\n")
+    there = {"/k/a", "/home/me/.kube/config"}.__contains__
+    assert no_cluster_problem({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}, there) is None
+    assert no_cluster_problem({"HOME": "/home/me"}, there) is None
+    assert no_cluster_problem({"KUBECONFIG": "/k/missing:/k/a"}, there) is None  # any of its files, as kubectl merges them
+    assert "KUBECONFIG=/k/missing" in no_cluster_problem({"KUBECONFIG": "/k/missing", "HOME": "/home/me"}, there)

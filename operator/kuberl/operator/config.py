@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 
 from ..core import contract, podsecurity, render
 
@@ -181,3 +182,18 @@ def lost_watch(error: BaseException) -> str:
 
 GONE_RESET_SECONDS = 60.0  # a run this long resets the backoff of restarts after lost watches
 GONE_MAX_DELAY_SECONDS = 30.0
+
+
+def no_cluster_problem(env: dict[str, str], exists: Callable[[str], bool]) -> str | None:
+    """Why `kuberl operator` has no cluster to log in to, as `kubeapi.load_configuration` looks for one (in a pod:
+    KUBERNETES_SERVICE_HOST/PORT; else $KUBECONFIG's files, or ~/.kube/config), or None when it may have one.
+    Without it kopf retried its login every 60 s, each time with two tracebacks, forever."""
+    if env.get("KUBERNETES_SERVICE_HOST") and env.get("KUBERNETES_SERVICE_PORT"):
+        return None
+    configured = env.get("KUBECONFIG")
+    files = [f for f in (configured or "").split(os.pathsep) if f] or [os.path.join(env.get("HOME") or "~", ".kube", "config")]
+    if any(exists(f) for f in files):
+        return None
+    where = f"KUBECONFIG={configured}" if configured else files[0]
+    return (f"no Kubernetes cluster to run against: not in a pod, and no kubeconfig at {where}."
+            " The chart runs the operator in your cluster (docs/cluster.md); `kuberl run JOB.yaml` runs a job here without one")
