@@ -139,3 +139,15 @@ def test_kuberl_eval_refuses_a_video_or_export_it_could_not_write_before_playing
         assert main(["eval", path, flag, target]) == 1
         out, err = capsys.readouterr()
         assert out == "" and err == f"kuberl eval: {flag} {target}: {why}\n", (out, err)
+
+
+def test_kuberl_eval_of_the_job_file_points_at_its_run_directory(tmp_path, capsys):
+    """`kuberl eval job.yaml` answered "payload is not a torch.save zip: File is not a zip file"."""
+    job = tmp_path / "job.yaml"
+    job.write_text("apiVersion: kuberl.dev/v1alpha1\nkind: RLTrainingJob\nmetadata: {name: cartpole-ppo}\nspec: {}\n")
+    assert main(["eval", str(job)]) == 1
+    assert capsys.readouterr().err == (f"kuberl eval: {job}: a job file, not a model: give the run directory kuberl run"
+                                       " trained it in, runs/cartpole-ppo\n")
+    (tmp_path / "odd.yaml").write_text("- a list\n")
+    assert main(["eval", str(tmp_path / "odd.yaml")]) == 1
+    assert capsys.readouterr().err.endswith("trained it in, runs/<job>\n")

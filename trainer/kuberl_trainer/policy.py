@@ -48,6 +48,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
 
 from . import checkpoint, evaluation, networks
@@ -89,6 +90,9 @@ def find_model(path: str) -> str:
     if not os.path.isdir(path):
         if not os.path.exists(path):
             raise UnusableModel(f"{path}: no such file or directory")
+        if path.lower().endswith((".yaml", ".yml", ".json")):  # `kuberl eval job.yaml`: it answered "not a torch.save zip"
+            raise UnusableModel(f"{path}: a job file, not a model: give the run directory kuberl run trained it in,"
+                                f" {job_run_dir(path)}")
         return path
     finals = sorted(glob.glob(os.path.join(glob.escape(path), "checkpoints", "*", FINAL_MODEL)), key=os.path.getmtime)
     if finals:
@@ -99,6 +103,18 @@ def find_model(path: str) -> str:
             return newest[0]
     raise UnusableModel(f"{path}: no {FINAL_MODEL} and no checkpoint under checkpoints/ (give a run directory of kuberl run,"
                         f" a {FINAL_MODEL} or a ckpt-*.pt)")
+
+
+def job_run_dir(job_file: str) -> str:
+    """runs/<job> of a job file, as `kuberl run` names it (--dir's default), read the one safe way."""
+    try:
+        with open(job_file, "rb") as f:
+            documents = load_documents(f.read(1 << 20))
+    except (OSError, UnreadableSpec):
+        documents = []
+    names = [d["metadata"]["name"] for d in documents if isinstance(d, dict) and d.get("kind") == "RLTrainingJob"
+             and isinstance(d.get("metadata"), dict) and isinstance(d["metadata"].get("name"), str)]
+    return f"runs/{names[0]}" if len(names) == 1 else "runs/<job>"
 
 
 def _run_dir_of(model_path: str) -> str | None:
