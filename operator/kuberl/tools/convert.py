@@ -33,6 +33,7 @@ from ..core.validation import (
     quantity_value,
 )
 from ..core.yamlreader import KubernetesYamlLoader
+from . import podlabels
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "PyTorchJob"
@@ -549,6 +550,17 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
     return out, lifted
 
 
+def relabelled(template: dict, path: str, source: podlabels.Source, notes: list[Note]) -> dict:
+    """The pod template with the source's own pod labels, where its affinity, spread constraints or
+    downward API read them, rewritten to kuberl's (each noted); NotConvertible where kuberl has none."""
+    pod_spec, changed, problems = podlabels.relabel_pod_spec(as_mapping(template.get("spec"), f"{path}.spec", required=True),
+                                                             f"{path}.spec", source)
+    if problems:
+        raise NotConvertible(problems)
+    notes += [Note(p.path, p.message) for p in changed]
+    return {**template, "spec": pod_spec}
+
+
 PRIVILEGED_WAY = ("or install the operator with --pod-security privileged (chart value podSecurity; the level is"
                   " operator-wide) and label the namespace's Pod Security Admission to allow it")
 
@@ -659,6 +671,8 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     kubeflow_env = KUBEFLOW_ENV | (KUBEFLOW_MASTER_ENV if MASTER in replicas else frozenset()) | (
         KUBEFLOW_ELASTIC_ENV if spec.get("elasticPolicy") else frozenset())
     template_path = f"spec.pytorchReplicaSpecs.{used}.template"
+    source = podlabels.pytorchjob_source(str(metadata.get("name", "")), MASTER in replicas)
+    templates[used] = relabelled(templates[used], template_path, source, notes)
     template, lifted = _template(templates[used], template_path, origins, notes, kubeflow_env)
     _host_path_notes(templates[used], template_path, notes)
 

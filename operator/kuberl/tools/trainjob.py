@@ -17,6 +17,7 @@ from typing import Any
 
 from ..core import names, torchrun
 from ..core.validation import Problem, quantity_value
+from . import podlabels
 from .convert import (
     CPU_LIMIT,
     KUEUE_QUEUE_LABEL,
@@ -129,7 +130,7 @@ def _resources(trainer: dict, origins: dict, notes: list[Note]) -> tuple[dict, i
     return kept, gpus
 
 
-def _patches(spec: dict, template: dict, out: dict, origins: dict, notes: list[Note]) -> None:
+def _patches(spec: dict, template: dict, out: dict, origins: dict, notes: list[Note], source: podlabels.Source) -> None:
     """runtimePatches, in order, onto spec.template where they map; every other patch noted."""
     pod = template["spec"]
     trainer = pod["containers"][0]
@@ -165,10 +166,15 @@ def _patches(spec: dict, template: dict, out: dict, origins: dict, notes: list[N
                     template.setdefault("metadata", {}).setdefault(field, {}).update(metadata[field])
                     origins[f"spec.template.metadata.{field}"] = f"{pod_path}.metadata.{field}"
             _pod_patch(as_mapping(pod_template.get("spec"), f"{pod_path}.spec"), f"{pod_path}.spec", pod, trainer, out,
-                       origins, notes)
+                       origins, notes, source)
 
 
-def _pod_patch(patch: dict, path: str, pod: dict, trainer: dict, out: dict, origins: dict, notes: list[Note]) -> None:
+def _pod_patch(patch: dict, path: str, pod: dict, trainer: dict, out: dict, origins: dict, notes: list[Note],
+               source: podlabels.Source) -> None:
+    patch, changed, problems = podlabels.relabel_pod_spec(patch, path, source)
+    if problems:
+        raise NotConvertible(problems)
+    notes += [Note(p.path, p.message) for p in changed]
     for field, value in patch.items():
         where = f"{path}.{field}"
         if field in POD_FIELDS:
@@ -306,8 +312,13 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
     for key in ("command", "args"):
         if key in trainer:
             container[key] = trainer[key]
+    source = podlabels.trainjob_source(str(metadata.get("name", "")))
     if "env" in trainer:
-        container["env"] = trainer_env(trainer["env"], "spec.trainer.env", "spec.template.spec.containers[0].env",
+        env, changed, problems = podlabels.relabel_env(trainer["env"], "spec.trainer.env", source)
+        if problems:
+            raise NotConvertible(problems)
+        notes += [Note(p.path, p.message) for p in changed]
+        container["env"] = trainer_env(env, "spec.trainer.env", "spec.template.spec.containers[0].env",
                                         origins, notes, TRAINER_ENV)
     resources, gpus = _resources(trainer, origins, notes)
     if gpus:
@@ -320,7 +331,7 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
         out["procsPerWorker"] = procs
     origins["spec.procsPerWorker"] = procs_path
     template: dict[str, Any] = {"spec": {"containers": [container]}}
-    _patches(spec, template, out, origins, notes)
+    _patches(spec, template, out, origins, notes, source)
     if "securityContext" not in container:
         notes.append(Note("spec.trainer", SECURITY_CONTEXT.format(kind=KIND, where="in a runtimePatches node container")))
     labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}

@@ -1,0 +1,190 @@
+"""kuberl convert: a template that selects its own gang by the labels training-operator (or a TrainJob's
+JobSet) put on its pods, or reads them through the downward API, still finds the gang under kuberl
+(the key becomes kuberl.dev/job or kuberl.dev/rank, which hold the same values), or is refused naming
+the field. Carried over as written, a required podAffinity on training.kubeflow.org/job-name would
+match no kuberl pod and leave the gang Pending, and a fieldRef to replica-index would read "" on
+every pod. The fixtures are the shapes of published manifests, each cited."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from conversion_support import assert_any_junk_anywhere_is_converted_or_refused
+from kuberl.core.render import PLACEHOLDER_UID, Job, render_pod
+from kuberl.core.rules import validate_job
+from kuberl.tools.convert import NotConvertible, convert
+from kuberl.tools.trainjob import convert_trainjob
+
+IMAGE = "public.ecr.aws/deep-learning-containers/pytorch-training:2.8.0-gpu-py312-cu129-ubuntu22.04-ec2-v1.0"
+SAME_HOST = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+    "labelSelector": {"matchExpressions": [{"key": "training.kubeflow.org/job-name", "operator": "In",
+                                            "values": ["pytorch-dist-job"]}]},
+    "topologyKey": "kubernetes.io/hostname"}]}}
+
+
+def replica(count: int, affinity: dict | None = None, env: list | None = None, command: list | None = None) -> dict:
+    pod: dict = {"containers": [{"name": "pytorch", "image": IMAGE, "command": command or ["/bin/bash", "-c"],
+                                 "args": ["python /workspace/code/training.py"],
+                                 "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}],
+                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+    if affinity:
+        pod["affinity"] = copy.deepcopy(affinity)
+    if env:
+        pod["containers"][0]["env"] = copy.deepcopy(env)
+    return {"replicas": count, "restartPolicy": "OnFailure", "template": {"spec": pod}}
+
+
+def pytorchjob(master: dict | None, worker: dict, name: str = "pytorch-dist-job") -> dict:
+    specs = {"Worker": worker} if master is None else {"Master": master, "Worker": worker}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": "pytorch"},
+            "spec": {"runPolicy": {"cleanPodPolicy": "Running"}, "pytorchReplicaSpecs": specs}}
+
+
+# gnosia93/training-on-eks kustomize/base/pytorch-dist-job.yaml: a Master and Workers, each with a required
+# podAffinity on the job's own training.kubeflow.org/job-name, so the gang shares one host
+GNOSIA_DIST_JOB = pytorchjob(replica(1, SAME_HOST), replica(3, SAME_HOST))
+
+# oracle-quickstart/oci-hpc-oke docs/running-pytorch-jobs-on-oke-using-hostnetwork-with-rdma.md (Training Operator
+# section): Workers only; the script makes the pod whose replica-index is 0 the c10d rendezvous host
+RDMA_ENV = [{"name": "REPLICA_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+RDMA_COMMAND = ["/bin/bash", "-c", ('export PET_RDZV_CONF=is_host=$(if [ $REPLICA_INDEX == 0 ]; then echo "true"; else echo "false"; fi)\n'
+                                    "torchrun --local_addr=$POD_NAME --nproc_per_node=1 --rdzv-conf=$PET_RDZV_CONF train.py")]
+OCI_RDMA_JOB = pytorchjob(None, replica(2, env=RDMA_ENV, command=RDMA_COMMAND), name="yolov5-training")
+OCI_RDMA_JOB["spec"]["elasticPolicy"] = {"rdzvBackend": "c10d", "minReplicas": 1, "maxReplicas": 8, "maxRestarts": 100}
+
+
+def matches(selector: dict, labels: dict) -> bool:
+    """metav1.LabelSelector as the scheduler evaluates it (LabelSelectorAsSelector): every matchLabels pair and
+    every expression must hold."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        present, value = e["key"] in labels, labels.get(e["key"])
+        held = {"In": present and value in e.get("values", []), "NotIn": not present or value not in e.get("values", []),
+                "Exists": present, "DoesNotExist": not present}[e["operator"]]
+        if not held:
+            return False
+    return True
+
+
+def pods(job: dict) -> list[dict]:
+    parsed = validate_job(job)
+    return [render_pod(Job(job["metadata"]["name"], parsed), job["metadata"].get("namespace", "default"), PLACEHOLDER_UID, rank)
+            for rank in range(parsed.workers)]
+
+
+def test_a_required_pod_affinity_on_the_jobs_own_name_still_matches_every_pod_of_the_gang():
+    before = copy.deepcopy(GNOSIA_DIST_JOB)
+    job, notes = convert(GNOSIA_DIST_JOB)
+    assert GNOSIA_DIST_JOB == before
+    term = job["spec"]["template"]["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["labelSelector"] == {"matchExpressions": [{"key": "kuberl.dev/job", "operator": "In", "values": ["pytorch-dist-job"]}]}
+    for pod in pods(job):  # each pod matches its own term: the scheduler places the first, the rest join it
+        rendered = pod["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+        assert matches(rendered["labelSelector"], pod["metadata"]["labels"]), pod["metadata"]["name"]
+    noted = {n.path: n.message for n in notes}
+    key = ("spec.pytorchReplicaSpecs.Worker.template.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+           ".labelSelector.matchExpressions[0].key")
+    assert "'kuberl.dev/job'" in noted[key]
+
+
+def test_as_written_the_selector_would_have_matched_no_kuberl_pod():
+    """The test above can fail: training-operator's label is on none of kuberl's pods."""
+    job, _ = convert(GNOSIA_DIST_JOB)
+    for pod in pods(job):
+        assert not matches(SAME_HOST["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"],
+                           pod["metadata"]["labels"])
+
+
+def test_a_replica_index_read_by_the_downward_api_reads_the_pods_rank_without_a_master():
+    job, notes = convert(OCI_RDMA_JOB)
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env[0] == {"name": "REPLICA_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kuberl.dev/rank']"}}}
+    for rank, pod in enumerate(pods(job)):  # as the kubelet serves it: the label's value, "0" on the rendezvous host
+        assert pod["metadata"]["labels"]["kuberl.dev/rank"] == str(rank)
+    noted = {n.path: n.message for n in notes}
+    container = "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]"
+    assert "'kuberl.dev/rank'" in noted[f"{container}.env[0].valueFrom.fieldRef.fieldPath"]
+    # --local_addr=$POD_NAME: PyTorchJob's pod names each had a Service, kuberl's are reached as <job>-<rank>.<job>
+    assert "yolov5-training-<rank>.yolov5-training" in noted[f"{container}.env[1].valueFrom.fieldRef.fieldPath"]
+
+
+# (id, PyTorchJob, the field refused, words of the message)
+REFUSED = [
+    ("replica-index-with-a-master", pytorchjob(replica(1, env=RDMA_ENV[:1]), replica(2, env=RDMA_ENV[:1])),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0].valueFrom.fieldRef.fieldPath", "Worker i is worker i+1"),
+    ("job-role-read", pytorchjob(None, replica(2, env=[{"name": "ROLE", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.labels['training.kubeflow.org/job-role']"}}}])),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0].valueFrom.fieldRef.fieldPath", "RANK or NODE_RANK"),
+    ("replica-type-selector", pytorchjob(None, replica(2, {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"training.kubeflow.org/replica-type": "worker"}},
+                                            "topologyKey": "kubernetes.io/hostname"}}]}})),
+     ("spec.pytorchReplicaSpecs.Worker.template.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
+      ".podAffinityTerm.labelSelector.matchLabels.training.kubeflow.org/replica-type"), "kuberl.dev/job"),
+    ("another-jobs-name", pytorchjob(None, replica(2, {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchExpressions": [{"key": "training.kubeflow.org/job-name", "operator": "In", "values": ["data-loader"]}]},
+         "topologyKey": "kubernetes.io/hostname"}]}})),
+     ("spec.pytorchReplicaSpecs.Worker.template.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+      ".labelSelector.matchExpressions[0].key"), "other PyTorchJobs' pods"),
+]
+
+
+@pytest.mark.parametrize(("doc", "field", "words"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
+def test_a_label_kuberl_has_no_twin_for_is_refused_at_its_field(doc, field, words):
+    with pytest.raises(NotConvertible) as e:
+        convert(doc)
+    assert [p.path for p in e.value.problems] == [field]
+    assert words in e.value.problems[0].message
+
+
+def test_spread_constraints_and_label_keys_follow_the_same_rule():
+    spread = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+              "labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": "pytorch-dist-job"}},
+              "matchLabelKeys": ["training.kubeflow.org/replica-index"]}
+    doc = pytorchjob(None, replica(4))
+    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["topologySpreadConstraints"] = [spread]
+    job, _ = convert(doc)
+    (got,) = job["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert got["labelSelector"] == {"matchLabels": {"kuberl.dev/job": "pytorch-dist-job"}}
+    assert got["matchLabelKeys"] == ["kuberl.dev/rank"]
+
+
+# gnosia93/training-on-eks samples/deepspeed/llama-3-1b.yaml keeps a TrainJob's nodes in one zone by its JobSet's
+# name (there through podTemplateOverrides; here through runtimePatches, Trainer's current field)
+LLAMA_TRAINJOB = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "llama-3-1b"},
+    "spec": {"runtimeRef": {"name": "torch-distributed"},
+             "runtimePatches": [{"manager": "user", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+                 {"name": "node", "template": {"spec": {"template": {"spec": {"affinity": {"podAffinity": {
+                     "requiredDuringSchedulingIgnoredDuringExecution": [{
+                         "labelSelector": {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": "llama-3-1b"}},
+                         "topologyKey": "topology.kubernetes.io/zone"}]}}}}}}}]}}}}],
+             "trainer": {"numNodes": 2, "numProcPerNode": 1, "image": IMAGE, "command": ["torchrun", "llama-3-1b.py"],
+                         "env": [{"name": "NODE_INDEX", "valueFrom": {"fieldRef": {
+                             "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}]}}}
+
+
+def test_a_trainjob_selects_its_gang_and_reads_its_index_by_kuberls_labels():
+    job, notes = convert_trainjob(LLAMA_TRAINJOB)
+    pod_spec = job["spec"]["template"]["spec"]
+    selector = pod_spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]
+    assert selector == {"matchLabels": {"kuberl.dev/job": "llama-3-1b"}}
+    assert pod_spec["containers"][0]["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['kuberl.dev/rank']"
+    assert all(matches(selector, pod["metadata"]["labels"]) for pod in pods(job))
+    assert "spec.trainer.env[0].valueFrom.fieldRef.fieldPath" in {n.path for n in notes}
+
+
+def test_a_trainjob_reading_another_jobset_label_is_refused():
+    doc = copy.deepcopy(LLAMA_TRAINJOB)
+    doc["spec"]["trainer"]["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] = "metadata.labels['jobset.sigs.k8s.io/job-index']"
+    with pytest.raises(NotConvertible) as e:
+        convert_trainjob(doc)
+    assert [p.path for p in e.value.problems] == ["spec.trainer.env[0].valueFrom.fieldRef.fieldPath"]
+
+
+@pytest.mark.parametrize(("doc", "converter"), [(GNOSIA_DIST_JOB, convert), (OCI_RDMA_JOB, convert), (LLAMA_TRAINJOB, convert_trainjob)],
+                         ids=["gnosia-dist-job", "oci-rdma", "llama-trainjob"])
+def test_any_value_anywhere_in_these_manifests_converts_or_is_refused_never_a_traceback(doc, converter):
+    assert_any_junk_anywhere_is_converted_or_refused(doc, converter)
