@@ -80,6 +80,27 @@ def test_a_quota_refusal_keeps_the_job_pending_quoting_the_server_then_it_runs_w
     assert len(warnings(rest, 'squeezed', 'QuotaExceeded')) == 1, 'the same refusal is posted once, not at every retry'
 
 
+def test_rbac_refusing_the_operator_a_child_is_said_on_the_job_which_waits_past_its_startup_timeout(standin, rest, operator):
+    """The operator's ServiceAccount may not create NetworkPolicies (a chart's RBAC cut short): the job said
+    `Creating` while only the operator's log held the API server's words, retried every 5 s as a traceback."""
+    refuse = Refuse('networkpolicies', admission.rbac_denial(), labels={names.LABEL_JOB: 'unpermitted'})
+    standin.store.hooks.admission.append(refuse)
+    create_job(rest, 'unpermitted', workers=2, runPolicy={'startupTimeoutSeconds': 2})
+    ready = wait_for(lambda: condition(rest, 'unpermitted', 'Ready').get('reason') == 'OperatorForbidden'
+                     and condition(rest, 'unpermitted', 'Ready'), what='the OperatorForbidden condition')
+    assert ready['message'].startswith('networkpolicies.networking.k8s.io is forbidden: User "system:serviceaccount:kuberl-system:'
+                                       'kuberl-operator" cannot create resource "networkpolicies"'), ready
+    assert "the operator's ServiceAccount lacks this permission" in ready['message']
+    wait_for(lambda: warnings(rest, 'unpermitted', 'OperatorForbidden'), what='an OperatorForbidden warning')
+    wait_for(lambda: refuse.refused >= 4, timeout=20, what='retries past startupTimeoutSeconds')
+    assert status(rest, 'unpermitted')['phase'] == 'Pending' and not pods(standin, 'unpermitted')
+
+    standin.store.hooks.admission.remove(refuse)  # the RBAC is mended
+    start_gang(standin, 'unpermitted', 2)
+    wait_phase(rest, 'unpermitted', 'Running')
+    assert status(rest, 'unpermitted').get('restarts', 0) == 0
+
+
 def test_a_quota_refusal_is_bounded_by_the_startup_timeout(standin, rest, operator):
     standin.store.hooks.admission.append(Refuse('pods', admission.quota_exceeded(), labels={names.LABEL_JOB: 'starved'}))
     create_job(rest, 'starved', workers=2, runPolicy={'startupTimeoutSeconds': 3})

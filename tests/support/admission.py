@@ -73,6 +73,20 @@ def validating_admission_policy(policy: str = 'no-host-network', binding: str = 
     return answer
 
 
+def rbac_denial(user: str = 'system:serviceaccount:kuberl-system:kuberl-operator', verb: str = 'create',
+                namespace: str = 'default') -> Answer:
+    """The RBAC authorizer's refusal (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/
+    errors.go, Forbidden and forbiddenMessage): apierrors.NewForbidden(groupResource, name, "User %q cannot
+    %s resource %q in API group %q in the namespace %q"), the name empty for a create (it is not in the
+    URL), so `<resource> is forbidden: ...` — 403 Forbidden. The real server refuses before admission;
+    through this hook it refuses what reaches admission, which for a valid object is the same answer."""
+    def answer(rtype: ResourceType, name: str) -> ApiError:
+        return ApiError(403, 'Forbidden', f'{rtype.qualified} is forbidden: User "{user}" cannot {verb} resource '
+                        f'"{rtype.plural}" in API group "{rtype.group}" in the namespace "{namespace}"',
+                        {'group': rtype.group, 'kind': rtype.plural})
+    return answer
+
+
 @dataclass
 class Refuse:
     """Refuse creates of `plural` objects whose labels include `labels`, with `answer`; `times`

@@ -896,3 +896,31 @@ def test_a_pod_marked_in_its_kueue_group_is_read_as_such():
     pod = {"metadata": {"name": "job-0", "labels": {"kuberl.dev/rank": "0"},
                         "annotations": {lc.names.KUEUE_RETRIABLE_IN_GROUP: "false"}}}
     assert lc.observed_pod(pod).group_finished and not lc.observed_pod({"metadata": {"name": "job-1"}}).group_finished
+
+
+FORBIDDEN = lc.Refusal(lc.REASON_OPERATOR_FORBIDDEN, 'pods is forbidden: User "system:serviceaccount:k:op" cannot create resource'
+                       ' "pods" in API group "" in the namespace "default": the operator\'s ServiceAccount lacks this permission',
+                       retryable=True)
+
+
+def test_rbac_refusing_the_operator_keeps_the_job_pending_saying_so_past_any_deadline():
+    spec = job(startupTimeoutSeconds=100, restartBackoffSeconds=5)
+    created = decide(spec, {}, [], None, T0)
+    refused = decide(spec, created.status, [], None, T0, refusal=FORBIDDEN)
+    assert refused.phase == lc.PENDING and refused.of(CreatePods) == [] and refused.requeue_after == 5
+    ready = next(c for c in refused.status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"], ready["message"]) == ("False", lc.REASON_OPERATOR_FORBIDDEN, FORBIDDEN.message)
+    [warning] = refused.of(Event)
+    assert warning.type == "Warning" and FORBIDDEN.message in warning.message and "until the operator may" in warning.message
+    late = decide(spec, refused.status, [], None, T0 + 1000, refusal=FORBIDDEN)
+    assert late.phase == lc.PENDING and not late.of(Fail), "the operator's permissions never fail the job"
+    granted = decide(spec, late.status, [], None, T0 + 1005)
+    assert granted.of(CreatePods) == [CreatePods(0, (0, 1))]
+    pending = decide(spec, granted.status, [Pod(0).obj(), Pod(1).obj()], None, T0 + 1050)
+    assert pending.phase == lc.PENDING and not pending.of(DeletePods), "the startup clock counts from the create let through"
+
+
+def test_rbac_retries_wait_at_most_thirty_seconds_and_at_least_one():
+    for backoff, wait in ((0, lc.MIN_QUOTA_RETRY_SECONDS), (3600, lc.MAX_FORBIDDEN_RETRY_SECONDS)):
+        spec = job(restartBackoffSeconds=backoff)
+        assert decide(spec, decide(spec, {}, [], None, T0).status, [], None, T0, refusal=FORBIDDEN).requeue_after == wait

@@ -132,8 +132,15 @@ def test_a_refused_create_is_classified_by_what_the_server_says_not_only_its_cod
     assert jobstatus.child_refusal(code, message) == lifecycle.Refusal(reason, message, retryable)
 
 
+def test_rbac_refusing_the_operator_is_said_on_the_job_and_retried_without_end():
+    """The operator's own permissions: not the job's fault. It was raised, retried with only the operator's log
+    saying why, while the job sat in Creating."""
+    refusal = jobstatus.child_refusal(403, RBAC)
+    assert refusal.reason == lifecycle.REASON_OPERATOR_FORBIDDEN and refusal.retryable
+    assert refusal.message.startswith(RBAC) and "the operator's ServiceAccount lacks this permission" in refusal.message
+
+
 @pytest.mark.parametrize('code, message', [
-    (403, RBAC),  # the operator's own permissions: not the job's fault, retried and counted
     (500, 'Internal error occurred: failed calling webhook "x": connection refused'),
     (429, 'Too many requests'),
     (404, 'namespaces "gone" not found'),

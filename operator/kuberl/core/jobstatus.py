@@ -95,9 +95,14 @@ POD_SECURITY_ADMISSION_DENIAL = re.compile(r'violates PodSecurity "')
 
 def child_refusal(code: int, message: str) -> Refusal | None:
     """A create's refusal as the lifecycle sees it, named by who refused; None for an error worth
-    retrying as it is."""
-    if code not in REFUSAL_CODES or (code == 403 and AUTHORIZER_DENIAL.search(message)):
+    retrying as it is. RBAC's refusal is the operator's own permissions, said on the job (which
+    otherwise sat in Creating while only the operator's log said why) and retried without end."""
+    if code not in REFUSAL_CODES:
         return None
+    if code == 403 and AUTHORIZER_DENIAL.search(message):
+        return Refusal(lifecycle.REASON_OPERATOR_FORBIDDEN, f"{message}: the operator's ServiceAccount lacks this permission"
+                       " (the chart's RBAC grants what kuberl.operator.kubeapi.API_CALLS lists); the job waits for it",
+                       retryable=True)
     if code == 403 and QUOTA_MARK in message:
         return Refusal(lifecycle.REASON_QUOTA, message, retryable=True)
     if ADMISSION_POLICY_DENIAL.search(message):

@@ -101,7 +101,8 @@ REASON_POD_SECURITY = "PodSecurity"  # a rendered pod over the operator's pod se
 REASON_ADMISSION_POLICY = "AdmissionPolicy"  # a cluster's policy (ValidatingAdmissionPolicy; Kyverno, Gatekeeper: webhooks) denied a child
 REASON_QUOTA = "QuotaExceeded"  # a ResourceQuota refused a pod: retried, it may fit later
 REASON_NAME_IN_USE = "NameInUse"  # a child's name is held by an object this job did not create: retried, it may go
-RETRIED_REFUSALS = frozenset({REASON_QUOTA, REASON_NAME_IN_USE})  # a Ready condition that keeps quoting the refusal
+REASON_OPERATOR_FORBIDDEN = "OperatorForbidden"  # RBAC forbids the operator a child: retried without end (not the job's fault)
+RETRIED_REFUSALS = frozenset({REASON_QUOTA, REASON_NAME_IN_USE, REASON_OPERATOR_FORBIDDEN})  # a Ready condition that keeps quoting the refusal
 REASON_TTL = "TTLExpired"
 
 HISTORY_LIMIT = 10  # restart history and force-deletion records kept in status
@@ -116,6 +117,7 @@ MAX_BACKOFF_DOUBLINGS = 64  # any base of a millisecond or more has reached the 
 FORCE_DELETE_AFTER_SECONDS = 60.0
 # Requeue while waiting on something no timer covers (old pods going away).
 POLL_SECONDS = 5.0
+MAX_FORBIDDEN_RETRY_SECONDS = 30.0  # how long a job waits, at most, after the operator is granted what it lacked
 MIN_QUOTA_RETRY_SECONDS = 1.0  # the first retry after a quota refusal; each later one waits as long as all before
 
 
@@ -676,6 +678,8 @@ def _create(plan: _Plan, spec: JobSpec, stale: list[ObservedPod], missing: list[
 def _not_admitted(plan: _Plan, spec: JobSpec, current: list[ObservedPod], phase: str, refusal: Refusal) -> str:
     """A create refused for now (quota, a name in use): wait and retry, each wait as long as all before it,
     until startupTimeoutSeconds after the generation's first create; then the job fails."""
+    if refusal.reason == REASON_OPERATOR_FORBIDDEN:
+        return _operator_forbidden(plan, spec, phase, refusal)
     timeout = spec.run_policy.startup_timeout_seconds
     created = plan.get_time("generationStartTime") or plan.now
     deadline = created + timeout
@@ -686,6 +690,19 @@ def _not_admitted(plan: _Plan, spec: JobSpec, current: list[ObservedPod], phase:
     plan.set_time("nextStartTime", plan.now + delay)
     plan.condition(CONDITION_READY, False, refusal.reason, refusal.message)
     plan.event("Warning", refusal.reason, f"{refusal.message} (retried until startupTimeoutSeconds={timeout})")
+    plan.wake_at(plan.now + delay)
+    return plan.finish(phase)
+
+
+def _operator_forbidden(plan: _Plan, spec: JobSpec, phase: str, refusal: Refusal) -> str:
+    """RBAC forbids the operator a child: no fault of the job's, so no deadline fails it. It waits, saying
+    why, and retries every restartBackoffSeconds (1 to 30 s); the generation's startup clock starts again
+    at each refusal, so the startup timeout counts from the create that is let through."""
+    delay = min(max(MIN_QUOTA_RETRY_SECONDS, spec.run_policy.restart_backoff_seconds), MAX_FORBIDDEN_RETRY_SECONDS)
+    plan.set_time("generationStartTime", plan.now)
+    plan.set_time("nextStartTime", plan.now + delay)
+    plan.condition(CONDITION_READY, False, refusal.reason, refusal.message)
+    plan.event("Warning", refusal.reason, f"{refusal.message} (retried every {delay:g}s until the operator may)")
     plan.wake_at(plan.now + delay)
     return plan.finish(phase)
 
