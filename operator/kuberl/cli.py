@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .core import safetext, torchrun
+from .core import podschema, safetext, torchrun
 from .core.podsecurity import (
     DEFAULT_LEVEL,
     LEVELS,
@@ -90,7 +90,9 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
             print(f"{path}: RLTrainingJob {name!r} is invalid ({len(problems)} problem(s)):", file=sys.stderr)
             for p in problems:
                 print(f"  {p}", file=sys.stderr)
-        else:
+        for warning in podschema.unknown_fields(podschema.template_of(job)):
+            print(f"{path}: {name}: warning: {safetext.one_line(warning)}", file=sys.stderr)
+        if not problems:
             valid.append((name, spec, metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None))
     return valid, failed
 

@@ -190,3 +190,15 @@ def test_operator_without_a_cluster_says_so_in_one_line_instead_of_retrying_with
     assert no_cluster_problem({"HOME": "/home/me"}, there) is None
     assert no_cluster_problem({"KUBECONFIG": "/k/missing:/k/a"}, there) is None  # any of its files, as kubectl merges them
     assert "KUBECONFIG=/k/missing" in no_cluster_problem({"KUBECONFIG": "/k/missing", "HOME": "/home/me"}, there)
+
+
+def test_validate_and_run_warn_of_a_misspelt_template_field_naming_the_one_meant(tmp_path):
+    job = make_job("byo").custom_trainer({"spec": {"containers": [{"name": "trainer", "comand": ["python", "t.py"]}]}}).obj()
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    warning = ("warning: spec.template.spec.containers[0].comand: not a field of a container (Kubernetes v1.33):"
+               " the API server drops it; did you mean command?")
+    validated = kuberl("validate", str(tmp_path / "job.yaml"))
+    ran = kuberl("run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "runs"))
+    assert validated.returncode == ran.returncode == 1  # no command: the consequence is still refused
+    assert f"{tmp_path / 'job.yaml'}: byo: {warning}" in validated.stderr.splitlines(), validated.stderr
+    assert f"{tmp_path / 'job.yaml'}: {warning}" in ran.stderr.splitlines(), ran.stderr

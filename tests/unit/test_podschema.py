@@ -99,3 +99,22 @@ def test_what_the_api_server_decodes_passes():
                 "tolerations": [{"key": "gpu", "operator": "Exists"}], "somethingNew": "x",
                 "containers": [{"name": "trainer", "tty": False, "ports": [{"containerPort": 9000}], "resizePolicy": None}]}
     assert validate_job(make_job("typed").template({"spec": pod_spec}).obj()).workers >= 1
+
+
+def test_a_misspelt_pod_or_container_field_is_warned_of_with_the_field_it_may_have_meant():
+    """`volumeMount:` (the dataset left unmounted) and `imagePullSecret:` were "valid": the API server drops an
+    unknown field of a pod the operator creates, and `kuberl run` ran without it."""
+    template = {"spec": {"imagePullSecret": [{"name": "r"}], "nodeSelector": {},
+                         "containers": [{"name": "trainer", "comand": ["x"], "volumeMount": [], "image": "i", "zzz": 1}],
+                         "initContainers": [{"name": "i", "workingdir": "/w"}]}}
+    container = "not a field of a container (Kubernetes v1.33): the API server drops it"
+    assert podschema.unknown_fields(template) == [
+        ("spec.template.spec.imagePullSecret: not a field of a pod spec (Kubernetes v1.33): the API server drops it;"
+         " did you mean imagePullSecrets?"),
+        f"spec.template.spec.containers[0].comand: {container}; did you mean command?",
+        f"spec.template.spec.containers[0].volumeMount: {container}; did you mean volumeMounts?",
+        f"spec.template.spec.containers[0].zzz: {container}",
+        f"spec.template.spec.initContainers[0].workingdir: {container}; did you mean workingDir?",
+    ]
+    for odd in (None, {}, {"spec": None}, {"spec": {"containers": "x"}}, {"spec": {"containers": [None, 3]}}, []):
+        assert podschema.unknown_fields(odd) == []

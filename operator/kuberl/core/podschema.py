@@ -105,3 +105,36 @@ def first_of(path: str, wrong: list[T], more: str, make: Callable[[str, str], T]
     if len(wrong) <= MAX_ITEM_PROBLEMS:
         return wrong
     return [*wrong[:MAX_ITEM_PROBLEMS], make(path, f"{len(wrong) - MAX_ITEM_PROBLEMS} more {more}")]
+
+
+def template_of(job: Any) -> Any:
+    """spec.template of a job document, whatever else it holds."""
+    spec = job.get("spec") if isinstance(job, dict) else None
+    return spec.get("template") if isinstance(spec, dict) else None
+
+
+def unknown_fields(template: Any) -> list[str]:
+    """A warning for each key of spec.template's pod spec and containers that is no field of a v1.33 PodSpec or
+    Container, with the field it may have meant: the API server drops such a key when the operator creates the pod
+    (a client's default field validation is Warn), so `volumeMount:` left a dataset unmounted without a word. A
+    warning, not a refusal: a newer Kubernetes may have the field."""
+    import difflib
+
+    def unknown(path: str, obj: Any, fields: dict[str, tuple[str, str | None]], what: str) -> list[str]:
+        if not isinstance(obj, dict):
+            return []
+        found = []
+        for key in obj:
+            if isinstance(key, str) and key not in fields:
+                close = difflib.get_close_matches(key, fields, n=1, cutoff=0.75) or [f for f in fields if f.lower() == key.lower()]
+                hint = f"; did you mean {close[0]}?" if close else ""
+                found.append(f"{path}.{key}: not a field of a {what} (Kubernetes v1.33): the API server drops it{hint}")
+        return found
+
+    pod_spec = template.get("spec") if isinstance(template, dict) else None
+    warnings = unknown("spec.template.spec", pod_spec, POD_SPEC_FIELDS, "pod spec")
+    for kind in ("containers", "initContainers"):
+        items = pod_spec.get(kind) if isinstance(pod_spec, dict) else None
+        for i, container in enumerate(items if isinstance(items, list) else []):
+            warnings += unknown(f"spec.template.spec.{kind}[{i}]", container, CONTAINER_FIELDS, "container")
+    return warnings

@@ -45,7 +45,15 @@ from typing import Self
 import yaml
 from pydantic import BaseModel
 
-from ..core import fingerprint, lifecycle, names, podsource, rank0metrics, safetext
+from ..core import (
+    fingerprint,
+    lifecycle,
+    names,
+    podschema,
+    podsource,
+    rank0metrics,
+    safetext,
+)
 from ..core.lifecycle import ObservedPod, Rank0Progress
 from ..core.rank0metrics import Rank0Reading
 from ..core.render import Job, render_configmap, render_pod, render_service
@@ -912,6 +920,8 @@ def cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | Non
         print(f"{args.file}: RLTrainingJob is invalid ({len(e.problems)} problem(s)):", file=sys.stderr)
         for p in e.problems:
             print(f"  {p}{from_flag(p, args)}", file=sys.stderr)
+        for warning in podschema.unknown_fields(podschema.template_of(document)):  # `comand:`: why "needs a command"
+            print(f"{args.file}: warning: {safetext.one_line(warning)}", file=sys.stderr)
         return 1
     job = Job(document["metadata"]["name"], spec)
     learned = fingerprint.learned_values(spec)
@@ -952,6 +962,8 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
     skipped = containers_not_run(pod)
     if skipped:
         say(f"not run here (only the trainer container's command runs): {', '.join(skipped)}")
+    for warning in podschema.unknown_fields(spec.template):
+        say(f"warning: {warning}")
     baked = image_files(pod)
     if baked:
         say(f"warning: {', '.join(baked)}: a file of the image, in no volume: here the pod runs this machine's files;"
