@@ -102,7 +102,8 @@ def test_runtime_patches_land_in_the_pod_template():
 def test_what_cannot_carry_is_named_one_line_each():
     doc = trainjob(image=IMAGE, numProcPerNode=1)
     doc["spec"] |= {"initializer": {"dataset": {"storageUri": "hf://tatsu-lab/alpaca"}, "model": {"storageUri": "hf://x/y"}},
-                    "managedBy": "kueue.x-k8s.io/multikueue", "podTemplateOverrides": [], "suspend": True,
+                    "managedBy": "kueue.x-k8s.io/multikueue", "suspend": True,
+                    "podTemplateOverrides": [{"targetJobs": [{"name": "dataset-initializer"}], "spec": {"nodeSelector": {"a": "b"}}}],
                     "activeDeadlineSeconds": 600}
     doc["spec"]["runtimePatches"] = [{"manager": "m", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
         {"name": "dataset-initializer", "template": {}},
@@ -114,7 +115,7 @@ def test_what_cannot_carry_is_named_one_line_each():
     assert spec["runPolicy"] == {"suspend": True, "activeDeadlineSeconds": 600}
     jobs = "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs"
     pod = f"{jobs}[1].template.spec.template.spec"
-    for path in ("spec.initializer.dataset", "spec.initializer.model", "spec.managedBy", "spec.podTemplateOverrides",
+    for path in ("spec.initializer.dataset", "spec.initializer.model", "spec.managedBy", "spec.podTemplateOverrides[0]",
                  "status", f"{jobs}[0]", f"{pod}.initContainers", f"{pod}.schedulingGates", f"{pod}.containers[0]"):
         assert notes[path].startswith("not carried over"), path
     assert "kuberl run does not" in notes["spec.initializer.dataset"]
@@ -207,3 +208,59 @@ def test_a_runtime_in_the_same_file_gives_the_trainer_its_image_resources_and_no
     assert cli.main(["convert", str(path)]) == 0
     assert cli.main(["validate", str(path)]) == 0
     assert "2 worker(s) x 3 process(es)" in capsys.readouterr().out
+
+
+# gnosia93/training-on-eks samples/deepspeed/trainjob-1to1.yaml, written for Trainer v2.1 (podTemplateOverrides, since
+# replaced by runtimePatches): four nodes in one zone by their JobSet's name, p4d nodes, a 64Gi /dev/shm
+GNOSIA_1TO1 = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "llama-3-8b"},
+    "spec": {
+        "podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "spec": {
+            "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": "llama-3-8b"}},
+                 "topologyKey": "topology.kubernetes.io/zone"}]}},
+            "nodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"},
+            "containers": [{"name": "node", "volumeMounts": [{"mountPath": "/dev/shm", "name": "dshm"}]}],
+            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}]}}],
+        "runtimeRef": {"name": "torch-distributed"},
+        "trainer": {"numNodes": 4, "numProcPerNode": 1,
+                    "image": "public.ecr.aws/deep-learning-containers/pytorch-training:2.8.0-gpu-py312-cu129-ubuntu22.04-ec2-v1.0",
+                    "env": [{"name": "NCCL_P2P_LEVEL", "value": "NVL"}],
+                    "command": ["/bin/bash", "-c", "torchrun --nproc_per_node=1 --rdzv_backend=c10d llama-3-8b.py"],
+                    "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1, "vpc.amazonaws.com/efa": 1}}}}}
+
+
+def test_trainer_v2_1_pod_template_overrides_carry_as_runtime_patches_do():
+    job, notes = convert_trainjob(GNOSIA_1TO1)
+    spec, notes = job["spec"], {n.path: n.message for n in notes}
+    pod = spec["template"]["spec"]
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
+    assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}]
+    assert pod["containers"][0]["volumeMounts"] == [{"mountPath": "/dev/shm", "name": "dshm"}]
+    selector = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]
+    assert selector == {"matchLabels": {"kuberl.dev/job": "llama-3-8b"}}
+    assert not any(path.startswith("spec.podTemplateOverrides") and "not carried over" in message
+                   for path, message in notes.items()), notes
+    rendered = render_job(job, "default", PLACEHOLDER_UID)
+    shm = [v for p in rendered if p["kind"] == "Pod" for v in p["spec"]["volumes"] if v["name"] == "dshm"]
+    assert shm and all(v["emptyDir"]["sizeLimit"] == "64Gi" for v in shm), "the job's /dev/shm size wins over kuberl's default"
+
+
+def test_trainer_v2_0_pod_spec_overrides_carry_too_and_other_jobs_are_named():
+    """podSpecOverrides (kubeflow/trainer v2.0 pkg/apis/trainer/v1alpha1/trainjob_types.go PodSpecOverride): the pod
+    fields sit beside targetJobs."""
+    doc = trainjob(image=IMAGE, numProcPerNode=1)
+    doc["spec"]["podSpecOverrides"] = [
+        {"targetJobs": [{"name": "node"}], "serviceAccountName": "training-sa",
+         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+        {"targetJobs": [{"name": "dataset-initializer"}], "volumes": [{"name": "cache", "emptyDir": {}}]}]
+    spec, notes = spec_of(doc)
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "training-sa"
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert "volumes" not in pod
+    assert "'dataset-initializer'" in notes["spec.podSpecOverrides[1]"] and "spec.podSpecOverrides[0]" not in notes
+
+
+def test_any_value_anywhere_in_pod_template_overrides_converts_or_is_refused():
+    assert_any_junk_anywhere_is_converted_or_refused(GNOSIA_1TO1, convert_trainjob)

@@ -49,7 +49,10 @@ TRAINER_FIELDS = ("image", "command", "args", "env", "numNodes", "resourcesPerNo
 # PodSpecPatch fields with a home in an RLTrainingJob's pod template (kept there as written).
 POD_FIELDS = ("serviceAccountName", "volumes", "imagePullSecrets", "securityContext", "nodeSelector", "affinity",
               "tolerations")
-OLDER_API = ("labels", "annotations", "podTemplateOverrides", "podSpecOverrides")
+OLDER_API = ("labels", "annotations")  # Trainer v2.0-v2.1: they labelled the JobSet and its Jobs, not the pods
+# Trainer v2.0's podSpecOverrides (a flat pod patch) and v2.1's podTemplateOverrides (metadata and spec), both
+# replaced by runtimePatches (kubeflow/trainer#2785, #3309): the same pod fields, applied to the targetJobs named.
+OVERRIDES = ("podSpecOverrides", "podTemplateOverrides")
 INITIALIZER = ("not carried over: kuberl runs no initializer Job; fetch the {what} in the trainer's command, or in an"
                " initContainer of spec.template (a cluster runs it; kuberl run does not), onto a volume the trainer mounts")
 
@@ -169,6 +172,38 @@ def _patches(spec: dict, template: dict, out: dict, origins: dict, notes: list[N
                        origins, notes, source)
 
 
+def _overrides(spec: dict, template: dict, out: dict, origins: dict, notes: list[Note], source: podlabels.Source) -> None:
+    """Trainer v2.0's podSpecOverrides and v2.1's podTemplateOverrides, in order, onto spec.template as
+    runtimePatches are: those that target the trainer's Job; any other is noted."""
+    pod = template["spec"]
+    for field in OVERRIDES:
+        for i, override in enumerate(as_list(spec.get(field), f"spec.{field}")):
+            base = f"spec.{field}[{i}]"
+            override = as_mapping(override, base)
+            targets = [t.get("name") if isinstance(t, dict) else t
+                       for t in as_list(override.get("targetJobs"), f"{base}.targetJobs")]
+            if TRAINER_JOB not in targets:
+                notes.append(Note(base, f"not carried over: it overrides the runtime's {short_repr(targets)} Job(s); kuberl"
+                                  " runs only the trainer's pods"))
+                continue
+            if field == "podSpecOverrides":
+                patch, path = {k: v for k, v in override.items() if k != "targetJobs"}, base
+            else:
+                for key in override:
+                    if key not in ("targetJobs", "manager", "metadata", "spec"):
+                        notes.append(Note(f"{base}.{key}", "not carried over: unknown field"))
+                metadata = as_mapping(override.get("metadata"), f"{base}.metadata")
+                for key, value in metadata.items():
+                    if key in ("labels", "annotations") and isinstance(value, dict):
+                        template.setdefault("metadata", {}).setdefault(key, {}).update(value)
+                        origins[f"spec.template.metadata.{key}"] = f"{base}.metadata.{key}"
+                    else:
+                        notes.append(Note(f"{base}.metadata.{key}", "not carried over: kuberl names its pods; only labels"
+                                          " and annotations of a template apply"))
+                patch, path = as_mapping(override.get("spec"), f"{base}.spec"), f"{base}.spec"
+            _pod_patch(patch, path, pod, pod["containers"][0], out, origins, notes, source)
+
+
 def _pod_patch(patch: dict, path: str, pod: dict, trainer: dict, out: dict, origins: dict, notes: list[Note],
                source: podlabels.Source) -> None:
     patch, changed, problems = podlabels.relabel_pod_spec(patch, path, source)
@@ -281,8 +316,10 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
         elif key == "managedBy":
             notes.append(Note("spec.managedBy", "not carried over: kuberl's operator manages the RLTrainingJob"))
         elif key in OLDER_API:
-            notes.append(Note(f"spec.{key}", "not carried over: a field of Trainer before runtimePatches (v2.1 and"
-                              " older); set labels on the RLTrainingJob, pod fields in spec.template"))
+            notes.append(Note(f"spec.{key}", "not carried over: Trainer v2.1 and older put them on the JobSet and its"
+                              " Jobs, not the pods; set labels on the RLTrainingJob"))
+        elif key in OVERRIDES:
+            continue  # _overrides carries them
         else:
             notes.append(Note(f"spec.{key}", "not carried over: unknown TrainJob field"))
     for key in trainer:
@@ -331,6 +368,7 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
         out["procsPerWorker"] = procs
     origins["spec.procsPerWorker"] = procs_path
     template: dict[str, Any] = {"spec": {"containers": [container]}}
+    _overrides(spec, template, out, origins, notes, source)
     _patches(spec, template, out, origins, notes, source)
     if "securityContext" not in container:
         notes.append(Note("spec.trainer", SECURITY_CONTEXT.format(kind=KIND, where="in a runtimePatches node container")))
