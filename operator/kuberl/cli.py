@@ -501,10 +501,21 @@ def cmd_operator(args: argparse.Namespace) -> int:
     return run_operator(args)
 
 
+def split_set(argv: list[str]) -> str | None:
+    """`--set KEY VALUE` (a space for the `=`): the usage error that says so, not "unrecognized arguments: VALUE"
+    or "takes one job file (got 2: VALUE, job.yaml)"."""
+    for flag, setting, following in zip(argv, argv[1:], argv[2:], strict=False):
+        if flag == "--set" and "=" not in setting and not following.startswith("-"):
+            return f"--set {setting} {following}: one argument, KEY=VALUE: --set {setting}={following}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> Any:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     subparser = parser.subcommands.get(args.command) if args.command else None
+    if args.command == "run" and (hint := split_set(sys.argv[1:] if argv is None else argv)) is not None:
+        subparser.error(hint)
     if extra:
         (subparser or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:  # `kuberl` alone: what it can do, as kubectl does

@@ -78,6 +78,10 @@ def test_render_o_json_is_one_list_and_yaml_stays_the_default():
     (["run", "a.yaml", "b.yaml"], "usage: kuberl run", "takes one job file"),
     (["run", str(EXAMPLES)], "usage: kuberl run", "is a directory"),
     (["render", "-o", "xml", "a.yaml"], "usage: kuberl render", "invalid choice: 'xml'"),
+    # a space for the `=` said "unrecognized arguments: 0.001" or "takes one job file (got 2: 2000, a.yaml)"
+    (["run", "a.yaml", "--set", "ppo.learningRate", "0.001"], "usage: kuberl run",
+     "--set ppo.learningRate 0.001: one argument, KEY=VALUE: --set ppo.learningRate=0.001"),
+    (["run", "--set", "totalTimesteps", "2000", "a.yaml"], "usage: kuberl run", "--set totalTimesteps=2000"),
 ])
 def test_a_usage_error_prints_the_subcommands_usage_and_exits_2(args, usage, message):
     done = kuberl(*args)
