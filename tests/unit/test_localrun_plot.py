@@ -32,3 +32,14 @@ def test_plotting_a_path_that_is_no_directory_names_it_without_asking_about_prog
     for path, what in ((tmp_path / "runs" / "typo", "no such directory"), (model, "not a directory")):
         assert cmd_plot(argparse.Namespace(run_dir=str(path))) == 1
         assert capsys.readouterr().err == f"kuberl plot: {path}: {what} (give a run directory of kuberl run, e.g. runs/<job>)\n"
+
+
+def test_plotting_the_directory_of_runs_names_the_runs_in_it(tmp_path, capsys):
+    """`kuberl plot runs` asked "has the run reported progress yet?" of kuberl run's --dir itself."""
+    for job in ("cartpole-ppo", "cartpole-dqn"):
+        (tmp_path / "runs" / job).mkdir(parents=True)
+        (tmp_path / "runs" / job / "job.yaml").write_text("{}\n")
+    runs = tmp_path / "runs"
+    assert cmd_plot(argparse.Namespace(run_dir=str(runs))) == 1
+    assert capsys.readouterr().err == (f"kuberl plot: {runs} holds runs, not one run: give one of them"
+                                       f" ({runs}/cartpole-dqn, {runs}/cartpole-ppo)\n")

@@ -151,3 +151,11 @@ def test_kuberl_eval_of_the_job_file_points_at_its_run_directory(tmp_path, capsy
     (tmp_path / "odd.yaml").write_text("- a list\n")
     assert main(["eval", str(tmp_path / "odd.yaml")]) == 1
     assert capsys.readouterr().err.endswith("trained it in, runs/<job>\n")
+
+
+def test_kuberl_eval_of_the_directory_of_runs_names_the_runs_in_it(tmp_path, capsys):
+    (tmp_path / "runs" / "cartpole-ppo").mkdir(parents=True)
+    (tmp_path / "runs" / "cartpole-ppo" / "job.yaml").write_text("{}\n")
+    assert main(["eval", str(tmp_path / "runs")]) == 1
+    assert capsys.readouterr().err == (f"kuberl eval: {tmp_path}/runs holds runs, not one run: give one of them"
+                                       f" ({tmp_path}/runs/cartpole-ppo)\n")

@@ -101,6 +101,9 @@ def find_model(path: str) -> str:
         newest = checkpoint.load_newest(directory)  # the newest that is valid, as a resumed run takes it
         if newest is not None:
             return newest[0]
+    runs = sorted(os.path.join(path, n) for n in os.listdir(path) if os.path.isfile(os.path.join(path, n, "job.yaml")))
+    if runs:  # `kuberl eval runs`: kuberl run's --dir, not one of its runs
+        raise UnusableModel(f"{path} holds runs, not one run: give one of them ({', '.join(runs[:4])}{', …' if len(runs) > 4 else ''})")
     raise UnusableModel(f"{path}: no {FINAL_MODEL} and no checkpoint under checkpoints/ (give a run directory of kuberl run,"
                         f" a {FINAL_MODEL} or a ckpt-*.pt)")
 

@@ -1012,6 +1012,9 @@ def plot(run_dir: str) -> str:
         what = "not a directory" if os.path.exists(run_dir) else "no such directory"
         raise FileNotFoundError(f"{run_dir}: {what} (give a run directory of kuberl run, e.g. runs/<job>)")
     found = sorted(progress_files(os.path.join(run_dir, "checkpoints")), key=os.path.getmtime)
+    if not found and (runs := runs_in(run_dir)):  # `kuberl plot runs`: --dir itself, not one of its runs
+        raise FileNotFoundError(f"{run_dir} holds runs, not one run: give one of them ({', '.join(runs[:4])}"
+                                f"{', …' if len(runs) > 4 else ''})")
     if not found:
         raise FileNotFoundError(f"no progress.jsonl under {run_dir}/checkpoints (has the run reported progress yet?)")
     text, size = read_regular_tail(found[-1], PROGRESS_TAIL_BYTES) or ("", 0)
@@ -1041,6 +1044,15 @@ def plot(run_dir: str) -> str:
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def runs_in(directory: str) -> list[str]:
+    """The run directories directly under `directory` (each has the job.yaml kuberl run writes), sorted."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    return [os.path.join(directory, n) for n in names if os.path.isfile(os.path.join(directory, n, "job.yaml"))]
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
