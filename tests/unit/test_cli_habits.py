@@ -206,3 +206,19 @@ def test_validate_and_run_warn_of_a_misspelt_template_field_naming_the_one_meant
     assert validated.returncode == ran.returncode == 1  # no command: the consequence is still refused
     assert f"{tmp_path / 'job.yaml'}: byo: {warning}" in validated.stderr.splitlines(), validated.stderr
     assert f"{tmp_path / 'job.yaml'}: {warning}" in ran.stderr.splitlines(), ran.stderr
+
+
+def test_run_refuses_the_metadata_validate_refuses(tmp_path):
+    """A label value the API server refuses ('bad value!') failed `kuberl validate` and `kubectl apply`, but ran here."""
+    job = make_job("labelled").env("CartPole-v1").with_spec(totalTimesteps=1000).obj()
+    job["metadata"]["labels"] = {"team": "bad value!"}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    line = "  metadata.labels.team: expected a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending"
+    ran = kuberl("run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "runs"))
+    validated = kuberl("validate", str(tmp_path / "job.yaml"))
+    assert ran.returncode == validated.returncode == 1, ran
+    assert any(x.startswith(line) for x in ran.stderr.splitlines()) and any(x.startswith(line) for x in validated.stderr.splitlines())
+    assert not (tmp_path / "runs").exists()
+    fixed = kuberl("run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "runs"), "--set", "metadata.labels.team=rl",
+                   "--set", "workers=0")  # --set reaches metadata too: only the workers refused now
+    assert fixed.returncode == 1 and "metadata.labels" not in fixed.stderr and "spec.workers" in fixed.stderr, fixed.stderr

@@ -59,7 +59,7 @@ from ..core.rank0metrics import Rank0Reading
 from ..core.render import Job, render_configmap, render_pod, render_service
 from ..core.rules import validate_job
 from ..core.spec import JobSpec
-from ..core.validation import InvalidJob, Problem
+from ..core.validation import InvalidJob, Problem, metadata_problems
 from ..core.validation import shown as shown_value
 from ..core.yamlreader import UnreadableSpec, load_documents
 from .console import Console, Output
@@ -884,6 +884,20 @@ def record_fingerprint(run_dir: str, learned: dict) -> None:
     write_json(os.path.join(run_dir, FINGERPRINT_FILE), {"fingerprint": fingerprint.fingerprint(learned), "learned": learned})
 
 
+def checked_job(document: dict, env_ids: Collection[str] | None) -> JobSpec:
+    """The job checked as `kuberl validate` checks it: its spec, and its metadata's labels and annotations as the API
+    server checks them (`kubectl apply` refuses a label value 'bad value!'; `kuberl run` ran it)."""
+    metadata = document.get("metadata")
+    meta = metadata_problems(metadata) if isinstance(metadata, dict) else []
+    try:
+        spec = validate_job(document, env_ids=env_ids)
+    except InvalidJob as e:
+        raise InvalidJob([p for p in meta if all(q.path != p.path for q in e.problems)] + e.problems) from None
+    if meta:
+        raise InvalidJob(meta)
+    return spec
+
+
 def from_flag(problem: Problem, args: argparse.Namespace) -> str:
     """` (from --set KEY=…)` when the problem is at a field a flag set, not one the file holds."""
     keys = [("spec.workers", "--workers")] if getattr(args, "workers", None) is not None else []
@@ -910,7 +924,7 @@ def cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | Non
         document, configmaps = split_documents(docs, args.file)
         check_overrides(args.set)
         document = apply_overrides(document, args.workers, args.set)
-        document = with_free_rendezvous_port(document, validate_job(document, env_ids=env_ids))
+        document = with_free_rendezvous_port(document, checked_job(document, env_ids))
         spec = validate_job(document)
     except BadOverride as e:
         for p in e.problems:
