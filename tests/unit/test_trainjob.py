@@ -264,3 +264,38 @@ def test_trainer_v2_0_pod_spec_overrides_carry_too_and_other_jobs_are_named():
 
 def test_any_value_anywhere_in_pod_template_overrides_converts_or_is_refused():
     assert_any_junk_anywhere_is_converted_or_refused(GNOSIA_1TO1, convert_trainjob)
+
+
+# kubeflow/trainer examples/flux/lammps-train-job.yaml: LAMMPS under MPI, launched by the Flux runtime
+# (examples/flux/flux-runtime.yaml, mlPolicy.flux); the command is no torch program
+LAMMPS = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "lammps-flux"},
+          "spec": {"runtimeRef": {"name": "flux-distributed"},
+                   "trainer": {"numNodes": 2, "numProcPerNode": 4, "image": "ghcr.io/converged-computing/metric-lammps:latest",
+                               "command": ["lmp", "-v", "x", "4", "-v", "y", "4", "-v", "z", "4", "-in", "in.reaxc.hns", "-nocite"],
+                               "env": [{"name": "FLUX_VIEW_IMAGE", "value": "ghcr.io/converged-computing/flux-view-ubuntu:tag-jammy"}]}}}
+FLUX_RUNTIME = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+                "metadata": {"name": "flux-distributed", "labels": {"trainer.kubeflow.org/framework": "flux"}},
+                "spec": {"mlPolicy": {"numNodes": 1, "flux": {}}, "template": {"spec": {"replicatedJobs": [
+                    {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [
+                        {"name": "node", "image": "ubuntu:jammy"}]}}}}}]}}}}
+
+
+@pytest.mark.parametrize(("runtimes", "ref", "words"), [
+    ((), {"name": "flux-distributed"}, "Kubeflow Trainer's flux runtime"),
+    ((FLUX_RUNTIME,), {"name": "flux-distributed"}, "in this file has mlPolicy.flux"),
+    ((), {"name": "deepspeed-distributed"}, "mpirun"),  # manifests/base/runtimes/deepspeed_distributed.yaml: mlPolicy.mpi
+    ((), {"name": "jax-distributed"}, "JAX_COORDINATOR_ADDRESS"),
+    ((), {"name": "xgboost-distributed"}, "DMLC_TRACKER_URI"),
+], ids=["flux-by-name", "flux-in-the-file", "deepspeed-mpi", "jax", "xgboost"])
+def test_a_trainjob_of_another_framework_than_torch_is_refused_at_its_runtime(runtimes, ref, words):
+    doc = {**LAMMPS, "spec": {**LAMMPS["spec"], "runtimeRef": ref}}
+    with pytest.raises(NotConvertible) as e:
+        convert_trainjob(doc, runtimes=runtimes)
+    (problem,) = e.value.problems
+    assert problem.path == "spec.runtimeRef.name" and words in problem.message and "torch.distributed" in problem.message
+
+
+def test_a_torch_runtime_of_a_known_name_in_the_file_wins_over_the_name():
+    torch_runtime = {**FLUX_RUNTIME, "spec": {**FLUX_RUNTIME["spec"], "mlPolicy": {"numNodes": 1, "torch": {}}}}
+    spec, _ = spec_of(LAMMPS, runtimes=[torch_runtime])
+    assert (spec["workers"], spec["procsPerWorker"]) == (2, 4)

@@ -53,6 +53,22 @@ OLDER_API = ("labels", "annotations")  # Trainer v2.0-v2.1: they labelled the Jo
 # Trainer v2.0's podSpecOverrides (a flat pod patch) and v2.1's podTemplateOverrides (metadata and spec), both
 # replaced by runtimePatches (kubeflow/trainer#2785, #3309): the same pod fields, applied to the targetJobs named.
 OVERRIDES = ("podSpecOverrides", "podTemplateOverrides")
+# What Trainer's plugins (pkg/runtime/framework/plugins/<name>) give pods of an mlPolicy other than torch; kuberl's
+# pods get torch.distributed's environment only, so the TrainJob's command would start without its framework.
+NOT_TORCH = {
+    "mpi": "Trainer starts it with mpirun from a launcher pod over SSH (a hostfile, OMPI_MCA_* settings), which kuberl"
+           " does not do",
+    "jax": "Trainer gives each pod JAX's coordinator (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID), which"
+           " kuberl does not set",
+    "xgboost": "Trainer gives each pod XGBoost's tracker (DMLC_TRACKER_URI, DMLC_TRACKER_PORT, DMLC_TASK_ID,"
+               " DMLC_NUM_WORKER), which kuberl does not set",
+    "flux": "Trainer installs Flux from an init container and runs the command under flux across the nodes, which"
+            " kuberl does not do",
+}
+# kubeflow/trainer manifests/base/runtimes (and examples/flux/flux-runtime.yaml): ClusterTrainingRuntimes whose
+# names say their mlPolicy when the runtime is not in the file.
+KNOWN_RUNTIMES = {"deepspeed-distributed": "mpi", "mlx-distributed": "mpi", "jax-distributed": "jax",
+                  "xgboost-distributed": "xgboost", "flux-distributed": "flux"}
 INITIALIZER = ("not carried over: kuberl runs no initializer Job; fetch the {what} in the trainer's command, or in an"
                " initContainer of spec.template (a cluster runs it; kuberl run does not), onto a volume the trainer mounts")
 
@@ -249,6 +265,28 @@ def _pod_patch(patch: dict, path: str, pod: dict, trainer: dict, out: dict, orig
                                                              if field == "schedulingGates" else "unknown field")))
 
 
+def _not_torch(spec: dict, runtimes: list) -> Problem | None:
+    """The refusal of a TrainJob whose runtime runs another framework than torch.distributed: its mlPolicy when
+    the runtime is in the same file, else the mlPolicy of Kubeflow Trainer's ClusterTrainingRuntime of that name."""
+    ref = spec.get("runtimeRef") if isinstance(spec.get("runtimeRef"), dict) else {}
+    kind, name = ref.get("kind") or "ClusterTrainingRuntime", ref.get("name")
+    found = [r for r in runtimes if isinstance(r, dict) and r.get("kind") == kind
+             and isinstance(r.get("metadata"), dict) and r["metadata"].get("name") == name]
+    if len(found) == 1:
+        policy = (found[0].get("spec") or {}).get("mlPolicy") if isinstance(found[0].get("spec"), dict) else None
+        used = [k for k in NOT_TORCH if isinstance(policy, dict) and policy.get(k) is not None]
+        where, hint = f"{kind} {name!r} in this file has mlPolicy.{used[0]}" if used else "", ""
+    else:
+        known = kind == "ClusterTrainingRuntime" and isinstance(name, str) and name in KNOWN_RUNTIMES
+        used = [KNOWN_RUNTIMES[name]] if known else []
+        where = f"{kind} {name!r} is Kubeflow Trainer's {used[0]} runtime (mlPolicy.{used[0]})" if used else ""
+        hint = " (if your cluster's runtime of that name runs torch, put it in this file)"
+    if not used:
+        return None
+    return Problem("spec.runtimeRef.name", f"{where}: {NOT_TORCH[used[0]]}. kuberl runs torch.distributed jobs only"
+                   f" (MASTER_ADDR, RANK, WORLD_SIZE and torchrun's PET_* names), each pod running the command{hint}")
+
+
 def _from_runtime(spec: dict, runtimes: list, notes: list[Note]) -> dict:
     """The trainer fields a runtime in the same file gives (its node container's image and resources, its
     mlPolicy.numNodes): what Trainer would take from it, read rather than asked for."""
@@ -296,6 +334,9 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
     note_top_level_fields(doc, notes)
     spec = as_mapping(doc.get("spec"), "spec", required=True)
     runtime = _runtime(spec)
+    framework = _not_torch(spec, list(runtimes))
+    if framework:
+        raise NotConvertible([framework])
     trainer = {**as_mapping(spec.get("trainer"), "spec.trainer"), **_from_runtime(spec, list(runtimes), notes)}
     out: dict[str, Any] = {"trainer": "custom"}
     run_policy: dict[str, Any] = {}
