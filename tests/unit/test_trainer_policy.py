@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -159,3 +160,18 @@ def test_kuberl_eval_of_the_directory_of_runs_names_the_runs_in_it(tmp_path, cap
     assert main(["eval", str(tmp_path / "runs")]) == 1
     assert capsys.readouterr().err == (f"kuberl eval: {tmp_path}/runs holds runs, not one run: give one of them"
                                        f" ({tmp_path}/runs/cartpole-ppo)\n")
+
+
+def test_kuberl_eval_of_a_run_that_saved_nothing_says_how_it_ended(tmp_path, capsys):
+    """A run that failed at once (a misspelt env id) was answered "give a run directory of kuberl run": it was one."""
+    run = tmp_path / "runs" / "j"
+    (run / "checkpoints" / "j-uid").mkdir(parents=True)
+    (run / "job.yaml").write_text("{}\n")
+    (run / "status.json").write_text(json.dumps({"phase": "Failed", "conditions": [
+        {"type": "Failed", "status": "True", "reason": "ConfigError", "message": "spec.env.id: 'Cartpole-v1' is not registered"}]}))
+    assert main(["eval", str(run)]) == 1
+    assert capsys.readouterr().err == (f"kuberl eval: {run}: this run saved no final-model.pt and no checkpoint (it failed:"
+                                       f" ConfigError: spec.env.id: 'Cartpole-v1' is not registered); logs in {run}/logs\n")
+    (run / "status.json").write_text(json.dumps({"phase": "Suspended"}))
+    assert main(["eval", str(run)]) == 1
+    assert "(it was stopped before its first checkpoint)" in capsys.readouterr().err

@@ -38,6 +38,7 @@ trainer's full state; read through `checkpoint.read`, it needs the run's `job.ya
 from __future__ import annotations
 
 import glob
+import json
 import math
 import os
 import sys
@@ -101,11 +102,31 @@ def find_model(path: str) -> str:
         newest = checkpoint.load_newest(directory)  # the newest that is valid, as a resumed run takes it
         if newest is not None:
             return newest[0]
+    if os.path.isfile(os.path.join(path, "job.yaml")):  # a run of kuberl run's that saved nothing: say how it ended
+        raise UnusableModel(f"{path}: this run saved no {FINAL_MODEL} and no checkpoint ({run_ending(path)}); logs in"
+                            f" {os.path.join(path, 'logs')}")
     runs = sorted(os.path.join(path, n) for n in os.listdir(path) if os.path.isfile(os.path.join(path, n, "job.yaml")))
     if runs:  # `kuberl eval runs`: kuberl run's --dir, not one of its runs
         raise UnusableModel(f"{path} holds runs, not one run: give one of them ({', '.join(runs[:4])}{', …' if len(runs) > 4 else ''})")
     raise UnusableModel(f"{path}: no {FINAL_MODEL} and no checkpoint under checkpoints/ (give a run directory of kuberl run,"
                         f" a {FINAL_MODEL} or a ckpt-*.pt)")
+
+
+def run_ending(run_dir: str) -> str:
+    """How a run of kuberl run ended, from its status.json (bounded): `Failed: ConfigError: …`, `stopped`, or what
+    is known."""
+    try:
+        with open(os.path.join(run_dir, "status.json"), "rb") as f:
+            status = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return "no status recorded"
+    if not isinstance(status, dict):
+        return "no status recorded"
+    phase = status.get("phase")
+    failed = [c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Failed" and c.get("status") == "True"]
+    if phase == "Failed" and failed:
+        return f"it failed: {failed[0].get('reason')}: {str(failed[0].get('message'))[:300]}"
+    return {"Suspended": "it was stopped before its first checkpoint"}.get(phase, f"its phase: {phase}")
 
 
 def job_run_dir(job_file: str) -> str:
