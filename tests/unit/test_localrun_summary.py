@@ -6,7 +6,12 @@ import json
 
 from kuberl.core.render import Job
 from kuberl.core.rules import validate_job
-from kuberl.local.runner import EXIT_INTERRUPTED, rerun_note, summary
+from kuberl.local.runner import (
+    EXIT_INTERRUPTED,
+    reason_and_message,
+    rerun_note,
+    summary,
+)
 
 from tests.support.jobs import make_job
 
@@ -57,3 +62,12 @@ def test_a_rerun_says_what_it_resumes_from_and_never_resumes_a_run_that_saved_no
     assert rerun_note("j", "Failed", None, True) == "resuming j from its newest checkpoint (last run: failed)"
     assert rerun_note("j", "Running", None, None) == "running j again (last run: ended while running)"  # a custom trainer's own
     assert rerun_note("j", None, None, False).endswith("(unknown) saved no checkpoint")
+
+
+def test_a_failure_quoting_its_own_reason_says_the_reason_once(tmp_path):
+    """The last line read "failed after 2s at 0 timesteps: ConfigError: worker 0 (j-0): ConfigError: spec.env.id: …"."""
+    config_error = {"phase": "Failed", "conditions": [{"type": "Failed", "status": "True", "reason": "ConfigError",
+                                                        "message": "worker 0 (j-0): ConfigError: spec.env.id: unknown"}]}
+    line = summary(JOB, {"checkpoints": str(tmp_path), "model": "m.pt"}, config_error, 1, 2.0)
+    assert line == "j failed after 2s at 0 timesteps: worker 0 (j-0): ConfigError: spec.env.id: unknown", line
+    assert reason_and_message("BackoffLimitExceeded", "m") == "BackoffLimitExceeded: m"

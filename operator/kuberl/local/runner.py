@@ -678,6 +678,12 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
             raise
 
 
+def reason_and_message(reason: str, message: str) -> str:
+    """`reason: message`, the reason once: a worker's message quotes its own termination reason, which read
+    "ConfigError: worker 0 (j-0): ConfigError: spec.env.id: …"."""
+    return message if f"{reason}: " in message else f"{reason}: {message}"
+
+
 def act(cluster: LocalCluster, decision: lifecycle.Decision, now: float, interrupted: bool = False) -> None:
     """Carry out the decision (its status is already written), then tell the user. After Ctrl-C the suspension
     is not announced: its pods are still saving, and the run's last line says where it stopped."""
@@ -688,7 +694,7 @@ def act(cluster: LocalCluster, decision: lifecycle.Decision, now: float, interru
             cluster.create(action.generation, action.ranks)
     for action in decision.actions:
         if isinstance(action, lifecycle.Event) and not (interrupted and action.reason == lifecycle.REASON_SUSPEND):
-            say(f"{action.reason}: {action.message}")
+            say(reason_and_message(action.reason, action.message))
 
 
 # What is read of a progress.jsonl: its last records (80,000 or so), whatever its size.
@@ -790,7 +796,7 @@ def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float)
                     "the same command starts over")
         return (f"{job.name} stopped at {timesteps:,} timesteps after {wall:.0f}s; {where}{saved}; "
                 "run the same command again to resume")
-    reason = f"{failed['reason']}: {failed['message']}" if failed else status.get("phase", "?")
+    reason = reason_and_message(failed["reason"], failed["message"]) if failed else status.get("phase", "?")
     return f"{job.name} failed after {wall:.0f}s at {timesteps:,} timesteps{saved}: {reason}"
 
 
