@@ -17,8 +17,9 @@ from tests.operator.operatorkit import (
 )
 from tests.support.apiserver import kubeconfig
 from tests.support.faultproxy import FaultProxy
+from tests.support.store import ApiError
 
-WAITED = 'the API server did not answer'
+WAITED = 'the API server did not answer, or failed'
 DOWN_SECONDS = 9.0  # past kopf's 3.5 s of retries twice over
 
 
@@ -42,7 +43,7 @@ def test_an_api_server_down_at_startup_is_waited_for_and_jobs_get_their_pods_onc
             log = op.log()
             waited = [line for line in log.splitlines() if WAITED in line]
             # the error met (the first try may meet a reset, later ones a refused connect), and when the next try is
-            assert waited and all('did not answer (Client' in line and 'starts again in' in line for line in waited), log[-4000:]
+            assert waited and all('failed (Client' in line and 'starts again in' in line for line in waited), log[-4000:]
             failed = [line for line in log.splitlines() if 'Resource observer has failed' in line]
             assert len(failed) >= 2 and all('traceback as logged at' in line for line in failed[1:]), failed  # once (TracebackOnce)
         finally:
@@ -62,3 +63,20 @@ def test_an_api_server_down_past_the_watch_bound_ends_the_operator_naming_how_lo
         log = op.log()
         assert op.process.returncode != 0, log[-3000:]
         assert f'past the {bound:g}s bound' in log and 'the operator exits' in log, log[-4000:]
+
+
+def test_a_list_the_api_server_fails_past_kopfs_retries_is_made_again_and_the_operator_goes_on(standin, rest, tmp_path):
+    """kopf lists again after a lost watch (here a 410): five 500s in a row outlast its 4 tries, and it stopped."""
+    op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE, '--watch-timeout', '1').start()
+    try:
+        internal = ApiError(500, 'InternalError', 'Internal error occurred: etcdserver: leader changed')
+        standin.handler.list_errors['pods'] = [internal] * 5
+        standin.handler.watch_gone['pods'] = 1
+        wait_for(lambda: not standin.handler.list_errors['pods'], timeout=40, what='the five failed lists')
+        create_job(rest, 'after', workers=1)
+        wait_for(lambda: pods(standin, 'after'), timeout=40, what='pods of a job created after the failed lists')
+        assert op.process.poll() is None
+        said = [line for line in op.log().splitlines() if WAITED in line]
+        assert said and all('(APIServerError: (' in line and 'etcdserver: leader changed' in line for line in said), said
+    finally:
+        op.stop()

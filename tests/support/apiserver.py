@@ -113,6 +113,12 @@ class StandinHandler(kmock.RawHandler):
     # resourceVersion it has not seen yet ending in storage.NewTooLargeResourceVersionError (a 504 Timeout,
     # staging/src/k8s.io/apiserver/pkg/storage/errors.go), or any other storage error as a 500 InternalError.
     watch_errors: dict[str, list[ApiError]] = attrs.field(factory=dict)
+    # A fault hook: the next list requests of a plural here are answered with the listed errors, one per
+    # request, in order: what the real API server answers a list its storage fails (etcd timing out or
+    # electing a leader) — storage.InterpretListError leaves such an error as it is and the handler
+    # answers 500 InternalError "Internal error occurred: ..." (apierrors.NewInternalError, staging/src/
+    # k8s.io/apimachinery/pkg/api/errors/errors.go; responsewriters.ErrorNegotiated).
+    list_errors: dict[str, list[ApiError]] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self._requests = collections.deque(maxlen=RECENT_REQUESTS)
@@ -312,6 +318,8 @@ class StandinHandler(kmock.RawHandler):
     # ------------------------------------------------------------ list and watch
 
     def _list(self, request: kmock.Request, rtype, route: Route, params: dict) -> aiohttp.web.StreamResponse:
+        if self.list_errors.get(rtype.plural):
+            raise self.list_errors[rtype.plural].pop(0)
         labels = parse_label_selector(params.get('labelSelector'))
         fields = parse_field_selector(params.get('fieldSelector'), rtype.field_selectors)
         items, revision = self.store.list_objects(rtype, route.namespace, labels, fields)
