@@ -300,3 +300,19 @@ def test_a_claim_over_its_quota_is_a_full_volume_naming_what_a_checkpoint_needs(
     assert full.value.errno == errno.EDQUOT
     assert "the checkpoint volume (claim j-checkpoints; " in str(full.value) and "is over its quota (EDQUOT): one checkpoint" \
         " needs " in str(full.value), str(full.value)
+
+
+def test_a_corrupt_newest_checkpoint_is_kept_aside_before_the_resumed_run_saves_under_its_name(tmp_path):
+    """A run resumed past a corrupt ckpt-N saves ckpt-N again after everyUpdates more updates: the same name.
+    The corrupt file was moved aside only at that save, after the new one had replaced it: the evidence was lost."""
+    for updates in (1, 2):
+        checkpoint.save(str(tmp_path), updates, ppo_like_state(updates), keep=3)
+    corrupt = tmp_path / "ckpt-0000000002.pt"
+    flip_one_bit(corrupt)
+    evidence = corrupt.read_bytes()
+    checkpoint._verified.clear()
+    path, _ = checkpoint.load_newest(str(tmp_path))
+    assert path.endswith("ckpt-0000000001.pt")
+    checkpoint.save(str(tmp_path), 2, ppo_like_state(2), keep=3)  # the resumed run's next save
+    assert (tmp_path / checkpoint.ASIDE / "ckpt-0000000002.pt").read_bytes() == evidence
+    assert checkpoint.read(str(corrupt))["counters"]["updates"] == 2

@@ -19,9 +19,10 @@ write the file can recompute it), so decoding never runs code either:
   it; skipping it would silently lose its progress).
 
 A file that fails to decode for any other reason is skipped with a log line,
-loading falls back to the next older one, and pruning never counts it among
-the K kept: it is moved aside into `unreadable/`, never deleted (it is the
-evidence of what went wrong, and perhaps recoverable). When checkpoints exist
+loading falls back to the next older one and moves it aside into `unreadable/`
+at once, never deleted (it is the evidence of what went wrong, and perhaps
+recoverable; the resumed run's next save would take its name), and pruning
+never counts such a file among the K kept. When checkpoints exist
 and none is usable, loading fails with NoUsableCheckpoint naming them, unless
 the caller opts in to starting over: training silently from zero would throw
 away the run's progress. An I/O error (EIO, ESTALE on network storage) is no
@@ -618,6 +619,7 @@ def load_newest(directory: str, accept: Callable[[dict], str | None] = lambda _s
             continue
         refused = accept(state)
         if refused is None:
+            _set_aside(unusable)  # now: the resumed run's next save may take one's name (every everyUpdates)
             return path, state
         _remember(path, False)
         log.warning("skipping checkpoint %s: %s", path, refused)
@@ -627,10 +629,14 @@ def load_newest(directory: str, accept: Callable[[dict], str | None] = lambda _s
     if unusable:
         log.warning("none of the %d checkpoint(s) in %s is usable: starting over from zero, as "
                     "spec.checkpoint.whenNoneUsable: StartOver asks", len(unusable), directory)
-        for path, why in unusable:  # now, before a new save of the same name could replace one
-            move_aside(path, why)
-            _verified.pop(path, None)
+        _set_aside(unusable)  # now, before a new save of the same name could replace one
     return None
+
+
+def _set_aside(unusable: list[tuple[str, str]]) -> None:
+    for path, why in unusable:
+        move_aside(path, why)
+        _verified.pop(path, None)
 
 
 UID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # the API server's metadata.uid
