@@ -221,4 +221,5 @@ def test_a_resume_past_a_corrupt_newest_checkpoint_counts_it_for_the_operator_an
     checkpoint._verified.clear()
     assert training.load() is not None and training.resumed_from.endswith("ckpt-0000000001.pt")
     assert training.metrics.checkpoints_skipped._value.get() == 1
+    assert os.path.exists(os.path.join(training.checkpoint_dir, checkpoint.ASIDE, os.path.basename(newest)))  # before a save takes its name
     assert said[-2].startswith("resuming from ") and said[-1].startswith("1 newer checkpoint(s) skipped"), said

@@ -311,7 +311,9 @@ def test_a_corrupt_newest_checkpoint_is_kept_aside_before_the_resumed_run_saves_
     flip_one_bit(corrupt)
     evidence = corrupt.read_bytes()
     checkpoint._verified.clear()
-    path, _ = checkpoint.load_newest(str(tmp_path))
+    assert checkpoint.load_newest(str(tmp_path))[0].endswith("ckpt-0000000001.pt")
+    assert corrupt.read_bytes() == evidence, "a reader that will not save (kuberl eval) moves nothing"
+    path, _ = checkpoint.load_newest(str(tmp_path), set_aside=True)  # as the trainer loads
     assert path.endswith("ckpt-0000000001.pt")
     checkpoint.save(str(tmp_path), 2, ppo_like_state(2), keep=3)  # the resumed run's next save
     assert (tmp_path / checkpoint.ASIDE / "ckpt-0000000002.pt").read_bytes() == evidence

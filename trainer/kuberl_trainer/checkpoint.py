@@ -599,10 +599,12 @@ def list_checkpoints(directory: str) -> list[str]:
 
 
 def load_newest(directory: str, accept: Callable[[dict], str | None] = lambda _state: None,
-                start_over: bool = False, skipped: list[tuple[str, str]] | None = None) -> tuple[str, dict] | None:
+                start_over: bool = False, skipped: list[tuple[str, str]] | None = None,
+                set_aside: bool = False) -> tuple[str, dict] | None:
     """The newest checkpoint that decodes and that `accept` does not refuse
     (it returns why, or None); others are skipped with a warning naming them
-    (and added to `skipped`, as (path, why), for the caller to count).
+    (and added to `skipped`, as (path, why), for the caller to count), and with
+    `set_aside` (a trainer that will save here) moved aside at once.
     When some exist and none is usable: NoUsableCheckpoint, or None when
     `start_over` (and they are moved aside). A format version this trainer does not know raises
     UnknownCheckpointFormat; an I/O error that outlasts the retries is raised."""
@@ -619,7 +621,8 @@ def load_newest(directory: str, accept: Callable[[dict], str | None] = lambda _s
             continue
         refused = accept(state)
         if refused is None:
-            _set_aside(unusable)  # now: the resumed run's next save may take one's name (every everyUpdates)
+            if set_aside:  # now: the resumed run's next save may take one's name (every everyUpdates)
+                _set_aside(unusable)
             return path, state
         _remember(path, False)
         log.warning("skipping checkpoint %s: %s", path, refused)

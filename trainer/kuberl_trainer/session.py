@@ -210,7 +210,8 @@ class TrainingSession:
                     checkpoint.remove_stale_temps(directory)
                 start_over = self.spec.checkpoint.when_none_usable == "StartOver"
                 skipped: list[tuple[str, str]] = []  # each said by name as it is skipped
-                found = checkpoint.load_newest(self.checkpoint_dir, accept=_resumable, start_over=start_over, skipped=skipped)
+                found = checkpoint.load_newest(self.checkpoint_dir, accept=_resumable, start_over=start_over, skipped=skipped,
+                                               set_aside=True)
             if self.metrics is not None:
                 self.metrics.checkpoints_skipped.set(len(skipped))
             if found is not None:
