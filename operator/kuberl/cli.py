@@ -67,7 +67,7 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     valid, failed = [], False
     docs = runnable_documents(load_jobs(path), path)
     if all(is_configmap(doc) for doc in docs):  # as for an empty file: "valid" would hide the wrong file
-        raise SystemExit(f"{path}: no RLTrainingJob document, only ConfigMaps")
+        raise SystemExit(f"{path}: no RLTrainingJob document" + (", only ConfigMaps" if docs else ""))
     for job in docs:
         metadata = (job.get("metadata") or {}) if isinstance(job, dict) else {}
         name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
@@ -262,7 +262,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if failures:
         return 1
     if not notes:
-        print(f"{args.file}: no PyTorchJob or TrainJob document, only ConfigMaps", file=sys.stderr)
+        print(f"{args.file}: no PyTorchJob or TrainJob document" + (", only ConfigMaps" if docs else ""), file=sys.stderr)
         return 1
     for label, job_notes in notes:
         for note in job_notes:

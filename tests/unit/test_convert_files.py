@@ -11,7 +11,7 @@ import pytest
 from kuberl import cli
 from kuberl.core.yamlreader import MAX_DOCUMENT_BYTES, load_documents
 from kuberl.local.runner import split_documents
-from kuberl.tools.convert import to_yaml
+from kuberl.tools.convert import NotConvertible, to_yaml
 from kuberl.tools.documents import runnable_documents
 
 IMAGE = "registry.example.com/ml/ddp:1"
@@ -180,3 +180,100 @@ def test_convert_notes_each_host_path_the_baseline_level_refuses_and_the_ways_ou
     pod = render_pod(Job("ddp", validate_job(job)), "default", PLACEHOLDER_UID, 0)
     assert sorted(v.path for v in check_pods([pod], "baseline")) == [
         "spec.volumes[local].hostPath", "spec.volumes[shmem].hostPath"]
+
+
+# --- what is not a manifest of a job: wrappers, kustomizations, templates -------------------------------------------
+
+# kubernetes-sigs/kueue site/static/examples/appwrapper/pytorch-sample.yaml: a PyTorchJob inside an AppWrapper
+APPWRAPPER = {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+              "metadata": {"name": "sample-appwrapper-pytorch-job", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}},
+              "spec": {"components": [{"template": {**pytorchjob("pytorch-simple"), "apiVersion": "kubeflow.org/v1"}}]}}
+# kubeflow/katib examples/v1beta1/kubeflow-training-operator/pytorchjob-mnist.yaml: a trial's PyTorchJob, with the
+# ${trialParameters.*} Katib fills per trial
+EXPERIMENT = {"apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"namespace": "kubeflow", "name": "pytorchjob-mnist"},
+              "spec": {"parallelTrialCount": 3, "objective": {"type": "minimize", "objectiveMetricName": "loss"},
+                       "trialTemplate": {"primaryContainerName": "pytorch", "trialSpec": {
+                           "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "spec": pytorchjob()["spec"]}}}}
+# gnosia93/training-on-eks kustomize/overlays/fsdp/kustomization.yaml: no apiVersion, no kind, a base and JSON patches
+KUSTOMIZATION = {"resources": ["../../base"], "patches": [{
+    "patch": "- op: replace\n  path: /spec/pytorchReplicaSpecs/Worker/replicas\n  value: 4\n", "target": {"kind": "PyTorchJob"}}]}
+# kubeflow/trainer manifests/base/runtimes/torch_distributed.yaml: a runtime, and no job
+RUNTIME_ONLY = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+                "metadata": {"name": "torch-distributed", "labels": {"trainer.kubeflow.org/framework": "torch"}},
+                "spec": {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}}}}
+
+
+@pytest.mark.parametrize(("doc", "words"), [
+    (APPWRAPPER, "AppWrapper 'sample-appwrapper-pytorch-job': left out: it wraps a PyTorchJob at spec.components[0].template"),
+    (EXPERIMENT, "Experiment 'pytorchjob-mnist': left out: it wraps a PyTorchJob at spec.trialTemplate.trialSpec"),
+    (KUSTOMIZATION, ("document 1: left out: a kustomization, which lists the manifests and patches kustomize builds;"
+                     " kuberl reads what it builds: kubectl kustomize DIR | kuberl convert -")),
+    (RUNTIME_ONLY, "ClusterTrainingRuntime 'torch-distributed': left out: a Kubeflow Trainer runtime"),
+], ids=["appwrapper", "katib-experiment", "kustomization", "runtime-only"])
+def test_a_file_with_no_job_of_its_own_says_what_it_holds_instead(tmp_path, capsys, doc, words):
+    path = write(tmp_path, [doc])
+    code, out, err = run_cli(capsys, ["convert", path])
+    assert (code, out) == (1, ""), err
+    assert f"{path}: {words}" in err
+    assert err.splitlines()[-1] == f"{path}: no PyTorchJob or TrainJob document", "there are no ConfigMaps to speak of"
+
+
+def test_a_wrapper_beside_its_configmaps_still_says_only_configmaps(tmp_path, capsys):
+    path = write(tmp_path, [APPWRAPPER, SETTINGS])
+    code, _, err = run_cli(capsys, ["convert", path])
+    assert code == 1 and err.splitlines()[-1] == f"{path}: no PyTorchJob or TrainJob document, only ConfigMaps"
+
+
+def envsubst_job() -> dict:
+    """aws-samples/awsome-distributed-training 3.test_cases/pytorch/FSDP/kubernetes/llama3_1_8b-fsdp.yaml, meant for
+    `envsubst < llama3_1_8b-fsdp.yaml | kubectl apply -f -`."""
+    doc = pytorchjob("llama3-1-8b-fsdp")
+    worker = doc["spec"]["pytorchReplicaSpecs"]["Worker"]
+    worker["replicas"] = "$NUM_NODES"
+    container = worker["template"]["spec"]["containers"][0]
+    container |= {"image": "${IMAGE_URI}", "command": ["/usr/local/bin/torchrun", "--nproc_per_node=$GPU_PER_NODE",
+                                                        "--nnodes=$NUM_NODES", "/fsdp/train.py"],
+                  "env": [{"name": "HF_TOKEN", "value": "${HF_TOKEN}"}]}
+    return doc
+
+
+def test_an_envsubst_template_is_refused_saying_it_is_one():
+    from kuberl.tools.documents import convert_documents
+
+    _, _, failures = convert_documents([envsubst_job()])
+    ((label, e),) = failures
+    assert label == "PyTorchJob 'llama3-1-8b-fsdp'"
+    blank = [p for p in e.problems if "template's blank" in p.message]
+    assert [p.path for p in blank] == ["spec.pytorchReplicaSpecs.Worker.replicas"]
+    assert "envsubst < FILE | kuberl convert -" in blank[0].message
+
+
+def test_a_template_that_converts_is_noted_as_one_and_a_script_s_own_variables_are_not():
+    from kuberl.tools.documents import convert_documents
+
+    doc = envsubst_job()
+    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 2
+    _, notes, failures = convert_documents([doc])
+    assert not failures
+    ((_, job_notes),) = notes
+    blank = [n for n in job_notes if "template's blank" in n.message]
+    assert [n.path for n in blank] == ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].image"]
+    done = envsubst_job()
+    done["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 2
+    done["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] = IMAGE
+    _, notes, _ = convert_documents([done])  # ${HF_TOKEN} in env, $GPU_PER_NODE in the command: the shell's own
+    assert not any("template's blank" in n.message for _, ns in notes for n in ns)
+
+
+def test_a_node_selector_no_api_server_takes_is_refused():
+    """ValidatePodSpec validates nodeSelector as labels (unversionedvalidation.ValidateLabels): the shape of
+    gnosia93/training-on-eks kustomize/base/pytorch-dist-job.yaml before its overlay fills ${NODEPOOL} in."""
+    from kuberl.tools.convert import convert
+
+    doc = pytorchjob()
+    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {"karpenter.sh/nodepool": "${NODEPOOL}"}
+    with pytest.raises(NotConvertible) as e:
+        convert(doc)
+    (problem,) = e.value.problems
+    assert problem.path == "spec.pytorchReplicaSpecs.Worker.template.spec.nodeSelector.karpenter.sh/nodepool"
+    assert "label value" in problem.message

@@ -197,6 +197,9 @@ def pod_template_problems(template: Any) -> list[Problem]:
         problems.append(Problem("spec.template.spec.ephemeralContainers", "not allowed: a pod cannot be created with"
                                 " ephemeral containers (the API server adds them to running pods only)"))
     problems += _grace_problems(pod_spec.get("terminationGracePeriodSeconds"))
+    # ValidatePodSpec (pkg/apis/core/validation): unversionedvalidation.ValidateLabels(spec.NodeSelector, ...)
+    problems += label_key_problems("spec.template.spec.nodeSelector", pod_spec.get("nodeSelector"))
+    problems += _label_value_problems("spec.template.spec.nodeSelector", pod_spec.get("nodeSelector"))
     problems += [Problem(path, message) for path, message in podschema.type_problems(
         "spec.template.spec", {k: v for k, v in pod_spec.items() if k not in _POD_FIELDS_CHECKED_ABOVE},
         podschema.POD_SPEC_FIELDS)]

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..core import names
 from ..core.podsource import configmap_problems, is_configmap
+from ..core.validation import Problem
 from .convert import KIND, NotConvertible, Note, convert
 
 # --- a file of several objects ----------------------------------------------------------------
@@ -26,6 +27,13 @@ SKIPPED = ("left out: kuberl takes the job, and the ConfigMaps it reads, from th
            " yourself if the job needs it")
 ETCD_SKIPPED = ("left out: an etcd server for torchrun's etcd rendezvous, which kuberl does not need: every pod meets"
                 " at worker 0 by static rendezvous (MASTER_ADDR:MASTER_PORT, PET_RDZV_ENDPOINT), which replaces it")
+KUSTOMIZATION_SKIPPED = ("left out: a kustomization, which lists the manifests and patches kustomize builds;"
+                         " kuberl reads what it builds: kubectl kustomize DIR | kuberl convert -")
+# kustomize's kustomization.yaml fields (kustomize.config.k8s.io/v1beta1 Kustomization); apiVersion and kind are optional there
+KUSTOMIZATION_FIELDS = ("resources", "bases", "patches", "patchesStrategicMerge", "patchesJson6902", "components",
+                        "namePrefix", "nameSuffix", "images", "configMapGenerator", "secretGenerator")
+WRAPPED_SKIPPED = ("left out: it wraps a {kind} at {path} (as an AppWrapper or a Katib Experiment does), which kuberl"
+                   " does not unwrap: put that {kind} in a file of its own, filled in as the wrapper would, and convert it")
 RUNTIME_SKIPPED = ("left out: a Kubeflow Trainer runtime; a TrainJob of this file that names it takes its node"
                    " container's image and resources and its mlPolicy.numNodes, nothing else")
 
@@ -56,6 +64,32 @@ def document_label(doc: Any, index: int) -> str:
     return f"{kind_text} {shown}"
 
 
+def is_kustomization(doc: Any) -> bool:
+    """A kustomization.yaml: kind Kustomization, or no apiVersion and kind but kustomize's fields."""
+    if not isinstance(doc, dict):
+        return False
+    if doc.get("kind") in ("Kustomization", "Component"):
+        return isinstance(doc.get("apiVersion"), str) and doc["apiVersion"].startswith("kustomize.config.k8s.io/")
+    return "kind" not in doc and "apiVersion" not in doc and any(key in doc for key in KUSTOMIZATION_FIELDS)
+
+
+def wrapped_job(doc: Any) -> tuple[str, str] | None:
+    """The kind and path of a PyTorchJob or TrainJob nested inside another document (an AppWrapper's
+    spec.components[].template, a Katib Experiment's spec.trialTemplate.trialSpec), the first found."""
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    seen = 0
+    while stack and seen < 10_000:
+        item, path = stack.pop(0)
+        seen += 1
+        if path and isinstance(item, dict) and item.get("kind") in (KIND, TRAINJOB_KIND):
+            return item["kind"], path
+        children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        for key, child in children:
+            if isinstance(child, dict | list):
+                stack.append((child, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key)))
+    return None
+
+
 def is_job(doc: Any) -> bool:
     """A document kuberl takes as the job (or refuses by name): a job kind, a kind close to one, a kind of
     a job group, or no mapping at all. Anything else is skipped, named."""
@@ -64,8 +98,10 @@ def is_job(doc: Any) -> bool:
     kind, api = doc.get("kind"), doc.get("apiVersion")
     if kind == "ConfigMap":
         return False
-    if kind in RUNTIME_KINDS:
+    if kind in RUNTIME_KINDS or is_kustomization(doc):
         return False
+    if isinstance(kind, str) and kind not in JOB_KINDS and wrapped_job(doc):
+        return False  # a wrapper (AppWrapper, Katib's Experiment), named with the job inside it
     group = api.rpartition("/")[0] if isinstance(api, str) else ""
     return (kind in JOB_KINDS or group in JOB_GROUPS or not isinstance(kind, str)
             or bool(difflib.get_close_matches(kind, JOB_KINDS, n=1, cutoff=0.8)))
@@ -124,7 +160,10 @@ def select_documents(docs: list[Any]) -> tuple[list[Any], list[str], list[str]]:
         if is_job(doc) or is_configmap(doc):
             kept.append(doc)
             continue
+        wrapped = wrapped_job(doc)
         why = (RUNTIME_SKIPPED if isinstance(doc, dict) and doc.get("kind") in RUNTIME_KINDS
+               else KUSTOMIZATION_SKIPPED if is_kustomization(doc)
+               else WRAPPED_SKIPPED.format(kind=wrapped[0], path=wrapped[1]) if wrapped
                else ETCD_SKIPPED if is_etcd(doc, hosts) else SKIPPED)
         skipped.append(f"{document_label(doc, i)}: {why}")
     labels = [document_label(d, i) for i, d in enumerate(flat) if is_job(d)]
@@ -142,6 +181,30 @@ def one_job_problem(labels: list[str]) -> str | None:
         return None
     return (f"{len(labels)} job documents ({', '.join(labels)}): kuberl takes one job from a file; keep one, or put"
             " each in its own file")
+
+
+# A template's blank never filled in: envsubst's ${VAR} (or a whole-value $VAR), Helm's and Jinja's {{ ... }}.
+BLANK = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}|^\$[A-Za-z_][A-Za-z0-9_]*$|\{\{.*?\}\}")
+# Where a shell or the kubelet expands such text itself: a script's ${VAR} is its own business.
+SHELL_FIELDS = frozenset({"command", "args", "env"})
+
+
+def template_blank(doc: Any) -> Problem | None:
+    """The first field of a job document (outside command, args and env) whose value is a template's
+    blank, said as such: such a file is a template to render, not a manifest."""
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    seen = 0
+    while stack and seen < 10_000:
+        item, path = stack.pop(0)
+        seen += 1
+        if isinstance(item, str) and BLANK.search(item):
+            return Problem(path, f"{item[:60]!r} is a template's blank (envsubst's ${{VAR}}, Helm's or Jinja's {{{{ }}}})"
+                           " never filled in: render the file first (envsubst < FILE | kuberl convert -), or write the value")
+        children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        for key, child in children:
+            if key not in SHELL_FIELDS:
+                stack.append((child, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key)))
+    return None
 
 
 def convert_documents(docs: list[Any], procs_per_worker: int | None = None, image: str | None = None,
@@ -169,10 +232,12 @@ def convert_documents(docs: list[Any], procs_per_worker: int | None = None, imag
             job, job_notes = (convert_trainjob(doc, procs_per_worker, image, runtimes) if is_trainjob
                               else convert(doc, procs_per_worker))
         except NotConvertible as e:
-            failures.append((label, e))
+            blank = template_blank(doc)
+            failures.append((label, NotConvertible([*e.problems, blank]) if blank else e))
             continue
+        blank = template_blank(doc)
         out.append(job)
-        notes.append((label, job_notes))
+        notes.append((label, [*job_notes, Note(blank.path, blank.message)] if blank else job_notes))
     return out, notes, failures
 
 
