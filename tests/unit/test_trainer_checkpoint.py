@@ -318,3 +318,23 @@ def test_a_corrupt_newest_checkpoint_is_kept_aside_before_the_resumed_run_saves_
     checkpoint.save(str(tmp_path), 2, ppo_like_state(2), keep=3)  # the resumed run's next save
     assert (tmp_path / checkpoint.ASIDE / "ckpt-0000000002.pt").read_bytes() == evidence
     assert checkpoint.read(str(corrupt))["counters"]["updates"] == 2
+
+
+def test_an_old_checkpoint_the_trainer_may_not_remove_is_left_said_and_the_save_stands(tmp_path, monkeypatch, caplog):
+    """Pruning is housekeeping: a PermissionError there (a file of another user's under a sticky directory) failed
+    the save that had just succeeded, every everyUpdates."""
+    for updates in (1, 2):
+        checkpoint.save(str(tmp_path), updates, ppo_like_state(updates), keep=1)
+    oldest = str(tmp_path / "ckpt-0000000002.pt")
+    real_unlink = os.unlink
+
+    def unlink(path, *args, **kwargs):
+        if str(path) == oldest:
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), path)
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.os, "unlink", unlink)
+    with caplog.at_level(logging.WARNING, logger=checkpoint.log.name):
+        path = checkpoint.save(str(tmp_path), 3, ppo_like_state(3), keep=1)
+    assert checkpoint.read(path)["counters"]["updates"] == 3 and os.path.exists(oldest)
+    assert any(f"could not remove {oldest}" in r.getMessage() for r in caplog.records), caplog.text

@@ -438,25 +438,29 @@ def save(directory: str, updates: int, state: dict, keep: int, volume: str = "")
     they sort; what is not a regular file, what this trainer cannot judge and
     what cannot be read right now are left alone. A full volume raises
     CheckpointVolumeFull (naming `volume` and what one checkpoint needs), a
-    read-only one CheckpointVolumeReadOnly, one this trainer may not write CheckpointVolumeForbidden."""
+    read-only one CheckpointVolumeReadOnly, one this trainer may not write CheckpointVolumeForbidden
+    (a file it may not remove is left, said in the log)."""
     path = os.path.join(directory, checkpoint_name(updates))
     write_on_volume(path, encode(state), volume, keep)
     _remember(path, True)
     kept = 0
-    with volume_access(directory):
-        for candidate in list_checkpoints(directory):
-            valid = is_valid(candidate)
-            if valid is None:
-                continue  # another format version, too large to read, not a file, or unreadable now: not ours to judge
-            if valid and kept < keep:
-                kept += 1
-                continue
+    for candidate in list_checkpoints(directory):
+        valid = is_valid(candidate)
+        if valid is None:
+            continue  # another format version, too large to read, not a file, or unreadable now: not ours to judge
+        if valid and kept < keep:
+            kept += 1
+            continue
+        try:
             if valid:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(candidate)
             else:
                 move_aside(candidate, "not a valid checkpoint")
-            _verified.pop(candidate, None)
+        except PermissionError as e:  # the checkpoint is saved: pruning is housekeeping, and a full volume says so later
+            log.warning("could not %s %s (%s): it stays", "remove" if valid else "move aside", candidate, e.strerror or e)
+            continue
+        _verified.pop(candidate, None)
     return path
 
 
