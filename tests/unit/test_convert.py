@@ -428,3 +428,47 @@ def test_metadata_the_user_set_is_noted_as_the_pytorchjobs_not_the_api_servers()
     assert notes["metadata.uid"] == "not carried over: the API server sets it for the new object"
     for key in ("finalizers", "ownerReferences"):
         assert "belonged to the PyTorchJob" in notes[f"metadata.{key}"], notes
+
+
+def pytorch_operator_job() -> dict:
+    """kubeflow/pytorch-operator's kubeflow.org/v1 (pkg/apis/pytorch/v1/types.go) kept activeDeadlineSeconds,
+    backoffLimit, cleanPodPolicy and ttlSecondsAfterFinished at spec, as kubeflow/website's PyTorchJob guide shows in
+    `kubectl get -o yaml pytorchjobs` output (spec.cleanPodPolicy: None; creationTimestamp: null in each template)."""
+    doc = pytorchjob(replica(1), replica(3))
+    del doc["spec"]["runPolicy"]
+    doc["spec"] |= {"cleanPodPolicy": "None", "backoffLimit": 5, "activeDeadlineSeconds": 3600, "ttlSecondsAfterFinished": 600}
+    for rtype in ("Master", "Worker"):
+        doc["spec"]["pytorchReplicaSpecs"][rtype]["template"]["metadata"] = {"creationTimestamp": None}
+    return doc
+
+
+def test_pytorch_operators_run_policy_at_spec_is_read_as_run_policy():
+    job, notes = convert(pytorch_operator_job())
+    assert job["spec"]["runPolicy"] == {"backoffLimit": 5, "activeDeadlineSeconds": 3600, "ttlSecondsAfterFinished": 600,
+                                        "successPolicy": "Worker0"}
+    noted = {}
+    for n in notes:
+        noted.setdefault(n.path, []).append(n.message)
+    for key in ("cleanPodPolicy", "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
+        assert any(f"read as spec.runPolicy.{key}" in m for m in noted[f"spec.{key}"]), noted
+        assert not any("unknown" in m for m in noted[f"spec.{key}"])
+    assert any("deletes pods still running" in m for m in noted["spec.cleanPodPolicy"]), "None's meaning, as under runPolicy"
+    assert not any(".metadata.creationTimestamp" in path for path in noted), "kubectl's null is nothing to carry"
+    assert "spec.runPolicy.backoffLimit" not in noted, "it is set"
+
+
+def test_run_policy_wins_over_the_old_place_and_a_bad_value_is_refused_where_written():
+    doc = pytorch_operator_job()
+    doc["spec"]["runPolicy"] = {"backoffLimit": 1}
+    job, notes = convert(doc)
+    assert job["spec"]["runPolicy"]["backoffLimit"] == 1
+    assert "spec.runPolicy.backoffLimit is set too, and wins" in {n.path: n.message for n in notes}["spec.backoffLimit"]
+    doc = pytorch_operator_job()
+    doc["spec"]["activeDeadlineSeconds"] = -5
+    with pytest.raises(NotConvertible) as e:
+        convert(doc)
+    assert [p.path for p in e.value.problems] == ["spec.activeDeadlineSeconds"]
+
+
+def test_any_value_anywhere_in_a_pytorch_operator_job_converts_or_is_refused():
+    assert_any_junk_anywhere_is_converted_or_refused(pytorch_operator_job(), convert)

@@ -105,6 +105,11 @@ SECURITY_CONTEXT = ("unset: changed, kuberl's trainer container runs as user " +
 KUEUE_SUSPEND = ("changed: Kueue unsuspended the admitted {kind}; kuberl's pods are admitted through Kueue's pod"
                  " integration and nothing unsuspends the RLTrainingJob: it waits until you set"
                  " spec.runPolicy.suspend to false")
+# kubeflow/pytorch-operator's kubeflow.org/v1 (pkg/apis/pytorch/v1/types.go PyTorchJobSpec) held these at spec;
+# training-operator moved them to spec.runPolicy, and its CRD's schema prunes them where they were.
+LEGACY_RUN_POLICY = ("activeDeadlineSeconds", "backoffLimit", "cleanPodPolicy", "ttlSecondsAfterFinished")
+LEGACY_MOVED = ("pytorch-operator's place for it, read as spec.runPolicy.{key} (training-operator reads only that one:"
+                " its API server drops this field)")
 BACKOFF_LIMIT_UNSET = ("unset: changed, kuberl fails the job after spec.runPolicy.backoffLimit (default 3) gang restarts for"
                        " crashes and stalls, where an unset limit let PyTorchJob restart failed pods without end")
 METADATA_CARRIED = ("name", "namespace", "labels", "annotations")
@@ -522,7 +527,7 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
             metadata = as_mapping(value, f"{path}.metadata")
             kept = {k: v for k, v in metadata.items() if k in ("labels", "annotations")}
             for k in metadata:
-                if k not in kept:
+                if k not in kept and metadata[k] is not None:  # kubectl writes creationTimestamp: null in every template
                     notes.append(Note(f"{path}.metadata.{k}", "not carried over: kuberl names its pods; only labels and"
                                       " annotations of a template apply"))
             if kept:
@@ -594,12 +599,20 @@ def _run_policy(spec: dict, restart_policies: dict[str, Any], origins: dict, not
     out: dict[str, Any] = {}
     queue, queue_path = None, ""
     origins["spec.runPolicy"] = path
-    for key, value in policy.items():
+    entries = [(key, spec[key], f"spec.{key}") for key in LEGACY_RUN_POLICY if key in spec]
+    entries += [(key, value, f"{path}.{key}") for key, value in policy.items()]
+    for key, value, where in entries:
+        if where == f"spec.{key}":  # pytorch-operator's place for it
+            if policy.get(key) is not None:
+                notes.append(Note(where, f"not carried over: spec.runPolicy.{key} is set too, and wins"))
+                continue
+            notes.append(Note(where, LEGACY_MOVED.format(key=key)))
+            origins[f"{path}.{key}"] = where
         if key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend"):
             if value is not None:
                 out[key] = value
         elif key == "cleanPodPolicy" and value is not None:
-            notes.append(Note(f"{path}.cleanPodPolicy", CLEAN_POD_POLICY[_one_of(value, CLEAN_POD_POLICY, f"{path}.cleanPodPolicy")]))
+            notes.append(Note(where, CLEAN_POD_POLICY[_one_of(value, CLEAN_POD_POLICY, where)]))
         elif key == "schedulingPolicy":
             for field, setting in as_mapping(value, f"{path}.schedulingPolicy").items():
                 if field == "queue":
@@ -656,7 +669,7 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     note_top_level_fields(doc, notes)
     spec = as_mapping(doc.get("spec"), "spec", required=True)
     for key in spec:
-        if key not in ("pytorchReplicaSpecs", "nprocPerNode", "runPolicy", "elasticPolicy"):
+        if key not in ("pytorchReplicaSpecs", "nprocPerNode", "runPolicy", "elasticPolicy", *LEGACY_RUN_POLICY):
             notes.append(Note(f"spec.{key}", "not carried over: unknown PyTorchJob field"))
     replicas, counts = _replicas(spec)
     used = WORKER if counts.get(WORKER) or MASTER not in counts else MASTER  # the pods that run; a Worker of 0 runs none
