@@ -5,6 +5,7 @@ Waits are deadlines derived from the spec's timeouts with room for a loaded mach
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pathlib
 import re
@@ -144,7 +145,8 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(stack):
                  60, 'generation 1 held Pending with generation 0 gone')
         assert all(p['status']['phase'] == 'Pending' for p in stack.pods(name, generation=1))
         *older, newest = stack.checkpoints(name)
-        newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+        cut = newest.read_bytes()[: newest.stat().st_size // 2]
+        newest.write_bytes(cut)
     finally:
         stack.release(held)
 
@@ -153,6 +155,12 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(stack):
     (resumed_from, resumed_at), = stack.resumed(name)
     assert resumed_from.endswith(older[-1].name), (resumed_from, older[-1])
     assert done['restarts'] == 1
+    # kept aside for inspection, not replaced by the resumed run's save under its name
+    assert (newest.parent / 'unreadable' / newest.name).read_bytes() == cut
+    # said on the job too: rank 0's log goes with its pod at the next gang restart
+    events = json.loads(stack.kubectl('get', 'events', '-o', 'json').stdout)['items']
+    [skipped] = [e for e in events if e['involvedObject'].get('name') == name and e['reason'] == 'CheckpointsSkipped']
+    assert skipped['type'] == 'Warning' and 'could not use the 1 newest checkpoint(s)' in skipped['message'], skipped
     reached = stack.reached_before_restart(name, reached)
     assert resumed_at < reached, 'the cut checkpoint held later work than the one resumed from'
     scenario.done(restarts=done['restarts'], lost=reached - resumed_at,
