@@ -338,3 +338,17 @@ def test_an_old_checkpoint_the_trainer_may_not_remove_is_left_said_and_the_save_
         path = checkpoint.save(str(tmp_path), 3, ppo_like_state(3), keep=1)
     assert checkpoint.read(path)["counters"]["updates"] == 3 and os.path.exists(oldest)
     assert any(f"could not remove {oldest}" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_keep_1_never_removes_the_last_valid_checkpoint_for_a_new_one_that_does_not_read_back(tmp_path, monkeypatch):
+    """The new file was taken for valid unread: one that does not decode (a state that does not round-trip, a
+    write the storage garbled) cost the only checkpoint that loaded."""
+    checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=1)
+    monkeypatch.setattr(checkpoint, "encode", lambda state: garbage_checkpoint())
+    with pytest.raises(checkpoint.CheckpointReadBackFailed, match="ckpt-0000000002.pt was written but does not read back"):
+        checkpoint.save(str(tmp_path), 2, ppo_like_state(2), keep=1)
+    monkeypatch.undo()
+    checkpoint._verified.clear()
+    path, state = checkpoint.load_newest(str(tmp_path))
+    assert path.endswith("ckpt-0000000001.pt") and state["counters"]["updates"] == 1
+    assert (tmp_path / checkpoint.ASIDE / "ckpt-0000000002.pt").exists()
