@@ -282,11 +282,12 @@ FLUX_RUNTIME = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterT
 
 @pytest.mark.parametrize(("runtimes", "ref", "words"), [
     ((), {"name": "flux-distributed"}, "Kubeflow Trainer's flux runtime"),
+    ((), {"name": "flux-runtime"}, "Kubeflow Trainer's flux runtime"),  # its first name (examples/flux, 2025)
     ((FLUX_RUNTIME,), {"name": "flux-distributed"}, "in this file has mlPolicy.flux"),
     ((), {"name": "deepspeed-distributed"}, "mpirun"),  # manifests/base/runtimes/deepspeed_distributed.yaml: mlPolicy.mpi
     ((), {"name": "jax-distributed"}, "JAX_COORDINATOR_ADDRESS"),
     ((), {"name": "xgboost-distributed"}, "DMLC_TRACKER_URI"),
-], ids=["flux-by-name", "flux-in-the-file", "deepspeed-mpi", "jax", "xgboost"])
+], ids=["flux-by-name", "flux-by-its-first-name", "flux-in-the-file", "deepspeed-mpi", "jax", "xgboost"])
 def test_a_trainjob_of_another_framework_than_torch_is_refused_at_its_runtime(runtimes, ref, words):
     doc = {**LAMMPS, "spec": {**LAMMPS["spec"], "runtimeRef": ref}}
     with pytest.raises(NotConvertible) as e:

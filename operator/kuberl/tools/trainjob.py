@@ -65,10 +65,10 @@ NOT_TORCH = {
     "flux": "Trainer installs Flux from an init container and runs the command under flux across the nodes, which"
             " kuberl does not do",
 }
-# kubeflow/trainer manifests/base/runtimes (and examples/flux/flux-runtime.yaml): ClusterTrainingRuntimes whose
-# names say their mlPolicy when the runtime is not in the file.
+# kubeflow/trainer manifests/base/runtimes (and examples/flux/flux-runtime.yaml, first named flux-runtime):
+# ClusterTrainingRuntimes whose names say their mlPolicy when the runtime is not in the file.
 KNOWN_RUNTIMES = {"deepspeed-distributed": "mpi", "mlx-distributed": "mpi", "jax-distributed": "jax",
-                  "xgboost-distributed": "xgboost", "flux-distributed": "flux"}
+                  "xgboost-distributed": "xgboost", "flux-distributed": "flux", "flux-runtime": "flux"}
 INITIALIZER = ("not carried over: kuberl runs no initializer Job; fetch the {what} in the trainer's command, or in an"
                " initContainer of spec.template (a cluster runs it; kuberl run does not), onto a volume the trainer mounts")
 
