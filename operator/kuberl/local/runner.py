@@ -921,6 +921,13 @@ def cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | Non
     directory is chosen or a pod started."""
     global OUTPUT
     OUTPUT = Output(sys.stdout, sys.stderr)
+    try:
+        return _cmd_run(args, docs, env_ids)
+    finally:
+        OUTPUT = None  # this run's stdout: a later run (a test's, in the same process) has its own
+
+
+def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | None) -> int:
     if getattr(args, "private_network", False):  # before any thread starts: a user namespace takes one thread only
         refused = private_network()
         if refused is not None:
