@@ -1,6 +1,8 @@
 """The operator as a long-running service: restarts, deletion, quiet steady state, input it must judge."""
 import time
 
+from kuberl.core import names
+
 from tests.operator.operatorkit import (
     JOBS,
     NS,
@@ -18,6 +20,8 @@ from tests.operator.operatorkit import (
     wait_for,
     wait_phase,
 )
+from tests.support import admission
+from tests.support.admission import Refuse
 
 
 def test_operator_killed_and_restarted_mid_job_keeps_the_gang_and_the_status(standin, rest, tmp_path):
@@ -42,6 +46,32 @@ def test_operator_killed_and_restarted_mid_job_keeps_the_gang_and_the_status(sta
         for pod in gang:
             terminated(standin, pod, 0, 'Succeeded: done')
         assert wait_phase(rest, 'durable', 'Succeeded')['restarts'] == 1
+    finally:
+        op.stop()
+
+
+def test_operator_killed_with_half_a_gang_created_completes_it_once_no_pod_twice(standin, rest, tmp_path):
+    """Rank 0 created, rank 1's create failing (an unreachable webhook: 500, retried), the operator SIGKILLed: the
+    next process creates rank 1 only, in the same generation; nothing counted, nothing duplicated."""
+    half = Refuse('pods', admission.webhook_unreachable(), labels={names.LABEL_JOB: 'halfway', names.LABEL_RANK: '1'})
+    standin.store.hooks.admission.append(half)
+    op = Operator(standin, tmp_path).start()
+    try:
+        create_job(rest, 'halfway', workers=2)
+        wait_for(lambda: half.refused >= 2 and pods(standin, 'halfway'), what="rank 0 created and rank 1's create failing")
+        [rank0] = pods(standin, 'halfway')
+        op.kill()
+        standin.store.hooks.admission.remove(half)
+        op.start()
+        gang = wait_for(lambda: len(pods(standin, 'halfway')) == 2 and pods(standin, 'halfway'), what='rank 1 created')
+        time.sleep(1.5)  # several reconciles of the new process
+        gang = pods(standin, 'halfway')
+        assert [p['metadata']['labels'][names.LABEL_RANK] for p in gang] == ['0', '1'], 'one pod per rank'
+        assert gang[0]['metadata']['uid'] == rank0['metadata']['uid'], 'rank 0 kept, not made again'
+        assert {p['metadata']['labels'][names.LABEL_RESTART] for p in gang} == {'0'}
+        assert status(rest, 'halfway').get('restarts', 0) == 0 and status(rest, 'halfway').get('generation', 0) == 0
+        start_gang(standin, 'halfway', 2)
+        wait_phase(rest, 'halfway', 'Running')
     finally:
         op.stop()
 

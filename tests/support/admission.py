@@ -73,6 +73,16 @@ def validating_admission_policy(policy: str = 'no-host-network', binding: str = 
     return answer
 
 
+def webhook_unreachable(webhook: str = 'policy.example.com') -> Answer:
+    """A validating webhook with failurePolicy Fail that cannot be called (staging/src/k8s.io/apiserver/pkg/admission/
+    plugin/webhook/validating/dispatcher.go: apierrors.NewInternalError(err) of a webhookutil.ErrCallingWebhook,
+    whose Error() is `failed calling webhook %q: %v`, util/webhook/error.go) — 500 InternalError."""
+    def answer(rtype: ResourceType, name: str) -> ApiError:
+        return ApiError(500, 'InternalError', f'Internal error occurred: failed calling webhook "{webhook}": failed to call '
+                        f'webhook: Post "https://{webhook}:443/validate?timeout=10s": dial tcp 10.96.0.42:443: connect: connection refused')
+    return answer
+
+
 def rbac_denial(user: str = 'system:serviceaccount:kuberl-system:kuberl-operator', verb: str = 'create',
                 namespace: str = 'default') -> Answer:
     """The RBAC authorizer's refusal (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/
