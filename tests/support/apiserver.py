@@ -114,10 +114,12 @@ class StandinHandler(kmock.RawHandler):
     # staging/src/k8s.io/apiserver/pkg/storage/errors.go), or any other storage error as a 500 InternalError.
     watch_errors: dict[str, list[ApiError]] = attrs.field(factory=dict)
     # A fault hook: the next list requests of a plural here are answered with the listed errors, one per
-    # request, in order: what the real API server answers a list its storage fails (etcd timing out or
-    # electing a leader) — storage.InterpretListError leaves such an error as it is and the handler
-    # answers 500 InternalError "Internal error occurred: ..." (apierrors.NewInternalError, staging/src/
-    # k8s.io/apimachinery/pkg/api/errors/errors.go; responsewriters.ErrorNegotiated).
+    # request, in order: what the real API server answers a list its storage fails. An etcd error
+    # ("etcdserver: request timed out", "leader changed") is no StorageError, so InterpretListError
+    # (staging/src/k8s.io/apiserver/pkg/registry/generic/registry) returns it as it is, and
+    # ErrorToAPIStatus (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/status.go:
+    # "apiserver received an error that is not an metav1.Status") answers 500, reason Unknown (empty,
+    # so omitted), the error's own text as the message; an unreachable storage is a 504 ServerTimeout.
     list_errors: dict[str, list[ApiError]] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
