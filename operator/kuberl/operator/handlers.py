@@ -186,8 +186,8 @@ class WatchHeartbeat:
             except ApiError as error:
                 if error.status == 410:
                     version = None
-            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
-                pass  # the silence is what counts: /healthz reports it
+            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError, AttributeError):
+                pass  # the silence is what counts: /healthz reports it (a line it cannot read must not end the heartbeat)
             await asyncio.sleep(1.0)
 
 
