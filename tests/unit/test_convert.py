@@ -472,3 +472,43 @@ def test_run_policy_wins_over_the_old_place_and_a_bad_value_is_refused_where_wri
 
 def test_any_value_anywhere_in_a_pytorch_operator_job_converts_or_is_refused():
     assert_any_junk_anywhere_is_converted_or_refused(pytorch_operator_job(), convert)
+
+
+def rocm_job(command: list[str] | None = None, gpu: str = "amd.com/gpu") -> dict:
+    """kubeflow/trainer docs/user-guides/pytorch-rocm.md: AMD GPUs are requested as amd.com/gpu (8 on an MI300X
+    node), never nvidia.com/gpu, under a rocm/pytorch image; here as a Workers-only PyTorchJob."""
+    container = pytorch(image="rocm/pytorch:rocm7.1.1_ubuntu24.04_py3.12_pytorch_release_2.10.0",
+                        command=command or ["torchrun", "/workspace/train.py"],
+                        resources={"limits": {gpu: 8, "cpu": "32", "memory": "256Gi"}})
+    return pytorchjob(None, replica(2, container, restart=None, tolerations=[{"key": gpu, "operator": "Exists", "effect": "NoSchedule"}]))
+
+
+def test_amd_gpus_are_the_process_count_torchrun_auto_starts():
+    job, notes = convert(rocm_job())
+    assert job["spec"]["procsPerWorker"] == 8 and "gpusPerWorker" not in job["spec"]
+    assert job["spec"]["resources"]["limits"]["amd.com/gpu"] == 8
+    note = {n.path: n.message for n in notes}["spec.nprocPerNode"]
+    assert "ROCm build sees the pod's 8 amd.com/gpu as CUDA devices" in note
+    job, _ = convert(rocm_job(["torchrun", "--nproc-per-node=auto", "/workspace/train.py"]))
+    assert job["spec"]["procsPerWorker"] == 8
+    validate_job(job)
+
+
+def test_amd_gpus_under_nproc_gpu_are_refused_with_the_number_to_write():
+    with pytest.raises(NotConvertible) as e:
+        convert(rocm_job(["torchrun", "--nproc-per-node=gpu", "/workspace/train.py"]))
+    (problem,) = e.value.problems
+    assert problem.path == "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command[1]"
+    assert "write --nproc-per-node 8" in problem.message
+
+
+def test_another_gpu_is_said_to_depend_on_the_torch_build():
+    job, notes = convert(rocm_job(gpu="gpu.intel.com/i915"))
+    assert job["spec"].get("procsPerWorker") is None
+    note = {n.path: n.message for n in notes}["spec.nprocPerNode"]
+    assert "8 gpu.intel.com/i915 only with a torch built for it" in note and "set spec.procsPerWorker" in note
+    assert "one process per CPU of the node it lands on" not in note
+
+
+def test_any_value_anywhere_in_a_rocm_job_converts_or_is_refused():
+    assert_any_junk_anywhere_is_converted_or_refused(rocm_job(), convert)

@@ -300,3 +300,37 @@ def test_a_torch_runtime_of_a_known_name_in_the_file_wins_over_the_name():
     torch_runtime = {**FLUX_RUNTIME, "spec": {**FLUX_RUNTIME["spec"], "mlPolicy": {"numNodes": 1, "torch": {}}}}
     spec, _ = spec_of(LAMMPS, runtimes=[torch_runtime])
     assert (spec["workers"], spec["procsPerWorker"]) == (2, 4)
+
+
+def rocm_trainjob(gpu: str = "amd.com/gpu") -> dict:
+    """kubeflow/trainer docs/user-guides/pytorch-rocm.md: a TrainJob on torch-distributed with resources_per_node
+    {"amd.com/gpu": ...}; Trainer counts any resource named gpu (runtime.GetNumGPUPerNode) and leaves torchrun auto."""
+    return trainjob(image="rocm/pytorch:rocm7.1.1_ubuntu24.04_py3.12_pytorch_release_2.10.0", numNodes=2,
+                    resourcesPerNode={"limits": {gpu: 8}})
+
+
+def test_a_trainjob_on_amd_gpus_starts_one_process_per_gpu():
+    spec, notes = spec_of(rocm_trainjob())
+    assert spec["procsPerWorker"] == 8 and spec["resources"] == {"limits": {"amd.com/gpu": 8}}
+    assert "ROCm build" in notes["spec.trainer.numProcPerNode"]
+
+
+def test_a_trainjob_on_another_gpu_asks_for_the_process_count():
+    with pytest.raises(NotConvertible) as e:
+        convert_trainjob(rocm_trainjob("gpu.intel.com/xe"))
+    (problem,) = e.value.problems
+    assert problem.path == "spec.trainer.numProcPerNode" and "--procs-per-worker" in problem.message
+    spec, _ = spec_of(rocm_trainjob("gpu.intel.com/xe"), procs_per_worker=8)
+    assert spec["procsPerWorker"] == 8
+
+
+def test_any_value_anywhere_in_a_rocm_trainjob_converts_or_is_refused():
+    assert_any_junk_anywhere_is_converted_or_refused(rocm_trainjob(), convert_trainjob)
+
+
+def test_any_value_in_resources_per_node_that_sets_the_process_count_is_converted_or_refused():
+    """Trainer's CPU count (getNumCPUPerNode) read from resourcesPerNode: a cpu that is no quantity is refused
+    at its field, not a traceback."""
+    doc = trainjob(image=IMAGE, resourcesPerNode={"requests": {"cpu": "2"}, "limits": {"cpu": "4"}})
+    assert spec_of(doc)[0]["procsPerWorker"] == 2
+    assert_any_junk_anywhere_is_converted_or_refused(doc, convert_trainjob)

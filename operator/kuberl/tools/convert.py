@@ -319,6 +319,45 @@ def gpu_count(resources: dict, path: str) -> int:
     return counts.get("limits", counts.get("requests", 0))
 
 
+AMD_GPU = "amd.com/gpu"  # ROCm's torch drives AMD GPUs through torch.cuda: torchrun counts them as CUDA devices
+
+
+def accelerator(resources: Any) -> tuple[str, int] | None:
+    """The container's GPUs other than nvidia.com/gpu (kuberl's spec.gpusPerWorker), as Kubeflow Trainer counts
+    GPUs (GetNumGPUPerNode: any resource whose name says gpu; requests, else limits): name and count, or None."""
+    if not isinstance(resources, dict):
+        return None
+    for kind in ("requests", "limits"):
+        amounts = resources.get(kind)
+        for name, amount in (amounts.items() if isinstance(amounts, dict) else ()):
+            if not isinstance(name, str) or "gpu" not in name.lower() or name == GPU_RESOURCE:
+                continue
+            readable = isinstance(amount, int) and not isinstance(amount, bool) or isinstance(amount, str) and re.fullmatch(QUANTITY, amount)
+            try:
+                value = quantity_value(amount) if readable else None
+            except ValueError:
+                value = None
+            if value and value > 0 and value == value.to_integral_value():
+                return name, int(value)
+    return None
+
+
+def accelerator_procs(accel: tuple[str, int] | None, what: str) -> tuple[int | None, str]:
+    """The processes torchrun starts for `what` ('auto', or 'gpu' on the command line) with `accel` and no
+    nvidia.com/gpu, and why: amd.com/gpu is counted as CUDA devices; another GPU only by torch.accelerator
+    (auto), so with a build for it, which no manifest tells."""
+    if accel is None:
+        return None, ""
+    name, count = accel
+    if name == AMD_GPU:
+        return count, (f"{what}: torchrun starts one process per GPU torch sees, and a ROCm build sees the pod's {count}"
+                       f" {name} as CUDA devices: now spec.procsPerWorker {count} ({name} stays in spec.resources;"
+                       " spec.gpusPerWorker counts nvidia.com/gpu)")
+    return None, (f"{what}: torchrun starts one process per device of the accelerator torch sees, the pod's {count}"
+                  f" {name} only with a torch built for it (else one per CPU of the node, or none for gpu), which no"
+                  " manifest tells")
+
+
 def _user_nproc(template: dict, path: str, spec: dict, kubeflow_env: frozenset) -> tuple[str, str] | None:
     """The pytorch container's own literal PET_NPROC_PER_NODE and its field, when it is what torchrun read: neither
     spec.nprocPerNode nor elasticPolicy.nProcPerNode is set and PyTorchJob appends no value of its own after it
@@ -337,7 +376,8 @@ def _user_nproc(template: dict, path: str, spec: dict, kubeflow_env: frozenset) 
     return found
 
 
-def _procs(spec: dict, gpus: int, notes: list[Note], user_nproc: tuple[str, str] | None = None) -> tuple[int | None, str]:
+def _procs(spec: dict, gpus: int, notes: list[Note], user_nproc: tuple[str, str] | None = None,
+           accel: tuple[str, int] | None = None) -> tuple[int | None, str]:
     """procsPerWorker (None: kuberl's default, gpusPerWorker or 1) and the field it came from."""
     path = "spec.nprocPerNode"
     nproc = spec.get("nprocPerNode")
@@ -364,7 +404,13 @@ def _procs(spec: dict, gpus: int, notes: list[Note], user_nproc: tuple[str, str]
         "; every pod's WORLD_SIZE is now workers x processes (PyTorchJob set replicas x 1 for a word), so a script"
         " that runs one process per pod waits in init_process_group for ranks that never start: start it with"
         " torchrun, or spawn NPROC_PER_NODE processes")
-    if gpus and word != "cpu":
+    counted, why = accelerator_procs(accel, shown) if not gpus and word != "cpu" else (None, "")
+    if counted:
+        notes.append(Note(path, why))
+        return counted, path
+    if why:
+        notes.append(Note(path, f"{why}; kuberl runs 1 process per pod: set spec.procsPerWorker"))
+    elif gpus and word != "cpu":
         notes.append(Note(path, f"{shown}: one process per GPU, gpusPerWorker {gpus}, as torchrun counts CUDA devices{world}"))
     elif gpus:
         notes.append(Note(path, f"{shown}: torchrun would start one process per CPU of the node; kuberl runs one process per"
@@ -384,7 +430,7 @@ PROCS_OPTION = "--procs-per-worker"  # kuberl convert's option, for a count no m
 
 
 def command_procs(nproc: torchrun.Nproc | None, container_path: str, gpus: int, decided: tuple[int | None, str],
-                  given: int | None, notes: list[Note]) -> tuple[int | None, str]:
+                  given: int | None, notes: list[Note], accel: tuple[str, int] | None = None) -> tuple[int | None, str]:
     """procsPerWorker and its origin, once the container's own torchrun --nproc-per-node is read: the
     command line wins over PET_NPROC_PER_NODE (which nprocPerNode set) in torchrun, so it wins here.
     `given` is --procs-per-worker, which a word that counts CPUs needs."""
@@ -414,6 +460,18 @@ def command_procs(nproc: torchrun.Nproc | None, container_path: str, gpus: int, 
         notes.append(Note(path, f"--nproc-per-node {nproc.count} is now spec.procsPerWorker: every pod's WORLD_SIZE,"
                           " CPU request and OMP_NUM_THREADS count its processes"))
         return nproc.count, path
+    counted, why = accelerator_procs(accel, f"--nproc-per-node {nproc.value}") if not gpus and nproc.value in ("gpu", "auto") else (None, "")
+    if counted and nproc.value == "gpu":  # kuberl checks the word against spec.gpusPerWorker, nvidia.com/gpu
+        raise not_convertible(path, f"--nproc-per-node gpu counts the pod's {counted} {accel[0]} (a ROCm build's CUDA"
+                              " devices), but kuberl checks the word against spec.gpusPerWorker, which counts"
+                              f" nvidia.com/gpu only: write --nproc-per-node {counted}")
+    if counted:
+        if given is not None and given != counted:
+            raise not_convertible(path, f"{why}; and {PROCS_OPTION} says {given}: make them equal")
+        notes.append(Note(path, why))
+        return counted, path
+    if why and given is None:
+        raise not_convertible(path, f"{why}: pass {PROCS_OPTION} N to choose, or write a number")
     if nproc.value == "gpu" or (nproc.value == "auto" and gpus):
         if not gpus:
             raise not_convertible(path, f"--nproc-per-node gpu counts CUDA devices, and the {CONTAINER!r} container has no"
@@ -700,13 +758,14 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
                     " what the image runs (docker inspect --format '{{.Config.Entrypoint}} {{.Config.Cmd}}' IMAGE)")
     workers = sum(counts.values())
     origins["spec.workers"] = f"spec.pytorchReplicaSpecs.{WORKER if WORKER in counts else MASTER}.replicas"
-    procs, procs_path = _procs(spec, lifted.get("gpusPerWorker", 0), notes,
-                               _user_nproc(templates[used], template_path, spec, kubeflow_env))
     index = _trainer_index(templates[used], template_path)
     container = templates[used]["spec"]["containers"][index]
+    accel = accelerator(container.get("resources"))
+    procs, procs_path = _procs(spec, lifted.get("gpusPerWorker", 0), notes,
+                               _user_nproc(templates[used], template_path, spec, kubeflow_env), accel)
     procs, procs_path = command_procs(torchrun.find(container.get("command"), container.get("args")),
                                       f"{template_path}.spec.containers[{index}]", lifted.get("gpusPerWorker", 0),
-                                      (procs, procs_path), procs_per_worker, notes)
+                                      (procs, procs_path), procs_per_worker, notes, accel)
     origins["spec.procsPerWorker"] = procs_path
     # MASTER_PORT is the Master's pytorchjob-port under PyTorchJob (getPortFromPyTorchJob)
     port_from = MASTER if MASTER in replicas else WORKER

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from typing import Any
 
 from ..core import names, torchrun
-from ..core.validation import Problem, quantity_value
+from ..core.validation import QUANTITY, Problem, quantity_value
 from . import podlabels
 from .convert import (
     CPU_LIMIT,
@@ -26,6 +27,8 @@ from .convert import (
     SECURITY_CONTEXT,
     NotConvertible,
     Note,
+    accelerator,
+    accelerator_procs,
     as_list,
     as_mapping,
     carried_metadata,
@@ -97,8 +100,9 @@ def _cpus(resources: dict) -> int:
     for kind in ("requests", "limits"):
         amounts = resources.get(kind)
         amount = amounts.get("cpu") if isinstance(amounts, dict) else None
+        readable = isinstance(amount, int) and not isinstance(amount, bool) or isinstance(amount, str) and re.fullmatch(QUANTITY, amount)
         try:
-            value = quantity_value(amount) if isinstance(amount, str | int) and not isinstance(amount, bool) else None
+            value = quantity_value(amount) if readable else None  # not a quantity: validation names it
         except ValueError:
             value = None
         if value:
@@ -112,6 +116,7 @@ def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int |
     one per GPU of resourcesPerNode, else one per CPU of it; with no resourcesPerNode, the runtime's."""
     path = "spec.trainer.numProcPerNode"
     nproc = trainer.get("numProcPerNode")
+    accel = accelerator(trainer.get("resourcesPerNode"))
     decided: tuple[int | None, str]
     if isinstance(nproc, int) and not isinstance(nproc, bool) or isinstance(nproc, str) and nproc.isdigit():
         decided = (int(nproc), path)
@@ -123,6 +128,14 @@ def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int |
         notes.append(Note(path, "unset: Trainer sets PET_NPROC_PER_NODE from its runtime or resourcesPerNode, but the"
                           " command starts no torch launcher, so each pod runs the one process it is"))
         return command_procs(None, "spec.trainer", gpus, (None, path), given, notes)
+    elif accel:  # Trainer's GetNumGPUPerNode counts it, so PET_NPROC_PER_NODE stays auto
+        counted, why = accelerator_procs(accel, "unset (Trainer's auto, with a GPU in resourcesPerNode)")
+        flag = torchrun.find(container.get("command"), container.get("args"))
+        if counted is None and given is None and (flag is None or flag.count is None):
+            raise not_convertible(path, f"{why}: pass {PROCS_OPTION} N, or set numProcPerNode")
+        if counted is not None:
+            notes.append(Note(path, why))
+        decided = (counted, "spec.trainer.resourcesPerNode" if counted else path)
     elif has_resources:
         cpus = max(1, _cpus(trainer["resourcesPerNode"]))
         notes.append(Note(path, f"unset: Trainer starts one process per CPU of resourcesPerNode ({cpus}), now"
@@ -135,7 +148,7 @@ def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int |
     if decided == (None, path) and not gpus and given is None and unread:
         raise not_convertible(path, f"unset, and so are resourcesPerNode and torchrun's --nproc-per-node: the process count"
                     f" comes from {runtime}, which kuberl cannot see: pass {PROCS_OPTION} N, or set numProcPerNode")
-    return command_procs(flag, "spec.trainer", gpus, decided, given, notes)
+    return command_procs(flag, "spec.trainer", gpus, decided, given, notes, accel)
 
 
 def _resources(trainer: dict, origins: dict, notes: list[Note]) -> tuple[dict, int]:
