@@ -251,6 +251,9 @@ REFUSED = [
     ("restart-policy-typo", pytorchjob(None, replica(2, restart="OnFailed")), "spec.pytorchReplicaSpecs.Worker.restartPolicy",
      "expected one of OnFailure, ExitCode, Always, Never"),
     ("long-name", pytorchjob(None, replica(2), name="a" * 60), "metadata.name", "at most 50"),
+    # argoproj/argo-workflows examples/k8s-jobs.yaml: a resource step creates its object with generateName
+    ("generate-name", {**pytorchjob(None, replica(2)), "metadata": {"generateName": "combo-g-train-"}}, "metadata.generateName",
+     "write metadata.name"),
     # the image's ENTRYPOINT ran; it was refused at the converted job's 'trainer' container, a name the user never wrote
     # Container.Command and Args are []string: a number or a string there no cluster decodes, and it ran as characters
     ("unquoted-arg", pytorchjob(None, replica(2, pytorch(args=["--epochs", 10]))),

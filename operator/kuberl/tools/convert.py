@@ -196,6 +196,11 @@ def carried_metadata(doc: dict, notes: list[Note]) -> dict:
     """The new job's metadata (name, namespace, labels, annotations), a note for every other field."""
     metadata = as_mapping(doc.get("metadata"), "metadata", required=True)
     out = {key: metadata[key] for key in METADATA_CARRIED if metadata.get(key) is not None}
+    if not out.get("name") and isinstance(metadata.get("generateName"), str) and metadata["generateName"]:
+        # kubectl create (an Argo or KFP step) lets the API server finish the name; kuberl names pods after it
+        raise not_convertible("metadata.generateName", f"{metadata['generateName']!r} with no metadata.name: kuberl"
+                              " validates, renders and runs a job by its name (every pod, Service and PVC is named"
+                              " after it): write metadata.name")
     problems = metadata_problems(out)
     if problems:
         raise NotConvertible(problems)
