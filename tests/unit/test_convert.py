@@ -515,3 +515,20 @@ def test_another_gpu_is_said_to_depend_on_the_torch_build():
 
 def test_any_value_anywhere_in_a_rocm_job_converts_or_is_refused():
     assert_any_junk_anywhere_is_converted_or_refused(rocm_job(), convert)
+
+
+def test_a_kueue_priority_class_on_the_job_reaches_the_pods():
+    """aws-samples/awsome-distributed-training 1.architectures/7.sagemaker-hyperpod-eks/task-governance
+    3-imagenet-gpu-team-b-higher-prio.yaml labels its PyTorchJob kueue.x-k8s.io/priority-class; Kueue's PyTorchJob
+    integration read it there, its pod integration (kuberl's pods) reads it from the pods."""
+    doc = pytorchjob(None, replica(2, restart=None), nprocPerNode="1")
+    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "hyperpod-ns-team-b-localqueue",
+                                 "kueue.x-k8s.io/priority-class": "experimentation-priority"}
+    job, notes = convert(doc)
+    assert job["spec"]["template"]["metadata"]["labels"] == {"kueue.x-k8s.io/priority-class": "experimentation-priority"}
+    assert "from its pods" in {n.path: n.message for n in notes}["metadata.labels.kueue.x-k8s.io/priority-class"]
+    from kuberl.core.render import PLACEHOLDER_UID, Job, render_pod
+
+    pod = render_pod(Job("train", validate_job(job)), "default", PLACEHOLDER_UID, 1)
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "experimentation-priority"
+    assert "metadata" not in convert(pytorchjob(None, replica(2, restart=None), nprocPerNode="1"))[0]["spec"]["template"]

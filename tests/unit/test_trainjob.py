@@ -334,3 +334,14 @@ def test_any_value_in_resources_per_node_that_sets_the_process_count_is_converte
     doc = trainjob(image=IMAGE, resourcesPerNode={"requests": {"cpu": "2"}, "limits": {"cpu": "4"}})
     assert spec_of(doc)[0]["procsPerWorker"] == 2
     assert_any_junk_anywhere_is_converted_or_refused(doc, convert_trainjob)
+
+
+def test_a_kueue_priority_class_on_the_trainjob_reaches_the_pods():
+    """kubernetes-sigs/kueue site/content/en/docs/concepts/workload_priority_class.md: a job gets its
+    WorkloadPriorityClass from its kueue.x-k8s.io/priority-class label; kuberl's pods are Kueue's pod group, which
+    reads it from the pods."""
+    doc = trainjob(image=IMAGE, numProcPerNode=1)
+    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue", "kueue.x-k8s.io/priority-class": "high"}
+    spec, notes = spec_of(doc)
+    assert spec["template"]["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
+    assert "metadata.labels.kueue.x-k8s.io/priority-class" in notes

@@ -794,6 +794,7 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
                               f" {labels[KUEUE_QUEUE_LABEL]!r}, which becomes spec.queueName"))
         queue, queue_path = labels[KUEUE_QUEUE_LABEL], label_path
 
+    kueue_priority_on_pods(labels, template, notes)
     if KUEUE_QUEUE_LABEL in labels and run_policy.get("suspend") is True:
         notes.append(Note("spec.runPolicy.suspend", KUEUE_SUSPEND.format(kind=KIND)))
     out: dict[str, Any] = {"trainer": "custom", "workers": workers}
@@ -814,6 +815,29 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     job = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": metadata, "spec": out}
     checked(job, origins)
     return job, notes
+
+
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # Kueue's WorkloadPriorityClassLabel
+
+
+def kueue_priority_on_pods(labels: dict, template: dict, notes: list[Note]) -> None:
+    """The job's Kueue WorkloadPriorityClass label, also on its pods: Kueue's integration for the source kind read
+    it from the job, its pod integration (kuberl's pods) reads it from the pods (jobframework
+    WorkloadPriorityClassName), so on the RLTrainingJob alone it would give the gang no priority."""
+    value = labels.get(KUEUE_PRIORITY_LABEL)
+    if not isinstance(value, str) or not isinstance(template.get("metadata", {}), dict) or not isinstance(
+            template.get("metadata", {}).get("labels", {}), dict):
+        return  # none, or a template metadata validation names
+    pod_labels = template.setdefault("metadata", {}).setdefault("labels", {})
+    if pod_labels.get(KUEUE_PRIORITY_LABEL) == value:
+        return
+    if KUEUE_PRIORITY_LABEL in pod_labels:
+        notes.append(Note(f"metadata.labels.{KUEUE_PRIORITY_LABEL}", f"the pods' own {pod_labels[KUEUE_PRIORITY_LABEL]!r}"
+                          " wins: Kueue reads a pod group's WorkloadPriorityClass from its pods"))
+        return
+    pod_labels[KUEUE_PRIORITY_LABEL] = value
+    notes.append(Note(f"metadata.labels.{KUEUE_PRIORITY_LABEL}", "also put on the pods (spec.template.metadata.labels):"
+                      " Kueue reads a pod group's WorkloadPriorityClass from its pods, not from the RLTrainingJob"))
 
 
 def checked(job: dict, origins: dict[str, str]) -> None:

@@ -34,6 +34,7 @@ from .convert import (
     carried_metadata,
     checked,
     command_procs,
+    kueue_priority_on_pods,
     not_convertible,
     note_top_level_fields,
     short_repr,
@@ -427,6 +428,7 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
     if "securityContext" not in container:
         notes.append(Note("spec.trainer", SECURITY_CONTEXT.format(kind=KIND, where="in a runtimePatches node container")))
     labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
+    kueue_priority_on_pods(labels, template, notes)
     if KUEUE_QUEUE_LABEL in labels:
         out["queueName"] = labels[KUEUE_QUEUE_LABEL]
         origins["spec.queueName"] = f"metadata.labels.{KUEUE_QUEUE_LABEL}"
