@@ -37,3 +37,34 @@ def test_a_run_that_returns_disarms_the_restart():
     script = SCRIPT.replace("time.sleep(30)", "watchdog.disarm(); time.sleep(0.6); print('still here', flush=True)")
     done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "still here" in done.stdout and done.stdout.count("start") == 1, done.stdout
+
+
+def test_kopf_restarts_back_off_and_start_the_count_again_after_a_long_run():
+    from kuberl.operator.config import GONE_RESET_SECONDS, KopfRestarts
+
+    restarts, now, delays = KopfRestarts(bound=342.0), 0.0, []
+    for _ in range(7):  # lost watches, each run short
+        delays.append(restarts.after(True, now, now + 1))
+        now += 2
+    assert delays == [0, 1, 3, 7, 15, 30, 30]
+    assert restarts.after(True, now, now + GONE_RESET_SECONDS) == 0, 'a run that lasted starts the count again'
+
+
+def test_an_api_server_that_fails_every_run_is_given_up_on_past_the_bound_after_two_runs_at_least():
+    from kuberl.operator.config import KopfRestarts
+
+    restarts = KopfRestarts(bound=4.1)
+    assert restarts.after(False, 0.0, 5.0) == 0, 'one run alone outlasting the bound is not given up on'
+    assert restarts.after(False, 5.0, 9.0) is None and restarts.unanswered_for(9.0) == 9.0
+    patient = KopfRestarts(bound=342.0)
+    started = 0.0
+    for _ in range(20):
+        delay = patient.after(False, started, started + 3.5)
+        if delay is None:
+            break
+        started += 3.5 + delay
+    assert delay is None and patient.unanswered_for(started + 3.5) > 342.0
+    between = KopfRestarts(bound=4.1)
+    between.after(False, 0.0, 3.5)
+    between.after(True, 3.5, 4.0)  # a lost watch: the API server answered meanwhile
+    assert between.after(False, 4.0, 9.0) == 3, 'its failures count from the first after an answer'

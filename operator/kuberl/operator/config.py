@@ -184,6 +184,35 @@ GONE_RESET_SECONDS = 60.0  # a run this long resets the backoff of restarts afte
 GONE_MAX_DELAY_SECONDS = 30.0
 
 
+@dataclasses.dataclass
+class KopfRestarts:
+    """Whether and when kopf starts again in the same process after its run ended on a lost watch
+    (a 410, an ERROR event) or on an API server that did not answer or failed: 0, 1, 3, 7, 15, 30,
+    30 … s between quick runs (one that lasted GONE_RESET_SECONDS starts the count again). An API
+    server failing every run is given up on once it has failed for longer than `bound` (the
+    silent-watch bound), after two runs at least: one run of kopf's alone retries for 3.5 s.
+    Pure: the caller passes the clock."""
+
+    bound: float
+    quick_runs: int = 0
+    unanswered_since: float | None = None
+
+    def after(self, lost_watch: bool, started: float, now: float) -> float | None:
+        """Seconds to wait before kopf starts again; None: give up."""
+        quick = now - started < GONE_RESET_SECONDS
+        self.quick_runs = self.quick_runs + 1 if quick else 1
+        delay = min(GONE_MAX_DELAY_SECONDS, 2.0 ** (self.quick_runs - 1) - 1)
+        if lost_watch:
+            self.unanswered_since = None
+            return delay
+        again = quick and self.unanswered_since is not None
+        self.unanswered_since = self.unanswered_since if again else started
+        return None if again and now - self.unanswered_since > self.bound else delay
+
+    def unanswered_for(self, now: float) -> float:
+        return 0.0 if self.unanswered_since is None else now - self.unanswered_since
+
+
 def no_cluster_problem(env: dict[str, str], exists: Callable[[str], bool]) -> str | None:
     """Why `kuberl operator` has no cluster to log in to, as `kubeapi.load_configuration` looks for one (in a pod:
     KUBERNETES_SERVICE_HOST/PORT; else $KUBECONFIG's files, or ~/.kube/config), or None when it may have one.

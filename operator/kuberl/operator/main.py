@@ -14,9 +14,8 @@ import aiohttp
 
 from ..core import contract
 from .config import (
-    GONE_MAX_DELAY_SECONDS,
-    GONE_RESET_SECONDS,
     GoneWatchdog,
+    KopfRestarts,
     lost_watch,
     operator_config,
 )
@@ -51,7 +50,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
         # a lost watch: our one line says it; kopf's would add two tracebacks
         handler.addFilter(lambda record: not (record.exc_info and watchdog.seen(watch_lost(record.exc_info[1]))))
         handler.addFilter(once)
-    quick_restarts, unanswered_since = 0, None
+    restarts = KopfRestarts(config.watch.silent_bound)
     while True:
         started = time.monotonic()
         try:
@@ -71,24 +70,19 @@ def cmd_operator(args: argparse.Namespace) -> int:
             unanswered = None if lost is not None else api_unanswered(error)
             if lost is None and unanswered is None:
                 raise
-            quick = time.monotonic() - started < GONE_RESET_SECONDS
-            quick_restarts = quick_restarts + 1 if quick else 1
-            delay = min(GONE_MAX_DELAY_SECONDS, 2.0 ** (quick_restarts - 1) - 1)
+            now = time.monotonic()
+            delay = restarts.after(lost is not None, started, now)
+            said = f"{type(unanswered).__name__}: {unanswered}"[:300]
+            if delay is None:
+                log.error("the API server did not answer, or failed (%s), for %.0fs, past the %gs bound (--watch-timeout %g):"
+                          " the operator exits", said, restarts.unanswered_for(now), restarts.bound, config.watch.server_timeout)
+                return 1  # the line says it all; kopf logged the traceback once
             if lost is not None:
-                unanswered_since = None
                 log.warning("%s; kopf stops on that, so the operator starts its watches again in %gs, listing every object "
                             "anew (as client-go's reflector relists)", lost_watch(lost), delay)
             else:
-                again = quick and unanswered_since is not None
-                unanswered_since = unanswered_since if again else started
-                bound, waited = config.watch.silent_bound, time.monotonic() - unanswered_since
-                said = f"{type(unanswered).__name__}: {unanswered}"[:300]
-                if again and waited > bound:  # tried twice at least: one try of kopf's alone lasts 3.5 s
-                    log.error("the API server did not answer, or failed (%s), for %.0fs, past the %gs bound (--watch-timeout"
-                              " %g): the operator exits", said, waited, bound, config.watch.server_timeout)
-                    return 1  # the line says it all; kopf logged the traceback once
                 log.warning("the API server did not answer, or failed (%s); kopf stops on that, so the operator starts again"
-                            " in %gs (for up to %gs, the bound of a silent watch)", said, delay, bound)
+                            " in %gs (for up to %gs, the bound of a silent watch)", said, delay, restarts.bound)
             time.sleep(delay)
 
 
