@@ -345,3 +345,27 @@ def test_a_kueue_priority_class_on_the_trainjob_reaches_the_pods():
     spec, notes = spec_of(doc)
     assert spec["template"]["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
     assert "metadata.labels.kueue.x-k8s.io/priority-class" in notes
+
+
+def test_the_patch_kueue_wrote_on_admission_is_not_carried():
+    """An admitted TrainJob as `kubectl get -o yaml` gives it: Kueue's runtime patch (kubernetes-sigs/kueue
+    pkg/controller/jobs/trainjob/trainjob_controller.go RunWithPodSetsInfo, manager kueue.x-k8s.io/manager) holds
+    the flavor's nodeSelector and tolerations; the user's patch beside it is carried."""
+    doc = trainjob(image=IMAGE, numProcPerNode=1)
+    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue"}
+    kueue = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {
+            "metadata": {"labels": {"kueue.x-k8s.io/podset": "node"}},
+            "spec": {"nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"},
+                     "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]}}}}}]}}}}
+    doc["spec"]["runtimePatches"] = [kueue, *PATCHES]
+    spec, notes = spec_of(doc)
+    pod = spec["template"]["spec"]
+    assert pod["nodeSelector"] == {"node-type": "training"}, "the user's, not the flavor Kueue chose then"
+    assert all(t["key"] != "spot" for t in pod["tolerations"])
+    assert "kueue.x-k8s.io/podset" not in spec["template"]["metadata"]["labels"]
+    assert notes["spec.runtimePatches[0]"].startswith("not carried over: Kueue wrote it")
+    doc["spec"]["podTemplateOverrides"] = [{**kueue, "targetJobs": [{"name": "node"}], "spec": {"nodeSelector": {"x": "y"}}}]
+    del doc["spec"]["runtimePatches"]
+    spec, notes = spec_of(doc)
+    assert "nodeSelector" not in spec["template"]["spec"] and "Kueue wrote it" in notes["spec.podTemplateOverrides[0]"]

@@ -57,6 +57,13 @@ OLDER_API = ("labels", "annotations")  # Trainer v2.0-v2.1: they labelled the Jo
 # Trainer v2.0's podSpecOverrides (a flat pod patch) and v2.1's podTemplateOverrides (metadata and spec), both
 # replaced by runtimePatches (kubeflow/trainer#2785, #3309): the same pod fields, applied to the targetJobs named.
 OVERRIDES = ("podSpecOverrides", "podTemplateOverrides")
+# The manager of the patch Kueue writes when it admits a TrainJob (kubernetes-sigs/kueue pkg/controller/jobs/trainjob
+# runtimePatchManagerName; Trainer's podTemplateOverrides API names it kueue.k8s.io/manager): its ResourceFlavor's
+# nodeSelector and tolerations, its scheduling gates, the pod set's labels. Kueue writes them on kuberl's pods itself.
+KUEUE_MANAGERS = ("kueue.x-k8s.io/manager", "kueue.k8s.io/manager")
+KUEUE_PATCH = ("not carried over: Kueue wrote it when it admitted the TrainJob (the flavor's nodeSelector and tolerations,"
+               " scheduling gates); it writes its own on kuberl's pods when it admits their pod group, and this one would"
+               " pin the gang to the flavor admitted then")
 # What Trainer's plugins (pkg/runtime/framework/plugins/<name>) give pods of an mlPolicy other than torch; kuberl's
 # pods get torch.distributed's environment only, so the TrainJob's command would start without its framework.
 NOT_TORCH = {
@@ -170,6 +177,9 @@ def _patches(spec: dict, template: dict, out: dict, origins: dict, notes: list[N
     for i, patch in enumerate(as_list(spec.get("runtimePatches"), "spec.runtimePatches")):
         base = f"spec.runtimePatches[{i}]"
         patch = as_mapping(patch, base)
+        if patch.get("manager") in KUEUE_MANAGERS:
+            notes.append(Note(base, KUEUE_PATCH))
+            continue
         for key in patch:
             if key not in ("manager", "time", "trainingRuntimeSpec"):
                 notes.append(Note(f"{base}.{key}", "not carried over: unknown field"))
@@ -210,6 +220,9 @@ def _overrides(spec: dict, template: dict, out: dict, origins: dict, notes: list
         for i, override in enumerate(as_list(spec.get(field), f"spec.{field}")):
             base = f"spec.{field}[{i}]"
             override = as_mapping(override, base)
+            if override.get("manager") in KUEUE_MANAGERS:
+                notes.append(Note(base, KUEUE_PATCH))
+                continue
             targets = [t.get("name") if isinstance(t, dict) else t
                        for t in as_list(override.get("targetJobs"), f"{base}.targetJobs")]
             if TRAINER_JOB not in targets:
