@@ -352,3 +352,21 @@ def test_keep_1_never_removes_the_last_valid_checkpoint_for_a_new_one_that_does_
     path, state = checkpoint.load_newest(str(tmp_path))
     assert path.endswith("ckpt-0000000001.pt") and state["counters"]["updates"] == 1
     assert (tmp_path / checkpoint.ASIDE / "ckpt-0000000002.pt").exists()
+
+
+def test_a_skipped_checkpoint_that_cannot_be_moved_aside_stays_said_and_the_resume_goes_on(tmp_path, monkeypatch, caplog):
+    """Moving aside at load is housekeeping: on a volume too full for unreadable/ it failed the resume itself."""
+    for updates in (1, 2):
+        checkpoint.save(str(tmp_path), updates, ppo_like_state(updates), keep=3)
+    corrupt = tmp_path / "ckpt-0000000002.pt"
+    flip_one_bit(corrupt)
+    checkpoint._verified.clear()
+
+    def full(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    monkeypatch.setattr(checkpoint.os, "makedirs", full)
+    with caplog.at_level(logging.WARNING, logger=checkpoint.log.name):
+        path, _ = checkpoint.load_newest(str(tmp_path), set_aside=True)
+    assert path.endswith("ckpt-0000000001.pt") and corrupt.exists()
+    assert any(f"could not move {corrupt} aside" in r.getMessage() for r in caplog.records), caplog.text

@@ -658,8 +658,14 @@ def load_newest(directory: str, accept: Callable[[dict], str | None] = lambda _s
 
 
 def _set_aside(unusable: list[tuple[str, str]]) -> None:
+    """Move each aside; one that cannot be (a full volume, a directory the trainer may not write) stays, said:
+    the run goes on from what it loaded, and this is housekeeping."""
     for path, why in unusable:
-        move_aside(path, why)
+        try:
+            move_aside(path, why)
+        except OSError as e:
+            log.warning("could not move %s aside (%s): it stays, and a save under its name would replace it", path,
+                        e.strerror or e)
         _verified.pop(path, None)
 
 
