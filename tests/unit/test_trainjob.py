@@ -369,3 +369,20 @@ def test_the_patch_kueue_wrote_on_admission_is_not_carried():
     del doc["spec"]["runtimePatches"]
     spec, notes = spec_of(doc)
     assert "nodeSelector" not in spec["template"]["spec"] and "Kueue wrote it" in notes["spec.podTemplateOverrides[0]"]
+
+
+def test_a_gang_scheduling_runtime_in_the_file_says_how_kuberl_gangs():
+    """kubeflow/trainer examples/yaml/04-volcano-integration.yaml: the runtime's podGroupPolicy.volcano made Trainer
+    create a Volcano PodGroup; kuberl makes one only for spec.schedulerName volcano, which the file does not say."""
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "torch-distributed-volcano", "labels": {"trainer.kubeflow.org/framework": "torch"}},
+               "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "podGroupPolicy": {"volcano": {}},
+                        "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+                            "containers": [{"name": "node", "image": IMAGE}]}}}}}]}}}}
+    doc = trainjob(runtime={"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": "torch-distributed-volcano"},
+                   numNodes=4, command=["python3", "-c", "print(1)"],
+                   resourcesPerNode={"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}})
+    job, notes = convert_trainjob(doc, runtimes=[runtime])
+    gang = [n.message for n in notes if n.path == "spec.runtimeRef" and "podGroupPolicy.volcano" in n.message]
+    assert len(gang) == 1 and "spec.schedulerName" in gang[0] and "spec.queueName" in gang[0]
+    assert "schedulerName" not in job["spec"], "which scheduler the pods run under is the user's to say"

@@ -64,6 +64,7 @@ KUEUE_MANAGERS = ("kueue.x-k8s.io/manager", "kueue.k8s.io/manager")
 KUEUE_PATCH = ("not carried over: Kueue wrote it when it admitted the TrainJob (the flavor's nodeSelector and tolerations,"
                " scheduling gates); it writes its own on kuberl's pods when it admits their pod group, and this one would"
                " pin the gang to the flavor admitted then")
+GANG_SCHEDULERS = {"volcano": "Volcano", "coscheduling": "scheduler-plugins coscheduling"}
 # What Trainer's plugins (pkg/runtime/framework/plugins/<name>) give pods of an mlPolicy other than torch; kuberl's
 # pods get torch.distributed's environment only, so the TrainJob's command would start without its framework.
 NOT_TORCH = {
@@ -325,6 +326,13 @@ def _from_runtime(spec: dict, runtimes: list, notes: list[Note]) -> dict:
         return {}
     runtime_spec = found[0]["spec"]
     out: dict[str, Any] = {}
+    gang = runtime_spec.get("podGroupPolicy")
+    for plugin in [k for k in ("volcano", "coscheduling") if isinstance(gang, dict) and gang.get(k) is not None]:
+        notes.append(Note("spec.runtimeRef", f"not carried over: {kind} {ref.get('name')!r} in this file gang-schedules the"
+                          f" nodes (podGroupPolicy.{plugin}: Trainer made a {GANG_SCHEDULERS[plugin]} PodGroup of them);"
+                          " kuberl makes one when spec.schedulerName names that scheduler (the one your pods run"
+                          " under: volcano, or scheduler-plugins'), or admits the gang as one with spec.queueName (Kueue):"
+                          " set one, or the pods start one by one"))
     policy = runtime_spec.get("mlPolicy")
     if isinstance(policy, dict) and isinstance(policy.get("numNodes"), int):
         out["numNodes"] = policy["numNodes"]
