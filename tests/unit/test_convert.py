@@ -223,6 +223,8 @@ REFUSED = [
     ("kind-typo", {**pytorchjob(None, replica(2)), "kind": "PytorchJob"}, "kind", "did you mean 'PyTorchJob'?"),
     ("already-ours", {**pytorchjob(None, replica(2)), "kind": "RLTrainingJob"}, "kind", "already an RLTrainingJob"),
     ("wrong-api-version", {**pytorchjob(None, replica(2)), "apiVersion": "kubeflow.org/v1beta1"}, "apiVersion", "kubeflow.org/v1"),
+    # kubeflow/training-operator examples/mpi/tensorflow-mnist.yaml: its other kinds run another framework's launcher
+    ("an-mpijob", {**pytorchjob(None, replica(2)), "kind": "MPIJob"}, "kind", "Kubeflow's MPIJob starts mpirun"),
     ("a-list", [pytorchjob(None, replica(2))], "(document)", "a YAML mapping"),
     ("no-replica-specs", {**pytorchjob(None, replica(2)), "spec": {"nprocPerNode": "1"}}, "spec.pytorchReplicaSpecs", "required"),
     ("empty-replica-specs", pytorchjob(None, None), "spec.pytorchReplicaSpecs", "expected a Master or a Worker"),

@@ -277,3 +277,10 @@ def test_a_node_selector_no_api_server_takes_is_refused():
     (problem,) = e.value.problems
     assert problem.path == "spec.pytorchReplicaSpecs.Worker.template.spec.nodeSelector.karpenter.sh/nodepool"
     assert "label value" in problem.message
+
+
+def test_a_job_of_another_kind_is_named_by_its_own_kind(tmp_path, capsys):
+    path = write(tmp_path, [{**pytorchjob(), "kind": "MPIJob"}])
+    code, out, err = run_cli(capsys, ["convert", path])
+    assert (code, out) == (1, "")
+    assert f"{path}: MPIJob 'ddp' cannot be converted (1 problem(s)):" in err and "mpirun" in err

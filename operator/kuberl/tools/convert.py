@@ -168,6 +168,16 @@ def short_repr(value: Any) -> str:
 # --- the document ---------------------------------------------------------------
 
 
+# training-operator's other kubeflow.org/v1 kinds (pkg/controller.v1/<framework>): another framework's env or launcher.
+OTHER_KUBEFLOW_JOBS = {
+    "TFJob": "TensorFlow's cluster (TF_CONFIG)",
+    "MPIJob": "mpirun from a launcher pod over SSH",
+    "XGBoostJob": "XGBoost's Rabit tracker (WORKER_ADDRS, WORKER_PORT beside MASTER_ADDR)",
+    "PaddleJob": "PaddlePaddle's launcher (PADDLE_MASTER and its PADDLE_* settings)",
+    "JAXJob": "JAX's coordinator (COORDINATOR_ADDRESS, NUM_PROCESSES, PROCESS_ID)",
+}
+
+
 def _check_document(doc: Any) -> None:
     if not isinstance(doc, dict):
         raise not_convertible("(document)", f"expected a PyTorchJob, a YAML mapping (got {short_repr(doc)})")
@@ -176,7 +186,9 @@ def _check_document(doc: Any) -> None:
     if kind != KIND:
         close = difflib.get_close_matches(str(kind), [KIND], n=1, cutoff=0.6)
         hint = (f"; did you mean {KIND!r}?" if close and kind != names.KIND
-                else "; it is already an RLTrainingJob" if kind == names.KIND else "")
+                else "; it is already an RLTrainingJob" if kind == names.KIND
+                else f"; Kubeflow's {kind} starts {OTHER_KUBEFLOW_JOBS[kind]}, which kuberl does not: it converts"
+                     " PyTorchJobs and TrainJobs" if isinstance(kind, str) and kind in OTHER_KUBEFLOW_JOBS else "")
         problems.append(Problem("kind", f"expected {KIND!r} (got {kind!r}){hint}"))
     if doc.get("apiVersion") != API_VERSION:
         problems.append(Problem("apiVersion", f"expected {API_VERSION!r}, Kubeflow training-operator v1 (got {doc.get('apiVersion')!r})"))

@@ -221,7 +221,8 @@ def convert_documents(docs: list[Any], procs_per_worker: int | None = None, imag
         metadata = doc.get("metadata") if isinstance(doc, dict) else None
         name = metadata.get("name") if isinstance(metadata, dict) else None
         is_trainjob = isinstance(doc, dict) and doc.get("kind") == TRAINJOB_KIND
-        label = f"{TRAINJOB_KIND if is_trainjob else KIND} {name!r}" if isinstance(name, str) else f"document {i + 1}"
+        label = document_label(doc, i) if isinstance(name, str) else f"document {i + 1}"  # its own kind: MPIJob 'x'
+        label = label if isinstance(doc, dict) and isinstance(doc.get("kind"), str) else f"{KIND} {name!r}"
         if is_configmap(doc):
             problems = configmap_problems(doc)
             if problems:
