@@ -188,3 +188,16 @@ def test_a_trainjob_reading_another_jobset_label_is_refused():
                          ids=["gnosia-dist-job", "oci-rdma", "llama-trainjob"])
 def test_any_value_anywhere_in_these_manifests_converts_or_is_refused_never_a_traceback(doc, converter):
     assert_any_junk_anywhere_is_converted_or_refused(doc, converter)
+
+
+def test_a_label_the_template_sets_itself_is_the_users_and_kept():
+    """A template that writes training-operator's key into its own labels gives kuberl's pods that label too: the
+    selector on it still matches, so it is neither rewritten nor refused."""
+    selector = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"training.kubeflow.org/replica-type": "worker"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    doc = pytorchjob(None, replica(2, selector))
+    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {"labels": {"training.kubeflow.org/replica-type": "worker"}}
+    job, _ = convert(doc)
+    term = job["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["labelSelector"] == {"matchLabels": {"training.kubeflow.org/replica-type": "worker"}}
+    assert all(matches(term["labelSelector"], pod["metadata"]["labels"]) for pod in pods(job))

@@ -633,6 +633,7 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
 def relabelled(template: dict, path: str, source: podlabels.Source, notes: list[Note]) -> dict:
     """The pod template with the source's own pod labels, where its affinity, spread constraints or
     downward API read them, rewritten to kuberl's (each noted); NotConvertible where kuberl has none."""
+    source = podlabels.carrying(source, template.get("metadata"))
     pod_spec, changed, problems = podlabels.relabel_pod_spec(as_mapping(template.get("spec"), f"{path}.spec", required=True),
                                                              f"{path}.spec", source)
     if problems:

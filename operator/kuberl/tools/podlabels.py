@@ -14,6 +14,7 @@ refused, naming the field. Pure: the value is copied, never changed.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ class Source:
     kind: str
     why_not: dict[str, str]
     pod_name: str = ""  # a note for a fieldRef to metadata.name, where the pod's name no longer resolves
+    carried: frozenset[str] = frozenset()  # keys the template's own labels set: kuberl's pods carry those too
 
 
 def pytorchjob_source(name: str, has_master: bool) -> Source:
@@ -71,7 +73,14 @@ def trainjob_source(name: str) -> Source:
 
 
 def _foreign(key: Any, source: Source) -> bool:
-    return isinstance(key, str) and key.startswith(source.prefixes)
+    return isinstance(key, str) and key.startswith(source.prefixes) and key not in source.carried
+
+
+def carrying(source: Source, template_metadata: Any) -> Source:
+    """`source` knowing the labels a template sets itself (kuberl's pods carry them as written)."""
+    labels = template_metadata.get("labels") if isinstance(template_metadata, dict) else None
+    keys = frozenset(k for k in labels if isinstance(k, str)) if isinstance(labels, dict) else frozenset()
+    return dataclasses.replace(source, carried=source.carried | keys)
 
 
 def _refusal(path: str, key: str, source: Source, what: str) -> Problem:

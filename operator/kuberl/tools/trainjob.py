@@ -210,7 +210,7 @@ def _patches(spec: dict, template: dict, out: dict, origins: dict, notes: list[N
                     template.setdefault("metadata", {}).setdefault(field, {}).update(metadata[field])
                     origins[f"spec.template.metadata.{field}"] = f"{pod_path}.metadata.{field}"
             _pod_patch(as_mapping(pod_template.get("spec"), f"{pod_path}.spec"), f"{pod_path}.spec", pod, trainer, out,
-                       origins, notes, source)
+                       origins, notes, podlabels.carrying(source, template.get("metadata")))
 
 
 def _overrides(spec: dict, template: dict, out: dict, origins: dict, notes: list[Note], source: podlabels.Source) -> None:
@@ -245,7 +245,8 @@ def _overrides(spec: dict, template: dict, out: dict, origins: dict, notes: list
                         notes.append(Note(f"{base}.metadata.{key}", "not carried over: kuberl names its pods; only labels"
                                           " and annotations of a template apply"))
                 patch, path = as_mapping(override.get("spec"), f"{base}.spec"), f"{base}.spec"
-            _pod_patch(patch, path, pod, pod["containers"][0], out, origins, notes, source)
+            _pod_patch(patch, path, pod, pod["containers"][0], out, origins, notes,
+                       podlabels.carrying(source, template.get("metadata")))
 
 
 def _pod_patch(patch: dict, path: str, pod: dict, trainer: dict, out: dict, origins: dict, notes: list[Note],
