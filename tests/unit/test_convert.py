@@ -534,3 +534,21 @@ def test_a_kueue_priority_class_on_the_job_reaches_the_pods():
     pod = render_pod(Job("train", validate_job(job)), "default", PLACEHOLDER_UID, 1)
     assert pod["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "experimentation-priority"
     assert "metadata" not in convert(pytorchjob(None, replica(2, restart=None), nprocPerNode="1"))[0]["spec"]["template"]
+
+
+def test_a_command_that_names_a_pytorchjob_pod_is_noted_with_kubers_name_for_it():
+    """training-operator names the Master's pod and Service <job>-master-0 (a Worker's <job>-worker-<i>); scripts
+    that hard-code it (os.environ['MASTER_ADDR'] = '<job>-master-0.<job>', as published examples do, or an init
+    container that waits for it) would look for a host kuberl's gang does not have."""
+    script = "import os\nos.environ['MASTER_ADDR'] = 'train-master-0.train'\n"
+    wait = {"name": "wait", "image": "busybox", "command": ["sh", "-c", "until nslookup train-worker-1; do sleep 2; done"]}
+    doc = pytorchjob(replica(1, pytorch(command=["python", "-c", script])),
+                     replica(2, pytorch(command=["python", "-c", script]), initContainers=[wait]))
+    _, notes = convert(doc)
+    found = {n.path: n.message for n in notes if "a pod of the PyTorchJob" in n.message}
+    worker = "spec.pytorchReplicaSpecs.Worker.template.spec"
+    assert set(found) == {f"{worker}.containers[0].command[2]", f"{worker}.initContainers[0].command[2]"}
+    assert "its pod is train-0, reached as train-0.train" in found[f"{worker}.containers[0].command[2]"]
+    assert "its pod is train-2" in found[f"{worker}.initContainers[0].command[2]"], "Worker 1 is kuberl's worker 2"
+    _, quiet = convert(pytorchjob(None, replica(2, pytorch(command=["python", "/app/retrain-master-0.py"]))))
+    assert not any("a pod of the" in n.message for n in quiet), "another name that merely ends alike"

@@ -386,3 +386,12 @@ def test_a_gang_scheduling_runtime_in_the_file_says_how_kuberl_gangs():
     gang = [n.message for n in notes if n.path == "spec.runtimeRef" and "podGroupPolicy.volcano" in n.message]
     assert len(gang) == 1 and "spec.schedulerName" in gang[0] and "spec.queueName" in gang[0]
     assert "schedulerName" not in job["spec"], "which scheduler the pods run under is the user's to say"
+
+
+def test_a_command_that_names_a_jobset_pod_is_noted_with_kuberls_name_for_it():
+    """Trainer's torch plugin gives PET_MASTER_ADDR as <trainjob>-node-0-0.<trainjob> (JobSet's hostname and
+    subdomain); a command that writes it out names a pod kuberl's gang does not have."""
+    doc = trainjob(image=IMAGE, numProcPerNode=1,
+                   command=["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=multi-node-node-0-0.multi-node:29400", "t.py"])
+    _, notes = spec_of(doc)
+    assert "its pod is multi-node-0, reached as multi-node-0.multi-node" in notes["spec.trainer.command[2]"]

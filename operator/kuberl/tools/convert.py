@@ -642,6 +642,43 @@ def relabelled(template: dict, path: str, source: podlabels.Source, notes: list[
     return {**template, "spec": pod_spec}
 
 
+def container_text_fields(container: Any, where: str) -> list[tuple[str, Any]]:
+    """A container's command, args and env values, each with its field path."""
+    if not isinstance(container, dict):
+        return []
+    fields = [(f"{where}.{key}[{j}]", v) for key in ("command", "args")
+              for j, v in enumerate(container.get(key) if isinstance(container.get(key), list) else [])]
+    return fields + [(f"{where}.env[{j}].value", e.get("value")) for j, e in
+                     enumerate(container.get("env") if isinstance(container.get("env"), list) else []) if isinstance(e, dict)]
+
+
+def named_pod_notes(fields: list[tuple[str, Any]], named: re.Pattern, rank_of: Any, job: str, owner: str,
+                    notes: list[Note]) -> None:
+    """A note for each field whose text names a pod of the source job (`named`; `rank_of` its kuberl rank),
+    which kuberl's gang does not have."""
+    for where, value in fields:
+        found = named.search(value) if isinstance(value, str) else None
+        if found:
+            rank = rank_of(found)
+            notes.append(Note(where, f"names {found.group(0)!r}, a pod of the {owner}, which kuberl's gang does not"
+                              f" have: its pod is {job}-{rank}, reached as {job}-{rank}.{job} ($(MASTER_ADDR) for"
+                              " worker 0); write that"))
+
+
+def _pod_name_notes(template: dict, path: str, job: str, has_master: bool, notes: list[Note]) -> None:
+    """training-operator names its pods and their Services <job>-master-0 and <job>-worker-<i>; a container that
+    names one (a hard-coded MASTER_ADDR, an init container waiting for it) is noted."""
+    if not job:
+        return
+    named = re.compile(rf"(?<![A-Za-z0-9-]){re.escape(job)}-(master|worker)-([0-9]+)(?![0-9])")
+    pod = template["spec"]
+    fields = [f for kind in ("initContainers", "containers")
+              for i, c in enumerate(pod.get(kind) if isinstance(pod.get(kind), list) else [])
+              for f in container_text_fields(c, f"{path}.spec.{kind}[{i}]")]
+    named_pod_notes(fields, named, lambda m: int(m.group(2)) + (1 if has_master and m.group(1) == "worker" else 0),
+                    job, "PyTorchJob (and its Service)", notes)
+
+
 PRIVILEGED_WAY = ("or install the operator with --pod-security privileged (chart value podSecurity; the level is"
                   " operator-wide) and label the namespace's Pod Security Admission to allow it")
 
@@ -764,6 +801,7 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     templates[used] = relabelled(templates[used], template_path, source, notes)
     template, lifted = _template(templates[used], template_path, origins, notes, kubeflow_env)
     _host_path_notes(templates[used], template_path, notes)
+    _pod_name_notes(templates[used], template_path, str(metadata.get("name", "")), MASTER in replicas, notes)
 
     if not lifted.get("image"):
         index = _trainer_index(templates[used], template_path)

@@ -34,7 +34,9 @@ from .convert import (
     carried_metadata,
     checked,
     command_procs,
+    container_text_fields,
     kueue_priority_on_pods,
+    named_pod_notes,
     not_convertible,
     note_top_level_fields,
     short_repr,
@@ -434,6 +436,11 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
         notes += [Note(p.path, p.message) for p in changed]
         container["env"] = trainer_env(env, "spec.trainer.env", "spec.template.spec.containers[0].env",
                                         origins, notes, TRAINER_ENV)
+    # JobSet names the trainer's pods <trainjob>-node-0-<i> (one Indexed Job, replicated once), i its node rank
+    named = re.compile(rf"(?<![A-Za-z0-9-]){re.escape(str(metadata.get('name', '')))}-node-0-([0-9]+)(?![0-9])")
+    if metadata.get("name"):
+        named_pod_notes(container_text_fields(trainer, "spec.trainer"), named, lambda m: int(m.group(1)),
+                        str(metadata["name"]), KIND, notes)
     resources, gpus = _resources(trainer, origins, notes)
     if gpus:
         out["gpusPerWorker"] = gpus
