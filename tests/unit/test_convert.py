@@ -552,3 +552,28 @@ def test_a_command_that_names_a_pytorchjob_pod_is_noted_with_kubers_name_for_it(
     assert "its pod is train-2" in found[f"{worker}.initContainers[0].command[2]"], "Worker 1 is kuberl's worker 2"
     _, quiet = convert(pytorchjob(None, replica(2, pytorch(command=["python", "/app/retrain-master-0.py"]))))
     assert not any("a pod of the" in n.message for n in quiet), "another name that merely ends alike"
+
+
+def test_a_pod_security_context_that_says_who_runs_keeps_saying_it():
+    """The pod-level securityContext of kubernetes/website content/en/examples/pods/security/security-context.yaml
+    (runAsUser 1000, runAsGroup 3000, fsGroup 2000) in a PyTorchJob: kuberl's own container securityContext
+    (user 65532) would win over it, so the run-as fields go onto the trainer container too."""
+    doc = pytorchjob(None, replica(2, {k: v for k, v in pytorch().items() if k != "securityContext"}, restart=None,
+                                   securityContext={"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000}),
+                     nprocPerNode="1")
+    job, notes = convert(doc)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000}
+    assert pod["containers"][0]["securityContext"] == {"runAsUser": 1000, "runAsGroup": 3000}
+    noted = {n.path: n.message for n in notes}
+    assert "runs as the PyTorchJob's did" in noted["spec.pytorchReplicaSpecs.Worker.template.spec.securityContext"]
+    assert "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].securityContext" not in noted, "it is no longer unset"
+    from kuberl.core.render import PLACEHOLDER_UID, Job, render_pod
+
+    rendered = render_pod(Job("train", validate_job(job)), "default", PLACEHOLDER_UID, 0)
+    trainer = next(c for c in rendered["spec"]["containers"] if c["name"] == "trainer")
+    assert trainer["securityContext"]["runAsUser"] == 1000, "as the PyTorchJob's process ran"
+    only_fs_group = pytorchjob(None, replica(2, {k: v for k, v in pytorch().items() if k != "securityContext"}, restart=None,
+                                             securityContext={"fsGroup": 2000}), nprocPerNode="1")
+    job, notes = convert(only_fs_group)
+    assert "securityContext" not in job["spec"]["template"]["spec"]["containers"][0], "nothing about who runs: kuberl's"

@@ -395,3 +395,13 @@ def test_a_command_that_names_a_jobset_pod_is_noted_with_kuberls_name_for_it():
                    command=["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=multi-node-node-0-0.multi-node:29400", "t.py"])
     _, notes = spec_of(doc)
     assert "its pod is multi-node-0, reached as multi-node-0.multi-node" in notes["spec.trainer.command[2]"]
+
+
+def test_a_patched_pod_security_context_that_says_who_runs_keeps_saying_it():
+    doc = trainjob(image=IMAGE, numProcPerNode=1)
+    doc["spec"]["runtimePatches"] = [{"manager": "m", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"spec": {"securityContext": {"runAsUser": 1000, "fsGroup": 1000}}}}}}]}}}}]
+    spec, notes = spec_of(doc)
+    assert spec["template"]["spec"]["containers"][0]["securityContext"] == {"runAsUser": 1000}
+    path = "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec.securityContext"
+    assert "runs as the TrainJob's did" in notes[path] and "spec.trainer" not in notes

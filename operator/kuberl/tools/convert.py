@@ -627,7 +627,39 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
         else:
             pod_spec[key] = value
     out["spec"] = pod_spec
+    containers = pod_spec.get("containers")
+    if isinstance(containers, list) and isinstance(containers[index], dict):
+        container_path = f"{path}.spec.containers[{index}]"
+        if lift_run_as(pod_spec, containers[index], f"{path}.spec.securityContext", notes):
+            notes[:] = [n for n in notes if n.path != f"{container_path}.securityContext"]  # it has one now
+            origins[f"spec.template.spec.containers[{index}].securityContext"] = f"{path}.spec.securityContext"
     return out, lifted
+
+
+# PodSecurityContext fields a container's SecurityContext also has, where the container's wins
+# (k8s.io/api/core/v1 SecurityContext: "If set in both SecurityContext and PodSecurityContext, the value
+# specified in SecurityContext takes precedence").
+RUN_AS_FIELDS = ("runAsUser", "runAsGroup", "runAsNonRoot", "seccompProfile", "seLinuxOptions", "appArmorProfile",
+                 "windowsOptions")
+RUN_AS_LIFTED = ("kuberl's trainer container would override it with its own (user {user}, a read-only root"
+                 " filesystem); copied onto the trainer container, so the process runs as the {kind}'s did: {fields}"
+                 " (kuberl's read-only root filesystem and dropped capabilities then do not apply; add them there to"
+                 " have them)")
+
+
+def lift_run_as(pod_spec: dict, trainer: dict, path: str, notes: list[Note], kind: str = KIND) -> bool:
+    """Where the pod's securityContext says who the process runs as and the trainer container says nothing,
+    the trainer container gets those fields: kuberl's own container securityContext (user 65532) would win
+    over the pod's. Returns whether it did, with a note at `path`, the pod securityContext."""
+    pod_context = pod_spec.get("securityContext")
+    if trainer.get("securityContext") is not None or not isinstance(pod_context, dict):
+        return False
+    lifted = {k: copy.deepcopy(pod_context[k]) for k in RUN_AS_FIELDS if pod_context.get(k) is not None}
+    if not lifted:
+        return False
+    trainer["securityContext"] = lifted
+    notes.append(Note(path, RUN_AS_LIFTED.format(user=RUNTIME_USER, kind=kind, fields=", ".join(lifted))))
+    return True
 
 
 def relabelled(template: dict, path: str, source: podlabels.Source, notes: list[Note]) -> dict:

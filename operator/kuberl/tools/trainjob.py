@@ -36,6 +36,7 @@ from .convert import (
     command_procs,
     container_text_fields,
     kueue_priority_on_pods,
+    lift_run_as,
     named_pod_notes,
     not_convertible,
     note_top_level_fields,
@@ -454,6 +455,9 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
     template: dict[str, Any] = {"spec": {"containers": [container]}}
     _overrides(spec, template, out, origins, notes, source)
     _patches(spec, template, out, origins, notes, source)
+    pod_context = origins.get("spec.template.spec.securityContext", "spec.runtimePatches")
+    if lift_run_as(template["spec"], container, pod_context, notes, KIND):
+        origins["spec.template.spec.containers[0].securityContext"] = pod_context
     if "securityContext" not in container:
         notes.append(Note("spec.trainer", SECURITY_CONTEXT.format(kind=KIND, where="in a runtimePatches node container")))
     labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
