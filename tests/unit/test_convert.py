@@ -577,3 +577,21 @@ def test_a_pod_security_context_that_says_who_runs_keeps_saying_it():
                                              securityContext={"fsGroup": 2000}), nprocPerNode="1")
     job, notes = convert(only_fs_group)
     assert "securityContext" not in job["spec"]["template"]["spec"]["containers"][0], "nothing about who runs: kuberl's"
+
+
+def test_a_named_service_account_is_told_its_token_is_no_longer_mounted():
+    """A PyTorchJob naming a ServiceAccount, as kubeflow/trainer examples/yaml/02-runtime-patches.yaml names
+    training-sa (and its data-cache runtime, manifests/base/runtimes/data-cache, names one so its pod can call the
+    API): PyTorchJob's pods mounted its token, kuberl's mount none unless the template says so (docs/security.md)."""
+    doc = pytorchjob(None, replica(2, restart=None, serviceAccountName="training-sa"), nprocPerNode="1")
+    job, notes = convert(doc)
+    note = {n.path: n.message for n in notes}["spec.pytorchReplicaSpecs.Worker.template.spec.serviceAccountName"]
+    assert "automountServiceAccountToken: true" in note and "'training-sa'" in note
+    from kuberl.core.render import PLACEHOLDER_UID, Job, render_pod
+
+    assert render_pod(Job("train", validate_job(job)), "default", PLACEHOLDER_UID, 0)["spec"]["automountServiceAccountToken"] is False
+    said = pytorchjob(None, replica(2, restart=None, serviceAccountName="training-sa", automountServiceAccountToken=True),
+                      nprocPerNode="1")
+    job, notes = convert(said)
+    assert not any(n.path.endswith(".serviceAccountName") for n in notes)
+    assert render_pod(Job("train", validate_job(job)), "default", PLACEHOLDER_UID, 0)["spec"]["automountServiceAccountToken"] is True

@@ -405,3 +405,12 @@ def test_a_patched_pod_security_context_that_says_who_runs_keeps_saying_it():
     assert spec["template"]["spec"]["containers"][0]["securityContext"] == {"runAsUser": 1000}
     path = "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec.securityContext"
     assert "runs as the TrainJob's did" in notes[path] and "spec.trainer" not in notes
+
+
+def test_the_runtime_patches_service_account_is_told_its_token_is_no_longer_mounted():
+    """kubeflow/trainer examples/yaml/02-runtime-patches.yaml patches serviceAccountName: training-sa."""
+    doc = trainjob(image=IMAGE, numProcPerNode=1)
+    doc["spec"]["runtimePatches"] = PATCHES
+    _, notes = spec_of(doc)
+    path = "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec.serviceAccountName"
+    assert "automountServiceAccountToken: true" in notes[path] and "TrainJob's pods had 'training-sa'" in notes[path]

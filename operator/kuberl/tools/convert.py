@@ -627,6 +627,7 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
         else:
             pod_spec[key] = value
     out["spec"] = pod_spec
+    token_note(pod_spec, f"{path}.spec", notes)
     containers = pod_spec.get("containers")
     if isinstance(containers, list) and isinstance(containers[index], dict):
         container_path = f"{path}.spec.containers[{index}]"
@@ -634,6 +635,21 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
             notes[:] = [n for n in notes if n.path != f"{container_path}.securityContext"]  # it has one now
             origins[f"spec.template.spec.containers[{index}].securityContext"] = f"{path}.spec.securityContext"
     return out, lifted
+
+
+SERVICE_ACCOUNT_TOKEN = ("changed: kuberl's pods mount no ServiceAccount token unless the template sets"
+                         " automountServiceAccountToken: true, where the {kind}'s pods had {account!r}'s (unless that"
+                         " account says automountServiceAccountToken: false): set it if the job calls the Kubernetes API"
+                         " (a cloud identity webhook, such as EKS's IRSA, projects its own token and needs nothing)")
+
+
+def token_note(pod_spec: dict, path: str, notes: list[Note], kind: str = KIND) -> None:
+    """A note where the pod names a ServiceAccount and says nothing of its token: kuberl renders
+    automountServiceAccountToken: false unless the template asks for it (docs/security.md)."""
+    account = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount")
+    if isinstance(account, str) and account and pod_spec.get("automountServiceAccountToken") is None:
+        field = "serviceAccountName" if pod_spec.get("serviceAccountName") else "serviceAccount"
+        notes.append(Note(f"{path}.{field}", SERVICE_ACCOUNT_TOKEN.format(kind=kind, account=account)))
 
 
 # PodSecurityContext fields a container's SecurityContext also has, where the container's wins

@@ -42,6 +42,7 @@ from .convert import (
     note_top_level_fields,
     short_repr,
     split_resources,
+    token_note,
     trainer_env,
 )
 
@@ -455,6 +456,8 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
     template: dict[str, Any] = {"spec": {"containers": [container]}}
     _overrides(spec, template, out, origins, notes, source)
     _patches(spec, template, out, origins, notes, source)
+    account = origins.get("spec.template.spec.serviceAccountName", "spec.runtimePatches").rpartition(".")[0]
+    token_note(template["spec"], account, notes, KIND)
     pod_context = origins.get("spec.template.spec.securityContext", "spec.runtimePatches")
     if lift_run_as(template["spec"], container, pod_context, notes, KIND):
         origins["spec.template.spec.containers[0].securityContext"] = pod_context
