@@ -595,3 +595,18 @@ def test_a_named_service_account_is_told_its_token_is_no_longer_mounted():
     job, notes = convert(said)
     assert not any(n.path.endswith(".serviceAccountName") for n in notes)
     assert render_pod(Job("train", validate_job(job)), "default", PLACEHOLDER_UID, 0)["spec"]["automountServiceAccountToken"] is True
+
+
+def test_a_service_link_variable_the_pod_no_longer_gets_is_noted():
+    """A script reaching a Service through the kubelet's Service links ($(MLFLOW_SERVICE_HOST)), the discovery
+    kubernetes/website content/en/docs/concepts/services-networking/service.md describes (REDIS_PRIMARY_SERVICE_HOST)
+    and Pods get by default; kuberl's pods have them off unless the template says so. The API server's own
+    KUBERNETES_SERVICE_HOST is set either way, and is not noted."""
+    command = ["sh", "-c", ("python /app/train.py --tracking http://$(MLFLOW_SERVICE_HOST):$(MLFLOW_SERVICE_PORT)"
+                            " --api $KUBERNETES_SERVICE_HOST")]
+    _, notes = convert(pytorchjob(None, replica(2, pytorch(command=command), restart=None), nprocPerNode="1"))
+    found = [n for n in notes if "enableServiceLinks" in n.message]
+    assert [n.path for n in found] == ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command[2]"]
+    assert found[0].message.startswith("reads MLFLOW_SERVICE_HOST")
+    _, quiet = convert(pytorchjob(None, replica(2, pytorch(command=command), restart=None, enableServiceLinks=True), nprocPerNode="1"))
+    assert not any("enableServiceLinks" in n.message for n in quiet)

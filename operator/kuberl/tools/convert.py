@@ -628,6 +628,10 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
             pod_spec[key] = value
     out["spec"] = pod_spec
     token_note(pod_spec, f"{path}.spec", notes)
+    if pod_spec.get("enableServiceLinks") is not True:
+        service_link_notes([f for kind in ("initContainers", "containers")
+                            for i, c in enumerate(template["spec"].get(kind) if isinstance(template["spec"].get(kind), list) else [])
+                            for f in container_text_fields(c, f"{path}.spec.{kind}[{i}]")], notes)
     containers = pod_spec.get("containers")
     if isinstance(containers, list) and isinstance(containers[index], dict):
         container_path = f"{path}.spec.containers[{index}]"
@@ -635,6 +639,23 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
             notes[:] = [n for n in notes if n.path != f"{container_path}.securityContext"]  # it has one now
             origins[f"spec.template.spec.containers[{index}].securityContext"] = f"{path}.spec.securityContext"
     return out, lifted
+
+
+# The variables the kubelet sets for every Service of the namespace (<NAME>_SERVICE_HOST, _PORT) when the pod
+# has enableServiceLinks; the API server's own (KUBERNETES_SERVICE_*) it sets either way.
+SERVICE_LINK = re.compile(r"(?<![A-Za-z0-9_])(?!KUBERNETES_)[A-Z][A-Z0-9_]*_SERVICE_(?:HOST|PORT)(?:_[A-Z0-9_]+)?(?![A-Za-z0-9_])")
+
+
+def service_link_notes(fields: list[tuple[str, Any]], notes: list[Note], kind: str = KIND) -> None:
+    """A note where a container reads a Service link variable: kuberl's pods have enableServiceLinks: false
+    unless the template says true, so it would read nothing."""
+    for where, value in fields:
+        found = SERVICE_LINK.search(value) if isinstance(value, str) else None
+        if found:
+            notes.append(Note(where, f"reads {found.group(0)}, which the kubelet sets from the namespace's Services only"
+                              " with enableServiceLinks; kuberl's pods have it false unless the template says"
+                              f" enableServiceLinks: true (the {kind}'s pods had it): set that, or reach the Service by"
+                              " its DNS name"))
 
 
 SERVICE_ACCOUNT_TOKEN = ("changed: kuberl's pods mount no ServiceAccount token unless the template sets"

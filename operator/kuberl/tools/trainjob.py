@@ -40,6 +40,7 @@ from .convert import (
     named_pod_notes,
     not_convertible,
     note_top_level_fields,
+    service_link_notes,
     short_repr,
     split_resources,
     token_note,
@@ -458,6 +459,8 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
     _patches(spec, template, out, origins, notes, source)
     account = origins.get("spec.template.spec.serviceAccountName", "spec.runtimePatches").rpartition(".")[0]
     token_note(template["spec"], account, notes, KIND)
+    if template["spec"].get("enableServiceLinks") is not True:
+        service_link_notes(container_text_fields(trainer, "spec.trainer"), notes, KIND)
     pod_context = origins.get("spec.template.spec.securityContext", "spec.runtimePatches")
     if lift_run_as(template["spec"], container, pod_context, notes, KIND):
         origins["spec.template.spec.containers[0].securityContext"] = pod_context
