@@ -414,3 +414,18 @@ def test_the_runtime_patches_service_account_is_told_its_token_is_no_longer_moun
     _, notes = spec_of(doc)
     path = "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec.serviceAccountName"
     assert "automountServiceAccountToken: true" in notes[path] and "TrainJob's pods had 'training-sa'" in notes[path]
+
+
+def test_a_trainer_that_reads_job_completion_index_still_gets_it():
+    """Trainer's node Job is an Indexed Job, so every node's container had JOB_COMPLETION_INDEX (the Job
+    controller's; kubeflow/trainer's torch plugin reads the same index for PET_NODE_RANK); kuberl's pods get it from
+    kuberl.dev/rank when the trainer reads it."""
+    doc = trainjob(image=IMAGE, numProcPerNode=1,
+                   command=["sh", "-c", "python /app/train.py --node-index $JOB_COMPLETION_INDEX"])
+    job, notes = convert_trainjob(doc)
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env == [{"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kuberl.dev/rank']"}}}]
+    assert "Indexed Job" in {n.path: n.message for n in notes}["spec.trainer.command[2]"]
+    pods = [p for p in render_job(job, "default", PLACEHOLDER_UID) if p["kind"] == "Pod"]
+    assert [p["metadata"]["labels"]["kuberl.dev/rank"] for p in pods] == ["0", "1", "2"]
+    assert "env" not in convert_trainjob(trainjob(image=IMAGE, numProcPerNode=1))[0]["spec"]["template"]["spec"]["containers"][0]

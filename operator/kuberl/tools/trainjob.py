@@ -321,6 +321,27 @@ def _not_torch(spec: dict, runtimes: list) -> Problem | None:
                    f" (MASTER_ADDR, RANK, WORLD_SIZE and torchrun's PET_* names), each pod running the command{hint}")
 
 
+# The Job controller gives every container of an Indexed Job (Trainer's node Job is one) its index in this variable.
+COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
+
+
+def _completion_index(trainer: dict, container: dict, notes: list[Note]) -> None:
+    """Where the trainer's command, args or env read JOB_COMPLETION_INDEX, which the Job controller set under
+    Trainer and kuberl's pods lack, the container gets it from kuberl.dev/rank, the same value (the node rank)."""
+    env = container.get("env", [])
+    if not isinstance(env, list) or any(isinstance(e, dict) and e.get("name") == COMPLETION_INDEX_ENV for e in env):
+        return
+    reads = re.compile(rf"(?<![A-Za-z0-9_]){COMPLETION_INDEX_ENV}(?![A-Za-z0-9_])")
+    where = next((w for w, v in container_text_fields(trainer, "spec.trainer") if isinstance(v, str) and reads.search(v)), None)
+    if where is None:
+        return
+    container["env"] = [*env, {"name": COMPLETION_INDEX_ENV, "valueFrom": {"fieldRef": {
+        "fieldPath": f"metadata.labels['{names.LABEL_RANK}']"}}}]
+    notes.append(Note(where, f"reads {COMPLETION_INDEX_ENV}, which the Job controller set in Trainer's Indexed Job (the"
+                      f" node's rank) and kuberl's pods lack: now set from the pod's {names.LABEL_RANK} label, the same"
+                      " value"))
+
+
 def _from_runtime(spec: dict, runtimes: list, notes: list[Note]) -> dict:
     """The trainer fields a runtime in the same file gives (its node container's image and resources, its
     mlPolicy.numNodes): what Trainer would take from it, read rather than asked for."""
@@ -439,6 +460,7 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
         notes += [Note(p.path, p.message) for p in changed]
         container["env"] = trainer_env(env, "spec.trainer.env", "spec.template.spec.containers[0].env",
                                         origins, notes, TRAINER_ENV)
+    _completion_index(trainer, container, notes)
     # JobSet names the trainer's pods <trainjob>-node-0-<i> (one Indexed Job, replicated once), i its node rank
     named = re.compile(rf"(?<![A-Za-z0-9-]){re.escape(str(metadata.get('name', '')))}-node-0-([0-9]+)(?![0-9])")
     if metadata.get("name"):
