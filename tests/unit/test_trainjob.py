@@ -429,3 +429,36 @@ def test_a_trainer_that_reads_job_completion_index_still_gets_it():
     pods = [p for p in render_job(job, "default", PLACEHOLDER_UID) if p["kind"] == "Pod"]
     assert [p["metadata"]["labels"]["kuberl.dev/rank"] for p in pods] == ["0", "1", "2"]
     assert "env" not in convert_trainjob(trainjob(image=IMAGE, numProcPerNode=1))[0]["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_args_alone_run_the_runtimes_command_so_they_need_it():
+    """kubeflow/trainer pkg/runtime/framework/plugins/jobset/builder.go replaces the node container's command and args
+    each alone: a TrainJob with args only ran its runtime's command with them. torchtune-llama3.2-1b's is
+    `tune run ...` (manifests/base/runtimes/torchtune/llama3_2/llama3_2_1B.yaml), which kuberl cannot see; the
+    torch-distributed runtime has none, so the image's ENTRYPOINT ran them, as in kuberl's pod."""
+    tune = trainjob(runtime={"name": "torchtune-llama3.2-1b"}, image=IMAGE, numProcPerNode=1, args=["batch_size=4"])
+    del tune["spec"]["trainer"]["command"]
+    with pytest.raises(NotConvertible) as e:
+        convert_trainjob(tune)
+    (problem,) = e.value.problems
+    assert problem.path == "spec.trainer.command" and "the node command of ClusterTrainingRuntime 'torchtune-llama3.2-1b'" in problem.message
+    plain = trainjob(image=IMAGE, numProcPerNode=1, args=["--epochs", "3"])
+    del plain["spec"]["trainer"]["command"]
+    spec, _ = spec_of(plain)
+    assert spec["template"]["spec"]["containers"][0] == {"name": "trainer", "args": ["--epochs", "3"]}
+
+
+def test_a_runtime_in_the_file_gives_the_command_args_run_under():
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "torchtune-llama3.2-1b"},
+               "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [
+                   {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [
+                       {"name": "node", "image": "ghcr.io/kubeflow/trainer/torchtune-trainer",
+                        "command": ["tune", "run", "--rdzv_endpoint=localhost:29500", "full_finetune_distributed",
+                                    "--config", "llama3_2/1B_full"]}]}}}}}]}}}}
+    doc = trainjob(runtime={"name": "torchtune-llama3.2-1b"}, numProcPerNode=1, args=["batch_size=4"])
+    del doc["spec"]["trainer"]["command"]
+    job, notes = convert_trainjob(doc, runtimes=[runtime])
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    assert (trainer["command"][:2], trainer["args"]) == (["tune", "run"], ["batch_size=4"])
+    assert "taken from ClusterTrainingRuntime 'torchtune-llama3.2-1b'" in {n.path: n.message for n in notes}["spec.trainer.command"]

@@ -35,7 +35,7 @@ KUSTOMIZATION_FIELDS = ("resources", "bases", "patches", "patchesStrategicMerge"
 WRAPPED_SKIPPED = ("left out: it wraps a {kind} at {path} (as an AppWrapper or a Katib Experiment does), which kuberl"
                    " does not unwrap: put that {kind} in a file of its own, filled in as the wrapper would, and convert it")
 RUNTIME_SKIPPED = ("left out: a Kubeflow Trainer runtime; a TrainJob of this file that names it takes its node"
-                   " container's image and resources and its mlPolicy.numNodes, nothing else")
+                   " container's image, resources, command and args and its mlPolicy.numNodes, nothing else")
 
 
 def flatten(docs: list[Any], depth: int = 0) -> list[Any]:

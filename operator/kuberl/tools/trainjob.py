@@ -342,9 +342,24 @@ def _completion_index(trainer: dict, container: dict, notes: list[Note]) -> None
                       " value"))
 
 
+# Kubeflow Trainer's torch runtimes whose node container names no command (manifests/base/runtimes): under them a
+# TrainJob's args alone run the image's ENTRYPOINT, as kuberl's pod does.
+NO_COMMAND_RUNTIMES = frozenset({"torch-distributed", "torch-distributed-with-cache"})
+
+
+def _runtime_has_no_command(spec: dict, runtimes: list) -> bool:
+    """Whether the TrainJob's runtime is known to give its node container no command: a runtime of the same file
+    (whose command, had it one, was taken) or Kubeflow Trainer's torch runtimes by name."""
+    ref = spec.get("runtimeRef") if isinstance(spec.get("runtimeRef"), dict) else {}
+    kind, name = ref.get("kind") or "ClusterTrainingRuntime", ref.get("name")
+    in_file = [r for r in runtimes if isinstance(r, dict) and r.get("kind") == kind
+               and isinstance(r.get("metadata"), dict) and r["metadata"].get("name") == name]
+    return len(in_file) == 1 or (kind == "ClusterTrainingRuntime" and isinstance(name, str) and name in NO_COMMAND_RUNTIMES)
+
+
 def _from_runtime(spec: dict, runtimes: list, notes: list[Note]) -> dict:
-    """The trainer fields a runtime in the same file gives (its node container's image and resources, its
-    mlPolicy.numNodes): what Trainer would take from it, read rather than asked for."""
+    """The trainer fields a runtime in the same file gives (its node container's image, resources, command and
+    args, its mlPolicy.numNodes): what Trainer would take from it, read rather than asked for."""
     ref = spec.get("runtimeRef") if isinstance(spec.get("runtimeRef"), dict) else {}
     kind = ref.get("kind") or "ClusterTrainingRuntime"
     found = [r for r in runtimes if isinstance(r, dict) and r.get("kind") == kind
@@ -372,7 +387,9 @@ def _from_runtime(spec: dict, runtimes: list, notes: list[Note]) -> dict:
             containers = []
         for container in containers if isinstance(containers, list) else []:
             if isinstance(container, dict) and container.get("name") == TRAINER_CONTAINER:
-                out |= {k: v for k, v in (("image", container.get("image")), ("resourcesPerNode", container.get("resources")))
+                # jobset/builder.go: the TrainJob's image, command and args replace the node container's, each alone
+                out |= {k: v for k, v in (("image", container.get("image")), ("resourcesPerNode", container.get("resources")),
+                                          ("command", container.get("command")), ("args", container.get("args")))
                         if v is not None}
     trainer = spec.get("trainer") if isinstance(spec.get("trainer"), dict) else {}
     taken = {k: v for k, v in out.items() if trainer.get(k) is None}
@@ -442,6 +459,10 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
     if not (trainer.get("command") or trainer.get("args")):
         raise not_convertible("spec.trainer.command", f"unset, and args too: the command came from {runtime} or the image's"
                     " ENTRYPOINT, which kuberl cannot see; set command to what it runs")
+    if trainer.get("args") and not trainer.get("command") and not _runtime_has_no_command(spec, list(runtimes)):
+        raise not_convertible("spec.trainer.command", f"unset while args are set: Trainer ran the node command of {runtime} with"
+                    " these args (the image's ENTRYPOINT only where the runtime has none), and kuberl cannot see it; set"
+                    " command to it (or to the image's ENTRYPOINT)")
     workers = trainer.get("numNodes")
     if workers is None:
         notes.append(Note("spec.trainer.numNodes", f"unset: {runtime}'s mlPolicy.numNodes applied (1 in Trainer's"
