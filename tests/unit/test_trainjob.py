@@ -462,3 +462,15 @@ def test_a_runtime_in_the_file_gives_the_command_args_run_under():
     trainer = job["spec"]["template"]["spec"]["containers"][0]
     assert (trainer["command"][:2], trainer["args"]) == (["tune", "run"], ["batch_size=4"])
     assert "taken from ClusterTrainingRuntime 'torchtune-llama3.2-1b'" in {n.path: n.message for n in notes}["spec.trainer.command"]
+
+
+def test_a_runtime_in_the_file_with_env_says_it_is_not_carried():
+    """Trainer upserts spec.trainer.env into the runtime node container's env (torch plugin, apply.UpsertEnvVars):
+    the runtime's own variables reached the pods too."""
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime", "metadata": {"name": "torch-custom"},
+               "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [
+                   {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [
+                       {"name": "node", "image": IMAGE, "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}]}}}}}]}}}}
+    doc = trainjob(runtime={"kind": "TrainingRuntime", "name": "torch-custom"}, numProcPerNode=1)
+    _, notes = convert_trainjob(doc, runtimes=[runtime])
+    assert any("(NCCL_DEBUG)" in n.message and "add it to spec.trainer.env" in n.message for n in notes if n.path == "spec.runtimeRef")

@@ -387,6 +387,12 @@ def _from_runtime(spec: dict, runtimes: list, notes: list[Note]) -> dict:
             containers = []
         for container in containers if isinstance(containers, list) else []:
             if isinstance(container, dict) and container.get("name") == TRAINER_CONTAINER:
+                env = container.get("env")
+                if isinstance(env, list) and env:  # Trainer upserted the TrainJob's env into it (torch.go)
+                    shown = ", ".join(str(e.get("name")) for e in env[:5] if isinstance(e, dict))
+                    notes.append(Note("spec.runtimeRef", f"not carried over: the env of {kind} {ref.get('name')!r}'s"
+                                      f" node container in this file ({shown}{', ...' if len(env) > 5 else ''}), which"
+                                      " Trainer's pods had beside spec.trainer.env: add it to spec.trainer.env"))
                 # jobset/builder.go: the TrainJob's image, command and args replace the node container's, each alone
                 out |= {k: v for k, v in (("image", container.get("image")), ("resourcesPerNode", container.get("resources")),
                                           ("command", container.get("command")), ("args", container.get("args")))
