@@ -370,3 +370,84 @@ def test_a_skipped_checkpoint_that_cannot_be_moved_aside_stays_said_and_the_resu
         path, _ = checkpoint.load_newest(str(tmp_path), set_aside=True)
     assert path.endswith("ckpt-0000000001.pt") and corrupt.exists()
     assert any(f"could not move {corrupt} aside" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def make_aside_name_hostile(tmp_path, kind: str):
+    """`unreadable` in the checkpoint directory as a tenant may leave it; returns what a move must not touch."""
+    aside = tmp_path / "ckpts" / checkpoint.ASIDE
+    outside = tmp_path / "another-job"
+    outside.mkdir()
+    if kind == "symlink to a directory":
+        aside.symlink_to(outside)
+    elif kind == "dangling symlink":
+        aside.symlink_to(tmp_path / "nowhere")
+    elif kind == "file":
+        aside.write_bytes(b"mine")
+    else:
+        os.mkfifo(aside)
+    return outside
+
+
+ASIDE_KINDS = ["symlink to a directory", "dangling symlink", "file", "fifo"]
+
+
+@pytest.mark.parametrize("kind", ASIDE_KINDS)
+def test_a_resume_never_moves_a_skipped_checkpoint_through_an_unreadable_that_is_no_directory(tmp_path, kind, caplog):
+    """A symlink named unreadable moved the skipped file out of the volume (into another job's directory,
+    where it became that job's newest checkpoint); a file or FIFO of that name is left as it is."""
+    ckpts = tmp_path / "ckpts"
+    for updates in (1, 2):
+        checkpoint.save(str(ckpts), updates, ppo_like_state(updates), keep=3)
+    corrupt = ckpts / "ckpt-0000000002.pt"
+    flip_one_bit(corrupt)
+    checkpoint._verified.clear()
+    outside = make_aside_name_hostile(tmp_path, kind)
+    with caplog.at_level(logging.WARNING, logger=checkpoint.log.name):
+        path, _ = checkpoint.load_newest(str(ckpts), set_aside=True)
+    assert path.endswith("ckpt-0000000001.pt") and corrupt.exists()
+    assert list(outside.iterdir()) == []
+    assert any(f"could not move {corrupt} aside" in r.getMessage() and "not a directory" in r.getMessage()
+               for r in caplog.records), caplog.text
+
+
+@pytest.mark.parametrize("kind", ASIDE_KINDS)
+def test_a_save_stands_when_pruning_cannot_move_a_bad_file_into_an_unreadable_that_is_no_directory(tmp_path, kind):
+    """Pruning moves an older file that does not load aside: a file named unreadable failed every save after its
+    write (FileExistsError), a gang restart every everyUpdates; a symlink took the file out of the volume."""
+    ckpts = tmp_path / "ckpts"
+    checkpoint.save(str(ckpts), 1, ppo_like_state(1), keep=3)
+    (ckpts / "ckpt-0000000000.pt").write_bytes(garbage_checkpoint())
+    outside = make_aside_name_hostile(tmp_path, kind)
+    path = checkpoint.save(str(ckpts), 2, ppo_like_state(2), keep=3)
+    assert checkpoint.read(path)["counters"]["updates"] == 2
+    assert (ckpts / "ckpt-0000000000.pt").exists() and list(outside.iterdir()) == []
+
+
+def test_a_checkpoint_that_does_not_read_back_is_still_refused_when_unreadable_is_a_symlink(tmp_path, monkeypatch):
+    ckpts = tmp_path / "ckpts"
+    checkpoint.save(str(ckpts), 1, ppo_like_state(1), keep=1)
+    outside = make_aside_name_hostile(tmp_path, "symlink to a directory")
+    monkeypatch.setattr(checkpoint, "encode", lambda state: garbage_checkpoint())
+    with pytest.raises(checkpoint.CheckpointReadBackFailed, match="does not read back .*: it is left where it is"):
+        checkpoint.save(str(ckpts), 2, ppo_like_state(2), keep=1)
+    assert list(outside.iterdir()) == [] and (ckpts / "ckpt-0000000001.pt").exists()
+
+
+def test_moving_aside_takes_a_free_name_never_replacing_a_link_and_stops_when_none_is_left(tmp_path, monkeypatch):
+    """Names in unreadable/ the tenant took (a symlink to a file elsewhere among them) are passed over, each
+    looked at once: a bounded walk, never a replace."""
+    ckpts = tmp_path / "ckpts"
+    aside = ckpts / checkpoint.ASIDE
+    aside.mkdir(parents=True)
+    elsewhere = tmp_path / "precious"
+    elsewhere.write_bytes(b"precious")
+    (aside / "ckpt-0000000001.pt").symlink_to(elsewhere)
+    (aside / "ckpt-0000000001.pt.1").write_bytes(b"taken")
+    (ckpts / "ckpt-0000000001.pt").write_bytes(b"bad")
+    moved = checkpoint.move_aside(str(ckpts / "ckpt-0000000001.pt"), "test")
+    assert moved == str(aside / "ckpt-0000000001.pt.2") and elsewhere.read_bytes() == b"precious"
+    monkeypatch.setattr(checkpoint, "MAX_ASIDE_NAMES", 3)
+    (ckpts / "ckpt-0000000001.pt").write_bytes(b"bad again")
+    with pytest.raises(checkpoint.AsideUnusable, match="full of names taken"):
+        checkpoint.move_aside(str(ckpts / "ckpt-0000000001.pt"), "test")
+    assert (ckpts / "ckpt-0000000001.pt").read_bytes() == b"bad again"

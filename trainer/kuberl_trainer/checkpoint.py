@@ -22,7 +22,10 @@ A file that fails to decode for any other reason is skipped with a log line,
 loading falls back to the next older one and moves it aside into `unreadable/`
 at once, never deleted (it is the evidence of what went wrong, and perhaps
 recoverable; the resumed run's next save would take its name), and pruning
-never counts such a file among the K kept. When checkpoints exist
+never counts such a file among the K kept. `unreadable` must be a plain
+directory of the checkpoint directory: a symlink (out of the volume, into
+another job's directory), a file or a FIFO of that name is never followed or
+replaced, and a file that should go there stays, said in the log. When checkpoints exist
 and none is usable, loading fails with NoUsableCheckpoint naming them, unless
 the caller opts in to starting over: training silently from zero would throw
 away the run's progress. An I/O error (EIO, ESTALE on network storage) is no
@@ -213,9 +216,9 @@ class CheckpointVolumeFull(OSError):
 class CheckpointReadBackFailed(RuntimeError):
     """A checkpoint just written does not load: it is moved aside and no older one is removed (retryable)."""
 
-    def __init__(self, path: str, why: str):
-        super().__init__(f"checkpoint {path} was written but does not read back ({why}): it is moved aside and "
-                         "no older checkpoint was removed")
+    def __init__(self, path: str, why: str, moved: bool = True):
+        super().__init__(f"checkpoint {path} was written but does not read back ({why}): it is "
+                         f"{'moved aside' if moved else 'left where it is'} and no older checkpoint was removed")
         self.path = path
 
 
@@ -458,7 +461,11 @@ def save(directory: str, updates: int, state: dict, keep: int, volume: str = "")
     try:
         read(path)
     except CorruptCheckpoint as e:
-        move_aside(path, f"written but does not read back: {e}")
+        try:
+            move_aside(path, f"written but does not read back: {e}")
+        except AsideUnusable as unusable:  # it stays under its name; a resume skips it, as any file that does not load
+            log.warning("could not move %s aside (%s): it stays", path, unusable.strerror)
+            raise CheckpointReadBackFailed(path, str(e), moved=False) from e
         raise CheckpointReadBackFailed(path, str(e)) from e
     kept = 0
     for candidate in list_checkpoints(directory):
@@ -474,7 +481,7 @@ def save(directory: str, updates: int, state: dict, keep: int, volume: str = "")
                     os.unlink(candidate)
             else:
                 move_aside(candidate, "not a valid checkpoint")
-        except PermissionError as e:  # the checkpoint is saved: pruning is housekeeping, and a full volume says so later
+        except (PermissionError, AsideUnusable) as e:  # the checkpoint is saved: pruning is housekeeping
             log.warning("could not %s %s (%s): it stays", "remove" if valid else "move aside", candidate, e.strerror or e)
             continue
         _verified.pop(candidate, None)
@@ -497,23 +504,57 @@ def write_on_volume(path: str, data: bytes, volume: str = "", keep: int = 0) -> 
         raise
 
 
+MAX_ASIDE_NAMES = 1000  # numbered names tried per file in ASIDE: a directory the tenant filled is no endless loop
+
+
+class AsideUnusable(OSError):
+    """`ASIDE` is no directory of the checkpoint directory's own (a symlink, a file, a FIFO the tenant put there) or
+    has no free name: nothing is moved, so a move never leaves the volume, follows a link or replaces a file."""
+
+    def __init__(self, aside: str, what: str):
+        super().__init__(errno.ENOTDIR, f"{aside} is {what}: remove it so files that do not load can be kept there", aside)
+
+
 def move_aside(path: str, why: str) -> str | None:
     """Move `path` into its directory's `ASIDE` subdirectory (a new name when one is taken);
-    the new path, or None when it was gone already."""
+    the new path, or None when it was gone already. AsideUnusable when `ASIDE` is not a plain
+    directory: the move never follows a symlink out of the volume, nor replaces what is there."""
     directory, name = os.path.split(path)
     aside = os.path.join(directory, ASIDE)
-    os.makedirs(aside, exist_ok=True)
-    target = os.path.join(aside, name)
-    n = 0
-    while os.path.lexists(target):
-        n += 1
-        target = os.path.join(aside, f"{name}.{n}")
+    with contextlib.suppress(FileExistsError):  # a file or a dangling link of that name: refused just below
+        os.makedirs(aside, exist_ok=True)
+    try:  # opened without following a link, and used through its descriptor: a swapped-in link changes nothing
+        aside_fd = os.open(aside, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise AsideUnusable(aside, "not a directory (a symlink or another file)") from e
+        raise
     try:
-        os.rename(path, target)
+        target = next((candidate for candidate in _aside_names(name) if not _exists_at(candidate, aside_fd)), None)
+        if target is None:
+            raise AsideUnusable(aside, f"full of names taken for {name} ({MAX_ASIDE_NAMES})")
+        try:
+            os.rename(path, target, dst_dir_fd=aside_fd)
+        except FileNotFoundError:
+            return None
+    finally:
+        os.close(aside_fd)
+    moved = os.path.join(aside, target)
+    log.warning("moved %s aside to %s: %s (kept for inspection; delete it when done)", path, moved, why)
+    return moved
+
+
+def _aside_names(name: str):
+    yield name
+    yield from (f"{name}.{n}" for n in range(1, MAX_ASIDE_NAMES))
+
+
+def _exists_at(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
-        return None
-    log.warning("moved %s aside to %s: %s (kept for inspection; delete it when done)", path, target, why)
-    return target
+        return False
+    return True
 
 
 def is_valid(path: str) -> bool | None:
