@@ -7,6 +7,7 @@ children and then have the pod refused (and `kuberl run` ran it)."""
 
 import importlib.resources
 import json
+import time
 
 import pytest
 from kuberl.core import podschema
@@ -118,3 +119,27 @@ def test_a_misspelt_pod_or_container_field_is_warned_of_with_the_field_it_may_ha
     ]
     for odd in (None, {}, {"spec": None}, {"spec": {"containers": "x"}}, {"spec": {"containers": [None, 3]}}, []):
         assert podschema.unknown_fields(odd) == []
+
+
+def test_a_stray_template_key_is_quoted_as_one_short_line_however_it_was_written():
+    """The key is the tenant's: `kuberl run` printed it with its line break, so `comand\\n[kuberl] evil: Succeeded`
+    forged a line of kuberl's own; a megabyte key was printed whole."""
+    forged = "comand\n[kuberl] evil: Succeeded\x1b[2J\u202e"
+    huge = "x" * 1_000_000
+    warnings = podschema.unknown_fields({"spec": {forged: 1, huge: 2, "containers": [{"name": "t", "comand\r": []}]}})
+    assert len(warnings) == 3 and all("\n" not in w and "\x1b" not in w and "\r" not in w for w in warnings), warnings
+    assert warnings[0].startswith("spec.template.spec.comand\\n[kuberl] evil: Succeeded\\x1b[2J\\u202e: not a field")
+    assert warnings[1].startswith(f"spec.template.spec.{'x' * podschema.MAX_KEY_SHOWN}... (1000000 characters): not a field")
+    assert warnings[2].startswith("spec.template.spec.containers[0].comand\\r: not a field")
+    assert max(map(len, warnings)) < 300
+
+
+def test_a_template_of_many_stray_keys_is_warned_of_in_a_few_lines_at_once():
+    """50,000 stray keys (800 KB, inside the 1.5 MiB a job file may be) were 50,000 warnings and 6 s of difflib."""
+    keys = {f"volumeMount{i}x": 1 for i in range(50_000)}
+    started = time.monotonic()
+    warnings = podschema.unknown_fields({"spec": {**keys, "containers": [{"name": "t", "comand": []}]}})
+    assert time.monotonic() - started < 1.0
+    assert len(warnings) == podschema.MAX_UNKNOWN_FIELD_WARNINGS + 1
+    assert warnings[-1].startswith(f"spec.template.spec: {50_001 - podschema.MAX_UNKNOWN_FIELD_WARNINGS} more keys that are"
+                                   " no field of a pod spec or container")

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from . import safetext
+
 T = TypeVar("T")
 
 # field -> (JSON type, the type of its items for an array)
@@ -113,28 +115,39 @@ def template_of(job: Any) -> Any:
     return spec.get("template") if isinstance(spec, dict) else None
 
 
+MAX_UNKNOWN_FIELD_WARNINGS = 10  # a template of 50,000 stray keys is one mistake, not 50,000 lines (nor 6 s of difflib)
+MAX_KEY_SHOWN = 64  # characters of a stray key quoted; longer than any field, so no hint is lost by the cut
+
+
 def unknown_fields(template: Any) -> list[str]:
     """A warning for each key of spec.template's pod spec and containers that is no field of a v1.33 PodSpec or
     Container, with the field it may have meant: the API server drops such a key when the operator creates the pod
     (a client's default field validation is Warn), so `volumeMount:` left a dataset unmounted without a word. A
-    warning, not a refusal: a newer Kubernetes may have the field."""
+    warning, not a refusal: a newer Kubernetes may have the field. The key is the tenant's text: quoted as one line
+    (safetext), cut short, the first MAX_UNKNOWN_FIELD_WARNINGS of them, then how many more."""
     import difflib
 
-    def unknown(path: str, obj: Any, fields: dict[str, tuple[str, str | None]], what: str) -> list[str]:
+    def unknown(path: str, obj: Any, fields: dict[str, tuple[str, str | None]]) -> list[tuple[str, str]]:
         if not isinstance(obj, dict):
             return []
-        found = []
-        for key in obj:
-            if isinstance(key, str) and key not in fields:
-                close = difflib.get_close_matches(key, fields, n=1, cutoff=0.75) or [f for f in fields if f.lower() == key.lower()]
-                hint = f"; did you mean {close[0]}?" if close else ""
-                found.append(f"{path}.{key}: not a field of a {what} (Kubernetes v1.33): the API server drops it{hint}")
-        return found
+        return [(path, key) for key in obj if isinstance(key, str) and key not in fields]
+
+    def warning(path: str, key: str, fields: dict[str, tuple[str, str | None]], what: str) -> str:
+        close = (difflib.get_close_matches(key, fields, n=1, cutoff=0.75) or [f for f in fields if f.lower() == key.lower()]
+                 if len(key) <= MAX_KEY_SHOWN else [])
+        hint = f"; did you mean {close[0]}?" if close else ""
+        shown = safetext.one_line(key if len(key) <= MAX_KEY_SHOWN else f"{key[:MAX_KEY_SHOWN]}... ({len(key)} characters)")
+        return f"{path}.{shown}: not a field of a {what} (Kubernetes v1.33): the API server drops it{hint}"
 
     pod_spec = template.get("spec") if isinstance(template, dict) else None
-    warnings = unknown("spec.template.spec", pod_spec, POD_SPEC_FIELDS, "pod spec")
+    found = [(*item, POD_SPEC_FIELDS, "pod spec") for item in unknown("spec.template.spec", pod_spec, POD_SPEC_FIELDS)]
     for kind in ("containers", "initContainers"):
         items = pod_spec.get(kind) if isinstance(pod_spec, dict) else None
         for i, container in enumerate(items if isinstance(items, list) else []):
-            warnings += unknown(f"spec.template.spec.{kind}[{i}]", container, CONTAINER_FIELDS, "container")
+            found += [(*item, CONTAINER_FIELDS, "container")
+                      for item in unknown(f"spec.template.spec.{kind}[{i}]", container, CONTAINER_FIELDS)]
+    warnings = [warning(*item) for item in found[:MAX_UNKNOWN_FIELD_WARNINGS]]
+    if len(found) > MAX_UNKNOWN_FIELD_WARNINGS:
+        warnings.append(f"spec.template.spec: {len(found) - MAX_UNKNOWN_FIELD_WARNINGS} more keys that are no field of a"
+                        " pod spec or container (Kubernetes v1.33): the API server drops them")
     return warnings
