@@ -201,3 +201,34 @@ def test_a_label_the_template_sets_itself_is_the_users_and_kept():
     term = job["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["labelSelector"] == {"matchLabels": {"training.kubeflow.org/replica-type": "worker"}}
     assert all(matches(term["labelSelector"], pod["metadata"]["labels"]) for pod in pods(job))
+
+
+def test_a_rewrite_onto_a_key_the_selector_already_names_is_refused_not_merged():
+    """matchLabels is one map: job-name rewritten to kuberl.dev/job beside a kuberl.dev/job of the template's own
+    replaced one requirement by the other, whichever came last, and the selector meant something else."""
+    term = {"labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": "pytorch-dist-job",
+                                              "kuberl.dev/job": "another-job"}},
+            "topologyKey": "kubernetes.io/hostname"}
+    doc = pytorchjob(None, replica(2, {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}))
+    with pytest.raises(NotConvertible) as e:
+        convert(doc)
+    assert [p.path for p in e.value.problems] == [(
+        "spec.pytorchReplicaSpecs.Worker.template.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+        ".labelSelector.matchLabels.training.kubeflow.org/job-name")]
+    assert "already matches ('another-job')" in e.value.problems[0].message
+
+
+@pytest.mark.parametrize("rewritten", ["matchLabelKeys", "mismatchLabelKeys"])
+def test_a_rewrite_that_puts_a_key_in_both_label_key_lists_is_refused_as_the_api_server_refuses_the_pod(rewritten):
+    """validateMatchLabelKeysAndMismatchLabelKeys refuses a key in both lists: the converted job passed kuberl validate
+    and every pod create was refused (InvalidChild)."""
+    other = "mismatchLabelKeys" if rewritten == "matchLabelKeys" else "matchLabelKeys"
+    term = {"labelSelector": {"matchLabels": {"app": "trainer"}}, "topologyKey": "kubernetes.io/hostname",
+            rewritten: ["training.kubeflow.org/job-name"], other: ["kuberl.dev/job"]}
+    doc = pytorchjob(None, replica(2, {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}))
+    with pytest.raises(NotConvertible) as e:
+        convert(doc)
+    assert [p.path for p in e.value.problems] == [(
+        "spec.pytorchReplicaSpecs.Worker.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+        f".{rewritten}[0]")]
+    assert "exists in both matchLabelKeys and mismatchLabelKeys" in e.value.problems[0].message

@@ -105,6 +105,10 @@ def _selector(selector: Any, path: str, source: Source, notes: list[Problem], pr
             twin = source.twins.get(key) if _foreign(key, source) else None
             if not _foreign(key, source):
                 out["matchLabels"][key] = value
+            elif twin and twin in labels:  # one map key: the rewrite would drop one of the two requirements
+                problems.append(Problem(f"{path}.matchLabels.{key}", f"{key!r} would become {twin!r}, which this selector"
+                                        f" already matches ({short(labels[twin])}): one of the two would be lost; select by"
+                                        f" {twin} alone"))
             elif twin and (twin != names.LABEL_JOB or value == source.own_name):
                 out["matchLabels"][twin] = value
                 notes.append(_twin_note(f"{path}.matchLabels.{key}", key, twin, source, "the selector keeps its meaning"))
@@ -166,6 +170,19 @@ def _term(term: Any, path: str, source: Source, notes: list[Problem], problems: 
     for keys in ("matchLabelKeys", "mismatchLabelKeys"):
         if keys in term:
             out[keys] = _label_keys(term[keys], f"{path}.{keys}", source, notes, problems)
+    # The API server refuses a key in both lists (pkg/apis/core/validation/validation.go,
+    # validateMatchLabelKeysAndMismatchLabelKeys: "exists in both matchLabelKeys and mismatchLabelKeys"): a rewrite
+    # must not make one, as matchLabelKeys [job-name] beside mismatchLabelKeys [kuberl.dev/job] would
+    for keys, other in (("matchLabelKeys", "mismatchLabelKeys"), ("mismatchLabelKeys", "matchLabelKeys")):
+        written, theirs = term.get(keys), out.get(other)
+        if not isinstance(written, list) or not isinstance(theirs, list):
+            continue
+        for i, key in enumerate(written):
+            twin = source.twins.get(key) if _foreign(key, source) else None
+            if twin is not None and twin in theirs:
+                problems.append(Problem(f"{path}.{keys}[{i}]", f"{key!r} would become {twin!r}, which {other} names too: the"
+                                        f" API server refuses a key in both (exists in both matchLabelKeys and"
+                                        f" mismatchLabelKeys)"))
     return out
 
 
