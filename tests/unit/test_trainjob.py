@@ -474,3 +474,25 @@ def test_a_runtime_in_the_file_with_env_says_it_is_not_carried():
     doc = trainjob(runtime={"kind": "TrainingRuntime", "name": "torch-custom"}, numProcPerNode=1)
     _, notes = convert_trainjob(doc, runtimes=[runtime])
     assert any("(NCCL_DEBUG)" in n.message and "add it to spec.trainer.env" in n.message for n in notes if n.path == "spec.runtimeRef")
+
+
+@pytest.mark.parametrize(("second", "field", "words"), [
+    ({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "other"}}]},
+     "spec.podSpecOverrides[1].volumes[0].name", "'data': a volume of that name is already in the pod"),
+    ({"containers": [{"name": "node", "volumeMounts": [{"name": "cache", "mountPath": "/data"}]}],
+      "volumes": [{"name": "cache", "emptyDir": {}}]},
+     "spec.podSpecOverrides[1].containers[0].volumeMounts[0].mountPath", "'/data': the trainer container already mounts"),
+])
+def test_overrides_that_add_up_to_a_pod_the_api_server_refuses_are_refused_at_the_field(second, field, words):
+    """Two overrides (or an override and a runtime patch) that both bring a volume `data`, or a mount at /data, were
+    appended: kuberl validate said valid and every pod create was refused (ValidatePodSpec: a volume name twice is
+    "Duplicate value", a mountPath twice in one container "must be unique")."""
+    doc = trainjob(image=IMAGE, numProcPerNode=1)
+    doc["spec"]["podSpecOverrides"] = [
+        {"targetJobs": [{"name": "node"}], "volumes": [{"name": "data", "emptyDir": {}}],
+         "containers": [{"name": "node", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]},
+        {"targetJobs": [{"name": "node"}], **second}]
+    with pytest.raises(NotConvertible) as e:
+        convert_trainjob(doc)
+    assert [p.path for p in e.value.problems] == [field]
+    assert words in e.value.problems[0].message and "the API server refuses the pod" in e.value.problems[0].message

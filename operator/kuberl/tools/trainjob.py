@@ -254,6 +254,26 @@ def _overrides(spec: dict, template: dict, out: dict, origins: dict, notes: list
                        podlabels.carrying(source, template.get("metadata")))
 
 
+def _refuse_taken(present: list, added: list, key: str, path: str, why: str, server_says: str) -> None:
+    """A patch's items whose `key` an item already carried has (or one before it in the patch): the API server
+    refuses such a pod (ValidatePodSpec: a volume name twice is "Duplicate value", a mountPath twice in a
+    container "must be unique"), so the converted job would pass validate and fail at every pod create."""
+    def value_of(item: Any) -> str | None:
+        value = item.get(key) if isinstance(item, dict) else None
+        return value if isinstance(value, str) else None
+
+    seen = {value_of(item) for item in present} - {None}
+    problems = []
+    for i, item in enumerate(added):
+        value = value_of(item)
+        if value is not None and value in seen:
+            problems.append(Problem(f"{path}[{i}].{key}", f"{value!r}: {why}, and the API server refuses the pod"
+                                    f" ({server_says}); give it another {key} or drop one of the two"))
+        seen.add(value)
+    if problems:
+        raise NotConvertible(problems)
+
+
 def _pod_patch(patch: dict, path: str, pod: dict, trainer: dict, out: dict, origins: dict, notes: list[Note],
                source: podlabels.Source) -> None:
     patch, changed, problems = podlabels.relabel_pod_spec(patch, path, source)
@@ -264,6 +284,9 @@ def _pod_patch(patch: dict, path: str, pod: dict, trainer: dict, out: dict, orig
         where = f"{path}.{field}"
         if field in POD_FIELDS:
             if isinstance(value, list) and isinstance(pod.get(field), list):
+                if field == "volumes":
+                    _refuse_taken(pod[field], value, "name", where, "a volume of that name is already in the pod",
+                                  "Duplicate value")
                 pod[field] = pod[field] + value  # several patches add up, as Trainer's list-map merge keys by name
             elif isinstance(value, dict) and isinstance(pod.get(field), dict) and field == "nodeSelector":
                 pod[field] = {**pod[field], **value}
@@ -282,7 +305,10 @@ def _pod_patch(patch: dict, path: str, pod: dict, trainer: dict, out: dict, orig
                     continue
                 for key, setting in container.items():
                     if key in ("volumeMounts",):
-                        trainer[key] = list(trainer.get(key) or []) + list(as_list(setting, f"{where}[{c}].{key}"))
+                        mounts = list(as_list(setting, f"{where}[{c}].{key}"))
+                        _refuse_taken(list(trainer.get(key) or []), mounts, "mountPath", f"{where}[{c}].{key}",
+                                      "the trainer container already mounts a volume there", "must be unique")
+                        trainer[key] = list(trainer.get(key) or []) + mounts
                         origins[f"spec.template.spec.containers[0].{key}"] = f"{where}[{c}].{key}"
                     elif key == "securityContext":
                         trainer[key] = setting
