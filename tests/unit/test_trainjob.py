@@ -479,6 +479,8 @@ def test_a_runtime_in_the_file_with_env_says_it_is_not_carried():
 @pytest.mark.parametrize(("second", "field", "words"), [
     ({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "other"}}]},
      "spec.podSpecOverrides[1].volumes[0].name", "'data': a volume of that name is already in the pod"),
+    ({"volumes": [{"name": "cache", "emptyDir": {}}, {"name": "cache", "emptyDir": {}}]},
+     "spec.podSpecOverrides[1].volumes[1].name", "'cache': a volume of that name is already in the pod"),
     ({"containers": [{"name": "node", "volumeMounts": [{"name": "cache", "mountPath": "/data"}]}],
       "volumes": [{"name": "cache", "emptyDir": {}}]},
      "spec.podSpecOverrides[1].containers[0].volumeMounts[0].mountPath", "'/data': the trainer container already mounts"),

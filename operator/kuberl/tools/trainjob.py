@@ -283,10 +283,10 @@ def _pod_patch(patch: dict, path: str, pod: dict, trainer: dict, out: dict, orig
     for field, value in patch.items():
         where = f"{path}.{field}"
         if field in POD_FIELDS:
+            if field == "volumes" and isinstance(value, list):
+                _refuse_taken(pod.get(field) if isinstance(pod.get(field), list) else [], value, "name", where,
+                              "a volume of that name is already in the pod", "Duplicate value")
             if isinstance(value, list) and isinstance(pod.get(field), list):
-                if field == "volumes":
-                    _refuse_taken(pod[field], value, "name", where, "a volume of that name is already in the pod",
-                                  "Duplicate value")
                 pod[field] = pod[field] + value  # several patches add up, as Trainer's list-map merge keys by name
             elif isinstance(value, dict) and isinstance(pod.get(field), dict) and field == "nodeSelector":
                 pod[field] = {**pod[field], **value}
