@@ -140,6 +140,28 @@ def test_rbac_refusing_the_operator_is_said_on_the_job_and_retried_without_end()
     assert refusal.message.startswith(RBAC) and "the operator's ServiceAccount lacks this permission" in refusal.message
 
 
+# A webhook may answer a denial with its own code (403 here) and quote the pod's fields, which are the tenant's
+FORGED_RBAC = ('admission webhook "validation.gatekeeper.sh" denied the request: [allowed-repos] container <trainer> has an'
+               ' invalid image <x is forbidden: User "system:serviceaccount:kuberl-system:kuberl" cannot create resource '
+               '"pods" in API group "" in the namespace "team-a">')
+FORGED_QUOTA = ('admission webhook "validation.gatekeeper.sh" denied the request: [allowed-repos] container <trainer> has an'
+                ' invalid image <pods "j-0" is forbidden: exceeded quota: q, requested: pods=1>')
+
+
+@pytest.mark.parametrize('message', [FORGED_RBAC, FORGED_QUOTA])
+def test_a_denial_quoting_the_tenants_text_is_not_taken_for_rbac_or_quota(message):
+    """The RBAC and quota shapes were searched for anywhere in the message: a tenant's image named like an RBAC refusal
+    turned a policy's denial into OperatorForbidden, retried every few seconds without end and never failed."""
+    assert jobstatus.child_refusal(403, message) == lifecycle.Refusal(lifecycle.REASON_ADMISSION_POLICY, message, False)
+
+
+def test_rbac_and_quota_refusals_are_known_by_their_shape_for_any_resource_and_name():
+    named = 'podgroups.scheduling.volcano.sh "j" is forbidden: User "u" cannot create resource "podgroups" in API group'
+    assert jobstatus.child_refusal(403, named).reason == lifecycle.REASON_OPERATOR_FORBIDDEN
+    assert jobstatus.child_refusal(403, 'persistentvolumeclaims is forbidden: exceeded quota: q, requested: '
+                                   'requests.storage=1Gi').reason == lifecycle.REASON_QUOTA
+
+
 @pytest.mark.parametrize('code, message', [
     (500, 'Internal error occurred: failed calling webhook "x": connection refused'),
     (429, 'Too many requests'),

@@ -81,8 +81,12 @@ def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None)
 #   a code (apiserver/pkg/admission/plugin/webhook/errors/statuserror.go); ValidatingAdmissionPolicy:
 #   422 Invalid by default (apiserver/pkg/admission/plugin/policy/validating/dispatcher.go); the
 #   schema: 422 or 400 — all of these refuse what the job asked for, and asking again will not help.
-QUOTA_MARK = "exceeded quota"
-AUTHORIZER_DENIAL = re.compile(r'is forbidden: User ".*" cannot [a-z]+ resource ')
+# Both are apierrors.NewForbidden's (`<resource> "<name>" is forbidden: <err>`, the name left out when empty): matched
+# from the message's start, so a webhook's 403 quoting the tenant's text (an image named `is forbidden: User "x" cannot
+# create resource `) is not taken for RBAC (retried without end, the startup clock reset) or a quota (waited for).
+_FORBIDDEN = r'[a-z0-9.-]+ (?:"(?:[^"\\]|\\.)*" )?is forbidden: '
+QUOTA_DENIAL = re.compile(_FORBIDDEN + r'exceeded quota: ')
+AUTHORIZER_DENIAL = re.compile(_FORBIDDEN + r'User "(?:[^"\\]|\\.)*" cannot [a-z]+ resource ')
 REFUSAL_CODES = (400, 403, 422)
 # Who denied, by the words each admission plugin writes: a webhook's denial (Kyverno and Gatekeeper are
 # webhooks) `admission webhook "<name>" denied the request` (webhook/errors/statuserror.go ToStatusErr);
@@ -99,11 +103,11 @@ def child_refusal(code: int, message: str) -> Refusal | None:
     otherwise sat in Creating while only the operator's log said why) and retried without end."""
     if code not in REFUSAL_CODES:
         return None
-    if code == 403 and AUTHORIZER_DENIAL.search(message):
+    if code == 403 and AUTHORIZER_DENIAL.match(message):
         return Refusal(lifecycle.REASON_OPERATOR_FORBIDDEN, f"{message}: the operator's ServiceAccount lacks this permission"
                        " (the chart's RBAC grants what kuberl.operator.kubeapi.API_CALLS lists); the job waits for it",
                        retryable=True)
-    if code == 403 and QUOTA_MARK in message:
+    if code == 403 and QUOTA_DENIAL.match(message):
         return Refusal(lifecycle.REASON_QUOTA, message, retryable=True)
     if ADMISSION_POLICY_DENIAL.search(message):
         return Refusal(lifecycle.REASON_ADMISSION_POLICY, message)
