@@ -451,3 +451,17 @@ def test_moving_aside_takes_a_free_name_never_replacing_a_link_and_stops_when_no
     with pytest.raises(checkpoint.AsideUnusable, match="full of names taken"):
         checkpoint.move_aside(str(ckpts / "ckpt-0000000001.pt"), "test")
     assert (ckpts / "ckpt-0000000001.pt").read_bytes() == b"bad again"
+
+
+def test_a_new_checkpoint_that_does_not_read_back_and_cannot_be_moved_aside_is_still_a_read_back_failure(tmp_path, monkeypatch):
+    """An unreadable/ the trainer may not write into (EACCES) surfaced as a bare PermissionError from the save."""
+    checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=1)
+
+    def denied(src, dst, *args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), dst)
+
+    monkeypatch.setattr(checkpoint, "encode", lambda state: garbage_checkpoint())
+    monkeypatch.setattr(checkpoint.os, "rename", denied)
+    with pytest.raises(checkpoint.CheckpointReadBackFailed, match="it is left where it is"):
+        checkpoint.save(str(tmp_path), 2, ppo_like_state(2), keep=1)
+    assert (tmp_path / "ckpt-0000000001.pt").exists()

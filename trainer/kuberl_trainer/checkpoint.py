@@ -463,8 +463,8 @@ def save(directory: str, updates: int, state: dict, keep: int, volume: str = "")
     except CorruptCheckpoint as e:
         try:
             move_aside(path, f"written but does not read back: {e}")
-        except AsideUnusable as unusable:  # it stays under its name; a resume skips it, as any file that does not load
-            log.warning("could not move %s aside (%s): it stays", path, unusable.strerror)
+        except OSError as unmoved:  # it stays under its name; a resume skips it, as any file that does not load
+            log.warning("could not move %s aside (%s): it stays", path, unmoved.strerror or unmoved)
             raise CheckpointReadBackFailed(path, str(e), moved=False) from e
         raise CheckpointReadBackFailed(path, str(e)) from e
     kept = 0
