@@ -610,3 +610,23 @@ def test_a_service_link_variable_the_pod_no_longer_gets_is_noted():
     assert found[0].message.startswith("reads MLFLOW_SERVICE_HOST")
     _, quiet = convert(pytorchjob(None, replica(2, pytorch(command=command), restart=None, enableServiceLinks=True), nprocPerNode="1"))
     assert not any("enableServiceLinks" in n.message for n in quiet)
+
+
+def test_a_volume_named_as_kuberls_configuration_volume_is_renamed_with_its_mounts():
+    """'config' is a common name for one's own ConfigMap volume; kept, it replaced kuberl's (the merge is by
+    name) and a built-in trainer's KUBERL_CONFIG with it. Renamed, the job runs as the PyTorchJob did."""
+    trainer = pytorch(volumeMounts=[{"name": "config", "mountPath": "/etc/app"}, {"name": "data", "mountPath": "/data"}])
+    init = {"name": "fetch", "image": "busybox", "volumeMounts": [{"name": "config", "mountPath": "/cfg", "readOnly": True}]}
+    volumes = [{"name": "config", "configMap": {"name": "app-config"}}, {"name": "pytorchjob-config", "emptyDir": {}},
+               {"name": "data", "emptyDir": {}}]
+    doc = pytorchjob(None, replica(2, trainer, initContainers=[init], volumes=volumes))
+    job, notes = convert(doc)
+    validate_job(job)
+    pod = job["spec"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"]] == ["pytorchjob-config-2", "pytorchjob-config", "data"]
+    assert pod["volumes"][0]["configMap"] == {"name": "app-config"}
+    assert [m["name"] for m in pod["containers"][0]["volumeMounts"]] == ["pytorchjob-config-2", "data"]
+    assert pod["initContainers"][0]["volumeMounts"] == [{"name": "pytorchjob-config-2", "mountPath": "/cfg", "readOnly": True}]
+    [note] = [n for n in notes if n.path == "spec.pytorchReplicaSpecs.Worker.template.spec.volumes[0].name"]
+    assert "renamed 'pytorchjob-config-2'" in note.message and "/etc/kuberl" in note.message
+    assert doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"][0]["name"] == "config"  # input untouched

@@ -99,3 +99,21 @@ def test_ephemeral_containers_are_refused_as_the_api_server_refuses_them_on_crea
     spec["template"]["spec"]["ephemeralContainers"] = [{"name": "dbg", "image": "busybox", "env": [{"name": "RANK", "value": "0"}]}]
     [(path, message)] = problems(spec)
     assert path == "spec.template.spec.ephemeralContainers" and "cannot be created with ephemeral containers" in message
+
+
+def test_the_template_cannot_replace_kuberls_configuration_volume_or_its_mount():
+    """The template merges by volume name and mountPath (render.merge_template): a volume named 'config' or a
+    trainer mount at /etc/kuberl replaced the trainer configuration, and every rank failed after its pod
+    started ('cannot read /etc/kuberl/config.json'). Other containers may mount anything; kuberl's other
+    volumes (dshm, tmp, checkpoints) stay the template's to replace, as documented."""
+    spec = spec_with([{"name": T, "volumeMounts": [{"name": "cfg", "mountPath": "/etc/kuberl/"}]},
+                      {"name": "side", "image": "busybox", "volumeMounts": [{"name": "cfg", "mountPath": names.CONFIG_MOUNT_DIR}]}])
+    spec["template"]["spec"]["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}},
+                                           {"name": names.CONFIG_VOLUME, "configMap": {"name": "mine"}}]
+    found = problems(spec)
+    assert [path for path, _ in found] == ["spec.template.spec.volumes[1].name",
+                                           "spec.template.spec.containers[0].volumeMounts[0].mountPath"], found
+    assert "kuberl's own volume" in found[0][1] and "mount yours elsewhere" in found[1][1]
+    spec["template"]["spec"]["volumes"][1]["name"] = "mine"
+    spec["template"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] = "/etc/kuberl-mine"
+    assert problems(spec) == []

@@ -6,6 +6,8 @@ note naming it. The fixtures reproduce the shapes of kubeflow/trainer's examples
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from conversion_support import assert_any_junk_anywhere_is_converted_or_refused
 from kuberl import cli
@@ -498,3 +500,16 @@ def test_overrides_that_add_up_to_a_pod_the_api_server_refuses_are_refused_at_th
         convert_trainjob(doc)
     assert [p.path for p in e.value.problems] == [field]
     assert words in e.value.problems[0].message and "the API server refuses the pod" in e.value.problems[0].message
+
+
+def test_a_patched_volume_named_as_kuberls_configuration_volume_is_renamed_with_its_mounts():
+    doc = trainjob(image=IMAGE, numProcPerNode=1)
+    patches = copy.deepcopy(PATCHES)
+    pod = patches[0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["volumes"][0]["name"] = "config"
+    pod["containers"][0]["volumeMounts"][0]["name"] = "config"
+    doc["spec"]["runtimePatches"] = patches
+    spec, notes = spec_of(doc)
+    assert spec["template"]["spec"]["volumes"] == [{"name": "trainjob-config", "persistentVolumeClaim": {"claimName": "data"}}]
+    assert spec["template"]["spec"]["containers"][0]["volumeMounts"] == [{"name": "trainjob-config", "mountPath": "/data"}]
+    assert "renamed 'trainjob-config'" in notes["spec.template.spec.volumes[0].name"]

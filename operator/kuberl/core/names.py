@@ -38,6 +38,7 @@ MAX_JOB_NAME = 50
 MAX_WORKERS = 1024
 MAX_PROCS_PER_WORKER = 16
 
+CONFIG_VOLUME = "config"  # the pod volume of the trainer configuration (the job's ConfigMap)
 CONFIG_MOUNT_DIR = "/etc/kuberl"
 CONFIG_FILE = "config.json"
 CHECKPOINT_MOUNT_DIR = "/checkpoints"

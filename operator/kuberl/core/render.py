@@ -461,7 +461,7 @@ def trainer_command(spec: JobSpec) -> list[str]:
 def _trainer_container(job: str, namespace: str, spec: JobSpec, rank: int, restart: int, target: Target, default_image: str,
                        per_process: PerProcess = PER_PROCESS) -> dict:
     mounts = [
-        {"name": "config", "mountPath": names.CONFIG_MOUNT_DIR, "readOnly": True},
+        {"name": names.CONFIG_VOLUME, "mountPath": names.CONFIG_MOUNT_DIR, "readOnly": True},
         {"name": "dshm", "mountPath": names.SHM_MOUNT_DIR},
         {"name": "tmp", "mountPath": names.TMP_MOUNT_DIR},
     ]
@@ -497,7 +497,7 @@ def _trainer_container(job: str, namespace: str, spec: JobSpec, rank: int, resta
 
 def _volumes(job: str, spec: JobSpec, rank: int) -> list[dict]:
     volumes = [
-        {"name": "config", "configMap": {"name": names.configmap_name(job)}},
+        {"name": names.CONFIG_VOLUME, "configMap": {"name": names.configmap_name(job)}},
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
         {"name": "tmp", "emptyDir": {}},
     ]

@@ -213,7 +213,8 @@ class JobSpec(Model):
             " patches kuberl's (env merged by name, volumeMounts by mountPath, any other field it sets"
             " replaces kuberl's, e.g. command to bring your own trainer), others are added as sidecars;"
             " spec.volumes merge by name; any other pod field set here replaces kuberl's. kuberl's labels,"
-            " annotations, hostname, subdomain and restartPolicy always stay. Its JSON times workers is at"
+            " annotations, hostname, subdomain and restartPolicy always stay, and its configuration volume"
+            f" (`{names.CONFIG_VOLUME}`, at {names.CONFIG_MOUNT_DIR} in the trainer) cannot be replaced. Its JSON times workers is at"
             f" most {MAX_GANG_TEMPLATE_BYTES // 2**20} MiB (every pod is rendered at once), and"
             f" spec.terminationGracePeriodSeconds at most {MAX_GRACE_SECONDS}, as runPolicy's."
         ),

@@ -6,6 +6,7 @@ a job carries. Each check returns `Problem`s naming the field (apimachinery's
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from dataclasses import dataclass
 from decimal import Context, Decimal
@@ -192,6 +193,7 @@ def pod_template_problems(template: Any) -> list[Problem]:
     problems += _named_items_problems("spec.template.spec.containers", pod_spec.get("containers"), "containers")
     problems += _named_items_problems("spec.template.spec.initContainers", pod_spec.get("initContainers"), "containers")
     problems += _named_items_problems("spec.template.spec.volumes", pod_spec.get("volumes"), "volumes")
+    problems += _config_volume_problems(pod_spec)
     if pod_spec.get("ephemeralContainers") is not None:
         # ValidatePodCreate (pkg/apis/core/validation): "spec.ephemeralContainers: Forbidden: cannot be set on create".
         problems.append(Problem("spec.template.spec.ephemeralContainers", "not allowed: a pod cannot be created with"
@@ -212,6 +214,31 @@ def pod_template_problems(template: Any) -> list[Problem]:
                 trainer = kind == "containers" and container.get("name") == names.TRAINER_CONTAINER
                 problems += _env_problems(f"spec.template.spec.{kind}[{i}].env", container.get("env"), trainer)
                 problems += _volume_mount_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))
+    return problems
+
+
+def _config_volume_problems(pod_spec: dict) -> list[Problem]:
+    """The template merges by volume name and by mountPath (render.merge_template): a volume named as kuberl's
+    configuration volume, or a trainer mount at its path, would replace it, and every rank fail to read
+    KUBERL_CONFIG (the environment contract) after its pod started."""
+    problems = []
+    volumes = pod_spec.get("volumes")
+    for i, volume in enumerate(volumes if isinstance(volumes, list) else []):
+        if isinstance(volume, dict) and volume.get("name") == names.CONFIG_VOLUME:
+            problems.append(Problem(f"spec.template.spec.volumes[{i}].name", f"{names.CONFIG_VOLUME!r} is kuberl's own"
+                                    f" volume (the trainer configuration at {names.CONFIG_MOUNT_DIR}): name yours otherwise,"
+                                    " and its volumeMounts with it"))
+    containers = pod_spec.get("containers")
+    for i, container in enumerate(containers if isinstance(containers, list) else []):
+        if not isinstance(container, dict) or container.get("name") != names.TRAINER_CONTAINER:
+            continue
+        mounts = container.get("volumeMounts")
+        for j, mount in enumerate(mounts if isinstance(mounts, list) else []):
+            path = mount.get("mountPath") if isinstance(mount, dict) else None
+            if isinstance(path, str) and path.startswith("/") and posixpath.normpath(path) == names.CONFIG_MOUNT_DIR:
+                problems.append(Problem(f"spec.template.spec.containers[{i}].volumeMounts[{j}].mountPath",
+                                        f"{path!r} is where kuberl mounts the trainer configuration (KUBERL_CONFIG):"
+                                        " mount yours elsewhere"))
     return problems
 
 

@@ -627,6 +627,7 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
         else:
             pod_spec[key] = value
     out["spec"] = pod_spec
+    rename_config_volume(pod_spec, f"{path}.spec.volumes", notes)
     token_note(pod_spec, f"{path}.spec", notes)
     if pod_spec.get("enableServiceLinks") is not True:
         service_link_notes([f for kind in ("initContainers", "containers")
@@ -639,6 +640,36 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
             notes[:] = [n for n in notes if n.path != f"{container_path}.securityContext"]  # it has one now
             origins[f"spec.template.spec.containers[{index}].securityContext"] = f"{path}.spec.securityContext"
     return out, lifted
+
+
+def rename_config_volume(pod_spec: dict, volumes_path: str, notes: list[Note], kind: str = KIND) -> None:
+    """A volume named as kuberl's configuration volume (names.CONFIG_VOLUME, a common name for one's own
+    ConfigMap) would replace it in the template's merge by name, and KUBERL_CONFIG with it: renamed, with
+    every container's mounts of it, so the source runs as it did."""
+    volumes = pod_spec.get("volumes")
+    if not isinstance(volumes, list):
+        return
+    clashing = [i for i, v in enumerate(volumes) if isinstance(v, dict) and v.get("name") == names.CONFIG_VOLUME]
+    if not clashing:
+        return
+    taken = {v.get("name") for v in volumes if isinstance(v, dict)}
+    base = f"{kind.lower()}-{names.CONFIG_VOLUME}"
+    new = next(n for n in (base, *(f"{base}-{k}" for k in range(2, len(taken) + 3))) if n not in taken)
+
+    def renamed(item: Any) -> Any:
+        return {**item, "name": new} if isinstance(item, dict) and item.get("name") == names.CONFIG_VOLUME else item
+
+    pod_spec["volumes"] = [renamed(v) for v in volumes]
+    for field in ("initContainers", "containers"):
+        containers = pod_spec.get(field)
+        if isinstance(containers, list):
+            pod_spec[field] = [{**c, **{key: [renamed(m) for m in c[key]] for key in ("volumeMounts", "volumeDevices")
+                                        if isinstance(c.get(key), list)}} if isinstance(c, dict) else c
+                               for c in containers]
+    for i in clashing:
+        notes.append(Note(f"{volumes_path}[{i}].name", f"renamed {new!r}, with its mounts: kuberl's pods have a volume"
+                          f" {names.CONFIG_VOLUME!r} of their own, the trainer configuration at {names.CONFIG_MOUNT_DIR}"
+                          " (KUBERL_CONFIG), which yours would have replaced"))
 
 
 # The variables the kubelet sets for every Service of the namespace (<NAME>_SERVICE_HOST, _PORT) when the pod

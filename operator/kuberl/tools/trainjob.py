@@ -40,6 +40,7 @@ from .convert import (
     named_pod_notes,
     not_convertible,
     note_top_level_fields,
+    rename_config_volume,
     service_link_notes,
     short_repr,
     split_resources,
@@ -532,6 +533,7 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
     template: dict[str, Any] = {"spec": {"containers": [container]}}
     _overrides(spec, template, out, origins, notes, source)
     _patches(spec, template, out, origins, notes, source)
+    rename_config_volume(template["spec"], "spec.template.spec.volumes", notes, KIND)
     account = origins.get("spec.template.spec.serviceAccountName", "spec.runtimePatches").rpartition(".")[0]
     token_note(template["spec"], account, notes, KIND)
     if template["spec"].get("enableServiceLinks") is not True:
