@@ -224,7 +224,7 @@ def checkpoints_skipped(generation: int, skipped: int) -> str:
     their training is lost and done again, which progress going back alone does not explain."""
     return (f"generation {generation}: rank 0 could not use the {skipped} newest checkpoint(s) (truncated, corrupt or"
             " refused) and resumed from an older one, or from zero: the training they held is done again. Its log"
-            " names each file and why; they are moved into unreadable/ beside the checkpoints")
+            " names each file, why, and where it went (unreadable/ beside the checkpoints, where it can be moved)")
 
 
 def owned_by(obj: dict, uid: str) -> bool:
