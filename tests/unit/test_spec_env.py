@@ -117,3 +117,16 @@ def test_the_template_cannot_replace_kuberls_configuration_volume_or_its_mount()
     spec["template"]["spec"]["volumes"][1]["name"] = "mine"
     spec["template"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] = "/etc/kuberl-mine"
     assert problems(spec) == []
+
+
+def test_a_volume_name_or_a_containers_mount_path_twice_is_refused_as_the_api_server_refuses_it():
+    """validateVolumes ("Duplicate value") and ValidateVolumeMounts ("must be unique"), pkg/apis/core/validation:
+    merged by name, the template kept one of the two in silence; a sidecar's two mounts failed every pod."""
+    mounts = [{"name": "data", "mountPath": "/data"}, {"name": "other", "mountPath": "/data"}]
+    spec = spec_with([{"name": T, "volumeMounts": mounts}, {"name": "side", "image": "busybox", "volumeMounts": mounts}],
+                     [{"name": "init", "image": "busybox", "volumeMounts": mounts[:1]}])
+    spec["template"]["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}, {"name": "other", "emptyDir": {}},
+                                           {"name": "data", "emptyDir": {"medium": "Memory"}}]
+    assert [path for path, _ in problems(spec)] == ["spec.template.spec.volumes[2].name",
+                                                    "spec.template.spec.containers[0].volumeMounts[1].mountPath",
+                                                    "spec.template.spec.containers[1].volumeMounts[1].mountPath"]

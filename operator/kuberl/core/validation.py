@@ -194,6 +194,7 @@ def pod_template_problems(template: Any) -> list[Problem]:
     problems += _named_items_problems("spec.template.spec.initContainers", pod_spec.get("initContainers"), "containers")
     problems += _named_items_problems("spec.template.spec.volumes", pod_spec.get("volumes"), "volumes")
     problems += _config_volume_problems(pod_spec)
+    problems += _duplicate_problems(pod_spec)
     if pod_spec.get("ephemeralContainers") is not None:
         # ValidatePodCreate (pkg/apis/core/validation): "spec.ephemeralContainers: Forbidden: cannot be set on create".
         problems.append(Problem("spec.template.spec.ephemeralContainers", "not allowed: a pod cannot be created with"
@@ -214,6 +215,37 @@ def pod_template_problems(template: Any) -> list[Problem]:
                 trainer = kind == "containers" and container.get("name") == names.TRAINER_CONTAINER
                 problems += _env_problems(f"spec.template.spec.{kind}[{i}].env", container.get("env"), trainer)
                 problems += _volume_mount_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))
+    return problems
+
+
+def _duplicate_problems(pod_spec: dict) -> list[Problem]:
+    """What the API server refuses in any pod (pkg/apis/core/validation): a volume name twice (validateVolumes:
+    "Duplicate value") or a mount path twice in one container (ValidateVolumeMounts: "must be unique"). Merged
+    by name, the template's duplicates would silently keep one of the two; a sidecar's would fail every pod."""
+    problems = []
+    volumes = pod_spec.get("volumes")
+    seen: set = set()
+    for i, volume in enumerate(volumes if isinstance(volumes, list) else []):
+        name = volume.get("name") if isinstance(volume, dict) else None
+        if not isinstance(name, str):
+            continue  # _named_items_problems names it
+        if name in seen:
+            problems.append(Problem(f"spec.template.spec.volumes[{i}].name", f"{name!r} is a duplicate: volume names"
+                                    " are unique in a pod"))
+        seen.add(name)
+    for kind in ("containers", "initContainers"):
+        containers = pod_spec.get(kind)
+        for i, container in enumerate(containers if isinstance(containers, list) else []):
+            mounts = container.get("volumeMounts") if isinstance(container, dict) else None
+            paths: set = set()
+            for j, mount in enumerate(mounts if isinstance(mounts, list) else []):
+                path = mount.get("mountPath") if isinstance(mount, dict) else None
+                if not isinstance(path, str):
+                    continue  # _volume_mount_problems names it
+                if path in paths:
+                    problems.append(Problem(f"spec.template.spec.{kind}[{i}].volumeMounts[{j}].mountPath",
+                                            f"{path!r} is mounted twice: mount paths are unique in a container"))
+                paths.add(path)
     return problems
 
 
