@@ -106,16 +106,18 @@ def test_the_template_cannot_replace_kuberls_configuration_volume_or_its_mount()
     trainer mount at /etc/kuberl replaced the trainer configuration, and every rank failed after its pod
     started ('cannot read /etc/kuberl/config.json'). Other containers may mount anything; kuberl's other
     volumes (dshm, tmp, checkpoints) stay the template's to replace, as documented."""
-    spec = spec_with([{"name": T, "volumeMounts": [{"name": "cfg", "mountPath": "/etc/kuberl/"}]},
+    spec = spec_with([{"name": T, "volumeMounts": [{"name": "cfg", "mountPath": "/etc/kuberl/"},
+                                                   {"name": "cfg", "mountPath": "//etc/./kuberl"}]},
                       {"name": "side", "image": "busybox", "volumeMounts": [{"name": "cfg", "mountPath": names.CONFIG_MOUNT_DIR}]}])
     spec["template"]["spec"]["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}},
                                            {"name": names.CONFIG_VOLUME, "configMap": {"name": "mine"}}]
     found = problems(spec)
     assert [path for path, _ in found] == ["spec.template.spec.volumes[1].name",
-                                           "spec.template.spec.containers[0].volumeMounts[0].mountPath"], found
+                                           "spec.template.spec.containers[0].volumeMounts[0].mountPath",
+                                           "spec.template.spec.containers[0].volumeMounts[1].mountPath"], found
     assert "kuberl's own volume" in found[0][1] and "mount yours elsewhere" in found[1][1]
     spec["template"]["spec"]["volumes"][1]["name"] = "mine"
-    spec["template"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] = "/etc/kuberl-mine"
+    spec["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "mine", "mountPath": "/etc/kuberl-mine"}]
     assert problems(spec) == []
 
 

@@ -218,34 +218,33 @@ def pod_template_problems(template: Any) -> list[Problem]:
     return problems
 
 
+def _repeats(items: Any, key: str) -> list[tuple[int, str]]:
+    """(index, value) of each object in `items` whose string `key` an earlier one has already
+    (what is not an object or a string is named by the shape checks)."""
+    seen: set[str] = set()
+    repeats = []
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        value = item.get(key) if isinstance(item, dict) else None
+        if isinstance(value, str):
+            if value in seen:
+                repeats.append((i, value))
+            seen.add(value)
+    return repeats
+
+
 def _duplicate_problems(pod_spec: dict) -> list[Problem]:
     """What the API server refuses in any pod (pkg/apis/core/validation): a volume name twice (validateVolumes:
     "Duplicate value") or a mount path twice in one container (ValidateVolumeMounts: "must be unique"). Merged
     by name, the template's duplicates would silently keep one of the two; a sidecar's would fail every pod."""
-    problems = []
-    volumes = pod_spec.get("volumes")
-    seen: set = set()
-    for i, volume in enumerate(volumes if isinstance(volumes, list) else []):
-        name = volume.get("name") if isinstance(volume, dict) else None
-        if not isinstance(name, str):
-            continue  # _named_items_problems names it
-        if name in seen:
-            problems.append(Problem(f"spec.template.spec.volumes[{i}].name", f"{name!r} is a duplicate: volume names"
-                                    " are unique in a pod"))
-        seen.add(name)
+    problems = [Problem(f"spec.template.spec.volumes[{i}].name", f"{name!r} is a duplicate: volume names are unique in a pod")
+                for i, name in _repeats(pod_spec.get("volumes"), "name")]
     for kind in ("containers", "initContainers"):
         containers = pod_spec.get(kind)
         for i, container in enumerate(containers if isinstance(containers, list) else []):
             mounts = container.get("volumeMounts") if isinstance(container, dict) else None
-            paths: set = set()
-            for j, mount in enumerate(mounts if isinstance(mounts, list) else []):
-                path = mount.get("mountPath") if isinstance(mount, dict) else None
-                if not isinstance(path, str):
-                    continue  # _volume_mount_problems names it
-                if path in paths:
-                    problems.append(Problem(f"spec.template.spec.{kind}[{i}].volumeMounts[{j}].mountPath",
-                                            f"{path!r} is mounted twice: mount paths are unique in a container"))
-                paths.add(path)
+            problems += [Problem(f"spec.template.spec.{kind}[{i}].volumeMounts[{j}].mountPath",
+                                 f"{path!r} is mounted twice: mount paths are unique in a container")
+                         for j, path in _repeats(mounts, "mountPath")]
     return problems
 
 
@@ -267,7 +266,7 @@ def _config_volume_problems(pod_spec: dict) -> list[Problem]:
         mounts = container.get("volumeMounts")
         for j, mount in enumerate(mounts if isinstance(mounts, list) else []):
             path = mount.get("mountPath") if isinstance(mount, dict) else None
-            if isinstance(path, str) and path.startswith("/") and posixpath.normpath(path) == names.CONFIG_MOUNT_DIR:
+            if isinstance(path, str) and path.startswith("/") and "/" + posixpath.normpath(path).lstrip("/") == names.CONFIG_MOUNT_DIR:
                 problems.append(Problem(f"spec.template.spec.containers[{i}].volumeMounts[{j}].mountPath",
                                         f"{path!r} is where kuberl mounts the trainer configuration (KUBERL_CONFIG):"
                                         " mount yours elsewhere"))
