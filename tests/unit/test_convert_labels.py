@@ -232,3 +232,69 @@ def test_a_rewrite_that_puts_a_key_in_both_label_key_lists_is_refused_as_the_api
         "spec.pytorchReplicaSpecs.Worker.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
         f".{rewritten}[0]")]
     assert "exists in both matchLabelKeys and mismatchLabelKeys" in e.value.problems[0].message
+
+
+# The unprefixed labels of the operators before training-operator's prefix (kubeflow/pytorch-operator
+# pkg/controller.v1/pytorch/controller.go and pod.go; kubeflow/common job_controller/api/v1 constants.go, the
+# *Deprecated keys): a manifest written for them selects and reads the same values by these names.
+SPREAD_BY = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+    {"labelSelector": {"matchLabels": {"KEY": "pytorch-dist-job"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+
+
+@pytest.mark.parametrize("key", ["pytorch-job-name", "pytorch_job_name", "job-name"])
+def test_an_unprefixed_job_name_label_of_the_older_operators_becomes_kuberls_job_label(key):
+    affinity = copy.deepcopy(SPREAD_BY)
+    term = affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    term["labelSelector"]["matchLabels"] = {key: "pytorch-dist-job"}
+    job, notes = convert(pytorchjob(replica(1, affinity), replica(2, affinity)))
+    got = job["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert got["labelSelector"] == {"matchLabels": {"kuberl.dev/job": "pytorch-dist-job"}}
+    assert all(matches(got["labelSelector"], pod["metadata"]["labels"]) for pod in pods(job))
+    assert not any(matches(term["labelSelector"], pod["metadata"]["labels"]) for pod in pods(job))  # as written: none
+    assert any(f"{key!r} is now 'kuberl.dev/job'" in n.message for n in notes)
+
+
+@pytest.mark.parametrize("key", ["pytorch-replica-index", "replica-index"])
+def test_an_unprefixed_replica_index_reads_the_rank_without_a_master_and_is_refused_beside_one(key):
+    env = [{"name": "INDEX", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{key}']"}}}]
+    job, _ = convert(pytorchjob(None, replica(2, env=env)))
+    assert job["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.labels['kuberl.dev/rank']")
+    with pytest.raises(NotConvertible) as e:
+        convert(pytorchjob(replica(1, env=env), replica(2, env=env)))
+    assert "Worker i is worker i+1" in e.value.problems[0].message
+
+
+@pytest.mark.parametrize("key", ["group-name", "group_name", "pytorch-replica-type", "replica-type", "job-role"])
+def test_an_unprefixed_label_kuberl_has_no_twin_for_is_refused_at_its_field(key):
+    affinity = copy.deepcopy(SPREAD_BY)
+    affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]["matchLabels"] = {
+        key: "kubeflow.org"}
+    with pytest.raises(NotConvertible) as e:
+        convert(pytorchjob(None, replica(2, affinity)))
+    assert [p.path for p in e.value.problems] == [(
+        "spec.pytorchReplicaSpecs.Worker.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+        f".labelSelector.matchLabels.{key}")]
+    assert "kuberl.dev/job" in e.value.problems[0].message
+
+
+def test_an_unprefixed_label_the_template_sets_itself_is_kept():
+    affinity = copy.deepcopy(SPREAD_BY)
+    affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]["matchLabels"] = {
+        "group-name": "trainers"}
+    doc = pytorchjob(None, replica(2, affinity))
+    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {"labels": {"group-name": "trainers"}}
+    job, _ = convert(doc)
+    term = job["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["labelSelector"] == {"matchLabels": {"group-name": "trainers"}}
+
+
+def test_a_trainjob_selecting_by_the_job_controllers_unprefixed_job_name_is_refused():
+    """On a TrainJob's pods job-name is the child Job's name (<jobset>-node-0), not the TrainJob's: no kuberl twin."""
+    doc = copy.deepcopy(LLAMA_TRAINJOB)
+    pod = doc["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    pod["template"]["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"] = {
+        "matchLabels": {"job-name": "llama-3-1b-node-0"}}
+    with pytest.raises(NotConvertible) as e:
+        convert_trainjob(doc)
+    assert [p.path.rsplit(".", 2)[-2:] for p in e.value.problems] == [["matchLabels", "job-name"]]

@@ -1,8 +1,9 @@
 """The labels a PyTorchJob's or TrainJob's pods carried, where a pod template reads them.
 
 training-operator labels every pod of a PyTorchJob (kubeflow.org/v1 common_types.go: job-name,
-replica-type, replica-index, job-role, operator-name); a TrainJob's pods carry JobSet's and the Job
-controller's (jobset-name, job-completion-index, ...). kuberl's pods carry none of them, so a template
+replica-type, replica-index, job-role, operator-name), and the pytorch-operator before it labelled them
+unprefixed (pytorch-job-name, pytorch-replica-index, group-name, ...); a TrainJob's pods carry JobSet's and
+the Job controller's (jobset-name, job-completion-index, the unprefixed job-name, ...). kuberl's pods carry none of them, so a template
 that selects its own gang by them (podAffinity to keep it in one zone, podAntiAffinity or
 topologySpreadConstraints to spread it) or reads them through the downward API (a fieldRef) would
 select nothing, or read "", with nothing said: a required podAffinity no pod matches leaves the pods
@@ -26,11 +27,23 @@ from ..core.validation import Problem
 TRAINING_OPERATOR = "training.kubeflow.org/"
 JOB_NAME = TRAINING_OPERATOR + "job-name"
 REPLICA_INDEX = TRAINING_OPERATOR + "replica-index"
+# The same labels, unprefixed, from the operators before them; same values, so the same twins.
+# kubeflow/pytorch-operator pkg/controller.v1/pytorch/controller.go and pod.go: pytorch-job-name, group-name
+# (kubeflow.org), pytorch-replica-type, pytorch-replica-index, and job-role=master on the Master (v1alpha2 wrote
+# pytorch_job_name and group_name). kubeflow/common job_controller/api/v1 constants.go, set by training-operator
+# beside the prefixed ones until it dropped them: job-name, group-name, replica-type, replica-index, job-role.
+LEGACY_JOB_NAMES = ("pytorch-job-name", "pytorch_job_name", "job-name")
+LEGACY_REPLICA_INDEXES = ("pytorch-replica-index", "replica-index")
+LEGACY_OTHERS = ("pytorch-replica-type", "replica-type", "group-name", "group_name", "job-role")
+PYTORCHJOB_LEGACY_KEYS = frozenset(LEGACY_JOB_NAMES + LEGACY_REPLICA_INDEXES + LEGACY_OTHERS)
 # A TrainJob's JobSet is named as the TrainJob; its trainer pods are one Indexed Job's, whose completion
 # index is the node's rank (Trainer's torch plugin sets PET_NODE_RANK from it).
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 TRAINJOB_PREFIXES = ("jobset.sigs.k8s.io/", "batch.kubernetes.io/", "trainer.kubeflow.org/")
+# The Job controller still sets these unprefixed twins of batch.kubernetes.io/job-name and controller-uid
+# (kubernetes pkg/apis/batch/types.go LegacyJobNameLabel, LegacyControllerUidLabel): the child Job's name and uid.
+TRAINJOB_LEGACY_KEYS = frozenset({"job-name", "controller-uid"})
 
 WAY_OUT = (f"kuberl's pods carry {names.LABEL_JOB} (the job's name) and {names.LABEL_RANK} (the pod's index, worker 0"
            " first); a script reads RANK or NODE_RANK from its environment")
@@ -49,31 +62,35 @@ class Source:
     why_not: dict[str, str]
     pod_name: str = ""  # a note for a fieldRef to metadata.name, where the pod's name no longer resolves
     carried: frozenset[str] = frozenset()  # keys the template's own labels set: kuberl's pods carry those too
+    keys: frozenset[str] = frozenset()  # unprefixed keys the source's pods carried too
 
 
 def pytorchjob_source(name: str, has_master: bool) -> Source:
     """A PyTorchJob's pods: job-name is the job's name; replica-index is the pod's index only with no
     Master (with one, Worker i has index i and is kuberl's worker i+1)."""
-    twins = {JOB_NAME: names.LABEL_JOB}
+    twins = dict.fromkeys((JOB_NAME, *LEGACY_JOB_NAMES), names.LABEL_JOB)
     why_not = {}
-    if has_master:
-        why_not[REPLICA_INDEX] = ("with a Master it is 0 on the Master and on Worker 0 alike (Worker i has i), where"
-                                  " kuberl's worker 0 is the Master and Worker i is worker i+1")
-    else:
-        twins[REPLICA_INDEX] = names.LABEL_RANK
+    for index in (REPLICA_INDEX, *LEGACY_REPLICA_INDEXES):
+        if has_master:
+            why_not[index] = ("with a Master it is 0 on the Master and on Worker 0 alike (Worker i has i), where"
+                              " kuberl's worker 0 is the Master and Worker i is worker i+1")
+        else:
+            twins[index] = names.LABEL_RANK
     pod_name = (f"changed: the pod's name is now {name}-<rank>, where PyTorchJob's was {name}-<worker|master>-<index> with a"
                 " Service of that name, so peers resolved it: a peer reaches a kuberl pod as"
                 f" {name}-<rank>.{name} (kuberl sets PET_LOCAL_ADDR to it), not by its bare name")
-    return Source(twins, (TRAINING_OPERATOR,), name, "PyTorchJob", why_not, pod_name)
+    return Source(twins, (TRAINING_OPERATOR,), name, "PyTorchJob", why_not, pod_name, keys=PYTORCHJOB_LEGACY_KEYS)
 
 
 def trainjob_source(name: str) -> Source:
     """A TrainJob's trainer pods: its JobSet's name is the TrainJob's, the completion index the node's rank."""
-    return Source({JOBSET_NAME: names.LABEL_JOB, COMPLETION_INDEX: names.LABEL_RANK}, TRAINJOB_PREFIXES, name, "TrainJob", {})
+    return Source({JOBSET_NAME: names.LABEL_JOB, COMPLETION_INDEX: names.LABEL_RANK}, TRAINJOB_PREFIXES, name, "TrainJob", {},
+                  keys=TRAINJOB_LEGACY_KEYS)
 
 
 def _foreign(key: Any, source: Source) -> bool:
-    return isinstance(key, str) and key.startswith(source.prefixes) and key not in source.carried
+    return (isinstance(key, str) and (key.startswith(source.prefixes) or key in source.keys)
+            and key not in source.carried)
 
 
 def carrying(source: Source, template_metadata: Any) -> Source:
