@@ -83,18 +83,31 @@ def webhook_unreachable(webhook: str = 'policy.example.com') -> Answer:
     return answer
 
 
-def rbac_denial(user: str = 'system:serviceaccount:kuberl-system:kuberl-operator', verb: str = 'create',
-                namespace: str = 'default') -> Answer:
-    """The RBAC authorizer's refusal (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/
-    errors.go, Forbidden and forbiddenMessage): apierrors.NewForbidden(groupResource, name, "User %q cannot
-    %s resource %q in API group %q in the namespace %q"), the name empty for a create (it is not in the
-    URL), so `<resource> is forbidden: ...` — 403 Forbidden. The real server refuses before admission;
-    through this hook it refuses what reaches admission, which for a valid object is the same answer."""
-    def answer(rtype: ResourceType, name: str) -> ApiError:
-        return ApiError(403, 'Forbidden', f'{rtype.qualified} is forbidden: User "{user}" cannot {verb} resource '
-                        f'"{rtype.plural}" in API group "{rtype.group}" in the namespace "{namespace}"',
-                        {'group': rtype.group, 'kind': rtype.plural})
-    return answer
+OPERATOR_USER = 'system:serviceaccount:kuberl-system:kuberl-operator'
+
+
+def rbac_forbidden(verb: str, rtype: ResourceType, namespace: str | None, name: str = '', user: str = OPERATOR_USER,
+                   subresource: str = '') -> ApiError:
+    """The RBAC authorizer's refusal, as WithAuthorization answers it before any handler runs
+    (staging/src/k8s.io/apiserver/pkg/endpoints/filters/authorization.go -> responsewriters.Forbidden,
+    staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go): forbiddenMessage's
+    "User %q cannot %s resource %q in API group %q in the namespace %q" (or "at the cluster scope"),
+    wrapped by apierrors.NewForbidden(groupResource, name, err): `<resource>[ "<name>"] is forbidden: ...`,
+    403, reason Forbidden, details {name, group, kind}. A watch is refused the same way, as a plain 403
+    answer: authorization runs before the watch is served, so no ERROR event is involved."""
+    resource = f'{rtype.plural}/{subresource}' if subresource else rtype.plural
+    where = f'in the namespace "{namespace}"' if namespace else 'at the cluster scope'
+    cause = f'User "{user}" cannot {verb} resource "{resource}" in API group "{rtype.group}" {where}'
+    subject = f'{rtype.qualified} "{name}"' if name else rtype.qualified
+    details = {'name': name, 'group': rtype.group, 'kind': rtype.plural} if name else {'group': rtype.group, 'kind': rtype.plural}
+    return ApiError(403, 'Forbidden', f'{subject} is forbidden: {cause}', details)
+
+
+def rbac_denial(user: str = OPERATOR_USER, verb: str = 'create', namespace: str = 'default') -> Answer:
+    """rbac_forbidden for a create (the name is not in the URL, so `<resource> is forbidden: ...`). The
+    real server refuses before admission; through this hook it refuses what reaches admission, which
+    for a valid object is the same answer."""
+    return lambda rtype, name: rbac_forbidden(verb, rtype, namespace, user=user)
 
 
 @dataclass

@@ -23,6 +23,7 @@ import kmock
 import yaml
 
 from tests.support import openapi, tables
+from tests.support.admission import rbac_forbidden
 from tests.support.selectors import (
     SelectorError,
     fields_match,
@@ -121,6 +122,10 @@ class StandinHandler(kmock.RawHandler):
     # "apiserver received an error that is not an metav1.Status") answers 500, reason Unknown (empty,
     # so omitted), the error's own text as the message; an unreachable storage is a 504 ServerTimeout.
     list_errors: dict[str, list[ApiError]] = attrs.field(factory=dict)
+    # A fault hook: RBAC without these (verb, plural) pairs. Every such request is answered 403 Forbidden
+    # before it is served, as the real API server's authorization filter answers it
+    # (admission.rbac_forbidden cites the source), a list and a watch alike.
+    denied: set[tuple[str, str]] = attrs.field(factory=set)
 
     def __attrs_post_init__(self) -> None:
         self._requests = collections.deque(maxlen=RECENT_REQUESTS)
@@ -211,6 +216,8 @@ class StandinHandler(kmock.RawHandler):
         verb = self._verb(method, route, params)
         self.calls[ApiCall(verb, route.group, route.plural, route.namespace or '', route.subresource or '',
                            _agent(request.headers))] += 1
+        if (verb, route.plural) in self.denied:
+            raise rbac_forbidden(verb, rtype, route.namespace, route.name or '', subresource=route.subresource or '')
         dry_run = params.get('dryRun') == 'All'
         validation = params.get('fieldValidation', 'Warn')
         if route.subresource and route.subresource not in rtype.subresources:

@@ -134,6 +134,9 @@ spec:
     - name: operator
       image: {{ include "kuberl.operatorImage" . }}
       imagePullPolicy: {{ .Values.operator.image.pullPolicy }}
+      # An exit that ends in one line (RBAC refusing the operator's own watch, an API server down too long)
+      # shows that line in `kubectl describe pod` as the last state's message.
+      terminationMessagePolicy: FallbackToLogsOnError
       # The image's entrypoint is `kuberl operator`; these are its flags.
       args:
         {{- range .Values.operator.watchNamespaces }}

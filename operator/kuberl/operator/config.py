@@ -11,6 +11,7 @@ import ast
 import dataclasses
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -178,6 +179,38 @@ def lost_watch(error: BaseException) -> str:
     except (ValueError, SyntaxError, TypeError, KeyError, MemoryError, RecursionError):
         said = text
     return f"a watch was ended by the API server with an ERROR event ({said[:300]})"
+
+
+# The RBAC authorizer's refusal, as responsewriters.Forbidden words it (staging/src/k8s.io/apiserver/pkg/endpoints/
+# handlers/responsewriters/errors.go, forbiddenMessage, inside apierrors.NewForbidden's `<resource> is forbidden: `).
+RBAC_REFUSAL = re.compile(
+    r'[a-z0-9.-]+ (?:"(?:[^"\\]|\\.)*" )?is forbidden: User "(?P<user>(?:[^"\\]|\\.)*)" cannot (?P<verb>[a-z]+) '
+    r'resource "(?P<resource>[^"]*)" in API group "(?P<group>[^"]*)" (?:in the namespace "(?P<namespace>[^"]*)"|at the cluster scope)')
+SERVICE_ACCOUNT_USER = re.compile(r"system:serviceaccount:(?P<namespace>[^:]+):(?P<name>[^:]+)")
+
+
+def rbac_refusal_line(message: str) -> str:
+    """The operator's one line when RBAC refuses kopf's own list or watch (of RLTrainingJobs, of pods,
+    of its peering objects): what to grant, to whom, in which kind of role. kopf cannot run with one
+    of its watches refused, so the operator exits: a pod in CrashLoopBackOff is what a platform's
+    alerts already watch for, this line is its last log line (and its termination message), and
+    the kubelet's restarts heal it once the permission is granted. Running on, it would look alive
+    and see nothing. Pure."""
+    refusal = RBAC_REFUSAL.match(message)
+    if refusal is None:
+        return (f"the API server refused the operator's own list or watch (403: {message[:300]}); kopf cannot run without"
+                " it, so the operator exits and its pod's restarts try again")
+    verb, resource, group, namespace = refusal["verb"], refusal["resource"], refusal["group"], refusal["namespace"]
+    account = SERVICE_ACCOUNT_USER.fullmatch(refusal["user"])
+    subject = f"ServiceAccount {account['namespace']}/{account['name']}" if account else f'user "{refusal["user"]}"'
+    role = f'the Role in namespace "{namespace}"' if namespace else "the ClusterRole"
+    qualified = f"{resource}.{group}" if group else resource
+    scope = f'in namespace "{namespace}"' if namespace else "at the cluster scope"
+    api_group = f'API group "{group}"' if group else 'the core API group ("")'
+    return (f"RBAC forbids the operator to {verb} {qualified} {scope}, without which kopf cannot run: grant verb "
+            f'"{verb}" on resource "{resource}" in {api_group} to {subject} in {role} bound to it (the chart\'s'
+            f" RBAC grants every call in kuberl.operator.kubeapi.API_CALLS; `helm upgrade` restores it). The operator"
+            " exits; its pod's restarts (CrashLoopBackOff) try again until the permission is granted")
 
 
 GONE_RESET_SECONDS = 60.0  # a run this long resets the backoff of restarts after lost watches

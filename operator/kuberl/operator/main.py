@@ -18,6 +18,7 @@ from .config import (
     KopfRestarts,
     lost_watch,
     operator_config,
+    rbac_refusal_line,
 )
 
 
@@ -50,6 +51,9 @@ def cmd_operator(args: argparse.Namespace) -> int:
         # a lost watch: our one line says it; kopf's would add two tracebacks
         handler.addFilter(lambda record: not (record.exc_info and watchdog.seen(watch_lost(record.exc_info[1]))))
         handler.addFilter(once)
+        # RBAC refusing kopf's own watch: our one line says it; kopf's watcher and multitasker would add two tracebacks
+        handler.addFilter(lambda record: not (record.name.startswith("kopf._core.reactor") and record.exc_info
+                                              and rbac_refused(record.exc_info[1]) is not None))
     restarts = KopfRestarts(config.watch.silent_bound)
     while True:
         started = time.monotonic()
@@ -68,6 +72,10 @@ def cmd_operator(args: argparse.Namespace) -> int:
             watchdog.disarm()
             lost = watch_lost(error)
             unanswered = None if lost is not None else api_unanswered(error)
+            refused = None if lost is not None or unanswered is not None else rbac_refused(error)
+            if refused is not None:
+                log.error("%s", rbac_refusal_line(getattr(refused, "message", None) or str(refused)))
+                return 1
             if lost is None and unanswered is None:
                 raise
             now = time.monotonic()
@@ -132,6 +140,13 @@ def api_unanswered(error: BaseException | None) -> BaseException | None:
     kopf's watches wait through these; its one-off discovery at start gives up after 4 tries."""
     return _found(error, lambda e: isinstance(e, (aiohttp.ClientConnectionError, TimeoutError))
                   or (isinstance(getattr(e, "status", None), int) and e.status >= 500))
+
+
+def rbac_refused(error: BaseException | None) -> BaseException | None:
+    """The 403 Forbidden that `error` is, or was caused by, or holds in a group; else None. Out of
+    kopf.run it is kopf's own list or watch refused (kopf retried it 3 times): the operator's
+    handlers catch their own calls' refusals and say them on the job."""
+    return _found(error, lambda e: getattr(e, "status", None) == 403)
 
 
 def _found(error: BaseException | None, matches: Callable[[BaseException], bool]) -> BaseException | None:
