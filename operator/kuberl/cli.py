@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .core import podschema, safetext, torchrun
+from .core import podschema, safetext, torchrun, yamlwriter
 from .core.podsecurity import (
     DEFAULT_LEVEL,
     LEVELS,
@@ -174,8 +174,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     (all zeros) because only the API server assigns one."""
     from .core.render import DEFAULT_IMAGE, PLACEHOLDER_UID, Job, render_job
 
-    class BlockDumper(yaml.SafeDumper):
-        """Multi-line strings (config.json) as readable `|` blocks."""
+    class BlockDumper(yamlwriter.ReadableDumper):
+        """Multi-line strings (config.json) as readable `|` blocks; letters as written."""
 
     BlockDumper.add_representer(
         str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None)
@@ -200,7 +200,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             continue
         for obj in objects:
             print(f"---\n# {obj['kind']} {obj['metadata']['name']} (RLTrainingJob {name})")
-            yaml.dump(obj, sys.stdout, Dumper=BlockDumper, sort_keys=False, width=120)
+            sys.stdout.write(yamlwriter.dump_all([obj], BlockDumper, sys.stdout.encoding, sort_keys=False, width=120))
     return 1 if failed else 0
 
 
@@ -267,7 +267,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     for label, job_notes in notes:
         for note in job_notes:
             print(f"{args.file}: {label}: {note}", file=sys.stderr)
-    sys.stdout.write(to_yaml(docs))
+    sys.stdout.write(to_yaml(docs, sys.stdout.encoding))
     return 0
 
 

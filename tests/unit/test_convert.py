@@ -630,3 +630,53 @@ def test_a_volume_named_as_kuberls_configuration_volume_is_renamed_with_its_moun
     [note] = [n for n in notes if n.path == "spec.pytorchReplicaSpecs.Worker.template.spec.volumes[0].name"]
     assert "renamed 'pytorchjob-config-2'" in note.message and "/etc/kuberl" in note.message
     assert doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"][0]["name"] == "config"  # input untouched
+
+
+WRITTEN = {"annotation": "Entraînement réparti — 東京", "argument": "--tag=été", "value": "naïve café"}
+
+
+def unicode_job(value: str = WRITTEN["value"]) -> dict:
+    doc = pytorchjob(None, replica(2, pytorch(args=[WRITTEN["argument"]], env=[{"name": "NOTE", "value": value}])))
+    doc["metadata"]["annotations"] = {"description": WRITTEN["annotation"]}
+    return doc
+
+
+def convert_cli(path, encoding: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kuberl.cli", "convert", str(path)], capture_output=True, timeout=60,
+                          check=False, env={"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": encoding})
+
+
+def test_letters_beyond_ascii_are_printed_as_written_and_read_back_the_same(tmp_path):
+    """PyYAML's default escaped them: description: "Entra\\xEEnement r\\xE9parti \\u2014 \\u6771\\u4EAC"."""
+    path = tmp_path / "pj.yaml"
+    path.write_text(to_yaml([unicode_job()]), encoding="utf-8")
+    done = convert_cli(path, "utf-8")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.decode("utf-8")
+    assert all(text in out for text in WRITTEN.values()), out
+    assert "\\x" not in out and "\\u" not in out
+    (back,) = load_documents(out)
+    assert back == convert(unicode_job())[0]
+
+
+def test_a_bidirectional_control_stays_escaped_and_a_console_that_cannot_take_letters_gets_escapes(tmp_path):
+    """Raw, U+202E would make the line on screen read otherwise than the value ("Trojan Source"); a console in
+    a legacy code page would end `kuberl convert` with UnicodeEncodeError. Both read back as the same job."""
+    path = tmp_path / "pj.yaml"
+    path.write_text(to_yaml([unicode_job("naïve \u202eevil")]), encoding="utf-8")
+    out = convert_cli(path, "utf-8").stdout.decode("utf-8")
+    assert "\u202e" not in out and '"na\\xEFve \\u202Eevil"' in out
+    assert WRITTEN["annotation"] in out  # only the string that holds one is escaped
+    done = convert_cli(path, "ascii")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout.decode("ascii")
+    assert "Entra\\xEEnement" in text
+    assert load_documents(text) == load_documents(out) == [convert(unicode_job("naïve \u202eevil"))[0]]
+
+
+def test_render_prints_letters_as_written_too(tmp_path, capsys):
+    path = tmp_path / "pj.yaml"
+    path.write_text(to_yaml([unicode_job()]), encoding="utf-8")
+    code, out, err = run_cli(capsys, path, "render")
+    assert code == 0, err
+    assert "- --tag=été" in out and "value: naïve café" in out

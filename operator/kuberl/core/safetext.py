@@ -32,6 +32,11 @@ def _visible(match: re.Match) -> str:
     return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
 
 
+def has_unsafe(text: str) -> bool:
+    """Whether `escape` would change `text`."""
+    return _UNSAFE.search(text) is not None
+
+
 def escape(text: str) -> str:
     """`text` with every unsafe character as a visible escape; line breaks and tabs kept."""
     return _UNSAFE.sub(_visible, text)

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from ..core import contract, names, torchrun
+from ..core import contract, names, torchrun, yamlwriter
 from ..core.podsource import pod_source_problems
 from ..core.render import PLACEHOLDER_UID, RUNTIME_USER, Job, render_pod
 from ..core.rules import validate_job
@@ -1027,8 +1027,9 @@ def _traced(problem: Problem, origins: dict[str, str]) -> Problem:
     return Problem(origin, message)
 
 
-class _Dumper(yaml.SafeDumper):
-    """Quotes every string that kubectl or kuberl would read back as something else (`1e-3`, `on`, a date)."""
+class _Dumper(yamlwriter.ReadableDumper):
+    """Quotes every string that kubectl or kuberl would read back as something else (`1e-3`, `on`, a date);
+    letters as written."""
 
 
 _Dumper.yaml_implicit_resolvers = {
@@ -1038,6 +1039,7 @@ _Dumper.yaml_implicit_resolvers = {
 _Dumper.add_representer(str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
 
 
-def to_yaml(docs: list[dict]) -> str:
-    """The documents as one YAML stream, keys in the order built (the order the guide shows)."""
-    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, width=120, explicit_start=len(docs) > 1)
+def to_yaml(docs: list[dict], encoding: str | None = None) -> str:
+    """The documents as one YAML stream, keys in the order built (the order the guide shows); for a stream of
+    `encoding` that cannot take a character written, every non-ASCII character escaped (the same values)."""
+    return yamlwriter.dump_all(docs, _Dumper, encoding, sort_keys=False, width=120, explicit_start=len(docs) > 1)
