@@ -164,6 +164,9 @@ $(PROMETHEUS):
 
 prometheus: $(PROMETHEUS) ## Debian's prometheus, which the dashboard e2e test scrapes a real run with
 
+# The chart tests check the dashboard's PromQL and the alerting rules with its promtool.
+test-unit chart: $(PROMETHEUS)
+
 # The dashboard test in the e2e tier runs a real Prometheus and Helm.
 test-e2e: $(PROMETHEUS) $(HELM)
 

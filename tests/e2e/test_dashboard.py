@@ -371,6 +371,8 @@ def plausible(metric: str, value: float) -> bool:
         m.LEARNING_RATE: lambda v: 0 < v <= 0.0025,
         m.LAST_CHECKPOINT_TIMESTAMP: lambda v: 0 <= v < 300,
         m.CHECKPOINTS_TOTAL: lambda v: v >= 1,
+        m.CHECKPOINTS_SKIPPED: lambda v: v == 0,  # a fresh run skips nothing
+        m.OPERATOR_JOB_PHASE: lambda v: v == 1,  # one series per job, or their count by phase: one job
         m.OPERATOR_JOBS: lambda v: v in (0, 1),  # one job, counted in exactly one phase
         m.OPERATOR_GANG_RESTARTS_TOTAL: lambda v: 0 <= v <= 1,
         m.OPERATOR_PODS_CREATED_TOTAL: lambda v: 0 <= v < 100,
@@ -393,7 +395,7 @@ def test_panel_query_returns_plausible_series(scraped_run, variables, title, ref
     metric = metric_of(expr)
     if metric == m.OPERATOR_API_ERRORS_TOTAL and not api.query(metric):
         pytest.skip(f"{title}: the operator made no failed API request in this run, so the counter has no series yet")
-    if metric in (m.OPERATOR_GANG_RESTARTS_TOTAL, m.OPERATOR_PODS_CREATED_TOTAL):
+    if metric in (m.OPERATOR_GANG_RESTARTS_TOTAL, m.OPERATOR_PODS_CREATED_TOTAL, m.OPERATOR_JOB_PHASE):
         # per-job operator series: the job the operator restarted (the scraped run never restarts)
         variables = {**variables, "namespace": "default", m.LABEL_RLTJ: OPERATOR_JOB}
     query = substitute(expr, variables)

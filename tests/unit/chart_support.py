@@ -29,6 +29,8 @@ HELM = ROOT / ".tools" / "bin" / "helm"
 PROM_MODELS = ROOT / ".tools" / "prometheus-operator-models"
 PROM_MODELS_PKG = PROM_MODELS / "node_modules" / "@kubernetes-models" / "prometheus-operator"
 K8S_VERSION = "1.33"
+# Debian's prometheus package (`make prometheus`) brings promtool: PromQL and alerting rules are checked by it.
+PROMTOOL = Path("/usr/bin/promtool")
 
 # The operator image's entrypoint (dockerfiles/operator.Dockerfile).
 ENTRYPOINT = json.loads(re.search(r"^ENTRYPOINT (.+)$", (ROOT / "dockerfiles" / "operator.Dockerfile").read_text(), re.MULTILINE).group(1))
@@ -61,6 +63,7 @@ ALL_FEATURES = {
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "dashboard": {"enabled": True, "folder": "kuberl"},
+        "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}, "alertLabels": {"team": "ml-platform"}},
     },
 }
 NAMESPACED = {**ALL_FEATURES, "operator": {**ALL_FEATURES["operator"], "watchNamespaces": ["team-a", "team-b"]}}
@@ -80,6 +83,11 @@ def helm(*args: str, values: dict | None = None) -> str:
     if result.returncode != 0:
         raise HelmError(result.stderr)
     return result.stdout
+
+
+def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    assert PROMTOOL.exists(), f"{PROMTOOL} is missing: run `make prometheus`"
+    return subprocess.run([str(PROMTOOL), *args], check=False, capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 @cache
@@ -215,7 +223,7 @@ def _unknown_keys(value, dts: Path, path: str) -> list[str]:
 
 
 def validate_prometheus_operator(obj: dict) -> list[str]:
-    """ServiceMonitor/PodMonitor against prometheus-operator's models."""
+    """ServiceMonitor/PodMonitor/PrometheusRule against prometheus-operator's models."""
     module = PROM_MODELS_PKG / "monitoring.coreos.com" / "v1" / f"{obj['kind']}.js"
     assert module.exists(), f"{module} is missing: run `make test-unit` (it installs prometheus-operator's models from npm)"
     script = (
@@ -228,7 +236,7 @@ def validate_prometheus_operator(obj: dict) -> list[str]:
     return problems + _unknown_keys(obj, module.with_suffix(".d.ts"), obj["kind"])
 
 
-PROMETHEUS_OPERATOR_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PodMonitor")}
+PROMETHEUS_OPERATOR_KINDS = {("monitoring.coreos.com/v1", kind) for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule")}
 
 
 def validate(obj: dict) -> list[str]:

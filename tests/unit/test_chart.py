@@ -68,7 +68,7 @@ def test_all_features_renders_every_kind():
     kinds = sorted({o["kind"] for o in render(ALL_FEATURES)})
     assert kinds == sorted([
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "StatefulSet", "ClusterKopfPeering",
-        "PodMonitor", "ServiceMonitor", "ConfigMap", "Pod", "NetworkPolicy",
+        "PodMonitor", "ServiceMonitor", "PrometheusRule", "ConfigMap", "Pod", "NetworkPolicy",
     ])
     namespaced = sorted({o["kind"] for o in render(NAMESPACED)})
     assert {"Role", "RoleBinding", "KopfPeering"} <= set(namespaced)

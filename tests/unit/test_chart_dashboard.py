@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from chart_support import CHART
+from chart_support import CHART, promtool
 from kuberl.core import metricnames
 
 DASHBOARD = json.loads((CHART / "dashboards" / "kuberl.json").read_text())
@@ -70,6 +70,33 @@ def test_training_panels_follow_the_namespace_and_rltj_variables(title, expr):
         assert 'namespace=~"$namespace"' in selector and 'rltj=~"$rltj"' in selector, f"{title}: {expr}"
 
 
+# Operator series labelled with the job's namespace and name (kuberl.operator.metrics).
+PER_JOB_OPERATOR_METRICS = (metricnames.OPERATOR_JOB_PHASE, metricnames.OPERATOR_GANG_RESTARTS_TOTAL, metricnames.OPERATOR_PODS_CREATED_TOTAL)
+
+
+@pytest.mark.parametrize(("title", "expr"), [(t, e) for t, e in panel_targets() if any(n in e for n in PER_JOB_OPERATOR_METRICS)])
+def test_per_job_operator_panels_follow_the_namespace_variable(title, expr):
+    for name in PER_JOB_OPERATOR_METRICS:
+        for selector in re.findall(rf"\b{name}\{{([^}}]*)\}}", expr):
+            assert 'namespace=~"$namespace"' in selector, f"{title}: {expr}"
+
+
+def test_every_query_is_valid_promql_for_a_real_prometheus(tmp_path):
+    """promtool parses each query (the dashboard's variables substituted as Grafana would) as a rule expression."""
+    substituted = {"$__rate_interval": "1m", "$__interval": "30s", "$namespace": ".+", "$rltj": ".+"}
+
+    def grafana(expr: str) -> str:
+        for variable, value in substituted.items():
+            expr = expr.replace(variable, value)
+        return expr
+
+    rules = [{"record": f"kuberl:panel_{i}", "expr": grafana(expr)} for i, (_, expr) in enumerate(panel_targets())]
+    rule_file = tmp_path / "panels.yaml"
+    rule_file.write_text(json.dumps({"groups": [{"name": "panels", "rules": rules}]}))
+    result = promtool("check", "rules", str(rule_file))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_template_variables_are_namespace_and_rltj_from_trainer_metrics():
     variables = {v["name"]: v for v in DASHBOARD["templating"]["list"]}
     assert {"namespace", "rltj"} <= set(variables)
@@ -83,6 +110,9 @@ def test_the_dashboard_covers_what_a_platform_team_watches():
     text = " ".join(expr for _, expr in panel_targets())
     for needed in [metricnames.ENV_STEPS_TOTAL, metricnames.EPISODE_RETURN, metricnames.EVAL_RETURN, metricnames.ROLLOUT_DURATION,
                    metricnames.UPDATE_DURATION, metricnames.ALLREDUCE_DURATION, metricnames.POLICY_LOSS, metricnames.VALUE_LOSS,
-                   metricnames.LEARNING_RATE, metricnames.LAST_CHECKPOINT_TIMESTAMP, metricnames.WORLD_SIZE]:
+                   metricnames.LEARNING_RATE, metricnames.LAST_CHECKPOINT_TIMESTAMP, metricnames.WORLD_SIZE,
+                   metricnames.OPERATOR_JOB_PHASE, metricnames.OPERATOR_GANG_RESTARTS_TOTAL, metricnames.CHECKPOINTS_SKIPPED]:
         assert needed in text, needed
+    restarts = [expr for _, expr in panel_targets() if metricnames.OPERATOR_GANG_RESTARTS_TOTAL in expr]
+    assert restarts and all(re.search(r"by \([^)]*\brltj\b", expr) for expr in restarts), "which job is crash-looping"
     assert re.search(r'rank="0"', text) and "{{rank}}" in json.dumps(DASHBOARD), "per job and per rank"

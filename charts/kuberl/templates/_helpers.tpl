@@ -88,6 +88,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and .Values.monitoring.serviceMonitor.enabled (not .Values.metrics.enabled) -}}
 {{- fail "monitoring.serviceMonitor.enabled=true needs metrics.enabled=true: the ServiceMonitor scrapes the operator's metrics Service" -}}
 {{- end -}}
+{{- if and .Values.monitoring.prometheusRule.enabled (not .Values.monitoring.serviceMonitor.enabled) -}}
+{{- fail "monitoring.prometheusRule.enabled=true needs monitoring.serviceMonitor.enabled=true: the operator's alerts read the series its ServiceMonitor scrapes (KuberlOperatorDown would fire at once without it)" -}}
+{{- end -}}
 {{- if eq (int .Values.metrics.port) (int .Values.operator.health.port) -}}
 {{- fail (printf "metrics.port and operator.health.port are both %d: the operator serves them on distinct ports" (int .Values.metrics.port)) -}}
 {{- end -}}

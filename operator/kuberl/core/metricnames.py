@@ -57,6 +57,9 @@ ALLREDUCE_DURATION = f"{PREFIX}_allreduce_duration_seconds"
 # The operator's own metrics (kuberl.operator.metrics).
 OPERATOR_PREFIX = "kuberl_operator"
 OPERATOR_JOBS = f"{OPERATOR_PREFIX}_jobs"  # gauge by phase
+# 1 per job, labelled with its namespace, name and phase as last reconciled (kube-state-metrics' style):
+# what "stuck Pending" alerts and per-namespace panels select on; gone with the job.
+OPERATOR_JOB_PHASE = f"{OPERATOR_PREFIX}_job_phase"
 OPERATOR_RECONCILE_DURATION = f"{OPERATOR_PREFIX}_reconcile_duration_seconds"
 OPERATOR_GANG_RESTARTS_TOTAL = f"{OPERATOR_PREFIX}_gang_restarts_total"  # by reason
 OPERATOR_PODS_CREATED_TOTAL = f"{OPERATOR_PREFIX}_pods_created_total"

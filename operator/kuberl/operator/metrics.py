@@ -34,12 +34,18 @@ class _JobsByPhase(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(m.OPERATOR_JOBS, "RLTrainingJobs by phase, as last reconciled.", labels=[m.LABEL_PHASE])
+        phases = dict(self.phases)  # one copy (atomic in CPython): reconciles change it from another thread
         counts = dict.fromkeys(PHASES, 0)
-        for phase in self.phases.values():
+        for phase in phases.values():
             counts[phase] = counts.get(phase, 0) + 1
         for phase, count in counts.items():
             family.add_metric([phase], count)
         yield family
+        per_job = GaugeMetricFamily(m.OPERATOR_JOB_PHASE, "1 for each RLTrainingJob, labelled with its phase as last reconciled.",
+                                    labels=[m.LABEL_NAMESPACE, m.LABEL_RLTJ, m.LABEL_PHASE])
+        for (namespace, name), phase in sorted(phases.items()):
+            per_job.add_metric([namespace, name, phase], 1)
+        yield per_job
 
 
 class OperatorMetrics:

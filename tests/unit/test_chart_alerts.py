@@ -1,0 +1,214 @@
+"""The chart's PrometheusRule (monitoring.prometheusRule): real Helm renders it, promtool checks
+its rules and runs them over series named from kuberl.core.metricnames, labelled as the chart's
+ServiceMonitor (operator: job = the Service's name, per-job series keep the job's namespace) and
+PodMonitor (trainers: namespace, pod, rltj, rank) label them. Each alert fires where it should and
+stays quiet beside it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from chart_support import of_kind, promtool, render
+from kuberl.core import metricnames as m
+from test_chart import refusal
+from test_chart_dashboard import metrics_in
+
+ALERTING = {"monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}}
+OPERATOR = 'job="kuberl", namespace="kuberl-system"'  # release kuberl in kuberl-system: the Service, so the scrape job, is "kuberl"
+
+
+def rules(values: dict = ALERTING) -> list[dict]:
+    (rule,) = of_kind(render(values), "PrometheusRule")
+    return rule["spec"]["groups"]
+
+
+def alerts() -> dict[str, dict]:
+    return {r["alert"]: r for group in rules() for r in group["rules"]}
+
+
+def run_promtool_tests(tmp_path: Path, groups: list[dict], tests: list[dict]) -> None:
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}))
+    result = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def series(name: str, labels: str, values: str) -> dict:
+    return {"series": f"{name}{{{labels}}}", "values": values}
+
+
+def annotated(alert: str, labels: dict, value: str) -> dict:
+    """The alert's annotations as Prometheus expands them for these labels and this value (the few
+    template forms the rules use; any other form is left as is, and then fails the comparison)."""
+    out = {}
+    for key, text in alerts()[alert]["annotations"].items():
+        text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda found: labels[found.group(1)], text)
+        out[key] = re.sub(r"\{\{ \$value( \| humanizeDuration)? \}\}", value, text)
+    return out
+
+
+def firing(alert: str, at: str, *expected: tuple[dict, str]) -> dict:
+    """The alerts named `alert` at `at`: exactly the expected (labels, $value as shown) pairs, severity added."""
+    severity = alerts()[alert]["labels"]["severity"]
+    return {"eval_time": at, "alertname": alert,
+            "exp_alerts": [{"exp_labels": {**labels, "severity": severity}, "exp_annotations": annotated(alert, labels, value)}
+                           for labels, value in expected]}
+
+
+def test_off_by_default_and_refused_without_the_service_monitor_naming_both_values():
+    assert of_kind(render(), "PrometheusRule") == []
+    message = refusal({"monitoring": {"prometheusRule": {"enabled": True}}})
+    assert "monitoring.prometheusRule.enabled=true needs monitoring.serviceMonitor.enabled=true" in message
+
+
+@pytest.mark.parametrize(("values", "key"), [
+    ({"notRunningFor": "half an hour"}, "/monitoring/prometheusRule/notRunningFor"),
+    ({"crashLoopRestarts": 0}, "/monitoring/prometheusRule/crashLoopRestarts"),
+    ({"checkpointMaxAgeSeconds": "1h"}, "/monitoring/prometheusRule/checkpointMaxAgeSeconds"),
+    ({"alertLabel": {"team": "ml"}}, "alertLabel"),
+])
+def test_a_bad_threshold_is_refused_naming_it(values, key):
+    bad = {"monitoring": {**ALERTING["monitoring"], "prometheusRule": {"enabled": True, **values}}}
+    assert key in refusal(bad)
+
+
+def test_promtool_accepts_every_rule(tmp_path):
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rules()}))
+    result = promtool("check", "rules", str(tmp_path / "rules.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_reads_only_metrics_kuberl_exports_or_the_scrape_up():
+    defined = {v for k, v in vars(m).items() if k.isupper() and isinstance(v, str) and v.startswith(("kuberl_trainer_", "kuberl_operator_"))}
+    for name, rule in alerts().items():
+        used = metrics_in(rule["expr"]) - {"absent", "humanizeDuration"}
+        assert used and used <= defined | {"up"}, f"{name}: {sorted(used - defined - {'up'})} not in kuberl.core.metricnames"
+
+
+def test_the_alerts_cover_what_a_platform_team_is_paged_for():
+    assert set(alerts()) == {"KuberlJobNotRunning", "KuberlJobCrashLooping", "KuberlCheckpointsSkipped", "KuberlCheckpointOverdue",
+                             "KuberlOperatorDown", "KuberlOperatorPeersSamePriority", "KuberlOperatorAPIErrors"}
+    for name, rule in alerts().items():
+        assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"], name
+
+
+def test_alert_labels_and_thresholds_reach_the_rules():
+    values = {"monitoring": {**ALERTING["monitoring"], "prometheusRule": {
+        "enabled": True, "alertLabels": {"team": "ml-platform"}, "notRunningFor": "2h", "crashLoopRestarts": 5, "checkpointMaxAgeSeconds": 7200}}}
+    by_name = {r["alert"]: r for group in rules(values) for r in group["rules"]}
+    assert all(r["labels"]["team"] == "ml-platform" for r in by_name.values())
+    assert by_name["KuberlJobNotRunning"]["for"] == "2h"
+    assert by_name["KuberlJobCrashLooping"]["expr"].rstrip().endswith(">= 5")
+    assert by_name["KuberlCheckpointOverdue"]["expr"].rstrip().endswith("> 7200")
+
+
+def test_job_alerts_fire_for_the_job_in_trouble_only(tmp_path):
+    job_phase = m.OPERATOR_JOB_PHASE
+    restarts = m.OPERATOR_GANG_RESTARTS_TOTAL
+    operator_series = 'job="kuberl", namespace="{ns}", rltj="{job}", pod="kuberl-6d9f-abcde"'
+    trainer = 'job="kuberl-system/kuberl-trainers", namespace="{ns}", rltj="{job}", pod="{job}-{rank}", rank="{rank}"'
+
+    def op(ns: str, job: str, extra: str = "") -> str:
+        return operator_series.format(ns=ns, job=job) + extra
+
+    def rank(ns: str, job: str, r: int) -> str:
+        return trainer.format(ns=ns, job=job, rank=r)
+
+    tests = [
+        {"interval": "1m", "input_series": [
+            # Pending, then its next start-up attempt: Restarting, then Pending again; never Running.
+            series(job_phase, op("team-a", "stuck", ', phase="Pending"'), "1x10 _x10 1x20"),
+            series(job_phase, op("team-a", "stuck", ', phase="Restarting"'), "_x10 1x10 _x20"),
+            # Pending ten minutes (an image pull), then Running; and one Running throughout.
+            series(job_phase, op("team-b", "slow-start", ', phase="Pending"'), "1x10"),
+            series(job_phase, op("team-b", "slow-start", ', phase="Running"'), "_x10 1x30"),
+            series(job_phase, op("team-a", "fine", ', phase="Running"'), "1x40"),
+        ], "alert_rule_test": [
+            firing("KuberlJobNotRunning", "20m"),
+            firing("KuberlJobNotRunning", "35m", ({"namespace": "team-a", "rltj": "stuck"}, "")),
+        ]},
+        {"interval": "1m", "input_series": [
+            series("up", 'job="kuberl", namespace="kuberl-system", pod="kuberl-6d9f-abcde"', "1x200"),
+            # Five restarts long ago, one in the last hour.
+            series(restarts, op("team-b", "old", ', reason="Evicted"'), "5x100 6x100"),
+            # Its first restart at 130 min, then one every 10 min: the counter is born inside the hour
+            # (promtool's "1x9" is ten samples).
+            series(restarts, op("team-a", "loop", ', reason="Crashed"'), "_x129 1x9 2x9 3x9 4x39"),
+            # A new counter at 120 min with two restarts: under the threshold.
+            series(restarts, op("team-a", "twice", ', reason="Stalled"'), "_x120 2x80"),
+        ], "alert_rule_test": [
+            firing("KuberlJobCrashLooping", "145m"),
+            firing("KuberlJobCrashLooping", "155m", ({"namespace": "team-a", "rltj": "loop"}, "3")),
+            firing("KuberlJobCrashLooping", "165m", ({"namespace": "team-a", "rltj": "loop"}, "4")),
+        ]},
+        {"interval": "1m", "input_series": [
+            # Prometheus' first hour (it has not seen the operator an hour ago): a job restarted long before is no crash loop.
+            series("up", 'job="kuberl", namespace="kuberl-system", pod="kuberl-6d9f-abcde"', "1x40"),
+            series(restarts, op("team-b", "old", ', reason="Evicted"'), "5x40"),
+        ], "alert_rule_test": [
+            firing("KuberlJobCrashLooping", "30m"),
+        ]},
+        {"interval": "1m", "input_series": [
+            series(m.CHECKPOINTS_SKIPPED, rank("team-a", "redo", 0), "2x10"),
+            series(m.CHECKPOINTS_SKIPPED, rank("team-a", "clean", 0), "0x10"),
+            # The gauge is rank 0's: another rank's value is no signal.
+            series(m.CHECKPOINTS_SKIPPED, rank("team-a", "clean", 1), "4x10"),
+        ], "alert_rule_test": [
+            firing("KuberlCheckpointsSkipped", "5m", ({"namespace": "team-a", "rltj": "redo"}, "2")),
+        ]},
+        {"interval": "1m", "input_series": [
+            # Rank 0 wrote one checkpoint at 1 min and none since; one that checkpoints every minute;
+            # one that has written none yet this start (the gauge reads 0).
+            series(m.LAST_CHECKPOINT_TIMESTAMP, rank("team-a", "overdue", 0), "60x100"),
+            series(m.LAST_CHECKPOINT_TIMESTAMP, rank("team-a", "current", 0), "0+60x100"),
+            series(m.LAST_CHECKPOINT_TIMESTAMP, rank("team-a", "none-yet", 0), "0x100"),
+        ], "alert_rule_test": [
+            firing("KuberlCheckpointOverdue", "60m"),
+            firing("KuberlCheckpointOverdue", "70m", ({"namespace": "team-a", "rltj": "overdue"}, "1h 9m 0s")),
+        ]},
+    ]
+    run_promtool_tests(tmp_path, rules(), tests)
+
+
+def test_operator_alerts_fire_when_it_is_down_frozen_or_failing_its_requests(tmp_path):
+    up = f'{OPERATOR}, pod="kuberl-0", instance="10.0.0.5:8081"'
+    tests = [
+        {"interval": "1m", "input_series": [
+            series("up", up, "1x5 0x20"),
+            series("up", 'job="other", namespace="kuberl-system"', "0x25"),  # another release's target says nothing of this one
+        ], "alert_rule_test": [
+            firing("KuberlOperatorDown", "5m"),
+            firing("KuberlOperatorDown", "15m", ({"namespace": "kuberl-system"}, "")),
+        ]},
+        {"interval": "1m", "input_series": [
+            series("up", up, "1x5"),  # the pod is gone: its target, and so its `up`, disappear
+        ], "alert_rule_test": [
+            firing("KuberlOperatorDown", "20m", ({"namespace": "kuberl-system"}, "")),
+        ]},
+        {"interval": "1m", "input_series": [
+            series("up", up, "1x30"),
+            series(m.OPERATOR_PEERS_SAME_PRIORITY, f'{OPERATOR}, pod="kuberl-1"', "0x5 1x20"),
+            series(m.OPERATOR_PEERS_SAME_PRIORITY, f'{OPERATOR}, pod="kuberl-0"', "0x25"),
+            series(m.OPERATOR_API_ERRORS_TOTAL, f'{OPERATOR}, pod="kuberl-0", verb="list", resource="pods", code="403"', "0+1x30"),
+            # a tenant's invalid child (422) fails that job, not the operator
+            series(m.OPERATOR_API_ERRORS_TOTAL, f'{OPERATOR}, pod="kuberl-0", verb="create", resource="pods", code="422"', "0+1x30"),
+        ], "alert_rule_test": [
+            firing("KuberlOperatorDown", "25m"),
+            firing("KuberlOperatorPeersSamePriority", "15m", ({"namespace": "kuberl-system", "pod": "kuberl-1"}, "1")),
+            firing("KuberlOperatorAPIErrors", "10m"),
+            firing("KuberlOperatorAPIErrors", "25m", ({"namespace": "kuberl-system", "verb": "list", "resource": "pods", "code": "403"}, "")),
+        ]},
+    ]
+    run_promtool_tests(tmp_path, rules(), tests)
+
+
+def test_a_promtool_test_that_expects_a_wrong_alert_fails(tmp_path):
+    """The harness itself can fail: an alert expected where none fires is reported."""
+    tests = [{"interval": "1m", "input_series": [series(m.CHECKPOINTS_SKIPPED, 'namespace="a", rltj="j", rank="0"', "0x10")],
+              "alert_rule_test": [firing("KuberlCheckpointsSkipped", "5m", ({"namespace": "a", "rltj": "j"}, "0"))]}]
+    with pytest.raises(AssertionError, match="KuberlCheckpointsSkipped"):
+        run_promtool_tests(tmp_path, rules(), tests)
+

@@ -1,0 +1,42 @@
+"""The operator's own metrics page, as Prometheus reads it: jobs by phase operator-wide, and one
+series per job (namespace, rltj, phase) that alerts and per-namespace panels select on."""
+
+from __future__ import annotations
+
+from kuberl.core import metricnames as m
+from kuberl.operator.metrics import OperatorMetrics
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def samples(metrics: OperatorMetrics, name: str) -> dict[tuple, float]:
+    page = generate_latest(metrics.registry).decode()
+    return {tuple(sorted(s.labels.items())): s.value
+            for family in text_string_to_metric_families(page) for s in family.samples if s.name == name}
+
+
+def test_each_job_has_one_phase_series_labelled_with_its_namespace_and_name():
+    metrics = OperatorMetrics()
+    metrics.job_phase("team-a", "ppo", "Pending")
+    metrics.job_phase("team-b", "ppo", "Running")
+    assert samples(metrics, m.OPERATOR_JOB_PHASE) == {
+        (("namespace", "team-a"), ("phase", "Pending"), ("rltj", "ppo")): 1.0,
+        (("namespace", "team-b"), ("phase", "Running"), ("rltj", "ppo")): 1.0,
+    }
+
+
+def test_a_job_that_changes_phase_keeps_one_series_and_a_deleted_job_none():
+    metrics = OperatorMetrics()
+    metrics.job_phase("team-a", "ppo", "Pending")
+    metrics.job_phase("team-a", "ppo", "Running")
+    assert list(samples(metrics, m.OPERATOR_JOB_PHASE)) == [(("namespace", "team-a"), ("phase", "Running"), ("rltj", "ppo"))]
+    metrics.job_phase("team-a", "ppo", None)
+    assert samples(metrics, m.OPERATOR_JOB_PHASE) == {}
+
+
+def test_jobs_by_phase_still_counts_every_phase_operator_wide():
+    metrics = OperatorMetrics()
+    metrics.job_phase("team-a", "one", "Running")
+    metrics.job_phase("team-b", "two", "Running")
+    counts = {dict(labels)["phase"]: value for labels, value in samples(metrics, m.OPERATOR_JOBS).items()}
+    assert counts == {"Pending": 0, "Running": 2, "Restarting": 0, "Suspended": 0, "Succeeded": 0, "Failed": 0}
