@@ -36,6 +36,19 @@ def test_a_failed_or_suspended_job_shows_its_reason_and_others_none():
     assert "reason" not in written({"phase": "Running", "conditions": failed["conditions"]})
 
 
+def test_a_pending_or_restarting_job_shows_why_its_workers_are_not_all_running():
+    """`kubectl get rltj -A` is where a platform team looks first: a job stuck Pending says why there."""
+    def not_ready(phase: str, reason: str) -> dict:
+        return {"phase": phase, "conditions": [{"type": "Ready", "status": "False", "reason": reason, "message": "worker 0 ..."}]}
+
+    assert written(not_ready(lifecycle.PENDING, "Unschedulable"))["reason"] == "Unschedulable"
+    assert written(not_ready(lifecycle.PENDING, "ImagePullBackOff"))["reason"] == "ImagePullBackOff"
+    assert written(not_ready(lifecycle.RESTARTING, "BackoffWait"))["reason"] == "BackoffWait"
+    assert "reason" not in written({"phase": lifecycle.PENDING, "conditions": []})
+    ready = {"phase": lifecycle.RUNNING, "conditions": [{"type": "Ready", "status": "True", "reason": "AllWorkersRunning"}]}
+    assert "reason" not in written(ready)
+
+
 def test_the_printer_columns_are_the_issues_and_read_the_display_strings():
     columns = {c["name"]: c for c in crd.PRINTER_COLUMNS}
     assert list(columns) == ["Phase", "Workers", "Restarts", "Timesteps", "Return", "Eval", "Reason", "Age"]

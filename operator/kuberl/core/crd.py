@@ -187,7 +187,7 @@ PRINTER_COLUMNS = [  # the display strings the operator writes beside the exact 
     {"name": "Timesteps", "type": "integer", "jsonPath": ".status.progress.timesteps", "description": "Env steps so far."},
     {"name": "Return", "type": "string", "jsonPath": ".status.display.return", "description": "Mean training return, rounded."},
     {"name": "Eval", "type": "string", "jsonPath": ".status.display.eval", "description": "Latest evaluation return, rounded."},
-    {"name": "Reason", "type": "string", "jsonPath": ".status.display.reason", "description": "Why Failed or Suspended."},
+    {"name": "Reason", "type": "string", "jsonPath": ".status.display.reason", "description": "Why Failed or Suspended, or why a Pending or Restarting job's workers are not all running."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

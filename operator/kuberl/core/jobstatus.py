@@ -134,6 +134,8 @@ def not_served(code: int, message: str, child: dict, scheduler_name: str | None)
 
 
 DISPLAY_REASON_PHASES = (lifecycle.FAILED, lifecycle.SUSPENDED)
+# Phases whose workers are not all running: the Ready condition's reason says why (Unschedulable, ImagePullBackOff, ...).
+DISPLAY_NOT_READY_PHASES = (lifecycle.PENDING, lifecycle.RESTARTING)
 
 
 def _rounded(value: object) -> str | None:
@@ -143,7 +145,8 @@ def _rounded(value: object) -> str | None:
 def display(status: dict, desired_workers: int | None) -> dict:
     """What `kubectl get rltj` shows, as strings a printer column (one JSONPath, no formatting) can print:
     ready/desired workers, returns rounded to 0.1 (the last known ones once the pods are gone, so a finished
-    job still shows what it reached), and a Failed or Suspended job's reason."""
+    job still shows what it reached), a Failed or Suspended job's reason, and why a Pending or Restarting
+    job's workers are not all running (its Ready condition's reason)."""
     previous = status.get("display") or {}
     progress = status.get("progress") or {}
     workers = status.get("workers") or {}
@@ -154,9 +157,14 @@ def display(status: dict, desired_workers: int | None) -> dict:
     }
     if desired_workers is not None:
         out["workers"] = f"{workers.get('ready', 0)}/{desired_workers}"
+    conditions = status.get("conditions") or []
     if status.get("phase") in DISPLAY_REASON_PHASES:
-        condition = next((c for c in status.get("conditions") or [] if c.get("type") == status["phase"] and c.get("status") == "True"), {})
+        condition = next((c for c in conditions if c.get("type") == status["phase"] and c.get("status") == "True"), {})
         out["reason"] = str(condition.get("reason") or status["phase"])[:64]
+    elif status.get("phase") in DISPLAY_NOT_READY_PHASES:
+        condition = next((c for c in conditions if c.get("type") == lifecycle.CONDITION_READY and c.get("status") == "False"), {})
+        if condition.get("reason"):
+            out["reason"] = str(condition["reason"])[:64]
     return {k: v for k, v in out.items() if v is not None}
 
 
