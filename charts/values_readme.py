@@ -50,8 +50,10 @@ kubectl apply --server-side -f charts/kuberl/crds/
 
 Delete your RLTrainingJobs first: each carries the finalizer `kuberl.dev/operator`, so a job
 deleted after the operator is gone waits for it. A job's checkpoint PVC is kept when the job is
-deleted (`spec.checkpoint.retain: true`, the default), so a job of the same name can resume from it;
-delete it yourself when it is no longer needed. The CRD stays too (Helm never deletes `crds/`):
+deleted (`spec.checkpoint.retain: true`, the default), its checkpoints in a directory named by the
+job's uid. A job created again with the same name gets a new uid and starts from zero; its rank 0's
+log names the old job's newest checkpoint and the directory to copy it into, and the next start
+resumes from it. Delete the PVC yourself when it is no longer needed. The CRD stays too (Helm never deletes `crds/`):
 deleting it deletes every RLTrainingJob in the cluster.
 
 ```bash

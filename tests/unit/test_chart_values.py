@@ -8,6 +8,7 @@ import importlib.util
 import pytest
 import yaml
 from chart_support import CHART, ROOT, HelmError, helm, operator_container, render
+from kuberl.core import names
 from kuberl.core import render as rendering
 from kuberl.operator.config import per_process_from_env
 
@@ -91,6 +92,11 @@ def test_the_readme_says_what_deleting_a_job_keeps_and_chart_yaml_points_at_a_he
     assert "Upgrading the CRD" in chart
     notes = helm("install", "kuberl", str(CHART), "--dry-run", "--namespace", "kuberl-system")
     assert "keeps its checkpoint PVC" in notes and "kubectl delete pvc" in notes
+    # checkpoints live per job uid (kuberl.core.names.checkpoint_subdir): a job created again does not resume by itself
+    assert names.checkpoint_subdir("j", "uid-1") != names.checkpoint_subdir("j", "uid-2")
+    for text in (readme, notes):
+        flat = " ".join(text.split())
+        assert "can resume from it" not in flat and "starts from zero" in flat and "uid" in flat
 
 
 def test_every_rendered_default_still_parses():
