@@ -175,3 +175,54 @@ def test_kuberl_eval_of_a_run_that_saved_nothing_says_how_it_ended(tmp_path, cap
     (run / "status.json").write_text(json.dumps({"phase": "Suspended"}))
     assert main(["eval", str(run)]) == 1
     assert "(it was stopped before its first checkpoint)" in capsys.readouterr().err
+
+
+CARTPOLE_CLASS = "gymnasium.envs.classic_control.cartpole:CartPoleEnv"
+
+
+def test_a_model_naming_a_module_env_imports_nothing_unless_told_which_module(tmp_path, capsys):
+    """env_id "module:Class" imports the module and calls the class with env_kwargs: a final-model.pt saying
+    subprocess:Popen with args ran that command under `kuberl eval` (weights_only kept the pickle out, not this)."""
+    ran = tmp_path / "ran"
+    torch.save({"format": 1, "algorithm": "ppo", "env_id": "subprocess:Popen", "env_kwargs": {"args": ["touch", str(ran)]},
+                "agent": {}, "hidden_sizes": [64]}, str(tmp_path / "final-model.pt"))
+    assert main(["eval", str(tmp_path / "final-model.pt"), "--episodes", "1"]) == 1
+    assert not ran.exists()
+    assert "--allow-env-module subprocess" in capsys.readouterr().err
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", CARTPOLE_CLASS, tmp_path / "class.pt")
+    assert main(["eval", path, "--episodes", "1"]) == 1
+    assert "--allow-env-module gymnasium.envs.classic_control.cartpole" in capsys.readouterr().err
+    assert main(["eval", path, "--episodes", "1", "--allow-env-module", "gymnasium"]) == 0  # a package covers its modules
+    assert f"{CARTPOLE_CLASS}: mean return" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("env_id", 5, "env_id 5 is no spec.env.id"),
+    ("env_id", "CartPole-v1\x1b[2J", "is no spec.env.id"),
+    ("env_kwargs", [1], "env_kwargs"),
+    ("hidden_sizes", "64", "hidden_sizes"),
+    ("hidden_sizes", [64.5], "hidden_sizes"),
+    ("algorithm", "a2c", "algorithm 'a2c'"),
+    ("agent", torch.zeros(2), "agent is no state_dict"),
+    ("obs_norm", {"mean": 1}, "obs_norm"),
+    ("format", "1", "format '1'"),
+])
+def test_a_model_whose_values_are_not_what_the_trainer_writes_is_refused_in_one_line(tmp_path, capsys, field, value, words):
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "final-model.pt")
+    model = torch.load(path, weights_only=True)
+    torch.save({**model, field: value}, path)
+    assert main(["eval", path, "--episodes", "1"]) == 1
+    err = capsys.readouterr().err
+    assert words in err and len(err.splitlines()) == 1 and "\x1b" not in err, err
+
+
+def test_hidden_sizes_that_need_more_weights_than_the_file_holds_are_refused_before_the_network_is_built(tmp_path, capsys):
+    """hidden_sizes [65536] * 8 in a file of a few hundred bytes built a 120 GB network, and the machine swapped."""
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "final-model.pt")
+    model = torch.load(path, weights_only=True)
+    torch.save({**model, "hidden_sizes": [65536] * 8}, path)
+    assert main(["eval", path, "--episodes", "1"]) == 1
+    assert "need more weights than the model holds" in capsys.readouterr().err

@@ -38,17 +38,20 @@ trainer's full state; read through `checkpoint.read`, it needs the run's `job.ya
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import math
 import os
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
+from kuberl.core import safetext
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
 
@@ -169,10 +172,54 @@ def read_model(path: str) -> dict:
     except (ValueError, OSError) as e:
         raise UnusableModel(f"{path}: {e}") from None
     missing = [k for k in ("algorithm", "env_id", "agent", "hidden_sizes") if k not in model]
-    if missing or model.get("format", FORMAT) > FORMAT:
+    if missing or not isinstance(model.get("format", FORMAT), int) or model.get("format", FORMAT) > FORMAT:
         raise UnusableModel(f"{path}: not a kuberl final model of format {FORMAT}"
-                            + (f" (missing {', '.join(missing)})" if missing else f" (format {model.get('format')})"))
-    return {"env_kwargs": {}, "obs_norm": None, **model}
+                            + (f" (missing {', '.join(missing)})" if missing else f" (format {model.get('format')!r})"))
+    model = {"env_kwargs": {}, "obs_norm": None, **model}
+    wrong = _model_problem(model)
+    if wrong:
+        raise UnusableModel(f"{path}: not a kuberl final model: {wrong}")
+    return model
+
+
+def _model_problem(model: dict) -> str | None:
+    """What in a final model's dict is not what the trainer writes (a spec's values, a state_dict of tensors):
+    a file is anyone's, and these values choose what is imported, made and allocated."""
+    from kuberl.core.validation import ENV_ID
+
+    if model["algorithm"] not in ("ppo", "dqn"):
+        return f"algorithm {safetext.one_line(repr(model['algorithm']))[:80]} (ppo or dqn)"
+    env_id = model["env_id"]
+    if not isinstance(env_id, str) or len(env_id) > 253 or not re.fullmatch(ENV_ID, env_id):
+        return f"env_id {safetext.one_line(repr(env_id))[:80]} is no spec.env.id"
+    kwargs = model["env_kwargs"]
+    if not isinstance(kwargs, dict) or len(kwargs) > 64 or not all(isinstance(k, str) for k in kwargs):
+        return "env_kwargs is no spec.env.kwargs (a map of at most 64 names)"
+    widths = model["hidden_sizes"]
+    if (not isinstance(widths, list) or not 1 <= len(widths) <= 8
+            or not all(type(w) is int and 1 <= w <= 65536 for w in widths)):  # the spec's hiddenSizes
+        return "hidden_sizes is no list of 1 to 8 widths from 1 to 65536"
+    agent = model["agent"]
+    if not isinstance(agent, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in agent.items()):
+        return "agent is no state_dict (names to tensors)"
+    norm = model["obs_norm"]
+    if norm is not None and (not isinstance(norm, dict) or set(norm) != {"mean", "var", "count"}):
+        return "obs_norm is neither None nor {mean, var, count}"
+    return None
+
+
+def env_module_problem(env_id: str, allowed: Collection[str]) -> str | None:
+    """Why a model's "module:Class" env id may not be made here: making it imports `module` and calls `Class`
+    with the model's env_kwargs (`subprocess:Popen` with args runs any command), and a model file or a run
+    directory is anyone's. Only a module the user names (`--allow-env-module`) is imported."""
+    if ":" not in env_id:
+        return None  # a registered gymnasium id: its entry point is the installed package's
+    module = env_id.partition(":")[0]
+    if any(module == name or module.startswith(name + ".") for name in allowed):
+        return None
+    return (f"env id {env_id!r} would import {module!r} and call what it names with the model's env_kwargs;"
+            f" a model file can name any module, so kuberl eval imports one only when told: --allow-env-module {module}"
+            " if you trust it")
 
 
 # --- the policy --------------------------------------------------------------------
@@ -185,6 +232,11 @@ def build_network(model: dict, obs_space: gym.Space, action_space: gym.Space) ->
 
     hidden = [int(w) for w in model["hidden_sizes"]]
     cnn = networks.choose(obs_space, "auto", "policy") == "cnn"
+    # The network must hold exactly the file's weights: one whose hidden layers alone need more is refused
+    # before it is built (hidden_sizes [65536] * 8 is 120 GB of float32 for a file of a few bytes).
+    weights = sum(t.numel() for t in model["agent"].values() if isinstance(t, torch.Tensor))
+    if not cnn and sum(a * b for a, b in itertools.pairwise(hidden)) + sum(hidden) > weights:
+        raise UnusableModel(f"hidden_sizes {hidden} need more weights than the model holds ({weights:,})")
     if model["algorithm"] == "ppo":
         encoder, features = networks.encoder(obs_space, "auto", "policy")
         network: nn.Module = Agent(features, action_space, [] if cnn else hidden, encoder)
@@ -249,10 +301,14 @@ class Policy:
         return out[0] if single else out
 
 
-def load_policy(path: str, sample: bool = True, seed: int = 0) -> Policy:
+def load_policy(path: str, sample: bool = True, seed: int = 0, env_modules: Collection[str] = ()) -> Policy:
     """A run directory, a final model or a checkpoint as a `Policy` (module docstring). The job's env is
-    made once (as the trainer makes it) for its spaces; raises UnusableModel saying what is wrong."""
+    made once (as the trainer makes it) for its spaces; raises UnusableModel saying what is wrong. A
+    "module:Class" env is made only when `env_modules` names its module (`env_module_problem`)."""
     model = read_model(find_model(path))
+    refused = env_module_problem(model["env_id"], env_modules)
+    if refused:
+        raise UnusableModel(refused)
     envs = make_envs(model["env_id"], 1, model["env_kwargs"])
     try:
         obs_space, action_space = envs.single_observation_space, envs.single_action_space
@@ -393,7 +449,7 @@ def cmd_eval(args: Any) -> int:
         return 1
     try:
         source = find_model(args.path)
-        policy = load_policy(source, seed=args.seed)
+        policy = load_policy(source, seed=args.seed, env_modules=getattr(args, "allow_env_module", None) or ())
         returns = evaluate(policy, args.episodes, args.seed)
         trained = f"{policy.timesteps:,} timesteps" if isinstance(policy.timesteps, int) else "timesteps unknown"
         print(f"{policy.env_id}: mean return {returns.mean():.1f} ± {returns.std():.1f} over {args.episodes} episode(s)"
