@@ -1,8 +1,12 @@
 """A pod of several processes (procsPerWorker > 1) runs kuberl_trainer.launch, torch's launcher:
 what it does when the kubelet sends the pod SIGTERM (a node drained, a job suspended)."""
 
+import pathlib
 import signal
 import time
+
+import pytest
+from kuberl_trainer import checkpoint
 
 from tests.distributed.support import Ranks, make_job
 from tests.support.ports import free_ports
@@ -94,3 +98,48 @@ def test_a_shutdown_timeout_torchs_launcher_cannot_read_is_a_configuration_error
     assert code == 78 and "Traceback" not in pod.log(0), pod.log(0)[-3000:]
     assert job.termination_log(0).startswith("ConfigError: spec.template: environment variable "
                                              "TORCH_ELASTIC_SHUTDOWN_TIMEOUT='abc': expected whole seconds")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_pod_of_two_ranks_stopped_while_its_launcher_imports_checkpoints_at_the_first_update_and_exits_0(tmp_path, signum):
+    """A pod of one process stopped in its first seconds stops at its first update, rank 0 saving
+    (test_trainer_processes); a pod of several ranks stopped while its launcher imported torch (the
+    first two seconds and more) died of the signal (SIGTERM), or of a KeyboardInterrupt's traceback
+    (Ctrl-C), with no checkpoint. It now behaves as the one-process pod does."""
+    job = make_job(tmp_path, world_size=1, procsPerWorker=2, metrics={"port": free_ports(2)}, checkpoint={"everyUpdates": 1000})
+    pod = Ranks(job, extra_env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "60"}, program=launcher(free_ports(1), 2))
+    try:
+        # the launcher's first lines ran (python's own SIGINT handler is there from the start; SIGTERM's is kuberl's),
+        # and torch's import takes seconds more
+        catches(pod.procs[0].pid, signal.SIGTERM)
+        pod.signal(0, signum)
+        [code] = pod.wait(timeout=90)
+    finally:
+        pod.kill()
+    log = pod.log(0)
+    assert job.termination_log(0).startswith("Stopped: stopped at timesteps"), (job.termination_log(0), log[-3000:])
+    assert checkpoint.load_newest(str(job.checkpoint_dir)) is not None, log[-3000:]
+    assert code == 0, log[-3000:]
+    assert "kuberl launcher: told to stop while starting; the ranks stopped at their first update" in log
+
+
+def catches(pid: int, signum: int, timeout: float = 10.0) -> None:
+    """Wait until process `pid` has a handler for `signum` (SigCgt in /proc/PID/status, a hex mask)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/status") as f:
+            caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+        if caught >> (signum - 1) & 1:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} installed no handler for signal {signum} in {timeout}s")
+
+
+def test_the_stop_the_launcher_hands_its_ranks_is_the_contracts_name():
+    """Both ends spell it before kuberl.core is imported, so neither can name the constant."""
+    from kuberl.core import contract
+    from kuberl_trainer import launch
+
+    assert launch.STOP_REQUESTED == contract.ENV_STOP_REQUESTED
+    main_source = pathlib.Path(launch.__file__).with_name("__main__.py").read_text()
+    assert f'os.environ.get("{contract.ENV_STOP_REQUESTED}")' in main_source

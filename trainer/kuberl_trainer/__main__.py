@@ -24,6 +24,7 @@ PAUSED_GC_FOR_IMPORTS = __name__ == "__main__"
 if PAUSED_GC_FOR_IMPORTS:
     gc.disable()
 
+import os
 import signal
 import threading
 
@@ -35,10 +36,12 @@ STOPPED_EARLY = threading.Event()
 if PAUSED_GC_FOR_IMPORTS:
     for _signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(_signum, lambda _signum, _frame: STOPPED_EARLY.set())
+    # A pod of several processes told to stop before its launcher started this rank (kuberl_trainer.launch)
+    if os.environ.get("KUBERL_STOP_REQUESTED"):  # contract.ENV_STOP_REQUESTED, not imported yet
+        STOPPED_EARLY.set()
 
 import argparse
 import json
-import os
 import sys
 import traceback
 from collections.abc import Callable

@@ -20,9 +20,22 @@ errors: here one line says it, and the pod exits 1 as under torch's launcher.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
+
+# The pod's launch: a SIGTERM/SIGINT that comes while torch is imported (two seconds and more, before
+# torch's launcher holds the signals) killed the pod with no checkpoint, where a pod of one process
+# stops at its first update with one. It is remembered, in the environment the ranks will inherit
+# (torch's launcher copies os.environ when it starts them), so they stop as a one-process pod does.
+STOP_REQUESTED = "KUBERL_STOP_REQUESTED"  # kuberl.core.contract.ENV_STOP_REQUESTED, before anything is imported
+if __name__ == "__main__":
+    def _remember_the_stop(_signum: int, _frame: object) -> None:
+        os.environ[STOP_REQUESTED] = "1"
+
+    for _signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(_signum, _remember_the_stop)
+
+import logging
 import sys
 from datetime import timedelta
 
@@ -64,6 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     quiet_signal_relay()
     try:
         torchrun(argv)
+        if os.environ.get(STOP_REQUESTED):
+            print("kuberl launcher: told to stop while starting; the ranks stopped at their first update",
+                  file=sys.stderr, flush=True)
     except ChildFailedError as e:
         # each rank printed its own error (a traceback, or its one stated line); torch's launcher then
         # raised this with its own traceback and a table of every rank: one line instead, and exit 1 as it does

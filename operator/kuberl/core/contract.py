@@ -82,6 +82,11 @@ ENV_PET_LOCAL_ADDR = "PET_LOCAL_ADDR"  # this pod's DNS name: where c10d's worke
 # children after passing on a SIGTERM before it kills them (torch/distributed/launcher/api.py
 # reads it; 30 s unset): kuberl sets the pod's grace period, so a stop's checkpoint has it all.
 ENV_TORCH_SHUTDOWN_TIMEOUT = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+# Set by kuberl's launcher (a pod of several processes) in the environment of the ranks it starts
+# after the pod was told to stop (SIGTERM/SIGINT while the launcher imported torch): each rank stops
+# at its first update, rank 0 saving, as a rank signalled during its own imports does. A KUBERL_
+# name: no spec may set it.
+ENV_STOP_REQUESTED = "KUBERL_STOP_REQUESTED"
 # Set only when pods run as local processes: the directory that stands in for
 # the pod's filesystem root, so absolute mount paths in the rendered pod need
 # no rewriting.
