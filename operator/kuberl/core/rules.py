@@ -6,6 +6,7 @@ found, each at its path."""
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from . import names, torchrun
+from .podsource import MAX_CONFIGMAP_BYTES
 from .spec import (
     ALGORITHM_BLOCKS,
     DQNConfig,
@@ -428,6 +430,8 @@ def parse_spec(spec: Any) -> JobSpec:
     problems += _custom_trainer_problems(spec)
     if parsed is not None:
         problems += gang_template_problems(spec.get("template"), parsed.workers)
+    if parsed is not None and not problems:
+        problems += config_size_problems(parsed, spec)
     found = list(problems)  # a field refused by itself already says it all; one rule's refusal silences no other rule
     for rule in CROSS_FIELD_RULES:
         if _problem_at(found, rule.reads):
@@ -497,6 +501,27 @@ def validate_job(job: Any, env_ids: Collection[str] | None = None) -> JobSpec:
         raise InvalidJob(problems)
     assert parsed is not None
     return parsed
+
+
+# The trainer's configuration (trainerconfig.dump: the defaulted spec as indented JSON, plus the job's name,
+# namespace, uid and paths, a few hundred bytes) is one ConfigMap, which the API server takes up to 1 MiB
+# (ValidateConfigMap: the data's total within core.MaxSecretSize); the margin holds the rest.
+MAX_CONFIG_SPEC_BYTES = MAX_CONFIGMAP_BYTES - 4096
+
+
+def config_size_problems(parsed: JobSpec, spec: dict) -> list[Problem]:
+    """A spec the trainer's ConfigMap cannot hold, at the field that makes it so (the template or
+    env.kwargs, whichever is larger): the API server would refuse the ConfigMap after `kuberl validate`
+    passed the job, and fail it as InvalidChild."""
+    size = len(json.dumps({"spec": defaulted(parsed)}, sort_keys=True, indent=1))
+    if size <= MAX_CONFIG_SPEC_BYTES:
+        return []
+    env = spec.get("env") if isinstance(spec.get("env"), dict) else {}
+    parts = {"spec.template": spec.get("template"), "spec.env.kwargs": env.get("kwargs")}
+    field = max(parts, key=lambda k: len(json.dumps(parts[k], indent=1, default=str)))
+    return [Problem(field, f"the trainer's configuration (ConfigMap <job>-config, the defaulted spec as indented JSON)"
+                    f" would be {size} bytes; the API server takes at most {MAX_CONFIGMAP_BYTES} (1 MiB) per ConfigMap:"
+                    " keep large data in a ConfigMap or Secret of your own, or in a volume")]
 
 
 def immutable_changes(old: Any, new: Any) -> list[Problem]:
