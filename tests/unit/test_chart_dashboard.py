@@ -81,15 +81,23 @@ def test_per_job_operator_panels_follow_the_namespace_variable(title, expr):
             assert 'namespace=~"$namespace"' in selector, f"{title}: {expr}"
 
 
+GRAFANA_SUBSTITUTES = {"$__rate_interval": "1m", "$__interval": "30s", "$namespace": ".+", "$rltj": ".+"}
+
+
+def grafana(expr: str) -> str:
+    """The query as Grafana sends it with every namespace and job selected."""
+    for variable, value in GRAFANA_SUBSTITUTES.items():
+        expr = expr.replace(variable, value)
+    return expr
+
+
+def panel_expr(title: str) -> str:
+    (expr,) = [e for t, e in panel_targets() if t == title]
+    return grafana(expr)
+
+
 def test_every_query_is_valid_promql_for_a_real_prometheus(tmp_path):
     """promtool parses each query (the dashboard's variables substituted as Grafana would) as a rule expression."""
-    substituted = {"$__rate_interval": "1m", "$__interval": "30s", "$namespace": ".+", "$rltj": ".+"}
-
-    def grafana(expr: str) -> str:
-        for variable, value in substituted.items():
-            expr = expr.replace(variable, value)
-        return expr
-
     rules = [{"record": f"kuberl:panel_{i}", "expr": grafana(expr)} for i, (_, expr) in enumerate(panel_targets())]
     rule_file = tmp_path / "panels.yaml"
     rule_file.write_text(json.dumps({"groups": [{"name": "panels", "rules": rules}]}))
@@ -116,3 +124,21 @@ def test_the_dashboard_covers_what_a_platform_team_watches():
     restarts = [expr for _, expr in panel_targets() if metricnames.OPERATOR_GANG_RESTARTS_TOTAL in expr]
     assert restarts and all(re.search(r"by \([^)]*\brltj\b", expr) for expr in restarts), "which job is crash-looping"
     assert re.search(r'rank="0"', text) and "{{rank}}" in json.dumps(DASHBOARD), "per job and per rank"
+
+
+def evaluated(tmp_path, expr: str, input_series: list[dict], at: str, expected: list[dict]) -> None:
+    """promtool evaluates `expr` over `input_series` (one sample a minute) at `at` and must get exactly `expected`."""
+    test = {"interval": "1m", "input_series": input_series,
+            "promql_expr_test": [{"expr": expr, "eval_time": at, "exp_samples": expected}]}
+    (tmp_path / "tests.yaml").write_text(json.dumps({"rule_files": [], "tests": [test]}))
+    result = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_checkpoint_age_leaves_out_a_job_that_has_not_checkpointed_yet(tmp_path):
+    """Rank 0's timestamp gauge reads 0 until its first checkpoint: 56 years of age would flatten every other job's line."""
+    rank0 = 'namespace="team-a", rltj="{}", rank="0", pod="{}-0"'
+    evaluated(tmp_path, panel_expr("Checkpoint age"), [
+        {"series": f"{metricnames.LAST_CHECKPOINT_TIMESTAMP}{{{rank0.format('saved', 'saved')}}}", "values": "60x10"},
+        {"series": f"{metricnames.LAST_CHECKPOINT_TIMESTAMP}{{{rank0.format('fresh', 'fresh')}}}", "values": "0x10"},
+    ], "10m", [{"labels": f"{{{rank0.format('saved', 'saved')}}}", "value": 540}])
