@@ -89,16 +89,18 @@ def test_a_name_held_past_the_startup_timeout_fails_the_job_naming_the_object(st
     assert rest.get(f'{CONFIGMAPS}/held-config').status == 200
 
 
-def test_a_spec_whose_configuration_is_over_a_configmaps_1_mib_fails_with_the_servers_words_and_others_run(standin, rest, operator):
+def test_a_spec_whose_configuration_is_over_a_configmaps_1_mib_fails_naming_the_field_and_others_run(standin, rest, operator):
     """A 1.1 MB env.kwargs is a job the API server stores (under etcd's 1.5 MiB), but its frozen
-    configuration is a ConfigMap over 1 MiB, which it refuses (ValidateConfigMap). The stand-in
-    read at most 1 MiB of any request and had no ConfigMap limit, so this was never tried."""
+    configuration is a ConfigMap over 1 MiB, which it refuses (ValidateConfigMap; the stand-in too,
+    test_standin_api). The job fails before any child is created, naming spec.env.kwargs, as
+    kuberl validate refuses it; it failed at its ConfigMap (InvalidChild) once kuberl validate had passed it."""
     create_job(rest, 'bulky', workers=2, env={'id': 'CartPole-v1', 'kwargs': {'blob': 'x' * 1_100_000}})
     create_job(rest, 'neighbour', workers=2)
     wait_phase(rest, 'bulky', 'Failed')
     failed = condition(rest, 'bulky', 'Failed')
-    assert failed['reason'] == 'InvalidChild' and 'ConfigMap "bulky-config" is invalid' in failed['message']
-    assert 'must have at most 1048576 bytes' in failed['message'] and len(failed['message']) < 200
+    assert failed['reason'] == 'InvalidSpec' and failed['message'].startswith('spec.env.kwargs: ')
+    assert 'at most 1048576 (1 MiB) per ConfigMap' in failed['message']
+    assert rest.get(f'{CONFIGMAPS}/bulky-config').status == 404
     assert not pods(standin, 'bulky')
     start_gang(standin, 'neighbour', 2)
     wait_phase(rest, 'neighbour', 'Running')
