@@ -64,6 +64,7 @@ def test_sigterm_leaves_a_checkpoint_and_the_next_run_continues(tmp_path):
     ranks = Ranks(job)
     ranks.wait_for_updates(15)
     assert ranks.metric(1, metricnames.WORLD_SIZE) == 2  # every rank exports, labelled by rank
+    assert ranks.metric(0, metricnames.RESUMED_TIMESTEPS) == 0  # found no checkpoint: started from zero
     for rank in (0, 1):
         ranks.signal(rank, signal.SIGTERM)
     assert ranks.wait(timeout=30) == [0, 0]
@@ -78,6 +79,7 @@ def test_sigterm_leaves_a_checkpoint_and_the_next_run_continues(tmp_path):
     resumed = Ranks(job)
     resumed.wait_for_updates(saved["counters"]["updates"] + 1)
     assert resumed.metric(0, metricnames.ENV_STEPS_TOTAL) > stopped_at  # continues, never from 0
+    assert resumed.metric(0, metricnames.RESUMED_TIMESTEPS) == stopped_at  # what the operator holds against status
     resumed.kill()
     assert f"resuming from {job.config['paths']['checkpointDir']}/ckpt-" in resumed.log(0)  # the pod's path, as kubectl logs shows it
 

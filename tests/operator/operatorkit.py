@@ -205,6 +205,7 @@ class FakeMetrics(LocalServer):
     def __init__(self, job: str):
         self.job, self.timesteps, self.success, self.eval_return, self.last_checkpoint = job, 0, 0, 0.0, 0.0
         self.checkpoints_skipped = 0
+        self.resumed_timesteps: int | None = None  # None: not on the page (rank 0 has not looked yet)
         kit = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -230,7 +231,9 @@ class FakeMetrics(LocalServer):
                 f'# TYPE kuberl_trainer_steps_per_second gauge\nkuberl_trainer_steps_per_second{{{labels}}} 640.0\n'
                 f'# TYPE kuberl_trainer_last_checkpoint_timestamp_seconds gauge\n'
                 f'kuberl_trainer_last_checkpoint_timestamp_seconds{{{labels}}} {self.last_checkpoint}\n'
-                f'# TYPE kuberl_trainer_checkpoints_skipped gauge\nkuberl_trainer_checkpoints_skipped{{{labels}}} {self.checkpoints_skipped}\n')
+                f'# TYPE kuberl_trainer_checkpoints_skipped gauge\nkuberl_trainer_checkpoints_skipped{{{labels}}} {self.checkpoints_skipped}\n'
+                + ('' if self.resumed_timesteps is None else
+                   f'# TYPE kuberl_trainer_resumed_timesteps gauge\nkuberl_trainer_resumed_timesteps{{{labels}}} {self.resumed_timesteps}\n'))
 
 
 def deep(obj: dict) -> dict:

@@ -135,3 +135,28 @@ def test_a_rank_0_that_skipped_newer_checkpoints_is_said_in_one_warning_event_pe
             metrics.timesteps = steps
             wait_for(lambda steps=steps: (status(rest, 'fellback').get('progress') or {}).get('timesteps') == steps)
         assert len([e for e in events(rest, 'fellback') if e['reason'] == 'CheckpointsSkipped']) == 1
+
+
+def test_a_rank_0_that_started_from_zero_behind_the_recorded_checkpoint_is_said_in_a_warning_event(standin, rest, operator):
+    """The job's checkpoint claim deleted by hand comes back empty with the next gang, as every child
+    does, and the job trained again from zero: only rank 0's log (gone at the next restart) knew."""
+    with FakeMetrics('wiped') as metrics:
+        create_job(rest, 'wiped', workers=1, metrics={'port': metrics.port}, runPolicy={'restartBackoffSeconds': 0.1})
+        [pod] = start_gang(standin, 'wiped', 1, ip='127.0.0.1')
+        metrics.timesteps, metrics.last_checkpoint, metrics.resumed_timesteps = 5000, 1.7e9, 0
+        wait_for(lambda: (status(rest, 'wiped').get('latestCheckpoint') or {}).get('timesteps') == 5000, what='a checkpoint on record')
+        assert not [e for e in events(rest, 'wiped') if e['reason'] == 'CheckpointsMissing'], 'a first start from zero is no loss'
+
+        metrics.timesteps, metrics.last_checkpoint, metrics.resumed_timesteps = 0, 0.0, None  # the next rank 0, still starting
+        terminated(standin, pod, 1, 'Crashed: OSError: [Errno 5] Input/output error')
+        start_gang(standin, 'wiped', 1, generation=1, ip='127.0.0.1')
+        metrics.timesteps, metrics.resumed_timesteps = 512, 0
+        said = wait_for(lambda: [e for e in events(rest, 'wiped') if e['reason'] == 'CheckpointsMissing'],
+                        what='a CheckpointsMissing event')
+        assert said[0]['type'] == 'Warning'
+        assert said[0]['message'].startswith('generation 1: rank 0 found no checkpoint in /checkpoints/wiped-'), said
+        assert '(timesteps 5000)' in said[0]['message'], said
+        for steps in (1024, 2048):  # more scrapes of the same generation, still behind the record
+            metrics.timesteps = steps
+            wait_for(lambda steps=steps: (status(rest, 'wiped').get('progress') or {}).get('timesteps') == steps)
+        assert len([e for e in events(rest, 'wiped') if e['reason'] == 'CheckpointsMissing']) == 1

@@ -107,8 +107,9 @@ def test_the_trainers_own_page_is_read_whole():
     metrics.success.set(1)
     metrics.last_checkpoint.set(1.7e9)
     metrics.checkpoints_skipped.set(2)
+    metrics.resumed_timesteps.set(2048)
     metrics.update_duration.observe(0.01)
-    assert parse(generate_latest(metrics.registry), 'job') == Rank0Reading(4096, 812.5, 120.0, 480.0, True, 1.7e9, 2)
+    assert parse(generate_latest(metrics.registry), 'job') == Rank0Reading(4096, 812.5, 120.0, 480.0, True, 1.7e9, 2, 2048)
 
 
 def test_returns_a_rank_has_not_measured_yet_are_none_not_zero():
@@ -117,8 +118,14 @@ def test_returns_a_rank_has_not_measured_yet_are_none_not_zero():
     metrics.env_steps.inc(10)
     reading = parse(generate_latest(metrics.registry), 'job')
     assert (reading.episode_return_mean, reading.eval_return) == (None, None)
+    assert reading.resumed_timesteps is None, 'before rank 0 has looked for a checkpoint, not "started from zero"'
 
 
 @pytest.mark.parametrize('bad', ['NaN', '-1', '1e300'])
 def test_a_skipped_checkpoint_count_that_is_not_a_bounded_count_reads_as_none_skipped(bad):
     assert parse(page(env_steps_total='10', checkpoints_skipped=bad), 'job').checkpoints_skipped == 0
+
+
+@pytest.mark.parametrize(('value', 'read'), [('0', 0), ('2048', 2048), ('NaN', None), ('-1', None), ('1e300', None)])
+def test_the_resumed_timesteps_are_a_bounded_count_or_none(value, read):
+    assert parse(page(env_steps_total='10', resumed_timesteps=value), 'job').resumed_timesteps == read

@@ -280,3 +280,26 @@ def test_kueues_queue_label_on_the_job_without_spec_queue_name_is_refused_naming
     assert refusal.message.startswith(f'metadata.labels.{names.KUEUE_QUEUE_NAME}:') and 'set spec.queueName: team-a' in refusal.message
     job['spec']['queueName'] = 'team-a'
     assert jobstatus.judge(job)[1] is None, 'with spec.queueName the pods are one group; the label is harmless'
+
+
+RECORDED = {'latestCheckpoint': {'path': '/checkpoints/j-uid', 'time': '2026-11-27T10:00:00Z', 'timesteps': 50_000}}
+
+
+@pytest.mark.parametrize(('status', 'reading', 'said'), [
+    pytest.param(RECORDED, Rank0Reading(1_024, resumed_timesteps=0), True, id='started-from-zero-behind-the-record'),
+    pytest.param(RECORDED, Rank0Reading(50_200, resumed_timesteps=49_920), False, id='resumed'),
+    pytest.param(RECORDED, Rank0Reading(1_024, resumed_timesteps=None), False, id='not-said-yet-or-an-older-trainer'),
+    pytest.param(RECORDED, Rank0Reading(1_024, checkpoints_skipped=3, resumed_timesteps=0), False, id='skipped-said-by-its-own-event'),
+    pytest.param({}, Rank0Reading(1_024, resumed_timesteps=0), False, id='a-first-start'),
+    pytest.param({'latestCheckpoint': {'timesteps': 900}}, Rank0Reading(1_024, resumed_timesteps=0), False,
+                 id='its-own-checkpoint-after-an-operator-restart'),
+    pytest.param(RECORDED, None, False, id='no-reading'),
+])
+def test_a_rank_0_that_started_from_zero_behind_the_recorded_checkpoint_is_said(status, reading, said):
+    """A checkpoint claim deleted by hand came back empty with the next gang (as every child does), and the job
+    trained again from zero with nothing said outside rank 0's log."""
+    message = jobstatus.checkpoints_missing(status, reading, 3)
+    assert (message is not None) == said, message
+    if said:
+        assert message.startswith('generation 3: rank 0 found no checkpoint in /checkpoints/j-uid and started from zero')
+        assert 'at 2026-11-27T10:00:00Z (timesteps 50000)' in message and 'emptied or replaced' in message

@@ -52,6 +52,8 @@ class TrainerMetrics:
         self.last_checkpoint = gauge(m.LAST_CHECKPOINT_TIMESTAMP, "Unix time of the last checkpoint written.")
         self.checkpoints_skipped = gauge(m.CHECKPOINTS_SKIPPED, "Checkpoints newer than the one this start resumed from "
                                          "that could not be used (truncated, corrupt, refused): their training is done again.")
+        self.resumed_timesteps = gauge(m.RESUMED_TIMESTEPS, "Timesteps of the checkpoint this start resumed from; 0: it "
+                                       "found none and started from zero (NaN until rank 0 has looked).")
         self.losses = {name: gauge(metric, doc) for name, (metric, doc) in m.LOSS_GAUGES.items()}  # by statistic name
         self.rollout_duration = histogram(m.ROLLOUT_DURATION, "Time collecting one rollout.")
         self.update_duration = histogram(m.UPDATE_DURATION, "Time of one optimisation round (epochs x minibatches).")
@@ -62,6 +64,7 @@ class TrainerMetrics:
         # the operator reads as none, not 0, a return no run reached (kubectl get rltj's RETURN and EVAL)
         self.episode_return.set(math.nan)
         self.eval_return.set(math.nan)
+        self.resumed_timesteps.set(math.nan)  # a scrape before rank 0 looked must not read as "started from zero"
 
     def serve(self, addr: str, base_port: int, local_rank: int = 0) -> None:
         """Serve on base_port + local_rank (spec.metrics.port is local rank 0's). A port

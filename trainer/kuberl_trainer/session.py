@@ -214,6 +214,7 @@ class TrainingSession:
                                                set_aside=True)
             if self.metrics is not None:
                 self.metrics.checkpoints_skipped.set(len(skipped))
+                self.metrics.resumed_timesteps.set(found[1]["counters"]["global_step"] if found is not None else 0)
             if found is not None:
                 path, state = found
                 self.resumed_from = path

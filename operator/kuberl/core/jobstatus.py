@@ -235,6 +235,27 @@ def checkpoints_skipped(generation: int, skipped: int) -> str:
             " names each file, why, and where it went (unreadable/ beside the checkpoints, where it can be moved)")
 
 
+REASON_CHECKPOINTS_MISSING = "CheckpointsMissing"
+
+
+def checkpoints_missing(status: dict, reading: Rank0Reading | None, generation: int) -> str | None:
+    """The Event that says rank 0 found no checkpoint and started from zero while the status records
+    one the job saved: its volume was emptied or replaced under it (a claim deleted by hand comes
+    back empty with the next gang). None otherwise. `status` is the one read before this reading is
+    written; once the run passes the recorded timesteps (or records its own) there is nothing to say."""
+    if reading is None or reading.resumed_timesteps != 0 or reading.checkpoints_skipped:
+        return None  # it resumed, has not said yet, or CheckpointsSkipped says why it went back
+    on_record = status.get("latestCheckpoint") or {}
+    recorded = on_record.get("timesteps")
+    if not isinstance(recorded, int) or isinstance(recorded, bool) or recorded <= reading.timesteps:
+        return None
+    where = str(on_record.get("path") or "the checkpoint directory")[:200]  # _post escapes what it posts
+    saved = str(on_record.get("time") or "an earlier generation")[:40]
+    return (f"generation {generation}: rank 0 found no checkpoint in {where} and started from zero, but the job saved one"
+            f" there at {saved} (timesteps {recorded}): the checkpoint volume was emptied or replaced under the job (its"
+            " claim deleted and created again, the directory removed). The training up to that checkpoint is done again")
+
+
 def owned_by(obj: dict, uid: str) -> bool:
     return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
 

@@ -32,6 +32,10 @@ LAST_CHECKPOINT_TIMESTAMP = f"{PREFIX}_last_checkpoint_timestamp_seconds"
 # Rank 0, from its start: checkpoints newer than the one it resumed from that it could not use
 # (truncated, corrupt, refused), whose training is done again; the operator posts an Event.
 CHECKPOINTS_SKIPPED = f"{PREFIX}_checkpoints_skipped"
+# Rank 0, once it has looked: the timesteps of the checkpoint it resumed from, 0 when it found none and
+# started from zero (NaN before it looked); against the status's latestCheckpoint the operator tells a
+# volume emptied or replaced under the job.
+RESUMED_TIMESTEPS = f"{PREFIX}_resumed_timesteps"
 POLICY_LOSS = f"{PREFIX}_policy_loss"
 VALUE_LOSS = f"{PREFIX}_value_loss"
 ENTROPY = f"{PREFIX}_entropy"

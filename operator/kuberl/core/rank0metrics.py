@@ -27,6 +27,7 @@ MAX_TIMESTAMP = 1e11  # POSIX seconds (year 5138): beyond it rfc3339 cannot rend
 READ_NAMES = (
     metricnames.ENV_STEPS_TOTAL, metricnames.STEPS_PER_SECOND, metricnames.EPISODE_RETURN,
     metricnames.EVAL_RETURN, metricnames.SUCCESS, metricnames.LAST_CHECKPOINT_TIMESTAMP, metricnames.CHECKPOINTS_SKIPPED,
+    metricnames.RESUMED_TIMESTEPS,
 )
 MAX_SAMPLE_LINES = 64  # a rank's own page has one line per name
 _SAMPLE_LINE = re.compile(rf"^[ \t]*(?:{'|'.join(map(re.escape, READ_NAMES))})[{{ \t].*$", re.MULTILINE)
@@ -52,6 +53,7 @@ class Rank0Reading:
     succeeded: bool = False
     last_checkpoint_time: float | None = None  # POSIX seconds; None before the first checkpoint
     checkpoints_skipped: int = 0  # newer checkpoints rank 0 could not use when it started
+    resumed_timesteps: int | None = None  # of the checkpoint rank 0 resumed from; 0: none found; None: not yet said
 
 
 def _bounded(value: float | None, low: float, high: float) -> float | None:
@@ -78,6 +80,7 @@ def parse(page: bytes | str, job: str) -> Rank0Reading | None:
         return None
     checkpoint = _bounded(values.get(metricnames.LAST_CHECKPOINT_TIMESTAMP), 0, MAX_TIMESTAMP)
     success = _bounded(values.get(metricnames.SUCCESS), -MAX_GAUGE, MAX_GAUGE)
+    resumed = _bounded(values.get(metricnames.RESUMED_TIMESTEPS), 0, MAX_TIMESTEPS)
     return Rank0Reading(
         timesteps=int(timesteps),
         steps_per_second=_bounded(values.get(metricnames.STEPS_PER_SECOND), 0, MAX_GAUGE),
@@ -86,6 +89,7 @@ def parse(page: bytes | str, job: str) -> Rank0Reading | None:
         succeeded=success is not None and success >= 1.0,
         last_checkpoint_time=checkpoint or None,
         checkpoints_skipped=int(_bounded(values.get(metricnames.CHECKPOINTS_SKIPPED), 0, MAX_TIMESTEPS) or 0),
+        resumed_timesteps=None if resumed is None else int(resumed),
     )
 
 

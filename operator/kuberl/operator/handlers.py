@@ -466,6 +466,10 @@ class JobLoop:
             self.memo["skipped_said"] = said  # once per generation: the gauge holds its value while rank 0 runs
             self._post(job, "Warning", jobstatus.REASON_CHECKPOINTS_SKIPPED,
                        jobstatus.checkpoints_skipped(generation, reading.checkpoints_skipped))
+        missing = jobstatus.checkpoints_missing(status, reading, generation)
+        if missing is not None and self.memo.get("missing_said") != said:
+            self.memo["missing_said"] = said  # once per generation: the run stays behind the record for a while
+            self._post(job, "Warning", jobstatus.REASON_CHECKPOINTS_MISSING, missing)
         if written:
             for event in decision.of(lifecycle.Event):
                 self._post(job, event.type, event.reason, event.message)
