@@ -14,11 +14,13 @@ Sections, each bounded in time and reported even when another fails:
              CUDA graph: ms per step each, and how far their weights differ
   ppo        manifests/examples/pong-ppo-gpu.yaml through `kuberl run` with one
              GPU: env steps/s, GPU utilisation and memory, the startup split
-             (a second, warm launch resumes it and reports its startup too)
+             (a second, warm launch resumes it and reports its startup too); then
+             again with spec.ppo.learnWhileCollecting
   dqn        pong-dqn-gpu.yaml likewise: env steps/s once learning has started
   sb3        SB3's PPO and DQN on the same game with matched settings
 GPU_CHECK_SOLVE=1 instead trains pong-ppo-gpu to its success target (eval
-return >= 18) and reports launch to success.
+return >= 18) and reports launch to success; GPU_CHECK_SET="ppo.learnWhileCollecting=true"
+adds `--set` overrides to that run.
 
 The numbers go to stdout and, as JSON, to runs/gpu-check/summary.json.
 Without a CUDA GPU it says so and exits 0.
@@ -181,11 +183,12 @@ def update() -> dict:
     return results
 
 
-def kuberl_run(example: str, seconds: float, overrides: list[str], sampler: GpuSampler, warm_relaunch: bool = False) -> dict:
+def kuberl_run(example: str, seconds: float, overrides: list[str], sampler: GpuSampler, warm_relaunch: bool = False,
+               runs: Path = RUNS) -> dict:
     """`kuberl run` the example with one GPU for `seconds`, then Ctrl-C; the rate
     from progress.jsonl, the GPU over the same window, rank 0's startup line."""
     job = Path(example).stem
-    command = [sys.executable, "-m", "kuberl.cli", "run", example, "--dir", str(RUNS), "--set", "gpusPerWorker=1", "--workers", "1"]
+    command = [sys.executable, "-m", "kuberl.cli", "run", example, "--dir", str(runs), "--set", "gpusPerWorker=1", "--workers", "1"]
     for override in overrides:
         command += ["--set", override]
     result = {}
@@ -207,14 +210,14 @@ def kuberl_run(example: str, seconds: float, overrides: list[str], sampler: GpuS
         text = (OUT / f"{job}-{attempt}.log").read_text(errors="replace")
         ready = re.findall(r"rank 0 ready to step ([\d.]+) s after launch \(([^)]*)\)", text)
         if not ready:  # the line lives in the pod's own log
-            for pod_log in sorted((RUNS / job / "logs").glob("*.log")) if (RUNS / job / "logs").exists() else []:
+            for pod_log in sorted((runs / job / "logs").glob("*.log")) if (runs / job / "logs").exists() else []:
                 ready += re.findall(r"rank 0 ready to step ([\d.]+) s after launch \(([^)]*)\)", pod_log.read_text(errors="replace"))
         result[f"startup_{attempt}"] = {"seconds": float(ready[-1][0]), "phases": ready[-1][1]} if ready else None
         if attempt == "cold":
             result.update(sampler.window(started + 0.5 * (ended - started), ended))
             result["wall_seconds"] = round(ended - started, 1)
         say(f"   {attempt} launch: rank 0 ready to step after {ready[-1][0] if ready else '?'} s ({ready[-1][1] if ready else 'no startup line'})")
-    result.update(progress_rate(RUNS / job))
+    result.update(progress_rate(runs / job))
     return result
 
 
@@ -426,11 +429,19 @@ def profile_learning() -> dict:
     return learning_profile(torch.device("cuda", 0))
 
 
-@section("ppo", 150)
+@section("ppo", 220)
 def ppo(sampler: GpuSampler) -> dict:
-    result = kuberl_run("manifests/examples/pong-ppo-gpu.yaml", 75, ["success.evalEvery=1000000"], sampler, warm_relaunch=True)
+    """The example as it ships, then with spec.ppo.learnWhileCollecting (the next rollout
+    collected while the update learns): the synchronous bound is 1 / (1/rollout + 1/update),
+    the overlapped one min(rollout, update)."""
+    example, quiet = "manifests/examples/pong-ppo-gpu.yaml", "success.evalEvery=1000000"
+    result = kuberl_run(example, 75, [quiet], sampler, warm_relaunch=True)
     say(f"   PPO Pong: {result.get('env_steps_per_s')} env steps/s, GPU {result.get('gpu_util_mean')}% busy, "
         f"{result.get('gpu_mem_max_mib')} MiB")
+    lagged = kuberl_run(example, 60, [quiet, "ppo.learnWhileCollecting=true"], sampler, runs=RUNS / "learning-while-collecting")
+    result["learning_while_collecting"] = lagged
+    say(f"   PPO Pong, learning while collecting: {lagged.get('env_steps_per_s')} env steps/s, "
+        f"GPU {lagged.get('gpu_util_mean')}% busy, {lagged.get('gpu_mem_max_mib')} MiB")
     return result
 
 
@@ -502,8 +513,9 @@ def sb3() -> dict:
 def solve(sampler: GpuSampler) -> dict:
     job = "pong-ppo-gpu"
     started = time.monotonic()
+    overrides = [arg for value in filter(None, os.environ.get("GPU_CHECK_SET", "").split()) for arg in ("--set", value)]
     subprocess.run([sys.executable, "-m", "kuberl.cli", "run", f"manifests/examples/{job}.yaml", "--dir", str(RUNS),
-                    "--set", "gpusPerWorker=1", "--workers", "1"], cwd=ROOT, check=False)
+                    "--set", "gpusPerWorker=1", "--workers", "1", *overrides], cwd=ROOT, check=False)
     result = {"launch_to_end_seconds": round(time.monotonic() - started)}
     status = RUNS / job / "status.json"
     if status.exists():
@@ -513,7 +525,9 @@ def solve(sampler: GpuSampler) -> dict:
 
 def ratios(summary: dict) -> list[str]:
     """kuberl over SB3 from one run's sections, where both ran."""
+    summary = {**summary, "ppo_lagged": summary.get("ppo", {}).get("learning_while_collecting", {})}
     pairs = (("PPO Pong", ("ppo", "env_steps_per_s"), ("sb3", "ppo_16envs_env_steps_per_s")),
+             ("PPO Pong learning while collecting", ("ppo_lagged", "env_steps_per_s"), ("sb3", "ppo_16envs_env_steps_per_s")),
              ("DQN Pong at 32 envs", ("dqn", "after_learning_starts_env_steps_per_s"),
               ("sb3", "dqn_32envs_env_steps_per_s_after_learning_starts")))
     lines = []

@@ -59,8 +59,9 @@ def test_two_ranks_solve_cartpole(tmp_path):
     assert progress and progress[-1]["timesteps"] <= 150_000 and progress[-1]["eval_return"] >= 475
 
 
-def test_sigterm_leaves_a_checkpoint_and_the_next_run_continues(tmp_path):
-    job = make_job(tmp_path, checkpoint={"everyUpdates": 10})
+@pytest.mark.parametrize("ppo", [{}, {"learnWhileCollecting": True}], ids=["synchronous", "learning-while-collecting"])
+def test_sigterm_leaves_a_checkpoint_and_the_next_run_continues(tmp_path, ppo):
+    job = make_job(tmp_path, checkpoint={"everyUpdates": 10}, ppo=ppo)
     ranks = Ranks(job)
     ranks.wait_for_updates(15)
     assert ranks.metric(1, metricnames.WORLD_SIZE) == 2  # every rank exports, labelled by rank

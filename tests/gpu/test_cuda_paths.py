@@ -136,6 +136,20 @@ def test_ppo_learns_pong_from_pixels_on_one_gpu(precision):
     assert {t.device.type for t in final["agent"].values()} == {"cpu"}
 
 
+def test_ppo_learning_while_collecting_acts_on_a_stream_beside_the_update():
+    ctx = Dist(0, 1, 0, 1, GPU, None)
+    hp = PPOConfig(num_steps=16, num_minibatches=2, update_epochs=1, learn_while_collecting=True)
+    trainer = PPOTrainer(ctx, hp, "ALE/Pong-v5", 4, {}, total_timesteps=3 * 16 * 4, seed=1, restart=0)
+    streams, act = [], trainer.behaviour.act
+    trainer.behaviour.act = lambda obs: (streams.append(torch.cuda.current_stream(GPU)), act(obs))[1]
+    session = BareSession()
+    assert trainer.train(session) == "budget"
+    default = torch.cuda.default_stream(GPU)
+    assert streams[0] == default  # the first rollout, before any update
+    assert streams[-1] != default  # the later ones, collected while an update runs on the default stream
+    assert all(np.isfinite(v) for r in session.reports for v in r.losses.values())
+
+
 @pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=bf16)])
 def test_dqn_learns_pong_from_pixels_on_one_gpu(precision):
     ctx = Dist(0, 1, 0, 1, GPU, None)

@@ -271,6 +271,11 @@ CASES = [
     ("envpool-in-deterministic-mode", spec_with(MINIMAL, deterministic=True, env={"id": "Pong-v5", "backend": "envpool"}), None,
      {"spec.env.backend"}),
     ("envpool-otherwise", spec_with(MINIMAL, env={"id": "Pong-v5", "backend": "envpool"}), None, set()),
+    ("learning-while-collecting-in-deterministic-mode", spec_with(MINIMAL, deterministic=True, ppo={"learnWhileCollecting": True}),
+     None, {"spec.ppo.learnWhileCollecting"}),
+    ("learning-while-collecting-otherwise", spec_with(MINIMAL, ppo={"learnWhileCollecting": True}), None, set()),
+    ("deterministic-without-learning-while-collecting", spec_with(MINIMAL, deterministic=True, ppo={"learnWhileCollecting": False}),
+     None, set()),
     ("explicit-nulls", {**FULL, "spec": {**FULL["spec"], "ppo": None, "image": None, "success": {"targetReturn": None}}}, None, set()),
     ("explicit-null-procs-with-gpus", {**FULL, "spec": {**FULL["spec"], "procsPerWorker": None}}, None, set()),
     # updates

@@ -54,3 +54,5 @@ def test_the_ratios_to_sb3_come_from_sections_of_the_same_run(gpu_check):
     assert gpu_check.ratios(summary) == ["PPO Pong: kuberl 7,834 env steps/s, SB3 754: 10.39x",
                                          "DQN Pong at 32 envs: kuberl 760 env steps/s, SB3 380: 2.00x"]
     assert gpu_check.ratios({"ppo": {"error": "RuntimeError: x"}, "sb3": {}}) == []  # a failed section: no ratio
+    summary["ppo"]["learning_while_collecting"] = {"env_steps_per_s": 12000}
+    assert gpu_check.ratios(summary)[1] == "PPO Pong learning while collecting: kuberl 12,000 env steps/s, SB3 754: 15.92x"

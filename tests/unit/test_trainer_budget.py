@@ -58,6 +58,10 @@ def test_a_rollout_over_the_ranks_share_is_refused_before_it_is_allocated(monkey
     assert allocated == []
     # either factor may be lowered: the message names the product, not numSteps alone
     assert str(refused.value).endswith("; lower spec.ppo.numSteps x spec.env.numEnvs or raise the pod's resources.limits.memory")
+    with pytest.raises(budget.BufferTooLarge, match=r": a rollout of 3,200,000 steps of CartPole-v1, held twice for spec.ppo.learnWhileCollecting, takes 0\.4 GiB"):
+        PPOTrainer(Dist(0, 8, 0, 8, torch.device("cpu"), None), PPOConfig(num_steps=50_000, learn_while_collecting=True),
+                   "CartPole-v1", 64, {}, 10**9, 1, 0)
+    assert allocated == []
 
 
 def test_buffers_that_fit_are_made_as_before():

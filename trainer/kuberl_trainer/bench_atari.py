@@ -3,7 +3,7 @@
 Env steps per second for each backend with random actions (no learner) --
 ale-py's threaded backend at 1 and 2 threads, with its scaling -- then PPO
 and DQN from pixels at world size 1 (acting, learning, the update's
-bookkeeping), and each run's peak resident memory; for the envs alone, the
+bookkeeping; PPO also with spec.ppo.learnWhileCollecting), and each run's peak resident memory; for the envs alone, the
 seconds to build them and reset them with a seed (a rank's startup). Besides wall
 steps/s it prints steps per CPU-second of this process, which a machine
 shared with other work does not distort: a pod's rank with a dedicated core
@@ -82,8 +82,9 @@ def _rates(steps: int, wall: float, cpu: float) -> dict:
 
 def with_learner(algorithm: str, backend: str, num_envs: int, timesteps: int) -> dict:
     ctx = Dist(0, 1, 0, 1, torch.device("cpu"), None)
-    if algorithm == "ppo":  # CleanRL's Atari settings, one rank
-        hp = PPOConfig(num_steps=128, num_minibatches=4, update_epochs=4, learning_rate=2.5e-4)
+    if algorithm in ("ppo", "ppo-lagged"):  # CleanRL's Atari settings, one rank
+        hp = PPOConfig(num_steps=128, num_minibatches=4, update_epochs=4, learning_rate=2.5e-4,
+                       learn_while_collecting=algorithm == "ppo-lagged")
         trainer = PPOTrainer(ctx, hp, ENV_ID, num_envs, {}, timesteps, 1, 0, env_backend=backend)
     else:  # one gradient step of 32 per 4 env steps, as the Nature DQN
         hp = DQNConfig(buffer_size=10_000, batch_size=32, learning_starts=512, train_frequency=4)
@@ -113,9 +114,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a rank's CPU share) for the learner runs")
     args = parser.parse_args(argv)
     others = ["gymnasium"] + (["envpool"] if importlib.util.find_spec("envpool") else [])
-    labels = {"envs": "envs only", "ppo": "ppo (CNN, fp32)", "dqn": "dqn (CNN, fp32)"}
+    labels = {"envs": "envs only", "ppo": "ppo (CNN, fp32)", "ppo-lagged": "ppo, learning while collecting",
+              "dqn": "dqn (CNN, fp32)"}
     plan = [("envs", "ale", 1), ("envs", "ale", 2)] + [("envs", b, args.threads) for b in others]
     plan += [(run, backend, args.threads) for run in ("ppo", "dqn") for backend in ["ale", *others]]
+    plan.insert(plan.index(("ppo", "ale", args.threads)) + 1, ("ppo-lagged", "ale", args.threads))
     rows = []
     for run, backend, threads in plan:
         # a fresh process per run, so each peak RSS is that run's own
@@ -123,11 +126,11 @@ def main(argv: list[str] | None = None) -> None:
             result, rss = pool.submit(measure, run, backend, args, threads).result()
         rows.append((backend, threads, labels[run], result, rss))
     print(f"Pong per rank: {args.num_envs} envs, CPU")
-    print(f"{'backend':<10} {'threads':>7} {'run':<16} {'steps':>7} {'steps/s':>9} {'steps/cpu-s':>12} {'peak RSS MiB':>13}"
+    print(f"{'backend':<10} {'threads':>7} {'run':<30} {'steps':>7} {'steps/s':>9} {'steps/cpu-s':>12} {'peak RSS MiB':>13}"
           f" {'build s':>8}")
     for backend, threads, run, r, rss in rows:
         built = f"{r['build s']:>8.2f}" if "build s" in r else ""
-        print(f"{backend:<10} {threads:>7} {run:<16} {r['steps']:>7} {r['steps/s']:>9.0f} {r['steps/cpu-s']:>12.0f} {rss:>13.0f} {built}")
+        print(f"{backend:<10} {threads:>7} {run:<30} {r['steps']:>7} {r['steps/s']:>9.0f} {r['steps/cpu-s']:>12.0f} {rss:>13.0f} {built}")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         ratios = sorted(pool.submit(thread_scaling, args.num_envs, 7, args.seconds / 5).result())
     print(f"ale's threaded env, 2 threads over 1: {ratios[len(ratios) // 2]:.2f}x, median of {len(ratios)} "

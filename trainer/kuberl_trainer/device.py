@@ -46,6 +46,17 @@ def upload(array: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tens
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
+def stream_after_current(device: torch.device) -> contextlib.AbstractContextManager:
+    """A context that puts CUDA work on a stream of its own, ordered after everything
+    queued so far on this thread's current stream; enter it on the thread that does
+    the work (the current stream is per thread). Nothing off CUDA."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    return torch.cuda.stream(stream)
+
+
 def on_host(tree):
     """`tree` (dicts, lists and tuples of tensors and plain values) with every
     tensor copied to host memory: a model a GPU rank saves then loads where

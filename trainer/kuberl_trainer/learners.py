@@ -87,10 +87,15 @@ def ppo_learner(agent: nn.Module, hp, ctx: Dist, loss: Callable, rng: np.random.
         distributed.take_rank0_parameters(ctx, learner.flat)
     else:
         learner = AutogradPPOLearner(agent, hp, ctx, loss)
+    return learner, ppo_actor(agent, hp, ctx, rng, fast)
+
+
+def ppo_actor(agent: nn.Module, hp, ctx: Dist, rng: np.random.Generator, fast: bool = True) -> PPOActor:
+    """An actor for PPO's `agent`: numpy for small MLPs on CPU (sampling from `rng`), else torch."""
     if fast and fastpolicy.supports(agent, ctx.device, hp.precision):
         torch.set_num_threads(1)  # on layers this small, intra-op threads cost more in synchronisation than they save
-        return learner, fastpolicy.NumpyPolicy(agent, rng)
-    return learner, TorchPolicy(agent, ctx.device)
+        return fastpolicy.NumpyPolicy(agent, rng)
+    return TorchPolicy(agent, ctx.device)
 
 
 def q_learner(agent: nn.Module, target: nn.Module, hp, ctx: Dist, loss: Callable, timings: dict[str, float],

@@ -55,7 +55,7 @@ class TrainerMetrics:
         self.resumed_timesteps = gauge(m.RESUMED_TIMESTEPS, "Timesteps of the checkpoint this start resumed from; 0: it "
                                        "found none and started from zero (NaN until rank 0 has looked).")
         self.losses = {name: gauge(metric, doc) for name, (metric, doc) in m.LOSS_GAUGES.items()}  # by statistic name
-        self.rollout_duration = histogram(m.ROLLOUT_DURATION, "Time collecting one rollout.")
+        self.rollout_duration = histogram(m.ROLLOUT_DURATION, "Time an update waited for its rollout (with ppo.learnWhileCollecting, only the part the update did not hide).")
         self.update_duration = histogram(m.UPDATE_DURATION, "Time of one optimisation round (epochs x minibatches).")
         self.allreduce_duration = histogram(m.ALLREDUCE_DURATION, "Time of the update's counter all-reduce.")
         self.world_size.set(world_size)

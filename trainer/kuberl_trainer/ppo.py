@@ -15,8 +15,10 @@ ONE all-reduce per update, by name (base.BaseAlgorithm.sync_update). Plumbing
 
 from __future__ import annotations
 
+import copy
 import math
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +28,7 @@ from torch import nn
 
 from . import atari, budget, distributed, evaluation, learners, networks
 from .base import BaseAlgorithm
-from .device import CPU, host_zeros, to_device, upload
+from .device import CPU, host_zeros, stream_after_current, to_device, upload
 from .distributed import Dist
 from .normalize import RunningMeanStd
 from .ppo_terms import LOG_SQRT_2PI, STAT_NAMES, minibatch_table
@@ -234,14 +236,24 @@ class PPOTrainer(BaseAlgorithm):
         self.num_updates = max(1, math.ceil(self.total_timesteps / (self.batch_per_rank * ctx.world_size)))
         layout = (hp.num_steps, num_envs, self.obs_shape, tuple(self.action_space.shape or ()), self.agent.discrete,
                   np.uint8 if cnn else np.float32)
+        rollouts = 2 if hp.learn_while_collecting else 1  # one filling while the update reads the other
         budget.check_fits("spec.ppo.numSteps x spec.env.numEnvs",
-                          f"a rollout of {self.batch_per_rank:,} steps of {env_id}", budget.nbytes(Rollout.layout(*layout)),
-                          ctx.local_world_size)
+                          f"a rollout of {self.batch_per_rank:,} steps of {env_id}"
+                          + (", held twice for spec.ppo.learnWhileCollecting," if rollouts == 2 else ""),
+                          rollouts * budget.nbytes(Rollout.layout(*layout)), ctx.local_world_size)
         self.buf = Rollout(*layout, ctx.device)
         self.discounted = np.zeros(num_envs, np.float32)
         # how it learns and acts, rank 0's weights everywhere (fast=False: always DDP + Adam + torch)
         self.learner, self.actor = learners.ppo_learner(self.agent, hp, ctx, ppo_loss, self.np_rng, self.fast_path)
         self.optimizer = self.learner.optimizer
+        # who acts in rollouts: the current weights, or (learnWhileCollecting) a copy of them taken
+        # before each update, on a thread of its own, sampling from a generator of its own
+        self.behaviour, self.rollout_ready = self.actor, False
+        if hp.learn_while_collecting:
+            self.spare_buf = Rollout(*layout, ctx.device)
+            self.acting_agent = copy.deepcopy(self.agent).requires_grad_(False)
+            self.behaviour = learners.ppo_actor(self.acting_agent, hp, ctx, self.np_rng.spawn(1)[0], self.fast_path)
+            self.collector = ThreadPoolExecutor(1, thread_name_prefix="rollout")
 
     # -- state for checkpoints, beyond BaseAlgorithm's ----------------------------
 
@@ -299,7 +311,7 @@ class PPOTrainer(BaseAlgorithm):
             self.obs_norm.normalize(self.next_obs[cols], out=buf.obs[t, cols])
         else:
             np.copyto(buf.obs[t, cols], self.next_obs[cols])
-        buf.actions[t, cols], buf.log_probs[t, cols], buf.values[t, cols] = self.actor.act(buf.obs[t, cols])
+        buf.actions[t, cols], buf.log_probs[t, cols], buf.values[t, cols] = self.behaviour.act(buf.obs[t, cols])
         if self.agent.discrete:
             return buf.actions[t, cols]
         return np.clip(buf.actions[t, cols], self.action_space.low, self.action_space.high)
@@ -325,9 +337,10 @@ class PPOTrainer(BaseAlgorithm):
             local["return_moments"] = RunningMeanStd.moments(buf.discounted[valid], ())
         return local
 
-    def learn(self, advantages: np.ndarray, returns: np.ndarray) -> tuple[dict[str, float], int]:
-        """update_epochs passes of num_minibatches DDP steps over the rollout."""
-        hp, buf, device = self.hp, self.buf, self.ctx.device
+    def learn(self, advantages: np.ndarray, returns: np.ndarray, buf: Rollout | None = None) -> tuple[dict[str, float], int]:
+        """update_epochs passes of num_minibatches DDP steps over the rollout (`buf`, else self.buf)."""
+        hp, device = self.hp, self.ctx.device
+        buf = self.buf if buf is None else buf
         size = self.batch_per_rank
         # observations apart, in their own dtype (uint8 frames stay uint8 until on the device)
         all_obs = to_device(buf.obs_t.reshape(size, *self.obs_shape), device)
@@ -357,7 +370,7 @@ class PPOTrainer(BaseAlgorithm):
     def advantages(self, scale_rewards: bool) -> tuple[np.ndarray, np.ndarray]:
         buf = self.buf
         obs = self.obs_norm.normalize(self.next_obs) if self.hp.normalize_observation else self.next_obs
-        next_value = self.actor.value(obs.astype(np.float32, copy=False))
+        next_value = self.behaviour.value(obs.astype(np.float32, copy=False))  # the values the rollout recorded
         rewards = self.ret_norm.scale(buf.rewards).astype(np.float32) if scale_rewards else buf.rewards
         return gae(rewards, buf.values, next_value, buf.terminated, buf.truncated, buf.valid, self.hp.gamma, self.hp.gae_lambda)
 
@@ -374,7 +387,9 @@ class PPOTrainer(BaseAlgorithm):
             group["lr"] = lr
 
         started = time.perf_counter()
-        self.collect()
+        if not self.rollout_ready:  # learnWhileCollecting collects it during the update before
+            self.collect()
+        self.rollout_ready = False
         rollout_seconds = time.perf_counter() - started
 
         totals, allreduce_seconds = self.sync_update(self.local_statistics(), stop_vote, success_vote)
@@ -383,16 +398,26 @@ class PPOTrainer(BaseAlgorithm):
         if hp.normalize_reward:
             self.ret_norm.merge(totals["return_moments"])
 
+        local_steps = int(self.buf.valid.sum())
         losses, epochs_run, update_seconds = {}, 0, 0.0
         if totals["success_votes"] == 0:
             started = time.perf_counter()
             advantages, returns = self.advantages(hp.normalize_reward)
-            losses, epochs_run = self.learn(advantages, returns)
-            update_seconds = time.perf_counter() - started
+            rollout = self.buf
+            more = totals["stop_votes"] == 0 and self.counters.updates + 1 < self.num_updates
+            next_rollout = self.collect_ahead() if hp.learn_while_collecting and more else None
+            try:
+                losses, epochs_run = self.learn(advantages, returns, rollout)
+            finally:  # the collecting thread never outlives its update
+                update_seconds = time.perf_counter() - started
+                if next_rollout is not None:
+                    next_rollout.result()
+                    self.rollout_ready = True
+                    rollout_seconds += time.perf_counter() - started - update_seconds  # waited for beyond the update
             self.counters.updates += 1
         return UpdateReport(
             counters=self.counters,
-            local_steps=int(self.buf.valid.sum()),
+            local_steps=local_steps,
             episode_return_sum=totals["return_sum"],
             episode_return_count=int(totals["episodes"]),
             learning_rate=lr,
@@ -404,6 +429,21 @@ class PPOTrainer(BaseAlgorithm):
             stop=totals["stop_votes"] > 0,
             target_met=totals["success_votes"] > 0,
         )
+
+    def collect_ahead(self) -> Future:
+        """learnWhileCollecting: the next rollout, into the spare buffer on the collector
+        thread, acting with a copy of the weights as they are before this update (one update
+        of policy lag: PPO's ratio is taken against the log-probs that copy recorded). On a
+        GPU its forward passes run on a stream of their own, beside the update's."""
+        self.acting_agent.load_state_dict(self.agent.state_dict())
+        self.buf, self.spare_buf = self.spare_buf, self.buf
+        stream = stream_after_current(self.ctx.device)  # after the weights' copy, queued on this thread
+
+        def collect() -> None:
+            with stream:
+                self.collect()
+
+        return self.collector.submit(collect)
 
     def final_model(self) -> dict:
         return {

@@ -40,6 +40,9 @@ from .validation import (
 )
 from .yamlreader import MAX_NESTING
 
+# a rollout stepped on another thread while the update learns has no one order to replay
+LAGGED_ROLLOUT_NOT_DETERMINISTIC = "a rollout collected while the update learns is not reproducible; spec.deterministic needs learnWhileCollecting: false"
+
 
 @dataclass(frozen=True)
 class CrossFieldRule:
@@ -251,6 +254,16 @@ CROSS_FIELD_RULES = [
         lambda s: not s.get("deterministic") or (s.get("env") or {}).get("backend") != "envpool",
         lambda s: "envpool's C++ env state cannot be checkpointed; spec.deterministic needs backend: gymnasium",
         ("deterministic", "env"),
+    ),
+    CrossFieldRule(
+        ".ppo.learnWhileCollecting",
+        "!has(self.deterministic) || !self.deterministic || !has(self.ppo) || !has(self.ppo.learnWhileCollecting)"
+        " || !self.ppo.learnWhileCollecting",
+        f"'{LAGGED_ROLLOUT_NOT_DETERMINISTIC}'",
+        LAGGED_ROLLOUT_NOT_DETERMINISTIC,
+        lambda s: not s.get("deterministic") or not (s.get("ppo") or {}).get("learnWhileCollecting"),
+        lambda s: LAGGED_ROLLOUT_NOT_DETERMINISTIC,
+        ("deterministic", "ppo"),
     ),
     *HYPERPARAMETER_RULES,
 ]

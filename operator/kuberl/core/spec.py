@@ -81,6 +81,7 @@ class PPOConfig(Model):
     precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16: autocast the network's forward pass (GPUs with bf16, or CPU); losses, log-probs and targets stay fp32.")
     normalize_observation: bool = Field(False, description="Running observation normalisation, all-reduced across ranks and checkpointed.")
     normalize_reward: bool = Field(False, description="Scale rewards by a running return std, all-reduced and checkpointed.")
+    learn_while_collecting: bool = Field(False, description="Collect the next rollout while the update learns from this one, acting with the weights from before the update: one update of policy lag (as CleanRL's Cleanba PPO), for ranks whose envs and update each leave the other idle (a GPU node). Holds two rollouts in memory; not with spec.deterministic.")
 
 
 class DQNConfig(Model):
