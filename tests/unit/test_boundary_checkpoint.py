@@ -223,3 +223,24 @@ def test_a_resume_past_a_corrupt_newest_checkpoint_counts_it_for_the_operator_an
     assert training.metrics.checkpoints_skipped._value.get() == 1
     assert os.path.exists(os.path.join(training.checkpoint_dir, checkpoint.ASIDE, os.path.basename(newest)))  # before a save takes its name
     assert said[-2].startswith("resuming from ") and said[-1].startswith("1 newer checkpoint(s) skipped"), said
+
+
+def test_a_tensor_claiming_more_than_its_data_holds_is_refused_and_the_last_good_one_loads(tmp_path):
+    """A one-element view with stride 0 and shape (2**40,) is saved whole by torch.save in a few KB; the
+    optimizer's state (which takes any tensor before the first step) or a normaliser copied it into 8 TiB."""
+    checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=3)
+    forged = ppo_like_state(2)
+    forged["optimizer"]["state"][0]["exp_avg"] = torch.zeros(1, dtype=torch.float64).as_strided((2**40,), (0,))
+    data = checkpoint.encode(forged)
+    assert len(data) < 16 * 1024
+    with pytest.raises(checkpoint.CorruptCheckpoint, match=r"claims \[1099511627776\] of torch.float64, more than the 8 bytes"):
+        checkpoint.decode(data)
+    (tmp_path / checkpoint.checkpoint_name(2)).write_bytes(data)
+    path, _ = checkpoint.load_newest(str(tmp_path))
+    assert path.endswith(checkpoint.checkpoint_name(1))
+
+
+def test_a_slice_of_a_larger_tensor_is_no_claim_beyond_its_data():
+    state = ppo_like_state(1)
+    state["obs_norm"]["mean"] = torch.arange(10.0)[2:6]  # a view onto fewer bytes than its storage: loads
+    assert checkpoint.decode(checkpoint.encode(state))["obs_norm"]["mean"].tolist() == [2.0, 3.0, 4.0, 5.0]

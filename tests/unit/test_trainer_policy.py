@@ -226,3 +226,32 @@ def test_hidden_sizes_that_need_more_weights_than_the_file_holds_are_refused_bef
     torch.save({**model, "hidden_sizes": [65536] * 8}, path)
     assert main(["eval", path, "--episodes", "1"]) == 1
     assert "need more weights than the model holds" in capsys.readouterr().err
+
+
+def normalised_model(tmp_path, **obs_norm) -> str:
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8], normalize_observation=True),
+                         "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "final-model.pt")
+    model = torch.load(path, weights_only=True)
+    torch.save({**model, "obs_norm": {**model["obs_norm"], **obs_norm}}, path)
+    return path
+
+
+def test_a_model_tensor_claiming_terabytes_in_a_few_kilobytes_is_refused_before_any_copy(tmp_path, capsys):
+    """obs_norm's mean as a one-element view of stride 0 and shape (2**40,): kuberl eval asked numpy for 8 TiB
+    (a MemoryError traceback; 2**31 took 16 GB of the machine)."""
+    huge = torch.zeros(1, dtype=torch.float64).as_strided((2**40,), (0,))
+    path = normalised_model(tmp_path, mean=huge, var=huge)
+    assert os.path.getsize(path) < 16 * 1024
+    assert main(["eval", path, "--episodes", "1"]) == 1
+    assert "claims [1099511627776] of torch.float64" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("obs_norm", "words"), [
+    ({"mean": torch.zeros(5)}, "mean is not an array of the observation's shape [4]"),
+    ({"count": torch.ones(3)}, "count is not a finite, non-negative number"),
+    ({"count": float("nan")}, "count is not a finite"),
+])
+def test_a_normaliser_that_does_not_fit_the_envs_observations_is_refused_in_one_line(tmp_path, capsys, obs_norm, words):
+    assert main(["eval", normalised_model(tmp_path, **obs_norm), "--episodes", "1"]) == 1
+    assert f"obs_norm {words}" in capsys.readouterr().err

@@ -392,12 +392,37 @@ def _stored_zip(payload: bytes) -> None:
         raise CorruptCheckpoint("payload's members claim more bytes than it holds: not loaded")
 
 
+def overclaimed(loaded: object) -> None:
+    """CorruptCheckpoint when a tensor in `loaded` claims more elements than its data holds: a view of
+    one element with stride 0 and shape (2**40,) fits a file of 2 KB, and whatever copies it (numpy,
+    `.to(dtype)`, `.clone()`) allocates the 8 TiB it claims. torch.save writes every tensor it saves
+    whole, so one of ours never claims more than its storage."""
+    pending, seen = [loaded], 0
+    while pending:
+        value = pending.pop()
+        seen += 1
+        if seen > MAX_LOADED_OBJECTS:
+            raise CorruptCheckpoint(f"holds more than {MAX_LOADED_OBJECTS} objects: not loaded")
+        if isinstance(value, torch.Tensor):
+            if value.numel() and value.numel() * value.element_size() > value.untyped_storage().nbytes():
+                raise CorruptCheckpoint(f"a tensor claims {list(value.shape)} of {value.dtype}, more than the"
+                                        f" {value.untyped_storage().nbytes()} bytes it holds: not loaded")
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            pending.extend(value)
+
+
+MAX_LOADED_OBJECTS = 10_000_000  # a checkpoint's values and containers: far more than any network's state
+
+
 def _decode_v2(payload: bytes) -> object:
     _stored_zip(payload)
     loaded = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
     if not (isinstance(loaded, dict) and set(loaded) == {"state", "tensors"} and isinstance(loaded["state"], str)
             and isinstance(loaded["tensors"], list) and all(isinstance(t, torch.Tensor) for t in loaded["tensors"])):
         raise CorruptCheckpoint("version 2 payload is not {state: JSON text, tensors: [tensor, ...]}")
+    overclaimed(loaded["tensors"])
     return from_plain(json.loads(loaded["state"]), loaded["tensors"])
 
 
@@ -405,6 +430,7 @@ def _decode_v1(payload: bytes) -> object:
     _stored_zip(payload)
     with torch.serialization.safe_globals(V1_NUMPY_GLOBALS):
         state = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
+    overclaimed(state)
     if isinstance(state, dict) and state.get("per_rank") is not None:
         log.warning("a version 1 checkpoint's per-rank env state is a pickle: resuming without it")
         state["per_rank"] = None
@@ -648,6 +674,7 @@ def read_model(path: str, max_bytes: int | None = None) -> dict:
         raise CorruptCheckpoint(f"does not load: {type(e).__name__}: {str(e)[:300]}") from e
     if not isinstance(model, dict):
         raise CorruptCheckpoint(f"holds a {type(model).__name__}, not a model dict")
+    overclaimed(model)
     return model
 
 

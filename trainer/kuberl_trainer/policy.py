@@ -208,6 +208,21 @@ def _model_problem(model: dict) -> str | None:
     return None
 
 
+def _obs_norm_problem(norm: dict, shape: tuple[int, ...]) -> str | None:
+    """Why a model's observation normaliser does not fit the env's observations (its mean and var
+    arrays of the observation's shape, its count one number)."""
+    for key in ("mean", "var"):
+        value = norm[key]
+        if not isinstance(value, (torch.Tensor, np.ndarray)) or tuple(value.shape) != shape:
+            return f"{key} is not an array of the observation's shape {list(shape)}"
+    count = norm["count"]
+    if isinstance(count, (torch.Tensor, np.ndarray)) and count.ndim == 0:
+        count = count.item()
+    if type(count) not in (int, float) or not 0 <= count < float("inf"):
+        return "count is not a finite, non-negative number"
+    return None
+
+
 def env_module_problem(env_id: str, allowed: Collection[str]) -> str | None:
     """Why a model's "module:Class" env id may not be made here: making it imports `module` and calls `Class`
     with the model's env_kwargs (`subprocess:Popen` with args runs any command), and a model file or a run
@@ -316,6 +331,9 @@ def load_policy(path: str, sample: bool = True, seed: int = 0, env_modules: Coll
         envs.close()
     norm = None
     if model.get("obs_norm") is not None:
+        wrong = _obs_norm_problem(model["obs_norm"], tuple(obs_space.shape))
+        if wrong:
+            raise UnusableModel(f"obs_norm {wrong}")
         norm = RunningMeanStd(tuple(obs_space.shape))
         norm.load_state_dict({k: np.asarray(v) if k != "count" else float(v) for k, v in model["obs_norm"].items()})
     return Policy(build_network(model, obs_space, action_space), model["algorithm"], model["env_id"], dict(model["env_kwargs"]),
