@@ -4,11 +4,12 @@ default resources as values, and the chart README generated from values.yaml (st
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 import yaml
 from chart_support import CHART, ROOT, HelmError, helm, operator_container, render
-from kuberl.core import names
+from kuberl.core import names, validation
 from kuberl.core import render as rendering
 from kuberl.operator.config import per_process_from_env
 
@@ -101,3 +102,70 @@ def test_the_readme_says_what_deleting_a_job_keeps_and_chart_yaml_points_at_a_he
 
 def test_every_rendered_default_still_parses():
     assert yaml.safe_load((CHART / "values.yaml").read_text())["trainer"]["resourcesPerProcess"] == {"cpu": "1", "memory": "2Gi"}
+
+
+# --- map keys and label values: refused at `helm install` naming the value, by Kubernetes' own rules -------------
+
+ALERTING = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
+
+
+def values_with(path: str, mapping: dict) -> dict:
+    """{"a": {"b": mapping}} for "a.b", with the alerts on (their values only render then)."""
+    values: dict = {"monitoring": json.loads(json.dumps(ALERTING))}
+    node = values
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = mapping
+    return values
+
+
+def helm_refusal(values: dict) -> str:
+    with pytest.raises(HelmError) as refused:
+        render(values)
+    return str(refused.value)
+
+
+LABEL_MAPS = ["commonLabels", "operator.podLabels", "operator.nodeSelector", "monitoring.serviceMonitor.labels",
+              "monitoring.podMonitor.labels", "monitoring.prometheusRule.labels"]
+ANNOTATION_MAPS = ["operator.podAnnotations", "operator.serviceAccount.annotations", "metrics.service.annotations"]
+
+
+@pytest.mark.parametrize("path", LABEL_MAPS + ANNOTATION_MAPS)
+@pytest.mark.parametrize("key", ["a/b/c", "bad key", "-team", "x" * 64, "example.com/" + "x" * 64])
+def test_a_key_the_api_server_would_refuse_is_refused_naming_the_value(path, key):
+    assert f'{path} has the key "{key}", which is not' in helm_refusal(values_with(path, {key: "x"}))
+
+
+@pytest.mark.parametrize("path", LABEL_MAPS + ANNOTATION_MAPS)
+def test_keys_kubernetes_takes_are_taken(path):
+    keys = {"team": "rl", "kubernetes.io/os": "linux", "app.kubernetes.io/part-of": "ml", "a_b.c-d": "x"}
+    if path in ANNOTATION_MAPS:
+        keys["Example.com/Team"] = "any value at all, spaces included"
+    render(values_with(path, keys))
+
+
+@pytest.mark.parametrize("path", LABEL_MAPS)
+@pytest.mark.parametrize("value", ["not ok", "x" * 64, "-lead"])
+def test_a_label_value_the_api_server_would_refuse_is_refused_naming_it(path, value):
+    assert "/" + path.replace(".", "/") + "/team" in helm_refusal(values_with(path, {"team": value}))
+
+
+def test_the_chart_checks_keys_and_values_with_kuberls_own_kubernetes_rules():
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    assert f"`{validation.LABEL_KEY.pattern}`" in helpers
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for path in LABEL_MAPS:
+        node = schema
+        for key in path.split("."):
+            node = node["properties"][key]
+        assert node["additionalProperties"] == {"type": "string", "maxLength": 63, "pattern": validation.LABEL_VALUE}, path
+
+
+@pytest.mark.parametrize(("labels", "expected"), [
+    ({"team-name": "ml"}, 'monitoring.prometheusRule.alertLabels has the key "team-name", which is not a Prometheus label name'),
+    ({"1st": "ml"}, 'has the key "1st"'),
+    ({"severity": "page"}, "monitoring.prometheusRule.alertLabels sets severity or alertname"),
+])
+def test_an_alert_label_prometheus_would_refuse_is_refused_naming_it(labels, expected):
+    assert expected in helm_refusal(values_with("monitoring.prometheusRule.alertLabels", labels))

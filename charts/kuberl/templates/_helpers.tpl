@@ -97,6 +97,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and (include "kuberl.peering" . | eq "true") (not .Values.operator.peering.name) -}}
 {{- fail "operator.replicas > 1 needs operator.peering.name: replicas coordinate through a kopf peering object" -}}
 {{- end -}}
+{{- /* map keys: a JSON schema's propertyNames error names no value (Helm reports it "at ''") */ -}}
+{{- $labelKey := dict "pattern" `^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$` "maxName" 63 "fold" false
+      "meaning" "a label key: an optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit" -}}
+{{- range $what, $map := dict "commonLabels" .Values.commonLabels "operator.podLabels" .Values.operator.podLabels "operator.nodeSelector" .Values.operator.nodeSelector
+      "monitoring.serviceMonitor.labels" .Values.monitoring.serviceMonitor.labels "monitoring.podMonitor.labels" .Values.monitoring.podMonitor.labels
+      "monitoring.prometheusRule.labels" .Values.monitoring.prometheusRule.labels -}}
+{{- include "kuberl.checkKeys" (merge (dict "what" $what "map" $map) $labelKey) -}}
+{{- end -}}
+{{- range $what, $map := dict "operator.podAnnotations" .Values.operator.podAnnotations "operator.serviceAccount.annotations" .Values.operator.serviceAccount.annotations
+      "metrics.service.annotations" .Values.metrics.service.annotations -}}
+{{- include "kuberl.checkKeys" (merge (dict "what" $what "map" $map "fold" true "meaning" (printf "an annotation key (any case): %s" (trimPrefix "a label key: " $labelKey.meaning))) $labelKey) -}}
+{{- end -}}
+{{- include "kuberl.checkKeys" (dict "what" "monitoring.prometheusRule.alertLabels" "map" .Values.monitoring.prometheusRule.alertLabels "pattern" "^[a-zA-Z_][a-zA-Z0-9_]*$" "maxName" 0 "fold" false
+      "meaning" "a Prometheus label name: letters, digits and '_', not starting with a digit (Prometheus refuses the whole rule group otherwise)") -}}
+{{- with .Values.monitoring.prometheusRule.alertLabels -}}
+{{- if or (hasKey . "severity") (hasKey . "alertname") -}}
+{{- fail "monitoring.prometheusRule.alertLabels sets severity or alertname: each alert sets its own (severity warning or critical); route on those, or add a label of another name" -}}
+{{- end -}}
+{{- end -}}
 {{- if ne (len .Values.operator.watchNamespaces) (len (uniq .Values.operator.watchNamespaces)) -}}
 {{- fail (printf "operator.watchNamespaces lists a namespace twice: %v" .Values.operator.watchNamespaces) -}}
 {{- end -}}
@@ -283,3 +302,14 @@ spec:
   verbs: [create, get]
 {{- end }}
 {{- end }}
+
+{{/* Fails naming `what` (a values key) when a key of `map` does not match `pattern` (lowercased first when `fold`)
+     or its name after the last '/' is longer than `maxName` (0: no bound). */}}
+{{- define "kuberl.checkKeys" -}}
+{{- range $key, $_ := .map -}}
+{{- $name := last (splitList "/" $key) -}}
+{{- if or (not (regexMatch $.pattern (ternary (lower $key) $key $.fold))) (and $.maxName (gt (len $name) (int $.maxName))) -}}
+{{- fail (printf "%s has the key %q, which is not %s" $.what $key $.meaning) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
