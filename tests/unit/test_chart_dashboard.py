@@ -142,3 +142,24 @@ def test_checkpoint_age_leaves_out_a_job_that_has_not_checkpointed_yet(tmp_path)
         {"series": f"{metricnames.LAST_CHECKPOINT_TIMESTAMP}{{{rank0.format('saved', 'saved')}}}", "values": "60x10"},
         {"series": f"{metricnames.LAST_CHECKPOINT_TIMESTAMP}{{{rank0.format('fresh', 'fresh')}}}", "values": "0x10"},
     ], "10m", [{"labels": f"{{{rank0.format('saved', 'saved')}}}", "value": 540}])
+
+
+def test_the_jobs_table_lists_each_job_once_with_its_phase_and_nothing_of_the_scrape(tmp_path):
+    """One row per job: namespace, rltj, phase; not the operator pod's scrape labels, nor a row per replica."""
+    scrape = 'job="kuberl", namespace="{ns}", rltj="{rltj}", phase="{phase}", pod="{pod}", instance="{pod}:8081", endpoint="metrics"'
+    series = [
+        {"series": f"{metricnames.OPERATOR_JOB_PHASE}{{{scrape.format(ns='team-a', rltj='ppo', phase='Running', pod=pod)}}}",
+         "values": "1x5"} for pod in ("kuberl-0", "kuberl-1")  # a replica that reconciled it before a failover
+    ] + [{"series": f"{metricnames.OPERATOR_JOB_PHASE}{{{scrape.format(ns='team-b', rltj='dqn', phase='Pending', pod='kuberl-0')}}}",
+          "values": "1x5"}]
+    evaluated(tmp_path, panel_expr("Jobs and their phase"), series, "5m", [
+        {"labels": '{namespace="team-a", rltj="ppo", phase="Running"}', "value": 1},
+        {"labels": '{namespace="team-b", rltj="dqn", phase="Pending"}', "value": 1},
+    ])
+
+
+def test_jobs_by_phase_counts_each_job_once_whichever_replicas_report_it(tmp_path):
+    scrape = 'job="kuberl", namespace="team-a", rltj="{}", phase="Running", pod="{}"'
+    series = [{"series": f"{metricnames.OPERATOR_JOB_PHASE}{{{scrape.format(job, pod)}}}", "values": "1x5"}
+              for job, pod in (("ppo", "kuberl-0"), ("ppo", "kuberl-1"), ("dqn", "kuberl-1"))]
+    evaluated(tmp_path, panel_expr("RLTrainingJobs by phase"), series, "5m", [{"labels": '{phase="Running"}', "value": 2}])
