@@ -178,3 +178,24 @@ def test_the_largest_spec_that_passes_renders_a_configmap_the_api_server_takes(j
     configmap = render_configmap(Job(job["metadata"]["name"], validate_job(job)), "n" * 63, PLACEHOLDER_UID)
     assert configmap_problems(configmap) == []
     assert len(configmap["data"]["config.json"]) > MAX_CONFIGMAP_BYTES * 0.9  # near the bound, not far below it
+
+
+# validateContainerCommon and validateVolumes (pkg/apis/core/validation/validation.go) refuse any container or
+# volume name that is no DNS-1123 label: kuberl validate passed them, and every pod create failed (InvalidChild).
+# A look-alike of "trainer" (Cyrillic U+0435) did not merge with kuberl's trainer: it was a sidecar of its own.
+@pytest.mark.parametrize(("template", "path", "words"), [
+    ({"spec": {"containers": [{"name": "train\u0435r", "resources": {"limits": {"cpu": "2"}}}]}},
+     "spec.template.spec.containers[0].name", "(got 'train\\u0435r'); did you mean 'trainer'?"),
+    ({"spec": {"initContainers": [{"name": "Fetch", "image": "busybox"}]}}, "spec.template.spec.initContainers[0].name", "(got 'Fetch')"),
+    ({"spec": {"volumes": [{"name": "data_set", "emptyDir": {}}]}}, "spec.template.spec.volumes[0].name", "(got 'data_set')"),
+    ({"spec": {"volumes": [{"name": "v" * 64, "emptyDir": {}}]}}, "spec.template.spec.volumes[0].name", "at most 63"),
+], ids=["homoglyph-trainer", "uppercase-init", "underscore-volume", "64-characters"])
+def test_a_container_or_volume_name_the_api_server_refuses_is_refused_at_its_field(template, path, words):
+    [problem] = problems(make_job("names").template(template).obj())
+    assert problem.startswith(f"{path}: expected a DNS-1123 label") and words in problem
+
+
+def test_names_that_are_dns_labels_pass():
+    template = {"spec": {"containers": [{"name": "trainer"}, {"name": "log-shipper-2", "image": "busybox"}],
+                         "volumes": [{"name": "v" * 63, "emptyDir": {}}]}}
+    assert validate_job(make_job("names").template(template).obj()).workers >= 1

@@ -154,8 +154,23 @@ def _objects(path: str, items: Any, plural: str, item: str) -> tuple[list[tuple[
 
 def _named_items_problems(path: str, items: Any, what: str) -> list[Problem]:
     objects, problems = _objects(path, items, what, f"a {what[:-1]} object")
-    return problems + [Problem(f"{path}[{i}].name", f"required: every {what[:-1]} needs a name (merged by name)")
-                       for i, item in objects if not isinstance(item.get("name"), str) or not item["name"]]
+    for i, item in objects:
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            problems.append(Problem(f"{path}[{i}].name", f"required: every {what[:-1]} needs a name (merged by name)"))
+        elif len(name) > 63 or not DNS_1123_LABEL.fullmatch(name):
+            # validateContainerCommon and validateVolumes (pkg/apis/core/validation/validation.go):
+            # ValidateDNS1123Label of every container's and volume's name. A name one look-alike letter
+            # from kuberl's (Cyrillic 'е' in "trainеr") merged with nothing and was a sidecar of its own.
+            near = names.TRAINER_CONTAINER if what == "containers" and _one_letter_apart(name, names.TRAINER_CONTAINER) else None
+            problems.append(Problem(f"{path}[{i}].name", f"expected a DNS-1123 label: at most 63 lowercase letters, digits"
+                                    f" and '-', starting and ending with a letter or digit (got {name!a})"
+                                    + (f"; did you mean {near!r}?" if near else "")))
+    return problems
+
+
+def _one_letter_apart(name: str, other: str) -> bool:
+    return len(name) == len(other) and sum(a != b for a, b in zip(name, other, strict=True)) == 1
 
 
 # fields with checks of their own (their type included, with a more specific message: here, or the
