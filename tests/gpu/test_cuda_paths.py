@@ -12,12 +12,16 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
+from kuberl.core import metricnames
 from kuberl.core.spec import DQNConfig, PPOConfig
 from kuberl_trainer import device, distributed, networks
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer
+from kuberl_trainer.metrics import TrainerMetrics
 from kuberl_trainer.ppo import Agent, PPOTrainer
 from kuberl_trainer.session import BareSession
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(),
@@ -71,6 +75,20 @@ def test_collectives_run_on_cuda_tensors_through_nccl(tmp_path):
         (log_prob.sum() + value.sum() - entropy.sum()).backward()
         grads = [p.grad for p in agent.parameters() if p.grad is not None]
         assert grads and all(g.device == GPU and torch.isfinite(g).all() for g in grads)
+
+
+def test_a_gpu_rank_exports_its_device_memory_and_what_torch_reserved_read_at_scrape_time():
+    metrics = TrainerMetrics("job", 0, 1, GPU)
+
+    def scraped() -> dict[str, float]:
+        page = generate_latest(metrics.registry).decode()
+        return {s.name: s.value for family in text_string_to_metric_families(page) for s in family.samples
+                if s.labels == {"rltj": "job", "rank": "0"}}
+
+    held = torch.empty(64 * 1024 * 1024, dtype=torch.uint8, device=GPU)
+    page = scraped()
+    assert page[metricnames.GPU_MEMORY_TOTAL] == torch.cuda.get_device_properties(GPU).total_memory
+    assert page[metricnames.GPU_MEMORY_RESERVED] == torch.cuda.memory_reserved(GPU) >= held.numel()
 
 
 def test_cudnn_autotunes_unless_deterministic(monkeypatch):

@@ -119,7 +119,8 @@ def test_the_dashboard_covers_what_a_platform_team_watches():
     for needed in [metricnames.ENV_STEPS_TOTAL, metricnames.EPISODE_RETURN, metricnames.EVAL_RETURN, metricnames.ROLLOUT_DURATION,
                    metricnames.UPDATE_DURATION, metricnames.ALLREDUCE_DURATION, metricnames.POLICY_LOSS, metricnames.VALUE_LOSS,
                    metricnames.LEARNING_RATE, metricnames.LAST_CHECKPOINT_TIMESTAMP, metricnames.WORLD_SIZE,
-                   metricnames.OPERATOR_JOB_PHASE, metricnames.OPERATOR_GANG_RESTARTS_TOTAL, metricnames.CHECKPOINTS_SKIPPED]:
+                   metricnames.OPERATOR_JOB_PHASE, metricnames.OPERATOR_GANG_RESTARTS_TOTAL, metricnames.CHECKPOINTS_SKIPPED,
+                   metricnames.GPU_MEMORY_TOTAL, metricnames.GPU_MEMORY_RESERVED]:
         assert needed in text, needed
     restarts = [expr for _, expr in panel_targets() if metricnames.OPERATOR_GANG_RESTARTS_TOTAL in expr]
     assert restarts and all(re.search(r"by \([^)]*\brltj\b", expr) for expr in restarts), "which job is crash-looping"
@@ -163,3 +164,14 @@ def test_jobs_by_phase_counts_each_job_once_whichever_replicas_report_it(tmp_pat
     series = [{"series": f"{metricnames.OPERATOR_JOB_PHASE}{{{scrape.format(job, pod)}}}", "values": "1x5"}
               for job, pod in (("ppo", "kuberl-0"), ("ppo", "kuberl-1"), ("dqn", "kuberl-1"))]
     evaluated(tmp_path, panel_expr("RLTrainingJobs by phase"), series, "5m", [{"labels": '{phase="Running"}', "value": 2}])
+
+
+def test_gpu_panels_count_a_jobs_gpus_and_the_share_of_each_one_reserved(tmp_path):
+    rank = 'namespace="team-a", rltj="{}", rank="{}", pod="{}-{}"'
+    gpu = [(job, r) for job in ("ppo", "dqn") for r in range(2)]
+    series = [{"series": f"{metricnames.GPU_MEMORY_TOTAL}{{{rank.format(job, r, job, r)}}}", "values": "80000000000x5"} for job, r in gpu]
+    series += [{"series": f"{metricnames.GPU_MEMORY_RESERVED}{{{rank.format(job, r, job, r)}}}", "values": "20000000000x5"} for job, r in gpu]
+    evaluated(tmp_path, panel_expr("GPUs per job"), series, "5m", [
+        {"labels": '{namespace="team-a", rltj="ppo"}', "value": 2}, {"labels": '{namespace="team-a", rltj="dqn"}', "value": 2}])
+    evaluated(tmp_path, panel_expr("GPU memory reserved per rank"), series, "5m",
+              [{"labels": f"{{{rank.format(job, r, job, r)}}}", "value": 0.25} for job, r in gpu])

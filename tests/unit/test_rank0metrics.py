@@ -2,6 +2,8 @@
 import json
 
 import pytest
+import torch
+from kuberl.core import metricnames
 from kuberl.core.rank0metrics import (
     MAX_PAGE_BYTES,
     MAX_SAMPLE_LINES,
@@ -129,3 +131,10 @@ def test_a_skipped_checkpoint_count_that_is_not_a_bounded_count_reads_as_none_sk
 @pytest.mark.parametrize(('value', 'read'), [('0', 0), ('2048', 2048), ('NaN', None), ('-1', None), ('1e300', None)])
 def test_the_resumed_timesteps_are_a_bounded_count_or_none(value, read):
     assert parse(page(env_steps_total='10', resumed_timesteps=value), 'job').resumed_timesteps == read
+
+
+def test_a_rank_on_the_cpu_exports_no_gpu_series():
+    """GPU memory is a GPU rank's only: a CPU job shows no GPUs in the dashboard's GPU panels (not 0 of 0 bytes)."""
+    for device in (None, torch.device('cpu')):
+        page = generate_latest(TrainerMetrics('job', 0, 2, device).registry).decode()
+        assert metricnames.GPU_MEMORY_TOTAL not in page and metricnames.GPU_MEMORY_RESERVED not in page

@@ -145,7 +145,7 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
         _KEEP_ALIVE.append(trainer)
         startup.mark("envs", at=trainer.envs_ready_at)
         startup.mark("networks")
-        metrics = TrainerMetrics(config.job, ctx.rank, ctx.world_size)
+        metrics = TrainerMetrics(config.job, ctx.rank, ctx.world_size, ctx.device)
         metrics.serve(os.environ.get(contract.ENV_METRICS_ADDR, "127.0.0.1"), spec.metrics.port, ctx.local_rank)
         log = print if ctx.is_main else (lambda *_a, **_k: None)
         session = TrainingSession(config, ctx, metrics, restart, stop, log=lambda s: log(s, flush=True), startup=startup)

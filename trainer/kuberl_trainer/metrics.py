@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import time
 
+import torch
 from kuberl.core import metricnames as m
 from prometheus_client import (
     CollectorRegistry,
@@ -26,7 +27,7 @@ class MetricsPortTaken(RuntimeError):
 
 
 class TrainerMetrics:
-    def __init__(self, job: str, rank: int, world_size: int):
+    def __init__(self, job: str, rank: int, world_size: int, device: torch.device | None = None):
         self.registry = CollectorRegistry(auto_describe=True)
         labels = {m.LABEL_RLTJ: job, m.LABEL_RANK: str(rank)}
 
@@ -58,6 +59,11 @@ class TrainerMetrics:
         self.rollout_duration = histogram(m.ROLLOUT_DURATION, "Time an update waited for its rollout (with ppo.learnWhileCollecting, only the part the update did not hide).")
         self.update_duration = histogram(m.UPDATE_DURATION, "Time of one optimisation round (epochs x minibatches).")
         self.allreduce_duration = histogram(m.ALLREDUCE_DURATION, "Time of the update's counter all-reduce.")
+        if device is not None and device.type == "cuda":
+            gauge(m.GPU_MEMORY_TOTAL, "Memory of this rank's GPU.").set(torch.cuda.get_device_properties(device).total_memory)
+            # read when scraped: the allocator's figure between updates, with no work in the training loop
+            gauge(m.GPU_MEMORY_RESERVED, "GPU memory torch's caching allocator holds for this rank (torch.cuda.memory_reserved)."
+                  ).set_function(lambda: torch.cuda.memory_reserved(device))
         self.world_size.set(world_size)
         self.success.set(0)
         # unknown until the first episodes end and the first evaluation runs (a resumed rank too): NaN, which

@@ -36,6 +36,10 @@ CHECKPOINTS_SKIPPED = f"{PREFIX}_checkpoints_skipped"
 # started from zero (NaN before it looked); against the status's latestCheckpoint the operator tells a
 # volume emptied or replaced under the job.
 RESUMED_TIMESTEPS = f"{PREFIX}_resumed_timesteps"
+# A rank on a GPU only (absent on CPU): what its device holds and what torch's caching allocator has
+# reserved on it, read at scrape time. A job's GPUs are its ranks that export them.
+GPU_MEMORY_TOTAL = f"{PREFIX}_gpu_memory_total_bytes"
+GPU_MEMORY_RESERVED = f"{PREFIX}_gpu_memory_reserved_bytes"
 POLICY_LOSS = f"{PREFIX}_policy_loss"
 VALUE_LOSS = f"{PREFIX}_value_loss"
 ENTROPY = f"{PREFIX}_entropy"
