@@ -17,6 +17,7 @@ from tests.operator.operatorkit import (
     pods,
     start_gang,
     status,
+    terminated,
     wait_for,
     wait_phase,
 )
@@ -156,3 +157,27 @@ def test_fields_pod_security_leaves_open_are_refused_when_the_operator_is_told_t
         wait_for(lambda: pods(standin, 'keyed'), what='a keyed toleration (as the GPU examples use) to pass')
     finally:
         op.stop()
+
+
+def test_rbac_refusing_the_operator_the_delete_of_an_old_gang_is_said_on_the_job_which_restarts_once_granted(standin, rest, operator):
+    """The ClusterRole lost `delete` on pods: a gang restart left the old pods, the job said "waiting for 3 pod(s)
+    of an older generation to go", and only the operator's log said why, a traceback every 5 s."""
+    create_job(rest, 'undeletable', workers=3, runPolicy={'restartBackoffSeconds': 0.1})
+    gang = start_gang(standin, 'undeletable', 3)
+    wait_phase(rest, 'undeletable', 'Running')
+    standin.handler.denied.add(('delete', 'pods'))
+    terminated(standin, gang[1], 1, 'Crashed: boom')
+    ready = wait_for(lambda: condition(rest, 'undeletable', 'Ready').get('reason') == 'OperatorForbidden'
+                     and condition(rest, 'undeletable', 'Ready'), what='the OperatorForbidden condition')
+    assert ready['message'].startswith('pods "undeletable-0" is forbidden: User "system:serviceaccount:kuberl-system:'
+                                       'kuberl-operator" cannot delete resource "pods"'), ready
+    assert 'what was to be deleted stays' in ready['message']
+    [warning] = wait_for(lambda: warnings(rest, 'undeletable', 'OperatorForbidden'), what='an OperatorForbidden warning')
+    assert 'asked again every 1s until the operator may' in warning['message']
+    assert status(rest, 'undeletable')['restarts'] == 1 and len(pods(standin, 'undeletable', 0)) == 3
+
+    standin.handler.denied.clear()  # the RBAC is mended
+    start_gang(standin, 'undeletable', 3, generation=1)
+    wait_phase(rest, 'undeletable', 'Running')
+    assert status(rest, 'undeletable')['restarts'] == 1 and not pods(standin, 'undeletable', 0)
+    assert 'Traceback' not in operator.log(), operator.log()[-3000:]

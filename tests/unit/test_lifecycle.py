@@ -347,6 +347,45 @@ def test_an_old_pod_not_yet_deleting_is_deleted_again_and_never_adopted():
     assert d.of(CreatePods) == []
 
 
+FORBIDDEN_DELETE = lc.Refusal(lc.REASON_OPERATOR_FORBIDDEN, 'pods "job-0" is forbidden: User "op" cannot delete resource "pods"',
+                              retryable=True, deleting=True)
+
+
+def ready(decision) -> dict:
+    return next(c for c in decision.status["conditions"] if c["type"] == "Ready")
+
+
+def test_a_delete_rbac_refuses_is_said_in_ready_and_asked_again_later_not_at_once():
+    spec = job(restartBackoffSeconds=2)
+    status = decide(spec, running_status(spec), [Pod(0).running().obj(), Pod(1).exited(1).obj()], None, T0).status
+    old = [Pod(0).running().obj(), Pod(1).exited(1).obj()]
+    refused = decide(spec, status, old, None, T0 + 1, refusal=FORBIDDEN_DELETE)
+    assert refused.of(DeletePods) == [] and refused.of(CreatePods) == [] and refused.phase == lc.RESTARTING
+    assert (ready(refused)["reason"], ready(refused)["message"]) == (lc.REASON_OPERATOR_FORBIDDEN, FORBIDDEN_DELETE.message)
+    assert events(refused) == [lc.REASON_OPERATOR_FORBIDDEN] and refused.requeue_after == 2
+    again = decide(spec, refused.status, old, None, T0 + 3)  # granted by now: asked again, and Ready says what it waits for
+    assert again.of(DeletePods) == [DeletePods(("job-0", "job-1"), lc.REASON_STALE)]
+    assert ready(again)["reason"] == lc.REASON_OLD_PODS
+
+
+def test_a_suspend_whose_delete_rbac_refuses_says_so_until_the_pods_are_gone():
+    spec, suspended_spec = job(), job(suspend=True)
+    suspended = decide(suspended_spec, running_status(spec), gang("running"), None, T0 + 10)
+    refused = decide(suspended_spec, suspended.status, gang("running"), None, T0 + 11, refusal=FORBIDDEN_DELETE)
+    assert refused.phase == lc.SUSPENDED and refused.of(DeletePods) == []
+    assert ready(refused)["reason"] == lc.REASON_OPERATOR_FORBIDDEN
+    gone = decide(suspended_spec, refused.status, [], None, T0 + 20)
+    assert ready(gone)["reason"] == lc.REASON_SUSPEND and gone.status["generation"] == refused.status["generation"]
+
+
+def test_a_finished_job_whose_delete_rbac_refuses_keeps_its_conditions_and_says_it_in_an_event():
+    spec = job(ttlSecondsAfterFinished=0)
+    done = decide(spec, running_status(spec), [Pod(0).exited(0, "Succeeded: done").obj(), Pod(1).exited(0).obj()], None, T0)
+    refused = decide(spec, done.status, [], None, T0 + 1, refusal=FORBIDDEN_DELETE)
+    assert refused.of(lc.DeleteJob) == [] and refused.phase == lc.SUCCEEDED
+    assert ready(refused) == ready(done) and events(refused) == [lc.REASON_OPERATOR_FORBIDDEN]
+
+
 def test_an_old_generation_failing_never_restarts_the_new_one():
     spec = job()
     status = running_status(spec, gen=1)

@@ -303,3 +303,19 @@ def test_a_rank_0_that_started_from_zero_behind_the_recorded_checkpoint_is_said(
     if said:
         assert message.startswith('generation 3: rank 0 found no checkpoint in /checkpoints/j-uid and started from zero')
         assert 'at 2026-11-27T10:00:00Z (timesteps 50000)' in message and 'emptied or replaced' in message
+
+
+@pytest.mark.parametrize(('code', 'message', 'refused'), [
+    (403, ('pods "j-0" is forbidden: User "system:serviceaccount:k:op" cannot delete resource "pods" in API group "" in the '
+          'namespace "t"'), True),
+    (403, 'admission webhook "guard.example.com" denied the request: pods "j-0" is forbidden: User "x" cannot delete resource ',
+     False),
+    (404, 'pods "j-0" not found', False),
+    (409, 'Precondition failed: UID in precondition: 1, UID in object meta: 2', False),
+])
+def test_only_rbac_refusing_a_delete_is_said_on_the_job(code, message, refused):
+    refusal = jobstatus.delete_refusal(code, message)
+    assert (refusal is not None) == refused
+    if refused:
+        assert refusal.reason == lifecycle.REASON_OPERATOR_FORBIDDEN and refusal.deleting and refusal.retryable
+        assert refusal.message.startswith(message) and 'what was to be deleted stays' in refusal.message

@@ -97,6 +97,17 @@ ADMISSION_POLICY_DENIAL = re.compile(r'admission webhook ".*" denied the request
 POD_SECURITY_ADMISSION_DENIAL = re.compile(r'violates PodSecurity "')
 
 
+def delete_refusal(code: int, message: str) -> Refusal | None:
+    """A delete's refusal by RBAC, said on the job: its old gang (or a suspended or finished job's
+    pods) stayed while the job said "waiting for old pods to go" and only the operator's log, one
+    traceback every 5 s, said why. None for any other error (kopf retries it)."""
+    if code != 403 or not AUTHORIZER_DENIAL.match(message):
+        return None
+    return Refusal(lifecycle.REASON_OPERATOR_FORBIDDEN, f"{message}: the operator's ServiceAccount lacks this permission"
+                   " (the chart's RBAC grants what kuberl.operator.kubeapi.API_CALLS lists); what was to be deleted stays",
+                   retryable=True, deleting=True)
+
+
 def child_refusal(code: int, message: str) -> Refusal | None:
     """A create's refusal as the lifecycle sees it, named by who refused; None for an error worth
     retrying as it is. RBAC's refusal is the operator's own permissions, said on the job (which

@@ -186,11 +186,13 @@ class Refusal:
     """Why the job cannot run as written: found by the operator (a spec it alone can judge, a pod
     over the pod security level) or answered by the API server to a create (a refused child).
     `retryable`: the same request may be admitted later (a ResourceQuota refusal, a name that
-    another object holds now)."""
+    another object holds now). `deleting`: the API server refused a delete, not a create (RBAC
+    without `delete` on pods): what was to go stays, and the delete is asked again."""
 
     reason: str
     message: str
     retryable: bool = False
+    deleting: bool = False
 
 
 @dataclass(frozen=True)
@@ -444,12 +446,27 @@ def decide(
     else:
         if phase == SUSPENDED:
             phase = _resume(plan)
-        _run(plan, spec, phase, current, stale, rank0, refusal)
+        _run(plan, spec, phase, current, stale, rank0, None if refusal is not None and refusal.deleting else refusal)
     if plan.status["phase"] in TERMINAL:
         _after_the_end(plan, spec, pods)
     elif plan.status["phase"] == RUNNING and not networkpolicy_checked:
         plan.actions.append(CheckNetworkPolicy())
+    if refusal is not None and refusal.deleting:
+        _delete_refused(plan, spec, refusal)
     return plan.decision()
+
+
+def _delete_refused(plan: _Plan, spec: JobSpec | None, refusal: Refusal) -> None:
+    """The operator may not delete (RBAC): what was to go stays, and no delete is asked again in this
+    reconcile; it is asked again every restartBackoffSeconds (1 to 30 s). The Ready condition says why
+    where each reconcile sets it anew (a job not finished), instead of "waiting for old pods to go"."""
+    base = spec.run_policy.restart_backoff_seconds if spec is not None else 0.0
+    delay = min(max(MIN_QUOTA_RETRY_SECONDS, base), MAX_FORBIDDEN_RETRY_SECONDS)
+    plan.actions[:] = [a for a in plan.actions if not isinstance(a, (DeletePods, DeleteJob))]
+    if plan.status["phase"] not in TERMINAL:
+        plan.condition(CONDITION_READY, False, refusal.reason, refusal.message)
+    plan.event("Warning", refusal.reason, f"{refusal.message} (asked again every {delay:g}s until the operator may)")
+    plan.wake_at(plan.now + delay)
 
 
 def _after_the_end(plan: _Plan, spec: JobSpec | None, pods: list[ObservedPod]) -> None:
@@ -799,8 +816,8 @@ def _suspend(plan: _Plan, current: list[ObservedPod], phase: str) -> str:
         plan.set_time("gangRunningTime", None)
         plan.set_time("nextStartTime", None)
         plan.condition(CONDITION_SUSPENDED, True, REASON_SUSPEND, "runPolicy.suspend is true")
-        plan.condition(CONDITION_READY, False, REASON_SUSPEND, "runPolicy.suspend is true")
         plan.event("Normal", REASON_SUSPEND, "job suspended: pods deleted")
+    plan.condition(CONDITION_READY, False, REASON_SUSPEND, "runPolicy.suspend is true")  # anew: a refused delete may have said why not
     plan.delete(current, REASON_SUSPEND)
     return plan.finish(SUSPENDED)
 

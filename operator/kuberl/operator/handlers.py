@@ -673,7 +673,7 @@ class JobLoop:
                 options["preconditions"] = {"uid": uids[pod]}
             if action.force:
                 options["gracePeriodSeconds"] = 0
-            await self.api.delete(*PODS, self.namespace, pod, options)
+            await self._refusable_delete(PODS, pod, options)
 
     async def _finish_pod_group(self, job: dict, spec: JobSpec | None, action: lifecycle.FinishPodGroup) -> None:
         """Kueue finishes a pod group (and releases its quota) once a pod says it will not be retried."""
@@ -682,7 +682,17 @@ class JobLoop:
             await self.api.patch_pod_annotations(self.namespace, pod, {names.KUEUE_RETRIABLE_IN_GROUP: "false"})
 
     async def _delete_job(self, job: dict, spec: JobSpec | None, action: lifecycle.DeleteJob) -> None:
-        await self.api.delete(*RLTJ, self.namespace, self.name, {"propagationPolicy": "Background"})
+        await self._refusable_delete(RLTJ, self.name, {"propagationPolicy": "Background"})
+
+    async def _refusable_delete(self, resource: tuple[str, str, str], name: str, options: dict[str, Any]) -> None:
+        """A delete; one RBAC refuses becomes ChildRefused, decided again and said on the job."""
+        try:
+            await self.api.delete(*resource, self.namespace, name, options)
+        except ApiError as error:
+            refusal = jobstatus.delete_refusal(error.status, error.message)
+            if refusal is None:
+                raise
+            raise ChildRefused(refusal) from error
 
     def _next_wake(self, decision: lifecycle.Decision) -> float | None:
         """The lifecycle's own deadline (a finished job's TTL included), or the next scrape of a running gang."""
@@ -707,7 +717,7 @@ class StatusTooLarge(Exception):
 
 
 class ChildRefused(Exception):
-    """The API server refused to create a child: an input for the next decision, not a retry."""
+    """The API server refused to create a child, or RBAC a delete: an input for the next decision, not a retry."""
 
     def __init__(self, refusal: lifecycle.Refusal):
         # The API server's words, which can quote the tenant's: escaped, for kopf should this ever reach it
