@@ -8,7 +8,7 @@ import json
 
 import pytest
 import yaml
-from chart_support import CHART, ROOT, HelmError, helm, operator_container, render
+from chart_support import CHART, ROOT, HelmError, helm, operator_container, render, validate
 from kuberl.core import names, validation
 from kuberl.core import render as rendering
 from kuberl.operator.config import per_process_from_env
@@ -169,3 +169,24 @@ def test_the_chart_checks_keys_and_values_with_kuberls_own_kubernetes_rules():
 ])
 def test_an_alert_label_prometheus_would_refuse_is_refused_naming_it(labels, expected):
     assert expected in helm_refusal(values_with("monitoring.prometheusRule.alertLabels", labels))
+
+
+KUBE_PROMETHEUS_STACK = CHART / "examples" / "kube-prometheus-stack.yaml"
+
+
+def test_the_kube_prometheus_stack_values_give_objects_its_prometheus_and_grafana_pick_up():
+    """kube-prometheus-stack's Prometheus selects monitors and rules by `release: <its release>`, and its
+    Grafana sidecar reads its own namespace only: the documented values file sets both, and it renders valid."""
+    values = yaml.safe_load(KUBE_PROMETHEUS_STACK.read_text())
+    objects = render(values)
+    assert {o["kind"]: validate(o) for o in objects if validate(o)} == {}
+    selected = [o for o in objects if o["kind"] in ("ServiceMonitor", "PodMonitor", "PrometheusRule")]
+    assert sorted(o["kind"] for o in selected) == ["PodMonitor", "PrometheusRule", "ServiceMonitor"]
+    assert all(o["metadata"]["labels"]["release"] == "kube-prometheus-stack" for o in selected)
+    (dashboard,) = [o for o in objects if o["kind"] == "ConfigMap" and "kuberl.json" in o.get("data", {})]
+    assert dashboard["metadata"]["namespace"] == values["monitoring"]["prometheusNamespace"] == "monitoring"
+
+
+def test_the_quickstarts_point_at_the_kube_prometheus_stack_values():
+    for doc in (ROOT / "README.md", ROOT / "docs" / "cluster.md"):
+        assert "-f charts/kuberl/examples/kube-prometheus-stack.yaml" in doc.read_text(), doc
