@@ -8,7 +8,15 @@ import json
 
 import pytest
 import yaml
-from chart_support import CHART, ROOT, HelmError, helm, operator_container, render, validate
+from chart_support import (
+    CHART,
+    ROOT,
+    HelmError,
+    helm,
+    operator_container,
+    render,
+    validate,
+)
 from kuberl.core import names, validation
 from kuberl.core import render as rendering
 from kuberl.operator.config import per_process_from_env
