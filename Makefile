@@ -70,7 +70,7 @@ test-e2e: $(STAMP) ## acceptance: kubectl -> stand-in -> kuberl operator -> loca
 test-gpu: $(STAMP) ## CUDA/NCCL paths; skips (and says so) without a GPU
 	$(PYTEST) -rs tests/gpu
 
-gpu-check: $(STAMP) ## ~10 min on a GPU node: the GPU tier, then Pong PPO/DQN rates, GPU use, startup, env ceiling, SB3 (GPU_CHECK_SOLVE=1: train Pong to 18)
+gpu-check: $(STAMP) ## ~12 min on a GPU node: the GPU tier, then Pong PPO/DQN rates, GPU use, startup, env ceiling, SB3 (GPU_CHECK_SOLVE=1: train Pong to 18)
 	$(PYTEST) -rs tests/gpu
 	$(PY) bench/gpu_check.py
 

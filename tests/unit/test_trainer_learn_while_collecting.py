@@ -21,11 +21,11 @@ def lagged_trainer(fast: bool = True, updates: int = 4, **hp) -> PPOTrainer:
     return PPOTrainer(ONE_PROCESS, config, "CartPole-v1", 4, {}, updates * 16 * 4, seed=5, restart=0, fast=fast)
 
 
-def recorded_under(trainer: PPOTrainer, weights: dict) -> tuple[np.ndarray, np.ndarray]:
-    """The log-probs and values of the rollout in trainer.buf's actions, under `weights`."""
+def recorded_under(trainer: PPOTrainer, weights: dict, buf=None) -> tuple[np.ndarray, np.ndarray]:
+    """The log-probs and values of the rollout in `buf` (else trainer.buf), of its actions, under `weights`."""
     probe = copy.deepcopy(trainer.agent)
     probe.load_state_dict(weights)
-    buf = trainer.buf
+    buf = trainer.buf if buf is None else buf
     with torch.no_grad():
         log_prob, _, value = probe(torch.from_numpy(buf.obs.reshape(-1, 4)), torch.from_numpy(buf.actions.reshape(-1)))
     return log_prob.numpy(), value.numpy()
@@ -47,13 +47,35 @@ def test_the_rollout_collected_during_an_update_is_acted_by_the_weights_before_i
         assert np.abs(trainer.buf.log_probs.reshape(-1) - stale).max() > 1e-4
 
 
+def test_the_first_rollout_after_a_resume_is_acted_by_the_weights_it_loaded():
+    trained = lagged_trainer()
+    trained.train(BareSession(max_updates=3))
+    resumed = lagged_trainer()
+    resumed.load_shared(trained.shared_state())
+    loaded = {k: v.clone() for k, v in resumed.agent.state_dict().items()}
+    learn, checked = resumed.learn, []
+
+    def learn_checking_who_acted(advantages, returns, buf=None):
+        np.testing.assert_allclose(buf.log_probs.reshape(-1), recorded_under(resumed, loaded, buf)[0], atol=1e-5)
+        checked.append(buf)
+        return learn(advantages, returns, buf)
+
+    resumed.learn = learn_checking_who_acted
+    resumed.update(False, False)
+    assert checked
+
+
 def test_an_update_learns_from_the_rollout_collected_during_the_update_before():
     trainer = lagged_trainer()
     trainer.update(False, False)
     collected_ahead = trainer.buf.obs.copy()
-    learned_from = []
-    learn = trainer.learn
-    trainer.learn = lambda advantages, returns, buf=None: (learned_from.append(buf.obs.copy()), learn(advantages, returns, buf))[1]
+    learn, learned_from = trainer.learn, []
+
+    def learn_recording(advantages, returns, buf=None):
+        learned_from.append(buf.obs.copy())
+        return learn(advantages, returns, buf)
+
+    trainer.learn = learn_recording
     trainer.update(False, False)
     np.testing.assert_array_equal(learned_from[0], collected_ahead)
 

@@ -388,6 +388,8 @@ class PPOTrainer(BaseAlgorithm):
 
         started = time.perf_counter()
         if not self.rollout_ready:  # learnWhileCollecting collects it during the update before
+            if hp.learn_while_collecting:  # the first update, or the first since a resume loaded weights
+                self.acting_agent.load_state_dict(self.agent.state_dict())
             self.collect()
         self.rollout_ready = False
         rollout_seconds = time.perf_counter() - started
