@@ -199,3 +199,31 @@ def test_names_that_are_dns_labels_pass():
     template = {"spec": {"containers": [{"name": "trainer"}, {"name": "log-shipper-2", "image": "busybox"}],
                          "volumes": [{"name": "v" * 63, "emptyDir": {}}]}}
     assert validate_job(make_job("names").template(template).obj()).workers >= 1
+
+
+def sidecar(*ports: int, init: bool = False) -> dict:
+    container = {"name": "exporter", "image": "prom/node-exporter", "ports": [{"containerPort": p} for p in ports]}
+    if init:
+        container["restartPolicy"] = "Always"
+    return {"spec": {("initContainers" if init else "containers"): [container]}}
+
+
+@pytest.mark.parametrize(("template", "fields", "words"), [
+    (sidecar(9090), ("containers[0].ports[0]",), "9090 is the trainer's (spec.metrics.port + local rank 0, in every pod)"),
+    (sidecar(8000, 29500, init=True), ("initContainers[0].ports[1]",), "29500 is the trainer's (spec.rendezvous.port, in worker 0's pod)"),
+], ids=["exporter-on-the-metrics-port", "native-sidecar-on-the-rendezvous-port"])
+def test_a_sidecar_port_the_trainer_binds_is_refused(template, fields, words):
+    """The containers of a pod share one network: one of the two could not bind. The API server only warns of a
+    duplicate port, and a sidecar that won the bind answered the operator's scrapes with its own page."""
+    found = problems(make_job("ports").template(template).obj())
+    assert [p.split(": ")[0] for p in found] == [f"spec.template.spec.{f}.containerPort" for f in fields]
+    assert words in found[0]
+
+
+@pytest.mark.parametrize("job", [
+    make_job("ports").template(sidecar(9100)).obj(),
+    make_job("ports").with_spec(metrics={"port": 9200}).template(sidecar(9090)).obj(),
+    make_job("ports").template({"spec": {"initContainers": [{"name": "fetch", "image": "busybox", "ports": [{"containerPort": 9090}]}]}}).obj(),
+], ids=["another-port", "metrics-moved", "init-container-that-exits"])
+def test_a_sidecar_port_the_trainer_does_not_bind_passes(job):
+    assert validate_job(job).workers >= 1

@@ -445,6 +445,7 @@ def parse_spec(spec: Any) -> JobSpec:
         problems += gang_template_problems(spec.get("template"), parsed.workers)
     if parsed is not None and not problems:
         problems += config_size_problems(parsed, spec)
+        problems += sidecar_port_problems(parsed, spec.get("template"))
     found = list(problems)  # a field refused by itself already says it all; one rule's refusal silences no other rule
     for rule in CROSS_FIELD_RULES:
         if _problem_at(found, rule.reads):
@@ -535,6 +536,33 @@ def config_size_problems(parsed: JobSpec, spec: dict) -> list[Problem]:
     return [Problem(field, f"the trainer's configuration (ConfigMap <job>-config, the defaulted spec as indented JSON)"
                     f" would be {size} bytes; the API server takes at most {MAX_CONFIGMAP_BYTES} (1 MiB) per ConfigMap:"
                     " keep large data in a ConfigMap or Secret of your own, or in a volume")]
+
+
+def sidecar_port_problems(parsed: JobSpec, template: Any) -> list[Problem]:
+    """A port a sidecar (or a native sidecar: an init container with restartPolicy Always) declares that
+    kuberl's trainer binds: the metrics ports (metrics.port + local rank) in every pod, the rendezvous port
+    in worker 0's (the template is every pod's). The containers of a pod share one network namespace, so one of the two cannot bind; the API
+    server only warns of a duplicate port (pkg/api/pod/warnings.go), and a sidecar that won the bind served
+    its own page to the operator's scrapes, so the job looked stalled and was restarted until it failed."""
+    pod_spec = template.get("spec") if isinstance(template, dict) else None
+    if not isinstance(pod_spec, dict) or parsed.trainer == "custom":  # a custom trainer's ports are what it binds
+        return []
+    ours = {parsed.metrics.port + i: f"spec.metrics.port + local rank {i}, in every pod" for i in range(parsed.procs)}
+    ours[parsed.rendezvous.port] = "spec.rendezvous.port, in worker 0's pod"
+    problems = []
+    for kind in ("containers", "initContainers"):
+        for i, container in enumerate(pod_spec.get(kind) if isinstance(pod_spec.get(kind), list) else []):
+            if not isinstance(container, dict) or (kind == "containers" and container.get("name") == names.TRAINER_CONTAINER):
+                continue
+            if kind == "initContainers" and container.get("restartPolicy") != "Always":
+                continue  # it exits before the trainer starts
+            for j, port in enumerate(container.get("ports") if isinstance(container.get("ports"), list) else []):
+                number = port.get("containerPort") if isinstance(port, dict) else None
+                if type(number) is int and number in ours and port.get("protocol", "TCP") == "TCP":
+                    problems.append(Problem(f"spec.template.spec.{kind}[{i}].ports[{j}].containerPort",
+                                            f"{number} is the trainer's ({ours[number]}), and the containers of a pod"
+                                            f" share its network: move the sidecar's port, or set {ours[number].split(' + ')[0].split(',')[0]}"))
+    return problems
 
 
 def immutable_changes(old: Any, new: Any) -> list[Problem]:
