@@ -181,3 +181,19 @@ def test_rbac_refusing_the_operator_the_delete_of_an_old_gang_is_said_on_the_job
     wait_phase(rest, 'undeletable', 'Running')
     assert status(rest, 'undeletable')['restarts'] == 1 and not pods(standin, 'undeletable', 0)
     assert 'Traceback' not in operator.log(), operator.log()[-3000:]
+
+
+def test_rbac_refusing_the_operator_the_jobs_status_is_said_in_an_event_and_nothing_is_done(standin, rest, operator):
+    """The ClusterRole lost `patch` on rltrainingjobs/status: the job showed nothing at all (no status, no Event),
+    and the operator's log a traceback every 5 s."""
+    standin.handler.denied.add(('patch', 'rltrainingjobs/status'))
+    create_job(rest, 'mute', workers=2)
+    [warning] = wait_for(lambda: warnings(rest, 'mute', 'OperatorForbidden'), what='an OperatorForbidden warning')
+    assert warning['message'].startswith('rltrainingjobs.kuberl.dev "mute" is forbidden: User "system:serviceaccount:kuberl-system:'
+                                         'kuberl-operator" cannot patch resource "rltrainingjobs/status"'), warning
+    assert 'nothing is created or deleted for this job until its status can be written' in warning['message']
+    assert not pods(standin, 'mute') and not status(rest, 'mute')
+    assert 'Traceback' not in operator.log(), operator.log()[-3000:]
+
+    standin.handler.denied.clear()  # the RBAC is mended: picked up within lifecycle.MAX_FORBIDDEN_RETRY_SECONDS
+    wait_for(lambda: pods(standin, 'mute'), timeout=40, what='the gang, once the status can be written')

@@ -125,6 +125,7 @@ class StandinHandler(kmock.RawHandler):
     # A fault hook: RBAC without these (verb, plural) pairs. Every such request is answered 403 Forbidden
     # before it is served, as the real API server's authorization filter answers it
     # (admission.rbac_forbidden cites the source), a list and a watch alike.
+    # A subresource is its own resource to RBAC, named as a rule names it: ('patch', 'rltrainingjobs/status').
     denied: set[tuple[str, str]] = attrs.field(factory=set)
 
     def __attrs_post_init__(self) -> None:
@@ -216,7 +217,7 @@ class StandinHandler(kmock.RawHandler):
         verb = self._verb(method, route, params)
         self.calls[ApiCall(verb, route.group, route.plural, route.namespace or '', route.subresource or '',
                            _agent(request.headers))] += 1
-        if (verb, route.plural) in self.denied:
+        if (verb, f'{route.plural}/{route.subresource}' if route.subresource else route.plural) in self.denied:
             raise rbac_forbidden(verb, rtype, route.namespace, route.name or '', subresource=route.subresource or '')
         dry_run = params.get('dryRun') == 'All'
         validation = params.get('fieldValidation', 'Warn')

@@ -97,6 +97,14 @@ ADMISSION_POLICY_DENIAL = re.compile(r'admission webhook ".*" denied the request
 POD_SECURITY_ADMISSION_DENIAL = re.compile(r'violates PodSecurity "')
 
 
+def status_refusal(code: int, message: str) -> str | None:
+    """What the job's Event says when RBAC refuses the operator its status write; None for any other error."""
+    if code != 403 or not AUTHORIZER_DENIAL.match(message):
+        return None
+    return (f"{message}: the operator's ServiceAccount lacks this permission (the chart's RBAC grants what"
+            " kuberl.operator.kubeapi.API_CALLS lists); nothing is created or deleted for this job until its status can be written")
+
+
 def delete_refusal(code: int, message: str) -> Refusal | None:
     """A delete's refusal by RBAC, said on the job: its old gang (or a suspended or finished job's
     pods) stayed while the job said "waiting for old pods to go" and only the operator's log, one

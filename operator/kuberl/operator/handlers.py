@@ -415,6 +415,13 @@ class JobLoop:
                        f"the job's status cannot be written ({too_large}): the job with its status is over the API server's"
                        " object size limit; make its spec smaller. Nothing is created or deleted until the status can be written")
             return self.shell.config.resync_seconds
+        except StatusForbidden as forbidden:
+            # Status-first: with the status unwritable nothing is done. An Event still reaches the job's describe
+            # (the only place its owner looks), where the log held a traceback every 5 s.
+            message = jobstatus.status_refusal(403, str(forbidden))
+            logger.warning("job %s/%s: %s", self.namespace, self.name, message)
+            self._post(job, "Warning", lifecycle.REASON_OPERATOR_FORBIDDEN, message)
+            return lifecycle.MAX_FORBIDDEN_RETRY_SECONDS
         return self._next_wake(decision)
 
     async def _judge(self, job: dict) -> tuple[JobSpec | None, lifecycle.Refusal | None]:
@@ -535,6 +542,8 @@ class JobLoop:
         except ApiError as error:
             if error.status == 413:  # etcd's object size limit: retrying the same write cannot help
                 raise StatusTooLarge(error.message) from None
+            if jobstatus.status_refusal(error.status, error.message) is not None:
+                raise StatusForbidden(error.message) from None
             raise
         job["metadata"]["resourceVersion"] = written["metadata"]["resourceVersion"]
         job["status"] = written.get("status") or {}
@@ -714,6 +723,10 @@ class StatusConflict(Exception):
 
 class StatusTooLarge(Exception):
     """The API server refused the job's status write as too large (413): the job is too big to hold it."""
+
+
+class StatusForbidden(Exception):
+    """RBAC refused the job's status write (403): nothing the job does can be recorded, so nothing is done."""
 
 
 class ChildRefused(Exception):
