@@ -244,3 +244,16 @@ def test_a_slice_of_a_larger_tensor_is_no_claim_beyond_its_data():
     state = ppo_like_state(1)
     state["obs_norm"]["mean"] = torch.arange(10.0)[2:6]  # a view onto fewer bytes than its storage: loads
     assert checkpoint.decode(checkpoint.encode(state))["obs_norm"]["mean"].tolist() == [2.0, 3.0, 4.0, 5.0]
+
+
+def test_a_sparse_tensor_is_refused_before_anything_touches_it(tmp_path):
+    """Its size is a claim on its dense form, and one whose indices break its invariants is unsafe to operate on;
+    reading its storage to check it raised NotImplementedError, a traceback from kuberl eval."""
+    sparse = torch.sparse_coo_tensor(torch.tensor([[0], [0]]), torch.tensor([1.0]), (2**20, 2**20))
+    state = ppo_like_state(1)
+    state["agent"]["weight"] = sparse
+    with pytest.raises(checkpoint.CorruptCheckpoint, match="holds a torch.sparse_coo tensor, not a dense one"):
+        checkpoint.decode(checkpoint.encode(state))
+    torch.save({"algorithm": "ppo", "env_id": "CartPole-v1", "agent": {"w": sparse}, "hidden_sizes": [8]}, str(tmp_path / "m.pt"))
+    with pytest.raises(checkpoint.CorruptCheckpoint, match="sparse_coo"):
+        checkpoint.read_model(str(tmp_path / "m.pt"))

@@ -404,9 +404,15 @@ def overclaimed(loaded: object) -> None:
         if seen > MAX_LOADED_OBJECTS:
             raise CorruptCheckpoint(f"holds more than {MAX_LOADED_OBJECTS} objects: not loaded")
         if isinstance(value, torch.Tensor):
-            if value.numel() and value.numel() * value.element_size() > value.untyped_storage().nbytes():
+            # a sparse tensor's size is a claim too (its dense form), and one that breaks its invariants is
+            # unsafe to touch: torch saves none of ours sparse, nested or quantized
+            if value.layout != torch.strided or value.is_nested or value.is_quantized:
+                kind = "nested" if value.is_nested else "quantized" if value.is_quantized else str(value.layout)
+                raise CorruptCheckpoint(f"holds a {kind} tensor, not a dense one: not loaded")
+            held = value.untyped_storage().nbytes()
+            if value.numel() and value.numel() * value.element_size() > held:
                 raise CorruptCheckpoint(f"a tensor claims {list(value.shape)} of {value.dtype}, more than the"
-                                        f" {value.untyped_storage().nbytes()} bytes it holds: not loaded")
+                                        f" {held} bytes it holds: not loaded")
         elif isinstance(value, dict):
             pending.extend(value.values())
         elif isinstance(value, (list, tuple)):
