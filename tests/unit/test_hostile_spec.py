@@ -227,3 +227,20 @@ def test_a_sidecar_port_the_trainer_binds_is_refused(template, fields, words):
 ], ids=["another-port", "metrics-moved", "init-container-that-exits"])
 def test_a_sidecar_port_the_trainer_does_not_bind_passes(job):
     assert validate_job(job).workers >= 1
+
+
+@pytest.mark.parametrize("command", ["validate", "render"])
+def test_reading_a_job_imports_no_module_its_env_id_names(tmp_path, command):
+    """docs/security.md: the trainer imports a "module:Class" env id in the job's pods (the author's code,
+    as the template's command is), and kuberl run here; reading the file imports nothing it names."""
+    import subprocess
+    import sys
+
+    (tmp_path / "planted.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\nclass Env: pass\n")
+    job = make_job("reader").env("planted:Env").obj()
+    (tmp_path / "job.yaml").write_text(json.dumps(job))
+    done = subprocess.run([sys.executable, "-m", "kuberl.cli", command, str(tmp_path / "job.yaml")], cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "imported").exists()
