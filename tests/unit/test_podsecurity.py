@@ -383,3 +383,12 @@ def test_the_security_model_lists_what_the_levels_leave_open():
     for field in OPEN_FIELDS:
         assert len(re.findall(rf"\b{field}\b", section, re.IGNORECASE)) >= 2, field  # said what it does, and how to refuse it
     assert "--forbid-pod-fields" in section and "forbidPodFields" in section
+
+
+@pytest.mark.parametrize("name", ["net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"])
+def test_the_sysctls_v1_32_made_safe_pass_baseline_and_restricted(name):
+    """pod-security-admission policy/check_sysctls.go sysctlsAllowedV1Dot32: the namespace's admission lets these
+    in since v1.32; kuberl refused them (its list stopped at v1.29's)."""
+    pod = with_trainer(capabilities={"drop": ["ALL"]}, seccompProfile={"type": "RuntimeDefault"})
+    pod["spec"]["securityContext"]["sysctls"] = [{"name": name, "value": "4096 87380 16777216"}]
+    assert check_pod(pod, "baseline") == [] and check_pod(pod, "restricted") == []

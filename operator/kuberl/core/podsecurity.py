@@ -33,12 +33,13 @@ BASELINE_CAPABILITIES = frozenset({
     "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
 })
 RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
-# check_sysctls.go, the "safe" set as of v1.29.
+# check_sysctls.go, the "safe" set as of v1.32 (sysctlsAllowedV1Dot32: v1.29's and net.ipv4.tcp_rmem and
+# tcp_wmem, which NCCL-over-TCP jobs tune; without them a pod the namespace's admission lets in was refused here).
 SAFE_SYSCTLS = frozenset({
     "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
     "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
     "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
 })
 # check_seLinuxOptions.go
 SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
