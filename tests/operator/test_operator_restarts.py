@@ -5,6 +5,7 @@ from kuberl.core import names
 
 from tests.operator.operatorkit import (
     NS,
+    Operator,
     condition,
     create_job,
     events,
@@ -163,3 +164,37 @@ def test_pods_stuck_terminating_on_a_lost_node_are_force_deleted_and_recorded(st
     assert {r['pod'] for r in records} == {'stranded-0', 'stranded-1'}
     assert any(e['reason'] == 'ForceDeleted' for e in events(rest, 'stranded'))
     wait_for(lambda: len(pods(standin, 'stranded', 1)) == 2, what='generation 1')
+
+
+def test_a_gang_restarted_after_an_operator_upgrade_runs_the_trainer_defaults_its_job_started_with(standin, rest, tmp_path):
+    """`helm upgrade` changing trainer.image or trainer.resourcesPerProcess restarts the operator with new
+    defaults; a running job's next gang still gets the image and requests its first one had (status.trainerDefaults),
+    and only a job created after the upgrade takes the new ones."""
+    def operator(release: str, image: str, cpu: str) -> Operator:
+        (tmp_path / release).mkdir()
+        return Operator(standin, tmp_path / release, '--trainer-image', image,
+                        env={'KUBERL_TRAINER_CPU_PER_PROCESS': cpu, 'KUBERL_TRAINER_MEMORY_PER_PROCESS': '2Gi'}).start()
+
+    def images_and_cpu(gang: list[dict]) -> set[tuple[str, str]]:
+        trainer = [next(c for c in p['spec']['containers'] if c['name'] == names.TRAINER_CONTAINER) for p in gang]
+        return {(c['image'], c['resources']['requests']['cpu']) for c in trainer}
+
+    old = operator('0.1.0', 'registry.test/kuberl/trainer:0.1.0', '1')
+    try:
+        create_job(rest, 'long-run', workers=2)
+        gang = start_gang(standin, 'long-run', 2)
+        wait_phase(rest, 'long-run', 'Running')
+        assert images_and_cpu(gang) == {('registry.test/kuberl/trainer:0.1.0', '1')}
+    finally:
+        old.stop()
+    new = operator('0.2.0', 'registry.test/kuberl/trainer:0.2.0', '2')
+    try:
+        terminated(standin, gang[1], 1, 'Crashed: RuntimeError: NaN in the policy loss')
+        restarted = start_gang(standin, 'long-run', 2, generation=1)
+        assert images_and_cpu(restarted) == {('registry.test/kuberl/trainer:0.1.0', '1')}
+        assert status(rest, 'long-run')['trainerDefaults'] == {
+            'image': 'registry.test/kuberl/trainer:0.1.0', 'cpuPerProcess': '1', 'memoryPerProcess': '2Gi'}
+        create_job(rest, 'after-upgrade', workers=1)
+        assert images_and_cpu(start_gang(standin, 'after-upgrade', 1)) == {('registry.test/kuberl/trainer:0.2.0', '2')}
+    finally:
+        new.stop()

@@ -319,3 +319,23 @@ def test_only_rbac_refusing_a_delete_is_said_on_the_job(code, message, refused):
     if refused:
         assert refusal.reason == lifecycle.REASON_OPERATOR_FORBIDDEN and refusal.deleting and refusal.retryable
         assert refusal.message.startswith(message) and 'what was to be deleted stays' in refusal.message
+
+
+OPERATOR_DEFAULTS = ('registry.test/trainer:0.2.0', render.PerProcess(cpu='2', memory='4Gi'))
+
+
+def test_a_job_keeps_the_trainer_defaults_it_first_met_and_status_records_them():
+    first = jobstatus.job_status({'phase': 'Pending'}, observed_generation=1, reading=None, paths=None,
+                                 defaults=jobstatus.trainer_defaults({}, *OPERATOR_DEFAULTS))
+    assert first['trainerDefaults'] == {'image': 'registry.test/trainer:0.2.0', 'cpuPerProcess': '2', 'memoryPerProcess': '4Gi'}
+    recorded = {'trainerDefaults': {'image': 'registry.test/trainer:0.1.0', 'cpuPerProcess': '1', 'memoryPerProcess': '2Gi'}}
+    assert jobstatus.trainer_defaults(recorded, *OPERATOR_DEFAULTS) == ('registry.test/trainer:0.1.0', render.PerProcess('1', '2Gi'))
+
+
+@pytest.mark.parametrize('record', [
+    None, 'image', {}, {'image': '', 'cpuPerProcess': '1', 'memoryPerProcess': '2Gi'},
+    {'image': 'x', 'cpuPerProcess': 'lots', 'memoryPerProcess': '2Gi'}, {'image': 'x', 'cpuPerProcess': '1'},
+    {'image': ['x'], 'cpuPerProcess': '1', 'memoryPerProcess': '2Gi'}, {'image': 'x' * 513, 'cpuPerProcess': '1', 'memoryPerProcess': '2Gi'},
+])
+def test_a_trainer_defaults_record_that_does_not_parse_gives_the_operators_own(record):
+    assert jobstatus.trainer_defaults({'trainerDefaults': record}, *OPERATOR_DEFAULTS) == OPERATOR_DEFAULTS

@@ -173,7 +173,15 @@ def _status_schema() -> dict:
                     "workers": {"type": "string", "maxLength": 16, "description": "Ready/desired pods of the current generation."},
                     "return": {"type": "string", "maxLength": 32, "description": "Mean training return, rounded (the last known once pods are gone)."},
                     "eval": {"type": "string", "maxLength": 32, "description": "Latest evaluation return, rounded: what decided success."},
-                    "reason": {"type": "string", "maxLength": 64, "description": "Why the job is Failed or Suspended (its condition's reason)."},
+                    "reason": {"type": "string", "maxLength": 64, "description": "Why the job is Failed or Suspended (its condition's reason), or why a Pending or Restarting job's workers are not all running (its Ready condition's reason)."},
+                },
+            },
+            "trainerDefaults": {
+                "type": "object", "description": "The operator's defaults for what the spec leaves unset, as the job first met them: every generation's pods take these, so an operator upgrade that changes them never changes a running job.",
+                "properties": {
+                    "image": {"type": "string", "maxLength": 512, "description": "Trainer image of a spec without image."},
+                    "cpuPerProcess": {"type": "string", "maxLength": 64, "description": "CPU request per process of a spec without resources."},
+                    "memoryPerProcess": {"type": "string", "maxLength": 64, "description": "Memory request per process of a spec without resources."},
                 },
             },
         },

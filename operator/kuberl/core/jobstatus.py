@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from . import lifecycle, names, safetext
+from . import lifecycle, names, render, safetext
 from .lifecycle import Refusal
 from .rank0metrics import Rank0Reading
 from .rules import validate_job
@@ -187,6 +187,21 @@ def display(status: dict, desired_workers: int | None) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def trainer_defaults(status: dict, image: str, per_process: render.PerProcess) -> tuple[str, render.PerProcess]:
+    """The operator's defaults for what a job's spec leaves unset (the trainer image, the requests per
+    process), as the job first met them (status.trainerDefaults): a gang restarted after an operator
+    upgrade that changed them (chart values trainer.image, trainer.resourcesPerProcess) runs what the
+    job started with. A job with none recorded, or a record that does not parse, takes the operator's own."""
+    kept = status.get("trainerDefaults")
+    if not isinstance(kept, dict):
+        return image, per_process
+    kept_image, cpu, memory = kept.get("image"), kept.get("cpuPerProcess"), kept.get("memoryPerProcess")
+    if not (isinstance(kept_image, str) and kept_image and len(kept_image) <= 512
+            and all(isinstance(q, str) and render.PLAIN_QUANTITY.match(q) for q in (cpu, memory))):
+        return image, per_process
+    return kept_image, render.PerProcess(cpu=cpu, memory=memory)
+
+
 def job_status(
     decided: dict,
     *,
@@ -194,12 +209,17 @@ def job_status(
     reading: Rank0Reading | None,
     paths: dict | None,
     desired_workers: int | None = None,
+    defaults: tuple[str, render.PerProcess] | None = None,
 ) -> dict:
     """The status one reconcile writes: the lifecycle's, plus what only the shell knows.
-    `paths`: the trainer configuration's (checkpointDir, finalModel); None for a spec that does not parse."""
+    `paths`: the trainer configuration's (checkpointDir, finalModel); None for a spec that does not parse.
+    `defaults`: the job's trainer defaults (trainer_defaults), recorded for its later generations."""
     status = copy.deepcopy(decided)
     status["observedGeneration"] = observed_generation
     status["display"] = display(status, desired_workers)
+    if defaults is not None:
+        image, per_process = defaults
+        status["trainerDefaults"] = {"image": image, "cpuPerProcess": per_process.cpu, "memoryPerProcess": per_process.memory}
     if paths is None:
         return status
     if reading is not None and reading.last_checkpoint_time is not None:

@@ -441,10 +441,16 @@ class JobLoop:
         return [str(v) for v in podsecurity.check_pods(pods, config.pod_security, config.allowed_service_accounts,
                                                        config.forbidden_pod_fields)]
 
-    def _render_pods(self, spec: JobSpec, uid: str, ranks: list[int], generation: int) -> list[dict]:
+    def _trainer_defaults(self, status: dict) -> tuple[str, render.PerProcess]:
         config = self.shell.config
-        pods = render.render_pods(render.Job(self.name, spec), self.namespace, uid, ranks, generation, default_image=config.trainer_image,
-                                  per_process=config.trainer_per_process)
+        return jobstatus.trainer_defaults(status, config.trainer_image, config.trainer_per_process)
+
+    def _render_pods(self, spec: JobSpec, uid: str, ranks: list[int], generation: int, status: dict | None = None) -> list[dict]:
+        """`status`: the job's, whose recorded trainer defaults its pods take; None: the operator's own."""
+        config = self.shell.config
+        image, per_process = self._trainer_defaults(status or {})
+        pods = render.render_pods(render.Job(self.name, spec), self.namespace, uid, ranks, generation, default_image=image,
+                                  per_process=per_process)
         return [jobstatus.with_operator_defaults(pod, config.trainer_pull_policy, config.trainer_pull_secrets) for pod in pods]
 
     async def _decide(self, job: dict, spec: JobSpec | None, refusal: lifecycle.Refusal | None) -> lifecycle.Decision:
@@ -465,7 +471,8 @@ class JobLoop:
                                     networkpolicy_checked=self.memo.get("networkpolicy_checked") == job["metadata"]["uid"])
         paths = trainer_config(self.name, self.namespace, job["metadata"]["uid"], spec)["paths"] if spec is not None else None
         new_status = jobstatus.job_status(decision.status, observed_generation=job["metadata"].get("generation", 1),
-                                          reading=reading, paths=paths, desired_workers=spec.workers if spec is not None else None)
+                                          reading=reading, paths=paths, desired_workers=spec.workers if spec is not None else None,
+                                          defaults=self._trainer_defaults(status))
         written = await self._write(job, status, new_status)
         self.shell.metrics.job_phase(self.namespace, self.name, decision.phase)
         said = (job["metadata"]["uid"], generation)
@@ -647,7 +654,7 @@ class JobLoop:
     async def _create_pods(self, job: dict, spec: JobSpec, action: lifecycle.CreatePods) -> None:
         uid = job["metadata"]["uid"]
         limit = asyncio.Semaphore(CREATE_CONCURRENCY)
-        rendered = await asyncio.to_thread(self._render_pods, spec, uid, list(action.ranks), action.generation)
+        rendered = await asyncio.to_thread(self._render_pods, spec, uid, list(action.ranks), action.generation, job.get("status") or {})
 
         async def create(pod: dict) -> None:
             kopf.adopt(pod, owner=job)
