@@ -244,3 +244,17 @@ def test_reading_a_job_imports_no_module_its_env_id_names(tmp_path, command):
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "imported").exists()
+
+
+# validateContainersOnlyForPod (pkg/apis/core/validation/validation.go): "must not have leading or trailing
+# whitespace", for pods only (a template keeps it). `image: |` ends the name with a line break.
+@pytest.mark.parametrize(("job", "path"), [
+    (make_job("img").with_spec(image="registry.example.com/rl/trainer:1.0\n").obj(), "spec.image"),
+    (make_job("img").template({"spec": {"containers": [{"name": "side", "image": " busybox"}]}}).obj(),
+     "spec.template.spec.containers[0].image"),
+    (make_job("img").template({"spec": {"initContainers": [{"name": "fetch", "image": "busybox\t"}]}}).obj(),
+     "spec.template.spec.initContainers[0].image"),
+], ids=["spec-image-block-scalar", "sidecar-leading-space", "init-trailing-tab"])
+def test_an_image_with_surrounding_whitespace_is_refused_as_the_api_server_refuses_the_pod(job, path):
+    [problem] = problems(job)
+    assert problem.startswith(f"{path}: must not have leading or trailing whitespace")

@@ -31,6 +31,7 @@ from .validation import (
     InvalidJob,
     Problem,
     gang_template_problems,
+    image_problems,
     label_key_problems,
     name_problems,
     namespace_problems,
@@ -440,6 +441,7 @@ def parse_spec(spec: Any) -> JobSpec:
     problems += label_key_problems("spec.nodeSelector", spec.get("nodeSelector"))
     problems += resources_problems(spec.get("resources"))
     problems += pod_template_problems(spec.get("template"))
+    problems += image_problems("spec.image", spec.get("image"))
     problems += _custom_trainer_problems(spec)
     if parsed is not None:
         problems += gang_template_problems(spec.get("template"), parsed.workers)

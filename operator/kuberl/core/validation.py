@@ -228,9 +228,19 @@ def pod_template_problems(template: Any) -> list[Problem]:
                     f"spec.template.spec.{kind}[{i}]", {k: v for k, v in container.items() if k not in _CONTAINER_FIELDS_CHECKED_ELSEWHERE},
                     podschema.CONTAINER_FIELDS)]
                 trainer = kind == "containers" and container.get("name") == names.TRAINER_CONTAINER
+                problems += image_problems(f"spec.template.spec.{kind}[{i}].image", container.get("image"))
                 problems += _env_problems(f"spec.template.spec.{kind}[{i}].env", container.get("env"), trainer)
                 problems += _volume_mount_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))
     return problems
+
+
+def image_problems(path: str, image: Any) -> list[Problem]:
+    """validateContainersOnlyForPod (pkg/apis/core/validation/validation.go) refuses a pod whose container
+    image has leading or trailing whitespace (a pod template keeps it, for compatibility): `image: |` in
+    YAML ends the name with a line break, and every pod create failed after kuberl validate passed it."""
+    if isinstance(image, str) and image != image.strip():
+        return [Problem(path, f"must not have leading or trailing whitespace (got {image!r})")]
+    return []
 
 
 def _repeats(items: Any, key: str) -> list[tuple[int, str]]:
