@@ -215,3 +215,9 @@ def test_a_promtool_test_that_expects_a_wrong_alert_fails(tmp_path):
     with pytest.raises(AssertionError, match="KuberlCheckpointsSkipped"):
         run_promtool_tests(tmp_path, rules(), tests)
 
+
+
+def test_every_alert_has_a_row_in_troubleshooting():
+    runbook = (Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md").read_text()
+    section = runbook[runbook.index("## Alerts"):]
+    assert set(re.findall(r"^\| `(Kuberl\w+)` \|", section, re.MULTILINE)) == set(alerts())
