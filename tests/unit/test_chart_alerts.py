@@ -126,7 +126,8 @@ def test_job_alerts_fire_for_the_job_in_trouble_only(tmp_path):
             series(job_phase, op("team-b", "slow-start", ', phase="Pending"'), "1x10"),
             series(job_phase, op("team-b", "slow-start", ', phase="Running"'), "_x10 1x30"),
             series(job_phase, op("team-a", "fine", ', phase="Running"'), "1x40"),
-            # Running for the active replica; a standby still exports the Pending it saw before it handed over.
+            # Running for the active replica; the replica that handed over still exports the Pending it last saw
+            # (until its loop stops: kopf stops a pausing operator's daemons).
             series(job_phase, op("team-c", "handed-over", ', phase="Running"'), "1x40"),
             series(job_phase, 'job="kuberl", namespace="team-c", rltj="handed-over", pod="kuberl-0", phase="Pending"', "1x40"),
         ], "alert_rule_test": [
