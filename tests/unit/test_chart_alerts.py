@@ -83,14 +83,15 @@ def test_promtool_accepts_every_rule(tmp_path):
 
 def test_every_alert_reads_only_metrics_kuberl_exports_or_the_scrape_up():
     defined = {v for k, v in vars(m).items() if k.isupper() and isinstance(v, str) and v.startswith(("kuberl_trainer_", "kuberl_operator_"))}
+    defined |= {m.PROCESS_START_TIME, m.PROCESS_RESIDENT_MEMORY}  # the operator's ProcessCollector
     for name, rule in alerts().items():
-        used = metrics_in(rule["expr"]) - {"absent", "humanizeDuration"}
+        used = metrics_in(rule["expr"]) - {"absent", "humanizeDuration", "changes"}
         assert used and used <= defined | {"up"}, f"{name}: {sorted(used - defined - {'up'})} not in kuberl.core.metricnames"
 
 
 def test_the_alerts_cover_what_a_platform_team_is_paged_for():
     assert set(alerts()) == {"KuberlJobNotRunning", "KuberlJobCrashLooping", "KuberlCheckpointsSkipped", "KuberlCheckpointOverdue",
-                             "KuberlOperatorDown", "KuberlOperatorPeersSamePriority", "KuberlOperatorAPIErrors"}
+                             "KuberlOperatorDown", "KuberlOperatorRestarting", "KuberlOperatorPeersSamePriority", "KuberlOperatorAPIErrors"}
     for name, rule in alerts().items():
         assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"], name
 
@@ -199,7 +200,12 @@ def test_operator_alerts_fire_when_it_is_down_frozen_or_failing_its_requests(tmp
             series(m.OPERATOR_API_ERRORS_TOTAL, f'{OPERATOR}, pod="kuberl-0", verb="list", resource="pods", code="403"', "0+1x30"),
             # a tenant's invalid child (422) fails that job, not the operator
             series(m.OPERATOR_API_ERRORS_TOTAL, f'{OPERATOR}, pod="kuberl-0", verb="create", resource="pods", code="422"', "0+1x30"),
+            # kuberl-0's container restarted three times (each start a new start time); kuberl-1 once.
+            series(m.PROCESS_START_TIME, f'{OPERATOR}, pod="kuberl-0"', "1000x5 1400x5 1800x5 2200x10"),
+            series(m.PROCESS_START_TIME, f'{OPERATOR}, pod="kuberl-1"', "1000x10 1700x15"),
         ], "alert_rule_test": [
+            firing("KuberlOperatorRestarting", "14m"),
+            firing("KuberlOperatorRestarting", "20m", ({"job": "kuberl", "namespace": "kuberl-system", "pod": "kuberl-0"}, "3")),
             firing("KuberlOperatorDown", "25m"),
             firing("KuberlOperatorPeersSamePriority", "15m", ({"namespace": "kuberl-system", "pod": "kuberl-1"}, "1")),
             firing("KuberlOperatorAPIErrors", "10m"),

@@ -40,3 +40,9 @@ def test_jobs_by_phase_still_counts_every_phase_operator_wide():
     metrics.job_phase("team-b", "two", "Running")
     counts = {dict(labels)["phase"]: value for labels, value in samples(metrics, m.OPERATOR_JOBS).items()}
     assert counts == {"Pending": 0, "Running": 2, "Restarting": 0, "Suspended": 0, "Succeeded": 0, "Failed": 0}
+
+
+def test_the_operator_page_carries_its_process_start_time_so_a_restart_shows():
+    """The restart alert counts changes of it: the kubelet restarting a blind operator is otherwise invisible to Prometheus."""
+    start = samples(OperatorMetrics(), m.PROCESS_START_TIME)
+    assert list(start) == [()] and start[()] > 1e9

@@ -74,6 +74,10 @@ OPERATOR_PODS_CREATED_TOTAL = f"{OPERATOR_PREFIX}_pods_created_total"
 OPERATOR_API_ERRORS_TOTAL = f"{OPERATOR_PREFIX}_api_errors_total"  # by verb, resource, code
 OPERATOR_API_RESOLVED_TOTAL = f"{OPERATOR_PREFIX}_api_resolved_total"  # 404/409 the operator resolves, by verb, resource, code
 OPERATOR_PEERS_SAME_PRIORITY = f"{OPERATOR_PREFIX}_peers_same_priority"  # live replicas sharing this one's peering priority (0: fine)
+# The operator's process (prometheus_client's ProcessCollector on its registry): a start time that changes
+# is a container restart, as the kubelet restarts an operator whose /healthz fails (blind watches, RBAC).
+PROCESS_START_TIME = "process_start_time_seconds"
+PROCESS_RESIDENT_MEMORY = "process_resident_memory_bytes"
 # Per-job operator series: the job's namespace (the ServiceMonitor honours it over the operator's own) and name.
 LABEL_NAMESPACE = "namespace"
 LABEL_PHASE = "phase"

@@ -14,6 +14,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily
@@ -53,6 +54,7 @@ class OperatorMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.phases: dict[tuple[str, str], str] = {}
         self.registry.register(_JobsByPhase(self.phases))
+        ProcessCollector(registry=self.registry)  # start time (restarts), memory, CPU, fds of the operator itself
         self.reconcile_duration = Histogram(
             m.OPERATOR_RECONCILE_DURATION, "Time of one reconcile of one job (reads, decision, writes).",
             registry=self.registry, buckets=RECONCILE_BUCKETS,
