@@ -45,9 +45,10 @@ def sampled_return(model_path, episodes=10) -> float:
     return float(np.mean(returns))
 
 
-def test_two_ranks_solve_cartpole(tmp_path):
-    job = make_job(tmp_path, totalTimesteps=150_000, success={"targetReturn": 475, "evalEpisodes": 20, "evalEvery": 5},
-                   env={"numEnvs": 8})
+@pytest.mark.parametrize("background", [False, True], ids=["evaluation-between-updates", "evaluation-while-training"])
+def test_two_ranks_solve_cartpole(tmp_path, background):
+    job = make_job(tmp_path, totalTimesteps=150_000, env={"numEnvs": 8},
+                   success={"targetReturn": 475, "evalEpisodes": 20, "evalEvery": 5, "evalWhileTraining": background})
     ranks = Ranks(job)
     assert ranks.wait(timeout=150) == [0, 0], ranks.log(0)
     assert job.termination_log(0).startswith(f"{contract.REASON_SUCCEEDED}: eval return"), ranks.log(0)

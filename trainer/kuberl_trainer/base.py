@@ -13,6 +13,7 @@ target network, a replay buffer) goes through the `_shared_extra` /
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import time
 from collections.abc import Iterator
@@ -68,7 +69,8 @@ class BaseAlgorithm:
         torch.manual_seed(seed)  # the same initial weights everywhere (rank 0's are broadcast anyway)
         self._setup_model(env_id, num_envs)
         torch.manual_seed(self.seed)  # this rank's torch randomness (action sampling)
-        self._evaluation_envs: tuple[str, gym.vector.VectorEnv] | None = None
+        # rank 0's Atari evaluation envs by what built them: a dict, so frozen copies share it
+        self._evaluation_envs: dict[str, gym.vector.VectorEnv] = {}
 
     @contextlib.contextmanager
     def evaluation_envs(self, env_id: str, episodes: int, env_kwargs: dict) -> Iterator[gym.vector.VectorEnv]:
@@ -85,13 +87,28 @@ class BaseAlgorithm:
                 envs.close()
             return
         key = json.dumps([env_id, episodes, env_kwargs, self.env_backend], sort_keys=True)
-        if self._evaluation_envs is None or self._evaluation_envs[0] != key:
-            if self._evaluation_envs is not None:
-                self._evaluation_envs[1].close()
-            self._evaluation_envs = (key, make_envs(env_id, episodes, env_kwargs, self.env_backend))
-        yield self._evaluation_envs[1]
+        if key not in self._evaluation_envs:
+            for old in self._evaluation_envs.values():
+                old.close()
+            self._evaluation_envs.clear()
+            self._evaluation_envs[key] = make_envs(env_id, episodes, env_kwargs, self.env_backend)
+        yield self._evaluation_envs[key]
+
+    def frozen_copy(self) -> BaseAlgorithm:
+        """This algorithm as it is now, for rank 0 to evaluate on another thread while
+        training goes on (spec.success.evalWhileTraining): its evaluate() and final_model()
+        read copies of the networks and normalisers and of the counters. It shares the rank's
+        evaluation envs, which only one evaluation at a time uses."""
+        frozen = copy.copy(self)
+        frozen.counters = copy.copy(self.counters)
+        self._freeze(frozen)
+        return frozen
 
     def _setup_model(self, env_id: str, num_envs: int) -> None:
+        raise NotImplementedError
+
+    def _freeze(self, frozen: BaseAlgorithm) -> None:
+        """Give `frozen` (a shallow copy) its own copies of what evaluate() and final_model() read."""
         raise NotImplementedError
 
     # -- the update's one all-reduce ------------------------------------------------

@@ -30,6 +30,7 @@ deterministic mode, whose per-rank state includes them.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 
@@ -290,3 +291,7 @@ class DQNTrainer(BaseAlgorithm):
         """evaluation.mean_return, acting greedily (epsilon 0)."""
         with self.evaluation_envs(env_id, episodes, env_kwargs) as envs:
             return evaluation.mean_return(envs, self.learner.greedy, episodes, seed)
+
+    def _freeze(self, frozen: DQNTrainer) -> None:
+        frozen.agent = copy.deepcopy(self.agent)
+        frozen.learner = learners.TorchGreedy(frozen.agent, self.ctx.device)  # evaluate() acts through learner.greedy

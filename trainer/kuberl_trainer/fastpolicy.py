@@ -47,8 +47,8 @@ class NumpyPolicy:
         self.log_std = None if self.discrete else agent.log_std.detach().numpy()
         self.rng = rng
 
-    def reseeded(self, rng: np.random.Generator) -> NumpyPolicy:
-        return NumpyPolicy(self.agent, rng)
+    def reseeded(self, seed: int) -> NumpyPolicy:
+        return NumpyPolicy(self.agent, np.random.default_rng(seed))
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         return _forward(self.critic, obs)[:, 0]

@@ -51,8 +51,9 @@ class PPOActor(Protocol):
 
     def greedy(self, obs: np.ndarray) -> np.ndarray: ...
 
-    def reseeded(self, rng: np.random.Generator) -> PPOActor:
-        """The same policy sampling from `rng` (evaluation, apart from training's randomness)."""
+    def reseeded(self, seed: int) -> PPOActor:
+        """The same policy sampling from generators of its own seeded with `seed` (evaluation,
+        apart from training's randomness, on any thread)."""
 
 
 class QLearner(Protocol):
@@ -203,14 +204,15 @@ class AutogradPPOLearner:
 
 
 class TorchPolicy:
-    """PPO acting in torch on the bare module (no collective), numpy in and out."""
+    """PPO acting in torch on the bare module (no collective), numpy in and out;
+    sampling from `generator`, else torch's default one."""
 
-    def __init__(self, agent: nn.Module, device: torch.device):
-        self.agent, self.device = agent, device
+    def __init__(self, agent: nn.Module, device: torch.device, generator: torch.Generator | None = None):
+        self.agent, self.device, self.generator = agent, device, generator
 
     @torch.no_grad()
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        action, log_prob, value = self.agent.act(to_device(obs, self.device))
+        action, log_prob, value = self.agent.act(to_device(obs, self.device), self.generator)
         return action.cpu().numpy(), log_prob.cpu().numpy(), value.cpu().numpy()
 
     @torch.no_grad()
@@ -221,8 +223,9 @@ class TorchPolicy:
     def greedy(self, obs: np.ndarray) -> np.ndarray:
         return self.agent.greedy(torch.as_tensor(obs, dtype=torch.float32, device=self.device)).cpu().numpy()
 
-    def reseeded(self, rng: np.random.Generator) -> TorchPolicy:
-        return self  # torch samples from torch's generator: the caller forks and seeds it
+    def reseeded(self, seed: int) -> TorchPolicy:
+        # the stream torch.manual_seed(seed) would give the default generator, without touching it
+        return TorchPolicy(self.agent, self.device, torch.Generator(self.device).manual_seed(seed))
 
 
 # --- DQN -----------------------------------------------------------------------------
@@ -282,6 +285,17 @@ class AutogradQLearner:
     @torch.no_grad()
     def greedy(self, obs: np.ndarray) -> np.ndarray:
         return self.agent.greedy(torch.as_tensor(obs, device=self.ctx.device)).cpu().numpy()
+
+
+class TorchGreedy:
+    """DQN acting greedily in torch on a module of its own (a copy rank 0 evaluates)."""
+
+    def __init__(self, agent: nn.Module, device: torch.device):
+        self.agent, self.device = agent, device
+
+    @torch.no_grad()
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        return self.agent.greedy(torch.as_tensor(obs, device=self.device)).cpu().numpy()
 
 
 class FusedQLearner:

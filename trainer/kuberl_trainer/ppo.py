@@ -92,11 +92,12 @@ class Agent(nn.Module):
         log_prob, entropy = self._log_prob_entropy(out, action)
         return log_prob, entropy, value
 
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample (action, log-prob, value) for a batch of observations."""
+    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample (action, log-prob, value) for a batch of observations; discrete actions
+        from `generator` when given (evaluation), else torch's default one."""
         out, value = self._heads(obs)
         if self.discrete:
-            action = torch.multinomial(torch.softmax(out, -1), 1).squeeze(-1)
+            action = torch.multinomial(torch.softmax(out, -1), 1, generator=generator).squeeze(-1)
         else:
             action = out + self.log_std.exp() * torch.randn_like(out)
         log_prob, _ = self._log_prob_entropy(out, action)
@@ -458,9 +459,9 @@ class PPOTrainer(BaseAlgorithm):
 
     def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float:
         """evaluation.mean_return: discrete actions sampled from the policy,
-        continuous ones its mean. Seeded apart, so training's randomness is untouched."""
-        actor = self.actor.reseeded(np.random.default_rng(seed))
-        cuda = [self.ctx.device.index] if self.ctx.device.type == "cuda" else []
+        continuous ones its mean. Sampled from generators of its own, seeded with
+        `seed`: training's randomness is untouched, also from another thread."""
+        actor = self.actor.reseeded(seed)
 
         def act(obs: np.ndarray) -> np.ndarray:
             x = self.obs_norm.normalize(obs) if self.hp.normalize_observation else obs
@@ -468,10 +469,12 @@ class PPOTrainer(BaseAlgorithm):
             action = actor.act(x)[0] if self.agent.discrete else actor.greedy(x)
             return action if self.agent.discrete else np.clip(action, self.action_space.low, self.action_space.high)
 
-        with self.evaluation_envs(env_id, episodes, env_kwargs) as envs, torch.no_grad(), \
-                torch.random.fork_rng(devices=cuda):
-            torch.manual_seed(seed)
+        with self.evaluation_envs(env_id, episodes, env_kwargs) as envs, torch.no_grad():
             return evaluation.mean_return(envs, act, episodes, seed)
+
+    def _freeze(self, frozen: PPOTrainer) -> None:
+        frozen.agent, frozen.obs_norm = copy.deepcopy(self.agent), copy.deepcopy(self.obs_norm)
+        frozen.actor = learners.ppo_actor(frozen.agent, self.hp, self.ctx, np.random.default_rng(0), self.fast_path)
 
 
 def _as_tensors(norm: dict) -> dict:

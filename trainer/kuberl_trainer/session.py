@@ -19,6 +19,7 @@ import stat
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -92,6 +93,9 @@ class Algorithm(Protocol):
     def load_shared(self, state: dict) -> None: ...
     def load_rank(self, state: dict) -> None: ...
     def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float: ...
+    def frozen_copy(self) -> Algorithm:
+        """The algorithm as it is now, to evaluate (and take a final model from) on another
+        thread while training goes on: copies of its networks, normalisers and counters."""
     def final_model(self) -> dict:
         """What the final model file holds of this algorithm (weights, the
         network's shape, normalisers), as tensors and plain values; the
@@ -179,6 +183,11 @@ class TrainingSession:
         self.resumed_from: str | None = None
         self.progress_unwritable = False
         self.exported = (0, 0)  # counter values already exported (steps, episodes)
+        # spec.success.evalWhileTraining: rank 0 evaluates a frozen copy on a thread of its own
+        self.evaluator = (ThreadPoolExecutor(1, thread_name_prefix="evaluation")
+                          if ctx.is_main and self.spec.success.eval_while_training else None)
+        self.evaluation_in_flight: tuple[Future, Algorithm] | None = None
+        self.model_that_met: Algorithm | None = None  # the evaluated copy, when a copy met the target
 
     # -- the Session protocol --------------------------------------------------
 
@@ -258,9 +267,15 @@ class TrainingSession:
         if self.metrics is not None:
             self._record(report)
         success = self.spec.success
-        if self.ctx.is_main and success.target_return is not None and counters.updates % success.eval_every == 0:
-            self.evaluate(algorithm)
-            self.curve_point(counters.global_step)
+        if self.ctx.is_main and success.target_return is not None:
+            if self.evaluation_in_flight is not None and self.evaluation_in_flight[0].done():
+                self.evaluation_finished()
+            if counters.updates % success.eval_every == 0:
+                if self.evaluator is None:
+                    self.evaluate(algorithm)
+                    self.curve_point(counters.global_step)
+                elif self.evaluation_in_flight is None:  # one still running: this one is skipped
+                    self.start_evaluation(algorithm)
         if counters.updates % self.spec.checkpoint.every_updates == 0:
             self.save(algorithm)
         if self.ctx.is_main and time.monotonic() - self.last_report[0] >= PROGRESS_EVERY_SECONDS:
@@ -291,14 +306,36 @@ class TrainingSession:
         metrics.update_duration.observe(report.update_seconds)
         metrics.allreduce_duration.observe(report.allreduce_seconds)
 
+    def evaluation_arguments(self, algorithm: Algorithm) -> tuple[str, int, dict, int]:
+        env = self.spec.env
+        return env.id, self.spec.success.eval_episodes, env.kwargs, rank_seed(self.spec.seed, EVAL_SEED_STREAM, algorithm.counters.updates)
+
     def evaluate(self, algorithm: Algorithm) -> None:
-        env, success = self.spec.env, self.spec.success
-        seed = rank_seed(self.spec.seed, EVAL_SEED_STREAM, algorithm.counters.updates)
-        self.eval_return = algorithm.evaluate(env.id, success.eval_episodes, env.kwargs, seed)
-        self.target_met = self.eval_return >= success.target_return
+        self.evaluated(algorithm, algorithm.evaluate(*self.evaluation_arguments(algorithm)))
+
+    def evaluated(self, algorithm: Algorithm, eval_return: float) -> None:
+        """Record `algorithm`'s evaluation (on the main thread): the return, the success vote
+        and which weights met the target, the metrics."""
+        self.eval_return = eval_return
+        self.target_met = eval_return >= self.spec.success.target_return
+        self.model_that_met = algorithm if self.target_met else None
         if self.metrics is not None:
-            self.metrics.eval_return.set(self.eval_return)
+            self.metrics.eval_return.set(eval_return)
             self.metrics.success.set(1 if self.target_met else 0)
+
+    def start_evaluation(self, algorithm: Algorithm) -> None:
+        """evalWhileTraining: a frozen copy of the weights evaluated on the evaluator thread,
+        which only computes the return; the session records it on this thread."""
+        frozen = algorithm.frozen_copy()
+        self.evaluation_in_flight = (self.evaluator.submit(frozen.evaluate, *self.evaluation_arguments(frozen)), frozen)
+
+    def evaluation_finished(self) -> None:
+        """evalWhileTraining: the evaluation in flight, waited for and recorded, into
+        progress.jsonl at the timesteps of the weights it evaluated (its failure is raised here)."""
+        future, frozen = self.evaluation_in_flight
+        self.evaluation_in_flight = None
+        self.evaluated(frozen, future.result())
+        self.curve_point(frozen.counters.global_step)
 
     def report(self, global_step: int) -> None:
         now = time.monotonic()
@@ -362,6 +399,10 @@ class TrainingSession:
 
     def finish(self, algorithm: Algorithm, outcome: str) -> str:
         """Final checkpoint or model; returns the termination-log message."""
+        if outcome == "budget" and self.evaluation_in_flight is not None:
+            self.evaluation_finished()  # its return is the run's last word on the model
+        # the weights that met the target: with evalWhileTraining a copy from some updates ago
+        model = self.model_that_met if outcome == "target" and self.model_that_met is not None else algorithm
         steps = algorithm.counters.global_step
         if self.ctx.is_main and steps > self.last_report[1]:  # a line already says these steps: no "steps/s 0"
             self.report(steps)
@@ -372,14 +413,17 @@ class TrainingSession:
                 self.save(algorithm, collectives=False)
             return stopped_message(steps, self.ctx.is_main, self.config.checkpoint_dir)
         if self.ctx.is_main:
-            self.write_final_model(algorithm)
+            self.write_final_model(model)
         if outcome == "target" and not self.ctx.is_main:
             return f"rank 0's evaluation met the target at timesteps {steps}"
         if not self.ctx.is_main:  # rank 0 evaluates and writes the model: "eval return -; model …" here misled
             return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}); rank 0 writes the model"
         final = contract.final_numbers(steps, self.eval_return)
         if outcome == "target":
-            return f"eval return {self.eval_return:.1f} >= {self.spec.success.target_return} at timesteps {steps}; model {self.config.final_model} {final}"
+            at = model.counters.global_step
+            lagged = "" if at == steps else f" (the weights of then, evaluated while training went on to {steps})"
+            return (f"eval return {self.eval_return:.1f} >= {self.spec.success.target_return} at timesteps {at}{lagged}; "
+                    f"model {self.config.final_model} {final}")
         return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}, eval return {_fmt(self.eval_return)}); model {self.config.final_model} {final}"
 
     def write_final_model(self, algorithm: Algorithm) -> None:

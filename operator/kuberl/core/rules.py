@@ -41,8 +41,10 @@ from .validation import (
 )
 from .yamlreader import MAX_NESTING
 
-# a rollout stepped on another thread while the update learns has no one order to replay
+# work on another thread beside the updates has no one order to replay
 LAGGED_ROLLOUT_NOT_DETERMINISTIC = "a rollout collected while the update learns is not reproducible; spec.deterministic needs learnWhileCollecting: false"
+BACKGROUND_EVALUATION_NOT_DETERMINISTIC = ("an evaluation that finishes while training goes on ends the run at an update no rerun "
+                                           "repeats; spec.deterministic needs evalWhileTraining: false")
 
 
 @dataclass(frozen=True)
@@ -265,6 +267,16 @@ CROSS_FIELD_RULES = [
         lambda s: not s.get("deterministic") or not (s.get("ppo") or {}).get("learnWhileCollecting"),
         lambda s: LAGGED_ROLLOUT_NOT_DETERMINISTIC,
         ("deterministic", "ppo"),
+    ),
+    CrossFieldRule(
+        ".success.evalWhileTraining",
+        "!has(self.deterministic) || !self.deterministic || !has(self.success) || !has(self.success.evalWhileTraining)"
+        " || !self.success.evalWhileTraining",
+        f"'{BACKGROUND_EVALUATION_NOT_DETERMINISTIC}'",
+        BACKGROUND_EVALUATION_NOT_DETERMINISTIC,
+        lambda s: not s.get("deterministic") or not (s.get("success") or {}).get("evalWhileTraining"),
+        lambda s: BACKGROUND_EVALUATION_NOT_DETERMINISTIC,
+        ("deterministic", "success"),
     ),
     *HYPERPARAMETER_RULES,
 ]

@@ -125,6 +125,7 @@ class SuccessSpec(Model):
     target_return: float | None = Field(None, description="Stop when the evaluation mean return reaches this; unset means train for totalTimesteps.")
     eval_episodes: int = Field(10, ge=1, le=10000, description="Episodes per evaluation (rank 0).")
     eval_every: int = Field(10, ge=1, le=1_000_000, description="Policy updates between evaluations.")
+    eval_while_training: bool = Field(False, description="Rank 0 evaluates a copy of the weights on a thread of its own while every rank trains on, instead of all ranks waiting for it (as RLlib's evaluation_parallel_to_training). An evaluation due while one runs is skipped; when a copy meets targetReturn, that copy is the final model. Not with spec.deterministic.")
 
 
 class ResourceRequirements(Model):

@@ -1,0 +1,124 @@
+"""spec.success.evalWhileTraining: rank 0 evaluates a frozen copy of the weights on a
+thread of its own while training goes on; the copy that meets the target is the model."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from kuberl.core import contract, trainerconfig
+from kuberl.core.spec import PPOConfig
+from kuberl_trainer import __main__ as entry
+from kuberl_trainer import session
+from kuberl_trainer.distributed import Dist
+from kuberl_trainer.ppo import PPOTrainer
+
+from tests.support.jobs import make_job
+
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+BLOCKS = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 4, "batchSize": 4, "bufferSize": 256}}
+
+
+def training(name: str, tmp_path, monkeypatch, eval_every: int = 2, target: float = 1e9, timesteps: int = 1024):
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    spec = (make_job().algorithm(name, **BLOCKS[name])
+            .with_spec(totalTimesteps=timesteps, workers=1, seed=1,
+                       success={"targetReturn": target, "evalEpisodes": 2, "evalEvery": eval_every, "evalWhileTraining": True})
+            .spec())
+    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
+    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, timesteps, 1, 0)
+    return trainer, session.TrainingSession(config, ONE_PROCESS, None, 0, threading.Event(), log=lambda _line: None)
+
+
+def gated(trainer, gate: threading.Event, returns: float, frozen: list):
+    """trainer.frozen_copy, whose copies' evaluation waits for `gate` and then returns `returns`."""
+    freeze = trainer.frozen_copy
+
+    def frozen_copy():
+        copy = freeze()
+        frozen.append(copy)
+        copy.evaluate = lambda *_args: (gate.wait(30), returns)[1]
+        return copy
+
+    trainer.frozen_copy = frozen_copy
+
+
+@pytest.mark.parametrize("name", sorted(entry.ALGORITHMS))
+def test_training_goes_on_while_a_copy_is_evaluated_and_the_copy_that_met_is_the_model(name, tmp_path, monkeypatch):
+    trainer, run = training(name, tmp_path, monkeypatch, target=100.0)
+    gate, frozen = threading.Event(), []
+    gated(trainer, gate, 150.0, frozen)
+    for _ in range(5):  # the evaluation due at update 2 starts; at 4 it is still running, so 4's is skipped
+        run.after_update(trainer.update(run.stop_requested(), run.success_vote()), trainer)
+    assert len(frozen) == 1 and frozen[0].counters.updates == 2 and trainer.counters.updates == 5
+    assert run.eval_return is None and not run.success_vote()  # nothing recorded while it runs
+    gate.set()
+    run.evaluation_in_flight[0].result(timeout=30)
+    run.after_update(trainer.update(run.stop_requested(), run.success_vote()), trainer)
+    assert run.eval_return == 150.0 and run.success_vote() and run.model_that_met is frozen[0]
+    report = trainer.update(run.stop_requested(), run.success_vote())  # every rank sees the vote: nothing learned
+    assert report.target_met
+    message = run.finish(trainer, "target")
+    at = frozen[0].counters.global_step
+    assert f">= 100.0 at timesteps {at} (the weights of then, evaluated while training went on to {trainer.counters.global_step})" in message
+    model = torch.load(run.final_model, weights_only=True)
+    assert model["timesteps"] == at and model["eval_return"] == 150.0
+    for key, tensor in frozen[0].agent.state_dict().items():
+        assert torch.equal(model["agent"][key], tensor), key
+    assert any(not torch.equal(model["agent"][k], t) for k, t in trainer.agent.state_dict().items())  # not today's weights
+
+
+def test_the_evaluation_in_flight_at_the_end_of_the_budget_gives_the_last_eval_return(tmp_path, monkeypatch):
+    trainer, run = training("ppo", tmp_path, monkeypatch, eval_every=1, timesteps=32)
+    gate, frozen = threading.Event(), []
+    gated(trainer, gate, 7.0, frozen)
+    gate.set()
+    assert session.run_updates(trainer, run) == "budget"
+    message = run.finish(trainer, "budget")
+    assert run.evaluation_in_flight is None and run.eval_return == 7.0 and "eval return 7.0" in message
+
+
+def test_a_failed_evaluation_on_its_thread_is_raised_by_the_update_after_it(tmp_path, monkeypatch):
+    trainer, run = training("ppo", tmp_path, monkeypatch, eval_every=1)
+    freeze = trainer.frozen_copy
+
+    def broken_copy():
+        copy = freeze()
+        copy.evaluate = lambda *_args: (_ for _ in ()).throw(RuntimeError("the evaluation envs broke"))
+        return copy
+
+    trainer.frozen_copy = broken_copy
+    run.after_update(trainer.update(False, False), trainer)
+    run.evaluation_in_flight[0].exception(timeout=30)
+    with pytest.raises(RuntimeError, match="the evaluation envs broke"):
+        run.after_update(trainer.update(False, False), trainer)
+
+
+@pytest.mark.parametrize("name", sorted(entry.ALGORITHMS))
+def test_a_frozen_copy_evaluates_the_weights_of_when_it_was_taken(name, tmp_path, monkeypatch):
+    trainer, _ = training(name, tmp_path, monkeypatch)
+    for _ in range(3):
+        trainer.update(False, False)
+    frozen = trainer.frozen_copy()
+    then = {k: v.clone() for k, v in trainer.agent.state_dict().items()}
+    assert frozen.evaluate("CartPole-v1", 4, {}, 3) == trainer.evaluate("CartPole-v1", 4, {}, 3)
+    steps = trainer.counters.global_step
+    for _ in range(3):
+        trainer.update(False, False)
+    assert frozen.counters.global_step == steps < trainer.counters.global_step
+    for key, tensor in frozen.final_model()["agent"].items():
+        assert torch.equal(tensor, then[key]), key
+
+
+def test_ppo_evaluation_samples_the_stream_a_seeded_default_generator_would_and_leaves_it_alone():
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(hidden_sizes=[16]), "CartPole-v1", 2, {}, 256, 1, 0, fast=False)
+    obs = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+    with torch.random.fork_rng():
+        torch.manual_seed(11)
+        expected = trainer.actor.act(obs)[0]  # how evaluation sampled before: the default generator, seeded
+    before = torch.get_rng_state()
+    assert np.array_equal(trainer.actor.reseeded(11).act(obs)[0], expected)
+    trainer.evaluate("CartPole-v1", 2, {}, 5)
+    assert torch.equal(torch.get_rng_state(), before)  # training's sampling is untouched, from any thread
