@@ -275,14 +275,18 @@ def scraped_run(tmp_path_factory):
             for rank in range(job.spec.workers)]
     with contextlib.ExitStack() as stack:
         operator = start_operator_with_a_restarted_job(work, stack)
-        objects = chart_objects("monitoring.podMonitor.enabled=true", "monitoring.serviceMonitor.enabled=true")
+        objects = chart_objects("monitoring.podMonitor.enabled=true", "monitoring.serviceMonitor.enabled=true",
+                                "monitoring.prometheusRule.enabled=true")
         (pod_monitor,) = [o for o in objects if o["kind"] == "PodMonitor"]
+        (rule,) = [o for o in objects if o["kind"] == "PrometheusRule"]
+        (work / "rules.yml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
         (service_monitor,) = [o for o in objects if o["kind"] == "ServiceMonitor"]
         (service,) = [o for o in objects if o["kind"] == "Service"]
         trainers, operators = work / "trainers.json", work / "operators.json"
         trainers.write_text(json.dumps(discovered_targets(pods)))
         operators.write_text(json.dumps([discovered_endpoint(f"127.0.0.1:{operator.metrics_port}", service, "kuberl-0", "operator", "metrics")]))
-        config = {"global": {"scrape_interval": f"{SCRAPE_SECONDS}s"},
+        config = {"global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": f"{SCRAPE_SECONDS}s"},
+                  "rule_files": [str(work / "rules.yml")],
                   "scrape_configs": [scrape_config(pod_monitor, trainers), service_monitor_scrape_config(service_monitor, operators)]}
         (work / "prometheus.yml").write_text(yaml.safe_dump(config))
         port = free_port()
@@ -454,3 +458,23 @@ def test_steps_keep_increasing(scraped_run):
     time.sleep(3 * SCRAPE_SECONDS)
     after = float(api.query(f'{m.ENV_STEPS_TOTAL}{{rank="0"}}')[0]["value"][1])
     assert after > before > 0
+
+
+# --- the alerts ---------------------------------------------------------------------
+
+def test_the_charts_alerts_load_and_stay_quiet_over_a_healthy_run(scraped_run):
+    """The chart's PrometheusRule, loaded by the real Prometheus beside the chart's scrape configs: every rule
+    evaluates without error, none matches a healthy run (not even pending), and the operator selector the
+    operator alerts use matches the series the ServiceMonitor's scrape really carries (KuberlOperatorDown
+    would otherwise fire on a healthy operator)."""
+    api, _ = scraped_run
+    wait_for(lambda: all(not r.get("lastEvaluation", "0001").startswith("0001")  # Go's zero time: never evaluated
+                         for g in api.get("/api/v1/rules")["groups"] for r in g["rules"]), 30, "every rule evaluated")
+    rules = [r for g in api.get("/api/v1/rules")["groups"] for r in g["rules"]]
+    assert {r["name"] for r in rules} >= {"KuberlOperatorDown", "KuberlJobNotRunning", "KuberlJobCrashLooping"}
+    assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
+    assert api.query("ALERTS") == [], "a healthy run raised an alert"
+    down = next(r["query"] for r in rules if r["name"] == "KuberlOperatorDown")
+    selector = re.search(r"up(\{[^}]*\})", down).group(1)
+    assert api.query(f"up{selector} == 1") and api.query(f"{m.PROCESS_START_TIME}{selector}"), selector
+    assert api.query(f'{m.OPERATOR_JOB_PHASE}{{job="kuberl", rltj="{OPERATOR_JOB}"}}')
