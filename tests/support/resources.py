@@ -5,6 +5,9 @@ from dataclasses import dataclass, field
 from tests.support import crdschema
 from tests.support.crdschema import CustomSchema, FieldError
 
+# k8s.io/apimachinery/pkg/util/validation/validation.go: each is compiled "^" + fmt + "$" and used with
+# MatchString; Go's $ is the end of the text, so every check here is a fullmatch (Python's $ also matches
+# before a final line break: "worker\n" passed as a label value the real server refuses).
 DNS1123_LABEL = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')
 DNS1123_SUBDOMAIN = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')
 DNS1035_LABEL = re.compile(r'^[a-z]([-a-z0-9]*[a-z0-9])?$')
@@ -145,7 +148,7 @@ def validate_name(rtype: ResourceType, name: str) -> list[FieldError]:
     errors = []
     if len(name) > limit:
         errors.append(FieldError('FieldValueInvalid', 'metadata.name', f'must be no more than {limit} characters', name))
-    if not rule.match(name):
+    if not rule.fullmatch(name):
         errors.append(FieldError('FieldValueInvalid', 'metadata.name', explain, name))
     return errors
 
@@ -154,10 +157,10 @@ def validate_labels(metadata: dict) -> list[FieldError]:
     errors = []
     for key, value in (metadata.get('labels') or {}).items():
         prefix, _, name = key.rpartition('/')
-        if not LABEL_NAME.match(name) or len(name) > 63 or (prefix and not DNS1123_SUBDOMAIN.match(prefix)):
+        if not LABEL_NAME.fullmatch(name) or len(name) > 63 or (prefix and not DNS1123_SUBDOMAIN.fullmatch(prefix)):
             errors.append(FieldError('FieldValueInvalid', 'metadata.labels', "name part must consist of alphanumeric "
                                      "characters, '-', '_' or '.', and must start and end with an alphanumeric character", key))
-        if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.match(value):
+        if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.fullmatch(value):
             errors.append(FieldError('FieldValueInvalid', 'metadata.labels', "a valid label must be an empty string or "
                                      "consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
                                      "alphanumeric character", value))
@@ -170,14 +173,14 @@ def qualified_name_problem(key: str) -> str | None:
     prefix, slash, name = key.rpartition('/')
     if slash and not prefix:
         return 'prefix part must be non-empty'
-    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
+    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix)):
         return ("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
                 "'-' or '.', and must start and end with an alphanumeric character")
     if not name:
         return 'name part must be non-empty'
     if len(name) > 63:
         return 'name part must be no more than 63 characters'
-    if not LABEL_NAME.match(name):
+    if not LABEL_NAME.fullmatch(name):
         return ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
                 "alphanumeric character")
     return None
@@ -304,7 +307,7 @@ def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> l
             for index, container in enumerate(spec.get(kind) or []):
                 name = container.get('name', '')
                 path = f'spec.{kind}[{index}]'
-                if not DNS1123_LABEL.match(name):
+                if len(name) > 63 or not DNS1123_LABEL.fullmatch(name):  # validateContainerCommon: ValidateDNS1123Label
                     errors.append(FieldError('FieldValueInvalid', f'{path}.name', 'a lowercase RFC 1123 label must consist '
                                              "of lower case alphanumeric characters or '-'", name))
                 if name in names:
@@ -317,7 +320,7 @@ def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> l
                         errors.append(FieldError('FieldValueInvalid', f'{path}.env[{env_index}].value',
                                                  'must be a string', env['value']))
         for key in ('hostname', 'subdomain'):
-            if spec.get(key) and (not DNS1123_LABEL.match(spec[key]) or len(spec[key]) > 63):
+            if spec.get(key) and (not DNS1123_LABEL.fullmatch(spec[key]) or len(spec[key]) > 63):
                 errors.append(FieldError('FieldValueInvalid', f'spec.{key}', 'must be a DNS-1123 label', spec[key]))
         if creating and spec.get('ephemeralContainers'):
             # ValidatePodCreate (pkg/apis/core/validation/validation.go); the integration test

@@ -415,3 +415,20 @@ def test_a_watch_timeout_that_is_not_an_integer_is_refused_as_the_api_server_doe
     refused = rest.get(f'{PODS}?watch=true&timeoutSeconds=1.0')
     assert refused.status == 400 and 'parsing "1.0": invalid syntax' in refused.body['message'], refused.body
     assert rest.watch(f'{PODS}?watch=true&timeoutSeconds=1') == []
+
+
+def test_a_name_or_label_ending_in_a_line_break_is_refused_as_go_regexps_refuse_it(rest):
+    """IsDNS1123Subdomain, IsDNS1123Label and IsValidLabelValue (k8s.io/apimachinery/pkg/util/validation) match
+    "^...$" with Go's regexp, whose $ is the end of the text; Python's re.match let "worker\\n" through."""
+    assert rest.post(CONFIGMAPS, configmap('cm\n')).status == 422
+    labelled = configmap('labelled') | {'metadata': {'name': 'labelled', 'labels': {'role': 'worker\n'}}}
+    assert rest.post(CONFIGMAPS, labelled).status == 422
+    keyed = configmap('keyed') | {'metadata': {'name': 'keyed', 'labels': {'role\n': 'worker'}}}
+    assert rest.post(CONFIGMAPS, keyed).status == 422
+    renamed = pod('renamed')
+    renamed['spec']['containers'][0]['name'] = 'main\n'
+    assert rest.post(PODS, renamed).status == 422
+    long = pod('long')
+    long['spec']['containers'][0]['name'] = 'c' * 64  # ValidateDNS1123Label: at most 63
+    assert rest.post(PODS, long).status == 422
+    assert rest.post(CONFIGMAPS, configmap('fine') | {'metadata': {'name': 'fine', 'labels': {'role': 'worker'}}}).status == 201
