@@ -168,6 +168,29 @@ def test_ppo_learning_while_collecting_acts_on_a_stream_beside_the_update():
     assert all(np.isfinite(v) for r in session.reports for v in r.losses.values())
 
 
+def test_a_frozen_copy_evaluates_on_its_own_stream_while_the_update_runs():
+    """What spec.success.evalWhileTraining does on rank 0: the copy's evaluation on a thread
+    and a stream of its own, the update on the main thread, and the same return as alone."""
+    import concurrent.futures
+
+    ctx = Dist(0, 1, 0, 1, GPU, None)
+    trainer = PPOTrainer(ctx, PPOConfig(num_steps=16, hidden_sizes=[16]), "CartPole-v1", 4, {}, 10**6, seed=1, restart=0)
+    trainer.update(False, False)
+    frozen = trainer.frozen_copy()
+    stream = device.stream_after_current(GPU)
+
+    def evaluate() -> float:
+        with stream:
+            return frozen.evaluate("CartPole-v1", 8, {}, 3)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        running = pool.submit(evaluate)
+        for _ in range(3):
+            trainer.update(False, False)
+        concurrent_return = running.result()
+    assert concurrent_return == frozen.evaluate("CartPole-v1", 8, {}, 3)
+
+
 @pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=bf16)])
 def test_dqn_learns_pong_from_pixels_on_one_gpu(precision):
     ctx = Dist(0, 1, 0, 1, GPU, None)

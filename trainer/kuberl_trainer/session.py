@@ -28,7 +28,7 @@ from kuberl.core import contract, names
 from kuberl.core.trainerconfig import TrainerConfig
 
 from . import checkpoint, distributed
-from .device import on_host
+from .device import on_host, stream_after_current
 from .distributed import Dist, PeerLost
 from .envs import rank_seed
 from .metrics import TrainerMetrics
@@ -327,7 +327,13 @@ class TrainingSession:
         """evalWhileTraining: a frozen copy of the weights evaluated on the evaluator thread,
         which only computes the return; the session records it on this thread."""
         frozen = algorithm.frozen_copy()
-        self.evaluation_in_flight = (self.evaluator.submit(frozen.evaluate, *self.evaluation_arguments(frozen)), frozen)
+        stream = stream_after_current(self.ctx.device)  # on a GPU: beside training's kernels, after the copy's
+
+        def evaluate() -> float:
+            with stream:
+                return frozen.evaluate(*self.evaluation_arguments(frozen))
+
+        self.evaluation_in_flight = (self.evaluator.submit(evaluate), frozen)
 
     def evaluation_finished(self) -> None:
         """evalWhileTraining: the evaluation in flight, waited for and recorded, into
