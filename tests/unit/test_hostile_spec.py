@@ -258,3 +258,24 @@ def test_reading_a_job_imports_no_module_its_env_id_names(tmp_path, command):
 def test_an_image_with_surrounding_whitespace_is_refused_as_the_api_server_refuses_the_pod(job, path):
     [problem] = problems(job)
     assert problem.startswith(f"{path}: must not have leading or trailing whitespace")
+
+
+# ValidateResourceRequirements and resource.ParseQuantity refuse a template container's resources as they refuse
+# spec.resources': kuberl validate checked only spec.resources, and a sidecar's "-1" or "1\n" failed every pod create.
+@pytest.mark.parametrize(("resources", "field", "words"), [
+    ({"limits": {"cpu": "1\n"}}, "limits.cpu", "expected a Kubernetes quantity"),
+    ({"limits": {"memory": "lots"}}, "limits.memory", "expected a Kubernetes quantity"),
+    ({"requests": {"cpu": "-1"}}, "requests.cpu", "at least 0"),
+    ({"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}, "requests.cpu", "at most the limit"),
+    ({"requests": {"example.com/fpga": "1"}}, "limits.example.com/fpga", "cannot be overcommitted"),
+], ids=["line-break", "not-a-quantity", "negative", "request-over-limit", "extended-without-limit"])
+def test_a_sidecars_resources_the_api_server_refuses_are_refused_at_their_field(resources, field, words):
+    template = {"spec": {"containers": [{"name": "side", "image": "busybox", "resources": resources}]}}
+    [problem] = problems(make_job("res").template(template).obj())
+    assert problem.startswith(f"spec.template.spec.containers[0].resources.{field}: ") and words in problem
+
+
+def test_a_sidecars_resources_the_api_server_takes_pass():
+    resources = {"limits": {"cpu": 0.5, "memory": 1024, "nvidia.com/gpu": 1}, "requests": {"nvidia.com/gpu": 1, "cpu": "100m"}}
+    template = {"spec": {"initContainers": [{"name": "warm", "image": "busybox", "resources": resources}]}}
+    assert validate_job(make_job("res").template(template).obj()).workers >= 1

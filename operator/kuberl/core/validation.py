@@ -229,6 +229,7 @@ def pod_template_problems(template: Any) -> list[Problem]:
                     podschema.CONTAINER_FIELDS)]
                 trainer = kind == "containers" and container.get("name") == names.TRAINER_CONTAINER
                 problems += image_problems(f"spec.template.spec.{kind}[{i}].image", container.get("image"))
+                problems += resources_problems(container.get("resources"), f"spec.template.spec.{kind}[{i}].resources", template=True)
                 problems += _env_problems(f"spec.template.spec.{kind}[{i}].env", container.get("env"), trainer)
                 problems += _volume_mount_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))
     return problems
@@ -358,31 +359,36 @@ def _overcommit_allowed(name: str) -> bool:
     return not _extended(name) and not name.startswith("hugepages-")
 
 
-def resources_problems(resources: Any) -> list[Problem]:
+def resources_problems(resources: Any, path: str = "spec.resources", template: bool = False) -> list[Problem]:
     """What ValidateResourceRequirements refuses at pod create: unknown names, negative amounts, a
     fraction of an extended resource, a request over its limit (or, where no overcommit is allowed,
-    a request without its limit or other than it)."""
+    a request without its limit or other than it). `template`: a template container's, whose amounts
+    no model has checked (a quantity that is none is refused here too) and whose GPUs are its own."""
     if not isinstance(resources, dict):
         return []
     problems, values = [], {}
     for kind in ("requests", "limits"):
         amounts = resources.get(kind)
         for name, amount in (amounts.items() if isinstance(amounts, dict) else ()):
-            if name == GPU_RESOURCE:
+            if name == GPU_RESOURCE and not template:
                 continue  # refused whole: GPUs come from spec.gpusPerWorker (a cross-field rule)
-            path = f"spec.resources.{kind}.{name}"
+            where = f"{path}.{kind}.{name}"
             if not isinstance(name, str) or not _resource_name_ok(name):
-                problems.append(Problem(path, "expected a resource name: cpu, memory, ephemeral-storage, hugepages-<size>,"
+                problems.append(Problem(where, "expected a resource name: cpu, memory, ephemeral-storage, hugepages-<size>,"
                                         " or an extended resource with a domain such as example.com/fpga"))
                 continue
+            if template and isinstance(amount, float) and not isinstance(amount, bool):
+                continue  # a JSON number is a quantity too (resource.Quantity's UnmarshalJSON); left to the server
             if isinstance(amount, bool) or not isinstance(amount, int | str) or (
                     isinstance(amount, str) and (len(amount) > MAX_QUANTITY_LENGTH or not re.fullmatch(QUANTITY, amount))):
-                continue  # the model already names it
+                if template:  # resource.ParseQuantity refuses it: "quantities must match the regular expression"
+                    problems.append(Problem(where, f"expected a Kubernetes quantity such as 500m, 2 or 4Gi (got {shown(amount)})"))
+                continue  # spec.resources: the model already names it
             value = quantity_value(amount)
             if value < 0:
-                problems.append(Problem(path, f"expected a quantity of at least 0 (got {amount!r})"))
+                problems.append(Problem(where, f"expected a quantity of at least 0 (got {amount!r})"))
             elif _extended(name) and value != value.to_integral_value():
-                problems.append(Problem(path, f"expected a whole number of {name} (got {amount!r})"))
+                problems.append(Problem(where, f"expected a whole number of {name} (got {amount!r})"))
             else:
                 values[kind, name] = (amount, value)
     for (kind, name), (amount, value) in values.items():
@@ -391,13 +397,13 @@ def resources_problems(resources: Any) -> list[Problem]:
             continue
         if _overcommit_allowed(name):
             if limit is not None and value > limit[1]:
-                problems.append(Problem(f"spec.resources.requests.{name}",
-                                        f"expected at most the limit spec.resources.limits.{name} {limit[0]!r} (got {amount!r})"))
+                problems.append(Problem(f"{path}.requests.{name}",
+                                        f"expected at most the limit {path}.limits.{name} {limit[0]!r} (got {amount!r})"))
         elif limit is None:
-            problems.append(Problem(f"spec.resources.limits.{name}", f"expected a limit equal to the request {amount!r}:"
+            problems.append(Problem(f"{path}.limits.{name}", f"expected a limit equal to the request {amount!r}:"
                                     f" {name} cannot be overcommitted (or set only the limit)"))
         elif value != limit[1]:
-            problems.append(Problem(f"spec.resources.requests.{name}", f"expected the limit spec.resources.limits.{name}"
+            problems.append(Problem(f"{path}.requests.{name}", f"expected the limit {path}.limits.{name}"
                                     f" {limit[0]!r} (got {amount!r}): {name} cannot be overcommitted"))
     return problems
 
