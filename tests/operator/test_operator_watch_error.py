@@ -1,10 +1,16 @@
-"""A watch the API server accepts and then ends with an ERROR event that is not 410 (a 504 "Too
-large resource version" from a watch cache behind the resourceVersion kopf resumes from, a 500 from
-storage) is not fatal: the operator says so in one line, lists again and goes on, as client-go's
-reflector does (it relists on a too-large resourceVersion and retries every other watch error).
-kopf raises on any such event ("Other watch errors should be fatal for the operator"), which ended
-the operator, or left it stopping with its watches gone."""
+"""A watch the API server ends is not fatal: the operator says so in one line, lists again and
+goes on, as client-go's reflector does (it relists on an expired or too-large resourceVersion and
+retries every other watch error). Two forms:
+
+- an ERROR event in an accepted watch that is not 410 (a 504 "Too large resource version" from a
+  watch cache behind the resourceVersion kopf resumes from, a 500 from storage): kopf raises on
+  any such event ("Other watch errors should be fatal for the operator"), which ended the
+  operator, or left it stopping with its watches gone;
+- HTTP status 410 answering the watch itself (not an event in the stream: the form a LIST
+  continue token, a proxy or an aggregated API gives)."""
 import time
+
+import pytest
 
 from tests.operator.operatorkit import (
     TRAINER_IMAGE,
@@ -24,24 +30,46 @@ TOO_LARGE = ApiError(504, 'Timeout', 'Too large resource version: 9999, current:
 INTERNAL = ApiError(500, 'InternalError', 'etcdserver: request timed out')
 
 
-def test_a_watch_ended_by_an_error_event_is_listed_again_and_the_operator_goes_on(standin, rest, tmp_path):
+def error_events(handler) -> dict:
+    handler.watch_errors['rltrainingjobs'] = [TOO_LARGE]
+    handler.watch_errors['pods'] = [INTERNAL]
+    return handler.watch_errors
+
+
+def gone(handler) -> dict:
+    handler.watch_gone['rltrainingjobs'] = 1
+    handler.watch_gone['pods'] = 1
+    return handler.watch_gone
+
+
+def said_error_events(log: str) -> bool:
+    said = [line for line in log.splitlines() if 'a watch was ended by the API server with an ERROR event' in line]
+    return len(said) in (1, 2) and all('(504 Timeout: Too large resource version: 9999' in line
+                                       or '(500 InternalError: etcdserver: request timed out)' in line for line in said)
+
+
+def said_gone(log: str) -> bool:
+    return log.count('a watch was answered 410 Gone (too old resource version') in (1, 2)
+
+
+@pytest.mark.parametrize(('interrupt', 'said'), [(error_events, said_error_events), (gone, said_gone)],
+                         ids=['error-events-504-and-500', 'answered-410-gone'])
+def test_a_watch_the_api_server_ends_is_listed_again_and_the_operator_goes_on(standin, rest, tmp_path, interrupt, said):
     op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE, '--watch-timeout', '1').start()
     try:
         create_job(rest, 'before', workers=1)
-        wait_for(lambda: pods(standin, 'before'), what='pods of a job created before the error events')
-        standin.handler.watch_errors['rltrainingjobs'] = [TOO_LARGE]
-        standin.handler.watch_errors['pods'] = [INTERNAL]
-        wait_for(lambda: not any(standin.handler.watch_errors.values()), timeout=15, what='both watches to meet their ERROR event')
+        wait_for(lambda: pods(standin, 'before'), what='pods of a job created before the watches end')
+        pending = interrupt(standin.handler)
+        wait_for(lambda: not any(pending.values()), timeout=15, what='both watches to be ended')
         time.sleep(2)
         assert op.process.poll() is None, op.log()[-3000:]
         create_job(rest, 'after', workers=1)
-        wait_for(lambda: pods(standin, 'after'), timeout=40, what='pods of a job created after the error events')
+        # 40 s: kopf returns at once from the run the error ended, or its run hangs and the operator
+        # restarts in place after 10 s (operator.config.GoneWatchdog) and lists everything anew
+        wait_for(lambda: pods(standin, 'after'), timeout=40, what='pods of a job created after the watches ended')
         log = op.log()
-        # one line per restart of the watches (both events may end the same run), naming the Status, never a traceback
-        said = [line for line in log.splitlines() if 'a watch was ended by the API server with an ERROR event' in line]
-        assert len(said) in (1, 2), log[-4000:]
-        assert all('(504 Timeout: Too large resource version: 9999' in line or '(500 InternalError: etcdserver: request timed out)'
-                   in line for line in said), said
+        # one line per restart of the watches (both may end the same run), naming the Status, never a traceback
+        assert said(log), log[-4000:]
         assert 'Traceback' not in log and 'has failed' not in log, log[-4000:]
     finally:
         op.stop()

@@ -2,7 +2,7 @@
 before kopf starts, naming the flag and the range: past the range the API server's watch timeout (an int64 of
 nanoseconds) wraps, and far past it the client's bounds overflow a float inside kopf's startup handler. The low
 end is safe: each watch's bounds (WatchBounds) stay finite and ordered, and --watch-timeout 1 runs the operator
-tiers (tests/operator/test_operator_watch_gone.py); kopf's own inactivity timeout, which crashed kopf when
+tiers (tests/operator/test_operator_watch_error.py); kopf's own inactivity timeout, which crashed kopf when
 lowered, is no flag's to set."""
 
 import math
