@@ -148,3 +148,11 @@ def test_gloos_event_loop_never_preempts_the_worker_holding_its_lock(gradient_sy
     silently losing the fix, if a torch upgrade renames the thread."""
     for r in gradient_sync:
         assert r["loop_policies"] and all(p == os.SCHED_BATCH for p in r["loop_policies"]), r["loop_policies"]
+
+
+def test_bytes_of_every_rank_reach_rank_0_whole_and_unpickled(tmp_path):
+    """Deterministic mode's per-rank state travels as checkpoint.encode's bytes (gather_bytes), where
+    gather_object had rank 0 unpickle whatever a peer that passed for a rank sent it."""
+    ranks = run_workers("gather", tmp_path, 3)
+    assert ranks[0]["gathered"] == [b"\x07" * 5, b"", b"\x09" * 3]
+    assert ranks[1]["gathered"] is None and ranks[2]["gathered"] is None

@@ -160,6 +160,15 @@ def gradient_sync(out: Path) -> None:
         torch.save(result, out / f"rank-{ctx.rank}.pt")
 
 
+def gather(out: Path) -> None:
+    """Each rank's bytes of its own length (rank 1's empty) gathered on rank 0 as tensors, never pickled."""
+    from kuberl_trainer import distributed
+
+    with process_group("gloo", 60, 60) as ctx:
+        own = bytes([7 + ctx.rank]) * (5 if ctx.rank == 0 else 0 if ctx.rank == 1 else 3)
+        torch.save({"gathered": distributed.gather_bytes(ctx, own)}, out / f"rank-{ctx.rank}.pt")
+
+
 if __name__ == "__main__":
     {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch,
-     "gradient_sync": gradient_sync}[sys.argv[1]](Path(sys.argv[2]))
+     "gradient_sync": gradient_sync, "gather": gather}[sys.argv[1]](Path(sys.argv[2]))

@@ -408,8 +408,8 @@ def broadcast_object(ctx: Dist, obj: object, src: int = 0) -> object:
 
 
 def gather_objects(ctx: Dist, obj: object) -> list[object] | None:
-    """Every rank's object on rank 0 (None elsewhere): per-rank env and RNG
-    state for deterministic checkpoints."""
+    """Every rank's object on rank 0 (None elsewhere), pickled: rank 0 runs what a peer sends, so the
+    trainer gathers its per-rank state with gather_bytes instead."""
     if not ctx.distributed:
         return [obj]
     with collectives():
@@ -420,6 +420,27 @@ def gather_objects(ctx: Dist, obj: object) -> list[object] | None:
             return full if ctx.is_main else None
         dist.gather_object(obj, box, dst=0)
         return box
+
+
+def gather_bytes(ctx: Dist, data: bytes) -> list[bytes] | None:
+    """Every rank's bytes on rank 0 (None elsewhere), sent as uint8 tensors: what is gathered is never
+    unpickled (gather_object's pickle would run whatever a peer that passed for a rank sent rank 0)."""
+    if not ctx.distributed:
+        return [data]
+    with collectives():
+        size = torch.tensor([len(data)], dtype=torch.int64, device=ctx.device)
+        sizes = [torch.zeros_like(size) for _ in range(ctx.world_size)]
+        dist.all_gather(sizes, size)
+        lengths = [int(s.item()) for s in sizes]
+        payload = torch.zeros(max(lengths), dtype=torch.uint8)
+        if data:
+            payload[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        payload = payload.to(ctx.device)
+        parts = [torch.empty_like(payload) for _ in range(ctx.world_size)]
+        dist.all_gather(parts, payload)  # gloo and NCCL alike (NCCL has no gather); a rank's state is small
+        if not ctx.is_main:
+            return None
+        return [part[:length].cpu().numpy().tobytes() for part, length in zip(parts, lengths, strict=True)]
 
 
 def broadcast_bytes(ctx: Dist, data: bytes | None, src: int = 0) -> bytes | None:

@@ -382,7 +382,9 @@ class TrainingSession:
         gathers every rank's env and RNG state (all ranks are here together)."""
         per_rank = None
         if self.spec.deterministic and collectives:
-            per_rank = distributed.gather_objects(self.ctx, algorithm.rank_state())
+            # as plain data (checkpoint.encode), not gather_object's pickle: rank 0 runs nothing a peer sends
+            gathered = distributed.gather_bytes(self.ctx, checkpoint.encode({"own": algorithm.rank_state()}))
+            per_rank = None if gathered is None else [checkpoint.decode(data)["own"] for data in gathered]
             if per_rank is not None and any(own is None for own in per_rank):
                 per_rank = None  # envs whose state is not plain data resume without it (envs.env_state)
         if not self.ctx.is_main or algorithm.counters.updates == self.last_checkpoint_update:
