@@ -123,6 +123,45 @@ def test_a_pod_of_two_ranks_stopped_while_its_launcher_imports_checkpoints_at_th
     assert "kuberl launcher: told to stop while starting; the ranks stopped at their first update" in log
 
 
+def test_a_pod_of_two_ranks_stopped_as_its_launcher_starts_them_checkpoints_at_the_first_update_and_exits_0(tmp_path):
+    """torch's launcher passes a SIGTERM on to ranks it has just started, still in python's own start-up
+    (30 to 100 ms before a rank's first line can catch it): they died of it, with no checkpoint. The
+    launcher starts its ranks with SIGTERM and SIGINT blocked, and each rank unblocks them once it can
+    catch them: the signal waits for it."""
+    job = make_job(tmp_path, world_size=1, procsPerWorker=2, metrics={"port": free_ports(2)}, checkpoint={"everyUpdates": 1000})
+    pod = Ranks(job, extra_env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "60"}, program=launcher(free_ports(1), 2))
+    try:
+        wait_for_children(pod.procs[0].pid, 2)
+        time.sleep(0.005)  # torch's launcher records the ranks it started: a signal before that reaches none (torch's own race)
+        pod.signal(0, signal.SIGTERM)
+        [code] = pod.wait(timeout=90)
+    finally:
+        pod.kill()
+    log = pod.log(0)
+    assert job.termination_log(0).startswith("Stopped: stopped at timesteps"), (job.termination_log(0), log[-3000:])
+    assert checkpoint.load_newest(str(job.checkpoint_dir)) is not None, log[-3000:]
+    assert code == 0, log[-3000:]
+
+
+def wait_for_children(pid: int, count: int, timeout: float = 30.0) -> None:
+    """Until process `pid` has `count` children that run kuberl's trainer (exec'd: torch's launcher returned
+    from starting them), then at once: they are in python's start-up, which takes tens of milliseconds more."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        children = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        commands = []
+        for child in children:
+            try:
+                commands.append(pathlib.Path(f"/proc/{child}/cmdline").read_bytes())
+            except FileNotFoundError:
+                pass
+        # a child forked and not yet exec'd still shows the launcher's own command line
+        if sum(b"-m\x00kuberl_trainer\x00" in c and b"kuberl_trainer.launch" not in c for c in commands) >= count:
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"process {pid} started no {count} ranks in {timeout}s")
+
+
 def catches(pid: int, signum: int, timeout: float = 10.0) -> None:
     """Wait until process `pid` has a handler for `signum` (SigCgt in /proc/PID/status, a hex mask)."""
     deadline = time.monotonic() + timeout

@@ -39,6 +39,8 @@ if PAUSED_GC_FOR_IMPORTS:
     # A pod of several processes told to stop before its launcher started this rank (kuberl_trainer.launch)
     if os.environ.get("KUBERL_STOP_REQUESTED"):  # contract.ENV_STOP_REQUESTED, not imported yet
         STOPPED_EARLY.set()
+    # kuberl_trainer.launch starts its ranks with these held (launch.HELD_FOR_RANKS): one sent since arrives now
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGTERM, signal.SIGINT))
 
 import argparse
 import json

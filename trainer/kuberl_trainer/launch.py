@@ -37,6 +37,7 @@ if __name__ == "__main__":
 
 import logging
 import sys
+import threading
 from datetime import timedelta
 
 from kuberl.core import contract
@@ -58,6 +59,20 @@ SIGNAL_RELAY_LOGS = {
 }
 
 
+# The signals a rank of kuberl's trainer catches; kuberl_trainer.__main__ unblocks them once its handlers are in.
+HELD_FOR_RANKS = (signal.SIGTERM, signal.SIGINT)
+
+
+def hold_signals_for_ranks() -> None:
+    """Start the ranks with SIGTERM and SIGINT blocked (a child inherits the mask of the thread that starts
+    it, torch's launcher's main thread): one torch passes on while a rank is still in python's own start-up,
+    30 to 100 ms before its first line can catch it, waits for that line instead of killing it with no
+    checkpoint. This process still takes them: a thread that leaves them unblocked receives them, and
+    Python runs the handler in the main thread (within torch's monitor interval, 0.1 s)."""
+    threading.Thread(target=threading.Event().wait, name="kuberl-signals", daemon=True).start()
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD_FOR_RANKS)
+
+
 def quiet_signal_relay() -> None:
     for logger, template in SIGNAL_RELAY_LOGS.items():
         logging.getLogger(logger).addFilter(lambda record, template=template: record.msg != template)
@@ -75,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
         host, _, port = get_rdzv_endpoint(args).rpartition(":")  # where torchrun's agent will host it
         held = loopback_server(host.strip("[]"), port, int(nodes), STORE_TIMEOUT, multi_tenant=True)
     quiet_signal_relay()
+    if args.module and args.training_script == "kuberl_trainer":  # only a rank that unblocks them may start with them held
+        hold_signals_for_ranks()
     try:
         torchrun(argv)
         if os.environ.get(STOP_REQUESTED):
