@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 from typing import Any
@@ -295,6 +296,17 @@ def open_fields(text: str) -> frozenset[str]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+# A liveness path aiohttp routes as written (no `{}` route variables, no query): the chart's values.schema.json has the same pattern.
+HEALTH_PATH = r"^/[-A-Za-z0-9._~/]*$"
+
+
+def url_path(text: str) -> str:
+    """An argparse type: the path of an HTTP endpoint."""
+    if re.fullmatch(HEALTH_PATH, text) is None:
+        raise argparse.ArgumentTypeError(f"expected a path such as /healthz: '/', then letters, digits, '-', '.', '_', '~' or '/' (got {text!r})")
+    return text
+
+
 def positive(kind: type) -> Any:
     """An argparse type: a number of `kind` above zero."""
     def parse(text: str) -> Any:
@@ -449,6 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f" to take over from a replica that died (default {OperatorConfig.peering_lifetime}, at least"
                         f" {MIN_PEERING_LIFETIME}: kopf renews it 5-10 s before it expires)")
     p.add_argument("--health-port", type=int, default=8080)
+    p.add_argument("--health-path", type=url_path, default="/healthz", help="path of the liveness endpoint (default /healthz)")
     p.add_argument("--metrics-port", type=int, default=8081)
     p.add_argument("--trainer-image", help="default trainer image (else $KUBERL_TRAINER_IMAGE, else the built-in default)")
     p.add_argument("--listen-address", default="0.0.0.0", help="address of the health and metrics endpoints")

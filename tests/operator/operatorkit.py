@@ -36,6 +36,7 @@ class Operator:
                  env: dict[str, str] | None = None):
         self.standin, self.logdir, self.extra, self.kubeconfig, self.env = standin, logdir, extra, kubeconfig, env or {}
         self.health_port, self.metrics_port = free_port(), free_port()
+        self.health_path = extra[extra.index('--health-path') + 1] if '--health-path' in extra else '/healthz'
         self.process: subprocess.Popen | None = None
         self.starts = 0
 
@@ -69,7 +70,7 @@ class Operator:
 
     def healthy(self) -> bool:
         assert self.process.poll() is None, f'operator exited with {self.process.returncode}: {self.log()[-3000:]}'
-        with contextlib.suppress(OSError), urllib.request.urlopen(f'http://127.0.0.1:{self.health_port}/healthz', timeout=1) as reply:
+        with contextlib.suppress(OSError), urllib.request.urlopen(f'http://127.0.0.1:{self.health_port}{self.health_path}', timeout=1) as reply:
             return reply.status == 200
         return False
 

@@ -29,7 +29,7 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- with .Values.commonLabels }}
-{{ toYaml . }}
+{{ include "kuberl.strings" . }}
 {{- end }}
 {{- end -}}
 
@@ -132,11 +132,11 @@ metadata:
   labels:
     {{- include "kuberl.selectorLabels" . | nindent 4 }}
     {{- with .Values.operator.podLabels }}
-    {{- toYaml . | nindent 4 }}
+    {{- include "kuberl.strings" . | nindent 4 }}
     {{- end }}
   {{- with .Values.operator.podAnnotations }}
   annotations:
-    {{- toYaml . | nindent 4 }}
+    {{- include "kuberl.strings" . | nindent 4 }}
   {{- end }}
 spec:
   serviceAccountName: {{ include "kuberl.serviceAccountName" . }}
@@ -170,6 +170,7 @@ spec:
         - --peering-lifetime={{ int64 .Values.operator.peering.failoverSeconds }}
         {{- end }}
         - --health-port={{ .Values.operator.health.port }}
+        - --health-path={{ .Values.operator.health.path }}
         - --metrics-port={{ .Values.metrics.port }}
         - --monitoring-namespace={{ .Values.monitoring.prometheusNamespace }}
         - --pod-security={{ .Values.podSecurity }}
@@ -254,7 +255,7 @@ spec:
         sizeLimit: 64Mi
   {{- with .Values.operator.nodeSelector }}
   nodeSelector:
-    {{- toYaml . | nindent 4 }}
+    {{- include "kuberl.strings" . | nindent 4 }}
   {{- end }}
   {{- with .Values.operator.tolerations }}
   tolerations:
@@ -312,4 +313,14 @@ spec:
 {{- fail (printf "%s has the key %q, which is not %s" $.what $key $.meaning) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* A map of labels or annotations as strings, whatever --set made of a value (true, 2): an annotation's or a
+     label's value is a string to the API server, and toYaml would write a bare true that it refuses. */}}
+{{- define "kuberl.strings" -}}
+{{- $lines := list -}}
+{{- range $key, $value := . -}}
+{{- $lines = append $lines (printf "%s: %s" ($key | quote) (toString $value | quote)) -}}
+{{- end -}}
+{{- join "\n" $lines -}}
 {{- end -}}

@@ -64,7 +64,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
                 priority=args.priority,
                 clusterwide=not args.namespace,
                 namespaces=args.namespace,
-                liveness_endpoint=f"http://{listen}:{args.health_port}/healthz",
+                liveness_endpoint=f"http://{listen}:{args.health_port}{args.health_path}",
                 memo=kopf.Memo(shell=Shell(config, metrics)),
             )
             return 0
