@@ -48,3 +48,34 @@ def test_custom_resources_pass_through_the_same_hook(standin, rest):
     standin.store.hooks.admission.append(Refuse('rltrainingjobs', admission.webhook_denial(message='no jobs today')))
     reply = rest.post('/apis/kuberl.dev/v1alpha1/namespaces/default/rltrainingjobs', make_job('j').obj())
     assert reply.status == 400 and reply.body['message'].endswith('denied the request: no jobs today')
+
+
+SA = 'system:serviceaccount:kuberl-system:kuberl-operator'
+JOBS = '/apis/kuberl.dev/v1alpha1'
+
+
+@pytest.mark.parametrize('denied, method, path, message', [
+    (('watch', 'rltrainingjobs'), 'GET', f'{JOBS}/rltrainingjobs?watch=true',
+     f'rltrainingjobs.kuberl.dev is forbidden: User "{SA}" cannot watch resource "rltrainingjobs" in API group "kuberl.dev" at the '
+     'cluster scope'),
+    (('list', 'pods'), 'GET', PODS,
+     f'pods is forbidden: User "{SA}" cannot list resource "pods" in API group "" in the namespace "default"'),
+    (('delete', 'pods'), 'DELETE', f'{PODS}/p',
+     f'pods "p" is forbidden: User "{SA}" cannot delete resource "pods" in API group "" in the namespace "default"'),
+    (('patch', 'rltrainingjobs/status'), 'PATCH', f'{JOBS}/namespaces/default/rltrainingjobs/j/status',
+     f'rltrainingjobs.kuberl.dev "j" is forbidden: User "{SA}" cannot patch resource "rltrainingjobs/status" in API group '
+     '"kuberl.dev" in the namespace "default"'),
+])
+def test_rbac_without_a_verb_answers_403_before_serving_as_the_authorizer_does(standin, rest, denied, method, path, message):
+    """The `denied` hook: a list and a watch alike are a plain 403 (no ERROR event), named as forbiddenMessage names them."""
+    standin.handler.denied.add(denied)
+    reply = rest.call(method, path, {} if method == 'PATCH' else None,
+                      **({'content_type': 'application/merge-patch+json'} if method == 'PATCH' else {}))
+    assert (reply.status, reply.body['reason'], reply.body['message']) == (403, 'Forbidden', message)
+
+
+def test_rbac_names_a_subresource_apart_from_its_resource(standin, rest):
+    rest.post(f'{JOBS}/namespaces/default/rltrainingjobs', make_job('j').obj())
+    standin.handler.denied.add(('patch', 'rltrainingjobs/status'))
+    assert rest.patch(f'{JOBS}/namespaces/default/rltrainingjobs/j', {'metadata': {'labels': {'a': 'b'}}}).status == 200
+    assert rest.get(f'{JOBS}/namespaces/default/rltrainingjobs').status == 200
