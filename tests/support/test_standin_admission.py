@@ -56,15 +56,15 @@ JOBS = '/apis/kuberl.dev/v1alpha1'
 
 @pytest.mark.parametrize('denied, method, path, message', [
     (('watch', 'rltrainingjobs'), 'GET', f'{JOBS}/rltrainingjobs?watch=true',
-     f'rltrainingjobs.kuberl.dev is forbidden: User "{SA}" cannot watch resource "rltrainingjobs" in API group "kuberl.dev" at the '
-     'cluster scope'),
+     (f'rltrainingjobs.kuberl.dev is forbidden: User "{SA}" cannot watch resource "rltrainingjobs" in API group "kuberl.dev" at the '
+     'cluster scope')),
     (('list', 'pods'), 'GET', PODS,
      f'pods is forbidden: User "{SA}" cannot list resource "pods" in API group "" in the namespace "default"'),
     (('delete', 'pods'), 'DELETE', f'{PODS}/p',
      f'pods "p" is forbidden: User "{SA}" cannot delete resource "pods" in API group "" in the namespace "default"'),
     (('patch', 'rltrainingjobs/status'), 'PATCH', f'{JOBS}/namespaces/default/rltrainingjobs/j/status',
-     f'rltrainingjobs.kuberl.dev "j" is forbidden: User "{SA}" cannot patch resource "rltrainingjobs/status" in API group '
-     '"kuberl.dev" in the namespace "default"'),
+     (f'rltrainingjobs.kuberl.dev "j" is forbidden: User "{SA}" cannot patch resource "rltrainingjobs/status" in API group '
+     '"kuberl.dev" in the namespace "default"')),
 ])
 def test_rbac_without_a_verb_answers_403_before_serving_as_the_authorizer_does(standin, rest, denied, method, path, message):
     """The `denied` hook: a list and a watch alike are a plain 403 (no ERROR event), named as forbiddenMessage names them."""
