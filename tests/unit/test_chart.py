@@ -31,6 +31,7 @@ from chart_support import (
 from kuberl import cli
 from kuberl.core import contract, names
 from kuberl.core.render import DEFAULT_IMAGE, PLACEHOLDER_UID, render_job
+from kuberl.core.yamlreader import load_documents
 from kuberl.operator.kubeapi import API_CALLS, PEERING_API_CALLS
 
 SCENARIOS = {
@@ -62,6 +63,25 @@ def test_every_rendered_object_is_valid_for_its_schema(scenario):
     objects = render(SCENARIOS[scenario], "kuberl-system", "--include-crds")
     problems = {f"{o['kind']}/{o['metadata']['name']}": validate(o) for o in objects}
     assert {k: v for k, v in problems.items() if v} == {}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_rendered_manifest_reads_under_a_strict_yaml_reader(scenario):
+    """yaml.v3 (kustomize's helmCharts, yq) refuses a key written twice, where Helm's own reader keeps the
+    last in silence: the helm test pod's labels once wrote app.kubernetes.io/component twice."""
+    out = helm("template", "kuberl", str(CHART), "--namespace", "kuberl-system", "--include-crds", values=SCENARIOS[scenario])
+    assert load_documents(out)
+
+
+@pytest.mark.parametrize("path", ["commonLabels", "operator.podLabels", "monitoring.serviceMonitor.labels"])
+def test_a_values_label_the_chart_writes_itself_is_refused_naming_both(path):
+    values: dict = {"monitoring": {"serviceMonitor": {"enabled": True}}}
+    node = values
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = {"app.kubernetes.io/name": "mine"}
+    assert f"{path} sets app.kubernetes.io/name, a label the chart writes itself" in refusal(values)
 
 
 def test_all_features_renders_every_kind():

@@ -24,13 +24,28 @@ app.kubernetes.io/component: operator
 {{- end -}}
 
 {{- define "kuberl.labels" -}}
-{{ include "kuberl.selectorLabels" . }}
+{{ include "kuberl.labelsOf" (dict "root" . "component" "operator") }}
+{{- end -}}
+
+{{/* The labels of an object of `component` (operator, test): each key once, as a strict YAML reader
+     (yaml.v3, kustomize) refuses a key written twice. */}}
+{{- define "kuberl.labelsOf" -}}
+{{- with .root -}}
+app.kubernetes.io/name: {{ include "kuberl.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: {{ $.component }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- with .Values.commonLabels }}
 {{ include "kuberl.strings" . }}
 {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Label keys the chart writes itself (its selectors use them): a values map that sets one would write it twice. */}}
+{{- define "kuberl.ownLabelKeys" -}}
+app.kubernetes.io/name app.kubernetes.io/instance app.kubernetes.io/component app.kubernetes.io/version app.kubernetes.io/managed-by helm.sh/chart
 {{- end -}}
 
 {{- define "kuberl.serviceAccountName" -}}
@@ -104,6 +119,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
       "monitoring.serviceMonitor.labels" .Values.monitoring.serviceMonitor.labels "monitoring.podMonitor.labels" .Values.monitoring.podMonitor.labels
       "monitoring.prometheusRule.labels" .Values.monitoring.prometheusRule.labels -}}
 {{- include "kuberl.checkKeys" (merge (dict "what" $what "map" $map) $labelKey) -}}
+{{- range $own := splitList " " (include "kuberl.ownLabelKeys" $) -}}
+{{- if and (hasKey $map $own) (ne $what "operator.nodeSelector") -}}
+{{- fail (printf "%s sets %s, a label the chart writes itself (its selectors use it): choose another key" $what $own) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- range $what, $map := dict "operator.podAnnotations" .Values.operator.podAnnotations "operator.serviceAccount.annotations" .Values.operator.serviceAccount.annotations
       "metrics.service.annotations" .Values.metrics.service.annotations -}}
