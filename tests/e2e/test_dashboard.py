@@ -478,3 +478,5 @@ def test_the_charts_alerts_load_and_stay_quiet_over_a_healthy_run(scraped_run):
     selector = re.search(r"up(\{[^}]*\})", down).group(1)
     assert api.query(f"up{selector} == 1") and api.query(f"{m.PROCESS_START_TIME}{selector}"), selector
     assert api.query(f'{m.OPERATOR_JOB_PHASE}{{job="kuberl", rltj="{OPERATOR_JOB}"}}')
+    (counted,) = api.query(f'{m.OPERATOR_JOB_RESTARTS}{{job="kuberl", rltj="{OPERATOR_JOB}"}}')
+    assert float(counted["value"][1]) == 1, "the crash the fixture made, counted toward backoffLimit"

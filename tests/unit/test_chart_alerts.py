@@ -108,7 +108,7 @@ def test_alert_labels_and_thresholds_reach_the_rules():
 
 def test_job_alerts_fire_for_the_job_in_trouble_only(tmp_path):
     job_phase = m.OPERATOR_JOB_PHASE
-    restarts = m.OPERATOR_GANG_RESTARTS_TOTAL
+    restarts = m.OPERATOR_JOB_RESTARTS
     operator_series = 'job="kuberl", namespace="{ns}", rltj="{job}", pod="kuberl-6d9f-abcde"'
     trainer = 'job="kuberl-system/kuberl-trainers", namespace="{ns}", rltj="{job}", pod="{job}-{rank}", rank="{rank}"'
 
@@ -137,22 +137,30 @@ def test_job_alerts_fire_for_the_job_in_trouble_only(tmp_path):
         ]},
         {"interval": "1m", "input_series": [
             series("up", 'job="kuberl", namespace="kuberl-system", pod="kuberl-6d9f-abcde"', "1x200"),
-            # Five restarts long ago, one in the last hour.
-            series(restarts, op("team-b", "old", ', reason="Evicted"'), "5x100 6x100"),
-            # Its first restart at 130 min, then one every 10 min: the counter is born inside the hour
-            # (promtool's "1x9" is ten samples).
-            series(restarts, op("team-a", "loop", ', reason="Crashed"'), "_x129 1x9 2x9 3x9 4x39"),
-            # A new counter at 120 min with two restarts: under the threshold.
-            series(restarts, op("team-a", "twice", ', reason="Stalled"'), "_x120 2x80"),
+            # Five counted restarts long ago, one in the last hour.
+            series(restarts, op("team-b", "old"), "5x100 6x100"),
+            # Created at 120 min (its series starts at 0), a crash every 10 min from 130 min ("0x9" is ten samples).
+            series(restarts, op("team-a", "loop"), "_x119 0x10 1x9 2x9 3x9 4x39"),
+            # Created at 120 min, two crashes: under the threshold.
+            series(restarts, op("team-a", "twice"), "_x119 0x10 2x69"),
         ], "alert_rule_test": [
             firing("KuberlJobCrashLooping", "145m"),
             firing("KuberlJobCrashLooping", "155m", ({"namespace": "team-a", "rltj": "loop"}, "3")),
             firing("KuberlJobCrashLooping", "165m", ({"namespace": "team-a", "rltj": "loop"}, "4")),
         ]},
         {"interval": "1m", "input_series": [
+            # The operator pod replaced at 60 min (a new series of the same job): its count, from status, goes on.
+            series("up", 'job="kuberl", namespace="kuberl-system", pod="kuberl-6d9f-abcde"', "1x60"),
+            series("up", 'job="kuberl", namespace="kuberl-system", pod="kuberl-6d9f-fghij"', "_x60 1x100"),
+            series(restarts, op("team-a", "steady"), "4x60"),
+            series(restarts, 'job="kuberl", namespace="team-a", rltj="steady", pod="kuberl-6d9f-fghij"', "_x60 4x29 5x70"),
+        ], "alert_rule_test": [
+            firing("KuberlJobCrashLooping", "130m"),
+        ]},
+        {"interval": "1m", "input_series": [
             # Prometheus' first hour (it has not seen the operator an hour ago): a job restarted long before is no crash loop.
             series("up", 'job="kuberl", namespace="kuberl-system", pod="kuberl-6d9f-abcde"', "1x40"),
-            series(restarts, op("team-b", "old", ', reason="Evicted"'), "5x40"),
+            series(restarts, op("team-b", "old"), "5x40"),
         ], "alert_rule_test": [
             firing("KuberlJobCrashLooping", "30m"),
         ]},

@@ -175,3 +175,11 @@ def test_gpu_panels_count_a_jobs_gpus_and_the_share_of_each_one_reserved(tmp_pat
         {"labels": '{namespace="team-a", rltj="ppo"}', "value": 2}, {"labels": '{namespace="team-a", rltj="dqn"}', "value": 2}])
     evaluated(tmp_path, panel_expr("GPU memory reserved per rank"), series, "5m",
               [{"labels": f"{{{rank.format(job, r, job, r)}}}", "value": 0.25} for job, r in gpu])
+
+
+def test_gang_restarts_show_a_jobs_first_restart(tmp_path):
+    """The counter of a (job, reason) is born at 1: increase() or rate() over it shows 0 for its first restart."""
+    restarts = 'namespace="team-a", rltj="ppo", reason="Crashed", job="kuberl", pod="kuberl-0"'
+    evaluated(tmp_path, panel_expr("Gang restarts by job and reason"),
+              [{"series": f"{metricnames.OPERATOR_GANG_RESTARTS_TOTAL}{{{restarts}}}", "values": "_x5 1x5"}], "8m",
+              [{"labels": '{namespace="team-a", rltj="ppo", reason="Crashed"}', "value": 1}])

@@ -46,3 +46,13 @@ def test_the_operator_page_carries_its_process_start_time_so_a_restart_shows():
     """The restart alert counts changes of it: the kubelet restarting a blind operator is otherwise invisible to Prometheus."""
     start = samples(OperatorMetrics(), m.PROCESS_START_TIME)
     assert list(start) == [()] and start[()] > 1e9
+
+
+def test_each_job_exports_its_counted_restarts_from_zero_and_none_once_gone():
+    metrics = OperatorMetrics()
+    metrics.job_phase("team-a", "ppo", "Running")
+    assert samples(metrics, m.OPERATOR_JOB_RESTARTS) == {(("namespace", "team-a"), ("rltj", "ppo")): 0.0}
+    metrics.job_phase("team-a", "ppo", "Restarting", restarts=2)
+    assert samples(metrics, m.OPERATOR_JOB_RESTARTS) == {(("namespace", "team-a"), ("rltj", "ppo")): 2.0}
+    metrics.job_phase("team-a", "ppo", None)
+    assert samples(metrics, m.OPERATOR_JOB_RESTARTS) == {}

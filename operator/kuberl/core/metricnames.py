@@ -68,6 +68,9 @@ OPERATOR_JOBS = f"{OPERATOR_PREFIX}_jobs"  # gauge by phase
 # 1 per job, labelled with its namespace, name and phase as last reconciled (kube-state-metrics' style):
 # what "stuck Pending" alerts and per-namespace panels select on; gone with the job.
 OPERATOR_JOB_PHASE = f"{OPERATOR_PREFIX}_job_phase"
+# Per job, its gang restarts counted toward runPolicy.backoffLimit (crashes, stalls: status.restarts, what
+# kubectl get rltj's RESTARTS shows): from 0 at the job's first reconcile, kept across operator restarts.
+OPERATOR_JOB_RESTARTS = f"{OPERATOR_PREFIX}_job_restarts"
 OPERATOR_RECONCILE_DURATION = f"{OPERATOR_PREFIX}_reconcile_duration_seconds"
 OPERATOR_GANG_RESTARTS_TOTAL = f"{OPERATOR_PREFIX}_gang_restarts_total"  # by reason
 OPERATOR_PODS_CREATED_TOTAL = f"{OPERATOR_PREFIX}_pods_created_total"

@@ -474,7 +474,8 @@ class JobLoop:
                                           reading=reading, paths=paths, desired_workers=spec.workers if spec is not None else None,
                                           defaults=self._trainer_defaults(status))
         written = await self._write(job, status, new_status)
-        self.shell.metrics.job_phase(self.namespace, self.name, decision.phase)
+        restarts = new_status.get("restarts")
+        self.shell.metrics.job_phase(self.namespace, self.name, decision.phase, restarts if isinstance(restarts, int) else 0)
         said = (job["metadata"]["uid"], generation)
         if reading is not None and reading.checkpoints_skipped and self.memo.get("skipped_said") != said:
             self.memo["skipped_said"] = said  # once per generation: the gauge holds its value while rank 0 runs

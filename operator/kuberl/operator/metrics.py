@@ -30,8 +30,8 @@ RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10
 
 
 class _JobsByPhase(Collector):
-    def __init__(self, phases: dict[tuple[str, str], str]):
-        self.phases = phases
+    def __init__(self, phases: dict[tuple[str, str], str], restarts: dict[tuple[str, str], int]):
+        self.phases, self.restarts = phases, restarts
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(m.OPERATOR_JOBS, "RLTrainingJobs by phase, as last reconciled.", labels=[m.LABEL_PHASE])
@@ -47,13 +47,19 @@ class _JobsByPhase(Collector):
         for (namespace, name), phase in sorted(phases.items()):
             per_job.add_metric([namespace, name, phase], 1)
         yield per_job
+        restarts = GaugeMetricFamily(m.OPERATOR_JOB_RESTARTS, "Gang restarts of each RLTrainingJob counted toward its"
+                                     " runPolicy.backoffLimit (crashes, stalls), from its status.", labels=[m.LABEL_NAMESPACE, m.LABEL_RLTJ])
+        for (namespace, name), count in sorted(dict(self.restarts).items()):
+            restarts.add_metric([namespace, name], count)
+        yield restarts
 
 
 class OperatorMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.phases: dict[tuple[str, str], str] = {}
-        self.registry.register(_JobsByPhase(self.phases))
+        self.restarts: dict[tuple[str, str], int] = {}
+        self.registry.register(_JobsByPhase(self.phases, self.restarts))
         ProcessCollector(registry=self.registry)  # start time (restarts), memory, CPU, fds of the operator itself
         self.reconcile_duration = Histogram(
             m.OPERATOR_RECONCILE_DURATION, "Time of one reconcile of one job (reads, decision, writes).",
@@ -85,13 +91,15 @@ class OperatorMetrics:
             [m.LABEL_REASON], registry=self.registry,
         )
 
-    def job_phase(self, namespace: str, name: str, phase: str | None) -> None:
-        """The job's phase as last reconciled; None: the job is gone, and its per-job series with it
-        (so the series a cluster's jobs leave behind stay bounded by the jobs that exist)."""
+    def job_phase(self, namespace: str, name: str, phase: str | None, restarts: int = 0) -> None:
+        """The job's phase and counted restarts (status.restarts) as last reconciled; None: the job is gone,
+        and its per-job series with it (so the series a cluster's jobs leave behind stay bounded by the jobs that exist)."""
         if phase is not None:
             self.phases[(namespace, name)] = phase
+            self.restarts[(namespace, name)] = restarts
             return
         self.phases.pop((namespace, name), None)
+        self.restarts.pop((namespace, name), None)
         for reason in self.restart_reasons.pop((namespace, name), set()):
             with contextlib.suppress(KeyError):
                 self.gang_restarts.remove(namespace, name, reason)
