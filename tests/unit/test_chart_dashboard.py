@@ -183,3 +183,11 @@ def test_gang_restarts_show_a_jobs_first_restart(tmp_path):
     evaluated(tmp_path, panel_expr("Gang restarts by job and reason"),
               [{"series": f"{metricnames.OPERATOR_GANG_RESTARTS_TOTAL}{{{restarts}}}", "values": "_x5 1x5"}], "8m",
               [{"labels": '{namespace="team-a", rltj="ppo", reason="Crashed"}', "value": 1}])
+
+
+def test_pods_created_show_a_jobs_first_gang(tmp_path):
+    """The counter of a job is born at its first gang's size (created in one reconcile): a rate would show nothing."""
+    created = 'namespace="team-a", rltj="ppo", job="kuberl", pod="kuberl-0"'
+    evaluated(tmp_path, panel_expr("Pods created per job"),
+              [{"series": f"{metricnames.OPERATOR_PODS_CREATED_TOTAL}{{{created}}}", "values": "_x5 4x5"}], "8m",
+              [{"labels": '{namespace="team-a", rltj="ppo"}', "value": 4}])
