@@ -196,6 +196,12 @@ def test_the_kube_prometheus_stack_values_give_objects_its_prometheus_and_grafan
     assert dashboard["metadata"]["namespace"] == values["monitoring"]["prometheusNamespace"] == "monitoring"
 
 
+def test_the_notes_say_which_namespace_grafana_must_read_the_dashboard_from():
+    values = yaml.safe_load(KUBE_PROMETHEUS_STACK.read_text())
+    notes = helm("install", "kuberl", str(CHART), "--dry-run", "--namespace", "kuberl-system", values=values)
+    assert "ConfigMap kuberl-dashboard in namespace monitoring" in notes
+
+
 def test_the_quickstarts_point_at_the_kube_prometheus_stack_values():
     for doc in (ROOT / "README.md", ROOT / "docs" / "cluster.md"):
         assert "-f charts/kuberl/examples/kube-prometheus-stack.yaml" in doc.read_text(), doc
