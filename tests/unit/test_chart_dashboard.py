@@ -191,3 +191,10 @@ def test_pods_created_show_a_jobs_first_gang(tmp_path):
     evaluated(tmp_path, panel_expr("Pods created per job"),
               [{"series": f"{metricnames.OPERATOR_PODS_CREATED_TOTAL}{{{created}}}", "values": "_x5 4x5"}], "8m",
               [{"labels": '{namespace="team-a", rltj="ppo"}', "value": 4}])
+
+
+@pytest.mark.parametrize(("title", "legend"), [(p["title"], t["legendFormat"]) for p in DASHBOARD["panels"] if p["type"] != "row"
+                                               for t in p["targets"] if "{{rltj}}" in t.get("legendFormat", "")])
+def test_a_legend_that_names_a_job_names_its_namespace(title, legend):
+    """Teams copy the examples: two namespaces each running cartpole-ppo must not draw two lines of one name."""
+    assert "{{namespace}}/{{rltj}}" in legend, f"{title}: {legend}"
