@@ -88,7 +88,7 @@ def test_a_full_checkpoint_volume_names_the_claim_its_size_and_what_one_checkpoi
     ranks = Ranks(job, prefix=mounted('mount -t tmpfs -o size=8k tmpfs "$1"', job.checkpoint_dir))
     assert ranks.wait(timeout=60) == [1], ranks.log(0)
     reason = job.termination_log(0)
-    assert reason.startswith(f"{contract.REASON_CRASHED}: [Errno 28] the checkpoint volume (claim t-checkpoints of "
+    assert reason.startswith(f"{contract.REASON_CHECKPOINT_VOLUME_FULL}: [Errno 28] the checkpoint volume (claim t-checkpoints of "
                              "spec.checkpoint.size 2Gi at /"), reason
     assert "bytes in all" in reason and "is full: one checkpoint needs " in reason and "Traceback" not in ranks.log(0)
 

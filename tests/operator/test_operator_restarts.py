@@ -198,3 +198,15 @@ def test_a_gang_restarted_after_an_operator_upgrade_runs_the_trainer_defaults_it
         assert images_and_cpu(start_gang(standin, 'after-upgrade', 1)) == {('registry.test/kuberl/trainer:0.2.0', '2')}
     finally:
         new.stop()
+
+
+def test_a_full_checkpoint_volume_restarts_the_gang_under_its_own_reason(standin, rest, operator):
+    """A platform team tells a volume to expand from a crash: the restart history, the Event and the metric say so."""
+    create_job(rest, 'full', workers=2)
+    gang = start_gang(standin, 'full', 2)
+    wait_phase(rest, 'full', 'Running')
+    terminated(standin, gang[0], 1, 'CheckpointVolumeFull: [Errno 28] the checkpoint volume (claim full-checkpoints of'
+                                    ' spec.checkpoint.size 1Gi at /checkpoints) is full: one checkpoint needs 1200 bytes')
+    restarted = wait_for(lambda: status(rest, 'full').get('restarts') == 1 and status(rest, 'full'), what='one counted restart')
+    assert (restarted['restartHistory'][-1]['reason'], restarted['restartHistory'][-1]['counted']) == ('CheckpointVolumeFull', True)
+    assert 'reason="CheckpointVolumeFull",rltj="full"} 1.0' in operator.metrics()

@@ -3,8 +3,8 @@
 Exit and termination-log contract (kuberl.core.contract): 0 with "Succeeded: …"
 (target met or budget spent) or "Stopped: … resumable" (SIGTERM/SIGINT);
 78 with "ConfigError: spec.x.y: …" for a configuration that can never run;
-1 with "PeerLost: …" (a collective failed) or "Crashed: …" (anything else),
-both retried by the operator.
+1 with "PeerLost: …" (a collective failed), "CheckpointVolumeFull: …" (a save
+did not fit its claim) or "Crashed: …" (anything else), all retried by the operator.
 
 Deterministic mode (spec.deterministic): deterministic torch kernels, every
 RNG seeded, and checkpoints that also carry each rank's env and RNG state, so
@@ -195,7 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     except PeerLost as e:
         write_reason(contract.REASON_PEER_LOST, str(e))
         return 1
-    except (MetricsPortTaken, CheckpointVolumeFull) as e:  # retryable, and its message says everything a traceback would
+    except CheckpointVolumeFull as e:  # retryable (the claim may be expanded); its own reason, so restarts say why
+        write_reason(contract.REASON_CHECKPOINT_VOLUME_FULL, str(e))
+        return 1
+    except MetricsPortTaken as e:  # retryable, and its message says everything a traceback would
         write_reason(contract.REASON_CRASHED, str(e))
         return 1
     except KeyboardInterrupt:

@@ -19,13 +19,15 @@ REASON_SUCCEEDED = "Succeeded"  # target reached or budget spent
 REASON_STOPPED = "Stopped"  # SIGTERM/SIGINT; a resumable checkpoint was saved
 REASON_CRASHED = "Crashed"  # anything else: retryable
 REASON_PEER_LOST = "PeerLost"  # a collective failed or timed out: retryable
+REASON_CHECKPOINT_VOLUME_FULL = "CheckpointVolumeFull"  # a save did not fit: retryable (the claim may be expanded)
 REASON_NO_USABLE_CHECKPOINT = "NoUsableCheckpoint"  # permanent: checkpoints exist, none loads (kept, named)
 REASON_CHECKPOINT_READ_ONLY = "CheckpointVolumeReadOnly"  # permanent: no restart makes a volume writable
 REASON_CHECKPOINT_FORBIDDEN = "CheckpointVolumeForbidden"  # permanent: the trainer's user may not use the volume
 # Reasons that fail the job at once, whatever the restart budget.
 PERMANENT_REASONS = frozenset({REASON_CONFIG_ERROR, REASON_NO_USABLE_CHECKPOINT, REASON_CHECKPOINT_READ_ONLY,
                                REASON_CHECKPOINT_FORBIDDEN})
-TRAINER_REASONS = frozenset({*PERMANENT_REASONS, REASON_SUCCEEDED, REASON_STOPPED, REASON_CRASHED, REASON_PEER_LOST})
+TRAINER_REASONS = frozenset({*PERMANENT_REASONS, REASON_SUCCEEDED, REASON_STOPPED, REASON_CRASHED, REASON_PEER_LOST,
+                             REASON_CHECKPOINT_VOLUME_FULL})
 
 # Starts the termination-log line; a log line never does (see module docstring).
 TERMINATION_MARKER = "kuberl.dev/reason "
