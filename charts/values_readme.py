@@ -40,14 +40,16 @@ registry and prints the matching `helm install`.
 ## Upgrading the CRD
 
 Helm installs `crds/` once and never upgrades it. Before `helm upgrade`, apply the new CRD (the same
-file as `manifests/crd.yaml`), so the new operator never writes a field the old schema would drop.
+file as `manifests/crd.yaml`), so the new operator never writes a field the old schema would drop;
+`--force-conflicts`, as Helm installed the CRD and owns its fields (without it: `Apply failed with 1
+conflict: conflict with "helm"`).
 Upgrade with `--reset-then-reuse-values`: it keeps the values you set and takes this chart's
 defaults for the rest. `--reuse-values` renders with the installed chart's defaults instead, and a
 value added since (such as `monitoring.prometheusRule`) then fails the upgrade with `nil pointer
 evaluating interface {}.enabled`.
 
 ```bash
-kubectl apply --server-side -f charts/kuberl/crds/
+kubectl apply --server-side --force-conflicts -f charts/kuberl/crds/
 helm upgrade kuberl charts/kuberl -n kuberl-system --reset-then-reuse-values
 ```
 

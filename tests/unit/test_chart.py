@@ -304,7 +304,7 @@ def test_notes_tell_the_next_commands():
     assert "kubectl -n kuberl-system rollout status statefulset/kuberl" in notes
     assert "helm test kuberl -n kuberl-system" in notes
     assert "kubectl apply -n team-a -f manifests/examples/cartpole-ppo.yaml" in notes
-    assert "kubectl apply --server-side -f charts/kuberl/crds/" in notes
+    assert "kubectl apply --server-side --force-conflicts -f charts/kuberl/crds/" in notes
 
 
 # --- RBAC: least privilege ---------------------------------------------------------

@@ -58,3 +58,14 @@ def test_the_documented_upgrade_takes_the_new_defaults(doc: Path):
 def test_helm_offers_the_documented_flag():
     help_text = subprocess.run([str(HELM), "upgrade", "--help"], capture_output=True, text=True, check=True).stdout
     assert "--reset-then-reuse-values" in help_text
+
+
+@pytest.mark.parametrize("doc", [*DOCUMENTED, CHART / "templates" / "NOTES.txt", CHART / "Chart.yaml"], ids=lambda p: p.name)
+def test_the_documented_crd_upgrade_takes_the_fields_helm_owns(doc: Path):
+    """Helm installs crds/ and owns their fields (managedFields manager "helm"): a server-side apply of a changed
+    CRD by kubectl stops at `Apply failed with 1 conflict: conflict with "helm" ... .spec.versions` without
+    --force-conflicts (prometheus-community/helm-charts#2489, ansible/awx-operator#1716)."""
+    commands = [line for line in doc.read_text().splitlines() if "kubectl apply" in line and "charts/kuberl/crds" in line]
+    assert commands, f"{doc}: no CRD upgrade command"
+    for command in commands:
+        assert "--server-side" in command and "--force-conflicts" in command, command
