@@ -154,3 +154,12 @@ def test_a_value_set_as_a_bool_or_a_number_is_written_as_the_string_kubernetes_w
     objects = [o for o in yaml.safe_load_all(result.stdout) if o]
     assert {f"{o['kind']}/{o['metadata']['name']}": p for o in objects if (p := validate(o))} == {}
     assert written in result.stdout
+
+
+@pytest.mark.parametrize("who", ["operator", "trainer"])
+def test_an_image_tag_helm_reads_as_a_number_is_written_as_typed(who):
+    """`--set operator.image.tag=20241127` is an integer to Helm; it was refused (got number, want string)."""
+    result = subprocess.run([str(HELM), "template", "kuberl", str(CHART), "-n", "kuberl-system", "--set", f"{who}.image.tag=20241127"],
+                            check=False, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"ghcr.io/kuberl/{who}:20241127" in result.stdout

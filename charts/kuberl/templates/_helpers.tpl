@@ -62,7 +62,7 @@ app.kubernetes.io/name app.kubernetes.io/instance app.kubernetes.io/component ap
 {{- if $image.digest -}}
 {{- printf "%s@%s" $image.repository $image.digest -}}
 {{- else if $image.tag -}}
-{{- printf "%s:%s" $image.repository $image.tag -}}
+{{- printf "%s:%s" $image.repository (toString $image.tag) -}}
 {{- else -}}
 {{- fail (printf "%s.image.tag is empty: set %s.image.tag (e.g. %s) or %s.image.digest" .what .what .appVersion .what) -}}
 {{- end -}}
