@@ -16,7 +16,7 @@ from kuberl.core import metricnames as m
 from test_chart import refusal
 from test_chart_dashboard import metrics_in
 
-ALERTING = {"monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}}
+ALERTING = {"monitoring": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}}
 OPERATOR = 'job="kuberl", namespace="kuberl-system"'  # release kuberl in kuberl-system: the Service, so the scrape job, is "kuberl"
 
 
@@ -91,7 +91,8 @@ def test_every_alert_reads_only_metrics_kuberl_exports_or_the_scrape_up():
 
 def test_the_alerts_cover_what_a_platform_team_is_paged_for():
     assert set(alerts()) == {"KuberlJobNotRunning", "KuberlJobCrashLooping", "KuberlCheckpointsSkipped", "KuberlCheckpointOverdue",
-                             "KuberlOperatorDown", "KuberlOperatorRestarting", "KuberlOperatorPeersSamePriority", "KuberlOperatorAPIErrors"}
+                             "KuberlTrainerMetricsUnscraped", "KuberlOperatorDown", "KuberlOperatorRestarting",
+                             "KuberlOperatorPeersSamePriority", "KuberlOperatorAPIErrors"}
     for name, rule in alerts().items():
         assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"], name
 
@@ -184,6 +185,25 @@ def test_job_alerts_fire_for_the_job_in_trouble_only(tmp_path):
         ]},
     ]
     run_promtool_tests(tmp_path, rules(), tests)
+
+
+def test_a_trainer_prometheus_cannot_scrape_for_ten_minutes_is_named(tmp_path):
+    target = 'job="kuberl-system/kuberl-trainers", namespace="team-a", pod="{}", container="trainer", endpoint="metrics-0"'
+    tests = [{"interval": "1m", "input_series": [
+        series("up", target.format("blocked-0"), "0x20"),  # a NetworkPolicy that does not admit Prometheus
+        series("up", target.format("starting-0"), "0x3 1x16"),  # imports and rendezvous, then served
+        series("up", target.format("fine-0"), "1x20"),
+        series("up", 'job="other/app", namespace="team-a", pod="app-0"', "0x20"),  # not a trainer
+    ], "alert_rule_test": [
+        firing("KuberlTrainerMetricsUnscraped", "9m"),
+        firing("KuberlTrainerMetricsUnscraped", "15m", ({"namespace": "team-a", "pod": "blocked-0"}, "")),
+    ]}]
+    run_promtool_tests(tmp_path, rules(), tests)
+
+
+def test_without_the_pod_monitor_there_is_no_trainer_scrape_to_watch():
+    values = {"monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}}
+    assert "KuberlTrainerMetricsUnscraped" not in {r["alert"] for group in rules(values) for r in group["rules"]}
 
 
 def test_operator_alerts_fire_when_it_is_down_frozen_or_failing_its_requests(tmp_path):
