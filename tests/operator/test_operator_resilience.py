@@ -161,11 +161,15 @@ def test_an_edit_that_breaks_a_running_job_fails_it_and_stops_its_gang(standin, 
 
 
 def test_a_pod_the_api_server_refuses_fails_the_job_with_its_field(standin, rest, operator):
-    create_job(rest, 'sidecarless', workers=1, template={'spec': {'containers': [{'name': 'shipper'}]}})
-    wait_phase(rest, 'sidecarless', 'Failed')
-    refused = condition(rest, 'sidecarless', 'Failed')
+    """A rule kuberl leaves to the API server because only the cluster knows it: a regular container's restartPolicy
+    (validateContainers, pkg/apis/core/validation/validation.go) is refused unless the server has the
+    ContainerRestartRules gate (alpha since v1.34). The stand-in refuses it, as a server without the gate does."""
+    sidecar = {'name': 'shipper', 'image': 'fluent/fluent-bit:3.0', 'restartPolicy': 'Always'}
+    create_job(rest, 'restarting', workers=1, template={'spec': {'containers': [sidecar]}})
+    wait_phase(rest, 'restarting', 'Failed')
+    refused = condition(rest, 'restarting', 'Failed')
     assert refused['reason'] == 'InvalidChild'
-    assert 'spec.containers[1].image' in refused['message']
+    assert 'spec.containers[1].restartPolicy: Forbidden: may not be set for non-init containers' in refused['message']
     assert operator.healthy()
 
 

@@ -319,6 +319,10 @@ def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> l
                     if 'value' in env and not isinstance(env['value'], str):
                         errors.append(FieldError('FieldValueInvalid', f'{path}.env[{env_index}].value',
                                                  'must be a string', env['value']))
+                    elif env.get('value') and env.get('valueFrom') is not None:  # validateEnvVarValueFrom
+                        errors.append(FieldError('FieldValueInvalid', f'{path}.env[{env_index}].valueFrom',
+                                                 'may not be specified when `value` is not empty', ''))
+                errors += _container_field_errors(container, path, init=kind == 'initContainers')
         for key in ('hostname', 'subdomain'):
             if spec.get(key) and (not DNS1123_LABEL.fullmatch(spec[key]) or len(spec[key]) > 63):
                 errors.append(FieldError('FieldValueInvalid', f'spec.{key}', 'must be a DNS-1123 label', spec[key]))
@@ -347,6 +351,55 @@ def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> l
         for index, port in enumerate((obj.get('spec') or {}).get('ports') or []):
             if not isinstance(port.get('port'), int):
                 errors.append(FieldError('FieldValueRequired', f'spec.ports[{index}].port'))
+    return errors
+
+
+# validatePullPolicy (pkg/apis/core/validation/validation.go): supportedPullPolicies, listed sorted as
+# field.NotSupported(..., sets.List(...)) lists them; an empty policy is defaulted first (SetDefaults_Container).
+PULL_POLICIES = ('Always', 'IfNotPresent', 'Never')
+PORT_NAME = re.compile(r'[-a-z0-9]+')
+
+
+def port_name_problems(name: str) -> list[str]:
+    """IsValidPortName (k8s.io/apimachinery/pkg/util/validation/validation.go), its messages in its order."""
+    problems = []
+    if len(name) > 15:
+        problems.append('must be no more than 15 characters')
+    if not PORT_NAME.fullmatch(name):
+        problems.append('must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)')
+    if not re.search('[a-z]', name):
+        problems.append('must contain at least one letter (a-z)')
+    if '--' in name:
+        problems.append('must not contain consecutive hyphens')
+    if name.startswith('-') or name.endswith('-'):
+        problems.append('must not begin or end with a hyphen')
+    return problems
+
+
+def _container_field_errors(container: dict, path: str, init: bool) -> list[FieldError]:
+    """validateContainerCommon's validatePullPolicy and validateContainerPorts (port names: IsValidPortName,
+    then "Duplicate value"), and validateContainers' refusal of a regular container's restartPolicy:
+    field.Forbidden(path.Child("restartPolicy"), "may not be set for non-init containers"). That last one
+    kuberl leaves to the server: since v1.34 a server with the ContainerRestartRules gate (alpha, off by
+    default) accepts it in a pod, so only the cluster can say."""
+    errors = []
+    policy = container.get('imagePullPolicy')
+    if policy and policy not in PULL_POLICIES:
+        errors.append(FieldError('FieldValueNotSupported', f'{path}.imagePullPolicy',
+                                 'supported values: ' + ', '.join(f'"{p}"' for p in PULL_POLICIES), policy))
+    names = set()
+    for index, port in enumerate(container.get('ports') or []):
+        name = port.get('name')
+        if not name:
+            continue
+        where = f'{path}.ports[{index}].name'
+        problems = port_name_problems(name)
+        errors += [FieldError('FieldValueInvalid', where, problem, name) for problem in problems]
+        if not problems and name in names:
+            errors.append(FieldError('FieldValueDuplicate', where, value=name))
+        names.add(name)
+    if not init and container.get('restartPolicy') is not None:
+        errors.append(FieldError('FieldValueForbidden', f'{path}.restartPolicy', 'may not be set for non-init containers'))
     return errors
 
 

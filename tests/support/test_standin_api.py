@@ -122,6 +122,32 @@ def test_pods_the_api_server_refuses_on_create(rest):
     assert reply.status == 422 and 'spec.containers[0].volumeMounts[0].mountPath: Required value' in reply.message
 
 
+def test_container_fields_the_api_server_refuses_on_create(rest):
+    """validateContainerCommon and validateContainers (pkg/apis/core/validation/validation.go): validatePullPolicy,
+    validateContainerPorts (IsValidPortName, k8s.io/apimachinery/pkg/util/validation), validateEnvVarValueFrom,
+    and a regular container's restartPolicy (without the ContainerRestartRules gate, alpha since v1.34)."""
+    def refused(**container) -> str:
+        body = pod('bad')
+        body['spec']['containers'][0].update(container)
+        reply = rest.post(PODS, body)
+        assert reply.status == 422, reply.body
+        return reply.message
+
+    assert ('spec.containers[0].imagePullPolicy: Unsupported value: "always": supported values: "Always", "IfNotPresent",'
+            ' "Never"') in refused(imagePullPolicy='always')
+    assert ('spec.containers[0].ports[0].name: Invalid value: "prometheus-metrics": must be no more than 15 characters'
+            in refused(ports=[{'name': 'prometheus-metrics', 'containerPort': 9100}]))
+    assert 'spec.containers[0].ports[1].name: Duplicate value: "http"' in refused(
+        ports=[{'name': 'http', 'containerPort': 80}, {'name': 'http', 'containerPort': 81}])
+    assert ('spec.containers[0].env[0].valueFrom: Invalid value: "": may not be specified when `value` is not empty'
+            in refused(env=[{'name': 'A', 'value': 'x', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.name'}}}]))
+    assert 'spec.containers[0].restartPolicy: Forbidden: may not be set for non-init containers' in refused(restartPolicy='Always')
+    fine = pod('fine', initContainers=[{'name': 'proxy', 'image': 'envoy:1', 'restartPolicy': 'Always'}])
+    fine['spec']['containers'][0].update(imagePullPolicy='', ports=[{'name': 'metrics-0', 'containerPort': 9090}],
+                                         env=[{'name': 'A', 'value': '', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.name'}}}])
+    assert rest.post(PODS, fine).status == 201
+
+
 def test_finalizers_hold_an_object_until_removed(rest):
     rest.post(CONFIGMAPS, configmap('held') | {'metadata': {'name': 'held', 'finalizers': ['x/y']}})
     assert rest.delete(f'{CONFIGMAPS}/held').body['metadata']['deletionTimestamp']

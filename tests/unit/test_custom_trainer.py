@@ -49,7 +49,7 @@ def test_a_pytorchjob_container_name_is_pointed_at_the_trainer_container():
     assert [p.path for p in refused.value.problems] == ["spec.template.spec.containers"]
     assert "rename 'pytorch' to 'trainer'" in str(refused.value)
     beside = make_job("byo").custom_trainer({"spec": {"containers": [
-        {"name": "trainer", "command": ["python", "train.py"]}, {"name": "pytorch", "command": ["sleep", "1"]}]}}).workers(2).obj()
+        {"name": "trainer", "command": ["python", "train.py"]}, {"name": "pytorch", "image": "busybox", "command": ["sleep", "1"]}]}}).workers(2).obj()
     pod = render_pods(Job("byo", validate_job(beside)), "default", "u", [0], 0)[0]
     sidecar = next(c for c in pod["spec"]["containers"] if c["name"] == "pytorch")
     assert "RANK" not in {e["name"] for e in sidecar.get("env") or []}

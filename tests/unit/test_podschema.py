@@ -87,7 +87,7 @@ def test_a_container_field_of_the_wrong_type_is_refused_at_its_field(kind, conta
     if kind == "containers":
         pod_spec = {"containers": [{"name": "trainer", **container}]}
     else:
-        pod_spec = {"containers": [{"name": "trainer"}], "initContainers": [{"name": "init", **container}]}
+        pod_spec = {"containers": [{"name": "trainer"}], "initContainers": [{"name": "init", "image": "busybox", **container}]}
     with pytest.raises(InvalidJob) as refused:
         validate_job(make_job("typed").template({"spec": pod_spec}).obj())
     assert [p.path for p in refused.value.problems] == [f"spec.template.spec.{kind}[0].{field}"]

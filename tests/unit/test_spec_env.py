@@ -57,20 +57,20 @@ def test_tuning_names_stay_the_users(name):
 
 @pytest.mark.parametrize("name", ["", "1ABC", "A=B", "A B", ".", "..", "..x", "é", None, 3])
 def test_invalid_names_are_refused_in_every_container(name):
-    spec = spec_with([{"name": "sidecar", "env": [{"name": name, "value": "v"}]}],
-                     init_containers=[{"name": "setup", "env": [{"name": name, "value": "v"}]}])
+    spec = spec_with([{"name": "sidecar", "image": "busybox", "env": [{"name": name, "value": "v"}]}],
+                     init_containers=[{"name": "setup", "image": "busybox", "env": [{"name": name, "value": "v"}]}])
     assert [p for p, _ in problems(spec)] == [
         "spec.template.spec.containers[0].env[0].name", "spec.template.spec.initContainers[0].env[0].name"]
 
 
 @pytest.mark.parametrize("value", [True, 1, 1.5, [], {}])
 def test_values_must_be_strings(value):
-    [(path, _)] = problems(spec_with([{"name": "sidecar", "env": [{"name": "X", "value": value}]}]))
+    [(path, _)] = problems(spec_with([{"name": "sidecar", "image": "busybox", "env": [{"name": "X", "value": value}]}]))
     assert path == "spec.template.spec.containers[0].env[0].value"
 
 
 def test_sidecars_may_use_identity_names_and_value_from_is_fine():
-    spec = spec_with([{"name": "sidecar", "env": [{"name": "RANK", "value": "7"}]},
+    spec = spec_with([{"name": "sidecar", "image": "busybox", "env": [{"name": "RANK", "value": "7"}]},
                       {"name": T, "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                                           {"name": "EMPTY", "value": None}]}])
     assert problems(spec) == []
@@ -85,7 +85,7 @@ def test_env_must_be_a_list_of_objects():
 def test_volume_mounts_name_a_volume_and_a_path_in_every_container(mount):
     # ValidateVolumeMounts (pkg/apis/core/validation): name and mountPath are both "Required value";
     # without them `kuberl validate` said valid and `kuberl run` ended in a KeyError.
-    spec = spec_with([{"name": T, "volumeMounts": [mount]}], init_containers=[{"name": "setup", "volumeMounts": [mount]}])
+    spec = spec_with([{"name": T, "volumeMounts": [mount]}], init_containers=[{"name": "setup", "image": "busybox", "volumeMounts": [mount]}])
     paths = [p for p, _ in problems(spec)]
     assert paths and all(p.startswith(("spec.template.spec.containers[0].volumeMounts[0]",
                                        "spec.template.spec.initContainers[0].volumeMounts[0]")) for p in paths)
@@ -110,7 +110,8 @@ def test_the_template_cannot_replace_kuberls_configuration_volume_or_its_mount()
                                                    {"name": "cfg", "mountPath": "//etc/./kuberl"}]},
                       {"name": "side", "image": "busybox", "volumeMounts": [{"name": "cfg", "mountPath": names.CONFIG_MOUNT_DIR}]}])
     spec["template"]["spec"]["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}},
-                                           {"name": names.CONFIG_VOLUME, "configMap": {"name": "mine"}}]
+                                           {"name": names.CONFIG_VOLUME, "configMap": {"name": "mine"}},
+                                           {"name": "cfg", "configMap": {"name": "mine"}}]
     found = problems(spec)
     assert [path for path, _ in found] == ["spec.template.spec.volumes[1].name",
                                            "spec.template.spec.containers[0].volumeMounts[0].mountPath",

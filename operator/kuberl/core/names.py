@@ -44,6 +44,9 @@ CONFIG_FILE = "config.json"
 CHECKPOINT_MOUNT_DIR = "/checkpoints"
 SHM_MOUNT_DIR = "/dev/shm"
 TMP_MOUNT_DIR = "/tmp"
+SHM_VOLUME = "dshm"
+TMP_VOLUME = "tmp"
+CHECKPOINT_VOLUME = "checkpoints"  # in worker 0's pod only
 TERMINATION_LOG = "/dev/termination-log"
 TRAINER_CONTAINER = "trainer"
 

@@ -462,11 +462,11 @@ def _trainer_container(job: str, namespace: str, spec: JobSpec, rank: int, resta
                        per_process: PerProcess = PER_PROCESS) -> dict:
     mounts = [
         {"name": names.CONFIG_VOLUME, "mountPath": names.CONFIG_MOUNT_DIR, "readOnly": True},
-        {"name": "dshm", "mountPath": names.SHM_MOUNT_DIR},
-        {"name": "tmp", "mountPath": names.TMP_MOUNT_DIR},
+        {"name": names.SHM_VOLUME, "mountPath": names.SHM_MOUNT_DIR},
+        {"name": names.TMP_VOLUME, "mountPath": names.TMP_MOUNT_DIR},
     ]
     if rank == 0:
-        mounts.append({"name": "checkpoints", "mountPath": names.CHECKPOINT_MOUNT_DIR})
+        mounts.append({"name": names.CHECKPOINT_VOLUME, "mountPath": names.CHECKPOINT_MOUNT_DIR})
     container: dict[str, Any] = {
         "name": names.TRAINER_CONTAINER,
         "image": spec.image or default_image,
@@ -498,12 +498,12 @@ def _trainer_container(job: str, namespace: str, spec: JobSpec, rank: int, resta
 def _volumes(job: str, spec: JobSpec, rank: int) -> list[dict]:
     volumes = [
         {"name": names.CONFIG_VOLUME, "configMap": {"name": names.configmap_name(job)}},
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
-        {"name": "tmp", "emptyDir": {}},
+        {"name": names.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
+        {"name": names.TMP_VOLUME, "emptyDir": {}},
     ]
     if rank == 0:  # ReadWriteOnce suffices: only rank 0 writes checkpoints
         claim = spec.checkpoint.claim_name or names.pvc_name(job)
-        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}})
+        volumes.append({"name": names.CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
     return volumes
 
 

@@ -38,6 +38,7 @@ from .validation import (
     pod_template_problems,
     resources_problems,
     shown,
+    volume_reference_problems,
 )
 from .yamlreader import MAX_NESTING
 
@@ -395,16 +396,29 @@ def _message(err: dict) -> str:
     return f"expected {_expected(err)} (got {shown(err.get('input'))})"
 
 
+def _custom_trainer_containers(spec: dict) -> tuple[list[dict], list[str]]:
+    """A custom trainer's template containers named 'trainer', and the names of the others."""
+    pod_spec = (spec.get("template") or {}).get("spec") if isinstance(spec.get("template"), dict) else None
+    containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
+    if spec.get("trainer") != "custom" or not isinstance(containers, list):
+        return [], []
+    ours = [c for c in containers if isinstance(c, dict) and c.get("name") == names.TRAINER_CONTAINER]
+    return ours, [c["name"] for c in containers if isinstance(c, dict) and isinstance(c.get("name"), str)]
+
+
+def _renamed_trainer(spec: dict) -> str | None:
+    """The container a custom trainer's refusal asks to rename to 'trainer' (it lacks no image of its own)."""
+    ours, others = _custom_trainer_containers(spec)
+    return others[0] if others and not ours else None
+
+
 def _custom_trainer_problems(spec: dict) -> list[Problem]:
     """trainer: custom runs the template's command; without one kuberl's trainer would start with no algorithm."""
     if spec.get("trainer") != "custom":
         return []
-    pod_spec = (spec.get("template") or {}).get("spec") if isinstance(spec.get("template"), dict) else None
-    containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
-    ours = [c for c in containers if isinstance(c, dict) and c.get("name") == names.TRAINER_CONTAINER] if isinstance(containers, list) else []
+    ours, others = _custom_trainer_containers(spec)
     if ours and (ours[0].get("command") or ours[0].get("args")):
         return []
-    others = [c["name"] for c in containers if isinstance(c, dict) and isinstance(c.get("name"), str)] if isinstance(containers, list) else []
     hint = (f"; rename {others[0]!r} to {names.TRAINER_CONTAINER!r} (any other container runs beside it as a sidecar,"
             " without the rank environment; PyTorchJob's is named 'pytorch')") if others and not ours else ""
     return [Problem("spec.template.spec.containers", f"trainer: custom needs a container named {names.TRAINER_CONTAINER!r}"
@@ -452,7 +466,8 @@ def parse_spec(spec: Any) -> JobSpec:
     problems += label_key_problems("spec.labels", spec.get("labels"))
     problems += label_key_problems("spec.nodeSelector", spec.get("nodeSelector"))
     problems += resources_problems(spec.get("resources"))
-    problems += pod_template_problems(spec.get("template"))
+    problems += pod_template_problems(spec.get("template"), _renamed_trainer(spec))
+    problems += volume_reference_problems(spec.get("template"), parsed.workers if parsed is not None else None)
     problems += image_problems("spec.image", spec.get("image"))
     problems += _custom_trainer_problems(spec)
     if parsed is not None:

@@ -169,6 +169,11 @@ def _named_items_problems(path: str, items: Any, what: str) -> list[Problem]:
     return problems
 
 
+def _meant_as_trainer(name: Any) -> bool:
+    """A container name one letter from kuberl's trainer: its name's problem says it all (it lacks no image of its own)."""
+    return isinstance(name, str) and name != names.TRAINER_CONTAINER and _one_letter_apart(name, names.TRAINER_CONTAINER)
+
+
 def _one_letter_apart(name: str, other: str) -> bool:
     return len(name) == len(other) and sum(a != b for a, b in zip(name, other, strict=True)) == 1
 
@@ -180,8 +185,9 @@ _POD_FIELDS_CHECKED_ABOVE = frozenset({"containers", "initContainers", "volumes"
 _CONTAINER_FIELDS_CHECKED_ELSEWHERE = frozenset({"env", "envFrom", "volumeMounts", "command", "args"})
 
 
-def pod_template_problems(template: Any) -> list[Problem]:
-    """The shape the merge relies on; Kubernetes validates the rest of the pod."""
+def pod_template_problems(template: Any, renamed: str | None = None) -> list[Problem]:
+    """The shape the merge relies on, and the pod rules a template can break (each citing the API server's).
+    `renamed`: a container the job is told to rename to 'trainer' (a custom trainer's), so no sidecar of its own."""
     if not isinstance(template, dict):
         return []  # the model already reported it
     problems = [
@@ -232,6 +238,142 @@ def pod_template_problems(template: Any) -> list[Problem]:
                 problems += resources_problems(container.get("resources"), f"spec.template.spec.{kind}[{i}].resources", template=True)
                 problems += _env_problems(f"spec.template.spec.{kind}[{i}].env", container.get("env"), trainer)
                 problems += _volume_mount_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))
+                problems += _container_problems(f"spec.template.spec.{kind}[{i}]", container,
+                                                trainer or (kind == "containers" and container.get("name") == renamed))
+    problems += _container_name_problems(pod_spec)
+    return problems
+
+
+# --- what validateContainerCommon (pkg/apis/core/validation/validation.go) refuses in any container -----------
+# Each was left to the API server: `kuberl validate` passed the job, and every pod create failed (InvalidChild).
+
+# validatePullPolicy and validateContainerCommon's terminationMessagePolicy; an empty value is defaulted first
+# (SetDefaults_Container, pkg/apis/core/v1/defaults.go), so only a value that is none of these is refused.
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+TERMINATION_MESSAGE_POLICIES = ("File", "FallbackToLogsOnError")
+# validateContainerPorts: supportedPortProtocols; an empty protocol is defaulted to TCP (SetDefaults_ContainerPort).
+PORT_PROTOCOLS = ("TCP", "UDP", "SCTP")
+# IsValidPortName (k8s.io/apimachinery/pkg/util/validation): an IANA_SVC_NAME.
+MAX_PORT_NAME = 15
+PORT_NAME = re.compile(r"^[-a-z0-9]+$")
+
+
+def _one_of(values: tuple[str, ...]) -> str:
+    return ", ".join(values[:-1]) + f" or {values[-1]}"
+
+
+def _container_problems(path: str, container: dict, trainer: bool) -> list[Problem]:
+    """A container's image, pull and termination message policies and ports, as validateContainerCommon checks
+    them. The trainer's image, when the template leaves it out, is kuberl's; any other container brings its own."""
+    problems = []
+    image = container.get("image")
+    if trainer and "image" in container and image in (None, ""):
+        problems.append(Problem(f"{path}.image", f"required: a non-empty image name; this one would replace the trainer's"
+                                f" (spec.image): leave it out to keep that (got {shown(image)})"))
+    elif not trainer and image in (None, "") and not _meant_as_trainer(container.get("name")):  # another type is type_problems'
+        got = "none" if image is None else shown(image)
+        problems.append(Problem(f"{path}.image", "required: a non-empty image name; a sidecar or init container runs an"
+                                f" image of its own (spec.image is the trainer's) (got {got})"))
+    for field, allowed in (("imagePullPolicy", PULL_POLICIES), ("terminationMessagePolicy", TERMINATION_MESSAGE_POLICIES)):
+        value = container.get(field)
+        if isinstance(value, str) and value and value not in allowed:
+            problems.append(Problem(f"{path}.{field}", f"expected {_one_of(allowed)} (got {value!r})"))
+    ports = container.get("ports")
+    seen: set[str] = set()
+    for j, port in enumerate(ports if isinstance(ports, list) else []):
+        if isinstance(port, dict):
+            problems += _port_problems(f"{path}.ports[{j}]", port, seen)
+    return podschema.first_of(path, problems, "problems in this container", Problem)
+
+
+def _port_problems(path: str, port: dict, seen: set[str]) -> list[Problem]:
+    """validateContainerPorts: a valid, unique name when named; a port number; a known protocol."""
+    problems = []
+    name = port.get("name")
+    if isinstance(name, str) and name:
+        if (len(name) > MAX_PORT_NAME or not PORT_NAME.fullmatch(name) or not re.search("[a-z]", name) or "--" in name
+                or name.startswith("-") or name.endswith("-")):
+            problems.append(Problem(f"{path}.name", f"expected a port name (IANA_SVC_NAME): at most {MAX_PORT_NAME} lowercase"
+                                    " letters, digits and '-', at least one letter, no '--', not starting or ending with"
+                                    f" '-' (got {shown(name)}" + (f", {len(name)} characters)" if len(name) > MAX_PORT_NAME else ")")))
+        elif name in seen:
+            problems.append(Problem(f"{path}.name", f"{name!r} is a duplicate: port names are unique in a container"))
+        seen.add(name)
+    for field, required in (("containerPort", True), ("hostPort", False)):
+        number = port.get(field)
+        if number is None or (number == 0 and not required and type(number) is int):
+            if required:
+                problems.append(Problem(f"{path}.{field}", "required: the port number, from 1 to 65535"))
+            continue
+        if not podschema.is_type(number, "integer") or not 1 <= number <= 65535:
+            problems.append(Problem(f"{path}.{field}", f"expected a port number from 1 to 65535 (got {shown(number)})"))
+    protocol = port.get("protocol")
+    if protocol not in (None, "") and protocol not in PORT_PROTOCOLS:
+        problems.append(Problem(f"{path}.protocol", f"expected {_one_of(PORT_PROTOCOLS)} (got {shown(protocol)})"))
+    return problems
+
+
+def _container_name_problems(pod_spec: dict) -> list[Problem]:
+    """validateContainers and validateInitContainers: container names are unique in the pod, init containers
+    included ("Duplicate value"). The template's containers merge with kuberl's by name, so only its sidecars can
+    repeat one another; an init container may repeat any of them, kuberl's 'trainer' too."""
+    problems = []
+    containers = pod_spec.get("containers")
+    taken = {names.TRAINER_CONTAINER}
+    for i, container in enumerate(containers if isinstance(containers, list) else []):
+        name = container.get("name") if isinstance(container, dict) else None
+        if not isinstance(name, str) or name == names.TRAINER_CONTAINER:
+            continue
+        if name in taken:
+            problems.append(Problem(f"spec.template.spec.containers[{i}].name", f"{name!r} is a duplicate: container names"
+                                    " are unique in a pod (a container named as an earlier one is another sidecar, not merged)"))
+        taken.add(name)
+    inits = pod_spec.get("initContainers")
+    for i, container in enumerate(inits if isinstance(inits, list) else []):
+        name = container.get("name") if isinstance(container, dict) else None
+        if not isinstance(name, str):
+            continue
+        if name in taken:
+            own = " (kuberl's trainer container)" if name == names.TRAINER_CONTAINER else ""
+            problems.append(Problem(f"spec.template.spec.initContainers[{i}].name", f"{name!r} is a duplicate{own}: container"
+                                    " names are unique in a pod, init containers included"))
+        taken.add(name)
+    return problems
+
+
+# kuberl's own volumes, in every pod (render._volumes); names.CHECKPOINT_VOLUME is worker 0's only.
+KUBERL_VOLUMES = (names.CONFIG_VOLUME, names.SHM_VOLUME, names.TMP_VOLUME)
+
+
+def volume_reference_problems(template: Any, workers: int | None) -> list[Problem]:
+    """ValidateVolumeMounts (pkg/apis/core/validation/validation.go): each mount names a volume of the pod
+    ("Not found"). A pod has the template's volumes and kuberl's own; the checkpoint volume is in worker 0's pod
+    only, so with several workers a mount of it fails every other pod (`workers` None: not known, not judged)."""
+    pod_spec = template.get("spec") if isinstance(template, dict) else None
+    if not isinstance(pod_spec, dict):
+        return []
+    volumes = pod_spec.get("volumes")
+    defined = {*KUBERL_VOLUMES, *(v["name"] for v in volumes if isinstance(v, dict) and isinstance(v.get("name"), str))
+               } if isinstance(volumes, list) else set(KUBERL_VOLUMES)
+    problems = []
+    for kind in ("containers", "initContainers"):
+        containers = pod_spec.get(kind)
+        for i, container in enumerate(containers if isinstance(containers, list) else []):
+            mounts = container.get("volumeMounts") if isinstance(container, dict) else None
+            for j, mount in enumerate(mounts if isinstance(mounts, list) else []):
+                name = mount.get("name") if isinstance(mount, dict) else None
+                if not isinstance(name, str) or not name or name in defined:
+                    continue  # a missing name is _volume_mount_problems'
+                path = f"spec.template.spec.{kind}[{i}].volumeMounts[{j}].name"
+                if name == names.CHECKPOINT_VOLUME:
+                    if workers is not None and workers > 1:
+                        problems.append(Problem(path, f"{name!r} is only in worker 0's pod (kuberl mounts it in the trainer"
+                                                f" at {names.CHECKPOINT_MOUNT_DIR}); the other {workers - 1} pod(s) have no"
+                                                " such volume: expected a volume of spec.template.spec.volumes"))
+                    continue
+                problems.append(Problem(path, f"{shown(name)} names no volume of the pod: expected a volume of"
+                                        " spec.template.spec.volumes or one of kuberl's own"
+                                        f" ({', '.join(repr(v) for v in KUBERL_VOLUMES)})"))
     return problems
 
 
@@ -452,7 +594,27 @@ def _env_problems(path: str, env: Any, trainer: bool) -> list[Problem]:
                                     " size, rendezvous) and every KUBERL_ name; a spec may not set it"))
         if "value" in var and var["value"] is not None and not isinstance(var["value"], str):
             problems.append(Problem(f"{path}[{j}].value", f"expected a string; quote it (got {shown(var['value'])})"))
+        problems += _value_from_problems(f"{path}[{j}]", var)
     return problems
+
+
+ENV_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
+
+
+def _value_from_problems(path: str, var: dict) -> list[Problem]:
+    """validateEnvVarValueFrom (pkg/apis/core/validation/validation.go): valueFrom names exactly one source, and
+    none beside a non-empty value ("may not be specified when `value` is not empty"). What each source holds is
+    podsource.source_problems' (`kuberl validate` and `kuberl run`)."""
+    source = var.get("valueFrom")
+    if source is None:
+        return []
+    kinds = [k for k in ENV_SOURCES if isinstance(source, dict) and source.get(k) is not None]
+    if len(kinds) != 1:
+        return [Problem(f"{path}.valueFrom", f"expected an object with exactly one of {_one_of(ENV_SOURCES)} (got {shown(source)})")]
+    if isinstance(var.get("value"), str) and var["value"]:
+        return [Problem(f"{path}.valueFrom", f"expected value or valueFrom, not both: the variable takes its value from"
+                        f" {kinds[0]} only when value is empty (got value {shown(var['value'])})")]
+    return []
 
 
 # --- quantities and the downward API -----------------------------------------

@@ -1,0 +1,150 @@
+"""Pod rules of the API server that a spec.template can break, refused by `validate_job` (so by `kuberl validate`,
+the operator and `kuberl run`) at the template's field, with what was expected. Each was left to the API server:
+the job was accepted, then every pod create was refused and the job failed late as InvalidChild. The rules are
+pkg/apis/core/validation/validation.go's (Kubernetes v1.33), each test naming its function; what the server
+accepts passes (the last tests)."""
+
+import pytest
+from kuberl.core.rules import validate_job
+from kuberl.core.validation import InvalidJob
+
+from tests.support.jobs import make_job
+
+
+def sidecar(**fields) -> dict:
+    return {"name": "shipper", "image": "fluent/fluent-bit:3.0", **fields}
+
+
+def refused(template: dict, workers: int = 2) -> list[str]:
+    with pytest.raises(InvalidJob) as invalid:
+        validate_job(make_job("rules").workers(workers).template(template).obj())
+    return [str(p) for p in invalid.value.problems]
+
+
+# ValidateVolumeMounts: field.NotFound(idxPath.Child("name"), mnt.Name) when no volume of the pod has that name.
+@pytest.mark.parametrize(("template", "path", "words"), [
+    ({"spec": {"containers": [sidecar(volumeMounts=[{"name": "data", "mountPath": "/data"}])]}},
+     "spec.template.spec.containers[0].volumeMounts[0].name", ("'data' names no volume of the pod: expected a volume of"
+                                                               " spec.template.spec.volumes or one of kuberl's own ('config', 'dshm', 'tmp')")),
+    ({"spec": {"containers": [{"name": "trainer", "volumeMounts": [{"name": "dataset", "mountPath": "/data"}]}],
+               "volumes": [{"name": "data", "emptyDir": {}}]}},
+     "spec.template.spec.containers[0].volumeMounts[0].name", "'dataset' names no volume of the pod"),
+    ({"spec": {"initContainers": [{"name": "fetch", "image": "busybox", "volumeMounts": [{"name": "cache", "mountPath": "/c"}]}]}},
+     "spec.template.spec.initContainers[0].volumeMounts[0].name", "'cache' names no volume of the pod"),
+    ({"spec": {"containers": [sidecar(volumeMounts=[{"name": "checkpoints", "mountPath": "/ckpt"}])]}},
+     "spec.template.spec.containers[0].volumeMounts[0].name", "'checkpoints' is only in worker 0's pod"),
+], ids=["sidecar", "trainer", "init-container", "checkpoints-beside-worker-0"])
+def test_a_mount_of_a_volume_the_pod_lacks_is_refused(template, path, words):
+    [problem] = refused(template)
+    assert problem.startswith(f"{path}: {words}"), problem
+
+
+def test_the_checkpoint_volume_may_be_mounted_by_a_sidecar_of_a_single_worker():
+    """One pod, worker 0's: it has the volume (render._volumes), as have pods with a template volume of that name."""
+    mount = {"spec": {"containers": [sidecar(volumeMounts=[{"name": "checkpoints", "mountPath": "/ckpt", "readOnly": True}])]}}
+    assert validate_job(make_job("one").workers(1).template(mount).obj()).workers == 1
+    own = {"spec": {**mount["spec"], "volumes": [{"name": "checkpoints", "emptyDir": {}}]}}
+    assert validate_job(make_job("own").workers(4).template(own).obj()).workers == 4
+
+
+# IsValidPortName (k8s.io/apimachinery/pkg/util/validation), called by validateContainerPorts: an IANA_SVC_NAME.
+@pytest.mark.parametrize("name", ["prometheus-metrics", "Metrics", "9090", "metrics--0", "-metrics"],
+                         ids=["16-characters", "uppercase", "no-letter", "double-hyphen", "leading-hyphen"])
+def test_a_port_name_that_is_no_iana_service_name_is_refused(name):
+    [problem] = refused({"spec": {"containers": [sidecar(ports=[{"name": name, "containerPort": 2020}])]}})
+    assert problem.startswith("spec.template.spec.containers[0].ports[0].name: expected a port name (IANA_SVC_NAME):"
+                              " at most 15 lowercase letters, digits and '-'"), problem
+    assert repr(name) in problem
+
+
+# validateContainerPorts: a duplicate name ("Duplicate value"), containerPort required and 1..65535, hostPort
+# 1..65535 when set, protocol one of supportedPortProtocols.
+@pytest.mark.parametrize(("ports", "path", "words"), [
+    ([{"name": "http", "containerPort": 2020}, {"name": "http", "containerPort": 2021}], "ports[1].name",
+     "'http' is a duplicate: port names are unique in a container"),
+    ([{"name": "http"}], "ports[0].containerPort", "required: the port number, from 1 to 65535"),
+    ([{"containerPort": 70000}], "ports[0].containerPort", "expected a port number from 1 to 65535 (got 70000)"),
+    ([{"containerPort": 2020, "protocol": "tcp"}], "ports[0].protocol", "expected TCP, UDP or SCTP (got 'tcp')"),
+], ids=["duplicate-name", "no-number", "out-of-range", "lowercase-protocol"])
+def test_a_port_the_api_server_refuses_is_refused(ports, path, words):
+    [problem] = refused({"spec": {"containers": [sidecar(ports=ports)]}})
+    assert problem == f"spec.template.spec.containers[0].{path}: {words}"
+
+
+# validatePullPolicy: field.NotSupported unless Always, IfNotPresent or Never (an empty one is defaulted first,
+# SetDefaults_Container); validateContainerCommon checks terminationMessagePolicy the same way.
+@pytest.mark.parametrize(("container", "field", "value", "allowed"), [
+    (sidecar(imagePullPolicy="always"), "imagePullPolicy", "always", "Always, IfNotPresent or Never"),
+    ({"name": "trainer", "imagePullPolicy": "IfNotPresnt"}, "imagePullPolicy", "IfNotPresnt", "Always, IfNotPresent or Never"),
+    (sidecar(terminationMessagePolicy="FallbackToLogs"), "terminationMessagePolicy", "FallbackToLogs", "File or FallbackToLogsOnError"),
+], ids=["sidecar-lowercase", "trainer-typo", "termination-message-policy"])
+def test_a_policy_the_api_server_does_not_support_is_refused(container, field, value, allowed):
+    [problem] = refused({"spec": {"containers": [container]}})
+    assert problem == f"spec.template.spec.containers[0].{field}: expected {allowed} (got {value!r})"
+
+
+# validateEnvVarValueFrom: "may not be specified when `value` is not empty"; "must specify one of: `fieldRef`,
+# `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`"; "may not have more than one field specified at a time".
+FIELD_REF = {"fieldRef": {"fieldPath": "metadata.name"}}
+SECRET_REF = {"secretKeyRef": {"name": "s3", "key": "token"}}
+
+
+@pytest.mark.parametrize(("var", "words"), [
+    ({"name": "POD", "value": "x", "valueFrom": FIELD_REF}, "expected value or valueFrom, not both"),
+    ({"name": "POD", "valueFrom": {}}, ("expected an object with exactly one of fieldRef, resourceFieldRef,"
+                                        " configMapKeyRef or secretKeyRef (got {})")),
+    ({"name": "POD", "valueFrom": {**FIELD_REF, **SECRET_REF}}, "expected an object with exactly one of"),
+], ids=["value-and-valueFrom", "no-source", "two-sources"])
+def test_an_env_var_with_other_than_one_source_is_refused(var, words):
+    for container in (sidecar(env=[var]), {"name": "trainer", "env": [{"name": "A", "value": "1"}, var]}):
+        index = len(container["env"]) - 1
+        [problem] = refused({"spec": {"containers": [container]}})
+        assert problem.startswith(f"spec.template.spec.containers[0].env[{index}].valueFrom: {words}"), problem
+
+
+# validateContainerCommon: field.Required(path.Child("image"), "") for any container; the trainer's is kuberl's
+# unless the template replaces it.
+@pytest.mark.parametrize(("template", "path", "words"), [
+    ({"spec": {"containers": [{"name": "shipper"}]}}, "containers[0].image", ("a sidecar or init container runs an image"
+                                                                              " of its own (spec.image is the trainer's) (got none)")),
+    ({"spec": {"initContainers": [{"name": "fetch", "image": ""}]}}, "initContainers[0].image", "(got '')"),
+    ({"spec": {"containers": [{"name": "trainer", "image": None}]}}, "containers[0].image", ("this one would replace the"
+                                                                                             " trainer's (spec.image): leave it out to keep that (got None)")),
+], ids=["sidecar-without", "init-container-empty", "trainer-null"])
+def test_a_container_without_an_image_is_refused(template, path, words):
+    [problem] = refused(template)
+    assert problem.startswith(f"spec.template.spec.{path}: required: a non-empty image name") and problem.endswith(words), problem
+
+
+# validateContainers and validateInitContainers: field.Duplicate(path.Child("name"), ...) for a name already taken
+# in the pod, init containers included. The template's sidecars are appended, not merged with each other.
+@pytest.mark.parametrize(("template", "path", "words"), [
+    ({"spec": {"containers": [sidecar(), sidecar()]}}, "containers[1].name", "'shipper' is a duplicate: container names are unique"),
+    ({"spec": {"initContainers": [{"name": "trainer", "image": "busybox"}]}}, "initContainers[0].name",
+     "'trainer' is a duplicate (kuberl's trainer container)"),
+    ({"spec": {"containers": [sidecar()], "initContainers": [sidecar()]}}, "initContainers[0].name", "'shipper' is a duplicate"),
+], ids=["two-sidecars", "init-container-named-trainer", "init-container-named-as-a-sidecar"])
+def test_a_container_name_taken_in_the_pod_is_refused(template, path, words):
+    [problem] = refused(template)
+    assert problem.startswith(f"spec.template.spec.{path}: {words}"), problem
+
+
+@pytest.mark.parametrize("template", [
+    # duplicate env names: only a warning (pkg/api/pod/warnings.go), the later value wins
+    {"spec": {"containers": [sidecar(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}])]}},
+    # an empty value beside valueFrom: validateEnvVarValueFrom checks len(ev.Value) != 0
+    {"spec": {"containers": [sidecar(env=[{"name": "A", "value": "", "valueFrom": FIELD_REF}])]}},
+    # empty policies and protocol are defaulted (SetDefaults_Container, SetDefaults_ContainerPort)
+    {"spec": {"containers": [sidecar(imagePullPolicy="", terminationMessagePolicy="", ports=[{"containerPort": 2020, "protocol": ""}])]}},
+    {"spec": {"containers": [sidecar(terminationMessagePolicy="File", ports=[{"name": "metrics-2020", "containerPort": 2020,
+                                                                              "hostPort": 0, "protocol": "UDP"}])]}},
+    # a mount of kuberl's own volumes, and of the template's
+    {"spec": {"containers": [sidecar(volumeMounts=[{"name": "config", "mountPath": "/etc/kuberl", "readOnly": True},
+                                                   {"name": "logs", "mountPath": "/logs"}])],
+              "volumes": [{"name": "logs", "emptyDir": {}}]}},
+    # the template's trainer patches kuberl's: no image needed, one name twice merges twice
+    {"spec": {"containers": [{"name": "trainer", "imagePullPolicy": "Always"}, {"name": "trainer", "env": [{"name": "A", "value": "1"}]}]}},
+], ids=["duplicate-env-names", "empty-value-and-valueFrom", "defaulted-fields", "valid-port", "mounts-of-defined-volumes",
+        "trainer-patched-twice"])
+def test_what_the_api_server_accepts_passes(template):
+    assert validate_job(make_job("fine").workers(2).template(template).obj()).workers == 2
