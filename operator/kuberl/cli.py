@@ -447,6 +447,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", metavar="RUN_DIR|MODEL.pt", help="a run directory of kuberl run, a final-model.pt or a ckpt-*.pt")
     p.add_argument("--episodes", type=positive(int), default=10, help="episodes to play, by the trainer's evaluation protocol (default 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the episodes and of sampled actions (default 0)")
+    p.add_argument("--max-steps", type=positive(int), default=EVAL_MAX_STEPS, metavar="N",
+                   help="steps after which an episode that has not ended is cut, its return counted so far, and said"
+                        f" (default {EVAL_MAX_STEPS}: above every registered episode limit; an env with a huge"
+                        " max_episode_steps and a policy that never fails would play forever)")
     p.add_argument("--video", metavar="FILE.gif", help="also play one episode and write it as an animated GIF (the trainer's video extra)")
     p.add_argument("--export", metavar="FILE.pt", help="also write the deterministic policy as TorchScript, for serving")
     p.add_argument("--allow-env-module", action="append", default=[], metavar="MODULE",
@@ -482,6 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="service accounts a job's pods may run as, refused like a Pod Security violation otherwise (default: any)")
     p.set_defaults(func=cmd_operator)
     return parser
+
+
+EVAL_MAX_STEPS = 100_000  # kuberl_trainer.policy.MAX_EVAL_STEPS, which this module cannot import (torch)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -115,6 +115,49 @@ def test_kuberl_eval_prints_mean_and_std_and_writes_a_gif_and_an_export(tmp_path
     assert "no such file" in capsys.readouterr().err
 
 
+def endless_pendulum(tmp_path) -> str:
+    """A model of Pendulum-v1, which never ends by itself, with spec.env.kwargs max_episode_steps 10**9: played to
+    its end, `kuberl eval` ran on for days whatever the policy."""
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "Pendulum-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "Pendulum-v1", tmp_path / "final-model.pt")
+    model = torch.load(path, weights_only=True)
+    torch.save({**model, "env_kwargs": {"max_episode_steps": 10**9}}, path)
+    return path
+
+
+def test_kuberl_eval_cuts_an_episode_at_max_steps_and_says_so(tmp_path, capsys):
+    path = endless_pendulum(tmp_path)
+    assert main(["eval", path, "--episodes", "2", "--max-steps", "50"]) == 0
+    out, err = capsys.readouterr()
+    assert "Pendulum-v1: mean return" in out and "over 2 episode(s)" in out
+    assert err == ("kuberl eval: warning: 2 of 2 episode(s) had not ended after --max-steps 50 steps: their returns count"
+                   " those steps only (the env lets an episode run longer: max_episode_steps in its kwargs or registration);"
+                   " raise --max-steps to play them further\n")
+    returns, cut = policies.play(policies.load_policy(path), 2, seed=0, max_steps=50)
+    assert cut.all() and (returns < 0).all()  # Pendulum's reward is a cost of each of the 50 steps
+    with pytest.raises(SystemExit):
+        main(["eval", path, "--max-steps", "0"])
+    assert "--max-steps: expected a positive int (got '0')" in capsys.readouterr().err
+
+
+def test_kuberl_eval_bounds_every_episode_by_default(tmp_path, capsys, monkeypatch):
+    """Without --max-steps an episode is cut at the CLI's default, which is the trainer's (the CLI imports no torch)."""
+    from kuberl import cli
+
+    assert cli.EVAL_MAX_STEPS == policies.MAX_EVAL_STEPS
+    monkeypatch.setattr(cli, "EVAL_MAX_STEPS", 30)
+    assert main(["eval", endless_pendulum(tmp_path), "--episodes", "1"]) == 0
+    assert "1 of 1 episode(s) had not ended after --max-steps 30 steps" in capsys.readouterr().err
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    assert main(["eval", save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "cartpole.pt"), "--episodes", "2"]) == 0
+    assert capsys.readouterr().err == ""  # episodes that end are not cut, and nothing is said
+
+
+def test_kuberl_eval_says_when_its_video_cut_the_episode(tmp_path):
+    total, frames, ended = policies.record(policies.load_policy(endless_pendulum(tmp_path)), str(tmp_path / "p.gif"), max_frames=5)
+    assert (frames, ended) == (5, False) and total < 0
+
+
 def test_kuberl_eval_video_says_nothing_of_a_display_it_does_not_need(tmp_path):
     """On a machine without a desktop session (ssh, a container) `--video` printed SDL's
     "error: XDG_RUNTIME_DIR is invalid or not set in the environment." after a successful run."""

@@ -26,11 +26,20 @@ def mean_return(envs: Any, act: Callable[[np.ndarray], np.ndarray], episodes: in
 
 def returns(envs: Any, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int) -> np.ndarray:
     """The return of the first episode of each of `envs`' `episodes` copies, acting with `act(obs)`."""
+    return play(envs, act, episodes, seed)[0]
+
+
+def play(envs: Any, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int,
+         max_steps: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`returns`, and which episodes were still running after `max_steps` steps (None: each to its end);
+    those episodes' returns count their first `max_steps` steps only."""
     obs, _ = envs.reset(seed=seed)
     totals = np.zeros(episodes)
     running = np.ones(episodes, bool)
-    while running.any():
+    steps = 0
+    while running.any() and (max_steps is None or steps < max_steps):
         obs, reward, terminated, truncated, _ = envs.step(act(obs))
         totals += reward * running
         running &= ~(np.asarray(terminated) | np.asarray(truncated))
-    return totals
+        steps += 1
+    return totals, running

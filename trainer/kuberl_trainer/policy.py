@@ -343,11 +343,24 @@ def load_policy(path: str, sample: bool = True, seed: int = 0, env_modules: Coll
 # --- playing it ------------------------------------------------------------------
 
 
-def evaluate(policy: Policy, episodes: int, seed: int = 0) -> np.ndarray:
-    """The return of each of `episodes` episodes, by the trainer's own protocol (`evaluation.returns`)."""
+# `kuberl eval`'s default bound on an episode's steps: above every episode limit of gymnasium's registry and
+# Atari's (108,000 frames, 27,000 steps), so none is cut; a "max_episode_steps" of 10**9 in spec.env.kwargs with a
+# policy that never fails (Pendulum never ends by itself) played on without end.
+MAX_EVAL_STEPS = 100_000
+
+
+def evaluate(policy: Policy, episodes: int, seed: int = 0, max_steps: int | None = None) -> np.ndarray:
+    """The return of each of `episodes` episodes, by the trainer's own protocol (`evaluation.returns`);
+    `max_steps`: see `play`."""
+    return play(policy, episodes, seed, max_steps)[0]
+
+
+def play(policy: Policy, episodes: int, seed: int = 0, max_steps: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`evaluate`'s returns, and which episodes were still running after `max_steps` steps (their returns
+    count those steps only; None: each episode to its end, however long the env lets it run)."""
     envs = make_envs(policy.env_id, episodes, policy.env_kwargs)
     try:
-        return evaluation.returns(envs, policy, episodes, seed)
+        return evaluation.play(envs, policy, episodes, seed, max_steps)
     finally:
         envs.close()
 
@@ -370,9 +383,9 @@ def env_for(policy: Policy, render_mode: str | None = None) -> gym.Env:
 
 
 def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps: int = 30,
-           log: Callable[[str], None] = print) -> tuple[float, int]:
-    """Play one episode and write its frames to `path` as an animated GIF (Pillow: the `video` extra).
-    Returns (the episode's return, frames written)."""
+           log: Callable[[str], None] = print) -> tuple[float, int, bool]:
+    """Play one episode and write its frames to `path` as an animated GIF (Pillow: the `video` extra), at most
+    `max_frames` of them. Returns (the return of the frames written, frames written, whether the episode ended)."""
     try:
         from PIL import Image
     except ImportError:
@@ -383,7 +396,7 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
     # "error: XDG_RUNTIME_DIR is invalid or not set" on a machine without a desktop session
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env = env_for(policy, "rgb_array")
-    frames, total = [], 0.0
+    frames, total, ended = [], 0.0, False
     try:
         obs, _ = env.reset(seed=seed)
         for _ in range(max_frames):
@@ -394,11 +407,12 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
             obs, reward, terminated, truncated, _ = env.step(policy(obs))
             total += float(reward)
             if terminated or truncated:
+                ended = True
                 break
     finally:
         env.close()
     frames[0].save(path, save_all=True, append_images=frames[1:], duration=max(1, round(1000 / fps)), loop=0)
-    return total, len(frames)
+    return total, len(frames), ended
 
 
 # --- export for serving --------------------------------------------------------------
@@ -468,16 +482,21 @@ def cmd_eval(args: Any) -> int:
     try:
         source = find_model(args.path)
         policy = load_policy(source, seed=args.seed, env_modules=getattr(args, "allow_env_module", None) or ())
-        returns = evaluate(policy, args.episodes, args.seed)
+        max_steps = getattr(args, "max_steps", None) or MAX_EVAL_STEPS
+        returns, cut = play(policy, args.episodes, args.seed, max_steps)
         trained = f"{policy.timesteps:,} timesteps" if isinstance(policy.timesteps, int) else "timesteps unknown"
         print(f"{policy.env_id}: mean return {returns.mean():.1f} ± {returns.std():.1f} over {args.episodes} episode(s)"
               f" ({policy.algorithm}, {trained}; model {_shown(source)})")
+        if cut.any():
+            print(f"kuberl eval: warning: {int(cut.sum())} of {args.episodes} episode(s) had not ended after --max-steps"
+                  f" {max_steps:,} steps: their returns count those steps only (the env lets an episode run longer:"
+                  " max_episode_steps in its kwargs or registration); raise --max-steps to play them further", file=sys.stderr)
         if args.video:
             try:
-                total, count = record(policy, args.video, args.seed)
+                total, count, ended = record(policy, args.video, args.seed)
             except OSError as e:
                 raise UnusableModel(f"--video {args.video}: {e.strerror or e}") from None
-            print(f"video: {args.video} ({count} frames, return {total:.1f})")
+            print(f"video: {args.video} ({count} frames, return {total:.1f}" + ("" if ended else ", the episode cut there") + ")")
         if args.export:
             export_torchscript(policy, args.export)
             print(f"TorchScript: {args.export} (torch.jit.load; a batch of observations -> actions)")
