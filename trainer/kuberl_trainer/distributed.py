@@ -432,7 +432,7 @@ def gather_bytes(ctx: Dist, data: bytes) -> list[bytes] | None:
         sizes = [torch.zeros_like(size) for _ in range(ctx.world_size)]
         dist.all_gather(sizes, size)
         lengths = [int(s.item()) for s in sizes]
-        payload = torch.zeros(max(lengths), dtype=torch.uint8)
+        payload = torch.zeros(max(lengths), dtype=torch.uint8)  # host: filled from the bytes, then sent to the device
         if data:
             payload[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         payload = payload.to(ctx.device)
