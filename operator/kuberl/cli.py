@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .core import podschema, safetext, torchrun, yamlwriter
+from .core import jobstatus, podschema, safetext, torchrun, yamlwriter
 from .core.podsecurity import (
     DEFAULT_LEVEL,
     LEVELS,
@@ -30,7 +30,7 @@ from .core.podsecurity import (
 from .core.render import DEFAULT_MONITORING_NAMESPACE, DEFAULT_OPERATOR_NAMESPACE
 from .core.rules import validate_job
 from .core.spec import JobSpec
-from .core.validation import InvalidJob, Problem, namespace_problems
+from .core.validation import InvalidJob, namespace_problems
 from .core.yamlreader import UnreadableSpec, load_documents
 from .operator.config import MIN_PEERING_LIFETIME, OperatorConfig, WatchBounds
 
@@ -83,7 +83,7 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
         problems = metadata_problems(metadata) if isinstance(metadata, dict) else []
         try:
             spec = validate_job(job, env_ids=registered_env_ids())
-            problems += template_problems(name, spec)
+            problems += jobstatus.template_problems(name, spec)
         except InvalidJob as e:
             problems = [p for p in problems if not any(q.path == p.path for q in e.problems)] + e.problems
         if problems:
@@ -96,16 +96,6 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
         if not problems:
             valid.append((name, spec, metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None))
     return valid, failed
-
-
-def template_problems(name: str, spec: JobSpec) -> list[Problem]:
-    """The template's command, args, env sources and configMap volumes in a rendered pod, checked as the API
-    server checks a pod (`localnode.source_problems`), at spec.template's fields."""
-    from .core.podsource import pod_source_problems
-    from .core.render import PLACEHOLDER_UID, Job, render_pod
-
-    problems = pod_source_problems(render_pod(Job(name, spec), "default", PLACEHOLDER_UID, 0))
-    return [Problem(f"spec.template.{path}", message) for path, _, message in (p.partition(": ") for p in problems)]
 
 
 def pod_security_violations(name: str, spec: JobSpec, args: argparse.Namespace) -> list[Violation]:

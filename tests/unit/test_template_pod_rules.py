@@ -148,3 +148,19 @@ def test_a_container_name_taken_in_the_pod_is_refused(template, path, words):
         "trainer-patched-twice"])
 def test_what_the_api_server_accepts_passes(template):
     assert validate_job(make_job("fine").workers(2).template(template).obj()).workers == 2
+
+
+# What podsource.source_problems checks in a rendered pod (ValidateEnvFrom, validateEnvVarValueFrom's sources,
+# validateConfigMapVolumeSource) was `kuberl validate`'s only: the operator's admission (jobstatus.judge) passed
+# the job, and every pod create was refused (InvalidChild).
+@pytest.mark.parametrize(("container", "words"), [
+    (sidecar(envFrom=[{}]), "spec.template.spec.containers[shipper].envFrom[0]: expected exactly one of configMapRef or secretRef"),
+    (sidecar(env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s3"}}}]),
+     "spec.template.spec.containers[shipper].env[TOKEN].valueFrom.secretKeyRef.key: required"),
+], ids=["envFrom-without-a-source", "secretKeyRef-without-a-key"])
+def test_the_operator_refuses_what_kuberl_validate_refuses_in_the_rendered_pod(container, words):
+    from kuberl.core import jobstatus, lifecycle
+
+    spec, refusal = jobstatus.judge(make_job("sources").template({"spec": {"containers": [container]}}).obj())
+    assert spec is not None and refusal is not None and refusal.reason == lifecycle.REASON_INVALID_SPEC
+    assert refusal.message.startswith(words), refusal.message

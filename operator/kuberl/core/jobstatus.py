@@ -60,6 +60,9 @@ def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None)
                              f" by spec.queueName (its pods then form one Kueue pod group); set spec.queueName: {queue_label}"
                              " instead of this label (the label alone would queue each pod on its own)")
     try:
+        sources = template_problems((job.get("metadata") or {}).get("name") or "job", spec)
+        if sources:
+            return spec, Refusal(lifecycle.REASON_INVALID_SPEC, problems_message(sources))
         problems = pod_problems(spec) if pod_problems is not None else []
     except Exception as e:  # a spec the checks cannot handle fails visibly, not as a silent retry loop
         log.exception("job %s: rendering or checking its pods failed", (job.get("metadata") or {}).get("name"))
@@ -68,6 +71,16 @@ def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None)
     if problems:
         return spec, Refusal(lifecycle.REASON_POD_SECURITY, "; ".join(problems))
     return spec, None
+
+
+def template_problems(name: str, spec: JobSpec) -> list[Problem]:
+    """The template's command, args, env sources and configMap volumes in a rendered pod, checked as the API
+    server checks a pod (`podsource.source_problems`), at spec.template's fields: `kuberl validate`, `kuberl run`
+    and the operator alike (the operator failed such a job late, as InvalidChild, at every pod create)."""
+    from .podsource import pod_source_problems
+
+    problems = pod_source_problems(render.render_pod(render.Job(name, spec), "default", render.PLACEHOLDER_UID, 0))
+    return [Problem(f"spec.template.{path}", message) for path, _, message in (p.partition(": ") for p in problems)]
 
 
 # How the API server refuses a create, by source (Kubernetes v1.32):
