@@ -129,6 +129,42 @@ def test_a_container_name_taken_in_the_pod_is_refused(template, path, words):
     assert problem.startswith(f"spec.template.spec.{path}: {words}"), problem
 
 
+# validateHandler: "must specify a handler type" / "may not specify more than 1 handler type"; validateLivenessProbe
+# and validateStartupProbe: successThreshold "must be 1"; validateInitContainers: probes and lifecycle "may not be
+# set for init containers without restartPolicy=Always".
+EXEC = {"exec": {"command": ["true"]}}
+
+
+@pytest.mark.parametrize(("template", "path", "words"), [
+    ({"spec": {"containers": [sidecar(livenessProbe={"periodSeconds": 5})]}}, "containers[0].livenessProbe",
+     "expected exactly one of exec, httpGet, tcpSocket or grpc (got none)"),
+    ({"spec": {"containers": [{"name": "trainer", "readinessProbe": {**EXEC, "tcpSocket": {"port": 9090}}}]}},
+     "containers[0].readinessProbe", "expected exactly one of exec, httpGet, tcpSocket or grpc (got exec and tcpSocket)"),
+    ({"spec": {"containers": [sidecar(lifecycle={"preStop": {}})]}}, "containers[0].lifecycle.preStop",
+     "expected exactly one of exec, httpGet, tcpSocket or sleep (got none)"),
+    ({"spec": {"containers": [sidecar(startupProbe={**EXEC, "successThreshold": 3})]}}, "containers[0].startupProbe.successThreshold",
+     "expected 1: a startup probe succeeds at its first success (got 3)"),
+    ({"spec": {"initContainers": [{"name": "fetch", "image": "busybox", "readinessProbe": EXEC}]}}, "initContainers[0].readinessProbe",
+     "not allowed in an init container without restartPolicy: Always"),
+], ids=["probe-without-handler", "probe-with-two", "hook-without-handler", "startup-success-threshold", "probe-of-an-init-container"])
+def test_a_probe_or_hook_the_api_server_refuses_is_refused(template, path, words):
+    [problem] = refused(template)
+    assert problem.startswith(f"spec.template.spec.{path}: {words}"), problem
+
+
+# ValidateVolumeMounts: validateLocalDescendingPath(subPath) "must be a relative path", "must not contain '..'";
+# "subPathExpr and subPath are mutually exclusive".
+@pytest.mark.parametrize(("mount", "field", "words"), [
+    ({"subPath": "/models"}, "subPath", "expected a relative path within the volume: not starting with '/', no '..' element"),
+    ({"subPathExpr": "$(POD_NAME)/../x"}, "subPathExpr", "expected a relative path within the volume"),
+    ({"subPath": "a", "subPathExpr": "$(POD_NAME)"}, "subPathExpr", "expected subPath or subPathExpr, not both"),
+], ids=["absolute", "backstep", "both"])
+def test_a_sub_path_the_api_server_refuses_is_refused(mount, field, words):
+    container = sidecar(volumeMounts=[{"name": "data", "mountPath": "/data", **mount}])
+    [problem] = refused({"spec": {"containers": [container], "volumes": [{"name": "data", "emptyDir": {}}]}})
+    assert problem.startswith(f"spec.template.spec.containers[0].volumeMounts[0].{field}: {words}"), problem
+
+
 @pytest.mark.parametrize("template", [
     # duplicate env names: only a warning (pkg/api/pod/warnings.go), the later value wins
     {"spec": {"containers": [sidecar(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}])]}},
@@ -142,10 +178,16 @@ def test_a_container_name_taken_in_the_pod_is_refused(template, path, words):
     {"spec": {"containers": [sidecar(volumeMounts=[{"name": "config", "mountPath": "/etc/kuberl", "readOnly": True},
                                                    {"name": "logs", "mountPath": "/logs"}])],
               "volumes": [{"name": "logs", "emptyDir": {}}]}},
+    # a volume without a source is an emptyDir (SetDefaults_Volume); '..' inside a name is no backstep
+    {"spec": {"containers": [sidecar(volumeMounts=[{"name": "data", "mountPath": "/d", "subPath": "a..b/..c"}])],
+              "volumes": [{"name": "data"}]}},
+    # a native sidecar's probes and hooks; readiness may need several successes; a sleep hook
+    {"spec": {"initContainers": [{"name": "proxy", "image": "envoy", "restartPolicy": "Always", "readinessProbe": {**EXEC, "successThreshold": 3},
+                                  "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}]}},
     # the template's trainer patches kuberl's: no image needed, one name twice merges twice
     {"spec": {"containers": [{"name": "trainer", "imagePullPolicy": "Always"}, {"name": "trainer", "env": [{"name": "A", "value": "1"}]}]}},
 ], ids=["duplicate-env-names", "empty-value-and-valueFrom", "defaulted-fields", "valid-port", "mounts-of-defined-volumes",
-        "trainer-patched-twice"])
+        "volume-defaulted-to-emptyDir", "native-sidecar-probes", "trainer-patched-twice"])
 def test_what_the_api_server_accepts_passes(template):
     assert validate_job(make_job("fine").workers(2).template(template).obj()).workers == 2
 

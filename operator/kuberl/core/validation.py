@@ -240,6 +240,8 @@ def pod_template_problems(template: Any, renamed: str | None = None) -> list[Pro
                 problems += _volume_mount_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))
                 problems += _container_problems(f"spec.template.spec.{kind}[{i}]", container,
                                                 trainer or (kind == "containers" and container.get("name") == renamed))
+                problems += _handler_problems(f"spec.template.spec.{kind}[{i}]", container, kind == "initContainers")
+                problems += _sub_path_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))
     problems += _container_name_problems(pod_spec)
     return problems
 
@@ -310,6 +312,57 @@ def _port_problems(path: str, port: dict, seen: set[str]) -> list[Problem]:
     protocol = port.get("protocol")
     if protocol not in (None, "") and protocol not in PORT_PROTOCOLS:
         problems.append(Problem(f"{path}.protocol", f"expected {_one_of(PORT_PROTOCOLS)} (got {shown(protocol)})"))
+    return problems
+
+
+PROBE_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")  # handlerFromProbe
+LIFECYCLE_HANDLERS = ("exec", "httpGet", "tcpSocket", "sleep")  # handlerFromLifecycle
+
+
+def _handler_problems(path: str, container: dict, init: bool) -> list[Problem]:
+    """validateHandler: a probe or lifecycle hook names exactly one handler ("must specify a handler type", "may
+    not specify more than 1 handler type"); validateLivenessProbe and validateStartupProbe: successThreshold 1
+    (0 is defaulted to it, SetDefaults_Probe); validateInitContainers: an init container without restartPolicy
+    Always (one that exits before the trainer starts) has no probes or lifecycle ("may not be set for init
+    containers without restartPolicy=Always")."""
+    problems = []
+    hooks = container.get("lifecycle") if isinstance(container.get("lifecycle"), dict) else {}
+    fields = [(probe, PROBE_HANDLERS, container.get(probe)) for probe in ("livenessProbe", "readinessProbe", "startupProbe")]
+    fields += [(f"lifecycle.{hook}", LIFECYCLE_HANDLERS, hooks.get(hook)) for hook in ("postStart", "preStop")]
+    for field, handlers, handler in fields:
+        if not isinstance(handler, dict):
+            continue  # unset, or type_problems'
+        if init and container.get("restartPolicy") != "Always":
+            problems.append(Problem(f"{path}.{field.split('.')[0]}", "not allowed in an init container without"
+                                    " restartPolicy: Always (it runs to its end before the trainer starts)"))
+            break
+        named = [h for h in handlers if handler.get(h) is not None]
+        if len(named) != 1:
+            problems.append(Problem(f"{path}.{field}", f"expected exactly one of {_one_of(handlers)} (got"
+                                    f" {' and '.join(named) if named else 'none'})"))
+        threshold = handler.get("successThreshold")
+        if field in ("livenessProbe", "startupProbe") and podschema.is_type(threshold, "integer") and threshold not in (0, 1):
+            problems.append(Problem(f"{path}.{field}.successThreshold", f"expected 1: a {field[:-5]} probe succeeds"
+                                    f" at its first success (got {threshold})"))
+    return problems
+
+
+def _sub_path_problems(path: str, mounts: Any) -> list[Problem]:
+    """ValidateVolumeMounts: subPath and subPathExpr are relative paths with no '..' element
+    (validateLocalDescendingPath), and not both."""
+    problems = []
+    for j, mount in enumerate(mounts if isinstance(mounts, list) else []):
+        if not isinstance(mount, dict):
+            continue
+        for field in ("subPath", "subPathExpr"):
+            sub = mount.get(field)
+            if not isinstance(sub, str) or not sub:
+                continue
+            if sub.startswith("/") or ".." in sub.split("/"):  # filepath.ToSlash: a Linux server splits at / only
+                problems.append(Problem(f"{path}[{j}].{field}", "expected a relative path within the volume: not starting"
+                                        f" with '/', no '..' element (got {shown(sub)})"))
+        if all(isinstance(mount.get(f), str) and mount[f] for f in ("subPath", "subPathExpr")):
+            problems.append(Problem(f"{path}[{j}].subPathExpr", "expected subPath or subPathExpr, not both"))
     return problems
 
 
