@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from kuberl.local.runner import cmd_plot, plot
+from kuberl.local.runner import cmd_plot, curve, plot
 
 
 def test_a_learning_curve_is_written_from_progress(tmp_path):
@@ -43,3 +43,22 @@ def test_plotting_the_directory_of_runs_names_the_runs_in_it(tmp_path, capsys):
     assert cmd_plot(argparse.Namespace(run_dir=str(runs))) == 1
     assert capsys.readouterr().err == (f"kuberl plot: {runs} holds runs, not one run: give one of them"
                                        f" ({runs}/cartpole-dqn, {runs}/cartpole-ppo)\n")
+
+
+
+def test_evaluations_recorded_at_earlier_timesteps_are_drawn_in_timestep_order_within_their_generation():
+    """evalWhileTraining records an evaluation when it ends, at the timesteps of the copy it evaluated
+    (256 after 1152), and each progress line repeats the last eval return: drawn in file order, both
+    lines went back and forth, and the evaluation line between fresh and repeated returns."""
+    def row(steps, wall, mean, last_eval, restart=0, evaluation=False):
+        return {"timesteps": steps, "wall_seconds": wall, "episode_return_mean": mean, "eval_return": last_eval,
+                "restart": restart, **({"evaluation": True} if evaluation else {})}
+
+    rows = [row(1152, 5.1, -21.0, None), row(256, 10.4, -21.0, -20.0, evaluation=True), row(2816, 10.5, -20.5, -20.0),
+            row(4480, 15.6, -20.5, -20.0), row(2816, 18.2, -20.5, -20.5, evaluation=True), row(6144, 20.6, -20.5, -20.5),
+            row(3000, 30.0, -20.0, -19.0, restart=1, evaluation=True), row(2000, 31.0, -20.0, -18.0, restart=1, evaluation=True)]
+    assert curve(rows, "timesteps", "eval_return") == [(256, -20.0), (2816, -20.5), (2000, -18.0), (3000, -19.0)]
+    assert [x for x, _ in curve(rows, "timesteps", "episode_return_mean")] == [256, 1152, 2816, 2816, 4480, 6144, 2000, 3000]
+    assert [x for x, _ in curve(rows, "wall_seconds", "eval_return")] == [10.4, 18.2, 30.0, 31.0]
+    unmarked = [{k: v for k, v in r.items() if k != "evaluation"} for r in rows[:4]]  # an earlier trainer's file
+    assert curve(unmarked, "timesteps", "eval_return") == [(256, -20.0), (2816, -20.0), (4480, -20.0)]

@@ -3,6 +3,8 @@ thread of its own while training goes on; the copy that meets the target is the 
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 
 import numpy as np
@@ -122,3 +124,21 @@ def test_ppo_evaluation_samples_the_stream_a_seeded_default_generator_would_and_
     assert np.array_equal(trainer.actor.reseeded(11).act(obs)[0], expected)
     trainer.evaluate("CartPole-v1", 2, {}, 5)
     assert torch.equal(torch.get_rng_state(), before)  # training's sampling is untouched, from any thread
+
+
+def test_progress_ends_where_training_did_after_the_evaluation_waited_for_at_the_budget(tmp_path, monkeypatch):
+    """The evaluation in flight at the end of the budget was written last, at its copy's earlier timesteps,
+    when a progress line had said the final ones already: a run's summary (progress.jsonl's last line) then
+    told the copy's timesteps as the run's."""
+    trainer, run = training("ppo", tmp_path, monkeypatch, eval_every=2, timesteps=128)
+    gate, frozen = threading.Event(), []
+    gated(trainer, gate, 7.0, frozen)
+    assert session.run_updates(trainer, run) == "budget"
+    run.report(trainer.counters.global_step)  # a progress line said the final timesteps
+    gate.set()
+    run.finish(trainer, "budget")
+    with open(os.path.join(run.checkpoint_dir, "progress.jsonl")) as f:
+        *_, evaluated, last = [json.loads(line) for line in f]
+    assert evaluated == {**evaluated, "timesteps": frozen[-1].counters.global_step, "eval_return": 7.0, "evaluation": True}
+    assert frozen[-1].counters.global_step < trainer.counters.global_step == last["timesteps"]
+    assert last["eval_return"] == 7.0 and "evaluation" not in last

@@ -273,7 +273,7 @@ class TrainingSession:
             if counters.updates % success.eval_every == 0:
                 if self.evaluator is None:
                     self.evaluate(algorithm)
-                    self.curve_point(counters.global_step)
+                    self.curve_point(counters.global_step, evaluation=True)
                 elif self.evaluation_in_flight is None:  # one still running: this one is skipped
                     self.start_evaluation(algorithm)
         if counters.updates % self.spec.checkpoint.every_updates == 0:
@@ -341,7 +341,7 @@ class TrainingSession:
         future, frozen = self.evaluation_in_flight
         self.evaluation_in_flight = None
         self.evaluated(frozen, future.result())
-        self.curve_point(frozen.counters.global_step)
+        self.curve_point(frozen.counters.global_step, evaluation=True)
 
     def report(self, global_step: int) -> None:
         now = time.monotonic()
@@ -356,10 +356,12 @@ class TrainingSession:
         )
         self.curve_point(global_step, rate)
 
-    def curve_point(self, global_step: int, rate: float | None = None, checkpoint_file: str | None = None) -> None:
+    def curve_point(self, global_step: int, rate: float | None = None, checkpoint_file: str | None = None,
+                    evaluation: bool = False) -> None:
         """One line of progress.jsonl (what `kuberl plot` draws): at every
-        progress line, every evaluation and every checkpoint (naming its file,
-        so a run's summary knows the newest checkpoint's timesteps)."""
+        progress line, every evaluation (marked: every line repeats the last
+        eval return) and every checkpoint (naming its file, so a run's summary
+        knows the newest checkpoint's timesteps)."""
         line = {
             "timesteps": global_step,
             "wall_seconds": round(self.wall_seconds(), 3),
@@ -368,6 +370,7 @@ class TrainingSession:
             "steps_per_second": None if rate is None else round(rate, 1),
             "restart": self.restart,
             **({"checkpoint": checkpoint_file} if checkpoint_file else {}),
+            **({"evaluation": True} if evaluation else {}),
         }
         os.makedirs(self.checkpoint_dir, exist_ok=True)
         try:
@@ -407,13 +410,16 @@ class TrainingSession:
 
     def finish(self, algorithm: Algorithm, outcome: str) -> str:
         """Final checkpoint or model; returns the termination-log message."""
-        if outcome == "budget" and self.evaluation_in_flight is not None:
+        waited = outcome == "budget" and self.evaluation_in_flight is not None
+        if waited:
             self.evaluation_finished()  # its return is the run's last word on the model
         # the weights that met the target: with evalWhileTraining a copy from some updates ago
         model = self.model_that_met if outcome == "target" and self.model_that_met is not None else algorithm
         steps = algorithm.counters.global_step
         if self.ctx.is_main and steps > self.last_report[1]:  # a line already says these steps: no "steps/s 0"
             self.report(steps)
+        elif waited:  # progress.jsonl's last line (a run's summary) at these steps, not at the evaluated copy's
+            self.curve_point(steps)
         if outcome == "stopped":
             try:
                 self.save(algorithm)

@@ -1033,6 +1033,22 @@ def progress_files(checkpoints: str) -> list[str]:
     return [os.path.join(parent, "progress.jsonl") for parent, _, files in os.walk(checkpoints) if "progress.jsonl" in files]
 
 
+def curve(rows: list[dict], x_key: str, y_key: str) -> list[tuple[float, float]]:
+    """The (x, y) points of one line, in x order within each generation: an evaluation while training
+    (spec.success.evalWhileTraining) is recorded when it ends, at the earlier timesteps of the weights it
+    evaluated, and drawn in file order both lines went back and forth. Across generations the file's order
+    stays (a resume from an older checkpoint goes back, as the dotted line shows). The evaluation line goes
+    through the evaluations' own rows where the trainer marks them: every row repeats the last eval return,
+    which, evaluated while training, is older than a later-recorded evaluation of earlier weights."""
+    if y_key == "eval_return":
+        rows = [r for r in rows if r.get("evaluation") is True] or rows  # unmarked: an earlier trainer's file
+    points: list[tuple[float, float]] = []
+    for _, generation in itertools.groupby(rows, key=lambda r: r.get("restart")):
+        drawn = [(r[x_key], r[y_key]) for r in generation if _number(r.get(y_key)) is not None and _number(r.get(x_key)) is not None]
+        points += sorted(drawn, key=lambda point: point[0])
+    return points
+
+
 def plot(run_dir: str) -> str:
     """A PNG of return against timesteps and against wall time, from progress.jsonl."""
     if not os.path.isdir(run_dir):  # "has the run reported progress yet?" misleads about a path that is no run
@@ -1054,8 +1070,7 @@ def plot(run_dir: str) -> str:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
     for ax, x_key, x_label in ((axes[0], "timesteps", "timesteps"), (axes[1], "wall_seconds", "wall time (s)")):
         for key, label in (("episode_return_mean", "training return (mean)"), ("eval_return", "evaluation return")):
-            points = [(r[x_key], r[key]) for r in rows if _number(r.get(key)) is not None and _number(r.get(x_key)) is not None]
-            if points:
+            if points := curve(rows, x_key, key):
                 ax.plot(*zip(*points, strict=True), marker="o" if key == "eval_return" else ".", markersize=3, label=label)
         restarts = [r[x_key] for prev, r in itertools.pairwise(rows)
                     if r.get("restart") != prev.get("restart") and _number(r.get(x_key)) is not None]
