@@ -25,6 +25,24 @@ def first_episode_return(env_id: str, seed: int, policy) -> float:
     return total
 
 
+def test_the_trainers_evaluation_cuts_an_episode_that_would_never_end_and_says_so(monkeypatch, caplog):
+    """Pendulum never ends by itself: with spec.env.kwargs max_episode_steps 10**9, rank 0's evaluation played on
+    for good and the gang, waiting at its next collective, stalled until restarted, again and again."""
+    import torch
+    from kuberl.core.spec import PPOConfig
+    from kuberl_trainer.distributed import Dist
+    from kuberl_trainer.ppo import PPOTrainer
+
+    monkeypatch.setattr(evaluation, "MAX_EPISODE_STEPS", 40)
+    endless = {"max_episode_steps": 10**9}
+    trainer = PPOTrainer(Dist(0, 1, 0, 1, torch.device("cpu"), None), PPOConfig(num_steps=16, hidden_sizes=[8]),
+                         "Pendulum-v1", 2, endless, 64, seed=1, restart=0)
+    with caplog.at_level("WARNING", logger=evaluation.__name__):
+        value = trainer.evaluate("Pendulum-v1", 3, endless, seed=5)
+    assert -40 * 16.3 <= value < 0  # 40 steps of Pendulum's cost, at most 16.27 each
+    assert "evaluation: 3 of 3 episode(s) had not ended after 40 steps" in caplog.text
+
+
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1"])
 def test_copy_i_plays_its_first_episode_from_seed_plus_i(env_id):
     """Copies that end early are autoreset by the vector env: their later episodes never count."""

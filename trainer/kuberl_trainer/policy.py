@@ -343,10 +343,9 @@ def load_policy(path: str, sample: bool = True, seed: int = 0, env_modules: Coll
 # --- playing it ------------------------------------------------------------------
 
 
-# `kuberl eval`'s default bound on an episode's steps: above every episode limit of gymnasium's registry and
-# Atari's (108,000 frames, 27,000 steps), so none is cut; a "max_episode_steps" of 10**9 in spec.env.kwargs with a
-# policy that never fails (Pendulum never ends by itself) played on without end.
-MAX_EVAL_STEPS = 100_000
+# `kuberl eval`'s default bound on an episode's steps, the trainer's evaluation's: a "max_episode_steps" of 10**9 in
+# spec.env.kwargs with a policy that never fails (Pendulum never ends by itself) played on without end.
+MAX_EVAL_STEPS = evaluation.MAX_EPISODE_STEPS
 
 
 def evaluate(policy: Policy, episodes: int, seed: int = 0, max_steps: int | None = None) -> np.ndarray:
