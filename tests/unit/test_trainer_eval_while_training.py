@@ -142,3 +142,17 @@ def test_progress_ends_where_training_did_after_the_evaluation_waited_for_at_the
     assert evaluated == {**evaluated, "timesteps": frozen[-1].counters.global_step, "eval_return": 7.0, "evaluation": True}
     assert frozen[-1].counters.global_step < trainer.counters.global_step == last["timesteps"]
     assert last["eval_return"] == 7.0 and "evaluation" not in last
+
+
+def test_no_evaluation_starts_once_one_met_the_target(tmp_path, monkeypatch):
+    """The evaluation that met the target, recorded at an update when one was due, started another copy's
+    evaluation that nothing would read: a copy of the networks and an evaluation's envs competing with the
+    last update and the final model for the CPU."""
+    trainer, run = training("ppo", tmp_path, monkeypatch, eval_every=1, target=100.0)
+    gate, frozen = threading.Event(), []
+    gated(trainer, gate, 150.0, frozen)
+    gate.set()
+    run.after_update(trainer.update(False, False), trainer)
+    run.evaluation_in_flight[0].result(timeout=30)
+    run.after_update(trainer.update(False, False), trainer)
+    assert run.success_vote() and run.evaluation_in_flight is None and len(frozen) == 1

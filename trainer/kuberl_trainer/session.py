@@ -274,7 +274,7 @@ class TrainingSession:
                 if self.evaluator is None:
                     self.evaluate(algorithm)
                     self.curve_point(counters.global_step, evaluation=True)
-                elif self.evaluation_in_flight is None:  # one still running: this one is skipped
+                elif self.evaluation_in_flight is None and not self.target_met:  # one running: skipped; one met: done
                     self.start_evaluation(algorithm)
         if counters.updates % self.spec.checkpoint.every_updates == 0:
             self.save(algorithm)
