@@ -165,6 +165,38 @@ def test_a_sub_path_the_api_server_refuses_is_refused(mount, field, words):
     assert problem.startswith(f"spec.template.spec.containers[0].volumeMounts[0].{field}: {words}"), problem
 
 
+# ValidateTolerations: a key is a qualified name (ValidateLabelName); "operator must be Exists when `key` is empty";
+# "effect must be 'NoExecute' when `tolerationSeconds` is set"; "value must be empty when `operator` is 'Exists'";
+# Equal's value a label value (IsValidLabelValue); validateTaintEffect's NotSupported. GPU nodes are tainted, so
+# spec.tolerations is in most GPU jobs: a typo there failed every pod create.
+@pytest.mark.parametrize(("toleration", "field", "words"), [
+    ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedul"}, "effect",
+     "expected NoSchedule, PreferNoSchedule or NoExecute, or none for every effect (got 'NoSchedul')"),
+    ({"key": "nvidia.com/gpu", "operator": "Exists", "value": "present"}, "value", "expected no value with operator Exists"),
+    ({"operator": "Equal", "value": "gpu"}, "operator", "expected Exists when key is empty"),
+    ({"key": "nvidia.com/gpu type", "operator": "Exists"}, "key", "expected a taint key"),
+    ({"key": "spot", "operator": "Exists", "tolerationSeconds": 60}, "effect", "expected NoExecute when tolerationSeconds is set"),
+    ({"key": "pool", "value": "a100 80gb"}, "value", "expected a label value"),
+], ids=["effect-typo", "exists-with-value", "no-key-equal", "key-with-space", "seconds-without-noexecute", "value-with-space"])
+@pytest.mark.parametrize("where", ["spec.tolerations", "spec.template.spec.tolerations"])
+def test_a_toleration_the_api_server_refuses_is_refused(where, toleration, field, words):
+    job = make_job("tolerant").workers(2)
+    job = job.with_spec(tolerations=[toleration]) if where == "spec.tolerations" else job.template({"spec": {"tolerations": [toleration]}})
+    with pytest.raises(InvalidJob) as invalid:
+        validate_job(job.obj())
+    [problem] = [str(p) for p in invalid.value.problems]
+    assert problem.startswith(f"{where}[0].{field}: {words}"), problem
+
+
+def test_tolerations_the_api_server_accepts_pass():
+    """Among them an operator kuberl does not know: v1.35 added Lt and Gt (feature gate TaintTolerationComparisonOperators)."""
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, {"operator": "Exists"},
+                   {"key": "pool", "operator": "Equal", "value": "a100"}, {"key": "pool", "value": ""},
+                   {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+                   {"key": "example.com/failure-rate", "operator": "Lt", "value": "5", "effect": "NoSchedule"}]
+    assert validate_job(make_job("tolerant").with_spec(tolerations=tolerations).obj()).tolerations == tolerations
+
+
 @pytest.mark.parametrize("template", [
     # duplicate env names: only a warning (pkg/api/pod/warnings.go), the later value wins
     {"spec": {"containers": [sidecar(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}])]}},

@@ -38,6 +38,7 @@ from .validation import (
     pod_template_problems,
     resources_problems,
     shown,
+    toleration_problems,
     volume_reference_problems,
 )
 from .yamlreader import MAX_NESTING
@@ -465,6 +466,7 @@ def parse_spec(spec: Any) -> JobSpec:
             problems.append(problem)
     problems += label_key_problems("spec.labels", spec.get("labels"))
     problems += label_key_problems("spec.nodeSelector", spec.get("nodeSelector"))
+    problems += toleration_problems("spec.tolerations", spec.get("tolerations"))
     problems += resources_problems(spec.get("resources"))
     problems += pod_template_problems(spec.get("template"), _renamed_trainer(spec))
     problems += volume_reference_problems(spec.get("template"), parsed.workers if parsed is not None else None)

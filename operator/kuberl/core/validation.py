@@ -243,6 +243,7 @@ def pod_template_problems(template: Any, renamed: str | None = None) -> list[Pro
                 problems += _handler_problems(f"spec.template.spec.{kind}[{i}]", container, kind == "initContainers")
                 problems += _sub_path_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))
     problems += _container_name_problems(pod_spec)
+    problems += toleration_problems("spec.template.spec.tolerations", pod_spec.get("tolerations"))
     return problems
 
 
@@ -363,6 +364,43 @@ def _sub_path_problems(path: str, mounts: Any) -> list[Problem]:
                                         f" with '/', no '..' element (got {shown(sub)})"))
         if all(isinstance(mount.get(f), str) and mount[f] for f in ("subPath", "subPathExpr")):
             problems.append(Problem(f"{path}[{j}].subPathExpr", "expected subPath or subPathExpr, not both"))
+    return problems
+
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")  # validateTaintEffect
+
+
+def toleration_problems(path: str, tolerations: Any) -> list[Problem]:
+    """ValidateTolerations (pkg/apis/core/validation/validation.go), its rules every server version shares: a key is
+    a qualified name; no key only with operator Exists; tolerationSeconds only with effect NoExecute; Exists with no
+    value, Equal (or no operator) with a label value; an effect, when set, one of TAINT_EFFECTS. Another operator is
+    left to the server: v1.35 added Lt and Gt behind a feature gate."""
+    problems = []
+    for i, toleration in enumerate(tolerations if isinstance(tolerations, list) else []):
+        if not isinstance(toleration, dict):
+            continue  # the model's or type_problems'
+        at = f"{path}[{i}]"
+        wrong = [f for f in ("key", "operator", "value", "effect") if toleration.get(f) is not None and not isinstance(toleration[f], str)]
+        problems += [Problem(f"{at}.{f}", f"expected a string (got {shown(toleration[f])})") for f in wrong]
+        if wrong:
+            continue
+        key, operator = toleration.get("key") or "", toleration.get("operator") or ""
+        value, effect = toleration.get("value") or "", toleration.get("effect") or ""
+        if key and not _qualified_name(key):
+            problems.append(Problem(f"{at}.key", "expected a taint key: an optional DNS prefix and '/', then at most 63"
+                                    f" letters, digits, '-', '_' or '.', starting and ending with a letter or digit (got {shown(key)})"))
+        if not key and operator != "Exists":
+            problems.append(Problem(f"{at}.operator", "expected Exists when key is empty (it tolerates every taint);"
+                                    f" give the taint's key otherwise (got {shown(operator or None)})"))
+        if toleration.get("tolerationSeconds") is not None and effect != "NoExecute":
+            problems.append(Problem(f"{at}.effect", "expected NoExecute when tolerationSeconds is set (how long the pod"
+                                    f" stays on a node tainted NoExecute) (got {shown(effect or None)})"))
+        if operator == "Exists" and value:
+            problems.append(Problem(f"{at}.value", f"expected no value with operator Exists (got {shown(value)})"))
+        elif operator in ("", "Equal") and (len(value) > 63 or not re.fullmatch(LABEL_VALUE, value)):
+            problems.append(Problem(f"{at}.value", f"expected {PATTERN_MEANINGS[LABEL_VALUE]} (got {shown(value)})"))
+        if effect and effect not in TAINT_EFFECTS:
+            problems.append(Problem(f"{at}.effect", f"expected {_one_of(TAINT_EFFECTS)}, or none for every effect (got {shown(effect)})"))
     return problems
 
 
