@@ -197,7 +197,27 @@ def test_tolerations_the_api_server_accepts_pass():
     assert validate_job(make_job("tolerant").with_spec(tolerations=tolerations).obj()).tolerations == tolerations
 
 
+# ValidatePodSpec: ValidateServiceAccountName, ValidatePriorityClassName, ValidateRuntimeClassName (DNS-1123
+# subdomains), validateDNSPolicy and ValidatePreemptionPolicy (NotSupported), activeDeadlineSeconds
+# InclusiveRangeError(1, math.MaxInt32).
+@pytest.mark.parametrize(("pod_spec", "field", "words"), [
+    ({"serviceAccountName": "S3_Reader"}, "serviceAccountName", "expected a Kubernetes object name"),
+    ({"priorityClassName": "High Priority"}, "priorityClassName", "expected a Kubernetes object name"),
+    ({"runtimeClassName": "nvidia_runtime"}, "runtimeClassName", "expected a Kubernetes object name"),
+    ({"dnsPolicy": "Cluster"}, "dnsPolicy", "expected ClusterFirstWithHostNet, ClusterFirst, Default or None (got 'Cluster')"),
+    ({"preemptionPolicy": "Preempt"}, "preemptionPolicy", "expected PreemptLowerPriority or Never (got 'Preempt')"),
+    ({"activeDeadlineSeconds": 0}, "activeDeadlineSeconds", "expected from 1 to 2147483647 seconds (got 0)"),
+], ids=["service-account", "priority-class", "runtime-class", "dns-policy", "preemption-policy", "active-deadline"])
+def test_a_pod_field_the_api_server_refuses_is_refused(pod_spec, field, words):
+    [problem] = refused({"spec": pod_spec})
+    assert problem.startswith(f"spec.template.spec.{field}: {words}"), problem
+
+
 @pytest.mark.parametrize("template", [
+    # names, policies and a deadline the server takes; an image pull secret of no name (validateImagePullSecrets
+    # checks only that nothing else is set)
+    {"spec": {"serviceAccountName": "s3-reader", "priorityClassName": "batch.high", "runtimeClassName": "nvidia",
+              "dnsPolicy": "ClusterFirst", "preemptionPolicy": "Never", "activeDeadlineSeconds": 86400, "imagePullSecrets": [{}]}},
     # duplicate env names: only a warning (pkg/api/pod/warnings.go), the later value wins
     {"spec": {"containers": [sidecar(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}])]}},
     # an empty value beside valueFrom: validateEnvVarValueFrom checks len(ev.Value) != 0
@@ -218,7 +238,7 @@ def test_tolerations_the_api_server_accepts_pass():
                                   "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}]}},
     # the template's trainer patches kuberl's: no image needed, one name twice merges twice
     {"spec": {"containers": [{"name": "trainer", "imagePullPolicy": "Always"}, {"name": "trainer", "env": [{"name": "A", "value": "1"}]}]}},
-], ids=["duplicate-env-names", "empty-value-and-valueFrom", "defaulted-fields", "valid-port", "mounts-of-defined-volumes",
+], ids=["pod-fields", "duplicate-env-names", "empty-value-and-valueFrom", "defaulted-fields", "valid-port", "mounts-of-defined-volumes",
         "volume-defaulted-to-emptyDir", "native-sidecar-probes", "trainer-patched-twice"])
 def test_what_the_api_server_accepts_passes(template):
     assert validate_job(make_job("fine").workers(2).template(template).obj()).workers == 2

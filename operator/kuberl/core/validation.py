@@ -244,6 +244,7 @@ def pod_template_problems(template: Any, renamed: str | None = None) -> list[Pro
                 problems += _sub_path_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))
     problems += _container_name_problems(pod_spec)
     problems += toleration_problems("spec.template.spec.tolerations", pod_spec.get("tolerations"))
+    problems += _pod_field_problems(pod_spec)
     return problems
 
 
@@ -364,6 +365,35 @@ def _sub_path_problems(path: str, mounts: Any) -> list[Problem]:
                                         f" with '/', no '..' element (got {shown(sub)})"))
         if all(isinstance(mount.get(f), str) and mount[f] for f in ("subPath", "subPathExpr")):
             problems.append(Problem(f"{path}[{j}].subPathExpr", "expected subPath or subPathExpr, not both"))
+    return problems
+
+
+# ValidatePodSpec: names of other objects a pod refers to are DNS-1123 subdomains (ValidateServiceAccountName,
+# ValidatePriorityClassName, ValidateRuntimeClassName, ValidateNodeName).
+_REFERENCED_NAMES = ("serviceAccountName", "priorityClassName", "runtimeClassName", "nodeName")
+# validateDNSPolicy and ValidatePreemptionPolicy; an empty dnsPolicy is defaulted first (SetDefaults_PodSpec).
+_POD_ENUMS = {"dnsPolicy": ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"),
+              "preemptionPolicy": ("PreemptLowerPriority", "Never")}
+MAX_INT32 = 2**31 - 1
+
+
+def _pod_field_problems(pod_spec: dict) -> list[Problem]:
+    """What ValidatePodSpec (pkg/apis/core/validation/validation.go) refuses in these pod fields: a name that is no
+    DNS-1123 subdomain, a policy it does not know, activeDeadlineSeconds outside 1..2^31-1."""
+    problems = []
+    for field in _REFERENCED_NAMES:
+        name = pod_spec.get(field)
+        if isinstance(name, str) and name and (len(name) > 253 or not re.fullmatch(DNS_1123_SUBDOMAIN, name)):
+            problems.append(Problem(f"spec.template.spec.{field}", f"expected {PATTERN_MEANINGS[DNS_1123_SUBDOMAIN]},"
+                                    f" at most 253 characters (got {shown(name)})"))
+    for field, allowed in _POD_ENUMS.items():
+        value = pod_spec.get(field)
+        if isinstance(value, str) and value and value not in allowed:
+            problems.append(Problem(f"spec.template.spec.{field}", f"expected {_one_of(allowed)} (got {value!r})"))
+    deadline = pod_spec.get("activeDeadlineSeconds")
+    if podschema.is_type(deadline, "integer") and not 1 <= deadline <= MAX_INT32:
+        problems.append(Problem("spec.template.spec.activeDeadlineSeconds", f"expected from 1 to {MAX_INT32} seconds"
+                                f" (got {shown(deadline)}); spec.runPolicy.activeDeadlineSeconds is the job's own"))
     return problems
 
 
