@@ -197,6 +197,54 @@ def test_tolerations_the_api_server_accepts_pass():
     assert validate_job(make_job("tolerant").with_spec(tolerations=tolerations).obj()).tolerations == tolerations
 
 
+# validateNodeAffinity: ValidateNodeSelector "must have at least one node selector term";
+# ValidatePreferredSchedulingTerms "must be in the range 1-100"; ValidateNodeSelectorRequirement: values "must be
+# specified when `operator` is 'In' or 'NotIn'", "may not be specified when `operator` is 'Exists' or
+# 'DoesNotExist'", "not a valid selector operator", ValidateLabelName of the key; ValidateNodeFieldSelectorRequirement.
+def required(*expressions, fields=()) -> dict:
+    term = {"matchExpressions": list(expressions)} | ({"matchFields": list(fields)} if fields else {})
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+TERM = "nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+
+
+@pytest.mark.parametrize(("affinity", "field", "words"), [
+    ({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}, TERM,
+     "required: at least one node selector term"),
+    (required({"key": "nvidia.com/gpu.product", "operator": "In"}), f"{TERM}[0].matchExpressions[0].values",
+     "required: at least one value with In"),
+    (required({"key": "nvidia.com/gpu.present", "operator": "Exists", "values": ["true"]}), f"{TERM}[0].matchExpressions[0].values",
+     "expected no values with Exists (got 1)"),
+    (required({"key": "gpu", "operator": "Equals", "values": ["a100"]}), f"{TERM}[0].matchExpressions[0].operator",
+     "expected In, NotIn, Exists, DoesNotExist, Gt or Lt (got 'Equals')"),
+    (required({"key": "gpu type", "operator": "Exists"}), f"{TERM}[0].matchExpressions[0].key", "expected a node label key"),
+    (required(fields=[{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]), f"{TERM}[0].matchFields[0].values",
+     "expected one node name with In (got 2)"),
+    ({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 0, "preference": {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}}]}},
+     "nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight", "expected a weight from 1 to 100 (got 0)"),
+], ids=["no-term", "in-without-values", "exists-with-values", "unknown-operator", "key-with-space", "two-node-names", "weight-0"])
+@pytest.mark.parametrize("where", ["spec.affinity", "spec.template.spec.affinity"])
+def test_a_node_affinity_the_api_server_refuses_is_refused(where, affinity, field, words):
+    job = make_job("placed").workers(2)
+    job = job.with_spec(affinity=affinity) if where == "spec.affinity" else job.template({"spec": {"affinity": affinity}})
+    with pytest.raises(InvalidJob) as invalid:
+        validate_job(job.obj())
+    [problem] = [str(p) for p in invalid.value.problems]
+    assert problem.startswith(f"{where}.{field}: {words}"), problem
+
+
+def test_a_node_affinity_the_api_server_accepts_passes():
+    affinity = required({"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]},
+                        {"key": "nvidia.com/gpu.count", "operator": "Gt", "values": ["3"]},
+                        {"key": "spot", "operator": "DoesNotExist"},
+                        fields=[{"key": "metadata.name", "operator": "NotIn", "values": ["bad-node"]}])
+    affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = [
+        {"weight": 100, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]
+    assert validate_job(make_job("placed").with_spec(affinity=affinity).obj()).affinity == affinity
+
+
 # ValidatePodSpec: ValidateServiceAccountName, ValidatePriorityClassName, ValidateRuntimeClassName (DNS-1123
 # subdomains), validateDNSPolicy and ValidatePreemptionPolicy (NotSupported), activeDeadlineSeconds
 # InclusiveRangeError(1, math.MaxInt32).

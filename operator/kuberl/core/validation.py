@@ -245,6 +245,7 @@ def pod_template_problems(template: Any, renamed: str | None = None) -> list[Pro
     problems += _container_name_problems(pod_spec)
     problems += toleration_problems("spec.template.spec.tolerations", pod_spec.get("tolerations"))
     problems += _pod_field_problems(pod_spec)
+    problems += node_affinity_problems("spec.template.spec.affinity", pod_spec.get("affinity"))
     return problems
 
 
@@ -394,6 +395,71 @@ def _pod_field_problems(pod_spec: dict) -> list[Problem]:
     if podschema.is_type(deadline, "integer") and not 1 <= deadline <= MAX_INT32:
         problems.append(Problem("spec.template.spec.activeDeadlineSeconds", f"expected from 1 to {MAX_INT32} seconds"
                                 f" (got {shown(deadline)}); spec.runPolicy.activeDeadlineSeconds is the job's own"))
+    return problems
+
+
+def node_affinity_problems(path: str, affinity: Any) -> list[Problem]:
+    """validateNodeAffinity (pkg/apis/core/validation/validation.go): a required node selector has at least one term
+    (ValidateNodeSelector), a preferred term a weight of 1 to 100 (ValidatePreferredSchedulingTerms), and each
+    requirement (ValidateNodeSelectorRequirement) a label key and the values its operator takes: some for In and
+    NotIn, none for Exists and DoesNotExist, one for Gt and Lt; a field requirement
+    (ValidateNodeFieldSelectorRequirement) metadata.name, In or NotIn, one value. GPU jobs pick their nodes so."""
+    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    if not isinstance(node, dict):
+        return []
+    at = f"{path}.nodeAffinity"
+    problems: list[Problem] = []
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if isinstance(required, dict):
+        terms = required.get("nodeSelectorTerms")
+        where = f"{at}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+        if not terms:
+            problems.append(Problem(where, "required: at least one node selector term (the pod fits no node otherwise)"))
+        for i, term in enumerate(terms if isinstance(terms, list) else []):
+            problems += _node_selector_term_problems(f"{where}[{i}]", term)
+    preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
+    for i, term in enumerate(preferred if isinstance(preferred, list) else []):
+        if not isinstance(term, dict):
+            continue
+        where = f"{at}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+        weight = term.get("weight")
+        if not podschema.is_type(weight, "integer") or not 1 <= weight <= 100:
+            problems.append(Problem(f"{where}.weight", f"expected a weight from 1 to 100 (got {shown(weight)})"))
+        problems += _node_selector_term_problems(f"{where}.preference", term.get("preference"))
+    return problems
+
+
+def _node_selector_term_problems(path: str, term: Any) -> list[Problem]:
+    if not isinstance(term, dict):
+        return []
+    problems = []
+    for kind in ("matchExpressions", "matchFields"):
+        requirements = term.get(kind)
+        for j, requirement in enumerate(requirements if isinstance(requirements, list) else []):
+            if not isinstance(requirement, dict):
+                continue
+            at = f"{path}.{kind}[{j}]"
+            key, operator, values = requirement.get("key"), requirement.get("operator"), requirement.get("values") or []
+            count = len(values) if isinstance(values, list) else 1
+            if kind == "matchFields":
+                if key != "metadata.name":
+                    problems.append(Problem(f"{at}.key", f"expected metadata.name, the only node field to select by (got {shown(key)})"))
+                if operator not in ("In", "NotIn"):
+                    problems.append(Problem(f"{at}.operator", f"expected In or NotIn (got {shown(operator)})"))
+                elif count != 1:
+                    problems.append(Problem(f"{at}.values", f"expected one node name with {operator} (got {count})"))
+                continue
+            if not isinstance(key, str) or not _qualified_name(key):
+                problems.append(Problem(f"{at}.key", "expected a node label key: an optional DNS prefix and '/', then at most"
+                                        f" 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (got {shown(key)})"))
+            if operator in ("In", "NotIn") and count == 0:
+                problems.append(Problem(f"{at}.values", f"required: at least one value with {operator}"))
+            elif operator in ("Exists", "DoesNotExist") and count:
+                problems.append(Problem(f"{at}.values", f"expected no values with {operator} (got {count})"))
+            elif operator in ("Gt", "Lt") and count != 1:
+                problems.append(Problem(f"{at}.values", f"expected one value with {operator} (got {count})"))
+            elif operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
+                problems.append(Problem(f"{at}.operator", f"expected In, NotIn, Exists, DoesNotExist, Gt or Lt (got {shown(operator)})"))
     return problems
 
 
