@@ -44,6 +44,7 @@ def kubernetes_fields(definition: str) -> dict[str, tuple[str, str | None]]:
 def test_the_table_is_kubernetes_own():
     assert podschema.POD_SPEC_FIELDS == kubernetes_fields("io.k8s.api.core.v1.PodSpec")
     assert podschema.CONTAINER_FIELDS == kubernetes_fields("io.k8s.api.core.v1.Container")
+    assert podschema.VOLUME_SOURCES == set(kubernetes_fields("io.k8s.api.core.v1.Volume")) - {"name"}
 
 
 def test_string_maps_are_kubernetes_own():

@@ -245,6 +245,21 @@ def test_a_node_affinity_the_api_server_accepts_passes():
     assert validate_job(make_job("placed").with_spec(affinity=affinity).obj()).affinity == affinity
 
 
+# validateVolumeSource: "may not specify more than 1 volume type"; validateSecretVolumeSource,
+# validatePersistentClaimVolumeSource, validateHostPathVolumeSource: the name or path, "Required value".
+@pytest.mark.parametrize(("volume", "field", "words"), [
+    ({"name": "data", "emptyDir": {}, "persistentVolumeClaim": {"claimName": "datasets"}}, "",
+     ": expected one volume source (got emptyDir and persistentVolumeClaim)"),
+    ({"name": "creds", "secret": {"name": "s3"}}, ".secret.secretName", ": required: the name of the Secret it mounts (got none)"),
+    ({"name": "data", "persistentVolumeClaim": {"claimName": ""}}, ".persistentVolumeClaim.claimName",
+     ": required: the name of the PersistentVolumeClaim it mounts (got '')"),
+    ({"name": "host", "hostPath": {"type": "Directory"}}, ".hostPath.path", ": required: the node's directory or file it mounts"),
+], ids=["two-sources", "secret-by-name", "empty-claim", "host-path-without-path"])
+def test_a_volume_the_api_server_refuses_is_refused(volume, field, words):
+    [problem] = refused({"spec": {"volumes": [volume]}})
+    assert problem.startswith(f"spec.template.spec.volumes[0]{field}{words}"), problem
+
+
 # ValidatePodSpec: ValidateServiceAccountName, ValidatePriorityClassName, ValidateRuntimeClassName (DNS-1123
 # subdomains), validateDNSPolicy and ValidatePreemptionPolicy (NotSupported), activeDeadlineSeconds
 # InclusiveRangeError(1, math.MaxInt32).

@@ -48,6 +48,13 @@ CONTAINER_FIELDS: dict[str, tuple[str, str | None]] = {
     "terminationMessagePath": ("string", None), "terminationMessagePolicy": ("string", None), "tty": ("boolean", None),
     "volumeDevices": ("array", "object"), "volumeMounts": ("array", "object"), "workingDir": ("string", None),
 }
+# io.k8s.api.core.v1.Volume's sources: one per volume (an empty one is defaulted to emptyDir)
+VOLUME_SOURCES = frozenset({
+    "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "configMap", "csi", "downwardAPI", "emptyDir",
+    "ephemeral", "fc", "flexVolume", "flocker", "gcePersistentDisk", "gitRepo", "glusterfs", "hostPath", "image", "iscsi",
+    "nfs", "persistentVolumeClaim", "photonPersistentDisk", "portworxVolume", "projected", "quobyte", "rbd", "scaleIO",
+    "secret", "storageos", "vsphereVolume",
+})
 STRING_MAPS = frozenset({"nodeSelector"})  # objects whose every value is a string or null (additionalProperties)
 
 _EXPECTED = {"object": "an object", "array": "a list", "string": "a string", "boolean": "true or false",

@@ -215,6 +215,7 @@ def pod_template_problems(template: Any, renamed: str | None = None) -> list[Pro
     problems += _named_items_problems("spec.template.spec.initContainers", pod_spec.get("initContainers"), "containers")
     problems += _named_items_problems("spec.template.spec.volumes", pod_spec.get("volumes"), "volumes")
     problems += _config_volume_problems(pod_spec)
+    problems += _volume_source_problems(pod_spec)
     problems += _duplicate_problems(pod_spec)
     if pod_spec.get("ephemeralContainers") is not None:
         # ValidatePodCreate (pkg/apis/core/validation): "spec.ephemeralContainers: Forbidden: cannot be set on create".
@@ -600,6 +601,35 @@ def _duplicate_problems(pod_spec: dict) -> list[Problem]:
             problems += [Problem(f"spec.template.spec.{kind}[{i}].volumeMounts[{j}].mountPath",
                                  f"{path!r} is mounted twice: mount paths are unique in a container")
                          for j, path in _repeats(mounts, "mountPath")]
+    return problems
+
+
+# The reference each source needs (validateSecretVolumeSource, validatePersistentClaimVolumeSource,
+# validateHostPathVolumeSource: "Required value"); a configMap's name is podsource.source_problems'.
+_VOLUME_REFERENCES = {"secret": ("secretName", "the name of the Secret it mounts"),
+                      "persistentVolumeClaim": ("claimName", "the name of the PersistentVolumeClaim it mounts"),
+                      "hostPath": ("path", "the node's directory or file it mounts")}
+
+
+def _volume_source_problems(pod_spec: dict) -> list[Problem]:
+    """validateVolumeSource (pkg/apis/core/validation/validation.go): a volume has one source ("may not specify
+    more than 1 volume type"; none is defaulted to emptyDir, SetDefaults_Volume), and a secret, claim or host path
+    names what it mounts."""
+    problems = []
+    volumes = pod_spec.get("volumes")
+    for i, volume in enumerate(volumes if isinstance(volumes, list) else []):
+        if not isinstance(volume, dict):
+            continue
+        sources = sorted(k for k in volume if k in podschema.VOLUME_SOURCES and volume[k] is not None)
+        if len(sources) > 1:
+            problems.append(Problem(f"spec.template.spec.volumes[{i}]", f"expected one volume source (got {' and '.join(sources)}):"
+                                    " a volume of each, each with a name of its own"))
+            continue
+        field, what = _VOLUME_REFERENCES.get(sources[0], (None, "")) if sources else (None, "")
+        source = volume.get(sources[0]) if sources else None
+        if field and isinstance(source, dict) and not (isinstance(source.get(field), str) and source[field]):
+            got = "none" if source.get(field) is None else shown(source[field])
+            problems.append(Problem(f"spec.template.spec.volumes[{i}].{sources[0]}.{field}", f"required: {what} (got {got})"))
     return problems
 
 
