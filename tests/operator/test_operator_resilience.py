@@ -127,6 +127,12 @@ MUTATIONS = [  # each passes the CRD; only the operator can judge it
     ({'template': {'spec': {'volumes': [{'emptyDir': {}}]}}}, 'spec.template.spec.volumes[0].name'),
     ({'template': {'metadata': {'name': 'mine'}}}, 'spec.template.metadata.name'),
     ({'template': {'metadata': {'labels': {'team': 7}}}}, 'spec.template.metadata.labels'),
+    # a pod rule of the API server's (ValidateVolumeMounts), and one checked in the rendered pod (ValidateEnvFrom):
+    # both failed late, as InvalidChild, at every pod create
+    ({'template': {'spec': {'containers': [{'name': 'shipper', 'image': 'busybox', 'volumeMounts': [{'name': 'data', 'mountPath': '/d'}]}]}}},
+     'spec.template.spec.containers[0].volumeMounts[0].name'),
+    ({'template': {'spec': {'containers': [{'name': 'shipper', 'image': 'busybox', 'envFrom': [{}]}]}}},
+     'spec.template.spec.containers[shipper].envFrom[0]'),
 ]
 
 
@@ -146,7 +152,7 @@ def test_input_only_the_operator_can_judge_fails_naming_the_field_while_other_jo
         assert not pods(standin, f'bad-{i}')
         wait_for(lambda i=i: any(e['reason'] == 'InvalidSpec' for e in events(rest, f'bad-{i}')))
     assert operator.healthy()
-    assert 'kuberl_operator_jobs{phase="Failed"} 6.0' in operator.metrics()
+    assert f'kuberl_operator_jobs{{phase="Failed"}} {len(MUTATIONS)}.0' in operator.metrics()
     assert standin.store.find('', 'pods', NS, 'fine-0') is not None
 
 
