@@ -260,6 +260,24 @@ def test_a_volume_the_api_server_refuses_is_refused(volume, field, words):
     assert problem.startswith(f"spec.template.spec.volumes[0]{field}{words}"), problem
 
 
+# validateSeccompProfileField and validateSeccompProfileType: NotSupported type, "must be set when seccomp type is
+# Localhost", "can only be set when seccomp type is Localhost"; validateFSGroupChangePolicy. The restricted Pod
+# Security level asks for a seccomp profile, so templates set one, and a typo in its type failed every pod.
+@pytest.mark.parametrize(("pod_spec", "path", "words"), [
+    ({"securityContext": {"seccompProfile": {"type": "runtime/default"}}}, "securityContext.seccompProfile.type",
+     "expected Localhost, RuntimeDefault or Unconfined (got 'runtime/default')"),
+    ({"containers": [sidecar(securityContext={"seccompProfile": {"type": "Localhost"}})]},
+     "containers[0].securityContext.seccompProfile.localhostProfile", "required with type Localhost"),
+    ({"containers": [{"name": "trainer", "securityContext": {"seccompProfile": {"type": "RuntimeDefault", "localhostProfile": "x.json"}}}]},
+     "containers[0].securityContext.seccompProfile.localhostProfile", "expected none with type RuntimeDefault"),
+    ({"securityContext": {"fsGroupChangePolicy": "IfMismatch"}}, "securityContext.fsGroupChangePolicy",
+     "expected OnRootMismatch or Always (got 'IfMismatch')"),
+], ids=["seccomp-type", "localhost-without-profile", "profile-without-localhost", "fs-group-change-policy"])
+def test_a_security_context_the_api_server_refuses_is_refused(pod_spec, path, words):
+    [problem] = refused({"spec": pod_spec})
+    assert problem.startswith(f"spec.template.spec.{path}: {words}"), problem
+
+
 # ValidatePodSpec: ValidateServiceAccountName, ValidatePriorityClassName, ValidateRuntimeClassName (DNS-1123
 # subdomains), validateDNSPolicy and ValidatePreemptionPolicy (NotSupported), activeDeadlineSeconds
 # InclusiveRangeError(1, math.MaxInt32).
@@ -281,6 +299,9 @@ def test_a_pod_field_the_api_server_refuses_is_refused(pod_spec, field, words):
     # checks only that nothing else is set)
     {"spec": {"serviceAccountName": "s3-reader", "priorityClassName": "batch.high", "runtimeClassName": "nvidia",
               "dnsPolicy": "ClusterFirst", "preemptionPolicy": "Never", "activeDeadlineSeconds": 86400, "imagePullSecrets": [{}]}},
+    # seccomp profiles and an fsGroupChangePolicy the server takes
+    {"spec": {"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, "fsGroupChangePolicy": "OnRootMismatch"},
+              "containers": [sidecar(securityContext={"seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/fluent.json"}})]}},
     # duplicate env names: only a warning (pkg/api/pod/warnings.go), the later value wins
     {"spec": {"containers": [sidecar(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}])]}},
     # an empty value beside valueFrom: validateEnvVarValueFrom checks len(ev.Value) != 0
@@ -301,7 +322,7 @@ def test_a_pod_field_the_api_server_refuses_is_refused(pod_spec, field, words):
                                   "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}]}},
     # the template's trainer patches kuberl's: no image needed, one name twice merges twice
     {"spec": {"containers": [{"name": "trainer", "imagePullPolicy": "Always"}, {"name": "trainer", "env": [{"name": "A", "value": "1"}]}]}},
-], ids=["pod-fields", "duplicate-env-names", "empty-value-and-valueFrom", "defaulted-fields", "valid-port", "mounts-of-defined-volumes",
+], ids=["pod-fields", "security-contexts", "duplicate-env-names", "empty-value-and-valueFrom", "defaulted-fields", "valid-port", "mounts-of-defined-volumes",
         "volume-defaulted-to-emptyDir", "native-sidecar-probes", "trainer-patched-twice"])
 def test_what_the_api_server_accepts_passes(template):
     assert validate_job(make_job("fine").workers(2).template(template).obj()).workers == 2

@@ -243,10 +243,13 @@ def pod_template_problems(template: Any, renamed: str | None = None) -> list[Pro
                                                 trainer or (kind == "containers" and container.get("name") == renamed))
                 problems += _handler_problems(f"spec.template.spec.{kind}[{i}]", container, kind == "initContainers")
                 problems += _sub_path_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))
+                problems += _security_context_problems(f"spec.template.spec.{kind}[{i}].securityContext",
+                                                       container.get("securityContext"), pod=False)
     problems += _container_name_problems(pod_spec)
     problems += toleration_problems("spec.template.spec.tolerations", pod_spec.get("tolerations"))
     problems += _pod_field_problems(pod_spec)
     problems += node_affinity_problems("spec.template.spec.affinity", pod_spec.get("affinity"))
+    problems += _security_context_problems("spec.template.spec.securityContext", pod_spec.get("securityContext"), pod=True)
     return problems
 
 
@@ -461,6 +464,36 @@ def _node_selector_term_problems(path: str, term: Any) -> list[Problem]:
                 problems.append(Problem(f"{at}.values", f"expected one value with {operator} (got {count})"))
             elif operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
                 problems.append(Problem(f"{at}.operator", f"expected In, NotIn, Exists, DoesNotExist, Gt or Lt (got {shown(operator)})"))
+    return problems
+
+
+SECCOMP_TYPES = ("Localhost", "RuntimeDefault", "Unconfined")  # validateSeccompProfileType
+FS_GROUP_CHANGE_POLICIES = ("OnRootMismatch", "Always")  # validFSGroupChangePolicies
+
+
+def _security_context_problems(path: str, context: Any, pod: bool) -> list[Problem]:
+    """validateSeccompProfileField (pkg/apis/core/validation/validation.go): a seccomp profile's type is one of
+    SECCOMP_TYPES ("type is required when seccompProfile is set"), a localhostProfile with Localhost only and then a
+    relative path; a pod's fsGroupChangePolicy one of FS_GROUP_CHANGE_POLICIES (validateFSGroupChangePolicy)."""
+    if not isinstance(context, dict):
+        return []
+    problems = []
+    profile = context.get("seccompProfile")
+    if isinstance(profile, dict):
+        kind, local = profile.get("type"), profile.get("localhostProfile")
+        if kind not in SECCOMP_TYPES:
+            problems.append(Problem(f"{path}.seccompProfile.type", f"expected {_one_of(SECCOMP_TYPES)} (got {shown(kind)})"))
+        elif kind == "Localhost" and not isinstance(local, str):
+            problems.append(Problem(f"{path}.seccompProfile.localhostProfile", "required with type Localhost: the profile's"
+                                    " path, relative to the kubelet's seccomp directory"))
+        elif kind == "Localhost" and (local.startswith("/") or ".." in local.split("/")):
+            problems.append(Problem(f"{path}.seccompProfile.localhostProfile", "expected a relative path, no '..' element"
+                                    f" (got {shown(local)})"))
+        elif kind != "Localhost" and local is not None:
+            problems.append(Problem(f"{path}.seccompProfile.localhostProfile", f"expected none with type {kind} (only with Localhost)"))
+    policy = context.get("fsGroupChangePolicy")
+    if pod and policy is not None and policy not in FS_GROUP_CHANGE_POLICIES:
+        problems.append(Problem(f"{path}.fsGroupChangePolicy", f"expected {_one_of(FS_GROUP_CHANGE_POLICIES)} (got {shown(policy)})"))
     return problems
 
 
