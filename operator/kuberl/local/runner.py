@@ -1037,11 +1037,13 @@ def curve(rows: list[dict], x_key: str, y_key: str) -> list[tuple[float, float]]
     """The (x, y) points of one line, in x order within each generation: an evaluation while training
     (spec.success.evalWhileTraining) is recorded when it ends, at the earlier timesteps of the weights it
     evaluated, and drawn in file order both lines went back and forth. Across generations the file's order
-    stays (a resume from an older checkpoint goes back, as the dotted line shows). The evaluation line goes
-    through the evaluations' own rows where the trainer marks them: every row repeats the last eval return,
-    which, evaluated while training, is older than a later-recorded evaluation of earlier weights."""
-    if y_key == "eval_return":
-        rows = [r for r in rows if r.get("evaluation") is True] or rows  # unmarked: an earlier trainer's file
+    stays (a resume from an older checkpoint goes back, as the dotted line shows). Where the trainer marks
+    evaluations, the evaluation line goes through their rows alone (every row repeats the last eval return,
+    older than a later-recorded evaluation of earlier weights) and the training line through the others
+    (an evaluation's row carries the training return of when it was recorded, not of its timesteps)."""
+    evaluations = [r for r in rows if r.get("evaluation") is True]
+    if evaluations:  # none: an earlier trainer's file, every row drawn on both lines
+        rows = evaluations if y_key == "eval_return" else [r for r in rows if r.get("evaluation") is not True]
     points: list[tuple[float, float]] = []
     for _, generation in itertools.groupby(rows, key=lambda r: r.get("restart")):
         drawn = [(r[x_key], r[y_key]) for r in generation if _number(r.get(y_key)) is not None and _number(r.get(x_key)) is not None]
