@@ -29,7 +29,7 @@ from .core.podsecurity import (
 )
 from .core.render import DEFAULT_MONITORING_NAMESPACE, DEFAULT_OPERATOR_NAMESPACE
 from .core.rules import validate_job
-from .core.spec import JobSpec
+from .core.spec import JobSpec, SuccessSpec
 from .core.validation import InvalidJob, namespace_problems
 from .core.yamlreader import UnreadableSpec, load_documents
 from .operator.config import MIN_PEERING_LIFETIME, OperatorConfig, WatchBounds
@@ -310,6 +310,17 @@ def positive(kind: type) -> Any:
     return parse
 
 
+def episodes(text: str) -> int:
+    """`kuberl eval --episodes`: spec.success.evalEpisodes' bounds (each episode is an env of its own, all made and
+    stepped at once, so the count is the memory and time one step takes)."""
+    value = positive(int)(text)
+    bound = next(m.le for m in SuccessSpec.model_fields["eval_episodes"].metadata if hasattr(m, "le"))
+    if value > bound:
+        raise argparse.ArgumentTypeError(f"expected at most {bound}, spec.success.evalEpisodes' bound: each episode is an"
+                                         f" env of its own, all stepped at once (got {text!r})")
+    return value
+
+
 EXIT_CODES = """exit codes (every subcommand):
   0    done (a run that had already succeeded included)
   1    invalid input: a file, job or --set refused, each problem named; a run whose job failed
@@ -435,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=lambda a: __import__("kuberl.local.runner", fromlist=["cmd_plot"]).cmd_plot(a))
     p = sub.add_parser("eval", help="play a trained model on its job's env: mean return, a GIF, a TorchScript export")
     p.add_argument("path", metavar="RUN_DIR|MODEL.pt", help="a run directory of kuberl run, a final-model.pt or a ckpt-*.pt")
-    p.add_argument("--episodes", type=positive(int), default=10, help="episodes to play, by the trainer's evaluation protocol (default 10)")
+    p.add_argument("--episodes", type=episodes, default=10, help="episodes to play, by the trainer's evaluation protocol (default 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the episodes and of sampled actions (default 0)")
     p.add_argument("--max-steps", type=positive(int), default=EVAL_MAX_STEPS, metavar="N",
                    help="steps after which an episode that has not ended is cut, its return counted so far, and said"

@@ -138,6 +138,9 @@ def test_kuberl_eval_cuts_an_episode_at_max_steps_and_says_so(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["eval", path, "--max-steps", "0"])
     assert "--max-steps: expected a positive int (got '0')" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a million envs, all made before the first step
+        main(["eval", path, "--episodes", "1000000"])
+    assert "--episodes: expected at most 10000, spec.success.evalEpisodes' bound" in capsys.readouterr().err
 
 
 def test_kuberl_eval_bounds_every_episode_by_default(tmp_path, capsys, monkeypatch):
