@@ -278,6 +278,25 @@ def test_a_security_context_the_api_server_refuses_is_refused(pod_spec, path, wo
     assert problem.startswith(f"spec.template.spec.{path}: {words}"), problem
 
 
+# validateTopologySpreadConstraints: ValidateMaxSkew, ValidateTopologyKey, ValidateWhenUnsatisfiable,
+# ValidateSpreadConstraintNotRepeat ("Duplicate value"), validateMinDomains.
+SPREAD = {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}
+
+
+@pytest.mark.parametrize(("constraints", "field", "words"), [
+    ([{**SPREAD, "maxSkew": 0}], "[0].maxSkew", "expected at least 1 (got 0)"),
+    ([{**SPREAD, "topologyKey": ""}], "[0].topologyKey", "required: the node label that names a domain"),
+    ([{**SPREAD, "whenUnsatisfiable": "DoNotScheduleAnyway"}], "[0].whenUnsatisfiable",
+     "expected DoNotSchedule or ScheduleAnyway (got 'DoNotScheduleAnyway')"),
+    ([SPREAD, {**SPREAD, "maxSkew": 2}], "[1]", "topologyKey 'kubernetes.io/hostname' with whenUnsatisfiable DoNotSchedule is a duplicate"),
+    ([{**SPREAD, "whenUnsatisfiable": "ScheduleAnyway", "minDomains": 2}], "[0].minDomains",
+     "expected only with whenUnsatisfiable DoNotSchedule (got 'ScheduleAnyway')"),
+], ids=["skew-0", "no-key", "unknown-action", "repeated", "min-domains-with-schedule-anyway"])
+def test_a_spread_constraint_the_api_server_refuses_is_refused(constraints, field, words):
+    [problem] = refused({"spec": {"topologySpreadConstraints": constraints}})
+    assert problem.startswith(f"spec.template.spec.topologySpreadConstraints{field}: {words}"), problem
+
+
 # ValidatePodSpec: ValidateServiceAccountName, ValidatePriorityClassName, ValidateRuntimeClassName (DNS-1123
 # subdomains), validateDNSPolicy and ValidatePreemptionPolicy (NotSupported), activeDeadlineSeconds
 # InclusiveRangeError(1, math.MaxInt32).
@@ -299,6 +318,9 @@ def test_a_pod_field_the_api_server_refuses_is_refused(pod_spec, field, words):
     # checks only that nothing else is set)
     {"spec": {"serviceAccountName": "s3-reader", "priorityClassName": "batch.high", "runtimeClassName": "nvidia",
               "dnsPolicy": "ClusterFirst", "preemptionPolicy": "Never", "activeDeadlineSeconds": 86400, "imagePullSecrets": [{}]}},
+    # spread constraints the server takes: one per key and action, minDomains with DoNotSchedule
+    {"spec": {"topologySpreadConstraints": [{**SPREAD, "minDomains": 2}, {**SPREAD, "whenUnsatisfiable": "ScheduleAnyway"},
+                                            {**SPREAD, "topologyKey": "topology.kubernetes.io/zone"}]}},
     # seccomp profiles and an fsGroupChangePolicy the server takes
     {"spec": {"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, "fsGroupChangePolicy": "OnRootMismatch"},
               "containers": [sidecar(securityContext={"seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/fluent.json"}})]}},
@@ -322,7 +344,7 @@ def test_a_pod_field_the_api_server_refuses_is_refused(pod_spec, field, words):
                                   "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}]}},
     # the template's trainer patches kuberl's: no image needed, one name twice merges twice
     {"spec": {"containers": [{"name": "trainer", "imagePullPolicy": "Always"}, {"name": "trainer", "env": [{"name": "A", "value": "1"}]}]}},
-], ids=["pod-fields", "security-contexts", "duplicate-env-names", "empty-value-and-valueFrom", "defaulted-fields", "valid-port", "mounts-of-defined-volumes",
+], ids=["pod-fields", "spread-constraints", "security-contexts", "duplicate-env-names", "empty-value-and-valueFrom", "defaulted-fields", "valid-port", "mounts-of-defined-volumes",
         "volume-defaulted-to-emptyDir", "native-sidecar-probes", "trainer-patched-twice"])
 def test_what_the_api_server_accepts_passes(template):
     assert validate_job(make_job("fine").workers(2).template(template).obj()).workers == 2

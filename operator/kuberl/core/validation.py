@@ -250,6 +250,7 @@ def pod_template_problems(template: Any, renamed: str | None = None) -> list[Pro
     problems += _pod_field_problems(pod_spec)
     problems += node_affinity_problems("spec.template.spec.affinity", pod_spec.get("affinity"))
     problems += _security_context_problems("spec.template.spec.securityContext", pod_spec.get("securityContext"), pod=True)
+    problems += _spread_problems("spec.template.spec.topologySpreadConstraints", pod_spec.get("topologySpreadConstraints"))
     return problems
 
 
@@ -464,6 +465,37 @@ def _node_selector_term_problems(path: str, term: Any) -> list[Problem]:
                 problems.append(Problem(f"{at}.values", f"expected one value with {operator} (got {count})"))
             elif operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
                 problems.append(Problem(f"{at}.operator", f"expected In, NotIn, Exists, DoesNotExist, Gt or Lt (got {shown(operator)})"))
+    return problems
+
+
+WHEN_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")  # ValidateWhenUnsatisfiable
+
+
+def _spread_problems(path: str, constraints: Any) -> list[Problem]:
+    """validateTopologySpreadConstraints (pkg/apis/core/validation/validation.go): maxSkew above 0 (ValidateMaxSkew),
+    a topologyKey (ValidateTopologyKey), whenUnsatisfiable one of WHEN_UNSATISFIABLE, each {topologyKey,
+    whenUnsatisfiable} once (ValidateSpreadConstraintNotRepeat), minDomains above 0 and only with DoNotSchedule
+    (validateMinDomains)."""
+    problems, seen = [], set()
+    for i, constraint in enumerate(constraints if isinstance(constraints, list) else []):
+        if not isinstance(constraint, dict):
+            continue
+        at, skew, key = f"{path}[{i}]", constraint.get("maxSkew"), constraint.get("topologyKey")
+        when, domains = constraint.get("whenUnsatisfiable"), constraint.get("minDomains")
+        if not podschema.is_type(skew, "integer") or skew < 1:
+            problems.append(Problem(f"{at}.maxSkew", f"expected at least 1 (got {shown(skew)})"))
+        if not isinstance(key, str) or not key:
+            problems.append(Problem(f"{at}.topologyKey", "required: the node label that names a domain, such as"
+                                    " kubernetes.io/hostname or topology.kubernetes.io/zone"))
+        if when not in WHEN_UNSATISFIABLE:
+            problems.append(Problem(f"{at}.whenUnsatisfiable", f"expected {_one_of(WHEN_UNSATISFIABLE)} (got {shown(when)})"))
+        elif isinstance(key, str) and (key, when) in seen:
+            problems.append(Problem(at, f"topologyKey {key!r} with whenUnsatisfiable {when} is a duplicate: one constraint each"))
+        seen.add((key if isinstance(key, str) else None, when))
+        if domains is not None and (not podschema.is_type(domains, "integer") or domains < 1):
+            problems.append(Problem(f"{at}.minDomains", f"expected at least 1 (got {shown(domains)})"))
+        elif domains is not None and when != "DoNotSchedule":
+            problems.append(Problem(f"{at}.minDomains", f"expected only with whenUnsatisfiable DoNotSchedule (got {shown(when)})"))
     return problems
 
 
