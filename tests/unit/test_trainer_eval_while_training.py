@@ -156,3 +156,22 @@ def test_no_evaluation_starts_once_one_met_the_target(tmp_path, monkeypatch):
     run.evaluation_in_flight[0].result(timeout=30)
     run.after_update(trainer.update(False, False), trainer)
     assert run.success_vote() and run.evaluation_in_flight is None and len(frozen) == 1
+
+
+def test_a_copy_that_met_the_target_as_the_budget_ended_is_the_model(tmp_path, monkeypatch):
+    """The evaluation waited for at the end of the budget met the target: the final model was the weights
+    training had reached since, never evaluated, yet carrying the copy's return, and the message said
+    "budget spent" (the CRD: "when a copy meets targetReturn, that copy is the final model")."""
+    trainer, run = training("ppo", tmp_path, monkeypatch, eval_every=2, target=100.0, timesteps=128)
+    gate, frozen = threading.Event(), []
+    gated(trainer, gate, 150.0, frozen)
+    assert session.run_updates(trainer, run) == "budget"
+    gate.set()
+    message = run.finish(trainer, "budget")
+    at = frozen[-1].counters.global_step
+    assert message.startswith(f"eval return 150.0 >= 100.0 at timesteps {at} (the weights of then, evaluated while "
+                              f"training went on to {trainer.counters.global_step})"), message
+    model = torch.load(run.final_model, weights_only=True)
+    assert model["timesteps"] == at and model["eval_return"] == 150.0
+    for key, tensor in frozen[-1].agent.state_dict().items():
+        assert torch.equal(model["agent"][key], tensor), key

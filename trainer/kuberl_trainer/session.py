@@ -413,6 +413,8 @@ class TrainingSession:
         waited = outcome == "budget" and self.evaluation_in_flight is not None
         if waited:
             self.evaluation_finished()  # its return is the run's last word on the model
+        if outcome == "budget" and self.target_met:  # the last evaluation met it as the budget ended
+            outcome = "target"
         # the weights that met the target: with evalWhileTraining a copy from some updates ago
         model = self.model_that_met if outcome == "target" and self.model_that_met is not None else algorithm
         steps = algorithm.counters.global_step
