@@ -235,6 +235,31 @@ def test_a_node_affinity_the_api_server_refuses_is_refused(where, affinity, fiel
     assert problem.startswith(f"{where}.{field}: {words}"), problem
 
 
+# validatePodAffinityTerm: topologyKey "can not be empty" and ValidateLabelName; ValidateLabelSelectorRequirement's
+# values by operator; validateWeightedPodAffinityTerms: weight "must be in the range 1-100".
+ONE_PER_NODE = {"labelSelector": {"matchLabels": {"kuberl.dev/job": "placed"}}, "topologyKey": "kubernetes.io/hostname"}
+
+
+@pytest.mark.parametrize(("affinity", "field", "words"), [
+    ({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{**ONE_PER_NODE, "topologyKey": ""}]}},
+     "podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey", "required: the node label that names a domain"),
+    ({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {**ONE_PER_NODE, "labelSelector": {"matchExpressions": [{"key": "kuberl.dev/job", "operator": "In"}]}}]}},
+     "podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector.matchExpressions[0].values",
+     "required: at least one value with In"),
+    ({"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 101, "podAffinityTerm": ONE_PER_NODE}]}},
+     "podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight", "expected a weight from 1 to 100 (got 101)"),
+], ids=["no-topology-key", "in-without-values", "weight-101"])
+@pytest.mark.parametrize("where", ["spec.affinity", "spec.template.spec.affinity"])
+def test_a_pod_affinity_the_api_server_refuses_is_refused(where, affinity, field, words):
+    job = make_job("placed").workers(2)
+    job = job.with_spec(affinity=affinity) if where == "spec.affinity" else job.template({"spec": {"affinity": affinity}})
+    with pytest.raises(InvalidJob) as invalid:
+        validate_job(job.obj())
+    [problem] = [str(p) for p in invalid.value.problems]
+    assert problem.startswith(f"{where}.{field}: {words}"), problem
+
+
 def test_a_node_affinity_the_api_server_accepts_passes():
     affinity = required({"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]},
                         {"key": "nvidia.com/gpu.count", "operator": "Gt", "values": ["3"]},
@@ -242,6 +267,8 @@ def test_a_node_affinity_the_api_server_accepts_passes():
                         fields=[{"key": "metadata.name", "operator": "NotIn", "values": ["bad-node"]}])
     affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = [
         {"weight": 100, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]
+    affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [ONE_PER_NODE], "preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "podAffinityTerm": {**ONE_PER_NODE, "labelSelector": {"matchExpressions": [{"key": "team", "operator": "Exists"}]}}}]}
     assert validate_job(make_job("placed").with_spec(affinity=affinity).obj()).affinity == affinity
 
 

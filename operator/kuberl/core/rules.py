@@ -36,6 +36,7 @@ from .validation import (
     name_problems,
     namespace_problems,
     node_affinity_problems,
+    pod_affinity_problems,
     pod_template_problems,
     resources_problems,
     shown,
@@ -469,6 +470,7 @@ def parse_spec(spec: Any) -> JobSpec:
     problems += label_key_problems("spec.nodeSelector", spec.get("nodeSelector"))
     problems += toleration_problems("spec.tolerations", spec.get("tolerations"))
     problems += node_affinity_problems("spec.affinity", spec.get("affinity"))
+    problems += pod_affinity_problems("spec.affinity", spec.get("affinity"))
     problems += resources_problems(spec.get("resources"))
     problems += pod_template_problems(spec.get("template"), _renamed_trainer(spec))
     problems += volume_reference_problems(spec.get("template"), parsed.workers if parsed is not None else None)

@@ -249,6 +249,7 @@ def pod_template_problems(template: Any, renamed: str | None = None) -> list[Pro
     problems += toleration_problems("spec.template.spec.tolerations", pod_spec.get("tolerations"))
     problems += _pod_field_problems(pod_spec)
     problems += node_affinity_problems("spec.template.spec.affinity", pod_spec.get("affinity"))
+    problems += pod_affinity_problems("spec.template.spec.affinity", pod_spec.get("affinity"))
     problems += _security_context_problems("spec.template.spec.securityContext", pod_spec.get("securityContext"), pod=True)
     problems += _spread_problems("spec.template.spec.topologySpreadConstraints", pod_spec.get("topologySpreadConstraints"))
     return problems
@@ -431,6 +432,58 @@ def node_affinity_problems(path: str, affinity: Any) -> list[Problem]:
         if not podschema.is_type(weight, "integer") or not 1 <= weight <= 100:
             problems.append(Problem(f"{where}.weight", f"expected a weight from 1 to 100 (got {shown(weight)})"))
         problems += _node_selector_term_problems(f"{where}.preference", term.get("preference"))
+    return problems
+
+
+def pod_affinity_problems(path: str, affinity: Any) -> list[Problem]:
+    """validatePodAffinity and validatePodAntiAffinity (pkg/apis/core/validation/validation.go): each term has a
+    topologyKey that is a label key ("can not be empty"), a label selector whose expressions take the values their
+    operator takes (ValidateLabelSelectorRequirement), and a preferred term a weight of 1 to 100. "One worker per node"
+    is an anti-affinity term, so a typo there failed every pod of the gang."""
+    problems: list[Problem] = []
+    for kind in ("podAffinity", "podAntiAffinity"):
+        block = affinity.get(kind) if isinstance(affinity, dict) else None
+        if not isinstance(block, dict):
+            continue
+        required = block.get("requiredDuringSchedulingIgnoredDuringExecution")
+        for i, term in enumerate(required if isinstance(required, list) else []):
+            problems += _pod_affinity_term_problems(f"{path}.{kind}.requiredDuringSchedulingIgnoredDuringExecution[{i}]", term)
+        preferred = block.get("preferredDuringSchedulingIgnoredDuringExecution")
+        for i, weighted in enumerate(preferred if isinstance(preferred, list) else []):
+            if not isinstance(weighted, dict):
+                continue
+            at = f"{path}.{kind}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            weight = weighted.get("weight")
+            if not podschema.is_type(weight, "integer") or not 1 <= weight <= 100:
+                problems.append(Problem(f"{at}.weight", f"expected a weight from 1 to 100 (got {shown(weight)})"))
+            problems += _pod_affinity_term_problems(f"{at}.podAffinityTerm", weighted.get("podAffinityTerm"))
+    return problems
+
+
+def _pod_affinity_term_problems(path: str, term: Any) -> list[Problem]:
+    if not isinstance(term, dict):
+        return []
+    problems = []
+    key = term.get("topologyKey")
+    if not isinstance(key, str) or not key or not _qualified_name(key):
+        problems.append(Problem(f"{path}.topologyKey", "required: the node label that names a domain, such as"
+                                f" kubernetes.io/hostname (got {shown(key)})"))
+    for field in ("labelSelector", "namespaceSelector"):
+        selector = term.get(field)
+        expressions = selector.get("matchExpressions") if isinstance(selector, dict) else None
+        for j, requirement in enumerate(expressions if isinstance(expressions, list) else []):
+            if not isinstance(requirement, dict):
+                continue
+            at, operator, values = f"{path}.{field}.matchExpressions[{j}]", requirement.get("operator"), requirement.get("values") or []
+            count = len(values) if isinstance(values, list) else 1
+            if not isinstance(requirement.get("key"), str) or not _qualified_name(requirement["key"]):
+                problems.append(Problem(f"{at}.key", f"expected a label key (got {shown(requirement.get('key'))})"))
+            if operator in ("In", "NotIn") and count == 0:
+                problems.append(Problem(f"{at}.values", f"required: at least one value with {operator}"))
+            elif operator in ("Exists", "DoesNotExist") and count:
+                problems.append(Problem(f"{at}.values", f"expected no values with {operator} (got {count})"))
+            elif operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+                problems.append(Problem(f"{at}.operator", f"expected In, NotIn, Exists or DoesNotExist (got {shown(operator)})"))
     return problems
 
 
