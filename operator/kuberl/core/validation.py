@@ -372,7 +372,7 @@ def _sub_path_problems(path: str, mounts: Any) -> list[Problem]:
                                         f" with '/', no '..' element (got {shown(sub)})"))
         if all(isinstance(mount.get(f), str) and mount[f] for f in ("subPath", "subPathExpr")):
             problems.append(Problem(f"{path}[{j}].subPathExpr", "expected subPath or subPathExpr, not both"))
-    return problems
+    return podschema.first_of(path, problems, 'subPath problems', Problem)
 
 
 # ValidatePodSpec: names of other objects a pod refers to are DNS-1123 subdomains (ValidateServiceAccountName,
@@ -432,7 +432,7 @@ def node_affinity_problems(path: str, affinity: Any) -> list[Problem]:
         if not podschema.is_type(weight, "integer") or not 1 <= weight <= 100:
             problems.append(Problem(f"{where}.weight", f"expected a weight from 1 to 100 (got {shown(weight)})"))
         problems += _node_selector_term_problems(f"{where}.preference", term.get("preference"))
-    return problems
+    return podschema.first_of(f"{path}.nodeAffinity", problems, 'node affinity problems', Problem)
 
 
 def pod_affinity_problems(path: str, affinity: Any) -> list[Problem]:
@@ -457,7 +457,7 @@ def pod_affinity_problems(path: str, affinity: Any) -> list[Problem]:
             if not podschema.is_type(weight, "integer") or not 1 <= weight <= 100:
                 problems.append(Problem(f"{at}.weight", f"expected a weight from 1 to 100 (got {shown(weight)})"))
             problems += _pod_affinity_term_problems(f"{at}.podAffinityTerm", weighted.get("podAffinityTerm"))
-    return problems
+    return podschema.first_of(path, problems, 'pod affinity problems', Problem)
 
 
 def _pod_affinity_term_problems(path: str, term: Any) -> list[Problem]:
@@ -549,7 +549,7 @@ def _spread_problems(path: str, constraints: Any) -> list[Problem]:
             problems.append(Problem(f"{at}.minDomains", f"expected at least 1 (got {shown(domains)})"))
         elif domains is not None and when != "DoNotSchedule":
             problems.append(Problem(f"{at}.minDomains", f"expected only with whenUnsatisfiable DoNotSchedule (got {shown(when)})"))
-    return problems
+    return podschema.first_of(path, problems, 'spread constraint problems', Problem)
 
 
 SECCOMP_TYPES = ("Localhost", "RuntimeDefault", "Unconfined")  # validateSeccompProfileType
@@ -616,7 +616,7 @@ def toleration_problems(path: str, tolerations: Any) -> list[Problem]:
             problems.append(Problem(f"{at}.value", f"expected {PATTERN_MEANINGS[LABEL_VALUE]} (got {shown(value)})"))
         if effect and effect not in TAINT_EFFECTS:
             problems.append(Problem(f"{at}.effect", f"expected {_one_of(TAINT_EFFECTS)}, or none for every effect (got {shown(effect)})"))
-    return problems
+    return podschema.first_of(path, problems, 'toleration problems', Problem)
 
 
 def _container_name_problems(pod_spec: dict) -> list[Problem]:
@@ -644,7 +644,7 @@ def _container_name_problems(pod_spec: dict) -> list[Problem]:
             problems.append(Problem(f"spec.template.spec.initContainers[{i}].name", f"{name!r} is a duplicate{own}: container"
                                     " names are unique in a pod, init containers included"))
         taken.add(name)
-    return problems
+    return podschema.first_of("spec.template.spec", problems, 'duplicate container names', Problem)
 
 
 # kuberl's own volumes, in every pod (render._volumes); names.CHECKPOINT_VOLUME is worker 0's only.
@@ -680,7 +680,7 @@ def volume_reference_problems(template: Any, workers: int | None) -> list[Proble
                 problems.append(Problem(path, f"{shown(name)} names no volume of the pod: expected a volume of"
                                         " spec.template.spec.volumes or one of kuberl's own"
                                         f" ({', '.join(repr(v) for v in KUBERL_VOLUMES)})"))
-    return problems
+    return podschema.first_of("spec.template.spec", problems, 'mounts of volumes the pod lacks', Problem)
 
 
 def image_problems(path: str, image: Any) -> list[Problem]:
@@ -748,7 +748,7 @@ def _volume_source_problems(pod_spec: dict) -> list[Problem]:
         if field and isinstance(source, dict) and not (isinstance(source.get(field), str) and source[field]):
             got = "none" if source.get(field) is None else shown(source[field])
             problems.append(Problem(f"spec.template.spec.volumes[{i}].{sources[0]}.{field}", f"required: {what} (got {got})"))
-    return problems
+    return podschema.first_of("spec.template.spec.volumes", problems, 'volume problems', Problem)
 
 
 def _config_volume_problems(pod_spec: dict) -> list[Problem]:
