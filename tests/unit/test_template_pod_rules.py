@@ -391,3 +391,14 @@ def test_the_operator_refuses_what_kuberl_validate_refuses_in_the_rendered_pod(c
     spec, refusal = jobstatus.judge(make_job("sources").template({"spec": {"containers": [container]}}).obj())
     assert spec is not None and refusal is not None and refusal.reason == lifecycle.REASON_INVALID_SPEC
     assert refusal.message.startswith(words), refusal.message
+
+
+def test_a_long_list_of_the_same_mistake_is_reported_in_a_few_lines():
+    """podschema.first_of: the first 3 problems of a list, then how many more (a shared cluster's tenant can send
+    20,000 of them; each line reaches status, an Event and a terminal)."""
+    template = {"spec": {"tolerations": [{"key": "gpu", "operator": "Exists", "value": "x"}] * 20_000,
+                         "containers": [sidecar(volumeMounts=[{"name": f"v{i}", "mountPath": f"/m{i}"} for i in range(20_000)])]}}
+    found = refused(template, workers=1)
+    assert len(found) == 8
+    assert "spec.template.spec: 19997 more mounts of volumes the pod lacks" in found
+    assert "spec.template.spec.tolerations: 19997 more toleration problems" in found
