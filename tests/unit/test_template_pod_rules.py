@@ -334,7 +334,12 @@ def test_a_spread_constraint_the_api_server_refuses_is_refused(constraints, fiel
     ({"dnsPolicy": "Cluster"}, "dnsPolicy", "expected ClusterFirstWithHostNet, ClusterFirst, Default or None (got 'Cluster')"),
     ({"preemptionPolicy": "Preempt"}, "preemptionPolicy", "expected PreemptLowerPriority or Never (got 'Preempt')"),
     ({"activeDeadlineSeconds": 0}, "activeDeadlineSeconds", "expected from 1 to 2147483647 seconds (got 0)"),
-], ids=["service-account", "priority-class", "runtime-class", "dns-policy", "preemption-policy", "active-deadline"])
+    # validatePodDNSConfig
+    ({"dnsPolicy": "None"}, "dnsConfig", "required with dnsPolicy None: at least one nameserver"),
+    ({"dnsConfig": {"nameservers": ["10.0.0.10", "dns.example.com"]}}, "dnsConfig.nameservers[1]", "expected an IP address"),
+    ({"dnsConfig": {"nameservers": ["1.1.1.1", "8.8.8.8", "9.9.9.9", "10.0.0.10"]}}, "dnsConfig.nameservers", "expected at most 3 (got 4)"),
+], ids=["service-account", "priority-class", "runtime-class", "dns-policy", "preemption-policy", "active-deadline",
+        "dns-none-without-config", "nameserver-by-name", "four-nameservers"])
 def test_a_pod_field_the_api_server_refuses_is_refused(pod_spec, field, words):
     [problem] = refused({"spec": pod_spec})
     assert problem.startswith(f"spec.template.spec.{field}: {words}"), problem
@@ -344,7 +349,8 @@ def test_a_pod_field_the_api_server_refuses_is_refused(pod_spec, field, words):
     # names, policies and a deadline the server takes; an image pull secret of no name (validateImagePullSecrets
     # checks only that nothing else is set)
     {"spec": {"serviceAccountName": "s3-reader", "priorityClassName": "batch.high", "runtimeClassName": "nvidia",
-              "dnsPolicy": "ClusterFirst", "preemptionPolicy": "Never", "activeDeadlineSeconds": 86400, "imagePullSecrets": [{}]}},
+              "dnsPolicy": "None", "dnsConfig": {"nameservers": ["10.0.0.10", "fd00::a"], "searches": ["svc.cluster.local"]},
+              "preemptionPolicy": "Never", "activeDeadlineSeconds": 86400, "imagePullSecrets": [{}]}},
     # spread constraints the server takes: one per key and action, minDomains with DoNotSchedule
     {"spec": {"topologySpreadConstraints": [{**SPREAD, "minDomains": 2}, {**SPREAD, "whenUnsatisfiable": "ScheduleAnyway"},
                                             {**SPREAD, "topologyKey": "topology.kubernetes.io/zone"}]}},

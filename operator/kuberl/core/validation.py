@@ -5,6 +5,7 @@ a job carries. Each check returns `Problem`s naming the field (apimachinery's
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import posixpath
 import re
@@ -397,6 +398,7 @@ def _pod_field_problems(pod_spec: dict) -> list[Problem]:
         value = pod_spec.get(field)
         if isinstance(value, str) and value and value not in allowed:
             problems.append(Problem(f"spec.template.spec.{field}", f"expected {_one_of(allowed)} (got {value!r})"))
+    problems += _dns_config_problems(pod_spec.get("dnsPolicy"), pod_spec.get("dnsConfig"))
     deadline = pod_spec.get("activeDeadlineSeconds")
     if podschema.is_type(deadline, "integer") and not 1 <= deadline <= MAX_INT32:
         problems.append(Problem("spec.template.spec.activeDeadlineSeconds", f"expected from 1 to {MAX_INT32} seconds"
@@ -579,6 +581,45 @@ def _security_context_problems(path: str, context: Any, pod: bool) -> list[Probl
     policy = context.get("fsGroupChangePolicy")
     if pod and policy is not None and policy not in FS_GROUP_CHANGE_POLICIES:
         problems.append(Problem(f"{path}.fsGroupChangePolicy", f"expected {_one_of(FS_GROUP_CHANGE_POLICIES)} (got {shown(policy)})"))
+    return problems
+
+
+def _ip_address(text: Any) -> bool:
+    """IsValidIP (k8s.io/apimachinery/pkg/util/validation): netutils.ParseIPSloppy, which takes an IPv4 octet's
+    leading zeros (Python's ipaddress does not)."""
+    if not isinstance(text, str):
+        return False
+    if re.fullmatch(r"[0-9]{1,3}(\.[0-9]{1,3}){3}", text):
+        text = ".".join(str(int(octet)) for octet in text.split("."))
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+MAX_DNS_NAMESERVERS, MAX_DNS_SEARCHES = 3, 32  # validatePodDNSConfig: MaxDNSNameservers, MaxDNSSearchPaths
+
+
+def _dns_config_problems(policy: Any, config: Any) -> list[Problem]:
+    """validatePodDNSConfig (pkg/apis/core/validation/validation.go): dnsPolicy None needs dnsConfig with a
+    nameserver ("must provide `dnsConfig` when `dnsPolicy` is None"); at most 3 nameservers, each an IP address
+    (IsValidIP), and at most 32 search domains."""
+    path = "spec.template.spec.dnsConfig"
+    servers = config.get("nameservers") if isinstance(config, dict) else None
+    if policy == "None" and not servers:
+        return [Problem(path if not isinstance(config, dict) else f"{path}.nameservers", "required with dnsPolicy None: at"
+                        " least one nameserver (the pod gets no other DNS configuration)")]
+    problems = []
+    if isinstance(servers, list):
+        if len(servers) > MAX_DNS_NAMESERVERS:
+            problems.append(Problem(f"{path}.nameservers", f"expected at most {MAX_DNS_NAMESERVERS} (got {len(servers)})"))
+        for i, server in enumerate(servers[:MAX_DNS_NAMESERVERS + 1]):
+            if not _ip_address(server):
+                problems.append(Problem(f"{path}.nameservers[{i}]", f"expected an IP address (got {shown(server)})"))
+    searches = config.get("searches") if isinstance(config, dict) else None
+    if isinstance(searches, list) and len(searches) > MAX_DNS_SEARCHES:
+        problems.append(Problem(f"{path}.searches", f"expected at most {MAX_DNS_SEARCHES} search domains (got {len(searches)})"))
     return problems
 
 
