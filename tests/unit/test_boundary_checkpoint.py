@@ -138,6 +138,28 @@ def test_the_jobs_own_checkpoint_passes_the_same_check(tmp_path, monkeypatch):
     assert resumed.counters == trainer.counters
 
 
+def test_a_resumed_run_shows_the_last_evaluation_until_its_next_one(tmp_path, monkeypatch):
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
+    assert session.run_updates(trainer, training) == "budget"
+    training.eval_return = 123.5
+    training.save(trainer)
+    resumed, again = training_session(tmp_path, "ppo", numSteps=16)
+    lines = []
+    again.log = lines.append
+    session.run_updates(resumed, again)
+    again.report(resumed.counters.global_step + 1)
+    assert again.eval_return == 123.5 and lines[-1].endswith("eval 123.5"), lines
+
+
+@pytest.mark.parametrize("eval_return", [float("nan"), float("inf"), "500", True], ids=["nan", "inf", "text", "bool"])
+def test_an_eval_return_that_is_no_finite_number_is_skipped_like_a_corrupt_file(tmp_path, eval_return):
+    checkpoint.save(str(tmp_path), 1, {**ppo_like_state(1), "eval_return": 20.0}, keep=3)
+    checkpoint.save(str(tmp_path), 2, {**ppo_like_state(2), "eval_return": eval_return}, keep=3)
+    path, state = checkpoint.load_newest(str(tmp_path), accept=session._resumable)
+    assert path.endswith("ckpt-0000000001.pt") and state["eval_return"] == 20.0
+
+
 @pytest.mark.parametrize("counters", [
     {"global_step": -5, "updates": 1, "episodes": 0},
     {"global_step": 10**30, "updates": 1, "episodes": 0},

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import math
 import os
 import stat
 import threading
@@ -38,7 +39,7 @@ from .startup import Startup
 PROGRESS_EVERY_SECONDS = 5.0
 RECENT_EPISODES = 100
 EVAL_SEED_STREAM = 1_000_003  # keeps evaluation seeds apart from every rank's
-SESSION_KEYS = ("elapsed_seconds", "per_rank")  # what a checkpoint holds besides the algorithm's shared state
+SESSION_KEYS = ("elapsed_seconds", "per_rank", "eval_return")  # what a checkpoint holds besides the algorithm's shared state
 MAX_COUNTER = 2**62  # counters are all-reduced as int64
 
 
@@ -254,6 +255,10 @@ class TrainingSession:
             self.log("the checkpoint holds no per-rank env state (kept only for gymnasium's native vector envs): "
                      "this resume is not bitwise equal to an uninterrupted run")
         self.elapsed_before = float(state.get("elapsed_seconds", 0.0))
+        # the last evaluation's return, shown until the next one (a restart used to say "eval -")
+        self.eval_return = state.get("eval_return")
+        if self.eval_return is not None and self.metrics is not None and self.ctx.is_main:
+            self.metrics.eval_return.set(self.eval_return)
         self.start_step = state["counters"]["global_step"]
         self.last_report = (time.monotonic(), self.start_step)
         self.last_checkpoint_update = state["counters"]["updates"]
@@ -392,7 +397,8 @@ class TrainingSession:
                 per_rank = None  # envs whose state is not plain data resume without it (envs.env_state)
         if not self.ctx.is_main or algorithm.counters.updates == self.last_checkpoint_update:
             return
-        state = {**algorithm.shared_state(), "elapsed_seconds": self.wall_seconds(), "per_rank": per_rank}
+        state = {**algorithm.shared_state(), "elapsed_seconds": self.wall_seconds(), "per_rank": per_rank,
+                 "eval_return": self.eval_return}
         path = checkpoint.save(self.checkpoint_dir, algorithm.counters.updates, state, self.spec.checkpoint.keep,
                                volume=self.volume())
         self.last_checkpoint_update = algorithm.counters.updates
@@ -489,6 +495,9 @@ def _resumable(state: dict) -> str | None:
     elapsed = state.get("elapsed_seconds", 0.0)
     if type(elapsed) not in (int, float) or not 0 <= elapsed < float("inf"):
         return "elapsed_seconds is not a finite, non-negative number"
+    eval_return = state.get("eval_return")
+    if eval_return is not None and (type(eval_return) not in (int, float) or not math.isfinite(eval_return)):
+        return "eval_return is neither absent nor a finite number"
     return None
 
 
