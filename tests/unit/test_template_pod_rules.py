@@ -408,3 +408,27 @@ def test_a_long_list_of_the_same_mistake_is_reported_in_a_few_lines():
     assert len(found) == 8
     assert "spec.template.spec: 19997 more mounts of volumes the pod lacks" in found
     assert "spec.template.spec.tolerations: 19997 more toleration problems" in found
+
+
+# validateObjectFieldSelector (validateEnvVarValueFrom): a fieldPath outside validEnvDownwardAPIFieldPathExpressions
+# is NotSupported, an unsubscripted metadata.labels too. Only what no server version accepts is refused here.
+@pytest.mark.parametrize(("field_path", "words"), [
+    ("spec.nodename", "expected spec.nodeName (field paths are case-sensitive) (got 'spec.nodename')"),
+    ("metadata.labels", "expected one label, metadata.labels['<key>']: an env var holds one value"),
+], ids=["letter-case", "whole-map"])
+def test_a_field_path_no_api_server_takes_is_refused_by_the_operator_and_kuberl_validate(field_path, words):
+    from kuberl.core import jobstatus
+
+    env = [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": field_path}}}]
+    _, refusal = jobstatus.judge(make_job("downward").template({"spec": {"containers": [sidecar(env=env)]}}).obj())
+    assert refusal is not None
+    assert refusal.message.startswith(f"spec.template.spec.containers[shipper].env[NODE].valueFrom.fieldRef.fieldPath: {words}")
+
+
+@pytest.mark.parametrize("field_path", ["status.podIP", "metadata.labels['kuberl.dev/rank']", "spec.host", "status.nodeTopology"],
+                         ids=["known", "subscripted", "legacy-alias", "unknown-left-to-the-server"])
+def test_other_field_paths_pass(field_path):
+    from kuberl.core import jobstatus
+
+    env = [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": field_path}}}]
+    assert jobstatus.judge(make_job("downward").template({"spec": {"containers": [sidecar(env=env)]}}).obj())[1] is None

@@ -162,6 +162,8 @@ def source_problems(pod: Mapping, container: Mapping) -> list[str]:
             problems.append(f"{at}.{kinds[0]}.{field}: required (got {_shown(ref.get(field) if isinstance(ref, dict) else ref)})")
         elif kinds[0] == "resourceFieldRef":
             problems += _divisor_problems(f"{at}.resourceFieldRef", ref)
+        elif kinds[0] == "fieldRef":
+            problems += _field_path_problems(f"{at}.fieldRef.fieldPath", ref["fieldPath"])
         elif kinds[0] == "configMapKeyRef" and not is_configmap_key(ref["key"]):
             problems.append(f"{at}.configMapKeyRef.key: expected a ConfigMap key: letters, digits, '-', '_' or '.',"
                             f" not starting with '..' (got {_shown(ref['key'])})")
@@ -183,6 +185,26 @@ def source_problems(pod: Mapping, container: Mapping) -> list[str]:
             problems += item_path_problems(f"{at}.items[{j}].path", item.get("path"))
             problems += _mode_problems(f"{at}.items[{j}].mode", item.get("mode"))
     return problems
+
+
+# validateEnvVarValueFrom's validEnvDownwardAPIFieldPathExpressions (pkg/apis/core/validation/validation.go, v1.33),
+# besides metadata.labels['<key>'] and metadata.annotations['<key>'].
+ENV_FIELD_PATHS = ("metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName", "spec.serviceAccountName",
+                   "status.hostIP", "status.hostIPs", "status.podIP", "status.podIPs")
+
+
+def _field_path_problems(path: str, field_path: str) -> list[str]:
+    """A fieldRef the API server refuses whatever its version (validateObjectFieldSelector): a known path in other
+    letter case (field paths are camelCase, so no server adds spec.nodename), or a whole map of labels or
+    annotations, which only a downward API volume can hold. Any other unknown path is left to the server: a newer
+    one may know it."""
+    close = [known for known in ENV_FIELD_PATHS if known.lower() == field_path.lower() and known != field_path]
+    if close:
+        return [f"{path}: expected {close[0]} (field paths are case-sensitive) (got {_shown(field_path)})"]
+    if field_path in ("metadata.labels", "metadata.annotations"):
+        return [(f"{path}: expected one {field_path[9:-1]}, {field_path}['<key>']: an env var holds one value (a"
+                 f" downwardAPI volume can hold them all) (got {_shown(field_path)})")]
+    return []
 
 
 def pod_source_problems(pod: Mapping) -> list[str]:
