@@ -133,11 +133,20 @@ CASES = [
     Case("oom-killed", (Pod(0).running(), Pod(1).exited(137)._with(reason="OOMKilled")), lc.RESTARTING, "OOMKilled", True),
     Case("stalled", (Pod(0).running(), Pod(1).running()), lc.RESTARTING, lc.REASON_STALLED, True, "800 timesteps",
          rank0=Rank0Progress(0, 800, T0 + 50), at=T0 + 150),
+    # a full volume is the job's to fix (expand the claim, lower keep): counted, as before
+    Case("checkpoint-volume-full", (Pod(0).exited(1, "CheckpointVolumeFull: [Errno 28] the checkpoint volume is full"),
+                                    Pod(1).exited(1, "PeerLost: rank 0 left")), lc.RESTARTING, "CheckpointVolumeFull", True),
     # not counted: the cluster's doing
     *(Case(f"disrupted-{r}", (Pod(0).running(), Pod(1).exited(137).disrupted(r)), lc.RESTARTING, r, False, f"disrupted: {r}")
       for r in ("PreemptionByScheduler", "EvictionByEvictionAPI", "DeletionByTaintManager", "TerminationByKubelet")),
     Case("pod-deleted", (Pod(0).running(), Pod(1).running().deleting(T0 + 30)), lc.RESTARTING, lc.REASON_POD_DELETED, False),
     Case("pod-lost", (Pod(0).running(),), lc.RESTARTING, lc.REASON_POD_LOST, False, "disappeared"),
+    # the checkpoint volume failed under the job (EIO, a kernel's read-only remount): the storage's doing; rank 1's
+    # PeerLost is its echo
+    Case("checkpoint-volume-unavailable", (Pod(0).exited(1, "CheckpointVolumeUnavailable: saving /c/ckpt-0000000040.pt "
+                                                            "failed: EIO (Input/output error)"),
+                                           Pod(1).exited(1, "PeerLost: rank 0 left")),
+         lc.RESTARTING, "CheckpointVolumeUnavailable", False, "EIO"),
     Case("stopped-by-a-signal", (Pod(0).exited(0, "Stopped: at 900; resumable"), Pod(1).exited(0, "Stopped: at 900; resumable")),
          lc.RESTARTING, "Stopped", False),
     # ... but only from a pod that exited 0: torch's launcher exited 1 after a clean stop until
@@ -467,6 +476,33 @@ def test_uncounted_restarts_in_a_row_back_off_like_crash_loop_backoff():
     apart = last_restart + lc.UNCOUNTED_RESET_SECONDS
     status = decide(spec, status, stopped_gang(status["generation"]), None, apart).status
     assert lc.parse_time(status["nextStartTime"]) == apart, "restarts this far apart start the backoff over"
+
+
+def test_a_long_checkpoint_storage_outage_never_spends_backoff_limit_and_backs_off_like_a_disruption():
+    """Rank 0's checkpoint volume answers EIO at every save for an hour: each gang restarts without spending
+    backoffLimit (it failed the job after 3), 10, 20, 40 ... 600 s apart; a crash after it is still counted."""
+    spec = job(restartBackoffSeconds=0, backoffLimit=3)
+    status, now, delays = running_status(spec), T0, []
+    for _ in range(8):
+        gen = status["generation"]
+        pods = [Pod(0, gen).exited(1, "CheckpointVolumeUnavailable: saving /c/ckpt-0000000040.pt failed: EIO").obj(),
+                Pod(1, gen).exited(1, "PeerLost: rank 0 left").obj()]
+        d = decide(spec, status, pods, None, now)
+        assert d.phase == lc.RESTARTING and d.of(Fail) == [], d.of(Fail)
+        status = d.status
+        delays.append(lc.parse_time(status["nextStartTime"]) - now)
+        now += delays[-1]
+        status = decide(spec, status, gang("running", gen=status["generation"]), None, now).status
+    assert status["restarts"] == 0 and delays == [0, 10, 20, 40, 80, 160, 320, 600]
+    assert {e["reason"] for e in status["restartHistory"]} == {"CheckpointVolumeUnavailable"}
+    gen = status["generation"]
+    crashed = decide(spec, status, [Pod(0, gen).running().obj(), Pod(1, gen).exited(1, "Crashed: boom").obj()], None, now)
+    assert crashed.status["restarts"] == 1
+
+
+def test_only_the_uncounted_reasons_spare_the_budget():
+    assert not lc.counts_toward_backoff("CheckpointVolumeUnavailable")
+    assert all(lc.counts_toward_backoff(r) for r in ("Crashed", "CheckpointVolumeFull", "PeerLost", "Error", "OOMKilled"))
 
 
 def test_start_up_retries_do_not_lengthen_the_uncounted_backoff():

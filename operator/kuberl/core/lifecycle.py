@@ -16,8 +16,9 @@ the new generation.
 Rules (the project design, Operator):
 - a failed pod restarts the whole gang, after restartBackoffSeconds * 2^n
   (capped); crashes and stalls count toward backoffLimit; disruptions
-  (DisruptionTarget, a pod deleted or lost, a stated Stop) do not, and back
-  off in a row from 10 s like kubelet's CrashLoopBackOff;
+  (DisruptionTarget, a pod deleted or lost, a stated Stop) and a checkpoint
+  volume that failed under the job (CheckpointVolumeUnavailable) do not, and
+  back off in a row from 10 s like kubelet's CrashLoopBackOff;
 - a generation that never had all its pods started is a start-up problem:
   reported with its reason, retried after startupTimeoutSeconds up to
   maxStartupRetries, never spending the backoff budget;
@@ -56,6 +57,7 @@ from .contract import (
     REASON_STOPPED,
     REASON_SUCCEEDED,
     TRAINER_REASONS,
+    UNCOUNTED_REASONS,
     parse_final_numbers,
     stated_reason,
 )
@@ -547,6 +549,13 @@ def _run(
     return plan.finish(phase)
 
 
+def counts_toward_backoff(reason: str) -> bool:
+    """Whether a started gang's failure for `reason` spends backoffLimit: a crash does; a checkpoint volume
+    that failed under the job (contract.UNCOUNTED_REASONS) does not, so a long storage outage cannot fail
+    it (its restarts back off as disruptions' do)."""
+    return reason not in UNCOUNTED_REASONS
+
+
 def _is_config_error(pod: ObservedPod) -> bool:
     return pod.reason in PERMANENT_REASONS or (pod.exit_code == EXIT_CONFIG_ERROR and pod.reason is None)
 
@@ -622,7 +631,7 @@ def _broken(
         pod = min(failed, key=lambda p: (p.reason == REASON_PEER_LOST, p.finished_at or math.inf, p.rank))
         reason = pod.reason or "Error"
         if fully_started or (len(live) == spec.workers and all(p.started for p in live.values())):
-            return Breakage(reason, _pod_says(pod), counted=True, startup=False)
+            return Breakage(reason, _pod_says(pod), counted=counts_toward_backoff(reason), startup=False)
         return Breakage(reason, _pod_says(pod) + " (before all workers were running)", counted=False, startup=True)
     lost = [r for r in range(spec.workers) if r not in live]
     if fully_started and lost:
