@@ -15,15 +15,16 @@ STAMP := $(VENV)/.installed
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-# Two stamps: what training needs (torch, the trainer, the kuberl CLI, plotting), then what the tests add.
+# Two stamps: what training needs (torch, the trainer, the kuberl CLI, plotting, and the README's
+# `kuberl eval --video`, whose CartPole frames pygame draws), then what the tests add.
 # The training install shows pip's progress (a first run downloads torch); versions follow requirements-dev.txt's pins.
 TRAIN_STAMP := $(VENV)/.installed-train
 $(TRAIN_STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.txt
-	@echo "make: installing torch (CPU), the trainer, the kuberl CLI and plotting into $(VENV) (the first time takes a few minutes)"
+	@echo "make: installing torch (CPU), the trainer, the kuberl CLI, plotting and video into $(VENV) (the first time takes a few minutes)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PIP) install --progress-bar on --upgrade pip
 	$(PIP) install --progress-bar on $(TORCH_CPU)
-	$(PIP) install --progress-bar on -c requirements-dev.txt -e "operator[plot,progress]" -e trainer
+	$(PIP) install --progress-bar on -c requirements-dev.txt -e "operator[plot,progress]" -e "trainer[video]"
 	touch $@
 
 $(STAMP): $(TRAIN_STAMP) requirements-dev.txt

@@ -20,12 +20,13 @@ def dry_run(target: str, tmp_path: Path) -> list[str]:
     return [line for line in out.splitlines() if " install " in line]
 
 
-def test_make_train_installs_the_trainer_cli_and_plotting_only_with_visible_progress(tmp_path):
+def test_make_train_installs_the_trainer_cli_plotting_and_video_only_with_visible_progress(tmp_path):
+    """The README's quickstart follows `make train` with `kuberl eval --video`: pygame (the video extra) draws CartPole."""
     installs = dry_run("train", tmp_path)
     assert installs, "make train installs something into a fresh venv"
     joined = "\n".join(installs)
     assert "-r requirements-dev.txt" not in joined  # pins as constraints (-c) only: no test tools
-    assert "operator[plot,progress]" in joined and "-e trainer" in joined and "operator[operator" not in joined
+    assert "operator[plot,progress]" in joined and '-e "trainer[video]"' in joined and "operator[operator" not in joined
     assert not any(" -q" in line for line in installs), "pip's progress is shown"
 
 

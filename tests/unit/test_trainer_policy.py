@@ -301,3 +301,15 @@ def test_a_model_tensor_claiming_terabytes_in_a_few_kilobytes_is_refused_before_
 def test_a_normaliser_that_does_not_fit_the_envs_observations_is_refused_in_one_line(tmp_path, capsys, obs_norm, words):
     assert main(["eval", normalised_model(tmp_path, **obs_norm), "--episodes", "1"]) == 1
     assert f"obs_norm {words}" in capsys.readouterr().err
+
+
+def test_kuberl_eval_video_without_pygame_names_the_extra_instead_of_a_traceback(tmp_path, capsys, monkeypatch):
+    """`make train` then the README's `kuberl eval runs/cartpole-ppo --video cartpole.gif` ended in gymnasium's
+    DependencyNotInstalled traceback: CartPole draws its frames with pygame, which only the video extra installs."""
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "final-model.pt")
+    monkeypatch.setitem(sys.modules, "pygame", None)  # `import pygame` fails, as where it is not installed
+    assert main(["eval", path, "--episodes", "1", "--video", str(tmp_path / "c.gif")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kuberl eval: --video: CartPole-v1 cannot draw its frames here (pygame is not installed"), err
+    assert err.endswith("pip install 'kuberl-trainer[video]'\n") and "Traceback" not in err

@@ -399,7 +399,11 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
     try:
         obs, _ = env.reset(seed=seed)
         for _ in range(max_frames):
-            frame = env.render()
+            try:
+                frame = env.render()
+            except gym.error.DependencyNotInstalled as e:  # classic control draws with pygame: the video extra
+                raise UnusableModel(f"--video: {policy.env_id} cannot draw its frames here ({e});"
+                                    " pip install 'kuberl-trainer[video]'") from None
             if frame is None:
                 raise UnusableModel(f"{policy.env_id} renders no rgb_array frames: no video")
             frames.append(Image.fromarray(np.asarray(frame, dtype=np.uint8)))
