@@ -4,6 +4,9 @@ start, and a volume that cannot heal (read-only) or is full says so. The
 read-only and full volumes are real mounts, made in a private mount namespace
 (`unshare`): a read-only bind mount answers EROFS, a small tmpfs ENOSPC."""
 
+import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -79,6 +82,55 @@ def test_a_read_only_checkpoint_volume_fails_at_once_by_name(tmp_path):
                              "is read-only"), reason
     assert "timesteps" not in ranks.log(0)  # before any training: nothing a restart could add
     assert time.monotonic() - started < 30
+
+
+def remounted_read_only_by_the_kernel(device, then: str = "") -> str:
+    """A mount command for `mounted`: a tmpfs at `device`, bind-mounted at "$1" as the kubelet mounts a volume into a
+    pod; then (in the background, once `then` holds) its filesystem remounted read-only under the read-write bind
+    mount, as ext4's errors=remount-ro leaves a volume after an I/O error."""
+    device = shlex.quote(str(device))
+    remount = f"mount -o remount,ro {device}"
+    if then:
+        remount = f"{{ (until {then}; do sleep 0.05; done; {remount}) & }}"
+    return f'mount -t tmpfs -o size=64m tmpfs {device} && mount --bind {device} "$1" && {remount}'
+
+
+@needs_mounts
+def test_a_volume_the_kernel_remounts_read_only_under_the_job_is_unavailable_naming_the_last_good_checkpoint(tmp_path):
+    """It failed the job for good (CheckpointVolumeReadOnly), though a new pod re-stages the volume: now the rank
+    ends with CheckpointVolumeUnavailable (retried, uncounted), naming what failed, the errno and the checkpoint a
+    restart resumes from; every checkpoint written before stays."""
+    job = make_job(tmp_path, world_size=1, checkpoint={"everyUpdates": 2})
+    job.checkpoint_dir.mkdir(parents=True)
+    device = tmp_path / "device"
+    device.mkdir()
+    mount = remounted_read_only_by_the_kernel(device, then='ls "$1"/ckpt-*.pt >/dev/null 2>&1')
+    ranks = Ranks(job, prefix=mounted(mount, job.checkpoint_dir))
+    assert ranks.wait(timeout=90) == [1], ranks.log(0)
+    reason = job.termination_log(0)
+    assert reason.startswith(f"{contract.REASON_CHECKPOINT_VOLUME_UNAVAILABLE}: writing {job.checkpoint_dir}/ckpt-"), reason
+    assert "failed with EROFS (Read-only file system)" in reason and "without spending backoffLimit" in reason, reason
+    last_good = re.search(r"the last good checkpoint is (\S+\.pt)", reason)
+    assert last_good is not None, reason
+    # the tmpfs went with the rank's mount namespace: its log is the witness that the named checkpoint was saved
+    assert f"checkpoint /{os.path.relpath(last_good.group(1), job.rank_root(0))} (timesteps" in ranks.log(0), ranks.log(0)
+    assert "Traceback" not in ranks.log(0), ranks.log(0)
+
+
+@needs_mounts
+def test_a_volume_whose_filesystem_is_read_only_under_a_writable_mount_at_start_is_unavailable_not_permanent(tmp_path):
+    """A restart that lands on the node whose filesystem the kernel remounted: read-only at start, but not mounted so
+    (the bind mount is read-write), so a later pod may find it healed; a read-only mount stays permanent (above)."""
+    job = make_job(tmp_path, world_size=1)
+    job.checkpoint_dir.mkdir(parents=True)
+    device = tmp_path / "device"
+    device.mkdir()
+    ranks = Ranks(job, prefix=mounted(remounted_read_only_by_the_kernel(device), job.checkpoint_dir))
+    assert ranks.wait(timeout=60) == [1], ranks.log(0)
+    reason = job.termination_log(0)
+    assert reason.startswith(f"{contract.REASON_CHECKPOINT_VOLUME_UNAVAILABLE}: creating a file in {job.checkpoint_dir} "
+                             "failed with EROFS"), reason
+    assert "the checkpoints on it are left as they are" in reason and "timesteps" not in ranks.log(0), reason
 
 
 @needs_mounts

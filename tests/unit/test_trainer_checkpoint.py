@@ -302,6 +302,125 @@ def test_a_claim_over_its_quota_is_a_full_volume_naming_what_a_checkpoint_needs(
         " needs " in str(full.value), str(full.value)
 
 
+@pytest.mark.parametrize(("error", "writable_at_start", "reason"), [
+    (errno.EIO, True, "CheckpointVolumeUnavailable"),  # a lost disk or network session: uncounted restart
+    (errno.ESTALE, True, "CheckpointVolumeUnavailable"),
+    (errno.ENOTCONN, True, "CheckpointVolumeUnavailable"),  # a FUSE mount whose daemon died
+    (errno.EIO, False, "CheckpointVolumeUnavailable"),
+    (errno.EROFS, True, "CheckpointVolumeUnavailable"),  # remounted read-only under the running job
+    (errno.EROFS, False, "CheckpointVolumeReadOnly"),  # mounted read-only: permanent, as before
+    (errno.ENOSPC, True, "CheckpointVolumeFull"),
+    (errno.EDQUOT, True, "CheckpointVolumeFull"),
+    (errno.EACCES, True, "CheckpointVolumeForbidden"),
+    (errno.EPERM, False, "CheckpointVolumeForbidden"),
+    (errno.EINVAL, True, None),  # not the volume's: raised as it is (Crashed)
+    (None, True, None),
+])
+def test_each_volume_errno_has_one_verdict(error, writable_at_start, reason):
+    assert checkpoint.volume_failure(error, writable_at_start) == reason
+
+
+class FailingFileFsync:
+    """os.fsync failing with `error` on checkpoint files (not directories), from the `after`-th call on: the
+    EIO a volume answers once its disk or network session is lost (write-back fails at fsync)."""
+
+    def __init__(self, monkeypatch, error: int, after: int = 0):
+        self.real, self.error, self.calls, self.after = os.fsync, error, 0, after
+        monkeypatch.setattr(checkpoint.os, "fsync", self)
+
+    def __call__(self, fd: int) -> None:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            self.calls += 1
+            if self.calls > self.after:
+                raise OSError(self.error, os.strerror(self.error))
+        self.real(fd)
+
+
+def test_a_save_the_volume_fails_under_names_the_path_the_errno_and_the_last_good_checkpoint(tmp_path, monkeypatch):
+    """It was a bare 'Crashed: OSError: [Errno 5] Input/output error', counted toward backoffLimit: a long storage
+    outage failed the job. Now its own reason, uncounted; nothing older is touched and no temp file is left."""
+    last_good = checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=2)
+    FailingFileFsync(monkeypatch, errno.EIO)
+    with pytest.raises(checkpoint.CheckpointVolumeUnavailable) as failed:
+        checkpoint.save(str(tmp_path), 2, ppo_like_state(2), keep=2, last_good=last_good)
+    said = str(failed.value)
+    assert failed.value.errno == errno.EIO and failed.value.reason == "CheckpointVolumeUnavailable"
+    assert said.startswith(f"writing {tmp_path}/ckpt-0000000002.pt failed with EIO (Input/output error)"), said
+    assert f"the last good checkpoint is {last_good}" in said and "without spending backoffLimit" in said, said
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-0000000001.pt"]
+
+
+def test_a_volume_remounted_read_only_under_the_job_is_unavailable_not_permanently_read_only(tmp_path, monkeypatch):
+    """ext4's errors=remount-ro after an I/O error: it failed the job at once (CheckpointVolumeReadOnly), though a new
+    pod re-stages the volume. The rank found it writable at its start, so a read-only one now is a failure under it."""
+    def remounted(path, data):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+
+    monkeypatch.setattr(checkpoint, "write_atomic", remounted)
+    with pytest.raises(checkpoint.CheckpointVolumeUnavailable) as failed:
+        checkpoint.save(str(tmp_path), 3, ppo_like_state(3), keep=2)
+    assert "failed with EROFS" in str(failed.value) and "turned read-only while the job ran" in str(failed.value)
+    assert "no checkpoint of this run was saved yet" in str(failed.value)
+    with pytest.raises(checkpoint.CheckpointVolumeUnavailable):
+        checkpoint.write_on_volume(str(tmp_path / "final-model.pt"), b"model", last_good="/c/ckpt-0000000002.pt")
+
+
+def test_an_io_error_after_the_new_checkpoint_read_back_names_it_as_the_last_good_one(tmp_path, monkeypatch):
+    for updates in (1, 2):
+        checkpoint.save(str(tmp_path), updates, ppo_like_state(updates), keep=1)
+
+    def unlink(path, *a, **k):
+        raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+
+    monkeypatch.setattr(checkpoint.os, "unlink", unlink)
+    checkpoint._verified.clear()
+    with pytest.raises(checkpoint.CheckpointVolumeUnavailable) as failed:
+        checkpoint.save(str(tmp_path), 3, ppo_like_state(3), keep=1, last_good=str(tmp_path / "ckpt-0000000002.pt"))
+    assert f"the last good checkpoint is {tmp_path}/ckpt-0000000003.pt" in str(failed.value), str(failed.value)
+
+
+# /proc/self/mountinfo as the kernel wrote it (proc(5)) for: a tmpfs remounted read-only (its superblock), a bind
+# mount of it that stays read-write, a read-only bind mount (a readOnly volume), and a path with a space
+MOUNTINFO = """\
+22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+63 22 0:39 / /tmp/mi/x ro,relatime - tmpfs tmpfs ro
+64 22 0:39 / /tmp/mi/y rw,relatime - tmpfs tmpfs ro
+65 22 254:0 /srv /tmp/mi/z ro,relatime shared:7 master:2 - ext4 /dev/vda rw,discard
+66 22 0:40 / /tmp/mi/with\\040space rw,relatime - tmpfs tmpfs ro
+"""
+
+
+@pytest.mark.parametrize(("path", "by"), [
+    ("/tmp/mi/x/ckpt", "mount"),
+    ("/tmp/mi/y/job-uid", "filesystem"),  # the kernel's error remount: a new pod's mount heals it
+    ("/tmp/mi/z", "mount"),  # with optional fields before the separator
+    ("/tmp/mi/with space/a", "filesystem"),
+    ("/tmp/mi/yy", None),  # not under /tmp/mi/y: the root filesystem, read-write
+    ("/elsewhere", None),
+])
+def test_who_made_a_path_read_only_is_read_from_mountinfo(path, by):
+    assert checkpoint.read_only_by(MOUNTINFO, path) == by
+
+
+def test_a_volume_read_only_at_start_is_permanent_unless_only_its_filesystem_is(tmp_path, monkeypatch):
+    directory = "/tmp/mi/y/job-uid"
+    table = tmp_path / "mountinfo"
+    table.write_text(MOUNTINFO)
+
+    def read_only(dir, prefix, suffix):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), dir)
+
+    monkeypatch.setattr(checkpoint.os, "makedirs", lambda *a, **k: None)
+    monkeypatch.setattr(checkpoint.tempfile, "mkstemp", read_only)
+    with pytest.raises(checkpoint.CheckpointVolumeUnavailable) as remounted:
+        checkpoint.check_writable(directory, mountinfo=str(table))
+    assert "the checkpoints on it are left as they are" in str(remounted.value)
+    with pytest.raises(checkpoint.CheckpointVolumeReadOnly):
+        checkpoint.check_writable("/tmp/mi/x/job-uid", mountinfo=str(table))
+    with pytest.raises(checkpoint.CheckpointVolumeReadOnly):  # no table to read: as before
+        checkpoint.check_writable(directory, mountinfo=str(tmp_path / "absent"))
+
+
 def test_a_corrupt_newest_checkpoint_is_kept_aside_before_the_resumed_run_saves_under_its_name(tmp_path):
     """A run resumed past a corrupt ckpt-N saves ckpt-N again after everyUpdates more updates: the same name.
     The corrupt file was moved aside only at that save, after the new one had replaced it: the evidence was lost."""

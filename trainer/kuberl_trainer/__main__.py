@@ -4,7 +4,9 @@ Exit and termination-log contract (kuberl.core.contract): 0 with "Succeeded: …
 (target met or budget spent) or "Stopped: … resumable" (SIGTERM/SIGINT);
 78 with "ConfigError: spec.x.y: …" for a configuration that can never run;
 1 with "PeerLost: …" (a collective failed), "CheckpointVolumeFull: …" (a save
-did not fit its claim) or "Crashed: …" (anything else), all retried by the operator.
+did not fit its claim), "CheckpointVolumeUnavailable: …" (the volume failed under
+the job: an I/O error, a read-only remount; not counted toward backoffLimit) or
+"Crashed: …" (anything else), all retried by the operator.
 
 Deterministic mode (spec.deterministic): deterministic torch kernels, every
 RNG seeded, and checkpoints that also carry each rank's env and RNG state, so
@@ -56,7 +58,11 @@ from kuberl.core.validation import InvalidJob
 
 from . import atari, dqn, fused, learners, ppo
 from .budget import BufferTooLarge
-from .checkpoint import CheckpointVolumeFull, UnusableCheckpoint
+from .checkpoint import (
+    CheckpointVolumeFull,
+    CheckpointVolumeUnavailable,
+    UnusableCheckpoint,
+)
 from .device import describe as describe_device
 from .device import gpus_missing
 from .device import tune as tune_device
@@ -197,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except CheckpointVolumeFull as e:  # retryable (the claim may be expanded); its own reason, so restarts say why
         write_reason(contract.REASON_CHECKPOINT_VOLUME_FULL, str(e))
+        return 1
+    except CheckpointVolumeUnavailable as e:  # retryable, uncounted: the storage failed under the job, not the workload
+        write_reason(contract.REASON_CHECKPOINT_VOLUME_UNAVAILABLE, str(e))
         return 1
     except MetricsPortTaken as e:  # retryable, and its message says everything a traceback would
         write_reason(contract.REASON_CRASHED, str(e))

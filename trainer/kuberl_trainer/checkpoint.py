@@ -62,6 +62,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from kuberl.core import contract
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +194,62 @@ def volume_access(directory: str):
         yield
     except PermissionError as e:
         raise CheckpointVolumeForbidden(directory, e) from e
+
+
+# How the checkpoint volume failed, by errno, and what that means for the job (kuberl.core.contract's reasons).
+# A volume that fails under a running rank is the storage's fault, not the workload's: a lost network session
+# or server (EIO, ESTALE; ENOTCONN: a FUSE mount whose daemon died; EHOSTDOWN, ETIMEDOUT), a device gone (ENXIO,
+# ENODEV), or a filesystem the kernel remounted read-only after errors (EROFS on a volume this rank found
+# writable at its start: ext4's errors=remount-ro). A new pod mounts the volume anew (CSI NodeStage: fsck, a
+# fresh mount, maybe on another node), so the gang restarts, uncounted, as after a preemption.
+UNAVAILABLE = contract.REASON_CHECKPOINT_VOLUME_UNAVAILABLE
+FULL = contract.REASON_CHECKPOINT_VOLUME_FULL
+READ_ONLY = contract.REASON_CHECKPOINT_READ_ONLY
+FORBIDDEN = contract.REASON_CHECKPOINT_FORBIDDEN
+VOLUME_FAILED_ERRNOS = frozenset({errno.EIO, errno.ESTALE, errno.ENOTCONN, errno.EHOSTDOWN, errno.ETIMEDOUT,
+                                  errno.ENXIO, errno.ENODEV})
+
+
+def volume_failure(error_number: int | None, writable_at_start: bool) -> str | None:
+    """The reason an OSError of `error_number` on the checkpoint volume ends the rank with, or None (not the
+    volume's: raised as it is, a Crashed). `writable_at_start`: this rank found the volume writable when it
+    started (check_writable), so a read-only one now was remounted under it, not mounted so."""
+    if error_number in (errno.ENOSPC, errno.EDQUOT):
+        return FULL  # retryable and counted: the claim must grow, or keep shrink
+    if error_number in (errno.EACCES, errno.EPERM):
+        return FORBIDDEN  # permanent: who may write does not change by waiting
+    if error_number == errno.EROFS:
+        return UNAVAILABLE if writable_at_start else READ_ONLY
+    if error_number in VOLUME_FAILED_ERRNOS:
+        return UNAVAILABLE
+    return None
+
+
+class CheckpointVolumeUnavailable(OSError):
+    """The checkpoint volume failed under the running job (volume_failure: UNAVAILABLE): the rank ends, naming
+    what it was doing, the path, the errno and the last good checkpoint; the gang restarts uncounted."""
+
+    reason = UNAVAILABLE
+
+    def __init__(self, doing: str, error: OSError, last_good: str | None = None, at_start: bool = False):
+        name = errno.errorcode.get(error.errno, str(error.errno))
+        path = error.filename if isinstance(error.filename, str) else ""
+        at = f" ({path})" if path and path not in doing and not TEMP_NAME.fullmatch(os.path.basename(path)) else ""
+        if error.errno == errno.EROFS:
+            why = ("the volume turned read-only while the job ran (a filesystem the kernel remounts read-only "
+                   "after errors)")
+        else:
+            why = "the volume failed under the job (a lost disk, network server or session)"
+        kept = (f"the last good checkpoint is {last_good}" if last_good
+                else "the checkpoints on it are left as they are" if at_start
+                else "no checkpoint of this run was saved yet")
+        super().__init__(error.errno, f"{doing}{at} failed with {name} ({error.strerror or error}): {why}; {kept}. "
+                         "The gang restarts without spending backoffLimit and resumes from it; if this repeats, check "
+                         "the claim (kubectl describe pvc) and the node's kernel log")
+        self.last_good = last_good
+
+    def __str__(self) -> str:
+        return self.strerror or ""
 
 
 class CheckpointVolumeFull(OSError):
@@ -476,7 +533,22 @@ def _remember(path: str, valid: bool) -> None:
         _verified[path] = (*_signature(path), valid)
 
 
-def save(directory: str, updates: int, state: dict, keep: int, volume: str = "") -> str:
+def save(directory: str, updates: int, state: dict, keep: int, volume: str = "", last_good: str | None = None) -> str:
+    """`_save`; an I/O error anywhere in it (the write, the read-back, the listing) raised as
+    CheckpointVolumeUnavailable naming `last_good`, the newest checkpoint known to load."""
+    path = os.path.join(directory, checkpoint_name(updates))
+    try:
+        return _save(directory, updates, state, keep, volume, last_good)
+    except (CheckpointVolumeUnavailable, CheckpointVolumeFull, CheckpointVolumeForbidden):
+        raise
+    except OSError as e:
+        if volume_failure(e.errno, writable_at_start=True) == UNAVAILABLE:
+            saved = _verified.get(path, (0, 0, False))[2]  # it read back: only pruning failed after it
+            raise CheckpointVolumeUnavailable(f"saving {path}", e, path if saved else last_good) from e
+        raise
+
+
+def _save(directory: str, updates: int, state: dict, keep: int, volume: str, last_good: str | None) -> str:
     """Write checkpoint `updates`; keep the newest `keep` valid ones and delete
     the older ones. Files that do not decode are moved aside (`ASIDE`), wherever
     they sort; what is not a regular file, what this trainer cannot judge and
@@ -486,7 +558,7 @@ def save(directory: str, updates: int, state: dict, keep: int, volume: str = "")
     (a file it may not remove is left, said in the log). The new file is read back before anything
     is removed: one that does not load raises CheckpointReadBackFailed, the older ones all kept."""
     path = os.path.join(directory, checkpoint_name(updates))
-    write_on_volume(path, encode(state), volume, keep)
+    write_on_volume(path, encode(state), volume, keep, last_good)
     # Read back before any older one goes: with keep=1, pruning on the word of a file that does not
     # load deleted the only valid checkpoint (85 ms for an Atari CNN's 20 MB; a save takes 200).
     _verified.pop(path, None)
@@ -520,19 +592,21 @@ def save(directory: str, updates: int, state: dict, keep: int, volume: str = "")
     return path
 
 
-def write_on_volume(path: str, data: bytes, volume: str = "", keep: int = 0) -> None:
-    """write_atomic, a full volume raised as CheckpointVolumeFull (naming `volume` and what `data`
-    needs; `keep` checkpoints of that size must fit besides), a read-only one as
-    CheckpointVolumeReadOnly and one this trainer may not write as CheckpointVolumeForbidden."""
+def write_on_volume(path: str, data: bytes, volume: str = "", keep: int = 0, last_good: str | None = None) -> None:
+    """write_atomic on a volume this rank found writable at its start (check_writable): a full volume raised as
+    CheckpointVolumeFull (naming `volume` and what `data` needs; `keep` checkpoints of that size must fit
+    besides), one this trainer may not write as CheckpointVolumeForbidden, and one that failed under the job
+    (an I/O error, a read-only remount) as CheckpointVolumeUnavailable naming `last_good`."""
     directory = os.path.dirname(path) or "."
     try:
         with volume_access(directory):
             write_atomic(path, data)
     except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        failure = volume_failure(e.errno, writable_at_start=True)
+        if failure == FULL:
             raise CheckpointVolumeFull(directory, len(data), volume or directory, keep, quota=e.errno == errno.EDQUOT) from e
-        if e.errno == errno.EROFS:
-            raise CheckpointVolumeReadOnly(directory, e) from e
+        if failure == UNAVAILABLE:
+            raise CheckpointVolumeUnavailable(f"writing {path}", e, last_good) from e
         raise
 
 
@@ -786,9 +860,11 @@ def remove_stale_temps(directory: str) -> list[str]:
     return removed
 
 
-def check_writable(directory: str) -> None:
-    """Create `directory` and a file in it, or raise CheckpointVolumeReadOnly at once for a
-    read-only volume (a restart cannot heal it); other OS errors are raised as they are."""
+def check_writable(directory: str, mountinfo: str = "/proc/self/mountinfo") -> None:
+    """Create `directory` and a file in it. A read-only volume raises CheckpointVolumeReadOnly at once when it
+    is mounted read-only (a readOnly volume, the claim's access mode: no restart changes it), but
+    CheckpointVolumeUnavailable when only its filesystem is, under a read-write mount (the kernel remounted it
+    after errors: a new pod re-stages it). Other OS errors are raised as they are."""
     try:
         os.makedirs(directory, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".part")
@@ -796,8 +872,41 @@ def check_writable(directory: str) -> None:
         os.unlink(probe)
     except OSError as e:
         if e.errno == errno.EROFS:
+            try:
+                with open(mountinfo) as f:
+                    table = f.read(1 << 20)
+            except OSError:
+                table = ""
+            if read_only_by(table, directory) == "filesystem":
+                raise CheckpointVolumeUnavailable(f"creating a file in {directory}", e, at_start=True) from e
             raise CheckpointVolumeReadOnly(directory, e) from e
         raise
+
+
+def read_only_by(mountinfo: str, path: str) -> str | None:
+    """Who makes `path` read-only, from /proc/self/mountinfo's text (proc(5)): "mount" when the mount holding it
+    is mounted read-only (the kubelet's bind mount of a readOnly volume: configuration), "filesystem" when only
+    the filesystem under a read-write mount is (its superblock: what ext4's errors=remount-ro sets after an I/O
+    error), None when neither or no mount holds it."""
+    target = os.path.realpath(path)
+    found = None
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if "-" not in fields[6:] or len(fields) < 7:
+            continue
+        separator = fields.index("-", 6)
+        if len(fields) < separator + 4:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and (found is None or len(point) >= len(found[0])):  # the deepest; a later one is stacked on top
+            found = (point, fields[5].split(","), fields[separator + 3].split(","))
+    if found is None:
+        return None
+    _, mount_options, super_options = found
+    if "ro" in mount_options:
+        return "mount"
+    return "filesystem" if "ro" in super_options else None
 
 
 def mismatch(expected: object, found: object, where: str = "state") -> str | None:

@@ -182,6 +182,7 @@ class TrainingSession:
         self.start_step = 0
         self.last_checkpoint_update = -1
         self.resumed_from: str | None = None
+        self.last_good: str | None = None  # the newest checkpoint known to load: named if the volume fails
         self.progress_unwritable = False
         self.exported = (0, 0)  # counter values already exported (steps, episodes)
         # spec.success.evalWhileTraining: rank 0 evaluates a frozen copy on a thread of its own
@@ -214,20 +215,14 @@ class TrainingSession:
         also gets its own env and RNG state."""
         data = None
         if self.ctx.is_main:
-            with checkpoint.volume_access(self.checkpoint_dir):  # a volume it may not use fails now, by name
-                checkpoint.check_writable(self.checkpoint_dir)  # a read-only volume fails now, not at the first save
-                for directory in {self.checkpoint_dir, os.path.dirname(self.final_model or self.checkpoint_dir)}:
-                    checkpoint.remove_stale_temps(directory)
-                start_over = self.spec.checkpoint.when_none_usable == "StartOver"
-                skipped: list[tuple[str, str]] = []  # each said by name as it is skipped
-                found = checkpoint.load_newest(self.checkpoint_dir, accept=_resumable, start_over=start_over, skipped=skipped,
-                                               set_aside=True)
+            found, skipped = self._read_volume()
             if self.metrics is not None:
                 self.metrics.checkpoints_skipped.set(len(skipped))
                 self.metrics.resumed_timesteps.set(found[1]["counters"]["global_step"] if found is not None else 0)
             if found is not None:
                 path, state = found
                 self.resumed_from = path
+                self.last_good = path
                 self.log(f"resuming from {pod_path(path)} (timesteps {state['counters']['global_step']})")
                 if skipped:
                     self.log(f"{len(skipped)} newer checkpoint(s) skipped, each named above: their training is done again")
@@ -263,6 +258,27 @@ class TrainingSession:
         self.last_report = (time.monotonic(), self.start_step)
         self.last_checkpoint_update = state["counters"]["updates"]
         return state, own
+
+    def _read_volume(self) -> tuple[tuple[str, dict] | None, list[tuple[str, str]]]:
+        """Rank 0's look at the checkpoint volume at start: (the newest usable checkpoint, those skipped). A
+        volume that fails while it looks (an I/O error outlasting the read retries) raises
+        CheckpointVolumeUnavailable: no verdict on the files, and a new pod mounts the volume anew."""
+        try:
+            with checkpoint.volume_access(self.checkpoint_dir):  # a volume it may not use fails now, by name
+                checkpoint.check_writable(self.checkpoint_dir)  # a read-only volume fails now, not at the first save
+                for directory in {self.checkpoint_dir, os.path.dirname(self.final_model or self.checkpoint_dir)}:
+                    checkpoint.remove_stale_temps(directory)
+                start_over = self.spec.checkpoint.when_none_usable == "StartOver"
+                skipped: list[tuple[str, str]] = []  # each said by name as it is skipped
+                found = checkpoint.load_newest(self.checkpoint_dir, accept=_resumable, start_over=start_over, skipped=skipped,
+                                               set_aside=True)
+        except checkpoint.CheckpointVolumeUnavailable:
+            raise
+        except OSError as e:
+            if checkpoint.volume_failure(e.errno, writable_at_start=False) == checkpoint.UNAVAILABLE:
+                raise checkpoint.CheckpointVolumeUnavailable(f"reading {self.checkpoint_dir}", e, at_start=True) from e
+            raise
+        return found, skipped
 
     def after_update(self, report: UpdateReport, algorithm: Algorithm) -> None:
         counters = report.counters
@@ -400,8 +416,9 @@ class TrainingSession:
         state = {**algorithm.shared_state(), "elapsed_seconds": self.wall_seconds(), "per_rank": per_rank,
                  "eval_return": self.eval_return}
         path = checkpoint.save(self.checkpoint_dir, algorithm.counters.updates, state, self.spec.checkpoint.keep,
-                               volume=self.volume())
+                               volume=self.volume(), last_good=self.last_good)
         self.last_checkpoint_update = algorithm.counters.updates
+        self.last_good = path
         if self.metrics is not None:
             self.metrics.checkpointed()
         self.log(f"checkpoint {pod_path(path)} (timesteps {algorithm.counters.global_step})")
@@ -463,7 +480,7 @@ class TrainingSession:
         }
         buffer = io.BytesIO()
         torch.save(model, buffer)
-        checkpoint.write_on_volume(self.final_model, buffer.getvalue(), volume=self.volume())
+        checkpoint.write_on_volume(self.final_model, buffer.getvalue(), volume=self.volume(), last_good=self.last_good)
 
 
 def append_line(path: str, line: str) -> None:
