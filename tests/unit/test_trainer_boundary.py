@@ -151,3 +151,23 @@ def test_a_rank_other_than_0_that_spent_the_budget_claims_neither_an_eval_return
     message = training.finish(trainer, "budget")
     assert message == f"budget of 64 timesteps spent (timesteps {trainer.counters.global_step}); rank 0 writes the model"
     assert not os.path.exists(training.final_model)
+
+
+def test_the_last_progress_line_just_after_a_periodic_one_gives_a_rate_over_seconds_not_one_update(tmp_path, monkeypatch):
+    """`kuberl run` of cartpole-dqn.yaml ended `timesteps 48127  steps/s 1,728` then `timesteps 48637  steps/s 77,375`:
+    the final line's rate was one update's steps over the milliseconds since the periodic line."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    spec = make_job().algorithm("ppo", numSteps=16).with_spec(totalTimesteps=128, workers=1, seed=1).spec()
+    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
+    clock = [100.0]
+    monkeypatch.setattr(session.time, "monotonic", lambda: clock[0])
+    lines: list[str] = []
+    training = session.TrainingSession(config, ONE_PROCESS, None, 0, threading.Event(), log=lines.append)
+    clock[0] = 105.0
+    training.report(10_000)  # periodic, 5 s on
+    clock[0] = 105.005
+    training.report(10_500)  # the final line, one update later
+    clock[0] = 115.005
+    training.report(20_500)  # a periodic line after it measures from it again
+    rates = [line.split("steps/s ")[1].split()[0] for line in lines if line.startswith("timesteps ")]
+    assert rates == ["2,000", "2,098", "1,000"], lines

@@ -179,6 +179,7 @@ class TrainingSession:
         self.eval_return: float | None = None
         self.target_met = False
         self.last_report = (self.started, 0)
+        self.report_before = self.last_report  # the line before the last: a final line's rate reaches back to it
         self.start_step = 0
         self.last_checkpoint_update = -1
         self.resumed_from: str | None = None
@@ -255,7 +256,7 @@ class TrainingSession:
         if self.eval_return is not None and self.metrics is not None and self.ctx.is_main:
             self.metrics.eval_return.set(self.eval_return)
         self.start_step = state["counters"]["global_step"]
-        self.last_report = (time.monotonic(), self.start_step)
+        self.last_report = self.report_before = (time.monotonic(), self.start_step)
         self.last_checkpoint_update = state["counters"]["updates"]
         return state, own
 
@@ -367,8 +368,10 @@ class TrainingSession:
     def report(self, global_step: int) -> None:
         now = time.monotonic()
         since, steps_then = self.last_report
+        if now - since < PROGRESS_EVERY_SECONDS:  # the run's last line, just after a periodic one: one update's rate is noise
+            since, steps_then = self.report_before
         rate = (global_step - steps_then) / max(now - since, 1e-9)
-        self.last_report = (now, global_step)
+        self.report_before, self.last_report = self.last_report, (now, global_step)
         if self.metrics is not None:
             self.metrics.steps_per_second.set(rate)
         mean = self.episode_return_mean
