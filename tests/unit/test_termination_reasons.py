@@ -145,3 +145,20 @@ def test_the_launcher_drops_torchs_per_rank_signal_warnings_and_keeps_its_others
 
     for module, template in launch.SIGNAL_RELAY_LOGS.items():
         assert f'"{template}"' in inspect.getsource(importlib.import_module(module)), (module, template)
+
+
+def test_a_failed_checkpoint_volume_reaches_status_and_events_with_the_path_errno_and_last_good_checkpoint():
+    """The operator keeps a pod message's last 384 characters: the first wording (507 characters for a 50-character job
+    name) lost the path that failed and the errno from the Ready condition, the restart history and the Event."""
+    import errno
+    import os
+
+    from kuberl_trainer import checkpoint
+
+    directory = f"/checkpoints/{'j' * 50}-0d3f1b2c-1234-4abc-8def-0123456789ab"
+    failed = checkpoint.CheckpointVolumeUnavailable("writing", f"{directory}/ckpt-0000000040.pt",
+                                                    OSError(errno.EIO, os.strerror(errno.EIO)), f"{directory}/ckpt-0000000020.pt")
+    seen = lc.observed_pod(terminated_pod(1, contract.termination_line(failed.reason, str(failed)) + "\n"))
+    said = lc._pod_says(seen)
+    assert seen.reason == "CheckpointVolumeUnavailable" and "…" not in said, said
+    assert f"writing {directory}/ckpt-0000000040.pt failed with EIO" in said and "ckpt-0000000020.pt" in said, said

@@ -226,27 +226,24 @@ def volume_failure(error_number: int | None, writable_at_start: bool) -> str | N
 
 
 class CheckpointVolumeUnavailable(OSError):
-    """The checkpoint volume failed under the running job (volume_failure: UNAVAILABLE): the rank ends, naming
-    what it was doing, the path, the errno and the last good checkpoint; the gang restarts uncounted."""
+    """The checkpoint volume failed under the running job (volume_failure: UNAVAILABLE): the rank ends, saying what
+    it was doing to which path, the errno and the last good checkpoint; the gang restarts uncounted. Short, head
+    first: the operator keeps a message's last 384 characters, so a longer one lost the path that failed."""
 
     reason = UNAVAILABLE
 
-    def __init__(self, doing: str, error: OSError, last_good: str | None = None, at_start: bool = False):
+    def __init__(self, action: str, path: str, error: OSError, last_good: str | None = None, at_start: bool = False):
         name = errno.errorcode.get(error.errno, str(error.errno))
-        path = error.filename if isinstance(error.filename, str) else ""
-        at = f" ({path})" if path and path not in doing and not TEMP_NAME.fullmatch(os.path.basename(path)) else ""
-        if error.errno == errno.EROFS:
-            why = ("the volume turned read-only while the job ran (a filesystem the kernel remounts read-only "
-                   "after errors)")
+        why = "turned read-only" if error.errno == errno.EROFS else "failed"
+        if last_good and os.path.dirname(last_good) in (path.rstrip(os.sep), os.path.dirname(path)):
+            kept = f"last good checkpoint: {os.path.basename(last_good)} (same directory)"
+        elif last_good:
+            kept = f"last good checkpoint: {last_good}"
         else:
-            why = "the volume failed under the job (a lost disk, network server or session)"
-        kept = (f"the last good checkpoint is {last_good}" if last_good
-                else "the checkpoints on it are left as they are" if at_start
-                else "no checkpoint of this run was saved yet")
-        super().__init__(error.errno, f"{doing}{at} failed with {name} ({error.strerror or error}): {why}; {kept}. "
-                         "The gang restarts without spending backoffLimit and resumes from it; if this repeats, check "
-                         "the claim (kubectl describe pvc) and the node's kernel log")
-        self.last_good = last_good
+            kept = "its checkpoints are left as they are" if at_start else "no checkpoint saved yet by this run"
+        super().__init__(error.errno, f"{action} {path} failed with {name} ({error.strerror or error}): the volume {why} "
+                         f"under the job; {kept}. Restarted, not counted toward backoffLimit")
+        self.path, self.last_good = path, last_good
 
     def __str__(self) -> str:
         return self.strerror or ""
@@ -544,7 +541,7 @@ def save(directory: str, updates: int, state: dict, keep: int, volume: str = "",
     except OSError as e:
         if volume_failure(e.errno, writable_at_start=True) == UNAVAILABLE:
             saved = _verified.get(path, (0, 0, False))[2]  # it read back: only pruning failed after it
-            raise CheckpointVolumeUnavailable(f"saving {path}", e, path if saved else last_good) from e
+            raise CheckpointVolumeUnavailable("saving", path, e, path if saved else last_good) from e
         raise
 
 
@@ -606,7 +603,7 @@ def write_on_volume(path: str, data: bytes, volume: str = "", keep: int = 0, las
         if failure == FULL:
             raise CheckpointVolumeFull(directory, len(data), volume or directory, keep, quota=e.errno == errno.EDQUOT) from e
         if failure == UNAVAILABLE:
-            raise CheckpointVolumeUnavailable(f"writing {path}", e, last_good) from e
+            raise CheckpointVolumeUnavailable("writing", path, e, last_good) from e
         raise
 
 
@@ -878,7 +875,7 @@ def check_writable(directory: str, mountinfo: str = "/proc/self/mountinfo") -> N
             except OSError:
                 table = ""
             if read_only_by(table, directory) == "filesystem":
-                raise CheckpointVolumeUnavailable(f"creating a file in {directory}", e, at_start=True) from e
+                raise CheckpointVolumeUnavailable("creating a file in", directory, e, at_start=True) from e
             raise CheckpointVolumeReadOnly(directory, e) from e
         raise
 

@@ -277,7 +277,7 @@ class TrainingSession:
             raise
         except OSError as e:
             if checkpoint.volume_failure(e.errno, writable_at_start=False) == checkpoint.UNAVAILABLE:
-                raise checkpoint.CheckpointVolumeUnavailable(f"reading {self.checkpoint_dir}", e, at_start=True) from e
+                raise checkpoint.CheckpointVolumeUnavailable("reading", self.checkpoint_dir, e, at_start=True) from e
             raise
         return found, skipped
 
