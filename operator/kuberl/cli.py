@@ -398,17 +398,20 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"kuberl {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add_command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        """A subcommand whose --help ends with the exit codes, which hold for every subcommand."""
+        return sub.add_parser(name, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
     parser.subcommands = sub.choices  # main() reports an argument error with its subcommand's usage
-    p = sub.add_parser("validate", help="check job files and report every problem with its field path", epilog=EXIT_CODES,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command("validate", help="check job files and report every problem with its field path")
     add_files(p, many=True, directories=True)
     add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
     p.set_defaults(func=for_each_file(cmd_validate))
-    p = sub.add_parser("crd", help="print the RLTrainingJob CustomResourceDefinition")
+    p = add_command("crd", help="print the RLTrainingJob CustomResourceDefinition")
     p.set_defaults(func=cmd_crd)
     # Each command below lives beside the code it drives; imported on use so
     # `kuberl validate` stays fast and torch-free.
-    p = sub.add_parser("render", help="print every object the operator creates for a job, like helm template")
+    p = add_command("render", help="print every object the operator creates for a job, like helm template")
     add_files(p, many=True, directories=True)
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
                    help="yaml (documents, each named in a comment) or json (one v1 List, as kubectl -o json)")
@@ -419,14 +422,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Prometheus' namespace: its scrapes pass the NetworkPolicy ('' for none)")
     add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
     p.set_defaults(func=for_each_file(cmd_render))
-    p = sub.add_parser("convert", help="print the RLTrainingJob for a Kubeflow PyTorchJob or TrainJob; what changes goes to stderr")
+    p = add_command("convert", help="print the RLTrainingJob for a Kubeflow PyTorchJob or TrainJob; what changes goes to stderr")
     add_files(p, many=False, directories=False)
     p.add_argument("--procs-per-worker", type=positive(int), default=None,
                    help="processes per pod where the manifest cannot tell (torchrun's --nproc-per-node cpu or auto)")
     p.add_argument("--image", default=None, help="the trainer image where a TrainJob leaves it to its runtime")
     p.set_defaults(func=cmd_convert)
-    p = sub.add_parser("run", help="run a job here: the same pods, as local processes", epilog=EXIT_CODES,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command("run", help="run a job here: the same pods, as local processes")
     add_files(p, many=False, directories=False)
     p.add_argument("--workers", type=int, help="pods to run, instead of the job's spec.workers (as --set workers=N)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field, e.g. --set totalTimesteps=20000")
@@ -441,10 +443,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run in a network namespace of its own (Linux): nothing the pods listen on is reachable from"
                         " outside, a custom torchrun's store included, and the pods reach no other host")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("plot", help="write a PNG learning curve of a local run")
-    p.add_argument("run_dir")
+    p = add_command("plot", help="write a PNG learning curve of a local run")
+    p.add_argument("run_dir", metavar="RUN_DIR",
+                   help="a run directory of kuberl run (runs/<job>); the PNG is written into it, as learning-curve.png")
     p.set_defaults(func=lambda a: __import__("kuberl.local.runner", fromlist=["cmd_plot"]).cmd_plot(a))
-    p = sub.add_parser("eval", help="play a trained model on its job's env: mean return, a GIF, a TorchScript export")
+    p = add_command("eval", help="play a trained model on its job's env: mean return, a GIF, a TorchScript export")
     p.add_argument("path", metavar="RUN_DIR|MODEL.pt", help="a run directory of kuberl run, a final-model.pt or a ckpt-*.pt")
     p.add_argument("--episodes", type=episodes, default=10, help="episodes to play, by the trainer's evaluation protocol (default 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the episodes and of sampled actions (default 0)")
@@ -457,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-env-module", action="append", default=[], metavar="MODULE",
                    help="a \"module:Class\" env id may import MODULE (and its submodules): a model file can name any module")
     p.set_defaults(func=cmd_eval)
-    p = sub.add_parser("operator", help="run the kopf operator (standalone by default)")
+    p = add_command("operator", help="run the kopf operator (standalone by default)")
     p.add_argument("--namespace", "-n", action="append", default=[], help="watch these namespaces (default: all)")
     p.add_argument("--peering", help="kopf peering object name (several replicas); standalone when unset")
     p.add_argument("--priority", type=int, default=0, help="peering priority; distinct per replica")
@@ -465,9 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long a replica's peering record outlives its last keepalive, so how long a standby waits"
                         f" to take over from a replica that died (default {OperatorConfig.peering_lifetime}, at least"
                         f" {MIN_PEERING_LIFETIME}: kopf renews it 5-10 s before it expires)")
-    p.add_argument("--health-port", type=int, default=8080)
+    p.add_argument("--health-port", type=int, default=8080, help="port of the liveness endpoint (default 8080)")
     p.add_argument("--health-path", type=url_path, default="/healthz", help="path of the liveness endpoint (default /healthz)")
-    p.add_argument("--metrics-port", type=int, default=8081)
+    p.add_argument("--metrics-port", type=int, default=8081, help="port of the operator's Prometheus metrics (default 8081)")
     p.add_argument("--trainer-image", help="default trainer image (else $KUBERL_TRAINER_IMAGE, else the built-in default)")
     p.add_argument("--listen-address", default="0.0.0.0", help="address of the health and metrics endpoints")
     p.add_argument("--scrape-interval", type=positive(float),

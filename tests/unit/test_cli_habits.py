@@ -32,6 +32,19 @@ def test_kuberl_alone_and_help_print_help_with_the_exit_codes_and_exit_0():
         assert "130" in done.stdout and "invalid input" in done.stdout
 
 
+def test_every_subcommands_help_describes_each_argument_and_ends_with_the_exit_codes():
+    """`kuberl plot --help` showed a bare `run_dir`, the operator's two ports had no word, and only `run` and
+    `validate` of the eight subcommands printed the exit codes the top-level help says hold for every one."""
+    from kuberl.cli import build_parser
+
+    parser = build_parser()
+    assert set(parser.subcommands) == {"validate", "crd", "render", "convert", "run", "plot", "eval", "operator"}
+    for name, sub in parser.subcommands.items():
+        undescribed = [action.dest for action in sub._actions if not action.help]
+        assert undescribed == [], (name, undescribed)
+        assert sub.format_help().endswith("the same command resumes\n"), name
+
+
 def test_version():
     done = kuberl("--version")
     assert done.returncode == 0 and done.stdout.startswith("kuberl 0.")
