@@ -282,6 +282,7 @@ def test_a_filesystem_without_directory_fsync_still_keeps_checkpoints_and_says_s
 
 
 def test_a_directory_fsync_that_fails_with_an_io_error_fails_the_save(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoint, "WRITE_RETRY_SECONDS", (0.0, 0.0, 0.0))
     DirectoryFsync(monkeypatch, errno.EIO)
     with pytest.raises(OSError) as failed:
         checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=2)
@@ -340,7 +341,8 @@ def test_a_save_the_volume_fails_under_names_the_path_the_errno_and_the_last_goo
     """It was a bare 'Crashed: OSError: [Errno 5] Input/output error', counted toward backoffLimit: a long storage
     outage failed the job. Now its own reason, uncounted; nothing older is touched and no temp file is left."""
     last_good = checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=2)
-    FailingFileFsync(monkeypatch, errno.EIO)
+    monkeypatch.setattr(checkpoint, "WRITE_RETRY_SECONDS", (0.0, 0.0, 0.0))
+    failing = FailingFileFsync(monkeypatch, errno.EIO)
     with pytest.raises(checkpoint.CheckpointVolumeUnavailable) as failed:
         checkpoint.save(str(tmp_path), 2, ppo_like_state(2), keep=2, last_good=last_good)
     said = str(failed.value)
@@ -348,7 +350,30 @@ def test_a_save_the_volume_fails_under_names_the_path_the_errno_and_the_last_goo
     assert said == (f"writing {tmp_path}/ckpt-0000000002.pt failed with EIO (Input/output error): the volume failed under "
                     "the job; last good checkpoint: ckpt-0000000001.pt (same directory). Restarted, not counted toward "
                     "backoffLimit"), said
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-0000000001.pt"] and failing.calls == 4  # tried, then 3 retries
+
+
+def test_a_save_that_meets_a_passing_io_error_is_retried_in_place_and_said(tmp_path, monkeypatch, caplog):
+    """A network volume's few seconds of EIO (a server failing over) cost a gang restart; now the save is tried
+    again after 1, 4 and 15 s, each retry said in the log. A read-only remount is not retried: it never heals in place."""
+    monkeypatch.setattr(checkpoint, "WRITE_RETRY_SECONDS", (0.0, 0.0, 0.0))
+    failing = FailingFileFsync(monkeypatch, errno.EIO)
+    failing.after, healed_after = 0, 2
+
+    def fsync(fd: int) -> None:
+        if failing.calls >= healed_after and not stat.S_ISDIR(os.fstat(fd).st_mode):
+            return failing.real(fd)
+        return failing(fd)
+
+    monkeypatch.setattr(checkpoint.os, "fsync", fsync)
+    with caplog.at_level(logging.WARNING, logger=checkpoint.log.name):
+        path = checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=2)
+    checkpoint._verified.clear()
+    assert checkpoint.read(path)["counters"]["updates"] == 1
     assert sorted(os.listdir(tmp_path)) == ["ckpt-0000000001.pt"]
+    assert len([r for r in caplog.records if "failed with EIO (Input/output error): retrying in" in r.getMessage()]) == 2
+    assert not checkpoint.retried_save(errno.EROFS) and not checkpoint.retried_save(errno.ENOSPC)
+    assert checkpoint.retried_save(errno.EIO) and checkpoint.retried_save(errno.ESTALE)
 
 
 def test_a_volume_remounted_read_only_under_the_job_is_unavailable_not_permanently_read_only(tmp_path, monkeypatch):
@@ -375,6 +400,7 @@ def test_an_io_error_after_the_new_checkpoint_read_back_names_it_as_the_last_goo
         raise OSError(errno.EIO, os.strerror(errno.EIO), path)
 
     monkeypatch.setattr(checkpoint.os, "unlink", unlink)
+    monkeypatch.setattr(checkpoint, "WRITE_RETRY_SECONDS", (0.0, 0.0, 0.0))
     checkpoint._verified.clear()
     with pytest.raises(checkpoint.CheckpointVolumeUnavailable) as failed:
         checkpoint.save(str(tmp_path), 3, ppo_like_state(3), keep=1, last_good=str(tmp_path / "ckpt-0000000002.pt"))

@@ -29,8 +29,9 @@ replaced, and a file that should go there stays, said in the log. When checkpoin
 and none is usable, loading fails with NoUsableCheckpoint naming them, unless
 the caller opts in to starting over: training silently from zero would throw
 away the run's progress. An I/O error (EIO, ESTALE on network storage) is no
-verdict on a file: reads are retried, then the error is raised, and pruning
-leaves a file it cannot read alone. A permission error (EACCES, EPERM: the volume
+verdict on a file: reads and saves are retried, then the error is raised (a
+save's as CheckpointVolumeUnavailable: volume_failure), and pruning leaves a
+file it cannot read alone. A permission error (EACCES, EPERM: the volume
 belongs to another user) is no verdict either, nor healed by waiting: it is raised
 at once as CheckpointVolumeForbidden, which fails the job naming who was refused
 what. A killed writer's temp files are removed
@@ -534,15 +535,35 @@ def save(directory: str, updates: int, state: dict, keep: int, volume: str = "",
     """`_save`; an I/O error anywhere in it (the write, the read-back, the listing) raised as
     CheckpointVolumeUnavailable naming `last_good`, the newest checkpoint known to load."""
     path = os.path.join(directory, checkpoint_name(updates))
-    try:
-        return _save(directory, updates, state, keep, volume, last_good)
-    except (CheckpointVolumeUnavailable, CheckpointVolumeFull, CheckpointVolumeForbidden):
-        raise
-    except OSError as e:
-        if volume_failure(e.errno, writable_at_start=True) == UNAVAILABLE:
+    for wait in (*WRITE_RETRY_SECONDS, None):
+        try:
+            return _save(directory, updates, state, keep, volume, last_good)
+        except CheckpointVolumeFull:
+            raise
+        except OSError as e:
+            failure = volume_failure(e.errno, writable_at_start=True)
+            if failure == UNAVAILABLE and wait is not None and retried_save(e.errno):
+                log.warning("saving checkpoint %s failed with %s (%s): retrying in %.0fs", path,
+                            errno.errorcode.get(e.errno, e.errno), os.strerror(e.errno), wait)
+                time.sleep(wait)
+                continue
+            if isinstance(e, CheckpointVolumeUnavailable) or failure != UNAVAILABLE:
+                raise
             saved = _verified.get(path, (0, 0, False))[2]  # it read back: only pruning failed after it
             raise CheckpointVolumeUnavailable("saving", path, e, path if saved else last_good) from e
-        raise
+    raise AssertionError("unreachable")
+
+
+# Waits between saves that fail with an I/O error: a network volume's hiccup (a server failing over, a session
+# re-established) heals in seconds, with no gang restart; the other ranks wait at their next collective (its
+# timeout, 30 minutes, outlasts these 20 s).
+WRITE_RETRY_SECONDS = (1.0, 4.0, 15.0)
+
+
+def retried_save(error_number: int | None) -> bool:
+    """Whether a save that failed with `error_number` is tried again in place: an I/O error may heal in seconds;
+    a read-only remount never does under the same mount (only a new pod's mount heals it), nor anything else."""
+    return error_number != errno.EROFS and volume_failure(error_number, writable_at_start=True) == UNAVAILABLE
 
 
 def _save(directory: str, updates: int, state: dict, keep: int, volume: str, last_good: str | None) -> str:
