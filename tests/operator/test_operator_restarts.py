@@ -210,3 +210,24 @@ def test_a_full_checkpoint_volume_restarts_the_gang_under_its_own_reason(standin
     restarted = wait_for(lambda: status(rest, 'full').get('restarts') == 1 and status(rest, 'full'), what='one counted restart')
     assert (restarted['restartHistory'][-1]['reason'], restarted['restartHistory'][-1]['counted']) == ('CheckpointVolumeFull', True)
     assert 'reason="CheckpointVolumeFull",rltj="full"} 1.0' in operator.metrics()
+
+
+def test_a_checkpoint_volume_that_fails_under_the_job_restarts_it_without_spending_the_budget(standin, rest, operator):
+    """With backoffLimit 0 an I/O error at a save failed the job (a counted Crashed). Now the gang restarts uncounted,
+    and the Event, the restart history and the Ready condition say which file failed, how, and what it resumes from."""
+    create_job(rest, 'outage', workers=2, runPolicy={'backoffLimit': 0, 'restartBackoffSeconds': 0.1})
+    gang = start_gang(standin, 'outage', 2)
+    wait_phase(rest, 'outage', 'Running')
+    terminated(standin, gang[0], 1, 'CheckpointVolumeUnavailable: saving /checkpoints/outage-uid/ckpt-0000000040.pt failed '
+                                    'with EIO (Input/output error): the volume failed under the job; last good checkpoint: '
+                                    'ckpt-0000000020.pt (same directory). Restarted, not counted toward backoffLimit')
+    terminated(standin, gang[1], 1, 'PeerLost: rank 0 left the collective')
+    restarted = wait_for(lambda: status(rest, 'outage').get('generation') == 1 and status(rest, 'outage'), what='a restart')
+    entry = restarted['restartHistory'][-1]
+    assert (restarted['restarts'], entry['reason'], entry['counted']) == (0, 'CheckpointVolumeUnavailable', False), entry
+    assert 'ckpt-0000000040.pt failed with EIO' in entry['message'] and 'ckpt-0000000020.pt' in entry['message'], entry
+    said = [e['message'] for e in events(rest, 'outage') if e['reason'] == 'GangRestart']
+    assert len(said) == 1 and '(not counted): CheckpointVolumeUnavailable: worker 0' in said[0], said
+    assert 'failed with EIO' in said[0] and 'last good checkpoint: ckpt-0000000020.pt' in said[0], said
+    start_gang(standin, 'outage', 2, generation=1)
+    assert wait_phase(rest, 'outage', 'Running')['restarts'] == 0
