@@ -146,6 +146,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                                             "gpusPerWorker": spec.gpus_per_worker}, unreadable=True)
         if unread:
             print(f"{args.file}: {name}: warning: {safetext.one_line(f'{unread[0]}: {unread[1]}')}", file=sys.stderr)
+        if idle := spec.idle_evaluation_warning:
+            print(f"{args.file}: {name}: warning: {idle}", file=sys.stderr)
         for field in loopback_fields(name, spec):
             print(f"{args.file}: {name}: warning: {field} meets at localhost, each pod's own in a cluster: these"
                   f" {spec.workers} pods never meet there; meet at $(MASTER_ADDR):$(MASTER_PORT)", file=sys.stderr)

@@ -235,3 +235,25 @@ def test_run_refuses_the_metadata_validate_refuses(tmp_path):
     fixed = kuberl("run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "runs"), "--set", "metadata.labels.team=rl",
                    "--set", "workers=0")  # --set reaches metadata too: only the workers refused now
     assert fixed.returncode == 1 and "metadata.labels" not in fixed.stderr and "spec.workers" in fixed.stderr, fixed.stderr
+
+
+def test_validate_warns_that_evaluation_fields_without_a_target_return_never_run(tmp_path, capsys):
+    """`success: {evalWhileTraining: true}` without targetReturn was "valid" and the run never evaluated once:
+    kuberl's trainer evaluates only to decide the early stop."""
+    from kuberl import cli
+
+    idle = make_job("idle").minimal().with_spec(success={"evalWhileTraining": True, "evalEvery": 2})
+    (tmp_path / "idle.yaml").write_text(yaml.safe_dump(idle.obj()))
+    assert cli.main(["validate", str(tmp_path / "idle.yaml")]) == 0
+    assert capsys.readouterr().err == (
+        f"{tmp_path / 'idle.yaml'}: idle: warning: spec.success.evalEvery, spec.success.evalWhileTraining: no evaluation"
+        " runs without spec.success.targetReturn (rank 0 evaluates only to decide the early stop); set targetReturn,"
+        " or leave these out\n")
+    assert idle.spec().idle_evaluation_warning is not None
+    unset = make_job("u").minimal().with_spec(success={"targetReturn": None, "evalEpisodes": 5}).spec()
+    assert unset.idle_evaluation_warning.startswith("spec.success.evalEpisodes: no evaluation")
+    targeted = make_job("t").minimal().with_spec(success={"evalWhileTraining": True, "targetReturn": 475}).spec()
+    custom = make_job("c").custom_trainer({"spec": {"containers": [{"name": "trainer", "command": ["python", "x.py"]}]}})
+    custom.with_spec(success={"evalEvery": 2})
+    assert targeted.idle_evaluation_warning is None and make_job("d").minimal().spec().idle_evaluation_warning is None
+    assert custom.spec().idle_evaluation_warning is None  # a custom trainer reads spec.success as it likes

@@ -240,6 +240,18 @@ class JobSpec(Model):
         return self.workers * self.procs
 
     @property
+    def idle_evaluation_warning(self) -> str | None:
+        """spec.success fields set that kuberl's trainer never acts on: rank 0 evaluates only to decide the
+        early stop, so without targetReturn no evaluation runs (a custom trainer reads them as it likes)."""
+        if self.trainer != "kuberl" or self.success.target_return is not None:
+            return None
+        fields = SuccessSpec.model_fields
+        idle = [f"spec.success.{fields[name].alias}" for name in fields
+                if name in self.success.model_fields_set and name != "target_return"]  # `targetReturn: null` is no field to drop
+        return (f"{', '.join(idle)}: no evaluation runs without spec.success.targetReturn (rank 0 evaluates only to"
+                " decide the early stop); set targetReturn, or leave these out") if idle else None
+
+    @property
     def hyperparameters(self) -> PPOConfig | DQNConfig | None:
         """The algorithm's block, defaulted when omitted (ALGORITHM_BLOCKS); None without an algorithm."""
         if self.algorithm is None:

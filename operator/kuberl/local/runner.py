@@ -991,6 +991,8 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
         say(f"not run here (only the trainer container's command runs): {', '.join(skipped)}")
     for warning in podschema.unknown_fields(spec.template):
         say(f"warning: {warning}")
+    if idle := spec.idle_evaluation_warning:
+        say(f"warning: {idle}")
     baked = image_files(pod)
     if baked:
         say(f"warning: {', '.join(baked)}: a file of the image, in no volume: here the pod runs this machine's files;"
