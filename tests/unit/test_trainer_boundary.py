@@ -171,3 +171,44 @@ def test_the_last_progress_line_just_after_a_periodic_one_gives_a_rate_over_seco
     training.report(20_500)  # a periodic line after it measures from it again
     rates = [line.split("steps/s ")[1].split()[0] for line in lines if line.startswith("timesteps ")]
     assert rates == ["2,000", "2,098", "1,000"], lines
+
+
+def test_a_checkpoint_volume_failing_at_start_or_at_a_save_ends_rank_0_naming_the_checkpoint_it_resumes_from(tmp_path, monkeypatch):
+    """An I/O error reading the volume at start was a counted 'Crashed: OSError: [Errno 5]'; at a save after a resume
+    it named nothing to resume from. Now both are CheckpointVolumeUnavailable, the save's naming the checkpoint loaded."""
+    import errno
+
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    monkeypatch.setattr(checkpoint, "READ_RETRY_SECONDS", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(checkpoint, "WRITE_RETRY_SECONDS", (0.0, 0.0, 0.0))
+    spec = make_job().algorithm("ppo", numSteps=16).with_spec(totalTimesteps=128, workers=1, seed=1).spec()
+    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
+    trainer = entry.ALGORITHMS["ppo"].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 128, 1, 0)
+    first = session.TrainingSession(config, ONE_PROCESS, None, 0, threading.Event(), log=lambda _line: None)
+    trainer.update(stop_vote=True, success_vote=False)
+    first.finish(trainer, "stopped")
+    saved = checkpoint.list_checkpoints(first.checkpoint_dir)
+    assert len(saved) == 1
+
+    real_read = checkpoint._read_bytes
+
+    def unreadable(path, limit):
+        raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+
+    monkeypatch.setattr(checkpoint, "_read_bytes", unreadable)
+    checkpoint._verified.clear()
+    at_start = session.TrainingSession(config, ONE_PROCESS, None, 1, threading.Event(), log=lambda _line: None)
+    with pytest.raises(checkpoint.CheckpointVolumeUnavailable) as failed:
+        at_start.load()
+    assert str(failed.value).startswith(f"reading {at_start.checkpoint_dir} failed with EIO"), str(failed.value)
+    assert "its checkpoints are left as they are" in str(failed.value)
+    assert checkpoint.list_checkpoints(first.checkpoint_dir) == saved
+
+    monkeypatch.setattr(checkpoint, "_read_bytes", real_read)
+    resumed = session.TrainingSession(config, ONE_PROCESS, None, 2, threading.Event(), log=lambda _line: None)
+    resumed.load()
+    trainer.update(stop_vote=False, success_vote=False)
+    monkeypatch.setattr(checkpoint, "write_atomic", lambda path, data: unreadable(path, 0))
+    with pytest.raises(checkpoint.CheckpointVolumeUnavailable) as at_save:
+        resumed.save(trainer)
+    assert f"last good checkpoint: {os.path.basename(saved[0])} (same directory)" in str(at_save.value), str(at_save.value)
