@@ -613,3 +613,28 @@ def test_a_new_checkpoint_that_does_not_read_back_and_cannot_be_moved_aside_is_s
     with pytest.raises(checkpoint.CheckpointReadBackFailed, match="it is left where it is"):
         checkpoint.save(str(tmp_path), 2, ppo_like_state(2), keep=1)
     assert (tmp_path / "ckpt-0000000001.pt").exists()
+
+
+def test_the_final_model_is_written_with_the_same_retries_in_place(tmp_path, monkeypatch):
+    """The run's last write (session.write_final_model) met a passing EIO with a gang restart that trained the tail again."""
+    monkeypatch.setattr(checkpoint, "WRITE_RETRY_SECONDS", (0.0, 0.0, 0.0))
+    real, tries = checkpoint.write_atomic, []
+
+    def flaky(path, data):
+        tries.append(path)
+        if len(tries) < 3:
+            raise OSError(errno.ESTALE, os.strerror(errno.ESTALE), path)
+        real(path, data)
+
+    monkeypatch.setattr(checkpoint, "write_atomic", flaky)
+    model = str(tmp_path / "final-model.pt")
+    checkpoint.retrying(model, lambda: checkpoint.write_on_volume(model, b"model", last_good="/c/ckpt-0000000002.pt"))
+    assert (tmp_path / "final-model.pt").read_bytes() == b"model" and len(tries) == 3
+
+    def dead(path, data):
+        raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+
+    monkeypatch.setattr(checkpoint, "write_atomic", dead)  # never heals: raised after the retries, naming the last good
+    with pytest.raises(checkpoint.CheckpointVolumeUnavailable) as failed:
+        checkpoint.retrying(model, lambda: checkpoint.write_on_volume(model, b"model", last_good="/c/ckpt-0000000002.pt"))
+    assert "last good checkpoint: /c/ckpt-0000000002.pt" in str(failed.value)

@@ -60,12 +60,14 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import torch
 from kuberl.core import contract
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -535,22 +537,29 @@ def save(directory: str, updates: int, state: dict, keep: int, volume: str = "",
     """`_save`; an I/O error anywhere in it (the write, the read-back, the listing) raised as
     CheckpointVolumeUnavailable naming `last_good`, the newest checkpoint known to load."""
     path = os.path.join(directory, checkpoint_name(updates))
+    try:
+        return retrying(path, lambda: _save(directory, updates, state, keep, volume, last_good))
+    except CheckpointVolumeUnavailable:
+        raise
+    except OSError as e:
+        if volume_failure(e.errno, writable_at_start=True) != UNAVAILABLE:
+            raise
+        saved = _verified.get(path, (0, 0, False))[2]  # it read back: only pruning failed after it
+        raise CheckpointVolumeUnavailable("saving", path, e, path if saved else last_good) from e
+
+
+def retrying(path: str, write: Callable[[], _T]) -> _T:
+    """`write()` (of `path`), tried again after each wait in WRITE_RETRY_SECONDS while it fails with an error
+    retried_save allows, each retry said; the last error is raised."""
     for wait in (*WRITE_RETRY_SECONDS, None):
         try:
-            return _save(directory, updates, state, keep, volume, last_good)
-        except CheckpointVolumeFull:
-            raise
+            return write()
         except OSError as e:
-            failure = volume_failure(e.errno, writable_at_start=True)
-            if failure == UNAVAILABLE and wait is not None and retried_save(e.errno):
-                log.warning("saving checkpoint %s failed with %s (%s): retrying in %.0fs", path,
-                            errno.errorcode.get(e.errno, e.errno), os.strerror(e.errno), wait)
-                time.sleep(wait)
-                continue
-            if isinstance(e, CheckpointVolumeUnavailable) or failure != UNAVAILABLE:
+            if wait is None or not retried_save(e.errno):
                 raise
-            saved = _verified.get(path, (0, 0, False))[2]  # it read back: only pruning failed after it
-            raise CheckpointVolumeUnavailable("saving", path, e, path if saved else last_good) from e
+            log.warning("writing %s failed with %s (%s): retrying in %.0fs", path, errno.errorcode.get(e.errno, e.errno),
+                        os.strerror(e.errno), wait)
+            time.sleep(wait)
     raise AssertionError("unreachable")
 
 

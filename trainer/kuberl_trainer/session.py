@@ -483,7 +483,8 @@ class TrainingSession:
         }
         buffer = io.BytesIO()
         torch.save(model, buffer)
-        checkpoint.write_on_volume(self.final_model, buffer.getvalue(), volume=self.volume(), last_good=self.last_good)
+        checkpoint.retrying(self.final_model, lambda: checkpoint.write_on_volume(
+            self.final_model, buffer.getvalue(), volume=self.volume(), last_good=self.last_good))
 
 
 def append_line(path: str, line: str) -> None:
