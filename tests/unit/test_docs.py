@@ -94,3 +94,16 @@ def test_every_kuberl_command_the_docs_show_parses_and_its_manifest_and_override
     if manifests and (settings or getattr(parsed, "workers", None)):
         job = yaml.safe_load((ROOT / manifests[0]).read_text())
         validate_job(apply_overrides(job, parsed.workers, settings))
+
+
+def test_the_readmes_command_table_names_every_subcommand_and_only_flags_it_has():
+    parser = build_parser()
+    rows = [line for line in (ROOT / "README.md").read_text().split("## The `kuberl` command")[1].split("\n\n")[1].splitlines()
+            if line.startswith("| `kuberl ")]
+    named = {name for row in rows for name in re.findall(r"`kuberl ([a-z]+)", row.split(" | ")[0])}
+    assert named == set(parser.subcommands), named
+    for row in rows:
+        command = re.match(r"\| `kuberl ([a-z]+)", row).group(1)
+        options = parser.subcommands[command]._option_string_actions
+        for flag in re.findall(r"`(--?[a-z][a-z-]*)", row):
+            assert flag in options, (command, flag)
