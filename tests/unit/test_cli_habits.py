@@ -257,3 +257,16 @@ def test_validate_warns_that_evaluation_fields_without_a_target_return_never_run
     custom.with_spec(success={"evalEvery": 2})
     assert targeted.idle_evaluation_warning is None and make_job("d").minimal().spec().idle_evaluation_warning is None
     assert custom.spec().idle_evaluation_warning is None  # a custom trainer reads spec.success as it likes
+
+
+def test_a_block_a_set_brought_in_is_said_to_come_from_that_flag(tmp_path):
+    """`kuberl run cartpole-dqn.yaml --set ppo.learnWhileCollecting=true` said "spec.ppo: only allowed with
+    algorithm: ppo" as if the file held a ppo block; a block the file does hold stays the file's."""
+    done = kuberl("run", str(EXAMPLES / "cartpole-dqn.yaml"), "--set", "ppo.learnWhileCollecting=true", "--dir", str(tmp_path / "runs"))
+    assert done.returncode == 1
+    assert "  spec.ppo: only allowed with algorithm: ppo (got algorithm: dqn) (from --set ppo.learnWhileCollecting=true)\n" in done.stderr
+    held = make_job("held").minimal().with_spec(algorithm="dqn", ppo={"numSteps": 16}).obj()
+    (tmp_path / "held.yaml").write_text(yaml.safe_dump(held))
+    done = kuberl("run", str(tmp_path / "held.yaml"), "--set", "ppo.learningRate=0.001", "--dir", str(tmp_path / "runs"))
+    assert done.returncode == 1 and "  spec.ppo: only allowed with algorithm: ppo (got algorithm: dqn)\n" in done.stderr, done.stderr
+    assert not (tmp_path / "runs").exists()

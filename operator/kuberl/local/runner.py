@@ -40,7 +40,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Self
+from typing import Any, Self
 
 import yaml
 from pydantic import BaseModel
@@ -904,14 +904,27 @@ def checked_job(document: dict, env_ids: Collection[str] | None) -> JobSpec:
     return spec
 
 
-def from_flag(problem: Problem, args: argparse.Namespace) -> str:
-    """` (from --set KEY=…)` when the problem is at a field a flag set, not one the file holds."""
+def from_flag(problem: Problem, args: argparse.Namespace, file_document: Any = None) -> str:
+    """` (from --set KEY=…)` when the problem is at a field a flag set, not one the file holds, or at a
+    block the flag brought in (`--set ppo.x=…` on a DQN job: "spec.ppo: only allowed with algorithm: ppo")."""
     keys = [("spec.workers", "--workers")] if getattr(args, "workers", None) is not None else []
     keys += [(set_path(s.partition("=")[0]), f"--set {s}") for s in getattr(args, "set", [])]
     for path, flag in reversed(keys):
         if problem.path == path or problem.path.startswith((path + ".", path + "[")):
             return f" (from {safetext.one_line(flag)})"
+        if path.startswith(problem.path + ".") and not _holds(file_document, problem.path):
+            return f" (from {safetext.one_line(flag)})"
     return ""
+
+
+def _holds(document: Any, path: str) -> bool:
+    """Whether the job file itself has the field at a dotted `path` (spec.ppo)."""
+    node = document
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | None = None) -> int:
@@ -935,6 +948,7 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
             return EXIT_CANNOT_RUN
     try:
         document, configmaps = split_documents(docs, args.file)
+        file_document = document
         check_overrides(args.set)
         document = apply_overrides(document, args.workers, args.set)
         document = with_free_rendezvous_port(document, checked_job(document, env_ids))
@@ -946,7 +960,7 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
     except InvalidJob as e:
         print(f"{args.file}: RLTrainingJob is invalid ({len(e.problems)} problem(s)):", file=sys.stderr)
         for p in e.problems:
-            print(f"  {p}{from_flag(p, args)}", file=sys.stderr)
+            print(f"  {p}{from_flag(p, args, file_document)}", file=sys.stderr)
         for warning in podschema.unknown_fields(podschema.template_of(document)):  # `comand:`: why "needs a command"
             print(f"{args.file}: warning: {safetext.one_line(warning)}", file=sys.stderr)
         return 1
