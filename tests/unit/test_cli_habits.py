@@ -264,7 +264,8 @@ def test_a_block_a_set_brought_in_is_said_to_come_from_that_flag(tmp_path):
     algorithm: ppo" as if the file held a ppo block; a block the file does hold stays the file's."""
     done = kuberl("run", str(EXAMPLES / "cartpole-dqn.yaml"), "--set", "ppo.learnWhileCollecting=true", "--dir", str(tmp_path / "runs"))
     assert done.returncode == 1
-    assert "  spec.ppo: only allowed with algorithm: ppo (got algorithm: dqn) (from --set ppo.learnWhileCollecting=true)\n" in done.stderr
+    assert done.stderr == (f"{EXAMPLES / 'cartpole-dqn.yaml'}: RLTrainingJob 'cartpole-dqn' is invalid (1 problem(s)):\n"
+                           "  spec.ppo: only allowed with algorithm: ppo (got algorithm: dqn) (from --set ppo.learnWhileCollecting=true)\n")
     held = make_job("held").minimal().with_spec(algorithm="dqn", ppo={"numSteps": 16}).obj()
     (tmp_path / "held.yaml").write_text(yaml.safe_dump(held))
     done = kuberl("run", str(tmp_path / "held.yaml"), "--set", "ppo.learningRate=0.001", "--dir", str(tmp_path / "runs"))

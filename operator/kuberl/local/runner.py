@@ -958,7 +958,10 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
             print(f"kuberl run: {p}", file=sys.stderr)
         return 1
     except InvalidJob as e:
-        print(f"{args.file}: RLTrainingJob is invalid ({len(e.problems)} problem(s)):", file=sys.stderr)
+        metadata = document.get("metadata") if isinstance(document, Mapping) else None
+        name = metadata.get("name") if isinstance(metadata, Mapping) else None
+        named = f" {safetext.one_line(repr(name))}" if isinstance(name, str) and name else ""  # as kuberl validate says it
+        print(f"{args.file}: RLTrainingJob{named} is invalid ({len(e.problems)} problem(s)):", file=sys.stderr)
         for p in e.problems:
             print(f"  {p}{from_flag(p, args, file_document)}", file=sys.stderr)
         for warning in podschema.unknown_fields(podschema.template_of(document)):  # `comand:`: why "needs a command"
