@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help tools setup train test test-unit test-distributed test-operator test-e2e test-gpu gpu-check lint bench chart images lint-dockerfiles manifests clean
-.PHONY: install-yaml chart-readme docs checkov sb3-venv prometheus
+.PHONY: install-yaml chart-readme docs checkov sb3-venv prometheus bench-atari
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
