@@ -430,9 +430,7 @@ def node_affinity_problems(path: str, affinity: Any) -> list[Problem]:
         if not isinstance(term, dict):
             continue
         where = f"{at}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-        weight = term.get("weight")
-        if not podschema.is_type(weight, "integer") or not 1 <= weight <= 100:
-            problems.append(Problem(f"{where}.weight", f"expected a weight from 1 to 100 (got {shown(weight)})"))
+        problems += _weight_problems(where, term.get("weight"))
         problems += _node_selector_term_problems(f"{where}.preference", term.get("preference"))
     return podschema.first_of(f"{path}.nodeAffinity", problems, 'node affinity problems', Problem)
 
@@ -455,11 +453,16 @@ def pod_affinity_problems(path: str, affinity: Any) -> list[Problem]:
             if not isinstance(weighted, dict):
                 continue
             at = f"{path}.{kind}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-            weight = weighted.get("weight")
-            if not podschema.is_type(weight, "integer") or not 1 <= weight <= 100:
-                problems.append(Problem(f"{at}.weight", f"expected a weight from 1 to 100 (got {shown(weight)})"))
+            problems += _weight_problems(at, weighted.get("weight"))
             problems += _pod_affinity_term_problems(f"{at}.podAffinityTerm", weighted.get("podAffinityTerm"))
     return podschema.first_of(path, problems, 'pod affinity problems', Problem)
+
+
+def _weight_problems(term_path: str, weight: Any) -> list[Problem]:
+    """A preferred (node or pod) affinity term's weight: an integer from 1 to 100."""
+    if podschema.is_type(weight, "integer") and 1 <= weight <= 100:
+        return []
+    return [Problem(f"{term_path}.weight", f"expected a weight from 1 to 100 (got {shown(weight)})")]
 
 
 def _pod_affinity_term_problems(path: str, term: Any) -> list[Problem]:
