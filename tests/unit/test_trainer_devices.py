@@ -211,7 +211,8 @@ def test_a_gpu_ranks_final_model_is_written_from_host_memory(fake, monkeypatch):
     monkeypatch.setattr(sessions.torch, "save", lambda model, _buffer: saved.append(model))
     monkeypatch.setattr(sessions.checkpoint, "write_on_volume", lambda *_a, **_k: None)
     spec = types.SimpleNamespace(algorithm="dqn", env=types.SimpleNamespace(id="CartPole-v1", kwargs={}))
-    session = types.SimpleNamespace(spec=spec, eval_return=None, final_model="model.pt", volume=lambda: None)
+    session = types.SimpleNamespace(spec=spec, eval_return=None, final_model="model.pt", volume=lambda: None,
+                                    last_good=None)
     with fake:
         sessions.TrainingSession.write_final_model(session, algorithm)
     tensors = [*saved[0]["agent"].values(), saved[0]["obs_norm"]["mean"], saved[0]["pair"][0]]
