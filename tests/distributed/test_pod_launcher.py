@@ -19,6 +19,15 @@ def launcher(port: int, procs: int) -> list[str]:
             "-m", "kuberl_trainer"]
 
 
+
+def stopped_with_a_checkpoint(job, pod, code: int) -> str:
+    """The pod's log, after checking it stopped cleanly (exit 0) with a checkpoint saved."""
+    log = pod.log(0)
+    assert job.termination_log(0).startswith("Stopped: stopped at timesteps"), (job.termination_log(0), log[-3000:])
+    assert checkpoint.load_newest(str(job.checkpoint_dir)) is not None, log[-3000:]
+    assert code == 0, log[-3000:]
+    return log
+
 def test_a_pod_of_two_ranks_stopped_by_sigterm_checkpoints_and_exits_0_as_a_one_process_pod(tmp_path):
     """torchrun re-raised the SIGTERM it passed on as a SignalException: a traceback and exit 1,
     which the operator counts against backoffLimit, where a one-process pod exits 0 with
@@ -116,10 +125,7 @@ def test_a_pod_of_two_ranks_stopped_while_its_launcher_imports_checkpoints_at_th
         [code] = pod.wait(timeout=90)
     finally:
         pod.kill()
-    log = pod.log(0)
-    assert job.termination_log(0).startswith("Stopped: stopped at timesteps"), (job.termination_log(0), log[-3000:])
-    assert checkpoint.load_newest(str(job.checkpoint_dir)) is not None, log[-3000:]
-    assert code == 0, log[-3000:]
+    log = stopped_with_a_checkpoint(job, pod, code)
     assert "kuberl launcher: told to stop while starting; the ranks stopped at their first update" in log
 
 
@@ -137,10 +143,7 @@ def test_a_pod_of_two_ranks_stopped_as_its_launcher_starts_them_checkpoints_at_t
         [code] = pod.wait(timeout=90)
     finally:
         pod.kill()
-    log = pod.log(0)
-    assert job.termination_log(0).startswith("Stopped: stopped at timesteps"), (job.termination_log(0), log[-3000:])
-    assert checkpoint.load_newest(str(job.checkpoint_dir)) is not None, log[-3000:]
-    assert code == 0, log[-3000:]
+    stopped_with_a_checkpoint(job, pod, code)
 
 
 def wait_for_children(pid: int, count: int, timeout: float = 30.0) -> None:

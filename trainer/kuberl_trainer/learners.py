@@ -282,13 +282,12 @@ class AutogradQLearner:
     def update_target(self, tau: float) -> None:
         networks.soft_update(self.target, self.agent, tau)
 
-    @torch.no_grad()
     def greedy(self, obs: np.ndarray) -> np.ndarray:
-        return self.agent.greedy(torch.as_tensor(obs, device=self.ctx.device)).cpu().numpy()
+        return TorchGreedy(self.agent, self.ctx.device).greedy(obs)
 
 
 class TorchGreedy:
-    """DQN acting greedily in torch on a module of its own (a copy rank 0 evaluates)."""
+    """DQN acting greedily in torch on the bare module (the reference learner's, or a copy rank 0 evaluates)."""
 
     def __init__(self, agent: nn.Module, device: torch.device):
         self.agent, self.device = agent, device

@@ -390,7 +390,7 @@ class PPOTrainer(BaseAlgorithm):
         started = time.perf_counter()
         if not self.rollout_ready:  # learnWhileCollecting collects it during the update before
             if hp.learn_while_collecting:  # the first update, or the first since a resume loaded weights
-                self.acting_agent.load_state_dict(self.agent.state_dict())
+                self.copy_weights_for_acting()
             self.collect()
         self.rollout_ready = False
         rollout_seconds = time.perf_counter() - started
@@ -438,7 +438,7 @@ class PPOTrainer(BaseAlgorithm):
         thread, acting with a copy of the weights as they are before this update (one update
         of policy lag: PPO's ratio is taken against the log-probs that copy recorded). On a
         GPU its forward passes run on a stream of their own, beside the update's."""
-        self.acting_agent.load_state_dict(self.agent.state_dict())
+        self.copy_weights_for_acting()
         self.buf, self.spare_buf = self.spare_buf, self.buf
         stream = stream_after_current(self.ctx.device)  # after the weights' copy, queued on this thread
 
@@ -447,6 +447,10 @@ class PPOTrainer(BaseAlgorithm):
                 self.collect()
 
         return self.collector.submit(collect)
+
+    def copy_weights_for_acting(self) -> None:
+        """learnWhileCollecting: the collecting copy takes the current weights (in place, so its actor's views stay valid)."""
+        self.acting_agent.load_state_dict(self.agent.state_dict())
 
     def final_model(self) -> dict:
         return {
