@@ -140,6 +140,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             + f"{spec.workers} worker(s) x {spec.procs} process(es) = world size {spec.world_size}"
             + (f", {spec.total_timesteps} timesteps" if spec.total_timesteps else "")
             + (f", stop at eval return {target:g}" if target is not None else "")
+            + "".join(f", {mode}" for mode in training_modes(spec))
             + f"; pods pass the {args.pod_security} Pod Security Standard"
         )
         unread = torchrun.template_problem({"template": spec.template, "procsPerWorker": spec.procs_per_worker,
@@ -152,6 +153,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"{args.file}: {name}: warning: {field} meets at localhost, each pod's own in a cluster: these"
                   f" {spec.workers} pods never meet there; meet at $(MASTER_ADDR):$(MASTER_PORT)", file=sys.stderr)
     return 1 if failed else 0
+
+
+def training_modes(spec: Any) -> list[str]:
+    """The opt-ins a summary names: each changes how the run learns or whether it reproduces."""
+    modes = ["deterministic"] if spec.deterministic else []
+    if spec.ppo is not None and spec.ppo.learn_while_collecting:
+        modes.append("learning while collecting (one update of policy lag)")
+    if spec.success.eval_while_training and spec.success.target_return is not None:
+        modes.append("evaluating while training")
+    return modes
 
 
 def loopback_fields(name: str, spec: Any) -> list[str]:

@@ -237,6 +237,18 @@ def test_kuberl_validate_summarises_a_valid_job():
     result = run_cli("validate", str(EXAMPLE))
     assert result.returncode == 0, result.stderr
     assert "cartpole-ppo: valid: ppo on CartPole-v1, 2 worker(s)" in result.stdout
+    assert "while" not in result.stdout and "deterministic" not in result.stdout
+
+
+def test_kuberl_validate_names_the_opt_ins_that_change_how_a_job_learns(tmp_path):
+    job = mutate(mutate(yaml.safe_load(EXAMPLE.read_text()), "spec.ppo.learnWhileCollecting", True),
+                 "spec.success.evalWhileTraining", True)
+    path = tmp_path / "overlapped.yaml"
+    path.write_text(yaml.safe_dump(job))
+    result = run_cli("validate", str(path))
+    assert result.returncode == 0, result.stderr
+    assert ("stop at eval return 475, learning while collecting (one update of policy lag), evaluating while training;"
+            in result.stdout)
 
 
 def test_kuberl_render_refuses_a_bad_job_like_validate(tmp_path):
