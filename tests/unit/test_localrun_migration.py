@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import yaml
-from kuberl.local.sandbox import image_files
+from kuberl.local.sandbox import image_files, missing_script_failure
 
 
 def pod(command: list[str], mounts: tuple[str, ...] = ()) -> dict:
@@ -42,3 +42,28 @@ def test_kuberl_run_says_so_before_the_pod_fails(tmp_path):
     out = done.stdout + done.stderr
     assert "not run here (only the trainer container's command runs): spec.initContainers[fetch]" in out, out[-2000:]
     assert "warning: command[1] '/workspace/train.py': a file of the image, in no volume" in out, out[-2000:]
+
+
+@pytest.mark.parametrize(("message", "found"), [
+    ("exit code 2: /usr/bin/python3: can't open file '/workspace/train.py': [Errno 2] No such file or directory",
+     "/workspace/train.py"),
+    ("exit code 127: bash: /app/run.sh: No such file or directory", "/app/run.sh"),
+    ("exit code 1: Traceback ... FileNotFoundError: [Errno 2] No such file or directory: '/data/set.csv'", None),
+    ("exit code 1: /workspace/train.py: line 3: CUDA error", None),  # the script ran: a restart may help
+])
+def test_a_failure_names_the_absent_script_only_when_it_was_not_found(message, found):
+    assert missing_script_failure(message, ["/workspace/train.py", "/app/run.sh"]) == found
+
+
+def test_kuberl_run_stops_at_the_first_failure_of_an_absent_script_instead_of_spending_its_restarts(tmp_path):
+    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "baked"}, "spec": {
+        "trainer": "custom", "workers": 1, "runPolicy": {"backoffLimit": 3, "restartBackoffSeconds": 30},
+        "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/workspace/train.py"]}]}}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    done = subprocess.run([sys.executable, "-m", "kuberl.cli", "run", "job.yaml", "--dir", "runs"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False)  # 3 restarts: 30 + 60 + 120 s
+    out = done.stdout + done.stderr
+    assert done.returncode == 3, out[-2000:]  # EXIT_CANNOT_RUN: this machine cannot run it
+    assert ("baked cannot run here: '/workspace/train.py' is not on this machine (warned above), so every restart"
+            " would fail alike") in out, out[-2000:]
+    assert "generation 1: creating" not in out  # no second gang

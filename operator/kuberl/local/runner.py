@@ -38,7 +38,7 @@ import time
 import typing
 import urllib.request
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Self
 
@@ -74,7 +74,13 @@ from .process import (
     read_regular_tail,
     start_pod,
 )
-from .sandbox import LocalRunError, image_files, make_dirs
+from .sandbox import (
+    LocalRunError,
+    image_files,
+    image_scripts,
+    make_dirs,
+    missing_script_failure,
+)
 
 NAMESPACE = "default"
 # beside the jobs' run directories: every PVC a job mounts that is not its own checkpoint claim
@@ -619,7 +625,10 @@ def run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str, 
         return _run(job, run_dir, out, configmaps)
 
 
-def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str, str]] | None = None) -> tuple[int, dict, float]:
+def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str, str]] | None = None,
+         absent_scripts: Sequence[str] = ()) -> tuple[int, dict, float]:
+    """Observe, decide (lifecycle.decide), act, until the job ends. `absent_scripts`: image_scripts' paths,
+    already warned of: a restart after one of them was not found would fail alike, so the run stops instead."""
     uid = job_uid(run_dir)
     status_path = os.path.join(run_dir, "status.json")
     status: dict = {}
@@ -664,6 +673,12 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
                     write_json(status_path, decision.status)
                 status = decision.status
                 act(cluster, decision, now, interrupted=bool(interrupts.count))
+                missing = next(filter(None, (missing_script_failure(a.message, list(absent_scripts)) for a in decision.actions
+                                             if isinstance(a, lifecycle.Event) and a.reason == lifecycle.REASON_GANG_RESTART)), None)
+                if missing is not None:
+                    raise LocalRunError(f"{missing!r} is not on this machine (warned above), so every restart would fail"
+                                        " alike: stopped instead of spending runPolicy.backoffLimit. Mount a volume at its"
+                                        " directory (a hostPath to your checkout), or run it in a cluster whose image has it")
                 if interrupts.count > 1 and not killed:
                     say("killing every rank now")
                     cluster.kill_all()
@@ -1011,6 +1026,7 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
     if idle := spec.idle_evaluation_warning:
         say(f"warning: {idle}")
     baked = image_files(pod)
+    absent_scripts = [path for _, path in image_scripts(pod)]
     if baked:
         say(f"warning: {', '.join(baked)}: a file of the image, in no volume: here the pod runs this machine's files;"
             " mount a volume at its directory (a hostPath to your checkout), or it fails with No such file")
@@ -1023,7 +1039,7 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
     console = Console(OUTPUT or sys.stdout, spec.total_timesteps, os.path.join(run_dir, "checkpoints"), getattr(args, "verbose", False))
     CONSOLE = console
     try:
-        code, status, wall = _run(job, run_dir, out=console, configmaps=configmaps)
+        code, status, wall = _run(job, run_dir, out=console, configmaps=configmaps, absent_scripts=absent_scripts)
     except LocalRunError as e:
         say(f"{job.name} cannot run here: {e}")
         return EXIT_CANNOT_RUN

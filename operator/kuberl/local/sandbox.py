@@ -87,7 +87,12 @@ _SCRIPT_PATH = re.compile(r"(?<![\w./-])(/[\w@%+.,-]+(?:/[\w@%+.,-]+)*\.(?:py|sh
 def image_files(pod: Mapping) -> list[str]:
     """The trainer container's command and args that name a script (`*.py`, `*.sh`) by an absolute path
     under no volume's mountPath and absent on this machine: a file baked into the image, which a local
-    node (running this machine's files) does not have."""
+    node (running this machine's files) does not have. Each as `field[i] 'path'`."""
+    return [f"{where} {path!r}" for where, path in image_scripts(pod)]
+
+
+def image_scripts(pod: Mapping) -> list[tuple[str, str]]:
+    """image_files' scripts as (field[i], path)."""
     container = trainer_container(pod)
     mounts = [m.get("mountPath", "").rstrip("/") for m in container.get("volumeMounts") or [] if isinstance(m, dict)]
     found = []
@@ -95,8 +100,17 @@ def image_files(pod: Mapping) -> list[str]:
         for i, word in enumerate(container.get(field) or []):
             for path in _SCRIPT_PATH.findall(word) if isinstance(word, str) else []:
                 if not any(path.startswith(m + "/") for m in mounts if m) and not os.path.exists(path):
-                    found.append(f"{field}[{i}] {path!r}")
+                    found.append((f"{field}[{i}]", path))
     return found
+
+
+def missing_script_failure(message: str, scripts: list[str]) -> str | None:
+    """The script of `scripts` (image_scripts' paths) that a failure's message says was not found, else None:
+    python's "can't open file '…': [Errno 2] No such file", a shell's "…: No such file or directory". Here no
+    restart can bring it (a cluster's image may have it), so a local run stops rather than spend its restarts."""
+    if "No such file" not in message:
+        return None
+    return next((path for path in scripts if path in message), None)
 
 
 def trainer_container(pod: Mapping) -> dict:
