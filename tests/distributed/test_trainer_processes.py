@@ -164,6 +164,24 @@ def test_deterministic_stop_and_resume_is_bitwise_equal_to_an_uninterrupted_run(
         assert torch.equal(tensor, b["agent"][name]), name
 
 
+def test_deterministic_gang_restarted_before_its_first_checkpoint_is_bitwise_equal_to_an_uninterrupted_run(tmp_path):
+    """A rank killed before the first save (in the rendezvous, `kuberl run` killed in its first seconds) restarts
+    the gang from zero as generation 1, whose seeds differed from generation 0's: the run ended at other weights
+    and other timesteps than an uninterrupted one, with deterministic mode on (bench/chaos.py, rendezvous-kill)."""
+    settings = spec(totalTimesteps=8 * 2 * 4 * 32, deterministic=True)
+    whole = make_job(tmp_path / "whole", raw_spec=settings)
+    assert Ranks(whole).wait(timeout=120) == [0, 0]
+    restarted = make_job(tmp_path / "restarted", raw_spec=settings)
+    ranks = Ranks(restarted, extra_env={contract.ENV_RESTART: "1"})  # nothing to resume from: a fresh start
+    assert ranks.wait(timeout=120) == [0, 0], ranks.log(0) + ranks.log(1)
+
+    a = torch.load(whole.final_model, weights_only=False)
+    b = torch.load(restarted.final_model, weights_only=False)
+    assert a["timesteps"] == b["timesteps"]
+    for name, tensor in a["agent"].items():
+        assert torch.equal(tensor, b["agent"][name]), name
+
+
 def test_a_killed_peer_ends_the_survivor_within_the_collective_timeout(tmp_path):
     job = make_job(tmp_path, runPolicy={"collectiveTimeoutSeconds": 10})
     ranks = Ranks(job)

@@ -10,7 +10,9 @@ the job: an I/O error, a read-only remount; not counted toward backoffLimit) or
 
 Deterministic mode (spec.deterministic): deterministic torch kernels, every
 RNG seeded, and checkpoints that also carry each rank's env and RNG state, so
-a run stopped and resumed ends bitwise equal to an uninterrupted one.
+a run stopped and resumed ends bitwise equal to an uninterrupted one; seeds leave
+the restart generation out, so a gang restarted before its first checkpoint
+repeats the uninterrupted run too.
 """
 
 from __future__ import annotations
@@ -145,9 +147,12 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
         fused.flush_subnormals()  # this thread runs the learner: Adam's dead moments cost no more than live ones
         if ctx.is_main and (note := atari.build_note(spec.env.id, spec.env.num_envs, spec.env.backend)):
             print(f"kuberl trainer: {note}", flush=True)
+        # deterministic mode: a gang restarted before its first checkpoint trains what an uninterrupted run trains
+        # (a resume restores every rank's RNGs and envs from the checkpoint, whatever the seeds)
+        seed_generation = 0 if spec.deterministic else restart
         try:
             trainer = ALGORITHMS[spec.algorithm].make(ctx, spec.hyperparameters, spec.env.id, spec.env.num_envs, spec.env.kwargs,
-                                                      spec.total_timesteps, spec.seed, restart, env_backend=spec.env.backend)
+                                                      spec.total_timesteps, spec.seed, seed_generation, env_backend=spec.env.backend)
         except (UnknownEnv, PolicyMismatch, BufferTooLarge) as e:
             raise ConfigError(str(e)) from e
         _KEEP_ALIVE.append(trainer)

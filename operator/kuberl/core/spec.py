@@ -225,7 +225,7 @@ class JobSpec(Model):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpoint policy and storage.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restarts, deadlines, suspend, timeouts.")
     queue_name: str | None = immutable(default=None, max_length=63, pattern=DNS_1123_SUBDOMAIN, description="Kueue LocalQueue; the pods become one pod group.")
-    seed: int = immutable(default=1, ge=0, le=2**31 - 1, description="Job seed; each rank's envs derive theirs from it, the rank and the restart.")
+    seed: int = immutable(default=1, ge=0, le=2**31 - 1, description="Job seed; each rank's envs derive theirs from it, the rank and the restart (not the restart with deterministic: true, so a gang restarted before its first checkpoint repeats the run).")
     deterministic: bool = immutable(default=False, description="Deterministic torch kernels: a stopped and resumed run ends bitwise equal to an uninterrupted one.")
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Trainer metrics endpoint.")
     rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec, description="Process group settings.")
