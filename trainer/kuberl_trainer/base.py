@@ -24,7 +24,14 @@ import torch
 
 from . import atari, distributed
 from .distributed import Dist
-from .envs import EpisodeTracker, env_state, make_envs, rank_seed, restore_env_state
+from .envs import (
+    EpisodeTracker,
+    check_spaces,
+    env_state,
+    make_envs,
+    rank_seed,
+    restore_env_state,
+)
 from .session import Counters, Session, run_updates
 
 
@@ -51,6 +58,7 @@ class BaseAlgorithm:
 
     agent: torch.nn.Module
     optimizer: object
+    ACTION_SPACES: tuple[type[gym.Space], ...] = (gym.spaces.Discrete,)  # what the algorithm's networks emit
     batch_per_rank: int
     num_updates: int
 
@@ -59,6 +67,7 @@ class BaseAlgorithm:
         self.ctx, self.env_backend = ctx, env_backend
         self.seed = rank_seed(seed, ctx.rank, restart)  # distinct per rank and gang restart
         self.envs = make_envs(env_id, num_envs, env_kwargs, env_backend, halves=halves)
+        check_spaces(self.envs, env_id, self.ACTION_SPACES)
         self.next_obs, _ = self.envs.reset(seed=self.seed)
         self.envs_ready_at = time.monotonic()  # startup's "envs" phase ends here, "networks" after _setup_model
         self.obs_shape = tuple(self.envs.single_observation_space.shape)

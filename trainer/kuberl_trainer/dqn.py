@@ -44,7 +44,6 @@ from . import atari, budget, evaluation, learners, networks
 from .base import BaseAlgorithm
 from .device import upload
 from .distributed import Dist
-from .envs import UnknownEnv
 from .networks import soft_update  # noqa: F401 — the maths, beside td_targets and dqn_loss, for readers and tests
 from .replay import Batch, ReplayBuffer
 from .session import UpdateReport
@@ -115,6 +114,7 @@ def steps_per_draw(gradient_steps: int, batch_size: int, obs_shape: tuple[int, .
 
 
 class DQNTrainer(BaseAlgorithm):
+    ACTION_SPACES = (gym.spaces.Discrete,)
     def __init__(self, ctx: Dist, hp: DQNConfig, env_id: str, num_envs: int, env_kwargs: dict,
                  total_timesteps: int, seed: int, restart: int, env_backend: str = "auto", fast: bool = True):
         self.hp, self.total_timesteps, self.fast_path = hp, total_timesteps, fast
@@ -123,8 +123,6 @@ class DQNTrainer(BaseAlgorithm):
     def _setup_model(self, env_id: str, num_envs: int) -> None:
         """The online and target Q networks, the replay buffer, and how it learns and acts."""
         ctx, hp, space = self.ctx, self.hp, self.envs.single_observation_space
-        if not isinstance(self.action_space, gym.spaces.Discrete):
-            raise UnknownEnv(f"spec.env.id: algorithm dqn needs discrete actions; {env_id!r} has {self.action_space}")
         # frame stacks: the buffer keeps only each step's newest uint8 frame
         replay_layout = (hp.buffer_size, num_envs, self.obs_shape, space.dtype, (), np.int64, hp.n_step,
                          atari.frame_stack(self.envs))

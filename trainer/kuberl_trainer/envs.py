@@ -42,6 +42,38 @@ def _resolve(env_id: str) -> str | type:
     return env_id
 
 
+def space_problem(observation: gym.Space, action: gym.Space, actions: tuple[type[gym.Space], ...]) -> str | None:
+    """Why kuberl's networks cannot learn on these spaces (None when they can). Observations: a Box of
+    at least one dimension (any numeric dtype: vectors are cast to float, uint8 frames go to the CNN) or
+    MultiBinary. Actions: the `actions` types the algorithm emits, a Discrete numbered from 0 and a
+    float Box. Anything else crashed deep in the trainer, or (a Discrete observation's index read as one
+    number) learned silently from the wrong features."""
+    observations_supported = "supported: Box observations of at least one dimension (vectors, or uint8 frames), or MultiBinary"
+    if not isinstance(observation, (gym.spaces.Box, gym.spaces.MultiBinary)) or not observation.shape:
+        hint = (" (one-hot it in a wrapper: a \"module:Class\" env id)" if isinstance(observation, gym.spaces.Discrete)
+                else " (flatten it in a wrapper: a \"module:Class\" env id)" if isinstance(observation, (gym.spaces.Dict, gym.spaces.Tuple))
+                else "")
+        return f"observation space {observation}{hint}; {observations_supported}"
+    names = " or ".join("Discrete (numbered from 0)" if kind is gym.spaces.Discrete else "float Box" for kind in actions)
+    actions_supported = f"supported by this algorithm: {names} actions"
+    if not isinstance(action, actions):
+        return f"action space {action}; {actions_supported}"
+    if isinstance(action, gym.spaces.Discrete) and int(action.start) != 0:
+        return f"action space {action} starts at {int(action.start)}; {actions_supported}"
+    if isinstance(action, gym.spaces.Box) and not np.issubdtype(action.dtype, np.floating):
+        return f"action space {action} of {action.dtype}; {actions_supported}"
+    return None
+
+
+def check_spaces(envs: gym.vector.VectorEnv, env_id: str, actions: tuple[type[gym.Space], ...]) -> None:
+    """Raises UnknownEnv naming spec.env.id when `space_problem` finds one (a configuration error: every
+    restart would meet it again), closing `envs`."""
+    problem = space_problem(envs.single_observation_space, envs.single_action_space, actions)
+    if problem is not None:
+        envs.close()
+        raise UnknownEnv(f"spec.env.id: {env_id!r} has {problem}")
+
+
 def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: str = "auto",
               halves: int = 1) -> gym.vector.VectorEnv:
     """A vector env with next-step autoreset; raises UnknownEnv naming spec.env.id.

@@ -213,6 +213,7 @@ class Rollout:
 
 
 class PPOTrainer(BaseAlgorithm):
+    ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.Box)
     def __init__(self, ctx: Dist, hp: PPOConfig, env_id: str, num_envs: int, env_kwargs: dict,
                  total_timesteps: int, seed: int, restart: int, env_backend: str = "auto",
                  overlap: bool | None = None, fast: bool = True):

@@ -1,0 +1,80 @@
+"""Spaces kuberl's networks cannot read or emit are refused at start, naming spec.env.id and what is
+supported: a Dict observation was a TypeError deep in base.py (`tuple(None)`), retried as a crash by
+every restart; MultiDiscrete actions an AttributeError in PPO's clipping; a Discrete observation
+(FrozenLake) fed its index to the MLP as one number."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from kuberl.core.spec import DQNConfig, PPOConfig
+from kuberl_trainer.distributed import Dist
+from kuberl_trainer.dqn import DQNTrainer
+from kuberl_trainer.envs import UnknownEnv, space_problem
+from kuberl_trainer.ppo import PPOTrainer
+
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+VECTOR = spaces.Box(-1, 1, (3,), np.float32)
+PPO_ACTIONS = (spaces.Discrete, spaces.Box)
+DQN_ACTIONS = (spaces.Discrete,)
+
+
+@pytest.mark.parametrize(("observation", "action", "accepted", "words"), [
+    (spaces.Dict({"a": VECTOR}), spaces.Discrete(2), PPO_ACTIONS, "observation space Dict"),
+    (spaces.Tuple((spaces.Discrete(3), spaces.Discrete(2))), spaces.Discrete(2), PPO_ACTIONS, "observation space Tuple"),
+    (spaces.Discrete(16), spaces.Discrete(2), DQN_ACTIONS, "observation space Discrete(16)"),
+    (spaces.Box(-1, 1, (), np.float32), spaces.Discrete(2), DQN_ACTIONS, "observation space Box"),
+    (VECTOR, spaces.MultiDiscrete([3, 2]), PPO_ACTIONS, "action space MultiDiscrete"),
+    (VECTOR, spaces.MultiBinary(3), PPO_ACTIONS, "action space MultiBinary"),
+    (VECTOR, spaces.Dict({"a": spaces.Discrete(2)}), PPO_ACTIONS, "action space Dict"),
+    (VECTOR, spaces.Discrete(3, start=1), PPO_ACTIONS, "starts at 1"),
+    (VECTOR, spaces.Box(0, 5, (2,), np.int64), PPO_ACTIONS, "int64"),
+    (VECTOR, spaces.Box(-1, 1, (2,), np.float32), DQN_ACTIONS, "action space Box"),
+])
+def test_a_space_the_networks_cannot_use_is_named_with_what_is_supported(observation, action, accepted, words):
+    problem = space_problem(observation, action, accepted)
+    assert problem is not None and words in problem, problem
+    assert "supported" in problem, problem
+
+
+@pytest.mark.parametrize(("observation", "action", "accepted"), [
+    (VECTOR, spaces.Discrete(2), DQN_ACTIONS),
+    (spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6), DQN_ACTIONS),  # Atari frames
+    (spaces.Box(0, 10, (3,), np.int64), spaces.Discrete(2), PPO_ACTIONS),  # integer features: cast to float
+    (spaces.MultiBinary(4), spaces.Discrete(2), PPO_ACTIONS),
+    (VECTOR, spaces.Box(-2, 2, (2,), np.float32), PPO_ACTIONS),
+    (VECTOR, spaces.Box(-np.inf, np.inf, (2,), np.float64), PPO_ACTIONS),
+])
+def test_the_spaces_kuberl_learns_on_pass(observation, action, accepted):
+    assert space_problem(observation, action, accepted) is None
+
+
+class Spaced(gym.Env):
+    """A ten-step env with the spaces its kwargs name."""
+
+    def __init__(self, observation: str = "vector", action: str = "discrete"):
+        self.observation_space = {"vector": VECTOR, "dict": spaces.Dict({"a": VECTOR})}[observation]
+        self.action_space = {"discrete": spaces.Discrete(2), "multidiscrete": spaces.MultiDiscrete([3, 2])}[action]
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 1.0, False, False, {}
+
+
+@pytest.mark.parametrize(("make", "env_id", "kwargs", "words"), [
+    (lambda *a: PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8), *a), "FrozenLake-v1", {}, "observation space Discrete(16)"),
+    (lambda *a: DQNTrainer(ONE_PROCESS, DQNConfig(), *a), "Blackjack-v1", {}, "observation space Tuple"),
+    (lambda *a: PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8), *a), "tests.unit.test_trainer_spaces:Spaced",
+     {"observation": "dict"}, "observation space Dict"),
+    (lambda *a: PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8), *a), "tests.unit.test_trainer_spaces:Spaced",
+     {"action": "multidiscrete"}, "action space MultiDiscrete"),
+])
+def test_each_algorithm_refuses_such_an_env_at_start_naming_the_field_and_the_env(make, env_id, kwargs, words):
+    with pytest.raises(UnknownEnv) as refused:
+        make(env_id, 2, kwargs, 64, 1, 0)
+    message = str(refused.value)
+    assert message.startswith(f"spec.env.id: {env_id!r} has ") and words in message, message
