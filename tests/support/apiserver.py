@@ -126,7 +126,11 @@ class StandinHandler(kmock.RawHandler):
     # before it is served, as the real API server's authorization filter answers it
     # (admission.rbac_forbidden cites the source), a list and a watch alike.
     # A subresource is its own resource to RBAC, named as a rule names it: ('patch', 'rltrainingjobs/status').
-    denied: set[tuple[str, str]] = attrs.field(factory=set)
+    # A triple (verb, plural, namespace) refuses it in that namespace only: a namespaced install's grant is a
+    # RoleBinding per namespace, and the authorizer reads only the RoleBindings of the request's namespace
+    # (VisitRulesFor, pkg/registry/rbac/validation/rule.go: ClusterRoleBindings, then RoleBindings "in namespace"),
+    # so one missing RoleBinding refuses that namespace alone.
+    denied: set[tuple[str, ...]] = attrs.field(factory=set)
 
     def __attrs_post_init__(self) -> None:
         self._requests = collections.deque(maxlen=RECENT_REQUESTS)
@@ -217,7 +221,8 @@ class StandinHandler(kmock.RawHandler):
         verb = self._verb(method, route, params)
         self.calls[ApiCall(verb, route.group, route.plural, route.namespace or '', route.subresource or '',
                            _agent(request.headers))] += 1
-        if (verb, f'{route.plural}/{route.subresource}' if route.subresource else route.plural) in self.denied:
+        resource = f'{route.plural}/{route.subresource}' if route.subresource else route.plural
+        if (verb, resource) in self.denied or (verb, resource, route.namespace) in self.denied:
             raise rbac_forbidden(verb, rtype, route.namespace, route.name or '', subresource=route.subresource or '')
         dry_run = params.get('dryRun') == 'All'
         validation = params.get('fieldValidation', 'Warn')

@@ -79,3 +79,11 @@ def test_rbac_names_a_subresource_apart_from_its_resource(standin, rest):
     standin.handler.denied.add(('patch', 'rltrainingjobs/status'))
     assert rest.patch(f'{JOBS}/namespaces/default/rltrainingjobs/j', {'metadata': {'labels': {'a': 'b'}}}).status == 200
     assert rest.get(f'{JOBS}/namespaces/default/rltrainingjobs').status == 200
+
+
+def test_rbac_refused_in_one_namespace_serves_the_others_as_a_missing_rolebinding_does(standin, rest):
+    standin.handler.denied.add(('list', 'pods', 'team-b'))
+    refused = rest.get('/api/v1/namespaces/team-b/pods')
+    assert (refused.status, refused.body['message']) == (
+        403, f'pods is forbidden: User "{SA}" cannot list resource "pods" in API group "" in the namespace "team-b"')
+    assert rest.get('/api/v1/namespaces/team-a/pods').status == 200

@@ -92,7 +92,7 @@ def test_every_alert_reads_only_metrics_kuberl_exports_or_the_scrape_up():
 def test_the_alerts_cover_what_a_platform_team_is_paged_for():
     assert set(alerts()) == {"KuberlJobNotRunning", "KuberlJobCrashLooping", "KuberlCheckpointsSkipped", "KuberlCheckpointOverdue",
                              "KuberlTrainerMetricsUnscraped", "KuberlOperatorDown", "KuberlOperatorRestarting",
-                             "KuberlOperatorPeersSamePriority", "KuberlOperatorAPIErrors"}
+                             "KuberlOperatorPeersSamePriority", "KuberlOperatorNamespaceRefused", "KuberlOperatorAPIErrors"}
     for name, rule in alerts().items():
         assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"], name
 
@@ -240,6 +240,20 @@ def test_operator_alerts_fire_when_it_is_down_frozen_or_failing_its_requests(tmp
             firing("KuberlOperatorAPIErrors", "25m", ({"namespace": "kuberl-system", "verb": "list", "resource": "pods", "code": "403"}, "")),
         ]},
     ]
+    run_promtool_tests(tmp_path, rules(), tests)
+
+
+def test_a_namespace_rbac_refuses_the_operator_is_named_after_five_minutes(tmp_path):
+    refused = 'job="kuberl", pod="kuberl-0", instance="10.0.0.5:8080"'
+    tests = [{"interval": "1m", "input_series": [
+        series(m.OPERATOR_NAMESPACE_REFUSED, f'{refused}, namespace="team-b"', "0x3 1x10 0x10"),  # refused, then granted
+        series(m.OPERATOR_NAMESPACE_REFUSED, f'{refused}, namespace="team-a"', "0x25"),
+        series(m.OPERATOR_NAMESPACE_REFUSED, 'job="other", pod="x", namespace="team-c"', "1x25"),  # another release's operator
+    ], "alert_rule_test": [
+        firing("KuberlOperatorNamespaceRefused", "6m"),
+        firing("KuberlOperatorNamespaceRefused", "9m", ({"namespace": "team-b"}, "")),
+        firing("KuberlOperatorNamespaceRefused", "20m"),
+    ]}]
     run_promtool_tests(tmp_path, rules(), tests)
 
 

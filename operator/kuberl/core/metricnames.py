@@ -77,6 +77,9 @@ OPERATOR_PODS_CREATED_TOTAL = f"{OPERATOR_PREFIX}_pods_created_total"
 OPERATOR_API_ERRORS_TOTAL = f"{OPERATOR_PREFIX}_api_errors_total"  # by verb, resource, code
 OPERATOR_API_RESOLVED_TOTAL = f"{OPERATOR_PREFIX}_api_resolved_total"  # 404/409 the operator resolves, by verb, resource, code
 OPERATOR_PEERS_SAME_PRIORITY = f"{OPERATOR_PREFIX}_peers_same_priority"  # live replicas sharing this one's peering priority (0: fine)
+# Per watched namespace of a namespaced install: 1 while RBAC refuses the operator its list or watch there (its
+# jobs are not reconciled; the other namespaces are), 0 while it is served.
+OPERATOR_NAMESPACE_REFUSED = f"{OPERATOR_PREFIX}_namespace_refused"
 # The operator's process (prometheus_client's ProcessCollector on its registry): a start time that changes
 # is a container restart, as the kubelet restarts an operator whose /healthz fails (blind watches, RBAC).
 PROCESS_START_TIME = "process_start_time_seconds"

@@ -200,17 +200,67 @@ def rbac_refusal_line(message: str) -> str:
     if refusal is None:
         return (f"the API server refused the operator's own list or watch (403: {message[:300]}); kopf cannot run without"
                 " it, so the operator exits and its pod's restarts try again")
+    return (f"RBAC forbids the operator to {_refused_call(refusal)}, without which kopf cannot run: {_grant(refusal)} The"
+            " operator exits; its pod's restarts (CrashLoopBackOff) try again until the permission is granted")
+
+
+def _refused_call(refusal: re.Match) -> str:
+    resource, group, namespace = refusal["resource"], refusal["group"], refusal["namespace"]
+    qualified = f"{resource}.{group}" if group else resource
+    return f'{refusal["verb"]} {qualified} ' + (f'in namespace "{namespace}"' if namespace else "at the cluster scope")
+
+
+def _grant(refusal: re.Match) -> str:
+    """What to grant, to whom, in which kind of role, for an RBAC refusal."""
     verb, resource, group, namespace = refusal["verb"], refusal["resource"], refusal["group"], refusal["namespace"]
     account = SERVICE_ACCOUNT_USER.fullmatch(refusal["user"])
     subject = f"ServiceAccount {account['namespace']}/{account['name']}" if account else f'user "{refusal["user"]}"'
     role = f'the Role in namespace "{namespace}"' if namespace else "the ClusterRole"
-    qualified = f"{resource}.{group}" if group else resource
-    scope = f'in namespace "{namespace}"' if namespace else "at the cluster scope"
     api_group = f'API group "{group}"' if group else 'the core API group ("")'
-    return (f"RBAC forbids the operator to {verb} {qualified} {scope}, without which kopf cannot run: grant verb "
-            f'"{verb}" on resource "{resource}" in {api_group} to {subject} in {role} bound to it (the chart\'s'
-            f" RBAC grants every call in kuberl.operator.kubeapi.API_CALLS; `helm upgrade` restores it). The operator"
-            " exits; its pod's restarts (CrashLoopBackOff) try again until the permission is granted")
+    return (f'grant verb "{verb}" on resource "{resource}" in {api_group} to {subject} in {role} bound to it (the chart\'s'
+            " RBAC grants every call in kuberl.operator.kubeapi.API_CALLS; `helm upgrade` restores it).")
+
+
+def refused_namespace(message: str) -> str | None:
+    """The namespace an RBAC refusal names ("... in the namespace \"team\""), or None (the cluster scope, or not RBAC's words)."""
+    refusal = RBAC_REFUSAL.match(message)
+    return refusal["namespace"] if refusal is not None else None
+
+
+@dataclasses.dataclass
+class WatchedNamespaces:
+    """The namespaces a namespaced install watches, and those RBAC refuses it now. One refused
+    namespace (its RoleBinding not created yet, or deleted) must not blind the operator to the
+    others, as kopf would (one refused watch ends its run): kopf runs on the served ones, the
+    refused ones are rechecked and taken back once RBAC allows them. Pure."""
+
+    watched: tuple[str, ...]
+    refused: dict[str, str] = dataclasses.field(default_factory=dict)  # namespace -> the API server's refusal
+
+    def served(self) -> tuple[str, ...]:
+        return tuple(n for n in self.watched if n not in self.refused)
+
+    def refuse(self, namespace: str | None, message: str) -> bool:
+        """Record a refusal; False when the operator cannot go on without that namespace: a cluster-wide
+        install, a refusal at the cluster scope or of no watched namespace, or no namespace left to serve."""
+        if namespace is None or namespace not in self.served() or len(self.served()) == 1:
+            return False
+        self.refused[namespace] = message
+        return True
+
+    def grant(self, namespace: str) -> None:
+        self.refused.pop(namespace, None)
+
+
+def namespace_refusal_line(message: str, served: tuple[str, ...], recheck_seconds: float) -> str:
+    """The operator's one line when RBAC refuses its list or watch in one of its watched namespaces (`message`
+    names it, else refused_namespace would not have given it one): what to grant, and that the other
+    namespaces are served meanwhile. Pure."""
+    refusal = RBAC_REFUSAL.match(message)
+    namespace = refusal["namespace"]
+    return (f"RBAC forbids the operator to {_refused_call(refusal)}: its jobs there are not reconciled until then; {_grant(refusal)}"
+            f' The operator goes on serving {", ".join(served)}, checks namespace "{namespace}" again every'
+            f" {recheck_seconds:g}s and takes it back without a restart")
 
 
 GONE_RESET_SECONDS = 60.0  # a run this long resets the backoff of restarts after lost watches

@@ -81,6 +81,8 @@ class Shell:
     events: jobstatus.EventLimiter = dataclasses.field(default_factory=jobstatus.EventLimiter)
     heartbeat: Any = None  # WatchHeartbeat, once started
     peering: Any = None  # PeeringCheck, when peering
+    # Watched namespaces RBAC refuses now (kopf runs without them), rechecked; None when cluster-wide.
+    refused: Any = None  # RefusedNamespaces
 
     def poke(self, namespace: str, job: str, pods_changed: bool = False) -> None:
         wake = self.wakes.get((namespace, job))
@@ -125,6 +127,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     shell.scraper = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=shell.config.scrape_timeout),
                                           connector=aiohttp.TCPConnector(limit=0))
     await kubeapi.CONNECTION.client()  # log in now: the first job's pods are not kept waiting for it
+    if shell.refused is not None and shell.refused.namespaces:
+        shell.refused.task = asyncio.create_task(shell.refused.run(KubeApi(settings, logger, shell.metrics)))
     shell.heartbeat = WatchHeartbeat(shell.config.watch)
     shell.heartbeat.task = asyncio.create_task(
         shell.heartbeat.run(KubeApi(settings, logger, shell.metrics), shell.config.namespaces[:1] or (None,)))
@@ -261,6 +265,59 @@ class PeeringCheck:
 PEERING_CHECK_SECONDS = 5.0
 
 
+class RefusedNamespaces:
+    """Watched namespaces where RBAC refused kopf its list or watch, so kopf runs without them: every
+    `recheck_seconds` each one's lists and watches are tried as kopf makes them (the plain request, answered
+    403 or 200 before any object is sent); once all pass, `granted` gets the namespace and `stop` is set, so
+    kopf stops and the operator starts it again with the namespace back. Said again every REMIND_SECONDS."""
+
+    def __init__(self, namespaces: dict[str, str], resources: list[tuple[str, str, str]], recheck_seconds: float,
+                 stop: Any, remind: Callable[[str, str], None]):
+        self.namespaces, self.resources, self.recheck_seconds = namespaces, resources, recheck_seconds
+        self.stop, self.remind = stop, remind
+        self.granted: set[str] = set()
+        self.task: asyncio.Task | None = None
+
+    async def allowed(self, api: KubeApi, namespace: str) -> bool:
+        timeout = aiohttp.ClientTimeout(total=10)
+        try:
+            for resource in self.resources:
+                path = kubeapi._path(*resource, namespace)
+                await api.call("get", "list", resource[2], path, query=[("limit", "1")])
+                lines = api.watch_lines(resource[2], path, [("watch", "true"), ("timeoutSeconds", "1")], timeout)
+                async with contextlib.aclosing(lines):
+                    await anext(lines)  # its first item comes with the 200: the watch is allowed
+        except kubeapi.Forbidden:
+            return False
+        return True
+
+    async def run(self, api: KubeApi) -> None:
+        reminded = time.monotonic()
+        while not self.granted:
+            await asyncio.sleep(self.recheck_seconds)
+            for namespace in self.namespaces:
+                with contextlib.suppress(ApiError, aiohttp.ClientError, TimeoutError):
+                    if await self.allowed(api, namespace):
+                        self.granted.add(namespace)
+            if self.granted:
+                self.stop.set()
+            elif time.monotonic() - reminded >= REMIND_SECONDS:
+                reminded = time.monotonic()
+                for namespace, message in self.namespaces.items():
+                    self.remind(namespace, message)
+
+
+REFUSED_RECHECK_SECONDS = 10.0
+REMIND_SECONDS = 600.0
+
+
+@kopf.on.probe(id="refused_namespaces")
+def refused_namespaces(memo: kopf.Memo, **_: Any) -> list[str]:
+    """Watched namespaces RBAC refuses now (their jobs are not reconciled); /healthz stays up for the others."""
+    refused = shell_of(memo).refused
+    return sorted(refused.namespaces) if refused is not None else []
+
+
 @kopf.on.probe(id="peering")
 def peering(memo: kopf.Memo, **_: Any) -> int:
     """Other live replicas sharing this one's peering priority; fails /healthz when there are any."""
@@ -273,7 +330,8 @@ def peering(memo: kopf.Memo, **_: Any) -> int:
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
-    for task in (memo.shell.heartbeat and memo.shell.heartbeat.task, memo.shell.peering and memo.shell.peering.task):
+    for task in (memo.shell.heartbeat and memo.shell.heartbeat.task, memo.shell.peering and memo.shell.peering.task,
+                 memo.shell.refused and memo.shell.refused.task):
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

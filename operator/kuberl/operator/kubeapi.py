@@ -32,6 +32,7 @@ from .metrics import OperatorMetrics
 
 RLTJ = (names.GROUP, names.VERSION, names.PLURAL)
 PODS = ("", "v1", "pods")
+PEERINGS = ("kopf.dev", "v1", "kopfpeerings")  # kopf's, per namespace when not cluster-wide
 API_BACKOFFS = (0.5, 1.0, 2.0)  # retries of 5xx/429 inside one call; then kopf's daemon backoff
 RETIRED_CLIENT_GRACE_SECONDS = 60.0  # a client replaced after a 401 closes once its requests are done
 

@@ -4,6 +4,8 @@ both so that neither the configuration nor the handlers import the other."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import logging
 import os
 import re
@@ -16,9 +18,12 @@ from ..core import contract
 from .config import (
     GoneWatchdog,
     KopfRestarts,
+    WatchedNamespaces,
     lost_watch,
+    namespace_refusal_line,
     operator_config,
     rbac_refusal_line,
+    refused_namespace,
 )
 
 
@@ -26,7 +31,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
     """Run the operator until SIGTERM/SIGINT: standalone unless --peering names a peering object."""
     import kopf
 
-    from .handlers import Shell
+    from .handlers import REFUSED_RECHECK_SECONDS, RefusedNamespaces, Shell
+    from .kubeapi import PEERINGS, PODS, RLTJ
     from .metrics import OperatorMetrics
 
     config = operator_config(args)
@@ -55,26 +61,55 @@ def cmd_operator(args: argparse.Namespace) -> int:
         handler.addFilter(lambda record: not (record.name.startswith("kopf._core.reactor") and record.exc_info
                                               and rbac_refused(record.exc_info[1]) is not None))
     restarts = KopfRestarts(config.watch.silent_bound)
+    watched = WatchedNamespaces(config.namespaces)
+    for namespace in watched.watched:
+        metrics.namespace_refused.labels(namespace).set(0)
+    # What kopf lists and watches in each namespace: what a refused namespace must allow again to be taken back.
+    watched_resources = [RLTJ, PODS, *([PEERINGS] if args.peering is not None else [])]
+
+    def remind(namespace: str, message: str) -> None:
+        log.error("still refused: %s", namespace_refusal_line(message, watched.served(), REFUSED_RECHECK_SECONDS))
+
     while True:
         started = time.monotonic()
+        # Set when a refused namespace is allowed again: kopf stops, to start with it. An asyncio.Event (bound to
+        # kopf's loop when first awaited): kopf waits for a threading.Event in an executor thread, which its loop's
+        # shutdown then joins for ever when the run ended any other way.
+        stop = asyncio.Event()
+        refusals = (RefusedNamespaces(dict(watched.refused), watched_resources, REFUSED_RECHECK_SECONDS, stop, remind)
+                    if watched.refused else None)
         try:
             kopf.run(
                 standalone=args.peering is None,
                 peering_name=args.peering,
                 priority=args.priority,
                 clusterwide=not args.namespace,
-                namespaces=args.namespace,
+                namespaces=list(watched.served()),
                 liveness_endpoint=f"http://{listen}:{args.health_port}{args.health_path}",
-                memo=kopf.Memo(shell=Shell(config, metrics)),
+                stop_flag=stop,
+                memo=kopf.Memo(shell=Shell(dataclasses.replace(config, namespaces=watched.served()), metrics, refused=refusals)),
             )
-            return 0
+            if refusals is None or not refusals.granted:
+                return 0
+            for namespace in sorted(refusals.granted):
+                watched.grant(namespace)
+                metrics.namespace_refused.labels(namespace).set(0)
+                log.warning('RBAC allows the operator to list and watch in namespace "%s" again: it serves the jobs there'
+                            " from now on", namespace)
+            continue
         except Exception as error:
             watchdog.disarm()
             lost = watch_lost(error)
             unanswered = None if lost is not None else api_unanswered(error)
             refused = None if lost is not None or unanswered is not None else rbac_refused(error)
             if refused is not None:
-                log.error("%s", rbac_refusal_line(getattr(refused, "message", None) or str(refused)))
+                message = getattr(refused, "message", None) or str(refused)
+                namespace = refused_namespace(message)
+                if watched.refuse(namespace, message):
+                    metrics.namespace_refused.labels(namespace).set(1)
+                    log.error("%s", namespace_refusal_line(message, watched.served(), REFUSED_RECHECK_SECONDS))
+                    continue
+                log.error("%s", rbac_refusal_line(message))
                 return 1
             if lost is None and unanswered is None:
                 raise

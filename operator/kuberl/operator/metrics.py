@@ -75,6 +75,11 @@ class OperatorMetrics:
             m.OPERATOR_PEERS_SAME_PRIORITY, "Other live replicas in this one's peering object with its priority: kopf pauses"
             " every one of them, so no job progresses while this is above 0.", registry=self.registry,
         )
+        self.namespace_refused = Gauge(
+            m.OPERATOR_NAMESPACE_REFUSED, "1 for a watched namespace where RBAC refuses the operator its list or watch: its"
+            " jobs are not reconciled (the other namespaces are) until the permission is granted; 0 while it is served.",
+            [m.LABEL_NAMESPACE], registry=self.registry,
+        )
         self.api_errors = Counter(
             m.OPERATOR_API_ERRORS_TOTAL, "Kubernetes API requests that failed, by verb, resource and HTTP status"
             " (404 and 409, which the operator resolves itself, are counted apart).",
