@@ -162,3 +162,25 @@ def test_a_failed_checkpoint_volume_reaches_status_and_events_with_the_path_errn
     said = lc._pod_says(seen)
     assert seen.reason == "CheckpointVolumeUnavailable" and "…" not in said, said
     assert f"writing {directory}/ckpt-0000000040.pt failed with EIO" in said and "ckpt-0000000020.pt" in said, said
+
+
+def test_a_full_checkpoint_volume_reaches_status_and_events_naming_the_claim_its_size_and_what_a_checkpoint_needs(monkeypatch):
+    """The operator keeps a pod message's last 384 characters: a full volume's message (its claim and size, its
+    bytes, then the directory again as the OSError's filename) lost its head, the claim and spec.checkpoint.size,
+    in every restart (`kuberl run` showed "…-<uid>; 65536 bytes in all, 65536 free) is full: …": bench/chaos.py,
+    tmpfs-full)."""
+    import os
+
+    from kuberl_trainer import checkpoint
+
+    job = "j" * 50
+    directory = f"/checkpoints/{job}-0d3f1b2c-1234-4abc-8def-0123456789ab"
+    gib = os.statvfs_result((4096, 4096, 262144, 10, 10, 65536, 60000, 60000, 0, 255))  # a 1Gi claim, 40 KiB free
+    monkeypatch.setattr(os, "statvfs", lambda _path: gib)
+    volume = f"claim {names.pvc_name(job)} of spec.checkpoint.size 1Gi at {names.CHECKPOINT_MOUNT_DIR}"  # TrainingSession.volume
+    full = checkpoint.CheckpointVolumeFull(directory, 134562, volume, keep=3)
+    seen = lc.observed_pod(terminated_pod(1, contract.termination_line(contract.REASON_CHECKPOINT_VOLUME_FULL, str(full)) + "\n"))
+    said = lc._pod_says(seen)
+    assert seen.reason == "CheckpointVolumeFull" and "…" not in said, said
+    assert f"claim {names.pvc_name(job)} of spec.checkpoint.size 1Gi" in said and "1073741824 bytes in all, 40960 free" in said, said
+    assert "one checkpoint needs 134562 bytes" in said and "538248" in said and "lower spec.checkpoint.keep" in said, said

@@ -262,12 +262,17 @@ class CheckpointVolumeFull(OSError):
             space = f"{fs.f_blocks * fs.f_frsize} bytes in all, {fs.f_bavail * fs.f_frsize} free"
         except OSError:
             space = "its size unreadable"
-        room = (f"one checkpoint needs {need} bytes, and spec.checkpoint.keep={keep} of them plus one being written must"
-                f" fit ({need * (keep + 1)} bytes). Expand the claim or lower spec.checkpoint.keep" if keep else
+        room = (f"one checkpoint needs {need} bytes: spec.checkpoint.keep={keep} of them and one being written need"
+                f" {need * (keep + 1)}. Expand the claim or lower spec.checkpoint.keep" if keep else
                 f"the final model needs {need} bytes besides the checkpoints kept. Expand the claim")
         full = "is over its quota (EDQUOT)" if quota else "is full"
         super().__init__(errno.EDQUOT if quota else errno.ENOSPC, f"the checkpoint volume ({volume}; {space}) {full}: {room}",
                          directory)
+
+    def __str__(self) -> str:
+        # without the directory's repeat at the end: the operator keeps a message's last 384 characters, and the
+        # claim and its size at the head were what a long job name pushed out
+        return f"[Errno {self.errno}] {self.strerror}"
 
 
 class CheckpointReadBackFailed(RuntimeError):

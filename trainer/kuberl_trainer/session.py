@@ -428,11 +428,12 @@ class TrainingSession:
         self.curve_point(algorithm.counters.global_step, checkpoint_file=os.path.basename(path))
 
     def volume(self) -> str:
-        """The checkpoint volume, as a user finds it: the claim and its requested size."""
+        """The checkpoint volume, as a user finds it: the claim, its requested size and where it is mounted (not the
+        job's directory in it, `<job>-<uid>`: with a long job name that pushed the claim out of a restart's reason)."""
         ckpt = self.spec.checkpoint
         if ckpt.claim_name:
-            return f"claim {ckpt.claim_name} (spec.checkpoint.claimName) at {self.config.checkpoint_dir}"
-        return f"claim {names.pvc_name(self.config.job)} of spec.checkpoint.size {ckpt.size} at {self.config.checkpoint_dir}"
+            return f"claim {ckpt.claim_name} (spec.checkpoint.claimName) at {names.CHECKPOINT_MOUNT_DIR}"
+        return f"claim {names.pvc_name(self.config.job)} of spec.checkpoint.size {ckpt.size} at {names.CHECKPOINT_MOUNT_DIR}"
 
     def finish(self, algorithm: Algorithm, outcome: str) -> str:
         """Final checkpoint or model; returns the termination-log message."""
