@@ -47,6 +47,7 @@ def with_metadata(**metadata) -> dict:
 
 
 GPU = {"limits": {"nvidia.com/gpu": 4, "cpu": "16", "memory": "64Gi"}}
+TORCHRUN = ["torchrun", "/app/train.py"]
 EXPORTED = pytorchjob(replica(1), replica(1), nprocPerNode="1")  # as `kubectl get pytorchjob -o yaml` gives it
 EXPORTED["metadata"] |= {"namespace": "ml", "uid": "0b6f", "resourceVersion": "42", "creationTimestamp": "2026-01-01T00:00:00Z",
                          "labels": {"team": "vision"},
@@ -61,7 +62,7 @@ CONVERTED = [
                 replica(3, pytorch(args=["--backend", "gloo"], ports=[{"name": "pytorchjob-port", "containerPort": 23456}]))),
      {"trainer": "custom", "workers": 4, "image": IMAGE, "rendezvous": {"port": 23456},
       "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"], "securityContext": SECURITY, "args": ["--backend", "gloo"]}]}}},
-     ["spec.nprocPerNode", "spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
+     ["spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
     ("worker-only-elastic-echo",  # examples/pytorch/elastic/echo
      pytorchjob(None, replica(2, pytorch(command=["torchrun", "--rdzv_backend=c10d", "./echo.py"],
                                          env=[{"name": "LOGLEVEL", "value": "DEBUG"}]), restart=None),
@@ -75,16 +76,28 @@ CONVERTED = [
     ("worker-replicas-0-runs-the-master", pytorchjob(replica(1), replica(0), nprocPerNode="1"), {"workers": 1, "procsPerWorker": 1},
      ["spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
     ("nproc-int-unquoted", pytorchjob(None, replica(2, restart=None), nprocPerNode=4), {"procsPerWorker": 4}, []),
-    ("nproc-gpu-from-the-limit", pytorchjob(replica(1, pytorch(resources=GPU)), replica(1, pytorch(resources=GPU)), nprocPerNode="gpu"),
+    ("nproc-gpu-from-the-limit", pytorchjob(replica(1, pytorch(command=TORCHRUN, resources=GPU)),
+                                            replica(1, pytorch(command=TORCHRUN, resources=GPU)), nprocPerNode="gpu"),
      {"workers": 2, "gpusPerWorker": 4, "resources": {"limits": {"cpu": "16", "memory": "64Gi"}}},
      ["spec.nprocPerNode", "spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
-    ("nproc-unset-with-gpus", pytorchjob(None, replica(2, pytorch(resources={"limits": {"nvidia.com/gpu": "8", "cpu": "8"}}), restart=None)),
+    ("nproc-unset-with-gpus", pytorchjob(None, replica(2, pytorch(command=TORCHRUN, resources={"limits": {"nvidia.com/gpu": "8", "cpu": "8"}}),
+                                                       restart=None)),
      {"gpusPerWorker": 8}, ["spec.nprocPerNode"]),
     ("nproc-number-equal-to-gpus", pytorchjob(None, replica(2, pytorch(resources=GPU), restart=None), nprocPerNode="4"),
      {"gpusPerWorker": 4, "procsPerWorker": 4}, []),
-    ("nproc-gpu-without-gpus", pytorchjob(None, replica(2, restart=None), nprocPerNode="gpu"), {"workers": 2}, ["spec.nprocPerNode"]),
-    ("nproc-auto", pytorchjob(None, replica(2, restart=None), nprocPerNode="auto"), {"workers": 2}, ["spec.nprocPerNode"]),
-    ("nproc-cpu", pytorchjob(None, replica(2, restart=None), nprocPerNode="cpu"), {"workers": 2}, ["spec.nprocPerNode"]),
+    ("nproc-gpu-without-gpus", pytorchjob(None, replica(2, pytorch(command=TORCHRUN), restart=None), nprocPerNode="gpu"),
+     {"workers": 2}, ["spec.nprocPerNode"]),
+    ("nproc-auto", pytorchjob(None, replica(2, pytorch(command=TORCHRUN), restart=None), nprocPerNode="auto"), {"workers": 2},
+     ["spec.nprocPerNode"]),
+    ("nproc-cpu", pytorchjob(None, replica(2, pytorch(command=TORCHRUN), restart=None), nprocPerNode="cpu"), {"workers": 2},
+     ["spec.nprocPerNode"]),
+    # kubeflow/training-operator examples/pytorch/simple.yaml: python, no launcher; PyTorchJob counted the word as 1
+    ("nproc-word-without-a-launcher-is-one-process", pytorchjob(None, replica(2, restart=None), nprocPerNode="auto"),
+     {"workers": 2, "procsPerWorker": None}, ["spec.nprocPerNode"]),
+    ("nproc-unset-without-a-launcher-says-nothing", pytorchjob(None, replica(2, restart=None)), {"workers": 2}, []),
+    ("one-gpu-without-a-launcher", pytorchjob(None, replica(2, pytorch(resources={"limits": {"nvidia.com/gpu": 1, "cpu": "2"}}),
+                                                            restart=None)),
+     {"gpusPerWorker": 1, "procsPerWorker": None}, []),
     ("restart-never-is-no-retries", pytorchjob(replica(1, restart="Never"), replica(1, restart="Never"), nprocPerNode="1",
                                                 runPolicy={"backoffLimit": 6}),
      {"runPolicy": {"backoffLimit": 0}},
@@ -145,12 +158,13 @@ CONVERTED = [
      {"workers": 2, "procsPerWorker": 2, "template": {"spec": {"containers": [
          {"name": "trainer", "command": ["torchrun", "/app/train.py"], "securityContext": SECURITY, "env": []}]}}},
      ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0]"]),
-    ("worker-only-pet-nproc-env-auto", pytorchjob(None, replica(2, pytorch(env=[{"name": "PET_NPROC_PER_NODE", "value": "auto"}]),
+    ("worker-only-pet-nproc-env-auto", pytorchjob(None, replica(2, pytorch(command=TORCHRUN, env=[{"name": "PET_NPROC_PER_NODE", "value": "auto"}]),
                                                                 restart=None)),
      {"workers": 2, "procsPerWorker": None}, ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0]"]),
     # With a Master, PyTorchJob's own PET_NPROC_PER_NODE (spec.nprocPerNode, default auto) came after it and won.
-    ("master-overrides-pet-nproc-env", pytorchjob(replica(1, pytorch(env=[{"name": "PET_NPROC_PER_NODE", "value": "2"}]), restart=None),
-                                                  replica(1, pytorch(env=[{"name": "PET_NPROC_PER_NODE", "value": "2"}]), restart=None)),
+    ("master-overrides-pet-nproc-env",
+     pytorchjob(replica(1, pytorch(command=TORCHRUN, env=[{"name": "PET_NPROC_PER_NODE", "value": "2"}]), restart=None),
+                replica(1, pytorch(command=TORCHRUN, env=[{"name": "PET_NPROC_PER_NODE", "value": "2"}]), restart=None)),
      {"workers": 2, "procsPerWorker": None},
      ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0]", "spec.nprocPerNode"]),
     ("kubectl-get-export", EXPORTED, {"workers": 2},
@@ -195,7 +209,8 @@ def test_the_notes_say_what_happens_instead():
     assert "PyTorchJob's own value overrode it" in notes["master-overrides-pet-nproc-env"][env0]
     assert "gpusPerWorker 8" in notes["nproc-unset-with-gpus"]["spec.nprocPerNode"]
     assert "WORLD_SIZE" in notes["nproc-unset-with-gpus"]["spec.nprocPerNode"]
-    one_gpu = pytorchjob(None, replica(2, pytorch(resources={"limits": {"nvidia.com/gpu": 1, "cpu": "2"}}), restart=None))
+    one_gpu = pytorchjob(None, replica(2, pytorch(command=TORCHRUN, resources={"limits": {"nvidia.com/gpu": 1, "cpu": "2"}}),
+                                        restart=None))
     (note,) = convert(one_gpu)[1]
     assert "gpusPerWorker 1" in note.message and "WORLD_SIZE" not in note.message, "1 process per pod: WORLD_SIZE is as before"
     assert "backoffLimit is 0" in notes["restart-never-is-no-retries"]["spec.pytorchReplicaSpecs.Worker.restartPolicy"]
@@ -240,6 +255,9 @@ REFUSED = [
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].image", "required"),
     ("one-process-for-four-gpus", pytorchjob(None, replica(2, pytorch(resources=GPU)), nprocPerNode="1"),
      "spec.nprocPerNode", "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu"),
+    # PyTorchJob counted unset nprocPerNode as 1 per pod (WORLD_SIZE = replicas); kuberl's default, one per GPU, hung it
+    ("gpus-for-a-command-without-a-launcher", pytorchjob(None, replica(2, pytorch(resources=GPU))),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu", "starts no torch launcher"),
     ("half-a-gpu", pytorchjob(None, replica(2, pytorch(resources={"limits": {"nvidia.com/gpu": "0.5"}}))),
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu", "whole number"),
     ("nproc-word-torchrun-lacks", pytorchjob(None, replica(2), nprocPerNode="two"), "spec.nprocPerNode", "auto, cpu or gpu"),
@@ -322,7 +340,7 @@ def test_convert_prints_the_job_and_one_line_per_note(tmp_path, capsys):
     assert job == convert(CONVERTED[0][1])[0]
     lines = err.splitlines()
     assert lines == [f"{path}: PyTorchJob 'train': {n}" for n in convert(CONVERTED[0][1])[1]]
-    assert len(lines) == 4  # nprocPerNode, two restartPolicy notes, the Master's successPolicy
+    assert len(lines) == 3  # two restartPolicy notes, the Master's successPolicy (python, no launcher: no nprocPerNode)
 
 
 def test_configmaps_beside_the_job_pass_through(tmp_path, capsys):
@@ -680,3 +698,9 @@ def test_render_prints_letters_as_written_too(tmp_path, capsys):
     code, out, err = run_cli(capsys, path, "render")
     assert code == 0, err
     assert "- --tag=été" in out and "value: naïve café" in out
+
+
+def test_gpus_for_a_command_without_a_launcher_convert_when_the_script_spawns_its_processes():
+    job, _ = convert(pytorchjob(None, replica(2, pytorch(resources=GPU))), procs_per_worker=4)
+    assert (job["spec"]["procsPerWorker"], job["spec"]["gpusPerWorker"]) == (4, 4)
+    validate_job(job)

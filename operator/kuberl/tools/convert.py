@@ -394,8 +394,11 @@ def _user_nproc(template: dict, path: str, spec: dict, kubeflow_env: frozenset) 
 
 
 def _procs(spec: dict, gpus: int, notes: list[Note], user_nproc: tuple[str, str] | None = None,
-           accel: tuple[str, int] | None = None) -> tuple[int | None, str]:
-    """procsPerWorker (None: kuberl's default, gpusPerWorker or 1) and the field it came from."""
+           accel: tuple[str, int] | None = None, launches: bool = True, gpu_path: str = "",
+           given: int | None = None) -> tuple[int | None, str]:
+    """procsPerWorker (None: kuberl's default, gpusPerWorker or 1) and the field it came from; `launches`:
+    whether the command starts torch's launcher, the only reader of a word (auto, cpu, gpu); `gpu_path`,
+    the GPU limit's field; `given`, --procs-per-worker."""
     path = "spec.nprocPerNode"
     nproc = spec.get("nprocPerNode")
     elastic = spec.get("elasticPolicy")
@@ -417,6 +420,19 @@ def _procs(spec: dict, gpus: int, notes: list[Note], user_nproc: tuple[str, str]
     if word not in NPROC_WORDS:
         raise not_convertible(path, f"expected a number of processes, or auto, cpu or gpu, as torchrun reads it (got {nproc!r})")
     shown = "unset (PyTorchJob's default 'auto')" if nproc is None else repr(word)
+    if not launches and (gpus <= 1 or given is not None):  # a word is read by torch's launcher alone
+        if nproc is not None:
+            notes.append(Note(path, f"{shown}: read by torch's launcher only, and the command starts none (torchrun,"
+                              " torch.distributed.run), so each pod runs the one process it is, as PyTorchJob counted"
+                              " it (WORLD_SIZE = replicas)"))
+        return None, path
+    if not launches:
+        raise not_convertible(gpu_path, f"{gpus} GPUs for a command that starts no torch launcher: under PyTorchJob each"
+                              f" pod ran that one process with its {gpus} GPUs (PyTorchJob counts nprocPerNode {word!r} as 1: WORLD_SIZE"
+                              " = replicas); kuberl runs one process per GPU (spec.procsPerWorker equals"
+                              f" spec.gpusPerWorker) and every pod's WORLD_SIZE counts them, so init_process_group would"
+                              f" wait for ranks that never start: start it with torchrun (a rank per GPU, reading"
+                              f" LOCAL_RANK), or, if the script spawns a process per GPU itself, pass {PROCS_OPTION} {gpus}")
     world = "" if gpus <= 1 else (  # one process per pod: WORLD_SIZE is as PyTorchJob set it
         "; every pod's WORLD_SIZE is now workers x processes (PyTorchJob set replicas x 1 for a word), so a script"
         " that runs one process per pod waits in init_process_group for ranks that never start: start it with"
@@ -918,7 +934,9 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     container = templates[used]["spec"]["containers"][index]
     accel = accelerator(container.get("resources"))
     procs, procs_path = _procs(spec, lifted.get("gpusPerWorker", 0), notes,
-                               _user_nproc(templates[used], template_path, spec, kubeflow_env), accel)
+                               _user_nproc(templates[used], template_path, spec, kubeflow_env), accel,
+                               torchrun.launches(container.get("command"), container.get("args")),
+                               origins.get("spec.gpusPerWorker", ""), procs_per_worker)
     procs, procs_path = command_procs(torchrun.find(container.get("command"), container.get("args")),
                                       f"{template_path}.spec.containers[{index}]", lifted.get("gpusPerWorker", 0),
                                       (procs, procs_path), procs_per_worker, notes, accel)
