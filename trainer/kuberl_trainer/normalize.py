@@ -56,8 +56,9 @@ class RunningMeanStd:
         return np.clip(scaled, -self.clip, self.clip, out=out)
 
     def scale(self, x: np.ndarray) -> np.ndarray:
-        """Divide by the std only (rewards keep their sign and zero)."""
-        return x / np.sqrt(self.var + self.epsilon)
+        """Divide by the std only (rewards keep their sign and zero), clipped to +-clip as
+        CleanRL's TransformReward and SB3's VecNormalize(clip_reward) clip them."""
+        return np.clip(x / np.sqrt(self.var + self.epsilon), -self.clip, self.clip)
 
     def state_dict(self) -> dict:
         return {"mean": self.mean.copy(), "var": self.var.copy(), "count": self.count}

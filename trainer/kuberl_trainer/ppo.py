@@ -277,12 +277,16 @@ class PPOTrainer(BaseAlgorithm):
     def collect(self) -> None:
         """num_steps vector steps into the buffer, acting with the actor (no collective)."""
         if self.overlap:
-            return self.collect_overlapped()
-        with torch.no_grad():
-            for t in range(self.hp.num_steps):
-                self.buf.valid[t] = self.tracker.valid
-                self.next_obs, reward, terminated, truncated, _ = self.envs.step(self.act(t, slice(None)))
-                self.account(t, reward, terminated, truncated)
+            self.collect_overlapped()
+        else:
+            with torch.no_grad():
+                for t in range(self.hp.num_steps):
+                    self.buf.valid[t] = self.tracker.valid
+                    self.next_obs, reward, terminated, truncated, _ = self.envs.step(self.act(t, slice(None)))
+                    self.account(t, reward, terminated, truncated)
+        # valued now, as the rollout's observations were normalised: the update merges their moments first
+        obs = self.obs_norm.normalize(self.next_obs) if self.hp.normalize_observation else self.next_obs
+        self.next_value = self.behaviour.value(obs.astype(np.float32, copy=False))
 
     def collect_overlapped(self) -> None:
         """collect(), with the envs in two halves: while one half steps (ale-py's
@@ -371,10 +375,8 @@ class PPOTrainer(BaseAlgorithm):
 
     def advantages(self, scale_rewards: bool) -> tuple[np.ndarray, np.ndarray]:
         buf = self.buf
-        obs = self.obs_norm.normalize(self.next_obs) if self.hp.normalize_observation else self.next_obs
-        next_value = self.behaviour.value(obs.astype(np.float32, copy=False))  # the values the rollout recorded
         rewards = self.ret_norm.scale(buf.rewards).astype(np.float32) if scale_rewards else buf.rewards
-        return gae(rewards, buf.values, next_value, buf.terminated, buf.truncated, buf.valid, self.hp.gamma, self.hp.gae_lambda)
+        return gae(rewards, buf.values, self.next_value, buf.terminated, buf.truncated, buf.valid, self.hp.gamma, self.hp.gae_lambda)
 
     def budget_spent(self) -> bool:
         return self.counters.updates >= self.num_updates
