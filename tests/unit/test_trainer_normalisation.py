@@ -32,7 +32,7 @@ def test_the_bootstrap_value_sees_the_last_observation_normalised_as_the_rollout
     next_value = trainer.actor.value(as_collected)
     buf = trainer.buf
     trainer.obs_norm.merge(RunningMeanStd.moments(buf.raw_obs[buf.valid.astype(bool)], trainer.obs_shape))  # as update() does
-    advantages, returns = trainer.advantages(scale_rewards=False)
+    advantages, _ = trainer.advantages(scale_rewards=False)
     expected, _ = gae(buf.rewards, buf.values, next_value, buf.terminated, buf.truncated, buf.valid,
                       trainer.hp.gamma, trainer.hp.gae_lambda)
     np.testing.assert_allclose(advantages, expected, rtol=1e-5, atol=1e-6)
