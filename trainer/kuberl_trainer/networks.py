@@ -1,13 +1,16 @@
 """Network torsos, chosen from the observation space and overridable.
 
 `policy: auto` (the default of spec.ppo.policy and spec.dqn.policy) picks
-the Nature DQN CNN for image observations (a uint8 Box of 2 or 3 dims) and
-an MLP for flat vectors; `cnn` or `mlp` force one, and a forced torso that
+the Nature DQN CNN for image observations (a uint8 Box of 2 or 3 dims, each
+side at least MIN_SIDE) and an MLP for flat vectors and smaller uint8 grids
+(MiniGrid's 7x7x3); `cnn` or `mlp` force one, and a forced torso that
 cannot read the observations is a configuration error naming the field.
 
-The CNN takes uint8 frames, channels first, and scales them to [0, 1]
-itself, so observations travel to the device as uint8 (4x fewer bytes)
-and become floats there.
+The CNN takes uint8 frames, channels first (Atari's stacks) or last
+(CarRacing's (96, 96, 3): the smallest dimension last, as SB3's
+VecTransposeImage decides), and scales them to [0, 1] itself, so
+observations travel to the device as uint8 (4x fewer bytes) and become
+floats there.
 """
 
 from __future__ import annotations
@@ -27,9 +30,23 @@ class PolicyMismatch(ValueError):
     starts with the field."""
 
 
+MIN_SIDE = 36  # the Nature CNN's three convolutions (8/4, 4/2, 3/1) need frames at least this high and wide
+
+
+def frame_layout(shape: tuple[int, ...]) -> tuple[int, int, int, bool]:
+    """(channels, height, width, channels_last) of a (H, W), (C, H, W) or (H, W, C) frame:
+    channels last when the last dimension is the smallest (SB3's rule)."""
+    if len(shape) == 2:
+        return 1, shape[0], shape[1], False
+    if shape[2] < min(shape[0], shape[1]):
+        return shape[2], shape[0], shape[1], True
+    return shape[0], shape[1], shape[2], False
+
+
 def is_image(space: gym.Space) -> bool:
-    """Frames: a uint8 Box of (H, W) or (C, H, W)."""
-    return isinstance(space, gym.spaces.Box) and space.dtype == "uint8" and len(space.shape) in (2, 3)
+    """Frames the CNN can read: a uint8 Box of 2 or 3 dimensions, each side at least MIN_SIDE."""
+    frames = isinstance(space, gym.spaces.Box) and space.dtype == "uint8" and len(space.shape) in (2, 3)
+    return frames and min(frame_layout(tuple(space.shape))[1:3]) >= MIN_SIDE
 
 
 def choose(space: gym.Space, requested: str, field: str) -> str:
@@ -42,7 +59,8 @@ def choose(space: gym.Space, requested: str, field: str) -> str:
     if requested == "mlp" and image:
         raise PolicyMismatch(f"{field}: 'mlp' cannot learn from {space.shape} pixel observations; use 'cnn' or 'auto'")
     if requested == "cnn" and not image:
-        raise PolicyMismatch(f"{field}: 'cnn' needs uint8 image observations (H, W) or (C, H, W); the env gives {space}; use 'mlp' or 'auto'")
+        raise PolicyMismatch(f"{field}: 'cnn' needs uint8 image observations (H, W), (C, H, W) or (H, W, C), at least"
+                             f" {MIN_SIDE}x{MIN_SIDE}; the env gives {space}; use 'mlp' or 'auto'")
     return requested
 
 
@@ -70,11 +88,11 @@ def conv(c_in: int, c_out: int, kernel: int, stride: int) -> nn.Conv2d:
 
 class NatureCNN(nn.Module):
     """Mnih et al. 2015's torso: three convolutions and a 512-unit layer.
-    (B, C, H, W) or (B, H, W) uint8 frames -> (B, 512) features."""
+    (B, C, H, W), (B, H, W, C) or (B, H, W) uint8 frames -> (B, 512) features."""
 
     def __init__(self, frame_shape: tuple[int, ...]):
         super().__init__()
-        channels, height, width = frame_shape if len(frame_shape) == 3 else (1, *frame_shape)
+        channels, height, width, self.channels_last = frame_layout(tuple(frame_shape))
         self.convs = nn.Sequential(
             conv(channels, 32, 8, 4), nn.ReLU(),
             conv(32, 64, 4, 2), nn.ReLU(),
@@ -88,6 +106,8 @@ class NatureCNN(nn.Module):
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         x = frames.unsqueeze(-3) if self.single_channel else frames
+        if self.channels_last:
+            x = x.movedim(-1, -3)
         return self.fc(self.convs(x.float() / 255.0))
 
 

@@ -1,0 +1,82 @@
+"""uint8 observations that are not Atari's channels-first stacks: CarRacing's (96, 96, 3) frames are
+channels last, MiniGrid's (7, 7, 3) grids too small for the Nature CNN. Both were picked for the CNN
+and crashed deep in torch's conv2d ("Kernel size can't be greater than actual input size"), a crash
+every restart met again. Channels-last frames are read as SB3 reads them (VecTransposeImage); grids
+too small for the CNN go to the MLP, and forcing the CNN on them names the field."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from kuberl.core.spec import DQNConfig, PPOConfig
+from kuberl_trainer import networks
+from kuberl_trainer.distributed import Dist
+from kuberl_trainer.dqn import DQNTrainer
+from kuberl_trainer.ppo import PPOTrainer
+
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+
+
+def frames(*shape: int) -> spaces.Box:
+    return spaces.Box(0, 255, shape, np.uint8)
+
+
+@pytest.mark.parametrize(("shape", "layout"), [
+    ((96, 96, 3), (3, 96, 96, True)),  # CarRacing
+    ((84, 84, 4), (4, 84, 84, True)),
+    ((4, 84, 84), (4, 84, 84, False)),  # Atari's stack
+    ((84, 84), (1, 84, 84, False)),
+])
+def test_the_frame_layout_puts_channels_where_the_smallest_dimension_is(shape, layout):
+    assert networks.frame_layout(shape) == layout
+
+
+def test_a_channels_last_frame_gives_the_features_of_the_same_frame_channels_first():
+    torch.manual_seed(0)
+    last = networks.NatureCNN((96, 96, 3))
+    first = networks.NatureCNN((3, 96, 96))
+    first.load_state_dict(last.state_dict())
+    batch = torch.randint(0, 256, (2, 96, 96, 3), dtype=torch.uint8)
+    torch.testing.assert_close(last(batch), first(batch.permute(0, 3, 1, 2)))
+
+
+def test_auto_picks_the_cnn_for_frames_it_can_read_and_the_mlp_for_smaller_grids():
+    assert networks.choose(frames(96, 96, 3), "auto", "spec.ppo.policy") == "cnn"
+    assert networks.choose(frames(7, 7, 3), "auto", "spec.ppo.policy") == "mlp"
+    assert networks.choose(frames(10, 10), "auto", "spec.dqn.policy") == "mlp"
+    with pytest.raises(networks.PolicyMismatch, match=r"^spec\.dqn\.policy: 'cnn' needs .* at least 36x36; the env gives Box"):
+        networks.choose(frames(7, 7, 3), "cnn", "spec.dqn.policy")
+
+
+class Frames(gym.Env):
+    """Random uint8 observations of the shape its kwargs name, three actions, ten-step episodes."""
+
+    def __init__(self, shape=(96, 96, 3)):
+        self.observation_space, self.action_space = frames(*shape), spaces.Discrete(3)
+        self.steps = 0
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self.steps += 1
+        return self.observation_space.sample(), 1.0, False, self.steps >= 10, {}
+
+
+@pytest.mark.parametrize("shape", [[96, 96, 3], [7, 7, 3]])
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
+def test_both_algorithms_learn_on_channels_last_frames_and_small_grids(algorithm, shape):
+    env_id = "tests.unit.test_trainer_frames:Frames"
+    if algorithm == "ppo":
+        trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8, num_minibatches=1, update_epochs=1), env_id, 2,
+                             {"shape": shape}, 64, seed=1, restart=0)
+    else:
+        trainer = DQNTrainer(ONE_PROCESS, DQNConfig(learning_starts=8, batch_size=4, buffer_size=64, train_frequency=2),
+                             env_id, 2, {"shape": shape}, 64, seed=1, restart=0)
+    before = [p.detach().clone() for p in trainer.agent.parameters()]
+    for _ in range(8):
+        trainer.update(stop_vote=False, success_vote=False)
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.agent.parameters(), strict=True))
