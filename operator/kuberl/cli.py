@@ -266,7 +266,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if failures:
         return 1
     if not notes:
-        print(f"{args.file}: no PyTorchJob or TrainJob document" + (", only ConfigMaps" if docs else ""), file=sys.stderr)
+        print(f"{args.file}: no PyTorchJob, TrainJob or JobSet document" + (", only ConfigMaps" if docs else ""), file=sys.stderr)
         return 1
     for label, job_notes in notes:
         for note in job_notes:

@@ -392,7 +392,7 @@ def test_a_configmap_with_binary_data_converts_as_a_cluster_takes_it(tmp_path, c
 @pytest.mark.parametrize(("text", "words"), [
     ("", "no YAML document found"),
     ("kind: PytorchJob\napiVersion: kubeflow.org/v1\nmetadata: {name: x}\nspec: {}\n", "kind: expected 'PyTorchJob'"),
-    ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "no PyTorchJob or TrainJob document"),
+    ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "no PyTorchJob, TrainJob or JobSet document"),
     ("spec: {a: 1, a: 2}\n", "duplicate key"),
     (to_yaml([pytorchjob(replica(3), replica(1))]), "spec.pytorchReplicaSpecs.Master.replicas: expected 1 (got 3)"),
 ], ids=["empty", "kind-typo", "only-configmaps", "duplicate-key", "master-of-3"])

@@ -215,13 +215,13 @@ def test_a_file_with_no_job_of_its_own_says_what_it_holds_instead(tmp_path, caps
     code, out, err = run_cli(capsys, ["convert", path])
     assert (code, out) == (1, ""), err
     assert f"{path}: {words}" in err
-    assert err.splitlines()[-1] == f"{path}: no PyTorchJob or TrainJob document", "there are no ConfigMaps to speak of"
+    assert err.splitlines()[-1] == f"{path}: no PyTorchJob, TrainJob or JobSet document", "there are no ConfigMaps to speak of"
 
 
 def test_a_wrapper_beside_its_configmaps_still_says_only_configmaps(tmp_path, capsys):
     path = write(tmp_path, [APPWRAPPER, SETTINGS])
     code, _, err = run_cli(capsys, ["convert", path])
-    assert code == 1 and err.splitlines()[-1] == f"{path}: no PyTorchJob or TrainJob document, only ConfigMaps"
+    assert code == 1 and err.splitlines()[-1] == f"{path}: no PyTorchJob, TrainJob or JobSet document, only ConfigMaps"
 
 
 def envsubst_job() -> dict:

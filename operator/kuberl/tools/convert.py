@@ -532,7 +532,7 @@ def _rendezvous_port(container: dict, path: str) -> tuple[int | None, str]:
 
 
 def _trainer_container(container: dict, path: str, index: int, origins: dict, notes: list[Note],
-                       kubeflow_env: frozenset) -> tuple[dict, dict]:
+                       kubeflow_env: frozenset, kind: str = KIND) -> tuple[dict, dict]:
     """kuberl's `trainer` container patch, and the spec fields lifted out of it (image, resources, GPUs)."""
     lifted: dict[str, Any] = {}
     out: dict[str, Any] = {"name": names.TRAINER_CONTAINER}
@@ -556,14 +556,14 @@ def _trainer_container(container: dict, path: str, index: int, origins: dict, no
             if ports:  # a script's own ports; they replace the trainer container's declared metrics ports
                 out["ports"] = ports
         elif field == "env":
-            out["env"] = trainer_env(value, f"{path}.env", f"{new}.env", origins, notes, kubeflow_env)
+            out["env"] = trainer_env(value, f"{path}.env", f"{new}.env", origins, notes, kubeflow_env, kind)
         else:
             out[field] = value
     limits = container.get("resources", {}).get("limits") if isinstance(container.get("resources"), dict) else None
     if not (isinstance(limits, dict) and "cpu" in limits):
-        notes.append(Note(f"{path}.resources.limits.cpu", CPU_LIMIT.format(kind=KIND)))
+        notes.append(Note(f"{path}.resources.limits.cpu", CPU_LIMIT.format(kind=kind)))
     if container.get("securityContext") is None:
-        notes.append(Note(f"{path}.securityContext", SECURITY_CONTEXT.format(kind=KIND, where="here")))
+        notes.append(Note(f"{path}.securityContext", SECURITY_CONTEXT.format(kind=kind, where="here")))
     return out, lifted
 
 
@@ -588,9 +588,10 @@ def split_resources(resources: dict, path: str, origins: dict, notes: list[Note]
     return kept, gpus
 
 
-def trainer_env(env: Any, path: str, new: str, origins: dict, notes: list[Note], kubeflow_env: frozenset) -> Any:
+def trainer_env(env: Any, path: str, new: str, origins: dict, notes: list[Note], kubeflow_env: frozenset,
+                kind: str = KIND) -> Any:
     """The container's env without the names kuberl gives each pod (it refuses a spec that sets them); a note for
-    each dropped one, saying whether Kubeflow's own value (`kubeflow_env`) had overridden it there too."""
+    each dropped one, saying whether the `kind`'s own value (`kubeflow_env`) had overridden it there too."""
     if not isinstance(env, list):
         origins[new] = path
         return env  # validation names it
@@ -598,8 +599,8 @@ def trainer_env(env: Any, path: str, new: str, origins: dict, notes: list[Note],
     for i, var in enumerate(env):
         name = var.get("name") if isinstance(var, dict) else None
         if isinstance(name, str) and contract.is_reserved_env(name):
-            why = ("PyTorchJob's own value overrode it too" if name in kubeflow_env
-                   else "changed: under PyTorchJob the pod saw this value")
+            why = (f"{kind}'s own value overrode it too" if name in kubeflow_env
+                   else f"changed: under the {kind} the pod saw this value")
             notes.append(Note(f"{path}[{i}]", f"{name} not carried over: kuberl sets it for every pod ({why})"))
             continue
         origins[f"{new}[{len(kept)}]"] = f"{path}[{i}]"
@@ -607,9 +608,11 @@ def trainer_env(env: Any, path: str, new: str, origins: dict, notes: list[Note],
     return kept
 
 
-def _template(template: dict, path: str, origins: dict, notes: list[Note], kubeflow_env: frozenset) -> tuple[dict, dict]:
-    """spec.template (the pytorch container renamed `trainer`) and the spec fields lifted out of it."""
-    index = _trainer_index(template, path)
+def _template(template: dict, path: str, origins: dict, notes: list[Note], kubeflow_env: frozenset, kind: str = KIND,
+              index: int | None = None) -> tuple[dict, dict]:
+    """spec.template (the trainer container, the `pytorch` one unless `index` says, renamed `trainer`) and the
+    spec fields lifted out of it."""
+    index = _trainer_index(template, path) if index is None else index
     origins["spec.template"] = path
     out: dict[str, Any] = {}
     lifted: dict[str, Any] = {}
@@ -630,7 +633,7 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
         if key == "containers":
             containers = list(value)
             containers[index], from_container = _trainer_container(value[index], f"{path}.spec.containers[{index}]",
-                                                                   index, origins, notes, kubeflow_env)
+                                                                   index, origins, notes, kubeflow_env, kind)
             lifted.update(from_container)
             pod_spec["containers"] = containers
         elif key in LIFTED_POD_FIELDS:
@@ -643,16 +646,16 @@ def _template(template: dict, path: str, origins: dict, notes: list[Note], kubef
         else:
             pod_spec[key] = value
     out["spec"] = pod_spec
-    rename_config_volume(pod_spec, f"{path}.spec.volumes", notes)
-    token_note(pod_spec, f"{path}.spec", notes)
+    rename_config_volume(pod_spec, f"{path}.spec.volumes", notes, kind)
+    token_note(pod_spec, f"{path}.spec", notes, kind)
     if pod_spec.get("enableServiceLinks") is not True:
-        service_link_notes([f for kind in ("initContainers", "containers")
-                            for i, c in enumerate(template["spec"].get(kind) if isinstance(template["spec"].get(kind), list) else [])
-                            for f in container_text_fields(c, f"{path}.spec.{kind}[{i}]")], notes)
+        service_link_notes([f for field in ("initContainers", "containers")
+                            for i, c in enumerate(template["spec"].get(field) if isinstance(template["spec"].get(field), list) else [])
+                            for f in container_text_fields(c, f"{path}.spec.{field}[{i}]")], notes, kind)
     containers = pod_spec.get("containers")
     if isinstance(containers, list) and isinstance(containers[index], dict):
         container_path = f"{path}.spec.containers[{index}]"
-        if lift_run_as(pod_spec, containers[index], f"{path}.spec.securityContext", notes):
+        if lift_run_as(pod_spec, containers[index], f"{path}.spec.securityContext", notes, kind):
             notes[:] = [n for n in notes if n.path != f"{container_path}.securityContext"]  # it has one now
             origins[f"spec.template.spec.containers[{index}].securityContext"] = f"{path}.spec.securityContext"
     return out, lifted

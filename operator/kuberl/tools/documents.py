@@ -1,5 +1,5 @@
 """A manifest's documents sorted for kuberl: RLTrainingJobs and ConfigMaps kept, Kubeflow
-PyTorchJobs and TrainJobs converted (`kuberl convert`, `validate`, `render` and `run` take them as
+PyTorchJobs and TrainJobs and JobSets converted (`kuberl convert`, `validate`, `render` and `run` take them as
 they stand), everything else named and left out."""
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from .convert import KIND, NotConvertible, Note, convert
 # --- a file of several objects ----------------------------------------------------------------
 
 TRAINJOB_KIND = "TrainJob"  # Kubeflow Trainer v2 (trainer.kubeflow.org); see trainjob.py
-JOB_KINDS = (names.KIND, KIND, TRAINJOB_KIND)
+JOBSET_KIND = "JobSet"  # kubernetes-sigs/jobset (jobset.x-k8s.io); see jobset.py
+FOREIGN_KINDS = (KIND, TRAINJOB_KIND, JOBSET_KIND)  # converted into an RLTrainingJob
+JOB_KINDS = (names.KIND, *FOREIGN_KINDS)
 # Groups whose documents are kept even under an unknown kind: a typo there is refused by name, not skipped.
-JOB_GROUPS = (names.GROUP, "kubeflow.org", "trainer.kubeflow.org")
+JOB_GROUPS = (names.GROUP, "kubeflow.org", "trainer.kubeflow.org", "jobset.x-k8s.io")
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 MAX_LIST_DEPTH = 8  # kubectl flattens nested Lists; deeper than this is no manifest anyone wrote
 SKIPPED = ("left out: kuberl takes the job, and the ConfigMaps it reads, from this file; kubectl apply the rest"
@@ -81,7 +83,7 @@ def wrapped_job(doc: Any) -> tuple[str, str] | None:
     while stack and seen < 10_000:
         item, path = stack.pop(0)
         seen += 1
-        if path and isinstance(item, dict) and item.get("kind") in (KIND, TRAINJOB_KIND):
+        if path and isinstance(item, dict) and item.get("kind") in FOREIGN_KINDS:
             return item["kind"], path
         children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
         for key, child in children:
@@ -214,6 +216,7 @@ def convert_documents(docs: list[Any], procs_per_worker: int | None = None, imag
     kubectl applies them and kuberl run mounts them); `runtimes`, the file's Trainer runtimes, give a
     TrainJob what its runtime holds. Returns the output documents, the notes per job, and the failures
     per document."""
+    from .jobset import convert_jobset
     from .trainjob import convert_trainjob
 
     out, notes, failures = [], [], []
@@ -231,6 +234,7 @@ def convert_documents(docs: list[Any], procs_per_worker: int | None = None, imag
             continue
         try:
             job, job_notes = (convert_trainjob(doc, procs_per_worker, image, runtimes) if is_trainjob
+                              else convert_jobset(doc, procs_per_worker) if isinstance(doc, dict) and doc.get("kind") == JOBSET_KIND
                               else convert(doc, procs_per_worker))
         except NotConvertible as e:
             blank = template_blank(doc)
@@ -252,7 +256,7 @@ def runnable_documents(docs: list, path: str, say: bool = True, one_job: bool = 
     kept, skipped, labels = select_documents(docs)
     for line in skipped if say else []:
         print(f"{path}: {line}", file=sys.stderr)
-    foreign = [d for d in kept if isinstance(d, dict) and d.get("kind") in (KIND, TRAINJOB_KIND)]
+    foreign = [d for d in kept if isinstance(d, dict) and d.get("kind") in FOREIGN_KINDS]
     several = one_job_problem(labels) if one_job or foreign else None
     if several:
         raise SystemExit(f"{path}: {several}")

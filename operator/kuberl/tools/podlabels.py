@@ -88,6 +88,36 @@ def trainjob_source(name: str) -> Source:
                   keys=TRAINJOB_LEGACY_KEYS)
 
 
+# JobSet's own pod labels and annotations (jobset api/jobset/v1alpha2 jobset_types.go): JobIndexKey counts a
+# replicated Job's Jobs, JobGlobalIndexKey every Job of the JobSet; the Job controller adds the completion index.
+JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+JOB_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
+JOBSET_PREFIXES = ("jobset.sigs.k8s.io/", "alpha.jobset.sigs.k8s.io/", "batch.kubernetes.io/")
+
+
+def jobset_source(name: str, host: str, jobs: int, pods: int) -> Source:
+    """A JobSet's pods, `jobs` Jobs of `pods` pods each (pod j*pods+i is kuberl's worker of that rank): the
+    JobSet's name is the job's; the completion index is the rank when there is one Job, the Job's index when
+    each Job is one pod."""
+    twins = {JOBSET_NAME: names.LABEL_JOB}
+    why_not = {}
+    if jobs == 1:
+        twins[COMPLETION_INDEX] = names.LABEL_RANK
+    else:
+        why_not[COMPLETION_INDEX] = (f"it counts the pods within each of the {jobs} Jobs (0 to {pods - 1}), where kuberl's"
+                                     " rank counts every pod of the gang")
+    for key in (JOB_INDEX, JOB_GLOBAL_INDEX):
+        if pods == 1:
+            twins[key] = names.LABEL_RANK
+        else:
+            why_not[key] = (f"it counts the {jobs} Jobs, each of {pods} pods, where kuberl's rank counts every pod of the"
+                            " gang")
+    pod_name = (f"changed: the pod's name is now {name}-<rank>, where the JobSet's was {host}-<job>-<index>-<suffix> with"
+                f" hostname {host}-<job>-<index>: a peer reaches a kuberl pod as {name}-<rank>.{name} (kuberl sets"
+                " PET_LOCAL_ADDR to it)")
+    return Source(twins, JOBSET_PREFIXES, name, "JobSet", why_not, pod_name, keys=TRAINJOB_LEGACY_KEYS)
+
+
 def _foreign(key: Any, source: Source) -> bool:
     return (isinstance(key, str) and (key.startswith(source.prefixes) or key in source.keys)
             and key not in source.carried)

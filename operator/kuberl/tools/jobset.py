@@ -1,0 +1,388 @@
+"""A JobSet (jobset.x-k8s.io/v1alpha2) of torch pods turned into the RLTrainingJob that runs them, as
+convert.py does for a PyTorchJob: pure, the input never mutated, every field that cannot carry a `Note`
+naming it, every refusal at the JobSet's own field path.
+
+JobSet's PyTorch examples (site/static/examples/pytorch) run one replicated Job of N Indexed pods, each
+starting torchrun with MASTER_ADDR, MASTER_PORT and its rank from the pod's completion index written in
+its own env: one kuberl gang of N workers, whose env gives the same values. The fields follow
+kubernetes-sigs/jobset api/jobset/v1alpha2/jobset_types.go and its controller's defaults.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from ..core import contract, names, torchrun
+from ..core.validation import Problem
+from . import podlabels
+from .convert import (
+    KUEUE_QUEUE_LABEL,
+    KUEUE_SUSPEND,
+    PROCS_OPTION,
+    NotConvertible,
+    Note,
+    _host_path_notes,
+    _template,
+    accelerator,
+    as_list,
+    as_mapping,
+    carried_metadata,
+    checked,
+    command_procs,
+    container_text_fields,
+    kueue_priority_on_pods,
+    named_pod_notes,
+    not_convertible,
+    note_top_level_fields,
+    relabelled,
+    short_repr,
+)
+
+API_VERSION = "jobset.x-k8s.io/v1alpha2"
+KIND = "JobSet"
+PYTORCH_CONTAINER = "pytorch"  # the name JobSet's PyTorch examples give the container that runs torchrun
+# batch/v1 JobSpec fields with no home in a kuberl gang, and why.
+JOB_FIELDS = {
+    "podFailurePolicy": "kuberl restarts the whole gang at any pod failure (DDP cannot lose a rank), whatever its exit"
+                        " code or condition",
+    "backoffLimitPerIndex": "kuberl restarts the whole gang at any pod failure, counted toward spec.runPolicy.backoffLimit",
+    "maxFailedIndexes": "kuberl restarts the whole gang at any pod failure, counted toward spec.runPolicy.backoffLimit",
+    "successPolicy": "kuberl's job succeeds when every worker exits 0",
+    "podReplacementPolicy": "kuberl never starts a gang before the old one's pods are gone",
+    "ttlSecondsAfterFinished": "the JobSet's own ttlSecondsAfterFinished becomes spec.runPolicy.ttlSecondsAfterFinished;"
+                               " kuberl makes no Job to delete",
+    "suspend": "the JobSet's own suspend becomes spec.runPolicy.suspend; kuberl makes no Job",
+    "selector": "kuberl selects its pods by its own labels",
+    "manualSelector": "kuberl selects its pods by its own labels",
+    "managedBy": "kuberl's operator makes the pods; there is no Job",
+}
+FAILURE_ACTIONS = {
+    "FailJobSet": "changed: kuberl does not read why a pod failed (a Job's failure reason, a message pattern): every"
+                  " failure restarts the gang up to spec.runPolicy.backoffLimit",
+    "RestartJobSet": "kuberl always does this: any failure restarts the gang, counted toward spec.runPolicy.backoffLimit",
+    "RestartJobSetAndIgnoreMaxRestarts": "changed: kuberl counts every crash toward spec.runPolicy.backoffLimit; only"
+                                         " preemption, eviction and node loss (a DisruptionTarget condition) go uncounted",
+    "RestartJob": "changed: kuberl restarts the whole gang, not one Job",
+    "RestartJobAndIgnoreMaxRestarts": "changed: kuberl restarts the whole gang, not one Job, and counts it",
+}
+
+
+def _check_document(doc: Any) -> None:
+    if not isinstance(doc, dict):
+        raise not_convertible("(document)", f"expected a JobSet, a YAML mapping (got {short_repr(doc)})")
+    problems = []
+    if doc.get("kind") != KIND:
+        problems.append(Problem("kind", f"expected {KIND!r} (got {doc.get('kind')!r})"))
+    if doc.get("apiVersion") != API_VERSION:
+        problems.append(Problem("apiVersion", f"expected {API_VERSION!r} (got {doc.get('apiVersion')!r})"))
+    if problems:
+        raise NotConvertible(problems)
+
+
+def _count(value: Any, path: str, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise not_convertible(path, f"expected a whole number of at least 1 (got {short_repr(value)})")
+    return value
+
+
+def _replicated_job(spec: dict) -> dict:
+    """The one replicated Job: kuberl runs one gang of pods that run one program."""
+    jobs = as_list(spec.get("replicatedJobs"), "spec.replicatedJobs")
+    if not jobs:
+        raise not_convertible("spec.replicatedJobs", "required field is missing: the pods are a replicated Job's")
+    if len(jobs) > 1:
+        shown = ", ".join(repr(j.get("name")) if isinstance(j, dict) else "?" for j in jobs)
+        raise not_convertible("spec.replicatedJobs", f"{len(jobs)} replicated Jobs ({shown}): kuberl runs one gang of"
+                              " identical pods running one program, worker 0 its rendezvous (a leader that runs the"
+                              " same program as the workers is worker 0); keep the one replicated Job that runs torch,"
+                              " its Jobs' pods become the workers, and run a driver or a step beside it on its own")
+    return as_mapping(jobs[0], "spec.replicatedJobs[0]", required=True)
+
+
+def _pods_per_job(job_spec: dict, path: str, notes: list[Note]) -> int:
+    """The pods each Job runs at once, which must be all its completions: a kuberl gang runs at once."""
+    parallelism = _count(job_spec.get("parallelism"), f"{path}.parallelism", 1)
+    completions = job_spec.get("completions")
+    if completions is not None and _count(completions, f"{path}.completions", 1) != parallelism:
+        raise not_convertible(f"{path}.completions", f"{completions} with parallelism {parallelism}: the Job ran"
+                              f" {parallelism} pod(s) at a time until {completions} completed, and a kuberl gang runs"
+                              " all its workers at once: make them equal")
+    mode = job_spec.get("completionMode")
+    if mode not in (None, "Indexed"):
+        notes.append(Note(f"{path}.completionMode", f"{mode}: its pods had no completion index; kuberl's pods have their"
+                          " rank (RANK, NODE_RANK, the kuberl.dev/rank label)"))
+    return parallelism
+
+
+def _trainer_index(pod_spec: dict, path: str) -> int:
+    """The container that runs torch: the pod's only one, else the one named `pytorch`."""
+    containers = as_list(pod_spec.get("containers"), f"{path}.containers")
+    for i, container in enumerate(containers):
+        if not isinstance(container, dict):
+            raise not_convertible(f"{path}.containers[{i}]", f"expected a container object (got {short_repr(container)})")
+    found = [0] if len(containers) == 1 else [i for i, c in enumerate(containers) if c.get("name") == PYTORCH_CONTAINER]
+    if not found:
+        shown = ", ".join(repr(c.get("name")) for c in containers) or "none"
+        raise not_convertible(f"{path}.containers", f"expected one container, or one named {PYTORCH_CONTAINER!r} (got"
+                              f" {shown}): its command becomes kuberl's {names.TRAINER_CONTAINER!r} container, the"
+                              " others stay as sidecars; name the one that runs torch")
+    clash = [i for i, c in enumerate(containers) if c.get("name") == names.TRAINER_CONTAINER and i != found[0]]
+    if clash:
+        raise not_convertible(f"{path}.containers[{clash[0]}].name", f"{names.TRAINER_CONTAINER!r} is the name the"
+                              f" {containers[found[0]].get('name')!r} container takes in kuberl; rename this one")
+    return found[0]
+
+
+def _literal_env(container: dict, name: str, path: str) -> tuple[str, str] | None:
+    """The container's own literal value of env `name` and its field (the last of duplicates wins, as the
+    kubelet takes them); under a JobSet nothing overrode it, so it is what the process read."""
+    found = None
+    env = container.get("env")
+    for i, var in enumerate(env if isinstance(env, list) else []):
+        if isinstance(var, dict) and var.get("name") == name:
+            value = var.get("value")
+            found = (value.strip(), f"{path}.env[{i}]") if isinstance(value, str) and "valueFrom" not in var else None
+    return found
+
+
+def _procs(container: dict, path: str, gpus: int, given: int | None, notes: list[Note]) -> tuple[int | None, str]:
+    """procsPerWorker and its origin: torchrun's --nproc-per-node, else the container's own PET_NPROC_PER_NODE,
+    else torchrun's default, 1; a command with no launcher is the one process it is."""
+    command, args = container.get("command"), container.get("args")
+    launches = torchrun.launches(command, args)
+    own = _literal_env(container, contract.ENV_PET_NPROC_PER_NODE, path) if launches else None
+    decided: tuple[int | None, str] = (None, "")
+    if own is not None:
+        notes[:] = [n for n in notes if n.path != own[1]]  # its "not carried over" note: it is, as procsPerWorker
+        if own[0].isdigit():
+            notes.append(Note(own[1], f"{contract.ENV_PET_NPROC_PER_NODE}={own[0]} is now spec.procsPerWorker, from which"
+                              " kuberl sets it (and NPROC_PER_NODE, WORLD_SIZE) for every pod"))
+            decided = (int(own[0]), own[1])
+        else:
+            notes.append(Note(own[1], f"{contract.ENV_PET_NPROC_PER_NODE}={own[0]!r}: torchrun counts the GPUs, or the"
+                              " node's CPUs, which no manifest tells; kuberl runs one process per GPU"
+                              f" (spec.gpusPerWorker), else 1: pass {PROCS_OPTION} N to choose"))
+            decided = (None, own[1])
+    flag = torchrun.find(command, args) if launches else None
+    procs, origin = command_procs(flag, path, gpus, decided, given, notes, accelerator(container.get("resources")))
+    counted_by_torchrun = own is not None and not own[0].isdigit() or flag is not None and flag.count is None
+    if procs is None and given is None and not counted_by_torchrun and gpus > 1:
+        how = ("torchrun's --nproc-per-node is 1 unless set" if launches else "the command starts no torch launcher")
+        raise not_convertible(f"{path}.resources.limits.nvidia.com/gpu", f"{gpus} GPUs for one process ({how}): kuberl runs"
+                              " one process per GPU (spec.procsPerWorker equals spec.gpusPerWorker) and every pod's"
+                              " WORLD_SIZE counts them: start it with torchrun --nproc-per-node"
+                              f" {gpus}, or pass {PROCS_OPTION} {gpus} if the script spawns a process per GPU itself")
+    return procs, origin
+
+
+def _rendezvous_port(container: dict, path: str, notes: list[Note]) -> tuple[int | None, str]:
+    """The container's own literal MASTER_PORT (JobSet sets none): where its torchrun met, now spec.rendezvous.port."""
+    own = _literal_env(container, contract.ENV_MASTER_PORT, path)
+    if own is None or not own[0].isdigit():
+        return None, ""
+    notes[:] = [n for n in notes if n.path != own[1]]
+    notes.append(Note(own[1], f"{contract.ENV_MASTER_PORT}={own[0]} is now spec.rendezvous.port, from which kuberl sets it"
+                      " (and PET_MASTER_PORT, PET_RDZV_ENDPOINT) for every pod"))
+    return int(own[0]), own[1]
+
+
+def _run_policy(spec: dict, job_spec: dict, job_path: str, jobs: int, origins: dict, notes: list[Note]) -> dict:
+    """spec.runPolicy from the JobSet's failure policy, suspend and TTL and the Job's deadline; a note for
+    what a gang restart changes."""
+    out: dict[str, Any] = {}
+    failure = as_mapping(spec.get("failurePolicy"), "spec.failurePolicy")
+    restarts = failure.get("maxRestarts", 0)
+    out["backoffLimit"] = restarts
+    origins["spec.runPolicy.backoffLimit"] = "spec.failurePolicy.maxRestarts" if "maxRestarts" in failure else "spec.failurePolicy"
+    if not failure:
+        notes.append(Note("spec.failurePolicy", "unset: the JobSet failed at its first failed Job, and so does the job:"
+                          " spec.runPolicy.backoffLimit 0 (set it to restart the gang, from its checkpoint, on a crash)"))
+    for key, value in failure.items():
+        if key == "rules":
+            for i, rule in enumerate(as_list(value, "spec.failurePolicy.rules")):
+                action = rule.get("action") if isinstance(rule, dict) else None
+                known = FAILURE_ACTIONS.get(action) if isinstance(action, str) else None
+                notes.append(Note(f"spec.failurePolicy.rules[{i}]", known or "not carried over: unknown action"))
+        elif key == "restartStrategy":
+            notes.append(Note("spec.failurePolicy.restartStrategy", f"{value}: kuberl's gang restart deletes every pod of"
+                              " a generation before it starts the next (BlockingRecreate's order), always"))
+        elif key != "maxRestarts":
+            notes.append(Note(f"spec.failurePolicy.{key}", "not carried over: unknown field"))
+    limit = job_spec.get("backoffLimit", 6)  # batch/v1's default
+    if limit != 0:
+        notes.append(Note(f"{job_path}.backoffLimit", f"{'unset (6)' if 'backoffLimit' not in job_spec else limit}: changed,"
+                          " the Job re-created a failed pod alone, its peers still running, before the JobSet saw a"
+                          " failed Job; kuberl restarts the whole gang at any pod failure (DDP cannot lose a rank),"
+                          " counted toward spec.runPolicy.backoffLimit (failurePolicy.maxRestarts)"))
+    for key in ("suspend", "ttlSecondsAfterFinished"):
+        if spec.get(key) is not None:
+            out[key] = spec[key]
+            origins[f"spec.runPolicy.{key}"] = f"spec.{key}"
+    if job_spec.get("activeDeadlineSeconds") is not None:
+        out["activeDeadlineSeconds"] = job_spec["activeDeadlineSeconds"]
+        origins["spec.runPolicy.activeDeadlineSeconds"] = f"{job_path}.activeDeadlineSeconds"
+        notes.append(Note(f"{job_path}.activeDeadlineSeconds", "now spec.runPolicy.activeDeadlineSeconds: counted from the"
+                          " job's start across gang restarts, where each JobSet restart made new Jobs with a new deadline"))
+    success = as_mapping(spec.get("successPolicy"), "spec.successPolicy")
+    if success.get("operator") == "Any" and jobs > 1:
+        notes.append(Note("spec.successPolicy.operator", f"Any: changed, the JobSet succeeded when one of its {jobs} Jobs"
+                          " did; kuberl's job succeeds when every worker exits 0"))
+    return out
+
+
+def _network_notes(spec: dict, name: str, notes: list[Note]) -> None:
+    network = as_mapping(spec.get("network"), "spec.network")
+    for key, value in network.items():
+        if key == "enableDNSHostnames" and value is False:
+            notes.append(Note("spec.network.enableDNSHostnames", f"false: changed, kuberl's pods always have DNS names,"
+                              f" {name}-<rank>.{name}, through the job's headless Service"))
+        elif key == "subdomain" and value != name:
+            notes.append(Note("spec.network.subdomain", f"{value!r}: not carried over: kuberl's headless Service is the"
+                              f" job's name, so pods are {name}-<rank>.{name}"))
+        elif key == "publishNotReadyAddresses" and value is False:
+            notes.append(Note("spec.network.publishNotReadyAddresses", "false: changed, kuberl's Service publishes pods"
+                              " before they are ready (rank 0's name must resolve for the rendezvous)"))
+        elif key not in ("enableDNSHostnames", "subdomain", "publishNotReadyAddresses"):
+            notes.append(Note(f"spec.network.{key}", "not carried over: unknown field"))
+
+
+def _spec_notes(spec: dict, pods: int, notes: list[Note]) -> None:
+    """A note for each JobSet field beside the replicated Job and the run policy."""
+    for key, value in spec.items():
+        if key in ("replicatedJobs", "failurePolicy", "successPolicy", "suspend", "ttlSecondsAfterFinished", "network"):
+            continue
+        if key == "startupPolicy":
+            notes.append(Note("spec.startupPolicy", "not carried over: with one replicated Job there is nothing to order;"
+                              " kuberl starts every worker at once"))
+        elif key == "coordinator":
+            coordinator = as_mapping(value, "spec.coordinator")
+            rank = coordinator.get("jobIndex", 0) * pods + coordinator.get("podIndex", 0) if all(
+                isinstance(coordinator.get(k, 0), int) for k in ("jobIndex", "podIndex")) else None
+            notes.append(Note("spec.coordinator", "not carried over: kuberl's coordinator is worker 0, whose address every"
+                              " pod has in MASTER_ADDR" + ("" if rank in (0, None) else
+                                                           f" (the JobSet's pointed at its pod of rank {rank})")))
+        elif key == "volumeClaimPolicies":
+            notes.append(Note("spec.volumeClaimPolicies", "not carried over: kuberl makes no claim from a template; create"
+                              " the PersistentVolumeClaim and mount it in spec.template (persistentVolumeClaim)"))
+        elif key == "managedBy":
+            notes.append(Note("spec.managedBy", "not carried over: kuberl's operator manages the RLTrainingJob"))
+        else:
+            notes.append(Note(f"spec.{key}", "not carried over: unknown JobSet field"))
+
+
+def _pod_name_notes(container: dict, path: str, job: str, host: str, pods: int, notes: list[Note]) -> None:
+    """JobSet names its pods' hosts <jobset>-<replicated job>-<job index>-<pod index>; a command, args or env
+    value that names one (kept: an env name kuberl sets is dropped with its own note) is noted."""
+    named = re.compile(rf"(?<![A-Za-z0-9-]){re.escape(host)}-([0-9]+)-([0-9]+)(?![0-9])")
+    env = container.get("env") if isinstance(container.get("env"), list) else []
+    dropped = {f"{path}.env[{i}].value" for i, e in enumerate(env)
+               if isinstance(e, dict) and isinstance(e.get("name"), str) and contract.is_reserved_env(e["name"])}
+    fields = [f for f in container_text_fields(container, path) if f[0] not in dropped]
+    named_pod_notes(fields, named, lambda m: int(m.group(1)) * pods + int(m.group(2)), job, KIND, notes)
+
+
+# kuberl's env names that hold the pod's index (contract.py), as a JobSet container derived them from its own.
+RANK_NAMES = frozenset({contract.ENV_RANK, contract.ENV_NODE_RANK, contract.ENV_PET_NODE_RANK})
+RANK_FIELD = f"metadata.labels['{names.LABEL_RANK}']"
+MASTER_NAMES = frozenset({contract.ENV_MASTER_ADDR, contract.ENV_PET_MASTER_ADDR})
+
+
+def _same_value_notes(relabelled_container: dict, path: str, host: str, notes: list[Note]) -> None:
+    """Where the container set a name kuberl sets to the value kuberl gives it (the pod's rank from its
+    completion index, worker 0's host as MASTER_ADDR), the note for dropping it says so, not 'changed'."""
+    env = relabelled_container.get("env") if isinstance(relabelled_container.get("env"), list) else []
+    zero = re.compile(rf"^{re.escape(host)}-0-0(\.|$)")
+    for i, var in enumerate(env):
+        if not isinstance(var, dict) or not isinstance(var.get("name"), str):
+            continue
+        source = var.get("valueFrom") if isinstance(var.get("valueFrom"), dict) else {}
+        field = source.get("fieldRef").get("fieldPath") if isinstance(source.get("fieldRef"), dict) else None
+        same = (var.get("name") in RANK_NAMES and field == RANK_FIELD
+                or var.get("name") in MASTER_NAMES and isinstance(var.get("value"), str) and zero.match(var["value"]))
+        if same:
+            where = f"{path}.env[{i}]"
+            notes[:] = [n for n in notes if not (n.path == where or n.path.startswith(where + "."))]
+            notes.append(Note(where, f"{var['name']} not carried over: kuberl sets it for every pod, to the same value"
+                              + (" (the pod's rank)" if var["name"] in RANK_NAMES else " (worker 0's address, the pod it named)")))
+
+
+def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[dict, list[Note]]:
+    """The RLTrainingJob for a JobSet of one replicated Job and a note for each field not carried over or
+    changed in meaning; `procs_per_worker` (convert's --procs-per-worker) where the manifest cannot tell.
+    Raises NotConvertible with every problem at the JobSet's own field path."""
+    _check_document(jobset)
+    doc = copy.deepcopy(jobset)  # the input is never touched, and the output shares nothing with it
+    notes: list[Note] = []
+    origins: dict[str, str] = {"metadata": "metadata", "spec": "spec"}
+    metadata = carried_metadata(doc, notes)
+    note_top_level_fields(doc, notes)
+    name = str(metadata.get("name", ""))
+    spec = as_mapping(doc.get("spec"), "spec", required=True)
+    replicated = _replicated_job(spec)
+    base = "spec.replicatedJobs[0]"
+    for key in replicated:
+        if key not in ("name", "replicas", "template", "groupName", "dependsOn"):
+            notes.append(Note(f"{base}.{key}", "not carried over: unknown field"))
+    jobs = _count(replicated.get("replicas"), f"{base}.replicas", 1)
+    job_template = as_mapping(replicated.get("template"), f"{base}.template", required=True)
+    if job_template.get("metadata"):
+        notes.append(Note(f"{base}.template.metadata", "not carried over: kuberl makes no Job; labels for the pods go in"
+                          " spec.template.metadata"))
+    job_path = f"{base}.template.spec"
+    job_spec = as_mapping(job_template.get("spec"), job_path, required=True)
+    pods = _pods_per_job(job_spec, job_path, notes)
+    for key in job_spec:
+        if key in JOB_FIELDS:
+            notes.append(Note(f"{job_path}.{key}", f"not carried over: {JOB_FIELDS[key]}"))
+    template_path = f"{job_path}.template"
+    pod_template = as_mapping(job_spec.get("template"), template_path, required=True)
+    pod_spec = as_mapping(pod_template.get("spec"), f"{template_path}.spec", required=True)
+    index = _trainer_index(pod_spec, f"{template_path}.spec")
+    container_path = f"{template_path}.spec.containers[{index}]"
+    host = f"{name}-{replicated.get('name')}"
+    pod_template = relabelled(pod_template, template_path, podlabels.jobset_source(name, host, jobs, pods), notes)
+    original = pod_template["spec"]["containers"][index]
+    template, lifted = _template(pod_template, template_path, origins, notes, frozenset(), KIND, index)
+    _same_value_notes(original, container_path, host, notes)
+    _host_path_notes(pod_template, template_path, notes)
+    if name:
+        _pod_name_notes(original, container_path, name, host, pods, notes)
+    if not lifted.get("image"):
+        raise not_convertible(f"{container_path}.image", "required field is missing: the pods would run kuberl's own"
+                              " trainer image, not your program")
+    if not (original.get("command") or original.get("args")):
+        raise not_convertible(f"{container_path}.command", "unset, and args too: under the JobSet the image's ENTRYPOINT"
+                              " and CMD ran; kuberl's container would run its own trainer instead, so set command to what"
+                              " the image runs (docker inspect --format '{{.Config.Entrypoint}} {{.Config.Cmd}}' IMAGE)")
+    out: dict[str, Any] = {"trainer": "custom", "workers": jobs * pods}
+    origins["spec.workers"] = f"{job_path}.parallelism" if jobs == 1 else f"{base}.replicas"
+    procs, procs_path = _procs(original, container_path, lifted.get("gpusPerWorker", 0), procs_per_worker, notes)
+    if procs is not None:
+        out["procsPerWorker"] = procs
+    origins["spec.procsPerWorker"] = procs_path
+    for key in ("gpusPerWorker", "image", "imagePullPolicy", "resources", "schedulerName", "priorityClassName"):
+        if key in lifted:
+            out[key] = lifted[key]
+    labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
+    if KUEUE_QUEUE_LABEL in labels:
+        out["queueName"] = labels[KUEUE_QUEUE_LABEL]
+        origins["spec.queueName"] = f"metadata.labels.{KUEUE_QUEUE_LABEL}"
+    port, port_path = _rendezvous_port(original, container_path, notes)
+    if port is not None:
+        out["rendezvous"] = {"port": port}
+        origins["spec.rendezvous.port"] = port_path
+    run_policy = _run_policy(spec, job_spec, job_path, jobs, origins, notes)
+    if KUEUE_QUEUE_LABEL in labels and run_policy.get("suspend") is True:
+        notes.append(Note("spec.suspend", KUEUE_SUSPEND.format(kind=KIND)))
+    _network_notes(spec, name, notes)
+    _spec_notes(spec, pods, notes)
+    kueue_priority_on_pods(labels, template, notes)
+    out["runPolicy"] = run_policy
+    out["template"] = template
+    job = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": metadata, "spec": out}
+    checked(job, origins)
+    return job, notes

@@ -1,0 +1,160 @@
+"""kuberl convert takes a JobSet (jobset.x-k8s.io/v1alpha2) of torch pods: its one replicated Job's pods
+become the gang, what torchrun met at (MASTER_PORT) the rendezvous port, its failure policy the run
+policy; what a gang cannot honour (a driver beside the workers, Jobs that run pods in turns, one process
+on several GPUs) is refused at the JobSet's field; every other field is a note naming it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from conversion_support import assert_any_junk_anywhere_is_converted_or_refused
+from kuberl import cli
+from kuberl.core.render import PLACEHOLDER_UID, Job, render_pod
+from kuberl.core.rules import validate_job
+from kuberl.core.yamlreader import load_documents
+from kuberl.tools.convert import NotConvertible, to_yaml
+from kuberl.tools.jobset import convert_jobset
+
+POD = "spec.replicatedJobs[0].template.spec.template.spec"
+TRAINER = f"{POD}.containers[0]"
+# kubernetes-sigs/jobset site/static/examples/pytorch/cnn-mnist/mnist.yaml, as published
+MNIST = {
+    "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "pytorch"},
+    "spec": {"replicatedJobs": [{"name": "workers", "template": {"spec": {
+        "parallelism": 4, "completions": 4, "backoffLimit": 0, "template": {"spec": {"containers": [{
+            "name": "pytorch", "image": "gcr.io/k8s-staging-jobset/pytorch-mnist:latest",
+            "ports": [{"containerPort": 3389}],
+            "env": [{"name": "MASTER_ADDR", "value": "pytorch-workers-0-0.pytorch"},
+                    {"name": "MASTER_PORT", "value": "3389"},
+                    {"name": "RANK", "valueFrom": {"fieldRef": {
+                        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+                    {"name": "PYTHONUNBUFFERED", "value": "0"}],
+            "command": ["bash", "-xc", ("torchrun --rdzv_id=123 --nnodes=4 --nproc_per_node=1 --master_addr=$MASTER_ADDR"
+                                        " --master_port=$MASTER_PORT --node_rank=$RANK mnist.py --epochs=1 --log-interval=1  ")]}]}}}}}]},
+}
+
+
+def jobset(container: dict | None = None, jobs: int | None = None, pods: int = 2, **spec) -> dict:
+    """A JobSet of one replicated Job, `jobs` Jobs of `pods` pods each, running `container`."""
+    container = container or {"name": "pytorch", "image": "train:1", "command": ["torchrun", "train.py"]}
+    replicated: dict = {"name": "workers", "template": {"spec": {
+        "parallelism": pods, "completions": pods, "backoffLimit": 0, "template": {"spec": {"containers": [container]}}}}}
+    if jobs is not None:
+        replicated["replicas"] = jobs
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "train"},
+            "spec": {"replicatedJobs": [replicated], **spec}}
+
+
+def test_jobsets_pytorch_example_converts_to_the_same_gang():
+    before = copy.deepcopy(MNIST)
+    job, notes = convert_jobset(MNIST)
+    assert MNIST == before
+    validate_job(job)
+    spec = job["spec"]
+    assert (spec["workers"], spec["procsPerWorker"], spec["rendezvous"], spec["runPolicy"]) == (4, 1, {"port": 3389}, {"backoffLimit": 0})
+    (trainer,) = spec["template"]["spec"]["containers"]
+    assert trainer["env"] == [{"name": "PYTHONUNBUFFERED", "value": "0"}], "kuberl gives MASTER_ADDR, MASTER_PORT and RANK"
+    assert trainer["command"] == MNIST["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    said = {n.path: n.message for n in notes}
+    assert "to the same value (worker 0's address" in said[f"{TRAINER}.env[0]"]
+    assert "MASTER_PORT=3389 is now spec.rendezvous.port" in said[f"{TRAINER}.env[1]"]
+    assert "to the same value (the pod's rank)" in said[f"{TRAINER}.env[2]"]
+    assert "first failed Job" in said["spec.failurePolicy"]
+    env = {e["name"]: e.get("value") for e in render_pod(Job("pytorch", validate_job(job)), "default", PLACEHOLDER_UID, 3)
+           ["spec"]["containers"][0]["env"]}
+    assert (env["MASTER_ADDR"].split(".")[:2], env["MASTER_PORT"], env["RANK"], env["WORLD_SIZE"]) == (["pytorch-0", "pytorch"], "3389", "3", "4")
+
+
+def test_a_jobset_runs_as_the_rltrainingjob_convert_prints(tmp_path, capsys):
+    path = tmp_path / "jobset.yaml"
+    path.write_text(to_yaml([MNIST]))
+    assert cli.main(["convert", str(path)]) == 0
+    out, err = capsys.readouterr()
+    (job,) = load_documents(out)
+    assert job == convert_jobset(MNIST)[0]
+    assert "left out" not in err
+    assert cli.main(["validate", str(path)]) == 0
+
+
+# (id, JobSet, the RLTrainingJob spec fields expected)
+CONVERTED = [
+    ("jobs-of-one-pod-count-the-workers", jobset(jobs=3, pods=1), {"workers": 3}),
+    ("failure-policy-is-the-backoff-limit", jobset(failurePolicy={"maxRestarts": 3, "rules": [
+        {"name": "fail-on-oom", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]}),
+     {"runPolicy": {"backoffLimit": 3}}),
+    ("suspend-ttl-and-kueue", {**jobset(suspend=True, ttlSecondsAfterFinished=60),
+                               "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "team-a"}}},
+     {"queueName": "team-a", "runPolicy": {"backoffLimit": 0, "suspend": True, "ttlSecondsAfterFinished": 60}}),
+    ("gpus-with-a-process-each", jobset({"name": "pytorch", "image": "train:1", "command": ["torchrun", "--nproc-per-node=4", "t.py"],
+                                         "resources": {"limits": {"nvidia.com/gpu": 4, "cpu": "8"}}}),
+     {"gpusPerWorker": 4, "procsPerWorker": 4, "resources": {"limits": {"cpu": "8"}}}),
+    ("the-pods-own-pet-nproc", jobset({"name": "main", "image": "train:1", "command": ["torchrun", "t.py"],
+                                       "env": [{"name": "PET_NPROC_PER_NODE", "value": "2"}]}), {"procsPerWorker": 2}),
+    ("a-command-without-a-launcher", jobset({"name": "pytorch", "image": "train:1", "command": ["python", "t.py"]}),
+     {"workers": 2, "procsPerWorker": None}),
+]
+
+
+@pytest.mark.parametrize(("doc", "expected"), [c[1:] for c in CONVERTED], ids=[c[0] for c in CONVERTED])
+def test_a_jobset_converts_to_a_valid_job(doc, expected):
+    job, _ = convert_jobset(doc)
+    validate_job(job)
+    assert {k: job["spec"].get(k) for k in expected} == expected
+
+
+def test_the_job_index_is_the_rank_when_each_job_is_one_pod():
+    doc = jobset({"name": "pytorch", "image": "train:1", "command": ["torchrun", "t.py"], "env": [
+        {"name": "NODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/job-index']"}}}]},
+        jobs=4, pods=1)
+    job, _ = convert_jobset(doc)
+    (var,) = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert var["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['kuberl.dev/rank']"
+
+
+TWO_CONTAINERS = jobset()
+TWO_CONTAINERS["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"] = [
+    {"name": "main", "image": "x", "command": ["torchrun", "t.py"]}, {"name": "log", "image": "y"}]
+# (id, JobSet, the field refused, words of the message)
+REFUSED = [
+    # kubernetes-sigs/jobset site/static/examples/simple/success-policy.yaml: a leader and workers, two programs
+    ("a-driver-beside-the-workers", {**jobset(), "spec": {"replicatedJobs": [
+        {**jobset()["spec"]["replicatedJobs"][0], "name": "leader"}, jobset()["spec"]["replicatedJobs"][0]]}},
+     "spec.replicatedJobs", "2 replicated Jobs ('leader', 'workers')"),
+    ("pods-in-turns", {**jobset(), "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {
+        "parallelism": 2, "completions": 8, "template": jobset()["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]}}}]}},
+     "spec.replicatedJobs[0].template.spec.completions", "at once"),
+    ("completion-index-across-jobs", jobset({"name": "pytorch", "image": "train:1", "command": ["torchrun", "t.py"], "env": [
+        {"name": "NODE_ID", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}]}, jobs=2, pods=2),
+     f"{TRAINER}.env[0].valueFrom.fieldRef.fieldPath", "within each of the 2 Jobs"),
+    ("one-process-on-four-gpus", jobset({"name": "pytorch", "image": "train:1", "command": ["torchrun", "t.py"],
+                                         "resources": {"limits": {"nvidia.com/gpu": 4}}}),
+     f"{TRAINER}.resources.limits.nvidia.com/gpu", "--nproc-per-node is 1 unless set"),
+    ("which-container", TWO_CONTAINERS, f"{POD}.containers", "one named 'pytorch'"),
+    ("no-command", jobset({"name": "pytorch", "image": "train:1"}), f"{TRAINER}.command", "ENTRYPOINT"),
+    ("not-a-jobset", {**jobset(), "apiVersion": "jobset.x-k8s.io/v1alpha1"}, "apiVersion", "jobset.x-k8s.io/v1alpha2"),
+]
+
+
+@pytest.mark.parametrize(("doc", "path", "words"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
+def test_what_a_gang_cannot_honour_is_refused_at_the_jobsets_field(doc, path, words):
+    with pytest.raises(NotConvertible) as refused:
+        convert_jobset(doc)
+    problems = {p.path: p.message for p in refused.value.problems}
+    assert path in problems, problems
+    assert words in problems[path]
+
+
+def test_any_value_anywhere_in_a_jobset_converts_or_is_refused():
+    assert_any_junk_anywhere_is_converted_or_refused(MNIST, convert_jobset)
+
+
+def test_any_value_anywhere_in_a_jobsets_policies_converts_or_is_refused():
+    doc = jobset(failurePolicy={"maxRestarts": 2, "restartStrategy": "Recreate", "rules": [{"name": "r", "action": "FailJobSet"}]},
+                 successPolicy={"operator": "Any"}, startupPolicy={"startupPolicyOrder": "InOrder"},
+                 network={"enableDNSHostnames": False, "subdomain": "s", "publishNotReadyAddresses": False},
+                 coordinator={"replicatedJob": "workers", "jobIndex": 0, "podIndex": 1}, suspend=False,
+                 ttlSecondsAfterFinished=5, jobs=2, pods=1)
+    doc["spec"]["replicatedJobs"][0]["template"]["spec"] |= {"activeDeadlineSeconds": 60, "completionMode": "Indexed"}
+    assert_any_junk_anywhere_is_converted_or_refused(doc, convert_jobset)
