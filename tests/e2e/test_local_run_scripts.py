@@ -387,7 +387,7 @@ def test_jobsets_pytorch_example_runs_as_it_stands(tmp_path):
     flags in a bash script. The JobSet file runs as it stands (kuberl converts it): the same rendezvous, every
     name torch's agent sets in each child. kuberl left the JobSet out ('kubectl apply the rest yourself')."""
     port = free_port()
-    script = (f"torchrun --rdzv_id=123 --nnodes=2 --nproc_per_node=2 --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT"
+    script = ("torchrun --rdzv_id=123 --nnodes=2 --nproc_per_node=2 --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT"
               " --node_rank=$RANK /app/elastic_ddp.py")
     container = {"name": "pytorch", "image": "gcr.io/k8s-staging-jobset/pytorch-mnist:latest", "ports": [{"containerPort": port}],
                  "env": [{"name": "MASTER_ADDR", "value": "pytorch-workers-0-0.pytorch"},
