@@ -326,6 +326,18 @@ def test_volcano_and_coscheduling_get_a_podgroup_and_the_group_on_each_pod():
     assert "PodGroup" not in [o["kind"] for o in render_job(make_job(), NAMESPACE, UID)]
 
 
+def test_volcanos_podgroup_takes_its_queue_from_the_pods_queue_annotation():
+    """A PodGroup's spec.queue is where Volcano queues the gang (its pods' own annotation is read only for pods
+    without a group); without one the gang lands in Volcano's "default" queue, outside the team's quota."""
+    template = {"metadata": {"annotations": {"scheduling.volcano.sh/queue-name": "team-a"}}}
+    objects = render_job(make_job(schedulerName="volcano", template=template), NAMESPACE, UID)
+    group = next(o for o in objects if o["kind"] == "PodGroup")
+    assert group["spec"]["queue"] == "team-a"
+    assert all(o["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] == "team-a" for o in objects if o["kind"] == "Pod")
+    group = next(o for o in render_job(make_job(schedulerName="volcano"), NAMESPACE, UID) if o["kind"] == "PodGroup")
+    assert "queue" not in group["spec"]
+
+
 def test_networkpolicy_lets_the_gang_talk_and_monitoring_scrape():
     objects = render_job(make_job(procsPerWorker=2), NAMESPACE, UID)
     policy = next(o for o in objects if o["kind"] == "NetworkPolicy")

@@ -27,6 +27,9 @@ KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
 KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"
+# Volcano's queue for a pod (volcano.sh/apis scheduling/v1beta1 QueueNameAnnotationKey); a PodGroup states its own in spec.queue,
+# so kuberl's Volcano PodGroup takes it from the pod template's annotation (else Volcano's "default" queue).
+VOLCANO_QUEUE_NAME = "scheduling.volcano.sh/queue-name"
 COSCHEDULING_POD_GROUP = "scheduling.x-k8s.io/pod-group"
 # Set on the pods when the job ends: Kueue then finishes the pod group and releases its quota.
 KUEUE_RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"

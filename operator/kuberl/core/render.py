@@ -379,6 +379,11 @@ def render_podgroup(job: Mapping | Job, namespace: str) -> dict | None:
         spec: dict[str, Any] = {"minMember": j.spec.workers}
         if j.spec.priority_class_name:
             spec["priorityClassName"] = j.spec.priority_class_name
+        template_metadata = (j.spec.template or {}).get("metadata")
+        annotations = template_metadata.get("annotations") if isinstance(template_metadata, dict) else None
+        queue = annotations.get(names.VOLCANO_QUEUE_NAME) if isinstance(annotations, dict) else None
+        if isinstance(queue, str) and queue:
+            spec["queue"] = queue
         return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": metadata, "spec": spec}
     if scheduler in COSCHEDULING_SCHEDULERS:
         return {
