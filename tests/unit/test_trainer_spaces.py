@@ -30,6 +30,7 @@ DQN_ACTIONS = (spaces.Discrete,)
     (VECTOR, spaces.Dict({"a": spaces.Discrete(2)}), PPO_ACTIONS, "action space Dict"),
     (VECTOR, spaces.Discrete(3, start=1), PPO_ACTIONS, "starts at 1"),
     (VECTOR, spaces.Box(0, 5, (2,), np.int64), PPO_ACTIONS, "int64"),
+    (VECTOR, spaces.Box(-1, 1, (2, 3), np.float32), PPO_ACTIONS, "of shape (2, 3)"),
     (VECTOR, spaces.Box(-1, 1, (2,), np.float32), DQN_ACTIONS, "action space Box"),
 ])
 def test_a_space_the_networks_cannot_use_is_named_with_what_is_supported(observation, action, accepted, words):

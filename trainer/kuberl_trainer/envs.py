@@ -62,6 +62,8 @@ def space_problem(observation: gym.Space, action: gym.Space, actions: tuple[type
         return f"action space {action} starts at {int(action.start)}; {actions_supported}"
     if isinstance(action, gym.spaces.Box) and not np.issubdtype(action.dtype, np.floating):
         return f"action space {action} of {action.dtype}; {actions_supported}"
+    if isinstance(action, gym.spaces.Box) and len(action.shape) != 1:
+        return f"action space {action} of shape {action.shape}; {actions_supported} of one dimension"
     return None
 
 
