@@ -11,6 +11,7 @@ import sys
 import pytest
 from conversion_support import assert_any_junk_anywhere_is_converted_or_refused
 from kuberl import cli
+from kuberl.core.render import PLACEHOLDER_UID, render_job
 from kuberl.core.rules import validate_job
 from kuberl.core.yamlreader import MAX_DOCUMENT_BYTES, load_documents
 from kuberl.tools.convert import NotConvertible, convert, to_yaml
@@ -105,7 +106,7 @@ CONVERTED = [
     ("run-policy-and-scheduling", pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={
         "backoffLimit": 2, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 60, "suspend": True, "cleanPodPolicy": "None",
         "schedulingPolicy": {"queue": "research", "minAvailable": 2, "priorityClass": "high", "scheduleTimeoutSeconds": 30}}),
-     {"queueName": "research", "runPolicy": {"backoffLimit": 2, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 60, "suspend": True}},
+     {"queueName": None, "runPolicy": {"backoffLimit": 2, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 60, "suspend": True}},
      ["spec.runPolicy.cleanPodPolicy", "spec.runPolicy.schedulingPolicy.queue", "spec.runPolicy.schedulingPolicy.minAvailable",
       "spec.runPolicy.schedulingPolicy.priorityClass", "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"]),
     ("kueue-label-is-the-queue", {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1"),
@@ -114,7 +115,7 @@ CONVERTED = [
     ("kueue-and-suspend", {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={"suspend": True, "backoffLimit": 3}),
                            "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
      {"queueName": "user-queue", "runPolicy": {"suspend": True, "backoffLimit": 3}}, ["spec.runPolicy.suspend"]),
-    ("kueue-label-wins-over-schedulingpolicy-queue",
+    ("kueue-label-beside-a-volcano-queue",
      {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={"schedulingPolicy": {"queue": "volcano-q"}, "backoffLimit": 3}),
       "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
      {"queueName": "user-queue"}, ["spec.runPolicy.schedulingPolicy.queue"]),
@@ -704,3 +705,22 @@ def test_gpus_for_a_command_without_a_launcher_convert_when_the_script_spawns_it
     job, _ = convert(pytorchjob(None, replica(2, pytorch(resources=GPU))), procs_per_worker=4)
     assert (job["spec"]["procsPerWorker"], job["spec"]["gpusPerWorker"]) == (4, 4)
     validate_job(job)
+
+
+def test_scheduling_policy_queue_is_volcanos_and_goes_to_its_podgroup_not_to_kueue():
+    """training-operator gave schedulingPolicy.queue to the Volcano PodGroup it made (common/job.go); made
+    spec.queueName, it put Kueue's queue-name label on the pods (Kueue's pod integration then gates them under a
+    LocalQueue of that name) and kuberl's Volcano PodGroup ran in Volcano's default queue."""
+    doc = pytorchjob(None, replica(2, restart=None, schedulerName="volcano"), nprocPerNode="1",
+                     runPolicy={"backoffLimit": 3, "schedulingPolicy": {"queue": "team-a"}})
+    job, notes = convert(doc)
+    assert "queueName" not in job["spec"]
+    assert job["spec"]["template"]["metadata"]["annotations"] == {"scheduling.volcano.sh/queue-name": "team-a"}
+    (group,) = [o for o in render_job(job, "ml", PLACEHOLDER_UID) if o["kind"] == "PodGroup"]
+    assert group["spec"]["queue"] == "team-a"
+    note = next(n.message for n in notes if n.path == "spec.runPolicy.schedulingPolicy.queue")
+    assert "Volcano PodGroup" in note and "set spec.schedulerName" not in note, "the pods already say volcano"
+    without = convert(pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={"schedulingPolicy": {"queue": "q"}}))[1]
+    assert "set spec.schedulerName: volcano" in next(n.message for n in without if n.path.endswith("schedulingPolicy.queue"))
+    with pytest.raises(NotConvertible, match="Volcano queue"):
+        convert(pytorchjob(None, replica(2), runPolicy={"schedulingPolicy": {"queue": 7}}))

@@ -50,7 +50,8 @@ def test_the_guides_rltrainingjob_runs_the_pytorchjobs_pods():
     policy = pytorchjob["spec"]["runPolicy"]
     for field in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
         assert rltj["spec"]["runPolicy"][field] == policy[field]
-    assert rltj["spec"]["queueName"] == policy["schedulingPolicy"]["queue"]
+    (group,) = [o for o in render_job(rltj, rltj["metadata"]["namespace"], PLACEHOLDER_UID) if o["kind"] == "PodGroup"]
+    assert group["spec"]["queue"] == policy["schedulingPolicy"]["queue"]
 
 
 def test_kuberl_convert_prints_the_guides_rltrainingjob_and_the_guides_notes():

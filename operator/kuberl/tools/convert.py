@@ -22,7 +22,13 @@ import yaml
 
 from ..core import contract, names, torchrun, yamlwriter
 from ..core.podsource import pod_source_problems
-from ..core.render import PLACEHOLDER_UID, RUNTIME_USER, Job, render_pod
+from ..core.render import (
+    PLACEHOLDER_UID,
+    RUNTIME_USER,
+    VOLCANO_SCHEDULERS,
+    Job,
+    render_pod,
+)
 from ..core.rules import validate_job
 from ..core.validation import (
     GPU_RESOURCE,
@@ -825,7 +831,7 @@ def _host_path_notes(template: dict, path: str, notes: list[Note]) -> None:
 
 
 def _run_policy(spec: dict, restart_policies: dict[str, Any], origins: dict, notes: list[Note]) -> tuple[dict, Any, str]:
-    """spec.runPolicy, and the Kueue queue with the field it came from."""
+    """spec.runPolicy, and schedulingPolicy's (Volcano) queue with the field it came from."""
     path = "spec.runPolicy"
     policy = as_mapping(spec.get("runPolicy"), path)
     out: dict[str, Any] = {}
@@ -849,8 +855,6 @@ def _run_policy(spec: dict, restart_policies: dict[str, Any], origins: dict, not
             for field, setting in as_mapping(value, f"{path}.schedulingPolicy").items():
                 if field == "queue":
                     queue, queue_path = setting, f"{path}.schedulingPolicy.queue"
-                    notes.append(Note(queue_path, "now spec.queueName, a Kueue LocalQueue: the pods become one Kueue"
-                                      " pod group (PyTorchJob gave it to Volcano's PodGroup)"))
                 else:
                     notes.append(Note(f"{path}.schedulingPolicy.{field}", SCHEDULING_POLICY.get(field, "not carried over: unknown field")))
         else:
@@ -958,14 +962,9 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
                           " exits 0, whatever the Workers' exits, as the PyTorchJob did"))
     _elastic_notes(spec, notes)
     labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
-    if KUEUE_QUEUE_LABEL in labels:
-        label_path = f"metadata.labels.{KUEUE_QUEUE_LABEL}"
-        if queue is not None and queue != labels[KUEUE_QUEUE_LABEL]:
-            notes = [n for n in notes if n.path != queue_path]  # this note replaces "now spec.queueName"
-            notes.append(Note(queue_path, f"not carried over: Kueue admitted the PyTorchJob to {label_path}"
-                              f" {labels[KUEUE_QUEUE_LABEL]!r}, which becomes spec.queueName"))
-        queue, queue_path = labels[KUEUE_QUEUE_LABEL], label_path
-
+    if queue is not None:
+        volcano_queue(queue, queue_path, lifted.get("schedulerName"), template, origins, notes)
+    queue, queue_path = (labels[KUEUE_QUEUE_LABEL], f"metadata.labels.{KUEUE_QUEUE_LABEL}") if KUEUE_QUEUE_LABEL in labels else (None, "")
     kueue_priority_on_pods(labels, template, notes)
     if KUEUE_QUEUE_LABEL in labels and run_policy.get("suspend") is True:
         notes.append(Note("spec.runPolicy.suspend", KUEUE_SUSPEND.format(kind=KIND)))
@@ -987,6 +986,35 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     job = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": metadata, "spec": out}
     checked(job, origins)
     return job, notes
+
+
+def volcano_queue(queue: Any, path: str, scheduler: Any, template: dict, origins: dict, notes: list[Note]) -> None:
+    """schedulingPolicy.queue onto the pods' Volcano queue annotation, whence kuberl's Volcano PodGroup takes its
+    spec.queue: training-operator gave it to the Volcano PodGroup it made (common/job.go), never to Kueue, whose
+    integration reads the job's kueue.x-k8s.io/queue-name label alone."""
+    if not isinstance(queue, str) or not queue:
+        raise not_convertible(path, f"expected the name of a Volcano queue (got {short_repr(queue)})")
+    if "metadata" not in template:  # first, as a pod template is written
+        rest = list(template.items())
+        template.clear()
+        template.update([("metadata", {}), *rest])
+    metadata = template["metadata"]
+    annotations = metadata.setdefault("annotations", {}) if isinstance(metadata, dict) else None
+    if not isinstance(annotations, dict):
+        return  # validation names the template's metadata
+    if annotations.get(names.VOLCANO_QUEUE_NAME, queue) != queue:
+        notes.append(Note(path, f"not carried over: the pods' own {names.VOLCANO_QUEUE_NAME} annotation"
+                          f" {annotations[names.VOLCANO_QUEUE_NAME]!r} wins (kuberl's Volcano PodGroup takes its queue from it)"))
+        return
+    annotations[names.VOLCANO_QUEUE_NAME] = queue
+    origins[f"spec.template.metadata.annotations.{names.VOLCANO_QUEUE_NAME}"] = path
+    volcano = scheduler in VOLCANO_SCHEDULERS
+    notes.append(Note(path, f"now the pods' {names.VOLCANO_QUEUE_NAME} annotation (spec.template.metadata), from which"
+                      " kuberl's Volcano PodGroup takes its queue, as training-operator gave this one to the Volcano"
+                      " PodGroup it made" + ("" if volcano else
+                      "; with gang scheduling on, training-operator set the pods' schedulerName itself: set"
+                      " spec.schedulerName: volcano for that PodGroup. Kueue never read this field (only the"
+                      f" job's {KUEUE_QUEUE_LABEL} label, which becomes spec.queueName)")))
 
 
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # Kueue's WorkloadPriorityClassLabel
