@@ -218,6 +218,24 @@ def test_a_file_with_no_job_of_its_own_says_what_it_holds_instead(tmp_path, caps
     assert err.splitlines()[-1] == f"{path}: no PyTorchJob, TrainJob or JobSet document", "there are no ConfigMaps to speak of"
 
 
+# kubernetes-sigs/jobset site/static/examples/workload-aware-scheduling/preemption/high-priority-jobset.yaml: a
+# scheduling Workload that names its JobSet (a reference, no template); and a PyTorchJob's pod, exported
+REFERENCES = [
+    {"apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload", "metadata": {"name": "hp-abc"},
+     "spec": {"controllerRef": {"apiGroup": "jobset.x-k8s.io", "kind": "JobSet", "name": "hp-js"}}},
+    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mnist-worker-0", "ownerReferences": [
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "mnist", "uid": "1", "controller": True}]},
+     "spec": {"containers": [{"name": "pytorch", "image": "x"}]}},
+]
+
+
+@pytest.mark.parametrize("doc", REFERENCES, ids=["workload-controller-ref", "pod-owner-reference"])
+def test_a_document_that_names_a_job_does_not_wrap_one(tmp_path, capsys, doc):
+    path = write(tmp_path, [doc])
+    _, _, err = run_cli(capsys, ["convert", path])
+    assert "left out: kuberl takes the job" in err and "wraps" not in err, err
+
+
 def test_a_wrapper_beside_its_configmaps_still_says_only_configmaps(tmp_path, capsys):
     path = write(tmp_path, [APPWRAPPER, SETTINGS])
     code, _, err = run_cli(capsys, ["convert", path])

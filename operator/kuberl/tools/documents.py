@@ -76,14 +76,15 @@ def is_kustomization(doc: Any) -> bool:
 
 
 def wrapped_job(doc: Any) -> tuple[str, str] | None:
-    """The kind and path of a PyTorchJob or TrainJob nested inside another document (an AppWrapper's
-    spec.components[].template, a Katib Experiment's spec.trialTemplate.trialSpec), the first found."""
+    """The kind and path of a PyTorchJob, TrainJob or JobSet nested inside another document (an AppWrapper's
+    spec.components[].template, a Katib Experiment's spec.trialTemplate.trialSpec), the first found; one with
+    no spec is a reference to a job (an ownerReference, a Workload's controllerRef), not a job."""
     stack: list[tuple[Any, str]] = [(doc, "")]
     seen = 0
     while stack and seen < 10_000:
         item, path = stack.pop(0)
         seen += 1
-        if path and isinstance(item, dict) and item.get("kind") in FOREIGN_KINDS:
+        if path and isinstance(item, dict) and item.get("kind") in FOREIGN_KINDS and isinstance(item.get("spec"), dict):
             return item["kind"], path
         children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
         for key, child in children:
