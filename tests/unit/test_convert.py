@@ -259,6 +259,8 @@ REFUSED = [
     # PyTorchJob counted unset nprocPerNode as 1 per pod (WORLD_SIZE = replicas); kuberl's default, one per GPU, hung it
     ("gpus-for-a-command-without-a-launcher", pytorchjob(None, replica(2, pytorch(resources=GPU))),
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu", "starts no torch launcher"),
+    ("tpu-hosts", pytorchjob(None, replica(2, pytorch(resources={"limits": {"google.com/tpu": 4}}))),
+     "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.google.com/tpu", "TPU_WORKER_HOSTNAMES"),
     ("half-a-gpu", pytorchjob(None, replica(2, pytorch(resources={"limits": {"nvidia.com/gpu": "0.5"}}))),
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu", "whole number"),
     ("nproc-word-torchrun-lacks", pytorchjob(None, replica(2), nprocPerNode="two"), "spec.nprocPerNode", "auto, cpu or gpu"),

@@ -134,6 +134,10 @@ REFUSED = [
     ("which-container", TWO_CONTAINERS, f"{POD}.containers", "one named 'pytorch'"),
     ("no-command", jobset({"name": "pytorch", "image": "train:1"}), f"{TRAINER}.command", "ENTRYPOINT"),
     ("not-a-jobset", {**jobset(), "apiVersion": "jobset.x-k8s.io/v1alpha1"}, "apiVersion", "jobset.x-k8s.io/v1alpha2"),
+    # kubernetes-sigs/jobset site/static/examples/tpu-multislice/v6e-jax-workload.yaml: 2 slices x 4 TPU hosts
+    ("a-multi-host-tpu-slice", jobset({"name": "jax-tpu", "image": "tpu:latest", "command": ["bash", "-c", "python train.py"],
+                                       "resources": {"limits": {"google.com/tpu": 4}}}, jobs=2, pods=4),
+     f"{TRAINER}.resources.limits.google.com/tpu", "TPU_WORKER_HOSTNAMES"),
 ]
 
 
@@ -158,3 +162,13 @@ def test_any_value_anywhere_in_a_jobsets_policies_converts_or_is_refused():
                  ttlSecondsAfterFinished=5, jobs=2, pods=1)
     doc["spec"]["replicatedJobs"][0]["template"]["spec"] |= {"activeDeadlineSeconds": 60, "completionMode": "Indexed"}
     assert_any_junk_anywhere_is_converted_or_refused(doc, convert_jobset)
+
+
+def test_jobsets_exclusive_placement_is_said_and_not_carried():
+    """kubernetes-sigs/jobset site/static/examples/simple/exclusive-placement.yaml: one Job per node pool."""
+    doc = jobset()
+    doc["metadata"]["annotations"] = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool", "team": "a"}
+    job, notes = convert_jobset(doc)
+    assert job["metadata"]["annotations"] == {"team": "a"}
+    assert any(n.path == "metadata.annotations.alpha.jobset.sigs.k8s.io/exclusive-topology" and "kuberl.dev/job" in n.message
+               for n in notes)

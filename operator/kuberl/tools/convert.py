@@ -342,6 +342,24 @@ def gpu_count(resources: dict, path: str) -> int:
     return counts.get("limits", counts.get("requests", 0))
 
 
+TPU_RESOURCE = "google.com/tpu"  # GKE's TPU chips
+
+
+def tpu_problem(resources: Any, path: str, workers: int) -> Problem | None:
+    """A refusal where several pods ask for TPUs: a multi-host slice's hosts meet through the env GKE's TPU
+    webhook gives an Indexed Job's or JobSet's pods, which kuberl's are not (one host needs none of it)."""
+    if workers <= 1 or not isinstance(resources, dict):
+        return None
+    kind = next((k for k in ("limits", "requests") if isinstance(resources.get(k), dict) and TPU_RESOURCE in resources[k]), None)
+    if kind is None:
+        return None
+    return Problem(f"{path}.{kind}.{TPU_RESOURCE}", f"{workers} pods on TPUs: the hosts of a multi-host TPU slice find"
+                   " each other through the env GKE's TPU webhook gives the pods of an Indexed Job or a JobSet"
+                   " (TPU_WORKER_HOSTNAMES, TPU_WORKER_ID; MEGASCALE_* across slices), which kuberl's pods do not get;"
+                   " kuberl runs torch.distributed on CPUs (gloo) and NVIDIA GPUs (NCCL). One pod, one TPU host,"
+                   " converts")
+
+
 AMD_GPU = "amd.com/gpu"  # ROCm's torch drives AMD GPUs through torch.cuda: torchrun counts them as CUDA devices
 
 
@@ -887,6 +905,11 @@ def _elastic_notes(spec: dict, notes: list[Note]) -> None:
 # --- everything -----------------------------------------------------------------------------
 
 
+def _container_of(template: dict, path: str) -> dict:
+    """The template's pytorch container."""
+    return template["spec"]["containers"][_trainer_index(template, path)]
+
+
 def _program_of(template: dict, path: str) -> bool:
     """Whether the template's pytorch container names its program (command or args)."""
     container = template["spec"]["containers"][_trainer_index(template, path)]
@@ -936,6 +959,10 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
                     " ENTRYPOINT and CMD ran; kuberl's container would run its own trainer instead, so set command to"
                     " what the image runs (docker inspect --format '{{.Config.Entrypoint}} {{.Config.Cmd}}' IMAGE)")
     workers = sum(counts.values())
+    tpus = tpu_problem(_container_of(templates[used], template_path).get("resources"),
+                       f"{template_path}.spec.containers[{_trainer_index(templates[used], template_path)}].resources", workers)
+    if tpus:
+        raise NotConvertible([tpus])
     origins["spec.workers"] = f"spec.pytorchReplicaSpecs.{WORKER if WORKER in counts else MASTER}.replicas"
     index = _trainer_index(templates[used], template_path)
     container = templates[used]["spec"]["containers"][index]

@@ -38,6 +38,7 @@ from .convert import (
     note_top_level_fields,
     relabelled,
     short_repr,
+    tpu_problem,
 )
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -67,6 +68,28 @@ FAILURE_ACTIONS = {
     "RestartJob": "changed: kuberl restarts the whole gang, not one Job",
     "RestartJobAndIgnoreMaxRestarts": "changed: kuberl restarts the whole gang, not one Job, and counts it",
 }
+
+
+# JobSet's placement annotations (jobset_types.go ExclusiveKey, NodeSelectorStrategyKey): each Job alone in one
+# topology domain. kuberl makes no Jobs, so on the RLTrainingJob they would say what nothing does.
+PLACEMENT_ANNOTATIONS = ("alpha.jobset.sigs.k8s.io/exclusive-topology", "alpha.jobset.sigs.k8s.io/node-selector")
+
+
+def _placement_annotations(metadata: dict, notes: list[Note]) -> None:
+    annotations = metadata.get("annotations")
+    if not isinstance(annotations, dict):
+        return
+    for key in PLACEMENT_ANNOTATIONS:
+        if key in annotations:
+            notes.append(Note(f"metadata.annotations.{key}", "not carried over: JobSet placed each of its Jobs alone in"
+                              " one topology domain (a node pool, a rack); kuberl makes no Jobs: keep the gang in one"
+                              " domain with a podAffinity on kuberl.dev/job in spec.affinity, or pin it with"
+                              " spec.nodeSelector"))
+    kept = {k: v for k, v in annotations.items() if k not in PLACEMENT_ANNOTATIONS}
+    if kept:
+        metadata["annotations"] = kept
+    else:
+        del metadata["annotations"]
 
 
 def _check_document(doc: Any) -> None:
@@ -319,6 +342,7 @@ def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[di
     notes: list[Note] = []
     origins: dict[str, str] = {"metadata": "metadata", "spec": "spec"}
     metadata = carried_metadata(doc, notes)
+    _placement_annotations(metadata, notes)
     note_top_level_fields(doc, notes)
     name = str(metadata.get("name", ""))
     spec = as_mapping(doc.get("spec"), "spec", required=True)
@@ -358,6 +382,9 @@ def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[di
         raise not_convertible(f"{container_path}.command", "unset, and args too: under the JobSet the image's ENTRYPOINT"
                               " and CMD ran; kuberl's container would run its own trainer instead, so set command to what"
                               " the image runs (docker inspect --format '{{.Config.Entrypoint}} {{.Config.Cmd}}' IMAGE)")
+    tpus = tpu_problem(original.get("resources"), f"{container_path}.resources", jobs * pods)
+    if tpus:
+        raise NotConvertible([tpus])
     out: dict[str, Any] = {"trainer": "custom", "workers": jobs * pods}
     origins["spec.workers"] = f"{job_path}.parallelism" if jobs == 1 else f"{base}.replicas"
     procs, procs_path = _procs(original, container_path, lifted.get("gpusPerWorker", 0), procs_per_worker, notes)
