@@ -456,7 +456,8 @@ def _procs(spec: dict, gpus: int, notes: list[Note], user_nproc: tuple[str, str]
                               " = replicas); kuberl runs one process per GPU (spec.procsPerWorker equals"
                               f" spec.gpusPerWorker) and every pod's WORLD_SIZE counts them, so init_process_group would"
                               f" wait for ranks that never start: start it with torchrun (a rank per GPU, reading"
-                              f" LOCAL_RANK), or, if the script spawns a process per GPU itself, pass {PROCS_OPTION} {gpus}")
+                              " LOCAL_RANK), or, if the script or its own launcher (accelerate launch, deepspeed)"
+                              f" starts a process per GPU, pass {PROCS_OPTION} {gpus}")
     world = "" if gpus <= 1 else (  # one process per pod: WORLD_SIZE is as PyTorchJob set it
         "; every pod's WORLD_SIZE is now workers x processes (PyTorchJob set replicas x 1 for a word), so a script"
         " that runs one process per pod waits in init_process_group for ranks that never start: start it with"

@@ -198,7 +198,8 @@ def _procs(container: dict, path: str, gpus: int, given: int | None, notes: list
         raise not_convertible(f"{path}.resources.limits.nvidia.com/gpu", f"{gpus} GPUs for one process ({how}): kuberl runs"
                               " one process per GPU (spec.procsPerWorker equals spec.gpusPerWorker) and every pod's"
                               " WORLD_SIZE counts them: start it with torchrun --nproc-per-node"
-                              f" {gpus}, or pass {PROCS_OPTION} {gpus} if the script spawns a process per GPU itself")
+                              f" {gpus}, or pass {PROCS_OPTION} {gpus} if the script or its own launcher (accelerate"
+                              " launch, deepspeed) starts a process per GPU")
     return procs, origin
 
 
