@@ -538,6 +538,30 @@ def ratios(summary: dict) -> list[str]:
     return lines
 
 
+def goals(summary: dict) -> list[str]:
+    """Issue 27's goals beside this run's figures (one rank, one GPU): what met its goal and what did not."""
+    ppo, dqn_ratio = summary.get("ppo", {}), None
+    lagged = ppo.get("learning_while_collecting", {})
+    bound = summary.get("update", {}).get("fp32-overlap", {}).get("bound_env_steps_per_s")
+    lines = []
+    for name, rate in (("PPO Pong", ppo.get("env_steps_per_s")), ("PPO Pong learning while collecting", lagged.get("env_steps_per_s"))):
+        if rate:
+            of_bound = f", {rate / bound:.0%} of the synchronous bound {bound:,.0f} (goal >= 85%)" if bound else ""
+            lines.append(f"{name}: {rate:,.0f} env steps/s (goal >= 10,000: {'met' if rate >= 10_000 else 'not met'}){of_bound}")
+    ours = summary.get("dqn", {}).get("after_learning_starts_env_steps_per_s")
+    peer = summary.get("sb3", {}).get("dqn_32envs_env_steps_per_s_after_learning_starts")
+    if ours and peer:
+        dqn_ratio = ours / peer
+        lines.append(f"DQN Pong: {dqn_ratio:.2f}x SB3 (goal >= 2x: {'met' if dqn_ratio >= 2 else 'not met'})")
+    if ppo.get("gpu_util_mean") is not None:
+        lines.append(f"GPU busy during PPO: {ppo['gpu_util_mean']}% (reported)")
+    warm = ppo.get("startup_warm")
+    if warm:
+        lines.append(f"launch to first env step, warm: {warm['seconds']:.1f} s (goal <= 5 s: {'met' if warm['seconds'] <= 5 else 'not met'};"
+                     f" {warm['phases']})")
+    return lines
+
+
 def main() -> int:
     try:
         import torch
@@ -565,6 +589,9 @@ def main() -> int:
         sampler.stop()
     for line in ratios(SUMMARY):
         say(line)
+    say("\nissue 27's goals, from this run:")
+    for line in goals(SUMMARY) or ["(no section that measures one ran)"]:
+        say(f"   {line}")
     say(f"\nsummary: {OUT / 'summary.json'}")
     return 0
 

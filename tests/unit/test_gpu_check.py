@@ -56,3 +56,19 @@ def test_the_ratios_to_sb3_come_from_sections_of_the_same_run(gpu_check):
     assert gpu_check.ratios({"ppo": {"error": "RuntimeError: x"}, "sb3": {}}) == []  # a failed section: no ratio
     summary["ppo"]["learning_while_collecting"] = {"env_steps_per_s": 12000}
     assert gpu_check.ratios(summary)[1] == "PPO Pong learning while collecting: kuberl 12,000 env steps/s, SB3 754: 15.92x"
+
+
+def test_the_goals_are_judged_from_figures_of_the_same_run(gpu_check):
+    summary = {"update": {"fp32-overlap": {"bound_env_steps_per_s": 7300}},
+               "ppo": {"env_steps_per_s": 7834, "gpu_util_mean": 18.6,
+                       "startup_warm": {"seconds": 15.4, "phases": "python and imports 2.4, envs 12.7"},
+                       "learning_while_collecting": {"env_steps_per_s": 12000}},
+               "dqn": {"after_learning_starts_env_steps_per_s": 760},
+               "sb3": {"dqn_32envs_env_steps_per_s_after_learning_starts": 380}}
+    assert gpu_check.goals(summary) == [
+        "PPO Pong: 7,834 env steps/s (goal >= 10,000: not met), 107% of the synchronous bound 7,300 (goal >= 85%)",
+        "PPO Pong learning while collecting: 12,000 env steps/s (goal >= 10,000: met), 164% of the synchronous bound 7,300 (goal >= 85%)",
+        "DQN Pong: 2.00x SB3 (goal >= 2x: met)",
+        "GPU busy during PPO: 18.6% (reported)",
+        "launch to first env step, warm: 15.4 s (goal <= 5 s: not met; python and imports 2.4, envs 12.7)"]
+    assert gpu_check.goals({"ppo": {"error": "RuntimeError: x"}}) == []  # a failed section judges nothing
