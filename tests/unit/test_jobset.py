@@ -134,6 +134,9 @@ REFUSED = [
     ("which-container", TWO_CONTAINERS, f"{POD}.containers", "one named 'pytorch'"),
     ("no-command", jobset({"name": "pytorch", "image": "train:1"}), f"{TRAINER}.command", "ENTRYPOINT"),
     ("not-a-jobset", {**jobset(), "apiVersion": "jobset.x-k8s.io/v1alpha1"}, "apiVersion", "jobset.x-k8s.io/v1alpha2"),
+    ("completion-index-env-across-jobs", jobset({"name": "pytorch", "image": "train:1", "command": [
+        "bash", "-c", "torchrun --node_rank=$JOB_COMPLETION_INDEX t.py"]}, jobs=2, pods=2), f"{TRAINER}.command[2]",
+     "within its Job"),
     # kubernetes-sigs/jobset site/static/examples/tpu-multislice/v6e-jax-workload.yaml: 2 slices x 4 TPU hosts
     ("a-multi-host-tpu-slice", jobset({"name": "jax-tpu", "image": "tpu:latest", "command": ["bash", "-c", "python train.py"],
                                        "resources": {"limits": {"google.com/tpu": 4}}}, jobs=2, pods=4),
@@ -172,3 +175,15 @@ def test_jobsets_exclusive_placement_is_said_and_not_carried():
     assert job["metadata"]["annotations"] == {"team": "a"}
     assert any(n.path == "metadata.annotations.alpha.jobset.sigs.k8s.io/exclusive-topology" and "kuberl.dev/job" in n.message
                for n in notes)
+
+
+def test_a_command_that_reads_the_completion_index_gets_it_from_the_rank():
+    """`torchrun --node_rank=$JOB_COMPLETION_INDEX`, as JobSet's users write it: the Job controller set the variable
+    in an Indexed Job's pods; kuberl's had none, so torchrun read an empty --node_rank and exited."""
+    doc = jobset({"name": "pytorch", "image": "train:1", "command": ["bash", "-c", "torchrun --node_rank=$JOB_COMPLETION_INDEX t.py"]})
+    job, notes = convert_jobset(doc)
+    (var,) = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert var == {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kuberl.dev/rank']"}}}
+    assert any(n.path == f"{TRAINER}.command[2]" and "the same value" in n.message for n in notes)
+    env = {e["name"]: e for e in render_pod(Job("train", validate_job(job)), "default", PLACEHOLDER_UID, 1)["spec"]["containers"][0]["env"]}
+    assert env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['kuberl.dev/rank']"

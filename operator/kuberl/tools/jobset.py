@@ -334,6 +334,36 @@ def _same_value_notes(relabelled_container: dict, path: str, host: str, notes: l
                               + (" (the pod's rank)" if var["name"] in RANK_NAMES else " (worker 0's address, the pod it named)")))
 
 
+# The Job controller gives every container of an Indexed Job's pod its completion index in this variable.
+COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
+
+
+def _completion_index(pod_spec: dict, path: str, jobs: int, notes: list[Note]) -> None:
+    """Where a container's command, args or env read JOB_COMPLETION_INDEX (`--node_rank=$JOB_COMPLETION_INDEX`),
+    which the Job controller set and kuberl's pods lack, the container gets it from kuberl.dev/rank, the same value
+    when there is one Job; with several it counted each Job's pods apart, which no kuberl label holds."""
+    reads = re.compile(rf"(?<![A-Za-z0-9_]){COMPLETION_INDEX_ENV}(?![A-Za-z0-9_])")
+    for kind in ("initContainers", "containers"):
+        containers = pod_spec.get(kind) if isinstance(pod_spec.get(kind), list) else []
+        for i, container in enumerate(containers):
+            env = container.get("env", []) if isinstance(container, dict) else None
+            if not isinstance(env, list) or any(isinstance(e, dict) and e.get("name") == COMPLETION_INDEX_ENV for e in env):
+                continue
+            where = next((w for w, v in container_text_fields(container, f"{path}.{kind}[{i}]")
+                          if isinstance(v, str) and reads.search(v)), None)
+            if where is None:
+                continue
+            if jobs > 1:
+                raise not_convertible(where, f"reads {COMPLETION_INDEX_ENV}, which the Job controller set to the pod's"
+                                      f" index within its Job (the same in each of the {jobs} Jobs), where kuberl's rank"
+                                      " counts every pod of the gang: read RANK or NODE_RANK, which kuberl sets")
+            containers[i] = {**container, "env": [*env, {"name": COMPLETION_INDEX_ENV, "valueFrom": {"fieldRef": {
+                "fieldPath": f"metadata.labels['{names.LABEL_RANK}']"}}}]}
+            notes.append(Note(where, f"reads {COMPLETION_INDEX_ENV}, which the Job controller set in the JobSet's Indexed"
+                              f" Job (the pod's index) and kuberl's pods lack: now set from the pod's {names.LABEL_RANK}"
+                              " label, the same value"))
+
+
 def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[dict, list[Note]]:
     """The RLTrainingJob for a JobSet of one replicated Job and a note for each field not carried over or
     changed in meaning; `procs_per_worker` (convert's --procs-per-worker) where the manifest cannot tell.
@@ -373,6 +403,7 @@ def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[di
     original = pod_template["spec"]["containers"][index]
     template, lifted = _template(pod_template, template_path, origins, notes, frozenset(), KIND, index)
     _same_value_notes(original, container_path, host, notes)
+    _completion_index(template["spec"], f"{template_path}.spec", jobs, notes)
     _host_path_notes(pod_template, template_path, notes)
     if name:
         _pod_name_notes(original, container_path, name, host, pods, notes)
