@@ -513,3 +513,26 @@ def test_a_patched_volume_named_as_kuberls_configuration_volume_is_renamed_with_
     assert spec["template"]["spec"]["volumes"] == [{"name": "trainjob-config", "persistentVolumeClaim": {"claimName": "data"}}]
     assert spec["template"]["spec"]["containers"][0]["volumeMounts"] == [{"name": "trainjob-config", "mountPath": "/data"}]
     assert "renamed 'trainjob-config'" in notes["spec.template.spec.volumes[0].name"]
+
+
+def test_a_runtimes_initializer_jobs_and_the_nodes_mounts_are_said_when_the_runtime_is_in_the_file():
+    """kubeflow/trainer manifests/base/runtimes/torchtune/llama3_2/llama3_2_1B.yaml: dataset and model initializer
+    Jobs fill the 'initializer' claim the node container reads at /workspace; kuberl takes the node's command and
+    ran it over an empty /workspace, with only the general runtimeRef note."""
+    node = {"name": "node", "image": "ghcr.io/kubeflow/trainer/torchtune-trainer",
+            "command": ["tune", "run", "full_finetune_distributed", "--config", "llama3_2/1B_full"],
+            "volumeMounts": [{"name": "initializer", "mountPath": "/workspace"}]}
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "torchtune-llama3.2-1b"},
+               "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [
+                   {"name": "dataset-initializer", "template": {"spec": {"template": {"spec": {"containers": [
+                       {"name": "dataset-initializer", "image": "ghcr.io/kubeflow/trainer/dataset-initializer"}]}}}}},
+                   {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [node]}}}}}]}}}}
+    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "tune"},
+           "spec": {"runtimeRef": {"name": "torchtune-llama3.2-1b"},
+                    "trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": 2, "cpu": "8"}}}}}
+    _, notes = convert_trainjob(doc, runtimes=[runtime])
+    said = [n.message for n in notes if n.path == "spec.runtimeRef"]
+    assert any("'dataset-initializer' Job" in m for m in said), said
+    assert any("initializer at /workspace" in m for m in said), said
+    assert not any("'node' Job" in m for m in said)

@@ -408,12 +408,23 @@ def _from_runtime(spec: dict, runtimes: list, notes: list[Note]) -> dict:
     template = runtime_spec.get("template") if isinstance(runtime_spec.get("template"), dict) else {}
     jobs = (template.get("spec") or {}).get("replicatedJobs") if isinstance(template.get("spec"), dict) else None
     for job in jobs if isinstance(jobs, list) else []:
+        if isinstance(job, dict) and job.get("name") != TRAINER_JOB:
+            notes.append(Note("spec.runtimeRef", f"not carried over: the {job.get('name')!r} Job of {kind} {ref.get('name')!r}"
+                              " in this file, which ran beside or before the nodes (an initializer filling the volume"
+                              " the trainer reads); kuberl runs only the trainer's pods: fetch the data in the command,"
+                              " or in an initContainer of spec.template, onto a volume it mounts"))
         try:
             containers = job["template"]["spec"]["template"]["spec"]["containers"] if job.get("name") == TRAINER_JOB else []
         except (KeyError, TypeError, AttributeError):
             containers = []
         for container in containers if isinstance(containers, list) else []:
             if isinstance(container, dict) and container.get("name") == TRAINER_CONTAINER:
+                mounts = container.get("volumeMounts")
+                if isinstance(mounts, list) and mounts:
+                    shown = ", ".join(f"{m.get('name')} at {m.get('mountPath')}" for m in mounts[:5] if isinstance(m, dict))
+                    notes.append(Note("spec.runtimeRef", f"not carried over: the volumeMounts of the node container of {kind}"
+                                      f" {ref.get('name')!r} in this file ({shown}) and their volumes: add them with"
+                                      " runtimePatches (or spec.template), or the trainer finds nothing there"))
                 env = container.get("env")
                 if isinstance(env, list) and env:  # Trainer upserted the TrainJob's env into it (torch.go)
                     shown = ", ".join(str(e.get("name")) for e in env[:5] if isinstance(e, dict))
