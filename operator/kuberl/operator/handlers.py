@@ -330,6 +330,8 @@ def peering(memo: kopf.Memo, **_: Any) -> int:
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
+    if memo.shell.refused is not None:
+        memo.shell.refused.stop.set()  # kopf's own wait for its stop flag ends now, not after its 5 s for hung tasks
     for task in (memo.shell.heartbeat and memo.shell.heartbeat.task, memo.shell.peering and memo.shell.peering.task,
                  memo.shell.refused and memo.shell.refused.task):
         if task is not None:

@@ -74,8 +74,9 @@ def cmd_operator(args: argparse.Namespace) -> int:
         started = time.monotonic()
         # Set when a refused namespace is allowed again: kopf stops, to start with it. An asyncio.Event (bound to
         # kopf's loop when first awaited): kopf waits for a threading.Event in an executor thread, which its loop's
-        # shutdown then joins for ever when the run ended any other way.
-        stop = asyncio.Event()
+        # shutdown then joins for ever when the run ended any other way. Only while a namespace is refused: kopf
+        # waits 5 s at its end for the task that awaits the flag, unless the cleanup handler sets it (handlers.close).
+        stop = asyncio.Event() if watched.refused else None
         refusals = (RefusedNamespaces(dict(watched.refused), watched_resources, REFUSED_RECHECK_SECONDS, stop, remind)
                     if watched.refused else None)
         try:
