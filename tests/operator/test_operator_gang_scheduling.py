@@ -4,6 +4,7 @@ from kuberl.core import names
 from tests.operator.operatorkit import (
     NS,
     create_job,
+    events,
     pods,
     start_gang,
     terminated,
@@ -39,6 +40,31 @@ def test_kueue_pod_group_labels_and_the_group_marked_finished_at_the_end(standin
     wait_phase(rest, 'queued', 'Succeeded')
     wait_for(lambda: all(p['metadata']['annotations'].get(names.KUEUE_RETRIABLE_IN_GROUP) == 'false' for p in pods(standin, 'queued')),
              what='the pod group to be marked finished for Kueue')
+
+
+def test_rbac_refusing_the_kueue_mark_is_said_on_the_finished_job_and_asked_again(standin, rest, operator):
+    """The ClusterRole lost `patch` on pods: the finished job's group could not be marked, and the operator's
+    log held a traceback (inside kopf's daemon) every 5 s, the job nothing. Now its phase stands, a Warning
+    and one log line say what was refused and what it costs, and the mark is made once RBAC allows it."""
+    create_job(rest, 'unmarked', workers=2, queueName='team-a')
+    gang = start_gang(standin, 'unmarked', 2)
+    wait_phase(rest, 'unmarked', 'Running')
+    standin.handler.denied.add(('patch', 'pods'))
+    for pod in gang:
+        terminated(standin, pod, 0, 'Succeeded: budget spent')
+    wait_phase(rest, 'unmarked', 'Succeeded')
+    [warning] = wait_for(lambda: [e for e in events(rest, 'unmarked') if e['reason'] == 'OperatorForbidden'],
+                         what='an OperatorForbidden warning')
+    assert warning['type'] == 'Warning' and 'cannot patch resource "pods"' in warning['message'], warning
+    assert 'so Kueue keeps its quota until then (asked again every 1s' in warning['message'], warning
+    said = [line for line in operator.log().splitlines() if 'Kueue keeps its quota' in line]
+    assert len(said) == 1 and 'job default/unmarked: pods "unmarked-' in said[0], said
+    assert 'Traceback' not in operator.log(), operator.log()[-3000:]
+
+    standin.handler.denied.clear()  # the RBAC is mended
+    wait_for(lambda: all(p['metadata']['annotations'].get(names.KUEUE_RETRIABLE_IN_GROUP) == 'false'
+                         for p in pods(standin, 'unmarked')), what='the pod group marked once RBAC allows it')
+    assert wait_phase(rest, 'unmarked', 'Succeeded')
 
 
 def test_volcano_gets_an_owned_podgroup_for_the_whole_gang(standin, rest, operator):

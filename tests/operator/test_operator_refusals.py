@@ -14,6 +14,7 @@ from tests.operator.operatorkit import (
     condition,
     create_job,
     events,
+    job,
     pods,
     start_gang,
     status,
@@ -197,3 +198,30 @@ def test_rbac_refusing_the_operator_the_jobs_status_is_said_in_an_event_and_noth
 
     standin.handler.denied.clear()  # the RBAC is mended: picked up within lifecycle.MAX_FORBIDDEN_RETRY_SECONDS
     wait_for(lambda: pods(standin, 'mute'), timeout=40, what='the gang, once the status can be written')
+
+
+def test_rbac_refusing_kopfs_finalizer_patch_is_one_line_not_a_traceback_and_the_job_runs(standin, rest, operator):
+    """The ClusterRole lost `patch` on rltrainingjobs, which kopf needs for its finalizer: kopf logged a traceback
+    at each retry (with four "Request attempt" lines before it). One line now names the grant and what the
+    finalizer's absence costs; the job is reconciled all the same, and gets its finalizer once RBAC allows it."""
+    standin.handler.denied.add(('patch', 'rltrainingjobs'))
+    create_job(rest, 'unfinalized', workers=1)
+    wait_for(lambda: pods(standin, 'unfinalized') and status(rest, 'unfinalized').get('phase'), what='the job reconciled')
+    wait_for(lambda: sum(n for call, n in standin.calls.items()
+                         if (call.verb, call.resource, call.subresource) == ('patch', 'rltrainingjobs', '')) >= 8,
+             timeout=20, what="two rounds of kopf's four attempts")
+    log = operator.log()
+    said = [line for line in log.splitlines() if 'RBAC forbids the operator to patch' in line]
+    assert len(said) == 1, log[-4000:]
+    assert 'rltrainingjobs.kuberl.dev "unfinalized" in namespace "default"' in said[0], said
+    assert 'grant verb "patch" on resource "rltrainingjobs" in API group "kuberl.dev"' in said[0], said
+    assert 'in the ClusterRole bound to it' in said[0] and 'kuberl.dev/operator' in said[0], said
+    assert 'Traceback' not in log and 'APIForbiddenError' not in log, log[-4000:]
+
+    assert 'tries again at the job\'s next change' in said[0], said
+
+    standin.handler.denied.clear()  # the RBAC is mended; kopf tries again on the job's next watch event
+    assert rest.patch('/apis/kuberl.dev/v1alpha1/namespaces/default/rltrainingjobs/unfinalized',
+                      {'metadata': {'labels': {'team': 'a'}}}).status == 200
+    wait_for(lambda: 'kuberl.dev/operator' in (job(rest, 'unfinalized') or {}).get('metadata', {}).get('finalizers', []),
+             timeout=40, what='the finalizer added once RBAC allows it')

@@ -999,3 +999,13 @@ def test_rbac_retries_wait_at_most_thirty_seconds_and_at_least_one():
     for backoff, wait in ((0, lc.MIN_QUOTA_RETRY_SECONDS), (3600, lc.MAX_FORBIDDEN_RETRY_SECONDS)):
         spec = job(restartBackoffSeconds=backoff)
         assert decide(spec, decide(spec, {}, [], None, T0).status, [], None, T0, refusal=FORBIDDEN).requeue_after == wait
+
+
+def test_a_kueue_mark_rbac_refuses_keeps_the_phase_and_is_asked_again_later_not_at_once():
+    forbidden = lc.Refusal(lc.REASON_OPERATOR_FORBIDDEN, 'pods "job-0" is forbidden: User "op" cannot patch resource "pods"',
+                           retryable=True, patching=True)
+    done = decide(QUEUED, running_status(QUEUED), list(ENDED_GANG), None, T0)
+    refused = decide(QUEUED, done.status, list(ENDED_GANG), None, T0 + 1, refusal=forbidden)
+    assert refused.of(lc.FinishPodGroup) == [] and refused.phase == done.phase and refused.status == done.status
+    assert events(refused) == [lc.REASON_OPERATOR_FORBIDDEN] and refused.requeue_after is not None
+    assert decide(QUEUED, refused.status, list(ENDED_GANG), None, T0 + 3).of(lc.FinishPodGroup)  # asked again later

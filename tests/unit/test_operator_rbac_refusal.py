@@ -1,11 +1,16 @@
 """The operator's one line when RBAC refuses kopf's own list or watch: what to grant, to whom, where."""
+import logging
+
 import pytest
 from kuberl.operator.config import (
     WatchedNamespaces,
+    kopf_refusal_line,
     namespace_refusal_line,
     rbac_refusal_line,
     refused_namespace,
 )
+from kuberl.operator.kubeapi import Forbidden
+from kuberl.operator.main import KopfRefusals
 
 SA = 'system:serviceaccount:kuberl-system:kuberl-operator'
 
@@ -61,3 +66,46 @@ def test_the_namespace_line_names_the_grant_and_the_namespaces_still_served():
                   'in the Role in namespace "team-b" bound to it', 'goes on serving team-a, team-c',
                   'checks namespace "team-b" again every 10s'):
         assert words in line, line
+
+
+FINALIZER_REFUSED = (f'rltrainingjobs.kuberl.dev "j" is forbidden: User "{SA}" cannot patch resource "rltrainingjobs" in API group'
+                     ' "kuberl.dev" in the namespace "team"')
+
+
+def kopf_record(name: str, message: str, error: BaseException | None = None) -> logging.LogRecord:
+    return logging.LogRecord(name, logging.ERROR, __file__, 1, message, (), (type(error), error, None) if error else None)
+
+
+def test_kopfs_refused_finalizer_patch_is_one_line_per_window_and_its_attempts_are_left_out():
+    from kopf._cogs.clients.errors import (
+        APIForbiddenError,  # what kopf's own client raises
+    )
+
+    now = [0.0]
+    refusals = KopfRefusals(lambda message: kopf_refusal_line(message, 'kuberl.dev/operator', namespaced=False), clock=lambda: now[0])
+    error = APIForbiddenError({'message': FINALIZER_REFUSED, 'code': 403}, status=403, headers={})
+    attempt = kopf_record('kopf.objects', f'Request attempt #1/4 failed; will retry: PATCH /x -> {error!r}')
+    assert not refusals.filter(attempt)
+    throttled = kopf_record('kopf.objects', 'Throttling for 1 seconds due to an unexpected error: %r', error)
+    assert refusals.filter(throttled) and throttled.exc_info is None
+    line = throttled.getMessage()
+    assert line.startswith('RBAC forbids the operator to patch rltrainingjobs.kuberl.dev "j" in namespace "team"'), line
+    assert 'in the ClusterRole bound to it' in line and 'finalizer kuberl.dev/operator' in line, line
+    now[0] = 599.0
+    assert not refusals.filter(kopf_record('kopf.objects', 'Throttling again: %r', error))
+    now[0] = 601.0
+    assert refusals.filter(kopf_record('kopf.objects', 'Throttling again: %r', error))
+
+
+def test_other_records_pass_as_they_are():
+    from kopf._cogs.clients.errors import APIForbiddenError
+
+    refusals = KopfRefusals(lambda message: kopf_refusal_line(message, 'kuberl.dev/operator', namespaced=False))
+    ours = Forbidden(403, 'Forbidden', FINALIZER_REFUSED)  # a handler's own call: said on the job, not here
+    watch = APIForbiddenError({'message': FINALIZER_REFUSED, 'code': 403}, status=403, headers={})
+    for record in (kopf_record('kopf.objects', "Daemon 'reconcile' failed", ours),
+                   kopf_record('kopf._core.reactor.running', 'Root task failed', watch),  # a watch: the run's end says it
+                   kopf_record('kuberl.operator', 'ours', watch),
+                   kopf_record('kopf.objects', 'Request attempt #1/4 failed; will retry: GET /x -> APIServerError(500)')):
+        before = (record.msg, record.exc_info)
+        assert refusals.filter(record) and (record.msg, record.exc_info) == before, record

@@ -129,6 +129,17 @@ def delete_refusal(code: int, message: str) -> Refusal | None:
                    retryable=True, deleting=True)
 
 
+def pod_group_refusal(code: int, message: str) -> Refusal | None:
+    """RBAC's refusal of the patch that marks a finished job's Kueue pod group finished, said on the job:
+    kopf logged a traceback every 5 s and the job said nothing. None for any other error (kopf retries it)."""
+    if code != 403 or not AUTHORIZER_DENIAL.match(message):
+        return None
+    return Refusal(lifecycle.REASON_OPERATOR_FORBIDDEN, f"{message}: the operator's ServiceAccount lacks this permission"
+                   " (the chart's RBAC grants what kuberl.operator.kubeapi.API_CALLS lists); the job's pod group is not"
+                   f" marked finished ({names.KUEUE_RETRIABLE_IN_GROUP}=false), so Kueue keeps its quota until then",
+                   retryable=True, patching=True)
+
+
 def child_refusal(code: int, message: str) -> Refusal | None:
     """A create's refusal as the lifecycle sees it, named by who refused; None for an error worth
     retrying as it is. RBAC's refusal is the operator's own permissions, said on the job (which

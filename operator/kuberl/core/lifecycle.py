@@ -189,12 +189,15 @@ class Refusal:
     over the pod security level) or answered by the API server to a create (a refused child).
     `retryable`: the same request may be admitted later (a ResourceQuota refusal, a name that
     another object holds now). `deleting`: the API server refused a delete, not a create (RBAC
-    without `delete` on pods): what was to go stays, and the delete is asked again."""
+    without `delete` on pods): what was to go stays, and the delete is asked again. `patching`: RBAC
+    refused the patch that marks a finished job's Kueue pod group finished (`patch` on pods): the
+    job's phase stands, Kueue keeps the group's quota, and the patch is asked again."""
 
     reason: str
     message: str
     retryable: bool = False
     deleting: bool = False
+    patching: bool = False
 
 
 @dataclass(frozen=True)
@@ -448,22 +451,39 @@ def decide(
     else:
         if phase == SUSPENDED:
             phase = _resume(plan)
-        _run(plan, spec, phase, current, stale, rank0, None if refusal is not None and refusal.deleting else refusal)
+        _run(plan, spec, phase, current, stale, rank0, None if refusal is not None and (refusal.deleting or refusal.patching) else refusal)
     if plan.status["phase"] in TERMINAL:
         _after_the_end(plan, spec, pods)
     elif plan.status["phase"] == RUNNING and not networkpolicy_checked:
         plan.actions.append(CheckNetworkPolicy())
     if refusal is not None and refusal.deleting:
         _delete_refused(plan, spec, refusal)
+    if refusal is not None and refusal.patching:
+        _patch_refused(plan, spec, refusal)
     return plan.decision()
+
+
+def _patch_refused(plan: _Plan, spec: JobSpec | None, refusal: Refusal) -> None:
+    """The operator may not mark the finished job's Kueue pod group (RBAC): its phase stands, the mark is
+    not asked again in this reconcile but after the same delay as a refused delete, with a Warning saying
+    that Kueue keeps the group's quota meanwhile."""
+    delay = _forbidden_retry_seconds(spec)
+    plan.actions[:] = [a for a in plan.actions if not isinstance(a, FinishPodGroup)]
+    plan.event("Warning", refusal.reason, f"{refusal.message} (asked again every {delay:g}s until the operator may)")
+    plan.wake_at(plan.now + delay)
+
+
+def _forbidden_retry_seconds(spec: JobSpec | None) -> float:
+    """How often a call RBAC refused is asked again: restartBackoffSeconds, from 1 to 30 s."""
+    base = spec.run_policy.restart_backoff_seconds if spec is not None else 0.0
+    return min(max(MIN_QUOTA_RETRY_SECONDS, base), MAX_FORBIDDEN_RETRY_SECONDS)
 
 
 def _delete_refused(plan: _Plan, spec: JobSpec | None, refusal: Refusal) -> None:
     """The operator may not delete (RBAC): what was to go stays, and no delete is asked again in this
     reconcile; it is asked again every restartBackoffSeconds (1 to 30 s). The Ready condition says why
     where each reconcile sets it anew (a job not finished), instead of "waiting for old pods to go"."""
-    base = spec.run_policy.restart_backoff_seconds if spec is not None else 0.0
-    delay = min(max(MIN_QUOTA_RETRY_SECONDS, base), MAX_FORBIDDEN_RETRY_SECONDS)
+    delay = _forbidden_retry_seconds(spec)
     plan.actions[:] = [a for a in plan.actions if not isinstance(a, (DeletePods, DeleteJob))]
     if plan.status["phase"] not in TERMINAL:
         plan.condition(CONDITION_READY, False, refusal.reason, refusal.message)

@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from ..core import contract, podsecurity, render
+from ..core import contract, names, podsecurity, render
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,7 +184,7 @@ def lost_watch(error: BaseException) -> str:
 # The RBAC authorizer's refusal, as responsewriters.Forbidden words it (staging/src/k8s.io/apiserver/pkg/endpoints/
 # handlers/responsewriters/errors.go, forbiddenMessage, inside apierrors.NewForbidden's `<resource> is forbidden: `).
 RBAC_REFUSAL = re.compile(
-    r'[a-z0-9.-]+ (?:"(?:[^"\\]|\\.)*" )?is forbidden: User "(?P<user>(?:[^"\\]|\\.)*)" cannot (?P<verb>[a-z]+) '
+    r'[a-z0-9.-]+ (?:"(?P<name>(?:[^"\\]|\\.)*)" )?is forbidden: User "(?P<user>(?:[^"\\]|\\.)*)" cannot (?P<verb>[a-z]+) '
     r'resource "(?P<resource>[^"]*)" in API group "(?P<group>[^"]*)" (?:in the namespace "(?P<namespace>[^"]*)"|at the cluster scope)')
 SERVICE_ACCOUNT_USER = re.compile(r"system:serviceaccount:(?P<namespace>[^:]+):(?P<name>[^:]+)")
 
@@ -210,12 +210,13 @@ def _refused_call(refusal: re.Match) -> str:
     return f'{refusal["verb"]} {qualified} ' + (f'in namespace "{namespace}"' if namespace else "at the cluster scope")
 
 
-def _grant(refusal: re.Match) -> str:
-    """What to grant, to whom, in which kind of role, for an RBAC refusal."""
+def _grant(refusal: re.Match, namespaced: bool = True) -> str:
+    """What to grant, to whom, in which kind of role, for an RBAC refusal (`namespaced`: a namespaced
+    install, whose grants in a namespace are Roles there; a cluster-wide one has a ClusterRole)."""
     verb, resource, group, namespace = refusal["verb"], refusal["resource"], refusal["group"], refusal["namespace"]
     account = SERVICE_ACCOUNT_USER.fullmatch(refusal["user"])
     subject = f"ServiceAccount {account['namespace']}/{account['name']}" if account else f'user "{refusal["user"]}"'
-    role = f'the Role in namespace "{namespace}"' if namespace else "the ClusterRole"
+    role = f'the Role in namespace "{namespace}"' if namespace and namespaced else "the ClusterRole"
     api_group = f'API group "{group}"' if group else 'the core API group ("")'
     return (f'grant verb "{verb}" on resource "{resource}" in {api_group} to {subject} in {role} bound to it (the chart\'s'
             " RBAC grants every call in kuberl.operator.kubeapi.API_CALLS; `helm upgrade` restores it).")
@@ -261,6 +262,23 @@ def namespace_refusal_line(message: str, served: tuple[str, ...], recheck_second
     return (f"RBAC forbids the operator to {_refused_call(refusal)}: its jobs there are not reconciled until then; {_grant(refusal)}"
             f' The operator goes on serving {", ".join(served)}, checks namespace "{namespace}" again every'
             f" {recheck_seconds:g}s and takes it back without a restart")
+
+
+def kopf_refusal_line(message: str, finalizer: str, namespaced: bool) -> str | None:
+    """The operator's one line when RBAC refuses one of kopf's own calls on a job (`message` is the API
+    server's): a patch of its finalizer, added to each job and taken off a deleted one. kopf logged a
+    traceback and retried with a growing delay. None when `message` is not an RBAC refusal. Pure."""
+    refusal = RBAC_REFUSAL.match(message)
+    if refusal is None:
+        return None
+    call = _refused_call(refusal)
+    if refusal["name"]:
+        call = call.replace(" in namespace", f' "{refusal["name"]}" in namespace', 1)
+    cost = (f" kopf cannot add its finalizer {finalizer} to a new job (which runs all the same; its deletion does not wait"
+            f" for the operator) nor take it off a deleted one (which stays Terminating until then); it tries again at the"
+            " job's next change, and at the operator's next start" if (refusal["verb"], refusal["resource"]) == ("patch", names.PLURAL) else
+            " Said again every 10 minutes while it is refused")
+    return f"RBAC forbids the operator to {call} (a call of kopf's own): {_grant(refusal, namespaced)}{cost}"
 
 
 GONE_RESET_SECONDS = 60.0  # a run this long resets the backoff of restarts after lost watches

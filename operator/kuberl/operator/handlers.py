@@ -463,6 +463,15 @@ class JobLoop:
                 self.wake.pods_changed = True
                 decision = await self._decide(job, spec, refused.refusal)
                 await self._act(job, spec, decision)
+                if refused.refusal.patching:
+                    # A finished job's status does not change here, so _decide posted nothing: said now, in an
+                    # Event (EventLimiter drops the repeats) and one log line every REMIND_SECONDS.
+                    for event in decision.of(lifecycle.Event):
+                        self._post(job, event.type, event.reason, event.message)
+                    said = self.memo.get("pod_group_refusal_said")
+                    if said is None or time.monotonic() - said >= REMIND_SECONDS:
+                        self.memo["pod_group_refusal_said"] = time.monotonic()
+                        logger.warning("job %s/%s: %s", self.namespace, self.name, refused.refusal.message)
         except StatusConflict:
             # The job changed since it was read (a tenant may edit it many times a second): read it again
             # soon, quietly; kopf would log each as an ERROR ("failed temporarily") and restart the daemon.
@@ -756,7 +765,13 @@ class JobLoop:
         """Kueue finishes a pod group (and releases its quota) once a pod says it will not be retried."""
         for pod in action.pods:
             self.wake.pods_changed = True
-            await self.api.patch_pod_annotations(self.namespace, pod, {names.KUEUE_RETRIABLE_IN_GROUP: "false"})
+            try:
+                await self.api.patch_pod_annotations(self.namespace, pod, {names.KUEUE_RETRIABLE_IN_GROUP: "false"})
+            except ApiError as error:
+                refusal = jobstatus.pod_group_refusal(error.status, error.message)
+                if refusal is None:
+                    raise
+                raise ChildRefused(refusal) from error
 
     async def _delete_job(self, job: dict, spec: JobSpec | None, action: lifecycle.DeleteJob) -> None:
         await self._refusable_delete(RLTJ, self.name, {"propagationPolicy": "Background"})

@@ -16,9 +16,11 @@ import aiohttp
 
 from ..core import contract
 from .config import (
+    RBAC_REFUSAL,
     GoneWatchdog,
     KopfRestarts,
     WatchedNamespaces,
+    kopf_refusal_line,
     lost_watch,
     namespace_refusal_line,
     operator_config,
@@ -31,7 +33,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
     """Run the operator until SIGTERM/SIGINT: standalone unless --peering names a peering object."""
     import kopf
 
-    from .handlers import REFUSED_RECHECK_SECONDS, RefusedNamespaces, Shell
+    from .handlers import FINALIZER, REFUSED_RECHECK_SECONDS, RefusedNamespaces, Shell
     from .kubeapi import PEERINGS, PODS, RLTJ
     from .metrics import OperatorMetrics
 
@@ -50,6 +52,10 @@ def cmd_operator(args: argparse.Namespace) -> int:
     logging.getLogger("kopf.objects").addFilter(
         lambda record: not record.getMessage().startswith(("Handler 'pod_changed' succeeded", "Handler 'job_changed' succeeded"))
     )
+    # before TracebackOnce, which would shorten the record this one replaces
+    refusals_of_kopf = KopfRefusals(lambda message: kopf_refusal_line(message, FINALIZER, namespaced=bool(config.namespaces)))
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(refusals_of_kopf)
     once = TracebackOnce()
     log = logging.getLogger("kuberl.operator")
     watchdog = GoneWatchdog(log)
@@ -155,6 +161,38 @@ class TracebackOnce(logging.Filter):
         record.msg, record.args = f"{record.getMessage()} [{type(error).__name__}; traceback as logged at {first[1]}]", ()
         record.exc_info, record.exc_text = None, None
         return True
+
+
+class KopfRefusals(logging.Filter):
+    """RBAC refusing one of kopf's own calls on a job (its finalizer's patch): kopf logged a traceback
+    at each retry, and before each four "Request attempt … failed" lines. `line` turns the API server's
+    refusal into the operator's one line instead, said once per `window` seconds for each refused
+    call; kopf's lines about it are left out. The refusals of kopf's watches end its run, which says
+    them (cmd_operator): their records are left to the filters for those."""
+
+    def __init__(self, line: Callable[[str], str | None], window: float = 600.0, clock=time.monotonic):
+        super().__init__()
+        self.line, self.window, self.clock = line, window, clock
+        self.said: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("kopf") or record.name.startswith("kopf._core.reactor"):
+            return True
+        if record.exc_info and record.exc_info[1] is not None:
+            refused = rbac_refused(record.exc_info[1])
+            if refused is None or not type(refused).__module__.startswith("kopf."):
+                return True  # the handlers' own calls say their refusals on the job
+            said = self.line(getattr(refused, "message", None) or str(refused))
+            if said is None:
+                return True
+            now = self.clock()
+            if now - self.said.get(said, -self.window) < self.window:
+                return False
+            self.said[said] = now
+            record.msg, record.args, record.exc_info, record.exc_text = said, (), None, None
+            return True
+        text = record.getMessage()
+        return not (text.startswith("Request attempt") and "APIForbiddenError(" in text and RBAC_REFUSAL.search(text))
 
 
 # kopf's exception for an ERROR event in a watch stream other than a 410 (which kopf handles itself by
