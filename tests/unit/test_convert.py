@@ -726,3 +726,20 @@ def test_scheduling_policy_queue_is_volcanos_and_goes_to_its_podgroup_not_to_kue
     assert "set spec.schedulerName: volcano" in next(n.message for n in without if n.path.endswith("schedulingPolicy.queue"))
     with pytest.raises(NotConvertible, match="Volcano queue"):
         convert(pytorchjob(None, replica(2), runPolicy={"schedulingPolicy": {"queue": 7}}))
+
+
+def test_a_job_multikueue_dispatched_is_told_to_be_created_in_the_worker_cluster():
+    """Kueue's MultiKueue sets managedBy: kueue.x-k8s.io/multikueue and runs the job on a worker cluster; the note said
+    only 'not carried over', and the RLTrainingJob ran in the manager cluster, whose Kueue has no such integration."""
+    from kuberl.tools.jobset import convert_jobset
+    from kuberl.tools.trainjob import convert_trainjob
+
+    pj = pytorchjob(None, replica(2), nprocPerNode="1", runPolicy={"backoffLimit": 3, "managedBy": "kueue.x-k8s.io/multikueue"})
+    tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "t"},
+          "spec": {"managedBy": "kueue.x-k8s.io/multikueue", "trainer": {"image": IMAGE, "command": ["python", "t.py"], "numNodes": 2}}}
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "j"},
+          "spec": {"managedBy": "kueue.x-k8s.io/multikueue", "replicatedJobs": [{"name": "w", "template": {"spec": {
+              "parallelism": 2, "template": {"spec": {"containers": [{"name": "pytorch", "image": IMAGE, "command": ["python", "t.py"]}]}}}}}]}}
+    for notes, path in ((convert(pj)[1], "spec.runPolicy.managedBy"), (convert_trainjob(tj)[1], "spec.managedBy"),
+                        (convert_jobset(js)[1], "spec.managedBy")):
+        assert "worker cluster" in next(n.message for n in notes if n.path == path), path

@@ -877,7 +877,7 @@ def _run_policy(spec: dict, restart_policies: dict[str, Any], origins: dict, not
                 else:
                     notes.append(Note(f"{path}.schedulingPolicy.{field}", SCHEDULING_POLICY.get(field, "not carried over: unknown field")))
         else:
-            notes.append(Note(f"{path}.{key}", "not carried over" + ("" if key == "managedBy" else ": unknown field")))
+            notes.append(Note(f"{path}.{key}", managed_by(value, KIND) if key == "managedBy" else "not carried over: unknown field"))
     for rtype, restart in restart_policies.items():
         field = f"spec.pytorchReplicaSpecs.{rtype}.restartPolicy"
         notes.append(Note(field, RESTART_POLICY[restart]))
@@ -1043,6 +1043,18 @@ def volcano_queue(queue: Any, path: str, scheduler: Any, template: dict, origins
                       "; with gang scheduling on, training-operator set the pods' schedulerName itself: set"
                       " spec.schedulerName: volcano for that PodGroup. Kueue never read this field (only the"
                       f" job's {KUEUE_QUEUE_LABEL} label, which becomes spec.queueName)")))
+
+
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"  # the managedBy value of a job MultiKueue dispatches to a worker cluster
+
+
+def managed_by(value: Any, kind: str) -> str:
+    """The note for a source job's managedBy: MultiKueue's ran the job in another cluster."""
+    if value == MULTIKUEUE:
+        return (f"not carried over: {value} ran the {kind} on a worker cluster MultiKueue chose; Kueue has no MultiKueue"
+                " integration for an RLTrainingJob, which runs in the cluster it is created in (its pods, in a worker"
+                " cluster's Kueue, by spec.queueName): create it there")
+    return "not carried over: kuberl's operator manages the RLTrainingJob"
 
 
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # Kueue's WorkloadPriorityClassLabel

@@ -33,6 +33,7 @@ from .convert import (
     command_procs,
     container_text_fields,
     kueue_priority_on_pods,
+    managed_by,
     named_pod_notes,
     not_convertible,
     note_top_level_fields,
@@ -293,7 +294,7 @@ def _spec_notes(spec: dict, pods: int, notes: list[Note]) -> None:
             notes.append(Note("spec.volumeClaimPolicies", "not carried over: kuberl makes no claim from a template; create"
                               " the PersistentVolumeClaim and mount it in spec.template (persistentVolumeClaim)"))
         elif key == "managedBy":
-            notes.append(Note("spec.managedBy", "not carried over: kuberl's operator manages the RLTrainingJob"))
+            notes.append(Note("spec.managedBy", managed_by(value, KIND)))
         else:
             notes.append(Note(f"spec.{key}", "not carried over: unknown JobSet field"))
 

@@ -37,6 +37,7 @@ from .convert import (
     container_text_fields,
     kueue_priority_on_pods,
     lift_run_as,
+    managed_by,
     named_pod_notes,
     not_convertible,
     note_top_level_fields,
@@ -478,7 +479,7 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
             run_policy[key] = value
             origins[f"spec.runPolicy.{key}"] = f"spec.{key}"
         elif key == "managedBy":
-            notes.append(Note("spec.managedBy", "not carried over: kuberl's operator manages the RLTrainingJob"))
+            notes.append(Note("spec.managedBy", managed_by(value, KIND)))
         elif key in OLDER_API:
             notes.append(Note(f"spec.{key}", "not carried over: Trainer v2.1 and older put them on the JobSet and its"
                               " Jobs, not the pods; set labels on the RLTrainingJob"))
