@@ -121,9 +121,9 @@ def _replicated_job(spec: dict) -> dict:
     if len(jobs) > 1:
         shown = ", ".join(repr(j.get("name")) if isinstance(j, dict) else "?" for j in jobs)
         raise not_convertible("spec.replicatedJobs", f"{len(jobs)} replicated Jobs ({shown}): kuberl runs one gang of"
-                              " identical pods running one program, worker 0 its rendezvous (a leader that runs the"
-                              " same program as the workers is worker 0); keep the one replicated Job that runs torch,"
-                              " its Jobs' pods become the workers, and run a driver or a step beside it on its own")
+                              " identical pods running one program, worker 0 its rendezvous; keep the one replicated Job"
+                              " that runs torch (a leader that runs the same program becomes one more of its pods, and"
+                              " worker 0 plays it), and run a driver or a step beside it on its own")
     return as_mapping(jobs[0], "spec.replicatedJobs[0]", required=True)
 
 
