@@ -302,3 +302,18 @@ def test_a_job_of_another_kind_is_named_by_its_own_kind(tmp_path, capsys):
     code, out, err = run_cli(capsys, ["convert", path])
     assert (code, out) == (1, "")
     assert f"{path}: MPIJob 'ddp' cannot be converted (1 problem(s)):" in err and "mpirun" in err
+
+
+# kubernetes-sigs/kueue site/static/examples/jobs/ray-job-sample.yaml (abridged) and a plain Indexed Job
+@pytest.mark.parametrize(("doc", "words"), [
+    ({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "ray-job-sample"},
+      "spec": {"entrypoint": "python /home/ray/samples/sample_code.py", "rayClusterSpec": {}}},
+     "RayJob 'ray-job-sample': left out: not a job kuberl converts (a PyTorchJob, a TrainJob or a JobSet): KubeRay starts"),
+    ({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ddp"}, "spec": {"completionMode": "Indexed"}},
+     "Job 'ddp': left out: not a job kuberl converts (a PyTorchJob, a TrainJob or a JobSet): a batch/v1 Job: as a JobSet"),
+], ids=["rayjob", "batch-job"])
+def test_another_projects_workload_is_named_as_the_workload_not_as_something_to_apply_beside(tmp_path, capsys, doc, words):
+    path = write(tmp_path, [doc])
+    code, _, err = run_cli(capsys, ["convert", path])
+    assert code == 1 and f"{path}: {words}" in err, err
+    assert "kubectl apply the rest yourself" not in err

@@ -36,6 +36,21 @@ KUSTOMIZATION_FIELDS = ("resources", "bases", "patches", "patchesStrategicMerge"
                         "namePrefix", "nameSuffix", "images", "configMapGenerator", "secretGenerator")
 WRAPPED_SKIPPED = ("left out: it wraps a {kind} at {path} (as an AppWrapper or a Katib Experiment does), which kuberl"
                    " does not unwrap: put that {kind} in a file of its own, filled in as the wrapper would, and convert it")
+# Workload kinds of other projects that run a job themselves: left out like any other document, but said to be
+# the workload, not a companion object to kubectl apply beside one.
+OTHER_WORKLOADS = {
+    ("ray.io", "RayJob"): "KubeRay starts a Ray cluster (a head and workers) and submits the entrypoint to it with"
+                          " ray job submit; kuberl runs torch.distributed pods, not Ray",
+    ("ray.io", "RayCluster"): "a Ray cluster (a head and workers) that jobs are submitted to; kuberl runs torch.distributed"
+                              " pods, not Ray",
+    ("batch.volcano.sh", "Job"): "Volcano's Job runs tasks whose env its plugins (pytorch, env, svc) write; convert the"
+                                 " torch task as a PyTorchJob or a JobSet of its pods",
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): "a set of leader and worker pods that serve (it restarts a group and"
+                                                     " never finishes); kuberl runs training gangs that finish",
+    ("batch", "Job"): "a batch/v1 Job: as a JobSet of one replicated Job (its spec under"
+                      " spec.replicatedJobs[0].template.spec) kuberl converts it, with its Service left out",
+}
+WORKLOAD_SKIPPED = "left out: not a job kuberl converts (a PyTorchJob, a TrainJob or a JobSet): {why}"
 RUNTIME_SKIPPED = ("left out: a Kubeflow Trainer runtime; a TrainJob of this file that names it takes its node"
                    " container's image, resources, command and args and its mlPolicy.numNodes, nothing else")
 
@@ -151,6 +166,13 @@ def _etcd_hosts(jobs: list[Any]) -> frozenset[str]:
     return frozenset(hosts)
 
 
+def _group_kind(doc: Any) -> tuple[str, str] | None:
+    """A document's API group (without its version) and kind."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("apiVersion"), str) or not isinstance(doc.get("kind"), str):
+        return None
+    return doc["apiVersion"].rpartition("/")[0], doc["kind"]
+
+
 def select_documents(docs: list[Any]) -> tuple[list[Any], list[str], list[str]]:
     """A file's documents (Lists flattened) split three ways: the job documents and ConfigMaps, in the
     file's order; a line for each other document, naming it and why it is left out; the job
@@ -164,7 +186,9 @@ def select_documents(docs: list[Any]) -> tuple[list[Any], list[str], list[str]]:
             kept.append(doc)
             continue
         wrapped = wrapped_job(doc)
+        workload = OTHER_WORKLOADS.get(_group_kind(doc))
         why = (RUNTIME_SKIPPED if isinstance(doc, dict) and doc.get("kind") in RUNTIME_KINDS
+               else WORKLOAD_SKIPPED.format(why=workload) if workload
                else KUSTOMIZATION_SKIPPED if is_kustomization(doc)
                else WRAPPED_SKIPPED.format(kind=wrapped[0], path=wrapped[1]) if wrapped
                else ETCD_SKIPPED if is_etcd(doc, hosts) else SKIPPED)
