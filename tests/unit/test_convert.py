@@ -743,3 +743,19 @@ def test_a_job_multikueue_dispatched_is_told_to_be_created_in_the_worker_cluster
     for notes, path in ((convert(pj)[1], "spec.runPolicy.managedBy"), (convert_trainjob(tj)[1], "spec.managedBy"),
                         (convert_jobset(js)[1], "spec.managedBy")):
         assert "worker cluster" in next(n.message for n in notes if n.path == path), path
+
+
+
+@pytest.mark.parametrize("command", [["accelerate", "launch", "--multi_gpu", "train.py"], ["deepspeed", "train.py"],
+                                     ["bash", "-c", "cd /app && /opt/conda/bin/deepspeed train.py --deepspeed ds.json"],
+                                     ["tune", "run", "full_finetune_distributed", "--config", "llama3_2/1B_full"]])
+def test_another_projects_launcher_starts_a_process_per_gpu_as_torchrun_does(command):
+    """accelerate launch, deepspeed and tune run start one process per GPU: kuberl's default, one per GPU, as before;
+    only a command that starts no launcher at all is one process on several GPUs."""
+    job, _ = convert(pytorchjob(None, replica(2, pytorch(command=command, resources=GPU), restart=None)))
+    assert (job["spec"]["gpusPerWorker"], job["spec"].get("procsPerWorker")) == (4, None)
+
+
+def test_a_flag_named_deepspeed_is_no_launcher():
+    with pytest.raises(NotConvertible, match="starts no torch launcher"):
+        convert(pytorchjob(None, replica(2, pytorch(command=["python", "train.py", "--deepspeed", "ds.json"], resources=GPU))))

@@ -93,6 +93,9 @@ CONVERTED = [
                                        "env": [{"name": "PET_NPROC_PER_NODE", "value": "2"}]}), {"procsPerWorker": 2}),
     ("a-command-without-a-launcher", jobset({"name": "pytorch", "image": "train:1", "command": ["python", "t.py"]}),
      {"workers": 2, "procsPerWorker": None}),
+    ("accelerate-launch-on-gpus", jobset({"name": "pytorch", "image": "train:1", "command": ["accelerate", "launch", "t.py"],
+                                          "resources": {"limits": {"nvidia.com/gpu": 4}}}),
+     {"gpusPerWorker": 4, "procsPerWorker": None}),
 ]
 
 

@@ -417,6 +417,20 @@ def _user_nproc(template: dict, path: str, spec: dict, kubeflow_env: frozenset) 
     return found
 
 
+# Launchers of other projects that start a process per GPU by default, as torchrun's auto does: Hugging Face's
+# accelerate launch, DeepSpeed's deepspeed, torchtune's tune run (torchrun's own parser, reading PET_*).
+OWN_LAUNCHER = re.compile(r"(?:^|[\s/;&|(])(?:accelerate\s+launch|deepspeed|tune\s+run)(?=\s|$)")
+
+
+def starts_processes(command: Any, args: Any) -> bool:
+    """Whether the command starts processes of its own per GPU: torch's launcher, or another project's."""
+    if torchrun.launches(command, args):
+        return True
+    words = [w for w in [*(command if isinstance(command, list) else []), *(args if isinstance(args, list) else [])]
+             if isinstance(w, str)]
+    return bool(OWN_LAUNCHER.search(" ".join(words)))
+
+
 def _procs(spec: dict, gpus: int, notes: list[Note], user_nproc: tuple[str, str] | None = None,
            accel: tuple[str, int] | None = None, launches: bool = True, gpu_path: str = "",
            given: int | None = None) -> tuple[int | None, str]:
@@ -970,7 +984,7 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     accel = accelerator(container.get("resources"))
     procs, procs_path = _procs(spec, lifted.get("gpusPerWorker", 0), notes,
                                _user_nproc(templates[used], template_path, spec, kubeflow_env), accel,
-                               torchrun.launches(container.get("command"), container.get("args")),
+                               starts_processes(container.get("command"), container.get("args")),
                                origins.get("spec.gpusPerWorker", ""), procs_per_worker)
     procs, procs_path = command_procs(torchrun.find(container.get("command"), container.get("args")),
                                       f"{template_path}.spec.containers[{index}]", lifted.get("gpusPerWorker", 0),

@@ -39,6 +39,7 @@ from .convert import (
     note_top_level_fields,
     relabelled,
     short_repr,
+    starts_processes,
     tpu_problem,
 )
 
@@ -194,7 +195,8 @@ def _procs(container: dict, path: str, gpus: int, given: int | None, notes: list
     flag = torchrun.find(command, args) if launches else None
     procs, origin = command_procs(flag, path, gpus, decided, given, notes, accelerator(container.get("resources")))
     counted_by_torchrun = own is not None and not own[0].isdigit() or flag is not None and flag.count is None
-    if procs is None and given is None and not counted_by_torchrun and gpus > 1:
+    if procs is None and given is None and not counted_by_torchrun and gpus > 1 and not (
+            not launches and starts_processes(command, args)):  # accelerate launch, deepspeed: one per GPU
         how = ("torchrun's --nproc-per-node is 1 unless set" if launches else "the command starts no torch launcher")
         raise not_convertible(f"{path}.resources.limits.nvidia.com/gpu", f"{gpus} GPUs for one process ({how}): kuberl runs"
                               " one process per GPU (spec.procsPerWorker equals spec.gpusPerWorker) and every pod's"
