@@ -67,6 +67,7 @@ def test_off_by_default_and_refused_without_the_service_monitor_naming_both_valu
 @pytest.mark.parametrize(("values", "key"), [
     ({"notRunningFor": "half an hour"}, "/monitoring/prometheusRule/notRunningFor"),
     ({"crashLoopRestarts": 0}, "/monitoring/prometheusRule/crashLoopRestarts"),
+    ({"volumeFailureRestarts": 0}, "/monitoring/prometheusRule/volumeFailureRestarts"),
     ({"checkpointMaxAgeSeconds": "1h"}, "/monitoring/prometheusRule/checkpointMaxAgeSeconds"),
     ({"alertLabel": {"team": "ml"}}, "alertLabel"),
 ])
@@ -91,7 +92,7 @@ def test_every_alert_reads_only_metrics_kuberl_exports_or_the_scrape_up():
 
 def test_the_alerts_cover_what_a_platform_team_is_paged_for():
     assert set(alerts()) == {"KuberlJobNotRunning", "KuberlJobCrashLooping", "KuberlCheckpointsSkipped", "KuberlCheckpointOverdue",
-                             "KuberlTrainerMetricsUnscraped", "KuberlOperatorDown", "KuberlOperatorRestarting",
+                             "KuberlCheckpointVolumeFailing", "KuberlTrainerMetricsUnscraped", "KuberlOperatorDown", "KuberlOperatorRestarting",
                              "KuberlOperatorPeersSamePriority", "KuberlOperatorNamespaceRefused", "KuberlOperatorAPIErrors"}
     for name, rule in alerts().items():
         assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"], name
@@ -240,6 +241,32 @@ def test_operator_alerts_fire_when_it_is_down_frozen_or_failing_its_requests(tmp
             firing("KuberlOperatorAPIErrors", "25m", ({"namespace": "kuberl-system", "verb": "list", "resource": "pods", "code": "403"}, "")),
         ]},
     ]
+    run_promtool_tests(tmp_path, rules(), tests)
+
+
+def test_a_job_restarting_on_a_failing_checkpoint_volume_is_named_though_backofflimit_does_not_count_it(tmp_path):
+    """CheckpointVolumeUnavailable restarts leave status.restarts (KuberlJobCrashLooping's input) at 0."""
+    def restarts(job: str, reason: str, values: str) -> dict:
+        return series(m.OPERATOR_GANG_RESTARTS_TOTAL, f'job="kuberl", pod="kuberl-0", namespace="team", rltj="{job}", reason="{reason}"',
+                      values)
+
+    volume = "CheckpointVolumeUnavailable"
+    tests = [{"interval": "1m", "input_series": [
+        restarts("failing", volume, "0x5 1x5 2x5 3x80"),  # from the 0 the operator starts every job at
+        series(m.OPERATOR_JOB_RESTARTS, 'job="kuberl", pod="kuberl-0", namespace="team", rltj="failing"', "0x95"),
+        restarts("across", volume, "0x5 1x5 2x5 0x5 1x75"),  # the operator restarted between the second and the third (24m)
+        restarts("rare", volume, "0x30 1x30 2x30"),  # one each half hour: storage that heals
+        restarts("crashing", "Crashed", "0x5 1x5 2x5 3x80"),  # KuberlJobCrashLooping's
+        series(m.OPERATOR_GANG_RESTARTS_TOTAL, f'job="other", namespace="team", rltj="elsewhere", reason="{volume}"',
+               "0x5 1x5 2x5 3x80"),  # another release's operator
+    ], "alert_rule_test": [
+        firing("KuberlCheckpointVolumeFailing", "17m"),  # two so far
+        firing("KuberlCheckpointVolumeFailing", "19m", ({"namespace": "team", "rltj": "failing"}, "")),
+        firing("KuberlCheckpointVolumeFailing", "25m", ({"namespace": "team", "rltj": "across"}, ""),
+               ({"namespace": "team", "rltj": "failing"}, "")),
+        firing("KuberlCheckpointVolumeFailing", "90m"),  # an hour after the last, quiet again
+        firing("KuberlJobCrashLooping", "30m"),  # which never sees these restarts
+    ]}]
     run_promtool_tests(tmp_path, rules(), tests)
 
 

@@ -90,6 +90,7 @@ SETS: dict[str, tuple[list[str], str | None]] = {
     "monitoring.prometheusRule.alertLabels": ([RULES, "monitoring.prometheusRule.alertLabels.team=ml_platform"], '"team": "ml_platform"'),
     "monitoring.prometheusRule.notRunningFor": ([RULES, "monitoring.prometheusRule.notRunningFor=2h"], "for: 2h"),
     "monitoring.prometheusRule.crashLoopRestarts": ([RULES, "monitoring.prometheusRule.crashLoopRestarts=5"], ">= 5"),
+    "monitoring.prometheusRule.volumeFailureRestarts": ([RULES, "monitoring.prometheusRule.volumeFailureRestarts=7"], ">= 7"),
     "monitoring.prometheusRule.checkpointMaxAgeSeconds": ([RULES, "monitoring.prometheusRule.checkpointMaxAgeSeconds=7200"], "> 7200"),
     "monitoring.dashboard.enabled": ([DASHBOARD], "kuberl.json"),
     "monitoring.dashboard.namespace": ([DASHBOARD, "monitoring.dashboard.namespace=grafana"], "namespace: grafana"),

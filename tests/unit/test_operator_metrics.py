@@ -56,3 +56,17 @@ def test_each_job_exports_its_counted_restarts_from_zero_and_none_once_gone():
     assert samples(metrics, m.OPERATOR_JOB_RESTARTS) == {(("namespace", "team-a"), ("rltj", "ppo")): 2.0}
     metrics.job_phase("team-a", "ppo", None)
     assert samples(metrics, m.OPERATOR_JOB_RESTARTS) == {}
+
+
+def test_each_job_starts_its_storage_restarts_at_zero_so_the_first_one_is_seen_and_none_once_gone():
+    """KuberlCheckpointVolumeFailing takes increase() over an hour: a series born at 1 would hide the first restart."""
+    metrics = OperatorMetrics()
+    restarts = m.OPERATOR_GANG_RESTARTS_TOTAL
+    key = (("namespace", "team-a"), ("reason", "CheckpointVolumeUnavailable"), ("rltj", "ppo"))
+    metrics.job_phase("team-a", "ppo", "Running")
+    assert samples(metrics, restarts) == {key: 0.0}
+    metrics.gang_restarted("team-a", "ppo", "CheckpointVolumeUnavailable")
+    metrics.job_phase("team-a", "ppo", "Restarting")
+    assert samples(metrics, restarts) == {key: 1.0}
+    metrics.job_phase("team-a", "ppo", None)
+    assert samples(metrics, restarts) == {}

@@ -20,7 +20,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..core import lifecycle
+from ..core import contract, lifecycle
 from ..core import metricnames as m
 
 PHASES = (lifecycle.PENDING, lifecycle.RUNNING, lifecycle.RESTARTING, lifecycle.SUSPENDED, lifecycle.SUCCEEDED, lifecycle.FAILED)
@@ -102,6 +102,11 @@ class OperatorMetrics:
         if phase is not None:
             self.phases[(namespace, name)] = phase
             self.restarts[(namespace, name)] = restarts
+            # Restarts no budget counts (a failing checkpoint volume) start from a 0 Prometheus has seen, so the
+            # alert on them (increase() over an hour) sees the first one too: a series born at 1 hides it.
+            for reason in contract.UNCOUNTED_REASONS - self.restart_reasons.get((namespace, name), set()):
+                self.restart_reasons.setdefault((namespace, name), set()).add(reason)
+                self.gang_restarts.labels(namespace, name, reason)
             return
         self.phases.pop((namespace, name), None)
         self.restarts.pop((namespace, name), None)
