@@ -80,6 +80,10 @@ def test_a_jobset_runs_as_the_rltrainingjob_convert_prints(tmp_path, capsys):
 # (id, JobSet, the RLTrainingJob spec fields expected)
 CONVERTED = [
     ("jobs-of-one-pod-count-the-workers", jobset(jobs=3, pods=1), {"workers": 3}),
+    # batch/v1 Job success policy (KEP-3998), its leader story: the Job succeeds once index 0, the leader, has
+    ("the-leaders-success-is-the-jobs", {**jobset(), "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {
+        **jobset()["spec"]["replicatedJobs"][0]["template"]["spec"], "successPolicy": {"rules": [{"succeededIndexes": "0"}]}}}}]}},
+     {"runPolicy": {"backoffLimit": 0, "successPolicy": "Worker0"}}),
     ("failure-policy-is-the-backoff-limit", jobset(failurePolicy={"maxRestarts": 3, "rules": [
         {"name": "fail-on-oom", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]}),
      {"runPolicy": {"backoffLimit": 3}}),

@@ -52,7 +52,8 @@ JOB_FIELDS = {
                         " code or condition",
     "backoffLimitPerIndex": "kuberl restarts the whole gang at any pod failure, counted toward spec.runPolicy.backoffLimit",
     "maxFailedIndexes": "kuberl restarts the whole gang at any pod failure, counted toward spec.runPolicy.backoffLimit",
-    "successPolicy": "kuberl's job succeeds when every worker exits 0",
+    "successPolicy": "kuberl's job succeeds when every worker exits 0, or (spec.runPolicy.successPolicy: Worker0) when"
+                     " worker 0 does",
     "podReplacementPolicy": "kuberl never starts a gang before the old one's pods are gone",
     "ttlSecondsAfterFinished": "the JobSet's own ttlSecondsAfterFinished becomes spec.runPolicy.ttlSecondsAfterFinished;"
                                " kuberl makes no Job to delete",
@@ -126,6 +127,13 @@ def _replicated_job(spec: dict) -> dict:
                               " that runs torch (a leader that runs the same program becomes one more of its pods, and"
                               " worker 0 plays it), and run a driver or a step beside it on its own")
     return as_mapping(jobs[0], "spec.replicatedJobs[0]", required=True)
+
+
+def _index_0_succeeds(policy: Any) -> bool:
+    """A batch/v1 Job successPolicy that says the Job succeeds once index 0 has (the leader's pod): kuberl's Worker0."""
+    rules = policy.get("rules") if isinstance(policy, dict) else None
+    return (isinstance(rules, list) and len(rules) == 1 and isinstance(rules[0], dict)
+            and str(rules[0].get("succeededIndexes")).strip() == "0" and rules[0].get("succeededCount") in (None, 1))
 
 
 def _pods_per_job(job_spec: dict, path: str, notes: list[Note]) -> int:
@@ -393,8 +401,9 @@ def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[di
     job_path = f"{base}.template.spec"
     job_spec = as_mapping(job_template.get("spec"), job_path, required=True)
     pods = _pods_per_job(job_spec, job_path, notes)
+    leader_succeeds = jobs == 1 and _index_0_succeeds(job_spec.get("successPolicy"))
     for key in job_spec:
-        if key in JOB_FIELDS:
+        if key in JOB_FIELDS and not (key == "successPolicy" and leader_succeeds):
             notes.append(Note(f"{job_path}.{key}", f"not carried over: {JOB_FIELDS[key]}"))
     template_path = f"{job_path}.template"
     pod_template = as_mapping(job_spec.get("template"), template_path, required=True)
@@ -443,6 +452,11 @@ def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[di
     _network_notes(spec, name, notes)
     _spec_notes(spec, pods, notes)
     kueue_priority_on_pods(labels, template, notes)
+    if leader_succeeds:
+        run_policy["successPolicy"] = "Worker0"
+        origins["spec.runPolicy.successPolicy"] = f"{job_path}.successPolicy"
+        notes.append(Note(f"{job_path}.successPolicy", "succeededIndexes 0 is now spec.runPolicy.successPolicy Worker0:"
+                          " the job succeeds when worker 0, the pod of index 0, exits 0, whatever the others' exits"))
     out["runPolicy"] = run_policy
     out["template"] = template
     job = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": metadata, "spec": out}
