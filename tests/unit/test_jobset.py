@@ -194,3 +194,17 @@ def test_a_command_that_reads_the_completion_index_gets_it_from_the_rank():
     assert any(n.path == f"{TRAINER}.command[2]" and "the same value" in n.message for n in notes)
     env = {e["name"]: e for e in render_pod(Job("train", validate_job(job)), "default", PLACEHOLDER_UID, 1)["spec"]["containers"][0]["env"]}
     assert env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['kuberl.dev/rank']"
+
+
+def test_an_exported_jobset_says_nothing_of_jobsets_own_defaults():
+    """`kubectl get jobset -o yaml` carries what JobSet's webhook defaulted (AnyOrder, Recreate, DNS hostnames,
+    success of All): kuberl's own behaviour, so no line each, while a choice of the user's is still said."""
+    doc = copy.deepcopy(MNIST)
+    doc["spec"] |= {"network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+                    "startupPolicy": {"startupPolicyOrder": "AnyOrder"}, "successPolicy": {"operator": "All", "targetReplicatedJobs": ["workers"]},
+                    "failurePolicy": {"maxRestarts": 2, "restartStrategy": "Recreate"}}
+    paths = {n.path for n in convert_jobset(doc)[1]}
+    assert not {p for p in paths if p.startswith(("spec.network", "spec.startupPolicy", "spec.successPolicy", "spec.failurePolicy"))}, paths
+    doc["spec"] |= {"startupPolicy": {"startupPolicyOrder": "InOrder"}, "failurePolicy": {"restartStrategy": "InPlaceRestart"}}
+    paths = {n.path for n in convert_jobset(doc)[1]}
+    assert {"spec.startupPolicy", "spec.failurePolicy.restartStrategy"} <= paths, paths

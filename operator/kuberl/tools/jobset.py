@@ -243,8 +243,9 @@ def _run_policy(spec: dict, job_spec: dict, job_path: str, jobs: int, origins: d
                 known = FAILURE_ACTIONS.get(action) if isinstance(action, str) else None
                 notes.append(Note(f"spec.failurePolicy.rules[{i}]", known or "not carried over: unknown action"))
         elif key == "restartStrategy":
-            notes.append(Note("spec.failurePolicy.restartStrategy", f"{value}: kuberl's gang restart deletes every pod of"
-                              " a generation before it starts the next (BlockingRecreate's order), always"))
+            if value not in ("Recreate", "BlockingRecreate"):  # what a gang restart does
+                notes.append(Note("spec.failurePolicy.restartStrategy", f"{value}: changed, kuberl's gang restart deletes every"
+                                  " pod of a generation and starts the next once they are gone (BlockingRecreate)"))
         elif key != "maxRestarts":
             notes.append(Note(f"spec.failurePolicy.{key}", "not carried over: unknown field"))
     limit = job_spec.get("backoffLimit", 6)  # batch/v1's default
@@ -291,8 +292,10 @@ def _spec_notes(spec: dict, pods: int, notes: list[Note]) -> None:
         if key in ("replicatedJobs", "failurePolicy", "successPolicy", "suspend", "ttlSecondsAfterFinished", "network"):
             continue
         if key == "startupPolicy":
-            notes.append(Note("spec.startupPolicy", "not carried over: with one replicated Job there is nothing to order;"
-                              " kuberl starts every worker at once"))
+            order = value.get("startupPolicyOrder") if isinstance(value, dict) else None
+            if order != "AnyOrder":  # JobSet's default, written into every exported JobSet: kuberl's way too
+                notes.append(Note("spec.startupPolicy", "not carried over: with one replicated Job there is nothing to"
+                                  " order; kuberl starts every worker at once"))
         elif key == "coordinator":
             coordinator = as_mapping(value, "spec.coordinator")
             rank = coordinator.get("jobIndex", 0) * pods + coordinator.get("podIndex", 0) if all(
