@@ -128,6 +128,11 @@ REFUSED = [
     ("a-driver-beside-the-workers", {**jobset(), "spec": {"replicatedJobs": [
         {**jobset()["spec"]["replicatedJobs"][0], "name": "leader"}, jobset()["spec"]["replicatedJobs"][0]]}},
      "spec.replicatedJobs", "2 replicated Jobs ('leader', 'workers')"),
+    # AI-Hypercomputer/xpk's GPU env: the replicated Job's name read to build worker 0's host in the script
+    ("replicated-job-name-for-a-host", jobset({"name": "pytorch", "image": "train:1", "command": ["bash", "-c", "torchrun t.py"],
+                                               "env": [{"name": "REPLICATED_JOB_NAME", "valueFrom": {"fieldRef": {
+                                                   "fieldPath": "metadata.annotations['jobset.sigs.k8s.io/replicatedjob-name']"}}}]}),
+     f"{TRAINER}.env[0].valueFrom.fieldRef.fieldPath", "read MASTER_ADDR"),
     ("pods-in-turns", {**jobset(), "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {
         "parallelism": 2, "completions": 8, "template": jobset()["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]}}}]}},
      "spec.replicatedJobs[0].template.spec.completions", "at once"),
@@ -208,3 +213,11 @@ def test_an_exported_jobset_says_nothing_of_jobsets_own_defaults():
     doc["spec"] |= {"startupPolicy": {"startupPolicyOrder": "InOrder"}, "failurePolicy": {"restartStrategy": "InPlaceRestart"}}
     paths = {n.path for n in convert_jobset(doc)[1]}
     assert {"spec.startupPolicy", "spec.failurePolicy.restartStrategy"} <= paths, paths
+
+
+def test_a_node_count_the_container_wrote_is_the_same_value_when_it_counts_the_pods():
+    doc = jobset({"name": "pytorch", "image": "train:1", "command": ["torchrun", "t.py"], "env": [
+        {"name": "NNODES", "value": "2"}, {"name": "PET_NNODES", "value": "3"}]})
+    said = {n.path: n.message for n in convert_jobset(doc)[1]}
+    assert "to the same value (2 pods)" in said[f"{TRAINER}.env[0]"]
+    assert "changed" in said[f"{TRAINER}.env[1]"]

@@ -327,9 +327,10 @@ def _pod_name_notes(container: dict, path: str, job: str, host: str, pods: int, 
 RANK_NAMES = frozenset({contract.ENV_RANK, contract.ENV_NODE_RANK, contract.ENV_PET_NODE_RANK})
 RANK_FIELD = f"metadata.labels['{names.LABEL_RANK}']"
 MASTER_NAMES = frozenset({contract.ENV_MASTER_ADDR, contract.ENV_PET_MASTER_ADDR})
+NODES_NAMES = frozenset({contract.ENV_NNODES, contract.ENV_PET_NNODES})
 
 
-def _same_value_notes(relabelled_container: dict, path: str, host: str, notes: list[Note]) -> None:
+def _same_value_notes(relabelled_container: dict, path: str, host: str, workers: int, notes: list[Note]) -> None:
     """Where the container set a name kuberl sets to the value kuberl gives it (the pod's rank from its
     completion index, worker 0's host as MASTER_ADDR), the note for dropping it says so, not 'changed'."""
     env = relabelled_container.get("env") if isinstance(relabelled_container.get("env"), list) else []
@@ -340,12 +341,14 @@ def _same_value_notes(relabelled_container: dict, path: str, host: str, notes: l
         source = var.get("valueFrom") if isinstance(var.get("valueFrom"), dict) else {}
         field = source.get("fieldRef").get("fieldPath") if isinstance(source.get("fieldRef"), dict) else None
         same = (var.get("name") in RANK_NAMES and field == RANK_FIELD
-                or var.get("name") in MASTER_NAMES and isinstance(var.get("value"), str) and zero.match(var["value"]))
+                or var.get("name") in MASTER_NAMES and isinstance(var.get("value"), str) and zero.match(var["value"])
+                or var.get("name") in NODES_NAMES and str(var.get("value")).strip() == str(workers))
         if same:
             where = f"{path}.env[{i}]"
             notes[:] = [n for n in notes if not (n.path == where or n.path.startswith(where + "."))]
             notes.append(Note(where, f"{var['name']} not carried over: kuberl sets it for every pod, to the same value"
-                              + (" (the pod's rank)" if var["name"] in RANK_NAMES else " (worker 0's address, the pod it named)")))
+                              + (" (the pod's rank)" if var["name"] in RANK_NAMES else f" ({workers} pods)" if var["name"] in NODES_NAMES
+                                 else " (worker 0's address, the pod it named)")))
 
 
 # The Job controller gives every container of an Indexed Job's pod its completion index in this variable.
@@ -417,7 +420,7 @@ def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[di
     pod_template = relabelled(pod_template, template_path, podlabels.jobset_source(name, host, jobs, pods), notes)
     original = pod_template["spec"]["containers"][index]
     template, lifted = _template(pod_template, template_path, origins, notes, frozenset(), KIND, index)
-    _same_value_notes(original, container_path, host, notes)
+    _same_value_notes(original, container_path, host, jobs * pods, notes)
     _completion_index(template["spec"], f"{template_path}.spec", jobs, notes)
     _host_path_notes(pod_template, template_path, notes)
     if name:

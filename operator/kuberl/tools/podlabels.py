@@ -92,6 +92,7 @@ def trainjob_source(name: str) -> Source:
 # replicated Job's Jobs, JobGlobalIndexKey every Job of the JobSet; the Job controller adds the completion index.
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 JOB_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
+REPLICATED_JOB_NAME = "jobset.sigs.k8s.io/replicatedjob-name"
 JOBSET_PREFIXES = ("jobset.sigs.k8s.io/", "alpha.jobset.sigs.k8s.io/", "batch.kubernetes.io/")
 
 
@@ -112,6 +113,9 @@ def jobset_source(name: str, host: str, jobs: int, pods: int) -> Source:
         else:
             why_not[key] = (f"it counts the {jobs} Jobs, each of {pods} pods, where kuberl's rank counts every pod of the"
                             " gang")
+    why_not[REPLICATED_JOB_NAME] = (f"kuberl's pods do not carry it, and a script that builds a peer's host from it"
+                                    f" ({host}-<job>-<index>.<subdomain>) would name a host kuberl's gang does not have"
+                                    f" (its pods are {name}-<rank>.{name}): read MASTER_ADDR, worker 0's, instead")
     pod_name = (f"changed: the pod's name is now {name}-<rank>, where the JobSet's was {host}-<job>-<index>-<suffix> with"
                 f" hostname {host}-<job>-<index>: a peer reaches a kuberl pod as {name}-<rank>.{name} (kuberl sets"
                 " PET_LOCAL_ADDR to it)")
