@@ -759,3 +759,8 @@ def test_another_projects_launcher_starts_a_process_per_gpu_as_torchrun_does(com
 def test_a_flag_named_deepspeed_is_no_launcher():
     with pytest.raises(NotConvertible, match="starts no torch launcher"):
         convert(pytorchjob(None, replica(2, pytorch(command=["python", "train.py", "--deepspeed", "ds.json"], resources=GPU))))
+
+
+def test_kueues_older_queue_name_annotation_names_a_pytorchjobs_queue():
+    job, _ = convert(with_metadata(annotations={"kueue.x-k8s.io/queue-name": "user-queue"}))
+    assert job["spec"]["queueName"] == "user-queue"

@@ -221,3 +221,15 @@ def test_a_node_count_the_container_wrote_is_the_same_value_when_it_counts_the_p
     said = {n.path: n.message for n in convert_jobset(doc)[1]}
     assert "to the same value (2 pods)" in said[f"{TRAINER}.env[0]"]
     assert "changed" in said[f"{TRAINER}.env[1]"]
+
+
+def test_kueues_older_queue_name_annotation_is_the_queue_too():
+    """A GKE JobSet (kubectl create from a heredoc) that names its LocalQueue in Kueue's deprecated annotation form:
+    the annotation rode along on the RLTrainingJob and the pods ran outside Kueue's quota."""
+    doc = jobset()
+    doc["metadata"]["annotations"] = {"kueue.x-k8s.io/queue-name": "a3-ultra"}
+    job, notes = convert_jobset(doc)
+    assert job["spec"]["queueName"] == "a3-ultra"
+    assert any(n.path == "metadata.annotations.kueue.x-k8s.io/queue-name" for n in notes)
+    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "main"}
+    assert convert_jobset(doc)[0]["spec"]["queueName"] == "main", "the label wins, as in Kueue"

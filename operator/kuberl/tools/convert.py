@@ -1006,9 +1006,9 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
     if queue is not None:
         volcano_queue(queue, queue_path, lifted.get("schedulerName"), template, origins, notes)
-    queue, queue_path = (labels[KUEUE_QUEUE_LABEL], f"metadata.labels.{KUEUE_QUEUE_LABEL}") if KUEUE_QUEUE_LABEL in labels else (None, "")
+    queue, queue_path = kueue_queue(metadata, notes)
     kueue_priority_on_pods(labels, template, notes)
-    if KUEUE_QUEUE_LABEL in labels and run_policy.get("suspend") is True:
+    if queue is not None and run_policy.get("suspend") is True:
         notes.append(Note("spec.runPolicy.suspend", KUEUE_SUSPEND.format(kind=KIND)))
     out: dict[str, Any] = {"trainer": "custom", "workers": workers}
     if procs is not None:
@@ -1028,6 +1028,20 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     job = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": metadata, "spec": out}
     checked(job, origins)
     return job, notes
+
+
+def kueue_queue(metadata: dict, notes: list[Note]) -> tuple[Any, str]:
+    """The job's Kueue LocalQueue and its field: the queue-name label, else the annotation of that key, which
+    Kueue read first (kueue pkg/controller/constants QueueAnnotation, deprecated for the label)."""
+    for field in ("labels", "annotations"):
+        values = metadata.get(field) if isinstance(metadata.get(field), dict) else {}
+        if KUEUE_QUEUE_LABEL in values:
+            path = f"metadata.{field}.{KUEUE_QUEUE_LABEL}"
+            if field == "annotations":
+                notes.append(Note(path, "Kueue's older, annotation form of its queue-name label: now spec.queueName, which"
+                                  " kuberl puts on the pods as the label Kueue's pod integration reads"))
+            return values[KUEUE_QUEUE_LABEL], path
+    return None, ""
 
 
 def volcano_queue(queue: Any, path: str, scheduler: Any, template: dict, origins: dict, notes: list[Note]) -> None:

@@ -18,7 +18,6 @@ from ..core import contract, names, torchrun
 from ..core.validation import Problem
 from . import podlabels
 from .convert import (
-    KUEUE_QUEUE_LABEL,
     KUEUE_SUSPEND,
     PROCS_OPTION,
     NotConvertible,
@@ -33,6 +32,7 @@ from .convert import (
     command_procs,
     container_text_fields,
     kueue_priority_on_pods,
+    kueue_queue,
     managed_by,
     named_pod_notes,
     not_convertible,
@@ -445,15 +445,16 @@ def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[di
         if key in lifted:
             out[key] = lifted[key]
     labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
-    if KUEUE_QUEUE_LABEL in labels:
-        out["queueName"] = labels[KUEUE_QUEUE_LABEL]
-        origins["spec.queueName"] = f"metadata.labels.{KUEUE_QUEUE_LABEL}"
+    queue, queue_path = kueue_queue(metadata, notes)
+    if queue is not None:
+        out["queueName"] = queue
+        origins["spec.queueName"] = queue_path
     port, port_path = _rendezvous_port(original, container_path, notes)
     if port is not None:
         out["rendezvous"] = {"port": port}
         origins["spec.rendezvous.port"] = port_path
     run_policy = _run_policy(spec, job_spec, job_path, jobs, origins, notes)
-    if KUEUE_QUEUE_LABEL in labels and run_policy.get("suspend") is True:
+    if queue is not None and run_policy.get("suspend") is True:
         notes.append(Note("spec.suspend", KUEUE_SUSPEND.format(kind=KIND)))
     _network_notes(spec, name, notes)
     _spec_notes(spec, pods, notes)

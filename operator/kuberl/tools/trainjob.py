@@ -21,7 +21,6 @@ from ..core.validation import QUANTITY, Problem, quantity_value
 from . import podlabels
 from .convert import (
     CPU_LIMIT,
-    KUEUE_QUEUE_LABEL,
     KUEUE_SUSPEND,
     PROCS_OPTION,
     SECURITY_CONTEXT,
@@ -36,6 +35,7 @@ from .convert import (
     command_procs,
     container_text_fields,
     kueue_priority_on_pods,
+    kueue_queue,
     lift_run_as,
     managed_by,
     named_pod_notes,
@@ -557,9 +557,10 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
         notes.append(Note("spec.trainer", SECURITY_CONTEXT.format(kind=KIND, where="in a runtimePatches node container")))
     labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
     kueue_priority_on_pods(labels, template, notes)
-    if KUEUE_QUEUE_LABEL in labels:
-        out["queueName"] = labels[KUEUE_QUEUE_LABEL]
-        origins["spec.queueName"] = f"metadata.labels.{KUEUE_QUEUE_LABEL}"
+    queue, queue_path = kueue_queue(metadata, notes)
+    if queue is not None:
+        out["queueName"] = queue
+        origins["spec.queueName"] = queue_path
         if run_policy.get("suspend") is True:
             notes.append(Note("spec.suspend", KUEUE_SUSPEND.format(kind=KIND)))
     if run_policy or "runPolicy" in out:
