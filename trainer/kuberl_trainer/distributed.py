@@ -314,6 +314,8 @@ def process_group(
         except (RuntimeError, ValueError, OSError) as e:  # store not up yet, name flapping, port still held
             if listener is not None:
                 listener.close()
+            # the failed attempt's store serves the port until it is released: rank 0 could never host it again
+            hosted = store = listener = None
             if time.monotonic() > deadline:
                 raise PeerLost(f"rendezvous did not complete in {rendezvous_timeout_seconds}s: {e}") from e
             time.sleep(1.0)
