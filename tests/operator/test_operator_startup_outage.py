@@ -80,3 +80,19 @@ def test_a_list_the_api_server_fails_past_kopfs_retries_is_made_again_and_the_op
         assert said and all('(APIServerError: (' in line and 'etcdserver: leader changed' in line for line in said), said
     finally:
         op.stop()
+
+
+
+def test_lists_and_watches_the_api_server_sheds_are_waited_out_and_the_operator_goes_on(standin, rest, tmp_path):
+    """API Priority and Fairness sheds load with 429s (Retry-After: 1): six in a row outlast one request's 4 tries,
+    which kopf's watcher waits out (settings.watching.reconnect_backoff) where a 5xx or a 403 would end its run."""
+    op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE, '--watch-timeout', '1').start()
+    try:
+        standin.handler.throttled['pods'] = 6
+        create_job(rest, 'during', workers=1)
+        wait_for(lambda: not standin.handler.throttled['pods'], timeout=40, what='the six shed requests')
+        wait_for(lambda: pods(standin, 'during'), timeout=40, what='pods of a job created while lists were shed')
+        assert op.process.poll() is None and op.starts == 1, op.log()[-3000:]
+        assert 'Traceback' not in op.log(), op.log()[-3000:]
+    finally:
+        op.stop()

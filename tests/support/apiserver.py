@@ -122,6 +122,12 @@ class StandinHandler(kmock.RawHandler):
     # "apiserver received an error that is not an metav1.Status") answers 500, reason Unknown (empty,
     # so omitted), the error's own text as the message; an unreachable storage is a 504 ServerTimeout.
     list_errors: dict[str, list[ApiError]] = attrs.field(factory=dict)
+    # A fault hook: the next N list or watch requests of a plural here are shed as API Priority and Fairness
+    # (and the max-in-flight filter) shed load, before authorization and any handler: 429, `Retry-After: 1`,
+    # and a plain-text body, not a Status (tooManyRequests in staging/src/k8s.io/apiserver/pkg/server/filters/
+    # maxinflight.go, which priority-and-fairness.go calls too: w.Header().Set("Retry-After", retryAfter);
+    # http.Error(w, "Too many requests, please try again later.", http.StatusTooManyRequests)).
+    throttled: dict[str, int] = attrs.field(factory=dict)
     # A fault hook: RBAC without these (verb, plural) pairs. Every such request is answered 403 Forbidden
     # before it is served, as the real API server's authorization filter answers it
     # (admission.rbac_forbidden cites the source), a list and a watch alike.
@@ -221,6 +227,10 @@ class StandinHandler(kmock.RawHandler):
         verb = self._verb(method, route, params)
         self.calls[ApiCall(verb, route.group, route.plural, route.namespace or '', route.subresource or '',
                            _agent(request.headers))] += 1
+        if verb in ('list', 'watch') and self.throttled.get(route.plural, 0) > 0:
+            self.throttled[route.plural] -= 1
+            return aiohttp.web.Response(status=429, text='Too many requests, please try again later.\n',
+                                        headers={'Retry-After': '1', 'X-Content-Type-Options': 'nosniff'})
         resource = f'{route.plural}/{route.subresource}' if route.subresource else route.plural
         if (verb, resource) in self.denied or (verb, resource, route.namespace) in self.denied:
             raise rbac_forbidden(verb, rtype, route.namespace, route.name or '', subresource=route.subresource or '')

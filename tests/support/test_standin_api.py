@@ -458,3 +458,12 @@ def test_a_name_or_label_ending_in_a_line_break_is_refused_as_go_regexps_refuse_
     long['spec']['containers'][0]['name'] = 'c' * 64  # ValidateDNS1123Label: at most 63
     assert rest.post(PODS, long).status == 422
     assert rest.post(CONFIGMAPS, configmap('fine') | {'metadata': {'name': 'fine', 'labels': {'role': 'worker'}}}).status == 201
+
+
+def test_a_throttled_list_is_shed_as_priority_and_fairness_sheds_it(rest, standin):
+    """429 with Retry-After and a plain-text body, before authorization; the next request is served."""
+    standin.handler.throttled['pods'] = 1
+    shed = rest.get('/api/v1/namespaces/default/pods')
+    assert shed.status == 429 and shed.headers['Retry-After'] == '1', shed
+    assert shed.headers['Content-Type'].startswith('text/plain') and 'Too many requests' in str(shed.body)
+    assert rest.get('/api/v1/namespaces/default/pods').status == 200
