@@ -162,9 +162,14 @@ class GoneWatchdog:
     def restart(self, expired: BaseException) -> None:
         self.log.warning("%s; kopf did not stop within %gs, so the operator restarts in place, listing every object anew",
                          lost_watch(expired), self.grace)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os.execv(sys.executable, sys.orig_argv)
+        restart_in_place()
+
+
+def restart_in_place() -> None:
+    """The operator starts again as the same process (exec: same PID, same arguments), its logs flushed first."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os.execv(sys.executable, sys.orig_argv)
 
 
 def lost_watch(error: BaseException) -> str:

@@ -44,7 +44,7 @@ from ..core import (
 from ..core.spec import JobSpec
 from ..core.trainerconfig import trainer_config
 from . import kubeapi, scraping
-from .config import OperatorConfig
+from .config import OperatorConfig, restart_in_place
 from .kubeapi import PODS, RLTJ, ApiError, Conflict, KubeApi, api_path
 from .metrics import OperatorMetrics
 
@@ -129,7 +129,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     await kubeapi.CONNECTION.client()  # log in now: the first job's pods are not kept waiting for it
     if shell.refused is not None and shell.refused.namespaces:
         shell.refused.task = asyncio.create_task(shell.refused.run(KubeApi(settings, logger, shell.metrics)))
-    shell.heartbeat = WatchHeartbeat(shell.config.watch)
+    shell.heartbeat = WatchHeartbeat(shell.config.watch, restart_in_place)
     shell.heartbeat.task = asyncio.create_task(
         shell.heartbeat.run(KubeApi(settings, logger, shell.metrics), shell.config.namespaces[:1] or (None,)))
 
@@ -150,11 +150,16 @@ class WatchHeartbeat:
     them: silent past `WatchBounds.silent_bound`, /healthz fails and the kubelet restarts the
     operator, whatever kept it blind. A 410 (Expired, Gone) lists again and goes on."""
 
-    def __init__(self, bounds: Any):
+    def __init__(self, bounds: Any, restart: Callable[[], None] | None = None):
         self.bounds = bounds
         self.last_heard = time.monotonic()
         self.task: asyncio.Task | None = None
         self.silent_reported = False
+        # The CRD not served when the heartbeat listed (a 404: the API server answers, so not a silence). kopf
+        # resolves its resources once, at its start, and never serves a CRD installed later: once it is served,
+        # `restart` starts the operator again in place (config.restart_in_place).
+        self.crd_missing = False
+        self.restart = restart
 
     def heard(self) -> None:
         self.last_heard = time.monotonic()
@@ -173,9 +178,21 @@ class WatchHeartbeat:
         while True:
             try:
                 if version is None:
-                    listed = await api.call("get", "list", names.PLURAL, path, query=[NOTHING, ("limit", "1")])
+                    try:
+                        listed = await api.call("get", "list", names.PLURAL, path, query=[NOTHING, ("limit", "1")])
+                    except kubeapi.NotFound:
+                        self.heard()  # an answer: the API server is there, the CRD is not
+                        if not self.crd_missing:
+                            self.crd_missing = True
+                            logger.error(CRD_MISSING)
+                        await asyncio.sleep(CRD_RECHECK_SECONDS)
+                        continue
                     version = listed["metadata"]["resourceVersion"]
                     self.heard()
+                    if self.crd_missing and self.restart is not None:
+                        logger.warning("the API server serves %s.%s/%s now: kopf resolves its resources only at its start, so"
+                                       " the operator restarts in place to watch its jobs", names.PLURAL, names.GROUP, names.VERSION)
+                        self.restart()
                 query = [("watch", "true"), NOTHING, ("allowWatchBookmarks", "true"), ("resourceVersion", version),
                          ("timeoutSeconds", str(bounds.server_timeout))]
                 async for line in api.watch_lines(names.PLURAL, path, query, timeout):
@@ -188,11 +205,17 @@ class WatchHeartbeat:
                         break
                     version = (event.get("object") or {}).get("metadata", {}).get("resourceVersion") or version
             except ApiError as error:
-                if error.status == 410:
+                if error.status in (404, 410):  # 410: list again; 404: the CRD went, which the list says
                     version = None
             except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError, AttributeError):
                 pass  # the silence is what counts: /healthz reports it (a line it cannot read must not end the heartbeat)
             await asyncio.sleep(1.0)
+
+
+CRD_MISSING = (f"the API server does not serve {names.PLURAL}.{names.GROUP}/{names.VERSION}: the RLTrainingJob CRD is not"
+               " installed (or not that version), so no job can be seen. Install it (the chart does; else `kuberl crd |"
+               " kubectl apply -f -`): the operator restarts in place once it is served")
+CRD_RECHECK_SECONDS = 5.0
 
 
 @kopf.on.probe(id="watching")
