@@ -175,7 +175,11 @@ def test_any_value_anywhere_in_a_jobsets_policies_converts_or_is_refused():
                  network={"enableDNSHostnames": False, "subdomain": "s", "publishNotReadyAddresses": False},
                  coordinator={"replicatedJob": "workers", "jobIndex": 0, "podIndex": 1}, suspend=False,
                  ttlSecondsAfterFinished=5, jobs=2, pods=1)
-    doc["spec"]["replicatedJobs"][0]["template"]["spec"] |= {"activeDeadlineSeconds": 60, "completionMode": "Indexed"}
+    doc["spec"]["replicatedJobs"][0]["template"]["spec"] |= {"activeDeadlineSeconds": 60, "completionMode": "Indexed",
+                                                             "successPolicy": {"rules": [{"succeededIndexes": "0"}]}}
+    doc["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0] |= {
+        "command": ["bash", "-c", "torchrun --node_rank=$JOB_COMPLETION_INDEX t.py"], "env": [{"name": "NNODES", "value": "2"}]}
+    doc["metadata"]["annotations"] = {"kueue.x-k8s.io/queue-name": "q", "alpha.jobset.sigs.k8s.io/exclusive-topology": "rack"}
     assert_any_junk_anywhere_is_converted_or_refused(doc, convert_jobset)
 
 
