@@ -5,7 +5,14 @@ bound (about 6 minutes) failed its liveness probe. It now says what is missing, 
 process) once the API server serves the CRD, then runs the jobs created meanwhile."""
 import time
 
-from tests.operator.operatorkit import CRD, TRAINER_IMAGE, Operator, create_job, pods, wait_for
+from tests.operator.operatorkit import (
+    CRD,
+    TRAINER_IMAGE,
+    Operator,
+    create_job,
+    pods,
+    wait_for,
+)
 from tests.support.apiserver import StandinServer
 from tests.support.rest import Rest
 
