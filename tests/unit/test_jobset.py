@@ -93,6 +93,8 @@ CONVERTED = [
     ("gpus-with-a-process-each", jobset({"name": "pytorch", "image": "train:1", "command": ["torchrun", "--nproc-per-node=4", "t.py"],
                                          "resources": {"limits": {"nvidia.com/gpu": 4, "cpu": "8"}}}),
      {"gpusPerWorker": 4, "procsPerWorker": 4, "resources": {"limits": {"cpu": "8"}}}),
+    ("the-pods-own-pet-master-port", jobset({"name": "pytorch", "image": "train:1", "command": ["torchrun", "t.py"],
+                                             "env": [{"name": "PET_MASTER_PORT", "value": "29400"}]}), {"rendezvous": {"port": 29400}}),
     ("the-pods-own-pet-nproc", jobset({"name": "main", "image": "train:1", "command": ["torchrun", "t.py"],
                                        "env": [{"name": "PET_NPROC_PER_NODE", "value": "2"}]}), {"procsPerWorker": 2}),
     ("a-command-without-a-launcher", jobset({"name": "pytorch", "image": "train:1", "command": ["python", "t.py"]}),

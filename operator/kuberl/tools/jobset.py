@@ -215,14 +215,17 @@ def _procs(container: dict, path: str, gpus: int, given: int | None, notes: list
 
 
 def _rendezvous_port(container: dict, path: str, notes: list[Note]) -> tuple[int | None, str]:
-    """The container's own literal MASTER_PORT (JobSet sets none): where its torchrun met, now spec.rendezvous.port."""
-    own = _literal_env(container, contract.ENV_MASTER_PORT, path)
-    if own is None or not own[0].isdigit():
-        return None, ""
-    notes[:] = [n for n in notes if n.path != own[1]]
-    notes.append(Note(own[1], f"{contract.ENV_MASTER_PORT}={own[0]} is now spec.rendezvous.port, from which kuberl sets it"
-                      " (and PET_MASTER_PORT, PET_RDZV_ENDPOINT) for every pod"))
-    return int(own[0]), own[1]
+    """The container's own literal PET_MASTER_PORT (torchrun's flag, which wins), else MASTER_PORT (JobSet sets
+    neither): where its torchrun met, now spec.rendezvous.port."""
+    for name in (contract.ENV_PET_MASTER_PORT, contract.ENV_MASTER_PORT):
+        own = _literal_env(container, name, path)
+        if own is not None and own[0].isdigit():
+            notes[:] = [n for n in notes if n.path != own[1]]
+            others = ", ".join(n for n in (contract.ENV_MASTER_PORT, contract.ENV_PET_MASTER_PORT) if n != name)
+            notes.append(Note(own[1], f"{name}={own[0]} is now spec.rendezvous.port, from which kuberl sets it (and"
+                              f" {others}, PET_RDZV_ENDPOINT) for every pod"))
+            return int(own[0]), own[1]
+    return None, ""
 
 
 def _run_policy(spec: dict, job_spec: dict, job_path: str, jobs: int, origins: dict, notes: list[Note]) -> dict:
