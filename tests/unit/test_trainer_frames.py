@@ -80,3 +80,25 @@ def test_both_algorithms_learn_on_channels_last_frames_and_small_grids(algorithm
     for _ in range(8):
         trainer.update(stop_vote=False, success_vote=False)
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.agent.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("shape", [[7, 7, 3], [96, 96, 3]])
+def test_a_ppo_model_of_uint8_observations_plays_and_exports_as_the_trainer_acts(shape, tmp_path):
+    """A loaded PPO model handed uint8 grids to its MLP as uint8 ("mat1 and mat2 must have the same
+    dtype" in kuberl eval and in the TorchScript export), though the trainer had acted on floats."""
+    from kuberl_trainer import policy as policies
+
+    env_id = "tests.unit.test_trainer_frames:Frames"
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8, num_minibatches=1, update_epochs=1), env_id, 2,
+                         {"shape": shape}, 64, seed=1, restart=0)
+    trainer.update(stop_vote=False, success_vote=False)
+    path = str(tmp_path / "final-model.pt")
+    torch.save({**trainer.final_model(), "format": 1, "algorithm": "ppo", "env_id": env_id, "env_kwargs": {"shape": shape},
+                "timesteps": trainer.counters.global_step, "eval_return": None}, path)
+    policy = policies.load_policy(path, sample=False, env_modules=["tests.unit"])
+    obs = np.stack([policy.observation_space.sample() for _ in range(3)])
+    expected = trainer.actor.greedy(obs.astype(np.float32)) if shape[0] < 36 else trainer.actor.greedy(obs)
+    np.testing.assert_array_equal(policy(obs), expected)
+    policies.export_torchscript(policy, str(tmp_path / "policy.ts"))
+    exported = torch.jit.load(str(tmp_path / "policy.ts"))
+    np.testing.assert_array_equal(exported(torch.as_tensor(obs)).numpy(), expected)

@@ -302,7 +302,9 @@ class Policy:
             x = self.obs_norm.normalize(x)
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.set_rng_state(self._rng)
-            t = torch.as_tensor(x) if self.algorithm == "dqn" or x.dtype == np.uint8 else torch.as_tensor(x, dtype=torch.float32)  # host: the loaded policy runs on the CPU
+            # uint8 stays uint8 for the CNN only (it scales frames itself); an MLP reads floats, as the trainer gave it
+            frames = x.dtype == np.uint8 and networks.is_image(self.observation_space)
+            t = torch.as_tensor(x) if self.algorithm == "dqn" or frames else torch.as_tensor(x, dtype=torch.float32)  # host: the loaded policy runs on the CPU
             if self.algorithm == "dqn":
                 action = self.network.greedy(t)
             elif self.discrete and self.sample:
@@ -433,9 +435,10 @@ class _Greedy(nn.Module):
         self.register_buffer("mean", torch.as_tensor(norm.mean if norm else np.zeros(shape), dtype=torch.float32))  # host: buffers move with the module
         self.register_buffer("std", torch.as_tensor(np.sqrt(norm.var + norm.epsilon) if norm else np.ones(shape), dtype=torch.float32))  # host: buffers move with the module
         self.clip = float(norm.clip) if norm else 0.0
+        self.floats = not networks.is_image(policy.observation_space)  # an MLP reads floats; the CNN scales uint8 frames itself
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs
+        x = obs.float() if self.floats else obs
         if self.normalize:
             x = torch.clamp((x.float() - self.mean) / self.std, -self.clip, self.clip)
         return self.network.greedy(x)
