@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import chaos  # noqa: E402 - bench/ is no package
+import chaos  # bench/ is no package: imported from its path
 
 
 @pytest.fixture(scope="module")
