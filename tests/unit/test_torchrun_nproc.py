@@ -164,3 +164,40 @@ def test_convert_takes_procs_per_worker(tmp_path, capsys):
     assert "pass --procs-per-worker N" in capsys.readouterr().err
     assert cli.main(["convert", "--procs-per-worker", "3", str(path)]) == 0
     assert "procsPerWorker: 3" in capsys.readouterr().out
+
+
+# --- torchrun's --nnodes -----------------------------------------------------------------------------
+
+
+def custom_job(command: list[str], workers: int) -> dict:
+    return {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "nodes"},
+            "spec": {"trainer": "custom", "workers": workers, "image": IMAGE,
+                     "template": {"spec": {"containers": [{"name": "trainer", "command": command}]}}}}
+
+
+@pytest.mark.parametrize(("command", "workers", "words"), [
+    (["torchrun", "--nnodes=2", "--nproc_per_node=1", "t.py"], 4, "waits for 2 node(s), and spec.workers starts 4"),
+    (["bash", "-c", "torchrun --nnodes 4 --nproc_per_node=1 t.py"], 2, "the rendezvous never completes"),
+    (["torchrun", "--nnodes=1:2", "t.py"], 3, "takes 1 to 2 nodes"),
+])
+def test_a_command_line_node_count_other_than_the_workers_is_refused_at_the_flag(command, workers, words):
+    """torchrun takes --nnodes over PET_NNODES: a job whose spec.workers was changed after the command was written
+    waited in its rendezvous for pods that never came (or failed the pods past the count)."""
+    with pytest.raises(InvalidJob) as refused:
+        validate_job(custom_job(command, workers))
+    (problem,) = [p for p in refused.value.problems if "--nnodes" in p.message]
+    assert problem.path.startswith("spec.template.spec.containers[0].command[") and words in problem.message, problem
+
+
+@pytest.mark.parametrize("command", [["torchrun", "--nnodes=3", "t.py"], ["torchrun", "--nnodes", "1:4", "t.py"],
+                                     ["torchrun", "--nnodes=$(NNODES)", "t.py"], ["sh", "-c", "torchrun --nnodes=$NNODES t.py"],
+                                     ["python", "t.py", "--nnodes=9"], ["torchrun", "--nnodes", "1", "--rdzv-endpoint=localhost:0", "t.py"]])
+def test_a_node_count_that_agrees_or_cannot_be_read_is_taken(command):
+    validate_job(custom_job(command, 3))
+
+
+def test_a_converted_pytorchjob_with_a_wrong_node_count_is_refused_at_its_own_field():
+    with pytest.raises(NotConvertible) as refused:
+        convert(pytorchjob(["torchrun", "--nnodes=3", "--nproc_per_node=1", "t.py"]))
+    (problem,) = refused.value.problems
+    assert problem.path == "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command[1]", problem

@@ -1,4 +1,4 @@
-"""torchrun's own process count, read from a container's command line.
+"""torchrun's own process count (and node count), read from a container's command line.
 
 torch.distributed.run takes `--nproc-per-node` (or `--nproc_per_node`) from its command line over
 PET_NPROC_PER_NODE, the variable kuberl sets from spec.procsPerWorker: a command line that says 4
@@ -59,15 +59,15 @@ def _launcher_end(words: list[str], start: int) -> int | None:
     return None
 
 
-def _nproc_in(words: list[str], start: int) -> tuple[str, int] | None:
-    """(value, index of the word that holds it) of the launcher's nproc flag, before its script."""
+def _nproc_in(words: list[str], start: int, flags: tuple[str, ...] = NPROC_FLAGS) -> tuple[str, int] | None:
+    """(value, index of the word that holds it) of the launcher's nproc flag (or another of `flags`), before its script."""
     i = start
     while i < len(words):
         word = words[i]
         if not word.startswith("-") or word == "-":
             return None  # the training script: what follows is its own
         name, eq, value = word.partition("=")
-        if name in NPROC_FLAGS:
+        if name in flags:
             if eq:
                 return value, i
             return (words[i + 1], i + 1) if i + 1 < len(words) else None
@@ -88,8 +88,9 @@ def _shell_script(words: list[str]) -> int | None:
     return None
 
 
-def find(command: list | None, args: list | None) -> Nproc | None:
-    """torchrun's nproc flag in a container's command and args (as the kubelet joins them), or None."""
+def find(command: list | None, args: list | None, flags: tuple[str, ...] = NPROC_FLAGS) -> Nproc | None:
+    """torchrun's nproc flag (or another of `flags`) in a container's command and args (as the kubelet joins
+    them), or None."""
     command = command if isinstance(command, list) else []
     args = args if isinstance(args, list) else []
     words = [w for w in [*command, *args] if isinstance(w, str)]
@@ -101,7 +102,7 @@ def find(command: list | None, args: list | None) -> Nproc | None:
 
     end = _launcher_end(words, 0)
     if end is not None:
-        found = _nproc_in(words, end)
+        found = _nproc_in(words, end, flags)
         return Nproc(found[0], where(found[1])) if found else None
     script = _shell_script(words)
     if script is None or len(words[script]) > MAX_SCRIPT_CHARS:
@@ -113,10 +114,10 @@ def find(command: list | None, args: list | None) -> Nproc | None:
         inner = shlex.split(text, comments=True)
     except ValueError as e:
         return Nproc(None, where(script), f"the {words[script - 2] if script >= 2 else 'shell'} -c script cannot be"
-                     f" read for torchrun's --nproc-per-node ({e})")
+                     f" read for torchrun's {flags[0]} ({e})")
     start = 0
     while (end := _launcher_end(inner, start)) is not None:
-        found = _nproc_in(inner, end)
+        found = _nproc_in(inner, end, flags)
         if found:
             return Nproc(found[0], f"{where(script)} (the shell script)")
         start = end
@@ -167,6 +168,27 @@ def procs_problem(nproc: Nproc, procs: int, procs_set: bool, gpus: int) -> str |
     return None
 
 
+NNODES_FLAGS = ("--nnodes",)
+
+
+def nnodes_problem(nnodes: Nproc, workers: int) -> str | None:
+    """Why torchrun's --nnodes (N, or MIN:MAX for an elastic rendezvous) disagrees with the job's pods; None
+    when it agrees, cannot be read (a shell or $(VAR) expansion: it may be right), or is 1 (each pod its own
+    world, as docs/local-runs.md allows)."""
+    value = nnodes.value or ""
+    bounds = value.split(":") if re.fullmatch(r"[0-9]+(:[0-9]+)?", value) else None
+    if bounds is None:
+        return None
+    low, high = int(bounds[0]), int(bounds[-1])
+    if low <= workers <= high or high == 1:  # 1: a world of its own in each pod (as --standalone), by choice
+        return None
+    waits = (f"torchrun's --nnodes {value!r} waits for {low} node(s)" if low == high
+             else f"torchrun's --nnodes {value!r} takes {low} to {high} nodes")
+    return (f"{waits}, and spec.workers starts {workers} pod(s)"
+            + (": the rendezvous never completes" if low > workers else ": the pods past it fail their rendezvous")
+            + "; make them agree, or drop the flag (kuberl sets PET_NNODES from spec.workers)")
+
+
 def template_problem(spec: dict, unreadable: bool = False) -> tuple[str, str] | None:
     """(field path, message) where spec.template's `trainer` container runs torchrun with a process
     count other than the job's; None when it agrees or runs no launcher. A flag that cannot be read
@@ -180,6 +202,12 @@ def template_problem(spec: dict, unreadable: bool = False) -> tuple[str, str] | 
             continue
         nproc = find(container.get("command"), container.get("args"))
         procs, gpus = spec.get("procsPerWorker"), spec.get("gpusPerWorker") or 0
+        workers = spec.get("workers", 1)
+        nnodes = find(container.get("command"), container.get("args"), NNODES_FLAGS)
+        if not unreadable and nnodes is not None and isinstance(workers, int) and not isinstance(workers, bool):
+            problem = nnodes_problem(nnodes, workers)
+            if problem:
+                return f"spec.template.spec.containers[{i}].{nnodes.where.split(' ')[0]}", problem
         if nproc is None or not isinstance(gpus, int) or unreadable != (nproc.problem is not None or not readable(nproc.value or "")):
             return None
         problem = procs_problem(nproc, procs if isinstance(procs, int) else gpus or 1, isinstance(procs, int), gpus)
