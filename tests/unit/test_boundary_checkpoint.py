@@ -279,3 +279,49 @@ def test_a_sparse_tensor_is_refused_before_anything_touches_it(tmp_path):
     torch.save({"algorithm": "ppo", "env_id": "CartPole-v1", "agent": {"w": sparse}, "hidden_sizes": [8]}, str(tmp_path / "m.pt"))
     with pytest.raises(checkpoint.CorruptCheckpoint, match="sparse_coo"):
         checkpoint.read_model(str(tmp_path / "m.pt"))
+
+
+def test_a_peer_lost_in_the_middle_of_an_update_leaves_no_checkpoint_of_the_torn_state(tmp_path, monkeypatch):
+    """A stopping gang whose peer left while rank 0 was in an update's gradient all-reduce: rank 0 saved what it
+    held, weights partly trained on a rollout whose steps were counted, under the last whole update's number;
+    its resume counted that rollout's steps twice. Only an update boundary's state is saved."""
+    from kuberl_trainer.distributed import PeerLost
+
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
+    learn, calls = trainer.learn, []
+
+    def learn_then_lose_the_peer(*args, **kwargs):
+        calls.append(learn(*args, **kwargs))
+        if len(calls) == 3:  # a minibatch's all-reduce fails after others stepped the optimiser
+            raise PeerLost("Connection reset by peer")
+        return calls[-1]
+
+    monkeypatch.setattr(trainer, "learn", learn_then_lose_the_peer)
+    with pytest.raises(PeerLost):
+        session.run_updates(trainer, training)
+    assert trainer.counters.updates == 2 and trainer.counters.global_step > training.boundary[0]  # torn: steps counted
+    assert training.save_after_peer_lost(trainer) is False
+    assert checkpoint.load_newest(training.checkpoint_dir) is None
+
+
+def test_a_peer_lost_at_an_update_boundary_leaves_the_checkpoint_of_that_update(tmp_path, monkeypatch):
+    from kuberl_trainer.distributed import PeerLost
+
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
+    sync, calls = trainer.sync_update, []
+
+    def lose_the_peer_in_the_third_counters_all_reduce(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise PeerLost("Connection reset by peer")
+        return sync(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "sync_update", lose_the_peer_in_the_third_counters_all_reduce)
+    with pytest.raises(PeerLost):
+        session.run_updates(trainer, training)
+    steps = trainer.counters.global_step
+    assert training.save_after_peer_lost(trainer) is True
+    path, saved = checkpoint.load_newest(training.checkpoint_dir)
+    assert path.endswith("ckpt-0000000002.pt") and saved["counters"]["global_step"] == steps == training.boundary[0]

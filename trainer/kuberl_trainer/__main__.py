@@ -172,8 +172,7 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
         try:
             outcome = trainer.train(session)
         except PeerLost:
-            if stop.is_set() and ctx.is_main:  # stopping anyway: rank 0 holds the replicated state
-                session.save(trainer, collectives=False)
+            if stop.is_set() and ctx.is_main and session.save_after_peer_lost(trainer):  # rank 0 holds the replicated state
                 return contract.REASON_STOPPED, f"stopped at timesteps {trainer.counters.global_step} (a peer left first); resumable"
             raise
         message = session.finish(trainer, outcome)

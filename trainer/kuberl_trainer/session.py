@@ -181,6 +181,7 @@ class TrainingSession:
         self.last_report = (self.started, 0)
         self.report_before = self.last_report  # the line before the last: a final line's rate reaches back to it
         self.start_step = 0
+        self.boundary = (0, 0)  # (global_step, updates) at the last update boundary: a state whole enough to save
         self.last_checkpoint_update = -1
         self.resumed_from: str | None = None
         self.last_good: str | None = None  # the newest checkpoint known to load: named if the volume fails
@@ -258,6 +259,7 @@ class TrainingSession:
         self.start_step = state["counters"]["global_step"]
         self.last_report = self.report_before = (time.monotonic(), self.start_step)
         self.last_checkpoint_update = state["counters"]["updates"]
+        self.boundary = (self.start_step, self.last_checkpoint_update)
         return state, own
 
     def _read_volume(self) -> tuple[tuple[str, dict] | None, list[tuple[str, str]]]:
@@ -283,6 +285,7 @@ class TrainingSession:
 
     def after_update(self, report: UpdateReport, algorithm: Algorithm) -> None:
         counters = report.counters
+        self.boundary = (counters.global_step, counters.updates)
         self.recent.append((report.episode_return_sum, report.episode_return_count))
         while len(self.recent) > 1 and sum(c for _, c in list(self.recent)[1:]) >= RECENT_EPISODES:
             self.recent.popleft()
@@ -426,6 +429,19 @@ class TrainingSession:
             self.metrics.checkpointed()
         self.log(f"checkpoint {pod_path(path)} (timesteps {algorithm.counters.global_step})")
         self.curve_point(algorithm.counters.global_step, checkpoint_file=os.path.basename(path))
+
+    def save_after_peer_lost(self, algorithm: Algorithm) -> bool:
+        """Rank 0's checkpoint when a peer left while the gang was stopping (no collectives): whether one was
+        written. Only the state of an update boundary is saved: a peer lost in the middle of an update (its
+        gradient all-reduce) left the weights partly trained on a rollout whose steps were counted already,
+        which a resume then counted again."""
+        counters = algorithm.counters
+        if (counters.global_step, counters.updates) != self.boundary:
+            self.log(f"a peer left in the middle of update {counters.updates + 1}: not checkpointed (its state is torn); "
+                     f"a resume redoes the training since the last checkpoint")
+            return False
+        self.save(algorithm, collectives=False)
+        return True
 
     def volume(self) -> str:
         """The checkpoint volume, as a user finds it: the claim, its requested size and where it is mounted (not the
