@@ -54,7 +54,8 @@ def test_jobsets_pytorch_example_converts_to_the_same_gang():
     spec = job["spec"]
     assert (spec["workers"], spec["procsPerWorker"], spec["rendezvous"], spec["runPolicy"]) == (4, 1, {"port": 3389}, {"backoffLimit": 0})
     (trainer,) = spec["template"]["spec"]["containers"]
-    assert trainer["env"] == [{"name": "PYTHONUNBUFFERED", "value": "0"}], "kuberl gives MASTER_ADDR, MASTER_PORT and RANK"
+    assert trainer["env"] == [{"name": "PYTHONUNBUFFERED", "value": "0"},  # kuberl gives MASTER_ADDR, MASTER_PORT and RANK
+                              {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kuberl.dev/rank']"}}}]
     assert trainer["command"] == MNIST["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["command"]
     said = {n.path: n.message for n in notes}
     assert "to the same value (worker 0's address" in said[f"{TRAINER}.env[0]"]
@@ -239,3 +240,14 @@ def test_kueues_older_queue_name_annotation_is_the_queue_too():
     assert any(n.path == "metadata.annotations.kueue.x-k8s.io/queue-name" for n in notes)
     doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "main"}
     assert convert_jobset(doc)[0]["spec"]["queueName"] == "main", "the label wins, as in Kueue"
+
+
+def test_a_script_file_that_reads_the_completion_index_finds_it():
+    """`bash /app/launch.sh` whose file says `--node_rank=$JOB_COMPLETION_INDEX`: the manifest never names the
+    variable, and the Job controller gave it to every Indexed Job pod; kuberl's trainer container gets it too."""
+    job, notes = convert_jobset(jobset({"name": "pytorch", "image": "train:1", "command": ["bash", "/app/launch.sh"]}))
+    assert {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kuberl.dev/rank']"}}} in (
+        job["spec"]["template"]["spec"]["containers"][0]["env"])
+    assert any(n.path == f"{TRAINER}.env" for n in notes)
+    several = convert_jobset(jobset({"name": "pytorch", "image": "train:1", "command": ["bash", "/app/launch.sh"]}, jobs=2))[0]
+    assert "env" not in several["spec"]["template"]["spec"]["containers"][0], "with several Jobs it is no rank"

@@ -358,10 +358,11 @@ def _same_value_notes(relabelled_container: dict, path: str, host: str, workers:
 COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
 
 
-def _completion_index(pod_spec: dict, path: str, jobs: int, notes: list[Note]) -> None:
-    """Where a container's command, args or env read JOB_COMPLETION_INDEX (`--node_rank=$JOB_COMPLETION_INDEX`),
-    which the Job controller set and kuberl's pods lack, the container gets it from kuberl.dev/rank, the same value
-    when there is one Job; with several it counted each Job's pods apart, which no kuberl label holds."""
+def _completion_index(pod_spec: dict, path: str, jobs: int, trainer: int, indexed: bool, notes: list[Note]) -> None:
+    """JOB_COMPLETION_INDEX, which the Job controller set in every container of an Indexed Job's pods and kuberl's
+    pods lack: with one Job the same value is kuberl.dev/rank, given to the trainer container (a script file may
+    read it, `--node_rank=$JOB_COMPLETION_INDEX`) and to any other that reads it; with several Jobs it counted
+    each Job's pods apart, which no kuberl label holds, and a container that reads it is refused."""
     reads = re.compile(rf"(?<![A-Za-z0-9_]){COMPLETION_INDEX_ENV}(?![A-Za-z0-9_])")
     for kind in ("initContainers", "containers"):
         containers = pod_spec.get(kind) if isinstance(pod_spec.get(kind), list) else []
@@ -371,7 +372,14 @@ def _completion_index(pod_spec: dict, path: str, jobs: int, notes: list[Note]) -
                 continue
             where = next((w for w, v in container_text_fields(container, f"{path}.{kind}[{i}]")
                           if isinstance(v, str) and reads.search(v)), None)
-            if where is None:
+            if where is None and (jobs > 1 or not indexed or (kind, i) != ("containers", trainer)):
+                continue
+            if where is None:  # the trainer, whose script files may read it: it had it
+                containers[i] = {**container, "env": [*env, {"name": COMPLETION_INDEX_ENV, "valueFrom": {"fieldRef": {
+                    "fieldPath": f"metadata.labels['{names.LABEL_RANK}']"}}}]}
+                notes.append(Note(f"{path}.{kind}[{i}].env", f"{COMPLETION_INDEX_ENV} added from the pod's {names.LABEL_RANK}"
+                                  " label, the same value: the Job controller set it in the JobSet's Indexed Job, and a"
+                                  " script the command starts may read it"))
                 continue
             if jobs > 1:
                 raise not_convertible(where, f"reads {COMPLETION_INDEX_ENV}, which the Job controller set to the pod's"
@@ -424,7 +432,8 @@ def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[di
     original = pod_template["spec"]["containers"][index]
     template, lifted = _template(pod_template, template_path, origins, notes, frozenset(), KIND, index)
     _same_value_notes(original, container_path, host, jobs * pods, notes)
-    _completion_index(template["spec"], f"{template_path}.spec", jobs, notes)
+    _completion_index(template["spec"], f"{template_path}.spec", jobs, index,
+                      job_spec.get("completionMode") in (None, "Indexed"), notes)
     _host_path_notes(pod_template, template_path, notes)
     if name:
         _pod_name_notes(original, container_path, name, host, pods, notes)
