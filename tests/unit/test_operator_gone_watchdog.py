@@ -68,3 +68,21 @@ def test_an_api_server_that_fails_every_run_is_given_up_on_past_the_bound_after_
     between.after(False, 0.0, 3.5)
     between.after(True, 3.5, 4.0)  # a lost watch: the API server answered meanwhile
     assert between.after(False, 4.0, 9.0) == 3, 'its failures count from the first after an answer'
+
+
+def test_a_run_that_never_returns_after_a_refused_watch_does_what_its_return_would():
+    script = SCRIPT.replace(
+        'assert watchdog.seen(Gone("too old resource version")) and watchdog.seen(None) is False',
+        'assert watchdog.seen_refusal(Gone("refused"), lambda e: print("after the hang:", e, flush=True))'
+        ' and not watchdog.seen_refusal(None, print)').replace("time.sleep(30)", "time.sleep(1); print('done', flush=True)")
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "after the hang: refused\ndone" in done.stdout, done.stdout + done.stderr
+
+
+def test_refusals_carried_across_a_restart_in_place_keep_a_namespace_served():
+    from kuberl.operator.config import carried_refusals
+
+    watched = ("team-a", "team-b")
+    assert carried_refusals('{"team-b": "refused", "gone": "x"}', watched) == {"team-b": "refused"}
+    assert carried_refusals('{"team-a": "r", "team-b": "r"}', watched) == {}, "all refused: the start says it again"
+    assert carried_refusals(None, watched) == {} and carried_refusals("[", watched) == {} and carried_refusals("[1]", watched) == {}

@@ -70,3 +70,11 @@ def test_each_job_starts_its_storage_restarts_at_zero_so_the_first_one_is_seen_a
     assert samples(metrics, restarts) == {key: 1.0}
     metrics.job_phase("team-a", "ppo", None)
     assert samples(metrics, restarts) == {}
+
+
+def test_a_namespace_forgotten_drops_its_jobs_series_only():
+    metrics = OperatorMetrics()
+    metrics.job_phase("team-a", "ppo", "Running")
+    metrics.job_phase("team-b", "ppo", "Running")
+    metrics.forget_namespace("team-a")
+    assert list(samples(metrics, m.OPERATOR_JOB_PHASE)) == [(("namespace", "team-b"), ("phase", "Running"), ("rltj", "ppo"))]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -154,6 +155,16 @@ class GoneWatchdog:
             self.timer.start()
         return expired is not None
 
+    def seen_refusal(self, refused: BaseException | None, after_hang: Callable[[BaseException], None]) -> bool:
+        """Arm on RBAC refusing one of kopf's watches, which ends kopf's run as a lost watch does and can hang it
+        the same way: `after_hang(refused)` does, `grace` seconds on, what the operator does when kopf returns
+        with the refusal (the record filter's answer: whether one was seen)."""
+        if refused is not None and self.timer is None:
+            self.timer = threading.Timer(self.grace, after_hang, args=(refused,))
+            self.timer.daemon = True
+            self.timer.start()
+        return refused is not None
+
     def disarm(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
@@ -256,6 +267,24 @@ class WatchedNamespaces:
 
     def grant(self, namespace: str) -> None:
         self.refused.pop(namespace, None)
+
+
+# Watched namespaces RBAC refused (JSON: namespace -> the API server's message), handed to the operator's next
+# image when it restarts in place after kopf hung on a refusal (main.cmd_operator); read once at start.
+ENV_REFUSED_NAMESPACES = "KUBERL_OPERATOR_REFUSED_NAMESPACES"
+
+
+def carried_refusals(text: str | None, watched: tuple[str, ...]) -> dict[str, str]:
+    """The refusals an earlier image of this process handed over (ENV_REFUSED_NAMESPACES), for namespaces still
+    watched; none when they would leave nothing served (the start meets them again and says so). Pure."""
+    try:
+        carried = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(carried, dict):
+        return {}
+    refused = {n: str(m) for n, m in carried.items() if n in watched}
+    return refused if len(refused) < len(watched) else {}
 
 
 def namespace_refusal_line(message: str, served: tuple[str, ...], recheck_seconds: float) -> str:

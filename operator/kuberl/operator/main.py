@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -16,16 +17,19 @@ import aiohttp
 
 from ..core import contract
 from .config import (
+    ENV_REFUSED_NAMESPACES,
     RBAC_REFUSAL,
     GoneWatchdog,
     KopfRestarts,
     WatchedNamespaces,
+    carried_refusals,
     kopf_refusal_line,
     lost_watch,
     namespace_refusal_line,
     operator_config,
     rbac_refusal_line,
     refused_namespace,
+    restart_in_place,
 )
 
 
@@ -58,6 +62,23 @@ def cmd_operator(args: argparse.Namespace) -> int:
         handler.addFilter(refusals_of_kopf)
     once = TracebackOnce()
     log = logging.getLogger("kuberl.operator")
+    watched = WatchedNamespaces(config.namespaces, carried_refusals(os.environ.pop(ENV_REFUSED_NAMESPACES, None), config.namespaces))
+    for namespace in watched.watched:
+        metrics.namespace_refused.labels(namespace).set(int(namespace in watched.refused))
+
+    def after_refusal_hang(refused: BaseException) -> None:
+        """kopf has not returned from the run a refused watch ended (GoneWatchdog): what its return would have done."""
+        message = getattr(refused, "message", None) or str(refused)
+        if not watched.refuse(refused_namespace(message), message):
+            log.error("%s", rbac_refusal_line(message))
+            logging.shutdown()
+            os._exit(1)
+        log.error("%s", namespace_refusal_line(message, watched.served(), REFUSED_RECHECK_SECONDS))
+        log.warning("kopf did not stop within %gs after that refusal, so the operator restarts in place without the"
+                    " refused namespace(s)", watchdog.grace)
+        os.environ[ENV_REFUSED_NAMESPACES] = json.dumps(watched.refused)
+        restart_in_place()
+
     watchdog = GoneWatchdog(log)
     for handler in logging.getLogger().handlers:
         # a lost watch: our one line says it; kopf's would add two tracebacks
@@ -65,11 +86,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
         handler.addFilter(once)
         # RBAC refusing kopf's own watch: our one line says it; kopf's watcher and multitasker would add two tracebacks
         handler.addFilter(lambda record: not (record.name.startswith("kopf._core.reactor") and record.exc_info
-                                              and rbac_refused(record.exc_info[1]) is not None))
+                                              and watchdog.seen_refusal(rbac_refused(record.exc_info[1]), after_refusal_hang)))
     restarts = KopfRestarts(config.watch.silent_bound)
-    watched = WatchedNamespaces(config.namespaces)
-    for namespace in watched.watched:
-        metrics.namespace_refused.labels(namespace).set(0)
     # What kopf lists and watches in each namespace: what a refused namespace must allow again to be taken back.
     watched_resources = [RLTJ, PODS, *([PEERINGS] if args.peering is not None else [])]
 
@@ -114,6 +132,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
                 namespace = refused_namespace(message)
                 if watched.refuse(namespace, message):
                     metrics.namespace_refused.labels(namespace).set(1)
+                    metrics.forget_namespace(namespace)  # its jobs' phases are not known any more
                     log.error("%s", namespace_refusal_line(message, watched.served(), REFUSED_RECHECK_SECONDS))
                     continue
                 log.error("%s", rbac_refusal_line(message))

@@ -116,6 +116,12 @@ class OperatorMetrics:
         with contextlib.suppress(KeyError):
             self.pods_created.remove(namespace, name)
 
+    def forget_namespace(self, namespace: str) -> None:
+        """Every per-job series of a namespace the operator no longer sees (RBAC refuses it its watch there)."""
+        for job_namespace, name in list(self.phases):
+            if job_namespace == namespace:
+                self.job_phase(job_namespace, name, None)
+
     def gang_restarted(self, namespace: str, name: str, reason: str) -> None:
         self.restart_reasons.setdefault((namespace, name), set()).add(reason)
         self.gang_restarts.labels(namespace, name, reason).inc()
