@@ -20,6 +20,8 @@ from kuberl.tools.trainjob import convert_trainjob
 IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
 SCRIPT = "import torch.distributed as dist\ndist.init_process_group('gloo')\nprint(dist.get_rank())\n"
 RUNTIME = {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": "torch-distributed"}
+# The Job controller's variable in every node pod of Trainer's Indexed Job; kuberl's from the same rank
+COMPLETION_INDEX = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kuberl.dev/rank']"}}}
 
 
 def trainjob(name: str = "multi-node", runtime: dict | None = None, **trainer) -> dict:
@@ -93,7 +95,7 @@ def test_runtime_patches_land_in_the_pod_template():
     assert pod["tolerations"][0]["key"] == "training-workload" and pod["volumes"][0]["name"] == "data"
     (trainer,) = pod["containers"]
     assert trainer["volumeMounts"] == [{"name": "data", "mountPath": "/data"}] and trainer["securityContext"] == {"runAsUser": 1000}
-    assert trainer["env"] == [{"name": "CUSTOM_VAR", "value": "x"}]
+    assert trainer["env"] == [{"name": "CUSTOM_VAR", "value": "x"}, COMPLETION_INDEX]
     assert spec["template"]["metadata"] == {"labels": {"sidecar.istio.io/inject": "false"}}
     assert spec["runPolicy"]["terminationGracePeriodSeconds"] == 60
     assert "PET_NNODES not carried over" in notes["spec.trainer.env[1]"]
@@ -430,7 +432,9 @@ def test_a_trainer_that_reads_job_completion_index_still_gets_it():
     assert "Indexed Job" in {n.path: n.message for n in notes}["spec.trainer.command[2]"]
     pods = [p for p in render_job(job, "default", PLACEHOLDER_UID) if p["kind"] == "Pod"]
     assert [p["metadata"]["labels"]["kuberl.dev/rank"] for p in pods] == ["0", "1", "2"]
-    assert "env" not in convert_trainjob(trainjob(image=IMAGE, numProcPerNode=1))[0]["spec"]["template"]["spec"]["containers"][0]
+    # a script file the command starts may read it too: every node's container had it
+    assert convert_trainjob(trainjob(image=IMAGE, numProcPerNode=1))[0]["spec"]["template"]["spec"]["containers"][0]["env"] == [
+        COMPLETION_INDEX]
 
 
 def test_args_alone_run_the_runtimes_command_so_they_need_it():
@@ -447,7 +451,7 @@ def test_args_alone_run_the_runtimes_command_so_they_need_it():
     plain = trainjob(image=IMAGE, numProcPerNode=1, args=["--epochs", "3"])
     del plain["spec"]["trainer"]["command"]
     spec, _ = spec_of(plain)
-    assert spec["template"]["spec"]["containers"][0] == {"name": "trainer", "args": ["--epochs", "3"]}
+    assert spec["template"]["spec"]["containers"][0] == {"name": "trainer", "args": ["--epochs", "3"], "env": [COMPLETION_INDEX]}
 
 
 def test_a_runtime_in_the_file_gives_the_command_args_run_under():

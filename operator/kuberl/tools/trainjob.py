@@ -354,17 +354,21 @@ COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
 
 
 def _completion_index(trainer: dict, container: dict, notes: list[Note]) -> None:
-    """Where the trainer's command, args or env read JOB_COMPLETION_INDEX, which the Job controller set under
-    Trainer and kuberl's pods lack, the container gets it from kuberl.dev/rank, the same value (the node rank)."""
+    """JOB_COMPLETION_INDEX, which the Job controller set in Trainer's Indexed node Job and kuberl's pods lack: the
+    container gets it from kuberl.dev/rank, the same value (the node rank), whether the trainer's command, args or
+    env read it or a script file does."""
     env = container.get("env", [])
     if not isinstance(env, list) or any(isinstance(e, dict) and e.get("name") == COMPLETION_INDEX_ENV for e in env):
         return
     reads = re.compile(rf"(?<![A-Za-z0-9_]){COMPLETION_INDEX_ENV}(?![A-Za-z0-9_])")
     where = next((w for w, v in container_text_fields(trainer, "spec.trainer") if isinstance(v, str) and reads.search(v)), None)
-    if where is None:
-        return
     container["env"] = [*env, {"name": COMPLETION_INDEX_ENV, "valueFrom": {"fieldRef": {
         "fieldPath": f"metadata.labels['{names.LABEL_RANK}']"}}}]
+    if where is None:  # a script file the command starts may read it: every node pod had it
+        notes.append(Note("spec.trainer.env", f"{COMPLETION_INDEX_ENV} added from the pod's {names.LABEL_RANK} label, the"
+                          " same value (the node's rank): the Job controller set it in Trainer's Indexed Job, and a script"
+                          " the command starts may read it"))
+        return
     notes.append(Note(where, f"reads {COMPLETION_INDEX_ENV}, which the Job controller set in Trainer's Indexed Job (the"
                       f" node's rank) and kuberl's pods lack: now set from the pod's {names.LABEL_RANK} label, the same"
                       " value"))
