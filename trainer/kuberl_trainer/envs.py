@@ -50,9 +50,10 @@ def space_problem(observation: gym.Space, action: gym.Space, actions: tuple[type
     number) learned silently from the wrong features."""
     observations_supported = "supported: Box observations of at least one dimension (vectors, or uint8 frames), or MultiBinary"
     if not isinstance(observation, (gym.spaces.Box, gym.spaces.MultiBinary)) or not observation.shape:
-        hint = (" (one-hot it in a wrapper: a \"module:Class\" env id)" if isinstance(observation, gym.spaces.Discrete)
-                else " (flatten it in a wrapper: a \"module:Class\" env id)" if isinstance(observation, (gym.spaces.Dict, gym.spaces.Tuple))
-                else "")
+        flattens = isinstance(observation, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Dict, gym.spaces.Tuple))
+        # FlattenObservation one-hots Discrete parts and concatenates the rest, as CleanRL and SB3 read such spaces
+        hint = (" (a \"module:Class\" env id of your own that returns gymnasium.wrappers.FlattenObservation(env)"
+                " makes it a Box)" if flattens else "")
         return f"observation space {observation}{hint}; {observations_supported}"
     names = " or ".join("Discrete (numbered from 0)" if kind is gym.spaces.Discrete else "float Box" for kind in actions)
     actions_supported = f"supported by this algorithm: {names} actions"
