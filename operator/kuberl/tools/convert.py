@@ -647,7 +647,7 @@ def trainer_env(env: Any, path: str, new: str, origins: dict, notes: list[Note],
     return kept
 
 
-def _template(template: dict, path: str, origins: dict, notes: list[Note], kubeflow_env: frozenset, kind: str = KIND,
+def trainer_template(template: dict, path: str, origins: dict, notes: list[Note], kubeflow_env: frozenset, kind: str = KIND,
               index: int | None = None) -> tuple[dict, dict]:
     """spec.template (the trainer container, the `pytorch` one unless `index` says, renamed `trainer`) and the
     spec fields lifted out of it."""
@@ -841,7 +841,7 @@ PRIVILEGED_WAY = ("or install the operator with --pod-security privileged (chart
                   " operator-wide) and label the namespace's Pod Security Admission to allow it")
 
 
-def _host_path_notes(template: dict, path: str, notes: list[Note]) -> None:
+def host_path_notes(template: dict, path: str, notes: list[Note]) -> None:
     """A note per hostPath volume: the baseline level, the operator's default, refuses them, and the ways out."""
     volumes = template["spec"].get("volumes")
     for i, volume in enumerate(volumes if isinstance(volumes, list) else []):
@@ -960,8 +960,8 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     template_path = f"spec.pytorchReplicaSpecs.{used}.template"
     source = podlabels.pytorchjob_source(str(metadata.get("name", "")), MASTER in replicas)
     templates[used] = relabelled(templates[used], template_path, source, notes)
-    template, lifted = _template(templates[used], template_path, origins, notes, kubeflow_env)
-    _host_path_notes(templates[used], template_path, notes)
+    template, lifted = trainer_template(templates[used], template_path, origins, notes, kubeflow_env)
+    host_path_notes(templates[used], template_path, notes)
     _pod_name_notes(templates[used], template_path, str(metadata.get("name", "")), MASTER in replicas, notes)
 
     if not lifted.get("image"):

@@ -22,8 +22,6 @@ from .convert import (
     PROCS_OPTION,
     NotConvertible,
     Note,
-    _host_path_notes,
-    _template,
     accelerator,
     as_list,
     as_mapping,
@@ -31,6 +29,7 @@ from .convert import (
     checked,
     command_procs,
     container_text_fields,
+    host_path_notes,
     kueue_priority_on_pods,
     kueue_queue,
     managed_by,
@@ -41,6 +40,7 @@ from .convert import (
     short_repr,
     starts_processes,
     tpu_problem,
+    trainer_template,
 )
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -430,11 +430,11 @@ def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[di
     host = f"{name}-{replicated.get('name')}"
     pod_template = relabelled(pod_template, template_path, podlabels.jobset_source(name, host, jobs, pods), notes)
     original = pod_template["spec"]["containers"][index]
-    template, lifted = _template(pod_template, template_path, origins, notes, frozenset(), KIND, index)
+    template, lifted = trainer_template(pod_template, template_path, origins, notes, frozenset(), KIND, index)
     _same_value_notes(original, container_path, host, jobs * pods, notes)
     _completion_index(template["spec"], f"{template_path}.spec", jobs, index,
                       job_spec.get("completionMode") in (None, "Indexed"), notes)
-    _host_path_notes(pod_template, template_path, notes)
+    host_path_notes(pod_template, template_path, notes)
     if name:
         _pod_name_notes(original, container_path, name, host, pods, notes)
     if not lifted.get("image"):
