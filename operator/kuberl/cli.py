@@ -239,7 +239,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    """A PyTorchJob file as RLTrainingJob YAML on stdout; what was not carried over, one line each on
+    """A PyTorchJob, TrainJob or JobSet file as RLTrainingJob YAML on stdout; what was not carried over, one line each on
     stderr. Nothing on stdout unless every document converts (a pipe to kubectl applies all or none)."""
     from .tools.convert import to_yaml
     from .tools.documents import (
@@ -435,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Prometheus' namespace: its scrapes pass the NetworkPolicy ('' for none)")
     add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
     p.set_defaults(func=for_each_file(cmd_render))
-    p = add_command("convert", help="print the RLTrainingJob for a Kubeflow PyTorchJob or TrainJob; what changes goes to stderr")
+    p = add_command("convert", help="print the RLTrainingJob for a Kubeflow PyTorchJob or TrainJob, or a JobSet; what changes goes to stderr")
     add_files(p, many=False, directories=False)
     p.add_argument("--procs-per-worker", type=positive(int), default=None,
                    help="processes per pod where the manifest cannot tell (torchrun's --nproc-per-node cpu or auto)")
