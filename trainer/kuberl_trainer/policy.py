@@ -396,6 +396,9 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
     # frames need no display: SDL (pygame, classic control's renderer) probing for one printed
     # "error: XDG_RUNTIME_DIR is invalid or not set" on a machine without a desktop session
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    if sys.platform == "linux" and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        # MuJoCo's default, GLFW, needs a display: without one it draws off-screen through EGL (read when it first draws)
+        os.environ.setdefault("MUJOCO_GL", "egl")
     env = env_for(policy, "rgb_array")
     frames, total, ended = [], 0.0, False
     try:
@@ -406,6 +409,8 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
             except gym.error.DependencyNotInstalled as e:  # classic control draws with pygame: the video extra
                 raise UnusableModel(f"--video: {policy.env_id} cannot draw its frames here ({e});"
                                     " pip install 'kuberl-trainer[video]'") from None
+            except Exception as e:  # noqa: BLE001 — an OpenGL env without a context here (mujoco.FatalError), a renderer's own failure
+                raise UnusableModel(f"--video: {policy.env_id} cannot draw its frames here ({type(e).__name__}: {e})") from None
             if frame is None:
                 raise UnusableModel(f"{policy.env_id} renders no rgb_array frames: no video")
             frames.append(Image.fromarray(np.asarray(frame, dtype=np.uint8)))
