@@ -16,6 +16,8 @@ from tests.operator.operatorkit import (
 from tests.support.apiserver import StandinServer
 from tests.support.rest import Rest
 
+CRD_NAME = 'rltrainingjobs.kuberl.dev'
+
 
 def test_a_crd_installed_after_the_operator_started_is_said_then_served_without_a_restart_by_the_kubelet(tmp_path):
     with StandinServer(workdir=tmp_path) as standin:
@@ -35,3 +37,24 @@ def test_a_crd_installed_after_the_operator_started_is_said_then_served_without_
             assert 'the operator restarts in place to watch its jobs' in log and 'Traceback' not in log, log[-3000:]
         finally:
             op.stop()
+
+
+def test_a_crd_deleted_while_the_operator_runs_is_one_line_and_served_again_once_reinstalled(standin, rest, tmp_path):
+    """Deleting the CRD (an uninstall that took it, by hand) ended kopf's watch with a 404 and the operator exited 1
+    with two tracebacks; restarted, it ran blind until its liveness probe failed."""
+    op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE, '--watch-timeout', '2').start()
+    try:
+        create_job(rest, 'before', workers=1)
+        wait_for(lambda: pods(standin, 'before'), what='pods of a job before the CRD goes')
+        pid = op.process.pid
+        assert rest.delete(f'/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}').status == 200
+        wait_for(lambda: 'the RLTrainingJob CRD is not installed' in op.log(), timeout=40, what='the missing CRD said')
+        said = [line for line in op.log().splitlines() if 'a watch was answered 404' in line]
+        assert len(said) == 1 and 'its CRD deleted' in said[0], op.log()[-4000:]
+        standin.apply_crd(CRD)
+        create_job(rest, 'after', workers=1)
+        wait_for(lambda: pods(standin, 'after'), timeout=40, what='pods of a job created once the CRD is back')
+        assert op.process.poll() is None and op.process.pid == pid and op.starts == 1
+        assert 'Traceback' not in op.log(), op.log()[-4000:]
+    finally:
+        op.stop()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import aiohttp
 
-from ..core import contract
+from ..core import contract, names
 from .config import (
     ENV_REFUSED_NAMESPACES,
     RBAC_REFUSAL,
@@ -87,6 +87,9 @@ def cmd_operator(args: argparse.Namespace) -> int:
         # RBAC refusing kopf's own watch: our one line says it; kopf's watcher and multitasker would add two tracebacks
         handler.addFilter(lambda record: not (record.name.startswith("kopf._core.reactor") and record.exc_info
                                               and watchdog.seen_refusal(rbac_refused(record.exc_info[1]), after_refusal_hang)))
+        # a watched resource gone (its CRD deleted): our one line says it; kopf would add two tracebacks
+        handler.addFilter(lambda record: not (record.name.startswith("kopf._core.reactor") and record.exc_info
+                                              and resource_gone(record.exc_info[1]) is not None))
     restarts = KopfRestarts(config.watch.silent_bound)
     # What kopf lists and watches in each namespace: what a refused namespace must allow again to be taken back.
     watched_resources = [RLTJ, PODS, *([PEERINGS] if args.peering is not None else [])]
@@ -137,6 +140,16 @@ def cmd_operator(args: argparse.Namespace) -> int:
                     continue
                 log.error("%s", rbac_refusal_line(message))
                 return 1
+            gone = None if lost is not None or unanswered is not None else resource_gone(error)
+            if gone is not None:
+                # Its CRD deleted: kopf starts again without it, and the heartbeat restarts the operator in place once
+                # it is served again (handlers.WatchHeartbeat).
+                log.error("a watch was answered 404 (%s): the API server no longer serves %s.%s/%s, its CRD deleted (which"
+                          " deletes every RLTrainingJob too); kopf stops on that, so the operator starts again without it"
+                          " and serves it once the CRD is installed again", getattr(gone, "message", None) or gone,
+                          names.PLURAL, names.GROUP, names.VERSION)
+                time.sleep(restarts.after(True, started, time.monotonic()))
+                continue
             if lost is None and unanswered is None:
                 raise
             now = time.monotonic()
@@ -233,6 +246,12 @@ def api_unanswered(error: BaseException | None) -> BaseException | None:
     kopf's watches wait through these; its one-off discovery at start gives up after 4 tries."""
     return _found(error, lambda e: isinstance(e, (aiohttp.ClientConnectionError, TimeoutError))
                   or (isinstance(getattr(e, "status", None), int) and e.status >= 500))
+
+
+def resource_gone(error: BaseException | None) -> BaseException | None:
+    """The 404 Not Found that `error` is, or was caused by, or holds in a group; else None. Out of kopf.run it is
+    a watch of a resource the API server stopped serving: its CRD was deleted."""
+    return _found(error, lambda e: getattr(e, "status", None) == 404)
 
 
 def rbac_refused(error: BaseException | None) -> BaseException | None:
