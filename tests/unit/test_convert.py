@@ -254,11 +254,6 @@ REFUSED = [
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers", "named 'pytorch'"),
     ("no-image", pytorchjob(None, replica(2, {"name": "pytorch", "command": ["python", "/app/train.py"]})),
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].image", "required"),
-    ("one-process-for-four-gpus", pytorchjob(None, replica(2, pytorch(resources=GPU)), nprocPerNode="1"),
-     "spec.nprocPerNode", "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu"),
-    # PyTorchJob counted unset nprocPerNode as 1 per pod (WORLD_SIZE = replicas); kuberl's default, one per GPU, hung it
-    ("gpus-for-a-command-without-a-launcher", pytorchjob(None, replica(2, pytorch(resources=GPU))),
-     "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu", "starts no torch launcher"),
     ("tpu-hosts", pytorchjob(None, replica(2, pytorch(resources={"limits": {"google.com/tpu": 4}}))),
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.google.com/tpu", "TPU_WORKER_HOSTNAMES"),
     ("half-a-gpu", pytorchjob(None, replica(2, pytorch(resources={"limits": {"nvidia.com/gpu": "0.5"}}))),
@@ -757,8 +752,20 @@ def test_another_projects_launcher_starts_a_process_per_gpu_as_torchrun_does(com
 
 
 def test_a_flag_named_deepspeed_is_no_launcher():
-    with pytest.raises(NotConvertible, match="starts no torch launcher"):
-        convert(pytorchjob(None, replica(2, pytorch(command=["python", "train.py", "--deepspeed", "ds.json"], resources=GPU))))
+    job, notes = convert(pytorchjob(None, replica(2, pytorch(command=["python", "train.py", "--deepspeed", "ds.json"], resources=GPU))))
+    assert (job["spec"]["gpusPerWorker"], job["spec"]["procsPerWorker"]) == (4, 1)
+    assert "the command starts none" in next(n.message for n in notes if n.path == "spec.nprocPerNode")
+
+
+@pytest.mark.parametrize("nproc", [None, "auto", "1", 1])
+def test_one_process_with_every_gpu_of_its_pod_stays_one_process(nproc):
+    """PyTorchJob counted nprocPerNode 1, or a word with a command that starts no launcher, as one process per pod
+    (WORLD_SIZE = replicas), which drove all 4 GPUs (DataParallel, or a script that spawns its own); kuberl's default
+    of one process per GPU made every pod's WORLD_SIZE count ranks that never start, and init_process_group hung."""
+    spec = {} if nproc is None else {"nprocPerNode": nproc}
+    job, _ = convert(pytorchjob(None, replica(2, pytorch(command=["python", "/app/train.py"], resources=GPU)), **spec))
+    assert (job["spec"]["workers"], job["spec"]["gpusPerWorker"], job["spec"]["procsPerWorker"]) == (2, 4, 1)
+    validate_job(job)  # a custom trainer may drive several GPUs per process
 
 
 def test_kueues_older_queue_name_annotation_names_a_pytorchjobs_queue():

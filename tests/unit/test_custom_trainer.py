@@ -65,3 +65,25 @@ def test_args_alone_run_the_images_entrypoint_not_kuberls_trainer():
         assert "command" not in trainer and trainer["args"] == ["--backend", "gloo"]
     pod = render_pods(Job("byo", validate_job(CUSTOM)), "default", "u", [0], 0)[0]
     assert pod["spec"]["containers"][0]["command"] == ["torchrun", "/app/train.py"]
+
+
+@pytest.mark.parametrize(("trainer", "procs", "valid"), [
+    ("custom", 1, True),    # DataParallel, or a script that spawns its own: a PyTorchJob's nprocPerNode 1 with 4 GPUs
+    ("custom", 2, True),    # two processes of two GPUs each (a pipeline per process)
+    ("custom", 3, False),   # GPUs that do not split evenly
+    ("kuberl", 1, False),   # kuberl's trainer is one process per GPU
+])
+def test_a_custom_trainer_may_drive_several_gpus_per_process(trainer, procs, valid):
+    job = (CUSTOM if trainer == "custom" else make_job("ppo").obj())
+    job = {**job, "spec": {**job["spec"], "gpusPerWorker": 4, "procsPerWorker": procs}}
+    if valid:
+        spec = validate_job(job, env_ids=frozenset())
+        pod = render_pods(Job("byo", spec), "default", "u", [0], 0)[0]
+        container = next(c for c in pod["spec"]["containers"] if c["name"] == names.TRAINER_CONTAINER)
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert spec.procs == procs and container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+        assert env["NPROC_PER_NODE"] == str(procs) and env["WORLD_SIZE"] == str(2 * procs)
+    else:
+        with pytest.raises(InvalidJob, match=r"spec.procsPerWorker: must equal spec.gpusPerWorker, one process per GPU,"
+                                             r" or with trainer: custom divide it \(got 3 and 4\)|got 1 and 4"):
+            validate_job(job, env_ids=frozenset())

@@ -211,19 +211,23 @@ CROSS_FIELD_RULES = [
     _required_unless_custom("env"),
     _required_unless_custom("totalTimesteps"),
     *(_block_of_algorithm(field) for field, _ in ALGORITHM_BLOCKS.values()),
+    # kuberl's trainer is one process per GPU; a custom one may drive several GPUs per process (DataParallel,
+    # a pipeline, a script that spawns its own), as a PyTorchJob's nprocPerNode 1 with 4 GPUs did
     CrossFieldRule(
         ".procsPerWorker",
         "!has(self.procsPerWorker) || !has(self.gpusPerWorker) || self.gpusPerWorker == 0"
-        " || self.procsPerWorker == self.gpusPerWorker",
-        "'must equal spec.gpusPerWorker, one process per GPU (got '"
+        " || self.procsPerWorker == self.gpusPerWorker"
+        " || (has(self.trainer) && self.trainer == 'custom' && self.gpusPerWorker % self.procsPerWorker == 0)",
+        "'must equal spec.gpusPerWorker, one process per GPU, or with trainer: custom divide it (got '"
         " + string(self.procsPerWorker) + ' and ' + string(self.gpusPerWorker) + ')'",
-        "must equal spec.gpusPerWorker (one process per GPU)",
+        "must equal spec.gpusPerWorker (one process per GPU), or with trainer: custom divide it",
         lambda s: s.get("procsPerWorker") is None
         or not s.get("gpusPerWorker")
-        or s.get("procsPerWorker") == s.get("gpusPerWorker"),
-        lambda s: "must equal spec.gpusPerWorker, one process per GPU"
+        or s.get("procsPerWorker") == s.get("gpusPerWorker")
+        or (s.get("trainer") == "custom" and s["gpusPerWorker"] % s["procsPerWorker"] == 0),
+        lambda s: "must equal spec.gpusPerWorker, one process per GPU, or with trainer: custom divide it"
         f" (got {s['procsPerWorker']} and {s['gpusPerWorker']})",
-        ("procsPerWorker", "gpusPerWorker"),
+        ("procsPerWorker", "gpusPerWorker", "trainer"),
     ),
     CrossFieldRule(
         ".metrics.port",

@@ -464,14 +464,13 @@ def _procs(spec: dict, gpus: int, notes: list[Note], user_nproc: tuple[str, str]
                               " torch.distributed.run), so each pod runs the one process it is, as PyTorchJob counted"
                               " it (WORLD_SIZE = replicas)"))
         return None, path
-    if not launches:
-        raise not_convertible(gpu_path, f"{gpus} GPUs for a command that starts no torch launcher: under PyTorchJob each"
-                              f" pod ran that one process with its {gpus} GPUs (PyTorchJob counts nprocPerNode {word!r} as 1: WORLD_SIZE"
-                              " = replicas); kuberl runs one process per GPU (spec.procsPerWorker equals"
-                              f" spec.gpusPerWorker) and every pod's WORLD_SIZE counts them, so init_process_group would"
-                              f" wait for ranks that never start: start it with torchrun (a rank per GPU, reading"
-                              " LOCAL_RANK), or, if the script or its own launcher (accelerate launch, deepspeed)"
-                              f" starts a process per GPU, pass {PROCS_OPTION} {gpus}")
+    if not launches:  # one process with every GPU of its pod (DataParallel, or a script that spawns its own)
+        notes.append(Note(path, f"{shown}: read by torch's launcher only, and the command starts none (torchrun,"
+                          f" torch.distributed.run), so each pod runs the one process it is with its {gpus} GPUs, as"
+                          " PyTorchJob counted it (WORLD_SIZE = replicas): spec.procsPerWorker 1 (a custom trainer may"
+                          f" drive several GPUs per process); if the script starts a process per GPU itself, pass"
+                          f" {PROCS_OPTION} {gpus}"))
+        return 1, path
     world = "" if gpus <= 1 else (  # one process per pod: WORLD_SIZE is as PyTorchJob set it
         "; every pod's WORLD_SIZE is now workers x processes (PyTorchJob set replicas x 1 for a word), so a script"
         " that runs one process per pod waits in init_process_group for ranks that never start: start it with"

@@ -206,11 +206,12 @@ def _procs(container: dict, path: str, gpus: int, given: int | None, notes: list
     if procs is None and given is None and not counted_by_torchrun and gpus > 1 and not (
             not launches and starts_processes(command, args)):  # accelerate launch, deepspeed: one per GPU
         how = ("torchrun's --nproc-per-node is 1 unless set" if launches else "the command starts no torch launcher")
-        raise not_convertible(f"{path}.resources.limits.nvidia.com/gpu", f"{gpus} GPUs for one process ({how}): kuberl runs"
-                              " one process per GPU (spec.procsPerWorker equals spec.gpusPerWorker) and every pod's"
-                              " WORLD_SIZE counts them: start it with torchrun --nproc-per-node"
-                              f" {gpus}, or pass {PROCS_OPTION} {gpus} if the script or its own launcher (accelerate"
-                              " launch, deepspeed) starts a process per GPU")
+        limit = f"{path}.resources.limits.nvidia.com/gpu"
+        notes.append(Note(limit, f"{gpus} GPUs for one process ({how}): spec.procsPerWorker 1, as under JobSet (a custom"
+                          f" trainer may drive several GPUs per process); for a process per GPU start it with torchrun"
+                          f" --nproc-per-node {gpus}, or pass {PROCS_OPTION} {gpus} if the script or its own launcher"
+                          " (accelerate launch, deepspeed) starts them"))
+        return 1, limit
     return procs, origin
 
 
