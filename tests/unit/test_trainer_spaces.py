@@ -79,3 +79,12 @@ def test_each_algorithm_refuses_such_an_env_at_start_naming_the_field_and_the_en
         make(env_id, 2, kwargs, 64, 1, 0)
     message = str(refused.value)
     assert message.startswith(f"spec.env.id: {env_id!r} has ") and words in message, message
+
+
+def test_a_registered_id_whose_making_raises_an_import_error_is_the_specs_error_not_a_crash():
+    """gymnasium registers HalfCheetah-v2 (so `kuberl validate` passes it) and raises ImportError when it is made:
+    the rank crashed, and every restart met it again."""
+    from kuberl_trainer.envs import make_envs
+
+    with pytest.raises(UnknownEnv, match=r"^spec\.env\.id: 'HalfCheetah-v2' needs a package the trainer image lacks: .*gymnasium-robotics"):
+        make_envs("HalfCheetah-v2", 1)

@@ -105,7 +105,7 @@ def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: s
             )
         else:
             envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.PassiveEnvChecker(target(**kwargs))] * num_envs)
-    except gym.error.DependencyNotInstalled as e:
+    except (gym.error.DependencyNotInstalled, ImportError) as e:  # ImportError: HalfCheetah-v2's entry point, moved out of gymnasium
         raise UnknownEnv(f"spec.env.id: {env_id!r} needs a package the trainer image lacks: {e}") from e
     except (TypeError, gym.error.Error) as e:
         field = "spec.env.kwargs" if kwargs else "spec.env.id"
