@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -36,7 +37,9 @@ def test_make_test_adds_the_test_tools_and_extras(tmp_path):
 
 
 def make_dry(*args: str) -> str:
-    return subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    # as typed at a shell: under `make test` the outer make's level and flags would reach this one
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    return subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True, check=True, env=env).stdout
 
 
 def test_make_images_pushes_to_the_registry_named_and_prints_the_helm_install_to_match():
