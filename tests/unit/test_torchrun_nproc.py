@@ -201,3 +201,39 @@ def test_a_converted_pytorchjob_with_a_wrong_node_count_is_refused_at_its_own_fi
         convert(pytorchjob(["torchrun", "--nnodes=3", "--nproc_per_node=1", "t.py"]))
     (problem,) = refused.value.problems
     assert problem.path == "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command[1]", problem
+
+
+SUPERSCRIPT_TWO = "\u00b2"  # str.isdigit() says yes, int() says no: a digit torchrun cannot read either
+
+
+@pytest.mark.parametrize("convert_one", ["pytorchjob", "jobset", "jobset-env", "trainjob"])
+def test_a_count_in_a_digit_int_cannot_read_is_said_at_its_field_not_a_traceback(convert_one):
+    """A superscript count (str.isdigit() says yes, int() raised ValueError out of kuberl convert): read as any
+    count kuberl cannot read, a note or a refusal at the field that holds it."""
+    from kuberl.tools.jobset import convert_jobset
+    from kuberl.tools.trainjob import convert_trainjob
+
+    pod = {"containers": [{"name": "pytorch", "image": IMAGE, "command": ["torchrun", f"--nproc-per-node={SUPERSCRIPT_TWO}", "t.py"]}]}
+    docs = {
+        "pytorchjob": (convert, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "p"}, "spec": {
+            "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": pod}}}}},
+            "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].command[1]"),
+        "jobset": (convert_jobset, {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "p"},
+                                    "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {"template": {"spec": pod}}}}]}},
+                   "spec.replicatedJobs[0].template.spec.template.spec.containers[0].command[1]"),
+        "jobset-env": (convert_jobset, {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "p"},
+                                        "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {"template": {"spec": {
+                                            "containers": [{"name": "pytorch", "image": IMAGE, "command": ["torchrun", "t.py"], "env": [
+                                                {"name": "PET_NPROC_PER_NODE", "value": SUPERSCRIPT_TWO}]}]}}}}}]}},
+                       "spec.replicatedJobs[0].template.spec.template.spec.containers[0].env[0]"),
+        "trainjob": (convert_trainjob, {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "p"},
+                                        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {
+                                            "image": IMAGE, "command": ["torchrun", "t.py"], "numProcPerNode": SUPERSCRIPT_TWO}}},
+                     "spec.trainer.numProcPerNode"),
+    }
+    convert_doc, doc, path = docs[convert_one]
+    try:
+        said = {n.path: n.message for n in convert_doc(doc)[1]}
+    except NotConvertible as refused:
+        said = {p.path: p.message for p in refused.problems}
+    assert SUPERSCRIPT_TWO in said[path], said

@@ -37,7 +37,7 @@ class Nproc:
 
     @property
     def count(self) -> int | None:
-        return int(self.value) if self.value is not None and self.value.isdigit() else None
+        return int(self.value) if self.value is not None and whole_number(self.value) else None
 
 
 def _python(word: str) -> bool:
@@ -135,9 +135,14 @@ def launches(command: list | None, args: list | None) -> bool:
     return script is not None and ("torchrun" in words[script] or any(m in words[script] for m in LAUNCH_MODULES))
 
 
+def whole_number(value: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes a superscript two, which int() (and so torchrun) refuses."""
+    return value.isascii() and value.isdigit()
+
+
 def readable(value: str) -> bool:
     """A value torchrun reads (a whole number or one of its words), not a shell or $(VAR) expansion."""
-    return value.isdigit() or value in WORDS
+    return whole_number(value) or value in WORDS
 
 
 def procs_problem(nproc: Nproc, procs: int, procs_set: bool, gpus: int) -> str | None:

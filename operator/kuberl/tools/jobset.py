@@ -191,7 +191,7 @@ def _procs(container: dict, path: str, gpus: int, given: int | None, notes: list
     decided: tuple[int | None, str] = (None, "")
     if own is not None:
         notes[:] = [n for n in notes if n.path != own[1]]  # its "not carried over" note: it is, as procsPerWorker
-        if own[0].isdigit():
+        if torchrun.whole_number(own[0]):
             notes.append(Note(own[1], f"{contract.ENV_PET_NPROC_PER_NODE}={own[0]} is now spec.procsPerWorker, from which"
                               " kuberl sets it (and NPROC_PER_NODE, WORLD_SIZE) for every pod"))
             decided = (int(own[0]), own[1])
@@ -202,7 +202,7 @@ def _procs(container: dict, path: str, gpus: int, given: int | None, notes: list
             decided = (None, own[1])
     flag = torchrun.find(command, args) if launches else None
     procs, origin = command_procs(flag, path, gpus, decided, given, notes, accelerator(container.get("resources")))
-    counted_by_torchrun = own is not None and not own[0].isdigit() or flag is not None and flag.count is None
+    counted_by_torchrun = own is not None and not torchrun.whole_number(own[0]) or flag is not None and flag.count is None
     if procs is None and given is None and not counted_by_torchrun and gpus > 1 and not (
             not launches and starts_processes(command, args)):  # accelerate launch, deepspeed: one per GPU
         how = ("torchrun's --nproc-per-node is 1 unless set" if launches else "the command starts no torch launcher")
@@ -220,7 +220,7 @@ def _rendezvous_port(container: dict, path: str, notes: list[Note]) -> tuple[int
     neither): where its torchrun met, now spec.rendezvous.port."""
     for name in (contract.ENV_PET_MASTER_PORT, contract.ENV_MASTER_PORT):
         own = _literal_env(container, name, path)
-        if own is not None and own[0].isdigit():
+        if own is not None and torchrun.whole_number(own[0]):
             notes[:] = [n for n in notes if n.path != own[1]]
             others = ", ".join(n for n in (contract.ENV_MASTER_PORT, contract.ENV_PET_MASTER_PORT) if n != name)
             notes.append(Note(own[1], f"{name}={own[0]} is now spec.rendezvous.port, from which kuberl sets it (and"

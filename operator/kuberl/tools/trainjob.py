@@ -134,7 +134,7 @@ def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int |
     nproc = trainer.get("numProcPerNode")
     accel = accelerator(trainer.get("resourcesPerNode"))
     decided: tuple[int | None, str]
-    if isinstance(nproc, int) and not isinstance(nproc, bool) or isinstance(nproc, str) and nproc.isdigit():
+    if isinstance(nproc, int) and not isinstance(nproc, bool) or isinstance(nproc, str) and torchrun.whole_number(nproc):
         decided = (int(nproc), path)
     elif nproc not in (None, "auto"):
         raise not_convertible(path, f"expected a number of processes (got {short_repr(nproc)})")
