@@ -30,11 +30,12 @@ def final_model(tmp_path, env_id: str, env_kwargs: dict) -> str:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="EGL is how MuJoCo draws without a display on Linux")
-def test_a_mujoco_video_is_drawn_without_a_display(tmp_path):
+def test_a_mujoco_video_is_drawn_without_a_display(tmp_path, monkeypatch):
     pytest.importorskip("mujoco", reason="MuJoCo envs need PyPI's mujoco (not a test dependency)")
+    monkeypatch.chdir(tmp_path)  # MuJoCo writes its warnings to MUJOCO_LOG.TXT where it runs
     path = final_model(tmp_path, "HalfCheetah-v5", {"max_episode_steps": 5})
     done = subprocess.run([sys.executable, "-m", "kuberl.cli", "eval", path, "--episodes", "1", "--video", str(tmp_path / "h.gif")],
-                          env=HEADLESS, capture_output=True, text=True, timeout=300, check=False)
+                          env=HEADLESS, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert "video: " in done.stdout and (tmp_path / "h.gif").exists()
 
