@@ -245,6 +245,7 @@ class PPOTrainer(BaseAlgorithm):
                           rollouts * budget.nbytes(Rollout.layout(*layout)), ctx.local_world_size)
         self.buf = Rollout(*layout, ctx.device)
         self.discounted = np.zeros(num_envs, np.float32)
+        self.next_value = np.zeros(num_envs, np.float32)  # the bootstrap value of each rollout, set as it ends (collect)
         # how it learns and acts, rank 0's weights everywhere (fast=False: always DDP + Adam + torch)
         self.learner, self.actor = learners.ppo_learner(self.agent, hp, ctx, ppo_loss, self.np_rng, self.fast_path)
         self.optimizer = self.learner.optimizer
