@@ -13,6 +13,7 @@ from conversion_support import assert_any_junk_anywhere_is_converted_or_refused
 from kuberl import cli
 from kuberl.core.render import PLACEHOLDER_UID, render_job
 from kuberl.core.rules import validate_job
+from kuberl.core.validation import InvalidJob
 from kuberl.core.yamlreader import MAX_DOCUMENT_BYTES, load_documents
 from kuberl.tools.convert import NotConvertible, convert, to_yaml
 
@@ -721,6 +722,22 @@ def test_scheduling_policy_queue_is_volcanos_and_goes_to_its_podgroup_not_to_kue
     assert "set spec.schedulerName: volcano" in next(n.message for n in without if n.path.endswith("schedulingPolicy.queue"))
     with pytest.raises(NotConvertible, match="Volcano queue"):
         convert(pytorchjob(None, replica(2), runPolicy={"schedulingPolicy": {"queue": 7}}))
+
+
+@pytest.mark.parametrize("queue", ["Team A", "team_a", "q" * 254, "x\x1b[2J"])
+def test_a_volcano_queue_no_queue_object_can_be_named_is_refused_at_its_field(queue):
+    """A Volcano Queue is an object, so its name is a DNS-1123 subdomain (the API server's
+    customresource validator: ValidateObjectMetaAccessor with NameIsDNSSubdomain). 'Team A' converted
+    and validated, and kuberl's PodGroup named a queue that cannot exist: the gang never ran."""
+    with pytest.raises(NotConvertible) as refused:
+        convert(pytorchjob(None, replica(2, restart=None, schedulerName="volcano"), nprocPerNode="1",
+                           runPolicy={"schedulingPolicy": {"queue": queue}}))
+    assert "spec.runPolicy.schedulingPolicy.queue" in {p.path for p in refused.value.problems}, refused.value.problems
+    written = copy.deepcopy(convert(pytorchjob(None, replica(2, restart=None, schedulerName="volcano"), nprocPerNode="1",
+                                               runPolicy={"schedulingPolicy": {"queue": "team-a"}}))[0])
+    written["spec"]["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = queue
+    with pytest.raises(InvalidJob, match=r"spec\.template\.metadata\.annotations\.scheduling\.volcano\.sh/queue-name: expected a Kubernetes object name"):
+        validate_job(written)
 
 
 def test_a_job_multikueue_dispatched_is_told_to_be_created_in_the_worker_cluster():

@@ -143,6 +143,17 @@ def _annotation_key_problems(path: str, mapping: Any) -> list[Problem]:
     return podschema.first_of(path, wrong, "keys that are not qualified names", Problem)
 
 
+def _volcano_queue_problems(annotations: Any) -> list[Problem]:
+    """The Volcano queue kuberl's PodGroup takes from the pods' annotation names a Queue object, whose name the API
+    server holds to a DNS-1123 subdomain (apiextensions-apiserver customresource validator: ValidateObjectMetaAccessor
+    with NameIsDNSSubdomain): any other value names a queue that cannot exist, and the gang never runs."""
+    queue = annotations.get(names.VOLCANO_QUEUE_NAME) if isinstance(annotations, dict) else None
+    if not isinstance(queue, str) or (len(queue) <= 253 and re.fullmatch(DNS_1123_SUBDOMAIN, queue)):
+        return []
+    return [Problem(f"spec.template.metadata.annotations.{names.VOLCANO_QUEUE_NAME}",
+                    f"expected {PATTERN_MEANINGS[DNS_1123_SUBDOMAIN]}, at most 253 characters: a Volcano Queue's name (got {shown(queue)})")]
+
+
 def _objects(path: str, items: Any, plural: str, item: str) -> tuple[list[tuple[int, dict]], list[Problem]]:
     """The objects of an optional list field, by index, and a problem for the field or each item that is not one."""
     if items is None:
@@ -207,6 +218,7 @@ def pod_template_problems(template: Any, renamed: str | None = None) -> list[Pro
         problems += label_key_problems("spec.template.metadata.labels", metadata.get("labels"))
         problems += _label_value_problems("spec.template.metadata.labels", metadata.get("labels"))
         problems += _annotation_key_problems("spec.template.metadata.annotations", metadata.get("annotations"))
+        problems += _volcano_queue_problems(metadata.get("annotations"))
     else:
         problems.append(Problem("spec.template.metadata", f"expected an object (got {shown(metadata)})"))
     pod_spec = template.get("spec") or {}
