@@ -257,3 +257,26 @@ def test_one_process_on_four_gpus_stays_one_process_as_under_jobset():
     assert (job["spec"]["gpusPerWorker"], job["spec"]["procsPerWorker"]) == (4, 1)
     assert "--nproc-per-node is 1 unless set" in next(n.message for n in notes if n.path.endswith("nvidia.com/gpu"))
     validate_job(job)
+
+
+def test_kueues_queue_label_on_the_pods_alone_is_refused_for_the_gang():
+    """A pod template's kueue.x-k8s.io/queue-name did nothing under the JobSet (Kueue's pod webhook leaves a
+    managed Job's pods to it); on kuberl's pods, with no spec.queueName, Kueue's pod integration admits each pod
+    on its own (a plain pod: no pod-group-name), so a gang part admitted waits for the rest. Refused at the
+    field, as the job's own label is, where it carried over and validated."""
+    from kuberl.core.validation import InvalidJob
+
+    from tests.support.jobs import make_job
+
+    doc = jobset()
+    doc["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"] = {"labels": {"kueue.x-k8s.io/queue-name": "team"}}
+    with pytest.raises(NotConvertible) as refused:
+        convert_jobset(doc)
+    said = {p.path: p.message for p in refused.value.problems}
+    assert "spec.queueName" in said["spec.replicatedJobs[0].template.spec.template.metadata.labels.kueue.x-k8s.io/queue-name"], said
+    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team"}
+    assert convert_jobset(doc)[0]["spec"]["queueName"] == "team", "with the job queued, its pods form one group"
+    labelled = make_job().template({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "team"}}}).obj()
+    with pytest.raises(InvalidJob, match=r"spec\.template\.metadata\.labels\.kueue\.x-k8s\.io/queue-name: .*spec\.queueName: team"):
+        validate_job(labelled)
+    validate_job(make_job().template({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "team"}}}).queue("team").obj())

@@ -548,12 +548,27 @@ def validate_job(job: Any, env_ids: Collection[str] | None = None) -> JobSpec:
             problems += e.problems
         nproc = torchrun.template_problem(job["spec"]) if parsed is not None else None
         problems += [Problem(*nproc)] if nproc else []
+        problems += pod_queue_label_problems(parsed)
     if parsed is not None and parsed.env is not None and env_ids is not None:
         problems += [p for p in [env_id_problem(parsed.env.id, env_ids)] if p is not None]
     if problems:
         raise InvalidJob(problems)
     assert parsed is not None
     return parsed
+
+
+def pod_queue_label_problems(parsed: JobSpec | None) -> list[Problem]:
+    """Kueue's queue-name label in the pod template with no spec.queueName: the pods carry it without a pod group
+    (kueue.x-k8s.io/pod-group-name), so Kueue's pod integration admits each one alone and a gang part admitted waits
+    for the rest (as jobstatus.judge says of the job's own label)."""
+    template = parsed.template if parsed is not None and parsed.queue_name is None else None
+    metadata = template.get("metadata") if isinstance(template, dict) else None
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    queue = labels.get(names.KUEUE_QUEUE_NAME) if isinstance(labels, dict) else None
+    if not isinstance(queue, str):
+        return []
+    return [Problem(f"spec.template.metadata.labels.{names.KUEUE_QUEUE_NAME}", f"queues each pod on its own in Kueue (no"
+                    f" pod group): set spec.queueName: {queue} instead, and kuberl's pods form one Kueue pod group")]
 
 
 # The trainer's configuration (trainerconfig.dump: the defaulted spec as indented JSON, plus the job's name,
