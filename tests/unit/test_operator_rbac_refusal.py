@@ -109,3 +109,18 @@ def test_other_records_pass_as_they_are():
                    kopf_record('kopf.objects', 'Request attempt #1/4 failed; will retry: GET /x -> APIServerError(500)')):
         before = (record.msg, record.exc_info)
         assert refusals.filter(record) and (record.msg, record.exc_info) == before, record
+
+
+def test_the_lines_said_of_refused_jobs_are_forgotten_once_their_window_is_past():
+    """kopf's finalizer patch names the job, so each job refused is a line of its own: the record of when each
+    was said grew by one per job name for the operator's life (a tenant creating jobs in a loop while the grant
+    is missing); a line past its window is forgotten, as it would be said again anyway."""
+    from kopf._cogs.clients.errors import APIForbiddenError
+
+    now = [0.0]
+    refusals = KopfRefusals(lambda message: kopf_refusal_line(message, 'kuberl.dev/operator', namespaced=False), clock=lambda: now[0])
+    for i in range(3000):
+        now[0] = i * 1.0  # one new job a second, for five windows
+        error = APIForbiddenError({'message': FINALIZER_REFUSED.replace('"j"', f'"job-{i}"'), 'code': 403}, status=403, headers={})
+        assert refusals.filter(kopf_record('kopf.objects', 'Throttling: %r', error))
+    assert len(refusals.said) <= 2 * 600, len(refusals.said)

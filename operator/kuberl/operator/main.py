@@ -206,6 +206,7 @@ class KopfRefusals(logging.Filter):
         super().__init__()
         self.line, self.window, self.clock = line, window, clock
         self.said: dict[str, float] = {}
+        self.pruned = clock()
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not record.name.startswith("kopf") or record.name.startswith("kopf._core.reactor"):
@@ -220,6 +221,9 @@ class KopfRefusals(logging.Filter):
             now = self.clock()
             if now - self.said.get(said, -self.window) < self.window:
                 return False
+            if now - self.pruned >= self.window:  # a line per job name: those past their window go (once a window)
+                self.said = {k: t for k, t in list(self.said.items()) if now - t < self.window}
+                self.pruned = now
             self.said[said] = now
             record.msg, record.args, record.exc_info, record.exc_text = said, (), None, None
             return True
