@@ -196,6 +196,15 @@ def test_a_node_count_that_agrees_or_cannot_be_read_is_taken(command):
     validate_job(custom_job(command, 3))
 
 
+def test_a_flag_written_twice_is_read_as_torchrun_reads_it_the_last_one():
+    """torchrun's argparse keeps the last of a repeated flag: kuberl read the first, so `--nnodes=2 ... --nnodes=3`
+    validated with 2 workers and its rendezvous waited for a third pod that never came."""
+    assert torchrun.find(["torchrun", "--nproc-per-node=1", "--nproc_per_node", "4", "t.py"], None) == torchrun.Nproc("4", "command[3]")
+    with pytest.raises(InvalidJob, match="waits for 3 node"):
+        validate_job(custom_job(["torchrun", "--nnodes=2", "--max-restarts=0", "--nnodes=3", "t.py"], 2))
+    validate_job(custom_job(["torchrun", "--nnodes=3", "--nnodes=2", "t.py"], 2))
+
+
 def test_a_converted_pytorchjob_with_a_wrong_node_count_is_refused_at_its_own_field():
     with pytest.raises(NotConvertible) as refused:
         convert(pytorchjob(["torchrun", "--nnodes=3", "--nproc_per_node=1", "t.py"]))

@@ -60,19 +60,18 @@ def _launcher_end(words: list[str], start: int) -> int | None:
 
 
 def _nproc_in(words: list[str], start: int, flags: tuple[str, ...] = NPROC_FLAGS) -> tuple[str, int] | None:
-    """(value, index of the word that holds it) of the launcher's nproc flag (or another of `flags`), before its script."""
-    i = start
+    """(value, index of the word that holds it) of the launcher's nproc flag (or another of `flags`), before its
+    script; the last one where it is written twice, as torchrun's argparse keeps it."""
+    i, found = start, None
     while i < len(words):
         word = words[i]
         if not word.startswith("-") or word == "-":
-            return None  # the training script: what follows is its own
+            return found  # the training script: what follows is its own
         name, eq, value = word.partition("=")
         if name in flags:
-            if eq:
-                return value, i
-            return (words[i + 1], i + 1) if i + 1 < len(words) else None
+            found = (value, i) if eq else (words[i + 1], i + 1) if i + 1 < len(words) else found
         i += 1 if eq or name in NO_VALUE else 2
-    return None
+    return found
 
 
 def _shell_script(words: list[str]) -> int | None:
