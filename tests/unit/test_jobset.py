@@ -146,6 +146,7 @@ REFUSED = [
     ("which-container", TWO_CONTAINERS, f"{POD}.containers", "one named 'pytorch'"),
     ("no-command", jobset({"name": "pytorch", "image": "train:1"}), f"{TRAINER}.command", "ENTRYPOINT"),
     ("not-a-jobset", {**jobset(), "apiVersion": "jobset.x-k8s.io/v1alpha1"}, "apiVersion", "jobset.x-k8s.io/v1alpha2"),
+    ("no-replicated-job", {**jobset(), "spec": {"replicatedJobs": []}}, "spec.replicatedJobs", "empty: the pods"),
     ("completion-index-env-across-jobs", jobset({"name": "pytorch", "image": "train:1", "command": [
         "bash", "-c", "torchrun --node_rank=$JOB_COMPLETION_INDEX t.py"]}, jobs=2, pods=2), f"{TRAINER}.command[2]",
      "within its Job"),

@@ -119,7 +119,8 @@ def _replicated_job(spec: dict) -> dict:
     """The one replicated Job: kuberl runs one gang of pods that run one program."""
     jobs = as_list(spec.get("replicatedJobs"), "spec.replicatedJobs")
     if not jobs:
-        raise not_convertible("spec.replicatedJobs", "required field is missing: the pods are a replicated Job's")
+        said = "empty" if isinstance(spec.get("replicatedJobs"), list) else "required field is missing"
+        raise not_convertible("spec.replicatedJobs", f"{said}: the pods are a replicated Job's (one, whose pods run torch)")
     if len(jobs) > 1:
         shown = ", ".join(repr(j.get("name")) if isinstance(j, dict) else "?" for j in jobs)
         raise not_convertible("spec.replicatedJobs", f"{len(jobs)} replicated Jobs ({shown}): kuberl runs one gang of"
