@@ -144,6 +144,10 @@ def test_the_kueue_label_is_the_queue_and_suspend_is_noted():
      "spec.trainer.command[1]", "affinity mask"),
     (trainjob(image=IMAGE, numProcPerNode=1, numNodes=5000), "spec.trainer.numNodes", "at most 1024"),
     (trainjob(image=IMAGE, numProcPerNode=1, env=[{"name": "X", "value": 1}]), "spec.trainer.env[0].value", "quote it"),
+    # Trainer's JAX runtime on a multi-host TPU slice (as a JobSet's or PyTorchJob's are refused): converted, its hosts
+    # never met without GKE's TPU webhook env
+    (trainjob(image=IMAGE, numProcPerNode=1, numNodes=4, resourcesPerNode={"limits": {"google.com/tpu": 4}}),
+     "spec.trainer.resourcesPerNode.limits.google.com/tpu", "TPU_WORKER_HOSTNAMES"),
 ])
 def test_what_cannot_be_converted_is_refused_at_the_trainjobs_field(doc, path, words):
     with pytest.raises(NotConvertible) as e:

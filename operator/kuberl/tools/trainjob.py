@@ -46,6 +46,7 @@ from .convert import (
     short_repr,
     split_resources,
     token_note,
+    tpu_problem,
     trainer_env,
 )
 
@@ -518,6 +519,10 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
                           " torch-distributed); kuberl runs 1 worker: set spec.workers for more"))
         workers = 1
     out["workers"] = workers
+    if isinstance(workers, int) and not isinstance(workers, bool):
+        tpus = tpu_problem(trainer.get("resourcesPerNode"), "spec.trainer.resourcesPerNode", workers)
+        if tpus:
+            raise NotConvertible([tpus])
     container: dict[str, Any] = {"name": names.TRAINER_CONTAINER}
     for key in ("command", "args"):
         if key in trainer:
