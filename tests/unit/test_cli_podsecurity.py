@@ -11,6 +11,7 @@ from kuberl import cli
 from kuberl.core import names
 
 from tests.support.jobs import make_job
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 T = f"spec.containers[{names.TRAINER_CONTAINER}]"
@@ -70,6 +71,8 @@ def test_run_is_privileged_by_default_and_says_so_in_one_line_once_the_job_is_va
     assert result.returncode == 1 and "spec.totalTimesteps" in result.stderr
     assert "pod security level" not in result.stdout, "no banner for a job that will not run"
     quick = make_job("quick").custom_trainer({"spec": {"containers": [{"name": "trainer", "command": ["python", "-c", "pass"]}]}}).workers(1).obj()
+    # a port of its own: with 29500 taken here (another run), the line saying so would come first
+    quick["spec"]["rendezvous"] = {"port": free_port()}
     result = kuberl(tmp_path, "run", "--dir", str(tmp_path / "runs"), job=quick)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines()[0] == (
