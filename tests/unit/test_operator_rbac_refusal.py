@@ -47,6 +47,15 @@ def test_one_refused_namespace_leaves_the_others_served_until_it_is_granted():
     assert watched.served() == ('team-a', 'team-b', 'team-c') and not watched.refused
 
 
+def test_the_same_refusal_recorded_twice_is_still_a_namespace_refused_not_the_operators_end():
+    """kopf's return and the hang watchdog (GoneWatchdog, 10 s on) can both record one refusal: the second saw a
+    namespace no longer served and took it for one the operator cannot go on without, and the operator exited 1."""
+    watched = WatchedNamespaces(('team-a', 'team-b'))
+    assert watched.refuse(refused_namespace(REFUSED_IN_B), REFUSED_IN_B)
+    assert watched.refuse(refused_namespace(REFUSED_IN_B), REFUSED_IN_B)
+    assert watched.served() == ('team-a',) and list(watched.refused) == ['team-b']
+
+
 @pytest.mark.parametrize(('watched', 'message'), [
     ((), REFUSED_IN_B),  # cluster-wide: kopf's one watch refused, nothing else to serve
     (('team-a', 'team-b'), REFUSED_CLUSTER),  # not a namespace's grant

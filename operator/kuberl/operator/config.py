@@ -259,7 +259,10 @@ class WatchedNamespaces:
 
     def refuse(self, namespace: str | None, message: str) -> bool:
         """Record a refusal; False when the operator cannot go on without that namespace: a cluster-wide
-        install, a refusal at the cluster scope or of no watched namespace, or no namespace left to serve."""
+        install, a refusal at the cluster scope or of no watched namespace, or no namespace left to serve. One
+        refused already is recorded again (kopf's return and the hang watchdog may both say it)."""
+        if namespace in self.refused:
+            return True
         if namespace is None or namespace not in self.served() or len(self.served()) == 1:
             return False
         self.refused[namespace] = message
