@@ -279,3 +279,18 @@ def test_a_sidecars_resources_the_api_server_takes_pass():
     resources = {"limits": {"cpu": 0.5, "memory": 1024, "nvidia.com/gpu": 1}, "requests": {"nvidia.com/gpu": 1, "cpu": "100m"}}
     template = {"spec": {"initContainers": [{"name": "warm", "image": "busybox", "resources": resources}]}}
     assert validate_job(make_job("res").template(template).obj()).workers >= 1
+
+
+@pytest.mark.parametrize(("container", "path"), [
+    ({"name": "trainer", "command": ["python", "-c", "print(1)\x00"]}, "spec.template.spec.containers[0].command[2]"),
+    ({"name": "trainer", "args": ["--x\x00"]}, "spec.template.spec.containers[0].args[0]"),
+    ({"name": "trainer", "env": [{"name": "A", "value": "a\x00b"}]}, "spec.template.spec.containers[0].env[0].value"),
+])
+def test_a_nul_byte_no_process_can_be_started_with_is_refused_at_its_field(container, path):
+    """execve takes C strings (Go's syscall.Exec: BytePtrFromString answers EINVAL), so the runtime cannot start a
+    container whose command, args or env hold a NUL: the pods passed validation and every start failed (StartError,
+    each gang restart spending backoffLimit: 71 s under kuberl run to fail)."""
+    job = make_job().custom_trainer({"spec": {"containers": [container]}}).obj()
+    with pytest.raises(InvalidJob) as refused:
+        validate_job(job)
+    assert any(p.path == path and "NUL" in p.message for p in refused.value.problems), refused.value.problems

@@ -255,6 +255,7 @@ def pod_template_problems(template: Any, renamed: str | None = None) -> list[Pro
                 problems += _container_problems(f"spec.template.spec.{kind}[{i}]", container,
                                                 trainer or (kind == "containers" and container.get("name") == renamed))
                 problems += _handler_problems(f"spec.template.spec.{kind}[{i}]", container, kind == "initContainers")
+                problems += _nul_problems(f"spec.template.spec.{kind}[{i}]", container)
                 problems += _sub_path_problems(f"spec.template.spec.{kind}[{i}].volumeMounts", container.get("volumeMounts"))
                 problems += _security_context_problems(f"spec.template.spec.{kind}[{i}].securityContext",
                                                        container.get("securityContext"), pod=False)
@@ -280,6 +281,17 @@ PORT_PROTOCOLS = ("TCP", "UDP", "SCTP")
 # IsValidPortName (k8s.io/apimachinery/pkg/util/validation): an IANA_SVC_NAME.
 MAX_PORT_NAME = 15
 PORT_NAME = re.compile(r"^[-a-z0-9]+$")
+
+
+def _nul_problems(path: str, container: dict) -> list[Problem]:
+    """A NUL byte in the command, args or an env value: execve takes C strings (Go's syscall.Exec answers EINVAL at
+    BytePtrFromString), so the runtime can start no such container and every start of the pod fails (StartError)."""
+    words = [(f"{path}.{key}[{j}]", word) for key in ("command", "args")
+             for j, word in enumerate(container.get(key) if isinstance(container.get(key), list) else [])]
+    env = container.get("env") if isinstance(container.get("env"), list) else []
+    words += [(f"{path}.env[{j}].value", var.get("value")) for j, var in enumerate(env) if isinstance(var, dict)]
+    return [Problem(where, "holds a NUL byte: no process can be started with it (execve takes C strings)")
+            for where, word in words if isinstance(word, str) and "\x00" in word]
 
 
 def _one_of(values: tuple[str, ...]) -> str:
