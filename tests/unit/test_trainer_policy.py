@@ -313,3 +313,21 @@ def test_kuberl_eval_video_without_pygame_names_the_extra_instead_of_a_traceback
     err = capsys.readouterr().err
     assert err.startswith("kuberl eval: --video: CartPole-v1 cannot draw its frames here (pygame is not installed"), err
     assert err.endswith("pip install 'kuberl-trainer[video]'\n") and "Traceback" not in err
+
+
+def test_a_run_that_trained_on_after_its_final_model_is_evaluated_at_its_newest_checkpoint(tmp_path):
+    """`kuberl run --resume` with a raised totalTimesteps, stopped: the earlier final-model.pt stays beside newer
+    checkpoints, and `kuberl eval runs/<job>` scored those older weights."""
+    from kuberl_trainer import checkpoint
+
+    directory = tmp_path / "checkpoints" / "job-uid"
+    directory.mkdir(parents=True)
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    old = checkpoint.save(str(directory), 1, trainer.shared_state(), keep=3)
+    final = save_final_model(trainer, "ppo", "CartPole-v1", directory / "final-model.pt")
+    os.utime(old, (1_000, 1_000))
+    os.utime(final, (2_000, 2_000))
+    assert policies.find_model(str(tmp_path)) == final  # a run's end: its final model is newest
+    later = checkpoint.save(str(directory), 2, trainer.shared_state(), keep=3)
+    os.utime(later, (3_000, 3_000))
+    assert policies.find_model(str(tmp_path)) == later

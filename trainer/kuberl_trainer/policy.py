@@ -100,7 +100,7 @@ def find_model(path: str) -> str:
         return path
     finals = sorted(glob.glob(os.path.join(glob.escape(path), "checkpoints", "*", FINAL_MODEL)), key=os.path.getmtime)
     if finals:
-        return finals[-1]
+        return trained_on_after(finals[-1]) or finals[-1]
     for directory in sorted(glob.glob(os.path.join(glob.escape(path), "checkpoints", "*")), key=os.path.getmtime, reverse=True):
         newest = checkpoint.load_newest(directory)  # the newest that is valid, as a resumed run takes it
         if newest is not None:
@@ -113,6 +113,18 @@ def find_model(path: str) -> str:
         raise UnusableModel(f"{path} holds runs, not one run: give one of them ({', '.join(runs[:4])}{', …' if len(runs) > 4 else ''})")
     raise UnusableModel(f"{path}: no {FINAL_MODEL} and no checkpoint under checkpoints/ (give a run directory of kuberl run,"
                         f" a {FINAL_MODEL} or a ckpt-*.pt)")
+
+
+def trained_on_after(final_model: str) -> str | None:
+    """The newest valid checkpoint beside `final_model` when it is newer: a run ends by writing its final model
+    and saves no checkpoint after it, so a later one means training went on (a `kuberl run --resume` that raised
+    totalTimesteps, then stopped) and the final model is the older weights; else None."""
+    written = os.path.getmtime(final_model)
+    directory = os.path.dirname(final_model)
+    if not any(os.path.getmtime(p) > written for p in glob.glob(os.path.join(glob.escape(directory), "ckpt-*.pt"))):
+        return None
+    newest = checkpoint.load_newest(directory)
+    return newest[0] if newest is not None and os.path.getmtime(newest[0]) > written else None
 
 
 def run_ending(run_dir: str) -> str:
