@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import difflib
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -184,22 +185,32 @@ OTHER_KUBEFLOW_JOBS = {
 }
 
 
-def _check_document(doc: Any) -> None:
+def check_document(doc: Any, kind: str, api_version: str, version_name: str = "",
+                   kind_hint: Callable[[Any], str] = lambda _got: "", version_hint: Callable[[Any], str] = lambda _got: "") -> None:
+    """`doc` is a mapping of `kind` at `api_version`, else NotConvertible naming both fields; the hints (of the
+    value found) end their lines."""
     if not isinstance(doc, dict):
-        raise not_convertible("(document)", f"expected a PyTorchJob, a YAML mapping (got {short_repr(doc)})")
+        raise not_convertible("(document)", f"expected a {kind}, a YAML mapping (got {short_repr(doc)})")
     problems = []
-    kind = doc.get("kind")
-    if kind != KIND:
-        close = difflib.get_close_matches(str(kind), [KIND], n=1, cutoff=0.6)
-        hint = (f"; did you mean {KIND!r}?" if close and kind != names.KIND
-                else "; it is already an RLTrainingJob" if kind == names.KIND
-                else f"; Kubeflow's {kind} starts {OTHER_KUBEFLOW_JOBS[kind]}, which kuberl does not: it converts"
-                     " PyTorchJobs and TrainJobs" if isinstance(kind, str) and kind in OTHER_KUBEFLOW_JOBS else "")
-        problems.append(Problem("kind", f"expected {KIND!r} (got {kind!r}){hint}"))
-    if doc.get("apiVersion") != API_VERSION:
-        problems.append(Problem("apiVersion", f"expected {API_VERSION!r}, Kubeflow training-operator v1 (got {doc.get('apiVersion')!r})"))
+    if doc.get("kind") != kind:
+        problems.append(Problem("kind", f"expected {kind!r} (got {doc.get('kind')!r}){kind_hint(doc.get('kind'))}"))
+    if doc.get("apiVersion") != api_version:
+        problems.append(Problem("apiVersion", f"expected {api_version!r}{version_name} (got {doc.get('apiVersion')!r})"
+                                f"{version_hint(doc.get('apiVersion'))}"))
     if problems:
         raise NotConvertible(problems)
+
+
+def _other_kind_hint(kind: Any) -> str:
+    close = difflib.get_close_matches(str(kind), [KIND], n=1, cutoff=0.6)
+    return (f"; did you mean {KIND!r}?" if close and kind != names.KIND
+            else "; it is already an RLTrainingJob" if kind == names.KIND
+            else f"; Kubeflow's {kind} starts {OTHER_KUBEFLOW_JOBS[kind]}, which kuberl does not: it converts"
+                 " PyTorchJobs and TrainJobs" if isinstance(kind, str) and kind in OTHER_KUBEFLOW_JOBS else "")
+
+
+def _check_document(doc: Any) -> None:
+    check_document(doc, KIND, API_VERSION, ", Kubeflow training-operator v1", kind_hint=_other_kind_hint)
 
 
 def note_top_level_fields(doc: dict, notes: list[Note]) -> None:

@@ -15,7 +15,6 @@ import re
 from typing import Any
 
 from ..core import contract, names, torchrun
-from ..core.validation import Problem
 from . import podlabels
 from .convert import (
     KUEUE_SUSPEND,
@@ -26,6 +25,7 @@ from .convert import (
     as_list,
     as_mapping,
     carried_metadata,
+    check_document,
     checked,
     command_procs,
     container_text_fields,
@@ -96,15 +96,7 @@ def _placement_annotations(metadata: dict, notes: list[Note]) -> None:
 
 
 def _check_document(doc: Any) -> None:
-    if not isinstance(doc, dict):
-        raise not_convertible("(document)", f"expected a JobSet, a YAML mapping (got {short_repr(doc)})")
-    problems = []
-    if doc.get("kind") != KIND:
-        problems.append(Problem("kind", f"expected {KIND!r} (got {doc.get('kind')!r})"))
-    if doc.get("apiVersion") != API_VERSION:
-        problems.append(Problem("apiVersion", f"expected {API_VERSION!r} (got {doc.get('apiVersion')!r})"))
-    if problems:
-        raise NotConvertible(problems)
+    check_document(doc, KIND, API_VERSION)
 
 
 def _count(value: Any, path: str, default: int) -> int:

@@ -31,6 +31,7 @@ from .convert import (
     as_list,
     as_mapping,
     carried_metadata,
+    check_document,
     checked,
     command_procs,
     container_text_fields,
@@ -94,16 +95,8 @@ INITIALIZER = ("not carried over: kuberl runs no initializer Job; fetch the {wha
 
 
 def _check_document(doc: Any) -> None:
-    if not isinstance(doc, dict):
-        raise not_convertible("(document)", f"expected a TrainJob, a YAML mapping (got {short_repr(doc)})")
-    problems = []
-    if doc.get("kind") != KIND:
-        problems.append(Problem("kind", f"expected {KIND!r} (got {doc.get('kind')!r})"))
-    if doc.get("apiVersion") != API_VERSION:
-        hint = "; kubeflow.org/v2alpha1 was its name before Kubeflow Trainer 2.0" if doc.get("apiVersion") == "kubeflow.org/v2alpha1" else ""
-        problems.append(Problem("apiVersion", f"expected {API_VERSION!r}, Kubeflow Trainer v2 (got {doc.get('apiVersion')!r}){hint}"))
-    if problems:
-        raise NotConvertible(problems)
+    check_document(doc, KIND, API_VERSION, ", Kubeflow Trainer v2", version_hint=lambda got: (
+        "; kubeflow.org/v2alpha1 was its name before Kubeflow Trainer 2.0" if got == "kubeflow.org/v2alpha1" else ""))
 
 
 def _runtime(spec: dict) -> str:
