@@ -196,6 +196,24 @@ def test_a_node_count_that_agrees_or_cannot_be_read_is_taken(command):
     validate_job(custom_job(command, 3))
 
 
+@pytest.mark.parametrize(("value", "words"), [("x", "not a whole number"), ("-2", "0 < MIN <= MAX"), ("3:1", "0 < MIN <= MAX"),
+                                              ("0", "0 < MIN <= MAX"), ("1:2:3", "MIN:MAX format"), ("", "not a whole number")])
+def test_a_node_count_torchrun_refuses_is_refused_at_the_flag(value, words):
+    """torchrun ends at start on these (torch/distributed/run.py: parse_min_max_nnodes' int(), then config_from_args'
+    `0 < min_nodes <= max_nodes`), so every pod failed alike until backoffLimit; they validated ("3:1" read as MAX 1,
+    each pod its own world)."""
+    with pytest.raises(InvalidJob) as refused:
+        validate_job(custom_job(["torchrun", f"--nnodes={value}", "t.py"], 3))
+    (problem,) = [p for p in refused.value.problems if "--nnodes" in p.message]
+    assert problem.path == "spec.template.spec.containers[0].command[1]" and words in problem.message, problem
+
+
+def test_node_bounds_are_read_as_torchrun_reads_them():
+    from torch.distributed.run import parse_min_max_nnodes
+    for value in ("2", "1:4", " 3", "+2", "1_0"):  # Python's int() takes these, so torchrun does
+        assert torchrun.torchrun_node_bounds(value) == parse_min_max_nnodes(value)
+
+
 def test_a_flag_written_twice_is_read_as_torchrun_reads_it_the_last_one():
     """torchrun's argparse keeps the last of a repeated flag: kuberl read the first, so `--nnodes=2 ... --nnodes=3`
     validated with 2 workers and its rendezvous waited for a third pod that never came."""

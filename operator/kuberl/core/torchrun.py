@@ -175,15 +175,34 @@ def procs_problem(nproc: Nproc, procs: int, procs_set: bool, gpus: int) -> str |
 NNODES_FLAGS = ("--nnodes",)
 
 
+def torchrun_node_bounds(value: str) -> tuple[int, int] | str:
+    """(MIN, MAX) as torchrun reads --nnodes (run.py's parse_min_max_nnodes: Python's int() of N or MIN:MAX, then
+    `0 < MIN <= MAX` in config_from_args), or why it refuses the value at start."""
+    parts = value.split(":")
+    expected = "a node count N, or MIN:MAX with 0 < MIN <= MAX"
+    if len(parts) > 2:
+        return f"torchrun refuses --nnodes {value!r} (not in MIN:MAX format): write {expected}"
+    try:
+        low, high = int(parts[0]), int(parts[-1])
+    except ValueError:
+        return f"torchrun refuses --nnodes {value!r} (not a whole number): write {expected}"
+    if not 0 < low <= high:
+        return f"torchrun refuses --nnodes {value!r} (it needs 0 < MIN <= MAX): write {expected}"
+    return low, high
+
+
 def nnodes_problem(nnodes: Nproc, workers: int) -> str | None:
-    """Why torchrun's --nnodes (N, or MIN:MAX for an elastic rendezvous) disagrees with the job's pods; None
-    when it agrees, cannot be read (a shell or $(VAR) expansion: it may be right), or is 1 (each pod its own
-    world, as docs/local-runs.md allows)."""
+    """Why torchrun's --nnodes (N, or MIN:MAX for an elastic rendezvous) disagrees with the job's pods, or is a
+    value torchrun refuses at start (every pod would fail alike until backoffLimit); None when it agrees, cannot
+    be read (a shell or $(VAR) expansion: it may be right), or is 1 (each pod its own world, as
+    docs/local-runs.md allows)."""
     value = nnodes.value or ""
-    bounds = value.split(":") if re.fullmatch(r"[0-9]+(:[0-9]+)?", value) else None
-    if bounds is None:
+    if nnodes.value is None or "$" in value or "`" in value:
         return None
-    low, high = int(bounds[0]), int(bounds[-1])
+    bounds = torchrun_node_bounds(value)
+    if isinstance(bounds, str):
+        return bounds
+    low, high = bounds
     if low <= workers <= high or high == 1:  # 1: a world of its own in each pod (as --standalone), by choice
         return None
     waits = (f"torchrun's --nnodes {value!r} waits for {low} node(s)" if low == high
