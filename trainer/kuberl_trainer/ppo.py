@@ -359,14 +359,14 @@ class PPOTrainer(BaseAlgorithm):
         for _ in range(hp.update_epochs):
             epochs_run += 1
             order = upload(self.np_rng.permutation(size), device)
-            epoch = torch.zeros_like(totals)
             for start in range(0, minibatch * hp.num_minibatches, minibatch):
                 rows = order[start : start + minibatch]
-                epoch += self.learner.step(all_obs[rows], table[rows])
-            totals += epoch
-            kl = epoch[STAT_NAMES.index("approx_kl")] / hp.num_minibatches
-            if hp.target_kl is not None and self.mean_over_ranks(kl) > hp.target_kl:
-                break  # every rank saw the same mean KL: same number of backward passes
+                last = self.learner.step(all_obs[rows], table[rows])
+                totals += last
+            # CleanRL's rule: the epoch's LAST minibatch's KL (taken before its step), the
+            # furthest the epoch moved; all-reduced, so every rank runs as many backward passes
+            if hp.target_kl is not None and self.mean_over_ranks(last[STAT_NAMES.index("approx_kl")]) > hp.target_kl:
+                break
         means = (totals / (epochs_run * hp.num_minibatches)).tolist()
         return dict(zip(STAT_NAMES, means, strict=True)), epochs_run
 

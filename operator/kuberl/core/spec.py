@@ -75,7 +75,7 @@ class PPOConfig(Model):
     ent_coef: float = Field(0.0, ge=0, le=10, description="Entropy bonus coefficient.")
     vf_coef: float = Field(0.5, ge=0, le=100, description="Value loss coefficient.")
     max_grad_norm: float = Field(0.5, gt=0, le=1000, description="Global gradient norm clip.")
-    target_kl: float | None = Field(None, gt=0, description="Stop the epoch loop early when the approximate KL exceeds this (decided on all ranks together).")
+    target_kl: float | None = Field(None, gt=0, description="Stop the epochs early when the approximate KL of an epoch's last minibatch (taken before its step) exceeds this, checked after each epoch as CleanRL's target_kl (the ranks' mean decides on all ranks together). SB3's stops mid-epoch at 1.5x its target_kl.")
     hidden_sizes: list[HiddenWidth] = Field([64, 64], min_length=1, max_length=8, description="Hidden layer widths of the actor and critic MLPs.")
     policy: Literal["auto", "mlp", "cnn"] = Field("auto", description="Network torso: auto picks the Nature DQN CNN for uint8 image observations (Atari) and an MLP otherwise; mlp or cnn force one.")
     precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16: autocast the network's forward pass (GPUs with bf16, or CPU); losses, log-probs and targets stay fp32.")

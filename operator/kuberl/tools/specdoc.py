@@ -27,6 +27,17 @@ fingerprint differs (see [local runs](local-runs.md)).
 """
 
 
+# Where CleanRL and Stable-Baselines3 differ from each other or from a plain reading, which one kuberl
+# follows, so a config ported from either means what its author meant.
+MATCHED = (
+    ("`ppo.targetKl`", "CleanRL (`ppo.py`)",
+     "After each epoch, the approximate KL `(ratio - 1) - log ratio` of the epoch's last minibatch, taken before its"
+     " optimiser step, is compared with `targetKl`; above it, the epochs stop. SB3 compares every minibatch with"
+     " `1.5 * target_kl` before its step and stops mid-epoch: an SB3 config stops later here unless its target is"
+     " scaled by 1.5."),
+)
+
+
 def _type(node: dict) -> str:
     kind = node.get("type")
     if "enum" in node:
@@ -82,6 +93,10 @@ def reference() -> str:
               "`operator/kuberl/core/fingerprint.py` sorts every top-level field; `kuberl run` fingerprints the learned ones.", "",
               "| field | kind | why |", "| --- | --- | --- |"]
     lines += [f"| `{name}` | {kind} | {why} |" for name, (kind, why) in fingerprint.FIELDS.items()]
+    lines += ["", "## Semantics matched with CleanRL and Stable-Baselines3", "",
+              "Where the two differ, or a field could be read two ways, kuberl follows the one named.", "",
+              "| field | matches | what it does |", "| --- | --- | --- |"]
+    lines += [f"| {field} | {who} | {_cell(what)} |" for field, who, what in MATCHED]
     rules = schema.get("x-kubernetes-validations") or []
     lines += ["", "## Cross-field rules", "", "Checked by the API server (CEL) and by the operator alike.", "",
               "| field | rule |", "| --- | --- |"]
