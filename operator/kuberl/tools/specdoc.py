@@ -31,10 +31,10 @@ fingerprint differs (see [local runs](local-runs.md)).
 # follows, so a config ported from either means what its author meant.
 MATCHED = (
     ("`ppo.targetKl`", "CleanRL (`ppo.py`)",
-     "After each epoch, the approximate KL `(ratio - 1) - log ratio` of the epoch's last minibatch, taken before its"
-     " optimiser step, is compared with `targetKl`; above it, the epochs stop. SB3 compares every minibatch with"
-     " `1.5 * target_kl` before its step and stops mid-epoch: an SB3 config stops later here unless its target is"
-     " scaled by 1.5."),
+     ("After each epoch, the approximate KL `(ratio - 1) - log ratio` of the epoch's last minibatch, taken before"
+      " its optimiser step, is compared with `targetKl`; above it, the epochs stop. SB3 compares every minibatch"
+      " with `1.5 * target_kl` before its step and stops mid-epoch: for an SB3 config, 1.5 times its target_kl is"
+      " the nearest targetKl.")),
 )
 
 
