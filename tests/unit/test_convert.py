@@ -788,3 +788,22 @@ def test_one_process_with_every_gpu_of_its_pod_stays_one_process(nproc):
 def test_kueues_older_queue_name_annotation_names_a_pytorchjobs_queue():
     job, _ = convert(with_metadata(annotations={"kueue.x-k8s.io/queue-name": "user-queue"}))
     assert job["spec"]["queueName"] == "user-queue"
+
+
+@pytest.mark.parametrize(("command", "words"), [
+    (["accelerate", "launch", "--num_processes", "2", "train.py"], "accelerate launch is given --num_processes 2"),
+    (["bash", "-c", "deepspeed --num_gpus=2 train.py --deepspeed ds.json"], "deepspeed is given --num_gpus 2"),
+])
+def test_another_launchers_own_process_count_is_named_not_silently_replaced(command, words):
+    """`accelerate launch --num_processes 2` on 4 GPUs converted to 4 processes per pod with no word: each pod's
+    WORLD_SIZE, CPU share and OMP_NUM_THREADS were sized for processes it never starts."""
+    job, notes = convert(pytorchjob(None, replica(2, pytorch(command=command, resources=GPU), restart=None)))
+    assert job["spec"].get("procsPerWorker") is None
+    note = next(n for n in notes if n.path == "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command")
+    assert words in note.message and "--procs-per-worker" in note.message, note
+
+
+def test_another_launchers_count_equal_to_kuberls_needs_no_note():
+    _, notes = convert(pytorchjob(None, replica(2, pytorch(command=["accelerate", "launch", "--num-processes=4", "t.py"],
+                                                                resources=GPU), restart=None)))
+    assert not [n for n in notes if "is given" in n.message]

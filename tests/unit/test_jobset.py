@@ -281,3 +281,11 @@ def test_kueues_queue_label_on_the_pods_alone_is_refused_for_the_gang():
     with pytest.raises(InvalidJob, match=r"spec\.template\.metadata\.labels\.kueue\.x-k8s\.io/queue-name: .*spec\.queueName: team"):
         validate_job(labelled)
     validate_job(make_job().template({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "team"}}}).queue("team").obj())
+
+
+def test_accelerate_launchs_own_process_count_is_named():
+    doc = jobset({"name": "pytorch", "image": "train:1", "command": ["accelerate", "launch", "--num_processes=2", "t.py"],
+                  "resources": {"limits": {"nvidia.com/gpu": 4}}})
+    job, notes = convert_jobset(doc)
+    assert job["spec"].get("procsPerWorker") is None
+    assert any("--num_processes 2" in n.message and n.path.endswith(".containers[0].command") for n in notes), notes

@@ -442,6 +442,30 @@ def starts_processes(command: Any, args: Any) -> bool:
     return bool(OWN_LAUNCHER.search(" ".join(words)))
 
 
+# Those launchers' own process-count options: accelerate launch's --num_processes (over all machines), deepspeed's
+# --num_gpus (per node), tune run's torchrun options.
+OWN_LAUNCHER_COUNT = re.compile(r"(?:^|\s)(--(?:num[_-]processes|num[_-]gpus|nproc[_-]per[_-]node))(?:=|\s+)(\S+)")
+
+
+def note_own_launcher_count(command: Any, args: Any, procs: int | None, gpus: int, container_path: str,
+                            notes: list[Note]) -> None:
+    """A note where accelerate launch, deepspeed or tune run is told its own process count: kuberl cannot read what
+    it means per pod (accelerate's counts every machine's), so a count other than kuberl's is named, not guessed."""
+    words = [w for w in [*(command if isinstance(command, list) else []), *(args if isinstance(args, list) else [])]
+             if isinstance(w, str)]
+    text = " ".join(words)
+    launcher = OWN_LAUNCHER.search(text)
+    found = OWN_LAUNCHER_COUNT.search(text, launcher.end()) if launcher else None
+    counted = procs if procs is not None else max(gpus, 1)
+    if found is None or (torchrun.whole_number(found.group(2)) and int(found.group(2)) == counted):
+        return
+    field = "command" if isinstance(command, list) and any(found.group(1) in str(w) for w in command) else "args"
+    notes.append(Note(f"{container_path}.{field}", f"{launcher.group(0).strip()} is given {found.group(1)}"
+                      f" {found.group(2)}, which kuberl does not read; spec.procsPerWorker is {counted}"
+                      f"{'' if procs is not None else ' (one per GPU)'}, from which each pod's WORLD_SIZE, CPU share"
+                      f" and OMP_NUM_THREADS are sized: pass {PROCS_OPTION} N with the processes it starts per pod"))
+
+
 def _procs(spec: dict, gpus: int, notes: list[Note], user_nproc: tuple[str, str] | None = None,
            accel: tuple[str, int] | None = None, launches: bool = True, gpu_path: str = "",
            given: int | None = None) -> tuple[int | None, str]:
@@ -1000,6 +1024,9 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
                                       f"{template_path}.spec.containers[{index}]", lifted.get("gpusPerWorker", 0),
                                       (procs, procs_path), procs_per_worker, notes, accel)
     origins["spec.procsPerWorker"] = procs_path
+    if procs_per_worker is None:
+        note_own_launcher_count(container.get("command"), container.get("args"), procs, lifted.get("gpusPerWorker", 0),
+                                f"{template_path}.spec.containers[{index}]", notes)
     # MASTER_PORT is the Master's pytorchjob-port under PyTorchJob (getPortFromPyTorchJob)
     port_from = MASTER if MASTER in replicas else WORKER
     port_index = _trainer_index(templates[port_from], f"spec.pytorchReplicaSpecs.{port_from}.template")

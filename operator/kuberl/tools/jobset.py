@@ -35,6 +35,7 @@ from .convert import (
     managed_by,
     named_pod_notes,
     not_convertible,
+    note_own_launcher_count,
     note_top_level_fields,
     relabelled,
     short_repr,
@@ -195,6 +196,8 @@ def _procs(container: dict, path: str, gpus: int, given: int | None, notes: list
             decided = (None, own[1])
     flag = torchrun.find(command, args) if launches else None
     procs, origin = command_procs(flag, path, gpus, decided, given, notes, accelerator(container.get("resources")))
+    if given is None:
+        note_own_launcher_count(command, args, procs, gpus, path, notes)
     counted_by_torchrun = own is not None and not torchrun.whole_number(own[0]) or flag is not None and flag.count is None
     if procs is None and given is None and not counted_by_torchrun and gpus > 1 and not (
             not launches and starts_processes(command, args)):  # accelerate launch, deepspeed: one per GPU
