@@ -899,3 +899,24 @@ def test_the_runner_writes_its_own_files_in_runs_without_following_a_link_left_t
     out = capsys.readouterr().out
     assert [p.read_text() for p in sorted(elsewhere.iterdir())] == ["mine\n", "mine\n"], out
     assert code == 0 and "[rank 0] hello" in out, out  # the output still reaches the terminal
+
+
+def test_a_ctrl_c_after_the_job_ended_keeps_its_exit_code_and_summary(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C while the learning curve was drawn, after the job had succeeded, ended `kuberl run` in a
+    KeyboardInterrupt traceback (exit 130, "interrupted, resumable"): the summary was lost and the code lied."""
+    import signal
+
+    import yaml
+    from kuberl import cli
+    from kuberl.local import runner
+
+    def plot_interrupted(run_dir):
+        os.kill(os.getpid(), signal.SIGINT)  # a real SIGINT, delivered (to the main thread) while the curve is drawn
+        return os.path.join(run_dir, "learning-curve.png")
+
+    job = {**JOB, "metadata": {"name": "ends"}, "spec": {"trainer": "custom", "runPolicy": {"backoffLimit": 0}, "template": {
+        "spec": {"containers": [{"name": "trainer", "command": ["python", "-c", "pass"]}]}}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    monkeypatch.setattr(runner, "plot", plot_interrupted)
+    assert cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "runs"), "--plot"]) == 0
+    assert "ends succeeded" in capsys.readouterr().out.replace("'", "")

@@ -1050,12 +1050,15 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
         console.close()
         CONSOLE = None
     curve = None
-    if args.plot and code in (0, EXIT_INTERRUPTED):
-        with contextlib.suppress(FileNotFoundError):
-            curve = plot(run_dir)
-    # one summary: what happened, and where the model, checkpoints, logs and learning curve are
-    say(summary(job, paths_of(job, run_dir, job_uid(run_dir)), status, code, wall)
-        + f"; logs {shown(os.path.join(run_dir, 'logs'))}" + (f"; learning curve {shown(curve)}" if curve else ""))
+    # The job has ended: a Ctrl-C now (drawing the curve takes a second or two) skips the curve, not the summary,
+    # and the exit code stays the job's; it ended the command in a KeyboardInterrupt traceback, exit 130.
+    with Interrupts() as interrupts:
+        if args.plot and code in (0, EXIT_INTERRUPTED):
+            with contextlib.suppress(FileNotFoundError):
+                curve = plot(run_dir) if not interrupts.count else None
+        # one summary: what happened, and where the model, checkpoints, logs and learning curve are
+        say(summary(job, paths_of(job, run_dir, job_uid(run_dir)), status, code, wall)
+            + f"; logs {shown(os.path.join(run_dir, 'logs'))}" + (f"; learning curve {shown(curve)}" if curve else ""))
     return code
 
 
