@@ -28,7 +28,7 @@ def test_the_bootstrap_value_sees_the_last_observation_normalised_as_the_rollout
                          "Pendulum-v1", 2, {}, 10_000, seed=1, restart=0)
     trainer.update(stop_vote=False, success_vote=False)  # the normaliser holds a first rollout's moments
     trainer.collect()
-    as_collected = trainer.obs_norm.normalize(trainer.next_obs).astype(np.float32)
+    as_collected = trainer.acting_norm.normalize(trainer.next_obs).astype(np.float32)
     next_value = trainer.actor.value(as_collected)
     buf = trainer.buf
     trainer.obs_norm.merge(RunningMeanStd.moments(buf.raw_obs[buf.valid.astype(bool)], trainer.obs_shape))  # as update() does
@@ -36,3 +36,41 @@ def test_the_bootstrap_value_sees_the_last_observation_normalised_as_the_rollout
     expected, _ = gae(buf.rewards, buf.values, next_value, buf.terminated, buf.truncated, buf.valid,
                       trainer.hp.gamma, trainer.hp.gae_lambda)
     np.testing.assert_allclose(advantages, expected, rtol=1e-5, atol=1e-6)
+
+
+def vecnormalize_observations(raw: np.ndarray, valid: np.ndarray, clip: float = 10.0) -> np.ndarray:
+    """SB3's VecNormalize (and CleanRL's NormalizeObservation) written out: each step's observations join
+    the running statistics, then are normalised with them; (T, N, D) raw observations, (T, N) valid."""
+    seen, out = [], np.zeros(raw.shape, np.float64)
+    for t in range(raw.shape[0]):
+        seen.extend(raw[t][valid[t]])
+        mean, var = np.mean(seen, 0), np.var(seen, 0)
+        out[t] = np.clip((raw[t] - mean) / np.sqrt(var + 1e-8), -clip, clip)
+    return out
+
+
+def test_the_first_rollout_is_normalised_with_statistics_that_include_each_step_as_sb3_and_cleanrl_do():
+    """VecNormalize and NormalizeObservation update the statistics with each step's observations before
+    normalising them, the reset's included. kuberl's merged statistics only at the update, so the whole
+    first rollout met mean 0, std 1: MountainCarContinuous' velocities (about 0.01) stayed near 0, and an
+    observation of scale 100 was clipped to +-10 for every step of it."""
+    hp = PPOConfig(num_steps=16, hidden_sizes=[8], normalize_observation=True)
+    trainer = PPOTrainer(ONE_PROCESS, hp, "Pendulum-v1", 3, {"max_episode_steps": 6}, 10_000, seed=1, restart=0)
+    trainer.collect()
+    buf = trainer.buf
+    valid = buf.valid.astype(bool)
+    assert not valid.all()  # autoreset steps (the episodes end every 6 steps) stay out of the statistics
+    np.testing.assert_allclose(buf.obs, vecnormalize_observations(buf.raw_obs, valid), rtol=1e-5, atol=1e-5)
+
+
+def test_after_each_update_every_rank_acts_with_the_merged_statistics_again():
+    """Within a rollout a rank's statistics gain its own observations; at the update the ranks' moments are
+    all-reduced and every rank starts the next rollout from the same merged statistics (the checkpointed
+    ones, which evaluation and the final model use)."""
+    hp = PPOConfig(num_steps=16, hidden_sizes=[8], normalize_observation=True)
+    trainer = PPOTrainer(ONE_PROCESS, hp, "Pendulum-v1", 2, {}, 10_000, seed=1, restart=0)
+    for _ in range(2):
+        trainer.update(stop_vote=False, success_vote=False)
+        assert trainer.obs_norm.count == trainer.acting_norm.count == trainer.counters.global_step
+        np.testing.assert_allclose(trainer.acting_norm.mean, trainer.obs_norm.mean, rtol=1e-12)
+        np.testing.assert_allclose(trainer.acting_norm.std, np.sqrt(trainer.obs_norm.var + 1e-8), rtol=1e-12)

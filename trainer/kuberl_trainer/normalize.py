@@ -2,7 +2,9 @@
 
 Each rank sends its rollout's raw moments (count, sum, sum of squares) in
 the update's one all-reduce; every rank then merges the same global moments,
-so the normalisers stay identical without a collective of their own.
+so the normalisers stay identical without a collective of their own. Within
+a rollout a rank acts with `StepStatistics`: those statistics plus its own
+observations so far, added before they are normalised.
 """
 
 from __future__ import annotations
@@ -67,3 +69,32 @@ class RunningMeanStd:
         self.mean = np.array(state["mean"], np.float64)
         self.var = np.array(state["var"], np.float64)
         self.count = float(state["count"])
+
+
+class StepStatistics:
+    """A RunningMeanStd's statistics plus samples added one step at a time, each step's before it is
+    normalised (SB3's VecNormalize and CleanRL's NormalizeObservation update, then normalise), as raw
+    sums so a step costs a few small numpy calls; `restart` takes the merged statistics again."""
+
+    def __init__(self, norm: RunningMeanStd):
+        self.epsilon, self.clip = norm.epsilon, norm.clip
+        self.restart(norm)
+
+    def restart(self, norm: RunningMeanStd) -> None:
+        self.count = norm.count
+        self.sum = norm.mean * norm.count
+        self.squares = (norm.var + np.square(norm.mean)) * norm.count
+        self.mean, self.std = norm.mean.copy(), np.sqrt(norm.var + self.epsilon)
+
+    def add(self, x: np.ndarray) -> None:
+        """Fold in samples x (B, *shape)."""
+        if len(x) == 0:
+            return
+        self.count += len(x)
+        self.sum = self.sum + x.sum(0, dtype=np.float64)
+        self.squares = self.squares + np.square(x, dtype=np.float64).sum(0)
+        self.mean = self.sum / self.count
+        self.std = np.sqrt(np.maximum(self.squares / self.count - np.square(self.mean), 0.0) + self.epsilon)
+
+    def normalize(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return np.clip((x - self.mean) / self.std, -self.clip, self.clip, out=out)

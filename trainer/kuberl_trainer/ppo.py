@@ -30,7 +30,7 @@ from . import atari, budget, distributed, evaluation, learners, networks
 from .base import BaseAlgorithm
 from .device import CPU, host_zeros, stream_after_current, to_device, upload
 from .distributed import Dist
-from .normalize import RunningMeanStd
+from .normalize import RunningMeanStd, StepStatistics
 from .ppo_terms import LOG_SQRT_2PI, STAT_NAMES, minibatch_table
 from .session import UpdateReport
 
@@ -232,7 +232,10 @@ class PPOTrainer(BaseAlgorithm):
         encoder, features = networks.encoder(space, hp.policy, "spec.ppo.policy")
         # the CNN's heads are linear on its 512 features (Nature DQN / CleanRL); hiddenSizes shape MLPs
         self.agent = Agent(features, self.action_space, [] if cnn else list(hp.hidden_sizes), encoder).to(ctx.device)
-        self.obs_norm = RunningMeanStd(self.obs_shape)
+        self.obs_norm = RunningMeanStd(self.obs_shape)  # merged over ranks at each update: checkpoints, evaluation
+        # what this rank's rollout is normalised with: obs_norm plus each step's observations as they come
+        # (SB3's VecNormalize, CleanRL's NormalizeObservation), so the first rollout is not normalised blind
+        self.acting_norm = StepStatistics(self.obs_norm)
         self.ret_norm = RunningMeanStd(())
         self.batch_per_rank = hp.num_steps * num_envs
         self.num_updates = max(1, math.ceil(self.total_timesteps / (self.batch_per_rank * ctx.world_size)))
@@ -265,6 +268,7 @@ class PPOTrainer(BaseAlgorithm):
 
     def _load_shared_extra(self, state: dict) -> None:
         self.obs_norm.load_state_dict(state["obs_norm"])
+        self.acting_norm.restart(self.obs_norm)
         self.ret_norm.load_state_dict(state["ret_norm"])
 
     def _rank_extra(self) -> dict:
@@ -286,7 +290,7 @@ class PPOTrainer(BaseAlgorithm):
                     self.next_obs, reward, terminated, truncated, _ = self.envs.step(self.act(t, slice(None)))
                     self.account(t, reward, terminated, truncated)
         # valued now, as the rollout's observations were normalised: the update merges their moments first
-        obs = self.obs_norm.normalize(self.next_obs) if self.hp.normalize_observation else self.next_obs
+        obs = self.acting_norm.normalize(self.next_obs) if self.hp.normalize_observation else self.next_obs
         self.next_value = self.behaviour.value(obs.astype(np.float32, copy=False))
 
     def collect_overlapped(self) -> None:
@@ -315,7 +319,10 @@ class PPOTrainer(BaseAlgorithm):
         hp, buf = self.hp, self.buf
         if hp.normalize_observation:
             np.copyto(buf.raw_obs[t, cols], self.next_obs[cols])
-            self.obs_norm.normalize(self.next_obs[cols], out=buf.obs[t, cols])
+            # this step's observations join the statistics first (autoreset steps' final observations do not)
+            valid = buf.valid[t, cols]
+            self.acting_norm.add(buf.raw_obs[t, cols] if valid.all() else buf.raw_obs[t, cols][valid.astype(bool)])
+            self.acting_norm.normalize(self.next_obs[cols], out=buf.obs[t, cols])
         else:
             np.copyto(buf.obs[t, cols], self.next_obs[cols])
         buf.actions[t, cols], buf.log_probs[t, cols], buf.values[t, cols] = self.behaviour.act(buf.obs[t, cols])
@@ -402,6 +409,7 @@ class PPOTrainer(BaseAlgorithm):
         totals, allreduce_seconds = self.sync_update(self.local_statistics(), stop_vote, success_vote)
         if hp.normalize_observation:
             self.obs_norm.merge(totals["obs_moments"])
+            self.acting_norm.restart(self.obs_norm)  # every rank starts the next rollout alike
         if hp.normalize_reward:
             self.ret_norm.merge(totals["return_moments"])
 

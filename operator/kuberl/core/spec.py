@@ -79,7 +79,7 @@ class PPOConfig(Model):
     hidden_sizes: list[HiddenWidth] = Field([64, 64], min_length=1, max_length=8, description="Hidden layer widths of the actor and critic MLPs.")
     policy: Literal["auto", "mlp", "cnn"] = Field("auto", description="Network torso: auto picks the Nature DQN CNN for uint8 image observations (Atari) and an MLP otherwise; mlp or cnn force one.")
     precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16: autocast the network's forward pass (GPUs with bf16, or CPU); losses, log-probs and targets stay fp32.")
-    normalize_observation: bool = Field(False, description="Running observation normalisation, clipped to +-10 (as CleanRL and SB3), all-reduced across ranks and checkpointed; the model applies it when played.")
+    normalize_observation: bool = Field(False, description="Running observation normalisation, clipped to +-10: each step's observations update the statistics before they are normalised (as SB3's VecNormalize), all-reduced across ranks at each update and checkpointed; the model applies it when played.")
     normalize_reward: bool = Field(False, description="Scale rewards by a running return std, clipped to +-10 (as CleanRL and SB3), all-reduced and checkpointed.")
     learn_while_collecting: bool = Field(False, description="Collect the next rollout while the update learns from this one, acting with the weights from before the update: one update of policy lag (as CleanRL's Cleanba PPO), for ranks whose envs and update each leave the other idle (a GPU node). Holds two rollouts in memory; not with spec.deterministic.")
 

@@ -35,6 +35,13 @@ MATCHED = (
       " its optimiser step, is compared with `targetKl`; above it, the epochs stop. SB3 compares every minibatch"
       " with `1.5 * target_kl` before its step and stops mid-epoch: for an SB3 config, 1.5 times its target_kl is"
       " the nearest targetKl.")),
+    ("`ppo.normalizeObservation`", "SB3 (`VecNormalize`)",
+     ("Each step's observations (the reset's included, an autoreset step's final one not) join the statistics"
+      " before they are normalised, the first rollout's too; mean and variance are shared by every env of a rank"
+      " as VecNormalize's (CleanRL's NormalizeObservation keeps one per env). Within a rollout a rank adds its"
+      " own observations; at each update the ranks' moments are all-reduced and every rank starts the next"
+      " rollout from the merged statistics, which checkpoints, evaluation and the final model use. Clipped to"
+      " +-10, epsilon 1e-8.")),
 )
 
 
