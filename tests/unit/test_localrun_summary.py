@@ -64,6 +64,21 @@ def test_a_rerun_says_what_it_resumes_from_and_never_resumes_a_run_that_saved_no
     assert rerun_note("j", None, None, False).endswith("(unknown) saved no checkpoint")
 
 
+def test_a_rerun_names_a_checkpoint_saved_after_the_last_progress_record(tmp_path):
+    """A rank stopped between a checkpoint's save and its progress record (chaos found it): the rerun said
+    "resuming j from ckpt-0000000002.pt" while the trainer resumed from ckpt-0000000003.pt, the newest that loads."""
+    from kuberl.local.runner import newest_checkpoint, newest_on_disk
+
+    for n in (2, 3):
+        (tmp_path / f"ckpt-000000000{n}.pt").write_bytes(b"a checkpoint")
+    (tmp_path / "ckpt-notes.pt").write_bytes(b"not the trainer's")
+    (tmp_path / "progress.jsonl").write_text(json.dumps({"timesteps": 124, "checkpoint": "ckpt-0000000002.pt"}) + "\n")
+    note = rerun_note("j", "Suspended", newest_checkpoint(str(tmp_path)), True, newest_on_disk(str(tmp_path)))
+    assert note == "resuming j from its newest checkpoint, ckpt-0000000003.pt (last run: stopped)", note
+    assert rerun_note("j", "Suspended", ("ckpt-0000000003.pt", 186), True, "ckpt-0000000003.pt").startswith(
+        "resuming j from ckpt-0000000003.pt at 186 timesteps")
+
+
 def test_a_failure_quoting_its_own_reason_says_the_reason_once(tmp_path):
     """The last line read "failed after 2s at 0 timesteps: ConfigError: worker 0 (j-0): ConfigError: spec.env.id: …"."""
     config_error = {"phase": "Failed", "conditions": [{"type": "Failed", "status": "True", "reason": "ConfigError",

@@ -37,6 +37,10 @@ UNCOUNTED_REASONS = frozenset({REASON_CHECKPOINT_VOLUME_UNAVAILABLE})
 TRAINER_REASONS = frozenset({*PERMANENT_REASONS, *UNCOUNTED_REASONS, REASON_SUCCEEDED, REASON_STOPPED, REASON_CRASHED,
                              REASON_PEER_LOST, REASON_CHECKPOINT_VOLUME_FULL})
 
+# The trainer's checkpoint files, ckpt-<updates, 10 digits>.pt: it resumes from the newest that loads, and
+# `kuberl run` names the one it expects.
+CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
+
 # Starts the termination-log line; a log line never does (see module docstring).
 TERMINATION_MARKER = "kuberl.dev/reason "
 

@@ -46,6 +46,7 @@ import yaml
 from pydantic import BaseModel
 
 from ..core import (
+    contract,
     fingerprint,
     lifecycle,
     names,
@@ -638,8 +639,9 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
         paths = paths_of(job, run_dir, uid)
         checkpoints = paths["checkpoints"]
         saved_any = None if paths["model"] is None else (  # a custom trainer's checkpoints are its own
-            os.path.isdir(checkpoints) and any(n.startswith("ckpt-") for n in os.listdir(checkpoints)))
-        say(rerun_note(job.name, previous.get("phase"), newest_checkpoint(checkpoints) if saved_any else None, saved_any))
+            os.path.isdir(checkpoints) and newest_on_disk(checkpoints) is not None)
+        say(rerun_note(job.name, previous.get("phase"), newest_checkpoint(checkpoints) if saved_any else None, saved_any,
+                       newest_on_disk(checkpoints) if saved_any else None))
     wait_for_leftovers(os.path.join(run_dir, "pods"), job.spec.run_policy.termination_grace_period_seconds)
     if meets_at_master_port(job.spec):
         check_port_free(job.spec.rendezvous.port)
@@ -757,10 +759,13 @@ def shown(path: str) -> str:
     return path if relative.startswith("..") else relative
 
 
-def rerun_note(name: str, last_phase: object, newest: tuple[str, int] | None, saved_any: bool | None) -> str:
+def rerun_note(name: str, last_phase: object, newest: tuple[str, int] | None, saved_any: bool | None,
+               on_disk: str | None = None) -> str:
     """What a rerun of an unfinished run continues from (`saved_any` None: a custom trainer's, which kuberl cannot
     tell). "resuming (last run: Suspended, generation 1)" followed the last run's "before any checkpoint was saved;
-    the same command starts over", and named no checkpoint."""
+    the same command starts over", and named no checkpoint. `on_disk`, the newest checkpoint file by name: a rank
+    stopped between a save and its progress record leaves one newer than progress.jsonl names, and the trainer
+    resumes from that one (the newest that loads)."""
     if last_phase == "Suspended":
         last = "stopped"
     elif last_phase in ("Pending", "Running", "Restarting"):  # the runner itself ended (killed, the machine rebooted)
@@ -769,11 +774,21 @@ def rerun_note(name: str, last_phase: object, newest: tuple[str, int] | None, sa
         last = last_phase.lower() if isinstance(last_phase, str) else "unknown"
     if saved_any is None:
         return f"running {name} again (last run: {last})"
+    if on_disk is not None and (newest is None or on_disk > newest[0]):  # names sort as their update counts
+        return f"resuming {name} from its newest checkpoint, {on_disk} (last run: {last})"
     if newest is not None:
         return f"resuming {name} from {newest[0]} at {newest[1]:,} timesteps (last run: {last})"
     if saved_any:  # files progress.jsonl does not name: the trainer picks the newest valid one
         return f"resuming {name} from its newest checkpoint (last run: {last})"
     return f"running {name} again from the start: its last run ({last}) saved no checkpoint"
+
+
+def newest_on_disk(checkpoint_dir: str) -> str | None:
+    """The name of the newest checkpoint file (by its update count), loadable or not."""
+    try:
+        return max((n for n in os.listdir(checkpoint_dir) if contract.CHECKPOINT_NAME.fullmatch(n)), default=None)
+    except OSError:
+        return None
 
 
 def newest_checkpoint(checkpoint_dir: str | None) -> tuple[str, int] | None:
