@@ -50,6 +50,8 @@ def test_kuberl_run_says_so_before_the_pod_fails(tmp_path):
     ("exit code 127: bash: /app/run.sh: No such file or directory", "/app/run.sh"),
     ("exit code 1: Traceback ... FileNotFoundError: [Errno 2] No such file or directory: '/data/set.csv'", None),
     ("exit code 1: /workspace/train.py: line 3: CUDA error", None),  # the script ran: a restart may help
+    ("exit code 2: python3: can't open file '/home/me/workspace/train.py': [Errno 2] No such file or directory", None),
+    ("exit code 127: sh: /app/run.sh.bak: No such file or directory", None),  # another file ending alike
 ])
 def test_a_failure_names_the_absent_script_only_when_it_was_not_found(message, found):
     assert missing_script_failure(message, ["/workspace/train.py", "/app/run.sh"]) == found

@@ -110,7 +110,8 @@ def missing_script_failure(message: str, scripts: list[str]) -> str | None:
     restart can bring it (a cluster's image may have it), so a local run stops rather than spend its restarts."""
     if "No such file" not in message:
         return None
-    return next((path for path in scripts if path in message), None)
+    # the path whole, as python quotes it or a shell starts its line with it: not the end of a longer path
+    return next((path for path in scripts if re.search(rf"(?:^|[\s'\"]){re.escape(path)}['\":]", message)), None)
 
 
 def trainer_container(pod: Mapping) -> dict:
