@@ -241,6 +241,13 @@ CASES = [
     ("metrics-on-default-rendezvous", spec_with(MINIMAL, metrics={"port": 29500}), None, {"spec.metrics.port"}),
     ("rendezvous-on-default-metrics", spec_with(MINIMAL, rendezvous={"port": 9090}), None, {"spec.metrics.port"}),
     ("rendezvous-in-metrics-range", spec_with(FULL, rendezvous={"port": 9101}), None, {"spec.metrics.port"}),
+    # Kueue's pod integration queues a pod labelled with a queue name: without spec.queueName (and so the
+    # pod-group label) each pod of the gang alone, a part admitted holding its quota while the rest waits
+    ("kueue-queue-label-without-queue-name", spec_with(MINIMAL, labels={"kueue.x-k8s.io/queue-name": "team-a"}), None,
+     {"spec.labels"}),
+    ("kueue-queue-label-naming-another-queue", spec_with(FULL, labels={"kueue.x-k8s.io/queue-name": "team-b"}), None,
+     {"spec.labels"}),
+    ("kueue-queue-label-as-the-queue-name", spec_with(FULL, labels={"kueue.x-k8s.io/queue-name": "team-a"}), None, set()),
     ("gpu-in-limits", spec_with(MINIMAL, resources={"limits": {"nvidia.com/gpu": 1}}), None, {"spec.resources"}),
     ("gpu-in-requests", spec_with(MINIMAL, resources={"requests": {"nvidia.com/gpu": "1"}}), None, {"spec.resources"}),
     # hyperparameter rules that need only the spec: omitted fields read as the model's defaults on both sides

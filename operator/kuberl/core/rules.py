@@ -206,6 +206,9 @@ HYPERPARAMETER_RULES = [
 ]
 
 
+_QUEUE_LABEL_WHY = (" instead of this label: kuberl labels the pods with spec.queueName and a pod group, which Kueue admits"
+                    " at once; the label alone queues each pod on its own")
+
 CROSS_FIELD_RULES = [
     _required_unless_custom("algorithm"),
     _required_unless_custom("env"),
@@ -255,6 +258,19 @@ CROSS_FIELD_RULES = [
         _no_gpu_resource,
         lambda s: f"must not name {GPU_RESOURCE}: set spec.gpusPerWorker (GPUs are explicit)",
         ("resources",),
+    ),
+    # Kueue's pod integration queues each pod labelled with a queue name; only spec.queueName also gives them the
+    # pod-group labels that admit the gang at once (without, a part admitted holds its quota while the rest waits)
+    CrossFieldRule(
+        ".labels",
+        f"!has(self.labels) || !('{names.KUEUE_QUEUE_NAME}' in self.labels)"
+        f" || (has(self.queueName) && self.labels['{names.KUEUE_QUEUE_NAME}'] == self.queueName)",
+        f"'{names.KUEUE_QUEUE_NAME}: set spec.queueName: ' + self.labels['{names.KUEUE_QUEUE_NAME}'] + '{_QUEUE_LABEL_WHY}'",
+        f"{names.KUEUE_QUEUE_NAME}: set spec.queueName{_QUEUE_LABEL_WHY}",
+        lambda s: not isinstance(s.get("labels"), dict) or names.KUEUE_QUEUE_NAME not in s["labels"]
+        or s["labels"][names.KUEUE_QUEUE_NAME] == s.get("queueName"),
+        lambda s: f"{names.KUEUE_QUEUE_NAME}: set spec.queueName: {s['labels'][names.KUEUE_QUEUE_NAME]}{_QUEUE_LABEL_WHY}",
+        ("labels", "queueName"),
     ),
     CrossFieldRule(
         ".env.backend",
