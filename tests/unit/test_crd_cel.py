@@ -232,6 +232,15 @@ CASES = [
     ("label-value-too-long", spec_with(MINIMAL, labels={"team": "x" * 64}), None, {"spec.labels.team"}),
     ("bad-quantity", spec_with(MINIMAL, resources={"limits": {"memory": "lots"}}), None, {"spec.resources.limits.memory"}),
     ("bad-queue-name", spec_with(MINIMAL, queueName="Team A"), None, {"spec.queueName"}),
+    # the API server refuses the PVC of a storage request that is not positive (ValidatePersistentVolumeClaimSpec:
+    # ValidatePositiveQuantityValue) and the pod of a negative emptyDir sizeLimit (validateVolumeSource)
+    ("checkpoint-size-zero", spec_with(MINIMAL, checkpoint={"size": "0"}), None, {"spec.checkpoint.size"}),
+    ("checkpoint-size-zero-written-long", spec_with(MINIMAL, checkpoint={"size": "0.000Gi"}), None, {"spec.checkpoint.size"}),
+    ("checkpoint-size-negative", spec_with(MINIMAL, checkpoint={"size": "-1Gi"}), None, {"spec.checkpoint.size"}),
+    ("checkpoint-size-a-fraction", spec_with(MINIMAL, checkpoint={"size": "0.5Gi"}), None, set()),
+    ("checkpoint-size-in-exponent-form", spec_with(MINIMAL, checkpoint={"size": "1e9"}), None, set()),
+    ("shm-size-negative", spec_with(MINIMAL, shmSize="-64Mi"), None, {"spec.shmSize"}),
+    ("shm-size-zero", spec_with(MINIMAL, shmSize="0"), None, set()),
     ("bad-claim-name", spec_with(MINIMAL, checkpoint={"claimName": "My_PVC"}), None, {"spec.checkpoint.claimName"}),
     ("name-too-long", named(MINIMAL, "a" * 51), None, {"metadata.name"}),
     ("name-not-dns", named(MINIMAL, "Cart_Pole"), None, {"metadata.name"}),

@@ -21,6 +21,8 @@ from .validation import (
     MAX_GANG_TEMPLATE_BYTES,
     MAX_GRACE_SECONDS,
     MAX_QUANTITY_LENGTH,
+    NON_NEGATIVE_QUANTITY,
+    POSITIVE_QUANTITY,
     QUANTITY,
 )
 
@@ -137,7 +139,7 @@ class ResourceRequirements(Model):
 class CheckpointSpec(Model):
     every_updates: int = Field(20, ge=1, le=1_000_000, description="Policy updates between checkpoints.")
     keep: int = Field(3, ge=1, le=100, description="Checkpoints kept; older ones are deleted.")
-    size: str = Field("1Gi", pattern=QUANTITY, max_length=64, description="Size of the PVC the operator creates when claimName is unset.")
+    size: str = Field("1Gi", pattern=POSITIVE_QUANTITY, max_length=64, description="Size of the PVC the operator creates when claimName is unset; above 0.")
     storage_class_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="StorageClass of the created PVC; unset uses the cluster default.")
     claim_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="Use this existing PVC (never adopted or deleted).")
     retain: bool = Field(True, description="Keep the created PVC when the job is deleted.")
@@ -206,7 +208,7 @@ class JobSpec(Model):
     priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="PriorityClass of the pods.")
     scheduler_name: str | None = Field(None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="Scheduler of the pods (volcano or scheduler-plugins get a PodGroup).")
     labels: dict[str, LabelValue] = Field(default_factory=dict, max_length=64, description="Extra labels on every pod; kuberl's own (kuberl.dev/*) win.")
-    shm_size: str = Field("1Gi", pattern=QUANTITY, max_length=64, description="Size of the in-memory /dev/shm.")
+    shm_size: str = Field("1Gi", pattern=NON_NEGATIVE_QUANTITY, max_length=64, description="Size of the in-memory /dev/shm; at least 0.")
     template: dict[str, Any] = Field(
         default_factory=dict,
         description=(

@@ -20,6 +20,11 @@ DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # ParseQuantity refuses 1e1.5 (apimachinery's api/resource/suffix.go, interpret: strconv.ParseInt),
 # which the generated pattern lets through to fail only at PVC or pod create.
 QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$"
+# The same, never negative: an emptyDir's sizeLimit (validateVolumeSource: "SizeLimit field must be a valid resource
+# quantity" when below 0); and positive: a PVC's storage request (ValidatePersistentVolumeClaimSpec:
+# ValidatePositiveQuantityValue, "must be greater than zero"). Both refused the child after the job was accepted.
+NON_NEGATIVE_QUANTITY = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$"
+POSITIVE_QUANTITY = r"^\+?(([0-9]*[1-9][0-9]*(\.[0-9]*)?)|([0-9]*\.[0-9]*[1-9][0-9]*))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$"
 MAX_QUANTITY_LENGTH = 64  # so an exponent is always one int() reads (Python refuses over 4300 digits)
 # A gymnasium id ("CartPole-v1", "ALE/Pong-v5") or a user's "module:Class".
 ENV_ID = r"^([A-Za-z0-9_.-]+/)?[A-Za-z0-9_.-]+(:[A-Za-z_][A-Za-z0-9_.]*)?$"
@@ -31,6 +36,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # What a pattern means, for messages a person can act on.
 PATTERN_MEANINGS = {
     QUANTITY: "a Kubernetes quantity such as 500m, 2 or 4Gi",
+    NON_NEGATIVE_QUANTITY: "a Kubernetes quantity of at least 0, such as 512Mi or 4Gi",
+    POSITIVE_QUANTITY: "a Kubernetes quantity above 0, such as 512Mi or 4Gi",
     ENV_ID: 'a gymnasium id such as "CartPole-v1" or "ALE/Pong-v5", or "module:Class"',
     DNS_1123_SUBDOMAIN: "a Kubernetes object name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
     LABEL_VALUE: "a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
