@@ -1,7 +1,8 @@
 """Spaces kuberl's networks cannot read or emit are refused at start, naming spec.env.id and what is
 supported: a Dict observation was a TypeError deep in base.py (`tuple(None)`), retried as a crash by
 every restart; MultiDiscrete actions an AttributeError in PPO's clipping; a Discrete observation
-(FrozenLake) fed its index to the MLP as one number."""
+(FrozenLake) fed its index to the MLP as one number. Discrete, MultiDiscrete, Dict and Tuple
+observations are flattened into one vector first, as SB3 reads them."""
 
 import gymnasium as gym
 import numpy as np
@@ -55,24 +56,33 @@ class Spaced(gym.Env):
     """A ten-step env with the spaces its kwargs name."""
 
     def __init__(self, observation: str = "vector", action: str = "discrete"):
-        self.observation_space = {"vector": VECTOR, "dict": spaces.Dict({"a": VECTOR})}[observation]
+        self.observation_space = {
+            "vector": VECTOR,
+            "dict": spaces.Dict({"velocity": VECTOR, "gear": spaces.Discrete(3), "lights": spaces.MultiBinary(2)}),
+            "text": spaces.Dict({"a": VECTOR, "mission": spaces.Text(8)}),  # MiniGrid's mission
+            "image": spaces.Dict({"a": VECTOR, "pixels": spaces.Box(0, 255, (64, 64, 3), np.uint8)}),
+        }[observation]
         self.action_space = {"discrete": spaces.Discrete(2), "multidiscrete": spaces.MultiDiscrete([3, 2])}[action]
 
     def reset(self, seed=None, options=None):
         super().reset(seed=seed)
+        if seed is not None:
+            self.observation_space.seed(seed)
+        self.steps = 0
         return self.observation_space.sample(), {}
 
     def step(self, action):
-        return self.observation_space.sample(), 1.0, False, False, {}
+        self.steps += 1
+        return self.observation_space.sample(), 1.0, False, self.steps == 10, {}
 
 
 @pytest.mark.parametrize(("make", "env_id", "kwargs", "words"), [
-    (lambda *a: PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8), *a), "FrozenLake-v1", {}, "observation space Discrete(16)"),
-    (lambda *a: DQNTrainer(ONE_PROCESS, DQNConfig(), *a), "Blackjack-v1", {}, "observation space Tuple"),
-    (lambda *a: PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8), *a), "tests.unit.test_trainer_spaces:Spaced",
-     {"observation": "dict"}, "observation space Dict"),
     (lambda *a: PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8), *a), "tests.unit.test_trainer_spaces:Spaced",
      {"action": "multidiscrete"}, "action space MultiDiscrete"),
+    (lambda *a: PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8), *a), "tests.unit.test_trainer_spaces:Spaced",
+     {"observation": "text"}, "holding Text("),
+    (lambda *a: DQNTrainer(ONE_PROCESS, DQNConfig(), *a), "tests.unit.test_trainer_spaces:Spaced",
+     {"observation": "image"}, "holding an image Box(0, 255, (64, 64, 3), uint8)"),
 ])
 def test_each_algorithm_refuses_such_an_env_at_start_naming_the_field_and_the_env(make, env_id, kwargs, words):
     with pytest.raises(UnknownEnv) as refused:
@@ -88,3 +98,35 @@ def test_a_registered_id_whose_making_raises_an_import_error_is_the_specs_error_
 
     with pytest.raises(UnknownEnv, match=r"^spec\.env\.id: 'HalfCheetah-v2' needs a package the trainer image lacks: .*gymnasium-robotics"):
         make_envs("HalfCheetah-v2", 1)
+
+
+@pytest.mark.parametrize(("algorithm", "env_id", "kwargs", "size"), [
+    ("ppo", "FrozenLake-v1", {}, 16),  # Discrete(16): one-hot
+    ("dqn", "Blackjack-v1", {}, 32 + 11 + 2),  # Tuple of Discretes: their one-hots side by side
+    ("ppo", "tests.unit.test_trainer_spaces:Spaced", {"observation": "dict"}, 3 + 3 + 2),  # gear, lights, velocity
+])
+def test_discrete_dict_and_tuple_observations_are_flattened_as_sb3_reads_them_and_learned_on(algorithm, env_id, kwargs, size,
+                                                                                             tmp_path):
+    """SB3 one-hots a Discrete observation and its MultiInputPolicy concatenates a Dict's parts (keys sorted); kuberl
+    refused all three, so an SB3 user's FrozenLake, Blackjack or Dict env needed a wrapper class of their own."""
+    from kuberl_trainer import policy as policies
+    from kuberl_trainer.session import BareSession
+
+    if algorithm == "ppo":
+        trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8, hidden_sizes=[8]), env_id, 2, kwargs, 64, seed=1, restart=0)
+    else:
+        trainer = DQNTrainer(ONE_PROCESS, DQNConfig(learning_starts=8, batch_size=8, hidden_sizes=[8]), env_id, 2, kwargs,
+                             64, seed=1, restart=0)
+    assert trainer.obs_shape == (size,)
+    raw = gym.make(env_id, **kwargs) if ":" not in env_id else Spaced(**kwargs)
+    first, _ = raw.reset(seed=trainer.seed)
+    np.testing.assert_array_equal(trainer.next_obs[0], gym.spaces.flatten(raw.observation_space, first))
+    assert trainer.train(BareSession()) == "budget"
+    played = trainer.evaluate(env_id, 3, kwargs, 5)
+    torch.save({**trainer.final_model(), "format": 1, "algorithm": algorithm, "env_id": env_id, "env_kwargs": kwargs,
+                "timesteps": trainer.counters.global_step, "eval_return": None}, tmp_path / "final-model.pt")
+    model = policies.load_policy(str(tmp_path / "final-model.pt"), env_modules=["tests.unit.test_trainer_spaces"])
+    assert model.observation_space.shape == (size,)
+    assert policies.env_for(model).observation_space.shape == (size,)  # kuberl eval --video's env reads as the model
+    if algorithm == "dqn":  # the same greedy play from the model file as from the trainer
+        assert policies.evaluate(model, 3, seed=5).mean() == played

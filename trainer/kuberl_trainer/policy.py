@@ -14,7 +14,8 @@ the same seed, as tests/unit/test_trainer_policy.py checks). `sample=False` make
 the job trained with it, is applied inside. It takes one observation or a batch (leading axis).
 For Atari the observation is the preprocessed frame stack `(stack, 84, 84)` uint8 that
 `kuberl_trainer.envs.make_envs` (and `env_for`) produce: the caller keeps the stack, the policy
-keeps no state between calls.
+keeps no state between calls. A Discrete, MultiDiscrete, Dict or Tuple observation is read flattened,
+as they produce it too (`gymnasium.spaces.flatten(env.observation_space, obs)`).
 
 ## The final model file (`final-model.pt`, format 1)
 
@@ -56,7 +57,7 @@ from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
 
 from . import checkpoint, evaluation, networks
-from .envs import UnknownEnv, make_envs
+from .envs import FLATTENED, UnknownEnv, make_envs
 from .normalize import RunningMeanStd
 
 FORMAT = 1
@@ -392,7 +393,9 @@ def env_for(policy: Policy, render_mode: str | None = None) -> gym.Env:
     target = _resolve(policy.env_id)
     if render_mode:
         kwargs["render_mode"] = render_mode
-    return gym.make(target, **kwargs) if isinstance(target, str) else target(**kwargs)
+    env = gym.make(target, **kwargs) if isinstance(target, str) else target(**kwargs)
+    # the observation the policy reads, as make_envs gives it (envs.flatten_observations)
+    return gym.wrappers.FlattenObservation(env) if isinstance(env.observation_space, FLATTENED) else env
 
 
 def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps: int = 30,

@@ -42,6 +42,12 @@ MATCHED = (
       " own observations; at each update the ranks' moments are all-reduced and every rank starts the next"
       " rollout from the merged statistics, which checkpoints, evaluation and the final model use. Clipped to"
       " +-10, epsilon 1e-8.")),
+    ("`env.id`", "SB3 (`preprocess_obs`, `MultiInputPolicy`)",
+     ("An env whose observations are Discrete, MultiDiscrete, Dict or Tuple is read through gymnasium's"
+      " FlattenObservation: Discrete parts one-hot, a Dict's keys in the space's sorted order, concatenated into"
+      " one vector for the MLP, as SB3's preprocessing and MultiInputPolicy's CombinedExtractor read them. SB3"
+      " would give a Dict's image part a CNN of its own; kuberl refuses an image beside other parts, and parts"
+      " that do not flatten (Text, Graph, Sequence), naming `spec.env.id`.")),
 )
 
 
