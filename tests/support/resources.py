@@ -196,7 +196,7 @@ def validate_metadata(metadata: dict) -> list[FieldError]:
         problem = qualified_name_problem(str(key).lower())
         if problem:
             errors.append(FieldError('FieldValueInvalid', 'metadata.annotations', problem, key))
-    size = sum(len(k) + len(v if isinstance(v, str) else str(v)) for k, v in annotations.items())
+    size = sum(len(str(k).encode()) + len((v if isinstance(v, str) else str(v)).encode()) for k, v in annotations.items())
     if size > ANNOTATIONS_LIMIT:
         errors.append(FieldError('FieldValueTooLong', 'metadata.annotations', f'must have at most {ANNOTATIONS_LIMIT} bytes', size))
     refs = metadata.get('ownerReferences') or []

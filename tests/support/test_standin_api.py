@@ -380,6 +380,9 @@ def test_kmock_reactions_inject_faults_ahead_of_the_realism_layer(rest, standin)
 def test_size_limits_of_annotations_and_objects(rest):
     big = configmap('big') | {'metadata': {'name': 'big', 'annotations': {'a': 'x' * (256 * 1024 + 1)}}}
     assert rest.post(CONFIGMAPS, big).status == 422
+    # Go's len() of a string counts its UTF-8 bytes: 'é' is two of them
+    wide = configmap('wide') | {'metadata': {'name': 'wide', 'annotations': {'a': 'é' * (128 * 1024)}}}
+    assert rest.post(CONFIGMAPS, wide).status == 422
     huge = configmap('huge') | {'data': {'blob': 'x' * (2 * 1024 * 1024)}}
     assert rest.post(CONFIGMAPS, huge).status == 422, 'ValidateConfigMap refuses it before etcd would'
 

@@ -294,3 +294,47 @@ def test_a_nul_byte_no_process_can_be_started_with_is_refused_at_its_field(conta
     with pytest.raises(InvalidJob) as refused:
         validate_job(job)
     assert any(p.path == path and "NUL" in p.message for p in refused.value.problems), refused.value.problems
+
+
+def test_pod_annotations_past_the_api_servers_total_are_refused_at_the_template():
+    """ValidateAnnotations refuses an object whose annotations' keys and values pass 256 KiB together
+    (TotalAnnotationSizeLimitB): a template's, which every pod carries beside kuberl's own, validated and every
+    pod create failed (InvalidChild). The largest that passes leaves room for kuberl's, on every pod."""
+    from kuberl.core import render
+    from kuberl.core.validation import MAX_TEMPLATE_ANNOTATION_BYTES
+
+    from tests.support.resources import validate_metadata
+
+    def annotated(value_bytes: int) -> dict:
+        job = make_job("a" * 50).workers(2).queue("q").with_spec(schedulerName="volcano")
+        return job.template({"metadata": {"annotations": {"example.com/note": "x" * value_bytes}}}).obj()
+
+    refused = problems(annotated(256 * 1024))
+    assert any(p.startswith("spec.template.metadata.annotations: ") and "262144" in p for p in refused), refused
+    largest = annotated(MAX_TEMPLATE_ANNOTATION_BYTES - len("example.com/note"))
+    pods = render.render_pods(render.Job("a" * 50, validate_job(largest)), "n" * 63, "u" * 36, [0, 1], 0, default_image="img")
+    assert [validate_metadata(pod["metadata"]) for pod in pods] == [[], []]
+
+
+@pytest.mark.parametrize("path", ["spec.labels", "spec.nodeSelector", "spec.template.metadata.labels",
+                                  "spec.template.metadata.annotations", "spec.template.spec.nodeSelector"])
+def test_a_key_whose_prefix_is_longer_than_a_dns_subdomain_is_refused(path):
+    """IsQualifiedName: a key's prefix is a DNS-1123 subdomain, at most 253 characters; the pattern alone let a
+    254-character prefix through, and the API server refused every pod."""
+    key = ".".join(["a" * 63] * 3 + ["b" * 62]) + "/team"
+    assert len(key.partition("/")[0]) == 254
+    job = make_job()
+    field, _, rest = path.removeprefix("spec.").partition(".")
+    if field == "template":
+        where, _, leaf = rest.rpartition(".")
+        template: dict = {}
+        node = template
+        for part in where.split("."):
+            node = node.setdefault(part, {})
+        node[leaf] = {key: "x"}
+        job = job.template(template)
+    else:
+        job = job.with_spec(**{field: {key: "x"}})
+    assert any(p.startswith(path) for p in problems(job.obj())), path
+    short = key[key.index(".") + 1:]  # the same key with a 190-character prefix passes
+    validate_job(json.loads(json.dumps(job.obj()).replace(key, short)))

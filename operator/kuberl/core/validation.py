@@ -115,10 +115,10 @@ def label_key_problems(path: str, mapping: Any) -> list[Problem]:
     if not isinstance(mapping, dict):
         return []
     wrong = [
-        Problem(f"{path}.{key}", "expected a label key: an optional DNS prefix and '/', then at most 63 letters,"
+        Problem(f"{path}.{key}", "expected a label key: an optional DNS prefix of at most 253 characters and '/', then at most 63 letters,"
                 f" digits, '-', '_' or '.' (got {key!r})")
         for key in mapping
-        if not isinstance(key, str) or not LABEL_KEY.fullmatch(key) or len(key.rpartition("/")[2]) > 63
+        if not isinstance(key, str) or not _qualified_name(key)
     ]
     return podschema.first_of(path, wrong, "keys that are not label keys", Problem)
 
@@ -142,12 +142,20 @@ def _annotation_key_problems(path: str, mapping: Any) -> list[Problem]:
     if not isinstance(mapping, dict):
         return []
     wrong = [
-        Problem(path, "expected annotation keys that are qualified names: an optional DNS prefix and '/', then at most 63"
-                f" letters, digits, '-', '_' or '.', starting and ending with a letter or digit (got key {shown(key)})")
+        Problem(path, "expected annotation keys that are qualified names: an optional DNS prefix of at most 253 characters"
+                " and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+                f" (got key {shown(key)})")
         for key in mapping
-        if not isinstance(key, str) or not LABEL_KEY.fullmatch(key.lower()) or len(key.rpartition("/")[2]) > 63
+        if not isinstance(key, str) or not _qualified_name(key.lower())
     ]
-    return podschema.first_of(path, wrong, "keys that are not qualified names", Problem)
+    wrong = podschema.first_of(path, wrong, "keys that are not qualified names", Problem)
+    if isinstance(mapping, dict) and not wrong and all(isinstance(v, str) for v in mapping.values()):
+        size = sum(len(k.encode()) + len(v.encode()) for k, v in mapping.items())
+        if size > MAX_TEMPLATE_ANNOTATION_BYTES:
+            wrong.append(Problem(path, f"expected at most {MAX_TEMPLATE_ANNOTATION_BYTES} bytes of keys and values in all"
+                                 f" (got {size}): the API server takes {MAX_ANNOTATION_BYTES} (256 KiB) per pod, and"
+                                 f" {KUBERL_ANNOTATION_BYTES} are kept for kuberl's own; keep large data in a ConfigMap"))
+    return wrong
 
 
 def _volcano_queue_problems(annotations: Any) -> list[Problem]:
@@ -1033,8 +1041,12 @@ def _value_from_problems(path: str, var: dict) -> list[Problem]:
 MAX_QUANTITY = 2**63 - 1
 
 
-# ValidateAnnotations (k8s.io/apimachinery/pkg/api/validation/objectmeta.go): TotalAnnotationSizeLimitB.
+# ValidateAnnotations (k8s.io/apimachinery/pkg/api/validation/objectmeta.go): TotalAnnotationSizeLimitB, keys and
+# values in bytes. A pod carries the template's beside kuberl's own (render: the config hash, Kueue's and Volcano's
+# group keys; about 200 bytes), which keep a share of it.
 MAX_ANNOTATION_BYTES = 256 * 1024
+KUBERL_ANNOTATION_BYTES = 1024
+MAX_TEMPLATE_ANNOTATION_BYTES = MAX_ANNOTATION_BYTES - KUBERL_ANNOTATION_BYTES
 
 
 def _qualified_name(key: str) -> bool:
