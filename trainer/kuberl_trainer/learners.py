@@ -170,6 +170,7 @@ class AutogradPPOLearner:
 
     def __init__(self, agent: nn.Module, hp, ctx: Dist, loss: Callable):
         self.agent, self.hp, self.ctx, self.loss = agent, hp, ctx, loss
+        self.weights = list(agent.parameters())  # listed once: agent.parameters() walks every submodule
         self.model = ddp(agent, ctx)
         self.optimizer = adam(agent, ctx.device, hp.learning_rate, eps=1e-5)
 
@@ -197,7 +198,7 @@ class AutogradPPOLearner:
                 with distributed.collectives():
                     loss.backward()
             stats += torch.stack([part_stats[name] for name in STAT_NAMES])
-        nn.utils.clip_grad_norm_(self.agent.parameters(), hp.max_grad_norm, foreach=True)
+        nn.utils.clip_grad_norm_(self.weights, hp.max_grad_norm, foreach=True)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return stats
@@ -237,6 +238,7 @@ class AutogradQLearner:
 
     def __init__(self, agent: nn.Module, target: nn.Module, hp, ctx: Dist, loss: Callable, timings: dict[str, float]):
         self.agent, self.target, self.hp, self.ctx, self.loss, self.timings = agent, target, hp, ctx, loss, timings
+        self.weights = list(agent.parameters())  # listed once: agent.parameters() walks every submodule
         self.allreduce_seconds: list[float] = []
         self.model = ddp(agent, ctx, self.allreduce_seconds)
         self.optimizer = adam(agent, ctx.device, hp.learning_rate)
@@ -265,7 +267,7 @@ class AutogradQLearner:
         forwarded = time.perf_counter()
         with distributed.collectives():
             loss.backward()
-        nn.utils.clip_grad_norm_(self.agent.parameters(), self.hp.max_grad_norm, foreach=True)
+        nn.utils.clip_grad_norm_(self.weights, self.hp.max_grad_norm, foreach=True)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.timings["train_forward"] += forwarded - started

@@ -160,7 +160,8 @@ def ppo_loss(
     sums are minibatch means and micro-batch losses add up to the minibatch's."""
     log_ratio = new_log_prob - old_log_prob
     ratio = log_ratio.exp()
-    policy_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - hp.clip_coef, 1 + hp.clip_coef))
+    negated = -advantages  # once: each expression below is an op (a kernel launch on a GPU)
+    policy_loss = torch.max(negated * ratio, negated * ratio.clamp(1 - hp.clip_coef, 1 + hp.clip_coef))
     if hp.clip_value_loss:
         clipped = old_value + (new_value - old_value).clamp(-hp.clip_coef, hp.clip_coef)
         value_loss = 0.5 * torch.max((new_value - returns).square(), (clipped - returns).square())
@@ -171,12 +172,13 @@ def ppo_loss(
     entropy_mean = (entropy * weight).sum()
     loss = policy_loss - hp.ent_coef * entropy_mean + hp.vf_coef * value_loss
     with torch.no_grad():
+        ratio_change = ratio - 1
         stats = {
             "policy_loss": policy_loss.detach(),
             "value_loss": value_loss.detach(),
             "entropy": entropy_mean.detach(),
-            "approx_kl": (((ratio - 1) - log_ratio) * weight).sum(),
-            "clip_fraction": (((ratio - 1).abs() > hp.clip_coef).float() * weight).sum(),
+            "approx_kl": ((ratio_change - log_ratio) * weight).sum(),
+            "clip_fraction": ((ratio_change.abs() > hp.clip_coef).float() * weight).sum(),
         }
     return loss, stats
 

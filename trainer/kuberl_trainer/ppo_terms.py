@@ -29,6 +29,7 @@ def minibatch_columns(rows: torch.Tensor, norm_advantage: bool) -> tuple[torch.T
     weight = valid / valid.sum().clamp(min=1.0)
     if norm_advantage:
         mean = (advantages * weight).sum()
-        std = ((advantages - mean).square() * weight).sum().sqrt()
-        advantages = (advantages - mean) / (std + 1e-8)
+        centred = advantages - mean
+        std = (centred.square() * weight).sum().sqrt()
+        advantages = centred / (std + 1e-8)
     return actions, old_log_prob, old_value, advantages, returns, weight
