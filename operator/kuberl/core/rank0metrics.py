@@ -30,7 +30,12 @@ READ_NAMES = (
     metricnames.RESUMED_TIMESTEPS,
 )
 MAX_SAMPLE_LINES = 64  # a rank's own page has one line per name
-_SAMPLE_LINE = re.compile(rf"^[ \t]*(?:{'|'.join(map(re.escape, READ_NAMES))})[{{ \t].*$", re.MULTILINE)
+# Longer sample lines are not read: prometheus_client parses a label value's escapes in time quadratic in their
+# count (a 1 MiB line of \" took 17 s of the operator's CPU, holding the GIL, at every scrape). The trainer's lines
+# are about 100 characters (a 50-character rltj, a rank); 64 lines of 2048 \" parse in about 0.2 s.
+MAX_SAMPLE_LINE_CHARACTERS = 2048
+_SAMPLE_LINE = re.compile(rf"^(?=.{{0,{MAX_SAMPLE_LINE_CHARACTERS}}}$)[ \t]*(?:{'|'.join(map(re.escape, READ_NAMES))})[{{ \t].*$",
+                          re.MULTILINE)
 
 
 class PageTooLarge(ValueError):
