@@ -30,7 +30,7 @@ from .core.podsecurity import (
 from .core.render import DEFAULT_MONITORING_NAMESPACE, DEFAULT_OPERATOR_NAMESPACE
 from .core.rules import validate_job
 from .core.spec import JobSpec, SuccessSpec
-from .core.validation import InvalidJob, namespace_problems
+from .core.validation import InvalidJob, Problem, namespace_problems
 from .core.yamlreader import UnreadableSpec, load_documents
 from .operator.config import MIN_PEERING_LIFETIME, OperatorConfig, WatchBounds
 
@@ -58,6 +58,17 @@ def registered_env_ids() -> frozenset[str] | None:
     return frozenset(gymnasium.registry)
 
 
+def env_problems(spec: JobSpec) -> list[Problem]:
+    """What making the job's env here tells (kwargs it refuses, spaces its algorithm cannot learn on), where
+    gymnasium is installed here (`envspaces.env_problem`); the trainer says the same at start, after the pods."""
+    if spec.trainer != "kuberl" or registered_env_ids() is None:
+        return []
+    from .core.envspaces import env_problem
+
+    problem = env_problem(spec.env.id, dict(spec.env.kwargs), spec.algorithm)
+    return [problem] if problem else []
+
+
 def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     """Every job in a file with its parsed spec and declared namespace; problems go to
     stderr, each with its field path. Returns (valid jobs, whether any was invalid)."""
@@ -83,7 +94,7 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
         problems = metadata_problems(metadata) if isinstance(metadata, dict) else []
         try:
             spec = validate_job(job, env_ids=registered_env_ids())
-            problems += jobstatus.template_problems(name, spec)
+            problems += jobstatus.template_problems(name, spec) + env_problems(spec)
         except InvalidJob as e:
             problems = [p for p in problems if not any(q.path == p.path for q in e.problems)] + e.problems
         if problems:

@@ -34,9 +34,9 @@ import copy
 import math
 import time
 
-import gymnasium as gym
 import numpy as np
 import torch
+from kuberl.core import envspaces
 from kuberl.core.spec import DQNConfig
 from torch import nn
 
@@ -114,7 +114,7 @@ def steps_per_draw(gradient_steps: int, batch_size: int, obs_shape: tuple[int, .
 
 
 class DQNTrainer(BaseAlgorithm):
-    ACTION_SPACES = (gym.spaces.Discrete,)
+    ACTION_SPACES = envspaces.ACTION_SPACES["dqn"]
     def __init__(self, ctx: Dist, hp: DQNConfig, env_id: str, num_envs: int, env_kwargs: dict,
                  total_timesteps: int, seed: int, restart: int, env_backend: str = "auto", fast: bool = True):
         self.hp, self.total_timesteps, self.fast_path = hp, total_timesteps, fast

@@ -10,14 +10,14 @@ steps out; `EpisodeTracker` counts episodes the same way.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
 import torch
+from kuberl.core.envspaces import FLATTENED, flatten_problem, space_problem
 
-from . import atari, networks
+from . import atari
 from .envid import UnknownEnv
 
 
@@ -43,58 +43,19 @@ def _resolve(env_id: str) -> str | type:
     return env_id
 
 
-def space_problem(observation: gym.Space, action: gym.Space, actions: tuple[type[gym.Space], ...]) -> str | None:
-    """Why kuberl's networks cannot learn on these spaces (None when they can). Observations: a Box of
-    at least one dimension (any numeric dtype: vectors are cast to float, uint8 frames go to the CNN) or
-    MultiBinary. Actions: the `actions` types the algorithm emits, a Discrete numbered from 0 and a
-    float Box. Anything else crashed deep in the trainer, or (a Discrete observation's index read as one
-    number) learned silently from the wrong features."""
-    observations_supported = ("supported: Box observations of at least one dimension (vectors, or uint8 frames), or"
-                              " MultiBinary; Discrete, MultiDiscrete, Dict and Tuple ones of these are flattened")
-    if not isinstance(observation, (gym.spaces.Box, gym.spaces.MultiBinary)) or not observation.shape:
-        return f"observation space {observation}; {observations_supported}"
-    names = " or ".join("Discrete (numbered from 0)" if kind is gym.spaces.Discrete else "float Box" for kind in actions)
-    actions_supported = f"supported by this algorithm: {names} actions"
-    if not isinstance(action, actions):
-        return f"action space {action}; {actions_supported}"
-    if isinstance(action, gym.spaces.Discrete) and int(action.start) != 0:
-        return f"action space {action} starts at {int(action.start)}; {actions_supported}"
-    if isinstance(action, gym.spaces.Box) and not np.issubdtype(action.dtype, np.floating):
-        return f"action space {action} of {action.dtype}; {actions_supported}"
-    if isinstance(action, gym.spaces.Box) and len(action.shape) != 1:
-        return f"action space {action} of shape {action.shape}; {actions_supported} of one dimension"
-    return None
-
-
-FLATTENED = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Dict, gym.spaces.Tuple)
-
-
 def flatten_observations(envs: gym.vector.VectorEnv, env_id: str) -> gym.vector.VectorEnv:
     """`envs` with Discrete, MultiDiscrete, Dict and Tuple observations flattened into one vector, as SB3
     reads them (one-hot Discrete parts; a Dict's keys in the space's sorted order, as MultiInputPolicy's
-    CombinedExtractor concatenates them): gymnasium's FlattenObservation. A part that is an image the CNN
-    would read, or that gymnasium cannot flatten (Text, Graph, Sequence), is refused naming spec.env.id."""
+    CombinedExtractor concatenates them): gymnasium's FlattenObservation. What cannot be read flattened
+    (envspaces.flatten_problem) is refused naming spec.env.id."""
     space = envs.single_observation_space
     if not isinstance(space, FLATTENED):
         return envs
-    parts = list(_leaves(space))
-    images = [part for part in parts if networks.is_image(part)]
-    unflattenable = [part for part in parts if not isinstance(part, (gym.spaces.Box, gym.spaces.MultiBinary, *FLATTENED))]
-    if images or unflattenable:
+    problem = flatten_problem(space)
+    if problem:
         envs.close()
-        why = (f"an image {images[0]} (kuberl's networks read an image or a vector, not both: a \"module:Class\" env id"
-               " that returns gymnasium.wrappers.FilterObservation(env, [the image's key]) keeps the image alone)"
-               if images else f"{unflattenable[0]}, which cannot be flattened into a vector")
-        raise UnknownEnv(f"spec.env.id: {env_id!r} has observation space {space} holding {why}")
+        raise UnknownEnv(f"spec.env.id: {env_id!r} has {problem}")
     return gym.wrappers.vector.FlattenObservation(envs)
-
-
-def _leaves(space: gym.Space) -> Iterator[gym.Space]:
-    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
-        for part in (space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces):
-            yield from _leaves(part)
-    else:
-        yield space
 
 
 def check_spaces(envs: gym.vector.VectorEnv, env_id: str, actions: tuple[type[gym.Space], ...]) -> None:

@@ -19,6 +19,7 @@ import math
 
 import gymnasium as gym
 import torch
+from kuberl.core.envspaces import MIN_SIDE, frame_layout, is_image
 from torch import nn
 
 POLICIES = ("auto", "mlp", "cnn")
@@ -28,25 +29,6 @@ CNN_FEATURES = 512
 class PolicyMismatch(ValueError):
     """A forced policy that cannot read the env's observations; the message
     starts with the field."""
-
-
-MIN_SIDE = 36  # the Nature CNN's three convolutions (8/4, 4/2, 3/1) need frames at least this high and wide
-
-
-def frame_layout(shape: tuple[int, ...]) -> tuple[int, int, int, bool]:
-    """(channels, height, width, channels_last) of a (H, W), (C, H, W) or (H, W, C) frame:
-    channels last when the last dimension is the smallest (SB3's rule)."""
-    if len(shape) == 2:
-        return 1, shape[0], shape[1], False
-    if shape[2] < min(shape[0], shape[1]):
-        return shape[2], shape[0], shape[1], True
-    return shape[0], shape[1], shape[2], False
-
-
-def is_image(space: gym.Space) -> bool:
-    """Frames the CNN can read: a uint8 Box of 2 or 3 dimensions, each side at least MIN_SIDE."""
-    frames = isinstance(space, gym.spaces.Box) and space.dtype == "uint8" and len(space.shape) in (2, 3)
-    return frames and min(frame_layout(tuple(space.shape))[1:3]) >= MIN_SIDE
 
 
 def choose(space: gym.Space, requested: str, field: str) -> str:

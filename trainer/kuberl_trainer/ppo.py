@@ -23,6 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import gymnasium as gym
 import numpy as np
 import torch
+from kuberl.core import envspaces
 from kuberl.core.spec import PPOConfig
 from torch import nn
 
@@ -215,7 +216,7 @@ class Rollout:
 
 
 class PPOTrainer(BaseAlgorithm):
-    ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.Box)
+    ACTION_SPACES = envspaces.ACTION_SPACES["ppo"]
     def __init__(self, ctx: Dist, hp: PPOConfig, env_id: str, num_envs: int, env_kwargs: dict,
                  total_timesteps: int, seed: int, restart: int, env_backend: str = "auto",
                  overlap: bool | None = None, fast: bool = True):

@@ -1,0 +1,127 @@
+"""Which env spaces kuberl's networks learn on, written once for the trainer (which refuses an env it
+has made, naming spec.env.id) and `kuberl validate` (which makes a registered gymnasium id, without
+torch, to say so before any pod starts).
+
+Imports gymnasium: import this module only where gymnasium is installed (the trainer's image, a
+user's machine), never in the operator, whose image has no gymnasium.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from .validation import Problem
+
+# the action spaces each algorithm's networks emit (its trainer class reads its row)
+ACTION_SPACES: dict[str, tuple[type[gym.Space], ...]] = {
+    "ppo": (gym.spaces.Discrete, gym.spaces.Box),
+    "dqn": (gym.spaces.Discrete,),
+}
+# observation spaces read through gymnasium's FlattenObservation, as SB3 reads them
+FLATTENED = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Dict, gym.spaces.Tuple)
+MIN_SIDE = 36  # the Nature CNN's three convolutions (8/4, 4/2, 3/1) need frames at least this high and wide
+
+
+def frame_layout(shape: tuple[int, ...]) -> tuple[int, int, int, bool]:
+    """(channels, height, width, channels_last) of a (H, W), (C, H, W) or (H, W, C) frame:
+    channels last when the last dimension is the smallest (SB3's rule)."""
+    if len(shape) == 2:
+        return 1, shape[0], shape[1], False
+    if shape[2] < min(shape[0], shape[1]):
+        return shape[2], shape[0], shape[1], True
+    return shape[0], shape[1], shape[2], False
+
+
+def is_image(space: gym.Space) -> bool:
+    """Frames the CNN can read: a uint8 Box of 2 or 3 dimensions, each side at least MIN_SIDE."""
+    frames = isinstance(space, gym.spaces.Box) and space.dtype == "uint8" and len(space.shape) in (2, 3)
+    return frames and min(frame_layout(tuple(space.shape))[1:3]) >= MIN_SIDE
+
+
+def leaves(space: gym.Space) -> Iterator[gym.Space]:
+    """The spaces a Dict or Tuple holds, at any depth; any other space is its own leaf."""
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        for part in (space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces):
+            yield from leaves(part)
+    else:
+        yield space
+
+
+def flatten_problem(space: gym.Space) -> str | None:
+    """Why a FLATTENED observation space cannot be read flattened (None when it can): a part that is an
+    image the CNN would read, or that gymnasium cannot flatten (Text, Graph, Sequence, MiniGrid's mission)."""
+    parts = list(leaves(space))
+    images = [part for part in parts if is_image(part)]
+    if images:
+        return (f"observation space {space} holding an image {images[0]} (kuberl's networks read an image or a vector,"
+                " not both: a \"module:Class\" env id that returns gymnasium.wrappers.FilterObservation(env, [the image's"
+                " key]) keeps the image alone)")
+    unflattenable = [part for part in parts if not isinstance(part, (gym.spaces.Box, gym.spaces.MultiBinary, *FLATTENED))]
+    if unflattenable:
+        return f"observation space {space} holding {unflattenable[0]}, which cannot be flattened into a vector"
+    return None
+
+
+def space_problem(observation: gym.Space, action: gym.Space, actions: tuple[type[gym.Space], ...]) -> str | None:
+    """Why kuberl's networks cannot learn on these spaces (None when they can). Observations: a Box of
+    at least one dimension (any numeric dtype: vectors are cast to float, uint8 frames go to the CNN) or
+    MultiBinary, after flattening. Actions: the `actions` types the algorithm emits, a Discrete numbered
+    from 0 and a float Box. Anything else crashed deep in the trainer, or (a Discrete observation's index
+    read as one number) learned silently from the wrong features."""
+    observations_supported = ("supported: Box observations of at least one dimension (vectors, or uint8 frames), or"
+                              " MultiBinary; Discrete, MultiDiscrete, Dict and Tuple ones of these are flattened")
+    if not isinstance(observation, (gym.spaces.Box, gym.spaces.MultiBinary)) or not observation.shape:
+        return f"observation space {observation}; {observations_supported}"
+    names = " or ".join("Discrete (numbered from 0)" if kind is gym.spaces.Discrete else "float Box" for kind in actions)
+    actions_supported = f"supported by this algorithm: {names} actions"
+    if not isinstance(action, actions):
+        return f"action space {action}; {actions_supported}"
+    if isinstance(action, gym.spaces.Discrete) and int(action.start) != 0:
+        return f"action space {action} starts at {int(action.start)}; {actions_supported}"
+    if isinstance(action, gym.spaces.Box) and not np.issubdtype(action.dtype, np.floating):
+        return f"action space {action} of {action.dtype}; {actions_supported}"
+    if isinstance(action, gym.spaces.Box) and len(action.shape) != 1:
+        return f"action space {action} of shape {action.shape}; {actions_supported} of one dimension"
+    return None
+
+
+def spaces_problem(observation: gym.Space, action: gym.Space, algorithm: str) -> str | None:
+    """`flatten_problem`, then `space_problem` on the spaces as the networks will read them."""
+    if isinstance(observation, FLATTENED):
+        problem = flatten_problem(observation)
+        if problem:
+            return problem
+        observation = gym.spaces.flatten_space(observation)
+    return space_problem(observation, action, ACTION_SPACES[algorithm])
+
+
+# What making an env raises when this machine lacks what the trainer's image may have: left to the trainer.
+NOT_HERE = (gym.error.DependencyNotInstalled, gym.error.NamespaceNotFound, ImportError)
+
+
+def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str) -> Problem | None:
+    """What `kuberl validate` can tell of spec.env by making the env here, as the trainer makes it (one
+    copy): kwargs the env refuses, spaces the algorithm cannot learn on. Only registered gymnasium ids
+    are made (a classic-control env takes a millisecond or two); a "module:Class" (the user's code, not run
+    to validate a file), an Atari id (kuberl preprocesses its frames) and an env whose package is missing
+    here are left to the trainer."""
+    spec = gym.registry.get(env_id)
+    if spec is None or env_id.startswith("ALE/") or str(spec.entry_point).startswith("ale_py"):
+        return None
+    field = "spec.env.kwargs" if kwargs else "spec.env.id"
+    native = spec.vector_entry_point is not None
+    try:
+        envs = gym.make_vec(env_id, num_envs=1, vectorization_mode="vector_entry_point" if native else "sync", **kwargs)
+    except NOT_HERE:
+        return None
+    except Exception as e:  # noqa: BLE001 - whatever the env raises from these kwargs, the trainer would meet it too
+        return Problem(field, f"{env_id!r} refused {'them' if kwargs else 'to be made'}: {type(e).__name__}: {e}")
+    try:
+        problem = spaces_problem(envs.single_observation_space, envs.single_action_space, algorithm)
+    finally:
+        envs.close()
+    return Problem("spec.env.id", f"{env_id!r} has {problem}") if problem else None

@@ -1,0 +1,63 @@
+"""`kuberl validate` makes a registered gymnasium id here, as the trainer makes it, and names what the trainer
+would refuse at start: kwargs the env refuses (spec.env.kwargs), spaces the algorithm cannot learn on
+(spec.env.id). It said "valid", and the job failed with ConfigError once its pods ran. Without torch, in
+milliseconds; an env whose package is missing here, an Atari id and a "module:Class" are left to the trainer."""
+
+import time
+
+import pytest
+import yaml
+from kuberl import cli
+from kuberl.core import envspaces
+
+from tests.support.jobs import make_job
+
+
+def validate(tmp_path, capsys, job):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job.obj()))
+    code = cli.main(["validate", str(path)])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("algorithm", "env", "line"), [
+    ("dqn", {"id": "MountainCarContinuous-v0"},
+     ("spec.env.id: 'MountainCarContinuous-v0' has action space Box(-1.0, 1.0, (1,), float32); supported by this"
+     " algorithm: Discrete (numbered from 0) actions")),
+    ("ppo", {"id": "CartPole-v1", "kwargs": {"gravity": 3}},
+     ("spec.env.kwargs: 'CartPole-v1' refused them: TypeError: CartPoleVectorEnv.__init__() got an unexpected keyword"
+     " argument 'gravity'")),
+    ("ppo", {"id": "FrozenLake-v1", "kwargs": {"map_name": "5x5"}},
+     "spec.env.kwargs: 'FrozenLake-v1' refused them: KeyError: '5x5'"),
+])
+def test_validate_names_what_the_trainer_would_refuse_at_start(tmp_path, capsys, algorithm, env, line):
+    code, err = validate(tmp_path, capsys, make_job("j").minimal().algorithm(algorithm).replace(env=env))
+    assert code == 1 and f"  {line}\n" in err, err
+
+
+@pytest.mark.parametrize(("algorithm", "env"), [
+    ("dqn", {"id": "FrozenLake-v1", "kwargs": {"is_slippery": False}}),  # Discrete observations: flattened
+    ("ppo", {"id": "Pendulum-v1", "kwargs": {"g": 9.81}}),
+    ("ppo", {"id": "CartPole-v1", "kwargs": {"sutton_barto_reward": True}}),  # the native vector env's kwargs
+    ("dqn", {"id": "HalfCheetah-v2"}),  # registered, its package missing here: the trainer's image may have it
+    ("ppo", {"id": "tests.unit.test_trainer_spaces:Spaced", "kwargs": {"action": "multidiscrete"}}),  # user code: not run
+])
+def test_what_the_trainer_accepts_or_only_its_image_can_tell_is_valid(tmp_path, capsys, algorithm, env):
+    code, err = validate(tmp_path, capsys, make_job("j").minimal().algorithm(algorithm).replace(env=env))
+    assert code == 0, err
+
+
+def test_the_rules_are_the_trainers_own():
+    """One table: each algorithm's trainer refuses by the very row validate reads."""
+    from kuberl_trainer import __main__ as main
+
+    assert {name: entry.make.ACTION_SPACES for name, entry in main.ALGORITHMS.items()} == envspaces.ACTION_SPACES
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCarContinuous-v0", "FrozenLake-v1", "Blackjack-v1"])
+def test_making_a_classic_env_to_check_it_takes_milliseconds(env_id):
+    envspaces.env_problem(env_id, {}, "ppo")  # gymnasium's first make imports the env's module
+    started = time.perf_counter()
+    for _ in range(10):
+        assert envspaces.env_problem(env_id, {}, "ppo") is None
+    assert (time.perf_counter() - started) / 10 < 0.05
