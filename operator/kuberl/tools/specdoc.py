@@ -48,6 +48,16 @@ MATCHED = (
       " one vector for the MLP, as SB3's preprocessing and MultiInputPolicy's CombinedExtractor read them. SB3"
       " would give a Dict's image part a CNN of its own; kuberl refuses an image beside other parts, and parts"
       " that do not flatten (Text, Graph, Sequence), naming `spec.env.id`.")),
+    ("`dqn.trainFrequency`, `dqn.gradientSteps`", "SB3's update-to-data ratio",
+     ("Counted in env steps per rank (a vector step of numEnvs envs is numEnvs of them): gradientSteps per"
+      " trainFrequency env steps holds whatever numEnvs is. SB3's train_freq counts vector steps, so SB3's"
+      " n_envs N with train_freq F is trainFrequency N x F here; CleanRL's dqn.py, with its one env, reads the same.")),
+    ("`dqn.targetUpdateInterval`, `dqn.learningStarts`", "SB3",
+     ("Env steps per rank, as SB3 counts target_update_interval and learning_starts over its envs; CleanRL's"
+      " target_network_frequency and learning_starts count its loop's steps, the same with its one env.")),
+    ("`dqn` (loss)", "SB3",
+     ("Huber (smooth L1) TD loss, as SB3's DQN; CleanRL's dqn.py regresses with MSE, which kuberl does not offer."
+      " Gradients clipped at maxGradNorm (SB3's 10; CleanRL does not clip).")),
 )
 
 
