@@ -58,6 +58,13 @@ MATCHED = (
     ("`dqn` (loss)", "SB3",
      ("Huber (smooth L1) TD loss, as SB3's DQN; CleanRL's dqn.py regresses with MSE, which kuberl does not offer."
       " Gradients clipped at maxGradNorm (SB3's 10; CleanRL does not clip).")),
+    ("`success.targetReturn` (evaluation)", "SB3's `evaluate_policy`, but PPO's discrete actions as CleanRL's `ppo_eval`",
+     ("Mean undiscounted return of each of evalEpisodes envs' first episode, env i reset with seed + i, the seed"
+      " derived from spec.seed and the update (kuberl eval: --seed), apart from every rank's: a rerun scores the"
+      " same. PPO takes its Gaussian's mean (SB3's deterministic=True) and samples its"
+      " categorical from a seeded generator (CleanRL's ppo_eval samples; an argmax loops forever in Acrobot); DQN"
+      " takes the argmax of Q (SB3; CleanRL's dqn_eval keeps epsilon 0.05). Observations are normalised with the"
+      " merged statistics, which evaluation does not update (SB3's VecNormalize with training=False).")),
 )
 
 
