@@ -94,3 +94,27 @@ def test_the_client_skips_environment_lookups_unless_a_proxy_is_set(standin, mon
 
     (trust_env, connected, name), _ = run_api(monkeypatch, standin.kubeconfig, calls)
     assert (trust_env, connected, name) == (bool(proxy), True, 'twice')
+
+
+def test_a_client_made_in_an_ended_event_loop_is_not_used_by_the_next(standin, monkeypatch):
+    """The operator restarts kopf in the same process, each run in a new event loop (main.run_kopf). A
+    daemon kopf lets run past the cleanup handler logged in again after `close`; the next run took that
+    client, and every call of every job failed with "Event loop is closed": no job got pods again."""
+    monkeypatch.setenv('KUBECONFIG', str(standin.kubeconfig))
+    monkeypatch.delenv('KUBERNETES_SERVICE_HOST', raising=False)
+    connection = kubeapi.Connection()
+
+    async def late_login():
+        await connection.close()  # kopf's cleanup handler
+        return (await connection.client())[0]  # a daemon still running: logs in again
+
+    async def next_run():
+        api = kubeapi.KubeApi(kopf.OperatorSettings(), logging.getLogger('test'), OperatorMetrics(), connection)
+        try:
+            return (await connection.client())[0], await api.get('', 'v1', 'pods', NS, 'none')
+        finally:
+            await connection.close()
+
+    stale = asyncio.run(late_login())
+    fresh, missing = asyncio.run(next_run())
+    assert fresh is not stale and missing is None

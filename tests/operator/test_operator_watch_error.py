@@ -67,9 +67,11 @@ def test_a_watch_the_api_server_ends_is_listed_again_and_the_operator_goes_on(st
         # 40 s: kopf returns at once from the run the error ended, or its run hangs and the operator
         # restarts in place after 10 s (operator.config.GoneWatchdog) and lists everything anew
         wait_for(lambda: pods(standin, 'after'), timeout=40, what='pods of a job created after the watches ended')
+        # one line per restart of the watches (both may end the same run), naming the Status, never a traceback.
+        # Said once kopf's run has returned: a daemon that run started as it stopped (the new job's, which may
+        # make its pods) keeps kopf waiting up to 5 s for it, so the pods can come before the line.
+        wait_for(lambda: said(op.log()), timeout=15, what='the line saying the watches ended', explain=lambda: op.log()[-4000:])
         log = op.log()
-        # one line per restart of the watches (both may end the same run), naming the Status, never a traceback
-        assert said(log), log[-4000:]
         assert 'Traceback' not in log and 'has failed' not in log, log[-4000:]
     finally:
         op.stop()

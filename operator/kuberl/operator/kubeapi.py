@@ -201,22 +201,35 @@ def without_environment_lookups(client: k8s_client.ApiClient) -> bool:
 
 class Connection:
     """The operator's kubernetes_asyncio client, loaded on first use and loaded again after a 401
-    (an exec plugin then runs again), once per burst of 401s however many calls saw one."""
+    (an exec plugin then runs again), once per burst of 401s however many calls saw one.
+
+    One client per event loop: the operator restarts kopf in the same process (main.cmd_operator), each
+    run in a new loop, and a client made in an ended one fails every call ("Event loop is closed"). A
+    task kopf leaves running past its cleanup handler (a daemon ending) can log in again after `close`,
+    so a new loop never takes over what an old one left."""
 
     def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._client: k8s_client.ApiClient | None = None
         self._logins = 0
         self._lock = asyncio.Lock()
         self._closing: set[asyncio.Task] = set()
 
+    def _this_loops(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # what an ended loop left cannot serve this one, nor be closed from it
+            self._loop, self._client, self._lock, self._closing = loop, None, asyncio.Lock(), set()
+
     async def client(self) -> tuple[k8s_client.ApiClient, int]:
         """The client and which login made it (pass that to `login` after a 401)."""
+        self._this_loops()
         if self._client is None:
             await self.login(self._logins)
         return self._client, self._logins
 
     async def login(self, stale: int) -> None:
         """Load the credentials again, unless another call did since login number `stale`."""
+        self._this_loops()
         async with self._lock:
             if self._logins != stale and self._client is not None:
                 return
@@ -238,6 +251,7 @@ class Connection:
             await client.close()
 
     async def close(self) -> None:
+        self._this_loops()
         closing = list(self._closing)
         for task in closing:
             task.cancel()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -107,7 +108,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
         refusals = (RefusedNamespaces(dict(watched.refused), watched_resources, REFUSED_RECHECK_SECONDS, stop, remind)
                     if watched.refused else None)
         try:
-            kopf.run(
+            run_kopf(
                 standalone=args.peering is None,
                 peering_name=args.peering,
                 priority=args.priority,
@@ -166,6 +167,24 @@ def cmd_operator(args: argparse.Namespace) -> int:
                 log.warning("the API server did not answer, or failed (%s); kopf stops on that, so the operator starts again"
                             " in %gs (for up to %gs, the bound of a silent watch)", said, delay, restarts.bound)
             time.sleep(delay)
+
+
+def run_kopf(**kwargs) -> None:
+    """kopf.run, as its docs spell it (asyncio.run of kopf.operator), then the operator's own client closed
+    in kopf's event loop: kopf's cleanup handler (handlers.close) closes it, but kopf lets a daemon run on
+    for up to 5 s after that, which may log in again, and its client would be left open when the loop ends."""
+    import kopf
+
+    from .kubeapi import CONNECTION
+
+    async def run() -> None:
+        try:
+            await kopf.operator(**kwargs)
+        finally:
+            await CONNECTION.close()
+
+    with contextlib.suppress(asyncio.CancelledError):  # as kopf.run
+        asyncio.run(run())
 
 
 class TracebackOnce(logging.Filter):
