@@ -61,12 +61,11 @@ def registered_env_ids() -> frozenset[str] | None:
 def env_problems(spec: JobSpec) -> list[Problem]:
     """What making the job's env here tells (kwargs it refuses, spaces its algorithm cannot learn on), where
     gymnasium is installed here (`envspaces.env_problem`); the trainer says the same at start, after the pods."""
-    if spec.trainer != "kuberl" or registered_env_ids() is None:
+    if registered_env_ids() is None:
         return []
-    from .core.envspaces import env_problem
+    from .core.envspaces import job_env_problems
 
-    problem = env_problem(spec.env.id, dict(spec.env.kwargs), spec.algorithm)
-    return [problem] if problem else []
+    return job_env_problems(spec)
 
 
 def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:

@@ -61,3 +61,12 @@ def test_making_a_classic_env_to_check_it_takes_milliseconds(env_id):
     for _ in range(10):
         assert envspaces.env_problem(env_id, {}, "ppo") is None
     assert (time.perf_counter() - started) / 10 < 0.05
+
+
+def test_run_refuses_such_a_job_as_validate_does_before_any_run_directory_or_pod(tmp_path, capsys):
+    """`kuberl run` made a run directory and started the pods, whose trainer ended in a ConfigError."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(make_job("j").minimal().algorithm("dqn").replace(env={"id": "Pendulum-v1"}).obj()))
+    assert cli.main(["run", str(path), "--dir", str(tmp_path / "runs")]) == 1
+    assert "  spec.env.id: 'Pendulum-v1' has action space Box(-2.0, 2.0, (1,), float32)" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

@@ -125,3 +125,11 @@ def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str) -> Problem 
     finally:
         envs.close()
     return Problem("spec.env.id", f"{env_id!r} has {problem}") if problem else None
+
+
+def job_env_problems(spec: Any) -> list[Problem]:
+    """`env_problem` of a parsed job (rules.JobSpec) that kuberl's trainer runs; none for trainer: custom."""
+    if spec.trainer != "kuberl":
+        return []
+    problem = env_problem(spec.env.id, dict(spec.env.kwargs), spec.algorithm)
+    return [problem] if problem else []

@@ -921,14 +921,19 @@ def record_fingerprint(run_dir: str, learned: dict) -> None:
 
 
 def checked_job(document: dict, env_ids: Collection[str] | None) -> JobSpec:
-    """The job checked as `kuberl validate` checks it: its spec, and its metadata's labels and annotations as the API
-    server checks them (`kubectl apply` refuses a label value 'bad value!'; `kuberl run` ran it)."""
+    """The job checked as `kuberl validate` checks it: its spec, its metadata's labels and annotations as the API
+    server checks them (`kubectl apply` refuses a label value 'bad value!'; `kuberl run` ran it), and, where
+    gymnasium is here (`env_ids`), its env made as the trainer makes it (envspaces.env_problem)."""
     metadata = document.get("metadata")
     meta = metadata_problems(metadata) if isinstance(metadata, dict) else []
     try:
         spec = validate_job(document, env_ids=env_ids)
     except InvalidJob as e:
         raise InvalidJob([p for p in meta if all(q.path != p.path for q in e.problems)] + e.problems) from None
+    if env_ids is not None:  # gymnasium is here: make the env as validate does, before any run directory or pod
+        from ..core.envspaces import job_env_problems
+
+        meta += job_env_problems(spec)
     if meta:
         raise InvalidJob(meta)
     return spec
