@@ -75,6 +75,18 @@ def test_pods_the_checks_cannot_handle_fail_the_job_naming_the_template_not_a_re
     assert refusal.message.startswith('spec.template: ') and "TypeError: unhashable type: 'list'" in refusal.message
 
 
+def test_a_spec_the_validation_cannot_handle_fails_the_job_naming_the_spec_not_a_retry_loop(monkeypatch):
+    """An exception out of the spec's validation itself (int() of a torchrun count of 5000 digits raised ValueError)
+    escaped the reconcile: kopf retried the job every 5 s, a traceback each time, with no status and no event."""
+    def broken(job):
+        raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
+
+    monkeypatch.setattr(jobstatus, "validate_job", broken)
+    spec, refusal = jobstatus.judge(document())
+    assert spec is None and refusal.reason == lifecycle.REASON_INVALID_SPEC and not refusal.retryable
+    assert refusal.message.startswith('spec: ') and 'ValueError: Exceeds the limit' in refusal.message
+
+
 def test_status_stays_bounded_for_64_workers_of_4_processes_over_200_restarts():
     spec = make_job().workers(64).with_spec(totalTimesteps=10**9, procsPerWorker=4).run_policy(backoffLimit=1000, restartBackoffSeconds=0).spec()
     status, now, sizes = {}, 1_000_000.0, []

@@ -52,6 +52,9 @@ def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None)
         spec = validate_job(job)
     except InvalidJob as invalid:
         return None, Refusal(lifecycle.REASON_INVALID_SPEC, problems_message(invalid.problems))
+    except Exception as e:  # a spec the validation itself cannot handle fails visibly, not as a silent retry loop
+        log.exception("job %s: validating its spec failed", (job.get("metadata") or {}).get("name"))
+        return None, Refusal(lifecycle.REASON_INVALID_SPEC, f"spec: the operator could not validate the spec ({_error_words(e)})")
     queue_label = ((job.get("metadata") or {}).get("labels") or {}).get(names.KUEUE_QUEUE_NAME)
     if queue_label is not None and spec.queue_name is None:
         # Kueue's way for its own job kinds; here the job's labels reach every child (kopf.adopt), so each
@@ -66,11 +69,14 @@ def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None)
         problems = pod_problems(spec) if pod_problems is not None else []
     except Exception as e:  # a spec the checks cannot handle fails visibly, not as a silent retry loop
         log.exception("job %s: rendering or checking its pods failed", (job.get("metadata") or {}).get("name"))
-        message = safetext.one_line(" ".join(f"{type(e).__name__}: {e}".split()))[:300]
-        return spec, Refusal(lifecycle.REASON_INVALID_SPEC, f"spec.template: the operator could not render or check the pods ({message})")
+        return spec, Refusal(lifecycle.REASON_INVALID_SPEC, f"spec.template: the operator could not render or check the pods ({_error_words(e)})")
     if problems:
         return spec, Refusal(lifecycle.REASON_POD_SECURITY, "; ".join(problems))
     return spec, None
+
+
+def _error_words(e: Exception) -> str:
+    return safetext.one_line(" ".join(f"{type(e).__name__}: {e}".split()))[:300]
 
 
 def template_problems(name: str, spec: JobSpec) -> list[Problem]:

@@ -134,14 +134,19 @@ def launches(command: list | None, args: list | None) -> bool:
     return script is not None and ("torchrun" in words[script] or any(m in words[script] for m in LAUNCH_MODULES))
 
 
+# Python's int() reads at most this many digits (sys.int_info.default_max_str_digits), torchrun's int() too
+MAX_DIGITS = 4300
+
+
 def whole_number(value: str) -> bool:
-    """ASCII digits only: str.isdigit() also takes a superscript two, which int() (and so torchrun) refuses."""
-    return value.isascii() and value.isdigit()
+    """ASCII digits only: str.isdigit() also takes a superscript two, which int() (and so torchrun) refuses;
+    and no more than int() reads (it raised ValueError out of kuberl validate, convert and the operator)."""
+    return value.isascii() and value.isdigit() and len(value) <= MAX_DIGITS
 
 
 def readable(value: str) -> bool:
-    """A value torchrun reads (a whole number or one of its words), not a shell or $(VAR) expansion."""
-    return whole_number(value) or value in WORDS
+    """A value kuberl reads as torchrun does (digits or one of its words), not a shell or $(VAR) expansion."""
+    return (value.isascii() and value.isdigit()) or value in WORDS
 
 
 def procs_problem(nproc: Nproc, procs: int, procs_set: bool, gpus: int) -> str | None:
@@ -154,6 +159,9 @@ def procs_problem(nproc: Nproc, procs: int, procs_set: bool, gpus: int) -> str |
     if not readable(nproc.value):
         return (f"{flag} cannot be read here (a shell or $(VAR) expansion, or no count): write spec.procsPerWorker's"
                 " value, or drop the flag (kuberl sets PET_NPROC_PER_NODE from spec.procsPerWorker)")
+    if nproc.value not in WORDS and not whole_number(nproc.value):
+        return (f"torchrun's --nproc-per-node of {len(nproc.value)} digits is more than its int() reads ({MAX_DIGITS}):"
+                " torchrun refuses it at start; write spec.procsPerWorker's value, or drop the flag")
     if nproc.count is not None:
         if nproc.count != procs:
             return (f"{flag} starts {nproc.count} process(es) per pod, spec.procsPerWorker is {procs}"
