@@ -576,6 +576,23 @@ def test_success_records_rank_zeros_final_numbers_over_the_last_scrape():
     assert (d.status["progress"]["timesteps"], d.status["progress"]["evalReturn"]) == (30996, 496.6)
 
 
+@pytest.mark.parametrize("numbers", [
+    "[final timesteps=1 evalReturn=e]",  # float() raised ValueError out of decide: every reconcile of the job failed
+    "[final timesteps=1 evalReturn=-.]",
+    "[final timesteps=1 evalReturn=1e999]",  # infinity: no JSON carries it, the status write failed every time
+    f"[final timesteps={'9' * 300} evalReturn=1.0]",  # no integer the CRD's status (an int64) holds
+])
+def test_final_numbers_a_pod_wrote_that_status_cannot_hold_leave_the_last_scrape(numbers):
+    """Rank 0's termination message is the tenant's to write (a custom trainer's, any image's): its final numbers
+    reach status only as the bounded, finite numbers a scrape would (rank0metrics' bounds)."""
+    spec = job()
+    pods = [Pod(0).exited(0, f"Succeeded: done {numbers}").obj(), Pod(1).running().obj()]
+    d = decide(spec, running_status(spec), pods, progress(29973, T0), T0 + 1)
+    assert d.phase == lc.SUCCEEDED
+    json.dumps(d.status, allow_nan=False)
+    assert (d.status.get("progress") or {}).get("timesteps") in (None, 29973), d.status["progress"]
+
+
 def test_every_rank_exiting_zero_succeeds_the_job():
     spec = job()
     d = decide(spec, running_status(spec), [Pod(0).exited(0).obj(), Pod(1).exited(0).obj()], None, T0 + 1)

@@ -8,6 +8,7 @@ when the file is empty, so only a line that starts with the marker (which no log
 line does: the trainer prints its reason unmarked) states a reason.
 """
 
+import math
 import re
 
 # sysexits.h EX_CONFIG: a configuration error, never retried.
@@ -139,7 +140,12 @@ ENV_OPERATOR_POD_INDEX = "KUBERL_POD_INDEX"  # StatefulSet ordinal, expanded int
 
 # A Succeeded message ends with the final numbers, so the job's status shows
 # where training ended, not the last scrape before rank 0 exited.
-_FINAL_NUMBERS = re.compile(r"\[final timesteps=(\d+) evalReturn=([-+0-9.eE]+|none)\]")
+_FINAL_NUMBERS = re.compile(r"\[final timesteps=(\d{1,16}) evalReturn=([-+0-9.eE]{1,32}|none)\]")
+# What reaches a job's status from a pod (these final numbers, rank 0's metrics page) is the tenant's to write: only
+# integers a JSON reader keeps exactly, and finite returns of a sane size (no NaN, infinity or 301-digit number, which
+# the status write, or `kubectl get`, cannot take)
+MAX_STATUS_TIMESTEPS = 2**53
+MAX_STATUS_GAUGE = 1e15
 
 
 def final_numbers(timesteps: int, eval_return: float | None) -> str:
@@ -148,7 +154,16 @@ def final_numbers(timesteps: int, eval_return: float | None) -> str:
 
 
 def parse_final_numbers(message: str | None) -> tuple[int, float | None] | None:
+    """The final numbers a Succeeded message ends with; None without them, or when they are not numbers status holds."""
     found = _FINAL_NUMBERS.search(message or "")
     if not found:
         return None
-    return int(found.group(1)), None if found.group(2) == "none" else float(found.group(2))
+    timesteps, eval_return = int(found.group(1)), None
+    if found.group(2) != "none":
+        try:
+            eval_return = float(found.group(2))
+        except ValueError:  # '-.', 'e': the pattern's letters, not a number
+            return None
+        if not math.isfinite(eval_return) or abs(eval_return) > MAX_STATUS_GAUGE:
+            return None
+    return (timesteps, eval_return) if timesteps <= MAX_STATUS_TIMESTEPS else None

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from . import lifecycle, metricnames
+from . import contract, lifecycle, metricnames
 
 MAX_PAGE_BYTES = 1 << 20  # a trainer's page is a few KiB; beyond this it is not read at all
-MAX_TIMESTEPS = 2**53  # integers a JSON reader (kubectl, Prometheus) keeps exactly
-MAX_GAUGE = 1e15  # returns and rates beyond this are noise or an attack, not training
+MAX_TIMESTEPS = contract.MAX_STATUS_TIMESTEPS  # integers a JSON reader (kubectl, Prometheus) keeps exactly
+MAX_GAUGE = contract.MAX_STATUS_GAUGE  # returns and rates beyond this are noise or an attack, not training
 MAX_TIMESTAMP = 1e11  # POSIX seconds (year 5138): beyond it rfc3339 cannot render them
 # The samples read here. Only their lines reach the parser, at most MAX_SAMPLE_LINES of them:
 # a whole 1 MiB page of tiny series took 0.4-0.8 s of parsing (holding the GIL) per scrape.
