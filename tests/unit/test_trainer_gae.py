@@ -92,3 +92,30 @@ def test_tracker_agrees_with_gymnasium_next_step_autoreset():
     assert len(returns) == ended > 10
     assert autoresets >= ended - 4  # every ended episode but the last per env was followed by its reset step
     assert sum(returns) > 0
+
+
+def test_a_time_limit_in_a_real_rollout_bootstraps_from_the_episodes_final_observation():
+    """Pendulum never terminates: every episode ends by its time limit. The rollout stores the final observation
+    at the autoreset step after it (replayed here from the same seed and actions), its value is what the
+    truncated step's advantage bootstraps from, and the autoreset step itself carries nothing."""
+    import torch
+    from kuberl.core.spec import PPOConfig
+    from kuberl_trainer.distributed import Dist
+    from kuberl_trainer.ppo import PPOTrainer
+
+    hp = PPOConfig(num_steps=16, hidden_sizes=[8], gamma=GAMMA, gae_lambda=LAMBDA)
+    trainer = PPOTrainer(Dist(0, 1, 0, 1, torch.device("cpu"), None), hp, "Pendulum-v1", 2, {"max_episode_steps": 5},
+                         1000, seed=1, restart=0)
+    trainer.collect()
+    buf = trainer.buf
+    advantages, returns = trainer.advantages(scale_rewards=False)
+    assert not buf.terminated.any() and buf.truncated[4].all() and not buf.valid[5].any()
+    for e in range(2):
+        env = gym.make("Pendulum-v1", max_episode_steps=5)
+        env.reset(seed=trainer.seed + e)  # gymnasium seeds copy e of a vector env with seed + e
+        for t in range(5):
+            final, *_ = env.step(np.clip(buf.actions[t, e], -2, 2))
+        np.testing.assert_allclose(buf.obs[5, e], final, rtol=1e-6)
+    final_value = trainer.actor.value(buf.obs[5])
+    np.testing.assert_allclose(advantages[4], buf.rewards[4] + GAMMA * final_value - buf.values[4], rtol=1e-5, atol=1e-5)
+    assert (advantages[5] == 0).all() and (returns[5] == 0).all()
