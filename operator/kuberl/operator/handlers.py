@@ -128,7 +128,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
                                           connector=aiohttp.TCPConnector(limit=0))
     await kubeapi.CONNECTION.client()  # log in now: the first job's pods are not kept waiting for it
     if shell.refused is not None and shell.refused.namespaces:
-        shell.refused.task = asyncio.create_task(shell.refused.run(KubeApi(settings, logger, shell.metrics)))
+        # its 403s are what it looks for: the refusal is counted once, by kuberl_operator_namespace_refused and its alert
+        refused_api = KubeApi(settings, logger, shell.metrics, answers=(kubeapi.Forbidden,))
+        shell.refused.task = asyncio.create_task(shell.refused.run(refused_api))
     shell.heartbeat = WatchHeartbeat(shell.config.watch, restart_in_place)
     shell.heartbeat.task = asyncio.create_task(
         shell.heartbeat.run(KubeApi(settings, logger, shell.metrics), shell.config.namespaces[:1] or (None,)))

@@ -317,11 +317,14 @@ def _retry_delay(error: Exception, backoff: float | None) -> float | None:
 
 
 class KubeApi:
-    """The calls the operator makes; every failure is counted, then raised for kopf to see."""
+    """The calls the operator makes; every failure is counted, then raised for kopf to see. A 404 or 409
+    (gone, taken, stale) and the `answers` its caller looks for (a refused namespace's recheck: 403) are
+    answers it acts on, counted apart from the failures the operator's alert fires on."""
 
     def __init__(self, settings: kopf.OperatorSettings, log: Any, metrics: OperatorMetrics, connection: Connection = CONNECTION,
-                 clock: ServerClock = SERVER_CLOCK):
+                 clock: ServerClock = SERVER_CLOCK, answers: tuple[type[ApiError], ...] = ()):
         self.log, self.metrics, self.connection, self.clock = log, metrics, connection, clock
+        self.answers = answers
         self.timeout = aiohttp.ClientTimeout(total=settings.networking.request_timeout, sock_connect=settings.networking.connect_timeout)
 
     async def call(self, method: str, verb: str, plural: str, path: str, payload: Any = None, content_type: str | None = None,
@@ -353,7 +356,7 @@ class KubeApi:
             if delay is None:
                 code = str(error.status) if isinstance(error, ApiError) else "connection"
                 # a 404 or 409 is an answer its caller acts on (gone, taken, stale), not a failure to alert on
-                counter = self.metrics.api_resolved if isinstance(error, (NotFound, Conflict)) else self.metrics.api_errors
+                counter = self.metrics.api_resolved if isinstance(error, (NotFound, Conflict, *self.answers)) else self.metrics.api_errors
                 counter.labels(verb, plural, code).inc()
                 raise error
             self.log.warning(f"{method.upper()} {path} failed, retrying in {delay:g} s: {error!r}")
@@ -370,7 +373,8 @@ class KubeApi:
         async with response:
             if response.status != 200:
                 error = api_error(response.status, await response.read(), response.headers)
-                self.metrics.api_errors.labels("watch", plural, str(response.status)).inc()
+                counter = self.metrics.api_resolved if isinstance(error, self.answers) else self.metrics.api_errors
+                counter.labels("watch", plural, str(response.status)).inc()
                 raise error
             yield b""
             async for line in response.content:

@@ -87,7 +87,8 @@ class OperatorMetrics:
         )
         self.api_resolved = Counter(
             m.OPERATOR_API_RESOLVED_TOTAL, "Kubernetes API requests answered 404 or 409, which the operator resolves itself"
-            " (an object already gone, a name already taken, a write on a stale version): not errors.",
+            " (an object already gone, a name already taken, a write on a stale version), and the 403 a refused"
+            " namespace's recheck expects (kuberl_operator_namespace_refused counts that refusal): not errors.",
             ["verb", "resource", "code"], registry=self.registry,
         )
 
