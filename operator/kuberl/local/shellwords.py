@@ -11,8 +11,9 @@ from .sandbox import LocalRunError, host_path
 FILE_URL = "file://"  # init_method=file:///shared/pg: a path under a mount after it is the volume's too
 
 
-# `--name=`, and Hydra's `key.sub=`, `+key=`, `~key=` (a path-free key): its value is a word of its own.
-_ASSIGNMENT = re.compile(r"^[-+~]*[\w.@\[\]-]*=")
+# `--name=`, and Hydra's `key.sub=`, `+key=`, `~key=` (a path-free key): its value is a word of its own. One
+# character class: two that overlap ([-+~]*[\w-]*) backtracked quadratically over a word of dashes.
+_ASSIGNMENT = re.compile(r"^[-+~\w.@\[\]]*=")
 
 
 def in_volumes(argument: str, root: str, mount_paths: list[str]) -> str:
@@ -20,10 +21,12 @@ def in_volumes(argument: str, root: str, mount_paths: list[str]) -> str:
     that is a path, a `file://` URL (torch's file rendezvous) or a list of them
     (`/data/a.csv,/data/b.csv`, `/app:/lib`), alone or as an option's `--name=` or a
     Hydra override's `data.dir=` value. Other text (a `python -c` program) stays."""
-    assignment = _ASSIGNMENT.match(argument)
-    if assignment:
-        return assignment.group(0) + in_volumes(argument[assignment.end():], root, mount_paths)
-    return in_volumes_of_words(argument, root, mount_paths) if argument.startswith(("/", FILE_URL)) else argument
+    keys = []  # `a=b=/x`: each key in turn, then the value (a loop: one call per `=` overflowed Python's stack)
+    while assignment := _ASSIGNMENT.match(argument):
+        keys.append(assignment.group(0))
+        argument = argument[assignment.end():]
+    value = in_volumes_of_words(argument, root, mount_paths) if argument.startswith(("/", FILE_URL)) else argument
+    return "".join(keys) + value
 
 
 SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh")
