@@ -74,3 +74,22 @@ def test_after_each_update_every_rank_acts_with_the_merged_statistics_again():
         assert trainer.obs_norm.count == trainer.acting_norm.count == trainer.counters.global_step
         np.testing.assert_allclose(trainer.acting_norm.mean, trainer.obs_norm.mean, rtol=1e-12)
         np.testing.assert_allclose(trainer.acting_norm.std, np.sqrt(trainer.obs_norm.var + 1e-8), rtol=1e-12)
+
+
+def test_a_resumed_rank_normalises_its_next_rollout_bit_for_bit_as_the_uninterrupted_one():
+    """Deterministic mode's promise with normalisation on: the statistics a rank acts with restart from the
+    checkpointed ones on load, as they restart from the merged ones at each update."""
+    import copy
+
+    hp = PPOConfig(num_steps=16, hidden_sizes=[8], normalize_observation=True, normalize_reward=True)
+    uninterrupted = PPOTrainer(ONE_PROCESS, hp, "CartPole-v1", 2, {}, 10_000, seed=1, restart=0)
+    uninterrupted.update(stop_vote=False, success_vote=False)
+    shared, rank = copy.deepcopy(uninterrupted.shared_state()), copy.deepcopy(uninterrupted.rank_state())
+    uninterrupted.update(stop_vote=False, success_vote=False)
+    resumed = PPOTrainer(ONE_PROCESS, hp, "CartPole-v1", 2, {}, 10_000, seed=1, restart=0)
+    resumed.load_shared(shared)
+    resumed.load_rank(rank)
+    resumed.update(stop_vote=False, success_vote=False)
+    np.testing.assert_array_equal(resumed.buf.obs, uninterrupted.buf.obs)
+    for a, b in zip(resumed.agent.parameters(), uninterrupted.agent.parameters(), strict=True):
+        assert torch.equal(a, b)
