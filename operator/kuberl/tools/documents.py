@@ -210,8 +210,18 @@ def one_job_problem(labels: list[str]) -> str | None:
             " each in its own file")
 
 
-# A template's blank never filled in: envsubst's ${VAR} (or a whole-value $VAR), Helm's and Jinja's {{ ... }}.
-BLANK = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}|^\$[A-Za-z_][A-Za-z0-9_]*$|\{\{.*?\}\}")
+# A template's blank never filled in: envsubst's ${VAR} (or a whole-value $VAR), Helm's and Jinja's {{ ... }}
+# (found by _braces: a lazy `\{\{.*?\}\}` searched on from every '{' of a long value, in time quadratic in it).
+BLANK = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}|^\$[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _braces(text: str) -> bool:
+    """A line of `text` with a '{{' and a '}}' after it."""
+    for line in text.split("\n"):
+        opened = line.find("{{")
+        if opened >= 0 and line.find("}}", opened + 2) >= 0:
+            return True
+    return False
 # Where a shell or the kubelet expands such text itself: a script's ${VAR} is its own business.
 SHELL_FIELDS = frozenset({"command", "args", "env"})
 
@@ -224,7 +234,7 @@ def template_blank(doc: Any) -> Problem | None:
     while stack and seen < 10_000:
         item, path = stack.pop(0)
         seen += 1
-        if isinstance(item, str) and BLANK.search(item):
+        if isinstance(item, str) and (BLANK.search(item) or _braces(item)):
             return Problem(path, f"{item[:60]!r} is a template's blank (envsubst's ${{VAR}}, Helm's or Jinja's {{{{ }}}})"
                            " never filled in: render the file first (envsubst < FILE | kuberl convert -), or write the value")
         children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
