@@ -42,6 +42,11 @@ MATCHED = (
       " own observations; at each update the ranks' moments are all-reduced and every rank starts the next"
       " rollout from the merged statistics, which checkpoints, evaluation and the final model use. Clipped to"
       " +-10, epsilon 1e-8.")),
+    ("`ppo.normalizeReward`", "SB3 (`VecNormalize`)",
+     ("Rewards are divided by the running std of the discounted return, which restarts at every episode end, a time"
+      " limit included (SB3's returns[dones] = 0; gymnasium 1.x's NormalizeReward, CleanRL's, restarts only on"
+      " termination), and clipped to +-10. A rollout's rewards are scaled once, at its update, with statistics that"
+      " include its own returns merged over ranks; SB3 scales each step's with the statistics as they stand then.")),
     ("`env.id`", "SB3 (`preprocess_obs`, `MultiInputPolicy`)",
      ("An env whose observations are Discrete, MultiDiscrete, Dict or Tuple is read through gymnasium's"
       " FlattenObservation: Discrete parts one-hot, a Dict's keys in the space's sorted order, concatenated into"
