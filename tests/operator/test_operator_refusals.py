@@ -6,8 +6,10 @@ fails it at once with the server's words, named by who refused (AdmissionPolicy,
 """
 import time
 
+import kmock
 import pytest
 from kuberl.core import names
+from kuberl.operator import kubeapi
 
 from tests.operator.operatorkit import (
     Operator,
@@ -225,3 +227,22 @@ def test_rbac_refusing_kopfs_finalizer_patch_is_one_line_not_a_traceback_and_the
                       {'metadata': {'labels': {'team': 'a'}}}).status == 200
     wait_for(lambda: 'kuberl.dev/operator' in (job(rest, 'unfinalized') or {}).get('metadata', {}).get('finalizers', []),
              timeout=40, what='the finalizer added once RBAC allows it')
+
+
+def test_the_api_server_failing_a_status_write_is_one_line_per_retry_not_a_traceback(standin, rest, operator):
+    """etcd timing out a job's status writes (a 500 after the operator's own retries): kopf logged a traceback. One
+    line now, with the server's words; the job goes on once the writes succeed."""
+    # What ErrorToAPIStatus answers for an etcd error (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/
+    # responsewriters/status.go): 500, no reason, the error's own text as the message.
+    etcd_timeout = {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure',
+                    'message': 'etcdserver: request timed out', 'code': 500}
+    failing = standin.handler['patch', kmock.resource(names.GROUP, names.VERSION, names.PLURAL), kmock.subresource('status')]
+    failing[:2 * (len(kubeapi.API_BACKOFFS) + 1)] << 500 << etcd_timeout  # two reconciles' worth, each retried
+    create_job(rest, 'unwritten', workers=1)
+    wait_for(lambda: pods(standin, 'unwritten'), timeout=40, what='the gang, once the status can be written')
+    log = operator.log()
+    said = [line for line in log.splitlines() if "Daemon 'reconcile' failed" in line]
+    assert len(said) == 2, log[-4000:]
+    assert all('failed temporarily: the API server answered 500: etcdserver: request timed out (after 3 retries)' in line
+               for line in said), said
+    assert 'Traceback' not in log, log[-4000:]

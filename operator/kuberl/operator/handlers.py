@@ -394,7 +394,10 @@ async def job_changed(body: kopf.Body, namespace: str, name: str, memo: kopf.Mem
 # --- the reconcile loop -------------------------------------------------------
 
 
-@kopf.daemon(*RLTJ, id="reconcile", backoff=5.0, cancellation_timeout=10.0)
+RECONCILE_BACKOFF_SECONDS = 5.0  # kopf starts a failed job loop again after this
+
+
+@kopf.daemon(*RLTJ, id="reconcile", backoff=RECONCILE_BACKOFF_SECONDS, cancellation_timeout=10.0)
 async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: Any, **_: Any) -> None:
     shell: Shell = memo.shell
     wake = shell.wakes.setdefault((namespace, name), Wake())
@@ -403,9 +406,16 @@ async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.Daem
     try:
         while not stopped:
             wake.event.clear()
-            async with shell.reconcile_slots:
-                with shell.metrics.reconcile_duration.time():
-                    seconds = await job.reconcile()
+            try:
+                async with shell.reconcile_slots:
+                    with shell.metrics.reconcile_duration.time():
+                        seconds = await job.reconcile()
+            except (kubeapi.ServerError, kubeapi.TooManyRequests) as error:
+                # Answered, after KubeApi's retries (each logged, the failure counted): the server's words are the
+                # line kopf logs, where a traceback would add nothing (etcd timing out a status write, a 503)
+                said = f"the API server answered {error.status} {error.reason}".rstrip()
+                raise kopf.TemporaryError(f"{said}: {error} (after {len(kubeapi.API_BACKOFFS)} retries); the job is reconciled"
+                                          f" again in {RECONCILE_BACKOFF_SECONDS:g} s", delay=RECONCILE_BACKOFF_SECONDS) from None
             await _sleep(wake.event, stopped, seconds)
             if wake.event.is_set():
                 await asyncio.sleep(job.settle_seconds())
