@@ -18,7 +18,8 @@ from . import safetext
 ROOT_CAUSE = "Root Cause (first observed failure):"
 LINE_LIMIT = 300  # characters of the exception line kept: the status message is bounded as a whole
 _FIELD = re.compile(r"^\s*(rank|exitcode|error_file|traceback)\s*:\s*(.*)$")
-_RANK = re.compile(r"(-?\d+) \(local_rank: (-?\d+)\)")
+# matched at the field's start, never searched: a search from each digit of a field of digits is quadratic in it
+_RANK = re.compile(r"(-?\d{1,10}) \(local_rank: (-?\d{1,10})\)")
 _EXIT = re.compile(r"(-?\d+)")
 
 
@@ -82,7 +83,7 @@ def parse(text: str) -> Failure | None:
                 traceback = [match.group(2)]
         elif traceback and line.strip():
             traceback.append(line)
-    rank = _RANK.search(fields.get("rank", ""))
+    rank = _RANK.match(fields.get("rank", ""))
     if rank is None:
         return None
     code = _EXIT.match(fields.get("exitcode", ""))
