@@ -175,15 +175,14 @@ class ReplayBuffer:
         if self.frame_stack == 1:
             return self.obs[rows % self.rows, envs]
         k = self.frame_stack
-        frames = np.empty((len(rows), k, *self.obs.shape[2:]), self.obs.dtype)
-        source = rows.copy()
-        frames[:, k - 1] = self.obs[source % self.rows, envs]
+        sources = np.empty((len(rows), k), np.int64)  # each stack's rows, oldest first
+        source = sources[:, k - 1] = rows
         for j in range(k - 2, -1, -1):
             # step back a row unless the current source is its episode's first
             at_start = self.first[source % self.rows, envs]
-            source = np.where(at_start, source, source - 1)
-            frames[:, j] = self.obs[source % self.rows, envs]
-        return frames
+            source = sources[:, j] = np.where(at_start, source, source - 1)
+        # the frames in one gather (a draw's whole copy, on the learner's critical path on a GPU)
+        return self.obs[sources % self.rows, envs[:, None]]
 
     def sample(self, batch_size: int, gamma: float, rng: np.random.Generator) -> Batch:
         return self.transitions(*self.sample_indices(batch_size, rng), gamma)
@@ -197,12 +196,14 @@ class ReplayBuffer:
             self.truncated[window, envs[:, None]],
             gamma,
         )
+        # observations and next observations in one gather
+        both = self.observations(np.concatenate([rows, rows + steps]), np.concatenate([envs, envs]))
         return Batch(
-            obs=self.observations(rows, envs),
+            obs=both[:len(rows)],
             actions=self.actions[rows % self.rows, envs],
             returns=returns,
             discount=discount,
-            next_obs=self.observations(rows + steps, envs),
+            next_obs=both[len(rows):],
         )
 
     # -- size and state -----------------------------------------------------
