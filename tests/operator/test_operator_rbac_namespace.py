@@ -4,6 +4,7 @@ watch is refused, and the operator exited, so the jobs of every other namespace 
 now serves the namespaces it may, says the refused one in one line (and a gauge), and takes it back once
 RBAC allows it, without a restart. With every watched namespace refused it exits as before."""
 import re
+import time
 
 from tests.operator.operatorkit import TRAINER_IMAGE, Operator, manifest, wait_for
 
@@ -73,6 +74,10 @@ def test_one_namespace_refused_leaves_the_others_served_and_is_taken_back_once_g
         wait_for(lambda: pods_in(standin, 'team-b', 'after'), timeout=30, what="pods of team-b's job, team-a revoked")
         wait_for(op.healthy, what="/healthz")
         assert 'Traceback' not in op.log(), op.log()[-4000:]
+        started = time.monotonic()
+        op.stop()  # a namespace refused: SIGTERM reaches kopf through the operator's stop flag (main.run_kopf)
+        assert op.process.returncode == 0 and time.monotonic() - started < 10, op.log()[-3000:]
+        assert 'Signal SIGTERM is received' in op.log(), op.log()[-3000:]
     finally:
         op.stop()
 

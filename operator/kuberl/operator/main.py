@@ -11,6 +11,8 @@ import json
 import logging
 import os
 import re
+import signal
+import threading
 import time
 from collections.abc import Callable
 
@@ -108,7 +110,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
         refusals = (RefusedNamespaces(dict(watched.refused), watched_resources, REFUSED_RECHECK_SECONDS, stop, remind)
                     if watched.refused else None)
         try:
-            run_kopf(
+            signalled = run_kopf(
                 standalone=args.peering is None,
                 peering_name=args.peering,
                 priority=args.priority,
@@ -118,7 +120,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
                 stop_flag=stop,
                 memo=kopf.Memo(shell=Shell(dataclasses.replace(config, namespaces=watched.served()), metrics, refused=refusals)),
             )
-            if refusals is None or not refusals.granted:
+            if refusals is None or not refusals.granted or signalled:
                 return 0
             for namespace in sorted(refusals.granted):
                 watched.grant(namespace)
@@ -169,22 +171,40 @@ def cmd_operator(args: argparse.Namespace) -> int:
             time.sleep(delay)
 
 
-def run_kopf(**kwargs) -> None:
-    """kopf.run, as its docs spell it (asyncio.run of kopf.operator), then the operator's own client closed
+def run_kopf(stop_flag: asyncio.Event | None = None, **kwargs) -> bool:
+    """kopf.run, as kopf.operator spells it (spawn_tasks, then run_tasks), then the operator's own client closed
     in kopf's event loop: kopf's cleanup handler (handlers.close) closes it, but kopf lets a daemon run on
-    for up to 5 s after that, which may log in again, and its client would be left open when the loop ends."""
+    for up to 5 s after that, which may log in again, and its client would be left open when the loop ends.
+
+    With a `stop_flag` (the operator stops kopf itself to take a refused namespace back) SIGTERM and SIGINT
+    set it too, and the return says whether one came: kopf's own handlers stop it the same way, unseen, so a
+    signal that came as the flag was set was lost, the operator started kopf again and ran on until SIGKILL."""
     import kopf
 
     from .kubeapi import CONNECTION
 
+    signalled: list[signal.Signals] = []
+
+    def on_signal(received: signal.Signals) -> None:
+        log = logging.getLogger("kuberl.operator")
+        log.info("Signal %s is received. Operator is stopping.", received.name)
+        signalled.append(received)
+        stop_flag.set()
+
     async def run() -> None:
+        ignored = asyncio.all_tasks()
         try:
-            await kopf.operator(**kwargs)
+            tasks = await kopf.spawn_tasks(stop_flag=stop_flag, **kwargs)
+            if stop_flag is not None and threading.current_thread() is threading.main_thread():  # where kopf sets its own
+                for received in (signal.SIGTERM, signal.SIGINT):
+                    asyncio.get_running_loop().add_signal_handler(received, on_signal, received)
+            await kopf.run_tasks(tasks, ignored=ignored)
         finally:
             await CONNECTION.close()
 
     with contextlib.suppress(asyncio.CancelledError):  # as kopf.run
         asyncio.run(run())
+    return bool(signalled)
 
 
 class TracebackOnce(logging.Filter):

@@ -1,0 +1,40 @@
+"""SIGTERM arriving as the operator itself stops kopf (a refused namespace granted, kopf stopped to start again
+with it): kopf's own signal handler set a flag nobody awaited any more, the operator started kopf again, and the
+pod ran on until the kubelet's SIGKILL. main.run_kopf now says whether a signal came."""
+import asyncio
+import os
+import signal
+
+import kopf
+from kuberl.operator import main
+
+
+def test_a_signal_while_kopf_stops_for_the_operators_own_flag_is_reported(monkeypatch):
+    async def spawn_tasks(stop_flag, **_):
+        loop = asyncio.get_running_loop()
+        for received in (signal.SIGTERM, signal.SIGINT):  # kopf's own: a future nobody awaits once it stops
+            loop.add_signal_handler(received, lambda: None)
+        loop.call_later(0.05, stop_flag.set)  # the refused namespace granted (handlers.RefusedNamespaces)
+        return [asyncio.create_task(stop_flag.wait())]
+
+    async def run_tasks(tasks, ignored):
+        await asyncio.gather(*tasks)  # stopping: kopf's stop-flag checker is done
+        os.kill(os.getpid(), signal.SIGTERM)  # the kubelet ends the pod meanwhile
+        await asyncio.sleep(0.2)  # kopf stopping its daemons and running its cleanup
+
+    monkeypatch.setattr(kopf, 'spawn_tasks', spawn_tasks)
+    monkeypatch.setattr(kopf, 'run_tasks', run_tasks)
+    assert main.run_kopf(stop_flag=asyncio.Event()) is True
+
+
+def test_no_signal_is_no_signal(monkeypatch):
+    async def spawn_tasks(stop_flag, **_):
+        asyncio.get_running_loop().call_later(0.05, stop_flag.set)
+        return [asyncio.create_task(stop_flag.wait())]
+
+    async def run_tasks(tasks, ignored):
+        await asyncio.gather(*tasks)
+
+    monkeypatch.setattr(kopf, 'spawn_tasks', spawn_tasks)
+    monkeypatch.setattr(kopf, 'run_tasks', run_tasks)
+    assert main.run_kopf(stop_flag=asyncio.Event()) is False
