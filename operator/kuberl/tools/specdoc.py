@@ -30,6 +30,10 @@ fingerprint differs (see [local runs](local-runs.md)).
 # Where CleanRL and Stable-Baselines3 differ from each other or from a plain reading, which one kuberl
 # follows, so a config ported from either means what its author meant.
 MATCHED = (
+    ("`ppo.clipValueLoss`, `ppo.annealLr`", "CleanRL (`ppo.py`)",
+     ("Both on by default, as CleanRL's clip_vloss and anneal_lr: the value loss is clipped with clipCoef and the"
+      " learning rate decays linearly to 0. SB3's PPO clips no value (clip_range_vf=None) and keeps its learning"
+      " rate: an SB3 config sets both false here.")),
     ("`ppo.targetKl`", "CleanRL (`ppo.py`)",
      ("After each epoch, the approximate KL `(ratio - 1) - log ratio` of the epoch's last minibatch, taken before"
       " its optimiser step, is compared with `targetKl`; above it, the epochs stop. SB3 compares every minibatch"
