@@ -7,6 +7,7 @@ from kuberl.operator.config import (
     kopf_refusal_line,
     namespace_refusal_line,
     rbac_refusal_line,
+    refused_finalizer_patch,
     refused_namespace,
 )
 from kuberl.operator.kubeapi import Forbidden
@@ -133,3 +134,14 @@ def test_the_lines_said_of_refused_jobs_are_forgotten_once_their_window_is_past(
         error = APIForbiddenError({'message': FINALIZER_REFUSED.replace('"j"', f'"job-{i}"'), 'code': 403}, status=403, headers={})
         assert refusals.filter(kopf_record('kopf.objects', 'Throttling: %r', error))
     assert len(refusals.said) <= 2 * 600, len(refusals.said)
+
+
+def test_a_refused_finalizer_patch_names_its_namespace_and_job():
+    """What handlers.FinalizerRecheck asks about again: only kopf's patch of a job (its finalizer)."""
+    patch = (f'rltrainingjobs.kuberl.dev "j" is forbidden: User "{SA}" cannot patch resource "rltrainingjobs" in API group'
+             ' "kuberl.dev" in the namespace "team"')
+    assert refused_finalizer_patch(patch) == ('team', 'j')
+    assert refused_finalizer_patch(patch.replace('cannot patch', 'cannot get')) is None
+    assert refused_finalizer_patch(patch.replace('rltrainingjobs.kuberl.dev "j"', 'rltrainingjobs.kuberl.dev')) is None
+    assert refused_finalizer_patch(f'pods "p" is forbidden: User "{SA}" cannot patch resource "pods" in API group ""'
+                                   ' in the namespace "team"') is None

@@ -312,10 +312,18 @@ def kopf_refusal_line(message: str, finalizer: str, namespaced: bool) -> str | N
     if refusal["name"]:
         call = call.replace(" in namespace", f' "{refusal["name"]}" in namespace', 1)
     cost = (f" kopf cannot add its finalizer {finalizer} to a new job (which runs all the same; its deletion does not wait"
-            f" for the operator) nor take it off a deleted one (which stays Terminating until then); it tries again at the"
-            " job's next change, and at the operator's next start" if (refusal["verb"], refusal["resource"]) == ("patch", names.PLURAL) else
+            f" for the operator) nor take it off a deleted one (which stays Terminating until then); the operator asks again"
+            " every 10 s and, once it is allowed, restarts in place so that kopf does both" if (refusal["verb"], refusal["resource"]) == ("patch", names.PLURAL) else
             " Said again every 10 minutes while it is refused")
     return f"RBAC forbids the operator to {call} (a call of kopf's own): {_grant(refusal, namespaced)}{cost}"
+
+
+def refused_finalizer_patch(message: str) -> tuple[str, str] | None:
+    """The (namespace, name) of the job whose patch by kopf (its finalizer's) RBAC refused in `message`; else None. Pure."""
+    refusal = RBAC_REFUSAL.match(message)
+    if refusal is None or (refusal["verb"], refusal["resource"]) != ("patch", names.PLURAL) or not refusal["name"]:
+        return None
+    return refusal["namespace"] or "", refusal["name"]
 
 
 GONE_RESET_SECONDS = 60.0  # a run this long resets the backoff of restarts after lost watches

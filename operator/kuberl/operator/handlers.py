@@ -83,6 +83,9 @@ class Shell:
     peering: Any = None  # PeeringCheck, when peering
     # Watched namespaces RBAC refuses now (kopf runs without them), rechecked; None when cluster-wide.
     refused: Any = None  # RefusedNamespaces
+    # A job per namespace whose finalizer patch RBAC refused kopf (main.cmd_operator fills it), rechecked.
+    finalizer_refused: dict[str, str] = dataclasses.field(default_factory=dict)
+    finalizer_recheck: Any = None  # FinalizerRecheck, once started
 
     def poke(self, namespace: str, job: str, pods_changed: bool = False) -> None:
         wake = self.wakes.get((namespace, job))
@@ -131,6 +134,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         # its 403s are what it looks for: the refusal is counted once, by kuberl_operator_namespace_refused and its alert
         refused_api = KubeApi(settings, logger, shell.metrics, answers=(kubeapi.Forbidden,))
         shell.refused.task = asyncio.create_task(shell.refused.run(refused_api))
+    recheck = FinalizerRecheck(shell.finalizer_refused, restart_in_place, FINALIZER_RECHECK_SECONDS)
+    recheck.task = asyncio.create_task(recheck.run(KubeApi(settings, logger, shell.metrics, answers=(kubeapi.Forbidden,))))
+    shell.finalizer_recheck = recheck
     shell.heartbeat = WatchHeartbeat(shell.config.watch, restart_in_place)
     shell.heartbeat.task = asyncio.create_task(
         shell.heartbeat.run(KubeApi(settings, logger, shell.metrics), shell.config.namespaces[:1] or (None,)))
@@ -332,6 +338,43 @@ class RefusedNamespaces:
                     self.remind(namespace, message)
 
 
+class FinalizerRecheck:
+    """kopf adds its finalizer to a job, and takes it off a deleted one, as it handles one of the job's watch events;
+    when RBAC refused that patch, kopf tried again only at the job's next change: a deleted job stayed Terminating
+    however long after the grant, until something edited it or the operator restarted. Every `recheck_seconds`
+    while a refusal is on record (`refused`: a job per namespace), a dry run of a patch of that job asks whether
+    it is allowed now; once it is, `restart` starts the operator again in place, and kopf, listing every job anew,
+    patches each one it was refused."""
+
+    def __init__(self, refused: dict[str, str], restart: Callable[[], None], recheck_seconds: float):
+        self.refused, self.restart, self.recheck_seconds = refused, restart, recheck_seconds
+        self.task: asyncio.Task | None = None
+
+    async def allowed(self, api: KubeApi, namespace: str, name: str) -> bool:
+        path = kubeapi._path(*RLTJ, namespace or None, name)
+        try:
+            await api.call("patch", "patch", names.PLURAL, path, {}, "application/merge-patch+json", query=[("dryRun", "All")])
+        except kubeapi.NotFound:
+            self.refused.pop(namespace, None)  # that job is gone, and its refusal with it
+            return False
+        except kubeapi.Forbidden:
+            return False
+        return True
+
+    async def run(self, api: KubeApi) -> None:
+        while True:
+            await asyncio.sleep(self.recheck_seconds)
+            for namespace, name in list(self.refused.items()):
+                with contextlib.suppress(ApiError, aiohttp.ClientError, TimeoutError):
+                    if await self.allowed(api, namespace, name):
+                        logger.warning("RBAC allows the operator to patch %s in namespace \"%s\" again: it restarts in place,"
+                                       " so kopf adds its finalizer to the jobs it was refused, or takes it off a deleted one",
+                                       names.PLURAL, namespace)
+                        self.restart()
+                        return
+
+
+FINALIZER_RECHECK_SECONDS = 10.0
 REFUSED_RECHECK_SECONDS = 10.0
 REMIND_SECONDS = 600.0
 
@@ -358,7 +401,7 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
     if memo.shell.refused is not None:
         memo.shell.refused.stop.set()  # kopf's own wait for its stop flag ends now, not after its 5 s for hung tasks
     for task in (memo.shell.heartbeat and memo.shell.heartbeat.task, memo.shell.peering and memo.shell.peering.task,
-                 memo.shell.refused and memo.shell.refused.task):
+                 memo.shell.refused and memo.shell.refused.task, memo.shell.finalizer_recheck and memo.shell.finalizer_recheck.task):
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

@@ -31,6 +31,7 @@ from .config import (
     namespace_refusal_line,
     operator_config,
     rbac_refusal_line,
+    refused_finalizer_patch,
     refused_namespace,
     restart_in_place,
 )
@@ -60,7 +61,16 @@ def cmd_operator(args: argparse.Namespace) -> int:
         lambda record: not record.getMessage().startswith(("Handler 'pod_changed' succeeded", "Handler 'job_changed' succeeded"))
     )
     # before TracebackOnce, which would shorten the record this one replaces
-    refusals_of_kopf = KopfRefusals(lambda message: kopf_refusal_line(message, FINALIZER, namespaced=bool(config.namespaces)))
+    # A job whose finalizer patch RBAC refused kopf, by namespace (grants differ by namespace, not by job): rechecked
+    # by handlers.FinalizerRecheck, since kopf tries again only at that job's next change.
+    finalizer_refused: dict[str, str] = {}
+
+    def kopf_line(message: str) -> str | None:
+        if (job := refused_finalizer_patch(message)) is not None:
+            finalizer_refused[job[0]] = job[1]
+        return kopf_refusal_line(message, FINALIZER, namespaced=bool(config.namespaces))
+
+    refusals_of_kopf = KopfRefusals(kopf_line)
     for handler in logging.getLogger().handlers:
         handler.addFilter(refusals_of_kopf)
     once = TracebackOnce()
@@ -118,7 +128,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
                 namespaces=list(watched.served()),
                 liveness_endpoint=f"http://{listen}:{args.health_port}{args.health_path}",
                 stop_flag=stop,
-                memo=kopf.Memo(shell=Shell(dataclasses.replace(config, namespaces=watched.served()), metrics, refused=refusals)),
+                memo=kopf.Memo(shell=Shell(dataclasses.replace(config, namespaces=watched.served()), metrics, refused=refusals,
+                                           finalizer_refused=finalizer_refused)),
             )
             if refusals is None or not refusals.granted or signalled:
                 return 0
