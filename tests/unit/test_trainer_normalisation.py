@@ -93,3 +93,23 @@ def test_a_resumed_rank_normalises_its_next_rollout_bit_for_bit_as_the_uninterru
     np.testing.assert_array_equal(resumed.buf.obs, uninterrupted.buf.obs)
     for a, b in zip(resumed.agent.parameters(), uninterrupted.agent.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_checkpoint_of_a_rank_with_reward_normalisation_is_taken_back_by_the_same_job():
+    """The return normaliser's statistics are of shape (): its merge turned the 0-d arrays into numpy scalars,
+    which the resume's check (checkpoint.mismatch) refused against a fresh trainer's arrays, so every job with
+    normalizeReward failed its first resume: 'ConfigError: checkpoint … was not written by this job's trainer
+    (state.ret_norm.mean is float64, not ndarray)'. Checkpoints written so that still resume."""
+    from kuberl_trainer import checkpoint
+
+    hp = PPOConfig(num_steps=16, hidden_sizes=[8], normalize_observation=True, normalize_reward=True)
+    trained = PPOTrainer(ONE_PROCESS, hp, "Pendulum-v1", 2, {}, 10_000, seed=1, restart=0)
+    trained.update(stop_vote=False, success_vote=False)
+    saved = checkpoint.decode(checkpoint.encode(trained.shared_state()))
+    fresh = PPOTrainer(ONE_PROCESS, hp, "Pendulum-v1", 2, {}, 10_000, seed=1, restart=0)
+    assert checkpoint.mismatch(fresh.shared_state(), saved) is None
+    assert isinstance(trained.ret_norm.mean, np.ndarray) and isinstance(trained.ret_norm.var, np.ndarray)
+    as_written_before = {**saved, "ret_norm": {**saved["ret_norm"], "mean": np.float64(0.5), "var": np.float64(2.0)}}
+    assert checkpoint.mismatch(fresh.shared_state(), checkpoint.decode(checkpoint.encode(as_written_before))) is None
+    fresh.load_shared(as_written_before)
+    assert isinstance(fresh.ret_norm.mean, np.ndarray) and fresh.ret_norm.var.shape == ()

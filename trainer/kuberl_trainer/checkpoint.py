@@ -948,6 +948,8 @@ def mismatch(expected: object, found: object, where: str = "state") -> str | Non
     state before the first step, unset values) takes anything; lists are compared by type only."""
     if expected is None or (isinstance(expected, dict) and not expected):
         return None
+    if isinstance(expected, np.ndarray) and expected.shape == () and isinstance(found, np.generic):
+        found = np.asarray(found)  # one value: RunningMeanStd of shape () saved scalars until 2026-11-27
     if isinstance(expected, (torch.Tensor, np.ndarray)):
         if type(found) is not type(expected):
             return f"{where} is {type(found).__name__}, not {type(expected).__name__}"

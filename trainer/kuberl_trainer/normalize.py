@@ -48,9 +48,11 @@ class RunningMeanStd:
         batch_var = np.maximum(moments[1 + n :].reshape(self.shape) / count - np.square(batch_mean), 0.0)
         total = self.count + count
         delta = batch_mean - self.mean
-        self.mean = self.mean + delta * count / total
         m2 = self.var * self.count + batch_var * count + np.square(delta) * self.count * count / total
-        self.var = m2 / total
+        # arrays still when of shape () (the return normaliser): numpy's arithmetic on 0-d arrays gives scalars,
+        # which a checkpoint keeps as such and the resume's check (checkpoint.mismatch) refused
+        self.mean = np.asarray(self.mean + delta * count / total)
+        self.var = np.asarray(m2 / total)
         self.count = total
 
     def normalize(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
