@@ -286,9 +286,7 @@ class TrainingSession:
     def after_update(self, report: UpdateReport, algorithm: Algorithm) -> None:
         counters = report.counters
         self.boundary = (counters.global_step, counters.updates)
-        self.recent.append((report.episode_return_sum, report.episode_return_count))
-        while len(self.recent) > 1 and sum(c for _, c in list(self.recent)[1:]) >= RECENT_EPISODES:
-            self.recent.popleft()
+        self.remember_episodes(report.episode_return_sum, report.episode_return_count)
         if self.metrics is not None:
             self._record(report)
         success = self.spec.success
@@ -307,6 +305,17 @@ class TrainingSession:
             self.report(counters.global_step)
 
     # -- pieces ------------------------------------------------------------------
+
+    def remember_episodes(self, return_sum: float, count: int) -> None:
+        """An update's ended episodes into the window of the fewest latest updates that hold
+        RECENT_EPISODES. An update that ended none changes neither sum, so it is not kept:
+        the window stays about RECENT_EPISODES long instead of one entry per update (12,000
+        for Pong's 900-step episodes on 8 envs, summed at every update)."""
+        if not count:
+            return
+        self.recent.append((return_sum, count))
+        while len(self.recent) > 1 and sum(c for _, c in list(self.recent)[1:]) >= RECENT_EPISODES:
+            self.recent.popleft()
 
     @property
     def episode_return_mean(self) -> float | None:
