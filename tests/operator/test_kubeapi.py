@@ -118,3 +118,22 @@ def test_a_client_made_in_an_ended_event_loop_is_not_used_by_the_next(standin, m
     stale = asyncio.run(late_login())
     fresh, missing = asyncio.run(next_run())
     assert fresh is not stale and missing is None
+
+
+def test_a_jobs_pods_are_listed_in_pages_and_kept_as_the_operator_reads_them(standin, monkeypatch):
+    """1,024 pods of a 16 KiB template listed as one answer of 70 MB of JSON, 380 MB parsed, in an operator the chart
+    gives 256 MiB: listed LIST_PAGE at a time, and only what the operator reads of each kept (no spec, no
+    managedFields), a job's pods cost the same whatever its template."""
+    monkeypatch.setattr(kubeapi, 'LIST_PAGE', 7)
+    big = {'name': 'trainer', 'image': 'busybox', 'env': [{'name': f'E{i}', 'value': 'v'} for i in range(200)]}
+
+    async def calls(api):
+        for i in range(20):
+            await api.create({**POD, 'metadata': {**POD['metadata'], 'name': f'p{i}'}, 'spec': {'containers': [big]}})
+        await api.create({**POD, 'metadata': {'name': 'other', 'namespace': NS, 'labels': {names.LABEL_JOB: 'k'}}})
+        return await api.list_job_pods(NS, 'j')
+
+    listed, _ = run_api(monkeypatch, standin.kubeconfig, calls)
+    assert sorted(p['metadata']['name'] for p in listed) == sorted(f'p{i}' for i in range(20))
+    assert all(set(p) == {'metadata', 'status'} and p['metadata']['labels'] == {names.LABEL_JOB: 'j'} for p in listed)
+    assert sum(n for call, n in standin.calls.items() if call.verb == 'list' and call.resource == 'pods') == 3

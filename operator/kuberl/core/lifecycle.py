@@ -923,6 +923,32 @@ def _one_line(value: Any) -> str | None:
     return safetext.one_line(value) if isinstance(value, str) else None
 
 
+# What the operator reads of a pod it lists (observed_pod, jobstatus.owned_by and is_current_pod, rank 0's scrape, deletes)
+POD_METADATA_READ = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp", "ownerReferences")
+POD_STATUS_READ = ("phase", "podIP", "startTime")
+POD_CONDITIONS_READ = ("Ready", "PodScheduled", "DisruptionTarget")
+POD_ANNOTATIONS_READ = (names.KUEUE_RETRIABLE_IN_GROUP,)
+
+
+def pod_as_read(pod: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a listed pod the operator reads, all it keeps of it: its spec, managedFields, other labels and
+    annotations and the other containers' statuses left out, so a job's pods cost the same whatever its template
+    (1,024 pods of a 16 KiB template listed as 70 MB of JSON, 380 MB once parsed). observed_pod reads it alike."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    kept = {key: meta[key] for key in POD_METADATA_READ if key in meta}
+    kept["labels"] = {k: v for k, v in (meta.get("labels") or {}).items() if k.startswith(f"{names.GROUP}/")}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k in POD_ANNOTATIONS_READ}
+    if annotations:
+        kept["annotations"] = annotations
+    read = {key: status[key] for key in POD_STATUS_READ if key in status}
+    read["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") in POD_CONDITIONS_READ]
+    statuses = status.get("containerStatuses") or []
+    trainer = next((c for c in statuses if c.get("name") == names.TRAINER_CONTAINER), statuses[0] if statuses else None)
+    if trainer is not None:
+        read["containerStatuses"] = [trainer]
+    return {"metadata": kept, "status": read}
+
+
 def observed_pod(pod: dict[str, Any]) -> ObservedPod:
     """An ObservedPod from a Kubernetes Pod object (as the API returns it)."""
     meta = pod.get("metadata") or {}

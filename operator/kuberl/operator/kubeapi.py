@@ -27,10 +27,11 @@ import kopf
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from ..core import names, safetext
+from ..core import lifecycle, names, safetext
 from .metrics import OperatorMetrics
 
 RLTJ = (names.GROUP, names.VERSION, names.PLURAL)
+LIST_PAGE = 100  # pods per list request (limit, continue): what one page of a large gang costs the operator
 PODS = ("", "v1", "pods")
 PEERINGS = ("kopf.dev", "v1", "kopfpeerings")  # kopf's, per namespace when not cluster-wide
 API_BACKOFFS = (0.5, 1.0, 2.0)  # retries of 5xx/429 inside one call; then kopf's daemon backoff
@@ -388,8 +389,17 @@ class KubeApi:
             return None
 
     async def list_job_pods(self, namespace: str, job: str) -> list[dict]:
-        listed = await self.call("get", "list", "pods", _path(*PODS, namespace), query=[("labelSelector", f"{names.LABEL_JOB}={job}")])
-        return listed.get("items") or []
+        """The job's pods as the operator reads them (lifecycle.pod_as_read), listed LIST_PAGE pods at a time: a gang's
+        whole list (1,024 pods of a 16 KiB template: 70 MB of JSON, 380 MB parsed) is never held at once."""
+        pods: list[dict] = []
+        token = None
+        while True:
+            query = [("labelSelector", f"{names.LABEL_JOB}={job}"), ("limit", str(LIST_PAGE))] + ([("continue", token)] if token else [])
+            listed = await self.call("get", "list", "pods", _path(*PODS, namespace), query=query)
+            pods += [lifecycle.pod_as_read(pod) for pod in listed.get("items") or []]
+            token = (listed.get("metadata") or {}).get("continue")
+            if not token:
+                return pods
 
     async def create(self, obj: dict) -> dict:
         group, version, plural = api_path(obj)
