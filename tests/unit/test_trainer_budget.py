@@ -81,6 +81,9 @@ def test_buffers_that_fit_are_made_as_before():
     ("Acrobot-v1", {"foo": 1}, "spec.env.kwargs: 'Acrobot-v1' refused them: AcrobotEnv.__init__() got an unexpected keyword"),
     ("gymnasium.envs.classic_control:CartPoleEnv", {"foo": 1},
      "spec.env.kwargs: 'gymnasium.envs.classic_control:CartPoleEnv' refused them: CartPoleEnv.__init__() got an unexpected"),
+    # refused by the constructor's own checks on the values (kuberl validate said so; the rank crashed, retried)
+    ("FrozenLake-v1", {"map_name": "5x5"}, "spec.env.kwargs: 'FrozenLake-v1' refused them: KeyError: '5x5'"),
+    ("FrozenLake-v1", {"desc": ["SF", "FFG"]}, "spec.env.kwargs: 'FrozenLake-v1' refused them: ValueError: setting an array"),  # rows unequal
 ])
 def test_an_env_that_cannot_be_made_names_the_field(env_id, kwargs, expected):
     from kuberl_trainer import envs

@@ -67,6 +67,11 @@ def check_spaces(envs: gym.vector.VectorEnv, env_id: str, actions: tuple[type[gy
         raise UnknownEnv(f"spec.env.id: {env_id!r} has {problem}")
 
 
+# What a constructor raises from the values it was given (FrozenLake's map_name "5x5": KeyError), as
+# `kuberl validate` names them (envspaces.env_problem): the same at every restart.
+REFUSED_VALUES = (ValueError, LookupError, AssertionError)
+
+
 def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: str = "auto",
               halves: int = 1) -> gym.vector.VectorEnv:
     """A vector env with next-step autoreset; raises UnknownEnv naming spec.env.id.
@@ -97,9 +102,10 @@ def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: s
             envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.PassiveEnvChecker(target(**kwargs))] * num_envs)
     except (gym.error.DependencyNotInstalled, ImportError) as e:  # ImportError: HalfCheetah-v2's entry point, moved out of gymnasium
         raise UnknownEnv(f"spec.env.id: {env_id!r} needs a package the trainer image lacks: {e}") from e
-    except (TypeError, gym.error.Error) as e:
+    except (TypeError, gym.error.Error, *REFUSED_VALUES) as e:
         field = "spec.env.kwargs" if kwargs else "spec.env.id"
-        raise UnknownEnv(f"{field}: {env_id!r} refused {'them' if kwargs else 'to be made'}: {e}") from e
+        said = f"{type(e).__name__}: {e}" if isinstance(e, REFUSED_VALUES) else str(e)  # KeyError's own words: '5x5'
+        raise UnknownEnv(f"{field}: {env_id!r} refused {'them' if kwargs else 'to be made'}: {said}") from e
     mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
     if mode != gym.vector.AutoresetMode.NEXT_STEP:
         raise UnknownEnv(f"spec.env.id: {env_id!r} uses autoreset mode {mode}; kuberl expects next-step")
