@@ -11,9 +11,10 @@ from .sandbox import LocalRunError, host_path
 FILE_URL = "file://"  # init_method=file:///shared/pg: a path under a mount after it is the volume's too
 
 
-# `--name=`, and Hydra's `key.sub=`, `+key=`, `~key=` (a path-free key): its value is a word of its own. One
-# character class: two that overlap ([-+~]*[\w-]*) backtracked quadratically over a word of dashes.
-_ASSIGNMENT = re.compile(r"^[-+~\w.@\[\]]*=")
+# `--name=`, and Hydra's `key.sub=`, `+key=`, `~key=` (a path-free key): its value is a word of its own; `a=b=`
+# chains them. One character class without '=': two that overlap ([-+~]*[\w-]*) backtracked quadratically over a
+# word of dashes, and each `=` ends one key only one way, so the whole chain is matched in one linear pass.
+_ASSIGNMENTS = re.compile(r"^(?:[-+~\w.@\[\]]*=)+")
 
 
 def in_volumes(argument: str, root: str, mount_paths: list[str]) -> str:
@@ -21,12 +22,10 @@ def in_volumes(argument: str, root: str, mount_paths: list[str]) -> str:
     that is a path, a `file://` URL (torch's file rendezvous) or a list of them
     (`/data/a.csv,/data/b.csv`, `/app:/lib`), alone or as an option's `--name=` or a
     Hydra override's `data.dir=` value. Other text (a `python -c` program) stays."""
-    keys = []  # `a=b=/x`: each key in turn, then the value (a loop: one call per `=` overflowed Python's stack)
-    while assignment := _ASSIGNMENT.match(argument):
-        keys.append(assignment.group(0))
-        argument = argument[assignment.end():]
-    value = in_volumes_of_words(argument, root, mount_paths) if argument.startswith(("/", FILE_URL)) else argument
-    return "".join(keys) + value
+    assignments = _ASSIGNMENTS.match(argument)  # `a=b=/x`: the keys, then the value
+    keys = assignments.group(0) if assignments else ""
+    value = argument[len(keys):]
+    return keys + (in_volumes_of_words(value, root, mount_paths) if value.startswith(("/", FILE_URL)) else value)
 
 
 SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh")
