@@ -219,7 +219,7 @@ class JobSpec(Model):
             " spec.volumes merge by name; any other pod field set here replaces kuberl's. kuberl's labels,"
             " annotations, hostname, subdomain and restartPolicy always stay, and its configuration volume"
             f" (`{names.CONFIG_VOLUME}`, at {names.CONFIG_MOUNT_DIR} in the trainer) cannot be replaced. Its JSON times workers is at"
-            f" most {MAX_GANG_TEMPLATE_BYTES // 2**20} MiB (every pod is rendered at once), and"
+            f" most {MAX_GANG_TEMPLATE_BYTES // 2**20} MiB (every pod carries a copy), and"
             f" spec.terminationGracePeriodSeconds at most {MAX_GRACE_SECONDS}, as runPolicy's."
         ),
         json_schema_extra=free_form(2),

@@ -48,9 +48,11 @@ PATTERN_MEANINGS = {
 MAX_GRACE_SECONDS = 3600
 
 
-# The operator renders every pod of a gang at once, each with its own copy of the template (about
-# 2.7 bytes of memory per byte of template JSON): a 1.3 MB template x 1,024 workers took 3.6 GB and
-# 31 s, where the chart gives the operator 256 MiB. 16 KiB per pod at the largest gang is plenty.
+# Every pod of a gang carries its own copy of the template, which the API server stores and the operator
+# renders and reads back: a 1.3 MB template x 1,024 workers took 3.6 GB and 31 s of an operator the chart gives
+# 256 MiB. 16 KiB per pod at the largest gang is plenty; even so, the operator renders, creates and lists a
+# gang a few pods at a time (handlers._create_pods, kubeapi.list_job_pods): a 16 KiB template of small fields
+# costs about 14 bytes of memory per byte of template JSON once rendered.
 MAX_GANG_TEMPLATE_BYTES = 16 * 1024 * 1024
 
 
