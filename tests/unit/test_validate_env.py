@@ -70,3 +70,30 @@ def test_run_refuses_such_a_job_as_validate_does_before_any_run_directory_or_pod
     assert cli.main(["run", str(path), "--dir", str(tmp_path / "runs")]) == 1
     assert "  spec.env.id: 'Pendulum-v1' has action space Box(-2.0, 2.0, (1,), float32)" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("env", "line"), [
+    ({"id": "ALE/Pong-v5", "kwargs": {"protocol": "sb3"}},
+     "spec.env.kwargs.protocol: expected one of 'modern', 'nature' (got 'sb3')"),
+    ({"id": "ALE/Pong-v5", "kwargs": {"frameskip": 1}},
+     "spec.env.kwargs.frameskip: set by the protocol ('modern'); choose the protocol instead"),
+    ({"id": "ALE/Breakout-v5", "kwargs": {"frameStack": 0}}, "spec.env.kwargs.frameStack: expected an integer from 1 to 16 (got 0)"),
+    ({"id": "ALE/Pong-v5", "kwargs": {"mode": 1}},
+     "spec.env.kwargs.mode: not an option of backend ale (gymnasium.make's keys need backend: gymnasium)"),
+    ({"id": "ALE/Pong-v5", "backend": "envpool", "kwargs": {"noop_max": 30}},
+     "spec.env.kwargs.noop_max: not an option of backend envpool"),
+])
+def test_validate_names_the_atari_kwargs_the_trainer_refuses_at_start(tmp_path, capsys, env, line):
+    """kuberl's own Atari keys (protocol, frameStack, …) and the keys its ALE and EnvPool backends cannot take: read
+    without an emulator. validate said valid, and the pods (GPU pods, for the Pong examples) ended in a ConfigError."""
+    code, err = validate(tmp_path, capsys, make_job("j").minimal().algorithm("ppo").replace(env=env))
+    assert code == 1 and f"  {line}\n" in err, err
+
+
+@pytest.mark.parametrize("env", [
+    {"id": "ALE/Pong-v5", "kwargs": {"protocol": "nature", "frameStack": 4, "noopMax": 0, "episodicLife": True}},
+    {"id": "ALE/Pong-v5", "backend": "gymnasium", "kwargs": {"mode": 1}},  # gymnasium.make's key: the emulator's to tell
+])
+def test_atari_kwargs_the_trainer_takes_are_valid(tmp_path, capsys, env):
+    code, err = validate(tmp_path, capsys, make_job("j").minimal().algorithm("ppo").replace(env=env))
+    assert code == 0, err

@@ -40,11 +40,11 @@ from __future__ import annotations
 
 import difflib
 import itertools
-from dataclasses import dataclass
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from kuberl.core import atarikwargs
+from kuberl.core.atarikwargs import DEFAULT_PROTOCOL, AtariOptions  # noqa: F401 - atari.DEFAULT_PROTOCOL, as before
 
 from .envid import UnknownEnv
 
@@ -55,36 +55,6 @@ FRAME_STACK = "kuberl.frame_stack"  # vector env metadata key: observations are 
 MAX_FRAMES_PER_EPISODE = 108_000
 FRAME_SKIP = 4
 SCREEN_SIZE = 84
-
-
-@dataclass(frozen=True)
-class Protocol:
-    sticky_actions: float  # probability that the emulator repeats the previous action
-    noop_max: int
-    episodic_life: bool
-
-
-PROTOCOLS = {
-    "modern": Protocol(sticky_actions=0.25, noop_max=30, episodic_life=False),
-    "nature": Protocol(sticky_actions=0.0, noop_max=30, episodic_life=False),
-}
-DEFAULT_PROTOCOL = "modern"
-
-
-@dataclass(frozen=True)
-class AtariOptions:
-    """kuberl's own keys of spec.env.kwargs, checked, with the rest apart."""
-
-    protocol: str
-    frame_stack: int
-    noop_max: int
-    episodic_life: bool
-    clip_rewards: bool
-    make_kwargs: dict[str, Any]
-
-    @property
-    def sticky_actions(self) -> float:
-        return PROTOCOLS[self.protocol].sticky_actions
 
 
 class AtariConfigError(UnknownEnv):
@@ -125,43 +95,12 @@ def game_of(env_id: str) -> str:
     return spec.name.replace("NoFrameskip", "").replace("Deterministic", "")
 
 
-def _flag(kwargs: dict, key: str, default: bool) -> bool:
-    value = kwargs.get(key, default)
-    if not isinstance(value, bool):
-        raise AtariConfigError(f"spec.env.kwargs.{key}: expected true or false (got {value!r})")
-    return value
-
-
-def _count(kwargs: dict, key: str, default: int, low: int, high: int) -> int:
-    value = kwargs.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise AtariConfigError(f"spec.env.kwargs.{key}: expected an integer from {low} to {high} (got {value!r})")
-    return value
-
-
-OWN_KEYS = ("protocol", "frameStack", "noopMax", "episodicLife", "clipRewards")
-PROTOCOL_KEYS = ("frameskip", "repeat_action_probability", "max_num_frames_per_episode")
-
-
 def options(kwargs: dict | None) -> AtariOptions:
-    """Parse kuberl's keys of spec.env.kwargs for an ALE id."""
-    kwargs = dict(kwargs or {})
-    protocol = kwargs.get("protocol", DEFAULT_PROTOCOL)
-    if protocol not in PROTOCOLS:
-        raise AtariConfigError(
-            f"spec.env.kwargs.protocol: expected one of {', '.join(map(repr, PROTOCOLS))} (got {protocol!r})")
-    defaults = PROTOCOLS[protocol]
-    for key in PROTOCOL_KEYS:
-        if key in kwargs:
-            raise AtariConfigError(f"spec.env.kwargs.{key}: set by the protocol ({protocol!r}); choose the protocol instead")
-    return AtariOptions(
-        protocol=protocol,
-        frame_stack=_count(kwargs, "frameStack", 4, 1, 16),
-        noop_max=_count(kwargs, "noopMax", defaults.noop_max, 0, 1000),
-        episodic_life=_flag(kwargs, "episodicLife", defaults.episodic_life),
-        clip_rewards=_flag(kwargs, "clipRewards", True),
-        make_kwargs={k: v for k, v in kwargs.items() if k not in OWN_KEYS},
-    )
+    """Parse kuberl's keys of spec.env.kwargs for an ALE id (atarikwargs.options, which validate reads too)."""
+    try:
+        return atarikwargs.options(kwargs)
+    except atarikwargs.AtariOptionError as e:
+        raise AtariConfigError(str(e)) from None
 
 
 def clips_rewards(envs: gym.vector.VectorEnv) -> bool:
@@ -275,9 +214,8 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
 
 
 def make_ale(game: str, num_envs: int, opts: AtariOptions, num_threads: int, halves: int = 1) -> gym.vector.VectorEnv:
-    if opts.make_kwargs:  # mode, difficulty, ...: gymnasium.make's, which AtariVectorEnv does not take
-        raise AtariConfigError(f"spec.env.kwargs.{next(iter(opts.make_kwargs))}: not an option of backend ale "
-                               "(gymnasium.make's keys need backend: gymnasium)")
+    if problem := atarikwargs.backend_problem(opts, "ale"):  # mode, difficulty, ...: gymnasium.make's, not AtariVectorEnv's
+        raise AtariConfigError(problem)
     return ALEVectorEnv(game, num_envs, opts, num_threads, halves)
 
 
@@ -296,8 +234,8 @@ def make_envpool(game: str, num_envs: int, opts: AtariOptions, num_threads: int)
     if task not in tasks:
         close = difflib.get_close_matches(task, tasks, n=3, cutoff=0.6)
         raise AtariConfigError(f"spec.env.id: EnvPool has no task {task!r}" + (f"; did you mean {', '.join(close)}?" if close else ""))
-    if opts.make_kwargs:
-        raise AtariConfigError(f"spec.env.kwargs.{next(iter(opts.make_kwargs))}: not an option of backend envpool")
+    if problem := atarikwargs.backend_problem(opts, "envpool"):
+        raise AtariConfigError(problem)
     return EnvPoolVectorEnv(task, num_envs, num_threads, {
         "stack_num": opts.frame_stack,
         "img_height": SCREEN_SIZE,

@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from . import atarikwargs
 from .validation import Problem
 
 # the action spaces each algorithm's networks emit (its trainer class reads its row)
@@ -103,14 +104,16 @@ def spaces_problem(observation: gym.Space, action: gym.Space, algorithm: str) ->
 NOT_HERE = (gym.error.DependencyNotInstalled, gym.error.NamespaceNotFound, ImportError)
 
 
-def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str) -> Problem | None:
+def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: str = "auto") -> Problem | None:
     """What `kuberl validate` can tell of spec.env by making the env here, as the trainer makes it (one
     copy): kwargs the env refuses, spaces the algorithm cannot learn on. Only registered gymnasium ids
     are made (a classic-control env takes a millisecond or two); a "module:Class" (the user's code, not run
-    to validate a file), an Atari id (kuberl preprocesses its frames) and an env whose package is missing
-    here are left to the trainer."""
+    to validate a file) and an env whose package is missing here are left to the trainer. An Atari id is
+    not made (kuberl preprocesses its frames): its kwargs are read as the trainer reads them (atarikwargs)."""
     spec = gym.registry.get(env_id)
-    if spec is None or env_id.startswith("ALE/") or str(spec.entry_point).startswith("ale_py"):
+    if env_id.startswith("ALE/") or (spec is not None and str(spec.entry_point).startswith("ale_py")):
+        return atari_problem(kwargs, backend)
+    if spec is None:
         return None
     field = "spec.env.kwargs" if kwargs else "spec.env.id"
     native = spec.vector_entry_point is not None
@@ -127,9 +130,21 @@ def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str) -> Problem 
     return Problem("spec.env.id", f"{env_id!r} has {problem}") if problem else None
 
 
+def atari_problem(kwargs: dict[str, Any], backend: str) -> Problem | None:
+    """kuberl's own Atari keys, and the keys `backend` cannot take, as the trainer refuses them at start."""
+    try:
+        problem = atarikwargs.backend_problem(atarikwargs.options(kwargs), backend)
+    except atarikwargs.AtariOptionError as e:
+        problem = str(e)
+    if problem is None:
+        return None
+    field, _, message = problem.partition(": ")
+    return Problem(field, message)
+
+
 def job_env_problems(spec: Any) -> list[Problem]:
     """`env_problem` of a parsed job (rules.JobSpec) that kuberl's trainer runs; none for trainer: custom."""
     if spec.trainer != "kuberl":
         return []
-    problem = env_problem(spec.env.id, dict(spec.env.kwargs), spec.algorithm)
+    problem = env_problem(spec.env.id, dict(spec.env.kwargs), spec.algorithm, spec.env.backend)
     return [problem] if problem else []
