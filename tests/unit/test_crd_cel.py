@@ -157,7 +157,7 @@ metadata: {name: atari-dqn}
 spec:
   algorithm: dqn
   dqn: {learningRate: 0.0005, hiddenSizes: [256]}
-  env: {id: "ALE/Pong-v5", numEnvs: 4, kwargs: {frameskip: 4}}
+  env: {id: "ALE/Pong-v5", numEnvs: 4, kwargs: {frameStack: 4}}
   totalTimesteps: 1000000
   workers: 4
   gpusPerWorker: 2
@@ -302,8 +302,8 @@ CASES = [
     ("update-default-made-explicit", spec_with(MINIMAL, workers=1, seed=1, env={"id": "CartPole-v1", "numEnvs": 8}), MINIMAL, set()),
     ("update-workers", spec_with(FULL, workers=8), FULL, {"spec.workers"}),
     ("update-hyperparameter", spec_with(FULL, dqn={"learningRate": 0.001, "hiddenSizes": [256]}), FULL, {"spec.dqn"}),
-    ("update-env", spec_with(FULL, env={"id": "ALE/Pong-v5", "numEnvs": 8, "kwargs": {"frameskip": 4}}), FULL, {"spec.env"}),
-    ("update-env-id", spec_with(FULL, env={"id": "ALE/Breakout-v5", "numEnvs": 4, "kwargs": {"frameskip": 4}}), FULL, {"spec.env"}),
+    ("update-env", spec_with(FULL, env={"id": "ALE/Pong-v5", "numEnvs": 8, "kwargs": {"frameStack": 4}}), FULL, {"spec.env"}),
+    ("update-env-id", spec_with(FULL, env={"id": "ALE/Breakout-v5", "numEnvs": 4, "kwargs": {"frameStack": 4}}), FULL, {"spec.env"}),
     ("update-env-kwargs", spec_with(FULL, env={"id": "ALE/Pong-v5", "numEnvs": 4}), FULL, {"spec.env"}),
     ("update-seed", spec_with(FULL, seed=7), FULL, {"spec.seed"}),
     ("update-image", spec_with(FULL, image="reg/trainer:2"), FULL, {"spec.image"}),

@@ -97,3 +97,16 @@ def test_validate_names_the_atari_kwargs_the_trainer_refuses_at_start(tmp_path, 
 def test_atari_kwargs_the_trainer_takes_are_valid(tmp_path, capsys, env):
     code, err = validate(tmp_path, capsys, make_job("j").minimal().algorithm("ppo").replace(env=env))
     assert code == 0, err
+
+
+def test_the_operator_refuses_an_ale_ids_kwargs_at_their_field_without_gymnasium():
+    """The operator's image has no gymnasium (nor ale-py), and its judge read no kwargs: the job was admitted, its
+    pods (a GPU node's, for Pong) were scheduled and started, and the trainer ended them in a ConfigError."""
+    from kuberl.core import jobstatus, lifecycle
+
+    job = make_job("j").minimal().algorithm("ppo").replace(env={"id": "ALE/Pong-v5", "kwargs": {"protocol": "sb3"}}).obj()
+    spec, refusal = jobstatus.judge(job)
+    assert spec is None and refusal.reason == lifecycle.REASON_INVALID_SPEC
+    assert refusal.message == "spec.env.kwargs.protocol: expected one of 'modern', 'nature' (got 'sb3')"
+    fine = make_job("j").minimal().algorithm("ppo").replace(env={"id": "ALE/Pong-v5", "kwargs": {"protocol": "nature"}}).obj()
+    assert jobstatus.judge(fine)[1] is None

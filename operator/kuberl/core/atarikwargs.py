@@ -1,12 +1,15 @@
 """kuberl's own keys of spec.env.kwargs for an Atari (ALE) id, and the keys its backends take, read once for
 the trainer (kuberl_trainer.atari, which documents the protocols) and `kuberl validate` (envspaces.env_problem),
-which names what the trainer would refuse at start without an emulator. Pure: no gymnasium, no ale-py.
+and the operator's judge (rules.validate_job, an ALE/ id), which name what the trainer would refuse at start
+without an emulator. Pure: no gymnasium, no ale-py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from .validation import Problem
 
 
 @dataclass(frozen=True)
@@ -91,3 +94,15 @@ def backend_problem(opts: AtariOptions, backend: str) -> str | None:
     if backend == "envpool":
         return f"spec.env.kwargs.{key}: not an option of backend envpool"
     return f"spec.env.kwargs.{key}: not an option of backend ale (gymnasium.make's keys need backend: gymnasium)"
+
+
+def kwargs_problem(kwargs: dict[str, Any], backend: str) -> Problem | None:
+    """`options` and `backend_problem` of an ALE id's spec.env, at the field they name; None when the trainer takes them."""
+    try:
+        problem = backend_problem(options(kwargs), backend)
+    except AtariOptionError as e:
+        problem = str(e)
+    if problem is None:
+        return None
+    field, _, message = problem.partition(": ")
+    return Problem(field, message)

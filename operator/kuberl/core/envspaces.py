@@ -112,7 +112,7 @@ def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: st
     not made (kuberl preprocesses its frames): its kwargs are read as the trainer reads them (atarikwargs)."""
     spec = gym.registry.get(env_id)
     if env_id.startswith("ALE/") or (spec is not None and str(spec.entry_point).startswith("ale_py")):
-        return atari_problem(kwargs, backend)
+        return atarikwargs.kwargs_problem(kwargs, backend)
     if spec is None:
         return None
     field = "spec.env.kwargs" if kwargs else "spec.env.id"
@@ -128,18 +128,6 @@ def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: st
     finally:
         envs.close()
     return Problem("spec.env.id", f"{env_id!r} has {problem}") if problem else None
-
-
-def atari_problem(kwargs: dict[str, Any], backend: str) -> Problem | None:
-    """kuberl's own Atari keys, and the keys `backend` cannot take, as the trainer refuses them at start."""
-    try:
-        problem = atarikwargs.backend_problem(atarikwargs.options(kwargs), backend)
-    except atarikwargs.AtariOptionError as e:
-        problem = str(e)
-    if problem is None:
-        return None
-    field, _, message = problem.partition(": ")
-    return Problem(field, message)
 
 
 def job_env_problems(spec: Any) -> list[Problem]:

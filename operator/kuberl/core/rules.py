@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from . import names, torchrun
+from . import atarikwargs, names, torchrun
 from .podsource import MAX_CONFIGMAP_BYTES
 from .spec import (
     ALGORITHM_BLOCKS,
@@ -565,12 +565,23 @@ def validate_job(job: Any, env_ids: Collection[str] | None = None) -> JobSpec:
         nproc = torchrun.template_problem(job["spec"]) if parsed is not None else None
         problems += [Problem(*nproc)] if nproc else []
         problems += pod_queue_label_problems(parsed)
+        problems += atari_kwargs_problems(parsed)
     if parsed is not None and parsed.env is not None and env_ids is not None:
         problems += [p for p in [env_id_problem(parsed.env.id, env_ids)] if p is not None]
     if problems:
         raise InvalidJob(problems)
     assert parsed is not None
     return parsed
+
+
+def atari_kwargs_problems(parsed: JobSpec | None) -> list[Problem]:
+    """An ALE/ id's kwargs as kuberl's trainer reads them (atarikwargs: its own keys, and those its ale and envpool
+    backends cannot take), here without gymnasium: the trainer refused them at start, after the pods (GPU pods,
+    for Pong) were scheduled and started."""
+    if parsed is None or parsed.trainer != "kuberl" or parsed.env is None or not parsed.env.id.startswith("ALE/"):
+        return []
+    problem = atarikwargs.kwargs_problem(dict(parsed.env.kwargs), parsed.env.backend)
+    return [problem] if problem else []
 
 
 def pod_queue_label_problems(parsed: JobSpec | None) -> list[Problem]:
