@@ -8,6 +8,7 @@ every subcommand, are EXIT_CODES below (printed by `kuberl --help`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -49,12 +50,17 @@ def load_jobs(path: str) -> list[dict]:
 
 
 def registered_env_ids() -> frozenset[str] | None:
-    """The gymnasium ids registered here (`rules.env_id_problem` checks spec.env.id against them), or None when
-    gymnasium is not installed here and the trainer must tell."""
+    """The gymnasium ids registered here (`rules.env_id_problem` checks spec.env.id against them), ale-py's
+    included where it is installed (the trainer registers them before it reads an id: PongNoFrameskip-v4), or
+    None when gymnasium is not installed here and the trainer must tell."""
     try:
         import gymnasium
     except ImportError:
         return None
+    with contextlib.suppress(ImportError):
+        import ale_py  # 30 ms
+
+        gymnasium.register_envs(ale_py)
     return frozenset(gymnasium.registry)
 
 

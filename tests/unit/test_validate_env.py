@@ -110,3 +110,21 @@ def test_the_operator_refuses_an_ale_ids_kwargs_at_their_field_without_gymnasium
     assert refusal.message == "spec.env.kwargs.protocol: expected one of 'modern', 'nature' (got 'sb3')"
     fine = make_job("j").minimal().algorithm("ppo").replace(env={"id": "ALE/Pong-v5", "kwargs": {"protocol": "nature"}}).obj()
     assert jobstatus.judge(fine)[1] is None
+
+
+def test_an_atari_id_ale_py_registers_is_valid_where_ale_py_is_installed(tmp_path):
+    """The trainer registers ale-py's ids (PongNoFrameskip-v4, the Nature papers' spelling) before it reads one;
+    validate and run checked spec.env.id against gymnasium's own registry, and refused it as not registered. In a
+    process of its own: this one's tests have imported ale-py already."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("ale_py")
+    for kwargs, code, line in [({"protocol": "nature"}, 0, ""),
+                               ({"protocol": "x"}, 1, "  spec.env.kwargs.protocol: expected one of 'modern', 'nature' (got 'x')\n")]:
+        path = tmp_path / "job.yaml"
+        path.write_text(yaml.safe_dump(make_job("j").minimal().algorithm("ppo").replace(
+            env={"id": "PongNoFrameskip-v4", "kwargs": kwargs}).obj()))
+        done = subprocess.run([sys.executable, "-m", "kuberl.cli", "validate", str(path)], check=False, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == code and line in done.stderr, done.stderr
