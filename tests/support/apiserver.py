@@ -58,6 +58,12 @@ class ApiCall:
 
 
 @dataclass(frozen=True)
+class Bookmark:
+    """A bookmark queued on a watch behind the events before it: every event up to `rv` precedes it."""
+    rv: int
+
+
+@dataclass(frozen=True)
 class Route:
     group: str
     version: str
@@ -377,7 +383,10 @@ class StandinHandler(kmock.RawHandler):
         bookmarks = params.get('allowWatchBookmarks') in ('true', '1')
         timeout = _int64_param(params, 'timeoutSeconds')
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
+        # One ordered queue per watch, appended to under the store's lock by the writer's own thread (deque appends
+        # are thread-safe), so its order is the store's order; `wakeup` only tells the stream to look.
+        pending: collections.deque[WatchEvent | Bookmark] = collections.deque()
+        wakeup = asyncio.Event()
         revision = [0]
 
         def visible(obj: dict | None) -> bool:
@@ -391,12 +400,24 @@ class StandinHandler(kmock.RawHandler):
             return labels_match(labels, metadata.get('labels')) and fields_match(fields, obj)
 
         def deliver(event: WatchEvent) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, event)
+            pending.append(event)
+            loop.call_soon_threadsafe(wakeup.set)
 
         def snapshot(objects: list[dict], at: int) -> None:
             revision[0] = at
             for obj in objects:
-                queue.put_nowait(WatchEvent(int(obj['metadata']['resourceVersion']), 'ADDED', obj, None))
+                pending.append(WatchEvent(int(obj['metadata']['resourceVersion']), 'ADDED', obj, None))
+            wakeup.set()
+
+        def queue_bookmark() -> None:
+            # A real watch cache sends a bookmark through the watcher's one ordered channel, behind every event
+            # dispatched before it (staging/src/k8s.io/apiserver/pkg/storage/cacher/cacher.go, dispatchEvents: the
+            # bookmark timer's event goes through dispatchEvent like any other; cache_watcher.go: nonblockingAdd and
+            # add put it on the same `input` channel that processInterval drains in order), so a client resuming
+            # from its resourceVersion misses nothing. Under the store's lock every event up to the revision read
+            # here has been delivered (Store._emit runs under it), so the bookmark queues behind all of them.
+            with self.store.lock:
+                pending.append(Bookmark(max(revision[0], self.store.revision)))
 
         try:
             watcher = self.store.subscribe(rtype, params.get('resourceVersion'), deliver, snapshot)
@@ -414,13 +435,19 @@ class StandinHandler(kmock.RawHandler):
                 wait = self.bookmark_seconds if deadline is None else min(self.bookmark_seconds, deadline - time.monotonic())
                 if wait <= 0:
                     break
-                try:
-                    event = await asyncio.wait_for(queue.get(), wait)
-                except TimeoutError:
-                    if bookmarks:
-                        await response.write(_line({'type': 'BOOKMARK', 'object': {
-                            'kind': rtype.kind, 'apiVersion': rtype.api_version,
-                            'metadata': {'resourceVersion': str(max(revision[0], self.store.revision))}}}))
+                if not pending:
+                    wakeup.clear()
+                    try:
+                        await asyncio.wait_for(wakeup.wait(), wait)
+                    except TimeoutError:
+                        if bookmarks:
+                            queue_bookmark()
+                    continue
+                event = pending.popleft()
+                if isinstance(event, Bookmark):
+                    await response.write(_line({'type': 'BOOKMARK', 'object': {
+                        'kind': rtype.kind, 'apiVersion': rtype.api_version,
+                        'metadata': {'resourceVersion': str(event.rv)}}}))
                     continue
                 revision[0] = max(revision[0], event.rv)
                 now_visible, was_visible = visible(event.obj), visible(event.old)

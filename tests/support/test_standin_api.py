@@ -1,4 +1,6 @@
 """The API stand-in is strict where the real API server is strict: each test fails on a lenient stand-in."""
+import sys
+import threading
 import time
 
 import pytest
@@ -470,3 +472,55 @@ def test_a_throttled_list_is_shed_as_priority_and_fairness_sheds_it(rest, standi
     assert shed.status == 429 and shed.headers['Retry-After'] == '1', shed
     assert shed.headers['Content-Type'].startswith('text/plain') and 'Too many requests' in str(shed.body)
     assert rest.get('/api/v1/namespaces/default/pods').status == 200
+
+
+def test_a_bookmark_never_runs_ahead_of_the_events_queued_for_its_watch(rest, standin):
+    # A real watch cache sends a bookmark through the watcher's one ordered channel, behind every event
+    # it has dispatched (cacher.go dispatchEvents: the bookmark timer's event goes through dispatchEvent
+    # like any other; cache_watcher.go: nonblockingAdd/add put it on the same `input` channel that
+    # processInterval drains in order). So a bookmark at rv N means every event up to N was sent before
+    # it, and a client resuming from N misses nothing. Writes from another thread race the watches here.
+    standin.handler.bookmark_seconds = 0.002
+    configmaps = standin.store.type_of('', 'v1', 'configmaps')
+    created: list[str] = []
+    done = threading.Event()
+
+    def write() -> None:
+        for index in range(400):
+            standin.store.create(configmaps, 'default', configmap(f'cm-{index}'))
+            created.append(f'cm-{index}')
+            time.sleep(0.002)
+        done.set()
+
+    def follow(since: str, seen: set[str], out_of_order: list) -> None:
+        """Watch with bookmarks, resuming each time the 1 s watch ends from the last resourceVersion it sent."""
+        final_pass = False
+        while not final_pass:
+            final_pass = done.is_set()
+            bookmark = 0
+            for event in rest.watch(f'{CONFIGMAPS}?watch=true&allowWatchBookmarks=true&resourceVersion={since}&timeoutSeconds=1'):
+                rv, name = int(event['object']['metadata']['resourceVersion']), event['object']['metadata'].get('name')
+                if event['type'] == 'BOOKMARK':
+                    bookmark = rv
+                else:
+                    if rv <= bookmark:
+                        out_of_order.append((name, rv, bookmark))
+                    seen.add(name)
+                since = str(rv)
+
+    since = rest.get(CONFIGMAPS).body['metadata']['resourceVersion']
+    followers = [(set(), []) for _ in range(4)]
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads interleave often, so the race shows within a few seconds
+    try:
+        threads = [threading.Thread(target=write, daemon=True)]
+        threads += [threading.Thread(target=follow, args=(since, *f), daemon=True) for f in followers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    finally:
+        sys.setswitchinterval(switch_interval)
+    for seen, out_of_order in followers:
+        assert not out_of_order, f'events sent after a bookmark that claimed them (name, rv, bookmark): {out_of_order[:5]}'
+        assert seen == set(created), f'missed on resume from a bookmark: {sorted(set(created) - seen)[:5]}'
