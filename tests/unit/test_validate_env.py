@@ -78,6 +78,8 @@ def test_run_refuses_such_a_job_as_validate_does_before_any_run_directory_or_pod
     ({"id": "ALE/Pong-v5", "kwargs": {"frameskip": 1}},
      "spec.env.kwargs.frameskip: set by the protocol ('modern'); choose the protocol instead"),
     ({"id": "ALE/Breakout-v5", "kwargs": {"frameStack": 0}}, "spec.env.kwargs.frameStack: expected an integer from 1 to 16 (got 0)"),
+    ({"id": "ALE/Pong-v5", "kwargs": {"protocol": ["nature"]}},  # a list is no key of the protocols' dict: TypeError
+     "spec.env.kwargs.protocol: expected one of 'modern', 'nature' (got ['nature'])"),
     ({"id": "ALE/Pong-v5", "kwargs": {"mode": 1}},
      "spec.env.kwargs.mode: not an option of backend ale (gymnasium.make's keys need backend: gymnasium)"),
     ({"id": "ALE/Pong-v5", "backend": "envpool", "kwargs": {"noop_max": 30}},

@@ -68,7 +68,7 @@ def options(kwargs: dict | None) -> AtariOptions:
     """Parse kuberl's keys of spec.env.kwargs for an ALE id; raises AtariOptionError naming the key."""
     kwargs = dict(kwargs or {})
     protocol = kwargs.get("protocol", DEFAULT_PROTOCOL)
-    if protocol not in PROTOCOLS:
+    if not isinstance(protocol, str) or protocol not in PROTOCOLS:  # a list or mapping is no key: TypeError
         raise AtariOptionError(
             f"spec.env.kwargs.protocol: expected one of {', '.join(map(repr, PROTOCOLS))} (got {protocol!r})")
     defaults = PROTOCOLS[protocol]
