@@ -131,6 +131,8 @@ def scrape_config(pod_monitor: dict, sd_file: Path) -> dict:
         relabel.append({"target_label": "endpoint", "replacement": endpoint["port"]})
     relabel += [_relabel(r) for r in endpoint.get("relabelings", [])]
     job = _scrape_job("podMonitor", meta, endpoint, relabel, sd_file)
+    if endpoint.get("metricRelabelings"):
+        job["metric_relabel_configs"] = [_relabel(r) for r in endpoint["metricRelabelings"]]
     # prometheus-operator's generatePodMonitorConfig (pkg/prometheus/promcfg.go) writes the spec's limits as these keys.
     limits = {"sampleLimit": "sample_limit", "labelLimit": "label_limit", "labelNameLengthLimit": "label_name_length_limit",
               "labelValueLengthLimit": "label_value_length_limit", "bodySizeLimit": "body_size_limit"}
