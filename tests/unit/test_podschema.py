@@ -144,3 +144,72 @@ def test_a_template_of_many_stray_keys_is_warned_of_in_a_few_lines_at_once():
     assert len(warnings) == podschema.MAX_UNKNOWN_FIELD_WARNINGS + 1
     assert warnings[-1].startswith(f"spec.template.spec: {50_001 - podschema.MAX_UNKNOWN_FIELD_WARNINGS} more keys that are"
                                    " no field of a pod spec or container")
+
+
+def kubernetes_integers(definition: str) -> dict[str, str]:
+    """Each integer field below a definition (`[]` for a list's items) with its OpenAPI format."""
+    root = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema" / SCHEMA_VERSION / "_definitions.json"
+    definitions = json.loads(root.read_text())["$defs"]
+    found = {}
+
+    def walk(schema: dict, path: str) -> None:
+        while "$ref" in schema:
+            schema = definitions[schema["$ref"].rsplit("/", 1)[-1]]
+        kind = schema.get("type")
+        kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
+        if kind == "integer":
+            found[path] = schema["format"]
+        elif kind == "array":
+            walk(schema["items"], f"{path}[]")
+        for name, child in (schema.get("properties") or {}).items():
+            walk(child, f"{path}.{name}" if path else name)
+
+    walk(definitions[definition], "")
+    return found
+
+
+def test_the_integer_formats_are_kubernetes_own():
+    containers = ("containers[]", "initContainers[]", "ephemeralContainers[]")
+    pod = {path: f for path, f in kubernetes_integers("io.k8s.api.core.v1.PodSpec").items() if not path.startswith(containers)}
+    assert podschema.POD_SPEC_INTEGERS == pod
+    assert podschema.CONTAINER_INTEGERS == kubernetes_integers("io.k8s.api.core.v1.Container")
+
+
+OUT_OF_RANGE = {
+    "priority past int32": ({"priority": 2**31}, "spec.template.spec.priority", "int32"),
+    "a grace period past int64 in a probe": ({"containers": [{"name": "trainer", "livenessProbe": {
+        "exec": {"command": ["true"]}, "terminationGracePeriodSeconds": 2**63}}]},
+        "spec.template.spec.containers[0].livenessProbe.terminationGracePeriodSeconds", "int64"),
+    "a probe period past int32": ({"containers": [{"name": "trainer", "readinessProbe": {
+        "exec": {"command": ["true"]}, "periodSeconds": 3e9}}]},
+        "spec.template.spec.containers[0].readinessProbe.periodSeconds", "int32"),
+    "runAsUser past int64": ({"securityContext": {"runAsUser": 2**64}}, "spec.template.spec.securityContext.runAsUser", "int64"),
+    "a supplemental group past int64": ({"securityContext": {"supplementalGroups": [1, -(2**63) - 1]}},
+                                        "spec.template.spec.securityContext.supplementalGroups[1]", "int64"),
+    "a toleration's seconds past int64": ({"tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute",
+                                                            "tolerationSeconds": 10**19}]},
+                                          "spec.template.spec.tolerations[0].tolerationSeconds", "int64"),
+    "a secret volume's mode past int32": ({"volumes": [{"name": "s", "secret": {"secretName": "s", "defaultMode": 2**32}}]},
+                                          "spec.template.spec.volumes[0].secret.defaultMode", "int32"),
+    "an init container's sleep past int64": ({"initContainers": [{"name": "i", "image": "busybox", "restartPolicy": "Always",
+                                                                  "lifecycle": {"preStop": {"sleep": {"seconds": 2**63}}}}]},
+                                             "spec.template.spec.initContainers[0].lifecycle.preStop.sleep.seconds", "int64"),
+}
+
+
+@pytest.mark.parametrize(("pod_spec", "path", "go_type"), OUT_OF_RANGE.values(), ids=OUT_OF_RANGE.keys())
+def test_an_integer_its_go_type_cannot_hold_is_refused_at_its_field_with_the_range(pod_spec, path, go_type):
+    """It validated, then the API server refused every pod as it decoded it ("cannot unmarshal number ... of type
+    int32", a 400) and the job failed as InvalidChild."""
+    pod_spec = {"containers": [{"name": "trainer"}], **pod_spec}
+    with pytest.raises(InvalidJob) as refused:
+        validate_job(make_job("big").template({"spec": pod_spec}).obj())
+    assert [p.path for p in refused.value.problems] == [path]
+    low, high = podschema.INTEGER_RANGES[go_type]
+    assert f"from {low} to {high}" in refused.value.problems[0].message and go_type in refused.value.problems[0].message
+
+
+def test_the_largest_integers_their_go_types_hold_pass():
+    pod_spec = {"priority": 2**31 - 1, "securityContext": {"runAsUser": 2**63 - 1, "supplementalGroups": [-(2**63)]},
+                "containers": [{"name": "trainer", "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 2**31 - 1}}]}
+    assert validate_job(make_job("big").template({"spec": pod_spec}).obj()).workers >= 1

@@ -106,6 +106,86 @@ def type_problems(path: str, obj: dict, fields: dict[str, tuple[str, str | None]
     return problems
 
 
+# The integer fields of a pod spec and of a container (paths below it, `[]` for each item of a list) with their
+# OpenAPI format: the API server decodes each into a Go int32 or int64, and a number that does not fit is a 400
+# ("json: cannot unmarshal number 3000000000 into Go struct field PodSpec.spec.priority of type int32": literalStore
+# in sigs.k8s.io/json's decode.go, `strconv.ParseInt(s, 10, 64)` then `v.OverflowInt(n)`). tests/unit/
+# test_podschema.py checks both tables against v1.33's definitions.
+POD_SPEC_INTEGERS: dict[str, str] = {
+    "activeDeadlineSeconds": "int64",
+    "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[].weight": "int32",
+    "affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[].weight": "int32",
+    "affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[].weight": "int32",
+    "priority": "int32", "securityContext.fsGroup": "int64", "securityContext.runAsGroup": "int64",
+    "securityContext.runAsUser": "int64", "securityContext.supplementalGroups[]": "int64",
+    "terminationGracePeriodSeconds": "int64", "tolerations[].tolerationSeconds": "int64",
+    "topologySpreadConstraints[].maxSkew": "int32", "topologySpreadConstraints[].minDomains": "int32",
+    "volumes[].awsElasticBlockStore.partition": "int32", "volumes[].configMap.defaultMode": "int32",
+    "volumes[].configMap.items[].mode": "int32", "volumes[].downwardAPI.defaultMode": "int32",
+    "volumes[].downwardAPI.items[].mode": "int32",
+    "volumes[].ephemeral.volumeClaimTemplate.metadata.deletionGracePeriodSeconds": "int64",
+    "volumes[].ephemeral.volumeClaimTemplate.metadata.generation": "int64", "volumes[].fc.lun": "int32",
+    "volumes[].gcePersistentDisk.partition": "int32", "volumes[].iscsi.lun": "int32",
+    "volumes[].projected.defaultMode": "int32", "volumes[].projected.sources[].configMap.items[].mode": "int32",
+    "volumes[].projected.sources[].downwardAPI.items[].mode": "int32",
+    "volumes[].projected.sources[].secret.items[].mode": "int32",
+    "volumes[].projected.sources[].serviceAccountToken.expirationSeconds": "int64",
+    "volumes[].secret.defaultMode": "int32", "volumes[].secret.items[].mode": "int32",
+}
+CONTAINER_INTEGERS: dict[str, str] = {
+    "lifecycle.postStart.sleep.seconds": "int64", "lifecycle.preStop.sleep.seconds": "int64",
+    "livenessProbe.failureThreshold": "int32", "livenessProbe.grpc.port": "int32",
+    "livenessProbe.initialDelaySeconds": "int32", "livenessProbe.periodSeconds": "int32",
+    "livenessProbe.successThreshold": "int32", "livenessProbe.terminationGracePeriodSeconds": "int64",
+    "livenessProbe.timeoutSeconds": "int32", "ports[].containerPort": "int32", "ports[].hostPort": "int32",
+    "readinessProbe.failureThreshold": "int32", "readinessProbe.grpc.port": "int32",
+    "readinessProbe.initialDelaySeconds": "int32", "readinessProbe.periodSeconds": "int32",
+    "readinessProbe.successThreshold": "int32", "readinessProbe.terminationGracePeriodSeconds": "int64",
+    "readinessProbe.timeoutSeconds": "int32", "securityContext.runAsGroup": "int64",
+    "securityContext.runAsUser": "int64", "startupProbe.failureThreshold": "int32",
+    "startupProbe.grpc.port": "int32", "startupProbe.initialDelaySeconds": "int32",
+    "startupProbe.periodSeconds": "int32", "startupProbe.successThreshold": "int32",
+    "startupProbe.terminationGracePeriodSeconds": "int64", "startupProbe.timeoutSeconds": "int32",
+}
+INTEGER_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+def _values_at(obj: Any, segments: list[str], path: str) -> list[tuple[str, Any]]:
+    """(path, value) of each value set at `segments` below `obj`; anything of the wrong shape on the way is skipped
+    (type_problems' to report)."""
+    if not segments:
+        return [(path, obj)]
+    if not isinstance(obj, dict):
+        return []
+    name, each = segments[0].removesuffix("[]"), segments[0].endswith("[]")
+    value = obj.get(name)
+    if not each:
+        return _values_at(value, segments[1:], f"{path}.{name}") if value is not None else []
+    items = value if isinstance(value, list) else []
+    return [found for i, item in enumerate(items) for found in _values_at(item, segments[1:], f"{path}.{name}[{i}]")]
+
+
+def integer_range_problems(path: str, pod_spec: Any) -> list[tuple[str, str]]:
+    """(field path, what was expected) for each integer of a pod spec (`path`) or its containers that its Go type
+    cannot hold: every pod create would be refused as a 400. A field with a narrower rule of its own (a port, a
+    deadline) is that rule's to report too."""
+    if not isinstance(pod_spec, dict):
+        return []
+    places = [(path, pod_spec, POD_SPEC_INTEGERS)]
+    for kind in ("containers", "initContainers"):
+        items = pod_spec.get(kind)
+        places += [(f"{path}.{kind}[{i}]", c, CONTAINER_INTEGERS) for i, c in enumerate(items if isinstance(items, list) else [])]
+    problems = []
+    for at, obj, table in places:
+        for field, go_type in table.items():
+            low, high = INTEGER_RANGES[go_type]
+            expected = f"expected an integer from {low} to {high}: the API server reads it as an {go_type}"
+            problems += [(where, f"{expected} (got {shown(value)})")
+                         for where, value in _values_at(obj, field.split("."), at)
+                         if is_type(value, "integer") and not low <= value <= high]
+    return first_of(path, problems, "integers out of range", lambda *problem: problem)
+
+
 MAX_ITEM_PROBLEMS = 3  # per field: a list of 400,000 wrong items is one mistake, not 400,000 lines
 
 

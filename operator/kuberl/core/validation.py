@@ -283,6 +283,11 @@ def pod_template_problems(template: Any, renamed: str | None = None) -> list[Pro
     problems += pod_affinity_problems("spec.template.spec.affinity", pod_spec.get("affinity"))
     problems += _security_context_problems("spec.template.spec.securityContext", pod_spec.get("securityContext"), pod=True)
     problems += _spread_problems("spec.template.spec.topologySpreadConstraints", pod_spec.get("topologySpreadConstraints"))
+    # An integer its Go type cannot hold: the API server refuses the pod as it decodes it (400), so every pod create
+    # failed as InvalidChild; a field another rule above already refused keeps that rule's (narrower) message.
+    refused = {problem.path for problem in problems}
+    problems += [Problem(path, message) for path, message in podschema.integer_range_problems("spec.template.spec", pod_spec)
+                 if path not in refused]
     return problems
 
 
