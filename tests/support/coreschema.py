@@ -26,6 +26,19 @@ def object_meta() -> dict:
     return _definitions()['io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta']
 
 
+@functools.lru_cache(maxsize=1)
+def _struct_names() -> dict[int, str]:
+    """Each definition's Go struct name (io.k8s.api.core.v1.PodSpec: PodSpec), by the identity of its schema."""
+    return {id(schema): name.rsplit('.', 1)[-1] for name, schema in _definitions().items()}
+
+
+# The range of each integer format the API server's Go types have: an int32 or int64 field takes a JSON number only
+# if strconv.ParseInt reads it and it fits (literalStore in sigs.k8s.io/json internal/golang/encoding/json/decode.go:
+# `if err != nil || v.OverflowInt(n)` saves UnmarshalTypeError{Value: "number " + s}), so 3000000000 for an int32 is
+# a 400, "json: cannot unmarshal number 3000000000 into Go struct field PodSpec.spec.priority of type int32".
+INTEGER_RANGES = {'int32': (-(2**31), 2**31 - 1), 'int64': (-(2**63), 2**63 - 1)}
+
+
 class TypeMismatch(ValueError):
     """A value of the wrong JSON type: the API server's decoder refuses the whole request (400)."""
 
@@ -65,34 +78,41 @@ def _accepts(types: list[str], value: object) -> bool:
     return any(_CHECKS.get(t, lambda _: True)(value) for t in types)
 
 
-def decode(value: object, schema: dict, path: str, unknown: list[str]) -> None:
-    """Walk `value` against `schema`: drop and record unknown fields in place, raise TypeMismatch on a wrong type."""
+def decode(value: object, schema: dict, path: str, unknown: list[str], struct: str = '') -> None:
+    """Walk `value` against `schema`: drop and record unknown fields in place, raise TypeMismatch on a wrong type.
+
+    `struct`: the Go struct holding the field at `path`, which the decoder's message names before the path
+    (UnmarshalTypeError.Error: "into Go struct field " + e.Struct + "." + e.Field)."""
     schema = _resolve(schema)
+    field = f'{struct}.' * bool(struct) + re.sub(r'\[\d+\]', '', path)
     if 'oneOf' in schema:
         if not any(_accepts(_types(_resolve(option)), value) for option in schema['oneOf']):
-            field = re.sub(r'\[\d+\]', '', path)
             raise TypeMismatch(f'cannot unmarshal {_json_type(value)} into Go struct field {field} of type int-or-string')
         return
     types = _types(schema)
     if types and not _accepts(types, value):
         expected = next(t for t in types if t != 'null')
-        field = re.sub(r'\[\d+\]', '', path)
         raise TypeMismatch(f'cannot unmarshal {_json_type(value)} into Go struct field {field} of type {expected}')
+    if 'integer' in types and schema.get('format') in INTEGER_RANGES and value is not None:
+        low, high = INTEGER_RANGES[schema['format']]
+        if not low <= value <= high:
+            raise TypeMismatch(f'cannot unmarshal number {json.dumps(value)} into Go struct field {field} of type {schema["format"]}')
     if isinstance(value, dict):
+        struct = _struct_names().get(id(schema), struct)
         properties = schema.get('properties')
         additional = schema.get('additionalProperties')
         for key in list(value):
             child = f'{path}.{key}' if path else key
             if properties is not None and key in properties:
-                decode(value[key], properties[key], child, unknown)
+                decode(value[key], properties[key], child, unknown, struct)
             elif isinstance(additional, dict):
-                decode(value[key], additional, child, unknown)
+                decode(value[key], additional, child, unknown, struct)
             elif properties is not None and additional is None:
                 unknown.append(child)
                 del value[key]
     elif isinstance(value, list) and isinstance(schema.get('items'), dict):
         for index, item in enumerate(value):
-            decode(item, schema['items'], f'{path}[{index}]', unknown)
+            decode(item, schema['items'], f'{path}[{index}]', unknown, struct)
 
 
 def _types(schema: dict) -> list[str]:

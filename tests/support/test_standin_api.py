@@ -524,3 +524,26 @@ def test_a_bookmark_never_runs_ahead_of_the_events_queued_for_its_watch(rest, st
     for seen, out_of_order in followers:
         assert not out_of_order, f'events sent after a bookmark that claimed them (name, rv, bookmark): {out_of_order[:5]}'
         assert seen == set(created), f'missed on resume from a bookmark: {sorted(set(created) - seen)[:5]}'
+
+
+@pytest.mark.parametrize(('spec', 'message'), [
+    ({'priority': 2**31}, 'json: cannot unmarshal number 2147483648 into Go struct field PodSpec.spec.priority of type int32'),
+    ({'terminationGracePeriodSeconds': 2**63},
+     'json: cannot unmarshal number 9223372036854775808 into Go struct field PodSpec.spec.terminationGracePeriodSeconds of type int64'),
+    ({'containers': [{'name': 'main', 'image': 'busybox:1', 'ports': [{'containerPort': -(2**31) - 1}]}]},
+     'json: cannot unmarshal number -2147483649 into Go struct field ContainerPort.spec.containers.ports.containerPort of type int32'),
+    ({'securityContext': {'supplementalGroups': [1, 2**64]}},
+     ('json: cannot unmarshal number 18446744073709551616 into Go struct field PodSecurityContext.spec.securityContext.supplementalGroups'
+      ' of type int64')),
+])
+def test_a_number_its_go_field_cannot_hold_is_refused_as_the_decoder_refuses_it(rest, spec, message):
+    # literalStore (sigs.k8s.io/json internal/golang/encoding/json/decode.go): strconv.ParseInt, then v.OverflowInt(n),
+    # saves UnmarshalTypeError{Value: "number " + s}; the create handler answers it 400, "... cannot be handled as a Pod".
+    reply = rest.post(PODS, pod('big', **spec))
+    assert reply.status == 400 and reply.body['reason'] == 'BadRequest'
+    assert reply.body['message'] == f'Pod in version "v1" cannot be handled as a Pod: {message}'
+
+
+def test_the_largest_numbers_the_go_fields_hold_are_stored(rest):
+    spec = {'activeDeadlineSeconds': 2**31 - 1, 'securityContext': {'runAsUser': 2**63 - 1, 'supplementalGroups': [-(2**63)]}}
+    assert rest.post(PODS, pod('edge', **spec)).status == 201
