@@ -1,15 +1,24 @@
 """Rank 0's rendezvous store listens on its loopback address alone under `kuberl run`.
 
-TCPStore binds every interface whatever host it is given; `loopback_store` hands it a socket bound
+TCPStore binds every interface whatever host it is given; `rendezvous_store` (loopback_server) hands it a socket bound
 to MASTER_ADDR first. The whole local run is checked with `ss -ltn` in tests/e2e/test_local_run.py."""
 
 from __future__ import annotations
 
 import socket
+import time
 from datetime import timedelta
 
+import pytest
 import torch.distributed as dist
-from kuberl_trainer.distributed import loopback_store
+from kuberl_trainer.distributed import (
+    BadEnvironment,
+    PeerLost,
+    check_in,
+    check_in_key,
+    rendezvous_store,
+    rendezvous_timed_out,
+)
 
 from tests.support.ports import free_port
 
@@ -18,12 +27,12 @@ TIMEOUT = timedelta(seconds=10)
 
 def test_the_store_listens_on_the_masters_loopback_address_and_serves_clients():
     port = free_port()
-    store, listener = loopback_store("127.0.0.7", str(port), 1, TIMEOUT)  # 1: no wait for other ranks
+    store, listener = rendezvous_store("127.0.0.7", str(port), 0, 1, TIMEOUT)  # 1: no wait for other ranks
     try:
         assert listener.getsockname() == ("127.0.0.7", port)
         store.set("k", "v")
-        client = dist.PrefixStore("default_pg", dist.TCPStore("127.0.0.7", port, is_master=False, timeout=TIMEOUT))
-        assert client.get("k") == b"v"  # where init_process_group's env:// store puts a group's keys
+        client, no_listener = rendezvous_store("127.0.0.7", str(port), 1, 2, TIMEOUT)
+        assert (client.get("k"), no_listener) == (b"v", None)
         for elsewhere in ("127.0.0.8", "127.0.0.1"):  # not on another address of this machine
             with socket.socket() as probe:
                 probe.settimeout(2)
@@ -32,11 +41,18 @@ def test_the_store_listens_on_the_masters_loopback_address_and_serves_clients():
         listener.close()
 
 
-def test_elsewhere_torch_hosts_the_store_as_before(monkeypatch):
-    assert loopback_store("10.1.2.3", "29500", 2, TIMEOUT) is None  # a cluster pod's own network namespace
-    assert loopback_store("127.0.0.7", "not a port", 2, TIMEOUT) is None  # init_process_group reports it
-    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")  # under torchrun its agent hosts the store
-    assert loopback_store("127.0.0.7", str(free_port()), 2, TIMEOUT) is None
+def test_under_torchrun_rank_0_is_a_client_of_its_agents_store(monkeypatch):
+    port = free_port()
+    agent = dist.TCPStore("127.0.0.1", port, 2, is_master=True, timeout=TIMEOUT, wait_for_workers=False)
+    agent.set("k", "agent's")
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    store, listener = rendezvous_store("127.0.0.1", str(port), 0, 2, TIMEOUT)
+    assert (store.get("k"), listener) == (b"agent's", None)
+
+
+def test_a_master_port_that_is_no_port_is_a_configuration_error():
+    with pytest.raises(BadEnvironment, match="MASTER_PORT='not a port'"):
+        rendezvous_store("127.0.0.7", "not a port", 0, 2, TIMEOUT)
 
 
 def test_rank_0_hosts_its_store_again_when_an_attempt_at_the_rendezvous_fails(monkeypatch):
@@ -57,7 +73,32 @@ def test_rank_0_hosts_its_store_again_when_an_attempt_at_the_rendezvous_fails(mo
             raise dist.DistStoreError("Timed out after 11 seconds waiting for clients. 1/2 clients joined.")
 
     monkeypatch.setattr(dist, "init_process_group", init_process_group)
+    monkeypatch.setattr(distributed, "check_in", lambda *_args: None)  # no peer here: tests/distributed has real ones
     monkeypatch.setattr(distributed.time, "sleep", lambda _seconds: None)
     with distributed.process_group("gloo", collective_timeout_seconds=10, rendezvous_timeout_seconds=3) as ctx:
         assert ctx.world_size == 2
     assert len(attempts) == 2
+
+
+def test_the_rendezvous_message_names_the_ranks_that_never_joined_and_how_long_it_waited():
+    assert rendezvous_timed_out(600.04, 4, [1, 3]).startswith("rendezvous: ranks 1, 3 of 4 never joined in 600.0s")
+    assert rendezvous_timed_out(3, 2, [1]).startswith("rendezvous: rank 1 of 2 never joined in 3.0s")
+    assert "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 and 4 more of 21" in rendezvous_timed_out(1, 21, list(range(20)))
+    assert rendezvous_timed_out(1, 8, None).startswith("rendezvous: not every rank of 8 joined in 1.0s")
+
+
+def test_check_in_waits_for_every_rank_until_the_rendezvous_deadline_alone():
+    """The store's own timeout is the collective one (long): the wait is the deadline's."""
+    port = free_port()
+    store, listener = rendezvous_store("127.0.0.7", str(port), 0, 3, timedelta(minutes=30))
+    try:
+        peer, _ = rendezvous_store("127.0.0.7", str(port), 2, 3, TIMEOUT)
+        peer.set(check_in_key(2), "1")
+        started = time.monotonic()
+        with pytest.raises(PeerLost, match=r"rank 1 of 3 never joined in 0\.[0-9]s"):
+            check_in(store, 0, 3, started + 0.5, started)
+        assert time.monotonic() - started < 5
+        peer.set(check_in_key(1), "1")
+        check_in(store, 0, 3, time.monotonic() + 5, started)  # everyone is here: returns at once
+    finally:
+        listener.close()

@@ -252,17 +252,6 @@ def loopback_server(master: str, port_text: str | None, world_size: int, timeout
     return store, listener
 
 
-def loopback_store(master: str, port_text: str | None, world_size: int,
-                   timeout: timedelta) -> tuple[dist.Store, socket.socket] | None:
-    """Rank 0's store for init_process_group on a `loopback_server`; None where torch hosts it as
-    before (not loopback, or under torchrun, whose agent hosts it: kuberl_trainer.launch). Keys go
-    under "default_pg/", as init_process_group's env:// store puts them, so every rank agrees."""
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        return None
-    hosted = loopback_server(master, port_text, world_size, timeout)
-    return (dist.PrefixStore("default_pg", hosted[0]), hosted[1]) if hosted else None
-
-
 def cuda_device(local_rank: int, local_world_size: int, visible: int) -> torch.device:
     """The GPU a rank computes on: its LOCAL_RANK among the devices its pod sees. A pod
     that sees fewer GPUs than it runs processes (a template's own limits, or `kuberl run`
@@ -276,6 +265,63 @@ def cuda_device(local_rank: int, local_world_size: int, visible: int) -> torch.d
     return torch.device("cuda", local_rank)
 
 
+# Where each rank checks in on the rendezvous store (apart from init_process_group's "default_pg/").
+CHECK_IN_PREFIX = "kuberl_rendezvous"
+
+
+def check_in_key(rank: int, agent_restart: str | None = None) -> str:
+    """The store key a rank sets when it reaches the rendezvous; under torchrun each agent
+    restart (TORCHELASTIC_RESTART_COUNT) keeps its own, should its store outlive a round."""
+    return f"{CHECK_IN_PREFIX}/{agent_restart or 0}/rank/{rank}"
+
+
+def rendezvous_timed_out(waited_seconds: float, world_size: int, missing: list[int] | None) -> str:
+    """PeerLost's message when not every rank joined in time; `missing` None when unknowable
+    (the store itself failed)."""
+    if missing:
+        shown = ", ".join(map(str, missing[:16])) + (f" and {len(missing) - 16} more" if len(missing) > 16 else "")
+        who = f"rank{'s' if len(missing) > 1 else ''} {shown} of {world_size} never joined"
+    else:
+        who = f"not every rank of {world_size} joined"
+    return (f"rendezvous: {who} in {waited_seconds:.1f}s (runPolicy.rendezvousTimeoutSeconds; a rank that runs "
+            f"but never joins is hung before its rendezvous, e.g. in CUDA set-up)")
+
+
+def rendezvous_store(master: str, port_text: str | None, rank: int, world_size: int,
+                     timeout: timedelta) -> tuple[dist.Store, socket.socket | None]:
+    """The store every rank meets on, as init_process_group's env:// would make it (torch's
+    _create_c10d_store): under torchrun every rank a client of its agent's; else rank 0 hosts it
+    (on loopback alone where MASTER_ADDR is one: loopback_server) and the others are clients."""
+    port = tcp_port(port_text)
+    if port is None:
+        raise BadEnvironment(f"environment variable {contract.ENV_MASTER_PORT}={(port_text or '')[:64]!r}: "
+                             f"expected a TCP port")
+    if rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        hosted = loopback_server(master, port_text, world_size, timeout)
+        if hosted:
+            return hosted
+        return dist.TCPStore(master, port, world_size, is_master=True, timeout=timeout, wait_for_workers=False), None
+    return dist.TCPStore(master, port, world_size, is_master=False, timeout=timeout), None
+
+
+def check_in(store: dist.Store, rank: int, world_size: int, deadline: float, waited_from: float) -> None:
+    """Announce this rank on the store and wait, until the rendezvous deadline, for every rank to
+    have announced itself; PeerLost naming the ranks that did not. init_process_group's own wait for
+    its peers lasts the collective timeout (the store's), 30 minutes by default, while a gang whose
+    peer hung before joining holds every GPU with nothing to show."""
+    agent_restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    store.set(check_in_key(rank, agent_restart), "1")
+    keys = [check_in_key(r, agent_restart) for r in range(world_size)]
+    try:
+        store.wait(keys, timedelta(seconds=max(0.001, deadline - time.monotonic())))
+    except (dist.DistError, RuntimeError) as e:
+        missing = None
+        with contextlib.suppress(dist.DistError, RuntimeError):  # the store may be gone too (rank 0 left)
+            missing = [r for r, key in enumerate(keys) if not store.check([key])]
+        message = rendezvous_timed_out(time.monotonic() - waited_from, world_size, missing)
+        raise PeerLost(message if missing else f"{message}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+
+
 @contextlib.contextmanager
 def process_group(
     backend: str = "auto",
@@ -283,7 +329,9 @@ def process_group(
     rendezvous_timeout_seconds: float = 600,
 ) -> Iterator[Dist]:
     """Join the process group described by RANK/WORLD_SIZE/LOCAL_RANK/
-    MASTER_ADDR/MASTER_PORT; always destroy it on the way out."""
+    MASTER_ADDR/MASTER_PORT; always destroy it on the way out. Every rank
+    joining is bounded by the rendezvous timeout (check_in), each
+    collective afterwards by the collective timeout."""
     rank = _int_env(contract.ENV_RANK, 0)
     world_size = _int_env(contract.ENV_WORLD_SIZE, 1)
     local_rank = _int_env(contract.ENV_LOCAL_RANK, 0)
@@ -298,26 +346,36 @@ def process_group(
     if world_size == 1:
         yield Dist(rank, 1, local_rank, local_world_size, device, None)
         return
-    deadline = time.monotonic() + rendezvous_timeout_seconds
+    started = time.monotonic()
+    deadline = started + rendezvous_timeout_seconds
     master = os.environ.get(contract.ENV_MASTER_ADDR, "127.0.0.1")
+    port_text = os.environ.get(contract.ENV_MASTER_PORT)
     _wait_for_master(master, deadline)
     if rank != 0:  # rank 0 hosts the store
-        wait_for_store(master, os.environ.get(contract.ENV_MASTER_PORT), deadline)
+        wait_for_store(master, port_text, deadline)
     timeout = timedelta(seconds=collective_timeout_seconds)
     listener = None
     while True:
         try:
-            hosted = loopback_store(master, os.environ.get(contract.ENV_MASTER_PORT), world_size, timeout) if rank == 0 else None
-            store, listener = hosted or (None, None)
-            dist.init_process_group(chosen, rank=rank, world_size=world_size, timeout=timeout, store=store)
+            left = timedelta(seconds=max(1.0, deadline - time.monotonic()))  # a client's connect retries this long
+            store, listener = rendezvous_store(master, port_text, rank, world_size, left)
+            check_in(store, rank, world_size, deadline, started)
+            store.set_timeout(timeout)  # everyone is here: from now on a wait is a collective's
+            dist.init_process_group(chosen, rank=rank, world_size=world_size, timeout=timeout,
+                                    store=dist.PrefixStore("default_pg", store))  # where env:// puts its keys
             break
+        except (PeerLost, BadEnvironment):
+            if listener is not None:
+                listener.close()
+            raise
         except (RuntimeError, ValueError, OSError) as e:  # store not up yet, name flapping, port still held
             if listener is not None:
                 listener.close()
             # the failed attempt's store serves the port until it is released: rank 0 could never host it again
-            hosted = store = listener = None
+            store = listener = None
             if time.monotonic() > deadline:
-                raise PeerLost(f"rendezvous did not complete in {rendezvous_timeout_seconds}s: {e}") from e
+                raise PeerLost(f"rendezvous did not complete in {time.monotonic() - started:.1f}s "
+                               f"(runPolicy.rendezvousTimeoutSeconds {rendezvous_timeout_seconds}): {e}") from e
             time.sleep(1.0)
     if chosen == "gloo":
         calm_gloo_loop()

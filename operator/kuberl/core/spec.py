@@ -162,8 +162,8 @@ class RunPolicy(Model):
     stall_timeout_seconds: int = Field(600, ge=1, description="Restart the gang when rank 0's step counter has not moved this long.")
     startup_timeout_seconds: int = Field(600, ge=1, description="Report why pods are not running after this long, then retry them.")
     max_startup_retries: int = Field(3, ge=0, le=1000, description="Generations that never fully start before the job fails.")
-    collective_timeout_seconds: int = Field(1800, ge=10, le=MAX_TIMEOUT_SECONDS, description="Timeout of each collective; must outlast rank-0-only work (evaluation, checkpoints).")
-    rendezvous_timeout_seconds: int = Field(600, ge=1, le=MAX_TIMEOUT_SECONDS, description="How long ranks retry rendezvous while rank 0's name does not resolve yet.")
+    collective_timeout_seconds: int = Field(1800, ge=10, le=MAX_TIMEOUT_SECONDS, description="Timeout of each collective once every rank has joined; must outlast rank-0-only work (evaluation, checkpoints).")
+    rendezvous_timeout_seconds: int = Field(600, ge=1, le=MAX_TIMEOUT_SECONDS, description="How long each rank of kuberl's trainer waits for every rank to join (rank 0's name to resolve, its store, each peer's arrival) before it exits with PeerLost, naming the ranks that never joined, and the gang restarts.")
     termination_grace_period_seconds: int = Field(30, ge=0, le=MAX_GRACE_SECONDS, description="Time a pod gets to save a checkpoint after SIGTERM.")
     success_policy: Literal["AllWorkers", "Worker0"] = Field(
         "AllWorkers",
