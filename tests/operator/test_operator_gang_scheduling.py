@@ -69,6 +69,9 @@ def test_rbac_refusing_the_kueue_mark_is_said_on_the_finished_job_and_asked_agai
 
 def test_volcano_gets_an_owned_podgroup_for_the_whole_gang(standin, rest, operator):
     standin.apply_crd(podgroup_crd('scheduling.volcano.sh', 'v1beta1'))
+    # The Priority admission plugin refuses a pod whose class does not exist (as a real API server does).
+    high = {'apiVersion': 'scheduling.k8s.io/v1', 'kind': 'PriorityClass', 'metadata': {'name': 'high'}, 'value': 1000}
+    assert rest.post('/apis/scheduling.k8s.io/v1/priorityclasses', high).status == 201
     uid = create_job(rest, 'volc', workers=3, schedulerName='volcano', priorityClassName='high')['metadata']['uid']
     gang = start_gang(standin, 'volc', 3)
     group = standin.store.find('scheduling.volcano.sh', 'podgroups', NS, 'volc-gang')

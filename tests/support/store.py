@@ -23,6 +23,7 @@ from tests.support.selectors import (
     labels_match,
 )
 
+SYSTEM_PRIORITY_CLASSES = {'system-node-critical': {'value': 2000001000}, 'system-cluster-critical': {'value': 2000000000}}
 HISTORY = 4000  # watch events kept per resource type; an older resourceVersion gets 410 Gone
 DEFAULT_NAMESPACES = ('default', 'kube-system', 'kube-public', 'kube-node-lease')
 
@@ -261,6 +262,8 @@ class Store:
                 raise ApiError(409, 'AlreadyExists', f'{rtype.qualified} "{name}" already exists',
                                {'name': name, 'group': rtype.group, 'kind': rtype.plural})
             warnings = self._decode(rtype, obj, field_validation)
+            if rtype.plural == 'pods' and not rtype.group:
+                self._admit_priority(rtype, name, obj)
             if rtype.has_status and rtype.custom:
                 obj.pop('status', None)
             errors = resources.validate_name(rtype, name) + resources.validate_metadata(metadata)
@@ -342,6 +345,39 @@ class Store:
         if old is not None:
             errors += resources.validate_builtin_update(rtype, obj, old)
         return errors
+
+    def _admit_priority(self, rtype: ResourceType, name: str, pod: dict) -> None:
+        """The Priority admission plugin (on by default; plugin/pkg/admission/priority/admission.go, admitPod), which
+        mutates before validation: a pod's priority is its PriorityClass's value (the lowest-valued globalDefault class
+        without a name, else 0); a class that does not exist, or a priority or preemptionPolicy in the pod that differs
+        from the computed one, is a 403 Forbidden (admission.NewForbidden)."""
+        spec = pod.get('spec') if isinstance(pod.get('spec'), dict) else {}
+        classes = self.objects[('scheduling.k8s.io', 'priorityclasses')]
+
+        def refuse(cause: str) -> ApiError:
+            return ApiError(403, 'Forbidden', f'{rtype.qualified} "{name}" is forbidden: {cause}',
+                            {'name': name, 'group': rtype.group, 'kind': rtype.plural})
+
+        class_name = spec.get('priorityClassName') or ''
+        if class_name:
+            # The API server creates these two at start (SystemPriorityClasses, pkg/apis/scheduling/types.go).
+            chosen = classes.get(('', class_name)) or SYSTEM_PRIORITY_CLASSES.get(class_name)
+            if chosen is None:
+                raise refuse(f'no PriorityClass with name {class_name} was found')
+        else:
+            defaults = [c for c in classes.values() if c.get('globalDefault')]
+            chosen = min(defaults, key=lambda c: c.get('value', 0)) if defaults else None
+            if chosen is not None:
+                spec['priorityClassName'] = chosen['metadata']['name']
+        priority = chosen.get('value', 0) if chosen is not None else 0
+        policy = (chosen or {}).get('preemptionPolicy') or 'PreemptLowerPriority'
+        if spec.get('priority') is not None and spec['priority'] != priority:
+            raise refuse(f'the integer value of priority ({spec["priority"]}) must not be provided in pod spec; priority'
+                         f' admission controller computed {priority} from the given PriorityClass name')
+        if spec.get('preemptionPolicy') is not None and spec['preemptionPolicy'] != policy:
+            raise refuse(f'the string value of PreemptionPolicy ({spec["preemptionPolicy"]}) must not be provided in pod'
+                         f' spec; priority admission controller computed {policy} from the given PriorityClass name')
+        spec['priority'], spec['preemptionPolicy'] = priority, policy
 
     def _on_create(self, rtype: ResourceType, obj: dict) -> None:
         """Fields the API server itself fills on create."""

@@ -87,3 +87,35 @@ def test_rbac_refused_in_one_namespace_serves_the_others_as_a_missing_rolebindin
     assert (refused.status, refused.body['message']) == (
         403, f'pods is forbidden: User "{SA}" cannot list resource "pods" in API group "" in the namespace "team-b"')
     assert rest.get('/api/v1/namespaces/team-a/pods').status == 200
+
+
+def priority_class(name: str, value: int, **extra) -> dict:
+    return {'apiVersion': 'scheduling.k8s.io/v1', 'kind': 'PriorityClass', 'metadata': {'name': name}, 'value': value, **extra}
+
+
+def test_the_priority_plugin_sets_a_pods_priority_from_its_class_and_refuses_one_set_by_hand(rest):
+    # plugin/pkg/admission/priority/admission.go, admitPod: priority comes from the PriorityClass (0 with no class and
+    # no global default); one in the pod that differs, or a class that does not exist, is admission.NewForbidden.
+    plain = pod('plain')
+    plain['spec']['priority'] = 0
+    created = rest.post(PODS, plain).body['spec']
+    assert (created['priority'], created['preemptionPolicy']) == (0, 'PreemptLowerPriority')
+    by_hand = pod('by-hand')
+    by_hand['spec']['priority'] = 1000
+    reply = rest.post(PODS, by_hand)
+    assert (reply.status, reply.body['reason'], reply.body['message']) == (403, 'Forbidden', (
+        'pods "by-hand" is forbidden: the integer value of priority (1000) must not be provided in pod spec;'
+        ' priority admission controller computed 0 from the given PriorityClass name'))
+    missing = pod('missing')
+    missing['spec']['priorityClassName'] = 'high'
+    reply = rest.post(PODS, missing)
+    assert (reply.status, reply.body['message']) == (403, 'pods "missing" is forbidden: no PriorityClass with name high was found')
+    assert rest.post('/apis/scheduling.k8s.io/v1/priorityclasses', priority_class('high', 1000, preemptionPolicy='Never')).status == 201
+    assert rest.post('/apis/scheduling.k8s.io/v1/priorityclasses', priority_class('floor', -5, globalDefault=True)).status == 201
+    missing['spec']['priority'] = 1000
+    assert rest.post(PODS, missing).body['spec']['preemptionPolicy'] == 'Never'
+    defaulted = rest.post(PODS, pod('defaulted')).body['spec']
+    assert (defaulted['priorityClassName'], defaulted['priority']) == ('floor', -5)
+    critical = pod('critical')
+    critical['spec']['priorityClassName'] = 'system-cluster-critical'
+    assert rest.post(PODS, critical).body['spec']['priority'] == 2000000000
