@@ -213,3 +213,25 @@ def test_the_largest_integers_their_go_types_hold_pass():
     pod_spec = {"priority": 2**31 - 1, "securityContext": {"runAsUser": 2**63 - 1, "supplementalGroups": [-(2**63)]},
                 "containers": [{"name": "trainer", "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 2**31 - 1}}]}
     assert validate_job(make_job("big").template({"spec": pod_spec}).obj()).workers >= 1
+
+
+NOT_INTEGERS = {
+    "a pod's runAsUser written as a name": ({"securityContext": {"runAsUser": "nobody"}}, "spec.template.spec.securityContext.runAsUser"),
+    "a container's runAsGroup as a fraction": ({"containers": [{"name": "trainer", "securityContext": {"runAsGroup": 1000.5}}]},
+                                             "spec.template.spec.containers[0].securityContext.runAsGroup"),
+    "a preStop sleep as a duration": ({"containers": [{"name": "trainer", "lifecycle": {"preStop": {"sleep": {"seconds": "5s"}}}}]},
+                                      "spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds"),
+}
+
+
+@pytest.mark.parametrize(("pod_spec", "path"), NOT_INTEGERS.values(), ids=NOT_INTEGERS.keys())
+def test_a_value_that_is_no_integer_where_the_go_type_is_one_is_refused_at_its_field(pod_spec, path):
+    """The API server refuses the pod as it decodes it ("cannot unmarshal string into Go struct field
+    PodSecurityContext.spec.securityContext.runAsUser of type int64", a 400); validate said valid and every pod
+    create failed as InvalidChild. An integral float is an integer to the decoder (podschema.is_type)."""
+    pod_spec = {"containers": [{"name": "trainer"}], **pod_spec}
+    with pytest.raises(InvalidJob) as refused:
+        validate_job(make_job("j").template({"spec": pod_spec}).obj())
+    assert [(p.path, p.message.split(" (got")[0]) for p in refused.value.problems] == [(path, "expected an integer")]
+    whole = {"containers": [{"name": "trainer", "securityContext": {"runAsGroup": 1000.0}}], "securityContext": {"runAsUser": 1000}}
+    validate_job(make_job("j").template({"spec": whole}).obj())

@@ -167,7 +167,7 @@ def _values_at(obj: Any, segments: list[str], path: str) -> list[tuple[str, Any]
 
 def integer_range_problems(path: str, pod_spec: Any) -> list[tuple[str, str]]:
     """(field path, what was expected) for each integer of a pod spec (`path`) or its containers that its Go type
-    cannot hold: every pod create would be refused as a 400. A field with a narrower rule of its own (a port, a
+    cannot hold, or value there that is no integer: every pod create would be refused as a 400. A field with a narrower rule of its own (a port, a
     deadline) is that rule's to report too."""
     if not isinstance(pod_spec, dict):
         return []
@@ -180,9 +180,11 @@ def integer_range_problems(path: str, pod_spec: Any) -> list[tuple[str, str]]:
         for field, go_type in table.items():
             low, high = INTEGER_RANGES[go_type]
             expected = f"expected an integer from {low} to {high}: the API server reads it as an {go_type}"
-            problems += [(where, f"{expected} (got {shown(value)})")
-                         for where, value in _values_at(obj, field.split("."), at)
-                         if is_type(value, "integer") and not low <= value <= high]
+            for where, value in _values_at(obj, field.split("."), at):
+                if not is_type(value, "integer"):  # a string or fraction cannot be decoded into it either (400)
+                    problems.append((where, f"expected an integer (got {shown(value)})"))
+                elif not low <= value <= high:
+                    problems.append((where, f"{expected} (got {shown(value)})"))
     return first_of(path, problems, "integers out of range", lambda *problem: problem)
 
 
