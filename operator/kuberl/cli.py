@@ -107,7 +107,8 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
             print(f"{path}: RLTrainingJob {name!r} is invalid ({len(problems)} problem(s)):", file=sys.stderr)
             for p in problems:
                 print(f"  {p}", file=sys.stderr)
-        for warning in podschema.unknown_fields(podschema.template_of(job)):
+        template = podschema.template_of(job)
+        for warning in podschema.unknown_fields(template) + podschema.priority_warnings(template):
             print(f"{path}: {name}: warning: {safetext.one_line(warning)}", file=sys.stderr)
         if not problems:
             valid.append((name, spec, metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None))

@@ -271,3 +271,17 @@ def test_a_block_a_set_brought_in_is_said_to_come_from_that_flag(tmp_path):
     done = kuberl("run", str(tmp_path / "held.yaml"), "--set", "ppo.learningRate=0.001", "--dir", str(tmp_path / "runs"))
     assert done.returncode == 1 and "  spec.ppo: only allowed with algorithm: ppo (got algorithm: dqn)\n" in done.stderr, done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_validate_warns_that_the_api_server_sets_a_pods_priority_itself(tmp_path, capsys):
+    """`priority: 1000` in the template was valid; the Priority admission plugin refuses (403) every pod whose priority
+    differs from its PriorityClass's value (0 with none), so the job failed at its first pod."""
+    from kuberl import cli
+
+    job = make_job("urgent").minimal().template({"spec": {"priority": 1000, "containers": [{"name": "trainer"}]}})
+    (tmp_path / "urgent.yaml").write_text(yaml.safe_dump(job.obj()))
+    assert cli.main(["validate", str(tmp_path / "urgent.yaml")]) == 0
+    assert capsys.readouterr().err == (
+        f"{tmp_path / 'urgent.yaml'}: urgent: warning: spec.template.spec.priority: the API server sets it from the pod's"
+        " PriorityClass (0 with none and no global default) and refuses a pod whose priority differs (got 1000): leave it"
+        " out and set spec.priorityClassName\n")

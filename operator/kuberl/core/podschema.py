@@ -240,3 +240,17 @@ def unknown_fields(template: Any) -> list[str]:
         warnings.append(f"spec.template.spec: {len(found) - MAX_UNKNOWN_FIELD_WARNINGS} more keys that are no field of a"
                         " pod spec or container (Kubernetes v1.33): the API server drops them")
     return warnings
+
+
+def priority_warnings(template: Any) -> list[str]:
+    """A warning for spec.template.spec.priority: the Priority admission plugin (on in every API server by default;
+    plugin/pkg/admission/priority/admission.go) sets a pod's priority from its PriorityClass, or the global default
+    class, or 0, and refuses (403) a pod whose own differs, so every pod create failed. A warning, not a refusal:
+    the value may be the class's own, which only the cluster knows."""
+    pod_spec = template.get("spec") if isinstance(template, dict) else None
+    if not isinstance(pod_spec, dict) or not is_type(pod_spec.get("priority"), "integer"):
+        return []
+    warning = (f"spec.template.spec.priority: the API server sets it from the pod's PriorityClass (0 with none and no"
+               f" global default) and refuses a pod whose priority differs (got {shown(pod_spec['priority'])}): leave it out"
+               " and set spec.priorityClassName")
+    return [warning]
