@@ -210,7 +210,7 @@ def test_an_integer_its_go_type_cannot_hold_is_refused_at_its_field_with_the_ran
 
 
 def test_the_largest_integers_their_go_types_hold_pass():
-    pod_spec = {"priority": 2**31 - 1, "securityContext": {"runAsUser": 2**63 - 1, "supplementalGroups": [-(2**63)]},
+    pod_spec = {"priority": 2**31 - 1, "securityContext": {"runAsUser": 2**63 - 1, "supplementalGroups": [-(2**63), None]},
                 "containers": [{"name": "trainer", "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 2**31 - 1}}]}
     assert validate_job(make_job("big").template({"spec": pod_spec}).obj()).workers >= 1
 

@@ -153,8 +153,8 @@ INTEGER_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)
 def _values_at(obj: Any, segments: list[str], path: str) -> list[tuple[str, Any]]:
     """(path, value) of each value set at `segments` below `obj`; anything of the wrong shape on the way is skipped
     (type_problems' to report)."""
-    if not segments:
-        return [(path, obj)]
+    if not segments:  # null is unset, in a list too: the decoder leaves a Go int at 0 for it (literalStore's 'n')
+        return [(path, obj)] if obj is not None else []
     if not isinstance(obj, dict):
         return []
     name, each = segments[0].removesuffix("[]"), segments[0].endswith("[]")
