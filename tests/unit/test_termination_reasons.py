@@ -118,6 +118,22 @@ def test_a_clean_end_is_said_once_per_pod_and_every_ranks_failure_by_each(tmp_pa
     assert capsys.readouterr().err == contract.stated_line(contract.REASON_CRASHED, "RuntimeError: boom") + "\n"
 
 
+def test_a_clean_end_of_another_local_rank_leaves_local_rank_0s_words_in_the_termination_log(tmp_path, monkeypatch):
+    """Every rank of a pod wrote its ending to the one termination log, the last writer winning: local rank 1's
+    "resumable from rank 0's checkpoint" could replace rank 0's line naming the checkpoint (a loaded CI run saw it)."""
+    from kuberl_trainer import termination
+
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    monkeypatch.setenv(contract.ENV_LOCAL_RANK, "0")
+    termination.write_reason(contract.REASON_STOPPED, "stopped at timesteps 8; resumable from /checkpoints/j")
+    monkeypatch.setenv(contract.ENV_LOCAL_RANK, "1")
+    termination.write_reason(contract.REASON_STOPPED, "stopped at timesteps 8; resumable from rank 0's checkpoint")
+    path = tmp_path / termination.names.TERMINATION_LOG.lstrip("/")
+    assert "/checkpoints/j" in path.read_text()
+    termination.write_reason(contract.REASON_CRASHED, "RuntimeError: boom")  # a failure is the pod's, whoever says it
+    assert termination.stated() == contract.REASON_CRASHED
+
+
 def test_the_launcher_drops_torchs_per_rank_signal_warnings_and_keeps_its_others(monkeypatch):
     import logging
 

@@ -24,10 +24,13 @@ def write_reason(reason: str, message: str) -> None:
     # unmarked: a log line states nothing. One write, so the ranks of one pod, sharing its log, cannot splice
     # their lines together (print writes the text and its newline apart)
     local_rank = os.environ.get(contract.ENV_LOCAL_RANK, "0")
-    if said_in_the_log(reason, int(local_rank) if local_rank.isdigit() else 0):
+    said = said_in_the_log(reason, int(local_rank) if local_rank.isdigit() else 0)
+    if said:
         sys.stderr.write(contract.stated_line(reason, message) + "\n")
         sys.stderr.flush()
     path = host_path(names.TERMINATION_LOG)
+    if not said and os.path.lexists(path):  # a clean end of another local rank: local rank 0's words (which name
+        return  # the checkpoint) or a rank's failure stay the pod's, whichever rank ends last
     try:
         if os.environ.get(contract.ENV_FS_ROOT):
             os.makedirs(os.path.dirname(path), exist_ok=True)
