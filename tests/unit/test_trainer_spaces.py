@@ -121,6 +121,10 @@ def test_discrete_dict_and_tuple_observations_are_flattened_as_sb3_reads_them_an
     raw = gym.make(env_id, **kwargs) if ":" not in env_id else Spaced(**kwargs)
     first, _ = raw.reset(seed=trainer.seed)
     np.testing.assert_array_equal(trainer.next_obs[0], gym.spaces.flatten(raw.observation_space, first))
+    # one-hot parts alone are kept as bytes, a Dict with a Box part as float32: gymnasium's int64 kept 8 per 0 or 1
+    assert trainer.next_obs.dtype == (np.float32 if ":" in env_id else np.uint8)
+    if algorithm == "dqn":
+        assert trainer.replay.obs.dtype == np.uint8
     assert trainer.train(BareSession()) == "budget"
     played = trainer.evaluate(env_id, 3, kwargs, 5)
     torch.save({**trainer.final_model(), "format": 1, "algorithm": algorithm, "env_id": env_id, "env_kwargs": kwargs,

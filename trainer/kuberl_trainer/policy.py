@@ -57,7 +57,7 @@ from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
 
 from . import checkpoint, evaluation, networks
-from .envs import FLATTENED, UnknownEnv, make_envs
+from .envs import FLATTENED, UnknownEnv, flat_dtype, make_envs
 from .normalize import RunningMeanStd
 
 FORMAT = 1
@@ -395,7 +395,9 @@ def env_for(policy: Policy, render_mode: str | None = None) -> gym.Env:
         kwargs["render_mode"] = render_mode
     env = gym.make(target, **kwargs) if isinstance(target, str) else target(**kwargs)
     # the observation the policy reads, as make_envs gives it (envs.flatten_observations)
-    return gym.wrappers.FlattenObservation(env) if isinstance(env.observation_space, FLATTENED) else env
+    if not isinstance(env.observation_space, FLATTENED):
+        return env
+    return gym.wrappers.DtypeObservation(gym.wrappers.FlattenObservation(env), flat_dtype(env.observation_space))
 
 
 def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps: int = 30,
