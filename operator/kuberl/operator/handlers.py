@@ -12,8 +12,9 @@ events only poke the job's daemon awake.
 
 kopf's own state is configured so a job that does not change causes no write:
 no create/update handlers (so no diffbase or progress annotations; daemons and
-event handlers keep their state in memory), a kuberl finalizer added once so
-the daemon stops before the job goes, pods watched by label on the server.
+event handlers keep their state in memory; kopf's essence of an event is its
+generation alone), a kuberl finalizer added once so the daemon stops before
+the job goes, pods watched by label on the server.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import kopf
@@ -96,11 +97,7 @@ class Shell:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    settings.persistence.finalizer = FINALIZER
-    # No handler here keeps progress or a diff base (daemons and event handlers work in
-    # memory); both storages are named anyway so nothing kopf writes is a surprise.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=names.GROUP, key="last-handled-configuration")
+    configure_persistence(settings)
     settings.posting.reporting_component = "kuberl-operator"
     settings.posting.reporting_instance = os.environ.get("HOSTNAME", "kuberl-operator")
     settings.posting.event_name_prefix = "kuberl-"
@@ -140,6 +137,23 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     shell.heartbeat = WatchHeartbeat(shell.config.watch, restart_in_place)
     shell.heartbeat.task = asyncio.create_task(
         shell.heartbeat.run(KubeApi(settings, logger, shell.metrics), shell.config.namespaces[:1] or (None,)))
+
+
+class GenerationEssence(kopf.AnnotationsDiffBaseStorage):
+    """kopf builds an essence of every event of a job (two deep copies of the whole body, on the event
+    loop) to diff for create/update handlers; kuberl has none, so its essence is the generation alone.
+    The copies took 25-40 ms per event of the largest spec that passes, our own status writes included."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return cast(kopf.BodyEssence, {"metadata": {"generation": body.metadata.get("generation")}})
+
+
+def configure_persistence(settings: kopf.OperatorSettings) -> None:
+    settings.persistence.finalizer = FINALIZER
+    # No handler here keeps progress or a diff base (daemons and event handlers work in
+    # memory); both storages are named anyway so nothing kopf writes is a surprise.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
+    settings.persistence.diffbase_storage = GenerationEssence(prefix=names.GROUP, key="last-handled-configuration")
 
 
 def shell_of(memo: kopf.Memo) -> Shell:
