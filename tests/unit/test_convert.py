@@ -807,3 +807,11 @@ def test_another_launchers_count_equal_to_kuberls_needs_no_note():
     _, notes = convert(pytorchjob(None, replica(2, pytorch(command=["accelerate", "launch", "--num-processes=4", "t.py"],
                                                                 resources=GPU), restart=None)))
     assert not [n for n in notes if "is given" in n.message]
+
+
+def test_another_launchers_long_count_is_shown_shortened():
+    """A 5,000-digit --num_processes was repeated in full in the note."""
+    _, notes = convert(pytorchjob(None, replica(2, pytorch(command=["accelerate", "launch", "--num_processes", "9" * 5000, "t.py"],
+                                                                resources=GPU), restart=None)))
+    (note,) = [n for n in notes if "is given" in n.message]
+    assert "999999999999… (5000 characters)" in note.message and len(note.message) < 400, note.message

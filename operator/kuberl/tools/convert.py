@@ -460,8 +460,9 @@ def note_own_launcher_count(command: Any, args: Any, procs: int | None, gpus: in
     if found is None or (torchrun.whole_number(found.group(2)) and int(found.group(2)) == counted):
         return
     field = "command" if isinstance(command, list) and any(found.group(1) in str(w) for w in command) else "args"
+    count = found.group(2) if len(found.group(2)) <= 20 else f"{found.group(2)[:12]}… ({len(found.group(2))} characters)"
     notes.append(Note(f"{container_path}.{field}", f"{launcher.group(0).strip()} is given {found.group(1)}"
-                      f" {found.group(2)}, which kuberl does not read; spec.procsPerWorker is {counted}"
+                      f" {count}, which kuberl does not read; spec.procsPerWorker is {counted}"
                       f"{'' if procs is not None else ' (one per GPU)'}, from which each pod's WORLD_SIZE, CPU share"
                       f" and OMP_NUM_THREADS are sized: pass {PROCS_OPTION} N with the processes it starts per pod"))
 
