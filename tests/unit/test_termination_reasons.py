@@ -124,11 +124,16 @@ def test_a_clean_end_of_another_local_rank_leaves_local_rank_0s_words_in_the_ter
     from kuberl_trainer import termination
 
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    path = tmp_path / termination.names.TERMINATION_LOG.lstrip("/")
+    path.parent.mkdir(parents=True)
+    path.write_text("")  # as the kubelet makes it: there, empty, before any rank ends
+    monkeypatch.setenv(contract.ENV_LOCAL_RANK, "1")  # a clean end said first by another local rank is written
+    termination.write_reason(contract.REASON_STOPPED, "stopped at timesteps 8; resumable from rank 0's checkpoint")
+    assert termination.stated() == contract.REASON_STOPPED
     monkeypatch.setenv(contract.ENV_LOCAL_RANK, "0")
     termination.write_reason(contract.REASON_STOPPED, "stopped at timesteps 8; resumable from /checkpoints/j")
     monkeypatch.setenv(contract.ENV_LOCAL_RANK, "1")
     termination.write_reason(contract.REASON_STOPPED, "stopped at timesteps 8; resumable from rank 0's checkpoint")
-    path = tmp_path / termination.names.TERMINATION_LOG.lstrip("/")
     assert "/checkpoints/j" in path.read_text()
     termination.write_reason(contract.REASON_CRASHED, "RuntimeError: boom")  # a failure is the pod's, whoever says it
     assert termination.stated() == contract.REASON_CRASHED

@@ -29,8 +29,10 @@ def write_reason(reason: str, message: str) -> None:
         sys.stderr.write(contract.stated_line(reason, message) + "\n")
         sys.stderr.flush()
     path = host_path(names.TERMINATION_LOG)
-    if not said and os.path.lexists(path):  # a clean end of another local rank: local rank 0's words (which name
-        return  # the checkpoint) or a rank's failure stay the pod's, whichever rank ends last
+    # a clean end of another local rank leaves what is stated already (local rank 0's words, which name the checkpoint,
+    # or a rank's failure), whichever rank ends last; the kubelet's file exists from the start, empty, so ask what it says
+    if not said and stated() is not None:
+        return
     try:
         if os.environ.get(contract.ENV_FS_ROOT):
             os.makedirs(os.path.dirname(path), exist_ok=True)
