@@ -151,3 +151,48 @@ def test_a_crossing_is_found():
         "kuberl.core.render:7 imports kuberl.operator.handlers (kuberl.core may import only itself and kuberl.core)",
         "kuberl_trainer.ppo:3 imports kuberl.local.runner (kuberl_trainer may import only itself and kuberl.core)",
     ]
+
+
+def private_uses(module: str, path: Path, known: dict[str, Path]) -> list[str]:
+    """Where `module` reaches into another kuberl module's private name (`kubeapi._path`, `from .envs import _resolve`):
+    a name kept private is one its module may change alone, so a caller elsewhere needs a public name or a seam."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    other_modules: set[str] = set()  # local names bound to another kuberl module
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            origin = (".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+                      if node.level else node.module or "")
+            for alias in node.names:
+                if f"{origin}.{alias.name}" in known:
+                    other_modules.add(alias.asname or alias.name)
+                elif origin in known and origin != module and _private(alias.name):
+                    found.append(f"{module}:{node.lineno} imports {origin}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            other_modules.update(a.asname for a in node.names if a.asname and a.name in known)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in other_modules
+                and _private(node.attr)):
+            found.append(f"{module}:{node.lineno} uses {node.value.id}.{node.attr}")
+    return sorted(found)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_module_uses_another_modules_private_names():
+    known = modules()
+    assert [use for m, p in known.items() for use in private_uses(m, p, known)] == []
+
+
+def test_a_private_use_is_found(tmp_path):
+    known = {"kuberl.operator.kubeapi": tmp_path / "kubeapi.py", "kuberl.operator.handlers": tmp_path / "handlers.py"}
+    known["kuberl.operator.handlers"].write_text("from . import kubeapi\nfrom .kubeapi import _secret, public\n"
+                                                 "kubeapi._path('', 'v1', 'pods')\nkubeapi.resource_path()\nself._own = 1\n")
+    assert private_uses("kuberl.operator.handlers", known["kuberl.operator.handlers"], known) == [
+        "kuberl.operator.handlers:2 imports kuberl.operator.kubeapi._secret",
+        "kuberl.operator.handlers:3 uses kubeapi._path",
+    ]

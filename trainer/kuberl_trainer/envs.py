@@ -26,7 +26,8 @@ def rank_seed(job_seed: int, rank: int, restart: int) -> int:
     return int(np.random.SeedSequence([job_seed, rank, restart]).generate_state(1)[0])
 
 
-def _resolve(env_id: str) -> str | type:
+def resolve_env(env_id: str) -> str | type:
+    """A registered gymnasium id as it is, or the class a "module:Class" id names; UnknownEnv naming spec.env.id."""
     if ":" in env_id:
         module_name, _, class_name = env_id.partition(":")
         try:
@@ -92,7 +93,7 @@ def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: s
                                      halves=halves if num_envs >= 2 else 1)
     if backend not in ("auto", "gymnasium"):
         raise UnknownEnv(f"spec.env.backend: {backend!r} runs Atari (ALE) ids only; {env_id!r} needs backend: gymnasium")
-    target = _resolve(env_id)
+    target = resolve_env(env_id)
     kwargs = dict(kwargs or {})
     # What the spec asked for cannot be made: a ConfigError naming the field, not a Crashed
     # rank that every restart would meet again (a Box2D env in an image without Box2D,

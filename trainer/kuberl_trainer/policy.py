@@ -382,7 +382,7 @@ def play(policy: Policy, episodes: int, seed: int = 0, max_steps: int | None = N
 def env_for(policy: Policy, render_mode: str | None = None) -> gym.Env:
     """One env of the job, preprocessed as the trainer's (a frame stack for Atari), rendering when asked."""
     from . import atari
-    from .envs import _resolve
+    from .envs import resolve_env
 
     kwargs = dict(policy.env_kwargs)
     if atari.is_atari(policy.env_id):
@@ -390,7 +390,7 @@ def env_for(policy: Policy, render_mode: str | None = None) -> gym.Env:
         if render_mode:
             opts = atari.AtariOptions(**{**vars(opts), "make_kwargs": {**opts.make_kwargs, "render_mode": render_mode}})
         return atari.make_one(atari.game_of(policy.env_id), opts)
-    target = _resolve(policy.env_id)
+    target = resolve_env(policy.env_id)
     if render_mode:
         kwargs["render_mode"] = render_mode
     env = gym.make(target, **kwargs) if isinstance(target, str) else target(**kwargs)

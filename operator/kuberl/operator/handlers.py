@@ -193,7 +193,7 @@ class WatchHeartbeat:
         return time.monotonic() - self.last_heard
 
     async def run(self, api: KubeApi, namespaces: tuple[str | None]) -> None:
-        bounds, path = self.bounds, kubeapi._path(*RLTJ, namespaces[0])
+        bounds, path = self.bounds, kubeapi.resource_path(*RLTJ, namespaces[0])
         timeout = aiohttp.ClientTimeout(total=bounds.client_timeout, sock_connect=bounds.connect_timeout,
                                         sock_read=bounds.inactivity_timeout)
         version: str | None = None
@@ -270,8 +270,8 @@ class PeeringCheck:
 
     def path(self) -> str:
         if self.config.namespaces:  # kopf peers per namespace when not cluster-wide
-            return kubeapi._path("kopf.dev", "v1", "kopfpeerings", self.config.namespaces[0], self.config.peering)
-        return kubeapi._path("kopf.dev", "v1", "clusterkopfpeerings", None, self.config.peering)
+            return kubeapi.resource_path("kopf.dev", "v1", "kopfpeerings", self.config.namespaces[0], self.config.peering)
+        return kubeapi.resource_path("kopf.dev", "v1", "clusterkopfpeerings", None, self.config.peering)
 
     def judge(self, peering: dict | None, now: float) -> list[str]:
         """Identities of live peers with our priority, ourselves excluded (we are one of those
@@ -327,7 +327,7 @@ class RefusedNamespaces:
         timeout = aiohttp.ClientTimeout(total=10)
         try:
             for resource in self.resources:
-                path = kubeapi._path(*resource, namespace)
+                path = kubeapi.resource_path(*resource, namespace)
                 await api.call("get", "list", resource[2], path, query=[("limit", "1")])
                 lines = api.watch_lines(resource[2], path, [("watch", "true"), ("timeoutSeconds", "1")], timeout)
                 async with contextlib.aclosing(lines):
@@ -365,9 +365,8 @@ class FinalizerRecheck:
         self.task: asyncio.Task | None = None
 
     async def allowed(self, api: KubeApi, namespace: str, name: str) -> bool:
-        path = kubeapi._path(*RLTJ, namespace or None, name)
         try:
-            await api.call("patch", "patch", names.PLURAL, path, {}, "application/merge-patch+json", query=[("dryRun", "All")])
+            await api.dry_run_patch(*RLTJ, namespace or None, name)
         except kubeapi.NotFound:
             self.refused.pop(namespace, None)  # that job is gone, and its refusal with it
             return False

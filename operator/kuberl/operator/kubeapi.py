@@ -146,7 +146,9 @@ PEERING_API_CALLS = frozenset(
 )
 
 
-def _path(group: str, version: str, plural: str, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+def resource_path(group: str, version: str, plural: str, namespace: str | None = None, name: str | None = None,
+                  sub: str | None = None) -> str:
+    """The API server's path of a resource (`namespace` None: cluster-wide), one object of it, or its subresource."""
     parts = ["/api", version] if not group else ["/apis", group, version]
     if namespace:
         parts += ["namespaces", namespace]
@@ -384,7 +386,7 @@ class KubeApi:
 
     async def get(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict | None:
         try:
-            return await self.call("get", "get", plural, _path(group, version, plural, namespace, name))
+            return await self.call("get", "get", plural, resource_path(group, version, plural, namespace, name))
         except NotFound:
             return None
 
@@ -395,7 +397,7 @@ class KubeApi:
         token = None
         while True:
             query = [("labelSelector", f"{names.LABEL_JOB}={job}"), ("limit", str(LIST_PAGE))] + ([("continue", token)] if token else [])
-            listed = await self.call("get", "list", "pods", _path(*PODS, namespace), query=query)
+            listed = await self.call("get", "list", "pods", resource_path(*PODS, namespace), query=query)
             pods += [lifecycle.pod_as_read(pod) for pod in listed.get("items") or []]
             token = (listed.get("metadata") or {}).get("continue")
             if not token:
@@ -403,24 +405,30 @@ class KubeApi:
 
     async def create(self, obj: dict) -> dict:
         group, version, plural = api_path(obj)
-        return await self.call("post", "create", plural, _path(group, version, plural, obj["metadata"]["namespace"]), obj)
+        return await self.call("post", "create", plural, resource_path(group, version, plural, obj["metadata"]["namespace"]), obj)
 
     async def patch_status(self, namespace: str, name: str, status_patch: dict, resource_version: str) -> dict:
         # The resourceVersion makes the write conditional: a stale read never overwrites a newer status.
         body = {"metadata": {"resourceVersion": resource_version}, "status": status_patch}
-        return await self.call("patch", "patch", f"{names.PLURAL}/status", _path(*RLTJ, namespace, name, "status"), body, "application/merge-patch+json")
+        return await self.call("patch", "patch", f"{names.PLURAL}/status", resource_path(*RLTJ, namespace, name, "status"), body, "application/merge-patch+json")
 
     async def patch_pod_annotations(self, namespace: str, name: str, annotations: dict) -> None:
         try:
-            await self.call("patch", "patch", "pods", _path(*PODS, namespace, name), {"metadata": {"annotations": annotations}}, "application/merge-patch+json")
+            await self.call("patch", "patch", "pods", resource_path(*PODS, namespace, name), {"metadata": {"annotations": annotations}}, "application/merge-patch+json")
         except NotFound:
             pass  # already gone: nothing left to mark
 
     async def merge_patch(self, group: str, version: str, plural: str, namespace: str, name: str, patch: dict) -> dict:
-        return await self.call("patch", "patch", plural, _path(group, version, plural, namespace, name), patch, "application/merge-patch+json")
+        return await self.call("patch", "patch", plural, resource_path(group, version, plural, namespace, name), patch, "application/merge-patch+json")
+
+    async def dry_run_patch(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> None:
+        """An empty merge patch the API server authorizes and admits but does not store (dryRun=All): whether the
+        operator may patch that object now."""
+        await self.call("patch", "patch", plural, resource_path(group, version, plural, namespace, name), {},
+                        "application/merge-patch+json", query=[("dryRun", "All")])
 
     async def delete(self, group: str, version: str, plural: str, namespace: str, name: str, options: dict) -> None:
         try:
-            await self.call("delete", "delete", plural, _path(group, version, plural, namespace, name), options)
+            await self.call("delete", "delete", plural, resource_path(group, version, plural, namespace, name), options)
         except (NotFound, Conflict):
             pass  # gone already, or the name now belongs to a newer object (uid precondition)
