@@ -181,9 +181,9 @@ def test_a_reference_step_lists_no_parameters(monkeypatch, algorithm):
 
 def test_an_update_reads_the_device_only_for_actions_and_its_report(counted):
     """Per update, on the reference path: DQN reads each vector step's greedy actions
-    and its mean loss once; PPO each vector step's sampled (action, log-prob, value),
-    the bootstrap value and the update's statistics once. A read more per gradient step
-    or per env step stalls a GPU rank that often."""
+    and its mean loss once; PPO each vector step's sampled (action, log-prob, value)
+    in ONE read, the bootstrap value and the update's statistics once. A read more per
+    gradient step or per env step stalls a GPU rank that often."""
     ctx = Dist(0, 1, 0, 1, CPU, None)
     hp = DQNConfig(buffer_size=1000, batch_size=32, learning_starts=64, train_frequency=16, gradient_steps=4)
     trainer = dqn.DQNTrainer(ctx, hp, "CartPole-v1", 4, {}, 10**6, 1, 0, fast=False)
@@ -201,5 +201,24 @@ def test_an_update_reads_the_device_only_for_actions_and_its_report(counted):
     with counted() as mode:
         report = trainer.update(False, False)
     assert report.losses
-    assert mode.syncs == 3 * hp.num_steps + 2, (mode.ops["_local_scalar_dense"], dict(mode.host_reads))
+    assert mode.syncs == hp.num_steps + 2, (mode.ops["_local_scalar_dense"], dict(mode.host_reads))
     trainer.envs.close()
+
+
+@pytest.mark.parametrize("action_space", [gym.spaces.Discrete(6), gym.spaces.Box(-1, 1, (3,))], ids=["discrete", "continuous"])
+def test_acting_reads_the_device_once_per_vector_step_and_returns_what_the_agent_sampled(counted, action_space):
+    """TorchPolicy.act brings (action, log-prob, value) to the host in one transfer; the
+    actions keep their dtype and values (discrete: int64 indices, continuous: fp32)."""
+    agent = ppo.Agent(4, action_space, [8])
+    obs = np.random.default_rng(7).normal(size=(5, 4)).astype(np.float32)
+    policy = learners.TorchPolicy(agent, CPU)
+    torch.manual_seed(3)
+    with counted() as mode:
+        action, log_prob, value = policy.act(obs)
+    assert mode.syncs == 1, (mode.ops["_local_scalar_dense"], dict(mode.host_reads))
+    torch.manual_seed(3)
+    with torch.no_grad():
+        expected = [t.numpy() for t in agent.act(torch.from_numpy(obs))]
+    for got, want in zip((action, log_prob, value), expected, strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)

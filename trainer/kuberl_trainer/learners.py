@@ -214,7 +214,11 @@ class TorchPolicy:
     @torch.no_grad()
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         action, log_prob, value = self.agent.act(to_device(obs, self.device), self.generator)
-        return action.cpu().numpy(), log_prob.cpu().numpy(), value.cpu().numpy()
+        # one host transfer per vector step, not three: a GPU rank waits once. Discrete actions
+        # travel as fp32, exact for any index below 2**24
+        packed = torch.cat([action.reshape(len(value), -1).float(), log_prob[:, None], value[:, None]], 1).cpu().numpy()
+        actions = packed[:, :-2].astype(np.int64).reshape(-1) if self.agent.discrete else packed[:, :-2]
+        return actions, packed[:, -2], packed[:, -1]
 
     @torch.no_grad()
     def value(self, obs: np.ndarray) -> np.ndarray:
