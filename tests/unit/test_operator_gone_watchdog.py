@@ -2,9 +2,12 @@
 ended (a second watcher waiting for a re-login nobody serves), it restarts in place after a
 grace period: the same process, the same arguments, every watch listed anew."""
 
+import os
 import subprocess
 import sys
 import textwrap
+
+from kuberl.core import contract
 
 SCRIPT = textwrap.dedent("""
     import logging, os, sys, time
@@ -86,3 +89,40 @@ def test_refusals_carried_across_a_restart_in_place_keep_a_namespace_served():
     assert carried_refusals('{"team-b": "refused", "gone": "x"}', watched) == {"team-b": "refused"}
     assert carried_refusals('{"team-a": "r", "team-b": "r"}', watched) == {}, "all refused: the start says it again"
     assert carried_refusals(None, watched) == {} and carried_refusals("[", watched) == {} and carried_refusals("[1]", watched) == {}
+
+
+# cmd_operator itself, with kopf's run played: the first run logs a lost watch (the watchdog arms) and returns, as it
+# does when the operator stops it to take back a namespace RBAC allows again; the second runs past the grace.
+RUNS = textwrap.dedent("""
+    import functools, logging, os, sys, time
+    from kuberl.cli import build_parser
+    from kuberl.operator import config, main
+
+    class Gone(Exception):
+        status = 410
+
+    runs = []
+
+    def run_kopf(stop_flag=None, memo=None, **_):
+        runs.append(memo.shell.config.namespaces)
+        if len(runs) == 1:
+            logging.getLogger("kopf._core.reactor.queueing").error("watch lost", exc_info=Gone("too old resource version"))
+            memo.shell.refused.granted.add("team-b")  # handlers.RefusedNamespaces: RBAC allows it again
+            return False
+        time.sleep(1.0)  # the second run: more than the grace
+        return True
+
+    main.run_kopf = run_kopf
+    main.GoneWatchdog = functools.partial(config.GoneWatchdog, grace=0.3)
+    config.restart_in_place = lambda: print("restarted in place", flush=True)
+    os.environ[config.ENV_REFUSED_NAMESPACES] = '{"team-b": "refused"}'
+    code = main.cmd_operator(build_parser().parse_args(["operator", "--namespace", "team-a", "--namespace", "team-b"]))
+    print("runs", runs, "exit", code, flush=True)
+""")
+
+
+def test_a_run_that_returns_without_an_error_disarms_the_restart():
+    env = {**os.environ, contract.ENV_OPERATOR_METRICS_ENABLED: "false"}
+    done = subprocess.run([sys.executable, "-c", RUNS], check=False, capture_output=True, text=True, timeout=60, env=env)
+    assert "runs [('team-a',), ('team-a', 'team-b')] exit 0" in done.stdout, done.stdout + done.stderr
+    assert "restarted in place" not in done.stdout, done.stdout + done.stderr

@@ -120,17 +120,20 @@ def cmd_operator(args: argparse.Namespace) -> int:
         refusals = (RefusedNamespaces(dict(watched.refused), watched_resources, REFUSED_RECHECK_SECONDS, stop, remind)
                     if watched.refused else None)
         try:
-            signalled = run_kopf(
-                standalone=args.peering is None,
-                peering_name=args.peering,
-                priority=args.priority,
-                clusterwide=not args.namespace,
-                namespaces=list(watched.served()),
-                liveness_endpoint=f"http://{listen}:{args.health_port}{args.health_path}",
-                stop_flag=stop,
-                memo=kopf.Memo(shell=Shell(dataclasses.replace(config, namespaces=watched.served()), metrics, refused=refusals,
-                                           finalizer_refused=finalizer_refused)),
-            )
+            try:
+                signalled = run_kopf(
+                    standalone=args.peering is None,
+                    peering_name=args.peering,
+                    priority=args.priority,
+                    clusterwide=not args.namespace,
+                    namespaces=list(watched.served()),
+                    liveness_endpoint=f"http://{listen}:{args.health_port}{args.health_path}",
+                    stop_flag=stop,
+                    memo=kopf.Memo(shell=Shell(dataclasses.replace(config, namespaces=watched.served()), metrics, refused=refusals,
+                                               finalizer_refused=finalizer_refused)),
+                )
+            finally:
+                watchdog.disarm()  # kopf returned, however: no hang left to end (a normal return too, then kopf starts again)
             if refusals is None or not refusals.granted or signalled:
                 return 0
             for namespace in sorted(refusals.granted):
@@ -140,7 +143,6 @@ def cmd_operator(args: argparse.Namespace) -> int:
                             " from now on", namespace)
             continue
         except Exception as error:
-            watchdog.disarm()
             lost = watch_lost(error)
             unanswered = None if lost is not None else api_unanswered(error)
             refused = None if lost is not None or unanswered is not None else rbac_refused(error)
