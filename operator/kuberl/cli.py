@@ -33,7 +33,12 @@ from .core.rules import validate_job
 from .core.spec import JobSpec, SuccessSpec
 from .core.validation import InvalidJob, Problem, namespace_problems
 from .core.yamlreader import UnreadableSpec, load_documents
-from .operator.config import MIN_PEERING_LIFETIME, OperatorConfig, WatchBounds
+from .operator.config import (
+    MIN_PEERING_LIFETIME,
+    SHUTDOWN_TIMEOUT_SECONDS,
+    OperatorConfig,
+    WatchBounds,
+)
 
 
 def load_jobs(path: str) -> list[dict]:
@@ -510,6 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--watch-timeout", type=positive(int),
                    help="seconds the API server keeps each watch open; the client drops one silent a little longer, and"
                         f" /healthz fails when watches stay silent past that (default {WatchBounds.server_timeout:g})")
+    p.add_argument("--shutdown-timeout", type=positive(float), default=SHUTDOWN_TIMEOUT_SECONDS, metavar="SECONDS",
+                   help="after SIGTERM or SIGINT, the operator exits within this long whatever hangs, saying what did"
+                        f" (default {SHUTDOWN_TIMEOUT_SECONDS:g}: inside the 30 s grace period the chart gives its pod)")
     p.add_argument("--max-concurrent-reconciles", type=positive(int),
                    help="job reconciles running at once, bounding the operator's burst on the API server"
                         f" (default {OperatorConfig.max_concurrent_reconciles})")

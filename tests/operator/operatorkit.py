@@ -33,8 +33,10 @@ class Operator:
     """`kuberl operator` in a subprocess, pointed at the stand-in by $KUBECONFIG (the stand-in's own, or `kubeconfig`)."""
 
     def __init__(self, standin: StandinServer, logdir: pathlib.Path, *extra: str, kubeconfig: pathlib.Path | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, preload: str | None = None):
+        """`preload`: Python run in the operator's process before `kuberl operator` starts (an extra kopf handler)."""
         self.standin, self.logdir, self.extra, self.kubeconfig, self.env = standin, logdir, extra, kubeconfig, env or {}
+        self.preload = preload
         self.health_port, self.metrics_port = free_port(), free_port()
         self.health_path = extra[extra.index('--health-path') + 1] if '--health-path' in extra else '/healthz'
         self.process: subprocess.Popen | None = None
@@ -50,8 +52,10 @@ class Operator:
         self.logfile = (self.logdir / f'operator-{self.starts}.log').open('wb')
         env = {**os.environ, 'KUBECONFIG': str(self.kubeconfig or self.standin.kubeconfig), 'PYTHONUNBUFFERED': '1',
                'KUBERL_TRAINER_IMAGE_PULL_POLICY': 'Always', 'KUBERL_TRAINER_IMAGE_PULL_SECRETS': 'regcred, mirror', **self.env}
+        entry = ['-m', 'kuberl.cli'] if self.preload is None else [
+            '-c', f'{self.preload}\nimport sys\nfrom kuberl.cli import main\nsys.exit(main(sys.argv[1:]))']
         self.process = subprocess.Popen(
-            [sys.executable, '-m', 'kuberl.cli', 'operator', '--listen-address', '127.0.0.1',
+            [sys.executable, *entry, 'operator', '--listen-address', '127.0.0.1',
              '--health-port', str(self.health_port), '--metrics-port', str(self.metrics_port),
              '--scrape-interval', '0.5', *self.extra],
             stdout=self.logfile, stderr=subprocess.STDOUT, env=env, cwd=ROOT)

@@ -97,7 +97,7 @@ SETS: dict[str, tuple[list[str], str | None]] = {
     "monitoring.dashboard.label": ([DASHBOARD, "monitoring.dashboard.label=grafana_dashboards"], "grafana_dashboards:"),
     "monitoring.dashboard.labelValue": ([DASHBOARD, "monitoring.dashboard.labelValue=yes"], 'grafana_dashboard: "yes"'),
     "monitoring.dashboard.folder": ([DASHBOARD, "monitoring.dashboard.folder=ML"], "ML"),
-    "tests.timeoutSeconds": (["tests.timeoutSeconds=30"], "30"),
+    "tests.timeoutSeconds": (["tests.timeoutSeconds=30"], "timeout=30)"),
 }
 OPAQUE = ("operator.resources", "operator.podSecurityContext", "operator.securityContext")  # Kubernetes objects, set field by field
 

@@ -107,3 +107,12 @@ def test_the_schema_allows_the_watch_timeouts_the_operator_takes():
 
 def test_a_misspelled_key_is_refused():
     assert "'scrapeTimeout'" in refusal({"operator": {"scrapeTimeout": 2}})
+
+
+@pytest.mark.parametrize("values", [{}, ALL_FEATURES], ids=["defaults", "all-features"])
+def test_the_operator_stops_within_its_pods_grace_period(values):
+    """Whatever hangs at SIGTERM, the operator exits within --shutdown-timeout, saying what hung
+    (tests/operator/test_operator_shutdown.py): the kubelet's SIGKILL must not come first and say nothing."""
+    workload, container = operator_container(render(values, "kuberl-system"))
+    grace = workload["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)  # the API server's default
+    assert parse_operator_args(container["args"]).shutdown_timeout + 5 <= grace

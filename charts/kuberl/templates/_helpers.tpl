@@ -172,6 +172,8 @@ spec:
   {{- end }}
   securityContext:
     {{- toYaml .Values.operator.podSecurityContext | nindent 4 }}
+  # The operator exits within its --shutdown-timeout (20 s) of SIGTERM, whatever hangs, saying what did: inside this.
+  terminationGracePeriodSeconds: 30
   containers:
     - name: operator
       image: {{ include "kuberl.operatorImage" . }}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import faulthandler
 import json
 import logging
 import os
@@ -174,6 +175,44 @@ class GoneWatchdog:
         self.log.warning("%s; kopf did not stop within %gs, so the operator restarts in place, listing every object anew",
                          lost_watch(expired), self.grace)
         restart_in_place()
+
+
+# How long `kuberl operator` takes at most to stop after SIGTERM or SIGINT: kopf's own waits fit inside (a job's daemon
+# 10 s to end once cancelled, then 5 s for the rest), and the whole inside the 30 s terminationGracePeriodSeconds the
+# chart gives the operator's pod, so the process says what hung before the kubelet's SIGKILL says nothing.
+SHUTDOWN_TIMEOUT_SECONDS = 20.0
+
+
+class ShutdownBound:
+    """The end of a shutdown that hangs: a handler that ignores its cancellation, a thread that never returns, an event
+    loop blocked. kopf's own backstop (settings.process.ultimate_exiting_timeout) SIGKILLs the process 600 s after a
+    signal, far past a pod's grace period, without a word, from the event loop (which a blocked loop never runs), and
+    not at all when a stop flag stopped it, as the operator stops kopf. Armed by the signal, this one ends the process
+    `seconds` later from a thread of its own, with a line naming what was still running and every thread's stack."""
+
+    def __init__(self, log: logging.Logger, seconds: float, exit: Callable[[int], None] = os._exit):
+        self.log, self.seconds, self.exit = log, seconds, exit
+        self.timer: threading.Timer | None = None
+
+    def arm(self, received: str, pending: Callable[[], list[str]]) -> None:
+        """Start counting at the first signal (`pending`: what is still running, asked when time is up)."""
+        if self.timer is None:
+            self.timer = threading.Timer(self.seconds, self.expire, args=(received, pending))
+            self.timer.daemon = True
+            self.timer.start()
+
+    def expire(self, received: str, pending: Callable[[], list[str]]) -> None:
+        try:
+            running = pending()
+        except Exception as error:  # noqa: BLE001 — the exit must happen whatever the listing met
+            running = [f"(not listed: {type(error).__name__})"]
+        shown = ", ".join(running[:8]) + (f" and {len(running) - 8} more" if len(running) > 8 else "")
+        self.log.error("the operator did not stop within %gs of %s, so it exits now, before the kubelet's SIGKILL (still"
+                       " running: %s); every thread's stack follows", self.seconds, received, shown or "no task: a thread")
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        self.exit(1)
 
 
 def restart_in_place() -> None:

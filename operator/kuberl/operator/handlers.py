@@ -87,6 +87,7 @@ class Shell:
     # A job per namespace whose finalizer patch RBAC refused kopf (main.cmd_operator fills it), rechecked.
     finalizer_refused: dict[str, str] = dataclasses.field(default_factory=dict)
     finalizer_recheck: Any = None  # FinalizerRecheck, once started
+    stop: asyncio.Event | None = None  # kopf's stop flag (main.cmd_operator)
 
     def poke(self, namespace: str, job: str, pods_changed: bool = False) -> None:
         wake = self.wakes.get((namespace, job))
@@ -411,8 +412,8 @@ def peering(memo: kopf.Memo, **_: Any) -> int:
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
-    if memo.shell.refused is not None:
-        memo.shell.refused.stop.set()  # kopf's own wait for its stop flag ends now, not after its 5 s for hung tasks
+    if memo.shell.stop is not None:
+        memo.shell.stop.set()  # kopf's own wait for its stop flag ends now, not after its 5 s for hung tasks
     for task in (memo.shell.heartbeat and memo.shell.heartbeat.task, memo.shell.peering and memo.shell.peering.task,
                  memo.shell.refused and memo.shell.refused.task, memo.shell.finalizer_recheck and memo.shell.finalizer_recheck.task):
         if task is not None:

@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 
@@ -24,6 +25,7 @@ from .config import (
     RBAC_REFUSAL,
     GoneWatchdog,
     KopfRestarts,
+    ShutdownBound,
     WatchedNamespaces,
     carried_refusals,
     kopf_refusal_line,
@@ -104,6 +106,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
         handler.addFilter(lambda record: not (record.name.startswith("kopf._core.reactor") and record.exc_info
                                               and resource_gone(record.exc_info[1]) is not None))
     restarts = KopfRestarts(config.watch.silent_bound)
+    shutdown = ShutdownBound(log, args.shutdown_timeout)
     # What kopf lists and watches in each namespace: what a refused namespace must allow again to be taken back.
     watched_resources = [RLTJ, PODS, *([PEERINGS] if args.peering is not None else [])]
 
@@ -112,11 +115,11 @@ def cmd_operator(args: argparse.Namespace) -> int:
 
     while True:
         started = time.monotonic()
-        # Set when a refused namespace is allowed again: kopf stops, to start with it. An asyncio.Event (bound to
-        # kopf's loop when first awaited): kopf waits for a threading.Event in an executor thread, which its loop's
-        # shutdown then joins for ever when the run ended any other way. Only while a namespace is refused: kopf
-        # waits 5 s at its end for the task that awaits the flag, unless the cleanup handler sets it (handlers.close).
-        stop = asyncio.Event() if watched.refused else None
+        # Set by SIGTERM/SIGINT (run_kopf), and when a refused namespace is allowed again: kopf stops, to start with
+        # it. An asyncio.Event (bound to kopf's loop when first awaited): kopf waits for a threading.Event in an
+        # executor thread, which its loop's shutdown then joins for ever when the run ended any other way. kopf waits
+        # 5 s at its end for the task that awaits the flag, unless the cleanup handler sets it (handlers.close).
+        stop = asyncio.Event()
         refusals = (RefusedNamespaces(dict(watched.refused), watched_resources, REFUSED_RECHECK_SECONDS, stop, remind)
                     if watched.refused else None)
         try:
@@ -129,8 +132,9 @@ def cmd_operator(args: argparse.Namespace) -> int:
                     namespaces=list(watched.served()),
                     liveness_endpoint=f"http://{listen}:{args.health_port}{args.health_path}",
                     stop_flag=stop,
+                    shutdown=shutdown,
                     memo=kopf.Memo(shell=Shell(dataclasses.replace(config, namespaces=watched.served()), metrics, refused=refusals,
-                                               finalizer_refused=finalizer_refused)),
+                                               finalizer_refused=finalizer_refused, stop=stop)),
                 )
             finally:
                 watchdog.disarm()  # kopf returned, however: no hang left to end (a normal return too, then kopf starts again)
@@ -184,40 +188,69 @@ def cmd_operator(args: argparse.Namespace) -> int:
             time.sleep(delay)
 
 
-def run_kopf(stop_flag: asyncio.Event | None = None, **kwargs) -> bool:
+def run_kopf(stop_flag: asyncio.Event | None = None, shutdown: ShutdownBound | None = None, **kwargs) -> bool:
     """kopf.run, as kopf.operator spells it (spawn_tasks, then run_tasks), then the operator's own client closed
     in kopf's event loop: kopf's cleanup handler (handlers.close) closes it, but kopf lets a daemon run on
     for up to 5 s after that, which may log in again, and its client would be left open when the loop ends.
 
-    With a `stop_flag` (the operator stops kopf itself to take a refused namespace back) SIGTERM and SIGINT
-    set it too, and the return says whether one came: kopf's own handlers stop it the same way, unseen, so a
-    signal that came as the flag was set was lost, the operator started kopf again and ran on until SIGKILL."""
+    SIGTERM and SIGINT set `stop_flag` (which the operator also sets to stop kopf itself, to take a refused namespace
+    back), and the return says whether one came: with kopf's own handlers a signal that came as the flag was set was
+    lost, the operator started kopf again and ran on until SIGKILL. They are caught by a Python-level handler, not
+    the event loop's, so `shutdown` is armed even while a handler blocks the loop: the process ends within its bound
+    whatever hangs (kopf's own bound is 600 s, and is not armed at all when a stop flag stopped it)."""
     import kopf
 
     from .kubeapi import CONNECTION
 
+    stop_flag = stop_flag if stop_flag is not None else asyncio.Event()
     signalled: list[signal.Signals] = []
 
-    def on_signal(received: signal.Signals) -> None:
-        log = logging.getLogger("kuberl.operator")
-        log.info("Signal %s is received. Operator is stopping.", received.name)
-        signalled.append(received)
-        stop_flag.set()
-
     async def run() -> None:
+        loop = asyncio.get_running_loop()
         ignored = asyncio.all_tasks()
+
+        heard = threading.Event()  # the loop ran the signal's callback: it is not blocked
+
+        def stopping(received: signal.Signals) -> None:
+            heard.set()
+            logging.getLogger("kuberl.operator").info("Signal %s is received. Operator is stopping.", received.name)
+            stop_flag.set()
+
+        def still_running() -> list[str]:
+            if not heard.is_set():
+                return ["the event loop itself, blocked since the signal came (the main thread's stack shows by what)"]
+            return running_tasks(loop, ignored)
+
+        def on_signal(signum: int, _frame: object) -> None:  # the main thread, between two bytecodes of whatever runs
+            received = signal.Signals(signum)
+            signalled.append(received)
+            if shutdown is not None:
+                shutdown.arm(received.name, still_running)
+            loop.call_soon_threadsafe(stopping, received)
+
+        previous: dict[signal.Signals, Any] = {}
         try:
             tasks = await kopf.spawn_tasks(stop_flag=stop_flag, **kwargs)
-            if stop_flag is not None and threading.current_thread() is threading.main_thread():  # where kopf sets its own
+            if threading.current_thread() is threading.main_thread():  # where kopf sets its own, and signals arrive
                 for received in (signal.SIGTERM, signal.SIGINT):
-                    asyncio.get_running_loop().add_signal_handler(received, on_signal, received)
+                    loop.remove_signal_handler(received)  # kopf's: it would stop on its own flag, unseen
+                    previous[received] = signal.signal(received, on_signal)
             await kopf.run_tasks(tasks, ignored=ignored)
         finally:
+            for received, handler in previous.items():
+                signal.signal(received, handler)
             await CONNECTION.close()
 
     with contextlib.suppress(asyncio.CancelledError):  # as kopf.run
         asyncio.run(run())
     return bool(signalled)
+
+
+def running_tasks(loop: asyncio.AbstractEventLoop, ignored: set[asyncio.Task]) -> list[str]:
+    """What of kopf's run has not ended: each task's name and coroutine (kopf names a daemon's task after its handler
+    and object). Read from another thread (ShutdownBound's), as asyncio.all_tasks allows."""
+    tasks = [t for t in asyncio.all_tasks(loop) if t not in ignored and not t.done()]
+    return sorted(f"{t.get_name()} ({getattr(t.get_coro(), '__qualname__', '?')})" for t in tasks)
 
 
 class TracebackOnce(logging.Filter):
