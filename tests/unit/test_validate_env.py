@@ -130,3 +130,53 @@ def test_an_atari_id_ale_py_registers_is_valid_where_ale_py_is_installed(tmp_pat
         done = subprocess.run([sys.executable, "-m", "kuberl.cli", "validate", str(path)], check=False, capture_output=True,
                               text=True, timeout=60)
         assert done.returncode == code and line in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("algorithm", "env", "options", "line"), [
+    ("ppo", {"id": "CartPole-v1"}, {"policy": "cnn"},
+     "spec.ppo.policy: 'cnn' needs uint8 image observations (H, W), (C, H, W) or (H, W, C), at least 36x36; the env gives"),
+    ("dqn", {"id": "FrozenLake-v1"}, {"policy": "cnn"}, "spec.dqn.policy: 'cnn' needs uint8 image observations"),
+    ("ppo", {"id": "ALE/Pong-v5"}, {"policy": "mlp"},
+     "spec.ppo.policy: 'mlp' cannot learn from (4, 84, 84) pixel observations; use 'cnn' or 'auto'"),
+    ("dqn", {"id": "ALE/Breakout-v5", "kwargs": {"frameStack": 2}}, {"policy": "mlp"},
+     "spec.dqn.policy: 'mlp' cannot learn from (2, 84, 84) pixel observations; use 'cnn' or 'auto'"),
+    ("ppo", {"id": "ALE/Pong-v5"}, {"normalizeObservation": True},
+     "spec.ppo.normalizeObservation: not for pixels (the CNN scales uint8 frames by 1/255)"),
+])
+def test_validate_names_a_network_the_envs_observations_refuse(tmp_path, capsys, algorithm, env, options, line):
+    """A forced torso that cannot read the env's observations (or PPO's normaliser on frames) passed validate, and
+    the trainer refused it with a ConfigError once the pods (GPU pods, for Atari) ran."""
+    job = make_job("j").minimal().algorithm(algorithm).replace(env=env).with_spec(**{algorithm: options})
+    code, err = validate(tmp_path, capsys, job)
+    assert code == 1 and f"  {line}" in err, err
+
+
+@pytest.mark.parametrize(("algorithm", "env", "options"), [
+    ("ppo", {"id": "CartPole-v1"}, {"policy": "mlp", "normalizeObservation": True}),
+    ("dqn", {"id": "ALE/Pong-v5"}, {"policy": "cnn"}),
+    ("ppo", {"id": "ALE/Pong-v5", "backend": "gymnasium", "kwargs": {"obs_type": "ram"}}, {"policy": "mlp"}),  # 128 bytes
+])
+def test_a_network_that_reads_the_observations_is_valid(tmp_path, capsys, algorithm, env, options):
+    job = make_job("j").minimal().algorithm(algorithm).replace(env=env).with_spec(**{algorithm: options})
+    code, err = validate(tmp_path, capsys, job)
+    assert code == 0, err
+
+
+def test_the_operator_refuses_an_mlp_on_an_ale_ids_frames_without_gymnasium():
+    from kuberl.core import jobstatus
+
+    job = make_job("j").minimal().algorithm("dqn").replace(env={"id": "ALE/Pong-v5"}).with_spec(dqn={"policy": "mlp"}).obj()
+    spec, refusal = jobstatus.judge(job)
+    assert spec is None and refusal.message == "spec.dqn.policy: 'mlp' cannot learn from (4, 84, 84) pixel observations; use 'cnn' or 'auto'"
+
+
+def test_validate_and_the_trainer_refuse_a_torso_in_the_same_words():
+    import gymnasium as gym
+    import numpy as np
+    from kuberl_trainer import networks
+
+    for space, policy in [(gym.spaces.Box(-1, 1, (4,), np.float32), "cnn"), (gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), "mlp")]:
+        with pytest.raises(networks.PolicyMismatch) as refused:
+            networks.choose(space, policy, "spec.ppo.policy")
+        problem = envspaces.network_problem(space, "ppo", policy, False)
+        assert str(refused.value) == str(problem)

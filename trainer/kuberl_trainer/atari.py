@@ -54,7 +54,7 @@ CLIP_REWARDS = "kuberl.clip_rewards"  # vector env metadata key: clip to sign fo
 FRAME_STACK = "kuberl.frame_stack"  # vector env metadata key: observations are stacks of this many frames
 MAX_FRAMES_PER_EPISODE = 108_000
 FRAME_SKIP = 4
-SCREEN_SIZE = 84
+SCREEN_SIZE = atarikwargs.SCREEN_SIZE  # validate and the operator read an ALE id's observations as this makes them
 
 
 class AtariConfigError(UnknownEnv):

@@ -19,10 +19,10 @@ import math
 
 import gymnasium as gym
 import torch
-from kuberl.core.envspaces import MIN_SIDE, frame_layout, is_image
+from kuberl.core import torsos
+from kuberl.core.envspaces import frame_layout, is_image
 from torch import nn
 
-POLICIES = ("auto", "mlp", "cnn")
 CNN_FEATURES = 512
 
 
@@ -32,18 +32,12 @@ class PolicyMismatch(ValueError):
 
 
 def choose(space: gym.Space, requested: str, field: str) -> str:
-    """"mlp" or "cnn" for this observation space; raises PolicyMismatch naming `field`."""
-    if requested not in POLICIES:
-        raise PolicyMismatch(f"{field}: expected one of {', '.join(POLICIES)} (got {requested!r})")
+    """"mlp" or "cnn" for this observation space; raises PolicyMismatch naming `field`
+    (kuberl.core.torsos' rule, which `kuberl validate` and the operator apply before any pod starts)."""
     image = is_image(space)
-    if requested == "auto":
-        return "cnn" if image else "mlp"
-    if requested == "mlp" and image:
-        raise PolicyMismatch(f"{field}: 'mlp' cannot learn from {space.shape} pixel observations; use 'cnn' or 'auto'")
-    if requested == "cnn" and not image:
-        raise PolicyMismatch(f"{field}: 'cnn' needs uint8 image observations (H, W), (C, H, W) or (H, W, C), at least"
-                             f" {MIN_SIDE}x{MIN_SIDE}; the env gives {space}; use 'mlp' or 'auto'")
-    return requested
+    if problem := torsos.torso_problem(image, tuple(space.shape or ()), str(space), requested):
+        raise PolicyMismatch(f"{field}: {problem}")
+    return torsos.torso(image, requested)
 
 
 def layer(n_in: int, n_out: int, std: float = math.sqrt(2)) -> nn.Linear:

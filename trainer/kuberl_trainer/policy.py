@@ -53,6 +53,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from kuberl.core import safetext
+from kuberl.core.envspaces import is_image
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
 
@@ -316,7 +317,7 @@ class Policy:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.set_rng_state(self._rng)
             # uint8 stays uint8 for the CNN only (it scales frames itself); an MLP reads floats, as the trainer gave it
-            frames = x.dtype == np.uint8 and networks.is_image(self.observation_space)
+            frames = x.dtype == np.uint8 and is_image(self.observation_space)
             t = torch.as_tensor(x) if self.algorithm == "dqn" or frames else torch.as_tensor(x, dtype=torch.float32)  # host: the loaded policy runs on the CPU
             if self.algorithm == "dqn":
                 action = self.network.greedy(t)
@@ -457,7 +458,7 @@ class _Greedy(nn.Module):
         self.register_buffer("mean", torch.as_tensor(norm.mean if norm else np.zeros(shape), dtype=torch.float32))  # host: buffers move with the module
         self.register_buffer("std", torch.as_tensor(np.sqrt(norm.var + norm.epsilon) if norm else np.ones(shape), dtype=torch.float32))  # host: buffers move with the module
         self.clip = float(norm.clip) if norm else 0.0
-        self.floats = not networks.is_image(policy.observation_space)  # an MLP reads floats; the CNN scales uint8 frames itself
+        self.floats = not is_image(policy.observation_space)  # an MLP reads floats; the CNN scales uint8 frames itself
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.float() if self.floats else obs

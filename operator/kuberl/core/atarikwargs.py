@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from . import torsos
 from .validation import Problem
 
 
@@ -106,3 +107,18 @@ def kwargs_problem(kwargs: dict[str, Any], backend: str) -> Problem | None:
         return None
     field, _, message = problem.partition(": ")
     return Problem(field, message)
+
+
+SCREEN_SIZE = 84  # kuberl_trainer.atari's frames: an ALE id's observations are (frameStack, 84, 84) uint8
+
+
+def network_problem(kwargs: dict[str, Any], backend: str, algorithm: str, policy: str,
+                    normalize_observation: bool) -> Problem | None:
+    """torsos' rule on the frames the trainer makes of an ALE id whose kwargs it takes (kwargs_problem is None):
+    no MLP, no observation normaliser. gymnasium.make's other observation types (backend gymnasium) are the
+    trainer's to tell."""
+    if backend == "gymnasium" and kwargs.get("obs_type", "rgb") != "rgb":
+        return None
+    shape = (options(kwargs).frame_stack, SCREEN_SIZE, SCREEN_SIZE)
+    return torsos.network_problem(algorithm, True, shape, f"Box(0, 255, {shape}, uint8)", policy, normalize_observation)
+

@@ -14,7 +14,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from . import atarikwargs
+from . import atarikwargs, torsos
+from .torsos import MIN_SIDE
 from .validation import Problem
 
 # the action spaces each algorithm's networks emit (its trainer class reads its row)
@@ -24,7 +25,6 @@ ACTION_SPACES: dict[str, tuple[type[gym.Space], ...]] = {
 }
 # observation spaces read through gymnasium's FlattenObservation, as SB3 reads them
 FLATTENED = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Dict, gym.spaces.Tuple)
-MIN_SIDE = 36  # the Nature CNN's three convolutions (8/4, 4/2, 3/1) need frames at least this high and wide
 
 
 def frame_layout(shape: tuple[int, ...]) -> tuple[int, int, int, bool]:
@@ -41,6 +41,12 @@ def is_image(space: gym.Space) -> bool:
     """Frames the CNN can read: a uint8 Box of 2 or 3 dimensions, each side at least MIN_SIDE."""
     frames = isinstance(space, gym.spaces.Box) and space.dtype == "uint8" and len(space.shape) in (2, 3)
     return frames and min(frame_layout(tuple(space.shape))[1:3]) >= MIN_SIDE
+
+
+def network_problem(observation: gym.Space, algorithm: str, policy: str, normalize_observation: bool) -> Problem | None:
+    """torsos.network_problem of these observations, as the networks read them (flattened)."""
+    return torsos.network_problem(algorithm, is_image(observation), tuple(observation.shape or ()), str(observation),
+                                  policy, normalize_observation)
 
 
 def leaves(space: gym.Space) -> Iterator[gym.Space]:
@@ -104,15 +110,18 @@ def spaces_problem(observation: gym.Space, action: gym.Space, algorithm: str) ->
 NOT_HERE = (gym.error.DependencyNotInstalled, gym.error.NamespaceNotFound, ImportError)
 
 
-def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: str = "auto") -> Problem | None:
+def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: str = "auto", policy: str = "auto",
+                normalize_observation: bool = False) -> Problem | None:
     """What `kuberl validate` can tell of spec.env by making the env here, as the trainer makes it (one
-    copy): kwargs the env refuses, spaces the algorithm cannot learn on. Only registered gymnasium ids
-    are made (a classic-control env takes a millisecond or two); a "module:Class" (the user's code, not run
-    to validate a file) and an env whose package is missing here are left to the trainer. An Atari id is
-    not made (kuberl preprocesses its frames): its kwargs are read as the trainer reads them (atarikwargs)."""
+    copy): kwargs the env refuses, spaces the algorithm cannot learn on, a forced network torso (`policy`)
+    that cannot read its observations. Only registered gymnasium ids are made (a classic-control env takes
+    a millisecond or two); a "module:Class" (the user's code, not run to validate a file) and an env whose
+    package is missing here are left to the trainer. An Atari id is not made (kuberl preprocesses its
+    frames): its kwargs are read as the trainer reads them (atarikwargs), its observations are frames."""
     spec = gym.registry.get(env_id)
     if env_id.startswith("ALE/") or (spec is not None and str(spec.entry_point).startswith("ale_py")):
-        return atarikwargs.kwargs_problem(kwargs, backend)
+        problem = atarikwargs.kwargs_problem(kwargs, backend)
+        return problem or atarikwargs.network_problem(kwargs, backend, algorithm, policy, normalize_observation)
     if spec is None:
         return None
     field = "spec.env.kwargs" if kwargs else "spec.env.id"
@@ -124,15 +133,21 @@ def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: st
     except Exception as e:  # noqa: BLE001 - whatever the env raises from these kwargs, the trainer would meet it too
         return Problem(field, f"{env_id!r} refused {'them' if kwargs else 'to be made'}: {type(e).__name__}: {e}")
     try:
-        problem = spaces_problem(envs.single_observation_space, envs.single_action_space, algorithm)
+        observation = envs.single_observation_space
+        problem = spaces_problem(observation, envs.single_action_space, algorithm)
     finally:
         envs.close()
-    return Problem("spec.env.id", f"{env_id!r} has {problem}") if problem else None
+    if problem:
+        return Problem("spec.env.id", f"{env_id!r} has {problem}")
+    flat = gym.spaces.flatten_space(observation) if isinstance(observation, FLATTENED) else observation
+    return network_problem(flat, algorithm, policy, normalize_observation)
 
 
 def job_env_problems(spec: Any) -> list[Problem]:
     """`env_problem` of a parsed job (rules.JobSpec) that kuberl's trainer runs; none for trainer: custom."""
     if spec.trainer != "kuberl":
         return []
-    problem = env_problem(spec.env.id, dict(spec.env.kwargs), spec.algorithm, spec.env.backend)
+    options = getattr(spec, spec.algorithm)  # spec.ppo or spec.dqn; None where left out (its defaults)
+    problem = env_problem(spec.env.id, dict(spec.env.kwargs), spec.algorithm, spec.env.backend,
+                          getattr(options, "policy", "auto"), getattr(options, "normalize_observation", False))
     return [problem] if problem else []

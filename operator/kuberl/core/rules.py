@@ -576,11 +576,14 @@ def validate_job(job: Any, env_ids: Collection[str] | None = None) -> JobSpec:
 
 def atari_kwargs_problems(parsed: JobSpec | None) -> list[Problem]:
     """An ALE/ id's kwargs as kuberl's trainer reads them (atarikwargs: its own keys, and those its ale and envpool
-    backends cannot take), here without gymnasium: the trainer refused them at start, after the pods (GPU pods,
-    for Pong) were scheduled and started."""
+    backends cannot take) and the network options its frames refuse (atarikwargs.network_problem), here without
+    gymnasium: the trainer refused them at start, after the pods (GPU pods, for Pong) were scheduled and started."""
     if parsed is None or parsed.trainer != "kuberl" or parsed.env is None or not parsed.env.id.startswith("ALE/"):
         return []
-    problem = atarikwargs.kwargs_problem(dict(parsed.env.kwargs), parsed.env.backend)
+    kwargs, backend = dict(parsed.env.kwargs), parsed.env.backend
+    options = getattr(parsed, parsed.algorithm, None)  # spec.ppo or spec.dqn; None where left out (its defaults)
+    problem = atarikwargs.kwargs_problem(kwargs, backend) or atarikwargs.network_problem(
+        kwargs, backend, parsed.algorithm, getattr(options, "policy", "auto"), getattr(options, "normalize_observation", False))
     return [problem] if problem else []
 
 
