@@ -10,7 +10,13 @@ import pytest
 from kuberl.core import names
 from kuberl.operator.config import SHUTDOWN_TIMEOUT_SECONDS
 
-from tests.operator.operatorkit import TRAINER_IMAGE, Operator, create_job, pods, wait_for
+from tests.operator.operatorkit import (
+    TRAINER_IMAGE,
+    Operator,
+    create_job,
+    pods,
+    wait_for,
+)
 
 JOBS = f"'{names.GROUP}', '{names.VERSION}', '{names.PLURAL}'"
 
