@@ -264,3 +264,26 @@ def test_ctrl_c_stops_every_rank_within_the_grace_period_and_the_run_resumes(tmp
     assert f"totalTimesteps 40000 -> {saved + 1500}" in out, out[-3000:]
     assert re.search(rf"resuming from \S+ \(timesteps {saved}\)", out), out[-3000:]
     assert min(r["timesteps"] for r in progress(tmp_path) if r["restart"] == status(tmp_path)["generation"]) > saved
+
+
+def test_two_runs_started_together_meet_on_ports_of_their_own(tmp_path):
+    """Two `kuberl run`s started at once, the rendezvous port left to kuberl: each checked that the default port
+    was free before either's rank 0 bound it, both took it, and the second's torchrun failed on it (EADDRINUSE)
+    after its peer had started. A port a run takes is now reserved among kuberl runs here until that run ends."""
+    command = ["python", "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=1",  # meets at PET_MASTER_PORT
+               "--no-python", "python", "-c", "import time; time.sleep(3)"]
+    job = make_job(JOB).from_spec({"trainer": "custom", "runPolicy": {"backoffLimit": 0},
+                                   "template": {"spec": {"containers": [{"name": "trainer", "command": command}]}}}).obj()
+    runs = []
+    for side in ("left", "right"):
+        here = tmp_path / side
+        here.mkdir()
+        (here / "job.yaml").write_text(yaml.safe_dump(job))
+        runs.append(here)
+    procs = [start(here) for here in runs]
+    outs = [finish(proc, timeout=90) for proc in procs]
+    for code, out in outs:
+        assert code == 0 and "e2e succeeded" in out, out[-3000:]
+    ports = [yaml.safe_load((here / "runs" / JOB / "job.yaml").read_text())["spec"].get("rendezvous", {}).get("port", 29500)
+             for here in runs]
+    assert ports[0] != ports[1], (ports, outs)

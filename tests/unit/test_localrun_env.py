@@ -206,22 +206,53 @@ def test_overrides_read_numbers_as_kubectl_does():
     assert out["spec"] == {"ppo": {"learningRate": 0.001}, "totalTimesteps": 500000}
 
 
-def test_a_taken_default_rendezvous_port_moves_but_a_chosen_one_stays():
+def test_a_taken_default_rendezvous_port_moves_but_a_chosen_one_stays(tmp_path, monkeypatch):
+    import contextlib
     import socket
 
     from kuberl.core.rules import validate_job
     from kuberl.local.runner import with_free_rendezvous_port
 
-    with socket.socket() as taken:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    with socket.socket() as taken, contextlib.ExitStack() as held:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
         default = make_job("j").env("CartPole-v1").with_spec(totalTimesteps=10).workers(2).obj()
         spec = validate_job(default).model_copy(update={"rendezvous": validate_job(default).rendezvous.model_copy(update={"port": port})})
-        moved = with_free_rendezvous_port(default, spec)
+        moved = with_free_rendezvous_port(default, spec, held)
         assert moved["spec"]["rendezvous"]["port"] not in (port, None) and "rendezvous" not in default["spec"]
         chosen = {**default, "spec": {**default["spec"], "rendezvous": {"port": port}}}
-        assert with_free_rendezvous_port(chosen, validate_job(chosen)) == chosen
+        assert with_free_rendezvous_port(chosen, validate_job(chosen), held) == chosen
+
+
+def test_a_port_another_kuberl_run_reserved_is_not_taken_though_nothing_listens_on_it_yet(tmp_path, monkeypatch):
+    """Two runs started together both found the default port free before either's rank 0 bound it: the second's
+    failed EADDRINUSE. The first run's reservation (a lock held while it runs) moves the second's default port on,
+    and refuses a port the second chose, naming the run that holds it; once the first ends, the port is free again."""
+    import contextlib
+    import os
+
+    from kuberl.core.rules import validate_job
+    from kuberl.local.runner import reserve_port, with_free_rendezvous_port
+    from kuberl.local.sandbox import LocalRunError
+
+    from tests.support.ports import free_port
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    default = make_job("j").env("CartPole-v1").with_spec(totalTimesteps=10).workers(2).obj()
+    port = free_port()  # the default port, as a free one: this machine's 29500 may be another test's
+    spec = validate_job(default).model_copy(update={"rendezvous": validate_job(default).rendezvous.model_copy(update={"port": port})})
+    with contextlib.ExitStack() as first:
+        assert reserve_port(port, first) is None
+        with contextlib.ExitStack() as second:
+            moved = with_free_rendezvous_port(default, spec, second)
+            assert moved["spec"]["rendezvous"]["port"] > port
+            chosen = {**default, "spec": {**default["spec"], "rendezvous": {"port": port}}}
+            with pytest.raises(LocalRunError, match=f"port {port} is taken by another kuberl run here \\(pid {os.getpid()}\\)"):
+                with_free_rendezvous_port(chosen, validate_job(chosen), second)
+    with contextlib.ExitStack() as later:
+        assert with_free_rendezvous_port(default, spec, later) is default
 
 
 def test_a_one_pod_custom_job_gets_a_free_rendezvous_port_too():

@@ -33,7 +33,9 @@ import math
 import os
 import signal
 import socket
+import stat
 import sys
+import tempfile
 import time
 import typing
 import urllib.request
@@ -534,17 +536,68 @@ def meets_at_master_port(spec: JobSpec) -> bool:
     return spec.world_size > 1 or spec.trainer == "custom"
 
 
-def with_free_rendezvous_port(document: dict, spec: JobSpec) -> dict:
-    """The default rendezvous port taken (another local run): use the next free
-    one. A port the user chose is kept, and refused if taken."""
+def port_reservations() -> str | None:
+    """This user's directory of rendezvous port reservations (one lock file per port), made private; None where none
+    can be kept (a directory of that name another user made first, in a shared /tmp): runs are not coordinated then."""
+    directory = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir(), f"kuberl-{os.getuid()}-ports")
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+        info = os.lstat(directory)
+    except OSError:
+        return None
+    return directory if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() else None
+
+
+def reserve_port(port: int, held: contextlib.ExitStack) -> str | None:
+    """Reserve `port` among the kuberl runs of this machine's user for as long as `held` lasts (a lock on a file: it
+    goes with the process, however it ends). None when reserved (or when runs cannot be coordinated here); else the
+    pid of the run that holds it. Checking that a port is free does not take it: two runs started together both
+    found the default free before either's rank 0 bound it, and the second's failed on it (EADDRINUSE)."""
+    directory = port_reservations()
+    if directory is None:
+        return None
+    try:
+        fd = os.open(os.path.join(directory, str(port)), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        return holder
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    held.callback(os.close, fd)
+    return None
+
+
+def with_free_rendezvous_port(document: dict, spec: JobSpec, held: contextlib.ExitStack) -> dict:
+    """The default rendezvous port taken (another local run): use the next free one, reserved among kuberl runs
+    here for as long as `held` lasts (reserve_port). A port the user chose is kept, and refused if another kuberl
+    run holds it (one bound by anything else is refused when the run starts: check_port_free)."""
     chosen = "port" in ((document.get("spec") or {}).get("rendezvous") or {})
-    if not meets_at_master_port(spec) or chosen or port_free(spec.rendezvous.port):
+    if not meets_at_master_port(spec):
+        return document
+    if chosen:
+        holder = reserve_port(spec.rendezvous.port, held)
+        if holder is not None:
+            raise LocalRunError(f"rendezvous port {spec.rendezvous.port} is taken by another kuberl run here (pid {holder});"
+                                " pick another with --set rendezvous.port=N")
         return document
     metrics_ports = range(spec.metrics.port, spec.metrics.port + 16)
-    for port in range(spec.rendezvous.port + 1, spec.rendezvous.port + 100):
-        if port not in metrics_ports and port_free(port):
-            say(f"rendezvous port {spec.rendezvous.port} is taken here: using {port} (--set rendezvous.port=N to choose)")
-            return apply_overrides(document, None, [f"rendezvous.port={port}"])
+    for port in range(spec.rendezvous.port, spec.rendezvous.port + 100):
+        if port != spec.rendezvous.port and port in metrics_ports:
+            continue
+        with contextlib.ExitStack() as attempt:
+            if reserve_port(port, attempt) is not None or not port_free(port):
+                continue
+            held.enter_context(attempt.pop_all())
+        if port == spec.rendezvous.port:
+            return document
+        say(f"rendezvous port {spec.rendezvous.port} is taken here: using {port} (--set rendezvous.port=N to choose)")
+        return apply_overrides(document, None, [f"rendezvous.port={port}"])
     return document
 
 
@@ -970,12 +1023,13 @@ def cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | Non
     global OUTPUT
     OUTPUT = Output(sys.stdout, sys.stderr)
     try:
-        return _cmd_run(args, docs, env_ids)
+        with contextlib.ExitStack() as ports:  # the rendezvous port's reservation, held until the run ends
+            return _cmd_run(args, docs, env_ids, ports)
     finally:
         OUTPUT = None  # this run's stdout: a later run (a test's, in the same process) has its own
 
 
-def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | None) -> int:
+def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | None, ports: contextlib.ExitStack) -> int:
     if getattr(args, "private_network", False):  # before any thread starts: a user namespace takes one thread only
         refused = private_network()
         if refused is not None:
@@ -986,8 +1040,11 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
         file_document = document
         check_overrides(args.set)
         document = apply_overrides(document, args.workers, args.set)
-        document = with_free_rendezvous_port(document, checked_job(document, env_ids))
+        document = with_free_rendezvous_port(document, checked_job(document, env_ids), ports)
         spec = validate_job(document)
+    except LocalRunError as e:
+        print(f"kuberl run: {e}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     except BadOverride as e:
         for p in e.problems:
             print(f"kuberl run: {p}", file=sys.stderr)
