@@ -408,6 +408,7 @@ def step_graphs(device, ppo_envs: int = 16, ppo_steps: int = 128, dqn_envs: int 
     while not dqn_trainer.learning():
         dqn_trainer.collect(1.0)  # random actions until the buffer holds learning_starts
     drawn = dqn_trainer.to_tensors(dqn_trainer.replay.sample(32 * 8, dqn_hp.gamma, dqn_trainer.np_rng))
+    drawn = (*drawn[:-1], dqn_trainer.learner.inputs(drawn[-1]))  # as DQNTrainer.learn hands a draw over
     next_q_target = dqn_trainer.learner.target_q(drawn[-1])
     batches = list(zip(*(t.split(32) for t in (*drawn, next_q_target)), strict=True))
     result["dqn"] = compare("DQN gradient step", dqn_trainer.learner, batches)

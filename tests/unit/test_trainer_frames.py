@@ -4,6 +4,8 @@ and crashed deep in torch's conv2d ("Kernel size can't be greater than actual in
 every restart met again. Channels-last frames are read as SB3 reads them (VecTransposeImage); grids
 too small for the CNN go to the MLP, and forcing the CNN on them names the field."""
 
+import math
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from kuberl_trainer import networks
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.ppo import PPOTrainer
+from torch.utils._python_dispatch import TorchDispatchMode
 
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 
@@ -102,3 +105,64 @@ def test_a_ppo_model_of_uint8_observations_plays_and_exports_as_the_trainer_acts
     policies.export_torchscript(policy, str(tmp_path / "policy.ts"))
     exported = torch.jit.load(str(tmp_path / "policy.ts"))
     np.testing.assert_array_equal(exported(torch.as_tensor(obs)).numpy(), expected)
+
+
+class FrameCopies(TorchDispatchMode):
+    """uint8 frames turned into floats, and float tensors of a frame's shape newly made, while active."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        super().__init__()
+        self.shape, self.converted, self.float_frames = shape, 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        source = args[0] if args else None
+        if func.overloadpacket.__name__ == "_to_copy" and isinstance(source, torch.Tensor) and source.dtype == torch.uint8:
+            self.converted += source.numel() // math.prod(self.shape)
+        out = func(*args, **(kwargs or {}))
+        made = isinstance(out, torch.Tensor) and not any(  # new memory: not a view, not an in-place op's result
+            isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == out.untyped_storage().data_ptr() for a in args)
+        if made and out.is_floating_point() and tuple(out.shape[-len(self.shape):]) == self.shape:
+            self.float_frames += out.numel() // math.prod(self.shape)
+        return out
+
+
+@pytest.mark.parametrize("double", [True, False], ids=["double", "vanilla"])
+def test_a_dqn_draws_frames_become_floats_once_each_in_one_pass(double):
+    """Each trained sample has two frame stacks (obs, next obs): each is converted once on the learner's
+    device and scaled in place. Double DQN converted the next frames twice (target network, then the
+    online one's argmax), and each conversion made two float copies (the cast, then the division)."""
+    shape = (4, 84, 84)
+    hp = DQNConfig(learning_starts=32, batch_size=8, buffer_size=256, train_frequency=4, gradient_steps=2, double_dqn=double)
+    trainer = DQNTrainer(ONE_PROCESS, hp, "tests.unit.test_trainer_frames:Frames", 2, {"shape": shape}, 10**6, seed=1,
+                         restart=0, fast=False)
+    while not trainer.learning():
+        trainer.collect(1.0)
+    trainer.learn()
+    with FrameCopies(shape) as copies:
+        trainer.learn()
+    samples = trainer.gradient_steps * hp.batch_size
+    assert (copies.converted / samples, copies.float_frames / samples) == (2, 2)
+
+
+def test_a_ppo_minibatchs_frames_become_floats_once_each_in_one_pass():
+    shape = (4, 84, 84)
+    hp = PPOConfig(num_steps=8, num_minibatches=2, update_epochs=2)
+    trainer = PPOTrainer(ONE_PROCESS, hp, "tests.unit.test_trainer_frames:Frames", 2, {"shape": shape}, 10**6, seed=1,
+                         restart=0, fast=False)
+    trainer.collect()
+    advantages, returns = trainer.advantages(False)
+    with FrameCopies(shape) as copies:
+        trainer.learn(advantages, returns)
+    samples = hp.update_epochs * trainer.batch_per_rank
+    assert (copies.converted / samples, copies.float_frames / samples) == (1, 1)
+
+
+def test_ppo_values_its_last_frames_as_uint8_on_the_device():
+    """The rollout's bootstrap value took its frames as float32 made on the host (4x the bytes to copy)."""
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=4), "tests.unit.test_trainer_frames:Frames", 2,
+                         {"shape": (4, 84, 84)}, 10**6, seed=1, restart=0, fast=False)
+    seen = []
+    forward = trainer.agent.value
+    trainer.agent.value = lambda obs: seen.append(obs.dtype) or forward(obs)
+    trainer.collect()
+    assert seen == [torch.uint8]

@@ -107,17 +107,18 @@ def q_learner(double: bool) -> learners.AutogradQLearner:
     return learner
 
 
-def draw(steps: int) -> tuple[torch.Tensor, ...]:
+def draw(learner: learners.AutogradQLearner, steps: int) -> tuple[torch.Tensor, ...]:
+    """A draw as DQNTrainer.learn hands it over: its next frames as the learner's inputs."""
     n = steps * BATCH
     rng = np.random.default_rng(2)
     return (frames(n, 3), torch.from_numpy(rng.integers(0, 6, n)), torch.from_numpy(rng.random(n, np.float32)),
-            torch.full((n,), 0.99**3), frames(n, 4))
+            torch.full((n,), 0.99**3), learner.inputs(frames(n, 4)))
 
 
 @pytest.mark.parametrize("double", [True, False], ids=["double", "vanilla"])
 def test_dqns_gradient_steps_never_wait_for_the_device(counted, double):
     learner = q_learner(double)
-    drawn = draw(3)
+    drawn = draw(learner, 3)
     learner.learn_draw(drawn, learner.target_q(drawn[-1]))  # warm: Adam's state exists
     with counted() as mode:
         total = learner.learn_draw(drawn, learner.target_q(drawn[-1]))
@@ -127,7 +128,7 @@ def test_dqns_gradient_steps_never_wait_for_the_device(counted, double):
 
 def test_dqns_gradient_step_stays_within_its_op_budget(counted):
     learner = q_learner(double=True)
-    obs, actions, returns, discount, next_obs = draw(1)
+    obs, actions, returns, discount, next_obs = draw(learner, 1)
     next_q_target = learner.target_q(next_obs)
     learner.step(obs, actions, returns, discount, next_obs, next_q_target)
     with counted() as mode:
@@ -167,7 +168,7 @@ def test_a_reference_step_lists_no_parameters(monkeypatch, algorithm):
     Python calls on the Nature CNN); the learners list their weights once."""
     if algorithm == "dqn":
         learner = q_learner(double=True)
-        obs, actions, returns, discount, next_obs = draw(1)
+        obs, actions, returns, discount, next_obs = draw(learner, 1)
         step = lambda: learner.step(obs, actions, returns, discount, next_obs)
     else:
         learner, obs, rows = ppo_learner()

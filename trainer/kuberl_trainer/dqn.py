@@ -63,8 +63,15 @@ class QNetwork(nn.Module):
             obs_dim = width
         self.net = nn.Sequential(*layers, nn.Linear(obs_dim, num_actions))
 
+    def inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Observations as the layers read them: flat float32 (what q_values takes)."""
+        return obs.flatten(1).float()
+
+    def q_values(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.net(inputs)
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs.flatten(1).float())
+        return self.q_values(self.inputs(obs))
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         return self.forward(obs).argmax(-1)
@@ -207,7 +214,7 @@ class DQNTrainer(BaseAlgorithm):
         """One optimiser step on a per-rank batch, its gradient the mean over
         every rank's batch. next_q_target: the target network's Q-values of
         next_obs when the caller has them already. Returns the (detached) loss."""
-        return self.learner.step(obs, actions, returns, discount, next_obs, next_q_target)
+        return self.learner.step(obs, actions, returns, discount, self.learner.inputs(next_obs), next_q_target)
 
     def maybe_update_target(self) -> bool:
         """At the first iteration boundary after every target_update_interval
@@ -230,10 +237,12 @@ class DQNTrainer(BaseAlgorithm):
         for first in range(0, self.gradient_steps, self.steps_per_draw):
             steps = min(self.steps_per_draw, self.gradient_steps - first)
             started = time.perf_counter()
-            drawn = self.to_tensors(self.replay.sample(size * steps, self.hp.gamma, self.np_rng))
-            next_q_target = self.learner.target_q(drawn[-1])
+            obs, actions, returns, discount, next_obs = self.to_tensors(self.replay.sample(size * steps, self.hp.gamma, self.np_rng))
+            # the next frames become floats once, here, for the target network and (double DQN) the online one
+            next_inputs = self.learner.inputs(next_obs)
+            next_q_target = self.learner.target_q(next_inputs)
             self.timings["sample"] += time.perf_counter() - started
-            total += self.learner.learn_draw(drawn, next_q_target)
+            total += self.learner.learn_draw((obs, actions, returns, discount, next_inputs), next_q_target)
         return {"value_loss": total / self.gradient_steps}
 
     def learning(self) -> bool:

@@ -60,10 +60,15 @@ class QLearner(Protocol):
     optimizer: torch.optim.Optimizer | fused.AdamState
     allreduce_seconds: list[float]  # each gradient all-reduce's launch to completion, since last cleared
 
-    def target_q(self, next_obs: torch.Tensor) -> torch.Tensor: ...
+    def inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Observations on the device as the Q network's layers read them (uint8 frames as
+        floats in [0, 1], vectors flat float32): next observations become these once per
+        draw, for target_q and for step/learn_draw (double DQN's online argmax)."""
+
+    def target_q(self, next_inputs: torch.Tensor) -> torch.Tensor: ...
 
     def step(self, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, discount: torch.Tensor,
-             next_obs: torch.Tensor, next_q_target: torch.Tensor | None = None) -> torch.Tensor: ...
+             next_inputs: torch.Tensor, next_q_target: torch.Tensor | None = None) -> torch.Tensor: ...
 
     def learn_draw(self, drawn: tuple[torch.Tensor, ...], next_q_target: torch.Tensor) -> torch.Tensor: ...
 
@@ -210,6 +215,11 @@ class TorchPolicy:
 
     def __init__(self, agent: nn.Module, device: torch.device, generator: torch.Generator | None = None):
         self.agent, self.device, self.generator = agent, device, generator
+        self.frames = isinstance(agent.encoder, networks.NatureCNN)  # the CNN takes uint8 frames; MLPs float32
+
+    def _on_device(self, obs: np.ndarray) -> torch.Tensor:
+        """Frames travel as uint8 (a quarter of the bytes) and become floats on the device, once."""
+        return torch.as_tensor(obs, dtype=torch.uint8 if self.frames else torch.float32, device=self.device)
 
     @torch.no_grad()
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -222,11 +232,11 @@ class TorchPolicy:
 
     @torch.no_grad()
     def value(self, obs: np.ndarray) -> np.ndarray:
-        return self.agent.value(torch.as_tensor(obs, dtype=torch.float32, device=self.device)).cpu().numpy()
+        return self.agent.value(self._on_device(obs)).cpu().numpy()
 
     @torch.no_grad()
     def greedy(self, obs: np.ndarray) -> np.ndarray:
-        return self.agent.greedy(torch.as_tensor(obs, dtype=torch.float32, device=self.device)).cpu().numpy()
+        return self.agent.greedy(self._on_device(obs)).cpu().numpy()
 
     def reseeded(self, seed: int) -> TorchPolicy:
         # the stream torch.manual_seed(seed) would give the default generator, without touching it
@@ -250,21 +260,25 @@ class AutogradQLearner:
     def load_optimizer(self, state: dict) -> None:
         self.optimizer.load_state_dict(state)
 
-    def target_q(self, next_obs: torch.Tensor) -> torch.Tensor:
-        """The target network's Q-values of next_obs, (B, A) fp32."""
-        with torch.no_grad(), autocast(self.ctx.device, self.hp.precision):
-            return self.target(next_obs).float()
+    def inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.agent.inputs(obs)
 
-    def step(self, obs, actions, returns, discount, next_obs, next_q_target=None) -> torch.Tensor:
-        """One optimiser step on a per-rank batch; the loss goes through the
-        DDP wrapper, so the gradient is the mean over every rank's batch.
+    def target_q(self, next_inputs: torch.Tensor) -> torch.Tensor:
+        """The target network's Q-values of next observations given as inputs(), (B, A) fp32."""
+        with torch.no_grad(), autocast(self.ctx.device, self.hp.precision):
+            return self.target.q_values(next_inputs).float()
+
+    def step(self, obs, actions, returns, discount, next_inputs, next_q_target=None) -> torch.Tensor:
+        """One optimiser step on a per-rank batch (next observations as inputs()); the loss goes
+        through the DDP wrapper, so the gradient is the mean over every rank's batch.
         Returns the (detached) loss."""
         started = time.perf_counter()
         if next_q_target is None:
-            next_q_target = self.target_q(next_obs)
+            next_q_target = self.target_q(next_inputs)
         precision = self.hp.precision  # autocast the forwards only: Q-values come back fp32 for the TD maths
         with torch.no_grad(), autocast(self.ctx.device, precision):
-            next_q_online = self.agent(next_obs).float() if self.hp.double_dqn else None
+            next_q_online = self.agent.q_values(next_inputs).float() if self.hp.double_dqn else None
         with autocast(self.ctx.device, precision):
             q = self.model(obs).float()
         loss = self.loss(q, actions, returns, discount, next_q_target, next_q_online)
@@ -319,14 +333,17 @@ class FusedQLearner:
     def load_optimizer(self, state: dict) -> None:
         self.fused.load_optimizer(state)
 
-    def target_q(self, next_obs: torch.Tensor) -> torch.Tensor:
-        return self.fused.target_q(next_obs)
+    def inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs.flatten(1).float()  # what the fused step reads (a view of float32 vectors)
 
-    def step(self, obs, actions, returns, discount, next_obs, next_q_target=None) -> torch.Tensor:
+    def target_q(self, next_inputs: torch.Tensor) -> torch.Tensor:
+        return self.fused.target_q(next_inputs)
+
+    def step(self, obs, actions, returns, discount, next_inputs, next_q_target=None) -> torch.Tensor:
         started = time.perf_counter()
         if next_q_target is None:
-            next_q_target = self.target_q(next_obs)
-        loss = self.fused.step(obs, actions, returns, discount, next_obs, next_q_target)
+            next_q_target = self.target_q(next_inputs)
+        loss = self.fused.step(obs, actions, returns, discount, next_inputs, next_q_target)
         self.timings["backward_optimizer"] += time.perf_counter() - started
         return loss
 

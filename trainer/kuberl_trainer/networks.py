@@ -62,9 +62,18 @@ def conv(c_in: int, c_out: int, kernel: int, stride: int) -> nn.Conv2d:
     return c
 
 
+def scaled(frames: torch.Tensor) -> torch.Tensor:
+    """uint8 frames as float32 in [0, 1], a new tensor: the cast makes it, the division
+    happens in place (one float pass per frame, not two; always a copy, so a float
+    argument is never changed under its caller)."""
+    return frames.to(torch.float32, copy=True).div_(255.0)
+
+
 class NatureCNN(nn.Module):
     """Mnih et al. 2015's torso: three convolutions and a 512-unit layer.
-    (B, C, H, W), (B, H, W, C) or (B, H, W) uint8 frames -> (B, 512) features."""
+    (B, C, H, W), (B, H, W, C) or (B, H, W) uint8 frames -> (B, 512) features.
+    `inputs` then `features` is `forward` in two halves, for a learner that
+    feeds the same frames to two networks and converts them once."""
 
     def __init__(self, frame_shape: tuple[int, ...]):
         super().__init__()
@@ -80,11 +89,18 @@ class NatureCNN(nn.Module):
         self.fc = nn.Sequential(layer(flat, CNN_FEATURES), nn.ReLU())
         self.single_channel = len(frame_shape) == 2
 
-    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+    def inputs(self, frames: torch.Tensor) -> torch.Tensor:
+        """uint8 frames as the convolutions read them: channels first, float32 in [0, 1]."""
         x = frames.unsqueeze(-3) if self.single_channel else frames
         if self.channels_last:
             x = x.movedim(-1, -3)
-        return self.fc(self.convs(x.float() / 255.0))
+        return scaled(x)
+
+    def features(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.convs(inputs))
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return self.features(self.inputs(frames))
 
 
 def encoder(space: gym.Space, requested: str, field: str) -> tuple[nn.Module, int]:
@@ -104,8 +120,15 @@ class QCNN(nn.Module):
         self.torso = NatureCNN(frame_shape)
         self.head = layer(CNN_FEATURES, num_actions, 1.0)
 
+    def inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Frames as the layers read them (NatureCNN.inputs): what q_values takes."""
+        return self.torso.inputs(obs)
+
+    def q_values(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.torso.features(inputs)).float()  # Q-values and TD maths in fp32 under autocast
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.head(self.torso(obs)).float()  # Q-values and TD maths in fp32 under autocast
+        return self.q_values(self.inputs(obs))
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         return self.forward(obs).argmax(-1)

@@ -294,7 +294,7 @@ class PPOTrainer(BaseAlgorithm):
                     self.account(t, reward, terminated, truncated)
         # valued now, as the rollout's observations were normalised: the update merges their moments first
         obs = self.acting_norm.normalize(self.next_obs) if self.hp.normalize_observation else self.next_obs
-        self.next_value = self.behaviour.value(obs.astype(np.float32, copy=False))
+        self.next_value = self.behaviour.value(obs.astype(self.buf.obs.dtype, copy=False))  # as act() stores them
 
     def collect_overlapped(self) -> None:
         """collect(), with the envs in two halves: while one half steps (ale-py's
@@ -484,7 +484,7 @@ class PPOTrainer(BaseAlgorithm):
 
         def act(obs: np.ndarray) -> np.ndarray:
             x = self.obs_norm.normalize(obs) if self.hp.normalize_observation else obs
-            x = x.astype(np.float32, copy=False)
+            x = x.astype(self.buf.obs.dtype, copy=False)  # as training acted: uint8 frames, else float32
             action = actor.act(x)[0] if self.agent.discrete else actor.greedy(x)
             return action if self.agent.discrete else np.clip(action, self.action_space.low, self.action_space.high)
 
