@@ -212,3 +212,26 @@ def test_a_checkpoint_volume_failing_at_start_or_at_a_save_ends_rank_0_naming_th
     with pytest.raises(checkpoint.CheckpointVolumeUnavailable) as at_save:
         resumed.save(trainer)
     assert f"last good checkpoint: {os.path.basename(saved[0])} (same directory)" in str(at_save.value), str(at_save.value)
+
+
+@pytest.mark.parametrize("name", sorted(entry.ALGORITHMS))
+def test_a_stop_asked_for_while_the_rollout_is_collected_ends_that_update(name, tmp_path, monkeypatch):
+    """The stop vote was read as an update began: a Ctrl-C (or a pod's SIGTERM) during a rollout waited for the whole
+    next rollout too. On a 2-core laptop running the Pong example (a rollout of about two minutes) the ranks were
+    killed past the 120 s grace, no checkpoint saved."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    block = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 32, "batchSize": 16, "bufferSize": 256}}[name]
+    spec = make_job().algorithm(name, **block).with_spec(totalTimesteps=100_000, workers=1, seed=1).spec()
+    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
+    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 100_000, 1, 0)
+    stop = threading.Event()
+    step = trainer.envs.step
+
+    def step_then_stop(actions):  # the signal handler's set(), while the first rollout is collected
+        stop.set()
+        return step(actions)
+
+    monkeypatch.setattr(trainer.envs, "step", step_then_stop)
+    training = session.TrainingSession(config, ONE_PROCESS, None, 0, stop, log=lambda _line: None)
+    assert session.run_updates(trainer, training) == "stopped"
+    assert trainer.counters.updates == 1

@@ -32,7 +32,7 @@ from .envs import (
     rank_seed,
     restore_env_state,
 )
-from .session import Counters, Session, run_updates
+from .session import Counters, Session, Vote, run_updates
 
 
 def all_reduce_named(ctx: Dist, values: dict[str, float | np.ndarray]) -> dict[str, float | np.ndarray]:
@@ -122,15 +122,16 @@ class BaseAlgorithm:
 
     # -- the update's one all-reduce ------------------------------------------------
 
-    def sync_update(self, local: dict[str, float | np.ndarray], stop_vote: bool,
+    def sync_update(self, local: dict[str, float | np.ndarray], stop_vote: Vote,
                     success_vote: bool) -> tuple[dict[str, float | np.ndarray], float]:
         """The update's one all-reduce, by name: this rank's `local` statistics
         ("steps", its real env steps, and the algorithm's own), the episodes it
-        finished and their return sum, and the stop and success votes. Advances
+        finished and their return sum, and the stop (read now, where it is a
+        callable) and success votes. Advances
         the global counters; returns the totals and the seconds it took."""
         returns, _ = self.tracker.drain()
         values = {**local, "episodes": len(returns), "return_sum": sum(returns),
-                  "stop_votes": float(stop_vote), "success_votes": float(success_vote)}
+                  "stop_votes": float(stop_vote() if callable(stop_vote) else stop_vote), "success_votes": float(success_vote)}
         started = time.perf_counter()
         totals = all_reduce_named(self.ctx, values)
         self.counters.global_step += int(totals["steps"])

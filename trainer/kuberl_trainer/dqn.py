@@ -46,7 +46,7 @@ from .device import upload
 from .distributed import Dist
 from .networks import soft_update  # noqa: F401 — the maths, beside td_targets and dqn_loss, for readers and tests
 from .replay import Batch, ReplayBuffer
-from .session import UpdateReport
+from .session import UpdateReport, Vote
 
 # --- The Q network ---------------------------------------------------------
 
@@ -256,7 +256,7 @@ class DQNTrainer(BaseAlgorithm):
     def budget_spent(self) -> bool:
         return self.counters.global_step >= self.total_timesteps
 
-    def update(self, stop_vote: bool, success_vote: bool) -> UpdateReport:
+    def update(self, stop_vote: Vote, success_vote: bool) -> UpdateReport:
         """One iteration: epsilon-greedy steps into the replay buffer, the
         all-reduce, then (unless rank 0's evaluation of the current weights
         met the target) gradient steps once the buffer holds enough."""

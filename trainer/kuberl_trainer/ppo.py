@@ -33,7 +33,7 @@ from .device import CPU, host_zeros, stream_after_current, to_device, upload
 from .distributed import Dist
 from .normalize import RunningMeanStd, StepStatistics
 from .ppo_terms import LOG_SQRT_2PI, STAT_NAMES, minibatch_table
-from .session import UpdateReport
+from .session import UpdateReport, Vote
 
 # --- The agent -------------------------------------------------------------
 
@@ -392,7 +392,7 @@ class PPOTrainer(BaseAlgorithm):
     def budget_spent(self) -> bool:
         return self.counters.updates >= self.num_updates
 
-    def update(self, stop_vote: bool, success_vote: bool) -> UpdateReport:
+    def update(self, stop_vote: Vote, success_vote: bool) -> UpdateReport:
         """One update: a rollout, the all-reduce, then (unless rank 0's
         evaluation of the current weights met the target) learning."""
         hp = self.hp

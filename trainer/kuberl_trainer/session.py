@@ -20,6 +20,7 @@ import stat
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -45,6 +46,12 @@ MAX_COUNTER = 2**62  # counters are all-reduced as int64
 
 # --- What an algorithm and the loop share ----------------------------------------
 
+
+
+# A stop vote, or what reads it when the update's all-reduce is made (Session.stop_requested): a stop asked for while
+# the rollout was collected then ends this update, where a vote read as the update began waited for the next one, a
+# whole rollout more (on a 2-core laptop running the Pong example, longer than the grace period: killed unsaved).
+Vote = bool | Callable[[], bool]
 
 @dataclass
 class Counters:
@@ -85,7 +92,7 @@ class Algorithm(Protocol):
     batch_per_rank: int  # env steps per rank per update
 
     def budget_spent(self) -> bool: ...
-    def update(self, stop_vote: bool, success_vote: bool) -> UpdateReport: ...
+    def update(self, stop_vote: Vote, success_vote: bool) -> UpdateReport: ...
     def shared_state(self) -> dict:
         """Replicated state: identical on every rank, so rank 0 alone saves it."""
     def rank_state(self) -> dict | None:
@@ -129,7 +136,7 @@ def run_updates(algorithm: Algorithm, session: Session) -> str:
         if own is not None:
             algorithm.load_rank(own)
     while not algorithm.budget_spent():
-        report = algorithm.update(session.stop_requested(), session.success_vote())
+        report = algorithm.update(session.stop_requested, session.success_vote())  # the stop: read at the all-reduce
         if report.target_met:
             return "target"
         session.after_update(report, algorithm)
