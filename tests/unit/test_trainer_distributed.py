@@ -21,6 +21,7 @@ from kuberl_trainer.distributed import (
     GRADIENT_SPIN_SECONDS,
     BadEnvironment,
     calm_gloo_loop,
+    collective_failure,
     cpu_quota_cores,
     omp_threads,
     read_cpu_quota,
@@ -193,3 +194,21 @@ def test_a_trainer_given_an_unusable_environment_exits_with_a_config_error(tmp_p
     assert done.returncode == contract.EXIT_CONFIG_ERROR, done.stderr
     termination = (tmp_path / names.TERMINATION_LOG.lstrip("/")).read_text()
     assert reason in termination and len(termination) < 1000, termination[:200]
+
+
+@pytest.mark.parametrize(("raised", "line"), [
+    # gloo's words when a peer of a gang went away (a local run's rank SIGKILLed past its grace, 2026-11-28)
+    ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:56242."
+     " This is typically caused by a remote worker crashing. Check the logs of the remote worker before reporting an"
+     " error. GLHF! \U0001f3d6\ufe0f",
+     "a peer's connection closed (127.0.0.1:56242): another rank exited or was killed; its own log, and the job's"
+     " status, say why"),
+    ("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to"
+     " complete\nmore detail", "Timed out waiting 1800000ms for recv operation to complete"),
+    ("NCCL communicator was aborted on rank 1.", "NCCL communicator was aborted on rank 1."),
+    ("", "RuntimeError"),
+])
+def test_a_failed_collective_is_one_line_without_gloos_source_location_and_advice(raised, line):
+    """The PeerLost line reaches the pod's termination message and the job's status: gloo's C++ file and line and
+    its closing emoji were shown there."""
+    assert collective_failure(RuntimeError(raised)) == line

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -319,7 +320,7 @@ def check_in(store: dist.Store, rank: int, world_size: int, deadline: float, wai
         with contextlib.suppress(dist.DistError, RuntimeError):  # the store may be gone too (rank 0 left)
             missing = [r for r, key in enumerate(keys) if not store.check([key])]
         message = rendezvous_timed_out(time.monotonic() - waited_from, world_size, missing)
-        raise PeerLost(message if missing else f"{message}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+        raise PeerLost(message if missing else f"{message}: {collective_failure(e)}") from e
 
 
 @contextlib.contextmanager
@@ -398,8 +399,27 @@ def collectives() -> Iterator[None]:
         raise
     except (dist.DistError, RuntimeError) as e:
         if isinstance(e, dist.DistError) or _looks_like_comm_error(e):
-            raise PeerLost(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
+            raise PeerLost(collective_failure(e)) from e
         raise
+
+
+# gloo's source location ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] ") and its
+# advice, which ends in an emoji, reached the pod's termination message and the job's status verbatim
+_SOURCE_LOCATION = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h|hpp|cu):\d+\]\s*")
+_GLOO_ADVICE = " This is typically caused by a remote worker crashing."
+_PEER_CLOSED = re.compile(r"^Connection closed by peer \[([^\]]*)\]:(\d+)")
+
+
+def collective_failure(e: BaseException) -> str:
+    """A failed collective's error as one line a person reads: its first line, without the C++ source location
+    and gloo's advice; a closed connection says what closes one."""
+    text = str(e).splitlines()[0].strip() if str(e).strip() else type(e).__name__
+    text = _SOURCE_LOCATION.sub("", text)
+    text = text.split(_GLOO_ADVICE)[0].rstrip(". ") if _GLOO_ADVICE in text else text
+    if closed := _PEER_CLOSED.match(text):
+        return (f"a peer's connection closed ({closed[1]}:{closed[2]}): another rank exited or was killed; its own"
+                " log, and the job's status, say why")
+    return text
 
 
 def _looks_like_comm_error(e: BaseException) -> bool:
