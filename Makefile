@@ -62,8 +62,11 @@ test-unit: $(STAMP) ## pure tests: spec, CRD, render, lifecycle, algorithm maths
 test-distributed: $(STAMP) ## real multi-process gloo runs on CPU
 	$(PYTEST) tests/distributed
 
-test-operator: $(STAMP) ## the API stand-in's own tests, then the real kopf operator over HTTP against it
-	$(PYTEST) tests/support tests/operator
+# The operator tier mostly waits (on kopf, its watches, the stand-in): four pytest-xdist workers overlap
+# those waits even on 2 cores; tests/support/ports.py gives each worker its own ports, tmp_path its own dirs.
+OPERATOR_WORKERS ?= 4
+test-operator: $(STAMP) ## the API stand-in's own tests, then the real kopf operator over HTTP against it (OPERATOR_WORKERS=0: one process)
+	$(PYTEST) -n $(OPERATOR_WORKERS) tests/support tests/operator
 
 test-e2e: $(STAMP) ## acceptance: kubectl -> stand-in -> kuberl operator -> local node -> Prometheus, fault scenarios, kuberl run; prints the scenario table
 	$(PYTEST) tests/e2e

@@ -6,11 +6,14 @@ between the test closing its probe and the server binding, gloo's
 connections, the gradient link's listener or a scrape may take it (CI run of
 stop 23: a rank's metrics server failed with EADDRINUSE). So ports come from
 below that range, where the kernel never numbers a socket on its own, and one
-test process never hands out the same port twice.
+test process never hands out the same port twice. Under pytest-xdist each
+worker draws from its own slice of that range, so two workers never hand out
+the same port either.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 
@@ -39,11 +42,23 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def worker_slice(floor: int, ceiling: int) -> tuple[int, int]:
+    """This pytest-xdist worker's share of [floor, ceiling) (all of it outside xdist):
+    the workers are separate processes, so `_handed_out` cannot keep them apart."""
+    worker, workers = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and workers.isdigit()):
+        return floor, ceiling
+    share = (ceiling - floor) // int(workers)
+    start = floor + int(worker[2:]) * share
+    return start, start + share
+
+
 def free_ports(count: int = 1) -> int:
     """A base port with `count` consecutive ports after it, all free now,
     below the ephemeral range and never handed out before by this process."""
     low, high = ephemeral_range()
     floor, ceiling = (_FLOOR, low - count) if low - count > _FLOOR else (high + 1, 65536 - count)
+    floor, ceiling = worker_slice(floor, ceiling)
     for _ in range(500):
         base = _pick.randrange(floor, ceiling)
         ports = range(base, base + count)

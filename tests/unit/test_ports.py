@@ -31,3 +31,17 @@ def test_a_port_any_server_holds_is_skipped(monkeypatch):
         server.bind(("127.0.0.1", held_port))
         picked = ports.free_ports(1)
     assert picked != held_port and picked in after
+
+
+def test_each_xdist_worker_draws_from_its_own_slice(monkeypatch):
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    slices = []
+    for n in range(4):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{n}")
+        slices.append(ports.worker_slice(10_000, 30_000))
+    assert slices == [(10_000, 15_000), (15_000, 20_000), (20_000, 25_000), (25_000, 30_000)]
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw2")
+    low, high = ports.worker_slice(ports._FLOOR, ports.ephemeral_range()[0] - 2)
+    assert all(low <= ports.free_ports(2) < high for _ in range(20))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert ports.worker_slice(10_000, 30_000) == (10_000, 30_000)
