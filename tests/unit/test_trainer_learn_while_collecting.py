@@ -16,9 +16,9 @@ from kuberl_trainer.session import BareSession
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 
 
-def lagged_trainer(fast: bool = True, updates: int = 4, **hp) -> PPOTrainer:
+def lagged_trainer(fast: bool = True, updates: int = 4, total: int | None = None, **hp) -> PPOTrainer:
     config = PPOConfig(num_steps=16, hidden_sizes=[16], learn_while_collecting=True, **hp)
-    return PPOTrainer(ONE_PROCESS, config, "CartPole-v1", 4, {}, updates * 16 * 4, seed=5, restart=0, fast=fast)
+    return PPOTrainer(ONE_PROCESS, config, "CartPole-v1", 4, {}, total or updates * 16 * 4, seed=5, restart=0, fast=fast)
 
 
 def recorded_under(trainer: PPOTrainer, weights: dict, buf=None) -> tuple[np.ndarray, np.ndarray]:
@@ -85,7 +85,8 @@ def test_nothing_is_collected_ahead_of_a_voted_stop_or_the_last_update():
     trainer.update(False, False)
     report = trainer.update(True, False)  # a stop vote: this is the last update
     assert report.stop and not trainer.rollout_ready
-    trainer = lagged_trainer(updates=3)
+    # more transitions than two rollouts hold, fewer than three do (their autoreset steps are none): three updates
+    trainer = lagged_trainer(total=2 * 16 * 4 + 1)
     step, steps = trainer.envs.step, []
     trainer.envs.step = lambda actions: (steps.append(1), step(actions))[1]
     session = BareSession()

@@ -154,12 +154,12 @@ class DQNTrainer(BaseAlgorithm):
         self.gradient_steps = max(1, round(hp.gradient_steps * self.batch_per_rank / hp.train_frequency))
         self.steps_per_draw = steps_per_draw(self.gradient_steps, hp.batch_size, self.obs_shape, space.dtype)
         self.num_updates = max(1, math.ceil(self.total_timesteps / (self.batch_per_rank * ctx.world_size)))
-        self.last_target_update = 0  # env steps per rank at the last target update
+        self.last_target_update = 0  # steps_per_rank at the last target update
 
     @property
     def steps_per_rank(self) -> int:
-        """Env steps this rank has taken (identical on every rank)."""
-        return self.counters.updates * self.batch_per_rank
+        """Real transitions per rank (autoreset steps are none), the ranks' mean: identical on every rank."""
+        return self.counters.global_step // self.ctx.world_size
 
     @property
     def update_to_data(self) -> float:

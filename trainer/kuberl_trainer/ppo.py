@@ -241,6 +241,7 @@ class PPOTrainer(BaseAlgorithm):
         self.acting_norm = StepStatistics(self.obs_norm)
         self.ret_norm = RunningMeanStd(())
         self.batch_per_rank = hp.num_steps * num_envs
+        # planned: the budget is real transitions (budget_spent), so autoreset steps may add an update or two
         self.num_updates = max(1, math.ceil(self.total_timesteps / (self.batch_per_rank * ctx.world_size)))
         layout = (hp.num_steps, num_envs, self.obs_shape, tuple(self.action_space.shape or ()), self.agent.discrete,
                   np.uint8 if cnn else np.float32)
@@ -390,13 +391,16 @@ class PPOTrainer(BaseAlgorithm):
         return gae(rewards, buf.values, self.next_value, buf.terminated, buf.truncated, buf.valid, self.hp.gamma, self.hp.gae_lambda)
 
     def budget_spent(self) -> bool:
-        return self.counters.updates >= self.num_updates
+        """totalTimesteps counts real transitions (SB3's num_timesteps, CleanRL's global_step: their envs
+        reset within a step), never gymnasium's autoreset steps, as DQN counts them."""
+        return self.counters.global_step >= self.total_timesteps
 
     def update(self, stop_vote: Vote, success_vote: bool) -> UpdateReport:
         """One update: a rollout, the all-reduce, then (unless rank 0's
         evaluation of the current weights met the target) learning."""
         hp = self.hp
-        frac = 1.0 - self.counters.updates / self.num_updates
+        # SB3's progress_remaining, over real transitions (CleanRL's per-iteration fraction where every step is one)
+        frac = max(0.0, 1.0 - self.counters.global_step / self.total_timesteps)
         lr = hp.learning_rate * frac if hp.anneal_lr else hp.learning_rate
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -422,7 +426,7 @@ class PPOTrainer(BaseAlgorithm):
             started = time.perf_counter()
             advantages, returns = self.advantages(hp.normalize_reward)
             rollout = self.buf
-            more = totals["stop_votes"] == 0 and self.counters.updates + 1 < self.num_updates
+            more = totals["stop_votes"] == 0 and self.counters.global_step < self.total_timesteps
             next_rollout = self.collect_ahead() if hp.learn_while_collecting and more else None
             try:
                 losses, epochs_run = self.learn(advantages, returns, rollout)

@@ -194,7 +194,7 @@ class JobSpec(Model):
     ppo: PPOConfig | None = immutable(default=None, description="PPO hyperparameters; only with algorithm: ppo.")
     dqn: DQNConfig | None = immutable(default=None, description="DQN hyperparameters; only with algorithm: dqn.")
     env: EnvSpec | None = immutable(default=None, description="Environment each rank vectorises; required unless trainer: custom.")
-    total_timesteps: int | None = immutable(default=None, ge=1, le=10**12, description="Env steps across all ranks; required unless trainer: custom.")
+    total_timesteps: int | None = immutable(default=None, ge=1, le=10**12, description="Transitions across all ranks (gymnasium's autoreset steps are none); training stops at the first update at or past it; required unless trainer: custom.")
     success: SuccessSpec = Field(default_factory=SuccessSpec, description="Early stop on evaluation return.")
     workers: int = immutable(default=1, ge=1, le=names.MAX_WORKERS, description="Pods in the gang.")
     gpus_per_worker: int = immutable(default=0, ge=0, le=names.MAX_PROCS_PER_WORKER, description="nvidia.com/gpu per pod; explicit, never inferred.")

@@ -30,9 +30,17 @@ fingerprint differs (see [local runs](local-runs.md)).
 # Where CleanRL and Stable-Baselines3 differ from each other or from a plain reading, which one kuberl
 # follows, so a config ported from either means what its author meant.
 MATCHED = (
+    ("`totalTimesteps`", "SB3 (`num_timesteps`), CleanRL (`global_step`)",
+     ("A timestep is a transition. SB3 and CleanRL add numEnvs per vector step, and their vector envs reset within"
+      " the step that ends an episode, so every step they count is one; gymnasium 1.x resets on the next step,"
+      " which takes no action. kuberl counts those autoreset steps in no budget or schedule (PPO's and DQN's"
+      " budgets, annealLr, epsilon, targetUpdateInterval) and learns from none of them. Training stops at the"
+      " first update at or past totalTimesteps, as SB3's `while num_timesteps < total_timesteps` (CleanRL runs"
+      " total_timesteps // batch iterations, which may stop short).")),
     ("`ppo.clipValueLoss`, `ppo.annealLr`", "CleanRL (`ppo.py`)",
      ("Both on by default, as CleanRL's clip_vloss and anneal_lr: the value loss is clipped with clipCoef and the"
-      " learning rate decays linearly to 0. SB3's PPO clips no value (clip_range_vf=None) and keeps its learning"
+      " learning rate decays linearly to 0, by 1 - timesteps / totalTimesteps before each rollout (SB3's"
+      " progress_remaining; CleanRL's per-iteration fraction where every step is a transition). SB3's PPO clips no value (clip_range_vf=None) and keeps its learning"
       " rate: an SB3 config sets both false here.")),
     ("`ppo.targetKl`", "CleanRL (`ppo.py`)",
      ("After each epoch, the approximate KL `(ratio - 1) - log ratio` of the epoch's last minibatch, taken before"
@@ -62,8 +70,10 @@ MATCHED = (
       " trainFrequency env steps holds whatever numEnvs is. SB3's train_freq counts vector steps, so SB3's"
       " n_envs N with train_freq F is trainFrequency N x F here; CleanRL's dqn.py, with its one env, reads the same.")),
     ("`dqn.targetUpdateInterval`, `dqn.learningStarts`", "SB3",
-     ("Env steps per rank, as SB3 counts target_update_interval and learning_starts over its envs; CleanRL's"
-      " target_network_frequency and learning_starts count its loop's steps, the same with its one env.")),
+     ("Per rank, as SB3 counts target_update_interval and learning_starts over its envs; CleanRL's"
+      " target_network_frequency and learning_starts count its loop's steps, the same with its one env. The target"
+      " copy counts transitions (the ranks' mean, so every rank copies at the same update); learningStarts counts"
+      " the rank's replay rows, its autoreset rows (one per episode) included.")),
     ("`dqn` (loss)", "SB3",
      ("Huber (smooth L1) TD loss, as SB3's DQN; CleanRL's dqn.py regresses with MSE, which kuberl does not offer."
       " Gradients clipped at maxGradNorm (SB3's 10; CleanRL does not clip).")),

@@ -1,0 +1,147 @@
+"""What a timestep is: one real transition, as SB3 and CleanRL count them.
+
+SB3 adds n_envs to num_timesteps per vector step (on_policy_algorithm.py and
+off_policy_algorithm.py, `self.num_timesteps += env.num_envs`) and trains
+`while self.num_timesteps < total_timesteps`; CleanRL adds num_envs to
+global_step per step. Their vector envs reset within the step that ended an
+episode (SB3's DummyVecEnv.step_wait; gymnasium 0.29's SyncVectorEnv), so every
+step they count is a transition. gymnasium 1.x resets on the NEXT step, which
+takes no action and is no transition: kuberl counts it in neither algorithm's
+budget or schedules, and neither learns from it.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from kuberl.core.spec import DQNConfig, PPOConfig
+from kuberl_trainer.distributed import Dist
+from kuberl_trainer.dqn import DQNTrainer
+from kuberl_trainer.ppo import PPOTrainer
+
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+ENV = "tests.unit.test_trainer_timesteps:ShortEpisodes"
+
+
+class ShortEpisodes(gym.Env):
+    """Episodes of 2 to 4 steps, ended by termination or a time limit by turns: an
+    autoreset step in every 3 to 5 vector steps of each env."""
+
+    observation_space = spaces.Box(-1, 1, (3,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self):
+        self.episodes = 0
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episodes += 1
+        self.steps, self.length = 0, int(self.np_random.integers(2, 5))
+        return self.np_random.uniform(-1, 1, 3).astype(np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        ended = self.steps == self.length
+        obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        return obs, float(action) + 0.5, ended and self.episodes % 2 == 0, ended and self.episodes % 2 == 1, {}
+
+
+def trainer(algorithm: str, total: int, fast: bool = True, **hp) -> PPOTrainer | DQNTrainer:
+    if algorithm == "ppo":
+        return PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8, num_minibatches=2, update_epochs=2, hidden_sizes=[8], **hp),
+                          ENV, 2, {}, total, seed=1, restart=0, fast=fast)
+    return DQNTrainer(ONE_PROCESS, DQNConfig(learning_starts=16, batch_size=8, train_frequency=8, hidden_sizes=[8], **hp),
+                      ENV, 2, {}, total, seed=1, restart=0, fast=fast)
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
+def test_the_budget_is_real_transitions_and_the_run_stops_at_the_first_update_that_reaches_it(algorithm):
+    """PPO planned ceil(totalTimesteps / rollout) rollouts, autoreset steps included: a run of this env ended
+    about a quarter short of totalTimesteps by its own count, and DQN (which counted real steps) did not."""
+    total = 200
+    run = trainer(algorithm, total)
+    reports = []
+    while not run.budget_spent():
+        reports.append(run.update(False, False))
+    steps = [report.local_steps for report in reports]
+    assert run.counters.global_step == sum(steps) >= total > sum(steps[:-1])
+    assert sum(steps) < len(reports) * run.batch_per_rank  # autoreset steps happened, and were not counted
+    run.envs.close()
+
+
+def test_ppos_learning_rate_anneals_over_real_transitions_as_sb3s_progress_remaining():
+    """SB3 anneals by 1 - num_timesteps / total_timesteps; CleanRL by iteration, the same thing when every step
+    is a transition. The rate an update learns with is taken before its rollout."""
+    total = 200
+    run = trainer("ppo", total, learning_rate=1e-3)
+    while not run.budget_spent():
+        before = run.counters.global_step
+        report = run.update(False, False)
+        assert report.learning_rate == pytest.approx(1e-3 * (1 - before / total))
+        assert report.learning_rate > 0
+    run.envs.close()
+
+
+def _autoreset_rows_scrambled_ppo(run: PPOTrainer) -> None:
+    """Every part of an autoreset row that could be learned from, made nonsense; its value stays (the value of
+    the episode's final observation, which a time limit bootstraps from)."""
+    rng, invalid = np.random.default_rng(9), ~run.buf.valid.astype(bool)
+    run.buf.obs[invalid] = rng.uniform(-50, 50, run.buf.obs[invalid].shape)
+    run.buf.actions[invalid] = 1 - run.buf.actions[invalid]
+    run.buf.log_probs[invalid] = rng.uniform(-9, 0, invalid.sum())
+    run.buf.rewards[invalid] = 1e6
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fused", "autograd"])
+def test_ppo_learns_nothing_from_autoreset_steps(fast):
+    run = trainer("ppo", 10**6, fast)
+    run.collect()
+    twin = trainer("ppo", 10**6, fast)  # the same seeds (torch's global one reset too): the same rollout
+    twin.collect()
+    assert not run.buf.valid.all() and np.array_equal(run.buf.obs, twin.buf.obs)
+    _autoreset_rows_scrambled_ppo(twin)
+    for each in (run, twin):
+        advantages, returns = each.advantages(False)
+        assert not advantages[~each.buf.valid.astype(bool)].any() and not returns[~each.buf.valid.astype(bool)].any()
+        each.learn(advantages, returns)
+    for mine, theirs in zip(run.agent.parameters(), twin.agent.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fused", "autograd"])
+def test_dqn_learns_nothing_from_autoreset_steps(fast):
+    run = trainer("dqn", 10**6, fast)
+    while not run.learning():
+        run.collect(1.0)
+    twin = trainer("dqn", 10**6, fast)  # the same seeds: the same transitions
+    while not twin.learning():
+        twin.collect(1.0)
+    assert not run.replay.valid.all() and np.array_equal(run.replay.obs, twin.replay.obs)
+    invalid = ~twin.replay.valid
+    twin.replay.actions[invalid] = 1 - twin.replay.actions[invalid]
+    twin.replay.rewards[invalid] = 1e6
+    twin.replay.terminated[invalid] = ~twin.replay.terminated[invalid]
+    for each in (run, twin):
+        each.learn()
+    for mine, theirs in zip(run.agent.parameters(), twin.agent.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+
+
+def test_dqns_target_network_is_copied_every_interval_of_real_transitions():
+    """SB3 copies every target_update_interval // n_envs vector steps, all transitions there; the autoreset
+    steps counted toward it here copied the target early on envs of short episodes."""
+    run = trainer("dqn", 10**6, target_update_interval=40)
+    copies = []  # (real transitions per rank at the copy, real transitions taken by then)
+    for _ in range(30):
+        before = run.last_target_update
+        run.update(False, False)
+        if run.last_target_update != before:
+            copies.append((run.last_target_update, run.counters.global_step))
+    assert len(copies) >= 3
+    assert all(at == real for at, real in copies)  # one rank: its own real transitions
+    at = [0] + [at for at, _ in copies]
+    assert all(b - a >= 40 for a, b in zip(at, at[1:], strict=False))
+    run.envs.close()
