@@ -12,6 +12,8 @@ budget or schedules, and neither learns from it.
 
 from __future__ import annotations
 
+import itertools
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -143,5 +145,5 @@ def test_dqns_target_network_is_copied_every_interval_of_real_transitions():
     assert len(copies) >= 3
     assert all(at == real for at, real in copies)  # one rank: its own real transitions
     at = [0] + [at for at, _ in copies]
-    assert all(b - a >= 40 for a, b in zip(at, at[1:], strict=False))
+    assert all(b - a >= 40 for a, b in itertools.pairwise(at))
     run.envs.close()
