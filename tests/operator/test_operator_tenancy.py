@@ -132,6 +132,29 @@ def test_a_job_too_large_to_hold_its_status_says_so_in_an_event_creates_nothing_
     wait_for(lambda: job(rest, 'edge') is None, what='the job to go')
 
 
+def test_a_job_nested_as_deep_as_the_api_server_stores_fails_as_invalid_and_the_operator_serves_the_others(standin, rest, operator):
+    """The API server's JSON decoder takes 10,000 levels (tests/support/test_standin_api.py); kopf's watch read
+    each event with Python's json, which gives up past 1,000 recursions. One tenant's job whose env.kwargs
+    nested 1,500 deep (10 KB) ended the operator with a RecursionError at its watch, and at each restart's
+    first list: every job of every tenant went unreconciled while that job existed."""
+    kwargs = 1
+    for _ in range(10_000 - 5):  # the watch event, the job, spec, env and kwargs are 5 levels
+        kwargs = {'a': kwargs}
+    abyss = manifest('abyss', workers=2)
+    abyss['spec']['env'] = {'id': 'CartPole-v1', 'kwargs': {'x': kwargs}}  # not through the builder, which copies by recursion
+    assert rest.post(JOBS, abyss).status == 201
+    create_job(rest, 'neighbour', workers=2)
+    wait_phase(rest, 'abyss', 'Failed')
+    failed = condition(rest, 'abyss', 'Failed')
+    assert failed['reason'] == 'InvalidSpec' and failed['message'].startswith('spec.env.kwargs'), failed
+    assert 'nested deeper than 64 levels' in failed['message'] and not pods(standin, 'abyss')
+    start_gang(standin, 'neighbour', 2)
+    wait_phase(rest, 'neighbour', 'Running')
+    assert rest.delete(f'{JOBS}/abyss').status == 200
+    wait_for(lambda: job(rest, 'abyss') is None, what='the job to go (kopf patches its finalizer away)')
+    assert operator.process.poll() is None and 'RecursionError' not in operator.log()
+
+
 def test_a_scheduler_whose_podgroup_this_cluster_does_not_serve_fails_the_job_naming_the_field(standin, rest, operator):
     """schedulerName: volcano on a cluster without Volcano's CRDs: the PodGroup's create is answered 404
     ('the server could not find the requested resource'). It was 'creating 2 pod(s)' forever, the

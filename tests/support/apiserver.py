@@ -8,9 +8,12 @@ import asyncio
 import collections
 import contextlib
 import email.utils
+import itertools
 import json
 import logging
 import pathlib
+import re
+import sys
 import tempfile
 import threading
 import time
@@ -42,6 +45,16 @@ BOOKMARK_SECONDS = 1.0
 # pkg/endpoints/handlers/rest.go); what it then stores is bounded by etcd's 1.5 MiB (Store._store).
 # aiohttp's own default is 1 MiB: a 1.2 MB job, which a real server stores, was refused here.
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
+# The API server decodes a request body with Go's encoding/json scanner (sigs.k8s.io/json's copy; the json
+# serializer's SimpleMetaFactory.Interpret reads the body with encoding/json first), which refuses nesting past
+# maxNestingDepth = 10000 (encoding/json/scanner.go, pushParseState: "exceeded max depth"); the handler answers 400
+# "couldn't get version/kind; json parse error: invalid character '{' exceeded max depth" (transformDecodeError).
+# Up to that depth it stores and serves the object, a custom resource's x-kubernetes-preserve-unknown-fields
+# subtree included; Python's json recurses once per level, so the stand-in's recursion limit lets it hold as much.
+MAX_JSON_NESTING = 10_000
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"')
+_BRACKET_DEPTH = {ord('{'): 1, ord('['): 1, ord('}'): -1, ord(']'): -1}
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in _BRACKET_DEPTH)
 WRITE_VERBS = frozenset({'create', 'update', 'patch', 'delete', 'deletecollection'})
 PUBLIC_INFO_PATHS = frozenset({'/healthz', '/livez', '/readyz', '/version'})  # ClusterRole system:public-info-viewer
 
@@ -150,6 +163,9 @@ class StandinHandler(kmock.RawHandler):
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         raw_request._client_max_size = MAX_REQUEST_BODY_BYTES
         try:
+            if _nesting(await raw_request.read()) > MAX_JSON_NESTING:
+                too_deep = bad_request("couldn't get version/kind; json parse error: invalid character '{' exceeded max depth")
+                return _json(too_deep.status(), 400)
             request = await kmock.Request._parse(raw_request, id=len(self._requests))
         except aiohttp.web.HTTPRequestEntityTooLarge:
             too_large = ApiError(413, 'RequestEntityTooLarge', f'Request entity too large: limit is {MAX_REQUEST_BODY_BYTES}')
@@ -555,6 +571,14 @@ def _json(body: dict, status: int = 200, warnings: list[str] | None = None) -> a
     return aiohttp.web.Response(text=json.dumps(body), status=status, content_type='application/json', headers=headers)
 
 
+def _nesting(body: bytes) -> int:
+    """How deep `body`'s JSON nests (objects and arrays), strings left out; counted without recursion."""
+    if body.count(b'{') + body.count(b'[') <= MAX_JSON_NESTING:
+        return 0  # too few to nest that deep: not worth a scan
+    brackets = _JSON_STRING.sub(b'', body).translate(None, _NOT_BRACKETS)
+    return max(itertools.accumulate(map(_BRACKET_DEPTH.__getitem__, brackets)), default=0)
+
+
 async def _json_body(raw_request: aiohttp.web.BaseRequest) -> object:
     try:
         return json.loads(await raw_request.read() or b'null')
@@ -638,6 +662,8 @@ class StandinServer:
         self.stop()
 
     def start(self) -> None:
+        # Python's json decodes and encodes one recursion per level: enough to hold what the API server holds
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), MAX_JSON_NESTING + 2_000))
         self._thread = threading.Thread(target=self._run, name='kube-api-standin', daemon=True)
         self._thread.start()
         self._ready.wait(10)

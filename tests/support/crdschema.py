@@ -229,8 +229,22 @@ def clone_json(value: object) -> object:
     return json.loads(json.dumps(value))
 
 
+def unknown_type(schema: dict) -> bool:
+    """A schema of "unknown type", as ValidationRule.Rule's doc defines it (apiextensions/v1 types_jsonschema.go):
+    no type and x-kubernetes-preserve-unknown-fields, or an array or map of such."""
+    if not schema.get('type'):
+        return bool(schema.get('x-kubernetes-preserve-unknown-fields'))
+    items, additional = schema.get('items'), schema.get('additionalProperties')
+    return (schema['type'] == 'array' and isinstance(items, dict) and unknown_type(items)) or (
+        schema['type'] == 'object' and isinstance(additional, dict) and unknown_type(additional))
+
+
 def to_cel(value: object, schema: dict) -> object:
-    """JSON → CEL values typed by the schema (a `number` is a double even when written as 1)."""
+    """JSON → CEL values typed by the schema (a `number` is a double even when written as 1). What
+    x-kubernetes-preserve-unknown-fields keeps (undeclared fields, values of unknown_type) is left out:
+    "Unknown data preserved in custom resources via x-kubernetes-preserve-unknown-fields is not accessible
+    in CEL expressions" (ValidationRule.Rule's doc). Converted, a kwargs nested 9,000 deep, which the API
+    server stores, ended the stand-in's CEL in a RecursionError."""
     if value is None:
         return None
     kind = schema.get('type')
@@ -238,9 +252,10 @@ def to_cel(value: object, schema: dict) -> object:
         return celtypes.DoubleType(float(value))
     if kind == 'object' and isinstance(value, dict):
         properties = schema.get('properties') or {}
-        additional = schema.get('additionalProperties') if isinstance(schema.get('additionalProperties'), dict) else {}
+        additional = schema.get('additionalProperties') if isinstance(schema.get('additionalProperties'), dict) else None
+        declared = {k: properties.get(k, additional) for k, v in value.items() if v is not None}
         return celtypes.MapType({
-            celtypes.StringType(k): to_cel(v, properties.get(k, additional)) for k, v in value.items() if v is not None
+            celtypes.StringType(k): to_cel(value[k], sub) for k, sub in declared.items() if sub is not None and not unknown_type(sub)
         })
     if kind == 'array' and isinstance(value, list):
         return celtypes.ListType([to_cel(item, schema.get('items') or {}) for item in value])

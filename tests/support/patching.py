@@ -1,6 +1,11 @@
 """The three PATCH flavours of the API server: JSON merge, JSON patch, strategic merge."""
-import copy
 import json
+
+
+def _clone(value: object) -> object:
+    """A deep copy of JSON by one recursion per level (copy.deepcopy takes two), so a job nested as deep as the API
+    server stores (apiserver.MAX_JSON_NESTING) is patched as it is there."""
+    return json.loads(json.dumps(value))
 
 
 class PatchError(ValueError):
@@ -10,8 +15,8 @@ class PatchError(ValueError):
 def merge_patch(target: object, patch: object) -> object:
     """RFC 7386: objects merge recursively, null deletes, everything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return _clone(patch)
+    result = _clone(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -82,24 +87,24 @@ def json_patch(target: object, operations: object) -> object:
     """RFC 6902; a failed `test` is a conflict of intent, refused like the API server does."""
     if not isinstance(operations, list):
         raise PatchError('a JSON patch must be a list of operations')
-    doc = copy.deepcopy(target)
+    doc = _clone(target)
     for operation in operations:
         op, tokens = operation.get('op'), _pointer(operation.get('path', ''))
         match op:
             case 'add':
-                doc = _add(doc, tokens, copy.deepcopy(operation['value']))
+                doc = _add(doc, tokens, _clone(operation['value']))
             case 'remove':
                 _remove(doc, tokens)
             case 'replace':
                 _get(doc, tokens)
                 if tokens:
                     _remove(doc, tokens)
-                doc = _add(doc, tokens, copy.deepcopy(operation['value']))
+                doc = _add(doc, tokens, _clone(operation['value']))
             case 'move':
                 value = _remove(doc, _pointer(operation['from']))
                 doc = _add(doc, tokens, value)
             case 'copy':
-                doc = _add(doc, tokens, copy.deepcopy(_get(doc, _pointer(operation['from']))))
+                doc = _add(doc, tokens, _clone(_get(doc, _pointer(operation['from']))))
             case 'test':
                 if json.dumps(_get(doc, tokens), sort_keys=True) != json.dumps(operation.get('value'), sort_keys=True):
                     raise PatchError(f'testing value /{"/".join(tokens)} failed')
@@ -129,14 +134,14 @@ def _merge_key(field: str, items: list) -> str | None:
 def strategic_merge(target: object, patch: object) -> object:
     """Strategic merge patch for the built-in kinds: keyed lists merge, `$patch` directives obeyed."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return _clone(patch)
     patch = dict(patch)
     directive = patch.pop('$patch', None)
     if directive == 'replace':
-        return {k: v for k, v in copy.deepcopy(patch).items() if not k.startswith('$')}
+        return {k: v for k, v in _clone(patch).items() if not k.startswith('$')}
     if directive == 'delete':
         return None
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    result = _clone(target) if isinstance(target, dict) else {}
     retain = patch.pop('$retainKeys', None)
     for key, value in patch.items():
         if key.startswith('$setElementOrder/'):
@@ -170,11 +175,11 @@ def _merge_list(field: str, current: object, patch: list) -> list:
     if merge_key is None or not all(isinstance(item, dict) for item in patch):
         if any(isinstance(item, dict) and item.get('$patch') == 'replace' for item in patch):
             return [item for item in patch if not (isinstance(item, dict) and '$patch' in item)]
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(current)
+        return _clone(patch)
+    result = _clone(current)
     for item in patch:
         if item.get('$patch') == 'replace':
-            return [i for i in copy.deepcopy(patch) if i.get('$patch') != 'replace']
+            return [i for i in _clone(patch) if i.get('$patch') != 'replace']
         index = next((i for i, old in enumerate(result) if old.get(merge_key) == item.get(merge_key)), None)
         if item.get('$patch') == 'delete':
             if index is not None:

@@ -44,6 +44,11 @@ PATTERN_MEANINGS = {
 }
 
 
+# How deep the API server lets a request's JSON nest: it decodes with Go's encoding/json scanner
+# (sigs.k8s.io/json's copy), which refuses past maxNestingDepth, and stores anything up to it, an
+# x-kubernetes-preserve-unknown-fields subtree (spec.env.kwargs, spec.template) included.
+API_JSON_NESTING = 10_000
+
 # How long a deleted pod may keep its node: bounds suspend, gang restarts and deletion.
 MAX_GRACE_SECONDS = 3600
 

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any
 import aiohttp
 
 from ..core import contract, names
+from ..core.validation import API_JSON_NESTING
 from .config import (
     ENV_REFUSED_NAMESPACES,
     RBAC_REFUSAL,
@@ -48,6 +50,12 @@ def cmd_operator(args: argparse.Namespace) -> int:
     from .metrics import OperatorMetrics
 
     config = operator_config(args)
+    # kopf reads each watch event and list with Python's json (one recursion per level) and copies a body it patches
+    # with copy.deepcopy (two): a job nested as deep as the API server stores (a tenant's spec.env.kwargs) ended the
+    # operator, for every tenant, at the 1,000th. Four per level leave room for the stack below; such a job is then
+    # refused by its spec check (rules.parse_spec). Python 3.11 recurses in Python code without the C stack, and
+    # json's C recursion of 10,000 levels fits a 2 MiB stack.
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * API_JSON_NESTING))
     listen = getattr(args, "listen_address", None) or "0.0.0.0"
     metrics = OperatorMetrics()
     if os.environ.get(contract.ENV_OPERATOR_METRICS_ENABLED, "true").lower() != "false":
