@@ -136,6 +136,30 @@ def test_plain_yaml_still_reads_as_kubectl_reads_it():
     assert load_documents(b"\xef\xbb\xbfa: 1\n---\n---\nb: 2\n") == [{"a": 1}, {"b": 2}]
 
 
+@pytest.mark.parametrize("libyaml", [True, False])
+@pytest.mark.parametrize("text, sent", [
+    # go-yaml v2 (sigs.k8s.io/yaml's YAMLToJSON, which kubectl sends by) applies a merge key where it stands among
+    # the mapping's keys (decoder.mapping), so a merge after a key replaces it; PyYAML let every explicit key win
+    ("workers: 2\n<<: {workers: 4}\n", {"workers": 4}),
+    ("<<: {workers: 4}\nworkers: 2\n", {"workers": 2}),
+    # of a list of maps, an earlier one wins over a later one (decoder.merge steps backwards), and all over a key before
+    ("a: 1\n<<: [{a: 2, b: 2}, {b: 3, c: 3}]\n", {"a": 2, "b": 2, "c": 3}),
+    # a merged map's own merge is applied where it stands in that map
+    ("base: &b {<<: {x: 1}, x: 2}\nd: {x: 0, <<: *b}\n", {"base": {"x": 2}, "d": {"x": 2}}),
+])
+def test_a_merge_key_is_applied_where_it_stands_as_kubectl_applies_it(monkeypatch, libyaml, text, sent):
+    """`kuberl validate` and `render` read a job file as kubectl sends it: `workers: 2` followed by
+    `<<: *defaults` holding `workers: 4` ran 4 workers on the cluster and validated and rendered as 2."""
+    monkeypatch.setattr(yaml, "__with_libyaml__", libyaml)
+    assert load_documents(text) == [sent]
+
+
+def test_a_merge_of_anything_but_maps_is_refused_as_kubectl_refuses_it():
+    for text in ("a: 1\n<<: 3\n", "<<: [{a: 1}, 2]\n"):
+        with pytest.raises(UnreadableSpec, match="map merge requires map or sequence of maps as the value"):
+            load_documents(text)
+
+
 def test_a_few_shared_blocks_are_fine():
     shared = "base: &b {" + ", ".join(f"k{i}: {i}" for i in range(50)) + "}\n"
     uses = "".join(f"u{i}: *b\n" for i in range(50))

@@ -61,6 +61,32 @@ def _kubectl_float(loader: yaml.SafeLoader, node: yaml.Node) -> float | int:
 
 
 KubernetesYamlLoader.add_constructor("tag:yaml.org,2002:float", _kubectl_float)
+
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _flatten_mapping_as_kubectl(loader: yaml.SafeLoader, node: yaml.MappingNode) -> None:
+    """A mapping's pairs, merge keys expanded, in the order go-yaml v2 (which kubectl's YAMLToJSON decodes with)
+    sets them, the last set winning as the constructor builds the dict: a merge key is applied where it stands
+    among the mapping's keys (decoder.mapping), replacing a key before it; of a list of maps, the later are set
+    first (decoder.merge "steps backwards as earlier nodes take precedence"). PyYAML let every explicit key win
+    wherever it stood, so `workers: 2` then `<<: *defaults` validated as 2 workers and ran the defaults' count."""
+    pairs: list[tuple[yaml.Node, yaml.Node]] = []
+    for key, value in node.value:
+        if key.tag != MERGE_TAG:
+            pairs.append((key, value))
+            continue
+        merged = value.value if isinstance(value, yaml.SequenceNode) else [value]
+        for sub in reversed(merged):
+            if not isinstance(sub, yaml.MappingNode):
+                raise yaml.constructor.ConstructorError(
+                    None, None, "map merge requires map or sequence of maps as the value", sub.start_mark)
+            _flatten_mapping_as_kubectl(loader, sub)
+            pairs += sub.value
+    node.value = pairs
+
+
+KubernetesYamlLoader.flatten_mapping = _flatten_mapping_as_kubectl
 # go-yaml v2 (kubectl) keeps a timestamp-looking scalar a string when decoding into interface{}:
 # `args: [2024-01-01T00:00:00Z]` must reach the pod as written, not as a datetime.
 KubernetesYamlLoader.yaml_implicit_resolvers = {
@@ -78,6 +104,7 @@ if yaml.__with_libyaml__:
 
         yaml_implicit_resolvers = KubernetesYamlLoader.yaml_implicit_resolvers
         yaml_constructors = KubernetesYamlLoader.yaml_constructors
+        flatten_mapping = _flatten_mapping_as_kubectl
 
 
 def _check_events(text: str) -> None:
