@@ -33,7 +33,7 @@ def module_step(agent, optimizer, obs, rows, hp, keep_grads: bool = True):
     weight = valid / valid.sum().clamp(min=1.0)
     if hp.norm_advantage:
         mean = (advantages * weight).sum()
-        std = ((advantages - mean).square() * weight).sum().sqrt()
+        std = ((advantages - mean).square() * valid).sum().div((valid.sum() - 1).clamp(min=1.0)).sqrt()  # Bessel's, as CleanRL
         advantages = (advantages - mean) / (std + 1e-8)
     new_log_prob, entropy, new_value = agent(obs, actions)
     loss, stats = ppo_loss(new_log_prob, entropy, new_value, old_log_prob, old_value, advantages, returns, weight, hp)

@@ -53,7 +53,7 @@ class ShortEpisodes(gym.Env):
 
 def trainer(algorithm: str, total: int, fast: bool = True, **hp) -> PPOTrainer | DQNTrainer:
     if algorithm == "ppo":
-        return PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=8, num_minibatches=2, update_epochs=2, hidden_sizes=[8], **hp),
+        return PPOTrainer(ONE_PROCESS, PPOConfig(**{"num_steps": 8, "num_minibatches": 2, "update_epochs": 2, "hidden_sizes": [8], **hp}),
                           ENV, 2, {}, total, seed=1, restart=0, fast=fast)
     return DQNTrainer(ONE_PROCESS, DQNConfig(learning_starts=16, batch_size=8, train_frequency=8, hidden_sizes=[8], **hp),
                       ENV, 2, {}, total, seed=1, restart=0, fast=fast)
@@ -146,4 +146,35 @@ def test_dqns_target_network_is_copied_every_interval_of_real_transitions():
     assert all(at == real for at, real in copies)  # one rank: its own real transitions
     at = [0] + [at for at, _ in copies]
     assert all(b - a >= 40 for a, b in itertools.pairwise(at))
+    run.envs.close()
+
+
+def test_advantages_are_normalised_per_minibatch_as_cleanrl_and_sb3_do_over_its_real_rows():
+    """CleanRL and SB3: (a - a.mean()) / (a.std() + 1e-8), torch's std with Bessel's correction; kuberl
+    divided by the population std (sqrt(5/6) of the spread in a minibatch of 6 real rows)."""
+    from kuberl_trainer.ppo_terms import minibatch_columns, minibatch_table
+
+    rng = np.random.default_rng(3)
+    n = 8
+    valid = np.array([1, 1, 0, 1, 1, 1, 0, 1], np.float32)
+    advantages = rng.normal(size=n).astype(np.float32)
+    scalars = np.stack([rng.normal(size=n), rng.normal(size=n), advantages, rng.normal(size=n), valid], -1).astype(np.float32)
+    rows = minibatch_table(torch.zeros(n, 1), torch.from_numpy(scalars))
+    normalised = minibatch_columns(rows, norm_advantage=True)[3]
+    real = torch.from_numpy(advantages[valid == 1])
+    expected = (real - real.mean()) / (real.std() + 1e-8)
+    torch.testing.assert_close(normalised[torch.from_numpy(valid) == 1], expected)
+
+
+def test_every_row_of_a_rollout_is_learned_from_in_each_epoch_when_minibatches_do_not_divide_it():
+    """numSteps x numEnvs = 16 in 3 minibatches: a row a epoch was never learned from (CleanRL and SB3 learn
+    from every row, in a last, shorter minibatch); here in 3 minibatches of 6, 5 and 5."""
+    run = trainer("ppo", 10**6, fast=False, num_minibatches=3)
+    run.collect()
+    seen = []
+    step = run.learner.step
+    run.learner.step = lambda obs, rows: seen.append(len(rows)) or step(obs, rows)
+    advantages, returns = run.advantages(False)
+    _, epochs = run.learn(advantages, returns)
+    assert seen == [6, 5, 5] * epochs
     run.envs.close()

@@ -364,14 +364,14 @@ class PPOTrainer(BaseAlgorithm):
         all_obs = to_device(buf.obs_t.reshape(size, *self.obs_shape), device)
         scalars = np.stack([buf.log_probs, buf.values, advantages, returns, buf.valid], -1).reshape(size, -1)
         table = upload(minibatch_table(buf.actions_t.reshape(size, -1), torch.from_numpy(scalars)), device)
-        minibatch = size // hp.num_minibatches
         totals = torch.zeros(len(STAT_NAMES), device=device)
         epochs_run = 0
         for _ in range(hp.update_epochs):
             epochs_run += 1
             order = upload(self.np_rng.permutation(size), device)
-            for start in range(0, minibatch * hp.num_minibatches, minibatch):
-                rows = order[start : start + minibatch]
+            # every row, each epoch, in num_minibatches parts whose sizes differ by one at most
+            # (CleanRL and SB3 learn from every row too, the remainder in a shorter last minibatch)
+            for rows in order.tensor_split(hp.num_minibatches):
                 last = self.learner.step(all_obs[rows], table[rows])
                 totals += last
             # CleanRL's rule: the epoch's LAST minibatch's KL (taken before its step), the

@@ -23,13 +23,15 @@ def minibatch_table(actions: torch.Tensor, scalars: torch.Tensor) -> torch.Tenso
 def minibatch_columns(rows: torch.Tensor, norm_advantage: bool) -> tuple[torch.Tensor, ...]:
     """A minibatch's rows (minibatch_table) as (actions, old log-prob, old value, advantages,
     returns, weight): `valid` turned into each row's weight in the mean (padding rows weigh 0);
-    advantages normalised over the valid rows when asked."""
+    advantages normalised over the valid rows when asked, as CleanRL and SB3 do per minibatch:
+    (a - mean) / (std + 1e-8), std with Bessel's correction (torch's Tensor.std)."""
     actions = rows[:, :-len(SCALAR_COLUMNS)]
     old_log_prob, old_value, advantages, returns, valid = rows[:, -len(SCALAR_COLUMNS):].unbind(1)
-    weight = valid / valid.sum().clamp(min=1.0)
+    real = valid.sum()
+    weight = valid / real.clamp(min=1.0)
     if norm_advantage:
         mean = (advantages * weight).sum()
         centred = advantages - mean
-        std = (centred.square() * weight).sum().sqrt()
+        std = ((centred.square() * valid).sum() / (real - 1).clamp(min=1.0)).sqrt()
         advantages = centred / (std + 1e-8)
     return actions, old_log_prob, old_value, advantages, returns, weight

@@ -42,6 +42,16 @@ MATCHED = (
       " learning rate decays linearly to 0, by 1 - timesteps / totalTimesteps before each rollout (SB3's"
       " progress_remaining; CleanRL's per-iteration fraction where every step is a transition). SB3's PPO clips no value (clip_range_vf=None) and keeps its learning"
       " rate: an SB3 config sets both false here.")),
+    ("`ppo.normAdvantage`, `ppo.numMinibatches`", "CleanRL and SB3",
+     ("Advantages are normalised per minibatch over its real rows, (a - mean) / (std + 1e-8) with torch's std"
+      " (Bessel's correction), as both do. Each epoch learns from every row of the rollout: numSteps x numEnvs per"
+      " rank is split into numMinibatches parts whose sizes differ by one at most (CleanRL and SB3 put the"
+      " remainder in a shorter, extra minibatch).")),
+    ("time limits (`truncated`)", "SB3; CleanRL's `dqn.py`",
+     ("A time-limited episode bootstraps from the value of its final observation, a terminated one does not: PPO's"
+      " GAE (SB3 adds gamma x the terminal observation's value for TimeLimit.truncated) and DQN's n-step targets"
+      " (SB3's handle_timeout_termination, CleanRL's dqn.py). CleanRL's ppo.py and ppo_atari.py end both alike"
+      " (next_done = terminations or truncations), so their returns on a time-limited env differ from these.")),
     ("`ppo.targetKl`", "CleanRL (`ppo.py`)",
      ("After each epoch, the approximate KL `(ratio - 1) - log ratio` of the epoch's last minibatch, taken before"
       " its optimiser step, is compared with `targetKl`; above it, the epochs stop. SB3 compares every minibatch"
@@ -74,6 +84,10 @@ MATCHED = (
       " target_network_frequency and learning_starts count its loop's steps, the same with its one env. The target"
       " copy counts transitions (the ranks' mean, so every rank copies at the same update); learningStarts counts"
       " the rank's replay rows, its autoreset rows (one per episode) included.")),
+    ("`dqn.explorationFraction` (epsilon)", "SB3 and CleanRL, but a coin per env",
+     ("Epsilon decays linearly over explorationFraction x totalTimesteps transitions (all ranks), taken before each"
+      " update's steps. Each env of a vector step draws its own coin; SB3's DQN.predict and CleanRL's dqn.py draw one"
+      " per vector step, so all their envs explore at once or none does (the same rate per env).")),
     ("`dqn` (loss)", "SB3",
      ("Huber (smooth L1) TD loss, as SB3's DQN; CleanRL's dqn.py regresses with MSE, which kuberl does not offer."
       " Gradients clipped at maxGradNorm (SB3's 10; CleanRL does not clip).")),
