@@ -14,8 +14,21 @@ COLLECTIVE, RENDEZVOUS = 15, 3
 
 # One rank: join the group (or hang first, for `hang` seconds), and print how it ended.
 RANK = f"""
-import json, sys, time
-hang, rendezvous = float(sys.argv[1]), float(sys.argv[2])
+import json, os, sys, threading, time
+from datetime import timedelta
+hang, rendezvous, leave_once = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+
+
+def leave():  # once rank `leave_once` has checked in on the store, this rank is gone
+    import torch.distributed as dist
+    from kuberl_trainer.distributed import check_in_key
+    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), is_master=False, timeout=timedelta(seconds=60))
+    store.wait([check_in_key(leave_once)])
+    os._exit(3)
+
+
+if leave_once >= 0:
+    threading.Thread(target=leave, daemon=True).start()
 time.sleep(hang)
 from kuberl_trainer.distributed import PeerLost, process_group
 started = time.monotonic()
@@ -28,7 +41,10 @@ print(json.dumps({{"seconds": time.monotonic() - started, "ended": ended}}), flu
 """
 
 
-def start_ranks(world_size: int, hangs: dict[int, float], rendezvous: float = RENDEZVOUS) -> dict[int, subprocess.Popen]:
+def start_ranks(world_size: int, hangs: dict[int, float], rendezvous: float = RENDEZVOUS,
+                leaves: dict[int, int] | None = None) -> dict[int, subprocess.Popen]:
+    """`hangs`: seconds a rank sleeps before its rendezvous (< 0: never started); `leaves`: a rank that exits once
+    the rank given has checked in on the store."""
     port = free_ports(1)
     procs = {}
     for rank in range(world_size):
@@ -36,7 +52,8 @@ def start_ranks(world_size: int, hangs: dict[int, float], rendezvous: float = RE
             continue
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": "0",
                "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
-        procs[rank] = subprocess.Popen([sys.executable, "-c", RANK, str(hangs.get(rank, 0.0)), str(rendezvous)], env=env, cwd=REPO,
+        procs[rank] = subprocess.Popen([sys.executable, "-c", RANK, str(hangs.get(rank, 0.0)), str(rendezvous),
+                                        str((leaves or {}).get(rank, -1))], env=env, cwd=REPO,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     return procs
 
@@ -73,3 +90,69 @@ def test_a_rank_that_comes_late_but_within_the_rendezvous_timeout_joins():
     procs = start_ranks(2, {1: 2.0}, rendezvous=30)  # time to import torch on a busy machine
     ended = [outcome(procs[rank]) for rank in (0, 1)]
     assert [e["ended"] for e in ended] == ["joined", "joined"], ended
+
+
+# One rank of a formed gang that all-reduces until it fails; `leave` names the rank that goes first, and how.
+GANG = f"""
+import json, os, sys, time
+import torch, torch.distributed as dist
+from kuberl_trainer.distributed import PeerLost, collectives, process_group
+leaver, how = int(sys.argv[1]), sys.argv[2]
+rank = int(os.environ["RANK"])
+try:
+    with process_group("gloo", {COLLECTIVE}, 30):
+        t = torch.ones(4)
+        with collectives():
+            for step in range(400):
+                if rank == leaver and step == 10:
+                    if how == "killed":
+                        os._exit(9)  # SIGKILL, OOM: nothing said
+                    raise ValueError("boom at step 10")
+                dist.all_reduce(t)
+                time.sleep(0.02)
+    ended = "finished"
+except PeerLost as e:
+    ended = "PeerLost: " + str(e)
+except ValueError as e:
+    ended = "ValueError: " + str(e)
+print(json.dumps({{"seconds": 0, "ended": ended}}), flush=True)
+"""
+
+
+def start_gang(world_size: int, leaver: int, how: str) -> dict[int, subprocess.Popen]:
+    port = free_ports(1)
+    return {rank: subprocess.Popen([sys.executable, "-c", GANG, str(leaver), how], cwd=REPO, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT,
+                                   env={**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": "0",
+                                        "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                                        "OMP_NUM_THREADS": "1"})
+            for rank in range(world_size)}
+
+
+def test_when_rank_0_goes_first_the_others_say_so_not_only_that_a_peer_closed():
+    """Rank 0 hosts the store; killed mid-training, its peers said gloo's "Connection closed by peer
+    [127.0.0.1]:40511 ... GLHF!", naming an address, not who."""
+    procs = start_gang(3, 0, "killed")
+    ended = {rank: outcome(procs[rank])["ended"] for rank in (1, 2)}
+    for said in ended.values():
+        assert said.startswith("PeerLost: rank 0 (it hosts the rendezvous store at 127.0.0.1:") and " left: the store is gone; " in said, ended
+        assert "pair.cc" not in said and "GLHF" not in said, ended  # gloo's source line and its guess: the cause is said
+
+
+def test_a_rank_that_fails_on_its_own_is_named_by_every_peer_rank_0_included():
+    procs = start_gang(3, 2, "raised")
+    ended = {rank: outcome(procs[rank])["ended"] for rank in (0, 1, 2)}
+    assert ended[2] == "ValueError: boom at step 10", ended
+    for rank in (0, 1):  # rank 1 blocked on rank 0 alone fails once rank 0's group is gone: the store outlives it
+        assert ended[rank].startswith("PeerLost: rank 2 (ValueError: boom at step 10) left first; "), ended
+
+
+def test_when_rank_0_leaves_during_the_rendezvous_the_ranks_waiting_and_those_still_coming_name_it():
+    """A rank waiting for its peers said "not every rank of 3 joined … (a rank that runs but never joins is hung
+    …)", blaming a hung peer; one that came after rank 0 had left, that the rendezvous "did not complete"."""
+    procs = start_ranks(3, {2: 6.0}, rendezvous=6, leaves={0: 1})  # rank 0 goes once rank 1 joined, before rank 2 comes
+    ended = {rank: outcome(procs[rank])["ended"] for rank in (1, 2)}
+    assert ended[1].startswith("PeerLost: rendezvous: rank 0 (it hosts the rendezvous store at 127.0.0.1:"), ended
+    assert ") left before every rank joined (" in ended[1], ended
+    assert ended[2].startswith("PeerLost: rendezvous: rank 0 (it hosts the rendezvous store at 127.0.0.1:"), ended
+    assert ") did not answer for " in ended[2] and "it never started, or left" in ended[2], ended

@@ -13,6 +13,7 @@ import ipaddress
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -288,6 +289,126 @@ def rendezvous_timed_out(waited_seconds: float, world_size: int, missing: list[i
             f"but never joins is hung before its rendezvous, e.g. in CUDA set-up)")
 
 
+def store_host(master: str, port_text: str | None) -> str:
+    """Who hosts the rendezvous store every rank meets on, and where, for a message that says it is gone: rank 0, or
+    under torchrun the launcher (agent) of worker 0's pod."""
+    host = "worker 0's torchrun agent" if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" else "rank 0"
+    return f"{host} (it hosts the rendezvous store at {master}:{port_text})"
+
+
+def hosts_store(rank: int) -> bool:
+    return rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+
+
+@dataclass(frozen=True)
+class Gang:
+    """The store a formed process group met on, kept to say who left when a collective fails."""
+
+    store: dist.Store
+    rank: int
+    world_size: int
+    host: str  # store_host()
+    prefix: str  # this round's keys (check_in_key's)
+
+    @property
+    def left_key(self) -> str:
+        return f"{self.prefix}/left"
+
+    @property
+    def asked_key(self) -> str:
+        return f"{self.prefix}/asked"
+
+
+GANG: Gang | None = None  # while process_group's group exists
+STORE_PROBE_SECONDS = 3.0  # a store whose host's machine vanished (no reset) would not answer for the collective timeout
+STORE_LINGER_SECONDS = 2.0  # how long the store's host, failing, keeps it up for its peers to read who left
+LEFT_MESSAGE_LIMIT = 200  # characters of a leaving rank's reason kept on the store
+
+
+def _on_store(call, seconds: float = STORE_PROBE_SECONDS) -> tuple[bool, object]:
+    """(answered, what `call()` returned or raised) within `seconds`, from a thread of its own: a store call has no
+    timeout of its own short enough for a rank that is already failing."""
+    result: list[tuple[bool, object]] = []
+
+    def ask() -> None:
+        try:
+            result.append((True, call()))
+        except Exception as e:  # noqa: BLE001 — the store failing is the answer
+            result.append((False, e))
+
+    asker = threading.Thread(target=ask, name="kuberl-store-probe", daemon=True)
+    asker.start()
+    asker.join(seconds)
+    return result[0] if result else (False, TimeoutError(f"no answer in {seconds:g}s"))
+
+
+def announce_leaving(gang: Gang | None, error: BaseException) -> None:
+    """A rank ending on its own failure says so on the store, before its peers' collectives fail on its absence:
+    their PeerLost then names it (who_left). Best effort, bounded: the store may be gone too."""
+    if gang is None:
+        return
+    said = safe_line(f"{type(error).__name__}: {error}")[:LEFT_MESSAGE_LIMIT]
+    _on_store(lambda: gang.store.append(gang.left_key, f"{gang.rank}\t{said}\n"))
+
+
+def who_left(gang: Gang | None, error: BaseException) -> str:
+    """PeerLost's message for a collective that failed with `error` (gloo's "Connection closed by peer [addr]:port"
+    names an address, not a rank): the store's host gone when the store no longer answers; else the ranks that said
+    they left (announce_leaving); else the error alone (collective_failure)."""
+    line = collective_failure(error)
+    if gang is None:
+        return line
+    cause = line.split(": another rank exited or was killed", 1)[0]  # the guess, where the cause is named instead
+
+    def ask() -> bytes:
+        said = gang.store.get(gang.left_key) if gang.store.check([gang.left_key]) else b""
+        if not hosts_store(gang.rank):
+            with contextlib.suppress(Exception):  # the store's host may go now (linger), before this call's answer comes
+                gang.store.add(gang.asked_key, 1)
+        return said
+
+    answered, value = _on_store(ask)
+    if not answered and not hosts_store(gang.rank):
+        if isinstance(value, TimeoutError):  # no reset: its machine or network went, or the whole process hangs
+            return f"{gang.host} is gone or hangs: the store did not answer in {STORE_PROBE_SECONDS:g}s; {cause}"
+        return f"{gang.host} left: the store is gone; {cause}"
+    if answered and value:
+        left = []
+        for entry in bytes(value).decode(errors="replace").splitlines():
+            rank, _, said = entry.partition("\t")
+            if rank.isdigit() and int(rank) != gang.rank:
+                left.append(f"rank {rank} ({said})")
+        if left:
+            shown = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
+            return f"{shown} left first; {cause}"
+    return line
+
+
+def linger(gang: Gang | None) -> None:
+    """The store's host, ending on a failure (its own, or a peer's it saw first), keeps the store up until every
+    peer that has not said it left has asked who did (who_left), for at most STORE_LINGER_SECONDS: gone at once, it
+    left its peers' messages saying only that it went, whoever went first (a peer blocked on a receive from it
+    alone fails only once it goes)."""
+    if gang is None or not hosts_store(gang.rank):
+        return
+
+    def accounted() -> int:  # peers that said they left (failing alike, as a ConfigError on every rank) or asked
+        said = gang.store.get(gang.left_key) if gang.store.check([gang.left_key]) else b""
+        leavers = {line.partition("\t")[0] for line in bytes(said).decode(errors="replace").splitlines()} - {str(gang.rank)}
+        return len(leavers) + int(gang.store.add(gang.asked_key, 0))
+
+    give_up = time.monotonic() + STORE_LINGER_SECONDS
+    while time.monotonic() < give_up:
+        answered, count = _on_store(accounted)
+        if not answered or int(count) >= gang.world_size - 1:
+            return
+        time.sleep(0.02)
+
+
+def safe_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def rendezvous_store(master: str, port_text: str | None, rank: int, world_size: int,
                      timeout: timedelta) -> tuple[dist.Store, socket.socket | None]:
     """The store every rank meets on, as init_process_group's env:// would make it (torch's
@@ -305,9 +426,11 @@ def rendezvous_store(master: str, port_text: str | None, rank: int, world_size: 
     return dist.TCPStore(master, port, world_size, is_master=False, timeout=timeout), None
 
 
-def check_in(store: dist.Store, rank: int, world_size: int, deadline: float, waited_from: float) -> None:
+def check_in(store: dist.Store, rank: int, world_size: int, deadline: float, waited_from: float,
+             host: str | None = None) -> None:
     """Announce this rank on the store and wait, until the rendezvous deadline, for every rank to
-    have announced itself; PeerLost naming the ranks that did not. init_process_group's own wait for
+    have announced itself; PeerLost naming the ranks that did not, or the store's `host` (store_host; None on
+    the rank that hosts it) when the store itself stops answering. init_process_group's own wait for
     its peers lasts the collective timeout (the store's), 30 minutes by default, while a gang whose
     peer hung before joining holds every GPU with nothing to show."""
     agent_restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
@@ -319,6 +442,9 @@ def check_in(store: dist.Store, rank: int, world_size: int, deadline: float, wai
         missing = None
         with contextlib.suppress(dist.DistError, RuntimeError):  # the store may be gone too (rank 0 left)
             missing = [r for r, key in enumerate(keys) if not store.check([key])]
+        if missing is None and host is not None:  # the store no longer answers: its host left, whoever else is missing
+            raise PeerLost(f"rendezvous: {host} left before every rank joined ({time.monotonic() - waited_from:.1f}s in): "
+                           f"{collective_failure(e)}") from e
         message = rendezvous_timed_out(time.monotonic() - waited_from, world_size, missing)
         raise PeerLost(message if missing else f"{message}: {collective_failure(e)}") from e
 
@@ -356,11 +482,14 @@ def process_group(
         wait_for_store(master, port_text, deadline)
     timeout = timedelta(seconds=collective_timeout_seconds)
     listener = None
+    host = None if hosts_store(rank) else store_host(master, port_text)
     while True:
+        reached = False  # the store answered this attempt
         try:
             left = timedelta(seconds=max(1.0, deadline - time.monotonic()))  # a client's connect retries this long
             store, listener = rendezvous_store(master, port_text, rank, world_size, left)
-            check_in(store, rank, world_size, deadline, started)
+            reached = True
+            check_in(store, rank, world_size, deadline, started, host)
             store.set_timeout(timeout)  # everyone is here: from now on a wait is a collective's
             dist.init_process_group(chosen, rank=rank, world_size=world_size, timeout=timeout,
                                     store=dist.PrefixStore("default_pg", store))  # where env:// puts its keys
@@ -375,17 +504,33 @@ def process_group(
             # the failed attempt's store serves the port until it is released: rank 0 could never host it again
             store = listener = None
             if time.monotonic() > deadline:
-                raise PeerLost(f"rendezvous did not complete in {time.monotonic() - started:.1f}s "
+                waited = time.monotonic() - started
+                if not reached and host is not None:  # rank 0 never answered: it never started, or left, or hangs
+                    raise PeerLost(f"rendezvous: {host} did not answer for {waited:.1f}s (runPolicy.rendezvousTimeoutSeconds"
+                                   f" {rendezvous_timeout_seconds}): it never started, or left: {e}") from e
+                raise PeerLost(f"rendezvous did not complete in {waited:.1f}s "
                                f"(runPolicy.rendezvousTimeoutSeconds {rendezvous_timeout_seconds}): {e}") from e
             time.sleep(1.0)
     if chosen == "gloo":
         calm_gloo_loop()
+    global GANG
+    GANG = Gang(store, rank, world_size, host or store_host(master, port_text),
+                f"{CHECK_IN_PREFIX}/{os.environ.get('TORCHELASTIC_RESTART_COUNT') or 0}")
+    gang, failed = GANG, False
     try:
         yield Dist(rank, world_size, local_rank, local_world_size, device, chosen,
                    yield_window(read_cpu_quota(), local_world_size))
+    except Exception as e:
+        failed = True
+        if not isinstance(e, PeerLost):  # its own failure, not the echo of a peer's: said before its peers see it gone
+            announce_leaving(gang, e)
+        raise
     finally:
+        GANG = None
         with contextlib.suppress(Exception):  # a dead peer must not block exit
             dist.destroy_process_group()
+        if failed:  # after the group is gone: a peer blocked on this rank alone fails now, and asks who left
+            linger(gang)
         if listener is not None:
             listener.close()
 
@@ -399,7 +544,7 @@ def collectives() -> Iterator[None]:
         raise
     except (dist.DistError, RuntimeError) as e:
         if isinstance(e, dist.DistError) or _looks_like_comm_error(e):
-            raise PeerLost(collective_failure(e)) from e
+            raise PeerLost(who_left(GANG, e)) from e
         raise
 
 
