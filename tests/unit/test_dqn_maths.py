@@ -57,6 +57,22 @@ def test_huber_loss_of_the_taken_action():
     assert dqn_loss(q, actions, targets).item() == pytest.approx((0.5 * 0.25 + (3 - 0.5)) / 2)
 
 
+def test_mse_loss_of_the_taken_action_as_cleanrls_dqn():
+    """spec.dqn.loss: mse regresses as CleanRL's dqn.py (F.mse_loss), no half, no clipping of the error."""
+    q = torch.tensor([[1.0, 5.0], [0.0, 2.0]])
+    actions = torch.tensor([1, 0])
+    targets = torch.tensor([5.5, 3.0])
+    assert dqn_loss(q, actions, targets, "mse").item() == pytest.approx((0.25 + 9.0) / 2)
+    with pytest.raises(ValueError, match="huber or mse"):
+        dqn_loss(q, actions, targets, "l1")
+
+
+def test_the_loss_is_a_spec_field_huber_by_default():
+    assert DQNConfig().loss == "huber" and DQNConfig(loss="mse").loss == "mse"
+    with pytest.raises(ValueError, match="loss"):
+        DQNConfig(loss="l1")
+
+
 def test_soft_update_moves_by_tau_and_hard_copy_at_one():
     online, target = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
     before = target.weight.detach().clone()

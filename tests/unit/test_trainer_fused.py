@@ -265,7 +265,7 @@ def q_module_step(agent, target, optimizer, batch, hp):
     with torch.no_grad():
         next_q_online = agent(next_obs) if hp.double_dqn else None
         targets = td_targets(returns, discount, target(next_obs), next_q_online)
-    loss = dqn_loss(agent(obs), actions, targets)
+    loss = dqn_loss(agent(obs), actions, targets, hp.loss)
     loss.backward()
     grads = [p.grad.clone() for p in agent.parameters()]
     nn.utils.clip_grad_norm_(agent.parameters(), hp.max_grad_norm, foreach=True)
@@ -281,12 +281,12 @@ def q_batch(rng, batch=32, obs_dim=OBS_DIM, actions=3):
             f32(rng.normal(scale=2.0, size=batch)), f32(discount), f32(rng.normal(size=(batch, obs_dim))))
 
 
-@pytest.mark.parametrize("double_dqn", [True, False])
-def test_fused_q_steps_equal_the_module_path(double_dqn):
+@pytest.mark.parametrize(("double_dqn", "loss"), [(True, "huber"), (False, "huber"), (True, "mse")])
+def test_fused_q_steps_equal_the_module_path(double_dqn, loss):
     from kuberl.core.spec import DQNConfig
     from kuberl_trainer.dqn import QNetwork, soft_update
 
-    hp = DQNConfig(double_dqn=double_dqn, max_grad_norm=0.05, hidden_sizes=[32, 32])
+    hp = DQNConfig(double_dqn=double_dqn, max_grad_norm=0.05, hidden_sizes=[32, 32], loss=loss)
     torch.manual_seed(0)
     reference, reference_target = QNetwork(OBS_DIM, 3, [32, 32]), QNetwork(OBS_DIM, 3, [32, 32])
     agent, target = copy.deepcopy(reference), copy.deepcopy(reference_target)
@@ -313,14 +313,15 @@ def test_fused_q_steps_equal_the_module_path(double_dqn):
         np.testing.assert_allclose(state["exp_avg_sq"].numpy(), expected["exp_avg_sq"].numpy(), rtol=1e-4, atol=1e-10)
 
 
-@pytest.mark.parametrize("double_dqn", [True, False])  # vanilla: learn() takes a whole draw's TD targets at once
-def test_dqn_trainer_learns_through_the_fused_step_as_through_the_module_path(monkeypatch, double_dqn):
+# vanilla: learn() takes a whole draw's TD targets at once
+@pytest.mark.parametrize(("double_dqn", "loss"), [(True, "huber"), (False, "huber"), (False, "mse")])
+def test_dqn_trainer_learns_through_the_fused_step_as_through_the_module_path(monkeypatch, double_dqn, loss):
     from kuberl.core.spec import DQNConfig
     from kuberl_trainer.distributed import Dist
     from kuberl_trainer.dqn import DQNTrainer
 
     hp = DQNConfig(learning_starts=64, batch_size=32, train_frequency=16, gradient_steps=4, target_update_interval=32,
-                   hidden_sizes=[16, 16], tau=0.5, double_dqn=double_dqn)
+                   hidden_sizes=[16, 16], tau=0.5, double_dqn=double_dqn, loss=loss)
 
     def trainer():
         return DQNTrainer(Dist(0, 1, 0, 1, torch.device("cpu"), None), hp, "CartPole-v1", 4, {}, 10**6, seed=3, restart=0)

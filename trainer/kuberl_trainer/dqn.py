@@ -20,7 +20,7 @@ steps in proportion, so the update-to-data ratio gradientSteps /
 trainFrequency holds whatever numEnvs is. Defaults (spec.DQNConfig): 3-step
 returns, double DQN, Huber loss, a hard target copy every 500 env steps per
 rank, epsilon decaying linearly from 1 to 0.05 over the first 20% of
-totalTimesteps.
+totalTimesteps (spec.dqn.loss: mse for CleanRL's squared error).
 
 Checkpoints hold the online and target networks, the optimiser and the
 counters. Replay contents are per rank and NOT checkpointed (a resumed run
@@ -96,16 +96,21 @@ def td_targets(returns: torch.Tensor, discount: torch.Tensor, next_q_target: tor
     return returns + discount * best
 
 
-def dqn_loss(q: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean Huber loss of Q(s, a) against the targets; q (B, A), the rest (B,)."""
+def dqn_loss(q: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor, kind: str = "huber") -> torch.Tensor:
+    """Mean loss of Q(s, a) against the targets, spec.dqn.loss: huber (smooth L1, beta 1: SB3's DQN)
+    or mse (CleanRL's dqn.py); q (B, A), the rest (B,)."""
     chosen = q.gather(1, actions.long().reshape(-1, 1)).squeeze(1)
-    return nn.functional.smooth_l1_loss(chosen, targets)
+    if kind == "huber":
+        return nn.functional.smooth_l1_loss(chosen, targets)
+    if kind == "mse":
+        return nn.functional.mse_loss(chosen, targets)
+    raise ValueError(f"spec.dqn.loss: expected huber or mse (got {kind!r})")
 
 
 def q_loss(q: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, discount: torch.Tensor,
-           next_q_target: torch.Tensor, next_q_online: torch.Tensor | None) -> torch.Tensor:
+           next_q_target: torch.Tensor, next_q_online: torch.Tensor | None, kind: str = "huber") -> torch.Tensor:
     """dqn_loss against td_targets: the loss the learner (learners.q_learner) minimises."""
-    return dqn_loss(q, actions, td_targets(returns, discount, next_q_target, next_q_online))
+    return dqn_loss(q, actions, td_targets(returns, discount, next_q_target, next_q_online), kind)
 
 
 # --- The trainer -----------------------------------------------------------

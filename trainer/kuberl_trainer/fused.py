@@ -407,7 +407,7 @@ def supports_q(network: nn.Module, device: torch.device, precision: str = "fp32"
 
 class FusedQStep(FlatAdam):
     """DQN's gradient step (dqn.DQNTrainer.gradient_step: TD targets from the
-    target network, double or not, Huber loss of the taken action's value,
+    target network, double or not, spec.dqn.loss of the taken action's value,
     backward, clipping, Adam) for a ReLU MLP Q network by hand. The online
     network's parameters are views of `flat`; the target's of `target_flat`
     (same layout), so a soft or hard target update is one op."""
@@ -515,13 +515,13 @@ class FusedQStep(FlatAdam):
         (next_q_target: target_q(next_obs), when the caller has it already).
         Returns the loss (a 0-d tensor)."""
         error = self.step_towards(obs, actions, self.targets(returns, discount, next_obs, next_q_target))
-        return huber(error)
+        return td_loss(error, self.hp.loss)
 
     def step_towards(self, obs: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor,
                      error: torch.Tensor | None = None) -> torch.Tensor:
         """One optimiser step towards the TD targets (B,). Returns the TD error
         Q(s, a) - target (B,), written into `error` when given: the loss is a
-        function of it (`huber`), which learn() takes once for all its steps."""
+        function of it (`td_loss`), which learn() takes once for all its steps."""
         batch = obs.shape[0]
         buf = self._buffers(batch)
         hidden, d, d_t = buf["h"], buf["d"], buf["d_t"]
@@ -529,8 +529,9 @@ class FusedQStep(FlatAdam):
         q = self.q_values(self.online_layers, obs, hidden)
         index = actions.long().reshape(-1, 1)
         error = torch.sub(q.gather(1, index).squeeze(1), targets, out=error)
-        # Huber's derivative (beta 1): the error clamped to [-1, 1], over the batch mean
-        d[-1].zero_().scatter_(1, index, error.clamp(-1.0, 1.0).div_(batch).unsqueeze(1))
+        # the mean loss's derivative: Huber's (beta 1) the error clamped to [-1, 1]; the squared error's twice it
+        slope = error.clamp(-1.0, 1.0).div_(batch) if self.hp.loss == "huber" else error.mul(2.0 / batch)
+        d[-1].zero_().scatter_(1, index, slope.unsqueeze(1))
         for k in range(self.layers - 1, -1, -1):
             below = obs if k == 0 else hidden[k - 1]
             torch.mm(d_t[k], below, out=self.grad_weights[k])
@@ -544,6 +545,11 @@ class FusedQStep(FlatAdam):
                 relu_backward(d_below, hidden[k - 1], 0.0, grad_input=d_below)
         self.apply_gradient(self.hp.max_grad_norm)
         return error
+
+
+def td_loss(error: torch.Tensor, kind: str) -> torch.Tensor:
+    """dqn.dqn_loss from the TD errors (spec.dqn.loss), the mean over the last axis."""
+    return error.square().mean(-1) if kind == "mse" else huber(error)
 
 
 def huber(error: torch.Tensor) -> torch.Tensor:

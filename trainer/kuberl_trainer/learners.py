@@ -281,7 +281,7 @@ class AutogradQLearner:
             next_q_online = self.agent.q_values(next_inputs).float() if self.hp.double_dqn else None
         with autocast(self.ctx.device, precision):
             q = self.model(obs).float()
-        loss = self.loss(q, actions, returns, discount, next_q_target, next_q_online)
+        loss = self.loss(q, actions, returns, discount, next_q_target, next_q_online, self.hp.loss)
         forwarded = time.perf_counter()
         with distributed.collectives():
             loss.backward()
@@ -364,7 +364,7 @@ class FusedQLearner:
             else:
                 step_targets = targets[part]
             step.step_towards(obs[part], actions[part], step_targets, errors[k])
-        total = fused.huber(errors).sum()
+        total = fused.td_loss(errors, self.hp.loss).sum()
         self.timings["backward_optimizer"] += time.perf_counter() - started
         return total
 

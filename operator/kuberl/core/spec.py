@@ -104,6 +104,7 @@ class DQNConfig(Model):
     exploration_final_eps: float = Field(0.05, ge=0, le=1, description="Final epsilon.")
     exploration_fraction: float = Field(0.2, gt=0, le=1, description="Fraction of totalTimesteps over which epsilon decays.")
     max_grad_norm: float = Field(10.0, gt=0, le=1000, description="Global gradient norm clip.")
+    loss: Literal["huber", "mse"] = Field("huber", description="TD loss: huber (smooth L1, SB3's DQN) or mse (squared error, CleanRL's dqn.py).")
     hidden_sizes: list[HiddenWidth] = Field([128, 128], min_length=1, max_length=8, description="Hidden layer widths of the Q network.")
     policy: Literal["auto", "mlp", "cnn"] = Field("auto", description="Network torso: auto picks the Nature DQN CNN for uint8 image observations (Atari) and an MLP otherwise; mlp or cnn force one.")
     precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16: autocast the network's forward pass (GPUs with bf16, or CPU); losses, log-probs and targets stay fp32.")

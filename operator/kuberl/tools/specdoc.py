@@ -88,9 +88,9 @@ MATCHED = (
      ("Epsilon decays linearly over explorationFraction x totalTimesteps transitions (all ranks), taken before each"
       " update's steps. Each env of a vector step draws its own coin; SB3's DQN.predict and CleanRL's dqn.py draw one"
       " per vector step, so all their envs explore at once or none does (the same rate per env).")),
-    ("`dqn` (loss)", "SB3",
-     ("Huber (smooth L1) TD loss, as SB3's DQN; CleanRL's dqn.py regresses with MSE, which kuberl does not offer."
-      " Gradients clipped at maxGradNorm (SB3's 10; CleanRL does not clip).")),
+    ("`dqn.loss`, `dqn.maxGradNorm`", "SB3 by default",
+     ("Huber (smooth L1, beta 1) TD loss by default, as SB3's DQN; `loss: mse` is CleanRL's dqn.py's squared error."
+      " Gradients clipped at maxGradNorm (SB3's 10; CleanRL does not clip: its largest value, 1000, comes nearest).")),
     ("`success.targetReturn` (evaluation)", "SB3's `evaluate_policy`, but PPO's discrete actions as CleanRL's `ppo_eval`",
      ("Mean undiscounted return of each of evalEpisodes envs' first episode, env i reset with seed + i, the seed"
       " derived from spec.seed and the update (kuberl eval: --seed), apart from every rank's: a rerun scores the"
