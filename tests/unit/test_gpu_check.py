@@ -5,7 +5,11 @@ profile (the section a GPU session reads to see where an optimiser step's
 time goes) must run on the same code with the CPU's profiler."""
 
 import importlib.util
+import json
 import pathlib
+import re
+import sys
+import time
 
 import pytest
 import torch
@@ -17,8 +21,10 @@ GPU_CHECK = pathlib.Path(__file__).resolve().parents[2] / "bench" / "gpu_check.p
 def gpu_check():
     spec = importlib.util.spec_from_file_location("gpu_check", GPU_CHECK)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
-    return module
+    yield module
+    sys.modules.pop(spec.name, None)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: make gpu-check runs for real")
@@ -72,3 +78,78 @@ def test_the_goals_are_judged_from_figures_of_the_same_run(gpu_check):
         "GPU busy during PPO: 18.6% (reported)",
         "launch to first env step, warm: 15.4 s (goal <= 5 s: not met; python and imports 2.4, envs 12.7)"]
     assert gpu_check.goals({"ppo": {"error": "RuntimeError: x"}}) == []  # a failed section judges nothing
+
+
+def test_a_section_gpu_check_only_does_not_know_is_refused_before_anything_runs(gpu_check, monkeypatch, capsys):
+    """A typo (graph for graphs) would otherwise spend a GPU session's only run measuring nothing."""
+    monkeypatch.setenv("GPU_CHECK_ONLY", "update,graph")
+    assert gpu_check.main() == 2
+    out = capsys.readouterr().out
+    assert "GPU_CHECK_ONLY names no section graph" in out and "graphs" in out and "plan" not in out
+
+
+def test_a_deadline_that_leaves_no_time_skips_every_section_saying_so_and_still_writes_the_summary(
+        gpu_check, monkeypatch, capsys, tmp_path):
+    for name in ("SIZES", "OUT", "RUNS", "DEADLINE"):  # main() sets them: restored for the other tests
+        monkeypatch.setattr(gpu_check, name, getattr(gpu_check, name))
+    monkeypatch.setenv("GPU_CHECK_REHEARSE", "1")
+    monkeypatch.setenv("GPU_CHECK_SECONDS", "0")
+    monkeypatch.setenv("GPU_CHECK_OUT", str(tmp_path / "out"))
+    monkeypatch.setenv("GPU_CHECK_RUNS", str(tmp_path / "runs"))
+    assert gpu_check.main() == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gpu-check plan (device cpu, rehearsal; GPU_CHECK_SECONDS 0.0")  # the plan comes first
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    sections = ["machine", *gpu_check.ORDER]
+    assert list(summary["plan"]["budgets"]) == sections
+    for name in sections:
+        assert summary[name]["skipped"].startswith("0 s left of GPU_CHECK_SECONDS"), name
+        assert f"{name} SKIPPED" in out
+    assert summary["failed_sections"] == []
+
+
+def test_without_nvidia_smi_the_gpu_windows_say_so_instead_of_a_figure(gpu_check):
+    sampler = gpu_check.GpuSampler("no-such-nvidia-smi")
+    window = sampler.window(0, time.monotonic())
+    sampler.stop()
+    assert window["gpu_util_mean"] is None and window["gpu_mem_max_mib"] is None
+    assert "no-such-nvidia-smi could not be started" in window["gpu_sampler"]
+
+
+def test_the_gpu_tiers_counts_and_failures_are_read_from_pytests_closing_lines(gpu_check):
+    output = ("....FF.ss\nFAILED tests/gpu/test_cuda_paths.py::test_dqn_learns_pong_from_pixels_on_one_gpu[fp32] - RuntimeError\n"
+              "ERROR tests/gpu/test_cuda_paths.py::test_x - ImportError\n"
+              "2 failed, 7 passed, 2 skipped, 1 error in 41.20s\n")
+    counts = gpu_check.pytest_counts(output)
+    assert {k: counts[k] for k in ("passed", "failed", "skipped", "errors")} == {"passed": 7, "failed": 2, "skipped": 2, "errors": 1}
+    assert counts["failures"] == ["tests/gpu/test_cuda_paths.py::test_dqn_learns_pong_from_pixels_on_one_gpu[fp32]",
+                                  "tests/gpu/test_cuda_paths.py::test_x"]
+    assert gpu_check.pytest_counts("")["passed"] == 0  # a tier stopped before its closing line: nothing counted
+
+
+def test_a_rate_comes_from_the_first_generations_records_past_its_warm_up(gpu_check, tmp_path):
+    run = tmp_path / "pong-ppo-gpu" / "checkpoints" / "x"
+    run.mkdir(parents=True)
+    records = [{"timesteps": 1000 * i, "wall_seconds": float(i), "restart": 0, "episode_return_mean": -21.0 + i}
+               for i in range(1, 11)]
+    records += [{"timesteps": 99_000, "wall_seconds": 1.0, "restart": 1}]  # a later generation's clock starts again
+    (run / "progress.jsonl").write_text("\n".join(map(json.dumps, records)) + "\nnot json\n")
+    assert gpu_check.progress_rate(tmp_path / "pong-ppo-gpu") == {"env_steps_per_s": 1000, "timesteps": 10_000,
+                                                                  "return_last": -11.0}
+    assert gpu_check.progress_rate(tmp_path / "pong-ppo-gpu", after_timesteps=9000)["env_steps_per_s"] is None
+
+
+def test_the_device_command_in_the_docs_fits_its_limit_with_the_sections_it_names(gpu_check):
+    """docs/testing.md's command for a lent GPU machine: its sections' budgets within its
+    GPU_CHECK_SECONDS, and that with the venv's minute within the command's timeout_s."""
+    text = (pathlib.Path(gpu_check.ROOT) / "docs" / "testing.md").read_text()
+    command = next(line for line in text.splitlines() if "make gpu-check-offline" in line and "GPU_CHECK_OUT=$OUT" in line)
+    only = re.search(r"GPU_CHECK_ONLY=([\w,]+)", command).group(1).split(",")
+    seconds = float(re.search(r"GPU_CHECK_SECONDS=(\d+)", command).group(1))
+    timeout_s = float(re.search(r"timeout_s (\d+)", text).group(1))
+    assert set(only) <= set(gpu_check.ORDER)
+    planned = gpu_check.GPU.budgets["machine"] + sum(gpu_check.GPU.budgets[name] for name in only)
+    assert planned <= seconds and seconds + 60 <= timeout_s <= 600, (planned, seconds, timeout_s)
+    launches = gpu_check.GPU.launches
+    assert launches["ppo-cold"][0] + launches["ppo-warm"][0] + launches["ppo-lagged-cold"][0] < gpu_check.GPU.budgets["ppo"]
+    assert launches["dqn-cold"][0] < gpu_check.GPU.budgets["dqn"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,7 +81,48 @@ def test_make_gpu_wheels_fetches_the_pinned_packages_a_cuda_image_lacks_and_no_t
 def test_make_gpu_check_offline_keeps_the_images_torch_and_installs_nothing_from_an_index(tmp_path):
     # make -n also dry-runs the gpu-check it ends with, which sees no stamps (nothing was touched): its own part is first
     out = make_dry("gpu-check-offline", f"VENV={tmp_path / 'venv'}").split("Entering directory")[0]
-    assert f"python3 -m venv --system-site-packages {tmp_path / 'venv'}" in out
+    assert f"python3 -m venv --system-site-packages --without-pip {tmp_path / 'venv'}" in out
     installs = [line for line in out.splitlines() if " install " in line]
     assert installs and all("--no-index" in line for line in installs), installs
     assert f"touch {tmp_path / 'venv'}/.installed-train {tmp_path / 'venv'}/.installed" in out
+
+
+def test_make_gpu_venv_sees_the_torch_of_a_python3_that_is_itself_a_venv(tmp_path):
+    """The lent GPU machines' python3 is a venv (/opt/torch/.venv) holding CUDA torch. A venv made from
+    it with --system-site-packages alone sees its BASE interpreter's packages, not torch: gpu-check
+    would have skipped ('torch is not installed here') and the GPU tier failed to import, in the
+    session's one device run. Here python3 is such a venv, with a stand-in torch package."""
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    image = tmp_path / "image"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(image)], check=True)
+    site = Path(subprocess.run([str(image / "bin" / "python3"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text("__version__ = '2.11.0+image'\nfrom . import version\n")
+    (site / "torch" / "version.py").write_text("cuda = '13.0'\n")
+    (site / "image_extras.pth").write_text(f"{tmp_path / 'extras'}\n")  # python3's own .pth files count too
+    (tmp_path / "extras").mkdir()
+    (tmp_path / "extras" / "image_extra.py").write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "VIRTUAL_ENV")}
+    env["PATH"] = f"{image / 'bin'}{os.pathsep}{env['PATH']}"
+    venv = tmp_path / "venv"
+    done = subprocess.run(["make", "--no-print-directory", "gpu-venv", f"VENV={venv}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"gpu-check-offline: torch 2.11.0+image CUDA 13.0 from {site / 'torch' / '__init__.py'}" in done.stdout
+    seen = subprocess.run([str(venv / "bin" / "python"), "-c", "import image_extra, sys; print(sys.path)"],
+                          capture_output=True, text=True, check=True).stdout
+    assert seen.index(str(venv)) < seen.index(str(site))  # the venv's own packages (.whl's pins) come first
+
+
+def test_make_gpu_venv_stops_when_the_venv_cannot_import_torch(tmp_path):
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    image = tmp_path / "image"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(image)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "VIRTUAL_ENV")}
+    env["PATH"] = f"{image / 'bin'}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(["make", "--no-print-directory", "gpu-venv", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode != 0 and "does not see python3's torch" in done.stdout

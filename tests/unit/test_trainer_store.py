@@ -10,6 +10,7 @@ import time
 from datetime import timedelta
 
 import pytest
+import torch
 import torch.distributed as dist
 from kuberl_trainer.distributed import (
     BadEnvironment,
@@ -102,3 +103,51 @@ def test_check_in_waits_for_every_rank_until_the_rendezvous_deadline_alone():
         check_in(store, 0, 3, time.monotonic() + 5, started)  # everyone is here: returns at once
     finally:
         listener.close()
+
+
+def test_backend_nccl_where_torch_sees_no_cuda_fails_at_once_naming_the_field(monkeypatch):
+    """spec.rendezvous.backend nccl on a machine without GPUs: every rank refuses before the
+    store (no rank waits for a peer until the rendezvous deadline), naming the field to change;
+    the gpusPerWorker advice that a missing GPU among several gets would not help here."""
+    from kuberl_trainer import distributed
+
+    port = free_port()
+    for rank in ("0", "1"):
+        for name, value in {"RANK": rank, "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                            "MASTER_ADDR": "127.0.0.7", "MASTER_PORT": str(port)}.items():
+            monkeypatch.setenv(name, value)
+        started = time.monotonic()
+        with pytest.raises(BadEnvironment, match=r"^spec.rendezvous.backend: nccl needs a CUDA device per process, "
+                                                 r"but torch \S+ sees none here"), \
+                distributed.process_group("nccl", collective_timeout_seconds=30, rendezvous_timeout_seconds=30):
+            pass
+        assert time.monotonic() - started < 5
+        with socket.socket() as probe:  # rank 0 hosted no store
+            probe.settimeout(2)
+            assert probe.connect_ex(("127.0.0.7", port)) != 0
+
+
+def test_a_gpu_rank_binds_the_gpu_its_local_rank_names_before_it_joins_the_nccl_group(monkeypatch):
+    """Rank 6 of 8 (the second pod of two, 4 GPUs each, LOCAL_RANK 2) through the real store path: cuda:2,
+    set as the current device before init_process_group (NCCL binds to it), backend auto choosing NCCL.
+    This machine has no GPU: only torch.cuda's answers are stood in for; tests/gpu runs them on one GPU."""
+    from kuberl_trainer import distributed
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
+    monkeypatch.setattr(dist, "init_process_group",
+                        lambda backend, rank, world_size, timeout, store: calls.append(("init", backend, rank, world_size)))
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: calls.append(("destroy",)))
+    port = free_port()
+    rank_0 = dist.TCPStore("127.0.0.1", port, 8, is_master=True, timeout=TIMEOUT, wait_for_workers=False)
+    for rank in (0, 1, 2, 3, 4, 5, 7):  # every other rank has checked in
+        rank_0.set(check_in_key(rank), "1")
+    for name, value in {"RANK": "6", "WORLD_SIZE": "8", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "4",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    with distributed.process_group("auto", collective_timeout_seconds=10, rendezvous_timeout_seconds=10) as ctx:
+        assert (ctx.rank, ctx.world_size, ctx.local_rank, ctx.device, ctx.backend) == (6, 8, 2, torch.device("cuda", 2), "nccl")
+    assert calls == [("set_device", torch.device("cuda", 2)), ("init", "nccl", 6, 8), ("destroy",)]
+    assert rank_0.check([check_in_key(6)])

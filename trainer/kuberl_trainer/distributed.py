@@ -465,6 +465,10 @@ def process_group(
     local_world_size = _int_env(contract.ENV_LOCAL_WORLD_SIZE, _int_env(contract.ENV_NPROC_PER_NODE, 1))
     chosen = choose_backend(backend)
     if chosen == "nccl":
+        if torch.cuda.device_count() == 0:  # only a spec's explicit nccl gets here: auto picks gloo without CUDA
+            raise BadEnvironment(
+                f"spec.rendezvous.backend: nccl needs a CUDA device per process, but torch {torch.__version__} sees "
+                f"none here (a CPU build of torch, or no GPU on this machine): use auto (gloo without CUDA) or gloo")
         device = cuda_device(local_rank, local_world_size, torch.cuda.device_count())
         torch.cuda.set_device(device)  # before the group: NCCL binds to it
     else:
