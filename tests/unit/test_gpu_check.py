@@ -124,7 +124,12 @@ def test_the_gpu_tiers_counts_and_failures_are_read_from_pytests_closing_lines(g
     assert {k: counts[k] for k in ("passed", "failed", "skipped", "errors")} == {"passed": 7, "failed": 2, "skipped": 2, "errors": 1}
     assert counts["failures"] == ["tests/gpu/test_cuda_paths.py::test_dqn_learns_pong_from_pixels_on_one_gpu[fp32]",
                                   "tests/gpu/test_cuda_paths.py::test_x"]
-    assert gpu_check.pytest_counts("")["passed"] == 0  # a tier stopped before its closing line: nothing counted
+    stopped = ("tests/gpu/test_cuda_paths.py::test_a PASSED [  7%]\n"
+               "tests/gpu/test_cuda_paths.py::test_b[fp32] FAILED [ 14%]\n"
+               "tests/gpu/test_cuda_paths.py::test_c SKIPPED (no bf16) [ 21%]\n")  # stopped at its budget: pytest -v's lines so far
+    counts = gpu_check.pytest_counts(stopped)
+    assert {k: counts[k] for k in ("passed", "failed", "skipped", "errors")} == {"passed": 1, "failed": 1, "skipped": 1, "errors": 0}
+    assert counts["failures"] == ["tests/gpu/test_cuda_paths.py::test_b[fp32]"]
 
 
 def test_a_rate_comes_from_the_first_generations_records_past_its_warm_up(gpu_check, tmp_path):
