@@ -4,6 +4,7 @@ client both get their token from the plugin, and both run it again after a 401."
 import asyncio
 import pathlib
 import sys
+import time
 
 import pytest
 import yaml
@@ -114,3 +115,27 @@ def test_a_token_the_server_keeps_refusing_fails_the_call_after_one_new_login(au
     assert (error.status, error.reason, error.message) == (401, 'Unauthorized', 'Unauthorized')
     assert plugin_runs(state) == 2
     assert api_errors(metrics, '401') == 1
+
+
+def test_the_credential_plugin_failing_for_a_while_stops_no_check_of_the_operator(authenticating_standin, tmp_path):
+    """The plugin failing when the operator's own client logs in again (a lapsed cloud login) raised kubernetes_asyncio's
+    ConfigException, which none of the operator's background checks expected: each one it reached ended for good,
+    unseen. The watch heartbeat among them: once the plugin worked again, /healthz still failed its silence and
+    the kubelet restarted a healthy operator ("watches silent for …s"). Each check now says it and goes on."""
+    standin, state = authenticating_standin, tmp_path / 'plugin'
+    op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE, '--watch-timeout', '2',
+                  kubeconfig=exec_kubeconfig(standin, state)).start()
+    try:
+        (state / 'fail').touch()
+        revoke_issued(standin, state)  # the next call of each client gets 401, and logs in through the failing plugin
+        wait_for(lambda: 'the cloud login lapsed' in op.log(), timeout=30, what='a login through the failing plugin')
+        time.sleep(3)
+        (state / 'fail').unlink()
+        heard = op.log().count('watches heard from again')
+        time.sleep(12)  # twice the heartbeat's silent bound (--watch-timeout 2: 6.2 s)
+        assert op.healthy(), op.log()[-4000:]
+        log = op.log()
+        assert 'watches silent for' not in log[log.rindex('the cloud login lapsed'):] or log.count('watches heard from again') > heard, log[-4000:]
+        assert 'watch heartbeat failed' in log, log[-4000:]
+    finally:
+        op.stop()

@@ -121,7 +121,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         settings.peering.mandatory = True
         settings.peering.lifetime = shell.config.peering_lifetime
         shell.peering = PeeringCheck(shell.config, shell.metrics)
-        shell.peering.task = asyncio.create_task(shell.peering.run(KubeApi(settings, logger, shell.metrics)))
+        peering_api = KubeApi(settings, logger, shell.metrics)
+        shell.peering.task = asyncio.create_task(supervised("the peering check", lambda: shell.peering.run(peering_api)))
     shell.reconcile_slots = asyncio.Semaphore(shell.config.max_concurrent_reconciles)
     # No cap on connections: scrapes wait outside the reconcile slots, and a pool of 100 (aiohttp's
     # default) would let 100 silent rank 0s starve every other job's scrape.
@@ -131,13 +132,37 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     if shell.refused is not None and shell.refused.namespaces:
         # its 403s are what it looks for: the refusal is counted once, by kuberl_operator_namespace_refused and its alert
         refused_api = KubeApi(settings, logger, shell.metrics, answers=(kubeapi.Forbidden,))
-        shell.refused.task = asyncio.create_task(shell.refused.run(refused_api))
+        shell.refused.task = asyncio.create_task(supervised("the recheck of refused namespaces", lambda: shell.refused.run(refused_api)))
     recheck = FinalizerRecheck(shell.finalizer_refused, restart_in_place, FINALIZER_RECHECK_SECONDS)
-    recheck.task = asyncio.create_task(recheck.run(KubeApi(settings, logger, shell.metrics, answers=(kubeapi.Forbidden,))))
+    recheck_api = KubeApi(settings, logger, shell.metrics, answers=(kubeapi.Forbidden,))
+    recheck.task = asyncio.create_task(supervised("the finalizer recheck", lambda: recheck.run(recheck_api)))
     shell.finalizer_recheck = recheck
-    shell.heartbeat = WatchHeartbeat(shell.config.watch, restart_in_place)
-    shell.heartbeat.task = asyncio.create_task(
-        shell.heartbeat.run(KubeApi(settings, logger, shell.metrics), shell.config.namespaces[:1] or (None,)))
+    heartbeat, heartbeat_api = WatchHeartbeat(shell.config.watch, restart_in_place), KubeApi(settings, logger, shell.metrics)
+    shell.heartbeat = heartbeat
+    heartbeat.task = asyncio.create_task(
+        supervised("the watch heartbeat", lambda: heartbeat.run(heartbeat_api, shell.config.namespaces[:1] or (None,))))
+
+
+SUPERVISED_MAX_DELAY_SECONDS = 30.0
+
+
+async def supervised(name: str, run: Callable[[], Awaitable[None]], clock: Callable[[], float] = time.monotonic) -> None:
+    """One of the operator's background checks, started again after any failure it did not expect (the credential
+    plugin failing as the client logs in again raises kubernetes_asyncio's ConfigException): it ended for good,
+    unseen, and what it watched went unwatched (a refused namespace never taken back, the heartbeat silent so
+    /healthz failed a healthy operator). Each failure is said; 1, 2, 4 … 30 s between quick ones."""
+    failures = 0
+    while True:
+        started = clock()
+        try:
+            await run()
+            return
+        except Exception as error:  # said, and the check goes on
+            failures = failures + 1 if clock() - started < 2 * SUPERVISED_MAX_DELAY_SECONDS else 1
+            delay = min(SUPERVISED_MAX_DELAY_SECONDS, 2.0 ** (failures - 1))
+            logger.error("%s failed: it starts again in %gs: %s", name, delay,
+                         safetext.one_line(f"{type(error).__name__}: {error}")[:300], exc_info=error)
+            await asyncio.sleep(delay)
 
 
 class GenerationEssence(kopf.AnnotationsDiffBaseStorage):
@@ -424,7 +449,10 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
     await kubeapi.CONNECTION.close()
 
 
-@kopf.on.login()
+LOGIN_RETRY_SECONDS = 5.0  # kopf's default, 60 s, left kopf blind that long after a credential plugin failed once
+
+
+@kopf.on.login(backoff=LOGIN_RETRY_SECONDS)
 async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """The pod's service account in a cluster, else $KUBECONFIG read by kubernetes_asyncio (exec
     plugins, OIDC, client certificates), as `kubeapi` loads it; kopf calls this again after a 401."""

@@ -369,20 +369,28 @@ class KubeApi:
                           timeout: aiohttp.ClientTimeout) -> AsyncIterator[bytes]:
         """The lines of one watch request (events and bookmarks) until the server ends it or
         `timeout` does, after an empty first item when the server answered 200; an answer other
-        than 200 raises its ApiError (a 410 included)."""
-        client, _ = await self.connection.client()
-        response = await client.call_api(path, "GET", query_params=query, header_params={"Accept": "application/json"},
-                                         auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout)
-        async with response:
-            if response.status != 200:
-                error = api_error(response.status, await response.read(), response.headers)
-                counter = self.metrics.api_resolved if isinstance(error, self.answers) else self.metrics.api_errors
-                counter.labels("watch", plural, str(response.status)).inc()
-                raise error
-            yield b""
-            async for line in response.content:
-                if line.strip():
-                    yield line
+        than 200 raises its ApiError (a 410 included). A 401 logs in again once first, as `call` does:
+        the heartbeat, which only watches between lists, was refused for ever once its token expired."""
+        logged_in_again = False
+        while True:
+            client, login = await self.connection.client()
+            response = await client.call_api(path, "GET", query_params=query, header_params={"Accept": "application/json"},
+                                             auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout)
+            async with response:
+                if response.status == 401 and not logged_in_again:
+                    logged_in_again = True
+                else:
+                    if response.status != 200:
+                        error = api_error(response.status, await response.read(), response.headers)
+                        counter = self.metrics.api_resolved if isinstance(error, self.answers) else self.metrics.api_errors
+                        counter.labels("watch", plural, str(response.status)).inc()
+                        raise error
+                    yield b""
+                    async for line in response.content:
+                        if line.strip():
+                            yield line
+                    return
+            await self.connection.login(login)
 
     async def get(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict | None:
         try:
