@@ -35,6 +35,7 @@ HOST_READS = ("cpu", "tolist", "item")
 # Ops that are not views or metadata, per optimiser step, as torch 2.13 dispatches them on CPU
 # (each one kernel or more on a GPU). Lower them freely; raise one only with a reason.
 DQN_STEP_KERNELS = 55  # Nature CNN, double DQN, target values given: 2 forwards, loss, backward, clip, Adam
+PPO_ACT_KERNELS = 18  # Nature CNN forward, sampling and the sample's log-prob (no entropy: acting never uses it)
 PPO_STEP_KERNELS = 157  # Nature CNN actor-critic, clipped value loss, normalised advantages (+3: Bessel's std, as CleanRL/SB3)
 
 
@@ -223,3 +224,14 @@ def test_acting_reads_the_device_once_per_vector_step_and_returns_what_the_agent
     for got, want in zip((action, log_prob, value), expected, strict=True):
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+
+
+def test_ppos_act_stays_within_its_op_budget(counted):
+    """Per vector step of a GPU rank's rollout. Acting computed the entropy too (four kernels a step) and
+    never read it."""
+    learner, obs, _ = ppo_learner()
+    policy = learners.TorchPolicy(learner.agent, CPU)
+    policy.act(obs[:16].numpy())
+    with counted() as mode:
+        policy.act(obs[:16].numpy())
+    assert mode.kernels <= PPO_ACT_KERNELS, sorted(mode.ops.items())

@@ -78,14 +78,16 @@ class Agent(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(self.encoder(obs)).float().squeeze(-1)
 
-    def _log_prob_entropy(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _log_prob_entropy(self, out: torch.Tensor, action: torch.Tensor,
+                          entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(log-prob of `action`, entropy, or None without `entropy`: acting never reads it)."""
         if self.discrete:
             log_p = torch.log_softmax(out, -1)
             log_prob = log_p.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-            return log_prob, -(log_p.exp() * log_p).sum(-1)
+            return log_prob, -(log_p.exp() * log_p).sum(-1) if entropy else None
         log_std = self.log_std.expand_as(out)
         log_prob = (-0.5 * ((action - out) / log_std.exp()).square() - log_std - LOG_SQRT_2PI).sum(-1)
-        return log_prob, (0.5 + LOG_SQRT_2PI + log_std).sum(-1)
+        return log_prob, (0.5 + LOG_SQRT_2PI + log_std).sum(-1) if entropy else None
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log-prob of `action`, entropy, value), each (B,)."""
@@ -101,7 +103,7 @@ class Agent(nn.Module):
             action = torch.multinomial(torch.softmax(out, -1), 1, generator=generator).squeeze(-1)
         else:
             action = out + self.log_std.exp() * torch.randn_like(out)
-        log_prob, _ = self._log_prob_entropy(out, action)
+        log_prob, _ = self._log_prob_entropy(out, action, entropy=False)
         return action, log_prob, value
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
