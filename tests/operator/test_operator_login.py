@@ -139,3 +139,19 @@ def test_the_credential_plugin_failing_for_a_while_stops_no_check_of_the_operato
         assert 'watch heartbeat failed' in log, log[-4000:]
     finally:
         op.stop()
+
+
+def test_the_watch_heartbeat_logs_in_again_when_its_token_expires(authenticating_standin, tmp_path):
+    """The heartbeat watches between lists, and only its list logged in again after a 401: once its token expired,
+    its watch was refused every second for ever, /healthz failed its silence and the kubelet restarted a healthy
+    operator, each time a token expired (hourly for a cloud's exec plugin)."""
+    standin, state = authenticating_standin, tmp_path / 'plugin'
+    op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE, '--watch-timeout', '2',
+                  kubeconfig=exec_kubeconfig(standin, state)).start()
+    try:
+        issued = revoke_issued(standin, state)
+        time.sleep(12)  # twice the heartbeat's silent bound (--watch-timeout 2: 6.2 s)
+        assert op.healthy() and 'watches silent for' not in op.log(), op.log()[-4000:]
+        assert plugin_runs(state) >= issued + 2, 'kopf and the operator each logged in again'
+    finally:
+        op.stop()
