@@ -42,6 +42,13 @@ MATCHED = (
       " learning rate decays linearly to 0, by 1 - timesteps / totalTimesteps before each rollout (SB3's"
       " progress_remaining; CleanRL's per-iteration fraction where every step is a transition). SB3's PPO clips no value (clip_range_vf=None) and keeps its learning"
       " rate: an SB3 config sets both false here.")),
+    ("defaults (`ppo`, `dqn`)", "neither",
+     ("Tuned to solve CartPole-v1 quickly on CPU, so a config ported from either sets every field it relies on."
+      " PPO: learningRate 2.5e-3 (CleanRL's ppo.py 2.5e-4), numSteps 32 (128), numMinibatches 2 (4), entCoef 0"
+      " (0.01); gamma, gaeLambda, updateEpochs, clipCoef, vfCoef, maxGradNorm as CleanRL. DQN: learningRate 1e-3"
+      " (SB3 1e-4), bufferSize 50,000 (SB3 1,000,000), batchSize 128 (SB3 32), nStep 3 and doubleDqn true (SB3"
+      " and CleanRL: one step, no double DQN), targetUpdateInterval 500 (SB3 10,000), learningStarts 1,000 (SB3 100), explorationFraction"
+      " 0.2 (SB3 0.1, CleanRL 0.5); trainFrequency 4, maxGradNorm 10, final epsilon 0.05 as SB3.")),
     ("`ppo.normAdvantage`, `ppo.numMinibatches`", "CleanRL and SB3",
      ("Advantages are normalised per minibatch over its real rows, (a - mean) / (std + 1e-8) with torch's std"
       " (Bessel's correction), as both do. Each epoch learns from every row of the rollout: numSteps x numEnvs per"
