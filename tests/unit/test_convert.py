@@ -310,8 +310,11 @@ def test_what_cannot_be_converted_is_refused_at_the_pytorchjobs_field(doc, path,
 
 
 def test_the_yaml_printed_reads_back_as_the_same_job_with_every_string_a_string():
-    tricky = [{"name": n, "value": v} for n, v in (("LR", "1e-3"), ("FLAG", "on"), ("DAY", "2026-01-01"), ("N", "10"), ("NULL", "~"))]
-    job, _ = convert(pytorchjob(None, replica(2, pytorch(env=tricky, args=["--script", "line one\nline two\n"]))))
+    # `y`, `n` and `0o644` too, which kubectl (go-yaml v2) reads as true, false and 420: written bare, `kubectl apply`
+    # of the converted job sent booleans and a number where the pod takes strings
+    tricky = [{"name": n, "value": v} for n, v in (("LR", "1e-3"), ("FLAG", "on"), ("DAY", "2026-01-01"), ("N", "10"), ("NULL", "~"),
+                                                  ("AMP", "n"), ("MODE", "0o644"), ("RATIO", "3:2"), ("SEP", "="))]
+    job, _ = convert(pytorchjob(None, replica(2, pytorch(env=tricky, args=["--script", "line one\nline two\n", "--compile", "y"]))))
     (back,) = load_documents(to_yaml([job]))
     assert back == job
 

@@ -131,8 +131,8 @@ def test_missing_file_is_one_line(tmp_path):
 
 
 def test_plain_yaml_still_reads_as_kubectl_reads_it():
-    [doc] = load_documents("a: 1e-3\nb: 5e5\nc: !!str 12\nbase: &b {x: 1}\nd: {<<: *b, y: 2}\n")
-    assert doc == {"a": 0.001, "b": 500000, "c": "12", "base": {"x": 1}, "d": {"x": 1, "y": 2}}
+    [doc] = load_documents("a: 1e-3\nb: 5e5\nc: !!str 12\nbase: &b {x: 1}\nd: {<<: *b, z: 2}\n")
+    assert doc == {"a": 0.001, "b": 500000, "c": "12", "base": {"x": 1}, "d": {"x": 1, "z": 2}}
     assert load_documents(b"\xef\xbb\xbfa: 1\n---\n---\nb: 2\n") == [{"a": 1}, {"b": 2}]
 
 
@@ -158,6 +158,23 @@ def test_a_merge_of_anything_but_maps_is_refused_as_kubectl_refuses_it():
     for text in ("a: 1\n<<: 3\n", "<<: [{a: 1}, 2]\n"):
         with pytest.raises(UnreadableSpec, match="map merge requires map or sequence of maps as the value"):
             load_documents(text)
+
+
+@pytest.mark.parametrize("libyaml", [True, False])
+@pytest.mark.parametrize(("text", "sent"), [
+    # go-yaml v2's resolve (kubectl's YAMLToJSON): y and n are booleans, 0o is octal, there is no base 60,
+    # `=` is a string, and a number that overflows float64 is left a string
+    ("y", True), ("N", False), ("0o17", 15), ("-0o17", -15), ("017", 15), ("1_000", 1000), ("0x_1F", 31),
+    ("1:20", "1:20"), ("190:20:30.15", "190:20:30.15"), ("=", "="), ("1e400", "1e400"), ("08", 8),
+    ("1e3", 1000), (".5", 0.5), ("'y'", "y"), ('"0o17"', "0o17"), ("2026-01-01", "2026-01-01"),
+])
+def test_an_unquoted_scalar_is_what_kubectl_sends(monkeypatch, libyaml, text, sent):
+    """PyYAML's YAML 1.1 read `y` as a string (kubectl sends true), `0o17` as a string (15) and `1:20` as 80
+    (a string), and refused `=` outright: `kuberl validate` passed `value: n` for an env var, a boolean the API
+    server refuses, and `kuberl run` gave env kwargs other values than the cluster's pods got."""
+    monkeypatch.setattr(yaml, "__with_libyaml__", libyaml)
+    assert load_documents(f"a: {text}\n") == [{"a": sent}]
+    assert type(load_documents(f"a: {text}\n")[0]["a"]) is type(sent)
 
 
 def test_a_few_shared_blocks_are_fine():

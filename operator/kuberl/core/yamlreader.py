@@ -4,6 +4,7 @@ sigs.k8s.io/yaml reads them; anything else is `UnreadableSpec`."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import IO, Any
 
@@ -40,29 +41,85 @@ class UnreadableSpec(ValueError):
         super().__init__(safetext.one_line(message))
 
 
-class KubernetesYamlLoader(yaml.SafeLoader):
-    """YAML read as kubectl reads it: `1e-3` is a number (YAML 1.2), where
-    PyYAML's YAML 1.1 rules would make it a string the strict model refuses.
-    `load_documents` bounds nesting and tags (`_check_events`) before it composes."""
+STR, INT, FLOAT, BOOL, NULL = (f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null"))
+MERGE_TAG = "tag:yaml.org,2002:merge"
+# go-yaml v2's resolve (gopkg.in/yaml.v2 resolve.go, which kubectl's YAMLToJSON decodes with): words first
+_GO_WORDS: dict[str, tuple[str, object]] = {
+    **dict.fromkeys(("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), (BOOL, True)),
+    **dict.fromkeys(("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), (BOOL, False)),
+    **dict.fromkeys(("", "~", "null", "Null", "NULL"), (NULL, None)),
+    **dict.fromkeys((".nan", ".NaN", ".NAN"), (FLOAT, math.nan)),
+    **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), (FLOAT, math.inf)),
+    **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), (FLOAT, -math.inf)),
+    "<<": (MERGE_TAG, "<<"),
+}
+_GO_INT = re.compile(r"([-+]?)(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)")  # strconv.ParseInt, base 0
+_GO_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")  # resolve.go's yamlStyleFloat
+_DOT_FLOAT = re.compile(r"\.[0-9]+([eE][-+]?[0-9]+)?")  # what strconv.ParseFloat takes of a scalar starting with '.'
 
 
-KubernetesYamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$"),
-    list("-+0123456789."),
-)
+def kubectl_scalar(text: str) -> tuple[str, object]:
+    """(tag, value) of an unquoted scalar as go-yaml v2 resolves it: `y` and `n` are booleans, `0o17` is 15,
+    `1:20` is a string (PyYAML read the first two as strings and the last as 80), and `=` a string; underscores
+    are dropped before a number is read; an integer int64 and uint64 cannot hold, or a float that overflows,
+    is a float or a string as Go's strconv leaves it. A timestamp stays a string (decode.go keeps it one)."""
+    if text in _GO_WORDS:
+        return _GO_WORDS[text]
+    if text[0] == ".":
+        return (FLOAT, float(text)) if _DOT_FLOAT.fullmatch(text) else (STR, text)
+    if text[0] not in "+-0123456789":
+        return STR, text
+    plain = text.replace("_", "")
+    if len(plain) <= 70 and (number := _GO_INT.fullmatch(plain)):  # 70: no int64 or uint64 is longer
+        sign, digits = number.groups()
+        value = int(digits, 8) if digits[0] == "0" and digits[1:2].isdigit() else int(digits, 0)
+        value = -value if sign == "-" else value
+        if -2**63 <= value < 2**63 or (not sign and value < 2**64):
+            return INT, value
+    if _GO_FLOAT.fullmatch(plain) and math.isfinite(value := float(plain)):
+        return FLOAT, value
+    return STR, text
 
 
-def _kubectl_float(loader: yaml.SafeLoader, node: yaml.Node) -> float | int:
+class _KubectlResolution:
+    """Plain scalars resolved and merge keys applied as go-yaml v2 does (kubectl's YAMLToJSON)."""
+
+    def resolve(self, kind, value, implicit):
+        if kind is yaml.ScalarNode and implicit[0]:
+            return kubectl_scalar(value)[0]
+        return super().resolve(kind, value, implicit)
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        _flatten_mapping_as_kubectl(self, node)
+
+
+class KubernetesYamlLoader(_KubectlResolution, yaml.SafeLoader):
+    """YAML read as kubectl reads it, with go-yaml v2's rules (kubectl_scalar): `1e-3` is a number and `y` a
+    boolean, where PyYAML's YAML 1.1 rules made the first a string the strict model refuses and the second a
+    string kubectl never sends. `load_documents` bounds nesting and tags (`_check_events`) before it composes."""
+
+
+def _kubectl_value(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> object:
+    """A scalar of an int, float, bool or null tag, implicit or written, as go-yaml v2 decodes it
+    (resolve.go: an integer under !!float is that float; any other mismatch is refused)."""
+    tag, value = kubectl_scalar(node.value)
+    if tag == INT and node.tag == FLOAT:
+        tag, value = FLOAT, float(value)
+    if tag != node.tag:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"cannot decode !!{tag.rsplit(':', 1)[1]} `{node.value[:64]}` as a !!{node.tag.rsplit(':', 1)[1]}",
+            node.start_mark)
+    return _kubectl_float(value) if tag == FLOAT else value
+
+
+def _kubectl_float(value: float) -> float | int:
     """kubectl sends YAML as JSON, where an integral float (5e5, 2.0) is written
     as an integer: the API server sees 500000, so `totalTimesteps: 5e5` is fine."""
-    value = loader.construct_yaml_float(node)
     return int(value) if value.is_integer() and abs(value) < 1e21 else value
 
 
-KubernetesYamlLoader.add_constructor("tag:yaml.org,2002:float", _kubectl_float)
-
-MERGE_TAG = "tag:yaml.org,2002:merge"
+for _tag in (INT, FLOAT, BOOL, NULL):
+    KubernetesYamlLoader.add_constructor(_tag, _kubectl_value)
 
 
 def _flatten_mapping_as_kubectl(loader: yaml.SafeLoader, node: yaml.MappingNode) -> None:
@@ -86,25 +143,14 @@ def _flatten_mapping_as_kubectl(loader: yaml.SafeLoader, node: yaml.MappingNode)
     node.value = pairs
 
 
-KubernetesYamlLoader.flatten_mapping = _flatten_mapping_as_kubectl
-# go-yaml v2 (kubectl) keeps a timestamp-looking scalar a string when decoding into interface{}:
-# `args: [2024-01-01T00:00:00Z]` must reach the pod as written, not as a datetime.
-KubernetesYamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in KubernetesYamlLoader.yaml_implicit_resolvers.items()
-}
-
-
 if yaml.__with_libyaml__:
 
-    class _LibyamlLoader(yaml.CSafeLoader):
-        """KubernetesYamlLoader's resolvers and constructors over libyaml's
+    class _LibyamlLoader(_KubectlResolution, yaml.CSafeLoader):
+        """KubernetesYamlLoader's resolution and constructors over libyaml's
         parser (four times faster on a 1.5 MiB file); used only after
         `_check_events` bounded nesting and tags: libyaml composes unchecked."""
 
-        yaml_implicit_resolvers = KubernetesYamlLoader.yaml_implicit_resolvers
         yaml_constructors = KubernetesYamlLoader.yaml_constructors
-        flatten_mapping = _flatten_mapping_as_kubectl
 
 
 def _check_events(text: str) -> None:
@@ -176,11 +222,12 @@ def _check_composed(root: yaml.Node) -> None:
         if depth > MAX_NESTING:  # only aliases that refer to an enclosing node get here
             raise UnreadableSpec(f"{_where(node)}: aliases nest deeper than {MAX_NESTING} levels (a structure that contains itself?)")
         if isinstance(node, yaml.ScalarNode):
-            numeric = node.tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+            # a plain number too long for int64 or float64 is a string to go-yaml v2, but no job holds one
+            numeric = node.tag in (INT, FLOAT) or (not node.style and _GO_FLOAT.fullmatch(node.value.replace("_", "")))
             if numeric and len(node.value) > MAX_NUMBER_CHARS:
                 raise UnreadableSpec(f"{_where(node)}: {path or '(document)'}: a number of {len(node.value)} characters"
                                      f" (at most {MAX_NUMBER_CHARS})")
-            if node.tag == "tag:yaml.org,2002:float" and _NOT_FINITE.match(node.value):
+            if node.tag == FLOAT and _NOT_FINITE.match(node.value):
                 raise UnreadableSpec(f"{_where(node)}: {path or '(document)'}: {node.value} is not a JSON number"
                                      " (kubectl cannot send NaN or infinity to the API server)")
         elif isinstance(node, yaml.SequenceNode):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import yaml
 
 from . import safetext
+from .yamlreader import STR, kubectl_scalar
 
 
 class ReadableDumper(yaml.SafeDumper):
@@ -22,6 +23,14 @@ class ReadableDumper(yaml.SafeDumper):
         if kwargs.get("allow_unicode") is None:  # yaml.dump passes None unless told
             kwargs["allow_unicode"] = True
         super().__init__(*args, **kwargs)
+
+    def resolve(self, kind, value, implicit):
+        """A string PyYAML or kubectl (go-yaml v2: `y`, `0o17`) would read as another type resolves so, and is
+        written quoted: `kubectl apply` of what convert or render wrote sent `--compile y` as `true`."""
+        tag = super().resolve(kind, value, implicit)
+        if kind is yaml.ScalarNode and implicit[0] and tag == STR:
+            return kubectl_scalar(value)[0]
+        return tag
 
     def analyze_scalar(self, scalar: str):  # an unsafe character makes the scalar double-quoted, escaped
         if not (self.allow_unicode and safetext.has_unsafe(scalar)):

@@ -19,8 +19,6 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-import yaml
-
 from ..core import contract, names, torchrun, yamlwriter
 from ..core.podsource import pod_source_problems
 from ..core.render import (
@@ -39,7 +37,6 @@ from ..core.validation import (
     metadata_problems,
     quantity_value,
 )
-from ..core.yamlreader import KubernetesYamlLoader
 from . import podlabels
 
 API_VERSION = "kubeflow.org/v1"
@@ -1183,14 +1180,10 @@ def _traced(problem: Problem, origins: dict[str, str]) -> Problem:
 
 
 class _Dumper(yamlwriter.ReadableDumper):
-    """Quotes every string that kubectl or kuberl would read back as something else (`1e-3`, `on`, a date);
+    """Quotes every string that kubectl or kuberl would read back as something else (`1e-3`, `on`, `y`, a date);
     letters as written."""
 
 
-_Dumper.yaml_implicit_resolvers = {
-    first: [*yaml.SafeDumper.yaml_implicit_resolvers.get(first, []), *KubernetesYamlLoader.yaml_implicit_resolvers.get(first, [])]
-    for first in {*yaml.SafeDumper.yaml_implicit_resolvers, *KubernetesYamlLoader.yaml_implicit_resolvers}
-}
 _Dumper.add_representer(str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
 
 
