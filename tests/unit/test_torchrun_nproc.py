@@ -189,6 +189,47 @@ def test_a_command_line_node_count_other_than_the_workers_is_refused_at_the_flag
     assert problem.path.startswith("spec.template.spec.containers[0].command[") and words in problem.message, problem
 
 
+@pytest.mark.parametrize(("command", "env", "words"), [
+    (["torchrun", "--nnodes=$(NODES)", "t.py"], [{"name": "NODES", "value": "5"}], "waits for 5 node(s), and spec.workers starts 3"),
+    # an env value may itself name one defined before it, as the kubelet expands them in order
+    (["torchrun", "--nnodes", "$(NODES)", "t.py"], [{"name": "N", "value": "1:2"}, {"name": "NODES", "value": "$(N)"}],
+     "takes 1 to 2 nodes"),
+    (["sh", "-c", "torchrun --nnodes=$(NODES) t.py"], [{"name": "NODES", "value": "2"}], "waits for 2 node(s)"),
+])
+def test_a_node_count_the_kubelet_expands_from_the_containers_own_env_is_read_as_expanded(command, env, words):
+    """The kubelet expands $(VAR) in command and args from the container's env before torchrun sees them
+    (expansion.Expand); with `value: "5"` literally there, `--nnodes=$(NODES)` was taken as unreadable, and the
+    gang of 3 waited in torchrun's rendezvous for 5 pods, holding its GPUs, until backoffLimit was spent."""
+    job = custom_job(command, 3)
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = env
+    with pytest.raises(InvalidJob) as refused:
+        validate_job(job)
+    (problem,) = [p for p in refused.value.problems if "--nnodes" in p.message]
+    assert words in problem.message, problem
+
+
+def test_a_process_count_the_kubelet_expands_converts_as_the_count_it_is():
+    """`--nproc_per_node=$(NPROC)` with the container's NPROC "4": torchrun starts 4 per pod; convert said it
+    could not tell and ran 1 per pod (every pod's WORLD_SIZE, CPU request and metrics ports counted 1)."""
+    doc = pytorchjob(["torchrun", "--nproc_per_node=$(NPROC)", "--nnodes=2", "/workspace/train.py"])
+    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"] = [{"name": "NPROC", "value": "4"}]
+    job, notes = convert(doc)
+    assert job["spec"]["procsPerWorker"] == 4
+    assert any(n.path == FLAG and "--nproc-per-node 4 is now spec.procsPerWorker" in n.message for n in notes), notes
+
+
+@pytest.mark.parametrize(("command", "env"), [
+    (["torchrun", "--nnodes=$(NODES)", "t.py"], [{"name": "NODES", "value": "3"}]),
+    (["torchrun", "--nnodes=$$(NODES)", "t.py"], [{"name": "NODES", "value": "5"}]),  # $$ escapes: torchrun reads '$(NODES)'
+    (["torchrun", "--nnodes=$(NODES)", "t.py"], [{"name": "NODES", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]),
+    (["torchrun", "--nnodes=$(OTHER)", "t.py"], [{"name": "NODES", "value": "5"}]),  # not defined: left as written
+])
+def test_a_node_count_the_kubelet_leaves_or_makes_right_is_taken(command, env):
+    job = custom_job(command, 3)
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = env
+    validate_job(job)
+
+
 @pytest.mark.parametrize("command", [["torchrun", "--nnodes=3", "t.py"], ["torchrun", "--nnodes", "1:4", "t.py"],
                                      ["torchrun", "--nnodes=$(NNODES)", "t.py"], ["sh", "-c", "torchrun --nnodes=$NNODES t.py"],
                                      ["python", "t.py", "--nnodes=9"], ["torchrun", "--nnodes", "1", "--rdzv-endpoint=localhost:0", "t.py"]])

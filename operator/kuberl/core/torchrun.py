@@ -220,6 +220,55 @@ def nnodes_problem(nnodes: Nproc, workers: int) -> str | None:
             + "; make them agree, or drop the flag (kuberl sets PET_NNODES from spec.workers)")
 
 
+def kubelet_expand(text: str, known: dict[str, str]) -> str:
+    """`text` with each $(VAR) the kubelet would replace from `known` replaced, as its expansion.Expand does
+    (third_party/forked/golang/expansion/expand.go): `$$` is one `$`, a name it does not know or an unclosed
+    `$(` stays as written."""
+    out, cursor = [], 0
+    while (start := text.find("$", cursor)) != -1 and start + 1 < len(text):
+        out.append(text[cursor:start])
+        following = text[start + 1]
+        close = text.find(")", start + 2) if following == "(" else -1
+        if following == "$":
+            out.append("$")
+        elif close != -1:
+            name = text[start + 2:close]
+            out.append(known.get(name, f"$({name})"))
+            start = close - 1
+        else:
+            out.append("$" + following)
+        cursor = start + 2
+    return "".join(out) + text[cursor:]
+
+
+def literal_env(container: dict) -> dict[str, str]:
+    """The container's env values the kubelet's expansion can be known to give (`value`, each expanded from those
+    before it, as makeEnvironmentVariables does); a name set by valueFrom is left out, as is envFrom."""
+    known: dict[str, str] = {}
+    for entry in container.get("env") if isinstance(container.get("env"), list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            continue
+        value = entry.get("value")
+        if isinstance(value, str) and "valueFrom" not in entry:
+            known[entry["name"]] = kubelet_expand(value, known)
+        else:
+            known.pop(entry["name"], None)
+    return known
+
+
+def _expanded(words: object, known: dict[str, str]) -> object:
+    if not known or not isinstance(words, list):
+        return words
+    return [kubelet_expand(w, known) if isinstance(w, str) and "$" in w else w for w in words]
+
+
+def container_find(container: dict, flags: tuple[str, ...] = NPROC_FLAGS) -> Nproc | None:
+    """`find` in what torchrun is given: the container's command and args once the kubelet expanded $(VAR)
+    from its env (`--nproc_per_node=$(NPROC)` with NPROC "4" is 4)."""
+    known = literal_env(container)
+    return find(_expanded(container.get("command"), known), _expanded(container.get("args"), known), flags)
+
+
 def template_problem(spec: dict, unreadable: bool = False) -> tuple[str, str] | None:
     """(field path, message) where spec.template's `trainer` container runs torchrun with a process
     count other than the job's; None when it agrees or runs no launcher. A flag that cannot be read
@@ -231,10 +280,10 @@ def template_problem(spec: dict, unreadable: bool = False) -> tuple[str, str] | 
     for i, container in enumerate(containers if isinstance(containers, list) else []):
         if not (isinstance(container, dict) and container.get("name") == "trainer"):
             continue
-        nproc = find(container.get("command"), container.get("args"))
+        nproc = container_find(container)
         procs, gpus = spec.get("procsPerWorker"), spec.get("gpusPerWorker") or 0
         workers = spec.get("workers", 1)
-        nnodes = find(container.get("command"), container.get("args"), NNODES_FLAGS)
+        nnodes = container_find(container, NNODES_FLAGS)
         if not unreadable and nnodes is not None and isinstance(workers, int) and not isinstance(workers, bool):
             problem = nnodes_problem(nnodes, workers)
             if problem:

@@ -1018,7 +1018,7 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
                                _user_nproc(templates[used], template_path, spec, kubeflow_env), accel,
                                starts_processes(container.get("command"), container.get("args")),
                                origins.get("spec.gpusPerWorker", ""), procs_per_worker)
-    procs, procs_path = command_procs(torchrun.find(container.get("command"), container.get("args")),
+    procs, procs_path = command_procs(torchrun.container_find(container),
                                       f"{template_path}.spec.containers[{index}]", lifted.get("gpusPerWorker", 0),
                                       (procs, procs_path), procs_per_worker, notes, accel)
     origins["spec.procsPerWorker"] = procs_path

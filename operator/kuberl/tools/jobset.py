@@ -194,7 +194,7 @@ def _procs(container: dict, path: str, gpus: int, given: int | None, notes: list
                               " node's CPUs, which no manifest tells; kuberl runs one process per GPU"
                               f" (spec.gpusPerWorker), else 1: pass {PROCS_OPTION} N to choose"))
             decided = (None, own[1])
-    flag = torchrun.find(command, args) if launches else None
+    flag = torchrun.container_find(container) if launches else None
     procs, origin = command_procs(flag, path, gpus, decided, given, notes, accelerator(container.get("resources")))
     if given is None:
         note_own_launcher_count(command, args, procs, gpus, path, notes)

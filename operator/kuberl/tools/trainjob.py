@@ -140,7 +140,7 @@ def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int |
         return command_procs(None, "spec.trainer", gpus, (None, path), given, notes)
     elif accel:  # Trainer's GetNumGPUPerNode counts it, so PET_NPROC_PER_NODE stays auto
         counted, why = accelerator_procs(accel, "unset (Trainer's auto, with a GPU in resourcesPerNode)")
-        flag = torchrun.find(container.get("command"), container.get("args"))
+        flag = torchrun.container_find(container)
         if counted is None and given is None and (flag is None or flag.count is None):
             raise not_convertible(path, f"{why}: pass {PROCS_OPTION} N, or set numProcPerNode")
         if counted is not None:
@@ -153,7 +153,7 @@ def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int |
         decided = (cpus, "spec.trainer.resourcesPerNode")
     else:
         decided = (None, path)
-    flag = torchrun.find(container.get("command"), container.get("args"))
+    flag = torchrun.container_find(container)
     unread = flag is None or flag.problem is not None or not torchrun.readable(flag.value or "")
     if decided == (None, path) and not gpus and given is None and unread:
         raise not_convertible(path, f"unset, and so are resourcesPerNode and torchrun's --nproc-per-node: the process count"
