@@ -56,7 +56,7 @@ def run_steps(out: str, steps: int = 6) -> None:
         for step, batch in enumerate(batches(steps)):
             trainer.gradient_step(*(t[part] for t in batch))
             if step == steps // 2:
-                trainer.counters.updates = 1
+                trainer.counters.global_step = ctx.world_size  # one transition per rank: targetUpdateInterval 1 is due
                 assert trainer.maybe_update_target()
         torch.save(trainer.shared_state(), out)
 
