@@ -176,11 +176,19 @@ def next_progress(previous: Rank0Progress | None, generation: int, timesteps: in
 
 
 def progress_from_status(status: dict) -> Rank0Progress | None:
-    """The last reading decide() recorded, so a restarted operator keeps the stall clock."""
+    """The last reading decide() recorded, so a restarted operator keeps the stall clock; None when there is none,
+    or none this operator can read (see _initial_status)."""
     seen = (status or {}).get("rank0Progress")
-    if not seen:
+    if not isinstance(seen, dict):
         return None
-    return Rank0Progress(int(seen["generation"]), int(seen["timesteps"]), parse_time(seen["changedTime"]))
+    generation, timesteps, changed = seen.get("generation"), seen.get("timesteps"), readable_time(seen.get("changedTime"))
+    if not (_whole(generation) and _whole(timesteps)) or changed is None:
+        return None
+    return Rank0Progress(int(generation), int(timesteps), changed)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -288,6 +296,14 @@ def rfc3339(t: float) -> str:
 
 def parse_time(text: str | None) -> float | None:
     return datetime.fromisoformat(text).timestamp() if text else None
+
+
+def readable_time(text: object) -> float | None:
+    """A timestamp of the job's status, or None where it holds none this operator can read."""
+    try:
+        return parse_time(text) if isinstance(text, str) else None
+    except (ValueError, OverflowError):
+        return None
 
 
 def termination_reason(message: str | None) -> str | None:
@@ -402,8 +418,25 @@ class _Plan:
         return next((c["reason"] for c in self.status["conditions"] if c["type"] == CONDITION_READY), None)
 
 
+STATUS_TIMES = ("startTime", "completionTime", "generationStartTime", "gangRunningTime", "nextStartTime")
+CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
+
+
 def _initial_status(status: dict) -> dict:
+    """The status decide() starts from. What this operator cannot read of it (a timestamp that is no RFC 3339
+    time, a progress record or a condition without what it records) is left out, as if never written, so it is
+    written anew: the CRD's schema types only the status's top-level fields, and a status restored from a backup,
+    or written by another version or by hand, crashed every reconcile of its job, which then said nothing."""
     out = copy.deepcopy(status or {})
+    for key in STATUS_TIMES:
+        if out.get(key) is not None and readable_time(out[key]) is None:
+            out[key] = None
+    if out.get("rank0Progress") is not None and progress_from_status(out) is None:
+        out["rank0Progress"] = None
+    if isinstance(out.get("conditions"), list):
+        out["conditions"] = [c for c in out["conditions"] if isinstance(c, dict)
+                             and all(isinstance(c.get(f), str) for f in CONDITION_FIELDS)
+                             and readable_time(c["lastTransitionTime"]) is not None]
     defaults = {"phase": PENDING, "generation": 0, "restarts": 0, "startupRetries": 0, "restartHistory": [], "conditions": []}
     for key, value in defaults.items():
         if out.get(key) is None:
