@@ -257,7 +257,10 @@ def machine() -> dict:
             "python": platform.python_version(), "cpus": os.cpu_count()}
     if SIZES.device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        info.update(gpu=props.name, gpu_mem_gib=round(props.total_memory / 2**30))
+        info.update(gpu=props.name, gpu_mem_gib=round(props.total_memory / 2**30), gpus=torch.cuda.device_count())
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                            capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
     say("   " + ", ".join(f"{k} {v}" for k, v in info.items()))
     return info
 
@@ -356,27 +359,32 @@ def launch(example: str, label: str, overrides: list[str], runs: Path) -> dict:
     records_before = len(progress_records(runs / job)) if (runs / job).exists() else 0
     started = time.monotonic()
     with log_path.open("w") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        # a process group of its own, to Ctrl-C as a whole, but not a session of its own: whatever ends
+        # this check (a device command's limit) ends it too, instead of leaving it on the GPU
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, process_group=0)
         stopped_by = "itself"
-        while proc.poll() is None:
-            if time.monotonic() - started >= seconds:
-                stopped_by = "time"
-                break
-            if until == "ready" and STARTUP_LINE.search(log_path.read_text(errors="replace")):
-                stopped_by = "rank 0 ready"
-                break
-            if isinstance(until, int) and (runs / job).exists() and len(progress_records(runs / job)) >= records_before + until:
-                stopped_by = "progress records"
-                break
-            time.sleep(0.25)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C: ranks stop at an update boundary and save
-            try:
-                proc.wait(timeout=STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                stopped_by += ", then killed"
+        try:
+            while proc.poll() is None:
+                if time.monotonic() - started >= seconds:
+                    stopped_by = "time"
+                    break
+                if until == "ready" and STARTUP_LINE.search(log_path.read_text(errors="replace")):
+                    stopped_by = "rank 0 ready"
+                    break
+                if isinstance(until, int) and (runs / job).exists() \
+                        and len(progress_records(runs / job)) >= records_before + until:
+                    stopped_by = "progress records"
+                    break
+                time.sleep(0.25)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C: ranks stop at an update boundary and save
+                try:
+                    proc.wait(timeout=STOP_SECONDS)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    stopped_by += ", then killed"
     ended = time.monotonic()
     text = log_path.read_text(errors="replace")
     ready = STARTUP_LINE.findall(text)
@@ -864,12 +872,13 @@ def main() -> int:
     say("\nissue 27's goals, from this run:")
     for line in goals(SUMMARY) or ["(no section that measures one ran)"]:
         say(f"   {line}")
-    failed = [name for name, result in SUMMARY.items() if isinstance(result, dict) and "error" in result]
-    SUMMARY["failed_sections"] = failed
-    SUMMARY["seconds_total"] = round(time.monotonic() - started, 1)
+    failed = [name for name in names if "error" in SUMMARY[name]]
+    skipped = [name for name in names if isinstance(SUMMARY[name].get("skipped"), str)]  # the tier's is a count
+    SUMMARY.update(failed_sections=failed, skipped_sections=skipped, seconds_total=round(time.monotonic() - started, 1))
     write_summary()
-    say(f"\n{len(names) - len(failed)} of {len(names)} sections ran without error"
-        + (f"; failed: {', '.join(failed)}" if failed else "") + f"; {SUMMARY['seconds_total']:.0f} s in all")
+    say(f"\nsections: {len(names) - len(failed) - len(skipped)} ran without error, {len(skipped)} skipped"
+        + (f" ({', '.join(skipped)})" if skipped else "") + f", {len(failed)} failed" + (f" ({', '.join(failed)})" if failed else "")
+        + f"; {SUMMARY['seconds_total']:.0f} s in all")
     say(f"summary: {OUT / 'summary.json'}")
     return 0
 
