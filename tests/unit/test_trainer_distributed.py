@@ -198,13 +198,13 @@ def test_a_trainer_given_an_unusable_environment_exits_with_a_config_error(tmp_p
 
 @pytest.mark.parametrize(("raised", "line"), [
     # gloo's words when a peer of a gang went away (a local run's rank SIGKILLed past its grace, 2026-11-28)
-    ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:56242."
-     " This is typically caused by a remote worker crashing. Check the logs of the remote worker before reporting an"
-     " error. GLHF! \U0001f3d6\ufe0f",
-     "a peer's connection closed (127.0.0.1:56242): another rank exited or was killed; its own log, and the job's"
-     " status, say why"),
-    ("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to"
-     " complete\nmore detail", "Timed out waiting 1800000ms for recv operation to complete"),
+    (("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:56242."
+      " This is typically caused by a remote worker crashing. Check the logs of the remote worker before reporting an"
+      " error. GLHF! \U0001f3d6\ufe0f"),
+     ("a peer's connection closed (127.0.0.1:56242): another rank exited or was killed; its own log, and the job's"
+      " status, say why")),
+    (("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to"
+      " complete\nmore detail"), "Timed out waiting 1800000ms for recv operation to complete"),
     ("NCCL communicator was aborted on rank 1.", "NCCL communicator was aborted on rank 1."),
     ("", "RuntimeError"),
 ])
