@@ -10,6 +10,7 @@ line does: the trainer prints its reason unmarked) states a reason.
 
 import math
 import re
+from collections.abc import Mapping
 
 # sysexits.h EX_CONFIG: a configuration error, never retried.
 EXIT_CONFIG_ERROR = 78
@@ -68,6 +69,34 @@ def stated_reason(message: str | None) -> tuple[str, str] | None:
     text = message[len(TERMINATION_MARKER):].strip()
     reason = text.split(":", 1)[0].strip()
     return (reason, text) if reason in TRAINER_REASONS else None
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' expansion of command, args and env values (the kubelet's expansion.Expand): `$(VAR)` becomes
+    VAR's value when defined and stays as written otherwise; `$$` is a literal `$`."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] != "$" or i + 1 == len(text):
+            out.append(text[i])
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "$":
+            out.append("$")
+            i += 2
+        elif nxt == "(":
+            close = text.find(")", i + 2)
+            if close == -1:
+                out.append("$(")
+                i += 2
+                continue
+            name = text[i + 2 : close]
+            out.append(env.get(name, f"$({name})"))
+            i = close + 1
+        else:
+            out.append("$" + nxt)
+            i += 2
+    return "".join(out)
+
 
 # Environment variables the operator renders and the trainer reads.
 ENV_MASTER_ADDR = "MASTER_ADDR"

@@ -15,6 +15,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from . import contract
+
 LAUNCH_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 NPROC_FLAGS = ("--nproc-per-node", "--nproc_per_node")
 # The launchers' options that take no value (torch/distributed/run.py `check_env` actions; launch.py's
@@ -220,27 +222,6 @@ def nnodes_problem(nnodes: Nproc, workers: int) -> str | None:
             + "; make them agree, or drop the flag (kuberl sets PET_NNODES from spec.workers)")
 
 
-def kubelet_expand(text: str, known: dict[str, str]) -> str:
-    """`text` with each $(VAR) the kubelet would replace from `known` replaced, as its expansion.Expand does
-    (third_party/forked/golang/expansion/expand.go): `$$` is one `$`, a name it does not know or an unclosed
-    `$(` stays as written."""
-    out, cursor = [], 0
-    while (start := text.find("$", cursor)) != -1 and start + 1 < len(text):
-        out.append(text[cursor:start])
-        following = text[start + 1]
-        close = text.find(")", start + 2) if following == "(" else -1
-        if following == "$":
-            out.append("$")
-        elif close != -1:
-            name = text[start + 2:close]
-            out.append(known.get(name, f"$({name})"))
-            start = close - 1
-        else:
-            out.append("$" + following)
-        cursor = start + 2
-    return "".join(out) + text[cursor:]
-
-
 def literal_env(container: dict) -> dict[str, str]:
     """The container's env values the kubelet's expansion can be known to give (`value`, each expanded from those
     before it, as makeEnvironmentVariables does); a name set by valueFrom is left out, as is envFrom."""
@@ -250,7 +231,7 @@ def literal_env(container: dict) -> dict[str, str]:
             continue
         value = entry.get("value")
         if isinstance(value, str) and "valueFrom" not in entry:
-            known[entry["name"]] = kubelet_expand(value, known)
+            known[entry["name"]] = contract.expand(value, known)
         else:
             known.pop(entry["name"], None)
     return known
@@ -259,7 +240,7 @@ def literal_env(container: dict) -> dict[str, str]:
 def _expanded(words: object, known: dict[str, str]) -> object:
     if not known or not isinstance(words, list):
         return words
-    return [kubelet_expand(w, known) if isinstance(w, str) and "$" in w else w for w in words]
+    return [contract.expand(w, known) if isinstance(w, str) and "$" in w else w for w in words]
 
 
 def container_find(container: dict, flags: tuple[str, ...] = NPROC_FLAGS) -> Nproc | None:

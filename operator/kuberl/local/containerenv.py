@@ -11,39 +11,10 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 
 from ..core import contract
+from ..core.contract import expand
 from ..core.validation import MAX_QUANTITY, QUANTITY, quantity_value
 from .dns import SOCKET_IFNAME_ENV, local_interfaces, resolve_names
 from .sandbox import LocalRunError
-
-# --- $(VAR) expansion, as Kubernetes does it ---------------------------------
-
-
-def expand(text: str, env: Mapping[str, str]) -> str:
-    """Kubernetes' expansion of command, args and env values: `$(VAR)` becomes
-    VAR's value when defined and stays as written otherwise; `$$` is a literal `$`."""
-    out, i = [], 0
-    while i < len(text):
-        if text[i] != "$" or i + 1 == len(text):
-            out.append(text[i])
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "$":
-            out.append("$")
-            i += 2
-        elif nxt == "(":
-            close = text.find(")", i + 2)
-            if close == -1:
-                out.append("$(")
-                i += 2
-                continue
-            name = text[i + 2 : close]
-            out.append(env.get(name, f"$({name})"))
-            i = close + 1
-        else:
-            out.append("$" + nxt)
-            i += 2
-    return "".join(out)
 
 
 def quantity(value: str | float) -> Fraction:
