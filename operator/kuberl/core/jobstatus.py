@@ -165,6 +165,17 @@ def child_refusal(code: int, message: str) -> Refusal | None:
     return Refusal(lifecycle.REASON_INVALID_CHILD, message)
 
 
+def server_failure(code: int, message: str) -> Refusal | None:
+    """A create the API server failed (a 5xx, after the operator's own retries): a webhook with failurePolicy Fail that
+    it cannot call (500 InternalError `failed calling webhook`), etcd timing out. No fault of the job's: said in its
+    Ready condition and an Event, and asked again every restartBackoffSeconds without a deadline; kopf retried it
+    every 5 s while the job's status said nothing. None below 500."""
+    if code < 500:
+        return None
+    return Refusal(lifecycle.REASON_API_SERVER_ERROR, f"the API server failed to create the job's child ({code}): {message};"
+                   " the job waits for it", retryable=True)
+
+
 # What the API server answers for a resource it does not serve (a CRD not installed): 404 from its
 # NotFound handler (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go,
 # errors.NewGenericServerResponse(404, ...)). A namespace that is gone says `namespaces "x" not found`.

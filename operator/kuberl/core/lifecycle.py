@@ -104,7 +104,8 @@ REASON_ADMISSION_POLICY = "AdmissionPolicy"  # a cluster's policy (ValidatingAdm
 REASON_QUOTA = "QuotaExceeded"  # a ResourceQuota refused a pod: retried, it may fit later
 REASON_NAME_IN_USE = "NameInUse"  # a child's name is held by an object this job did not create: retried, it may go
 REASON_OPERATOR_FORBIDDEN = "OperatorForbidden"  # RBAC forbids the operator a child: retried without end (not the job's fault)
-RETRIED_REFUSALS = frozenset({REASON_QUOTA, REASON_NAME_IN_USE, REASON_OPERATOR_FORBIDDEN})  # a Ready condition that keeps quoting the refusal
+REASON_API_SERVER_ERROR = "APIServerError"  # the API server failed a create (5xx: a webhook it cannot call): retried without end
+RETRIED_REFUSALS = frozenset({REASON_QUOTA, REASON_NAME_IN_USE, REASON_OPERATOR_FORBIDDEN, REASON_API_SERVER_ERROR})  # a Ready condition that keeps quoting the refusal
 REASON_TTL = "TTLExpired"
 
 HISTORY_LIMIT = 10  # restart history and force-deletion records kept in status
@@ -757,7 +758,7 @@ def _create(plan: _Plan, spec: JobSpec, stale: list[ObservedPod], missing: list[
 def _not_admitted(plan: _Plan, spec: JobSpec, current: list[ObservedPod], phase: str, refusal: Refusal) -> str:
     """A create refused for now (quota, a name in use): wait and retry, each wait as long as all before it,
     until startupTimeoutSeconds after the generation's first create; then the job fails."""
-    if refusal.reason == REASON_OPERATOR_FORBIDDEN:
+    if refusal.reason in (REASON_OPERATOR_FORBIDDEN, REASON_API_SERVER_ERROR):
         return _operator_forbidden(plan, spec, phase, refusal)
     timeout = spec.run_policy.startup_timeout_seconds
     created = plan.get_time("generationStartTime") or plan.now
@@ -774,14 +775,16 @@ def _not_admitted(plan: _Plan, spec: JobSpec, current: list[ObservedPod], phase:
 
 
 def _operator_forbidden(plan: _Plan, spec: JobSpec, phase: str, refusal: Refusal) -> str:
-    """RBAC forbids the operator a child: no fault of the job's, so no deadline fails it. It waits, saying
-    why, and retries every restartBackoffSeconds (1 to 30 s); the generation's startup clock starts again
-    at each refusal, so the startup timeout counts from the create that is let through."""
+    """RBAC forbids the operator a child, or the API server fails its create (a webhook it cannot call): no
+    fault of the job's, so no deadline fails it. It waits, saying why, and retries every restartBackoffSeconds
+    (1 to 30 s); the generation's startup clock starts again at each refusal, so the startup timeout counts
+    from the create that is let through."""
     delay = min(max(MIN_QUOTA_RETRY_SECONDS, spec.run_policy.restart_backoff_seconds), MAX_FORBIDDEN_RETRY_SECONDS)
     plan.set_time("generationStartTime", plan.now)
     plan.set_time("nextStartTime", plan.now + delay)
     plan.condition(CONDITION_READY, False, refusal.reason, refusal.message)
-    plan.event("Warning", refusal.reason, f"{refusal.message} (retried every {delay:g}s until the operator may)")
+    until = "the operator may" if refusal.reason == REASON_OPERATOR_FORBIDDEN else "the API server creates it"
+    plan.event("Warning", refusal.reason, f"{refusal.message} (retried every {delay:g}s until {until})")
     plan.wake_at(plan.now + delay)
     return plan.finish(phase)
 

@@ -767,7 +767,7 @@ class JobLoop:
             await self._ensure_children(job, spec, action.generation)
             await self._create_pods(job, spec, action)
         except ApiError as error:
-            refusal = jobstatus.child_refusal(error.status, error.message)
+            refusal = jobstatus.child_refusal(error.status, error.message) or jobstatus.server_failure(error.status, error.message)
             if refusal is None:
                 raise
             raise ChildRefused(refusal) from error
