@@ -93,7 +93,9 @@ MATCHED = (
      ("Per rank, as SB3 counts target_update_interval and learning_starts over its envs; CleanRL's"
       " target_network_frequency and learning_starts count its loop's steps, the same with its one env. The target"
       " copy counts transitions (the ranks' mean, so every rank copies at the same update); learningStarts counts"
-      " the rank's replay rows, its autoreset rows (one per episode) included.")),
+      " the rank's replay rows, its autoreset rows (one per episode) included. The copy happens at most once per"
+      " update, before its gradient steps: with tau below 1 and an interval shorter than trainFrequency, SB3"
+      " moves the target at every due vector step, several times between two trainings, kuberl once.")),
     ("`dqn.explorationFraction` (epsilon)", "SB3 and CleanRL, but a coin per env",
      ("Epsilon decays linearly over explorationFraction x totalTimesteps transitions (all ranks), taken before each"
       " update's steps. Each env of a vector step draws its own coin; SB3's DQN.predict and CleanRL's dqn.py draw one"
