@@ -80,3 +80,17 @@ def test_a_listed_pod_is_kept_as_the_operator_reads_it_and_read_alike():
         assert jobstatus.owned_by(kept, "job-uid") == jobstatus.owned_by(pod, "job-uid")
         assert jobstatus.is_current_pod(kept, "job-uid", 2) == jobstatus.is_current_pod(pod, "job-uid", 2)
         assert len(json.dumps(kept)) < 6000, len(json.dumps(kept))
+
+
+def test_the_operator_says_when_its_python_cannot_read_a_job_as_deep_as_the_api_server_stores():
+    """The operator raises its recursion limit to read such a job (tests/operator/test_operator_tenancy.py); Python
+    3.12's json recursion in C ignores that limit, so there the operator warns at start instead of being stopped
+    by the first tenant who writes one. Python's default limit stands in for such an interpreter."""
+    import subprocess
+    import sys
+
+    def reads(limit: int) -> bool:
+        code = f"import sys; sys.setrecursionlimit({limit}); from kuberl.operator.main import reads_api_nesting; print(reads_api_nesting())"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "True"
+
+    assert reads(40_000) and not reads(1_000)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import json
 import logging
@@ -56,6 +57,12 @@ def cmd_operator(args: argparse.Namespace) -> int:
     # refused by its spec check (rules.parse_spec). Python 3.11 recurses in Python code without the C stack, and
     # json's C recursion of 10,000 levels fits a 2 MiB stack.
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * API_JSON_NESTING))
+    if not reads_api_nesting():
+        logging.getLogger("kuberl.operator").warning(
+            "this Python (%s) cannot read JSON nested %d levels deep, as deep as the API server stores a job: its json"
+            " recursion in C has a bound of its own (Python 3.12 and later), so one tenant's job nested so would stop"
+            " the operator's watch for every job. Run the operator image (Python 3.11)", sys.version.split()[0],
+            API_JSON_NESTING)
     listen = getattr(args, "listen_address", None) or "0.0.0.0"
     metrics = OperatorMetrics()
     if os.environ.get(contract.ENV_OPERATOR_METRICS_ENABLED, "true").lower() != "false":
@@ -194,6 +201,18 @@ def cmd_operator(args: argparse.Namespace) -> int:
                 log.warning("the API server did not answer, or failed (%s); kopf stops on that, so the operator starts again"
                             " in %gs (for up to %gs, the bound of a silent watch)", said, delay, restarts.bound)
             time.sleep(delay)
+
+
+def reads_api_nesting() -> bool:
+    """Whether this process reads and copies JSON as deep as the API server stores (one level more: the watch event
+    wraps the object), as kopf does: Python 3.11 takes it once its recursion limit is raised; 3.12's json recursion in
+    C has a bound of its own, sys.setrecursionlimit aside (1,500 or less), and 3.13's one of the stack's size."""
+    depth = API_JSON_NESTING + 1
+    try:
+        copy.deepcopy(json.loads("[" * depth + "]" * depth))
+    except RecursionError:
+        return False
+    return True
 
 
 def run_kopf(stop_flag: asyncio.Event | None = None, shutdown: ShutdownBound | None = None, **kwargs) -> bool:
