@@ -38,3 +38,22 @@ def test_no_signal_is_no_signal(monkeypatch):
     monkeypatch.setattr(kopf, 'spawn_tasks', spawn_tasks)
     monkeypatch.setattr(kopf, 'run_tasks', run_tasks)
     assert main.run_kopf(stop_flag=asyncio.Event()) is False
+
+
+def test_a_signal_is_not_lost_when_kopfs_run_then_ends_in_an_error(monkeypatch):
+    """SIGTERM came, and kopf's run ended in an error raised as it stopped (a watch answered 410 meanwhile): the
+    operator took the error for the run's end, started kopf again in 0 s, and ran on until the kubelet's SIGKILL."""
+    class Gone(Exception):
+        status = 410
+
+    async def spawn_tasks(stop_flag, **_):
+        return [asyncio.create_task(stop_flag.wait())]
+
+    async def run_tasks(tasks, ignored):
+        os.kill(os.getpid(), signal.SIGTERM)  # the kubelet ends the pod
+        await asyncio.gather(*tasks)
+        raise Gone("too old resource version")
+
+    monkeypatch.setattr(kopf, 'spawn_tasks', spawn_tasks)
+    monkeypatch.setattr(kopf, 'run_tasks', run_tasks)
+    assert main.run_kopf(stop_flag=asyncio.Event()) is True

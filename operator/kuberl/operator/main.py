@@ -268,8 +268,16 @@ def run_kopf(stop_flag: asyncio.Event | None = None, shutdown: ShutdownBound | N
                 signal.signal(received, handler)
             await CONNECTION.close()
 
-    with contextlib.suppress(asyncio.CancelledError):  # as kopf.run
-        asyncio.run(run())
+    try:
+        with contextlib.suppress(asyncio.CancelledError):  # as kopf.run
+            asyncio.run(run())
+    except Exception as error:
+        if not signalled:
+            raise
+        # kopf stopped on the signal and raised what failed meanwhile (a watch answered 410): the operator stops
+        # all the same; taken for the run's end, the error started kopf again and the signal was lost
+        logging.getLogger("kuberl.operator").warning("kopf's run ended in %s after %s; the operator stops as signalled",
+                                                     f"{type(error).__name__}: {error}"[:300], signalled[0].name)
     return bool(signalled)
 
 
