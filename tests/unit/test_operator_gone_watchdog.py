@@ -126,3 +126,20 @@ def test_a_run_that_returns_without_an_error_disarms_the_restart():
     done = subprocess.run([sys.executable, "-c", RUNS], check=False, capture_output=True, text=True, timeout=60, env=env)
     assert "runs [('team-a',), ('team-a', 'team-b')] exit 0" in done.stdout, done.stdout + done.stderr
     assert "restarted in place" not in done.stdout, done.stdout + done.stderr
+
+
+def test_an_operator_signalled_to_stop_is_not_restarted_in_place():
+    """A lost watch during a shutdown that hangs restarted the operator in place: the new image, its signal spent,
+    ran on until the kubelet's SIGKILL. The shutdown's own bound (ShutdownBound) ends the process instead."""
+    script = SCRIPT.replace(
+        'watchdog = GoneWatchdog(logging.getLogger("kuberl.operator"), grace=0.3)',
+        'stopping = []\nwatchdog = GoneWatchdog(logging.getLogger("kuberl.operator"), grace=0.3, stopping=lambda: bool(stopping))'
+    ).replace(
+        'assert watchdog.seen(Gone("too old resource version")) and watchdog.seen(None) is False',
+        'assert watchdog.seen(Gone("too old resource version"))\nstopping.append("SIGTERM")'
+    ).replace("time.sleep(30)", "time.sleep(0.8); watchdog.disarm()\n"
+              "assert watchdog.seen_refusal(Gone('refused'), lambda e: print('after the hang', flush=True))\n"
+              "time.sleep(0.8); print('still here', flush=True)")
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "still here" in done.stdout and done.stdout.count("start") == 1, done.stdout + done.stderr
+    assert "after the hang" not in done.stdout and "restarts in place" not in done.stdout, done.stdout

@@ -144,13 +144,15 @@ class GoneWatchdog:
     returned `grace` seconds after a lost watch was logged, the operator restarts in place: the same
     process (exec: same PID, same arguments), every watch listed anew."""
 
-    def __init__(self, log: logging.Logger, grace: float = 10.0):
-        self.log, self.grace = log, grace
+    def __init__(self, log: logging.Logger, grace: float = 10.0, stopping: Callable[[], bool] = lambda: False):
+        """`stopping`: whether a signal asked the operator to stop: a lost watch then restarts nothing (an operator
+        started again in place would run on, its signal spent, until the kubelet's SIGKILL)."""
+        self.log, self.grace, self.stopping = log, grace, stopping
         self.timer: threading.Timer | None = None
 
     def seen(self, expired: BaseException | None) -> bool:
         """Arm on a lost watch (the record filter's answer: whether one was seen)."""
-        if expired is not None and self.timer is None:
+        if expired is not None and self.timer is None and not self.stopping():
             self.timer = threading.Timer(self.grace, self.restart, args=(expired,))
             self.timer.daemon = True
             self.timer.start()
@@ -160,8 +162,8 @@ class GoneWatchdog:
         """Arm on RBAC refusing one of kopf's watches, which ends kopf's run as a lost watch does and can hang it
         the same way: `after_hang(refused)` does, `grace` seconds on, what the operator does when kopf returns
         with the refusal (the record filter's answer: whether one was seen)."""
-        if refused is not None and self.timer is None:
-            self.timer = threading.Timer(self.grace, after_hang, args=(refused,))
+        if refused is not None and self.timer is None and not self.stopping():
+            self.timer = threading.Timer(self.grace, lambda: None if self.stopping() else after_hang(refused))
             self.timer.daemon = True
             self.timer.start()
         return refused is not None
@@ -172,6 +174,8 @@ class GoneWatchdog:
             self.timer = None
 
     def restart(self, expired: BaseException) -> None:
+        if self.stopping():  # signalled since it armed: ShutdownBound ends the process instead
+            return
         self.log.warning("%s; kopf did not stop within %gs, so the operator restarts in place, listing every object anew",
                          lost_watch(expired), self.grace)
         restart_in_place()
@@ -193,6 +197,9 @@ class ShutdownBound:
     def __init__(self, log: logging.Logger, seconds: float, exit: Callable[[int], None] = os._exit):
         self.log, self.seconds, self.exit = log, seconds, exit
         self.timer: threading.Timer | None = None
+
+    def armed(self) -> bool:
+        return self.timer is not None
 
     def arm(self, received: str, pending: Callable[[], list[str]]) -> None:
         """Start counting at the first signal (`pending`: what is still running, asked when time is up)."""

@@ -109,7 +109,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
         os.environ[ENV_REFUSED_NAMESPACES] = json.dumps(watched.refused)
         restart_in_place()
 
-    watchdog = GoneWatchdog(log)
+    shutdown = ShutdownBound(log, args.shutdown_timeout)
+    watchdog = GoneWatchdog(log, stopping=shutdown.armed)
     for handler in logging.getLogger().handlers:
         # a lost watch: our one line says it; kopf's would add two tracebacks
         handler.addFilter(lambda record: not (record.exc_info and watchdog.seen(watch_lost(record.exc_info[1]))))
@@ -121,7 +122,6 @@ def cmd_operator(args: argparse.Namespace) -> int:
         handler.addFilter(lambda record: not (record.name.startswith("kopf._core.reactor") and record.exc_info
                                               and resource_gone(record.exc_info[1]) is not None))
     restarts = KopfRestarts(config.watch.silent_bound)
-    shutdown = ShutdownBound(log, args.shutdown_timeout)
     # What kopf lists and watches in each namespace: what a refused namespace must allow again to be taken back.
     watched_resources = [RLTJ, PODS, *([PEERINGS] if args.peering is not None else [])]
 
