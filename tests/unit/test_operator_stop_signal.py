@@ -6,7 +6,16 @@ import os
 import signal
 
 import kopf
-from kuberl.operator import main
+import pytest
+from kuberl.operator import config, main
+
+
+@pytest.fixture(autouse=True)
+def not_stopping():
+    """A SIGTERM a test sends marks this process as stopping (config.STOP_REQUESTED): each test starts without it."""
+    config.STOP_REQUESTED.clear()
+    yield
+    config.STOP_REQUESTED.clear()
 
 
 def test_a_signal_while_kopf_stops_for_the_operators_own_flag_is_reported(monkeypatch):
@@ -57,3 +66,25 @@ def test_a_signal_is_not_lost_when_kopfs_run_then_ends_in_an_error(monkeypatch):
     monkeypatch.setattr(kopf, 'spawn_tasks', spawn_tasks)
     monkeypatch.setattr(kopf, 'run_tasks', run_tasks)
     assert main.run_kopf(stop_flag=asyncio.Event()) is True
+
+
+def test_once_signalled_nothing_restarts_the_operator_in_place(monkeypatch):
+    """The heartbeat (a CRD served again), the finalizer recheck and the lost-watch watchdog restart the operator in
+    place; one that fired between the signal and kopf's cleanup exec'd a fresh operator that ran on until SIGKILL."""
+    execs = []
+    monkeypatch.setattr(config.os, 'execv', lambda *args: execs.append(args))
+    config.restart_in_place()
+    assert len(execs) == 1, 'not signalled: it restarts'
+
+    async def spawn_tasks(stop_flag, **_):
+        return [asyncio.create_task(stop_flag.wait())]
+
+    async def run_tasks(tasks, ignored):
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.gather(*tasks)
+        config.restart_in_place()  # a recheck that fired as kopf stopped
+
+    monkeypatch.setattr(kopf, 'spawn_tasks', spawn_tasks)
+    monkeypatch.setattr(kopf, 'run_tasks', run_tasks)
+    assert main.run_kopf(stop_flag=asyncio.Event()) is True
+    assert len(execs) == 1, 'signalled: no restart'

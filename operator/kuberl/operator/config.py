@@ -222,8 +222,17 @@ class ShutdownBound:
         self.exit(1)
 
 
+# Set by SIGTERM/SIGINT (main.run_kopf): from then on nothing restarts the operator in place. A fresh image would
+# run on, its signal spent, until the kubelet's SIGKILL (a lost watch, a CRD served again, a finalizer recheck).
+STOP_REQUESTED = threading.Event()
+
+
 def restart_in_place() -> None:
-    """The operator starts again as the same process (exec: same PID, same arguments), its logs flushed first."""
+    """The operator starts again as the same process (exec: same PID, same arguments), its logs flushed first;
+    not once a signal asked it to stop (STOP_REQUESTED)."""
+    if STOP_REQUESTED.is_set():
+        logging.getLogger("kuberl.operator").warning("not restarting in place: the operator was asked to stop")
+        return
     for handler in logging.getLogger().handlers:
         handler.flush()
     os.execv(sys.executable, sys.orig_argv)

@@ -26,6 +26,7 @@ from ..core.validation import API_JSON_NESTING
 from .config import (
     ENV_REFUSED_NAMESPACES,
     RBAC_REFUSAL,
+    STOP_REQUESTED,
     GoneWatchdog,
     KopfRestarts,
     ShutdownBound,
@@ -251,6 +252,7 @@ def run_kopf(stop_flag: asyncio.Event | None = None, shutdown: ShutdownBound | N
         def on_signal(signum: int, _frame: object) -> None:  # the main thread, between two bytecodes of whatever runs
             received = signal.Signals(signum)
             signalled.append(received)
+            STOP_REQUESTED.set()
             if shutdown is not None:
                 shutdown.arm(received.name, still_running)
             loop.call_soon_threadsafe(stopping, received)
