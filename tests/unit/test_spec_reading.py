@@ -177,6 +177,17 @@ def test_an_unquoted_scalar_is_what_kubectl_sends(monkeypatch, libyaml, text, se
     assert type(load_documents(f"a: {text}\n")[0]["a"]) is type(sent)
 
 
+@pytest.mark.parametrize("libyaml", [True, False])
+def test_a_key_read_as_a_boolean_or_an_integer_is_the_text_kubectl_sends(monkeypatch, libyaml):
+    """sigs.k8s.io/yaml's convertToJSONableObject writes a key go-yaml v2 read as a boolean or an integer as its text:
+    `on: x` is {"true": "x"}, a label key the API server takes. kuberl kept True, refused as 'expected a string', and
+    took `1` and `true` for one key (Python's True == 1), refusing a mapping kubectl sends as two."""
+    monkeypatch.setattr(yaml, "__with_libyaml__", libyaml)
+    assert load_documents("a: {on: x, 1: one, n: z, 0x10: w}\n") == [{"a": {"true": "x", "1": "one", "false": "z", "16": "w"}}]
+    with pytest.raises(UnreadableSpec, match="a.true: duplicate key"):
+        load_documents("a: {y: 1, true: 2}\n")
+
+
 def test_a_few_shared_blocks_are_fine():
     shared = "base: &b {" + ", ".join(f"k{i}: {i}" for i in range(50)) + "}\n"
     uses = "".join(f"u{i}: *b\n" for i in range(50))

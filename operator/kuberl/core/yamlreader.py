@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Hashable
 from typing import IO, Any
 
 import yaml
@@ -91,6 +92,25 @@ class _KubectlResolution:
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
         _flatten_mapping_as_kubectl(self, node)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        self.flatten_mapping(node)
+        mapping = {}
+        for key_node, value_node in node.value:
+            key = json_key(self.construct_object(key_node, deep=deep))
+            if not isinstance(key, Hashable):
+                raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                        "found unhashable key", key_node.start_mark)
+            mapping[key] = self.construct_object(value_node, deep=deep)
+        return mapping
+
+
+def json_key(key: object) -> object:
+    """A mapping key as kubectl sends it: sigs.k8s.io/yaml's convertToJSONableObject writes a boolean or an integer
+    key as its text (`on: x` is {"true": "x"}); other keys are left to the checks that refuse them."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key) if isinstance(key, int) else key
 
 
 class KubernetesYamlLoader(_KubectlResolution, yaml.SafeLoader):
@@ -186,11 +206,11 @@ _NOT_FINITE = re.compile(r"^[-+]?\.(inf|Inf|INF|nan|NaN|NAN)$")
 
 
 def _key_identity(key: yaml.Node) -> Any:
-    """What a key becomes once built: `1`, `0x1` and `1.0` (or `true` and `1`) are one
-    Python key, so the second would silently replace the first."""
+    """What a key becomes once built and sent: `1` and `0x1` (or `true` and `y`) are one key,
+    so the second would silently replace the first."""
     if isinstance(key, yaml.ScalarNode):
         try:
-            return ("value", _KEY_BUILDER.construct_object(key))  # `null` and `~` are one key (None) too
+            return ("value", json_key(_KEY_BUILDER.construct_object(key)))  # `null` and `~` are one key (None) too
         except (yaml.YAMLError, ValueError):
             pass
         finally:
