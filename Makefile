@@ -56,8 +56,10 @@ train: $(TRAIN_STAMP) ## train PPO on CartPole-v1 with 2 DDP ranks here (install
 
 test: lint test-unit test-distributed test-operator test-e2e ## lint, then every test tier (what CI runs)
 
-test-unit: $(STAMP) ## pure tests: spec, CRD, render, lifecycle, algorithm maths
-	$(PYTEST) tests/unit
+# Run in one process the unit tier keeps about one core busy: two pytest-xdist workers use both of CI's cores.
+UNIT_WORKERS ?= 2
+test-unit: $(STAMP) ## pure tests: spec, CRD, render, lifecycle, algorithm maths (UNIT_WORKERS=0: one process)
+	$(PYTEST) -n $(UNIT_WORKERS) tests/unit
 
 test-distributed: $(STAMP) ## real multi-process gloo runs on CPU
 	$(PYTEST) tests/distributed
