@@ -41,6 +41,19 @@ def test_identity_names_are_refused_in_the_trainer_with_the_field_path(name):
     assert f"{name} is reserved" in message
 
 
+def test_torch_launchers_store_switch_is_refused_in_the_trainer():
+    """TORCHELASTIC_USE_AGENT_STORE is torchrun's word to the processes it starts that its agent hosts the
+    rendezvous store; set in a spec, a one-process pod's rank 0 (kuberl's trainer, or a script's env://
+    init_process_group) joins as a client too, no one hosts the store, and every start waited
+    rendezvousTimeoutSeconds, holding its GPUs, to fail as PeerLost blaming 'worker 0's torchrun agent'."""
+    [(path, message)] = problems(trainer_env({"name": contract.ENV_TORCH_AGENT_STORE, "value": "True"}))
+    assert path == "spec.template.spec.containers[0].env[1].name"
+    assert "torch's launcher sets it" in message and "no one hosts" in message
+    sidecar = spec_with([{"name": T}, {"name": "shipper", "image": "busybox", "env": [
+        {"name": contract.ENV_TORCH_AGENT_STORE, "value": "True"}]}])
+    assert problems(sidecar) == []
+
+
 def test_the_issue_examples():
     found = problems(trainer_env({"name": "RANK", "value": "0"}, {"name": "MASTER_ADDR", "value": "x"},
                                  {"name": "WORLD_SIZE", "value": "1"}, {"name": "1=BAD NAME", "value": "x"},

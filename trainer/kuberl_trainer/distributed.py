@@ -292,12 +292,12 @@ def rendezvous_timed_out(waited_seconds: float, world_size: int, missing: list[i
 def store_host(master: str, port_text: str | None) -> str:
     """Who hosts the rendezvous store every rank meets on, and where, for a message that says it is gone: rank 0, or
     under torchrun the launcher (agent) of worker 0's pod."""
-    host = "worker 0's torchrun agent" if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" else "rank 0"
+    host = "worker 0's torchrun agent" if os.environ.get(contract.ENV_TORCH_AGENT_STORE) == "True" else "rank 0"
     return f"{host} (it hosts the rendezvous store at {master}:{port_text})"
 
 
 def hosts_store(rank: int) -> bool:
-    return rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+    return rank == 0 and os.environ.get(contract.ENV_TORCH_AGENT_STORE) != "True"
 
 
 @dataclass(frozen=True)
@@ -418,7 +418,7 @@ def rendezvous_store(master: str, port_text: str | None, rank: int, world_size: 
     if port is None:
         raise BadEnvironment(f"environment variable {contract.ENV_MASTER_PORT}={(port_text or '')[:64]!r}: "
                              f"expected a TCP port")
-    if rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+    if rank == 0 and os.environ.get(contract.ENV_TORCH_AGENT_STORE) != "True":
         hosted = loopback_server(master, port_text, world_size, timeout)
         if hosted:
             return hosted

@@ -150,6 +150,12 @@ RESERVED_ENV_NAMES = frozenset({
 RESERVED_ENV_PREFIXES = ("KUBERL_",)
 
 
+# torch's launcher tells the processes it starts that its agent hosts the rendezvous store (torch.distributed's
+# _create_c10d_store: every rank a client); set in a spec, a one-process pod's rank 0 is a client too and no one
+# hosts the store. Refused in the trainer container; under torchrun the agent sets its own.
+ENV_TORCH_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
+
+
 def is_reserved_env(name: str) -> bool:
     return name in RESERVED_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIXES)
 

@@ -1022,6 +1022,11 @@ def _env_problems(path: str, env: Any, trainer: bool) -> list[Problem]:
         elif trainer and contract.is_reserved_env(name):
             problems.append(Problem(f"{path}[{j}].name", f"{name} is reserved: kuberl sets each pod's identity (rank, world"
                                     " size, rendezvous) and every KUBERL_ name; a spec may not set it"))
+        elif trainer and name == contract.ENV_TORCH_AGENT_STORE:
+            problems.append(Problem(f"{path}[{j}].name", f"{name} is torch's launcher's: torch's launcher sets it for the"
+                                    " processes it starts, whose store its agent hosts; set here, rank 0 of a one-process"
+                                    " pod joins the rendezvous as a client and no one hosts the store (every start"
+                                    " waits rendezvousTimeoutSeconds, then fails as PeerLost)"))
         if "value" in var and var["value"] is not None and not isinstance(var["value"], str):
             problems.append(Problem(f"{path}[{j}].value", f"expected a string; quote it (got {shown(var['value'])})"))
         problems += _value_from_problems(f"{path}[{j}]", var)
