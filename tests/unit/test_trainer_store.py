@@ -151,3 +151,26 @@ def test_a_gpu_rank_binds_the_gpu_its_local_rank_names_before_it_joins_the_nccl_
         assert (ctx.rank, ctx.world_size, ctx.local_rank, ctx.device, ctx.backend) == (6, 8, 2, torch.device("cuda", 2), "nccl")
     assert calls == [("set_device", torch.device("cuda", 2)), ("init", "nccl", 6, 8), ("destroy",)]
     assert rank_0.check([check_in_key(6)])
+
+
+@pytest.mark.parametrize("in_a_pod", [False, True])
+def test_rank_0_whose_rendezvous_port_another_process_holds_fails_at_once_naming_the_port(monkeypatch, in_a_pod):
+    """Another process (a sidecar, another run) bound MASTER_PORT: rank 0 retried hosting its store until
+    rendezvousTimeoutSeconds (600 s by default) while its gang held every GPU, to fail as 'rendezvous did not
+    complete'. Now it ends at once, retryable, saying the port is taken. `in_a_pod`: torch's TCPStore binds the
+    port itself (no loopback MASTER_ADDR), and says EADDRINUSE in its own words."""
+    from kuberl_trainer import distributed
+
+    port = free_port()
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                        "MASTER_ADDR": "127.0.0.7", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    if in_a_pod:
+        monkeypatch.setattr(distributed, "loopback_server", lambda *_args, **_kwargs: None)
+    with socket.create_server(("0.0.0.0", port), reuse_port=False):
+        started = time.monotonic()
+        with pytest.raises(RuntimeError) as failed, distributed.process_group("gloo", rendezvous_timeout_seconds=8):
+            pass
+        assert time.monotonic() - started < 4, f"retried until the rendezvous timeout: {failed.value}"
+    assert type(failed.value).__name__ == "RendezvousPortTaken", "retryable: the gang restarts (exit 1)"
+    assert str(failed.value).startswith(f"rendezvous port {port} on 127.0.0.7 (MASTER_PORT, spec.rendezvous.port) is taken")

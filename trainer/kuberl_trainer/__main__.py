@@ -68,7 +68,7 @@ from .checkpoint import (
 from .device import describe as describe_device
 from .device import gpus_missing
 from .device import tune as tune_device
-from .distributed import BadEnvironment, PeerLost, process_group
+from .distributed import BadEnvironment, PeerLost, RendezvousPortTaken, process_group
 from .envs import UnknownEnv
 from .metrics import MetricsPortTaken, TrainerMetrics
 from .networks import PolicyMismatch
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointVolumeUnavailable as e:  # retryable, uncounted: the storage failed under the job, not the workload
         write_reason(contract.REASON_CHECKPOINT_VOLUME_UNAVAILABLE, str(e))
         return 1
-    except MetricsPortTaken as e:  # retryable, and its message says everything a traceback would
+    except (MetricsPortTaken, RendezvousPortTaken) as e:  # retryable, and its message says everything a traceback would
         write_reason(contract.REASON_CRASHED, str(e))
         return 1
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ one-worker jobs can share a machine. Every collective failure surfaces as
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import os
 import re
@@ -37,6 +38,11 @@ class PeerLost(RuntimeError):
 class BadEnvironment(ValueError):
     """An environment variable the trainer reads holds what it cannot use
     (set in spec.template, or by a launcher): a configuration error."""
+
+
+class RendezvousPortTaken(RuntimeError):
+    """Rank 0 cannot host the rendezvous store: another process holds MASTER_PORT. Retryable (it may free up),
+    but not by waiting out the rendezvous timeout: no retry of this process binds a port another holds."""
 
 
 @dataclass(frozen=True)
@@ -409,6 +415,12 @@ def safe_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def port_taken(error: BaseException) -> bool:
+    """Whether binding a port failed because another socket holds it: Python's bind (loopback_server) says
+    EADDRINUSE in errno, torch's TCPStore server in its message (c10d's socket.cpp: 'name: EADDRINUSE')."""
+    return (isinstance(error, OSError) and error.errno == errno.EADDRINUSE) or "EADDRINUSE" in str(error)
+
+
 def rendezvous_store(master: str, port_text: str | None, rank: int, world_size: int,
                      timeout: timedelta) -> tuple[dist.Store, socket.socket | None]:
     """The store every rank meets on, as init_process_group's env:// would make it (torch's
@@ -487,18 +499,28 @@ def process_group(
     timeout = timedelta(seconds=collective_timeout_seconds)
     listener = None
     host = None if hosts_store(rank) else store_host(master, port_text)
+    hosted_before = False  # a store of this process held the port: a later attempt may find it not yet released
     while True:
         reached = False  # the store answered this attempt
         try:
             left = timedelta(seconds=max(1.0, deadline - time.monotonic()))  # a client's connect retries this long
-            store, listener = rendezvous_store(master, port_text, rank, world_size, left)
+            try:
+                store, listener = rendezvous_store(master, port_text, rank, world_size, left)
+            except (RuntimeError, OSError) as e:
+                if host is None and not hosted_before and port_taken(e):
+                    raise RendezvousPortTaken(
+                        f"rendezvous port {port_text} on {master} (MASTER_PORT, spec.rendezvous.port) is taken: another"
+                        f" process or container holds it, so rank 0 cannot host the rendezvous store; choose another"
+                        f" spec.rendezvous.port") from None
+                raise
+            hosted_before = host is None
             reached = True
             check_in(store, rank, world_size, deadline, started, host)
             store.set_timeout(timeout)  # everyone is here: from now on a wait is a collective's
             dist.init_process_group(chosen, rank=rank, world_size=world_size, timeout=timeout,
                                     store=dist.PrefixStore("default_pg", store))  # where env:// puts its keys
             break
-        except (PeerLost, BadEnvironment):
+        except (PeerLost, BadEnvironment, RendezvousPortTaken):
             if listener is not None:
                 listener.close()
             raise
