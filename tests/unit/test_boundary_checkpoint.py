@@ -107,8 +107,8 @@ def test_zip_members_claiming_more_than_the_file_holds_are_refused():
         checkpoint.decode(checkpoint._framed(2, bytes(data)))
 
 
-def training_session(tmp_path, name: str, **block) -> tuple[object, session.TrainingSession]:
-    spec = make_job().algorithm(name, **block).with_spec(totalTimesteps=256, workers=1, seed=1).spec()
+def training_session(tmp_path, name: str, deterministic: bool = False, **block) -> tuple[object, session.TrainingSession]:
+    spec = make_job().algorithm(name, **block).with_spec(totalTimesteps=256, workers=1, seed=1, deterministic=deterministic).spec()
     config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
     trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 256, 1, 0)
     return trainer, session.TrainingSession(config, ONE_PROCESS, None, 0, threading.Event(), log=lambda _line: None)
@@ -325,3 +325,34 @@ def test_a_peer_lost_at_an_update_boundary_leaves_the_checkpoint_of_that_update(
     assert training.save_after_peer_lost(trainer) is True
     path, saved = checkpoint.load_newest(training.checkpoint_dir)
     assert path.endswith("ckpt-0000000002.pt") and saved["counters"]["global_step"] == steps == training.boundary[0]
+
+
+def test_a_deterministic_run_whose_peer_left_writes_no_checkpoint_without_every_ranks_state(tmp_path, monkeypatch):
+    """Rank 0 alone cannot gather its peers' envs and RNGs: a checkpoint it wrote after a peer left (chaos.py
+    eval-peer-kill: rank 1 killed at an update boundary, rank 0 told to stop as the gang restarted) held none, and
+    the run resumed from it ended at other weights and timesteps (7822, uninterrupted 7815). The resume redoes the
+    training since the last whole checkpoint instead, bitwise as an uninterrupted run."""
+    from kuberl_trainer.distributed import PeerLost
+
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    trainer, training = training_session(tmp_path, "ppo", deterministic=True, numSteps=16)
+    sync, calls = trainer.sync_update, []
+
+    def lose_the_peer_in_the_third_counters_all_reduce(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise PeerLost("Connection reset by peer")
+        return sync(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "sync_update", lose_the_peer_in_the_third_counters_all_reduce)
+    with pytest.raises(PeerLost):
+        session.run_updates(trainer, training)
+    assert training.save_after_peer_lost(trainer) is False
+    assert checkpoint.load_newest(training.checkpoint_dir) is None
+
+    def the_peer_is_gone(*_args, **_kwargs):
+        raise PeerLost("Connection reset by peer")
+
+    monkeypatch.setattr(session.distributed, "gather_bytes", the_peer_is_gone)
+    training.finish(trainer, "stopped")  # a stop whose gather finds the peer gone: likewise none
+    assert checkpoint.load_newest(training.checkpoint_dir) is None

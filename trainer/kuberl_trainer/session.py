@@ -456,6 +456,16 @@ class TrainingSession:
             self.log(f"a peer left in the middle of update {counters.updates + 1}: not checkpointed (its state is torn); "
                      f"a resume redoes the training since the last checkpoint")
             return False
+        return self.save_without_peers(algorithm)
+
+    def save_without_peers(self, algorithm: Algorithm) -> bool:
+        """Rank 0's save when a peer is gone (no gather): whether one was written. Deterministic mode writes none:
+        without every rank's envs and RNGs a resume is not bitwise equal, and the last whole checkpoint (or the
+        start, whose seeds are the same) is."""
+        if self.spec.deterministic:
+            self.log("a peer left: not checkpointed (deterministic mode needs every rank's env and RNG state); "
+                     "a resume redoes the training since the last checkpoint")
+            return False
         self.save(algorithm, collectives=False)
         return True
 
@@ -485,7 +495,7 @@ class TrainingSession:
             try:
                 self.save(algorithm)
             except PeerLost:  # a peer already left: rank 0 holds the replicated state
-                self.save(algorithm, collectives=False)
+                self.save_without_peers(algorithm)
             return stopped_message(steps, self.ctx.is_main, self.config.checkpoint_dir)
         if self.ctx.is_main:
             self.write_final_model(model)
