@@ -69,3 +69,25 @@ def test_kuberl_run_stops_at_the_first_failure_of_an_absent_script_instead_of_sp
     assert ("baked cannot run here: '/workspace/train.py' is not on this machine (warned above), so every restart"
             " would fail alike") in out, out[-2000:]
     assert "generation 1: creating" not in out  # no second gang
+
+
+def test_a_relative_mount_path_is_under_the_root_as_a_kubelet_mounts_it(tmp_path):
+    """`mountPath: app` is /app in a cluster: the API server takes it and the kubelet's makeMounts mounts
+    it at filepath.Clean("/" + path) (pkg/kubelet/kubelet_pods.go). kuberl run refused the job with exit 3,
+    "spec.containers[trainer].volumeMounts[4].mountPath: 'app' is not an absolute path", a field the job
+    does not have, after kuberl validate had passed it."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "t.py").write_text("print('ran from the volume')\n")
+    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "rel"}, "spec": {
+        "trainer": "custom", "workers": 1, "runPolicy": {"backoffLimit": 0},
+        "template": {"spec": {"volumes": [{"name": "code", "hostPath": {"path": str(code)}}],
+                              "containers": [{"name": "trainer", "command": ["python", "/app/t.py"],
+                                              "volumeMounts": [{"name": "code", "mountPath": "app"}]}]}}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    done = subprocess.run([sys.executable, "-m", "kuberl.cli", "run", "job.yaml", "--dir", "runs"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-2000:]
+    assert "a file of the image" not in out
+    assert "ran from the volume" in out

@@ -81,6 +81,7 @@ from .sandbox import (
     LocalRunError,
     image_files,
     image_scripts,
+    kubelet_mount_paths,
     make_dirs,
     missing_script_failure,
 )
@@ -358,7 +359,7 @@ class LocalCluster:
         for rank in ranks:
             if names.pod_name(self.job.name, rank) in self.pods:
                 continue  # 409: the name is taken; the lifecycle sees it next round
-            pod = render_pod(self.job, NAMESPACE, self.uid, rank, generation, target="local")
+            pod = kubelet_mount_paths(render_pod(self.job, NAMESPACE, self.uid, rank, generation, target="local"))
             pod["metadata"]["uid"] = str(uuid.uuid4())
             fresh.append(DNSPod(pod, pod_address(self.run_dir, rank)))
         resolver = make_resolver(self.services, self.live_dns_pods() + fresh)
@@ -1094,7 +1095,7 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
         say("pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
     budget = f"{spec.total_timesteps:,} timesteps" if spec.total_timesteps else "custom trainer"
     say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {budget}; logs and checkpoints in {shown(run_dir)}")
-    pod = render_pod(job, NAMESPACE, "0", 0, target="local")
+    pod = kubelet_mount_paths(render_pod(job, NAMESPACE, "0", 0, target="local"))
     skipped = containers_not_run(pod)
     if skipped:
         say(f"not run here (only the trainer container's command runs): {', '.join(skipped)}")

@@ -119,6 +119,27 @@ def trainer_container(pod: Mapping) -> dict:
     return next((c for c in containers if c["name"] == names.TRAINER_CONTAINER), containers[0])
 
 
+def kubelet_mount_paths(pod: Mapping) -> dict:
+    """`pod` with each container's relative mountPath made absolute as a kubelet mounts it: the API server
+    takes `mountPath: data`, and makeMounts (pkg/kubelet/kubelet_pods.go) mounts it at
+    filepath.Clean("/" + path), /data. A copy: every later reading of the pod sees the path the container has."""
+    pod = {**pod, "spec": {**pod["spec"]}}
+    for kind in ("initContainers", "containers"):
+        if isinstance(pod["spec"].get(kind), list):
+            pod["spec"][kind] = [_absolute_mounts(c) for c in pod["spec"][kind]]
+    return pod
+
+
+def _absolute_mounts(container: object) -> object:
+    mounts = container.get("volumeMounts") if isinstance(container, dict) else None
+    if not isinstance(mounts, list):
+        return container
+    def absolute(m: object) -> object:
+        path = m.get("mountPath") if isinstance(m, dict) else None
+        return {**m, "mountPath": os.path.normpath("/" + path)} if isinstance(path, str) and path and not path.startswith("/") else m
+    return {**container, "volumeMounts": [absolute(m) for m in mounts]}
+
+
 def _inside(root: str, path: str) -> bool:
     resolved = os.path.normpath(os.path.join(root, path.lstrip("/")))
     return resolved == root or resolved.startswith(root.rstrip("/") + "/")
