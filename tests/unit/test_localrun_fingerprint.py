@@ -98,3 +98,23 @@ def test_a_run_that_already_succeeded_says_where_its_model_is_and_trains_nothing
     out = capsys.readouterr().out
     assert "cartpole already succeeded" in out and f"runs/cartpole/checkpoints/cartpole-{uid}/final-model.pt" in out
     assert not (run / "pods").exists() and not (run / "logs").exists()
+
+
+def test_a_rerun_that_trains_nothing_says_nothing_of_a_rendezvous_port(tmp_path, capsys, monkeypatch):
+    """`make train` twice, with another run holding 29500: the rerun said "rendezvous port 29500 is taken here:
+    using 29501" before "already succeeded …; nothing to train", a port for a run that never starts."""
+    import contextlib
+
+    from kuberl.local.runner import reserve_port
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    job = make_job("cartpole").workers(2).obj()
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    finished_run(tmp_path / "runs" / "cartpole", fingerprint.learned_values(make_job("cartpole").workers(2).spec()), "Succeeded")
+    with contextlib.ExitStack() as other_run:
+        reserve_port(JobSpec().rendezvous.port, other_run)
+        assert main(["run", "job.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "cartpole already succeeded" in out
+    assert "rendezvous port" not in out, out

@@ -1041,8 +1041,7 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
         file_document = document
         check_overrides(args.set)
         document = apply_overrides(document, args.workers, args.set)
-        document = with_free_rendezvous_port(document, checked_job(document, env_ids), ports)
-        spec = validate_job(document)
+        spec = checked_job(document, env_ids)
     except LocalRunError as e:
         print(f"kuberl run: {e}", file=sys.stderr)
         return EXIT_CANNOT_RUN
@@ -1077,6 +1076,9 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
             os.makedirs(run_dir, exist_ok=True)
             # held from before job.yaml is written: a second run of the job, refused, must not replace the first's
             held.enter_context(run_lock(run_dir))
+            # chosen once the run is sure to start: a rerun that trains nothing, or is locked out, takes no port
+            document = with_free_rendezvous_port(document, spec, ports)
+            spec = validate_job(document)
             with open_to_write(os.path.join(run_dir, "job.yaml")) as f:
                 yaml.safe_dump(document, f, sort_keys=False)
             record_fingerprint(run_dir, learned)
