@@ -180,3 +180,12 @@ def test_validate_and_the_trainer_refuse_a_torso_in_the_same_words():
             networks.choose(space, policy, "spec.ppo.policy")
         problem = envspaces.network_problem(space, "ppo", policy, False)
         assert str(refused.value) == str(problem)
+
+
+def test_a_misspelt_env_id_is_named_with_the_specs_other_problems(tmp_path, capsys):
+    """A job with a typo'd field and a typo'd env id: validate named the field alone, and the env id only once
+    the field was fixed, one more round for a user who had been told "every problem"."""
+    code, err = validate(tmp_path, capsys, make_job("j").minimal().with_spec(worker=2).replace(env={"id": "Cartpole-v1"}))
+    assert code == 1
+    assert "spec.worker: unknown field; did you mean 'workers'?" in err, err
+    assert "spec.env.id: expected a gymnasium id registered here" in err and "did you mean 'CartPole-v1'?" in err, err

@@ -566,12 +566,22 @@ def validate_job(job: Any, env_ids: Collection[str] | None = None) -> JobSpec:
         problems += [Problem(*nproc)] if nproc else []
         problems += pod_queue_label_problems(parsed)
         problems += atari_kwargs_problems(parsed)
-    if parsed is not None and parsed.env is not None and env_ids is not None:
-        problems += [p for p in [env_id_problem(parsed.env.id, env_ids)] if p is not None]
+    if env_ids is not None and (env_id := _env_id(parsed, job.get("spec"))) is not None:
+        # also when other fields failed: every problem in one round, a misspelt id with a misspelt field
+        problems += [p for p in [env_id_problem(env_id, env_ids)] if p is not None and p.path not in {q.path for q in problems}]
     if problems:
         raise InvalidJob(problems)
     assert parsed is not None
     return parsed
+
+
+def _env_id(parsed: JobSpec | None, spec: Any) -> str | None:
+    """spec.env.id as parsed, or as written where the spec did not parse (a string, else None)."""
+    if parsed is not None:
+        return parsed.env.id if parsed.env is not None else None
+    env = spec.get("env") if isinstance(spec, dict) else None
+    env_id = env.get("id") if isinstance(env, dict) else None
+    return env_id if isinstance(env_id, str) else None
 
 
 def atari_kwargs_problems(parsed: JobSpec | None) -> list[Problem]:
