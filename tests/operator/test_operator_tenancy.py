@@ -307,3 +307,35 @@ def test_control_characters_from_a_spec_or_a_pod_reach_status_and_events_escaped
         assert said in failed['message'] and not unsafe.search(json.dumps(status(rest, name), ensure_ascii=False)), failed
         warning = wait_for(lambda name=name, reason=failed['reason']: [e for e in events(rest, name) if e['reason'] == reason], what='the Event')
         assert said in warning[0]['message'] and not unsafe.search(warning[0]['message'])
+
+
+def test_a_job_recreated_while_its_predecessors_child_is_held_terminating_says_what_it_waits_for_then_runs(standin, rest, operator):
+    """A job deleted and created again under its name while a finalizer holds one of the old job's children
+    (deletionTimestamp set, so the garbage collector's delete is done and the object stays: the API server's
+    deletion with finalizers, registry/generic/registry/store.go updateForGracefulDeletionAndFinalizers). The new
+    job waited silently, its status 'creating 2 pod(s)', the operator's log a TemporaryError every 2 s."""
+    create_job(rest, 'reborn', workers=2)
+    start_gang(standin, 'reborn', 2)
+    held = {'metadata': {'finalizers': ['example.com/hold']}}
+    assert rest.patch(f'{CONFIGMAPS}/reborn-config', held).status == 200
+    assert rest.delete(f'{JOBS}/reborn').status == 200
+    wait_for(lambda: (rest.get(f'{CONFIGMAPS}/reborn-config').body['metadata'].get('deletionTimestamp')),
+             what="the old job's ConfigMap to be terminating")
+    wait_for(lambda: not pods(standin, 'reborn'), what="the old job's pods to go")
+    old = rest.get(f'{CONFIGMAPS}/reborn-config').body
+    create_job(rest, 'reborn', workers=2)
+    ready = wait_for(lambda: condition(rest, 'reborn', 'Ready').get('reason') == 'ChildTerminating' and condition(rest, 'reborn', 'Ready'),
+                     what='reborn to say what it waits for', explain=lambda: status(rest, 'reborn'))
+    assert 'ConfigMap reborn-config' in ready['message'] and 'example.com/hold' in ready['message']
+    assert old['metadata']['deletionTimestamp'] in ready['message']
+    said = [e for e in events(rest, 'reborn') if e['reason'] == 'ChildTerminating']
+    assert said and 'example.com/hold' in said[0]['message']
+    assert not pods(standin, 'reborn') and status(rest, 'reborn')['phase'] == 'Pending'
+
+    released = time.monotonic()
+    assert rest.patch(f'{CONFIGMAPS}/reborn-config', {'metadata': {'finalizers': None}}).status == 200
+    start_gang(standin, 'reborn', 2)
+    assert time.monotonic() - released < 5, 'proceeds once the object is gone, not after a growing backoff'
+    wait_phase(rest, 'reborn', 'Running')
+    owners = rest.get(f'{CONFIGMAPS}/reborn-config').body['metadata']['ownerReferences']
+    assert [o['uid'] for o in owners] == [job(rest, 'reborn')['metadata']['uid']] != [old['metadata']['ownerReferences'][0]['uid']]

@@ -241,6 +241,25 @@ def test_a_name_held_by_an_object_this_job_did_not_create_is_a_retried_refusal_u
         assert refusal.message.startswith('ConfigMap j-config exists and was not created by this job')
 
 
+def test_a_name_held_by_an_object_being_deleted_is_waited_for_without_deadline_naming_it_since_when_and_who_holds_it():
+    going = {'metadata': {'deletionTimestamp': '2026-01-01T00:00:00Z', 'finalizers': ['example.com/hold', 'kubernetes.io/pvc-protection']}}
+    refusal = jobstatus.terminating('PersistentVolumeClaim', 'j-checkpoints', going)
+    assert refusal.reason == lifecycle.REASON_CHILD_TERMINATING and refusal.retryable
+    assert refusal.message.startswith('PersistentVolumeClaim j-checkpoints is terminating (deletionTimestamp 2026-01-01T00:00:00Z),'
+                                      ' held by finalizer(s) example.com/hold, kubernetes.io/pvc-protection: waiting for it to go')
+    assert 'in its grace period' in jobstatus.terminating('Pod', 'j-0', {'metadata': {'deletionTimestamp': 'T'}}).message
+    assert jobstatus.terminating('ConfigMap', 'j-config', {'metadata': {}}) is None
+    assert jobstatus.terminating('ConfigMap', 'j-config', None) is None
+    status = {'phase': lifecycle.PENDING, 'generation': 0}
+    for now in (1000.0, 1000.0 + 7200):  # hours later: still waiting, not failed by startupTimeoutSeconds
+        decision = lifecycle.decide(make_job().spec(), status, [], None, now, refusal=refusal)
+        status = decision.status
+        ready = next(c for c in status['conditions'] if c['type'] == 'Ready')
+        assert (status['phase'], ready['reason'], ready['message']) == (lifecycle.PENDING, lifecycle.REASON_CHILD_TERMINATING, refusal.message)
+        assert decision.requeue_after == lifecycle.TERMINATING_RETRY_SECONDS
+        assert [e.message for e in decision.of(lifecycle.Event) if e.reason == lifecycle.REASON_CHILD_TERMINATING] == [refusal.message]
+
+
 def test_a_child_kind_the_cluster_does_not_serve_is_a_refusal_naming_the_scheduler():
     podgroup = {'apiVersion': 'scheduling.volcano.sh/v1beta1', 'kind': 'PodGroup'}
     refusal = jobstatus.not_served(404, jobstatus.NOT_SERVED, podgroup, 'volcano')

@@ -362,6 +362,20 @@ def name_in_use(kind: str, name: str, existing: dict | None, job: str) -> Refusa
                    " kuberl never takes over or deletes it; delete or rename it, or rename the job", retryable=True)
 
 
+def terminating(kind: str, name: str, existing: dict | None) -> Refusal | None:
+    """A child's create answered 409 by an object being deleted (deletionTimestamp set; the API server keeps it
+    until its finalizers are removed): a refusal the job waits on, naming the object, since when and who holds it.
+    It is never taken over, even when it is this job's own: it is going."""
+    meta = (existing or {}).get("metadata") or {}
+    if not meta.get("deletionTimestamp"):
+        return None
+    finalizers = meta.get("finalizers") or []
+    held = f"held by finalizer(s) {', '.join(finalizers)}" if finalizers else "in its grace period"
+    return Refusal(lifecycle.REASON_CHILD_TERMINATING,
+                   f"{kind} {name} is terminating (deletionTimestamp {meta['deletionTimestamp']}), {held}: waiting for it to"
+                   " go; the job starts once it is gone", retryable=True)
+
+
 def is_current_pod(pod: dict, uid: str, generation: int) -> bool:
     """A pod found under a name we create is ours only if it is of this generation and
     not going away: with fixed pod names, a 409 can be the OLD gang's pod."""

@@ -105,7 +105,9 @@ REASON_QUOTA = "QuotaExceeded"  # a ResourceQuota refused a pod: retried, it may
 REASON_NAME_IN_USE = "NameInUse"  # a child's name is held by an object this job did not create: retried, it may go
 REASON_OPERATOR_FORBIDDEN = "OperatorForbidden"  # RBAC forbids the operator a child: retried without end (not the job's fault)
 REASON_API_SERVER_ERROR = "APIServerError"  # the API server failed a create (5xx: a webhook it cannot call): retried without end
-RETRIED_REFUSALS = frozenset({REASON_QUOTA, REASON_NAME_IN_USE, REASON_OPERATOR_FORBIDDEN, REASON_API_SERVER_ERROR})  # a Ready condition that keeps quoting the refusal
+REASON_CHILD_TERMINATING = "ChildTerminating"  # a child's name is held by an object being deleted (a finalizer holds it): waited for
+RETRIED_REFUSALS = frozenset({REASON_QUOTA, REASON_NAME_IN_USE, REASON_OPERATOR_FORBIDDEN, REASON_API_SERVER_ERROR,
+                              REASON_CHILD_TERMINATING})  # a Ready condition that keeps quoting the refusal
 REASON_TTL = "TTLExpired"
 
 HISTORY_LIMIT = 10  # restart history and force-deletion records kept in status
@@ -122,6 +124,7 @@ FORCE_DELETE_AFTER_SECONDS = 60.0
 POLL_SECONDS = 5.0
 MAX_FORBIDDEN_RETRY_SECONDS = 30.0  # how long a job waits, at most, after the operator is granted what it lacked
 MIN_QUOTA_RETRY_SECONDS = 1.0  # the first retry after a quota refusal; each later one waits as long as all before
+TERMINATING_RETRY_SECONDS = 2.0  # how often a name held by an object being deleted is tried again: it is free when it goes
 
 
 @dataclass(frozen=True)
@@ -760,6 +763,8 @@ def _not_admitted(plan: _Plan, spec: JobSpec, current: list[ObservedPod], phase:
     until startupTimeoutSeconds after the generation's first create; then the job fails."""
     if refusal.reason in (REASON_OPERATOR_FORBIDDEN, REASON_API_SERVER_ERROR):
         return _operator_forbidden(plan, spec, phase, refusal)
+    if refusal.reason == REASON_CHILD_TERMINATING:
+        return _child_terminating(plan, phase, refusal)
     timeout = spec.run_policy.startup_timeout_seconds
     created = plan.get_time("generationStartTime") or plan.now
     deadline = created + timeout
@@ -786,6 +791,18 @@ def _operator_forbidden(plan: _Plan, spec: JobSpec, phase: str, refusal: Refusal
     until = "the operator may" if refusal.reason == REASON_OPERATOR_FORBIDDEN else "the API server creates it"
     plan.event("Warning", refusal.reason, f"{refusal.message} (retried every {delay:g}s until {until})")
     plan.wake_at(plan.now + delay)
+    return plan.finish(phase)
+
+
+def _child_terminating(plan: _Plan, phase: str, refusal: Refusal) -> str:
+    """A child's name is held by an object being deleted (an older job's of this name, a finalizer holding it):
+    no fault of the job's, so no deadline; tried again every TERMINATING_RETRY_SECONDS (a ConfigMap's or a PVC's
+    going wakes no watch of ours), and the startup clock counts from the create that is let through."""
+    plan.set_time("generationStartTime", plan.now)
+    plan.set_time("nextStartTime", plan.now + TERMINATING_RETRY_SECONDS)
+    plan.condition(CONDITION_READY, False, refusal.reason, refusal.message)
+    plan.event("Warning", refusal.reason, refusal.message)
+    plan.wake_at(plan.now + TERMINATING_RETRY_SECONDS)
     return plan.finish(phase)
 
 

@@ -811,6 +811,9 @@ class JobLoop:
             await self.api.create(child)
         except Conflict:
             existing = await self.api.get(*api_path(child), self.namespace, child["metadata"]["name"])
+            going = jobstatus.terminating(child["kind"], child["metadata"]["name"], existing)
+            if going is not None:  # an older job's (or a retained claim being deleted): never taken, waited for
+                raise ChildRefused(going) from None
             ours = existing is not None and (
                 jobstatus.owned_by(existing, uid)
                 or (not adopted and (existing["metadata"].get("labels") or {}).get(names.LABEL_JOB) == self.name)
@@ -855,6 +858,9 @@ class JobLoop:
             except Conflict:
                 name = pod["metadata"]["name"]
                 existing = await self.api.get(*PODS, self.namespace, name)
+                going = None if existing is None or jobstatus.owned_by(existing, uid) else jobstatus.terminating("Pod", name, existing)
+                if going is not None:  # an older job's of this name: its own older pods are decide's (stale)
+                    raise ChildRefused(going) from None
                 taken = jobstatus.taken_pod(existing, uid, action.generation, self.name)
                 if isinstance(taken, lifecycle.Refusal):
                     raise ChildRefused(taken) from None
