@@ -480,10 +480,12 @@ async def job_changed(body: kopf.Body, namespace: str, name: str, memo: kopf.Mem
 
 
 RECONCILE_BACKOFF_SECONDS = 5.0  # kopf starts a failed job loop again after this
+REASON_RECONCILE_FAILED = "ReconcileFailed"
 
 
 @kopf.daemon(*RLTJ, id="reconcile", backoff=RECONCILE_BACKOFF_SECONDS, cancellation_timeout=10.0)
-async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: Any, **_: Any) -> None:
+async def run_job(name: str, namespace: str, body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: Any,
+                  **_: Any) -> None:
     shell: Shell = memo.shell
     wake = shell.wakes.setdefault((namespace, name), Wake())
     wake.pods_changed = True  # a (re)started loop lists the pods first
@@ -499,8 +501,13 @@ async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.Daem
                 # Answered, after KubeApi's retries (each logged, the failure counted): the server's words are the
                 # line kopf logs, where a traceback would add nothing (etcd timing out a status write, a 503)
                 said = f"the API server answered {error.status} {error.reason}".rstrip()
-                raise kopf.TemporaryError(f"{said}: {error} (after {len(kubeapi.API_BACKOFFS)} retries); the job is reconciled"
-                                          f" again in {RECONCILE_BACKOFF_SECONDS:g} s", delay=RECONCILE_BACKOFF_SECONDS) from None
+                message = (f"{said}: {error} (after {len(kubeapi.API_BACKOFFS)} retries); the job is reconciled"
+                           f" again in {RECONCILE_BACKOFF_SECONDS:g} s")
+                _failure_said(shell, body, message)
+                raise kopf.TemporaryError(message, delay=RECONCILE_BACKOFF_SECONDS) from None
+            except Exception as error:  # kopf logs each (never as an Event: posting.loggers is off since kopf 1.44) and retries
+                _failure_said(shell, body, str(error) if isinstance(error, kopf.TemporaryError) else f"{type(error).__name__}: {error}")
+                raise
             await _sleep(wake.event, stopped, seconds)
             if wake.event.is_set():
                 await asyncio.sleep(job.settle_seconds())
@@ -509,6 +516,13 @@ async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.Daem
             shell.wakes.pop((namespace, name), None)
             shell.events.forget((namespace, name))
             shell.metrics.job_phase(namespace, name, None)
+
+
+def _failure_said(shell: Shell, body: kopf.Body, message: str) -> None:
+    """A failed reconcile, in one Warning Event per distinct failure (EventLimiter drops the repeats)."""
+    if shell.events.allow((body.metadata.namespace, body.metadata.name), "Warning", REASON_RECONCILE_FAILED, message,
+                          time.monotonic()):
+        kopf.event(body, type="Warning", reason=REASON_RECONCILE_FAILED, message=safetext.escape(message)[: lifecycle.MESSAGE_LIMIT])
 
 
 async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, seconds: float | None) -> None:
