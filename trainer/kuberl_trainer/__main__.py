@@ -74,7 +74,7 @@ from .metrics import MetricsPortTaken, TrainerMetrics
 from .networks import PolicyMismatch
 from .paths import host_path
 from .session import Algorithm, TrainingSession
-from .startup import Startup, import_in_background
+from .startup import Startup, import_in_background, one_write_per_line
 from .termination import write_reason
 
 
@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if PAUSED_GC_FOR_IMPORTS:
         gc.freeze()  # the imports' objects live as long as the process: no collection need walk them
         gc.enable()
+        one_write_per_line(sys.stdout, sys.stderr)
     args = parser.parse_args(argv)
     stop = STOPPED_EARLY if PAUSED_GC_FOR_IMPORTS else threading.Event()  # a pod's launch: set if a signal came already
     install_stop_handlers(stop)

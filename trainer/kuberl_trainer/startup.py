@@ -9,9 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import os
 import threading
 import time
+import typing
+
+
+def one_write_per_line(*streams: typing.TextIO) -> None:
+    """Each line of `streams` written in one write: PYTHONUNBUFFERED (every pod's env) makes print() two writes,
+    the text and its newline, and ranks sharing a pod's stdout (torchrun's) merged their lines between them."""
+    for stream in streams:
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(line_buffering=True, write_through=False)
 
 
 def process_age() -> float | None:
