@@ -118,3 +118,23 @@ def test_a_rerun_that_trains_nothing_says_nothing_of_a_rendezvous_port(tmp_path,
     out = capsys.readouterr().out
     assert "cartpole already succeeded" in out
     assert "rendezvous port" not in out, out
+
+
+def test_a_run_that_starts_runs_on_the_port_it_said_it_moved_to(tmp_path, capsys, monkeypatch):
+    """Choosing the port once the run is sure to start left the job with the taken port: "using 29502", then
+    "cannot run here: rendezvous port 29500 is in use here"."""
+    import contextlib
+
+    from kuberl.local import runner
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(make_job("cartpole").workers(2).obj()))
+    started = []
+    monkeypatch.setattr(runner, "_run_held", lambda args, job, spec, run_dir, configmaps: started.append((job, spec)) or 0)
+    with contextlib.ExitStack() as other_run:
+        runner.reserve_port(JobSpec().rendezvous.port, other_run)
+        assert main(["run", "job.yaml"]) == 0
+    (job, spec), = started
+    assert job.spec.rendezvous.port == spec.rendezvous.port != JobSpec().rendezvous.port
+    assert f"using {spec.rendezvous.port}" in capsys.readouterr().out

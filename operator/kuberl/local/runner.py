@@ -1079,6 +1079,7 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
             # chosen once the run is sure to start: a rerun that trains nothing, or is locked out, takes no port
             document = with_free_rendezvous_port(document, spec, ports)
             spec = validate_job(document)
+            job = Job(job.name, spec)
             with open_to_write(os.path.join(run_dir, "job.yaml")) as f:
                 yaml.safe_dump(document, f, sort_keys=False)
             record_fingerprint(run_dir, learned)
