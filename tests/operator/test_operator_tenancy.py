@@ -339,3 +339,26 @@ def test_a_job_recreated_while_its_predecessors_child_is_held_terminating_says_w
     wait_phase(rest, 'reborn', 'Running')
     owners = rest.get(f'{CONFIGMAPS}/reborn-config').body['metadata']['ownerReferences']
     assert [o['uid'] for o in owners] == [job(rest, 'reborn')['metadata']['uid']] != [old['metadata']['ownerReferences'][0]['uid']]
+
+
+def test_a_job_recreated_while_its_predecessors_pod_is_held_terminating_waits_for_that_pod_and_never_adopts_it(standin, rest, operator):
+    """The same with a pod of the old gang (its kubelet gone, a finalizer of a policy engine on it): the new gang's
+    rank waited in the operator's log alone ('pod … of an older generation is still terminating')."""
+    create_job(rest, 'phoenix', workers=2)
+    start_gang(standin, 'phoenix', 2)
+    assert rest.patch(f'{PODS}/phoenix-1', {'metadata': {'finalizers': ['example.com/drain']}}).status == 200
+    assert rest.delete(f'{JOBS}/phoenix').status == 200
+    wait_for(lambda: [p['metadata']['name'] for p in pods(standin, 'phoenix')] == ['phoenix-1'], what="the old gang's pods but the held one to go")
+    old = rest.get(f'{PODS}/phoenix-1').body
+    assert old['metadata'].get('deletionTimestamp')
+    create_job(rest, 'phoenix', workers=2)
+    ready = wait_for(lambda: condition(rest, 'phoenix', 'Ready').get('reason') == 'ChildTerminating' and condition(rest, 'phoenix', 'Ready'),
+                     what='phoenix to say what it waits for', explain=lambda: status(rest, 'phoenix'))
+    assert 'Pod phoenix-1 is terminating' in ready['message'] and 'example.com/drain' in ready['message']
+    assert rest.get(f'{PODS}/phoenix-1').body['metadata']['uid'] == old['metadata']['uid'], 'the old pod is neither replaced nor adopted'
+
+    assert rest.patch(f'{PODS}/phoenix-1', {'metadata': {'finalizers': None}}).status == 200
+    gang = start_gang(standin, 'phoenix', 2)
+    uid = job(rest, 'phoenix')['metadata']['uid']
+    assert all(p['metadata']['ownerReferences'][0]['uid'] == uid for p in gang)
+    wait_phase(rest, 'phoenix', 'Running')
