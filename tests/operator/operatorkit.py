@@ -59,13 +59,16 @@ class Operator:
              '--health-port', str(self.health_port), '--metrics-port', str(self.metrics_port),
              '--scrape-interval', '0.5', *self.extra],
             stdout=self.logfile, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-        wait_for(self.healthy, timeout=30, what='the operator to answer its health endpoint')
-        if watching:
-            try:
+        try:
+            wait_for(self.healthy, timeout=30, what='the operator to answer its health endpoint')
+            if watching:
                 wait_for(lambda: self.healthy() and self._job_listings() > listings, timeout=60,
                          what='the operator to list or watch RLTrainingJobs')
-            except AssertionError as e:
-                raise AssertionError(f'{e}; its log ends:\n{self.log()[-3000:]}') from None
+        except AssertionError as e:
+            # a start that failed is stopped here: no teardown stops an operator its fixture never returned,
+            # and one left behind retried against a stopped stand-in for minutes, slowing every later test
+            self.kill()
+            raise AssertionError(f'{e}; its log ends:\n{self.log()[-3000:]}') from None
         return self
 
     def _job_listings(self) -> int:
