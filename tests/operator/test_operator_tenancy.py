@@ -362,3 +362,28 @@ def test_a_job_recreated_while_its_predecessors_pod_is_held_terminating_waits_fo
     uid = job(rest, 'phoenix')['metadata']['uid']
     assert all(p['metadata']['ownerReferences'][0]['uid'] == uid for p in gang)
     wait_phase(rest, 'phoenix', 'Running')
+
+
+def test_a_job_recreated_while_its_retained_checkpoint_claim_is_being_deleted_waits_instead_of_mounting_it(standin, rest, operator):
+    """checkpoint.retain keeps the claim past its job (no owner reference: kuberl takes it back by its label). Deleted
+    with the job while the old pods still used it, kubernetes.io/pvc-protection holds it (the API server's
+    PVC protection: plugin/pkg/admission/storage/storageobjectinuseprotection adds the finalizer, the controller
+    removes it once no pod uses the claim). The new job took that claim as its own and its pods mounted a claim
+    being deleted; now it waits, saying so, and creates a fresh claim once the old one is gone."""
+    claims = f'/api/v1/namespaces/{NS}/persistentvolumeclaims'
+    create_job(rest, 'keeper', workers=1, checkpoint={'retain': True})
+    start_gang(standin, 'keeper', 1)
+    assert rest.patch(f'{claims}/keeper-checkpoints', {'metadata': {'finalizers': ['kubernetes.io/pvc-protection']}}).status == 200
+    old = rest.get(f'{claims}/keeper-checkpoints').body
+    assert rest.delete(f'{JOBS}/keeper').status == 200
+    assert rest.delete(f'{claims}/keeper-checkpoints').status == 200
+    wait_for(lambda: not pods(standin, 'keeper'), what="the old job's pod to go")
+    create_job(rest, 'keeper', workers=1, checkpoint={'retain': True})
+    ready = wait_for(lambda: condition(rest, 'keeper', 'Ready').get('reason') == 'ChildTerminating' and condition(rest, 'keeper', 'Ready'),
+                     what='keeper to say what it waits for', explain=lambda: status(rest, 'keeper'))
+    assert 'PersistentVolumeClaim keeper-checkpoints is terminating' in ready['message'] and 'pvc-protection' in ready['message']
+    assert not pods(standin, 'keeper')
+
+    assert rest.patch(f'{claims}/keeper-checkpoints', {'metadata': {'finalizers': None}}).status == 200
+    start_gang(standin, 'keeper', 1)
+    assert rest.get(f'{claims}/keeper-checkpoints').body['metadata']['uid'] != old['metadata']['uid']
