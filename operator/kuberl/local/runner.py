@@ -1092,12 +1092,32 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
         return _run_held(args, job, spec, run_dir, configmaps)
 
 
+def crowded_note(spec: JobSpec, cores: int) -> str | None:
+    """A job sized for a cluster (the Pong examples: 4 ranks of 64 envs), run on a laptop: its ranks share this machine's
+    cores, its first update comes minutes in, and a Ctrl-C waits for the update in flight. Says how to run it at this
+    machine's size; None where every rank has a core."""
+    ranks = spec.workers * spec.procs
+    if ranks <= cores:
+        return None
+    envs = spec.env.num_envs if spec.trainer == "kuberl" and spec.env is not None else None
+    each = f" of {envs} envs each" if envs and envs > 1 else ""
+    smaller = " ".join(f"--set {field}" for field, wanted in [
+        ("workers=1", spec.workers > 1),
+        ("gpusPerWorker=0", spec.gpus_per_worker > 0),  # procsPerWorker follows the GPUs, and must equal them
+        ("procsPerWorker=1", (spec.procs_per_worker or 1) > 1),
+        ("env.numEnvs=8", (envs or 0) > 8)] if wanted)
+    return (f"note: {ranks} ranks{each} share this machine's {cores} core(s): updates come slowly, and Ctrl-C waits for"
+            f" the one in flight; at this machine's size: {smaller} (a run of its own: what it learns changes)")
+
+
 def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, configmaps: Mapping[str, Mapping[str, str]]) -> int:
     """cmd_run's run, with the run directory's lock held."""
     if getattr(args, "pod_security", "privileged") == "privileged":  # said once the job is known to be valid
         say("pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
     budget = f"{spec.total_timesteps:,} timesteps" if spec.total_timesteps else "custom trainer"
     say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {budget}; logs and checkpoints in {shown(run_dir)}")
+    if note := crowded_note(spec, os.cpu_count() or 1):
+        say(note)
     pod = kubelet_mount_paths(render_pod(job, NAMESPACE, "0", 0, target="local"))
     skipped = containers_not_run(pod)
     if skipped:
