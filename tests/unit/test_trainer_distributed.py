@@ -203,6 +203,12 @@ def test_a_trainer_given_an_unusable_environment_exits_with_a_config_error(tmp_p
       " error. GLHF! \U0001f3d6\ufe0f"),
      ("a peer's connection closed (127.0.0.1:56242): another rank exited or was killed; its own log, and the job's"
       " status, say why")),
+    # the same when the peer's socket was reset (killed with data unread: tests/distributed/test_rendezvous.py, rank 2 of 3)
+    (("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [127.0.0.1]:16084: Connection reset"
+      " by peer. This is typically caused by a remote worker hanging or bugs in the application. Check the logs of the"
+      " remote worker before reporting an error. GLHF! \U0001f3d6\ufe0f"),
+     ("a peer's connection closed (127.0.0.1:16084): another rank exited or was killed; its own log, and the job's"
+      " status, say why")),
     (("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to"
       " complete\nmore detail"), "Timed out waiting 1800000ms for recv operation to complete"),
     ("NCCL communicator was aborted on rank 1.", "NCCL communicator was aborted on rank 1."),

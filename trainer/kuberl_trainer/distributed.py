@@ -577,8 +577,9 @@ def collectives() -> Iterator[None]:
 # gloo's source location ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] ") and its
 # advice, which ends in an emoji, reached the pod's termination message and the job's status verbatim
 _SOURCE_LOCATION = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h|hpp|cu):\d+\]\s*")
-_GLOO_ADVICE = " This is typically caused by a remote worker crashing."
+_GLOO_ADVICE = " This is typically caused by a remote worker"  # "crashing." after a close, "hanging or bugs …" after a reset
 _PEER_CLOSED = re.compile(r"^Connection closed by peer \[([^\]]*)\]:(\d+)")
+_PEER_RESET = re.compile(r"^Read error \[([^\]]*)\]:(\d+): Connection reset by peer")  # a killed peer's socket, data unread
 
 
 def collective_failure(e: BaseException) -> str:
@@ -587,7 +588,7 @@ def collective_failure(e: BaseException) -> str:
     text = str(e).splitlines()[0].strip() if str(e).strip() else type(e).__name__
     text = _SOURCE_LOCATION.sub("", text)
     text = text.split(_GLOO_ADVICE)[0].rstrip(". ") if _GLOO_ADVICE in text else text
-    if closed := _PEER_CLOSED.match(text):
+    if closed := _PEER_CLOSED.match(text) or _PEER_RESET.match(text):
         return (f"a peer's connection closed ({closed[1]}:{closed[2]}): another rank exited or was killed; its own"
                 " log, and the job's status, say why")
     return text
