@@ -305,20 +305,27 @@ def test_a_peer_lost_in_the_middle_of_an_update_leaves_no_checkpoint_of_the_torn
     assert checkpoint.load_newest(training.checkpoint_dir) is None
 
 
-def test_a_peer_lost_at_an_update_boundary_leaves_the_checkpoint_of_that_update(tmp_path, monkeypatch):
+def lose_the_peer_in_the_third_counters_all_reduce(trainer, monkeypatch) -> None:
+    """The third update's all-reduce fails as a peer's going makes it fail: updates 1 and 2 are whole."""
     from kuberl_trainer.distributed import PeerLost
 
-    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
-    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
     sync, calls = trainer.sync_update, []
 
-    def lose_the_peer_in_the_third_counters_all_reduce(*args, **kwargs):
+    def sync_then_lose_the_peer(*args, **kwargs):
         calls.append(1)
         if len(calls) == 3:
             raise PeerLost("Connection reset by peer")
         return sync(*args, **kwargs)
 
-    monkeypatch.setattr(trainer, "sync_update", lose_the_peer_in_the_third_counters_all_reduce)
+    monkeypatch.setattr(trainer, "sync_update", sync_then_lose_the_peer)
+
+
+def test_a_peer_lost_at_an_update_boundary_leaves_the_checkpoint_of_that_update(tmp_path, monkeypatch):
+    from kuberl_trainer.distributed import PeerLost
+
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
+    lose_the_peer_in_the_third_counters_all_reduce(trainer, monkeypatch)
     with pytest.raises(PeerLost):
         session.run_updates(trainer, training)
     steps = trainer.counters.global_step
@@ -336,15 +343,7 @@ def test_a_deterministic_run_whose_peer_left_writes_no_checkpoint_without_every_
 
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
     trainer, training = training_session(tmp_path, "ppo", deterministic=True, numSteps=16)
-    sync, calls = trainer.sync_update, []
-
-    def lose_the_peer_in_the_third_counters_all_reduce(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise PeerLost("Connection reset by peer")
-        return sync(*args, **kwargs)
-
-    monkeypatch.setattr(trainer, "sync_update", lose_the_peer_in_the_third_counters_all_reduce)
+    lose_the_peer_in_the_third_counters_all_reduce(trainer, monkeypatch)
     with pytest.raises(PeerLost):
         session.run_updates(trainer, training)
     assert training.save_after_peer_lost(trainer) is False
