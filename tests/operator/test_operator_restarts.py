@@ -129,7 +129,9 @@ def test_a_409_from_an_old_terminating_pod_waits_and_never_adopts_it(standin, re
 
     new_uid = create_job(rest, 'reborn', workers=1)['metadata']['uid']
     wait_for(lambda: status(rest, 'reborn').get('generationStartTime'), what='the new job to try its pods')
-    wait_for(lambda: '"reborn-0" already exists' in operator.log() or 'still terminating' in operator.log(), what='the 409')
+    # the 409 is read as the old pod's going: said in Ready (ChildTerminating, 9bcca0a), not only in the log
+    wait_for(lambda: any(c.get('reason') == 'ChildTerminating' and 'Pod reborn-0 is terminating' in c.get('message', '')
+                         for c in status(rest, 'reborn').get('conditions', [])), what='the 409, said in Ready')
     held = standin.store.find('', 'pods', NS, 'reborn-0')
     assert held['metadata']['ownerReferences'][0]['uid'] == old_uid, 'the old pod is never taken for the new job'
     assert status(rest, 'reborn').get('phase') != 'Running'
