@@ -786,6 +786,43 @@ def test_observed_pod_reads_what_a_cluster_reports():
     assert pending.scheduling_reason == "Unschedulable" and pending.generation == 0 and not pending.started
 
 
+def kubelet_disrupted_pod(status_reason: str, message: str) -> dict:
+    """A pod the kubelet ended as it writes one (the pod's status.reason and message, a DisruptionTarget condition of
+    reason TerminationByKubelet carrying the same message): pkg/kubelet/eviction/eviction_manager.go (evictPod, its
+    message from evictionMessage), pkg/kubelet/nodeshutdown (nodeShutdownReason "Terminated") and
+    pkg/kubelet/preemption (events.PreemptContainer, "Preempting")."""
+    return {
+        "metadata": {"name": "job-1", "labels": {"kuberl.dev/rank": "1", "kuberl.dev/restart": "0"}},
+        "status": {"phase": "Failed", "reason": status_reason, "message": message, "startTime": "2026-01-01T00:00:00Z",
+                   "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+                                   "message": message}],
+                   "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]},
+    }
+
+
+KUBELET_DISRUPTIONS = {
+    "Evicted": "The node was low on resource: memory. Threshold quantity: 100Mi, available: 61440Ki. Container trainer "
+               "was using 7340032Ki, request is 1Gi, has larger consumption of memory. ",
+    "Terminated": "Pod was terminated in response to imminent node shutdown.",
+    "Preempting": "Pod was preempted by Kubelet to accommodate a critical pod.",
+}
+
+
+@pytest.mark.parametrize("status_reason", KUBELET_DISRUPTIONS)
+def test_the_kubelet_s_disruptions_are_told_apart_in_the_restart_record(status_reason):
+    """A node-pressure eviction, a node shutdown and a critical pod's admission share one DisruptionTarget reason,
+    TerminationByKubelet: the restart said "disrupted: TerminationByKubelet" for each, and an eviction for the
+    trainer's own memory (what a user can fix: its request) read as a node going away. The operator reads pods
+    through pod_as_read, so what it keeps of them must carry the pod's reason and message too."""
+    spec = job()
+    worker = lc.observed_pod(lc.pod_as_read(kubelet_disrupted_pod(status_reason, KUBELET_DISRUPTIONS[status_reason])))
+    d = decide(spec, running_status(spec), [Pod(0).running().obj(), worker], None, T0 + 1)
+    entry = d.status["restartHistory"][-1]
+    assert entry["reason"] == "TerminationByKubelet" and not entry["counted"]
+    assert entry["message"].startswith(f"worker 1 (job-1) disrupted: TerminationByKubelet ({status_reason}: ")
+    assert KUBELET_DISRUPTIONS[status_reason].strip() in entry["message"]
+
+
 def test_progress_changes_time_only_when_the_counter_moves():
     first = lc.next_progress(None, 0, 100, T0, succeeded=False)
     same = lc.next_progress(first, 0, 100, T0 + 30, eval_return=20.0)

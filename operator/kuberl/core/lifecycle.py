@@ -145,6 +145,9 @@ class ObservedPod:
     scheduling_message: str | None = None
     deletion_timestamp: float | None = None  # as Kubernetes sets it: when the grace period ends
     disruption: str | None = None  # DisruptionTarget reason: PreemptionByScheduler, EvictionByEvictionAPI, ...
+    # what the disruption's author said: the pod's status.reason (the kubelet's Evicted, Terminated, Preempting, which
+    # share one DisruptionTarget reason, TerminationByKubelet) and the condition's message (which resource ran low)
+    disruption_detail: str | None = None
     start_time: float | None = None
     finished_at: float | None = None  # the trainer container's terminated.finishedAt
     group_finished: bool = False  # marked not retriable in its Kueue pod group (the group may end)
@@ -672,7 +675,9 @@ def _broken(
     disrupted = [p for p in current if p.disruption and p.phase != "Succeeded"]
     if disrupted:
         pod = min(disrupted, key=lambda p: p.rank)
-        return Breakage(pod.disruption, f"worker {pod.rank} ({pod.name}) disrupted: {pod.disruption}", counted=False, startup=False)
+        detail = f" ({pod.disruption_detail})" if pod.disruption_detail else ""
+        return Breakage(pod.disruption, f"worker {pod.rank} ({pod.name}) disrupted: {pod.disruption}{detail}", counted=False,
+                        startup=False)
     deleted = [p for p in current if p.deletion_timestamp is not None and p.phase != "Succeeded"]
     if deleted:
         pod = min(deleted, key=lambda p: p.rank)
@@ -978,7 +983,7 @@ def _one_line(value: Any) -> str | None:
 
 # What the operator reads of a pod it lists (observed_pod, jobstatus.owned_by and is_current_pod, rank 0's scrape, deletes)
 POD_METADATA_READ = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp", "ownerReferences")
-POD_STATUS_READ = ("phase", "podIP", "startTime")
+POD_STATUS_READ = ("phase", "podIP", "startTime", "reason", "message")
 POD_CONDITIONS_READ = ("Ready", "PodScheduled", "DisruptionTarget")
 POD_ANNOTATIONS_READ = (names.KUEUE_RETRIABLE_IN_GROUP,)
 
@@ -1000,6 +1005,18 @@ def pod_as_read(pod: dict[str, Any]) -> dict[str, Any]:
     if trainer is not None:
         read["containerStatuses"] = [trainer]
     return {"metadata": kept, "status": read}
+
+
+def _disruption_detail(status: dict[str, Any], disruption: dict[str, Any]) -> str | None:
+    """The pod's status.reason and the DisruptionTarget condition's message (else the pod's status.message), as
+    one line. The kubelet gives three causes one condition reason, TerminationByKubelet: a node-pressure eviction
+    (status.reason Evicted, pkg/kubelet/eviction/eviction_manager.go: which resource ran low and what the container
+    used), a node shutdown (Terminated, pkg/kubelet/nodeshutdown) and a critical pod's admission (Preempting,
+    pkg/kubelet/preemption); only these tell them apart."""
+    reason = _one_line(status.get("reason"))
+    message = _one_line(disruption.get("message")) or _one_line(status.get("message"))
+    said = ": ".join(part for part in (reason, message) if part)
+    return said[:MESSAGE_LIMIT // 2] or None
 
 
 def observed_pod(pod: dict[str, Any]) -> ObservedPod:
@@ -1039,6 +1056,7 @@ def observed_pod(pod: dict[str, Any]) -> ObservedPod:
         scheduling_message=_one_line(scheduled.get("message")) if scheduled.get("status") == "False" else None,
         deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
         disruption=disruption.get("reason") if disruption.get("status") == "True" else None,
+        disruption_detail=_disruption_detail(status, disruption) if disruption.get("status") == "True" else None,
         start_time=parse_time(status.get("startTime")),
         finished_at=parse_time(terminated.get("finishedAt")),
         group_finished=(meta.get("annotations") or {}).get(names.KUEUE_RETRIABLE_IN_GROUP) == "false",
