@@ -188,3 +188,25 @@ def test_a_checkpoint_volume_the_trainer_may_not_read_fails_at_once_by_name_and_
     assert "timesteps" not in ranks.log(0) and "Traceback" not in ranks.log(0), ranks.log(0)
     assert time.monotonic() - started < 30
     assert {p.name: p.read_bytes() for p in job.checkpoint_dir.glob("ckpt-*.pt")} == before
+
+
+def test_a_file_written_over_the_checkpoint_directory_while_training_fails_the_run_naming_it(tmp_path):
+    """A tenant's sidecar (or a hand) replaced the job's checkpoint directory by a file between two saves: the rank
+    crashed with `FileExistsError: [Errno 17] File exists`, and so did every restart at its start, each counted
+    toward backoffLimit. No restart heals it: the run fails at once (the configuration-error exit), naming what is in the way."""
+    job = make_job(tmp_path, world_size=1, checkpoint={"everyUpdates": 2})
+    ranks = Ranks(job)
+    deadline = time.monotonic() + 60
+    while not list(job.checkpoint_dir.glob("ckpt-*.pt")):
+        assert time.monotonic() < deadline and ranks.procs[0].poll() is None, ranks.log(0)
+        time.sleep(0.05)
+    job.checkpoint_dir.rename(tmp_path / "moved")
+    job.checkpoint_dir.write_text("not a directory\n")
+    assert ranks.wait(timeout=60) == [contract.EXIT_CONFIG_ERROR], ranks.log(0)
+    reason = job.termination_log(0)
+    assert reason.startswith(f"{contract.REASON_CONFIG_ERROR}: the checkpoint directory {job.checkpoint_dir} cannot be a "
+                             f"directory: {job.checkpoint_dir} is a regular file of 16 bytes. Move that away"), reason
+    assert "Traceback" not in ranks.log(0), ranks.log(0)
+    # a restart's start says the same, before anything is trained
+    assert Ranks(job).wait(timeout=60) == [contract.EXIT_CONFIG_ERROR]
+    assert job.termination_log(0) == reason

@@ -638,3 +638,23 @@ def test_the_final_model_is_written_with_the_same_retries_in_place(tmp_path, mon
     with pytest.raises(checkpoint.CheckpointVolumeUnavailable) as failed:
         checkpoint.retrying(model, lambda: checkpoint.write_on_volume(model, b"model", last_good="/c/ckpt-0000000002.pt"))
     assert "last good checkpoint: /c/ckpt-0000000002.pt" in str(failed.value)
+
+
+@pytest.mark.parametrize("in_the_way", ["a file above it", "a symlink to a file", "a dangling symlink"])
+def test_a_checkpoint_directory_something_else_holds_the_place_of_is_named_for_what_is_there(tmp_path, in_the_way):
+    """os.makedirs says FileExistsError or NotADirectoryError naming the directory only: what blocks it is named."""
+    (tmp_path / "file").write_bytes(b"12345")
+    if in_the_way == "a file above it":
+        directory, blocking = tmp_path / "file" / "job-uid", f"{tmp_path / 'file'} is a regular file of 5 bytes"
+    elif in_the_way == "a symlink to a file":
+        (tmp_path / "job-uid").symlink_to(tmp_path / "file")
+        directory, blocking = tmp_path / "job-uid", f"{tmp_path / 'job-uid'} (a symlink to '{tmp_path / 'file'}') is a regular file"
+    else:
+        (tmp_path / "job-uid").symlink_to(tmp_path / "gone")
+        directory, blocking = tmp_path / "job-uid", f"{tmp_path / 'job-uid'} (a symlink to '{tmp_path / 'gone'}') leads nowhere"
+    for attempt in (lambda: checkpoint.check_writable(str(directory)),
+                    lambda: checkpoint.save(str(directory), 1, ppo_like_state(1), keep=1)):
+        with pytest.raises(checkpoint.CheckpointDirectoryNotADirectory) as refused:
+            attempt()
+        assert f"the checkpoint directory {directory} cannot be a directory: {blocking}" in str(refused.value)
+    assert (tmp_path / "file").read_bytes() == b"12345"

@@ -179,6 +179,48 @@ class CheckpointVolumeForbidden(UnusableCheckpoint):
         self.path = directory
 
 
+class CheckpointDirectoryNotADirectory(UnusableCheckpoint):
+    """The checkpoint directory's path is taken by something else (a file written over it, a symlink to a file, a
+    file in place of a directory above it): no restart makes it a directory, so the run fails naming what is there.
+    It was `FileExistsError: [Errno 17] File exists` at the next save and at each restart's start, a crash that
+    spent backoffLimit."""
+
+    def __init__(self, directory: str):
+        ValueError.__init__(
+            self, f"the checkpoint directory {directory} cannot be a directory: {_blocking(directory)}. Move that "
+            "away so checkpoints can be kept there, then rerun the job")
+        self.path = directory
+
+
+def _blocking(directory: str) -> str:
+    """What takes `directory`'s place: the first path from the root down to it that is not a directory."""
+    path, on_the_way = os.path.abspath(directory), []
+    while not on_the_way or path != on_the_way[-1]:
+        on_the_way.append(path)
+        path = os.path.dirname(path)
+    for candidate in reversed(on_the_way):
+        link = f" (a symlink to {os.readlink(candidate)!r})" if os.path.islink(candidate) else ""
+        try:
+            info = os.stat(candidate)
+        except FileNotFoundError:
+            return f"{candidate}{link} leads nowhere" if link else f"{candidate} went while it was looked at"
+        except OSError as e:
+            return f"{candidate}{link} cannot be looked at ({e.strerror or e})"
+        if not stat.S_ISDIR(info.st_mode):
+            kind = f"a regular file of {info.st_size} bytes" if stat.S_ISREG(info.st_mode) else "no directory"
+            return f"{candidate}{link} is {kind}"
+    return "it is a directory now"
+
+
+def make_directory(directory: str) -> None:
+    """os.makedirs(directory, exist_ok=True); a file (or a link to one) where it or a directory above it should be
+    raised as CheckpointDirectoryNotADirectory."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:
+        raise CheckpointDirectoryNotADirectory(directory) from e
+
+
 def _ownership(path: str) -> str:
     for candidate in (path, os.path.dirname(path)):
         try:
@@ -297,7 +339,7 @@ def checkpoint_name(updates: int) -> str:
 
 def write_atomic(path: str, data: bytes) -> None:
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
+    make_directory(directory)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -898,7 +940,7 @@ def check_writable(directory: str, mountinfo: str = "/proc/self/mountinfo") -> N
     CheckpointVolumeUnavailable when only its filesystem is, under a read-write mount (the kernel remounted it
     after errors: a new pod re-stages it). Other OS errors are raised as they are."""
     try:
-        os.makedirs(directory, exist_ok=True)
+        make_directory(directory)
         fd, probe = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".part")
         os.close(fd)
         os.unlink(probe)

@@ -415,8 +415,8 @@ class TrainingSession:
             **({"checkpoint": checkpoint_file} if checkpoint_file else {}),
             **({"evaluation": True} if evaluation else {}),
         }
-        os.makedirs(self.checkpoint_dir, exist_ok=True)
         try:
+            os.makedirs(self.checkpoint_dir, exist_ok=True)
             append_line(os.path.join(self.checkpoint_dir, "progress.jsonl"), json.dumps(line))
         except OSError as e:  # the directory is the tenant's: a curve point lost is not worth the run
             if not self.progress_unwritable:
