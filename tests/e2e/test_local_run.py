@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -287,3 +288,39 @@ def test_two_runs_started_together_meet_on_ports_of_their_own(tmp_path):
     ports = [yaml.safe_load((here / "runs" / JOB / "job.yaml").read_text())["spec"].get("rendezvous", {}).get("port", 29500)
              for here in runs]
     assert ports[0] != ports[1], (ports, outs)
+
+
+# Rank 0 of the test's job: waits until something else listens on its rendezvous port (the test, after the runner's
+# own check found the port free), then starts torch's launcher, whose store fails to bind it (EADDRINUSE).
+RANK0_AFTER_THE_PORT_IS_TAKEN = """
+import os, socket, sys, time
+port = int(os.environ["MASTER_PORT"])
+while True:
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+            break
+    time.sleep(0.05)
+os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=1",
+                          "--no-python", "true"])
+"""
+
+
+def test_a_rendezvous_port_taken_after_the_run_checked_it_stops_the_run_with_exit_3(tmp_path):
+    """Another process (a second user's run: port reservations are per user; anything else) binds the rendezvous
+    port after `kuberl run` found it free and before rank 0's store does: rank 0 fails EADDRINUSE. The runner restarted
+    the gang, which met the same taken port, until runPolicy.backoffLimit was spent (exit 1). A port still taken
+    when the gang fails is what the start's check refuses: the run stops there, exit 3, naming the port."""
+    port = free_port()
+    write_job(tmp_path, trainer="custom", workers=1, rendezvous={"port": port},
+              template={"spec": {"containers": [{"name": "trainer",
+                                                  "command": ["python", "-c", RANK0_AFTER_THE_PORT_IS_TAKEN]}]}},
+              runPolicy={"restartBackoffSeconds": 0.2, "backoffLimit": 2, "terminationGracePeriodSeconds": 1})
+    proc = start(tmp_path)
+    wait_for(lambda: rank_processes(tmp_path).get(f"{JOB}-0"), 30, proc, "rank 0's process")  # the runner's check is done
+    with socket.create_server(("0.0.0.0", port)):  # every address, as torch's own store takes it
+        code, out = finish(proc, timeout=60)
+    assert code == 3, out[-3000:]
+    last = out.strip().splitlines()[-1]
+    assert f"rendezvous port {port} is taken here" in last and "--set rendezvous.port=N" in last, out[-3000:]
+    assert "generation 1" not in out and status(tmp_path)["restarts"] == 0, out[-3000:]
+    assert rank_processes(tmp_path) == {}

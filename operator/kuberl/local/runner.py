@@ -530,6 +530,16 @@ def check_port_free(port: int) -> None:
         raise LocalRunError(f"rendezvous port {port} is in use here; pick another with --set rendezvous.port=N")
 
 
+def rendezvous_port_lost(cluster: LocalCluster, spec: JobSpec) -> bool:
+    """Whether a process outside the run holds the rendezvous port: rank 0, which alone listens on it, has ended
+    (and with it everything it started), yet the port is not free. Another user's run (reservations are per user,
+    reserve_port) or any program that bound it after the start's check took it; rank 0 failed EADDRINUSE."""
+    if not meets_at_master_port(spec):
+        return False
+    rank0 = [p for p in cluster.pods.values() if p.rank == 0]
+    return bool(rank0) and not any(p.process.running for p in rank0) and not port_free(spec.rendezvous.port)
+
+
 def meets_at_master_port(spec: JobSpec) -> bool:
     """Whether rank 0 listens on MASTER_PORT: kuberl's trainer alone (world size 1) forms no process group,
     but a command of the user's may (init_process_group in one pod, torchrun's static store), and this
@@ -725,12 +735,18 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
                     say(f"stopping: SIGTERM to every rank, {job.spec.run_policy.termination_grace_period_seconds}s to save (Ctrl-C again to kill)")
                 spec = suspended(job.spec) if interrupts.count else job.spec
                 decision = lifecycle.decide(spec, status, pods, rank0, now)
+                restarts = [a.message for a in decision.actions
+                            if isinstance(a, lifecycle.Event) and a.reason == lifecycle.REASON_GANG_RESTART]
+                if restarts and rendezvous_port_lost(cluster, job.spec):  # before the restart is recorded: none happens
+                    raise LocalRunError(f"rendezvous port {job.spec.rendezvous.port} is taken here: something else bound it"
+                                        " after this run found it free, and holds it now that rank 0 has ended, so every"
+                                        " restart would fail alike: stopped instead of spending runPolicy.backoffLimit;"
+                                        " pick another with --set rendezvous.port=N")
                 if decision.status != status:
                     write_json(status_path, decision.status)
                 status = decision.status
                 act(cluster, decision, now, interrupted=bool(interrupts.count))
-                missing = next(filter(None, (missing_script_failure(a.message, list(absent_scripts)) for a in decision.actions
-                                             if isinstance(a, lifecycle.Event) and a.reason == lifecycle.REASON_GANG_RESTART)), None)
+                missing = next(filter(None, (missing_script_failure(m, list(absent_scripts)) for m in restarts)), None)
                 if missing is not None:
                     raise LocalRunError(f"{missing!r} is not on this machine (warned above), so every restart would fail"
                                         " alike: stopped instead of spending runPolicy.backoffLimit. Mount a volume at its"
