@@ -823,6 +823,32 @@ def test_the_kubelet_s_disruptions_are_told_apart_in_the_restart_record(status_r
     assert KUBELET_DISRUPTIONS[status_reason].strip() in entry["message"]
 
 
+KUBELET_REJECTIONS = {  # kubelet.go canAdmitPod's reasons, as rejectPod writes them (message after "Pod was rejected: ")
+    "UnexpectedAdmissionError": "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. "
+                                "Requested: 1, Available: 0, which is unexpected",
+    "OutOfcpu": "Node didn't have enough resource: cpu, requested: 4000, used: 3800, capacity: 4000",
+}
+
+
+@pytest.mark.parametrize("reason", KUBELET_REJECTIONS)
+def test_a_pod_its_kubelet_rejected_is_named_by_the_kubelet_s_reason_and_message(reason):
+    """A pod refused at admission (a GPU device plugin that lost track of its devices, a node overcommitted since the
+    scheduler chose it) is Failed with no container state, its reason and message the pod's own: the restart said
+    'Error: worker 1 (job-1): exit code None'."""
+    spec = job()
+    rejected = {"metadata": {"name": "job-1", "labels": {"kuberl.dev/rank": "1", "kuberl.dev/restart": "0"}},
+                "status": {"phase": "Failed", "reason": reason, "message": f"Pod was rejected: {KUBELET_REJECTIONS[reason]}"}}
+    worker = lc.observed_pod(lc.pod_as_read(rejected))
+    d = decide(spec, {}, [Pod(0).running().obj(), worker], None, T0 + 1)
+    entry = d.status["restartHistory"][-1]
+    assert (entry["reason"], entry["counted"], entry["startup"]) == (reason, False, True)
+    assert entry["message"] == f"worker 1 (job-1): Pod was rejected: {KUBELET_REJECTIONS[reason]} (before all workers were running)"
+    # a trainer's own termination message still comes first
+    ran = {**rejected, "status": {**rejected["status"], "containerStatuses": [{"name": "trainer", "state": {"terminated": {
+        "exitCode": 1, "reason": "Error", "message": TERMINATION_MARKER + "Crashed: boom"}}}]}}
+    assert (lc.observed_pod(ran).reason, lc.observed_pod(ran).message) == ("Crashed", "Crashed: boom")
+
+
 def test_progress_changes_time_only_when_the_counter_moves():
     first = lc.next_progress(None, 0, 100, T0, succeeded=False)
     same = lc.next_progress(first, 0, 100, T0 + 30, eval_return=20.0)

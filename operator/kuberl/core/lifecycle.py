@@ -1041,6 +1041,10 @@ def observed_pod(pod: dict[str, Any]) -> ObservedPod:
     rank, generation = _label_number(labels.get(names.LABEL_RANK), -1), _label_number(labels.get(names.LABEL_RESTART), 0)
     if rank is None or generation is None:  # rewritten by hand (the pod is the tenant's to label): of no generation
         rank, generation = -1, -1
+    # A pod its kubelet refused before any container ran (kubelet.go rejectPod: phase Failed, the pod's own reason
+    # and "Pod was rejected: ..."; a GPU node's UnexpectedAdmissionError, OutOfnvidia.com/gpu) has no container
+    # state: its reason and message are the pod's ("exit code None" said nothing).
+    rejected = not terminated and status.get("phase") == "Failed" and isinstance(status.get("reason"), str)
     return ObservedPod(
         name=meta.get("name", ""),
         rank=rank,
@@ -1048,8 +1052,8 @@ def observed_pod(pod: dict[str, Any]) -> ObservedPod:
         phase=status.get("phase") or "Pending",
         ready=(conditions.get("Ready") or {}).get("status") == "True",
         exit_code=exit_code,
-        reason=termination_reason(message) or _one_line(state_reason),
-        message=_container_message(message),
+        reason=termination_reason(message) or _one_line(state_reason) or (_one_line(status["reason"]) if rejected else None),
+        message=_container_message(message) or (_one_line(status.get("message")) if rejected else None),
         waiting_reason=_one_line(waiting.get("reason")),
         waiting_message=_one_line(waiting.get("message")),
         scheduling_reason=_one_line(scheduled.get("reason")) if scheduled.get("status") == "False" else None,
