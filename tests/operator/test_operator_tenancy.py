@@ -341,6 +341,34 @@ def test_a_job_recreated_while_its_predecessors_child_is_held_terminating_says_w
     assert [o['uid'] for o in owners] == [job(rest, 'reborn')['metadata']['uid']] != [old['metadata']['ownerReferences'][0]['uid']]
 
 
+def test_a_job_recreated_before_the_garbage_collector_took_its_predecessors_children_says_what_it_waits_for(standin, rest, operator):
+    """Deleted in the background (the default), the old job goes at once and its children stay, with no
+    deletionTimestamp, until the garbage collector deletes them (tests.support.store: garbage_collector_held).
+    A job created again under the name meanwhile waited silently, the operator's log alone saying 'ConfigMap … is
+    an older job's of this name, still being collected' every 2 s, for as long as the collector was behind."""
+    create_job(rest, 'lazarus', workers=2)
+    start_gang(standin, 'lazarus', 2)
+    old_uid = job(rest, 'lazarus')['metadata']['uid']
+    with standin.store.garbage_collector_held():
+        assert rest.delete(f'{JOBS}/lazarus').status == 200
+        wait_for(lambda: job(rest, 'lazarus') is None, what='the old job to go (the operator removes its finalizer)')
+        create_job(rest, 'lazarus', workers=2)
+        ready = wait_for(lambda: condition(rest, 'lazarus', 'Ready').get('reason') == 'ChildAwaitingCollection'
+                         and condition(rest, 'lazarus', 'Ready'), what='lazarus to say what it waits for',
+                         explain=lambda: status(rest, 'lazarus'))
+        assert 'ConfigMap lazarus-config' in ready['message'] and old_uid in ready['message'], ready
+        said = [e for e in events(rest, 'lazarus') if e['reason'] == 'ChildAwaitingCollection' and e['type'] == 'Warning']
+        assert said and old_uid in said[0]['message']
+        assert status(rest, 'lazarus')['phase'] == 'Pending'
+        assert rest.get(f'{CONFIGMAPS}/lazarus-config').body['metadata']['ownerReferences'][0]['uid'] == old_uid, 'never taken over'
+    wait_for(lambda: all(p['metadata']['ownerReferences'][0]['uid'] != old_uid for p in pods(standin, 'lazarus')),
+             what="the old job's pods to be collected")
+    gang = start_gang(standin, 'lazarus', 2)
+    uid = job(rest, 'lazarus')['metadata']['uid']
+    assert all(p['metadata']['ownerReferences'][0]['uid'] == uid for p in gang)
+    wait_phase(rest, 'lazarus', 'Running')
+
+
 def test_a_job_recreated_while_its_predecessors_pod_is_held_terminating_waits_for_that_pod_and_never_adopts_it(standin, rest, operator):
     """The same with a pod of the old gang (its kubelet gone, a finalizer of a policy engine on it): the new gang's
     rank waited in the operator's log alone ('pod … of an older generation is still terminating')."""

@@ -4,6 +4,7 @@ The HTTP layer (apiserver.py) only decodes requests and encodes answers; tests a
 local node's hooks may call the store directly from another thread.
 """
 import collections
+import contextlib
 import datetime
 import json
 import random
@@ -136,6 +137,7 @@ class Store:
         self.unattended_pods_use_grace = unattended_pods_use_grace
         self.hooks = Hooks()
         self._gc_pending = False
+        self._gc_held = False
         self.schedule: Callable[[float, Callable[[], None]], None] = lambda delay, fn: threading.Timer(delay, fn).start()
         for rtype in resources.BUILTINS:
             self.types[(rtype.group, rtype.version, rtype.plural)] = rtype
@@ -724,6 +726,21 @@ class Store:
                 del new['metadata']['ownerReferences']
             self._replace_stored(key, obj, new)
 
+    @contextlib.contextmanager
+    def garbage_collector_held(self):
+        """The garbage collector behind the API server, for as long as the block lasts: in Kubernetes it is
+        kube-controller-manager's (pkg/controller/garbagecollector), not the API server's; a background deletion (the
+        default) removes the owner at once and its dependents stay, unchanged and with no deletionTimestamp, until
+        the collector has seen the owner go and deleted them ("the garbage collector controller ... cleans up the
+        dependent objects in the background", kubernetes.io/docs/concepts/architecture/garbage-collection), however
+        long that takes (a controller-manager restarting, a collector waiting on its graph's sync). Ends with a collection."""
+        self._gc_held = True
+        try:
+            yield
+        finally:
+            self._gc_held = False
+            self._request_gc()
+
     def _request_gc(self) -> None:
         """Run the garbage collector soon, once for a burst of deletions (it is asynchronous in Kubernetes too)."""
         if not self._gc_pending:
@@ -745,6 +762,8 @@ class Store:
         """The garbage collector: delete dependents whose owners are all gone (or deleting in foreground)."""
         with self.lock:
             self._gc_pending = False
+            if self._gc_held:
+                return
             for key, objects in list(self.objects.items()):
                 rtype = next((t for t in self.types.values() if t.key == key), None)
                 for obj in list(objects.values()):

@@ -173,6 +173,19 @@ def test_deleting_an_owner_removes_its_children(rest, propagation):
     wait_for(lambda: rest.get(f'{CONFIGMAPS}/owner').status == 404)
 
 
+def test_a_background_deletions_children_stay_as_they_are_until_the_garbage_collector_runs(standin, rest):
+    """The owner goes at once; its children, untouched (no deletionTimestamp), until the collector deletes them."""
+    owner = rest.post(CONFIGMAPS, configmap('owner')).body
+    rest.post(CONFIGMAPS, configmap('child', owner))
+    with standin.store.garbage_collector_held():
+        assert rest.delete(f'{CONFIGMAPS}/owner').status == 200
+        assert rest.get(f'{CONFIGMAPS}/owner').status == 404
+        time.sleep(0.1)
+        child = rest.get(f'{CONFIGMAPS}/child')
+        assert child.status == 200 and not child.body['metadata'].get('deletionTimestamp')
+    wait_for(lambda: rest.get(f'{CONFIGMAPS}/child').status == 404)
+
+
 def test_orphan_deletion_keeps_children_and_a_dangling_owner_is_collected(rest):
     owner = rest.post(CONFIGMAPS, configmap('owner')).body
     rest.post(CONFIGMAPS, configmap('child', owner))

@@ -260,6 +260,25 @@ def test_a_name_held_by_an_object_being_deleted_is_waited_for_without_deadline_n
         assert [e.message for e in decision.of(lifecycle.Event) if e.reason == lifecycle.REASON_CHILD_TERMINATING] == [refusal.message]
 
 
+def test_a_name_held_by_a_deleted_predecessors_child_the_garbage_collector_has_not_deleted_is_waited_for_naming_it():
+    """A background deletion removes the job at once and leaves its children to the garbage collector: the job created
+    again meanwhile waited in the operator's log alone. Now it says which object it waits for, and whose."""
+    old = {'metadata': {'ownerReferences': [{'apiVersion': names.API_VERSION, 'kind': names.KIND, 'name': 'j', 'uid': 'u0'}]}}
+    refusal = jobstatus.awaiting_collection('ConfigMap', 'j-config', old, 'j')
+    assert refusal.reason == lifecycle.REASON_CHILD_AWAITING_COLLECTION and refusal.retryable
+    assert refusal.message.startswith("ConfigMap j-config is the deleted job j's (uid u0), not yet deleted by the garbage collector")
+    assert jobstatus.awaiting_collection('ConfigMap', 'j-config', {'metadata': {**old['metadata'], 'deletionTimestamp': 'T'}}, 'j') is None
+    assert jobstatus.awaiting_collection('ConfigMap', 'j-config', {'metadata': {}}, 'j') is None, "a user's: NameInUse"
+    assert jobstatus.awaiting_collection('ConfigMap', 'j-config', None, 'j') is None
+    status = {'phase': lifecycle.PENDING, 'generation': 0}
+    for now in (1000.0, 1000.0 + 7200):  # hours later: still waiting, not failed by startupTimeoutSeconds
+        decision = lifecycle.decide(make_job().spec(), status, [], None, now, refusal=refusal)
+        status = decision.status
+        ready = next(c for c in status['conditions'] if c['type'] == 'Ready')
+        assert (status['phase'], ready['reason'], ready['message']) == (lifecycle.PENDING, refusal.reason, refusal.message)
+        assert [e.message for e in decision.of(lifecycle.Event) if e.reason == refusal.reason] == [refusal.message]
+
+
 def test_a_child_kind_the_cluster_does_not_serve_is_a_refusal_naming_the_scheduler():
     podgroup = {'apiVersion': 'scheduling.volcano.sh/v1beta1', 'kind': 'PodGroup'}
     refusal = jobstatus.not_served(404, jobstatus.NOT_SERVED, podgroup, 'volcano')
@@ -295,7 +314,9 @@ def test_a_409_on_a_gang_pod_is_read_by_who_owns_it_its_generation_and_whether_i
     assert jobstatus.taken_pod(pod(), 'u1', 3, 'job') == jobstatus.TakenPod.CURRENT
     assert jobstatus.taken_pod(pod(restart='2', deleting=True), 'u1', 3, 'job') == jobstatus.TakenPod.LEAVING
     assert jobstatus.taken_pod(pod(restart='2'), 'u1', 3, 'job') == jobstatus.TakenPod.UNSEEN, 'ours, old, not going: never listed'
-    assert jobstatus.taken_pod(pod(owner='u0'), 'u1', 3, 'job') == jobstatus.TakenPod.LEAVING, "a same-named predecessor's"
+    assert jobstatus.taken_pod(pod(owner='u0', deleting=True), 'u1', 3, 'job') == jobstatus.TakenPod.LEAVING, "a same-named predecessor's"
+    awaiting = jobstatus.taken_pod(pod(owner='u0'), 'u1', 3, 'job')  # the predecessor's, not yet collected: said, not only logged
+    assert awaiting.reason == lifecycle.REASON_CHILD_AWAITING_COLLECTION and 'Pod job-1' in awaiting.message and 'u0' in awaiting.message
     assert jobstatus.taken_pod(None, 'u1', 3, 'job') == jobstatus.TakenPod.LEAVING
     refusal = jobstatus.taken_pod(pod(owner=None), 'u1', 3, 'job')
     assert refusal.reason == lifecycle.REASON_NAME_IN_USE and 'Pod job-1 exists' in refusal.message

@@ -376,6 +376,22 @@ def terminating(kind: str, name: str, existing: dict | None) -> Refusal | None:
                    " go; the job starts once it is gone", retryable=True)
 
 
+def awaiting_collection(kind: str, name: str, existing: dict | None, job: str) -> Refusal | None:
+    """A child's create answered 409 by a child of a deleted RLTrainingJob of this name that nothing deletes yet: a
+    background deletion (the default) removes the owner at once, and the garbage collector deletes its dependents
+    once it has seen the owner go, in seconds or as long as it is behind. A refusal the job waits on, naming the
+    object and the old job's uid; never taken over. None for anything else (an object being deleted: terminating)."""
+    meta = (existing or {}).get("metadata") or {}
+    if existing is None or meta.get("deletionTimestamp") or not predecessor_of(existing, job):
+        return None
+    old = ", ".join(sorted({str(ref.get("uid")) for ref in meta.get("ownerReferences") or []
+                            if ref.get("kind") == names.KIND and ref.get("name") == job}))
+    return Refusal(lifecycle.REASON_CHILD_AWAITING_COLLECTION,
+                   f"{kind} {name} is the deleted job {job}'s (uid {old}), not yet deleted by the garbage collector:"
+                   " waiting for it to go; the job starts once it is gone (kube-controller-manager's garbage collector"
+                   " deletes it: if this lasts, its log says why)", retryable=True)
+
+
 def is_current_pod(pod: dict, uid: str, generation: int) -> bool:
     """A pod found under a name we create is ours only if it is of this generation and
     not going away: with fixed pod names, a 409 can be the OLD gang's pod."""
@@ -403,7 +419,8 @@ def taken_pod(existing: dict | None, uid: str, generation: int, job: str) -> Tak
     if existing is None:
         return TakenPod.LEAVING
     if not owned_by(existing, uid):
-        return name_in_use("Pod", existing["metadata"]["name"], existing, job) or TakenPod.LEAVING
+        name = existing["metadata"]["name"]
+        return name_in_use("Pod", name, existing, job) or awaiting_collection("Pod", name, existing, job) or TakenPod.LEAVING
     if is_current_pod(existing, uid, generation):
         return TakenPod.CURRENT
     if existing["metadata"].get("deletionTimestamp"):

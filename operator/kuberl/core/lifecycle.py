@@ -106,8 +106,9 @@ REASON_NAME_IN_USE = "NameInUse"  # a child's name is held by an object this job
 REASON_OPERATOR_FORBIDDEN = "OperatorForbidden"  # RBAC forbids the operator a child: retried without end (not the job's fault)
 REASON_API_SERVER_ERROR = "APIServerError"  # the API server failed a create (5xx: a webhook it cannot call): retried without end
 REASON_CHILD_TERMINATING = "ChildTerminating"  # a child's name is held by an object being deleted (a finalizer holds it): waited for
+REASON_CHILD_AWAITING_COLLECTION = "ChildAwaitingCollection"  # held by a deleted same-named job's child the garbage collector has yet to delete: waited for
 RETRIED_REFUSALS = frozenset({REASON_QUOTA, REASON_NAME_IN_USE, REASON_OPERATOR_FORBIDDEN, REASON_API_SERVER_ERROR,
-                              REASON_CHILD_TERMINATING})  # a Ready condition that keeps quoting the refusal
+                              REASON_CHILD_TERMINATING, REASON_CHILD_AWAITING_COLLECTION})  # a Ready condition that keeps quoting the refusal
 REASON_TTL = "TTLExpired"
 
 HISTORY_LIMIT = 10  # restart history and force-deletion records kept in status
@@ -768,7 +769,7 @@ def _not_admitted(plan: _Plan, spec: JobSpec, current: list[ObservedPod], phase:
     until startupTimeoutSeconds after the generation's first create; then the job fails."""
     if refusal.reason in (REASON_OPERATOR_FORBIDDEN, REASON_API_SERVER_ERROR):
         return _operator_forbidden(plan, spec, phase, refusal)
-    if refusal.reason == REASON_CHILD_TERMINATING:
+    if refusal.reason in (REASON_CHILD_TERMINATING, REASON_CHILD_AWAITING_COLLECTION):
         return _child_terminating(plan, phase, refusal)
     timeout = spec.run_policy.startup_timeout_seconds
     created = plan.get_time("generationStartTime") or plan.now
@@ -800,8 +801,8 @@ def _operator_forbidden(plan: _Plan, spec: JobSpec, phase: str, refusal: Refusal
 
 
 def _child_terminating(plan: _Plan, phase: str, refusal: Refusal) -> str:
-    """A child's name is held by an object being deleted (an older job's of this name, a finalizer holding it):
-    no fault of the job's, so no deadline; tried again every TERMINATING_RETRY_SECONDS (a ConfigMap's or a PVC's
+    """A child's name is held by an object going away (an older job's of this name: a finalizer holds it, or the
+    garbage collector has yet to delete it): no fault of the job's, so no deadline; tried again every TERMINATING_RETRY_SECONDS (a ConfigMap's or a PVC's
     going wakes no watch of ours), and the startup clock counts from the create that is let through."""
     plan.set_time("generationStartTime", plan.now)
     plan.set_time("nextStartTime", plan.now + TERMINATING_RETRY_SECONDS)

@@ -833,13 +833,12 @@ class JobLoop:
                 or (not adopted and (existing["metadata"].get("labels") or {}).get(names.LABEL_JOB) == self.name)
             )
             if not ours:
-                refusal = jobstatus.name_in_use(child["kind"], child["metadata"]["name"], existing, self.name)
+                kind, name = child["kind"], child["metadata"]["name"]
+                refusal = jobstatus.name_in_use(kind, name, existing, self.name) or jobstatus.awaiting_collection(
+                    kind, name, existing, self.name)
                 if refusal is not None:
                     raise ChildRefused(refusal) from None
-                raise kopf.TemporaryError(
-                    f"{child['kind']} {child['metadata']['name']} is an older job's of this name, still being collected",
-                    delay=2.0,
-                ) from None
+                raise kopf.TemporaryError(f"{kind} {name} was gone when read after the 409: created again", delay=1.0) from None
             if child["kind"] == "NetworkPolicy":
                 await self._correct_networkpolicy(existing, child)
 
