@@ -241,6 +241,19 @@ def test_a_name_held_by_an_object_this_job_did_not_create_is_a_retried_refusal_u
         assert refusal.message.startswith('ConfigMap j-config exists and was not created by this job')
 
 
+def assert_waited_for_without_deadline(refusal: lifecycle.Refusal) -> None:
+    """The job stays Pending, its Ready condition and a Warning Event quoting the refusal, tried again every
+    TERMINATING_RETRY_SECONDS, and hours later still so: no startupTimeoutSeconds fails it."""
+    status = {'phase': lifecycle.PENDING, 'generation': 0}
+    for now in (1000.0, 1000.0 + 7200):
+        decision = lifecycle.decide(make_job().spec(), status, [], None, now, refusal=refusal)
+        status = decision.status
+        ready = next(c for c in status['conditions'] if c['type'] == 'Ready')
+        assert (status['phase'], ready['reason'], ready['message']) == (lifecycle.PENDING, refusal.reason, refusal.message)
+        assert decision.requeue_after == lifecycle.TERMINATING_RETRY_SECONDS
+        assert [e.message for e in decision.of(lifecycle.Event) if e.reason == refusal.reason] == [refusal.message]
+
+
 def test_a_name_held_by_an_object_being_deleted_is_waited_for_without_deadline_naming_it_since_when_and_who_holds_it():
     going = {'metadata': {'deletionTimestamp': '2026-01-01T00:00:00Z', 'finalizers': ['example.com/hold', 'kubernetes.io/pvc-protection']}}
     refusal = jobstatus.terminating('PersistentVolumeClaim', 'j-checkpoints', going)
@@ -250,14 +263,7 @@ def test_a_name_held_by_an_object_being_deleted_is_waited_for_without_deadline_n
     assert 'in its grace period' in jobstatus.terminating('Pod', 'j-0', {'metadata': {'deletionTimestamp': 'T'}}).message
     assert jobstatus.terminating('ConfigMap', 'j-config', {'metadata': {}}) is None
     assert jobstatus.terminating('ConfigMap', 'j-config', None) is None
-    status = {'phase': lifecycle.PENDING, 'generation': 0}
-    for now in (1000.0, 1000.0 + 7200):  # hours later: still waiting, not failed by startupTimeoutSeconds
-        decision = lifecycle.decide(make_job().spec(), status, [], None, now, refusal=refusal)
-        status = decision.status
-        ready = next(c for c in status['conditions'] if c['type'] == 'Ready')
-        assert (status['phase'], ready['reason'], ready['message']) == (lifecycle.PENDING, lifecycle.REASON_CHILD_TERMINATING, refusal.message)
-        assert decision.requeue_after == lifecycle.TERMINATING_RETRY_SECONDS
-        assert [e.message for e in decision.of(lifecycle.Event) if e.reason == lifecycle.REASON_CHILD_TERMINATING] == [refusal.message]
+    assert_waited_for_without_deadline(refusal)
 
 
 def test_a_name_held_by_a_deleted_predecessors_child_the_garbage_collector_has_not_deleted_is_waited_for_naming_it():
@@ -270,13 +276,7 @@ def test_a_name_held_by_a_deleted_predecessors_child_the_garbage_collector_has_n
     assert jobstatus.awaiting_collection('ConfigMap', 'j-config', {'metadata': {**old['metadata'], 'deletionTimestamp': 'T'}}, 'j') is None
     assert jobstatus.awaiting_collection('ConfigMap', 'j-config', {'metadata': {}}, 'j') is None, "a user's: NameInUse"
     assert jobstatus.awaiting_collection('ConfigMap', 'j-config', None, 'j') is None
-    status = {'phase': lifecycle.PENDING, 'generation': 0}
-    for now in (1000.0, 1000.0 + 7200):  # hours later: still waiting, not failed by startupTimeoutSeconds
-        decision = lifecycle.decide(make_job().spec(), status, [], None, now, refusal=refusal)
-        status = decision.status
-        ready = next(c for c in status['conditions'] if c['type'] == 'Ready')
-        assert (status['phase'], ready['reason'], ready['message']) == (lifecycle.PENDING, refusal.reason, refusal.message)
-        assert [e.message for e in decision.of(lifecycle.Event) if e.reason == refusal.reason] == [refusal.message]
+    assert_waited_for_without_deadline(refusal)
 
 
 def test_a_child_kind_the_cluster_does_not_serve_is_a_refusal_naming_the_scheduler():
