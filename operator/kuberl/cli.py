@@ -480,7 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
     p = add_command("plot", help="write a PNG learning curve of a local run")
     p.add_argument("run_dir", metavar="RUN_DIR",
-                   help="a run directory of kuberl run (runs/<job>); the PNG is written into it, as learning-curve.png")
+                   help="a run directory of kuberl run (runs/<job>)")
+    p.add_argument("-o", "--output", metavar="FILE.png",
+                   help="where the PNG goes (default RUN_DIR/learning-curve.png)")
     p.set_defaults(func=lambda a: __import__("kuberl.local.runner", fromlist=["cmd_plot"]).cmd_plot(a))
     p = add_command("eval", help="play a trained model on its job's env: mean return, a GIF, a TorchScript export")
     p.add_argument("path", metavar="RUN_DIR|MODEL.pt", help="a run directory of kuberl run, a final-model.pt or a ckpt-*.pt")

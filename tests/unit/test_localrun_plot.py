@@ -4,21 +4,61 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 
+import pytest
 from kuberl.local.runner import cmd_plot, curve, plot
 
+PNG = b"\x89PNG\r\n\x1a\n"
 
-def test_a_learning_curve_is_written_from_progress(tmp_path):
+
+def a_run(tmp_path):
     run_dir = tmp_path / "runs" / "job"
     checkpoints = run_dir / "checkpoints" / "job-uid"
     checkpoints.mkdir(parents=True)
     rows = [{"timesteps": 1000 * i, "wall_seconds": 2.0 * i, "episode_return_mean": 20.0 * i,
              "eval_return": None if i % 2 else 40.0 * i, "restart": 0 if i < 5 else 1} for i in range(1, 9)]
     (checkpoints / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run_dir
+
+
+def kuberl_plot(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kuberl.cli", "plot", *args], check=False, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_a_learning_curve_is_written_from_progress(tmp_path):
+    run_dir = a_run(tmp_path)
     out = plot(str(run_dir))
     assert out == str(run_dir / "learning-curve.png")
     with open(out, "rb") as f:
-        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert f.read(8) == PNG
+
+
+def test_dash_o_writes_the_png_where_the_user_says_and_nothing_in_the_run(tmp_path):
+    """`kuberl plot` had no way to choose where the PNG goes: always RUN_DIR/learning-curve.png."""
+    run_dir = a_run(tmp_path)
+    for flag, name in (("-o", "a.png"), ("--output", "b.PNG")):
+        done = kuberl_plot(str(run_dir), flag, str(tmp_path / name))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"{tmp_path / name}\n"
+        assert (tmp_path / name).read_bytes()[:8] == PNG
+    assert not (run_dir / "learning-curve.png").exists()
+
+
+@pytest.mark.parametrize("name,said", [
+    ("curve.svg", "only .png is written"),
+    ("missing/curve.png", "no directory {tmp}/missing"),
+    ("dir.png", "is a directory; name a file"),
+])
+def test_dash_o_that_cannot_be_written_is_refused_before_plotting_naming_the_flag(tmp_path, name, said):
+    run_dir = a_run(tmp_path)
+    (tmp_path / "dir.png").mkdir()
+    done = kuberl_plot(str(run_dir), "-o", str(tmp_path / name))
+    assert done.returncode == 1
+    assert done.stderr == f"kuberl plot: -o {tmp_path / name}: {said.format(tmp=tmp_path)}\n"
+    assert "Traceback" not in done.stderr and not (run_dir / "learning-curve.png").exists()
 
 
 def test_plotting_a_run_without_progress_says_so(tmp_path, capsys):

@@ -1206,8 +1206,9 @@ def curve(rows: list[dict], x_key: str, y_key: str) -> list[tuple[float, float]]
     return points
 
 
-def plot(run_dir: str) -> str:
-    """A PNG of return against timesteps and against wall time, from progress.jsonl."""
+def plot(run_dir: str, output: str | None = None) -> str:
+    """A PNG of return against timesteps and against wall time, from progress.jsonl; written to `output`,
+    else to the run directory's learning-curve.png. Returns where."""
     if not os.path.isdir(run_dir):  # "has the run reported progress yet?" misleads about a path that is no run
         what = "not a directory" if os.path.exists(run_dir) else "no such directory"
         raise FileNotFoundError(f"{run_dir}: {what} (give a run directory of kuberl run, e.g. runs/<job>)")
@@ -1239,8 +1240,8 @@ def plot(run_dir: str) -> str:
     axes[0].legend(loc="lower right")
     part = f"; the last {PROGRESS_TAIL_BYTES >> 20} MiB of {size / 2**20:,.0f} MiB of records" if size > PROGRESS_TAIL_BYTES else ""
     fig.suptitle(f"{os.path.basename(os.path.abspath(run_dir))} (dotted: gang restarts{part})")
-    out = os.path.join(run_dir, "learning-curve.png")
-    fig.savefig(out, dpi=100)
+    out = output or os.path.join(run_dir, "learning-curve.png")
+    fig.savefig(out, dpi=100, format="png")
     plt.close(fig)
     return out
 
@@ -1254,9 +1255,29 @@ def runs_in(directory: str) -> list[str]:
     return [os.path.join(directory, n) for n in names if os.path.isfile(os.path.join(directory, n, "job.yaml"))]
 
 
+def plot_output_problem(path: str | None) -> str | None:
+    """Why `kuberl plot -o` could not be written, said before anything is read (as kuberl eval's --video)."""
+    if path is None:
+        return None
+    if not path.lower().endswith(".png"):
+        return f"-o {path}: only .png is written"
+    if os.path.isdir(path):
+        return f"-o {path}: is a directory; name a file"
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        return f"-o {path}: no directory {parent}"
+    if not os.access(parent, os.W_OK):
+        return f"-o {path}: {parent} is not writable"
+    return None
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
+    output = getattr(args, "output", None)
+    if refused := plot_output_problem(output):
+        print(f"kuberl plot: {refused}", file=sys.stderr)
+        return 1
     try:
-        print(plot(args.run_dir))
+        print(plot(args.run_dir, output))
     except FileNotFoundError as e:
         print(f"kuberl plot: {e}", file=sys.stderr)
         return 1
