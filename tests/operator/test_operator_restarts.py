@@ -214,6 +214,26 @@ def test_a_full_checkpoint_volume_restarts_the_gang_under_its_own_reason(standin
     assert 'reason="CheckpointVolumeFull",rltj="full"} 1.0' in operator.metrics()
 
 
+def test_a_peer_s_echo_reported_before_its_cause_does_not_spend_the_budget_for_it(standin, rest, operator):
+    """Rank 1's PeerLost reached the API server before rank 0's own reason (two kubelets, each reporting when it
+    notices): the operator restarted at once, counted, blaming PeerLost, and with backoffLimit 0 failed the job
+    for a storage outage the design does not count; rank 0's reason was never recorded. It waits for the cause."""
+    create_job(rest, 'echo', workers=2, runPolicy={'backoffLimit': 0, 'restartBackoffSeconds': 0.1})
+    gang = start_gang(standin, 'echo', 2)
+    wait_phase(rest, 'echo', 'Running')
+    terminated(standin, gang[1], 1, 'PeerLost: rank 0 left the collective')
+    waiting = wait_for(lambda: condition(rest, 'echo', 'Ready').get('reason') == 'PeerLost' and condition(rest, 'echo', 'Ready'),
+                       what='the echo to be said while the cause is awaited')
+    assert 'waiting up to' in waiting['message'] and status(rest, 'echo').get('generation', 0) == 0, waiting
+    terminated(standin, gang[0], 1, 'CheckpointVolumeUnavailable: saving /checkpoints/echo-uid/ckpt-0000000040.pt failed '
+                                    'with EIO (Input/output error): the volume failed under the job; last good checkpoint: '
+                                    'ckpt-0000000020.pt (same directory). Restarted, not counted toward backoffLimit')
+    restarted = wait_for(lambda: status(rest, 'echo').get('generation') == 1 and status(rest, 'echo'), what='a restart')
+    entry = restarted['restartHistory'][-1]
+    assert (restarted['phase'], restarted['restarts'], entry['reason'], entry['counted']) == (
+        'Restarting', 0, 'CheckpointVolumeUnavailable', False), restarted
+
+
 def test_a_checkpoint_volume_that_fails_under_the_job_restarts_it_without_spending_the_budget(standin, rest, operator):
     """With backoffLimit 0 an I/O error at a save failed the job (a counted Crashed). Now the gang restarts uncounted,
     and the Event, the restart history and the Ready condition say which file failed, how, and what it resumes from."""

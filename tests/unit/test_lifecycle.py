@@ -324,6 +324,31 @@ def test_the_cause_is_named_not_the_peers_that_lost_it():
     assert decide(spec, status, pods, None, T0 + 1).status["restartHistory"][-1]["reason"] == "OOMKilled"
 
 
+def test_an_echo_reported_before_its_cause_waits_for_the_cause_at_most_the_kubelet_s_sync_period():
+    """Each kubelet reports its own pod: rank 1's PeerLost often came first, and the restart counted it and never
+    recorded rank 0's OOMKilled. While a pod of the gang has not failed, PeerLost alone waits for it (from the echo's
+    finishedAt), then restarts as before."""
+    spec = job(workers=3)
+    status = running_status(spec)
+    echoes = [Pod(1).exited(1, "PeerLost: rank 0 left")._with(finished_at=T0 + 10).obj(),
+              Pod(2).exited(1, "PeerLost: rank 0 left")._with(finished_at=T0 + 11).obj()]
+    waiting = decide(spec, status, [Pod(0).running().obj(), *echoes], None, T0 + 11)
+    assert (waiting.phase, waiting.status["generation"], waiting.of(DeletePods)) == (lc.RUNNING, 0, [])
+    ready = next(c for c in waiting.status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "PeerLost" and ready["message"].endswith("waiting up to 9s for the rank that left to report why")
+    assert waiting.requeue_after == pytest.approx(T0 + 10 + lc.PEER_LOST_CAUSE_SECONDS - (T0 + 11))
+    oom = Pod(0).exited(137)._with(reason="OOMKilled", finished_at=T0 + 10).obj()
+    caused = decide(spec, waiting.status, [oom, *echoes], None, T0 + 12).status["restartHistory"][-1]
+    assert (caused["reason"], caused["counted"]) == ("OOMKilled", True) and caused["message"].startswith("worker 0 (job-0)")
+    # the cause never reported (a hung rank, a lost node): the echo restarts the gang when the wait is over
+    late = decide(spec, waiting.status, [Pod(0).running().obj(), *echoes], None, T0 + 10 + lc.PEER_LOST_CAUSE_SECONDS)
+    assert late.status["restartHistory"][-1]["reason"] == "PeerLost" and late.status["generation"] == 1
+    # nothing left that could report, or a kubelet's clock far ahead of the API server's: no wait
+    assert decide(spec, status, [replace(echoes[0], rank=0, name="job-0"), *echoes], None, T0 + 11).status["generation"] == 1
+    ahead = [replace(e, finished_at=T0 + 3600) for e in echoes]
+    assert decide(spec, status, [Pod(0).running().obj(), *ahead], None, T0 + 11).status["generation"] == 1
+
+
 def test_of_scripts_that_state_no_reason_the_first_to_fail_is_named_not_its_echo():
     """A user's script: rank 1 exits 3 on a bad batch, rank 0 dies 50 ms later of 'Connection closed by peer'; one
     look at the pods saw both failed, and the job blamed worker 0 (the lowest rank) for the echo."""

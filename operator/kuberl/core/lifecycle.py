@@ -19,6 +19,8 @@ Rules (the project design, Operator):
   (DisruptionTarget, a pod deleted or lost, a stated Stop) and a checkpoint
   volume that failed under the job (CheckpointVolumeUnavailable) do not, and
   back off in a row from 10 s like kubelet's CrashLoopBackOff;
+- failures that are all PeerLost (another rank's echo) wait, at most
+  PEER_LOST_CAUSE_SECONDS, for a pod not yet failed to report the cause;
 - a generation that never had all its pods started is a start-up problem:
   reported with its reason, retried after startupTimeoutSeconds up to
   maxStartupRetries, never spending the backoff budget;
@@ -119,6 +121,8 @@ MAX_RESTART_BACKOFF_SECONDS = 600.0
 UNCOUNTED_FLOOR_SECONDS = 10.0
 UNCOUNTED_RESET_SECONDS = 600.0 + MAX_RESTART_BACKOFF_SECONDS
 MAX_BACKOFF_DOUBLINGS = 64  # any base of a millisecond or more has reached the cap long before
+# How long a gang whose only failures are PeerLost waits for the rank that left to report its own reason.
+PEER_LOST_CAUSE_SECONDS = 10.0
 # A pod still present this long after its grace period ended is on a lost node.
 FORCE_DELETE_AFTER_SECONDS = 60.0
 # Requeue while waiting on something no timer covers (old pods going away).
@@ -583,6 +587,11 @@ def _run(
 
     fully_started = plan.get_time("gangRunningTime") is not None
     broken = _broken(spec, current, live, fully_started, rank0)
+    if broken is not None and broken.reason == REASON_PEER_LOST and (due := _cause_due(live, now)) is not None:
+        plan.condition(CONDITION_READY, False, broken.reason, f"{broken.message}; waiting up to {due - now:.0f}s for the rank"
+                       " that left to report why")
+        plan.wake_at(due)
+        return plan.finish(phase)
     if broken is not None:
         return _restart(plan, spec, current, broken.reason, broken.message, broken.counted, broken.startup)
 
@@ -700,6 +709,23 @@ def _broken(
     if fully_started and lost:
         return Breakage(REASON_POD_LOST, f"worker {lost[0]} ({len(lost)} in all) disappeared", counted=False, startup=False)
     return None
+
+
+def _cause_due(live: dict[int, ObservedPod], now: float) -> float | None:
+    """Until when to wait for the cause of a gang whose only failures are PeerLost (the echo of another rank's end)
+    while a pod of it has not failed yet, or None. Each kubelet reports its own pod when it notices: the cause (an
+    OOMKilled, an uncounted CheckpointVolumeUnavailable) often reached the API server after its echo, and a restart
+    then counted PeerLost and never recorded why. Waited for up to the kubelet's status sync period
+    (pkg/kubelet/status/status_manager.go, syncPeriod: 10 s) from the echo's finishedAt, as its kubelet's clock says;
+    a clock far ahead of the API server's is not waited on."""
+    failed = [p for p in live.values() if p.phase == "Failed"]
+    if not failed or any(p.reason != REASON_PEER_LOST for p in failed) or not any(p.active for p in live.values()):
+        return None
+    ended = min((p.finished_at for p in failed if p.finished_at is not None), default=None)
+    if ended is None or ended > now + PEER_LOST_CAUSE_SECONDS:
+        return None
+    due = ended + PEER_LOST_CAUSE_SECONDS
+    return due if now < due else None
 
 
 def _startup_problem(live: dict[int, ObservedPod]) -> tuple[str, str]:
