@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from typing import Self
 
@@ -77,9 +78,17 @@ class Operator:
 
     def healthy(self) -> bool:
         assert self.process.poll() is None, f'operator exited with {self.process.returncode}: {self.log()[-3000:]}'
-        with contextlib.suppress(OSError), urllib.request.urlopen(f'http://127.0.0.1:{self.health_port}{self.health_path}', timeout=1) as reply:
-            return reply.status == 200
+        with contextlib.suppress(OSError):  # not listening yet
+            return self.health_status(timeout=1) == 200
         return False
+
+    def health_status(self, timeout: float = 2) -> int:
+        """What its health endpoint answers: 200, or 500 while kopf's probes fail (silent watches, equal peering priorities)."""
+        try:
+            with urllib.request.urlopen(f'http://127.0.0.1:{self.health_port}{self.health_path}', timeout=timeout) as reply:
+                return reply.status
+        except urllib.error.HTTPError as e:
+            return e.code
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f'http://127.0.0.1:{self.metrics_port}/metrics', timeout=2) as reply:

@@ -4,8 +4,6 @@ ends within the watch bounds (`--watch-timeout` and what follows from it, operat
 WatchBounds), /healthz fails while the watches are silent past the bound, and a job created
 after the partition heals gets its pods within the bound."""
 import time
-import urllib.error
-import urllib.request
 
 import yaml
 from kuberl.operator.config import WatchBounds
@@ -25,14 +23,6 @@ BOUNDS = WatchBounds(WATCH_TIMEOUT)
 PROBE_CACHE_SECONDS = 10.0  # kopf answers /healthz from probe results at most this old
 
 
-def health(op: Operator) -> int:
-    try:
-        with urllib.request.urlopen(f'http://127.0.0.1:{op.health_port}/healthz', timeout=2) as reply:
-            return reply.status
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
 def test_a_half_open_partition_fails_healthz_and_a_job_created_after_it_gets_pods_within_the_bound(standin, rest, tmp_path):
     with FaultProxy('127.0.0.1', standin.port) as proxy:
         config = tmp_path / 'kubeconfig'
@@ -42,11 +32,11 @@ def test_a_half_open_partition_fails_healthz_and_a_job_created_after_it_gets_pod
         try:
             create_job(rest, 'before', workers=1)
             wait_for(lambda: pods(standin, 'before'), what='pods of a job created before the partition')
-            assert health(op) == 200
+            assert op.health_status() == 200
 
             proxy.partition()
             cut = time.monotonic()
-            wait_for(lambda: health(op) == 500, timeout=BOUNDS.silent_bound + PROBE_CACHE_SECONDS + 5,
+            wait_for(lambda: op.health_status() == 500, timeout=BOUNDS.silent_bound + PROBE_CACHE_SECONDS + 5,
                      what='/healthz to fail while the watches are silent')
             failed_after = time.monotonic() - cut
             assert failed_after > BOUNDS.silent_bound - 1, failed_after  # not before the bound
@@ -58,7 +48,7 @@ def test_a_half_open_partition_fails_healthz_and_a_job_created_after_it_gets_pod
             wait_for(lambda: pods(standin, 'after'), timeout=BOUNDS.client_timeout + BOUNDS.connect_timeout + 5,
                      what='pods of a job created after the partition, within the watch bound')
             took = time.monotonic() - healed
-            wait_for(lambda: health(op) == 200, timeout=PROBE_CACHE_SECONDS + 5, what='/healthz to pass again')
+            wait_for(lambda: op.health_status() == 200, timeout=PROBE_CACHE_SECONDS + 5, what='/healthz to pass again')
             assert 'watches silent for' in op.log() and op.log().count('/healthz fails') == 1, op.log()[-3000:]
             print(f'/healthz failed {failed_after:.1f}s into the partition; pods {took:.1f}s after it healed')
         finally:

@@ -62,16 +62,6 @@ def _make_peering(standin, rest) -> None:
                                                                'metadata': {'name': 'kuberl'}}).status == 201
 
 
-def _health(op: Operator) -> int:
-    import urllib.error
-    import urllib.request
-    try:
-        with urllib.request.urlopen(f'http://127.0.0.1:{op.health_port}/healthz', timeout=2) as reply:
-            return reply.status
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
 def _gauge(op: Operator, name: str) -> float | None:
     line = next((line for line in op.metrics().splitlines() if line.startswith(name + ' ')), None)
     return None if line is None else float(line.split()[1])
@@ -90,11 +80,11 @@ def test_equal_priorities_are_reported_loudly_log_healthz_and_metric(standin, re
     gauge = metricnames.OPERATOR_PEERS_SAME_PRIORITY
     try:
         for op in (first, second):
-            wait_for(lambda op=op: _health(op) == 500, timeout=30, what='/healthz to fail on equal priorities')
+            wait_for(lambda op=op: op.health_status() == 500, timeout=30, what='/healthz to fail on equal priorities')
             assert _gauge(op, gauge) == 1
             assert op.log().count('other live replica(s) have priority 7, as this one does') == 1, op.log()[-3000:]
         second.stop()  # a graceful stop removes its record
-        wait_for(lambda: _health(first) == 200 and _gauge(first, gauge) == 0, timeout=30,
+        wait_for(lambda: first.health_status() == 200 and _gauge(first, gauge) == 0, timeout=30,
                  what='the remaining replica to be healthy again')
     finally:
         second.stop()
