@@ -20,8 +20,10 @@ from kuberl.core.render import (
     render_pod,
     render_service,
 )
-from kuberl.core.rules import defaulted, parse_spec
+from kuberl.core.crd import crd
+from kuberl.core.rules import defaulted, parse_spec, validate_job
 from kuberl.core.trainerconfig import load
+from kuberl.core.validation import InvalidJob
 
 from tests.support.jobs import make_job as job_builder
 
@@ -129,8 +131,8 @@ def test_torchrun_meets_at_worker_0_whichever_rendezvous_backend_the_script_pick
     assert (configs["is_host"], configs["read_timeout"]) == ("false", "600"), configs
     slow = env_of(pods(make_job(runPolicy={"startupTimeoutSeconds": 1800}))[1])
     assert slow["PET_RDZV_CONF"] == "is_host=false,read_timeout=1800"
-    # torchrun makes a timedelta of it: a startup timeout of 10**15 s is capped at a day, not an overflow in torchrun
-    huge = env_of(pods(make_job(runPolicy={"startupTimeoutSeconds": 10**15}))[1])
+    # torchrun makes a timedelta of it: the longest startup timeout (30 days) is capped at a day
+    huge = env_of(pods(make_job(runPolicy={"startupTimeoutSeconds": 30 * 24 * 3600}))[1])
     assert huge["PET_RDZV_CONF"] == "is_host=false,read_timeout=86400"
     assert torchrun_config(huge).rdzv_configs["read_timeout"] == "86400"
     assert envs[0]["PET_LOCAL_ADDR"] == envs[0]["MASTER_ADDR"]  # c10d's workers meet where static ones do
@@ -324,6 +326,21 @@ def test_volcano_and_coscheduling_get_a_podgroup_and_the_group_on_each_pod():
     for pod in (o for o in objects if o["kind"] == "Pod"):
         assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == group["metadata"]["name"]
     assert "PodGroup" not in [o["kind"] for o in render_job(make_job(), NAMESPACE, UID)]
+
+
+def test_the_coscheduling_podgroups_timeout_fits_its_int32_at_the_largest_startup_timeout_the_crd_takes():
+    """scheduler-plugins' PodGroupSpec.ScheduleTimeoutSeconds is an *int32 (apis/scheduling/v1alpha1/types.go). The API
+    server checks no int32 range in a CRD's schema, so a PodGroup of 2147483648 is stored, and then every client of
+    the typed PodGroup API (the coscheduling plugin's informer) fails to decode the whole list: one tenant's job
+    stalled the gang scheduling of all of them. startupTimeoutSeconds, which it carries, is bounded below that."""
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    largest = schema["properties"]["spec"]["properties"]["runPolicy"]["properties"]["startupTimeoutSeconds"].get("maximum")
+    assert largest is not None and largest <= 2**31 - 1
+    job = make_job(schedulerName="scheduler-plugins-scheduler", runPolicy={"startupTimeoutSeconds": largest})
+    group = next(o for o in render_job(job, NAMESPACE, UID) if o["kind"] == "PodGroup")
+    assert 0 < group["spec"]["scheduleTimeoutSeconds"] <= 2**31 - 1
+    with pytest.raises(InvalidJob, match=r"spec\.runPolicy\.startupTimeoutSeconds"):
+        validate_job(make_job(schedulerName="scheduler-plugins-scheduler", runPolicy={"startupTimeoutSeconds": 2**31}))
 
 
 def test_volcanos_podgroup_takes_its_queue_from_the_pods_queue_annotation():

@@ -150,7 +150,8 @@ class CheckpointSpec(Model):
 
 
 # The trainer's timeouts become datetime.timedelta (torch's process group), which overflows
-# past about 10**14 s; 30 days outlasts any evaluation or checkpoint load.
+# past about 10**14 s; 30 days outlasts any evaluation or checkpoint load. It also keeps startupTimeoutSeconds
+# within the int32 of the coscheduling PodGroup's scheduleTimeoutSeconds, which the API server does not check.
 MAX_TIMEOUT_SECONDS = 30 * 24 * 3600
 
 
@@ -161,7 +162,7 @@ class RunPolicy(Model):
     ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Delete the job this long after it finishes.")
     suspend: bool = Field(False, description="Delete the pods and keep the job; resuming continues from the checkpoint.")
     stall_timeout_seconds: int = Field(600, ge=1, description="Restart the gang when rank 0's step counter has not moved this long.")
-    startup_timeout_seconds: int = Field(600, ge=1, description="Report why pods are not running after this long, then retry them.")
+    startup_timeout_seconds: int = Field(600, ge=1, le=MAX_TIMEOUT_SECONDS, description="Report why pods are not running after this long, then retry them.")
     max_startup_retries: int = Field(3, ge=0, le=1000, description="Generations that never fully start before the job fails.")
     collective_timeout_seconds: int = Field(1800, ge=10, le=MAX_TIMEOUT_SECONDS, description="Timeout of each collective once every rank has joined; must outlast rank-0-only work (evaluation, checkpoints).")
     rendezvous_timeout_seconds: int = Field(600, ge=1, le=MAX_TIMEOUT_SECONDS, description="How long each rank of kuberl's trainer waits for every rank to join (rank 0's name to resolve, its store, each peer's arrival) before it exits with PeerLost, naming the ranks that never joined, and the gang restarts.")
