@@ -6,6 +6,7 @@ import re
 
 import pytest
 from kuberl.core import contract, names
+from kuberl.core.crd import crd
 from kuberl.core.render import (
     CONFIG_PATH,
     Job,
@@ -20,7 +21,6 @@ from kuberl.core.render import (
     render_pod,
     render_service,
 )
-from kuberl.core.crd import crd
 from kuberl.core.rules import defaulted, parse_spec, validate_job
 from kuberl.core.trainerconfig import load
 from kuberl.core.validation import InvalidJob
