@@ -952,15 +952,16 @@ def _elastic_notes(spec: dict, notes: list[Note]) -> None:
 # --- everything -----------------------------------------------------------------------------
 
 
-def _container_of(template: dict, path: str) -> dict:
-    """The template's pytorch container."""
-    return template["spec"]["containers"][_trainer_index(template, path)]
-
-
-def _program_of(template: dict, path: str) -> bool:
-    """Whether the template's pytorch container names its program (command or args)."""
-    container = template["spec"]["containers"][_trainer_index(template, path)]
-    return bool(container.get("command") or container.get("args"))
+def check_program(container: dict, image: Any, path: str, under: str) -> None:
+    """Refuse, at the container's field (`path`), a trainer container that does not name the user's program: no image,
+    or neither command nor args (kuberl's container runs its own trainer, where `under` the image's entrypoint ran)."""
+    if not image:
+        raise not_convertible(f"{path}.image", "required field is missing: the pods would run kuberl's own trainer image,"
+                              " not your program")
+    if not (container.get("command") or container.get("args")):
+        raise not_convertible(f"{path}.command", f"unset, and args too: under {under} the image's ENTRYPOINT and CMD ran;"
+                              " kuberl's container would run its own trainer instead, so set command to what the image"
+                              " runs (docker inspect --format '{{.Config.Entrypoint}} {{.Config.Cmd}}' IMAGE)")
 
 
 def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict, list[Note]]:
@@ -996,23 +997,14 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     host_path_notes(templates[used], template_path, notes)
     _pod_name_notes(templates[used], template_path, str(metadata.get("name", "")), MASTER in replicas, notes)
 
-    if not lifted.get("image"):
-        index = _trainer_index(templates[used], template_path)
-        raise not_convertible(f"{template_path}.spec.containers[{index}].image", "required field is missing: the pods would run"
-                    " kuberl's own trainer image, not your program")
-    if not _program_of(templates[used], template_path):
-        index = _trainer_index(templates[used], template_path)
-        raise not_convertible(f"{template_path}.spec.containers[{index}].command", "unset, and args too: under PyTorchJob the image's"
-                    " ENTRYPOINT and CMD ran; kuberl's container would run its own trainer instead, so set command to"
-                    " what the image runs (docker inspect --format '{{.Config.Entrypoint}} {{.Config.Cmd}}' IMAGE)")
+    index = _trainer_index(templates[used], template_path)
+    container = templates[used]["spec"]["containers"][index]
+    check_program(container, lifted.get("image"), f"{template_path}.spec.containers[{index}]", "PyTorchJob")
     workers = sum(counts.values())
-    tpus = tpu_problem(_container_of(templates[used], template_path).get("resources"),
-                       f"{template_path}.spec.containers[{_trainer_index(templates[used], template_path)}].resources", workers)
+    tpus = tpu_problem(container.get("resources"), f"{template_path}.spec.containers[{index}].resources", workers)
     if tpus:
         raise NotConvertible([tpus])
     origins["spec.workers"] = f"spec.pytorchReplicaSpecs.{WORKER if WORKER in counts else MASTER}.replicas"
-    index = _trainer_index(templates[used], template_path)
-    container = templates[used]["spec"]["containers"][index]
     accel = accelerator(container.get("resources"))
     procs, procs_path = _procs(spec, lifted.get("gpusPerWorker", 0), notes,
                                _user_nproc(templates[used], template_path, spec, kubeflow_env), accel,

@@ -26,6 +26,7 @@ from .convert import (
     as_mapping,
     carried_metadata,
     check_document,
+    check_program,
     checked,
     command_procs,
     container_text_fields,
@@ -434,13 +435,7 @@ def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[di
     host_path_notes(pod_template, template_path, notes)
     if name:
         _pod_name_notes(original, container_path, name, host, pods, notes)
-    if not lifted.get("image"):
-        raise not_convertible(f"{container_path}.image", "required field is missing: the pods would run kuberl's own"
-                              " trainer image, not your program")
-    if not (original.get("command") or original.get("args")):
-        raise not_convertible(f"{container_path}.command", "unset, and args too: under the JobSet the image's ENTRYPOINT"
-                              " and CMD ran; kuberl's container would run its own trainer instead, so set command to what"
-                              " the image runs (docker inspect --format '{{.Config.Entrypoint}} {{.Config.Cmd}}' IMAGE)")
+    check_program(original, lifted.get("image"), container_path, "the JobSet")
     tpus = tpu_problem(original.get("resources"), f"{container_path}.resources", jobs * pods)
     if tpus:
         raise NotConvertible([tpus])
