@@ -224,7 +224,7 @@ def test_a_peer_s_echo_reported_before_its_cause_does_not_spend_the_budget_for_i
     terminated(standin, gang[1], 1, 'PeerLost: rank 0 left the collective')
     waiting = wait_for(lambda: condition(rest, 'echo', 'Ready').get('reason') == 'PeerLost' and condition(rest, 'echo', 'Ready'),
                        what='the echo to be said while the cause is awaited')
-    assert 'waiting up to' in waiting['message'] and status(rest, 'echo').get('generation', 0) == 0, waiting
+    assert 'waiting until' in waiting['message'] and status(rest, 'echo').get('generation', 0) == 0, waiting
     terminated(standin, gang[0], 1, 'CheckpointVolumeUnavailable: saving /checkpoints/echo-uid/ckpt-0000000040.pt failed '
                                     'with EIO (Input/output error): the volume failed under the job; last good checkpoint: '
                                     'ckpt-0000000020.pt (same directory). Restarted, not counted toward backoffLimit')

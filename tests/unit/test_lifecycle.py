@@ -335,7 +335,10 @@ def test_an_echo_reported_before_its_cause_waits_for_the_cause_at_most_the_kubel
     waiting = decide(spec, status, [Pod(0).running().obj(), *echoes], None, T0 + 11)
     assert (waiting.phase, waiting.status["generation"], waiting.of(DeletePods)) == (lc.RUNNING, 0, [])
     ready = next(c for c in waiting.status["conditions"] if c["type"] == "Ready")
-    assert ready["reason"] == "PeerLost" and ready["message"].endswith("waiting up to 9s for the rank that left to report why")
+    due = lc.rfc3339(T0 + 10 + lc.PEER_LOST_CAUSE_SECONDS)
+    assert ready["reason"] == "PeerLost" and ready["message"].endswith(f"waiting until {due} for the rank that left to report why")
+    again = decide(spec, waiting.status, [Pod(0).running().obj(), *echoes], None, T0 + 13)
+    assert again.status == waiting.status  # nothing new to write while it waits
     assert waiting.requeue_after == pytest.approx(T0 + 10 + lc.PEER_LOST_CAUSE_SECONDS - (T0 + 11))
     oom = Pod(0).exited(137)._with(reason="OOMKilled", finished_at=T0 + 10).obj()
     caused = decide(spec, waiting.status, [oom, *echoes], None, T0 + 12).status["restartHistory"][-1]

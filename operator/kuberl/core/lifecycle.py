@@ -588,7 +588,8 @@ def _run(
     fully_started = plan.get_time("gangRunningTime") is not None
     broken = _broken(spec, current, live, fully_started, rank0)
     if broken is not None and broken.reason == REASON_PEER_LOST and (due := _cause_due(live, now)) is not None:
-        plan.condition(CONDITION_READY, False, broken.reason, f"{broken.message}; waiting up to {due - now:.0f}s for the rank"
+        # the same words at each reconcile of the wait: a status written once
+        plan.condition(CONDITION_READY, False, broken.reason, f"{broken.message}; waiting until {rfc3339(due)} for the rank"
                        " that left to report why")
         plan.wake_at(due)
         return plan.finish(phase)
