@@ -171,6 +171,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"{args.file}: {name}: warning: {safetext.one_line(f'{unread[0]}: {unread[1]}')}", file=sys.stderr)
         if idle := spec.idle_evaluation_warning:
             print(f"{args.file}: {name}: warning: {idle}", file=sys.stderr)
+        for problem in local_layout_problems(name, spec):
+            print(f"{args.file}: {name}: warning: kuberl run cannot run it here: {problem}", file=sys.stderr)
         for field in loopback_fields(name, spec):
             print(f"{args.file}: {name}: warning: {field} meets at localhost, each pod's own in a cluster: these"
                   f" {spec.workers} pods never meet there; meet at $(MASTER_ADDR):$(MASTER_PORT)", file=sys.stderr)
@@ -185,6 +187,14 @@ def training_modes(spec: Any) -> list[str]:
     if spec.success.eval_while_training and spec.success.target_return is not None:
         modes.append("evaluating while training")
     return modes
+
+
+def local_layout_problems(name: str, spec: Any) -> list[str]:
+    """The mounts `kuberl run` refuses (a cluster lays them out), in the words it refuses them with."""
+    from .core.render import Job
+    from .local.sandbox import job_mount_problems
+
+    return job_mount_problems(Job(name, spec))
 
 
 def loopback_fields(name: str, spec: Any) -> list[str]:

@@ -81,6 +81,7 @@ from .sandbox import (
     LocalRunError,
     image_files,
     image_scripts,
+    job_mount_problems,
     kubelet_mount_paths,
     make_dirs,
     missing_script_failure,
@@ -1076,6 +1077,10 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
             print(f"{args.file}: warning: {safetext.one_line(warning)}", file=sys.stderr)
         return 1
     job = Job(document["metadata"]["name"], spec)
+    if layout := job_mount_problems(job):  # before a run directory is chosen: what `kuberl validate` warned of
+        for problem in layout:
+            print(f"kuberl run: {job.name} cannot run here: {problem}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     learned = fingerprint.learned_values(spec)
     choice = choose_run(args.dir, job.name, learned, getattr(args, "resume", False))
     run_dir = choice.run_dir  # absolute: pod roots must not depend on a cwd

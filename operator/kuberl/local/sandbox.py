@@ -7,13 +7,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import posixpath
 import re
 import shutil
 import stat
 from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
 
 from ..core import names, safetext
 from ..core.podsource import CONFIGMAP_DEFAULT_MODE, source_problems
+from ..core.render import PLACEHOLDER_UID, Job, render_pod
 from ..core.validation import DNS_1123_LABEL, DNS_1123_SUBDOMAIN
 
 
@@ -162,10 +165,13 @@ def path_problems(pod: Mapping, container: Mapping) -> list[str]:
             # the API server's rule for both names, so neither can name a path outside the run directory
             if name is not None and (len(name) > 253 or not re.fullmatch(DNS_1123_SUBDOMAIN, str(name))):
                 problems.append(f"spec.volumes[{i}].{kind}.{key}: {name!r} is not a DNS-1123 subdomain name")
+    laid_out = []  # the mounts whose path is sound, for the layout's rules
     for i, mount in enumerate(container.get("volumeMounts") or []):
         path = str(mount.get("mountPath", ""))
-        if not path.startswith("/") or not _inside(root, path) or os.path.normpath(path) == "/":
+        if not path.startswith("/") or not _inside(root, path):
             problems.append(f"{where}.volumeMounts[{i}].mountPath: {path!r} is not an absolute path inside the container")
+        else:
+            laid_out.append(Mount(clean_path(path), f"{where}.volumeMounts[{i}].mountPath"))
         sub = str(mount.get("subPath") or "")  # null is unset, as everywhere in a pod
         if sub.startswith("/") or ".." in sub.split("/"):
             problems.append(f"{where}.volumeMounts[{i}].subPath: {sub!r} must be a relative path without '..'")
@@ -174,26 +180,105 @@ def path_problems(pod: Mapping, container: Mapping) -> list[str]:
         if path is not None and (not str(path).startswith("/") or not _inside(root, str(path))):
             problems.append(f"{where}.{field}: {path!r} is not an absolute path inside the container")
     log = container.get("terminationMessagePath")
-    mounted = [os.path.normpath(str(m.get("mountPath", ""))) for m in container.get("volumeMounts") or []]
-    if log is not None and str(log).startswith("/") and os.path.normpath(str(log)) in {*mounted, "/"}:
-        problems.append(f"{where}.terminationMessagePath: {log!r} is a directory here (the root or a mount), not a file")
-    elif log is not None and any(os.path.normpath(str(log)).startswith(m.rstrip("/") + "/") for m in mounted):
-        # a kubelet mounts a file of its own over that path; here the volume's own file would be emptied
-        problems.append(f"{where}.terminationMessagePath: {log!r} is inside a volume mount; this node would empty that"
-                        " volume's file at every start: keep it outside the mounts (default /dev/termination-log)")
+    if log is not None and str(log).startswith("/") and _inside(root, str(log)):
+        problems += mount_layout_problems(laid_out, clean_path(str(log)), f"{where}.terminationMessagePath")
+    else:
+        problems += mount_layout_problems(laid_out)
     # validateVolumes and validateVolumeMounts (pkg/apis/core/validation): "Duplicate value", "must be unique"
     volume_names = [v.get("name") for v in pod["spec"].get("volumes") or []]
     problems += [f"spec.volumes[{i}].name: {n!r} is a duplicate: volume names are unique in a pod"
                  for i, n in enumerate(volume_names) if n in volume_names[:i]]
+    mounted = [os.path.normpath(str(m.get("mountPath", ""))) for m in container.get("volumeMounts") or []]
     problems += [f"{where}.volumeMounts[{i}].mountPath: {m!r} is mounted twice: mount paths are unique in a container"
                  for i, m in enumerate(mounted) if m in mounted[:i]]
-    # A cluster nests mounts (a claim at /data, a ConfigMap at /data/cfg); each is a symlink here, so the inner one
-    # would be made inside the outer volume, or (listed first) leave no place for the outer's link
-    problems += [f"{where}.volumeMounts[{i}].mountPath: {m!r} is inside another mount ({outer!r}), which this node"
-                 " cannot lay out (each mount is a symlink here): mount them side by side"
-                 for i, m in enumerate(mounted) for outer in dict.fromkeys(mounted)
-                 if outer.startswith("/") and outer != "/" and m.startswith(outer + "/")]
     return problems
+
+
+# --- what a local node cannot lay out: one rule, said by `kuberl validate` and `kuberl run` alike --------------
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A trainer volume mount as this node lays it out. `path`: clean and absolute (clean_path); `field`: the field
+    that wrote it, or for kuberl's own mounts what they hold; `ours`: kuberl's own (no field of the user's)."""
+
+    path: str
+    field: str
+    ours: bool = False
+
+
+KUBERL_MOUNTS = {names.CONFIG_VOLUME: "trainer configuration", names.SHM_VOLUME: "shared memory",
+                 names.TMP_VOLUME: "temporary directory", names.CHECKPOINT_VOLUME: "checkpoint"}
+
+
+def clean_path(path: str) -> str:
+    """A mountPath as a kubelet mounts it, filepath.Clean("/" + path) (makeMounts, pkg/kubelet/kubelet_pods.go):
+    `data` is /data, `/data/` and `//data` are /data."""
+    return "/" + posixpath.normpath("/" + path).lstrip("/")
+
+
+def _named(mount: Mount) -> str:
+    return f"kuberl's own {mount.field} mount ({mount.path!r})" if mount.ours else f"{mount.path!r} ({mount.field})"
+
+
+def mount_layout_problems(mounts: list[Mount], log: str = names.TERMINATION_LOG, log_field: str | None = None) -> list[str]:
+    """The trainer's mounts this node cannot lay out, each said at the field the user wrote. Here each mount is a
+    symlink inside the pod's root directory, so none can be the root itself, none can lie inside another (a cluster
+    nests a ConfigMap at /data/cfg in a claim at /data; here the inner link would be made inside the outer volume),
+    and the termination-message file (`log`; `log_field` where the user set it, None for the default), which a
+    kubelet mounts as a file of its own, must lie outside them: here the volume's own file would be emptied at every
+    start."""
+    problems = []
+    for mount in mounts:
+        if mount.path == "/":
+            problems.append(f"{mount.field}: '/' is the container's root, which no volume can replace here (each mount"
+                            " is a symlink inside the pod's root directory): expected a directory of its own, e.g. /data")
+    below = [m for m in mounts if m.path != "/"]
+    for inner in below:
+        for outer in below:
+            if not inner.path.startswith(outer.path + "/") or (inner.ours and outer.ours):
+                continue
+            if not inner.ours:
+                problems.append(f"{inner.field}: {inner.path!r} is inside another mount, {_named(outer)}, which this node"
+                                " cannot lay out (each mount is a symlink here): expected mounts side by side")
+            else:
+                problems.append(f"{outer.field}: {outer.path!r} holds {_named(inner)}, which this node cannot lay out"
+                                " (each mount is a symlink here): expected a mount beside it, not above it")
+    if log_field is not None and (log == "/" or log in {m.path for m in mounts}):
+        problems.append(f"{log_field}: {log!r} is a directory here (the root or a mount): expected a file's path")
+        return problems
+    holder = next((m for m in below if log.startswith(m.path + "/")), None)
+    if holder is not None and log_field is not None:
+        problems.append(f"{log_field}: {log!r} is inside a volume mount, {_named(holder)}; this node would empty that"
+                        f" volume's file at every start: expected a path outside the mounts (default {names.TERMINATION_LOG})")
+    elif holder is not None and not holder.ours:
+        problems.append(f"{holder.field}: {holder.path!r} holds the termination-message file ({log}, terminationMessagePath's"
+                        " default), which this node would empty in that volume at every start: expected a mount elsewhere,"
+                        " or a terminationMessagePath outside it")
+    return problems
+
+
+def job_mount_problems(job: Job) -> list[str]:
+    """mount_layout_problems of the job's worker 0 as this node renders it (kuberl's checkpoint mount is in worker 0
+    alone), each problem at the spec.template field the user wrote, not at the rendered pod's index (kuberl's own
+    mounts come first there). `kuberl validate` warns with these words, and `kuberl run` refuses with them."""
+    pod = render_pod(job, "default", PLACEHOLDER_UID, 0, target="local")
+    containers = ((job.spec.template or {}).get("spec") or {}).get("containers")
+    containers = containers if isinstance(containers, list) else []
+    index, theirs = next(((i, c) for i, c in enumerate(containers)
+                          if isinstance(c, dict) and c.get("name") == names.TRAINER_CONTAINER), (None, {}))
+    at = f"spec.template.spec.containers[{index}]"
+    written = theirs.get("volumeMounts") if isinstance(theirs.get("volumeMounts"), list) else []
+    fields = {}
+    for j, mount in enumerate(written):
+        if isinstance(mount, dict) and isinstance(mount.get("mountPath"), str):
+            fields.setdefault(mount["mountPath"], f"{at}.volumeMounts[{j}].mountPath")
+    mounts = [Mount(clean_path(m["mountPath"]), fields[m["mountPath"]]) if m["mountPath"] in fields
+              else Mount(clean_path(m["mountPath"]), KUBERL_MOUNTS.get(m["name"], m["name"]), ours=True)
+              for m in trainer_container(pod).get("volumeMounts") or []]
+    log = trainer_container(pod).get("terminationMessagePath") or names.TERMINATION_LOG
+    set_by_user = isinstance(theirs.get("terminationMessagePath"), str)
+    return mount_layout_problems(mounts, clean_path(log), f"{at}.terminationMessagePath" if set_by_user else None)
 
 
 def check_paths(pod: Mapping, container: Mapping) -> None:
