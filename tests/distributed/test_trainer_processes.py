@@ -25,6 +25,15 @@ from .support import (
 )
 
 
+def assert_same_final_model(one, other) -> None:
+    """Two jobs' final models hold the same timesteps and bitwise the same weights."""
+    a = torch.load(one.final_model, weights_only=False)
+    b = torch.load(other.final_model, weights_only=False)
+    assert a["timesteps"] == b["timesteps"]
+    for name, tensor in a["agent"].items():
+        assert torch.equal(tensor, b["agent"][name]), name
+
+
 def sampled_return(model_path, episodes=10) -> float:
     """The saved policy, sampling its actions as the trainer's evaluation does."""
     saved = torch.load(model_path, weights_only=False)
@@ -157,11 +166,7 @@ def test_deterministic_stop_and_resume_is_bitwise_equal_to_an_uninterrupted_run(
     resumed = Ranks(split)
     assert resumed.wait(timeout=120) == [0, 0], resumed.log(0) + resumed.log(1)
 
-    a = torch.load(whole.final_model, weights_only=False)
-    b = torch.load(split.final_model, weights_only=False)
-    assert a["timesteps"] == b["timesteps"]
-    for name, tensor in a["agent"].items():
-        assert torch.equal(tensor, b["agent"][name]), name
+    assert_same_final_model(whole, split)
 
 
 def test_deterministic_gang_restarted_before_its_first_checkpoint_is_bitwise_equal_to_an_uninterrupted_run(tmp_path):
@@ -175,11 +180,7 @@ def test_deterministic_gang_restarted_before_its_first_checkpoint_is_bitwise_equ
     ranks = Ranks(restarted, extra_env={contract.ENV_RESTART: "1"})  # nothing to resume from: a fresh start
     assert ranks.wait(timeout=120) == [0, 0], ranks.log(0) + ranks.log(1)
 
-    a = torch.load(whole.final_model, weights_only=False)
-    b = torch.load(restarted.final_model, weights_only=False)
-    assert a["timesteps"] == b["timesteps"]
-    for name, tensor in a["agent"].items():
-        assert torch.equal(tensor, b["agent"][name]), name
+    assert_same_final_model(whole, restarted)
 
 
 def test_a_killed_peer_ends_the_survivor_within_the_collective_timeout(tmp_path):

@@ -21,6 +21,16 @@ def refused(template: dict, workers: int = 2) -> list[str]:
     return [str(p) for p in invalid.value.problems]
 
 
+def refused_at(where: str, field: str, value: object) -> list[str]:
+    """The problems of a job whose `field` is `value`, set where `where` says: the spec's own field (spec.FIELD)
+    or its pod template's (spec.template.spec.FIELD)."""
+    job = make_job("rules").workers(2)
+    job = job.with_spec(**{field: value}) if where == f"spec.{field}" else job.template({"spec": {field: value}})
+    with pytest.raises(InvalidJob) as invalid:
+        validate_job(job.obj())
+    return [str(p) for p in invalid.value.problems]
+
+
 # ValidateVolumeMounts: field.NotFound(idxPath.Child("name"), mnt.Name) when no volume of the pod has that name.
 @pytest.mark.parametrize(("template", "path", "words"), [
     ({"spec": {"containers": [sidecar(volumeMounts=[{"name": "data", "mountPath": "/data"}])]}},
@@ -180,11 +190,7 @@ def test_a_sub_path_the_api_server_refuses_is_refused(mount, field, words):
 ], ids=["effect-typo", "exists-with-value", "no-key-equal", "key-with-space", "seconds-without-noexecute", "value-with-space"])
 @pytest.mark.parametrize("where", ["spec.tolerations", "spec.template.spec.tolerations"])
 def test_a_toleration_the_api_server_refuses_is_refused(where, toleration, field, words):
-    job = make_job("tolerant").workers(2)
-    job = job.with_spec(tolerations=[toleration]) if where == "spec.tolerations" else job.template({"spec": {"tolerations": [toleration]}})
-    with pytest.raises(InvalidJob) as invalid:
-        validate_job(job.obj())
-    [problem] = [str(p) for p in invalid.value.problems]
+    [problem] = refused_at(where, "tolerations", [toleration])
     assert problem.startswith(f"{where}[0].{field}: {words}"), problem
 
 
@@ -227,11 +233,7 @@ TERM = "nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelector
 ], ids=["no-term", "in-without-values", "exists-with-values", "unknown-operator", "key-with-space", "two-node-names", "weight-0"])
 @pytest.mark.parametrize("where", ["spec.affinity", "spec.template.spec.affinity"])
 def test_a_node_affinity_the_api_server_refuses_is_refused(where, affinity, field, words):
-    job = make_job("placed").workers(2)
-    job = job.with_spec(affinity=affinity) if where == "spec.affinity" else job.template({"spec": {"affinity": affinity}})
-    with pytest.raises(InvalidJob) as invalid:
-        validate_job(job.obj())
-    [problem] = [str(p) for p in invalid.value.problems]
+    [problem] = refused_at(where, "affinity", affinity)
     assert problem.startswith(f"{where}.{field}: {words}"), problem
 
 
@@ -252,11 +254,7 @@ ONE_PER_NODE = {"labelSelector": {"matchLabels": {"kuberl.dev/job": "placed"}}, 
 ], ids=["no-topology-key", "in-without-values", "weight-101"])
 @pytest.mark.parametrize("where", ["spec.affinity", "spec.template.spec.affinity"])
 def test_a_pod_affinity_the_api_server_refuses_is_refused(where, affinity, field, words):
-    job = make_job("placed").workers(2)
-    job = job.with_spec(affinity=affinity) if where == "spec.affinity" else job.template({"spec": {"affinity": affinity}})
-    with pytest.raises(InvalidJob) as invalid:
-        validate_job(job.obj())
-    [problem] = [str(p) for p in invalid.value.problems]
+    [problem] = refused_at(where, "affinity", affinity)
     assert problem.startswith(f"{where}.{field}: {words}"), problem
 
 
