@@ -63,6 +63,19 @@ def test_making_a_classic_env_to_check_it_takes_milliseconds(env_id):
     assert (time.perf_counter() - started) / 10 < 0.05
 
 
+def test_kwargs_that_make_the_env_costly_are_left_to_the_trainer_not_made_here():
+    """FrozenLake builds its transition table from a `desc` map: a 1 MB map (a valid job, within the trainer's
+    ConfigMap) held `kuberl validate` 76 s and 2 GB, a file read by a command that runs nothing of the job's.
+    Kwargs larger than envspaces.MAX_MADE_KWARGS_BYTES are not made here (the trainer still refuses them)."""
+    side = 200  # a 40 KB map: made, it took 3 s and 80 MB here
+    desc = ["S" + "F" * (side - 1)] + ["F" * side] * (side - 2) + ["F" * (side - 1) + "G"]
+    envspaces.env_problem("FrozenLake-v1", {"is_slippery": False}, "ppo")  # gymnasium's first make imports the module
+    started = time.perf_counter()
+    assert envspaces.env_problem("FrozenLake-v1", {"desc": desc}, "ppo") is None
+    assert time.perf_counter() - started < 0.5
+    assert envspaces.env_problem("FrozenLake-v1", {"desc": ["SG", "F"]}, "ppo") is not None  # small ones still are
+
+
 def test_run_refuses_such_a_job_as_validate_does_before_any_run_directory_or_pod(tmp_path, capsys):
     """`kuberl run` made a run directory and started the pods, whose trainer ended in a ConfigError."""
     path = tmp_path / "job.yaml"

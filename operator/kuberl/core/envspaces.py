@@ -8,6 +8,7 @@ user's machine), never in the operator, whose image has no gymnasium.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -109,20 +110,24 @@ def spaces_problem(observation: gym.Space, action: gym.Space, algorithm: str) ->
 # What making an env raises when this machine lacks what the trainer's image may have: left to the trainer.
 NOT_HERE = (gym.error.DependencyNotInstalled, gym.error.NamespaceNotFound, ImportError)
 
+# Kwargs up to this JSON size are made here; an env may build tables from larger ones (FrozenLake's `desc`: a 1 MB map
+# took 76 s and 2 GB), which is no cost for reading a file: larger ones are left to the trainer, as user code is.
+MAX_MADE_KWARGS_BYTES = 4096
+
 
 def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: str = "auto", policy: str = "auto",
                 normalize_observation: bool = False) -> Problem | None:
     """What `kuberl validate` can tell of spec.env by making the env here, as the trainer makes it (one
     copy): kwargs the env refuses, spaces the algorithm cannot learn on, a forced network torso (`policy`)
     that cannot read its observations. Only registered gymnasium ids are made (a classic-control env takes
-    a millisecond or two); a "module:Class" (the user's code, not run to validate a file) and an env whose
+    a millisecond or two), with kwargs of at most MAX_MADE_KWARGS_BYTES; a "module:Class" (the user's code, not run to validate a file) and an env whose
     package is missing here are left to the trainer. An Atari id is not made (kuberl preprocesses its
     frames): its kwargs are read as the trainer reads them (atarikwargs), its observations are frames."""
     spec = gym.registry.get(env_id)
     if env_id.startswith("ALE/") or (spec is not None and str(spec.entry_point).startswith("ale_py")):
         problem = atarikwargs.kwargs_problem(kwargs, backend)
         return problem or atarikwargs.network_problem(kwargs, backend, algorithm, policy, normalize_observation)
-    if spec is None:
+    if spec is None or len(json.dumps(kwargs, default=str)) > MAX_MADE_KWARGS_BYTES:
         return None
     field = "spec.env.kwargs" if kwargs else "spec.env.id"
     native = spec.vector_entry_point is not None
