@@ -20,15 +20,7 @@ from kuberl_trainer.session import BareSession
 from tests.support.jobs import make_job
 
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """As a pinned rank runs: tiny networks crawl when OpenMP threads contend."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_epsilon_decays_linearly_then_stays():

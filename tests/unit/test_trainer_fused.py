@@ -16,12 +16,7 @@ from torch import nn
 OBS_DIM, BATCH = 4, 64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def module_step(agent, optimizer, obs, rows, hp, keep_grads: bool = True):
