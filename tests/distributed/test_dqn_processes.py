@@ -124,7 +124,7 @@ def test_sigterm_checkpoints_the_target_network_and_the_next_run_continues(tmp_p
     assert ranks.wait(timeout=30) == [0, 0]
     assert "resumable" in job.termination_log(0)
     _, saved = checkpoint.load_newest(str(job.checkpoint_dir))
-    assert saved["counters"]["updates"] >= 8 and saved["last_target_update"] > 0
+    assert saved["counters"]["updates"] >= 8 and saved["last_target_update_transitions"] > 0
     assert set(saved) >= {"agent", "target", "optimizer", "counters"}
 
     resumed = Ranks(job)

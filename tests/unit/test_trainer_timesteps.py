@@ -55,7 +55,7 @@ def trainer(algorithm: str, total: int, fast: bool = True, **hp) -> PPOTrainer |
     if algorithm == "ppo":
         return PPOTrainer(ONE_PROCESS, PPOConfig(**{"num_steps": 8, "num_minibatches": 2, "update_epochs": 2, "hidden_sizes": [8], **hp}),
                           ENV, 2, {}, total, seed=1, restart=0, fast=fast)
-    return DQNTrainer(ONE_PROCESS, DQNConfig(learning_starts=16, batch_size=8, train_frequency=8, hidden_sizes=[8], **hp),
+    return DQNTrainer(ONE_PROCESS, DQNConfig(**{"learning_starts": 16, "batch_size": 8, "train_frequency": 8, "hidden_sizes": [8], **hp}),
                       ENV, 2, {}, total, seed=1, restart=0, fast=fast)
 
 
@@ -178,3 +178,77 @@ def test_every_row_of_a_rollout_is_learned_from_in_each_epoch_when_minibatches_d
     _, epochs = run.learn(advantages, returns)
     assert seen == [6, 5, 5] * epochs
     run.envs.close()
+
+
+def test_dqn_learning_starts_after_learning_starts_transitions_not_replay_rows():
+    """SB3 trains once num_timesteps passes learning_starts (off_policy_algorithm.py), a count of transitions;
+    kuberl compared its replay rows, one autoreset row per episode included, and on this env of 2-4 step
+    episodes learned from an update about a quarter early."""
+    run = trainer("dqn", 10**6, learning_starts=64)
+    before = 0
+    while True:
+        report = run.update(False, False)
+        if report.losses:
+            break
+        before = run.counters.global_step
+    assert before < 64 <= run.counters.global_step
+    assert run.counters.updates * run.batch_per_rank > run.counters.global_step  # autoreset rows were there
+    run.envs.close()
+
+
+class ResumeFrom:
+    """A session that resumes from `shared` and keeps the lines it logs."""
+
+    restart, resumed_from = 0, "ckpt-legacy"
+
+    def __init__(self, shared: dict, max_updates: int):
+        from kuberl_trainer.session import BareSession
+
+        self.shared, self.bare = shared, BareSession(max_updates)
+        self.stop_requested, self.success_vote, self.after_update = (
+            self.bare.stop_requested, self.bare.success_vote, self.bare.after_update)
+        self.logged = self.bare.logged
+        self.log = self.bare.log
+
+    def load(self):
+        return self.shared, None
+
+
+def test_a_checkpoint_from_before_transitions_resumes_its_target_copy_clock_converted():
+    """Before 3c20512 the target-copy clock was replay rows per rank (updates x batch_per_rank), saved as
+    last_target_update; read as transitions, the next copy waited for every autoreset row of the run
+    (on this env 4 intervals late). It resumes converted: the next copy at the update that passes an interval after the save."""
+    from kuberl_trainer.dqn import LEGACY_TARGET_CLOCK, TARGET_CLOCK
+    from kuberl_trainer.session import run_updates
+
+    interval = 16
+    run = trainer("dqn", 10**6, target_update_interval=interval)
+    for _ in range(40):
+        run.update(False, False)
+    legacy = run.shared_state()
+    rows = run.counters.updates * run.batch_per_rank
+    del legacy[TARGET_CLOCK]
+    legacy[LEGACY_TARGET_CLOCK] = rows - run.batch_per_rank  # as pre-3c20512 code wrote it: copied an update ago
+    saved_at = run.counters.global_step
+    assert rows - saved_at > 3 * interval  # autoreset rows: the old clock ran ahead of transitions
+
+    resumed = trainer("dqn", 10**6, target_update_interval=interval)
+    copies = []
+    update = resumed.update
+
+    def update_and_watch(stop_vote, success_vote):
+        before = resumed.last_target_update
+        report = update(stop_vote, success_vote)
+        if resumed.last_target_update != before:
+            copies.append(resumed.counters.global_step)
+        return report
+
+    resumed.update = update_and_watch
+    session = ResumeFrom(legacy, max_updates=12)
+    assert run_updates(resumed, session) == "stopped"
+    taken = round(run.batch_per_rank * saved_at / rows)  # the update's rows, at the run's transitions per row
+    assert len(session.logged) == 1 and f"taken as {taken} transitions" in session.logged[0]
+    assert copies and copies[0] - saved_at < interval + run.batch_per_rank  # due within the update that passes it
+    assert resumed.shared_state()[TARGET_CLOCK] == copies[-1]
+    run.envs.close()
+    resumed.envs.close()

@@ -175,6 +175,11 @@ class BaseAlgorithm:
         torch.set_rng_state(state["torch_rng"])
         self.np_rng.bit_generator.state = state["np_rng"]
 
+    def upgraded(self, shared: dict) -> tuple[dict, list[str]]:
+        """A checkpoint's shared state in today's terms, and a line for each thing an older trainer
+        wrote otherwise (the session logs them); today's state comes back as it is."""
+        return shared, []
+
     def _shared_extra(self) -> dict:
         return {}
 

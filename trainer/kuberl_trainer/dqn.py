@@ -18,7 +18,7 @@ One iteration ("update" in counters and metrics) collects
 ceil(trainFrequency / numEnvs) vector steps per rank, then runs gradient
 steps in proportion, so the update-to-data ratio gradientSteps /
 trainFrequency holds whatever numEnvs is. Defaults (spec.DQNConfig): 3-step
-returns, double DQN, Huber loss, a hard target copy every 500 env steps per
+returns, double DQN, Huber loss, a hard target copy every 500 transitions per
 rank, epsilon decaying linearly from 1 to 0.05 over the first 20% of
 totalTimesteps (spec.dqn.loss: mse for CleanRL's squared error).
 
@@ -118,6 +118,10 @@ def q_loss(q: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, discou
 DRAW_BYTES = 32 * 2**20  # learn()'s drawn observations at once: CartPole's 128 x 64 take 0.26 MB
 
 
+TARGET_CLOCK = "last_target_update_transitions"  # steps_per_rank at the last target copy
+LEGACY_TARGET_CLOCK = "last_target_update"  # the same in replay rows per rank, before 3c20512
+
+
 def steps_per_draw(gradient_steps: int, batch_size: int, obs_shape: tuple[int, ...], obs_dtype) -> int:
     """How many gradient steps' batches learn() draws at once: all of them
     unless their observations and next observations pass DRAW_BYTES."""
@@ -160,6 +164,7 @@ class DQNTrainer(BaseAlgorithm):
         self.steps_per_draw = steps_per_draw(self.gradient_steps, hp.batch_size, self.obs_shape, space.dtype)
         self.num_updates = max(1, math.ceil(self.total_timesteps / (self.batch_per_rank * ctx.world_size)))
         self.last_target_update = 0  # steps_per_rank at the last target update
+        self.replay_real_mean = 0  # the ranks' replay.real_added, their mean, as of the update's all-reduce
 
     @property
     def steps_per_rank(self) -> int:
@@ -174,11 +179,31 @@ class DQNTrainer(BaseAlgorithm):
     # -- state for checkpoints, beyond BaseAlgorithm's ----------------------------
 
     def _shared_extra(self) -> dict:
-        return {"target": self.target.state_dict(), "last_target_update": self.last_target_update}
+        # the key names the unit: a trainer that read it as rows (before 3c20512) refuses the file, naming the key
+        return {"target": self.target.state_dict(), TARGET_CLOCK: self.last_target_update}
 
     def _load_shared_extra(self, state: dict) -> None:
         self.target.load_state_dict(state["target"])
-        self.last_target_update = state["last_target_update"]
+        self.last_target_update = state[TARGET_CLOCK]
+
+    def upgraded(self, shared: dict) -> tuple[dict, list[str]]:
+        """A checkpoint written before 3c20512 holds its target-copy clock as replay rows per rank
+        (updates x batch_per_rank, autoreset rows included) under LEGACY_TARGET_CLOCK; read as transitions
+        it put the next copy off by every autoreset row of the run (many intervals on short episodes).
+        The rows since that copy become transitions at the run's own ratio of transitions to rows (the
+        exact count was never kept), so the next copy comes about when it would have."""
+        legacy, counters = shared.get(LEGACY_TARGET_CLOCK), shared["counters"]
+        saved_world = shared.get("world_size")
+        if TARGET_CLOCK in shared or type(legacy) is not int or type(saved_world) is not int or saved_world < 1:
+            return shared, []  # today's, or not a state to convert (the mismatch check names what is wrong)
+        rows = counters["updates"] * self.batch_per_rank
+        since = round(max(0, rows - legacy) * (counters["global_step"] // saved_world) / max(1, rows))
+        now = counters["global_step"] // self.ctx.world_size
+        upgraded = {k: v for k, v in shared.items() if k != LEGACY_TARGET_CLOCK} | {TARGET_CLOCK: max(0, now - since)}
+        said = (f"the checkpoint counts its target-network copy in env steps per rank, autoreset steps included"
+                f" (written before transitions were the unit): the last copy, {max(0, rows - legacy)} env steps"
+                f" before it, is taken as {since} transitions")
+        return upgraded, [said]
 
     def _rank_extra(self) -> dict:
         return {"replay": self.replay.state_dict()}  # deterministic mode only: buffers are per rank and large
@@ -250,13 +275,18 @@ class DQNTrainer(BaseAlgorithm):
             total += self.learner.learn_draw((obs, actions, returns, discount, next_inputs), next_q_target)
         return {"value_loss": total / self.gradient_steps}
 
+    def replay_transitions(self) -> float:
+        """Real transitions the replay buffers took since they began filling (autoreset steps are none), the
+        ranks' mean as of the update's all-reduce, so identical on every rank; one rank's own at once."""
+        return self.replay.real_added if self.ctx.world_size == 1 else self.replay_real_mean
+
     def learning(self) -> bool:
-        """Enough transitions in this rank's buffer: decided from counts alone,
-        identical on every rank (a rank-dependent answer would hang DDP).
-        Two start rows always hold a real transition (autoreset rows never
-        follow each other). After a resume the buffer refills first."""
+        """learningStarts transitions per rank taken (SB3's num_timesteps, a count of transitions) and a
+        batch's worth: decided from replicated counts alone, identical on every rank (a rank-dependent
+        answer would hang DDP). Two start rows always hold a real transition (autoreset rows never
+        follow each other). After a resume the buffer, empty, refills first."""
         lo, hi = self.replay.start_range()
-        return len(self.replay) >= max(self.hp.learning_starts, self.hp.batch_size) and hi - lo >= 2
+        return self.replay_transitions() >= max(self.hp.learning_starts, self.hp.batch_size) and hi - lo >= 2
 
     def budget_spent(self) -> bool:
         return self.counters.global_step >= self.total_timesteps
@@ -270,7 +300,9 @@ class DQNTrainer(BaseAlgorithm):
         local_steps = self.collect(eps)
         rollout_seconds = time.perf_counter() - started
 
-        totals, allreduce_seconds = self.sync_update({"steps": local_steps}, stop_vote, success_vote)
+        totals, allreduce_seconds = self.sync_update({"steps": local_steps, "replay_real": self.replay.real_added},
+                                                     stop_vote, success_vote)
+        self.replay_real_mean = totals["replay_real"] / self.ctx.world_size
 
         losses, update_seconds = {}, 0.0
         self.learner.allreduce_seconds.clear()

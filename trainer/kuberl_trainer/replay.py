@@ -95,6 +95,7 @@ class ReplayBuffer:
         self.rows = self.obs.shape[0]
         self.previous_valid = np.zeros(num_envs, bool)  # so the very first row counts as first
         self.added = 0  # vector steps ever added; the newest is row (added - 1) % rows
+        self.real_added = 0  # real transitions ever added (autoreset rows are none): what learningStarts counts
 
     @staticmethod
     def layout(capacity: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype | type = np.float32,
@@ -127,6 +128,7 @@ class ReplayBuffer:
         self.first[row] = ~self.previous_valid
         self.previous_valid = np.asarray(valid, bool).copy()
         self.added += 1
+        self.real_added += int(self.previous_valid.sum())
 
     # -- reading ------------------------------------------------------------
 
@@ -221,7 +223,8 @@ class ReplayBuffer:
         held = np.arange(self.oldest, self.added) % self.rows
         arrays = {name: getattr(self, name)[held].copy()
                   for name in ("obs", "actions", "rewards", "terminated", "truncated", "valid", "first")}
-        return {"added": self.added, "previous_valid": self.previous_valid.copy(), "arrays": arrays}
+        return {"added": self.added, "real_added": self.real_added, "previous_valid": self.previous_valid.copy(),
+                "arrays": arrays}
 
     def load_state_dict(self, state: dict) -> None:
         self.added = state["added"]
@@ -229,3 +232,5 @@ class ReplayBuffer:
         held = np.arange(self.oldest, self.added) % self.rows
         for name, values in state["arrays"].items():
             getattr(self, name)[held] = values
+        # saved before the count existed: the rows held, each real one, and any rows already overwritten, whole
+        self.real_added = state.get("real_added", int(self.valid[held].sum()) + self.oldest * self.num_envs)

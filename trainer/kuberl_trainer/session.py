@@ -99,6 +99,8 @@ class Algorithm(Protocol):
         """This rank's own state, as plain data (deterministic mode only); None
         when it cannot be taken."""
     def load_shared(self, state: dict) -> None: ...
+    def upgraded(self, shared: dict) -> tuple[dict, list[str]]:
+        """A checkpoint's shared state written by an older trainer, in today's terms, and what changed."""
     def load_rank(self, state: dict) -> None: ...
     def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float: ...
     def frozen_copy(self) -> Algorithm:
@@ -115,6 +117,7 @@ class Session(Protocol):
 
     restart: int
     resumed_from: str | None  # the checkpoint file load() read (rank 0 only)
+    log: Callable[[str], None]  # a line for the run's log (rank 0's)
 
     def stop_requested(self) -> bool: ...
     def success_vote(self) -> bool: ...
@@ -129,6 +132,9 @@ def run_updates(algorithm: Algorithm, session: Session) -> str:
     loaded = session.load()
     if loaded is not None:
         shared, own = loaded
+        shared, upgrades = algorithm.upgraded(shared)
+        for line in upgrades:
+            session.log(line)
         # every rank got the same state, so every rank refuses it alike (a config error, not a crash)
         if problem := checkpoint.mismatch(algorithm.shared_state(), {k: v for k, v in shared.items() if k not in SESSION_KEYS}):
             raise checkpoint.CheckpointMismatch(session.resumed_from or "rank 0 resumed from", problem)
@@ -157,7 +163,10 @@ class BareSession:
     resumed_from = None
 
     def __init__(self, max_updates: int | None = None):
-        self.max_updates, self.reports = max_updates, []
+        self.max_updates, self.reports, self.logged = max_updates, [], []
+
+    def log(self, line: str) -> None:
+        self.logged.append(line)
 
     def stop_requested(self) -> bool:
         return self.max_updates is not None and len(self.reports) >= self.max_updates - 1

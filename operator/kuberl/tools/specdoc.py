@@ -92,8 +92,9 @@ MATCHED = (
     ("`dqn.targetUpdateInterval`, `dqn.learningStarts`", "SB3",
      ("Per rank, as SB3 counts target_update_interval and learning_starts over its envs; CleanRL's"
       " target_network_frequency and learning_starts count its loop's steps, the same with its one env. The target"
-      " copy counts transitions (the ranks' mean, so every rank copies at the same update); learningStarts counts"
-      " the rank's replay rows, its autoreset rows (one per episode) included. The copy happens at most once per"
+      " copy and learningStarts count transitions, the ranks' mean, so every rank copies and starts learning at the same"
+      " update (learningStarts: those its replay buffer took since it began filling, so a resumed run, whose buffer"
+      " starts empty, refills learningStarts of them first). The copy happens at most once per"
       " update, before its gradient steps: with tau below 1 and an interval shorter than trainFrequency, SB3"
       " moves the target at every due vector step, several times between two trainings, kuberl once.")),
     ("`dqn.explorationFraction` (epsilon)", "SB3 and CleanRL, but a coin per env",
