@@ -192,9 +192,9 @@ def training_modes(spec: Any) -> list[str]:
 def local_layout_problems(name: str, spec: Any) -> list[str]:
     """The mounts `kuberl run` refuses (a cluster lays them out), in the words it refuses them with."""
     from .core.render import Job
-    from .local.sandbox import job_mount_problems
+    from .local.sandbox import job_path_problems
 
-    return job_mount_problems(Job(name, spec))
+    return job_path_problems(Job(name, spec))
 
 
 def loopback_fields(name: str, spec: Any) -> list[str]:

@@ -1,6 +1,7 @@
-"""Volume mounts a cluster lays out and `kuberl run` cannot (each mount is a symlink in the pod's root here): one
-rule, `kuberl.local.sandbox.job_mount_problems`, that `kuberl validate` warns with and `kuberl run` refuses with,
-before a run directory is made, each problem at the spec.template field the user wrote."""
+"""Paths and volume mounts a cluster takes and `kuberl run` cannot lay out (each mount is a symlink in the pod's root
+here, and no path may leave that root): one rule, `kuberl.local.sandbox.job_path_problems`, that `kuberl validate`
+warns with and `kuberl run` refuses with, before a run directory is made, each problem at the spec.template field
+the user wrote."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import sys
 import pytest
 import yaml
 from kuberl.core.render import Job
-from kuberl.local.sandbox import job_mount_problems
+from kuberl.local.sandbox import job_path_problems
 
 from tests.support.jobs import make_job
 
 TRAINER = "spec.template.spec.containers[0]"
+OUTSIDE = "is not an absolute path inside the container: expected one starting with '/' that no '..' leads out of"
 
 
 def with_mounts(mounts: list[dict], **container: object) -> dict:
@@ -24,7 +26,7 @@ def with_mounts(mounts: list[dict], **container: object) -> dict:
 
 def problems_of(template: dict) -> list[str]:
     job = make_job("mounts").workers(1).template(template)
-    return job_mount_problems(Job("mounts", job.spec()))
+    return job_path_problems(Job("mounts", job.spec()))
 
 
 @pytest.mark.parametrize("template,said", [
@@ -59,6 +61,13 @@ def problems_of(template: dict) -> list[str]:
      [(f"{TRAINER}.terminationMessagePath: '/data/log' is inside a volume mount, '/data' ({TRAINER}.volumeMounts[0].mountPath);"
       " this node would empty that volume's file at every start: expected a path outside the mounts (default"
       " /dev/termination-log)")]),
+    # paths that leave the pod's root here: said at the rendered pod's volumeMounts[4] and spec.containers[trainer]
+    (with_mounts([{"name": "data", "mountPath": "/../../x"}]),
+     [f"{TRAINER}.volumeMounts[0].mountPath: '/../../x' {OUTSIDE}"]),
+    (with_mounts([{"name": "data", "mountPath": "/data"}], workingDir="work"),
+     [f"{TRAINER}.workingDir: 'work' {OUTSIDE}"]),
+    (with_mounts([{"name": "data", "mountPath": "/data"}], terminationMessagePath="/../log"),
+     [f"{TRAINER}.terminationMessagePath: '/../log' {OUTSIDE}"]),
 ])
 def test_a_layout_this_node_cannot_make_is_said_at_the_field_the_user_wrote(template, said):
     assert problems_of(template) == said

@@ -81,7 +81,7 @@ from .sandbox import (
     LocalRunError,
     image_files,
     image_scripts,
-    job_mount_problems,
+    job_path_problems,
     kubelet_mount_paths,
     make_dirs,
     missing_script_failure,
@@ -1077,7 +1077,7 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
             print(f"{args.file}: warning: {safetext.one_line(warning)}", file=sys.stderr)
         return 1
     job = Job(document["metadata"]["name"], spec)
-    if layout := job_mount_problems(job):  # before a run directory is chosen: what `kuberl validate` warned of
+    if layout := job_path_problems(job):  # before a run directory is chosen: what `kuberl validate` warned of
         for problem in layout:
             print(f"kuberl run: {job.name} cannot run here: {problem}", file=sys.stderr)
         return EXIT_CANNOT_RUN

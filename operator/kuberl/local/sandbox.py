@@ -148,8 +148,15 @@ def _inside(root: str, path: str) -> bool:
     return resolved == root or resolved.startswith(root.rstrip("/") + "/")
 
 
-def path_problems(pod: Mapping, container: Mapping) -> list[str]:
-    """Every path of the pod that would leave its root here, by field path."""
+OUTSIDE_ROOT = "is not an absolute path inside the container: expected one starting with '/' that no '..' leads out of"
+
+
+def path_problems(pod: Mapping, container: Mapping, named: Callable[[str], str | None] | None = None) -> list[str]:
+    """Every path of the pod that would leave its root here, or that this node cannot lay out, by field path.
+    `named`: the field the user wrote for a field of the pod (job_path_problems'), None for one of kuberl's own;
+    by default the pod's own field paths."""
+    def field(path: str) -> str:
+        return (named(path) if named else None) or path
     root = "/pod-root"
     where = f"spec.containers[{container.get('name')}]"
     problems = []
@@ -157,40 +164,44 @@ def path_problems(pod: Mapping, container: Mapping) -> list[str]:
         name = volume.get("name")
         # validateVolumes (pkg/apis/core/validation): a volume's name is a DNS-1123 label; here it names a directory
         if not isinstance(name, str) or len(name) > 63 or not re.fullmatch(DNS_1123_LABEL, name):
-            problems.append(f"spec.volumes[{i}].name: {name!r} is not a DNS-1123 label (at most 63 lowercase letters,"
-                            " digits and '-', starting and ending with a letter or digit)")
+            problems.append(f"{field(f'spec.volumes[{i}].name')}: {name!r} is not a DNS-1123 label (at most 63 lowercase"
+                            " letters, digits and '-', starting and ending with a letter or digit)")
         for kind in ("persistentVolumeClaim", "configMap"):
             key = "claimName" if kind == "persistentVolumeClaim" else "name"
             name = volume[kind].get(key) if isinstance(volume.get(kind), dict) else None
             # the API server's rule for both names, so neither can name a path outside the run directory
             if name is not None and (len(name) > 253 or not re.fullmatch(DNS_1123_SUBDOMAIN, str(name))):
-                problems.append(f"spec.volumes[{i}].{kind}.{key}: {name!r} is not a DNS-1123 subdomain name")
+                problems.append(f"{field(f'spec.volumes[{i}].{kind}.{key}')}: {name!r} is not a DNS-1123 subdomain name")
     laid_out = []  # the mounts whose path is sound, for the layout's rules
     for i, mount in enumerate(container.get("volumeMounts") or []):
         path = str(mount.get("mountPath", ""))
+        at = f"{where}.volumeMounts[{i}]"
         if not path.startswith("/") or not _inside(root, path):
-            problems.append(f"{where}.volumeMounts[{i}].mountPath: {path!r} is not an absolute path inside the container")
+            problems.append(f"{field(at + '.mountPath')}: {path!r} {OUTSIDE_ROOT}")
+        elif named and named(at + ".mountPath") is None:
+            laid_out.append(Mount(clean_path(path), KUBERL_MOUNTS.get(mount.get("name"), str(mount.get("name"))), ours=True))
         else:
-            laid_out.append(Mount(clean_path(path), f"{where}.volumeMounts[{i}].mountPath"))
+            laid_out.append(Mount(clean_path(path), field(at + ".mountPath")))
         sub = str(mount.get("subPath") or "")  # null is unset, as everywhere in a pod
         if sub.startswith("/") or ".." in sub.split("/"):
-            problems.append(f"{where}.volumeMounts[{i}].subPath: {sub!r} must be a relative path without '..'")
-    for field in ("terminationMessagePath", "workingDir"):
-        path = container.get(field)
+            problems.append(f"{field(at + '.subPath')}: {sub!r} must be a relative path without '..'")
+    for name in ("terminationMessagePath", "workingDir"):
+        path = container.get(name)
         if path is not None and (not str(path).startswith("/") or not _inside(root, str(path))):
-            problems.append(f"{where}.{field}: {path!r} is not an absolute path inside the container")
+            problems.append(f"{field(f'{where}.{name}')}: {path!r} {OUTSIDE_ROOT}")
     log = container.get("terminationMessagePath")
+    log_field = f"{where}.terminationMessagePath"
     if log is not None and str(log).startswith("/") and _inside(root, str(log)):
-        problems += mount_layout_problems(laid_out, clean_path(str(log)), f"{where}.terminationMessagePath")
+        problems += mount_layout_problems(laid_out, clean_path(str(log)), named(log_field) if named else log_field)
     else:
         problems += mount_layout_problems(laid_out)
     # validateVolumes and validateVolumeMounts (pkg/apis/core/validation): "Duplicate value", "must be unique"
     volume_names = [v.get("name") for v in pod["spec"].get("volumes") or []]
-    problems += [f"spec.volumes[{i}].name: {n!r} is a duplicate: volume names are unique in a pod"
+    problems += [f"{field(f'spec.volumes[{i}].name')}: {n!r} is a duplicate: volume names are unique in a pod"
                  for i, n in enumerate(volume_names) if n in volume_names[:i]]
     mounted = [os.path.normpath(str(m.get("mountPath", ""))) for m in container.get("volumeMounts") or []]
-    problems += [f"{where}.volumeMounts[{i}].mountPath: {m!r} is mounted twice: mount paths are unique in a container"
-                 for i, m in enumerate(mounted) if m in mounted[:i]]
+    problems += [f"{field(f'{where}.volumeMounts[{i}].mountPath')}: {m!r} is mounted twice: mount paths are unique in a"
+                 " container" for i, m in enumerate(mounted) if m in mounted[:i]]
     return problems
 
 
@@ -258,27 +269,48 @@ def mount_layout_problems(mounts: list[Mount], log: str = names.TERMINATION_LOG,
     return problems
 
 
-def job_mount_problems(job: Job) -> list[str]:
-    """mount_layout_problems of the job's worker 0 as this node renders it (kuberl's checkpoint mount is in worker 0
-    alone), each problem at the spec.template field the user wrote, not at the rendered pod's index (kuberl's own
-    mounts come first there). `kuberl validate` warns with these words, and `kuberl run` refuses with them."""
-    pod = render_pod(job, "default", PLACEHOLDER_UID, 0, target="local")
-    containers = ((job.spec.template or {}).get("spec") or {}).get("containers")
-    containers = containers if isinstance(containers, list) else []
+def job_path_problems(job: Job) -> list[str]:
+    """path_problems of the job's worker 0 as this node renders it (kuberl's checkpoint mount is in worker 0 alone),
+    each problem at the spec.template field the user wrote, not at the rendered pod's (kuberl's own mounts come first
+    there, so the user's volumeMounts[0] is its volumeMounts[4]). `kuberl validate` warns with these words, and
+    `kuberl run` refuses with them before it makes a run directory."""
+    rendered = render_pod(job, "default", PLACEHOLDER_UID, 0, target="local")
+    pod = kubelet_mount_paths(rendered)
+    return path_problems(pod, trainer_container(pod), template_fields(rendered, job.spec.template))
+
+
+def template_fields(pod: Mapping, template: Mapping | None) -> Callable[[str], str | None]:
+    """The spec.template field that wrote a field of the rendered `pod` (as path_problems names it); None where
+    kuberl wrote it. The template's mounts merge by mountPath and its volumes by name (render.merge_template)."""
+    spec = (template or {}).get("spec") or {}
+    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
     index, theirs = next(((i, c) for i, c in enumerate(containers)
                           if isinstance(c, dict) and c.get("name") == names.TRAINER_CONTAINER), (None, {}))
     at = f"spec.template.spec.containers[{index}]"
-    written = theirs.get("volumeMounts") if isinstance(theirs.get("volumeMounts"), list) else []
-    fields = {}
-    for j, mount in enumerate(written):
-        if isinstance(mount, dict) and isinstance(mount.get("mountPath"), str):
-            fields.setdefault(mount["mountPath"], f"{at}.volumeMounts[{j}].mountPath")
-    mounts = [Mount(clean_path(m["mountPath"]), fields[m["mountPath"]]) if m["mountPath"] in fields
-              else Mount(clean_path(m["mountPath"]), KUBERL_MOUNTS.get(m["name"], m["name"]), ours=True)
-              for m in trainer_container(pod).get("volumeMounts") or []]
-    log = trainer_container(pod).get("terminationMessagePath") or names.TERMINATION_LOG
-    set_by_user = isinstance(theirs.get("terminationMessagePath"), str)
-    return mount_layout_problems(mounts, clean_path(log), f"{at}.terminationMessagePath" if set_by_user else None)
+    mounts = theirs.get("volumeMounts") if isinstance(theirs.get("volumeMounts"), list) else []
+    by_path = {}
+    for j, mount in enumerate(mounts):
+        if isinstance(mount, dict):
+            by_path.setdefault(mount.get("mountPath"), j)
+    volumes = spec.get("volumes") if isinstance(spec.get("volumes"), list) else []
+    by_name = {}
+    for j, volume in enumerate(volumes):
+        if isinstance(volume, dict):
+            by_name.setdefault(volume.get("name"), j)
+    rendered_mounts = trainer_container(pod).get("volumeMounts") or []
+    rendered_volumes = pod["spec"].get("volumes") or []
+
+    def named(field: str) -> str | None:
+        if m := re.fullmatch(r"spec\.containers\[[^]]*\]\.volumeMounts\[(\d+)\](.*)", field):
+            j = by_path.get(rendered_mounts[int(m[1])].get("mountPath"))
+            return None if j is None else f"{at}.volumeMounts[{j}]{m[2]}"
+        if m := re.fullmatch(r"spec\.volumes\[(\d+)\](.*)", field):
+            j = by_name.get(rendered_volumes[int(m[1])].get("name"))
+            return None if j is None else f"spec.template.spec.volumes[{j}]{m[2]}"
+        if m := re.fullmatch(r"spec\.containers\[[^]]*\]\.(\w+)(.*)", field):
+            return f"{at}.{m[1]}{m[2]}" if m[1] in theirs else None
+        return None
+    return named
 
 
 def check_paths(pod: Mapping, container: Mapping) -> None:
