@@ -41,7 +41,9 @@ def test_kuberl_run_says_so_before_the_pod_fails(tmp_path):
     assert done.returncode == 1
     out = done.stdout + done.stderr
     assert "not run here (only the trainer container's command runs): spec.initContainers[fetch]" in out, out[-2000:]
-    assert "warning: command[1] '/workspace/train.py': a file of the image, in no volume" in out, out[-2000:]
+    # the field the user wrote: it said a bare command[1]
+    assert ("warning: spec.template.spec.containers[0].command[1] '/workspace/train.py': a file of the image, in no volume"
+            in out), out[-2000:]
 
 
 @pytest.mark.parametrize(("message", "found"), [

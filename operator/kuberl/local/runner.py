@@ -79,12 +79,12 @@ from .process import (
 )
 from .sandbox import (
     LocalRunError,
-    image_files,
     image_scripts,
     job_path_problems,
     kubelet_mount_paths,
     make_dirs,
     missing_script_failure,
+    template_fields,
 )
 
 NAMESPACE = "default"
@@ -1139,7 +1139,8 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
     say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {budget}; logs and checkpoints in {shown(run_dir)}")
     if note := crowded_note(spec, os.cpu_count() or 1):
         say(note)
-    pod = kubelet_mount_paths(render_pod(job, NAMESPACE, "0", 0, target="local"))
+    rendered = render_pod(job, NAMESPACE, "0", 0, target="local")
+    pod = kubelet_mount_paths(rendered)
     skipped = containers_not_run(pod)
     if skipped:
         say(f"not run here (only the trainer container's command runs): {', '.join(skipped)}")
@@ -1147,7 +1148,8 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
         say(f"warning: {warning}")
     if idle := spec.idle_evaluation_warning:
         say(f"warning: {idle}")
-    baked = image_files(pod)
+    written = template_fields(rendered, spec.template)  # the template's command[1], not a bare one of no container
+    baked = [f"{written(f'spec.containers[{names.TRAINER_CONTAINER}].{field}') or field} {path!r}" for field, path in image_scripts(pod)]
     absent_scripts = [path for _, path in image_scripts(pod)]
     if baked:
         say(f"warning: {', '.join(baked)}: a file of the image, in no volume: here the pod runs this machine's files;"
