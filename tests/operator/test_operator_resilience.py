@@ -1,4 +1,5 @@
 """The operator as a long-running service: restarts, deletion, quiet steady state, input it must judge."""
+import threading
 import time
 
 from kuberl.core import names
@@ -6,6 +7,7 @@ from kuberl.core import names
 from tests.operator.operatorkit import (
     JOBS,
     NS,
+    TRAINER_IMAGE,
     FakeMetrics,
     Operator,
     condition,
@@ -192,5 +194,50 @@ def test_only_the_listed_namespaces_are_watched(standin, rest, tmp_path):
         assert not status(rest, 'ignored'), 'a job outside the watched namespaces is left alone'
         watched = {(c.resource, c.namespace) for c in standin.calls if c.agent == 'kopf' and c.verb in ('list', 'watch')}
         assert watched == {('rltrainingjobs', 'team-a'), ('pods', 'team-a')}, watched
+    finally:
+        op.stop()
+
+
+class HeldMetrics(FakeMetrics):
+    """Rank 0's exporter whose answers wait while `held` is set: the job's loop stays inside a scrape."""
+
+    def __init__(self, job: str):
+        super().__init__(job)
+        self.held, self.entered, self.released, page = threading.Event(), threading.Event(), threading.Event(), self.page
+
+        def held_page() -> str:
+            if self.held.is_set():
+                self.entered.set()
+                self.released.wait(30)
+            return page()
+
+        self.page = held_page
+
+
+def test_a_job_recreated_while_its_predecessor_s_loop_ends_still_hears_its_pods(standin, rest, tmp_path):
+    """The predecessor's finalizer taken off by hand (`kubectl patch --type=merge -p '{"metadata":{"finalizers":null}}'`,
+    as after an operator uninstall) and the job applied again at once: the old loop, inside a scrape when kopf stopped
+    it, ended after the new one had started and unregistered the new loop's doorbell (one per job name). Pod events
+    reached no loop, and the new job stayed Pending, its pod list stale until the 300 s resync."""
+    op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE, '--scrape-timeout', '20').start()
+    try:
+        with HeldMetrics('twice') as metrics:
+            create_job(rest, 'twice', workers=1, metrics={'port': metrics.port})
+            start_gang(standin, 'twice', 1, ip='127.0.0.1')
+            wait_phase(rest, 'twice', 'Running')
+            metrics.held.set()
+            wait_for(metrics.entered.is_set, what='a scrape to be held')  # the loop is inside a reconcile now
+            assert rest.delete(f'{JOBS}/twice').status == 200
+            assert rest.patch(f'{JOBS}/twice', {'metadata': {'finalizers': None}}).status == 200
+            wait_for(lambda: job(rest, 'twice') is None, what='the first job to go')
+            standin.store.delete(standin.store.type_of('', 'v1', 'pods'), NS, 'twice-0', {'gracePeriodSeconds': 0})
+            new_uid = create_job(rest, 'twice', workers=1, metrics={'port': metrics.port})['metadata']['uid']
+            wait_for(lambda: [p for p in pods(standin, 'twice') if p['metadata']['ownerReferences'][0]['uid'] == new_uid],
+                     what="the new job's pod")
+            metrics.held.clear()
+            metrics.released.set()  # the old loop's scrape answers; the old loop ends
+            time.sleep(1.0)
+            start_gang(standin, 'twice', 1, ip='127.0.0.1')
+            wait_phase(rest, 'twice', 'Running', timeout=10)
     finally:
         op.stop()

@@ -487,8 +487,9 @@ REASON_RECONCILE_FAILED = "ReconcileFailed"
 async def run_job(name: str, namespace: str, body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: Any,
                   **_: Any) -> None:
     shell: Shell = memo.shell
-    wake = shell.wakes.setdefault((namespace, name), Wake())
-    wake.pods_changed = True  # a (re)started loop lists the pods first
+    # Its own doorbell, taking the name's over: a same-named predecessor's loop may still be ending (its finalizer
+    # taken off by hand, it was stopped inside a reconcile), and its end must not unregister this one's.
+    wake = shell.wakes[(namespace, name)] = Wake()  # a (re)started loop lists the pods first
     job = JobLoop(shell, KubeApi(shell.settings, logger, shell.metrics), namespace, name, memo, wake)
     try:
         while not stopped:
@@ -512,8 +513,8 @@ async def run_job(name: str, namespace: str, body: kopf.Body, memo: kopf.Memo, s
             if wake.event.is_set():
                 await asyncio.sleep(job.settle_seconds())
     finally:
-        if stopped:
-            shell.wakes.pop((namespace, name), None)
+        if stopped and shell.wakes.get((namespace, name)) is wake:  # no newer job of this name took the name's state
+            del shell.wakes[(namespace, name)]
             shell.events.forget((namespace, name))
             shell.metrics.job_phase(namespace, name, None)
 
