@@ -167,6 +167,7 @@ def test_a_merge_of_anything_but_maps_is_refused_as_kubectl_refuses_it():
     ("y", True), ("N", False), ("0o17", 15), ("-0o17", -15), ("017", 15), ("1_000", 1000), ("0x_1F", 31),
     ("1:20", "1:20"), ("190:20:30.15", "190:20:30.15"), ("=", "="), ("1e400", "1e400"), ("08", 8),
     ("1e3", 1000), (".5", 0.5), ("'y'", "y"), ('"0o17"', "0o17"), ("2026-01-01", "2026-01-01"),
+    ("<<", "<<"),  # a merge key only as a key: a value `<<` is the string (a shell's heredoc in args)
 ])
 def test_an_unquoted_scalar_is_what_kubectl_sends(monkeypatch, libyaml, text, sent):
     """PyYAML's YAML 1.1 read `y` as a string (kubectl sends true), `0o17` as a string (15) and `1:20` as 80

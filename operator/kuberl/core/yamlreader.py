@@ -140,6 +140,8 @@ def _kubectl_float(value: float) -> float | int:
 
 for _tag in (INT, FLOAT, BOOL, NULL):
     KubernetesYamlLoader.add_constructor(_tag, _kubectl_value)
+# `<<` merges only as a key (flattened away before this); as a value go-yaml v2 decodes the string
+KubernetesYamlLoader.add_constructor(MERGE_TAG, lambda loader, node: node.value)
 
 
 def _flatten_mapping_as_kubectl(loader: yaml.SafeLoader, node: yaml.MappingNode) -> None:
