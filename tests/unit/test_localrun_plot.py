@@ -93,7 +93,7 @@ def test_evaluations_recorded_at_earlier_timesteps_are_drawn_in_timestep_order_w
     line through returns recorded later than their timesteps."""
     def row(steps, wall, mean, last_eval, restart=0, evaluation=False):
         return {"timesteps": steps, "wall_seconds": wall, "episode_return_mean": mean, "eval_return": last_eval,
-                "restart": restart, **({"evaluation": True} if evaluation else {})}
+                "restart": restart, **({"evaluation": True, "evaluated_while_training": True} if evaluation else {})}
 
     rows = [row(1152, 5.1, -21.0, None), row(256, 10.4, -21.0, -20.0, evaluation=True), row(2816, 10.5, -20.5, -20.0),
             row(4480, 15.6, -20.5, -20.0), row(2816, 18.2, -20.5, -20.5, evaluation=True), row(6144, 20.6, -20.5, -20.5),
@@ -102,5 +102,21 @@ def test_evaluations_recorded_at_earlier_timesteps_are_drawn_in_timestep_order_w
     assert [x for x, _ in curve(rows, "timesteps", "episode_return_mean")] == [1152, 2816, 4480, 6144]  # an evaluation's
     # row carries the training return of when it was recorded, not of its timesteps
     assert [x for x, _ in curve(rows, "wall_seconds", "eval_return")] == [10.4, 18.2, 30.0, 31.0]
-    unmarked = [{k: v for k, v in r.items() if k != "evaluation"} for r in rows[:4]]  # an earlier trainer's file
+    unmarked = [{k: v for k, v in r.items() if k not in ("evaluation", "evaluated_while_training")}
+                for r in rows[:4]]  # an earlier trainer's file
     assert curve(unmarked, "timesteps", "eval_return") == [(256, -20.0), (2816, -20.0), (4480, -20.0)]
+
+
+def test_the_training_line_goes_through_evaluations_between_updates():
+    """`make train`'s own file: an evaluation every 5 updates, a progress line every 5 s, so 16 of its 22 rows are
+    evaluations. The training line went through the other 6 alone, flat from 20,304 to 33,022 timesteps where
+    the run had said 180 and 177 on the way: an evaluation between updates is at its own timesteps."""
+    def row(steps, mean, evaluation=False, checkpoint=None):
+        return {"timesteps": steps, "wall_seconds": steps / 5000, "episode_return_mean": mean, "eval_return": 100.0,
+                "restart": 0, **({"evaluation": True} if evaluation else {}), **({"checkpoint": checkpoint} if checkpoint else {})}
+
+    rows = [row(20304, 164.2, evaluation=True), row(20304, 164.2, checkpoint="ckpt-40.pt"), row(22844, 180.2, evaluation=True),
+            row(25386, 176.8, evaluation=True), row(28445, 164.0), row(30479, 164.8, evaluation=True)]
+    assert curve(rows, "timesteps", "episode_return_mean") == [
+        (20304, 164.2), (20304, 164.2), (22844, 180.2), (25386, 176.8), (28445, 164.0), (30479, 164.8)]
+    assert [x for x, _ in curve(rows, "timesteps", "eval_return")] == [20304, 22844, 25386, 30479]

@@ -391,7 +391,7 @@ class TrainingSession:
         future, frozen = self.evaluation_in_flight
         self.evaluation_in_flight = None
         self.evaluated(frozen, future.result())
-        self.curve_point(frozen.counters.global_step, evaluation=True)
+        self.curve_point(frozen.counters.global_step, evaluation=True, while_training=True)
 
     def report(self, global_step: int) -> None:
         now = time.monotonic()
@@ -409,11 +409,12 @@ class TrainingSession:
         self.curve_point(global_step, rate)
 
     def curve_point(self, global_step: int, rate: float | None = None, checkpoint_file: str | None = None,
-                    evaluation: bool = False) -> None:
+                    evaluation: bool = False, while_training: bool = False) -> None:
         """One line of progress.jsonl (what `kuberl plot` draws): at every
         progress line, every evaluation (marked: every line repeats the last
-        eval return) and every checkpoint (naming its file, so a run's summary
-        knows the newest checkpoint's timesteps)."""
+        eval return; one `while_training` also marked so, as its line carries
+        a training return later than its timesteps) and every checkpoint (naming
+        its file, so a run's summary knows the newest checkpoint's timesteps)."""
         line = {
             "timesteps": global_step,
             "wall_seconds": round(self.wall_seconds(), 3),
@@ -423,6 +424,7 @@ class TrainingSession:
             "restart": self.restart,
             **({"checkpoint": checkpoint_file} if checkpoint_file else {}),
             **({"evaluation": True} if evaluation else {}),
+            **({"evaluated_while_training": True} if while_training else {}),
         }
         try:
             os.makedirs(self.checkpoint_dir, exist_ok=True)

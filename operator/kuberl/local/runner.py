@@ -1201,11 +1201,12 @@ def curve(rows: list[dict], x_key: str, y_key: str) -> list[tuple[float, float]]
     evaluated, and drawn in file order both lines went back and forth. Across generations the file's order
     stays (a resume from an older checkpoint goes back, as the dotted line shows). Where the trainer marks
     evaluations, the evaluation line goes through their rows alone (every row repeats the last eval return,
-    older than a later-recorded evaluation of earlier weights) and the training line through the others
-    (an evaluation's row carries the training return of when it was recorded, not of its timesteps)."""
+    older than a later-recorded evaluation of earlier weights), and the training line through every row but
+    an evaluation while training's (it carries the training return of when it was recorded, not of its
+    timesteps; an evaluation between updates is at its own timesteps, and most of a run's rows)."""
     evaluations = [r for r in rows if r.get("evaluation") is True]
     if evaluations:  # none: an earlier trainer's file, every row drawn on both lines
-        rows = evaluations if y_key == "eval_return" else [r for r in rows if r.get("evaluation") is not True]
+        rows = evaluations if y_key == "eval_return" else [r for r in rows if r.get("evaluated_while_training") is not True]
     points: list[tuple[float, float]] = []
     for _, generation in itertools.groupby(rows, key=lambda r: r.get("restart")):
         drawn = [(r[x_key], r[y_key]) for r in generation if _number(r.get(y_key)) is not None and _number(r.get(x_key)) is not None]
