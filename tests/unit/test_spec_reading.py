@@ -189,6 +189,21 @@ def test_a_key_read_as_a_boolean_or_an_integer_is_the_text_kubectl_sends(monkeyp
         load_documents("a: {y: 1, true: 2}\n")
 
 
+@pytest.mark.parametrize("libyaml", [True, False])
+def test_a_key_read_as_a_float_is_the_text_kubectl_sends(monkeypatch, libyaml):
+    """convertToJSONableObject writes a float key by strconv.FormatFloat(key, 'g', -1, 32): `1.5: x` is {"1.5": "x"},
+    an annotation key the API server takes, and `1e6` is "1e+06" (each pair checked with kubectl 1.33's
+    `label --local -o json`). kuberl kept the float and refused it as 'expected annotation keys that are qualified
+    names (got key 1.5)'; `1.0` and `1` stay one key."""
+    monkeypatch.setattr(yaml, "__with_libyaml__", libyaml)
+    keys = {"1.5": "1.5", "1e6": "1e+06", "1e3": "1000", "-0.0": "-0", "0.00012345": "0.00012345", "1e-5": "1e-05",
+            "0.1234567891": "0.12345679", "16777217.0": "1.6777216e+07", "3.5e38": ".inf", "7e-46": "0"}
+    [doc] = load_documents("a: {" + ", ".join(f"{key}: {i}" for i, key in enumerate(keys)) + "}\n")
+    assert doc == {"a": {sent: i for i, sent in enumerate(keys.values())}}
+    with pytest.raises(UnreadableSpec, match="a.1.0: duplicate key"):
+        load_documents("a: {1: x, 1.0: y}\n")
+
+
 def test_a_few_shared_blocks_are_fine():
     shared = "base: &b {" + ", ".join(f"k{i}: {i}" for i in range(50)) + "}\n"
     uses = "".join(f"u{i}: *b\n" for i in range(50))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import struct
 from collections.abc import Hashable
 from typing import IO, Any
 
@@ -97,7 +98,7 @@ class _KubectlResolution:
         self.flatten_mapping(node)
         mapping = {}
         for key_node, value_node in node.value:
-            key = json_key(self.construct_object(key_node, deep=deep))
+            key = json_key(self.construct_object(key_node, deep=deep), key_node)
             if not isinstance(key, Hashable):
                 raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
                                                         "found unhashable key", key_node.start_mark)
@@ -105,12 +106,51 @@ class _KubectlResolution:
         return mapping
 
 
-def json_key(key: object) -> object:
-    """A mapping key as kubectl sends it: sigs.k8s.io/yaml's convertToJSONableObject writes a boolean or an integer
-    key as its text (`on: x` is {"true": "x"}); other keys are left to the checks that refuse them."""
+def json_key(key: object, node: yaml.Node | None = None) -> object:
+    """A mapping key as kubectl sends it: sigs.k8s.io/yaml's convertToJSONableObject writes a boolean, an integer
+    or a float key (a float `node`, which kuberl builds as an integer where integral) as its text (`on: x` is
+    {"true": "x"}, `1.5: x` {"1.5": "x"}); other keys are left to the checks that refuse them."""
     if isinstance(key, bool):
         return "true" if key else "false"
+    if isinstance(node, yaml.ScalarNode) and node.tag == FLOAT and isinstance(key, (int, float)):
+        return go_float32_text(float(kubectl_scalar(node.value)[1]))
     return str(key) if isinstance(key, int) else key
+
+
+def _single(value: float) -> float:
+    """`value` rounded to a float32; OverflowError past its range."""
+    return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
+def _reads_back(text: str, single: float) -> bool:
+    try:
+        return _single(float(text)) == single
+    except OverflowError:  # digits rounded past float32's largest
+        return False
+
+
+def go_float32_text(value: float) -> str:
+    """strconv.FormatFloat(value, 'g', -1, 32), as convertToJSONableObject writes a float key: the shortest
+    digits that read back as the same float32, in %e form below 1e-4 or from 1e+06 on."""
+    try:
+        single = _single(value)
+    except OverflowError:  # past float32's range: Go's conversion gives an infinity
+        single = math.copysign(math.inf, value)
+    if math.isinf(single):
+        return ".inf" if single > 0 else "-.inf"
+    sign = "-" if math.copysign(1.0, single) < 0 else ""
+    if single == 0:
+        return f"{sign}0"
+    single = abs(single)
+    text = next(t for places in range(9) if _reads_back(t := f"{single:.{places}e}", single))
+    mantissa, exponent = text.split("e")
+    digits, exp = mantissa.replace(".", ""), int(exponent)
+    if exp < -4 or exp >= 6:
+        return f"{sign}{digits[0]}{'.' + digits[1:] if len(digits) > 1 else ''}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+    if exp < 0:
+        return f"{sign}0.{'0' * (-exp - 1)}{digits}"
+    whole, fraction = digits[: exp + 1].ljust(exp + 1, "0"), digits[exp + 1:]
+    return f"{sign}{whole}{'.' + fraction if fraction else ''}"
 
 
 class KubernetesYamlLoader(_KubectlResolution, yaml.SafeLoader):
@@ -212,7 +252,7 @@ def _key_identity(key: yaml.Node) -> Any:
     so the second would silently replace the first."""
     if isinstance(key, yaml.ScalarNode):
         try:
-            return ("value", json_key(_KEY_BUILDER.construct_object(key)))  # `null` and `~` are one key (None) too
+            return ("value", json_key(_KEY_BUILDER.construct_object(key), key))  # `null` and `~` are one key (None) too
         except (yaml.YAMLError, ValueError):
             pass
         finally:
