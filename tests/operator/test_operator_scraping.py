@@ -27,6 +27,7 @@ from tests.operator.operatorkit import (
     wait_phase,
 )
 from tests.support.apiserver import StandinServer
+from tests.support.ports import free_port
 
 MIB = 1 << 20
 LINE = b'kuberl_trainer_padding{rltj="hog",rank="0",filler="xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"} 1.0\n'
@@ -302,3 +303,22 @@ def test_rank_0_on_an_ipv6_address_is_scraped(standin, rest, scraping_operator):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_rank_0_never_read_is_said_once_its_gang_ran_a_stall_timeout(standin, rest, scraping_operator):
+    """Until rank 0 is first read the stall clock does not start: a rank 0 the operator cannot reach (here nothing
+    listens on its metrics port; in a cluster a NetworkPolicy or a mesh's mutual TLS) ran on with no progress in
+    status, never judged, and no word anywhere. A Warning Event (and a log line) now names the URL and the failure."""
+    closed = free_port()
+    create_job(rest, 'unread', workers=1, metrics={'port': closed}, runPolicy={'stallTimeoutSeconds': 2})
+    start_gang(standin, 'unread', 1, ip='127.0.0.1')
+    wait_phase(rest, 'unread', 'Running')
+    said = wait_for(lambda: [e for e in events(rest, 'unread') if e['reason'] == 'MetricsUnread'], timeout=15,
+                    what='the unread rank 0 to be said')
+    assert len(said) == 1 and said[0]['type'] == 'Warning', said
+    message = said[0]['message']
+    assert message.startswith("generation 0: rank 0's metrics (http://127.0.0.1:") and f':{closed}/metrics)' in message, message
+    assert 'stallTimeoutSeconds=2' in message and 'ClientConnectorError' in message, message
+    assert "rank 0's metrics" in scraping_operator.log() and status(rest, 'unread')['phase'] == 'Running'
+    time.sleep(1.5)  # three more scrapes, each failing: said once per generation
+    assert len([e for e in events(rest, 'unread') if e['reason'] == 'MetricsUnread']) == 1

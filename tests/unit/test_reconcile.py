@@ -391,3 +391,28 @@ def test_a_job_keeps_the_trainer_defaults_it_first_met_and_status_records_them()
 ])
 def test_a_trainer_defaults_record_that_does_not_parse_gives_the_operators_own(record):
     assert jobstatus.trainer_defaults({'trainerDefaults': record}, *OPERATOR_DEFAULTS) == OPERATOR_DEFAULTS
+
+
+RUNNING_SINCE = {'phase': 'Running', 'gangRunningTime': '2026-11-27T10:00:00Z'}
+T_RUNNING = lifecycle.parse_time('2026-11-27T10:00:00Z')
+
+
+@pytest.mark.parametrize(('trainer', 'status', 'ever_read', 'failure', 'after', 'said'), [
+    pytest.param('kuberl', RUNNING_SINCE, False, 'ClientConnectorError: refused', 600, True, id='never-read-a-stall-timeout'),
+    pytest.param('kuberl', RUNNING_SINCE, False, 'ClientConnectorError: refused', 599, False, id='before-the-stall-timeout'),
+    pytest.param('kuberl', RUNNING_SINCE, True, 'TimeoutError', 900, False, id='read-before-the-stall-clock-judges-it'),
+    pytest.param('kuberl', RUNNING_SINCE, False, None, 900, False, id='no-scrape-tried'),
+    pytest.param('kuberl', {'phase': 'Pending'}, False, 'HTTP 503', 900, False, id='not-all-running'),
+    pytest.param('custom', RUNNING_SINCE, False, 'HTTP 404', 900, False, id='a-custom-trainer-need-not-serve-metrics'),
+])
+def test_a_rank_0_never_read_in_a_stall_timeout_is_said(trainer, status, ever_read, failure, after, said):
+    """The stall clock starts at rank 0's first reading: one never read (frozen before it, or out of the operator's
+    reach) ran on unjudged, with no progress in status and no word."""
+    job = make_job('j').run_policy(stallTimeoutSeconds=600)
+    spec = (job.custom_trainer({'spec': {'containers': [{'name': 'trainer', 'command': ['python', 'train.py']}]}})
+            if trainer == 'custom' else job).spec()
+    message = jobstatus.metrics_unread(spec, status, 2, ever_read, failure, 'http://10.0.0.7:9090/metrics', T_RUNNING + after)
+    assert (message is not None) == said, message
+    if said:
+        assert message.startswith("generation 2: rank 0's metrics (http://10.0.0.7:9090/metrics) have not been read once in 600s")
+        assert 'the last scrape: ClientConnectorError: refused' in message and 'stallTimeoutSeconds=600' in message

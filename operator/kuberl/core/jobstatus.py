@@ -336,6 +336,28 @@ def checkpoints_missing(status: dict, reading: Rank0Reading | None, generation: 
             " claim deleted and created again, the directory removed). The training up to that checkpoint is done again")
 
 
+REASON_METRICS_UNREAD = "MetricsUnread"
+
+
+def metrics_unread(spec: JobSpec, status: dict, generation: int, ever_read: bool, failure: str | None, url: str,
+                   now: float) -> str | None:
+    """The Event that says the operator has never read this generation's rank 0 (kuberl's trainer, which always
+    serves its counter) in stallTimeoutSeconds since all its workers ran, or None. Until a first reading the stall
+    clock does not start (lifecycle._watch_for_stall): a rank 0 frozen before its first scrape, or one the
+    operator cannot reach (a NetworkPolicy, a service mesh's mutual TLS), ran on unjudged with no progress in status,
+    and nothing said so. `failure`: how the last scrape failed."""
+    if spec.trainer != "kuberl" or ever_read or failure is None or status.get("phase") != "Running":
+        return None
+    running_since = lifecycle.parse_time(status.get("gangRunningTime"))
+    timeout = spec.run_policy.stall_timeout_seconds
+    if running_since is None or now < running_since + timeout:
+        return None
+    return (f"generation {generation}: rank 0's metrics ({url}) have not been read once in {now - running_since:.0f}s since"
+            f" all {spec.workers} worker(s) were running (stallTimeoutSeconds={timeout}); the last scrape: {failure[:200]}. The"
+            " status shows no progress and a stalled gang is not restarted: rank 0 may be frozen, or something stands"
+            " between the operator and it (a NetworkPolicy, a service mesh's mutual TLS on the metrics port)")
+
+
 def owned_by(obj: dict, uid: str) -> bool:
     return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
 

@@ -563,6 +563,8 @@ class JobLoop:
         self.shell, self.api, self.namespace, self.name, self.memo, self.wake = shell, api, namespace, name, memo, wake
         self.pods: list[dict] = []
         self.pods_listed_at = 0.0
+        self.scrape_failure: str | None = None  # how the last scrape of rank 0 failed (None: it was read, or not tried)
+        self.scraped_url = ""
         # Every action of lifecycle.decide and the call that carries it out. Event, Wait, Fail and
         # Succeed are read, not called: events go out after the status write, waits set the next wake.
         self.calls: dict[type, Callable[[dict, JobSpec | None, Any], Awaitable[None]]] = {
@@ -671,6 +673,8 @@ class JobLoop:
         previous = self.memo.get("rank0") or lifecycle.progress_from_status(status)
         rank0 = rank0metrics.progress_of(previous, generation, reading, now)
         self.memo["rank0"] = rank0
+        unread = None if spec is None else jobstatus.metrics_unread(spec, status, generation, rank0 is not None,
+                                                                     self.scrape_failure, self.scraped_url, now)
         decision = lifecycle.decide(spec, status, observed, rank0, now, refusal=refusal,
                                     networkpolicy_checked=self.memo.get("networkpolicy_checked") == job["metadata"]["uid"])
         paths = trainer_config(self.name, self.namespace, job["metadata"]["uid"], spec)["paths"] if spec is not None else None
@@ -685,6 +689,10 @@ class JobLoop:
             self.memo["skipped_said"] = said  # once per generation: the gauge holds its value while rank 0 runs
             self._post(job, "Warning", jobstatus.REASON_CHECKPOINTS_SKIPPED,
                        jobstatus.checkpoints_skipped(generation, reading.checkpoints_skipped))
+        if unread is not None and self.memo.get("unread_said") != said:
+            self.memo["unread_said"] = said  # once per generation, in its describe and the operator's log
+            logger.warning("job %s/%s: %s", self.namespace, self.name, unread)
+            self._post(job, "Warning", jobstatus.REASON_METRICS_UNREAD, unread)
         missing = jobstatus.checkpoints_missing(status, reading, generation)
         if missing is not None and self.memo.get("missing_said") != said:
             self.memo["missing_said"] = said  # once per generation: the run stays behind the record for a while
@@ -723,16 +731,18 @@ class JobLoop:
              and (p.get("status") or {}).get("podIP")),
             None,
         )
+        self.scrape_failure = None
         if rank0 is None or self.shell.scraper is None:
             return None
         ip = rank0["status"]["podIP"]
         host = f"[{ip}]" if ":" in ip else ip  # an IPv6 pod address in a URL takes brackets
-        url = f"http://{host}:{spec.metrics.port}/metrics"
+        url = self.scraped_url = f"http://{host}:{spec.metrics.port}/metrics"
         try:
             async with _slot_lent(self.shell.reconcile_slots):
                 # Never follow a redirect: rank 0 is the tenant's, and would steer the operator's requests elsewhere.
                 async with self.shell.scraper.get(url, allow_redirects=False) as response:
                     if response.status != 200:
+                        self.scrape_failure = f"HTTP {response.status}"
                         return None
                     page = await scraping.read_at_most(response, rank0metrics.MAX_PAGE_BYTES)
                 return await asyncio.to_thread(rank0metrics.parse, page, self.name)
@@ -740,7 +750,9 @@ class JobLoop:
             self.shell.metrics.metrics_pages_refused.labels("too_large").inc()
             self._post(job, "Warning", REASON_METRICS_TOO_LARGE, str(too_large))
             return None
-        except (aiohttp.ClientError, TimeoutError, ValueError):
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+            # said once the gang has run a stallTimeoutSeconds unread (jobstatus.metrics_unread)
+            self.scrape_failure = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
             return None
 
     async def _write(self, job: dict, old: dict, new: dict) -> bool:
