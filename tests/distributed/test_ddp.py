@@ -156,3 +156,13 @@ def test_bytes_of_every_rank_reach_rank_0_whole_and_unpickled(tmp_path):
     ranks = run_workers("gather", tmp_path, 3)
     assert ranks[0]["gathered"] == [b"\x07" * 5, b"", b"\x09" * 3]
     assert ranks[1]["gathered"] is None and ranks[2]["gathered"] is None
+
+
+def test_a_stop_one_rank_is_asked_for_while_learning_ends_every_ranks_learning_after_the_same_epoch(tmp_path):
+    """A stop is read between epochs, every rank's in one all-reduce: rank 1's signal, in its second epoch,
+    ends both ranks' learning after that epoch (the same backward passes: DDP would hang otherwise) and
+    ends the run at this update on both. It waited for every epoch, and then a whole update more."""
+    ranks = run_workers("stop_while_learning", tmp_path, 2)
+    assert [(r["epochs_run"], r["steps"], r["stop"]) for r in ranks] == [(2, 4, True)] * 2
+    for name, tensor in ranks[0]["agent"].items():
+        assert torch.equal(tensor, ranks[1]["agent"][name]), name

@@ -160,6 +160,26 @@ def gradient_sync(out: Path) -> None:
         torch.save(result, out / f"rank-{ctx.rank}.pt")
 
 
+def stop_while_learning(out: Path) -> None:
+    """Rank 1 alone is asked to stop, during its second epoch (its third minibatch step of 2 per epoch);
+    rank 0 never is. Each rank records its update's report and weights."""
+    with process_group("gloo", 60, 60) as ctx:
+        trainer = PPOTrainer(ctx, PPOConfig(num_steps=STEPS, update_epochs=4, num_minibatches=2), "CartPole-v1", 2, {},
+                             10**6, 1, 0)
+        stop, steps, step = threading.Event(), [], trainer.learner.step
+
+        def step_then_stop(*args):
+            steps.append(1)
+            if ctx.rank == 1 and len(steps) == 3:
+                stop.set()
+            return step(*args)
+
+        trainer.learner.step = step_then_stop
+        report = trainer.update(stop.is_set, False)
+        torch.save({"epochs_run": report.epochs_run, "stop": report.stop, "steps": len(steps), "agent": params(trainer)},
+                   out / f"rank-{ctx.rank}.pt")
+
+
 def gather(out: Path) -> None:
     """Each rank's bytes of its own length (rank 1's empty) gathered on rank 0 as tensors, never pickled."""
     from kuberl_trainer import distributed
@@ -171,4 +191,5 @@ def gather(out: Path) -> None:
 
 if __name__ == "__main__":
     {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch,
-     "gradient_sync": gradient_sync, "gather": gather}[sys.argv[1]](Path(sys.argv[2]))
+     "gradient_sync": gradient_sync, "gather": gather,
+     "stop_while_learning": stop_while_learning}[sys.argv[1]](Path(sys.argv[2]))

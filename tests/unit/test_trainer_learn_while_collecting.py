@@ -55,10 +55,10 @@ def test_the_first_rollout_after_a_resume_is_acted_by_the_weights_it_loaded():
     loaded = {k: v.clone() for k, v in resumed.agent.state_dict().items()}
     learn, checked = resumed.learn, []
 
-    def learn_checking_who_acted(advantages, returns, buf=None):
+    def learn_checking_who_acted(advantages, returns, buf=None, stop_vote=False):
         np.testing.assert_allclose(buf.log_probs.reshape(-1), recorded_under(resumed, loaded, buf)[0], atol=1e-5)
         checked.append(buf)
-        return learn(advantages, returns, buf)
+        return learn(advantages, returns, buf, stop_vote)
 
     resumed.learn = learn_checking_who_acted
     resumed.update(False, False)
@@ -71,9 +71,9 @@ def test_an_update_learns_from_the_rollout_collected_during_the_update_before():
     collected_ahead = trainer.buf.obs.copy()
     learn, learned_from = trainer.learn, []
 
-    def learn_recording(advantages, returns, buf=None):
+    def learn_recording(advantages, returns, buf=None, stop_vote=False):
         learned_from.append(buf.obs.copy())
-        return learn(advantages, returns, buf)
+        return learn(advantages, returns, buf, stop_vote)
 
     trainer.learn = learn_recording
     trainer.update(False, False)

@@ -258,6 +258,7 @@ class PPOTrainer(BaseAlgorithm):
         # how it learns and acts, rank 0's weights everywhere (fast=False: always DDP + Adam + torch)
         self.learner, self.actor = learners.ppo_learner(self.agent, hp, ctx, ppo_loss, self.np_rng, self.fast_path)
         self.optimizer = self.learner.optimizer
+        self.stopped_learning = False  # the last learn() ended early on a stop vote
         # who acts in rollouts: the current weights, or (learnWhileCollecting) a copy of them taken
         # before each update, on a thread of its own, sampling from a generator of its own
         self.behaviour, self.rollout_ready = self.actor, False
@@ -357,9 +358,16 @@ class PPOTrainer(BaseAlgorithm):
             local["return_moments"] = RunningMeanStd.moments(buf.discounted[valid], ())
         return local
 
-    def learn(self, advantages: np.ndarray, returns: np.ndarray, buf: Rollout | None = None) -> tuple[dict[str, float], int]:
-        """update_epochs passes of num_minibatches DDP steps over the rollout (`buf`, else self.buf)."""
+    def learn(self, advantages: np.ndarray, returns: np.ndarray, buf: Rollout | None = None,
+              stop_vote: Vote = False) -> tuple[dict[str, float], int]:
+        """update_epochs passes of num_minibatches DDP steps over the rollout (`buf`, else self.buf).
+        A stop (`stop_vote`, read after each epoch with every rank's in one all-reduce) ends them after
+        the epoch it came in, as target KL's rule would, and sets stopped_learning: the Pong example's
+        epochs take 3-4 s each on a 2-core CPU, the four of them 13-18 s. Deterministic mode reads it
+        after the last epoch only (a resume of a cut update would differ from the uninterrupted run)."""
         hp, device = self.hp, self.ctx.device
+        self.stopped_learning = False
+        cuttable = callable(stop_vote) and not torch.are_deterministic_algorithms_enabled()
         buf = self.buf if buf is None else buf
         size = self.batch_per_rank
         # observations apart, in their own dtype (uint8 frames stay uint8 until on the device)
@@ -368,7 +376,7 @@ class PPOTrainer(BaseAlgorithm):
         table = upload(minibatch_table(buf.actions_t.reshape(size, -1), torch.from_numpy(scalars)), device)
         totals = torch.zeros(len(STAT_NAMES), device=device)
         epochs_run = 0
-        for _ in range(hp.update_epochs):
+        for epoch in range(hp.update_epochs):
             epochs_run += 1
             order = upload(self.np_rng.permutation(size), device)
             # every row, each epoch, in num_minibatches parts whose sizes differ by one at most
@@ -378,14 +386,24 @@ class PPOTrainer(BaseAlgorithm):
                 totals += last
             # CleanRL's rule: the epoch's LAST minibatch's KL (taken before its step), the
             # furthest the epoch moved; all-reduced, so every rank runs as many backward passes
-            if hp.target_kl is not None and self.mean_over_ranks(last[STAT_NAMES.index("approx_kl")]) > hp.target_kl:
-                break
+            ask = callable(stop_vote) and (cuttable or epoch + 1 == hp.update_epochs)
+            if hp.target_kl is not None or ask:
+                kl, stops = self.epoch_votes(last[STAT_NAMES.index("approx_kl")] if hp.target_kl is not None else None,
+                                             ask and stop_vote())
+                if stops:
+                    self.stopped_learning = True
+                    break
+                if hp.target_kl is not None and kl > hp.target_kl:
+                    break
         means = (totals / (epochs_run * hp.num_minibatches)).tolist()
         return dict(zip(STAT_NAMES, means, strict=True)), epochs_run
 
-    def mean_over_ranks(self, value: torch.Tensor) -> float:
-        total = distributed.all_reduce_sum(self.ctx, value.detach().reshape(1).double().cpu())
-        return float(total[0]) / self.ctx.world_size
+    def epoch_votes(self, kl: torch.Tensor | None, stop: bool) -> tuple[float, bool]:
+        """The ranks' mean of an epoch's `kl` (None: no target KL, and no wait for the device to finish
+        the epoch) and whether any rank votes to stop, in one all-reduce."""
+        kl_host = torch.zeros(1, dtype=torch.float64) if kl is None else kl.detach().double().reshape(1).cpu()  # host: gloo's or all_reduce_sum's copy
+        total = distributed.all_reduce_sum(self.ctx, torch.cat([kl_host, torch.tensor([float(stop)], dtype=torch.float64)]))  # host: as kl_host
+        return float(total[0]) / self.ctx.world_size, bool(total[1] > 0)
 
     def advantages(self, scale_rewards: bool) -> tuple[np.ndarray, np.ndarray]:
         buf = self.buf
@@ -431,7 +449,7 @@ class PPOTrainer(BaseAlgorithm):
             more = totals["stop_votes"] == 0 and self.counters.global_step < self.total_timesteps
             next_rollout = self.collect_ahead() if hp.learn_while_collecting and more else None
             try:
-                losses, epochs_run = self.learn(advantages, returns, rollout)
+                losses, epochs_run = self.learn(advantages, returns, rollout, stop_vote)
             finally:  # the collecting thread never outlives its update
                 update_seconds = time.perf_counter() - started
                 if next_rollout is not None:
@@ -450,7 +468,7 @@ class PPOTrainer(BaseAlgorithm):
             update_seconds=update_seconds,
             allreduce_seconds=allreduce_seconds,
             epochs_run=epochs_run,
-            stop=totals["stop_votes"] > 0,
+            stop=totals["stop_votes"] > 0 or self.stopped_learning,
             target_met=totals["success_votes"] > 0,
         )
 

@@ -164,12 +164,17 @@ class BareSession:
 
     def __init__(self, max_updates: int | None = None):
         self.max_updates, self.reports, self.logged = max_updates, [], []
+        self.voted = False
 
     def log(self, line: str) -> None:
         self.logged.append(line)
 
     def stop_requested(self) -> bool:
-        return self.max_updates is not None and len(self.reports) >= self.max_updates - 1
+        """True once, at the last update's all-reduce: a planned end, so that update learns whole
+        (PPO reads a stop between its epochs too, where one asked for cuts the learning short)."""
+        due = self.max_updates is not None and len(self.reports) >= self.max_updates - 1 and not self.voted
+        self.voted |= due
+        return due
 
     def success_vote(self) -> bool:
         return False
