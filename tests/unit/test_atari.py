@@ -125,6 +125,16 @@ def test_envpool_missing_is_a_configuration_error_naming_the_backend(monkeypatch
         envs.make_envs("ALE/Pong-v5", 1, {}, "envpool")
 
 
+def test_ale_py_missing_says_the_pip_of_the_interpreter_that_needs_it(monkeypatch):
+    """`kuberl run` of the Pong examples after `make train` (which installs no ale-py) said `pip install
+    'kuberl-trainer[atari]'`: the README's user never activates .venv, so that `pip` was another Python's."""
+    monkeypatch.setattr(atari, "_ale_registered", lambda: False)
+    with pytest.raises(atari.AtariConfigError) as refused:
+        atari.game_of("ALE/Pong-v5")
+    assert str(refused.value) == (f"spec.env.id: 'ALE/Pong-v5' is an Atari id but ale-py is not installed"
+                                  f" ({sys.executable} -m pip install 'kuberl-trainer[atari]')")
+
+
 # --- networks ------------------------------------------------------------------
 
 PIXELS = gym.spaces.Box(0, 255, (4, *FRAME), np.uint8)

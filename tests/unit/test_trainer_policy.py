@@ -312,7 +312,7 @@ def test_kuberl_eval_video_without_pygame_names_the_extra_instead_of_a_traceback
     assert main(["eval", path, "--episodes", "1", "--video", str(tmp_path / "c.gif")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("kuberl eval: --video: CartPole-v1 cannot draw its frames here (pygame is not installed"), err
-    assert err.endswith("pip install 'kuberl-trainer[video]'\n") and "Traceback" not in err
+    assert err.endswith(f"{sys.executable} -m pip install 'kuberl-trainer[video]'\n") and "Traceback" not in err
 
 
 def test_a_run_that_trained_on_after_its_final_model_is_evaluated_at_its_newest_checkpoint(tmp_path):

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import shlex
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -48,8 +50,16 @@ from kuberl.core.atarikwargs import DEFAULT_PROTOCOL, AtariOptions  # noqa: F401
 
 from .envid import UnknownEnv
 
-ATARI_EXTRA = "pip install 'kuberl-trainer[atari]'"
-ENVPOOL_EXTRA = "pip install 'kuberl-trainer[envpool]'"
+
+def install_extra(extra: str) -> str:
+    """The command that installs one of the trainer's extras where it is missing: this interpreter's pip. A bare
+    `pip` is often another Python's (the README runs `.venv/bin/kuberl` without activating the venv), and there
+    it installed nothing kuberl run's pods see."""
+    return f"{shlex.quote(sys.executable)} -m pip install 'kuberl-trainer[{extra}]'"
+
+
+ATARI_EXTRA = install_extra("atari")
+ENVPOOL_EXTRA = install_extra("envpool")
 CLIP_REWARDS = "kuberl.clip_rewards"  # vector env metadata key: clip to sign for learning
 FRAME_STACK = "kuberl.frame_stack"  # vector env metadata key: observations are stacks of this many frames
 MAX_FRAMES_PER_EPISODE = 108_000

@@ -58,6 +58,7 @@ from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
 
 from . import checkpoint, evaluation, networks
+from .atari import install_extra
 from .envs import FLATTENED, UnknownEnv, flat_dtype, make_envs
 from .normalize import RunningMeanStd
 
@@ -408,7 +409,7 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
     try:
         from PIL import Image
     except ImportError:
-        raise UnusableModel("--video needs Pillow: pip install 'kuberl-trainer[video]'") from None
+        raise UnusableModel(f"--video needs Pillow: {install_extra('video')}") from None
     if not path.lower().endswith(".gif"):
         raise UnusableModel(f"--video {path}: only .gif is written")
     # frames need no display: SDL (pygame, classic control's renderer) probing for one printed
@@ -426,7 +427,7 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
                 frame = env.render()
             except gym.error.DependencyNotInstalled as e:  # classic control draws with pygame: the video extra
                 raise UnusableModel(f"--video: {policy.env_id} cannot draw its frames here ({e});"
-                                    " pip install 'kuberl-trainer[video]'") from None
+                                    f" {install_extra('video')}") from None
             except Exception as e:  # noqa: BLE001 — an OpenGL env without a context here (mujoco.FatalError), a renderer's own failure
                 raise UnusableModel(f"--video: {policy.env_id} cannot draw its frames here ({type(e).__name__}: {e})") from None
             if frame is None:
