@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kuberl.core.rules import validate_job
+from kuberl.core.validation import InvalidJob
 from kuberl.core.yamlreader import (
     MAX_ALIAS_BYTES,
     MAX_ALIAS_EXPANSION,
@@ -168,6 +170,8 @@ def test_a_merge_of_anything_but_maps_is_refused_as_kubectl_refuses_it():
     ("1:20", "1:20"), ("190:20:30.15", "190:20:30.15"), ("=", "="), ("1e400", "1e400"), ("08", 8),
     ("1e3", 1000), (".5", 0.5), ("'y'", "y"), ('"0o17"', "0o17"), ("2026-01-01", "2026-01-01"),
     ("<<", "<<"),  # a merge key only as a key: a value `<<` is the string (a shell's heredoc in args)
+    # kubectl sends a uint64 (or an integral float) as an integer the API server decodes past int64 as a float64
+    ("9223372036854775807", 2**63 - 1), ("9223372036854775808", float(2**63)), ("1e20", 1e20),
 ])
 def test_an_unquoted_scalar_is_what_kubectl_sends(monkeypatch, libyaml, text, sent):
     """PyYAML's YAML 1.1 read `y` as a string (kubectl sends true), `0o17` as a string (15) and `1:20` as 80
@@ -202,6 +206,18 @@ def test_a_key_read_as_a_float_is_the_text_kubectl_sends(monkeypatch, libyaml):
     assert doc == {"a": {sent: i for i, sent in enumerate(keys.values())}}
     with pytest.raises(UnreadableSpec, match="a.1.0: duplicate key"):
         load_documents("a: {1: x, 1.0: y}\n")
+
+
+def test_an_integer_past_int64_is_refused_at_its_field_as_the_api_server_refuses_it():
+    """apimachinery's util/json decodes a number outside int64 into a float64, and a CRD's `type: integer` takes none
+    (kube-openapi: no JSON integer past 2**53): `kubectl apply` refused what `kuberl validate` passed and `kuberl run`
+    ran, in the fields the CRD gives no maximum."""
+    text = yaml.safe_dump(make_job("big").obj()).replace("workers: 2", "workers: 2\n  runPolicy: {activeDeadlineSeconds: 9223372036854775808}")
+    [job] = load_documents(text)
+    with pytest.raises(InvalidJob, match=r"spec\.runPolicy\.activeDeadlineSeconds: expected an integer"):
+        validate_job(job)
+    [job] = load_documents(text.replace("9223372036854775808", "9223372036854775807"))
+    assert validate_job(job).run_policy.active_deadline_seconds == 2**63 - 1
 
 
 def test_a_few_shared_blocks_are_fine():

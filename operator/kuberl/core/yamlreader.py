@@ -169,13 +169,22 @@ def _kubectl_value(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> object:
         raise yaml.constructor.ConstructorError(
             None, None, f"cannot decode !!{tag.rsplit(':', 1)[1]} `{node.value[:64]}` as a !!{node.tag.rsplit(':', 1)[1]}",
             node.start_mark)
-    return _kubectl_float(value) if tag == FLOAT else value
+    if tag == FLOAT:
+        return _kubectl_float(value)
+    return _api_server_number(value) if tag == INT else value
 
 
 def _kubectl_float(value: float) -> float | int:
     """kubectl sends YAML as JSON, where an integral float (5e5, 2.0) is written
     as an integer: the API server sees 500000, so `totalTimesteps: 5e5` is fine."""
-    return int(value) if value.is_integer() and abs(value) < 1e21 else value
+    return _api_server_number(int(value)) if value.is_integer() and abs(value) < 1e21 else value
+
+
+def _api_server_number(value: int) -> int | float:
+    """An integer as the API server decodes it from kubectl's JSON: outside int64, a float64 (apimachinery's
+    util/json convertNumber), which no integer field takes; `activeDeadlineSeconds: 9223372036854775808` (go-yaml
+    reads a uint64) was valid to kuberl and refused by `kubectl apply` as not an integer."""
+    return value if -(2**63) <= value < 2**63 else float(value)
 
 
 for _tag in (INT, FLOAT, BOOL, NULL):
