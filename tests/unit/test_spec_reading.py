@@ -268,3 +268,28 @@ def test_a_job_from_the_api_server_is_bounded_too():
     with pytest.raises(InvalidJob) as refused:
         validate_job(job)
     assert [str(p) for p in refused.value.problems] == ["spec.env.kwargs.a: nested deeper than 64 levels"]
+
+
+MISINDENTED = EXAMPLE.replace("    updateEpochs: 4", "   updateEpochs: 4")  # one space short, as a hand types it
+
+
+@pytest.mark.parametrize(("text", "hint"), [
+    # libyaml said only "line 12, column 4: did not find expected key", as kubectl does
+    (MISINDENTED, "(in the block mapping from line 7, column 3: is this line indented as its entries are?)"),
+    ("spec:\n  env: {id: CartPole-v1\n  seed: 1\n", "(in the flow mapping from line 2, column 8, not closed)"),
+    ("spec:\n\tworkers: 2\n", "(a tab: YAML indents with spaces)"),
+    ("spec:\n  workers: 2\n    seed: 1\n", "(a line indented deeper than the key above it, or a value holding ': ' that needs quotes?)"),
+])
+@pytest.mark.parametrize("libyaml", [True, False])
+def test_a_yaml_syntax_error_says_where_the_collection_it_broke_began(monkeypatch, libyaml, text, hint):
+    monkeypatch.setattr(yaml, "__with_libyaml__", libyaml)
+    with pytest.raises(UnreadableSpec) as refused:
+        load_documents(text)
+    assert str(refused.value).endswith(hint), str(refused.value)
+
+
+def test_kuberl_validate_says_the_misindented_line_and_its_mapping(tmp_path):
+    result = kuberl(tmp_path, "validate", content=MISINDENTED)
+    assert (result.returncode, result.stderr) == (1, (f"{tmp_path / 'job.yaml'}: line 12, column 4: did not find expected key"
+                                                     " (in the block mapping from line 7, column 3: is this line indented as"
+                                                     " its entries are?)\n"))

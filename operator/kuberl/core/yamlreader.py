@@ -224,6 +224,24 @@ if yaml.__with_libyaml__:
         yaml_constructors = KubernetesYamlLoader.yaml_constructors
 
 
+def _syntax_hint(e: yaml.MarkedYAMLError, text: str) -> str:
+    """Where a YAML syntax error began, beside libyaml's words (which kubectl prints alone): "did not find
+    expected key" at line 12 says nothing of the mapping at line 7 whose keys that line is indented unlike."""
+    problem, context = e.problem_mark, e.context_mark
+    line = text.splitlines()[problem.line] if problem is not None and problem.line < len(text.splitlines()) else ""
+    if problem is not None and "\t" in line[:problem.column + 1] and "tab" not in (e.problem or ""):
+        return " (a tab: YAML indents with spaces)"
+    if (e.problem or "").startswith("mapping values are not allowed"):  # libyaml: "in this context"; PyYAML: "here"
+        # `a: 1` then `   b: 2` reads as the value `1 b`, then a `: `
+        return " (a line indented deeper than the key above it, or a value holding ': ' that needs quotes?)"
+    if problem is None or context is None or context.line == problem.line or not (e.context or "").startswith("while parsing a "):
+        return ""
+    opened = f"the {e.context.removeprefix('while parsing a ')} from line {context.line + 1}, column {context.column + 1}"
+    if "block" in e.context:  # a block collection ends where a line's indentation does not match its entries'
+        return f" (in {opened}: is this line indented as its entries are?)"
+    return f" (in {opened}, not closed)"
+
+
 def _check_events(text: str) -> None:
     """Nesting and explicit tags, from the event stream (no recursion, so a
     1,000-deep document is refused before anything composes it); the one check
@@ -360,7 +378,8 @@ def load_documents(source: str | bytes | IO) -> list[Any]:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise UnreadableSpec(f"{where}{' '.join(str(e.problem or e.context or 'invalid YAML').split())}") from None
+        said = " ".join(str(e.problem or e.context or "invalid YAML").split())
+        raise UnreadableSpec(f"{where}{said}{_syntax_hint(e, text)}") from None
     except yaml.YAMLError as e:  # the reader's errors (non-printable characters) carry no mark
         raise UnreadableSpec(" ".join(str(e).split())) from None
     except (RecursionError, ValueError) as e:  # defence in depth: the checks above should catch these first
