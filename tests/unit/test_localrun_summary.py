@@ -86,3 +86,15 @@ def test_a_failure_quoting_its_own_reason_says_the_reason_once(tmp_path):
     line = summary(JOB, {"checkpoints": str(tmp_path), "model": "m.pt"}, config_error, 1, 2.0)
     assert line == "j failed after 2s at 0 timesteps: worker 0 (j-0): ConfigError: spec.env.id: unknown", line
     assert reason_and_message("BackoffLimitExceeded", "m") == "BackoffLimitExceeded: m"
+
+
+def test_a_succeeded_run_names_which_return_it_reports(tmp_path):
+    """`make train` ended "final return 492.1": the trainer's evaluation return, where the progress bar's `return`
+    is the training return; a run without evaluations reported its training return under the same words."""
+    paths = {"checkpoints": str(tmp_path), "model": str(tmp_path / "m.pt")}
+    for record, said in (({"timesteps": 41191, "episode_return_mean": 173.4, "eval_return": 492.15}, "eval return 492.1"),
+                         ({"timesteps": 41191, "episode_return_mean": 173.4, "eval_return": None}, "training return 173.4"),
+                         ({"timesteps": 0}, "no return yet")):
+        (tmp_path / "progress.jsonl").write_text(json.dumps(record) + "\n")
+        line = summary(JOB, paths, {}, 0, 11.0)
+        assert line.startswith(f"j succeeded: {record['timesteps']:,} timesteps in 11s, {said}; model "), line

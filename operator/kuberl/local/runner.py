@@ -881,14 +881,15 @@ def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float)
     if newest is not None:
         timesteps = max(timesteps, newest[1])
     saved = f" (newest checkpoint {newest[0]} at {newest[1]:,} timesteps)" if newest else ""
-    final = _number(record.get("eval_return"))
-    final = final if final is not None else _number(record.get("episode_return_mean"))
-    final_text = f"{final:.1f}" if final is not None else "-"
+    # named as the progress bar and the trainer name them: which return it is, not a bare "final return"
+    evaluated, trained = _number(record.get("eval_return")), _number(record.get("episode_return_mean"))
+    final_text = (f"eval return {evaluated:.1f}" if evaluated is not None
+                  else f"training return {trained:.1f}" if trained is not None else "no return yet")
     where = f"checkpoints {shown(cluster_paths['checkpoints'])}"
     if code == 0:
         if cluster_paths["model"] is None:  # a custom trainer: its workers' exit codes are all kuberl knows
             return f"{job.name} succeeded: every worker exited 0 after {wall:.0f}s; restarts {status.get('restarts', 0)}"
-        return (f"{job.name} succeeded: {timesteps:,} timesteps in {wall:.0f}s, final return {final_text}; "
+        return (f"{job.name} succeeded: {timesteps:,} timesteps in {wall:.0f}s, {final_text}; "
                 f"model {shown(cluster_paths['model'])}; {where}; restarts {status.get('restarts', 0)}")
     failed = next((c for c in status.get("conditions", []) if c["type"] == lifecycle.CONDITION_FAILED and c["status"] == "True"), None)
     if code == EXIT_INTERRUPTED:
