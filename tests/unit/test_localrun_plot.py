@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from kuberl.local.runner import cmd_plot, curve, plot
+from kuberl.local.runner import PROGRESS_TAIL_BYTES, cmd_plot, curve, plot, plot_title
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -120,3 +120,12 @@ def test_the_training_line_goes_through_evaluations_between_updates():
     assert curve(rows, "timesteps", "episode_return_mean") == [
         (20304, 164.2), (20304, 164.2), (22844, 180.2), (25386, 176.8), (28445, 164.0), (30479, 164.8)]
     assert [x for x, _ in curve(rows, "timesteps", "eval_return")] == [20304, 22844, 25386, 30479]
+
+
+def test_the_title_names_the_dotted_lines_only_where_there_are_some():
+    """Every plot said "(dotted: gang restarts)", make train's included, which has none."""
+    one = [{"timesteps": 1, "restart": 0}, {"timesteps": 2, "restart": 0}]
+    assert plot_title("cartpole-ppo", one, 100) == "cartpole-ppo"
+    resumed = [*one, {"timesteps": 3, "restart": 2}]
+    assert plot_title("cartpole-ppo", resumed, 100) == "cartpole-ppo (dotted: gang restarts and resumes)"
+    assert plot_title("j", one, PROGRESS_TAIL_BYTES + 1).startswith("j (the last 16 MiB of ")

@@ -1247,8 +1247,7 @@ def plot(run_dir: str, output: str | None = None) -> str:
         ax.set_ylabel("return")
         ax.grid(alpha=0.3)
     axes[0].legend(loc="lower right")
-    part = f"; the last {PROGRESS_TAIL_BYTES >> 20} MiB of {size / 2**20:,.0f} MiB of records" if size > PROGRESS_TAIL_BYTES else ""
-    fig.suptitle(f"{os.path.basename(os.path.abspath(run_dir))} (dotted: gang restarts{part})")
+    fig.suptitle(plot_title(os.path.basename(os.path.abspath(run_dir)), rows, size))
     out = output or os.path.join(run_dir, "learning-curve.png")
     fig.savefig(out, dpi=100, format="png")
     plt.close(fig)
@@ -1262,6 +1261,15 @@ def runs_in(directory: str) -> list[str]:
     except OSError:
         return []
     return [os.path.join(directory, n) for n in names if os.path.isfile(os.path.join(directory, n, "job.yaml"))]
+
+
+def plot_title(name: str, rows: list[dict], size: int) -> str:
+    """The run's name, what the dotted lines are where there are any (a new generation: a gang restart, or a resume
+    after Ctrl-C), and how much of a long file was drawn. It named the dotted lines on every plot, none drawn."""
+    generations = any(r.get("restart") != prev.get("restart") for prev, r in itertools.pairwise(rows))
+    notes = [*(["dotted: gang restarts and resumes"] if generations else []),
+             *([f"the last {PROGRESS_TAIL_BYTES >> 20} MiB of {size / 2**20:,.0f} MiB of records"] if size > PROGRESS_TAIL_BYTES else [])]
+    return f"{name} ({'; '.join(notes)})" if notes else name
 
 
 def plot_output_problem(path: str | None) -> str | None:
