@@ -238,3 +238,180 @@ def test_rank_0_says_when_the_spec_asks_for_gpus_and_torch_sees_none():
     assert device.gpus_missing(4, CUDA) is None
     note = device.gpus_missing(4, torch.device("cpu"))
     assert note.startswith("spec.gpusPerWorker is 4, but torch ") and "train on the CPU" in note
+
+
+# --- code added since the checks above were written: each path on fake CUDA, and each fails on a host tensor ---
+
+
+class Frames(gym.Env):
+    """Pixel observations for DQN's CNN path outside ALE: uint8 frames, 4 stacked."""
+
+    observation_space, action_space = PIXELS, gym.spaces.Discrete(3)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.integers(0, 255, PIXELS.shape, np.uint8), {}
+
+    def step(self, action):
+        return self.np_random.integers(0, 255, PIXELS.shape, np.uint8), 1.0, False, False, {}
+
+
+MIXED_DEVICES = "cuda:0 and cpu|cpu and cuda:0|two different devices"  # torch's words for a CPU/CUDA mix, eager and fake
+
+
+def host_vector(n: int) -> torch.Tensor:
+    """A host tensor a GPU refuses beside CUDA ones (a 0-dim one it would take as a scalar)."""
+    return torch.zeros(n)  # host: the mix the fake CUDA tests must catch
+
+
+def dqn_learning_on_fake_cuda(fake, monkeypatch, space, loss: str) -> tuple[list, dict]:
+    """DQNTrainer.learn on fake CUDA (see the test below): the devices its backward passes saw, and its losses."""
+    hp = DQNConfig(buffer_size=256, learning_starts=64, batch_size=32, train_frequency=4, gradient_steps=2, loss=loss)
+    ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is: no fused CPU path
+    env = "CartPole-v1" if space is VECTOR else "tests.unit.test_trainer_devices:Frames"
+    trainer = dqn.DQNTrainer(ctx, hp, env, 4, {}, 10_000, 7, 0)
+    for _ in range(32):  # acting needs a host sync: real CPU work, done before the fake mode
+        trainer.next_obs = trainer.envs.step(trainer.envs.action_space.sample())[0]
+        trainer.replay.add(trainer.next_obs, np.zeros(4, np.int64), np.ones(4, np.float32),
+                           np.zeros(4, bool), np.zeros(4, bool), np.ones(4, bool))
+    trainer.ctx = dataclasses.replace(ctx, device=CUDA)
+    backward = []
+    monkeypatch.setattr(torch.Tensor, "backward", lambda loss, *a, **k: backward.append(loss.device))
+    on_fake_cuda(fake, trainer.agent).requires_grad_(False)  # recording autograd on fake CUDA aborts too
+    on_fake_cuda(fake, trainer.target)
+    monkeypatch.setattr(trainer, "to_tensors", lambda batch: tuple(
+        fake_cuda(fake, a) for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs)))
+    with fake:
+        losses = trainer.learn()
+    trainer.envs.close()
+    return backward, losses
+
+
+@pytest.mark.parametrize("loss", ["huber", "mse"])
+@pytest.mark.parametrize("space", [VECTOR, PIXELS], ids=["vectors", "pixels"])
+def test_dqn_learns_on_cuda_with_either_loss_its_frames_made_floats_once_on_the_device(fake, monkeypatch, space, loss):
+    """spec.dqn.loss mse (CleanRL's) and the CNN's next frames, converted to floats once per draw for the
+    target and online networks (learner.inputs), came after the fake CUDA test above, which ran Huber on vectors."""
+    inputs = []
+    real_inputs = learners.AutogradQLearner.inputs
+    monkeypatch.setattr(learners.AutogradQLearner, "inputs", lambda self, obs: inputs.append(
+        (obs.dtype, obs.device)) or real_inputs(self, obs))
+    backward, losses = dqn_learning_on_fake_cuda(fake, monkeypatch, space, loss)
+    assert backward == [CUDA] * 2 and {name: t.device for name, t in losses.items()} == {"value_loss": CUDA}
+    assert inputs == [(torch.uint8 if space is PIXELS else torch.float32, CUDA)]  # one draw: its next frames once
+
+
+@pytest.mark.parametrize("loss", ["huber", "mse"])
+def test_a_host_tensor_in_dqns_loss_fails_on_fake_cuda(fake, monkeypatch, loss):
+    """The harness can fail: the chosen loss (spec.dqn.loss) taking a host vector raises, as a GPU would."""
+    name = {"huber": "smooth_l1_loss", "mse": "mse_loss"}[loss]
+    real = getattr(torch.nn.functional, name)
+    monkeypatch.setattr(torch.nn.functional, name, lambda chosen, targets: real(chosen + host_vector(len(chosen)), targets))
+    with pytest.raises(Exception, match=MIXED_DEVICES):
+        dqn_learning_on_fake_cuda(fake, monkeypatch, VECTOR, loss)
+
+
+def narrowing(real_getitem):
+    """Tensor.__getitem__ with basic slices and None taken as narrow() and unsqueeze() views, which fake CUDA
+    tensors run (a CPU build refuses to index one: "not linked with support for cuda devices"); every other
+    index as it was."""
+
+    def getitem(tensor, index):
+        parts = index if isinstance(index, tuple) else (index,)
+        if not (isinstance(tensor, FakeTensor)
+                and all(p is None or (isinstance(p, slice) and p.step in (None, 1)) for p in parts)):
+            return real_getitem(tensor, index)
+        for dim, part in enumerate(parts):
+            if part is None:
+                tensor = tensor.unsqueeze(dim)
+            else:
+                start, stop, _ = part.indices(tensor.shape[dim])
+                tensor = tensor.narrow(dim, start, max(0, stop - start))
+        return tensor
+
+    return getitem
+
+
+def ppo_minibatch_on_fake_cuda(fake, monkeypatch, norm_advantage: bool = True) -> tuple[torch.Tensor, list]:
+    """One PPO minibatch step of the reference learner on fake CUDA, advantages normalised (Bessel's std over
+    the valid rows), two micro-batches: its statistics and the devices its backward passes saw."""
+    hp = PPOConfig(hidden_sizes=[16], grad_accumulation=2, norm_advantage=norm_advantage)
+    agent = ppo.Agent(4, gym.spaces.Discrete(2), [16])
+    ctx = Dist(0, 1, 0, 1, CUDA, None)
+    learner = learners.AutogradPPOLearner(on_fake_cuda(fake, agent).requires_grad_(False), hp, ctx, ppo.ppo_loss)
+    backward = []
+    monkeypatch.setattr(torch.Tensor, "backward", lambda loss, *a, **k: backward.append(loss.device))
+    n = 12
+    scalars = np.stack([np.zeros(n), np.zeros(n), np.linspace(-1, 1, n), np.ones(n), np.r_[np.ones(n - 2), 0, 0]], -1)
+    rows = fake_cuda(fake, np.concatenate([np.zeros((n, 1)), scalars], 1).astype(np.float32))
+    monkeypatch.setattr(torch.Tensor, "__getitem__", narrowing(torch.Tensor.__getitem__))
+    with fake:
+        stats = learner.step(fake_cuda(fake, np.zeros((n, 4), np.float32)), rows)
+    return stats, backward
+
+
+def test_ppos_minibatch_with_bessels_std_advantages_stays_on_the_device(fake, monkeypatch):
+    """minibatch_columns normalises advantages by the valid rows' Bessel std (after the tests above were written)."""
+    stats, backward = ppo_minibatch_on_fake_cuda(fake, monkeypatch)
+    assert stats.device == CUDA and backward == [CUDA] * 2
+
+
+def test_a_host_tensor_in_ppos_advantage_normalisation_fails_on_fake_cuda(fake, monkeypatch):
+    from kuberl_trainer import ppo_terms
+
+    real_columns = ppo_terms.minibatch_columns
+
+    def columns_with_a_host_std(rows, norm_advantage):
+        actions, old_log_prob, old_value, advantages, returns, weight = real_columns(rows, norm_advantage)
+        return actions, old_log_prob, old_value, advantages / (host_vector(len(advantages)) + 1), returns, weight
+
+    monkeypatch.setattr(learners, "minibatch_columns", columns_with_a_host_std)
+    with pytest.raises(Exception, match=MIXED_DEVICES):
+        ppo_minibatch_on_fake_cuda(fake, monkeypatch)
+
+
+class HostRead:
+    """What Tensor.cpu returns here: the fake CUDA tensor's shape as host zeros (a CPU build refuses the copy)."""
+
+    def __init__(self, reads: list, tensor: torch.Tensor):
+        reads.append((tensor.device, tuple(tensor.shape)))
+        self.shape = tuple(tensor.shape)
+
+    def numpy(self) -> np.ndarray:
+        return np.zeros(self.shape, np.float32)
+
+
+@pytest.mark.parametrize("space", [VECTOR, PIXELS], ids=["vectors", "pixels"])
+def test_ppo_acts_on_cuda_with_one_host_read_per_vector_step(fake, monkeypatch, space):
+    """TorchPolicy.act packs action, log-prob and value into one tensor on the device and reads it once
+    (a GPU rank waits once per vector step, not three times)."""
+    encoder, features = networks.encoder(space, "auto", "spec.ppo.policy")
+    policy = learners.TorchPolicy(on_fake_cuda(fake, ppo.Agent(features, gym.spaces.Discrete(6), [16], encoder)), CUDA)
+    reads = []
+    monkeypatch.setattr(learners, "to_device", lambda array, device: fake_cuda(fake, array))
+    monkeypatch.setattr(torch.Tensor, "__getitem__", narrowing(torch.Tensor.__getitem__))
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda tensor: HostRead(reads, tensor))
+    with fake:
+        actions, log_probs, values = policy.act(np.zeros((8, *space.shape), space.dtype))
+    assert reads == [(CUDA, (8, 3))]
+    assert actions.shape == log_probs.shape == values.shape == (8,)
+
+    def act_leaving_actions_on_the_host(self, obs, generator=None):
+        _, value = self._heads(obs)
+        return host_vector(len(value)).long(), value, value
+
+    monkeypatch.setattr(ppo.Agent, "act", act_leaving_actions_on_the_host)
+    with fake, pytest.raises(Exception, match=MIXED_DEVICES):
+        policy.act(np.zeros((8, *space.shape), space.dtype))
+
+
+def test_learn_while_collecting_acts_with_a_copy_on_the_learners_device():
+    """learnWhileCollecting's lagged copy and its actor live where the learner's weights do, never on the host."""
+    ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is: a torch actor, no fused path
+    trainer = ppo.PPOTrainer(ctx, PPOConfig(num_steps=8, learn_while_collecting=True, hidden_sizes=[16]),
+                             "CartPole-v1", 2, {}, 10_000, 1, 0)
+    assert trainer.acting_agent is not trainer.agent
+    assert {p.device for p in trainer.acting_agent.parameters()} == {ctx.device}
+    assert isinstance(trainer.behaviour, learners.TorchPolicy) and trainer.behaviour.device == ctx.device
+    assert trainer.behaviour.agent is trainer.acting_agent  # copy_weights_for_acting loads into it, in place
+    trainer.envs.close()
