@@ -172,6 +172,8 @@ def test_a_merge_of_anything_but_maps_is_refused_as_kubectl_refuses_it():
     ("<<", "<<"),  # a merge key only as a key: a value `<<` is the string (a shell's heredoc in args)
     # kubectl sends a uint64 (or an integral float) as an integer the API server decodes past int64 as a float64
     ("9223372036854775807", 2**63 - 1), ("9223372036854775808", float(2**63)), ("1e20", 1e20),
+    # an integral float is sent as its shortest digits then zeros (Go's 'f' format), which the API server reads
+    ("-9223372036854775809", -float(2**63)), ("9.2233720368547e18", 9223372036854700000),
 ])
 def test_an_unquoted_scalar_is_what_kubectl_sends(monkeypatch, libyaml, text, sent):
     """PyYAML's YAML 1.1 read `y` as a string (kubectl sends true), `0o17` as a string (15) and `1:20` as 80

@@ -4,6 +4,7 @@ sigs.k8s.io/yaml reads them; anything else is `UnreadableSpec`."""
 
 from __future__ import annotations
 
+import decimal
 import math
 import re
 import struct
@@ -175,9 +176,10 @@ def _kubectl_value(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> object:
 
 
 def _kubectl_float(value: float) -> float | int:
-    """kubectl sends YAML as JSON, where an integral float (5e5, 2.0) is written
-    as an integer: the API server sees 500000, so `totalTimesteps: 5e5` is fine."""
-    return _api_server_number(int(value)) if value.is_integer() and abs(value) < 1e21 else value
+    """kubectl sends YAML as JSON, where an integral float (5e5, 2.0) is written as an integer, its shortest
+    digits then zeros (Go's 'f' format: -9223372036854775809 is sent as -9223372036854776000): the API server
+    sees 500000, so `totalTimesteps: 5e5` is fine."""
+    return _api_server_number(int(decimal.Decimal(repr(value)))) if value.is_integer() and abs(value) < 1e21 else value
 
 
 def _api_server_number(value: int) -> int | float:
