@@ -147,6 +147,9 @@ def secure_jobs(path: str, args: argparse.Namespace) -> tuple[list[tuple[str, Jo
                   f" ({len(violations)} field(s) of its pods, set through spec.template):", file=sys.stderr)
             for v in violations:
                 print(f"  {v}", file=sys.stderr)
+            # `kuberl run` of the same file starts it: that is no contradiction, and it says why
+            print(f"  (a cluster's operator at level {args.pod_security} refuses it; kuberl run, at level privileged on your"
+                  " own machine, runs it: --pod-security privileged checks as kuberl run does)", file=sys.stderr)
         else:
             secure.append((name, spec, namespace))
     return secure, failed

@@ -40,6 +40,10 @@ def test_hostile_template_is_refused_by_default_naming_every_field(tmp_path, com
     for field in BASELINE_FIELDS:
         assert f"  {field}: " in result.stderr
     assert "kind: Pod" not in result.stdout and "valid:" not in result.stdout
+    # a hostPath to the user's checkout is refused here and runs under kuberl run: said, not left a contradiction
+    assert result.stderr.splitlines()[-1] == ("  (a cluster's operator at level baseline refuses it; kuberl run, at level"
+                                              " privileged on your own machine, runs it: --pod-security privileged checks"
+                                              " as kuberl run does)")
 
 
 def test_restricted_names_more_and_privileged_allows_all(tmp_path):
