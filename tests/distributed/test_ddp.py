@@ -166,3 +166,13 @@ def test_a_stop_one_rank_is_asked_for_while_learning_ends_every_ranks_learning_a
     assert [(r["epochs_run"], r["steps"], r["stop"]) for r in ranks] == [(2, 4, True)] * 2
     for name, tensor in ranks[0]["agent"].items():
         assert torch.equal(tensor, ranks[1]["agent"][name]), name
+
+
+def test_ranks_whose_epochs_take_milliseconds_read_a_stop_at_the_rollouts_all_reduce_alone(tmp_path):
+    """A vote is an all-reduce (3 ms between two ranks on a loaded 2-core machine): CartPole's epochs, a few ms,
+    would pay one per epoch for a stop that waits for one short update at most."""
+    ranks = run_workers("votes_where_epochs_are_long", tmp_path, 2)
+    for rank in ranks:
+        assert rank["counts"] == [1 + 4, 1, 1]  # the rollout's all-reduce, then one vote per epoch until measured
+        assert rank["stops"] == [False, False, True]  # rank 1's stop in the second update's learning: the third's
+        assert rank["epoch_seconds"] < 0.5

@@ -180,6 +180,28 @@ def stop_while_learning(out: Path) -> None:
                    out / f"rank-{ctx.rank}.pt")
 
 
+def votes_where_epochs_are_long(out: Path) -> None:
+    """The all-reduces (distributed.all_reduce_sum) of three updates of CartPole, whose epochs take
+    milliseconds: the first reads a stop after each epoch (nothing measured yet), the next ones only at
+    their rollout's all-reduce. Rank 1 is asked to stop during the second update's learning."""
+    from kuberl_trainer import distributed
+
+    with process_group("gloo", 60, 60) as ctx:
+        trainer = PPOTrainer(ctx, PPOConfig(num_steps=STEPS, update_epochs=4, num_minibatches=2), "CartPole-v1", 2, {},
+                             10**6, 1, 0)
+        calls, real = [], distributed.all_reduce_sum
+        distributed.all_reduce_sum = lambda *args: calls.append(1) or real(*args)
+        stop, step = threading.Event(), trainer.learner.step
+        counts, stops = [], []
+        for update in range(3):
+            if update == 1 and ctx.rank == 1:
+                trainer.learner.step = lambda *args: stop.set() or step(*args)
+            calls.clear()
+            stops.append(trainer.update(stop.is_set, False).stop)
+            counts.append(len(calls))
+        torch.save({"counts": counts, "stops": stops, "epoch_seconds": trainer.epoch_seconds}, out / f"rank-{ctx.rank}.pt")
+
+
 def gather(out: Path) -> None:
     """Each rank's bytes of its own length (rank 1's empty) gathered on rank 0 as tensors, never pickled."""
     from kuberl_trainer import distributed
@@ -192,4 +214,4 @@ def gather(out: Path) -> None:
 if __name__ == "__main__":
     {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch,
      "gradient_sync": gradient_sync, "gather": gather,
-     "stop_while_learning": stop_while_learning}[sys.argv[1]](Path(sys.argv[2]))
+     "stop_while_learning": stop_while_learning, "votes_where_epochs_are_long": votes_where_epochs_are_long}[sys.argv[1]](Path(sys.argv[2]))

@@ -217,6 +217,9 @@ class Rollout:
 # --- The trainer ---------------------------------------------------------
 
 
+STOP_VOTE_EPOCH_SECONDS = 0.5  # epochs this long read a stop between them (learn): a vote's all-reduce is under 1% of one
+
+
 class PPOTrainer(BaseAlgorithm):
     ACTION_SPACES = envspaces.ACTION_SPACES["ppo"]
     def __init__(self, ctx: Dist, hp: PPOConfig, env_id: str, num_envs: int, env_kwargs: dict,
@@ -259,6 +262,9 @@ class PPOTrainer(BaseAlgorithm):
         self.learner, self.actor = learners.ppo_learner(self.agent, hp, ctx, ppo_loss, self.np_rng, self.fast_path)
         self.optimizer = self.learner.optimizer
         self.stopped_learning = False  # the last learn() ended early on a stop vote
+        # seconds per epoch of this rank's last learn(), and the ranks' mean of them from the update's all-reduce;
+        # unknown (inf) until measured, so the first update after a start reads a stop between its epochs
+        self.own_epoch_seconds = self.epoch_seconds = math.inf
         # who acts in rollouts: the current weights, or (learnWhileCollecting) a copy of them taken
         # before each update, on a thread of its own, sampling from a generator of its own
         self.behaviour, self.rollout_ready = self.actor, False
@@ -351,7 +357,7 @@ class PPOTrainer(BaseAlgorithm):
         """What this rank adds to the update's all-reduce (sync_update): its
         real env steps and, where used, its normalisers' moments."""
         buf, valid = self.buf, self.buf.valid.astype(bool)
-        local: dict[str, float | np.ndarray] = {"steps": float(valid.sum())}
+        local: dict[str, float | np.ndarray] = {"steps": float(valid.sum()), "epoch_seconds": self.own_epoch_seconds}
         if self.hp.normalize_observation:
             local["obs_moments"] = RunningMeanStd.moments(buf.raw_obs[valid], self.obs_shape)
         if self.hp.normalize_reward:
@@ -364,10 +370,15 @@ class PPOTrainer(BaseAlgorithm):
         A stop (`stop_vote`, read after each epoch with every rank's in one all-reduce) ends them after
         the epoch it came in, as target KL's rule would, and sets stopped_learning: the Pong example's
         epochs take 3-4 s each on a 2-core CPU, the four of them 13-18 s. Deterministic mode reads it
-        after the last epoch only (a resume of a cut update would differ from the uninterrupted run)."""
+        after the last epoch only (a resume of a cut update would differ from the uninterrupted run).
+        Ranks read it only where their epochs last STOP_VOTE_EPOCH_SECONDS (their mean in the update
+        before, from its all-reduce): a vote is an all-reduce, 3 ms between two ranks on a loaded 2-core
+        machine, and CartPole's epochs take a few; there a stop waits for the next update's all-reduce."""
         hp, device = self.hp, self.ctx.device
+        started = time.perf_counter()
         self.stopped_learning = False
-        cuttable = callable(stop_vote) and not torch.are_deterministic_algorithms_enabled()
+        votes = callable(stop_vote) and (self.ctx.world_size == 1 or self.epoch_seconds >= STOP_VOTE_EPOCH_SECONDS)
+        cuttable = votes and not torch.are_deterministic_algorithms_enabled()
         buf = self.buf if buf is None else buf
         size = self.batch_per_rank
         # observations apart, in their own dtype (uint8 frames stay uint8 until on the device)
@@ -386,7 +397,7 @@ class PPOTrainer(BaseAlgorithm):
                 totals += last
             # CleanRL's rule: the epoch's LAST minibatch's KL (taken before its step), the
             # furthest the epoch moved; all-reduced, so every rank runs as many backward passes
-            ask = callable(stop_vote) and (cuttable or epoch + 1 == hp.update_epochs)
+            ask = votes and (cuttable or epoch + 1 == hp.update_epochs)
             if hp.target_kl is not None or ask:
                 kl, stops = self.epoch_votes(last[STAT_NAMES.index("approx_kl")] if hp.target_kl is not None else None,
                                              ask and stop_vote())
@@ -396,6 +407,7 @@ class PPOTrainer(BaseAlgorithm):
                 if hp.target_kl is not None and kl > hp.target_kl:
                     break
         means = (totals / (epochs_run * hp.num_minibatches)).tolist()
+        self.own_epoch_seconds = (time.perf_counter() - started) / epochs_run  # after the host read: the device's work too
         return dict(zip(STAT_NAMES, means, strict=True)), epochs_run
 
     def epoch_votes(self, kl: torch.Tensor | None, stop: bool) -> tuple[float, bool]:
@@ -434,6 +446,7 @@ class PPOTrainer(BaseAlgorithm):
         rollout_seconds = time.perf_counter() - started
 
         totals, allreduce_seconds = self.sync_update(self.local_statistics(), stop_vote, success_vote)
+        self.epoch_seconds = totals["epoch_seconds"] / self.ctx.world_size
         if hp.normalize_observation:
             self.obs_norm.merge(totals["obs_moments"])
             self.acting_norm.restart(self.obs_norm)  # every rank starts the next rollout alike
