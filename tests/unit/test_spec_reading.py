@@ -1,6 +1,7 @@
 """One safe way to read a job file: hostile input gets ONE line naming the
 problem and exit 1 from the real `kuberl validate`, never a traceback."""
 
+import re
 import resource
 import subprocess
 import sys
@@ -220,6 +221,15 @@ def test_an_integer_past_int64_is_refused_at_its_field_as_the_api_server_refuses
         validate_job(job)
     [job] = load_documents(text.replace("9223372036854775808", "9223372036854775807"))
     assert validate_job(job).run_policy.active_deadline_seconds == 2**63 - 1
+
+
+@pytest.mark.parametrize(("key", "said"), [("~", "null"), ("null", "null"), ("9223372036854775808", "go-yaml's uint64"),
+                                         ("[x]", "a list or map")])
+def test_a_map_key_kubectl_cannot_send_is_refused_where_it_stands(key, said):
+    """kubectl refuses a null, a uint64 or a list key (sigs.k8s.io/yaml: 'unsupported map key of type'); kuberl read
+    `spec.template.spec.affinity: {~: 1}` as valid, rendered and ran it."""
+    with pytest.raises(UnreadableSpec, match=rf"line 2, column 25: (.* \()?{re.escape(said)}\)? as a map key: kubectl refuses"):
+        load_documents(f"spec:\n  template: {{affinity: {{{key}: 1, a: 2}}}}\n")
 
 
 def test_a_few_shared_blocks_are_fine():

@@ -100,9 +100,11 @@ class _KubectlResolution:
         mapping = {}
         for key_node, value_node in node.value:
             key = json_key(self.construct_object(key_node, deep=deep), key_node)
-            if not isinstance(key, Hashable):
-                raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
-                                                        "found unhashable key", key_node.start_mark)
+            if not isinstance(key, str):  # sigs.k8s.io/yaml's convertToJSONableObject: "unsupported map key of type"
+                what = ("null" if key is None else "a list or map" if not isinstance(key, Hashable)
+                        else f"{key_node.value[:64]} (go-yaml's uint64)")
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{what} as a map key: kubectl refuses to send it (unsupported map key)", key_node.start_mark)
             mapping[key] = self.construct_object(value_node, deep=deep)
         return mapping
 
