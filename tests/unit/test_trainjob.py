@@ -218,6 +218,30 @@ def test_a_runtime_in_the_same_file_gives_the_trainer_its_image_resources_and_no
     assert "2 worker(s) x 3 process(es)" in capsys.readouterr().out
 
 
+def test_a_runtime_in_the_same_file_gives_the_process_count_its_torch_policy_states():
+    """kubeflow/trainer manifests/base/runtimes/torch_distributed.yaml's shape, with mlPolicy.torch.numProcPerNode set:
+    Trainer's torch plugin takes it unless the TrainJob sets its own. convert refused the TrainJob beside it, saying
+    the count 'comes from ClusterTrainingRuntime 'torch-distributed', which kuberl cannot see'; left 'auto', the
+    refusal now says the runtime in the file leaves it so."""
+    def runtime(torch):
+        return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+                "metadata": {"name": "torch-distributed"},
+                "spec": {"mlPolicy": {"numNodes": 1, "torch": torch}, "template": {"spec": {"replicatedJobs": [
+                    {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [
+                        {"name": "node", "image": IMAGE}]}}}}}]}}}}
+    job, notes = convert_trainjob(trainjob(), runtimes=[runtime({"numProcPerNode": 2})])
+    assert job["spec"]["procsPerWorker"] == 2
+    assert any(n.path == "spec.trainer.numProcPerNode" and "taken from ClusterTrainingRuntime 'torch-distributed' in the same"
+               " file" in n.message for n in notes)
+    job, _ = convert_trainjob(trainjob(numProcPerNode=4), runtimes=[runtime({"numProcPerNode": 2})])
+    assert job["spec"]["procsPerWorker"] == 4  # the TrainJob's own wins
+    with pytest.raises(NotConvertible) as e:
+        convert_trainjob(trainjob(), runtimes=[runtime({})])
+    (problem,) = e.value.problems
+    assert problem.path == "spec.trainer.numProcPerNode" and "'auto' in ClusterTrainingRuntime 'torch-distributed' of this" \
+        " file" in problem.message and "cannot see" not in problem.message
+
+
 # gnosia93/training-on-eks samples/deepspeed/trainjob-1to1.yaml, written for Trainer v2.1 (podTemplateOverrides, since
 # replaced by runtimePatches): four nodes in one zone by their JobSet's name, p4d nodes, a 64Gi /dev/shm
 GNOSIA_1TO1 = {

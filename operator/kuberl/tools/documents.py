@@ -52,7 +52,8 @@ OTHER_WORKLOADS = {
 }
 WORKLOAD_SKIPPED = "left out: not a job kuberl converts (a PyTorchJob, a TrainJob or a JobSet): {why}"
 RUNTIME_SKIPPED = ("left out: a Kubeflow Trainer runtime; a TrainJob of this file that names it takes its node"
-                   " container's image, resources, command and args and its mlPolicy.numNodes, nothing else")
+                   " container's image, resources, command and args and its mlPolicy's numNodes and torch.numProcPerNode,"
+                   " nothing else")
 
 
 def flatten(docs: list[Any], depth: int = 0) -> list[Any]:

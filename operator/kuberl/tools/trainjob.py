@@ -121,7 +121,7 @@ def _cpus(resources: dict) -> int:
 
 
 def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int | None, has_resources: bool,
-           notes: list[Note]) -> tuple[int | None, str]:
+           notes: list[Note], runtime_seen: bool = False) -> tuple[int | None, str]:
     """procsPerWorker and its origin, as Trainer's torch plugin decides it: numProcPerNode, else 'auto':
     one per GPU of resourcesPerNode, else one per CPU of it; with no resourcesPerNode, the runtime's."""
     path = "spec.trainer.numProcPerNode"
@@ -156,8 +156,10 @@ def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int |
     flag = torchrun.container_find(container)
     unread = flag is None or flag.problem is not None or not torchrun.readable(flag.value or "")
     if decided == (None, path) and not gpus and given is None and unread:
+        where = (f"is 'auto' in {runtime} of this file (torchrun starts one process per GPU of the node it lands on,"
+                 " else one per CPU), which no manifest tells" if runtime_seen else f"comes from {runtime}, which kuberl cannot see")
         raise not_convertible(path, f"unset, and so are resourcesPerNode and torchrun's --nproc-per-node: the process count"
-                    f" comes from {runtime}, which kuberl cannot see: pass {PROCS_OPTION} N, or set numProcPerNode")
+                    f" {where}: pass {PROCS_OPTION} N, or set numProcPerNode")
     return command_procs(flag, "spec.trainer", gpus, decided, given, notes, accel)
 
 
@@ -383,16 +385,23 @@ def _runtime_has_no_command(spec: dict, runtimes: list) -> bool:
     return len(in_file) == 1 or (kind == "ClusterTrainingRuntime" and isinstance(name, str) and name in NO_COMMAND_RUNTIMES)
 
 
-def _from_runtime(spec: dict, runtimes: list, notes: list[Note]) -> dict:
-    """The trainer fields a runtime in the same file gives (its node container's image, resources, command and
-    args, its mlPolicy.numNodes): what Trainer would take from it, read rather than asked for."""
+def _runtime_in_file(spec: dict, runtimes: list) -> dict | None:
+    """The spec of the one runtime of the same file the TrainJob's runtimeRef names, else None."""
     ref = spec.get("runtimeRef") if isinstance(spec.get("runtimeRef"), dict) else {}
     kind = ref.get("kind") or "ClusterTrainingRuntime"
     found = [r for r in runtimes if isinstance(r, dict) and r.get("kind") == kind
              and isinstance(r.get("metadata"), dict) and r["metadata"].get("name") == ref.get("name")]
-    if len(found) != 1 or not isinstance(found[0].get("spec"), dict):
+    return found[0]["spec"] if len(found) == 1 and isinstance(found[0].get("spec"), dict) else None
+
+
+def _from_runtime(spec: dict, runtimes: list, notes: list[Note]) -> dict:
+    """The trainer fields a runtime in the same file gives (its node container's image, resources, command and
+    args, its mlPolicy.numNodes and torch.numProcPerNode): what Trainer would take from it, read rather than asked for."""
+    ref = spec.get("runtimeRef") if isinstance(spec.get("runtimeRef"), dict) else {}
+    kind = ref.get("kind") or "ClusterTrainingRuntime"
+    runtime_spec = _runtime_in_file(spec, runtimes)
+    if runtime_spec is None:
         return {}
-    runtime_spec = found[0]["spec"]
     out: dict[str, Any] = {}
     gang = runtime_spec.get("podGroupPolicy")
     for plugin in [k for k in ("volcano", "coscheduling") if isinstance(gang, dict) and gang.get(k) is not None]:
@@ -404,6 +413,9 @@ def _from_runtime(spec: dict, runtimes: list, notes: list[Note]) -> dict:
     policy = runtime_spec.get("mlPolicy")
     if isinstance(policy, dict) and isinstance(policy.get("numNodes"), int):
         out["numNodes"] = policy["numNodes"]
+    torch_policy = policy.get("torch") if isinstance(policy, dict) else None
+    if isinstance(torch_policy, dict) and torch_policy.get("numProcPerNode") is not None:
+        out["numProcPerNode"] = torch_policy["numProcPerNode"]  # Trainer's torch plugin: the TrainJob's own wins
     template = runtime_spec.get("template") if isinstance(runtime_spec.get("template"), dict) else {}
     jobs = (template.get("spec") or {}).get("replicatedJobs") if isinstance(template.get("spec"), dict) else None
     for job in jobs if isinstance(jobs, list) else []:
@@ -467,7 +479,7 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
             continue
         if key == "runtimeRef":
             notes.append(Note("spec.runtimeRef", f"not carried over: of {runtime} kuberl reads only the trainer's image,"
-                              " resources and node count, and only from the same file; its pod template, its JobSet's"
+                              " resources, node count and process count, and only from the same file; its pod template, its JobSet's"
                               " failure and success policies and the rest of its mlPolicy do not carry, and what the"
                               " job needs from it is asked for"))
         elif key == "initializer":
@@ -540,7 +552,8 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
     if resources:
         out["resources"] = resources
     procs, procs_path = _procs(trainer, container, gpus, runtime, procs_per_worker,
-                               trainer.get("resourcesPerNode") is not None, notes)
+                               trainer.get("resourcesPerNode") is not None, notes,
+                               _runtime_in_file(spec, list(runtimes)) is not None)
     if procs is not None:
         out["procsPerWorker"] = procs
     origins["spec.procsPerWorker"] = procs_path
