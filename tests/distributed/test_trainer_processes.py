@@ -127,6 +127,31 @@ def test_a_sigterm_during_the_imports_stops_every_rank_at_the_first_update_with_
     assert checkpoint.load_newest(str(job.checkpoint_dir)) is not None  # the same command resumes from it
 
 
+def test_a_stop_during_rank_0_s_evaluation_abandons_it_and_checkpoints_within_seconds(tmp_path):
+    """Rank 0 evaluated to the end before it looked at the stop: 4 Pendulum episodes of 100,000 steps took 20 s
+    here (Atari's, minutes), while the grace period (30 s by default) ran out for the whole gang, and the SIGKILL
+    after it lost every update since the last checkpoint. A stop now abandons the evaluation (deterministic mode
+    excepted: its resume repeats an uninterrupted run)."""
+    job = make_job(tmp_path, env={"id": "Pendulum-v1", "numEnvs": 2, "kwargs": {"max_episode_steps": 100_000}},
+                   success={"targetReturn": 1_000_000, "evalEpisodes": 4, "evalEvery": 2},
+                   checkpoint={"everyUpdates": 1}, ppo={"numSteps": 16, "numMinibatches": 1, "updateEpochs": 1})
+    ranks = Ranks(job)
+    deadline = time.monotonic() + 60
+    while "ckpt-0000000001.pt" not in ranks.log(0):  # update 2, whose evaluation is next, takes milliseconds
+        assert time.monotonic() < deadline and all(p.poll() is None for p in ranks.procs), ranks.log(0)
+        time.sleep(0.02)
+    time.sleep(1.0)
+    signalled = time.monotonic()
+    for rank in (0, 1):
+        ranks.signal(rank, signal.SIGTERM)
+    assert ranks.wait(timeout=60) == [0, 0], ranks.log(0)
+    assert time.monotonic() - signalled < 10, ranks.log(0)
+    assert "evaluation at update 2 abandoned after " in ranks.log(0), ranks.log(0)
+    assert job.termination_log(0).startswith(f"{contract.REASON_STOPPED}: stopped at timesteps ")
+    _, saved = checkpoint.load_newest(str(job.checkpoint_dir))
+    assert saved["counters"]["updates"] >= 2 and saved["eval_return"] is None  # no evaluation recorded
+
+
 def test_a_forged_checkpoint_never_runs_and_the_job_resumes_from_the_last_good_one(tmp_path):
     """Newest first in the directory: a pickle that would touch a marker
     (checksum recomputed), a payload that is not a checkpoint, then the good

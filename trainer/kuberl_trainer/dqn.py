@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -331,10 +332,11 @@ class DQNTrainer(BaseAlgorithm):
 
     # -- evaluation (rank 0) -------------------------------------------------
 
-    def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float:
+    def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int,
+                 stop: Callable[[], bool] | None = None) -> float:
         """evaluation.mean_return, acting greedily (epsilon 0)."""
         with self.evaluation_envs(env_id, episodes, env_kwargs) as envs:
-            return evaluation.mean_return(envs, self.learner.greedy, episodes, seed)
+            return evaluation.mean_return(envs, self.learner.greedy, episodes, seed, stop=stop)
 
     def _freeze(self, frozen: DQNTrainer) -> None:
         frozen.agent = copy.deepcopy(self.agent)

@@ -28,13 +28,17 @@ log = logging.getLogger(__name__)
 MAX_EPISODE_STEPS = 100_000
 
 
+class Interrupted(Exception):
+    """`stop()` said so while `play` stepped: the evaluation was abandoned, its return unknown."""
+
+
 def mean_return(envs: Any, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int,
-                max_steps: int | None = None) -> float:
+                max_steps: int | None = None, stop: Callable[[], bool] | None = None) -> float:
     """Mean return of the first episode of each of `envs`' `episodes` copies, acting with `act(obs)`; an
     episode still running after `max_steps` steps (None: MAX_EPISODE_STEPS) counts those steps, and a warning
-    says so."""
+    says so. Interrupted when `stop()` is true before a step."""
     max_steps = MAX_EPISODE_STEPS if max_steps is None else max_steps
-    totals, cut = play(envs, act, episodes, seed, max_steps)
+    totals, cut = play(envs, act, episodes, seed, max_steps, stop)
     if cut.any():
         log.warning("evaluation: %d of %d episode(s) had not ended after %d steps: their returns count those steps only"
                     " (the env lets an episode run longer: max_episode_steps in spec.env.kwargs or its registration)",
@@ -48,14 +52,17 @@ def returns(envs: Any, act: Callable[[np.ndarray], np.ndarray], episodes: int, s
 
 
 def play(envs: Any, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int,
-         max_steps: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+         max_steps: int | None = None, stop: Callable[[], bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """`returns`, and which episodes were still running after `max_steps` steps (None: each to its end);
-    those episodes' returns count their first `max_steps` steps only."""
+    those episodes' returns count their first `max_steps` steps only. Interrupted when `stop()` is true
+    before a step."""
     obs, _ = envs.reset(seed=seed)
     totals = np.zeros(episodes)
     running = np.ones(episodes, bool)
     steps = 0
     while running.any() and (max_steps is None or steps < max_steps):
+        if stop is not None and stop():
+            raise Interrupted(f"after {steps} step(s) of its {episodes} episode(s)")
         obs, reward, terminated, truncated, _ = envs.step(act(obs))
         totals += reward * running
         running &= ~(np.asarray(terminated) | np.asarray(truncated))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import gymnasium as gym
@@ -513,7 +514,8 @@ class PPOTrainer(BaseAlgorithm):
 
     # -- evaluation (rank 0) -------------------------------------------------
 
-    def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float:
+    def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int,
+                 stop: Callable[[], bool] | None = None) -> float:
         """evaluation.mean_return: discrete actions sampled from the policy,
         continuous ones its mean. Sampled from generators of its own, seeded with
         `seed`: training's randomness is untouched, also from another thread."""
@@ -526,7 +528,7 @@ class PPOTrainer(BaseAlgorithm):
             return action if self.agent.discrete else np.clip(action, self.action_space.low, self.action_space.high)
 
         with self.evaluation_envs(env_id, episodes, env_kwargs) as envs, torch.no_grad():
-            return evaluation.mean_return(envs, act, episodes, seed)
+            return evaluation.mean_return(envs, act, episodes, seed, stop=stop)
 
     def _freeze(self, frozen: PPOTrainer) -> None:
         frozen.agent, frozen.obs_norm = copy.deepcopy(self.agent), copy.deepcopy(self.obs_norm)

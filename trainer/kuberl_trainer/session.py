@@ -29,7 +29,7 @@ import torch
 from kuberl.core import contract, names
 from kuberl.core.trainerconfig import TrainerConfig
 
-from . import checkpoint, distributed
+from . import checkpoint, distributed, evaluation
 from .device import on_host, stream_after_current
 from .distributed import Dist, PeerLost
 from .envs import rank_seed
@@ -102,7 +102,9 @@ class Algorithm(Protocol):
     def upgraded(self, shared: dict) -> tuple[dict, list[str]]:
         """A checkpoint's shared state written by an older trainer, in today's terms, and what changed."""
     def load_rank(self, state: dict) -> None: ...
-    def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int) -> float: ...
+    def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int,
+                 stop: Callable[[], bool] | None = None) -> float:
+        """Raises evaluation.Interrupted when `stop()` says so before a step."""
     def frozen_copy(self) -> Algorithm:
         """The algorithm as it is now, to evaluate (and take a final model from) on another
         thread while training goes on: copies of its networks, normalisers and counters."""
@@ -316,8 +318,8 @@ class TrainingSession:
                 self.evaluation_finished()
             if counters.updates % success.eval_every == 0:
                 if self.evaluator is None:
-                    self.evaluate(algorithm)
-                    self.curve_point(counters.global_step, evaluation=True)
+                    if self.evaluate(algorithm):
+                        self.curve_point(counters.global_step, evaluation=True)
                 elif self.evaluation_in_flight is None and not self.target_met:  # one running: skipped; one met: done
                     self.start_evaluation(algorithm)
         if counters.updates % self.spec.checkpoint.every_updates == 0:
@@ -365,8 +367,20 @@ class TrainingSession:
         env = self.spec.env
         return env.id, self.spec.success.eval_episodes, env.kwargs, rank_seed(self.spec.seed, EVAL_SEED_STREAM, algorithm.counters.updates)
 
-    def evaluate(self, algorithm: Algorithm) -> None:
-        self.evaluated(algorithm, algorithm.evaluate(*self.evaluation_arguments(algorithm)))
+    def evaluate(self, algorithm: Algorithm) -> bool:
+        """Rank 0's evaluation on the training thread; False when a stop (SIGTERM) abandoned it: the grace period is
+        the checkpoint's, and an evaluation (minutes of long episodes) outlasted it, so the SIGKILL after it lost
+        every update since the last checkpoint. Deterministic mode evaluates to the end: its resume repeats what an
+        uninterrupted run does, whose evaluation there may have met the target."""
+        stop = None if self.spec.deterministic else self.stop.is_set
+        try:
+            eval_return = algorithm.evaluate(*self.evaluation_arguments(algorithm), stop=stop)
+        except evaluation.Interrupted as e:
+            self.log(f"evaluation at update {algorithm.counters.updates} abandoned {e}: a stop came, and the checkpoint"
+                     " is written first")
+            return False
+        self.evaluated(algorithm, eval_return)
+        return True
 
     def evaluated(self, algorithm: Algorithm, eval_return: float) -> None:
         """Record `algorithm`'s evaluation (on the main thread): the return, the success vote
