@@ -34,7 +34,7 @@ MATCHED = (
      ("A timestep is a transition. SB3 and CleanRL add numEnvs per vector step, and their vector envs reset within"
       " the step that ends an episode, so every step they count is one; gymnasium 1.x resets on the next step,"
       " which takes no action. kuberl counts those autoreset steps in no budget or schedule (PPO's and DQN's"
-      " budgets, annealLr, epsilon, targetUpdateInterval) and learns from none of them. Training stops at the"
+      " budgets, annealLr, epsilon, targetUpdateInterval, learningStarts) and learns from none of them. Training stops at the"
       " first update at or past totalTimesteps, as SB3's `while num_timesteps < total_timesteps` (CleanRL runs"
       " total_timesteps // batch iterations, which may stop short).")),
     ("`ppo.clipValueLoss`, `ppo.annealLr`", "CleanRL (`ppo.py`)",
