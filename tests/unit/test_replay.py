@@ -179,6 +179,25 @@ def test_state_round_trip_samples_the_same():
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
 
 
+def test_the_buffer_counts_the_real_transitions_it_took_and_keeps_the_count_in_its_state():
+    """What learningStarts counts (a transition, as SB3's num_timesteps): autoreset rows are none. A state from
+    before the count (an older trainer's deterministic checkpoint) counts its held rows that are real, and rows
+    already overwritten whole (learningStarts is at most bufferSize: such a buffer is past it anyway)."""
+    envs = gym.vector.SyncVectorEnv([lambda: Counting([3, 5]), lambda: Counting([4])])
+    buffer = ReplayBuffer(capacity=30, num_envs=2, obs_shape=(2,), n_step=3)
+    add, real = buffer.add, []
+    buffer.add = lambda *args: real.append(int(np.sum(args[-1]))) or add(*args)
+    fill(buffer, envs, 50)
+    assert buffer.real_added == sum(real) < buffer.added * 2 and buffer.oldest > 0  # autoreset rows; rows overwritten
+    held = np.arange(buffer.oldest, buffer.added) % buffer.rows
+    copy = ReplayBuffer(capacity=30, num_envs=2, obs_shape=(2,), n_step=3)
+    copy.load_state_dict(buffer.state_dict())
+    assert copy.real_added == buffer.real_added
+    older = {k: v for k, v in buffer.state_dict().items() if k != "real_added"}
+    copy.load_state_dict(older)
+    assert copy.real_added == int(buffer.valid[held].sum()) + buffer.oldest * 2
+
+
 def test_frame_stack_needs_stacked_observations():
     with pytest.raises(ValueError, match="frame_stack=4"):
         ReplayBuffer(capacity=10, num_envs=1, obs_shape=(84, 84), frame_stack=4)
