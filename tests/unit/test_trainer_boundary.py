@@ -237,11 +237,11 @@ def test_a_stop_asked_for_while_the_rollout_is_collected_ends_that_update(name, 
     assert trainer.counters.updates == 1
 
 
-def ppo_stopped_while_learning(stop_at_step: int, tmp_path, monkeypatch) -> tuple[list, object, object]:
+def ppo_stopped_while_learning(stop_at_step: int, tmp_path, monkeypatch, **ppo) -> tuple[list, object, object]:
     """A PPO run (4 epochs of 2 minibatches) whose stop is asked for at its first update's `stop_at_step`th
     minibatch step: the reports, the trainer and the session."""
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
-    spec = make_job().algorithm("ppo", numSteps=16, updateEpochs=4, numMinibatches=2).with_spec(
+    spec = make_job().algorithm("ppo", numSteps=16, updateEpochs=4, numMinibatches=2, **ppo).with_spec(
         totalTimesteps=100_000, workers=1, seed=1).spec()
     config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
     trainer = entry.ALGORITHMS["ppo"].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 100_000, 1, 0)
@@ -265,11 +265,12 @@ def ppo_stopped_while_learning(stop_at_step: int, tmp_path, monkeypatch) -> tupl
     return reports, trainer, training
 
 
-def test_a_stop_asked_for_while_ppo_learns_ends_the_learning_after_that_epoch_with_a_whole_checkpoint(tmp_path, monkeypatch):
+@pytest.mark.parametrize("ppo", [{}, {"learnWhileCollecting": True}], ids=["synchronous", "learning-while-collecting"])
+def test_a_stop_asked_for_while_ppo_learns_ends_the_learning_after_that_epoch_with_a_whole_checkpoint(ppo, tmp_path, monkeypatch):
     """The stop vote was read at the rollout's all-reduce only: a stop during learning waited for every epoch.
     On a 2-core CPU the Pong example's 4 epochs take 13-18 s per rank (3-4 s each), four ranks sharing the
     cores about four times that. Now every rank reads it, together, between epochs, as target KL ends them."""
-    reports, trainer, training = ppo_stopped_while_learning(3, tmp_path, monkeypatch)  # the second epoch's first step
+    reports, trainer, training = ppo_stopped_while_learning(3, tmp_path, monkeypatch, **ppo)  # the second epoch's first step
     assert [(r.epochs_run, r.stop) for r in reports] == [(2, True)]
     assert trainer.counters.updates == 1
     training.finish(trainer, "stopped")
