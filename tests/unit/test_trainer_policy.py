@@ -331,3 +331,23 @@ def test_a_run_that_trained_on_after_its_final_model_is_evaluated_at_its_newest_
     later = checkpoint.save(str(directory), 2, trainer.shared_state(), keep=3)
     os.utime(later, (3_000, 3_000))
     assert policies.find_model(str(tmp_path)) == later
+
+
+def test_a_gif_of_few_colours_is_indexed_exactly_against_one_palette(tmp_path):
+    """`kuberl eval runs/cartpole-ppo --video cartpole.gif` (the README's second command) took 22 s for 500 frames,
+    17 of them in Pillow quantising each frame alone; CartPole draws 234 colours, so one exact palette does."""
+    from kuberl_trainer.policy import gif_frames
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    colours = rng.integers(0, 256, (200, 3), dtype=np.uint8)
+    frames = [colours[rng.integers(0, 200, (40, 60))] for _ in range(5)]
+    images = gif_frames(frames, Image)
+    assert {i.mode for i in images} == {"P"}
+    assert all(np.array_equal(np.asarray(i.convert("RGB")), f) for i, f in zip(images, frames, strict=True))
+    images[0].save(tmp_path / "v.gif", save_all=True, append_images=images[1:], duration=33, loop=0)
+    with Image.open(tmp_path / "v.gif") as gif:
+        gif.seek(3)
+        assert np.array_equal(np.asarray(gif.convert("RGB")), frames[3])  # lossless through the file
+    many = [rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)]  # 2,400 colours: Pillow's own quantising
+    assert [i.mode for i in gif_frames(many, Image)] == ["RGB"]

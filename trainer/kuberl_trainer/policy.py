@@ -432,7 +432,7 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
                 raise UnusableModel(f"--video: {policy.env_id} cannot draw its frames here ({type(e).__name__}: {e})") from None
             if frame is None:
                 raise UnusableModel(f"{policy.env_id} renders no rgb_array frames: no video")
-            frames.append(Image.fromarray(np.asarray(frame, dtype=np.uint8)))
+            frames.append(np.asarray(frame, dtype=np.uint8))
             obs, reward, terminated, truncated, _ = env.step(policy(obs))
             total += float(reward)
             if terminated or truncated:
@@ -440,8 +440,34 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
                 break
     finally:
         env.close()
-    frames[0].save(path, save_all=True, append_images=frames[1:], duration=max(1, round(1000 / fps)), loop=0)
+    images = gif_frames(frames, Image)
+    images[0].save(path, save_all=True, append_images=images[1:], duration=max(1, round(1000 / fps)), loop=0)
     return total, len(frames), ended
+
+
+def gif_frames(frames: list[np.ndarray], Image: Any) -> list:
+    """RGB frames as a GIF holds them. Where the episode has at most 256 colours (CartPole's 234, Atari's NTSC
+    palette of 128), every frame is indexed exactly against one palette of them; otherwise Pillow quantises
+    each frame alone, as it did for all: 35 ms a 600x400 CartPole frame, 17 s of a 500-frame video's 20."""
+    keys = [f[..., 0].astype(np.uint32) << 16 | f[..., 1].astype(np.uint32) << 8 | f[..., 2] if f.ndim == 3 and f.shape[2] == 3
+            else None for f in frames]
+    if any(k is None for k in keys):  # grey or RGBA frames: Pillow's own conversion
+        return [Image.fromarray(f) for f in frames]
+    seen = np.zeros(1 << 24, dtype=bool)
+    for k in keys:
+        seen[k] = True
+    colours = np.flatnonzero(seen)
+    if len(colours) > 256:
+        return [Image.fromarray(f) for f in frames]
+    index = np.zeros(1 << 24, dtype=np.uint8)
+    index[colours] = np.arange(len(colours), dtype=np.uint8)
+    palette = np.stack([colours >> 16, colours >> 8 & 255, colours & 255], axis=1).astype(np.uint8).ravel().tolist()
+    images = []
+    for k in keys:
+        image = Image.frombytes("P", (k.shape[1], k.shape[0]), index[k].tobytes())
+        image.putpalette(palette)
+        images.append(image)
+    return images
 
 
 # --- export for serving --------------------------------------------------------------
