@@ -449,13 +449,14 @@ def gif_frames(frames: list[np.ndarray], Image: Any) -> list:
     """RGB frames as a GIF holds them. Where the episode has at most 256 colours (CartPole's 234, Atari's NTSC
     palette of 128), every frame is indexed exactly against one palette of them; otherwise Pillow quantises
     each frame alone, as it did for all: 35 ms a 600x400 CartPole frame, 17 s of a 500-frame video's 20."""
-    keys = [f[..., 0].astype(np.uint32) << 16 | f[..., 1].astype(np.uint32) << 8 | f[..., 2] if f.ndim == 3 and f.shape[2] == 3
-            else None for f in frames]
-    if any(k is None for k in keys):  # grey or RGBA frames: Pillow's own conversion
+    if any(f.ndim != 3 or f.shape[2] != 3 for f in frames):  # grey or RGBA frames: Pillow's own conversion
         return [Image.fromarray(f) for f in frames]
+
+    def key(f: np.ndarray) -> np.ndarray:  # made again where needed: 5,000 frames' keys kept would be 4.8 GB
+        return f[..., 0].astype(np.uint32) << 16 | f[..., 1].astype(np.uint32) << 8 | f[..., 2]
     seen = np.zeros(1 << 24, dtype=bool)
-    for k in keys:
-        seen[k] = True
+    for f in frames:
+        seen[key(f)] = True
     colours = np.flatnonzero(seen)
     if len(colours) > 256:
         return [Image.fromarray(f) for f in frames]
@@ -463,8 +464,8 @@ def gif_frames(frames: list[np.ndarray], Image: Any) -> list:
     index[colours] = np.arange(len(colours), dtype=np.uint8)
     palette = np.stack([colours >> 16, colours >> 8 & 255, colours & 255], axis=1).astype(np.uint8).ravel().tolist()
     images = []
-    for k in keys:
-        image = Image.frombytes("P", (k.shape[1], k.shape[0]), index[k].tobytes())
+    for f in frames:
+        image = Image.frombytes("P", (f.shape[1], f.shape[0]), index[key(f)].tobytes())
         image.putpalette(palette)
         images.append(image)
     return images
