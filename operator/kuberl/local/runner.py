@@ -781,8 +781,11 @@ def act(cluster: LocalCluster, decision: lifecycle.Decision, now: float, interru
         elif isinstance(action, lifecycle.CreatePods):
             cluster.create(action.generation, action.ranks)
     for action in decision.actions:
-        if isinstance(action, lifecycle.Event) and not (interrupted and action.reason == lifecycle.REASON_SUSPEND):
-            say(reason_and_message(action.reason, action.message))
+        if not isinstance(action, lifecycle.Event) or (interrupted and action.reason == lifecycle.REASON_SUSPEND):
+            continue
+        if action.reason == lifecycle.REASON_RANK0_SUCCEEDED:  # rank 0's own last line, just above, says it word
+            continue  # for word, and the run's closing line follows: a third copy between them is noise
+        say(reason_and_message(action.reason, action.message))
 
 
 # What is read of a progress.jsonl: its last records (80,000 or so), whatever its size.
