@@ -106,3 +106,20 @@ def test_validate_warns_in_the_words_run_then_refuses_with_and_run_makes_no_run_
     assert ran.returncode == 3, ran.stderr
     assert ran.stderr == f"kuberl run: nested cannot run here: {problem}\n"
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_refusal_only_the_pods_start_can_make_names_the_template_field(tmp_path):
+    """What depends on the disk at start (a link another run left in a shared claim) is refused as the pod starts;
+    it named the rendered pod's `spec.containers[trainer].volumeMounts[4].subPath`, kuberl's own four mounts first."""
+    claim = tmp_path / "runs" / "_claims" / "data"
+    claim.mkdir(parents=True)
+    (claim / "escape").symlink_to("/")
+    job = make_job("linked").workers(1).template({"spec": {
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        "containers": [{"name": "trainer", "volumeMounts": [{"name": "data", "mountPath": "/data", "subPath": "escape/etc"}]}],
+    }}).obj()
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    ran = kuberl("run", "job.yaml", "--dir", "runs", cwd=tmp_path)
+    assert ran.returncode == 3, ran.stdout + ran.stderr
+    assert (f"linked cannot run here: {TRAINER}.volumeMounts[0].subPath: 'escape/etc' leads out of volume 'data' through"
+            " a symlink in it ('escape'): this node never follows one") in ran.stdout, ran.stdout

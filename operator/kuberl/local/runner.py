@@ -79,6 +79,7 @@ from .process import (
 )
 from .sandbox import (
     LocalRunError,
+    at_template_fields,
     image_scripts,
     job_path_problems,
     kubelet_mount_paths,
@@ -356,23 +357,28 @@ class LocalCluster:
 
     def create(self, generation: int, ranks: tuple[int, ...]) -> None:
         """Start the pods of `generation`; names resolve against every pod that exists, these included."""
-        fresh = []
+        fresh, written = [], {}
         for rank in ranks:
             if names.pod_name(self.job.name, rank) in self.pods:
                 continue  # 409: the name is taken; the lifecycle sees it next round
-            pod = kubelet_mount_paths(render_pod(self.job, NAMESPACE, self.uid, rank, generation, target="local"))
+            rendered = render_pod(self.job, NAMESPACE, self.uid, rank, generation, target="local")
+            pod = kubelet_mount_paths(rendered)
             pod["metadata"]["uid"] = str(uuid.uuid4())
             fresh.append(DNSPod(pod, pod_address(self.run_dir, rank)))
+            written[pod["metadata"]["name"]] = template_fields(rendered, self.job.spec.template)
         resolver = make_resolver(self.services, self.live_dns_pods() + fresh)
         logs = os.path.join(self.run_dir, "logs")
         make_dirs(self.run_dir, "logs", "the run's logs", f"the run's directory {self.run_dir}")
         for entry in fresh:
             name, rank = entry.pod["metadata"]["name"], int(entry.pod["metadata"]["labels"][names.LABEL_RANK])
-            process = start_pod(
-                entry.pod, entry.ip, os.path.join(self.run_dir, "pods", name), self.configmaps,
-                self.claim_dir, resolver, prefix=self.prefix(rank), out=self.out,
-                log_path=os.path.join(logs, f"{name}-g{generation}.log"),
-            )
+            try:
+                process = start_pod(
+                    entry.pod, entry.ip, os.path.join(self.run_dir, "pods", name), self.configmaps,
+                    self.claim_dir, resolver, prefix=self.prefix(rank), out=self.out,
+                    log_path=os.path.join(logs, f"{name}-g{generation}.log"),
+                )
+            except LocalRunError as e:  # said at the field the user wrote: the pod's volumeMounts[4] is their [0]
+                raise LocalRunError(at_template_fields(str(e), written[name])) from None
             self.pods[name] = LocalPod(entry.pod, entry.ip, rank, generation, process)
 
     def delete(self, pod_names: tuple[str, ...], force: bool, now: float) -> None:

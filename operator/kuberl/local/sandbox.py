@@ -301,16 +301,25 @@ def template_fields(pod: Mapping, template: Mapping | None) -> Callable[[str], s
     rendered_volumes = pod["spec"].get("volumes") or []
 
     def named(field: str) -> str | None:
-        if m := re.fullmatch(r"spec\.containers\[[^]]*\]\.volumeMounts\[(\d+)\](.*)", field):
+        if (m := re.fullmatch(r"spec\.containers\[[^]]*\]\.volumeMounts\[(\d+)\](.*)", field)) and int(m[1]) < len(rendered_mounts):
             j = by_path.get(rendered_mounts[int(m[1])].get("mountPath"))
             return None if j is None else f"{at}.volumeMounts[{j}]{m[2]}"
-        if m := re.fullmatch(r"spec\.volumes\[(\d+)\](.*)", field):
+        if (m := re.fullmatch(r"spec\.volumes\[(\d+)\](.*)", field)) and int(m[1]) < len(rendered_volumes):
             j = by_name.get(rendered_volumes[int(m[1])].get("name"))
             return None if j is None else f"spec.template.spec.volumes[{j}]{m[2]}"
         if m := re.fullmatch(r"spec\.containers\[[^]]*\]\.(\w+)(.*)", field):
             return f"{at}.{m[1]}{m[2]}" if m[1] in theirs else None
         return None
     return named
+
+
+_POD_FIELD = re.compile(r"spec\.(?:containers\[[^\]\s]*\]|volumes\[\d+\])(?:\.\w+|\[\d+\])*")
+
+
+def at_template_fields(message: str, named: Callable[[str], str | None]) -> str:
+    """`message` with each field of the rendered pod it names (`spec.containers[trainer].volumeMounts[4].subPath`)
+    as the spec.template field the user wrote (template_fields' `named`), where the user wrote it."""
+    return _POD_FIELD.sub(lambda m: named(m[0]) or m[0], message)
 
 
 def check_paths(pod: Mapping, container: Mapping) -> None:
