@@ -180,6 +180,27 @@ def test_an_alert_label_prometheus_would_refuse_is_refused_naming_it(labels, exp
     assert expected in helm_refusal(values_with("monitoring.prometheusRule.alertLabels", labels))
 
 
+@pytest.mark.parametrize(("dashboard", "expected"), [
+    # the API server's ValidateLabels (apimachinery's IsQualifiedName, IsValidLabelValue) refuses the ConfigMap, mid-install
+    ({"label": "grafana dashboard"}, 'monitoring.dashboard.label has the key "grafana dashboard", which is not a label key'),
+    ({"label": "app.kubernetes.io/name"}, "monitoring.dashboard.label sets app.kubernetes.io/name, a label the chart writes itself"),
+    ({"labelValue": "not ok"}, "/monitoring/dashboard/labelValue"),
+    ({"namespace": "Monitoring_NS"}, "/monitoring/dashboard/namespace"),  # not a DNS label: no such namespace can exist
+])
+def test_a_dashboard_label_or_namespace_the_api_server_would_refuse_is_refused_naming_it(dashboard, expected):
+    assert expected in helm_refusal({"monitoring": {"dashboard": {"enabled": True, **dashboard}}})
+
+
+@pytest.mark.parametrize(("setting", "written"), [("1", "1"), ("true", "true")])
+def test_a_dashboard_label_value_set_as_a_number_or_a_bool_is_taken_as_its_string(setting, written):
+    """Grafana's sidecar matches `grafana_dashboard: "1"`; `--set monitoring.dashboard.labelValue=1` was refused (got number)."""
+    out = helm("template", "kuberl", str(CHART), "--set", "monitoring.dashboard.enabled=true",
+               "--set", f"monitoring.dashboard.labelValue={setting}")
+    (configmap,) = [o for o in yaml.safe_load_all(out) if o and o["kind"] == "ConfigMap" and "kuberl.json" in o["data"]]
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == written
+    assert not validate(configmap)
+
+
 KUBE_PROMETHEUS_STACK = CHART / "examples" / "kube-prometheus-stack.yaml"
 
 

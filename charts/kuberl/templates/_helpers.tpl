@@ -117,7 +117,8 @@ app.kubernetes.io/name app.kubernetes.io/instance app.kubernetes.io/component ap
       "meaning" "a label key: an optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit" -}}
 {{- range $what, $map := dict "commonLabels" .Values.commonLabels "operator.podLabels" .Values.operator.podLabels "operator.nodeSelector" .Values.operator.nodeSelector
       "monitoring.serviceMonitor.labels" .Values.monitoring.serviceMonitor.labels "monitoring.podMonitor.labels" .Values.monitoring.podMonitor.labels
-      "monitoring.prometheusRule.labels" .Values.monitoring.prometheusRule.labels -}}
+      "monitoring.prometheusRule.labels" .Values.monitoring.prometheusRule.labels
+      "monitoring.dashboard.label" (dict .Values.monitoring.dashboard.label .Values.monitoring.dashboard.labelValue) -}}
 {{- include "kuberl.checkKeys" (merge (dict "what" $what "map" $map) $labelKey) -}}
 {{- range $own := splitList " " (include "kuberl.ownLabelKeys" $) -}}
 {{- if and (hasKey $map $own) (ne $what "operator.nodeSelector") -}}
