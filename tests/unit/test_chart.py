@@ -88,7 +88,7 @@ def test_all_features_renders_every_kind():
     kinds = sorted({o["kind"] for o in render(ALL_FEATURES)})
     assert kinds == sorted([
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "StatefulSet", "ClusterKopfPeering",
-        "PodMonitor", "ServiceMonitor", "PrometheusRule", "ConfigMap", "Pod", "NetworkPolicy",
+        "PodMonitor", "ServiceMonitor", "PrometheusRule", "ConfigMap", "Pod", "NetworkPolicy", "PodDisruptionBudget",
     ])
     namespaced = sorted({o["kind"] for o in render(NAMESPACED)})
     assert {"Role", "RoleBinding", "KopfPeering"} <= set(namespaced)
@@ -249,6 +249,18 @@ def test_replicas_get_distinct_kopf_priorities_from_their_ordinal():
     assert [p["metadata"]["name"] for p in of_kind(objects, "ClusterKopfPeering")] == [peering]
     namespaced = render(NAMESPACED)
     assert sorted(p["metadata"]["namespace"] for p in of_kind(namespaced, "KopfPeering")) == ["team-a", "team-b"]
+
+
+def test_replicas_keep_a_standby_through_a_drain_and_one_replica_blocks_no_drain():
+    """A node pool's upgrade drains several nodes at once: without a budget every replica could be evicted together
+    and no job reconciled until they are rescheduled. One replica gets none (allowing no eviction blocks drains)."""
+    objects = render(ALL_FEATURES)
+    (budget,) = of_kind(objects, "PodDisruptionBudget")
+    workload, _ = operator_container(objects)
+    assert budget["spec"]["maxUnavailable"] == 1 and budget["metadata"]["namespace"] == workload["metadata"]["namespace"]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= workload["spec"]["template"]["metadata"]["labels"].items()
+    assert not validate(budget)
+    assert of_kind(render(), "PodDisruptionBudget") == []
 
 
 def test_operator_gets_the_default_trainer_image_and_settings():
