@@ -107,10 +107,13 @@ def test_zip_members_claiming_more_than_the_file_holds_are_refused():
         checkpoint.decode(checkpoint._framed(2, bytes(data)))
 
 
-def training_session(tmp_path, name: str, deterministic: bool = False, **block) -> tuple[object, session.TrainingSession]:
-    spec = make_job().algorithm(name, **block).with_spec(totalTimesteps=256, workers=1, seed=1, deterministic=deterministic).spec()
+def training_session(tmp_path, name: str, deterministic: bool = False, env_id: str = "CartPole-v1", when_none_usable: str = "Fail",
+                     **block) -> tuple[object, session.TrainingSession]:
+    spec = (make_job().algorithm(name, **block).env(env_id)
+            .with_spec(totalTimesteps=256, workers=1, seed=1, deterministic=deterministic,
+                       checkpoint={"whenNoneUsable": when_none_usable}).spec())
     config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
-    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 256, 1, 0)
+    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, env_id, 2, {}, 256, 1, 0)
     return trainer, session.TrainingSession(config, ONE_PROCESS, None, 0, threading.Event(), log=lambda _line: None)
 
 
@@ -126,6 +129,67 @@ def test_a_checkpoint_for_another_algorithm_or_network_fails_as_a_config_error_n
     path = checkpoint.save(training.checkpoint_dir, 3, {**other.shared_state(), "elapsed_seconds": 1.0, "per_rank": None}, keep=3)
     with pytest.raises(checkpoint.CheckpointMismatch, match=f"checkpoint {path} was not written by this job's trainer \\({expected}"):
         session.run_updates(trainer, training)
+
+
+def trained_state(tmp_path, monkeypatch, env_id: str = "CartPole-v1", **block) -> dict:
+    """The checkpoint state of a short PPO run on `env_id` (its trainer's own save, recording what it was trained
+    as), trained under a root of its own; the job under test then runs under `tmp_path`."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path / f"other-{env_id}-{len(block)}"))
+    trainer, training = training_session(tmp_path, "ppo", env_id=env_id, numSteps=16, **block)
+    assert session.run_updates(trainer, training) == "budget"
+    training.save(trainer)
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    return checkpoint.read(training.last_good)
+
+
+def placed(training: session.TrainingSession, updates: int, state: dict) -> str:
+    return checkpoint.save(training.checkpoint_dir, updates, state, keep=3)
+
+
+@pytest.mark.parametrize("other, said", [
+    ({"env_id": "CartPole-v0"}, "trained on CartPole-v0 with ppo; this job is CartPole-v1 with ppo"),
+    ({"normalizeObservation": True}, "trained on CartPole-v1 with ppo, observations normalised; this job is CartPole-v1 with ppo"),
+], ids=["another-env-same-shapes", "observation-normalisation-switched"])
+def test_a_checkpoint_trained_as_something_else_is_unusable_naming_what_differs(tmp_path, monkeypatch, other, said):
+    # CartPole-v0's and -v1's networks (and a switched normaliser's) have the same tensors: it resumed in silence
+    state = trained_state(tmp_path, monkeypatch, **other)
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
+    foreign = placed(training, 5, state)
+    with pytest.raises(checkpoint.NoUsableCheckpoint, match="ckpt-0000000005.pt: " + said) as refused:
+        session.run_updates(trainer, training)
+    assert refused.value.unusable == [(foreign, said)] and os.path.exists(foreign)  # whenNoneUsable: Fail keeps it
+
+
+def test_a_foreign_checkpoint_is_set_aside_and_the_older_own_one_resumed(tmp_path, monkeypatch):
+    own_state = trained_state(tmp_path, monkeypatch)
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
+    own = placed(training, 5, own_state)
+    foreign = placed(training, 6, trained_state(tmp_path, monkeypatch, env_id="CartPole-v0"))
+    session.run_updates(trainer, training)
+    assert training.resumed_from == own
+    assert os.listdir(os.path.join(training.checkpoint_dir, checkpoint.ASIDE)) == [os.path.basename(foreign)]
+
+
+def test_start_over_sets_a_foreign_checkpoint_aside_and_trains_from_zero(tmp_path, monkeypatch):
+    state = trained_state(tmp_path, monkeypatch, env_id="CartPole-v0")
+    trainer, training = training_session(tmp_path, "ppo", when_none_usable="StartOver", numSteps=16)
+    foreign = placed(training, 5, state)
+    session.run_updates(trainer, training)
+    assert training.resumed_from is None and training.start_step == 0
+    assert os.listdir(os.path.join(training.checkpoint_dir, checkpoint.ASIDE)) == [os.path.basename(foreign)]
+
+
+def test_a_checkpoint_that_records_nothing_resumes_as_before_said_once(tmp_path, monkeypatch):
+    state = trained_state(tmp_path, monkeypatch)
+    del state["trained_as"]  # as a trainer before 2026-11-28 wrote it
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
+    old = placed(training, 5, state)
+    lines = []
+    training.log = lines.append
+    session.run_updates(trainer, training)
+    assert training.resumed_from == old
+    unchecked = [line for line in lines if "records no env and algorithm" in line]
+    assert len(unchecked) == 1 and unchecked[0].endswith("resuming it unchecked as CartPole-v1 with ppo"), lines
 
 
 def test_the_jobs_own_checkpoint_passes_the_same_check(tmp_path, monkeypatch):

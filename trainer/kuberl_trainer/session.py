@@ -40,7 +40,7 @@ from .startup import Startup
 PROGRESS_EVERY_SECONDS = 5.0
 RECENT_EPISODES = 100
 EVAL_SEED_STREAM = 1_000_003  # keeps evaluation seeds apart from every rank's
-SESSION_KEYS = ("elapsed_seconds", "per_rank", "eval_return")  # what a checkpoint holds besides the algorithm's shared state
+SESSION_KEYS = ("elapsed_seconds", "per_rank", "eval_return", "trained_as")  # what a checkpoint holds besides the algorithm's shared state
 MAX_COUNTER = 2**62  # counters are all-reduced as int64
 
 
@@ -296,15 +296,31 @@ class TrainingSession:
                     checkpoint.remove_stale_temps(directory)
                 start_over = self.spec.checkpoint.when_none_usable == "StartOver"
                 skipped: list[tuple[str, str]] = []  # each said by name as it is skipped
-                found = checkpoint.load_newest(self.checkpoint_dir, accept=_resumable, start_over=start_over, skipped=skipped,
-                                               set_aside=True)
+                found = checkpoint.load_newest(self.checkpoint_dir, accept=self._resumable, start_over=start_over,
+                                               skipped=skipped, set_aside=True)
         except checkpoint.CheckpointVolumeUnavailable:
             raise
         except OSError as e:
             if checkpoint.volume_failure(e.errno, writable_at_start=False) == checkpoint.UNAVAILABLE:
                 raise checkpoint.CheckpointVolumeUnavailable("reading", self.checkpoint_dir, e, at_start=True) from e
             raise
+        if found is not None and "trained_as" not in found[1]:
+            self.log(f"{pod_path(found[0])} records no env and algorithm (a trainer before 2026-11-28 wrote it): resuming "
+                     f"it unchecked as {describe_trained_as(trained_as(self.spec))}")
         return found, skipped
+
+    def _resumable(self, state: dict) -> str | None:
+        """`_resumable`, and a checkpoint trained as something else than this job (trained_as) refused naming both:
+        a foreign checkpoint whose tensors happen to fit (CartPole-v0's in a CartPole-v1 job, observation
+        normalisation switched) resumed in silence, weights that meant other inputs."""
+        if (why := _resumable(state)) is not None:
+            return why
+        recorded, own = state.get("trained_as"), trained_as(self.spec)
+        if recorded is None or recorded == own:
+            return None
+        if not isinstance(recorded, dict):
+            return f"trained_as is {type(recorded).__name__}, not a mapping"
+        return f"trained on {describe_trained_as(recorded)}; this job is {describe_trained_as(own)}"
 
     def after_update(self, report: UpdateReport, algorithm: Algorithm) -> None:
         counters = report.counters
@@ -466,7 +482,7 @@ class TrainingSession:
         if not self.ctx.is_main or algorithm.counters.updates == self.last_checkpoint_update:
             return
         state = {**algorithm.shared_state(), "elapsed_seconds": self.wall_seconds(), "per_rank": per_rank,
-                 "eval_return": self.eval_return}
+                 "eval_return": self.eval_return, "trained_as": trained_as(self.spec)}
         path = checkpoint.save(self.checkpoint_dir, algorithm.counters.updates, state, self.spec.checkpoint.keep,
                                volume=self.volume(), last_good=self.last_good)
         self.last_checkpoint_update = algorithm.counters.updates
@@ -577,6 +593,21 @@ def stopped_message(steps: int, is_main: bool, checkpoint_dir: str) -> str:
     run` shows where it lies here), and only rank 0 names it: no other rank mounts the checkpoint volume."""
     where = checkpoint_dir if is_main else "rank 0's checkpoint"
     return f"stopped at timesteps {steps}; resumable from {where}"
+
+
+def trained_as(spec) -> dict:
+    """What a checkpoint's weights mean, beyond their shapes (which run_updates' mismatch checks): the algorithm,
+    the env they were trained on, and whether they see normalised observations. Hyperparameters that change only
+    how learning goes on (a learning rate, a budget) are not here: `kuberl run --resume` may change those."""
+    hp = spec.hyperparameters
+    return {"algorithm": spec.algorithm, "env": spec.env.id,
+            "normalizeObservation": bool(getattr(hp, "normalize_observation", False))}
+
+
+def describe_trained_as(record: dict) -> str:
+    """`CartPole-v1 with ppo` (and `, observations normalised` when they were)."""
+    normalised = ", observations normalised" if record.get("normalizeObservation") else ""
+    return f"{record.get('env')} with {record.get('algorithm')}{normalised}"
 
 
 def _resumable(state: dict) -> str | None:
