@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -265,6 +266,35 @@ def test_ctrl_c_stops_every_rank_within_the_grace_period_and_the_run_resumes(tmp
     assert f"totalTimesteps 40000 -> {saved + 1500}" in out, out[-3000:]
     assert re.search(rf"resuming from \S+ \(timesteps {saved}\)", out), out[-3000:]
     assert min(r["timesteps"] for r in progress(tmp_path) if r["restart"] == status(tmp_path)["generation"]) > saved
+
+
+def test_a_rerun_after_the_newest_checkpoint_was_truncated_names_the_one_the_trainer_resumes_from(tmp_path):
+    """Chaos: the rerun's first line said "resuming e2e from ckpt-0000000640.pt" (the newest, truncated) while the
+    trainer skipped that file and resumed from an older one."""
+    write_job(tmp_path, workers=1, totalTimesteps=40000, success={"targetReturn": None})
+    proc = start(tmp_path)
+    wait_for(lambda: len(checkpoints(tmp_path)) >= 2, 90, proc, "two checkpoints")
+    os.killpg(proc.pid, signal.SIGINT)
+    code, out = finish(proc, timeout=30)
+    assert code == 130, out[-3000:]
+    *_, older, newest = checkpoints(tmp_path)
+    os.truncate(newest, newest.stat().st_size - 100)  # a disk that filled, a copy cut short
+
+    rerun = start(tmp_path)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(rerun.stdout.readline, "")), daemon=True)
+    reader.start()
+    wait_for(lambda: any("resuming from" in line for line in lines), 90, rerun, "the trainer's resume")
+    os.killpg(rerun.pid, signal.SIGINT)
+    rerun.wait(timeout=30)
+    reader.join(10)
+    out = "".join(lines)
+    said = re.search(r"resuming e2e from (\S+) at [\d,]+ timesteps \(last run: stopped\); newer one is not whole \((\S+): "
+                     r"checksum mismatch \(truncated or corrupted\)\): the trainer sets it aside", out)
+    assert said and said.groups() == (older.name, newest.name), out[-3000:]
+    assert re.search(rf"resuming from \S+/{older.name} \(timesteps \d+\)", out), out[-3000:]
+    assert (checkpoint_dir(tmp_path) / "unreadable" / newest.name).exists()
+    assert rank_processes(tmp_path) == {}
 
 
 def test_two_runs_started_together_meet_on_ports_of_their_own(tmp_path):

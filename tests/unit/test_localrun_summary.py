@@ -3,6 +3,7 @@ run's last progress record (or its status) says less: a restarted generation tha
 once has reported nothing, but the checkpoint it would resume from is there."""
 
 import json
+import os
 
 from kuberl.core.render import Job
 from kuberl.core.rules import validate_job
@@ -14,6 +15,13 @@ from kuberl.local.runner import (
 )
 
 from tests.support.jobs import make_job
+
+
+def framed_checkpoint(updates: int = 1) -> bytes:
+    """A checkpoint file's bytes as the trainer writes them."""
+    from kuberl_trainer import checkpoint
+
+    return checkpoint.encode({"counters": {"global_step": updates * 62, "updates": updates, "episodes": 0}})
 
 JOB = Job("j", validate_job(make_job("j").env("CartPole-v1").with_spec(totalTimesteps=1000).obj()))
 FAILED = {"phase": "Failed", "restarts": 3, "progress": {"timesteps": 0},
@@ -67,13 +75,15 @@ def test_a_rerun_says_what_it_resumes_from_and_never_resumes_a_run_that_saved_no
 def test_a_rerun_names_a_checkpoint_saved_after_the_last_progress_record(tmp_path):
     """A rank stopped between a checkpoint's save and its progress record (chaos found it): the rerun said
     "resuming j from ckpt-0000000002.pt" while the trainer resumed from ckpt-0000000003.pt, the newest that loads."""
-    from kuberl.local.runner import newest_checkpoint, newest_on_disk
+    from kuberl.local.runner import newest_checkpoint, newest_on_disk, newest_whole
 
     for n in (2, 3):
-        (tmp_path / f"ckpt-000000000{n}.pt").write_bytes(b"a checkpoint")
+        (tmp_path / f"ckpt-000000000{n}.pt").write_bytes(framed_checkpoint())
     (tmp_path / "ckpt-notes.pt").write_bytes(b"not the trainer's")
     (tmp_path / "progress.jsonl").write_text(json.dumps({"timesteps": 124, "checkpoint": "ckpt-0000000002.pt"}) + "\n")
-    note = rerun_note("j", "Suspended", newest_checkpoint(str(tmp_path)), True, newest_on_disk(str(tmp_path)))
+    whole, flawed = newest_whole(str(tmp_path))
+    assert newest_on_disk(str(tmp_path)) == whole and flawed == []
+    note = rerun_note("j", "Suspended", newest_checkpoint(str(tmp_path), whole), True, whole, flawed)
     assert note == "resuming j from its newest checkpoint, ckpt-0000000003.pt (last run: stopped)", note
     assert rerun_note("j", "Suspended", ("ckpt-0000000003.pt", 186), True, "ckpt-0000000003.pt").startswith(
         "resuming j from ckpt-0000000003.pt at 186 timesteps")
@@ -98,3 +108,31 @@ def test_a_succeeded_run_names_which_return_it_reports(tmp_path):
         (tmp_path / "progress.jsonl").write_text(json.dumps(record) + "\n")
         line = summary(JOB, paths, {}, 0, 11.0)
         assert line.startswith(f"j succeeded: {record['timesteps']:,} timesteps in 11s, {said}; model "), line
+
+
+def test_a_rerun_names_the_checkpoint_the_trainer_takes_when_the_newest_is_truncated(tmp_path):
+    """Chaos: with the newest checkpoint truncated, the rerun said "resuming ck from ckpt-0000000640.pt" while the
+    trainer skipped that file and resumed from an older one. The line now judges each file's frame with the
+    trainer's own rule (kuberl.core.contract), and names the file the trainer loads."""
+    from kuberl.local.runner import newest_checkpoint, newest_whole
+    from kuberl_trainer import checkpoint
+
+    for n in (2, 3):
+        (tmp_path / f"ckpt-000000000{n}.pt").write_bytes(framed_checkpoint(n))
+    newest = tmp_path / "ckpt-0000000003.pt"
+    os.truncate(newest, newest.stat().st_size - 100)
+    records = [{"timesteps": 124, "checkpoint": "ckpt-0000000002.pt"}, {"timesteps": 186, "checkpoint": "ckpt-0000000003.pt"}]
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    whole, flawed = newest_whole(str(tmp_path))
+    note = rerun_note("j", "Suspended", newest_checkpoint(str(tmp_path), whole), True, whole, flawed)
+    assert note == ("resuming j from ckpt-0000000002.pt at 124 timesteps (last run: stopped); newer one is not whole "
+                    "(ckpt-0000000003.pt: checksum mismatch (truncated or corrupted)): the trainer sets it aside"), note
+    loaded, _ = checkpoint.load_newest(str(tmp_path))
+    assert os.path.basename(loaded) == whole
+
+
+def test_a_rerun_whose_checkpoints_are_none_of_them_whole_says_so():
+    note = rerun_note("j", "Failed", None, True, None, [("ckpt-0000000003.pt", "not a kuberl checkpoint (bad header)")])
+    assert note == ("j's last run (failed) left no whole checkpoint (ckpt-0000000003.pt: not a kuberl checkpoint (bad "
+                    "header)): the trainer sets them aside and starts over, or fails NoUsableCheckpoint, as "
+                    "spec.checkpoint.whenNoneUsable says"), note

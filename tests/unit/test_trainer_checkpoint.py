@@ -5,11 +5,13 @@ whatever fails to decode is skipped, then pruned."""
 import errno
 import logging
 import os
+import pathlib
 import stat
 
 import numpy as np
 import pytest
 import torch
+from kuberl.core import contract
 from kuberl_trainer import checkpoint, envs
 
 from tests.distributed.support import (
@@ -658,3 +660,28 @@ def test_a_checkpoint_directory_something_else_holds_the_place_of_is_named_for_w
             attempt()
         assert f"the checkpoint directory {directory} cannot be a directory: {blocking}" in str(refused.value)
     assert (tmp_path / "file").read_bytes() == b"12345"
+
+
+@pytest.mark.parametrize("damage", ["none", "truncated", "one-bit", "grown", "bad-header", "empty", "fifo"])
+def test_kuberl_runs_frame_check_agrees_with_the_trainers_decode(tmp_path, damage):
+    """`kuberl run` names the checkpoint it expects the trainer to resume from by contract.checkpoint_flaw (no
+    torch there): its verdict on a file's frame is the trainer's, word for word."""
+    path = pathlib.Path(checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=3))
+    data = path.read_bytes()
+    if damage == "fifo":
+        path.unlink()
+        os.mkfifo(path)
+    else:
+        path.write_bytes({"none": data, "truncated": data[:-100], "grown": data + b"\0", "bad-header": b"PK" + data,
+                          "empty": b"", "one-bit": data}[damage])
+        if damage == "one-bit":
+            flip_one_bit(path)
+    flaw = contract.checkpoint_flaw(str(path))
+    try:
+        checkpoint.read(str(path))
+    except checkpoint.NotAFile:
+        assert flaw == "not a regular file"
+    except checkpoint.CorruptCheckpoint as e:
+        assert flaw == str(e) and flaw in (contract.CHECKSUM_MISMATCH, contract.NOT_A_CHECKPOINT)
+    else:
+        assert damage == "none" and flaw is None

@@ -71,7 +71,6 @@ _T = TypeVar("_T")
 
 VERSION = 2
 READABLE_VERSIONS = (1, 2)
-HEADER = re.compile(rb"^KUBERLCKPT(\d{1,6}) ([0-9a-f]{64})$")
 NAME = contract.CHECKPOINT_NAME
 TEMP_NAME = re.compile(r"^\.tmp-.*\.part$")  # write_atomic's temp files
 ASIDE = "unreadable"  # subdirectory where files that do not decode are moved: evidence, never deleted
@@ -462,15 +461,15 @@ def _framed(version: int, payload: bytes) -> bytes:
 def decode(data: bytes, path: str = "<bytes>") -> dict:
     """The state in `data`; CorruptCheckpoint for anything not loadable,
     UnknownCheckpointFormat for a version this trainer does not read."""
-    header, _, payload = data.partition(b"\n")
-    match = HEADER.match(header)
-    if match is None:
-        raise CorruptCheckpoint("not a kuberl checkpoint (bad header)")
-    version = int(match.group(1))
+    line, _, payload = data.partition(b"\n")
+    header = contract.checkpoint_header(line)
+    if header is None:
+        raise CorruptCheckpoint(contract.NOT_A_CHECKPOINT)
+    version, digest = header
     if version not in READABLE_VERSIONS:
         raise UnknownCheckpointFormat(path, version)
-    if hashlib.sha256(payload).hexdigest().encode() != match.group(2):
-        raise CorruptCheckpoint("checksum mismatch (truncated or corrupted)")
+    if not contract.payload_matches(digest, [payload]):
+        raise CorruptCheckpoint(contract.CHECKSUM_MISMATCH)
     try:
         state = _decode_v1(payload) if version == 1 else _decode_v2(payload)
     except CorruptCheckpoint:
@@ -791,9 +790,9 @@ def _bounded_regular_file(path: str, limit: int, not_regular: str):
 
 def _read_bytes(path: str, limit: int) -> bytes:
     with _bounded_regular_file(path, limit, "not a regular file: skipped, and left alone") as (f, size):
-        head = f.readline(96)  # the header, so a file that is not a checkpoint is not read on
+        head = f.readline(contract.CHECKPOINT_HEADER_BYTES)  # the header, so a file that is not a checkpoint is not read on
         data = head
-        if HEADER.match(head.rstrip(b"\n")) is not None:  # no more than fstat said: a file that grew fails its checksum
+        if contract.checkpoint_header(head.rstrip(b"\n")) is not None:  # no more than fstat said: a file that grew fails its checksum
             data += f.read(max(0, size - len(head)))
     return data
 

@@ -8,8 +8,11 @@ when the file is empty, so only a line that starts with the marker (which no log
 line does: the trainer prints its reason unmarked) states a reason.
 """
 
+import hashlib
 import math
+import os
 import re
+import stat
 from collections.abc import Mapping
 
 # sysexits.h EX_CONFIG: a configuration error, never retried.
@@ -42,6 +45,52 @@ TRAINER_REASONS = frozenset({*PERMANENT_REASONS, *UNCOUNTED_REASONS, REASON_SUCC
 # The trainer's checkpoint files, ckpt-<updates, 10 digits>.pt: it resumes from the newest that loads, and
 # `kuberl run` names the one it expects.
 CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
+
+# A checkpoint file is `KUBERLCKPT<version> <sha256 of payload>\n<payload>` (kuberl_trainer.checkpoint): its frame
+# is read here, without torch, so `kuberl run` names the checkpoint the trainer will take by the trainer's own rule.
+CHECKPOINT_HEADER = re.compile(rb"^KUBERLCKPT(\d{1,6}) ([0-9a-f]{64})$")
+CHECKPOINT_HEADER_BYTES = 96  # a header line is shorter: what is read before a file is known to be a checkpoint
+NOT_A_CHECKPOINT = "not a kuberl checkpoint (bad header)"
+CHECKSUM_MISMATCH = "checksum mismatch (truncated or corrupted)"
+
+
+def checkpoint_header(line: bytes) -> tuple[int, bytes] | None:
+    """(format version, the payload's sha256 as hex bytes) from a checkpoint file's first line (its newline
+    stripped), or None: not a kuberl checkpoint."""
+    match = CHECKPOINT_HEADER.match(line)
+    return None if match is None else (int(match.group(1)), match.group(2))
+
+
+def payload_matches(digest: bytes, chunks) -> bool:
+    """Whether the payload given as `chunks` (bytes) hashes to the header's `digest`."""
+    hashed = hashlib.sha256()
+    for chunk in chunks:
+        hashed.update(chunk)
+    return hashed.hexdigest().encode() == digest
+
+
+def checkpoint_flaw(path: str) -> str | None:
+    """Why the trainer skips the checkpoint file at `path` for its frame alone (NOT_A_CHECKPOINT, CHECKSUM_MISMATCH, not
+    a regular file), or None when its header and checksum hold: the trainer still decodes the payload and checks
+    what it was trained as. Reads in chunks: memory stays small whatever the file's size. OSError is raised."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return "not a regular file"
+        head = f.readline(CHECKPOINT_HEADER_BYTES)
+        header = checkpoint_header(head.rstrip(b"\n"))
+        if header is None:
+            return NOT_A_CHECKPOINT
+        remaining = max(0, info.st_size - len(head))  # no more than fstat said, as the trainer reads it
+
+        def chunks():
+            left = remaining
+            while left > 0 and (chunk := f.read(min(left, 1 << 20))):
+                left -= len(chunk)
+                yield chunk
+
+        return None if payload_matches(header[1], chunks()) else CHECKSUM_MISMATCH
 
 # Starts the termination-log line; a log line never does (see module docstring).
 TERMINATION_MARKER = "kuberl.dev/reason "

@@ -711,8 +711,9 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
         checkpoints = paths["checkpoints"]
         saved_any = None if paths["model"] is None else (  # a custom trainer's checkpoints are its own
             os.path.isdir(checkpoints) and newest_on_disk(checkpoints) is not None)
-        say(rerun_note(job.name, previous.get("phase"), newest_checkpoint(checkpoints) if saved_any else None, saved_any,
-                       newest_on_disk(checkpoints) if saved_any else None))
+        whole, flawed = newest_whole(checkpoints) if saved_any else (None, [])
+        say(rerun_note(job.name, previous.get("phase"), newest_checkpoint(checkpoints, whole) if whole else None, saved_any,
+                       whole, flawed))
     wait_for_leftovers(os.path.join(run_dir, "pods"), job.spec.run_policy.termination_grace_period_seconds)
     if meets_at_master_port(job.spec):
         check_port_free(job.spec.rendezvous.port)
@@ -840,12 +841,14 @@ def shown(path: str) -> str:
 
 
 def rerun_note(name: str, last_phase: object, newest: tuple[str, int] | None, saved_any: bool | None,
-               on_disk: str | None = None) -> str:
+               on_disk: str | None = None, flawed: Sequence[tuple[str, str]] = ()) -> str:
     """What a rerun of an unfinished run continues from (`saved_any` None: a custom trainer's, which kuberl cannot
     tell). "resuming (last run: Suspended, generation 1)" followed the last run's "before any checkpoint was saved;
-    the same command starts over", and named no checkpoint. `on_disk`, the newest checkpoint file by name: a rank
-    stopped between a save and its progress record leaves one newer than progress.jsonl names, and the trainer
-    resumes from that one (the newest that loads)."""
+    the same command starts over", and named no checkpoint. `on_disk`, the newest whole checkpoint file by name
+    (`newest_whole`): a rank stopped between a save and its progress record leaves one newer than progress.jsonl
+    names, and the trainer resumes from that one (the newest that loads). `flawed`: (name, why) of the newer files
+    the trainer skips for their frame; "resuming ck from ckpt-0000000640.pt" named a truncated file the trainer
+    then set aside, resuming from an older one."""
     if last_phase == "Suspended":
         last = "stopped"
     elif last_phase in ("Pending", "Running", "Restarting"):  # the runner itself ended (killed, the machine rebooted)
@@ -854,10 +857,16 @@ def rerun_note(name: str, last_phase: object, newest: tuple[str, int] | None, sa
         last = last_phase.lower() if isinstance(last_phase, str) else "unknown"
     if saved_any is None:
         return f"running {name} again (last run: {last})"
+    skipped = "; ".join(f"{file}: {why}" for file, why in flawed[:3]) + (f"; and {len(flawed) - 3} more" if len(flawed) > 3 else "")
+    if on_disk is None and flawed:
+        return (f"{name}'s last run ({last}) left no whole checkpoint ({skipped}): the trainer sets them aside and starts "
+                "over, or fails NoUsableCheckpoint, as spec.checkpoint.whenNoneUsable says")
+    past = (f"; newer {'one is' if len(flawed) == 1 else 'ones are'} not whole ({skipped}): the trainer sets "
+            f"{'it' if len(flawed) == 1 else 'them'} aside") if flawed else ""
     if on_disk is not None and (newest is None or on_disk > newest[0]):  # names sort as their update counts
-        return f"resuming {name} from its newest checkpoint, {on_disk} (last run: {last})"
+        return f"resuming {name} from its newest {'whole ' if flawed else ''}checkpoint, {on_disk} (last run: {last}){past}"
     if newest is not None:
-        return f"resuming {name} from {newest[0]} at {newest[1]:,} timesteps (last run: {last})"
+        return f"resuming {name} from {newest[0]} at {newest[1]:,} timesteps (last run: {last}){past}"
     if saved_any:  # files progress.jsonl does not name: the trainer picks the newest valid one
         return f"resuming {name} from its newest checkpoint (last run: {last})"
     return f"running {name} again from the start: its last run ({last}) saved no checkpoint"
@@ -871,13 +880,32 @@ def newest_on_disk(checkpoint_dir: str) -> str | None:
         return None
 
 
-def newest_checkpoint(checkpoint_dir: str | None) -> tuple[str, int] | None:
+def newest_whole(checkpoint_dir: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """(the newest checkpoint file whose frame holds, by the trainer's own rule (contract.checkpoint_flaw), or None;
+    (name, why) of each newer one that does not). A file that cannot be read now is passed over unjudged."""
+    try:
+        names = sorted((n for n in os.listdir(checkpoint_dir) if contract.CHECKPOINT_NAME.fullmatch(n)), reverse=True)
+    except OSError:
+        return None, []
+    flawed = []
+    for name in names:
+        try:
+            why = contract.checkpoint_flaw(os.path.join(checkpoint_dir, name))
+        except OSError:
+            continue
+        if why is None:
+            return name, flawed
+        flawed.append((name, why))
+    return None, flawed
+
+
+def newest_checkpoint(checkpoint_dir: str | None, not_after: str | None = None) -> tuple[str, int] | None:
     """(file name, timesteps) of the newest checkpoint progress.jsonl names (the trainer adds a
-    record at each save) that is still on disk, or None."""
+    record at each save) that is still on disk, and not newer than `not_after` when given, or None."""
     for record in reversed(progress_records(progress_tail(checkpoint_dir).splitlines())):
         name, steps = record.get("checkpoint"), _number(record.get("timesteps"))
         if (isinstance(name, str) and steps is not None and os.path.basename(name) == name
-                and os.path.isfile(os.path.join(checkpoint_dir, name))):
+                and (not_after is None or name <= not_after) and os.path.isfile(os.path.join(checkpoint_dir, name))):
             return name, int(steps)
     return None
 
