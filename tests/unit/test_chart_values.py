@@ -14,12 +14,13 @@ from chart_support import (
     HelmError,
     helm,
     operator_container,
+    parse_operator_args,
     render,
     validate,
 )
 from kuberl.core import names, validation
 from kuberl.core import render as rendering
-from kuberl.operator.config import per_process_from_env
+from kuberl.operator.config import operator_config, per_process_from_env
 
 from tests.support.jobs import make_job
 
@@ -70,6 +71,30 @@ def test_trainer_default_resources_are_values_that_reach_every_pod(monkeypatch):
     assert rendering.render_pod(own, "ns", "u", 0, per_process=per_process)["spec"]["containers"][0]["resources"]["requests"] == {
         "cpu": "500m", "memory": "1Gi"}
     assert "trainer.resourcesPerProcess.memory" in refused("trainer.resourcesPerProcess.memory=lots").replace("/", ".")
+
+
+PULL_SECRETS = [["corp-pull", "registry.example.com"], [{"name": "corp-pull"}, {"name": "registry.example.com"}]]
+
+
+@pytest.mark.parametrize("secrets", PULL_SECRETS, ids=["names", "references"])
+def test_pull_secrets_are_taken_as_names_or_as_kubernetes_own_references_with_a_dot_too(secrets, monkeypatch):
+    """`imagePullSecrets: [{name: corp-pull}]`, a pod spec's and most charts' form, was refused (got object, want
+    string), and so was a Secret named registry.example.com: a Secret's name is a DNS-1123 subdomain (Kubernetes'
+    ValidateSecretName is NameIsDNSSubdomain), dots allowed."""
+    objects = render({"operator": {"imagePullSecrets": secrets}, "trainer": {"imagePullSecrets": secrets}})
+    workload, container = operator_container(objects)
+    assert workload["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "corp-pull"}, {"name": "registry.example.com"}]
+    assert not validate(workload)
+    for e in container["env"]:
+        if "value" in e:
+            monkeypatch.setenv(e["name"], e["value"])
+    assert operator_config(parse_operator_args(container["args"])).trainer_pull_secrets == ("corp-pull", "registry.example.com")
+
+
+@pytest.mark.parametrize("secret", [{"nam": "corp-pull"}, "Corp_Pull", {"name": "Corp_Pull"}, "x" * 254])
+@pytest.mark.parametrize("who", ["operator", "trainer"])
+def test_a_pull_secret_no_secret_can_be_named_is_refused_naming_the_value(who, secret):
+    assert f"/{who}/imagePullSecrets/0" in helm_refusal({who: {"imagePullSecrets": [secret]}})
 
 
 def test_a_bad_per_process_default_stops_the_operator_naming_the_value(monkeypatch):

@@ -68,6 +68,20 @@ app.kubernetes.io/name app.kubernetes.io/instance app.kubernetes.io/component ap
 {{- end -}}
 {{- end -}}
 
+{{/* A values list of Secrets as their names, comma-separated: each is a name, or Kubernetes' own {name: ...}
+     (what a pod spec and most charts take). */}}
+{{- define "kuberl.secretNames" -}}
+{{- $names := list -}}
+{{- range . -}}
+{{- if kindIs "map" . -}}
+{{- $names = append $names .name -}}
+{{- else -}}
+{{- $names = append $names . -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $names -}}
+{{- end -}}
+
 {{- define "kuberl.operatorImage" -}}
 {{- include "kuberl.image" (dict "image" .Values.operator.image "what" "operator" "appVersion" .Chart.AppVersion) -}}
 {{- end -}}
@@ -164,7 +178,7 @@ spec:
   automountServiceAccountToken: true
   {{- with .Values.operator.imagePullSecrets }}
   imagePullSecrets:
-    {{- range . }}
+    {{- range splitList "," (include "kuberl.secretNames" .) }}
     - name: {{ . }}
     {{- end }}
   {{- end }}
@@ -225,7 +239,7 @@ spec:
         - name: KUBERL_TRAINER_IMAGE_PULL_POLICY
           value: {{ .Values.trainer.image.pullPolicy | quote }}
         - name: KUBERL_TRAINER_IMAGE_PULL_SECRETS
-          value: {{ join "," .Values.trainer.imagePullSecrets | quote }}
+          value: {{ include "kuberl.secretNames" .Values.trainer.imagePullSecrets | quote }}
         - name: KUBERL_TRAINER_CPU_PER_PROCESS
           value: {{ .Values.trainer.resourcesPerProcess.cpu | toString | quote }}
         - name: KUBERL_TRAINER_MEMORY_PER_PROCESS
