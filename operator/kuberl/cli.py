@@ -480,7 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_files(p, many=False, directories=False)
     p.add_argument("--workers", type=int, help="pods to run, instead of the job's spec.workers (as --set workers=N)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field, e.g. --set totalTimesteps=20000")
-    p.add_argument("--plot", action="store_true", help="write a PNG learning curve when done")
+    p.add_argument("--plot", action="store_true",
+                   help="write a PNG learning curve into the run directory when done (kuberl plot -o puts one elsewhere)")
     p.add_argument("-v", "--verbose", action="store_true", help="also print each checkpoint rank 0 writes")
     p.add_argument("--dir", default="runs", help="where runs keep checkpoints, logs and plots")
     p.add_argument("--resume", action="store_true",
