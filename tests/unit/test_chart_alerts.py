@@ -105,7 +105,7 @@ def test_alert_labels_and_thresholds_reach_the_rules():
     assert all(r["labels"]["team"] == "ml-platform" for r in by_name.values())
     assert by_name["KuberlJobNotRunning"]["for"] == "2h"
     assert by_name["KuberlJobCrashLooping"]["expr"].rstrip().endswith(">= 5")
-    assert by_name["KuberlCheckpointOverdue"]["expr"].rstrip().endswith("> 7200")
+    assert "> 7200" in by_name["KuberlCheckpointOverdue"]["expr"] and "[7200s]" in by_name["KuberlCheckpointOverdue"]["expr"]
 
 
 def test_job_alerts_fire_for_the_job_in_trouble_only(tmp_path):
@@ -175,14 +175,24 @@ def test_job_alerts_fire_for_the_job_in_trouble_only(tmp_path):
             firing("KuberlCheckpointsSkipped", "5m", ({"namespace": "team-a", "rltj": "redo"}, "2")),
         ]},
         {"interval": "1m", "input_series": [
-            # Rank 0 wrote one checkpoint at 1 min and none since; one that checkpoints every minute;
-            # one that has written none yet this start (the gauge reads 0).
+            # Rank 0 wrote one checkpoint at 1 min and none since; one that checkpoints every minute.
             series(m.LAST_CHECKPOINT_TIMESTAMP, rank("team-a", "overdue", 0), "60x100"),
             series(m.LAST_CHECKPOINT_TIMESTAMP, rank("team-a", "current", 0), "0+60x100"),
+            # None written yet (the gauge reads 0): running since 0 min (everyUpdates beyond its pace), since 30 min
+            # (younger than the bound), and one that ended at 62 min without ever writing one.
             series(m.LAST_CHECKPOINT_TIMESTAMP, rank("team-a", "none-yet", 0), "0x100"),
+            series(m.LAST_CHECKPOINT_TIMESTAMP, rank("team-a", "young", 0), "_x30 0x70"),
+            series(m.LAST_CHECKPOINT_TIMESTAMP, rank("team-a", "ended", 0), "0x62"),
+            # Checkpointing every minute until its gang restarted at 41 min (a new pod: another instance), none since.
+            series(m.LAST_CHECKPOINT_TIMESTAMP, rank("team-a", "restarted", 0) + ', instance="10.0.0.1:9090"', "60+60x40"),
+            series(m.LAST_CHECKPOINT_TIMESTAMP, rank("team-a", "restarted", 0) + ', instance="10.0.0.2:9090"', "_x41 0x70"),
         ], "alert_rule_test": [
             firing("KuberlCheckpointOverdue", "60m"),
-            firing("KuberlCheckpointOverdue", "70m", ({"namespace": "team-a", "rltj": "overdue"}, "1h 9m 0s")),
+            firing("KuberlCheckpointOverdue", "70m", ({"namespace": "team-a", "rltj": "overdue"}, "1h 9m 0s"),
+                   ({"namespace": "team-a", "rltj": "none-yet"}, "1h 0m 0s")),
+            firing("KuberlCheckpointOverdue", "100m", ({"namespace": "team-a", "rltj": "overdue"}, "1h 39m 0s"),
+                   ({"namespace": "team-a", "rltj": "none-yet"}, "1h 0m 0s"), ({"namespace": "team-a", "rltj": "young"}, "1h 0m 0s")),
+            firing("KuberlCheckpointOverdue", "110m", ({"namespace": "team-a", "rltj": "restarted"}, "1h 0m 0s")),
         ]},
     ]
     run_promtool_tests(tmp_path, rules(), tests)
