@@ -662,6 +662,28 @@ def test_a_checkpoint_directory_something_else_holds_the_place_of_is_named_for_w
     assert (tmp_path / "file").read_bytes() == b"12345"
 
 
+@pytest.mark.parametrize("moment", ["read back", "pruning"])
+def test_a_checkpoint_directory_replaced_by_a_file_during_a_save_is_named_not_crashed(tmp_path, monkeypatch, moment):
+    """The directory was one when the save began and a file by its read-back or its pruning (a tenant's sidecar
+    racing the trainer): `NotADirectoryError` escaped as a crash, counted toward backoffLimit, where the same file
+    at a save's start fails the run naming it (seen once under load in tests/distributed/test_checkpoint_volumes.py)."""
+    directory = tmp_path / "job-uid"
+    checkpoint.save(str(directory), 1, ppo_like_state(1), keep=3)
+    step = checkpoint.read if moment == "read back" else checkpoint.list_checkpoints
+
+    def after_the_swap(*args, **kwargs):
+        if directory.is_dir():
+            directory.rename(tmp_path / "moved")
+            directory.write_text("not a directory\n")
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "read" if moment == "read back" else "list_checkpoints", after_the_swap)
+    with pytest.raises(checkpoint.CheckpointDirectoryNotADirectory) as refused:
+        checkpoint.save(str(directory), 2, ppo_like_state(2), keep=3)
+    assert f"the checkpoint directory {directory} cannot be a directory: {directory} is a regular file of 16 bytes" in str(
+        refused.value)
+
+
 @pytest.mark.parametrize("damage", ["none", "truncated", "one-bit", "grown", "bad-header", "empty", "fifo"])
 def test_kuberl_runs_frame_check_agrees_with_the_trainers_decode(tmp_path, damage):
     """`kuberl run` names the checkpoint it expects the trainer to resume from by contract.checkpoint_flaw (no

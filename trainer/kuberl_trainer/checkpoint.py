@@ -588,6 +588,10 @@ def save(directory: str, updates: int, state: dict, keep: int, volume: str = "",
     except CheckpointVolumeUnavailable:
         raise
     except OSError as e:
+        if e.errno in (errno.ENOTDIR, errno.EEXIST) and not os.path.isdir(directory):
+            # replaced by a file during this save (after make_directory found it a directory): the same end as
+            # at its start, not a crash that restarts into it
+            raise CheckpointDirectoryNotADirectory(directory) from e
         if volume_failure(e.errno, writable_at_start=True) != UNAVAILABLE:
             raise
         saved = _verified.get(path, (0, 0, False))[2]  # it read back: only pruning failed after it
