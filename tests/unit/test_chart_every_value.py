@@ -94,8 +94,8 @@ SETS: dict[str, tuple[list[str], str | None]] = {
     "monitoring.prometheusRule.checkpointMaxAgeSeconds": ([RULES, "monitoring.prometheusRule.checkpointMaxAgeSeconds=7200"], "> 7200"),
     "monitoring.dashboard.enabled": ([DASHBOARD], "kuberl.json"),
     "monitoring.dashboard.namespace": ([DASHBOARD, "monitoring.dashboard.namespace=grafana"], "namespace: grafana"),
-    "monitoring.dashboard.label": ([DASHBOARD, "monitoring.dashboard.label=grafana_dashboards"], "grafana_dashboards:"),
-    "monitoring.dashboard.labelValue": ([DASHBOARD, "monitoring.dashboard.labelValue=yes"], 'grafana_dashboard: "yes"'),
+    "monitoring.dashboard.label": ([DASHBOARD, "monitoring.dashboard.label=grafana_dashboards"], '"grafana_dashboards":'),
+    "monitoring.dashboard.labelValue": ([DASHBOARD, "monitoring.dashboard.labelValue=yes"], '"grafana_dashboard": "yes"'),
     "monitoring.dashboard.folder": ([DASHBOARD, "monitoring.dashboard.folder=ML"], "ML"),
     "tests.timeoutSeconds": (["tests.timeoutSeconds=30"], "timeout=30)"),
 }

@@ -20,6 +20,7 @@ from chart_support import (
 )
 from kuberl.core import names, validation
 from kuberl.core import render as rendering
+from kuberl.core.yamlreader import load_documents
 from kuberl.operator.config import operator_config, per_process_from_env
 
 from tests.support.jobs import make_job
@@ -203,6 +204,24 @@ def test_the_chart_checks_keys_and_values_with_kuberls_own_kubernetes_rules():
 ])
 def test_an_alert_label_prometheus_would_refuse_is_refused_naming_it(labels, expected):
     assert expected in helm_refusal(values_with("monitoring.prometheusRule.alertLabels", labels))
+
+
+@pytest.mark.parametrize("path", ["monitoring.serviceMonitor.labels", "monitoring.podMonitor.labels", "monitoring.prometheusRule.labels"])
+def test_a_monitors_label_that_common_labels_set_too_is_written_once_with_the_monitors_value(path):
+    """`release: kps` in commonLabels and in a monitor's labels (each for its own reason) wrote the key twice, which
+    yaml.v3 (kustomize's helmCharts, yq) refuses; the monitor's own value wins, as a more specific setting."""
+    values = values_with(path, {"release": "kps-monitors"})
+    values["monitoring"].update({"podMonitor": {"enabled": True, **values["monitoring"].get("podMonitor", {})},
+                                 "dashboard": {"enabled": True, "label": "release", "labelValue": "kps-dashboards"}})
+    values["commonLabels"] = {"release": "kps", "team": "ml"}
+    out = helm("template", "kuberl", str(CHART), "--namespace", "kuberl-system", values=values)
+    objects = [o for o in load_documents(out) if o]
+    kind = {"serviceMonitor": "ServiceMonitor", "podMonitor": "PodMonitor", "prometheusRule": "PrometheusRule"}[path.split(".")[1]]
+    labels = {o["kind"] if o["kind"] != "ConfigMap" else "dashboard": o["metadata"]["labels"] for o in objects
+              if o["kind"] in (kind, "ConfigMap", "Service")}
+    assert labels[kind]["release"] == "kps-monitors" and labels[kind]["team"] == "ml"
+    assert labels["dashboard"]["release"] == "kps-dashboards" and labels["dashboard"]["team"] == "ml"
+    assert labels["Service"]["release"] == "kps"
 
 
 @pytest.mark.parametrize(("dashboard", "expected"), [

@@ -27,8 +27,9 @@ app.kubernetes.io/component: operator
 {{ include "kuberl.labelsOf" (dict "root" . "component" "operator") }}
 {{- end -}}
 
-{{/* The labels of an object of `component` (operator, test): each key once, as a strict YAML reader
-     (yaml.v3, kustomize) refuses a key written twice. */}}
+{{/* The labels of an object of `component` (operator, test), then commonLabels and the object's own `extra` (a
+     monitor's labels: they win over commonLabels'): each key once, as a strict YAML reader (yaml.v3, kustomize)
+     refuses a key written twice. */}}
 {{- define "kuberl.labelsOf" -}}
 {{- with .root -}}
 app.kubernetes.io/name: {{ include "kuberl.name" . }}
@@ -37,7 +38,10 @@ app.kubernetes.io/component: {{ $.component }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-{{- with .Values.commonLabels }}
+{{- $labels := dict -}}
+{{- range $key, $value := .Values.commonLabels }}{{ $_ := set $labels $key $value }}{{ end -}}
+{{- range $key, $value := $.extra }}{{ $_ := set $labels $key $value }}{{ end -}}
+{{- with $labels }}
 {{ include "kuberl.strings" . }}
 {{- end }}
 {{- end }}
