@@ -84,7 +84,7 @@ def test_pull_secrets_are_taken_as_names_or_as_kubernetes_own_references_with_a_
     string), and so was a Secret named registry.example.com: a Secret's name is a DNS-1123 subdomain (Kubernetes'
     ValidateSecretName is NameIsDNSSubdomain), dots allowed."""
     objects = render({"operator": {"imagePullSecrets": secrets}, "trainer": {"imagePullSecrets": secrets}})
-    workload, container = operator_container(objects)
+    _, container = operator_container(objects)
     pods = pod_specs(objects)  # the operator's and `helm test`'s
     assert len(pods) == 2 and all(spec["imagePullSecrets"] == [{"name": "corp-pull"}, {"name": "registry.example.com"}] for _, spec in pods)
     assert not [problem for o in objects for problem in validate(o)]
