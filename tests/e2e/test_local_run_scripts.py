@@ -116,8 +116,9 @@ def test_a_path_that_leaves_the_pods_root_is_refused_before_anything_runs(tmp_pa
     done = subprocess.run([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 3, done.stdout + done.stderr  # could not run here
-    assert "terminationMessagePath" in done.stdout and ".mountPath" in done.stdout, done.stdout
-    assert "ran" not in done.stdout.splitlines()
+    # refused before a run directory is made, on stderr as an invalid job is (docs/troubleshooting.md)
+    assert "terminationMessagePath" in done.stderr and ".mountPath" in done.stderr, done.stdout + done.stderr
+    assert "ran" not in done.stdout.splitlines() and not (tmp_path / "runs").exists()
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "escaped-dir").exists()
 
 
