@@ -471,7 +471,23 @@ def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar():
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert configmap["metadata"]["annotations"]["grafana_folder"] == "kuberl"
     dashboard = json.loads(configmap["data"]["kuberl.json"])
-    assert dashboard == json.loads((CHART / "dashboards" / "kuberl.json").read_text())
+    assert {**dashboard, "uid": "kuberl"} == json.loads((CHART / "dashboards" / "kuberl.json").read_text())
+
+
+def dashboard_uid(release: str, namespace: str) -> str:
+    out = helm("template", release, str(CHART), "--namespace", namespace, "--set", "monitoring.dashboard.enabled=true",
+               "--show-only", "templates/dashboard.yaml")
+    return json.loads(yaml.safe_load(out)["data"]["kuberl.json"])["uid"]
+
+
+def test_each_release_has_its_own_dashboard_uid_kept_across_upgrades():
+    """Grafana keys dashboards by uid: two releases sharing a Grafana (kuberl in team-a and in team-b) wrote one
+    `uid: kuberl`, and the sidecar kept whichever it read last. Grafana refuses a uid over 40 characters."""
+    uids = [dashboard_uid(release, namespace) for release, namespace in
+            [("kuberl", "team-a"), ("kuberl", "team-b"), ("kuberl-gpu", "team-a"), ("x" * 53, "y" * 63)]]
+    assert len(set(uids)) == len(uids), uids
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,40}", uid) for uid in uids), uids
+    assert dashboard_uid("kuberl", "team-a") == uids[0], "an upgrade of the release keeps its dashboard's uid"
 
 
 # --- generated copies ---------------------------------------------------------------

@@ -17,6 +17,12 @@
 {{- end -}}
 {{- end -}}
 
+{{/* The Grafana dashboard's uid: two releases (another namespace, another name) sharing a Grafana must not
+overwrite each other's dashboard, and an upgrade keeps its links; Grafana refuses a uid over 40 characters. */}}
+{{- define "kuberl.dashboardUid" -}}
+{{- printf "kuberl-%s" (printf "%s/%s" .Release.Namespace .Release.Name | sha256sum | trunc 20) -}}
+{{- end -}}
+
 {{- define "kuberl.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "kuberl.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
