@@ -127,9 +127,9 @@ def test_the_dashboard_covers_what_a_platform_team_watches():
     assert re.search(r'rank="0"', text) and "{{rank}}" in json.dumps(DASHBOARD), "per job and per rank"
 
 
-def evaluated(tmp_path, expr: str, input_series: list[dict], at: str, expected: list[dict]) -> None:
-    """promtool evaluates `expr` over `input_series` (one sample a minute) at `at` and must get exactly `expected`."""
-    test = {"interval": "1m", "input_series": input_series,
+def evaluated(tmp_path, expr: str, input_series: list[dict], at: str, expected: list[dict], interval: str = "1m") -> None:
+    """promtool evaluates `expr` over `input_series` (one sample each `interval`) at `at` and must get exactly `expected`."""
+    test = {"interval": interval, "input_series": input_series,
             "promql_expr_test": [{"expr": expr, "eval_time": at, "exp_samples": expected}]}
     (tmp_path / "tests.yaml").write_text(json.dumps({"rule_files": [], "tests": [test]}))
     result = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
@@ -191,6 +191,19 @@ def test_pods_created_show_a_jobs_first_gang(tmp_path):
     evaluated(tmp_path, panel_expr("Pods created per job"),
               [{"series": f"{metricnames.OPERATOR_PODS_CREATED_TOTAL}{{{created}}}", "values": "_x5 4x5"}], "8m",
               [{"labels": '{namespace="team-a", rltj="ppo"}', "value": 4}])
+
+
+def test_api_errors_show_failures_per_window_the_first_of_a_kind_included(tmp_path):
+    """A counter failing 4 times a minute for 10 minutes is 4 failures in a 1m window, not its running total of 40;
+    a (verb, resource, code) born at 1 shows its one failure (increase() alone reads 0 for it). Scraped every 15s,
+    so $__rate_interval (1m here) holds 4 samples, as Grafana makes it."""
+    replica = 'job="kuberl", namespace="kuberl-system", pod="kuberl-0", verb="{}", resource="pods", code="{}"'
+    series = [{"series": f"{metricnames.OPERATOR_API_ERRORS_TOTAL}{{{replica.format('create', '422')}}}", "values": "0+1x40"},
+              {"series": f"{metricnames.OPERATOR_API_ERRORS_TOTAL}{{{replica.format('list', '403')}}}", "values": "_x38 1x2"}]
+    evaluated(tmp_path, panel_expr("Operator API errors"), series, "10m", [
+        {"labels": '{verb="create", resource="pods", code="422"}', "value": 4},
+        {"labels": '{verb="list", resource="pods", code="403"}', "value": 1},
+    ], interval="15s")
 
 
 @pytest.mark.parametrize(("title", "legend"), [(p["title"], t["legendFormat"]) for p in DASHBOARD["panels"] if p["type"] != "row"
