@@ -193,6 +193,26 @@ def test_pods_created_show_a_jobs_first_gang(tmp_path):
               [{"labels": '{namespace="team-a", rltj="ppo"}', "value": 4}])
 
 
+# Counters every rank exports with the job's all-reduced total (trainer/kuberl_trainer/metrics.py): a line per rank
+# drawn from them is the same line world-size times.
+ALL_REDUCED_COUNTERS = (metricnames.ENV_STEPS_TOTAL, metricnames.EPISODES_TOTAL)
+
+
+@pytest.mark.parametrize(("title", "target"), [(p["title"], t) for p in DASHBOARD["panels"] if p["type"] != "row" for t in p["targets"]
+                                               if any(c in t["expr"] for c in ALL_REDUCED_COUNTERS)])
+def test_a_panel_of_an_all_reduced_counter_draws_a_line_per_job_not_per_rank(title, target):
+    assert "{{rank}}" not in target["legendFormat"], f"{title}: {target}"
+
+
+def test_mean_env_steps_per_rank_is_the_jobs_rate_over_its_world_size(tmp_path):
+    """Two ranks export the same all-reduced counter (4 steps/s for the job): one line of 2, not a line per rank."""
+    rank = 'namespace="team-a", rltj="ppo", rank="{r}", pod="ppo-{r}"'
+    series = [{"series": f"{metricnames.ENV_STEPS_TOTAL}{{{rank.format(r=r)}}}", "values": "0+60x40"} for r in (0, 1)]
+    series += [{"series": f"{metricnames.WORLD_SIZE}{{{rank.format(r=r)}}}", "values": "2x40"} for r in (0, 1)]
+    evaluated(tmp_path, panel_expr("Mean env steps/s per rank"), series, "10m",
+              [{"labels": '{namespace="team-a", rltj="ppo"}', "value": 2}], interval="15s")
+
+
 def test_api_errors_show_failures_per_window_the_first_of_a_kind_included(tmp_path):
     """A counter failing 4 times a minute for 10 minutes is 4 failures in a 1m window, not its running total of 40;
     a (verb, resource, code) born at 1 shows its one failure (increase() alone reads 0 for it). Scraped every 15s,
