@@ -349,5 +349,24 @@ def test_a_gif_of_few_colours_is_indexed_exactly_against_one_palette(tmp_path):
     with Image.open(tmp_path / "v.gif") as gif:
         gif.seek(3)
         assert np.array_equal(np.asarray(gif.convert("RGB")), frames[3])  # lossless through the file
-    many = [rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)]  # 2,400 colours: Pillow's own quantising
-    assert [i.mode for i in gif_frames(many, Image)] == ["RGB"]
+    many = [rng.integers(0, 256, (40, 60, 3), dtype=np.uint8) for _ in range(2)]  # 2,400 colours: Pillow's own quantising
+    Image.fromarray(many[0]).save(tmp_path / "pillow.gif", save_all=True, append_images=[Image.fromarray(many[1])], duration=33, loop=0)
+    quantised = gif_frames(many, Image)
+    quantised[0].save(tmp_path / "ours.gif", save_all=True, append_images=quantised[1:], duration=33, loop=0)
+    assert (tmp_path / "ours.gif").read_bytes() == (tmp_path / "pillow.gif").read_bytes()
+
+
+def test_kuberl_eval_video_holds_a_byte_a_pixel_while_it_plays(tmp_path):
+    """`kuberl eval RUN --video x.gif` kept every frame as RGB until the episode ended, then a GIF's copy beside
+    them: 5,000 600x400 CartPole frames (its 3.6 GB) and more, enough to end a laptop's session."""
+    import tracemalloc
+
+    policy = policies.load_policy(endless_pendulum(tmp_path))
+    frames, tables = 80, 2 * (1 << 24)  # Pendulum draws 500x500 frames; the colour tables are fixed, 32 MiB
+    tracemalloc.start()
+    try:
+        assert policies.record(policy, str(tmp_path / "p.gif"), max_frames=frames)[1] == frames
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak - tables < 1.5 * frames * 500 * 500  # one byte a pixel and a frame's work; RGB kept was 3

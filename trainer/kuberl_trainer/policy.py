@@ -45,7 +45,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -419,7 +419,7 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
         # MuJoCo's default, GLFW, needs a display: without one it draws off-screen through EGL (read when it first draws)
         os.environ.setdefault("MUJOCO_GL", "egl")
     env = env_for(policy, "rgb_array")
-    frames, total, ended = [], 0.0, False
+    frames, total, ended = GifFrames(Image), 0.0, False
     try:
         obs, _ = env.reset(seed=seed)
         for _ in range(max_frames):
@@ -432,7 +432,7 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
                 raise UnusableModel(f"--video: {policy.env_id} cannot draw its frames here ({type(e).__name__}: {e})") from None
             if frame is None:
                 raise UnusableModel(f"{policy.env_id} renders no rgb_array frames: no video")
-            frames.append(np.asarray(frame, dtype=np.uint8))
+            frames.add(np.asarray(frame, dtype=np.uint8))
             obs, reward, terminated, truncated, _ = env.step(policy(obs))
             total += float(reward)
             if terminated or truncated:
@@ -440,35 +440,89 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
                 break
     finally:
         env.close()
-    images = gif_frames(frames, Image)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=max(1, round(1000 / fps)), loop=0)
-    return total, len(frames), ended
+    count = len(frames)
+    images = frames.images()
+    next(images).save(path, save_all=True, append_images=images, duration=max(1, round(1000 / fps)), loop=0)
+    return total, count, ended
 
 
-def gif_frames(frames: list[np.ndarray], Image: Any) -> list:
-    """RGB frames as a GIF holds them. Where the episode has at most 256 colours (CartPole's 234, Atari's NTSC
-    palette of 128), every frame is indexed exactly against one palette of them; otherwise Pillow quantises
-    each frame alone, as it did for all: 35 ms a 600x400 CartPole frame, 17 s of a 500-frame video's 20."""
-    if any(f.ndim != 3 or f.shape[2] != 3 for f in frames):  # grey or RGBA frames: Pillow's own conversion
-        return [Image.fromarray(f) for f in frames]
+class GifFrames:
+    """An episode's frames as a GIF holds them, one byte a pixel, made as each frame arrives: kept as RGB until
+    the end, 5,000 CartPole frames held 3.6 GB. While the episode has at most 256 colours (CartPole's 234, Atari's
+    NTSC palette of 128) a frame is kept as indices into the colours seen so far, and every frame is written
+    against one exact palette of them, in colour order; past 256 colours (or a frame not RGB) each frame is
+    converted as Pillow's GIF writer converts it: quantised alone (35 ms a 600x400 frame)."""
 
-    def key(f: np.ndarray) -> np.ndarray:  # made again where needed: 5,000 frames' keys kept would be 4.8 GB
-        return f[..., 0].astype(np.uint32) << 16 | f[..., 1].astype(np.uint32) << 8 | f[..., 2]
-    seen = np.zeros(1 << 24, dtype=bool)
-    for f in frames:
-        seen[key(f)] = True
-    colours = np.flatnonzero(seen)
-    if len(colours) > 256:
-        return [Image.fromarray(f) for f in frames]
-    index = np.zeros(1 << 24, dtype=np.uint8)
-    index[colours] = np.arange(len(colours), dtype=np.uint8)
-    palette = np.stack([colours >> 16, colours >> 8 & 255, colours & 255], axis=1).astype(np.uint8).ravel().tolist()
-    images = []
-    for f in frames:
-        image = Image.frombytes("P", (f.shape[1], f.shape[0]), index[key(f)].tobytes())
-        image.putpalette(palette)
-        images.append(image)
-    return images
+    def __init__(self, Image: Any):
+        self.Image = Image
+        self.held: list = []  # index arrays while exact, else Pillow images
+        self.exact = True
+        self.seen = np.zeros(1 << 24, dtype=bool)
+        self.index = np.zeros(1 << 24, dtype=np.uint8)  # a colour's index in arrival order, read where seen
+        self.colours: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def add(self, frame: np.ndarray) -> None:
+        if self.exact and (frame.ndim != 3 or frame.shape[2] != 3 or not self._index(frame)):
+            self._give_up_exactness()
+        if not self.exact:
+            self.held.append(self._pillows(frame))
+
+    def _index(self, frame: np.ndarray) -> bool:
+        """Keep `frame` as indices; False (nothing kept) where it brings the episode past 256 colours."""
+        key = frame[..., 0].astype(np.uint32) << 16 | frame[..., 1].astype(np.uint32) << 8 | frame[..., 2]
+        known = self.seen[key]
+        if not known.all():
+            new = np.unique(key[~known])
+            if len(self.colours) + len(new) > 256:
+                return False
+            self.index[new] = np.arange(len(self.colours), len(self.colours) + len(new), dtype=np.uint8)
+            self.seen[new] = True
+            self.colours.extend(new.tolist())
+        self.held.append(self.index[key])
+        return True
+
+    def _pillows(self, frame: np.ndarray) -> Any:
+        """The frame as the GIF writer makes it (GifImagePlugin._normalize_mode): RGB quantised alone."""
+        image = self.Image.fromarray(frame)
+        return image.convert("P", palette=self.Image.Palette.ADAPTIVE) if image.mode == "RGB" else image
+
+    def _give_up_exactness(self) -> None:
+        rgb = self._rgb()
+        self.held = [self._pillows(rgb[indices]) for indices in self.held]  # one RGB frame at a time
+        self.exact, self.seen, self.index = False, None, None
+
+    def _rgb(self) -> np.ndarray:
+        colours = np.array(self.colours, dtype=np.uint32)
+        return np.stack([colours >> 16, colours >> 8 & 255, colours & 255], axis=1).astype(np.uint8).reshape(-1, 3)
+
+    def images(self) -> Iterator[Any]:
+        """The frames as Pillow images, each let go once given (the writer keeps its own copy)."""
+        held, self.held = self.held, []
+        if not self.exact:
+            yield from held
+            return
+        order = np.argsort(np.array(self.colours, dtype=np.uint32), kind="stable")
+        colour_order = np.empty(len(order), dtype=np.uint8)
+        colour_order[order] = np.arange(len(order), dtype=np.uint8)  # arrival index -> index in colour order
+        palette = self._rgb()[order].ravel().tolist()
+        held.reverse()
+        while held:
+            indices = held.pop()
+            image = self.Image.frombytes("P", (indices.shape[1], indices.shape[0]), colour_order[indices].tobytes())
+            image.putpalette(palette)
+            del indices
+            yield image
+
+
+def gif_frames(frames: Iterable[np.ndarray], Image: Any) -> list:
+    """RGB frames as a GIF holds them (GifFrames), all at once."""
+    held = GifFrames(Image)
+    for frame in frames:
+        held.add(frame)
+    return list(held.images())
 
 
 # --- export for serving --------------------------------------------------------------
