@@ -168,23 +168,8 @@ def test_q_networks_and_td_maths_stay_on_the_device(fake, space, precision):
 def test_dqn_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch):
     """DQNTrainer.learn on fake CUDA: batches drawn from the (host) replay buffer,
     target values, every gradient step's loss and their sum."""
-    hp = DQNConfig(buffer_size=256, learning_starts=64, batch_size=32, train_frequency=4, gradient_steps=2)
-    ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is: no fused CPU path
-    trainer = dqn.DQNTrainer(ctx, hp, "CartPole-v1", 4, {}, 10_000, 7, 0)
-    for _ in range(32):  # acting needs a host sync: real CPU work, done before the fake mode
-        trainer.next_obs = trainer.envs.step(trainer.envs.action_space.sample())[0]
-        trainer.replay.add(trainer.next_obs, np.zeros(4, np.int64), np.ones(4, np.float32),
-                           np.zeros(4, bool), np.zeros(4, bool), np.ones(4, bool))
-    trainer.ctx = dataclasses.replace(ctx, device=CUDA)
-    backward = []
-    monkeypatch.setattr(torch.Tensor, "backward", lambda loss, *a, **k: backward.append(loss.device))
-    on_fake_cuda(fake, trainer.agent).requires_grad_(False)  # recording autograd on fake CUDA aborts too
-    on_fake_cuda(fake, trainer.target)
-    monkeypatch.setattr(trainer, "to_tensors", lambda batch: tuple(
-        fake_cuda(fake, a) for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs)))
-    with fake:
-        losses = trainer.learn()
-    assert backward == [CUDA] * trainer.gradient_steps
+    backward, losses = dqn_learning_on_fake_cuda(fake, monkeypatch, VECTOR, "huber")
+    assert backward == [CUDA] * 2  # gradientSteps 2: each step's loss on the learner's device
     assert {name: loss.device for name, loss in losses.items()} == {"value_loss": CUDA}
 
 
