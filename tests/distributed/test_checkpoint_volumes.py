@@ -4,6 +4,7 @@ start, and a volume that cannot heal (read-only) or is full says so. The
 read-only and full volumes are real mounts, made in a private mount namespace
 (`unshare`): a read-only bind mount answers EROFS, a small tmpfs ENOSPC."""
 
+import itertools
 import os
 import re
 import shlex
@@ -200,8 +201,14 @@ def test_a_file_written_over_the_checkpoint_directory_while_training_fails_the_r
     while not list(job.checkpoint_dir.glob("ckpt-*.pt")):
         assert time.monotonic() < deadline and ranks.procs[0].poll() is None, ranks.log(0)
         time.sleep(0.05)
-    job.checkpoint_dir.rename(tmp_path / "moved")
-    job.checkpoint_dir.write_text("not a directory\n")
+    for taken_away in itertools.count():  # the trainer may make it again between the two steps: take that one too
+        job.checkpoint_dir.rename(tmp_path / f"moved-{taken_away}")
+        try:
+            with open(job.checkpoint_dir, "x") as blocking:
+                blocking.write("not a directory\n")
+            break
+        except (IsADirectoryError, FileExistsError):
+            continue
     assert ranks.wait(timeout=60) == [contract.EXIT_CONFIG_ERROR], ranks.log(0)
     reason = job.termination_log(0)
     assert reason.startswith(f"{contract.REASON_CONFIG_ERROR}: the checkpoint directory {job.checkpoint_dir} cannot be a "
