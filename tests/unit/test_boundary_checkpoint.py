@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 import torch
-from kuberl.core import contract, trainerconfig
+from kuberl.core import contract, safetext, trainerconfig
 from kuberl_trainer import __main__ as entry
 from kuberl_trainer import checkpoint, paths, session
 from kuberl_trainer.distributed import Dist
@@ -158,6 +158,34 @@ def test_a_checkpoint_trained_as_something_else_is_unusable_naming_what_differs(
     with pytest.raises(checkpoint.NoUsableCheckpoint, match="ckpt-0000000005.pt: " + said) as refused:
         session.run_updates(trainer, training)
     assert refused.value.unusable == [(foreign, said)] and os.path.exists(foreign)  # whenNoneUsable: Fail keeps it
+
+
+HOSTILE_TRAINED_AS = {  # a tenant's crafted file: (what trained_as becomes, what the refusal says)
+    "megabyte-env": ({"env": "A" * 1_000_000}, "trained on " + "A" * 80 + "… (1000000 characters) with ppo; this job is"),
+    "escapes-and-breaks": ({"env": "\x1b[2J\x1b]8;;http://x\x07ok\r\u202eFORGED: line\n"},
+                           "trained on \\x1b[2J\\x1b]8;;http://x\\x07ok\\r\\u202eFORGED: line\\n with ppo; this job is"),
+    "list-env": ({"env": list(range(100_000))}, "trained_as.env is list, not text"),
+    "dict-algorithm": ({"algorithm": {"k": "v" * 100_000}}, "trained_as.algorithm is dict, not text"),
+    "tensor-normalisation": ({"normalizeObservation": torch.ones(3)}, "trained_as.normalizeObservation is Tensor, not true or false"),
+    "missing-env": ({"env": None}, "trained_as.env is NoneType, not text"),
+    "huge-int": ({"env": 10 ** 4000}, "trained_as.env is int, not text"),  # JSON's most; weights_only reads no longer
+}
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_TRAINED_AS, ids=list(HOSTILE_TRAINED_AS))
+def test_a_crafted_trained_as_is_refused_in_a_short_escaped_line_never_a_crash(tmp_path, monkeypatch, caplog, hostile):
+    # a 1 MB env name reached the log and the termination message whole, escapes raw; a tensor crashed the start
+    fields, said = HOSTILE_TRAINED_AS[hostile]
+    state = trained_state(tmp_path, monkeypatch)
+    state["trained_as"] = {**state["trained_as"], **fields}
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
+    placed(training, 5, state)
+    with pytest.raises(checkpoint.NoUsableCheckpoint) as refused:
+        session.run_updates(trainer, training)
+    (_, why), = refused.value.unusable
+    assert why.startswith(said) and len(why) < 400 and "\n" not in why and not safetext.has_unsafe(why), why[:500]
+    warned = [r.getMessage() for r in caplog.records if "skipping checkpoint" in r.getMessage()]
+    assert warned and all(len(line) < 1000 and not safetext.has_unsafe(line) for line in warned)
 
 
 def test_a_foreign_checkpoint_is_set_aside_and_the_older_own_one_resumed(tmp_path, monkeypatch):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-from kuberl.core import contract, names
+from kuberl.core import contract, names, safetext
 from kuberl.core.trainerconfig import TrainerConfig
 
 from . import checkpoint, distributed, evaluation
@@ -316,10 +316,12 @@ class TrainingSession:
         if (why := _resumable(state)) is not None:
             return why
         recorded, own = state.get("trained_as"), trained_as(self.spec)
-        if recorded is None or recorded == own:
+        if recorded is None:
             return None
-        if not isinstance(recorded, dict):
-            return f"trained_as is {type(recorded).__name__}, not a mapping"
+        if (wrong := trained_as_problem(recorded)) is not None:  # before comparing: a tensor's == is no bool
+            return wrong
+        if recorded == own:
+            return None
         return f"trained on {describe_trained_as(recorded)}; this job is {describe_trained_as(own)}"
 
     def after_update(self, report: UpdateReport, algorithm: Algorithm) -> None:
@@ -604,10 +606,33 @@ def trained_as(spec) -> dict:
             "normalizeObservation": bool(getattr(hp, "normalize_observation", False))}
 
 
+TRAINED_AS_TYPES = {"algorithm": str, "env": str, "normalizeObservation": bool}  # what trained_as writes
+TRAINED_AS_SHOWN = 80  # characters of a recorded string a refusal shows: any env id a person reads, not a tenant's megabyte
+
+
+def trained_as_problem(record: object) -> str | None:
+    """Why a checkpoint's trained_as is not what `trained_as` writes (None: it is). The file is the tenant's: a
+    list, a tensor or a huge int there is refused by its type's name, never printed, compared or made a bool."""
+    if not isinstance(record, dict):
+        return f"trained_as is {type(record).__name__}, not a mapping"
+    for key, kind in TRAINED_AS_TYPES.items():
+        if type(record.get(key)) is not kind:
+            found = "missing" if key not in record else type(record[key]).__name__
+            return f"trained_as.{key} is {found}, not {'text' if kind is str else 'true or false'}"
+    return None
+
+
 def describe_trained_as(record: dict) -> str:
-    """`CartPole-v1 with ppo` (and `, observations normalised` when they were)."""
-    normalised = ", observations normalised" if record.get("normalizeObservation") else ""
-    return f"{record.get('env')} with {record.get('algorithm')}{normalised}"
+    """`CartPole-v1 with ppo` (and `, observations normalised` when they were), of a record `trained_as_problem`
+    passed: each string on one line, escaped (safetext) and cut to TRAINED_AS_SHOWN characters, as it reaches the
+    log, the termination message and so the job's status and Events."""
+    normalised = ", observations normalised" if record["normalizeObservation"] else ""
+    return f"{_shown(record['env'])} with {_shown(record['algorithm'])}{normalised}"
+
+
+def _shown(text: str) -> str:
+    escaped = safetext.one_line(text)
+    return escaped if len(escaped) <= TRAINED_AS_SHOWN else f"{escaped[:TRAINED_AS_SHOWN]}… ({len(text)} characters)"
 
 
 def _resumable(state: dict) -> str | None:
