@@ -590,7 +590,8 @@ def step_graphs(device, ppo_envs: int = 16, ppo_steps: int = 128, dqn_envs: int 
     ppo_trainer.envs.close()
 
     dqn_hp = DQNConfig(buffer_size=10_000, batch_size=32, learning_starts=dqn_envs * 8, train_frequency=4)
-    dqn_trainer = DQNTrainer(ctx, dqn_hp, GAME, dqn_envs, {}, 10**9, 1, 0)
+    # the reference learner (fast=False): the trainer's own replays its graphs already (learners.GraphedQLearner)
+    dqn_trainer = DQNTrainer(ctx, dqn_hp, GAME, dqn_envs, {}, 10**9, 1, 0, fast=False)
     while not dqn_trainer.learning():
         dqn_trainer.collect(1.0)  # random actions until the buffer holds learning_starts
     drawn = dqn_trainer.to_tensors(dqn_trainer.replay.sample(32 * 8, dqn_hp.gamma, dqn_trainer.np_rng))

@@ -176,3 +176,19 @@ def test_ranks_whose_epochs_take_milliseconds_read_a_stop_at_the_rollouts_all_re
         assert rank["counts"] == [1 + 4, 1, 1]  # the rollout's all-reduce, then one vote per epoch until measured
         assert rank["stops"] == [False, False, True]  # rank 1's stop in the second update's learning: the third's
         assert rank["epoch_seconds"] < 0.5
+
+
+def test_dqns_graphed_learner_keeps_ranks_equal_and_learns_what_ddp_learns(tmp_path):
+    """learners.GraphedQLearner (a GPU rank's DQN learner in fp32) sums one flat gradient between its
+    graphs and takes rank 0's weights without DDP: two ranks that started apart end equal, their target
+    networks too, at the weights DDP's reference learner reaches on the same batches."""
+    ranks = run_workers("graphed_q", tmp_path, 2)
+    for name in ("reference", "graphed"):
+        for a, b in zip(ranks[0][name]["agent"], ranks[1][name]["agent"], strict=True):
+            assert torch.equal(a, b), name
+    for name in ("reference", "graphed"):
+        for a, b in zip(ranks[0][name]["target"], ranks[1][name]["target"], strict=True):
+            assert torch.equal(a, b), name  # rank 0's weights copied to the target everywhere
+    for a, b in zip(ranks[0]["graphed"]["agent"], ranks[0]["reference"]["agent"], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)  # a sum then / 2 against DDP's / 2 then sum
+    assert ranks[0]["graphed"]["allreduces"] == 10  # one per gradient step: 5 draws of 2

@@ -202,6 +202,35 @@ def votes_where_epochs_are_long(out: Path) -> None:
         torch.save({"counts": counts, "stops": stops, "epoch_seconds": trainer.epoch_seconds}, out / f"rank-{ctx.rank}.pt")
 
 
+def graphed_q(out: Path) -> None:
+    """DQN's graphed learner (learners.GraphedQLearner, its bookkeeping without a GPU: graph=False)
+    beside the reference (DDP) on two ranks that start from different weights and learn on different
+    batches: each records both learners' weights after a few steps."""
+    from kuberl.core.spec import DQNConfig
+    from kuberl_trainer import dqn, learners
+
+    with process_group("gloo", 60, 60) as ctx:
+        made = {}
+        for name, kind in (("reference", learners.AutogradQLearner), ("graphed", learners.GraphedQLearner)):
+            torch.manual_seed(10 + ctx.rank)  # rank 0's weights must win, everywhere
+            agent, target = dqn.QNetwork(4, 2, [16]), dqn.QNetwork(4, 2, [16])
+            extra = {"graph": False} if kind is learners.GraphedQLearner else {}
+            made[name] = kind(agent, target, DQNConfig(batch_size=8, learning_rate=1e-2), ctx, dqn.q_loss,
+                              dict.fromkeys(("train_forward", "backward_optimizer"), 0.0), **extra)
+        rng = np.random.default_rng(ctx.rank)
+        for _ in range(5):
+            obs, next_obs = (torch.from_numpy(rng.normal(size=(16, 4)).astype(np.float32)) for _ in range(2))
+            batch = (obs, torch.from_numpy(rng.integers(0, 2, 16)), torch.from_numpy(rng.normal(size=16).astype(np.float32)),
+                     torch.full((16,), 0.99))
+            for learner in made.values():
+                next_inputs = learner.inputs(next_obs)
+                learner.learn_draw((*batch, next_inputs), learner.target_q(next_inputs))
+        torch.save({name: {"agent": [p.detach().clone() for p in learner.agent.parameters()],
+                           "target": [p.detach().clone() for p in learner.target.parameters()],
+                           "allreduces": len(learner.allreduce_seconds)} for name, learner in made.items()},
+                   out / f"rank-{ctx.rank}.pt")
+
+
 def gather(out: Path) -> None:
     """Each rank's bytes of its own length (rank 1's empty) gathered on rank 0 as tensors, never pickled."""
     from kuberl_trainer import distributed
@@ -213,5 +242,5 @@ def gather(out: Path) -> None:
 
 if __name__ == "__main__":
     {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch,
-     "gradient_sync": gradient_sync, "gather": gather,
+     "gradient_sync": gradient_sync, "gather": gather, "graphed_q": graphed_q,
      "stop_while_learning": stop_while_learning, "votes_where_epochs_are_long": votes_where_epochs_are_long}[sys.argv[1]](Path(sys.argv[2]))

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from kuberl.core import metricnames
 from kuberl.core.spec import DQNConfig, PPOConfig
-from kuberl_trainer import device, distributed, networks
+from kuberl_trainer import device, distributed, learners, networks
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.metrics import TrainerMetrics
@@ -202,3 +202,43 @@ def test_dqn_learns_pong_from_pixels_on_one_gpu(precision):
     assert all(p.device == GPU for p in trainer.agent.parameters())
     learned = [r.losses["value_loss"] for r in session.reports if r.losses]
     assert learned and all(np.isfinite(learned))
+    graphed = isinstance(trainer.learner, learners.GraphedQLearner)
+    assert graphed is (precision == "fp32")  # 48 gradient steps: captured after StepGraph.WARM_UPS
+    assert not graphed or (trainer.learner.backward.cuda_graph is not None and trainer.learner.apply.cuda_graph is not None)
+
+
+def test_dqns_gradient_steps_replayed_from_cuda_graphs_learn_what_the_same_steps_learn_eagerly(monkeypatch):
+    """learners.GraphedQLearner captured and replayed against the same learner run eagerly (graph=False),
+    from the same weights on the same draws, with cuDNN's deterministic kernels: a graph replays the
+    kernels it captured, so the weights must agree to float rounding. Inputs left stale in the graph's
+    tensors, a gradient outside the buffer Adam reads or a step captured twice would not."""
+    from kuberl_trainer import dqn
+
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    ctx, made = Dist(0, 1, 0, 1, GPU, None), []
+    for graph in (True, False):
+        torch.manual_seed(1)
+        agent, target = networks.QCNN((4, 84, 84), 6).to(GPU), networks.QCNN((4, 84, 84), 6).to(GPU)
+        hp = DQNConfig(batch_size=32, learning_rate=1e-4)
+        made.append(learners.GraphedQLearner(agent, target, hp, ctx, dqn.q_loss, {"backward_optimizer": 0.0}, graph=graph))
+    start = [p.detach().clone() for p in made[0].agent.parameters()]
+    rng = np.random.default_rng(0)
+    losses = {True: [], False: []}
+    for _ in range(6):  # 12 steps: 3 warm-ups, a capture, then replays
+        n = 64
+        frames = [torch.from_numpy(rng.integers(0, 256, (n, 4, 84, 84), np.uint8)).to(GPU) for _ in range(2)]
+        actions = torch.from_numpy(rng.integers(0, 6, n)).to(GPU)
+        returns = torch.from_numpy(rng.normal(size=n).astype(np.float32)).to(GPU)
+        discount = torch.full((n,), 0.99**3, device=GPU)
+        for learner, graph in zip(made, (True, False), strict=True):
+            next_inputs = learner.inputs(frames[1])
+            losses[graph].append(learner.learn_draw((frames[0], actions, returns, discount, next_inputs),
+                                                    learner.target_q(next_inputs)))
+    replayed, eager = made
+    assert replayed.backward.cuda_graph is not None and replayed.apply.cuda_graph is not None
+    assert eager.backward.cuda_graph is None
+    torch.testing.assert_close(torch.stack(losses[True]), torch.stack(losses[False]), rtol=1e-5, atol=1e-6)
+    for a, b in zip(replayed.agent.parameters(), eager.agent.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert any(not torch.allclose(a, b) for a, b in zip(replayed.agent.parameters(), start, strict=True))

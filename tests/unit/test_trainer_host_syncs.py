@@ -127,6 +127,19 @@ def test_dqns_gradient_steps_never_wait_for_the_device(counted, double):
     assert total.shape == () and total.requires_grad is False
 
 
+def test_dqns_graphed_gradient_steps_never_wait_for_the_device(counted):
+    """The learner a GPU rank runs in fp32 (learners.GraphedQLearner): its copies into the graph's
+    tensors, the gradient buffer and the step read nothing back either (a sync inside a capture fails it)."""
+    reference = q_learner(double=True)
+    learner = learners.GraphedQLearner(reference.agent, reference.target, reference.hp, reference.ctx, dqn.q_loss,
+                                       reference.timings, graph=False)
+    drawn = draw(learner, 3)
+    learner.learn_draw(drawn, learner.target_q(drawn[-1]))  # warm: Adam's state exists
+    with counted() as mode:
+        learner.learn_draw(drawn, learner.target_q(drawn[-1]))
+    assert mode.syncs == 0, (mode.ops["_local_scalar_dense"], dict(mode.host_reads))
+
+
 def test_dqns_gradient_step_stays_within_its_op_budget(counted):
     learner = q_learner(double=True)
     obs, actions, returns, discount, next_obs = draw(learner, 1)

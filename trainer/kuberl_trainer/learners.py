@@ -6,6 +6,8 @@ algorithms talk only to `self.policy`:
 
 - the reference: DDP (when distributed) + torch.optim.Adam + autograd on the
   algorithm's own loss, acting in torch on the bare module under no_grad;
+- on CUDA in fp32, DQN's gradient step replayed from CUDA graphs (GraphedQLearner:
+  the reference's maths on fixed tensors, its gradient summed between two graphs);
 - the CPU fast path, for small MLPs on CPU in fp32: fused.py's hand-written
   step (the same maths; its flat gradient summed by one torch.distributed
   all-reduce; rank 0's weights broadcast once instead of by DDP's
@@ -111,7 +113,17 @@ def q_learner(agent: nn.Module, target: nn.Module, hp, ctx: Dist, loss: Callable
     them. `timings` accumulates seconds under "train_forward" and "backward_optimizer"."""
     if fast and fused.supports_q(agent, ctx.device, hp.precision):
         return FusedQLearner(agent, target, hp, ctx, timings)
+    if fast and graphs_q(ctx.device, hp.precision):
+        return GraphedQLearner(agent, target, hp, ctx, loss, timings, graph=True)
     return AutogradQLearner(agent, target, hp, ctx, loss, timings)
+
+
+def graphs_q(device: torch.device, precision: str) -> bool:
+    """Whether DQN's gradient steps replay from CUDA graphs: on CUDA in fp32. A batch-32 step of the
+    Nature CNN is ~100 kernels of a few microseconds each, so eager it waits on Python and launches
+    (make gpu-check's graphs section, H100: 3.13 ms eager, 0.52 ms replayed). bf16 stays eager:
+    autocast's cast cache and graph capture do not mix without care, and DQN's examples are fp32."""
+    return device.type == "cuda" and precision == "fp32"
 
 
 def imports_torch_dynamo(pixels: bool, gpu: bool, hp) -> bool:
@@ -255,6 +267,7 @@ class AutogradQLearner:
         self.weights = list(agent.parameters())  # listed once: agent.parameters() walks every submodule
         self.allreduce_seconds: list[float] = []
         self.model = ddp(agent, ctx, self.allreduce_seconds)
+        networks.soft_update(target, agent, 1.0)  # the target equal to rank 0's weights (DDP's broadcast), everywhere
         self.optimizer = adam(agent, ctx.device, hp.learning_rate)
 
     def load_optimizer(self, state: dict) -> None:
@@ -373,3 +386,128 @@ class FusedQLearner:
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:
         return self.fused.greedy(obs)
+
+
+# --- DQN on CUDA: the reference's step replayed from CUDA graphs -----------------------
+
+
+class StepGraph:
+    """A function of fixed-shape tensors, replayed from a CUDA graph. Torch's CUDA graph docs ask
+    for warm-up runs on a side stream before capture (cuDNN's autotuning, cuBLAS's workspace,
+    Adam's lazily made state): the first WARM_UPS calls run the function there, for real; the
+    next captures it (capture records kernels without running them) and replays; later calls
+    copy their inputs into the graph's own tensors and replay. graph=False (CPU; tests) keeps
+    the same static tensors and copies and calls the function: the bookkeeping a graph needs,
+    checked where there is no GPU. A capture that fails is said once and the calls stay eager."""
+
+    WARM_UPS = 3
+
+    def __init__(self, fn: Callable[..., torch.Tensor | None], device: torch.device, graph: bool, name: str):
+        self.fn, self.device, self.graph, self.name = fn, device, graph, name
+        self.static: tuple[torch.Tensor, ...] | None = None
+        self.output: torch.Tensor | None = None
+        self.cuda_graph: torch.cuda.CUDAGraph | None = None
+        self.calls = 0
+
+    def fits(self, inputs: tuple[torch.Tensor, ...]) -> bool:
+        return self.static is None or all(
+            s.shape == t.shape and s.dtype == t.dtype and s.device == t.device for s, t in zip(self.static, inputs, strict=True))
+
+    def forget(self) -> None:
+        """Tensors the function reads were replaced (an optimizer state loaded): capture again."""
+        self.cuda_graph, self.calls = None, 0
+
+    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor | None:
+        if self.static is None:
+            self.static = tuple(t.detach().clone() for t in inputs)
+        else:
+            for static, t in zip(self.static, inputs, strict=True):
+                static.copy_(t)
+        if self.cuda_graph is not None:
+            self.cuda_graph.replay()
+            return self.output
+        if not self.graph:
+            self.output = self.fn(*self.static)
+            return self.output
+        if self.calls < self.WARM_UPS:
+            self.calls += 1
+            current, side = torch.cuda.current_stream(self.device), torch.cuda.Stream(self.device)
+            side.wait_stream(current)
+            with torch.cuda.stream(side):
+                self.output = self.fn(*self.static)
+            current.wait_stream(side)
+            return self.output
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self.output = self.fn(*self.static)
+        except RuntimeError as e:  # a step that cannot be captured still learns, eagerly
+            print(f"kuberl trainer: {self.name} stays eager: CUDA graph capture failed: {e}"[:500], flush=True)
+            self.graph = False
+            self.output = self.fn(*self.static)
+            return self.output
+        self.cuda_graph = graph
+        graph.replay()
+        return self.output
+
+
+class GraphedQLearner(AutogradQLearner):
+    """The reference learner's step (the same loss, clipping and torch Adam, so checkpoints move
+    between the two) as two graphs: forward and backward into one flat gradient, then the mean
+    over ranks and the optimiser step. The gradient all-reduce runs between them, outside any
+    graph (NCCL on the current stream: no host wait). No DDP: rank 0's weights are broadcast
+    once, as DDP's constructor would."""
+
+    def __init__(self, agent: nn.Module, target: nn.Module, hp, ctx: Dist, loss: Callable, timings: dict[str, float],
+                 graph: bool = True):
+        self.agent, self.target, self.hp, self.ctx, self.loss, self.timings = agent, target, hp, ctx, loss, timings
+        self.weights = list(agent.parameters())
+        self.allreduce_seconds: list[float] = []
+        self.model = agent
+        with torch.no_grad():
+            flat = torch.cat([w.detach().reshape(-1) for w in self.weights])
+            distributed.take_rank0_parameters(ctx, flat)
+            for w, chunk in zip(self.weights, flat.split([w.numel() for w in self.weights]), strict=True):
+                w.copy_(chunk.view_as(w))
+        networks.soft_update(target, agent, 1.0)  # the target equal to rank 0's weights, everywhere
+        # every gradient a view of one flat buffer: one all-reduce, and tensors a graph can keep
+        self.gradient = torch.zeros(sum(w.numel() for w in self.weights), device=ctx.device)
+        for w, chunk in zip(self.weights, self.gradient.split([w.numel() for w in self.weights]), strict=True):
+            w.grad = chunk.view_as(w)
+        self.optimizer = adam(agent, ctx.device, hp.learning_rate)
+        self.sum_gradient = _gradient_sum(ctx, self.allreduce_seconds)
+        self.backward = StepGraph(self._forward_backward, ctx.device, graph, "DQN's forward and backward")
+        self.apply = StepGraph(self._apply_gradient, ctx.device, graph, "DQN's optimiser step")
+
+    def load_optimizer(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)  # new state tensors: the optimiser's graph reads the old ones
+        self.apply.forget()
+
+    def _forward_backward(self, obs, actions, returns, discount, next_inputs, next_q_target) -> torch.Tensor:
+        """The loss on one batch, its gradient accumulated into self.gradient (zeroed first)."""
+        self.gradient.zero_()
+        with torch.no_grad():
+            next_q_online = self.agent.q_values(next_inputs) if self.hp.double_dqn else None
+        loss = self.loss(self.agent(obs), actions, returns, discount, next_q_target, next_q_online, self.hp.loss)
+        loss.backward()
+        return loss.detach()
+
+    def _apply_gradient(self) -> None:
+        if self.ctx.world_size > 1:
+            self.gradient.div_(self.ctx.world_size)  # summed by the all-reduce; DDP's mean
+        nn.utils.clip_grad_norm_(self.weights, self.hp.max_grad_norm, foreach=True)
+        self.optimizer.step()
+
+    def step(self, obs, actions, returns, discount, next_inputs, next_q_target=None) -> torch.Tensor:
+        started = time.perf_counter()
+        if next_q_target is None:
+            next_q_target = self.target_q(next_inputs)
+        batch = (obs, actions, returns, discount, next_inputs, next_q_target)
+        # a batch of another shape (a caller's own) runs the same function eagerly
+        loss = self.backward(*batch) if self.backward.fits(batch) else self._forward_backward(*batch)
+        if self.sum_gradient is not None:
+            with distributed.collectives():
+                self.sum_gradient(self.gradient)
+        self.apply()
+        self.timings["backward_optimizer"] += time.perf_counter() - started
+        return loss.clone()  # the graph's output tensor is overwritten by the next replay

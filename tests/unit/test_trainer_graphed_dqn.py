@@ -1,0 +1,144 @@
+"""DQN's gradient step replayed from CUDA graphs (learners.GraphedQLearner), checked on a CPU.
+
+A CUDA graph replays fixed kernels on fixed tensors, so what can go wrong is the bookkeeping
+around it: inputs copied into the graph's tensors, gradients that must stay views of the one
+buffer the graph and the all-reduce write, an optimizer state loaded under a captured step.
+graph=False runs that bookkeeping with plain calls, so these tests hold it to the reference
+learner (AutogradQLearner: DDP + torch Adam), bit for bit. tests/gpu captures and replays.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from kuberl.core.spec import DQNConfig
+from kuberl_trainer import dqn, learners, networks
+from kuberl_trainer.distributed import Dist
+
+CPU = torch.device("cpu")
+FRAMES = (4, 84, 84)
+BATCH, ACTIONS = 8, 6
+ONE_PROCESS = Dist(0, 1, 0, 1, CPU, None)
+
+
+def pair(double: bool = True, seed: int = 1) -> tuple[learners.AutogradQLearner, learners.GraphedQLearner]:
+    """The reference and the graphed learner on equal copies of one network."""
+    made = []
+    for kind in (learners.AutogradQLearner, learners.GraphedQLearner):
+        torch.manual_seed(seed)
+        agent, target = networks.QCNN(FRAMES, ACTIONS), networks.QCNN(FRAMES, ACTIONS)
+        target.load_state_dict(agent.state_dict())
+        hp = DQNConfig(batch_size=BATCH, double_dqn=double, learning_rate=1e-3, max_grad_norm=0.5)
+        timings = dict.fromkeys(("train_forward", "backward_optimizer"), 0.0)
+        extra = {"graph": False} if kind is learners.GraphedQLearner else {}
+        made.append(kind(agent, target, hp, ONE_PROCESS, dqn.q_loss, timings, **extra))
+    return made[0], made[1]
+
+
+def draw(learner, steps: int, seed: int) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+    """A draw as DQNTrainer.learn hands it over (next frames as inputs) and its target Q-values."""
+    n, rng = steps * BATCH, np.random.default_rng(seed)
+    frames = [torch.from_numpy(rng.integers(0, 256, (n, *FRAMES), np.uint8)) for _ in range(2)]
+    drawn = (frames[0], torch.from_numpy(rng.integers(0, ACTIONS, n)), torch.from_numpy(rng.normal(size=n).astype(np.float32)),
+             torch.full((n,), 0.99**3), learner.inputs(frames[1]))
+    return drawn, learner.target_q(drawn[-1])
+
+
+def weights(learner) -> list[torch.Tensor]:
+    return [w.detach().clone() for w in learner.agent.parameters()]
+
+
+@pytest.mark.parametrize("double", [True, False], ids=["double", "vanilla"])
+def test_the_graphed_step_learns_exactly_what_the_reference_learns(double):
+    reference, graphed = pair(double)
+    for seed in range(3):  # draws of 2 steps: more calls than StepGraph.WARM_UPS
+        losses = [learner.learn_draw(*draw(learner, 2, seed)) for learner in (reference, graphed)]
+        assert torch.equal(losses[0], losses[1])
+    assert all(torch.equal(a, b) for a, b in zip(weights(reference), weights(graphed), strict=True))
+    assert graphed.backward.static is not None  # the steps went through the graph's own tensors
+    moved = [w for w in weights(graphed)]
+    torch.manual_seed(1)
+    assert any(not torch.equal(a, b) for a, b in zip(moved, networks.QCNN(FRAMES, ACTIONS).parameters(), strict=True))
+
+
+def test_gradients_stay_views_of_the_one_buffer_the_graph_and_the_all_reduce_write():
+    _, graphed = pair()
+    graphed.learn_draw(*draw(graphed, 2, 0))
+    start, end = graphed.gradient.data_ptr(), graphed.gradient.data_ptr() + graphed.gradient.numel() * 4
+    assert all(start <= w.grad.data_ptr() < end for w in graphed.agent.parameters())
+    assert torch.equal(torch.cat([w.grad.reshape(-1) for w in graphed.agent.parameters()]), graphed.gradient)
+    assert graphed.gradient.abs().sum() > 0  # the last step's gradient, clipped, where Adam read it
+
+
+def test_an_optimizer_state_loaded_from_the_reference_continues_as_the_reference_does():
+    """A checkpoint moves between a CPU and a GPU rank: the same torch Adam state both ways, and
+    a load makes the optimiser's graph capture again (its old state tensors are gone)."""
+    reference, graphed = pair(seed=1)
+    reference.learn_draw(*draw(reference, 2, 0))
+    graphed.agent.load_state_dict(reference.agent.state_dict())
+    graphed.apply.calls, graphed.apply.cuda_graph = 2, object()  # as if captured
+    graphed.load_optimizer(copy.deepcopy(reference.optimizer.state_dict()))  # as torch.load gives it: tensors of its own
+    assert graphed.apply.cuda_graph is None and graphed.apply.calls == 0
+    for learner in (reference, graphed):
+        learner.learn_draw(*draw(learner, 2, 1))
+    assert all(torch.equal(a, b) for a, b in zip(weights(reference), weights(graphed), strict=True))
+    assert graphed.optimizer.state_dict()["state"][0]["step"] == reference.optimizer.state_dict()["state"][0]["step"] == 4
+
+
+def test_a_batch_of_another_size_runs_the_same_step_eagerly():
+    reference, graphed = pair()
+    graphed.learn_draw(*draw(graphed, 1, 0))
+    reference.learn_draw(*draw(reference, 1, 0))
+    (obs, actions, returns, discount, next_inputs), target = draw(graphed, 1, 5)
+    half = slice(0, BATCH // 2)
+    for learner in (reference, graphed):
+        learner.step(obs[half], actions[half], returns[half], discount[half], next_inputs[half], target[half])
+    assert graphed.backward.static[0].shape[0] == BATCH  # the graph's tensors kept their shape
+    assert all(torch.equal(a, b) for a, b in zip(weights(reference), weights(graphed), strict=True))
+
+
+def test_a_returned_loss_is_the_callers_not_the_graphs_output():
+    _, graphed = pair()
+    (obs, actions, returns, discount, next_inputs), target = draw(graphed, 2, 0)
+    first = graphed.step(obs[:BATCH], actions[:BATCH], returns[:BATCH], discount[:BATCH], next_inputs[:BATCH], target[:BATCH])
+    assert first.data_ptr() != graphed.backward.output.data_ptr()  # a replay writes over the graph's output
+    kept = first.clone()
+    graphed.step(obs[BATCH:], actions[BATCH:], returns[BATCH:], discount[BATCH:], next_inputs[BATCH:], target[BATCH:])
+    assert torch.equal(first, kept)
+
+
+def test_the_target_starts_as_the_online_network():
+    torch.manual_seed(3)
+    agent, target = networks.QCNN(FRAMES, ACTIONS), networks.QCNN(FRAMES, ACTIONS)  # different draws
+    learners.GraphedQLearner(agent, target, DQNConfig(), ONE_PROCESS, dqn.q_loss, {"backward_optimizer": 0.0}, graph=False)
+    assert all(torch.equal(a, b) for a, b in zip(agent.parameters(), target.parameters(), strict=True))
+
+
+@pytest.mark.parametrize(("device", "precision", "graphed"), [
+    ("cuda", "fp32", True), ("cuda", "bf16", False), ("cpu", "fp32", False), ("meta", "fp32", False)])
+def test_graphs_are_for_cuda_in_fp32(device, precision, graphed):
+    assert learners.graphs_q(torch.device(device), precision) is graphed
+
+
+def test_a_capture_that_fails_is_said_and_the_step_stays_eager(capsys, monkeypatch):
+    """What a GPU whose capture raises (an op that syncs, an unsupported kernel) meets, with a stand-in
+    for torch.cuda's graph: the step still runs, eagerly, and the log says why."""
+    calls = []
+    step = learners.StepGraph(lambda x: calls.append(1) or x * 2, CPU, True, "DQN's test step")
+    step.calls = step.WARM_UPS  # warmed: the next call captures
+
+    class Refusing:
+        def __enter__(self):
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: None)
+    monkeypatch.setattr(torch.cuda, "graph", lambda graph: Refusing())
+    assert torch.equal(step(torch.ones(2)), torch.full((2,), 2.0)) and calls == [1]
+    assert step.graph is False and "DQN's test step stays eager: CUDA graph capture failed" in capsys.readouterr().out
+    assert torch.equal(step(torch.full((2,), 3.0)), torch.full((2,), 6.0)) and calls == [1, 1]
