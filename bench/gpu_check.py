@@ -499,8 +499,9 @@ def step_graphs(device, ppo_envs: int = 16, ppo_steps: int = 128, dqn_envs: int 
     against the same step captured once in a CUDA graph and replayed (torch.cuda.graph, Adam
     with capturable=True), on a real rollout and replay draw: ms per step each, and the
     largest weight difference between the two after the same `steps` steps from the same
-    start. Whether graphs are worth building into the learners is this section's question.
-    On a CPU only the eager half runs."""
+    start: the reference learners (fast=False) here, the case for the trainer's graphed ones
+    (learners.GraphedQLearner, GraphedPPOLearner, which the other sections run). On a CPU only
+    the eager half runs."""
     import numpy as np
     import torch
     from kuberl.core.spec import DQNConfig, PPOConfig
@@ -578,7 +579,7 @@ def step_graphs(device, ppo_envs: int = 16, ppo_steps: int = 128, dqn_envs: int 
         return row
 
     hp = PPOConfig(num_steps=ppo_steps, num_minibatches=4, update_epochs=4)
-    ppo_trainer = PPOTrainer(ctx, hp, GAME, ppo_envs, {}, 10**9, 1, 0)
+    ppo_trainer = PPOTrainer(ctx, hp, GAME, ppo_envs, {}, 10**9, 1, 0, fast=False)  # the reference: eager, then captured here
     ppo_trainer.collect()
     advantages, returns = ppo_trainer.advantages(False)
     buf, size = ppo_trainer.buf, ppo_trainer.batch_per_rank
@@ -590,7 +591,7 @@ def step_graphs(device, ppo_envs: int = 16, ppo_steps: int = 128, dqn_envs: int 
     ppo_trainer.envs.close()
 
     dqn_hp = DQNConfig(buffer_size=10_000, batch_size=32, learning_starts=dqn_envs * 8, train_frequency=4)
-    # the reference learner (fast=False): the trainer's own replays its graphs already (learners.GraphedQLearner)
+    # the reference learner (fast=False): the trainer's own replays graphs already (learners.GraphedQLearner)
     dqn_trainer = DQNTrainer(ctx, dqn_hp, GAME, dqn_envs, {}, 10**9, 1, 0, fast=False)
     while not dqn_trainer.learning():
         dqn_trainer.collect(1.0)  # random actions until the buffer holds learning_starts

@@ -144,12 +144,16 @@ def test_bf16_autocast_on_the_gpu_keeps_the_rl_maths_in_fp32():
 def test_ppo_learns_pong_from_pixels_on_one_gpu(precision):
     ctx = Dist(0, 1, 0, 1, GPU, None)
     hp = PPOConfig(num_steps=16, num_minibatches=2, update_epochs=1, precision=precision)
-    trainer = PPOTrainer(ctx, hp, "ALE/Pong-v5", 4, {}, total_timesteps=128, seed=1, restart=0)
+    trainer = PPOTrainer(ctx, hp, "ALE/Pong-v5", 4, {}, total_timesteps=256, seed=1, restart=0)
     assert trainer.buf.obs.dtype == np.uint8 and torch.from_numpy(trainer.buf.obs).is_pinned()
     session = BareSession()
     assert trainer.train(session) == "budget"
     assert all(p.device == GPU for p in trainer.agent.parameters())
     assert session.reports and all(np.isfinite(v) for r in session.reports for v in r.losses.values())
+    graphed = isinstance(trainer.learner, learners.GraphedPPOLearner)
+    assert graphed is (precision == "fp32")  # 8 minibatch steps, the rate annealed each update: captured and recaptured
+    assert not graphed or (trainer.learner.backward.cuda_graph is not None
+                           and trainer.learner.optimizer_step.graph.cuda_graph is not None)
     final = device.on_host(trainer.final_model())  # as write_final_model saves it: loadable without a GPU
     assert {t.device.type for t in final["agent"].values()} == {"cpu"}
 
@@ -204,7 +208,7 @@ def test_dqn_learns_pong_from_pixels_on_one_gpu(precision):
     assert learned and all(np.isfinite(learned))
     graphed = isinstance(trainer.learner, learners.GraphedQLearner)
     assert graphed is (precision == "fp32")  # 48 gradient steps: captured after StepGraph.WARM_UPS
-    assert not graphed or (trainer.learner.backward.cuda_graph is not None and trainer.learner.apply.cuda_graph is not None)
+    assert not graphed or (trainer.learner.backward.cuda_graph is not None and trainer.learner.optimizer_step.graph.cuda_graph is not None)
 
 
 def test_dqns_gradient_steps_replayed_from_cuda_graphs_learn_what_the_same_steps_learn_eagerly(monkeypatch):
@@ -236,9 +240,44 @@ def test_dqns_gradient_steps_replayed_from_cuda_graphs_learn_what_the_same_steps
             losses[graph].append(learner.learn_draw((frames[0], actions, returns, discount, next_inputs),
                                                     learner.target_q(next_inputs)))
     replayed, eager = made
-    assert replayed.backward.cuda_graph is not None and replayed.apply.cuda_graph is not None
+    assert replayed.backward.cuda_graph is not None and replayed.optimizer_step.graph.cuda_graph is not None
     assert eager.backward.cuda_graph is None
     torch.testing.assert_close(torch.stack(losses[True]), torch.stack(losses[False]), rtol=1e-5, atol=1e-6)
+    for a, b in zip(replayed.agent.parameters(), eager.agent.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert any(not torch.allclose(a, b) for a, b in zip(replayed.agent.parameters(), start, strict=True))
+
+
+def test_ppos_minibatch_steps_replayed_from_cuda_graphs_learn_what_the_same_steps_learn_eagerly(monkeypatch):
+    """learners.GraphedPPOLearner captured and replayed against itself run eagerly (graph=False), from the
+    same weights on the same minibatches, the learning rate changed half way (PPO anneals it), with
+    cuDNN's deterministic kernels: the weights must agree to float rounding."""
+    from kuberl_trainer import ppo
+    from kuberl_trainer.ppo_terms import minibatch_table
+
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    ctx, made = Dist(0, 1, 0, 1, GPU, None), []
+    for graph in (True, False):
+        torch.manual_seed(1)
+        encoder, features = networks.encoder(PIXELS, "auto", "spec.ppo.policy")
+        agent = Agent(features, gym.spaces.Discrete(6), [], encoder).to(GPU)
+        made.append(learners.GraphedPPOLearner(agent, PPOConfig(grad_accumulation=2), ctx, ppo.ppo_loss, graph=graph))
+    start = [p.detach().clone() for p in made[0].agent.parameters()]
+    rng, stats = np.random.default_rng(0), {True: [], False: []}
+    for step in range(10):  # 3 warm-ups, a capture, replays; a new rate at step 5: the optimiser step captured again
+        n = 256
+        scalars = np.stack([rng.normal(size=n) - 2, rng.normal(size=n), rng.normal(size=n), rng.normal(size=n), np.ones(n)], -1)
+        rows = minibatch_table(torch.from_numpy(rng.integers(0, 6, (n, 1))), torch.from_numpy(scalars.astype(np.float32))).to(GPU)
+        obs = torch.from_numpy(rng.integers(0, 256, (n, 4, 84, 84), np.uint8)).to(GPU)
+        for learner, graph in zip(made, (True, False), strict=True):
+            if step == 5:
+                learner.optimizer.param_groups[0]["lr"] = 1e-4
+            stats[graph].append(learner.step(obs, rows))
+    replayed, eager = made
+    assert replayed.backward.cuda_graph is not None and replayed.optimizer_step.graph.cuda_graph is not None
+    assert replayed.optimizer_step.captured_rate == 1e-4
+    torch.testing.assert_close(torch.stack(stats[True]), torch.stack(stats[False]), rtol=1e-5, atol=1e-6)
     for a, b in zip(replayed.agent.parameters(), eager.agent.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert any(not torch.allclose(a, b) for a, b in zip(replayed.agent.parameters(), start, strict=True))

@@ -140,6 +140,16 @@ def test_dqns_graphed_gradient_steps_never_wait_for_the_device(counted):
     assert mode.syncs == 0, (mode.ops["_local_scalar_dense"], dict(mode.host_reads))
 
 
+def test_ppos_graphed_minibatch_steps_never_wait_for_the_device(counted):
+    """The learner a GPU rank runs in fp32 (learners.GraphedPPOLearner), its bookkeeping on a CPU."""
+    reference, obs, rows = ppo_learner()
+    learner = learners.GraphedPPOLearner(reference.agent, reference.hp, reference.ctx, ppo.ppo_loss, graph=False)
+    learner.step(obs, rows)  # warm: Adam's state exists
+    with counted() as mode:
+        learner.step(obs, rows)
+    assert mode.syncs == 0, (mode.ops["_local_scalar_dense"], dict(mode.host_reads))
+
+
 def test_dqns_gradient_step_stays_within_its_op_budget(counted):
     learner = q_learner(double=True)
     obs, actions, returns, discount, next_obs = draw(learner, 1)

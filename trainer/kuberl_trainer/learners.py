@@ -6,8 +6,8 @@ algorithms talk only to `self.policy`:
 
 - the reference: DDP (when distributed) + torch.optim.Adam + autograd on the
   algorithm's own loss, acting in torch on the bare module under no_grad;
-- on CUDA in fp32, DQN's gradient step replayed from CUDA graphs (GraphedQLearner:
-  the reference's maths on fixed tensors, its gradient summed between two graphs);
+- on CUDA in fp32, the reference's steps replayed from CUDA graphs (GraphedQLearner,
+  GraphedPPOLearner: the same maths on fixed tensors, the gradient summed between two graphs);
 - the CPU fast path, for small MLPs on CPU in fp32: fused.py's hand-written
   step (the same maths; its flat gradient summed by one torch.distributed
   all-reduce; rank 0's weights broadcast once instead of by DDP's
@@ -93,6 +93,8 @@ def ppo_learner(agent: nn.Module, hp, ctx: Dist, loss: Callable, rng: np.random.
         learner: PPOLearner = fused.FusedPPOStep(agent, hp, fused.AdamState(agent.parameters(), lr=hp.learning_rate, eps=1e-5),
                                                  _gradient_sum(ctx), ctx.world_size)
         distributed.take_rank0_parameters(ctx, learner.flat)
+    elif fast and graphs(ctx.device, hp.precision):
+        learner = GraphedPPOLearner(agent, hp, ctx, loss)
     else:
         learner = AutogradPPOLearner(agent, hp, ctx, loss)
     return learner, ppo_actor(agent, hp, ctx, rng, fast)
@@ -113,16 +115,17 @@ def q_learner(agent: nn.Module, target: nn.Module, hp, ctx: Dist, loss: Callable
     them. `timings` accumulates seconds under "train_forward" and "backward_optimizer"."""
     if fast and fused.supports_q(agent, ctx.device, hp.precision):
         return FusedQLearner(agent, target, hp, ctx, timings)
-    if fast and graphs_q(ctx.device, hp.precision):
+    if fast and graphs(ctx.device, hp.precision):
         return GraphedQLearner(agent, target, hp, ctx, loss, timings, graph=True)
     return AutogradQLearner(agent, target, hp, ctx, loss, timings)
 
 
-def graphs_q(device: torch.device, precision: str) -> bool:
-    """Whether DQN's gradient steps replay from CUDA graphs: on CUDA in fp32. A batch-32 step of the
-    Nature CNN is ~100 kernels of a few microseconds each, so eager it waits on Python and launches
-    (make gpu-check's graphs section, H100: 3.13 ms eager, 0.52 ms replayed). bf16 stays eager:
-    autocast's cast cache and graph capture do not mix without care, and DQN's examples are fp32."""
+def graphs(device: torch.device, precision: str) -> bool:
+    """Whether the learners' steps replay from CUDA graphs: on CUDA in fp32. DQN's batch-32 step of
+    the Nature CNN is ~100 kernels of microseconds each, so eager it waits on Python and launches
+    (make gpu-check's graphs section, H100: 3.13 ms eager, 0.52 ms replayed; PPO's 512-sample
+    minibatch 5.12 ms, 1.72 ms). bf16 stays eager: autocast's cast cache and graph capture do not
+    mix without care, and the GPU examples are fp32 (bf16 was slower at these sizes)."""
     return device.type == "cuda" and precision == "fp32"
 
 
@@ -388,7 +391,7 @@ class FusedQLearner:
         return self.fused.greedy(obs)
 
 
-# --- DQN on CUDA: the reference's step replayed from CUDA graphs -----------------------
+# --- on CUDA in fp32: the reference's steps replayed from CUDA graphs ---------------------
 
 
 class StepGraph:
@@ -413,9 +416,10 @@ class StepGraph:
         return self.static is None or all(
             s.shape == t.shape and s.dtype == t.dtype and s.device == t.device for s, t in zip(self.static, inputs, strict=True))
 
-    def forget(self) -> None:
-        """Tensors the function reads were replaced (an optimizer state loaded): capture again."""
-        self.cuda_graph, self.calls = None, 0
+    def recapture(self) -> None:
+        """What the function reads outside its inputs changed (an optimizer state loaded, a learning
+        rate, which a graph holds as it was at capture): the next call captures again."""
+        self.cuda_graph = None
 
     def __call__(self, *inputs: torch.Tensor) -> torch.Tensor | None:
         if self.static is None:
@@ -439,7 +443,9 @@ class StepGraph:
             return self.output
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            # thread_local: acting or evaluating on other threads' streams meanwhile (learnWhileCollecting,
+            # the frozen copy's evaluation) may allocate or wait without breaking this capture
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self.output = self.fn(*self.static)
         except RuntimeError as e:  # a step that cannot be captured still learns, eagerly
             print(f"kuberl trainer: {self.name} stays eager: CUDA graph capture failed: {e}"[:500], flush=True)
@@ -451,37 +457,70 @@ class StepGraph:
         return self.output
 
 
+class GraphedOptimizerStep:
+    """What the graphed learners share: every gradient a view of one flat buffer (tensors a graph
+    can keep, and one all-reduce), rank 0's weights broadcast once (as DDP's constructor would:
+    no DDP here), and the step after a backward: the all-reduce outside any graph (NCCL on the
+    current stream: no host wait), then the mean over ranks, clipping and torch's Adam replayed
+    from a graph of their own, captured again when the learning rate changes (PPO anneals it
+    once an update; a graph would keep the rate it was captured with)."""
+
+    def __init__(self, agent: nn.Module, ctx: Dist, optimizer: torch.optim.Optimizer, max_grad_norm: float, graph: bool,
+                 allreduce_seconds: list[float]):
+        self.ctx, self.optimizer, self.max_grad_norm = ctx, optimizer, max_grad_norm
+        self.weights = list(agent.parameters())
+        sizes = [w.numel() for w in self.weights]
+        with torch.no_grad():
+            flat = torch.cat([w.detach().reshape(-1) for w in self.weights])
+            distributed.take_rank0_parameters(ctx, flat)
+            for w, chunk in zip(self.weights, flat.split(sizes), strict=True):
+                w.copy_(chunk.view_as(w))
+        self.gradient = torch.zeros(sum(sizes), device=ctx.device)
+        for w, chunk in zip(self.weights, self.gradient.split(sizes), strict=True):
+            w.grad = chunk.view_as(w)
+        self.sum_gradient = _gradient_sum(ctx, allreduce_seconds)
+        self.graph = StepGraph(self._apply, ctx.device, graph, "the optimiser step")
+        self.captured_rate: float | None = None
+
+    def _apply(self) -> None:
+        if self.ctx.world_size > 1:
+            self.gradient.div_(self.ctx.world_size)  # summed by the all-reduce; DDP's mean
+        nn.utils.clip_grad_norm_(self.weights, self.max_grad_norm, foreach=True)
+        self.optimizer.step()
+
+    def recapture(self) -> None:
+        self.graph.recapture()
+
+    def __call__(self) -> None:
+        if self.sum_gradient is not None:
+            with distributed.collectives():
+                self.sum_gradient(self.gradient)
+        rate = self.optimizer.param_groups[0]["lr"]
+        if rate != self.captured_rate:
+            self.graph.recapture()
+            self.captured_rate = rate
+        self.graph()
+
+
 class GraphedQLearner(AutogradQLearner):
     """The reference learner's step (the same loss, clipping and torch Adam, so checkpoints move
-    between the two) as two graphs: forward and backward into one flat gradient, then the mean
-    over ranks and the optimiser step. The gradient all-reduce runs between them, outside any
-    graph (NCCL on the current stream: no host wait). No DDP: rank 0's weights are broadcast
-    once, as DDP's constructor would."""
+    between the two) as two graphs: forward and backward into the flat gradient, then
+    GraphedOptimizerStep's."""
 
     def __init__(self, agent: nn.Module, target: nn.Module, hp, ctx: Dist, loss: Callable, timings: dict[str, float],
                  graph: bool = True):
         self.agent, self.target, self.hp, self.ctx, self.loss, self.timings = agent, target, hp, ctx, loss, timings
-        self.weights = list(agent.parameters())
         self.allreduce_seconds: list[float] = []
         self.model = agent
-        with torch.no_grad():
-            flat = torch.cat([w.detach().reshape(-1) for w in self.weights])
-            distributed.take_rank0_parameters(ctx, flat)
-            for w, chunk in zip(self.weights, flat.split([w.numel() for w in self.weights]), strict=True):
-                w.copy_(chunk.view_as(w))
-        networks.soft_update(target, agent, 1.0)  # the target equal to rank 0's weights, everywhere
-        # every gradient a view of one flat buffer: one all-reduce, and tensors a graph can keep
-        self.gradient = torch.zeros(sum(w.numel() for w in self.weights), device=ctx.device)
-        for w, chunk in zip(self.weights, self.gradient.split([w.numel() for w in self.weights]), strict=True):
-            w.grad = chunk.view_as(w)
         self.optimizer = adam(agent, ctx.device, hp.learning_rate)
-        self.sum_gradient = _gradient_sum(ctx, self.allreduce_seconds)
+        self.optimizer_step = GraphedOptimizerStep(agent, ctx, self.optimizer, hp.max_grad_norm, graph, self.allreduce_seconds)
+        self.weights, self.gradient = self.optimizer_step.weights, self.optimizer_step.gradient
+        networks.soft_update(target, agent, 1.0)  # the target equal to rank 0's weights, everywhere
         self.backward = StepGraph(self._forward_backward, ctx.device, graph, "DQN's forward and backward")
-        self.apply = StepGraph(self._apply_gradient, ctx.device, graph, "DQN's optimiser step")
 
     def load_optimizer(self, state: dict) -> None:
         self.optimizer.load_state_dict(state)  # new state tensors: the optimiser's graph reads the old ones
-        self.apply.forget()
+        self.optimizer_step.recapture()
 
     def _forward_backward(self, obs, actions, returns, discount, next_inputs, next_q_target) -> torch.Tensor:
         """The loss on one batch, its gradient accumulated into self.gradient (zeroed first)."""
@@ -492,12 +531,6 @@ class GraphedQLearner(AutogradQLearner):
         loss.backward()
         return loss.detach()
 
-    def _apply_gradient(self) -> None:
-        if self.ctx.world_size > 1:
-            self.gradient.div_(self.ctx.world_size)  # summed by the all-reduce; DDP's mean
-        nn.utils.clip_grad_norm_(self.weights, self.hp.max_grad_norm, foreach=True)
-        self.optimizer.step()
-
     def step(self, obs, actions, returns, discount, next_inputs, next_q_target=None) -> torch.Tensor:
         started = time.perf_counter()
         if next_q_target is None:
@@ -505,9 +538,49 @@ class GraphedQLearner(AutogradQLearner):
         batch = (obs, actions, returns, discount, next_inputs, next_q_target)
         # a batch of another shape (a caller's own) runs the same function eagerly
         loss = self.backward(*batch) if self.backward.fits(batch) else self._forward_backward(*batch)
-        if self.sum_gradient is not None:
-            with distributed.collectives():
-                self.sum_gradient(self.gradient)
-        self.apply()
+        self.optimizer_step()
         self.timings["backward_optimizer"] += time.perf_counter() - started
         return loss.clone()  # the graph's output tensor is overwritten by the next replay
+
+
+class GraphedPPOLearner:
+    """The reference PPO learner's minibatch step (its loss, micro-batches, clipping and torch Adam)
+    as two graphs: forward and backward of every micro-batch into the flat gradient, then
+    GraphedOptimizerStep's. A minibatch of another size (num_minibatches not dividing the
+    rollout) runs the same function eagerly."""
+
+    def __init__(self, agent: nn.Module, hp, ctx: Dist, loss: Callable, graph: bool = True):
+        self.agent, self.hp, self.ctx, self.loss = agent, hp, ctx, loss
+        self.model = agent
+        self.allreduce_seconds: list[float] = []
+        self.optimizer = adam(agent, ctx.device, hp.learning_rate, eps=1e-5)
+        self.optimizer_step = GraphedOptimizerStep(agent, ctx, self.optimizer, hp.max_grad_norm, graph, self.allreduce_seconds)
+        self.weights, self.gradient = self.optimizer_step.weights, self.optimizer_step.gradient
+        self.backward = StepGraph(self._forward_backward, ctx.device, graph, "PPO's forward and backward")
+
+    def load_optimizer(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)
+        self.optimizer_step.recapture()
+
+    def _forward_backward(self, obs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The minibatch's gradient accumulated into self.gradient (zeroed first); its summed STAT_NAMES."""
+        hp = self.hp
+        self.gradient.zero_()
+        actions, old_log_prob, old_value, advantages, returns, weight = minibatch_columns(rows, hp.norm_advantage)
+        actions = actions.squeeze(-1) if self.agent.discrete else actions
+        size = rows.shape[0]
+        micro = -(-size // hp.grad_accumulation)
+        stats = torch.zeros(len(STAT_NAMES), device=rows.device)
+        for start in range(0, size, micro):
+            part = slice(start, start + micro)
+            new_log_prob, entropy, new_value = self.agent(obs[part], actions[part])
+            loss, part_stats = self.loss(new_log_prob, entropy, new_value, old_log_prob[part], old_value[part],
+                                         advantages[part], returns[part], weight[part], hp)
+            loss.backward()
+            stats += torch.stack([part_stats[name] for name in STAT_NAMES])
+        return stats
+
+    def step(self, obs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        stats = self.backward(obs, rows) if self.backward.fits((obs, rows)) else self._forward_backward(obs, rows)
+        self.optimizer_step()
+        return stats.clone()  # the graph's output tensor is overwritten by the next replay

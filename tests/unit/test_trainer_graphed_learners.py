@@ -1,22 +1,25 @@
-"""DQN's gradient step replayed from CUDA graphs (learners.GraphedQLearner), checked on a CPU.
+"""DQN's and PPO's steps replayed from CUDA graphs (learners.GraphedQLearner, GraphedPPOLearner), checked on a CPU.
 
 A CUDA graph replays fixed kernels on fixed tensors, so what can go wrong is the bookkeeping
 around it: inputs copied into the graph's tensors, gradients that must stay views of the one
 buffer the graph and the all-reduce write, an optimizer state loaded under a captured step.
 graph=False runs that bookkeeping with plain calls, so these tests hold it to the reference
-learner (AutogradQLearner: DDP + torch Adam), bit for bit. tests/gpu captures and replays.
+learners (AutogradQLearner, AutogradPPOLearner: DDP + torch Adam), bit for bit. tests/gpu
+captures and replays.
 """
 
 from __future__ import annotations
 
 import copy
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from kuberl.core.spec import DQNConfig
-from kuberl_trainer import dqn, learners, networks
+from kuberl.core.spec import DQNConfig, PPOConfig
+from kuberl_trainer import dqn, learners, networks, ppo
 from kuberl_trainer.distributed import Dist
+from kuberl_trainer.ppo_terms import minibatch_table
 
 CPU = torch.device("cpu")
 FRAMES = (4, 84, 84)
@@ -79,9 +82,9 @@ def test_an_optimizer_state_loaded_from_the_reference_continues_as_the_reference
     reference, graphed = pair(seed=1)
     reference.learn_draw(*draw(reference, 2, 0))
     graphed.agent.load_state_dict(reference.agent.state_dict())
-    graphed.apply.calls, graphed.apply.cuda_graph = 2, object()  # as if captured
+    graphed.optimizer_step.graph.cuda_graph = object()  # as if captured
     graphed.load_optimizer(copy.deepcopy(reference.optimizer.state_dict()))  # as torch.load gives it: tensors of its own
-    assert graphed.apply.cuda_graph is None and graphed.apply.calls == 0
+    assert graphed.optimizer_step.graph.cuda_graph is None
     for learner in (reference, graphed):
         learner.learn_draw(*draw(learner, 2, 1))
     assert all(torch.equal(a, b) for a, b in zip(weights(reference), weights(graphed), strict=True))
@@ -120,7 +123,7 @@ def test_the_target_starts_as_the_online_network():
 @pytest.mark.parametrize(("device", "precision", "graphed"), [
     ("cuda", "fp32", True), ("cuda", "bf16", False), ("cpu", "fp32", False), ("meta", "fp32", False)])
 def test_graphs_are_for_cuda_in_fp32(device, precision, graphed):
-    assert learners.graphs_q(torch.device(device), precision) is graphed
+    assert learners.graphs(torch.device(device), precision) is graphed
 
 
 def test_a_capture_that_fails_is_said_and_the_step_stays_eager(capsys, monkeypatch):
@@ -138,7 +141,60 @@ def test_a_capture_that_fails_is_said_and_the_step_stays_eager(capsys, monkeypat
             return False
 
     monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: None)
-    monkeypatch.setattr(torch.cuda, "graph", lambda graph: Refusing())
+    monkeypatch.setattr(torch.cuda, "graph", lambda graph, **kwargs: Refusing())
     assert torch.equal(step(torch.ones(2)), torch.full((2,), 2.0)) and calls == [1]
     assert step.graph is False and "DQN's test step stays eager: CUDA graph capture failed" in capsys.readouterr().out
     assert torch.equal(step(torch.full((2,), 3.0)), torch.full((2,), 6.0)) and calls == [1, 1]
+
+
+def ppo_pair(hp: PPOConfig) -> tuple[learners.AutogradPPOLearner, learners.GraphedPPOLearner]:
+    made = []
+    for kind in (learners.AutogradPPOLearner, learners.GraphedPPOLearner):
+        torch.manual_seed(1)
+        encoder, features = networks.encoder(gym.spaces.Box(0, 255, FRAMES, np.uint8), "auto", "spec.ppo.policy")
+        agent = ppo.Agent(features, gym.spaces.Discrete(ACTIONS), [], encoder)
+        extra = {"graph": False} if kind is learners.GraphedPPOLearner else {}
+        made.append(kind(agent, hp, ONE_PROCESS, ppo.ppo_loss, **extra))
+    return made[0], made[1]
+
+
+def minibatch(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Frames and ppo_terms.minibatch_table's rows, as PPOTrainer.learn hands a minibatch over."""
+    rng = np.random.default_rng(seed)
+    scalars = np.stack([rng.normal(size=n) - 2, rng.normal(size=n), rng.normal(size=n), rng.normal(size=n), np.ones(n)], -1)
+    rows = minibatch_table(torch.from_numpy(rng.integers(0, ACTIONS, (n, 1))), torch.from_numpy(scalars.astype(np.float32)))
+    return torch.from_numpy(rng.integers(0, 256, (n, *FRAMES), np.uint8)), rows
+
+
+def test_the_graphed_ppo_step_learns_exactly_what_the_reference_learns_while_the_rate_anneals():
+    """Micro-batches accumulated (gradAccumulation 2) and a learning rate that changes between updates,
+    as PPO's anneal sets it on the optimizer: a graph keeps the rate it was captured with, so a change
+    makes the optimiser step capture again."""
+    hp = PPOConfig(grad_accumulation=2, learning_rate=1e-3)
+    reference, graphed = ppo_pair(hp)
+    captures = []
+    graphed.optimizer_step.graph.recapture = lambda: captures.append(graphed.optimizer.param_groups[0]["lr"])
+    for update in range(3):
+        for learner in (reference, graphed):
+            for group in learner.optimizer.param_groups:
+                group["lr"] = 1e-3 * (1 - update / 3)
+        for seed in range(2):
+            stats = [learner.step(*minibatch(8, 10 * update + seed)) for learner in (reference, graphed)]
+            assert torch.equal(stats[0], stats[1])
+    assert all(torch.equal(a, b) for a, b in zip(reference.agent.parameters(), graphed.agent.parameters(), strict=True))
+    assert captures == [1e-3 * (1 - update / 3) for update in range(3)]  # once per rate, not per step
+    assert graphed.backward.static[0].shape == (8, *FRAMES)
+
+
+def test_a_ppo_minibatch_of_another_size_runs_eagerly_and_the_graphs_tensors_keep_their_shape():
+    """num_minibatches that does not divide the rollout: sizes that differ by one (tensor_split)."""
+    reference, graphed = ppo_pair(PPOConfig())
+    for n in (8, 7, 8):
+        stats = [learner.step(*minibatch(n, n)) for learner in (reference, graphed)]
+        assert torch.equal(stats[0], stats[1])
+    assert graphed.backward.static[0].shape[0] == 8
+    assert all(torch.equal(a, b) for a, b in zip(reference.agent.parameters(), graphed.agent.parameters(), strict=True))
+
+
+def test_ppo_gets_the_graphed_learner_on_cuda_in_fp32_only():
+    assert learners.graphs(torch.device("cuda"), "fp32") and not learners.graphs(torch.device("cuda"), "bf16")
