@@ -486,7 +486,15 @@ class GraphedOptimizerStep:
         if self.ctx.world_size > 1:
             self.gradient.div_(self.ctx.world_size)  # summed by the all-reduce; DDP's mean
         nn.utils.clip_grad_norm_(self.weights, self.max_grad_norm, foreach=True)
-        self.optimizer.step()
+        group = self.optimizer.param_groups[0]
+        # torch's optimizers refuse capture unless capturable (the fused kernel keeps its step count on the
+        # device either way); set only while capturing, so checkpoints keep the reference's groups
+        capturing = self.graph.graph and torch.cuda.is_current_stream_capturing()
+        capturable, group["capturable"] = group["capturable"], group["capturable"] or capturing
+        try:
+            self.optimizer.step()
+        finally:
+            group["capturable"] = capturable
 
     def recapture(self) -> None:
         self.graph.recapture()
