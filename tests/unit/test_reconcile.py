@@ -88,6 +88,13 @@ def test_a_spec_the_validation_cannot_handle_fails_the_job_naming_the_spec_not_a
     assert refusal.message.startswith('spec: ') and 'ValueError: Exceeds the limit' in refusal.message
 
 
+@pytest.mark.parametrize(("cpu_seconds", "pause"), [(0.001, 0.009), (0.33, 2.97), (0.0, 0.0), (-1.0, 0.0),
+                                                  (100.0, jobstatus.MAX_JUDGE_PAUSE_SECONDS)])
+def test_a_newer_spec_waits_nine_times_its_last_judgement_and_never_more_than_the_cap(cpu_seconds, pause):
+    # a small spec is judged at once; a 0.33 s one (330 KB of env vars) at most every 3.3 s, a tenth of the time
+    assert jobstatus.judge_pause(cpu_seconds) == pytest.approx(pause)
+
+
 def test_status_stays_bounded_for_64_workers_of_4_processes_over_200_restarts():
     spec = make_job().workers(64).with_spec(totalTimesteps=10**9, procsPerWorker=4).run_policy(backoffLimit=1000, restartBackoffSeconds=0).spec()
     status, now, sizes = {}, 1_000_000.0, []

@@ -75,6 +75,18 @@ def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None)
     return spec, None
 
 
+JUDGE_SHARE = 0.1  # of the operator's CPU that one job's spec edits may take, however fast they come
+MAX_JUDGE_PAUSE_SECONDS = 30.0  # the longest a new generation waits for its judgement, whatever the spec costs
+
+
+def judge_pause(cpu_seconds: float) -> float:
+    """How long after judging a generation of a job's spec (`judge`, which took `cpu_seconds` of CPU) a newer one
+    waits: JUDGE_SHARE of the time, so a tenant editing a 375 KB template in a loop (0.4 s a judgement here) has
+    its newest spec judged every 4 s instead of taking most of the operator's one core from every other job. A
+    small spec (1 ms) is judged at once; an edit after a quiet spell, at once."""
+    return min(max(cpu_seconds, 0.0) * (1 / JUDGE_SHARE - 1), MAX_JUDGE_PAUSE_SECONDS)
+
+
 def _error_words(e: Exception) -> str:
     return safetext.one_line(" ".join(f"{type(e).__name__}: {e}".split()))[:300]
 

@@ -72,6 +72,9 @@ OPERATOR_JOB_PHASE = f"{OPERATOR_PREFIX}_job_phase"
 # kubectl get rltj's RESTARTS shows): from 0 at the job's first reconcile, kept across operator restarts.
 OPERATOR_JOB_RESTARTS = f"{OPERATOR_PREFIX}_job_restarts"
 OPERATOR_RECONCILE_DURATION = f"{OPERATOR_PREFIX}_reconcile_duration_seconds"
+# CPU seconds of each judgement of a job's spec generation (validated, its pods rendered and checked): a tenant's
+# large spec edited in a loop shows here, its rate held to jobstatus.JUDGE_SHARE of the time.
+OPERATOR_SPEC_JUDGEMENT = f"{OPERATOR_PREFIX}_spec_judgement_cpu_seconds"
 OPERATOR_GANG_RESTARTS_TOTAL = f"{OPERATOR_PREFIX}_gang_restarts_total"  # by reason
 OPERATOR_PODS_CREATED_TOTAL = f"{OPERATOR_PREFIX}_pods_created_total"
 OPERATOR_API_ERRORS_TOTAL = f"{OPERATOR_PREFIX}_api_errors_total"  # by verb, resource, code

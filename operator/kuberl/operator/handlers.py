@@ -556,6 +556,12 @@ async def _slot_lent(slots: asyncio.Semaphore | None) -> AsyncIterator[None]:
         await asyncio.shield(slots.acquire())
 
 
+def _judged_timed(job: dict, pod_problems: Callable[[JobSpec], list[str]]) -> tuple[tuple[JobSpec | None, lifecycle.Refusal | None], float]:
+    """`jobstatus.judge` and the CPU seconds it took (this thread's own: not the time it waited for the GIL)."""
+    start = time.thread_time()
+    return jobstatus.judge(job, pod_problems), time.thread_time() - start
+
+
 class JobLoop:
     """One job's reconcile: read, decide, write once, then execute the decision's actions."""
 
@@ -589,6 +595,8 @@ class JobLoop:
         job = await self.api.get(*RLTJ, self.namespace, self.name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None  # kopf stops this daemon; owner references do the deleting
+        if (pause := self._judge_paused(job)) is not None:
+            return pause  # its newer spec waits its turn (jobstatus.judge_pause); nothing is done on the older one
         spec, refusal = await self._judge(job)
         try:
             decision = await self._decide(job, spec, refusal)
@@ -630,14 +638,26 @@ class JobLoop:
             return lifecycle.MAX_FORBIDDEN_RETRY_SECONDS
         return self._next_wake(decision)
 
+    def _judge_paused(self, job: dict) -> float | None:
+        """Seconds until this job's new spec generation may be judged; None: now (or it is judged already). A
+        thread of its own does not free the event loop from a judgement's CPU: they share the GIL."""
+        judged = self.memo.get("judged")
+        uid, generation = job["metadata"]["uid"], job["metadata"].get("generation")
+        if judged is None or judged[0] == (uid, generation) or judged[0][0] != uid:
+            return None
+        left = self.memo.get("judge_due", 0.0) - time.monotonic()
+        return left if left > 0 else None
+
     async def _judge(self, job: dict) -> tuple[JobSpec | None, lifecycle.Refusal | None]:
         """The spec and its pods' security, judged once per spec generation, off the event loop:
         a large spec must not keep every other job (and /healthz) waiting."""
         key = (job["metadata"]["uid"], job["metadata"].get("generation"))
         judged = self.memo.get("judged")
         if judged is None or judged[0] != key:
-            judged = (key, await asyncio.to_thread(jobstatus.judge, job, self._pod_problems))
-            self.memo["judged"] = judged
+            verdict, cpu_seconds = await asyncio.to_thread(_judged_timed, job, self._pod_problems)
+            judged = self.memo["judged"] = (key, verdict)
+            self.memo["judge_due"] = time.monotonic() + jobstatus.judge_pause(cpu_seconds)
+            self.shell.metrics.spec_judgement.observe(cpu_seconds)
         return judged[1]
 
     def _pod_problems(self, spec: JobSpec) -> list[str]:

@@ -65,6 +65,10 @@ class OperatorMetrics:
             m.OPERATOR_RECONCILE_DURATION, "Time of one reconcile of one job (reads, decision, writes).",
             registry=self.registry, buckets=RECONCILE_BUCKETS,
         )
+        self.spec_judgement = Histogram(
+            m.OPERATOR_SPEC_JUDGEMENT, "CPU seconds of one judgement of a job's spec generation (validation, its pods"
+            " rendered and checked against the pod security level).", registry=self.registry, buckets=RECONCILE_BUCKETS,
+        )
         # Per job (namespace, rltj: the dashboard's filters), dropped when the job is gone (job_phase(..., None)).
         self.gang_restarts = Counter(m.OPERATOR_GANG_RESTARTS_TOTAL, "Gang restarts started, by job and reason.",
                                      [m.LABEL_NAMESPACE, m.LABEL_RLTJ, m.LABEL_REASON], registry=self.registry)
