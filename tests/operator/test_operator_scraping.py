@@ -11,7 +11,7 @@ import time
 from typing import Self
 
 import pytest
-from kuberl.core import rank0metrics
+from kuberl.core import rank0metrics, safetext
 from kuberl.operator import handlers
 
 from tests.operator.operatorkit import (
@@ -322,3 +322,19 @@ def test_a_rank_0_never_read_is_said_once_its_gang_ran_a_stall_timeout(standin, 
     assert "rank 0's metrics" in scraping_operator.log() and status(rest, 'unread')['phase'] == 'Running'
     time.sleep(1.5)  # three more scrapes, each failing: said once per generation
     assert len([e for e in events(rest, 'unread') if e['reason'] == 'MetricsUnread']) == 1
+
+
+def test_a_rank_0_page_that_fails_to_parse_with_control_characters_reaches_the_operators_log_escaped(standin, rest, scraping_operator):
+    """prometheus_client quotes the tenant's bad line raw (`Invalid labels: ESC[2J...`): that failure went into the
+    operator's log, which every tenant's administrator reads, clearing their screen and forging a line of its own;
+    the Event was escaped already."""
+    page = FakeMetrics('rude')
+    page.page = lambda: 'kuberl_trainer_env_steps_total{\x1b[2J\x07\r\u202e="x"}\t1\n'
+    with page:
+        create_job(rest, 'rude', workers=1, metrics={'port': page.port}, runPolicy={'stallTimeoutSeconds': 2})
+        start_gang(standin, 'rude', 1, ip='127.0.0.1')
+        said = wait_for(lambda: [e for e in events(rest, 'rude') if e['reason'] == 'MetricsUnread'], timeout=15,
+                        what='the unread rank 0 to be said')
+    assert 'Invalid labels: \\x1b[2J\\x07\\r\\u202e=' in said[0]['message'], said
+    logged = [line for line in scraping_operator.log().splitlines() if "rank 0's metrics" in line]
+    assert logged and 'Invalid labels: \\x1b[2J\\x07\\r\\u202e=' in logged[0] and not safetext.has_unsafe(logged[0]), logged

@@ -359,7 +359,8 @@ def metrics_unread(spec: JobSpec, status: dict, generation: int, ever_read: bool
     serves its counter) in stallTimeoutSeconds since all its workers ran, or None. Until a first reading the stall
     clock does not start (lifecycle._watch_for_stall): a rank 0 frozen before its first scrape, or one the
     operator cannot reach (a NetworkPolicy, a service mesh's mutual TLS), ran on unjudged with no progress in status,
-    and nothing said so. `failure`: how the last scrape failed."""
+    and nothing said so. `failure`: how the last scrape failed, which may quote the tenant's page (prometheus_client's
+    `Invalid labels: ...`): escaped on one line (safetext), as the message goes to the operator's log as well."""
     if spec.trainer != "kuberl" or ever_read or failure is None or status.get("phase") != "Running":
         return None
     running_since = lifecycle.parse_time(status.get("gangRunningTime"))
@@ -367,7 +368,7 @@ def metrics_unread(spec: JobSpec, status: dict, generation: int, ever_read: bool
     if running_since is None or now < running_since + timeout:
         return None
     return (f"generation {generation}: rank 0's metrics ({url}) have not been read once in {now - running_since:.0f}s since"
-            f" all {spec.workers} worker(s) were running (stallTimeoutSeconds={timeout}); the last scrape: {failure[:200]}. The"
+            f" all {spec.workers} worker(s) were running (stallTimeoutSeconds={timeout}); the last scrape: {safetext.one_line(failure[:200])}. The"
             " status shows no progress and a stalled gang is not restarted: rank 0 may be frozen, or something stands"
             " between the operator and it (a NetworkPolicy, a service mesh's mutual TLS on the metrics port)")
 
