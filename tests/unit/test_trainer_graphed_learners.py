@@ -198,3 +198,17 @@ def test_a_ppo_minibatch_of_another_size_runs_eagerly_and_the_graphs_tensors_kee
 
 def test_ppo_gets_the_graphed_learner_on_cuda_in_fp32_only():
     assert learners.graphs(torch.device("cuda"), "fp32") and not learners.graphs(torch.device("cuda"), "bf16")
+
+
+@pytest.mark.parametrize("beside", [False, True], ids=["synchronous", "learnWhileCollecting"])
+def test_ppo_learns_from_graphs_only_where_no_thread_samples_during_a_capture(monkeypatch, beside):
+    """A capture takes torch's default CUDA generator; learnWhileCollecting's thread samples from it while
+    the update runs, which failed the GPU tier ("Offset increment outside graph capture encountered
+    unexpectedly"): that mode keeps the reference learner."""
+    monkeypatch.setattr(learners, "graphs", lambda device, precision: True)  # as on CUDA in fp32
+    torch.manual_seed(1)
+    encoder, features = networks.encoder(gym.spaces.Box(0, 255, FRAMES, np.uint8), "auto", "spec.ppo.policy")
+    agent = ppo.Agent(features, gym.spaces.Discrete(ACTIONS), [], encoder)
+    learner, _ = learners.ppo_learner(agent, PPOConfig(learn_while_collecting=beside), ONE_PROCESS, ppo.ppo_loss,
+                                      np.random.default_rng(0))
+    assert type(learner) is (learners.AutogradPPOLearner if beside else learners.GraphedPPOLearner)

@@ -93,7 +93,10 @@ def ppo_learner(agent: nn.Module, hp, ctx: Dist, loss: Callable, rng: np.random.
         learner: PPOLearner = fused.FusedPPOStep(agent, hp, fused.AdamState(agent.parameters(), lr=hp.learning_rate, eps=1e-5),
                                                  _gradient_sum(ctx), ctx.world_size)
         distributed.take_rank0_parameters(ctx, learner.flat)
-    elif fast and graphs(ctx.device, hp.precision):
+    elif fast and graphs(ctx.device, hp.precision) and not hp.learn_while_collecting:
+        # not beside a collecting thread: a capture takes torch's default CUDA generator, which that
+        # thread's sampling advances ("Offset increment outside graph capture", tests/gpu on an H200);
+        # its rollouts are the bound there anyway (make gpu-check: 16.7k steps/s against 324k samples/s)
         learner = GraphedPPOLearner(agent, hp, ctx, loss)
     else:
         learner = AutogradPPOLearner(agent, hp, ctx, loss)
