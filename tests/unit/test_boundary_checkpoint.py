@@ -160,6 +160,22 @@ def test_a_checkpoint_trained_as_something_else_is_unusable_naming_what_differs(
     assert refused.value.unusable == [(foreign, said)] and os.path.exists(foreign)  # whenNoneUsable: Fail keeps it
 
 
+def test_a_payload_torch_refuses_is_said_on_one_escaped_line(tmp_path):
+    # torch's refusal has ANSI bold and line breaks of its own, and quotes the pickle's global (the file's text):
+    # the 'skipping checkpoint' log line and the termination message ran over several lines, escapes raw
+    saved = io.BytesIO()
+    torch.save({"a": 1}, saved)
+    crafted = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(saved.getvalue())) as original, zipfile.ZipFile(crafted, "w", zipfile.ZIP_STORED) as out:
+        for member in original.infolist():
+            data = original.read(member.filename)
+            out.writestr(member, b"\x80\x02cos\x1b[2J\x07\nsystem\n)R." if member.filename.endswith("data.pkl") else data)
+    with pytest.raises(checkpoint.CorruptCheckpoint) as refused:
+        checkpoint.decode(checkpoint._framed(2, crafted.getvalue()))
+    said = str(refused.value)
+    assert "UnpicklingError" in said and "\n" not in said and not safetext.has_unsafe(said) and len(said) < 400, said
+
+
 HOSTILE_TRAINED_AS = {  # a tenant's crafted file: (what trained_as becomes, what the refusal says)
     "megabyte-env": ({"env": "A" * 1_000_000}, "trained on " + "A" * 80 + "… (1000000 characters) with ppo; this job is"),
     "escapes-and-breaks": ({"env": "\x1b[2J\x1b]8;;http://x\x07ok\r\u202eFORGED: line\n"},

@@ -64,7 +64,7 @@ from typing import TypeVar
 
 import numpy as np
 import torch
-from kuberl.core import contract
+from kuberl.core import contract, safetext
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -475,10 +475,17 @@ def decode(data: bytes, path: str = "<bytes>") -> dict:
     except CorruptCheckpoint:
         raise
     except Exception as e:  # whatever the payload does wrong, it is not a checkpoint
-        raise CorruptCheckpoint(f"version {version} payload does not load: {type(e).__name__}: {str(e)[:300]}") from e
+        raise CorruptCheckpoint(f"version {version} payload does not load: {_load_error(e)}") from e
     if not isinstance(state, dict):
         raise CorruptCheckpoint(f"version {version} payload is a {type(state).__name__}, not a state dict")
     return state
+
+
+def _load_error(e: Exception) -> str:
+    """Why torch.load refused a payload, on one line, escaped and cut: torch's own words carry ANSI bold and line
+    breaks, and quote the file's pickle (a global's name is the file's to choose); the reason reaches the log and
+    the termination message."""
+    return safetext.one_line(f"{type(e).__name__}: {e}")[:300]
 
 
 def _stored_zip(payload: bytes) -> None:
@@ -828,7 +835,7 @@ def read_model(path: str, max_bytes: int | None = None) -> dict:
     try:
         model = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
     except Exception as e:  # torch raises many kinds for a file it cannot read; none may run code
-        raise CorruptCheckpoint(f"does not load: {type(e).__name__}: {str(e)[:300]}") from e
+        raise CorruptCheckpoint(f"does not load: {_load_error(e)}") from e
     if not isinstance(model, dict):
         raise CorruptCheckpoint(f"holds a {type(model).__name__}, not a model dict")
     overclaimed(model)

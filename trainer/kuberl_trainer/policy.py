@@ -189,7 +189,7 @@ def read_model(path: str) -> dict:
     missing = [k for k in ("algorithm", "env_id", "agent", "hidden_sizes") if k not in model]
     if missing or not isinstance(model.get("format", FORMAT), int) or model.get("format", FORMAT) > FORMAT:
         raise UnusableModel(f"{path}: not a kuberl final model of format {FORMAT}"
-                            + (f" (missing {', '.join(missing)})" if missing else f" (format {model.get('format')!r})"))
+                            + (f" (missing {', '.join(missing)})" if missing else f" (format {safetext.one_line(repr(model.get('format')))[:80]})"))
     model = {"env_kwargs": {}, "obs_norm": None, **model}
     wrong = _model_problem(model)
     if wrong:
