@@ -150,6 +150,25 @@ def test_ppos_graphed_minibatch_steps_never_wait_for_the_device(counted):
     assert mode.syncs == 0, (mode.ops["_local_scalar_dense"], dict(mode.host_reads))
 
 
+def test_ppos_graphed_step_on_continuous_actions_never_waits_for_the_device(counted):
+    """MuJoCo-style PPO on a GPU (a Gaussian policy's MLP, Box actions) goes through the graphed learner too:
+    a host read in its loss would fail the capture and leave every step eager."""
+    torch.manual_seed(1)
+    space = gym.spaces.Box(-1, 1, (11,), np.float32)
+    encoder, features = networks.encoder(space, "auto", "spec.ppo.policy")
+    agent = ppo.Agent(features, gym.spaces.Box(-1, 1, (3,), np.float32), [64, 64], encoder)
+    learner = learners.GraphedPPOLearner(agent, PPOConfig(), Dist(0, 1, 0, 1, CPU, None), ppo.ppo_loss, graph=False)
+    n, rng = 64, np.random.default_rng(5)
+    scalars = torch.from_numpy(np.stack([rng.normal(size=n) - 2, rng.normal(size=n), rng.normal(size=n),
+                                         rng.normal(size=n), np.ones(n)], -1).astype(np.float32))
+    rows = minibatch_table(torch.from_numpy(rng.normal(size=(n, 3)).astype(np.float32)), scalars)
+    obs = torch.from_numpy(rng.normal(size=(n, 11)).astype(np.float32))
+    learner.step(obs, rows)  # warm: Adam's state exists
+    with counted() as mode:
+        learner.step(obs, rows)
+    assert mode.syncs == 0, (mode.ops["_local_scalar_dense"], dict(mode.host_reads))
+
+
 def test_dqns_gradient_step_stays_within_its_op_budget(counted):
     learner = q_learner(double=True)
     obs, actions, returns, discount, next_obs = draw(learner, 1)
