@@ -342,6 +342,8 @@ def progress_records(run_dir: Path) -> list[dict]:
 
 
 STARTUP_LINE = re.compile(r"rank 0 ready to step ([\d.]+) s after launch \(([^)]*)\)")
+# learners.StepGraph's line when a step cannot be captured and stays eager: the rates then are eager ones
+GRAPH_FAILED = re.compile(r"kuberl trainer: (.+? stays eager: CUDA graph capture failed: [^\n]*)")
 
 
 def launch(example: str, label: str, overrides: list[str], runs: Path) -> dict:
@@ -387,14 +389,24 @@ def launch(example: str, label: str, overrides: list[str], runs: Path) -> dict:
                     stopped_by += ", then killed"
     ended = time.monotonic()
     text = log_path.read_text(errors="replace")
+    pod_logs = sorted((runs / job / "logs").glob("*.log")) if (runs / job / "logs").exists() else []
     ready = STARTUP_LINE.findall(text)
     if not ready:  # the line lives in the pod's own log
-        for pod_log in sorted((runs / job / "logs").glob("*.log")) if (runs / job / "logs").exists() else []:
+        for pod_log in pod_logs:
             ready += STARTUP_LINE.findall(pod_log.read_text(errors="replace"))
     say(f"   {label}: rank 0 ready to step after {ready[-1][0] if ready else '?'} s "
         f"({ready[-1][1] if ready else 'no startup line: see ' + log_path.name}); stopped by {stopped_by}")
+    eager = graph_failures([text, *(pod_log.read_text(errors="replace") for pod_log in pod_logs)])
+    for line in eager:
+        say(f"   {label}: {line}")
     return {"startup": {"seconds": float(ready[-1][0]), "phases": ready[-1][1]} if ready else None,
-            "started": started, "ended": ended, "exit_code": proc.returncode, "stopped_by": stopped_by}
+            "started": started, "ended": ended, "exit_code": proc.returncode, "stopped_by": stopped_by,
+            "graph_capture_failed": eager}
+
+
+def graph_failures(logs: list[str]) -> list[str]:
+    """Each distinct step that stayed eager because its CUDA graph capture failed, as the trainer said it."""
+    return list(dict.fromkeys(line[:300] for log in logs for line in GRAPH_FAILED.findall(log)))
 
 
 def kuberl_run(example: str, label: str, overrides: list[str], sampler: GpuSampler, warm_relaunch: bool = False,

@@ -159,3 +159,16 @@ def test_the_device_command_in_the_docs_fits_its_limit_with_the_sections_it_name
     launches = gpu_check.GPU.launches
     assert launches["ppo-cold"][0] + launches["ppo-warm"][0] + launches["ppo-lagged-cold"][0] < gpu_check.GPU.budgets["ppo"]
     assert launches["dqn-cold"][0] < gpu_check.GPU.budgets["dqn"]
+
+
+def test_a_step_left_eager_by_a_failed_capture_is_reported_once_per_step(gpu_check):
+    """The rates of a run whose graphs failed are eager ones: gpu-check says so, from the trainer's own line."""
+    kuberl_run_output = ("[rank 0] kuberl trainer: DQN's forward and backward stays eager: CUDA graph capture failed: "
+                         "operation not permitted when stream is capturing\n[rank 0] timesteps 7808  steps/s 1,559\n")
+    pod_log = ("kuberl trainer: DQN's forward and backward stays eager: CUDA graph capture failed: "
+               "operation not permitted when stream is capturing\nkuberl trainer: the optimiser step stays eager: "
+               "CUDA graph capture failed: Attempting CUDA graph capture of step()\n")
+    assert gpu_check.graph_failures([kuberl_run_output, pod_log]) == [
+        "DQN's forward and backward stays eager: CUDA graph capture failed: operation not permitted when stream is capturing",
+        "the optimiser step stays eager: CUDA graph capture failed: Attempting CUDA graph capture of step()"]
+    assert gpu_check.graph_failures(["[rank 0] timesteps 7808  steps/s 1,559\n"]) == []
