@@ -176,6 +176,11 @@ def test_a_payload_torch_refuses_is_said_on_one_escaped_line(tmp_path):
     assert "UnpicklingError" in said and "\n" not in said and not safetext.has_unsafe(said) and len(said) < 400, said
 
 
+def test_a_checkpoints_extra_keys_are_named_cut_to_a_line():
+    said = checkpoint.mismatch({"agent": 1}, {"agent": 1, "k" * 1_000_000: 1, "x\u202e\x1b": 2})
+    assert said.startswith("state has 'kkkk") and "'x\\u202e\\x1b'" in said and len(said) < 300, said[:300]
+
+
 HOSTILE_TRAINED_AS = {  # a tenant's crafted file: (what trained_as becomes, what the refusal says)
     "megabyte-env": ({"env": "A" * 1_000_000}, "trained on " + "A" * 80 + "… (1000000 characters) with ppo; this job is"),
     "escapes-and-breaks": ({"env": "\x1b[2J\x1b]8;;http://x\x07ok\r\u202eFORGED: line\n"},

@@ -1014,7 +1014,8 @@ def mismatch(expected: object, found: object, where: str = "state") -> str | Non
         if missing := [k for k in expected if k not in found]:
             return f"{where} lacks {', '.join(map(repr, missing[:5]))}"
         if extra := [k for k in found if k not in expected]:
-            return f"{where} has {', '.join(map(repr, extra[:5]))}, which this job's has not"
+            # the file's own keys: each shown cut (a 1 MB key made the CheckpointMismatch, and its log line, 1 MB)
+            return f"{where} has {', '.join(safetext.one_line(repr(k))[:80] for k in extra[:5])}, which this job's has not"
         return next((m for k in expected if (m := mismatch(expected[k], found[k], f"{where}.{k}"))), None)
     numbers = (int, float, np.integer, np.floating)
     if isinstance(expected, numbers) and not isinstance(expected, (bool, np.bool_)):
