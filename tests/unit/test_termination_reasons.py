@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from kuberl.core import contract, names
+from kuberl.core import contract, names, safetext
 from kuberl.core import lifecycle as lc
 
 from tests.support.jobs import make_job
@@ -24,6 +24,17 @@ def test_the_trainers_marked_line_states_its_reason_and_reads_without_the_marker
     seen = lc.observed_pod(terminated_pod(78, line + "\n"))
     assert seen.reason == "ConfigError"
     assert seen.message == "ConfigError: spec.env.id: no such env second line"
+
+
+@pytest.mark.parametrize("message", ["é" * 5000, "\U0001f600" * 2000, "quoted \x1b[2J\r\u202e" * 500],
+                         ids=["two-byte", "four-byte", "control-characters"])
+def test_a_long_stated_line_keeps_its_reason_through_the_kubelets_last_4096_bytes(message):
+    # the kubelet keeps a termination message's last 4096 bytes: 4000 characters of 'é' (8 KB) lost the marker,
+    # and the ConfigError was read as a crash (retried to the backoffLimit)
+    written = (contract.termination_line("ConfigError", message) + "\n").encode()
+    kept = written[-4096:].decode(errors="replace")
+    seen = lc.observed_pod(terminated_pod(1, kept))
+    assert seen.reason == "ConfigError" and not safetext.has_unsafe(contract.stated_line("ConfigError", message))
 
 
 def test_the_trainer_writes_its_termination_log_with_the_contracts_line(tmp_path, monkeypatch, capsys):

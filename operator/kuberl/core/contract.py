@@ -15,6 +15,8 @@ import re
 import stat
 from collections.abc import Mapping
 
+from . import safetext
+
 # sysexits.h EX_CONFIG: a configuration error, never retried.
 EXIT_CONFIG_ERROR = 78
 EXIT_OK = 0
@@ -96,13 +98,17 @@ def checkpoint_flaw(path: str) -> str | None:
 TERMINATION_MARKER = "kuberl.dev/reason "
 
 
-# The kubelet keeps at most 4096 bytes of a termination message; the stated line stays under it.
-MAX_STATED_CHARACTERS = 4000
+# The kubelet keeps the LAST 4096 bytes of a termination message (pkg/kubelet/kuberuntime getTerminationMessage:
+# tail.ReadAtMost(path, MaxContainerTerminationMessageLength)): a longer line loses its marker, and with it its
+# reason (a permanent ConfigError read as a crash). Cut in UTF-8 bytes: 4000 characters of 'é' are 8000.
+MAX_STATED_BYTES = 4000
 
 
 def stated_line(reason: str, message: str) -> str:
-    """`<Reason>: <message>` on one line, cut to MAX_STATED_CHARACTERS: what the trainer states."""
-    return f"{reason}: {message}".replace("\n", " ")[:MAX_STATED_CHARACTERS]
+    """`<Reason>: <message>` on one line, its control characters escaped (safetext: the message may quote a file
+    or a spec), cut to MAX_STATED_BYTES of UTF-8: what the trainer states."""
+    line = safetext.one_line(f"{reason}: {message}".replace("\n", " "))
+    return line.encode()[:MAX_STATED_BYTES].decode(errors="ignore")
 
 
 def termination_line(reason: str, message: str) -> str:
