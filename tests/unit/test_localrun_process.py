@@ -41,6 +41,15 @@ def test_output_is_prefixed_and_the_message_read(tmp_path):
     assert p.termination_message() == "Succeeded: done"
 
 
+def test_a_long_message_is_read_as_the_kubelet_reads_it_its_last_4096_bytes(tmp_path):
+    p = start(tmp_path, """
+        import os
+        open(os.environ["TERMINATION_LOG"], "w").write("first line, lost in a cluster\\n" + "x" * 5000 + "\\nthe end\\n")
+    """)
+    assert p.wait(10) == 0
+    assert p.termination_message() == ("x" * 5000 + "\nthe end")[-(4096 - 1):]  # the kubelet's tail, its last newline stripped
+
+
 def test_a_failure_without_a_message_falls_back_to_the_log_tail(tmp_path):
     p = start(tmp_path, "import sys; print('line 1'); print('boom', file=sys.stderr); sys.exit(3)")
     assert p.wait(10) == 3

@@ -396,8 +396,15 @@ def read_regular_tail(path: str, limit: int) -> tuple[str, int] | None:
 
 
 def read_termination_log(path: str) -> str:
-    """The termination-message file, as the regular file a kubelet mounts there."""
-    return (read_regular_file(path, TERMINATION_MESSAGE_LIMIT) or "").strip()
+    """The termination-message file, as the regular file a kubelet mounts there, read as the kubelet reads it: its
+    LAST TERMINATION_MESSAGE_LIMIT bytes (pkg/kubelet/kuberuntime getTerminationMessage, tail.ReadAtMost). Read from
+    the start, a long message kept its first line here and lost it in a cluster (a marked reason among them)."""
+    f = open_regular(path)
+    if f is None:
+        return ""
+    with f:
+        f.seek(max(0, os.fstat(f.fileno()).st_size - TERMINATION_MESSAGE_LIMIT))
+        return f.read(TERMINATION_MESSAGE_LIMIT).decode(errors="replace").strip()
 
 
 def start_pod(
