@@ -201,30 +201,35 @@ class AutogradPPOLearner:
         self.optimizer.load_state_dict(state)
 
     def step(self, obs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        hp = self.hp
-        actions, old_log_prob, old_value, advantages, returns, weight = minibatch_columns(rows, hp.norm_advantage)
-        actions = actions.squeeze(-1) if self.agent.discrete else actions
-        size = rows.shape[0]
-        micro = -(-size // hp.grad_accumulation)
-        stats = torch.zeros(len(STAT_NAMES), device=rows.device)
-        for start in range(0, size, micro):
-            part = slice(start, start + micro)
-            last = start + micro >= size
-            sync = contextlib.nullcontext() if last or not self.ctx.distributed else self.model.no_sync()
-            with sync:
-                with autocast(self.ctx.device, hp.precision):  # the forward only: the loss below is fp32
-                    new_log_prob, entropy, new_value = self.model(obs[part], actions[part])
-                loss, part_stats = self.loss(
-                    new_log_prob, entropy, new_value, old_log_prob[part], old_value[part],
-                    advantages[part], returns[part], weight[part], hp,
-                )
-                with distributed.collectives():
-                    loss.backward()
-            stats += torch.stack([part_stats[name] for name in STAT_NAMES])
-        nn.utils.clip_grad_norm_(self.weights, hp.max_grad_norm, foreach=True)
+        stats = ppo_backward(self.model, self.agent.discrete, self.hp, self.ctx, self.loss, obs, rows)
+        nn.utils.clip_grad_norm_(self.weights, self.hp.max_grad_norm, foreach=True)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return stats
+
+
+def ppo_backward(model: nn.Module, discrete: bool, hp, ctx: Dist, loss: Callable, obs: torch.Tensor,
+                 rows: torch.Tensor) -> torch.Tensor:
+    """A minibatch's gradient accumulated by backward over grad_accumulation micro-batches (a DDP
+    `model` all-reduces the last one's only: no_sync() before); its summed STAT_NAMES."""
+    actions, old_log_prob, old_value, advantages, returns, weight = minibatch_columns(rows, hp.norm_advantage)
+    actions = actions.squeeze(-1) if discrete else actions
+    size = rows.shape[0]
+    micro = -(-size // hp.grad_accumulation)
+    stats = torch.zeros(len(STAT_NAMES), device=rows.device)
+    for start in range(0, size, micro):
+        part = slice(start, start + micro)
+        last = start + micro >= size
+        sync = model.no_sync() if isinstance(model, DDP) and not last else contextlib.nullcontext()
+        with sync:
+            with autocast(ctx.device, hp.precision):  # the forward only: the loss below is fp32
+                new_log_prob, entropy, new_value = model(obs[part], actions[part])
+            part_loss, part_stats = loss(new_log_prob, entropy, new_value, old_log_prob[part], old_value[part],
+                                         advantages[part], returns[part], weight[part], hp)
+            with distributed.collectives():
+                part_loss.backward()
+        stats += torch.stack([part_stats[name] for name in STAT_NAMES])
+    return stats
 
 
 class TorchPolicy:
@@ -575,21 +580,8 @@ class GraphedPPOLearner:
 
     def _forward_backward(self, obs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """The minibatch's gradient accumulated into self.gradient (zeroed first); its summed STAT_NAMES."""
-        hp = self.hp
         self.gradient.zero_()
-        actions, old_log_prob, old_value, advantages, returns, weight = minibatch_columns(rows, hp.norm_advantage)
-        actions = actions.squeeze(-1) if self.agent.discrete else actions
-        size = rows.shape[0]
-        micro = -(-size // hp.grad_accumulation)
-        stats = torch.zeros(len(STAT_NAMES), device=rows.device)
-        for start in range(0, size, micro):
-            part = slice(start, start + micro)
-            new_log_prob, entropy, new_value = self.agent(obs[part], actions[part])
-            loss, part_stats = self.loss(new_log_prob, entropy, new_value, old_log_prob[part], old_value[part],
-                                         advantages[part], returns[part], weight[part], hp)
-            loss.backward()
-            stats += torch.stack([part_stats[name] for name in STAT_NAMES])
-        return stats
+        return ppo_backward(self.agent, self.agent.discrete, self.hp, self.ctx, self.loss, obs, rows)
 
     def step(self, obs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         stats = self.backward(obs, rows) if self.backward.fits((obs, rows)) else self._forward_backward(obs, rows)
