@@ -168,6 +168,19 @@ def test_a_stop_one_rank_is_asked_for_while_learning_ends_every_ranks_learning_a
         assert torch.equal(tensor, ranks[1]["agent"][name]), name
 
 
+def test_a_stop_one_rank_is_asked_for_while_dqn_learns_ends_every_ranks_gradient_steps_at_the_same_vote(tmp_path):
+    """DQN read a stop at its iteration's all-reduce alone: a stop while it learned waited for every gradient step
+    (5 s on the Pong example; with gradientSteps in the hundreds, past a pod's grace period). Now, as PPO's epochs,
+    its steps end at the next vote (every 16 of 64 while untimed): rank 1's stop at step 20 ends both at 32."""
+    ranks = run_workers("dqn_stop_while_learning", tmp_path, 2)
+    for rank in ranks:
+        *before, (steps_run, stopped) = rank["reports"]
+        assert (steps_run, stopped) == (32, True) and all(not stop for _, stop in before), rank["reports"]
+        assert rank["steps"] == 32
+    for name, tensor in ranks[0]["agent"].items():
+        assert torch.equal(tensor, ranks[1]["agent"][name]), name
+
+
 def test_ranks_whose_epochs_take_milliseconds_read_a_stop_at_the_rollouts_all_reduce_alone(tmp_path):
     """A vote is an all-reduce (3 ms between two ranks on a loaded 2-core machine): CartPole's epochs, a few ms,
     would pay one per epoch for a stop that waits for one short update at most."""

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from kuberl.core import trainerconfig
-from kuberl.core.spec import PPOConfig
+from kuberl.core.spec import DQNConfig, PPOConfig
 from kuberl_trainer.distributed import process_group
+from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.ppo import PPOTrainer
 from kuberl_trainer.session import TrainingSession
 
@@ -199,7 +200,29 @@ def votes_where_epochs_are_long(out: Path) -> None:
             calls.clear()
             stops.append(trainer.update(stop.is_set, False).stop)
             counts.append(len(calls))
-        torch.save({"counts": counts, "stops": stops, "epoch_seconds": trainer.epoch_seconds}, out / f"rank-{ctx.rank}.pt")
+        torch.save({"counts": counts, "stops": stops, "epoch_seconds": trainer.learning_stop.unit_seconds}, out / f"rank-{ctx.rank}.pt")
+
+
+def dqn_stop_while_learning(out: Path) -> None:
+    """DQN's first learning iteration, 64 gradient steps (untimed yet: a vote every 16), rank 1 alone asked to
+    stop at its 20th; rank 0 never is. Each rank records the iterations' reports and its weights."""
+    with process_group("gloo", 60, 60) as ctx:
+        hp = DQNConfig(learning_starts=64, batch_size=16, buffer_size=512, train_frequency=8, gradient_steps=64)
+        trainer = DQNTrainer(ctx, hp, "CartPole-v1", 2, {}, 10**6, 1, 0, fast=False)
+        stop, steps, step = threading.Event(), [], trainer.learner.step
+
+        def step_then_stop(*args):
+            steps.append(1)
+            if ctx.rank == 1 and len(steps) == 20:
+                stop.set()
+            return step(*args)
+
+        trainer.learner.step = step_then_stop
+        reports = []
+        while not reports or not reports[-1].stop:
+            reports.append(trainer.update(stop.is_set, False))
+        torch.save({"reports": [(r.epochs_run, r.stop) for r in reports], "steps": len(steps), "agent": params(trainer)},
+                   out / f"rank-{ctx.rank}.pt")
 
 
 def graphed_q(out: Path) -> None:
@@ -243,4 +266,5 @@ def gather(out: Path) -> None:
 if __name__ == "__main__":
     {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch,
      "gradient_sync": gradient_sync, "gather": gather, "graphed_q": graphed_q,
-     "stop_while_learning": stop_while_learning, "votes_where_epochs_are_long": votes_where_epochs_are_long}[sys.argv[1]](Path(sys.argv[2]))
+     "stop_while_learning": stop_while_learning, "votes_where_epochs_are_long": votes_where_epochs_are_long,
+     "dqn_stop_while_learning": dqn_stop_while_learning}[sys.argv[1]](Path(sys.argv[2]))

@@ -267,7 +267,7 @@ def dqn_learning_on_fake_cuda(fake, monkeypatch, space, loss: str) -> tuple[list
     monkeypatch.setattr(trainer, "to_tensors", lambda batch: tuple(
         fake_cuda(fake, a) for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs)))
     with fake:
-        losses = trainer.learn()
+        losses, _ = trainer.learn()
     trainer.envs.close()
     return backward, losses
 

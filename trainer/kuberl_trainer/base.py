@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
 import time
 from collections.abc import Iterator
 
@@ -51,6 +52,82 @@ def all_reduce_named(ctx: Dist, values: dict[str, float | np.ndarray]) -> dict[s
     return totals
 
 
+STOP_VOTE_SECONDS = 0.5  # learning reads a stop once per this much of it: a vote's all-reduce (3 ms, two loaded gloo ranks) is under 1%
+UNMEASURED_VOTES = 4  # votes in a learning whose units no update has timed yet (PPO's four epochs: one each)
+
+
+class LearningStop:
+    """A stop read while an algorithm learns, between its units of work (PPO's epochs, DQN's gradient
+    steps), every rank's vote in one all-reduce (beside any value the algorithm all-reduces there, as
+    PPO's target KL), so every rank runs as many backward passes and ends with the same weights.
+
+    Votes come every `interval` units, chosen from the ranks' mean seconds per unit in the update before
+    (carried in the update's all-reduce, so every rank chooses alike) so that votes are STOP_VOTE_SECONDS
+    apart: a learning shorter than that reads none and the stop waits for the next update's all-reduce.
+    Until a learning is timed, UNMEASURED_VOTES spread over it; one rank alone reads the flag, no collective,
+    every unit. Deterministic mode reads it after the last unit only: the update learns whole (a resume of
+    a cut update would differ from the uninterrupted run) and the run stops there."""
+
+    def __init__(self, ctx: Dist):
+        self.ctx = ctx
+        self.own_unit_seconds = math.inf  # this rank's last learning, seconds per unit; unknown (inf) until timed
+        self.unit_seconds = math.inf  # the ranks' mean of them, from the update's all-reduce
+        self.stopped = False  # the last learning ended early on a stop vote
+        self.interval, self.units, self.cuttable, self.stop_vote, self.started = 0, 0, False, None, 0.0
+
+    def begin(self, units: int, stop_vote: Vote) -> None:
+        """A learning of `units` units starts; `stop_vote` is read at its vote points."""
+        self.stopped, self.units, self.started = False, units, time.perf_counter()
+        self.stop_vote = stop_vote if callable(stop_vote) else None
+        if self.stop_vote is None:
+            self.interval = units + 1  # nothing to read
+        elif self.ctx.world_size == 1:
+            self.interval = 1
+        elif math.isinf(self.unit_seconds):
+            self.interval = math.ceil(units / UNMEASURED_VOTES)
+        else:
+            self.interval = max(1, math.ceil(STOP_VOTE_SECONDS / max(self.unit_seconds, 1e-9)))
+        self.cuttable = self.interval <= units and not torch.are_deterministic_algorithms_enabled()
+
+    def units_to_next_vote(self, done: int) -> int:
+        """Units from `done` to the next vote point, or to the end of the learning."""
+        if self.cuttable:
+            return min(self.interval - done % self.interval, self.units - done)
+        return self.units - done
+
+    def asks(self, done: int) -> bool:
+        """Whether the ranks vote after `done` units (every rank answers alike: the plan is replicated)."""
+        if self.interval > self.units:
+            return False
+        return (self.cuttable and done % self.interval == 0) or done == self.units
+
+    def vote(self, done: int, value: torch.Tensor | None = None) -> tuple[float, bool]:
+        """After `done` units: the ranks' sum of `value` (a scalar, None: 0.0) and whether any rank's vote
+        is to stop, in one all-reduce where `asks(done)`, else the value's alone (where given). Sets stopped."""
+        ask = self.asks(done)
+        if value is None and not ask:
+            return 0.0, False
+        if self.ctx.world_size == 1:  # the flag alone: no tensor, no collective (DQN may vote every step)
+            stops = ask and bool(self.stop_vote())
+            self.stopped = self.stopped or stops
+            return 0.0 if value is None else float(value), stops
+        value_host = torch.zeros(1, dtype=torch.float64) if value is None else value.detach().double().reshape(1).cpu()  # host: gloo's or all_reduce_sum's copy
+        stop = torch.tensor([float(ask and bool(self.stop_vote()))], dtype=torch.float64)  # host: as value_host
+        total = distributed.all_reduce_sum(self.ctx, torch.cat([value_host, stop]))  # host: as value_host
+        stops = ask and bool(total[1] > 0)
+        self.stopped = self.stopped or stops
+        return float(total[0]), stops
+
+    def end(self, done: int) -> None:
+        """The learning ran `done` units; call after its host read, so the device's work is timed too."""
+        if done:
+            self.own_unit_seconds = (time.perf_counter() - self.started) / done
+
+    def merge(self, totals: dict) -> None:
+        """The ranks' mean seconds per unit from the update's all-reduce (sync_update's "learn_unit_seconds")."""
+        self.unit_seconds = totals["learn_unit_seconds"] / self.ctx.world_size
+
+
 class BaseAlgorithm:
     """Seeding, envs and the rank's bookkeeping. `_setup_model` must set
     `agent` (the network whose weights are the model), `learner` and
@@ -73,6 +150,7 @@ class BaseAlgorithm:
         self.obs_shape = tuple(self.envs.single_observation_space.shape)
         self.action_space = self.envs.single_action_space
         self.counters = Counters()
+        self.learning_stop = LearningStop(ctx)  # a stop read between learning's units (PPO's epochs, DQN's steps)
         self.tracker = EpisodeTracker(num_envs)
         self.np_rng = np.random.default_rng(self.seed)  # this rank's numpy randomness, which checkpoints record
         torch.manual_seed(seed)  # the same initial weights everywhere (rank 0's are broadcast anyway)
@@ -126,16 +204,18 @@ class BaseAlgorithm:
                     success_vote: bool) -> tuple[dict[str, float | np.ndarray], float]:
         """The update's one all-reduce, by name: this rank's `local` statistics
         ("steps", its real env steps, and the algorithm's own), the episodes it
-        finished and their return sum, and the stop (read now, where it is a
-        callable) and success votes. Advances
+        finished and their return sum, the seconds per unit of its last learning (LearningStop), and the
+        stop (read now, where it is a callable) and success votes. Advances
         the global counters; returns the totals and the seconds it took."""
         returns, _ = self.tracker.drain()
         values = {**local, "episodes": len(returns), "return_sum": sum(returns),
+                  "learn_unit_seconds": self.learning_stop.own_unit_seconds,
                   "stop_votes": float(stop_vote() if callable(stop_vote) else stop_vote), "success_votes": float(success_vote)}
         started = time.perf_counter()
         totals = all_reduce_named(self.ctx, values)
         self.counters.global_step += int(totals["steps"])
         self.counters.episodes += int(totals["episodes"])
+        self.learning_stop.merge(totals)
         return totals, time.perf_counter() - started
 
     # -- state for checkpoints ------------------------------------------------------

@@ -256,25 +256,34 @@ class DQNTrainer(BaseAlgorithm):
         self.last_target_update = self.steps_per_rank
         return True
 
-    def learn(self) -> dict[str, torch.Tensor]:
-        """gradient_steps DDP steps on batches from this rank's replay buffer.
-        The target network does not change during them, so batches are drawn
-        (i.i.d. uniform, as one at a time would be) and their target Q-values
-        computed a chunk of steps at a time: one large draw and one large
-        forward instead of one small one per step."""
+    def learn(self, stop_vote: Vote = False) -> tuple[dict[str, torch.Tensor], int]:
+        """gradient_steps DDP steps on batches from this rank's replay buffer; the mean loss and the
+        steps run. The target network does not change during them, so batches are drawn (i.i.d.
+        uniform, as one at a time would be) and their target Q-values computed a chunk of steps at
+        a time: one large draw and one large forward instead of one small one per step. A stop
+        (`stop_vote`) is read between steps (base.LearningStop, as PPO reads it between epochs: every
+        rank's vote in one all-reduce, about every STOP_VOTE_SECONDS of learning) and ends them there."""
         self.maybe_update_target()
+        stops = self.learning_stop
+        stops.begin(self.gradient_steps, stop_vote)
         # the losses stay on the learner's device: one host sync per update, in update()
-        total, size = torch.zeros((), device=self.ctx.device), self.hp.batch_size
-        for first in range(0, self.gradient_steps, self.steps_per_draw):
-            steps = min(self.steps_per_draw, self.gradient_steps - first)
+        total, size, done = torch.zeros((), device=self.ctx.device), self.hp.batch_size, 0
+        while done < self.gradient_steps and not stops.stopped:
+            steps = min(self.steps_per_draw, self.gradient_steps - done)
             started = time.perf_counter()
             obs, actions, returns, discount, next_obs = self.to_tensors(self.replay.sample(size * steps, self.hp.gamma, self.np_rng))
             # the next frames become floats once, here, for the target network and (double DQN) the online one
             next_inputs = self.learner.inputs(next_obs)
             next_q_target = self.learner.target_q(next_inputs)
             self.timings["sample"] += time.perf_counter() - started
-            total += self.learner.learn_draw((obs, actions, returns, discount, next_inputs), next_q_target)
-        return {"value_loss": total / self.gradient_steps}
+            drawn, at = (obs, actions, returns, discount, next_inputs, next_q_target), 0
+            while at < steps and not stops.stopped:  # the draw's steps, in pieces that end at vote points
+                take = min(steps - at, stops.units_to_next_vote(done))
+                piece = drawn if take == steps else [t[at * size : (at + take) * size] for t in drawn]
+                total += self.learner.learn_draw(tuple(piece[:5]), piece[5])
+                at, done = at + take, done + take
+                stops.vote(done)
+        return {"value_loss": total / done}, done
 
     def replay_transitions(self) -> float:
         """Real transitions the replay buffers took since they began filling (autoreset steps are none), the
@@ -305,11 +314,15 @@ class DQNTrainer(BaseAlgorithm):
                                                      stop_vote, success_vote)
         self.replay_real_mean = totals["replay_real"] / self.ctx.world_size
 
-        losses, update_seconds = {}, 0.0
+        losses, steps_run, update_seconds = {}, 0, 0.0
         self.learner.allreduce_seconds.clear()
+        self.learning_stop.stopped = False
         if totals["success_votes"] == 0:
             started = time.perf_counter()
-            losses = {name: float(loss) for name, loss in self.learn().items()} if self.learning() else {}
+            if self.learning():
+                learned, steps_run = self.learn(stop_vote)
+                losses = {name: float(loss) for name, loss in learned.items()}
+                self.learning_stop.end(steps_run)  # after the host read: the device's work too
             update_seconds = time.perf_counter() - started
             self.counters.updates += 1
         return UpdateReport(
@@ -322,8 +335,8 @@ class DQNTrainer(BaseAlgorithm):
             rollout_seconds=rollout_seconds,
             update_seconds=update_seconds,
             allreduce_seconds=allreduce_seconds + sum(self.learner.allreduce_seconds),
-            epochs_run=self.gradient_steps if losses else 0,
-            stop=totals["stop_votes"] > 0,
+            epochs_run=steps_run,
+            stop=totals["stop_votes"] > 0 or self.learning_stop.stopped,
             target_met=totals["success_votes"] > 0,
         )
 

@@ -28,7 +28,7 @@ from kuberl.core import envspaces
 from kuberl.core.spec import PPOConfig
 from torch import nn
 
-from . import atari, budget, distributed, evaluation, learners, networks
+from . import atari, budget, evaluation, learners, networks
 from .base import BaseAlgorithm
 from .device import CPU, host_zeros, stream_after_current, to_device, upload
 from .distributed import Dist
@@ -218,9 +218,6 @@ class Rollout:
 # --- The trainer ---------------------------------------------------------
 
 
-STOP_VOTE_EPOCH_SECONDS = 0.5  # epochs this long read a stop between them (learn): a vote's all-reduce is under 1% of one
-
-
 class PPOTrainer(BaseAlgorithm):
     ACTION_SPACES = envspaces.ACTION_SPACES["ppo"]
     def __init__(self, ctx: Dist, hp: PPOConfig, env_id: str, num_envs: int, env_kwargs: dict,
@@ -262,10 +259,6 @@ class PPOTrainer(BaseAlgorithm):
         # how it learns and acts, rank 0's weights everywhere (fast=False: always DDP + Adam + torch)
         self.learner, self.actor = learners.ppo_learner(self.agent, hp, ctx, ppo_loss, self.np_rng, self.fast_path)
         self.optimizer = self.learner.optimizer
-        self.stopped_learning = False  # the last learn() ended early on a stop vote
-        # seconds per epoch of this rank's last learn(), and the ranks' mean of them from the update's all-reduce;
-        # unknown (inf) until measured, so the first update after a start reads a stop between its epochs
-        self.own_epoch_seconds = self.epoch_seconds = math.inf
         # who acts in rollouts: the current weights, or (learnWhileCollecting) a copy of them taken
         # before each update, on a thread of its own, sampling from a generator of its own
         self.behaviour, self.rollout_ready = self.actor, False
@@ -358,7 +351,7 @@ class PPOTrainer(BaseAlgorithm):
         """What this rank adds to the update's all-reduce (sync_update): its
         real env steps and, where used, its normalisers' moments."""
         buf, valid = self.buf, self.buf.valid.astype(bool)
-        local: dict[str, float | np.ndarray] = {"steps": float(valid.sum()), "epoch_seconds": self.own_epoch_seconds}
+        local: dict[str, float | np.ndarray] = {"steps": float(valid.sum())}
         if self.hp.normalize_observation:
             local["obs_moments"] = RunningMeanStd.moments(buf.raw_obs[valid], self.obs_shape)
         if self.hp.normalize_reward:
@@ -368,18 +361,11 @@ class PPOTrainer(BaseAlgorithm):
     def learn(self, advantages: np.ndarray, returns: np.ndarray, buf: Rollout | None = None,
               stop_vote: Vote = False) -> tuple[dict[str, float], int]:
         """update_epochs passes of num_minibatches DDP steps over the rollout (`buf`, else self.buf).
-        A stop (`stop_vote`, read after each epoch with every rank's in one all-reduce) ends them after
-        the epoch it came in, as target KL's rule would, and sets stopped_learning: the Pong example's
-        epochs take 3-4 s each on a 2-core CPU, the four of them 13-18 s. Deterministic mode reads it
-        after the last epoch only (a resume of a cut update would differ from the uninterrupted run).
-        Ranks read it only where their epochs last STOP_VOTE_EPOCH_SECONDS (their mean in the update
-        before, from its all-reduce): a vote is an all-reduce, 3 ms between two ranks on a loaded 2-core
-        machine, and CartPole's epochs take a few; there a stop waits for the next update's all-reduce."""
-        hp, device = self.hp, self.ctx.device
-        started = time.perf_counter()
-        self.stopped_learning = False
-        votes = callable(stop_vote) and (self.ctx.world_size == 1 or self.epoch_seconds >= STOP_VOTE_EPOCH_SECONDS)
-        cuttable = votes and not torch.are_deterministic_algorithms_enabled()
+        A stop (`stop_vote`) is read between epochs (base.LearningStop: every rank's vote in one all-reduce,
+        with target KL's, where epochs are long enough for it) and ends them after the epoch it came in, as
+        target KL's rule would: the Pong example's epochs take 3-4 s each on a 2-core CPU, the four 13-18 s."""
+        hp, device, stops = self.hp, self.ctx.device, self.learning_stop
+        stops.begin(hp.update_epochs, stop_vote)
         buf = self.buf if buf is None else buf
         size = self.batch_per_rank
         # observations apart, in their own dtype (uint8 frames stay uint8 until on the device)
@@ -388,7 +374,7 @@ class PPOTrainer(BaseAlgorithm):
         table = upload(minibatch_table(buf.actions_t.reshape(size, -1), torch.from_numpy(scalars)), device)
         totals = torch.zeros(len(STAT_NAMES), device=device)
         epochs_run = 0
-        for epoch in range(hp.update_epochs):
+        for _ in range(hp.update_epochs):
             epochs_run += 1
             order = upload(self.np_rng.permutation(size), device)
             # every row, each epoch, in num_minibatches parts whose sizes differ by one at most
@@ -398,25 +384,13 @@ class PPOTrainer(BaseAlgorithm):
                 totals += last
             # CleanRL's rule: the epoch's LAST minibatch's KL (taken before its step), the
             # furthest the epoch moved; all-reduced, so every rank runs as many backward passes
-            ask = votes and (cuttable or epoch + 1 == hp.update_epochs)
-            if hp.target_kl is not None or ask:
-                kl, stops = self.epoch_votes(last[STAT_NAMES.index("approx_kl")] if hp.target_kl is not None else None,
-                                             ask and stop_vote())
-                if stops:
-                    self.stopped_learning = True
-                    break
-                if hp.target_kl is not None and kl > hp.target_kl:
-                    break
+            kl = last[STAT_NAMES.index("approx_kl")] if hp.target_kl is not None else None
+            kl_sum, stopped = stops.vote(epochs_run, kl)
+            if stopped or (hp.target_kl is not None and kl_sum / self.ctx.world_size > hp.target_kl):
+                break
         means = (totals / (epochs_run * hp.num_minibatches)).tolist()
-        self.own_epoch_seconds = (time.perf_counter() - started) / epochs_run  # after the host read: the device's work too
+        stops.end(epochs_run)  # after the host read: the device's work too
         return dict(zip(STAT_NAMES, means, strict=True)), epochs_run
-
-    def epoch_votes(self, kl: torch.Tensor | None, stop: bool) -> tuple[float, bool]:
-        """The ranks' mean of an epoch's `kl` (None: no target KL, and no wait for the device to finish
-        the epoch) and whether any rank votes to stop, in one all-reduce."""
-        kl_host = torch.zeros(1, dtype=torch.float64) if kl is None else kl.detach().double().reshape(1).cpu()  # host: gloo's or all_reduce_sum's copy
-        total = distributed.all_reduce_sum(self.ctx, torch.cat([kl_host, torch.tensor([float(stop)], dtype=torch.float64)]))  # host: as kl_host
-        return float(total[0]) / self.ctx.world_size, bool(total[1] > 0)
 
     def advantages(self, scale_rewards: bool) -> tuple[np.ndarray, np.ndarray]:
         buf = self.buf
@@ -447,7 +421,6 @@ class PPOTrainer(BaseAlgorithm):
         rollout_seconds = time.perf_counter() - started
 
         totals, allreduce_seconds = self.sync_update(self.local_statistics(), stop_vote, success_vote)
-        self.epoch_seconds = totals["epoch_seconds"] / self.ctx.world_size
         if hp.normalize_observation:
             self.obs_norm.merge(totals["obs_moments"])
             self.acting_norm.restart(self.obs_norm)  # every rank starts the next rollout alike
@@ -482,7 +455,7 @@ class PPOTrainer(BaseAlgorithm):
             update_seconds=update_seconds,
             allreduce_seconds=allreduce_seconds,
             epochs_run=epochs_run,
-            stop=totals["stop_votes"] > 0 or self.stopped_learning,
+            stop=totals["stop_votes"] > 0 or self.learning_stop.stopped,
             target_met=totals["success_votes"] > 0,
         )
 
