@@ -138,6 +138,37 @@ def test_a_stopped_rank_names_the_checkpoint_where_the_pod_sees_it_and_only_rank
     assert said and said[0].startswith(f"resuming from {config.checkpoint_dir}/ckpt-"), lines  # not the host's pods/…/root
 
 
+def test_a_resumed_run_states_the_timesteps_left_where_a_fresh_one_states_its_budget(tmp_path, monkeypatch):
+    """The start line said "at least 8 updates of 32 steps" after a resume at 96 of 256 timesteps: the whole
+    budget again, as if the run began anew. Once the checkpoint is loaded, the run says what is left."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    spec = make_job().algorithm("ppo", numSteps=16).with_spec(totalTimesteps=256, workers=1, seed=1).spec()
+    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
+
+    def run_said(restart: int, updates: int) -> tuple[list[str], object]:
+        trainer = entry.ALGORITHMS["ppo"].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 256, 1, restart)
+        lines: list[str] = []
+        stop = threading.Event()
+        training = session.TrainingSession(config, ONE_PROCESS, None, restart, stop, log=lines.append)
+        update = trainer.update
+
+        def update_then_stop(*args):
+            report = update(*args)
+            if trainer.counters.updates == updates:
+                stop.set()
+            return report
+
+        monkeypatch.setattr(trainer, "update", update_then_stop)
+        training.finish(trainer, session.run_updates(trainer, training))
+        return lines, trainer
+
+    first, trainer = run_said(0, 3)
+    assert "training 256 timesteps: at least 8 updates of 32 steps" in first, first
+    done = trainer.counters.global_step
+    again, _ = run_said(1, 4)
+    assert f"resuming at {done} of 256 timesteps: {256 - done} left, at least {-(-(256 - done) // 32)} updates of 32 steps" in again, again
+
+
 def test_a_rank_other_than_0_that_spent_the_budget_claims_neither_an_eval_return_nor_the_model(tmp_path, monkeypatch):
     """Rank 1 said "eval return -; model …/final-model.pt [final … evalReturn=none]" beside rank 0's "eval return 9.6":
     it neither evaluates nor writes the model (nor mounts the checkpoint volume)."""

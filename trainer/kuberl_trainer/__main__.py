@@ -164,9 +164,8 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
         session = TrainingSession(config, ctx, metrics, restart, stop, log=lambda s: log(s, flush=True), startup=startup)
         if ctx.is_main:
             print(f"kuberl trainer: job {config.job}, {ctx.world_size} rank(s), backend {ctx.backend or 'none'}, "
-                  f"at least {trainer.num_updates} updates of {trainer.batch_per_rank * ctx.world_size} steps"
-                  f"{' (each collected while the one before is learned from)' if getattr(trainer.hp, 'learn_while_collecting', False) else ''}, "
-                  f"rank 0 on {describe_device(ctx.device)}", flush=True)
+                  f"{'rollouts collected while the one before is learned from, ' if getattr(trainer.hp, 'learn_while_collecting', False) else ''}"
+                  f"rank 0 on {describe_device(ctx.device)}", flush=True)  # the budget left: run_updates says it, once resumed
             if note := gpus_missing(spec.gpus_per_worker, ctx.device):
                 print(f"kuberl trainer: {note}", flush=True)
         try:

@@ -87,8 +87,9 @@ class Algorithm(Protocol):
     env_id, num_envs, env_kwargs, total_timesteps, seed, restart,
     env_backend=...)` (the table in __main__)."""
 
+    ctx: Dist
     counters: Counters
-    num_updates: int  # planned updates (for the start line)
+    total_timesteps: int  # the job's budget, in real transitions
     batch_per_rank: int  # env steps per rank per update
 
     def budget_spent(self) -> bool: ...
@@ -143,6 +144,7 @@ def run_updates(algorithm: Algorithm, session: Session) -> str:
         algorithm.load_shared(shared)
         if own is not None:
             algorithm.load_rank(own)
+    session.log(budget_line(algorithm, resumed=loaded is not None))
     while not algorithm.budget_spent():
         report = algorithm.update(session.stop_requested, session.success_vote())  # the stop: read at the all-reduce
         if report.target_met:
@@ -151,6 +153,18 @@ def run_updates(algorithm: Algorithm, session: Session) -> str:
         if report.stop:
             return "stopped"
     return "budget"
+
+
+def budget_line(algorithm: Algorithm, resumed: bool) -> str:
+    """What the run has left to train, said once its checkpoint is loaded: a resume states where it
+    resumes, not the whole budget again. Updates are a floor: autoreset steps are not timesteps."""
+    total, done = algorithm.total_timesteps, algorithm.counters.global_step
+    per_update = algorithm.batch_per_rank * algorithm.ctx.world_size
+    left = max(0, total - done)
+    updates = f"at least {math.ceil(left / per_update):,} updates of {per_update:,} steps"
+    if not resumed:
+        return f"training {total:,} timesteps: {updates}"
+    return f"resuming at {done:,} of {total:,} timesteps: {left:,} left, {updates}"
 
 
 # --- Sessions ---------------------------------------------------------------------
