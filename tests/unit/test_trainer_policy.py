@@ -371,3 +371,35 @@ def test_kuberl_eval_video_holds_a_byte_a_pixel_while_it_plays(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak - tables < 1.5 * frames * 500 * 500  # one byte a pixel and a frame's work; RGB kept was 3
+
+
+@pytest.mark.parametrize("trained_as, refused", [
+    ({"algorithm": "ppo", "env": "CartPole-v1", "normalizeObservation": False}, None),
+    (None, None),  # a checkpoint from before trained_as: unchecked, as a resume takes it
+    ({"algorithm": "ppo", "env": "CartPole-v0", "normalizeObservation": False},
+     "trained on CartPole-v0 with ppo, but its run's job.yaml is CartPole-v1 with ppo"),
+    ({"algorithm": "ppo", "env": "CartPole-v1", "normalizeObservation": True},
+     "trained on CartPole-v1 with ppo, observations normalised, but its run's job.yaml is CartPole-v1 with ppo ("),
+    ({"algorithm": "ppo", "env": ["CartPole-v1"], "normalizeObservation": False}, "its trained_as.env is list, not text"),
+], ids=["as-trained", "unrecorded", "other-env", "normaliser-dropped", "malformed"])
+def test_kuberl_eval_refuses_a_checkpoint_trained_on_another_env_than_its_job_yaml_naming_both(
+        trained_as, refused, tmp_path, capsys):
+    """`kuberl eval runs/<job>/checkpoints/…/ckpt-*.pt` played the weights on whatever job.yaml said now: CartPole-v0's
+    weights scored on CartPole-v1 after an edit, or a normalised policy played on raw observations, as a plain return."""
+    from kuberl_trainer import checkpoint
+
+    run = tmp_path / "runs" / "cartpole-ppo"
+    directory = run / "checkpoints" / "cartpole-ppo-uid"
+    directory.mkdir(parents=True)
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "manifests", "examples", "cartpole-ppo.yaml")
+    with open(example) as f:
+        (run / "job.yaml").write_text(f.read())
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    state = trainer.shared_state() | ({} if trained_as is None else {"trained_as": trained_as})
+    path = checkpoint.save(str(directory), 1, state, keep=3)
+    code = main(["eval", path, "--episodes", "1"])
+    err = capsys.readouterr().err
+    if refused is None:
+        assert code == 0, err
+    else:
+        assert code == 1 and refused in err, err

@@ -177,6 +177,8 @@ def read_model(path: str) -> dict:
         if run_dir is None:
             raise UnusableModel(f"{path}: a checkpoint is loaded with its run's job.yaml (give the run directory)")
         spec = _run_job(run_dir)
+        if (refused := trained_as_refusal(state, spec)) is not None:
+            raise UnusableModel(f"{path}: {refused}")
         norm = state.get("obs_norm") if spec["algorithm"] == "ppo" and spec["ppo"]["normalizeObservation"] else None
         return {"format": FORMAT, "algorithm": spec["algorithm"], "env_id": spec["env"]["id"],
                 "env_kwargs": spec["env"]["kwargs"], "agent": state["agent"],
@@ -195,6 +197,28 @@ def read_model(path: str) -> dict:
     if wrong:
         raise UnusableModel(f"{path}: not a kuberl final model: {wrong}")
     return model
+
+
+def trained_as_refusal(state: dict, spec: dict) -> str | None:
+    """Why a checkpoint's weights cannot be played on its run's job.yaml (None: they can), as a resume refuses
+    them (session.TrainingSession): the checkpoint records the env, algorithm and observation normalisation
+    it was trained with (trained_as), and job.yaml may have been edited since. Refused, naming both, with no
+    override: eval plays job.yaml's env, so CartPole weights played on an edited env id (or with their
+    normaliser dropped) would print a return that describes neither. A checkpoint from before trained_as
+    passes unchecked, as a resume takes it."""
+    from .session import describe_trained_as, trained_as_problem
+
+    recorded = state.get("trained_as")
+    if recorded is None:
+        return None
+    if (wrong := trained_as_problem(recorded)) is not None:
+        return f"its {wrong}"
+    own = {"algorithm": spec["algorithm"], "env": spec["env"]["id"],
+           "normalizeObservation": bool(spec["algorithm"] == "ppo" and spec["ppo"]["normalizeObservation"])}
+    if recorded == own:
+        return None
+    return (f"trained on {describe_trained_as(recorded)}, but its run's job.yaml is {describe_trained_as(own)}"
+            " (edited since?): evaluate it with the job.yaml it was trained with, or the run's final-model.pt")
 
 
 def _model_problem(model: dict) -> str | None:
