@@ -255,6 +255,7 @@ def test_ctrl_c_stops_every_rank_within_the_grace_period_and_the_run_resumes(tmp
     _, state = checkpoint.load_newest(str(checkpoint_dir(tmp_path)))
     saved = state["counters"]["global_step"]
     assert 0 < saved < 40000
+    assert status(tmp_path)["generation"] == 1  # the suspend's: the next start runs it, no pod has yet
     # a stopped run plays from its newest checkpoint
     played = subprocess.run([sys.executable, "-m", "kuberl.cli", "eval", "runs/e2e", "--episodes", "2"], check=False, cwd=tmp_path,
                             capture_output=True, text=True, timeout=60)
@@ -266,6 +267,8 @@ def test_ctrl_c_stops_every_rank_within_the_grace_period_and_the_run_resumes(tmp
     assert f"totalTimesteps 40000 -> {saved + 1500}" in out, out[-3000:]
     assert re.search(rf"resuming from \S+ \(timesteps {saved}\)", out), out[-3000:]
     assert min(r["timesteps"] for r in progress(tmp_path) if r["restart"] == status(tmp_path)["generation"]) > saved
+    # a local stop is a suspend: the rerun is generation 1, as a cluster's resume would be (it ran 2, skipping 1)
+    assert status(tmp_path)["generation"] == 1 and {r["restart"] for r in progress(tmp_path)} == {0, 1}
 
 
 def test_a_rerun_after_the_newest_checkpoint_was_truncated_names_the_one_the_trainer_resumes_from(tmp_path):

@@ -706,7 +706,10 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
     status: dict = {}
     if os.path.lexists(status_path):  # a file put in its place (a FIFO, gigabytes) is not read through, nor whole
         previous = last_status(read_regular_file(status_path, RECORD_LIMIT) or "", status_path)
-        status = {"generation": previous.get("generation", 0) + 1}
+        # a suspend (Ctrl-C) recorded the next generation already, and no pod ran it: the rerun is that generation,
+        # as a cluster's resume is. Any other ending (a killed runner, a failure) leaves the generation that ran, and
+        # seeds follow the generation: the rerun takes the next, so no two gangs that ran share their seeds
+        status = {"generation": previous.get("generation", 0) + (previous.get("phase") != "Suspended")}
         paths = paths_of(job, run_dir, uid)
         checkpoints = paths["checkpoints"]
         saved_any = None if paths["model"] is None else (  # a custom trainer's checkpoints are its own
