@@ -7,6 +7,7 @@ import importlib
 import inspect
 import os
 import threading
+import time
 import typing
 from pathlib import Path
 
@@ -321,3 +322,35 @@ def test_a_stop_asked_for_in_a_deterministic_run_waits_for_every_epoch(tmp_path,
     finally:
         torch.use_deterministic_algorithms(was)
     assert [(r.epochs_run, r.stop) for r in reports] == [(4, True)]
+
+
+def test_a_stop_while_ppo_learns_ends_the_rollout_collected_alongside_at_its_next_step(monkeypatch):
+    """learnWhileCollecting: learning ended at the stop vote, then the update waited for the next rollout, collected
+    on its own thread, to its last step, to throw it away (the run stops at this update). It ends at its next step."""
+    spec = make_job().algorithm("ppo", numSteps=64, updateEpochs=4, numMinibatches=2, learnWhileCollecting=True).with_spec(
+        totalTimesteps=100_000, workers=1, seed=1).spec()
+    trainer = entry.ALGORITHMS["ppo"].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 100_000, 1, 0)
+    stop, ahead, step, env_step = threading.Event(), [], trainer.learner.step, trainer.envs.step
+
+    def slow_step_ahead(actions):  # the collector thread's steps take 50 ms: 3.2 s for the rollout whole
+        if threading.current_thread().name.startswith("rollout"):
+            ahead.append(1)
+            time.sleep(0.05)
+        return env_step(actions)
+
+    def step_then_stop(*args):
+        stop.set()
+        return step(*args)
+
+    monkeypatch.setattr(trainer.envs, "step", slow_step_ahead)
+    monkeypatch.setattr(trainer.learner, "step", step_then_stop)
+    report = trainer.update(stop.is_set, False)
+    assert (report.epochs_run, report.stop) == (1, True)
+    assert 0 < len(ahead) < 32, ahead  # the rollout ahead began, and ended long before its 64 steps
+    assert not trainer.rollout_ready  # nothing half-collected is learned from
+    monkeypatch.setattr(trainer.learner, "step", step)
+    collected: list[int] = []
+    monkeypatch.setattr(trainer.envs, "step", lambda actions: collected.append(1) or env_step(actions))
+    trainer.update(False, False)
+    assert len(collected) == 2 * 64  # a later update collects its own rollout whole, and the next one ahead
+    trainer.collector.shutdown()

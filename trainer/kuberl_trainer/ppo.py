@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -218,6 +219,10 @@ class Rollout:
 # --- The trainer ---------------------------------------------------------
 
 
+class CollectionAbandoned(Exception):
+    """The rollout collected ahead (learnWhileCollecting) is given up: the run stops at this update."""
+
+
 class PPOTrainer(BaseAlgorithm):
     ACTION_SPACES = envspaces.ACTION_SPACES["ppo"]
     def __init__(self, ctx: Dist, hp: PPOConfig, env_id: str, num_envs: int, env_kwargs: dict,
@@ -262,6 +267,7 @@ class PPOTrainer(BaseAlgorithm):
         # who acts in rollouts: the current weights, or (learnWhileCollecting) a copy of them taken
         # before each update, on a thread of its own, sampling from a generator of its own
         self.behaviour, self.rollout_ready = self.actor, False
+        self.abandon_collecting = threading.Event()  # set: the rollout collected ahead ends at its next vector step
         if hp.learn_while_collecting:
             self.spare_buf = Rollout(*layout, ctx.device)
             self.acting_agent = copy.deepcopy(self.agent).requires_grad_(False)
@@ -293,6 +299,8 @@ class PPOTrainer(BaseAlgorithm):
         else:
             with torch.no_grad():
                 for t in range(self.hp.num_steps):
+                    if self.abandon_collecting.is_set():
+                        raise CollectionAbandoned
                     self.buf.valid[t] = self.tracker.valid
                     self.next_obs, reward, terminated, truncated, _ = self.envs.step(self.act(t, slice(None)))
                     self.account(t, reward, terminated, truncated)
@@ -310,15 +318,18 @@ class PPOTrainer(BaseAlgorithm):
         self.next_obs = np.array(self.next_obs)  # written half by half below
         with torch.no_grad():
             for t in range(self.hp.num_steps + 1):
+                abandoned = t < self.hp.num_steps and self.abandon_collecting.is_set()  # once a step: both halves alike
                 for half, cols in enumerate(halves):
                     if t > 0:  # this half's step t-1, sent while the other half was acted on
                         self.next_obs[cols], reward[cols], terminated[cols], truncated[cols], _ = self.envs.recv_half(half)
-                    if t < self.hp.num_steps:
+                    if t < self.hp.num_steps and not abandoned:  # an abandoned rollout leaves no step in flight
                         # what tracker.valid will say once step t-1 is accounted (after both halves)
                         self.buf.valid[t, cols] = self.tracker.valid[cols] if t == 0 else ~(terminated[cols] | truncated[cols])
                         self.envs.send_half(half, self.act(t, cols))
                 if t > 0:
                     self.account(t - 1, reward, terminated, truncated)
+                if abandoned:
+                    raise CollectionAbandoned
 
     def act(self, t: int, cols: slice) -> np.ndarray:
         """Store the envs' (cols) current observations at step t, act on them;
@@ -414,6 +425,7 @@ class PPOTrainer(BaseAlgorithm):
 
         started = time.perf_counter()
         if not self.rollout_ready:  # learnWhileCollecting collects it during the update before
+            self.abandon_collecting.clear()  # (an update after one whose rollout ahead was abandoned collects whole)
             if hp.learn_while_collecting:  # the first update, or the first since a resume loaded weights
                 self.copy_weights_for_acting()
             self.collect()
@@ -435,13 +447,18 @@ class PPOTrainer(BaseAlgorithm):
             rollout = self.buf
             more = totals["stop_votes"] == 0 and self.counters.global_step < self.total_timesteps
             next_rollout = self.collect_ahead() if hp.learn_while_collecting and more else None
+            learned = False
             try:
                 losses, epochs_run = self.learn(advantages, returns, rollout, stop_vote)
+                learned = True
             finally:  # the collecting thread never outlives its update
                 update_seconds = time.perf_counter() - started
                 if next_rollout is not None:
-                    next_rollout.result()
-                    self.rollout_ready = True
+                    # a stop voted while learning ends the run at this update (every rank alike), as does an error:
+                    # the rollout ahead would be thrown away, so it ends at its next step instead of its last
+                    if not learned or self.learning_stop.stopped:
+                        self.abandon_collecting.set()
+                    self.rollout_ready = next_rollout.result()
                     rollout_seconds += time.perf_counter() - started - update_seconds  # waited for beyond the update
             self.counters.updates += 1
         return UpdateReport(
@@ -467,10 +484,16 @@ class PPOTrainer(BaseAlgorithm):
         self.copy_weights_for_acting()
         self.buf, self.spare_buf = self.spare_buf, self.buf
         stream = stream_after_current(self.ctx.device)  # after the weights' copy, queued on this thread
+        self.abandon_collecting.clear()
 
-        def collect() -> None:
+        def collect() -> bool:
+            """Whether the rollout was collected whole (not abandoned)."""
             with stream:
-                self.collect()
+                try:
+                    self.collect()
+                except CollectionAbandoned:
+                    return False
+            return True
 
         return self.collector.submit(collect)
 
