@@ -11,7 +11,8 @@ choice, which this file never asks about; gradients are averaged over
 ranks either way; the target network is updated at the same
 iterations on every rank (a function of the replicated counters), so it
 stays identical everywhere. Counters, episode statistics and stop votes
-travel in ONE all-reduce per iteration; evaluation, checkpoints and metrics
+travel in ONE all-reduce per iteration (plus, where learning is long, a stop
+vote between gradient steps: base.LearningStop); evaluation, checkpoints and metrics
 are the session's (session.py), as for every algorithm.
 
 One iteration ("update" in counters and metrics) collects
