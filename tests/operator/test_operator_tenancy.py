@@ -357,8 +357,10 @@ def test_a_job_recreated_while_its_predecessors_child_is_held_terminating_says_w
                      what='reborn to say what it waits for', explain=lambda: status(rest, 'reborn'))
     assert 'ConfigMap reborn-config' in ready['message'] and 'example.com/hold' in ready['message']
     assert old['metadata']['deletionTimestamp'] in ready['message']
-    said = [e for e in events(rest, 'reborn') if e['reason'] == 'ChildTerminating']
-    assert said and 'example.com/hold' in said[0]['message']
+    # the Event is posted after the status write that carries the condition: wait for it, not for the write
+    said = wait_for(lambda: [e for e in events(rest, 'reborn') if e['reason'] == 'ChildTerminating'],
+                    what='the ChildTerminating Event', explain=lambda: events(rest, 'reborn'))
+    assert 'example.com/hold' in said[0]['message']
     assert not pods(standin, 'reborn') and status(rest, 'reborn')['phase'] == 'Pending'
 
     released = time.monotonic()
