@@ -94,6 +94,20 @@ SHARED_CLAIMS_DIR = "_claims"
 CLUSTER_DOMAIN = "cluster.local"
 POLL_SECONDS = 0.2
 SCRAPE_EVERY_SECONDS = 1.0
+CLOCK_JUMP_SECONDS = 5.0  # the wall clock outrunning the monotonic one by more than this is a suspend or a clock step
+
+
+def clock_jump(wall_elapsed: float, monotonic_elapsed: float) -> float:
+    """How far the wall clock jumped between two loop turns: a suspended machine (the monotonic clock stands still
+    while it sleeps, on Linux and macOS) or a clock stepped by hand or NTP; 0 for the drift of a normal turn."""
+    jump = wall_elapsed - monotonic_elapsed
+    return jump if abs(jump) > CLOCK_JUMP_SECONDS else 0.0
+
+
+def discount_clock_jump(rank0: Rank0Progress | None, jump: float) -> Rank0Progress | None:
+    """Rank 0's reading with the stall clock moved on by `jump`: the trainer was frozen with the machine, so a
+    sleep longer than stallTimeoutSeconds restarted a healthy gang as Stalled, spending runPolicy.backoffLimit."""
+    return replace(rank0, changed_at=rank0.changed_at + jump) if rank0 is not None and jump else rank0
 SCRAPE_TIMEOUT_SECONDS = 1.0
 EXIT_INTERRUPTED = 130
 EXIT_CANNOT_RUN = 3  # this machine could not run it (run directory locked or unwritable, a port taken): kuberl.cli's table
@@ -725,10 +739,17 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
     rank0: Rank0Progress | None = None
     last_scrape = 0.0
     killed = announced = False
+    last_turn = (time.time(), time.monotonic())
     with Interrupts() as interrupts:
         try:
             while True:
-                now = time.time()
+                now, ticking = time.time(), time.monotonic()
+                jump = clock_jump(now - last_turn[0], ticking - last_turn[1])
+                last_turn = (now, ticking)
+                if jump:
+                    rank0 = discount_clock_jump(rank0, jump)
+                    say(f"the wall clock jumped {jump:+.0f}s (this machine slept, or its clock was set): rank 0's stall"
+                        " clock does not count it")
                 pods = cluster.observe(now)
                 leader = next((p for p in cluster.pods.values() if p.rank == 0 and p.deletion_timestamp is None), None)
                 if leader is not None and leader.process.running and now - last_scrape >= SCRAPE_EVERY_SECONDS:
