@@ -471,13 +471,23 @@ def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar():
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert configmap["metadata"]["annotations"]["grafana_folder"] == "kuberl"
     dashboard = json.loads(configmap["data"]["kuberl.json"])
-    assert {**dashboard, "uid": "kuberl"} == json.loads((CHART / "dashboards" / "kuberl.json").read_text())
+    assert {**dashboard, "uid": "kuberl", "title": "kuberl"} == json.loads((CHART / "dashboards" / "kuberl.json").read_text())
+
+
+def rendered_dashboard(release: str, namespace: str) -> dict:
+    out = helm("template", release, str(CHART), "--namespace", namespace, "--set", "monitoring.dashboard.enabled=true",
+               "--show-only", "templates/dashboard.yaml")
+    return json.loads(yaml.safe_load(out)["data"]["kuberl.json"])
 
 
 def dashboard_uid(release: str, namespace: str) -> str:
-    out = helm("template", release, str(CHART), "--namespace", namespace, "--set", "monitoring.dashboard.enabled=true",
-               "--show-only", "templates/dashboard.yaml")
-    return json.loads(yaml.safe_load(out)["data"]["kuberl.json"])["uid"]
+    return rendered_dashboard(release, namespace)["uid"]
+
+
+def test_each_release_names_its_dashboard_title():
+    """Grafana's search and list show titles, not uids: two releases in one Grafana both showed 'kuberl'."""
+    assert rendered_dashboard("kuberl", "team-a")["title"] == "kuberl (team-a/kuberl)"
+    assert rendered_dashboard("kuberl", "team-b")["title"] == "kuberl (team-b/kuberl)"
 
 
 def test_each_release_has_its_own_dashboard_uid_kept_across_upgrades():
