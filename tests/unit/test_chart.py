@@ -310,6 +310,19 @@ def test_helm_test_pod_checks_the_operator_health_endpoint_through_its_service()
     compile(script, "helm-test", "exec")
 
 
+def test_helm_test_pod_schedules_where_the_operator_does():
+    """On a cluster whose only nodes are tainted, the test pod without the operator's tolerations stayed Pending."""
+    scheduling = {"nodeSelector": {"pool": "system"},
+                  "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+                  "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                      {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}]}}}}
+    objects = render({"operator": scheduling})
+    (test_pod,) = of_kind(objects, "Pod")
+    workload, _ = operator_container(objects)
+    for key, value in scheduling.items():
+        assert test_pod["spec"][key] == workload["spec"]["template"]["spec"][key] == value, key
+
+
 def test_notes_tell_the_next_commands():
     out = helm("install", "kuberl", str(CHART), "--dry-run=client", "--namespace", "kuberl-system", values=NAMESPACED)
     notes = out[out.index("NOTES:"):]

@@ -300,6 +300,11 @@ spec:
     - name: tmp
       emptyDir:
         sizeLimit: 64Mi
+  {{- include "kuberl.scheduling" . }}
+{{- end -}}
+
+{{- /* Where the chart's pods may run: the operator's and `helm test`'s pod, so a cluster of tainted nodes runs both. */}}
+{{- define "kuberl.scheduling" -}}
   {{- with .Values.operator.nodeSelector }}
   nodeSelector:
     {{- include "kuberl.strings" . | nindent 4 }}
