@@ -91,7 +91,7 @@ def test_every_alert_reads_only_metrics_kuberl_exports_or_the_scrape_up():
 
 
 def test_the_alerts_cover_what_a_platform_team_is_paged_for():
-    assert set(alerts()) == {"KuberlJobNotRunning", "KuberlJobCrashLooping", "KuberlCheckpointsSkipped", "KuberlCheckpointOverdue",
+    assert set(alerts()) == {"KuberlJobNotRunning", "KuberlJobFailed", "KuberlJobCrashLooping", "KuberlCheckpointsSkipped", "KuberlCheckpointOverdue",
                              "KuberlCheckpointVolumeFailing", "KuberlTrainerMetricsUnscraped", "KuberlOperatorDown", "KuberlOperatorRestarting",
                              "KuberlOperatorPeersSamePriority", "KuberlOperatorNamespaceRefused", "KuberlOperatorAPIErrors"}
     for name, rule in alerts().items():
@@ -136,6 +136,18 @@ def test_job_alerts_fire_for_the_job_in_trouble_only(tmp_path):
         ], "alert_rule_test": [
             firing("KuberlJobNotRunning", "20m"),
             firing("KuberlJobNotRunning", "35m", ({"namespace": "team-a", "rltj": "stuck"}, "")),
+        ]},
+        {"interval": "1m", "input_series": [
+            # Running, then Failed at 10 min (its backoffLimit spent); one that succeeded; one Failed for a replica
+            # that handed over while the active one reports it Running (a job any replica reports otherwise is not judged).
+            series(job_phase, op("team-a", "broken", ', phase="Running"'), "1x10"),
+            series(job_phase, op("team-a", "broken", ', phase="Failed"'), "_x10 1x30"),
+            series(job_phase, op("team-b", "done", ', phase="Succeeded"'), "1x40"),
+            series(job_phase, op("team-c", "handed-over", ', phase="Running"'), "1x40"),
+            series(job_phase, 'job="kuberl", namespace="team-c", rltj="handed-over", pod="kuberl-0", phase="Failed"', "1x40"),
+        ], "alert_rule_test": [
+            firing("KuberlJobFailed", "5m"),
+            firing("KuberlJobFailed", "20m", ({"namespace": "team-a", "rltj": "broken"}, "")),
         ]},
         {"interval": "1m", "input_series": [
             series("up", 'job="kuberl", namespace="kuberl-system", pod="kuberl-6d9f-abcde"', "1x200"),
