@@ -131,13 +131,12 @@ class LearningStop:
 class BaseAlgorithm:
     """Seeding, envs and the rank's bookkeeping. `_setup_model` must set
     `agent` (the network whose weights are the model), `learner` and
-    `optimizer` (learners.py), `batch_per_rank` and `num_updates`."""
+    `optimizer` (learners.py) and `batch_per_rank`."""
 
     agent: torch.nn.Module
     optimizer: object
     ACTION_SPACES: tuple[type[gym.Space], ...] = (gym.spaces.Discrete,)  # what the algorithm's networks emit
     batch_per_rank: int
-    num_updates: int
 
     def __init__(self, ctx: Dist, env_id: str, num_envs: int, env_kwargs: dict, seed: int, restart: int,
                  env_backend: str = "auto", halves: int = 1):

@@ -164,7 +164,6 @@ class DQNTrainer(BaseAlgorithm):
         self.batch_per_rank = self.vector_steps * num_envs  # env steps per rank per iteration
         self.gradient_steps = max(1, round(hp.gradient_steps * self.batch_per_rank / hp.train_frequency))
         self.steps_per_draw = steps_per_draw(self.gradient_steps, hp.batch_size, self.obs_shape, space.dtype)
-        self.num_updates = max(1, math.ceil(self.total_timesteps / (self.batch_per_rank * ctx.world_size)))
         self.last_target_update = 0  # steps_per_rank at the last target update
         self.replay_real_mean = 0  # the ranks' replay.real_added, their mean, as of the update's all-reduce
 

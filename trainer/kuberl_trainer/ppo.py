@@ -249,8 +249,6 @@ class PPOTrainer(BaseAlgorithm):
         self.acting_norm = StepStatistics(self.obs_norm)
         self.ret_norm = RunningMeanStd(())
         self.batch_per_rank = hp.num_steps * num_envs
-        # planned: the budget is real transitions (budget_spent), so autoreset steps may add an update or two
-        self.num_updates = max(1, math.ceil(self.total_timesteps / (self.batch_per_rank * ctx.world_size)))
         layout = (hp.num_steps, num_envs, self.obs_shape, tuple(self.action_space.shape or ()), self.agent.discrete,
                   np.uint8 if cnn else np.float32)
         rollouts = 2 if hp.learn_while_collecting else 1  # one filling while the update reads the other
