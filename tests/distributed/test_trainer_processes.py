@@ -98,20 +98,26 @@ def test_sigterm_leaves_a_checkpoint_and_the_next_run_continues(tmp_path, ppo):
 def test_a_sigterm_ends_ppos_learning_after_an_epoch_and_saves_what_it_learned(tmp_path):
     """A SIGTERM was read at the rollout's all-reduce alone: one during learning waited for every epoch, then
     for the next update (the Pong example's four epochs: 13-18 s on a 2-core CPU). Whenever it comes now, the
-    update it ends learns for fewer epochs than updateEpochs: its Adam step count says how many it ran."""
+    update it ends learns for fewer epochs than updateEpochs: its Adam step count says how many it ran.
+    One that comes in the last epoch is read at that epoch's end, as in any other, and cuts nothing (CI saw
+    it once in eight epochs' worth of chances): such a try says nothing, and another is made."""
     epochs, minibatches = 8, 4
-    job = make_job(tmp_path, world_size=1, ppo={"updateEpochs": epochs, "numMinibatches": minibatches})
-    ranks = Ranks(job)
-    ranks.wait_for_updates(3)
-    ranks.signal(0, signal.SIGTERM)
-    assert ranks.wait(timeout=30) == [0], ranks.log(0)
-    assert job.termination_log(0).startswith(f"{contract.REASON_STOPPED}: ")
-    _, saved = checkpoint.load_newest(str(job.checkpoint_dir))
-    updates = saved["counters"]["updates"]
-    steps = int(saved["optimizer"]["state"][0]["step"])
-    whole = (updates - 1) * epochs * minibatches  # the updates before the last learned every epoch
-    assert whole + minibatches <= steps < whole + epochs * minibatches, (updates, steps)
-    assert (steps - whole) % minibatches == 0  # the last one stopped at an epoch's end, never inside one
+    for attempt in range(4):
+        job = make_job(tmp_path / str(attempt), world_size=1, ppo={"updateEpochs": epochs, "numMinibatches": minibatches})
+        ranks = Ranks(job)
+        ranks.wait_for_updates(3)
+        ranks.signal(0, signal.SIGTERM)
+        assert ranks.wait(timeout=30) == [0], ranks.log(0)
+        assert job.termination_log(0).startswith(f"{contract.REASON_STOPPED}: ")
+        _, saved = checkpoint.load_newest(str(job.checkpoint_dir))
+        updates = saved["counters"]["updates"]
+        steps = int(saved["optimizer"]["state"][0]["step"])
+        whole = (updates - 1) * epochs * minibatches  # the updates before the last learned every epoch
+        assert whole + minibatches <= steps <= whole + epochs * minibatches, (updates, steps)
+        assert (steps - whole) % minibatches == 0  # the last one stopped at an epoch's end, never inside one
+        if steps < whole + epochs * minibatches:
+            return  # cut short: fewer epochs than updateEpochs
+    pytest.fail("four SIGTERMs in a row came in their update's last epoch: was any learning cut short?")
 
 
 def test_a_sigterm_during_the_imports_stops_every_rank_at_the_first_update_with_a_checkpoint(tmp_path):
