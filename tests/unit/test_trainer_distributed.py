@@ -141,21 +141,22 @@ def test_a_thread_named_as_gloos_event_loop_becomes_sched_batch_and_nothing_else
         thread.join()
 
 
-def _affinity_after(call: str) -> set[int]:
-    """The CPUs a fresh process may run on after `call` (pin_threads changes
-    its process's affinity, so each case gets its own process)."""
-    code = f"import os; from kuberl_trainer.distributed import pin_threads; {call}; print(sorted(os.sched_getaffinity(0)))"
+def _affinity_after(local_rank: int, procs: int, backend: str = "gloo") -> set[int]:
+    """The CPUs a fresh process's threads may run on after pin_threads placed it as `local_rank` of `procs`
+    (it changes its process's affinity, so each case gets its own process): their union."""
+    code = ("import os; from kuberl_trainer.distributed import pin_threads, placement; "
+            f"pin_threads(placement({backend!r}, {local_rank}, {procs}, {procs}, 1, os.sched_getaffinity(0))); "
+            "print(sorted({c for t in os.listdir('/proc/self/task') for c in os.sched_getaffinity(int(t))}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     return set(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
 
 
 def test_only_cpu_ranks_sharing_a_pod_take_a_slice_of_its_cpus():
     allowed = os.sched_getaffinity(0)
-    assert _affinity_after("pin_threads(1, 0)") == allowed                      # one process: the whole set
-    assert _affinity_after("pin_threads(2, 1, split_cpus=False)") == allowed    # GPU ranks: the whole set
-    assert _affinity_after("pin_threads(2, 5)") == allowed                      # a local rank out of range: untouched
+    assert _affinity_after(0, 1) == allowed              # one process: the whole set
+    assert _affinity_after(5, 2) == allowed              # a local rank out of range: untouched
     if len(allowed) >= 2:
-        first, second = _affinity_after("pin_threads(2, 0)"), _affinity_after("pin_threads(2, 1)")
+        first, second = _affinity_after(0, 2), _affinity_after(1, 2)
         assert first and second and not first & second and first | second <= allowed
 
 

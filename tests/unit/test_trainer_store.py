@@ -68,7 +68,7 @@ def test_rank_0_hosts_its_store_again_when_an_attempt_at_the_rendezvous_fails(mo
         monkeypatch.setenv(name, value)
     attempts = []
 
-    def init_process_group(backend, rank, world_size, timeout, store):
+    def init_process_group(backend, rank, world_size, timeout, store, device_id):
         attempts.append(backend)
         if len(attempts) == 1:  # what torch raises when no peer reached the store in time
             raise dist.DistStoreError("Timed out after 11 seconds waiting for clients. 1/2 clients joined.")
@@ -138,7 +138,8 @@ def test_a_gpu_rank_binds_the_gpu_its_local_rank_names_before_it_joins_the_nccl_
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
     monkeypatch.setattr(dist, "init_process_group",
-                        lambda backend, rank, world_size, timeout, store: calls.append(("init", backend, rank, world_size)))
+                        lambda backend, rank, world_size, timeout, store, device_id:
+                        calls.append(("init", backend, rank, world_size, device_id)))
     monkeypatch.setattr(dist, "destroy_process_group", lambda: calls.append(("destroy",)))
     port = free_port()
     rank_0 = dist.TCPStore("127.0.0.1", port, 8, is_master=True, timeout=TIMEOUT, wait_for_workers=False)
@@ -149,8 +150,39 @@ def test_a_gpu_rank_binds_the_gpu_its_local_rank_names_before_it_joins_the_nccl_
         monkeypatch.setenv(name, value)
     with distributed.process_group("auto", collective_timeout_seconds=10, rendezvous_timeout_seconds=10) as ctx:
         assert (ctx.rank, ctx.world_size, ctx.local_rank, ctx.device, ctx.backend) == (6, 8, 2, torch.device("cuda", 2), "nccl")
-    assert calls == [("set_device", torch.device("cuda", 2)), ("init", "nccl", 6, 8), ("destroy",)]
+    # device_id: NCCL's communicator formed in init_process_group, on cuda:2 (barrier and object collectives use it)
+    assert calls == [("set_device", torch.device("cuda", 2)), ("init", "nccl", 6, 8, torch.device("cuda", 2)), ("destroy",)]
     assert rank_0.check([check_in_key(6)])
+
+
+def test_nccl_failing_to_form_its_communicator_is_a_lost_peer_at_once_not_a_rendezvous_retried_to_its_deadline(monkeypatch):
+    """init_process_group(device_id=...) forms NCCL's communicator there, after every rank checked in: its failure
+    (DistBackendError: a peer's GPU fell off the bus, NCCL cannot reach a peer) ended the rendezvous only at its
+    deadline, retried once a second as a store not yet up. As in the test above, only torch.cuda and NCCL's
+    init are stood in for (a CPU build has neither); gloo's errors keep the retry (tests/distributed)."""
+    from kuberl_trainer import distributed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    attempts = []
+
+    def init_process_group(backend, rank, world_size, timeout, store, device_id):
+        attempts.append(device_id)
+        raise dist.DistBackendError("NCCL error in: ProcessGroupNCCL.cpp:1234, remote process exited or there was a network error")
+
+    monkeypatch.setattr(dist, "init_process_group", init_process_group)
+    monkeypatch.setattr(distributed, "check_in", lambda *_args: None)
+    port = free_port()
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                        "MASTER_ADDR": "127.0.0.7", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    started = time.monotonic()
+    with pytest.raises(PeerLost, match=r"^rendezvous: NCCL could not form the group on cuda:1: NCCL error in: "
+                                       r"ProcessGroupNCCL.cpp:1234, remote process exited"), \
+            distributed.process_group("auto", rendezvous_timeout_seconds=30):
+        pass
+    assert attempts == [torch.device("cuda", 1)] and time.monotonic() - started < 5
 
 
 @pytest.mark.parametrize("in_a_pod", [False, True])

@@ -16,7 +16,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -92,31 +92,77 @@ def choose_backend(requested: str) -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
-def pin_threads(local_world_size: int, local_rank: int = 0, split_cpus: bool = True) -> int:
-    """Split the container's CPUs among the processes of the pod, so ranks
-    never oversubscribe cores: its CPU limit (OMP_NUM_THREADS) into torch
-    threads, and the CPUs it may run on (its affinity, the kubelet's cpuset)
-    into one slice per process. In its own slice a rank's gloo threads wake on
-    the core its training thread yields while it waits for a sync
-    (all_reduce_gradient), never on the other rank's busy core (with gloo's
-    event loop calmed, calm_gloo_loop, a PPO update measures about the same
-    either way: bench/sync_wait.py with and without --separate-pods). One
-    process per pod keeps the whole set, and so do GPU ranks (split_cpus
-    False): NCCL places its own threads near each GPU, and no GPU was here to
-    measure a split against."""
-    cpus = omp_threads(os.environ.get("OMP_NUM_THREADS"), os.cpu_count() or 1)
-    allowed = sorted(os.sched_getaffinity(0))
-    threads = min(len(allowed), max(1, cpus // max(1, local_world_size)))  # never more threads than CPUs to run on
-    if split_cpus and local_world_size > 1 and len(allowed) >= local_world_size and 0 <= local_rank < local_world_size:
-        share = len(allowed) // local_world_size
-        mine = allowed[local_rank * share:(local_rank + 1) * share]
-        with contextlib.suppress(OSError):  # a sandbox that forbids it keeps the whole set
-            os.sched_setaffinity(0, mine)
-            threads = min(threads, len(mine))
-    torch.set_num_threads(threads)
+@dataclass(frozen=True)
+class Placement:
+    """Where one process of a pod computes (placement()): its device, torch's intra-op threads, and
+    the CPUs it runs on; `split` when those are its own slice of the pod's set."""
+
+    device: torch.device
+    threads: int
+    cpus: tuple[int, ...]
+    split: bool
+
+    @property
+    def device_id(self) -> torch.device | None:
+        """init_process_group's device_id: the rank's GPU under NCCL (its communicator formed at once,
+        on that GPU; barrier and object collectives use it), None for gloo (which refuses a CPU one)."""
+        return self.device if self.device.type == "cuda" else None
+
+
+def placement(backend: str, local_rank: int, local_world_size: int, visible_gpus: int, cpu_limit: int,
+              allowed: Iterable[int]) -> Placement:
+    """Where process `local_rank` of a pod of `local_world_size` computes, from what the pod gives it:
+    the CUDA devices it sees (`visible_gpus`: the device plugin's, numbered from 0 inside the
+    container, or every GPU of a machine that hides none), its CPU limit (OMP_NUM_THREADS, rendered
+    from limits.cpu) and the CPUs it may run on (its affinity, the kubelet's cpuset). Pure.
+
+    Under NCCL the rank's GPU is its LOCAL_RANK among those it sees (cuda_device). Its CPU limit is
+    split into torch threads, limit / processes each (at least 1, never more than CPUs to run on), so
+    the ranks of a pod never oversubscribe it. CPU ranks sharing a pod also take a slice of its CPUs
+    each: in its own slice a rank's gloo threads wake on the core its training thread yields while it
+    waits for a sync (all_reduce_gradient), never on another rank's busy core (with gloo's event loop
+    calmed, calm_gloo_loop, a PPO update measures about the same either way: bench/sync_wait.py with
+    and without --separate-pods). One process per pod keeps the whole set, and so do GPU ranks: NCCL
+    places its own threads near each GPU, and no GPU was here to measure a split against."""
+    allowed = sorted(allowed)
+    if backend == "nccl":
+        if visible_gpus == 0:  # only a spec's explicit nccl gets here: auto picks gloo without CUDA
+            raise BadEnvironment(
+                f"spec.rendezvous.backend: nccl needs a CUDA device per process, but torch {torch.__version__} sees "
+                f"none here (a CPU build of torch, or no GPU on this machine): use auto (gloo without CUDA) or gloo")
+        device = cuda_device(local_rank, local_world_size, visible_gpus)
+    else:
+        device = torch.device("cpu")
+    threads = min(len(allowed), max(1, cpu_limit // max(1, local_world_size)))
+    split = (backend != "nccl" and local_world_size > 1 and len(allowed) >= local_world_size
+             and 0 <= local_rank < local_world_size)
+    if not split:
+        return Placement(device, threads, tuple(allowed), False)
+    share = len(allowed) // local_world_size
+    mine = tuple(allowed[local_rank * share:(local_rank + 1) * share])
+    return Placement(device, min(threads, len(mine)), mine, True)
+
+
+def pin_threads(where: Placement, task_dir: str = "/proc/self/task") -> int:
+    """This process takes `where`'s CPUs (its slice, where split) and torch thread count; a sandbox
+    that forbids setting the affinity keeps the whole set. Returns the thread count. The slice is set
+    on every thread already running, not only the calling one (Linux's affinity is a thread's):
+    numpy's import starts OpenBLAS's workers, OMP_NUM_THREADS - 1 of them, and they kept the pod's
+    whole set; threads started later inherit the slice."""
+    if where.split:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, where.cpus)
+            try:
+                others = [int(tid) for tid in os.listdir(task_dir) if tid.isdigit()]
+            except OSError:  # no /proc (another OS, a locked-down sandbox): the calling thread's alone
+                others = []
+            for tid in others:
+                with contextlib.suppress(OSError):  # it ended meanwhile
+                    os.sched_setaffinity(tid, where.cpus)
+    torch.set_num_threads(where.threads)
     with contextlib.suppress(RuntimeError):  # only settable before first use
         torch.set_num_interop_threads(1)
-    return threads
+    return where.threads
 
 
 def cpu_quota_cores(cpu_max: str | None, cfs_quota_us: str | None = None, cfs_period_us: str | None = None) -> float | None:
@@ -476,16 +522,12 @@ def process_group(
     local_rank = _int_env(contract.ENV_LOCAL_RANK, 0)
     local_world_size = _int_env(contract.ENV_LOCAL_WORLD_SIZE, _int_env(contract.ENV_NPROC_PER_NODE, 1))
     chosen = choose_backend(backend)
-    if chosen == "nccl":
-        if torch.cuda.device_count() == 0:  # only a spec's explicit nccl gets here: auto picks gloo without CUDA
-            raise BadEnvironment(
-                f"spec.rendezvous.backend: nccl needs a CUDA device per process, but torch {torch.__version__} sees "
-                f"none here (a CPU build of torch, or no GPU on this machine): use auto (gloo without CUDA) or gloo")
-        device = cuda_device(local_rank, local_world_size, torch.cuda.device_count())
+    where = placement(chosen, local_rank, local_world_size, torch.cuda.device_count() if chosen == "nccl" else 0,
+                      omp_threads(os.environ.get("OMP_NUM_THREADS"), os.cpu_count() or 1), os.sched_getaffinity(0))
+    device = where.device
+    if device.type == "cuda":
         torch.cuda.set_device(device)  # before the group: NCCL binds to it
-    else:
-        device = torch.device("cpu")
-    pin_threads(local_world_size, local_rank, split_cpus=chosen != "nccl")
+    pin_threads(where)
     if world_size == 1:
         yield Dist(rank, 1, local_rank, local_world_size, device, None)
         return
@@ -518,7 +560,8 @@ def process_group(
             check_in(store, rank, world_size, deadline, started, host)
             store.set_timeout(timeout)  # everyone is here: from now on a wait is a collective's
             dist.init_process_group(chosen, rank=rank, world_size=world_size, timeout=timeout,
-                                    store=dist.PrefixStore("default_pg", store))  # where env:// puts its keys
+                                    store=dist.PrefixStore("default_pg", store),  # where env:// puts its keys
+                                    device_id=where.device_id)
             break
         except (PeerLost, BadEnvironment, RendezvousPortTaken):
             if listener is not None:
@@ -527,6 +570,10 @@ def process_group(
         except (RuntimeError, ValueError, OSError) as e:  # store not up yet, name flapping, port still held
             if listener is not None:
                 listener.close()
+            if chosen == "nccl" and isinstance(e, dist.DistBackendError):
+                # device_id forms NCCL's communicator here (every rank has checked in): a failure is the gang's,
+                # not the store's, and a second init_process_group in this process would not mend it
+                raise PeerLost(f"rendezvous: NCCL could not form the group on {device}: {collective_failure(e)}") from e
             # the failed attempt's store serves the port until it is released: rank 0 could never host it again
             store = listener = None
             if time.monotonic() > deadline:
