@@ -1,14 +1,24 @@
 """A pod of several processes (procsPerWorker > 1) runs kuberl_trainer.launch, torch's launcher:
 what it does when the kubelet sends the pod SIGTERM (a node drained, a job suspended)."""
 
+import json
+import os
 import pathlib
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
+import torch
+from kuberl.core import contract
+from kuberl.core.render import render_pod
+from kuberl.local.containerenv import container_env
 from kuberl_trainer import checkpoint
+from kuberl_trainer.distributed import placement
 
 from tests.distributed.support import Ranks, make_job
+from tests.support.jobs import make_job as job_builder
 from tests.support.ports import free_ports
 
 
@@ -185,3 +195,40 @@ def test_the_stop_the_launcher_hands_its_ranks_is_the_contracts_name():
     assert launch.STOP_REQUESTED == contract.ENV_STOP_REQUESTED
     main_source = pathlib.Path(launch.__file__).with_name("__main__.py").read_text()
     assert f'os.environ.get("{contract.ENV_STOP_REQUESTED}")' in main_source
+
+
+def test_two_pods_of_four_gpu_processes_give_each_rank_its_own_global_rank_and_the_gpu_of_its_local_rank(tmp_path):
+    """Two rendered pods of gpusPerWorker 4 (limits.cpu 16), each its launcher as rendered (kuberl_trainer.launch,
+    torch's static rendezvous) starting 4 children: each child's RANK, LOCAL_RANK and LOCAL_WORLD_SIZE as torch's
+    launcher really sets them, then distributed.placement for a pod that sees its 4 GPUs. No GPU here: the
+    children only report their env (tests/unit/test_trainer_placement.py holds the same table for 1-8 GPUs)."""
+    script = tmp_path / "report.py"
+    script.write_text("import json, os, pathlib, sys\n"
+                      "names = ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK', 'OMP_NUM_THREADS')\n"
+                      "pathlib.Path(sys.argv[1], os.environ['RANK']).write_text(json.dumps({n: os.environ[n] for n in names}))\n")
+    port = free_ports(1)
+    job = job_builder("pong").env("ALE/Pong-v5").workers(2).replace(
+        gpusPerWorker=4, resources={"limits": {"cpu": "16"}}, rendezvous={"port": port}).obj()
+    pods = []
+    for node in (0, 1):
+        pod = render_pod(job, "team-rl", "0f0e0d0c-1111-2222-3333-444455556666", node)
+        container = next(c for c in pod["spec"]["containers"] if c["name"] == "trainer")
+        env = container_env(pod, container, "127.0.0.1", {}, lambda _name: "127.0.0.1", node_cpus=64)
+        command = [contract.expand(word, env) for word in container["command"]]
+        assert command[:3] == ["python", "-m", "kuberl_trainer.launch"] and command[-2:] == ["-m", "kuberl_trainer"]
+        argv = [sys.executable, *command[1:-2], str(script), str(tmp_path)]
+        pods.append(subprocess.Popen(argv, env={"PATH": os.environ["PATH"], **env}, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True))
+    try:
+        for pod in pods:
+            out, _ = pod.communicate(timeout=120)
+            assert pod.returncode == 0, out[-3000:]
+    finally:
+        for pod in pods:
+            pod.kill()
+    seen = {int(p.name): json.loads(p.read_text()) for p in tmp_path.iterdir() if p.name.isdigit()}
+    assert sorted(seen) == list(range(8))
+    for rank, env in seen.items():
+        where = placement("nccl", int(env["LOCAL_RANK"]), int(env["LOCAL_WORLD_SIZE"]), 4, int(env["OMP_NUM_THREADS"]), range(64))
+        assert (int(env["GROUP_RANK"]), int(env["LOCAL_RANK"]), env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == (rank // 4, rank % 4, "8", "4")
+        assert (where.device, where.threads) == (torch.device("cuda", rank % 4), 4)
