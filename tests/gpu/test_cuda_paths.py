@@ -170,6 +170,8 @@ def test_ppo_learning_while_collecting_acts_on_a_stream_beside_the_update():
     assert streams[0] == default  # the first rollout, before any update
     assert streams[-1] != default  # the later ones, collected while an update runs on the default stream
     assert all(np.isfinite(v) for r in session.reports for v in r.losses.values())
+    # captured while the collecting thread sampled, from a generator of its own (learners.own_generator)
+    assert isinstance(trainer.learner, learners.GraphedPPOLearner) and trainer.learner.backward.cuda_graph is not None
 
 
 def test_a_frozen_copy_evaluates_on_its_own_stream_while_the_update_runs():

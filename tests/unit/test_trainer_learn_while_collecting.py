@@ -47,6 +47,26 @@ def test_the_rollout_collected_during_an_update_is_acted_by_the_weights_before_i
         assert np.abs(trainer.buf.log_probs.reshape(-1) - stale).max() > 1e-4
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"], ids=["discrete", "continuous"])
+def test_the_collecting_threads_torch_actor_leaves_torchs_default_generator_alone(env_id):
+    """A CUDA graph capture on the main thread takes torch's default generator, and a thread that advances it
+    meanwhile fails the capture (tests/gpu, H200). The torch actor of the rollouts samples from a generator of
+    its own, seeded from the rank's: updates that collect ahead leave torch's default generator where it was."""
+    def lagged(env_id: str) -> PPOTrainer:
+        return PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[16], learn_while_collecting=True),
+                          env_id, 4, {}, 10**6, seed=5, restart=0, fast=False)
+
+    trainer, again = lagged(env_id), lagged(env_id)
+    before = torch.get_rng_state()  # as the trainer seeded it
+    for _ in range(3):
+        trainer.update(False, False)
+    assert trainer.rollout_ready  # a rollout was collected ahead, on the collecting thread
+    assert torch.equal(torch.get_rng_state(), before)
+    for _ in range(3):
+        again.update(False, False)
+    assert np.array_equal(again.buf.actions, trainer.buf.actions)  # seeded from the rank's generator: repeatable
+
+
 def test_the_first_rollout_after_a_resume_is_acted_by_the_weights_it_loaded():
     trained = lagged_trainer()
     trained.train(BareSession(max_updates=3))

@@ -93,22 +93,33 @@ def ppo_learner(agent: nn.Module, hp, ctx: Dist, loss: Callable, rng: np.random.
         learner: PPOLearner = fused.FusedPPOStep(agent, hp, fused.AdamState(agent.parameters(), lr=hp.learning_rate, eps=1e-5),
                                                  _gradient_sum(ctx), ctx.world_size)
         distributed.take_rank0_parameters(ctx, learner.flat)
-    elif fast and graphs(ctx.device, hp.precision) and not hp.learn_while_collecting:
-        # not beside a collecting thread: a capture takes torch's default CUDA generator, which that
-        # thread's sampling advances ("Offset increment outside graph capture", tests/gpu on an H200);
-        # its rollouts are the bound there anyway (make gpu-check: 16.7k steps/s against 324k samples/s)
+    elif fast and graphs(ctx.device, hp.precision):
+        # beside learnWhileCollecting's thread too: a capture takes torch's default CUDA generator, so that
+        # thread samples from a generator of its own (own_generator; sampling from the default one during a
+        # capture failed the GPU tier on an H200: "Offset increment outside graph capture")
         learner = GraphedPPOLearner(agent, hp, ctx, loss)
     else:
         learner = AutogradPPOLearner(agent, hp, ctx, loss)
     return learner, ppo_actor(agent, hp, ctx, rng, fast)
 
 
-def ppo_actor(agent: nn.Module, hp, ctx: Dist, rng: np.random.Generator, fast: bool = True) -> PPOActor:
-    """An actor for PPO's `agent`: numpy for small MLPs on CPU (sampling from `rng`), else torch."""
+def ppo_actor(agent: nn.Module, hp, ctx: Dist, rng: np.random.Generator, fast: bool = True,
+              generator: torch.Generator | None = None) -> PPOActor:
+    """An actor for PPO's `agent`: numpy for small MLPs on CPU (sampling from `rng`), else torch
+    (sampling from `generator`, else torch's default one)."""
     if fast and fastpolicy.supports(agent, ctx.device, hp.precision):
         torch.set_num_threads(1)  # on layers this small, intra-op threads cost more in synchronisation than they save
         return fastpolicy.NumpyPolicy(agent, rng)
-    return TorchPolicy(agent, ctx.device)
+    return TorchPolicy(agent, ctx.device, generator)
+
+
+def own_generator(device: torch.device, rng: np.random.Generator) -> torch.Generator | None:
+    """A torch generator on `device` seeded from `rng`, for a thread that samples while the main thread
+    learns: a CUDA graph capture takes the device's default generator, which nothing else may advance
+    meanwhile. None where torch has no generator (the meta device of the fake-CUDA tests)."""
+    if device.type not in ("cpu", "cuda"):
+        return None
+    return torch.Generator(device).manual_seed(int(rng.integers(2**63)))
 
 
 def q_learner(agent: nn.Module, target: nn.Module, hp, ctx: Dist, loss: Callable, timings: dict[str, float],

@@ -98,13 +98,13 @@ class Agent(nn.Module):
         return log_prob, entropy, value
 
     def act(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample (action, log-prob, value) for a batch of observations; discrete actions
-        from `generator` when given (evaluation), else torch's default one."""
+        """Sample (action, log-prob, value) for a batch of observations, from `generator` when
+        given (evaluation, learnWhileCollecting's thread), else torch's default one."""
         out, value = self._heads(obs)
         if self.discrete:
             action = torch.multinomial(torch.softmax(out, -1), 1, generator=generator).squeeze(-1)
         else:
-            action = out + self.log_std.exp() * torch.randn_like(out)
+            action = out + self.log_std.exp() * torch.randn(out.shape, generator=generator, dtype=out.dtype, device=out.device)
         log_prob, _ = self._log_prob_entropy(out, action, entropy=False)
         return action, log_prob, value
 
@@ -269,7 +269,9 @@ class PPOTrainer(BaseAlgorithm):
         if hp.learn_while_collecting:
             self.spare_buf = Rollout(*layout, ctx.device)
             self.acting_agent = copy.deepcopy(self.agent).requires_grad_(False)
-            self.behaviour = learners.ppo_actor(self.acting_agent, hp, ctx, self.np_rng.spawn(1)[0], self.fast_path)
+            acting_rng = self.np_rng.spawn(1)[0]
+            self.behaviour = learners.ppo_actor(self.acting_agent, hp, ctx, acting_rng, self.fast_path,
+                                                generator=learners.own_generator(ctx.device, acting_rng))
             self.collector = ThreadPoolExecutor(1, thread_name_prefix="rollout")
 
     # -- state for checkpoints, beyond BaseAlgorithm's ----------------------------
