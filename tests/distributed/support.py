@@ -182,3 +182,39 @@ def garbage_checkpoint(version: int = 2) -> bytes:
     """A valid header and checksum over a payload that is not a checkpoint."""
     payload = b"PK\x03\x04 not a zip archive at all " * 50
     return f"KUBERLCKPT{version} ".encode() + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def run_workers(scenario: str, out, world_size: int, timeout: float = 120) -> list[dict]:
+    """`python -m tests.distributed.workers SCENARIO OUT` as ranks 0..world_size-1 of one pod (LOCAL_RANK = RANK),
+    each rank's saved record back; a rank that has not ended by `timeout` fails the test (a hang, a deadlock)."""
+    port = free_ports(1)
+    procs = []
+    for rank in range(world_size):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "OMP_NUM_THREADS": str(world_size)}
+        procs.append(subprocess.Popen([sys.executable, "-m", "tests.distributed.workers", scenario, str(out)],
+                                      env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    try:
+        outputs = [p.communicate(timeout=timeout)[0].decode() for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0] * world_size, "\n".join(outputs)
+    return [torch.load(out / f"rank-{rank}.pt", weights_only=False) for rank in range(world_size)]
+
+
+def check_graphed_ranks(ranks: list[dict], backend: str) -> None:
+    """What workers.graphed_ranks saw on two ranks, as it must be on any backend (gloo here, NCCL in tests/gpu)."""
+    for rank, seen in enumerate(ranks):
+        assert seen["backend"] == backend
+        assert seen["sum"] == [2.0, 1.0] and seen["object"] == {"rank": 0} and seen["broadcast"] == b"from rank 0"
+        assert seen["gathered"] == ([b"\x00", b"\x01\x01"] if rank == 0 else None)
+        assert not [w for w in seen["warnings"] if "barrier" in w or "device_id" in w], seen["warnings"]  # torch: no device bound
+    for name in ranks[0]["learners"]:
+        for a, b in zip(ranks[0]["learners"][name]["agent"], ranks[1]["learners"][name]["agent"], strict=True):
+            assert torch.equal(a, b), name  # rank 0's weights, then the same summed gradients, everywhere
+    for kind in ("q", "ppo"):
+        graphed, reference = ranks[0]["learners"][f"{kind} graphed"], ranks[0]["learners"][f"{kind} reference"]
+        for a, b in zip(graphed["agent"], reference["agent"], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # a sum then / 2 against DDP's / 2 then sum

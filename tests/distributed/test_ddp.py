@@ -3,32 +3,12 @@ the concatenated batch; ranks stay equal; counters add up; resume broadcasts."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 from kuberl_trainer import checkpoint, distributed
 
-from .support import REPO, Ranks, free_ports, make_job
-
-
-def run_workers(scenario: str, out, world_size: int, timeout: float = 120) -> list[dict]:
-    port = free_ports(1)
-    procs = []
-    for rank in range(world_size):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "OMP_NUM_THREADS": str(world_size)}
-        procs.append(subprocess.Popen([sys.executable, "-m", "tests.distributed.workers", scenario, str(out)],
-                                      env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-    try:
-        outputs = [p.communicate(timeout=timeout)[0].decode() for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert [p.returncode for p in procs] == [0] * world_size, "\n".join(outputs)
-    return [torch.load(out / f"rank-{rank}.pt", weights_only=False) for rank in range(world_size)]
+from .support import Ranks, check_graphed_ranks, make_job, run_workers
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +169,14 @@ def test_ranks_whose_epochs_take_milliseconds_read_a_stop_at_the_rollouts_all_re
         assert rank["counts"] == [1 + 4, 1, 1]  # the rollout's all-reduce, then one vote per epoch until measured
         assert rank["stops"] == [False, False, True]  # rank 1's stop in the second update's learning: the third's
         assert rank["epoch_seconds"] < 0.5
+
+
+def test_the_graphed_learners_between_two_gloo_ranks_learn_what_ddp_learns(tmp_path):
+    """workers.graphed_ranks, as tests/gpu/test_nccl_ranks.py runs it on two GPUs over NCCL, here on gloo with
+    graph=False: the worker and the checks a multi-GPU node will run, run where there is none."""
+    ranks = run_workers("graphed_ranks", tmp_path, 2)
+    check_graphed_ranks(ranks, "gloo")
+    assert not any(learner["captured"] for seen in ranks for learner in seen["learners"].values())
 
 
 def test_dqns_graphed_learner_keeps_ranks_equal_and_learns_what_ddp_learns(tmp_path):

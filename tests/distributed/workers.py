@@ -254,6 +254,63 @@ def graphed_q(out: Path) -> None:
                    out / f"rank-{ctx.rank}.pt")
 
 
+def graphed_ranks(out: Path) -> None:
+    """The graphed learners between ranks on whatever backend "auto" picks: NCCL on a node of two GPUs
+    or more (tests/gpu/test_nccl_ranks.py; the steps replayed from CUDA graphs, the gradient all-reduced
+    between them on NCCL's stream), gloo on CPU (graph=False: the same bookkeeping, tests/distributed).
+    Each rank learns from batches of its own, from weights of its own (rank 0's must win), with the
+    graphed learner and the reference (DDP) side by side, and records both; and the collectives the
+    trainer runs between ranks, with any warning torch gave."""
+    import warnings
+
+    import gymnasium as gym
+    from kuberl_trainer import distributed, dqn, learners, ppo
+    from kuberl_trainer.ppo_terms import minibatch_table
+
+    with warnings.catch_warnings(record=True) as said, process_group("auto", 120, 120) as ctx:
+        warnings.simplefilter("always")
+        device, graph = ctx.device, ctx.device.type == "cuda"
+        timings = dict.fromkeys(("train_forward", "backward_optimizer"), 0.0)
+        seen = {"backend": ctx.backend, "device": str(device),
+                "current_device": torch.cuda.current_device() if graph else None}
+        torch.distributed.barrier()  # NCCL: on the device init_process_group bound (device_id)
+        seen["sum"] = distributed.all_reduce_sum(ctx, torch.tensor([1.0, ctx.rank], dtype=torch.float64)).tolist()
+        seen["object"] = distributed.broadcast_object(ctx, {"rank": ctx.rank})
+        seen["gathered"] = distributed.gather_bytes(ctx, bytes([ctx.rank]) * (ctx.rank + 1))
+        seen["broadcast"] = distributed.broadcast_bytes(ctx, b"from rank 0" if ctx.rank == 0 else None)
+        made = {}
+        for name, kind in (("q reference", learners.AutogradQLearner), ("q graphed", learners.GraphedQLearner)):
+            torch.manual_seed(10 + ctx.rank)
+            agent, target = dqn.QNetwork(4, 2, [16]).to(device), dqn.QNetwork(4, 2, [16]).to(device)
+            extra = {"graph": graph} if kind is learners.GraphedQLearner else {}
+            made[name] = kind(agent, target, DQNConfig(batch_size=8, learning_rate=1e-2), ctx, dqn.q_loss, timings, **extra)
+        hp = PPOConfig(grad_accumulation=2, learning_rate=1e-2)
+        for name, kind in (("ppo reference", learners.AutogradPPOLearner), ("ppo graphed", learners.GraphedPPOLearner)):
+            torch.manual_seed(10 + ctx.rank)
+            agent = ppo.Agent(4, gym.spaces.Discrete(2), [16]).to(device)
+            made[name] = kind(agent, hp, ctx, ppo.ppo_loss, **({"graph": graph} if kind is learners.GraphedPPOLearner else {}))
+        rng = np.random.default_rng(ctx.rank)
+        for _ in range(5):  # 10 Q steps and 5 PPO steps: warm-ups, a capture, replays
+            obs, next_obs = (torch.from_numpy(rng.normal(size=(16, 4)).astype(np.float32)).to(device) for _ in range(2))
+            batch = (obs, torch.from_numpy(rng.integers(0, 2, 16)).to(device),
+                     torch.from_numpy(rng.normal(size=16).astype(np.float32)).to(device), torch.full((16,), 0.99, device=device))
+            scalars = np.stack([rng.normal(size=16) - 1, *(rng.normal(size=16) for _ in range(3)), np.ones(16)], -1)
+            rows = minibatch_table(torch.from_numpy(rng.integers(0, 2, (16, 1))), torch.from_numpy(scalars.astype(np.float32))).to(device)
+            for name, learner in made.items():
+                if name.startswith("q"):
+                    next_inputs = learner.inputs(next_obs)
+                    learner.learn_draw((*batch, next_inputs), learner.target_q(next_inputs))
+                else:
+                    learner.step(obs, rows)
+        if graph:
+            torch.cuda.synchronize()
+        seen["learners"] = {name: {"agent": [p.detach().cpu().clone() for p in learner.agent.parameters()],
+                                   "captured": getattr(getattr(learner, "backward", None), "cuda_graph", None) is not None}
+                            for name, learner in made.items()}
+    seen["warnings"] = [str(w.message) for w in said]
+    torch.save(seen, out / f"rank-{ctx.rank}.pt")
+
+
 def gather(out: Path) -> None:
     """Each rank's bytes of its own length (rank 1's empty) gathered on rank 0 as tensors, never pickled."""
     from kuberl_trainer import distributed
@@ -265,6 +322,6 @@ def gather(out: Path) -> None:
 
 if __name__ == "__main__":
     {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch,
-     "gradient_sync": gradient_sync, "gather": gather, "graphed_q": graphed_q,
+     "gradient_sync": gradient_sync, "gather": gather, "graphed_q": graphed_q, "graphed_ranks": graphed_ranks,
      "stop_while_learning": stop_while_learning, "votes_where_epochs_are_long": votes_where_epochs_are_long,
      "dqn_stop_while_learning": dqn_stop_while_learning}[sys.argv[1]](Path(sys.argv[2]))
