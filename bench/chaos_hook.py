@@ -5,7 +5,9 @@ trainer. `STATE` (filled in by the harness) is a host directory holding `plan.js
     {"point": "ckpt-rename", "rank": 0, "nth": 2, "signal": 9}
 
 At the `nth` time the rank named reaches `point`, the hook records `fired.json` (created exclusively: a plan fires
-once across every generation and rerun) and sends the signal to its own process. Points:
+once across every generation and rerun) and sends the signal to its own process. A plan with `"sleep": seconds`
+instead waits that long every time the point is reached, and fires nothing: a slow volume (`ckpt-fsync`: every
+checkpoint takes that much longer to save). Points:
 
 - `rendezvous`: entering torch.distributed.init_process_group
 - `update`: entering the session's after_update (an update boundary)
@@ -24,6 +26,7 @@ import json
 import os
 import re
 import sys
+import time
 
 STATE = "@STATE@"
 CHECKPOINT = re.compile(r"^ckpt-\d{10}\.pt$")
@@ -46,6 +49,9 @@ _seen: dict[str, int] = {}
 def reached(point: str, detail: str = "") -> bool:
     """Whether the plan fires here (and it then has fired: recorded, and the signal sent)."""
     if PLAN is None or PLAN["point"] != point:
+        return False
+    if PLAN.get("sleep"):
+        time.sleep(PLAN["sleep"])
         return False
     _seen[point] = _seen.get(point, 0) + 1
     if _seen[point] != PLAN.get("nth", 1):

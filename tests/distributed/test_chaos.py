@@ -4,7 +4,11 @@ rename, or while pruning; the run must then end as an uninterrupted one does, bi
 having resumed from the newest checkpoint saved, with no file that does not load among the kept, no temp
 file and no process left."""
 
+import json
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,3 +27,50 @@ def test_a_rank_killed_at_a_checkpoint_moment_ends_as_an_uninterrupted_run(tmp_p
     trial = chaos.run_trial(chaos.Trial("ppo", fault, seed, tmp_path), uninterrupted)
     assert trial.fired is not None, f"the fault never fired: {trial.runs[-1]['output'][-2000:]}"
     assert not trial.problems, trial.problems
+
+
+def test_a_save_that_outlasts_the_grace_period_is_warned_of_and_its_loss_said_at_the_next_start(tmp_path):
+    """terminationGracePeriodSeconds 1 on a slow volume (every checkpoint's fsync takes 3 s, chaos_hook's sleep): rank
+    0 warns at its first save that a stop's save cannot fit. Then a stop as the kubelet makes it: SIGTERM, and SIGKILL
+    when the grace period ends, rank 0 inside its save. The newest whole checkpoint survives (temp file, fsync,
+    rename); the next start removes the cut-off temp file and says the loss, in its log and in the
+    checkpoints_skipped gauge (the operator's CheckpointsSkipped Event and the chart's alert read it). It was a
+    warning from `checkpoint`'s logger about a temp file, which named no loss, and the gauge said 0."""
+    from kuberl.core import metricnames
+    from kuberl_trainer import checkpoint
+
+    from .support import Ranks, make_job
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text((chaos.REPO / "bench" / "chaos_hook.py").read_text().replace("@STATE@", str(hook)))
+    (hook / "plan.json").write_text(json.dumps({"point": "ckpt-fsync", "rank": 0, "sleep": 3.0}))
+    job = make_job(tmp_path / "job", checkpoint={"everyUpdates": 5}, runPolicy={"terminationGracePeriodSeconds": 1})
+    ranks = Ranks(job, extra_env={"PYTHONPATH": str(hook)})
+    try:
+        deadline = time.monotonic() + 90
+        while not list(job.checkpoint_dir.glob("ckpt-*.pt")):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in ranks.procs), ranks.log(0)[-3000:]
+            time.sleep(0.05)
+        for rank in (0, 1):
+            ranks.signal(rank, signal.SIGTERM)
+        time.sleep(1.0)  # the grace period
+        assert ranks.procs[0].poll() is None, f"rank 0 ended inside its grace period: {ranks.log(0)[-2000:]}"
+    finally:
+        ranks.kill()
+    first = ranks.log(0)
+    assert "this checkpoint took 3." in first and "longer than the 1s a stop gives rank 0" in first, first[-3000:]
+    assert [p.name for p in job.checkpoint_dir.glob(".tmp-*.part")], "rank 0 was killed inside a save: its temp file is left"
+    newest, state = checkpoint.load_newest(str(job.checkpoint_dir))
+    assert os.path.basename(newest) == "ckpt-0000000005.pt" and state["counters"]["updates"] == 5
+
+    resumed = Ranks(job)
+    try:
+        resumed.wait_for_updates(6)
+        assert resumed.metric(0, metricnames.CHECKPOINTS_SKIPPED) == 1
+    finally:
+        resumed.kill()
+    said = resumed.log(0)
+    assert "1 save(s) cut off mid-write: the rank writing it was killed (.tmp-" in said, said[-3000:]
+    assert "terminationGracePeriodSeconds (1s). resuming from /checkpoints/" in said and "ckpt-0000000005.pt, the newest whole" in said
+    assert not list(job.checkpoint_dir.glob(".tmp-*.part"))

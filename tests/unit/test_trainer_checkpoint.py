@@ -216,7 +216,7 @@ def test_stale_temp_files_are_removed_and_nothing_else(tmp_path):
     stale.write_bytes(b"x" * 4096)
     os.mkfifo(tmp_path / ".tmp-fifo.part")
     (tmp_path / "tmp-not-ours.part").write_text("the tenant's")
-    assert checkpoint.remove_stale_temps(str(tmp_path)) == [str(stale)]
+    assert checkpoint.remove_stale_temps(str(tmp_path)) == [(str(stale), 4096)]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".tmp-fifo.part", "ckpt-0000000001.pt", "tmp-not-ours.part"]
 
 

@@ -923,10 +923,11 @@ def same_named_jobs(directory: str, job: str) -> list[str]:
     return [path for _, path in sorted(newest, reverse=True)]
 
 
-def remove_stale_temps(directory: str) -> list[str]:
+def remove_stale_temps(directory: str) -> list[tuple[str, int]]:
     """Delete write_atomic's temp files in `directory`: at a run's start no writer of this job
     is alive (two generations never run at once), so each was left by a killed one, and each
-    may be as large as a checkpoint. Only regular files are touched. Returns what was removed."""
+    may be as large as a checkpoint. Only regular files are touched. Returns what was removed,
+    with each one's size."""
     try:
         names = [n for n in os.listdir(directory) if TEMP_NAME.fullmatch(n)]
     except FileNotFoundError:
@@ -939,7 +940,7 @@ def remove_stale_temps(directory: str) -> list[str]:
             if not stat.S_ISREG(info.st_mode):
                 continue
             os.unlink(path)
-            removed.append(path)
+            removed.append((path, info.st_size))
             log.warning("removed %s (%d bytes): a temp file left by a writer that was killed mid-write", path, info.st_size)
     return removed
 

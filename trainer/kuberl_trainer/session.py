@@ -223,6 +223,7 @@ class TrainingSession:
         self.resumed_from: str | None = None
         self.last_good: str | None = None  # the newest checkpoint known to load: named if the volume fails
         self.progress_unwritable = False
+        self.grace_warned = False  # outlasts_grace said once
         self.exported = (0, 0)  # counter values already exported (steps, episodes)
         # spec.success.evalWhileTraining: rank 0 evaluates a frozen copy on a thread of its own
         self.evaluator = (ThreadPoolExecutor(1, thread_name_prefix="evaluation")
@@ -254,10 +255,13 @@ class TrainingSession:
         also gets its own env and RNG state."""
         data = None
         if self.ctx.is_main:
-            found, skipped = self._read_volume()
-            if self.metrics is not None:
-                self.metrics.checkpoints_skipped.set(len(skipped))
+            found, skipped, cut = self._read_volume()
+            if self.metrics is not None:  # a save cut off is a newer checkpoint lost, as one skipped is: the same alarm
+                self.metrics.checkpoints_skipped.set(len(skipped) + len(cut))
                 self.metrics.resumed_timesteps.set(found[1]["counters"]["global_step"] if found is not None else 0)
+            if cut:
+                self.log(cut_saves_line(cut, found[0] if found is not None else None,
+                                        self.spec.run_policy.termination_grace_period_seconds))
             if found is not None:
                 path, state = found
                 self.resumed_from = path
@@ -299,15 +303,16 @@ class TrainingSession:
         self.boundary = (self.start_step, self.last_checkpoint_update)
         return state, own
 
-    def _read_volume(self) -> tuple[tuple[str, dict] | None, list[tuple[str, str]]]:
-        """Rank 0's look at the checkpoint volume at start: (the newest usable checkpoint, those skipped). A
+    def _read_volume(self) -> tuple[tuple[str, dict] | None, list[tuple[str, str]], list[tuple[str, int]]]:
+        """Rank 0's look at the checkpoint volume at start: (the newest usable checkpoint, those skipped, the temp files
+        of saves cut off mid-write that it removed, with their sizes). A
         volume that fails while it looks (an I/O error outlasting the read retries) raises
         CheckpointVolumeUnavailable: no verdict on the files, and a new pod mounts the volume anew."""
         try:
             with checkpoint.volume_access(self.checkpoint_dir):  # a volume it may not use fails now, by name
                 checkpoint.check_writable(self.checkpoint_dir)  # a read-only volume fails now, not at the first save
-                for directory in {self.checkpoint_dir, os.path.dirname(self.final_model or self.checkpoint_dir)}:
-                    checkpoint.remove_stale_temps(directory)
+                cut = [removed for directory in {self.checkpoint_dir, os.path.dirname(self.final_model or self.checkpoint_dir)}
+                       for removed in checkpoint.remove_stale_temps(directory)]
                 start_over = self.spec.checkpoint.when_none_usable == "StartOver"
                 skipped: list[tuple[str, str]] = []  # each said by name as it is skipped
                 found = checkpoint.load_newest(self.checkpoint_dir, accept=self._resumable, start_over=start_over,
@@ -321,7 +326,7 @@ class TrainingSession:
         if found is not None and "trained_as" not in found[1]:
             self.log(f"{pod_path(found[0])} records no env and algorithm (a trainer before 2026-11-28 wrote it): resuming "
                      f"it unchecked as {describe_trained_as(trained_as(self.spec))}")
-        return found, skipped
+        return found, skipped, cut
 
     def _resumable(self, state: dict) -> str | None:
         """`_resumable`, and a checkpoint trained as something else than this job (trained_as) refused naming both:
@@ -499,14 +504,30 @@ class TrainingSession:
             return
         state = {**algorithm.shared_state(), "elapsed_seconds": self.wall_seconds(), "per_rank": per_rank,
                  "eval_return": self.eval_return, "trained_as": trained_as(self.spec)}
+        started = time.monotonic()
         path = checkpoint.save(self.checkpoint_dir, algorithm.counters.updates, state, self.spec.checkpoint.keep,
                                volume=self.volume(), last_good=self.last_good)
+        took = time.monotonic() - started
         self.last_checkpoint_update = algorithm.counters.updates
         self.last_good = path
         if self.metrics is not None:
             self.metrics.checkpointed()
         self.log(f"checkpoint {pod_path(path)} (timesteps {algorithm.counters.global_step})")
+        if (warning := self.outlasts_grace(took)) is not None:
+            self.log(warning)
         self.curve_point(algorithm.counters.global_step, checkpoint_file=os.path.basename(path))
+
+    def outlasts_grace(self, took: float) -> str | None:
+        """The warning, once per run, for a save that took longer than the pod's grace period: a stop (suspend, a gang
+        restart, an eviction) SIGKILLs rank 0 while its last save is being written, and the training since the
+        checkpoint before is lost. None when it fits, or once said."""
+        grace = self.spec.run_policy.termination_grace_period_seconds
+        if took <= grace or self.grace_warned:
+            return None
+        self.grace_warned = True
+        return (f"warning: this checkpoint took {took:.1f}s to save, longer than the {grace}s a stop gives rank 0 "
+                f"(spec.runPolicy.terminationGracePeriodSeconds): a stop's save is killed mid-write and the training "
+                f"since the checkpoint before it is lost. Raise terminationGracePeriodSeconds to {math.ceil(took * 2)} or more")
 
     def save_after_peer_lost(self, algorithm: Algorithm) -> bool:
         """Rank 0's checkpoint when a peer left while the gang was stopping (no collectives): whether one was
@@ -602,6 +623,17 @@ def append_line(path: str, line: str) -> None:
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
+
+
+def cut_saves_line(cut: list[tuple[str, int]], resumed: str | None, grace: int) -> str:
+    """What a start says of the saves an earlier rank 0 was killed in the middle of (their temp files, removed): the
+    training they held is lost, and the likeliest why. Said beside the checkpoints skipped, never left to a removal."""
+    files = ", ".join(f"{os.path.basename(path)} ({size} bytes)" for path, size in cut[:3])
+    more = f" and {len(cut) - 3} more" if len(cut) > 3 else ""
+    whole = f"resuming from {pod_path(resumed)}, the newest whole checkpoint" if resumed else "no whole checkpoint is left"
+    return (f"{len(cut)} save(s) cut off mid-write: the rank writing it was killed ({files}{more} removed), as when a "
+            f"stop's save outlasts spec.runPolicy.terminationGracePeriodSeconds ({grace}s). {whole}: the training after "
+            "it is done again")
 
 
 def stopped_message(steps: int, is_main: bool, checkpoint_dir: str) -> str:

@@ -324,9 +324,10 @@ REASON_CHECKPOINTS_SKIPPED = "CheckpointsSkipped"
 def checkpoints_skipped(generation: int, skipped: int) -> str:
     """The Event that says, once per generation, that rank 0 passed over newer checkpoints when it started:
     their training is lost and done again, which progress going back alone does not explain."""
-    return (f"generation {generation}: rank 0 could not use the {skipped} newest checkpoint(s) (truncated, corrupt or"
-            " refused) and resumed from an older one, or from zero: the training they held is done again. Its log"
-            " names each file, why, and where it went (unreadable/ beside the checkpoints, where it can be moved)")
+    return (f"generation {generation}: rank 0 could not use the {skipped} newest checkpoint(s) (cut off mid-write,"
+            " truncated, corrupt or refused) and resumed from an older one, or from zero: the training they held is done"
+            " again. Its log names each file, why, and where it went (unreadable/ beside the checkpoints, where it can be"
+            " moved; a save cut off mid-write, as when a stop's save outlasts the grace period, is removed)")
 
 
 REASON_CHECKPOINTS_MISSING = "CheckpointsMissing"
