@@ -412,3 +412,25 @@ def test_jobsets_pytorch_example_runs_as_it_stands(tmp_path):
     assert sorted((int(r), int(g), int(lr)) for r, g, lr, _ in seen) == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)], done.stdout[-3000:]
     assert {int(p) for *_, p in seen} == {port}
     assert "pytorch succeeded: every worker exited 0" in done.stdout, done.stdout[-2000:]
+
+
+def test_each_pod_sees_its_own_share_of_the_callers_gpus_and_too_few_are_refused_before_anything_runs(tmp_path):
+    """As a device plugin gives each cluster pod GPUs of its own: two pods of gpusPerWorker 2 on a machine whose
+    caller shows 4 (CUDA_VISIBLE_DEVICES) get 2 each; every pod saw all 4, and the ranks of both took cuda:0 and
+    cuda:1 (cuda:LOCAL_RANK), which NCCL refuses. With 3 the job cannot run here, and says so at once."""
+    trainer = {"name": "trainer", "command": ["sh", "-c", "echo visible=[$CUDA_VISIBLE_DEVICES]"]}
+    job = (make_job("gpus").custom_trainer({"spec": {"containers": [trainer]}}).workers(2)
+           .with_spec(gpusPerWorker=2, procsPerWorker=1, rendezvous={"port": free_port()}).obj())
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    for shown, dir_ in (("GPU-a,GPU-b,GPU-c,GPU-d", "runs"), ("0,1,2", "short")):
+        done = subprocess.run([*KUBERL, "job.yaml", "--dir", dir_], cwd=tmp_path, env={**CALLER_ENV, "CUDA_VISIBLE_DEVICES": shown},
+                              capture_output=True, text=True, timeout=120, check=False)
+        if dir_ == "runs":
+            assert done.returncode == 0, done.stdout[-3000:]
+            assert "visible=[GPU-a,GPU-b]" in pod_log(tmp_path / "runs" / "gpus", 0)
+            assert "visible=[GPU-c,GPU-d]" in pod_log(tmp_path / "runs" / "gpus", 1)
+        else:
+            assert done.returncode == 3, done.stdout[-3000:]
+            assert ("gpus cannot run here: this machine offers 3 GPU(s), and 2 pods of spec.gpusPerWorker 2 take 4"
+                    in done.stdout + done.stderr)
+            assert not (tmp_path / "short" / "gpus" / "logs").exists()

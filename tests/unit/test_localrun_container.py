@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 from kuberl.core import contract
-from kuberl.local.process import container_base_env, launch
+from kuberl.local.process import (
+    container_base_env,
+    gpus_short,
+    host_gpus,
+    launch,
+    pod_gpus,
+)
 from kuberl.local.sandbox import (
     LocalRunError,
     path_problems,
@@ -34,6 +40,39 @@ def test_the_callers_shell_does_not_reach_the_container():
     assert "/opt/elsewhere/bin" not in base["PATH"]
     assert (base["HOME"], base["LANG"], base["CUDA_VISIBLE_DEVICES"]) == ("/home/me", "en_GB.UTF-8", "1")
     assert container_base_env({})["LANG"] == "C.UTF-8" and "CUDA_VISIBLE_DEVICES" not in container_base_env({})
+
+
+def test_the_machines_gpus_are_its_cuda_visible_devices_else_the_nvidia_drivers_list(tmp_path):
+    """What `kuberl run` deals out to its pods (no CUDA or torch here): the host's CUDA_VISIBLE_DEVICES entries as CUDA
+    reads them (it stops at the first empty or negative one), else one index per GPU in /proc/driver/nvidia/gpus."""
+    driver = tmp_path / "gpus"
+    driver.mkdir()
+    for bus in ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0"):
+        (driver / bus).mkdir()
+    assert host_gpus({}, str(driver)) == ["0", "1", "2"]
+    assert host_gpus({"CUDA_VISIBLE_DEVICES": "GPU-8d2e,MIG-1a4c, 3"}, str(driver)) == ["GPU-8d2e", "MIG-1a4c", "3"]
+    assert host_gpus({"CUDA_VISIBLE_DEVICES": "2,-1,3"}, str(driver)) == ["2"]
+    assert host_gpus({"CUDA_VISIBLE_DEVICES": ""}, str(driver)) == []
+    assert host_gpus({}, str(tmp_path / "no-driver")) is None
+
+
+@pytest.mark.parametrize(("offered", "gpus", "visible"), [
+    (["0", "1", "2", "3", "4", "5", "6", "7"], 4, ["0,1,2,3", "4,5,6,7"]),  # two 4-GPU pods on an 8-GPU machine
+    (["0", "1", "2", "3", "4", "5", "6", "7"], 1, ["0", "1"]),
+    (["GPU-a", "GPU-b", "GPU-c", "GPU-d"], 2, ["GPU-a,GPU-b", "GPU-c,GPU-d"]),  # the caller's own choice, dealt out
+    (["0", "1"], 0, ["", ""]),  # a pod that asks for no GPU sees none, as in a cluster
+    ([], 4, [None, None]), (None, 4, [None, None]),  # no GPU here, or no telling: the ranks train on the CPU
+])
+def test_each_local_pod_sees_gpus_of_its_own_as_a_device_plugin_gives_them(offered, gpus, visible):
+    """Every pod saw every GPU: the ranks of pods 0 and 1 both took cuda:0 (LOCAL_RANK 0 each), which NCCL refuses."""
+    assert [pod_gpus(offered, rank, gpus) for rank in (0, 1)] == visible
+
+
+def test_pods_that_cannot_each_have_gpus_of_their_own_are_refused_naming_the_fields():
+    assert gpus_short(["0", "1", "2"], 2, 2).startswith("this machine offers 3 GPU(s), and 2 pods of spec.gpusPerWorker 2 take 4")
+    assert gpus_short(["0", "1", "2", "3"], 2, 2) is None
+    assert gpus_short(["0"], 1, 4) is None  # one pod: its ranks say spec.gpusPerWorker (the trainer's ConfigError)
+    assert gpus_short(["0"], 2, 0) is None and gpus_short([], 2, 1) is None and gpus_short(None, 2, 1) is None
 
 
 def test_by_default_the_launch_starts_from_the_clean_environment_plus_the_pods(tmp_path, monkeypatch):

@@ -117,6 +117,49 @@ def container_base_env(host: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+# One entry per GPU the NVIDIA driver has found (Linux): how many a machine offers, without CUDA or torch here.
+NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
+
+
+def host_gpus(host: Mapping[str, str] | None = None, driver_dir: str = NVIDIA_GPUS_DIR) -> list[str] | None:
+    """The GPUs this machine offers its pods, each as CUDA_VISIBLE_DEVICES names it: the entries of the host's own
+    CUDA_VISIBLE_DEVICES where it is set (up to the first CUDA stops at: an empty or negative one), else one index
+    per GPU the NVIDIA driver lists; None when that cannot be known (no NVIDIA driver: no GPU, or another OS)."""
+    host = os.environ if host is None else host
+    visible = host.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        entries = []
+        for entry in (e.strip() for e in visible.split(",")):
+            if not entry or entry.startswith("-"):
+                break
+            entries.append(entry)
+        return entries
+    try:
+        return [str(i) for i in range(len(os.listdir(driver_dir)))]
+    except OSError:
+        return None
+
+
+def pod_gpus(offered: list[str] | None, rank: int, gpus_per_worker: int) -> str | None:
+    """The CUDA_VISIBLE_DEVICES of pod `rank` here, as a device plugin gives a cluster pod GPUs of its own: its
+    slice of the machine's GPUs (`offered`, host_gpus), and none for a pod that asks for none. Without it every pod
+    saw every GPU, and ranks of two pods took the same (cuda:LOCAL_RANK in each), which NCCL refuses. None (the host's
+    value, if any, passes through) where the machine offers no GPU or cannot say."""
+    if not offered:
+        return None
+    return ",".join(offered[rank * gpus_per_worker:(rank + 1) * gpus_per_worker])
+
+
+def gpus_short(offered: list[str] | None, workers: int, gpus_per_worker: int) -> str | None:
+    """Why pods of `gpus_per_worker` GPUs each cannot have GPUs of their own on this machine, or None. One pod
+    short of GPUs is left to the trainer, which names spec.gpusPerWorker when its ranks start."""
+    if not offered or workers < 2 or gpus_per_worker == 0 or len(offered) >= workers * gpus_per_worker:
+        return None
+    return (f"this machine offers {len(offered)} GPU(s), and {workers} pods of spec.gpusPerWorker {gpus_per_worker} take "
+            f"{workers * gpus_per_worker}: each pod is given GPUs of its own, as a device plugin gives them (two ranks on one"
+            f" GPU are refused by NCCL); --set workers=..., or --set gpusPerWorker=... (0: train on the CPU)")
+
+
 def executable(name: str) -> str:
     """`python` (by any path) is this interpreter; a bare name found beside it (torchrun and
     every other console script of the trainer's environment) is that file, and so is an

@@ -69,8 +69,12 @@ from .console import Console, Output
 from .dns import loopback_rendezvous
 from .process import (
     PodProcess,
+    container_base_env,
     containers_not_run,
+    gpus_short,
+    host_gpus,
     open_to_write,
+    pod_gpus,
     private_network,
     processes_under,
     read_regular_file,
@@ -348,6 +352,7 @@ class LocalCluster:
         # each pod's configMap volumes are projected from these into its own sandbox, as a kubelet does
         self.configmaps = {**{k: dict(v) for k, v in (configmaps or {}).items()}, configmap["metadata"]["name"]: dict(configmap["data"])}
         self.pods: dict[str, LocalPod] = {}
+        self.gpus = host_gpus()  # each pod's slice of them: pod_gpus
 
     def claim_dir(self, claim: str) -> str:
         """The job's checkpoint claim is runs/<job>/checkpoints; any other claim is runs/_claims/<claim>, one
@@ -385,11 +390,15 @@ class LocalCluster:
         make_dirs(self.run_dir, "logs", "the run's logs", f"the run's directory {self.run_dir}")
         for entry in fresh:
             name, rank = entry.pod["metadata"]["name"], int(entry.pod["metadata"]["labels"][names.LABEL_RANK])
+            base_env = container_base_env()
+            gpus = pod_gpus(self.gpus, rank, self.job.spec.gpus_per_worker)
+            if gpus is not None:
+                base_env["CUDA_VISIBLE_DEVICES"] = gpus
             try:
                 process = start_pod(
                     entry.pod, entry.ip, os.path.join(self.run_dir, "pods", name), self.configmaps,
                     self.claim_dir, resolver, prefix=self.prefix(rank), out=self.out,
-                    log_path=os.path.join(logs, f"{name}-g{generation}.log"),
+                    log_path=os.path.join(logs, f"{name}-g{generation}.log"), base_env=base_env,
                 )
             except LocalRunError as e:  # said at the field the user wrote: the pod's volumeMounts[4] is their [0]
                 raise LocalRunError(at_template_fields(str(e), written[name])) from None
@@ -1201,6 +1210,9 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
     say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {budget}; logs and checkpoints in {shown(run_dir)}")
     if note := crowded_note(spec, os.cpu_count() or 1):
         say(note)
+    if short := gpus_short(host_gpus(), spec.workers, spec.gpus_per_worker):
+        say(f"{job.name} cannot run here: {short}")
+        return EXIT_CANNOT_RUN
     rendered = render_pod(job, NAMESPACE, "0", 0, target="local")
     pod = kubelet_mount_paths(rendered)
     skipped = containers_not_run(pod)
