@@ -137,14 +137,25 @@ def test_a_volume_whose_filesystem_is_read_only_under_a_writable_mount_at_start_
 
 @needs_mounts
 def test_a_full_checkpoint_volume_names_the_claim_its_size_and_what_one_checkpoint_needs(tmp_path):
+    """In a pod, the claim and its size (a claim can be expanded); where the pod runs as a process of this machine (its
+    KUBERL_FS_ROOT, as `kuberl run` and Ranks start it) there is no claim: the directory, and the bytes to free there."""
     job = make_job(tmp_path, world_size=1, checkpoint={"everyUpdates": 1, "size": "2Gi"})
     job.checkpoint_dir.mkdir(parents=True)
     ranks = Ranks(job, prefix=mounted('mount -t tmpfs -o size=8k tmpfs "$1"', job.checkpoint_dir))
     assert ranks.wait(timeout=60) == [1], ranks.log(0)
     reason = job.termination_log(0)
-    assert reason.startswith(f"{contract.REASON_CHECKPOINT_VOLUME_FULL}: [Errno 28] the checkpoint volume (claim t-checkpoints of "
-                             "spec.checkpoint.size 2Gi at /"), reason
-    assert "bytes in all" in reason and "is full: one checkpoint needs " in reason and "Traceback" not in ranks.log(0)
+    assert reason.startswith(f"{contract.REASON_CHECKPOINT_VOLUME_FULL}: [Errno 28] the disk holding "
+                             f"{job.config['paths']['checkpointDir']}/ is full ("), reason
+    assert "bytes free of 8192): keep=3 checkpoints of " in reason and "Free " in reason and "Traceback" not in ranks.log(0)
+    volume = "claim t-checkpoints of spec.checkpoint.size 2Gi at /checkpoints"  # what TrainingSession.volume names in a pod
+    script = ("import sys; from kuberl_trainer import checkpoint; checkpoint.write_on_volume(sys.argv[1] + "
+              f"'/ckpt-0000000001.pt', b'x' * 100_000, volume={volume!r}, keep=3)")
+    in_a_pod = subprocess.run(
+        [*mounted('mount -t tmpfs -o size=8k tmpfs "$1"', job.checkpoint_dir), sys.executable, "-c", script, str(job.checkpoint_dir)],
+        check=False, capture_output=True, text=True, timeout=60,
+        env={k: v for k, v in os.environ.items() if k != contract.ENV_FS_ROOT})
+    assert f"the checkpoint volume ({volume}; 8192 bytes in all, " in in_a_pod.stderr, in_a_pod.stderr[-2000:]
+    assert "is full: one checkpoint needs 100000 bytes" in in_a_pod.stderr and "Expand the claim" in in_a_pod.stderr
 
 
 @needs_mounts

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.distributed.test_checkpoint_volumes import needs_mounts
 from tests.support.jobs import make_job
 from tests.support.ports import free_port
 
@@ -357,3 +358,38 @@ def test_a_rendezvous_port_taken_after_the_run_checked_it_stops_the_run_with_exi
     assert f"rendezvous port {port} is taken here" in last and "--set rendezvous.port=N" in last, out[-3000:]
     assert "generation 1" not in out and status(tmp_path)["restarts"] == 0, out[-3000:]
     assert rank_processes(tmp_path) == {}
+
+
+@needs_mounts
+def test_a_disk_that_fills_during_a_save_names_the_run_directory_and_the_bytes_to_free_and_keeps_the_newest_checkpoint(tmp_path):
+    """The run directory's checkpoints on a disk too small for keep+1 checkpoints (a 320 KiB tmpfs in a private mount
+    namespace: two fit). The user read "the checkpoint volume (claim e2e-checkpoints of spec.checkpoint.size 1Gi at
+    /checkpoints; ...): ... Expand the claim": a claim and a mount path that do not exist on their machine, and no
+    figure of what to free. Now the run directory's path where it lies here, and the bytes to free there; what was
+    saved stays whole and the summary names the newest."""
+    write_job(tmp_path, workers=1, totalTimesteps=40000, success={"targetReturn": None},
+              runPolicy={"restartBackoffSeconds": 0.2, "backoffLimit": 0, "terminationGracePeriodSeconds": 10})
+    volume, saved = tmp_path / "runs" / JOB / "checkpoints", tmp_path / "volume-copy"
+    volume.mkdir(parents=True)
+    saved.mkdir()
+    script = (f'mount -t tmpfs -o size=320k tmpfs "{volume}" && "$@"; code=$?; cp -a "{volume}/." "{saved}/"; exit $code')
+    proc = subprocess.Popen(["unshare", "-rm", "sh", "-c", script, "sh", *KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    code, out = finish(proc, timeout=120)
+    assert code == 1 and "Traceback" not in out, out[-4000:]
+    uid = (tmp_path / "runs" / JOB / "uid").read_text().strip()
+    here = f"runs/{JOB}/checkpoints/{JOB}-{uid}/"
+    said = re.search(rf"the disk holding {re.escape(here)} is full \((\d+) bytes free of (\d+)\): keep=3 checkpoints of "
+                     r"(\d+) bytes and one being written need (\d+), the checkpoints there hold (\d+)\. Free (\d+) bytes "
+                     r"there \(or lower spec\.checkpoint\.keep\) and rerun: the newest checkpoint is kept", out)
+    assert said, out[-4000:]
+    free, _, one, wanted, held, to_free = map(int, said.groups())
+    assert wanted == 4 * one and held == 2 * one and to_free == wanted - held - free, said.group(0)
+    last = out.strip().splitlines()[-1]
+    assert f"the disk holding {here}" in last, last  # the summary shows the path where it lies here too
+    kept = sorted(saved.glob(f"{JOB}-{uid}/ckpt-*.pt"))
+    assert len(kept) == 2 and not list(saved.glob(f"{JOB}-{uid}/.tmp-*")), sorted(p.name for p in saved.rglob("*"))
+    from kuberl_trainer import checkpoint
+    for path in kept:
+        checkpoint.read(str(path))  # whole: the failed save touched neither
+    assert f"(newest checkpoint {kept[-1].name} at " in last, last

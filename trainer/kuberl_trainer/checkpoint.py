@@ -66,6 +66,8 @@ import numpy as np
 import torch
 from kuberl.core import contract, safetext
 
+from . import paths
+
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
@@ -295,25 +297,48 @@ class CheckpointVolumeUnavailable(OSError):
 
 class CheckpointVolumeFull(OSError):
     """No space left for a checkpoint (ENOSPC, or EDQUOT: the quota network filesystems such as CephFS
-    and NFS set per claim), retryable (a claim can be expanded), with what one needs."""
+    and NFS set per claim), retryable (a claim can be expanded), with what one needs. Under `kuberl run`
+    (paths.on_this_machine) the volume is a directory of this machine's disk: how many more bytes must be
+    freed there is said instead of a claim to expand."""
 
     def __init__(self, directory: str, need: int, volume: str, keep: int, quota: bool = False):
         try:
             fs = os.statvfs(directory)
-            space = f"{fs.f_blocks * fs.f_frsize} bytes in all, {fs.f_bavail * fs.f_frsize} free"
+            free, total = fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize
+            space = f"{total} bytes in all, {free} free"
         except OSError:
-            space = "its size unreadable"
-        room = (f"one checkpoint needs {need} bytes: spec.checkpoint.keep={keep} of them and one being written need"
-                f" {need * (keep + 1)}. Expand the claim or lower spec.checkpoint.keep" if keep else
-                f"the final model needs {need} bytes besides the checkpoints kept. Expand the claim")
+            free, space = None, "its size unreadable"
         full = "is over its quota (EDQUOT)" if quota else "is full"
-        super().__init__(errno.EDQUOT if quota else errno.ENOSPC, f"the checkpoint volume ({volume}; {space}) {full}: {room}",
-                         directory)
+        if paths.on_this_machine():  # short, head first: a restart keeps the message's last 384 characters
+            at = f"{free} bytes free of {total}" if free is not None else "its size unreadable"
+            message = f"the disk holding {volume} {full} ({at}): {_to_free(directory, need, keep, free)}"
+        else:
+            room = (f"one checkpoint needs {need} bytes: spec.checkpoint.keep={keep} of them and one being written need"
+                    f" {need * (keep + 1)}. Expand the claim or lower spec.checkpoint.keep" if keep else
+                    f"the final model needs {need} bytes besides the checkpoints kept. Expand the claim")
+            message = f"the checkpoint volume ({volume}; {space}) {full}: {room}"
+        super().__init__(errno.EDQUOT if quota else errno.ENOSPC, message, directory)
 
     def __str__(self) -> str:
         # without the directory's repeat at the end: the operator keeps a message's last 384 characters, and the
         # claim and its size at the head were what a long job name pushed out
         return f"[Errno {self.errno}] {self.strerror}"
+
+
+def _to_free(directory: str, need: int, keep: int, free: int | None) -> str:
+    """What a full disk of this machine needs: the bytes to free so that `keep` checkpoints of `need` bytes and one
+    being written fit beside what is free and what this job's checkpoints hold now (keep 0: the final model's)."""
+    held = 0
+    for path in list_checkpoints(directory) if keep else []:
+        with contextlib.suppress(OSError):
+            info = os.lstat(path)
+            held += info.st_size if stat.S_ISREG(info.st_mode) else 0
+    wanted = need * (keep + 1) if keep else need
+    what = (f"keep={keep} checkpoints of {need} bytes and one being written need {wanted}, the checkpoints there hold"
+            f" {held}" if keep else f"the final model needs {need} bytes")
+    short = "space" if free is None else f"{max(wanted - held - free, need - free, 1)} bytes"
+    lower = " (or lower spec.checkpoint.keep)" if keep else ""
+    return f"{what}. Free {short} there{lower} and rerun: the newest checkpoint is kept"
 
 
 class CheckpointReadBackFailed(RuntimeError):

@@ -23,3 +23,8 @@ def pod_path(path: str) -> str:
     if root and os.path.isabs(path) and os.path.commonpath([root, path]) == os.path.normpath(root):
         return "/" + os.path.relpath(path, root).removeprefix(".")
     return path
+
+
+def on_this_machine() -> bool:
+    """Whether the pod runs as a local process (`kuberl run`): its volumes are directories of this machine, no claims."""
+    return bool(os.environ.get(contract.ENV_FS_ROOT))

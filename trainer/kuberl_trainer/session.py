@@ -34,7 +34,7 @@ from .device import on_host, stream_after_current
 from .distributed import Dist, PeerLost
 from .envs import rank_seed
 from .metrics import TrainerMetrics
-from .paths import host_path, pod_path
+from .paths import host_path, on_this_machine, pod_path
 from .startup import Startup
 
 PROGRESS_EVERY_SECONDS = 5.0
@@ -556,6 +556,8 @@ class TrainingSession:
         """The checkpoint volume, as a user finds it: the claim, its requested size and where it is mounted (not the
         job's directory in it, `<job>-<uid>`: with a long job name that pushed the claim out of a restart's reason)."""
         ckpt = self.spec.checkpoint
+        if on_this_machine():  # `kuberl run`: no claim, a directory of this disk (which it shows where it lies here)
+            return f"{pod_path(self.checkpoint_dir)}/"
         if ckpt.claim_name:
             return f"claim {ckpt.claim_name} (spec.checkpoint.claimName) at {names.CHECKPOINT_MOUNT_DIR}"
         return f"claim {names.pvc_name(self.config.job)} of spec.checkpoint.size {ckpt.size} at {names.CHECKPOINT_MOUNT_DIR}"

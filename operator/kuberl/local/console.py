@@ -31,6 +31,12 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def with_host_paths(line: str, host_checkpoints: str) -> str:
+    """`line` with the checkpoint volume's pod paths (/checkpoints/…) shown where they lie here."""
+    mount = names.CHECKPOINT_MOUNT_DIR.rstrip("/") + "/"
+    return line.replace(" " + mount, " " + shown(host_checkpoints).rstrip("/") + "/")
+
+
 class Console:
     """The runner's and the pods' lines, and on a terminal the progress bar below them."""
 
@@ -39,8 +45,7 @@ class Console:
         self.stream, self.total, self.verbose = stream, total_timesteps, verbose
         self.tqdm = _tqdm() if live is not False else None
         self.live = bool(self.tqdm and total_timesteps and (live or (live is None and _isatty(stream))))
-        mount = names.CHECKPOINT_MOUNT_DIR.rstrip("/") + "/"
-        self.paths = (mount, shown(host_checkpoints).rstrip("/") + "/") if host_checkpoints else None
+        self.host_checkpoints = host_checkpoints
         self.bar: Any = None
         self.lock = threading.Lock()
 
@@ -65,8 +70,8 @@ class Console:
 
     def line(self, line: str) -> None:
         """One line above the bar, the checkpoint volume's paths shown where they lie here."""
-        if self.paths is not None:
-            line = line.replace(" " + self.paths[0], " " + self.paths[1])
+        if self.host_checkpoints:
+            line = with_host_paths(line, self.host_checkpoints)
         with self.lock:
             if self.bar is not None:
                 self.bar.clear()

@@ -65,7 +65,7 @@ from ..core.spec import JobSpec
 from ..core.validation import InvalidJob, Problem, metadata_problems
 from ..core.validation import shown as shown_value
 from ..core.yamlreader import UnreadableSpec, load_documents
-from .console import Console, Output
+from .console import Console, Output, with_host_paths
 from .dns import loopback_rendezvous
 from .process import (
     PodProcess,
@@ -1255,7 +1255,8 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
             with contextlib.suppress(FileNotFoundError):
                 curve = plot(run_dir) if not interrupts.count else None
         # one summary: what happened, and where the model, checkpoints, logs and learning curve are
-        say(summary(job, paths_of(job, run_dir, job_uid(run_dir)), status, code, wall)
+        ended = summary(job, paths_of(job, run_dir, job_uid(run_dir)), status, code, wall)
+        say(with_host_paths(ended, os.path.join(run_dir, "checkpoints"))  # as the console showed the same reason
             + f"; logs {shown(os.path.join(run_dir, 'logs'))}" + (f"; learning curve {shown(curve)}" if curve else ""))
     return code
 
