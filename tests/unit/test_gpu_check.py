@@ -80,6 +80,16 @@ def test_the_goals_are_judged_from_figures_of_the_same_run(gpu_check):
     assert gpu_check.goals({"ppo": {"error": "RuntimeError: x"}}) == []  # a failed section judges nothing
 
 
+def test_the_gpu_tiers_goal_counts_what_this_machine_can_run(gpu_check):
+    """tests/gpu/test_nccl_ranks.py needs two GPUs, and another test exactly one: on any machine one skips, which
+    made "all passed" unmeetable. Skips are said beside the count; a failure or an error is still not met."""
+    tier = {"passed": 16, "failed": 0, "errors": 0, "skipped": 1}
+    assert gpu_check.goals({"tier": tier}) == ["tests/gpu: 16/16 passed, 1 skipped here (tier.log says why) (goal: all: met)"]
+    assert gpu_check.goals({"tier": {**tier, "failed": 1}})[0].endswith("16/17 passed, 1 skipped here (tier.log says why) (goal: all: not met)")
+    assert gpu_check.goals({"tier": {**tier, "passed": 0}})[0] == "tests/gpu: 0/0 passed, 1 skipped here (tier.log says why) (goal: all: not met)"
+    assert gpu_check.goals({"tier": {**tier, "skipped": 0}}) == ["tests/gpu: 16/16 passed (goal: all: met)"]
+
+
 def test_a_section_gpu_check_only_does_not_know_is_refused_before_anything_runs(gpu_check, monkeypatch, capsys):
     """A typo (graph for graphs) would otherwise spend a GPU session's only run measuring nothing."""
     monkeypatch.setenv("GPU_CHECK_ONLY", "update,graph")
