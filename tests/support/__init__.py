@@ -6,7 +6,8 @@ status-code-exact client), `kube_api` (kubernetes.client.ApiClient), `local_node
 
 - `apiserver.StandinServer`: the API server on 127.0.0.1 over real HTTP, in a background thread.
   kmock 0.8 serves the socket and parses requests; its reaction DSL still works for fault injection
-  (``standin.handler['patch', kmock.resource('', 'v1', 'pods')] << 503``). `url`, `kubeconfig`,
+  (``standin.handler['patch', kmock.resource('', 'v1', 'pods')] << 503``); `handler.shed[(verb, resource)] = N`
+  answers the next N such requests, writes included, 429 as API Priority and Fairness sheds them. `url`, `kubeconfig`,
   `store`, `calls` (Counter of `ApiCall(verb, group, resource, namespace, subresource, agent)`),
   `writes(agent=None)`, `apply_crd(path_or_doc)`.
 - `store.Store`: the write rules. 201 with uid/resourceVersion/generation; 409 on stale

@@ -147,6 +147,12 @@ class StandinHandler(kmock.RawHandler):
     # maxinflight.go, which priority-and-fairness.go calls too: w.Header().Set("Retry-After", retryAfter);
     # http.Error(w, "Too many requests, please try again later.", http.StatusTooManyRequests)).
     throttled: dict[str, int] = attrs.field(factory=dict)
+    # A fault hook: the next N requests of a (verb, resource) here, writes included ('create', 'pods'),
+    # ('patch', 'rltrainingjobs/status'), are shed as `throttled` sheds lists: the same filters judge every
+    # request that is not exempt, writes too (maxinflight.go: `if !nonMutatingRequestVerbs.Has(requestInfo.Verb)
+    # { c = mutatingChan }`, the --max-mutating-requests-inflight budget, whose overflow gets the same
+    # tooManyRequests), so a write gets the same 429, Retry-After: 1 and plain-text body, before authorization.
+    shed: dict[tuple[str, str], int] = attrs.field(factory=dict)
     # A fault hook: RBAC without these (verb, plural) pairs. Every such request is answered 403 Forbidden
     # before it is served, as the real API server's authorization filter answers it
     # (admission.rbac_forbidden cites the source), a list and a watch alike.
@@ -254,6 +260,10 @@ class StandinHandler(kmock.RawHandler):
             return aiohttp.web.Response(status=429, text='Too many requests, please try again later.\n',
                                         headers={'Retry-After': '1', 'X-Content-Type-Options': 'nosniff'})
         resource = f'{route.plural}/{route.subresource}' if route.subresource else route.plural
+        if self.shed.get((verb, resource), 0) > 0:
+            self.shed[verb, resource] -= 1
+            return aiohttp.web.Response(status=429, text='Too many requests, please try again later.\n',
+                                        headers={'Retry-After': '1', 'X-Content-Type-Options': 'nosniff'})
         if (verb, resource) in self.denied or (verb, resource, route.namespace) in self.denied:
             raise rbac_forbidden(verb, rtype, route.namespace, route.name or '', subresource=route.subresource or '')
         dry_run = params.get('dryRun') == 'All'

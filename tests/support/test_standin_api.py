@@ -511,6 +511,17 @@ def test_a_throttled_list_is_shed_as_priority_and_fairness_sheds_it(rest, standi
     assert rest.get('/api/v1/namespaces/default/pods').status == 200
 
 
+def test_a_shed_write_is_answered_as_a_shed_list_and_changes_nothing(rest, standin):
+    """A create and a status patch shed as API Priority and Fairness sheds them: 429, Retry-After, plain text; nothing
+    stored; the next one is served."""
+    standin.handler.shed[('create', 'configmaps')] = 1
+    shed = rest.post(CONFIGMAPS, configmap('later'))
+    assert shed.status == 429 and shed.headers['Retry-After'] == '1' and 'Too many requests' in str(shed.body), shed
+    assert rest.get(f'{CONFIGMAPS}/later').status == 404
+    assert rest.post(CONFIGMAPS, configmap('later')).status == 201
+    assert standin.handler.shed[('create', 'configmaps')] == 0
+
+
 def test_a_bookmark_never_runs_ahead_of_the_events_queued_for_its_watch(rest, standin):
     # A real watch cache sends a bookmark through the watcher's one ordered channel, behind every event
     # it has dispatched (cacher.go dispatchEvents: the bookmark timer's event goes through dispatchEvent
