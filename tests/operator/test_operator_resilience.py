@@ -78,6 +78,40 @@ def test_operator_killed_with_half_a_gang_created_completes_it_once_no_pod_twice
         op.stop()
 
 
+def test_operator_killed_between_recording_a_restart_and_deleting_the_old_gang_finishes_it_once(standin, rest, tmp_path):
+    """A crash restarts the gang: generation 1 is recorded in status, then the old gang is deleted. The deletes refused
+    (RBAC), the operator is SIGKILLed in between: the next process deletes the old gang and creates generation 1 once,
+    counting the restart once, with no pod of either generation left over or made twice."""
+    standin.handler.denied.add(('delete', 'pods'))
+    op = Operator(standin, tmp_path).start()
+    try:
+        create_job(rest, 'midway', workers=3)
+        gang = start_gang(standin, 'midway', 3)
+        terminated(standin, gang[1], 1, 'Crashed: boom')
+        wait_for(lambda: status(rest, 'midway').get('generation') == 1, what='generation 1 recorded')
+        time.sleep(1.0)  # its deletes refused, more than once
+        assert sorted(p['metadata']['uid'] for p in pods(standin, 'midway')) == sorted(p['metadata']['uid'] for p in gang)
+        recorded = status(rest, 'midway')
+        assert recorded['restarts'] == 1 and len(recorded['restartHistory']) == 1, recorded
+        op.kill()
+        standin.handler.denied.discard(('delete', 'pods'))
+        op.start()
+        wait_for(lambda: {p['metadata']['labels'][names.LABEL_RESTART] for p in pods(standin, 'midway')} == {'1'}
+                 and len(pods(standin, 'midway')) == 3, timeout=30, what='the old gang gone and generation 1 created',
+                 explain=lambda: [(p['metadata']['name'], p['metadata']['labels'][names.LABEL_RESTART]) for p in pods(standin, 'midway')])
+        time.sleep(1.5)  # several reconciles of the new process
+        new_gang = pods(standin, 'midway')
+        assert sorted(p['metadata']['labels'][names.LABEL_RANK] for p in new_gang) == ['0', '1', '2'], 'one pod per rank'
+        assert not {p['metadata']['uid'] for p in new_gang} & {p['metadata']['uid'] for p in gang}
+        after = status(rest, 'midway')
+        assert (after['generation'], after['restarts'], len(after['restartHistory'])) == (1, 1, 1), after
+        for pod in start_gang(standin, 'midway', 3, generation=1):
+            terminated(standin, pod, 0, 'Succeeded: done')
+        assert wait_phase(rest, 'midway', 'Succeeded')['restarts'] == 1
+    finally:
+        op.stop()
+
+
 def test_deleting_a_job_removes_every_child_through_owner_references(standin, rest, operator):
     create_job(rest, 'goner', workers=2, checkpoint={'retain': False})
     start_gang(standin, 'goner', 2)
