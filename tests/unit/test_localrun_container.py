@@ -61,7 +61,8 @@ def test_the_machines_gpus_are_its_cuda_visible_devices_else_the_nvidia_drivers_
     (["0", "1", "2", "3", "4", "5", "6", "7"], 1, ["0", "1"]),
     (["GPU-a", "GPU-b", "GPU-c", "GPU-d"], 2, ["GPU-a,GPU-b", "GPU-c,GPU-d"]),  # the caller's own choice, dealt out
     (["0", "1"], 0, ["", ""]),  # a pod that asks for no GPU sees none, as in a cluster
-    ([], 4, [None, None]), (None, 4, [None, None]),  # no GPU here, or no telling: the ranks train on the CPU
+    ([], 4, ["", ""]),  # the caller hid every GPU (CUDA_VISIBLE_DEVICES=""): hidden from the pods too
+    (None, 4, [None, None]),  # no telling (no NVIDIA driver): nothing set, the ranks see what CUDA sees
 ])
 def test_each_local_pod_sees_gpus_of_its_own_as_a_device_plugin_gives_them(offered, gpus, visible):
     """Every pod saw every GPU: the ranks of pods 0 and 1 both took cuda:0 (LOCAL_RANK 0 each), which NCCL refuses."""

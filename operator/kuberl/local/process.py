@@ -144,8 +144,9 @@ def pod_gpus(offered: list[str] | None, rank: int, gpus_per_worker: int) -> str 
     """The CUDA_VISIBLE_DEVICES of pod `rank` here, as a device plugin gives a cluster pod GPUs of its own: its
     slice of the machine's GPUs (`offered`, host_gpus), and none for a pod that asks for none. Without it every pod
     saw every GPU, and ranks of two pods took the same (cuda:LOCAL_RANK in each), which NCCL refuses. None (the host's
-    value, if any, passes through) where the machine offers no GPU or cannot say."""
-    if not offered:
+    value, if any, passes through) where the machine cannot say; "" where it offers none (the caller's
+    CUDA_VISIBLE_DEVICES="" hides them from the pods too: an empty value was dropped, and they saw every GPU)."""
+    if offered is None:
         return None
     return ",".join(offered[rank * gpus_per_worker:(rank + 1) * gpus_per_worker])
 
