@@ -11,10 +11,16 @@ written, or an optimiser graph that does not wait for the sum, would leave the r
 DDP's weights; a capture that waited on a peer's collective would hang, and the ranks' deadline fails
 the test instead of the session."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from tests.distributed.support import check_graphed_ranks, run_workers
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "manifests" / "examples" / "cartpole-ppo.yaml"
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.device_count() < 2,
@@ -30,3 +36,20 @@ def test_two_nccl_ranks_each_on_its_local_rank_gpu_learn_from_graphs_what_ddp_le
         assert (seen["device"], seen["current_device"]) == (f"cuda:{rank}", rank)
         captured = {name: learner["captured"] for name, learner in seen["learners"].items() if "graphed" in name}
         assert captured == {"q graphed": True, "ppo graphed": True}  # replayed, not eager: a capture that failed says why in the log
+
+
+def kuberl_run_on_gpus(tmp_path: Path, workers: int, gpus: int) -> subprocess.CompletedProcess:
+    """cartpole-ppo.yaml through `kuberl run`, `workers` pods of `gpus` GPUs each, 2,048 timesteps."""
+    return subprocess.run([sys.executable, "-m", "kuberl.cli", "run", str(EXAMPLE), "--dir", "runs", f"--set=workers={workers}",
+                           f"--set=gpusPerWorker={gpus}", "--set=totalTimesteps=2048"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False)
+
+
+@pytest.mark.parametrize(("workers", "gpus"), [(1, 2), (2, 1)], ids=["one pod of 2 GPUs", "two pods of 1 GPU each"])
+def test_kuberl_run_trains_on_two_gpus_through_nccl(tmp_path, workers, gpus):
+    """The trainer end to end on two GPUs: one pod through torch's launcher (the examples' 4-GPU pods in small), and
+    two pods, which kuberl run gives a GPU each as a device plugin would (both took cuda:0 before, which NCCL refuses)."""
+    done = kuberl_run_on_gpus(tmp_path, workers, gpus)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert "2 rank(s), backend nccl, rank 0 on cuda:0" in out and "cartpole-ppo succeeded" in out, out[-4000:]
