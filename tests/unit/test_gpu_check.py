@@ -90,6 +90,15 @@ def test_the_gpu_tiers_goal_counts_what_this_machine_can_run(gpu_check):
     assert gpu_check.goals({"tier": {**tier, "skipped": 0}}) == ["tests/gpu: 16/16 passed (goal: all: met)"]
 
 
+def test_the_tier_gets_the_nccl_tests_time_on_a_machine_of_two_gpus_or_more(gpu_check):
+    """tests/gpu/test_nccl_ranks.py runs only there: on one GPU the tier's 75 s budget stands."""
+    assert gpu_check.tier_for_gpus(gpu_check.GPU, 1) is gpu_check.GPU
+    more = gpu_check.tier_for_gpus(gpu_check.GPU, 4)
+    assert more.budgets["tier"] == gpu_check.GPU.budgets["tier"] + gpu_check.MULTI_GPU_TIER_SECONDS
+    assert {k: v for k, v in more.budgets.items() if k != "tier"} == {k: v for k, v in gpu_check.GPU.budgets.items() if k != "tier"}
+    assert gpu_check.GPU.budgets["tier"] == 75  # the one-GPU sizes are untouched
+
+
 def test_a_section_gpu_check_only_does_not_know_is_refused_before_anything_runs(gpu_check, monkeypatch, capsys):
     """A typo (graph for graphs) would otherwise spend a GPU session's only run measuring nothing."""
     monkeypatch.setenv("GPU_CHECK_ONLY", "update,graph")
