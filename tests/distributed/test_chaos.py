@@ -73,4 +73,47 @@ def test_a_save_that_outlasts_the_grace_period_is_warned_of_and_its_loss_said_at
     said = resumed.log(0)
     assert "1 save(s) cut off mid-write: the rank writing it was killed (.tmp-" in said, said[-3000:]
     assert "terminationGracePeriodSeconds (1s). resuming from /checkpoints/" in said and "ckpt-0000000005.pt, the newest whole" in said
-    assert not list(job.checkpoint_dir.glob(".tmp-*.part"))
+    assert not list(job.checkpoint_dir.glob(".tmp-*.part")) and not (job.checkpoint_dir / ".stop-pending.json").exists()
+
+
+def test_a_stop_killed_before_a_byte_of_its_checkpoint_is_written_is_said_at_the_next_start(tmp_path):
+    """Rank 0's updates take 2 s each (chaos_hook's sleep at each update boundary, as a large model's update or a
+    long rollout does), the grace period 1 s: the SIGKILL comes inside an update, before the stop's save has begun,
+    so no temp file is left to tell. Rank 0 recorded the stop when it came (.stop-pending.json); the next start
+    says the stop's checkpoint was never written, what it resumes from, and counts the loss in checkpoints_skipped.
+    A stop whose checkpoint is written leaves no record (the SIGTERM test beside: no word, the gauge 0)."""
+    from kuberl.core import metricnames
+    from kuberl_trainer import checkpoint
+
+    from .support import Ranks, make_job
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text((chaos.REPO / "bench" / "chaos_hook.py").read_text().replace("@STATE@", str(hook)))
+    (hook / "plan.json").write_text(json.dumps({"point": "update", "rank": 0, "sleep": 2.0}))
+    job = make_job(tmp_path / "job", checkpoint={"everyUpdates": 2}, runPolicy={"terminationGracePeriodSeconds": 1})
+    ranks = Ranks(job, extra_env={"PYTHONPATH": str(hook)})
+    try:
+        ranks.wait_for_updates(5, timeout=90)  # checkpoints at updates 2 and 4 written
+        for rank in (0, 1):
+            ranks.signal(rank, signal.SIGTERM)
+        time.sleep(1.0)  # the grace period
+        assert ranks.procs[0].poll() is None, f"rank 0 ended inside its grace period: {ranks.log(0)[-2000:]}"
+    finally:
+        ranks.kill()
+    assert not list(job.checkpoint_dir.glob(".tmp-*.part")), "killed before its save began: no temp file"
+    newest, state = checkpoint.load_newest(str(job.checkpoint_dir))
+    pending = json.loads((job.checkpoint_dir / ".stop-pending.json").read_text())
+    assert pending["updates"] > state["counters"]["updates"] == 4, (pending, newest)
+
+    resumed = Ranks(job)
+    try:
+        resumed.wait_for_updates(5)
+        assert resumed.metric(0, metricnames.CHECKPOINTS_SKIPPED) == 1
+    finally:
+        resumed.kill()
+    said = resumed.log(0)
+    assert f"the last stop asked of rank 0 ({pending['askedAt']}) at update {pending['updates']}" in said, said[-3000:]
+    assert ("ended before its checkpoint was written: rank 0 was killed, as when spec.runPolicy.terminationGracePeriodSeconds"
+            " (1s) runs out") in said and "Resuming from /checkpoints/" in said and "ckpt-0000000004.pt (update 4)" in said
+    assert not (job.checkpoint_dir / ".stop-pending.json").exists()

@@ -93,6 +93,8 @@ def test_sigterm_leaves_a_checkpoint_and_the_next_run_continues(tmp_path, ppo):
     assert resumed.metric(0, metricnames.RESUMED_TIMESTEPS) == stopped_at  # what the operator holds against status
     resumed.kill()
     assert f"resuming from {job.config['paths']['checkpointDir']}/ckpt-" in resumed.log(0)  # the pod's path, as kubectl logs shows it
+    # the stop's checkpoint was written: no loss is said, none counted
+    assert "the last stop asked of rank 0" not in resumed.log(0) and resumed.metric(0, metricnames.CHECKPOINTS_SKIPPED) in (0, None)
 
 
 def test_a_sigterm_ends_ppos_learning_after_an_epoch_and_saves_what_it_learned(tmp_path):

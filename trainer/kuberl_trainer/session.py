@@ -11,6 +11,7 @@ and the final model; `BareSession` does nothing, for benchmarks and tests.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
@@ -42,6 +43,9 @@ RECENT_EPISODES = 100
 EVAL_SEED_STREAM = 1_000_003  # keeps evaluation seeds apart from every rank's
 SESSION_KEYS = ("elapsed_seconds", "per_rank", "eval_return", "trained_as")  # what a checkpoint holds besides the algorithm's shared state
 MAX_COUNTER = 2**62  # counters are all-reduced as int64
+# In the checkpoint directory while a stop asked of rank 0 has no checkpoint yet: a start that finds it knows the last
+# stop was killed before its save (no temp file tells that when the kill came before the first byte was written).
+STOP_PENDING = ".stop-pending.json"
 
 
 # --- What an algorithm and the loop share ----------------------------------------
@@ -224,6 +228,8 @@ class TrainingSession:
         self.last_good: str | None = None  # the newest checkpoint known to load: named if the volume fails
         self.progress_unwritable = False
         self.grace_warned = False  # outlasts_grace said once
+        self.stop_lock = threading.Lock()  # STOP_PENDING: written once a stop is asked, removed once its checkpoint is
+        self.stop_saved = False
         self.exported = (0, 0)  # counter values already exported (steps, episodes)
         # spec.success.evalWhileTraining: rank 0 evaluates a frozen copy on a thread of its own
         self.evaluator = (ThreadPoolExecutor(1, thread_name_prefix="evaluation")
@@ -242,6 +248,8 @@ class TrainingSession:
     def load(self) -> tuple[dict, dict | None] | None:
         """The checkpoint to resume from (`_load`); every rank then says how long its startup took."""
         loaded = self._load()
+        if self.ctx.is_main:
+            threading.Thread(target=self._mark_stop, name="stop-pending", daemon=True).start()
         if self.startup is not None:
             self.startup.mark("metrics and resume")
             print(self.startup.line(self.ctx.rank), flush=True)
@@ -256,12 +264,16 @@ class TrainingSession:
         data = None
         if self.ctx.is_main:
             found, skipped, cut = self._read_volume()
-            if self.metrics is not None:  # a save cut off is a newer checkpoint lost, as one skipped is: the same alarm
-                self.metrics.checkpoints_skipped.set(len(skipped) + len(cut))
+            grace = self.spec.run_policy.termination_grace_period_seconds
+            pending = read_stop_pending(self.checkpoint_dir)
+            lost = stop_lost(pending, found[1]["counters"]["updates"] if found is not None else 0)
+            if self.metrics is not None:  # a save cut off, or a stop killed before its save, lost a newer checkpoint
+                self.metrics.checkpoints_skipped.set(len(skipped) + max(len(cut), int(lost)))
                 self.metrics.resumed_timesteps.set(found[1]["counters"]["global_step"] if found is not None else 0)
             if cut:
-                self.log(cut_saves_line(cut, found[0] if found is not None else None,
-                                        self.spec.run_policy.termination_grace_period_seconds))
+                self.log(cut_saves_line(cut, found[0] if found is not None else None, grace))
+            if pending is not None:
+                self.log(stop_pending_line(pending, found, grace, lost))
             if found is not None:
                 path, state = found
                 self.resumed_from = path
@@ -500,7 +512,10 @@ class TrainingSession:
             per_rank = None if gathered is None else [checkpoint.decode(data)["own"] for data in gathered]
             if per_rank is not None and any(own is None for own in per_rank):
                 per_rank = None  # envs whose state is not plain data resume without it (envs.env_state)
-        if not self.ctx.is_main or algorithm.counters.updates == self.last_checkpoint_update:
+        if not self.ctx.is_main:
+            return
+        if algorithm.counters.updates == self.last_checkpoint_update:
+            self.stop_checkpointed()  # this boundary's state is on disk already
             return
         state = {**algorithm.shared_state(), "elapsed_seconds": self.wall_seconds(), "per_rank": per_rank,
                  "eval_return": self.eval_return, "trained_as": trained_as(self.spec)}
@@ -515,7 +530,35 @@ class TrainingSession:
         self.log(f"checkpoint {pod_path(path)} (timesteps {algorithm.counters.global_step})")
         if (warning := self.outlasts_grace(took)) is not None:
             self.log(warning)
+        self.stop_checkpointed()
         self.curve_point(algorithm.counters.global_step, checkpoint_file=os.path.basename(path))
+
+    def _mark_stop(self) -> None:
+        """Rank 0's watcher: once a stop is asked, STOP_PENDING records it (where training stood) in the checkpoint
+        directory, from this thread, at once: a SIGKILL may end the training thread inside an update, before a
+        byte of the stop's checkpoint is written. Best effort: a volume that refuses it changes nothing else."""
+        self.stop.wait()
+        with self.stop_lock:
+            if self.stop_saved:
+                return
+            timesteps, updates = self.boundary
+            record = {"askedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "updates": updates, "timesteps": timesteps}
+            with contextlib.suppress(OSError):
+                fd = os.open(os.path.join(self.checkpoint_dir, STOP_PENDING), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                             | os.O_NONBLOCK, 0o644)
+                try:
+                    os.write(fd, json.dumps(record).encode())
+                finally:
+                    os.close(fd)
+
+    def stop_checkpointed(self) -> None:
+        """A checkpoint holding this boundary's state is written: a stop asked now or before has what it needs."""
+        if not self.stop.is_set():
+            return
+        with self.stop_lock:
+            self.stop_saved = True
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.checkpoint_dir, STOP_PENDING))
 
     def outlasts_grace(self, took: float) -> str | None:
         """The warning, once per run, for a save that took longer than the pod's grace period: a stop (suspend, a gang
@@ -584,6 +627,7 @@ class TrainingSession:
             return stopped_message(steps, self.ctx.is_main, self.config.checkpoint_dir)
         if self.ctx.is_main:
             self.write_final_model(model)
+            self.stop_checkpointed()  # a stop that came as the run ended: the model holds it all
         if outcome == "target" and not self.ctx.is_main:
             return f"rank 0's evaluation met the target at timesteps {steps}"
         if not self.ctx.is_main:  # rank 0 evaluates and writes the model: "eval return -; model …" here misled
@@ -625,6 +669,51 @@ def append_line(path: str, line: str) -> None:
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
+
+
+def read_stop_pending(directory: str) -> dict | None:
+    """STOP_PENDING's record, removed (None: there is none). The directory is the tenant's: a link or anything but a
+    regular file there is not read, and a record that does not parse is one with nothing known but that it was."""
+    path = os.path.join(directory, STOP_PENDING)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    with contextlib.suppress(ValueError):
+        record = json.loads(data)
+        if isinstance(record, dict):
+            return {key: record[key] for key, kind in (("askedAt", str), ("updates", int), ("timesteps", int))
+                    if type(record.get(key)) is kind}
+    return {}
+
+
+def stop_lost(pending: dict | None, resumed_updates: int) -> bool:
+    """Whether the stop `pending` records lost updates a checkpoint should hold: the newest whole one is older
+    than where training stood when the stop came (unknown: lost)."""
+    return pending is not None and pending.get("updates", resumed_updates + 1) > resumed_updates
+
+
+def stop_pending_line(pending: dict, found: tuple[str, dict] | None, grace: int, lost: bool) -> str:
+    """What a start says of a stop whose checkpoint was never written (STOP_PENDING was left)."""
+    when = safetext.one_line(str(pending.get("askedAt", "")))[:32]
+    where = f" at update {pending['updates']:,} (timesteps {pending.get('timesteps', 0):,})" if "updates" in pending else ""
+    said = (f"the last stop asked of rank 0{f' ({when})' if when else ''}{where} ended before its checkpoint was written: "
+            f"rank 0 was killed, as when spec.runPolicy.terminationGracePeriodSeconds ({grace}s) runs out before the "
+            "update in flight and the save are done")
+    if found is None:
+        return f"{said}. No checkpoint is left: training starts over"
+    resumed = f"{pod_path(found[0])} (update {found[1]['counters']['updates']:,})"
+    if lost:
+        return f"{said}. Resuming from {resumed}: the training after it is done again"
+    return f"{said}. {resumed} holds every update before the stop: only the update in flight is done again"
 
 
 def cut_saves_line(cut: list[tuple[str, int]], resumed: str | None, grace: int) -> str:
