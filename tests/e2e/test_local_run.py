@@ -393,3 +393,43 @@ def test_a_disk_that_fills_during_a_save_names_the_run_directory_and_the_bytes_t
     for path in kept:
         checkpoint.read(str(path))  # whole: the failed save touched neither
     assert f"(newest checkpoint {kept[-1].name} at " in last, last
+
+
+def test_a_rank_killed_when_its_grace_period_ends_is_said_then_and_its_lost_checkpoint_at_the_rerun(tmp_path):
+    """Ctrl-C while rank 0's updates take 3 s each (bench/chaos_hook.py's sleep at each update boundary) and the grace
+    period is 1 s: the runner SIGKILLs rank 0 inside an update, before its stop's checkpoint. It did so without a word,
+    and the rerun resumed from an older checkpoint in silence. Now the kill is said when it happens, and the rerun's
+    trainer says the stop's checkpoint was never written and what it resumes from."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "plan.json").write_text(json.dumps({"point": "update", "rank": 0, "sleep": 3.0}))
+    repo = Path(__file__).resolve().parents[2]
+    write_job(tmp_path, workers=1, totalTimesteps=40000, success={"targetReturn": None}, checkpoint={"everyUpdates": 1, "keep": 3},
+              runPolicy={"restartBackoffSeconds": 0.2, "backoffLimit": 2, "terminationGracePeriodSeconds": 1},
+              template={"spec": {"containers": [{"name": "trainer", "env": [{"name": "PYTHONPATH", "value": "/chaos"}],
+                                                 "volumeMounts": [{"name": "chaos", "mountPath": "/chaos"}]}],
+                                 "volumes": [{"name": "chaos", "configMap": {"name": "chaos-hook"}}]}})
+    documents = [yaml.safe_load((tmp_path / "job.yaml").read_text()),
+                 {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "chaos-hook"},
+                  "data": {"sitecustomize.py": (repo / "bench" / "chaos_hook.py").read_text().replace("@STATE@", str(hook))}}]
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump_all(documents))
+    proc = start(tmp_path)
+    wait_for(lambda: len(checkpoints(tmp_path)) >= 1, 90, proc, "a checkpoint")
+    os.killpg(proc.pid, signal.SIGINT)
+    code, out = finish(proc, timeout=30)
+    assert code == 130, out[-3000:]
+    assert (f"[kuberl] {JOB}-0 (worker 0) was still running 1s after its SIGTERM (spec.runPolicy.terminationGracePeriodSeconds):"
+            " killed, so what it had not saved is lost, its stop's checkpoint among it") in out, out[-3000:]
+    (hook / "plan.json").unlink()  # the rerun's updates take their own time
+
+    rerun = start(tmp_path)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(rerun.stdout.readline, "")), daemon=True)
+    reader.start()
+    wait_for(lambda: any("resuming from" in line for line in lines), 90, rerun, "the trainer's resume")
+    os.killpg(rerun.pid, signal.SIGINT)
+    rerun.wait(timeout=30)
+    reader.join(10)
+    said = "".join(lines)
+    assert "the last stop asked of rank 0 (" in said and "ended before its checkpoint was written" in said, said[-3000:]
+    assert rank_processes(tmp_path) == {}

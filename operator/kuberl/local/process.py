@@ -239,6 +239,8 @@ class PodProcess:
         self.output_ended_at: float | None = None  # its stdout closed: when it exited, unless something it started kept it
         self._seen_running_at = self.started_at  # the last poll that found it running
         self.kill_at: float | None = None
+        self.killed_at_grace = False  # SIGKILLed because its grace period ended, as a kubelet does
+        self._kill_asked = False  # kill(): at once, as asked (a second Ctrl-C), no grace period ran out
         self.start_error: str | None = None
         self._exit_code: int | None = None
         self._reader: threading.Thread | None = None
@@ -297,6 +299,7 @@ class PodProcess:
         if code is None:
             self._seen_running_at = time.time()
             if self.kill_at is not None and (now or time.time()) >= self.kill_at:
+                self.killed_at_grace = not self._kill_asked
                 self.signal(signal.SIGKILL)
             return None
         self.signal(signal.SIGKILL)  # the container is gone: so is everything it started
@@ -331,6 +334,7 @@ class PodProcess:
         return self.kill_at
 
     def kill(self) -> None:
+        self._kill_asked = True
         self.kill_at = time.time()
         self.signal(signal.SIGKILL)
         self._kill_escaped()

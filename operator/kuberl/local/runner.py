@@ -337,6 +337,7 @@ class LocalPod:
     generation: int
     process: PodProcess
     deletion_timestamp: float | None = None
+    grace_seconds: float = 0.0  # what its deletion gave it
 
 
 class LocalCluster:
@@ -413,6 +414,7 @@ class LocalCluster:
                 del self.pods[name]
                 continue
             grace = 0 if force else entry.pod["spec"].get("terminationGracePeriodSeconds", 30)
+            entry.grace_seconds = grace if entry.deletion_timestamp is None else min(grace, entry.grace_seconds)
             entry.deletion_timestamp = entry.process.terminate(grace, now)
 
     def observe(self, now: float) -> list[ObservedPod]:
@@ -421,6 +423,10 @@ class LocalCluster:
         for name, entry in list(self.pods.items()):
             code = entry.process.poll(now)
             if entry.deletion_timestamp is not None and code is not None:
+                if entry.process.killed_at_grace and entry.grace_seconds > 0:  # a kubelet's kill says nothing; this does
+                    say(f"{name} (worker {entry.rank}) was still running {entry.grace_seconds:g}s after its SIGTERM "
+                        "(spec.runPolicy.terminationGracePeriodSeconds): killed, so what it had not saved is lost"
+                        + (", its stop's checkpoint among it (the next run says what it resumes from)" if entry.rank == 0 else ""))
                 del self.pods[name]
                 continue
             seen.append(observed(entry, code))
