@@ -146,7 +146,7 @@ def test_a_full_checkpoint_volume_names_the_claim_its_size_and_what_one_checkpoi
     reason = job.termination_log(0)
     assert reason.startswith(f"{contract.REASON_CHECKPOINT_VOLUME_FULL}: [Errno 28] the disk holding "
                              f"{job.config['paths']['checkpointDir']}/ is full ("), reason
-    assert "bytes free of 8192): keep=3 checkpoints of " in reason and "Free " in reason and "Traceback" not in ranks.log(0)
+    assert "bytes free): 4 checkpoints of " in reason and "Free " in reason and "Traceback" not in ranks.log(0)
     volume = "claim t-checkpoints of spec.checkpoint.size 2Gi at /checkpoints"  # what TrainingSession.volume names in a pod
     script = ("import sys; from kuberl_trainer import checkpoint; checkpoint.write_on_volume(sys.argv[1] + "
               f"'/ckpt-0000000001.pt', b'x' * 100_000, volume={volume!r}, keep=3)")

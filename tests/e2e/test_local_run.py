@@ -379,11 +379,11 @@ def test_a_disk_that_fills_during_a_save_names_the_run_directory_and_the_bytes_t
     assert code == 1 and "Traceback" not in out, out[-4000:]
     uid = (tmp_path / "runs" / JOB / "uid").read_text().strip()
     here = f"runs/{JOB}/checkpoints/{JOB}-{uid}/"
-    said = re.search(rf"the disk holding {re.escape(here)} is full \((\d+) bytes free of (\d+)\): keep=3 checkpoints of "
-                     r"(\d+) bytes and one being written need (\d+), the checkpoints there hold (\d+)\. Free (\d+) bytes "
-                     r"there \(or lower spec\.checkpoint\.keep\) and rerun: the newest checkpoint is kept", out)
+    said = re.search(rf"the disk holding {re.escape(here)} is full \((\d+) bytes free\): 4 checkpoints of (\d+) bytes "
+                     r"\(keep=3, one more being written\) need (\d+); those there hold (\d+)\. Free (\d+) bytes there "
+                     r"\(or lower spec\.checkpoint\.keep\), then rerun", out)
     assert said, out[-4000:]
-    free, _, one, wanted, held, to_free = map(int, said.groups())
+    free, one, wanted, held, to_free = map(int, said.groups())
     assert wanted == 4 * one and held == 2 * one and to_free == wanted - held - free, said.group(0)
     last = out.strip().splitlines()[-1]
     assert f"the disk holding {here}" in last, last  # the summary shows the path where it lies here too

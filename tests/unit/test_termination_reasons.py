@@ -216,3 +216,28 @@ def test_a_full_checkpoint_volume_reaches_status_and_events_naming_the_claim_its
     assert seen.reason == "CheckpointVolumeFull" and "…" not in said, said
     assert f"claim {names.pvc_name(job)} of spec.checkpoint.size 1Gi" in said and "1073741824 bytes in all, 40960 free" in said, said
     assert "one checkpoint needs 134562 bytes" in said and "538248" in said and "lower spec.checkpoint.keep" in said, said
+
+
+@pytest.mark.parametrize("keep", [3, 0], ids=["checkpoint", "final-model"])
+def test_a_full_disk_under_kuberl_run_keeps_its_directory_and_the_bytes_to_free_in_a_restarts_reason(monkeypatch, tmp_path, keep):
+    """Under `kuberl run` a full disk names the run's directory and the bytes to free there (no claim exists); with a
+    50-character job name that message must still keep its head, the directory, in the 384 characters a restart keeps."""
+    import os
+
+    from kuberl_trainer import checkpoint
+
+    job = "j" * 50
+    directory = f"/checkpoints/{job}-0d3f1b2c-1234-4abc-8def-0123456789ab"
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    disk = os.statvfs_result((4096, 4096, 488281250, 2441, 2441, 65536, 60000, 60000, 0, 255))  # 2 TB, 9998336 bytes free
+    monkeypatch.setattr(os, "statvfs", lambda _path: disk)
+    full = checkpoint.CheckpointVolumeFull(directory, 123456789, f"{directory}/", keep=keep)  # an Atari CNN's is 20 MB
+    seen = lc.observed_pod(terminated_pod(1, contract.termination_line(contract.REASON_CHECKPOINT_VOLUME_FULL, str(full)) + "\n"))
+    said = lc._pod_says(seen)
+    assert "…" not in said and f"the disk holding {directory}/ is full (9998336 bytes free)" in said, said
+    if keep:  # nothing on disk here: 4 checkpoints, none held
+        assert "4 checkpoints of 123456789 bytes (keep=3, one more being written) need 493827156; those there hold 0" in said
+        assert said.endswith("Free 483828820 bytes there (or lower spec.checkpoint.keep), then rerun"), said
+    else:
+        assert said.endswith("the final model needs 123456789 bytes. Free 113458453 bytes there, then rerun"), said
+    assert "claim" not in said

@@ -304,13 +304,13 @@ class CheckpointVolumeFull(OSError):
     def __init__(self, directory: str, need: int, volume: str, keep: int, quota: bool = False):
         try:
             fs = os.statvfs(directory)
-            free, total = fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize
-            space = f"{total} bytes in all, {free} free"
+            free = fs.f_bavail * fs.f_frsize
+            space = f"{fs.f_blocks * fs.f_frsize} bytes in all, {free} free"
         except OSError:
             free, space = None, "its size unreadable"
         full = "is over its quota (EDQUOT)" if quota else "is full"
         if paths.on_this_machine():  # short, head first: a restart keeps the message's last 384 characters
-            at = f"{free} bytes free of {total}" if free is not None else "its size unreadable"
+            at = f"{free} bytes free" if free is not None else "its size unreadable"
             message = f"the disk holding {volume} {full} ({at}): {_to_free(directory, need, keep, free)}"
         else:
             room = (f"one checkpoint needs {need} bytes: spec.checkpoint.keep={keep} of them and one being written need"
@@ -334,11 +334,11 @@ def _to_free(directory: str, need: int, keep: int, free: int | None) -> str:
             info = os.lstat(path)
             held += info.st_size if stat.S_ISREG(info.st_mode) else 0
     wanted = need * (keep + 1) if keep else need
-    what = (f"keep={keep} checkpoints of {need} bytes and one being written need {wanted}, the checkpoints there hold"
+    what = (f"{keep + 1} checkpoints of {need} bytes (keep={keep}, one more being written) need {wanted}; those there hold"
             f" {held}" if keep else f"the final model needs {need} bytes")
     short = "space" if free is None else f"{max(wanted - held - free, need - free, 1)} bytes"
     lower = " (or lower spec.checkpoint.keep)" if keep else ""
-    return f"{what}. Free {short} there{lower} and rerun: the newest checkpoint is kept"
+    return f"{what}. Free {short} there{lower}, then rerun"
 
 
 class CheckpointReadBackFailed(RuntimeError):
