@@ -468,3 +468,20 @@ def test_a_deterministic_run_whose_peer_left_writes_no_checkpoint_without_every_
     monkeypatch.setattr(session.distributed, "gather_bytes", the_peer_is_gone)
     training.finish(trainer, "stopped")  # a stop whose gather finds the peer gone: likewise none
     assert checkpoint.load_newest(training.checkpoint_dir) is None
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "garbage", "huge"])
+def test_a_stop_record_the_tenant_replaced_is_read_bounded_and_never_followed(tmp_path, kind):
+    """.stop-pending.json sits in the tenant's directory: a FIFO is not waited on, a symlink not followed (nor what it
+    points at removed), garbage is a record with nothing known, and no more than 4 KiB is read."""
+    record = tmp_path / session.STOP_PENDING
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text('{"updates": 7}')
+    {"fifo": os.mkfifo, "symlink": lambda p: os.symlink(outside, p), "garbage": lambda p: p.write_bytes(b"\xff{not json"),
+     "huge": lambda p: p.write_bytes(b"[" * (1 << 20))}[kind](record)
+    found = session.read_stop_pending(str(tmp_path))
+    if kind in ("fifo", "symlink"):
+        assert found is None and os.path.lexists(record) and outside.exists()
+    else:
+        assert found == {} and not record.exists()
+        assert session.stop_lost(found, resumed_updates=10)  # nothing known: said as lost, never hidden

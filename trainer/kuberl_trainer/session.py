@@ -687,7 +687,7 @@ def read_stop_pending(directory: str) -> dict | None:
         os.close(fd)
     with contextlib.suppress(OSError):
         os.unlink(path)
-    with contextlib.suppress(ValueError):
+    with contextlib.suppress(ValueError, RecursionError):  # 4 KiB of "[" nest deeper than json decodes
         record = json.loads(data)
         if isinstance(record, dict):
             return {key: record[key] for key, kind in (("askedAt", str), ("updates", int), ("timesteps", int))
