@@ -468,6 +468,23 @@ def test_service_monitor_scrapes_the_operator_metrics_port():
     assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 
+def admits(policy: dict, namespace: str, port: str) -> bool:
+    """Whether `policy` lets a pod of `namespace` (labelled as the API server labels every namespace,
+    kubernetes.io/metadata.name, GA in 1.22) connect to `port`, as kubernetes.io/docs/concepts/services-networking/
+    network-policies reads: a rule admits when one of its peers and one of its ports match (no `from`: every
+    source); a peer with only a namespaceSelector matches every pod of a matching namespace."""
+    labels = {"kubernetes.io/metadata.name": namespace}
+
+    def peer_matches(peer: dict) -> bool:
+        if set(peer) != {"namespaceSelector"}:
+            return False  # pod selectors and IP blocks: no pod of these tests matches them
+        return peer["namespaceSelector"]["matchLabels"].items() <= labels.items()
+
+    return any(("from" not in rule or any(peer_matches(p) for p in rule["from"]))
+               and ("ports" not in rule or any(p["port"] == port for p in rule["ports"]))
+               for rule in policy["spec"].get("ingress", []))
+
+
 def test_network_policy_admits_only_the_operator_ports():
     objects = render()
     (policy,) = of_kind(objects, "NetworkPolicy")
@@ -477,6 +494,38 @@ def test_network_policy_admits_only_the_operator_ports():
     (rule,) = policy["spec"]["ingress"]
     assert sorted(p["port"] for p in rule["ports"]) == sorted(p["name"] for p in container["ports"]) == ["health", "metrics"]
     assert of_kind(render({"networkPolicy": {"enabled": False}}), "NetworkPolicy") == []
+
+
+def test_network_policy_admits_the_helm_test_and_prometheus_and_no_tenant():
+    """The operator's metrics name every tenant's jobs (labels namespace, rltj): a tenant's pod may not read them,
+    as each job's NetworkPolicy admits only the operator's and Prometheus' namespaces to its trainers' metrics."""
+    objects = render(ALL_FEATURES, "ops")
+    (policy,) = of_kind(objects, "NetworkPolicy")
+    (test_pod,) = [o for o in of_kind(objects, "Pod") if o["metadata"]["annotations"].get("helm.sh/hook") == "test"]
+    (service_monitor,) = of_kind(objects, "ServiceMonitor")
+    assert admits(policy, test_pod["metadata"]["namespace"], "health")
+    assert [e["port"] for e in service_monitor["spec"]["endpoints"]] == ["metrics"]
+    assert admits(policy, "monitoring", "metrics") and admits(policy, "ops", "metrics")
+    assert not admits(policy, "team-a", "metrics") and not admits(policy, "team-a", "health")
+
+
+def test_network_policy_follows_the_prometheus_namespace_and_takes_extra_peers():
+    scraper = {"podSelector": {"matchLabels": {"app": "vmagent"}}, "namespaceSelector": {"matchLabels": {"team": "sre"}}}
+    values = {"monitoring": {"prometheusNamespace": "observability"}, "networkPolicy": {"extraFrom": [scraper]}}
+    (policy,) = of_kind(render(values), "NetworkPolicy")
+    assert admits(policy, "observability", "metrics") and not admits(policy, "monitoring", "metrics")
+    assert policy["spec"]["ingress"][0]["from"][-1] == scraper
+    assert validate(policy) == []
+    (alone,) = of_kind(render({"monitoring": {"prometheusNamespace": ""}}), "NetworkPolicy")
+    assert [p["namespaceSelector"]["matchLabels"] for p in alone["spec"]["ingress"][0]["from"]] == [
+        {"kubernetes.io/metadata.name": "kuberl-system"}]
+    (same,) = of_kind(render({"monitoring": {"prometheusNamespace": "kuberl-system"}}), "NetworkPolicy")
+    assert len(same["spec"]["ingress"][0]["from"]) == 1
+
+
+@pytest.mark.parametrize("peer", [{}, {"ipBlock": {}}, {"podSelectors": {}}, {"namespaceSelector": {"matchLabel": {"team": "sre"}}}])
+def test_network_policy_refuses_a_peer_kubernetes_would(peer):
+    assert "networkPolicy" in refusal({"networkPolicy": {"extraFrom": [peer]}})
 
 
 def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar():

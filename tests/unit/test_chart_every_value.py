@@ -65,6 +65,7 @@ SETS: dict[str, tuple[list[str], str | None]] = {
     "trainer.resourcesPerProcess.memory": (["trainer.resourcesPerProcess.memory=8Gi"], 'value: "8Gi"'),
     "gangScheduling.podGroupApis": (["gangScheduling.podGroupApis={volcano,coscheduling}"], "scheduling.volcano.sh"),
     "networkPolicy.enabled": (["networkPolicy.enabled=false"], None),
+    "networkPolicy.extraFrom": (["networkPolicy.extraFrom[0].ipBlock.cidr=10.0.0.0/8"], "cidr: 10.0.0.0/8"),
     "rbac.create": (["rbac.create=false"], None),
     "rbac.userRoles": (["rbac.userRoles=false"], None),
     "metrics.enabled": (["metrics.enabled=false"], None),
