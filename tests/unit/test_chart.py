@@ -528,6 +528,51 @@ def test_network_policy_refuses_a_peer_kubernetes_would(peer):
     assert "networkPolicy" in refusal({"networkPolicy": {"extraFrom": [peer]}})
 
 
+def matches(selector: dict, labels: dict) -> bool:
+    """A LabelSelector of matchLabels only (what the chart writes) selects a pod whose labels hold them all."""
+    assert set(selector) == {"matchLabels"}
+    return selector["matchLabels"].items() <= labels.items()
+
+
+def test_peering_replicas_spread_over_nodes_and_one_replica_is_not_constrained():
+    """Standbys on the active replica's node die with it: the chart spreads replicas by hostname, softly
+    (ScheduleAnyway: a one-node cluster still runs them all). The scheduler counts the pods the
+    labelSelector matches in the pod's own namespace (k8s.io/api core/v1 TopologySpreadConstraint), so it must
+    match the replicas' own labels and no other pod's, such as the helm test pod's."""
+    objects = render({"operator": {"replicas": 3}})
+    workload, _ = operator_container(objects)
+    template = workload["spec"]["template"]
+    (spread,) = template["spec"]["topologySpreadConstraints"]
+    assert (spread["topologyKey"], spread["whenUnsatisfiable"], spread["maxSkew"]) == ("kubernetes.io/hostname", "ScheduleAnyway", 1)
+    assert matches(spread["labelSelector"], template["metadata"]["labels"])
+    (test_pod,) = of_kind(objects, "Pod")
+    assert not matches(spread["labelSelector"], test_pod["metadata"]["labels"])
+    assert validate(workload) == []
+    single, _ = operator_container(render())
+    assert "topologySpreadConstraints" not in single["spec"]["template"]["spec"]
+
+
+def test_topology_spread_constraints_set_replace_the_default_and_an_empty_list_drops_it():
+    zones = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+              "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "operator"}}}]
+    workload, _ = operator_container(render({"operator": {"replicas": 2, "topologySpreadConstraints": zones}}))
+    assert workload["spec"]["template"]["spec"]["topologySpreadConstraints"] == zones
+    none, _ = operator_container(render({"operator": {"replicas": 2, "topologySpreadConstraints": []}}))
+    assert "topologySpreadConstraints" not in none["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("constraint", [
+    {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname"},
+    {"maxSkew": 0, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"},
+    {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "Never"},
+    {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule", "labelSelectors": {}},
+])
+def test_a_topology_spread_constraint_kubernetes_would_refuse_is_refused(constraint):
+    """Required fields, maxSkew >= 1 and whenUnsatisfiable's two values: pkg/apis/core/validation
+    validateTopologySpreadConstraints."""
+    assert "topologySpreadConstraints" in refusal({"operator": {"topologySpreadConstraints": [constraint]}})
+
+
 def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar():
     (configmap,) = of_kind(render(ALL_FEATURES), "ConfigMap")
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"

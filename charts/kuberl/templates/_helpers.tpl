@@ -301,6 +301,21 @@ spec:
       emptyDir:
         sizeLimit: 64Mi
   {{- include "kuberl.scheduling" . }}
+  {{- $spread := .Values.operator.topologySpreadConstraints }}
+  {{- if and (kindIs "invalid" $spread) (include "kuberl.peering" . | eq "true") }}
+  # Replicas on distinct nodes where there are some: standbys on the active one's node die with it. ScheduleAnyway,
+  # so a one-node cluster still runs them all.
+  topologySpreadConstraints:
+    - maxSkew: 1
+      topologyKey: kubernetes.io/hostname
+      whenUnsatisfiable: ScheduleAnyway
+      labelSelector:
+        matchLabels:
+          {{- include "kuberl.selectorLabels" . | nindent 10 }}
+  {{- else if $spread }}
+  topologySpreadConstraints:
+    {{- toYaml $spread | nindent 4 }}
+  {{- end }}
 {{- end -}}
 
 {{- /* Where the chart's pods may run: the operator's and `helm test`'s pod, so a cluster of tainted nodes runs both. */}}
