@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 
 import pytest
 import yaml
@@ -272,3 +273,24 @@ def test_the_notes_say_which_namespace_grafana_must_read_the_dashboard_from():
 def test_the_quickstarts_point_at_the_kube_prometheus_stack_values():
     for doc in (ROOT / "README.md", ROOT / "docs" / "cluster.md"):
         assert "-f charts/kuberl/examples/kube-prometheus-stack.yaml" in doc.read_text(), doc
+
+
+def test_the_comparison_with_peers_names_only_values_and_fields_kuberl_has():
+    """docs/cluster.md's "Compared with": each chart value (or spec field) its kuberl column names exists, so a
+    renamed value cannot leave the table pointing at nothing."""
+    from kuberl.core.crd import crd
+
+    def paths(tree: dict, prefix: str = "") -> set[str]:
+        found = set()
+        for key, value in tree.items():
+            path = f"{prefix}.{key}" if prefix else key
+            found |= {path} | (paths(value, path) if isinstance(value, dict) else set())
+        return found
+
+    section = (ROOT / "docs" / "cluster.md").read_text().split("## Compared with", 1)[1]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| ---")][1:]
+    assert len(rows) >= 10
+    named = [n for row in rows for n in re.findall(r"`([A-Za-z]+(?:\.[A-Za-z]+)*)`", row.rstrip(" |").rsplit(" | ", 1)[1])]
+    values = paths(yaml.safe_load((CHART / "values.yaml").read_text()))
+    spec = {f"spec.{k}" for k in crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]}
+    assert named and [n for n in named if n not in values | spec] == []
