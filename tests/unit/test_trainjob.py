@@ -221,8 +221,11 @@ def test_a_runtime_in_the_same_file_gives_the_trainer_its_image_resources_and_no
 def test_a_runtime_in_the_same_file_gives_the_process_count_its_torch_policy_states():
     """kubeflow/trainer manifests/base/runtimes/torch_distributed.yaml's shape, with mlPolicy.torch.numProcPerNode set:
     Trainer's torch plugin takes it unless the TrainJob sets its own. convert refused the TrainJob beside it, saying
-    the count 'comes from ClusterTrainingRuntime 'torch-distributed', which kuberl cannot see'; left 'auto', the
-    refusal now says the runtime in the file leaves it so."""
+    the count 'comes from ClusterTrainingRuntime 'torch-distributed', which kuberl cannot see'. Left unset (today's
+    runtime, `torch: {}`) or 'auto' (v2.1's) with no resources on the node container or the TrainJob, Trainer gives 1:
+    kubeflow/trainer pkg/runtime/framework/plugins/torch/torch.go (since v2.1.0), EnforceMLPolicy: 'auto' and no GPU
+    in resourcesPerNode set PET_NPROC_PER_NODE to max(1, getNumCPUPerNode(resourcesPerNode)), and that is 0 for none.
+    convert refused it, saying torchrun's auto would count the node's CPUs."""
     def runtime(torch):
         return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
                 "metadata": {"name": "torch-distributed"},
@@ -235,11 +238,12 @@ def test_a_runtime_in_the_same_file_gives_the_process_count_its_torch_policy_sta
                " file" in n.message for n in notes)
     job, _ = convert_trainjob(trainjob(numProcPerNode=4), runtimes=[runtime({"numProcPerNode": 2})])
     assert job["spec"]["procsPerWorker"] == 4  # the TrainJob's own wins
-    with pytest.raises(NotConvertible) as e:
-        convert_trainjob(trainjob(), runtimes=[runtime({})])
-    (problem,) = e.value.problems
-    assert problem.path == "spec.trainer.numProcPerNode" and "'auto' in ClusterTrainingRuntime 'torch-distributed' of this" \
-        " file" in problem.message and "cannot see" not in problem.message
+    for torch in ({}, {"numProcPerNode": "auto"}):
+        job, notes = convert_trainjob(trainjob(), runtimes=[runtime(torch)])
+        assert job["spec"]["procsPerWorker"] == 1
+        assert any(n.path == "spec.trainer.numProcPerNode" and "sets PET_NPROC_PER_NODE to 1" in n.message for n in notes)
+    job, _ = convert_trainjob(trainjob(command=["torchrun", "--nproc-per-node=3", "t.py"]), runtimes=[runtime({})])
+    assert job["spec"]["procsPerWorker"] == 3  # torchrun's own flag wins over PET_NPROC_PER_NODE
 
 
 # gnosia93/training-on-eks samples/deepspeed/trainjob-1to1.yaml, written for Trainer v2.1 (podTemplateOverrides, since

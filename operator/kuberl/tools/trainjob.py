@@ -151,15 +151,18 @@ def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int |
         notes.append(Note(path, f"unset: Trainer starts one process per CPU of resourcesPerNode ({cpus}), now"
                           " spec.procsPerWorker"))
         decided = (cpus, "spec.trainer.resourcesPerNode")
+    elif runtime_seen:  # torch.go: no GPU, so PET_NPROC_PER_NODE = max(1, CPUs of resourcesPerNode), here none
+        notes.append(Note(path, f"unset: neither the TrainJob nor {runtime} of this file gives the node resources, and"
+                          " Trainer (v2.1 and later) then sets PET_NPROC_PER_NODE to 1, not torchrun's auto: 1 process"
+                          " per pod, now spec.procsPerWorker"))
+        decided = (1, path)
     else:
         decided = (None, path)
     flag = torchrun.container_find(container)
     unread = flag is None or flag.problem is not None or not torchrun.readable(flag.value or "")
     if decided == (None, path) and not gpus and given is None and unread:
-        where = (f"is 'auto' in {runtime} of this file (torchrun starts one process per GPU of the node it lands on,"
-                 " else one per CPU), which no manifest tells" if runtime_seen else f"comes from {runtime}, which kuberl cannot see")
         raise not_convertible(path, f"unset, and so are resourcesPerNode and torchrun's --nproc-per-node: the process count"
-                    f" {where}: pass {PROCS_OPTION} N, or set numProcPerNode")
+                    f" comes from {runtime}, which kuberl cannot see: pass {PROCS_OPTION} N, or set numProcPerNode")
     return command_procs(flag, "spec.trainer", gpus, decided, given, notes, accel)
 
 
