@@ -403,3 +403,41 @@ def test_kuberl_eval_refuses_a_checkpoint_trained_on_another_env_than_its_job_ya
         assert code == 0, err
     else:
         assert code == 1 and refused in err, err
+
+
+@pytest.mark.parametrize("algorithm, env_id, normalised, said", [
+    ("ppo", "CartPole-v1", False, None),
+    ("ppo", "Acrobot-v1", False, "trained on Acrobot-v1 with ppo, but its run's job.yaml is CartPole-v1 with ppo"),
+    ("dqn", "CartPole-v1", False, "trained on CartPole-v1 with dqn, but its run's job.yaml is CartPole-v1 with ppo"),
+    ("ppo", "CartPole-v1", True,
+     "trained on CartPole-v1 with ppo, observations normalised, but its run's job.yaml is CartPole-v1 with ppo"),
+], ids=["as-its-job", "other-env", "other-algorithm", "normaliser-not-in-job"])
+def test_kuberl_eval_of_a_run_whose_final_model_is_not_its_jobs_says_what_it_found(
+        algorithm, env_id, normalised, said, tmp_path, capsys):
+    """`kuberl eval runs/<job>` played whatever final-model.pt lay there on that model's own env: weights left from
+    another env or algorithm (an edited job.yaml, a copied file) were scored as the run's, with no word. The run is
+    refused naming both; the file itself plays on its own env, with a note."""
+    run = tmp_path / "runs" / "cartpole-ppo"
+    directory = run / "checkpoints" / "cartpole-ppo-uid"
+    directory.mkdir(parents=True)
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "manifests", "examples", "cartpole-ppo.yaml")
+    with open(example) as f:
+        (run / "job.yaml").write_text(f.read())
+    if algorithm == "ppo":
+        trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8], normalize_observation=normalised),
+                             env_id, 2, {}, 64, seed=1, restart=0)
+    else:
+        trainer = DQNTrainer(ONE_PROCESS, DQNConfig(hidden_sizes=[8], learning_starts=0, train_frequency=1),
+                             env_id, 2, {}, 64, seed=1, restart=0)
+    final = save_final_model(trainer, algorithm, env_id, directory / "final-model.pt")
+    code = main(["eval", str(run), "--episodes", "1"])
+    out, err = capsys.readouterr()
+    if said is None:
+        assert code == 0 and err == "" and out.startswith("CartPole-v1: mean return"), (out, err)
+        return
+    assert code == 1 and out == "" and said in err and f"kuberl eval {final}" in err and "Traceback" not in err, err
+    with pytest.raises(policies.UnusableModel, match="its run's job.yaml is CartPole-v1 with ppo"):
+        policies.load_policy(str(run))
+    code = main(["eval", final, "--episodes", "1"])  # the file itself: its own env, said
+    out, err = capsys.readouterr()
+    assert code == 0 and out.startswith(f"{env_id}: mean return") and said in err and "playing it on its own env" in err, (out, err)

@@ -221,6 +221,26 @@ def trained_as_refusal(state: dict, spec: dict) -> str | None:
             " (edited since?): evaluate it with the job.yaml it was trained with, or the run's final-model.pt")
 
 
+def final_model_mismatch(path: str) -> str | None:
+    """How a final model in a run of `kuberl run` differs from that run's job.yaml in what its weights mean (the
+    algorithm, the env, observation normalisation: a checkpoint's trained_as), said naming both; None when they
+    agree, when `path` is no final model or lies in no run. A final model names its own env and plays there, but
+    `kuberl eval RUN_DIR` asks for the run's job: a model left from another env or algorithm (a --resume onto an
+    edited spec stopped before its end, a copied file, an edited job.yaml) was scored on its own env, silently."""
+    from .session import describe_trained_as
+
+    if os.path.basename(path) != FINAL_MODEL or (run_dir := _run_dir_of(path)) is None:
+        return None
+    model, spec = read_model(path), _run_job(run_dir)
+    found = {"algorithm": model["algorithm"], "env": model["env_id"], "normalizeObservation": model["obs_norm"] is not None}
+    own = {"algorithm": spec["algorithm"], "env": spec["env"]["id"],
+           "normalizeObservation": bool(spec["algorithm"] == "ppo" and spec["ppo"]["normalizeObservation"])}
+    if found == own:
+        return None
+    return (f"{_shown(path)} was trained on {describe_trained_as(found)}, but its run's job.yaml is"
+            f" {describe_trained_as(own)}")
+
+
 def _model_problem(model: dict) -> str | None:
     """What in a final model's dict is not what the trainer writes (a spec's values, a state_dict of tensors):
     a file is anyone's, and these values choose what is imported, made and allocated."""
@@ -361,7 +381,10 @@ def load_policy(path: str, sample: bool = True, seed: int = 0, env_modules: Coll
     """A run directory, a final model or a checkpoint as a `Policy` (module docstring). The job's env is
     made once (as the trainer makes it) for its spaces; raises UnusableModel saying what is wrong. A
     "module:Class" env is made only when `env_modules` names its module (`env_module_problem`)."""
-    model = read_model(find_model(path))
+    source = find_model(path)
+    if os.path.isdir(path) and (mismatch := final_model_mismatch(source)) is not None:
+        raise UnusableModel(f"{mismatch}: load the file itself to play it on its own env")
+    model = read_model(source)
     refused = env_module_problem(model["env_id"], env_modules)
     if refused:
         raise UnusableModel(refused)
@@ -616,6 +639,11 @@ def cmd_eval(args: Any) -> int:
         return 1
     try:
         source = find_model(args.path)
+        if (mismatch := final_model_mismatch(source)) is not None:
+            if os.path.isdir(args.path):  # the run was asked for, and this is not its job's model
+                raise UnusableModel(f"{mismatch} (not this run's model?): kuberl eval {_shown(source)} plays it on"
+                                    " its own env; put back the job.yaml it was trained with to evaluate the run")
+            print(f"kuberl eval: note: {mismatch}: playing it on its own env", file=sys.stderr)
         policy = load_policy(source, seed=args.seed, env_modules=getattr(args, "allow_env_module", None) or ())
         max_steps = getattr(args, "max_steps", None) or MAX_EVAL_STEPS
         returns, cut = play(policy, args.episodes, args.seed, max_steps)
