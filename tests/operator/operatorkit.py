@@ -222,6 +222,7 @@ class FakeMetrics(LocalServer):
     def __init__(self, job: str):
         self.job, self.timesteps, self.success, self.eval_return, self.last_checkpoint = job, 0, 0, 0.0, 0.0
         self.checkpoints_skipped = 0
+        self.checkpoint_save_seconds = 0.0
         self.resumed_timesteps: int | None = None  # None: not on the page (rank 0 has not looked yet)
         kit = self
 
@@ -249,6 +250,8 @@ class FakeMetrics(LocalServer):
                 f'# TYPE kuberl_trainer_last_checkpoint_timestamp_seconds gauge\n'
                 f'kuberl_trainer_last_checkpoint_timestamp_seconds{{{labels}}} {self.last_checkpoint}\n'
                 f'# TYPE kuberl_trainer_checkpoints_skipped gauge\nkuberl_trainer_checkpoints_skipped{{{labels}}} {self.checkpoints_skipped}\n'
+                f'# TYPE kuberl_trainer_checkpoint_save_seconds gauge\n'
+                f'kuberl_trainer_checkpoint_save_seconds{{{labels}}} {self.checkpoint_save_seconds}\n'
                 + ('' if self.resumed_timesteps is None else
                    f'# TYPE kuberl_trainer_resumed_timesteps gauge\nkuberl_trainer_resumed_timesteps{{{labels}}} {self.resumed_timesteps}\n'))
 

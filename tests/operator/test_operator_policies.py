@@ -117,6 +117,27 @@ def test_rank_0_reporting_success_ends_the_job(standin, rest, operator):
                  or not pods(standin, 'winner'), what='the remaining rank to be deleted')
 
 
+def test_checkpoints_slower_to_write_than_the_grace_period_are_warned_of_once_per_generation_before_any_stop(standin, rest, operator):
+    """Rank 0 warned in its own log only; a stop's checkpoint killed mid-write was the first the user heard of it.
+    Now its save time (kuberl_trainer_checkpoint_save_seconds) against the pod's grace period is a Warning Event."""
+    with FakeMetrics('slowsave') as metrics:
+        create_job(rest, 'slowsave', workers=2, metrics={'port': metrics.port}, runPolicy={'terminationGracePeriodSeconds': 30})
+        start_gang(standin, 'slowsave', 2, ip='127.0.0.1')
+        metrics.timesteps, metrics.checkpoint_save_seconds = 100, 12.0
+        wait_for(lambda: (status(rest, 'slowsave').get('progress') or {}).get('timesteps') == 100, what='progress in status')
+        assert not [e for e in events(rest, 'slowsave') if e['reason'] == 'CheckpointOutlastsGrace'], 'a save that fits'
+        metrics.timesteps, metrics.checkpoint_save_seconds = 200, 41.5
+        said = wait_for(lambda: [e for e in events(rest, 'slowsave') if e['reason'] == 'CheckpointOutlastsGrace'],
+                        what='a CheckpointOutlastsGrace event')
+        assert said[0]['type'] == 'Warning' and said[0]['message'].startswith(
+            "generation 0: rank 0's last checkpoint took 41.5s to write, longer than spec.runPolicy.terminationGracePeriodSeconds"
+            " (30s)"), said
+        for steps in (300, 400):  # more scrapes and status writes of the same generation
+            metrics.timesteps = steps
+            wait_for(lambda steps=steps: (status(rest, 'slowsave').get('progress') or {}).get('timesteps') == steps)
+        assert len([e for e in events(rest, 'slowsave') if e['reason'] == 'CheckpointOutlastsGrace']) == 1
+
+
 def test_a_rank_0_that_skipped_newer_checkpoints_is_said_in_one_warning_event_per_generation(standin, rest, operator):
     """Progress going back after a restart is otherwise unexplained outside rank 0's log (and that log goes
     with the pod at the next gang restart)."""

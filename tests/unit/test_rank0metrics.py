@@ -131,8 +131,9 @@ def test_the_trainers_own_page_is_read_whole():
     metrics.last_checkpoint.set(1.7e9)
     metrics.checkpoints_skipped.set(2)
     metrics.resumed_timesteps.set(2048)
+    metrics.checkpoint_save_seconds.set(0.25)
     metrics.update_duration.observe(0.01)
-    assert parse(generate_latest(metrics.registry), 'job') == Rank0Reading(4096, 812.5, 120.0, 480.0, True, 1.7e9, 2, 2048)
+    assert parse(generate_latest(metrics.registry), 'job') == Rank0Reading(4096, 812.5, 120.0, 480.0, True, 1.7e9, 2, 2048, 0.25)
 
 
 def test_returns_a_rank_has_not_measured_yet_are_none_not_zero():
@@ -152,6 +153,23 @@ def test_a_skipped_checkpoint_count_that_is_not_a_bounded_count_reads_as_none_sk
 @pytest.mark.parametrize(('value', 'read'), [('0', 0), ('2048', 2048), ('NaN', None), ('-1', None), ('1e300', None)])
 def test_the_resumed_timesteps_are_a_bounded_count_or_none(value, read):
     assert parse(page(env_steps_total='10', resumed_timesteps=value), 'job').resumed_timesteps == read
+
+
+def test_rank_0s_checkpoint_save_time_is_read_from_its_own_exporter_and_judged_against_the_grace_period():
+    """The trainer's gauge as the operator reads it; a save longer than the grace period is one Warning's message."""
+    from kuberl.core import jobstatus
+
+    metrics = TrainerMetrics('job', 0, 2)
+    metrics.env_steps.inc(10)
+    assert parse(generate_latest(metrics.registry), 'job').checkpoint_save_seconds == 0.0  # none written yet
+    metrics.checkpointed(42.4)
+    reading = parse(generate_latest(metrics.registry), 'job')
+    assert reading.checkpoint_save_seconds == 42.4
+    assert jobstatus.checkpoint_outlasts_grace(3, reading, 60) is None
+    said = jobstatus.checkpoint_outlasts_grace(3, reading, 30)
+    assert said.startswith("generation 3: rank 0's last checkpoint took 42.4s to write, longer than"
+                           " spec.runPolicy.terminationGracePeriodSeconds (30s)") and said.endswith("to 85 or more"), said
+    assert parse(page(env_steps_total='10', checkpoint_save_seconds='NaN'), 'job').checkpoint_save_seconds is None
 
 
 def test_a_rank_on_the_cpu_exports_no_gpu_series():

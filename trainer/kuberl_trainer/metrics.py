@@ -53,6 +53,8 @@ class TrainerMetrics:
         self.last_checkpoint = gauge(m.LAST_CHECKPOINT_TIMESTAMP, "Unix time of the last checkpoint written.")
         self.checkpoints_skipped = gauge(m.CHECKPOINTS_SKIPPED, "Checkpoints newer than the one this start resumed from "
                                          "that could not be used (truncated, corrupt, refused): their training is done again.")
+        self.checkpoint_save_seconds = gauge(m.CHECKPOINT_SAVE_SECONDS, "Seconds rank 0's last checkpoint took to write; "
+                                             "longer than the pod's grace period, a stop's checkpoint is killed mid-write.")
         self.resumed_timesteps = gauge(m.RESUMED_TIMESTEPS, "Timesteps of the checkpoint this start resumed from; 0: it "
                                        "found none and started from zero (NaN until rank 0 has looked).")
         self.losses = {name: gauge(metric, doc) for name, (metric, doc) in m.LOSS_GAUGES.items()}  # by statistic name
@@ -85,6 +87,7 @@ class TrainerMetrics:
                 " kernel's ephemeral range (ip_local_port_range) where outgoing connections take ports:"
                 " choose another spec.metrics.port") from None
 
-    def checkpointed(self) -> None:
+    def checkpointed(self, seconds: float = 0.0) -> None:
         self.checkpoints.inc()
         self.last_checkpoint.set(time.time())
+        self.checkpoint_save_seconds.set(seconds)

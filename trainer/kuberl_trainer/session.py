@@ -526,7 +526,7 @@ class TrainingSession:
         self.last_checkpoint_update = algorithm.counters.updates
         self.last_good = path
         if self.metrics is not None:
-            self.metrics.checkpointed()
+            self.metrics.checkpointed(took)
         self.log(f"checkpoint {pod_path(path)} (timesteps {algorithm.counters.global_step})")
         if (warning := self.outlasts_grace(took)) is not None:
             self.log(warning)

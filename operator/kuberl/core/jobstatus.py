@@ -330,6 +330,22 @@ def checkpoints_skipped(generation: int, skipped: int) -> str:
             " moved; a save cut off mid-write, as when a stop's save outlasts the grace period, is removed)")
 
 
+REASON_CHECKPOINT_OUTLASTS_GRACE = "CheckpointOutlastsGrace"
+
+
+def checkpoint_outlasts_grace(generation: int, reading: Rank0Reading | None, grace: int) -> str | None:
+    """The Event that says, once per generation and before any stop comes, that rank 0's checkpoints take longer to
+    write than the pod's grace period: a stop (suspend, a gang restart, an eviction, a node drain) SIGKILLs rank 0
+    while it writes the stop's checkpoint, and the training since the one before is lost. None when they fit."""
+    took = None if reading is None else reading.checkpoint_save_seconds
+    if took is None or took <= grace:
+        return None
+    return (f"generation {generation}: rank 0's last checkpoint took {took:.1f}s to write, longer than"
+            f" spec.runPolicy.terminationGracePeriodSeconds ({grace}s): a stop (suspend, a gang restart, an eviction, a"
+            " node drain) kills rank 0 while it writes the stop's checkpoint, and the training since the one before is"
+            f" lost. Raise terminationGracePeriodSeconds to {math.ceil(took * 2)} or more")
+
+
 REASON_CHECKPOINTS_MISSING = "CheckpointsMissing"
 
 

@@ -32,6 +32,9 @@ LAST_CHECKPOINT_TIMESTAMP = f"{PREFIX}_last_checkpoint_timestamp_seconds"
 # Rank 0, from its start: checkpoints newer than the one it resumed from that it could not use
 # (truncated, corrupt, refused), whose training is done again; the operator posts an Event.
 CHECKPOINTS_SKIPPED = f"{PREFIX}_checkpoints_skipped"
+# Rank 0: how long its last checkpoint took to write (0 before the first); against the pod's grace period the
+# operator warns that a stop's checkpoint would be killed mid-write.
+CHECKPOINT_SAVE_SECONDS = f"{PREFIX}_checkpoint_save_seconds"
 # Rank 0, once it has looked: the timesteps of the checkpoint it resumed from, 0 when it found none and
 # started from zero (NaN before it looked); against the status's latestCheckpoint the operator tells a
 # volume emptied or replaced under the job.

@@ -27,7 +27,7 @@ MAX_TIMESTAMP = 1e11  # POSIX seconds (year 5138): beyond it rfc3339 cannot rend
 READ_NAMES = (
     metricnames.ENV_STEPS_TOTAL, metricnames.STEPS_PER_SECOND, metricnames.EPISODE_RETURN,
     metricnames.EVAL_RETURN, metricnames.SUCCESS, metricnames.LAST_CHECKPOINT_TIMESTAMP, metricnames.CHECKPOINTS_SKIPPED,
-    metricnames.RESUMED_TIMESTEPS,
+    metricnames.RESUMED_TIMESTEPS, metricnames.CHECKPOINT_SAVE_SECONDS,
 )
 MAX_SAMPLE_LINES = 64  # a rank's own page has one line per name
 # Longer sample lines are not read: prometheus_client parses a label value's escapes in time quadratic in their
@@ -59,6 +59,7 @@ class Rank0Reading:
     last_checkpoint_time: float | None = None  # POSIX seconds; None before the first checkpoint
     checkpoints_skipped: int = 0  # newer checkpoints rank 0 could not use when it started
     resumed_timesteps: int | None = None  # of the checkpoint rank 0 resumed from; 0: none found; None: not yet said
+    checkpoint_save_seconds: float | None = None  # how long rank 0's last checkpoint took to write
 
 
 def _bounded(value: float | None, low: float, high: float) -> float | None:
@@ -95,6 +96,7 @@ def parse(page: bytes | str, job: str) -> Rank0Reading | None:
         last_checkpoint_time=checkpoint or None,
         checkpoints_skipped=int(_bounded(values.get(metricnames.CHECKPOINTS_SKIPPED), 0, MAX_TIMESTEPS) or 0),
         resumed_timesteps=None if resumed is None else int(resumed),
+        checkpoint_save_seconds=_bounded(values.get(metricnames.CHECKPOINT_SAVE_SECONDS), 0, MAX_GAUGE),
     )
 
 

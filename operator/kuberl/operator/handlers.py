@@ -709,6 +709,11 @@ class JobLoop:
             self.memo["skipped_said"] = said  # once per generation: the gauge holds its value while rank 0 runs
             self._post(job, "Warning", jobstatus.REASON_CHECKPOINTS_SKIPPED,
                        jobstatus.checkpoints_skipped(generation, reading.checkpoints_skipped))
+        slow = None if spec is None else jobstatus.checkpoint_outlasts_grace(
+            generation, reading, spec.run_policy.termination_grace_period_seconds)
+        if slow is not None and self.memo.get("slow_said") != said:
+            self.memo["slow_said"] = said  # once per generation: before any stop, while it can still be raised
+            self._post(job, "Warning", jobstatus.REASON_CHECKPOINT_OUTLASTS_GRACE, slow)
         if unread is not None and self.memo.get("unread_said") != said:
             self.memo["unread_said"] = said  # once per generation, in its describe and the operator's log
             logger.warning("job %s/%s: %s", self.namespace, self.name, unread)
