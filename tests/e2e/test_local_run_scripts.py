@@ -434,3 +434,32 @@ def test_each_pod_sees_its_own_share_of_the_callers_gpus_and_too_few_are_refused
             assert ("gpus cannot run here: this machine offers 3 GPU(s), and 2 pods of spec.gpusPerWorker 2 take 4"
                     in done.stdout + done.stderr)
             assert not (tmp_path / "short" / "gpus" / "logs").exists()
+
+
+UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
+
+
+def test_kubeflow_trainers_multi_node_example_runs_as_published_beside_its_runtime(tmp_path):
+    """kubeflow/trainer examples/yaml/01-multi-node.yaml (`torchrun --no-python python3 -c` and a gloo group) in one
+    file with the torch-distributed ClusterTrainingRuntime it names, as `kubectl get -o yaml` gives it: the runtime
+    gives the image, Trainer's one process per node (no resources), and the three nodes meet at worker 0."""
+    (tmp_path / "job.yaml").write_text(f"{(UPSTREAM / 'trainer' / 'runtime_torch_distributed.yaml').read_text()}\n---\n"
+                                       f"{(UPSTREAM / 'trainer' / '01-multi-node.yaml').read_text()}")
+    done = subprocess.run([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
+                          text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "sets PET_NPROC_PER_NODE to 1" in done.stderr, done.stderr
+    for rank in range(3):
+        assert f"WORLD_SIZE: 3\nRANK: {rank}\nLOCAL_RANK: 0" in pod_log(tmp_path / "runs" / "multi-node-example", rank)
+    assert "multi-node-example succeeded: every worker exited 0" in done.stdout, done.stdout[-2000:]
+
+
+def test_kubeflow_trainers_volcano_example_reads_its_node_rank_and_count(tmp_path):
+    """kubeflow/trainer examples/yaml/04-volcano-integration.yaml: a plain `python3 -c` that prints PET_NODE_RANK of
+    PET_NNODES, which Trainer's torch plugin set (torch.go); the file's runtime gives the image."""
+    done = subprocess.run([*KUBERL, str(UPSTREAM / "trainer" / "04-volcano-integration.yaml"), "--dir", "runs"], cwd=tmp_path,
+                          env=CALLER_ENV, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    for rank in range(4):
+        log = pod_log(tmp_path / "runs" / "volcano-example", rank)
+        assert f"Node {rank}/4 started via Volcano gang scheduling" in log and f"Node {rank} training complete" in log, log
