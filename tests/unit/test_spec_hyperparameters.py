@@ -45,3 +45,21 @@ def test_kuberl_validate_refuses_a_batch_larger_than_the_buffer_before_any_pod(t
     path.write_text(yaml.safe_dump(job))
     assert main(["validate", str(path)]) == 1
     assert "spec.dqn.batchSize: expected at most bufferSize 10 (got 128)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("block, field, meant", [
+    ("ppo", "learning_rate", "learningRate"), ("ppo", "num_steps", "numSteps"), ("dqn", "batch_size", "batchSize")])
+def test_a_python_field_name_is_refused_naming_the_yaml_one(block, field, meant):
+    """SB3's habit, `learning_rate: 0.001`, passed `kuberl validate` and trained locally with that rate (the model
+    also takes its Python names), while the CRD's schema has only `learningRate`: the API server refuses the field
+    (kubectl's default --validate=strict, the server's fieldValidation=Strict since Kubernetes 1.27) or prunes it
+    (apiextensions-apiserver's structural pruning), so the cluster trained with the default rate, or nothing."""
+    from kuberl.core.crd import crd
+
+    properties = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][block]["properties"]
+    assert meant in properties and field not in properties
+    with pytest.raises(InvalidJob) as refused:
+        parse_spec({"algorithm": block, "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, block: {field: 1}})
+    assert [str(p) for p in refused.value.problems] == [f"spec.{block}.{field}: unknown field; did you mean {meant!r}?"]
+    with pytest.raises(InvalidJob, match=r"spec\.total_timesteps: unknown field; did you mean 'totalTimesteps'\?"):
+        parse_spec({"algorithm": block, "env": {"id": "CartPole-v1"}, "total_timesteps": 1000})

@@ -478,7 +478,9 @@ def parse_spec(spec: Any) -> JobSpec:
     if deep:  # before anything recurses into it (pydantic, deepcopy in render)
         raise InvalidJob([Problem(deep, f"nested deeper than {MAX_NESTING} levels")])
     try:
-        parsed = JobSpec.model_validate(spec)
+        # by the YAML's names alone, as the CRD's schema has them: `learning_rate` (the model's Python name, SB3's
+        # habit) is an unknown field, which the API server refuses or prunes
+        parsed = JobSpec.model_validate(spec, by_alias=True, by_name=False)
     except ValidationError as e:
         parsed = None
         for err in e.errors():
