@@ -201,7 +201,8 @@ def _object_nodes(schema: dict, path: str = "$"):
 
 
 # Kubernetes affinity terms are passed through to the API server, which checks them.
-OPEN_BY_DESIGN = {"$.operator.affinity.nodeAffinity", "$.operator.affinity.podAffinity", "$.operator.affinity.podAntiAffinity"}
+OPEN_BY_DESIGN = {"$.operator.affinity.nodeAffinity", "$.operator.affinity.podAffinity", "$.operator.affinity.podAntiAffinity",
+                  "$.operator.volumes[]"}  # a Volume: a name and one of some thirty sources
 
 
 def test_values_schema_is_closed_everywhere():
@@ -571,6 +572,57 @@ def test_a_topology_spread_constraint_kubernetes_would_refuse_is_refused(constra
     """Required fields, maxSkew >= 1 and whenUnsatisfiable's two values: pkg/apis/core/validation
     validateTopologySpreadConstraints."""
     assert "topologySpreadConstraints" in refusal({"operator": {"topologySpreadConstraints": [constraint]}})
+
+
+OPERATOR_EXTRAS = {
+    "env": [{"name": "HTTPS_PROXY", "value": "http://proxy.example.com:3128"},
+            {"name": "NO_PROXY", "valueFrom": {"configMapKeyRef": {"name": "proxy", "key": "no_proxy"}}}],
+    "envFrom": [{"configMapRef": {"name": "operator-extra"}, "prefix": "EXTRA_"}],
+    "volumes": [{"name": "corp-ca", "configMap": {"name": "corp-ca"}}],
+    "volumeMounts": [{"name": "corp-ca", "mountPath": "/etc/ssl/corp", "readOnly": True}],
+}
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_operator_env_and_volumes_of_the_values_reach_its_container_after_the_charts_own(replicas):
+    objects = render({"operator": {"replicas": replicas, **OPERATOR_EXTRAS}})
+    workload, container = operator_container(objects)
+    own, _ = operator_container(render({"operator": {"replicas": replicas}}))
+    own_env = own["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert container["env"] == own_env + OPERATOR_EXTRAS["env"]
+    assert container["envFrom"] == OPERATOR_EXTRAS["envFrom"]
+    pod = workload["spec"]["template"]["spec"]
+    assert pod["volumes"][1:] == OPERATOR_EXTRAS["volumes"] and container["volumeMounts"][1:] == OPERATOR_EXTRAS["volumeMounts"]
+    # pkg/apis/core/validation ValidateVolumeMounts: a mount names a volume of the pod
+    assert {m["name"] for m in container["volumeMounts"]} <= {v["name"] for v in pod["volumes"]}
+    assert validate(workload) == []
+    (test_pod,) = of_kind(objects, "Pod")
+    assert "env" not in test_pod["spec"]["containers"][0] and "volumes" not in test_pod["spec"]
+
+
+def own_env_names() -> list[str]:
+    """Every environment variable the chart gives the operator, peering's included."""
+    _, container = operator_container(render({"operator": {"replicas": 2}}))
+    return [e["name"] for e in container["env"]]
+
+
+@pytest.mark.parametrize("name", own_env_names())
+def test_an_env_name_the_chart_sets_is_refused_naming_what_sets_it(name):
+    message = refusal({"operator": {"env": [{"name": name, "value": "x"}]}})
+    assert f"operator.env sets {name}, which the chart sets itself" in message
+
+
+@pytest.mark.parametrize(("extras", "said"), [
+    ({"volumes": [{"name": "tmp", "emptyDir": {}}]}, "operator.volumes names a volume tmp"),
+    ({"volumes": [{"name": "scratch", "emptyDir": {}}], "volumeMounts": [{"name": "scratch", "mountPath": "/tmp/"}]},
+     "operator.volumeMounts mounts at /tmp"),
+    ({"volumeMounts": [{"name": "corp-ca", "mountPath": "/etc/ssl/corp"}]}, "mounts corp-ca, which is not a volume"),
+    ({"volumes": [{"name": "corp-ca"}]}, "/operator/volumes/0"),
+    ({"env": [{"name": "A", "valueFrom": {}}]}, "/operator/env/0/valueFrom"),
+    ({"volumeMounts": [{"name": "tmp", "mountPath": "relative"}]}, "/operator/volumeMounts/0/mountPath"),
+])
+def test_operator_env_and_volumes_kubernetes_would_refuse_are_refused(extras, said):
+    assert said in refusal({"operator": extras})
 
 
 def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar():

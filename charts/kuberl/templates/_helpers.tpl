@@ -58,6 +58,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 app.kubernetes.io/name app.kubernetes.io/instance app.kubernetes.io/component app.kubernetes.io/version app.kubernetes.io/managed-by helm.sh/chart
 {{- end -}}
 
+{{/* The environment the chart gives the operator, each name with what sets it instead of operator.env. */}}
+{{- define "kuberl.ownEnv" -}}
+KUBERL_LOG_LEVEL: set operator.logLevel
+KUBERL_METRICS_ENABLED: set metrics.enabled
+KUBERL_TRAINER_IMAGE: set trainer.image.repository and trainer.image.tag (or trainer.image.digest)
+KUBERL_TRAINER_IMAGE_PULL_POLICY: set trainer.image.pullPolicy
+KUBERL_TRAINER_IMAGE_PULL_SECRETS: set trainer.imagePullSecrets
+KUBERL_TRAINER_CPU_PER_PROCESS: set trainer.resourcesPerProcess.cpu
+KUBERL_TRAINER_MEMORY_PER_PROCESS: set trainer.resourcesPerProcess.memory
+KUBERL_POD_NAMESPACE: the downward API gives the operator its namespace
+KUBERL_POD_INDEX: the downward API gives each peering replica its ordinal
+{{- end -}}
+
 {{- define "kuberl.serviceAccountName" -}}
 {{- if .Values.operator.serviceAccount.create -}}
 {{- default (include "kuberl.fullname" .) .Values.operator.serviceAccount.name -}}
@@ -159,6 +172,27 @@ app.kubernetes.io/name app.kubernetes.io/instance app.kubernetes.io/component ap
 {{- with .Values.monitoring.prometheusRule.alertLabels -}}
 {{- if or (hasKey . "severity") (hasKey . "alertname") -}}
 {{- fail "monitoring.prometheusRule.alertLabels sets severity or alertname: each alert sets its own (severity warning or critical); route on those, or add a label of another name" -}}
+{{- end -}}
+{{- end -}}
+{{- $ownEnv := include "kuberl.ownEnv" . | fromYaml -}}
+{{- range .Values.operator.env -}}
+{{- if hasKey $ownEnv .name -}}
+{{- fail (printf "operator.env sets %s, which the chart sets itself: %s" .name (get $ownEnv .name)) -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.operator.volumes -}}
+{{- if eq .name "tmp" -}}
+{{- fail "operator.volumes names a volume tmp, the chart's own (the operator's scratch directory, /tmp): choose another name" -}}
+{{- end -}}
+{{- end -}}
+{{- $volumes := list "tmp" -}}
+{{- range .Values.operator.volumes }}{{ $volumes = append $volumes .name }}{{ end -}}
+{{- range .Values.operator.volumeMounts -}}
+{{- if eq (clean .mountPath) "/tmp" -}}
+{{- fail "operator.volumeMounts mounts at /tmp, where the chart mounts the operator's scratch directory: choose another path" -}}
+{{- end -}}
+{{- if not (has .name $volumes) -}}
+{{- fail (printf "operator.volumeMounts mounts %s, which is not a volume of operator.volumes" .name) -}}
 {{- end -}}
 {{- end -}}
 {{- if ne (len .Values.operator.watchNamespaces) (len (uniq .Values.operator.watchNamespaces)) -}}
@@ -265,6 +299,14 @@ spec:
             fieldRef:
               fieldPath: metadata.labels['apps.kubernetes.io/pod-index']
         {{- end }}
+        {{- with .Values.operator.env }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      {{- with .Values.operator.envFrom }}
+      # A name set above wins over the same name from these (the kubelet's order).
+      envFrom:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       ports:
         - name: health
           containerPort: {{ .Values.operator.health.port }}
@@ -296,10 +338,16 @@ spec:
         # The root filesystem is read-only; Python and kopf may still want a scratch directory.
         - name: tmp
           mountPath: /tmp
+        {{- with .Values.operator.volumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
   volumes:
     - name: tmp
       emptyDir:
         sizeLimit: 64Mi
+    {{- with .Values.operator.volumes }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
   {{- include "kuberl.scheduling" . }}
   {{- $spread := .Values.operator.topologySpreadConstraints }}
   {{- if and (kindIs "invalid" $spread) (include "kuberl.peering" . | eq "true") }}
