@@ -264,3 +264,15 @@ def test_an_upstream_example_kuberl_cannot_run_is_refused_naming_the_field(tmp_p
     assert words in err
     if field:
         assert f"\n  {field}: " in err, err
+
+
+def test_a_jobsets_torchrun_without_nnodes_is_told_its_pods_now_form_one_world(capsys):
+    """JobSet's resnet-cifar10 runs `torchrun --nproc_per_node=1 --master_addr=... resnet.py` on 4 pods: no --nnodes
+    and no PET_NNODES (JobSet sets none), so torchrun took its default, 1 (torch/distributed/run.py), on every pod;
+    kuberl's PET_NNODES=4 and PET_NODE_RANK join them, which convert said nothing of. cnn-mnist's --nnodes=4 needs no word."""
+    code, _, err = convert(capsys, UPSTREAM / "jobset" / "pytorch_resnet-cifar10.yaml", [])
+    assert code == 0
+    assert ("spec.replicatedJobs[0].template.spec.template.spec.containers[0].command: torchrun's --nnodes unset: changed,"
+            " under the JobSet it took its default, 1, so each of the 4 pods ran a world of its own") in err, err
+    code, _, err = convert(capsys, UPSTREAM / "jobset" / "pytorch_cnn-mnist.yaml", [])
+    assert code == 0 and "--nnodes" not in err.replace("--nnodes=4", "")

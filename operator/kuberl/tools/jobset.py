@@ -212,6 +212,20 @@ def _procs(container: dict, path: str, gpus: int, given: int | None, notes: list
     return procs, origin
 
 
+def _nnodes_note(container: dict, path: str, workers: int, notes: list[Note]) -> None:
+    """torchrun with no --nnodes and no PET_NNODES of the container's own (JobSet sets none) took its default, 1:
+    each pod a world of its own. kuberl's PET_NNODES and PET_NODE_RANK, which torchrun reads, join the pods."""
+    command, args = container.get("command"), container.get("args")
+    env = container.get("env") if isinstance(container.get("env"), list) else []
+    if workers < 2 or not torchrun.launches(command, args) or torchrun.container_find(container, torchrun.NNODES_FLAGS) \
+            or any(isinstance(v, dict) and v.get("name") == contract.ENV_PET_NNODES for v in env):
+        return
+    notes.append(Note(f"{path}.{'command' if command else 'args'}", f"torchrun's --nnodes unset: changed, under the JobSet it"
+                      f" took its default, 1, so each of the {workers} pods ran a world of its own; kuberl sets"
+                      f" {contract.ENV_PET_NNODES}={workers} and {contract.ENV_PET_NODE_RANK} (the pod's rank), which"
+                      f" torchrun reads, so the pods form one world of {workers} nodes meeting at worker 0"))
+
+
 def _rendezvous_port(container: dict, path: str, notes: list[Note]) -> tuple[int | None, str]:
     """The container's own literal PET_MASTER_PORT (torchrun's flag, which wins), else MASTER_PORT (JobSet sets
     neither): where its torchrun met, now spec.rendezvous.port."""
@@ -442,6 +456,7 @@ def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[di
     out: dict[str, Any] = {"trainer": "custom", "workers": jobs * pods}
     origins["spec.workers"] = f"{job_path}.parallelism" if jobs == 1 else f"{base}.replicas"
     procs, procs_path = _procs(original, container_path, lifted.get("gpusPerWorker", 0), procs_per_worker, notes)
+    _nnodes_note(original, container_path, jobs * pods, notes)
     if procs is not None:
         out["procsPerWorker"] = procs
     origins["spec.procsPerWorker"] = procs_path
