@@ -29,7 +29,7 @@ def test_a_webhook_the_api_server_cannot_call_is_said_on_the_job_which_starts_on
     try:
         create_job(rest, 'gated', workers=2)
         ready = wait_for(lambda: condition(rest, 'gated', 'Ready').get('reason') == 'APIServerError'
-                         and condition(rest, 'gated', 'Ready'), timeout=30, what='the APIServerError condition')
+                         and condition(rest, 'gated', 'Ready'), timeout=60, what='the APIServerError condition')
         assert 'failed calling webhook "policy.example.com"' in ready['message'] and '(500)' in ready['message'], ready
         warned = [e for e in events(rest, 'gated') if e['reason'] == 'APIServerError' and e['type'] == 'Warning']
         assert warned and 'retried every 1s until the API server creates it' in warned[0]['message'], warned
@@ -37,7 +37,7 @@ def test_a_webhook_the_api_server_cannot_call_is_said_on_the_job_which_starts_on
     finally:
         standin.store.hooks.admission.remove(down)
     start_gang(standin, 'gated', 2)
-    wait_phase(rest, 'gated', 'Running', timeout=30)
+    wait_phase(rest, 'gated', 'Running', timeout=60)  # 30 s failed once at load 8 (3 workers), passing alone
     assert "Daemon 'reconcile' failed" not in operator.log(), operator.log()[-3000:]
 
 
