@@ -171,6 +171,7 @@ CASES = [
     ("trainer/runtime_torch_distributed.yaml+trainer/01-multi-node.yaml", [], trainer_env),
     ("jobset/pytorch_cnn-mnist.yaml", [], jobset_env),
     ("jobset/pytorch_resnet-cifar10.yaml", [], jobset_env),
+    ("jobset/pytorch_gpu-training.yaml", [], jobset_env),
     ("jobset/simple_ttl-after-finished.yaml", [], jobset_env),
     ("kueue/sample-jobset-tas-required.yaml", [], jobset_env),
 ]
@@ -184,6 +185,8 @@ REFUSED = [
     ("trainer/01-multi-node.yaml", ["--image", "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"], "spec.trainer.numProcPerNode",
      "--procs-per-worker"),
     ("jobset/simple_paralleljobs.yaml", [], "spec.replicatedJobs", "2 replicated Jobs"),
+    # LAMMPS under Flux: Trainer's flux runtime wraps the command in flux run, which kuberl's pods do not do
+    ("trainer/flux_lammps-train-job.yaml", [], "spec.runtimeRef.name", "Kubeflow Trainer's flux runtime"),
     ("kueue/sample-jobset.yaml", [], "metadata.generateName", "write metadata.name"),
 ]
 
@@ -276,3 +279,14 @@ def test_a_jobsets_torchrun_without_nnodes_is_told_its_pods_now_form_one_world(c
             " under the JobSet it took its default, 1, so each of the 4 pods ran a world of its own") in err, err
     code, _, err = convert(capsys, UPSTREAM / "jobset" / "pytorch_cnn-mnist.yaml", [])
     assert code == 0 and "--nnodes" not in err.replace("--nnodes=4", "")
+
+
+def test_an_image_left_as_a_readmes_placeholder_is_said_to_be_one(capsys):
+    """JobSet's gpu-training example names its image <REGISTRY>/<USERNAME>/pytorch-gpu-training:latest, for the reader
+    to fill in: no image reference holds '<', so every pod would fail InvalidImageName. convert carried it silently."""
+    code, _, err = convert(capsys, UPSTREAM / "jobset" / "pytorch_gpu-training.yaml", [])
+    assert code == 0
+    assert ("spec.replicatedJobs[0].template.spec.template.spec.containers[0].image: '<REGISTRY>/<USERNAME>/pytorch-gpu-training:latest'"
+            " is a template's blank") in err, err
+    code, _, err = convert(capsys, UPSTREAM / "jobset" / "pytorch_cnn-mnist.yaml", [])
+    assert code == 0 and "blank" not in err

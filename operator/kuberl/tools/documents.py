@@ -214,6 +214,9 @@ def one_job_problem(labels: list[str]) -> str | None:
 # A template's blank never filled in: envsubst's ${VAR} (or a whole-value $VAR), Helm's and Jinja's {{ ... }}
 # (found by _braces: a lazy `\{\{.*?\}\}` searched on from every '{' of a long value, in time quadratic in it).
 BLANK = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}|^\$[A-Za-z_][A-Za-z0-9_]*$")
+# A README's <PLACEHOLDER> in an image (JobSet's gpu-training example: <REGISTRY>/<USERNAME>/...): no image reference
+# holds '<' (distribution/reference's grammar), so the kubelet would fail it as InvalidImageName
+ANGLE_BLANK = re.compile(r"<[A-Za-z_][A-Za-z0-9_ -]*>")
 
 
 def _braces(text: str) -> bool:
@@ -235,8 +238,9 @@ def template_blank(doc: Any) -> Problem | None:
     while stack and seen < 10_000:
         item, path = stack.pop(0)
         seen += 1
-        if isinstance(item, str) and (BLANK.search(item) or _braces(item)):
-            return Problem(path, f"{item[:60]!r} is a template's blank (envsubst's ${{VAR}}, Helm's or Jinja's {{{{ }}}})"
+        if isinstance(item, str) and (BLANK.search(item) or _braces(item) or path.endswith(".image") and ANGLE_BLANK.search(item)):
+            return Problem(path, f"{item[:60]!r} is a template's blank (envsubst's ${{VAR}}, Helm's or Jinja's {{{{ }}}}, a"
+                           " README's <NAME>)"
                            " never filled in: render the file first (envsubst < FILE | kuberl convert -), or write the value")
         children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
         for key, child in children:
