@@ -42,7 +42,8 @@ registry and prints the matching `helm install`.
 Helm installs `crds/` once and never upgrades it. Before `helm upgrade`, apply the new CRD (the same
 file as `manifests/crd.yaml`), so the new operator never writes a field the old schema would drop;
 `--force-conflicts`, as Helm installed the CRD and owns its fields (without it: `Apply failed with 1
-conflict: conflict with "helm"`).
+conflict: conflict with "helm"`). Forgotten, `helm upgrade` refuses before it changes anything: the
+installed CRD's `kuberl.dev/crd-sha256` is not this chart's (`helm template` cannot ask, and checks nothing).
 Upgrade with `--reset-then-reuse-values`: it keeps the values you set and takes this chart's
 defaults for the rest. `--reuse-values` renders with the installed chart's defaults instead, and a
 value added since (such as `monitoring.prometheusRule`) then fails the upgrade with `nil pointer

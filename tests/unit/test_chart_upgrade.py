@@ -12,11 +12,16 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
 from chart_support import CHART, HELM, ROOT, HelmError, helm
+from kuberl.core import names
+from kuberl.core.crd import crd, spec_hash
+
+from tests.support.apiserver import StandinServer
 
 USER_VALUES = {"operator": {"image": {"repository": "registry.example.com/you/operator"}},
                "trainer": {"image": {"repository": "registry.example.com/you/trainer"}}}
@@ -69,3 +74,61 @@ def test_the_documented_crd_upgrade_takes_the_fields_helm_owns(doc: Path):
     assert commands, f"{doc}: no CRD upgrade command"
     for command in commands:
         assert "--server-side" in command and "--force-conflicts" in command, command
+
+
+def test_the_crd_carries_the_hash_of_its_spec():
+    """`kuberl crd` writes it; a hand edit of crds/ (or manifests/crd.yaml) without `make manifests` fails here."""
+    for path in (CHART / "crds" / "rltrainingjobs.yaml", ROOT / "manifests" / "crd.yaml"):
+        written = yaml.safe_load(path.read_text())
+        assert written["metadata"]["annotations"][names.ANNOTATION_CRD_HASH] == spec_hash(written["spec"]), path
+    assert spec_hash({**crd()["spec"], "scope": "Cluster"}) != spec_hash(crd()["spec"])
+
+
+def render_against(standin: StandinServer, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The chart's own helpers and values over the stand-in, as `helm upgrade` renders them (`lookup` asks the
+    server); its templates one ConfigMap that runs the chart's checks, as templates/operator.yaml does. The
+    stand-in serves no apps/v1 or rbac: Helm could not build the chart's own objects against it."""
+    chart = tmp_path / "chart" / "kuberl"
+    shutil.copytree(CHART, chart)
+    shutil.rmtree(chart / "templates")
+    (chart / "templates").mkdir()
+    shutil.copy(CHART / "templates" / "_helpers.tpl", chart / "templates")
+    (chart / "templates" / "checked.yaml").write_text(
+        '{{- include "kuberl.validate" . -}}\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: checked}\n')
+    return subprocess.run([str(HELM), "--kubeconfig", str(standin.kubeconfig), "template", "kuberl", str(chart),
+                           "--namespace", "kuberl-system", "--dry-run=server"], check=False, capture_output=True, text=True, timeout=120)
+
+
+@contextmanager
+def installed(tmp_path: Path, crd_object: dict | None):
+    """The API stand-in, holding `crd_object` as its installed CRD (or none)."""
+    with StandinServer(workdir=tmp_path) as server:
+        if crd_object is not None:
+            path = tmp_path / "installed-crd.yaml"
+            path.write_text(yaml.safe_dump(crd_object))
+            server.apply_crd(path)
+        yield server
+
+
+@pytest.mark.parametrize("installed_crd", ["this chart's", "none"])
+def test_an_upgrade_over_this_charts_crd_or_none_renders(tmp_path: Path, installed_crd: str):
+    ours = yaml.safe_load((CHART / "crds" / "rltrainingjobs.yaml").read_text())
+    with installed(tmp_path, ours if installed_crd == "this chart's" else None) as server:
+        result = render_against(server, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "name: checked" in result.stdout
+    if installed_crd == "this chart's":
+        assert any(c.resource == "customresourcedefinitions" and c.verb == "get" for c in server.calls)
+
+
+@pytest.mark.parametrize("annotations", [None, {names.ANNOTATION_CRD_HASH: "0" * 64}], ids=["before-the-hash", "another-schema"])
+def test_an_upgrade_over_another_crd_is_refused_naming_the_command_that_applies_this_charts(tmp_path: Path, annotations):
+    """Helm installs crds/ only where the CRD is missing (pkg/action/install.go installCRDs) and never on upgrade:
+    the operator would then meet a schema that prunes its new fields. The check says so before anything changes."""
+    older = yaml.safe_load((CHART / "crds" / "rltrainingjobs.yaml").read_text())
+    older["metadata"] = {"name": older["metadata"]["name"], **({"annotations": annotations} if annotations else {})}
+    with installed(tmp_path, older) as server:
+        result = render_against(server, tmp_path)
+    assert result.returncode != 0
+    command = yaml.safe_load((CHART / "Chart.yaml").read_text())["annotations"]["kuberl.dev/crd-upgrade"]
+    assert "the installed CRD rltrainingjobs.kuberl.dev is not this chart's" in result.stderr and command in result.stderr

@@ -137,6 +137,7 @@ KUBERL_POD_INDEX: the downward API gives each peering replica its ordinal
 {{- end -}}
 {{- $_ := include "kuberl.operatorImage" . -}}
 {{- $_ := include "kuberl.trainerImage" . -}}
+{{- include "kuberl.crdCheck" . -}}
 {{- if and .Values.monitoring.serviceMonitor.enabled (not .Values.metrics.enabled) -}}
 {{- fail "monitoring.serviceMonitor.enabled=true needs metrics.enabled=true: the ServiceMonitor scrapes the operator's metrics Service" -}}
 {{- end -}}
@@ -197,6 +198,21 @@ KUBERL_POD_INDEX: the downward API gives each peering replica its ordinal
 {{- end -}}
 {{- if ne (len .Values.operator.watchNamespaces) (len (uniq .Values.operator.watchNamespaces)) -}}
 {{- fail (printf "operator.watchNamespaces lists a namespace twice: %v" .Values.operator.watchNamespaces) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Helm installs crds/ only where the CRD is missing and never upgrades it: an upgrade (or an install over a CRD
+     left behind) whose operator met an older schema would have the API server prune the fields it added. So the
+     installed CRD's kuberl.dev/crd-sha256 (kuberl crd writes it) must be this chart's. `lookup` answers only with a
+     cluster (helm install, upgrade, --dry-run=server); helm template checks nothing. */}}
+{{- define "kuberl.crdCheck" -}}
+{{- $installed := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" "rltrainingjobs.kuberl.dev" -}}
+{{- if $installed -}}
+{{- $ours := index (.Files.Get "crds/rltrainingjobs.yaml" | fromYaml).metadata.annotations "kuberl.dev/crd-sha256" -}}
+{{- $theirs := index ($installed.metadata.annotations | default dict) "kuberl.dev/crd-sha256" | default "none" -}}
+{{- if ne $ours $theirs -}}
+{{- fail (printf "the installed CRD rltrainingjobs.kuberl.dev is not this chart's (kuberl.dev/crd-sha256 %s, this chart's %s) and Helm never upgrades crds/: apply this chart's first, `%s` (or `helm show crds <chart> | kubectl apply --server-side --force-conflicts -f -`), then run this again" (trunc 12 $theirs) (trunc 12 $ours) (index .Chart.Annotations "kuberl.dev/crd-upgrade")) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

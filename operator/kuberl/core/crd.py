@@ -7,6 +7,8 @@ checked-in copies are stale, so the schema is never written twice.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from typing import Any
 
 from . import names
@@ -201,51 +203,61 @@ PRINTER_COLUMNS = [  # the display strings the operator writes beside the exact 
 
 
 def crd() -> dict:
-    """The whole CRD object."""
+    """The whole CRD object, its spec's hash annotated (spec_hash)."""
+    spec = _crd_spec()
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": names.CRD_NAME},
-        "spec": {
-            "group": names.GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": names.KIND, "plural": names.PLURAL, "singular": names.SINGULAR,
-                "shortNames": names.SHORT_NAMES, "listKind": f"{names.KIND}List",
-            },
-            "versions": [
-                {
-                    "name": names.VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "Distributed reinforcement-learning training with PyTorch DDP.",
-                            "required": ["spec"],
-                            "properties": {
-                                "apiVersion": {"type": "string", "description": "kuberl.dev/v1alpha1"},
-                                "kind": {"type": "string", "description": "RLTrainingJob"},
-                                "metadata": {
-                                    "type": "object",
-                                    "description": "Standard object metadata.",
-                                    "properties": {
-                                        "name": {
-                                            "type": "string",
-                                            "description": f"At most {names.MAX_JOB_NAME} characters so every derived name stays a DNS-1035 label.",
-                                            "maxLength": names.MAX_JOB_NAME,
-                                            "pattern": DNS_1035.pattern,
-                                        }
-                                    },
-                                },
-                                "spec": spec_schema(),
-                                "status": _status_schema(),
-                            },
-                        }
-                    },
-                }
-            ],
+        "metadata": {"name": names.CRD_NAME, "annotations": {names.ANNOTATION_CRD_HASH: spec_hash(spec)}},
+        "spec": spec,
+    }
+
+
+def spec_hash(spec: dict) -> str:
+    """sha256 of a CRD spec as canonical JSON: the chart refuses an upgrade over an installed CRD of another."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _crd_spec() -> dict:
+    return {
+        "group": names.GROUP,
+        "scope": "Namespaced",
+        "names": {
+            "kind": names.KIND, "plural": names.PLURAL, "singular": names.SINGULAR,
+            "shortNames": names.SHORT_NAMES, "listKind": f"{names.KIND}List",
         },
+        "versions": [
+            {
+                "name": names.VERSION,
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": PRINTER_COLUMNS,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "description": "Distributed reinforcement-learning training with PyTorch DDP.",
+                        "required": ["spec"],
+                        "properties": {
+                            "apiVersion": {"type": "string", "description": "kuberl.dev/v1alpha1"},
+                            "kind": {"type": "string", "description": "RLTrainingJob"},
+                            "metadata": {
+                                "type": "object",
+                                "description": "Standard object metadata.",
+                                "properties": {
+                                    "name": {
+                                        "type": "string",
+                                        "description": f"At most {names.MAX_JOB_NAME} characters so every derived name stays a DNS-1035 label.",
+                                        "maxLength": names.MAX_JOB_NAME,
+                                        "pattern": DNS_1035.pattern,
+                                    }
+                                },
+                            },
+                            "spec": spec_schema(),
+                            "status": _status_schema(),
+                        },
+                    }
+                },
+            }
+        ],
     }

@@ -21,6 +21,8 @@ LABEL_COMPONENT = f"{GROUP}/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kuberl"
 ANNOTATION_SPEC_HASH = f"{GROUP}/config-hash"
+# On the CRD: the sha256 of its spec, which the chart compares with the installed CRD's (Helm never upgrades crds/).
+ANNOTATION_CRD_HASH = f"{GROUP}/crd-sha256"
 
 # Gang scheduling: Kueue's pod-group integration, Volcano, scheduler-plugins.
 KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
