@@ -137,3 +137,24 @@ def test_a_cpu_ranks_ale_pool_threads_stay_in_its_slice():
     mine, threads, used = done.stdout.strip().splitlines()[-1].split("\t")
     assert int(threads) >= 3  # the main thread and the pool's two
     assert used == mine and mine != str(allowed)
+
+
+def test_numpys_blas_threads_are_the_ranks_share_not_the_pods_cpu_limit():
+    """OpenBLAS sizes numpy's pool from OMP_NUM_THREADS at import (the pod's limit): pin_threads sets it to the rank's
+    threads, as torch's. Two BLAS threads on a rank's one-CPU slice made DQN's greedy evaluation (a 20 x 256 by
+    256 x 256 product per step) about 900x slower on a loaded 2-core machine (distributed.blas_threads)."""
+    code = textwrap.dedent("""
+        import os
+        import numpy as np
+        from kuberl_trainer import distributed
+        before = distributed.blas_threads()
+        where = distributed.placement("gloo", 1, 2, 0, 2, os.sched_getaffinity(0))
+        distributed.pin_threads(where)
+        print(where.threads, sorted(before.values()), sorted(distributed.blas_threads().values()), sep="\\t")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    threads, before, after = done.stdout.strip().splitlines()[-1].split("\t")
+    assert before == "[2]"  # numpy's wheel bundles one OpenBLAS, sized from OMP_NUM_THREADS
+    assert (threads, after) == ("1", "[1]")

@@ -9,6 +9,7 @@ one-worker jobs can share a machine. Every collective failure surfaces as
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import ipaddress
 import os
@@ -148,7 +149,8 @@ def pin_threads(where: Placement, task_dir: str = "/proc/self/task") -> int:
     that forbids setting the affinity keeps the whole set. Returns the thread count. The slice is set
     on every thread already running, not only the calling one (Linux's affinity is a thread's):
     numpy's import starts OpenBLAS's workers, OMP_NUM_THREADS - 1 of them, and they kept the pod's
-    whole set; threads started later inherit the slice."""
+    whole set; threads started later inherit the slice. numpy's BLAS takes the same thread count as
+    torch (blas_threads)."""
     if where.split:
         with contextlib.suppress(OSError):
             os.sched_setaffinity(0, where.cpus)
@@ -160,9 +162,50 @@ def pin_threads(where: Placement, task_dir: str = "/proc/self/task") -> int:
                 with contextlib.suppress(OSError):  # it ended meanwhile
                     os.sched_setaffinity(tid, where.cpus)
     torch.set_num_threads(where.threads)
+    blas_threads(where.threads)
     with contextlib.suppress(RuntimeError):  # only settable before first use
         torch.set_num_interop_threads(1)
     return where.threads
+
+
+def loaded_openblas(maps: str = "/proc/self/maps") -> list[str]:
+    """The OpenBLAS libraries this process has loaded (numpy's own, libscipy_openblas64_-*.so in numpy 2's
+    wheels), by path; none where /proc cannot say."""
+    try:
+        with open(maps) as f:
+            paths = {fields[5].strip() for fields in (line.split(None, 5) for line in f) if len(fields) == 6}
+    except OSError:
+        return []
+    return sorted(path for path in paths if "openblas" in os.path.basename(path).lower())
+
+
+def blas_threads(threads: int | None = None) -> dict[str, int]:
+    """numpy's BLAS threads, per OpenBLAS library loaded, after setting them to `threads` where given.
+    OpenBLAS sizes its pool from OMP_NUM_THREADS when numpy is imported: the pod's whole limit, not the
+    rank's share (placement's threads), so each rank of a 2-CPU pod of 2 processes split a (20, 256) by
+    (256, 256) product (DQN's greedy evaluation of 20 episodes) between two threads on its one core: 38 ms
+    a product instead of 0.04 ms on one thread (3.3 ms with the worker left on the other rank's core, before
+    pin_threads set every thread's slice; 2-core machine at load average 9). Its symbols carry the build's prefix and suffix (scipy_, 64_), as threadpoolctl looks them up."""
+    counts = {}
+    for path in loaded_openblas():
+        try:
+            lib = ctypes.CDLL(path)  # loaded already: the same library, not a second copy
+        except OSError:
+            continue
+        for prefix in ("scipy_", ""):
+            for suffix in ("64_", "", "_64"):
+                getter = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
+                setter = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
+                if getter is None or setter is None:
+                    continue
+                if threads is not None:
+                    setter(threads)
+                counts[path] = getter()
+                break
+            else:
+                continue
+            break
+    return counts
 
 
 def cpu_quota_cores(cpu_max: str | None, cfs_quota_us: str | None = None, cfs_period_us: str | None = None) -> float | None:
