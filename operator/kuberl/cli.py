@@ -509,7 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--video", metavar="FILE.gif", help="also play one episode and write it as an animated GIF (the trainer's video extra)")
     p.add_argument("--export", metavar="FILE.pt", help="also write the deterministic policy as TorchScript, for serving")
     p.add_argument("--allow-env-module", action="append", default=[], metavar="MODULE",
-                   help="a \"module:Class\" env id may import MODULE (and its submodules): a model file can name any module")
+                   help="a \"module:Class\" env id may import MODULE (and its submodules), installed or in this directory as the"
+                        " run's pods found it: a model file can name any module")
     p.set_defaults(func=cmd_eval)
     p = add_command("operator", help="run the kopf operator (standalone by default)")
     p.add_argument("--namespace", "-n", action="append", default=[], help="watch these namespaces (default: all)")

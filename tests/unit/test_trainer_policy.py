@@ -441,3 +441,18 @@ def test_kuberl_eval_of_a_run_whose_final_model_is_not_its_jobs_says_what_it_fou
     code = main(["eval", final, "--episodes", "1"])  # the file itself: its own env, said
     out, err = capsys.readouterr()
     assert code == 0 and out.startswith(f"{env_id}: mean return") and said in err and "playing it on its own env" in err, (out, err)
+
+
+def test_kuberl_eval_finds_an_allowed_env_module_where_the_run_found_it(tmp_path, monkeypatch, capsys):
+    """`kuberl run job.yaml` with env.id "myenv:Corridor" and myenv.py beside it trains (each pod starts in the
+    directory kuberl run ran from, and `python -m` puts it on the path); `kuberl eval runs/<job> --allow-env-module
+    myenv` from that same directory said "No module named 'myenv'": the kuberl script's path has its bin/ instead."""
+    (tmp_path / "nu42_corridor.py").write_text(
+        "from gymnasium.envs.classic_control.cartpole import CartPoleEnv as Corridor\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "nu42_corridor:Corridor", tmp_path / "final-model.pt")
+    assert main(["eval", path, "--episodes", "1", "--allow-env-module", "nu42_corridor"]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.startswith("nu42_corridor:Corridor: mean return")
+    assert sys.path[-1] == str(tmp_path)  # after every other entry: a file here shadows no installed module

@@ -637,6 +637,11 @@ def cmd_eval(args: Any) -> int:
     if refused:
         print(f"kuberl eval: {refused}", file=sys.stderr)
         return 1
+    allowed = getattr(args, "allow_env_module", None) or ()
+    if allowed and os.getcwd() not in sys.path:
+        # where the run's pods found the module: each started here (kuberl run's directory, with no workingDir) as
+        # `python -m`, which puts it on the path; last, so a file here shadows no module installed
+        sys.path.append(os.getcwd())
     try:
         source = find_model(args.path)
         if (mismatch := final_model_mismatch(source)) is not None:
@@ -644,7 +649,7 @@ def cmd_eval(args: Any) -> int:
                 raise UnusableModel(f"{mismatch} (not this run's model?): kuberl eval {_shown(source)} plays it on"
                                     " its own env; put back the job.yaml it was trained with to evaluate the run")
             print(f"kuberl eval: note: {mismatch}: playing it on its own env", file=sys.stderr)
-        policy = load_policy(source, seed=args.seed, env_modules=getattr(args, "allow_env_module", None) or ())
+        policy = load_policy(source, seed=args.seed, env_modules=allowed)
         max_steps = getattr(args, "max_steps", None) or MAX_EVAL_STEPS
         returns, cut = play(policy, args.episodes, args.seed, max_steps)
         trained = f"{policy.timesteps:,} timesteps" if isinstance(policy.timesteps, int) else "timesteps unknown"
