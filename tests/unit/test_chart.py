@@ -625,6 +625,29 @@ def test_operator_env_and_volumes_kubernetes_would_refuse_are_refused(extras, sa
     assert said in refusal({"operator": extras})
 
 
+# Built-in kinds `kubectl api-resources --namespaced=false` lists that a chart could render (rbac.authorization.k8s.io,
+# apiextensions.k8s.io, scheduling.k8s.io, admissionregistration.k8s.io, core), plus the chart's own cluster-scoped CRDs.
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "Namespace", "CustomResourceDefinition", "PriorityClass",
+                  "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "PersistentVolume", "StorageClass"} | {
+    c["spec"]["names"]["kind"] for f in (CHART / "crds").glob("*.yaml") for c in yaml.safe_load_all(f.read_text())
+    if c and c["spec"]["scope"] == "Cluster"}
+
+
+def outside(objects: list[dict], namespace: str) -> list[str]:
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in objects
+            if o["kind"] in CLUSTER_SCOPED or o["metadata"].get("namespace") != namespace]
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_a_namespace_admin_can_install_it_for_their_namespace_alone(replicas):
+    """KubeRay's singleNamespaceInstall: its own namespace watched, no user roles and the CRDs left to the
+    cluster's admin (--skip-crds), the chart writes nothing outside the release's namespace, so a namespace's
+    admin (Kubernetes' `admin` role, bound in that namespace) can install it."""
+    values = {"operator": {"replicas": replicas, "watchNamespaces": ["team-a"]}, "rbac": {"userRoles": False}}
+    assert outside(render(values, "team-a"), "team-a") == []
+    assert "ClusterRole/kuberl" in outside(render({"operator": {"replicas": replicas}}, "team-a"), "team-a")
+
+
 def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar():
     (configmap,) = of_kind(render(ALL_FEATURES), "ConfigMap")
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
