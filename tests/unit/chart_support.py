@@ -69,6 +69,14 @@ ALL_FEATURES = {
 NAMESPACED = {**ALL_FEATURES, "operator": {**ALL_FEATURES["operator"], "watchNamespaces": ["team-a", "team-b"]}}
 
 
+# Built-in kinds `kubectl api-resources --namespaced=false` lists that a chart could render (rbac.authorization.k8s.io,
+# apiextensions.k8s.io, scheduling.k8s.io, admissionregistration.k8s.io, core), plus the chart's own cluster-scoped CRDs.
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "Namespace", "CustomResourceDefinition", "PriorityClass",
+                  "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "PersistentVolume", "StorageClass"} | {
+    c["spec"]["names"]["kind"] for f in (CHART / "crds").glob("*.yaml") for c in yaml.safe_load_all(f.read_text())
+    if c and c["spec"]["scope"] == "Cluster"}
+
+
 class HelmError(Exception):
     pass
 

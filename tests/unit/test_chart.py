@@ -16,6 +16,7 @@ import yaml
 from chart_support import (
     ALL_FEATURES,
     CHART,
+    CLUSTER_SCOPED,
     HELM,
     NAMESPACED,
     ROOT,
@@ -623,14 +624,6 @@ def test_an_env_name_the_chart_sets_is_refused_naming_what_sets_it(name):
 ])
 def test_operator_env_and_volumes_kubernetes_would_refuse_are_refused(extras, said):
     assert said in refusal({"operator": extras})
-
-
-# Built-in kinds `kubectl api-resources --namespaced=false` lists that a chart could render (rbac.authorization.k8s.io,
-# apiextensions.k8s.io, scheduling.k8s.io, admissionregistration.k8s.io, core), plus the chart's own cluster-scoped CRDs.
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "Namespace", "CustomResourceDefinition", "PriorityClass",
-                  "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "PersistentVolume", "StorageClass"} | {
-    c["spec"]["names"]["kind"] for f in (CHART / "crds").glob("*.yaml") for c in yaml.safe_load_all(f.read_text())
-    if c and c["spec"]["scope"] == "Cluster"}
 
 
 def outside(objects: list[dict], namespace: str) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from chart_support import CHART, HELM, ROOT, HelmError, helm
+from chart_support import CHART, CLUSTER_SCOPED, HELM, ROOT, HelmError, helm, render
 from kuberl.core import names
 from kuberl.core.crd import crd, spec_hash
 
@@ -84,7 +84,7 @@ def test_the_crd_carries_the_hash_of_its_spec():
     assert spec_hash({**crd()["spec"], "scope": "Cluster"}) != spec_hash(crd()["spec"])
 
 
-def render_against(standin: StandinServer, tmp_path: Path) -> subprocess.CompletedProcess:
+def render_against(standin: StandinServer, tmp_path: Path, values: dict | None = None) -> subprocess.CompletedProcess:
     """The chart's own helpers and values over the stand-in, as `helm upgrade` renders them (`lookup` asks the
     server); its templates one ConfigMap that runs the chart's checks, as templates/operator.yaml does. The
     stand-in serves no apps/v1 or rbac: Helm could not build the chart's own objects against it."""
@@ -95,8 +95,10 @@ def render_against(standin: StandinServer, tmp_path: Path) -> subprocess.Complet
     shutil.copy(CHART / "templates" / "_helpers.tpl", chart / "templates")
     (chart / "templates" / "checked.yaml").write_text(
         '{{- include "kuberl.validate" . -}}\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: checked}\n')
-    return subprocess.run([str(HELM), "--kubeconfig", str(standin.kubeconfig), "template", "kuberl", str(chart),
-                           "--namespace", "kuberl-system", "--dry-run=server"], check=False, capture_output=True, text=True, timeout=120)
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values or {}))
+    return subprocess.run([str(HELM), "--kubeconfig", str(standin.kubeconfig), "template", "kuberl", str(chart), "--namespace",
+                           "kuberl-system", "--dry-run=server", "--values", str(tmp_path / "values.yaml")],
+                          check=False, capture_output=True, text=True, timeout=120)
 
 
 @contextmanager
@@ -132,3 +134,25 @@ def test_an_upgrade_over_another_crd_is_refused_naming_the_command_that_applies_
     assert result.returncode != 0
     command = yaml.safe_load((CHART / "Chart.yaml").read_text())["annotations"]["kuberl.dev/crd-upgrade"]
     assert "the installed CRD rltrainingjobs.kuberl.dev is not this chart's" in result.stderr and command in result.stderr
+
+
+ALONE = {"operator": {"watchNamespaces": ["kuberl-system"]}, "rbac": {"userRoles": False}}
+
+
+@pytest.mark.parametrize("values", [
+    {}, ALONE, {**ALONE, "operator": {"watchNamespaces": ["kuberl-system"], "replicas": 3}},
+    {**ALONE, "rbac": {"userRoles": True}}, {"operator": {"watchNamespaces": ["team-a"]}, "rbac": {"userRoles": False}},
+    {"rbac": {"create": False, "userRoles": False}, "operator": {"serviceAccount": {"create": False, "name": "mine"}}},
+    {"rbac": {"create": False, "userRoles": False}, "operator": {"replicas": 2, "serviceAccount": {"create": False, "name": "mine"}}},
+], ids=["defaults", "alone", "alone-peering", "user-roles", "other-namespace", "no-rbac", "no-rbac-peering"])
+def test_the_crd_check_asks_only_where_the_release_writes_cluster_scoped_objects(tmp_path: Path, values: dict):
+    """A namespace's admin installing for that namespace alone may not read CRDs (Kubernetes' admin role grants
+    none), and Helm's lookup fails the install on that 403 (pkg/engine/lookup_func.go returns any error but a
+    404): such a release, holding nothing outside its namespace, leaves the CRD to the cluster's admin."""
+    older = yaml.safe_load((CHART / "crds" / "rltrainingjobs.yaml").read_text())
+    older["metadata"] = {"name": older["metadata"]["name"]}
+    cluster_scoped = [o["kind"] for o in render(values) if o["kind"] in CLUSTER_SCOPED]
+    with installed(tmp_path, older) as server:
+        result = render_against(server, tmp_path, values)
+        asked = any(c.resource == "customresourcedefinitions" for c in server.calls)
+    assert (result.returncode != 0) == asked == bool(cluster_scoped), (cluster_scoped, result.stderr)

@@ -204,8 +204,11 @@ KUBERL_POD_INDEX: the downward API gives each peering replica its ordinal
 {{/* Helm installs crds/ only where the CRD is missing and never upgrades it: an upgrade (or an install over a CRD
      left behind) whose operator met an older schema would have the API server prune the fields it added. So the
      installed CRD's kuberl.dev/crd-sha256 (kuberl crd writes it) must be this chart's. `lookup` answers only with a
-     cluster (helm install, upgrade, --dry-run=server); helm template checks nothing. */}}
+     cluster (helm install, upgrade, --dry-run=server); helm template checks nothing. A release with nothing outside
+     its namespace leaves CRDs to the cluster's admin and does not look: a namespace's admin may not read CRDs, and
+     Helm's lookup fails the install on a 403. */}}
 {{- define "kuberl.crdCheck" -}}
+{{- if include "kuberl.holdsClusterObjects" . | eq "true" -}}
 {{- $installed := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" "rltrainingjobs.kuberl.dev" -}}
 {{- if $installed -}}
 {{- $ours := index (.Files.Get "crds/rltrainingjobs.yaml" | fromYaml).metadata.annotations "kuberl.dev/crd-sha256" -}}
@@ -214,6 +217,12 @@ KUBERL_POD_INDEX: the downward API gives each peering replica its ordinal
 {{- fail (printf "the installed CRD rltrainingjobs.kuberl.dev is not this chart's (kuberl.dev/crd-sha256 %s, this chart's %s) and Helm never upgrades crds/: apply this chart's first, `%s` (or `helm show crds <chart> | kubectl apply --server-side --force-conflicts -f -`), then run this again" (trunc 12 $theirs) (trunc 12 $ours) (index .Chart.Annotations "kuberl.dev/crd-upgrade")) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the release writes a cluster-scoped object (a ClusterRole, a ClusterKopfPeering). */}}
+{{- define "kuberl.holdsClusterObjects" -}}
+{{- or .Values.rbac.userRoles (and (not .Values.operator.watchNamespaces) (or .Values.rbac.create (include "kuberl.peering" . | eq "true"))) -}}
 {{- end -}}
 
 {{/* kopf peering is cluster-wide when all namespaces are watched, per namespace otherwise. */}}
