@@ -232,7 +232,13 @@ def _syntax_hint(e: yaml.MarkedYAMLError, text: str) -> str:
     """Where a YAML syntax error began, beside libyaml's words (which kubectl prints alone): "did not find
     expected key" at line 12 says nothing of the mapping at line 7 whose keys that line is indented unlike."""
     problem, context = e.problem_mark, e.context_mark
-    line = text.splitlines()[problem.line] if problem is not None and problem.line < len(text.splitlines()) else ""
+    lines = text.splitlines()
+    line = lines[problem.line] if problem is not None and problem.line < len(lines) else ""
+    near = [lines[m.line] for m in (problem, context) if m is not None and m.line < len(lines)]
+    if problem is not None and 0 < problem.line <= len(lines):
+        near.append(lines[problem.line - 1])
+    if any("{{" in n and "}}" in n for n in near):  # a chart's templates/ or files/ (Kubeflow Trainer's runtimes)
+        return " (a Helm or Jinja template's {{ }}: render it first, e.g. helm template CHART | kuberl convert -)"
     if problem is not None and "\t" in line[:problem.column + 1] and "tab" not in (e.problem or ""):
         return " (a tab: YAML indents with spaces)"
     if (e.problem or "").startswith("mapping values are not allowed"):  # libyaml: "in this context"; PyYAML: "here"

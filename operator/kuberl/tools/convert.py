@@ -203,7 +203,7 @@ def _other_kind_hint(kind: Any) -> str:
     return (f"; did you mean {KIND!r}?" if close and kind != names.KIND
             else "; it is already an RLTrainingJob" if kind == names.KIND
             else f"; Kubeflow's {kind} starts {OTHER_KUBEFLOW_JOBS[kind]}, which kuberl does not: it converts"
-                 " PyTorchJobs and TrainJobs" if isinstance(kind, str) and kind in OTHER_KUBEFLOW_JOBS else "")
+                 " PyTorchJobs, TrainJobs and JobSets of torch pods" if isinstance(kind, str) and kind in OTHER_KUBEFLOW_JOBS else "")
 
 
 def _check_document(doc: Any) -> None:
