@@ -63,3 +63,13 @@ def test_a_python_field_name_is_refused_naming_the_yaml_one(block, field, meant)
     assert [str(p) for p in refused.value.problems] == [f"spec.{block}.{field}: unknown field; did you mean {meant!r}?"]
     with pytest.raises(InvalidJob, match=r"spec\.total_timesteps: unknown field; did you mean 'totalTimesteps'\?"):
         parse_spec({"algorithm": block, "env": {"id": "CartPole-v1"}, "total_timesteps": 1000})
+
+
+
+def test_a_field_like_no_other_points_at_the_spec_reference():
+    """`lr: 0.001` under ppo was "unknown field (check the spelling; `kubectl explain rltj.spec` lists the fields)":
+    on a laptop with no cluster, `kubectl explain` has no CRD to explain."""
+    with pytest.raises(InvalidJob) as refused:
+        parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "ppo": {"lr": 0.001}})
+    [problem] = refused.value.problems
+    assert problem.path == "spec.ppo.lr" and "docs/spec-reference.md lists the fields" in problem.message, problem

@@ -400,7 +400,8 @@ def _unknown_field(loc: tuple) -> str:
     close = difflib.get_close_matches(str(loc[-1]), _fields_at(loc[:-1]), n=1, cutoff=0.6)
     if close:
         return f"unknown field; did you mean {close[0]!r}?"
-    return "unknown field (check the spelling; `kubectl explain rltj.spec` lists the fields)"
+    # `kubectl explain` needs a cluster with the CRD installed; the spec reference is in every checkout
+    return "unknown field (check the spelling; docs/spec-reference.md lists the fields, as `kubectl explain rltj.spec` does in a cluster)"
 
 
 def _block_holding(name: str, block: str) -> str | None:
