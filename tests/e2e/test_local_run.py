@@ -433,3 +433,16 @@ def test_a_rank_killed_when_its_grace_period_ends_is_said_then_and_its_lost_chec
     said = "".join(lines)
     assert "the last stop asked of rank 0 (" in said and "ended before its checkpoint was written" in said, said[-3000:]
     assert rank_processes(tmp_path) == {}
+
+
+def test_a_run_without_plot_names_the_command_that_draws_its_learning_curve(tmp_path):
+    """The README promises a last line saying where the learning curve is; without --plot (the README's third
+    command) it named none, and nothing said how to draw one."""
+    write_job(tmp_path, workers=1, totalTimesteps=300, success={"targetReturn": None})
+    code, out = finish(start(tmp_path), timeout=90)
+    assert code == 0, out
+    last = out.strip().splitlines()[-1]
+    assert last.endswith("; learning curve: kuberl plot runs/e2e"), last
+    drawn = subprocess.run([sys.executable, "-m", "kuberl.cli", "plot", "runs/e2e"], check=False, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    assert drawn.returncode == 0 and (tmp_path / "runs" / JOB / "learning-curve.png").stat().st_size > 1000, drawn

@@ -1263,7 +1263,9 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
         # one summary: what happened, and where the model, checkpoints, logs and learning curve are
         ended = summary(job, paths_of(job, run_dir, job_uid(run_dir)), status, code, wall)
         say(with_host_paths(ended, os.path.join(run_dir, "checkpoints"))  # as the console showed the same reason
-            + f"; logs {shown(os.path.join(run_dir, 'logs'))}" + (f"; learning curve {shown(curve)}" if curve else ""))
+            + f"; logs {shown(os.path.join(run_dir, 'logs'))}" + (f"; learning curve {shown(curve)}" if curve else
+                                                                  f"; learning curve: kuberl plot {shown(run_dir)}"
+                                                                  if not args.plot and progress_files(os.path.join(run_dir, "checkpoints")) else ""))
     return code
 
 
