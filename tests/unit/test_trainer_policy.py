@@ -456,3 +456,18 @@ def test_kuberl_eval_finds_an_allowed_env_module_where_the_run_found_it(tmp_path
     assert main(["eval", path, "--episodes", "1", "--allow-env-module", "nu42_corridor"]) == 0, capsys.readouterr().err
     assert capsys.readouterr().out.startswith("nu42_corridor:Corridor: mean return")
     assert sys.path[-1] == str(tmp_path)  # after every other entry: a file here shadows no installed module
+
+
+def test_kuberl_eval_video_of_a_module_env_without_render_mode_says_so_without_a_traceback(tmp_path, monkeypatch, capsys):
+    """A first custom env (`def __init__(self, length=5)`) trains and evaluates; `--video` called it with
+    render_mode="rgb_array" and ended in a TypeError traceback."""
+    (tmp_path / "nu42_plain.py").write_text(
+        "from gymnasium.envs.classic_control.cartpole import CartPoleEnv\n"
+        "class Plain(CartPoleEnv):\n    def __init__(self):\n        super().__init__()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "nu42_plain:Plain", tmp_path / "final-model.pt")
+    code = main(["eval", path, "--episodes", "1", "--allow-env-module", "nu42_plain", "--video", str(tmp_path / "a.gif")])
+    err = capsys.readouterr().err
+    assert code == 1 and "--video: nu42_plain:Plain takes no render_mode" in err and "Traceback" not in err, err

@@ -465,7 +465,14 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
     if sys.platform == "linux" and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         # MuJoCo's default, GLFW, needs a display: without one it draws off-screen through EGL (read when it first draws)
         os.environ.setdefault("MUJOCO_GL", "egl")
-    env = env_for(policy, "rgb_array")
+    try:
+        env = env_for(policy, "rgb_array")
+    except TypeError as e:
+        if "render_mode" not in str(e):
+            raise
+        # a class of the user's own ("module:Class") that never asked for frames: gymnasium asks by this argument
+        raise UnusableModel(f"--video: {policy.env_id} takes no render_mode ({e}): gymnasium asks an env for its frames"
+                            " with render_mode=\"rgb_array\" to its constructor, and reads them from render()") from None
     frames, total, ended = GifFrames(Image), 0.0, False
     try:
         obs, _ = env.reset(seed=seed)
