@@ -136,3 +136,17 @@ def test_a_rerun_whose_checkpoints_are_none_of_them_whole_says_so():
     assert note == ("j's last run (failed) left no whole checkpoint (ckpt-0000000003.pt: not a kuberl checkpoint (bad "
                     "header)): the trainer sets them aside and starts over, or fails NoUsableCheckpoint, as "
                     "spec.checkpoint.whenNoneUsable says"), note
+
+
+def test_a_run_that_spent_its_budget_below_its_target_says_so(tmp_path):
+    """The README's third command (cartpole-dqn at learningRate 0.0005) ended "cartpole-dqn succeeded: 100,122
+    timesteps in 137s, eval return 81.0": the job's phase is Succeeded once its budget is spent, but a user who set
+    targetReturn 475 read a solved CartPole."""
+    job = Job("j", validate_job(make_job("j").env("CartPole-v1").with_spec(totalTimesteps=1000, success={"targetReturn": 475}).obj()))
+    paths = {"checkpoints": str(tmp_path), "model": str(tmp_path / "m.pt")}
+    (tmp_path / "progress.jsonl").write_text(json.dumps({"timesteps": 1000, "eval_return": 81.0}) + "\n")
+    line = summary(job, paths, {"phase": "Succeeded"}, 0, 9.0)
+    assert "eval return 81.0 (below success.targetReturn 475: totalTimesteps ran out first);" in line, line
+    (tmp_path / "progress.jsonl").write_text(json.dumps({"timesteps": 1000, "eval_return": 480.0}) + "\n")
+    assert "eval return 480.0; model" in summary(job, paths, {"phase": "Succeeded"}, 0, 9.0)
+    assert "below" not in summary(JOB, paths, {"phase": "Succeeded"}, 0, 9.0)  # no target: the budget was the goal

@@ -965,6 +965,9 @@ def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float)
     if code == 0:
         if cluster_paths["model"] is None:  # a custom trainer: its workers' exit codes are all kuberl knows
             return f"{job.name} succeeded: every worker exited 0 after {wall:.0f}s; restarts {status.get('restarts', 0)}"
+        target = job.spec.success.target_return
+        if target is not None and (evaluated is None or evaluated < target):  # "succeeded" means the budget was spent
+            final_text += f" (below success.targetReturn {target:g}: totalTimesteps ran out first)"
         return (f"{job.name} succeeded: {timesteps:,} timesteps in {wall:.0f}s, {final_text}; "
                 f"model {shown(cluster_paths['model'])}; {where}; restarts {status.get('restarts', 0)}")
     failed = next((c for c in status.get("conditions", []) if c["type"] == lifecycle.CONDITION_FAILED and c["status"] == "True"), None)
