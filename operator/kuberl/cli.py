@@ -373,7 +373,7 @@ EXIT_CODES = """exit codes (every subcommand):
   0    done (a run that had already succeeded included)
   1    invalid input: a file, job or --set refused, each problem named; a run whose job failed
   2    usage: an unknown option, a missing or extra argument (the subcommand's usage is printed)
-  3    could not run here: kuberl run's run directory locked or unwritable, a port taken, a script of the image not on this machine; kuberl operator without a cluster
+  3    could not run here: kuberl run's run directory locked or unwritable, a port taken, a script of the image not on this machine, a suspended job; kuberl operator without a cluster
   130  kuberl run interrupted (Ctrl-C, a closed terminal, a reader of its output that quit): every rank saved;
        the same command resumes"""
 

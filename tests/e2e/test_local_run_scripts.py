@@ -463,3 +463,20 @@ def test_kubeflow_trainers_volcano_example_reads_its_node_rank_and_count(tmp_pat
     for rank in range(4):
         log = pod_log(tmp_path / "runs" / "volcano-example", rank)
         assert f"Node {rank}/4 started via Volcano gang scheduling" in log and f"Node {rank} training complete" in log, log
+
+
+def test_kueues_suspended_trainjob_is_refused_here_and_runs_once_unsuspended(tmp_path):
+    """kubeflow/trainer examples/yaml/03-kueue-integration.yaml is created with suspend: true, for Kueue to admit.
+    Nothing here unsuspends it: kuberl run said 'job suspended: pods deleted' and then waited for ever; now it stops
+    at once (exit 3, could not run here) naming the field, and `--set runPolicy.suspend=false` runs the three nodes."""
+    example = str(UPSTREAM / "trainer" / "03-kueue-integration.yaml")
+    refused = subprocess.run([*KUBERL, example, "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
+                             text=True, timeout=60, check=False)
+    assert refused.returncode == 3, refused.stdout[-2000:] + refused.stderr[-2000:]
+    assert "kueue-example cannot run here: spec.runPolicy.suspend is true" in refused.stderr, refused.stderr
+    assert not (tmp_path / "runs").exists()
+    done = subprocess.run([*KUBERL, example, "--dir", "runs", "--set", "runPolicy.suspend=false"], cwd=tmp_path,
+                          env=CALLER_ENV, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    for rank in range(3):
+        assert "Step 10/10\nTraining complete" in pod_log(tmp_path / "runs" / "kueue-example", rank)

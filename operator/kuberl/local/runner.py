@@ -1161,6 +1161,10 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
         for problem in layout:
             print(f"kuberl run: {job.name} cannot run here: {problem}", file=sys.stderr)
         return EXIT_CANNOT_RUN
+    if spec.run_policy.suspend:  # the loop would wait for a resume nothing here gives (a cluster's Kueue, an edit)
+        print(f"kuberl run: {job.name} cannot run here: spec.runPolicy.suspend is true, and nothing here unsuspends it"
+              " (in a cluster Kueue admits it, or you edit the job): --set runPolicy.suspend=false runs it", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     learned = fingerprint.learned_values(spec)
     choice = choose_run(args.dir, job.name, learned, getattr(args, "resume", False))
     run_dir = choice.run_dir  # absolute: pod roots must not depend on a cwd
