@@ -14,10 +14,14 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from conversion_support import assert_any_junk_anywhere_is_converted_or_refused
 from kuberl import cli
 from kuberl.core.render import PLACEHOLDER_UID, pod_dns_name, render_pods
 from kuberl.core.rules import validate_job
 from kuberl.core.yamlreader import load_documents
+from kuberl.tools.convert import convert as convert_pytorchjob
+from kuberl.tools.jobset import convert_jobset
+from kuberl.tools.trainjob import convert_trainjob
 
 from tests.support.crdschema import CustomSchema
 
@@ -92,7 +96,8 @@ def trainer_env(trainjob: dict, runtime: dict | None) -> list[dict[str, str]]:
         node = runtime["spec"]["template"]["spec"]["replicatedJobs"][-1]["template"]["spec"]["template"]["spec"]["containers"][0]
         resources = node.get("resources", {})
     nproc = str(trainer.get("numProcPerNode", "auto"))
-    if nproc == "auto" and not any("gpu" in k for k in (resources or {}).get("limits", {})):
+    gpus = [k for kind in ("requests", "limits") for k in (resources or {}).get(kind, {}) if "gpu" in k.lower()]  # GetNumGPUPerNode
+    if nproc == "auto" and not gpus:
         cpu = (resources or {}).get("requests", {}).get("cpu") or (resources or {}).get("limits", {}).get("cpu") or 0
         nproc = str(max(1, int(cpu)))
     own = {e["name"]: e["value"] for e in trainer.get("env", [])}
@@ -298,3 +303,23 @@ def test_an_image_left_as_a_readmes_placeholder_is_said_to_be_one(capsys):
             " is a template's blank") in err, err
     code, _, err = convert(capsys, UPSTREAM / "jobset" / "pytorch_cnn-mnist.yaml", [])
     assert code == 0 and "blank" not in err
+
+
+@pytest.mark.parametrize("name", sorted(str(p.relative_to(UPSTREAM)) for p in UPSTREAM.rglob("*.yaml")
+                                         if not p.name.startswith("chart_")))  # a Helm template: no YAML to put junk in
+def test_any_value_anywhere_in_an_upstream_example_converts_or_is_refused(name):
+    """Each job document of the fixture, and each Trainer runtime beside a TrainJob, with every JSON type put at
+    every one of its fields in turn: a job, or a refusal whose every problem names a field; never a traceback."""
+    docs = load_documents((UPSTREAM / name).read_text())
+    runtimes = [d for d in docs if str(d.get("kind")).endswith("TrainingRuntime")]
+    for doc in docs:
+        if doc["kind"] == "TrainJob":
+            def with_runtimes(job, runtimes=runtimes):
+                return convert_trainjob(job, image="registry.example.com/train:1", runtimes=runtimes)
+            assert_any_junk_anywhere_is_converted_or_refused(doc, with_runtimes)
+            for runtime in runtimes:
+                def beside(junk_runtime, job=doc):
+                    return convert_trainjob(job, runtimes=[junk_runtime])
+                assert_any_junk_anywhere_is_converted_or_refused(runtime, beside)
+        elif doc["kind"] in ("PyTorchJob", "JobSet"):
+            assert_any_junk_anywhere_is_converted_or_refused(doc, convert_pytorchjob if doc["kind"] == "PyTorchJob" else convert_jobset)
