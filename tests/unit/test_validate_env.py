@@ -29,6 +29,14 @@ def validate(tmp_path, capsys, job):
      " argument 'gravity'")),
     ("ppo", {"id": "FrozenLake-v1", "kwargs": {"map_name": "5x5"}},
      "spec.env.kwargs: 'FrozenLake-v1' refused them: KeyError: '5x5'"),
+    # a misspelt keyword is named with the one meant, gym.make's own or the env's (it named neither)
+    ("ppo", {"id": "CartPole-v1", "kwargs": {"max_episode_step": 100}},
+     ("spec.env.kwargs: 'CartPole-v1' refused them: TypeError: CartPoleVectorEnv.__init__() got an unexpected keyword"
+     " argument 'max_episode_step'; did you mean 'max_episode_steps'?")),
+    ("ppo", {"id": "MountainCarContinuous-v0", "kwargs": {"goal_velocty": 0.1}},
+     ("spec.env.kwargs: 'MountainCarContinuous-v0' refused them: TypeError: Continuous_MountainCarEnv.__init__() got an"
+     " unexpected keyword argument 'goal_velocty' was raised from the environment creator for MountainCarContinuous-v0"
+     " with kwargs ({'goal_velocty': 0.1}); did you mean 'goal_velocity'?")),
 ])
 def test_validate_names_what_the_trainer_would_refuse_at_start(tmp_path, capsys, algorithm, env, line):
     code, err = validate(tmp_path, capsys, make_job("j").minimal().algorithm(algorithm).replace(env=env))

@@ -115,6 +115,35 @@ NOT_HERE = (gym.error.DependencyNotInstalled, gym.error.NamespaceNotFound, Impor
 MAX_MADE_KWARGS_BYTES = 4096
 
 
+# What gym.make and make_vec take themselves, beside the env's own arguments
+MAKE_KWARGS = ("max_episode_steps", "render_mode", "disable_env_checker", "autoreset")
+
+
+def kwarg_hint(env_id: str, error: Exception) -> str:
+    """`; did you mean 'max_episode_steps'?` when `error` is an env refusing a keyword argument
+    (`max_episode_step`) close to one it or gymnasium takes; else ''."""
+    import difflib
+    import inspect
+    import re
+
+    from gymnasium.envs.registration import load_env_creator
+
+    found = re.search(r"unexpected keyword argument '([^']{1,100})'", str(error)) if isinstance(error, TypeError) else None
+    spec = gym.registry.get(env_id)
+    if found is None or spec is None:
+        return ""
+    names = set(MAKE_KWARGS) | set(spec.kwargs)
+    for entry in (spec.entry_point, spec.vector_entry_point):
+        try:
+            creator = load_env_creator(entry) if isinstance(entry, str) else entry
+            names |= set(inspect.signature(creator).parameters) if creator is not None else set()
+        except (ImportError, AttributeError, ValueError, TypeError):  # nothing to offer from this one
+            continue
+    names -= {"self", "num_envs", "args", "kwargs"}
+    close = difflib.get_close_matches(found.group(1), sorted(names), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: str = "auto", policy: str = "auto",
                 normalize_observation: bool = False) -> Problem | None:
     """What `kuberl validate` can tell of spec.env by making the env here, as the trainer makes it (one
@@ -136,7 +165,8 @@ def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: st
     except NOT_HERE:
         return None
     except Exception as e:  # noqa: BLE001 - whatever the env raises from these kwargs, the trainer would meet it too
-        return Problem(field, f"{env_id!r} refused {'them' if kwargs else 'to be made'}: {type(e).__name__}: {e}")
+        return Problem(field, f"{env_id!r} refused {'them' if kwargs else 'to be made'}: {type(e).__name__}: {e}"
+                              + kwarg_hint(env_id, e))
     try:
         observation = envs.single_observation_space
         problem = spaces_problem(observation, envs.single_action_space, algorithm)
