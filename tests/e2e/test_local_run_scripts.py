@@ -480,3 +480,17 @@ def test_kueues_suspended_trainjob_is_refused_here_and_runs_once_unsuspended(tmp
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     for rank in range(3):
         assert "Step 10/10\nTraining complete" in pod_log(tmp_path / "runs" / "kueue-example", rank)
+
+
+def test_kubeflow_trainers_runtime_patches_example_runs_a_process_per_cpu_of_its_resources(tmp_path):
+    """kubeflow/trainer examples/yaml/02-runtime-patches.yaml beside its runtime: resourcesPerNode requests 2 CPUs and
+    names no GPU, so Trainer's torch plugin set PET_NPROC_PER_NODE=2 (torch.go); its runtimePatches (a ServiceAccount,
+    a nodeSelector, a toleration) and CUSTOM_VAR reach the pods, and 2 nodes x 2 processes meet as one world of 4."""
+    (tmp_path / "job.yaml").write_text(f"{(UPSTREAM / 'trainer' / 'runtime_torch_distributed.yaml').read_text()}\n---\n"
+                                       f"{(UPSTREAM / 'trainer' / '02-runtime-patches.yaml').read_text()}")
+    done = subprocess.run([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
+                          text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    logs = [pod_log(tmp_path / "runs" / "runtime-patches-example", node) for node in range(2)]  # two children's lines each
+    assert [sorted(re.findall(r"^RANK: (\d)$", log, re.MULTILINE)) for log in logs] == [["0", "1"], ["2", "3"]], done.stdout[-3000:]
+    assert all(log.count("WORLD_SIZE: 4\n") == log.count("CUSTOM_VAR: custom-value\n") == 2 for log in logs), logs
