@@ -138,3 +138,30 @@ def test_a_run_that_starts_runs_on_the_port_it_said_it_moved_to(tmp_path, capsys
     (job, spec), = started
     assert job.spec.rendezvous.port == spec.rendezvous.port != JobSpec().rendezvous.port
     assert f"using {spec.rendezvous.port}" in capsys.readouterr().out
+
+
+def test_resume_onto_another_env_is_refused_before_the_run_is_touched(tmp_path, capsys, monkeypatch):
+    """`kuberl run acrobot.yaml --set env.id=CartPole-v1 --resume` said "resuming … from ckpt-…56.pt", started the
+    pods, whose trainer refused every checkpoint (trained on Acrobot-v1) and failed NoUsableCheckpoint; and the
+    run's job.yaml and fingerprint were CartPole's from then on, so the plain rerun of acrobot.yaml started a fresh
+    run beside its own stopped one, and `kuberl eval` refused the run's checkpoints."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "runs" / "cartpole"
+    old = make_job("cartpole").env("Acrobot-v1")
+    finished_run(run, fingerprint.learned_values(old.spec()), "Suspended")
+    (run / "job.yaml").write_text(yaml.safe_dump(old.obj()))
+    uid = "00000000-0000-4000-8000-000000000001"
+    (run / "uid").write_text(uid + "\n")
+    (run / "checkpoints" / f"cartpole-{uid}").mkdir(parents=True)
+    (run / "checkpoints" / f"cartpole-{uid}" / "ckpt-0000000056.pt").write_bytes(b"x")
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(make_job("cartpole").env("CartPole-v1").obj()))
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert main(["run", "job.yaml", "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert ("--resume cannot continue runs/cartpole: its checkpoints were trained with env.id \"Acrobot-v1\", and the"
+            " trainer refuses them for \"CartPole-v1\"") in err, err
+    assert "checkpoint.whenNoneUsable=StartOver" in err and "without --resume" in err
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before  # nothing rewritten, no pod started
+    # asked to start over, it resumes the run (the trainer moves the checkpoints aside): kuberl run says nothing
+    choice = choose_run("runs", "cartpole", learned(), resume=True, start_over=True)
+    assert choice.refused is None and choice.run_dir == str(run)

@@ -25,6 +25,7 @@ import contextlib
 import copy
 import difflib
 import fcntl
+import glob
 import hashlib
 import ipaddress
 import itertools
@@ -1005,6 +1006,27 @@ class RunChoice:
     run_dir: str
     note: str | None = None  # what the user should be told about the choice
     succeeded: bool = False  # the run already succeeded with this very spec: nothing to train
+    refused: str | None = None  # why --resume cannot continue it: nothing is to be written or started
+
+
+# What a checkpoint records as trained_as (kuberl_trainer.session.trained_as), as paths of the learned fields: a resume
+# whose spec changes one of them meets a trainer that refuses every checkpoint of the run
+TRAINED_AS_PATHS = ("algorithm", "env.id", "ppo.normalizeObservation")
+
+
+def resume_refusal(run_dir: str, changes: list[tuple[str, Any, Any]]) -> str | None:
+    """Why `--resume` cannot continue `run_dir` with a spec whose learned fields changed so (None: it can): the
+    trainer refuses a checkpoint trained on another env or algorithm, or with observation normalisation switched,
+    and with checkpoint.whenNoneUsable: Fail the run fails once its pods start, its job.yaml already rewritten."""
+    meaning = [(path, a, b) for path, a, b in changes if path in TRAINED_AS_PATHS]
+    if not meaning or not glob.glob(os.path.join(glob.escape(run_dir), "checkpoints", "*", "ckpt-*.pt")):
+        return None
+    path, was, now = meaning[0]
+    return (f"--resume cannot continue {shown(run_dir)}: its checkpoints were trained with {path} {json.dumps(was)},"
+            f" and the trainer refuses them for {json.dumps(now)} (a checkpoint trained on another env or algorithm,"
+            " or with observation normalisation switched, is never resumed). Run without --resume to start a fresh"
+            " run beside it, or add --set checkpoint.whenNoneUsable=StartOver to train this one from zero (its"
+            " checkpoints moved into unreadable/)")
 
 
 def recorded_learned_values(run_dir: str) -> dict | None:
@@ -1034,7 +1056,7 @@ def run_phase(run_dir: str) -> str | None:
     return None
 
 
-def choose_run(base: str, name: str, learned: dict, resume: bool = False) -> RunChoice:
+def choose_run(base: str, name: str, learned: dict, resume: bool = False, start_over: bool = False) -> RunChoice:
     """Where this run of job `name` lives. The run of the same learned fields (`kuberl.core.fingerprint`)
     resumes, or, when it already succeeded, is not trained again. A spec that learns something else
     starts a fresh run beside the others (runs/<job>.<fingerprint>: a dot is in no job's name), and
@@ -1058,6 +1080,8 @@ def choose_run(base: str, name: str, learned: dict, resume: bool = False) -> Run
     latest = max(runs, key=lambda d: os.path.getmtime(os.path.join(d, "status.json")) if os.path.exists(os.path.join(d, "status.json")) else 0)
     old = recorded[latest]
     changes = fingerprint.describe_changes(fingerprint.changed_fields(old, learned)) if old is not None else "its spec was not recorded"
+    if resume and old is not None and not start_over and (refused := resume_refusal(latest, fingerprint.changed_fields(old, learned))):
+        return RunChoice(latest, refused=refused)
     if resume:
         return RunChoice(latest, note=f"resuming {shown(latest)} although what it learns changed (--resume): {changes}")
     fresh = f"{primary}.{wanted[:8]}"
@@ -1166,7 +1190,11 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
               " (in a cluster Kueue admits it, or you edit the job): --set runPolicy.suspend=false runs it", file=sys.stderr)
         return EXIT_CANNOT_RUN
     learned = fingerprint.learned_values(spec)
-    choice = choose_run(args.dir, job.name, learned, getattr(args, "resume", False))
+    choice = choose_run(args.dir, job.name, learned, getattr(args, "resume", False),
+                        start_over=spec.checkpoint.when_none_usable == "StartOver")
+    if choice.refused:
+        print(f"kuberl run: {choice.refused}", file=sys.stderr)
+        return 1
     run_dir = choice.run_dir  # absolute: pod roots must not depend on a cwd
     if choice.note:
         say(choice.note)
