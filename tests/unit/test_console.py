@@ -76,3 +76,15 @@ def test_a_closed_pipe_sends_the_rest_to_stderr_and_says_the_reader_is_gone():
         both.write(line)
         both.flush()
     assert both.reader_gone and both.stream.getvalue() == "first\n" and closed_stderr.getvalue() == "already read\n"
+
+
+def test_a_checkpoint_path_through_rank_0s_pod_root_is_shown_where_it_lies_here(tmp_path, monkeypatch):
+    """checkpoint.load_newest's "skipping checkpoint" names the path the trainer opened, under its pod's root
+    here (runs/job/pods/job-0/root/checkpoints/…, absolute), where the other lines say runs/job/checkpoints/…"""
+    monkeypatch.chdir(tmp_path)
+    pipe = io.StringIO()
+    console = Console(pipe, 3_000_000, str(tmp_path / "runs" / "job" / "checkpoints"))
+    rooted = tmp_path / "runs" / "job" / "pods" / "job-0" / "root" / "checkpoints" / "job-1234" / "ckpt-0000000056.pt"
+    console.write(f"[rank 0] skipping checkpoint {rooted}: trained on Acrobot-v1 with ppo\n")
+    console.close()
+    assert pipe.getvalue() == "[rank 0] skipping checkpoint runs/job/checkpoints/job-1234/ckpt-0000000056.pt: trained on Acrobot-v1 with ppo\n"

@@ -34,7 +34,11 @@ def _number(value: float | None) -> str:
 def with_host_paths(line: str, host_checkpoints: str) -> str:
     """`line` with the checkpoint volume's pod paths (/checkpoints/…) shown where they lie here."""
     mount = names.CHECKPOINT_MOUNT_DIR.rstrip("/") + "/"
-    return line.replace(" " + mount, " " + shown(host_checkpoints).rstrip("/") + "/")
+    here = shown(host_checkpoints).rstrip("/") + "/"
+    # the same volume as a rank opens it here, through its pod's root (runs/<job>/pods/<pod>/root/checkpoints/…)
+    pods = os.path.join(os.path.dirname(os.path.abspath(host_checkpoints)), "pods")
+    line = re.sub(re.escape(pods) + r"/[^/\s]+/root" + re.escape(mount), lambda _: here, line)
+    return line.replace(" " + mount, " " + here)
 
 
 class Console:
