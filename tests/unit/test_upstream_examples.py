@@ -173,6 +173,7 @@ CASES = [
     ("trainer/03-kueue-integration.yaml", [], trainer_env),
     ("trainer/04-volcano-integration.yaml", [], trainer_env),
     ("trainer/05-multi-step.yaml", [], trainer_env),
+    ("trainer/migration-guide_trainjob.yaml", [], trainer_env),
     ("trainer/runtime_torch_distributed.yaml+trainer/01-multi-node.yaml", [], trainer_env),
     ("jobset/pytorch_cnn-mnist.yaml", [], jobset_env),
     ("jobset/pytorch_resnet-cifar10.yaml", [], jobset_env),
@@ -226,7 +227,7 @@ def test_every_fixture_names_its_upstream_file_and_commit():
     assert len(files) >= 20
     for path in files:
         header = path.read_text().splitlines()[0]
-        assert re.fullmatch(r"# Copied verbatim from github\.com/[\w.-]+/[\w.-]+ at commit [0-9a-f]{40}, path \S+", header), path
+        assert re.fullmatch(r"# Copied verbatim from github\.com/[\w.-]+/[\w.-]+ at commit [0-9a-f]{40}, path \S+(, lines .*)?", header), path
     listed = {n for case in CASES + REFUSED for n in case[0].split("+")}
     assert listed == {str(p.relative_to(UPSTREAM)) for p in files}
 
@@ -323,3 +324,16 @@ def test_any_value_anywhere_in_an_upstream_example_converts_or_is_refused(name):
                 assert_any_junk_anywhere_is_converted_or_refused(runtime, beside)
         elif doc["kind"] in ("PyTorchJob", "JobSet"):
             assert_any_junk_anywhere_is_converted_or_refused(doc, convert_pytorchjob if doc["kind"] == "PyTorchJob" else convert_jobset)
+
+
+def test_a_trainjob_command_with_no_launcher_is_told_it_now_gets_world_size_and_rank(capsys):
+    """Trainer's migration guide turns training-operator's simple.yaml into a TrainJob of 2 nodes running
+    `python3 /opt/pytorch-mnist/mnist.py`, which calls init_process_group only when WORLD_SIZE > 1. Trainer's torch
+    plugin sets PET_* alone (torch.go), so each node trained alone; kuberl's WORLD_SIZE=2, RANK and MASTER_ADDR join
+    them, which convert said nothing of. A torchrun command, which sets them per child under both, is not told."""
+    code, _, err = convert(capsys, UPSTREAM / "trainer" / "migration-guide_trainjob.yaml", [])
+    assert code == 0
+    assert ("spec.trainer.command: starts no torch launcher: changed, Trainer gave its pods only the PET_* names" in err
+            and "now joins the 2 pods in one group" in err), err
+    code, _, err = convert(capsys, UPSTREAM / "trainer" / "02-runtime-patches.yaml", ["--image", "pytorch/pytorch:2.13.0"])
+    assert code == 0 and "starts no torch launcher" not in err

@@ -46,6 +46,7 @@ from .convert import (
     service_link_notes,
     short_repr,
     split_resources,
+    starts_processes,
     token_note,
     tpu_problem,
     trainer_env,
@@ -544,6 +545,12 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
         container["env"] = trainer_env(env, "spec.trainer.env", "spec.template.spec.containers[0].env",
                                         origins, notes, TRAINER_ENV)
     _completion_index(trainer, container, notes)
+    if isinstance(workers, int) and workers > 1 and (container.get("command") or container.get("args")) \
+            and not starts_processes(container.get("command"), container.get("args")):  # torchrun, tune run, accelerate
+        notes.append(Note("spec.trainer.command", f"starts no torch launcher: changed, Trainer gave its pods only the PET_*"
+                          " names (torch.go sets no WORLD_SIZE, RANK or MASTER_ADDR, which torchrun sets per child), so a"
+                          " script that reads those (init_process_group's env://) ran alone in each pod; kuberl sets them"
+                          f" in every pod (WORLD_SIZE {workers}), so such a script now joins the {workers} pods in one group"))
     # JobSet names the trainer's pods <trainjob>-node-0-<i> (one Indexed Job, replicated once), i its node rank
     named = re.compile(rf"(?<![A-Za-z0-9-]){re.escape(str(metadata.get('name', '')))}-node-0-([0-9]+)(?![0-9])")
     if metadata.get("name"):
