@@ -62,7 +62,7 @@ from ..core.lifecycle import ObservedPod, Rank0Progress
 from ..core.rank0metrics import Rank0Reading
 from ..core.render import Job, render_configmap, render_pod, render_service
 from ..core.rules import validate_job
-from ..core.spec import JobSpec
+from ..core.spec import ALGORITHM_BLOCKS, JobSpec
 from ..core.validation import InvalidJob, Problem, metadata_problems
 from ..core.validation import shown as shown_value
 from ..core.yamlreader import UnreadableSpec, load_documents
@@ -153,7 +153,7 @@ def spec_paths(model: type[BaseModel] = JobSpec, prefix: str = "") -> list[str]:
     return paths
 
 
-def override_problem(setting: str, key: str) -> Problem | None:
+def override_problem(setting: str, key: str, algorithm: str | None = None) -> Problem | None:
     """Why `--set key=…` names no field of the spec (None when it does, or reaches into a free-form map
     such as env.kwargs, which the spec does not type), with the paths it may have meant."""
     path = set_path(key)
@@ -168,6 +168,9 @@ def override_problem(setting: str, key: str) -> Problem | None:
             every = spec_paths()
             same_leaf = [p for p in every if p.rsplit(".", 1)[-1].lower() == part.lower() and p != wanted]
             close = same_leaf or difflib.get_close_matches(wanted, every, n=3, cutoff=0.6)
+            # a block of the other algorithm is refused for this job (a CEL rule): not a path to suggest
+            others = {block for name, (block, _) in ALGORITHM_BLOCKS.items() if algorithm in ALGORITHM_BLOCKS and name != algorithm}
+            close = [c for c in close if c.split(".", 1)[0] not in others] or close
             hint = f"; did you mean {' or '.join(f'--set {c}=…' for c in close)}?" if close else " (kuberl validate lists every field)"
             return Problem(f"--set {setting}", f"the spec has no field {'.'.join(parts[:i + 1])}{hint}")
         model = _model_of(fields[part])
@@ -176,14 +179,14 @@ def override_problem(setting: str, key: str) -> Problem | None:
     return None
 
 
-def check_overrides(settings: list[str]) -> None:
+def check_overrides(settings: list[str], algorithm: str | None = None) -> None:
     """Each `--set` is path=value and its path names a spec field (or a key in a map the spec leaves to the
     user, such as env.kwargs); else a BadOverride naming the flag and the paths it may have meant."""
     for setting in settings:
         key, sep, _ = setting.partition("=")
         if not sep or "" in key.split("."):  # `=3`, `ppo..x=1`, `ppo.=1`: no field has an empty name
             raise BadOverride([Problem(f"--set {setting}", "expected --set path=value, e.g. --set ppo.learningRate=0.001")])
-        if (problem := override_problem(setting, key)) is not None:
+        if (problem := override_problem(setting, key, algorithm)) is not None:
             raise BadOverride([problem])
 
 
@@ -1160,7 +1163,8 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
     try:
         document, configmaps = split_documents(docs, args.file)
         file_document = document
-        check_overrides(args.set)
+        spec_of = document.get("spec") if isinstance(document, Mapping) else None
+        check_overrides(args.set, spec_of.get("algorithm") if isinstance(spec_of, Mapping) else None)
         document = apply_overrides(document, args.workers, args.set)
         spec = checked_job(document, env_ids)
     except LocalRunError as e:
