@@ -462,12 +462,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = add_command("render", help="print every object the operator creates for a job, like helm template")
     add_files(p, many=True, directories=True)
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
-                   help="yaml (documents, each named in a comment) or json (one v1 List, as kubectl -o json)")
+                   help="yaml (documents, each named in a comment; the default) or json (one v1 List, as kubectl -o json)")
     p.add_argument("--namespace", "-n", default=None, help="as kubectl: the job's metadata.namespace, else 'default'")
     p.add_argument("--operator-namespace", default=DEFAULT_OPERATOR_NAMESPACE,
-                   help="the operator's namespace: its scrapes of rank 0 pass the job's NetworkPolicy")
+                   help="the operator's namespace: its scrapes of rank 0 pass the job's NetworkPolicy (default %(default)s)")
     p.add_argument("--monitoring-namespace", default=DEFAULT_MONITORING_NAMESPACE,
-                   help="Prometheus' namespace: its scrapes pass the NetworkPolicy ('' for none)")
+                   help="Prometheus' namespace: its scrapes pass the NetworkPolicy ('' for none; default %(default)s)")
     add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
     p.set_defaults(func=for_each_file(cmd_render))
     p = add_command("convert", help="print the RLTrainingJob for a Kubeflow PyTorchJob or TrainJob, or a JobSet; what changes goes to stderr")
@@ -483,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", action="store_true",
                    help="write a PNG learning curve into the run directory when done (kuberl plot -o puts one elsewhere)")
     p.add_argument("-v", "--verbose", action="store_true", help="also print each checkpoint rank 0 writes")
-    p.add_argument("--dir", default="runs", help="where runs keep checkpoints, logs and plots")
+    p.add_argument("--dir", default="runs", help="where runs keep checkpoints, logs and plots (default runs, in the directory you run from)")
     p.add_argument("--resume", action="store_true",
                    help="continue the job's latest run even if the spec now learns something else (e.g. a raised totalTimesteps);"
                         " by default such a spec starts a fresh run beside it")
@@ -524,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--health-path", type=url_path, default="/healthz", help="path of the liveness endpoint (default /healthz)")
     p.add_argument("--metrics-port", type=int, default=8081, help="port of the operator's Prometheus metrics (default 8081)")
     p.add_argument("--trainer-image", help="default trainer image (else $KUBERL_TRAINER_IMAGE, else the built-in default)")
-    p.add_argument("--listen-address", default="0.0.0.0", help="address of the health and metrics endpoints")
+    p.add_argument("--listen-address", default="0.0.0.0", help="address of the health and metrics endpoints (default %(default)s)")
     p.add_argument("--scrape-interval", type=positive(float),
                    help=f"seconds between scrapes of a running job's rank 0 (default {OperatorConfig.scrape_interval:g})")
     p.add_argument("--scrape-timeout", type=positive(float),
@@ -539,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="job reconciles running at once, bounding the operator's burst on the API server"
                         f" (default {OperatorConfig.max_concurrent_reconciles})")
     p.add_argument("--monitoring-namespace", default=DEFAULT_MONITORING_NAMESPACE,
-                   help="Prometheus' namespace, admitted to trainer metrics ports by each job's NetworkPolicy ('' for none)")
+                   help="Prometheus' namespace, admitted to trainer metrics ports by each job's NetworkPolicy ('' for none; default %(default)s)")
     add_pod_security(p, DEFAULT_LEVEL, "a job whose pods violate it fails, every offending field named")
     p.add_argument("--allowed-service-accounts", metavar="NAME[,NAME...]",
                    help="service accounts a job's pods may run as, refused like a Pod Security violation otherwise (default: any)")

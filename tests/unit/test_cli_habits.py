@@ -286,3 +286,18 @@ def test_validate_warns_that_the_api_server_sets_a_pods_priority_itself(tmp_path
         f"{tmp_path / 'urgent.yaml'}: urgent: warning: spec.template.spec.priority: the API server sets it from the pod's"
         " PriorityClass (0 with none and no global default) and refuses a pod whose priority differs (got 1000): leave it"
         " out and set spec.priorityClassName\n")
+
+
+def test_every_option_with_a_default_says_it_in_its_help():
+    """`kuberl run --help` said "--dir DIR  where runs keep checkpoints, logs and plots", and a user looked for runs/
+    wherever they had not run from; render's -o, namespaces and the operator's listen address were silent too."""
+    import argparse
+
+    from kuberl import cli
+
+    subcommands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    silent = [f"kuberl {name} {action.option_strings[-1]}" for name, parser in subcommands.choices.items()
+              for action in parser._actions
+              if action.option_strings and action.default not in (None, False, [], argparse.SUPPRESS)
+              and "default" not in (action.help or "")]
+    assert silent == []
