@@ -15,7 +15,7 @@ from kuberl.core.render import PLACEHOLDER_UID, render_job
 from kuberl.core.rules import validate_job
 from kuberl.core.validation import InvalidJob
 from kuberl.core.yamlreader import MAX_DOCUMENT_BYTES, load_documents
-from kuberl.tools.convert import NotConvertible, convert, to_yaml
+from kuberl.tools.convert import NotConvertible, convert, starts_processes, to_yaml
 
 IMAGE = "registry.example.com/ml/train:1.4"
 SECURITY = {"runAsUser": 1000}
@@ -188,7 +188,12 @@ def test_a_pytorchjob_converts_to_a_valid_job_and_notes_what_changed(doc, expect
     if isinstance(got.get("runPolicy"), dict):  # its successPolicy is checked below
         got["runPolicy"] = {k: v for k, v in got["runPolicy"].items() if k != "successPolicy"}
     assert got == expected
-    assert sorted(n.path for n in notes) == sorted(noted + ["spec.runPolicy.successPolicy"] * with_master), [str(n) for n in notes]
+    # without a Master training-operator set no WORLD_SIZE, RANK or MASTER_ADDR (envvar.go): a command that starts no
+    # launcher is told, on more than one pod, that kuberl's now join its pods
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    alone = not with_master and job["spec"]["workers"] > 1 and not starts_processes(trainer.get("command"), trainer.get("args"))
+    told = ["spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command"] * alone
+    assert sorted(n.path for n in notes) == sorted(noted + ["spec.runPolicy.successPolicy"] * with_master + told), [str(n) for n in notes]
     assert (job["spec"].get("runPolicy") or {}).get("successPolicy") == ("Worker0" if with_master else None)
     job["spec"]["template"]["spec"]["containers"][0]["command"].append("changed")
     assert doc == before, "the output shares nothing with the input"
@@ -412,7 +417,7 @@ def test_a_1mb_manifest_converts(tmp_path, capsys):
     path.write_text(to_yaml([doc]))
     assert 1_000_000 < path.stat().st_size < MAX_DOCUMENT_BYTES  # a megabyte, under the reader's 1.5 MiB bound
     code, out, err = run_cli(capsys, path)
-    assert (code, err) == (0, "")
+    assert code == 0 and [line for line in err.splitlines() if "starts no torch launcher" not in line] == [], err[:2000]
     (job,) = load_documents(out)
     assert job["spec"]["template"]["spec"]["containers"][0]["command"][2] == big_script(1_000_000)
 
@@ -818,3 +823,15 @@ def test_another_launchers_long_count_is_shown_shortened():
                                                                 resources=GPU), restart=None)))
     (note,) = [n for n in notes if "is given" in n.message]
     assert "999999999999… (5000 characters)" in note.message and len(note.message) < 400, note.message
+
+
+def test_a_worker_only_job_whose_command_starts_no_launcher_is_told_its_pods_now_join():
+    """training-operator's envvar.go sets WORLD_SIZE, RANK, MASTER_ADDR and MASTER_PORT only beside a Master: Workers
+    alone running `python train.py` ran alone in each pod (or failed at env:// init); kuberl's env joins them."""
+    path = "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command"
+    _, notes = convert(pytorchjob(None, replica(3, restart=None), nprocPerNode="1"))
+    said = {n.path: n.message for n in notes}
+    assert "ran alone in each pod or failed" in said[path] and "(WORLD_SIZE 3), so it now joins the 3 pods" in said[path]
+    for quiet in (pytorchjob(replica(1), replica(2), nprocPerNode="1"), pytorchjob(None, replica(1, restart=None)),
+                  pytorchjob(None, replica(2, pytorch(command=TORCHRUN), restart=None), nprocPerNode="1")):
+        assert path not in {n.path for n in convert(quiet)[1]}

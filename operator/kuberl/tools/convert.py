@@ -1014,6 +1014,13 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
                                       f"{template_path}.spec.containers[{index}]", lifted.get("gpusPerWorker", 0),
                                       (procs, procs_path), procs_per_worker, notes, accel)
     origins["spec.procsPerWorker"] = procs_path
+    if MASTER not in replicas and workers > 1 and (container.get("command") or container.get("args")) \
+            and not starts_processes(container.get("command"), container.get("args")):
+        notes.append(Note(f"{template_path}.spec.containers[{index}].{'command' if container.get('command') else 'args'}",
+                          "starts no torch launcher: changed, a PyTorchJob without a Master gave its pods no WORLD_SIZE,"
+                          " RANK, MASTER_ADDR or MASTER_PORT (envvar.go sets them beside a Master only), so a script that"
+                          " reads them (init_process_group's env://) ran alone in each pod or failed; kuberl sets them in"
+                          f" every pod (WORLD_SIZE {workers * (procs or 1)}), so it now joins the {workers} pods in one group"))
     if procs_per_worker is None:
         note_own_launcher_count(container.get("command"), container.get("args"), procs, lifted.get("gpusPerWorker", 0),
                                 f"{template_path}.spec.containers[{index}]", notes)
