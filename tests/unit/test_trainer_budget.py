@@ -84,6 +84,9 @@ def test_buffers_that_fit_are_made_as_before():
     # refused by the constructor's own checks on the values (kuberl validate said so; the rank crashed, retried)
     ("FrozenLake-v1", {"map_name": "5x5"}, "spec.env.kwargs: 'FrozenLake-v1' refused them: KeyError: '5x5'"),
     ("FrozenLake-v1", {"desc": ["SF", "FFG"]}, "spec.env.kwargs: 'FrozenLake-v1' refused them: ValueError: setting an array"),  # rows unequal
+    # a first class of one's own that sets no spaces: gymnasium's checker refuses it, and every restart would too
+    # (the rank crashed with a traceback, restarted backoffLimit times and the run ended 'stopped … starts over')
+    ("gymnasium:Env", {}, "spec.env.id: 'gymnasium:Env' refused to be made: AttributeError: The environment must specify an action space"),
 ])
 def test_an_env_that_cannot_be_made_names_the_field(env_id, kwargs, expected):
     from kuberl_trainer import envs

@@ -111,9 +111,9 @@ def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: s
             envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.PassiveEnvChecker(target(**kwargs))] * num_envs)
     except (gym.error.DependencyNotInstalled, ImportError) as e:  # ImportError: HalfCheetah-v2's entry point, moved out of gymnasium
         raise UnknownEnv(f"spec.env.id: {env_id!r} needs a package the trainer image lacks: {e}") from e
-    except (TypeError, gym.error.Error, *REFUSED_VALUES) as e:
+    except (TypeError, gym.error.Error, AttributeError, *REFUSED_VALUES) as e:  # AttributeError: a class with no spaces
         field = "spec.env.kwargs" if kwargs else "spec.env.id"
-        said = f"{type(e).__name__}: {e}" if isinstance(e, REFUSED_VALUES) else str(e)  # KeyError's own words: '5x5'
+        said = f"{type(e).__name__}: {e}" if isinstance(e, (AttributeError, *REFUSED_VALUES)) else str(e)  # KeyError's own words: '5x5'
         raise UnknownEnv(f"{field}: {env_id!r} refused {'them' if kwargs else 'to be made'}: {said}") from e
     mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
     if mode != gym.vector.AutoresetMode.NEXT_STEP:
