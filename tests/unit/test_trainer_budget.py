@@ -139,6 +139,26 @@ def test_a_user_env_failing_its_first_reset_names_the_id_and_other_errors_pass_t
         envs.make_envs("firstreset:Flaky", 1).reset(seed=1)
 
 
+def test_a_user_env_whose_observation_is_not_its_space_says_both_shapes(tmp_path, monkeypatch):
+    """A first custom env declaring Box((3,)) and returning 2 numbers failed "ValueError: Output array is the wrong
+    shape", numpy's words for the vector env's copy, which named neither shape."""
+    from kuberl_trainer import envs
+
+    (tmp_path / "misshapen.py").write_text(
+        "import gymnasium as gym, numpy as np\n"
+        "class Short(gym.Env):\n"
+        "    observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)\n"
+        "    action_space = gym.spaces.Discrete(2)\n"
+        "    def reset(self, seed=None, options=None):\n"
+        "        return np.zeros(2, np.float32), {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(envs.UnknownEnv) as refused:
+        envs.make_envs("misshapen:Short", 2).reset(seed=1)
+    assert str(refused.value).startswith("spec.env.id: 'misshapen:Short' failed its first reset: ValueError: "), refused.value
+    assert str(refused.value).endswith("(its reset returned an observation of shape (2,); its observation_space is"
+                                       " Box(-1.0, 1.0, (3,), float32))"), refused.value
+
+
 def test_after_its_first_step_an_env_is_unguarded_and_its_state_still_plain_data():
     from kuberl_trainer import envs
 

@@ -137,7 +137,21 @@ def guard_first_step(envs: gym.vector.VectorEnv, env_id: str, kwargs: dict) -> N
     reset, step = envs.reset, envs.step
 
     def refused(call: str, e: Exception) -> UnknownEnv:
-        return UnknownEnv(f"{field}: {env_id!r} failed its first {call}: {type(e).__name__}: {e}")
+        return UnknownEnv(f"{field}: {env_id!r} failed its first {call}: {type(e).__name__}: {e}{misshapen(call, e)}")
+
+    def misshapen(call: str, e: Exception) -> str:
+        """What numpy's "Output array is the wrong shape" meant: a user's env whose reset returns an observation
+        its observation_space does not describe (the vector env copies it into an array of the space's shape)."""
+        if call != "reset" or not isinstance(e, ValueError) or not getattr(envs, "envs", None):
+            return ""
+        try:
+            obs, _ = envs.envs[0].reset(seed=0)
+        except Exception:  # noqa: BLE001 — the reset's own failure is already said
+            return ""
+        declared = getattr(envs.single_observation_space, "shape", None)
+        if declared is None or np.shape(obs) == tuple(declared):
+            return ""
+        return f" (its reset returned an observation of shape {np.shape(obs)}; its observation_space is {envs.single_observation_space})"
 
     def guarded_reset(*args, **kw):
         try:
