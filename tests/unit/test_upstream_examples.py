@@ -337,3 +337,15 @@ def test_a_trainjob_command_with_no_launcher_is_told_it_now_gets_world_size_and_
             and "now joins the 2 pods in one group" in err), err
     code, _, err = convert(capsys, UPSTREAM / "trainer" / "02-runtime-patches.yaml", ["--image", "pytorch/pytorch:2.13.0"])
     assert code == 0 and "starts no torch launcher" not in err
+
+
+def test_a_jobset_command_with_no_launcher_and_no_rank_of_its_own_is_told_its_pods_now_join(capsys):
+    """JobSet's ttl-after-finished runs `sleep 100s` on 4 Indexed pods whose template writes no WORLD_SIZE or RANK:
+    JobSet sets none, so a script there that read them ran alone in each pod; kuberl's env joins the 4. cnn-mnist
+    writes its own RANK and starts torchrun: not told."""
+    code, _, err = convert(capsys, UPSTREAM / "jobset" / "simple_ttl-after-finished.yaml", [])
+    assert code == 0
+    assert ("spec.replicatedJobs[0].template.spec.template.spec.containers[0].command: starts no torch launcher: changed,"
+            " the JobSet's pods had no WORLD_SIZE, RANK or MASTER_ADDR") in err and "now joins the 4 pods" in err, err
+    code, _, err = convert(capsys, UPSTREAM / "jobset" / "pytorch_cnn-mnist.yaml", [])
+    assert code == 0 and "starts no torch launcher" not in err

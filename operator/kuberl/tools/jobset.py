@@ -226,6 +226,20 @@ def _nnodes_note(container: dict, path: str, workers: int, notes: list[Note]) ->
                       f" torchrun reads, so the pods form one world of {workers} nodes meeting at worker 0"))
 
 
+def _joined_note(container: dict, path: str, workers: int, procs: int | None, notes: list[Note]) -> None:
+    """A command with no launcher and no WORLD_SIZE or RANK of the container's own: JobSet set none (nor did the Job
+    controller, beside JOB_COMPLETION_INDEX), so a script that reads them ran alone in each pod; kuberl's join them."""
+    command, args = container.get("command"), container.get("args")
+    env = container.get("env") if isinstance(container.get("env"), list) else []
+    own = {v.get("name") for v in env if isinstance(v, dict) and isinstance(v.get("name"), str)}
+    if workers < 2 or not (command or args) or starts_processes(command, args) or own & {contract.ENV_WORLD_SIZE, contract.ENV_RANK}:
+        return
+    notes.append(Note(f"{path}.{'command' if command else 'args'}", "starts no torch launcher: changed, the JobSet's pods had"
+                      " no WORLD_SIZE, RANK or MASTER_ADDR but what their template wrote (here neither WORLD_SIZE nor RANK),"
+                      " so a script that reads them (init_process_group's env://) ran alone in each pod or failed; kuberl"
+                      f" sets them in every pod (WORLD_SIZE {workers * (procs or 1)}), so it now joins the {workers} pods in one group"))
+
+
 def _rendezvous_port(container: dict, path: str, notes: list[Note]) -> tuple[int | None, str]:
     """The container's own literal PET_MASTER_PORT (torchrun's flag, which wins), else MASTER_PORT (JobSet sets
     neither): where its torchrun met, now spec.rendezvous.port."""
@@ -457,6 +471,7 @@ def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[di
     origins["spec.workers"] = f"{job_path}.parallelism" if jobs == 1 else f"{base}.replicas"
     procs, procs_path = _procs(original, container_path, lifted.get("gpusPerWorker", 0), procs_per_worker, notes)
     _nnodes_note(original, container_path, jobs * pods, notes)
+    _joined_note(original, container_path, jobs * pods, procs, notes)
     if procs is not None:
         out["procsPerWorker"] = procs
     origins["spec.procsPerWorker"] = procs_path
