@@ -305,3 +305,18 @@ def test_kuberl_validate_says_the_misindented_line_and_its_mapping(tmp_path):
     assert (result.returncode, result.stderr) == (1, (f"{tmp_path / 'job.yaml'}: line 12, column 4: did not find expected key"
                                                      " (in the block mapping from line 7, column 3: is this line indented as"
                                                      " its entries are?)\n"))
+
+
+def test_spec_fields_written_at_the_top_are_named_as_spec_fields_and_missing_headers_say_what_to_write():
+    """An SB3 user's first job file, `algorithm: ppo`, `env: …`, `totalTimesteps: …` with no header, was told
+    "algorithm: unknown field (an RLTrainingJob has apiVersion, kind, metadata, spec)" and "apiVersion: expected
+    'kuberl.dev/v1alpha1' (got None)"."""
+    with pytest.raises(InvalidJob) as refused:
+        validate_job({"metadata": {"name": "j"}, "algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "foo": 1})
+    said = {p.path: p.message for p in refused.value.problems}
+    assert said["apiVersion"] == "required field is missing (write apiVersion: kuberl.dev/v1alpha1)"
+    assert said["kind"] == "required field is missing (write kind: RLTrainingJob)"
+    assert said["algorithm"] == said["env"] == said["totalTimesteps"] == "a field of spec, not of the document: indent it under spec:"
+    assert said["foo"] == "unknown field (an RLTrainingJob has apiVersion, kind, metadata, spec)"
+    with pytest.raises(InvalidJob, match=r"expected 'RLTrainingJob' \(got 'PyTorchJob'\)"):  # a wrong value keeps its words
+        validate_job({**make_job("j").obj(), "kind": "PyTorchJob"})

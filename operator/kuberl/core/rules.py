@@ -545,11 +545,14 @@ def validate_job(job: Any, env_ids: Collection[str] | None = None) -> JobSpec:
     if not isinstance(job, dict):
         raise InvalidJob([Problem("(document)", f"expected a YAML mapping (got {shown(job)})")])
     problems: list[Problem] = []
-    if job.get("apiVersion") != names.API_VERSION:
-        problems.append(Problem("apiVersion", f"expected {names.API_VERSION!r} (got {job.get('apiVersion')!r})"))
-    if job.get("kind") != names.KIND:
-        problems.append(Problem("kind", f"expected {names.KIND!r} (got {job.get('kind')!r})"))
-    problems += [Problem(str(key), "unknown field (an RLTrainingJob has apiVersion, kind, metadata, spec)")
+    for field, expected in (("apiVersion", names.API_VERSION), ("kind", names.KIND)):
+        if field not in job:
+            problems.append(Problem(field, f"required field is missing (write {field}: {expected})"))
+        elif job[field] != expected:
+            problems.append(Problem(field, f"expected {expected!r} (got {job[field]!r})"))
+    spec_fields = {field.alias or name for name, field in JobSpec.model_fields.items()}
+    problems += [Problem(str(key), "a field of spec, not of the document: indent it under spec:" if key in spec_fields
+                         else "unknown field (an RLTrainingJob has apiVersion, kind, metadata, spec)")
                  for key in job if key not in DOCUMENT_FIELDS]
     metadata = job.get("metadata") or {}
     if isinstance(metadata, dict):
