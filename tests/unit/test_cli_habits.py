@@ -301,3 +301,14 @@ def test_every_option_with_a_default_says_it_in_its_help():
               if action.option_strings and action.default not in (None, False, [], argparse.SUPPRESS)
               and "default" not in (action.help or "")]
     assert silent == []
+
+
+def test_a_set_misspelling_a_block_on_the_way_to_a_key_suggests_the_whole_path(tmp_path):
+    """`--set env.kwarg.max_episode_steps=100` said "the spec has no field env.kwarg (kuberl validate lists every
+    field)": no suggestion (the whole path is too long for a close match), and kuberl validate lists no fields."""
+    from kuberl.local.runner import override_problem
+
+    problem = override_problem("env.kwarg.max_episode_steps=100", "env.kwarg.max_episode_steps", "ppo")
+    assert problem.message == "the spec has no field env.kwarg; did you mean --set env.kwargs.max_episode_steps=…?"
+    nothing_like = override_problem("zzz=1", "zzz", "ppo")
+    assert nothing_like.message == "the spec has no field zzz (docs/spec-reference.md lists every field)"

@@ -168,10 +168,13 @@ def override_problem(setting: str, key: str, algorithm: str | None = None) -> Pr
             every = spec_paths()
             same_leaf = [p for p in every if p.rsplit(".", 1)[-1].lower() == part.lower() and p != wanted]
             close = same_leaf or difflib.get_close_matches(wanted, every, n=3, cutoff=0.6)
+            if not close and i + 1 < len(parts):  # env.kwarg.max_episode_steps: the misspelt part, the rest kept
+                rest = ".".join(parts[i + 1:])
+                close = [f"{c}.{rest}" for c in difflib.get_close_matches(".".join(parts[:i + 1]), every, n=3, cutoff=0.6)]
             # a block of the other algorithm is refused for this job (a CEL rule): not a path to suggest
             others = {block for name, (block, _) in ALGORITHM_BLOCKS.items() if algorithm in ALGORITHM_BLOCKS and name != algorithm}
             close = [c for c in close if c.split(".", 1)[0] not in others] or close
-            hint = f"; did you mean {' or '.join(f'--set {c}=…' for c in close)}?" if close else " (kuberl validate lists every field)"
+            hint = f"; did you mean {' or '.join(f'--set {c}=…' for c in close)}?" if close else " (docs/spec-reference.md lists every field)"
             return Problem(f"--set {setting}", f"the spec has no field {'.'.join(parts[:i + 1])}{hint}")
         model = _model_of(fields[part])
         if model is None:
