@@ -18,20 +18,21 @@ from kuberl.tools.jobset import convert_jobset
 
 POD = "spec.replicatedJobs[0].template.spec.template.spec"
 TRAINER = f"{POD}.containers[0]"
-# kubernetes-sigs/jobset site/static/examples/pytorch/cnn-mnist/mnist.yaml, as published
-MNIST = {
-    "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "pytorch"},
-    "spec": {"replicatedJobs": [{"name": "workers", "template": {"spec": {
+# kuberl's own JobSet in the shape of JobSet's PyTorch examples (not a copy of one): four Indexed pods of one
+# replicated Job, each starting torchrun with MASTER_ADDR, MASTER_PORT and RANK written in its own env
+DDP_GANG = {
+    "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "ddp-gang"},
+    "spec": {"replicatedJobs": [{"name": "trainers", "template": {"spec": {
         "parallelism": 4, "completions": 4, "backoffLimit": 0, "template": {"spec": {"containers": [{
-            "name": "pytorch", "image": "gcr.io/k8s-staging-jobset/pytorch-mnist:latest",
-            "ports": [{"containerPort": 3389}],
-            "env": [{"name": "MASTER_ADDR", "value": "pytorch-workers-0-0.pytorch"},
-                    {"name": "MASTER_PORT", "value": "3389"},
+            "name": "pytorch", "image": "registry.example.com/ml/ddp-train:1.0",
+            "ports": [{"containerPort": 29400}],
+            "env": [{"name": "MASTER_ADDR", "value": "ddp-gang-trainers-0-0.ddp-gang"},
+                    {"name": "MASTER_PORT", "value": "29400"},
                     {"name": "RANK", "valueFrom": {"fieldRef": {
                         "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
                     {"name": "PYTHONUNBUFFERED", "value": "0"}],
-            "command": ["bash", "-xc", ("torchrun --rdzv_id=123 --nnodes=4 --nproc_per_node=1 --master_addr=$MASTER_ADDR"
-                                        " --master_port=$MASTER_PORT --node_rank=$RANK mnist.py --epochs=1 --log-interval=1  ")]}]}}}}}]},
+            "command": ["bash", "-xc", ("torchrun --nnodes=4 --nproc_per_node=1 --master_addr=$MASTER_ADDR"
+                                        " --master_port=$MASTER_PORT --node_rank=$RANK train.py --epochs 1  ")]}]}}}}}]},
 }
 
 
@@ -46,34 +47,34 @@ def jobset(container: dict | None = None, jobs: int | None = None, pods: int = 2
             "spec": {"replicatedJobs": [replicated], **spec}}
 
 
-def test_jobsets_pytorch_example_converts_to_the_same_gang():
-    before = copy.deepcopy(MNIST)
-    job, notes = convert_jobset(MNIST)
-    assert MNIST == before
+def test_a_jobset_shaped_as_jobsets_pytorch_examples_converts_to_the_same_gang():
+    before = copy.deepcopy(DDP_GANG)
+    job, notes = convert_jobset(DDP_GANG)
+    assert DDP_GANG == before
     validate_job(job)
     spec = job["spec"]
-    assert (spec["workers"], spec["procsPerWorker"], spec["rendezvous"], spec["runPolicy"]) == (4, 1, {"port": 3389}, {"backoffLimit": 0})
+    assert (spec["workers"], spec["procsPerWorker"], spec["rendezvous"], spec["runPolicy"]) == (4, 1, {"port": 29400}, {"backoffLimit": 0})
     (trainer,) = spec["template"]["spec"]["containers"]
     assert trainer["env"] == [{"name": "PYTHONUNBUFFERED", "value": "0"},  # kuberl gives MASTER_ADDR, MASTER_PORT and RANK
                               {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kuberl.dev/rank']"}}}]
-    assert trainer["command"] == MNIST["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert trainer["command"] == DDP_GANG["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["command"]
     said = {n.path: n.message for n in notes}
     assert "to the same value (worker 0's address" in said[f"{TRAINER}.env[0]"]
-    assert "MASTER_PORT=3389 is now spec.rendezvous.port" in said[f"{TRAINER}.env[1]"]
+    assert "MASTER_PORT=29400 is now spec.rendezvous.port" in said[f"{TRAINER}.env[1]"]
     assert "to the same value (the pod's rank)" in said[f"{TRAINER}.env[2]"]
     assert "first failed Job" in said["spec.failurePolicy"]
-    env = {e["name"]: e.get("value") for e in render_pod(Job("pytorch", validate_job(job)), "default", PLACEHOLDER_UID, 3)
+    env = {e["name"]: e.get("value") for e in render_pod(Job("ddp-gang", validate_job(job)), "default", PLACEHOLDER_UID, 3)
            ["spec"]["containers"][0]["env"]}
-    assert (env["MASTER_ADDR"].split(".")[:2], env["MASTER_PORT"], env["RANK"], env["WORLD_SIZE"]) == (["pytorch-0", "pytorch"], "3389", "3", "4")
+    assert (env["MASTER_ADDR"].split(".")[:2], env["MASTER_PORT"], env["RANK"], env["WORLD_SIZE"]) == (["ddp-gang-0", "ddp-gang"], "29400", "3", "4")
 
 
 def test_a_jobset_runs_as_the_rltrainingjob_convert_prints(tmp_path, capsys):
     path = tmp_path / "jobset.yaml"
-    path.write_text(to_yaml([MNIST]))
+    path.write_text(to_yaml([DDP_GANG]))
     assert cli.main(["convert", str(path)]) == 0
     out, err = capsys.readouterr()
     (job,) = load_documents(out)
-    assert job == convert_jobset(MNIST)[0]
+    assert job == convert_jobset(DDP_GANG)[0]
     assert "left out" not in err
     assert cli.main(["validate", str(path)]) == 0
 
@@ -167,7 +168,7 @@ def test_what_a_gang_cannot_honour_is_refused_at_the_jobsets_field(doc, path, wo
 
 
 def test_any_value_anywhere_in_a_jobset_converts_or_is_refused():
-    assert_any_junk_anywhere_is_converted_or_refused(MNIST, convert_jobset)
+    assert_any_junk_anywhere_is_converted_or_refused(DDP_GANG, convert_jobset)
 
 
 def test_any_value_anywhere_in_a_jobsets_policies_converts_or_is_refused():
@@ -209,9 +210,9 @@ def test_a_command_that_reads_the_completion_index_gets_it_from_the_rank():
 def test_an_exported_jobset_says_nothing_of_jobsets_own_defaults():
     """`kubectl get jobset -o yaml` carries what JobSet's webhook defaulted (AnyOrder, Recreate, DNS hostnames,
     success of All): kuberl's own behaviour, so no line each, while a choice of the user's is still said."""
-    doc = copy.deepcopy(MNIST)
+    doc = copy.deepcopy(DDP_GANG)
     doc["spec"] |= {"network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-                    "startupPolicy": {"startupPolicyOrder": "AnyOrder"}, "successPolicy": {"operator": "All", "targetReplicatedJobs": ["workers"]},
+                    "startupPolicy": {"startupPolicyOrder": "AnyOrder"}, "successPolicy": {"operator": "All", "targetReplicatedJobs": ["trainers"]},
                     "failurePolicy": {"maxRestarts": 2, "restartStrategy": "Recreate"}}
     paths = {n.path for n in convert_jobset(doc)[1]}
     assert not {p for p in paths if p.startswith(("spec.network", "spec.startupPolicy", "spec.successPolicy", "spec.failurePolicy"))}, paths
