@@ -436,61 +436,65 @@ def test_each_pod_sees_its_own_share_of_the_callers_gpus_and_too_few_are_refused
             assert not (tmp_path / "short" / "gpus" / "logs").exists()
 
 
-UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
+PEERS = Path(__file__).resolve().parents[1] / "fixtures" / "peers"
 
 
-def test_kubeflow_trainers_multi_node_example_runs_as_published_beside_its_runtime(tmp_path):
-    """kubeflow/trainer examples/yaml/01-multi-node.yaml (`torchrun --no-python python3 -c` and a gloo group) in one
+def test_kubeflow_trainers_multi_node_example_runs_beside_its_runtime(tmp_path):
+    """A TrainJob in the shape of kubeflow/trainer's examples/yaml/01-multi-node.yaml (`torchrun --no-python python3 -c`
+    and a gloo group, tests/fixtures/peers) in one
     file with the torch-distributed ClusterTrainingRuntime it names, as `kubectl get -o yaml` gives it: the runtime
     gives the image, Trainer's one process per node (no resources), and the three nodes meet at worker 0."""
-    (tmp_path / "job.yaml").write_text(f"{(UPSTREAM / 'trainer' / 'runtime_torch_distributed.yaml').read_text()}\n---\n"
-                                       f"{(UPSTREAM / 'trainer' / '01-multi-node.yaml').read_text()}")
+    (tmp_path / "job.yaml").write_text(f"{(PEERS / 'trainer' / 'runtime_torch_distributed.yaml').read_text()}\n---\n"
+                                       f"{(PEERS / 'trainer' / '01-multi-node.yaml').read_text()}")
     done = subprocess.run([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
                           text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "sets PET_NPROC_PER_NODE to 1" in done.stderr, done.stderr
     for rank in range(3):
-        assert f"WORLD_SIZE: 3\nRANK: {rank}\nLOCAL_RANK: 0" in pod_log(tmp_path / "runs" / "multi-node-example", rank)
-    assert "multi-node-example succeeded: every worker exited 0" in done.stdout, done.stdout[-2000:]
+        assert f"WORLD_SIZE: 3\nRANK: {rank}\nLOCAL_RANK: 0" in pod_log(tmp_path / "runs" / "kr-three-nodes", rank)
+    assert "kr-three-nodes succeeded: every worker exited 0" in done.stdout, done.stdout[-2000:]
 
 
 def test_kubeflow_trainers_volcano_example_reads_its_node_rank_and_count(tmp_path):
-    """kubeflow/trainer examples/yaml/04-volcano-integration.yaml: a plain `python3 -c` that prints PET_NODE_RANK of
+    """A TrainJob in the shape of kubeflow/trainer's examples/yaml/04-volcano-integration.yaml: a plain `python3 -c`
+    that prints PET_NODE_RANK of
     PET_NNODES, which Trainer's torch plugin set (torch.go); the file's runtime gives the image."""
-    done = subprocess.run([*KUBERL, str(UPSTREAM / "trainer" / "04-volcano-integration.yaml"), "--dir", "runs"], cwd=tmp_path,
+    done = subprocess.run([*KUBERL, str(PEERS / "trainer" / "04-volcano-integration.yaml"), "--dir", "runs"], cwd=tmp_path,
                           env=CALLER_ENV, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     for rank in range(4):
-        log = pod_log(tmp_path / "runs" / "volcano-example", rank)
-        assert f"Node {rank}/4 started via Volcano gang scheduling" in log and f"Node {rank} training complete" in log, log
+        log = pod_log(tmp_path / "runs" / "kr-gang-four", rank)
+        assert f"node {rank} of 4 up" in log and f"node {rank} done" in log, log
 
 
 def test_kueues_suspended_trainjob_is_refused_here_and_runs_once_unsuspended(tmp_path):
-    """kubeflow/trainer examples/yaml/03-kueue-integration.yaml is created with suspend: true, for Kueue to admit.
+    """A TrainJob in the shape of kubeflow/trainer's examples/yaml/03-kueue-integration.yaml is created with
+    suspend: true, for Kueue to admit.
     Nothing here unsuspends it: kuberl run said 'job suspended: pods deleted' and then waited for ever; now it stops
     at once (exit 3, could not run here) naming the field, and `--set runPolicy.suspend=false` runs the three nodes."""
-    example = str(UPSTREAM / "trainer" / "03-kueue-integration.yaml")
+    example = str(PEERS / "trainer" / "03-kueue-integration.yaml")
     refused = subprocess.run([*KUBERL, example, "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
                              text=True, timeout=60, check=False)
     assert refused.returncode == 3, refused.stdout[-2000:] + refused.stderr[-2000:]
-    assert "kueue-example cannot run here: spec.runPolicy.suspend is true" in refused.stderr, refused.stderr
+    assert "kr-queued-three cannot run here: spec.runPolicy.suspend is true" in refused.stderr, refused.stderr
     assert not (tmp_path / "runs").exists()
     done = subprocess.run([*KUBERL, example, "--dir", "runs", "--set", "runPolicy.suspend=false"], cwd=tmp_path,
                           env=CALLER_ENV, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     for rank in range(3):
-        assert "Step 10/10\nTraining complete" in pod_log(tmp_path / "runs" / "kueue-example", rank)
+        assert "tick 5 of 5\nall ticks done" in pod_log(tmp_path / "runs" / "kr-queued-three", rank)
 
 
 def test_kubeflow_trainers_runtime_patches_example_runs_a_process_per_cpu_of_its_resources(tmp_path):
-    """kubeflow/trainer examples/yaml/02-runtime-patches.yaml beside its runtime: resourcesPerNode requests 2 CPUs and
+    """A TrainJob in the shape of kubeflow/trainer's examples/yaml/02-runtime-patches.yaml beside its runtime:
+    resourcesPerNode requests 2 CPUs and
     names no GPU, so Trainer's torch plugin set PET_NPROC_PER_NODE=2 (torch.go); its runtimePatches (a ServiceAccount,
-    a nodeSelector, a toleration) and CUSTOM_VAR reach the pods, and 2 nodes x 2 processes meet as one world of 4."""
-    (tmp_path / "job.yaml").write_text(f"{(UPSTREAM / 'trainer' / 'runtime_torch_distributed.yaml').read_text()}\n---\n"
-                                       f"{(UPSTREAM / 'trainer' / '02-runtime-patches.yaml').read_text()}")
+    a nodeSelector, a toleration) and KR_MARK reach the pods, and 2 nodes x 2 processes meet as one world of 4."""
+    (tmp_path / "job.yaml").write_text(f"{(PEERS / 'trainer' / 'runtime_torch_distributed.yaml').read_text()}\n---\n"
+                                       f"{(PEERS / 'trainer' / '02-runtime-patches.yaml').read_text()}")
     done = subprocess.run([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
                           text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    logs = [pod_log(tmp_path / "runs" / "runtime-patches-example", node) for node in range(2)]  # two children's lines each
+    logs = [pod_log(tmp_path / "runs" / "kr-patched-pair", node) for node in range(2)]  # two children's lines each
     assert [sorted(re.findall(r"^RANK: (\d)$", log, re.MULTILINE)) for log in logs] == [["0", "1"], ["2", "3"]], done.stdout[-3000:]
-    assert all(log.count("WORLD_SIZE: 4\n") == log.count("CUSTOM_VAR: custom-value\n") == 2 for log in logs), logs
+    assert all(log.count("WORLD_SIZE: 4\n") == log.count("KR_MARK: marked\n") == 2 for log in logs), logs
