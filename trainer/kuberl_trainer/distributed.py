@@ -9,7 +9,6 @@ one-worker jobs can share a machine. Every collective failure surfaces as
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import ipaddress
 import os
@@ -21,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
+import threadpoolctl
 import torch
 import torch.distributed as dist
 from kuberl.core import contract
@@ -168,44 +168,17 @@ def pin_threads(where: Placement, task_dir: str = "/proc/self/task") -> int:
     return where.threads
 
 
-def loaded_openblas(maps: str = "/proc/self/maps") -> list[str]:
-    """The OpenBLAS libraries this process has loaded (numpy's own, libscipy_openblas64_-*.so in numpy 2's
-    wheels), by path; none where /proc cannot say."""
-    try:
-        with open(maps) as f:
-            paths = {fields[5].strip() for fields in (line.split(None, 5) for line in f) if len(fields) == 6}
-    except OSError:
-        return []
-    return sorted(path for path in paths if "openblas" in os.path.basename(path).lower())
-
-
 def blas_threads(threads: int | None = None) -> dict[str, int]:
-    """numpy's BLAS threads, per OpenBLAS library loaded, after setting them to `threads` where given.
-    OpenBLAS sizes its pool from OMP_NUM_THREADS when numpy is imported: the pod's whole limit, not the
-    rank's share (placement's threads), so each rank of a 2-CPU pod of 2 processes split a (20, 256) by
-    (256, 256) product (DQN's greedy evaluation of 20 episodes) between two threads on its one core: 38 ms
-    a product instead of 0.04 ms on one thread (3.3 ms with the worker left on the other rank's core, before
-    pin_threads set every thread's slice; 2-core machine at load average 9). Its symbols carry the build's prefix and suffix (scipy_, 64_), as threadpoolctl looks them up."""
-    counts = {}
-    for path in loaded_openblas():
-        try:
-            lib = ctypes.CDLL(path)  # loaded already: the same library, not a second copy
-        except OSError:
-            continue
-        for prefix in ("scipy_", ""):
-            for suffix in ("64_", "", "_64"):
-                getter = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
-                setter = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
-                if getter is None or setter is None:
-                    continue
-                if threads is not None:
-                    setter(threads)
-                counts[path] = getter()
-                break
-            else:
-                continue
-            break
-    return counts
+    """numpy's BLAS threads, per BLAS library loaded (threadpoolctl, which scikit-learn and joblib use for
+    this), after setting them to `threads` where given. OpenBLAS sizes its pool from OMP_NUM_THREADS when
+    numpy is imported: the pod's whole limit, not the rank's share (placement's threads), so each rank of a
+    2-CPU pod of 2 processes split a (20, 256) by (256, 256) product (DQN's greedy evaluation of 20
+    episodes) between two threads on its one core: 38 ms a product instead of 0.04 ms on one thread (3.3 ms
+    with the worker left on the other rank's core, before pin_threads set every thread's slice; 2-core
+    machine at load average 9)."""
+    if threads is not None:
+        threadpoolctl.threadpool_limits(limits=threads, user_api="blas")  # kept: not used as a context manager
+    return {info["filepath"]: info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"}
 
 
 def cpu_quota_cores(cpu_max: str | None, cfs_quota_us: str | None = None, cfs_period_us: str | None = None) -> float | None:
