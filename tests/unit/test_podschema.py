@@ -7,7 +7,6 @@ children and then have the pod refused (and `kuberl run` ran it)."""
 
 import importlib.resources
 import json
-import time
 
 import pytest
 from kuberl.core import podschema
@@ -135,12 +134,16 @@ def test_a_stray_template_key_is_quoted_as_one_short_line_however_it_was_written
     assert max(map(len, warnings)) < 300
 
 
-def test_a_template_of_many_stray_keys_is_warned_of_in_a_few_lines_at_once():
-    """50,000 stray keys (800 KB, inside the 1.5 MiB a job file may be) were 50,000 warnings and 6 s of difflib."""
+def test_a_template_of_many_stray_keys_is_warned_of_in_a_few_lines_at_once(monkeypatch):
+    """50,000 stray keys (800 KB, inside the 1.5 MiB a job file may be) were 50,000 warnings and 6 s of difflib.
+    Counted in difflib's calls, not timed (a wall-clock bound failed CI at 1.85 s on a loaded machine)."""
+    import difflib
+
     keys = {f"volumeMount{i}x": 1 for i in range(50_000)}
-    started = time.monotonic()
+    matched, close_matches = [], difflib.get_close_matches
+    monkeypatch.setattr(difflib, "get_close_matches", lambda *a, **k: (matched.append(a[0]), close_matches(*a, **k))[1])
     warnings = podschema.unknown_fields({"spec": {**keys, "containers": [{"name": "t", "comand": []}]}})
-    assert time.monotonic() - started < 1.0
+    assert 0 < len(matched) <= podschema.MAX_UNKNOWN_FIELD_WARNINGS + 1  # the keys warned of by name, and no more
     assert len(warnings) == podschema.MAX_UNKNOWN_FIELD_WARNINGS + 1
     assert warnings[-1].startswith(f"spec.template.spec: {50_001 - podschema.MAX_UNKNOWN_FIELD_WARNINGS} more keys that are"
                                    " no field of a pod spec or container")
