@@ -74,9 +74,9 @@ def test_a_rank_field_of_digits_is_read_without_searching_it_through():
     import time
 
     message = "Root Cause (first observed failure):\n[0]:\n  rank      : " + "1" * 4000 + "\n  exitcode  : 1\n"
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a loaded CI machine stretches the wall clock, not this
     assert rootcause.describe(message) is None
-    assert time.perf_counter() - start < 0.05
+    assert time.process_time() - start < 0.05
     assert rootcause.describe("Root Cause (first observed failure):\n[0]:\n  rank      : 3 (local_rank: 1)\n").startswith(
         "torchrun: global rank 3 (local rank 1) failed first")
 

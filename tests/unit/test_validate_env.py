@@ -65,10 +65,10 @@ def test_the_rules_are_the_trainers_own():
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCarContinuous-v0", "FrozenLake-v1", "Blackjack-v1"])
 def test_making_a_classic_env_to_check_it_takes_milliseconds(env_id):
     envspaces.env_problem(env_id, {}, "ppo")  # gymnasium's first make imports the env's module
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a loaded CI machine stretches the wall clock, not this
     for _ in range(10):
         assert envspaces.env_problem(env_id, {}, "ppo") is None
-    assert (time.perf_counter() - started) / 10 < 0.05
+    assert (time.process_time() - started) / 10 < 0.05
 
 
 def test_kwargs_that_make_the_env_costly_are_left_to_the_trainer_not_made_here():
@@ -78,9 +78,9 @@ def test_kwargs_that_make_the_env_costly_are_left_to_the_trainer_not_made_here()
     side = 200  # a 40 KB map: made, it took 3 s and 80 MB here
     desc = ["S" + "F" * (side - 1)] + ["F" * side] * (side - 2) + ["F" * (side - 1) + "G"]
     envspaces.env_problem("FrozenLake-v1", {"is_slippery": False}, "ppo")  # gymnasium's first make imports the module
-    started = time.perf_counter()
+    started = time.process_time()
     assert envspaces.env_problem("FrozenLake-v1", {"desc": desc}, "ppo") is None
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 0.5
     assert envspaces.env_problem("FrozenLake-v1", {"desc": ["SG", "F"]}, "ppo") is not None  # small ones still are
 
 
