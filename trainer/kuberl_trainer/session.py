@@ -553,8 +553,15 @@ class TrainingSession:
 
     def stop_checkpointed(self) -> None:
         """A checkpoint holding this boundary's state is written: a stop asked now or before has what it needs."""
-        if not self.stop.is_set():
-            return
+        if self.stop.is_set():
+            self.stop_settled()
+
+    def stop_settled(self) -> None:
+        """Rank 0's ending is decided and said (a checkpoint written, or its log saying why none is: a peer lost mid-update,
+        deterministic mode): STOP_PENDING is removed, and a stop from now on writes none. Left, it read at the next start
+        as a rank 0 killed before its save, beside the checkpoint it did skip (e2e: a truncated checkpoint counted twice)."""
+        if not self.ctx.is_main:
+            return  # only rank 0 writes the record
         with self.stop_lock:
             self.stop_saved = True
             with contextlib.suppress(OSError):
