@@ -29,6 +29,15 @@ def test_a_rank_killed_at_a_checkpoint_moment_ends_as_an_uninterrupted_run(tmp_p
     assert not trial.problems, trial.problems
 
 
+def chaos_hook(tmp_path, plan: dict):
+    """A PYTHONPATH folder whose sitecustomize is bench/chaos_hook.py, following `plan` in the ranks it starts."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text((chaos.REPO / "bench" / "chaos_hook.py").read_text().replace("@STATE@", str(hook)))
+    (hook / "plan.json").write_text(json.dumps(plan))
+    return hook
+
+
 def test_a_save_that_outlasts_the_grace_period_is_warned_of_and_its_loss_said_at_the_next_start(tmp_path):
     """terminationGracePeriodSeconds 1 on a slow volume (every checkpoint's fsync takes 3 s, chaos_hook's sleep): rank
     0 warns at its first save that a stop's save cannot fit. Then a stop as the kubelet makes it: SIGTERM, and SIGKILL
@@ -41,10 +50,7 @@ def test_a_save_that_outlasts_the_grace_period_is_warned_of_and_its_loss_said_at
 
     from .support import Ranks, make_job
 
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text((chaos.REPO / "bench" / "chaos_hook.py").read_text().replace("@STATE@", str(hook)))
-    (hook / "plan.json").write_text(json.dumps({"point": "ckpt-fsync", "rank": 0, "sleep": 3.0}))
+    hook = chaos_hook(tmp_path, {"point": "ckpt-fsync", "rank": 0, "sleep": 3.0})
     job = make_job(tmp_path / "job", checkpoint={"everyUpdates": 5}, runPolicy={"terminationGracePeriodSeconds": 1})
     ranks = Ranks(job, extra_env={"PYTHONPATH": str(hook)})
     try:
@@ -87,10 +93,7 @@ def test_a_stop_killed_before_a_byte_of_its_checkpoint_is_written_is_said_at_the
 
     from .support import Ranks, make_job
 
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text((chaos.REPO / "bench" / "chaos_hook.py").read_text().replace("@STATE@", str(hook)))
-    (hook / "plan.json").write_text(json.dumps({"point": "update", "rank": 0, "sleep": 2.0}))
+    hook = chaos_hook(tmp_path, {"point": "update", "rank": 0, "sleep": 2.0})
     job = make_job(tmp_path / "job", checkpoint={"everyUpdates": 2}, runPolicy={"terminationGracePeriodSeconds": 1})
     ranks = Ranks(job, extra_env={"PYTHONPATH": str(hook)})
     try:
