@@ -14,15 +14,15 @@ from kuberl.local.runner import split_documents
 from kuberl.tools.convert import NotConvertible, to_yaml
 from kuberl.tools.documents import runnable_documents
 
-IMAGE = "registry.example.com/ml/ddp:1"
+IMAGE = "registry.example.com/rl/ppo-ddp:1"
 
-ETCD_SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "etcd"},
-                "spec": {"ports": [{"name": "etcd-client-port", "port": 2379, "targetPort": 2379}], "selector": {"app": "etcd"}}}
-ETCD_DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "etcd", "labels": {"app": "etcd"}},
-                   "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "etcd"}}, "template": {
-                       "metadata": {"labels": {"app": "etcd"}},
-                       "spec": {"containers": [{"name": "etcd", "image": "quay.io/coreos/etcd:v3.5.19",
-                                                "command": ["/usr/local/bin/etcd"], "args": ["--enable-v2"]}]}}}}
+# The etcd server beside an etcd-rendezvous job: the Service is known by the job's rdzvHost, the Deployment by its image
+ETCD_SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "rollout-store"},
+                "spec": {"ports": [{"name": "client", "port": 2379}], "selector": {"app": "rollout-store"}}}
+ETCD_DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "rollout-store-server"},
+                   "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "rollout-store"}}, "template": {
+                       "metadata": {"labels": {"app": "rollout-store"}},
+                       "spec": {"containers": [{"name": "server", "image": "registry.example.com/infra/etcd:3.5"}]}}}}
 
 
 
@@ -31,17 +31,17 @@ def load_job(path):
     job and the ConfigMaps beside it."""
     return split_documents(runnable_documents(cli.load_jobs(path), path, one_job=True), path)
 
-def pytorchjob(name: str = "ddp", **elastic) -> dict:
+def pytorchjob(name: str = "ppo-ddp", **elastic) -> dict:
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name}, "spec": {
-        "elasticPolicy": {"rdzvBackend": "etcd", "rdzvHost": "etcd", "rdzvPort": 2379, "minReplicas": 1, "maxReplicas": 64,
-                          **elastic},
+        "elasticPolicy": {"rdzvBackend": "etcd", "rdzvHost": "rollout-store", "rdzvPort": 2379, "minReplicas": 2,
+                          "maxReplicas": 4, **elastic},
         "pytorchReplicaSpecs": {"Worker": {"replicas": 2, "restartPolicy": "OnFailure", "template": {"spec": {
             "containers": [{"name": "pytorch", "image": IMAGE,
-                            "command": ["torchrun", "--nproc_per_node=1", "--nnodes=2", "/workspace/ddp.py"],
-                            "envFrom": [{"configMapRef": {"name": "settings"}}]}]}}}}}}
+                            "command": ["torchrun", "--nproc_per_node=1", "--nnodes=2", "/opt/rl/ppo_ddp.py"],
+                            "envFrom": [{"configMapRef": {"name": "ppo-settings"}}]}]}}}}}}
 
 
-SETTINGS = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"EPOCHS": "3"}}
+SETTINGS = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ppo-settings"}, "data": {"ROLLOUT_STEPS": "128"}}
 RLTJ = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "mine"}, "spec": {}}
 
 
@@ -61,7 +61,7 @@ def write(tmp_path, docs: list) -> str:
     return str(path)
 
 
-ETCD_LINES = ["Service 'etcd': left out: an etcd server", "Deployment 'etcd': left out: an etcd server"]
+ETCD_LINES = ["Service 'rollout-store': left out: an etcd server", "Deployment 'rollout-store-server': left out: an etcd server"]
 
 
 def test_convert_takes_the_pytorchjob_and_names_the_etcd_objects_it_leaves_out(tmp_path, capsys):
@@ -81,21 +81,21 @@ def test_validate_and_render_take_the_job_from_the_same_file(tmp_path, capsys, c
     path = write(tmp_path, [ETCD_SERVICE, ETCD_DEPLOYMENT, SETTINGS, pytorchjob()])
     code, out, err = run_cli(capsys, [command, path])
     assert code == 0, err
-    assert "ddp" in out
+    assert "ppo-ddp" in out
     assert sum("left out" in line for line in err.splitlines()) == 2
 
 
 def test_run_takes_the_job_and_the_configmaps_it_reads(tmp_path, capsys):
     path = write(tmp_path, [ETCD_SERVICE, ETCD_DEPLOYMENT, SETTINGS, pytorchjob()])
     job, configmaps = load_job(path)
-    assert job["kind"] == "RLTrainingJob" and configmaps == {"settings": {"EPOCHS": "3"}}
+    assert job["kind"] == "RLTrainingJob" and configmaps == {"ppo-settings": {"ROLLOUT_STEPS": "128"}}
     err = capsys.readouterr().err
-    assert sum(line.startswith(f"{path}: Service 'etcd': left out") for line in err.splitlines()) == 1
+    assert sum(line.startswith(f"{path}: Service 'rollout-store': left out") for line in err.splitlines()) == 1
 
 
 def test_a_list_is_read_as_its_items(tmp_path, capsys):
     """`kubectl get pytorchjob,svc,cm -o yaml` writes one `kind: List`."""
-    other = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token"}, "stringData": {"t": "x"}}
+    other = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tracker-token"}, "stringData": {"t": "x"}}
     listed = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
               "items": [SETTINGS, {**pytorchjob(), "spec": {**pytorchjob()["spec"], "elasticPolicy": {"rdzvBackend": "c10d"}}},
                         other]}
@@ -103,9 +103,9 @@ def test_a_list_is_read_as_its_items(tmp_path, capsys):
     code, out, err = run_cli(capsys, ["convert", path])
     assert code == 0, err
     assert [d["kind"] for d in load_documents(out)] == ["ConfigMap", "RLTrainingJob"]
-    assert f"{path}: Secret 'token': left out: kuberl takes the job" in err
+    assert f"{path}: Secret 'tracker-token': left out: kuberl takes the job" in err
     job, configmaps = load_job(path)
-    assert job["metadata"]["name"] == "ddp" and set(configmaps) == {"settings"}
+    assert job["metadata"]["name"] == "ppo-ddp" and set(configmaps) == {"ppo-settings"}
 
 
 @pytest.mark.parametrize("docs", [
@@ -153,13 +153,13 @@ def test_the_whole_stream_stays_under_the_readers_budget(tmp_path, capsys):
 
 
 def with_host_paths() -> dict:
-    """The AWS DDP sample's volumes: /dev/shm and a node disk from the host, a PVC for checkpoints."""
+    """Volumes as AWS's DDP sample has them: the host's /dev/shm and a node disk, a PVC for checkpoints."""
     doc = pytorchjob()
     pod = doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
-    pod["volumes"] = [{"name": "shmem", "hostPath": {"path": "/dev/shm"}}, {"name": "local", "hostPath": {"path": "/mnt/k8s-disks/0"}},
-                      {"name": "fsx", "persistentVolumeClaim": {"claimName": "fsx-pvc"}}]
-    pod["containers"][0]["volumeMounts"] = [{"name": "shmem", "mountPath": "/dev/shm"}, {"name": "local", "mountPath": "/local"},
-                                            {"name": "fsx", "mountPath": "/fsx"}]
+    pod["volumes"] = [{"name": "shm", "hostPath": {"path": "/dev/shm"}}, {"name": "scratch", "hostPath": {"path": "/mnt/nvme0/replays"}},
+                      {"name": "ckpt", "persistentVolumeClaim": {"claimName": "ppo-checkpoints"}}]
+    pod["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "scratch", "mountPath": "/replays"},
+                                            {"name": "ckpt", "mountPath": "/checkpoints"}]
     return doc
 
 
@@ -177,38 +177,38 @@ def test_convert_notes_each_host_path_the_baseline_level_refuses_and_the_ways_ou
     assert "PersistentVolumeClaim" in found[f"{volumes}[1].hostPath"] and "emptyDir" in found[f"{volumes}[1].hostPath"]
     assert all("baseline" in m and "--pod-security privileged" in m and "Pod Security Admission" in m for m in found.values())
     # what the notes name is what the operator's default level refuses, and nothing else
-    pod = render_pod(Job("ddp", validate_job(job)), "default", PLACEHOLDER_UID, 0)
+    pod = render_pod(Job("ppo-ddp", validate_job(job)), "default", PLACEHOLDER_UID, 0)
     assert sorted(v.path for v in check_pods([pod], "baseline")) == [
-        "spec.volumes[local].hostPath", "spec.volumes[shmem].hostPath"]
+        "spec.volumes[scratch].hostPath", "spec.volumes[shm].hostPath"]
 
 
 # --- what is not a manifest of a job: wrappers, kustomizations, templates -------------------------------------------
 
-# kubernetes-sigs/kueue site/static/examples/appwrapper/pytorch-sample.yaml: a PyTorchJob inside an AppWrapper
+# Each written for these tests from the kind's field reference, in the shape its project documents.
+# An AppWrapper (workload.codeflare.dev/v1beta2) whose one component is a PyTorchJob, queued by Kueue's label
 APPWRAPPER = {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
-              "metadata": {"name": "sample-appwrapper-pytorch-job", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}},
-              "spec": {"components": [{"template": {**pytorchjob("pytorch-simple"), "apiVersion": "kubeflow.org/v1"}}]}}
-# kubeflow/katib examples/v1beta1/kubeflow-training-operator/pytorchjob-mnist.yaml: a trial's PyTorchJob, with the
-# ${trialParameters.*} Katib fills per trial
-EXPERIMENT = {"apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"namespace": "kubeflow", "name": "pytorchjob-mnist"},
-              "spec": {"parallelTrialCount": 3, "objective": {"type": "minimize", "objectiveMetricName": "loss"},
+              "metadata": {"name": "ppo-wrapped", "labels": {"kueue.x-k8s.io/queue-name": "rl-team"}},
+              "spec": {"components": [{"template": pytorchjob("ppo-inner")}]}}
+# A Katib Experiment (kubeflow.org/v1beta1) whose trials are PyTorchJobs (trialTemplate.trialSpec)
+EXPERIMENT = {"apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"namespace": "rl-tuning", "name": "ppo-lr-sweep"},
+              "spec": {"parallelTrialCount": 2, "objective": {"type": "maximize", "objectiveMetricName": "episode_return"},
                        "trialTemplate": {"primaryContainerName": "pytorch", "trialSpec": {
                            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "spec": pytorchjob()["spec"]}}}}
-# gnosia93/training-on-eks kustomize/overlays/fsdp/kustomization.yaml: no apiVersion, no kind, a base and JSON patches
-KUSTOMIZATION = {"resources": ["../../base"], "patches": [{
-    "patch": "- op: replace\n  path: /spec/pytorchReplicaSpecs/Worker/replicas\n  value: 4\n", "target": {"kind": "PyTorchJob"}}]}
-# kubeflow/trainer manifests/base/runtimes/torch_distributed.yaml: a runtime, and no job
+# A kustomization.yaml: no apiVersion, no kind, a base and a JSON patch
+KUSTOMIZATION = {"resources": ["../base"], "patches": [{
+    "patch": "- op: replace\n  path: /spec/pytorchReplicaSpecs/Worker/replicas\n  value: 3\n", "target": {"kind": "PyTorchJob"}}]}
+# A Kubeflow Trainer runtime, and no job
 RUNTIME_ONLY = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-                "metadata": {"name": "torch-distributed", "labels": {"trainer.kubeflow.org/framework": "torch"}},
-                "spec": {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}}}}
+                "metadata": {"name": "rl-torch", "labels": {"trainer.kubeflow.org/framework": "torch"}},
+                "spec": {"mlPolicy": {"numNodes": 2, "torch": {"numProcPerNode": 1}}}}
 
 
 @pytest.mark.parametrize(("doc", "words"), [
-    (APPWRAPPER, "AppWrapper 'sample-appwrapper-pytorch-job': left out: it wraps a PyTorchJob at spec.components[0].template"),
-    (EXPERIMENT, "Experiment 'pytorchjob-mnist': left out: it wraps a PyTorchJob at spec.trialTemplate.trialSpec"),
+    (APPWRAPPER, "AppWrapper 'ppo-wrapped': left out: it wraps a PyTorchJob at spec.components[0].template"),
+    (EXPERIMENT, "Experiment 'ppo-lr-sweep': left out: it wraps a PyTorchJob at spec.trialTemplate.trialSpec"),
     (KUSTOMIZATION, ("document 1: left out: a kustomization, which lists the manifests and patches kustomize builds;"
                      " kuberl reads what it builds: kubectl kustomize DIR | kuberl convert -")),
-    (RUNTIME_ONLY, "ClusterTrainingRuntime 'torch-distributed': left out: a Kubeflow Trainer runtime"),
+    (RUNTIME_ONLY, "ClusterTrainingRuntime 'rl-torch': left out: a Kubeflow Trainer runtime"),
 ], ids=["appwrapper", "katib-experiment", "kustomization", "runtime-only"])
 def test_a_file_with_no_job_of_its_own_says_what_it_holds_instead(tmp_path, capsys, doc, words):
     path = write(tmp_path, [doc])
@@ -218,14 +218,14 @@ def test_a_file_with_no_job_of_its_own_says_what_it_holds_instead(tmp_path, caps
     assert err.splitlines()[-1] == f"{path}: no PyTorchJob, TrainJob or JobSet document", "there are no ConfigMaps to speak of"
 
 
-# kubernetes-sigs/jobset site/static/examples/workload-aware-scheduling/preemption/high-priority-jobset.yaml: a
-# scheduling Workload that names its JobSet (a reference, no template); and a PyTorchJob's pod, exported
+# A scheduling Workload (scheduling.k8s.io/v1alpha1) that names its JobSet (a reference, no template); and a
+# PyTorchJob's pod, exported, that names its owner
 REFERENCES = [
-    {"apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload", "metadata": {"name": "hp-abc"},
-     "spec": {"controllerRef": {"apiGroup": "jobset.x-k8s.io", "kind": "JobSet", "name": "hp-js"}}},
-    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mnist-worker-0", "ownerReferences": [
-        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "mnist", "uid": "1", "controller": True}]},
-     "spec": {"containers": [{"name": "pytorch", "image": "x"}]}},
+    {"apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload", "metadata": {"name": "ppo-gang-wl"},
+     "spec": {"controllerRef": {"apiGroup": "jobset.x-k8s.io", "kind": "JobSet", "name": "ppo-gang"}}},
+    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ppo-ddp-worker-0", "ownerReferences": [
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "ppo-ddp", "uid": "1", "controller": True}]},
+     "spec": {"containers": [{"name": "pytorch", "image": IMAGE}]}},
 ]
 
 
@@ -243,15 +243,15 @@ def test_a_wrapper_beside_its_configmaps_still_says_only_configmaps(tmp_path, ca
 
 
 def envsubst_job() -> dict:
-    """aws-samples/awsome-distributed-training 3.test_cases/pytorch/FSDP/kubernetes/llama3_1_8b-fsdp.yaml, meant for
-    `envsubst < llama3_1_8b-fsdp.yaml | kubectl apply -f -`."""
-    doc = pytorchjob("llama3-1-8b-fsdp")
+    """A job file meant for `envsubst < job.yaml | kubectl apply -f -`, as AWS's FSDP samples ship theirs: blanks in
+    replicas, the image, the command line and an env value."""
+    doc = pytorchjob("ppo-fsdp")
     worker = doc["spec"]["pytorchReplicaSpecs"]["Worker"]
-    worker["replicas"] = "$NUM_NODES"
+    worker["replicas"] = "$WORKER_PODS"
     container = worker["template"]["spec"]["containers"][0]
-    container |= {"image": "${IMAGE_URI}", "command": ["/usr/local/bin/torchrun", "--nproc_per_node=$GPU_PER_NODE",
-                                                        "--nnodes=$NUM_NODES", "/fsdp/train.py"],
-                  "env": [{"name": "HF_TOKEN", "value": "${HF_TOKEN}"}]}
+    container |= {"image": "${TRAINER_IMAGE}", "command": ["/usr/local/bin/torchrun", "--nproc_per_node=$PROCS_PER_POD",
+                                                            "--nnodes=$WORKER_PODS", "/opt/rl/ppo_fsdp.py"],
+                  "env": [{"name": "TRACKER_TOKEN", "value": "${TRACKER_TOKEN}"}]}
     return doc
 
 
@@ -260,7 +260,7 @@ def test_an_envsubst_template_is_refused_saying_it_is_one():
 
     _, _, failures = convert_documents([envsubst_job()])
     ((label, e),) = failures
-    assert label == "PyTorchJob 'llama3-1-8b-fsdp'"
+    assert label == "PyTorchJob 'ppo-fsdp'"
     blank = [p for p in e.problems if "template's blank" in p.message]
     assert [p.path for p in blank] == ["spec.pytorchReplicaSpecs.Worker.replicas"]
     assert "envsubst < FILE | kuberl convert -" in blank[0].message
@@ -279,21 +279,21 @@ def test_a_template_that_converts_is_noted_as_one_and_a_script_s_own_variables_a
     done = envsubst_job()
     done["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 2
     done["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] = IMAGE
-    _, notes, _ = convert_documents([done])  # ${HF_TOKEN} in env, $GPU_PER_NODE in the command: the shell's own
+    _, notes, _ = convert_documents([done])  # ${TRACKER_TOKEN} in env, $PROCS_PER_POD in the command: the shell's own
     assert not any("template's blank" in n.message for _, ns in notes for n in ns)
 
 
 def test_a_node_selector_no_api_server_takes_is_refused():
-    """ValidatePodSpec validates nodeSelector as labels (unversionedvalidation.ValidateLabels): the shape of
-    gnosia93/training-on-eks kustomize/base/pytorch-dist-job.yaml before its overlay fills ${NODEPOOL} in."""
+    """ValidatePodSpec validates nodeSelector as labels (unversionedvalidation.ValidateLabels): a kustomize base
+    whose overlay was to fill ${NODE_TIER} in."""
     from kuberl.tools.convert import convert
 
     doc = pytorchjob()
-    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {"karpenter.sh/nodepool": "${NODEPOOL}"}
+    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {"pool.example.com/tier": "${NODE_TIER}"}
     with pytest.raises(NotConvertible) as e:
         convert(doc)
     (problem,) = e.value.problems
-    assert problem.path == "spec.pytorchReplicaSpecs.Worker.template.spec.nodeSelector.karpenter.sh/nodepool"
+    assert problem.path == "spec.pytorchReplicaSpecs.Worker.template.spec.nodeSelector.pool.example.com/tier"
     assert "label value" in problem.message
 
 
@@ -301,16 +301,16 @@ def test_a_job_of_another_kind_is_named_by_its_own_kind(tmp_path, capsys):
     path = write(tmp_path, [{**pytorchjob(), "kind": "MPIJob"}])
     code, out, err = run_cli(capsys, ["convert", path])
     assert (code, out) == (1, "")
-    assert f"{path}: MPIJob 'ddp' cannot be converted (1 problem(s)):" in err and "mpirun" in err
+    assert f"{path}: MPIJob 'ppo-ddp' cannot be converted (1 problem(s)):" in err and "mpirun" in err
 
 
-# kubernetes-sigs/kueue site/static/examples/jobs/ray-job-sample.yaml (abridged) and a plain Indexed Job
+# A KubeRay RayJob (ray.io/v1) and a plain Indexed Job
 @pytest.mark.parametrize(("doc", "words"), [
-    ({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "ray-job-sample"},
-      "spec": {"entrypoint": "python /home/ray/samples/sample_code.py", "rayClusterSpec": {}}},
-     "RayJob 'ray-job-sample': left out: not a job kuberl converts (a PyTorchJob, a TrainJob or a JobSet): KubeRay starts"),
-    ({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ddp"}, "spec": {"completionMode": "Indexed"}},
-     "Job 'ddp': left out: not a job kuberl converts (a PyTorchJob, a TrainJob or a JobSet): a batch/v1 Job: as a JobSet"),
+    ({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "ppo-on-ray"},
+      "spec": {"entrypoint": "python /opt/rl/ppo_ray.py", "rayClusterSpec": {}}},
+     "RayJob 'ppo-on-ray': left out: not a job kuberl converts (a PyTorchJob, a TrainJob or a JobSet): KubeRay starts"),
+    ({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ppo-ddp"}, "spec": {"completionMode": "Indexed"}},
+     "Job 'ppo-ddp': left out: not a job kuberl converts (a PyTorchJob, a TrainJob or a JobSet): a batch/v1 Job: as a JobSet"),
 ], ids=["rayjob", "batch-job"])
 def test_another_projects_workload_is_named_as_the_workload_not_as_something_to_apply_beside(tmp_path, capsys, doc, words):
     path = write(tmp_path, [doc])
