@@ -48,12 +48,16 @@ def test_a_crd_deleted_while_the_operator_runs_is_one_line_and_served_again_once
         wait_for(lambda: pods(standin, 'before'), what='pods of a job before the CRD goes')
         pid = op.process.pid
         assert rest.delete(f'/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}').status == 200
-        wait_for(lambda: 'the RLTrainingJob CRD is not installed' in op.log(), timeout=40, what='the missing CRD said')
+        # kopf ends its run on the 404, waits 5 s for its daemons, then starts again: seconds here, but a loaded CI
+        # machine once took past 40 s (the log now comes with a failure, to tell where)
+        wait_for(lambda: 'the RLTrainingJob CRD is not installed' in op.log(), timeout=90, what='the missing CRD said',
+                 explain=lambda: op.log()[-4000:])
         said = [line for line in op.log().splitlines() if 'a watch was answered 404' in line]
         assert len(said) == 1 and 'its CRD deleted' in said[0], op.log()[-4000:]
         standin.apply_crd(CRD)
         create_job(rest, 'after', workers=1)
-        wait_for(lambda: pods(standin, 'after'), timeout=40, what='pods of a job created once the CRD is back')
+        wait_for(lambda: pods(standin, 'after'), timeout=90, what='pods of a job created once the CRD is back',
+                 explain=lambda: op.log()[-4000:])
         assert op.process.poll() is None and op.process.pid == pid and op.starts == 1
         assert 'Traceback' not in op.log(), op.log()[-4000:]
     finally:
