@@ -59,18 +59,18 @@ EXPORTED["status"] = {"conditions": [{"type": "Succeeded", "status": "True"}]}
 
 # (id, PyTorchJob, the RLTrainingJob spec fields expected, the PyTorchJob fields noted)
 CONVERTED = [
-    ("kubeflow-mnist-master-worker",  # kubeflow/training-operator examples/pytorch/mnist, with its port spelled out
-     pytorchjob(replica(1, pytorch(args=["--backend", "gloo"], ports=[{"name": "pytorchjob-port", "containerPort": 23456}])),
-                replica(3, pytorch(args=["--backend", "gloo"], ports=[{"name": "pytorchjob-port", "containerPort": 23456}]))),
-     {"trainer": "custom", "workers": 4, "image": IMAGE, "rendezvous": {"port": 23456},
-      "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"], "securityContext": SECURITY, "args": ["--backend", "gloo"]}]}}},
+    ("master-and-workers-with-their-port",  # a Master and 3 Workers, args after the command, the port spelled out
+     pytorchjob(replica(1, pytorch(args=["--rollout-steps", "128"], ports=[{"name": "pytorchjob-port", "containerPort": 29611}])),
+                replica(3, pytorch(args=["--rollout-steps", "128"], ports=[{"name": "pytorchjob-port", "containerPort": 29611}]))),
+     {"trainer": "custom", "workers": 4, "image": IMAGE, "rendezvous": {"port": 29611},
+      "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"], "securityContext": SECURITY, "args": ["--rollout-steps", "128"]}]}}},
      ["spec.pytorchReplicaSpecs.Master.restartPolicy", "spec.pytorchReplicaSpecs.Worker.restartPolicy"]),
-    ("worker-only-elastic-echo",  # examples/pytorch/elastic/echo
-     pytorchjob(None, replica(2, pytorch(command=["torchrun", "--rdzv_backend=c10d", "./echo.py"],
-                                         env=[{"name": "LOGLEVEL", "value": "DEBUG"}]), restart=None),
-                elasticPolicy={"rdzvBackend": "c10d", "minReplicas": 1, "maxReplicas": 2, "maxRestarts": 100}),
-     {"workers": 2, "template": {"spec": {"containers": [{"name": "trainer", "command": ["torchrun", "--rdzv_backend=c10d", "./echo.py"], "securityContext": SECURITY,
-                                                          "env": [{"name": "LOGLEVEL", "value": "DEBUG"}]}]}}},
+    ("worker-only-elastic-c10d",  # Workers alone under an elasticPolicy, torchrun told its backend
+     pytorchjob(None, replica(2, pytorch(command=["torchrun", "--rdzv_backend=c10d", "./ppo.py"],
+                                         env=[{"name": "LOG_EVERY", "value": "10"}]), restart=None),
+                elasticPolicy={"rdzvBackend": "c10d", "minReplicas": 2, "maxReplicas": 3, "maxRestarts": 5}),
+     {"workers": 2, "template": {"spec": {"containers": [{"name": "trainer", "command": ["torchrun", "--rdzv_backend=c10d", "./ppo.py"], "securityContext": SECURITY,
+                                                          "env": [{"name": "LOG_EVERY", "value": "10"}]}]}}},
      ["spec.nprocPerNode", "spec.elasticPolicy.rdzvBackend", "spec.elasticPolicy.minReplicas",
       "spec.elasticPolicy.maxReplicas", "spec.elasticPolicy.maxRestarts"]),
     ("master-only", pytorchjob(replica(None), None, nprocPerNode="2"), {"workers": 1, "procsPerWorker": 2},
@@ -111,23 +111,23 @@ CONVERTED = [
      ["spec.runPolicy.cleanPodPolicy", "spec.runPolicy.schedulingPolicy.queue", "spec.runPolicy.schedulingPolicy.minAvailable",
       "spec.runPolicy.schedulingPolicy.priorityClass", "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"]),
     ("kueue-label-is-the-queue", {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1"),
-                                  "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
-     {"queueName": "user-queue"}, []),
+                                  "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "rl-team"}}},
+     {"queueName": "rl-team"}, []),
     ("kueue-and-suspend", {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={"suspend": True, "backoffLimit": 3}),
-                           "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
-     {"queueName": "user-queue", "runPolicy": {"suspend": True, "backoffLimit": 3}}, ["spec.runPolicy.suspend"]),
+                           "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "rl-team"}}},
+     {"queueName": "rl-team", "runPolicy": {"suspend": True, "backoffLimit": 3}}, ["spec.runPolicy.suspend"]),
     ("kueue-label-beside-a-volcano-queue",
      {**pytorchjob(None, replica(2, restart=None), nprocPerNode="1", runPolicy={"schedulingPolicy": {"queue": "volcano-q"}, "backoffLimit": 3}),
-      "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}},
-     {"queueName": "user-queue"}, ["spec.runPolicy.schedulingPolicy.queue"]),
+      "metadata": {"name": "train", "labels": {"kueue.x-k8s.io/queue-name": "rl-team"}}},
+     {"queueName": "rl-team"}, ["spec.runPolicy.schedulingPolicy.queue"]),
     ("volcano-sidecar-and-pod-fields", pytorchjob(None, replica(
         2, pytorch(), {"name": "log-shipper", "image": "fluent-bit:3"}, restart=None, schedulerName="volcano",
         priorityClassName="batch-high", restartPolicy="OnFailure", nodeSelector={"pool": "gpu"},
-        imagePullSecrets=[{"name": "regcred"}]), nprocPerNode="1"),
+        imagePullSecrets=[{"name": "registry-pull"}]), nprocPerNode="1"),
      {"schedulerName": "volcano", "priorityClassName": "batch-high",
       "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/app/train.py"], "securityContext": SECURITY},
                                            {"name": "log-shipper", "image": "fluent-bit:3"}],
-                            "nodeSelector": {"pool": "gpu"}, "imagePullSecrets": [{"name": "regcred"}]}}},
+                            "nodeSelector": {"pool": "gpu"}, "imagePullSecrets": [{"name": "registry-pull"}]}}},
      ["spec.pytorchReplicaSpecs.Worker.template.spec.restartPolicy"]),
     ("pod-fields-before-containers", pytorchjob(None, {"replicas": 2, "template": {"spec": {
         "schedulerName": "volcano", "containers": [pytorch(resources={"limits": {"nvidia.com/gpu": 2, "cpu": "4"}})]}}},
@@ -276,7 +276,7 @@ REFUSED = [
      "expected one of OnFailure, ExitCode, Always, Never"),
     ("long-name", pytorchjob(None, replica(2), name="a" * 60), "metadata.name", "at most 50"),
     # argoproj/argo-workflows examples/k8s-jobs.yaml: a resource step creates its object with generateName
-    ("generate-name", {**pytorchjob(None, replica(2)), "metadata": {"generateName": "combo-g-train-"}}, "metadata.generateName",
+    ("generate-name", {**pytorchjob(None, replica(2)), "metadata": {"generateName": "ppo-sweep-"}}, "metadata.generateName",
      "write metadata.name"),
     # the image's ENTRYPOINT ran; it was refused at the converted job's 'trainer' container, a name the user never wrote
     # Container.Command and Args are []string: a number or a string there no cluster decodes, and it ran as characters
@@ -429,7 +429,7 @@ def test_stdin_is_read_with_a_dash():
     assert "workers: 1" in done.stdout and "-: PyTorchJob 'train': spec.pytorchReplicaSpecs.Master.restartPolicy:" in done.stderr
 
 
-@pytest.mark.parametrize("case", ["kubeflow-mnist-master-worker", "nproc-gpu-from-the-limit", "run-policy-and-scheduling"])
+@pytest.mark.parametrize("case", ["master-and-workers-with-their-port", "nproc-gpu-from-the-limit", "run-policy-and-scheduling"])
 def test_any_value_anywhere_converts_or_is_refused_with_a_path_never_a_traceback(case):
     doc = next(c[1] for c in CONVERTED if c[0] == case)
     assert_any_junk_anywhere_is_converted_or_refused(doc, convert)
@@ -506,8 +506,8 @@ def test_any_value_anywhere_in_a_pytorch_operator_job_converts_or_is_refused():
 
 def rocm_job(command: list[str] | None = None, gpu: str = "amd.com/gpu") -> dict:
     """kubeflow/trainer docs/user-guides/pytorch-rocm.md: AMD GPUs are requested as amd.com/gpu (8 on an MI300X
-    node), never nvidia.com/gpu, under a rocm/pytorch image; here as a Workers-only PyTorchJob."""
-    container = pytorch(image="rocm/pytorch:rocm7.1.1_ubuntu24.04_py3.12_pytorch_release_2.10.0",
+    node), never nvidia.com/gpu, under a ROCm build of torch; here as a Workers-only PyTorchJob."""
+    container = pytorch(image="registry.example.com/ml/train-rocm:1.4",
                         command=command or ["torchrun", "/workspace/train.py"],
                         resources={"limits": {gpu: 8, "cpu": "32", "memory": "256Gi"}})
     return pytorchjob(None, replica(2, container, restart=None, tolerations=[{"key": gpu, "operator": "Exists", "effect": "NoSchedule"}]))
@@ -545,19 +545,18 @@ def test_any_value_anywhere_in_a_rocm_job_converts_or_is_refused():
 
 
 def test_a_kueue_priority_class_on_the_job_reaches_the_pods():
-    """aws-samples/awsome-distributed-training 1.architectures/7.sagemaker-hyperpod-eks/task-governance
-    3-imagenet-gpu-team-b-higher-prio.yaml labels its PyTorchJob kueue.x-k8s.io/priority-class; Kueue's PyTorchJob
-    integration read it there, its pod integration (kuberl's pods) reads it from the pods."""
+    """A PyTorchJob labelled kueue.x-k8s.io/priority-class, as AWS's HyperPod task-governance samples label theirs:
+    Kueue's PyTorchJob integration read it there, its pod integration (kuberl's pods) reads it from the pods."""
     doc = pytorchjob(None, replica(2, restart=None), nprocPerNode="1")
-    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "hyperpod-ns-team-b-localqueue",
-                                 "kueue.x-k8s.io/priority-class": "experimentation-priority"}
+    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "rl-team",
+                                 "kueue.x-k8s.io/priority-class": "rl-experiments"}
     job, notes = convert(doc)
-    assert job["spec"]["template"]["metadata"]["labels"] == {"kueue.x-k8s.io/priority-class": "experimentation-priority"}
+    assert job["spec"]["template"]["metadata"]["labels"] == {"kueue.x-k8s.io/priority-class": "rl-experiments"}
     assert "from its pods" in {n.path: n.message for n in notes}["metadata.labels.kueue.x-k8s.io/priority-class"]
     from kuberl.core.render import PLACEHOLDER_UID, Job, render_pod
 
     pod = render_pod(Job("train", validate_job(job)), "default", PLACEHOLDER_UID, 1)
-    assert pod["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "experimentation-priority"
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "rl-experiments"
     assert "metadata" not in convert(pytorchjob(None, replica(2, restart=None), nprocPerNode="1"))[0]["spec"]["template"]
 
 
@@ -580,16 +579,15 @@ def test_a_command_that_names_a_pytorchjob_pod_is_noted_with_kubers_name_for_it(
 
 
 def test_a_pod_security_context_that_says_who_runs_keeps_saying_it():
-    """The pod-level securityContext of kubernetes/website content/en/examples/pods/security/security-context.yaml
-    (runAsUser 1000, runAsGroup 3000, fsGroup 2000) in a PyTorchJob: kuberl's own container securityContext
-    (user 65532) would win over it, so the run-as fields go onto the trainer container too."""
+    """A pod-level securityContext that names the user, the group and fsGroup in a PyTorchJob: kuberl's own
+    container securityContext (user 65532) would win over it, so the run-as fields go onto the trainer container too."""
     doc = pytorchjob(None, replica(2, {k: v for k, v in pytorch().items() if k != "securityContext"}, restart=None,
-                                   securityContext={"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000}),
+                                   securityContext={"runAsUser": 2100, "runAsGroup": 2100, "fsGroup": 2200}),
                      nprocPerNode="1")
     job, notes = convert(doc)
     pod = job["spec"]["template"]["spec"]
-    assert pod["securityContext"] == {"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000}
-    assert pod["containers"][0]["securityContext"] == {"runAsUser": 1000, "runAsGroup": 3000}
+    assert pod["securityContext"] == {"runAsUser": 2100, "runAsGroup": 2100, "fsGroup": 2200}
+    assert pod["containers"][0]["securityContext"] == {"runAsUser": 2100, "runAsGroup": 2100}
     noted = {n.path: n.message for n in notes}
     assert "runs as the PyTorchJob's did" in noted["spec.pytorchReplicaSpecs.Worker.template.spec.securityContext"]
     assert "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].securityContext" not in noted, "it is no longer unset"
@@ -597,25 +595,24 @@ def test_a_pod_security_context_that_says_who_runs_keeps_saying_it():
 
     rendered = render_pod(Job("train", validate_job(job)), "default", PLACEHOLDER_UID, 0)
     trainer = next(c for c in rendered["spec"]["containers"] if c["name"] == "trainer")
-    assert trainer["securityContext"]["runAsUser"] == 1000, "as the PyTorchJob's process ran"
+    assert trainer["securityContext"]["runAsUser"] == 2100, "as the PyTorchJob's process ran"
     only_fs_group = pytorchjob(None, replica(2, {k: v for k, v in pytorch().items() if k != "securityContext"}, restart=None,
-                                             securityContext={"fsGroup": 2000}), nprocPerNode="1")
+                                             securityContext={"fsGroup": 2200}), nprocPerNode="1")
     job, notes = convert(only_fs_group)
     assert "securityContext" not in job["spec"]["template"]["spec"]["containers"][0], "nothing about who runs: kuberl's"
 
 
 def test_a_named_service_account_is_told_its_token_is_no_longer_mounted():
-    """A PyTorchJob naming a ServiceAccount, as kubeflow/trainer examples/yaml/02-runtime-patches.yaml names
-    training-sa (and its data-cache runtime, manifests/base/runtimes/data-cache, names one so its pod can call the
-    API): PyTorchJob's pods mounted its token, kuberl's mount none unless the template says so (docs/security.md)."""
-    doc = pytorchjob(None, replica(2, restart=None, serviceAccountName="training-sa"), nprocPerNode="1")
+    """A PyTorchJob naming a ServiceAccount (so its pods can call the API, as Trainer's data-cache runtime's does):
+    PyTorchJob's pods mounted its token, kuberl's mount none unless the template says so (docs/security.md)."""
+    doc = pytorchjob(None, replica(2, restart=None, serviceAccountName="ppo-sa"), nprocPerNode="1")
     job, notes = convert(doc)
     note = {n.path: n.message for n in notes}["spec.pytorchReplicaSpecs.Worker.template.spec.serviceAccountName"]
-    assert "automountServiceAccountToken: true" in note and "'training-sa'" in note
+    assert "automountServiceAccountToken: true" in note and "'ppo-sa'" in note
     from kuberl.core.render import PLACEHOLDER_UID, Job, render_pod
 
     assert render_pod(Job("train", validate_job(job)), "default", PLACEHOLDER_UID, 0)["spec"]["automountServiceAccountToken"] is False
-    said = pytorchjob(None, replica(2, restart=None, serviceAccountName="training-sa", automountServiceAccountToken=True),
+    said = pytorchjob(None, replica(2, restart=None, serviceAccountName="ppo-sa", automountServiceAccountToken=True),
                       nprocPerNode="1")
     job, notes = convert(said)
     assert not any(n.path.endswith(".serviceAccountName") for n in notes)
@@ -768,7 +765,7 @@ def test_a_job_multikueue_dispatched_is_told_to_be_created_in_the_worker_cluster
 
 @pytest.mark.parametrize("command", [["accelerate", "launch", "--multi_gpu", "train.py"], ["deepspeed", "train.py"],
                                      ["bash", "-c", "cd /app && /opt/conda/bin/deepspeed train.py --deepspeed ds.json"],
-                                     ["tune", "run", "full_finetune_distributed", "--config", "llama3_2/1B_full"]])
+                                     ["tune", "run", "ppo_recipe.py", "--config", "ppo.yaml"]])
 def test_another_projects_launcher_starts_a_process_per_gpu_as_torchrun_does(command):
     """accelerate launch, deepspeed and tune run start one process per GPU: kuberl's default, one per GPU, as before;
     only a command that starts no launcher at all is one process on several GPUs."""
@@ -794,8 +791,8 @@ def test_one_process_with_every_gpu_of_its_pod_stays_one_process(nproc):
 
 
 def test_kueues_older_queue_name_annotation_names_a_pytorchjobs_queue():
-    job, _ = convert(with_metadata(annotations={"kueue.x-k8s.io/queue-name": "user-queue"}))
-    assert job["spec"]["queueName"] == "user-queue"
+    job, _ = convert(with_metadata(annotations={"kueue.x-k8s.io/queue-name": "rl-team"}))
+    assert job["spec"]["queueName"] == "rl-team"
 
 
 @pytest.mark.parametrize(("command", "words"), [
