@@ -219,10 +219,6 @@ def cmd_render(args: argparse.Namespace) -> int:
     BlockDumper.add_representer(
         str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None)
     )
-    bad_namespace = namespace_problems("--namespace", args.namespace)
-    if bad_namespace:
-        print(f"kuberl render: {bad_namespace[0]}", file=sys.stderr)
-        return 1
     jobs, failed = secure_jobs(args.file, args)
     for name, spec, declared in jobs:
         if declared and args.namespace and declared != args.namespace:
@@ -345,6 +341,17 @@ def url_path(text: str) -> str:
     return text
 
 
+def namespace_name(none: str | None = None) -> Any:
+    """An argparse type: a namespace the API server accepts (`namespace_problems`), or `none` where the flag
+    takes one for "no namespace"; a flag's wrong value is a usage error (exit 2), as for every other flag."""
+    def parse(text: str) -> str:
+        problems = [] if text == none else namespace_problems("", text)
+        if problems:
+            raise argparse.ArgumentTypeError(problems[0].message)
+        return text
+    return parse
+
+
 def positive(kind: type) -> Any:
     """An argparse type: a number of `kind` above zero."""
     def parse(text: str) -> Any:
@@ -463,10 +470,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_files(p, many=True, directories=True)
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
                    help="yaml (documents, each named in a comment; the default) or json (one v1 List, as kubectl -o json)")
-    p.add_argument("--namespace", "-n", default=None, help="as kubectl: the job's metadata.namespace, else 'default'")
-    p.add_argument("--operator-namespace", default=DEFAULT_OPERATOR_NAMESPACE,
+    p.add_argument("--namespace", "-n", type=namespace_name(), default=None, help="as kubectl: the job's metadata.namespace, else 'default'")
+    p.add_argument("--operator-namespace", type=namespace_name(), default=DEFAULT_OPERATOR_NAMESPACE,
                    help="the operator's namespace: its scrapes of rank 0 pass the job's NetworkPolicy (default %(default)s)")
-    p.add_argument("--monitoring-namespace", default=DEFAULT_MONITORING_NAMESPACE,
+    p.add_argument("--monitoring-namespace", type=namespace_name(none=""), default=DEFAULT_MONITORING_NAMESPACE,
                    help="Prometheus' namespace: its scrapes pass the NetworkPolicy ('' for none; default %(default)s)")
     add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
     p.set_defaults(func=for_each_file(cmd_render))
@@ -513,7 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
                         " run's pods found it: a model file can name any module")
     p.set_defaults(func=cmd_eval)
     p = add_command("operator", help="run the kopf operator (standalone by default)")
-    p.add_argument("--namespace", "-n", action="append", default=[], help="watch these namespaces (default: all)")
+    p.add_argument("--namespace", "-n", action="append", type=namespace_name(), default=[], help="watch these namespaces (default: all)")
     p.add_argument("--peering", help="kopf peering object name (several replicas); standalone when unset")
     p.add_argument("--priority", type=int, default=0, help="peering priority; distinct per replica")
     p.add_argument("--peering-lifetime", type=positive(int), metavar="SECONDS",
@@ -538,7 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-concurrent-reconciles", type=positive(int),
                    help="job reconciles running at once, bounding the operator's burst on the API server"
                         f" (default {OperatorConfig.max_concurrent_reconciles})")
-    p.add_argument("--monitoring-namespace", default=DEFAULT_MONITORING_NAMESPACE,
+    p.add_argument("--monitoring-namespace", type=namespace_name(none=""), default=DEFAULT_MONITORING_NAMESPACE,
                    help="Prometheus' namespace, admitted to trainer metrics ports by each job's NetworkPolicy ('' for none; default %(default)s)")
     add_pod_security(p, DEFAULT_LEVEL, "a job whose pods violate it fails, every offending field named")
     p.add_argument("--allowed-service-accounts", metavar="NAME[,NAME...]",
@@ -597,6 +604,12 @@ def main(argv: list[str] | None = None) -> Any:
     subparser = parser.subcommands.get(args.command) if args.command else None
     if args.command == "run" and (hint := split_set(sys.argv[1:] if argv is None else argv)) is not None:
         subparser.error(hint)
+    if args.command == "run":
+        from .local.runner import setting_shape_problem
+
+        for setting in args.set:
+            if (wrong := setting_shape_problem(setting)) is not None:
+                subparser.error(f"argument --set: {wrong}")
     if extra:
         (subparser or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:  # `kuberl` alone: what it can do, as kubectl does

@@ -101,7 +101,7 @@ def test_kuberl_render_takes_the_jobs_own_namespace_as_kubectl_does(tmp_path):
 @pytest.mark.parametrize("namespace", ["../Bad Namespace", "a" * 64, "UPPER", "-lead", 7])
 def test_a_namespace_the_api_server_would_refuse_is_refused_naming_where_it_came_from(tmp_path, namespace):
     """It becomes part of MASTER_ADDR and PET_RDZV_ID: from the manifest it is a problem of the job
-    (metadata.namespace), from the command line one line about --namespace; nothing is rendered."""
+    (metadata.namespace), from the command line a usage error about --namespace; nothing is rendered."""
     job = make_job("cartpole").obj()
     job["metadata"]["namespace"] = namespace
     from_file = render_cli(tmp_path, job)
@@ -109,5 +109,7 @@ def test_a_namespace_the_api_server_would_refuse_is_refused_naming_where_it_came
     assert from_file.stdout == "" and "Traceback" not in from_file.stderr
     if isinstance(namespace, str):
         from_flag = render_cli(tmp_path, JOB, f"--namespace={namespace}")
-        assert from_flag.returncode == 1 and from_flag.stderr.startswith("kuberl render: --namespace: expected a namespace")
-        assert from_flag.stdout == "" and from_flag.stderr.count("\n") == 1
+        # a flag's wrong value is a usage error, as --health-path's or --procs-per-worker's is: exit 2 under the usage
+        assert from_flag.returncode == 2 and from_flag.stderr.startswith("usage: kuberl render"), from_flag.stderr
+        assert from_flag.stderr.splitlines()[-1].startswith("kuberl render: error: argument --namespace/-n: expected a namespace")
+        assert from_flag.stdout == ""

@@ -182,13 +182,22 @@ def override_problem(setting: str, key: str, algorithm: str | None = None) -> Pr
     return None
 
 
+def setting_shape_problem(setting: str) -> str | None:
+    """Why a `--set` is not KEY=VALUE at all (no `=`; `=3`, `ppo..x=1`, `ppo.=1`: no field has an empty name),
+    said the same by the CLI (a usage error, exit 2) and by `check_overrides`; None when it has that shape."""
+    key, sep, _ = setting.partition("=")
+    if not sep or "" in key.split("."):
+        return f"expected --set KEY=VALUE, e.g. --set ppo.learningRate=0.001 (got {setting!r})"
+    return None
+
+
 def check_overrides(settings: list[str], algorithm: str | None = None) -> None:
     """Each `--set` is path=value and its path names a spec field (or a key in a map the spec leaves to the
     user, such as env.kwargs); else a BadOverride naming the flag and the paths it may have meant."""
     for setting in settings:
-        key, sep, _ = setting.partition("=")
-        if not sep or "" in key.split("."):  # `=3`, `ppo..x=1`, `ppo.=1`: no field has an empty name
-            raise BadOverride([Problem(f"--set {setting}", "expected --set path=value, e.g. --set ppo.learningRate=0.001")])
+        if (wrong := setting_shape_problem(setting)) is not None:  # the CLI refuses it first, as a usage error
+            raise BadOverride([Problem(f"--set {setting}", wrong)])
+        key = setting.partition("=")[0]
         if (problem := override_problem(setting, key, algorithm)) is not None:
             raise BadOverride([problem])
 
@@ -200,9 +209,9 @@ def apply_overrides(job: Mapping, workers: int | None, settings: list[str]) -> d
     out = copy.deepcopy(dict(job))
     pairs = [("spec.workers", workers)] if workers is not None else []
     for setting in settings:
-        key, sep, raw = setting.partition("=")
-        if not sep or not key:
-            raise InvalidJob([Problem(setting, "expected --set path=value")])
+        if (wrong := setting_shape_problem(setting)) is not None:
+            raise BadOverride([Problem(f"--set {setting}", wrong)])
+        key, _, raw = setting.partition("=")
         path = set_path(key)
         pairs.append((path, override_value(setting, raw)))
     for path, value in pairs:
