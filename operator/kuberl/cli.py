@@ -365,6 +365,19 @@ def positive(kind: type) -> Any:
     return parse
 
 
+def non_negative(kind: type) -> Any:
+    """An argparse type: a finite number of `kind`, zero or more."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__} of 0 or more (got {text!r})") from None
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__} of 0 or more (got {text!r})")
+        return value
+    return parse
+
+
 def episodes(text: str) -> int:
     """`kuberl eval --episodes`: spec.success.evalEpisodes' bounds (each episode is an env of its own, all made and
     stepped at once, so the count is the memory and time one step takes)."""
@@ -545,6 +558,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-concurrent-reconciles", type=positive(int),
                    help="job reconciles running at once, bounding the operator's burst on the API server"
                         f" (default {OperatorConfig.max_concurrent_reconciles})")
+    p.add_argument("--kube-api-qps", type=non_negative(float), metavar="QPS",
+                   help="the operator's own API requests a second once its burst is spent (0: no limit;"
+                        f" default {OperatorConfig.kube_api_qps:g}); kopf's watches, finalizers and events are its own")
+    p.add_argument("--kube-api-burst", type=positive(int), metavar="N",
+                   help=f"API requests the operator may make at once before --kube-api-qps paces them (default {OperatorConfig.kube_api_burst})")
     p.add_argument("--monitoring-namespace", type=namespace_name(none=""), default=DEFAULT_MONITORING_NAMESPACE,
                    help="Prometheus' namespace, admitted to trainer metrics ports by each job's NetworkPolicy ('' for none; default %(default)s)")
     add_pod_security(p, DEFAULT_LEVEL, "a job whose pods violate it fails, every offending field named")

@@ -53,6 +53,8 @@ ALL_FEATURES = {
         "scrapeTimeoutSeconds": 0.5,
         "maxConcurrentReconciles": 8,
         "watchTimeoutSeconds": 240,
+        "kubeApiQps": 20,
+        "kubeApiBurst": 40,
         "serviceAccount": {"annotations": {"iam.example.com/role": "kuberl"}},
     },
     "trainer": {"imagePullSecrets": ["regcred"]},

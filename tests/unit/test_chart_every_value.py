@@ -35,6 +35,8 @@ SETS: dict[str, tuple[list[str], str | None]] = {
     "operator.scrapeTimeoutSeconds": (["operator.scrapeTimeoutSeconds=1"], "--scrape-timeout=1"),
     "operator.maxConcurrentReconciles": (["operator.maxConcurrentReconciles=8"], "--max-concurrent-reconciles=8"),
     "operator.watchTimeoutSeconds": (["operator.watchTimeoutSeconds=120"], "--watch-timeout=120"),
+    "operator.kubeApiQps": (["operator.kubeApiQps=20"], "--kube-api-qps=20"),
+    "operator.kubeApiBurst": (["operator.kubeApiBurst=300"], "--kube-api-burst=300"),
     "operator.resources": (["operator.resources.limits.cpu=1", "operator.resources.requests.memory=200Mi"], "memory: 200Mi"),
     "operator.nodeSelector": (["operator.nodeSelector.kubernetes\\.io/os=linux"], '"kubernetes.io/os": "linux"'),
     "operator.tolerations": (["operator.tolerations[0].key=dedicated", "operator.tolerations[0].operator=Exists",

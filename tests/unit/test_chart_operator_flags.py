@@ -18,7 +18,7 @@ from chart_support import (
 from kuberl import cli
 from kuberl.operator.config import MAX_WATCH_TIMEOUT, OperatorConfig, operator_config
 
-FLAGS = ("--scrape-interval", "--scrape-timeout", "--max-concurrent-reconciles", "--watch-timeout")
+FLAGS = ("--scrape-interval", "--scrape-timeout", "--max-concurrent-reconciles", "--watch-timeout", "--kube-api-qps", "--kube-api-burst")
 
 
 def rendered_args(values: dict | None = None, *extra: str) -> list[str]:
@@ -43,6 +43,7 @@ def test_defaults_render_no_flag_and_the_operator_keeps_its_own_defaults():
     config = operator_config(parse_operator_args(args))
     assert (config.scrape_interval, config.scrape_timeout, config.max_concurrent_reconciles) == (
         OperatorConfig.scrape_interval, OperatorConfig.scrape_timeout, OperatorConfig.max_concurrent_reconciles)
+    assert (config.kube_api_qps, config.kube_api_burst) == (50.0, 100)
 
 
 @pytest.mark.parametrize(("key", "value", "flag", "field"), [
@@ -54,6 +55,13 @@ def test_defaults_render_no_flag_and_the_operator_keeps_its_own_defaults():
     # Helm reads -f numbers as floats: a large count must still render as an integer.
     ("maxConcurrentReconciles", 1_000_000, "--max-concurrent-reconciles=1000000", "max_concurrent_reconciles"),
     ("watchTimeoutSeconds", 120, "--watch-timeout=120", "watch"),
+    ("kubeApiQps", 20, "--kube-api-qps=20", "kube_api_qps"),
+    ("kubeApiQps", 2.5, "--kube-api-qps=2.5", "kube_api_qps"),
+    ("kubeApiQps", 0, "--kube-api-qps=0", "kube_api_qps"),  # 0 is a value here (no limit), not "unset"
+    # Helm writes a large -f number as 1e+06: the flag still parses to it.
+    ("kubeApiQps", 1_000_000, "--kube-api-qps=1e+06", "kube_api_qps"),
+    ("kubeApiBurst", 300, "--kube-api-burst=300", "kube_api_burst"),
+    ("kubeApiBurst", 1_000_000, "--kube-api-burst=1000000", "kube_api_burst"),
 ])
 def test_each_value_reaches_the_operator_as_its_flag(key, value, flag, field):
     args = rendered_args({"operator": {key: value}})
@@ -90,6 +98,10 @@ def test_every_rendered_flag_is_one_kuberl_operator_defines(values):
     ("maxConcurrentReconciles", -1, "minimum: got -1, want 1"),
     ("maxConcurrentReconciles", "many", "got string, want null or integer"),
     ("maxConcurrentReconciles", 1.5, "got number, want null or integer"),
+    ("kubeApiQps", -1, "minimum: got -1, want 0"),
+    ("kubeApiQps", "fast", "got string, want null or number"),
+    ("kubeApiBurst", 0, "minimum: got 0, want 1"),
+    ("kubeApiBurst", 2.5, "got number, want null or integer"),
     ("watchTimeoutSeconds", 0, "exclusiveMinimum: got 0, want 0"),
     ("watchTimeoutSeconds", 2.5, "got number, want null or integer"),
     ("watchTimeoutSeconds", MAX_WATCH_TIMEOUT + 1, "maximum: got 9.223372037×10⁰⁹"),  # Helm writes large numbers so

@@ -295,6 +295,12 @@ spec:
         {{- with .Values.operator.maxConcurrentReconciles }}
         - --max-concurrent-reconciles={{ int64 . }}
         {{- end }}
+        {{- if not (kindIs "invalid" .Values.operator.kubeApiQps) }}
+        - --kube-api-qps={{ .Values.operator.kubeApiQps }}
+        {{- end }}
+        {{- with .Values.operator.kubeApiBurst }}
+        - --kube-api-burst={{ int64 . }}
+        {{- end }}
         {{- with .Values.operator.watchTimeoutSeconds }}
         - --watch-timeout={{ int64 . }}
         {{- end }}

@@ -70,6 +70,10 @@ class OperatorConfig:
     # patching one pod in a loop made the operator list the whole gang back to back.
     relist_seconds: float = 0.5
     max_concurrent_reconciles: int = 32  # bounds the operator's load on the API server in a burst
+    # The operator's own API requests (kubeapi.RateLimiter): a burst of kube_api_burst, then kube_api_qps a second
+    # (0: no limit). A 100-pod gang is created in one burst; a storm of gangs queues here, not in the API server.
+    kube_api_qps: float = 50.0
+    kube_api_burst: int = 100
     peering: str | None = None  # kopf peering object; None runs standalone
     priority: int = 0  # this replica's peering priority
     # How long a replica's peering record outlives its last keepalive: a standby takes over this
@@ -111,6 +115,8 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         scrape_interval=getattr(args, "scrape_interval", None) or OperatorConfig.scrape_interval,
         scrape_timeout=getattr(args, "scrape_timeout", None) or OperatorConfig.scrape_timeout,
         max_concurrent_reconciles=getattr(args, "max_concurrent_reconciles", None) or OperatorConfig.max_concurrent_reconciles,
+        kube_api_qps=OperatorConfig.kube_api_qps if getattr(args, "kube_api_qps", None) is None else args.kube_api_qps,
+        kube_api_burst=getattr(args, "kube_api_burst", None) or OperatorConfig.kube_api_burst,
         peering=args.peering,
         priority=getattr(args, "priority", 0) or 0,
         peering_lifetime=getattr(args, "peering_lifetime", None) or OperatorConfig.peering_lifetime,

@@ -79,6 +79,7 @@ class Shell:
     scraper: aiohttp.ClientSession | None = None
     settings: kopf.OperatorSettings | None = None  # kopf's, as the startup handler saw them
     reconcile_slots: asyncio.Semaphore | None = None
+    api_limiter: kubeapi.RateLimiter = kubeapi.UNLIMITED  # every KubeApi's request budget, made from the configuration at startup
     events: jobstatus.EventLimiter = dataclasses.field(default_factory=jobstatus.EventLimiter)
     heartbeat: Any = None  # WatchHeartbeat, once started
     peering: Any = None  # PeeringCheck, when peering
@@ -117,11 +118,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.background.instant_exit_timeout = 0.5
     shell: Shell = memo.shell
     shell.settings = settings
+    shell.api_limiter = kubeapi.RateLimiter(shell.config.kube_api_qps, shell.config.kube_api_burst)
     if shell.config.peering is not None:  # several replicas: never run unpeered by accident
         settings.peering.mandatory = True
         settings.peering.lifetime = shell.config.peering_lifetime
         shell.peering = PeeringCheck(shell.config, shell.metrics)
-        peering_api = KubeApi(settings, logger, shell.metrics)
+        peering_api = KubeApi(settings, logger, shell.metrics, limiter=shell.api_limiter)
         shell.peering.task = asyncio.create_task(supervised("the peering check", lambda: shell.peering.run(peering_api)))
     shell.reconcile_slots = asyncio.Semaphore(shell.config.max_concurrent_reconciles)
     # No cap on connections: scrapes wait outside the reconcile slots, and a pool of 100 (aiohttp's
@@ -131,13 +133,13 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     await kubeapi.CONNECTION.client()  # log in now: the first job's pods are not kept waiting for it
     if shell.refused is not None and shell.refused.namespaces:
         # its 403s are what it looks for: the refusal is counted once, by kuberl_operator_namespace_refused and its alert
-        refused_api = KubeApi(settings, logger, shell.metrics, answers=(kubeapi.Forbidden,))
+        refused_api = KubeApi(settings, logger, shell.metrics, answers=(kubeapi.Forbidden,), limiter=shell.api_limiter)
         shell.refused.task = asyncio.create_task(supervised("the recheck of refused namespaces", lambda: shell.refused.run(refused_api)))
     recheck = FinalizerRecheck(shell.finalizer_refused, restart_in_place, FINALIZER_RECHECK_SECONDS)
-    recheck_api = KubeApi(settings, logger, shell.metrics, answers=(kubeapi.Forbidden,))
+    recheck_api = KubeApi(settings, logger, shell.metrics, answers=(kubeapi.Forbidden,), limiter=shell.api_limiter)
     recheck.task = asyncio.create_task(supervised("the finalizer recheck", lambda: recheck.run(recheck_api)))
     shell.finalizer_recheck = recheck
-    heartbeat, heartbeat_api = WatchHeartbeat(shell.config.watch, restart_in_place), KubeApi(settings, logger, shell.metrics)
+    heartbeat, heartbeat_api = WatchHeartbeat(shell.config.watch, restart_in_place), KubeApi(settings, logger, shell.metrics, limiter=shell.api_limiter)
     shell.heartbeat = heartbeat
     heartbeat.task = asyncio.create_task(
         supervised("the watch heartbeat", lambda: heartbeat.run(heartbeat_api, shell.config.namespaces[:1] or (None,))))
@@ -490,7 +492,7 @@ async def run_job(name: str, namespace: str, body: kopf.Body, memo: kopf.Memo, s
     # Its own doorbell, taking the name's over: a same-named predecessor's loop may still be ending (its finalizer
     # taken off by hand, it was stopped inside a reconcile), and its end must not unregister this one's.
     wake = shell.wakes[(namespace, name)] = Wake()  # a (re)started loop lists the pods first
-    job = JobLoop(shell, KubeApi(shell.settings, logger, shell.metrics), namespace, name, memo, wake)
+    job = JobLoop(shell, KubeApi(shell.settings, logger, shell.metrics, limiter=shell.api_limiter), namespace, name, memo, wake)
     try:
         while not stopped:
             wake.event.clear()

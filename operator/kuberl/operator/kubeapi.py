@@ -310,6 +310,33 @@ class ServerClock:
 SERVER_CLOCK = ServerClock()  # one per operator process, fed by every answer KubeApi reads
 
 
+class RateLimiter:
+    """The operator's budget of API requests: `burst` at once, then `qps` a second (client-go's token bucket,
+    flowcontrol.NewTokenBucketRateLimiter; `qps` 0: no limit). Every attempt takes a token, a retry's included, as
+    client-go's Request.tryThrottle does. A creation storm (many gangs at once, a 1,000-pod gang) then queues in
+    the operator instead of crowding the API server every tenant shares. Synchronous, so one event loop's tasks
+    share it without a lock; the clock is injected."""
+
+    def __init__(self, qps: float, burst: int, clock: Any = time.monotonic):
+        self.qps, self.burst, self.clock = qps, max(1, burst), clock
+        self.tokens = float(self.burst)
+        self.counted: float | None = None
+
+    def reserve(self) -> float:
+        """Take a token: the seconds to wait before using it (0 when one was there). A debt is a later caller's wait."""
+        if self.qps <= 0:
+            return 0.0
+        now = self.clock()
+        if self.counted is not None:
+            self.tokens = min(float(self.burst), self.tokens + (now - self.counted) * self.qps)
+        self.counted = now
+        self.tokens -= 1.0
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.qps
+
+
+UNLIMITED = RateLimiter(0, 1)
+
+
 def _retry_delay(error: Exception, backoff: float | None) -> float | None:
     """Seconds before the next attempt, or None when the call fails now."""
     if backoff is None or not isinstance(error, ServerError | TooManyRequests | aiohttp.ClientConnectionError | TimeoutError):
@@ -325,9 +352,10 @@ class KubeApi:
     answers it acts on, counted apart from the failures the operator's alert fires on."""
 
     def __init__(self, settings: kopf.OperatorSettings, log: Any, metrics: OperatorMetrics, connection: Connection = CONNECTION,
-                 clock: ServerClock = SERVER_CLOCK, answers: tuple[type[ApiError], ...] = ()):
+                 clock: ServerClock = SERVER_CLOCK, answers: tuple[type[ApiError], ...] = (), limiter: RateLimiter = UNLIMITED):
+        """`limiter`: the process's request budget (one shared by every KubeApi of the operator)."""
         self.log, self.metrics, self.connection, self.clock = log, metrics, connection, clock
-        self.answers = answers
+        self.answers, self.limiter = answers, limiter
         self.timeout = aiohttp.ClientTimeout(total=settings.networking.request_timeout, sock_connect=settings.networking.connect_timeout)
 
     async def call(self, method: str, verb: str, plural: str, path: str, payload: Any = None, content_type: str | None = None,
@@ -337,6 +365,7 @@ class KubeApi:
         backoffs = iter(API_BACKOFFS)
         logged_in_again = False
         while True:
+            await self._throttle()
             client, login = await self.connection.client()
             try:
                 data, _status, answer_headers = await client.call_api(
@@ -373,6 +402,7 @@ class KubeApi:
         the heartbeat, which only watches between lists, was refused for ever once its token expired."""
         logged_in_again = False
         while True:
+            await self._throttle()
             client, login = await self.connection.client()
             response = await client.call_api(path, "GET", query_params=query, header_params={"Accept": "application/json"},
                                              auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout)
@@ -391,6 +421,12 @@ class KubeApi:
                             yield line
                     return
             await self.connection.login(login)
+
+    async def _throttle(self) -> None:
+        delay = self.limiter.reserve()
+        if delay > 0:
+            self.metrics.api_throttled.inc(delay)
+            await asyncio.sleep(delay)
 
     async def get(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict | None:
         try:

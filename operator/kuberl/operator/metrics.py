@@ -95,6 +95,11 @@ class OperatorMetrics:
             " namespace's recheck expects (kuberl_operator_namespace_refused counts that refusal): not errors.",
             ["verb", "resource", "code"], registry=self.registry,
         )
+        self.api_throttled = Counter(
+            m.OPERATOR_API_THROTTLED_SECONDS_TOTAL, "Seconds the operator's own API requests waited for its request budget"
+            " (--kube-api-qps, --kube-api-burst); rising steadily: the budget, not the API server, sets the pace.",
+            registry=self.registry,
+        )
 
         self.metrics_pages_refused = Counter(
             METRICS_PAGES_REFUSED_TOTAL, "Rank 0 metrics pages not read (too_large: over the size limit).",
