@@ -1,8 +1,10 @@
 """kuberl convert (and run, validate, render) take a Kubeflow Trainer v2 TrainJob: numNodes, numProcPerNode,
 the trainer's command/args/env/image, resourcesPerNode and runtimePatches map where they can; what
 only the runtime knows (image, process count) is asked for, never guessed; what cannot carry is a
-note naming it. The fixtures reproduce the shapes of kubeflow/trainer's examples/yaml (01 multi-node,
-02 runtime patches, 03 Kueue, 05 multi-step) and its API (pkg/apis/trainer/v1alpha1/trainjob_types.go)."""
+note naming it. The TrainJobs and runtimes here are kuberl's own, written from Trainer's API
+(pkg/apis/trainer/v1alpha1/trainjob_types.go) in the shapes of its examples/yaml (01 multi-node, 02 runtime
+patches, 03 Kueue, 05 multi-step); runtime names the converter knows by name (torch-distributed, the flux,
+deepspeed, jax and xgboost runtimes) are Trainer's, as a user's TrainJob names them."""
 
 from __future__ import annotations
 
@@ -17,30 +19,30 @@ from kuberl.core.yamlreader import load_documents
 from kuberl.tools.convert import NotConvertible, to_yaml
 from kuberl.tools.trainjob import convert_trainjob
 
-IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
-SCRIPT = "import torch.distributed as dist\ndist.init_process_group('gloo')\nprint(dist.get_rank())\n"
+IMAGE = "registry.example.com/rl/ppo-trainer:2.13"
+SCRIPT = "import torch.distributed as dist\ndist.init_process_group('gloo')\nprint('ppo rank', dist.get_rank())\n"
 RUNTIME = {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": "torch-distributed"}
 # The Job controller's variable in every node pod of Trainer's Indexed Job; kuberl's from the same rank
 COMPLETION_INDEX = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kuberl.dev/rank']"}}}
 
 
-def trainjob(name: str = "multi-node", runtime: dict | None = None, **trainer) -> dict:
+def trainjob(name: str = "ppo-nodes", runtime: dict | None = None, **trainer) -> dict:
     """01-multi-node's shape: no image, no process count, a torchrun --no-python python3 -c script."""
     return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": name},
             "spec": {"runtimeRef": runtime or RUNTIME, "trainer": {
                 "numNodes": 3, "command": ["torchrun", "--no-python", "python3", "-c", SCRIPT], **trainer}}}
 
 
-PATCHES = [{"manager": "example.io/platform-team", "trainingRuntimeSpec": {"template": {
-    "metadata": {"labels": {"team": "ml-platform"}},
+PATCHES = [{"manager": "rl.example.com/infra", "trainingRuntimeSpec": {"template": {
+    "metadata": {"labels": {"group": "rl-research"}},
     "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
-        "metadata": {"labels": {"sidecar.istio.io/inject": "false"}},
-        "spec": {"serviceAccountName": "training-sa", "nodeSelector": {"node-type": "training"},
-                 "tolerations": [{"key": "training-workload", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
-                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
-                 "containers": [{"name": "node", "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                                 "securityContext": {"runAsUser": 1000}}],
-                 "terminationGracePeriodSeconds": 60}}}}}]}}}}]
+        "metadata": {"labels": {"example.com/cost-center": "rl"}},
+        "spec": {"serviceAccountName": "ppo-sa", "nodeSelector": {"pool": "rl-cpu"},
+                 "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "rl", "effect": "NoSchedule"}],
+                 "volumes": [{"name": "replays", "persistentVolumeClaim": {"claimName": "ppo-replays"}}],
+                 "containers": [{"name": "node", "volumeMounts": [{"name": "replays", "mountPath": "/replays"}],
+                                 "securityContext": {"runAsUser": 2100}}],
+                 "terminationGracePeriodSeconds": 45}}}}}]}}}}]
 
 
 def spec_of(doc: dict, **options) -> tuple[dict, dict[str, str]]:
@@ -87,17 +89,17 @@ def test_the_command_lines_count_wins_over_numprocpernode_as_in_torchrun():
 
 
 def test_runtime_patches_land_in_the_pod_template():
-    doc = trainjob(image=IMAGE, numProcPerNode=1, env=[{"name": "CUSTOM_VAR", "value": "x"}, {"name": "PET_NNODES", "value": "9"}])
+    doc = trainjob(image=IMAGE, numProcPerNode=1, env=[{"name": "ROLLOUT_STEPS", "value": "128"}, {"name": "PET_NNODES", "value": "9"}])
     doc["spec"]["runtimePatches"] = PATCHES
     spec, notes = spec_of(doc)
     pod = spec["template"]["spec"]
-    assert pod["serviceAccountName"] == "training-sa" and pod["nodeSelector"] == {"node-type": "training"}
-    assert pod["tolerations"][0]["key"] == "training-workload" and pod["volumes"][0]["name"] == "data"
+    assert pod["serviceAccountName"] == "ppo-sa" and pod["nodeSelector"] == {"pool": "rl-cpu"}
+    assert pod["tolerations"][0]["key"] == "dedicated" and pod["volumes"][0]["name"] == "replays"
     (trainer,) = pod["containers"]
-    assert trainer["volumeMounts"] == [{"name": "data", "mountPath": "/data"}] and trainer["securityContext"] == {"runAsUser": 1000}
-    assert trainer["env"] == [{"name": "CUSTOM_VAR", "value": "x"}, COMPLETION_INDEX]
-    assert spec["template"]["metadata"] == {"labels": {"sidecar.istio.io/inject": "false"}}
-    assert spec["runPolicy"]["terminationGracePeriodSeconds"] == 60
+    assert trainer["volumeMounts"] == [{"name": "replays", "mountPath": "/replays"}] and trainer["securityContext"] == {"runAsUser": 2100}
+    assert trainer["env"] == [{"name": "ROLLOUT_STEPS", "value": "128"}, COMPLETION_INDEX]
+    assert spec["template"]["metadata"] == {"labels": {"example.com/cost-center": "rl"}}
+    assert spec["runPolicy"]["terminationGracePeriodSeconds"] == 45
     assert "PET_NNODES not carried over" in notes["spec.trainer.env[1]"]
     assert "no JobSet" in notes["spec.runtimePatches[0].trainingRuntimeSpec.template.metadata"]
     assert "spec.trainer" not in notes, "a securityContext came with the patch"
@@ -105,7 +107,7 @@ def test_runtime_patches_land_in_the_pod_template():
 
 def test_what_cannot_carry_is_named_one_line_each():
     doc = trainjob(image=IMAGE, numProcPerNode=1)
-    doc["spec"] |= {"initializer": {"dataset": {"storageUri": "hf://tatsu-lab/alpaca"}, "model": {"storageUri": "hf://x/y"}},
+    doc["spec"] |= {"initializer": {"dataset": {"storageUri": "hf://example-org/cartpole-rollouts"}, "model": {"storageUri": "hf://example-org/ppo-policy"}},
                     "managedBy": "kueue.x-k8s.io/multikueue", "suspend": True,
                     "podTemplateOverrides": [{"targetJobs": [{"name": "dataset-initializer"}], "spec": {"nodeSelector": {"a": "b"}}}],
                     "activeDeadlineSeconds": 600}
@@ -126,12 +128,12 @@ def test_what_cannot_carry_is_named_one_line_each():
 
 
 def test_the_kueue_label_is_the_queue_and_suspend_is_noted():
-    doc = trainjob(image="python:3.11-slim", command=["python3", "-c", "print(1)"],
+    doc = trainjob(image=IMAGE, command=["python3", "-c", "print('one ppo process')"],
                    resourcesPerNode={"requests": {"cpu": "2"}, "limits": {"cpu": "4"}})
-    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "training-queue"}
+    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "rl-team"}
     doc["spec"]["suspend"] = True
     spec, notes = spec_of(doc)
-    assert spec["queueName"] == "training-queue" and spec["runPolicy"]["suspend"] is True
+    assert spec["queueName"] == "rl-team" and spec["runPolicy"]["suspend"] is True
     assert "nothing unsuspends" in notes["spec.suspend"]
     # Trainer set PET_NPROC_PER_NODE=2 from the CPU request, but `python3 -c` is one process: WORLD_SIZE counts 1 a pod
     assert spec.get("procsPerWorker") is None and "starts no torch launcher" in notes["spec.trainer.numProcPerNode"]
@@ -184,7 +186,7 @@ def test_convert_run_and_validate_take_a_trainjob(tmp_path, capsys):
     out, err = capsys.readouterr()
     (job,) = load_documents(out)
     assert (job["spec"]["image"], job["spec"]["procsPerWorker"]) == (IMAGE, 2)
-    assert f"{path}: TrainJob 'multi-node': spec.runtimeRef: not carried over" in err
+    assert f"{path}: TrainJob 'ppo-nodes': spec.runtimeRef: not carried over" in err
     try:  # run and validate take no --image: they say where it is asked
         code = cli.main(["validate", str(path)])
     except SystemExit as e:
@@ -203,7 +205,7 @@ def test_a_runtime_in_the_same_file_gives_the_trainer_its_image_resources_and_no
     runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime", "metadata": {"name": "with-init"},
                "spec": {"mlPolicy": {"numNodes": 2, "torch": {}}, "template": {"spec": {"replicatedJobs": [
                    {"name": "dataset-initializer", "template": {"spec": {"template": {"spec": {"containers": [
-                       {"name": "dataset-initializer", "image": "ghcr.io/kubeflow/trainer/dataset-initializer"}]}}}}},
+                       {"name": "dataset-initializer", "image": "registry.example.com/rl/fetch-rollouts:1"}]}}}}},
                    {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [
                        {"name": "node", "image": IMAGE, "resources": {"requests": {"cpu": "3"}}}]}}}}}]}}}}
     doc = trainjob(runtime={"kind": "TrainingRuntime", "name": "with-init"}, numNodes=None)
@@ -246,40 +248,39 @@ def test_a_runtime_in_the_same_file_gives_the_process_count_its_torch_policy_sta
     assert job["spec"]["procsPerWorker"] == 3  # torchrun's own flag wins over PET_NPROC_PER_NODE
 
 
-# gnosia93/training-on-eks samples/deepspeed/trainjob-1to1.yaml, written for Trainer v2.1 (podTemplateOverrides, since
-# replaced by runtimePatches): four nodes in one zone by their JobSet's name, p4d nodes, a 64Gi /dev/shm
-GNOSIA_1TO1 = {
-    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "llama-3-8b"},
+# Trainer v2.1's podTemplateOverrides (since replaced by runtimePatches), as training-on-eks's samples use them: the
+# nodes kept in one zone by their JobSet's name, a node type, a memory-backed /dev/shm of its own size
+OVERRIDDEN = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "ppo-zone"},
     "spec": {
         "podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "spec": {
             "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": "llama-3-8b"}},
+                {"labelSelector": {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": "ppo-zone"}},
                  "topologyKey": "topology.kubernetes.io/zone"}]}},
-            "nodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"},
-            "containers": [{"name": "node", "volumeMounts": [{"mountPath": "/dev/shm", "name": "dshm"}]}],
-            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}]}}],
+            "nodeSelector": {"node.kubernetes.io/instance-type": "rl-large"},
+            "containers": [{"name": "node", "volumeMounts": [{"mountPath": "/dev/shm", "name": "shm"}]}],
+            "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "6Gi"}}]}}],
         "runtimeRef": {"name": "torch-distributed"},
-        "trainer": {"numNodes": 4, "numProcPerNode": 1,
-                    "image": "public.ecr.aws/deep-learning-containers/pytorch-training:2.8.0-gpu-py312-cu129-ubuntu22.04-ec2-v1.0",
-                    "env": [{"name": "NCCL_P2P_LEVEL", "value": "NVL"}],
-                    "command": ["/bin/bash", "-c", "torchrun --nproc_per_node=1 --rdzv_backend=c10d llama-3-8b.py"],
-                    "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1, "vpc.amazonaws.com/efa": 1}}}}}
+        "trainer": {"numNodes": 4, "numProcPerNode": 1, "image": IMAGE,
+                    "env": [{"name": "GLOO_SOCKET_IFNAME", "value": "eth0"}],
+                    "command": ["/bin/bash", "-c", "torchrun --nproc_per_node=1 --rdzv_backend=c10d /opt/rl/ppo.py"],
+                    "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1, "example.com/fast-nic": 1}}}}}
 
 
 def test_trainer_v2_1_pod_template_overrides_carry_as_runtime_patches_do():
-    job, notes = convert_trainjob(GNOSIA_1TO1)
+    job, notes = convert_trainjob(OVERRIDDEN)
     spec, notes = job["spec"], {n.path: n.message for n in notes}
     pod = spec["template"]["spec"]
-    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
-    assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}]
-    assert pod["containers"][0]["volumeMounts"] == [{"mountPath": "/dev/shm", "name": "dshm"}]
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "rl-large"}
+    assert pod["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "6Gi"}}]
+    assert pod["containers"][0]["volumeMounts"] == [{"mountPath": "/dev/shm", "name": "shm"}]
     selector = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]
-    assert selector == {"matchLabels": {"kuberl.dev/job": "llama-3-8b"}}
+    assert selector == {"matchLabels": {"kuberl.dev/job": "ppo-zone"}}
     assert not any(path.startswith("spec.podTemplateOverrides") and "not carried over" in message
                    for path, message in notes.items()), notes
     rendered = render_job(job, "default", PLACEHOLDER_UID)
-    shm = [v for p in rendered if p["kind"] == "Pod" for v in p["spec"]["volumes"] if v["name"] == "dshm"]
-    assert shm and all(v["emptyDir"]["sizeLimit"] == "64Gi" for v in shm), "the job's /dev/shm size wins over kuberl's default"
+    shm = [v for p in rendered if p["kind"] == "Pod" for v in p["spec"]["volumes"] if v["name"] == "shm"]
+    assert shm and all(v["emptyDir"]["sizeLimit"] == "6Gi" for v in shm), "the job's /dev/shm size wins over kuberl's default"
 
 
 def test_trainer_v2_0_pod_spec_overrides_carry_too_and_other_jobs_are_named():
@@ -287,33 +288,33 @@ def test_trainer_v2_0_pod_spec_overrides_carry_too_and_other_jobs_are_named():
     fields sit beside targetJobs."""
     doc = trainjob(image=IMAGE, numProcPerNode=1)
     doc["spec"]["podSpecOverrides"] = [
-        {"targetJobs": [{"name": "node"}], "serviceAccountName": "training-sa",
+        {"targetJobs": [{"name": "node"}], "serviceAccountName": "ppo-sa",
          "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
         {"targetJobs": [{"name": "dataset-initializer"}], "volumes": [{"name": "cache", "emptyDir": {}}]}]
     spec, notes = spec_of(doc)
     pod = spec["template"]["spec"]
-    assert pod["serviceAccountName"] == "training-sa"
+    assert pod["serviceAccountName"] == "ppo-sa"
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert "volumes" not in pod
     assert "'dataset-initializer'" in notes["spec.podSpecOverrides[1]"] and "spec.podSpecOverrides[0]" not in notes
 
 
 def test_any_value_anywhere_in_pod_template_overrides_converts_or_is_refused():
-    assert_any_junk_anywhere_is_converted_or_refused(GNOSIA_1TO1, convert_trainjob)
+    assert_any_junk_anywhere_is_converted_or_refused(OVERRIDDEN, convert_trainjob)
 
 
-# kubeflow/trainer examples/flux/lammps-train-job.yaml: LAMMPS under MPI, launched by the Flux runtime
-# (examples/flux/flux-runtime.yaml, mlPolicy.flux); the command is no torch program
-LAMMPS = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "lammps-flux"},
-          "spec": {"runtimeRef": {"name": "flux-distributed"},
-                   "trainer": {"numNodes": 2, "numProcPerNode": 4, "image": "ghcr.io/converged-computing/metric-lammps:latest",
-                               "command": ["lmp", "-v", "x", "4", "-v", "y", "4", "-v", "z", "4", "-in", "in.reaxc.hns", "-nocite"],
-                               "env": [{"name": "FLUX_VIEW_IMAGE", "value": "ghcr.io/converged-computing/flux-view-ubuntu:tag-jammy"}]}}}
+# A TrainJob launched by Trainer's Flux runtime (mlPolicy.flux), as its flux example is: an MPI program that is no
+# torch program, and the runtime beside it
+SIM_FLUX = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "sim-flux"},
+            "spec": {"runtimeRef": {"name": "flux-distributed"},
+                     "trainer": {"numNodes": 2, "numProcPerNode": 4, "image": "registry.example.com/sim/cartpole-mpi:1",
+                                 "command": ["/opt/sim/step", "--cells", "64", "--steps", "1000"],
+                                 "env": [{"name": "SIM_LOG_DIR", "value": "/tmp/sim"}]}}}
 FLUX_RUNTIME = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
                 "metadata": {"name": "flux-distributed", "labels": {"trainer.kubeflow.org/framework": "flux"}},
                 "spec": {"mlPolicy": {"numNodes": 1, "flux": {}}, "template": {"spec": {"replicatedJobs": [
                     {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [
-                        {"name": "node", "image": "ubuntu:jammy"}]}}}}}]}}}}
+                        {"name": "node", "image": "registry.example.com/sim/flux-base:1"}]}}}}}]}}}}
 
 
 @pytest.mark.parametrize(("runtimes", "ref", "words"), [
@@ -325,7 +326,7 @@ FLUX_RUNTIME = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterT
     ((), {"name": "xgboost-distributed"}, "DMLC_TRACKER_URI"),
 ], ids=["flux-by-name", "flux-by-its-first-name", "flux-in-the-file", "deepspeed-mpi", "jax", "xgboost"])
 def test_a_trainjob_of_another_framework_than_torch_is_refused_at_its_runtime(runtimes, ref, words):
-    doc = {**LAMMPS, "spec": {**LAMMPS["spec"], "runtimeRef": ref}}
+    doc = {**SIM_FLUX, "spec": {**SIM_FLUX["spec"], "runtimeRef": ref}}
     with pytest.raises(NotConvertible) as e:
         convert_trainjob(doc, runtimes=runtimes)
     (problem,) = e.value.problems
@@ -334,14 +335,14 @@ def test_a_trainjob_of_another_framework_than_torch_is_refused_at_its_runtime(ru
 
 def test_a_torch_runtime_of_a_known_name_in_the_file_wins_over_the_name():
     torch_runtime = {**FLUX_RUNTIME, "spec": {**FLUX_RUNTIME["spec"], "mlPolicy": {"numNodes": 1, "torch": {}}}}
-    spec, _ = spec_of(LAMMPS, runtimes=[torch_runtime])
+    spec, _ = spec_of(SIM_FLUX, runtimes=[torch_runtime])
     assert (spec["workers"], spec["procsPerWorker"]) == (2, 4)
 
 
 def rocm_trainjob(gpu: str = "amd.com/gpu") -> dict:
     """kubeflow/trainer docs/user-guides/pytorch-rocm.md: a TrainJob on torch-distributed with resources_per_node
     {"amd.com/gpu": ...}; Trainer counts any resource named gpu (runtime.GetNumGPUPerNode) and leaves torchrun auto."""
-    return trainjob(image="rocm/pytorch:rocm7.1.1_ubuntu24.04_py3.12_pytorch_release_2.10.0", numNodes=2,
+    return trainjob(image="registry.example.com/rl/ppo-rocm:1", numNodes=2,
                     resourcesPerNode={"limits": {gpu: 8}})
 
 
@@ -377,9 +378,9 @@ def test_a_kueue_priority_class_on_the_trainjob_reaches_the_pods():
     WorkloadPriorityClass from its kueue.x-k8s.io/priority-class label; kuberl's pods are Kueue's pod group, which
     reads it from the pods."""
     doc = trainjob(image=IMAGE, numProcPerNode=1)
-    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue", "kueue.x-k8s.io/priority-class": "high"}
+    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "rl-team", "kueue.x-k8s.io/priority-class": "rl-urgent"}
     spec, notes = spec_of(doc)
-    assert spec["template"]["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
+    assert spec["template"]["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "rl-urgent"
     assert "metadata.labels.kueue.x-k8s.io/priority-class" in notes
 
 
@@ -388,17 +389,17 @@ def test_the_patch_kueue_wrote_on_admission_is_not_carried():
     pkg/controller/jobs/trainjob/trainjob_controller.go RunWithPodSetsInfo, manager kueue.x-k8s.io/manager) holds
     the flavor's nodeSelector and tolerations; the user's patch beside it is carried."""
     doc = trainjob(image=IMAGE, numProcPerNode=1)
-    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue"}
+    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "rl-team"}
     kueue = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
         {"name": "node", "template": {"spec": {"template": {
             "metadata": {"labels": {"kueue.x-k8s.io/podset": "node"}},
-            "spec": {"nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"},
-                     "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]}}}}}]}}}}
+            "spec": {"nodeSelector": {"example.com/flavor": "spot-a"},
+                     "tolerations": [{"key": "example.com/preemptible", "operator": "Exists", "effect": "NoSchedule"}]}}}}}]}}}}
     doc["spec"]["runtimePatches"] = [kueue, *PATCHES]
     spec, notes = spec_of(doc)
     pod = spec["template"]["spec"]
-    assert pod["nodeSelector"] == {"node-type": "training"}, "the user's, not the flavor Kueue chose then"
-    assert all(t["key"] != "spot" for t in pod["tolerations"])
+    assert pod["nodeSelector"] == {"pool": "rl-cpu"}, "the user's, not the flavor Kueue chose then"
+    assert all(t["key"] != "example.com/preemptible" for t in pod["tolerations"])
     assert "kueue.x-k8s.io/podset" not in spec["template"]["metadata"]["labels"]
     assert notes["spec.runtimePatches[0]"].startswith("not carried over: Kueue wrote it")
     doc["spec"]["podTemplateOverrides"] = [{**kueue, "targetJobs": [{"name": "node"}], "spec": {"nodeSelector": {"x": "y"}}}]
@@ -408,15 +409,15 @@ def test_the_patch_kueue_wrote_on_admission_is_not_carried():
 
 
 def test_a_gang_scheduling_runtime_in_the_file_says_how_kuberl_gangs():
-    """kubeflow/trainer examples/yaml/04-volcano-integration.yaml: the runtime's podGroupPolicy.volcano made Trainer
-    create a Volcano PodGroup; kuberl makes one only for spec.schedulerName volcano, which the file does not say."""
+    """A runtime with podGroupPolicy.volcano (the shape of Trainer's examples/yaml/04-volcano-integration.yaml) made
+    Trainer create a Volcano PodGroup; kuberl makes one only for spec.schedulerName volcano, which the file does not say."""
     runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-               "metadata": {"name": "torch-distributed-volcano", "labels": {"trainer.kubeflow.org/framework": "torch"}},
+               "metadata": {"name": "rl-gang", "labels": {"trainer.kubeflow.org/framework": "torch"}},
                "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "podGroupPolicy": {"volcano": {}},
                         "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
                             "containers": [{"name": "node", "image": IMAGE}]}}}}}]}}}}
-    doc = trainjob(runtime={"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": "torch-distributed-volcano"},
-                   numNodes=4, command=["python3", "-c", "print(1)"],
+    doc = trainjob(runtime={"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": "rl-gang"},
+                   numNodes=4, command=["python3", "-c", "print('one ppo process')"],
                    resourcesPerNode={"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}})
     job, notes = convert_trainjob(doc, runtimes=[runtime])
     gang = [n.message for n in notes if n.path == "spec.runtimeRef" and "podGroupPolicy.volcano" in n.message]
@@ -428,28 +429,28 @@ def test_a_command_that_names_a_jobset_pod_is_noted_with_kuberls_name_for_it():
     """Trainer's torch plugin gives PET_MASTER_ADDR as <trainjob>-node-0-0.<trainjob> (JobSet's hostname and
     subdomain); a command that writes it out names a pod kuberl's gang does not have."""
     doc = trainjob(image=IMAGE, numProcPerNode=1,
-                   command=["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=multi-node-node-0-0.multi-node:29400", "t.py"])
+                   command=["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=ppo-nodes-node-0-0.ppo-nodes:29400", "t.py"])
     _, notes = spec_of(doc)
-    assert "its pod is multi-node-0, reached as multi-node-0.multi-node" in notes["spec.trainer.command[2]"]
+    assert "its pod is ppo-nodes-0, reached as ppo-nodes-0.ppo-nodes" in notes["spec.trainer.command[2]"]
 
 
 def test_a_patched_pod_security_context_that_says_who_runs_keeps_saying_it():
     doc = trainjob(image=IMAGE, numProcPerNode=1)
     doc["spec"]["runtimePatches"] = [{"manager": "m", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-        {"name": "node", "template": {"spec": {"template": {"spec": {"securityContext": {"runAsUser": 1000, "fsGroup": 1000}}}}}}]}}}}]
+        {"name": "node", "template": {"spec": {"template": {"spec": {"securityContext": {"runAsUser": 2100, "fsGroup": 2200}}}}}}]}}}}]
     spec, notes = spec_of(doc)
-    assert spec["template"]["spec"]["containers"][0]["securityContext"] == {"runAsUser": 1000}
+    assert spec["template"]["spec"]["containers"][0]["securityContext"] == {"runAsUser": 2100}
     path = "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec.securityContext"
     assert "runs as the TrainJob's did" in notes[path] and "spec.trainer" not in notes
 
 
 def test_the_runtime_patches_service_account_is_told_its_token_is_no_longer_mounted():
-    """kubeflow/trainer examples/yaml/02-runtime-patches.yaml patches serviceAccountName: training-sa."""
+    """A runtime patch that names the node pods' serviceAccountName, as Trainer's 02-runtime-patches example does."""
     doc = trainjob(image=IMAGE, numProcPerNode=1)
     doc["spec"]["runtimePatches"] = PATCHES
     _, notes = spec_of(doc)
     path = "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec.serviceAccountName"
-    assert "automountServiceAccountToken: true" in notes[path] and "TrainJob's pods had 'training-sa'" in notes[path]
+    assert "automountServiceAccountToken: true" in notes[path] and "TrainJob's pods had 'ppo-sa'" in notes[path]
 
 
 def test_a_trainer_that_reads_job_completion_index_still_gets_it():
@@ -471,15 +472,15 @@ def test_a_trainer_that_reads_job_completion_index_still_gets_it():
 
 def test_args_alone_run_the_runtimes_command_so_they_need_it():
     """kubeflow/trainer pkg/runtime/framework/plugins/jobset/builder.go replaces the node container's command and args
-    each alone: a TrainJob with args only ran its runtime's command with them. torchtune-llama3.2-1b's is
-    `tune run ...` (manifests/base/runtimes/torchtune/llama3_2/llama3_2_1B.yaml), which kuberl cannot see; the
-    torch-distributed runtime has none, so the image's ENTRYPOINT ran them, as in kuberl's pod."""
-    tune = trainjob(runtime={"name": "torchtune-llama3.2-1b"}, image=IMAGE, numProcPerNode=1, args=["batch_size=4"])
+    each alone: a TrainJob with args only ran its runtime's command with them. A runtime that has one (Trainer's
+    torchtune runtimes run `tune run ...`) is not in the file, so kuberl cannot see it; the torch-distributed runtime
+    has none, so the image's ENTRYPOINT ran them, as in kuberl's pod."""
+    tune = trainjob(runtime={"name": "rl-tuner"}, image=IMAGE, numProcPerNode=1, args=["epochs=3"])
     del tune["spec"]["trainer"]["command"]
     with pytest.raises(NotConvertible) as e:
         convert_trainjob(tune)
     (problem,) = e.value.problems
-    assert problem.path == "spec.trainer.command" and "the node command of ClusterTrainingRuntime 'torchtune-llama3.2-1b'" in problem.message
+    assert problem.path == "spec.trainer.command" and "the node command of ClusterTrainingRuntime 'rl-tuner'" in problem.message
     plain = trainjob(image=IMAGE, numProcPerNode=1, args=["--epochs", "3"])
     del plain["spec"]["trainer"]["command"]
     spec, _ = spec_of(plain)
@@ -488,30 +489,29 @@ def test_args_alone_run_the_runtimes_command_so_they_need_it():
 
 def test_a_runtime_in_the_file_gives_the_command_args_run_under():
     runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-               "metadata": {"name": "torchtune-llama3.2-1b"},
+               "metadata": {"name": "rl-tuner"},
                "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [
                    {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [
-                       {"name": "node", "image": "ghcr.io/kubeflow/trainer/torchtune-trainer",
-                        "command": ["tune", "run", "--rdzv_endpoint=localhost:29500", "full_finetune_distributed",
-                                    "--config", "llama3_2/1B_full"]}]}}}}}]}}}}
-    doc = trainjob(runtime={"name": "torchtune-llama3.2-1b"}, numProcPerNode=1, args=["batch_size=4"])
+                       {"name": "node", "image": "registry.example.com/rl/tuner:1",
+                        "command": ["tune", "run", "ppo_recipe.py", "--config", "ppo.yaml"]}]}}}}}]}}}}
+    doc = trainjob(runtime={"name": "rl-tuner"}, numProcPerNode=1, args=["epochs=3"])
     del doc["spec"]["trainer"]["command"]
     job, notes = convert_trainjob(doc, runtimes=[runtime])
     trainer = job["spec"]["template"]["spec"]["containers"][0]
-    assert (trainer["command"][:2], trainer["args"]) == (["tune", "run"], ["batch_size=4"])
-    assert "taken from ClusterTrainingRuntime 'torchtune-llama3.2-1b'" in {n.path: n.message for n in notes}["spec.trainer.command"]
+    assert (trainer["command"][:2], trainer["args"]) == (["tune", "run"], ["epochs=3"])
+    assert "taken from ClusterTrainingRuntime 'rl-tuner'" in {n.path: n.message for n in notes}["spec.trainer.command"]
 
 
 def test_a_runtime_in_the_file_with_env_says_it_is_not_carried():
     """Trainer upserts spec.trainer.env into the runtime node container's env (torch plugin, apply.UpsertEnvVars):
     the runtime's own variables reached the pods too."""
-    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime", "metadata": {"name": "torch-custom"},
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime", "metadata": {"name": "rl-custom"},
                "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [
                    {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [
-                       {"name": "node", "image": IMAGE, "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}]}}}}}]}}}}
-    doc = trainjob(runtime={"kind": "TrainingRuntime", "name": "torch-custom"}, numProcPerNode=1)
+                       {"name": "node", "image": IMAGE, "env": [{"name": "GLOO_SOCKET_IFNAME", "value": "eth0"}]}]}}}}}]}}}}
+    doc = trainjob(runtime={"kind": "TrainingRuntime", "name": "rl-custom"}, numProcPerNode=1)
     _, notes = convert_trainjob(doc, runtimes=[runtime])
-    assert any("(NCCL_DEBUG)" in n.message and "add it to spec.trainer.env" in n.message for n in notes if n.path == "spec.runtimeRef")
+    assert any("(GLOO_SOCKET_IFNAME)" in n.message and "add it to spec.trainer.env" in n.message for n in notes if n.path == "spec.runtimeRef")
 
 
 @pytest.mark.parametrize(("second", "field", "words"), [
@@ -546,26 +546,26 @@ def test_a_patched_volume_named_as_kuberls_configuration_volume_is_renamed_with_
     pod["containers"][0]["volumeMounts"][0]["name"] = "config"
     doc["spec"]["runtimePatches"] = patches
     spec, notes = spec_of(doc)
-    assert spec["template"]["spec"]["volumes"] == [{"name": "trainjob-config", "persistentVolumeClaim": {"claimName": "data"}}]
-    assert spec["template"]["spec"]["containers"][0]["volumeMounts"] == [{"name": "trainjob-config", "mountPath": "/data"}]
+    assert spec["template"]["spec"]["volumes"] == [{"name": "trainjob-config", "persistentVolumeClaim": {"claimName": "ppo-replays"}}]
+    assert spec["template"]["spec"]["containers"][0]["volumeMounts"] == [{"name": "trainjob-config", "mountPath": "/replays"}]
     assert "renamed 'trainjob-config'" in notes["spec.template.spec.volumes[0].name"]
 
 
 def test_a_runtimes_initializer_jobs_and_the_nodes_mounts_are_said_when_the_runtime_is_in_the_file():
-    """kubeflow/trainer manifests/base/runtimes/torchtune/llama3_2/llama3_2_1B.yaml: dataset and model initializer
-    Jobs fill the 'initializer' claim the node container reads at /workspace; kuberl takes the node's command and
-    ran it over an empty /workspace, with only the general runtimeRef note."""
-    node = {"name": "node", "image": "ghcr.io/kubeflow/trainer/torchtune-trainer",
-            "command": ["tune", "run", "full_finetune_distributed", "--config", "llama3_2/1B_full"],
+    """A runtime whose dataset and model initializer Jobs fill the 'initializer' claim the node container reads at
+    /workspace (the shape of Trainer's torchtune runtimes); kuberl takes the node's command and ran it over an empty
+    /workspace, with only the general runtimeRef note."""
+    node = {"name": "node", "image": "registry.example.com/rl/tuner:1",
+            "command": ["tune", "run", "ppo_recipe.py", "--config", "ppo.yaml"],
             "volumeMounts": [{"name": "initializer", "mountPath": "/workspace"}]}
     runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-               "metadata": {"name": "torchtune-llama3.2-1b"},
+               "metadata": {"name": "rl-tuner"},
                "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [
                    {"name": "dataset-initializer", "template": {"spec": {"template": {"spec": {"containers": [
-                       {"name": "dataset-initializer", "image": "ghcr.io/kubeflow/trainer/dataset-initializer"}]}}}}},
+                       {"name": "dataset-initializer", "image": "registry.example.com/rl/fetch-rollouts:1"}]}}}}},
                    {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [node]}}}}}]}}}}
-    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "tune"},
-           "spec": {"runtimeRef": {"name": "torchtune-llama3.2-1b"},
+    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "ppo-tune"},
+           "spec": {"runtimeRef": {"name": "rl-tuner"},
                     "trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": 2, "cpu": "8"}}}}}
     _, notes = convert_trainjob(doc, runtimes=[runtime])
     said = [n.message for n in notes if n.path == "spec.runtimeRef"]
