@@ -382,24 +382,25 @@ def test_a_script_that_asks_for_nccl_on_a_machine_without_gpus_fails_at_once_say
     assert "NCCL" in final, final
 
 
-def test_jobsets_pytorch_example_runs_as_it_stands(tmp_path):
-    """kubernetes-sigs/jobset's PyTorch example (site/static/examples/pytorch/cnn-mnist/mnist.yaml): Indexed pods
-    whose own env names worker 0's host, a MASTER_PORT and RANK from the completion index, read by torchrun's
-    flags in a bash script. The JobSet file runs as it stands (kuberl converts it): the same rendezvous, every
-    name torch's agent sets in each child. kuberl left the JobSet out ('kubectl apply the rest yourself')."""
+def test_a_jobset_in_the_shape_of_jobsets_pytorch_examples_runs_as_it_stands(tmp_path):
+    """A JobSet as JobSet's PyTorch examples write one (tests/fixtures/peers/jobset): Indexed pods whose own env
+    names worker 0's host (<jobset>-<replicatedJob>-0-0.<subdomain>), a MASTER_PORT and RANK from the completion
+    index, read by torchrun's flags in a bash script. The JobSet file runs as it stands (kuberl converts it): the
+    same rendezvous, every name torch's agent sets in each child. kuberl left the JobSet out ('kubectl apply the
+    rest yourself')."""
     port = free_port()
-    script = ("torchrun --rdzv_id=123 --nnodes=2 --nproc_per_node=2 --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT"
+    script = ("torchrun --rdzv_id=ppo7 --nnodes=2 --nproc_per_node=2 --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT"
               " --node_rank=$RANK /app/elastic_ddp.py")
-    container = {"name": "pytorch", "image": "gcr.io/k8s-staging-jobset/pytorch-mnist:latest", "ports": [{"containerPort": port}],
-                 "env": [{"name": "MASTER_ADDR", "value": "pytorch-workers-0-0.pytorch"},
+    container = {"name": "learner", "image": "registry.example.com/rl/ppo-ddp:1", "ports": [{"containerPort": port}],
+                 "env": [{"name": "MASTER_ADDR", "value": "ppo-gang-learners-0-0.ppo-gang"},
                          {"name": "MASTER_PORT", "value": str(port)},
                          {"name": "RANK", "valueFrom": {"fieldRef": {
                              "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
                          {"name": "PYTHONUNBUFFERED", "value": "0"}],
                  "command": ["bash", "-xc", script],
                  "volumeMounts": [{"name": "scripts", "mountPath": "/app", "readOnly": True}]}
-    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "pytorch"},
-              "spec": {"replicatedJobs": [{"name": "workers", "template": {"spec": {
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "ppo-gang"},
+              "spec": {"replicatedJobs": [{"name": "learners", "template": {"spec": {
                   "parallelism": 2, "completions": 2, "backoffLimit": 0, "template": {"spec": {
                       "containers": [container], "volumes": [{"name": "scripts", "hostPath": {"path": str(SCRIPTS)}}]}}}}}]}}
     (tmp_path / "jobset.yaml").write_text(yaml.safe_dump(jobset))
@@ -407,11 +408,11 @@ def test_jobsets_pytorch_example_runs_as_it_stands(tmp_path):
                           text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert f"MASTER_PORT={port} is now spec.rendezvous.port" in done.stderr, done.stderr
-    seen = re.findall(r"elastic_ddp rank (\d)/4 group (\d) local (\d)/2 restart 0 master \S+:(\d+) heard 'from rank 0 of run 123'",
+    seen = re.findall(r"elastic_ddp rank (\d)/4 group (\d) local (\d)/2 restart 0 master \S+:(\d+) heard 'from rank 0 of run ppo7'",
                       done.stdout)
     assert sorted((int(r), int(g), int(lr)) for r, g, lr, _ in seen) == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)], done.stdout[-3000:]
     assert {int(p) for *_, p in seen} == {port}
-    assert "pytorch succeeded: every worker exited 0" in done.stdout, done.stdout[-2000:]
+    assert "ppo-gang succeeded: every worker exited 0" in done.stdout, done.stdout[-2000:]
 
 
 def test_each_pod_sees_its_own_share_of_the_callers_gpus_and_too_few_are_refused_before_anything_runs(tmp_path):
