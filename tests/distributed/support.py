@@ -115,6 +115,21 @@ class Ranks:
         finally:
             self.kill()
 
+    def wait_for_handler(self, rank: int, signum: int = signal.SIGTERM, timeout: float = 60) -> None:
+        """Until the rank catches `signum` (its SigCgt mask in /proc): a signal sent before then kills it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.procs[rank].poll() is None, self.log(rank)
+            try:
+                with open(f"/proc/{self.procs[rank].pid}/status") as f:
+                    caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+            except FileNotFoundError:  # it ended since the poll: said by the next one
+                caught = 0
+            if caught >> (signum - 1) & 1:
+                return
+            time.sleep(0.002)
+        raise AssertionError(f"rank {rank} did not catch signal {signum} in {timeout}s:\n{self.log(rank)}")
+
     def signal(self, rank: int, signum: int = signal.SIGTERM) -> None:
         self.procs[rank].send_signal(signum)
 

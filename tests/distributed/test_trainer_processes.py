@@ -127,8 +127,8 @@ def test_a_sigterm_during_the_imports_stops_every_rank_at_the_first_update_with_
     peer past its imports sat in the rendezvous waiting for it until the grace period's SIGKILL: 30 s of silence."""
     job = make_job(tmp_path, checkpoint={"everyUpdates": 1000})
     ranks = Ranks(job)
-    time.sleep(0.3)  # python is up, torch is not imported yet
-    for rank in (0, 1):
+    for rank in (0, 1):  # each as soon as its handler is in, torch not imported yet (a fixed 0.3 s could come before)
+        ranks.wait_for_handler(rank)
         ranks.signal(rank, signal.SIGTERM)
     assert ranks.wait(timeout=60) == [0, 0], (ranks.log(0), ranks.log(1))
     assert job.termination_log(0).startswith(f"{contract.REASON_STOPPED}: stopped at timesteps ")
