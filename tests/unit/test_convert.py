@@ -199,6 +199,27 @@ def test_a_pytorchjob_converts_to_a_valid_job_and_notes_what_changed(doc, expect
     assert doc == before, "the output shares nothing with the input"
 
 
+def test_a_pytorchjob_that_names_no_port_keeps_the_port_its_pods_had():
+    """training-operator's defaulting gives the `pytorch` container of every replica a pytorchjob-port of 23456 when it
+    names none (kubeflow/training-operator pkg/apis/kubeflow.org/v1/pytorch_defaults.go setPytorchDefaultPort,
+    PytorchJobDefaultPort in pytorch_types.go), so MASTER_PORT, and an elastic job's PET_RDZV_ENDPOINT, said 23456.
+    Converted, the pods said kuberl's 29500: an Istio annotation that excludes the port, a NetworkPolicy or firewall
+    rule that allows it, or a script that names it no longer matched the rendezvous."""
+    for doc in (pytorchjob(replica(1), replica(2)),
+                pytorchjob(None, replica(2, pytorch(command=TORCHRUN), restart=None), elasticPolicy={"rdzvBackend": "c10d"})):
+        job, notes = convert(doc)
+        assert job["spec"]["rendezvous"] == {"port": 23456}
+        assert not any("rendezvous" in n.path or "23456" in n.message for n in notes), "the pods' port, kept: nothing to say"
+        for pod in (o for o in render_job(job, "default", PLACEHOLDER_UID) if o["kind"] == "Pod"):
+            trainer = next(c for c in pod["spec"]["containers"] if c["name"] == "trainer")
+            env = {e["name"]: e.get("value") for e in trainer["env"]}
+            assert env["MASTER_PORT"] == env["PET_MASTER_PORT"] == "23456"
+            assert env["PET_RDZV_ENDPOINT"].endswith(":23456")
+    # the Master's own port wins, as getPortFromPyTorchJob reads the Master's (the Workers' defaulted one is unused)
+    named = pytorchjob(replica(1, pytorch(ports=[{"name": "pytorchjob-port", "containerPort": 29611}])), replica(1))
+    assert convert(named)[0]["spec"]["rendezvous"] == {"port": 29611}
+
+
 def test_an_exported_job_keeps_only_what_a_new_object_carries():
     job, _ = convert(EXPORTED)
     assert job["metadata"] == {"name": "train", "namespace": "ml", "labels": {"team": "vision"}, "annotations": {"owner": "ana"}}

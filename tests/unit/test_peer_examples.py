@@ -141,9 +141,6 @@ def port_of(value: str) -> str:
 # Where kuberl's value differs from the upstream operator's on purpose: the name, why, and the field convert's note
 # names (convert must have said it). Every other torch name must be equal.
 ALLOWED = {
-    # PyTorchJob's default port; kuberl's is spec.rendezvous.port (29500): every pod reads the same env, scripts too
-    ("PyTorchJob", "MASTER_PORT"): (lambda up, ours, spec: up == "23456" and ours == str(spec["rendezvous"]["port"]), None),
-    ("PyTorchJob", "PET_MASTER_PORT"): (lambda up, ours, spec: up == "23456" and ours == str(spec["rendezvous"]["port"]), None),
     # a word torchrun resolves ('auto'): kuberl writes the number of processes it starts, said at nprocPerNode
     # unless the command starts no launcher (then nothing reads it and each pod is one process, as PyTorchJob counted)
     ("PyTorchJob", "PET_NPROC_PER_NODE"): (lambda up, ours, spec: not up.isdigit() and ours == str(spec.get("procsPerWorker", 1)), None),

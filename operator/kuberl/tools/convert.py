@@ -44,6 +44,10 @@ KIND = "PyTorchJob"
 MASTER, WORKER = "Master", "Worker"
 CONTAINER = "pytorch"  # kubeflowv1.PytorchJobDefaultContainerName: the one PyTorchJob sets the env of
 PORT_NAME = "pytorchjob-port"  # kubeflowv1.PytorchJobDefaultPortName: the Master's is MASTER_PORT
+# The port training-operator's defaulting gives a `pytorch` container that names no pytorchjob-port
+# (kubeflow/training-operator pkg/apis/kubeflow.org/v1/pytorch_defaults.go setPytorchDefaultPort, with
+# PytorchJobDefaultPort in pytorch_types.go): such a job's pods had MASTER_PORT 23456, not kuberl's 29500.
+DEFAULT_PORT = 23456
 KUEUE_QUEUE_LABEL = names.KUEUE_QUEUE_NAME  # Kueue's PyTorchJob integration reads the job's label
 # torchrun's own words for "count them at start": nothing in a manifest says how many CPUs a node has.
 NPROC_WORDS = ("auto", "cpu", "gpu")
@@ -1029,6 +1033,8 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     port_index = _trainer_index(templates[port_from], f"spec.pytorchReplicaSpecs.{port_from}.template")
     port, port_path = _rendezvous_port(templates[port_from]["spec"]["containers"][port_index],
                                        f"spec.pytorchReplicaSpecs.{port_from}.template.spec.containers[{port_index}]")
+    if port is None:  # the port PyTorchJob's pods had, so what the user's policies and scripts name still holds
+        port = DEFAULT_PORT
     restart_policies = {rtype: r["restartPolicy"] for rtype, r in replicas.items() if r.get("restartPolicy") is not None}
     run_policy, queue, queue_path = _run_policy(spec, restart_policies, origins, notes)
     if MASTER in counts:  # training-operator: "when master is succeed, the job is finished"; Workers alone: all of them
@@ -1053,8 +1059,8 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     if queue is not None:
         out["queueName"] = queue
         origins["spec.queueName"] = queue_path
-    if port is not None:
-        out["rendezvous"] = {"port": port}
+    out["rendezvous"] = {"port": port}
+    if port_path:
         origins["spec.rendezvous.port"] = port_path
     if run_policy:
         out["runPolicy"] = run_policy
