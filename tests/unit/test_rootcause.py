@@ -152,3 +152,83 @@ def test_the_local_node_gives_the_whole_line_where_the_tail_cut_it():
     for each in log.split("\n"):
         rootcause.remember(each, last)
     assert f"exit code 1: {line}" in rootcause.describe(rootcause.completed(cut, last))
+
+
+# --- NCCL's watchdog ------------------------------------------------------------------------------------------------
+# What a rank NCCL's watchdog takes down leaves in its log, in the shapes torch 2.13's ProcessGroupNCCL.cpp formats
+# (WorkNCCL::checkTimeout's line, then std::terminate's report and the exception's frames), written here, not copied.
+
+LIB = "/usr/local/lib/python3.11/site-packages/torch/lib"
+
+
+def frames(count: int) -> list[str]:
+    return [f"frame #{i}: <unknown function> + 0x{0x9c5d10 + 97 * i:x} (0x7f3a5c{i:06x} in {LIB}/libtorch_cuda.so)"
+            for i in range(count)]
+
+
+def watchdog_log(rank: int = 1, last_frames: int = 6) -> str:
+    work = "WorkNCCL(SeqNum=4180, OpType=ALLREDUCE, NumelIn=1686533, NumelOut=1686533, Timeout(ms)=120000)"
+    said = (f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}] Watchdog caught collective operation timeout: {work}"
+            " ran for 120046 milliseconds before timing out.")
+    source = "/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"
+    return "\n".join([
+        "timesteps 819200  steps/s 9120  return -20.1  eval -",
+        f"[rank{rank}]:[E1128 12:01:07.412377035 ProcessGroupNCCL.cpp:688] {said}",
+        "terminate called after throwing an instance of 'c10::DistBackendError'",
+        f"  what():  [PG ID 0 PG GUID 0(default_pg) Rank {rank}] Process group watchdog thread terminated with exception: {said}",
+        f"Exception raised from checkTimeout at {source}:688 (most recent call first):", *frames(7),
+        f"Exception raised from run at {source}:2041 (most recent call first):", *frames(last_frames)])
+
+
+def test_nccls_watchdog_is_read_as_a_lost_peer_naming_the_collective_and_its_timeout():
+    """With NCCL a rank waiting on a peer that hung or died is taken down by torch's watchdog (SIGABRT, exit 134) and
+    states nothing: the job said 'worker 1 exit code 134' and the last frames of a C++ stack, and counted it as its
+    own crash, not as the echo of another rank's failure."""
+    abort = rootcause.nccl_watchdog(watchdog_log())
+    assert abort == rootcause.WatchdogAbort(1, "ALLREDUCE", "4180", 120000, 120046)
+    said = rootcause.describe_watchdog(abort)
+    assert said.startswith("NCCL's watchdog took rank 1 down (SIGABRT): its ALLREDUCE (collective #4180) waited 120.0 s,"
+                           " past its process group's timeout of 120 s, for a peer that never joined it")
+    assert "runPolicy.collectiveTimeoutSeconds" in said
+    pod = lc.observed_pod(terminated_pod(1, 134, watchdog_log()[-LOG_TAIL_BYTES:]))  # what a kubelet keeps
+    assert pod.reason == lc.REASON_PEER_LOST and pod.message.startswith("NCCL's watchdog took"), pod
+    assert rootcause.nccl_watchdog("Traceback (most recent call last):\nValueError: boom") is None
+    assert lc.observed_pod(terminated_pod(1, 1, "ValueError: boom")).reason == "Error"
+
+
+def test_a_tail_past_the_watchdogs_line_still_says_it_and_the_local_node_puts_the_line_back(tmp_path):
+    """The kubelet keeps a failed container's last 2 KiB, which may hold only the exception's frames and the line
+    above them naming the watchdog's source. kuberl run reads every line, so its message has the watchdog's own
+    line, with the collective and the timeout."""
+    log = watchdog_log(rank=3, last_frames=8)
+    tail = log[-LOG_TAIL_BYTES:]
+    assert "Watchdog caught" not in tail and "Exception raised from run at" in tail
+    assert rootcause.nccl_watchdog(tail) == rootcause.WatchdogAbort(None)
+    pod = lc.observed_pod(terminated_pod(3, 134, tail))
+    assert pod.reason == lc.REASON_PEER_LOST and "kubectl logs POD | grep -m1 -e 'Watchdog caught'" in pod.message
+    assert rootcause.nccl_watchdog("\n".join(frames(20))) is None  # frames alone say nothing of whose they are
+    (tmp_path / "log.txt").write_text(log + "\n")
+    code = f"import os, sys; sys.stdout.write(open({str(tmp_path / 'log.txt')!r}).read()); sys.stdout.flush(); os.abort()"
+    process = PodProcess(Launch([sys.executable, "-c", code], {}, str(tmp_path), str(tmp_path / "termination-log")),
+                         "[worker 3]", out=open(tmp_path / "out", "w"))  # noqa: SIM115
+    assert process.wait(60) == 134
+    process._reader.join(10)
+    assert rootcause.nccl_watchdog(process.termination_message()) == rootcause.WatchdogAbort(3, "ALLREDUCE", "4180", 120000, 120046)
+
+
+def test_a_stated_reason_wins_over_a_watchdog_line_above_it():
+    """A rank that stated its own reason (kuberl's trainer catches what gloo raises) is read by that, not by a line."""
+    stated = "kuberl.dev/reason Crashed: RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert lc.observed_pod(terminated_pod(0, 1, stated)).reason == "Crashed"
+
+
+def test_the_watchdogs_echo_does_not_hide_the_rank_that_failed_first():
+    spec = make_job().env("CartPole-v1").with_spec(totalTimesteps=10).workers(2).spec()
+    up = lc.decide(spec, {"generation": 0}, [], None, 0.0).status
+    running = [replace(lc.observed_pod(terminated_pod(0, 0, "")), name=f"nanogpt-{r}", rank=r, phase="Running",
+                       exit_code=None, reason=None, ready=True, start_time=0.0) for r in range(2)]
+    up = lc.decide(spec, up, running, None, 1.0).status
+    echo = replace(lc.observed_pod(terminated_pod(1, 134, watchdog_log())), finished_at=5.0)
+    oom = replace(lc.observed_pod(terminated_pod(0, 137, "")), reason="OOMKilled", finished_at=9.0)
+    (entry,) = lc.decide(spec, up, [oom, echo], None, 10.0).status["restartHistory"]
+    assert entry["reason"] == "OOMKilled" and entry["message"].startswith("worker 0"), entry

@@ -352,6 +352,10 @@ def _clip_tail(text: str, limit: int = _POD_MESSAGE_BUDGET, source: str = "") ->
     return safetext.continued(clipped, source) if source else clipped
 
 
+def _watchdog_abort(message: str | None) -> bool:
+    return not stated_reason(message) and rootcause.nccl_watchdog(message) is not None
+
+
 def _container_message(message: str | None) -> str | None:
     """What a terminated container said: the trainer's stated line without
     its marker, else the end of its log."""
@@ -360,6 +364,8 @@ def _container_message(message: str | None) -> str | None:
     stated = stated_reason(message)
     if stated:
         return stated[1]
+    if (abort := rootcause.nccl_watchdog(message)) is not None:
+        return rootcause.describe_watchdog(abort)
     return rootcause.describe(message) or _clip_tail(message)  # under torchrun: the failing rank and its exception
 
 
@@ -1080,7 +1086,9 @@ def observed_pod(pod: dict[str, Any]) -> ObservedPod:
         phase=status.get("phase") or "Pending",
         ready=(conditions.get("Ready") or {}).get("status") == "True",
         exit_code=exit_code,
-        reason=termination_reason(message) or _one_line(state_reason) or (_one_line(status["reason"]) if rejected else None),
+        # NCCL's watchdog took the rank down, stating nothing: the echo of a peer's failure, as a stated PeerLost is
+        reason=(termination_reason(message) or (REASON_PEER_LOST if _watchdog_abort(message) else None)
+                or _one_line(state_reason) or (_one_line(status["reason"]) if rejected else None)),
         message=_container_message(message) or (_one_line(status.get("message")) if rejected else None),
         waiting_reason=_one_line(waiting.get("reason")),
         waiting_message=_one_line(waiting.get("message")),

@@ -108,6 +108,62 @@ def describe(text: str) -> str | None:
             f" kubectl logs POD | grep '^\\[rank{failure.rank}\\]:' | tail -1")
 
 
+# torch's NCCL watchdog, when a collective outlives its process group's timeout: WorkNCCL::checkTimeout
+# (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp) logs "<prefix>Watchdog caught collective operation timeout:
+# WorkNCCL(SeqNum=N, OpType=OP, ..., Timeout(ms)=T) ran for M milliseconds before timing out.", where the prefix ends
+# in "Rank R] ", and the watchdog then takes the process down with SIGABRT (TORCH_NCCL_ASYNC_ERROR_HANDLING's
+# default), as it does on an NCCL error (a peer's process gone): no Python exception and no stated reason, only that
+# line, std::terminate's report of the exception and its frames, and exit 134.
+_WATCHDOG = re.compile(r"Rank (\d{1,7})\] Watchdog caught collective operation timeout: WorkNCCL\(([^\n]{0,400}?)\)"
+                       r" ran for (\d{1,15}) milliseconds")
+_WORK_FIELD = re.compile(r"(SeqNum|OpType|Timeout\(ms\))=(\w{1,32})")
+# The watchdog's exception as the end of the log has it once the line itself is further up: std::terminate's what()
+# and the "raised from" line above each block of frames, naming the watchdog's own source file.
+_WATCHDOG_ENDING = re.compile(r"Process group watchdog thread terminated with exception"
+                              r"|Exception raised from \w{1,64} at \S{0,200}ProcessGroupNCCL\.cpp")
+_WATCHDOG_KEY = -3  # where remember() keeps the last watchdog line (ranks are 0 and up; -1 and -2 are taken)
+
+
+@dataclass(frozen=True)
+class WatchdogAbort:
+    """NCCL's watchdog took a rank down. With `rank` None only its ending was in the text, not what it caught."""
+
+    rank: int | None
+    op: str | None = None  # ALLREDUCE, BROADCAST, ...
+    seq: str | None = None  # the process group's count of collectives: ranks that ran different numbers diverged
+    timeout_ms: int | None = None
+    ran_ms: int | None = None
+
+
+def nccl_watchdog(text: str | None) -> WatchdogAbort | None:
+    """NCCL's watchdog ending a rank in `text` (a log or its tail), or None when it did not."""
+    if not text:
+        return None
+    found = None
+    for found in _WATCHDOG.finditer(text):  # the last one: each rank of a pod logs its own
+        pass
+    if found is None:
+        return WatchdogAbort(None) if _WATCHDOG_ENDING.search(text) else None
+    fields = dict(_WORK_FIELD.findall(found.group(2)))
+    timeout = fields.get("Timeout(ms)", "")
+    return WatchdogAbort(int(found.group(1)), fields.get("OpType"), fields.get("SeqNum"),
+                         int(timeout) if timeout.isdigit() else None, int(found.group(3)))
+
+
+def describe_watchdog(abort: WatchdogAbort) -> str:
+    """One line for a rank NCCL's watchdog took down: which collective waited, for how long, and what that means."""
+    if abort.rank is None:
+        return ("NCCL's watchdog took this rank down (SIGABRT): a collective timed out or NCCL failed, waiting on a peer"
+                " (what it caught is above the log's end: kubectl logs POD | grep -m1 -e 'Watchdog caught' -e 'NCCL error')")
+    op = safetext.one_line(abort.op or "a collective")
+    seq = f" (collective #{safetext.one_line(abort.seq)})" if abort.seq else ""
+    waited = f" waited {abort.ran_ms / 1000:.1f} s" if abort.ran_ms is not None else " waited"
+    limit = f" of {abort.timeout_ms / 1000:g} s" if abort.timeout_ms is not None else ""
+    return (f"NCCL's watchdog took rank {abort.rank} down (SIGABRT): its {op}{seq}{waited}, past its process group's"
+            f" timeout{limit}, for a peer that never joined it: another rank hung or died first, or the network between"
+            " them stalled (kuberl's trainer takes that timeout from runPolicy.collectiveTimeoutSeconds)")
+
+
 _PREFIX = re.compile(r"\[rank(\d{1,7})\]:")
 MAX_RANKS_REMEMBERED = 256  # a pod runs at most names.MAX_PROCS_PER_WORKER ranks; bounded whatever it prints
 
@@ -115,6 +171,9 @@ MAX_RANKS_REMEMBERED = 256  # a pod runs at most names.MAX_PROCS_PER_WORKER rank
 def remember(line: str, last: dict[int, str]) -> None:
     """Keep `line` as its rank's last `[rankN]:` line, and an unprefixed exception line under -1 (the local
     node's log reader calls this per line)."""
+    if _WATCHDOG.search(line):
+        last[_WATCHDOG_KEY] = line[:LINE_LIMIT * 4]
+        return
     if _LAUNCHER_REPORT in line:
         last.setdefault(-2, "")  # torchrun's report: what follows is torchrun's own traceback
     if _EXCEPTION.match(line):
@@ -133,6 +192,8 @@ def completed(tail: str, last: dict[int, str]) -> str:
     in torchrun's root cause but has lost the line above its last 2 KiB (kuberl run reads every line);
     with no such line, the last unprefixed exception line, put just above torchrun's report (the
     tail's first line may be a cut piece of it)."""
+    if _WATCHDOG_KEY in last and not _WATCHDOG.search(tail):
+        tail = last[_WATCHDOG_KEY] + "\n" + tail  # the collective and its timeout, above the frames the tail kept
     failure = parse(tail)
     if failure is None or exception_line(tail, failure.rank) is not None:
         return tail
