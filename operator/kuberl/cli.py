@@ -69,14 +69,18 @@ def registered_env_ids() -> frozenset[str] | None:
     return frozenset(gymnasium.registry)
 
 
-def env_problems(spec: JobSpec) -> list[Problem]:
+def env_problems(spec: JobSpec) -> tuple[list[Problem], list[str]]:
     """What making the job's env here tells (kwargs it refuses, spaces its algorithm cannot learn on), where
-    gymnasium is installed here (`envspaces.env_problem`); the trainer says the same at start, after the pods."""
+    gymnasium is installed here (`envspaces.env_problem`), and what reading a "module:Class" env's module tells
+    (`envclass`: a class it lacks; a note where it cannot tell); the trainer says the same at start, after the
+    pods. Returns (problems, notes)."""
     if registered_env_ids() is None:
-        return []
+        return [], []
+    from .core.envclass import job_class_check
     from .core.envspaces import job_env_problems
 
-    return job_env_problems(spec)
+    problems, notes = job_class_check(spec, os.getcwd(), sys.path, sys.builtin_module_names)
+    return problems + job_env_problems(spec), notes
 
 
 def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
@@ -91,6 +95,7 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     if all(is_configmap(doc) for doc in docs):  # as for an empty file: "valid" would hide the wrong file
         raise SystemExit(f"{path}: no RLTrainingJob document" + (", only ConfigMaps" if docs else ""))
     for job in docs:
+        notes: list[str] = []
         metadata = (job.get("metadata") or {}) if isinstance(job, dict) else {}
         name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
         if is_configmap(job):  # beside the job, for its template to read (kuberl run mounts it; kubectl applies it)
@@ -104,7 +109,8 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
         problems = metadata_problems(metadata) if isinstance(metadata, dict) else []
         try:
             spec = validate_job(job, env_ids=registered_env_ids())
-            problems += jobstatus.template_problems(name, spec) + env_problems(spec)
+            made, notes = env_problems(spec)
+            problems += jobstatus.template_problems(name, spec) + made
         except InvalidJob as e:
             problems = [p for p in problems if not any(q.path == p.path for q in e.problems)] + e.problems
         if problems:
@@ -113,7 +119,7 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
             for p in problems:
                 print(f"  {p}", file=sys.stderr)
         template = podschema.template_of(job)
-        for warning in podschema.unknown_fields(template) + podschema.priority_warnings(template):
+        for warning in podschema.unknown_fields(template) + podschema.priority_warnings(template) + notes:
             print(f"{path}: {name}: warning: {safetext.one_line(warning)}", file=sys.stderr)
         if not problems:
             valid.append((name, spec, metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None))

@@ -192,6 +192,9 @@ def test_a_misspelt_gymnasium_id_names_the_ids_it_may_have_meant(env_id, meant):
     assert env_id_problem("CartPole-v1", registered) is None
     assert env_id_problem("ALE/Pongg-v5", registered).message.endswith("did you mean 'ALE/Pong-v5'?")
     assert env_id_problem("MyPkg/Env-v0", registered) is None  # a namespace not installed here: the trainer's to tell
+    # a registered namespace misspelt was taken for another package's, passed validate and failed in the pods
+    assert env_id_problem("ale/Pong-v5", registered).message.endswith("did you mean 'ALE/Pong-v5'?")
+    assert env_id_problem("AL/Pong-v5", registered).message.endswith("did you mean 'ALE/Pong-v5'?")
 
 
 @pytest.mark.parametrize("env_id", ["ALE/Pong-v5", "mypkg.envs:MyEnv", "mypkg.envs:My.Env"])

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import numpy as np
 import torch
+from kuberl.core.envclass import missing_attribute, split_env_id
 from kuberl.core.envspaces import FLATTENED, flatten_problem, leaves, space_problem
 
 from . import atari
@@ -29,13 +30,19 @@ def rank_seed(job_seed: int, rank: int, restart: int) -> int:
 def resolve_env(env_id: str) -> str | type:
     """A registered gymnasium id as it is, or the class a "module:Class" id names; UnknownEnv naming spec.env.id."""
     if ":" in env_id:
-        module_name, _, class_name = env_id.partition(":")
+        module_name, attributes = split_env_id(env_id)
         try:
             obj = importlib.import_module(module_name)
-            for part in class_name.split("."):
-                obj = getattr(obj, part)
         except (ImportError, AttributeError) as e:
             raise UnknownEnv(f"spec.env.id: cannot import {env_id!r}: {e}") from e
+        except SyntaxError as e:  # the same at every restart: the spec's error, not a crash to retry
+            raise UnknownEnv(f"spec.env.id: cannot import {env_id!r}: SyntaxError: {e}") from e
+        for position, part in enumerate(attributes):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError as e:  # the nearest names, as kuberl validate reads them (envclass)
+                owner = f"module {module_name!r}" if position == 0 else repr(f"{module_name}:{'.'.join(attributes[:position])}")
+                raise UnknownEnv(f"spec.env.id: {missing_attribute(env_id, owner, position, dir(obj))}") from e
         return obj  # type: ignore[return-value]
     try:
         gym.spec(env_id)

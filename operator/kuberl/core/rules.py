@@ -521,12 +521,17 @@ DOCUMENT_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
 def env_id_problem(env_id: str, registered: Collection[str]) -> Problem | None:
     """Why spec.env.id names no env of `registered` (the gymnasium ids registered here), with the ids it may
     have meant; None when it is registered, a "module:Class", or in a namespace whose package is not installed
-    here (`ALE/Pong-v5` without ale_py: left to the trainer's image)."""
+    here (`ALE/Pong-v5` without ale_py: left to the trainer's image). A namespace that is a registered one
+    misspelt (`ale/`, `AL/` beside ale_py's `ALE/`) is no other package's: refused with the ids it may have meant."""
     if ":" in env_id or env_id in registered:
         return None
-    namespace = env_id.split("/", 1)[0] + "/" if "/" in env_id else None
-    if namespace and not any(known.startswith(namespace) for known in registered):
-        return None
+    if "/" in env_id:
+        namespace = env_id.split("/", 1)[0]
+        namespaces = sorted({known.split("/", 1)[0] for known in registered if "/" in known})
+        misspelt = [known for known in namespaces if known.lower() == namespace.lower()] or difflib.get_close_matches(
+            namespace, namespaces, n=1, cutoff=0.75)
+        if namespace not in namespaces and not misspelt:
+            return None
     # case first (Cartpole-v1), then spelling (CartPoel-v1) and version (CartPole-v2)
     same_case = [known for known in registered if known.lower() == env_id.lower()]
     by_lower = {known.lower(): known for known in sorted(registered)}

@@ -1121,9 +1121,11 @@ def checked_job(document: dict, env_ids: Collection[str] | None) -> JobSpec:
     except InvalidJob as e:
         raise InvalidJob([p for p in meta if all(q.path != p.path for q in e.problems)] + e.problems) from None
     if env_ids is not None:  # gymnasium is here: make the env as validate does, before any run directory or pod
+        from ..core.envclass import job_class_check
         from ..core.envspaces import job_env_problems
 
-        meta += job_env_problems(spec)
+        # a note (a module not found here) is left to the trainer, whose refusal follows in seconds
+        meta += job_class_check(spec, os.getcwd(), sys.path, sys.builtin_module_names)[0] + job_env_problems(spec)
     if meta:
         raise InvalidJob(meta)
     return spec

@@ -1,0 +1,144 @@
+"""A "module:Class" spec.env.id whose module is here but lacks the class (`myenvs:Corridr`) passed `kuberl validate`
+and `kuberl run` started its pods, which failed "cannot import 'myenvs:Corridr': module 'myenvs' has no attribute
+'Corridr'". Both now read the module's source where a pod here would import it (never importing it: the author's
+code runs in the pods only) and say what the trainer says, with the nearest name; where reading cannot tell (no
+such module here, names made at import time) validate says so in a warning."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+from kuberl import cli
+from kuberl.core.envclass import (
+    Found,
+    class_check,
+    find_module,
+    missing_attribute,
+    top_level_names,
+)
+
+from tests.support.jobs import make_job
+
+MYENVS = """\
+import gymnasium as gym
+import numpy as np
+from gymnasium.spaces import Box as _Box
+
+
+class Corridor(gym.Env):
+    observation_space = _Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 1.0, True, False, {}
+
+
+try:
+    from speedyenvs import Speedy
+except ImportError:
+    Speedy = Corridor
+"""
+
+
+# --- the pure parts -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("env_id", "position", "names", "said"), [
+    ("myenvs:Corridr", 0, {"Corridor", "gym", "np"}, "module 'myenvs' has no attribute 'Corridr'; did you mean 'myenvs:Corridor'?"),
+    ("myenvs:corridor", 0, {"Corridor", "Corrido"}, "did you mean 'myenvs:Corridor'?"),  # case first
+    ("myenvs:Walker", 0, {"Corridor", "_Walker"}, "module 'myenvs' has no attribute 'Walker'"),  # nothing near; private never offered
+    ("pkg.envs:Outer.Innr", 1, {"Inner"}, "did you mean 'pkg.envs:Outer.Inner'?"),
+])
+def test_the_refusal_names_the_nearest_name_as_a_whole_env_id(env_id, position, names, said):
+    message = missing_attribute(env_id, "module 'myenvs'", position, names)
+    assert message.startswith(f"cannot import {env_id!r}: ") and message.endswith(said), message
+
+
+def test_a_modules_names_are_read_from_its_source_and_unknown_where_made_at_import_time():
+    assert {"gym", "np", "_Box", "Corridor", "Speedy"} <= top_level_names(MYENVS)
+    assert "reset" not in top_level_names(MYENVS)  # a method is the class's, not the module's
+    assert top_level_names("import a.b as c\nx, (y, z) = 1, (2, 3)\nwith open('f') as fh: pass\n") == {"c", "x", "y", "z", "fh"}
+    for dynamic in ("from gymnasium.envs import *\n", "def __getattr__(name):\n    return 1\n",
+                    "globals()['Env'] = object\n", "import sys\nsys.modules[__name__] = object()\n"):
+        assert top_level_names(dynamic) is None, dynamic
+
+
+def test_class_check_refuses_a_missing_class_and_notes_what_it_cannot_tell():
+    found = Found("/work/myenvs.py", MYENVS)
+    assert class_check("myenvs:Corridor", found, "") == (None, None)
+    assert class_check("myenvs:Corridor.Inner", found, "") == (None, None)  # past the first name: the pods' to tell
+    problem, note = class_check("myenvs:Corridr", found, "")
+    assert note is None and problem.path == "spec.env.id"
+    assert problem.message == ("cannot import 'myenvs:Corridr': module 'myenvs' has no attribute 'Corridr'; did you mean"
+                               " 'myenvs:Corridor'? (read in /work/myenvs.py)")
+    problem, _ = class_check("myenvs:Corridor", Found("/work/myenvs.py", "class Corridor(:\n"), "")
+    assert problem.message.startswith("cannot import 'myenvs:Corridor': SyntaxError: ") and problem.message.endswith("line 1)")
+    assert class_check("pkg:sub", Found("/work/pkg/__init__.py", "", frozenset({"sub"})), "") == (None, None)
+    problem, note = class_check("myenvz:Corridor", None, "not installed in this Python, no myenvz.py or package in /work")
+    assert problem is None and note == ("spec.env.id: 'myenvz:Corridor' not checked: no module 'myenvz' here (not installed"
+                                        " in this Python, no myenvz.py or package in /work); kuberl run here would fail to"
+                                        " import it (an image that installs it runs it)")
+    _, note = class_check("numpy:Foo", Found("/site/numpy/__init__.py", "def __getattr__(n):\n    pass\n"), "")
+    assert note.endswith("not checked: /site/numpy/__init__.py makes its names at import time, which reading it cannot tell")
+
+
+def test_a_module_is_found_where_a_pod_would_import_it_without_importing_it(tmp_path):
+    (tmp_path / "myenvs.py").write_text(MYENVS)
+    (tmp_path / "pkg" / "envs").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n")
+    (tmp_path / "pkg" / "envs" / "__init__.py").write_text("class Maze: pass\n")
+    (tmp_path / "pkg" / "envs" / "grid.py").write_text("")
+    assert find_module("myenvs", [str(tmp_path)]).origin == str(tmp_path / "myenvs.py")
+    found = find_module("pkg.envs", [str(tmp_path)])
+    assert found.source == "class Maze: pass\n" and found.submodules == {"grid"}
+    assert not (tmp_path / "imported").exists()  # pkg/__init__.py was not run to find pkg.envs
+    assert find_module("nosuch", [str(tmp_path)]) is None and find_module("pkg.nosuch", [str(tmp_path)]) is None
+    assert find_module("myenvs.part", [str(tmp_path)]).source is None  # a module, not a package: cannot tell
+    assert find_module("sys", [str(tmp_path)], builtin=("sys",)).unread.startswith("is built into Python")
+
+
+# --- validate and run, as a user meets them --------------------------------------------------------------------------
+
+
+def job_file(tmp_path, env_id):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(make_job("corridor").env(env_id).obj()))
+    return str(path)
+
+
+def test_validate_and_run_refuse_a_misspelt_class_as_the_trainer_does(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("gymnasium")
+    (tmp_path / "myenvs.py").write_text(MYENVS)
+    monkeypatch.chdir(tmp_path)  # the pods' working directory: `myenvs.py` beside the job file
+    path = job_file(tmp_path, "myenvs:Corridr")
+    assert cli.main(["validate", path]) == 1
+    said = capsys.readouterr().err
+    line = ("  spec.env.id: cannot import 'myenvs:Corridr': module 'myenvs' has no attribute 'Corridr'; did you mean"
+            f" 'myenvs:Corridor'? (read in {tmp_path / 'myenvs.py'})")
+    assert line in said.splitlines(), said
+    assert cli.main(["run", path, "--dir", str(tmp_path / "runs")]) == 1
+    assert line in capsys.readouterr().err.splitlines()
+    assert not (tmp_path / "runs").exists()  # refused before a run directory or a pod
+    # the trainer, which imports it, says the same words
+    from kuberl_trainer.envs import UnknownEnv, resolve_env
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UnknownEnv) as refused:
+        resolve_env("myenvs:Corridr")
+    assert str(refused.value) == line.strip().removesuffix(f" (read in {tmp_path / 'myenvs.py'})")
+    assert cli.main(["validate", job_file(tmp_path, "myenvs:Corridor")]) == 0
+
+
+def test_validate_says_plainly_when_the_module_is_not_here(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("gymnasium")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["validate", job_file(tmp_path, "myenvs:Corridor")]) == 0  # an image may install it
+    warning = capsys.readouterr().err
+    assert f"warning: spec.env.id: 'myenvs:Corridor' not checked: no module 'myenvs' here (not installed in this Python, no" \
+           f" myenvs.py or package in {os.getcwd()}); kuberl run here would fail to import it" in warning, warning
