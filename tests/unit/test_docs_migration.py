@@ -46,7 +46,7 @@ def test_the_guides_rltrainingjob_runs_the_pytorchjobs_pods():
         assert {"name": "data", "mountPath": "/data"} in ours["volumeMounts"]
         assert ours["resources"]["limits"]["cpu"] == theirs["resources"]["limits"]["cpu"]
         volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-        assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "mnist-data"}
+        assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "pong-replays"}
     policy = pytorchjob["spec"]["runPolicy"]
     for field in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
         assert rltj["spec"]["runPolicy"][field] == policy[field]
@@ -60,7 +60,7 @@ def test_kuberl_convert_prints_the_guides_rltrainingjob_and_the_guides_notes():
     job, notes = convert(pytorchjob)
     assert job == rltj
     (shown,) = re.findall(r"```text\n(.*?)```", GUIDE.read_text(), re.DOTALL)
-    assert shown.splitlines() == [f"pytorchjob.yaml: PyTorchJob 'mnist-ddp': {note}" for note in notes]
+    assert shown.splitlines() == [f"pytorchjob.yaml: PyTorchJob 'pong-ppo': {note}" for note in notes]
 
 
 def test_the_readme_links_the_guide_and_the_guide_links_the_contract():
