@@ -3,7 +3,7 @@ JobSet) put on its pods, or reads them through the downward API, still finds the
 (the key becomes kuberl.dev/job or kuberl.dev/rank, which hold the same values), or is refused naming
 the field. Carried over as written, a required podAffinity on training.kubeflow.org/job-name would
 match no kuberl pod and leave the gang Pending, and a fieldRef to replica-index would read "" on
-every pod. The fixtures are the shapes of published manifests, each cited."""
+every pod. The manifests are kuberl's own, in the shapes of published ones, each cited."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ from kuberl.core.rules import validate_job
 from kuberl.tools.convert import NotConvertible, convert
 from kuberl.tools.trainjob import convert_trainjob
 
-IMAGE = "public.ecr.aws/deep-learning-containers/pytorch-training:2.8.0-gpu-py312-cu129-ubuntu22.04-ec2-v1.0"
+IMAGE = "registry.example.com/rl/ppo-gpu:1"
 SAME_HOST = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
     "labelSelector": {"matchExpressions": [{"key": "training.kubeflow.org/job-name", "operator": "In",
-                                            "values": ["pytorch-dist-job"]}]},
+                                            "values": ["ppo-same-host"]}]},
     "topologyKey": "kubernetes.io/hostname"}]}}
 
 
 def replica(count: int, affinity: dict | None = None, env: list | None = None, command: list | None = None) -> dict:
     pod: dict = {"containers": [{"name": "pytorch", "image": IMAGE, "command": command or ["/bin/bash", "-c"],
-                                 "args": ["python /workspace/code/training.py"],
+                                 "args": ["python /opt/rl/ppo.py --updates 300"],
                                  "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}],
                  "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
     if affinity:
@@ -35,24 +35,24 @@ def replica(count: int, affinity: dict | None = None, env: list | None = None, c
     return {"replicas": count, "restartPolicy": "OnFailure", "template": {"spec": pod}}
 
 
-def pytorchjob(master: dict | None, worker: dict, name: str = "pytorch-dist-job") -> dict:
+def pytorchjob(master: dict | None, worker: dict, name: str = "ppo-same-host") -> dict:
     specs = {"Worker": worker} if master is None else {"Master": master, "Worker": worker}
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": "pytorch"},
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": "rl"},
             "spec": {"runPolicy": {"cleanPodPolicy": "Running"}, "pytorchReplicaSpecs": specs}}
 
 
-# gnosia93/training-on-eks kustomize/base/pytorch-dist-job.yaml: a Master and Workers, each with a required
-# podAffinity on the job's own training.kubeflow.org/job-name, so the gang shares one host
-GNOSIA_DIST_JOB = pytorchjob(replica(1, SAME_HOST), replica(3, SAME_HOST))
+# A Master and Workers, each with a required podAffinity on the job's own training.kubeflow.org/job-name, so the
+# gang shares one host (the shape of gnosia93/training-on-eks kustomize/base/pytorch-dist-job.yaml)
+SAME_HOST_JOB = pytorchjob(replica(1, SAME_HOST), replica(3, SAME_HOST))
 
-# oracle-quickstart/oci-hpc-oke docs/running-pytorch-jobs-on-oke-using-hostnetwork-with-rdma.md (Training Operator
-# section): Workers only; the script makes the pod whose replica-index is 0 the c10d rendezvous host
-RDMA_ENV = [{"name": "REPLICA_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}}},
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
-RDMA_COMMAND = ["/bin/bash", "-c", ('export PET_RDZV_CONF=is_host=$(if [ $REPLICA_INDEX == 0 ]; then echo "true"; else echo "false"; fi)\n'
-                                    "torchrun --local_addr=$POD_NAME --nproc_per_node=1 --rdzv-conf=$PET_RDZV_CONF train.py")]
-OCI_RDMA_JOB = pytorchjob(None, replica(2, env=RDMA_ENV, command=RDMA_COMMAND), name="yolov5-training")
-OCI_RDMA_JOB["spec"]["elasticPolicy"] = {"rdzvBackend": "c10d", "minReplicas": 1, "maxReplicas": 8, "maxRestarts": 100}
+# Workers only; the script makes the pod whose replica-index is 0 the c10d rendezvous host and names each pod by its
+# own name (the shape of oracle-quickstart/oci-hpc-oke's RDMA guide, Training Operator section)
+RANK_ENV = [{"name": "WORKER_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}}},
+            {"name": "MY_POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+RANK_COMMAND = ["/bin/bash", "-c", ('HOST=false; [ "$WORKER_INDEX" = 0 ] && HOST=true\n'
+                                    "torchrun --local_addr=$MY_POD --nproc_per_node=1 --rdzv-conf=is_host=$HOST /opt/rl/ppo.py")]
+RANK_JOB = pytorchjob(None, replica(2, env=RANK_ENV, command=RANK_COMMAND), name="ppo-rdma")
+RANK_JOB["spec"]["elasticPolicy"] = {"rdzvBackend": "c10d", "minReplicas": 2, "maxReplicas": 4, "maxRestarts": 3}
 
 
 def matches(selector: dict, labels: dict) -> bool:
@@ -76,11 +76,11 @@ def pods(job: dict) -> list[dict]:
 
 
 def test_a_required_pod_affinity_on_the_jobs_own_name_still_matches_every_pod_of_the_gang():
-    before = copy.deepcopy(GNOSIA_DIST_JOB)
-    job, notes = convert(GNOSIA_DIST_JOB)
-    assert GNOSIA_DIST_JOB == before
+    before = copy.deepcopy(SAME_HOST_JOB)
+    job, notes = convert(SAME_HOST_JOB)
+    assert SAME_HOST_JOB == before
     term = job["spec"]["template"]["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
-    assert term["labelSelector"] == {"matchExpressions": [{"key": "kuberl.dev/job", "operator": "In", "values": ["pytorch-dist-job"]}]}
+    assert term["labelSelector"] == {"matchExpressions": [{"key": "kuberl.dev/job", "operator": "In", "values": ["ppo-same-host"]}]}
     for pod in pods(job):  # each pod matches its own term: the scheduler places the first, the rest join it
         rendered = pod["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
         assert matches(rendered["labelSelector"], pod["metadata"]["labels"]), pod["metadata"]["name"]
@@ -92,28 +92,28 @@ def test_a_required_pod_affinity_on_the_jobs_own_name_still_matches_every_pod_of
 
 def test_as_written_the_selector_would_have_matched_no_kuberl_pod():
     """The test above can fail: training-operator's label is on none of kuberl's pods."""
-    job, _ = convert(GNOSIA_DIST_JOB)
+    job, _ = convert(SAME_HOST_JOB)
     for pod in pods(job):
         assert not matches(SAME_HOST["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"],
                            pod["metadata"]["labels"])
 
 
 def test_a_replica_index_read_by_the_downward_api_reads_the_pods_rank_without_a_master():
-    job, notes = convert(OCI_RDMA_JOB)
+    job, notes = convert(RANK_JOB)
     env = job["spec"]["template"]["spec"]["containers"][0]["env"]
-    assert env[0] == {"name": "REPLICA_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kuberl.dev/rank']"}}}
+    assert env[0] == {"name": "WORKER_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kuberl.dev/rank']"}}}
     for rank, pod in enumerate(pods(job)):  # as the kubelet serves it: the label's value, "0" on the rendezvous host
         assert pod["metadata"]["labels"]["kuberl.dev/rank"] == str(rank)
     noted = {n.path: n.message for n in notes}
     container = "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]"
     assert "'kuberl.dev/rank'" in noted[f"{container}.env[0].valueFrom.fieldRef.fieldPath"]
-    # --local_addr=$POD_NAME: PyTorchJob's pod names each had a Service, kuberl's are reached as <job>-<rank>.<job>
-    assert "yolov5-training-<rank>.yolov5-training" in noted[f"{container}.env[1].valueFrom.fieldRef.fieldPath"]
+    # --local_addr=$MY_POD: PyTorchJob's pod names each had a Service, kuberl's are reached as <job>-<rank>.<job>
+    assert "ppo-rdma-<rank>.ppo-rdma" in noted[f"{container}.env[1].valueFrom.fieldRef.fieldPath"]
 
 
 # (id, PyTorchJob, the field refused, words of the message)
 REFUSED = [
-    ("replica-index-with-a-master", pytorchjob(replica(1, env=RDMA_ENV[:1]), replica(2, env=RDMA_ENV[:1])),
+    ("replica-index-with-a-master", pytorchjob(replica(1, env=RANK_ENV[:1]), replica(2, env=RANK_ENV[:1])),
      "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0].valueFrom.fieldRef.fieldPath", "Worker i is worker i+1"),
     ("job-role-read", pytorchjob(None, replica(2, env=[{"name": "ROLE", "valueFrom": {"fieldRef": {
         "fieldPath": "metadata.labels['training.kubeflow.org/job-role']"}}}])),
@@ -141,51 +141,51 @@ def test_a_label_kuberl_has_no_twin_for_is_refused_at_its_field(doc, field, word
 
 def test_spread_constraints_and_label_keys_follow_the_same_rule():
     spread = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
-              "labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": "pytorch-dist-job"}},
+              "labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": "ppo-same-host"}},
               "matchLabelKeys": ["training.kubeflow.org/replica-index"]}
     doc = pytorchjob(None, replica(4))
     doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["topologySpreadConstraints"] = [spread]
     job, _ = convert(doc)
     (got,) = job["spec"]["template"]["spec"]["topologySpreadConstraints"]
-    assert got["labelSelector"] == {"matchLabels": {"kuberl.dev/job": "pytorch-dist-job"}}
+    assert got["labelSelector"] == {"matchLabels": {"kuberl.dev/job": "ppo-same-host"}}
     assert got["matchLabelKeys"] == ["kuberl.dev/rank"]
 
 
-# gnosia93/training-on-eks samples/deepspeed/llama-3-1b.yaml keeps a TrainJob's nodes in one zone by its JobSet's
-# name (there through podTemplateOverrides; here through runtimePatches, Trainer's current field)
-LLAMA_TRAINJOB = {
-    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "llama-3-1b"},
+# A TrainJob whose nodes are kept in one zone by its JobSet's name, through runtimePatches (training-on-eks's
+# samples do it through podTemplateOverrides), and read their index from the completion-index annotation
+ZONE_TRAINJOB = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "ppo-zone-pair"},
     "spec": {"runtimeRef": {"name": "torch-distributed"},
              "runtimePatches": [{"manager": "user", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
                  {"name": "node", "template": {"spec": {"template": {"spec": {"affinity": {"podAffinity": {
                      "requiredDuringSchedulingIgnoredDuringExecution": [{
-                         "labelSelector": {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": "llama-3-1b"}},
+                         "labelSelector": {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": "ppo-zone-pair"}},
                          "topologyKey": "topology.kubernetes.io/zone"}]}}}}}}}]}}}}],
-             "trainer": {"numNodes": 2, "numProcPerNode": 1, "image": IMAGE, "command": ["torchrun", "llama-3-1b.py"],
+             "trainer": {"numNodes": 2, "numProcPerNode": 1, "image": IMAGE, "command": ["torchrun", "/opt/rl/ppo.py"],
                          "env": [{"name": "NODE_INDEX", "valueFrom": {"fieldRef": {
                              "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}]}}}
 
 
 def test_a_trainjob_selects_its_gang_and_reads_its_index_by_kuberls_labels():
-    job, notes = convert_trainjob(LLAMA_TRAINJOB)
+    job, notes = convert_trainjob(ZONE_TRAINJOB)
     pod_spec = job["spec"]["template"]["spec"]
     selector = pod_spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]
-    assert selector == {"matchLabels": {"kuberl.dev/job": "llama-3-1b"}}
+    assert selector == {"matchLabels": {"kuberl.dev/job": "ppo-zone-pair"}}
     assert pod_spec["containers"][0]["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['kuberl.dev/rank']"
     assert all(matches(selector, pod["metadata"]["labels"]) for pod in pods(job))
     assert "spec.trainer.env[0].valueFrom.fieldRef.fieldPath" in {n.path for n in notes}
 
 
 def test_a_trainjob_reading_another_jobset_label_is_refused():
-    doc = copy.deepcopy(LLAMA_TRAINJOB)
+    doc = copy.deepcopy(ZONE_TRAINJOB)
     doc["spec"]["trainer"]["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] = "metadata.labels['jobset.sigs.k8s.io/job-index']"
     with pytest.raises(NotConvertible) as e:
         convert_trainjob(doc)
     assert [p.path for p in e.value.problems] == ["spec.trainer.env[0].valueFrom.fieldRef.fieldPath"]
 
 
-@pytest.mark.parametrize(("doc", "converter"), [(GNOSIA_DIST_JOB, convert), (OCI_RDMA_JOB, convert), (LLAMA_TRAINJOB, convert_trainjob)],
-                         ids=["gnosia-dist-job", "oci-rdma", "llama-trainjob"])
+@pytest.mark.parametrize(("doc", "converter"), [(SAME_HOST_JOB, convert), (RANK_JOB, convert), (ZONE_TRAINJOB, convert_trainjob)],
+                         ids=["same-host-job", "rank-from-replica-index", "zone-trainjob"])
 def test_any_value_anywhere_in_these_manifests_converts_or_is_refused_never_a_traceback(doc, converter):
     assert_any_junk_anywhere_is_converted_or_refused(doc, converter)
 
@@ -206,7 +206,7 @@ def test_a_label_the_template_sets_itself_is_the_users_and_kept():
 def test_a_rewrite_onto_a_key_the_selector_already_names_is_refused_not_merged():
     """matchLabels is one map: job-name rewritten to kuberl.dev/job beside a kuberl.dev/job of the template's own
     replaced one requirement by the other, whichever came last, and the selector meant something else."""
-    term = {"labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": "pytorch-dist-job",
+    term = {"labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": "ppo-same-host",
                                               "kuberl.dev/job": "another-job"}},
             "topologyKey": "kubernetes.io/hostname"}
     doc = pytorchjob(None, replica(2, {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}))
@@ -238,17 +238,17 @@ def test_a_rewrite_that_puts_a_key_in_both_label_key_lists_is_refused_as_the_api
 # pkg/controller.v1/pytorch/controller.go and pod.go; kubeflow/common job_controller/api/v1 constants.go, the
 # *Deprecated keys): a manifest written for them selects and reads the same values by these names.
 SPREAD_BY = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-    {"labelSelector": {"matchLabels": {"KEY": "pytorch-dist-job"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    {"labelSelector": {"matchLabels": {"KEY": "ppo-same-host"}}, "topologyKey": "kubernetes.io/hostname"}]}}
 
 
 @pytest.mark.parametrize("key", ["pytorch-job-name", "pytorch_job_name", "job-name"])
 def test_an_unprefixed_job_name_label_of_the_older_operators_becomes_kuberls_job_label(key):
     affinity = copy.deepcopy(SPREAD_BY)
     term = affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
-    term["labelSelector"]["matchLabels"] = {key: "pytorch-dist-job"}
+    term["labelSelector"]["matchLabels"] = {key: "ppo-same-host"}
     job, notes = convert(pytorchjob(replica(1, affinity), replica(2, affinity)))
     got = job["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
-    assert got["labelSelector"] == {"matchLabels": {"kuberl.dev/job": "pytorch-dist-job"}}
+    assert got["labelSelector"] == {"matchLabels": {"kuberl.dev/job": "ppo-same-host"}}
     assert all(matches(got["labelSelector"], pod["metadata"]["labels"]) for pod in pods(job))
     assert not any(matches(term["labelSelector"], pod["metadata"]["labels"]) for pod in pods(job))  # as written: none
     assert any(f"{key!r} is now 'kuberl.dev/job'" in n.message for n in notes)
@@ -291,10 +291,10 @@ def test_an_unprefixed_label_the_template_sets_itself_is_kept():
 
 def test_a_trainjob_selecting_by_the_job_controllers_unprefixed_job_name_is_refused():
     """On a TrainJob's pods job-name is the child Job's name (<jobset>-node-0), not the TrainJob's: no kuberl twin."""
-    doc = copy.deepcopy(LLAMA_TRAINJOB)
+    doc = copy.deepcopy(ZONE_TRAINJOB)
     pod = doc["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
     pod["template"]["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"] = {
-        "matchLabels": {"job-name": "llama-3-1b-node-0"}}
+        "matchLabels": {"job-name": "ppo-zone-pair-node-0"}}
     with pytest.raises(NotConvertible) as e:
         convert_trainjob(doc)
     assert [p.path.rsplit(".", 2)[-2:] for p in e.value.problems] == [["matchLabels", "job-name"]]
