@@ -161,9 +161,9 @@ def job_class_check(spec: object, cwd: str, interpreter_path: Sequence[str],
     """`class_check` of a parsed job whose kuberl trainer makes a "module:Class" env, its module looked for as
     a pod here looks (`pods_search_path`); nothing for a gymnasium id or for trainer: custom. `builtin`:
     sys.builtin_module_names. Returns (problems, notes)."""
+    if spec.trainer != "kuberl" or spec.env is None or ":" not in spec.env.id:  # type: ignore[attr-defined]
+        return [], []  # trainer: custom has no env block at all
     env_id = spec.env.id  # type: ignore[attr-defined]
-    if spec.trainer != "kuberl" or ":" not in env_id:  # type: ignore[attr-defined]
-        return [], []
     module, _ = split_env_id(env_id)
     found = None
     if module and all(part.isidentifier() for part in module.split(".")):
