@@ -56,13 +56,13 @@ def test_a_pytorchjob_container_name_is_pointed_at_the_trainer_container():
 
 
 def test_args_alone_run_the_images_entrypoint_not_kuberls_trainer():
-    """Kubeflow's mnist gloo example gives `pytorch` only args (its image's ENTRYPOINT is the script):
-    the pod must run that ENTRYPOINT with them, as Kubernetes does, not kuberl's trainer command."""
+    """A container given only args, as Kubeflow's mnist examples give `pytorch` (the image's ENTRYPOINT is the
+    script): the pod must run that ENTRYPOINT with them, as Kubernetes does, not kuberl's trainer command."""
     args_only = make_job("byo").custom_trainer(
-        {"spec": {"containers": [{"name": "trainer", "args": ["--backend", "gloo"]}]}}).workers(2).obj()
+        {"spec": {"containers": [{"name": "trainer", "args": ["--rollout-steps", "128"]}]}}).workers(2).obj()
     for pod in render_pods(Job("byo", validate_job(args_only)), "default", "u", [0, 1], 0):
         trainer = next(c for c in pod["spec"]["containers"] if c["name"] == names.TRAINER_CONTAINER)
-        assert "command" not in trainer and trainer["args"] == ["--backend", "gloo"]
+        assert "command" not in trainer and trainer["args"] == ["--rollout-steps", "128"]
     pod = render_pods(Job("byo", validate_job(CUSTOM)), "default", "u", [0], 0)[0]
     assert pod["spec"]["containers"][0]["command"] == ["torchrun", "/app/train.py"]
 
