@@ -166,7 +166,7 @@ CASES = [
     ("training-operator/mnist_v1_pytorch_job_mnist_mpi.yaml", [], training_operator_env),
     ("training-operator/deepspeed-demo_pytorch_deepspeed_demo.yaml", [], training_operator_env),
     ("kueue/sample-pytorchjob.yaml", [], training_operator_env),
-    ("trainer/02-runtime-patches.yaml", ["--image", "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"], trainer_env),
+    ("trainer/02-runtime-patches.yaml", ["--image", "registry.example.com/kuberl/torch:2.13-cpu"], trainer_env),
     ("trainer/03-kueue-integration.yaml", [], trainer_env),
     ("trainer/04-volcano-integration.yaml", [], trainer_env),
     ("trainer/05-multi-step.yaml", [], trainer_env),
@@ -188,7 +188,7 @@ REFUSED = [
     ("trainer/chart_torch-distributed.yaml", [], None, ("line 9, column 1: could not find expected ':' (a Helm or Jinja"
      " template's {{ }}: render it first")),
     ("trainer/01-multi-node.yaml", [], "spec.trainer.image", "--image"),
-    ("trainer/01-multi-node.yaml", ["--image", "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"], "spec.trainer.numProcPerNode",
+    ("trainer/01-multi-node.yaml", ["--image", "registry.example.com/kuberl/torch:2.13-cpu"], "spec.trainer.numProcPerNode",
      "--procs-per-worker"),
     ("jobset/simple_paralleljobs.yaml", [], "spec.replicatedJobs", "2 replicated Jobs"),
     # LAMMPS under Flux: Trainer's flux runtime wraps the command in flux run, which kuberl's pods do not do
@@ -334,7 +334,7 @@ def test_a_trainjob_command_with_no_launcher_is_told_it_now_gets_world_size_and_
     assert code == 0
     assert ("spec.trainer.command: starts no torch launcher: changed, Trainer gave its pods only the PET_* names" in err
             and "now joins the 2 pods in one group" in err), err
-    code, _, err = convert(capsys, PEERS / "trainer" / "02-runtime-patches.yaml", ["--image", "pytorch/pytorch:2.13.0"])
+    code, _, err = convert(capsys, PEERS / "trainer" / "02-runtime-patches.yaml", ["--image", "registry.example.com/kuberl/torch:2.13"])
     assert code == 0 and "starts no torch launcher" not in err
 
 
