@@ -233,9 +233,9 @@ def test_kueues_older_queue_name_annotation_is_the_queue_too():
     """A GKE JobSet (kubectl create from a heredoc) that names its LocalQueue in Kueue's deprecated annotation form:
     the annotation rode along on the RLTrainingJob and the pods ran outside Kueue's quota."""
     doc = jobset()
-    doc["metadata"]["annotations"] = {"kueue.x-k8s.io/queue-name": "a3-ultra"}
+    doc["metadata"]["annotations"] = {"kueue.x-k8s.io/queue-name": "rl-gpu"}
     job, notes = convert_jobset(doc)
-    assert job["spec"]["queueName"] == "a3-ultra"
+    assert job["spec"]["queueName"] == "rl-gpu"
     assert any(n.path == "metadata.annotations.kueue.x-k8s.io/queue-name" for n in notes)
     doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "main"}
     assert convert_jobset(doc)[0]["spec"]["queueName"] == "main", "the label wins, as in Kueue"
