@@ -64,6 +64,19 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
     return proc.returncode, out
 
 
+def output_until_resumed(tmp_path: Path) -> str:
+    """Run the job again until its trainer says what it resumes from, then Ctrl-C it: what it printed."""
+    rerun = start(tmp_path)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(rerun.stdout.readline, "")), daemon=True)
+    reader.start()
+    wait_for(lambda: any("resuming from" in line for line in lines), 90, rerun, "the trainer's resume")
+    os.killpg(rerun.pid, signal.SIGINT)
+    rerun.wait(timeout=30)
+    reader.join(10)
+    return "".join(lines)
+
+
 def rank_processes(tmp_path: Path) -> dict[str, list[int]]:
     """Live processes started for this test's pods, by pod name."""
     pods_dir = str(tmp_path / "runs" / JOB / "pods") + "/"
@@ -284,15 +297,7 @@ def test_a_rerun_after_the_newest_checkpoint_was_truncated_names_the_one_the_tra
     *_, older, newest = checkpoints(tmp_path)
     os.truncate(newest, newest.stat().st_size - 100)  # a disk that filled, a copy cut short
 
-    rerun = start(tmp_path)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(rerun.stdout.readline, "")), daemon=True)
-    reader.start()
-    wait_for(lambda: any("resuming from" in line for line in lines), 90, rerun, "the trainer's resume")
-    os.killpg(rerun.pid, signal.SIGINT)
-    rerun.wait(timeout=30)
-    reader.join(10)
-    out = "".join(lines)
+    out = output_until_resumed(tmp_path)
     said = re.search(r"resuming e2e from (\S+) at [\d,]+ timesteps \(last run: stopped\); newer one is not whole \((\S+): "
                      r"checksum mismatch \(truncated or corrupted\)\): the trainer sets it aside", out)
     assert said and said.groups() == (older.name, newest.name), out[-3000:]
@@ -422,15 +427,7 @@ def test_a_rank_killed_when_its_grace_period_ends_is_said_then_and_its_lost_chec
             " killed, so what it had not saved is lost, its stop's checkpoint among it") in out, out[-3000:]
     (hook / "plan.json").unlink()  # the rerun's updates take their own time
 
-    rerun = start(tmp_path)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(rerun.stdout.readline, "")), daemon=True)
-    reader.start()
-    wait_for(lambda: any("resuming from" in line for line in lines), 90, rerun, "the trainer's resume")
-    os.killpg(rerun.pid, signal.SIGINT)
-    rerun.wait(timeout=30)
-    reader.join(10)
-    said = "".join(lines)
+    said = output_until_resumed(tmp_path)
     assert "the last stop asked of rank 0 (" in said and "ended before its checkpoint was written" in said, said[-3000:]
     assert rank_processes(tmp_path) == {}
 
