@@ -634,8 +634,8 @@ def test_rank_zero_exiting_zero_without_a_report_waits_for_the_others():
 
 
 def test_worker0_success_policy_succeeds_when_worker_0_exits_0_however_the_others_end():
-    """A PyTorchJob with a Master: "when master is succeed, the job is finished" (training-operator,
-    pytorchjob_controller.go UpdateJobStatus); a Worker failing in its teardown after it does not matter."""
+    """A PyTorchJob with a Master succeeded once its Master did (training-operator, pytorchjob_controller.go
+    UpdateJobStatus); a Worker failing in its teardown after it does not matter."""
     spec = job(workers=3, successPolicy="Worker0")
     pods = [Pod(0).exited(0).obj(), Pod(1).exited(1).obj(), Pod(2).running().obj()]
     d = decide(spec, running_status(spec), pods, None, T0 + 1)

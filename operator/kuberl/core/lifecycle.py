@@ -662,7 +662,7 @@ def _success(spec: JobSpec, live: dict[int, ObservedPod], rank0: Rank0Progress |
         return REASON_ALL_SUCCEEDED, f"all {spec.workers} workers exited 0"
     exited_zero = first is not None and first.phase == "Succeeded" and first.reason != REASON_STOPPED
     if spec.run_policy.success_policy == "Worker0" and exited_zero:
-        # a PyTorchJob with a Master: "when master is succeed, the job is finished" (training-operator,
+        # a PyTorchJob with a Master succeeded once its Master did (training-operator,
         # pytorchjob_controller.go UpdateJobStatus); the others' exits, failed ones included, are not waited for
         return REASON_WORKER0_SUCCEEDED, "worker 0 exited 0 (runPolicy.successPolicy: Worker0)"
     return None

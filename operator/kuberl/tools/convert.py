@@ -1037,7 +1037,7 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
         port = DEFAULT_PORT
     restart_policies = {rtype: r["restartPolicy"] for rtype, r in replicas.items() if r.get("restartPolicy") is not None}
     run_policy, queue, queue_path = _run_policy(spec, restart_policies, origins, notes)
-    if MASTER in counts:  # training-operator: "when master is succeed, the job is finished"; Workers alone: all of them
+    if MASTER in counts:  # training-operator ends the job when its Master succeeds; Workers alone: all of them
         run_policy["successPolicy"] = "Worker0"
         origins["spec.runPolicy.successPolicy"] = f"spec.pytorchReplicaSpecs.{MASTER}"
         notes.append(Note("spec.runPolicy.successPolicy", "Worker0: the job succeeds when worker 0, the Master's pod,"
