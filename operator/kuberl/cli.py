@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from .core import jobstatus, podschema, safetext, torchrun, yamlwriter
+from .core import jobstatus, podschema, safetext, torchrun, validation, yamlwriter
 from .core.podsecurity import (
     DEFAULT_LEVEL,
     LEVELS,
@@ -28,7 +28,11 @@ from .core.podsecurity import (
     parse_open_fields,
     parse_service_accounts,
 )
-from .core.render import DEFAULT_MONITORING_NAMESPACE, DEFAULT_OPERATOR_NAMESPACE
+from .core.render import (
+    DEFAULT_MONITORING_NAMESPACE,
+    DEFAULT_MONITORING_POD_LABELS,
+    DEFAULT_OPERATOR_NAMESPACE,
+)
 from .core.rules import validate_job
 from .core.spec import JobSpec, SuccessSpec
 from .core.validation import InvalidJob, Problem, namespace_problems
@@ -235,7 +239,8 @@ def cmd_render(args: argparse.Namespace) -> int:
             continue
         namespace = declared or args.namespace or "default"
         objects = render_job(Job(name, spec), namespace, PLACEHOLDER_UID, default_image=DEFAULT_IMAGE,
-                             operator_namespace=args.operator_namespace, monitoring_namespace=args.monitoring_namespace)
+                             operator_namespace=args.operator_namespace, monitoring_namespace=args.monitoring_namespace,
+                             monitoring_pod_labels=args.monitoring_pod_labels)
         if getattr(args, "output", "yaml") == "json":
             args.collected.extend(objects)  # one List for every file: for_each_file prints it
             continue
@@ -356,6 +361,27 @@ def namespace_name(none: str | None = None) -> Any:
             raise argparse.ArgumentTypeError(problems[0].message)
         return text
     return parse
+
+
+def label_selector(text: str) -> dict[str, str]:
+    """An argparse type: KEY=VALUE[,KEY=VALUE...] as a matchLabels, each key and value one the API server takes; '' none."""
+    labels: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        key, equals, value = pair.partition("=")
+        if not equals:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE[,KEY=VALUE...] (got {pair!r})")
+        problems = validation.label_key_problems("", {key: value}) + validation.label_value_problems("", {key: value})
+        if problems:
+            raise argparse.ArgumentTypeError(f"{pair!r}: {problems[0].message}")
+        labels[key] = value
+    return labels
+
+
+def add_monitoring_pod_labels(p: argparse.ArgumentParser) -> None:
+    default = ",".join(f"{k}={v}" for k, v in DEFAULT_MONITORING_POD_LABELS.items())
+    p.add_argument("--monitoring-pod-labels", type=label_selector, default=dict(DEFAULT_MONITORING_POD_LABELS), metavar="KEY=VALUE[,...]",
+                   help="of the monitoring namespace, only pods carrying these labels reach trainer metrics ports"
+                        f" ('' for every pod there; default {default}: Prometheus' pods as prometheus-operator labels them)")
 
 
 def positive(kind: type) -> Any:
@@ -494,6 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the operator's namespace: its scrapes of rank 0 pass the job's NetworkPolicy (default %(default)s)")
     p.add_argument("--monitoring-namespace", type=namespace_name(none=""), default=DEFAULT_MONITORING_NAMESPACE,
                    help="Prometheus' namespace: its scrapes pass the NetworkPolicy ('' for none; default %(default)s)")
+    add_monitoring_pod_labels(p)
     add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
     p.set_defaults(func=for_each_file(cmd_render))
     p = add_command("convert", help="print the RLTrainingJob for a Kubeflow PyTorchJob or TrainJob, or a JobSet; what changes goes to stderr")
@@ -571,6 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"API requests the operator may make at once before --kube-api-qps paces them (default {OperatorConfig.kube_api_burst})")
     p.add_argument("--monitoring-namespace", type=namespace_name(none=""), default=DEFAULT_MONITORING_NAMESPACE,
                    help="Prometheus' namespace, admitted to trainer metrics ports by each job's NetworkPolicy ('' for none; default %(default)s)")
+    add_monitoring_pod_labels(p)
     add_pod_security(p, DEFAULT_LEVEL, "a job whose pods violate it fails, every offending field named")
     p.add_argument("--allowed-service-accounts", metavar="NAME[,NAME...]",
                    help="service accounts a job's pods may run as, refused like a Pod Security violation otherwise (default: any)")

@@ -28,6 +28,7 @@ def scrapers(standin, job: str) -> list[str]:
 
 def test_the_policy_admits_the_operators_own_namespace_and_prometheus(standin, rest, tmp_path):
     op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE, '--monitoring-namespace', 'observability',
+                  '--monitoring-pod-labels', 'app.kubernetes.io/name=prometheus,prometheus=k8s',
                   env={contract.ENV_OPERATOR_POD_NAMESPACE: 'ops'}).start()
     try:
         create_job(rest, 'fenced', workers=2)
@@ -35,6 +36,9 @@ def test_the_policy_admits_the_operators_own_namespace_and_prometheus(standin, r
         assert wait_for(lambda: scrapers(standin, 'fenced')) == ['ops', 'observability']
         policy = standin.store.find(*POLICY, NS, names.networkpolicy_name('fenced'))
         assert policy['spec']['ingress'][0] == {'from': [{'podSelector': {'matchLabels': {names.LABEL_JOB: 'fenced'}}}]}
+        # of Prometheus' namespace, its pods only; the operator's namespace whole (its scrapes of rank 0)
+        assert [peer.get('podSelector') for peer in policy['spec']['ingress'][1]['from']] == [
+            None, {'matchLabels': {'app.kubernetes.io/name': 'prometheus', 'prometheus': 'k8s'}}]
     finally:
         op.stop()
 

@@ -173,7 +173,8 @@ def _leaf_paths(values: dict, prefix: str = "") -> list[str]:
     paths = []
     for key, value in values.items():
         path = f"{prefix}{key}"
-        is_parent = isinstance(value, dict) and value and path not in ("operator.resources", "operator.podSecurityContext", "operator.securityContext")
+        is_parent = isinstance(value, dict) and value and path not in (
+            "operator.resources", "operator.podSecurityContext", "operator.securityContext", "monitoring.prometheusPodLabels")
         paths += _leaf_paths(value, path + ".") if is_parent else [path]
     return paths
 
@@ -470,17 +471,20 @@ def test_service_monitor_scrapes_the_operator_metrics_port():
     assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 
-def admits(policy: dict, namespace: str, port: str) -> bool:
-    """Whether `policy` lets a pod of `namespace` (labelled as the API server labels every namespace,
-    kubernetes.io/metadata.name, GA in 1.22) connect to `port`, as kubernetes.io/docs/concepts/services-networking/
-    network-policies reads: a rule admits when one of its peers and one of its ports match (no `from`: every
-    source); a peer with only a namespaceSelector matches every pod of a matching namespace."""
+def admits(policy: dict, namespace: str, port: str, pod_labels: dict | None = None) -> bool:
+    """Whether `policy` lets a pod labelled `pod_labels` of `namespace` (labelled as the API server labels every
+    namespace, kubernetes.io/metadata.name, GA in 1.22) connect to `port`, as kubernetes.io/docs/concepts/
+    services-networking/network-policies reads: a rule admits when one of its peers and one of its ports match (no
+    `from`: every source); a peer with only a namespaceSelector matches every pod of a matching namespace, one with
+    a namespaceSelector and a podSelector the pods both select (a lone podSelector: the policy's own namespace)."""
     labels = {"kubernetes.io/metadata.name": namespace}
 
     def peer_matches(peer: dict) -> bool:
-        if set(peer) != {"namespaceSelector"}:
-            return False  # pod selectors and IP blocks: no pod of these tests matches them
-        return peer["namespaceSelector"]["matchLabels"].items() <= labels.items()
+        if "namespaceSelector" not in peer or set(peer) - {"namespaceSelector", "podSelector"}:
+            return False  # IP blocks and same-namespace pod selectors: no pod of these tests matches them
+        pods = (peer.get("podSelector") or {}).get("matchLabels") or {}
+        return (peer["namespaceSelector"]["matchLabels"].items() <= labels.items()
+                and pods.items() <= (pod_labels or {}).items())
 
     return any(("from" not in rule or any(peer_matches(p) for p in rule["from"]))
                and ("ports" not in rule or any(p["port"] == port for p in rule["ports"]))
@@ -507,15 +511,31 @@ def test_network_policy_admits_the_helm_test_and_prometheus_and_no_tenant():
     (service_monitor,) = of_kind(objects, "ServiceMonitor")
     assert admits(policy, test_pod["metadata"]["namespace"], "health")
     assert [e["port"] for e in service_monitor["spec"]["endpoints"]] == ["metrics"]
-    assert admits(policy, "monitoring", "metrics") and admits(policy, "ops", "metrics")
+    assert admits(policy, "monitoring", "metrics", PROMETHEUS) and admits(policy, "ops", "metrics")
     assert not admits(policy, "team-a", "metrics") and not admits(policy, "team-a", "health")
+    # Prometheus' pods, not every pod beside it (Grafana, Alertmanager, a dashboard's plugin)
+    assert not admits(policy, "monitoring", "metrics", {"app.kubernetes.io/name": "grafana"})
+
+
+PROMETHEUS = {"app.kubernetes.io/name": "prometheus", "prometheus": "k8s"}  # as prometheus-operator labels its pods
+
+
+def test_network_policy_admits_the_prometheus_pods_named_or_with_null_every_pod_of_its_namespace():
+    vmagent = {"app.kubernetes.io/name": None, "app": "vmagent"}  # a key set to null drops the chart's default one
+    (policy,) = of_kind(render({"monitoring": {"prometheusPodLabels": vmagent}}), "NetworkPolicy")
+    assert admits(policy, "monitoring", "metrics", {"app": "vmagent"}) and not admits(policy, "monitoring", "metrics", PROMETHEUS)
+    assert validate(policy) == []
+    (anyone,) = of_kind(render({"monitoring": {"prometheusPodLabels": None}}), "NetworkPolicy")
+    assert admits(anyone, "monitoring", "metrics", {"app.kubernetes.io/name": "grafana"})
+    assert not admits(anyone, "team-a", "metrics", PROMETHEUS)
+    assert "monitoring.prometheusPodLabels" in refusal({"monitoring": {"prometheusPodLabels": {"Bad Key": "x"}}})
 
 
 def test_network_policy_follows_the_prometheus_namespace_and_takes_extra_peers():
     scraper = {"podSelector": {"matchLabels": {"app": "vmagent"}}, "namespaceSelector": {"matchLabels": {"team": "sre"}}}
     values = {"monitoring": {"prometheusNamespace": "observability"}, "networkPolicy": {"extraFrom": [scraper]}}
     (policy,) = of_kind(render(values), "NetworkPolicy")
-    assert admits(policy, "observability", "metrics") and not admits(policy, "monitoring", "metrics")
+    assert admits(policy, "observability", "metrics", PROMETHEUS) and not admits(policy, "monitoring", "metrics", PROMETHEUS)
     assert policy["spec"]["ingress"][0]["from"][-1] == scraper
     assert validate(policy) == []
     (alone,) = of_kind(render({"monitoring": {"prometheusNamespace": ""}}), "NetworkPolicy")

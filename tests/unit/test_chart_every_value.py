@@ -84,6 +84,7 @@ SETS: dict[str, tuple[list[str], str | None]] = {
     "metrics.port": (["metrics.port=9100"], "--metrics-port=9100"),
     "metrics.service.type": (["metrics.service.type=NodePort"], "type: NodePort"),
     "metrics.service.annotations": (["metrics.service.annotations.example\\.com/scrape=true"], '"example.com/scrape": "true"'),
+    "monitoring.prometheusPodLabels": (["monitoring.prometheusPodLabels.app=vmagent"], "--monitoring-pod-labels=app=vmagent,app.kubernetes.io/name=prometheus"),
     "monitoring.prometheusNamespace": (["monitoring.prometheusNamespace=observability"], "--monitoring-namespace=observability"),
     "monitoring.serviceMonitor.enabled": ([MONITORS], "kind: ServiceMonitor"),
     "monitoring.serviceMonitor.interval": ([MONITORS, "monitoring.serviceMonitor.interval=1m"], "interval: 1m"),
@@ -112,7 +113,7 @@ SETS: dict[str, tuple[list[str], str | None]] = {
     "monitoring.dashboard.folder": ([DASHBOARD, "monitoring.dashboard.folder=ML"], "ML"),
     "tests.timeoutSeconds": (["tests.timeoutSeconds=30"], "timeout=30)"),
 }
-OPAQUE = ("operator.resources", "operator.podSecurityContext", "operator.securityContext")  # Kubernetes objects, set field by field
+OPAQUE = ("operator.resources", "operator.podSecurityContext", "operator.securityContext", "monitoring.prometheusPodLabels")  # Kubernetes objects, set field by field
 
 
 @cache

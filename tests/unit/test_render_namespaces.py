@@ -16,6 +16,7 @@ from kuberl import cli
 from kuberl.core import contract, names
 from kuberl.core.render import (
     DEFAULT_MONITORING_NAMESPACE,
+    DEFAULT_MONITORING_POD_LABELS,
     DEFAULT_OPERATOR_NAMESPACE,
     render_networkpolicy,
 )
@@ -28,12 +29,17 @@ JOB = make_job("cartpole").obj()
 
 def operator_settings(release_namespace: str, values: dict) -> tuple[str, str]:
     """(operator namespace, monitoring namespace) as the chart's operator pod gets them."""
+    return operator_monitoring(release_namespace, values)[:2]
+
+
+def operator_monitoring(release_namespace: str, values: dict) -> tuple[str, str, dict]:
+    """(operator namespace, monitoring namespace, Prometheus' pod labels) as the chart's operator pod gets them."""
     (workload,) = [o for o in render(values, release_namespace) if o["kind"] in ("Deployment", "StatefulSet")]
     container = workload["spec"]["template"]["spec"]["containers"][0]
     (pod_namespace,) = [e for e in container["env"] if e["name"] == contract.ENV_OPERATOR_POD_NAMESPACE]
     assert pod_namespace["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}  # the pod's own: the release's
     args = cli.build_parser().parse_args([*ENTRYPOINT[1:], *container["args"]])
-    return release_namespace, args.monitoring_namespace
+    return release_namespace, args.monitoring_namespace, args.monitoring_pod_labels
 
 
 def admitted(policy: dict) -> list[dict]:
@@ -41,12 +47,14 @@ def admitted(policy: dict) -> list[dict]:
 
 
 def test_operator_in_ops_and_prometheus_in_observability_are_admitted_and_no_one_else():
-    operator_ns, monitoring_ns = operator_settings("ops", {"monitoring": {"prometheusNamespace": "observability"}})
-    policy = render_networkpolicy(JOB, "team-a", operator_namespace=operator_ns, monitoring_namespace=monitoring_ns)
+    operator_ns, monitoring_ns, pod_labels = operator_monitoring("ops", {"monitoring": {"prometheusNamespace": "observability"}})
+    policy = render_networkpolicy(JOB, "team-a", operator_namespace=operator_ns, monitoring_namespace=monitoring_ns,
+                                  monitoring_pod_labels=pod_labels)
     assert admitted(policy) == [
         {"podSelector": {"matchLabels": {names.LABEL_JOB: "cartpole"}}},
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}},
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
+         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}},
     ]
     assert policy["spec"]["ingress"][1]["ports"] == [{"protocol": "TCP", "port": 9090}]
 
@@ -56,6 +64,18 @@ def test_the_chart_defaults_are_the_renders_defaults_and_an_empty_value_admits_o
     operator_ns, monitoring_ns = operator_settings("ops", {"monitoring": {"prometheusNamespace": ""}})
     policy = render_networkpolicy(JOB, "team-a", operator_namespace=operator_ns, monitoring_namespace=monitoring_ns)
     assert admitted(policy)[1:] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}]
+
+
+def test_prometheus_pod_labels_reach_each_jobs_policy_as_the_chart_sets_them_and_null_admits_the_namespace():
+    """The chart's operator NetworkPolicy and each job's admit the same pods of Prometheus' namespace."""
+    assert operator_monitoring(DEFAULT_OPERATOR_NAMESPACE, {})[2] == DEFAULT_MONITORING_POD_LABELS
+    _, _, labels = operator_monitoring("ops", {"monitoring": {"prometheusPodLabels": {"app.kubernetes.io/name": None, "app": "vmagent",
+                                                                                      "team": "sre"}}})
+    assert labels == {"app": "vmagent", "team": "sre"}
+    operator_ns, monitoring_ns, labels = operator_monitoring("ops", {"monitoring": {"prometheusPodLabels": None}})
+    policy = render_networkpolicy(JOB, "team-a", operator_namespace=operator_ns, monitoring_namespace=monitoring_ns,
+                                  monitoring_pod_labels=labels)
+    assert labels == {} and admitted(policy)[2] == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
 
 
 def test_a_namespace_that_is_not_a_dns_label_is_refused_by_the_charts_schema():
@@ -68,10 +88,12 @@ def test_a_namespace_that_is_not_a_dns_label_is_refused_by_the_charts_schema():
 def test_kuberl_render_takes_both_namespaces(tmp_path):
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(JOB))
     out = subprocess.run([sys.executable, "-m", "kuberl.cli", "render", str(tmp_path / "job.yaml"), "-n", "team-a",
-                          "--operator-namespace", "ops", "--monitoring-namespace", "observability"],
+                          "--operator-namespace", "ops", "--monitoring-namespace", "observability",
+                          "--monitoring-pod-labels", "app=vmagent"],
                          capture_output=True, text=True, check=True).stdout
     (policy,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "NetworkPolicy"]
     assert [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in admitted(policy)[1:]] == ["ops", "observability"]
+    assert admitted(policy)[2]["podSelector"] == {"matchLabels": {"app": "vmagent"}}
 
 
 def render_cli(tmp_path, job: dict, *flags: str) -> subprocess.CompletedProcess:

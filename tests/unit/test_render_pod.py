@@ -363,20 +363,28 @@ def test_networkpolicy_lets_the_gang_talk_and_monitoring_scrape():
     assert gang == {"from": [{"podSelector": {"matchLabels": {names.LABEL_JOB: "cartpole"}}}]}  # every port
     assert metrics["from"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberl-system"}}},
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}},  # Prometheus' pods, not their neighbours
     ]
     assert metrics["ports"] == [{"protocol": "TCP", "port": 9090, "endPort": 9091}]
 
 
 def test_networkpolicy_admits_the_operator_and_prometheus_where_they_run_and_no_one_else():
-    objects = render_job(make_job(), NAMESPACE, UID, operator_namespace="ops", monitoring_namespace="observability")
+    objects = render_job(make_job(), NAMESPACE, UID, operator_namespace="ops", monitoring_namespace="observability",
+                         monitoring_pod_labels={"app": "vmagent"})
     policy = next(o for o in objects if o["kind"] == "NetworkPolicy")
     peers = [peer for rule in policy["spec"]["ingress"] for peer in rule["from"]]
     assert peers == [
         {"podSelector": {"matchLabels": {names.LABEL_JOB: "cartpole"}}},
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}},
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}, "podSelector": {"matchLabels": {"app": "vmagent"}}},
     ]
+    anyone = render_networkpolicy(make_job(), NAMESPACE, operator_namespace="ops", monitoring_namespace="observability",
+                                  monitoring_pod_labels={})
+    assert anyone["spec"]["ingress"][1]["from"][1] == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}
+    # Prometheus in the operator's namespace: that whole namespace is admitted already, one peer
+    same = render_networkpolicy(make_job(), NAMESPACE, operator_namespace="ops", monitoring_namespace="ops")
+    assert same["spec"]["ingress"][1]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}]
     alone = render_job(make_job(), NAMESPACE, UID, operator_namespace="ops", monitoring_namespace="")
     policy = next(o for o in alone if o["kind"] == "NetworkPolicy")
     assert policy["spec"]["ingress"][1]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}]

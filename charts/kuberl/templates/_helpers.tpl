@@ -164,6 +164,7 @@ KUBERL_POD_INDEX: the downward API gives each peering replica its ordinal
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- include "kuberl.checkKeys" (merge (dict "what" "monitoring.prometheusPodLabels" "map" .Values.monitoring.prometheusPodLabels) $labelKey) -}}
 {{- range $what, $map := dict "operator.podAnnotations" .Values.operator.podAnnotations "operator.serviceAccount.annotations" .Values.operator.serviceAccount.annotations
       "metrics.service.annotations" .Values.metrics.service.annotations -}}
 {{- include "kuberl.checkKeys" (merge (dict "what" $what "map" $map "fold" true "meaning" (printf "an annotation key (any case): %s" (trimPrefix "a label key: " $labelKey.meaning))) $labelKey) -}}
@@ -279,6 +280,7 @@ spec:
         - --health-path={{ .Values.operator.health.path }}
         - --metrics-port={{ .Values.metrics.port }}
         - --monitoring-namespace={{ .Values.monitoring.prometheusNamespace }}
+        - --monitoring-pod-labels={{ include "kuberl.pairs" .Values.monitoring.prometheusPodLabels }}
         - --pod-security={{ .Values.podSecurity }}
         {{- with .Values.allowedServiceAccounts }}
         - --allowed-service-accounts={{ join "," . }}
@@ -459,6 +461,15 @@ spec:
 {{- fail (printf "%s has the key %q, which is not %s" $.what $key $.meaning) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* A map of labels as KEY=VALUE,KEY=VALUE (a flag's matchLabels; neither a key nor a value holds a comma). */}}
+{{- define "kuberl.pairs" -}}
+{{- $pairs := list -}}
+{{- range $key, $value := . -}}
+{{- $pairs = append $pairs (printf "%s=%s" $key (toString $value)) -}}
+{{- end -}}
+{{- join "," $pairs -}}
 {{- end -}}
 
 {{/* A map of labels or annotations as strings, whatever --set made of a value (true, 2): an annotation's or a

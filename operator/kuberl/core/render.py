@@ -46,6 +46,9 @@ PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 # (the operator reads its own from the downward API: contract.ENV_OPERATOR_POD_NAMESPACE).
 DEFAULT_OPERATOR_NAMESPACE = "kuberl-system"
 DEFAULT_MONITORING_NAMESPACE = "monitoring"
+# Which pods of that namespace may scrape trainers: the label prometheus-operator puts on every Prometheus pod it
+# runs (kube-prometheus-stack's included) and the prometheus-community chart on its server's. Empty: every pod there.
+DEFAULT_MONITORING_POD_LABELS: Mapping[str, str] = {"app.kubernetes.io/name": "prometheus"}
 # The API server labels every namespace with its name (NamespaceDefaultLabelName, GA in 1.22).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
@@ -297,17 +300,22 @@ def render_networkpolicy(
     *,
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
     monitoring_namespace: str | None = DEFAULT_MONITORING_NAMESPACE,
+    monitoring_pod_labels: Mapping[str, str] = DEFAULT_MONITORING_POD_LABELS,
 ) -> dict:
     """The gang reaches itself on every port (gloo and NCCL connect every pair
-    on ephemeral ports); the operator's namespace and the monitoring namespace
-    (none when None or empty) reach the metrics ports; nothing else gets in."""
+    on ephemeral ports); the operator's namespace and, in the monitoring namespace
+    (none when None or empty), the pods carrying `monitoring_pod_labels` (every
+    pod there when empty) reach the metrics ports; nothing else gets in."""
     j = as_job(job)
     ports = metrics_ports(j.spec)
     metrics_port: dict[str, Any] = {"protocol": "TCP", "port": ports[0]}
     if len(ports) > 1:
         metrics_port["endPort"] = ports[-1]
     gang = {"matchLabels": {names.LABEL_JOB: j.name}}
-    scrapers = list(dict.fromkeys(n for n in (operator_namespace, monitoring_namespace) if n))
+    scrapers: list[dict] = [{"namespaceSelector": namespace_selector(operator_namespace)}] if operator_namespace else []
+    if monitoring_namespace and monitoring_namespace != operator_namespace:  # the operator's whole namespace is in already
+        scrapers.append({"namespaceSelector": namespace_selector(monitoring_namespace),
+                         **({"podSelector": {"matchLabels": dict(monitoring_pod_labels)}} if monitoring_pod_labels else {})})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -317,7 +325,7 @@ def render_networkpolicy(
             "policyTypes": ["Ingress"],
             "ingress": [
                 {"from": [{"podSelector": copy.deepcopy(gang)}]},
-                {"from": [{"namespaceSelector": namespace_selector(n)} for n in scrapers], "ports": [metrics_port]},
+                {"from": scrapers, "ports": [metrics_port]},
             ],
         },
     }
@@ -682,6 +690,7 @@ def render_job(
     restart: int = 0,
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
     monitoring_namespace: str | None = DEFAULT_MONITORING_NAMESPACE,
+    monitoring_pod_labels: Mapping[str, str] = DEFAULT_MONITORING_POD_LABELS,
 ) -> list[dict]:
     """Every child of the job, in creation order: ConfigMap, PVC, NetworkPolicy,
     Service, PodGroup, then the pods of generation `restart`."""
@@ -694,6 +703,7 @@ def render_job(
                 j, namespace,
                 operator_namespace=operator_namespace,
                 monitoring_namespace=monitoring_namespace,
+                monitoring_pod_labels=monitoring_pod_labels,
             ),
         ]
     objects.append(render_service(j, namespace))

@@ -130,7 +130,7 @@ def label_key_problems(path: str, mapping: Any) -> list[Problem]:
     return podschema.first_of(path, wrong, "keys that are not label keys", Problem)
 
 
-def _label_value_problems(path: str, mapping: Any) -> list[Problem]:
+def label_value_problems(path: str, mapping: Any) -> list[Problem]:
     """Label values as the API server takes them (IsValidLabelValue: at most 63 characters of
     LABEL_VALUE), checked where the model cannot (the template's metadata is kept as written)."""
     if not isinstance(mapping, dict):
@@ -238,7 +238,7 @@ def pod_template_problems(template: Any, renamed: str | None = None) -> list[Pro
             if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
                 problems.append(Problem(f"spec.template.metadata.{key}", "expected a mapping of strings to strings"))
         problems += label_key_problems("spec.template.metadata.labels", metadata.get("labels"))
-        problems += _label_value_problems("spec.template.metadata.labels", metadata.get("labels"))
+        problems += label_value_problems("spec.template.metadata.labels", metadata.get("labels"))
         problems += _annotation_key_problems("spec.template.metadata.annotations", metadata.get("annotations"))
         problems += _volcano_queue_problems(metadata.get("annotations"))
     else:
@@ -259,7 +259,7 @@ def pod_template_problems(template: Any, renamed: str | None = None) -> list[Pro
     problems += _grace_problems(pod_spec.get("terminationGracePeriodSeconds"))
     # ValidatePodSpec (pkg/apis/core/validation): unversionedvalidation.ValidateLabels(spec.NodeSelector, ...)
     problems += label_key_problems("spec.template.spec.nodeSelector", pod_spec.get("nodeSelector"))
-    problems += _label_value_problems("spec.template.spec.nodeSelector", pod_spec.get("nodeSelector"))
+    problems += label_value_problems("spec.template.spec.nodeSelector", pod_spec.get("nodeSelector"))
     problems += [Problem(path, message) for path, message in podschema.type_problems(
         "spec.template.spec", {k: v for k, v in pod_spec.items() if k not in _POD_FIELDS_CHECKED_ABOVE},
         podschema.POD_SPEC_FIELDS)]

@@ -85,6 +85,8 @@ class OperatorConfig:
     # Admitted to rank 0's metrics port by each job's NetworkPolicy: the operator's scrapes and Prometheus'.
     operator_namespace: str = render.DEFAULT_OPERATOR_NAMESPACE
     monitoring_namespace: str | None = render.DEFAULT_MONITORING_NAMESPACE
+    # Of the monitoring namespace, only the pods carrying these labels (Prometheus'); () admits every pod there.
+    monitoring_pod_labels: tuple[tuple[str, str], ...] = tuple(render.DEFAULT_MONITORING_POD_LABELS.items())
     trainer_per_process: render.PerProcess = render.PER_PROCESS  # default requests of a job that sets none
     watch: WatchBounds = WatchBounds()
     namespaces: tuple[str, ...] = ()  # watched namespaces; () for all
@@ -125,6 +127,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         forbidden_pod_fields=getattr(args, "forbid_pod_fields", None) or frozenset(),
         operator_namespace=os.environ.get(contract.ENV_OPERATOR_POD_NAMESPACE) or render.DEFAULT_OPERATOR_NAMESPACE,
         monitoring_namespace=getattr(args, "monitoring_namespace", render.DEFAULT_MONITORING_NAMESPACE),
+        monitoring_pod_labels=tuple(getattr(args, "monitoring_pod_labels", render.DEFAULT_MONITORING_POD_LABELS).items()),
         trainer_per_process=per_process_from_env(),
         watch=WatchBounds(getattr(args, "watch_timeout", None) or WatchBounds.server_timeout),
         namespaces=tuple(getattr(args, "namespace", None) or ()),

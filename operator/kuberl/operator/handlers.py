@@ -858,7 +858,8 @@ class JobLoop:
     def _networkpolicy(self, spec: JobSpec) -> dict:
         config = self.shell.config
         return render.render_networkpolicy(render.Job(self.name, spec), self.namespace, operator_namespace=config.operator_namespace,
-                                           monitoring_namespace=config.monitoring_namespace)
+                                           monitoring_namespace=config.monitoring_namespace,
+                                           monitoring_pod_labels=dict(config.monitoring_pod_labels))
 
     async def _create_child(self, child: dict, uid: str, adopted: bool) -> None:
         try:
@@ -894,7 +895,8 @@ class JobLoop:
         patch = render.networkpolicy_patch(existing, desired)
         if patch is not None:
             logger.info(f"NetworkPolicy {desired['metadata']['name']}: admitting {self.shell.config.operator_namespace!r} "
-                        f"and {self.shell.config.monitoring_namespace!r} to the metrics ports")
+                        f"and {self.shell.config.monitoring_namespace!r} (pods labelled"
+                        f" {dict(self.shell.config.monitoring_pod_labels) or 'anyhow'}) to the metrics ports")
             await self.api.merge_patch(*api_path(desired), self.namespace, desired["metadata"]["name"], patch)
 
     async def _create_pods(self, job: dict, spec: JobSpec, action: lifecycle.CreatePods) -> None:
