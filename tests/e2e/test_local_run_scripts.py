@@ -163,12 +163,12 @@ def test_a_pytorchjob_converted_by_kuberl_convert_runs_with_world_size_2(tmp_pat
     """The migration path end to end: a Master + Worker PyTorchJob whose command runs Kubeflow's
     dist_sendrecv pattern, through `kuberl convert` (its pytorchjob-port becoming the rendezvous port)
     and `kuberl run`."""
-    pod = {"spec": {"containers": [{"name": "pytorch", "image": "registry.example.com/ml/sendrecv:1",
+    pod = {"spec": {"containers": [{"name": "pytorch", "image": "registry.example.com/rl/ppo-pair:1",
                                     "command": ["python", "/app/dist_sendrecv.py"],
                                     "ports": [{"name": "pytorchjob-port", "containerPort": free_port()}],
                                     "volumeMounts": [{"name": "scripts", "mountPath": "/app", "readOnly": True}]}],
                     "volumes": [{"name": "scripts", "hostPath": {"path": str(SCRIPTS)}}]}}
-    pytorchjob = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pjsendrecv"},
+    pytorchjob = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "ppo-pair"},
                   "spec": {"nprocPerNode": "1", "pytorchReplicaSpecs": {
                       "Master": {"replicas": 1, "restartPolicy": "Never", "template": pod},
                       "Worker": {"replicas": 1, "restartPolicy": "Never", "template": pod}}}}
@@ -181,19 +181,19 @@ def test_a_pytorchjob_converted_by_kuberl_convert_runs_with_world_size_2(tmp_pat
     done = subprocess.run([*KUBERL, "job.yaml", "--dir", "runs"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
                           text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr
-    run_dir = tmp_path / "runs" / "pjsendrecv"
+    run_dir = tmp_path / "runs" / "ppo-pair"
     worker0 = pod_address(str(run_dir), 0)
     port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
     for rank in range(2):
         assert f"env WORLD_SIZE=2 RANK={rank} MASTER_ADDR={worker0} MASTER_PORT={port}" in pod_log(run_dir, rank), pod_log(run_dir, rank)
     assert "rank 0 received [10]" in pod_log(run_dir, 0)
-    assert "pjsendrecv succeeded: every worker exited 0" in done.stdout, done.stdout[-2000:]
+    assert "ppo-pair succeeded: every worker exited 0" in done.stdout, done.stdout[-2000:]
     # The PyTorchJob file itself runs too, as the RLTrainingJob kuberl convert printed (a fresh run directory).
     direct = subprocess.run([*KUBERL, "pytorchjob.yaml", "--dir", "direct"], cwd=tmp_path, env=CALLER_ENV, capture_output=True,
                             text=True, timeout=240, check=False)
     assert direct.returncode == 0, direct.stdout[-4000:] + direct.stderr
     assert "run as an RLTrainingJob" in direct.stderr and "Master.restartPolicy" in direct.stderr
-    assert "rank 0 received [10]" in pod_log(tmp_path / "direct" / "pjsendrecv", 0)
+    assert "rank 0 received [10]" in pod_log(tmp_path / "direct" / "ppo-pair", 0)
 
 
 def test_the_ddp_elastic_tutorial_runs_under_torchs_launcher_from_the_pet_names_alone(tmp_path):
