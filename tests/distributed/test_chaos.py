@@ -38,6 +38,21 @@ def chaos_hook(tmp_path, plan: dict):
     return hook
 
 
+def log_of_a_start_that_counts_one_loss(job, updates: int) -> str:
+    """Start the job again, run it to `updates`, check rank 0 counted one lost checkpoint, and return rank 0's log."""
+    from kuberl.core import metricnames
+
+    from .support import Ranks
+
+    resumed = Ranks(job)
+    try:
+        resumed.wait_for_updates(updates)
+        assert resumed.metric(0, metricnames.CHECKPOINTS_SKIPPED) == 1
+    finally:
+        resumed.kill()
+    return resumed.log(0)
+
+
 def test_a_save_that_outlasts_the_grace_period_is_warned_of_and_its_loss_said_at_the_next_start(tmp_path):
     """terminationGracePeriodSeconds 1 on a slow volume (every checkpoint's fsync takes 3 s, chaos_hook's sleep): rank
     0 warns at its first save that a stop's save cannot fit. Then a stop as the kubelet makes it: SIGTERM, and SIGKILL
@@ -45,7 +60,6 @@ def test_a_save_that_outlasts_the_grace_period_is_warned_of_and_its_loss_said_at
     rename); the next start removes the cut-off temp file and says the loss, in its log and in the
     checkpoints_skipped gauge (the operator's CheckpointsSkipped Event and the chart's alert read it). It was a
     warning from `checkpoint`'s logger about a temp file, which named no loss, and the gauge said 0."""
-    from kuberl.core import metricnames
     from kuberl_trainer import checkpoint
 
     from .support import Ranks, make_job
@@ -70,13 +84,7 @@ def test_a_save_that_outlasts_the_grace_period_is_warned_of_and_its_loss_said_at
     newest, state = checkpoint.load_newest(str(job.checkpoint_dir))
     assert os.path.basename(newest) == "ckpt-0000000005.pt" and state["counters"]["updates"] == 5
 
-    resumed = Ranks(job)
-    try:
-        resumed.wait_for_updates(6)
-        assert resumed.metric(0, metricnames.CHECKPOINTS_SKIPPED) == 1
-    finally:
-        resumed.kill()
-    said = resumed.log(0)
+    said = log_of_a_start_that_counts_one_loss(job, updates=6)
     assert "1 save(s) cut off mid-write: the rank writing it was killed (.tmp-" in said, said[-3000:]
     assert "terminationGracePeriodSeconds (1s). resuming from /checkpoints/" in said and "ckpt-0000000005.pt, the newest whole" in said
     assert not list(job.checkpoint_dir.glob(".tmp-*.part")) and not (job.checkpoint_dir / ".stop-pending.json").exists()
@@ -88,7 +96,6 @@ def test_a_stop_killed_before_a_byte_of_its_checkpoint_is_written_is_said_at_the
     so no temp file is left to tell. Rank 0 recorded the stop when it came (.stop-pending.json); the next start
     says the stop's checkpoint was never written, what it resumes from, and counts the loss in checkpoints_skipped.
     A stop whose checkpoint is written leaves no record (the SIGTERM test beside: no word, the gauge 0)."""
-    from kuberl.core import metricnames
     from kuberl_trainer import checkpoint
 
     from .support import Ranks, make_job
@@ -109,13 +116,7 @@ def test_a_stop_killed_before_a_byte_of_its_checkpoint_is_written_is_said_at_the
     pending = json.loads((job.checkpoint_dir / ".stop-pending.json").read_text())
     assert pending["updates"] > state["counters"]["updates"] == 4, (pending, newest)
 
-    resumed = Ranks(job)
-    try:
-        resumed.wait_for_updates(5)
-        assert resumed.metric(0, metricnames.CHECKPOINTS_SKIPPED) == 1
-    finally:
-        resumed.kill()
-    said = resumed.log(0)
+    said = log_of_a_start_that_counts_one_loss(job, updates=5)
     assert f"the last stop asked of rank 0 ({pending['askedAt']}) at update {pending['updates']}" in said, said[-3000:]
     assert ("ended before its checkpoint was written: rank 0 was killed, as when spec.runPolicy.terminationGracePeriodSeconds"
             " (1s) runs out") in said and "Resuming from /checkpoints/" in said and "ckpt-0000000004.pt (update 4)" in said
