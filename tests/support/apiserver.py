@@ -76,6 +76,10 @@ class Bookmark:
     rv: int
 
 
+# Queued on a watch whose resource's storage was destroyed (its CRD removed): the stream ends behind what preceded it.
+STORAGE_DESTROYED = object()
+
+
 @dataclass(frozen=True)
 class Route:
     group: str
@@ -411,7 +415,7 @@ class StandinHandler(kmock.RawHandler):
         loop = asyncio.get_running_loop()
         # One ordered queue per watch, appended to under the store's lock by the writer's own thread (deque appends
         # are thread-safe), so its order is the store's order; `wakeup` only tells the stream to look.
-        pending: collections.deque[WatchEvent | Bookmark] = collections.deque()
+        pending: collections.deque[WatchEvent | Bookmark | object] = collections.deque()
         wakeup = asyncio.Event()
         revision = [0]
 
@@ -427,6 +431,10 @@ class StandinHandler(kmock.RawHandler):
 
         def deliver(event: WatchEvent) -> None:
             pending.append(event)
+            loop.call_soon_threadsafe(wakeup.set)
+
+        def close() -> None:
+            pending.append(STORAGE_DESTROYED)
             loop.call_soon_threadsafe(wakeup.set)
 
         def snapshot(objects: list[dict], at: int) -> None:
@@ -446,7 +454,7 @@ class StandinHandler(kmock.RawHandler):
                 pending.append(Bookmark(max(revision[0], self.store.revision)))
 
         try:
-            watcher = self.store.subscribe(rtype, params.get('resourceVersion'), deliver, snapshot)
+            watcher = self.store.subscribe(rtype, params.get('resourceVersion'), deliver, snapshot, close)
         except ApiError as error:
             if error.code != 410:
                 raise
@@ -470,6 +478,8 @@ class StandinHandler(kmock.RawHandler):
                             queue_bookmark()
                     continue
                 event = pending.popleft()
+                if event is STORAGE_DESTROYED:
+                    break  # the watch cache stopped: the stream closes with no ERROR event (cacher.go, terminateAllWatchers)
                 if isinstance(event, Bookmark):
                     await response.write(_line({'type': 'BOOKMARK', 'object': {
                         'kind': rtype.kind, 'apiVersion': rtype.api_version,

@@ -10,6 +10,7 @@ import json
 import random
 import string
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,13 @@ from tests.support.selectors import (
 SYSTEM_PRIORITY_CLASSES = {'system-node-critical': {'value': 2000001000}, 'system-cluster-critical': {'value': 2000000000}}
 HISTORY = 4000  # watch events kept per resource type; an older resourceVersion gets 410 Gone
 DEFAULT_NAMESPACES = ('default', 'kube-system', 'kube-public', 'kube-node-lease')
+CRDS = ('apiextensions.k8s.io', 'customresourcedefinitions')
+# Put on a CRD by its first delete (staging/src/k8s.io/apiextensions-apiserver/pkg/registry/customresourcedefinition/
+# etcd.go, REST.Delete), taken off by the CRD finalizer once no instance is left (pkg/controller/finalizer/crd_finalizer.go).
+CRD_CLEANUP_FINALIZER = 'customresourcecleanup.apiextensions.k8s.io'
+# A removed CRD's storage is torn down a second after it goes (pkg/apiserver/customresource_handler.go, tearDown:
+# time.Sleep(time.Second) for in-flight requests, which a watch is not, being long-running), ending its open watches.
+CRD_TEARDOWN_SECONDS = 1.0
 
 
 def clone(obj: object) -> object:
@@ -100,6 +108,7 @@ class WatchEvent:
 class Watcher:
     rtype_key: tuple[str, str]
     deliver: Callable[[WatchEvent], None]
+    close: Callable[[], None] | None = None  # ends the stream: its resource's storage was destroyed (CRD removed)
 
 
 @dataclass
@@ -139,6 +148,11 @@ class Store:
         self._gc_pending = False
         self._gc_held = False
         self.schedule: Callable[[float, Callable[[], None]], None] = lambda delay, fn: threading.Timer(delay, fn).start()
+        # The CRD finalizer waits for a deleted CRD's instances to go by polling every 5 s for up to a minute, then
+        # starts again (crd_finalizer.go, deleteInstances: wait.PollImmediate(5*time.Second, 1*time.Minute, ...));
+        # a test may shorten both.
+        self.crd_cleanup_poll = 5.0
+        self.crd_cleanup_timeout = 60.0
         for rtype in resources.BUILTINS:
             self.types[(rtype.group, rtype.version, rtype.plural)] = rtype
         for namespace in DEFAULT_NAMESPACES:
@@ -166,6 +180,18 @@ class Store:
             del self.types[key]
         for obj in list(self.objects.get((group, plural), {}).values()):
             self._remove((group, plural), obj)
+        # Its storage destroyed (customresource_handler.go: removeDeadStorage, then tearDown's DestroyFunc stops the
+        # watch cache, which closes every watch of it): the streams open now end; a new request gets 404.
+        watchers = [w for w in self.watchers if w.rtype_key == (group, plural)]
+        self.schedule(CRD_TEARDOWN_SECONDS, lambda: self._end_watches(watchers))
+
+    def _end_watches(self, watchers: list[Watcher]) -> None:
+        with self.lock:
+            for watcher in watchers:
+                if watcher in self.watchers:
+                    self.watchers.remove(watcher)
+                    if watcher.close is not None:
+                        watcher.close()
 
     # ------------------------------------------------------------ reads
 
@@ -200,7 +226,7 @@ class Store:
     # ------------------------------------------------------------ watches
 
     def subscribe(self, rtype: ResourceType, since: str | None, deliver: Callable[[WatchEvent], None],
-                  snapshot: Callable[[list[dict], int], None]) -> Watcher:
+                  snapshot: Callable[[list[dict], int], None], close: Callable[[], None] | None = None) -> Watcher:
         """Register a watcher; replay from `since` (or send the current state as ADDED) under the lock."""
         with self.lock:
             if since in (None, '', '0'):
@@ -215,7 +241,7 @@ class Store:
                 for event in self.history[rtype.key]:
                     if event.rv > start:
                         deliver(event)
-            watcher = Watcher(rtype.key, deliver)
+            watcher = Watcher(rtype.key, deliver, close)
             self.watchers.append(watcher)
             return watcher
 
@@ -243,6 +269,8 @@ class Store:
     def create(self, rtype: ResourceType, namespace: str | None, body: dict, *, dry_run: bool = False,
                field_validation: str = 'Warn') -> tuple[dict, list[str]]:
         with self.lock:
+            if rtype.custom:
+                self._check_crd_not_terminating(rtype)
             if not isinstance(body, dict):
                 raise bad_request('the body of the request was in an unknown format')
             obj = clone(body)
@@ -290,6 +318,16 @@ class Store:
             self._emit(rtype.key, 'ADDED', obj, None)
             self._after_create(rtype, obj)
             return clone(obj), warnings
+
+    def _check_crd_not_terminating(self, rtype: ResourceType) -> None:
+        """The custom resource handler refuses a create while its CRD's Terminating condition is True, before reading
+        the body (pkg/apiserver/customresource_handler.go, serveResource: NewMethodNotSupported, its message replaced);
+        a server-side apply that would create is refused alike (test/integration/finalization_test.go,
+        TestApplyCRDuringCRDFinalization)."""
+        crd = self.objects[CRDS].get(('', rtype.qualified))
+        if crd is not None and condition_true(crd, 'Terminating'):
+            raise ApiError(405, 'MethodNotAllowed', 'create not allowed while custom resource definition is terminating',
+                           {'group': rtype.group, 'kind': rtype.plural})
 
     def _check_kind(self, rtype: ResourceType, obj: dict) -> None:
         kind, api_version = obj.get('kind'), obj.get('apiVersion')
@@ -595,6 +633,8 @@ class Store:
                                f'UID in object meta: {obj["metadata"]["uid"]}')
             if preconditions.get('resourceVersion') and preconditions['resourceVersion'] != obj['metadata']['resourceVersion']:
                 raise conflict(rtype, name, 'the object has been modified; please apply your changes to the latest version and try again')
+            if rtype.key == CRDS and not obj['metadata'].get('deletionTimestamp'):
+                return self._terminate_crd(obj, dry_run)
             if dry_run:
                 return clone(obj)
             propagation = options.get('propagationPolicy') or ('Orphan' if options.get('orphanDependents') else 'Background')
@@ -687,6 +727,77 @@ class Store:
                     self.delete(rtype, ns, obj_name, {})
         self.schedule(0.05, lambda: self._finish_namespace(name))
         return clone(new)
+
+    def _terminate_crd(self, crd: dict, dry_run: bool) -> dict:
+        """A CRD's first delete (etcd.go, REST.Delete): deletionTimestamp, the cleanup finalizer and Terminating=True in
+        one update, whatever the propagation policy; the CRD finalizer, informed of it, starts its cleanup."""
+        new = with_crd_condition(crd, 'True', 'InstanceDeletionPending',
+                                 'CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon')
+        metadata = new['metadata']
+        metadata['deletionTimestamp'] = timestamp()
+        if CRD_CLEANUP_FINALIZER not in (metadata.get('finalizers') or []):
+            metadata['finalizers'] = [*(metadata.get('finalizers') or []), CRD_CLEANUP_FINALIZER]
+        if dry_run:
+            return new
+        self._replace_stored(CRDS, crd, new)
+        uid = metadata['uid']
+        self.schedule(0.01, lambda: self._finalize_crd(uid, 0))
+        return clone(new)
+
+    def _finalizing_crd(self, uid: str) -> dict | None:
+        """The CRD of this uid while its cleanup is the CRD finalizer's to do (crd_finalizer.go, sync: no work to do
+        without a deletionTimestamp and its finalizer)."""
+        location = self.by_uid.get(uid)
+        crd = self.objects[CRDS].get(location[1]) if location is not None and location[0] == CRDS else None
+        if crd is None or not crd['metadata'].get('deletionTimestamp'):
+            return None
+        return crd if CRD_CLEANUP_FINALIZER in (crd['metadata'].get('finalizers') or []) else None
+
+    def _finalize_crd(self, uid: str, failures: int) -> None:
+        """The CRD finalizer's sync (crd_finalizer.go): Terminating=True InstanceDeletionInProgress, then a
+        DeleteCollection of the instances in each of their namespaces, each item deleted as a client's delete would
+        (its own finalizers hold it, with a deletionTimestamp, until their controllers let go), then the poll."""
+        with self.lock:
+            crd = self._finalizing_crd(uid)
+            if crd is None:
+                return
+            new = with_crd_condition(crd, 'True', 'InstanceDeletionInProgress', 'CustomResource deletion is in progress')
+            if new != crd:
+                self._replace_stored(CRDS, crd, new)
+            group, plural = crd['spec']['group'], crd['spec']['names']['plural']
+            rtype = next((t for t in self.types.values() if t.key == (group, plural)), None)
+            for namespace, name in sorted(self.objects[(group, plural)]) if rtype is not None else ():
+                with contextlib.suppress(ApiError):
+                    self.delete(rtype, namespace or None, name, {})
+        self._poll_crd_instances(uid, failures, time.monotonic() + self.crd_cleanup_timeout)
+
+    def _poll_crd_instances(self, uid: str, failures: int, deadline: float) -> None:
+        """deleteInstances' PollImmediate: none left, the finalizer comes off with Terminating=False
+        InstanceDeletionCompleted in one status update (the CRD goes with it unless another finalizer holds it); still
+        some past the bound, InstanceDeletionCheck, and the sync runs again after the workqueue's rate limit (5 ms
+        doubled per failure: client-go util/workqueue/default_rate_limiters.go, DefaultControllerRateLimiter)."""
+        with self.lock:
+            crd = self._finalizing_crd(uid)
+            if crd is None:
+                return
+            group, plural = crd['spec']['group'], crd['spec']['names']['plural']
+            if not self.objects[(group, plural)]:
+                new = with_crd_condition(crd, 'False', 'InstanceDeletionCompleted', 'removed all instances')
+                new['metadata']['finalizers'] = [f for f in new['metadata']['finalizers'] if f != CRD_CLEANUP_FINALIZER]
+                if new['metadata']['finalizers']:
+                    self._replace_stored(CRDS, crd, new)
+                else:
+                    del new['metadata']['finalizers']
+                    self._remove(CRDS, new)
+                return
+            if time.monotonic() < deadline:
+                self.schedule(self.crd_cleanup_poll, lambda: self._poll_crd_instances(uid, failures, deadline))
+                return
+            new = with_crd_condition(crd, 'True', 'InstanceDeletionCheck',
+                                     'could not confirm zero CustomResources remaining: timed out waiting for the condition')
+            if new != crd:
+                self._replace_stored(CRDS, crd, new)
+        self.schedule(min(0.005 * 2 ** failures, 1000.0), lambda: self._finalize_crd(uid, failures + 1))
 
     def _finish_namespace(self, name: str) -> None:
         with self.lock:
@@ -840,6 +951,25 @@ class Store:
             pod = self._existing(pods, namespace, name)
             merged = patching.strategic_merge(pod.get('status') or {}, status)
             return self._write(pods, pod, {**clone(pod), 'status': merged}, 'status', False, 'Ignore')[0]
+
+
+def condition_true(obj: dict, kind: str) -> bool:
+    return any(c.get('type') == kind and c.get('status') == 'True' for c in (obj.get('status') or {}).get('conditions') or [])
+
+
+def with_crd_condition(crd: dict, status: str, reason: str, message: str) -> dict:
+    """A copy of `crd` with its Terminating condition set as SetCRDCondition sets one (apiextensions-apiserver
+    pkg/apihelpers/helpers.go): lastTransitionTime moves only when the status does."""
+    new = clone(crd)
+    conditions = new.setdefault('status', {}).setdefault('conditions', [])
+    existing = next((c for c in conditions if c.get('type') == 'Terminating'), None)
+    if existing is None:
+        existing = {'type': 'Terminating', 'lastTransitionTime': timestamp()}
+        conditions.append(existing)
+    elif existing.get('status') != status:
+        existing['lastTransitionTime'] = timestamp()
+    existing.update(status=status, reason=reason, message=message)
+    return new
 
 
 def container_terminated(name: str, exit_code: int, message: str = '', reason: str | None = None,
