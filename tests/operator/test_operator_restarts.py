@@ -1,5 +1,6 @@
 """Gang restarts through the real operator: reasons from termination messages, what counts, old pods never adopted."""
 import datetime
+import json
 
 from kuberl.core import names
 
@@ -174,30 +175,36 @@ def test_a_gang_restarted_after_an_operator_upgrade_runs_the_trainer_defaults_it
     and only a job created after the upgrade takes the new ones."""
     def operator(release: str, image: str, cpu: str) -> Operator:
         (tmp_path / release).mkdir()
+        pod_defaults = {'labels': {'platform-release': release.replace('.', '-')}, 'env': [{'name': 'NCCL_IB_HCA', 'value': f'mlx-{release}'}]}
         return Operator(standin, tmp_path / release, '--trainer-image', image,
-                        env={'KUBERL_TRAINER_CPU_PER_PROCESS': cpu, 'KUBERL_TRAINER_MEMORY_PER_PROCESS': '2Gi'}).start()
+                        env={'KUBERL_TRAINER_CPU_PER_PROCESS': cpu, 'KUBERL_TRAINER_MEMORY_PER_PROCESS': '2Gi',
+                             'KUBERL_TRAINER_POD_DEFAULTS': json.dumps(pod_defaults)}).start()
 
     def images_and_cpu(gang: list[dict]) -> set[tuple[str, str]]:
         trainer = [next(c for c in p['spec']['containers'] if c['name'] == names.TRAINER_CONTAINER) for p in gang]
-        return {(c['image'], c['resources']['requests']['cpu']) for c in trainer}
+        # the platform's pod defaults (trainer.podDefaults) are kept per job as the image is
+        assert {p['metadata']['labels']['platform-release'] for p in gang} == {
+            next(e['value'] for e in c['env'] if e['name'] == 'NCCL_IB_HCA').removeprefix('mlx-').replace('.', '-') for c in trainer}
+        return {(c['image'], c['resources']['requests']['cpu'], gang[0]['metadata']['labels']['platform-release']) for c in trainer}
 
     old = operator('0.1.0', 'registry.test/kuberl/trainer:0.1.0', '1')
     try:
         create_job(rest, 'long-run', workers=2)
         gang = start_gang(standin, 'long-run', 2)
         wait_phase(rest, 'long-run', 'Running')
-        assert images_and_cpu(gang) == {('registry.test/kuberl/trainer:0.1.0', '1')}
+        assert images_and_cpu(gang) == {('registry.test/kuberl/trainer:0.1.0', '1', '0-1-0')}
     finally:
         old.stop()
     new = operator('0.2.0', 'registry.test/kuberl/trainer:0.2.0', '2')
     try:
         terminated(standin, gang[1], 1, 'Crashed: RuntimeError: NaN in the policy loss')
         restarted = start_gang(standin, 'long-run', 2, generation=1)
-        assert images_and_cpu(restarted) == {('registry.test/kuberl/trainer:0.1.0', '1')}
+        assert images_and_cpu(restarted) == {('registry.test/kuberl/trainer:0.1.0', '1', '0-1-0')}
         assert status(rest, 'long-run')['trainerDefaults'] == {
-            'image': 'registry.test/kuberl/trainer:0.1.0', 'cpuPerProcess': '1', 'memoryPerProcess': '2Gi'}
+            'image': 'registry.test/kuberl/trainer:0.1.0', 'cpuPerProcess': '1', 'memoryPerProcess': '2Gi',
+            'pod': {'labels': {'platform-release': '0-1-0'}, 'env': [{'name': 'NCCL_IB_HCA', 'value': 'mlx-0.1.0'}]}}
         create_job(rest, 'after-upgrade', workers=1)
-        assert images_and_cpu(start_gang(standin, 'after-upgrade', 1)) == {('registry.test/kuberl/trainer:0.2.0', '2')}
+        assert images_and_cpu(start_gang(standin, 'after-upgrade', 1)) == {('registry.test/kuberl/trainer:0.2.0', '2', '0-2-0')}
     finally:
         new.stop()
 

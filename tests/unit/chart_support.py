@@ -57,7 +57,10 @@ ALL_FEATURES = {
         "kubeApiBurst": 40,
         "serviceAccount": {"annotations": {"iam.example.com/role": "kuberl"}},
     },
-    "trainer": {"imagePullSecrets": ["regcred"]},
+    "trainer": {"imagePullSecrets": ["regcred"], "podDefaults": {
+        "labels": {"cost-center": "rl"}, "annotations": {"sidecar.istio.io/inject": "false"},
+        "env": [{"name": "NCCL_IB_HCA", "value": "mlx5_0"}], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        "nodeSelector": {"pool": "gpu"}, "priorityClassName": "ml-batch"}},
     "gangScheduling": {"podGroupApis": ["volcano", "coscheduling"]},
     "commonLabels": {"cost-center": "research"},
     "metrics": {"service": {"annotations": {"example.com/scrape": "true"}}},

@@ -58,6 +58,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 app.kubernetes.io/name app.kubernetes.io/instance app.kubernetes.io/component app.kubernetes.io/version app.kubernetes.io/managed-by helm.sh/chart
 {{- end -}}
 
+{{/* trainer.podDefaults as the operator reads it (JSON), label and annotation values as strings whatever --set made of them. */}}
+{{- define "kuberl.podDefaultsJson" -}}
+{{- $defaults := deepCopy .Values.trainer.podDefaults -}}
+{{- range $field := list "labels" "annotations" "nodeSelector" -}}
+{{- $strings := dict -}}
+{{- range $key, $value := (get $defaults $field) -}}
+{{- $_ := set $strings $key (toString $value) -}}
+{{- end -}}
+{{- $_ := set $defaults $field $strings -}}
+{{- end -}}
+{{- toJson $defaults -}}
+{{- end -}}
+
+{{/* The env kuberl gives each trainer pod (kuberl.core.contract.RESERVED_ENV_NAMES, and every KUBERL_ name): not a platform's default. */}}
+{{- define "kuberl.reservedEnv" -}}
+LOCAL_RANK MASTER_ADDR MASTER_PORT NNODES NODE_RANK NPROC_PER_NODE PET_LOCAL_ADDR PET_MASTER_ADDR PET_MASTER_PORT PET_NNODES PET_NODE_RANK PET_NPROC_PER_NODE PET_RDZV_CONF PET_RDZV_ENDPOINT PET_RDZV_ID RANK WORLD_SIZE
+{{- end -}}
+
 {{/* The environment the chart gives the operator, each name with what sets it instead of operator.env. */}}
 {{- define "kuberl.ownEnv" -}}
 KUBERL_LOG_LEVEL: set operator.logLevel
@@ -67,6 +85,7 @@ KUBERL_TRAINER_IMAGE_PULL_POLICY: set trainer.image.pullPolicy
 KUBERL_TRAINER_IMAGE_PULL_SECRETS: set trainer.imagePullSecrets
 KUBERL_TRAINER_CPU_PER_PROCESS: set trainer.resourcesPerProcess.cpu
 KUBERL_TRAINER_MEMORY_PER_PROCESS: set trainer.resourcesPerProcess.memory
+KUBERL_TRAINER_POD_DEFAULTS: set trainer.podDefaults
 KUBERL_POD_NAMESPACE: the downward API gives the operator its namespace
 KUBERL_POD_INDEX: the downward API gives each peering replica its ordinal
 {{- end -}}
@@ -165,6 +184,22 @@ KUBERL_POD_INDEX: the downward API gives each peering replica its ordinal
 {{- end -}}
 {{- end -}}
 {{- include "kuberl.checkKeys" (merge (dict "what" "monitoring.prometheusPodLabels" "map" .Values.monitoring.prometheusPodLabels) $labelKey) -}}
+{{- range $what, $map := dict "trainer.podDefaults.labels" .Values.trainer.podDefaults.labels "trainer.podDefaults.nodeSelector" .Values.trainer.podDefaults.nodeSelector -}}
+{{- include "kuberl.checkKeys" (merge (dict "what" $what "map" $map) $labelKey) -}}
+{{- end -}}
+{{- include "kuberl.checkKeys" (merge (dict "what" "trainer.podDefaults.annotations" "map" .Values.trainer.podDefaults.annotations "fold" true "meaning" (printf "an annotation key (any case): %s" (trimPrefix "a label key: " $labelKey.meaning))) $labelKey) -}}
+{{- range $what, $map := dict "trainer.podDefaults.labels" .Values.trainer.podDefaults.labels "trainer.podDefaults.annotations" .Values.trainer.podDefaults.annotations -}}
+{{- range $key, $_ := $map -}}
+{{- if hasPrefix "kuberl.dev/" $key -}}
+{{- fail (printf "%s has the key %q: kuberl.dev/ is kuberl's own prefix (its labels select a job's pods); choose another" $what $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $i, $var := .Values.trainer.podDefaults.env -}}
+{{- if or (has $var.name (splitList " " (include "kuberl.reservedEnv" $))) (hasPrefix "KUBERL_" $var.name) -}}
+{{- fail (printf "trainer.podDefaults.env[%d] is %s, which kuberl sets in each pod (its rank, world size, rendezvous, KUBERL_ names): choose another" $i $var.name) -}}
+{{- end -}}
+{{- end -}}
 {{- range $what, $map := dict "operator.podAnnotations" .Values.operator.podAnnotations "operator.serviceAccount.annotations" .Values.operator.serviceAccount.annotations
       "metrics.service.annotations" .Values.metrics.service.annotations -}}
 {{- include "kuberl.checkKeys" (merge (dict "what" $what "map" $map "fold" true "meaning" (printf "an annotation key (any case): %s" (trimPrefix "a label key: " $labelKey.meaning))) $labelKey) -}}
@@ -321,6 +356,8 @@ spec:
           value: {{ .Values.trainer.resourcesPerProcess.cpu | toString | quote }}
         - name: KUBERL_TRAINER_MEMORY_PER_PROCESS
           value: {{ .Values.trainer.resourcesPerProcess.memory | toString | quote }}
+        - name: KUBERL_TRAINER_POD_DEFAULTS
+          value: {{ include "kuberl.podDefaultsJson" . | quote }}
         - name: KUBERL_POD_NAMESPACE
           valueFrom:
             fieldRef:

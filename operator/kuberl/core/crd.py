@@ -184,6 +184,10 @@ def _status_schema() -> dict:
                     "image": {"type": "string", "maxLength": 512, "description": "Trainer image of a spec without image."},
                     "cpuPerProcess": {"type": "string", "maxLength": 64, "description": "CPU request per process of a spec without resources."},
                     "memoryPerProcess": {"type": "string", "maxLength": 64, "description": "Memory request per process of a spec without resources."},
+                    "pod": {
+                        "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                        "description": "The platform's defaults for every trainer pod (the chart's trainer.podDefaults: labels, annotations, env, tolerations, nodeSelector, priorityClassName), under what the spec sets.",
+                    },
                 },
             },
         },

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from . import lifecycle, names, render, safetext
+from . import lifecycle, names, poddefaults, render, safetext
 from .lifecycle import Refusal
 from .rank0metrics import Rank0Reading
 from .rules import validate_job
@@ -265,16 +265,20 @@ def job_status(
     paths: dict | None,
     desired_workers: int | None = None,
     defaults: tuple[str, render.PerProcess] | None = None,
+    pod_defaults: poddefaults.PodDefaults | None = None,
 ) -> dict:
     """The status one reconcile writes: the lifecycle's, plus what only the shell knows.
     `paths`: the trainer configuration's (checkpointDir, finalModel); None for a spec that does not parse.
-    `defaults`: the job's trainer defaults (trainer_defaults), recorded for its later generations."""
+    `defaults`: the job's trainer defaults (trainer_defaults), recorded for its later generations, and with them
+    `pod_defaults`, the platform's pod defaults it met first (poddefaults.recorded)."""
     status = copy.deepcopy(decided)
     status["observedGeneration"] = observed_generation
     status["display"] = display(status, desired_workers)
     if defaults is not None:
         image, per_process = defaults
         status["trainerDefaults"] = {"image": image, "cpuPerProcess": per_process.cpu, "memoryPerProcess": per_process.memory}
+        if pod_defaults is not None:  # recorded even when empty: defaults set later are for later jobs
+            status["trainerDefaults"]["pod"] = pod_defaults.document()
     if paths is None:
         return status
     if reading is not None and reading.last_checkpoint_time is not None:

@@ -165,6 +165,15 @@ def _annotation_key_problems(path: str, mapping: Any) -> list[Problem]:
     return wrong
 
 
+def annotation_key_problems(path: str, mapping: Any) -> list[Problem]:
+    return _annotation_key_problems(path, mapping)
+
+
+def env_problems(path: str, env: Any) -> list[Problem]:
+    """A trainer container's env as the API server and kuberl's contract take it (no identity name, no KUBERL_ one)."""
+    return _env_problems(path, env, trainer=True)
+
+
 def _volcano_queue_problems(annotations: Any) -> list[Problem]:
     """The Volcano queue kuberl's PodGroup takes from the pods' annotation names a Queue object, whose name the API
     server holds to a DNS-1123 subdomain (apiextensions-apiserver customresource validator: ValidateObjectMetaAccessor

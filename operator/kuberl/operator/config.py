@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from ..core import contract, names, podsecurity, render
+from ..core import contract, names, poddefaults, podsecurity, render
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +88,7 @@ class OperatorConfig:
     # Of the monitoring namespace, only the pods carrying these labels (Prometheus'); () admits every pod there.
     monitoring_pod_labels: tuple[tuple[str, str], ...] = tuple(render.DEFAULT_MONITORING_POD_LABELS.items())
     trainer_per_process: render.PerProcess = render.PER_PROCESS  # default requests of a job that sets none
+    trainer_pod_defaults: poddefaults.PodDefaults = poddefaults.NONE  # the platform's, under every job's pods
     watch: WatchBounds = WatchBounds()
     namespaces: tuple[str, ...] = ()  # watched namespaces; () for all
 
@@ -129,6 +130,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         monitoring_namespace=getattr(args, "monitoring_namespace", render.DEFAULT_MONITORING_NAMESPACE),
         monitoring_pod_labels=tuple(getattr(args, "monitoring_pod_labels", render.DEFAULT_MONITORING_POD_LABELS).items()),
         trainer_per_process=per_process_from_env(),
+        trainer_pod_defaults=pod_defaults_from_env(),
         watch=WatchBounds(getattr(args, "watch_timeout", None) or WatchBounds.server_timeout),
         namespaces=tuple(getattr(args, "namespace", None) or ()),
     )
@@ -144,6 +146,15 @@ def per_process_from_env() -> render.PerProcess:
                              f" (chart value trainer.resourcesPerProcess.{field})")
         values[field] = value
     return render.PerProcess(**values)
+
+
+def pod_defaults_from_env() -> poddefaults.PodDefaults:
+    """The chart's trainer.podDefaults; defaults Kubernetes would refuse stop the operator at start, each problem named
+    (every job's pods would be refused one by one otherwise)."""
+    try:
+        return poddefaults.from_text(os.environ.get(contract.ENV_OPERATOR_TRAINER_POD_DEFAULTS))
+    except ValueError as error:
+        raise SystemExit(f"kuberl operator: {contract.ENV_OPERATOR_TRAINER_POD_DEFAULTS}: {error}") from None
 
 
 class GoneWatchdog:

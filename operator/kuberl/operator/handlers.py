@@ -37,6 +37,7 @@ from ..core import (
     jobstatus,
     lifecycle,
     names,
+    poddefaults,
     podsecurity,
     rank0metrics,
     render,
@@ -665,7 +666,8 @@ class JobLoop:
     def _pod_problems(self, spec: JobSpec) -> list[str]:
         """Every field of the job's rendered pods over the operator's pod security level, named by path."""
         config = self.shell.config
-        pods = self._render_pods(spec, "", render.representative_ranks(spec.workers), 0)
+        # the tenant's pods: the platform's own defaults (trainer.podDefaults) are not the tenant's to answer for
+        pods = self._render_pods(spec, "", render.representative_ranks(spec.workers), 0, platform=False)
         return [str(v) for v in podsecurity.check_pods(pods, config.pod_security, config.allowed_service_accounts,
                                                        config.forbidden_pod_fields)]
 
@@ -673,13 +675,19 @@ class JobLoop:
         config = self.shell.config
         return jobstatus.trainer_defaults(status, config.trainer_image, config.trainer_per_process)
 
-    def _render_pods(self, spec: JobSpec, uid: str, ranks: list[int], generation: int, status: dict | None = None) -> list[dict]:
-        """`status`: the job's, whose recorded trainer defaults its pods take; None: the operator's own."""
+    def _render_pods(self, spec: JobSpec, uid: str, ranks: list[int], generation: int, status: dict | None = None,
+                     platform: bool = True) -> list[dict]:
+        """`status`: the job's, whose recorded trainer defaults its pods take; None: the operator's own. `platform`:
+        with the platform's pod defaults (trainer.podDefaults) laid under the job's."""
         config = self.shell.config
         image, per_process = self._trainer_defaults(status or {})
         pods = render.render_pods(render.Job(self.name, spec), self.namespace, uid, ranks, generation, default_image=image,
                                   per_process=per_process)
-        return [jobstatus.with_operator_defaults(pod, config.trainer_pull_policy, config.trainer_pull_secrets) for pod in pods]
+        pods = [jobstatus.with_operator_defaults(pod, config.trainer_pull_policy, config.trainer_pull_secrets) for pod in pods]
+        if not platform:
+            return pods
+        defaults = poddefaults.recorded(status or {}, config.trainer_pod_defaults)
+        return [poddefaults.apply(pod, defaults) for pod in pods]
 
     async def _decide(self, job: dict, spec: JobSpec | None, refusal: lifecycle.Refusal | None) -> lifecycle.Decision:
         """Read the pods and rank 0, decide, write the status once; events only after the write."""
@@ -702,7 +710,8 @@ class JobLoop:
         paths = trainer_config(self.name, self.namespace, job["metadata"]["uid"], spec)["paths"] if spec is not None else None
         new_status = jobstatus.job_status(decision.status, observed_generation=job["metadata"].get("generation", 1),
                                           reading=reading, paths=paths, desired_workers=spec.workers if spec is not None else None,
-                                          defaults=self._trainer_defaults(status))
+                                          defaults=self._trainer_defaults(status),
+                                          pod_defaults=poddefaults.recorded(status, self.shell.config.trainer_pod_defaults))
         written = await self._write(job, status, new_status)
         restarts = new_status.get("restarts")
         self.shell.metrics.job_phase(self.namespace, self.name, decision.phase, restarts if isinstance(restarts, int) else 0)

@@ -1,0 +1,119 @@
+"""A platform's defaults for every trainer pod (trainer.podDefaults), laid under a rendered pod by one pure merge:
+the job's own spec wins wherever both set the same key, kuberl's own labels and env over both."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from kuberl.core import names, poddefaults
+from kuberl.core.render import render_pods
+from kuberl.operator.config import operator_config
+
+from tests.support.jobs import make_job
+
+NCCL = {"name": "NCCL_SOCKET_IFNAME", "value": "ib0"}
+PROXY = {"name": "HTTPS_PROXY", "valueFrom": {"secretKeyRef": {"name": "proxy", "key": "url"}}}
+GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+DEFAULTS = poddefaults.parse({
+    "labels": {"cost-center": "rl-platform", "team": "platform"},
+    "annotations": {"sidecar.istio.io/inject": "false"},
+    "env": [NCCL, PROXY],
+    "tolerations": [GPU_TAINT, {"key": "pool", "operator": "Equal", "value": "shared", "effect": "NoSchedule"}],
+    "nodeSelector": {"pool": "gpu", "zone": "a"},
+    "priorityClassName": "ml-batch",
+})
+
+
+def pod(**spec) -> dict:
+    return render_pods(make_job("cartpole").with_spec(**spec).obj(), "team-a", "uid-1", [0])[0]
+
+
+def trainer(p: dict) -> dict:
+    return next(c for c in p["spec"]["containers"] if c["name"] == names.TRAINER_CONTAINER)
+
+
+def test_a_job_that_sets_nothing_takes_every_default():
+    merged = poddefaults.apply(pod(), DEFAULTS)
+    assert merged["metadata"]["labels"].items() >= {"cost-center": "rl-platform", "team": "platform"}.items()
+    assert merged["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+    assert trainer(merged)["env"][-2:] == [NCCL, PROXY]
+    assert merged["spec"]["tolerations"] == list(DEFAULTS.tolerations)
+    assert merged["spec"]["nodeSelector"] == {"pool": "gpu", "zone": "a"}
+    assert merged["spec"]["priorityClassName"] == "ml-batch"
+
+
+@pytest.mark.parametrize(("spec", "read", "expected"), [
+    ({"labels": {"team": "rl"}}, lambda p: p["metadata"]["labels"]["team"], "rl"),
+    ({"template": {"metadata": {"annotations": {"sidecar.istio.io/inject": "true"}}}},
+     lambda p: p["metadata"]["annotations"]["sidecar.istio.io/inject"], "true"),
+    ({"template": {"spec": {"containers": [{"name": "trainer", "env": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}]}]}}},
+     lambda p: [e["value"] for e in trainer(p)["env"] if e["name"] == "NCCL_SOCKET_IFNAME"], ["eth0"]),
+    ({"nodeSelector": {"pool": "cpu"}}, lambda p: p["spec"]["nodeSelector"], {"pool": "cpu", "zone": "a"}),
+    ({"tolerations": [{"key": "pool", "operator": "Equal", "value": "mine", "effect": "NoSchedule"}]},
+     lambda p: p["spec"]["tolerations"], [{"key": "pool", "operator": "Equal", "value": "mine", "effect": "NoSchedule"}, GPU_TAINT]),
+    ({"priorityClassName": "urgent"}, lambda p: p["spec"]["priorityClassName"], "urgent"),
+], ids=["label", "annotation", "env", "nodeSelector", "toleration", "priorityClassName"])
+def test_the_jobs_own_value_wins_where_both_set_the_same_key(spec, read, expected):
+    assert read(poddefaults.apply(pod(**spec), DEFAULTS)) == expected
+
+
+def test_kuberls_own_labels_and_env_win_and_sidecars_get_no_env():
+    sidecar = {"name": "logs", "image": "busybox"}
+    rendered = pod(workers=2, template={"spec": {"containers": [sidecar]}})
+    defaults = poddefaults.PodDefaults(labels={names.LABEL_JOB: "someone-else"}, env=({"name": "RANK", "value": "7"},))  # not parse()d
+    merged = poddefaults.apply(rendered, defaults)
+    assert merged["metadata"]["labels"][names.LABEL_JOB] == "cartpole"
+    assert [e["value"] for e in trainer(merged)["env"] if e["name"] == "RANK"] == ["0"]
+    assert "env" not in next(c for c in merged["spec"]["containers"] if c["name"] == "logs")
+
+
+def test_the_pod_is_not_changed_and_no_defaults_change_nothing():
+    rendered = pod()
+    before = copy.deepcopy(rendered)
+    poddefaults.apply(rendered, DEFAULTS)
+    assert rendered == before
+    assert poddefaults.apply(rendered, poddefaults.NONE) == rendered
+
+
+@pytest.mark.parametrize(("document", "said"), [
+    ({"labels": {"kuberl.dev/job": "x"}}, "kuberl.dev/ is kuberl's own prefix"),
+    ({"labels": {"team": "a b"}}, "trainer.podDefaults.labels.team: expected a label value"),
+    ({"env": [{"name": "MASTER_ADDR", "value": "x"}]}, "MASTER_ADDR is reserved"),
+    ({"env": [{"name": "KUBERL_JOB", "value": "x"}]}, "KUBERL_JOB is reserved"),
+    ({"env": [{"name": "1BAD", "value": "x"}]}, "expected an env var name"),
+    ({"tolerations": [{"key": "gpu", "effect": "NoSchedul"}]}, "tolerations[0].effect"),
+    ({"nodeSelector": {"Bad Key": "x"}}, "expected a label key"),
+    ({"priorityClassName": "Not_A_Name"}, "expected a PriorityClass name"),
+    ({"podLabels": {}}, "trainer.podDefaults.podLabels: unknown field"),
+    ({"labels": {f"k{i}": "v" * 60 for i in range(600)}}, "bytes of JSON"),
+])
+def test_defaults_kubernetes_would_refuse_are_refused_at_once_naming_the_field(document, said):
+    with pytest.raises(ValueError) as refused:
+        poddefaults.parse(document)
+    assert said in str(refused.value)
+
+
+def test_a_job_keeps_the_defaults_it_first_met():
+    recorded = {"trainerDefaults": {"image": "i", "pod": DEFAULTS.document()}}
+    assert poddefaults.recorded(recorded, poddefaults.NONE) == DEFAULTS
+    assert poddefaults.recorded({"trainerDefaults": {"image": "i", "pod": {}}}, DEFAULTS) == poddefaults.NONE  # met none: keeps none
+    assert poddefaults.recorded({}, DEFAULTS) == DEFAULTS  # never recorded: the operator's
+    assert poddefaults.recorded({"trainerDefaults": {"pod": {"labels": {"kuberl.dev/x": "1"}}}}, DEFAULTS) == DEFAULTS  # a hand edit
+    assert poddefaults.parse(json.loads(json.dumps(DEFAULTS.document()))) == DEFAULTS
+
+
+def test_the_operator_reads_them_from_its_environment_and_stops_on_bad_ones(monkeypatch):
+    from kuberl.cli import build_parser
+
+    monkeypatch.setenv("KUBERL_TRAINER_POD_DEFAULTS", json.dumps(DEFAULTS.document()))
+    assert operator_config(build_parser().parse_args(["operator"])).trainer_pod_defaults == DEFAULTS
+    monkeypatch.delenv("KUBERL_TRAINER_POD_DEFAULTS")
+    assert operator_config(build_parser().parse_args(["operator"])).trainer_pod_defaults == poddefaults.NONE
+    monkeypatch.setenv("KUBERL_TRAINER_POD_DEFAULTS", '{"env": [{"name": "RANK", "value": "1"}]}')
+    with pytest.raises(SystemExit, match="KUBERL_TRAINER_POD_DEFAULTS: trainer.podDefaults.env.0..name: RANK is reserved"):
+        operator_config(build_parser().parse_args(["operator"]))
+    monkeypatch.setenv("KUBERL_TRAINER_POD_DEFAULTS", "{not json")
+    with pytest.raises(SystemExit, match="not JSON"):
+        operator_config(build_parser().parse_args(["operator"]))
