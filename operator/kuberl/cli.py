@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from .core import jobstatus, podschema, safetext, torchrun, validation, yamlwriter
+from .core.installhint import pip_install
 from .core.podsecurity import (
     DEFAULT_LEVEL,
     LEVELS,
@@ -84,7 +85,7 @@ def env_problems(spec: JobSpec) -> tuple[list[Problem], list[str]]:
     from .core.envspaces import job_env_problems
 
     problems, notes = job_class_check(spec, os.getcwd(), sys.path, sys.builtin_module_names)
-    return problems + job_env_problems(spec), notes
+    return problems + job_env_problems(spec, notes), notes
 
 
 def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
@@ -614,7 +615,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         from kuberl_trainer.policy import cmd_eval as evaluate
     except ImportError as e:
-        print(f"kuberl eval: the trainer is not installed here ({e}): pip install kuberl-trainer", file=sys.stderr)
+        print(f"kuberl eval: the trainer is not installed here ({e}): {pip_install(sys.executable)} kuberl-trainer", file=sys.stderr)
         return 1
     return evaluate(args)
 
@@ -628,7 +629,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
 
     missing = [name for name in OPERATOR_EXTRA if importlib.util.find_spec(name) is None]
     if missing:
-        print(f"kuberl operator: {', '.join(missing)} not installed; install the operator extra: pip install 'kuberl[operator]'",
+        print(f"kuberl operator: {', '.join(missing)} not installed; install the operator extra: {pip_install(sys.executable)} 'kuberl[operator]'",
               file=sys.stderr)
         return 1
     from .operator.config import no_cluster_problem

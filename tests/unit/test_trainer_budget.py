@@ -100,6 +100,10 @@ def test_an_env_that_cannot_be_made_names_the_field(env_id, kwargs, expected):
     with pytest.raises(envs.UnknownEnv) as refused:
         envs.make_envs(env_id, 2, kwargs)
     assert str(refused.value).startswith(expected), str(refused.value)
+    if env_id == "LunarLander-v3":  # gymnasium's hint, with the pip of the Python that runs the trainer (a bare pip is another's)
+        import sys
+
+        assert f"`{sys.executable} -m pip install swig`" in str(refused.value) and " `pip install" not in str(refused.value)
 
 
 @pytest.mark.parametrize("env_id, kwargs, expected", [

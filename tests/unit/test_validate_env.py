@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 from kuberl import cli
-from kuberl.core import envspaces
+from kuberl.core import envspaces, installhint
 
 from tests.support.jobs import make_job
 
@@ -210,3 +210,30 @@ def test_a_misspelt_env_id_is_named_with_the_specs_other_problems(tmp_path, caps
     assert code == 1
     assert "spec.worker: unknown field; did you mean 'workers'?" in err, err
     assert "spec.env.id: expected a gymnasium id registered here" in err and "did you mean 'CartPole-v1'?" in err, err
+
+
+def test_an_install_hint_names_the_pip_of_the_python_that_runs_kuberl():
+    """gymnasium's hint for Box2D said `pip install swig` then `pip install "gymnasium[box2d]"`: in the README's flow
+    (.venv/bin/kuberl, no venv activated) a bare pip is another Python's, and installed nothing the pods see."""
+    said = installhint.with_this_pip('by run `pip install swig` followed by `pip install "gymnasium[box2d]"`', "/home/me/kuberl/.venv/bin/python")
+    assert said == ('by run `/home/me/kuberl/.venv/bin/python -m pip install swig` followed by'
+                    ' `/home/me/kuberl/.venv/bin/python -m pip install "gymnasium[box2d]"`')
+    assert installhint.with_this_pip("pip3 install x", "/a b/python") == "'/a b/python' -m pip install x"  # quoted for a shell
+    for kept in ("python -m pip install x", "/usr/bin/pip install x", "mypip install x"):  # a pip already named: as written
+        assert installhint.with_this_pip(kept, "/venv/bin/python") == kept
+
+
+def test_validate_says_an_env_whose_package_is_missing_here_is_not_checked_and_how_to_install_it(tmp_path, capsys):
+    pytest.importorskip("gymnasium")
+    try:
+        import Box2D  # noqa: F401
+        pytest.skip("Box2D is installed here: LunarLander is made and checked")
+    except ImportError:
+        pass
+    import sys
+
+    code, err = validate(tmp_path, capsys, make_job("j").minimal().replace(env={"id": "LunarLander-v3"}))
+    assert code == 0, err  # the trainer's image may have it
+    assert ("j: warning: spec.env.id: 'LunarLander-v3' not checked: it needs a package not installed here (kuberl run here"
+            " would fail): Box2D is not installed") in err, err
+    assert f"`{sys.executable} -m pip install swig`" in err and " `pip install" not in err, err

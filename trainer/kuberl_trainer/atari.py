@@ -40,22 +40,20 @@ from __future__ import annotations
 
 import difflib
 import itertools
-import shlex
 import sys
 
 import gymnasium as gym
 import numpy as np
 from kuberl.core import atarikwargs
 from kuberl.core.atarikwargs import DEFAULT_PROTOCOL, AtariOptions  # noqa: F401 - atari.DEFAULT_PROTOCOL, as before
+from kuberl.core.installhint import pip_install
 
 from .envid import UnknownEnv
 
 
 def install_extra(extra: str) -> str:
-    """The command that installs one of the trainer's extras where it is missing: this interpreter's pip. A bare
-    `pip` is often another Python's (the README runs `.venv/bin/kuberl` without activating the venv), and there
-    it installed nothing kuberl run's pods see."""
-    return f"{shlex.quote(sys.executable)} -m pip install 'kuberl-trainer[{extra}]'"
+    """The command that installs one of the trainer's extras where it is missing: this interpreter's pip."""
+    return f"{pip_install(sys.executable)} 'kuberl-trainer[{extra}]'"
 
 
 ATARI_EXTRA = install_extra("atari")

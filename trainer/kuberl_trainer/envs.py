@@ -10,6 +10,7 @@ steps out; `EpisodeTracker` counts episodes the same way.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 from kuberl.core.envclass import missing_attribute, split_env_id
 from kuberl.core.envspaces import FLATTENED, flatten_problem, leaves, space_problem
+from kuberl.core.installhint import with_this_pip
 
 from . import atari
 from .envid import UnknownEnv
@@ -117,7 +119,8 @@ def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: s
         else:
             envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.PassiveEnvChecker(target(**kwargs))] * num_envs)
     except (gym.error.DependencyNotInstalled, ImportError) as e:  # ImportError: HalfCheetah-v2's entry point, moved out of gymnasium
-        raise UnknownEnv(f"spec.env.id: {env_id!r} needs a package the trainer image lacks: {e}") from e
+        # its install hint with the pip of the Python that runs the trainer (.venv/bin/python here), not a bare pip
+        raise UnknownEnv(f"spec.env.id: {env_id!r} needs a package the trainer image lacks: {with_this_pip(str(e), sys.executable)}") from e
     except (TypeError, gym.error.Error, AttributeError, *REFUSED_VALUES) as e:  # AttributeError: a class with no spaces
         field = "spec.env.kwargs" if kwargs else "spec.env.id"
         said = f"{type(e).__name__}: {e}" if isinstance(e, (AttributeError, *REFUSED_VALUES)) else str(e)  # KeyError's own words: '5x5'

@@ -54,6 +54,7 @@ import numpy as np
 import torch
 from kuberl.core import safetext
 from kuberl.core.envspaces import is_image
+from kuberl.core.installhint import with_this_pip
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
 
@@ -480,7 +481,7 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps
             try:
                 frame = env.render()
             except gym.error.DependencyNotInstalled as e:  # classic control draws with pygame: the video extra
-                raise UnusableModel(f"--video: {policy.env_id} cannot draw its frames here ({e});"
+                raise UnusableModel(f"--video: {policy.env_id} cannot draw its frames here ({with_this_pip(str(e), sys.executable)});"
                                     f" {install_extra('video')}") from None
             except Exception as e:  # noqa: BLE001 — an OpenGL env without a context here (mujoco.FatalError), a renderer's own failure
                 raise UnusableModel(f"--video: {policy.env_id} cannot draw its frames here ({type(e).__name__}: {e})") from None

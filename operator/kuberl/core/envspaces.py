@@ -9,6 +9,7 @@ user's machine), never in the operator, whose image has no gymnasium.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from . import atarikwargs, torsos
+from .installhint import with_this_pip
 from .torsos import MIN_SIDE
 from .validation import Problem
 
@@ -110,6 +112,7 @@ def spaces_problem(observation: gym.Space, action: gym.Space, algorithm: str) ->
 # What making an env raises when this machine lacks what the trainer's image may have: left to the trainer.
 NOT_HERE = (gym.error.DependencyNotInstalled, gym.error.NamespaceNotFound, ImportError)
 
+
 # Kwargs up to this JSON size are made here; an env may build tables from larger ones (FrozenLake's `desc`: a 1 MB map
 # took 76 s and 2 GB), which is no cost for reading a file: larger ones are left to the trainer, as user code is.
 MAX_MADE_KWARGS_BYTES = 4096
@@ -145,10 +148,11 @@ def kwarg_hint(env_id: str, error: Exception) -> str:
 
 
 def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: str = "auto", policy: str = "auto",
-                normalize_observation: bool = False) -> Problem | None:
+                normalize_observation: bool = False, notes: list[str] | None = None) -> Problem | None:
     """What `kuberl validate` can tell of spec.env by making the env here, as the trainer makes it (one
     copy): kwargs the env refuses, spaces the algorithm cannot learn on, a forced network torso (`policy`)
-    that cannot read its observations. Only registered gymnasium ids are made (a classic-control env takes
+    that cannot read its observations; a package it needs that is missing here goes to `notes`, with this
+    Python's pip in its install hint. Only registered gymnasium ids are made (a classic-control env takes
     a millisecond or two), with kwargs of at most MAX_MADE_KWARGS_BYTES; a "module:Class" (the user's code, not run to validate a file) and an env whose
     package is missing here are left to the trainer. An Atari id is not made (kuberl preprocesses its
     frames): its kwargs are read as the trainer reads them (atarikwargs), its observations are frames."""
@@ -162,7 +166,10 @@ def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: st
     native = spec.vector_entry_point is not None
     try:
         envs = gym.make_vec(env_id, num_envs=1, vectorization_mode="vector_entry_point" if native else "sync", **kwargs)
-    except NOT_HERE:
+    except NOT_HERE as e:
+        if notes is not None and not isinstance(e, gym.error.NamespaceNotFound):
+            notes.append(f"spec.env.id: {env_id!r} not checked: it needs a package not installed here (kuberl run here"
+                         f" would fail): {with_this_pip(str(e), sys.executable)}")
         return None
     except Exception as e:  # noqa: BLE001 - whatever the env raises from these kwargs, the trainer would meet it too
         return Problem(field, f"{env_id!r} refused {'them' if kwargs else 'to be made'}: {type(e).__name__}: {e}"
@@ -178,11 +185,11 @@ def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: st
     return network_problem(flat, algorithm, policy, normalize_observation)
 
 
-def job_env_problems(spec: Any) -> list[Problem]:
+def job_env_problems(spec: Any, notes: list[str] | None = None) -> list[Problem]:
     """`env_problem` of a parsed job (rules.JobSpec) that kuberl's trainer runs; none for trainer: custom."""
     if spec.trainer != "kuberl":
         return []
     options = getattr(spec, spec.algorithm)  # spec.ppo or spec.dqn; None where left out (its defaults)
     problem = env_problem(spec.env.id, dict(spec.env.kwargs), spec.algorithm, spec.env.backend,
-                          getattr(options, "policy", "auto"), getattr(options, "normalize_observation", False))
+                          getattr(options, "policy", "auto"), getattr(options, "normalize_observation", False), notes)
     return [problem] if problem else []
