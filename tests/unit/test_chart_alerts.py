@@ -93,7 +93,8 @@ def test_every_alert_reads_only_metrics_kuberl_exports_or_the_scrape_up():
 def test_the_alerts_cover_what_a_platform_team_is_paged_for():
     assert set(alerts()) == {"KuberlJobNotRunning", "KuberlJobFailed", "KuberlJobCrashLooping", "KuberlCheckpointsSkipped", "KuberlCheckpointOverdue",
                              "KuberlCheckpointVolumeFailing", "KuberlTrainerMetricsUnscraped", "KuberlOperatorDown", "KuberlOperatorRestarting",
-                             "KuberlOperatorPeersSamePriority", "KuberlOperatorNamespaceRefused", "KuberlOperatorAPIErrors"}
+                             "KuberlOperatorPeersSamePriority", "KuberlOperatorNamespaceRefused", "KuberlOperatorAPIErrors",
+                             "KuberlOperatorThrottled"}
     for name, rule in alerts().items():
         assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"], name
 
@@ -302,6 +303,20 @@ def test_a_namespace_rbac_refuses_the_operator_is_named_after_five_minutes(tmp_p
         firing("KuberlOperatorNamespaceRefused", "6m"),
         firing("KuberlOperatorNamespaceRefused", "9m", ({"namespace": "team-b"}, "")),
         firing("KuberlOperatorNamespaceRefused", "20m"),
+    ]}]
+    run_promtool_tests(tmp_path, rules(), tests)
+
+
+def test_an_operator_paced_by_its_request_budget_is_named_after_fifteen_minutes(tmp_path):
+    """kuberl_operator_api_throttled_seconds_total grows by the seconds its requests waited (--kube-api-qps): 120 s a
+    minute is two requests always waiting; 30 s a minute, a burst now and then, is the budget doing its work."""
+    tests = [{"interval": "1m", "input_series": [
+        series(m.OPERATOR_API_THROTTLED_SECONDS_TOTAL, f'{OPERATOR}, pod="kuberl-0"', "0+120x30"),
+        series(m.OPERATOR_API_THROTTLED_SECONDS_TOTAL, f'{OPERATOR}, pod="kuberl-1"', "0+30x30"),
+        series(m.OPERATOR_API_THROTTLED_SECONDS_TOTAL, 'job="other", namespace="kuberl-system", pod="x"', "0+600x30"),  # another release
+    ], "alert_rule_test": [
+        firing("KuberlOperatorThrottled", "10m"),
+        firing("KuberlOperatorThrottled", "25m", ({"namespace": "kuberl-system", "pod": "kuberl-0"}, "2")),
     ]}]
     run_promtool_tests(tmp_path, rules(), tests)
 
