@@ -143,3 +143,38 @@ def test_an_operator_signalled_to_stop_is_not_restarted_in_place():
     done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "still here" in done.stdout and done.stdout.count("start") == 1, done.stdout + done.stderr
     assert "after the hang" not in done.stdout and "restarts in place" not in done.stdout, done.stdout
+
+
+# A run a watch answered 404 ended (its CRD deleted) that never returns: kopf's orchestrator stops its other watchers
+# only when cancelled, so one still reading as kopf closes its connections fails too; then kopf hangs past the grace.
+GONE_RUN = textwrap.dedent("""
+    import functools, logging, os, sys, time
+    from kuberl.cli import build_parser
+    from kuberl.operator import config, main
+
+    class NotFound(Exception):
+        status = 404
+        message = "the server could not find the requested resource"
+
+    def run_kopf(**_):
+        reactor = logging.getLogger("kopf._core.reactor.queueing")
+        reactor.error("Watcher for rltrainingjobs.v1alpha1.kuberl.dev@none has failed", exc_info=NotFound())
+        reactor.error("Watcher for pods.v1@none has failed: Connection closed.", exc_info=RuntimeError("Connection closed."))
+        time.sleep(1.0)  # more than the grace
+        return True
+
+    main.run_kopf = run_kopf
+    main.GoneWatchdog = functools.partial(config.GoneWatchdog, grace=0.3)
+    config.restart_in_place = lambda: print("restarted in place", flush=True)
+    print("exit", main.cmd_operator(build_parser().parse_args(["operator"])), flush=True)
+""")
+
+
+def test_a_run_that_never_returns_after_a_404_restarts_in_place_with_one_line():
+    env = {**os.environ, contract.ENV_OPERATOR_METRICS_ENABLED: "false"}
+    done = subprocess.run([sys.executable, "-c", GONE_RUN], check=False, capture_output=True, text=True, timeout=60, env=env)
+    out = done.stdout + done.stderr
+    assert "restarted in place" in done.stdout and "exit 0" in done.stdout, out
+    said = [line for line in out.splitlines() if "a watch was answered 404" in line]
+    assert len(said) == 1 and "its CRD deleted" in said[0] and "kopf did not stop within 0.3s" in said[0], out
+    assert "Traceback" not in out and "Connection closed" not in out, out

@@ -160,7 +160,8 @@ def pod_defaults_from_env() -> poddefaults.PodDefaults:
 class GoneWatchdog:
     """kopf.run does not always return from a run a lost watch (a 410, an ERROR event) ended: a second watcher, retrying at that
     moment, waits for a re-login the stopping operator no longer serves (1 run in about 10 with
-    both watches answered 410, tests/operator/test_operator_watch_gone.py). If kopf has not
+    both watches answered 410, tests/operator/test_operator_watch_gone.py). A watch answered 404 (its CRD deleted)
+    ends the run the same way, and can hang it the same way. If kopf has not
     returned `grace` seconds after a lost watch was logged, the operator restarts in place: the same
     process (exec: same PID, same arguments), every watch listed anew."""
 
@@ -170,13 +171,19 @@ class GoneWatchdog:
         self.log, self.grace, self.stopping = log, grace, stopping
         self.timer: threading.Timer | None = None
 
-    def seen(self, expired: BaseException | None) -> bool:
-        """Arm on a lost watch (the record filter's answer: whether one was seen)."""
+    def seen(self, expired: BaseException | None, said: Callable[[BaseException], str] | None = None) -> bool:
+        """Arm on a lost watch, or one answered 404 (`said`: gone_resource), the record filter's answer: whether one
+        was seen."""
         if expired is not None and self.timer is None and not self.stopping():
-            self.timer = threading.Timer(self.grace, self.restart, args=(expired,))
+            self.timer = threading.Timer(self.grace, self.restart, args=(expired, said or lost_watch))
             self.timer.daemon = True
             self.timer.start()
         return expired is not None
+
+    @property
+    def armed(self) -> bool:
+        """A watch ended kopf's run and kopf has not returned yet: it is stopping."""
+        return self.timer is not None
 
     def seen_refusal(self, refused: BaseException | None, after_hang: Callable[[BaseException], None]) -> bool:
         """Arm on RBAC refusing one of kopf's watches, which ends kopf's run as a lost watch does and can hang it
@@ -193,11 +200,11 @@ class GoneWatchdog:
             self.timer.cancel()
             self.timer = None
 
-    def restart(self, expired: BaseException) -> None:
+    def restart(self, expired: BaseException, said: Callable[[BaseException], str] | None = None) -> None:
         if self.stopping():  # signalled since it armed: ShutdownBound ends the process instead
             return
         self.log.warning("%s; kopf did not stop within %gs, so the operator restarts in place, listing every object anew",
-                         lost_watch(expired), self.grace)
+                         (said or lost_watch)(expired), self.grace)
         restart_in_place()
 
 
@@ -270,6 +277,19 @@ def lost_watch(error: BaseException) -> str:
     except (ValueError, SyntaxError, TypeError, KeyError, MemoryError, RecursionError):
         said = text
     return f"a watch was ended by the API server with an ERROR event ({said[:300]})"
+
+
+def gone_resource(error: BaseException) -> str:
+    """A watch answered 404, for the operator's one line: the API server stopped serving the jobs' resource."""
+    return (f"a watch was answered 404 ({getattr(error, 'message', None) or error}): the API server no longer serves"
+            f" {names.PLURAL}.{names.GROUP}/{names.VERSION}, its CRD deleted (which deletes every RLTrainingJob too)")
+
+
+def closed_under_a_watcher(error: BaseException | None) -> bool:
+    """aiohttp's error for a read begun on a connection its own client closed: kopf closes its connections at the
+    end of a run a watch ended while watchers it did not stop still read (its orchestrator stops them only when
+    cancelled), one of which then fails with a traceback that tells nothing the operator's line does not."""
+    return isinstance(error, RuntimeError) and str(error) == "Connection closed."
 
 
 # The RBAC authorizer's refusal, as responsewriters.Forbidden words it (staging/src/k8s.io/apiserver/pkg/endpoints/

@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from ..core import contract, names
+from ..core import contract
 from ..core.validation import API_JSON_NESTING
 from .config import (
     ENV_REFUSED_NAMESPACES,
@@ -32,6 +32,8 @@ from .config import (
     ShutdownBound,
     WatchedNamespaces,
     carried_refusals,
+    closed_under_a_watcher,
+    gone_resource,
     kopf_refusal_line,
     lost_watch,
     namespace_refusal_line,
@@ -121,7 +123,10 @@ def cmd_operator(args: argparse.Namespace) -> int:
                                               and watchdog.seen_refusal(rbac_refused(record.exc_info[1]), after_refusal_hang)))
         # a watched resource gone (its CRD deleted): our one line says it; kopf would add two tracebacks
         handler.addFilter(lambda record: not (record.name.startswith("kopf._core.reactor") and record.exc_info
-                                              and resource_gone(record.exc_info[1]) is not None))
+                                              and watchdog.seen(resource_gone(record.exc_info[1]), gone_resource)))
+        # a watcher kopf left reading as that run ended, its connection closed under it: a traceback of the same end
+        handler.addFilter(lambda record: not (record.name.startswith("kopf._core.reactor") and record.exc_info
+                                              and watchdog.armed and closed_under_a_watcher(record.exc_info[1])))
     restarts = KopfRestarts(config.watch.silent_bound)
     # What kopf lists and watches in each namespace: what a refused namespace must allow again to be taken back.
     watched_resources = [RLTJ, PODS, *([PEERINGS] if args.peering is not None else [])]
@@ -180,10 +185,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
             if gone is not None:
                 # Its CRD deleted: kopf starts again without it, and the heartbeat restarts the operator in place once
                 # it is served again (handlers.WatchHeartbeat).
-                log.error("a watch was answered 404 (%s): the API server no longer serves %s.%s/%s, its CRD deleted (which"
-                          " deletes every RLTrainingJob too); kopf stops on that, so the operator starts again without it"
-                          " and serves it once the CRD is installed again", getattr(gone, "message", None) or gone,
-                          names.PLURAL, names.GROUP, names.VERSION)
+                log.error("%s; kopf stops on that, so the operator starts again without it and serves it once the CRD is"
+                          " installed again", gone_resource(gone))
                 time.sleep(restarts.after(True, started, time.monotonic()))
                 continue
             if lost is None and unanswered is None:
