@@ -5,6 +5,8 @@ bound (about 6 minutes) failed its liveness probe. It now says what is missing, 
 process) once the API server serves the CRD, then runs the jobs created meanwhile."""
 import time
 
+from kuberl.core import names
+
 from tests.operator.operatorkit import (
     CRD,
     TRAINER_IMAGE,
@@ -41,17 +43,29 @@ def test_a_crd_installed_after_the_operator_started_is_said_then_served_without_
 
 def test_a_crd_deleted_while_the_operator_runs_is_one_line_and_served_again_once_reinstalled(standin, rest, tmp_path):
     """Deleting the CRD (an uninstall that took it, by hand) ended kopf's watch with a 404 and the operator exited 1
-    with two tracebacks; restarted, it ran blind until its liveness probe failed."""
+    with two tracebacks; restarted, it ran blind until its liveness probe failed. As the real API server deletes a CRD
+    (tests/support/test_standin_crd_deletion.py), each job is Terminating first, and the CRD waits for the operator to
+    let it go as for any deletion: its gang is collected through owner references, then the CRD goes."""
     op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE, '--watch-timeout', '2').start()
     try:
         create_job(rest, 'before', workers=1)
         wait_for(lambda: pods(standin, 'before'), what='pods of a job before the CRD goes')
         pid = op.process.pid
+        seen = []  # (resource, event type, object) in the store's order
+        for plural in (('apiextensions.k8s.io', 'v1', 'customresourcedefinitions'), (names.GROUP, names.VERSION, names.PLURAL)):
+            standin.store.subscribe(standin.store.type_of(*plural), str(standin.store.revision),
+                                    lambda event, plural=plural: seen.append((plural[2], event.type, event.obj)), lambda *_: None)
         assert rest.delete(f'/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}').status == 200
-        # kopf ends its run on the 404, waits 5 s for its daemons, then starts again: seconds here, but a loaded CI
+        # kopf ends its run on the 404, waits for its daemons, then starts again: seconds here, but a loaded CI
         # machine once took past 40 s (the log now comes with a failure, to tell where)
         wait_for(lambda: 'the RLTrainingJob CRD is not installed' in op.log(), timeout=90, what='the missing CRD said',
                  explain=lambda: op.log()[-4000:])
+        jobs = [(kind, obj['metadata']) for plural, kind, obj in seen if plural == names.PLURAL]
+        assert jobs[0][0] == 'MODIFIED' and jobs[0][1].get('deletionTimestamp'), jobs  # Terminating first
+        assert jobs[-1][0] == 'DELETED' and not jobs[-1][1].get('finalizers'), jobs  # the operator let it go
+        crd_gone = next(i for i, (plural, kind, _) in enumerate(seen) if plural == 'customresourcedefinitions' and kind == 'DELETED')
+        assert crd_gone > max(i for i, (plural, _, _) in enumerate(seen) if plural == names.PLURAL)  # after its last job
+        assert not pods(standin, 'before')  # the gang collected with its job
         said = [line for line in op.log().splitlines() if 'a watch was answered 404' in line]
         assert len(said) == 1 and 'its CRD deleted' in said[0], op.log()[-4000:]
         standin.apply_crd(CRD)
