@@ -241,7 +241,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         namespace = declared or args.namespace or "default"
         objects = render_job(Job(name, spec), namespace, PLACEHOLDER_UID, default_image=DEFAULT_IMAGE,
                              operator_namespace=args.operator_namespace, monitoring_namespace=args.monitoring_namespace,
-                             monitoring_pod_labels=args.monitoring_pod_labels)
+                             monitoring_pod_labels=args.monitoring_pod_labels, operator_pod_labels=args.operator_pod_labels)
         if getattr(args, "output", "yaml") == "json":
             args.collected.extend(objects)  # one List for every file: for_each_file prints it
             continue
@@ -376,6 +376,12 @@ def label_selector(text: str) -> dict[str, str]:
             raise argparse.ArgumentTypeError(f"{pair!r}: {problems[0].message}")
         labels[key] = value
     return labels
+
+
+def add_operator_pod_labels(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--operator-pod-labels", type=label_selector, default={}, metavar="KEY=VALUE[,...]",
+                   help="of the operator's namespace, only pods carrying these labels (the operator's own) reach trainer"
+                        " metrics ports (default: every pod there; the chart passes its operator pods' labels)")
 
 
 def add_monitoring_pod_labels(p: argparse.ArgumentParser) -> None:
@@ -522,6 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--monitoring-namespace", type=namespace_name(none=""), default=DEFAULT_MONITORING_NAMESPACE,
                    help="Prometheus' namespace: its scrapes pass the NetworkPolicy ('' for none; default %(default)s)")
     add_monitoring_pod_labels(p)
+    add_operator_pod_labels(p)
     add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
     p.set_defaults(func=for_each_file(cmd_render))
     p = add_command("convert", help="print the RLTrainingJob for a Kubeflow PyTorchJob or TrainJob, or a JobSet; what changes goes to stderr")
@@ -600,6 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--monitoring-namespace", type=namespace_name(none=""), default=DEFAULT_MONITORING_NAMESPACE,
                    help="Prometheus' namespace, admitted to trainer metrics ports by each job's NetworkPolicy ('' for none; default %(default)s)")
     add_monitoring_pod_labels(p)
+    add_operator_pod_labels(p)
     add_pod_security(p, DEFAULT_LEVEL, "a job whose pods violate it fails, every offending field named")
     p.add_argument("--allowed-service-accounts", metavar="NAME[,NAME...]",
                    help="service accounts a job's pods may run as, refused like a Pod Security violation otherwise (default: any)")

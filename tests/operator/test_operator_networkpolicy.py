@@ -29,6 +29,7 @@ def scrapers(standin, job: str) -> list[str]:
 def test_the_policy_admits_the_operators_own_namespace_and_prometheus(standin, rest, tmp_path):
     op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE, '--monitoring-namespace', 'observability',
                   '--monitoring-pod-labels', 'app.kubernetes.io/name=prometheus,prometheus=k8s',
+                  '--operator-pod-labels', 'app.kubernetes.io/instance=kuberl,app.kubernetes.io/component=operator',
                   env={contract.ENV_OPERATOR_POD_NAMESPACE: 'ops'}).start()
     try:
         create_job(rest, 'fenced', workers=2)
@@ -36,9 +37,10 @@ def test_the_policy_admits_the_operators_own_namespace_and_prometheus(standin, r
         assert wait_for(lambda: scrapers(standin, 'fenced')) == ['ops', 'observability']
         policy = standin.store.find(*POLICY, NS, names.networkpolicy_name('fenced'))
         assert policy['spec']['ingress'][0] == {'from': [{'podSelector': {'matchLabels': {names.LABEL_JOB: 'fenced'}}}]}
-        # of Prometheus' namespace, its pods only; the operator's namespace whole (its scrapes of rank 0)
+        # of Prometheus' namespace, its pods only; of the operator's, its own (its scrapes of rank 0)
         assert [peer.get('podSelector') for peer in policy['spec']['ingress'][1]['from']] == [
-            None, {'matchLabels': {'app.kubernetes.io/name': 'prometheus', 'prometheus': 'k8s'}}]
+            {'matchLabels': {'app.kubernetes.io/instance': 'kuberl', 'app.kubernetes.io/component': 'operator'}},
+            {'matchLabels': {'app.kubernetes.io/name': 'prometheus', 'prometheus': 'k8s'}}]
     finally:
         op.stop()
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import yaml
-from chart_support import ROOT, render
+from chart_support import ROOT, parse_operator_args, render
 from kuberl import cli
 from kuberl.core import contract, names
 from kuberl.core.render import (
@@ -76,6 +76,26 @@ def test_prometheus_pod_labels_reach_each_jobs_policy_as_the_chart_sets_them_and
     policy = render_networkpolicy(JOB, "team-a", operator_namespace=operator_ns, monitoring_namespace=monitoring_ns,
                                   monitoring_pod_labels=labels)
     assert labels == {} and admitted(policy)[2] == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+
+
+def test_of_the_operators_namespace_only_the_chart_operators_pods_reach_the_trainers_metrics():
+    """The chart passes its operator pods' labels (--operator-pod-labels): the operator's own pods, a replica of a
+    peering StatefulSet included, match each job's policy; `helm test`'s pod and anything else in that namespace do not."""
+    from test_chart import admits
+
+    for values in ({}, {"operator": {"replicas": 3, "podLabels": {"team": "platform"}}}):
+        objects = render(values, "ops")
+        (workload,) = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
+        container = workload["spec"]["template"]["spec"]["containers"][0]
+        args = parse_operator_args(container["args"])
+        policy = render_networkpolicy(JOB, "team-a", operator_namespace="ops", monitoring_namespace=args.monitoring_namespace,
+                                      monitoring_pod_labels=args.monitoring_pod_labels, operator_pod_labels=args.operator_pod_labels)
+        operator_pod = workload["spec"]["template"]["metadata"]["labels"]
+        (test_pod,) = [o for o in objects if o["kind"] == "Pod"]
+        assert admits(policy, "ops", 9090, operator_pod)
+        assert not admits(policy, "ops", 9090, test_pod["metadata"].get("labels") or {})
+        assert not admits(policy, "ops", 9090, {"app": "anything-else"})
+        assert admits(policy, "monitoring", 9090, {"app.kubernetes.io/name": "prometheus"})
 
 
 def test_a_namespace_that_is_not_a_dns_label_is_refused_by_the_charts_schema():

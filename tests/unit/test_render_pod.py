@@ -385,6 +385,15 @@ def test_networkpolicy_admits_the_operator_and_prometheus_where_they_run_and_no_
     # Prometheus in the operator's namespace: that whole namespace is admitted already, one peer
     same = render_networkpolicy(make_job(), NAMESPACE, operator_namespace="ops", monitoring_namespace="ops")
     assert same["spec"]["ingress"][1]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}]
+    # of the operator's namespace its own pods only: Prometheus there is then a peer of its own
+    own = render_networkpolicy(make_job(), NAMESPACE, operator_namespace="ops", monitoring_namespace="ops",
+                               operator_pod_labels={"app.kubernetes.io/component": "operator"})
+    assert own["spec"]["ingress"][1]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+         "podSelector": {"matchLabels": {"app.kubernetes.io/component": "operator"}}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}},
+    ]
     alone = render_job(make_job(), NAMESPACE, UID, operator_namespace="ops", monitoring_namespace="")
     policy = next(o for o in alone if o["kind"] == "NetworkPolicy")
     assert policy["spec"]["ingress"][1]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}]

@@ -316,6 +316,8 @@ spec:
         - --metrics-port={{ .Values.metrics.port }}
         - --monitoring-namespace={{ .Values.monitoring.prometheusNamespace }}
         - --monitoring-pod-labels={{ include "kuberl.pairs" .Values.monitoring.prometheusPodLabels }}
+        # Of this namespace, only the operator's own pods scrape rank 0 through each job's NetworkPolicy.
+        - --operator-pod-labels={{ include "kuberl.pairs" (include "kuberl.selectorLabels" . | fromYaml) }}
         - --pod-security={{ .Values.podSecurity }}
         {{- with .Values.allowedServiceAccounts }}
         - --allowed-service-accounts={{ join "," . }}

@@ -301,21 +301,28 @@ def render_networkpolicy(
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
     monitoring_namespace: str | None = DEFAULT_MONITORING_NAMESPACE,
     monitoring_pod_labels: Mapping[str, str] = DEFAULT_MONITORING_POD_LABELS,
+    operator_pod_labels: Mapping[str, str] | None = None,
 ) -> dict:
     """The gang reaches itself on every port (gloo and NCCL connect every pair
-    on ephemeral ports); the operator's namespace and, in the monitoring namespace
-    (none when None or empty), the pods carrying `monitoring_pod_labels` (every
-    pod there when empty) reach the metrics ports; nothing else gets in."""
+    on ephemeral ports); in the operator's namespace the pods carrying
+    `operator_pod_labels` (its own; every pod there when empty) and, in the
+    monitoring namespace (none when None or empty), those carrying
+    `monitoring_pod_labels` (every pod there when empty) reach the metrics
+    ports; nothing else gets in."""
     j = as_job(job)
     ports = metrics_ports(j.spec)
     metrics_port: dict[str, Any] = {"protocol": "TCP", "port": ports[0]}
     if len(ports) > 1:
         metrics_port["endPort"] = ports[-1]
     gang = {"matchLabels": {names.LABEL_JOB: j.name}}
-    scrapers: list[dict] = [{"namespaceSelector": namespace_selector(operator_namespace)}] if operator_namespace else []
-    if monitoring_namespace and monitoring_namespace != operator_namespace:  # the operator's whole namespace is in already
-        scrapers.append({"namespaceSelector": namespace_selector(monitoring_namespace),
-                         **({"podSelector": {"matchLabels": dict(monitoring_pod_labels)}} if monitoring_pod_labels else {})})
+    def peer(namespace: str, pod_labels: Mapping[str, str] | None) -> dict:
+        return {"namespaceSelector": namespace_selector(namespace), **({"podSelector": {"matchLabels": dict(pod_labels)}} if pod_labels else {})}
+
+    scrapers = [peer(operator_namespace, operator_pod_labels)] if operator_namespace else []
+    if monitoring_namespace and peer(monitoring_namespace, monitoring_pod_labels) not in scrapers:
+        scrapers.append(peer(monitoring_namespace, monitoring_pod_labels))
+    if operator_namespace == monitoring_namespace and not operator_pod_labels:  # the whole namespace is in already
+        scrapers = scrapers[:1]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -691,6 +698,7 @@ def render_job(
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
     monitoring_namespace: str | None = DEFAULT_MONITORING_NAMESPACE,
     monitoring_pod_labels: Mapping[str, str] = DEFAULT_MONITORING_POD_LABELS,
+    operator_pod_labels: Mapping[str, str] | None = None,
 ) -> list[dict]:
     """Every child of the job, in creation order: ConfigMap, PVC, NetworkPolicy,
     Service, PodGroup, then the pods of generation `restart`."""
@@ -704,6 +712,7 @@ def render_job(
                 operator_namespace=operator_namespace,
                 monitoring_namespace=monitoring_namespace,
                 monitoring_pod_labels=monitoring_pod_labels,
+                operator_pod_labels=operator_pod_labels,
             ),
         ]
     objects.append(render_service(j, namespace))

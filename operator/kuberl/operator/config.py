@@ -87,6 +87,8 @@ class OperatorConfig:
     monitoring_namespace: str | None = render.DEFAULT_MONITORING_NAMESPACE
     # Of the monitoring namespace, only the pods carrying these labels (Prometheus'); () admits every pod there.
     monitoring_pod_labels: tuple[tuple[str, str], ...] = tuple(render.DEFAULT_MONITORING_POD_LABELS.items())
+    # Of the operator's namespace, only its own pods (the chart passes its selector labels); () admits every pod there.
+    operator_pod_labels: tuple[tuple[str, str], ...] = ()
     trainer_per_process: render.PerProcess = render.PER_PROCESS  # default requests of a job that sets none
     trainer_pod_defaults: poddefaults.PodDefaults = poddefaults.NONE  # the platform's, under every job's pods
     watch: WatchBounds = WatchBounds()
@@ -129,6 +131,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         operator_namespace=os.environ.get(contract.ENV_OPERATOR_POD_NAMESPACE) or render.DEFAULT_OPERATOR_NAMESPACE,
         monitoring_namespace=getattr(args, "monitoring_namespace", render.DEFAULT_MONITORING_NAMESPACE),
         monitoring_pod_labels=tuple(getattr(args, "monitoring_pod_labels", render.DEFAULT_MONITORING_POD_LABELS).items()),
+        operator_pod_labels=tuple((getattr(args, "operator_pod_labels", None) or {}).items()),
         trainer_per_process=per_process_from_env(),
         trainer_pod_defaults=pod_defaults_from_env(),
         watch=WatchBounds(getattr(args, "watch_timeout", None) or WatchBounds.server_timeout),

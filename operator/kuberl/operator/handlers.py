@@ -868,7 +868,8 @@ class JobLoop:
         config = self.shell.config
         return render.render_networkpolicy(render.Job(self.name, spec), self.namespace, operator_namespace=config.operator_namespace,
                                            monitoring_namespace=config.monitoring_namespace,
-                                           monitoring_pod_labels=dict(config.monitoring_pod_labels))
+                                           monitoring_pod_labels=dict(config.monitoring_pod_labels),
+                                           operator_pod_labels=dict(config.operator_pod_labels))
 
     async def _create_child(self, child: dict, uid: str, adopted: bool) -> None:
         try:
