@@ -231,3 +231,13 @@ def test_api_errors_show_failures_per_window_the_first_of_a_kind_included(tmp_pa
 def test_a_legend_that_names_a_job_names_its_namespace(title, legend):
     """Teams copy the examples: two namespaces each running cartpole-ppo must not draw two lines of one name."""
     assert "{{namespace}}/{{rltj}}" in legend, f"{title}: {legend}"
+
+
+def test_api_budget_waits_show_how_many_requests_wait_at_once_per_replica(tmp_path):
+    """Seconds waited per second: 120 s a minute is two requests always waiting (KuberlOperatorThrottled's input)."""
+    series = [{"series": 'kuberl_operator_api_throttled_seconds_total{job="kuberl", namespace="kuberl-system", pod="kuberl-0"}',
+               "values": "0+120x10"},
+              {"series": 'kuberl_operator_api_throttled_seconds_total{job="kuberl", namespace="kuberl-system", pod="kuberl-1"}',
+               "values": "0x10"}]
+    evaluated(tmp_path, panel_expr("Operator requests waiting for its API budget"), series, "10m",
+              [{"labels": '{pod="kuberl-0"}', "value": 2}, {"labels": '{pod="kuberl-1"}', "value": 0}])
