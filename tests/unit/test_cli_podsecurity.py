@@ -61,7 +61,10 @@ def test_examples_pass_restricted_through_the_cli(tmp_path):
     for path in sorted((ROOT / "manifests" / "examples").glob("*.yaml")):
         result = subprocess.run([sys.executable, "-m", "kuberl.cli", "validate", "--pod-security", "restricted", str(path)],
                                 check=False, capture_output=True, text=True, timeout=120)
-        assert (result.returncode, result.stderr) == (0, ""), path
+        # the one warning allowed: an env this machine lacks the package for (gpu-ppo's MuJoCo) is said to be unchecked
+        unchecked = [line for line in result.stderr.splitlines() if "not checked: it needs a package not installed here" in line]
+        assert result.returncode == 0 and result.stderr.splitlines() == unchecked, (path, result.stderr)
+        assert "pods pass the restricted Pod Security Standard" in result.stdout, path
 
 
 def test_unknown_level_is_a_usage_error(tmp_path):
