@@ -129,3 +129,24 @@ def test_the_title_names_the_dotted_lines_only_where_there_are_some():
     resumed = [*one, {"timesteps": 3, "restart": 2}]
     assert plot_title("cartpole-ppo", resumed, 100) == "cartpole-ppo (dotted: gang restarts and resumes)"
     assert plot_title("j", one, PROGRESS_TAIL_BYTES + 1).startswith("j (the last 16 MiB of ")
+
+
+def test_the_resumed_marker_sits_at_the_step_the_run_resumed_from():
+    """A CartPole run stopped at 68,722 timesteps and run again: its dotted line was drawn at 71,281, the first
+    report after the resume, not at 68,722, the checkpoint it resumed from (which the trainer now marks)."""
+    from kuberl.local.runner import resume_marks
+
+    before = [{"timesteps": 61065, "wall_seconds": 17.2, "restart": 0}, {"timesteps": 68722, "wall_seconds": 18.3, "restart": 0,
+                                                                         "checkpoint": "ckpt-0000000135.pt"}]
+    after = [{"timesteps": 68722, "wall_seconds": 18.4, "episode_return_mean": None, "restart": 1, "resumed": True},
+             {"timesteps": 71281, "wall_seconds": 18.9, "episode_return_mean": 127.0, "restart": 1}]
+    assert resume_marks(before + after, "timesteps") == [68722]
+    assert resume_marks(before + after, "wall_seconds") == [18.4]
+    # a gang restart that went back to an older checkpoint: the marker goes back with it
+    older = [{"timesteps": 40000, "wall_seconds": 19.0, "restart": 2, "resumed": True}, {"timesteps": 42000, "restart": 2}]
+    assert resume_marks(before + after + older, "timesteps") == [68722, 40000]
+    # an earlier trainer's file (no resumed row), or a restart before any checkpoint: the generation's first row
+    assert resume_marks(before + after[1:], "timesteps") == [71281]
+    assert resume_marks(before, "timesteps") == [] and resume_marks([], "timesteps") == []
+    # the resumed row carries no training return: no point of the training line at the resume
+    assert curve(before + after, "timesteps", "episode_return_mean") == [(71281, 127.0)]

@@ -313,6 +313,8 @@ class TrainingSession:
         self.last_report = self.report_before = (time.monotonic(), self.start_step)
         self.last_checkpoint_update = state["counters"]["updates"]
         self.boundary = (self.start_step, self.last_checkpoint_update)
+        if self.ctx.is_main:  # where the curve resumes: `kuberl plot` draws its marker here, not at the next report
+            self.curve_point(self.start_step, resumed=True)
         return state, own
 
     def _read_volume(self) -> tuple[tuple[str, dict] | None, list[tuple[str, str]], list[tuple[str, int]]]:
@@ -477,12 +479,14 @@ class TrainingSession:
         self.curve_point(global_step, rate)
 
     def curve_point(self, global_step: int, rate: float | None = None, checkpoint_file: str | None = None,
-                    evaluation: bool = False, while_training: bool = False) -> None:
+                    evaluation: bool = False, while_training: bool = False, resumed: bool = False) -> None:
         """One line of progress.jsonl (what `kuberl plot` draws): at every
         progress line, every evaluation (marked: every line repeats the last
         eval return; one `while_training` also marked so, as its line carries
-        a training return later than its timesteps) and every checkpoint (naming
-        its file, so a run's summary knows the newest checkpoint's timesteps)."""
+        a training return later than its timesteps), every checkpoint (naming
+        its file, so a run's summary knows the newest checkpoint's timesteps)
+        and a resume (marked, at the timesteps and wall time of the checkpoint
+        it loaded)."""
         line = {
             "timesteps": global_step,
             "wall_seconds": round(self.wall_seconds(), 3),
@@ -493,6 +497,7 @@ class TrainingSession:
             **({"checkpoint": checkpoint_file} if checkpoint_file else {}),
             **({"evaluation": True} if evaluation else {}),
             **({"evaluated_while_training": True} if while_training else {}),
+            **({"resumed": True} if resumed else {}),
         }
         try:
             os.makedirs(self.checkpoint_dir, exist_ok=True)

@@ -1350,6 +1350,21 @@ def curve(rows: list[dict], x_key: str, y_key: str) -> list[tuple[float, float]]
     return points
 
 
+def resume_marks(rows: list[dict], x_key: str) -> list[float]:
+    """Where each generation after the first (a gang restart, or a resume after Ctrl-C) starts on the `x_key` axis:
+    at the timesteps (or wall time) of the checkpoint it loaded, the row the trainer marks `resumed`. It was drawn at
+    the generation's first row, the first report after the resume (an update or more later, 2,559 timesteps past a
+    resume at 68,722 in a CartPole run). An earlier trainer's file, with no such row, keeps that first row; a
+    generation that loaded nothing (a restart before any checkpoint) starts at its first row too."""
+    marks = []
+    for index, (_, generation) in enumerate(itertools.groupby(rows, key=lambda r: r.get("restart"))):
+        records = list(generation)
+        start = next((r for r in records if r.get("resumed") is True), records[0])
+        if index > 0 and _number(start.get(x_key)) is not None:
+            marks.append(start[x_key])
+    return marks
+
+
 def plot(run_dir: str, output: str | None = None) -> str:
     """A PNG of return against timesteps and against wall time, from progress.jsonl; written to `output`,
     else to the run directory's learning-curve.png. Returns where."""
@@ -1374,9 +1389,7 @@ def plot(run_dir: str, output: str | None = None) -> str:
         for key, label in (("episode_return_mean", "training return (mean)"), ("eval_return", "evaluation return")):
             if points := curve(rows, x_key, key):
                 ax.plot(*zip(*points, strict=True), marker="o" if key == "eval_return" else ".", markersize=3, label=label)
-        restarts = [r[x_key] for prev, r in itertools.pairwise(rows)
-                    if r.get("restart") != prev.get("restart") and _number(r.get(x_key)) is not None]
-        for x in restarts:
+        for x in resume_marks(rows, x_key):
             ax.axvline(x, color="grey", linestyle=":", linewidth=1)
         ax.set_xlabel(x_label)
         ax.set_ylabel("return")
