@@ -560,7 +560,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the PNG goes (default RUN_DIR/learning-curve.png)")
     p.set_defaults(func=lambda a: __import__("kuberl.local.runner", fromlist=["cmd_plot"]).cmd_plot(a))
     p = add_command("eval", help="play a trained model on its job's env: mean return, a GIF, a TorchScript export")
-    p.add_argument("path", metavar="RUN_DIR|MODEL.pt", help="a run directory of kuberl run, a final-model.pt or a ckpt-*.pt")
+    p.add_argument("path", metavar="RUN_DIR|MODEL.pt",
+                   help="a run directory of kuberl run (played by default: its final-model.pt, the last weights), a"
+                        " final-model.pt, a best-model.pt or a ckpt-*.pt")
+    p.add_argument("--best", action="store_true",
+                   help="play the run directory's best-model.pt instead: the weights of its best evaluation (kept as"
+                        " SB3's EvalCallback keeps best_model)")
     p.add_argument("--episodes", type=episodes, default=10, help="episodes to play, by the trainer's evaluation protocol (default 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the episodes and of sampled actions (default 0)")
     p.add_argument("--max-steps", type=positive(int), default=EVAL_MAX_STEPS, metavar="N",

@@ -150,3 +150,19 @@ def test_a_run_that_spent_its_budget_below_its_target_says_so(tmp_path):
     (tmp_path / "progress.jsonl").write_text(json.dumps({"timesteps": 1000, "eval_return": 480.0}) + "\n")
     assert "eval return 480.0; model" in summary(job, paths, {"phase": "Succeeded"}, 0, 9.0)
     assert "below" not in summary(JOB, paths, {"phase": "Succeeded"}, 0, 9.0)  # no target: the budget was the goal
+
+
+def test_a_run_below_its_target_names_its_best_evaluation_beside_the_last_weights(tmp_path):
+    """The same DQN run peaked at eval 464 and ended at 81: its final model, the one kuberl eval plays by default, is
+    the last weights, and the peak was lost. The trainer keeps best-model.pt; the summary says where, and how to play it."""
+    job = Job("j", validate_job(make_job("j").env("CartPole-v1").with_spec(totalTimesteps=1000, success={"targetReturn": 475}).obj()))
+    paths = {"checkpoints": str(tmp_path), "model": str(tmp_path / "final-model.pt")}
+    records = [{"timesteps": 400, "eval_return": 120.0, "evaluation": True, "best": True},
+               {"timesteps": 700, "eval_return": 464.0, "evaluation": True, "best": True},
+               {"timesteps": 1000, "eval_return": 81.0, "evaluation": True}, {"timesteps": 1000, "eval_return": 81.0}]
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert "best evaluation" not in summary(job, paths, {"phase": "Succeeded"}, 0, 9.0)  # no best-model.pt on disk: said nothing
+    (tmp_path / "best-model.pt").write_bytes(b"weights")
+    line = summary(job, paths, {"phase": "Succeeded"}, 0, 9.0)
+    assert (f"; model {tmp_path / 'final-model.pt'} (the last weights); best evaluation {tmp_path / 'best-model.pt'}"
+            " (eval 464.0 at 700 timesteps; kuberl eval --best plays it);") in line, line

@@ -36,7 +36,7 @@ def test_the_session_writes_the_keys_the_loader_documents():
 
     from kuberl_trainer.session import TrainingSession
 
-    source = inspect.getsource(TrainingSession.write_final_model)
+    source = inspect.getsource(TrainingSession.write_model)  # final-model.pt and best-model.pt alike
     for key in ("format", "algorithm", "env_id", "env_kwargs", "timesteps", "eval_return"):
         assert f'"{key}"' in source, key
 

@@ -29,7 +29,7 @@ A `torch.save` of one dict, loadable with `torch.load(path, weights_only=True)`:
 | `agent` | the network's `state_dict` (PPO: `ppo.Agent`, actor and critic; DQN: the online Q network) |
 | `hidden_sizes` | the MLP's hidden widths (unused for pixel observations, where the Nature CNN is the torso) |
 | `obs_norm` | PPO only: `{mean, var, count}` tensors of the observation normaliser, or None |
-| `timesteps`, `eval_return` | the run's timesteps and last evaluation return (None if never evaluated) |
+| `timesteps`, `eval_return` | the run's timesteps and last evaluation return (None if never evaluated); in `best-model.pt`, the same file written at the run's best evaluation, those of that evaluation |
 
 The network is rebuilt from the env's spaces as the trainer builds it (`policy: auto` picks the same
 torso any valid forced one would). A checkpoint (`ckpt-*.pt`) holds the same weights inside the
@@ -52,7 +52,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from kuberl.core import safetext
+from kuberl.core import names, safetext
 from kuberl.core.envspaces import is_image
 from kuberl.core.installhint import with_this_pip
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
@@ -92,9 +92,18 @@ def _run_job(run_dir: str) -> dict:
     return defaulted(spec)
 
 
-def find_model(path: str) -> str:
-    """The file to load for `path`: itself, or in a run directory its final model, else its newest
-    valid checkpoint (a run stopped before the end)."""
+def find_model(path: str, best: bool = False) -> str:
+    """The file to load for `path`: itself, or in a run directory its final model (the last weights), else its
+    newest valid checkpoint (a run stopped before the end); with `best`, the run's best-model.pt (the weights of
+    its best evaluation)."""
+    if best:
+        if not os.path.isdir(path):
+            raise UnusableModel(f"--best: {path} is a file; --best picks {names.BEST_MODEL} of a run directory (or give that file)")
+        found = sorted(glob.glob(os.path.join(glob.escape(path), "checkpoints", "*", names.BEST_MODEL)), key=os.path.getmtime)
+        if not found:
+            raise UnusableModel(f"--best: {path} has no {names.BEST_MODEL}: the run has not evaluated yet (evaluations run every"
+                                " success.evalEvery updates when success.targetReturn is set)")
+        return found[-1]
     if not os.path.isdir(path):
         if not os.path.exists(path):
             raise UnusableModel(f"{path}: no such file or directory")
@@ -651,7 +660,7 @@ def cmd_eval(args: Any) -> int:
         # `python -m`, which puts it on the path; last, so a file here shadows no module installed
         sys.path.append(os.getcwd())
     try:
-        source = find_model(args.path)
+        source = find_model(args.path, getattr(args, "best", False))
         if (mismatch := final_model_mismatch(source)) is not None:
             if os.path.isdir(args.path):  # the run was asked for, and this is not its job's model
                 raise UnusableModel(f"{mismatch} (not this run's model?): kuberl eval {_shown(source)} plays it on"

@@ -41,7 +41,7 @@ from .startup import Startup
 PROGRESS_EVERY_SECONDS = 5.0
 RECENT_EPISODES = 100
 EVAL_SEED_STREAM = 1_000_003  # keeps evaluation seeds apart from every rank's
-SESSION_KEYS = ("elapsed_seconds", "per_rank", "eval_return", "trained_as")  # what a checkpoint holds besides the algorithm's shared state
+SESSION_KEYS = ("elapsed_seconds", "per_rank", "eval_return", "trained_as", "best_eval_return")  # what a checkpoint holds besides the algorithm's shared state
 MAX_COUNTER = 2**62  # counters are all-reduced as int64
 # In the checkpoint directory while a stop asked of rank 0 has no checkpoint yet: a start that finds it knows the last
 # stop was killed before its save (no temp file tells that when the kill came before the first byte was written).
@@ -214,6 +214,10 @@ class TrainingSession:
         self.restart, self.stop, self.log = restart, stop, log
         self.checkpoint_dir = host_path(config.checkpoint_dir)
         self.final_model = host_path(config.final_model)
+        # the best evaluated weights, beside the final model (the last ones), as SB3's EvalCallback keeps best_model
+        self.best_model = os.path.join(os.path.dirname(self.final_model), names.BEST_MODEL) if self.final_model else None
+        self.best_eval_return: float | None = None  # carried by checkpoints: a resumed run keeps the best of the earlier
+        self.best_unmarked = False  # a new best, marked on its evaluation's progress.jsonl line
         self.started = time.monotonic()
         self.elapsed_before = 0.0  # wall seconds of earlier generations, from the checkpoint
         self.recent: deque[tuple[float, int]] = deque()
@@ -307,6 +311,7 @@ class TrainingSession:
         self.elapsed_before = float(state.get("elapsed_seconds", 0.0))
         # the last evaluation's return, shown until the next one (a restart used to say "eval -")
         self.eval_return = state.get("eval_return")
+        self.best_eval_return = state.get("best_eval_return")
         if self.eval_return is not None and self.metrics is not None and self.ctx.is_main:
             self.metrics.eval_return.set(self.eval_return)
         self.start_step = state["counters"]["global_step"]
@@ -439,6 +444,9 @@ class TrainingSession:
         self.eval_return = eval_return
         self.target_met = eval_return >= self.spec.success.target_return
         self.model_that_met = algorithm if self.target_met else None
+        if self.ctx.is_main and self.best_model and (self.best_eval_return is None or eval_return > self.best_eval_return):
+            self.write_model(algorithm, self.best_model, eval_return)  # rank 0 evaluates: its weights are the ones scored
+            self.best_eval_return, self.best_unmarked = eval_return, True
         if self.metrics is not None:
             self.metrics.eval_return.set(eval_return)
             self.metrics.success.set(1 if self.target_met else 0)
@@ -498,7 +506,9 @@ class TrainingSession:
             **({"evaluation": True} if evaluation else {}),
             **({"evaluated_while_training": True} if while_training else {}),
             **({"resumed": True} if resumed else {}),
+            **({"best": True} if evaluation and self.best_unmarked else {}),  # best-model.pt holds these weights
         }
+        self.best_unmarked = self.best_unmarked and not evaluation
         try:
             os.makedirs(self.checkpoint_dir, exist_ok=True)
             append_line(os.path.join(self.checkpoint_dir, "progress.jsonl"), json.dumps(line))
@@ -523,7 +533,7 @@ class TrainingSession:
             self.stop_checkpointed()  # this boundary's state is on disk already
             return
         state = {**algorithm.shared_state(), "elapsed_seconds": self.wall_seconds(), "per_rank": per_rank,
-                 "eval_return": self.eval_return, "trained_as": trained_as(self.spec)}
+                 "eval_return": self.eval_return, "trained_as": trained_as(self.spec), "best_eval_return": self.best_eval_return}
         started = time.monotonic()
         path = checkpoint.save(self.checkpoint_dir, algorithm.counters.updates, state, self.spec.checkpoint.keep,
                                volume=self.volume(), last_good=self.last_good)
@@ -653,9 +663,13 @@ class TrainingSession:
         return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}, eval return {_fmt(self.eval_return)}); model {self.config.final_model} {final}"
 
     def write_final_model(self, algorithm: Algorithm) -> None:
-        """The algorithm's part (final_model) plus what every final model
-        carries; loadable with torch.load(weights_only=True), on a machine
-        without a GPU too (its tensors are written from host memory)."""
+        self.write_model(algorithm, self.final_model, self.eval_return)
+
+    def write_model(self, algorithm: Algorithm, path: str, eval_return: float | None) -> None:
+        """The algorithm's part (final_model) plus what every model file
+        carries, written atomically as a checkpoint is; loadable with
+        torch.load(weights_only=True), on a machine without a GPU too (its
+        tensors are written from host memory)."""
         model = {
             **on_host(algorithm.final_model()),
             "format": 1,  # kuberl_trainer.policy documents the file and loads it
@@ -663,12 +677,12 @@ class TrainingSession:
             "env_id": self.spec.env.id,
             "env_kwargs": dict(self.spec.env.kwargs),
             "timesteps": algorithm.counters.global_step,
-            "eval_return": self.eval_return,
+            "eval_return": eval_return,
         }
         buffer = io.BytesIO()
         torch.save(model, buffer)
-        checkpoint.retrying(self.final_model, lambda: checkpoint.write_on_volume(
-            self.final_model, buffer.getvalue(), volume=self.volume(), last_good=self.last_good))
+        checkpoint.retrying(path, lambda: checkpoint.write_on_volume(
+            path, buffer.getvalue(), volume=self.volume(), last_good=self.last_good))
 
 
 def append_line(path: str, line: str) -> None:
@@ -794,9 +808,10 @@ def _resumable(state: dict) -> str | None:
     elapsed = state.get("elapsed_seconds", 0.0)
     if type(elapsed) not in (int, float) or not 0 <= elapsed < float("inf"):
         return "elapsed_seconds is not a finite, non-negative number"
-    eval_return = state.get("eval_return")
-    if eval_return is not None and (type(eval_return) not in (int, float) or not math.isfinite(eval_return)):
-        return "eval_return is neither absent nor a finite number"
+    for key in ("eval_return", "best_eval_return"):
+        value = state.get(key)
+        if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
+            return f"{key} is neither absent nor a finite number"
     return None
 
 

@@ -47,6 +47,9 @@ CONFIG_VOLUME = "config"  # the pod volume of the trainer configuration (the job
 CONFIG_MOUNT_DIR = "/etc/kuberl"
 CONFIG_FILE = "config.json"
 CHECKPOINT_MOUNT_DIR = "/checkpoints"
+# Beside a job's final-model.pt (the last weights): the weights of its best evaluation so far, as SB3's EvalCallback keeps
+# best_model. Rank 0 writes it atomically at each evaluation that beats the one before; kuberl eval --best plays it.
+BEST_MODEL = "best-model.pt"
 SHM_MOUNT_DIR = "/dev/shm"
 TMP_MOUNT_DIR = "/tmp"
 SHM_VOLUME = "dshm"

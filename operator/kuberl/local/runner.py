@@ -965,6 +965,26 @@ def newest_checkpoint(checkpoint_dir: str | None, not_after: str | None = None) 
     return None
 
 
+def best_evaluation(records: list[dict]) -> tuple[float, int] | None:
+    """(eval return, timesteps) of the evaluation whose weights best-model.pt holds: the last progress.jsonl record the
+    trainer marks `best` (each is better than the one before), or None."""
+    for record in reversed(records):
+        found = (_number(record.get("eval_return")), _number(record.get("timesteps")))
+        if record.get("best") is True and None not in found:
+            return found[0], int(found[1])
+    return None
+
+
+def best_note(model: str | None, checkpoint_dir: str | None) -> str:
+    """`; best evaluation … (eval 464.0 at 40,000 timesteps; kuberl eval --best plays it)` where the run kept a
+    best-model.pt beside its final model, which holds the last weights and is what kuberl eval plays by default."""
+    best = os.path.join(os.path.dirname(model), names.BEST_MODEL) if model else None
+    found = best_evaluation(progress_records(progress_tail(checkpoint_dir).splitlines())) if best and os.path.isfile(best) else None
+    if found is None:
+        return ""
+    return f" (the last weights); best evaluation {shown(best)} (eval {found[0]:.1f} at {found[1]:,} timesteps; kuberl eval --best plays it)"
+
+
 def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float) -> str:
     """The one line a user reads at the end."""
     record = last_progress(cluster_paths.get("checkpoints"))
@@ -982,10 +1002,12 @@ def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float)
         if cluster_paths["model"] is None:  # a custom trainer: its workers' exit codes are all kuberl knows
             return f"{job.name} succeeded: every worker exited 0 after {wall:.0f}s; restarts {status.get('restarts', 0)}"
         target = job.spec.success.target_return
+        best = ""
         if target is not None and (evaluated is None or evaluated < target):  # "succeeded" means the budget was spent
             final_text += f" (below success.targetReturn {target:g}: totalTimesteps ran out first)"
+            best = best_note(cluster_paths["model"], cluster_paths.get("checkpoints"))  # met: the model is the best's weights
         return (f"{job.name} succeeded: {timesteps:,} timesteps in {wall:.0f}s, {final_text}; "
-                f"model {shown(cluster_paths['model'])}; {where}; restarts {status.get('restarts', 0)}")
+                f"model {shown(cluster_paths['model'])}{best}; {where}; restarts {status.get('restarts', 0)}")
     failed = next((c for c in status.get("conditions", []) if c["type"] == lifecycle.CONDITION_FAILED and c["status"] == "True"), None)
     if code == EXIT_INTERRUPTED:
         if newest is None and cluster_paths["model"] is not None:  # kuberl's trainer saved none: "resume" would be a broken promise

@@ -1,0 +1,100 @@
+"""best-model.pt: the weights of the best evaluation so far, kept beside final-model.pt (the last weights), as
+SB3's EvalCallback keeps best_model.zip. DQN's final model was its last weights: a walkthrough saw a run end at
+eval 81 after a peak of 464, and that peak was lost. Through the real trainer, on CartPole, with a small budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+import torch
+from kuberl.core import contract, trainerconfig
+from kuberl_trainer import __main__ as entry
+from kuberl_trainer import checkpoint, session
+from kuberl_trainer.distributed import Dist
+
+from tests.support.jobs import make_job
+
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+BLOCKS = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 4, "batchSize": 4, "bufferSize": 256}}
+
+
+def generation(name: str, tmp_path, monkeypatch, restart: int = 0, timesteps: int = 640):
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    spec = (make_job().algorithm(name, **BLOCKS[name])
+            .with_spec(totalTimesteps=timesteps, workers=1, seed=1,
+                       success={"targetReturn": 1e9, "evalEpisodes": 2, "evalEvery": 2}, checkpoint={"everyUpdates": 4})
+            .spec())
+    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
+    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, timesteps, 1, restart)
+    return trainer, session.TrainingSession(config, ONE_PROCESS, None, restart, threading.Event(), log=lambda _line: None)
+
+
+def evaluations(run) -> list[dict]:
+    with open(os.path.join(run.checkpoint_dir, "progress.jsonl")) as f:
+        return [row for row in map(json.loads, f) if row.get("evaluation")]
+
+
+@pytest.mark.parametrize("name", sorted(entry.ALGORITHMS))
+def test_the_best_evaluation_is_kept_beside_the_last_weights(name, tmp_path, monkeypatch):
+    trainer, run = generation(name, tmp_path, monkeypatch)
+    scored = []
+    evaluate = trainer.evaluate
+
+    def evaluate_and_keep(*args, **kwargs):  # the real evaluation; its weights kept to compare with the file
+        returned = evaluate(*args, **kwargs)
+        scored.append((returned, trainer.counters.global_step, {k: t.clone() for k, t in trainer.agent.state_dict().items()}))
+        return returned
+
+    trainer.evaluate = evaluate_and_keep
+    assert session.run_updates(trainer, run) == "budget"
+    run.finish(trainer, "budget")
+    assert len(scored) >= 3
+    best_return, best_steps, best_weights = max(scored, key=lambda s: s[0])  # the first of equal bests: only a better one replaces it
+    best = torch.load(os.path.join(os.path.dirname(run.final_model), "best-model.pt"), weights_only=True)
+    assert best["eval_return"] == best_return and best["timesteps"] == best_steps
+    assert best["algorithm"] == name and best["env_id"] == "CartPole-v1" and best["format"] == 1
+    for key, tensor in best_weights.items():
+        assert torch.equal(best["agent"][key], tensor), key
+    final = torch.load(run.final_model, weights_only=True)
+    assert final["eval_return"] == scored[-1][0] and final["timesteps"] == trainer.counters.global_step  # the last weights
+    # progress.jsonl marks each evaluation that made a new best, so a run's summary can name it without torch
+    marked = [row for row in evaluations(run) if row.get("best")]
+    assert marked[-1]["eval_return"] == best_return and marked[-1]["timesteps"] == best_steps
+    assert [row["eval_return"] for row in marked] == sorted({row["eval_return"] for row in marked})  # each one better
+
+
+def test_a_resumed_run_keeps_the_best_of_the_runs_before_it(tmp_path, monkeypatch):
+    trainer, run = generation("ppo", tmp_path, monkeypatch, timesteps=256)
+    session.run_updates(trainer, run)
+    run.finish(trainer, "stopped")  # saved: the checkpoint carries the best return so far
+    before = run.best_eval_return
+    assert before is not None
+    assert checkpoint.load_newest(run.checkpoint_dir)[1]["best_eval_return"] == before
+    trainer, resumed = generation("ppo", tmp_path, monkeypatch, restart=1, timesteps=256)
+    trainer.evaluate = lambda *_args, **_kwargs: before - 1.0  # worse than the earlier generation's best
+    resumed.load()
+    resumed.evaluated(trainer, before - 1.0)
+    best = torch.load(os.path.join(os.path.dirname(run.final_model), "best-model.pt"), weights_only=True)
+    assert best["eval_return"] == before and resumed.best_eval_return == before
+
+
+def test_kuberl_eval_plays_the_final_model_by_default_and_the_best_with_best(tmp_path):
+    from kuberl.cli import build_parser
+    from kuberl_trainer.policy import UnusableModel, find_model
+
+    helped = " ".join(build_parser().subcommands["eval"].format_help().split())
+    assert "played by default: its final-model.pt, the last weights" in helped and "--best" in helped
+    run = tmp_path / "runs" / "j"
+    weights = run / "checkpoints" / "j-uid"
+    weights.mkdir(parents=True)
+    (weights / "final-model.pt").write_bytes(b"last")
+    with pytest.raises(UnusableModel, match="has no best-model.pt: the run has not evaluated yet"):
+        find_model(str(run), best=True)
+    (weights / "best-model.pt").write_bytes(b"best")
+    assert find_model(str(run)) == str(weights / "final-model.pt")
+    assert find_model(str(run), best=True) == str(weights / "best-model.pt")
+    with pytest.raises(UnusableModel, match="--best picks best-model.pt of a run directory"):
+        find_model(str(weights / "final-model.pt"), best=True)
