@@ -178,8 +178,9 @@ class Store:
         group, plural = crd['spec']['group'], crd['spec']['names']['plural']
         for key in [k for k in self.types if k[0] == group and k[2] == plural]:
             del self.types[key]
-        for obj in list(self.objects.get((group, plural), {}).values()):
-            self._remove((group, plural), obj)
+        # Its instances stay stored: only the CRD finalizer deletes them (crd_finalizer.go, deleteInstances), and
+        # tearDown destroys the storage's cache, not its data; left by a cleanup finalizer taken off by hand, they are
+        # served again, as they were, once a CRD of that group and plural is created again.
         # Its storage destroyed (customresource_handler.go: removeDeadStorage, then tearDown's DestroyFunc stops the
         # watch cache, which closes every watch of it): the streams open now end; a new request gets 404.
         watchers = [w for w in self.watchers if w.rtype_key == (group, plural)]
@@ -801,7 +802,10 @@ class Store:
 
     def _finish_namespace(self, name: str) -> None:
         with self.lock:
-            if any(ns == name for objects in self.objects.values() for (ns, _) in objects):
+            # the namespace controller waits for what discovery shows (pkg/controller/namespace/deletion/
+            # namespaced_resources_deleter.go): not the stored instances of a CRD no longer served
+            served = {t.key for t in self.types.values()}
+            if any(ns == name for key, objects in self.objects.items() if key in served for (ns, _) in objects):
                 self.schedule(0.1, lambda: self._finish_namespace(name))
                 return
             namespace = self.objects[('', 'namespaces')].get(('', name))

@@ -112,3 +112,27 @@ def test_the_crd_gone_ends_the_open_watches_of_its_resource_and_a_new_one_is_404
     assert [e['type'] for e in events] == ['ADDED', 'DELETED']  # by the cleanup, before the CRD went
     gone = rest.get(f'{WIDGETS}?watch=true&timeoutSeconds=5')
     assert gone.status == 404 and gone.body['reason'] == 'NotFound'
+
+
+def test_a_cleanup_finalizer_taken_off_by_hand_leaves_the_instances_stored_and_served_again_with_the_crd(standin, rest):
+    """The usual way out of a CRD stuck Terminating; the instances a finalizer of theirs held stay in storage, since
+    only the CRD finalizer deletes them, and a CRD of that name created again serves them as they were. Their
+    namespace deleted meanwhile goes all the same: the namespace controller waits only for what discovery shows."""
+    team = WIDGETS.replace('/namespaces/default/', '/namespaces/team/')
+    assert rest.post('/api/v1/namespaces', {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': 'team'}}).status == 201
+    standin.apply_crd(WIDGET_CRD)
+    rest.post(WIDGETS, widget('held', [HOLD]))
+    rest.post(team, widget('held', [HOLD]))
+    rest.delete(CRD_PATH)
+    wait_for(lambda: rest.get(f'{WIDGETS}/held').body['metadata'].get('deletionTimestamp'), timeout=5)
+    assert rest.patch(CRD_PATH, {'metadata': {'finalizers': None}}).status == 200
+    assert rest.get(CRD_PATH).status == 404 and rest.get(f'{WIDGETS}/held').status == 404
+    rest.delete('/api/v1/namespaces/team')
+    wait_for(lambda: rest.get('/api/v1/namespaces/team').status == 404, timeout=5)
+    standin.apply_crd(WIDGET_CRD)
+    for path in (WIDGETS, team):
+        held = rest.get(f'{path}/held')
+        assert held.status == 200 and held.body['metadata']['finalizers'] == [HOLD], held.body
+        assert held.body['metadata']['deletionTimestamp']
+    rest.patch(f'{WIDGETS}/held', {'metadata': {'finalizers': None}})
+    assert rest.get(f'{WIDGETS}/held').status == 404
