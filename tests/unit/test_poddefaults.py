@@ -8,7 +8,7 @@ import json
 
 import pytest
 from kuberl.core import names, poddefaults
-from kuberl.core.render import render_pods
+from kuberl.core.render import render_podgroup, render_pods
 from kuberl.operator.config import operator_config
 
 from tests.support.jobs import make_job
@@ -117,3 +117,16 @@ def test_the_operator_reads_them_from_its_environment_and_stops_on_bad_ones(monk
     monkeypatch.setenv("KUBERL_TRAINER_POD_DEFAULTS", "{not json")
     with pytest.raises(SystemExit, match="not JSON"):
         operator_config(build_parser().parse_args(["operator"]))
+
+
+def test_a_volcano_podgroup_takes_the_default_priority_class_where_the_job_sets_none():
+    def group(**spec):
+        return render_podgroup(make_job("cartpole").with_spec(schedulerName="volcano", **spec).obj(), "team-a")
+
+    assert poddefaults.apply_to_podgroup(group(), DEFAULTS)["spec"]["priorityClassName"] == "ml-batch"
+    assert poddefaults.apply_to_podgroup(group(priorityClassName="urgent"), DEFAULTS)["spec"]["priorityClassName"] == "urgent"
+    assert "priorityClassName" not in poddefaults.apply_to_podgroup(group(), poddefaults.NONE)["spec"]
+    untouched = group()
+    poddefaults.apply_to_podgroup(untouched, DEFAULTS)
+    assert "priorityClassName" not in untouched["spec"]
+    assert poddefaults.apply_to_podgroup(None, DEFAULTS) is None  # no gang scheduler, no PodGroup
