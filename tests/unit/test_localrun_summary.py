@@ -156,6 +156,9 @@ def test_a_run_below_its_target_names_its_best_evaluation_beside_the_last_weight
     """The same DQN run peaked at eval 464 and ended at 81: its final model, the one kuberl eval plays by default, is
     the last weights, and the peak was lost. The trainer keeps best-model.pt; the summary says where, and how to play it."""
     job = Job("j", validate_job(make_job("j").env("CartPole-v1").with_spec(totalTimesteps=1000, success={"targetReturn": 475}).obj()))
+    run_dir = tmp_path / "runs" / "j"
+    tmp_path = run_dir / "checkpoints" / "j-uid"
+    tmp_path.mkdir(parents=True)
     paths = {"checkpoints": str(tmp_path), "model": str(tmp_path / "final-model.pt")}
     records = [{"timesteps": 400, "eval_return": 120.0, "evaluation": True, "best": True},
                {"timesteps": 700, "eval_return": 464.0, "evaluation": True, "best": True},
@@ -165,4 +168,4 @@ def test_a_run_below_its_target_names_its_best_evaluation_beside_the_last_weight
     (tmp_path / "best-model.pt").write_bytes(b"weights")
     line = summary(job, paths, {"phase": "Succeeded"}, 0, 9.0)
     assert (f"; model {tmp_path / 'final-model.pt'} (the last weights); best evaluation {tmp_path / 'best-model.pt'}"
-            " (eval 464.0 at 700 timesteps; kuberl eval --best plays it);") in line, line
+            f" (eval 464.0 at 700 timesteps; kuberl eval {run_dir} --best plays it);") in line, line

@@ -982,7 +982,9 @@ def best_note(model: str | None, checkpoint_dir: str | None) -> str:
     found = best_evaluation(progress_records(progress_tail(checkpoint_dir).splitlines())) if best and os.path.isfile(best) else None
     if found is None:
         return ""
-    return f" (the last weights); best evaluation {shown(best)} (eval {found[0]:.1f} at {found[1]:,} timesteps; kuberl eval --best plays it)"
+    run_dir = os.path.dirname(os.path.dirname(os.path.dirname(best)))  # RUN_DIR/checkpoints/<job>-<uid>/best-model.pt
+    return (f" (the last weights); best evaluation {shown(best)} (eval {found[0]:.1f} at {found[1]:,} timesteps;"
+            f" kuberl eval {shown(run_dir)} --best plays it)")
 
 
 def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float) -> str:
