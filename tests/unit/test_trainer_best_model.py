@@ -21,11 +21,11 @@ ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 BLOCKS = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 4, "batchSize": 4, "bufferSize": 256}}
 
 
-def generation(name: str, tmp_path, monkeypatch, restart: int = 0, timesteps: int = 640):
+def generation(name: str, tmp_path, monkeypatch, restart: int = 0, timesteps: int = 640, target: float = 1e9):
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
     spec = (make_job().algorithm(name, **BLOCKS[name])
             .with_spec(totalTimesteps=timesteps, workers=1, seed=1,
-                       success={"targetReturn": 1e9, "evalEpisodes": 2, "evalEvery": 2}, checkpoint={"everyUpdates": 4})
+                       success={"targetReturn": target, "evalEpisodes": 2, "evalEvery": 2}, checkpoint={"everyUpdates": 4})
             .spec())
     config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
     trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, timesteps, 1, restart)
@@ -98,3 +98,19 @@ def test_kuberl_eval_plays_the_final_model_by_default_and_the_best_with_best(tmp
     assert find_model(str(run), best=True) == str(weights / "best-model.pt")
     with pytest.raises(UnusableModel, match="--best picks best-model.pt of a run directory"):
         find_model(str(weights / "final-model.pt"), best=True)
+
+
+def test_a_run_that_met_its_target_says_the_timesteps_of_the_weights_that_met_it(tmp_path, monkeypatch):
+    """make train ended 'eval return 494.9 >= 475.0 at timesteps 38644' where its evaluation (and kuberl plot's point)
+    was at 38,132: the update that carries the vote collects one more rollout, learns nothing from it, and the message
+    named its timesteps. The weights are the evaluated ones, which best-model.pt holds too."""
+    trainer, run = generation("ppo", tmp_path, monkeypatch, target=-1.0)  # the first evaluation meets it
+    assert session.run_updates(trainer, run) == "target"
+    [evaluated] = evaluations(run)
+    assert evaluated["timesteps"] < trainer.counters.global_step
+    message = run.finish(trainer, "target")
+    assert message.startswith(f"eval return {evaluated['eval_return']:.1f} >= -1.0 at timesteps {evaluated['timesteps']}; model"), message
+    best = torch.load(os.path.join(os.path.dirname(run.final_model), "best-model.pt"), weights_only=True)
+    final = torch.load(run.final_model, weights_only=True)
+    for key, tensor in best["agent"].items():
+        assert torch.equal(final["agent"][key], tensor), key

@@ -240,6 +240,7 @@ class TrainingSession:
                           if ctx.is_main and self.spec.success.eval_while_training else None)
         self.evaluation_in_flight: tuple[Future, Algorithm] | None = None
         self.model_that_met: Algorithm | None = None  # the evaluated copy, when a copy met the target
+        self.met_at: int | None = None
 
     # -- the Session protocol --------------------------------------------------
 
@@ -444,6 +445,8 @@ class TrainingSession:
         self.eval_return = eval_return
         self.target_met = eval_return >= self.spec.success.target_return
         self.model_that_met = algorithm if self.target_met else None
+        # the timesteps of the weights that met it: the vote's update collects one more rollout it does not learn from
+        self.met_at = algorithm.counters.global_step if self.target_met else None
         if self.ctx.is_main and self.best_model and (self.best_eval_return is None or eval_return > self.best_eval_return):
             self.write_model(algorithm, self.best_model, eval_return)  # rank 0 evaluates: its weights are the ones scored
             self.best_eval_return, self.best_unmarked = eval_return, True
@@ -651,13 +654,13 @@ class TrainingSession:
             self.write_final_model(model)
             self.stop_checkpointed()  # a stop that came as the run ended: the model holds it all
         if outcome == "target" and not self.ctx.is_main:
-            return f"rank 0's evaluation met the target at timesteps {steps}"
+            return f"rank 0's evaluation met the target; stopped at timesteps {steps} (rank 0 names the evaluated weights' own)"
         if not self.ctx.is_main:  # rank 0 evaluates and writes the model: "eval return -; model …" here misled
             return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}); rank 0 writes the model"
         final = contract.final_numbers(steps, self.eval_return)
         if outcome == "target":
-            at = model.counters.global_step
-            lagged = "" if at == steps else f" (the weights of then, evaluated while training went on to {steps})"
+            at = self.met_at if self.met_at is not None else model.counters.global_step
+            lagged = "" if model is algorithm or at == steps else f" (the weights of then, evaluated while training went on to {steps})"
             return (f"eval return {self.eval_return:.1f} >= {self.spec.success.target_return} at timesteps {at}{lagged}; "
                     f"model {self.config.final_model} {final}")
         return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}, eval return {_fmt(self.eval_return)}); model {self.config.final_model} {final}"
