@@ -18,7 +18,15 @@ from typing import Any
 
 import yaml
 
-from .core import jobstatus, podschema, safetext, torchrun, validation, yamlwriter
+from .core import (
+    jobstatus,
+    poddefaults,
+    podschema,
+    safetext,
+    torchrun,
+    validation,
+    yamlwriter,
+)
 from .core.installhint import pip_install
 from .core.podsecurity import (
     DEFAULT_LEVEL,
@@ -242,6 +250,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         objects = render_job(Job(name, spec), namespace, PLACEHOLDER_UID, default_image=DEFAULT_IMAGE,
                              operator_namespace=args.operator_namespace, monitoring_namespace=args.monitoring_namespace,
                              monitoring_pod_labels=args.monitoring_pod_labels, operator_pod_labels=args.operator_pod_labels)
+        defaults = args.pod_defaults or poddefaults.NONE  # as the operator lays them under a new job's pods
+        objects = [poddefaults.apply(o, defaults) if o["kind"] == "Pod" else
+                   poddefaults.apply_to_podgroup(o, defaults) if o["kind"] == "PodGroup" else o for o in objects]
         if getattr(args, "output", "yaml") == "json":
             args.collected.extend(objects)  # one List for every file: for_each_file prints it
             continue
@@ -376,6 +387,25 @@ def label_selector(text: str) -> dict[str, str]:
             raise argparse.ArgumentTypeError(f"{pair!r}: {problems[0].message}")
         labels[key] = value
     return labels
+
+
+def pod_defaults_file(path: str) -> Any:
+    """An argparse type: the chart's trainer.podDefaults from a Helm values file (or the podDefaults block alone)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            documents = load_documents(f.read())
+    except (OSError, UnreadableSpec) as error:
+        raise argparse.ArgumentTypeError(f"{path}: {error}") from None
+    document = documents[0] if documents else None
+    trainer = document.get("trainer") if isinstance(document, dict) else None
+    block = trainer.get("podDefaults") if isinstance(trainer, dict) else document
+    if isinstance(block, dict):  # values as strings, as the chart hands them over (Helm's toString: 2 "2", false "false")
+        block = {**block, **{k: {key: str(v).lower() if isinstance(v, bool) else str(v) for key, v in block[k].items()}
+                             for k in ("labels", "annotations", "nodeSelector") if isinstance(block.get(k), dict)}}
+    try:
+        return poddefaults.parse(block)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{path}: {error}") from None
 
 
 def add_operator_pod_labels(p: argparse.ArgumentParser) -> None:
@@ -529,6 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Prometheus' namespace: its scrapes pass the NetworkPolicy ('' for none; default %(default)s)")
     add_monitoring_pod_labels(p)
     add_operator_pod_labels(p)
+    p.add_argument("--pod-defaults", type=pod_defaults_file, metavar="VALUES.yaml",
+                   help="lay the chart's trainer.podDefaults from this Helm values file under the pods, as the operator does")
     add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
     p.set_defaults(func=for_each_file(cmd_render))
     p = add_command("convert", help="print the RLTrainingJob for a Kubeflow PyTorchJob or TrainJob, or a JobSet; what changes goes to stderr")

@@ -56,3 +56,40 @@ def test_what_the_operator_would_refuse_the_chart_refuses_naming_the_value(defau
     with pytest.raises(HelmError) as refused:
         render({"trainer": {"podDefaults": defaults}})
     assert said in str(refused.value)
+
+
+def test_kuberl_render_previews_a_values_files_defaults_as_the_operator_lays_them(tmp_path):
+    """`kuberl render --pod-defaults values.yaml`: the pods the operator would create from the defaults the chart
+    hands it (the same values file, through helm), and a refusal, exit 2, for defaults it would stop on."""
+    import subprocess
+    import sys
+
+    import yaml
+    from kuberl.core.render import PLACEHOLDER_UID, render_pods
+
+    from tests.support.jobs import make_job
+
+    values = {"trainer": {"podDefaults": PLATFORM}}
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    job = make_job("cartpole").with_spec(labels={"tier": "1"}).obj()
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    out = subprocess.run([sys.executable, "-m", "kuberl.cli", "render", str(tmp_path / "job.yaml"), "--pod-defaults",
+                          str(tmp_path / "values.yaml")], capture_output=True, text=True, check=True).stdout
+    rendered = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Pod"]
+    expected = [poddefaults.apply(p, handed_over(values)) for p in render_pods(job, "default", PLACEHOLDER_UID, [0, 1])]
+    assert rendered == expected and rendered[0]["metadata"]["labels"]["tier"] == "1"  # the job's own label won
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"trainer": {"podDefaults": {"env": [{"name": "RANK", "value": "1"}]}}}))
+    refused = subprocess.run([sys.executable, "-m", "kuberl.cli", "render", str(tmp_path / "job.yaml"), "--pod-defaults",
+                              str(tmp_path / "bad.yaml")], capture_output=True, text=True, check=False)
+    assert refused.returncode == 2 and "trainer.podDefaults.env[0].name: RANK is reserved" in refused.stderr
+
+
+def test_the_example_values_file_installs_and_previews_the_same_defaults():
+    import yaml
+    from chart_support import validate
+    from kuberl.cli import pod_defaults_file
+
+    example = CHART / "examples" / "platform-defaults.yaml"
+    values = yaml.safe_load(example.read_text())
+    assert handed_over(values) == pod_defaults_file(str(example)) != poddefaults.NONE
+    assert all(validate(o) == [] for o in render(values))
