@@ -252,7 +252,9 @@ def test_an_evicted_pod_restarts_the_gang_without_spending_the_backoff(stack):
 def test_an_image_that_cannot_be_pulled_is_named_after_the_startup_timeout(stack):
     scenario = Scenario('9b ImagePullBackOff past startup timeout', time.monotonic())
     name = 'unpullable'
-    startup = 3
+    # long enough for the released generation to get Running: at 3 s, a loaded machine (operator, local node and
+    # stand-in on 2 busy cores) left its next two generations ContainerCreating past it, and the job Failed
+    startup = 20
     hook = parse_label_selector(f'{names.LABEL_JOB}={name}')
     stack.server.store.hooks.image_pull_failure.append(hook)
     try:
