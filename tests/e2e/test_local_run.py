@@ -219,7 +219,9 @@ def test_a_killed_rank_restarts_the_gang_from_its_checkpoint(tmp_path):
     assert [h["counted"] for h in done["restartHistory"]] == [True]
     resumed_at = int(re.search(r"resuming from \S+ \(timesteps (\d+)\)", out).group(1))
     rows = progress(tmp_path)
-    assert resumed_at > 0 and min(r["timesteps"] for r in rows if r["restart"] == 1) > resumed_at, rows
+    # the generation's first row marks where it resumed (kuberl plot's dotted line); its training rows go on from there
+    assert resumed_at > 0 and [r["timesteps"] for r in rows if r.get("resumed")] == [resumed_at], rows
+    assert min(r["timesteps"] for r in rows if r["restart"] == 1 and not r.get("resumed")) > resumed_at, rows
     assert max(r["timesteps"] for r in rows) > 29000  # the budget, in whole updates
     assert rank_processes(tmp_path) == {}
 
@@ -280,7 +282,9 @@ def test_ctrl_c_stops_every_rank_within_the_grace_period_and_the_run_resumes(tmp
     assert code == 0, out[-3000:]
     assert f"totalTimesteps 40000 -> {saved + 1500}" in out, out[-3000:]
     assert re.search(rf"resuming from \S+ \(timesteps {saved}\)", out), out[-3000:]
-    assert min(r["timesteps"] for r in progress(tmp_path) if r["restart"] == status(tmp_path)["generation"]) > saved
+    rows = [r for r in progress(tmp_path) if r["restart"] == status(tmp_path)["generation"]]
+    assert rows[0] == {**rows[0], "timesteps": saved, "resumed": True}, rows[0]  # kuberl plot's marker: where it resumed
+    assert min(r["timesteps"] for r in rows[1:]) > saved
     # a local stop is a suspend: the rerun is generation 1, as a cluster's resume would be (it ran 2, skipping 1)
     assert status(tmp_path)["generation"] == 1 and {r["restart"] for r in progress(tmp_path)} == {0, 1}
 
