@@ -107,3 +107,12 @@ def test_the_readmes_command_table_names_every_subcommand_and_only_flags_it_has(
         options = parser.subcommands[command]._option_string_actions
         for flag in re.findall(r"`(--?[a-z][a-z-]*)", row):
             assert flag in options, (command, flag)
+
+
+def test_every_install_command_the_docs_show_names_a_python_not_a_bare_pip():
+    """The README's flow runs .venv/bin/kuberl without activating the venv: a bare `pip install` the docs showed (the
+    operator extra, EnvPool, progress, video) is often another Python's, and installed nothing kuberl then saw."""
+    bare = [(page.name, line.strip()) for page in (ROOT / "README.md", *DOCS.glob("*.md"))
+            for line in page.read_text().replace("`pip install\n", "`pip install ").splitlines()
+            if re.search(r"(?<!-m )(?<![\w./-])pip3? install", line)]
+    assert bare == []
