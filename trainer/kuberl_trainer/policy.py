@@ -52,7 +52,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from kuberl.core import names, safetext
+from kuberl.core import names, outputfile, safetext
 from kuberl.core.envspaces import is_image
 from kuberl.core.installhint import with_this_pip
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
@@ -632,20 +632,8 @@ def _shown(path: str) -> str:
 
 
 def output_problem(flag: str, path: str | None) -> str | None:
-    """Why `--video`/`--export` could not be written, said before episodes are played (a wrong suffix was
-    refused only after them, a missing directory in a traceback)."""
-    if path is None:
-        return None
-    if flag == "--video" and not path.lower().endswith(".gif"):
-        return f"--video {path}: only .gif is written"
-    if os.path.isdir(path):
-        return f"{flag} {path}: is a directory; name a file"
-    parent = os.path.dirname(path) or "."
-    if not os.path.isdir(parent):
-        return f"{flag} {path}: no directory {parent}"
-    if not os.access(parent, os.W_OK):
-        return f"{flag} {path}: {parent} is not writable"
-    return None
+    """Why `--video`/`--export` could not be written, said before episodes are played."""
+    return outputfile.output_problem(flag, path, ".gif" if flag == "--video" else None)
 
 
 def cmd_eval(args: Any) -> int:

@@ -59,6 +59,7 @@ from ..core import (
     safetext,
 )
 from ..core.lifecycle import ObservedPod, Rank0Progress
+from ..core.outputfile import output_problem
 from ..core.rank0metrics import Rank0Reading
 from ..core.render import Job, render_configmap, render_pod, render_service
 from ..core.rules import validate_job
@@ -1446,18 +1447,7 @@ def plot_title(name: str, rows: list[dict], size: int) -> str:
 
 def plot_output_problem(path: str | None) -> str | None:
     """Why `kuberl plot -o` could not be written, said before anything is read (as kuberl eval's --video)."""
-    if path is None:
-        return None
-    if not path.lower().endswith(".png"):
-        return f"-o {path}: only .png is written"
-    if os.path.isdir(path):
-        return f"-o {path}: is a directory; name a file"
-    parent = os.path.dirname(path) or "."
-    if not os.path.isdir(parent):
-        return f"-o {path}: no directory {parent}"
-    if not os.access(parent, os.W_OK):
-        return f"-o {path}: {parent} is not writable"
-    return None
+    return output_problem("-o", path, ".png")
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
