@@ -593,8 +593,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=lambda a: __import__("kuberl.local.runner", fromlist=["cmd_plot"]).cmd_plot(a))
     p = add_command("eval", help="play a trained model on its job's env: mean return, a GIF, a TorchScript export")
     p.add_argument("path", metavar="RUN_DIR|MODEL.pt",
-                   help="a run directory of kuberl run (played by default: its final-model.pt, the last weights), a"
-                        " final-model.pt, a best-model.pt or a ckpt-*.pt")
+                   help="a run directory of kuberl run (played by default: its final-model.pt, the last weights, or those"
+                        " that met success.targetReturn), a final-model.pt, a best-model.pt or a ckpt-*.pt")
     p.add_argument("--best", action="store_true",
                    help="play the run directory's best-model.pt instead: the weights of its best evaluation (kept as"
                         " SB3's EvalCallback keeps best_model)")
