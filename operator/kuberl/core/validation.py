@@ -9,6 +9,7 @@ import ipaddress
 import json
 import posixpath
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Context, Decimal
 from typing import Any
@@ -485,13 +486,9 @@ def node_affinity_problems(path: str, affinity: Any) -> list[Problem]:
             problems.append(Problem(where, "required: at least one node selector term (the pod fits no node otherwise)"))
         for i, term in enumerate(terms if isinstance(terms, list) else []):
             problems += _node_selector_term_problems(f"{where}[{i}]", term)
-    preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
-    for i, term in enumerate(preferred if isinstance(preferred, list) else []):
-        if not isinstance(term, dict):
-            continue
-        where = f"{at}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-        problems += _weight_problems(where, term.get("weight"))
-        problems += _node_selector_term_problems(f"{where}.preference", term.get("preference"))
+    problems += _preferred_problems(f"{at}.preferredDuringSchedulingIgnoredDuringExecution",
+                                    node.get("preferredDuringSchedulingIgnoredDuringExecution"),
+                                    "preference", _node_selector_term_problems)
     return podschema.first_of(f"{path}.nodeAffinity", problems, 'node affinity problems', Problem)
 
 
@@ -508,14 +505,22 @@ def pod_affinity_problems(path: str, affinity: Any) -> list[Problem]:
         required = block.get("requiredDuringSchedulingIgnoredDuringExecution")
         for i, term in enumerate(required if isinstance(required, list) else []):
             problems += _pod_affinity_term_problems(f"{path}.{kind}.requiredDuringSchedulingIgnoredDuringExecution[{i}]", term)
-        preferred = block.get("preferredDuringSchedulingIgnoredDuringExecution")
-        for i, weighted in enumerate(preferred if isinstance(preferred, list) else []):
-            if not isinstance(weighted, dict):
-                continue
-            at = f"{path}.{kind}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-            problems += _weight_problems(at, weighted.get("weight"))
-            problems += _pod_affinity_term_problems(f"{at}.podAffinityTerm", weighted.get("podAffinityTerm"))
+        problems += _preferred_problems(f"{path}.{kind}.preferredDuringSchedulingIgnoredDuringExecution",
+                                        block.get("preferredDuringSchedulingIgnoredDuringExecution"),
+                                        "podAffinityTerm", _pod_affinity_term_problems)
     return podschema.first_of(path, problems, 'pod affinity problems', Problem)
+
+
+def _preferred_problems(path: str, preferred: Any, inner: str,
+                        term_problems: Callable[[str, Any], list[Problem]]) -> list[Problem]:
+    """A preferred (node or pod) affinity list: each entry's weight, and its term under `inner` (preference,
+    podAffinityTerm) checked by `term_problems`; entries that are not objects are the schema's to refuse."""
+    problems: list[Problem] = []
+    for i, weighted in enumerate(preferred if isinstance(preferred, list) else []):
+        if isinstance(weighted, dict):
+            problems += _weight_problems(f"{path}[{i}]", weighted.get("weight"))
+            problems += term_problems(f"{path}[{i}].{inner}", weighted.get(inner))
+    return problems
 
 
 def _weight_problems(term_path: str, weight: Any) -> list[Problem]:
