@@ -19,7 +19,9 @@ from tests.support.selectors import parse_label_selector
 
 RUN = 240  # a tiny job runs in seconds alone; the deadline allows a shared 2-core machine
 OPERATOR_SCRAPE_SECONDS = 0.5  # the stack's `kuberl operator --scrape-interval`
-OBSERVATION_SLACK = 2.0  # this test's polling plus one reconcile on a loaded machine
+# this test's polling plus a reconcile or two on a loaded machine (the operator's reconcile took 2.4 s on average
+# at load 9, make test-e2e with two busy loops beside it); under a second stall period (20 s), far under a collective's
+OBSERVATION_SLACK = 8.0
 
 
 def checkpoint_interval(stack, name: str) -> int:
