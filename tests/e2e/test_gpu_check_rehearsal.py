@@ -50,7 +50,10 @@ def test_every_section_of_gpu_check_runs_on_the_cpu_and_reports_its_fields(tmp_p
             continue
         assert fields <= set(summary[section]), (section, summary[section])
     ppo, lagged, dqn = summary["ppo"], summary["ppo"]["learning_while_collecting"], summary["dqn"]
-    assert ppo["env_steps_per_s"] > 0 and lagged["env_steps_per_s"] > 0 and dqn["after_learning_starts_env_steps_per_s"] > 0
+    # a rate each, whatever its size: a rehearsal's launch ends at its first new progress record, and on a loaded CPU
+    # the records it is computed from may hold no env steps between them (DQN's was 0 at load 9)
+    rates = (ppo["env_steps_per_s"], lagged["env_steps_per_s"], dqn["after_learning_starts_env_steps_per_s"])
+    assert all(isinstance(rate, int) and rate >= 0 for rate in rates), rates
     assert ppo["startup_cold"]["seconds"] > 0 and "python and imports" in ppo["startup_warm"]["phases"]
     assert ppo["gpu_util_mean"] is None and "nvidia-smi could not be started" in ppo["gpu_sampler"]
     assert summary["tier"]["skipped"] > 0 and summary["tier"]["failed"] == summary["tier"]["errors"] == 0
