@@ -33,7 +33,7 @@ from .envs import (
     rank_seed,
     restore_env_state,
 )
-from .session import Counters, Session, Vote, run_updates
+from .session import Counters, Session, UpdateReport, Vote, run_updates
 
 
 def all_reduce_named(ctx: Dist, values: dict[str, float | np.ndarray]) -> dict[str, float | np.ndarray]:
@@ -216,6 +216,26 @@ class BaseAlgorithm:
         self.counters.episodes += int(totals["episodes"])
         self.learning_stop.merge(totals)
         return totals, time.perf_counter() - started
+
+    def update_report(self, totals: dict[str, float | np.ndarray], *, local_steps: int, learning_rate: float,
+                      losses: dict[str, float], rollout_seconds: float, update_seconds: float,
+                      allreduce_seconds: float, epochs_run: int) -> UpdateReport:
+        """The update's report: the episodes and the ranks' stop and success votes as `sync_update`'s totals
+        hold them (a stop when learning stopped early too), beside what the algorithm measured."""
+        return UpdateReport(
+            counters=self.counters,
+            local_steps=local_steps,
+            episode_return_sum=totals["return_sum"],
+            episode_return_count=int(totals["episodes"]),
+            learning_rate=learning_rate,
+            losses=losses,
+            rollout_seconds=rollout_seconds,
+            update_seconds=update_seconds,
+            allreduce_seconds=allreduce_seconds,
+            epochs_run=epochs_run,
+            stop=totals["stop_votes"] > 0 or self.learning_stop.stopped,
+            target_met=totals["success_votes"] > 0,
+        )
 
     # -- state for checkpoints ------------------------------------------------------
 

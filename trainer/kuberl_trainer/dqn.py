@@ -325,20 +325,10 @@ class DQNTrainer(BaseAlgorithm):
                 self.learning_stop.end(steps_run)  # after the host read: the device's work too
             update_seconds = time.perf_counter() - started
             self.counters.updates += 1
-        return UpdateReport(
-            counters=self.counters,
-            local_steps=local_steps,
-            episode_return_sum=totals["return_sum"],
-            episode_return_count=int(totals["episodes"]),
-            learning_rate=self.hp.learning_rate,
-            losses=losses,
-            rollout_seconds=rollout_seconds,
-            update_seconds=update_seconds,
-            allreduce_seconds=allreduce_seconds + sum(self.learner.allreduce_seconds),
-            epochs_run=steps_run,
-            stop=totals["stop_votes"] > 0 or self.learning_stop.stopped,
-            target_met=totals["success_votes"] > 0,
-        )
+        return self.update_report(totals, local_steps=local_steps, learning_rate=self.hp.learning_rate,
+                                  losses=losses, rollout_seconds=rollout_seconds, update_seconds=update_seconds,
+                                  allreduce_seconds=allreduce_seconds + sum(self.learner.allreduce_seconds),
+                                  epochs_run=steps_run)
 
     def final_model(self) -> dict:
         return {"agent": self.agent.state_dict(), "hidden_sizes": list(self.hp.hidden_sizes)}

@@ -461,20 +461,9 @@ class PPOTrainer(BaseAlgorithm):
                     self.rollout_ready = next_rollout.result()
                     rollout_seconds += time.perf_counter() - started - update_seconds  # waited for beyond the update
             self.counters.updates += 1
-        return UpdateReport(
-            counters=self.counters,
-            local_steps=local_steps,
-            episode_return_sum=totals["return_sum"],
-            episode_return_count=int(totals["episodes"]),
-            learning_rate=lr,
-            losses=losses,
-            rollout_seconds=rollout_seconds,
-            update_seconds=update_seconds,
-            allreduce_seconds=allreduce_seconds,
-            epochs_run=epochs_run,
-            stop=totals["stop_votes"] > 0 or self.learning_stop.stopped,
-            target_met=totals["success_votes"] > 0,
-        )
+        return self.update_report(totals, local_steps=local_steps, learning_rate=lr, losses=losses,
+                                  rollout_seconds=rollout_seconds, update_seconds=update_seconds,
+                                  allreduce_seconds=allreduce_seconds, epochs_run=epochs_run)
 
     def collect_ahead(self) -> Future:
         """learnWhileCollecting: the next rollout, into the spare buffer on the collector
