@@ -50,6 +50,21 @@ def params(trainer: PPOTrainer) -> dict:
     return {k: v.detach().clone() for k, v in trainer.agent.state_dict().items()}
 
 
+def stop_rank_1_at_step(trainer: PPOTrainer | DQNTrainer, n: int) -> tuple[threading.Event, list[int]]:
+    """Count the trainer's learner steps (one entry each in the list returned) and, on rank 1 alone, set the
+    returned stop event at its `n`th, before that step runs: a stop asked of one rank while learning."""
+    stop, steps, step = threading.Event(), [], trainer.learner.step
+
+    def step_then_stop(*args):
+        steps.append(1)
+        if trainer.ctx.rank == 1 and len(steps) == n:
+            stop.set()
+        return step(*args)
+
+    trainer.learner.step = step_then_stop
+    return stop, steps
+
+
 def equivalence(out: Path) -> None:
     with process_group("gloo", 60, 60) as ctx:
         plain = ctx.world_size == 1
@@ -167,15 +182,7 @@ def stop_while_learning(out: Path) -> None:
     with process_group("gloo", 60, 60) as ctx:
         trainer = PPOTrainer(ctx, PPOConfig(num_steps=STEPS, update_epochs=4, num_minibatches=2), "CartPole-v1", 2, {},
                              10**6, 1, 0)
-        stop, steps, step = threading.Event(), [], trainer.learner.step
-
-        def step_then_stop(*args):
-            steps.append(1)
-            if ctx.rank == 1 and len(steps) == 3:
-                stop.set()
-            return step(*args)
-
-        trainer.learner.step = step_then_stop
+        stop, steps = stop_rank_1_at_step(trainer, 3)
         report = trainer.update(stop.is_set, False)
         torch.save({"epochs_run": report.epochs_run, "stop": report.stop, "steps": len(steps), "agent": params(trainer)},
                    out / f"rank-{ctx.rank}.pt")
@@ -209,15 +216,7 @@ def dqn_stop_while_learning(out: Path) -> None:
     with process_group("gloo", 60, 60) as ctx:
         hp = DQNConfig(learning_starts=64, batch_size=16, buffer_size=512, train_frequency=8, gradient_steps=64)
         trainer = DQNTrainer(ctx, hp, "CartPole-v1", 2, {}, 10**6, 1, 0, fast=False)
-        stop, steps, step = threading.Event(), [], trainer.learner.step
-
-        def step_then_stop(*args):
-            steps.append(1)
-            if ctx.rank == 1 and len(steps) == 20:
-                stop.set()
-            return step(*args)
-
-        trainer.learner.step = step_then_stop
+        stop, steps = stop_rank_1_at_step(trainer, 20)
         reports = []
         while not reports or not reports[-1].stop:
             reports.append(trainer.update(stop.is_set, False))
