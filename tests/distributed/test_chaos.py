@@ -38,6 +38,15 @@ def chaos_hook(tmp_path, plan: dict):
     return hook
 
 
+def stop_both_and_outlive_the_grace_period(ranks) -> None:
+    """SIGTERM both ranks and check rank 0 is still running after the job's 1 s grace period: the kill that
+    follows (the caller's ranks.kill()) comes inside what rank 0 was doing, as the kubelet's SIGKILL would."""
+    for rank in (0, 1):
+        ranks.signal(rank, signal.SIGTERM)
+    time.sleep(1.0)  # the grace period
+    assert ranks.procs[0].poll() is None, f"rank 0 ended inside its grace period: {ranks.log(0)[-2000:]}"
+
+
 def log_of_a_start_that_counts_one_loss(job, updates: int) -> str:
     """Start the job again, run it to `updates`, check rank 0 counted one lost checkpoint, and return rank 0's log."""
     from kuberl.core import metricnames
@@ -72,10 +81,7 @@ def test_a_save_that_outlasts_the_grace_period_is_warned_of_and_its_loss_said_at
         while not list(job.checkpoint_dir.glob("ckpt-*.pt")):
             assert time.monotonic() < deadline and all(p.poll() is None for p in ranks.procs), ranks.log(0)[-3000:]
             time.sleep(0.05)
-        for rank in (0, 1):
-            ranks.signal(rank, signal.SIGTERM)
-        time.sleep(1.0)  # the grace period
-        assert ranks.procs[0].poll() is None, f"rank 0 ended inside its grace period: {ranks.log(0)[-2000:]}"
+        stop_both_and_outlive_the_grace_period(ranks)
     finally:
         ranks.kill()
     first = ranks.log(0)
@@ -105,10 +111,7 @@ def test_a_stop_killed_before_a_byte_of_its_checkpoint_is_written_is_said_at_the
     ranks = Ranks(job, extra_env={"PYTHONPATH": str(hook)})
     try:
         ranks.wait_for_updates(5, timeout=90)  # checkpoints at updates 2 and 4 written
-        for rank in (0, 1):
-            ranks.signal(rank, signal.SIGTERM)
-        time.sleep(1.0)  # the grace period
-        assert ranks.procs[0].poll() is None, f"rank 0 ended inside its grace period: {ranks.log(0)[-2000:]}"
+        stop_both_and_outlive_the_grace_period(ranks)
     finally:
         ranks.kill()
     assert not list(job.checkpoint_dir.glob(".tmp-*.part")), "killed before its save began: no temp file"
