@@ -27,6 +27,24 @@ def _merged(base: dict, fields: dict) -> dict:
     return out
 
 
+DELETE = object()  # with_field's value that removes the field
+
+
+def with_field(doc: dict, path: str, value: Any) -> dict:
+    """A copy of `doc` with the field at the dotted `path` ("spec.ppo.learningRate") set to `value`, or removed
+    where `value` is DELETE; the objects on the way made where missing. `doc` itself is not touched."""
+    out = copy.deepcopy(doc)
+    *parents, last = path.split(".")
+    node = out
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is DELETE:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return out
+
+
 class JobBuilder:
     def __init__(self, name: str = 'job', namespace: str | None = None):
         self.name, self.namespace = name, namespace

@@ -18,7 +18,7 @@ from kuberl.core.rules import CROSS_FIELD_RULES, immutable_changes, validate_job
 from kuberl.core.validation import InvalidJob
 
 from tests.support.crdschema import schema_nodes
-from tests.support.jobs import make_job
+from tests.support.jobs import DELETE, make_job, with_field
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text())
@@ -173,17 +173,10 @@ spec:
 
 
 def spec_with(base, **changes):
-    job = copy.deepcopy(base)
+    """A copy of `base` with each spec field `changes` names (parents joined by __) set, or removed where None."""
     for key, value in changes.items():
-        *parents, last = key.split("__")
-        node = job["spec"]
-        for part in parents:
-            node = node.setdefault(part, {})
-        if value is None:
-            node.pop(last, None)
-        else:
-            node[last] = value
-    return job
+        base = with_field(base, "spec." + key.replace("__", "."), DELETE if value is None else value)
+    return base
 
 
 def named(base, name):

@@ -2,7 +2,6 @@
 specific message; `kuberl validate` reports them all; random mutations never
 escape as anything but InvalidJob."""
 
-import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from kuberl.core.spec import JobSpec
 from kuberl.core.validation import InvalidJob
 from kuberl.core.yamlreader import load_documents
 
-from tests.support.jobs import make_job
+from tests.support.jobs import DELETE, make_job, with_field
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "manifests" / "examples" / "cartpole-ppo.yaml"
@@ -51,23 +50,6 @@ FULL = (
     .obj()
 )
 VALID = {"minimal": MINIMAL, "full": FULL, "example": yaml.safe_load(EXAMPLE.read_text())}
-
-
-def mutate(doc, path, value):
-    """Set (or, with value=DELETE, remove) `path` like "spec.ppo.learningRate"."""
-    doc = copy.deepcopy(doc)
-    *parents, last = path.split(".")
-    node = doc
-    for key in parents:
-        node = node.setdefault(key, {})
-    if value is DELETE:
-        node.pop(last, None)
-    else:
-        node[last] = value
-    return doc
-
-
-DELETE = object()
 
 # (valid base, path to set, value, the exact path reported, words the message must contain)
 MUTATIONS = [
@@ -148,7 +130,7 @@ ALL_FIELD_NAMES = {f.alias for f in JobSpec.model_fields.values()}
 @pytest.mark.parametrize(("base", "path", "value", "reported", "words"), MUTATIONS,
                          ids=[f"{m[1]}={m[2] if m[2] is not DELETE else 'deleted'}"[:60] for m in MUTATIONS])
 def test_a_mutation_is_reported_at_its_exact_path(base, path, value, reported, words):
-    problems = problems_of(mutate(VALID[base], path, value))
+    problems = problems_of(with_field(VALID[base], path, value))
     at_path = [p for p in problems if p.path == reported]
     assert at_path, f"{reported} not in {[str(p) for p in problems]}"
     message = at_path[0].message
@@ -160,12 +142,12 @@ def test_a_mutation_is_reported_at_its_exact_path(base, path, value, reported, w
 
 
 def test_every_problem_is_reported_at_once():
-    job = mutate(mutate(mutate(MINIMAL, "spec.workers", 0), "spec.ppo", {"gamma": 2}), "metadata.name", "A")
+    job = with_field(with_field(with_field(MINIMAL, "spec.workers", 0), "spec.ppo", {"gamma": 2}), "metadata.name", "A")
     assert {p.path for p in problems_of(job)} == {"spec.workers", "spec.ppo.gamma", "metadata.name"}
 
 
 def test_a_wrong_type_is_not_also_blamed_on_a_cross_field_rule():
-    problems = problems_of(mutate(mutate(MINIMAL, "spec.gpusPerWorker", "2"), "spec.procsPerWorker", 2))
+    problems = problems_of(with_field(with_field(MINIMAL, "spec.gpusPerWorker", "2"), "spec.procsPerWorker", 2))
     assert [p.path for p in problems] == ["spec.gpusPerWorker"]
 
 
@@ -173,7 +155,7 @@ def test_a_wrong_type_is_not_also_blamed_on_a_cross_field_rule():
 
 
 def test_an_unregistered_gymnasium_id_is_refused_naming_spec_env_id():
-    problems = problems_of(mutate(MINIMAL, "spec.env.id", "CartPoel-v1"))
+    problems = problems_of(with_field(MINIMAL, "spec.env.id", "CartPoel-v1"))
     assert [p.path for p in problems] == ["spec.env.id"] and "CartPoel-v1" in problems[0].message
 
 
@@ -202,7 +184,7 @@ def test_ids_from_packages_not_installed_here_are_left_to_the_trainer(env_id):
     if env_id.startswith("ALE/"):
         pytest.importorskip("gymnasium")
         assert env_id_problem(env_id, registered_env_ids()) is None  # ALE/ unregistered without ale_py, registered with it
-    validate_job(mutate(MINIMAL, "spec.env.id", env_id), env_ids=registered_env_ids())
+    validate_job(with_field(MINIMAL, "spec.env.id", env_id), env_ids=registered_env_ids())
 
 
 # --- immutability (Python side; the CEL side is in test_crd_cel.py) ------------
@@ -210,11 +192,11 @@ def test_ids_from_packages_not_installed_here_are_left_to_the_trainer(env_id):
 
 def test_immutable_fields_cannot_change_and_mutable_ones_can():
     old = FULL["spec"]
-    assert immutable_changes(old, mutate(FULL, "spec.runPolicy.backoffLimit", 9)["spec"]) == []
-    assert [p.path for p in immutable_changes(old, mutate(FULL, "spec.workers", 8)["spec"])] == ["spec.workers"]
-    assert [p.path for p in immutable_changes(old, mutate(FULL, "spec.dqn.gamma", 0.9)["spec"])] == ["spec.dqn"]
-    assert [p.path for p in immutable_changes(old, mutate(FULL, "spec.queueName", DELETE)["spec"])] == ["spec.queueName"]
-    assert immutable_changes(MINIMAL["spec"], mutate(MINIMAL, "spec.workers", 1)["spec"]) == []  # the default
+    assert immutable_changes(old, with_field(FULL, "spec.runPolicy.backoffLimit", 9)["spec"]) == []
+    assert [p.path for p in immutable_changes(old, with_field(FULL, "spec.workers", 8)["spec"])] == ["spec.workers"]
+    assert [p.path for p in immutable_changes(old, with_field(FULL, "spec.dqn.gamma", 0.9)["spec"])] == ["spec.dqn"]
+    assert [p.path for p in immutable_changes(old, with_field(FULL, "spec.queueName", DELETE)["spec"])] == ["spec.queueName"]
+    assert immutable_changes(MINIMAL["spec"], with_field(MINIMAL, "spec.workers", 1)["spec"]) == []  # the default
 
 
 # --- the CLI ------------------------------------------------------------------
@@ -225,7 +207,7 @@ def run_cli(*args, stdin=None):
 
 
 def test_kuberl_validate_prints_every_problem_and_exits_non_zero(tmp_path):
-    bad = mutate(mutate(mutate(MINIMAL, "spec.workers", 0), "spec.env.numEnvs", "8"), "spec.ppo", {"learningRat": 1})
+    bad = with_field(with_field(with_field(MINIMAL, "spec.workers", 0), "spec.env.numEnvs", "8"), "spec.ppo", {"learningRat": 1})
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
     result = run_cli("validate", str(path))
@@ -244,7 +226,7 @@ def test_kuberl_validate_summarises_a_valid_job():
 
 
 def test_kuberl_validate_names_the_opt_ins_that_change_how_a_job_learns(tmp_path):
-    job = mutate(mutate(yaml.safe_load(EXAMPLE.read_text()), "spec.ppo.learnWhileCollecting", True),
+    job = with_field(with_field(yaml.safe_load(EXAMPLE.read_text()), "spec.ppo.learnWhileCollecting", True),
                  "spec.success.evalWhileTraining", True)
     path = tmp_path / "overlapped.yaml"
     path.write_text(yaml.safe_dump(job))
@@ -256,7 +238,7 @@ def test_kuberl_validate_names_the_opt_ins_that_change_how_a_job_learns(tmp_path
 
 def test_kuberl_render_refuses_a_bad_job_like_validate(tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(mutate(MINIMAL, "spec.workers", 0)))
+    path.write_text(yaml.safe_dump(with_field(MINIMAL, "spec.workers", 0)))
     rendered, validated = run_cli("render", str(path)), run_cli("validate", str(path))
     assert rendered.returncode != 0 and rendered.stdout == ""
     assert rendered.stderr == validated.stderr
@@ -290,7 +272,7 @@ SPEC_PATHS = sorted(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(base=st.sampled_from(sorted(VALID)), path=st.sampled_from(SPEC_PATHS), value=JSONISH)
 def test_random_mutations_only_ever_raise_invalid_job(base, path, value):
-    job = mutate(VALID[base], path, value)
+    job = with_field(VALID[base], path, value)
     try:
         validate_job(job, env_ids=registered_env_ids())
     except InvalidJob as e:
