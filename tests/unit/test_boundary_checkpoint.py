@@ -16,13 +16,11 @@ import torch
 from kuberl.core import contract, safetext, trainerconfig
 from kuberl_trainer import __main__ as entry
 from kuberl_trainer import checkpoint, paths, session
-from kuberl_trainer.distributed import Dist
 from kuberl_trainer.metrics import TrainerMetrics
+from trainer_support import one_process_run
 
 from tests.support.jobs import make_job
 from tests.unit.test_trainer_checkpoint import flip_one_bit, ppo_like_state
-
-ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 
 
 def newest_name(directory) -> str:
@@ -112,9 +110,7 @@ def training_session(tmp_path, name: str, deterministic: bool = False, env_id: s
     spec = (make_job().algorithm(name, **block).env(env_id)
             .with_spec(totalTimesteps=256, workers=1, seed=1, deterministic=deterministic,
                        checkpoint={"whenNoneUsable": when_none_usable}).spec())
-    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
-    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, env_id, 2, {}, 256, 1, 0)
-    return trainer, session.TrainingSession(config, ONE_PROCESS, None, 0, threading.Event(), log=lambda _line: None)
+    return one_process_run(spec)
 
 
 @pytest.mark.parametrize("foreign, expected", [

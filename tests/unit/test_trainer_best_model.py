@@ -6,30 +6,24 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 
 import pytest
 import torch
-from kuberl.core import contract, trainerconfig
+from kuberl.core import contract
 from kuberl_trainer import __main__ as entry
 from kuberl_trainer import checkpoint, session
-from kuberl_trainer.distributed import Dist
+from trainer_support import SMALL_BLOCKS, one_process_run
 
 from tests.support.jobs import make_job
-
-ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
-BLOCKS = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 4, "batchSize": 4, "bufferSize": 256}}
 
 
 def generation(name: str, tmp_path, monkeypatch, restart: int = 0, timesteps: int = 640, target: float = 1e9):
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
-    spec = (make_job().algorithm(name, **BLOCKS[name])
+    spec = (make_job().algorithm(name, **SMALL_BLOCKS[name])
             .with_spec(totalTimesteps=timesteps, workers=1, seed=1,
                        success={"targetReturn": target, "evalEpisodes": 2, "evalEvery": 2}, checkpoint={"everyUpdates": 4})
             .spec())
-    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
-    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, timesteps, 1, restart)
-    return trainer, session.TrainingSession(config, ONE_PROCESS, None, restart, threading.Event(), log=lambda _line: None)
+    return one_process_run(spec, restart=restart)
 
 
 def evaluations(run) -> list[dict]:

@@ -10,28 +10,23 @@ import threading
 import numpy as np
 import pytest
 import torch
-from kuberl.core import contract, trainerconfig
+from kuberl.core import contract
 from kuberl.core.spec import PPOConfig
 from kuberl_trainer import __main__ as entry
 from kuberl_trainer import session
-from kuberl_trainer.distributed import Dist
 from kuberl_trainer.ppo import PPOTrainer
+from trainer_support import ONE_PROCESS, SMALL_BLOCKS, one_process_run
 
 from tests.support.jobs import make_job
-
-ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
-BLOCKS = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 4, "batchSize": 4, "bufferSize": 256}}
 
 
 def training(name: str, tmp_path, monkeypatch, eval_every: int = 2, target: float = 1e9, timesteps: int = 1024):
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
-    spec = (make_job().algorithm(name, **BLOCKS[name])
+    spec = (make_job().algorithm(name, **SMALL_BLOCKS[name])
             .with_spec(totalTimesteps=timesteps, workers=1, seed=1,
                        success={"targetReturn": target, "evalEpisodes": 2, "evalEvery": eval_every, "evalWhileTraining": True})
             .spec())
-    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
-    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, timesteps, 1, 0)
-    return trainer, session.TrainingSession(config, ONE_PROCESS, None, 0, threading.Event(), log=lambda _line: None)
+    return one_process_run(spec)
 
 
 def gated(trainer, gate: threading.Event, returns: float, frozen: list):

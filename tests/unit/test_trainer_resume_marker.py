@@ -5,30 +5,18 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 
-import torch
-from kuberl.core import contract, trainerconfig
+from kuberl.core import contract
 from kuberl.local.runner import progress_records, resume_marks
-from kuberl_trainer import __main__ as entry
-from kuberl_trainer import session
-from kuberl_trainer.distributed import Dist
+from trainer_support import one_process_run
 
 from tests.support.jobs import make_job
-
-ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 
 
 def test_a_resumed_run_marks_the_step_it_resumed_from(tmp_path, monkeypatch):
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
     spec = make_job().algorithm("ppo", numSteps=16).with_spec(totalTimesteps=4096, workers=1, seed=1).spec()
-    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
-
-    def generation(restart: int):
-        trainer = entry.ALGORITHMS["ppo"].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 4096, 1, restart)
-        return trainer, session.TrainingSession(config, ONE_PROCESS, None, restart, threading.Event(), log=lambda _line: None)
-
-    trainer, run = generation(0)
+    trainer, run = one_process_run(spec)
     for _ in range(3):
         run.after_update(trainer.update(False, False), trainer)
     run.save(trainer)
@@ -36,7 +24,7 @@ def test_a_resumed_run_marks_the_step_it_resumed_from(tmp_path, monkeypatch):
     for _ in range(2):  # trained past the checkpoint, then stopped without saving (a crash): the resume goes back
         run.after_update(trainer.update(False, False), trainer)
         run.report(trainer.counters.global_step)
-    trainer, run = generation(1)
+    trainer, run = one_process_run(spec, restart=1)
     shared, _ = run.load()
     trainer.load_shared(shared)
     run.after_update(trainer.update(False, False), trainer)

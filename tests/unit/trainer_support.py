@@ -1,0 +1,29 @@
+"""The real trainer and its session as a single process runs them (rank 0 of 1, on the CPU), for the unit tests
+that train CartPole for a few updates: test_trainer_best_model.py, test_trainer_eval_while_training.py,
+test_trainer_resume_marker.py and test_boundary_checkpoint.py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import torch
+from kuberl.core import trainerconfig
+from kuberl.core.spec import JobSpec
+from kuberl_trainer import __main__ as entry
+from kuberl_trainer import session
+from kuberl_trainer.distributed import Dist
+
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+# Blocks that make each algorithm learn within a few hundred timesteps of CartPole.
+SMALL_BLOCKS = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 4, "batchSize": 4, "bufferSize": 256}}
+
+
+def one_process_run(spec: JobSpec, restart: int = 0,
+                    log: Callable[[str], None] = lambda _line: None) -> tuple[object, session.TrainingSession]:
+    """The trainer `spec` names (its env, 2 envs, seed 1, its totalTimesteps) and its TrainingSession at
+    generation `restart`, as the trainer's entry point builds them; checkpoints go under KUBERL_FS_ROOT."""
+    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
+    trainer = entry.ALGORITHMS[spec.algorithm].make(ONE_PROCESS, spec.hyperparameters, spec.env.id, 2, {},
+                                                    spec.total_timesteps, 1, restart)
+    return trainer, session.TrainingSession(config, ONE_PROCESS, None, restart, threading.Event(), log=log)
