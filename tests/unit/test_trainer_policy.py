@@ -373,6 +373,18 @@ def test_kuberl_eval_video_holds_a_byte_a_pixel_while_it_plays(tmp_path):
     assert peak - tables < 1.5 * frames * 500 * 500  # one byte a pixel and a frame's work; RGB kept was 3
 
 
+def cartpole_ppo_run(tmp_path):
+    """A kuberl run directory (runs/cartpole-ppo) holding the cartpole-ppo example as its job.yaml, and its
+    checkpoint directory, empty: (run, checkpoint directory)."""
+    run = tmp_path / "runs" / "cartpole-ppo"
+    directory = run / "checkpoints" / "cartpole-ppo-uid"
+    directory.mkdir(parents=True)
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "manifests", "examples", "cartpole-ppo.yaml")
+    with open(example) as f:
+        (run / "job.yaml").write_text(f.read())
+    return run, directory
+
+
 @pytest.mark.parametrize("trained_as, refused", [
     ({"algorithm": "ppo", "env": "CartPole-v1", "normalizeObservation": False}, None),
     (None, None),  # a checkpoint from before trained_as: unchecked, as a resume takes it
@@ -388,12 +400,7 @@ def test_kuberl_eval_refuses_a_checkpoint_trained_on_another_env_than_its_job_ya
     weights scored on CartPole-v1 after an edit, or a normalised policy played on raw observations, as a plain return."""
     from kuberl_trainer import checkpoint
 
-    run = tmp_path / "runs" / "cartpole-ppo"
-    directory = run / "checkpoints" / "cartpole-ppo-uid"
-    directory.mkdir(parents=True)
-    example = os.path.join(os.path.dirname(__file__), "..", "..", "manifests", "examples", "cartpole-ppo.yaml")
-    with open(example) as f:
-        (run / "job.yaml").write_text(f.read())
+    _, directory = cartpole_ppo_run(tmp_path)
     trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
     state = trainer.shared_state() | ({} if trained_as is None else {"trained_as": trained_as})
     path = checkpoint.save(str(directory), 1, state, keep=3)
@@ -417,12 +424,7 @@ def test_kuberl_eval_of_a_run_whose_final_model_is_not_its_jobs_says_what_it_fou
     """`kuberl eval runs/<job>` played whatever final-model.pt lay there on that model's own env: weights left from
     another env or algorithm (an edited job.yaml, a copied file) were scored as the run's, with no word. The run is
     refused naming both; the file itself plays on its own env, with a note."""
-    run = tmp_path / "runs" / "cartpole-ppo"
-    directory = run / "checkpoints" / "cartpole-ppo-uid"
-    directory.mkdir(parents=True)
-    example = os.path.join(os.path.dirname(__file__), "..", "..", "manifests", "examples", "cartpole-ppo.yaml")
-    with open(example) as f:
-        (run / "job.yaml").write_text(f.read())
+    run, directory = cartpole_ppo_run(tmp_path)
     if algorithm == "ppo":
         trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8], normalize_observation=normalised),
                              env_id, 2, {}, 64, seed=1, restart=0)
