@@ -10,10 +10,8 @@ Before the limits, all 50,000 series went into the shared TSDB, as would 5 milli
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 
@@ -28,29 +26,12 @@ from tests.e2e.test_dashboard import (
     scrape_config,
     stop,
 )
+from tests.operator.operatorkit import MetricsPage
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
 HOSTILE_SERIES = 50_000
-
-
-def serve(page: bytes) -> tuple[http.server.ThreadingHTTPServer, int]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(page)))
-            self.end_headers()
-            self.wfile.write(page)
-
-        def log_message(self, *args):
-            pass
-
-    port = free_port()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, port
 
 
 def trainer_pod(name: str, namespace: str, port: int) -> dict:
@@ -89,20 +70,16 @@ def prometheus_scraping(tmp_path, pods: list[tuple[dict, str]], expected_targets
 
 
 @contextlib.contextmanager
-def serving(*pages: bytes) -> Iterator[list[int]]:
-    servers = [serve(page) for page in pages]
-    try:
-        yield [port for _, port in servers]
-    finally:
-        for server, _ in servers:
-            server.shutdown()
-            server.server_close()
+def serving(*pages: str) -> Iterator[list[int]]:
+    """Each page served on a port of its own while in the block: the ports, in order."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(MetricsPage(page)).port for page in pages]
 
 
 def test_a_target_over_the_podmonitors_sample_limit_is_refused_and_its_neighbour_kept(tmp_path):
     assert chart_pod_monitor()["spec"]["sampleLimit"] < HOSTILE_SERIES
-    flood = "".join(f'flood_series{{rltj="flood",n="{i}"}} 1\n' for i in range(HOSTILE_SERIES)).encode()
-    modest = "".join(f'kuberl_trainer_modest_{i}{{rltj="modest",rank="0"}} {i}\n' for i in range(150)).encode()
+    flood = "".join(f'flood_series{{rltj="flood",n="{i}"}} 1\n' for i in range(HOSTILE_SERIES))
+    modest = "".join(f'kuberl_trainer_modest_{i}{{rltj="modest",rank="0"}} {i}\n' for i in range(150))
     with serving(flood, modest) as (flood_port, modest_port):
         pods = [(trainer_pod("flood", "tenant-a", flood_port), "127.0.0.1"), (trainer_pod("modest", "tenant-b", modest_port), "127.0.0.1")]
         with prometheus_scraping(tmp_path, pods, 2) as api:
@@ -118,8 +95,8 @@ def test_an_exporter_cannot_write_series_as_another_job_of_its_namespace(tmp_pat
     """A custom trainer's exporter labelled its series rltj="victim", and the victim job's dashboard and alerts
     (which select by namespace and rltj) showed them: its steps, its returns, a checkpoint-age alert. The job is
     now the pod's kuberl.dev/job label (the operator's), and the page's own rltj is dropped."""
-    victim = b'kuberl_trainer_env_steps_total{rltj="victim",rank="0"} 5\n'
-    spoofer = b'kuberl_trainer_env_steps_total{rltj="victim",rank="0"} 999999\nkuberl_trainer_custom_gauge 1\n'
+    victim = 'kuberl_trainer_env_steps_total{rltj="victim",rank="0"} 5\n'
+    spoofer = 'kuberl_trainer_env_steps_total{rltj="victim",rank="0"} 999999\nkuberl_trainer_custom_gauge 1\n'
     with serving(victim, spoofer) as (victim_port, spoofer_port):
         pods = [(trainer_pod("victim", "team", victim_port), "127.0.0.1"), (trainer_pod("spoofer", "team", spoofer_port), "127.0.0.1")]
         with prometheus_scraping(tmp_path, pods, 2) as api:

@@ -216,14 +216,12 @@ class LocalServer:
         self.server.server_close()
 
 
-class FakeMetrics(LocalServer):
-    """A tiny Prometheus endpoint on 127.0.0.1 standing in for rank 0's exporter."""
+class MetricsPage(LocalServer):
+    """A Prometheus text page served on 127.0.0.1 while in a `with` block: `text`, or what a subclass's `page()`
+    returns at each request (read then, so a test changes it while it is scraped)."""
 
-    def __init__(self, job: str):
-        self.job, self.timesteps, self.success, self.eval_return, self.last_checkpoint = job, 0, 0, 0.0, 0.0
-        self.checkpoints_skipped = 0
-        self.checkpoint_save_seconds = 0.0
-        self.resumed_timesteps: int | None = None  # None: not on the page (rank 0 has not looked yet)
+    def __init__(self, text: str = ''):
+        self.text = text
         kit = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -239,6 +237,20 @@ class FakeMetrics(LocalServer):
                 pass
 
         self.serve(Handler)
+
+    def page(self) -> str:
+        return self.text
+
+
+class FakeMetrics(MetricsPage):
+    """A tiny Prometheus endpoint on 127.0.0.1 standing in for rank 0's exporter."""
+
+    def __init__(self, job: str):
+        self.job, self.timesteps, self.success, self.eval_return, self.last_checkpoint = job, 0, 0, 0.0, 0.0
+        self.checkpoints_skipped = 0
+        self.checkpoint_save_seconds = 0.0
+        self.resumed_timesteps: int | None = None  # None: not on the page (rank 0 has not looked yet)
+        super().__init__()
 
     def page(self) -> str:
         labels = f'rltj="{self.job}",rank="0"'
