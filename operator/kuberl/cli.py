@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -423,26 +424,24 @@ def add_monitoring_pod_labels(p: argparse.ArgumentParser) -> None:
 
 def positive(kind: type) -> Any:
     """An argparse type: a number of `kind` above zero."""
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__} (got {text!r})") from None
-        if not value > 0 or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__} (got {text!r})")
-        return value
-    return parse
+    return _number(kind, lambda value: value > 0 and value != float("inf"), f"a positive {kind.__name__}")
 
 
 def non_negative(kind: type) -> Any:
     """An argparse type: a finite number of `kind`, zero or more."""
+    return _number(kind, lambda value: 0 <= value < float("inf"), f"a {kind.__name__} of 0 or more")
+
+
+def _number(kind: type, accepts: Callable[[Any], bool], expected: str) -> Any:
+    """An argparse type: `kind(text)` where `accepts` takes it (NaN fails any comparison, so never), else
+    'expected <expected> (got ...)'."""
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a {kind.__name__} of 0 or more (got {text!r})") from None
-        if not 0 <= value < float("inf"):
-            raise argparse.ArgumentTypeError(f"expected a {kind.__name__} of 0 or more (got {text!r})")
+            raise argparse.ArgumentTypeError(f"expected {expected} (got {text!r})") from None
+        if not accepts(value):
+            raise argparse.ArgumentTypeError(f"expected {expected} (got {text!r})")
         return value
     return parse
 
