@@ -25,6 +25,7 @@ from kuberl.core.rules import defaulted, parse_spec, validate_job
 from kuberl.core.trainerconfig import load
 from kuberl.core.validation import InvalidJob
 
+from tests.support import patching
 from tests.support.jobs import make_job as job_builder
 
 NAMESPACE = "team-rl"
@@ -409,20 +410,7 @@ def test_an_existing_networkpolicy_is_patched_to_the_desired_form_and_a_right_on
     assert patch == {"spec": {"ingress": desired["spec"]["ingress"]}}
     assert networkpolicy_patch(desired, desired) is None
     assert networkpolicy_patch(old, old) is None
-    assert apply_merge_patch(old, patch)["spec"] == desired["spec"]
-
-
-def apply_merge_patch(target, patch):
-    """RFC 7386's algorithm, as the API server applies application/merge-patch+json."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = apply_merge_patch(result.get(key), value)
-    return result
+    assert patching.merge_patch(old, patch)["spec"] == desired["spec"]
 
 
 def test_merge_patch_removes_keys_the_desired_form_lacks():
@@ -430,7 +418,7 @@ def test_merge_patch_removes_keys_the_desired_form_lacks():
     desired = {"podSelector": {"matchLabels": {"a": "1"}}, "policyTypes": ["Ingress"]}
     patch = merge_patch(existing, desired)
     assert patch == {"podSelector": {"matchLabels": {"stray": None}}, "policyTypes": ["Ingress"]}
-    assert apply_merge_patch(existing, patch) == desired
+    assert patching.merge_patch(existing, patch) == desired
 
 
 # --- frozen config ------------------------------------------------------------
