@@ -182,8 +182,8 @@ def test_adam_takes_torchs_fused_kernel_on_cuda_as_on_cpu(fake):
 
 
 def test_a_gpu_ranks_final_model_is_written_from_host_memory(fake, monkeypatch):
-    """A model trained on a GPU must load on a laptop with a plain torch.load:
-    write_final_model passes the algorithm's tensors through device.on_host."""
+    """A model trained on a GPU must load on a laptop with a plain torch.load: write_model, which writes both
+    final-model.pt and best-model.pt, passes the algorithm's tensors through device.on_host."""
     import types
 
     from kuberl_trainer import session as sessions
@@ -196,10 +196,9 @@ def test_a_gpu_ranks_final_model_is_written_from_host_memory(fake, monkeypatch):
     monkeypatch.setattr(sessions.torch, "save", lambda model, _buffer: saved.append(model))
     monkeypatch.setattr(sessions.checkpoint, "write_on_volume", lambda *_a, **_k: None)
     spec = types.SimpleNamespace(algorithm="dqn", env=types.SimpleNamespace(id="CartPole-v1", kwargs={}))
-    session = types.SimpleNamespace(spec=spec, eval_return=None, final_model="model.pt", volume=lambda: None,
-                                    last_good=None)
+    session = types.SimpleNamespace(spec=spec, volume=lambda: None, last_good=None)
     with fake:
-        sessions.TrainingSession.write_final_model(session, algorithm)
+        sessions.TrainingSession.write_model(session, algorithm, "model.pt", None)
     tensors = [*saved[0]["agent"].values(), saved[0]["obs_norm"]["mean"], saved[0]["pair"][0]]
     assert agent.state_dict()["net.0.bias"].device == CUDA
     assert {t.device for t in tensors} == {torch.device("cpu")}
