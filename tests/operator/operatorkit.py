@@ -197,6 +197,14 @@ def start_gang(standin: StandinServer, name: str, workers: int, generation: int 
     return gang
 
 
+def running_job(standin: StandinServer, rest: Rest, name: str, workers: int) -> list[dict]:
+    """A job of `workers` created, its gang's pods running and the job seen Running: the gang's pods."""
+    create_job(rest, name, workers=workers)
+    gang = start_gang(standin, name, workers)
+    wait_phase(rest, name, 'Running')
+    return gang
+
+
 # --- rank 0's metrics endpoint ------------------------------------------------
 
 class LocalServer:

@@ -13,12 +13,10 @@ from tests.operator.operatorkit import (
     NS,
     TRAINER_IMAGE,
     Operator,
-    create_job,
     pods,
-    start_gang,
+    running_job,
     status,
     wait_for,
-    wait_phase,
 )
 from tests.support import store
 from tests.support.store import timestamp
@@ -38,9 +36,7 @@ def test_an_operator_ahead_of_the_api_server_waits_out_the_grace_period_in_the_s
     assert rest.post('/api/v1/nodes', node).status == 201  # pods deleted from here stay terminating
     op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE).start()
     try:
-        create_job(rest, 'skewed', workers=2)
-        gang = start_gang(standin, 'skewed', 2)
-        wait_phase(rest, 'skewed', 'Running')
+        gang = running_job(standin, rest, 'skewed', 2)
         started = datetime.datetime.fromisoformat(status(rest, 'skewed')['startTime'])
         server_now = store.now()
         assert abs((started - server_now).total_seconds()) < 10, (started, server_now)  # stamped in the server's time

@@ -9,9 +9,9 @@ from tests.operator.operatorkit import (
     TRAINER_IMAGE,
     Operator,
     create_job,
+    running_job,
     start_gang,
     wait_for,
-    wait_phase,
 )
 
 POLICY = ('networking.k8s.io', 'networkpolicies')
@@ -48,9 +48,7 @@ def test_the_policy_admits_the_operators_own_namespace_and_prometheus(standin, r
 def test_a_running_jobs_policy_from_an_operator_in_another_namespace_is_corrected_on_restart(standin, rest, tmp_path):
     first = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE).start()  # defaults: kuberl-system, monitoring
     try:
-        create_job(rest, 'moved', workers=2)
-        start_gang(standin, 'moved', 2)
-        wait_phase(rest, 'moved', 'Running')
+        running_job(standin, rest, 'moved', 2)
         assert scrapers(standin, 'moved') == ['kuberl-system', 'monitoring']
     finally:
         first.stop()

@@ -5,6 +5,7 @@ from tests.operator.operatorkit import (
     Operator,
     create_job,
     pods,
+    running_job,
     start_gang,
     status,
     terminated,
@@ -38,9 +39,7 @@ def test_a_lower_priority_replica_pauses_then_takes_over(standin, rest, tmp_path
     try:
         wait_for(lambda: _priorities(rest) == [5, 10], what='both replicas in the peering object')
         assert 'Resuming operations' not in standby.log(), 'the lower priority starts paused and stays so'
-        create_job(rest, 'shared', workers=2)
-        gang = start_gang(standin, 'shared', 2)
-        wait_phase(rest, 'shared', 'Running')
+        gang = running_job(standin, rest, 'shared', 2)
         assert len(pods(standin, 'shared')) == 2
 
         leader.stop()

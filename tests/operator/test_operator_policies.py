@@ -9,6 +9,7 @@ from tests.operator.operatorkit import (
     job,
     pods,
     running,
+    running_job,
     start_gang,
     status,
     terminated,
@@ -22,9 +23,7 @@ def _uids(standin, name: str) -> set[str]:
 
 
 def test_suspend_deletes_the_pods_keeps_the_service_and_resume_starts_a_new_generation(standin, rest, operator):
-    create_job(rest, 'napper', workers=2)
-    start_gang(standin, 'napper', 2)
-    wait_phase(rest, 'napper', 'Running')
+    running_job(standin, rest, 'napper', 2)
 
     assert rest.patch(f'{JOBS}/napper', {'spec': {'runPolicy': {'suspend': True}}}).status == 200
     suspended = wait_phase(rest, 'napper', 'Suspended')
@@ -44,9 +43,7 @@ def test_suspend_deletes_the_pods_keeps_the_service_and_resume_starts_a_new_gene
 
 
 def test_allowed_edits_do_not_restart_a_healthy_gang_and_immutable_ones_are_refused(standin, rest, operator):
-    create_job(rest, 'steady', workers=2)
-    start_gang(standin, 'steady', 2)
-    wait_phase(rest, 'steady', 'Running')
+    running_job(standin, rest, 'steady', 2)
     before = _uids(standin, 'steady')
 
     edit = {'spec': {'runPolicy': {'activeDeadlineSeconds': 3600, 'ttlSecondsAfterFinished': 600}}}

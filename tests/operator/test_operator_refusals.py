@@ -18,6 +18,7 @@ from tests.operator.operatorkit import (
     events,
     job,
     pods,
+    running_job,
     start_gang,
     status,
     terminated,
@@ -123,9 +124,7 @@ def test_a_template_over_the_pod_security_level_fails_at_once_naming_every_field
     assert 'spec.hostNetwork' in failed['message'] and 'securityContext.privileged' in failed['message'], failed['message']
     wait_for(lambda: warnings(rest, 'escalator', 'PodSecurity'), what='a PodSecurity warning')
     assert not [c for c in standin.calls if c.verb == 'create' and c.resource == 'pods' and c.agent == 'kopf'], 'no pod created'
-    create_job(rest, 'modest', workers=1)
-    start_gang(standin, 'modest', 1)
-    wait_phase(rest, 'modest', 'Running')
+    running_job(standin, rest, 'modest', 1)
 
 
 def test_the_operators_level_and_service_account_allowlist_come_from_its_command_line(standin, rest, tmp_path):

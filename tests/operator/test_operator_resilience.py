@@ -16,6 +16,7 @@ from tests.operator.operatorkit import (
     job,
     manifest,
     pods,
+    running_job,
     start_gang,
     status,
     terminated,
@@ -176,9 +177,7 @@ def test_input_only_the_operator_can_judge_fails_naming_the_field_while_other_jo
     for i, (mutation, _) in enumerate(MUTATIONS):
         reply = rest.post(JOBS, manifest(f'bad-{i}', **mutation))
         assert reply.status == 201, f'the CRD already refuses {mutation}: {reply.body}'
-    create_job(rest, 'fine', workers=2)
-    start_gang(standin, 'fine', 2)
-    wait_phase(rest, 'fine', 'Running')
+    running_job(standin, rest, 'fine', 2)
     for i, (_, path) in enumerate(MUTATIONS):
         failed = wait_phase(rest, f'bad-{i}', 'Failed')
         reason = condition(rest, f'bad-{i}', 'Failed')
@@ -193,9 +192,7 @@ def test_input_only_the_operator_can_judge_fails_naming_the_field_while_other_jo
 
 
 def test_an_edit_that_breaks_a_running_job_fails_it_and_stops_its_gang(standin, rest, operator):
-    create_job(rest, 'edited', workers=2)
-    start_gang(standin, 'edited', 2)
-    wait_phase(rest, 'edited', 'Running')
+    running_job(standin, rest, 'edited', 2)
     assert rest.patch(f'{JOBS}/edited', {'spec': {'labels': {'bad key': 'x'}}}).status == 200
     wait_phase(rest, 'edited', 'Failed')
     assert 'spec.labels.bad key' in condition(rest, 'edited', 'Failed')['message']

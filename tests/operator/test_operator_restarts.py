@@ -11,6 +11,7 @@ from tests.operator.operatorkit import (
     create_job,
     events,
     pods,
+    running_job,
     start_gang,
     status,
     terminated,
@@ -22,9 +23,7 @@ from tests.support.store import timestamp
 
 
 def test_a_crash_restarts_the_whole_gang_with_the_reason_from_the_termination_message(standin, rest, operator):
-    create_job(rest, 'crashy', workers=3)
-    gang = start_gang(standin, 'crashy', 3)
-    wait_phase(rest, 'crashy', 'Running')
+    gang = running_job(standin, rest, 'crashy', 3)
 
     assert rest.delete(f'/api/v1/namespaces/{NS}/services/crashy').status == 200  # removed by hand
     terminated(standin, gang[1], 1, 'Crashed: RuntimeError: NaN in the policy loss at update 7')
@@ -147,9 +146,7 @@ def test_pods_stuck_terminating_on_a_lost_node_are_force_deleted_and_recorded(st
     node = {'apiVersion': 'v1', 'kind': 'Node', 'metadata': {'name': 'local-node'},
             'status': {'conditions': [{'type': 'Ready', 'status': 'Unknown', 'reason': 'NodeStatusUnknown', 'lastTransitionTime': timestamp()}]}}
     assert rest.post('/api/v1/nodes', node).status == 201
-    create_job(rest, 'stranded', workers=2)
-    gang = start_gang(standin, 'stranded', 2)
-    wait_phase(rest, 'stranded', 'Running')
+    gang = running_job(standin, rest, 'stranded', 2)
     assert rest.delete(f'/api/v1/namespaces/{NS}/pods/{gang[1]["metadata"]["name"]}').status == 200
     wait_for(lambda: status(rest, 'stranded').get('generation') == 1 and all(p['metadata'].get('deletionTimestamp') for p in pods(standin, 'stranded', 0)),
              what='the old gang to be deleted and stuck')
@@ -189,9 +186,7 @@ def test_a_gang_restarted_after_an_operator_upgrade_runs_the_trainer_defaults_it
 
     old = operator('0.1.0', 'registry.test/kuberl/trainer:0.1.0', '1')
     try:
-        create_job(rest, 'long-run', workers=2)
-        gang = start_gang(standin, 'long-run', 2)
-        wait_phase(rest, 'long-run', 'Running')
+        gang = running_job(standin, rest, 'long-run', 2)
         assert images_and_cpu(gang) == {('registry.test/kuberl/trainer:0.1.0', '1', '0-1-0')}
     finally:
         old.stop()
@@ -211,9 +206,7 @@ def test_a_gang_restarted_after_an_operator_upgrade_runs_the_trainer_defaults_it
 
 def test_a_full_checkpoint_volume_restarts_the_gang_under_its_own_reason(standin, rest, operator):
     """A platform team tells a volume to expand from a crash: the restart history, the Event and the metric say so."""
-    create_job(rest, 'full', workers=2)
-    gang = start_gang(standin, 'full', 2)
-    wait_phase(rest, 'full', 'Running')
+    gang = running_job(standin, rest, 'full', 2)
     terminated(standin, gang[0], 1, 'CheckpointVolumeFull: [Errno 28] the checkpoint volume (claim full-checkpoints of'
                                     ' spec.checkpoint.size 1Gi at /checkpoints) is full: one checkpoint needs 1200 bytes')
     restarted = wait_for(lambda: status(rest, 'full').get('restarts') == 1 and status(rest, 'full'), what='one counted restart')

@@ -21,6 +21,7 @@ from tests.operator.operatorkit import (
     job,
     manifest,
     pods,
+    running_job,
     start_gang,
     status,
     terminated,
@@ -183,9 +184,7 @@ def test_a_tenant_patching_one_pod_in_a_loop_does_not_make_the_operator_relist_t
     create_job(rest, 'fidget', workers=64)
     start_gang(standin, 'fidget', 64)
     wait_phase(rest, 'fidget', 'Running', timeout=60)
-    create_job(rest, 'steady', workers=2)
-    gang = start_gang(standin, 'steady', 2)
-    wait_phase(rest, 'steady', 'Running')
+    gang = running_job(standin, rest, 'steady', 2)
     stop, patches = threading.Event(), [0]
 
     def fidget():
@@ -230,9 +229,7 @@ def test_a_template_annotation_key_the_api_server_refuses_fails_the_job_before_a
 def test_a_worker_relabelled_by_its_tenant_is_replaced_and_the_job_keeps_being_reconciled(standin, rest, operator):
     """`kubectl label pod <job>-1 kuberl.dev/rank=abc --overwrite`: the job's status froze at Running while
     the daemon failed every 5 s (int('abc')). Now that pod is nobody's worker: deleted, and the gang restarts."""
-    create_job(rest, 'relabelled', workers=2)
-    start_gang(standin, 'relabelled', 2)
-    wait_phase(rest, 'relabelled', 'Running')
+    running_job(standin, rest, 'relabelled', 2)
     assert rest.patch(f'{PODS}/relabelled-1', {'metadata': {'labels': {names.LABEL_RANK: 'abc'}}}).status == 200
     wait_for(lambda: status(rest, 'relabelled').get('generation') == 1, what='a new gang')
     start_gang(standin, 'relabelled', 2, generation=1)
@@ -244,9 +241,7 @@ def test_a_worker_whose_job_label_its_tenant_removed_is_deleted_with_its_gang_no
     """The pods are listed by kuberl.dev/job: a pod without it was never seen again, so it kept running
     beside the next gang and its name blocked that gang ('of an older generation is still terminating'
     every second, forever). The stand-in also sent its DELETED watch event without the label."""
-    create_job(rest, 'unlabelled', workers=2)
-    start_gang(standin, 'unlabelled', 2)
-    wait_phase(rest, 'unlabelled', 'Running')
+    running_job(standin, rest, 'unlabelled', 2)
     old = rest.get(f'{PODS}/unlabelled-1').body['metadata']['uid']
     assert rest.patch(f'{PODS}/unlabelled-1', {'metadata': {'labels': {names.LABEL_JOB: None}}}).status == 200
     start_gang(standin, 'unlabelled', 2, generation=1)
@@ -271,9 +266,7 @@ def test_a_job_edited_in_a_loop_keeps_up_quietly_and_its_gang_is_not_restarted(s
     """Each edit landing between the loop's read and its status write is a 409: it was raised to kopf,
     logged as an ERROR ('Daemon reconcile failed temporarily') and the daemon restarted, ~11 lines a
     second in the log every tenant's operator shares. Now it is read again quietly."""
-    create_job(rest, 'edited', workers=2)
-    start_gang(standin, 'edited', 2)
-    wait_phase(rest, 'edited', 'Running')
+    running_job(standin, rest, 'edited', 2)
     stop, edits = threading.Event(), [0]
 
     def edit():
@@ -313,9 +306,7 @@ def test_a_crash_during_a_tenants_edit_loop_is_judged_again_after_each_conflict_
     kept within 40 generations of the spec (about 2 s of edits), and the last edit observed once they stop. Measured here (the stand-in
     takes an edit in about 70 ms, the operator's read, judgement and write take longer): 88-109 edits met 28-29
     conflicts for 4-13 status writes landed, each write landing after 2 to 7 reads and judgements."""
-    create_job(rest, 'contested', workers=2)
-    gang = start_gang(standin, 'contested', 2)
-    wait_phase(rest, 'contested', 'Running')
+    gang = running_job(standin, rest, 'contested', 2)
     stop, edits = threading.Event(), [0]
 
     def edit():

@@ -4,18 +4,15 @@ job said nothing. The API server admits such a status: the CRD types only the st
 timestamp is any string there; apiextensions checks `format` only where the schema sets one)."""
 from tests.operator.operatorkit import (
     JOBS,
-    create_job,
     pods,
-    start_gang,
+    running_job,
     terminated,
     wait_phase,
 )
 
 
 def test_a_job_whose_status_holds_unreadable_times_is_reconciled_and_its_status_mended(standin, rest, operator):
-    create_job(rest, 'mended', workers=2)
-    gang = start_gang(standin, 'mended', 2)
-    wait_phase(rest, 'mended', 'Running')
+    gang = running_job(standin, rest, 'mended', 2)
     patched = rest.patch(f'{JOBS}/mended/status', {'status': {'gangRunningTime': 'garbage', 'startTime': 'last week',
                                                              'rank0Progress': {'changedTime': 'x'}}})
     assert patched.status == 200, patched.body
