@@ -327,7 +327,7 @@ def test_a_template_blank_is_found_in_one_pass_over_a_long_value(value):
 
     from kuberl.tools.documents import template_blank
 
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a loaded CI machine stretches the wall clock, not this
     found = template_blank({"spec": {"image": value}})
-    assert time.perf_counter() - start < 2
+    assert time.process_time() - start < 2
     assert (found is not None) == ("}}" in value[value.find("{{") + 2:] if "{{" in value else False)

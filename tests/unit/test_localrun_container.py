@@ -126,9 +126,9 @@ def test_a_long_chain_of_assignments_or_dashes_is_read_in_one_pass(tmp_path):
     60,000 dashes took 4.5 s of backtracking before the pod started (a 1 MiB one, hours)."""
     container = {"command": ["python", "a=" * 3000 + "/app/x", "-" * 200_000, "--k=v=/app/y"],
                  "volumeMounts": [{"name": "code", "mountPath": "/app"}]}
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a loaded CI machine stretches the wall clock, not this
     argv = launch(pod_with(container), str(tmp_path), {}).argv
-    assert time.perf_counter() - start < 2
+    assert time.process_time() - start < 2
     assert argv[1:] == ["a=" * 3000 + f"{tmp_path}/app/x", "-" * 200_000, f"--k=v={tmp_path}/app/y"]
 
 
@@ -136,9 +136,9 @@ def test_a_chain_of_assignments_as_long_as_a_job_file_holds_is_read_in_linear_ti
     """The loop that read `a=a=…` copied the rest of the argument at each `=`: 300,000 of them (600 KB, less than
     the 1.5 MiB a job file may hold) took 6 s before the pod started, 750,000 about 40 s."""
     container = {"command": ["python", "a=" * 300_000 + "/app/x"], "volumeMounts": [{"name": "code", "mountPath": "/app"}]}
-    start = time.perf_counter()
+    start = time.process_time()
     argv = launch(pod_with(container), str(tmp_path), {}).argv
-    assert time.perf_counter() - start < 1
+    assert time.process_time() - start < 1
     assert argv[1] == "a=" * 300_000 + f"{tmp_path}/app/x"
 
 

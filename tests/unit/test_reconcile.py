@@ -157,9 +157,9 @@ def test_classifying_a_long_refusal_takes_linear_time():
     300 KB repeating the start of a webhook's or a policy's denial, never finished, took 3 s each."""
     for bait in ('admission webhook "', "ValidatingAdmissionPolicy '"):
         message = 'Pod "job-0" is invalid: ' + bait * 12000
-        started = time.perf_counter()
+        started = time.process_time()  # CPU time: a loaded CI machine stretches the wall clock, not this
         assert jobstatus.child_refusal(422, message).reason == lifecycle.REASON_INVALID_CHILD
-        assert time.perf_counter() - started < 0.5
+        assert time.process_time() - started < 0.5
 
 
 def test_rbac_refusing_the_operator_is_said_on_the_job_and_retried_without_end():
