@@ -108,7 +108,7 @@ def test_the_failover_time_is_the_peering_lifetime(standin, rest, tmp_path):
         wait_for(lambda: 'Resuming operations after the pause' in standby.log(), timeout=lifetime + 15,
                  what='the standby to take over')
         took = time.monotonic() - killed
-        assert took <= lifetime + 3, took
+        assert took <= lifetime + 8, took  # within one lifetime and a loaded machine's slack, not two lifetimes
         print(f'failover after a killed leader: {took:.1f}s with --peering-lifetime {lifetime}')
         create_job(rest, 'after-failover', workers=1)
         wait_for(lambda: pods(standin, 'after-failover'), what='the standby to create pods')

@@ -96,5 +96,6 @@ def test_sigterm_ends_an_operator_with_a_running_job_at_once_and_cleanly(standin
         took = time.monotonic() - signalled
     finally:
         operator.kill()
-    assert code == 0 and took < 5, (code, took, operator.log()[-3000:])
+    # under half the 20 s backstop (SHUTDOWN_TIMEOUT_SECONDS): a hang would meet it; a loaded CI machine stretches ~1 s
+    assert code == 0 and took < 10, (code, took, operator.log()[-3000:])
     assert 'did not stop within' not in operator.log()

@@ -203,7 +203,8 @@ def test_a_tenant_patching_one_pod_in_a_loop_does_not_make_the_operator_relist_t
         started = time.monotonic()
         terminated(standin, gang[1], 1, 'Crashed: boom')
         wait_for(lambda: status(rest, 'steady').get('generation') == 1, what='the neighbour to restart its gang')
-        assert time.monotonic() - started < 5, 'a neighbour is still served at once'
+        # a starved neighbour waited past wait_for's 20 s; 10 s leaves a loaded CI machine (the patch loop beside) room
+        assert time.monotonic() - started < 10, 'a neighbour is still served at once'
     finally:
         stop.set()
         patcher.join()
