@@ -154,7 +154,9 @@ def test_the_request_budget_lets_a_burst_through_and_paces_the_rest(standin, mon
     (took, created), metrics = run_api(monkeypatch, standin.kubeconfig, calls)
     throttled = metrics.api_throttled._value.get()
     assert created == 9 and took >= 0.29
-    assert 0.9 <= throttled <= 1.05 + 1e-9  # 0.05 + 0.10 + ... + 0.30, less what refilled while the nine were asked
+    # 0.05 + 0.10 + ... + 0.30 = 1.05, less what refilled while the nine were asked; a loaded machine's sleeps overrun
+    # their due time (1.09 seen in CI), so the top allows 0.3 s of that, far below a wait counted twice (2.1)
+    assert 0.9 <= throttled <= 1.35, throttled
 
     async def unbudgeted(api):
         await asyncio.gather(*(api.create({**POD, 'metadata': {**POD['metadata'], 'name': f'u{i}'}}) for i in range(9)))
