@@ -190,6 +190,7 @@ def test_nccls_watchdog_is_read_as_a_lost_peer_naming_the_collective_and_its_tim
     assert said.startswith("NCCL's watchdog took rank 1 down (SIGABRT): its ALLREDUCE (collective #4180) waited 120.0 s,"
                            " past its process group's timeout of 120 s, for a peer that never joined it")
     assert "runPolicy.collectiveTimeoutSeconds" in said
+    assert "its collective waited" in rootcause.describe_watchdog(rootcause.WatchdogAbort(1, ran_ms=5))
     pod = lc.observed_pod(terminated_pod(1, 134, watchdog_log()[-LOG_TAIL_BYTES:]))  # what a kubelet keeps
     assert pod.reason == lc.REASON_PEER_LOST and pod.message.startswith("NCCL's watchdog took"), pod
     assert rootcause.nccl_watchdog("Traceback (most recent call last):\nValueError: boom") is None

@@ -155,7 +155,7 @@ def describe_watchdog(abort: WatchdogAbort) -> str:
     if abort.rank is None:
         return ("NCCL's watchdog took this rank down (SIGABRT): a collective timed out or NCCL failed, waiting on a peer"
                 " (what it caught is above the log's end: kubectl logs POD | grep -m1 -e 'Watchdog caught' -e 'NCCL error')")
-    op = safetext.one_line(abort.op or "a collective")
+    op = safetext.one_line(abort.op) if abort.op else "collective"
     seq = f" (collective #{safetext.one_line(abort.seq)})" if abort.seq else ""
     waited = f" waited {abort.ran_ms / 1000:.1f} s" if abort.ran_ms is not None else " waited"
     limit = f" of {abort.timeout_ms / 1000:g} s" if abort.timeout_ms is not None else ""
@@ -171,7 +171,8 @@ MAX_RANKS_REMEMBERED = 256  # a pod runs at most names.MAX_PROCS_PER_WORKER rank
 def remember(line: str, last: dict[int, str]) -> None:
     """Keep `line` as its rank's last `[rankN]:` line, and an unprefixed exception line under -1 (the local
     node's log reader calls this per line)."""
-    if _WATCHDOG.search(line):
+    at = line.rfind("Watchdog caught")  # the line's last one alone: kuberl run reads every line, whatever it says
+    if at >= 0 and _WATCHDOG.search(line[max(0, at - 16):at + 600]):
         last[_WATCHDOG_KEY] = line[:LINE_LIMIT * 4]
         return
     if _LAUNCHER_REPORT in line:
