@@ -87,14 +87,18 @@ def env_problems(spec: JobSpec) -> tuple[list[Problem], list[str]]:
     """What making the job's env here tells (kwargs it refuses, spaces its algorithm cannot learn on), where
     gymnasium is installed here (`envspaces.env_problem`), and what reading a "module:Class" env's module tells
     (`envclass`: a class it lacks; a note where it cannot tell); the trainer says the same at start, after the
-    pods. Returns (problems, notes)."""
+    pods. A success.targetReturn above what the env can return is a note too (envspaces.target_ceiling_problem).
+    Returns (problems, notes)."""
     if registered_env_ids() is None:
         return [], []
     from .core.envclass import job_class_check
-    from .core.envspaces import job_env_problems
+    from .core.envspaces import job_env_problems, target_ceiling_problem
 
     problems, notes = job_class_check(spec, os.getcwd(), sys.path, sys.builtin_module_names)
-    return problems + job_env_problems(spec, notes), notes
+    problems += job_env_problems(spec, notes)
+    if unreachable := target_ceiling_problem(spec):  # a warning: a reward wrapper of the user's own changes it
+        notes.append(str(unreachable))
+    return problems, notes
 
 
 def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:

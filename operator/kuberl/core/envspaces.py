@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from . import atarikwargs, torsos
+from . import atarikwargs, returnceiling, torsos
 from .installhint import with_this_pip
 from .torsos import MIN_SIDE
 from .validation import Problem
@@ -193,3 +193,16 @@ def job_env_problems(spec: Any, notes: list[str] | None = None) -> list[Problem]
     problem = env_problem(spec.env.id, dict(spec.env.kwargs), spec.algorithm, spec.env.backend,
                           getattr(options, "policy", "auto"), getattr(options, "normalize_observation", False), notes)
     return [problem] if problem else []
+
+
+def target_ceiling_problem(spec: Any) -> Problem | None:
+    """A warning (returnceiling.target_problem) when a parsed job's success.targetReturn is above what its
+    registered env can return, its entry point and step limit read from gymnasium's registry here; None for
+    trainer: custom, a "module:Class" env, an id not registered here, or an env whose rewards are not known."""
+    if spec.trainer != "kuberl" or spec.success.target_return is None:
+        return None
+    registered = gym.registry.get(spec.env.id)
+    if registered is None or not isinstance(registered.entry_point, str):
+        return None
+    ceiling = returnceiling.return_ceiling(registered.entry_point, registered.max_episode_steps, dict(spec.env.kwargs))
+    return returnceiling.target_problem(spec.success.target_return, spec.env.id, ceiling)

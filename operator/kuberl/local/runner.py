@@ -1206,6 +1206,7 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
         check_overrides(args.set, spec_of.get("algorithm") if isinstance(spec_of, Mapping) else None)
         document = apply_overrides(document, args.workers, args.set)
         spec = checked_job(document, env_ids)
+        warnings = [f"{p}{from_flag(p, args, file_document)}" for p in target_warnings(spec, env_ids)]
     except LocalRunError as e:
         print(f"kuberl run: {e}", file=sys.stderr)
         return EXIT_CANNOT_RUN
@@ -1223,6 +1224,8 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
         for warning in podschema.unknown_fields(podschema.template_of(document)):  # `comand:`: why "needs a command"
             print(f"{args.file}: warning: {safetext.one_line(warning)}", file=sys.stderr)
         return 1
+    for warning in warnings:  # as kuberl validate warns, before anything is decided about the run
+        say(f"warning: {warning}")
     job = Job(document["metadata"]["name"], spec)
     if layout := job_path_problems(job):  # before a run directory is chosen: what `kuberl validate` warned of
         for problem in layout:
@@ -1266,6 +1269,17 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
             print(f"kuberl run: --dir {args.dir}: cannot keep the run in {run_dir}: {e.strerror or e}", file=sys.stderr)
             return EXIT_CANNOT_RUN
         return _run_held(args, job, spec, run_dir, configmaps)
+
+
+def target_warnings(spec: JobSpec, env_ids: Collection[str] | None) -> list[Problem]:
+    """A success.targetReturn above what the job's env can return, where gymnasium is here (`env_ids`) to tell
+    its registered env (envspaces.target_ceiling_problem): `kuberl validate` warns the same."""
+    if env_ids is None:
+        return []
+    from ..core.envspaces import target_ceiling_problem
+
+    unreachable = target_ceiling_problem(spec)
+    return [unreachable] if unreachable else []
 
 
 def crowded_note(spec: JobSpec, cores: int) -> str | None:
