@@ -69,6 +69,14 @@ def conflict(rtype: ResourceType, name: str, why: str) -> ApiError:
                     {'name': name, 'group': rtype.group, 'kind': rtype.plural})
 
 
+# A guarded write (an update or patch whose object carries metadata.resourceVersion) on a stale version: the registry's
+# Update (staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go, inside Storage.GuaranteedUpdate) answers
+# apierrors.NewConflict(qualifiedResource, name, fmt.Errorf(OptimisticLockErrorMsg)); NewConflict (staging/src/k8s.io/
+# apimachinery/pkg/api/errors/errors.go) makes it 409, reason Conflict, details {group, kind: the resource, name}, and
+# "Operation cannot be fulfilled on %s %q: %v" with the request's resource, without its subresource (RequestInfo.Resource).
+OPTIMISTIC_LOCK = 'the object has been modified; please apply your changes to the latest version and try again'
+
+
 def invalid(rtype: ResourceType, name: str, errors: list[FieldError]) -> ApiError:
     listed = '; '.join(str(e) for e in errors) if len(errors) == 1 else '[' + ', '.join(str(e) for e in errors) + ']'
     return ApiError(422, 'Invalid', f'{rtype.kind_qualified} "{name}" is invalid: {listed}',
@@ -118,6 +126,10 @@ class Hooks:
     unschedulable: list[list[LabelRequirement]] = field(default_factory=list)
     image_pull_failure: list[list[LabelRequirement]] = field(default_factory=list)
     admission: list[Callable[[ResourceType, dict], None]] = field(default_factory=list)
+    # The next N guarded writes (update or patch carrying metadata.resourceVersion, /status included) of the object
+    # (plural, namespace, name) are refused as if another writer's write had landed between the writer's read and its
+    # write: the real server's 409 Conflict (OPTIMISTIC_LOCK), nothing stored. Unguarded writes pass and count nothing.
+    conflicts: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
     @staticmethod
     def matches(selectors: list[list[LabelRequirement]], pod: dict) -> bool:
@@ -516,8 +528,7 @@ class Store:
             if not version and not rtype.unconditional_update:
                 raise invalid(rtype, name, [FieldError('FieldValueInvalid', 'metadata.resourceVersion',
                                                        'must be specified for an update', '0x0')])
-            if version and version != old['metadata']['resourceVersion']:
-                raise conflict(rtype, name, 'the object has been modified; please apply your changes to the latest version and try again')
+            self._guard(rtype, namespace, name, version, old)
             return self._write(rtype, old, clone(body), subresource, dry_run, field_validation)
 
     def patch(self, rtype: ResourceType, namespace: str | None, name: str, content_type: str, patch: object, *,
@@ -544,10 +555,20 @@ class Store:
             if not isinstance(new, dict):
                 raise bad_request('the patch did not produce an object')
             patched_version = (patch.get('metadata') or {}).get('resourceVersion') if isinstance(patch, dict) else None
-            if patched_version and patched_version != old['metadata']['resourceVersion']:
-                raise conflict(rtype, name, 'the object has been modified; please apply your changes to the latest version and try again')
+            self._guard(rtype, namespace, name, patched_version, old)
             new.setdefault('metadata', {})['resourceVersion'] = old['metadata']['resourceVersion']
             return self._write(rtype, old, new, subresource, dry_run, field_validation)
+
+    def _guard(self, rtype: ResourceType, namespace: str | None, name: str, version: str | None, old: dict) -> None:
+        """A write carrying a resourceVersion lands only on that version (and not while hooks.conflicts contests it)."""
+        if not version:
+            return
+        contested = (rtype.plural, (namespace or '') if rtype.namespaced else '', name)
+        if self.hooks.conflicts.get(contested, 0) > 0:
+            self.hooks.conflicts[contested] -= 1
+            raise conflict(rtype, name, OPTIMISTIC_LOCK)
+        if version != old['metadata']['resourceVersion']:
+            raise conflict(rtype, name, OPTIMISTIC_LOCK)
 
     def _existing(self, rtype: ResourceType, namespace: str | None, name: str) -> dict:
         obj = self.objects[rtype.key].get(((namespace or '') if rtype.namespaced else '', name))
@@ -633,7 +654,7 @@ class Store:
                 raise conflict(rtype, name, f'Precondition failed: UID in precondition: {preconditions["uid"]}, '
                                f'UID in object meta: {obj["metadata"]["uid"]}')
             if preconditions.get('resourceVersion') and preconditions['resourceVersion'] != obj['metadata']['resourceVersion']:
-                raise conflict(rtype, name, 'the object has been modified; please apply your changes to the latest version and try again')
+                raise conflict(rtype, name, OPTIMISTIC_LOCK)
             if rtype.key == CRDS and not obj['metadata'].get('deletionTimestamp'):
                 return self._terminate_crd(obj, dry_run)
             if dry_run:

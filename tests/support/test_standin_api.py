@@ -99,6 +99,27 @@ def test_stale_resource_version_update_is_409(rest):
     assert rest.get(f'{CONFIGMAPS}/c').body['data'] == {'a': '2'}
 
 
+def test_a_contested_object_refuses_its_next_guarded_writes_as_the_api_server_refuses_a_stale_one(rest, standin):
+    """hooks.conflicts: the next N writes carrying a resourceVersion (a status patch, a PUT) of that object meet the
+    same 409 a stale resourceVersion meets (store.OPTIMISTIC_LOCK cites the source), nothing stored; a write
+    without one passes uncounted, and the one after the N lands."""
+    job = rest.post(JOBS, make_job('j').obj()).body
+    standin.store.hooks.conflicts[('rltrainingjobs', 'default', 'j')] = 2
+    guarded = {'metadata': {'resourceVersion': job['metadata']['resourceVersion']}, 'status': {'phase': 'Running'}}
+    refused = rest.patch(f'{JOBS}/j/status', guarded)
+    assert refused.status == 409 and refused.body == {
+        'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure', 'reason': 'Conflict', 'code': 409,
+        'message': 'Operation cannot be fulfilled on rltrainingjobs.kuberl.dev "j": the object has been modified; '
+                   'please apply your changes to the latest version and try again',
+        'details': {'name': 'j', 'group': 'kuberl.dev', 'kind': 'rltrainingjobs'}}, refused.body
+    assert rest.patch(f'{JOBS}/j', {'metadata': {'labels': {'edited': 'yes'}}}).status == 200  # unguarded: not counted
+    job = rest.get(f'{JOBS}/j').body
+    assert rest.put(f'{JOBS}/j', job).status == 409 and 'status' not in rest.get(f'{JOBS}/j').body
+    assert standin.store.hooks.conflicts[('rltrainingjobs', 'default', 'j')] == 0
+    guarded['metadata']['resourceVersion'] = job['metadata']['resourceVersion']
+    assert rest.patch(f'{JOBS}/j/status', guarded).body['status'] == {'phase': 'Running'}
+
+
 def test_custom_resource_put_needs_a_resource_version(rest):
     created = rest.post(JOBS, make_job('j').obj()).body
     del created['metadata']['resourceVersion']
