@@ -235,7 +235,13 @@ def loopback_fields(name: str, spec: Any) -> list[str]:
 def cmd_render(args: argparse.Namespace) -> int:
     """Print every child object like `helm template`; the uid is a placeholder
     (all zeros) because only the API server assigns one."""
-    from .core.render import DEFAULT_IMAGE, PLACEHOLDER_UID, Job, render_job
+    from .core.render import (
+        DEFAULT_IMAGE,
+        PLACEHOLDER_UID,
+        Job,
+        render_job,
+        render_podgroup,
+    )
 
     class BlockDumper(yamlwriter.ReadableDumper):
         """Multi-line strings (config.json) as readable `|` blocks; letters as written."""
@@ -257,7 +263,8 @@ def cmd_render(args: argparse.Namespace) -> int:
                              monitoring_pod_labels=args.monitoring_pod_labels, operator_pod_labels=args.operator_pod_labels)
         defaults = args.pod_defaults or poddefaults.NONE  # as the operator lays them under a new job's pods
         objects = [poddefaults.apply(o, defaults) if o["kind"] == "Pod" else
-                   poddefaults.apply_to_podgroup(o, defaults) if o["kind"] == "PodGroup" else o for o in objects]
+                   render_podgroup(Job(name, spec), namespace, defaults.priority_class_name) if o["kind"] == "PodGroup"
+                   else o for o in objects]
         if getattr(args, "output", "yaml") == "json":
             args.collected.extend(objects)  # one List for every file: for_each_file prints it
             continue

@@ -119,14 +119,34 @@ def test_the_operator_reads_them_from_its_environment_and_stops_on_bad_ones(monk
         operator_config(build_parser().parse_args(["operator"]))
 
 
-def test_a_volcano_podgroup_takes_the_default_priority_class_where_the_job_sets_none():
-    def group(**spec):
-        return render_podgroup(make_job("cartpole").with_spec(schedulerName="volcano", **spec).obj(), "team-a")
+PRIORITY_SOURCES = {  # where a job may name its pods' PriorityClass, each alone and with the others
+    "spec": {"priorityClassName": "urgent"},
+    "template": {"template": {"spec": {"priorityClassName": "from-template"}}},
+    "spec-and-template": {"priorityClassName": "urgent", "template": {"spec": {"priorityClassName": "from-template"}}},
+    "template-empties-it": {"priorityClassName": "urgent", "template": {"spec": {"priorityClassName": ""}}},
+    "template-nulls-it": {"priorityClassName": "urgent", "template": {"spec": {"priorityClassName": None}}},
+    "none": {},
+}
 
-    assert poddefaults.apply_to_podgroup(group(), DEFAULTS)["spec"]["priorityClassName"] == "ml-batch"
-    assert poddefaults.apply_to_podgroup(group(priorityClassName="urgent"), DEFAULTS)["spec"]["priorityClassName"] == "urgent"
-    assert "priorityClassName" not in poddefaults.apply_to_podgroup(group(), poddefaults.NONE)["spec"]
-    untouched = group()
-    poddefaults.apply_to_podgroup(untouched, DEFAULTS)
-    assert "priorityClassName" not in untouched["spec"]
-    assert poddefaults.apply_to_podgroup(None, DEFAULTS) is None  # no gang scheduler, no PodGroup
+
+@pytest.mark.parametrize("defaults", [DEFAULTS, poddefaults.NONE], ids=["platform-default", "no-default"])
+@pytest.mark.parametrize("source", PRIORITY_SOURCES, ids=list(PRIORITY_SOURCES))
+def test_a_volcano_podgroup_states_the_priority_class_its_pods_get(source, defaults):
+    """Volcano orders its queue by the PodGroup's priorityClassName: a group without its pods' class waits
+    behind the jobs those pods would preempt, and one with another class jumps a queue they do not. The pods'
+    class (template over spec, the platform's default under both) and the group's come from one function."""
+    job = make_job("cartpole").with_spec(schedulerName="volcano", **copy.deepcopy(PRIORITY_SOURCES[source])).obj()
+    pods = [poddefaults.apply(p, defaults) for p in render_pods(job, "team-a", "uid-1", [0, 1])]
+    group = render_podgroup(job, "team-a", defaults.priority_class_name)
+    expected = {"spec": "urgent", "template": "from-template", "spec-and-template": "from-template"}.get(
+        source, defaults.priority_class_name)
+    assert [p["spec"].get("priorityClassName") for p in pods] == [expected, expected]
+    assert group["spec"].get("priorityClassName") == expected
+
+
+def test_only_volcanos_podgroup_states_a_priority_class():
+    """scheduler-plugins' PodGroupSpec has no priority field (apis/scheduling/v1alpha1/types.go), and no PodGroup is
+    made for any other scheduler."""
+    job = make_job("cartpole").with_spec(schedulerName="scheduler-plugins-scheduler", priorityClassName="urgent").obj()
+    assert "priorityClassName" not in render_podgroup(job, "team-a", "ml-batch")["spec"]
+    assert render_podgroup(make_job("cartpole").with_spec(priorityClassName="urgent").obj(), "team-a", "ml-batch") is None

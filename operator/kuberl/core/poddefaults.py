@@ -139,24 +139,11 @@ def apply(pod: Mapping, defaults: PodDefaults) -> dict:
         added = [dict(t) for t in defaults.tolerations if (t.get("key") or "") not in taken]
         if added:
             spec["tolerations"] = [*(spec.get("tolerations") or []), *added]
-    if defaults.priority_class_name and not spec.get("priorityClassName"):
+    if defaults.priority_class_name and not spec.get("priorityClassName"):  # render.priority_class_name's rule
         spec["priorityClassName"] = defaults.priority_class_name
     if defaults.env:
         for container in spec["containers"]:
             if container["name"] == names.TRAINER_CONTAINER:
                 present = {e.get("name") for e in container.get("env") or []}
                 container["env"] = [*(container.get("env") or []), *(dict(e) for e in defaults.env if e["name"] not in present)]
-    return out
-
-
-def apply_to_podgroup(podgroup: Mapping | None, defaults: PodDefaults) -> dict | None:
-    """A Volcano PodGroup takes the default priorityClassName where the job sets none, as its pods do: Volcano
-    orders its queue by the group's priority, and a group without one would wait behind the same jobs its pods
-    preempt. None (no PodGroup) stays None; `podgroup` is not changed."""
-    if podgroup is None:
-        return None
-    out = json.loads(json.dumps(podgroup))
-    if (defaults.priority_class_name and out["apiVersion"].startswith("scheduling.volcano.sh/")
-            and not out["spec"].get("priorityClassName")):
-        out["spec"]["priorityClassName"] = defaults.priority_class_name
     return out

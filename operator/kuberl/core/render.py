@@ -384,16 +384,31 @@ def networkpolicy_patch(existing: Mapping, desired: Mapping) -> dict | None:
     return patch or None
 
 
-def render_podgroup(job: Mapping | Job, namespace: str) -> dict | None:
+def priority_class_name(spec: JobSpec, default: str | None = None) -> str | None:
+    """The PriorityClass the job's pods get, which its Volcano PodGroup states too: spec.template.spec's where
+    the template names the field (merged over the rendered pod, it wins; empty or null names none), else
+    spec.priorityClassName; where neither names one, `default`, the platform's (trainer.podDefaults, which
+    poddefaults.apply lays under a pod that has none). None: no class (the cluster's global default, or 0)."""
+    template_spec = (spec.template or {}).get("spec")
+    if isinstance(template_spec, dict) and "priorityClassName" in template_spec:
+        own = template_spec["priorityClassName"]
+    else:
+        own = spec.priority_class_name
+    return own if isinstance(own, str) and own else default
+
+
+def render_podgroup(job: Mapping | Job, namespace: str, default_priority_class: str | None = None) -> dict | None:
     """The PodGroup Volcano or scheduler-plugins' coscheduling needs to start
-    the gang all at once; None for any other scheduler (Kueue uses pod labels)."""
+    the gang all at once; None for any other scheduler (Kueue uses pod labels).
+    `default_priority_class`: the platform's (trainer.podDefaults.priorityClassName), for a job whose pods
+    name none: Volcano orders its queue by the group's priority, so the group states its pods' own."""
     j = as_job(job)
     scheduler = j.spec.scheduler_name
     metadata = _metadata(names.podgroup_name(j.name), namespace, job_labels(j.name, "gang"))
     if scheduler in VOLCANO_SCHEDULERS:
         spec: dict[str, Any] = {"minMember": j.spec.workers}
-        if j.spec.priority_class_name:
-            spec["priorityClassName"] = j.spec.priority_class_name
+        if priority := priority_class_name(j.spec, default_priority_class):
+            spec["priorityClassName"] = priority
         template_metadata = (j.spec.template or {}).get("metadata")
         annotations = template_metadata.get("annotations") if isinstance(template_metadata, dict) else None
         queue = annotations.get(names.VOLCANO_QUEUE_NAME) if isinstance(annotations, dict) else None
@@ -597,8 +612,9 @@ def _render_pod(j: Job, namespace: str, rank: int, restart: int, default_image: 
         pod_spec["tolerations"] = json_copy(spec.tolerations)
     if spec.affinity:
         pod_spec["affinity"] = json_copy(spec.affinity)
-    if spec.priority_class_name:
-        pod_spec["priorityClassName"] = spec.priority_class_name
+    priority = priority_class_name(spec)
+    if priority:
+        pod_spec["priorityClassName"] = priority
     if spec.scheduler_name:
         pod_spec["schedulerName"] = spec.scheduler_name
     pod = {
@@ -613,6 +629,8 @@ def _render_pod(j: Job, namespace: str, rank: int, restart: int, default_image: 
     pod["metadata"]["annotations"].update(annotations)  # a gang's size and PodGroup are the scheduler's count
     for key in ("hostname", "subdomain", "restartPolicy"):
         pod["spec"][key] = pod_spec[key]
+    if priority is None:  # a template's empty or null class names none, as priority_class_name says
+        pod["spec"].pop("priorityClassName", None)
     return pod
 
 

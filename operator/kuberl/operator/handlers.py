@@ -847,8 +847,8 @@ class JobLoop:
             render.render_pvc(j, self.namespace),
             self._networkpolicy(spec),
             render.render_service(j, self.namespace),
-            poddefaults.apply_to_podgroup(render.render_podgroup(j, self.namespace),
-                                          poddefaults.recorded(job.get("status") or {}, self.shell.config.trainer_pod_defaults)),
+            render.render_podgroup(j, self.namespace, poddefaults.recorded(
+                job.get("status") or {}, self.shell.config.trainer_pod_defaults).priority_class_name),
         ]
         for child in children:
             if child is None:
