@@ -79,8 +79,9 @@ def _ale_registered() -> bool:
 
 
 def is_atari(env_id: str) -> bool:
-    """An ALE id: the ALE/ namespace, or a registered id whose entry point is ALE's."""
-    if env_id.startswith("ALE/"):
+    """An ALE id: one only ale-py registers (atarikwargs.is_ale_id: PongNoFrameskip-v4 too where ale-py is missing,
+    which game_of then names), or a registered id whose entry point is ALE's."""
+    if atarikwargs.is_ale_id(env_id):
         return True
     if ":" in env_id or not _ale_registered():
         return False

@@ -1,16 +1,26 @@
 """kuberl's own keys of spec.env.kwargs for an Atari (ALE) id, and the keys its backends take, read once for
 the trainer (kuberl_trainer.atari, which documents the protocols) and `kuberl validate` (envspaces.env_problem),
-and the operator's judge (rules.validate_job, an ALE/ id), which name what the trainer would refuse at start
+and the operator's judge (rules.validate_job, an id `is_ale_id` knows), which name what the trainer would refuse at start
 without an emulator. Pure: no gymnasium, no ale-py.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from . import torsos
 from .validation import Problem
+
+# ale-py's Gym-era ids, <Game>NoFrameskip-v0 and -v4 (the Nature papers' spelling, CleanRL's Atari scripts'
+# default: BreakoutNoFrameskip-v4): no other package's. Its bare <Game>-v4 could be anyone's, so it is not here.
+NO_FRAMESKIP_ID = re.compile(r"[A-Z][A-Za-z0-9]*NoFrameskip-v[04]")
+
+
+def is_ale_id(env_id: str) -> bool:
+    """An id only ale-py registers, known by its name alone (without ale-py): its ALE/ namespace, or NO_FRAMESKIP_ID."""
+    return env_id.startswith("ALE/") or NO_FRAMESKIP_ID.fullmatch(env_id) is not None
 
 
 @dataclass(frozen=True)

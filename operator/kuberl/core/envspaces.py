@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from . import atarikwargs, returnceiling, torsos
-from .installhint import with_this_pip
+from .installhint import pip_install, with_this_pip
 from .torsos import MIN_SIDE
 from .validation import Problem
 
@@ -157,7 +157,11 @@ def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: st
     package is missing here are left to the trainer. An Atari id is not made (kuberl preprocesses its
     frames): its kwargs are read as the trainer reads them (atarikwargs), its observations are frames."""
     spec = gym.registry.get(env_id)
-    if env_id.startswith("ALE/") or (spec is not None and str(spec.entry_point).startswith("ale_py")):
+    if atarikwargs.is_ale_id(env_id) or (spec is not None and str(spec.entry_point).startswith("ale_py")):
+        if notes is not None and not any(known.startswith("ALE/") for known in gym.registry):
+            notes.append(f"spec.env.id: {env_id!r} is an Atari id, and ale-py is not installed here: its game is not checked"
+                         f" and kuberl run here would fail (a trainer image with it runs it):"
+                         f" {pip_install(sys.executable)} 'kuberl-trainer[atari]'")
         problem = atarikwargs.kwargs_problem(kwargs, backend)
         return problem or atarikwargs.network_problem(kwargs, backend, algorithm, policy, normalize_observation)
     if spec is None or len(json.dumps(kwargs, default=str)) > MAX_MADE_KWARGS_BYTES:

@@ -521,10 +521,12 @@ DOCUMENT_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
 def env_id_problem(env_id: str, registered: Collection[str]) -> Problem | None:
     """Why spec.env.id names no env of `registered` (the gymnasium ids registered here), with the ids it may
     have meant; None when it is registered, a "module:Class", or in a namespace whose package is not installed
-    here (`ALE/Pong-v5` without ale_py: left to the trainer's image). A namespace that is a registered one
+    here (`ALE/Pong-v5`, or ale-py's `PongNoFrameskip-v4`, without ale_py: left to the trainer's image). A namespace that is a registered one
     misspelt (`ale/`, `AL/` beside ale_py's `ALE/`) is no other package's: refused with the ids it may have meant."""
     if ":" in env_id or env_id in registered:
         return None
+    if atarikwargs.NO_FRAMESKIP_ID.fullmatch(env_id) and not any(known.startswith("ALE/") for known in registered):
+        return None  # PongNoFrameskip-v4 without ale-py here, as ALE/Pong-v5: the trainer's image may have it
     if "/" in env_id:
         namespace = env_id.split("/", 1)[0]
         namespaces = sorted({known.split("/", 1)[0] for known in registered if "/" in known})
@@ -596,10 +598,10 @@ def _env_id(parsed: JobSpec | None, spec: Any) -> str | None:
 
 
 def atari_kwargs_problems(parsed: JobSpec | None) -> list[Problem]:
-    """An ALE/ id's kwargs as kuberl's trainer reads them (atarikwargs: its own keys, and those its ale and envpool
+    """An ALE id's kwargs (atarikwargs.is_ale_id) as kuberl's trainer reads them (atarikwargs: its own keys, and those its ale and envpool
     backends cannot take) and the network options its frames refuse (atarikwargs.network_problem), here without
     gymnasium: the trainer refused them at start, after the pods (GPU pods, for Pong) were scheduled and started."""
-    if parsed is None or parsed.trainer != "kuberl" or parsed.env is None or not parsed.env.id.startswith("ALE/"):
+    if parsed is None or parsed.trainer != "kuberl" or parsed.env is None or not atarikwargs.is_ale_id(parsed.env.id):
         return []
     kwargs, backend = dict(parsed.env.kwargs), parsed.env.backend
     options = getattr(parsed, parsed.algorithm, None)  # spec.ppo or spec.dqn; None where left out (its defaults)
