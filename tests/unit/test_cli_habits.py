@@ -315,3 +315,33 @@ def test_a_set_misspelling_a_block_on_the_way_to_a_key_suggests_the_whole_path(t
     assert problem.message == "the spec has no field env.kwarg; did you mean --set env.kwargs.max_episode_steps=…?"
     nothing_like = override_problem("zzz=1", "zzz", "ppo")
     assert nothing_like.message == "the spec has no field zzz (docs/spec-reference.md lists every field)"
+
+
+@pytest.mark.parametrize(("key", "algorithm", "meant"), [
+    ("ppo.ent_coef", "ppo", "ppo.entCoef"),  # it offered entCoef, clipCoef and vfCoef
+    ("ppo.max-grad-norm", "ppo", "ppo.maxGradNorm"),
+    ("num_envs", "ppo", "env.numEnvs"),  # it offered nothing
+    ("n_envs", "ppo", "env.numEnvs"),  # it offered env
+    ("ppo.lr", "ppo", "ppo.learningRate"),  # it offered ppo.annealLr first
+    ("lr", "dqn", "dqn.learningRate"),
+    ("ppo.clip_range", "ppo", "ppo.clipCoef"),
+    ("ppo.n_steps", "ppo", "ppo.numSteps"),
+    ("ppo.n_epochs", "ppo", "ppo.updateEpochs"),
+    ("gym_id", "ppo", "env.id"),
+    ("train_freq", "dqn", "dqn.trainFrequency"),
+    ("target_network_frequency", "dqn", "dqn.targetUpdateInterval"),
+    ("end_e", "dqn", "dqn.explorationFinalEps"),
+])
+def test_a_set_in_sb3_or_cleanrl_words_suggests_the_one_field_it_means(key, algorithm, meant):
+    """An ML engineer's first --set is their last library's name for the field: each names one field here."""
+    from kuberl.local.runner import override_problem
+
+    problem = override_problem(f"{key}=1", key, algorithm)
+    assert problem.message.endswith(f"; did you mean --set {meant}=…?"), problem.message
+
+
+def test_a_set_of_a_name_only_the_other_algorithm_has_is_not_suggested_its_field():
+    """SB3's PPO batch_size (a minibatch's size) is no field of ppo: dqn.batchSize was offered for a PPO job."""
+    from kuberl.local.runner import override_problem
+
+    assert "dqn." not in override_problem("ppo.batch_size=64", "ppo.batch_size", "ppo").message

@@ -154,6 +154,21 @@ def spec_paths(model: type[BaseModel] = JobSpec, prefix: str = "") -> list[str]:
     return paths
 
 
+# Stable-Baselines3's and CleanRL's names for a field whose kuberl name is another word, as _leaf() writes them;
+# a name that differs only in case and underscores (ent_coef, num_envs, learning_starts) needs no row.
+HABIT_NAMES = {
+    "lr": "learningrate", "nenvs": "numenvs", "envid": "id", "gymid": "id", "nsteps": "numsteps", "nepochs": "updateepochs",
+    "cliprange": "clipcoef", "trainfreq": "trainfrequency", "targetnetworkfrequency": "targetupdateinterval",
+    "starte": "explorationinitialeps", "ende": "explorationfinaleps",
+}
+
+
+def _leaf(name: str) -> str:
+    """A field's last name compared as a habit writes it: case, `_` and `-` aside (ent_coef and entCoef)."""
+    leaf = name.rsplit(".", 1)[-1].replace("_", "").replace("-", "").lower()
+    return HABIT_NAMES.get(leaf, leaf)
+
+
 def override_problem(setting: str, key: str, algorithm: str | None = None) -> Problem | None:
     """Why `--set key=…` names no field of the spec (None when it does, or reaches into a free-form map
     such as env.kwargs, which the spec does not type), with the paths it may have meant."""
@@ -167,13 +182,13 @@ def override_problem(setting: str, key: str, algorithm: str | None = None) -> Pr
         if part not in fields:
             wanted = ".".join(parts)
             every = spec_paths()
-            same_leaf = [p for p in every if p.rsplit(".", 1)[-1].lower() == part.lower() and p != wanted]
+            # a block of the other algorithm is refused for this job (a CEL rule): not a path to suggest
+            others = {block for name, (block, _) in ALGORITHM_BLOCKS.items() if algorithm in ALGORITHM_BLOCKS and name != algorithm}
+            same_leaf = [p for p in every if _leaf(p) == _leaf(part) and p != wanted and p.split(".", 1)[0] not in others]
             close = same_leaf or difflib.get_close_matches(wanted, every, n=3, cutoff=0.6)
             if not close and i + 1 < len(parts):  # env.kwarg.max_episode_steps: the misspelt part, the rest kept
                 rest = ".".join(parts[i + 1:])
                 close = [f"{c}.{rest}" for c in difflib.get_close_matches(".".join(parts[:i + 1]), every, n=3, cutoff=0.6)]
-            # a block of the other algorithm is refused for this job (a CEL rule): not a path to suggest
-            others = {block for name, (block, _) in ALGORITHM_BLOCKS.items() if algorithm in ALGORITHM_BLOCKS and name != algorithm}
             close = [c for c in close if c.split(".", 1)[0] not in others] or close
             hint = f"; did you mean {' or '.join(f'--set {c}=…' for c in close)}?" if close else " (docs/spec-reference.md lists every field)"
             return Problem(f"--set {setting}", f"the spec has no field {'.'.join(parts[:i + 1])}{hint}")
