@@ -19,8 +19,9 @@ from importlib.machinery import PathFinder
 
 from .validation import Problem
 
-# A module source larger than this is not read to check a file (a generated table, not an env's code).
-MAX_SOURCE_BYTES = 2 * 1024 * 1024
+# A module source larger than this is not read to check a file (a generated table, not an env's code): Python's
+# parser holds about 500 bytes a byte of dense source (2 MiB of nested list literals: 3.4 s and 1 GB to parse).
+MAX_SOURCE_BYTES = 256 * 1024
 
 
 def split_env_id(env_id: str) -> tuple[str, list[str]]:
@@ -76,17 +77,34 @@ def top_level_names(source: str) -> frozenset[str] | None:
                 for item in node.items:
                     if item.optional_vars is not None:
                         bind(item.optional_vars)
-            for walrus in (n for n in ast.walk(node) if isinstance(n, ast.NamedExpr)):
+            scope = isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))  # its body binds its own names
+            # the walrus targets of this statement's own parts: its blocks' statements are visited (and walked) in
+            # turn, and walking them here as well read a block nested n deep n times (99 ifs deep: 28 s for 400 KB)
+            for walrus in (n for part in ([node] if scope else _own_parts(node)) for n in ast.walk(part)
+                           if isinstance(n, ast.NamedExpr)):
                 bind(walrus.target)
             blocks = [getattr(node, field, []) for field in ("body", "orelse", "finalbody")]
             blocks += [handler.body for handler in getattr(node, "handlers", [])]
-            scope = isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))  # its body binds its own names
             if not scope and not all(visit(block) for block in blocks):
                 return False
         return True
 
     dynamic = any(isinstance(n, ast.Name) and n.id == "globals" for n in ast.walk(tree)) or "sys.modules[" in source
     return None if dynamic or not visit(tree.body) else frozenset(names)
+
+
+_BLOCKS = frozenset({"body", "orelse", "finalbody", "handlers"})
+
+
+def _own_parts(statement: ast.stmt) -> list[ast.AST]:
+    """The parts of `statement` that are not its blocks of statements (an if's test, a for's target and iterable,
+    an except clause's type; a match's cases stay parts: `top_level_names` does not visit them)."""
+    parts: list[ast.AST] = []
+    for name, value in ast.iter_fields(statement):
+        if name not in _BLOCKS:
+            parts += [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, ast.AST)]
+    parts += [h.type for h in getattr(statement, "handlers", []) if h.type is not None]
+    return parts
 
 
 @dataclass(frozen=True)
@@ -123,7 +141,9 @@ def find_module(module: str, search_path: Sequence[str], builtin: Collection[str
         return Found(origin, None, submodules)
     with open(origin, "rb") as f:
         data = f.read(MAX_SOURCE_BYTES + 1)
-    return Found(origin, data.decode("utf-8", "replace") if len(data) <= MAX_SOURCE_BYTES else None, submodules)
+    if len(data) > MAX_SOURCE_BYTES:
+        return Found(origin, None, submodules, unread=f"is larger than {MAX_SOURCE_BYTES // 1024} KiB, more than an env's code: not read to check it")
+    return Found(origin, data.decode("utf-8", "replace"), submodules)
 
 
 def class_check(env_id: str, found: Found | None, where: str) -> tuple[Problem | None, str | None]:
@@ -137,7 +157,10 @@ def class_check(env_id: str, found: Found | None, where: str) -> tuple[Problem |
         return None, f"spec.env.id: {env_id!r} not checked: {found.origin} {found.unread}"
     try:
         names = top_level_names(found.source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+    except (RecursionError, MemoryError) as e:  # Python's own import fails there too: its parser's stack is bounded
+        return Problem("spec.env.id", f"cannot import {env_id!r}: {type(e).__name__}: {found.origin} nests an expression"
+                                      " or statement deeper than Python's parser and compiler can hold"), None
+    except (SyntaxError, ValueError) as e:
         line = f", line {e.lineno}" if isinstance(e, SyntaxError) and e.lineno else ""
         return Problem("spec.env.id", f"cannot import {env_id!r}: {type(e).__name__}: {e.args[0] if e.args else e}"
                                       f" ({found.origin}{line})"), None
