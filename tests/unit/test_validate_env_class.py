@@ -180,3 +180,23 @@ def test_validate_says_plainly_when_the_module_is_not_here(tmp_path, monkeypatch
     warning = capsys.readouterr().err
     assert f"warning: spec.env.id: 'myenvs:Corridor' not checked: no module 'myenvs' here (not installed in this Python, no" \
            f" myenvs.py or package in {os.getcwd()}); kuberl run here would fail to import it" in warning, warning
+
+
+def test_the_trainer_not_finding_the_module_says_where_it_looked_naming_the_module_and_the_field(tmp_path, monkeypatch):
+    """`kuberl run proj/job.yaml` from the directory above `proj/myenvs.py`: the pods start where kuberl run did,
+    and the trainer said only "No module named 'myenvs'"; a module the user's module imports is its own error."""
+    from kuberl_trainer.envs import UnknownEnv, resolve_env
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    with pytest.raises(UnknownEnv) as refused:
+        resolve_env("nosuchenvs_here:Corridor")
+    assert str(refused.value) == (
+        "spec.env.id: cannot import 'nosuchenvs_here:Corridor': No module named 'nosuchenvs_here' (looked in the working"
+        f" directory {tmp_path} and this Python's packages: install it in the image, or under kuberl run start from the"
+        " directory that holds nosuchenvs_here.py)")
+    (tmp_path / "needsdep.py").write_text("import nosuchdep_here\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UnknownEnv) as refused:
+        resolve_env("needsdep:Corridor")
+    assert str(refused.value) == "spec.env.id: cannot import 'needsdep:Corridor': No module named 'nosuchdep_here'"

@@ -10,6 +10,7 @@ steps out; `EpisodeTracker` counts episodes the same way.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -29,6 +30,19 @@ def rank_seed(job_seed: int, rank: int, restart: int) -> int:
     return int(np.random.SeedSequence([job_seed, rank, restart]).generate_state(1)[0])
 
 
+def where_imported(module_name: str, error: Exception) -> str:
+    """Where this process looked for a "module:Class" env's module that it did not find (not a module that one
+    imports, which its own error names): `kuberl run`'s pods start in the directory it ran from, a cluster's in the
+    image's working directory, and neither says so ("No module named 'myenvs'")."""
+    missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+    if not missing or not (module_name == missing or module_name.startswith(missing + ".")):
+        return ""
+    path = os.environ.get("PYTHONPATH")
+    return (f" (looked in the working directory {os.getcwd()}{f', PYTHONPATH {path}' if path else ''} and this Python's"
+            f" packages: install it in the image, or under kuberl run start from the directory that holds"
+            f" {missing.split('.')[0]}.py)")
+
+
 def resolve_env(env_id: str) -> str | type:
     """A registered gymnasium id as it is, or the class a "module:Class" id names; UnknownEnv naming spec.env.id."""
     if ":" in env_id:
@@ -36,7 +50,7 @@ def resolve_env(env_id: str) -> str | type:
         try:
             obj = importlib.import_module(module_name)
         except (ImportError, AttributeError) as e:
-            raise UnknownEnv(f"spec.env.id: cannot import {env_id!r}: {e}") from e
+            raise UnknownEnv(f"spec.env.id: cannot import {env_id!r}: {e}{where_imported(module_name, e)}") from e
         except SyntaxError as e:  # the same at every restart: the spec's error, not a crash to retry
             raise UnknownEnv(f"spec.env.id: cannot import {env_id!r}: SyntaxError: {e}") from e
         for position, part in enumerate(attributes):
