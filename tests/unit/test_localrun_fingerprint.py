@@ -9,7 +9,12 @@ import yaml
 from kuberl.cli import main
 from kuberl.core import fingerprint
 from kuberl.core.spec import JobSpec
-from kuberl.local.runner import choose_run, record_fingerprint, write_json
+from kuberl.local.runner import (
+    choose_run,
+    record_fingerprint,
+    target_not_met,
+    write_json,
+)
 
 from tests.support.jobs import make_job
 
@@ -165,3 +170,41 @@ def test_resume_onto_another_env_is_refused_before_the_run_is_touched(tmp_path, 
     # asked to start over, it resumes the run (the trainer moves the checkpoints aside): kuberl run says nothing
     choice = choose_run("runs", "cartpole", learned(), resume=True, start_over=True)
     assert choice.refused is None and choice.run_dir == str(run)
+
+
+def test_a_succeeded_run_below_a_raised_target_is_trained_on_not_called_done(tmp_path, capsys, monkeypatch):
+    """`make train` (stopped at eval 494.9 >= 475), then `--set success.targetReturn=500` for a better policy: it said
+    "already succeeded with this spec … nothing to train", though the spec changed. The success rule decides when a
+    run stops, not what it learns: the same run is resumed and trained on until the new target or its budget."""
+    from kuberl.local import runner
+
+    monkeypatch.chdir(tmp_path)
+    job = make_job("cartpole").with_spec(totalTimesteps=500_000, success={"targetReturn": 475})
+    run = tmp_path / "runs" / "cartpole"
+    finished_run(run, fingerprint.learned_values(job.spec()), "Succeeded")
+    write_json(str(run / "status.json"), {"phase": "Succeeded", "generation": 0,
+                                          "progress": {"evalReturn": 494.95, "timesteps": 38644}})
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job.obj()))
+    started = []
+    monkeypatch.setattr(runner, "_run_held", lambda args, job, spec, run_dir, configmaps: started.append(run_dir) or 0)
+    assert main(["run", "job.yaml", "--set", "success.targetReturn=500"]) == 0
+    assert started == [str(run)]
+    assert ("cartpole succeeded before in runs/cartpole, but its last evaluation, 494.95 at 38,644 timesteps, is below"
+            " success.targetReturn 500: training it on") in capsys.readouterr().out
+    for met in ("success.targetReturn=494.95", "success.targetReturn=400"):  # met already: nothing to train
+        assert main(["run", "job.yaml", "--set", met]) == 0
+        assert "cartpole already succeeded" in capsys.readouterr().out
+    assert started == [str(run)]
+
+
+def test_only_a_run_stopped_early_below_the_target_is_trained_on():
+    spec = make_job("cartpole").with_spec(totalTimesteps=500_000, success={"targetReturn": 500}).spec()
+    early = {"progress": {"evalReturn": 494.95, "timesteps": 38644}}
+    assert target_not_met(early, spec).startswith("its last evaluation, 494.95 at 38,644 timesteps")
+    assert target_not_met({"progress": {"evalReturn": 494.95, "timesteps": 500_000}}, spec) is None  # budget spent
+    assert target_not_met({"progress": {"evalReturn": 500, "timesteps": 38644}}, spec) is None
+    assert target_not_met({"progress": {"evalReturn": None, "timesteps": 38644}}, spec) is None  # no evaluation
+    assert target_not_met({}, spec) is None
+    assert target_not_met({"progress": "x"}, spec) is None
+    no_target = make_job("cartpole").with_spec(totalTimesteps=500_000).spec()
+    assert target_not_met(early, no_target) is None

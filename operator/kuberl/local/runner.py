@@ -1259,7 +1259,10 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
     run_dir = choice.run_dir  # absolute: pod roots must not depend on a cwd
     if choice.note:
         say(choice.note)
-    if choice.succeeded:
+    recorded = os.path.join(run_dir, "status.json")
+    if choice.succeeded and (unmet := target_not_met(last_status(read_regular_file(recorded, RECORD_LIMIT) or "", recorded), spec)):
+        say(f"{job.name} succeeded before in {shown(run_dir)}, but {unmet}: training it on")
+    elif choice.succeeded:
         model = paths_of(job, run_dir, job_uid(run_dir))["model"]
         where = f"; its model is {shown(model)}" if model and os.path.exists(model) else ""
         say(f"{job.name} already succeeded with this spec in {shown(run_dir)}{where}; nothing to train"
@@ -1295,6 +1298,20 @@ def target_warnings(spec: JobSpec, env_ids: Collection[str] | None) -> list[Prob
 
     unreachable = target_ceiling_problem(spec)
     return [unreachable] if unreachable else []
+
+
+def target_not_met(status: Mapping[str, Any], spec: JobSpec) -> str | None:
+    """Why a run that succeeded with this spec's learned fields is trained on (None: it is not): it stopped early at
+    an evaluation below success.targetReturn, raised since. The success rule decides when a run stops, not what it
+    learns, so a higher target is the same run continued; a run that spent its budget needs totalTimesteps raised."""
+    progress = status.get("progress") if isinstance(status.get("progress"), Mapping) else {}
+    evaluated, timesteps = progress.get("evalReturn"), progress.get("timesteps")
+    target = spec.success.target_return if spec.trainer == "kuberl" else None
+    if target is None or isinstance(evaluated, bool) or not isinstance(evaluated, (int, float)) or evaluated >= target:
+        return None
+    if isinstance(timesteps, bool) or not isinstance(timesteps, int) or timesteps >= (spec.total_timesteps or 0):
+        return None
+    return f"its last evaluation, {evaluated:g} at {timesteps:,} timesteps, is below success.targetReturn {target:g}"
 
 
 def crowded_note(spec: JobSpec, cores: int) -> str | None:
