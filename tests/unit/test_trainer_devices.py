@@ -26,8 +26,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from kuberl.core.spec import DQNConfig, PPOConfig
-from kuberl_trainer import device, dqn, fused, learners, networks, ppo
+from kuberl.core.spec import DQNConfig, PPOConfig, SACConfig
+from kuberl_trainer import device, dqn, fused, learners, networks, ppo, sac
 from kuberl_trainer.distributed import Dist
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
@@ -399,3 +399,43 @@ def test_learn_while_collecting_acts_with_a_copy_on_the_learners_device():
     assert isinstance(trainer.behaviour, learners.TorchPolicy) and trainer.behaviour.device == ctx.device
     assert trainer.behaviour.agent is trainer.acting_agent  # copy_weights_for_acting loads into it, in place
     trainer.envs.close()
+
+
+# --- SAC: its networks, soft targets and both steps' losses on fake CUDA ---------------------------------
+
+
+def sac_learning_on_fake_cuda(fake, monkeypatch) -> tuple[list, dict]:
+    """SACTrainer.learn on fake CUDA: batches drawn from the (host) replay buffer, the target critics and
+    the actor's next actions, both steps' losses (recorded, not run, as the DQN test's backward), the soft
+    target update and the sums of the statistics. The devices each step's loss was on, and the losses."""
+    hp = SACConfig(buffer_size=256, learning_starts=16, batch_size=8, train_frequency=8, gradient_steps=4,
+                   policy_frequency=2, hidden_sizes=[16])
+    ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is
+    trainer = sac.SACTrainer(ctx, hp, "Pendulum-v1", 4, {}, 10_000, 7, 0)
+    for _ in range(4):  # random actions before learningStarts: real CPU work, done before the fake mode
+        trainer.collect()
+    trainer.ctx = dataclasses.replace(ctx, device=CUDA)
+    steps = []
+    monkeypatch.setattr(trainer.learner, "_step", lambda _step, loss: steps.append(loss.device))
+    for module in (trainer.agent, trainer.critics, trainer.target, trainer.temperature):
+        on_fake_cuda(fake, module).requires_grad_(False)  # recording autograd on fake CUDA aborts too
+    monkeypatch.setattr(trainer, "to_tensors", lambda batch: tuple(
+        fake_cuda(fake, a) for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs)))
+    with fake:
+        losses, _ = trainer.learn()
+    trainer.envs.close()
+    return steps, losses
+
+
+def test_sac_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch):
+    steps, losses = sac_learning_on_fake_cuda(fake, monkeypatch)
+    assert steps == [CUDA] * 8  # 4 critic steps, and 2 actor steps after the 2nd and the 4th
+    assert {name: loss.device for name, loss in losses.items()} == dict.fromkeys(("value_loss", "policy_loss", "entropy"), CUDA)
+
+
+def test_a_host_tensor_in_sacs_soft_target_fails_on_fake_cuda(fake, monkeypatch):
+    """The harness can fail: a host vector in the soft Q target raises, as a GPU would."""
+    real = sac.soft_q_target
+    monkeypatch.setattr(sac, "soft_q_target", lambda rewards, *rest: real(rewards + host_vector(len(rewards)), *rest))
+    with pytest.raises(Exception, match=MIXED_DEVICES):
+        sac_learning_on_fake_cuda(fake, monkeypatch)

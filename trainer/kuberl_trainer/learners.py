@@ -8,6 +8,8 @@ algorithms talk only to `self.policy`:
   algorithm's own loss, acting in torch on the bare module under no_grad;
 - on CUDA in fp32, the reference's steps replayed from CUDA graphs (GraphedQLearner,
   GraphedPPOLearner: the same maths on fixed tensors, the gradient summed between two graphs);
+- SAC's (sac_learner): the reference's Adam on flat gradients summed by one torch.distributed
+  all-reduce per loss (GraphedOptimizerStep, eager), no DDP wrapper;
 - the CPU fast path, for small MLPs on CPU in fp32: fused.py's hand-written
   step (the same maths; its flat gradient summed by one torch.distributed
   all-reduce; rank 0's weights broadcast once instead of by DDP's
@@ -484,7 +486,7 @@ class GraphedOptimizerStep:
     from a graph of their own, captured again when the learning rate changes (PPO anneals it
     once an update; a graph would keep the rate it was captured with)."""
 
-    def __init__(self, agent: nn.Module, ctx: Dist, optimizer: torch.optim.Optimizer, max_grad_norm: float, graph: bool,
+    def __init__(self, agent: nn.Module, ctx: Dist, optimizer: torch.optim.Optimizer, max_grad_norm: float | None, graph: bool,
                  allreduce_seconds: list[float]):
         self.ctx, self.optimizer, self.max_grad_norm = ctx, optimizer, max_grad_norm
         self.weights = list(agent.parameters())
@@ -504,7 +506,8 @@ class GraphedOptimizerStep:
     def _apply(self) -> None:
         if self.ctx.world_size > 1:
             self.gradient.div_(self.ctx.world_size)  # summed by the all-reduce; DDP's mean
-        nn.utils.clip_grad_norm_(self.weights, self.max_grad_norm, foreach=True)
+        if self.max_grad_norm is not None:  # None: no clipping (SAC's, as CleanRL's and SB3's)
+            nn.utils.clip_grad_norm_(self.weights, self.max_grad_norm, foreach=True)
         group = self.optimizer.param_groups[0]
         # torch's optimizers refuse capture unless capturable (the fused kernel keeps its step count on the
         # device either way); set only while capturing, so checkpoints keep the reference's groups
@@ -598,3 +601,63 @@ class GraphedPPOLearner:
         stats = self.backward(obs, rows) if self.backward.fits((obs, rows)) else self._forward_backward(obs, rows)
         self.optimizer_step()
         return stats.clone()  # the graph's output tensor is overwritten by the next replay
+
+
+# --- SAC -------------------------------------------------------------------------------
+
+
+def sac_learner(actor: nn.Module, critics: nn.Module, temperature: nn.Module, hp, ctx: Dist) -> SACLearner:
+    """A learner for SAC's `actor`, twin `critics` and entropy coefficient (`temperature`, learned when
+    hp.autotune), each step on a loss sac.py computes; rank 0's weights on every rank. One path on every
+    device: eager (sampling inside a CUDA graph capture would take the default generator)."""
+    return SACLearner(actor, critics, temperature, hp, ctx)
+
+
+class SACOptimizers:
+    """The critics' and the policy's Adam as one checkpointed optimizer state."""
+
+    def __init__(self, critics: torch.optim.Optimizer, policy: torch.optim.Optimizer):
+        self.critics, self.policy = critics, policy
+
+    def state_dict(self) -> dict:
+        return {"critics": self.critics.state_dict(), "policy": self.policy.state_dict()}
+
+
+class SACLearner:
+    """Two optimiser steps, each on a loss the algorithm passes in: the critics' (qLearningRate), and
+    the actor's plus the entropy coefficient's (policyLearningRate and qLearningRate, two groups of one
+    Adam: their gradients never meet, so one backward and one all-reduce serve both). Each step's
+    gradient is one flat buffer summed by one torch.distributed all-reduce and divided by the ranks,
+    DDP's mean (GraphedOptimizerStep, eager). No DDP wrapper: the actor's loss reads the critics, and
+    only the critics' own loss may move them."""
+
+    def __init__(self, actor: nn.Module, critics: nn.Module, temperature: nn.Module, hp, ctx: Dist):
+        self.allreduce_seconds: list[float] = []
+        fused_kernel = ctx.device.type in ("cpu", "cuda") or None  # as adam(): one launch a step
+        critic_optimizer = torch.optim.Adam(critics.parameters(), lr=hp.q_learning_rate, fused=fused_kernel)
+        groups = [{"params": list(actor.parameters()), "lr": hp.policy_learning_rate}]
+        if hp.autotune:
+            groups.append({"params": list(temperature.parameters()), "lr": hp.q_learning_rate})
+        policy_optimizer = torch.optim.Adam(groups, fused=fused_kernel)
+        policy = nn.ModuleList([actor, temperature]) if hp.autotune else actor
+        self.critic_step = GraphedOptimizerStep(critics, ctx, critic_optimizer, None, False, self.allreduce_seconds)
+        self.policy_step = GraphedOptimizerStep(policy, ctx, policy_optimizer, None, False, self.allreduce_seconds)
+        self.optimizer = SACOptimizers(critic_optimizer, policy_optimizer)
+
+    def load_optimizer(self, state: dict) -> None:
+        self.optimizer.critics.load_state_dict(state["critics"])
+        self.optimizer.policy.load_state_dict(state["policy"])
+
+    @staticmethod
+    def _step(step: GraphedOptimizerStep, loss: torch.Tensor) -> None:
+        step.gradient.zero_()
+        loss.backward()
+        step()
+
+    def step_critics(self, loss: torch.Tensor) -> None:
+        """One Adam step of the critics on `loss`'s gradient, the mean over every rank's batch."""
+        self._step(self.critic_step, loss)
+
+    def step_policy(self, loss: torch.Tensor) -> None:
+        """One Adam step of the actor (and the entropy coefficient, autotuned) on `loss`'s gradient, the mean over ranks."""
+        self._step(self.policy_step, loss)

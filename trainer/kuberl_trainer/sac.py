@@ -1,15 +1,49 @@
 """SAC (soft actor-critic), for continuous (float Box) actions. Reads top to bottom as CleanRL's
-sac_continuous_action.py: the networks (a tanh-squashed Gaussian actor, twin soft Q critics),
-then the maths as pure functions (the squashed Gaussian's log-probability, the soft Q target,
-the critic, actor and temperature losses).
+sac_continuous_action.py: the networks (a tanh-squashed Gaussian actor, twin soft Q critics, the
+entropy coefficient), the maths as pure functions (the squashed Gaussian's log-probability, the soft
+Q target, the critic, actor and temperature losses), then the trainer (its model, one iteration, its
+own state, its final model; seeding, envs, checkpoint state and the loop are base.BaseAlgorithm's).
+
+Each rank steps its own vectorised envs and fills and samples its OWN replay buffer
+(`replay.ReplayBuffer`, one-step transitions, gymnasium's autoreset rows never sampled, truncated
+episodes bootstrapped from their final observation). How the networks learn is
+`learners.sac_learner`'s: each loss's gradient is averaged over ranks by one torch.distributed
+all-reduce, so every rank's weights stay equal; the policy and target updates fall at the same
+critic steps on every rank (a replicated counter). Counters, episode statistics and stop votes travel
+in the update's one all-reduce (base.sync_update), as DQN's.
+
+One iteration ("update") collects ceil(trainFrequency / numEnvs) vector steps per rank (uniformly
+random actions for the first learningStarts transitions per rank, as CleanRL), then runs critic
+steps in proportion (gradientSteps per trainFrequency env steps); after every policyFrequency-th
+critic step, policyFrequency actor steps (CleanRL's delayed update), and after every
+targetNetworkFrequency-th, a soft target update by tau. Order as CleanRL's: the critics step first,
+the actor then reads the stepped critics. The entropy coefficient's loss uses the actor loss's own
+samples (SB3's, where CleanRL samples again), so one backward and one all-reduce serve both.
+
+Checkpoints hold the actor (the model), the critics, target critics, entropy coefficient, both
+optimisers and the counters; replay contents are per rank and, as DQN's, kept in deterministic mode only.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
+import time
+from collections.abc import Callable, Iterator
 
+import gymnasium as gym
+import numpy as np
 import torch
+from kuberl.core.spec import SACConfig
 from torch import nn
+
+from . import budget, evaluation, learners, networks
+from .base import BaseAlgorithm
+from .device import to_device, upload
+from .distributed import Dist
+from .replay import Batch, ReplayBuffer
+from .session import UpdateReport, Vote
 
 # --- The networks ------------------------------------------------------------------
 
@@ -57,6 +91,18 @@ class Actor(nn.Module):
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """The squashed mean: evaluation's action, (B, A)."""
         return squash(self.distribution(obs)[0], self.action_scale, self.action_bias)
+
+
+class Temperature(nn.Module):
+    """The entropy coefficient alpha = exp(log_alpha): learned from 1 (autotune), or fixed."""
+
+    def __init__(self, alpha: float, learned: bool):
+        super().__init__()
+        start = torch.tensor(0.0 if learned else math.log(alpha))  # host: at construction, moved by .to(device)
+        self.log_alpha = nn.Parameter(start, requires_grad=learned)
+
+    def forward(self) -> torch.Tensor:
+        return self.log_alpha.exp()
 
 
 class Critics(nn.Module):
@@ -114,3 +160,206 @@ def alpha_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: 
     the policy's entropy short of the target, does not shrink with alpha as CleanRL's alpha-scaled
     one does): alpha rises while the entropy is below the target, falls while above."""
     return -(log_alpha * (log_prob.detach() + target_entropy)).mean()
+
+
+@contextlib.contextmanager
+def frozen(module: nn.Module) -> Iterator[None]:
+    """`module`'s parameters take no gradient inside (each one's flag restored after)."""
+    flags = [(p, p.requires_grad) for p in module.parameters()]
+    module.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+# --- The trainer -------------------------------------------------------------------
+
+
+class SACTrainer(BaseAlgorithm):
+    ACTION_SPACES = (gym.spaces.Box,)  # what the actor emits
+
+    def __init__(self, ctx: Dist, hp: SACConfig, env_id: str, num_envs: int, env_kwargs: dict,
+                 total_timesteps: int, seed: int, restart: int, env_backend: str = "auto"):
+        self.hp, self.total_timesteps = hp, total_timesteps
+        super().__init__(ctx, env_id, num_envs, env_kwargs, seed, restart, env_backend)
+
+    def _setup_model(self, env_id: str, num_envs: int) -> None:
+        """The actor (the model), critics, target critics and entropy coefficient, the replay buffer, and how they learn."""
+        ctx, hp, space = self.ctx, self.hp, self.envs.single_observation_space
+        action_shape = tuple(self.action_space.shape)
+        replay_layout = (hp.buffer_size, num_envs, self.obs_shape, space.dtype, action_shape, np.float32)
+        budget.check_fits("spec.sac.bufferSize", f"a replay buffer of {hp.buffer_size:,} transitions of {env_id}",
+                          budget.nbytes(ReplayBuffer.layout(*replay_layout)), ctx.local_world_size)
+        obs_dim, hidden = int(np.prod(self.obs_shape)), list(hp.hidden_sizes)
+        low = torch.as_tensor(self.action_space.low, dtype=torch.float32)  # host: the actor's buffers, moved by .to(device)
+        high = torch.as_tensor(self.action_space.high, dtype=torch.float32)  # host: as low
+        self.agent = Actor(obs_dim, low, high, hidden).to(ctx.device)
+        self.critics = Critics(obs_dim, int(np.prod(action_shape)), hidden).to(ctx.device)
+        self.temperature = Temperature(hp.alpha, hp.autotune).to(ctx.device)
+        self.target_entropy = -float(np.prod(action_shape))  # minus the action dimensions (CleanRL, SB3)
+        self.learner = learners.sac_learner(self.agent, self.critics, self.temperature, hp, ctx)  # rank 0's weights
+        self.optimizer = self.learner.optimizer
+        self.target = copy.deepcopy(self.critics).requires_grad_(False)
+        self.replay = ReplayBuffer(*replay_layout)
+        self.vector_steps = max(1, math.ceil(hp.train_frequency / num_envs))
+        self.batch_per_rank = self.vector_steps * num_envs  # env steps per rank per iteration
+        self.gradient_steps = max(1, round(hp.gradient_steps * self.batch_per_rank / hp.train_frequency))
+        self.critic_updates = 0  # critic steps ever taken: when the actor and the targets update, alike on every rank
+        self.replay_real_mean = 0  # the ranks' replay.real_added, their mean, as of the update's all-reduce
+
+    @property
+    def steps_per_rank(self) -> int:
+        """Real transitions per rank (autoreset steps are none), the ranks' mean: identical on every rank."""
+        return self.counters.global_step // self.ctx.world_size
+
+    # -- state for checkpoints, beyond BaseAlgorithm's ----------------------------
+
+    def _shared_extra(self) -> dict:
+        return {"critics": self.critics.state_dict(), "target": self.target.state_dict(),
+                "temperature": self.temperature.state_dict(), "critic_updates": self.critic_updates}
+
+    def _load_shared_extra(self, state: dict) -> None:
+        self.critics.load_state_dict(state["critics"])
+        self.target.load_state_dict(state["target"])
+        self.temperature.load_state_dict(state["temperature"])
+        self.critic_updates = state["critic_updates"]
+
+    def _rank_extra(self) -> dict:
+        return {"replay": self.replay.state_dict()}  # deterministic mode only: buffers are per rank and large
+
+    def _load_rank_extra(self, state: dict) -> None:
+        self.replay.load_state_dict(state["replay"])
+
+    # -- one iteration ----------------------------------------------------------
+
+    def collect(self) -> int:
+        """vector_steps steps into the replay buffer, uniformly random before learningStarts transitions
+        per rank, else sampled from the actor; returns how many were real (autoreset steps excluded)."""
+        space, num_envs, real = self.action_space, self.replay.num_envs, 0
+        random = self.steps_per_rank < self.hp.learning_starts
+        for _ in range(self.vector_steps):
+            obs = self.next_obs
+            if random:
+                actions = self.np_rng.uniform(space.low, space.high, (num_envs, *space.shape)).astype(np.float32)
+            else:
+                with torch.no_grad():
+                    actions = self.agent(to_device(obs, self.ctx.device))[0].cpu().numpy()
+            self.next_obs, reward, terminated, truncated, _ = self.envs.step(actions)
+            real += int(self.tracker.valid.sum())
+            self.replay.add(obs, actions, reward, terminated, truncated, self.tracker.valid)
+            self.tracker.step(reward, terminated | truncated)
+        return real
+
+    def to_tensors(self, batch: Batch) -> tuple[torch.Tensor, ...]:
+        return tuple(upload(a, self.ctx.device) for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs))
+
+    def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
+                      discount: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+        """One critic step on a per-rank batch, then the delayed actor steps and the target update where
+        due. Returns (critic loss, actor losses' sum, entropy estimates' sum), detached, on the device."""
+        hp = self.hp
+        alpha = self.temperature().detach()
+        with torch.no_grad():
+            next_actions, next_log_prob = self.agent(next_obs)
+            next_q1, next_q2 = self.target(next_obs, next_actions)
+            target = soft_q_target(rewards, discount, next_q1, next_q2, next_log_prob, alpha)
+        q1, q2 = self.critics(obs, actions)
+        qf_loss = critic_loss(q1, q2, target)
+        self.learner.step_critics(qf_loss)
+        self.critic_updates += 1
+        policy = torch.zeros(2, device=qf_loss.device)
+        if self.critic_updates % hp.policy_frequency == 0:
+            for _ in range(hp.policy_frequency):
+                policy += self.policy_step(obs)
+        if self.critic_updates % hp.target_network_frequency == 0:
+            networks.soft_update(self.target, self.critics, hp.tau)
+        return torch.cat([qf_loss.detach().reshape(1), policy])
+
+    def policy_step(self, obs: torch.Tensor) -> torch.Tensor:
+        """One actor step (and the entropy coefficient's, autotuned) against the critics, which it leaves
+        alone; returns (actor loss, entropy estimate -mean log pi), detached."""
+        actions, log_prob = self.agent(obs)
+        with frozen(self.critics):  # the actor's loss reads them; no gradient of theirs is wanted
+            q1_pi, q2_pi = self.critics(obs, actions)
+        loss = actor_loss(log_prob, q1_pi, q2_pi, self.temperature().detach())
+        total = loss + alpha_loss(self.temperature.log_alpha, log_prob, self.target_entropy) if self.hp.autotune else loss
+        self.learner.step_policy(total)
+        return torch.stack([loss.detach(), -log_prob.detach().mean()])
+
+    def actor_steps(self, first: int, last: int) -> int:
+        """Actor steps taken with critic steps first+1 .. last: policyFrequency at each multiple of it."""
+        frequency = self.hp.policy_frequency
+        return (last // frequency - first // frequency) * frequency
+
+    def learn(self, stop_vote: Vote = False) -> tuple[dict[str, torch.Tensor], int]:
+        """gradient_steps critic steps (with their actor steps) on batches from this rank's replay
+        buffer; the mean losses, on the device, and the critic steps run. A stop (`stop_vote`) is read
+        between steps (base.LearningStop: every rank's vote in one all-reduce) and ends them there."""
+        stops, hp, device = self.learning_stop, self.hp, self.ctx.device
+        stops.begin(self.gradient_steps, stop_vote)
+        totals, done, first = torch.zeros(3, device=device), 0, self.critic_updates  # one host read per update, in update()
+        while done < self.gradient_steps and not stops.stopped:
+            totals += self.gradient_step(*self.to_tensors(self.replay.sample(hp.batch_size, hp.gamma, self.np_rng)))
+            done += 1
+            stops.vote(done)
+        critic, actor, entropy = totals.unbind()
+        losses = {"value_loss": critic / max(done, 1)}
+        if actor_steps := self.actor_steps(first, self.critic_updates):
+            losses |= {"policy_loss": actor / actor_steps, "entropy": entropy / actor_steps}
+        return losses, done
+
+    def learning(self) -> bool:
+        """learningStarts transitions per rank taken and a batch's worth (the ranks' mean, identical on
+        every rank: a rank-dependent answer would leave the all-reduces unmatched), as DQN's."""
+        lo, hi = self.replay.start_range()
+        taken = self.replay.real_added if self.ctx.world_size == 1 else self.replay_real_mean
+        return taken >= max(self.hp.learning_starts, self.hp.batch_size) and hi - lo >= 2
+
+    def budget_spent(self) -> bool:
+        return self.counters.global_step >= self.total_timesteps
+
+    def update(self, stop_vote: Vote, success_vote: bool) -> UpdateReport:
+        """One iteration: steps into the replay buffer, the all-reduce, then (unless rank 0's evaluation
+        of the current weights met the target) gradient steps once the buffer holds enough."""
+        started = time.perf_counter()
+        local_steps = self.collect()
+        rollout_seconds = time.perf_counter() - started
+        totals, allreduce_seconds = self.sync_update({"steps": local_steps, "replay_real": self.replay.real_added},
+                                                     stop_vote, success_vote)
+        self.replay_real_mean = totals["replay_real"] / self.ctx.world_size
+        losses, steps_run, update_seconds = {}, 0, 0.0
+        self.learner.allreduce_seconds.clear()
+        self.learning_stop.stopped = False
+        if totals["success_votes"] == 0:
+            started = time.perf_counter()
+            if self.learning():
+                learned, steps_run = self.learn(stop_vote)
+                losses = {name: float(loss) for name, loss in learned.items()}
+                self.learning_stop.end(steps_run)  # after the host read: the device's work too
+            update_seconds = time.perf_counter() - started
+            self.counters.updates += 1
+        return self.update_report(totals, local_steps=local_steps, learning_rate=self.hp.policy_learning_rate,
+                                  losses=losses, rollout_seconds=rollout_seconds, update_seconds=update_seconds,
+                                  allreduce_seconds=allreduce_seconds + sum(self.learner.allreduce_seconds),
+                                  epochs_run=steps_run)
+
+    def final_model(self) -> dict:
+        return {"agent": self.agent.state_dict(), "hidden_sizes": list(self.hp.hidden_sizes)}
+
+    # -- evaluation (rank 0) -------------------------------------------------
+
+    def deterministic(self, obs: np.ndarray) -> np.ndarray:
+        """The actor's squashed mean: how the policy acts when evaluated."""
+        with torch.no_grad():
+            return self.agent.deterministic(to_device(obs, self.ctx.device)).cpu().numpy()
+
+    def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int,
+                 stop: Callable[[], bool] | None = None) -> float:
+        """evaluation.mean_return, acting with the mean action."""
+        with self.evaluation_envs(env_id, episodes, env_kwargs) as envs:
+            return evaluation.mean_return(envs, self.deterministic, episodes, seed, stop=stop)
+
+    def _freeze(self, frozen: SACTrainer) -> None:
+        frozen.agent = copy.deepcopy(self.agent)

@@ -110,6 +110,26 @@ class DQNConfig(Model):
     precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16: autocast the network's forward pass (GPUs with bf16, or CPU); losses, log-probs and targets stay fp32.")
 
 
+class SACConfig(Model):
+    """SAC hyperparameters, continuous actions (CleanRL's sac_continuous_action.py: its defaults, its
+    two learning rates, its delayed policy updates; per rank: every rank keeps its own replay buffer)."""
+
+    policy_learning_rate: float = Field(3e-4, gt=0, le=1, description="Adam learning rate of the actor.")
+    q_learning_rate: float = Field(1e-3, gt=0, le=1, description="Adam learning rate of the two critics, and of the entropy coefficient when autotuned.")
+    buffer_size: int = Field(1_000_000, ge=1, le=100_000_000, description="Replay capacity per rank, in transitions.")
+    batch_size: int = Field(256, ge=1, le=65536, description="Transitions per gradient step, per rank.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    tau: float = Field(0.005, gt=0, le=1, description="Target critics' soft update rate (1 = hard copy).")
+    learning_starts: int = Field(5000, ge=0, description="Transitions per rank (the ranks' mean; gymnasium's autoreset steps are none) taken with uniformly random actions before learning starts.")
+    train_frequency: int = Field(1, ge=1, description="Env steps per rank between gradient steps.")
+    gradient_steps: int = Field(1, ge=1, le=1000, description="Gradient steps of the critics each time training runs.")
+    policy_frequency: int = Field(2, ge=1, le=1000, description="Critic steps between policy updates; each update then takes this many actor steps (delayed, as TD3 and CleanRL's SAC; 1 updates the actor at every critic step, as SB3).")
+    target_network_frequency: int = Field(1, ge=1, le=100000, description="Critic steps between soft updates of the target critics.")
+    alpha: float = Field(0.2, gt=0, le=100, description="Entropy coefficient when autotune is false.")
+    autotune: bool = Field(True, description="Learn the entropy coefficient (from 1) towards a policy entropy of minus the number of action dimensions.")
+    hidden_sizes: list[HiddenWidth] = Field([256, 256], min_length=1, max_length=8, description="Hidden layer widths of the actor and of each critic.")
+
+
 class EnvSpec(Model):
     id: str = Field(min_length=1, max_length=253, pattern=ENV_ID, description='A gymnasium id ("CartPole-v1", "ALE/Pong-v5") or "module:Class".')
     num_envs: int = Field(8, ge=1, le=4096, description="Vectorised envs per process (rank).")

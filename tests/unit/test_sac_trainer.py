@@ -1,0 +1,141 @@
+"""SAC's trainer in one process: its iteration sizes, the delayed actor and target updates, what
+its gradient steps move, a stop and resume that continues exactly, and its evaluation and model."""
+
+import numpy as np
+import pytest
+import torch
+from kuberl.core.spec import SACConfig
+from kuberl_trainer import checkpoint
+from kuberl_trainer.distributed import Dist
+from kuberl_trainer.sac import SACTrainer
+from kuberl_trainer.session import BareSession
+
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def small_trainer(total=400, restart=0, **hp):
+    config = SACConfig(**{"learning_starts": 64, "batch_size": 32, "train_frequency": 8, "gradient_steps": 4,
+                          "hidden_sizes": [16], "buffer_size": 1000, **hp})
+    return SACTrainer(ONE_PROCESS, config, "Pendulum-v1", 4, {}, total, seed=3, restart=restart)
+
+
+def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: value.detach().clone() for name, value in module.state_dict().items()}
+
+
+def test_iteration_sizes_keep_the_update_to_data_ratio():
+    trainer = small_trainer()  # trainFrequency 8 over 4 envs: 2 vector steps, 4 critic steps
+    assert (trainer.vector_steps, trainer.batch_per_rank, trainer.gradient_steps) == (2, 8, 4)
+    assert trainer.target_entropy == -1.0  # Pendulum's one action dimension
+
+
+def test_random_actions_fill_the_buffer_until_learning_starts_then_the_actor_acts_inside_the_box():
+    trainer = small_trainer()
+    before = weights(trainer.agent)
+    report = trainer.update(False, False)
+    while not report.losses:
+        assert all(torch.equal(v, trainer.agent.state_dict()[k]) for k, v in before.items())
+        report = trainer.update(False, False)
+    assert trainer.steps_per_rank == 64 and trainer.critic_updates == 4
+    assert set(report.losses) == {"value_loss", "policy_loss", "entropy"} and report.epochs_run == 4
+    trainer.update(False, False)  # the actor's own actions now
+    held = trainer.replay.actions[: trainer.replay.added].reshape(-1)
+    assert (np.abs(held) <= 2.0).all() and np.unique(held).size == held.size
+
+
+def test_the_actor_steps_policy_frequency_times_every_policy_frequency_critic_steps_and_targets_follow_by_tau():
+    trainer = small_trainer(policy_frequency=3, target_network_frequency=2, tau=0.5)
+    while not trainer.learning():
+        trainer.update(False, False)
+    trainer.critic_updates = 0  # the clock the schedule reads, from here
+    policy_steps = []
+    real = trainer.policy_step
+    trainer.policy_step = lambda obs: policy_steps.append(trainer.critic_updates) or real(obs)
+    batch = trainer.to_tensors(trainer.replay.sample(32, 0.99, np.random.default_rng(0)))
+    critics_before, target_before = weights(trainer.critics), weights(trainer.target)
+    trainer.gradient_step(*batch)  # critic step 1: neither the actor (every 3rd) nor the targets (every 2nd)
+    assert policy_steps == [] and all(torch.equal(v, trainer.target.state_dict()[k]) for k, v in target_before.items())
+    assert not torch.equal(critics_before["q1.0.weight"], trainer.critics.q1[0].weight)
+    critics_now = weights(trainer.critics)
+    trainer.gradient_step(*batch)  # step 2: the targets move half way to the critics
+    expected = target_before["q1.0.weight"] + 0.5 * (trainer.critics.q1[0].weight - target_before["q1.0.weight"])
+    assert torch.allclose(trainer.target.q1[0].weight, expected)
+    assert not torch.equal(critics_now["q1.0.weight"], trainer.critics.q1[0].weight)
+    trainer.gradient_step(*batch)  # step 3: three actor steps
+    assert policy_steps == [3, 3, 3]
+
+
+def test_an_actor_step_moves_the_actor_and_alpha_never_the_critics():
+    trainer = small_trainer()
+    while not trainer.learning():
+        trainer.update(False, False)
+    obs = trainer.to_tensors(trainer.replay.sample(32, 0.99, np.random.default_rng(0)))[0]
+    actor, critics, alpha = weights(trainer.agent), weights(trainer.critics), trainer.temperature().item()
+    trainer.policy_step(obs)
+    assert all(torch.equal(v, trainer.critics.state_dict()[k]) for k, v in critics.items())
+    assert not torch.equal(actor["mean.weight"], trainer.agent.mean.weight)
+    assert trainer.temperature().item() != alpha
+    assert all(p.requires_grad for p in trainer.critics.parameters())  # unfrozen after
+
+
+def test_a_fixed_alpha_stays_put():
+    trainer = small_trainer(autotune=False, alpha=0.3)
+    while not trainer.learning():
+        trainer.update(False, False)
+    trainer.update(False, False)
+    assert trainer.temperature().item() == pytest.approx(0.3)
+
+
+def test_a_resume_learns_exactly_as_the_uninterrupted_run():
+    """What a checkpoint holds (networks, targets, alpha, both optimisers, counters) plus, as deterministic
+    mode adds, the rank's replay buffer and RNGs, through the checkpoint's encoding: the resumed rank's
+    gradient steps equal the uninterrupted one's, bit for bit. (Pendulum's envs are not plain data, so
+    their state is no part of it: both learn from their buffers alone.)"""
+    trainer = small_trainer()
+    for _ in range(12):
+        trainer.update(False, False)
+    own = {"replay": trainer.replay.state_dict(), "torch_rng": torch.get_rng_state(), "np_rng": trainer.np_rng.bit_generator.state}
+    saved = checkpoint.decode(checkpoint.encode({"shared": trainer.shared_state(), "own": own}))
+    resumed = small_trainer(restart=1)  # another restart generation: its own seeds must not matter
+    resumed.load_shared(saved["shared"])
+    resumed._load_rank_extra(saved["own"])
+    resumed.np_rng.bit_generator.state = saved["own"]["np_rng"]
+
+    torch.set_rng_state(saved["own"]["torch_rng"])
+    trainer.learn()
+    trainer.learn()
+    torch.set_rng_state(saved["own"]["torch_rng"])
+    resumed.learn()
+    resumed.learn()
+    assert resumed.critic_updates == trainer.critic_updates > 0
+    for name in ("agent", "critics", "target", "temperature"):
+        mine, theirs = getattr(resumed, name).state_dict(), getattr(trainer, name).state_dict()
+        for key, value in theirs.items():
+            assert torch.equal(mine[key], value), (name, key)
+    for group in ("critics", "policy"):
+        mine, theirs = resumed.optimizer.state_dict()[group]["state"], trainer.optimizer.state_dict()[group]["state"]
+        for key, state in theirs.items():
+            for name, tensor in state.items():
+                assert torch.equal(mine[key][name], tensor), (group, key, name)
+
+
+def test_without_the_rank_state_a_resume_refills_the_buffer_then_learns_on():
+    trainer = small_trainer(total=300)
+    assert trainer.train(BareSession()) == "budget"
+    resumed = small_trainer(total=600)
+    resumed.load_shared(trainer.shared_state())
+    assert len(resumed.replay) == 0 and not resumed.learning()
+    assert resumed.train(BareSession()) == "budget" and resumed.critic_updates > trainer.critic_updates
+
+
+def test_evaluation_acts_with_the_mean_action_and_the_final_model_is_the_actor():
+    trainer = small_trainer()
+    obs = np.zeros((3, 3), np.float32)
+    assert np.array_equal(trainer.deterministic(obs), trainer.deterministic(obs))  # no noise
+    score = trainer.evaluate("Pendulum-v1", 2, {}, seed=5)
+    assert -2000 < score < 0
+    model = trainer.final_model()
+    assert set(model) == {"agent", "hidden_sizes"} and set(model["agent"]) == set(trainer.agent.state_dict())
+    frozen = trainer.frozen_copy()
+    assert frozen.agent is not trainer.agent and frozen.evaluate("Pendulum-v1", 2, {}, seed=5) == score
