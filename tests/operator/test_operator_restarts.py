@@ -167,15 +167,17 @@ def test_pods_stuck_terminating_on_a_lost_node_are_force_deleted_and_recorded(st
 
 
 def test_a_gang_restarted_after_an_operator_upgrade_runs_the_trainer_defaults_its_job_started_with(standin, rest, tmp_path):
-    """`helm upgrade` changing trainer.image or trainer.resourcesPerProcess restarts the operator with new
-    defaults; a running job's next gang still gets the image and requests its first one had (status.trainerDefaults),
-    and only a job created after the upgrade takes the new ones."""
-    def operator(release: str, image: str, cpu: str) -> Operator:
+    """`helm upgrade` changing trainer.image, trainer.resourcesPerProcess, trainer.image.pullPolicy or
+    trainer.imagePullSecrets restarts the operator with new defaults; a running job's next gang still gets the image,
+    requests and pull settings its first one had (status.trainerDefaults), and only a job created after the upgrade
+    takes the new ones."""
+    def operator(release: str, image: str, cpu: str, pull_policy: str, pull_secrets: str) -> Operator:
         (tmp_path / release).mkdir()
         pod_defaults = {'labels': {'platform-release': release.replace('.', '-')}, 'env': [{'name': 'NCCL_IB_HCA', 'value': f'mlx-{release}'}]}
         return Operator(standin, tmp_path / release, '--trainer-image', image,
                         env={'KUBERL_TRAINER_CPU_PER_PROCESS': cpu, 'KUBERL_TRAINER_MEMORY_PER_PROCESS': '2Gi',
-                             'KUBERL_TRAINER_POD_DEFAULTS': json.dumps(pod_defaults)}).start()
+                             'KUBERL_TRAINER_POD_DEFAULTS': json.dumps(pod_defaults),
+                             'KUBERL_TRAINER_IMAGE_PULL_POLICY': pull_policy, 'KUBERL_TRAINER_IMAGE_PULL_SECRETS': pull_secrets}).start()
 
     def images_and_cpu(gang: list[dict]) -> set[tuple[str, str]]:
         trainer = [next(c for c in p['spec']['containers'] if c['name'] == names.TRAINER_CONTAINER) for p in gang]
@@ -184,22 +186,31 @@ def test_a_gang_restarted_after_an_operator_upgrade_runs_the_trainer_defaults_it
             next(e['value'] for e in c['env'] if e['name'] == 'NCCL_IB_HCA').removeprefix('mlx-').replace('.', '-') for c in trainer}
         return {(c['image'], c['resources']['requests']['cpu'], gang[0]['metadata']['labels']['platform-release']) for c in trainer}
 
-    old = operator('0.1.0', 'registry.test/kuberl/trainer:0.1.0', '1')
+    def pulls(gang: list[dict]) -> set[tuple]:
+        return {(next(c for c in p['spec']['containers'] if c['name'] == names.TRAINER_CONTAINER).get('imagePullPolicy'),
+                 tuple(s['name'] for s in p['spec'].get('imagePullSecrets', []))) for p in gang}
+
+    old = operator('0.1.0', 'registry.test/kuberl/trainer:0.1.0', '1', 'Always', 'regcred')
     try:
         gang = running_job(standin, rest, 'long-run', 2)
         assert images_and_cpu(gang) == {('registry.test/kuberl/trainer:0.1.0', '1', '0-1-0')}
+        assert pulls(gang) == {('Always', ('regcred',))}
     finally:
         old.stop()
-    new = operator('0.2.0', 'registry.test/kuberl/trainer:0.2.0', '2')
+    new = operator('0.2.0', 'registry.test/kuberl/trainer:0.2.0', '2', 'IfNotPresent', 'mirror, regcred-2')
     try:
         terminated(standin, gang[1], 1, 'Crashed: RuntimeError: NaN in the policy loss')
         restarted = start_gang(standin, 'long-run', 2, generation=1)
         assert images_and_cpu(restarted) == {('registry.test/kuberl/trainer:0.1.0', '1', '0-1-0')}
+        assert pulls(restarted) == {('Always', ('regcred',))}
         assert status(rest, 'long-run')['trainerDefaults'] == {
             'image': 'registry.test/kuberl/trainer:0.1.0', 'cpuPerProcess': '1', 'memoryPerProcess': '2Gi',
-            'pod': {'labels': {'platform-release': '0-1-0'}, 'env': [{'name': 'NCCL_IB_HCA', 'value': 'mlx-0.1.0'}]}}
+            'pod': {'labels': {'platform-release': '0-1-0'}, 'env': [{'name': 'NCCL_IB_HCA', 'value': 'mlx-0.1.0'}]},
+            'imagePullPolicy': 'Always', 'imagePullSecrets': ['regcred']}
         create_job(rest, 'after-upgrade', workers=1)
-        assert images_and_cpu(start_gang(standin, 'after-upgrade', 1)) == {('registry.test/kuberl/trainer:0.2.0', '2', '0-2-0')}
+        after = start_gang(standin, 'after-upgrade', 1)
+        assert images_and_cpu(after) == {('registry.test/kuberl/trainer:0.2.0', '2', '0-2-0')}
+        assert pulls(after) == {('IfNotPresent', ('mirror', 'regcred-2'))}
     finally:
         new.stop()
 

@@ -101,6 +101,26 @@ def test_a_pull_secret_no_secret_can_be_named_is_refused_naming_the_value(who, s
     assert f"/{who}/imagePullSecrets/0" in helm_refusal({who: {"imagePullSecrets": [secret]}})
 
 
+def test_more_pull_secrets_than_a_job_can_record_are_refused_at_helm_install():
+    assert "/trainer/imagePullSecrets" in helm_refusal({"trainer": {"imagePullSecrets": [f"s{i}" for i in range(65)]}})
+
+
+@pytest.mark.parametrize(("variable", "value", "said"), [
+    ("KUBERL_TRAINER_IMAGE_PULL_POLICY", "always", "expected one of Always, IfNotPresent, Never (chart value trainer.image.pullPolicy)"),
+    ("KUBERL_TRAINER_IMAGE_PULL_SECRETS", "regcred,Corp_Pull", "'Corp_Pull': expected a Secret's name"),
+    ("KUBERL_TRAINER_IMAGE_PULL_SECRETS", ",".join(f"s{i}" for i in range(65)), "65 Secrets: expected at most 64"),
+])
+def test_trainer_pull_settings_kubernetes_or_the_status_record_would_refuse_stop_the_operator_naming_them(
+        variable, value, said, monkeypatch):
+    """Without the chart (manifests/install.yaml edited by hand) nothing checked them: every job's pods were refused by
+    the API server (core/v1 validation: a supported imagePullPolicy, a Secret's name a DNS-1123 subdomain), or its
+    status write was (status.trainerDefaults.imagePullSecrets' maxItems)."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SystemExit) as stopped:
+        operator_config(parse_operator_args([]))
+    assert variable in str(stopped.value) and said in str(stopped.value)
+
+
 def test_a_bad_per_process_default_stops_the_operator_naming_the_value(monkeypatch):
     monkeypatch.setenv("KUBERL_TRAINER_MEMORY_PER_PROCESS", "two gigs")
     with pytest.raises(SystemExit, match="trainer.resourcesPerProcess.memory"):

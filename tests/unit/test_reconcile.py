@@ -402,6 +402,30 @@ def test_a_job_keeps_the_trainer_defaults_it_first_met_and_status_records_them()
     assert jobstatus.trainer_defaults(recorded, *OPERATOR_DEFAULTS) == ('registry.test/trainer:0.1.0', render.PerProcess('1', '2Gi'))
 
 
+def test_a_job_keeps_the_pull_policy_and_secrets_it_first_met_and_an_older_record_takes_the_operators():
+    """status.trainerDefaults keeps the trainer's pull policy and secrets (trainer.image.pullPolicy,
+    trainer.imagePullSecrets) as it keeps the image: a gang restarted after an upgrade pulls as its first did."""
+    first = jobstatus.job_status({'phase': 'Pending'}, observed_generation=1, reading=None, paths=None,
+                                 defaults=jobstatus.trainer_defaults({}, *OPERATOR_DEFAULTS),
+                                 image_pull=jobstatus.image_pull_defaults({}, 'Always', ('regcred',)))
+    assert (first['trainerDefaults']['imagePullPolicy'], first['trainerDefaults']['imagePullSecrets']) == ('Always', ['regcred'])
+    assert jobstatus.image_pull_defaults(first, 'IfNotPresent', ('mirror',)) == ('Always', ('regcred',))
+    none = jobstatus.job_status({}, observed_generation=1, reading=None, paths=None,
+                                defaults=OPERATOR_DEFAULTS, image_pull=(None, ()))
+    assert jobstatus.image_pull_defaults(none, 'IfNotPresent', ('mirror',)) == (None, ()), 'met none: keeps none'
+    older = {'trainerDefaults': {'image': 'registry.test/trainer:0.1.0', 'cpuPerProcess': '1', 'memoryPerProcess': '2Gi'}}
+    assert jobstatus.image_pull_defaults(older, 'IfNotPresent', ('mirror',)) == ('IfNotPresent', ('mirror',))
+    assert jobstatus.image_pull_defaults({}, 'IfNotPresent', ('mirror',)) == ('IfNotPresent', ('mirror',))
+
+
+@pytest.mark.parametrize('record', [
+    {'imagePullPolicy': 'always', 'imagePullSecrets': 'regcred'}, {'imagePullPolicy': None, 'imagePullSecrets': [None]},
+    {'imagePullPolicy': ['Never'], 'imagePullSecrets': ['Not_A_Secret']}, {'imagePullSecrets': ['s'] * 65},
+], ids=['wrong-words', 'nulls', 'wrong-types', 'too-many'])
+def test_a_pull_record_that_does_not_parse_gives_the_operators_own(record):
+    assert jobstatus.image_pull_defaults({'trainerDefaults': record}, 'IfNotPresent', ('mirror',)) == ('IfNotPresent', ('mirror',))
+
+
 @pytest.mark.parametrize('record', [
     None, 'image', {}, {'image': '', 'cpuPerProcess': '1', 'memoryPerProcess': '2Gi'},
     {'image': 'x', 'cpuPerProcess': 'lots', 'memoryPerProcess': '2Gi'}, {'image': 'x', 'cpuPerProcess': '1'},

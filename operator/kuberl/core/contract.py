@@ -220,6 +220,9 @@ def is_reserved_env(name: str) -> bool:
 ENV_OPERATOR_TRAINER_IMAGE = "KUBERL_TRAINER_IMAGE"  # image of jobs that set no spec.image
 ENV_OPERATOR_TRAINER_IMAGE_PULL_POLICY = "KUBERL_TRAINER_IMAGE_PULL_POLICY"  # for jobs that set none
 ENV_OPERATOR_TRAINER_IMAGE_PULL_SECRETS = "KUBERL_TRAINER_IMAGE_PULL_SECRETS"  # comma-separated Secret names
+# The most of them the operator takes: each job records them (status.trainerDefaults.imagePullSecrets, the CRD's
+# maxItems), so a record it writes always fits.
+MAX_TRAINER_PULL_SECRETS = 64
 ENV_OPERATOR_TRAINER_CPU_PER_PROCESS = "KUBERL_TRAINER_CPU_PER_PROCESS"  # default CPU request per process (1)
 ENV_OPERATOR_TRAINER_MEMORY_PER_PROCESS = "KUBERL_TRAINER_MEMORY_PER_PROCESS"  # default memory request per process (2Gi)
 ENV_OPERATOR_TRAINER_POD_DEFAULTS = "KUBERL_TRAINER_POD_DEFAULTS"  # JSON: a platform's labels, env, tolerations ... (poddefaults)

@@ -11,10 +11,10 @@ import hashlib
 import json
 from typing import Any
 
-from . import names
+from . import contract, names
 from .rules import CROSS_FIELD_RULES, optional_immutable_fields
 from .spec import ANY_JSON_VALUE, JobSpec
-from .validation import DNS_1035
+from .validation import DNS_1035, DNS_1123_SUBDOMAIN, PULL_POLICIES
 
 PHASES = ["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed"]
 
@@ -184,6 +184,12 @@ def _status_schema() -> dict:
                     "image": {"type": "string", "maxLength": 512, "description": "Trainer image of a spec without image."},
                     "cpuPerProcess": {"type": "string", "maxLength": 64, "description": "CPU request per process of a spec without resources."},
                     "memoryPerProcess": {"type": "string", "maxLength": 64, "description": "Memory request per process of a spec without resources."},
+                    "imagePullPolicy": {"type": "string", "enum": ["", *PULL_POLICIES], "description": "Pull policy of a trainer container whose spec sets none (the chart's trainer.image.pullPolicy); empty: none, the kubelet's default."},
+                    "imagePullSecrets": {
+                        "type": "array", "maxItems": contract.MAX_TRAINER_PULL_SECRETS,
+                        "items": {"type": "string", "maxLength": 253, "pattern": DNS_1123_SUBDOMAIN, "description": "A Secret's name."},
+                        "description": "Names of the Secrets that pull the trainer image of a pod whose template sets none (the chart's trainer.imagePullSecrets).",
+                    },
                     "pod": {
                         "type": "object", "x-kubernetes-preserve-unknown-fields": True,
                         "description": "The platform's defaults for every trainer pod (the chart's trainer.podDefaults: labels, annotations, env, tolerations, nodeSelector, priorityClassName), under what the spec sets.",

@@ -19,12 +19,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from . import lifecycle, names, poddefaults, render, safetext
+from . import contract, lifecycle, names, poddefaults, render, safetext
 from .lifecycle import Refusal
 from .rank0metrics import Rank0Reading
 from .rules import validate_job
 from .spec import JobSpec
-from .validation import InvalidJob, Problem
+from .validation import DNS_1123_SUBDOMAIN, PULL_POLICIES, InvalidJob, Problem
 
 log = logging.getLogger(__name__)
 
@@ -257,6 +257,24 @@ def trainer_defaults(status: dict, image: str, per_process: render.PerProcess) -
     return kept_image, render.PerProcess(cpu=cpu, memory=memory)
 
 
+def image_pull_defaults(status: dict, policy: str | None, secrets: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """The operator's trainer pull policy and pull secrets (chart values trainer.image.pullPolicy,
+    trainer.imagePullSecrets), as the job first met them (status.trainerDefaults.imagePullPolicy, "" for none,
+    and imagePullSecrets), as trainer_defaults keeps the image: a gang restarted after an upgrade that changed
+    them pulls as its first gang did. Each that a record lacks (a job an older operator created) or that does not
+    parse (a hand edit) is the operator's own, `policy` or `secrets`."""
+    kept = status.get("trainerDefaults")
+    kept = kept if isinstance(kept, dict) else {}
+    kept_policy = kept.get("imagePullPolicy")
+    if kept_policy == "" or kept_policy in PULL_POLICIES:
+        policy = kept_policy or None
+    kept_secrets = kept.get("imagePullSecrets")
+    if (isinstance(kept_secrets, list) and len(kept_secrets) <= contract.MAX_TRAINER_PULL_SECRETS
+            and all(isinstance(name, str) and len(name) <= 253 and re.fullmatch(DNS_1123_SUBDOMAIN, name) for name in kept_secrets)):
+        secrets = tuple(kept_secrets)
+    return policy, secrets
+
+
 def job_status(
     decided: dict,
     *,
@@ -266,11 +284,13 @@ def job_status(
     desired_workers: int | None = None,
     defaults: tuple[str, render.PerProcess] | None = None,
     pod_defaults: poddefaults.PodDefaults | None = None,
+    image_pull: tuple[str | None, tuple[str, ...]] | None = None,
 ) -> dict:
     """The status one reconcile writes: the lifecycle's, plus what only the shell knows.
     `paths`: the trainer configuration's (checkpointDir, finalModel); None for a spec that does not parse.
     `defaults`: the job's trainer defaults (trainer_defaults), recorded for its later generations, and with them
-    `pod_defaults`, the platform's pod defaults it met first (poddefaults.recorded)."""
+    `pod_defaults`, the platform's pod defaults it met first (poddefaults.recorded), and `image_pull`, the pull policy
+    and secrets it met first (image_pull_defaults)."""
     status = copy.deepcopy(decided)
     status["observedGeneration"] = observed_generation
     status["display"] = display(status, desired_workers)
@@ -279,6 +299,9 @@ def job_status(
         status["trainerDefaults"] = {"image": image, "cpuPerProcess": per_process.cpu, "memoryPerProcess": per_process.memory}
         if pod_defaults is not None:  # recorded even when empty: defaults set later are for later jobs
             status["trainerDefaults"]["pod"] = pod_defaults.document()
+        if image_pull is not None:  # recorded even when none: set later, they are for later jobs
+            policy, secrets = image_pull
+            status["trainerDefaults"].update(imagePullPolicy=policy or "", imagePullSecrets=list(secrets))
     if paths is None:
         return status
     if reading is not None and reading.last_checkpoint_time is not None:
@@ -496,7 +519,8 @@ def restarted(before: dict | None, after: dict) -> dict | None:
 
 
 def with_operator_defaults(pod: dict, pull_policy: str | None, pull_secrets: tuple[str, ...]) -> dict:
-    """The operator's configured trainer pull policy and pull secrets, where the job sets none."""
+    """The operator's trainer pull policy and pull secrets (as the job recorded them: image_pull_defaults), where
+    the job sets none."""
     out = copy.deepcopy(pod)
     spec = out["spec"]
     if pull_secrets and not spec.get("imagePullSecrets"):

@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from ..core import contract, names, poddefaults, podsecurity, render
+from ..core import contract, names, poddefaults, podsecurity, render, validation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,8 +115,8 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
                          " operator.watchTimeoutSeconds)")
     return OperatorConfig(
         trainer_image=getattr(args, "trainer_image", None) or os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE) or render.DEFAULT_IMAGE,
-        trainer_pull_policy=os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_POLICY) or None,
-        trainer_pull_secrets=tuple(s.strip() for s in os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_SECRETS, "").split(",") if s.strip()),
+        trainer_pull_policy=pull_policy_from_env(),
+        trainer_pull_secrets=pull_secrets_from_env(),
         scrape_interval=getattr(args, "scrape_interval", None) or OperatorConfig.scrape_interval,
         scrape_timeout=getattr(args, "scrape_timeout", None) or OperatorConfig.scrape_timeout,
         max_concurrent_reconciles=getattr(args, "max_concurrent_reconciles", None) or OperatorConfig.max_concurrent_reconciles,
@@ -149,6 +149,33 @@ def per_process_from_env() -> render.PerProcess:
                              f" (chart value trainer.resourcesPerProcess.{field})")
         values[field] = value
     return render.PerProcess(**values)
+
+
+def pull_policy_from_env() -> str | None:
+    """The chart's trainer.image.pullPolicy; unset or empty: none (the kubelet's default). Another word stops the
+    operator at start, named: every job's pods would be refused (core/v1 validation's supported values)."""
+    policy = os.environ.get(contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_POLICY) or None
+    if policy is not None and policy not in validation.PULL_POLICIES:
+        raise SystemExit(f"kuberl operator: {contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_POLICY}={policy!r}: expected one of"
+                         f" {', '.join(validation.PULL_POLICIES)} (chart value trainer.image.pullPolicy)")
+    return policy
+
+
+def pull_secrets_from_env() -> tuple[str, ...]:
+    """The chart's trainer.imagePullSecrets, comma-separated. A name that is no Secret's (a DNS-1123 subdomain), or
+    more than each job can record (status.trainerDefaults.imagePullSecrets), stops the operator at start, named."""
+    variable = contract.ENV_OPERATOR_TRAINER_IMAGE_PULL_SECRETS
+    secrets = tuple(s.strip() for s in os.environ.get(variable, "").split(",") if s.strip())
+    for name in secrets:
+        if len(name) > 253 or not re.fullmatch(validation.DNS_1123_SUBDOMAIN, name):
+            raise SystemExit(f"kuberl operator: {variable}: {name[:80]!r}: expected a Secret's name,"
+                             f" {validation.PATTERN_MEANINGS[validation.DNS_1123_SUBDOMAIN]}, at most 253 characters"
+                             " (chart value trainer.imagePullSecrets)")
+    if len(secrets) > contract.MAX_TRAINER_PULL_SECRETS:
+        raise SystemExit(f"kuberl operator: {variable}: {len(secrets)} Secrets: expected at most"
+                         f" {contract.MAX_TRAINER_PULL_SECRETS} (each job records them in status.trainerDefaults;"
+                         " chart value trainer.imagePullSecrets)")
+    return secrets
 
 
 def pod_defaults_from_env() -> poddefaults.PodDefaults:

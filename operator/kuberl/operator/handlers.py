@@ -675,6 +675,10 @@ class JobLoop:
         config = self.shell.config
         return jobstatus.trainer_defaults(status, config.trainer_image, config.trainer_per_process)
 
+    def _image_pull(self, status: dict) -> tuple[str | None, tuple[str, ...]]:
+        config = self.shell.config
+        return jobstatus.image_pull_defaults(status, config.trainer_pull_policy, config.trainer_pull_secrets)
+
     def _render_pods(self, spec: JobSpec, uid: str, ranks: list[int], generation: int, status: dict | None = None,
                      platform: bool = True) -> list[dict]:
         """`status`: the job's, whose recorded trainer defaults its pods take; None: the operator's own. `platform`:
@@ -683,7 +687,8 @@ class JobLoop:
         image, per_process = self._trainer_defaults(status or {})
         pods = render.render_pods(render.Job(self.name, spec), self.namespace, uid, ranks, generation, default_image=image,
                                   per_process=per_process)
-        pods = [jobstatus.with_operator_defaults(pod, config.trainer_pull_policy, config.trainer_pull_secrets) for pod in pods]
+        pull_policy, pull_secrets = self._image_pull(status or {})
+        pods = [jobstatus.with_operator_defaults(pod, pull_policy, pull_secrets) for pod in pods]
         if not platform:
             return pods
         defaults = poddefaults.recorded(status or {}, config.trainer_pod_defaults)
@@ -711,7 +716,8 @@ class JobLoop:
         new_status = jobstatus.job_status(decision.status, observed_generation=job["metadata"].get("generation", 1),
                                           reading=reading, paths=paths, desired_workers=spec.workers if spec is not None else None,
                                           defaults=self._trainer_defaults(status),
-                                          pod_defaults=poddefaults.recorded(status, self.shell.config.trainer_pod_defaults))
+                                          pod_defaults=poddefaults.recorded(status, self.shell.config.trainer_pod_defaults),
+                                          image_pull=self._image_pull(status))
         written = await self._write(job, status, new_status)
         restarts = new_status.get("restarts")
         self.shell.metrics.job_phase(self.namespace, self.name, decision.phase, restarts if isinstance(restarts, int) else 0)
