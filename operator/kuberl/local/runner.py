@@ -1436,6 +1436,11 @@ def resume_marks(rows: list[dict], x_key: str) -> list[float]:
     return marks
 
 
+# Dotted lines drawn at most (the newest): more than an axis' pixels show apart, and a file of 90,000 one-row
+# generations (a hostile or broken trainer's) took 24 s to draw as one line each.
+MAX_RESUME_MARKS = 500
+
+
 def plot(run_dir: str, output: str | None = None) -> str:
     """A PNG of return against timesteps and against wall time, from progress.jsonl; written to `output`,
     else to the run directory's learning-curve.png. Returns where."""
@@ -1460,8 +1465,8 @@ def plot(run_dir: str, output: str | None = None) -> str:
         for key, label in (("episode_return_mean", "training return (mean)"), ("eval_return", "evaluation return")):
             if points := curve(rows, x_key, key):
                 ax.plot(*zip(*points, strict=True), marker="o" if key == "eval_return" else ".", markersize=3, label=label)
-        for x in resume_marks(rows, x_key):
-            ax.axvline(x, color="grey", linestyle=":", linewidth=1)
+        if marks := resume_marks(rows, x_key)[-MAX_RESUME_MARKS:]:
+            ax.vlines(marks, 0, 1, transform=ax.get_xaxis_transform(), colors="grey", linestyles=":", linewidth=1)
         ax.set_xlabel(x_label)
         ax.set_ylabel("return")
         ax.grid(alpha=0.3)
@@ -1485,8 +1490,9 @@ def runs_in(directory: str) -> list[str]:
 def plot_title(name: str, rows: list[dict], size: int) -> str:
     """The run's name, what the dotted lines are where there are any (a new generation: a gang restart, or a resume
     after Ctrl-C), and how much of a long file was drawn. It named the dotted lines on every plot, none drawn."""
-    generations = any(r.get("restart") != prev.get("restart") for prev, r in itertools.pairwise(rows))
-    notes = [*(["dotted: gang restarts and resumes"] if generations else []),
+    generations = sum(r.get("restart") != prev.get("restart") for prev, r in itertools.pairwise(rows))
+    newest = f" (the newest {MAX_RESUME_MARKS} of {generations:,})" if generations > MAX_RESUME_MARKS else ""
+    notes = [*([f"dotted: gang restarts and resumes{newest}"] if generations else []),
              *([f"the last {PROGRESS_TAIL_BYTES >> 20} MiB of {size / 2**20:,.0f} MiB of records"] if size > PROGRESS_TAIL_BYTES else [])]
     return f"{name} ({'; '.join(notes)})" if notes else name
 
