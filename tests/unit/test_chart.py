@@ -163,6 +163,31 @@ def test_bad_combinations_fail_with_a_precise_message(values, expected):
     assert expected in refusal(values)
 
 
+# What the StatefulSet controller puts on each pod of a StatefulSet named `name` (pkg/controller/statefulset
+# stateful_set_utils.go: newVersionedStatefulSetPod, getPodName, updateIdentity): the revision label's value is
+# history.ControllerRevisionName(name, hash), name + "-" + rand.SafeEncodeString of a uint32 (up to 10 characters;
+# pkg/controller/history/controller_history.go), and the pod's name and its statefulset.kubernetes.io/pod-name label
+# are name + "-" + ordinal. Each value is checked as the API server checks a pod's labels (apimachinery
+# validation.IsValidLabelValue: at most 63 characters), so a longer one fails every pod create (kubernetes#64023).
+def statefulset_pod_label_values(name: str, replicas: int) -> list[str]:
+    return [f"{name}-{'b' * 10}", f"{name}-{replicas - 1}"]
+
+
+@pytest.mark.parametrize("length", [52, 53, 63])
+def test_several_replicas_are_refused_a_full_name_whose_statefulset_pods_kubernetes_would_refuse(length):
+    values = {"fullnameOverride": "k" * length, "operator": {"replicas": 2}}
+    if length > 52:
+        message = refusal(values)
+        assert f"operator.replicas > 1 runs the operator as a StatefulSet named {'k' * length} ({length} characters)" in message
+        assert "fullnameOverride" in message and "at most 52" in message
+        assert max(map(len, statefulset_pod_label_values("k" * length, 2))) > 63, "refused only what Kubernetes refuses"
+        return
+    (statefulset,) = of_kind(render(values), "StatefulSet")
+    name, replicas = statefulset["metadata"]["name"], statefulset["spec"]["replicas"]
+    assert all(len(v) <= 63 for v in statefulset_pod_label_values(name, replicas)), name
+    assert of_kind(render({"fullnameOverride": "k" * 63}), "Deployment"), "one replica: a Deployment, whose pods' names are generated"
+
+
 def test_image_digest_wins_over_tag():
     digest = "sha256:" + "a" * 64
     (deployment,) = of_kind(render({"operator": {"image": {"tag": "", "digest": digest}}}), "Deployment")

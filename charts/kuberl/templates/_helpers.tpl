@@ -169,6 +169,11 @@ KUBERL_POD_INDEX: the downward API gives each peering replica its ordinal
 {{- if and (include "kuberl.peering" . | eq "true") (not .Values.operator.peering.name) -}}
 {{- fail "operator.replicas > 1 needs operator.peering.name: replicas coordinate through a kopf peering object" -}}
 {{- end -}}
+{{- /* the StatefulSet controller labels each pod controller-revision-hash=<name>-<hash>, a hash of up to 10 characters
+     (pkg/controller/history ControllerRevisionName), and a label value holds 63: a longer name's pods are all refused */ -}}
+{{- if and (include "kuberl.peering" . | eq "true") (gt (len (include "kuberl.fullname" .)) 52) -}}
+{{- fail (printf "operator.replicas > 1 runs the operator as a StatefulSet named %s (%d characters), and the StatefulSet controller could create none of its pods: it labels each controller-revision-hash=<name>-<a hash of up to 10 characters>, a label value of at most 63 characters (kubernetes/kubernetes#64023); set fullnameOverride (or choose a release name) of at most 52 characters" (include "kuberl.fullname" .) (len (include "kuberl.fullname" .))) -}}
+{{- end -}}
 {{- /* map keys: a JSON schema's propertyNames error names no value (Helm reports it "at ''") */ -}}
 {{- $labelKey := dict "pattern" `^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$` "maxName" 63 "fold" false
       "meaning" "a label key: an optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit" -}}
