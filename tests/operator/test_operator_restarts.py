@@ -5,6 +5,7 @@ import json
 from kuberl.core import names
 
 from tests.operator.operatorkit import (
+    JOBS,
     NS,
     Operator,
     condition,
@@ -170,7 +171,7 @@ def test_a_gang_restarted_after_an_operator_upgrade_runs_the_trainer_defaults_it
     """`helm upgrade` changing trainer.image, trainer.resourcesPerProcess, trainer.image.pullPolicy or
     trainer.imagePullSecrets restarts the operator with new defaults; a running job's next gang still gets the image,
     requests and pull settings its first one had (status.trainerDefaults), and only a job created after the upgrade
-    takes the new ones."""
+    takes the new ones; a job whose record an older operator wrote without pull settings takes the new operator's."""
     def operator(release: str, image: str, cpu: str, pull_policy: str, pull_secrets: str) -> Operator:
         (tmp_path / release).mkdir()
         pod_defaults = {'labels': {'platform-release': release.replace('.', '-')}, 'env': [{'name': 'NCCL_IB_HCA', 'value': f'mlx-{release}'}]}
@@ -195,8 +196,12 @@ def test_a_gang_restarted_after_an_operator_upgrade_runs_the_trainer_defaults_it
         gang = running_job(standin, rest, 'long-run', 2)
         assert images_and_cpu(gang) == {('registry.test/kuberl/trainer:0.1.0', '1', '0-1-0')}
         assert pulls(gang) == {('Always', ('regcred',))}
+        older = running_job(standin, rest, 'older-record', 1)
     finally:
         old.stop()
+    # as an operator from before the pull settings were recorded left it (a merge patch's null removes a key)
+    patched = rest.patch(f'{JOBS}/older-record/status', {'status': {'trainerDefaults': {'imagePullPolicy': None, 'imagePullSecrets': None}}})
+    assert patched.status == 200 and 'imagePullSecrets' not in status(rest, 'older-record')['trainerDefaults'], patched.body
     new = operator('0.2.0', 'registry.test/kuberl/trainer:0.2.0', '2', 'IfNotPresent', 'mirror, regcred-2')
     try:
         terminated(standin, gang[1], 1, 'Crashed: RuntimeError: NaN in the policy loss')
@@ -207,6 +212,12 @@ def test_a_gang_restarted_after_an_operator_upgrade_runs_the_trainer_defaults_it
             'image': 'registry.test/kuberl/trainer:0.1.0', 'cpuPerProcess': '1', 'memoryPerProcess': '2Gi',
             'pod': {'labels': {'platform-release': '0-1-0'}, 'env': [{'name': 'NCCL_IB_HCA', 'value': 'mlx-0.1.0'}]},
             'imagePullPolicy': 'Always', 'imagePullSecrets': ['regcred']}
+        terminated(standin, older[0], 1, 'Crashed: RuntimeError: NaN in the policy loss')
+        older_restarted = start_gang(standin, 'older-record', 1, generation=1)
+        assert images_and_cpu(older_restarted) == {('registry.test/kuberl/trainer:0.1.0', '1', '0-1-0')}
+        assert pulls(older_restarted) == {('IfNotPresent', ('mirror', 'regcred-2'))}, 'no record: the operator\'s own'
+        kept = status(rest, 'older-record')['trainerDefaults']
+        assert (kept['imagePullPolicy'], kept['imagePullSecrets']) == ('IfNotPresent', ['mirror', 'regcred-2'])
         create_job(rest, 'after-upgrade', workers=1)
         after = start_gang(standin, 'after-upgrade', 1)
         assert images_and_cpu(after) == {('registry.test/kuberl/trainer:0.2.0', '2', '0-2-0')}
