@@ -52,6 +52,25 @@ STOP_PENDING = ".stop-pending.json"
 
 
 
+# Rank 0's evaluations (every other rank waiting for them at the next all-reduce) that took at least this share of its
+# time, after this many of them, are said once, with what trains faster
+EVALUATION_SHARE_NOTED = 0.5
+EVALUATIONS_BEFORE_NOTE = 3
+
+
+def evaluation_share_note(eval_seconds: float, wall_seconds: float, evaluations: int, eval_episodes: int,
+                          eval_every: int) -> str | None:
+    """What to say when rank 0's evaluations have taken most of this generation's time (None: they have not): the
+    CartPole example's 20 episodes every 5 updates, on LunarLander-v3's episodes of up to 1,000 steps, stepped more
+    evaluation than training, and the run crawled at a fifth of its speed without a word of why."""
+    if evaluations < EVALUATIONS_BEFORE_NOTE or wall_seconds <= 0 or eval_seconds < EVALUATION_SHARE_NOTED * wall_seconds:
+        return None
+    return (f"evaluation took {eval_seconds / wall_seconds:.0%} of rank 0's time so far ({eval_seconds / evaluations:.1f} s"
+            f" for each of {evaluations}: {eval_episodes} episode(s) every {eval_every} update(s)), every rank waiting for it:"
+            " a larger success.evalEvery, fewer success.evalEpisodes, or success.evalWhileTraining: true (rank 0 evaluates"
+            " beside training) trains faster")
+
+
 # A stop vote, or what reads it when the update's all-reduce is made (Session.stop_requested): a stop asked for while
 # the rollout was collected then ends this update, where a vote read as the update began waited for the next one, a
 # whole rollout more (on a 2-core laptop running the Pong example, longer than the grace period: killed unsaved).
@@ -232,6 +251,8 @@ class TrainingSession:
         self.last_good: str | None = None  # the newest checkpoint known to load: named if the volume fails
         self.progress_unwritable = False
         self.grace_warned = False  # outlasts_grace said once
+        self.evaluations = (0, 0.0)  # rank 0's on the training thread, and their seconds (evaluation_share_note)
+        self.evaluation_share_said = False
         self.stop_lock = threading.Lock()  # STOP_PENDING: written once a stop is asked, removed once its checkpoint is
         self.stop_saved = False
         self.exported = (0, 0)  # counter values already exported (steps, episodes)
@@ -430,6 +451,7 @@ class TrainingSession:
         every update since the last checkpoint. Deterministic mode evaluates to the end: its resume repeats what an
         uninterrupted run does, whose evaluation there may have met the target."""
         stop = None if self.spec.deterministic else self.stop.is_set
+        began = time.monotonic()
         try:
             eval_return = algorithm.evaluate(*self.evaluation_arguments(algorithm), stop=stop)
         except evaluation.Interrupted as e:
@@ -437,6 +459,13 @@ class TrainingSession:
                      " is written first")
             return False
         self.evaluated(algorithm, eval_return)
+        ended, success = time.monotonic(), self.spec.success
+        count, seconds = self.evaluations[0] + 1, self.evaluations[1] + ended - began
+        self.evaluations = (count, seconds)
+        note = evaluation_share_note(seconds, ended - self.started, count, success.eval_episodes, success.eval_every)
+        if note and not self.evaluation_share_said and not self.target_met:
+            self.log(note)
+            self.evaluation_share_said = True
         return True
 
     def evaluated(self, algorithm: Algorithm, eval_return: float) -> None:
