@@ -262,6 +262,11 @@ def cmd_render(args: argparse.Namespace) -> int:
                              operator_namespace=args.operator_namespace, monitoring_namespace=args.monitoring_namespace,
                              monitoring_pod_labels=args.monitoring_pod_labels, operator_pod_labels=args.operator_pod_labels)
         defaults = args.pod_defaults or poddefaults.NONE  # as the operator lays them under a new job's pods
+        conflicts = list(dict.fromkeys(c for o in objects if o["kind"] == "Pod" for c in poddefaults.conflicts(o, defaults)))
+        if conflicts:  # the operator's refusal of the job (PodSecurity), before any object
+            print(f"{args.file}: RLTrainingJob {name!r} sets what --pod-defaults enforces: {'; '.join(conflicts)}", file=sys.stderr)
+            failed = True
+            continue
         objects = [poddefaults.apply(o, defaults) if o["kind"] == "Pod" else
                    render_podgroup(Job(name, spec), namespace, defaults.priority_class_name) if o["kind"] == "PodGroup"
                    else o for o in objects]

@@ -80,6 +80,7 @@ SETS: dict[str, tuple[list[str], str | None]] = {
                                         "nvidia.com/gpu"),
     "trainer.podDefaults.nodeSelector": (["trainer.podDefaults.nodeSelector.pool=gpu"], '\\"pool\\":\\"gpu\\"'),
     "trainer.podDefaults.priorityClassName": (["trainer.podDefaults.priorityClassName=ml-batch"], "ml-batch"),
+    "trainer.podDefaults.enforced": (["trainer.podDefaults.enforced[0]=nodeSelector"], '\\"enforced\\":[\\"nodeSelector\\"]'),
     "trainer.resourcesPerProcess.cpu": (["trainer.resourcesPerProcess.cpu=2"], 'value: "2"'),
     "trainer.resourcesPerProcess.memory": (["trainer.resourcesPerProcess.memory=8Gi"], 'value: "8Gi"'),
     "gangScheduling.podGroupApis": (["gangScheduling.podGroupApis={volcano,coscheduling}"], "scheduling.volcano.sh"),

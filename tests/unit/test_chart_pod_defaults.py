@@ -82,6 +82,20 @@ def test_kuberl_render_previews_a_values_files_defaults_as_the_operator_lays_the
     refused = subprocess.run([sys.executable, "-m", "kuberl.cli", "render", str(tmp_path / "job.yaml"), "--pod-defaults",
                               str(tmp_path / "bad.yaml")], capture_output=True, text=True, check=False)
     assert refused.returncode == 2 and "trainer.podDefaults.env[0].name: RANK is reserved" in refused.stderr
+    # a default the platform enforces: the job that sets it otherwise is refused, as the operator refuses it
+    (tmp_path / "enforced.yaml").write_text(yaml.safe_dump({"trainer": {"podDefaults": {**PLATFORM, "enforced": ["labels"]}}}))
+    refused = subprocess.run([sys.executable, "-m", "kuberl.cli", "render", str(tmp_path / "job.yaml"), "--pod-defaults",
+                              str(tmp_path / "enforced.yaml")], capture_output=True, text=True, check=False)
+    assert refused.returncode == 1 and not refused.stdout
+    assert refused.stderr.strip().endswith("metadata.labels.tier: trainer.podDefaults enforces '2' (got '1')"), refused.stderr
+
+
+def test_the_chart_hands_over_the_enforced_fields_and_refuses_another_name():
+    assert handed_over({"trainer": {"podDefaults": {**PLATFORM, "enforced": ["nodeSelector", "priorityClassName"]}}}).enforced == {
+        "nodeSelector", "priorityClassName"}
+    with pytest.raises(HelmError) as refused:
+        render({"trainer": {"podDefaults": {"enforced": ["image"]}}})
+    assert "enforced" in str(refused.value)
 
 
 def test_the_example_values_file_installs_and_previews_the_same_defaults():

@@ -150,3 +150,52 @@ def test_only_volcanos_podgroup_states_a_priority_class():
     job = make_job("cartpole").with_spec(schedulerName="scheduler-plugins-scheduler", priorityClassName="urgent").obj()
     assert "priorityClassName" not in render_podgroup(job, "team-a", "ml-batch")["spec"]
     assert render_podgroup(make_job("cartpole").with_spec(priorityClassName="urgent").obj(), "team-a", "ml-batch") is None
+
+
+# --- enforced: a default a job may not change ------------------------------------------------------------------------
+
+ENFORCED = poddefaults.parse({**DEFAULTS.document(), "enforced": list(poddefaults.ENFORCEABLE)})
+OTHER_POOL = {"key": "pool", "operator": "Equal", "value": "mine", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(("spec", "said"), [
+    ({"labels": {"team": "rl"}}, "metadata.labels.team: trainer.podDefaults enforces 'platform' (got 'rl')"),
+    ({"template": {"metadata": {"annotations": {"sidecar.istio.io/inject": "true"}}}},
+     "metadata.annotations.sidecar.istio.io/inject: trainer.podDefaults enforces 'false' (got 'true')"),
+    ({"template": {"spec": {"containers": [{"name": "trainer", "env": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}]}]}}},
+     ("'NCCL_SOCKET_IFNAME': trainer.podDefaults enforces {'name': 'NCCL_SOCKET_IFNAME', 'value': 'ib0'} (got {'name':"
+     " 'NCCL_SOCKET_IFNAME', 'value': 'eth0'})")),
+    ({"nodeSelector": {"pool": "cpu"}}, "spec.nodeSelector.pool: trainer.podDefaults enforces 'gpu' (got 'cpu')"),
+    ({"priorityClassName": "urgent"}, "spec.priorityClassName: trainer.podDefaults enforces 'ml-batch' (got 'urgent')"),
+], ids=["label", "annotation", "env", "nodeSelector", "priorityClassName"])
+def test_an_enforced_default_refuses_a_job_that_sets_its_key_otherwise(spec, said):
+    """A default is the job's to set aside by writing the same key (the table above): a platform that keeps tenants on
+    its GPU pool, in its PriorityClass or under the label its NetworkPolicy selects had no way to hold them there.
+    Enforced, a job setting it otherwise is refused naming the pod field, as PodNodeSelector admission refuses."""
+    assert poddefaults.conflicts(pod(**spec), DEFAULTS) == []  # a default: the job's value wins, silently
+    found = poddefaults.conflicts(pod(**spec), ENFORCED)
+    assert len(found) == 1 and found[0].endswith(said), found
+
+
+def test_an_enforced_default_the_job_repeats_or_leaves_unset_is_no_conflict():
+    same = pod(labels={"team": "platform"}, nodeSelector={"pool": "gpu", "disk": "ssd"}, priorityClassName="ml-batch",
+               template={"spec": {"containers": [{"name": "trainer", "env": [NCCL, {"name": "OWN", "value": "1"}]}]}})
+    assert poddefaults.conflicts(same, ENFORCED) == [] and poddefaults.conflicts(pod(), ENFORCED) == []
+    merged = poddefaults.apply(same, ENFORCED)
+    assert merged["spec"]["nodeSelector"] == {"pool": "gpu", "zone": "a", "disk": "ssd"}
+
+
+def test_enforced_tolerations_are_added_beside_the_jobs_own_for_the_same_key():
+    assert poddefaults.apply(pod(tolerations=[OTHER_POOL]), ENFORCED)["spec"]["tolerations"] == [OTHER_POOL, *DEFAULTS.tolerations]
+    assert poddefaults.apply(pod(tolerations=[GPU_TAINT]), ENFORCED)["spec"]["tolerations"] == list(DEFAULTS.tolerations)
+
+
+def test_enforced_names_fields_and_is_recorded_with_the_defaults():
+    with pytest.raises(ValueError) as refused:
+        poddefaults.parse({"enforced": ["nodeSelector", "image"]})
+    assert str(refused.value) == ("trainer.podDefaults.enforced[1]: expected one of labels, annotations, env, tolerations,"
+                                  " nodeSelector, priorityClassName (got 'image')")
+    with pytest.raises(ValueError, match=r"trainer.podDefaults.enforced: expected a list"):
+        poddefaults.parse({"enforced": "nodeSelector"})
+    kept = {"trainerDefaults": {"pod": json.loads(json.dumps(ENFORCED.document()))}}
+    assert poddefaults.recorded(kept, poddefaults.NONE).enforced == set(poddefaults.ENFORCEABLE)

@@ -14,6 +14,13 @@ Keys, job against default:
   - nodeSelector: by key;
   - tolerations: a default toleration is added unless the pod has one for the same taint key;
   - priorityClassName: when the pod has none.
+
+`enforced` names the fields whose defaults a job may not change: a job whose own pods set one of their keys to
+another value (a nodeSelector's pool, a label a NetworkPolicy or a quota selects on, the priorityClassName) is
+refused naming the pod field (`conflicts`), as Kubernetes' PodNodeSelector admission refuses a pod whose
+nodeSelector conflicts with its namespace's (a mutating webhook's plain overwrite would change the job silently);
+enforced tolerations are added even beside the job's own for the same key. A default is a convenience, which any
+tenant can set aside by writing the key; an enforced one is a control.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import names, validation
+from . import names, safetext, validation
 
 MAX_BYTES = 32 * 1024  # kept in every job's status: a platform's defaults are a few lines, not a ConfigMap
-FIELDS = ("labels", "annotations", "env", "tolerations", "nodeSelector", "priorityClassName")
+ENFORCEABLE = ("labels", "annotations", "env", "tolerations", "nodeSelector", "priorityClassName")
+FIELDS = (*ENFORCEABLE, "enforced")
 
 
 @dataclass(frozen=True)
@@ -38,12 +46,13 @@ class PodDefaults:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     priority_class_name: str | None = None
+    enforced: frozenset[str] = frozenset()  # of ENFORCEABLE: the job may not set these fields' keys otherwise
 
     def document(self) -> dict:
         """As JSON: what the chart writes and status.trainerDefaults.pod records (empty fields left out)."""
         out = {"labels": dict(self.labels), "annotations": dict(self.annotations), "env": [dict(e) for e in self.env],
                "tolerations": [dict(t) for t in self.tolerations], "nodeSelector": dict(self.node_selector),
-               "priorityClassName": self.priority_class_name}
+               "priorityClassName": self.priority_class_name, "enforced": sorted(self.enforced)}
         return {k: v for k, v in out.items() if v}
 
 
@@ -61,9 +70,12 @@ def problems(document: Any, path: str = "trainer.podDefaults") -> list[str]:
         value = document.get(key) or {}
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
             found.append(f"{path}.{key}: expected a map of strings")
-    for key in ("env", "tolerations"):
+    for key in ("env", "tolerations", "enforced"):
         if not isinstance(document.get(key) or [], list):
             found.append(f"{path}.{key}: expected a list")
+    if isinstance(document.get("enforced") or [], list):
+        found += [f"{path}.enforced[{i}]: expected one of {', '.join(ENFORCEABLE)} (got {safetext.one_line(repr(f))[:80]})"
+                  for i, f in enumerate(document.get("enforced") or []) if f not in ENFORCEABLE]
     if found:
         return found
     labels, annotations = document.get("labels") or {}, document.get("annotations") or {}
@@ -97,6 +109,7 @@ def parse(document: Any, path: str = "trainer.podDefaults") -> PodDefaults:
         labels=dict(document.get("labels") or {}), annotations=dict(document.get("annotations") or {}),
         env=tuple(dict(e) for e in document.get("env") or []), tolerations=tuple(dict(t) for t in document.get("tolerations") or []),
         node_selector=dict(document.get("nodeSelector") or {}), priority_class_name=document.get("priorityClassName") or None,
+        enforced=frozenset(document.get("enforced") or ()),
     )
 
 
@@ -136,7 +149,10 @@ def apply(pod: Mapping, defaults: PodDefaults) -> dict:
         spec["nodeSelector"] = {**defaults.node_selector, **(spec.get("nodeSelector") or {})}
     if defaults.tolerations:
         taken = {t.get("key") or "" for t in spec.get("tolerations") or []}
-        added = [dict(t) for t in defaults.tolerations if (t.get("key") or "") not in taken]
+        if "tolerations" in defaults.enforced:  # each added, unless the very same is there already
+            added = [dict(t) for t in defaults.tolerations if t not in (spec.get("tolerations") or [])]
+        else:
+            added = [dict(t) for t in defaults.tolerations if (t.get("key") or "") not in taken]
         if added:
             spec["tolerations"] = [*(spec.get("tolerations") or []), *added]
     if defaults.priority_class_name and not spec.get("priorityClassName"):  # render.priority_class_name's rule
@@ -147,3 +163,37 @@ def apply(pod: Mapping, defaults: PodDefaults) -> dict:
                 present = {e.get("name") for e in container.get("env") or []}
                 container["env"] = [*(container.get("env") or []), *(dict(e) for e in defaults.env if e["name"] not in present)]
     return out
+
+
+def conflicts(pod: Mapping, defaults: PodDefaults) -> list[str]:
+    """Where the tenant's `pod` (rendered from the job alone, before `apply`) sets a key of a field `defaults`
+    enforces to another value than the platform's, each named by its path in the pod: the job is refused for it."""
+    enforced, found = defaults.enforced, []
+    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+
+    def shown(value: object) -> str:
+        return safetext.one_line(repr(value))[:120]
+
+    def differ(path: str, own: Mapping, platform: Mapping) -> None:
+        found.extend(f"{path}.{key}: trainer.podDefaults enforces {shown(value)} (got {shown(own[key])})"
+                     for key, value in platform.items() if key in own and own[key] != value)
+
+    if "labels" in enforced:
+        differ("metadata.labels", metadata.get("labels") or {}, defaults.labels)
+    if "annotations" in enforced:
+        differ("metadata.annotations", metadata.get("annotations") or {}, defaults.annotations)
+    if "nodeSelector" in enforced:
+        differ("spec.nodeSelector", spec.get("nodeSelector") or {}, defaults.node_selector)
+    own_class = spec.get("priorityClassName")
+    if "priorityClassName" in enforced and defaults.priority_class_name and own_class and own_class != defaults.priority_class_name:
+        found.append(f"spec.priorityClassName: trainer.podDefaults enforces {shown(defaults.priority_class_name)}"
+                     f" (got {shown(own_class)})")
+    if "env" in enforced:
+        platform = {e["name"]: dict(e) for e in defaults.env}
+        for i, container in enumerate(spec.get("containers") or []):
+            if container.get("name") == names.TRAINER_CONTAINER:
+                found.extend(f"spec.containers[{i}].env[{j}]: {shown(e.get('name'))}: trainer.podDefaults enforces"
+                             f" {shown(platform[e.get('name')])} (got {shown(e)})"
+                             for j, e in enumerate(container.get("env") or []) if e.get("name") in platform
+                             and {k: v for k, v in e.items() if v is not None} != platform[e.get("name")])
+    return found

@@ -657,19 +657,23 @@ class JobLoop:
         key = (job["metadata"]["uid"], job["metadata"].get("generation"))
         judged = self.memo.get("judged")
         if judged is None or judged[0] != key:
-            verdict, cpu_seconds = await asyncio.to_thread(_judged_timed, job, self._pod_problems)
+            status = job.get("status") or {}
+            verdict, cpu_seconds = await asyncio.to_thread(_judged_timed, job, lambda spec: self._pod_problems(spec, status))
             judged = self.memo["judged"] = (key, verdict)
             self.memo["judge_due"] = time.monotonic() + jobstatus.judge_pause(cpu_seconds)
             self.shell.metrics.spec_judgement.observe(cpu_seconds)
         return judged[1]
 
-    def _pod_problems(self, spec: JobSpec) -> list[str]:
-        """Every field of the job's rendered pods over the operator's pod security level, named by path."""
+    def _pod_problems(self, spec: JobSpec, status: dict) -> list[str]:
+        """Every field of the job's rendered pods over the operator's pod security level, or against a pod default the
+        platform enforces (those the job recorded in `status`, else the operator's), named by path."""
         config = self.shell.config
         # the tenant's pods: the platform's own defaults (trainer.podDefaults) are not the tenant's to answer for
         pods = self._render_pods(spec, "", render.representative_ranks(spec.workers), 0, platform=False)
-        return [str(v) for v in podsecurity.check_pods(pods, config.pod_security, config.allowed_service_accounts,
-                                                       config.forbidden_pod_fields)]
+        defaults = poddefaults.recorded(status, config.trainer_pod_defaults)
+        return [*(str(v) for v in podsecurity.check_pods(pods, config.pod_security, config.allowed_service_accounts,
+                                                         config.forbidden_pod_fields)),
+                *dict.fromkeys(c for pod in pods for c in poddefaults.conflicts(pod, defaults))]
 
     def _trainer_defaults(self, status: dict) -> tuple[str, render.PerProcess]:
         config = self.shell.config
