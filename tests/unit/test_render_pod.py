@@ -5,7 +5,7 @@ import json
 import re
 
 import pytest
-from kuberl.core import contract, names
+from kuberl.core import contract, jobstatus, names
 from kuberl.core.crd import crd
 from kuberl.core.render import (
     CONFIG_PATH,
@@ -15,11 +15,13 @@ from kuberl.core.render import (
     merge_template,
     networkpolicy_patch,
     pod_environment,
+    pod_field_path,
     render_configmap,
     render_job,
     render_networkpolicy,
     render_pod,
     render_service,
+    scheduler_name,
 )
 from kuberl.core.rules import defaulted, parse_spec, validate_job
 from kuberl.core.trainerconfig import load
@@ -327,6 +329,47 @@ def test_volcano_and_coscheduling_get_a_podgroup_and_the_group_on_each_pod():
     for pod in (o for o in objects if o["kind"] == "Pod"):
         assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == group["metadata"]["name"]
     assert "PodGroup" not in [o["kind"] for o in render_job(make_job(), NAMESPACE, UID)]
+
+
+SCHEDULER_SOURCES = {  # where a job may name its pods' scheduler, and the scheduler its pods then get
+    "spec": ({"schedulerName": "volcano"}, "volcano"),
+    "template": ({"template": {"spec": {"schedulerName": "volcano"}}}, "volcano"),
+    "template-over-spec": ({"schedulerName": "volcano", "template": {"spec": {"schedulerName": "scheduler-plugins-scheduler"}}},
+                           "scheduler-plugins-scheduler"),
+    "template-back-to-default": ({"schedulerName": "volcano", "template": {"spec": {"schedulerName": "default-scheduler"}}},
+                                 "default-scheduler"),
+    "template-empties-it": ({"schedulerName": "volcano", "template": {"spec": {"schedulerName": ""}}}, None),
+    "none": ({}, None),
+}
+GROUP_OF_SCHEDULER = {"volcano": ("scheduling.volcano.sh/v1beta1", "annotations", "scheduling.k8s.io/group-name"),
+                      "scheduler-plugins-scheduler": ("scheduling.x-k8s.io/v1alpha1", "labels", "scheduling.x-k8s.io/pod-group")}
+
+
+@pytest.mark.parametrize("source", SCHEDULER_SOURCES)
+def test_the_gang_is_grouped_for_the_scheduler_its_pods_get_wherever_the_job_names_it(source):
+    """Volcano and coscheduling gang-schedule only pods that name their PodGroup: a pod that goes to Volcano without
+    one gets a PodGroup of its own (minMember 1), so part of a gang can start and hold its nodes while the rest
+    waits, and DDP's rendezvous never completes. The pods' scheduler (template over spec) and the group's kind come
+    from one function; a group for a scheduler the pods do not go to would wait for ever."""
+    spec, expected = SCHEDULER_SOURCES[source]
+    objects = render_job(make_job(**copy.deepcopy(spec)), NAMESPACE, UID)
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    groups = [o for o in objects if o["kind"] == "PodGroup"]
+    assert {p["spec"].get("schedulerName") for p in pods} == {expected}
+    if expected not in GROUP_OF_SCHEDULER:
+        assert groups == [] and not any(key in p["metadata"][where] for p in pods for _, where, key in GROUP_OF_SCHEDULER.values())
+        return
+    api_version, where, key = GROUP_OF_SCHEDULER[expected]
+    assert [g["apiVersion"] for g in groups] == [api_version]
+    assert {p["metadata"][where].get(key) for p in pods} == {groups[0]["metadata"]["name"]}
+
+
+def test_a_podgroup_the_cluster_does_not_serve_names_where_the_job_names_its_scheduler():
+    job = make_job(template={"spec": {"schedulerName": "volcano"}})
+    group = next(o for o in render_job(job, NAMESPACE, UID) if o["kind"] == "PodGroup")
+    spec = validate_job(job)
+    refusal = jobstatus.not_served(404, jobstatus.NOT_SERVED, group, scheduler_name(spec), pod_field_path(spec, "schedulerName"))
+    assert "spec.template.spec.schedulerName 'volcano' needs it" in refusal.message
 
 
 def test_the_coscheduling_podgroups_timeout_fits_its_int32_at_the_largest_startup_timeout_the_crd_takes():

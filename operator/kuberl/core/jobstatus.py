@@ -196,13 +196,15 @@ def server_failure(code: int, message: str) -> Refusal | None:
 NOT_SERVED = "the server could not find the requested resource"
 
 
-def not_served(code: int, message: str, child: dict, scheduler_name: str | None) -> Refusal | None:
+def not_served(code: int, message: str, child: dict, scheduler_name: str | None,
+               scheduler_field: str = "spec.schedulerName") -> Refusal | None:
     """A child whose kind this cluster does not serve (a Volcano or coscheduling PodGroup without its
-    CRD): the job cannot run as written, and asking again will not help until someone installs it."""
+    CRD): the job cannot run as written, and asking again will not help until someone installs it.
+    `scheduler_field`: where the job names its pods' scheduler (render.pod_field_path)."""
     if code != 404 or message.strip() != NOT_SERVED:
         return None
     what = f"{child.get('kind')} ({child.get('apiVersion')})"
-    needed = f" spec.schedulerName {scheduler_name!r} needs it: install that scheduler, or set another schedulerName" \
+    needed = f" {scheduler_field} {scheduler_name!r} needs it: install that scheduler, or set another schedulerName" \
         if child.get("kind") == "PodGroup" else ""
     return Refusal(lifecycle.REASON_INVALID_CHILD, f"{what} is not served by this cluster ({message}):{needed}".rstrip(":"))
 

@@ -384,17 +384,32 @@ def networkpolicy_patch(existing: Mapping, desired: Mapping) -> dict | None:
     return patch or None
 
 
+def pod_field_path(spec: JobSpec, field: str) -> str:
+    """Where the job sets a pod field that spec.template.spec may set too: the template, where it names the field
+    (merged over the rendered pod, it wins), else the spec's own field of that name."""
+    template_spec = (spec.template or {}).get("spec")
+    return f"spec.template.spec.{field}" if isinstance(template_spec, dict) and field in template_spec else f"spec.{field}"
+
+
+def _pod_field(spec: JobSpec, field: str, own: str | None) -> str | None:
+    """Such a field's value (pod_field_path says whose): the template's (empty or null names none), else `own`."""
+    value = spec.template["spec"][field] if pod_field_path(spec, field).startswith("spec.template.") else own
+    return value if isinstance(value, str) and value else None
+
+
 def priority_class_name(spec: JobSpec, default: str | None = None) -> str | None:
     """The PriorityClass the job's pods get, which its Volcano PodGroup states too: spec.template.spec's where
-    the template names the field (merged over the rendered pod, it wins; empty or null names none), else
-    spec.priorityClassName; where neither names one, `default`, the platform's (trainer.podDefaults, which
-    poddefaults.apply lays under a pod that has none). None: no class (the cluster's global default, or 0)."""
-    template_spec = (spec.template or {}).get("spec")
-    if isinstance(template_spec, dict) and "priorityClassName" in template_spec:
-        own = template_spec["priorityClassName"]
-    else:
-        own = spec.priority_class_name
-    return own if isinstance(own, str) and own else default
+    the template names the field, else spec.priorityClassName; where neither names one, `default`, the
+    platform's (trainer.podDefaults, which poddefaults.apply lays under a pod that has none). None: no class
+    (the cluster's global default, or 0)."""
+    return _pod_field(spec, "priorityClassName", spec.priority_class_name) or default
+
+
+def scheduler_name(spec: JobSpec) -> str | None:
+    """The scheduler the job's pods go to, which decides their gang: a PodGroup and its name on each pod for
+    Volcano or coscheduling. spec.template.spec's where the template names the field, else spec.schedulerName;
+    None: the cluster's default scheduler."""
+    return _pod_field(spec, "schedulerName", spec.scheduler_name)
 
 
 def render_podgroup(job: Mapping | Job, namespace: str, default_priority_class: str | None = None) -> dict | None:
@@ -403,7 +418,7 @@ def render_podgroup(job: Mapping | Job, namespace: str, default_priority_class: 
     `default_priority_class`: the platform's (trainer.podDefaults.priorityClassName), for a job whose pods
     name none: Volcano orders its queue by the group's priority, so the group states its pods' own."""
     j = as_job(job)
-    scheduler = j.spec.scheduler_name
+    scheduler = scheduler_name(j.spec)
     metadata = _metadata(names.podgroup_name(j.name), namespace, job_labels(j.name, "gang"))
     if scheduler in VOLCANO_SCHEDULERS:
         spec: dict[str, Any] = {"minMember": j.spec.workers}
@@ -432,9 +447,10 @@ def _gang_scheduling_metadata(job: str, spec: JobSpec) -> tuple[dict, dict]:
         labels[names.KUEUE_QUEUE_NAME] = spec.queue_name
         labels[names.KUEUE_POD_GROUP_NAME] = names.podgroup_name(job)
         annotations[names.KUEUE_POD_GROUP_TOTAL_COUNT] = str(spec.workers)
-    if spec.scheduler_name in VOLCANO_SCHEDULERS:
+    scheduler = scheduler_name(spec)
+    if scheduler in VOLCANO_SCHEDULERS:
         annotations[names.VOLCANO_GROUP_NAME] = names.podgroup_name(job)
-    if spec.scheduler_name in COSCHEDULING_SCHEDULERS:
+    if scheduler in COSCHEDULING_SCHEDULERS:
         labels[names.COSCHEDULING_POD_GROUP] = names.podgroup_name(job)
     return labels, annotations
 
@@ -615,8 +631,9 @@ def _render_pod(j: Job, namespace: str, rank: int, restart: int, default_image: 
     priority = priority_class_name(spec)
     if priority:
         pod_spec["priorityClassName"] = priority
-    if spec.scheduler_name:
-        pod_spec["schedulerName"] = spec.scheduler_name
+    scheduler = scheduler_name(spec)
+    if scheduler:
+        pod_spec["schedulerName"] = scheduler
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -629,8 +646,9 @@ def _render_pod(j: Job, namespace: str, rank: int, restart: int, default_image: 
     pod["metadata"]["annotations"].update(annotations)  # a gang's size and PodGroup are the scheduler's count
     for key in ("hostname", "subdomain", "restartPolicy"):
         pod["spec"][key] = pod_spec[key]
-    if priority is None:  # a template's empty or null class names none, as priority_class_name says
-        pod["spec"].pop("priorityClassName", None)
+    for field, value in (("priorityClassName", priority), ("schedulerName", scheduler)):
+        if value is None:  # a template's empty or null value names none, as _pod_field says
+            pod["spec"].pop(field, None)
     return pod
 
 

@@ -869,7 +869,8 @@ class JobLoop:
             try:
                 await self._create_child(child, uid, adopted=not retained)
             except ApiError as error:
-                refusal = jobstatus.not_served(error.status, error.message, child, spec.scheduler_name)
+                refusal = jobstatus.not_served(error.status, error.message, child, render.scheduler_name(spec),
+                                               render.pod_field_path(spec, "schedulerName"))
                 if refusal is None:
                     raise
                 raise ChildRefused(refusal) from error
