@@ -690,7 +690,7 @@ class TrainingSession:
         if outcome == "target":
             at = self.met_at if self.met_at is not None else model.counters.global_step
             lagged = "" if model is algorithm or at == steps else f" (the weights of then, evaluated while training went on to {steps})"
-            return (f"eval return {self.eval_return:.1f} >= {self.spec.success.target_return} at timesteps {at}{lagged}; "
+            return (f"eval return {_fmt(self.eval_return)} >= {self.spec.success.target_return} at timesteps {at}{lagged}; "
                     f"model {self.config.final_model} {final}")
         return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}, eval return {_fmt(self.eval_return)}); model {self.config.final_model} {final}"
 
@@ -848,4 +848,4 @@ def _resumable(state: dict) -> str | None:
 
 
 def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+    return contract.shown_return(value)

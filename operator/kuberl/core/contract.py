@@ -242,6 +242,18 @@ MAX_STATUS_TIMESTEPS = 2**53
 MAX_STATUS_GAUGE = 1e15
 
 
+def shown_return(value: float | None) -> str:
+    """A return as progress lines and a run's last line write it: one decimal from 10 up (CartPole's 494.9), three
+    significant digits below (FrozenLake's 0.685 was "0.7" beside a success.targetReturn of 0.7 it had not met); "-"
+    for none yet."""
+    if value is None:
+        return "-"
+    if abs(value) >= 10 or not math.isfinite(value):
+        return f"{value:.1f}"
+    text = f"{value:.3g}"
+    return text if "." in text or "e" in text else f"{text}.0"
+
+
 def final_numbers(timesteps: int, eval_return: float | None) -> str:
     shown = "none" if eval_return is None else f"{eval_return:.6g}"
     return f"[final timesteps={timesteps} evalReturn={shown}]"

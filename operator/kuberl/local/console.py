@@ -16,6 +16,7 @@ import threading
 from typing import IO, Any
 
 from ..core import names
+from ..core.contract import shown_return
 
 PROGRESS_LINE = re.compile(r"^\[(?:rank|worker) 0\] timesteps \d+  steps/s ")
 CHECKPOINT_LINE = re.compile(r"^\[(?:rank|worker) 0\] checkpoint ")
@@ -28,7 +29,7 @@ def shown(path: str) -> str:
 
 
 def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+    return shown_return(value)
 
 
 def with_host_paths(line: str, host_checkpoints: str) -> str:

@@ -58,6 +58,7 @@ from ..core import (
     rank0metrics,
     safetext,
 )
+from ..core.contract import shown_return
 from ..core.lifecycle import ObservedPod, Rank0Progress
 from ..core.outputfile import output_problem
 from ..core.rank0metrics import Rank0Reading
@@ -999,7 +1000,7 @@ def best_note(model: str | None, checkpoint_dir: str | None) -> str:
     if found is None:
         return ""
     run_dir = os.path.dirname(os.path.dirname(os.path.dirname(best)))  # RUN_DIR/checkpoints/<job>-<uid>/best-model.pt
-    return (f" (the last weights); best evaluation {shown(best)} (eval {found[0]:.1f} at {found[1]:,} timesteps;"
+    return (f" (the last weights); best evaluation {shown(best)} (eval {shown_return(found[0])} at {found[1]:,} timesteps;"
             f" kuberl eval {shown(run_dir)} --best plays it)")
 
 
@@ -1013,8 +1014,8 @@ def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float)
     saved = f" (newest checkpoint {newest[0]} at {newest[1]:,} timesteps)" if newest else ""
     # named as the progress bar and the trainer name them: which return it is, not a bare "final return"
     evaluated, trained = _number(record.get("eval_return")), _number(record.get("episode_return_mean"))
-    final_text = (f"eval return {evaluated:.1f}" if evaluated is not None
-                  else f"training return {trained:.1f}" if trained is not None else "no return yet")
+    final_text = (f"eval return {shown_return(evaluated)}" if evaluated is not None
+                  else f"training return {shown_return(trained)}" if trained is not None else "no return yet")
     where = f"checkpoints {shown(cluster_paths['checkpoints'])}"
     if code == 0:
         if cluster_paths["model"] is None:  # a custom trainer: its workers' exit codes are all kuberl knows
