@@ -108,3 +108,26 @@ def test_a_run_that_met_its_target_says_the_timesteps_of_the_weights_that_met_it
     final = torch.load(run.final_model, weights_only=True)
     for key, tensor in best["agent"].items():
         assert torch.equal(final["agent"][key], tensor), key
+
+
+@pytest.mark.parametrize("best", [True, False], ids=["best-model.pt", "final-model.pt"])
+def test_a_model_file_that_is_a_dangling_link_or_a_fifo_is_refused_in_a_line(tmp_path, best):
+    """A run directory is anyone's to fill (a copied run, a checkpoint volume a tenant writes): a best-model.pt or
+    final-model.pt that is a link to nothing ended kuberl eval in a FileNotFoundError traceback (os.path.getmtime,
+    sorting the candidates); a FIFO, or a link to /dev/zero, is refused unread, never waited on."""
+    from kuberl_trainer.policy import UnusableModel, find_model, read_model
+
+    weights = tmp_path / "runs" / "j" / "checkpoints" / "j-uid"
+    weights.mkdir(parents=True)
+    name = "best-model.pt" if best else "final-model.pt"
+    (weights / name).symlink_to(tmp_path / "nowhere")
+    with pytest.raises(UnusableModel, match="No such file or directory"):
+        read_model(find_model(str(tmp_path / "runs" / "j"), best=best))
+    (weights / name).unlink()
+    os.mkfifo(weights / name)  # opened without waiting for a writer, then refused: not a regular file
+    with pytest.raises(UnusableModel, match="not a regular file"):
+        read_model(find_model(str(tmp_path / "runs" / "j"), best=best))
+    (weights / name).unlink()
+    (weights / name).symlink_to("/dev/zero")
+    with pytest.raises(UnusableModel, match="not a regular file"):
+        read_model(find_model(str(tmp_path / "runs" / "j"), best=best))

@@ -92,6 +92,16 @@ def _run_job(run_dir: str) -> dict:
     return defaulted(spec)
 
 
+def _modified(path: str) -> float:
+    """When `path` itself last changed, a link's own time (-inf once gone): a run directory is anyone's to fill, and a
+    dangling best-model.pt or final-model.pt link ended kuberl eval in a FileNotFoundError traceback; the file
+    itself is then refused as it is read (checkpoint.read_model: a regular file, bounded)."""
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:  # removed since it was listed: a live run's checkpoint rotation
+        return -math.inf
+
+
 def find_model(path: str, best: bool = False) -> str:
     """The file to load for `path`: itself, or in a run directory its final model (the last weights), else its
     newest valid checkpoint (a run stopped before the end); with `best`, the run's best-model.pt (the weights of
@@ -99,7 +109,7 @@ def find_model(path: str, best: bool = False) -> str:
     if best:
         if not os.path.isdir(path):
             raise UnusableModel(f"--best: {path} is a file; --best picks {names.BEST_MODEL} of a run directory (or give that file)")
-        found = sorted(glob.glob(os.path.join(glob.escape(path), "checkpoints", "*", names.BEST_MODEL)), key=os.path.getmtime)
+        found = sorted(glob.glob(os.path.join(glob.escape(path), "checkpoints", "*", names.BEST_MODEL)), key=_modified)
         if not found:
             raise UnusableModel(f"--best: {path} has no {names.BEST_MODEL}: the run has not evaluated yet (evaluations run every"
                                 " success.evalEvery updates when success.targetReturn is set)")
@@ -111,10 +121,10 @@ def find_model(path: str, best: bool = False) -> str:
             raise UnusableModel(f"{path}: a job file, not a model: give the run directory kuberl run trained it in,"
                                 f" {job_run_dir(path)}")
         return path
-    finals = sorted(glob.glob(os.path.join(glob.escape(path), "checkpoints", "*", FINAL_MODEL)), key=os.path.getmtime)
+    finals = sorted(glob.glob(os.path.join(glob.escape(path), "checkpoints", "*", FINAL_MODEL)), key=_modified)
     if finals:
         return trained_on_after(finals[-1]) or finals[-1]
-    for directory in sorted(glob.glob(os.path.join(glob.escape(path), "checkpoints", "*")), key=os.path.getmtime, reverse=True):
+    for directory in sorted(glob.glob(os.path.join(glob.escape(path), "checkpoints", "*")), key=_modified, reverse=True):
         newest = checkpoint.load_newest(directory)  # the newest that is valid, as a resumed run takes it
         if newest is not None:
             return newest[0]
@@ -132,12 +142,12 @@ def trained_on_after(final_model: str) -> str | None:
     """The newest valid checkpoint beside `final_model` when it is newer: a run ends by writing its final model
     and saves no checkpoint after it, so a later one means training went on (a `kuberl run --resume` that raised
     totalTimesteps, then stopped) and the final model is the older weights; else None."""
-    written = os.path.getmtime(final_model)
+    written = _modified(final_model)
     directory = os.path.dirname(final_model)
-    if not any(os.path.getmtime(p) > written for p in glob.glob(os.path.join(glob.escape(directory), "ckpt-*.pt"))):
+    if not any(_modified(p) > written for p in glob.glob(os.path.join(glob.escape(directory), "ckpt-*.pt"))):
         return None
     newest = checkpoint.load_newest(directory)
-    return newest[0] if newest is not None and os.path.getmtime(newest[0]) > written else None
+    return newest[0] if newest is not None and _modified(newest[0]) > written else None
 
 
 def run_ending(run_dir: str) -> str:
