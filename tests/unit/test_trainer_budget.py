@@ -173,3 +173,40 @@ def test_after_its_first_step_an_env_is_unguarded_and_its_state_still_plain_data
     assert not {"reset", "step"} & set(vars(made))  # the class's own methods again: no cost per step
     with pytest.raises(AssertionError):  # after the first step an error is the env's own, as raised
         made.step(np.array(["x", "y"]))
+
+
+OLD_GYM_ENVS = (
+    "import gymnasium as gym, numpy as np\n"
+    "class Space(gym.Env):\n"
+    "    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)\n"
+    "    action_space = gym.spaces.Discrete(2)\n"
+    "class OldReset(Space):\n"
+    "    def reset(self, seed=None, options=None):\n"
+    "        return np.zeros(2, np.float32)\n"
+    "class OldStep(Space):\n"
+    "    def reset(self, seed=None, options=None):\n"
+    "        return np.zeros(2, np.float32), {}\n"
+    "    def step(self, action):\n"
+    "        return np.zeros(2, np.float32), 1.0, False, {}\n")
+
+
+def test_a_user_env_of_gyms_old_api_is_refused_saying_what_gymnasium_returns(tmp_path, monkeypatch):
+    """An env written for gym before 0.26 (reset returns the observation, step 4 values) crashed
+    "AttributeError: 'numpy.float32' object has no attribute 'items'" at every one of its gang restarts."""
+    from kuberl_trainer import envs
+
+    (tmp_path / "oldgym.py").write_text(OLD_GYM_ENVS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(envs.UnknownEnv) as refused:
+        envs.make_envs("oldgym:OldReset", 2).reset(seed=1)
+    assert str(refused.value).startswith("spec.env.id: 'oldgym:OldReset' failed its first reset: AttributeError: ")
+    assert str(refused.value).endswith(
+        "(its reset returned the observation alone (ndarray), where gymnasium's returns (obs, info): an env written for"
+        " gym before 0.26; return (obs, info) from reset)"), refused.value
+    made = envs.make_envs("oldgym:OldStep", 2)
+    made.reset(seed=1)
+    with pytest.raises(envs.UnknownEnv) as refused:
+        made.step(made.action_space.sample())
+    assert str(refused.value).endswith(
+        "(its step returned 4 values, where gymnasium's returns (obs, reward, terminated, truncated, info): an env"
+        " written for gym before 0.26; return (obs, reward, terminated, truncated, info) from step)"), refused.value

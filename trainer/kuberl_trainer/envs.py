@@ -148,8 +148,11 @@ def make_envs(env_id: str, num_envs: int, kwargs: dict | None = None, backend: s
 
 # What an env raises from the values the spec gave it, at its first reset or step: CartPole's
 # `max_episode_steps: "x"` is taken at construction and fails its first step comparing an int
-# with a str; Pendulum's `g: "x"` fails in its physics.
-REFUSED_AT_FIRST_STEP = (TypeError, ValueError, AssertionError)
+# with a str; Pendulum's `g: "x"` fails in its physics; an env of gym's API before 0.26 (reset returning the
+# observation alone) fails the vector env's reading of its info (AttributeError: 'numpy.float32' … 'items').
+REFUSED_AT_FIRST_STEP = (TypeError, ValueError, AssertionError, AttributeError)
+# What gymnasium's reset and step return (gym before 0.26: the observation alone, and 4 values)
+API_RETURNS = {"reset": (2, "(obs, info)"), "step": (5, "(obs, reward, terminated, truncated, info)")}
 
 
 def guard_first_step(envs: gym.vector.VectorEnv, env_id: str, kwargs: dict) -> None:
@@ -161,7 +164,28 @@ def guard_first_step(envs: gym.vector.VectorEnv, env_id: str, kwargs: dict) -> N
     reset, step = envs.reset, envs.step
 
     def refused(call: str, e: Exception) -> UnknownEnv:
-        return UnknownEnv(f"{field}: {env_id!r} failed its first {call}: {type(e).__name__}: {e}{misshapen(call, e)}")
+        why = old_api(call) or misshapen(call, e)
+        return UnknownEnv(f"{field}: {env_id!r} failed its first {call}: {type(e).__name__}: {e}{why}")
+
+    def old_api(call: str) -> str:
+        """What an AttributeError about 'items' or "not enough values to unpack (expected 5, got 4)" meant: a user's
+        env written for gym before 0.26, whose reset returns the observation alone and whose step returns 4 values."""
+        first = getattr(envs, "envs", None)
+        if not first:
+            return ""
+        count, shape = API_RETURNS[call]
+        env = first[0].unwrapped  # gymnasium's env checker would refuse a 4-value step before returning it
+        try:
+            returned = env.reset(seed=0)
+            if call == "step" and isinstance(returned, tuple) and len(returned) == API_RETURNS["reset"][0]:
+                returned = env.step(env.action_space.sample())
+        except Exception:  # noqa: BLE001 — the call's own failure is already said
+            return ""
+        if isinstance(returned, tuple) and len(returned) == count:
+            return ""
+        got = f"{len(returned)} values" if isinstance(returned, tuple) else f"the observation alone ({type(returned).__name__})"
+        return (f" (its {call} returned {got}, where gymnasium's returns {shape}: an env written for gym before 0.26;"
+                f" return {shape} from {call})")
 
     def misshapen(call: str, e: Exception) -> str:
         """What numpy's "Output array is the wrong shape" meant: a user's env whose reset returns an observation
