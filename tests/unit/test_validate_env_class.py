@@ -91,6 +91,17 @@ def test_a_module_nested_deep_is_read_in_the_time_of_a_flat_one():
     assert {"y", "z", "w"} <= top_level_names(walrus)  # a walrus deep in the blocks still binds a module name
 
 
+def test_a_long_elif_chain_that_python_imports_is_read():
+    """Each elif is an If in the orelse of the one before: a module with 450 branches, which Python imports, was
+    refused by kuberl validate ('cannot import …: RecursionError'), and kuberl run with it, the blocks read by
+    recursion."""
+    source = "x = 0\nif x == 0:\n    y = 0\n" + "".join(f"elif x == {i}:\n    y = {i}\n" for i in range(1, 1500))
+    compile(source, "myenvs.py", "exec")  # Python's own import takes it
+    assert top_level_names(source + "class Corridor: pass\n") == {"x", "y", "Corridor"}
+    problem, _ = class_check("myenvs:Corridr", Found("/work/myenvs.py", source + "class Corridor: pass\n"), "")
+    assert problem.message.startswith("cannot import 'myenvs:Corridr': module 'myenvs' has no attribute 'Corridr'; did you mean")
+
+
 def test_a_module_too_deep_or_too_large_to_read_says_so_in_a_line(tmp_path):
     """Python's parser has a bounded stack: 200,000 unary minuses raised MemoryError with no words ('cannot import
     …: MemoryError:  (myenvs.py)'), and 2 MiB of nested lists took 9.7 s and 1 GB to parse. The import the pods

@@ -56,17 +56,18 @@ def top_level_names(source: str) -> frozenset[str] | None:
             if isinstance(node, ast.Name):
                 names.add(node.id)
 
-    def visit(body: Sequence[ast.stmt]) -> bool:
-        for node in body:
+    pending: list[Sequence[ast.stmt]] = [tree.body]  # blocks still to read: a stack, not recursion, as an elif
+    while pending:  # chain nests each branch in the one before (450 elifs, which Python imports, were a RecursionError)
+        for node in pending.pop():
             if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 if node.name == "__getattr__" and not isinstance(node, ast.ClassDef):
-                    return False
+                    return None
                 names.add(node.name)
             elif isinstance(node, ast.Import):
                 names.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
                 if any(alias.name == "*" for alias in node.names):
-                    return False
+                    return None
                 names.update(alias.asname or alias.name for alias in node.names)
             elif isinstance(node, ast.Assign):
                 for target in node.targets:
@@ -78,19 +79,17 @@ def top_level_names(source: str) -> frozenset[str] | None:
                     if item.optional_vars is not None:
                         bind(item.optional_vars)
             scope = isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))  # its body binds its own names
-            # the walrus targets of this statement's own parts: its blocks' statements are visited (and walked) in
+            # the walrus targets of this statement's own parts: its blocks' statements are read (and walked) in
             # turn, and walking them here as well read a block nested n deep n times (99 ifs deep: 28 s for 400 KB)
             for walrus in (n for part in ([node] if scope else _own_parts(node)) for n in ast.walk(part)
                            if isinstance(n, ast.NamedExpr)):
                 bind(walrus.target)
-            blocks = [getattr(node, field, []) for field in ("body", "orelse", "finalbody")]
-            blocks += [handler.body for handler in getattr(node, "handlers", [])]
-            if not scope and not all(visit(block) for block in blocks):
-                return False
-        return True
+            if not scope:
+                pending += [getattr(node, field, []) for field in ("body", "orelse", "finalbody")]
+                pending += [handler.body for handler in getattr(node, "handlers", [])]
 
     dynamic = any(isinstance(n, ast.Name) and n.id == "globals" for n in ast.walk(tree)) or "sys.modules[" in source
-    return None if dynamic or not visit(tree.body) else frozenset(names)
+    return None if dynamic else frozenset(names)
 
 
 _BLOCKS = frozenset({"body", "orelse", "finalbody", "handlers"})
