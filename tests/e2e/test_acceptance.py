@@ -4,7 +4,6 @@ The one scenario that trains to a target; the others end on small budgets.
 """
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import time
@@ -14,6 +13,7 @@ from kuberl.core import metricnames as m
 from kuberl.core import names
 
 from tests.e2e.stack import EXAMPLES, Scenario, tiny_job, wait_for
+from tests.operator.operatorkit import cpu_seconds
 
 EXAMPLE = EXAMPLES / 'cartpole-ppo.yaml'
 TRAINS_WITHIN_SECONDS = 420  # measured about 6 s alone; a loaded shared machine and concurrent scenarios slow it
@@ -109,12 +109,6 @@ def operator_reconciles(stack) -> tuple[float, float]:
 def memory_kib(pid: int) -> dict[str, int]:
     status = pathlib.Path(f'/proc/{pid}/status').read_text()
     return {key: int(re.search(rf'^{key}:\s+(\d+) kB', status, re.MULTILINE).group(1)) for key in ('VmRSS', 'VmHWM')}
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process (proc(5): /proc/pid/stat fields 14 and 15, in clock ticks)."""
-    fields = pathlib.Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
 def test_ten_small_jobs_applied_at_once_all_succeed(stack):

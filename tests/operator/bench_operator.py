@@ -11,7 +11,6 @@ edits are timed; the operator's CPU over the loop and the latency of the tenant'
 """
 import argparse
 import collections
-import os
 import pathlib
 import re
 import tempfile
@@ -25,6 +24,7 @@ from tests.operator.operatorkit import (
     JOBS,
     NS,
     Operator,
+    cpu_seconds,
     create_job,
     job,
     pods,
@@ -44,12 +44,6 @@ def calls_by(standin: StandinServer, since: collections.Counter) -> collections.
 
 def snapshot(standin: StandinServer) -> collections.Counter:
     return collections.Counter({c: n for c, n in standin.calls.items() if c.agent == 'kopf'})
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far."""
-    fields = pathlib.Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
 def count_pods(standin: StandinServer, prefix: str) -> int:

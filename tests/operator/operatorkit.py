@@ -30,6 +30,19 @@ JOBS = f'/apis/{names.GROUP}/{names.VERSION}/namespaces/{NS}/{names.PLURAL}'
 PODS = f'/api/v1/namespaces/{NS}/pods'
 
 
+# Its start (imports, kopf's login and discovery, the first list) took 1.1 s of CPU here, 2.4 s of wall clock; 30 s
+# of wall clock was too little for it with two xdist workers beside two busy loops (load 15 on 2 cores). A start
+# that loops is caught by its CPU, one that hangs (it uses none) by the wall clock.
+START_CPU_SECONDS = 20.0
+START_WALL_SECONDS = 180.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process (proc(5): /proc/pid/stat fields 14 and 15, in clock ticks)."""
+    fields = pathlib.Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
 class Operator:
     """`kuberl operator` in a subprocess, pointed at the stand-in by $KUBECONFIG (the stand-in's own, or `kubeconfig`)."""
 
@@ -61,9 +74,10 @@ class Operator:
              '--scrape-interval', '0.5', *self.extra],
             stdout=self.logfile, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         try:
-            wait_for(self.healthy, timeout=30, what='the operator to answer its health endpoint')
+            wait_for(lambda: self._starting() and self.healthy(), timeout=START_WALL_SECONDS,
+                     what='the operator to answer its health endpoint')
             if watching:
-                wait_for(lambda: self.healthy() and self._job_listings() > listings, timeout=60,
+                wait_for(lambda: self._starting() and self.healthy() and self._job_listings() > listings, timeout=START_WALL_SECONDS,
                          what='the operator to list or watch RLTrainingJobs')
         except AssertionError as e:
             # a start that failed is stopped here: no teardown stops an operator its fixture never returned,
@@ -71,6 +85,14 @@ class Operator:
             self.kill()
             raise AssertionError(f'{e}; its log ends:\n{self.log()[-3000:]}') from None
         return self
+
+    def _starting(self) -> bool:
+        """True while its start costs the CPU a start costs; a loaded machine stretches the wall clock instead."""
+        used = 0.0
+        with contextlib.suppress(FileNotFoundError):  # no /proc (macOS), or the process has gone: healthy() says why
+            used = cpu_seconds(self.process.pid)
+        assert used < START_CPU_SECONDS, f'the operator used {used:g} s of CPU and has not started: {self.log()[-3000:]}'
+        return True
 
     def _job_listings(self) -> int:
         return sum(n for call, n in self.standin.calls.items()

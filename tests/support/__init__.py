@@ -18,7 +18,8 @@ status-code-exact client), `kube_api` (kubernetes.client.ApiClient), `local_node
   owner-reference garbage collection (background, foreground, orphan); namespaces; eviction; a CRD's deletion
   (Terminating, its instances deleted through their finalizers, creates refused, then its watches ended).
   Hooks: `store.hooks.unschedulable` / `image_pull_failure` (label selectors), `store.hooks.admission`
-  (refusals on create with a real API server's codes and messages: `admission.Refuse`), `store.reschedule()`,
+  (refusals on create with a real API server's codes and messages: `admission.Refuse`), `store.hooks.conflicts`
+  (`[(plural, namespace, name)] = N`: its next N writes carrying a resourceVersion meet a stale one's 409), `store.reschedule()`,
   `store.evict(ns, name)`, `store.report_pod(ns, name, status)` with `container_terminated(...)`.
 - `crdschema`: a CRD's structural schema (types, nullable, defaults, pruning, fieldValidation) and
   its x-kubernetes-validations via cel-python, with oldSelf on update.
