@@ -85,6 +85,23 @@ def test_a_values_label_the_chart_writes_itself_is_refused_naming_both(path):
     assert f"{path} sets app.kubernetes.io/name, a label the chart writes itself" in refusal(values)
 
 
+@pytest.mark.parametrize("replicas", [1, 2], ids=["deployment", "statefulset"])
+def test_common_labels_reach_the_operators_pods_under_its_pod_labels(replicas):
+    """commonLabels are what a platform's policy asks of every object (a cost centre, an owner), and policies that
+    require a label are written for Pods first (Kyverno's require-labels, Gatekeeper's k8srequiredlabels): the
+    operator's pods lacked them, so such a policy refused every one and the release installed without an operator."""
+    values = {"commonLabels": {"cost-center": "ml", "owner": "platform"}, "operator": {"replicas": replicas, "podLabels": {"owner": "rl-team"}}}
+    out = helm("template", "kuberl", str(CHART), "--namespace", "kuberl-system", values=values)
+    objects = [o for o in load_documents(out) if o]  # a strict reader: each key once
+    (workload,) = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    assert labels["cost-center"] == "ml" and labels["owner"] == "rl-team"
+    assert workload["spec"]["selector"]["matchLabels"].keys() == {"app.kubernetes.io/name", "app.kubernetes.io/instance",
+                                                                  "app.kubernetes.io/component"}, "the selector, immutable, keeps its labels"
+    (test_pod,) = [o for o in objects if o["kind"] == "Pod"]
+    assert test_pod["metadata"]["labels"]["cost-center"] == "ml"
+
+
 def test_all_features_renders_every_kind():
     kinds = sorted({o["kind"] for o in render(ALL_FEATURES)})
     assert kinds == sorted([

@@ -276,7 +276,11 @@ KUBERL_POD_INDEX: the downward API gives each peering replica its ordinal
 metadata:
   labels:
     {{- include "kuberl.selectorLabels" . | nindent 4 }}
-    {{- with .Values.operator.podLabels }}
+    {{- /* commonLabels too (a policy that requires a label of every Pod would refuse the operator's), podLabels winning; each key once */ -}}
+    {{- $labels := dict -}}
+    {{- range $key, $value := .Values.commonLabels }}{{ $_ := set $labels $key $value }}{{ end -}}
+    {{- range $key, $value := .Values.operator.podLabels }}{{ $_ := set $labels $key $value }}{{ end -}}
+    {{- with $labels }}
     {{- include "kuberl.strings" . | nindent 4 }}
     {{- end }}
   {{- with .Values.operator.podAnnotations }}
