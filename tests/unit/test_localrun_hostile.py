@@ -920,3 +920,32 @@ def test_a_ctrl_c_after_the_job_ended_keeps_its_exit_code_and_summary(tmp_path, 
     monkeypatch.setattr(runner, "plot", plot_interrupted)
     assert cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "runs"), "--plot"]) == 0
     assert "ends succeeded" in capsys.readouterr().out.replace("'", "")
+
+
+def test_run_files_nested_deeper_than_json_decodes_are_read_as_damaged(tmp_path):
+    """A run directory's records are the trainer's (or anyone's) to write: a progress.jsonl line, a status.json or a
+    fingerprint.json of 100,000 '[' raised RecursionError out of json, which only ValueError was caught for:
+    kuberl plot ended in a traceback, and so would kuberl run's summary, a rerun and kuberl eval's ending line."""
+    from kuberl.local.runner import (
+        LocalRunError,
+        last_status,
+        progress_records,
+        recorded_learned_values,
+        run_phase,
+    )
+    from kuberl_trainer.policy import run_ending
+
+    deep = "[" * 100_000
+    assert progress_records(['{"timesteps": 1}', deep]) == [{"timesteps": 1}]
+    with pytest.raises(LocalRunError, match="is not a status kuberl run wrote"):
+        last_status(deep, "runs/j/status.json")
+    (tmp_path / "status.json").write_text(deep)
+    (tmp_path / "fingerprint.json").write_text(deep)
+    assert run_phase(str(tmp_path)) is None and recorded_learned_values(str(tmp_path)) is None
+    assert run_ending(str(tmp_path)) == "no status recorded"
+    checkpoints = tmp_path / "checkpoints" / "j-uid"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "progress.jsonl").write_text('{"timesteps": 1, "restart": 0, "episode_return_mean": 9.0}\n' + deep + "\n")
+    said = subprocess.run([sys.executable, "-m", "kuberl.cli", "plot", str(tmp_path), "-o", str(tmp_path / "c.png")],
+                          check=False, capture_output=True, text=True, timeout=120)
+    assert said.returncode == 0 and "Traceback" not in said.stderr, said.stderr

@@ -156,7 +156,7 @@ def run_ending(run_dir: str) -> str:
     try:
         with open(os.path.join(run_dir, "status.json"), "rb") as f:
             status = json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # 1 MiB of "[" nests deeper than json decodes
         return "no status recorded"
     if not isinstance(status, dict):
         return "no status recorded"

@@ -565,7 +565,7 @@ def last_status(text: str, path: str) -> dict:
     try:
         status = json.loads(text)
         generation = status.get("generation", 0)
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # 1 MiB of "[" nests deeper than json decodes
         status = generation = None
     if not isinstance(status, dict) or not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
         raise LocalRunError(f"{path} is not a status kuberl run wrote: delete it to start the job again from generation 0"
@@ -886,7 +886,7 @@ def progress_records(lines: list[str]) -> list[dict]:
     mid-write) or a custom trainer's own format in that file is skipped, never a traceback at the run's end."""
     records = []
     for line in lines:
-        with contextlib.suppress(ValueError):
+        with contextlib.suppress(ValueError, RecursionError):  # a line of "[" nests deeper than json decodes
             record = json.loads(line)
             if isinstance(record, dict):
                 records.append(record)
@@ -1089,7 +1089,7 @@ def recorded_learned_values(run_dir: str) -> dict | None:
     """The learned fields a run recorded (`fingerprint.json`), or, for a run an older kuberl started,
     those of the job.yaml it kept; None when neither can be read."""
     text = read_regular_file(os.path.join(run_dir, FINGERPRINT_FILE), RECORD_LIMIT)
-    with contextlib.suppress(ValueError, TypeError, AttributeError):
+    with contextlib.suppress(ValueError, TypeError, AttributeError, RecursionError):
         record = json.loads(text) if text else None
         if isinstance(record, dict) and isinstance(record.get("learned"), dict):
             return record["learned"]
@@ -1107,7 +1107,7 @@ def has_run(run_dir: str) -> bool:
 
 def run_phase(run_dir: str) -> str | None:
     text = read_regular_file(os.path.join(run_dir, "status.json"), RECORD_LIMIT)
-    with contextlib.suppress(ValueError, AttributeError, TypeError):
+    with contextlib.suppress(ValueError, AttributeError, TypeError, RecursionError):
         return json.loads(text).get("phase") if text else None
     return None
 
