@@ -7,11 +7,13 @@ import json
 from kuberl.core import names
 
 from tests.operator.operatorkit import (
+    JOBS,
     TRAINER_IMAGE,
     Operator,
     condition,
     create_job,
     pods,
+    start_gang,
     status,
     wait_for,
     wait_phase,
@@ -46,5 +48,28 @@ def test_every_pod_gets_the_platforms_defaults_under_the_jobs_own(standin, rest,
         failed = condition(rest, 'elsewhere', 'Failed')
         assert failed['reason'] == 'PodSecurity' and not pods(standin, 'elsewhere')
         assert failed['message'].endswith("spec.nodeSelector.pool: trainer.podDefaults enforces 'gpu' (got 'reserved')"), failed
+    finally:
+        op.stop()
+
+
+def test_an_upgrade_that_enforces_a_default_leaves_a_job_that_ran_before_any_record_running(standin, rest, tmp_path):
+    """A job from an operator before trainer.podDefaults has no status.trainerDefaults.pod; every job is judged again
+    when the operator restarts, and such a job with its own nodeSelector was failed (PodSecurity, its gang deleted)
+    by the first operator that enforced nodeSelector: an upgrade must never restart a healthy gang."""
+    op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE).start()
+    try:
+        create_job(rest, 'veteran', workers=1, nodeSelector={'pool': 'cpu'})
+        start_gang(standin, 'veteran', 1)
+        wait_phase(rest, 'veteran', 'Running')
+    finally:
+        op.stop()
+    # as the older operator left it: no record of pod defaults
+    assert rest.patch(f'{JOBS}/veteran/status', {'status': {'trainerDefaults': {'pod': None}}}).status == 200
+    assert 'pod' not in status(rest, 'veteran')['trainerDefaults']
+    op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE,
+                  env={'KUBERL_TRAINER_POD_DEFAULTS': json.dumps({'nodeSelector': {'pool': 'gpu'}, 'enforced': ['nodeSelector']})}).start()
+    try:
+        wait_for(lambda: 'pod' in status(rest, 'veteran')['trainerDefaults'], what='the new operator to decide the job')
+        assert status(rest, 'veteran')['phase'] == 'Running' and len(pods(standin, 'veteran')) == 1
     finally:
         op.stop()

@@ -199,3 +199,16 @@ def test_enforced_names_fields_and_is_recorded_with_the_defaults():
         poddefaults.parse({"enforced": "nodeSelector"})
     kept = {"trainerDefaults": {"pod": json.loads(json.dumps(ENFORCED.document()))}}
     assert poddefaults.recorded(kept, poddefaults.NONE).enforced == set(poddefaults.ENFORCEABLE)
+
+
+def test_a_job_that_ran_before_any_record_is_not_failed_by_an_upgrade_that_enforces():
+    """Jobs from an operator before trainer.podDefaults have a status and no trainerDefaults.pod: recorded() gives them
+    the operator's defaults, enforced fields included, and an operator restart judges every job again, so a running
+    job with its own nodeSelector was failed by the upgrade (the design: an upgrade never restarts a healthy gang)."""
+    running = {"phase": "Running", "trainerDefaults": {"image": "i"}}
+    assert poddefaults.judged_by(running, ENFORCED).enforced == frozenset()
+    assert poddefaults.conflicts(pod(nodeSelector={"pool": "cpu"}), poddefaults.judged_by(running, ENFORCED)) == []
+    assert poddefaults.judged_by({}, ENFORCED) == ENFORCED  # a new job: the operator's, enforced
+    kept = {"phase": "Running", "trainerDefaults": {"pod": ENFORCED.document()}}
+    assert poddefaults.judged_by(kept, poddefaults.NONE) == ENFORCED  # what it recorded holds through restarts
+    assert poddefaults.judged_by({"phase": "Running", "trainerDefaults": {"pod": {}}}, ENFORCED) == poddefaults.NONE

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import names, safetext, validation
@@ -134,6 +134,17 @@ def recorded(status: Mapping, configured: PodDefaults) -> PodDefaults:
         return parse(kept, "status.trainerDefaults.pod")
     except ValueError:
         return configured
+
+
+def judged_by(status: Mapping, configured: PodDefaults) -> PodDefaults:
+    """The defaults whose `enforced` fields a job's pods answer to (`conflicts`): those it recorded (`recorded`), but
+    none enforced for a job that ran before anything was recorded (a status with a phase and no trainerDefaults.pod:
+    an operator from before trainer.podDefaults), so an upgrade that enforces a default never fails a running job."""
+    defaults = recorded(status, configured)
+    kept = status.get("trainerDefaults") if isinstance(status.get("trainerDefaults"), dict) else {}
+    if status.get("phase") and not isinstance(kept.get("pod"), dict):
+        return replace(defaults, enforced=frozenset())
+    return defaults
 
 
 def apply(pod: Mapping, defaults: PodDefaults) -> dict:

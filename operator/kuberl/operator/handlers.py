@@ -670,7 +670,7 @@ class JobLoop:
         config = self.shell.config
         # the tenant's pods: the platform's own defaults (trainer.podDefaults) are not the tenant's to answer for
         pods = self._render_pods(spec, "", render.representative_ranks(spec.workers), 0, platform=False)
-        defaults = poddefaults.recorded(status, config.trainer_pod_defaults)
+        defaults = poddefaults.judged_by(status, config.trainer_pod_defaults)
         return [*(str(v) for v in podsecurity.check_pods(pods, config.pod_security, config.allowed_service_accounts,
                                                          config.forbidden_pod_fields)),
                 *dict.fromkeys(c for pod in pods for c in poddefaults.conflicts(pod, defaults))]
