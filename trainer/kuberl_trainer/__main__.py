@@ -74,7 +74,12 @@ from .metrics import MetricsPortTaken, TrainerMetrics
 from .networks import PolicyMismatch
 from .paths import host_path
 from .session import Algorithm, TrainingSession
-from .startup import Startup, import_in_background, one_write_per_line
+from .startup import (
+    Startup,
+    import_in_background,
+    one_line_warnings,
+    one_write_per_line,
+)
 from .termination import write_reason
 
 
@@ -188,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.freeze()  # the imports' objects live as long as the process: no collection need walk them
         gc.enable()
         one_write_per_line(sys.stdout, sys.stderr)
+        one_line_warnings()
     args = parser.parse_args(argv)
     stop = STOPPED_EARLY if PAUSED_GC_FOR_IMPORTS else threading.Event()  # a pod's launch: set if a signal came already
     install_stop_handlers(stop)

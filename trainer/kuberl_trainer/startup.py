@@ -11,9 +11,29 @@ import contextlib
 import importlib
 import io
 import os
+import sys
 import threading
 import time
 import typing
+import warnings
+
+from kuberl.core import safetext
+
+
+def warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int) -> str:
+    """A Python warning as one log line: its category, its text without colours (gymnasium colours its own), where
+    it was raised. Python's own is two lines, the second the source line that raised it (`  logger.deprecation(`),
+    and every rank of a `kuberl run` printed both, the colours as literal `\\x1b[33m`."""
+    return f"{category.__name__}: {safetext.without_colours(str(message)).strip()} ({os.path.basename(filename)}:{lineno})\n"
+
+
+def one_line_warnings() -> None:
+    """Python's warnings shown as `warning_line`s on stderr (or the file a caller gives), for a pod's launch."""
+    def show(message, category, filename, lineno, file=None, line=None):  # warnings.showwarning's signature
+        with contextlib.suppress(OSError, ValueError):  # as Python's own: a closed stream loses the warning, not the rank
+            (file if file is not None else sys.stderr).write(warning_line(message, category, filename, lineno))
+
+    warnings.showwarning = show
 
 
 def one_write_per_line(*streams: typing.TextIO) -> None:

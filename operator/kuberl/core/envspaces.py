@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from . import atarikwargs, returnceiling, torsos
 from .installhint import pip_install, with_this_pip
+from .safetext import without_colours
 from .torsos import MIN_SIDE
 from .validation import Problem
 
@@ -169,7 +171,12 @@ def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: st
     field = "spec.env.kwargs" if kwargs else "spec.env.id"
     native = spec.vector_entry_point is not None
     try:
-        envs = gym.make_vec(env_id, num_envs=1, vectorization_mode="vector_entry_point" if native else "sync", **kwargs)
+        with warnings.catch_warnings(record=True) as said:  # gymnasium's own ("is out of date"): notes, not stderr's two lines
+            warnings.simplefilter("always")
+            envs = gym.make_vec(env_id, num_envs=1, vectorization_mode="vector_entry_point" if native else "sync", **kwargs)
+        if notes is not None:
+            notes += list(dict.fromkeys(f"spec.env.id: gymnasium says: {without_colours(str(w.message)).strip().removeprefix('WARN: ')}"
+                                        for w in said))
     except NOT_HERE as e:
         if notes is not None and not isinstance(e, gym.error.NamespaceNotFound):
             notes.append(f"spec.env.id: {env_id!r} not checked: it needs a package not installed here (kuberl run here"

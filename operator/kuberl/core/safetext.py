@@ -51,3 +51,13 @@ def continued(text: str, source: str) -> str:
     """`escape`, each line after the first marked with its source (`[worker 0] ...`), so a
     line a pod wrote cannot pass for one of kuberl's own."""
     return escape(text).replace("\n", f"\n{source} ")
+
+
+# SGR sequences (colours, bold): gymnasium colours its own warnings ("\x1b[33mWARN: …\x1b[0m"), which a log or
+# `kuberl run`'s escaped output shows as literal escapes
+_COLOURS = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def without_colours(text: str) -> str:
+    """`text` without terminal colour sequences (everything else left for `escape`)."""
+    return _COLOURS.sub("", text)
