@@ -181,6 +181,8 @@ def test_an_enforced_default_the_job_repeats_or_leaves_unset_is_no_conflict():
     same = pod(labels={"team": "platform"}, nodeSelector={"pool": "gpu", "disk": "ssd"}, priorityClassName="ml-batch",
                template={"spec": {"containers": [{"name": "trainer", "env": [NCCL, {"name": "OWN", "value": "1"}]}]}})
     assert poddefaults.conflicts(same, ENFORCED) == [] and poddefaults.conflicts(pod(), ENFORCED) == []
+    nulls = poddefaults.parse({"env": [{**NCCL, "valueFrom": None}], "enforced": ["env"]})  # null: no value, either side
+    assert poddefaults.conflicts(same, nulls) == []
     merged = poddefaults.apply(same, ENFORCED)
     assert merged["spec"]["nodeSelector"] == {"pool": "gpu", "zone": "a", "disk": "ssd"}
 

@@ -200,11 +200,14 @@ def conflicts(pod: Mapping, defaults: PodDefaults) -> list[str]:
         found.append(f"spec.priorityClassName: trainer.podDefaults enforces {shown(defaults.priority_class_name)}"
                      f" (got {shown(own_class)})")
     if "env" in enforced:
-        platform = {e["name"]: dict(e) for e in defaults.env}
+        def set_fields(entry: Mapping) -> dict:  # `value: null` is no value, as the API server reads it
+            return {k: v for k, v in entry.items() if v is not None}
+
+        platform = {e["name"]: set_fields(e) for e in defaults.env}
         for i, container in enumerate(spec.get("containers") or []):
             if container.get("name") == names.TRAINER_CONTAINER:
                 found.extend(f"spec.containers[{i}].env[{j}]: {shown(e.get('name'))}: trainer.podDefaults enforces"
                              f" {shown(platform[e.get('name')])} (got {shown(e)})"
                              for j, e in enumerate(container.get("env") or []) if e.get("name") in platform
-                             and {k: v for k, v in e.items() if v is not None} != platform[e.get("name")])
+                             and set_fields(e) != platform[e.get("name")])
     return found
