@@ -120,8 +120,9 @@ def test_every_install_command_the_docs_show_names_a_python_not_a_bare_pip():
 
 def test_the_files_the_docs_commands_write_land_where_git_ignores_them():
     """The README's second command wrote cartpole.gif into the clone's root, where `git status` then showed it
-    untracked; a run's outputs belong with the run, under runs/ (.gitignore)."""
+    untracked; a run's outputs belong with the run, under runs/ (.gitignore). docs/local-runs.md's `kuberl plot
+    -o curve.png` did the same."""
     assert "runs/" in (ROOT / ".gitignore").read_text().splitlines()
     written = [(page, getattr(build_parser().parse_args(args), flag)) for page, args in shown_commands()
-               for flag in ("video", "export") if getattr(build_parser().parse_args(args), flag, None)]
+               for flag in ("video", "export", "output") if getattr(build_parser().parse_args(args), flag, None)]
     assert written and all(path.startswith("runs/") for _, path in written), written
