@@ -123,6 +123,8 @@ def test_the_files_the_docs_commands_write_land_where_git_ignores_them():
     untracked; a run's outputs belong with the run, under runs/ (.gitignore). docs/local-runs.md's `kuberl plot
     -o curve.png` did the same."""
     assert "runs/" in (ROOT / ".gitignore").read_text().splitlines()
-    written = [(page, getattr(build_parser().parse_args(args), flag)) for page, args in shown_commands()
-               for flag in ("video", "export", "output") if getattr(build_parser().parse_args(args), flag, None)]
+    files = {"eval": ("video", "export"), "plot": ("output",)}  # render's -o is a format, not a file
+    parsed = [(page, build_parser().parse_args(args)) for page, args in shown_commands()]
+    written = [(page, getattr(command, flag)) for page, command in parsed
+               for flag in files.get(command.command, ()) if getattr(command, flag, None)]
     assert written and all(path.startswith("runs/") for _, path in written), written
