@@ -473,3 +473,23 @@ def test_kuberl_eval_video_of_a_module_env_without_render_mode_says_so_without_a
     code = main(["eval", path, "--episodes", "1", "--allow-env-module", "nu42_plain", "--video", str(tmp_path / "a.gif")])
     err = capsys.readouterr().err
     assert code == 1 and "--video: nu42_plain:Plain takes no render_mode" in err and "Traceback" not in err, err
+
+
+def test_kuberl_eval_on_a_terminal_says_it_is_recording_before_the_video_takes_its_time(tmp_path, capsys, monkeypatch):
+    """LunarLander-v3's 1,000-frame episode took 40 s to draw and encode after the mean return's line, in silence."""
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "final-model.pt")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["eval", path, "--episodes", "1", "--video", str(tmp_path / "e.gif")]) == 0
+    assert capsys.readouterr().err == (f"video: playing one episode of CartPole-v1 (at most 5,000 frames) into"
+                                       f" {tmp_path / 'e.gif'} ...\n")
+
+
+def test_kuberl_eval_writes_a_small_mean_return_with_the_digits_a_target_is_judged_by(tmp_path, capsys, monkeypatch):
+    """FrozenLake-v1's returns are 0 or 1: 2 goals in 3 episodes printed "mean return 0.7 ± 0.5", its 0.667 rounded
+    up to the 0.7 a success.targetReturn of 0.7 asks for."""
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "final-model.pt")
+    monkeypatch.setattr(policies, "play", lambda *args: (np.array([1.0, 1.0, 0.0]), np.zeros(3, bool)))
+    assert main(["eval", path, "--episodes", "3"]) == 0
+    assert capsys.readouterr().out.startswith("CartPole-v1: mean return 0.667 ± 0.471 over 3 episode(s)")

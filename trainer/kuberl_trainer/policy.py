@@ -53,6 +53,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from kuberl.core import names, outputfile, safetext
+from kuberl.core.contract import shown_return
 from kuberl.core.envspaces import is_image
 from kuberl.core.installhint import with_this_pip
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
@@ -469,7 +470,10 @@ def env_for(policy: Policy, render_mode: str | None = None) -> gym.Env:
     return gym.wrappers.DtypeObservation(gym.wrappers.FlattenObservation(env), flat_dtype(env.observation_space))
 
 
-def record(policy: Policy, path: str, seed: int = 0, max_frames: int = 5000, fps: int = 30,
+MAX_VIDEO_FRAMES = 5000  # `kuberl eval --video`'s: CartPole's longest episode is 500
+
+
+def record(policy: Policy, path: str, seed: int = 0, max_frames: int = MAX_VIDEO_FRAMES, fps: int = 30,
            log: Callable[[str], None] = print) -> tuple[float, int, bool]:
     """Play one episode and write its frames to `path` as an animated GIF (Pillow: the `video` extra), at most
     `max_frames` of them. Returns (the return of the frames written, frames written, whether the episode ended)."""
@@ -668,18 +672,22 @@ def cmd_eval(args: Any) -> int:
         max_steps = getattr(args, "max_steps", None) or MAX_EVAL_STEPS
         returns, cut = play(policy, args.episodes, args.seed, max_steps)
         trained = f"{policy.timesteps:,} timesteps" if isinstance(policy.timesteps, int) else "timesteps unknown"
-        print(f"{policy.env_id}: mean return {returns.mean():.1f} ± {returns.std():.1f} over {args.episodes} episode(s)"
+        print(f"{policy.env_id}: mean return {shown_return(float(returns.mean()))} ± {shown_return(float(returns.std()))}"
+              f" over {args.episodes} episode(s)"
               f" ({policy.algorithm}, {trained}; model {_shown(source)})")
         if cut.any():
             print(f"kuberl eval: warning: {int(cut.sum())} of {args.episodes} episode(s) had not ended after --max-steps"
                   f" {max_steps:,} steps: their returns count those steps only (the env lets an episode run longer:"
                   " max_episode_steps in its kwargs or registration); raise --max-steps to play them further", file=sys.stderr)
         if args.video:
+            if sys.stderr.isatty():  # an episode of 1,000 frames, drawn and encoded, took 40 s without a word
+                print(f"video: playing one episode of {policy.env_id} (at most {MAX_VIDEO_FRAMES:,} frames) into"
+                      f" {args.video} ...", file=sys.stderr, flush=True)
             try:
-                total, count, ended = record(policy, args.video, args.seed)
+                total, count, ended = record(policy, args.video, args.seed, MAX_VIDEO_FRAMES)
             except OSError as e:
                 raise UnusableModel(f"--video {args.video}: {e.strerror or e}") from None
-            print(f"video: {args.video} ({count} frames, return {total:.1f}" + ("" if ended else ", the episode cut there") + ")")
+            print(f"video: {args.video} ({count} frames, return {shown_return(total)}" + ("" if ended else ", the episode cut there") + ")")
         if args.export:
             export_torchscript(policy, args.export)
             print(f"TorchScript: {args.export} (torch.jit.load; a batch of observations -> actions)")
