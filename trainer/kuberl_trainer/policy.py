@@ -56,6 +56,7 @@ from kuberl.core import names, outputfile, safetext
 from kuberl.core.contract import shown_return
 from kuberl.core.envspaces import is_image
 from kuberl.core.installhint import with_this_pip
+from kuberl.core.rundirs import missing_run_hint
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
 
@@ -117,7 +118,7 @@ def find_model(path: str, best: bool = False) -> str:
         return found[-1]
     if not os.path.isdir(path):
         if not os.path.exists(path):
-            raise UnusableModel(f"{path}: no such file or directory")
+            raise UnusableModel(f"{path}: no such file or directory{missing_run_hint(path)}")
         if path.lower().endswith((".yaml", ".yml", ".json")):  # `kuberl eval job.yaml`: it answered "not a torch.save zip"
             raise UnusableModel(f"{path}: a job file, not a model: give the run directory kuberl run trained it in,"
                                 f" {job_run_dir(path)}")

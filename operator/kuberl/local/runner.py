@@ -64,6 +64,7 @@ from ..core.outputfile import output_problem
 from ..core.rank0metrics import Rank0Reading
 from ..core.render import Job, render_configmap, render_pod, render_service
 from ..core.rules import validate_job
+from ..core.rundirs import RUN_JOB_FILE, missing_run_hint
 from ..core.spec import ALGORITHM_BLOCKS, JobSpec
 from ..core.validation import InvalidJob, Problem, metadata_problems
 from ..core.validation import shown as shown_value
@@ -1447,7 +1448,8 @@ def plot(run_dir: str, output: str | None = None) -> str:
     else to the run directory's learning-curve.png. Returns where."""
     if not os.path.isdir(run_dir):  # "has the run reported progress yet?" misleads about a path that is no run
         what = "not a directory" if os.path.exists(run_dir) else "no such directory"
-        raise FileNotFoundError(f"{run_dir}: {what} (give a run directory of kuberl run, e.g. runs/<job>)")
+        hint = missing_run_hint(run_dir) if what == "no such directory" else ""
+        raise FileNotFoundError(f"{run_dir}: {what} (give a run directory of kuberl run, e.g. runs/<job>){hint}")
     found = sorted(progress_files(os.path.join(run_dir, "checkpoints")), key=os.path.getmtime)
     if not found and (runs := runs_in(run_dir)):  # `kuberl plot runs`: --dir itself, not one of its runs
         raise FileNotFoundError(f"{run_dir} holds runs, not one run: give one of them ({', '.join(runs[:4])}"
@@ -1485,7 +1487,7 @@ def runs_in(directory: str) -> list[str]:
         names = sorted(os.listdir(directory))
     except OSError:
         return []
-    return [os.path.join(directory, n) for n in names if os.path.isfile(os.path.join(directory, n, "job.yaml"))]
+    return [os.path.join(directory, n) for n in names if os.path.isfile(os.path.join(directory, n, RUN_JOB_FILE))]
 
 
 def plot_title(name: str, rows: list[dict], size: int) -> str:
