@@ -101,9 +101,10 @@ def env_problems(spec: JobSpec) -> tuple[list[Problem], list[str]]:
     return problems, notes
 
 
-def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
+def valid_jobs(path: str, args: argparse.Namespace | None = None) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     """Every job in a file with its parsed spec and declared namespace; problems go to
-    stderr, each with its field path. Returns (valid jobs, whether any was invalid)."""
+    stderr, each with its field path. `args`' --set and --workers (validate's, as run's) apply to
+    each job first. Returns (valid jobs, whether any was invalid)."""
     from .core.podsource import configmap_problems, is_configmap
     from .core.validation import metadata_problems
     from .tools.documents import runnable_documents
@@ -125,7 +126,9 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
                 print(f"  {p}", file=sys.stderr)
             continue
         problems = metadata_problems(metadata) if isinstance(metadata, dict) else []
+        written = job
         try:
+            job = overridden(job, args)
             spec = validate_job(job, env_ids=registered_env_ids())
             made, notes = env_problems(spec)
             problems += jobstatus.template_problems(name, spec) + made
@@ -135,13 +138,35 @@ def valid_jobs(path: str) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
             failed = True
             print(f"{path}: RLTrainingJob {name!r} is invalid ({len(problems)} problem(s)):", file=sys.stderr)
             for p in problems:
-                print(f"  {p}", file=sys.stderr)
+                print(f"  {p}{flagged(p, args, written)}", file=sys.stderr)
         template = podschema.template_of(job)
         for warning in podschema.unknown_fields(template) + podschema.priority_warnings(template) + notes:
             print(f"{path}: {name}: warning: {safetext.one_line(warning)}", file=sys.stderr)
         if not problems:
             valid.append((name, spec, metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None))
     return valid, failed
+
+
+def overridden(job: Any, args: argparse.Namespace | None) -> Any:
+    """`job` with `kuberl run`'s --set and --workers applied as run applies them (local.runner.apply_overrides), so
+    validate checks what a run with those flags would run; an InvalidJob naming a --set that names no field."""
+    settings, workers = (getattr(args, "set", None) or []), getattr(args, "workers", None)
+    if not isinstance(job, dict) or (not settings and workers is None):
+        return job
+    from .local.runner import apply_overrides, check_overrides
+
+    spec = job.get("spec")
+    check_overrides(settings, spec.get("algorithm") if isinstance(spec, dict) else None)
+    return apply_overrides(job, workers, settings)
+
+
+def flagged(problem: Problem, args: argparse.Namespace | None, written: Any) -> str:
+    """` (from --set KEY=…)` where a flag, not the file, set the field refused (local.runner.from_flag)."""
+    if args is None or (not getattr(args, "set", None) and getattr(args, "workers", None) is None):
+        return ""
+    from .local.runner import from_flag
+
+    return from_flag(problem, args, written)
 
 
 def pod_security_violations(name: str, spec: JobSpec, args: argparse.Namespace) -> list[Violation]:
@@ -161,7 +186,7 @@ def pod_security_violations(name: str, spec: JobSpec, args: argparse.Namespace) 
 def secure_jobs(path: str, args: argparse.Namespace) -> tuple[list[tuple[str, JobSpec, str | None]], bool]:
     """`valid_jobs`, then the pod security level: a job whose pods violate it
     is reported (every field by its path in the pod) and left out."""
-    jobs, failed = valid_jobs(path)
+    jobs, failed = valid_jobs(path, args)
     secure = []
     for name, spec, namespace in jobs:
         violations = pod_security_violations(name, spec, args)
@@ -545,6 +570,12 @@ def for_each_file(command: Any) -> Any:
     return run
 
 
+def add_overrides(p: argparse.ArgumentParser, verb: str) -> None:
+    """--workers and --set, which `kuberl run` runs with and `kuberl validate` checks with."""
+    p.add_argument("--workers", type=int, help=f"pods to {verb}, instead of the job's spec.workers (as --set workers=N)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field, e.g. --set totalTimesteps=20000")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kuberl", description="Distributed RL training on Kubernetes, or here.",
                                      epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -557,6 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.subcommands = sub.choices  # main() reports an argument error with its subcommand's usage
     p = add_command("validate", help="check job files and report every problem with its field path")
     add_files(p, many=True, directories=True)
+    add_overrides(p, "check")
     add_pod_security(p, DEFAULT_LEVEL, "as the operator checks by default")
     p.set_defaults(func=for_each_file(cmd_validate))
     p = add_command("crd", help="print the RLTrainingJob CustomResourceDefinition")
@@ -586,8 +618,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_convert)
     p = add_command("run", help="run a job here: the same pods, as local processes")
     add_files(p, many=False, directories=False)
-    p.add_argument("--workers", type=int, help="pods to run, instead of the job's spec.workers (as --set workers=N)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field, e.g. --set totalTimesteps=20000")
+    add_overrides(p, "run")
     p.add_argument("--plot", action="store_true",
                    help="write a PNG learning curve into the run directory when done (kuberl plot -o puts one elsewhere)")
     p.add_argument("-v", "--verbose", action="store_true", help="also print each checkpoint rank 0 writes")
@@ -715,9 +746,9 @@ def main(argv: list[str] | None = None) -> Any:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     subparser = parser.subcommands.get(args.command) if args.command else None
-    if args.command == "run" and (hint := split_set(sys.argv[1:] if argv is None else argv)) is not None:
+    if args.command in ("run", "validate") and (hint := split_set(sys.argv[1:] if argv is None else argv)) is not None:
         subparser.error(hint)
-    if args.command == "run":
+    if args.command in ("run", "validate"):
         from .local.runner import setting_shape_problem
 
         for setting in args.set:

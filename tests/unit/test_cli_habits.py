@@ -345,3 +345,21 @@ def test_a_set_of_a_name_only_the_other_algorithm_has_is_not_suggested_its_field
     from kuberl.local.runner import override_problem
 
     assert "dqn." not in override_problem("ppo.batch_size=64", "ppo.batch_size", "ppo").message
+
+
+def test_validate_checks_a_job_with_runs_set_and_workers_as_run_would_run_it(capsys):
+    """`kuberl validate job.yaml --set env.id=Acrobot-v1`, to check a change before running it, was a usage error
+    ("unrecognized arguments"): only `kuberl run` took --set, and it starts the run once the job is valid."""
+    from kuberl import cli
+
+    job = str(EXAMPLES / "cartpole-ppo.yaml")
+    assert cli.main(["validate", job, "--set", "env.id=Acrobot-v1", "--workers", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("cartpole-ppo: valid: ppo on Acrobot-v1, 3 worker(s) x 1 process(es)"), out
+    assert "warning: spec.success.targetReturn: 475 is above the most an episode of Acrobot-v1 returns" in err
+    assert cli.main(["validate", job, "--set", "ppo.gamma=2"]) == 1
+    assert "  spec.ppo.gamma: expected at most 1.0 (got 2) (from --set ppo.gamma=2)\n" in capsys.readouterr().err
+    assert cli.main(["validate", job, "--set", "ppo.lr=1"]) == 1
+    assert ("  --set ppo.lr=1: the spec has no field ppo.lr; did you mean --set ppo.learningRate=…?\n"
+            in capsys.readouterr().err)
+    assert cli.main(["validate", job]) == 0 and "on CartPole-v1, 2 worker(s)" in capsys.readouterr().out
