@@ -19,7 +19,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from stable_baselines3 import DQN, PPO
+from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 
@@ -97,7 +97,7 @@ def main() -> None:
     for key in ("learning_rate", "clip_range"):
         if isinstance(hp.get(key), str) and hp[key].startswith("lin_"):
             hp[key] = linear(float(hp[key][4:]))
-    algo = {"ppo": PPO, "dqn": DQN}[job["algorithm"]]
+    algo = {"ppo": PPO, "dqn": DQN, "sac": SAC}[job["algorithm"]]
     env = make_vec_env(job["env"], n_envs=n_envs, seed=job["seed"])
     model = algo("MlpPolicy", env, seed=job["seed"], device="cpu", verbose=0, **hp)
     watch = Watch(job, launched)

@@ -171,6 +171,8 @@ spec:
 """
 )
 
+SAC = make_job("pendulum").minimal().algorithm("sac").replace(env={"id": "Pendulum-v1"}).obj()
+
 
 def spec_with(base, **changes):
     """A copy of `base` with each spec field `changes` names (parents joined by __) set, or removed where None."""
@@ -267,6 +269,17 @@ CASES = [
      {"spec.dqn.explorationFinalEps"}),
     ("dqn-eps-written-as-integers", spec_with(FULL, dqn={"explorationInitialEps": 1, "explorationFinalEps": 0}), None, set()),
     ("dqn-rules-on-default-block", spec_with(FULL, dqn=None), None, set()),
+    ("sac-block-with-ppo", spec_with(MINIMAL, sac={}), None, {"spec.sac"}),
+    ("sac-batch-above-buffer", spec_with(SAC, sac={"bufferSize": 100, "batchSize": 128, "learningStarts": 100}), None,
+     {"spec.sac.batchSize"}),
+    ("sac-default-batch-above-buffer", spec_with(SAC, sac={"bufferSize": 200, "learningStarts": 0}), None,
+     {"spec.sac.batchSize"}),
+    ("sac-batch-one-above-buffer", spec_with(SAC, sac={"batchSize": 65536, "bufferSize": 65535}), None, {"spec.sac.batchSize"}),
+    ("sac-batch-equal-to-buffer", spec_with(SAC, sac={"bufferSize": 256, "learningStarts": 256}), None, set()),
+    ("sac-default-learning-starts-above-buffer", spec_with(SAC, sac={"bufferSize": 4999, "batchSize": 32}), None,
+     {"spec.sac.learningStarts"}),
+    ("sac-rules-on-default-block", spec_with(SAC, sac=None), None, set()),
+    ("sac-rules-not-for-dqn", spec_with(FULL, dqn={"bufferSize": 1000, "batchSize": 32, "learningStarts": 10}), None, set()),
     ("ppo-more-minibatches-than-rows", spec_with(MINIMAL, ppo={"numSteps": 2, "numMinibatches": 17}), None,
      {"spec.ppo.numMinibatches"}),
     ("ppo-minibatches-against-default-envs", spec_with(MINIMAL, env={"id": "CartPole-v1"}, ppo={"numMinibatches": 257}), None,
@@ -307,6 +320,8 @@ CASES = [
     ("remove-hyperparameter-block", spec_with(FULL, dqn=None), FULL, {"spec.dqn"}),
     ("update-gpus-and-procs", spec_with(FULL, gpusPerWorker=4, procsPerWorker=4), FULL, {"spec.gpusPerWorker", "spec.procsPerWorker"}),
     ("update-algorithm", spec_with(FULL, algorithm="ppo", dqn=None), FULL, {"spec.algorithm", "spec.dqn"}),
+    ("add-sac-block", spec_with(SAC, sac={"tau": 0.01}), spec_with(SAC, sac=None), {"spec.sac"}),
+    ("update-sac-hyperparameter", spec_with(SAC, sac={"tau": 0.01}), spec_with(SAC, sac={"tau": 0.02}), {"spec.sac"}),
 ]
 
 

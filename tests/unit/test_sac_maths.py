@@ -110,7 +110,7 @@ def test_the_actor_samples_inside_the_action_box_with_the_log_prob_of_its_distri
     u = mean + log_std.exp() * noise
     assert torch.allclose(actions, squash(u, actor.action_scale, actor.action_bias))
     assert torch.allclose(log_prob, squashed_log_prob(u, mean, log_std, actor.action_scale))
-    assert torch.allclose(actor.deterministic(obs), squash(mean, actor.action_scale, actor.action_bias))
+    assert torch.allclose(actor.greedy(obs), squash(mean, actor.action_scale, actor.action_bias))
 
 
 def test_the_critics_are_two_networks_of_observation_and_action():

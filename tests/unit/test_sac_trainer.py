@@ -1,12 +1,14 @@
 """SAC's trainer in one process: its iteration sizes, the delayed actor and target updates, what
 its gradient steps move, a stop and resume that continues exactly, and its evaluation and model."""
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from kuberl.core.spec import SACConfig
 from kuberl_trainer import checkpoint
 from kuberl_trainer.distributed import Dist
+from kuberl_trainer.envs import UnknownEnv
 from kuberl_trainer.sac import SACTrainer
 from kuberl_trainer.session import BareSession
 
@@ -132,10 +134,31 @@ def test_without_the_rank_state_a_resume_refills_the_buffer_then_learns_on():
 def test_evaluation_acts_with_the_mean_action_and_the_final_model_is_the_actor():
     trainer = small_trainer()
     obs = np.zeros((3, 3), np.float32)
-    assert np.array_equal(trainer.deterministic(obs), trainer.deterministic(obs))  # no noise
+    assert np.array_equal(trainer.greedy(obs), trainer.greedy(obs))  # no noise
     score = trainer.evaluate("Pendulum-v1", 2, {}, seed=5)
     assert -2000 < score < 0
     model = trainer.final_model()
     assert set(model) == {"agent", "hidden_sizes"} and set(model["agent"]) == set(trainer.agent.state_dict())
     frozen = trainer.frozen_copy()
     assert frozen.agent is not trainer.agent and frozen.evaluate("Pendulum-v1", 2, {}, seed=5) == score
+
+
+class Unbounded(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+    action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize(("env_id", "words"), [
+    ("CartPole-v1", "'CartPole-v1' has action space Discrete(2); supported by this algorithm: float Box actions"),
+    ("tests.unit.test_sac_trainer:Unbounded", "unbounded; supported by this algorithm: float Box actions with finite bounds"),
+])
+def test_an_env_whose_actions_the_actor_cannot_emit_is_refused_naming_spec_env_id(env_id, words):
+    with pytest.raises(UnknownEnv) as refused:
+        SACTrainer(ONE_PROCESS, SACConfig(hidden_sizes=[8]), env_id, 2, {}, 1000, seed=1, restart=0)
+    assert str(refused.value).startswith("spec.env.id: ") and words in str(refused.value), refused.value

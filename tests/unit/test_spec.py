@@ -67,7 +67,7 @@ MUTATIONS = [
     ("minimal", "spec.env.numEnvs", "eight", "spec.env.numEnvs", "integer"),
     ("minimal", "spec.env", "CartPole-v1", "spec.env", "object"),
     ("minimal", "spec.env.id", "Cart Pole", "spec.env.id", "gymnasium id"),
-    ("minimal", "spec.algorithm", "a2c", "spec.algorithm", "'ppo' or 'dqn'"),
+    ("minimal", "spec.algorithm", "a2c", "spec.algorithm", "'ppo', 'dqn' or 'sac'"),
     ("minimal", "spec.ppo", {"learningRate": "fast"}, "spec.ppo.learningRate", "number"),
     ("minimal", "spec.ppo", {"learningRat": 0.1}, "spec.ppo.learningRat", "did you mean 'learningRate'"),
     ("minimal", "spec.ppo", {"hiddenSizes": [64, 0]}, "spec.ppo.hiddenSizes[1]", "at least 1"),

@@ -12,14 +12,12 @@ import torch
 from kuberl.core import contract
 from kuberl_trainer import __main__ as entry
 from kuberl_trainer import checkpoint, session
-from trainer_support import SMALL_BLOCKS, one_process_run
-
-from tests.support.jobs import make_job
+from trainer_support import ENV_OF, one_process_run, small_job
 
 
 def generation(name: str, tmp_path, monkeypatch, restart: int = 0, timesteps: int = 640, target: float = 1e9):
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
-    spec = (make_job().algorithm(name, **SMALL_BLOCKS[name])
+    spec = (small_job(name)
             .with_spec(totalTimesteps=timesteps, workers=1, seed=1,
                        success={"targetReturn": target, "evalEpisodes": 2, "evalEvery": 2}, checkpoint={"everyUpdates": 4})
             .spec())
@@ -49,7 +47,7 @@ def test_the_best_evaluation_is_kept_beside_the_last_weights(name, tmp_path, mon
     best_return, best_steps, best_weights = max(scored, key=lambda s: s[0])  # the first of equal bests: only a better one replaces it
     best = torch.load(os.path.join(os.path.dirname(run.final_model), "best-model.pt"), weights_only=True)
     assert best["eval_return"] == best_return and best["timesteps"] == best_steps
-    assert best["algorithm"] == name and best["env_id"] == "CartPole-v1" and best["format"] == 1
+    assert best["algorithm"] == name and best["env_id"] == ENV_OF[name] and best["format"] == 1
     for key, tensor in best_weights.items():
         assert torch.equal(best["agent"][key], tensor), key
     final = torch.load(run.final_model, weights_only=True)

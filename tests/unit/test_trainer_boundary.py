@@ -20,8 +20,11 @@ from kuberl_trainer import checkpoint, session
 from kuberl_trainer.distributed import Dist
 
 from tests.support.jobs import make_job
+from tests.unit.trainer_support import ENV_OF
 
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+BLOCKS = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 32, "batchSize": 16, "bufferSize": 256},
+          "sac": {"learningStarts": 32, "batchSize": 16, "bufferSize": 256, "hiddenSizes": [16]}}
 ALGORITHM_MODULES = {name: entry.make.__module__ for name, entry in entry.ALGORITHMS.items()}
 
 
@@ -71,10 +74,10 @@ def test_every_algorithm_has_the_protocol_methods_with_their_parameters(name):
 @pytest.mark.parametrize("name", sorted(entry.ALGORITHMS))
 def test_every_algorithm_trains_and_writes_its_final_model_through_one_session(name, tmp_path, monkeypatch):
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
-    block = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 32, "batchSize": 16, "bufferSize": 256}}[name]
-    spec = make_job().algorithm(name, **block).with_spec(totalTimesteps=256, workers=1, seed=1).spec()
+    spec = make_job().algorithm(name, **BLOCKS[name]).replace(env={"id": ENV_OF[name]}).with_spec(
+        totalTimesteps=256, workers=1, seed=1).spec()
     config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
-    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 256, 1, 0)
+    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, ENV_OF[name], 2, {}, 256, 1, 0)
     for member in session.Algorithm.__annotations__:
         assert hasattr(trainer, member), member
     training = session.TrainingSession(config, ONE_PROCESS, None, 0, threading.Event(), log=lambda _line: None)
@@ -82,7 +85,7 @@ def test_every_algorithm_trains_and_writes_its_final_model_through_one_session(n
     assert outcome == "budget" and trainer.budget_spent() and trainer.counters.global_step > 0
     training.finish(trainer, outcome)
     model = torch.load(training.final_model, weights_only=True)  # tensors and plain values only
-    assert (model["algorithm"], model["env_id"], model["timesteps"]) == (name, "CartPole-v1", trainer.counters.global_step)
+    assert (model["algorithm"], model["env_id"], model["timesteps"]) == (name, ENV_OF[name], trainer.counters.global_step)
     for key, tensor in trainer.agent.state_dict().items():
         assert torch.equal(model["agent"][key], tensor), key
 
@@ -91,13 +94,16 @@ def test_every_algorithm_trains_and_writes_its_final_model_through_one_session(n
 def test_every_algorithms_rank_state_is_plain_data_for_native_envs_and_none_for_others(name):
     hp = make_job().minimal().with_spec(algorithm=name, totalTimesteps=10_000).spec().hyperparameters
     make = entry.ALGORITHMS[name].make
-    trainer = make(ONE_PROCESS, hp, "CartPole-v1", 2, {}, 10_000, 1, 0)
-    trainer.update(stop_vote=False, success_vote=False)
-    saved = checkpoint.decode(checkpoint.encode({"per_rank": [trainer.rank_state()]}))["per_rank"][0]
-    resumed = make(ONE_PROCESS, hp, "CartPole-v1", 2, {}, 10_000, 1, 1)
-    resumed.load_rank(saved)
-    assert (resumed.next_obs == trainer.next_obs).all()
-    assert make(ONE_PROCESS, hp, "Acrobot-v1", 2, {}, 10_000, 1, 0).rank_state() is None
+    # gymnasium's native vector envs (CartPole's) have discrete actions: SAC's envs are all of the other kind
+    native, other = (None, "Pendulum-v1") if name == "sac" else ("CartPole-v1", "Acrobot-v1")
+    if native is not None:
+        trainer = make(ONE_PROCESS, hp, native, 2, {}, 10_000, 1, 0)
+        trainer.update(stop_vote=False, success_vote=False)
+        saved = checkpoint.decode(checkpoint.encode({"per_rank": [trainer.rank_state()]}))["per_rank"][0]
+        resumed = make(ONE_PROCESS, hp, native, 2, {}, 10_000, 1, 1)
+        resumed.load_rank(saved)
+        assert (resumed.next_obs == trainer.next_obs).all()
+    assert make(ONE_PROCESS, hp, other, 2, {}, 10_000, 1, 0).rank_state() is None
 
 
 @pytest.mark.parametrize("reported_at_the_last_update", [False, True])
@@ -252,10 +258,9 @@ def test_a_stop_asked_for_while_the_rollout_is_collected_ends_that_update(name, 
     next rollout too. On a 2-core laptop running the Pong example (a rollout of about two minutes) the ranks were
     killed past the 120 s grace, no checkpoint saved."""
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
-    block = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 32, "batchSize": 16, "bufferSize": 256}}[name]
-    spec = make_job().algorithm(name, **block).with_spec(totalTimesteps=100_000, workers=1, seed=1).spec()
+    spec = make_job().algorithm(name, **BLOCKS[name]).with_spec(totalTimesteps=100_000, workers=1, seed=1).spec()
     config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
-    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, "CartPole-v1", 2, {}, 100_000, 1, 0)
+    trainer = entry.ALGORITHMS[name].make(ONE_PROCESS, spec.hyperparameters, ENV_OF[name], 2, {}, 100_000, 1, 0)
     stop = threading.Event()
     step = trainer.envs.step
 

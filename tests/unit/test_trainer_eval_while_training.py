@@ -15,14 +15,12 @@ from kuberl.core.spec import PPOConfig
 from kuberl_trainer import __main__ as entry
 from kuberl_trainer import session
 from kuberl_trainer.ppo import PPOTrainer
-from trainer_support import ONE_PROCESS, SMALL_BLOCKS, one_process_run
-
-from tests.support.jobs import make_job
+from trainer_support import ENV_OF, ONE_PROCESS, one_process_run, small_job
 
 
 def training(name: str, tmp_path, monkeypatch, eval_every: int = 2, target: float = 1e9, timesteps: int = 1024):
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
-    spec = (make_job().algorithm(name, **SMALL_BLOCKS[name])
+    spec = (small_job(name)
             .with_spec(totalTimesteps=timesteps, workers=1, seed=1,
                        success={"targetReturn": target, "evalEpisodes": 2, "evalEvery": eval_every, "evalWhileTraining": True})
             .spec())
@@ -100,7 +98,7 @@ def test_a_frozen_copy_evaluates_the_weights_of_when_it_was_taken(name, tmp_path
         trainer.update(False, False)
     frozen = trainer.frozen_copy()
     then = {k: v.clone() for k, v in trainer.agent.state_dict().items()}
-    assert frozen.evaluate("CartPole-v1", 4, {}, 3) == trainer.evaluate("CartPole-v1", 4, {}, 3)
+    assert frozen.evaluate(ENV_OF[name], 4, {}, 3) == trainer.evaluate(ENV_OF[name], 4, {}, 3)
     steps = trainer.counters.global_step
     for _ in range(3):
         trainer.update(False, False)

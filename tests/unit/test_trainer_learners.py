@@ -14,12 +14,15 @@ from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.ppo import PPOTrainer
 from kuberl_trainer.session import BareSession
 
+from tests.unit.trainer_support import ENV_OF
+
 TRAINER = Path(__file__).resolve().parents[2] / "trainer/kuberl_trainer"
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 ALGORITHM_FILES = sorted(f"{entry.make.__module__.rsplit('.', 1)[1]}.py" for entry in main.ALGORITHMS.values())
 # each algorithm's hyperparameters for a few quick updates that learn: a new algorithm is a row here
 QUICK = {"ppo": {"num_steps": 8, "hidden_sizes": [8]},
-         "dqn": {"learning_starts": 16, "batch_size": 8, "train_frequency": 8, "gradient_steps": 1, "hidden_sizes": [8]}}
+         "dqn": {"learning_starts": 16, "batch_size": 8, "train_frequency": 8, "gradient_steps": 1, "hidden_sizes": [8]},
+         "sac": {"learning_starts": 16, "batch_size": 8, "train_frequency": 8, "gradient_steps": 1, "hidden_sizes": [8]}}
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -101,7 +104,7 @@ def test_every_statistic_an_algorithm_reports_has_a_gauge(name, fast):
 
     assert set(QUICK) == set(main.ALGORITHMS)
     _, model = ALGORITHM_BLOCKS[name]
-    trainer = main.ALGORITHMS[name].make(ONE_PROCESS, model(**QUICK[name]), "CartPole-v1", 2, {}, 64, 1, 0, fast=fast)
+    trainer = main.ALGORITHMS[name].make(ONE_PROCESS, model(**QUICK[name]), ENV_OF[name], 2, {}, 64, 1, 0, fast=fast)
     session = BareSession()
     trainer.train(session)
     reported = {stat for report in session.reports for stat in report.losses}
@@ -115,7 +118,11 @@ def test_the_spec_foretells_which_learner_imports_torch_dynamo(algorithm, env_id
     spec foretells the reference learner, so the import overlaps the env reset."""
     from kuberl_trainer import atari
 
-    hp = ALGORITHM_BLOCKS[algorithm][1](**QUICK[algorithm], precision=precision)
+    model = ALGORITHM_BLOCKS[algorithm][1]
+    if "precision" not in model.model_fields:  # no fast path: the reference learner always
+        assert learners.imports_torch_dynamo(False, False, model(**QUICK[algorithm])) is True
+        return
+    hp = model(**QUICK[algorithm], precision=precision)
     trainer = main.ALGORITHMS[algorithm].make(ONE_PROCESS, hp, env_id, 1, {}, 64, 1, 0)
     fast_path = isinstance(trainer.learner, (fused.FusedPPOStep, learners.FusedQLearner))
     assert learners.imports_torch_dynamo(atari.is_atari(env_id), False, hp) is not fast_path

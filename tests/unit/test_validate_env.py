@@ -24,6 +24,8 @@ def validate(tmp_path, capsys, job):
     ("dqn", {"id": "MountainCarContinuous-v0"},
      ("spec.env.id: 'MountainCarContinuous-v0' has action space Box(-1.0, 1.0, (1,), float32); supported by this"
      " algorithm: Discrete (numbered from 0) actions")),
+    ("sac", {"id": "CartPole-v1"},
+     "spec.env.id: 'CartPole-v1' has action space Discrete(2); supported by this algorithm: float Box actions"),
     ("ppo", {"id": "CartPole-v1", "kwargs": {"gravity": 3}},
      ("spec.env.kwargs: 'CartPole-v1' refused them: TypeError: CartPoleVectorEnv.__init__() got an unexpected keyword"
      " argument 'gravity'")),
@@ -46,6 +48,7 @@ def test_validate_names_what_the_trainer_would_refuse_at_start(tmp_path, capsys,
 @pytest.mark.parametrize(("algorithm", "env"), [
     ("dqn", {"id": "FrozenLake-v1", "kwargs": {"is_slippery": False}}),  # Discrete observations: flattened
     ("ppo", {"id": "Pendulum-v1", "kwargs": {"g": 9.81}}),
+    ("sac", {"id": "Pendulum-v1"}),
     ("ppo", {"id": "CartPole-v1", "kwargs": {"sutton_barto_reward": True}}),  # the native vector env's kwargs
     ("dqn", {"id": "HalfCheetah-v2"}),  # registered, its package missing here: the trainer's image may have it
     ("ppo", {"id": "tests.unit.test_trainer_spaces:Spaced", "kwargs": {"action": "multidiscrete"}}),  # user code: not run

@@ -14,9 +14,19 @@ from kuberl_trainer import __main__ as entry
 from kuberl_trainer import session
 from kuberl_trainer.distributed import Dist
 
+from tests.support.jobs import make_job
+
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 # Blocks that make each algorithm learn within a few hundred timesteps of CartPole.
-SMALL_BLOCKS = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 4, "batchSize": 4, "bufferSize": 256}}
+SMALL_BLOCKS = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 4, "batchSize": 4, "bufferSize": 256},
+                "sac": {"learningStarts": 4, "batchSize": 4, "bufferSize": 256, "hiddenSizes": [16]}}
+# The env each algorithm's every-algorithm tests run on: one whose actions its networks emit.
+ENV_OF = {"ppo": "CartPole-v1", "dqn": "CartPole-v1", "sac": "Pendulum-v1"}
+
+
+def small_job(name: str):
+    """The job builder with algorithm `name`, its SMALL_BLOCKS block and its ENV_OF env."""
+    return make_job().algorithm(name, **SMALL_BLOCKS[name]).replace(env={"id": ENV_OF[name]})
 
 
 def one_process_run(spec: JobSpec, restart: int = 0,

@@ -58,7 +58,7 @@ import torch
 from kuberl.core import contract, names, trainerconfig
 from kuberl.core.validation import InvalidJob
 
-from . import atari, dqn, fused, learners, ppo
+from . import atari, dqn, fused, learners, ppo, sac
 from .budget import BufferTooLarge
 from .checkpoint import (
     CheckpointVolumeFull,
@@ -91,6 +91,7 @@ class AlgorithmEntry(NamedTuple):
 ALGORITHMS: dict[str, AlgorithmEntry] = {
     "ppo": AlgorithmEntry(ppo.PPOTrainer),
     "dqn": AlgorithmEntry(dqn.DQNTrainer),
+    "sac": AlgorithmEntry(sac.SACTrainer),
 }
 
 # torch's teardown of DDP and the process group can block on a peer that

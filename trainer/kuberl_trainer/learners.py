@@ -149,9 +149,11 @@ def imports_torch_dynamo(pixels: bool, gpu: bool, hp) -> bool:
     """Whether the learner will be the reference path, whose torch.optim.Adam (and DDP)
     import torch._dynamo on first use (1.1 s on the build machine, more on a GPU node),
     as far as the spec tells before any network exists: the fast path takes only
-    MLPs on CPU in fp32 (fused.supports, supports_q). A wrong False costs nothing
-    over not knowing; a wrong True, a second of CPU on an import nobody uses."""
-    return pixels or gpu or hp.precision != "fp32" or hp.policy == "cnn"
+    MLPs on CPU in fp32 (fused.supports, supports_q), and only for the algorithms that
+    have one (their blocks name a precision and a policy; SAC's, none). A wrong False costs
+    nothing over not knowing; a wrong True, a second of CPU on an import nobody uses."""
+    fast_path_possible = getattr(hp, "precision", None) == "fp32" and getattr(hp, "policy", None) in ("auto", "mlp")
+    return pixels or gpu or not fast_path_possible
 
 
 def _gradient_sum(ctx: Dist, seconds: list[float] | None = None) -> Callable[[torch.Tensor], None] | None:

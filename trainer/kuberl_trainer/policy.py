@@ -24,9 +24,9 @@ A `torch.save` of one dict, loadable with `torch.load(path, weights_only=True)`:
 | key | value |
 | --- | --- |
 | `format` | 1 (absent in files written before the format was numbered: read the same) |
-| `algorithm` | `"ppo"` or `"dqn"` |
+| `algorithm` | `"ppo"`, `"dqn"` or `"sac"` |
 | `env_id`, `env_kwargs` | the job's `spec.env.id` and `spec.env.kwargs` (`env_kwargs` absent before format 1: `{}`) |
-| `agent` | the network's `state_dict` (PPO: `ppo.Agent`, actor and critic; DQN: the online Q network) |
+| `agent` | the network's `state_dict` (PPO: `ppo.Agent`, actor and critic; DQN: the online Q network; SAC: the actor, `sac.Actor`) |
 | `hidden_sizes` | the MLP's hidden widths (unused for pixel observations, where the Nature CNN is the torso) |
 | `obs_norm` | PPO only: `{mean, var, count}` tensors of the observation normaliser, or None |
 | `timesteps`, `eval_return` | the run's timesteps and last evaluation return (None if never evaluated); in `best-model.pt`, the same file written at the run's best evaluation, those of that evaluation |
@@ -268,8 +268,8 @@ def _model_problem(model: dict) -> str | None:
     a file is anyone's, and these values choose what is imported, made and allocated."""
     from kuberl.core.validation import ENV_ID
 
-    if model["algorithm"] not in ("ppo", "dqn"):
-        return f"algorithm {safetext.one_line(repr(model['algorithm']))[:80]} (ppo or dqn)"
+    if model["algorithm"] not in ("ppo", "dqn", "sac"):
+        return f"algorithm {safetext.one_line(repr(model['algorithm']))[:80]} (ppo, dqn or sac)"
     env_id = model["env_id"]
     if not isinstance(env_id, str) or len(env_id) > 253 or not re.fullmatch(ENV_ID, env_id):
         return f"env_id {safetext.one_line(repr(env_id))[:80]} is no spec.env.id"
@@ -325,6 +325,7 @@ def build_network(model: dict, obs_space: gym.Space, action_space: gym.Space) ->
     """The trainer's network for these spaces, with the model's weights."""
     from .dqn import QNetwork
     from .ppo import Agent
+    from .sac import Actor
 
     hidden = [int(w) for w in model["hidden_sizes"]]
     cnn = networks.choose(obs_space, "auto", "policy") == "cnn"
@@ -339,8 +340,11 @@ def build_network(model: dict, obs_space: gym.Space, action_space: gym.Space) ->
     elif model["algorithm"] == "dqn":
         n = int(action_space.n)
         network = networks.QCNN(tuple(obs_space.shape), n) if cnn else QNetwork(math.prod(obs_space.shape), n, hidden)
+    elif model["algorithm"] == "sac" and isinstance(action_space, gym.spaces.Box):
+        bounds = (torch.as_tensor(action_space.low), torch.as_tensor(action_space.high))  # host: the loaded policy runs on the CPU
+        network = Actor(math.prod(obs_space.shape), *bounds, hidden)
     else:
-        raise UnusableModel(f"unknown algorithm {model['algorithm']!r}")
+        raise UnusableModel(f"unknown algorithm {model['algorithm']!r} for {action_space}")
     try:
         network.load_state_dict(model["agent"])
     except (RuntimeError, KeyError, TypeError) as e:

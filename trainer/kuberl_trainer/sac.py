@@ -32,9 +32,9 @@ import math
 import time
 from collections.abc import Callable, Iterator
 
-import gymnasium as gym
 import numpy as np
 import torch
+from kuberl.core import envspaces
 from kuberl.core.spec import SACConfig
 from torch import nn
 
@@ -42,6 +42,7 @@ from . import budget, evaluation, learners, networks
 from .base import BaseAlgorithm
 from .device import to_device, upload
 from .distributed import Dist
+from .envs import UnknownEnv
 from .replay import Batch, ReplayBuffer
 from .session import UpdateReport, Vote
 
@@ -88,7 +89,7 @@ class Actor(nn.Module):
         log_prob = squashed_log_prob(pre_tanh, mean, log_std, self.action_scale)
         return squash(pre_tanh, self.action_scale, self.action_bias), log_prob
 
-    def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         """The squashed mean: evaluation's action, (B, A)."""
         return squash(self.distribution(obs)[0], self.action_scale, self.action_bias)
 
@@ -178,16 +179,21 @@ def frozen(module: nn.Module) -> Iterator[None]:
 
 
 class SACTrainer(BaseAlgorithm):
-    ACTION_SPACES = (gym.spaces.Box,)  # what the actor emits
+    ACTION_SPACES = envspaces.ACTION_SPACES["sac"]
 
     def __init__(self, ctx: Dist, hp: SACConfig, env_id: str, num_envs: int, env_kwargs: dict,
-                 total_timesteps: int, seed: int, restart: int, env_backend: str = "auto"):
+                 total_timesteps: int, seed: int, restart: int, env_backend: str = "auto", fast: bool = True):
+        """`fast`: as the other algorithms take it; SAC has the reference learner only."""
         self.hp, self.total_timesteps = hp, total_timesteps
         super().__init__(ctx, env_id, num_envs, env_kwargs, seed, restart, env_backend)
 
     def _setup_model(self, env_id: str, num_envs: int) -> None:
         """The actor (the model), critics, target critics and entropy coefficient, the replay buffer, and how they learn."""
         ctx, hp, space = self.ctx, self.hp, self.envs.single_observation_space
+        if not (np.isfinite(self.action_space.low).all() and np.isfinite(self.action_space.high).all()):
+            self.envs.close()  # the actor squashes into the box: it must have one
+            raise UnknownEnv(f"spec.env.id: {env_id!r} has action space {self.action_space}, unbounded;"
+                             " supported by this algorithm: float Box actions with finite bounds")
         action_shape = tuple(self.action_space.shape)
         replay_layout = (hp.buffer_size, num_envs, self.obs_shape, space.dtype, action_shape, np.float32)
         budget.check_fits("spec.sac.bufferSize", f"a replay buffer of {hp.buffer_size:,} transitions of {env_id}",
@@ -350,16 +356,16 @@ class SACTrainer(BaseAlgorithm):
 
     # -- evaluation (rank 0) -------------------------------------------------
 
-    def deterministic(self, obs: np.ndarray) -> np.ndarray:
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
         """The actor's squashed mean: how the policy acts when evaluated."""
         with torch.no_grad():
-            return self.agent.deterministic(to_device(obs, self.ctx.device)).cpu().numpy()
+            return self.agent.greedy(to_device(obs, self.ctx.device)).cpu().numpy()
 
     def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int,
                  stop: Callable[[], bool] | None = None) -> float:
         """evaluation.mean_return, acting with the mean action."""
         with self.evaluation_envs(env_id, episodes, env_kwargs) as envs:
-            return evaluation.mean_return(envs, self.deterministic, episodes, seed, stop=stop)
+            return evaluation.mean_return(envs, self.greedy, episodes, seed, stop=stop)
 
     def _freeze(self, frozen: SACTrainer) -> None:
         frozen.agent = copy.deepcopy(self.agent)

@@ -53,9 +53,9 @@ CLIP_FRACTION = f"{PREFIX}_clip_fraction"
 # here (and a dashboard panel, if it should be drawn); one it reports without a
 # row is not exported.
 LOSS_GAUGES = {
-    "policy_loss": (POLICY_LOSS, "Mean clipped policy loss of the last update (PPO)."),
-    "value_loss": (VALUE_LOSS, "Mean value loss of the last update (PPO's critic, DQN's TD loss)."),
-    "entropy": (ENTROPY, "Mean policy entropy of the last update (PPO)."),
+    "policy_loss": (POLICY_LOSS, "Mean policy loss of the last update (PPO's clipped one, SAC's actor loss)."),
+    "value_loss": (VALUE_LOSS, "Mean value loss of the last update (PPO's critic, DQN's TD loss, SAC's twin critics)."),
+    "entropy": (ENTROPY, "Mean policy entropy of the last update (PPO; SAC: minus the mean log-probability of its actor's samples)."),
     "approx_kl": (APPROX_KL, "Mean approximate KL of the last update (PPO)."),
     "clip_fraction": (CLIP_FRACTION, "Fraction of samples whose probability ratio was clipped, last update (PPO)."),
 }

@@ -24,6 +24,7 @@ from .spec import (
     MetricsSpec,
     PPOConfig,
     RendezvousSpec,
+    SACConfig,
 )
 from .validation import (
     GPU_RESOURCE,
@@ -149,15 +150,15 @@ def _hyperparameter_rule(algorithm: str, field: str, cel: str, message_expressio
     )
 
 
-def _at_most_buffer(field: str) -> CrossFieldRule:
-    """A DQN count that must fit the replay buffer (per rank, as both are)."""
-    value, size = _cel_hp("dqn", field, DQNConfig), _cel_hp("dqn", "bufferSize", DQNConfig)
+def _at_most_buffer(block: str, model: type[BaseModel], field: str) -> CrossFieldRule:
+    """An off-policy count (DQN's, SAC's) that must fit the replay buffer (per rank, as both are)."""
+    value, size = _cel_hp(block, field, model), _cel_hp(block, "bufferSize", model)
     return _hyperparameter_rule(
-        "dqn", field, f"{value} <= {size}",
+        block, field, f"{value} <= {size}",
         f"'expected at most bufferSize ' + string({size}) + ' (got ' + string({value}) + ')'",
         "expected at most bufferSize",
-        lambda s: _hp(s, "dqn", field, DQNConfig) <= _hp(s, "dqn", "bufferSize", DQNConfig),
-        lambda s: f"expected at most bufferSize {_hp(s, 'dqn', 'bufferSize', DQNConfig)} (got {_hp(s, 'dqn', field, DQNConfig)})",
+        lambda s: _hp(s, block, field, model) <= _hp(s, block, "bufferSize", model),
+        lambda s: f"expected at most bufferSize {_hp(s, block, 'bufferSize', model)} (got {_hp(s, block, field, model)})",
     )
 
 
@@ -173,8 +174,10 @@ def _ppo_batch(s: dict) -> int:
 # Rules that need only the spec, between hyperparameters: refused at kubectl apply and by
 # `kuberl validate`, not by a trainer after its pods were scheduled.
 HYPERPARAMETER_RULES = [
-    _at_most_buffer("batchSize"),
-    _at_most_buffer("learningStarts"),
+    _at_most_buffer("dqn", DQNConfig, "batchSize"),
+    _at_most_buffer("dqn", DQNConfig, "learningStarts"),
+    _at_most_buffer("sac", SACConfig, "batchSize"),
+    _at_most_buffer("sac", SACConfig, "learningStarts"),
     _hyperparameter_rule(
         "dqn", "explorationFinalEps",
         f"{_cel_hp('dqn', 'explorationFinalEps', DQNConfig)} <= {_cel_hp('dqn', 'explorationInitialEps', DQNConfig)}",

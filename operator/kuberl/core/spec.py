@@ -212,9 +212,10 @@ class JobSpec(Model):
         description="kuberl: kuberl's trainer runs algorithm on env. custom: the template's `trainer` container brings its"
         " own command; algorithm, env and totalTimesteps are then optional, and the job succeeds when every worker exits 0.",
     )
-    algorithm: Literal["ppo", "dqn"] | None = immutable(default=None, description="Training algorithm; required unless trainer: custom.")
+    algorithm: Literal["ppo", "dqn", "sac"] | None = immutable(default=None, description="Training algorithm: ppo (discrete and continuous actions), dqn (discrete), sac (continuous); required unless trainer: custom.")
     ppo: PPOConfig | None = immutable(default=None, description="PPO hyperparameters; only with algorithm: ppo.")
     dqn: DQNConfig | None = immutable(default=None, description="DQN hyperparameters; only with algorithm: dqn.")
+    sac: SACConfig | None = immutable(default=None, description="SAC hyperparameters; only with algorithm: sac.")
     env: EnvSpec | None = immutable(default=None, description="Environment each rank vectorises; required unless trainer: custom.")
     total_timesteps: int | None = immutable(default=None, ge=1, le=10**12, description="Transitions across all ranks (gymnasium's autoreset steps are none); training stops at the first update at or past it; required unless trainer: custom.")
     success: SuccessSpec = Field(default_factory=SuccessSpec, description="Early stop on evaluation return.")
@@ -276,7 +277,7 @@ class JobSpec(Model):
                 " decide the early stop); set targetReturn, or leave these out") if idle else None
 
     @property
-    def hyperparameters(self) -> PPOConfig | DQNConfig | None:
+    def hyperparameters(self) -> PPOConfig | DQNConfig | SACConfig | None:
         """The algorithm's block, defaulted when omitted (ALGORITHM_BLOCKS); None without an algorithm."""
         if self.algorithm is None:
             return None
@@ -285,4 +286,4 @@ class JobSpec(Model):
 
 
 # spec.algorithm -> (the JobSpec field holding its hyperparameters, their model); a new algorithm is a row
-ALGORITHM_BLOCKS: dict[str, tuple[str, type[Model]]] = {"ppo": ("ppo", PPOConfig), "dqn": ("dqn", DQNConfig)}
+ALGORITHM_BLOCKS: dict[str, tuple[str, type[Model]]] = {"ppo": ("ppo", PPOConfig), "dqn": ("dqn", DQNConfig), "sac": ("sac", SACConfig)}
