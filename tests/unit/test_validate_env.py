@@ -26,6 +26,8 @@ def validate(tmp_path, capsys, job):
      " algorithm: Discrete (numbered from 0) actions")),
     ("sac", {"id": "CartPole-v1"},
      "spec.env.id: 'CartPole-v1' has action space Discrete(2); supported by this algorithm: float Box actions"),
+    ("sac", {"id": "ALE/Pong-v5"},  # not made here (kuberl makes Atari's frames), its actions Discrete all the same
+     "spec.env.id: 'ALE/Pong-v5' has Discrete actions (Atari); supported by this algorithm: float Box actions"),
     ("ppo", {"id": "CartPole-v1", "kwargs": {"gravity": 3}},
      ("spec.env.kwargs: 'CartPole-v1' refused them: TypeError: CartPoleVectorEnv.__init__() got an unexpected keyword"
      " argument 'gravity'")),

@@ -79,6 +79,12 @@ def flatten_problem(space: gym.Space) -> str | None:
     return None
 
 
+def supported_actions(actions: tuple[type[gym.Space], ...]) -> str:
+    """The words every refusal of an algorithm's action space ends with."""
+    names = " or ".join("Discrete (numbered from 0)" if kind is gym.spaces.Discrete else "float Box" for kind in actions)
+    return f"supported by this algorithm: {names} actions"
+
+
 def space_problem(observation: gym.Space, action: gym.Space, actions: tuple[type[gym.Space], ...]) -> str | None:
     """Why kuberl's networks cannot learn on these spaces (None when they can). Observations: a Box of
     at least one dimension (any numeric dtype: vectors are cast to float, uint8 frames go to the CNN) or
@@ -89,8 +95,7 @@ def space_problem(observation: gym.Space, action: gym.Space, actions: tuple[type
                               " MultiBinary; Discrete, MultiDiscrete, Dict and Tuple ones of these are flattened")
     if not isinstance(observation, (gym.spaces.Box, gym.spaces.MultiBinary)) or not observation.shape:
         return f"observation space {observation}; {observations_supported}"
-    names = " or ".join("Discrete (numbered from 0)" if kind is gym.spaces.Discrete else "float Box" for kind in actions)
-    actions_supported = f"supported by this algorithm: {names} actions"
+    actions_supported = supported_actions(actions)
     if not isinstance(action, actions):
         return f"action space {action}; {actions_supported}"
     if isinstance(action, gym.spaces.Discrete) and int(action.start) != 0:
@@ -161,6 +166,8 @@ def env_problem(env_id: str, kwargs: dict[str, Any], algorithm: str, backend: st
     frames): its kwargs are read as the trainer reads them (atarikwargs), its observations are frames."""
     spec = gym.registry.get(env_id)
     if atarikwargs.is_ale_id(env_id) or (spec is not None and str(spec.entry_point).startswith("ale_py")):
+        if gym.spaces.Discrete not in ACTION_SPACES[algorithm]:  # not made here, but every Atari game's actions are
+            return Problem("spec.env.id", f"{env_id!r} has Discrete actions (Atari); {supported_actions(ACTION_SPACES[algorithm])}")
         if notes is not None and not any(known.startswith("ALE/") for known in gym.registry):
             notes.append(f"spec.env.id: {env_id!r} is an Atari id, and ale-py is not installed here: its game is not checked"
                          f" and kuberl run here would fail (a trainer image with it runs it):"
