@@ -270,7 +270,8 @@ def test_a_checkpoint_volume_that_fails_under_the_job_restarts_it_without_spendi
     entry = restarted['restartHistory'][-1]
     assert (restarted['restarts'], entry['reason'], entry['counted']) == (0, 'CheckpointVolumeUnavailable', False), entry
     assert 'ckpt-0000000040.pt failed with EIO' in entry['message'] and 'ckpt-0000000020.pt' in entry['message'], entry
-    said = [e['message'] for e in events(rest, 'outage') if e['reason'] == 'GangRestart']
+    # the Event is posted after the status write that records the restart: waited for, not read with it
+    said = wait_for(lambda: [e['message'] for e in events(rest, 'outage') if e['reason'] == 'GangRestart'], what='the GangRestart Event')
     assert len(said) == 1 and '(not counted): CheckpointVolumeUnavailable: worker 0' in said[0], said
     assert 'failed with EIO' in said[0] and 'last good checkpoint: ckpt-0000000020.pt' in said[0], said
     start_gang(standin, 'outage', 2, generation=1)
