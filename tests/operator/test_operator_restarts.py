@@ -163,7 +163,8 @@ def test_pods_stuck_terminating_on_a_lost_node_are_force_deleted_and_recorded(st
     wait_for(lambda: not pods(standin, 'stranded', 0), what='the force deletion')
     records = wait_for(lambda: status(rest, 'stranded').get('forceDeleted'))
     assert {r['pod'] for r in records} == {'stranded-0', 'stranded-1'}
-    assert any(e['reason'] == 'ForceDeleted' for e in events(rest, 'stranded'))
+    # the Event is posted after the status write that records the force deletion: waited for, not read with it
+    wait_for(lambda: any(e['reason'] == 'ForceDeleted' for e in events(rest, 'stranded')), what='the ForceDeleted Event')
     wait_for(lambda: len(pods(standin, 'stranded', 1)) == 2, what='generation 1')
 
 

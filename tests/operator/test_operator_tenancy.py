@@ -456,8 +456,10 @@ def test_a_job_recreated_before_the_garbage_collector_took_its_predecessors_chil
                          and condition(rest, 'lazarus', 'Ready'), what='lazarus to say what it waits for',
                          explain=lambda: status(rest, 'lazarus'))
         assert 'ConfigMap lazarus-config' in ready['message'] and old_uid in ready['message'], ready
-        said = [e for e in events(rest, 'lazarus') if e['reason'] == 'ChildAwaitingCollection' and e['type'] == 'Warning']
-        assert said and old_uid in said[0]['message']
+        # the Event is posted after the status write that carries the condition: waited for, not read with it
+        said = wait_for(lambda: [e for e in events(rest, 'lazarus') if e['reason'] == 'ChildAwaitingCollection' and e['type'] == 'Warning'],
+                        what='the ChildAwaitingCollection Event')
+        assert old_uid in said[0]['message']
         assert status(rest, 'lazarus')['phase'] == 'Pending'
         assert rest.get(f'{CONFIGMAPS}/lazarus-config').body['metadata']['ownerReferences'][0]['uid'] == old_uid, 'never taken over'
     wait_for(lambda: all(p['metadata']['ownerReferences'][0]['uid'] != old_uid for p in pods(standin, 'lazarus')),
