@@ -131,7 +131,8 @@ def test_progress_ends_where_training_did_after_the_evaluation_waited_for_at_the
     gate.set()
     run.finish(trainer, "budget")
     with open(os.path.join(run.checkpoint_dir, "progress.jsonl")) as f:
-        *_, evaluated, last = [json.loads(line) for line in f]
+        rows = [json.loads(line) for line in f]
+    evaluated, last = [row for row in rows if row.get("evaluation")][-1], rows[-1]  # last: the end's checkpoint
     assert evaluated == {**evaluated, "timesteps": frozen[-1].counters.global_step, "eval_return": 7.0, "evaluation": True,
                          "evaluated_while_training": True}  # so kuberl plot's training line leaves its return out
     assert frozen[-1].counters.global_step < trainer.counters.global_step == last["timesteps"]

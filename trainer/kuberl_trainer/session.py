@@ -246,7 +246,7 @@ class TrainingSession:
         self.report_before = self.last_report  # the line before the last: a final line's rate reaches back to it
         self.start_step = 0
         self.boundary = (0, 0)  # (global_step, updates) at the last update boundary: a state whole enough to save
-        self.last_checkpoint_update = -1
+        self.last_checkpoint = (-1, -1)  # (updates, global_step) of the newest checkpoint written or loaded
         self.resumed_from: str | None = None
         self.last_good: str | None = None  # the newest checkpoint known to load: named if the volume fails
         self.progress_unwritable = False
@@ -338,8 +338,8 @@ class TrainingSession:
             self.metrics.eval_return.set(self.eval_return)
         self.start_step = state["counters"]["global_step"]
         self.last_report = self.report_before = (time.monotonic(), self.start_step)
-        self.last_checkpoint_update = state["counters"]["updates"]
-        self.boundary = (self.start_step, self.last_checkpoint_update)
+        self.last_checkpoint = (state["counters"]["updates"], self.start_step)
+        self.boundary = (self.start_step, self.last_checkpoint[0])
         if self.ctx.is_main:  # where the curve resumes: `kuberl plot` draws its marker here, not at the next report
             self.curve_point(self.start_step, resumed=True)
         return state, own
@@ -561,8 +561,9 @@ class TrainingSession:
                 per_rank = None  # envs whose state is not plain data resume without it (envs.env_state)
         if not self.ctx.is_main:
             return
-        if algorithm.counters.updates == self.last_checkpoint_update:
-            self.stop_checkpointed()  # this boundary's state is on disk already
+        # the target's update collects a rollout it does not learn from: same updates, more steps, saved again
+        if (algorithm.counters.updates, algorithm.counters.global_step) == self.last_checkpoint:
+            self.stop_checkpointed()  # this state is on disk already
             return
         state = {**algorithm.shared_state(), "elapsed_seconds": self.wall_seconds(), "per_rank": per_rank,
                  "eval_return": self.eval_return, "trained_as": trained_as(self.spec), "best_eval_return": self.best_eval_return}
@@ -570,7 +571,7 @@ class TrainingSession:
         path = checkpoint.save(self.checkpoint_dir, algorithm.counters.updates, state, self.spec.checkpoint.keep,
                                volume=self.volume(), last_good=self.last_good)
         took = time.monotonic() - started
-        self.last_checkpoint_update = algorithm.counters.updates
+        self.last_checkpoint = (algorithm.counters.updates, algorithm.counters.global_step)
         self.last_good = path
         if self.metrics is not None:
             self.metrics.checkpointed(took)
@@ -679,6 +680,9 @@ class TrainingSession:
             except PeerLost:  # a peer already left: rank 0 holds the replicated state
                 self.save_without_peers(algorithm)
             return stopped_message(steps, self.ctx.is_main, self.config.checkpoint_dir)
+        # the state at the end, checkpointed: a resume (a higher success.targetReturn, a larger budget) goes on from
+        # here, not from the last periodic checkpoint (CartPole met its target at 38,644 and resumed at 30,483)
+        self.save(algorithm)
         if self.ctx.is_main:
             self.write_final_model(model)
             self.stop_checkpointed()  # a stop that came as the run ended: the model holds it all
