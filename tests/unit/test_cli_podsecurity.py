@@ -1,5 +1,5 @@
 """`--pod-security` on validate, render, run and the operator: exit codes,
-every offending field named, `kuberl run` privileged by default and saying so."""
+every offending field named, `kuberl run` privileged by default, saying so where a cluster would refuse its pods."""
 
 import subprocess
 import sys
@@ -15,12 +15,13 @@ from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 T = f"spec.containers[{names.TRAINER_CONTAINER}]"
-HOSTILE = make_job("hostile").minimal().template({"spec": {
+HOSTILE_JOB = make_job("hostile").minimal().template({"spec": {
     "hostNetwork": True, "hostPID": True, "hostIPC": True, "serviceAccountName": "admin",
     "containers": [{"name": "trainer", "securityContext": {"privileged": True, "runAsUser": 0,
                                                            "capabilities": {"add": ["SYS_ADMIN"]}}}],
     "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
-}}).obj()
+}})
+HOSTILE = HOSTILE_JOB.obj()
 BASELINE_FIELDS = ["spec.hostNetwork", "spec.hostPID", "spec.hostIPC", f"{T}.securityContext.privileged",
                    f"{T}.securityContext.capabilities.add", "spec.volumes[host].hostPath"]
 
@@ -82,9 +83,22 @@ def test_run_is_privileged_by_default_and_says_so_in_one_line_once_the_job_is_va
     quick["spec"]["rendezvous"] = {"port": free_port()}
     result = kuberl(tmp_path, "run", "--dir", str(tmp_path / "runs"), job=quick)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[0] == (
-        "[kuberl] pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
-    assert "Pod Security Standard" not in result.stderr
+    # pods a cluster runs too: nothing about security levels (a line on every run read as an alarm)
+    assert result.stdout.splitlines()[0].startswith("[kuberl] quick: 1 pod(s)"), result.stdout
+    assert "security" not in result.stdout + result.stderr
+
+
+def test_run_says_when_a_cluster_would_refuse_the_pods_it_runs():
+    from kuberl.core.render import Job
+    from kuberl.local.runner import cluster_refusal_note
+
+    hostile = HOSTILE_JOB.spec()
+    note = cluster_refusal_note(Job("hostile", hostile), hostile)
+    assert note == ("note: a cluster's operator (at its default pod security level, baseline) would refuse these pods for"
+                    f" {BASELINE_FIELDS[0]}, {BASELINE_FIELDS[1]} and {len(BASELINE_FIELDS) - 2} more; here they run as"
+                    " your own processes. kuberl validate names every field"), note
+    plain = make_job("plain").minimal().spec()
+    assert cluster_refusal_note(Job("plain", plain), plain) is None
 
 
 def test_run_at_baseline_refuses_before_starting_anything(tmp_path):

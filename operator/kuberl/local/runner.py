@@ -54,6 +54,7 @@ from ..core import (
     lifecycle,
     names,
     podschema,
+    podsecurity,
     podsource,
     rank0metrics,
     safetext,
@@ -1334,10 +1335,23 @@ def crowded_note(spec: JobSpec, cores: int) -> str | None:
             f" the one in flight; at this machine's size: {smaller} (a run of its own: what it learns changes)")
 
 
+def cluster_refusal_note(job: Job, spec: JobSpec) -> str | None:
+    """The line for a job whose pods a cluster refuses and `kuberl run` runs: the operator checks them at the
+    baseline level by default, and your own processes need no such check. None for pods that pass (kuberl's own pass
+    restricted): a line about security levels on every run read as an alarm."""
+    ranks = sorted({0, 1, spec.workers - 1} & set(range(spec.workers)))
+    violations = podsecurity.check_pods((render_pod(job, NAMESPACE, "0", rank) for rank in ranks), "baseline")
+    if not violations:
+        return None
+    fields = ", ".join(v.path for v in violations[:2]) + (f" and {len(violations) - 2} more" if len(violations) > 2 else "")
+    return (f"note: a cluster's operator (at its default pod security level, baseline) would refuse these pods for"
+            f" {fields}; here they run as your own processes. kuberl validate names every field")
+
+
 def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, configmaps: Mapping[str, Mapping[str, str]]) -> int:
     """cmd_run's run, with the run directory's lock held."""
-    if getattr(args, "pod_security", "privileged") == "privileged":  # said once the job is known to be valid
-        say("pod security level privileged (your own machine); --pod-security baseline checks as a cluster would")
+    if getattr(args, "pod_security", "privileged") == "privileged" and (note := cluster_refusal_note(job, spec)):
+        say(note)  # said once the job is known to be valid
     budget = f"{spec.total_timesteps:,} timesteps" if spec.total_timesteps else "custom trainer"
     say(f"{job.name}: {spec.workers} pod(s) x {spec.procs} process(es), {budget}; logs and checkpoints in {shown(run_dir)}")
     if note := crowded_note(spec, os.cpu_count() or 1):
