@@ -127,3 +127,27 @@ def test_run_warns_the_same_before_anything_starts_naming_the_flag_that_set_it(t
     assert ("warning: spec.success.targetReturn: 600 is above the most an episode of CartPole-v1 returns, 500 (+1 a step"
             " for at most 500 steps, its registered max_episode_steps)") in out.out + out.err
     assert "lower it, or raise spec.env.kwargs.max_episode_steps (from --set success.targetReturn=600)" in out.out + out.err
+
+
+@pytest.mark.parametrize(("env_id", "kwargs", "ceiling"), [
+    ("ALE/Pong-v5", {}, 21.0),
+    ("PongNoFrameskip-v4", {}, 21.0),
+    ("ALE/Pong-v5", {"game": "breakout"}, None),  # spec.env.kwargs make another game: not claimed
+    ("ALE/Breakout-v5", {}, None),  # no bound this exact
+])
+def test_pongs_ceiling_comes_from_the_game_its_registration_names(env_id, kwargs, ceiling):
+    """ALE registers every game at one entry point: the game is a kwarg of its registration."""
+    gym.register_envs(pytest.importorskip("ale_py"))
+    registered = gym.spec(env_id)
+    got = return_ceiling(registered.entry_point, registered.max_episode_steps, kwargs, registered.kwargs)
+    assert (got and got.value) == ceiling
+
+
+@pytest.mark.parametrize(("target", "warned"), [(21, False), (21.5, True)])
+def test_validate_warns_of_a_pong_target_above_21(tmp_path, capsys, target, warned):
+    pytest.importorskip("ale_py")
+    job = make_job("j").minimal().env("ALE/Pong-v5").replace(success={"targetReturn": target})
+    code, err = validate(tmp_path, capsys, job)
+    assert code == 0, err
+    assert ("j: warning: spec.success.targetReturn: 21.5 is above the most an episode of ALE/Pong-v5 returns, 21 (+1 a"
+            " point won, -1 a point lost, the game over at 21 points)" in err) == warned, err

@@ -223,5 +223,6 @@ def target_ceiling_problem(spec: Any) -> Problem | None:
     registered = gym.registry.get(spec.env.id)
     if registered is None or not isinstance(registered.entry_point, str):
         return None
-    ceiling = returnceiling.return_ceiling(registered.entry_point, registered.max_episode_steps, dict(spec.env.kwargs))
+    ceiling = returnceiling.return_ceiling(registered.entry_point, registered.max_episode_steps, dict(spec.env.kwargs),
+                                           dict(registered.kwargs or {}))
     return returnceiling.target_problem(spec.success.target_return, spec.env.id, ceiling)

@@ -44,6 +44,22 @@ REWARDS: dict[str, Rewards] = {
 }
 
 
+ALE = "ale_py.env:AtariEnv"
+# ALE's games, by the `game` their registration passes (one entry point makes them all). Pong: a point is +1 or -1,
+# and a game ends when a side reaches 21. Other games' scores have no bound this exact.
+GAMES: dict[str, Rewards] = {
+    "pong": Rewards("+1 a point won, -1 a point lost, the game over at 21 points", episode=21.0),
+}
+
+
+def rewards_of(entry_point: str, kwargs: Mapping[str, Any]) -> Rewards | None:
+    """The row of an env made from `entry_point` with `kwargs` (its registration's, then spec.env.kwargs)."""
+    if entry_point == ALE:
+        game = kwargs.get("game")
+        return GAMES.get(game) if isinstance(game, str) else None
+    return REWARDS.get(entry_point)
+
+
 @dataclass(frozen=True)
 class Ceiling:
     """The most an episode returns (`value`), and why (`why`, the env's rewards and its step limit)."""
@@ -52,11 +68,12 @@ class Ceiling:
     per_step: bool  # the ceiling grows with max_episode_steps
 
 
-def return_ceiling(entry_point: str, max_episode_steps: Any, kwargs: Mapping[str, Any]) -> Ceiling | None:
-    """The ceiling of an env made from `entry_point` (its registration's) with `kwargs` (spec.env.kwargs:
-    a `max_episode_steps` there replaces the registered one, as gym.make takes it); None where its rewards
-    are not known here, are changed by those kwargs, or add up without a step limit."""
-    rewards = REWARDS.get(entry_point)
+def return_ceiling(entry_point: str, max_episode_steps: Any, kwargs: Mapping[str, Any],
+                   registered: Mapping[str, Any] | None = None) -> Ceiling | None:
+    """The ceiling of an env made from `entry_point` (its registration's, with its `registered` kwargs) with `kwargs`
+    (spec.env.kwargs: a `max_episode_steps` there replaces the registered one, as gym.make takes it); None where its
+    rewards are not known here, are changed by those kwargs, or add up without a step limit."""
+    rewards = rewards_of(entry_point, {**(registered or {}), **kwargs})
     if rewards is None or any(name in kwargs for name in rewards.changed_by):
         return None
     if rewards.episode is not None:
