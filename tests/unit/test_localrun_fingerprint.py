@@ -136,7 +136,7 @@ def test_a_run_that_starts_runs_on_the_port_it_said_it_moved_to(tmp_path, capsys
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(make_job("cartpole").workers(2).obj()))
     started = []
-    monkeypatch.setattr(runner, "_run_held", lambda args, job, spec, run_dir, configmaps: started.append((job, spec)) or 0)
+    monkeypatch.setattr(runner, "_run_held", lambda args, job, spec, run_dir, configmaps, fresh: started.append((job, spec)) or 0)
     with contextlib.ExitStack() as other_run:
         runner.reserve_port(JobSpec().rendezvous.port, other_run)
         assert main(["run", "job.yaml"]) == 0
@@ -186,7 +186,7 @@ def test_a_succeeded_run_below_a_raised_target_is_trained_on_not_called_done(tmp
                                           "progress": {"evalReturn": 494.95, "timesteps": 38644}})
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job.obj()))
     started = []
-    monkeypatch.setattr(runner, "_run_held", lambda args, job, spec, run_dir, configmaps: started.append(run_dir) or 0)
+    monkeypatch.setattr(runner, "_run_held", lambda args, job, spec, run_dir, configmaps, fresh: started.append(run_dir) or 0)
     assert main(["run", "job.yaml", "--set", "success.targetReturn=500"]) == 0
     assert started == [str(run)]
     assert ("cartpole succeeded before in runs/cartpole, but its last evaluation, 494.95 at 38,644 timesteps, is below"
@@ -208,3 +208,27 @@ def test_only_a_run_stopped_early_below_the_target_is_trained_on():
     assert target_not_met({"progress": "x"}, spec) is None
     no_target = make_job("cartpole").with_spec(totalTimesteps=500_000).spec()
     assert target_not_met(early, no_target) is None
+
+
+def test_a_fresh_run_the_trainer_refuses_at_once_is_not_kept_beside_the_jobs_run(tmp_path, capsys, monkeypatch):
+    """An env whose package is not installed here (an Atari id without ale-py) failed at the trainer's first step and
+    left runs/<job>.<hash>: the job's latest run from then on, which the next changed spec was compared with and
+    --resume continued. The job's first run keeps its refusal (status.json, logs): a rerun says how it ended."""
+    from tests.support.ports import free_port
+
+    monkeypatch.chdir(tmp_path)
+    finished_run(tmp_path / "runs" / "cartpole", learned(), "Succeeded")
+    job = make_job("cartpole").with_spec(workers=1, env={"id": "nosuchpkg_zz.envs:Env", "numEnvs": 2}).obj()
+    job["spec"]["rendezvous"] = {"port": free_port()}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    assert main(["run", str(tmp_path / "job.yaml")]) == 1
+    out = capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path / "runs")) == ["cartpole"], out
+    last = out.strip().splitlines()[-1]
+    assert "ConfigError" in last, last
+    assert last.endswith("is not kept (the worker's refusal is above)"), last
+    os.rename(tmp_path / "runs" / "cartpole", tmp_path / "old")
+    job["spec"]["rendezvous"] = {"port": free_port()}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    assert main(["run", str(tmp_path / "job.yaml")]) == 1  # the job's first run: kept, with its refusal
+    assert json.loads((tmp_path / "runs" / "cartpole" / "status.json").read_text())["phase"] == "Failed"

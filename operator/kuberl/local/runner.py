@@ -32,6 +32,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -1271,6 +1272,8 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
         say(f"{job.name} already succeeded with this spec in {shown(run_dir)}{where}; nothing to train"
             f" (delete {shown(run_dir)} to train it again)")
         return 0
+    # a fresh run beside the job's others (runs/<job>.<fingerprint>): one refused at once is not kept (_run_held)
+    fresh = os.path.basename(run_dir) != job.name and not os.path.lexists(run_dir)
     with contextlib.ExitStack() as held:
         try:
             os.makedirs(run_dir, exist_ok=True)
@@ -1289,7 +1292,7 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
         except OSError as e:
             print(f"kuberl run: --dir {args.dir}: cannot keep the run in {run_dir}: {e.strerror or e}", file=sys.stderr)
             return EXIT_CANNOT_RUN
-        return _run_held(args, job, spec, run_dir, configmaps)
+        return _run_held(args, job, spec, run_dir, configmaps, fresh)
 
 
 def target_warnings(spec: JobSpec, env_ids: Collection[str] | None) -> list[Problem]:
@@ -1348,8 +1351,22 @@ def cluster_refusal_note(job: Job, spec: JobSpec) -> str | None:
             f" {fields}; here they run as your own processes. kuberl validate names every field")
 
 
-def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, configmaps: Mapping[str, Mapping[str, str]]) -> int:
-    """cmd_run's run, with the run directory's lock held."""
+def refused_at_once(status: Mapping, checkpoints: str) -> bool:
+    """Whether a run failed with a configuration error (an env its image lacks the package for) having written nothing
+    to its checkpoint directory: its run directory holds only the refusal, which the console showed."""
+    failed = any(c.get("type") == lifecycle.CONDITION_FAILED and c.get("status") == "True"
+                 and c.get("reason") == contract.REASON_CONFIG_ERROR for c in status.get("conditions", []))
+    try:
+        return failed and not any(os.scandir(checkpoints))
+    except OSError:
+        return False
+
+
+def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, configmaps: Mapping[str, Mapping[str, str]],
+              fresh: bool = False) -> int:
+    """cmd_run's run, with the run directory's lock held. A `fresh` run directory (made for this run beside the job's
+    others) that holds only a configuration error's refusal is removed: left, it was the job's latest run, which the
+    next changed spec was compared with and --resume continued. The job's first run directory keeps its refusal."""
     if getattr(args, "pod_security", "privileged") == "privileged" and (note := cluster_refusal_note(job, spec)):
         say(note)  # said once the job is known to be valid
     budget = f"{spec.total_timesteps:,} timesteps" if spec.total_timesteps else "custom trainer"
@@ -1402,6 +1419,11 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
                 curve = plot(run_dir) if not interrupts.count else None
         # one summary: what happened, and where the model, checkpoints, logs and learning curve are
         ended = summary(job, paths_of(job, run_dir, job_uid(run_dir)), status, code, wall)
+        if fresh and code != 0 and refused_at_once(status, os.path.join(run_dir, "checkpoints")):
+            shutil.rmtree(run_dir, ignore_errors=True)
+            say(with_host_paths(ended, os.path.join(run_dir, "checkpoints"))
+                + f"; nothing trained, so {shown(run_dir)} is not kept (the worker's refusal is above)")
+            return code
         say(with_host_paths(ended, os.path.join(run_dir, "checkpoints"))  # as the console showed the same reason
             + f"; logs {shown(os.path.join(run_dir, 'logs'))}" + (f"; learning curve {shown(curve)}" if curve else
                                                                   f"; learning curve: kuberl plot {shown(run_dir)}"
