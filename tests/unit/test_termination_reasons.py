@@ -3,6 +3,7 @@ the container's state, with the END of the log as the message."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import pytest
@@ -148,6 +149,53 @@ def test_a_clean_end_of_another_local_rank_leaves_local_rank_0s_words_in_the_ter
     assert "/checkpoints/j" in path.read_text()
     termination.write_reason(contract.REASON_CRASHED, "RuntimeError: boom")  # a failure is the pod's, whoever says it
     assert termination.stated() == contract.REASON_CRASHED
+
+
+def test_local_rank_0s_words_stay_when_another_local_rank_read_the_log_before_they_were_written(tmp_path, monkeypatch):
+    """The check and the write of a clean end are one step: local rank 1 found the log empty, rank 0 then wrote its
+    line naming the checkpoint, and rank 1's write replaced it (CI's distributed tier saw 'resumable from rank 0's
+    checkpoint' in a pod's termination log). Here the test holds the log's lock as rank 0 would while writing."""
+    import fcntl
+    import threading
+
+    from kuberl_trainer import termination
+
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    monkeypatch.setenv(contract.ENV_LOCAL_RANK, "1")
+    path = tmp_path / termination.names.TERMINATION_LOG.lstrip("/")
+    path.parent.mkdir(parents=True)
+    path.write_text("")
+    rank_1 = threading.Thread(target=termination.write_reason, daemon=True,
+                              args=(contract.REASON_STOPPED, "stopped at timesteps 8; resumable from rank 0's checkpoint"))
+    with open(path, "r+") as log:
+        fcntl.flock(log, fcntl.LOCK_EX)
+        rank_1.start()
+        rank_1.join(timeout=0.5)
+        assert rank_1.is_alive(), "local rank 1 wrote while rank 0 held the log"
+        log.write(contract.termination_line(contract.REASON_STOPPED, "stopped at timesteps 8; resumable from /checkpoints/j") + "\n")
+        log.flush()
+    rank_1.join(timeout=10)
+    assert not rank_1.is_alive()
+    assert path.read_text().count("Stopped") == 1 and "/checkpoints/j" in path.read_text(), path.read_text()
+
+
+def test_a_termination_log_that_is_not_a_file_is_left_alone(tmp_path, monkeypatch):
+    """A FIFO where the log should be (nothing a rank wrote) would block the read of a clean end: it is left unread."""
+    from kuberl_trainer import termination
+
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    monkeypatch.setenv(contract.ENV_LOCAL_RANK, "1")
+    path = tmp_path / termination.names.TERMINATION_LOG.lstrip("/")
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    import threading
+
+    rank_1 = threading.Thread(target=termination.write_reason, daemon=True,
+                              args=(contract.REASON_STOPPED, "stopped at timesteps 8; resumable from rank 0's checkpoint"))
+    rank_1.start()
+    rank_1.join(timeout=10)
+    assert not rank_1.is_alive(), "the write blocked on the FIFO"
+    assert termination.stated() is None
 
 
 def test_the_launcher_drops_torchs_per_rank_signal_warnings_and_keeps_its_others(monkeypatch):

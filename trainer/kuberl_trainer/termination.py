@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 
@@ -29,15 +30,22 @@ def write_reason(reason: str, message: str) -> None:
         sys.stderr.write(contract.stated_line(reason, message) + "\n")
         sys.stderr.flush()
     path = host_path(names.TERMINATION_LOG)
-    # a clean end of another local rank leaves what is stated already (local rank 0's words, which name the checkpoint,
-    # or a rank's failure), whichever rank ends last; the kubelet's file exists from the start, empty, so ask what it says
-    if not said and stated() is not None:
-        return
+    if os.path.lexists(path) and not os.path.isfile(path):
+        return  # not a file a rank could have written: reading a FIFO would block
     try:
         if os.environ.get(contract.ENV_FS_ROOT):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(contract.termination_line(reason, message) + "\n")
+        # a clean end of another local rank leaves what is stated already (local rank 0's words, which name the
+        # checkpoint, or a rank's failure), whichever rank ends last. The read and the write under one lock: local
+        # rank 1 reading nothing, rank 0 writing, then rank 1 writing replaced rank 0's words (a CI run saw it)
+        with open(path, "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+            if not said:
+                f.seek(0)
+                if contract.stated_reason(f.read(KUBELET_KEEPS)):
+                    return
+            f.truncate(0)
+            f.write(contract.termination_line(reason, message) + "\n")  # "a+" writes at the end: 0 once truncated
     except OSError:
         pass  # outside a pod there may be no termination log
 
