@@ -139,8 +139,8 @@ def test_a_chain_of_assignments_as_long_as_a_job_file_holds_is_read_in_linear_ti
     """The loop that read `a=a=…` copied the rest of the argument at each `=`: 300,000 of them (600 KB, less than
     the 1.5 MiB a job file may hold) took 6 s before the pod started, 750,000 about 40 s."""
     container = {"command": ["python", "a=" * 300_000 + "/app/x"], "volumeMounts": [{"name": "code", "mountPath": "/app"}]}
-    # No count of the copies exists: 88 ms of CPU with two CPU burners running, the copying loop 6 s; 0.7 s sits near
-    # the geometric middle (0.73 s).
+    # No count of the copies exists: 88 ms of CPU with two CPU burners running, the copying loop 3.3 s here (6 s in the
+    # docstring); 0.7 s sits near the geometric middle (0.54-0.73 s).
     started, seconds = cpu_seconds(lambda: launch(pod_with(container), str(tmp_path), {}))
     assert seconds < 0.7, seconds
     argv = started.argv

@@ -1,6 +1,5 @@
 """Rank 0's metrics page: the one parser the operator and `kuberl run` share, bounded and finite."""
 import json
-import time
 
 import pytest
 import torch
@@ -103,10 +102,10 @@ def test_a_sample_line_longer_than_a_trainer_writes_is_not_parsed(monkeypatch):
     parser = rank0metrics.text_string_to_metric_families
     monkeypatch.setattr(rank0metrics, "text_string_to_metric_families", lambda text: handed.append(len(text)) or parser(text))
     hostile = 'kuberl_trainer_env_steps_total{rltj="job",rank="0",a="' + '\\"' * (MAX_PAGE_BYTES // 2 - 100) + '"} 9\n'
-    start = time.process_time()  # CPU time: a loaded CI machine stretches the wall clock, not this
     assert parse(hostile + page(env_steps_total='3'), 'job') == Rank0Reading(3)
-    assert time.process_time() - start < 2
-    assert sum(handed) <= MAX_SAMPLE_LINES * (MAX_SAMPLE_LINE_CHARACTERS + 1)
+    # what reaches the parser is counted, not timed (a timed bound fails on a loaded CI machine): the page's own
+    # lines, where the hostile one handed on is 1 MiB
+    assert sum(handed) <= MAX_SAMPLE_LINES * (MAX_SAMPLE_LINE_CHARACTERS + 1), handed
     longest = 'kuberl_trainer_env_steps_total{rltj="job",rank="0",note="' + 'x' * (MAX_SAMPLE_LINE_CHARACTERS - 61) + '"} 4'
     assert len(longest) == MAX_SAMPLE_LINE_CHARACTERS
     assert parse(longest + '\n', 'job') == Rank0Reading(4), 'a long line a custom exporter may write is still read'
