@@ -85,19 +85,26 @@ def test_the_startup_line_splits_launch_to_first_step_into_phases():
 
 def test_a_module_imported_in_the_background_runs_once_and_a_later_import_waits_for_it(tmp_path, monkeypatch):
     """The trainer starts importing torch._dynamo (a second) while the envs reset;
-    the optimiser's own import later must get that module, not a second copy."""
+    the optimiser's own import later must get that module, not a second copy. The module
+    loads until the test opens a gate, not for a time: a caller that waited for it would
+    find the gate shut (it was a 0.3 s sleep against a 0.2 s wall-clock bound, which a loaded
+    machine can stretch the caller past)."""
+    (tmp_path / "import_gate.py").write_text("import threading\nENTERED, OPENED = threading.Event(), threading.Event()\n")
     (tmp_path / "slow_to_import.py").write_text(
-        "import threading, time\nRUNS = [threading.current_thread().name]\ntime.sleep(0.3)\n")
+        "import threading\nimport import_gate\nRUNS = [threading.current_thread().name]\nimport_gate.ENTERED.set()\n"
+        "OPENED_WHILE_LOADING = import_gate.OPENED.wait(10)\n")
     (tmp_path / "broken_on_import.py").write_text("raise RuntimeError('this module cannot load')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("slow_to_import", "broken_on_import"):
+    for name in ("import_gate", "slow_to_import", "broken_on_import"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    started = time.monotonic()
+    import import_gate
+
     thread = import_in_background("slow_to_import")
-    assert time.monotonic() - started < 0.2  # the caller goes on while the module loads
+    assert import_gate.ENTERED.wait(10)  # the module is loading: a later import meets its import lock
+    import_gate.OPENED.set()  # the caller goes on while the module loads
     import slow_to_import  # waits on the module's import lock: no second execution
 
-    assert slow_to_import.RUNS == ["import slow_to_import"]
+    assert slow_to_import.RUNS == ["import slow_to_import"] and slow_to_import.OPENED_WHILE_LOADING
     thread.join(5)
     import_in_background("broken_on_import").join(5)  # the thread swallows it ...
     with pytest.raises(RuntimeError, match="cannot load"):  # ... and the importer that needs it sees it
