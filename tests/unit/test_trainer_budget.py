@@ -10,7 +10,6 @@ from kuberl.core.spec import DQNConfig, PPOConfig
 from kuberl_trainer import budget
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.ppo import PPOTrainer, Rollout
-from kuberl_trainer.replay import ReplayBuffer
 
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 GIB = 1 << 30
@@ -28,15 +27,6 @@ def test_a_rollouts_planned_bytes_are_what_it_allocates(layout):
     assert {name for name, value in vars(rollout).items() if isinstance(value, np.ndarray)} == set(Rollout.layout(*layout))
 
 
-@pytest.mark.parametrize("layout", [
-    (1000, 1, (4,), np.float32, (), np.int64, 1, 1),
-    (5000, 3, (4, 84, 84), np.uint8, (), np.int64, 3, 4),
-    (7, 4, (2,), np.float64, (), np.int64, 5, 1),  # fewer rows than an n-step window needs: the window's
-])
-def test_a_replay_buffers_planned_bytes_are_what_it_allocates(layout):
-    assert budget.nbytes(ReplayBuffer.layout(*layout)) == ReplayBuffer(*layout).nbytes
-
-
 def test_a_ranks_share_is_the_limit_split_among_the_pods_ranks_less_what_it_holds():
     limit, resident = 8 * GIB, GIB // 2
     assert budget.rank_share(4, limit, resident)[0] == 2 * GIB - GIB // 2
@@ -49,17 +39,18 @@ def test_a_ranks_share_is_the_limit_split_among_the_pods_ranks_less_what_it_hold
         "less the 0.50 GiB this rank holds already); lower spec.dqn.bufferSize or raise the pod's resources.limits.memory")
 
 
-def test_a_rollout_over_the_ranks_share_is_refused_before_it_is_allocated(monkeypatch):
-    monkeypatch.setattr(budget, "memory_limit", lambda: 2 * GIB)
+def test_a_rollout_over_the_ranks_share_is_refused_before_it_is_allocated(monkeypatch, tmp_path):
+    (tmp_path / "memory.max").write_text(f"{2 * GIB}\n")  # the container's cgroup, as Dist.cgroup names it
+    eight = Dist(0, 8, 0, 8, torch.device("cpu"), None, cgroup=str(tmp_path))
     allocated = []
     monkeypatch.setattr(Rollout, "__init__", lambda self, *args: allocated.append(args))
     with pytest.raises(budget.BufferTooLarge, match=r"^spec\.ppo\.numSteps x spec\.env\.numEnvs: a rollout of 6,400,000 steps of CartPole-v1 takes 0\.4 GiB") as refused:
-        PPOTrainer(Dist(0, 8, 0, 8, torch.device("cpu"), None), PPOConfig(num_steps=100_000), "CartPole-v1", 64, {}, 10**9, 1, 0)
+        PPOTrainer(eight, PPOConfig(num_steps=100_000), "CartPole-v1", 64, {}, 10**9, 1, 0)
     assert allocated == []
     # either factor may be lowered: the message names the product, not numSteps alone
     assert str(refused.value).endswith("; lower spec.ppo.numSteps x spec.env.numEnvs or raise the pod's resources.limits.memory")
     with pytest.raises(budget.BufferTooLarge, match=r": a rollout of 3,200,000 steps of CartPole-v1, held twice for spec.ppo.learnWhileCollecting, takes 0\.4 GiB"):
-        PPOTrainer(Dist(0, 8, 0, 8, torch.device("cpu"), None), PPOConfig(num_steps=50_000, learn_while_collecting=True),
+        PPOTrainer(eight, PPOConfig(num_steps=50_000, learn_while_collecting=True),
                    "CartPole-v1", 64, {}, 10**9, 1, 0)
     assert allocated == []
 

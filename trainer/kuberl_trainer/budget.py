@@ -5,10 +5,13 @@ Why before: numpy's zeros are only reserved, so an oversized buffer is not
 refused when it is made; the kernel kills the rank once the buffer has
 filled past the container's limit, minutes or hours in, and the operator
 restarts it to be killed again. A spec that can never fit fails at once
-instead, naming its fields (a ConfigError, exit 78, never retried).
+instead, naming its fields (a ConfigError, exit 78, never retried); a
+replay buffer's refusal also names the largest bufferSize that fits. Its
+bytes are kuberl.core.replaymemory's formula, which `kuberl validate` and
+the operator weigh against the pod's limit too, before any pod.
 
-A rank's share is the container's memory limit (the cgroup's, else the
-machine's RAM) divided among the ranks the pod runs (LOCAL_WORLD_SIZE),
+A rank's share is the container's memory limit (the cgroup's, read under
+Dist.cgroup, else the machine's RAM) divided among the ranks the pod runs (LOCAL_WORLD_SIZE),
 less what this process already holds (torch, the envs, the networks).
 The check is a floor: the update's own temporaries come on top.
 """
@@ -19,10 +22,13 @@ import math
 import os
 
 import numpy as np
+from kuberl.core import replaymemory
+from kuberl.core.replaymemory import Replay
 
 from .checkpoint import memory_limit
+from .distributed import CGROUP_ROOT, Dist
 
-GIB = 1 << 30
+GIB = replaymemory.GIB
 
 
 class BufferTooLarge(ValueError):
@@ -43,9 +49,10 @@ def resident_bytes() -> int:
         return 0
 
 
-def rank_share(local_world_size: int, limit: int | None = None, resident: int | None = None) -> tuple[int, str]:
-    """(bytes this rank's buffers may take, how that was reckoned)."""
-    limit = memory_limit() if limit is None else limit
+def rank_share(local_world_size: int, limit: int | None = None, resident: int | None = None,
+               cgroup: str = CGROUP_ROOT) -> tuple[int, str]:
+    """(bytes this rank's buffers may take, how that was reckoned); the limit is read under `cgroup` unless given."""
+    limit = memory_limit(cgroup) if limit is None else limit
     resident = resident_bytes() if resident is None else resident
     ranks = max(1, local_world_size)
     share = limit // ranks - resident
@@ -56,10 +63,19 @@ def rank_share(local_world_size: int, limit: int | None = None, resident: int | 
 
 
 def check_fits(fields: str, what: str, planned: int, local_world_size: int,
-               limit: int | None = None, resident: int | None = None) -> None:
+               limit: int | None = None, resident: int | None = None, cgroup: str = CGROUP_ROOT) -> None:
     """Raise BufferTooLarge when `planned` bytes exceed this rank's share."""
-    share, how = rank_share(local_world_size, limit, resident)
+    share, how = rank_share(local_world_size, limit, resident, cgroup)
     if planned > share:
-        raise BufferTooLarge(
-            f"{fields}: {what} takes {planned / GIB:.1f} GiB per rank, more than the {max(share, 0) / GIB:.1f} GiB "
-            f"it may use ({how}); lower {fields} or raise the pod's resources.limits.memory")
+        raise BufferTooLarge(replaymemory.too_large(fields, what, planned, share, how))
+
+
+def check_replay(planned: Replay, algorithm: str, env_id: str, ctx: Dist, resident: int | None = None) -> None:
+    """Raise BufferTooLarge, naming spec.<algorithm>.bufferSize and the largest that fits, when the replay buffer
+    `planned` exceeds this rank's share of its container's memory (read under ctx.cgroup)."""
+    share, how = rank_share(ctx.local_world_size, None, resident, ctx.cgroup)
+    if planned.nbytes > share:
+        field = replaymemory.BUFFER_FIELDS[algorithm]
+        raise BufferTooLarge(replaymemory.too_large(
+            field, f"a replay buffer of {planned.capacity:,} transitions of {env_id}", planned.nbytes, share,
+            f"{how}; {planned.describe()}", planned.largest_within(share), filled_later=True))

@@ -46,6 +46,9 @@ class RendezvousPortTaken(RuntimeError):
     but not by waiting out the rendezvous timeout: no retry of this process binds a port another holds."""
 
 
+CGROUP_ROOT = "/sys/fs/cgroup"  # a container's own cgroup files (memory.max, cpu.max; v1: memory/, cpu/)
+
+
 @dataclass(frozen=True)
 class Dist:
     rank: int
@@ -55,6 +58,7 @@ class Dist:
     device: torch.device
     backend: str | None  # None: a single process, no process group
     sync_yield_seconds: float = 0.0  # all_reduce_gradient's yielding wait (yield_window)
+    cgroup: str = CGROUP_ROOT  # where this process's cgroup files are read (its memory limit: budget)
 
     @property
     def is_main(self) -> bool:
@@ -210,7 +214,7 @@ def yield_window(quota_cores: float | None, local_world_size: int) -> float:
     return GRADIENT_SPIN_SECONDS
 
 
-def read_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
+def read_cpu_quota(root: str = CGROUP_ROOT) -> float | None:
     def text(path: str) -> str | None:
         try:
             with open(os.path.join(root, path)) as f:

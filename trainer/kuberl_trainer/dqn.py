@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from kuberl.core import envspaces
+from kuberl.core import envspaces, replaymemory
 from kuberl.core.spec import DQNConfig
 from torch import nn
 
@@ -141,11 +141,10 @@ class DQNTrainer(BaseAlgorithm):
     def _setup_model(self, env_id: str, num_envs: int) -> None:
         """The online and target Q networks, the replay buffer, and how it learns and acts."""
         ctx, hp, space = self.ctx, self.hp, self.envs.single_observation_space
-        # frame stacks: the buffer keeps only each step's newest uint8 frame
-        replay_layout = (hp.buffer_size, num_envs, self.obs_shape, space.dtype, (), np.int64, hp.n_step,
-                         atari.frame_stack(self.envs))
-        budget.check_fits("spec.dqn.bufferSize", f"a replay buffer of {hp.buffer_size:,} transitions of {env_id}",
-                          budget.nbytes(ReplayBuffer.layout(*replay_layout)), ctx.local_world_size)
+        # frame stacks: the buffer keeps only each step's newest uint8 frame; weighed before it is made
+        planned = replaymemory.for_algorithm("dqn", hp, num_envs, self.obs_shape, space.dtype.name, (),
+                                             atari.frame_stack(self.envs))
+        budget.check_replay(planned, "dqn", env_id, ctx)
         if networks.choose(space, hp.policy, "spec.dqn.policy") == "cnn":  # the Nature DQN
             self.agent = networks.QCNN(self.obs_shape, int(self.action_space.n)).to(ctx.device)
             self.target = networks.QCNN(self.obs_shape, int(self.action_space.n)).to(ctx.device)
@@ -159,7 +158,7 @@ class DQNTrainer(BaseAlgorithm):
         # how it learns and acts, rank 0's weights everywhere (fast=False: always DDP + Adam + torch)
         self.learner = learners.q_learner(self.agent, self.target, hp, ctx, q_loss, self.timings, self.fast_path)
         self.optimizer = self.learner.optimizer
-        self.replay = ReplayBuffer(*replay_layout)
+        self.replay = ReplayBuffer.of(planned)
         self.vector_steps = max(1, math.ceil(hp.train_frequency / num_envs))
         self.batch_per_rank = self.vector_steps * num_envs  # env steps per rank per iteration
         self.gradient_steps = max(1, round(hp.gradient_steps * self.batch_per_rank / hp.train_frequency))

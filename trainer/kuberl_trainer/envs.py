@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from kuberl.core.envclass import missing_attribute, split_env_id
-from kuberl.core.envspaces import FLATTENED, flatten_problem, leaves, space_problem
+from kuberl.core.envspaces import FLATTENED, flat_dtype, flatten_problem, space_problem
 from kuberl.core.installhint import with_this_pip
 
 from . import atari
@@ -80,14 +80,6 @@ def flatten_observations(envs: gym.vector.VectorEnv, env_id: str) -> gym.vector.
         envs.close()
         raise UnknownEnv(f"spec.env.id: {env_id!r} has {problem}")
     return gym.wrappers.vector.DtypeObservation(gym.wrappers.vector.FlattenObservation(envs), flat_dtype(space))
-
-
-def flat_dtype(space: gym.Space) -> type:
-    """What a flattened observation is stored as: one-hot parts alone (Discrete, MultiDiscrete) as uint8, else
-    float32. gymnasium flattens Discrete to int64, which a replay buffer kept at 8 bytes per 0 or 1 (Taxi: 4,000
-    bytes per observation; SB3 stores the index); every network reads it as float."""
-    one_hot = all(isinstance(part, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) for part in leaves(space))
-    return np.uint8 if one_hot else np.float32
 
 
 def check_spaces(envs: gym.vector.VectorEnv, env_id: str, actions: tuple[type[gym.Space], ...]) -> None:

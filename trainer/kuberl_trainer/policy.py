@@ -54,7 +54,7 @@ import numpy as np
 import torch
 from kuberl.core import names, outputfile, safetext
 from kuberl.core.contract import shown_return
-from kuberl.core.envspaces import is_image
+from kuberl.core.envspaces import flat_dtype, is_image
 from kuberl.core.installhint import with_this_pip
 from kuberl.core.rundirs import missing_run_hint
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
@@ -62,7 +62,7 @@ from torch import nn
 
 from . import checkpoint, evaluation, networks
 from .atari import install_extra
-from .envs import FLATTENED, UnknownEnv, flat_dtype, make_envs
+from .envs import FLATTENED, UnknownEnv, make_envs
 from .normalize import RunningMeanStd
 
 FORMAT = 1

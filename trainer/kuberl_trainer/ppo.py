@@ -255,7 +255,7 @@ class PPOTrainer(BaseAlgorithm):
         budget.check_fits("spec.ppo.numSteps x spec.env.numEnvs",
                           f"a rollout of {self.batch_per_rank:,} steps of {env_id}"
                           + (", held twice for spec.ppo.learnWhileCollecting," if rollouts == 2 else ""),
-                          rollouts * budget.nbytes(Rollout.layout(*layout)), ctx.local_world_size)
+                          rollouts * budget.nbytes(Rollout.layout(*layout)), ctx.local_world_size, cgroup=ctx.cgroup)
         self.buf = Rollout(*layout, ctx.device)
         self.discounted = np.zeros(num_envs, np.float32)
         self.next_value = np.zeros(num_envs, np.float32)  # the bootstrap value of each rollout, set as it ends (collect)

@@ -15,7 +15,9 @@ Frame stacks (`frame_stack=k`, observations shaped (k, *frame)): only the
 newest frame of each observation is kept (uint8 stays uint8) and stacks are
 rebuilt by index, repeating an episode's first frame before its start, as
 gymnasium's FrameStackObservation(padding_type="reset") does. Memory per
-transition is then one frame plus a few bytes (see `bytes_per_transition`).
+transition is then one frame plus a few bytes (see `bytes_per_transition`). The arrays and their sizes
+are kuberl.core.replaymemory's `Replay.layout`, which the trainer weighs against the rank's memory before
+allocating and `kuberl validate` against the pod's limit before any pod.
 
 Buffer contents are per rank and are not part of the replicated checkpoint;
 `state_dict` exists for deterministic mode, which gathers per-rank state.
@@ -23,10 +25,10 @@ Buffer contents are per rank and are not part of the replicated checkpoint;
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
+from kuberl.core.replaymemory import Replay
 
 
 @dataclass
@@ -89,27 +91,18 @@ class ReplayBuffer:
             raise ValueError(f"frame_stack={frame_stack} needs observations shaped ({frame_stack}, ...), got {obs_shape}")
         self.num_envs, self.n_step, self.frame_stack = num_envs, n_step, frame_stack
         self.obs_shape = tuple(obs_shape)
-        arrays = self.layout(capacity, num_envs, obs_shape, obs_dtype, action_shape, action_dtype, n_step, frame_stack)
-        for name, (shape, dtype) in arrays.items():
+        planned = Replay(capacity, num_envs, self.obs_shape, np.dtype(obs_dtype).name, tuple(action_shape),
+                         np.dtype(action_dtype).name, n_step, frame_stack)
+        for name, (shape, dtype) in planned.layout().items():  # previous_valid zeros: the very first row counts as first
             setattr(self, name, np.zeros(shape, dtype))
         self.rows = self.obs.shape[0]
-        self.previous_valid = np.zeros(num_envs, bool)  # so the very first row counts as first
         self.added = 0  # vector steps ever added; the newest is row (added - 1) % rows
         self.real_added = 0  # real transitions ever added (autoreset rows are none): what learningStarts counts
 
-    @staticmethod
-    def layout(capacity: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype | type = np.float32,
-               action_shape: tuple[int, ...] = (), action_dtype: np.dtype | type = np.int64, n_step: int = 1,
-               frame_stack: int = 1) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """Each array's (shape, dtype): what __init__ allocates and budget.check_fits weighs.
-        `first` marks an episode's first row."""
-        # enough rows for one full n-step window behind the stacking margin
-        rows = max(math.ceil(capacity / num_envs), n_step + frame_stack + 1)
-        stored_shape = tuple(obs_shape)[1:] if frame_stack > 1 else tuple(obs_shape)
-        flags = {name: ((rows, num_envs), np.dtype(bool)) for name in ("terminated", "truncated", "valid", "first")}
-        return {"obs": ((rows, num_envs, *stored_shape), np.dtype(obs_dtype)),
-                "actions": ((rows, num_envs, *action_shape), np.dtype(action_dtype)),
-                "rewards": ((rows, num_envs), np.dtype(np.float32)), **flags}
+    @classmethod
+    def of(cls, planned: Replay) -> ReplayBuffer:
+        """The buffer replaymemory's `planned` describes (and budget weighed)."""
+        return cls(*planned.args)
 
     # -- writing ------------------------------------------------------------
 
@@ -212,12 +205,14 @@ class ReplayBuffer:
 
     @property
     def nbytes(self) -> int:
-        arrays = (self.obs, self.actions, self.rewards, self.terminated, self.truncated, self.valid, self.first)
+        arrays = (self.obs, self.actions, self.rewards, self.terminated, self.truncated, self.valid, self.first,
+                  self.previous_valid)
         return sum(a.nbytes for a in arrays)
 
     @property
     def bytes_per_transition(self) -> float:
-        return self.nbytes / (self.rows * self.num_envs)
+        """The rows' bytes per transition (previous_valid, one flag per env, is not a transition's)."""
+        return (self.nbytes - self.previous_valid.nbytes) / (self.rows * self.num_envs)
 
     def state_dict(self) -> dict:
         held = np.arange(self.oldest, self.added) % self.rows

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
-from kuberl.core import envspaces
+from kuberl.core import envspaces, replaymemory
 from kuberl.core.spec import SACConfig
 from torch import nn
 
@@ -195,9 +195,8 @@ class SACTrainer(BaseAlgorithm):
             raise UnknownEnv(f"spec.env.id: {env_id!r} has action space {self.action_space}, unbounded;"
                              " supported by this algorithm: float Box actions with finite bounds")
         action_shape = tuple(self.action_space.shape)
-        replay_layout = (hp.buffer_size, num_envs, self.obs_shape, space.dtype, action_shape, np.float32)
-        budget.check_fits("spec.sac.bufferSize", f"a replay buffer of {hp.buffer_size:,} transitions of {env_id}",
-                          budget.nbytes(ReplayBuffer.layout(*replay_layout)), ctx.local_world_size)
+        planned = replaymemory.for_algorithm("sac", hp, num_envs, self.obs_shape, space.dtype.name, action_shape)
+        budget.check_replay(planned, "sac", env_id, ctx)  # weighed before it is made
         obs_dim, hidden = int(np.prod(self.obs_shape)), list(hp.hidden_sizes)
         low = torch.as_tensor(self.action_space.low, dtype=torch.float32)  # host: the actor's buffers, moved by .to(device)
         high = torch.as_tensor(self.action_space.high, dtype=torch.float32)  # host: as low
@@ -208,7 +207,7 @@ class SACTrainer(BaseAlgorithm):
         self.learner = learners.sac_learner(self.agent, self.critics, self.temperature, hp, ctx)  # rank 0's weights
         self.optimizer = self.learner.optimizer
         self.target = copy.deepcopy(self.critics).requires_grad_(False)
-        self.replay = ReplayBuffer(*replay_layout)
+        self.replay = ReplayBuffer.of(planned)
         self.vector_steps = max(1, math.ceil(hp.train_frequency / num_envs))
         self.batch_per_rank = self.vector_steps * num_envs  # env steps per rank per iteration
         self.gradient_steps = max(1, round(hp.gradient_steps * self.batch_per_rank / hp.train_frequency))

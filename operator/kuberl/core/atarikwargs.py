@@ -122,13 +122,21 @@ def kwargs_problem(kwargs: dict[str, Any], backend: str) -> Problem | None:
 SCREEN_SIZE = 84  # kuberl_trainer.atari's frames: an ALE id's observations are (frameStack, 84, 84) uint8
 
 
+def observation(kwargs: dict[str, Any], backend: str) -> tuple[tuple[int, int, int], str] | None:
+    """(shape, dtype name) of the observations the trainer makes of an ALE id whose kwargs it takes (kwargs_problem
+    is None): (frameStack, 84, 84) uint8 frames on every backend; None for gymnasium.make's other observation
+    types (backend gymnasium), which are the trainer's to tell."""
+    if backend == "gymnasium" and kwargs.get("obs_type", "rgb") != "rgb":
+        return None
+    return (options(kwargs).frame_stack, SCREEN_SIZE, SCREEN_SIZE), "uint8"
+
+
 def network_problem(kwargs: dict[str, Any], backend: str, algorithm: str, policy: str,
                     normalize_observation: bool) -> Problem | None:
     """torsos' rule on the frames the trainer makes of an ALE id whose kwargs it takes (kwargs_problem is None):
-    no MLP, no observation normaliser. gymnasium.make's other observation types (backend gymnasium) are the
-    trainer's to tell."""
-    if backend == "gymnasium" and kwargs.get("obs_type", "rgb") != "rgb":
+    no MLP, no observation normaliser."""
+    frames = observation(kwargs, backend)
+    if frames is None:
         return None
-    shape = (options(kwargs).frame_stack, SCREEN_SIZE, SCREEN_SIZE)
+    shape = frames[0]
     return torsos.network_problem(algorithm, True, shape, f"Box(0, 255, {shape}, uint8)", policy, normalize_observation)
-

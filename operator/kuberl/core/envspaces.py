@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from . import atarikwargs, returnceiling, torsos
+from . import atarikwargs, replaymemory, returnceiling, torsos
 from .installhint import pip_install, with_this_pip
 from .safetext import without_colours
 from .torsos import MIN_SIDE
@@ -77,6 +77,14 @@ def flatten_problem(space: gym.Space) -> str | None:
     if unflattenable:
         return f"observation space {space} holding {unflattenable[0]}, which cannot be flattened into a vector"
     return None
+
+
+def flat_dtype(space: gym.Space) -> type:
+    """What a flattened observation is stored as: one-hot parts alone (Discrete, MultiDiscrete) as uint8, else
+    float32. gymnasium flattens Discrete to int64, which a replay buffer kept at 8 bytes per 0 or 1 (Taxi: 4,000
+    bytes per observation; SB3 stores the index); every network reads it as float."""
+    one_hot = all(isinstance(part, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) for part in leaves(space))
+    return np.uint8 if one_hot else np.float32
 
 
 def supported_actions(actions: tuple[type[gym.Space], ...]) -> str:
@@ -211,7 +219,37 @@ def job_env_problems(spec: Any, notes: list[str] | None = None) -> list[Problem]
     options = getattr(spec, spec.algorithm)  # spec.ppo or spec.dqn; None where left out (its defaults)
     problem = env_problem(spec.env.id, dict(spec.env.kwargs), spec.algorithm, spec.env.backend,
                           getattr(options, "policy", "auto"), getattr(options, "normalize_observation", False), notes)
+    if problem is None and spec.algorithm in replaymemory.BUFFER_FIELDS and replaymemory.memory_limit(spec) is not None:
+        problem = replaymemory.spec_problem(spec, made_replay(spec))
     return [problem] if problem else []
+
+
+def made_replay(spec: Any) -> replaymemory.Replay | None:
+    """The replay buffer a job's trainer would make of a registered gymnasium env, its spaces made here as
+    env_problem makes them and read as the trainer reads them (flattened, as `flat_dtype`); None for an Atari id
+    (replaymemory.job_replay reads its frames without making it), or an env not made here (env_problem's rules)."""
+    registered = gym.registry.get(spec.env.id)
+    kwargs = dict(spec.env.kwargs)
+    if (registered is None or atarikwargs.is_ale_id(spec.env.id) or str(registered.entry_point).startswith("ale_py")
+            or len(json.dumps(kwargs, default=str)) > MAX_MADE_KWARGS_BYTES):
+        return None
+    mode = "vector_entry_point" if registered.vector_entry_point is not None else "sync"
+    try:
+        with warnings.catch_warnings():  # env_problem has said gymnasium's words already
+            warnings.simplefilter("ignore")
+            envs = gym.make_vec(spec.env.id, num_envs=1, vectorization_mode=mode, **kwargs)
+    except Exception:  # noqa: BLE001 - env_problem has said why (or the trainer will)
+        return None
+    try:
+        observation, action = envs.single_observation_space, envs.single_action_space
+    finally:
+        envs.close()
+    if isinstance(observation, FLATTENED):
+        shape, dtype = gym.spaces.flatten_space(observation).shape, np.dtype(flat_dtype(observation)).name
+    else:
+        shape, dtype = observation.shape, observation.dtype.name
+    return replaymemory.for_algorithm(spec.algorithm, spec.hyperparameters, spec.env.num_envs, tuple(shape), dtype,
+                                      tuple(action.shape or ()))
 
 
 def target_ceiling_problem(spec: Any) -> Problem | None:

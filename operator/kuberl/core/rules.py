@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from . import atarikwargs, names, torchrun
+from . import atarikwargs, names, replaymemory, torchrun
 from .podsource import MAX_CONFIGMAP_BYTES
 from .spec import (
     ALGORITHM_BLOCKS,
@@ -582,6 +582,7 @@ def validate_job(job: Any, env_ids: Collection[str] | None = None) -> JobSpec:
         problems += [Problem(*nproc)] if nproc else []
         problems += pod_queue_label_problems(parsed)
         problems += atari_kwargs_problems(parsed)
+        problems += replay_memory_problems(parsed)
     if env_ids is not None and (env_id := _env_id(parsed, job.get("spec"))) is not None:
         # also when other fields failed: every problem in one round, a misspelt id with a misspelt field
         problems += [p for p in [env_id_problem(env_id, env_ids)] if p is not None and p.path not in {q.path for q in problems}]
@@ -610,6 +611,14 @@ def atari_kwargs_problems(parsed: JobSpec | None) -> list[Problem]:
     options = getattr(parsed, parsed.algorithm, None)  # spec.ppo or spec.dqn; None where left out (its defaults)
     problem = atarikwargs.kwargs_problem(kwargs, backend) or atarikwargs.network_problem(
         kwargs, backend, parsed.algorithm, getattr(options, "policy", "auto"), getattr(options, "normalize_observation", False))
+    return [problem] if problem else []
+
+
+def replay_memory_problems(parsed: JobSpec | None) -> list[Problem]:
+    """An Atari id's replay buffer (DQN's, SAC's) over the memory each process of its pod may use, as the trainer
+    weighs it at start (replaymemory): here without gymnasium, before any pod; a pod would be OOM-killed once its
+    buffer filled, hours in, and every gang restart after it."""
+    problem = replaymemory.spec_problem(parsed, replaymemory.job_replay(parsed)) if parsed is not None else None
     return [problem] if problem else []
 
 

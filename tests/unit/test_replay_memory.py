@@ -1,0 +1,183 @@
+"""A rank's replay buffer (DQN's, SAC's) is weighed by one formula (kuberl.core.replaymemory) against the memory
+its pod gives it: by the trainer at start, before the buffer is made (reading its cgroup), and by `kuberl validate`
+and the operator before any pod (reading the spec's limit). A buffer numpy had only reserved was OOM-killed once it
+filled, hours in, and the gang restarted into the same end, with no message naming spec.<algorithm>.bufferSize."""
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from kuberl import cli
+from kuberl.core import jobstatus, lifecycle, replaymemory
+from kuberl.core.replaymemory import GIB, Replay
+from kuberl.core.spec import DQNConfig, SACConfig
+from kuberl_trainer import budget
+from kuberl_trainer.distributed import Dist
+from kuberl_trainer.dqn import DQNTrainer
+from kuberl_trainer.replay import ReplayBuffer
+from kuberl_trainer.sac import SACTrainer
+
+from tests.support.jobs import make_job
+
+
+def allocated(buffer: ReplayBuffer) -> int:
+    """Every numpy array the buffer holds, whatever the formula names."""
+    return sum(value.nbytes for value in vars(buffer).values() if isinstance(value, np.ndarray))
+
+
+def one_process(cgroup: str = "/sys/fs/cgroup", procs: int = 1) -> Dist:
+    return Dist(0, procs, 0, procs, torch.device("cpu"), None, cgroup=str(cgroup))
+
+
+# --- the formula is the buffer's own -------------------------------------------------------------------
+
+
+def test_a_dqn_trainers_vector_buffer_is_the_formulas_bytes():
+    hp = DQNConfig(buffer_size=10_001)
+    trainer = DQNTrainer(one_process(), hp, "CartPole-v1", 4, {}, 10**6, 1, 0)
+    planned = replaymemory.for_algorithm("dqn", hp, 4, (4,), "float32", ())
+    assert allocated(trainer.replay) == planned.nbytes == 2501 * 4 * (16 + 8 + 4 + 4) + 4  # rows rounded up to envs
+
+
+def test_a_sac_trainers_buffer_is_the_formulas_bytes():
+    hp = SACConfig(buffer_size=4_000, learning_starts=100, batch_size=64)
+    trainer = SACTrainer(one_process(), hp, "Pendulum-v1", 3, {}, 10**6, 1, 0)
+    planned = replaymemory.for_algorithm("sac", hp, 3, (3,), "float32", (1,))
+    assert allocated(trainer.replay) == planned.nbytes == 1334 * 3 * (12 + 4 + 4 + 4) + 3
+
+
+@pytest.mark.parametrize("planned", [
+    Replay(5000, 3, (4, 84, 84), "uint8", (), "int64", 3, 4),  # Atari frame stacks: one frame stored a transition
+    Replay(640, 8, (1, 84, 84), "uint8", (), "int64", 1, 1),  # frameStack 1: the whole (1, 84, 84)
+    Replay(7, 4, (2,), "float64", (), "int64", 5, 1),  # fewer rows than an n-step window needs: the window's
+    Replay(100, 2, (5,), "uint8", (2,), "float32", 1, 1),  # a flattened one-hot (uint8), SAC's action vectors
+])
+def test_a_buffers_arrays_are_the_formulas(planned):
+    buffer = ReplayBuffer.of(planned)
+    assert allocated(buffer) == planned.nbytes == buffer.nbytes
+    assert {name: (a.shape, a.dtype.name) for name, a in vars(buffer).items() if isinstance(a, np.ndarray)} == planned.layout()
+
+
+def test_an_atari_transition_is_one_frame_whatever_the_stack():
+    """The Pong DQN example (manifests/examples/pong-dqn-gpu.yaml): 250,000 per rank over 32 envs is 7,813 rows."""
+    for stack in (1, 4, 16):
+        assert Replay(32, 32, (stack, 84, 84), "uint8", (), "int64", 3, stack).describe().startswith("7,072 bytes per transition")
+    assert Replay(250_000, 32, (4, 84, 84), "uint8", (), "int64", 3, 4).nbytes == 7813 * 32 * 7072 + 32
+
+
+def test_the_largest_buffer_within_a_budget_fits_and_one_row_more_does_not():
+    planned = Replay(10**6, 8, (4, 84, 84), "uint8", (), "int64", 3, 4)
+    fits = planned.largest_within(GIB)
+    assert fits % 8 == 0 and Replay(fits, 8, (4, 84, 84), "uint8", (), "int64", 3, 4).nbytes <= GIB
+    assert Replay(fits + 8, 8, (4, 84, 84), "uint8", (), "int64", 3, 4).nbytes > GIB
+    assert planned.largest_within(1000) == 0  # not even an n-step window's rows
+
+
+# --- the trainer, at start, reading its cgroup ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("file", ["memory.max", "memory/memory.limit_in_bytes"])  # cgroup v2, v1
+def test_the_trainer_refuses_a_buffer_over_its_cgroups_limit_naming_the_field(tmp_path, file):
+    (tmp_path / file).parent.mkdir(exist_ok=True)
+    (tmp_path / file).write_text(f"{2 * GIB}\n")
+    with pytest.raises(budget.BufferTooLarge) as refused:  # 100M CartPole transitions: 3.0 GiB
+        DQNTrainer(one_process(tmp_path), DQNConfig(buffer_size=100_000_000), "CartPole-v1", 8, {}, 10**9, 1, 0)
+    message = str(refused.value)
+    assert message.startswith("spec.dqn.bufferSize: a replay buffer of 100,000,000 transitions of CartPole-v1 takes"
+                              " 3.0 GiB per rank, more than the "), message
+    assert "(2.0 GiB of memory, the container's limit or else the machine's, less the " in message
+    assert "; 32 bytes per transition (a (4,) float32 observation, its action, reward and flags)); at most " in message
+    fits = int(message.split("; at most ")[1].split(" ")[0].replace(",", ""))
+    assert 0 < fits and Replay(fits, 8, (4,), "float32", (), "int64", 3).nbytes <= 2 * GIB
+    assert message.endswith(" would fit: lower spec.dqn.bufferSize or raise the pod's resources.limits.memory"
+                            + replaymemory.FILLED_LATER)
+
+
+def test_the_trainer_divides_its_containers_limit_among_the_pods_processes(tmp_path):
+    (tmp_path / "memory.max").write_text(f"{4 * GIB}\n")
+    hp = SACConfig(buffer_size=40_000_000)  # Pendulum: 24 bytes a transition, 0.9 GiB
+    SACTrainer(one_process(tmp_path), hp, "Pendulum-v1", 2, {}, 10**9, 1, 0)  # fits 4 GiB alone
+    with pytest.raises(budget.BufferTooLarge, match=r"^spec\.sac\.bufferSize: .* shared by the pod's 4 ranks"):
+        SACTrainer(one_process(tmp_path, procs=4), hp, "Pendulum-v1", 2, {}, 10**9, 1, 0)
+
+
+def test_no_cgroup_limit_is_the_machines_memory(tmp_path):
+    (tmp_path / "memory.max").write_text("max\n")
+    trainer = DQNTrainer(one_process(tmp_path), DQNConfig(buffer_size=100_000), "CartPole-v1", 8, {}, 10**6, 1, 0)
+    assert trainer.replay.rows == 12_500
+
+
+# --- kuberl validate and the operator, before any pod ---------------------------------------------------
+
+
+def pong_dqn(buffer_size: int, memory: str | None, procs: int = 1, **more):
+    job = make_job("pong").minimal().algorithm("dqn").replace(env={"id": "ALE/Pong-v5", "numEnvs": 8})
+    job = job.with_spec(dqn={"bufferSize": buffer_size, "learningStarts": 1000, "batchSize": 32}, procsPerWorker=procs, **more)
+    return job.with_spec(resources={"limits": {"memory": memory}}) if memory else job
+
+
+def validate(tmp_path, capsys, job):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job.obj()))
+    code = cli.main(["validate", str(path)])
+    return code, capsys.readouterr().err
+
+
+def test_validate_refuses_an_atari_buffer_over_the_pods_limit_naming_the_field(tmp_path, capsys):
+    """SB3's Atari bufferSize, 1,000,000 transitions: 6.6 GiB a rank, in a pod of 8Gi for 2 processes."""
+    code, err = validate(tmp_path, capsys, pong_dqn(1_000_000, "8Gi", procs=2))
+    assert code == 1
+    assert ("  spec.dqn.bufferSize: a replay buffer of 1,000,000 transitions of ALE/Pong-v5 takes 6.6 GiB per rank, more"
+            " than the 3.8 GiB it may use (spec.resources.limits.memory 8.0 GiB shared by the pod's 2 processes, less the"
+            " 0.2 GiB at least that a rank holds besides (torch, its envs); 7,072 bytes per transition (one (84, 84) uint8"
+            " frame of each stack of 4, its action, reward and flags)); at most 569," in err), err
+    assert "would fit: lower spec.dqn.bufferSize or raise the pod's resources.limits.memory; it is reserved at start" in err
+
+
+def test_the_operator_refuses_it_too_without_gymnasium():
+    spec, refusal = jobstatus.judge(pong_dqn(1_000_000, "4Gi").obj())
+    assert spec is None and refusal.reason == lifecycle.REASON_INVALID_SPEC
+    assert refusal.message.startswith("spec.dqn.bufferSize: a replay buffer of 1,000,000 transitions of ALE/Pong-v5 takes")
+
+
+@pytest.mark.parametrize("job", [
+    pong_dqn(1_000_000, "8Gi"),  # 6.6 GiB of 8
+    pong_dqn(1_000_000, None),  # no limit: nothing to weigh against
+    pong_dqn(250_000, "4Gi", procs=2),  # 1.6 GiB of 2
+    pong_dqn(1_000_000, "32Gi", procs=4),
+])
+def test_a_buffer_that_fits_or_no_limit_is_valid(tmp_path, capsys, job):
+    code, err = validate(tmp_path, capsys, job)
+    assert code == 0, err
+
+
+def test_the_trainer_containers_resources_in_the_template_are_the_limit(tmp_path, capsys):
+    """A template's `trainer` container that sets resources replaces spec.resources (render.merge_template)."""
+    template = {"spec": {"containers": [{"name": "trainer", "resources": {"limits": {"memory": "2Gi"}}}]}}
+    code, err = validate(tmp_path, capsys, pong_dqn(1_000_000, "64Gi").template(template))
+    assert code == 1 and "(spec.template.spec.containers[0].resources.limits.memory 2.0 GiB, less" in err, err
+    template = {"spec": {"containers": [{"name": "trainer", "resources": {"limits": {"memory": "64Gi"}}}]}}
+    code, err = validate(tmp_path, capsys, pong_dqn(1_000_000, "2Gi").template(template))
+    assert code == 0, err
+
+
+def test_validate_weighs_a_gymnasium_envs_spaces_it_makes(tmp_path, capsys):
+    """A classic env's spaces cost a millisecond to make here: 100M CartPole transitions are 3.0 GiB."""
+    job = make_job("c").minimal().algorithm("dqn").replace(env={"id": "CartPole-v1", "numEnvs": 8})
+    job = job.with_spec(dqn={"bufferSize": 100_000_000}, resources={"limits": {"memory": "2Gi"}})
+    code, err = validate(tmp_path, capsys, job)
+    assert code == 1 and ("  spec.dqn.bufferSize: a replay buffer of 100,000,000 transitions of CartPole-v1 takes 3.0 GiB"
+                          " per rank" in err), err
+    assert "32 bytes per transition (a (4,) float32 observation," in err
+    code, err = validate(tmp_path, capsys, job.with_spec(resources={"limits": {"memory": "4Gi"}}))
+    assert code == 0, err
+
+
+def test_validate_and_the_trainer_weigh_the_same_bytes_for_an_atari_id():
+    """What validate reckons of an Atari id without ale-py is the buffer the trainer makes with it."""
+    pytest.importorskip("ale_py")
+    hp = DQNConfig(buffer_size=2_000, learning_starts=100, batch_size=32)
+    trainer = DQNTrainer(one_process(), hp, "ALE/Pong-v5", 2, {"frameStack": 3}, 10**6, 1, 0)
+    job = make_job("p").minimal().algorithm("dqn").replace(env={"id": "ALE/Pong-v5", "numEnvs": 2, "kwargs": {"frameStack": 3}})
+    planned = replaymemory.job_replay(job.with_spec(dqn={"bufferSize": 2_000, "learningStarts": 100, "batchSize": 32}).spec())
+    assert planned is not None and allocated(trainer.replay) == planned.nbytes
