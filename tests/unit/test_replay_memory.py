@@ -3,12 +3,25 @@ its pod gives it: by the trainer at start, before the buffer is made (reading it
 and the operator before any pod (reading the spec's limit). A buffer numpy had only reserved was OOM-killed once it
 filled, hours in, and the gang restarted into the same end, with no message naming spec.<algorithm>.bufferSize."""
 
+import json
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 import yaml
 from kuberl import cli
-from kuberl.core import jobstatus, lifecycle, replaymemory
+from kuberl.core import (
+    contract,
+    jobstatus,
+    lifecycle,
+    names,
+    replaymemory,
+    trainerconfig,
+)
 from kuberl.core.replaymemory import GIB, Replay
 from kuberl.core.spec import DQNConfig, SACConfig
 from kuberl_trainer import budget
@@ -101,6 +114,37 @@ def test_the_trainer_divides_its_containers_limit_among_the_pods_processes(tmp_p
         SACTrainer(one_process(tmp_path, procs=4), hp, "Pendulum-v1", 2, {}, 10**9, 1, 0)
 
 
+class Wide(gym.Env):
+    """4 KiB observations: 100,000,000 of them (the largest bufferSize) are 383 GiB, more than any machine here."""
+
+    observation_space = gym.spaces.Box(-1, 1, (1024,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        return np.zeros(1024, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1024, np.float32), 0.0, False, False, {}
+
+
+def test_a_trainer_refusing_its_buffer_exits_with_a_configuration_error_naming_the_field(tmp_path):
+    """The pod's path: exit 78 and the reason in the termination log, so the operator fails the job at once
+    (ConfigError) instead of restarting the gang into the same end."""
+    env = {"id": "tests.unit.test_replay_memory:Wide", "numEnvs": 2}
+    spec = make_job().minimal().algorithm("dqn").replace(env=env).with_spec(workers=1, dqn={"bufferSize": 100_000_000}).spec()
+    config = tmp_path / names.CONFIG_MOUNT_DIR.lstrip("/") / names.CONFIG_FILE
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps(trainerconfig.trainer_config("t", "default", "uid", spec)))
+    done = subprocess.run([sys.executable, "-m", "kuberl_trainer", "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
+                          check=False, env={**os.environ, contract.ENV_FS_ROOT: str(tmp_path)}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == contract.EXIT_CONFIG_ERROR, done.stderr
+    termination = (tmp_path / names.TERMINATION_LOG.lstrip("/")).read_text()
+    assert ("ConfigError: spec.dqn.bufferSize: a replay buffer of 100,000,000 transitions of tests.unit.test_replay_memory:Wide takes"
+            " 383.0 GiB per rank") in termination, termination
+    assert "4,112 bytes per transition" in termination, termination
+
+
 def test_no_cgroup_limit_is_the_machines_memory(tmp_path):
     (tmp_path / "memory.max").write_text("max\n")
     trainer = DQNTrainer(one_process(tmp_path), DQNConfig(buffer_size=100_000), "CartPole-v1", 8, {}, 10**6, 1, 0)
@@ -129,7 +173,7 @@ def test_validate_refuses_an_atari_buffer_over_the_pods_limit_naming_the_field(t
     assert code == 1
     assert ("  spec.dqn.bufferSize: a replay buffer of 1,000,000 transitions of ALE/Pong-v5 takes 6.6 GiB per rank, more"
             " than the 3.8 GiB it may use (spec.resources.limits.memory 8.0 GiB shared by the pod's 2 processes, less the"
-            " 0.2 GiB at least that a rank holds besides (torch, its envs); 7,072 bytes per transition (one (84, 84) uint8"
+            " 256 MiB at least that a rank holds besides (torch, its envs); 7,072 bytes per transition (one (84, 84) uint8"
             " frame of each stack of 4, its action, reward and flags)); at most 569," in err), err
     assert "would fit: lower spec.dqn.bufferSize or raise the pod's resources.limits.memory; it is reserved at start" in err
 
@@ -155,7 +199,7 @@ def test_the_trainer_containers_resources_in_the_template_are_the_limit(tmp_path
     """A template's `trainer` container that sets resources replaces spec.resources (render.merge_template)."""
     template = {"spec": {"containers": [{"name": "trainer", "resources": {"limits": {"memory": "2Gi"}}}]}}
     code, err = validate(tmp_path, capsys, pong_dqn(1_000_000, "64Gi").template(template))
-    assert code == 1 and "(spec.template.spec.containers[0].resources.limits.memory 2.0 GiB, less" in err, err
+    assert code == 1 and "(spec.template.spec.containers[0].resources.limits.memory 2.0 GiB, less the 256 MiB" in err, err
     template = {"spec": {"containers": [{"name": "trainer", "resources": {"limits": {"memory": "64Gi"}}}]}}
     code, err = validate(tmp_path, capsys, pong_dqn(1_000_000, "2Gi").template(template))
     assert code == 0, err

@@ -192,7 +192,7 @@ def spec_problem(spec: Any, replay: Replay | None) -> Problem | None:
     if planned <= share:
         return None
     how = (f"{limit_field} {gib(size)}" + (f" shared by the pod's {procs} processes" if procs > 1 else "")
-           + f", less the {gib(RANK_BASELINE_BYTES)} at least that a rank holds besides (torch, its envs); "
+           + f", less the {RANK_BASELINE_BYTES >> 20} MiB at least that a rank holds besides (torch, its envs); "
            + replay.describe())
     what = f"a replay buffer of {replay.capacity:,} transitions of {spec.env.id}"
     message = too_large(field, what, planned, share, how, replay.largest_within(share), filled_later=True)
