@@ -360,15 +360,21 @@ def test_a_large_spec_edited_in_a_loop_is_judged_at_a_bounded_rate_and_its_newes
     sidecar = {'name': 'side', 'image': 'busybox', 'env': [{'name': f'V{i}', 'value': 'v'} for i in range(11_000)]}
     create_job(rest, 'hefty', workers=1, template={'spec': {'containers': [sidecar]}})
     wait_for(lambda: status(rest, 'hefty').get('observedGeneration') == 1, what='the first judgement')
-    (count_before, cpu_before), edits, started = judgements(operator), 30, time.monotonic()
+    edits, readings, started = 30, [judgements(operator)], time.monotonic()
     for i in range(edits):  # as fast as the stand-in takes them: 130 ms each here
         assert rest.patch(f'{JOBS}/hefty', {'spec': {'runPolicy': {'stallTimeoutSeconds': 601 + i}}}).status == 200
-    edited, (count, cpu) = time.monotonic(), judgements(operator)
-    judged, judged_cpu = count - count_before, cpu - cpu_before
+        readings.append(judgements(operator))  # a judgement takes longer than an edit: one at most between two
+    edited = time.monotonic()
+    judged, judged_cpu = readings[-1][0] - readings[0][0], readings[-1][1] - readings[0][1]
+    last = next(((cpu - before[1]) for before, (count, cpu) in zip(readings[-2::-1], readings[:0:-1], strict=True)
+                 if count > before[0]), 0.0)  # the CPU of the loop's last judgement
     wait_for(lambda: status(rest, 'hefty').get('observedGeneration') == edits + 1, timeout=40, what='the last edit observed')
     assert time.monotonic() - edited < 35, 'the newest spec is judged within jobstatus.MAX_JUDGE_PAUSE_SECONDS'
-    # after any one judgement, JUDGE_SHARE (10%) of the time: judged back to back it was half the loop's time or more
-    assert judged and judged_cpu - judged_cpu / judged <= 0.12 * (edited - started), (judged, judged_cpu, edited - started)
+    # Each judgement is followed by a pause of nine times its CPU, so all but the loop's last fit in JUDGE_SHARE (10%)
+    # of its time, however loaded the machine: judged back to back it was half the loop's time or more. The last one
+    # is left out, not the mean: a last judgement costlier than the first (a collection, a loaded machine's caches)
+    # put the sum less the mean over the bound with every pause kept.
+    assert judged and judged_cpu - last <= 0.12 * (edited - started), (judged, judged_cpu, last, edited - started)
 
 
 def test_control_characters_from_a_spec_or_a_pod_reach_status_and_events_escaped(standin, rest, operator):
