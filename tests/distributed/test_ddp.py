@@ -168,7 +168,7 @@ def test_ranks_whose_epochs_take_milliseconds_read_a_stop_at_the_rollouts_all_re
     for rank in ranks:
         assert rank["counts"] == [1 + 4, 1, 1]  # the rollout's all-reduce, then one vote per epoch until measured
         assert rank["stops"] == [False, False, True]  # rank 1's stop in the second update's learning: the third's
-        assert rank["epoch_seconds"] < 0.5
+        assert rank["epoch_seconds"] < rank["vote_seconds"] / 4  # measured (not inf), and short beside the votes' period
 
 
 def test_the_graphed_learners_between_two_gloo_ranks_learn_what_ddp_learns(tmp_path):

@@ -191,9 +191,12 @@ def stop_while_learning(out: Path) -> None:
 def votes_where_epochs_are_long(out: Path) -> None:
     """The all-reduces (distributed.all_reduce_sum) of three updates of CartPole, whose epochs take
     milliseconds: the first reads a stop after each epoch (nothing measured yet), the next ones only at
-    their rollout's all-reduce. Rank 1 is asked to stop during the second update's learning."""
-    from kuberl_trainer import distributed
+    their rollout's all-reduce. Rank 1 is asked to stop during the second update's learning. Votes are
+    STOP_VOTE_SECONDS apart: set to 60 s here, an epoch is short beside it however loaded the machine (at
+    0.5 s, an epoch of two ranks stretched past 0.125 s by the load would get a vote each)."""
+    from kuberl_trainer import base, distributed
 
+    base.STOP_VOTE_SECONDS = 60.0
     with process_group("gloo", 60, 60) as ctx:
         trainer = PPOTrainer(ctx, PPOConfig(num_steps=STEPS, update_epochs=4, num_minibatches=2), "CartPole-v1", 2, {},
                              10**6, 1, 0)
@@ -207,7 +210,8 @@ def votes_where_epochs_are_long(out: Path) -> None:
             calls.clear()
             stops.append(trainer.update(stop.is_set, False).stop)
             counts.append(len(calls))
-        torch.save({"counts": counts, "stops": stops, "epoch_seconds": trainer.learning_stop.unit_seconds}, out / f"rank-{ctx.rank}.pt")
+        torch.save({"counts": counts, "stops": stops, "epoch_seconds": trainer.learning_stop.unit_seconds,
+                    "vote_seconds": base.STOP_VOTE_SECONDS}, out / f"rank-{ctx.rank}.pt")
 
 
 def dqn_stop_while_learning(out: Path) -> None:
