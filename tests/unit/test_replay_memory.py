@@ -131,7 +131,8 @@ def test_a_trainer_refusing_its_buffer_exits_with_a_configuration_error_naming_t
     """The pod's path: exit 78 and the reason in the termination log, so the operator fails the job at once
     (ConfigError) instead of restarting the gang into the same end."""
     env = {"id": "tests.unit.test_replay_memory:Wide", "numEnvs": 2}
-    spec = make_job().minimal().algorithm("dqn").replace(env=env).with_spec(workers=1, dqn={"bufferSize": 100_000_000}).spec()
+    spec = make_job().minimal().algorithm("dqn").replace(env=env, totalTimesteps=10**9).with_spec(
+        workers=1, dqn={"bufferSize": 100_000_000}).spec()
     config = tmp_path / names.CONFIG_MOUNT_DIR.lstrip("/") / names.CONFIG_FILE
     config.parent.mkdir(parents=True)
     config.write_text(json.dumps(trainerconfig.trainer_config("t", "default", "uid", spec)))
@@ -154,8 +155,8 @@ def test_no_cgroup_limit_is_the_machines_memory(tmp_path):
 # --- kuberl validate and the operator, before any pod ---------------------------------------------------
 
 
-def pong_dqn(buffer_size: int, memory: str | None, procs: int = 1, **more):
-    job = make_job("pong").minimal().algorithm("dqn").replace(env={"id": "ALE/Pong-v5", "numEnvs": 8})
+def pong_dqn(buffer_size: int, memory: str | None, procs: int = 1, total: int = 10_000_000, **more):
+    job = make_job("pong").minimal().algorithm("dqn").replace(env={"id": "ALE/Pong-v5", "numEnvs": 8}, totalTimesteps=total)
     job = job.with_spec(dqn={"bufferSize": buffer_size, "learningStarts": 1000, "batchSize": 32}, procsPerWorker=procs, **more)
     return job.with_spec(resources={"limits": {"memory": memory}}) if memory else job
 
@@ -189,10 +190,29 @@ def test_the_operator_refuses_it_too_without_gymnasium():
     pong_dqn(1_000_000, None),  # no limit: nothing to weigh against
     pong_dqn(250_000, "4Gi", procs=2),  # 1.6 GiB of 2
     pong_dqn(1_000_000, "32Gi", procs=4),
+    pong_dqn(1_000_000, "4Gi", total=200_000),  # the budget fills at most 400,016 transitions: 2.6 GiB
 ])
 def test_a_buffer_that_fits_or_no_limit_is_valid(tmp_path, capsys, job):
     code, err = validate(tmp_path, capsys, job)
     assert code == 0, err
+
+
+def test_what_is_weighed_is_what_the_budget_can_fill(tmp_path, capsys):
+    """numpy takes a page when a row in it is first written: a run whose totalTimesteps ends before its buffer is
+    full never holds all of it. A rank writes at most twice its share of the budget in rows (autoreset rows count
+    none, and never follow each other), plus an update's."""
+    assert replaymemory.budget_rows(200_000, 1, 8, 4) == 50_002
+    code, err = validate(tmp_path, capsys, pong_dqn(1_000_000, "2Gi", total=200_000))
+    assert code == 1 and ("  spec.dqn.bufferSize: a replay buffer of 1,000,000 transitions of ALE/Pong-v5, of which"
+                          " totalTimesteps fills at most 400,016 a rank, takes 2.6 GiB per rank, more than the 1.8 GiB") in err, err
+
+
+def test_the_trainer_weighs_what_its_budget_can_fill(tmp_path):
+    (tmp_path / "memory.max").write_text(f"{GIB}\n")
+    trainer = DQNTrainer(one_process(tmp_path), DQNConfig(buffer_size=50_000_000), "CartPole-v1", 8, {}, 10**6, 1, 0)
+    assert trainer.replay.rows == 6_250_000  # 1.5 GiB reserved; at most 250,002 rows (61 MB) written
+    assert allocated(trainer.replay) == replaymemory.for_algorithm(
+        "dqn", trainer.hp, 8, (4,), "float32", (), total_timesteps=10**6).nbytes
 
 
 def test_the_trainer_containers_resources_in_the_template_are_the_limit(tmp_path, capsys):
@@ -207,7 +227,7 @@ def test_the_trainer_containers_resources_in_the_template_are_the_limit(tmp_path
 
 def test_validate_weighs_a_gymnasium_envs_spaces_it_makes(tmp_path, capsys):
     """A classic env's spaces cost a millisecond to make here: 100M CartPole transitions are 3.0 GiB."""
-    job = make_job("c").minimal().algorithm("dqn").replace(env={"id": "CartPole-v1", "numEnvs": 8})
+    job = make_job("c").minimal().algorithm("dqn").replace(env={"id": "CartPole-v1", "numEnvs": 8}, totalTimesteps=10**9)
     job = job.with_spec(dqn={"bufferSize": 100_000_000}, resources={"limits": {"memory": "2Gi"}})
     code, err = validate(tmp_path, capsys, job)
     assert code == 1 and ("  spec.dqn.bufferSize: a replay buffer of 100,000,000 transitions of CartPole-v1 takes 3.0 GiB"

@@ -72,10 +72,11 @@ def check_fits(fields: str, what: str, planned: int, local_world_size: int,
 
 def check_replay(planned: Replay, algorithm: str, env_id: str, ctx: Dist, resident: int | None = None) -> None:
     """Raise BufferTooLarge, naming spec.<algorithm>.bufferSize and the largest that fits, when the replay buffer
-    `planned` exceeds this rank's share of its container's memory (read under ctx.cgroup)."""
+    `planned`, as far as the run can fill it (Replay.peak_bytes), exceeds this rank's share of its container's
+    memory (read under ctx.cgroup)."""
     share, how = rank_share(ctx.local_world_size, None, resident, ctx.cgroup)
-    if planned.nbytes > share:
+    if planned.peak_bytes > share:
         field = replaymemory.BUFFER_FIELDS[algorithm]
         raise BufferTooLarge(replaymemory.too_large(
-            field, f"a replay buffer of {planned.capacity:,} transitions of {env_id}", planned.nbytes, share,
-            f"{how}; {planned.describe()}", planned.largest_within(share), filled_later=True))
+            field, planned.what(env_id), planned.peak_bytes, share, f"{how}; {planned.describe()}",
+            planned.largest_within(share), filled_later=True))

@@ -143,7 +143,7 @@ class DQNTrainer(BaseAlgorithm):
         ctx, hp, space = self.ctx, self.hp, self.envs.single_observation_space
         # frame stacks: the buffer keeps only each step's newest uint8 frame; weighed before it is made
         planned = replaymemory.for_algorithm("dqn", hp, num_envs, self.obs_shape, space.dtype.name, (),
-                                             atari.frame_stack(self.envs))
+                                             atari.frame_stack(self.envs), self.total_timesteps, ctx.world_size)
         budget.check_replay(planned, "dqn", env_id, ctx)
         if networks.choose(space, hp.policy, "spec.dqn.policy") == "cnn":  # the Nature DQN
             self.agent = networks.QCNN(self.obs_shape, int(self.action_space.n)).to(ctx.device)

@@ -195,7 +195,8 @@ class SACTrainer(BaseAlgorithm):
             raise UnknownEnv(f"spec.env.id: {env_id!r} has action space {self.action_space}, unbounded;"
                              " supported by this algorithm: float Box actions with finite bounds")
         action_shape = tuple(self.action_space.shape)
-        planned = replaymemory.for_algorithm("sac", hp, num_envs, self.obs_shape, space.dtype.name, action_shape)
+        planned = replaymemory.for_algorithm("sac", hp, num_envs, self.obs_shape, space.dtype.name, action_shape,
+                                             total_timesteps=self.total_timesteps, world_size=ctx.world_size)
         budget.check_replay(planned, "sac", env_id, ctx)  # weighed before it is made
         obs_dim, hidden = int(np.prod(self.obs_shape)), list(hp.hidden_sizes)
         low = torch.as_tensor(self.action_space.low, dtype=torch.float32)  # host: the actor's buffers, moved by .to(device)

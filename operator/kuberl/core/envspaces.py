@@ -249,7 +249,7 @@ def made_replay(spec: Any) -> replaymemory.Replay | None:
     else:
         shape, dtype = observation.shape, observation.dtype.name
     return replaymemory.for_algorithm(spec.algorithm, spec.hyperparameters, spec.env.num_envs, tuple(shape), dtype,
-                                      tuple(action.shape or ()))
+                                      tuple(action.shape or ()), 1, spec.total_timesteps, spec.world_size)
 
 
 def target_ceiling_problem(spec: Any) -> Problem | None:

@@ -12,7 +12,8 @@ bool flags beside. An Atari transition (84x84 uint8 frames, Discrete actions) is
 
 Why a refusal, and before the buffer is made: numpy's zeros are reserved, not touched, so an oversized
 buffer is not refused when it is made; the kernel OOM-kills the rank once the buffer has filled past the
-container's limit, hours in, the gang restarts and is killed there again.
+container's limit, hours in, the gang restarts and is killed there again. What is weighed is what the run
+can fill: the whole buffer, or less where totalTimesteps ends the run first (`budget_rows`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class Replay:
     action_dtype: str = "int64"
     n_step: int = 1
     frame_stack: int = 1  # > 1: observations are (frame_stack, *frame) stacks, and one frame is stored
+    most_rows: int | None = None  # the most rows the run can write (`budget_rows`); None: no bound known
 
     @property
     def args(self) -> tuple:
@@ -93,8 +95,26 @@ class Replay:
                 "previous_valid": ((self.num_envs,), "bool")}
 
     @property
+    def rows(self) -> int:
+        return self.layout()["obs"][0][0]
+
+    @property
     def nbytes(self) -> int:
+        """The bytes allocated (what numpy reserves)."""
         return nbytes(self.layout())
+
+    @property
+    def peak_bytes(self) -> int:
+        """The bytes in use once the run has written all it can: the whole buffer, or the `most_rows` its budget
+        fills (numpy's zeros are reserved, and a page is only taken when a row in it is first written)."""
+        return self.nbytes if self.most_rows is None else nbytes(self.layout(min(self.rows, self.most_rows)))
+
+    def what(self, env_id: str) -> str:
+        """The buffer, for a refusal: its capacity, and where the budget fills less of it, how much."""
+        said = f"a replay buffer of {self.capacity:,} transitions of {env_id}"
+        if self.peak_bytes < self.nbytes:
+            said += f", of which totalTimesteps fills at most {self.most_rows * self.num_envs:,} a rank,"
+        return said
 
     def largest_within(self, budget: int) -> int:
         """The largest capacity (a whole number of rows) whose buffer takes at most `budget` bytes; 0 if none."""
@@ -112,14 +132,28 @@ class Replay:
         return f"{per_transition // self.num_envs:,} bytes per transition ({kind}, its action, reward and flags)"
 
 
+def budget_rows(total_timesteps: int, world_size: int, num_envs: int, train_frequency: int) -> int:
+    """The most rows one rank writes before the run's budget is spent. Every rank takes the same vector steps
+    (ceil(trainFrequency / numEnvs) an update, updates in lockstep), and at least about half of a row's transitions
+    count toward totalTimesteps: an env's autoreset row (which counts none) only follows a step that ended an
+    episode, never another autoreset row. So the updates before the last held fewer than 2 x totalTimesteps +
+    numEnvs x worldSize transitions, and the last adds one update's rows."""
+    vector_steps = math.ceil(train_frequency / num_envs)
+    return math.ceil(2 * total_timesteps / (world_size * num_envs)) + 1 + vector_steps
+
+
 def for_algorithm(algorithm: str, hp: Any, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: str,
-                  action_shape: tuple[int, ...], frame_stack: int = 1) -> Replay:
+                  action_shape: tuple[int, ...], frame_stack: int = 1, total_timesteps: int | None = None,
+                  world_size: int = 1) -> Replay:
     """The replay buffer `algorithm`'s trainer makes (dqn: Discrete actions as int64, n-step windows;
-    sac: float32 action vectors, one-step), from its hyperparameters (spec.dqn / spec.sac)."""
+    sac: float32 action vectors, one-step), from its hyperparameters (spec.dqn / spec.sac); with the job's
+    totalTimesteps and world size, bounded by the rows they can fill (`budget_rows`)."""
+    most = None if total_timesteps is None else budget_rows(total_timesteps, world_size, num_envs, hp.train_frequency)
     if algorithm == "dqn":
-        return Replay(hp.buffer_size, num_envs, tuple(obs_shape), obs_dtype, (), "int64", hp.n_step, frame_stack)
+        return Replay(hp.buffer_size, num_envs, tuple(obs_shape), obs_dtype, (), "int64", hp.n_step, frame_stack, most)
     if algorithm == "sac":
-        return Replay(hp.buffer_size, num_envs, tuple(obs_shape), obs_dtype, tuple(action_shape), "float32", 1, frame_stack)
+        return Replay(hp.buffer_size, num_envs, tuple(obs_shape), obs_dtype, tuple(action_shape), "float32", 1,
+                      frame_stack, most)
     raise ValueError(f"{algorithm!r} keeps no replay buffer")
 
 
@@ -175,7 +209,8 @@ def job_replay(spec: Any) -> Replay | None:
     if observation is None:
         return None
     shape, dtype = observation
-    return for_algorithm(spec.algorithm, spec.hyperparameters, spec.env.num_envs, shape, dtype, (), shape[0])
+    return for_algorithm(spec.algorithm, spec.hyperparameters, spec.env.num_envs, shape, dtype, (), shape[0],
+                         spec.total_timesteps, spec.world_size)
 
 
 def spec_problem(spec: Any, replay: Replay | None) -> Problem | None:
@@ -188,12 +223,11 @@ def spec_problem(spec: Any, replay: Replay | None) -> Problem | None:
     field, (size, limit_field) = BUFFER_FIELDS[spec.algorithm], limit
     procs = max(1, spec.procs)
     share = size // procs - RANK_BASELINE_BYTES
-    planned = replay.nbytes
+    planned = replay.peak_bytes
     if planned <= share:
         return None
     how = (f"{limit_field} {gib(size)}" + (f" shared by the pod's {procs} processes" if procs > 1 else "")
            + f", less the {RANK_BASELINE_BYTES >> 20} MiB at least that a rank holds besides (torch, its envs); "
            + replay.describe())
-    what = f"a replay buffer of {replay.capacity:,} transitions of {spec.env.id}"
-    message = too_large(field, what, planned, share, how, replay.largest_within(share), filled_later=True)
+    message = too_large(field, replay.what(spec.env.id), planned, share, how, replay.largest_within(share), filled_later=True)
     return Problem(field, message.removeprefix(f"{field}: "))
