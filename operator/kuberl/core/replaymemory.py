@@ -124,7 +124,7 @@ class Replay:
         return rows * self.num_envs if rows >= self.min_rows else 0
 
     def describe(self) -> str:
-        """The transition as stored, for a refusal: 'one (84, 84) uint8 frame and an int64 action'."""
+        """The transition as stored, for a refusal: '7,072 bytes per transition (one (84, 84) uint8 frame of each stack of 4, …)'."""
         stored = self.obs_shape[1:] if self.frame_stack > 1 else self.obs_shape
         kind = f"one {stored} {self.obs_dtype} frame of each stack of {self.frame_stack}" if self.frame_stack > 1 \
             else f"a {self.obs_shape} {self.obs_dtype} observation"
