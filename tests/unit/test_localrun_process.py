@@ -174,9 +174,16 @@ def test_of_two_processes_seen_ended_in_one_poll_the_first_to_exit_finished_firs
 
 
 def test_a_process_that_closed_its_output_long_before_it_exited_did_not_finish_then(tmp_path):
-    p = start(tmp_path, "import os, time; os.close(1); time.sleep(0.6)")
-    time.sleep(0.4)
-    assert p.poll() is None
+    """Both descriptors of the output pipe are closed (stderr shares it: closing stdout alone ended nothing), and
+    the process exits when the test says, not after a sleep a loaded machine could outlast before the poll."""
+    go = tmp_path / "go"
+    p = start(tmp_path, f"import os, time; os.close(1); os.close(2)\nwhile not os.path.exists({str(go)!r}): time.sleep(0.01)")
+    deadline = time.time() + 10
+    while p.output_ended_at is None and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # its output ended well before the poll that sees it running
+    assert p.output_ended_at is not None and p.poll() is None
     seen_running = time.time()
+    go.touch()
     assert p.wait(10) == 0
     assert p.finished_at >= seen_running - 0.01, (p.finished_at, seen_running)
