@@ -247,7 +247,8 @@ def test_one_rank_raising_under_torchrun_fails_the_job_at_once_with_its_recorded
     started = time.monotonic()
     code, out, run_dir = run_script_job(tmp_path, "failrec", ["torchrun", "/app/fail_one_rank.py"], workers=2, procs=2)
     assert code == 1, out[-4000:]
-    assert time.monotonic() - started < 90, out[-3000:]
+    # 21.6 s at load 12 (90 s left 4.2 times that); ranks left waiting in all_reduce hold the run to its 240 s timeout
+    assert time.monotonic() - started < 120, out[-3000:]
     final = next(line for line in out.splitlines() if line.startswith("[kuberl] failrec failed"))
     assert "worker 1 (failrec-1)" in final, final
     assert "ValueError: rank 3 read a corrupt batch 17" in out[out.index(final):], out[-3000:]
