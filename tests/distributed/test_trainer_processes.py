@@ -273,7 +273,7 @@ def test_a_replay_buffer_no_machine_can_hold_exits_78_at_once_naming_the_field(t
     """100M Atari transitions are ~659 GiB: numpy would only reserve them, and the kernel kill the
     rank once the buffer filled past the pod's limit, hours in, to be restarted and killed again."""
     job = make_job(tmp_path, world_size=1, algorithm="dqn", env={"id": "ALE/Pong-v5", "numEnvs": 1},
-                   dqn={"bufferSize": 100_000_000})
+                   dqn={"bufferSize": 100_000_000}, totalTimesteps=10**9)  # a budget that fills it (budget_rows)
     started = time.monotonic()
     assert Ranks(job).wait(timeout=60) == [contract.EXIT_CONFIG_ERROR]
     reason = job.termination_log(0)
