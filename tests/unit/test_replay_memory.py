@@ -114,6 +114,18 @@ def test_the_trainer_divides_its_containers_limit_among_the_pods_processes(tmp_p
         SACTrainer(one_process(tmp_path, procs=4), hp, "Pendulum-v1", 2, {}, 10**9, 1, 0)
 
 
+def test_under_kuberl_run_every_rank_of_the_run_shares_the_machine(tmp_path, monkeypatch):
+    """kuberl run's pods are processes of one machine: 2 pods of 2 processes are 4 ranks on its memory, where
+    each pod's 2 alone share a cluster pod's limit."""
+    (tmp_path / "memory.max").write_text(f"{4 * GIB}\n")
+    hp = SACConfig(buffer_size=40_000_000)  # Pendulum: 24 bytes a transition, 0.9 GiB
+    two_of_four = Dist(0, 4, 0, 2, torch.device("cpu"), None, cgroup=str(tmp_path))
+    SACTrainer(two_of_four, hp, "Pendulum-v1", 2, {}, 10**9, 1, 0)  # a pod's 4 GiB for 2
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))  # what kuberl run gives its pods
+    with pytest.raises(budget.BufferTooLarge, match=r"4\.0 GiB of memory, .*, shared by the run's 4 ranks on this machine \(kuberl run\)"):
+        SACTrainer(two_of_four, hp, "Pendulum-v1", 2, {}, 10**9, 1, 0)
+
+
 class Wide(gym.Env):
     """4 KiB observations: 100,000,000 of them (the largest bufferSize) are 383 GiB, more than any machine here."""
 

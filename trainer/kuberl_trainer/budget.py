@@ -25,6 +25,7 @@ import numpy as np
 from kuberl.core import replaymemory
 from kuberl.core.replaymemory import Replay
 
+from . import paths
 from .checkpoint import memory_limit
 from .distributed import CGROUP_ROOT, Dist
 
@@ -49,23 +50,34 @@ def resident_bytes() -> int:
         return 0
 
 
+def sharing_ranks(ctx: Dist) -> tuple[int, str]:
+    """(how many ranks share the memory this rank's limit bounds, who they are): its pod's processes; under
+    `kuberl run` every rank of the run, whose pods are processes of this one machine (its RAM, or the cgroup
+    kuberl run itself runs in)."""
+    if paths.on_this_machine():
+        return ctx.world_size, "the run's {} ranks on this machine (kuberl run)"
+    return ctx.local_world_size, "the pod's {} ranks"
+
+
 def rank_share(local_world_size: int, limit: int | None = None, resident: int | None = None,
-               cgroup: str = CGROUP_ROOT) -> tuple[int, str]:
-    """(bytes this rank's buffers may take, how that was reckoned); the limit is read under `cgroup` unless given."""
+               cgroup: str = CGROUP_ROOT, sharers: str = "the pod's {} ranks") -> tuple[int, str]:
+    """(bytes this rank's buffers may take, how that was reckoned); the limit is read under `cgroup` unless given,
+    split among `local_world_size` ranks (`sharers` says whose)."""
     limit = memory_limit(cgroup) if limit is None else limit
     resident = resident_bytes() if resident is None else resident
     ranks = max(1, local_world_size)
     share = limit // ranks - resident
     how = (f"{limit / GIB:.1f} GiB of memory, the container's limit or else the machine's"
-           + (f", shared by the pod's {ranks} ranks" if ranks > 1 else "")
+           + (f", shared by {sharers.format(ranks)}" if ranks > 1 else "")
            + f", less the {resident / GIB:.2f} GiB this rank holds already")
     return share, how
 
 
 def check_fits(fields: str, what: str, planned: int, local_world_size: int,
-               limit: int | None = None, resident: int | None = None, cgroup: str = CGROUP_ROOT) -> None:
+               limit: int | None = None, resident: int | None = None, cgroup: str = CGROUP_ROOT,
+               sharers: str = "the pod's {} ranks") -> None:
     """Raise BufferTooLarge when `planned` bytes exceed this rank's share."""
-    share, how = rank_share(local_world_size, limit, resident, cgroup)
+    share, how = rank_share(local_world_size, limit, resident, cgroup, sharers)
     if planned > share:
         raise BufferTooLarge(replaymemory.too_large(fields, what, planned, share, how))
 
@@ -73,8 +85,9 @@ def check_fits(fields: str, what: str, planned: int, local_world_size: int,
 def check_replay(planned: Replay, algorithm: str, env_id: str, ctx: Dist, resident: int | None = None) -> None:
     """Raise BufferTooLarge, naming spec.<algorithm>.bufferSize and the largest that fits, when the replay buffer
     `planned`, as far as the run can fill it (Replay.peak_bytes), exceeds this rank's share of its container's
-    memory (read under ctx.cgroup)."""
-    share, how = rank_share(ctx.local_world_size, None, resident, ctx.cgroup)
+    memory (read under ctx.cgroup, split as `sharing_ranks` says)."""
+    ranks, sharers = sharing_ranks(ctx)
+    share, how = rank_share(ranks, None, resident, ctx.cgroup, sharers)
     if planned.peak_bytes > share:
         field = replaymemory.BUFFER_FIELDS[algorithm]
         raise BufferTooLarge(replaymemory.too_large(

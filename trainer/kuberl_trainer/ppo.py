@@ -252,10 +252,11 @@ class PPOTrainer(BaseAlgorithm):
         layout = (hp.num_steps, num_envs, self.obs_shape, tuple(self.action_space.shape or ()), self.agent.discrete,
                   np.uint8 if cnn else np.float32)
         rollouts = 2 if hp.learn_while_collecting else 1  # one filling while the update reads the other
+        ranks, sharers = budget.sharing_ranks(ctx)
         budget.check_fits("spec.ppo.numSteps x spec.env.numEnvs",
                           f"a rollout of {self.batch_per_rank:,} steps of {env_id}"
                           + (", held twice for spec.ppo.learnWhileCollecting," if rollouts == 2 else ""),
-                          rollouts * budget.nbytes(Rollout.layout(*layout)), ctx.local_world_size, cgroup=ctx.cgroup)
+                          rollouts * budget.nbytes(Rollout.layout(*layout)), ranks, cgroup=ctx.cgroup, sharers=sharers)
         self.buf = Rollout(*layout, ctx.device)
         self.discounted = np.zeros(num_envs, np.float32)
         self.next_value = np.zeros(num_envs, np.float32)  # the bootstrap value of each rollout, set as it ends (collect)
