@@ -8,6 +8,8 @@ networks, buffers and `learners` seam), `update`, `budget_spent`,
 `evaluate` and `final_model`; the extra state it keeps (normalisers, a
 target network, a replay buffer) goes through the `_shared_extra` /
 `_load_shared_extra` / `_rank_extra` / `_load_rank_extra` hooks.
+An off-policy algorithm (DQN, SAC) subclasses `OffPolicyAlgorithm`, whose
+`update` is the iteration they share, and writes `collect` and `learn`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 import gymnasium as gym
 import numpy as np
 import torch
+from kuberl.core.replaymemory import Replay
 
 from . import atari, distributed
 from .distributed import Dist
@@ -33,6 +36,7 @@ from .envs import (
     rank_seed,
     restore_env_state,
 )
+from .replay import ReplayBuffer
 from .session import Counters, Session, UpdateReport, Vote, run_updates
 
 
@@ -297,3 +301,92 @@ class BaseAlgorithm:
         """Updates until the budget is spent, the target is met or a stop is
         voted (session.run_updates): "budget", "target" or "stopped"."""
         return run_updates(self, session)
+
+
+class OffPolicyAlgorithm(BaseAlgorithm):
+    """What DQN and SAC share, as SB3's OffPolicyAlgorithm: each rank's own replay buffer, an iteration's
+    size, when learning starts, and the iteration itself (`update`). `_setup_model` calls `_setup_replay`;
+    the algorithm writes `collect` (vector_steps steps of its exploration into the buffer) and `learn`
+    (its gradient steps, with its target updates), and names the rate it reports in `learning_rate`.
+    `hp` is its spec block: train_frequency, gradient_steps, learning_starts and batch_size are read here."""
+
+    hp: object
+    total_timesteps: int
+    replay: ReplayBuffer
+
+    def _setup_replay(self, planned: Replay, num_envs: int) -> None:
+        """The rank's replay buffer (as replaymemory planned it and budget weighed it) and an iteration's size:
+        ceil(trainFrequency / numEnvs) vector steps, then gradient steps in proportion, so the
+        update-to-data ratio gradientSteps / trainFrequency holds whatever numEnvs is."""
+        hp = self.hp
+        self.replay = ReplayBuffer.of(planned)
+        self.vector_steps = max(1, math.ceil(hp.train_frequency / num_envs))
+        self.batch_per_rank = self.vector_steps * num_envs  # env steps per rank per iteration
+        self.gradient_steps = max(1, round(hp.gradient_steps * self.batch_per_rank / hp.train_frequency))
+        self.replay_real_mean = 0  # the ranks' replay.real_added, their mean, as of the update's all-reduce
+
+    @property
+    def steps_per_rank(self) -> int:
+        """Real transitions per rank (autoreset steps are none), the ranks' mean: identical on every rank."""
+        return self.counters.global_step // self.ctx.world_size
+
+    @property
+    def learning_rate(self) -> float:
+        """The rate the update reports (the metrics' learning rate)."""
+        raise NotImplementedError
+
+    def collect(self) -> int:
+        """vector_steps steps into the replay buffer; how many were real transitions (autoreset steps excluded)."""
+        raise NotImplementedError
+
+    def learn(self, stop_vote: Vote = False) -> tuple[dict[str, torch.Tensor], int]:
+        """gradient_steps steps on batches from this rank's buffer, a stop (`stop_vote`) read between them
+        (LearningStop); the statistics by name, on the device, and the steps run."""
+        raise NotImplementedError
+
+    def _rank_extra(self) -> dict:
+        return {"replay": self.replay.state_dict()}  # deterministic mode only: buffers are per rank and large
+
+    def _load_rank_extra(self, state: dict) -> None:
+        self.replay.load_state_dict(state["replay"])
+
+    def replay_transitions(self) -> float:
+        """Real transitions the replay buffers took since they began filling (autoreset steps are none), the
+        ranks' mean as of the update's all-reduce, so identical on every rank; one rank's own at once."""
+        return self.replay.real_added if self.ctx.world_size == 1 else self.replay_real_mean
+
+    def learning(self) -> bool:
+        """learningStarts transitions per rank taken (SB3's num_timesteps, a count of transitions) and a
+        batch's worth: decided from replicated counts alone, identical on every rank (a rank-dependent
+        answer would leave the all-reduces unmatched). Two start rows always hold a real transition
+        (autoreset rows never follow each other). After a resume the buffer, empty, refills first."""
+        lo, hi = self.replay.start_range()
+        return self.replay_transitions() >= max(self.hp.learning_starts, self.hp.batch_size) and hi - lo >= 2
+
+    def budget_spent(self) -> bool:
+        return self.counters.global_step >= self.total_timesteps
+
+    def update(self, stop_vote: Vote, success_vote: bool) -> UpdateReport:
+        """One iteration: `collect` into the replay buffer, the all-reduce, then (unless rank 0's evaluation
+        of the current weights met the target) `learn` once the buffers hold enough."""
+        started = time.perf_counter()
+        local_steps = self.collect()
+        rollout_seconds = time.perf_counter() - started
+        totals, allreduce_seconds = self.sync_update({"steps": local_steps, "replay_real": self.replay.real_added},
+                                                     stop_vote, success_vote)
+        self.replay_real_mean = totals["replay_real"] / self.ctx.world_size
+        losses, steps_run, update_seconds = {}, 0, 0.0
+        self.learner.allreduce_seconds.clear()
+        self.learning_stop.stopped = False
+        if totals["success_votes"] == 0:
+            started = time.perf_counter()
+            if self.learning():
+                learned, steps_run = self.learn(stop_vote)
+                losses = {name: float(loss) for name, loss in learned.items()}
+                self.learning_stop.end(steps_run)  # after the host read: the device's work too
+            update_seconds = time.perf_counter() - started
+            self.counters.updates += 1
+        return self.update_report(totals, local_steps=local_steps, learning_rate=self.learning_rate,
+                                  losses=losses, rollout_seconds=rollout_seconds, update_seconds=update_seconds,
+                                  allreduce_seconds=allreduce_seconds + sum(self.learner.allreduce_seconds),
+                                  epochs_run=steps_run)

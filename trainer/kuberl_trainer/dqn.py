@@ -1,7 +1,8 @@
 """DQN under DDP, for discrete actions. Reads top to bottom: the Q network,
-the maths (epsilon, TD targets, loss), the trainer (its model, one
-iteration, its own state, its final model; seeding, envs, checkpoint state
-and the loop are base.BaseAlgorithm's).
+the maths (epsilon, TD targets, loss), the trainer (its model, its own
+state, its exploration and gradient steps, its final model; seeding, envs,
+checkpoint state and the loop are base.BaseAlgorithm's, the iteration and
+the replay buffer's schedule base.OffPolicyAlgorithm's, as SAC's).
 
 Each rank steps its own vectorised envs and fills and samples its OWN replay
 buffer (`replay.ReplayBuffer`, n-step returns with gymnasium's autoreset rows
@@ -43,12 +44,12 @@ from kuberl.core.spec import DQNConfig
 from torch import nn
 
 from . import atari, budget, evaluation, learners, networks
-from .base import BaseAlgorithm
+from .base import OffPolicyAlgorithm
 from .device import upload
 from .distributed import Dist
 from .networks import soft_update  # noqa: F401 — the maths, beside td_targets and dqn_loss, for readers and tests
-from .replay import Batch, ReplayBuffer
-from .session import UpdateReport, Vote
+from .replay import Batch
+from .session import Vote
 
 # --- The Q network ---------------------------------------------------------
 
@@ -131,7 +132,7 @@ def steps_per_draw(gradient_steps: int, batch_size: int, obs_shape: tuple[int, .
     return max(1, min(gradient_steps, DRAW_BYTES // (sample_bytes * batch_size)))
 
 
-class DQNTrainer(BaseAlgorithm):
+class DQNTrainer(OffPolicyAlgorithm):
     ACTION_SPACES = envspaces.ACTION_SPACES["dqn"]
     def __init__(self, ctx: Dist, hp: DQNConfig, env_id: str, num_envs: int, env_kwargs: dict,
                  total_timesteps: int, seed: int, restart: int, env_backend: str = "auto", fast: bool = True):
@@ -158,18 +159,13 @@ class DQNTrainer(BaseAlgorithm):
         # how it learns and acts, rank 0's weights everywhere (fast=False: always DDP + Adam + torch)
         self.learner = learners.q_learner(self.agent, self.target, hp, ctx, q_loss, self.timings, self.fast_path)
         self.optimizer = self.learner.optimizer
-        self.replay = ReplayBuffer.of(planned)
-        self.vector_steps = max(1, math.ceil(hp.train_frequency / num_envs))
-        self.batch_per_rank = self.vector_steps * num_envs  # env steps per rank per iteration
-        self.gradient_steps = max(1, round(hp.gradient_steps * self.batch_per_rank / hp.train_frequency))
+        self._setup_replay(planned, num_envs)  # the buffer, vector_steps, batch_per_rank, gradient_steps
         self.steps_per_draw = steps_per_draw(self.gradient_steps, hp.batch_size, self.obs_shape, space.dtype)
         self.last_target_update = 0  # steps_per_rank at the last target update
-        self.replay_real_mean = 0  # the ranks' replay.real_added, their mean, as of the update's all-reduce
 
     @property
-    def steps_per_rank(self) -> int:
-        """Real transitions per rank (autoreset steps are none), the ranks' mean: identical on every rank."""
-        return self.counters.global_step // self.ctx.world_size
+    def learning_rate(self) -> float:
+        return self.hp.learning_rate
 
     @property
     def update_to_data(self) -> float:
@@ -205,17 +201,13 @@ class DQNTrainer(BaseAlgorithm):
                 f" before it, is taken as {since} transitions")
         return upgraded, [said]
 
-    def _rank_extra(self) -> dict:
-        return {"replay": self.replay.state_dict()}  # deterministic mode only: buffers are per rank and large
+    # -- one iteration: its exploration and its gradient steps (base.OffPolicyAlgorithm.update runs them) --
 
-    def _load_rank_extra(self, state: dict) -> None:
-        self.replay.load_state_dict(state["replay"])
-
-    # -- one iteration ----------------------------------------------------------
-
-    def collect(self, eps: float) -> int:
-        """vector_steps epsilon-greedy steps into the replay buffer; returns
-        how many were real transitions (autoreset steps excluded)."""
+    def collect(self, eps: float | None = None) -> int:
+        """vector_steps epsilon-greedy steps into the replay buffer, epsilon from the schedule unless
+        given; returns how many were real transitions (autoreset steps excluded)."""
+        if eps is None:
+            eps = epsilon(self.counters.global_step, self.total_timesteps, self.hp)
         num_envs, timings, clock = self.replay.num_envs, self.timings, time.perf_counter
         real = 0
         with torch.no_grad():
@@ -283,51 +275,6 @@ class DQNTrainer(BaseAlgorithm):
                 at, done = at + take, done + take
                 stops.vote(done)
         return {"value_loss": total / done}, done
-
-    def replay_transitions(self) -> float:
-        """Real transitions the replay buffers took since they began filling (autoreset steps are none), the
-        ranks' mean as of the update's all-reduce, so identical on every rank; one rank's own at once."""
-        return self.replay.real_added if self.ctx.world_size == 1 else self.replay_real_mean
-
-    def learning(self) -> bool:
-        """learningStarts transitions per rank taken (SB3's num_timesteps, a count of transitions) and a
-        batch's worth: decided from replicated counts alone, identical on every rank (a rank-dependent
-        answer would hang DDP). Two start rows always hold a real transition (autoreset rows never
-        follow each other). After a resume the buffer, empty, refills first."""
-        lo, hi = self.replay.start_range()
-        return self.replay_transitions() >= max(self.hp.learning_starts, self.hp.batch_size) and hi - lo >= 2
-
-    def budget_spent(self) -> bool:
-        return self.counters.global_step >= self.total_timesteps
-
-    def update(self, stop_vote: Vote, success_vote: bool) -> UpdateReport:
-        """One iteration: epsilon-greedy steps into the replay buffer, the
-        all-reduce, then (unless rank 0's evaluation of the current weights
-        met the target) gradient steps once the buffer holds enough."""
-        eps = epsilon(self.counters.global_step, self.total_timesteps, self.hp)
-        started = time.perf_counter()
-        local_steps = self.collect(eps)
-        rollout_seconds = time.perf_counter() - started
-
-        totals, allreduce_seconds = self.sync_update({"steps": local_steps, "replay_real": self.replay.real_added},
-                                                     stop_vote, success_vote)
-        self.replay_real_mean = totals["replay_real"] / self.ctx.world_size
-
-        losses, steps_run, update_seconds = {}, 0, 0.0
-        self.learner.allreduce_seconds.clear()
-        self.learning_stop.stopped = False
-        if totals["success_votes"] == 0:
-            started = time.perf_counter()
-            if self.learning():
-                learned, steps_run = self.learn(stop_vote)
-                losses = {name: float(loss) for name, loss in learned.items()}
-                self.learning_stop.end(steps_run)  # after the host read: the device's work too
-            update_seconds = time.perf_counter() - started
-            self.counters.updates += 1
-        return self.update_report(totals, local_steps=local_steps, learning_rate=self.hp.learning_rate,
-                                  losses=losses, rollout_seconds=rollout_seconds, update_seconds=update_seconds,
-                                  allreduce_seconds=allreduce_seconds + sum(self.learner.allreduce_seconds),
-                                  epochs_run=steps_run)
 
     def final_model(self) -> dict:
         return {"agent": self.agent.state_dict(), "hidden_sizes": list(self.hp.hidden_sizes)}

@@ -1,8 +1,9 @@
 """SAC (soft actor-critic), for continuous (float Box) actions. Reads top to bottom as CleanRL's
 sac_continuous_action.py: the networks (a tanh-squashed Gaussian actor, twin soft Q critics, the
 entropy coefficient), the maths as pure functions (the squashed Gaussian's log-probability, the soft
-Q target, the critic, actor and temperature losses), then the trainer (its model, one iteration, its
-own state, its final model; seeding, envs, checkpoint state and the loop are base.BaseAlgorithm's).
+Q target, the critic, actor and temperature losses), then the trainer (its model, its own state, its
+exploration and gradient steps, its final model; seeding, envs, checkpoint state and the loop are
+base.BaseAlgorithm's, the iteration and the replay buffer's schedule base.OffPolicyAlgorithm's, as DQN's).
 
 Each rank steps its own vectorised envs and fills and samples its OWN replay buffer
 (`replay.ReplayBuffer`, one-step transitions, gymnasium's autoreset rows never sampled, truncated
@@ -29,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import time
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -39,12 +39,12 @@ from kuberl.core.spec import SACConfig
 from torch import nn
 
 from . import budget, evaluation, learners, networks
-from .base import BaseAlgorithm
+from .base import OffPolicyAlgorithm
 from .device import to_device, upload
 from .distributed import Dist
 from .envs import UnknownEnv
-from .replay import Batch, ReplayBuffer
-from .session import UpdateReport, Vote
+from .replay import Batch
+from .session import Vote
 
 # --- The networks ------------------------------------------------------------------
 
@@ -178,7 +178,7 @@ def frozen(module: nn.Module) -> Iterator[None]:
 # --- The trainer -------------------------------------------------------------------
 
 
-class SACTrainer(BaseAlgorithm):
+class SACTrainer(OffPolicyAlgorithm):
     ACTION_SPACES = envspaces.ACTION_SPACES["sac"]
 
     def __init__(self, ctx: Dist, hp: SACConfig, env_id: str, num_envs: int, env_kwargs: dict,
@@ -208,17 +208,12 @@ class SACTrainer(BaseAlgorithm):
         self.learner = learners.sac_learner(self.agent, self.critics, self.temperature, hp, ctx)  # rank 0's weights
         self.optimizer = self.learner.optimizer
         self.target = copy.deepcopy(self.critics).requires_grad_(False)
-        self.replay = ReplayBuffer.of(planned)
-        self.vector_steps = max(1, math.ceil(hp.train_frequency / num_envs))
-        self.batch_per_rank = self.vector_steps * num_envs  # env steps per rank per iteration
-        self.gradient_steps = max(1, round(hp.gradient_steps * self.batch_per_rank / hp.train_frequency))
+        self._setup_replay(planned, num_envs)  # the buffer, vector_steps, batch_per_rank, gradient_steps
         self.critic_updates = 0  # critic steps ever taken: when the actor and the targets update, alike on every rank
-        self.replay_real_mean = 0  # the ranks' replay.real_added, their mean, as of the update's all-reduce
 
     @property
-    def steps_per_rank(self) -> int:
-        """Real transitions per rank (autoreset steps are none), the ranks' mean: identical on every rank."""
-        return self.counters.global_step // self.ctx.world_size
+    def learning_rate(self) -> float:
+        return self.hp.policy_learning_rate
 
     # -- state for checkpoints, beyond BaseAlgorithm's ----------------------------
 
@@ -232,13 +227,7 @@ class SACTrainer(BaseAlgorithm):
         self.temperature.load_state_dict(state["temperature"])
         self.critic_updates = state["critic_updates"]
 
-    def _rank_extra(self) -> dict:
-        return {"replay": self.replay.state_dict()}  # deterministic mode only: buffers are per rank and large
-
-    def _load_rank_extra(self, state: dict) -> None:
-        self.replay.load_state_dict(state["replay"])
-
-    # -- one iteration ----------------------------------------------------------
+    # -- one iteration: its exploration and its gradient steps (base.OffPolicyAlgorithm.update runs them) --
 
     def collect(self) -> int:
         """vector_steps steps into the replay buffer, uniformly random before learningStarts transitions
@@ -315,41 +304,6 @@ class SACTrainer(BaseAlgorithm):
         if actor_steps := self.actor_steps(first, self.critic_updates):
             losses |= {"policy_loss": actor / actor_steps, "entropy": entropy / actor_steps}
         return losses, done
-
-    def learning(self) -> bool:
-        """learningStarts transitions per rank taken and a batch's worth (the ranks' mean, identical on
-        every rank: a rank-dependent answer would leave the all-reduces unmatched), as DQN's."""
-        lo, hi = self.replay.start_range()
-        taken = self.replay.real_added if self.ctx.world_size == 1 else self.replay_real_mean
-        return taken >= max(self.hp.learning_starts, self.hp.batch_size) and hi - lo >= 2
-
-    def budget_spent(self) -> bool:
-        return self.counters.global_step >= self.total_timesteps
-
-    def update(self, stop_vote: Vote, success_vote: bool) -> UpdateReport:
-        """One iteration: steps into the replay buffer, the all-reduce, then (unless rank 0's evaluation
-        of the current weights met the target) gradient steps once the buffer holds enough."""
-        started = time.perf_counter()
-        local_steps = self.collect()
-        rollout_seconds = time.perf_counter() - started
-        totals, allreduce_seconds = self.sync_update({"steps": local_steps, "replay_real": self.replay.real_added},
-                                                     stop_vote, success_vote)
-        self.replay_real_mean = totals["replay_real"] / self.ctx.world_size
-        losses, steps_run, update_seconds = {}, 0, 0.0
-        self.learner.allreduce_seconds.clear()
-        self.learning_stop.stopped = False
-        if totals["success_votes"] == 0:
-            started = time.perf_counter()
-            if self.learning():
-                learned, steps_run = self.learn(stop_vote)
-                losses = {name: float(loss) for name, loss in learned.items()}
-                self.learning_stop.end(steps_run)  # after the host read: the device's work too
-            update_seconds = time.perf_counter() - started
-            self.counters.updates += 1
-        return self.update_report(totals, local_steps=local_steps, learning_rate=self.hp.policy_learning_rate,
-                                  losses=losses, rollout_seconds=rollout_seconds, update_seconds=update_seconds,
-                                  allreduce_seconds=allreduce_seconds + sum(self.learner.allreduce_seconds),
-                                  epochs_run=steps_run)
 
     def final_model(self) -> dict:
         return {"agent": self.agent.state_dict(), "hidden_sizes": list(self.hp.hidden_sizes)}
