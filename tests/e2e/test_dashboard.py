@@ -374,6 +374,8 @@ def plausible(metric: str, value: float) -> bool:
         m.VALUE_LOSS: lambda v: finite(v) and v >= 0,
         m.ENTROPY: lambda v: 0 <= v <= math.log(2) + 1e-6,
         m.APPROX_KL: lambda v: finite(v) and abs(v) < 1,
+        m.Q_VALUE: lambda v: v == 0,  # SAC's: PPO reports none, so its gauge reads 0
+        m.ENTROPY_COEFFICIENT: lambda v: v == 0,  # SAC's, as Q_VALUE
         m.LEARNING_RATE: lambda v: 0 < v <= 0.0025,
         m.LAST_CHECKPOINT_TIMESTAMP: lambda v: 0 <= v < 300,
         m.CHECKPOINTS_TOTAL: lambda v: v >= 1,

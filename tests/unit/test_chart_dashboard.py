@@ -118,6 +118,7 @@ def test_the_dashboard_covers_what_a_platform_team_watches():
     text = " ".join(expr for _, expr in panel_targets())
     for needed in [metricnames.ENV_STEPS_TOTAL, metricnames.EPISODE_RETURN, metricnames.EVAL_RETURN, metricnames.ROLLOUT_DURATION,
                    metricnames.UPDATE_DURATION, metricnames.ALLREDUCE_DURATION, metricnames.POLICY_LOSS, metricnames.VALUE_LOSS,
+                   metricnames.Q_VALUE, metricnames.ENTROPY_COEFFICIENT,
                    metricnames.LEARNING_RATE, metricnames.LAST_CHECKPOINT_TIMESTAMP, metricnames.WORLD_SIZE,
                    metricnames.OPERATOR_JOB_PHASE, metricnames.OPERATOR_GANG_RESTARTS_TOTAL, metricnames.CHECKPOINTS_SKIPPED,
                    metricnames.GPU_MEMORY_TOTAL, metricnames.GPU_MEMORY_RESERVED]:

@@ -40,7 +40,8 @@ def test_random_actions_fill_the_buffer_until_learning_starts_then_the_actor_act
         assert all(torch.equal(v, trainer.agent.state_dict()[k]) for k, v in before.items())
         report = trainer.update(False, False)
     assert trainer.steps_per_rank == 64 and trainer.critic_updates == 4
-    assert set(report.losses) == {"value_loss", "policy_loss", "entropy"} and report.epochs_run == 4
+    assert set(report.losses) == {"value_loss", "q_value", "entropy_coefficient", "policy_loss", "entropy"}
+    assert report.epochs_run == 4
     trainer.update(False, False)  # the actor's own actions now
     held = trainer.replay.actions[: trainer.replay.added].reshape(-1)
     assert (np.abs(held) <= 2.0).all() and np.unique(held).size == held.size
@@ -85,8 +86,26 @@ def test_a_fixed_alpha_stays_put():
     trainer = small_trainer(autotune=False, alpha=0.3)
     while not trainer.learning():
         trainer.update(False, False)
-    trainer.update(False, False)
-    assert trainer.temperature().item() == pytest.approx(0.3)
+    report = trainer.update(False, False)
+    assert trainer.temperature().item() == pytest.approx(0.3) == report.losses["entropy_coefficient"]
+
+
+def test_an_update_reports_its_critics_mean_q_over_its_steps_and_the_alpha_it_leaves():
+    """q_value and entropy_coefficient (metricnames.LOSS_GAUGES): each critic step's mean of Q1 and Q2 on its
+    batch, before the step moves them, averaged over the update's steps; alpha after its actor steps."""
+    trainer = small_trainer()
+    while not trainer.learning():
+        trainer.update(False, False)
+    batch = trainer.to_tensors(trainer.replay.sample(32, 0.99, np.random.default_rng(0)))
+    with torch.no_grad():
+        q1, q2 = trainer.critics(batch[0], batch[1])
+    assert trainer.gradient_step(*batch)[1].item() == pytest.approx((q1.mean().item() + q2.mean().item()) / 2)
+    steps, real = [], trainer.gradient_step
+    trainer.gradient_step = lambda *batch: steps.append(real(*batch)) or steps[-1]
+    report = trainer.update(False, False)
+    assert len(steps) == 4 and report.losses["q_value"] == pytest.approx(sum(s[1].item() for s in steps) / 4)
+    assert report.losses["entropy_coefficient"] == pytest.approx(trainer.temperature().item())
+    assert report.losses["entropy_coefficient"] != pytest.approx(1.0)  # autotuned from 1: its steps moved it
 
 
 def test_a_resume_learns_exactly_as_the_uninterrupted_run():

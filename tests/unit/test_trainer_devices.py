@@ -430,7 +430,8 @@ def sac_learning_on_fake_cuda(fake, monkeypatch) -> tuple[list, dict]:
 def test_sac_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch):
     steps, losses = sac_learning_on_fake_cuda(fake, monkeypatch)
     assert steps == [CUDA] * 8  # 4 critic steps, and 2 actor steps after the 2nd and the 4th
-    assert {name: loss.device for name, loss in losses.items()} == dict.fromkeys(("value_loss", "policy_loss", "entropy"), CUDA)
+    assert {name: loss.device for name, loss in losses.items()} == dict.fromkeys(
+        ("value_loss", "q_value", "entropy_coefficient", "policy_loss", "entropy"), CUDA)
 
 
 def test_a_host_tensor_in_sacs_soft_target_fails_on_fake_cuda(fake, monkeypatch):

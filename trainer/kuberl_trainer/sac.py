@@ -21,6 +21,10 @@ targetNetworkFrequency-th, a soft target update by tau. Order as CleanRL's: the 
 the actor then reads the stepped critics. The entropy coefficient's loss uses the actor loss's own
 samples (SB3's, where CleanRL samples again), so one backward and one all-reduce serve both.
 
+An update reports its critics' loss as `value_loss`, its actor's as `policy_loss` and `entropy`, its
+critics' mean Q as `q_value` and the entropy coefficient it leaves as `entropy_coefficient`
+(metricnames.LOSS_GAUGES: each a gauge, and a panel of the chart's dashboard).
+
 Checkpoints hold the actor (the model), the critics, target critics, entropy coefficient, both
 optimisers and the counters; replay contents are per rank and, as DQN's, kept in deterministic mode only.
 """
@@ -253,7 +257,8 @@ class SACTrainer(OffPolicyAlgorithm):
     def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
                       discount: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
         """One critic step on a per-rank batch, then the delayed actor steps and the target update where
-        due. Returns (critic loss, actor losses' sum, entropy estimates' sum), detached, on the device."""
+        due. Returns (critic loss, the critics' mean Q(s, a), actor losses' sum, entropy estimates' sum),
+        detached, on the device."""
         hp = self.hp
         alpha = self.temperature().detach()
         with torch.no_grad():
@@ -270,7 +275,8 @@ class SACTrainer(OffPolicyAlgorithm):
                 policy += self.policy_step(obs)
         if self.critic_updates % hp.target_network_frequency == 0:
             networks.soft_update(self.target, self.critics, hp.tau)
-        return torch.cat([qf_loss.detach().reshape(1), policy])
+        q_mean = (q1.detach().mean() + q2.detach().mean()) / 2
+        return torch.cat([qf_loss.detach().reshape(1), q_mean.reshape(1), policy])
 
     def policy_step(self, obs: torch.Tensor) -> torch.Tensor:
         """One actor step (and the entropy coefficient's, autotuned) against the critics, which it leaves
@@ -290,17 +296,19 @@ class SACTrainer(OffPolicyAlgorithm):
 
     def learn(self, stop_vote: Vote = False) -> tuple[dict[str, torch.Tensor], int]:
         """gradient_steps critic steps (with their actor steps) on batches from this rank's replay
-        buffer; the mean losses, on the device, and the critic steps run. A stop (`stop_vote`) is read
-        between steps (base.LearningStop: every rank's vote in one all-reduce) and ends them there."""
+        buffer; the mean losses and Q value, the entropy coefficient they leave, on the device, and the
+        critic steps run. A stop (`stop_vote`) is read between steps (base.LearningStop: every rank's
+        vote in one all-reduce) and ends them there."""
         stops, hp, device = self.learning_stop, self.hp, self.ctx.device
         stops.begin(self.gradient_steps, stop_vote)
-        totals, done, first = torch.zeros(3, device=device), 0, self.critic_updates  # one host read per update, in update()
+        totals, done, first = torch.zeros(4, device=device), 0, self.critic_updates  # one host read per update, in update()
         while done < self.gradient_steps and not stops.stopped:
             totals += self.gradient_step(*self.to_tensors(self.replay.sample(hp.batch_size, hp.gamma, self.np_rng)))
             done += 1
             stops.vote(done)
-        critic, actor, entropy = totals.unbind()
-        losses = {"value_loss": critic / max(done, 1)}
+        critic, q_value, actor, entropy = totals.unbind()
+        losses = {"value_loss": critic / max(done, 1), "q_value": q_value / max(done, 1),
+                  "entropy_coefficient": self.temperature().detach()}
         if actor_steps := self.actor_steps(first, self.critic_updates):
             losses |= {"policy_loss": actor / actor_steps, "entropy": entropy / actor_steps}
         return losses, done

@@ -48,6 +48,8 @@ VALUE_LOSS = f"{PREFIX}_value_loss"
 ENTROPY = f"{PREFIX}_entropy"
 APPROX_KL = f"{PREFIX}_approx_kl"
 CLIP_FRACTION = f"{PREFIX}_clip_fraction"
+Q_VALUE = f"{PREFIX}_q_value"
+ENTROPY_COEFFICIENT = f"{PREFIX}_entropy_coefficient"
 # An update's statistics exported as gauges: the name an algorithm reports in
 # UpdateReport.losses -> (metric, help). A new algorithm's statistic is one row
 # here (and a dashboard panel, if it should be drawn); one it reports without a
@@ -58,6 +60,8 @@ LOSS_GAUGES = {
     "entropy": (ENTROPY, "Mean policy entropy of the last update (PPO; SAC: minus the mean log-probability of its actor's samples)."),
     "approx_kl": (APPROX_KL, "Mean approximate KL of the last update (PPO)."),
     "clip_fraction": (CLIP_FRACTION, "Fraction of samples whose probability ratio was clipped, last update (PPO)."),
+    "q_value": (Q_VALUE, "Mean Q(s, a) of the replay batches of the last update (SAC: its twin critics' mean)."),
+    "entropy_coefficient": (ENTROPY_COEFFICIENT, "Entropy coefficient alpha after the last update (SAC; fixed, or autotuned)."),
 }
 
 # Histograms (Prometheus adds _bucket, _sum, _count).
