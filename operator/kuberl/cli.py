@@ -221,8 +221,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
                                             "gpusPerWorker": spec.gpus_per_worker}, unreadable=True)
         if unread:
             print(f"{args.file}: {name}: warning: {safetext.one_line(f'{unread[0]}: {unread[1]}')}", file=sys.stderr)
-        if idle := spec.idle_evaluation_warning:
-            print(f"{args.file}: {name}: warning: {idle}", file=sys.stderr)
         for problem in local_layout_problems(name, spec):
             print(f"{args.file}: {name}: warning: kuberl run cannot run it here: {problem}", file=sys.stderr)
         for field in loopback_fields(name, spec):
@@ -236,7 +234,7 @@ def training_modes(spec: Any) -> list[str]:
     modes = ["deterministic"] if spec.deterministic else []
     if spec.ppo is not None and spec.ppo.learn_while_collecting:
         modes.append("learning while collecting (one update of policy lag)")
-    if spec.success.eval_while_training and spec.success.target_return is not None:
+    if spec.success.eval_while_training:
         modes.append("evaluating while training")
     return modes
 

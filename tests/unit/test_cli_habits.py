@@ -241,26 +241,17 @@ def test_run_refuses_the_metadata_validate_refuses(tmp_path):
     assert fixed.returncode == 1 and "metadata.labels" not in fixed.stderr and "spec.workers" in fixed.stderr, fixed.stderr
 
 
-def test_validate_warns_that_evaluation_fields_without_a_target_return_never_run(tmp_path, capsys):
-    """`success: {evalWhileTraining: true}` without targetReturn was "valid" and the run never evaluated once:
-    kuberl's trainer evaluates only to decide the early stop."""
+def test_validate_says_nothing_of_evaluation_fields_without_a_target_return(tmp_path, capsys):
+    """`success: {evalWhileTraining: true, evalEvery: 2}` without targetReturn was warned of as idle: the trainer
+    evaluated only to decide the early stop. It now evaluates every evalEvery updates with or without a target
+    (test_trainer_untargeted_evaluation.py), so the fields act and validate says so in its summary, warning of nothing."""
     from kuberl import cli
 
-    idle = make_job("idle").minimal().with_spec(success={"evalWhileTraining": True, "evalEvery": 2})
-    (tmp_path / "idle.yaml").write_text(yaml.safe_dump(idle.obj()))
-    assert cli.main(["validate", str(tmp_path / "idle.yaml")]) == 0
-    assert capsys.readouterr().err == (
-        f"{tmp_path / 'idle.yaml'}: idle: warning: spec.success.evalEvery, spec.success.evalWhileTraining: no evaluation"
-        " runs without spec.success.targetReturn (rank 0 evaluates only to decide the early stop); set targetReturn,"
-        " or leave these out\n")
-    assert idle.spec().idle_evaluation_warning is not None
-    unset = make_job("u").minimal().with_spec(success={"targetReturn": None, "evalEpisodes": 5}).spec()
-    assert unset.idle_evaluation_warning.startswith("spec.success.evalEpisodes: no evaluation")
-    targeted = make_job("t").minimal().with_spec(success={"evalWhileTraining": True, "targetReturn": 475}).spec()
-    custom = make_job("c").custom_trainer({"spec": {"containers": [{"name": "trainer", "command": ["python", "x.py"]}]}})
-    custom.with_spec(success={"evalEvery": 2})
-    assert targeted.idle_evaluation_warning is None and make_job("d").minimal().spec().idle_evaluation_warning is None
-    assert custom.spec().idle_evaluation_warning is None  # a custom trainer reads spec.success as it likes
+    untargeted = make_job("untargeted").minimal().with_spec(success={"evalWhileTraining": True, "evalEvery": 2})
+    (tmp_path / "untargeted.yaml").write_text(yaml.safe_dump(untargeted.obj()))
+    assert cli.main(["validate", str(tmp_path / "untargeted.yaml")]) == 0
+    said = capsys.readouterr()
+    assert said.err == "" and "evaluating while training" in said.out and "stop at eval return" not in said.out, said
 
 
 def test_a_block_a_set_brought_in_is_said_to_come_from_that_flag(tmp_path):

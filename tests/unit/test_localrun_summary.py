@@ -169,3 +169,8 @@ def test_a_run_below_its_target_names_its_best_evaluation_beside_the_last_weight
     line = summary(job, paths, {"phase": "Succeeded"}, 0, 9.0)
     assert (f"; model {tmp_path / 'final-model.pt'} (the last weights); best evaluation {tmp_path / 'best-model.pt'}"
             f" (eval 464.0 at 700 timesteps; kuberl eval {run_dir} --best plays it);") in line, line
+    untargeted = Job("j", validate_job(make_job("j").env("CartPole-v1").with_spec(totalTimesteps=1000).obj()))
+    line = summary(untargeted, paths, {"phase": "Succeeded"}, 0, 9.0)  # evaluated without a target: named the same
+    assert "eval return 81.0; model" in line and "best evaluation" in line and "below success" not in line, line
+    met = Job("j", validate_job(make_job("j").env("CartPole-v1").with_spec(totalTimesteps=1000, success={"targetReturn": 80}).obj()))
+    assert "best evaluation" not in summary(met, paths, {"phase": "Succeeded"}, 0, 9.0)  # met: the model is what met it

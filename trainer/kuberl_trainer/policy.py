@@ -114,7 +114,7 @@ def find_model(path: str, best: bool = False) -> str:
         found = sorted(glob.glob(os.path.join(glob.escape(path), "checkpoints", "*", names.BEST_MODEL)), key=_modified)
         if not found:
             raise UnusableModel(f"--best: {path} has no {names.BEST_MODEL}: the run has not evaluated yet (evaluations run every"
-                                " success.evalEvery updates when success.targetReturn is set)")
+                                " success.evalEvery updates)")
         return found[-1]
     if not os.path.isdir(path):
         if not os.path.exists(path):

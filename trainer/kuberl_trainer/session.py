@@ -71,6 +71,17 @@ def evaluation_share_note(eval_seconds: float, wall_seconds: float, evaluations:
             " beside training) trains faster")
 
 
+def evaluation_due(updates: int, eval_every: int) -> bool:
+    """Whether rank 0 evaluates after update `updates`: every success.evalEvery updates, with or without a
+    targetReturn (an untargeted run logs, exports and keeps the best of its evaluations as a targeted one does)."""
+    return updates % eval_every == 0
+
+
+def meets_target(eval_return: float, target: float | None) -> bool:
+    """Whether an evaluation stops the run: only a success.targetReturn that is set, and reached."""
+    return target is not None and eval_return >= target
+
+
 # A stop vote, or what reads it when the update's all-reduce is made (Session.stop_requested): a stop asked for while
 # the rollout was collected then ends this update, where a vote read as the update began waited for the next one, a
 # whole rollout more (on a 2-core laptop running the Pong example, longer than the grace period: killed unsaved).
@@ -391,10 +402,10 @@ class TrainingSession:
         if self.metrics is not None:
             self._record(report)
         success = self.spec.success
-        if self.ctx.is_main and success.target_return is not None:
+        if self.ctx.is_main:
             if self.evaluation_in_flight is not None and self.evaluation_in_flight[0].done():
                 self.evaluation_finished()
-            if counters.updates % success.eval_every == 0:
+            if evaluation_due(counters.updates, success.eval_every):
                 if self.evaluator is None:
                     if self.evaluate(algorithm):
                         self.curve_point(counters.global_step, evaluation=True)
@@ -472,7 +483,7 @@ class TrainingSession:
         """Record `algorithm`'s evaluation (on the main thread): the return, the success vote
         and which weights met the target, the metrics."""
         self.eval_return = eval_return
-        self.target_met = eval_return >= self.spec.success.target_return
+        self.target_met = meets_target(eval_return, self.spec.success.target_return)
         self.model_that_met = algorithm if self.target_met else None
         # the timesteps of the weights that met it: the vote's update collects one more rollout it does not learn from
         self.met_at = algorithm.counters.global_step if self.target_met else None

@@ -147,7 +147,7 @@ class EnvSpec(Model):
 class SuccessSpec(Model):
     target_return: float | None = Field(None, description="Stop when the evaluation mean return reaches this; unset means train for totalTimesteps.")
     eval_episodes: int = Field(10, ge=1, le=10000, description="Episodes per evaluation (rank 0).")
-    eval_every: int = Field(10, ge=1, le=1_000_000, description="Policy updates between evaluations.")
+    eval_every: int = Field(10, ge=1, le=1_000_000, description="Policy updates between rank 0's evaluations, which run with or without targetReturn: each return is logged, exported as kuberl_trainer_eval_return and written to progress.jsonl, and the best one's weights to best-model.pt.")
     eval_while_training: bool = Field(False, description="Rank 0 evaluates a copy of the weights on a thread of its own while every rank trains on, instead of all ranks waiting for it (as RLlib's evaluation_parallel_to_training). An evaluation due while one runs is skipped; when a copy meets targetReturn, that copy is the final model. Not with spec.deterministic.")
 
 
@@ -263,18 +263,6 @@ class JobSpec(Model):
     @property
     def world_size(self) -> int:
         return self.workers * self.procs
-
-    @property
-    def idle_evaluation_warning(self) -> str | None:
-        """spec.success fields set that kuberl's trainer never acts on: rank 0 evaluates only to decide the
-        early stop, so without targetReturn no evaluation runs (a custom trainer reads them as it likes)."""
-        if self.trainer != "kuberl" or self.success.target_return is not None:
-            return None
-        fields = SuccessSpec.model_fields
-        idle = [f"spec.success.{fields[name].alias}" for name in fields
-                if name in self.success.model_fields_set and name != "target_return"]  # `targetReturn: null` is no field to drop
-        return (f"{', '.join(idle)}: no evaluation runs without spec.success.targetReturn (rank 0 evaluates only to"
-                " decide the early stop); set targetReturn, or leave these out") if idle else None
 
     @property
     def hyperparameters(self) -> PPOConfig | DQNConfig | SACConfig | None:

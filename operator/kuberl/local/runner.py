@@ -1024,10 +1024,11 @@ def summary(job: Job, cluster_paths: dict, status: dict, code: int, wall: float)
         if cluster_paths["model"] is None:  # a custom trainer: its workers' exit codes are all kuberl knows
             return f"{job.name} succeeded: every worker exited 0 after {wall:.0f}s; restarts {status.get('restarts', 0)}"
         target = job.spec.success.target_return
-        best = ""
-        if target is not None and (evaluated is None or evaluated < target):  # "succeeded" means the budget was spent
+        below = target is not None and (evaluated is None or evaluated < target)  # "succeeded": the budget was spent
+        if below:
             final_text += f" (below success.targetReturn {target:g}: totalTimesteps ran out first)"
-            best = best_note(cluster_paths["model"], cluster_paths.get("checkpoints"))  # met: the model is the best's weights
+        # met: the model is the best's weights; no target: the budget's last weights, beside the best evaluated ones
+        best = best_note(cluster_paths["model"], cluster_paths.get("checkpoints")) if below or target is None else ""
         return (f"{job.name} succeeded: {timesteps:,} timesteps in {wall:.0f}s, {final_text}; "
                 f"model {shown(cluster_paths['model'])}{best}; {where}; restarts {status.get('restarts', 0)}")
     failed = next((c for c in status.get("conditions", []) if c["type"] == lifecycle.CONDITION_FAILED and c["status"] == "True"), None)
@@ -1383,8 +1384,6 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
         say(f"not run here (only the trainer container's command runs): {', '.join(skipped)}")
     for warning in podschema.unknown_fields(spec.template):
         say(f"warning: {warning}")
-    if idle := spec.idle_evaluation_warning:
-        say(f"warning: {idle}")
     written = template_fields(rendered, spec.template)  # the template's command[1], not a bare one of no container
     baked = [f"{written(f'spec.containers[{names.TRAINER_CONTAINER}].{field}') or field} {path!r}" for field, path in image_scripts(pod)]
     absent_scripts = [path for _, path in image_scripts(pod)]
