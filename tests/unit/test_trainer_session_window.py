@@ -21,8 +21,8 @@ from tests.support.jobs import make_job
 @pytest.fixture
 def training(tmp_path, monkeypatch) -> session.TrainingSession:
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
-    spec = make_job().algorithm("dqn").with_spec(totalTimesteps=10**6, workers=1, seed=1,
-                                                 checkpoint={"everyUpdates": 10**6}).spec()
+    spec = make_job().algorithm("dqn").with_spec(totalTimesteps=10**6, workers=1, seed=1, checkpoint={"everyUpdates": 10**6},
+                                                 success={"evalEvery": 10**6}).spec()  # no algorithm here to evaluate
     config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
     return session.TrainingSession(config, Dist(0, 1, 0, 1, torch.device("cpu"), None), None, 0,
                                    threading.Event(), log=lambda _line: None)
