@@ -1,7 +1,8 @@
 """The CUDA/NCCL paths, on a machine with a GPU: device from LOCAL_RANK with
 set_device first, collectives on CUDA tensors through a real NCCL group,
-pinned host buffers and non-blocking copies, bf16 autocast, and PPO and DQN
-on Pong from pixels at world size 1 (NCCL refuses two ranks on one GPU).
+pinned host buffers and non-blocking copies, bf16 autocast, PPO and DQN
+on Pong from pixels and SAC on Pendulum at world size 1 (NCCL refuses two
+ranks on one GPU).
 Without a GPU every test here is skipped, and says why."""
 
 import contextlib
@@ -13,12 +14,13 @@ import pytest
 import torch
 import torch.distributed as dist
 from kuberl.core import metricnames
-from kuberl.core.spec import DQNConfig, PPOConfig
+from kuberl.core.spec import DQNConfig, PPOConfig, SACConfig
 from kuberl_trainer import device, distributed, learners, networks
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.metrics import TrainerMetrics
 from kuberl_trainer.ppo import Agent, PPOTrainer
+from kuberl_trainer.sac import SACTrainer
 from kuberl_trainer.session import BareSession
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -211,6 +213,26 @@ def test_dqn_learns_pong_from_pixels_on_one_gpu(precision):
     graphed = isinstance(trainer.learner, learners.GraphedQLearner)
     assert graphed is (precision == "fp32")  # 48 gradient steps: captured after StepGraph.WARM_UPS
     assert not graphed or (trainer.learner.backward.cuda_graph is not None and trainer.learner.optimizer_step.graph.cuda_graph is not None)
+
+
+def test_sac_learns_pendulum_on_one_gpu():
+    """SAC's reference learner (no precision, no graphs): the actor acting from learningStarts on, through
+    one host read a vector step, the critics, their soft targets and alpha, all on the GPU."""
+    ctx = Dist(0, 1, 0, 1, GPU, None)
+    hp = SACConfig(buffer_size=1000, batch_size=32, learning_starts=64, train_frequency=4, hidden_sizes=[64, 64])
+    trainer = SACTrainer(ctx, hp, "Pendulum-v1", 4, {}, total_timesteps=256, seed=1, restart=0)
+    session = BareSession()
+    assert trainer.train(session) == "budget"
+    for module in (trainer.agent, trainer.critics, trainer.target, trainer.temperature):
+        assert all(t.device == GPU for t in [*module.parameters(), *module.buffers()]), module
+    learned = [r.losses for r in session.reports if r.losses]
+    assert learned and all(np.isfinite(v) for losses in learned for v in losses.values())
+    assert {"value_loss", "q_value", "entropy_coefficient", "policy_loss", "entropy"} == set(learned[-1])
+    held = trainer.replay.actions[: trainer.replay.added]  # the actor's, read back from the GPU, inside the box
+    assert (np.abs(held) <= 2.0).all() and np.unique(held).size == held.size
+    assert np.isfinite(trainer.evaluate("Pendulum-v1", 2, {}, 3))  # the mean action, on the GPU
+    final = device.on_host(trainer.final_model())  # as write_final_model saves it: loadable without a GPU
+    assert {t.device.type for t in final["agent"].values()} == {"cpu"}
 
 
 def test_dqns_gradient_steps_replayed_from_cuda_graphs_learn_what_the_same_steps_learn_eagerly(monkeypatch):

@@ -404,10 +404,11 @@ def test_learn_while_collecting_acts_with_a_copy_on_the_learners_device():
 # --- SAC: its networks, soft targets and both steps' losses on fake CUDA ---------------------------------
 
 
-def sac_learning_on_fake_cuda(fake, monkeypatch) -> tuple[list, dict]:
+def sac_learning_on_fake_cuda(fake, monkeypatch) -> tuple[list, dict, list]:
     """SACTrainer.learn on fake CUDA: batches drawn from the (host) replay buffer, the target critics and
     the actor's next actions, both steps' losses (recorded, not run, as the DQN test's backward), the soft
-    target update and the sums of the statistics. The devices each step's loss was on, and the losses."""
+    target update and the sums of the statistics. The devices each step's loss was on, the losses, and
+    the devices of the target critics' weights after each soft update."""
     hp = SACConfig(buffer_size=256, learning_starts=16, batch_size=8, train_frequency=8, gradient_steps=4,
                    policy_frequency=2, hidden_sizes=[16])
     ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is
@@ -417,6 +418,9 @@ def sac_learning_on_fake_cuda(fake, monkeypatch) -> tuple[list, dict]:
     trainer.ctx = dataclasses.replace(ctx, device=CUDA)
     steps = []
     monkeypatch.setattr(trainer.learner, "_step", lambda _step, loss: steps.append(loss.device))
+    targets, soft_update = [], networks.soft_update
+    monkeypatch.setattr(networks, "soft_update", lambda target, online, tau: (
+        soft_update(target, online, tau), targets.append({p.device for p in target.parameters()})))
     for module in (trainer.agent, trainer.critics, trainer.target, trainer.temperature):
         on_fake_cuda(fake, module).requires_grad_(False)  # recording autograd on fake CUDA aborts too
     monkeypatch.setattr(trainer, "to_tensors", lambda batch: tuple(
@@ -424,14 +428,47 @@ def sac_learning_on_fake_cuda(fake, monkeypatch) -> tuple[list, dict]:
     with fake:
         losses, _ = trainer.learn()
     trainer.envs.close()
-    return steps, losses
+    return steps, losses, targets
 
 
 def test_sac_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch):
-    steps, losses = sac_learning_on_fake_cuda(fake, monkeypatch)
+    steps, losses, targets = sac_learning_on_fake_cuda(fake, monkeypatch)
     assert steps == [CUDA] * 8  # 4 critic steps, and 2 actor steps after the 2nd and the 4th
-    assert {name: loss.device for name, loss in losses.items()} == dict.fromkeys(
-        ("value_loss", "q_value", "entropy_coefficient", "policy_loss", "entropy"), CUDA)
+    assert targets == [{CUDA}] * 4  # targetNetworkFrequency 1: a soft update after each critic step
+    assert {name: loss.device for name, loss in losses.items()} == dict.fromkeys(("value_loss", "q_value", "entropy_coefficient", "policy_loss", "entropy"), CUDA)
+
+
+def sac_acting_on_fake_cuda(fake, monkeypatch) -> list:
+    """SACTrainer.collect past learningStarts (the actor's sampled actions, one host read a vector step) and
+    greedy (evaluation's mean action) on fake CUDA: the host reads they made, (device, shape) each."""
+    hp = SACConfig(buffer_size=256, learning_starts=16, batch_size=8, train_frequency=8, hidden_sizes=[16])
+    ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is
+    trainer = sac.SACTrainer(ctx, hp, "Pendulum-v1", 4, {}, 10_000, 7, 0)
+    trainer.counters.global_step = hp.learning_starts  # the actor acts from here, no longer uniform noise
+    trainer.ctx = dataclasses.replace(ctx, device=CUDA)
+    on_fake_cuda(fake, trainer.agent)
+    reads = []
+    monkeypatch.setattr(sac, "to_device", lambda array, device: fake_cuda(fake, array))
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda tensor: HostRead(reads, tensor))
+    try:
+        with fake:
+            assert trainer.collect() == 8  # 2 vector steps of 4 envs
+            trainer.greedy(np.zeros((3, 3), np.float32))
+    finally:
+        trainer.envs.close()
+    return reads
+
+
+def test_sac_acts_and_evaluates_on_cuda_reading_each_batch_of_actions_once(fake, monkeypatch):
+    assert sac_acting_on_fake_cuda(fake, monkeypatch) == [(CUDA, (4, 1))] * 2 + [(CUDA, (3, 1))]
+
+
+def test_a_host_tensor_in_sacs_squashed_actions_fails_on_fake_cuda(fake, monkeypatch):
+    """The harness can fail: a host vector in the squash that acting and evaluation share raises, as a GPU would."""
+    real = sac.squash
+    monkeypatch.setattr(sac, "squash", lambda pre_tanh, *rest: real(pre_tanh + host_vector(pre_tanh.shape[-1]), *rest))
+    with pytest.raises(Exception, match=MIXED_DEVICES):
+        sac_acting_on_fake_cuda(fake, monkeypatch)
 
 
 def test_a_host_tensor_in_sacs_soft_target_fails_on_fake_cuda(fake, monkeypatch):
