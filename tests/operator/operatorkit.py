@@ -173,7 +173,7 @@ def events(rest: Rest, name: str) -> list[dict]:
     return [e for e in items if e['involvedObject'].get('name') == name]
 
 
-def wait_for(predicate, timeout: float = 20.0, what: str = 'the condition', interval: float = 0.1, explain=None):
+def wait_for(predicate, timeout: float = 60.0, what: str = 'the condition', interval: float = 0.1, explain=None):
     """Poll until `predicate()` is truthy and return its value; on timeout, fail with `what` and `explain()`."""
     deadline = time.monotonic() + timeout
     while True:
@@ -185,7 +185,7 @@ def wait_for(predicate, timeout: float = 20.0, what: str = 'the condition', inte
         time.sleep(interval)
 
 
-def wait_phase(rest: Rest, name: str, phase: str, timeout: float = 20.0) -> dict:
+def wait_phase(rest: Rest, name: str, phase: str, timeout: float = 60.0) -> dict:
     return wait_for(lambda: status(rest, name).get('phase') == phase and status(rest, name), timeout, f'{name} to be {phase}')
 
 

@@ -74,7 +74,7 @@ def test_a_quota_refusal_keeps_the_job_pending_quoting_the_server_then_it_runs_w
                      what='the quota condition')
     assert ready['status'] == 'False' and 'is forbidden: exceeded quota: compute-resources' in ready['message']
     assert status(rest, 'squeezed')['phase'] == 'Pending'
-    wait_for(lambda: refuse.refused >= 3, timeout=15, what='retries with backoff')
+    wait_for(lambda: refuse.refused >= 3, what='retries with backoff')
     [warning] = warnings(rest, 'squeezed', 'QuotaExceeded')
     assert 'exceeded quota: compute-resources, requested: pods=1, used: pods=4, limited: pods=4' in warning['message']
     assert status(rest, 'squeezed')['phase'] == 'Pending', 'never failed while startupTimeoutSeconds lasts'
@@ -217,7 +217,7 @@ def test_rbac_refusing_kopfs_finalizer_patch_is_one_line_not_a_traceback_and_the
     wait_for(lambda: pods(standin, 'unfinalized') and status(rest, 'unfinalized').get('phase'), what='the job reconciled')
     wait_for(lambda: sum(n for call, n in standin.calls.items()
                          if (call.verb, call.resource, call.subresource) == ('patch', 'rltrainingjobs', '')) >= 8,
-             timeout=20, what="two rounds of kopf's four attempts")
+             what="two rounds of kopf's four attempts")
     log = operator.log()
     said = [line for line in log.splitlines() if 'RBAC forbids the operator to patch' in line]
     assert len(said) == 1, log[-4000:]

@@ -269,6 +269,6 @@ def test_a_job_recreated_while_its_predecessor_s_loop_ends_still_hears_its_pods(
             metrics.released.set()  # the old loop's scrape answers; the old loop ends
             time.sleep(1.0)
             start_gang(standin, 'twice', 1, ip='127.0.0.1')
-            wait_phase(rest, 'twice', 'Running', timeout=10)
+            wait_phase(rest, 'twice', 'Running')
     finally:
         op.stop()

@@ -313,7 +313,7 @@ def test_a_rank_0_never_read_is_said_once_its_gang_ran_a_stall_timeout(standin, 
     create_job(rest, 'unread', workers=1, metrics={'port': closed}, runPolicy={'stallTimeoutSeconds': 2})
     start_gang(standin, 'unread', 1, ip='127.0.0.1')
     wait_phase(rest, 'unread', 'Running')
-    said = wait_for(lambda: [e for e in events(rest, 'unread') if e['reason'] == 'MetricsUnread'], timeout=15,
+    said = wait_for(lambda: [e for e in events(rest, 'unread') if e['reason'] == 'MetricsUnread'],
                     what='the unread rank 0 to be said')
     assert len(said) == 1 and said[0]['type'] == 'Warning', said
     message = said[0]['message']
@@ -333,7 +333,7 @@ def test_a_rank_0_page_that_fails_to_parse_with_control_characters_reaches_the_o
     with page:
         create_job(rest, 'rude', workers=1, metrics={'port': page.port}, runPolicy={'stallTimeoutSeconds': 2})
         start_gang(standin, 'rude', 1, ip='127.0.0.1')
-        said = wait_for(lambda: [e for e in events(rest, 'rude') if e['reason'] == 'MetricsUnread'], timeout=15,
+        said = wait_for(lambda: [e for e in events(rest, 'rude') if e['reason'] == 'MetricsUnread'],
                         what='the unread rank 0 to be said')
     assert 'Invalid labels: \\x1b[2J\\x07\\r\\u202e=' in said[0]['message'], said
     logged = [line for line in scraping_operator.log().splitlines() if "rank 0's metrics" in line]

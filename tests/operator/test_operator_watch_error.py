@@ -60,7 +60,7 @@ def test_a_watch_the_api_server_ends_is_listed_again_and_the_operator_goes_on(st
         create_job(rest, 'before', workers=1)
         wait_for(lambda: pods(standin, 'before'), what='pods of a job created before the watches end')
         pending = interrupt(standin.handler)
-        wait_for(lambda: not any(pending.values()), timeout=15, what='both watches to be ended')
+        wait_for(lambda: not any(pending.values()), what='both watches to be ended')
         time.sleep(2)
         assert op.process.poll() is None, op.log()[-3000:]
         create_job(rest, 'after', workers=1)
@@ -70,7 +70,7 @@ def test_a_watch_the_api_server_ends_is_listed_again_and_the_operator_goes_on(st
         # one line per restart of the watches (both may end the same run), naming the Status, never a traceback.
         # Said once kopf's run has returned: a daemon that run started as it stopped (the new job's, which may
         # make its pods) keeps kopf waiting up to 5 s for it, so the pods can come before the line.
-        wait_for(lambda: said(op.log()), timeout=15, what='the line saying the watches ended', explain=lambda: op.log()[-4000:])
+        wait_for(lambda: said(op.log()), what='the line saying the watches ended', explain=lambda: op.log()[-4000:])
         log = op.log()
         assert 'Traceback' not in log and 'has failed' not in log, log[-4000:]
     finally:

@@ -25,7 +25,7 @@ def configmap(name: str, owner: dict | None = None, **extra) -> dict:
     return {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': metadata, 'data': {'a': '1'}, **extra}
 
 
-def wait_for(predicate, timeout: float = 3.0):
+def wait_for(predicate, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

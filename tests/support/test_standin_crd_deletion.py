@@ -42,7 +42,7 @@ def test_a_deleted_crd_is_terminating_until_its_instances_finalizers_let_them_go
     assert (condition['status'], condition['reason']) == ('True', 'InstanceDeletionPending')
 
     # crd_finalizer.go: InstanceDeletionInProgress, then DeleteCollection: 'free' goes, 'held' waits for its finalizer
-    wait_for(lambda: rest.get(f'{WIDGETS}/free').status == 404, timeout=5)
+    wait_for(lambda: rest.get(f'{WIDGETS}/free').status == 404)
     held = rest.get(f'{WIDGETS}/held')
     assert held.status == 200 and held.body['metadata']['deletionTimestamp'], held.body
     assert terminating(rest)['reason'] == 'InstanceDeletionInProgress'
@@ -59,7 +59,7 @@ def test_a_deleted_crd_is_terminating_until_its_instances_finalizers_let_them_go
     assert rest.patch(f'{WIDGETS}/held', {'metadata': {'finalizers': None}}).status == 200
     assert rest.get(f'{WIDGETS}/held').status == 404
     # the finalizer polls every 5 s (deleteInstances' wait.PollImmediate(5*time.Second, ...))
-    wait_for(lambda: terminating(rest) is None, timeout=10)
+    wait_for(lambda: terminating(rest) is None)
     assert rest.get(WIDGETS).status == 404
 
 
@@ -71,7 +71,7 @@ def test_instances_still_held_past_the_minute_are_said_and_the_cleanup_starts_ag
     crds = standin.store.type_of('apiextensions.k8s.io', 'v1', 'customresourcedefinitions')
     standin.store.subscribe(crds, str(standin.store.revision), lambda event: updates.append(event.obj), lambda *_: None)
     rest.delete(CRD_PATH)
-    wait_for(lambda: len(updates) >= 4, timeout=5)
+    wait_for(lambda: len(updates) >= 4)
     conditions = [next(c for c in update['status']['conditions'] if c['type'] == 'Terminating') for update in updates]
     reasons = [c['reason'] for c in conditions]
     # past the poll's bound InstanceDeletionCheck (deleteInstances), then the sync again after the rate limit
@@ -81,14 +81,14 @@ def test_instances_still_held_past_the_minute_are_said_and_the_cleanup_starts_ag
     assert conditions[2]['message'] == 'could not confirm zero CustomResources remaining: timed out waiting for the condition'
     assert rest.get(f'{WIDGETS}/held').status == 200
     rest.patch(f'{WIDGETS}/held', {'metadata': {'finalizers': None}})
-    wait_for(lambda: terminating(rest) is None, timeout=5)
+    wait_for(lambda: terminating(rest) is None)
 
 
 def test_a_crd_with_a_finalizer_of_its_own_stays_after_its_cleanup_and_takes_creates_again(standin, rest):
     standin.apply_crd({**WIDGET_CRD, 'metadata': {**WIDGET_CRD['metadata'], 'finalizers': [HOLD]}})
     rest.delete(CRD_PATH)
     # the sync's last status update: Terminating False InstanceDeletionCompleted, its own finalizer off, another's kept
-    done = wait_for(lambda: terminating(rest)['status'] == 'False' and terminating(rest), timeout=5)
+    done = wait_for(lambda: terminating(rest)['status'] == 'False' and terminating(rest))
     assert (done['reason'], done['message']) == ('InstanceDeletionCompleted', 'removed all instances')
     assert rest.get(CRD_PATH).body['metadata']['finalizers'] == [HOLD]
     assert rest.post(WIDGETS, widget('after')).status == 201  # the handler refuses only while Terminating is True
@@ -101,14 +101,16 @@ def test_the_crd_gone_ends_the_open_watches_of_its_resource_and_a_new_one_is_404
     watching = threading.Thread(target=lambda: events.extend(rest.watch(f'{WIDGETS}?watch=true&timeoutSeconds=60', 60)),
                                 daemon=True)
     watching.start()
-    wait_for(lambda: events or standin.store.watchers, timeout=5)
+    wait_for(lambda: events or standin.store.watchers)
     asked = time.monotonic()
     rest.delete(CRD_PATH)
-    wait_for(lambda: terminating(rest) is None, timeout=5)
+    wait_for(lambda: terminating(rest) is None)
     # tearDown destroys the storage a second after (customresource_handler.go), not at the watch's timeoutSeconds
-    watching.join(10)
+    watching.join(30)
     assert not watching.is_alive(), 'the watch of a removed CRD stayed open'
-    assert time.monotonic() - asked < 10
+    took = time.monotonic() - asked
+    print(f'watch closed {took:.2f}s after the CRD delete')
+    assert took < 30  # half the watch's timeoutSeconds
     assert [e['type'] for e in events] == ['ADDED', 'DELETED']  # by the cleanup, before the CRD went
     gone = rest.get(f'{WIDGETS}?watch=true&timeoutSeconds=5')
     assert gone.status == 404 and gone.body['reason'] == 'NotFound'
@@ -124,11 +126,11 @@ def test_a_cleanup_finalizer_taken_off_by_hand_leaves_the_instances_stored_and_s
     rest.post(WIDGETS, widget('held', [HOLD]))
     rest.post(team, widget('held', [HOLD]))
     rest.delete(CRD_PATH)
-    wait_for(lambda: rest.get(f'{WIDGETS}/held').body['metadata'].get('deletionTimestamp'), timeout=5)
+    wait_for(lambda: rest.get(f'{WIDGETS}/held').body['metadata'].get('deletionTimestamp'))
     assert rest.patch(CRD_PATH, {'metadata': {'finalizers': None}}).status == 200
     assert rest.get(CRD_PATH).status == 404 and rest.get(f'{WIDGETS}/held').status == 404
     rest.delete('/api/v1/namespaces/team')
-    wait_for(lambda: rest.get('/api/v1/namespaces/team').status == 404, timeout=5)
+    wait_for(lambda: rest.get('/api/v1/namespaces/team').status == 404)
     standin.apply_crd(WIDGET_CRD)
     for path in (WIDGETS, team):
         held = rest.get(f'{path}/held')
