@@ -68,6 +68,9 @@ def test_one_namespace_refused_leaves_the_others_served_and_is_taken_back_once_g
 
         assert 'rltj="served"' in op.metrics()
         refuse(standin, 'team-a')  # a RoleBinding deleted while the operator runs
+        # a pod event before kopf's watch there meets the 403: the job's loop lists its pods and is refused (a
+        # traceback in the log once, when a loaded machine's loop relisted in that window; now at every run)
+        assert rest.patch('/api/v1/namespaces/team-a/pods/served-0', {'metadata': {'annotations': {'poked': '1'}}}).status == 200
         wait_for(lambda: refused_gauge(op, 'team-a') == 1, timeout=40, what='the revoked namespace to be reported')
         assert 'rltj="served"' not in op.metrics()  # its phase is not known any more
         create_in(rest, 'team-b', 'after')

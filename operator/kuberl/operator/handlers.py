@@ -501,12 +501,14 @@ async def run_job(name: str, namespace: str, body: kopf.Body, memo: kopf.Memo, s
                 async with shell.reconcile_slots:
                     with shell.metrics.reconcile_duration.time():
                         seconds = await job.reconcile()
-            except (kubeapi.ServerError, kubeapi.TooManyRequests) as error:
-                # Answered, after KubeApi's retries (each logged, the failure counted): the server's words are the
-                # line kopf logs, where a traceback would add nothing (etcd timing out a status write, a 503)
+            except (kubeapi.ServerError, kubeapi.TooManyRequests, kubeapi.Forbidden) as error:
+                # Answered, after KubeApi's retries (each logged, the failure counted), or at once for a 403 on a read
+                # (the namespace's RoleBinding deleted: kopf's watch there meets it too and the operator says the
+                # namespace once, RefusedNamespaces): the server's words are the line kopf logs, where a traceback
+                # would add nothing (etcd timing out a status write, a 503, the job's pods no longer listable)
                 said = f"the API server answered {error.status} {error.reason}".rstrip()
-                message = (f"{said}: {error} (after {len(kubeapi.API_BACKOFFS)} retries); the job is reconciled"
-                           f" again in {RECONCILE_BACKOFF_SECONDS:g} s")
+                retried = "" if isinstance(error, kubeapi.Forbidden) else f" (after {len(kubeapi.API_BACKOFFS)} retries)"
+                message = f"{said}: {error}{retried}; the job is reconciled again in {RECONCILE_BACKOFF_SECONDS:g} s"
                 _failure_said(shell, body, message)
                 raise kopf.TemporaryError(message, delay=RECONCILE_BACKOFF_SECONDS) from None
             except Exception as error:  # kopf logs each (never as an Event: posting.loggers is off since kopf 1.44) and retries
