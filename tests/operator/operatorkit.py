@@ -5,6 +5,7 @@ import copy
 import http.server
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import urllib.error
 import urllib.request
 from typing import Self
 
-from kuberl.core import contract, names
+from kuberl.core import contract, metricnames, names
 
 from tests.support.apiserver import StandinServer
 from tests.support.jobs import make_job
@@ -187,6 +188,19 @@ def wait_for(predicate, timeout: float = 60.0, what: str = 'the condition', inte
 
 def wait_phase(rest: Rest, name: str, phase: str, timeout: float = 60.0) -> dict:
     return wait_for(lambda: status(rest, name).get('phase') == phase and status(rest, name), timeout, f'{name} to be {phase}')
+
+
+def reconciles(op: Operator) -> int:
+    """Reconciles the operator's process has finished, of every job (its reconcile-duration histogram's count)."""
+    found = re.search(rf'^{metricnames.OPERATOR_RECONCILE_DURATION}_count (\S+)$', op.metrics(), re.MULTILINE)
+    return int(float(found[1])) if found else 0
+
+
+def wait_reconciles(op: Operator, count: int, what: str) -> None:
+    """Until `count` more reconciles have finished, all but the first begun after this call: the operator has looked
+    at what the test set up, where a fixed sleep passed on a loaded machine before it had."""
+    since = reconciles(op)
+    wait_for(lambda: reconciles(op) >= since + count, what=f'{count} more reconciles ({what})')
 
 
 # --- the kubelet's part -------------------------------------------------------

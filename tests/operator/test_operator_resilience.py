@@ -22,6 +22,7 @@ from tests.operator.operatorkit import (
     terminated,
     wait_for,
     wait_phase,
+    wait_reconciles,
 )
 from tests.support import admission
 from tests.support.admission import Refuse
@@ -40,7 +41,7 @@ def test_operator_killed_and_restarted_mid_job_keeps_the_gang_and_the_status(sta
         op.kill()
         op.extra = ('--trainer-image', 'registry.test/kuberl/trainer:upgraded')  # an upgrade with a new default
         op.start()
-        time.sleep(2.0)  # several reconciles of the new process
+        wait_reconciles(op, 3, 'of the new process')
         assert {p['metadata']['uid'] for p in pods(standin, 'durable')} == uids, 'no pod recreated, none duplicated'
         after = status(rest, 'durable')
         for key in ('phase', 'generation', 'restarts', 'restartHistory', 'startTime', 'gangRunningTime'):
@@ -67,7 +68,9 @@ def test_operator_killed_with_half_a_gang_created_completes_it_once_no_pod_twice
         standin.store.hooks.admission.remove(half)
         op.start()
         gang = wait_for(lambda: len(pods(standin, 'halfway')) == 2 and pods(standin, 'halfway'), what='rank 1 created')
-        time.sleep(1.5)  # several reconciles of the new process
+        # a reconcile of the new process that saw both (a sleep of 1.5 s here before: the job, Pending, is reconciled
+        # only when something changes, and a loaded machine could look before it was)
+        wait_for(lambda: (status(rest, 'halfway').get('workers') or {}).get('active') == 2, what='both pods seen')
         gang = pods(standin, 'halfway')
         assert [p['metadata']['labels'][names.LABEL_RANK] for p in gang] == ['0', '1'], 'one pod per rank'
         assert gang[0]['metadata']['uid'] == rank0['metadata']['uid'], 'rank 0 kept, not made again'
@@ -90,7 +93,7 @@ def test_operator_killed_between_recording_a_restart_and_deleting_the_old_gang_f
         gang = start_gang(standin, 'midway', 3)
         terminated(standin, gang[1], 1, 'Crashed: boom')
         wait_for(lambda: status(rest, 'midway').get('generation') == 1, what='generation 1 recorded')
-        time.sleep(1.0)  # its deletes refused, more than once
+        wait_for(lambda: pod_deletes(standin) >= 2, what='its deletes refused, more than once')
         assert sorted(p['metadata']['uid'] for p in pods(standin, 'midway')) == sorted(p['metadata']['uid'] for p in gang)
         recorded = status(rest, 'midway')
         assert recorded['restarts'] == 1 and len(recorded['restartHistory']) == 1, recorded
@@ -100,7 +103,8 @@ def test_operator_killed_between_recording_a_restart_and_deleting_the_old_gang_f
         wait_for(lambda: {p['metadata']['labels'][names.LABEL_RESTART] for p in pods(standin, 'midway')} == {'1'}
                  and len(pods(standin, 'midway')) == 3, timeout=30, what='the old gang gone and generation 1 created',
                  explain=lambda: [(p['metadata']['name'], p['metadata']['labels'][names.LABEL_RESTART]) for p in pods(standin, 'midway')])
-        time.sleep(1.5)  # several reconciles of the new process
+        # a reconcile of the new process that saw all three (the job is reconciled only when something changes now)
+        wait_for(lambda: (status(rest, 'midway').get('workers') or {}).get('active') == 3, what='generation 1 seen')
         new_gang = pods(standin, 'midway')
         assert sorted(p['metadata']['labels'][names.LABEL_RANK] for p in new_gang) == ['0', '1', '2'], 'one pod per rank'
         assert not {p['metadata']['uid'] for p in new_gang} & {p['metadata']['uid'] for p in gang}
@@ -111,6 +115,10 @@ def test_operator_killed_between_recording_a_restart_and_deleting_the_old_gang_f
         assert wait_phase(rest, 'midway', 'Succeeded')['restarts'] == 1
     finally:
         op.stop()
+
+
+def pod_deletes(standin) -> int:
+    return sum(n for c, n in standin.calls.items() if (c.verb, c.resource, c.agent) == ('delete', 'pods', 'kopf'))
 
 
 def test_deleting_a_job_removes_every_child_through_owner_references(standin, rest, operator):
@@ -148,9 +156,9 @@ def test_a_job_that_does_not_change_causes_zero_writes(standin, rest, operator):
             return standin.writes('kopf') == before
         wait_for(settled, what='the writes to settle')
         writes, reads = standin.writes('kopf'), _job_reads(standin)
-        time.sleep(6.0)
+        time.sleep(6.0)  # past kopf's 5 s daemon backoff, and as many reconcile loops as the machine's load lets run:
+        wait_for(lambda: _job_reads(standin) >= reads + 10, what='the reconcile loops to keep running')  # 10 at least
         assert standin.writes('kopf') == writes, 'a job that does not change must cause no write'
-        assert _job_reads(standin) >= reads + 10, 'the reconcile loops kept running meanwhile'
 
 
 def _job_reads(standin) -> int:

@@ -3,7 +3,6 @@ failurePolicy Fail it cannot call: the job said nothing (kopf retried every 5 s;
 own per-retry Events held the reason). Its Ready condition now says it, and the job waits, without a deadline
 (no fault of its own), and starts once the API server creates its pods. Status writes shed (429) and creates
 answered 503 are waited out the same way, each rank made once, and the operator keeps hearing its pods."""
-import time
 
 import kmock
 from kuberl.core import names
@@ -18,6 +17,7 @@ from tests.operator.operatorkit import (
     status,
     wait_for,
     wait_phase,
+    wait_reconciles,
 )
 from tests.support import admission
 from tests.support.admission import Refuse
@@ -61,7 +61,7 @@ def test_writes_the_api_server_sheds_or_fails_are_retried_the_gang_made_once_and
     assert 'kuberl_operator_api_errors_total{code="503",resource="pods",verb="create"}' in metrics, metrics
     gang = start_gang(standin, 'shed', 2)
     wait_phase(rest, 'shed', 'Running', timeout=30)  # the pods' watch still delivers
-    time.sleep(1.5)  # several reconciles more: nothing made twice
+    wait_reconciles(operator, 3, 'nothing made twice')
     assert sorted((p['metadata']['labels'][names.LABEL_RANK], p['metadata']['uid']) for p in pods(standin, 'shed')) == \
         sorted((p['metadata']['labels'][names.LABEL_RANK], p['metadata']['uid']) for p in gang)
     assert status(rest, 'shed').get('restarts', 0) == 0
