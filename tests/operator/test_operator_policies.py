@@ -59,7 +59,7 @@ def test_allowed_edits_do_not_restart_a_healthy_gang_and_immutable_ones_are_refu
 def test_active_deadline_fails_the_job_and_deletes_its_pods(standin, rest, operator):
     create_job(rest, 'hasty', workers=2, runPolicy={'activeDeadlineSeconds': 2})
     start_gang(standin, 'hasty', 2)
-    wait_phase(rest, 'hasty', 'Failed', timeout=15)
+    wait_phase(rest, 'hasty', 'Failed')
     assert condition(rest, 'hasty', 'Failed')['reason'] == 'DeadlineExceeded'
     wait_for(lambda: not pods(standin, 'hasty'), what='the pods to be deleted')
 
@@ -71,7 +71,7 @@ def test_ttl_deletes_a_finished_job_and_its_owned_pvc_but_a_retained_pvc_stays(s
         [pod] = start_gang(standin, name, 1)
         terminated(standin, pod, 0, 'Succeeded: done')
     for name in ('brief', 'keeper'):
-        wait_for(lambda name=name: job(rest, name) is None, timeout=15, what=f'{name} to be deleted by its TTL')
+        wait_for(lambda name=name: job(rest, name) is None, what=f'{name} to be deleted by its TTL')
     wait_for(lambda: standin.store.find('', 'persistentvolumeclaims', NS, 'brief-checkpoints') is None, what='the owned PVC to be collected')
     wait_for(lambda: standin.store.find('', 'configmaps', NS, 'keeper-config') is None, what='the children to be collected')
     assert standin.store.find('', 'persistentvolumeclaims', NS, 'keeper-checkpoints') is not None
@@ -93,7 +93,7 @@ def test_progress_comes_from_rank_0_and_a_stalled_counter_restarts_the_gang(stan
         checkpoint = wait_for(lambda: status(rest, 'stuckling').get('latestCheckpoint'), what='the latest checkpoint in status')
         assert checkpoint['timesteps'] == 300 and '/checkpoints/stuckling-' in checkpoint['path']
 
-        stalled = wait_for(lambda: status(rest, 'stuckling').get('restarts') == 1 and status(rest, 'stuckling'), timeout=15,
+        stalled = wait_for(lambda: status(rest, 'stuckling').get('restarts') == 1 and status(rest, 'stuckling'),
                            what='a stall restart')
         assert stalled['restartHistory'][-1]['reason'] == 'Stalled'
         assert 'at 300 timesteps' in stalled['restartHistory'][-1]['message']

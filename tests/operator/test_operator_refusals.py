@@ -97,7 +97,7 @@ def test_rbac_refusing_the_operator_a_child_is_said_on_the_job_which_waits_past_
                                        'kuberl-operator" cannot create resource "networkpolicies"'), ready
     assert "the operator's ServiceAccount lacks this permission" in ready['message']
     wait_for(lambda: warnings(rest, 'unpermitted', 'OperatorForbidden'), what='an OperatorForbidden warning')
-    wait_for(lambda: refuse.refused >= 4, timeout=20, what='retries past startupTimeoutSeconds')
+    wait_for(lambda: refuse.refused >= 4, what='retries past startupTimeoutSeconds')
     assert status(rest, 'unpermitted')['phase'] == 'Pending' and not pods(standin, 'unpermitted')
 
     standin.store.hooks.admission.remove(refuse)  # the RBAC is mended
@@ -109,7 +109,7 @@ def test_rbac_refusing_the_operator_a_child_is_said_on_the_job_which_waits_past_
 def test_a_quota_refusal_is_bounded_by_the_startup_timeout(standin, rest, operator):
     standin.store.hooks.admission.append(Refuse('pods', admission.quota_exceeded(), labels={names.LABEL_JOB: 'starved'}))
     create_job(rest, 'starved', workers=2, runPolicy={'startupTimeoutSeconds': 3})
-    wait_phase(rest, 'starved', 'Failed', timeout=20)
+    wait_phase(rest, 'starved', 'Failed')
     failed = condition(rest, 'starved', 'Failed')
     assert failed['reason'] == 'QuotaExceeded' and 'startupTimeoutSeconds=3' in failed['message'] and 'exceeded quota' in failed['message']
     assert not pods(standin, 'starved')

@@ -83,7 +83,7 @@ def test_a_gang_that_never_starts_is_retried_with_its_reason_without_spending_th
     create_job(rest, 'stuck', workers=2, runPolicy={'backoffLimit': 0, 'startupTimeoutSeconds': 2, 'maxStartupRetries': 3})
     blocked = wait_for(lambda: condition(rest, 'stuck', 'Ready').get('reason') == 'Unschedulable' and condition(rest, 'stuck', 'Ready'))
     assert 'node(s)' in blocked['message']
-    retried = wait_for(lambda: status(rest, 'stuck').get('startupRetries') == 1 and status(rest, 'stuck'), timeout=15)
+    retried = wait_for(lambda: status(rest, 'stuck').get('startupRetries') == 1 and status(rest, 'stuck'), what='a startup retry')
     assert retried['restarts'] == 0
     assert retried['restartHistory'][-1]['reason'] == 'Unschedulable'
 

@@ -95,7 +95,7 @@ def test_a_name_held_past_the_startup_timeout_fails_the_job_naming_the_object(st
     mine = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'held-config'}, 'data': {}}
     assert rest.post(CONFIGMAPS, mine).status == 201
     create_job(rest, 'held', workers=2, runPolicy={'startupTimeoutSeconds': 3})
-    wait_phase(rest, 'held', 'Failed', timeout=20)
+    wait_phase(rest, 'held', 'Failed')
     failed = condition(rest, 'held', 'Failed')
     assert failed['reason'] == 'NameInUse' and 'startupTimeoutSeconds=3' in failed['message'] and 'ConfigMap held-config' in failed['message']
     assert rest.get(f'{CONFIGMAPS}/held-config').status == 200
