@@ -24,7 +24,7 @@ def test_a_gang_is_created_whole_within_the_request_budget(standin, rest, tmp_pa
     op = Operator(standin, tmp_path, '--trainer-image', TRAINER_IMAGE, *budget).start()
     try:
         create_job(rest, 'paced', workers=6)
-        wait_for(lambda: len(pods(standin, 'paced')) == 6, timeout=30, what='the six pods')
+        wait_for(lambda: len(pods(standin, 'paced')) == 6, what='the six pods')
         # ConfigMap, PVC, NetworkPolicy, Service, six pods, status writes: at 5 a second after the first 2, over a second of waits
         assert (throttled(op) > 1.0) if paced else throttled(op) == 0
     finally:

@@ -25,6 +25,7 @@ from tests.operator.operatorkit import (
     status,
     wait_for,
     wait_phase,
+    wait_reconciles,
 )
 from tests.support.apiserver import StandinServer
 from tests.support.ports import free_port
@@ -320,7 +321,7 @@ def test_a_rank_0_never_read_is_said_once_its_gang_ran_a_stall_timeout(standin, 
     assert message.startswith("generation 0: rank 0's metrics (http://127.0.0.1:") and f':{closed}/metrics)' in message, message
     assert 'stallTimeoutSeconds=2' in message and 'ClientConnectorError' in message, message
     assert "rank 0's metrics" in scraping_operator.log() and status(rest, 'unread')['phase'] == 'Running'
-    time.sleep(1.5)  # three more scrapes, each failing: said once per generation
+    wait_reconciles(scraping_operator, 3, 'three more scrapes, each failing')  # said once per generation
     assert len([e for e in events(rest, 'unread') if e['reason'] == 'MetricsUnread']) == 1
 
 

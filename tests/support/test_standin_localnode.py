@@ -27,7 +27,7 @@ def node(local_node):
     return local_node
 
 
-def wait_status(rest, name: str, predicate, timeout: float = 10.0) -> dict:
+def wait_status(rest, name: str, predicate, timeout: float = 60.0) -> dict:
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -79,7 +79,7 @@ def test_graceful_deletion_sigterm_then_sigkill_then_gone(rest, node):
     rest.post(PODS, pod('stubborn', stubborn, grace=1))
     wait_status(rest, 'stubborn', lambda p: p['status'].get('phase') == 'Running')
     log = node.workdir / 'logs' / 'default_stubborn.log'
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while not (log.exists() and 'up' in log.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)  # SIGTERM is ignored only once the handler is installed
     pids = node.pids()
@@ -87,11 +87,13 @@ def test_graceful_deletion_sigterm_then_sigkill_then_gone(rest, node):
     started = time.monotonic()
     rest.delete(f'{PODS}/stubborn')
     assert rest.get(f'{PODS}/stubborn').body['metadata']['deletionTimestamp']
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while rest.get(f'{PODS}/stubborn').status != 404 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert rest.get(f'{PODS}/stubborn').status == 404
-    assert 0.9 <= time.monotonic() - started < 5  # held for the grace period, then killed
+    took = time.monotonic() - started
+    print(f'pod held {took:.2f}s for its 1 s grace period')
+    assert 0.9 <= took < 30  # held for the grace period, then killed (not left to its 60 s sleep)
     with pytest.raises(ProcessLookupError):
         os.kill(pids[0], 0)
 
@@ -105,7 +107,7 @@ def test_image_pull_failure_and_eviction_hooks(rest, node, standin):
     rest.post(PODS, pod('evictee', 'import time; time.sleep(60)', grace=2))
     wait_status(rest, 'evictee', lambda p: p['status'].get('phase') == 'Running')
     standin.store.evict('default', 'evictee')
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while rest.get(f'{PODS}/evictee').status != 404 and time.monotonic() < deadline:
         time.sleep(0.05)
     final = [e.obj for e in standin.store.history[('', 'pods')] if e.obj['metadata']['name'] == 'evictee'][-1]
