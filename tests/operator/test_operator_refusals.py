@@ -75,7 +75,7 @@ def test_a_quota_refusal_keeps_the_job_pending_quoting_the_server_then_it_runs_w
     assert ready['status'] == 'False' and 'is forbidden: exceeded quota: compute-resources' in ready['message']
     assert status(rest, 'squeezed')['phase'] == 'Pending'
     wait_for(lambda: refuse.refused >= 3, what='retries with backoff')
-    [warning] = warnings(rest, 'squeezed', 'QuotaExceeded')
+    [warning] = wait_for(lambda: warnings(rest, 'squeezed', 'QuotaExceeded'), what='the QuotaExceeded Event')  # posted after status
     assert 'exceeded quota: compute-resources, requested: pods=1, used: pods=4, limited: pods=4' in warning['message']
     assert status(rest, 'squeezed')['phase'] == 'Pending', 'never failed while startupTimeoutSeconds lasts'
 

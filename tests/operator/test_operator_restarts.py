@@ -38,8 +38,8 @@ def test_a_crash_restarts_the_whole_gang_with_the_reason_from_the_termination_me
     assert all(p['metadata']['labels'][names.LABEL_RESTART] == '1' for p in new_gang)
     wait_phase(rest, 'crashy', 'Running')
     assert standin.store.find('', 'services', NS, 'crashy') is not None, 'the next gang brings its Service back'
-    restart_events = [e for e in events(rest, 'crashy') if e['reason'] == 'GangRestart']
-    assert restart_events and 'NaN in the policy loss' in restart_events[0]['message']
+    restart_events = wait_for(lambda: [e for e in events(rest, 'crashy') if e['reason'] == 'GangRestart'], what='the GangRestart Event')
+    assert 'NaN in the policy loss' in restart_events[0]['message']
     assert 'kuberl_operator_gang_restarts_total{namespace="default",reason="Crashed",rltj="crashy"} 1.0' in operator.metrics()
 
 

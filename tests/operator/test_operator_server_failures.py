@@ -31,7 +31,9 @@ def test_a_webhook_the_api_server_cannot_call_is_said_on_the_job_which_starts_on
         ready = wait_for(lambda: condition(rest, 'gated', 'Ready').get('reason') == 'APIServerError'
                          and condition(rest, 'gated', 'Ready'), timeout=60, what='the APIServerError condition')
         assert 'failed calling webhook "policy.example.com"' in ready['message'] and '(500)' in ready['message'], ready
-        warned = [e for e in events(rest, 'gated') if e['reason'] == 'APIServerError' and e['type'] == 'Warning']
+        # its Event follows the status write that set the condition (status first, Events after)
+        warned = wait_for(lambda: [e for e in events(rest, 'gated') if e['reason'] == 'APIServerError' and e['type'] == 'Warning'],
+                          what='the APIServerError Event')
         assert warned and 'retried every 1s until the API server creates it' in warned[0]['message'], warned
         assert pods(standin, 'gated') == []
     finally:
