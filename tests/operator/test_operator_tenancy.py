@@ -132,7 +132,12 @@ def test_a_job_too_large_to_hold_its_status_says_so_in_an_event_creates_nothing_
     assert warning['type'] == 'Warning' and 'etcdserver: request is too large' in warning['message']
     start_gang(standin, 'neighbour', 2)
     wait_phase(rest, 'neighbour', 'Running')
-    time.sleep(1)
+
+    def settled() -> bool:  # the neighbour's writes too: counted with the refused job's below
+        before = status_writes(standin)
+        time.sleep(1.5)
+        return status_writes(standin) == before
+    wait_for(settled, what='the status writes to settle')
     before = status_writes(standin)
     for i in range(30):  # metadata edits (no new generation) are no reason to try the same write again
         assert rest.patch(f'{JOBS}/edge', {'metadata': {'labels': {'edit': str(i)}}}).status == 200

@@ -57,10 +57,10 @@ def test_kopf_operator_sees_a_create_over_real_http(standin, rest, tmp_path, mon
     monkeypatch.setenv('STANDIN_URL', standin.url)
     # A fresh registry: other tests import kuberl.operator.handlers, which registers into kopf's global one.
     registry = kopf.OperatorRegistry()
-    with KopfRunner(['run', '--standalone', '--namespace=default', str(module)], timeout=30, registry=registry) as runner:
+    with KopfRunner(['run', '--standalone', '--namespace=default', str(module)], timeout=60, registry=registry) as runner:
         time.sleep(1.0)
         assert rest.post(JOBS, JOB).status == 201
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60  # the job Running ends the wait; the assertions below say if it never came
         while time.monotonic() < deadline and rest.get(f'{JOBS}/smoke').body.get('status', {}).get('phase') != 'Running':
             time.sleep(0.1)
     assert runner.exit_code == 0, runner.output

@@ -69,10 +69,10 @@ def test_edit_through_apply_and_wait(kubectl, rest, tmp_path):
         time.sleep(0.5)
         rest.patch(f'{JOBS}/{name}/status', {'status': {'phase': 'Succeeded'}})
     threading.Thread(target=finish, daemon=True).start()
-    kubectl('wait', f'rltj/{name}', '--for=jsonpath={.status.phase}=Succeeded', '--timeout=10s')
+    kubectl('wait', f'rltj/{name}', '--for=jsonpath={.status.phase}=Succeeded', '--timeout=60s')
     deleter = threading.Thread(target=lambda: (time.sleep(0.5), rest.delete(f'{JOBS}/{name}')), daemon=True)
     deleter.start()
-    kubectl('wait', f'rltj/{name}', '--for=delete', '--timeout=10s')
+    kubectl('wait', f'rltj/{name}', '--for=delete', '--timeout=60s')
 
 
 def test_unknown_field_is_refused_not_dropped(kubectl, rest, tmp_path):
