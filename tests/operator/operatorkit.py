@@ -105,8 +105,9 @@ class Operator:
             return self.health_status(timeout=1) == 200
         return False
 
-    def health_status(self, timeout: float = 2) -> int:
-        """What its health endpoint answers: 200, or 500 while kopf's probes fail (silent watches, equal peering priorities)."""
+    def health_status(self, timeout: float = 30) -> int:
+        """What its health endpoint answers: 200, or 500 while kopf's probes fail (silent watches, equal peering priorities).
+        An answer slower than `timeout` raises, failing the test: 30 s, where a loaded machine's 2 s could."""
         try:
             with urllib.request.urlopen(f'http://127.0.0.1:{self.health_port}{self.health_path}', timeout=timeout) as reply:
                 return reply.status
@@ -114,7 +115,7 @@ class Operator:
             return e.code
 
     def metrics(self) -> str:
-        with urllib.request.urlopen(f'http://127.0.0.1:{self.metrics_port}/metrics', timeout=2) as reply:
+        with urllib.request.urlopen(f'http://127.0.0.1:{self.metrics_port}/metrics', timeout=30) as reply:  # a slow answer fails the test
             return reply.read().decode()
 
     def log(self) -> str:
