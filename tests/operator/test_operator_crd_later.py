@@ -70,7 +70,7 @@ def test_a_crd_deleted_while_the_operator_runs_is_one_line_and_served_again_once
         crd_gone = first('customresourcedefinitions', lambda kind, obj: kind == 'DELETED')
         assert None not in (terminating, job_gone, crd_gone) and terminating < job_gone < crd_gone, seen
         assert not seen[job_gone][2]['metadata'].get('finalizers')  # the operator let it go
-        assert not pods(standin, 'before')  # its gang collected with it
+        wait_for(lambda: not pods(standin, 'before'), what='its gang collected with it')  # by the collector, soon after
         said = [line for line in op.log().splitlines() if 'a watch was answered 404' in line]
         assert len(said) == 1 and 'its CRD deleted' in said[0], op.log()[-4000:]
         standin.apply_crd(CRD)
