@@ -686,7 +686,7 @@ class StandinServer:
         sys.setrecursionlimit(max(sys.getrecursionlimit(), MAX_JSON_NESTING + 2_000))
         self._thread = threading.Thread(target=self._run, name='kube-api-standin', daemon=True)
         self._thread.start()
-        self._ready.wait(10)
+        self._ready.wait(60)  # returns once it serves
         if self._error:
             raise self._error
         if self._workdir is None:

@@ -45,7 +45,7 @@ class FaultProxy:
     def __enter__(self) -> Self:
         self._thread = threading.Thread(target=self._run, name='fault-proxy', daemon=True)
         self._thread.start()
-        self._ready.wait(10)
+        self._ready.wait(60)  # returns once it listens
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -88,7 +88,7 @@ class FaultProxy:
             finally:
                 done.set()
         self._loop.call_soon_threadsafe(run)
-        done.wait(5)
+        done.wait(60)  # returns once the proxy's loop has run it: a partition is in force when partition() returns
 
     def _run(self) -> None:
         self._loop = asyncio.new_event_loop()
