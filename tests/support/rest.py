@@ -27,7 +27,7 @@ class Rest:
         request = urllib.request.Request(self.url + path, data=data, method=method,
                                          headers={'Content-Type': content_type, **self.auth, **(headers or {})})
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=60) as response:  # an answer ends it; only a hung one fails
                 return Reply(response.status, _decode(response.read()), dict(response.headers))
         except urllib.error.HTTPError as error:
             return Reply(error.code, _decode(error.read()), dict(error.headers))
