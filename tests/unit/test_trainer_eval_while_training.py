@@ -132,11 +132,13 @@ def test_progress_ends_where_training_did_after_the_evaluation_waited_for_at_the
     run.finish(trainer, "budget")
     with open(os.path.join(run.checkpoint_dir, "progress.jsonl")) as f:
         rows = [json.loads(line) for line in f]
-    evaluated, last = [row for row in rows if row.get("evaluation")][-1], rows[-1]  # last: the end's checkpoint
+    # the copy's row, then the final weights' own evaluation (the copy was of earlier ones), then the end's checkpoint
+    (*_, evaluated, final), last = [row for row in rows if row.get("evaluation")], rows[-1]
     assert evaluated == {**evaluated, "timesteps": frozen[-1].counters.global_step, "eval_return": 7.0, "evaluation": True,
                          "evaluated_while_training": True}  # so kuberl plot's training line leaves its return out
-    assert frozen[-1].counters.global_step < trainer.counters.global_step == last["timesteps"]
-    assert last["eval_return"] == 7.0 and "evaluation" not in last
+    assert frozen[-1].counters.global_step < trainer.counters.global_step == final["timesteps"] == last["timesteps"]
+    assert "evaluated_while_training" not in final and final["eval_return"] == run.eval_return != 7.0
+    assert last["eval_return"] == run.eval_return and "evaluation" not in last
 
 
 def test_no_evaluation_starts_once_one_met_the_target(tmp_path, monkeypatch):

@@ -77,6 +77,15 @@ def evaluation_due(updates: int, eval_every: int) -> bool:
     return updates % eval_every == 0
 
 
+def final_evaluation_due(outcome: str, updates: int, evaluated_at: int | None, started_at: int, target_met: bool) -> bool:
+    """Whether rank 0 evaluates the final weights as the run ends: its budget spent after an update this generation
+    trained (`started_at`: the updates it resumed at) that no evaluation scored (`evaluated_at`: the updates of the
+    weights last evaluated, None: none yet), and no target met already. Without it a budget ending between two
+    evalEvery updates left the model the user gets unscored: the last eval return, progress.jsonl, the metric and
+    best-model.pt were those of older weights. A stop ends without one (the grace period is the checkpoint's)."""
+    return outcome == "budget" and updates > started_at and evaluated_at != updates and not target_met
+
+
 def meets_target(eval_return: float, target: float | None) -> bool:
     """Whether an evaluation stops the run: only a success.targetReturn that is set, and reached."""
     return target is not None and eval_return >= target
@@ -252,6 +261,8 @@ class TrainingSession:
         self.elapsed_before = 0.0  # wall seconds of earlier generations, from the checkpoint
         self.recent: deque[tuple[float, int]] = deque()
         self.eval_return: float | None = None
+        self.evaluated_at: int | None = None  # the updates of the weights last evaluated (final_evaluation_due)
+        self.start_updates = 0  # the updates this generation resumed at
         self.target_met = False
         self.last_report = (self.started, 0)
         self.report_before = self.last_report  # the line before the last: a final line's rate reaches back to it
@@ -350,6 +361,7 @@ class TrainingSession:
         self.start_step = state["counters"]["global_step"]
         self.last_report = self.report_before = (time.monotonic(), self.start_step)
         self.last_checkpoint = (state["counters"]["updates"], self.start_step)
+        self.start_updates = state["counters"]["updates"]
         self.boundary = (self.start_step, self.last_checkpoint[0])
         if self.ctx.is_main:  # where the curve resumes: `kuberl plot` draws its marker here, not at the next report
             self.curve_point(self.start_step, resumed=True)
@@ -482,7 +494,7 @@ class TrainingSession:
     def evaluated(self, algorithm: Algorithm, eval_return: float) -> None:
         """Record `algorithm`'s evaluation (on the main thread): the return, the success vote
         and which weights met the target, the metrics."""
-        self.eval_return = eval_return
+        self.eval_return, self.evaluated_at = eval_return, algorithm.counters.updates
         self.target_met = meets_target(eval_return, self.spec.success.target_return)
         self.model_that_met = algorithm if self.target_met else None
         # the timesteps of the weights that met it: the vote's update collects one more rollout it does not learn from
@@ -672,18 +684,24 @@ class TrainingSession:
         return f"claim {names.pvc_name(self.config.job)} of spec.checkpoint.size {ckpt.size} at {names.CHECKPOINT_MOUNT_DIR}"
 
     def finish(self, algorithm: Algorithm, outcome: str) -> str:
-        """Final checkpoint or model; returns the termination-log message."""
+        """Final checkpoint or model, the final weights evaluated first where final_evaluation_due says; returns the
+        termination-log message."""
         waited = outcome == "budget" and self.evaluation_in_flight is not None
         if waited:
             self.evaluation_finished()  # its return is the run's last word on the model
+        steps = algorithm.counters.global_step
+        # the weights the user gets, scored where a periodic evaluation's go (a met target ends the run as success)
+        scored = (self.ctx.is_main and final_evaluation_due(outcome, algorithm.counters.updates, self.evaluated_at,
+                                                            self.start_updates, self.target_met) and self.evaluate(algorithm))
+        if scored:
+            self.curve_point(steps, evaluation=True)
         if outcome == "budget" and self.target_met:  # the last evaluation met it as the budget ended
             outcome = "target"
         # the weights that met the target: with evalWhileTraining a copy from some updates ago
         model = self.model_that_met if outcome == "target" and self.model_that_met is not None else algorithm
-        steps = algorithm.counters.global_step
         if self.ctx.is_main and steps > self.last_report[1]:  # a line already says these steps: no "steps/s 0"
             self.report(steps)
-        elif waited:  # progress.jsonl's last line (a run's summary) at these steps, not at the evaluated copy's
+        elif waited and not scored:  # progress.jsonl's last line (a run's summary) at these steps, not at the evaluated copy's
             self.curve_point(steps)
         if outcome == "stopped":
             try:

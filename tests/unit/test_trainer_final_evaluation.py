@@ -1,0 +1,114 @@
+"""A run whose budget ends between two evalEvery updates has its final weights evaluated once, by rank 0, at the end:
+before, its last eval return, progress.jsonl, kuberl_trainer_eval_return and best-model.pt were those of older weights
+than the model the user gets. Through the real trainer and session, on each algorithm's small CartPole or Pendulum job."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from kuberl.core import contract
+from kuberl_trainer import __main__ as entry
+from kuberl_trainer import session
+from kuberl_trainer.metrics import TrainerMetrics
+from trainer_support import one_process_run, small_job
+
+# Budgets as test_trainer_untargeted_evaluation's (PPO 21 updates, DQN 320, SAC 128), evaluated at an evalEvery that
+# does not divide them: the last periodic evaluation is a few updates before the end
+BUDGET = {"ppo": 640, "dqn": 640, "sac": 256}
+EVERY = {"ppo": 4, "dqn": 96, "sac": 48}
+
+
+@pytest.mark.parametrize("outcome, updates, evaluated_at, started_at, target_met, due", [
+    ("budget", 20, 18, 0, False, True),  # the budget ended two updates after the last evaluation
+    ("budget", 20, None, 0, False, True),  # none was due in the whole run
+    ("budget", 20, 20, 0, False, False),  # the last update was evaluated already
+    ("budget", 20, 18, 20, False, False),  # a resume with nothing left to train: its checkpoint's return stands
+    ("budget", 20, 18, 0, True, False),  # a copy evaluated while training met the target: that copy is the model
+    ("stopped", 20, 18, 0, False, False),  # a stop's grace period is its checkpoint's
+    ("target", 20, 18, 0, True, False),
+])
+def test_the_final_weights_are_evaluated_once_the_budget_ends_unless_scored_already(outcome, updates, evaluated_at,
+                                                                                      started_at, target_met, due):
+    assert session.final_evaluation_due(outcome, updates, evaluated_at, started_at, target_met) is due
+
+
+def run_of(name: str, tmp_path, monkeypatch, every: int, timesteps: int, **success):
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    spec = (small_job(name)
+            .with_spec(totalTimesteps=timesteps, workers=1, seed=1,
+                       success={"evalEpisodes": 2, "evalEvery": every, **success}, checkpoint={"everyUpdates": 4})
+            .spec())
+    trainer, run = one_process_run(spec)
+    run.metrics = TrainerMetrics("t", 0, 1)
+    evaluate, scored = trainer.evaluate, []
+
+    def evaluate_and_count(*args, **kwargs):  # the real evaluation, at the update it runs after
+        scored.append((trainer.counters.updates, trainer.counters.global_step, evaluate(*args, **kwargs)))
+        return scored[-1][2]
+
+    trainer.evaluate = evaluate_and_count
+    return trainer, run, scored
+
+
+def progress(run) -> list[dict]:
+    with open(os.path.join(run.checkpoint_dir, "progress.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize("name", sorted(entry.ALGORITHMS))
+def test_a_budget_ending_between_evaluations_evaluates_the_final_weights_without_changing_them(name, tmp_path, monkeypatch):
+    trainer, run, scored = run_of(name, tmp_path, monkeypatch, EVERY[name], BUDGET[name])
+    assert session.run_updates(trainer, run) == "budget"
+    updates, steps, every = trainer.counters.updates, trainer.counters.global_step, EVERY[name]
+    assert updates % every and [u for u, _, _ in scored] == list(range(every, updates, every))  # none at the last
+    weights = {k: t.clone() for k, t in trainer.agent.state_dict().items()}
+    rng, own = torch.get_rng_state(), trainer.rank_state()
+    message = run.finish(trainer, "budget")
+    assert [u for u, _, _ in scored][-1] == updates and len(scored) == updates // every + 1  # once, at the end
+    final_return = scored[-1][2]
+    # evaluating trains nothing and draws from no training stream: the model and what a checkpoint resumes from are as
+    # they were when the budget ended
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert repr(trainer.rank_state()) == repr(own)
+    model = torch.load(run.final_model, weights_only=True)
+    assert model["eval_return"] == final_return and model["timesteps"] == steps
+    for key, tensor in weights.items():
+        assert torch.equal(model["agent"][key], tensor) and torch.equal(trainer.agent.state_dict()[key], tensor), key
+    # where periodic evaluations' results go: the progress row, the metric, best-model.pt when better, the summary
+    rows = [row for row in progress(run) if row.get("evaluation")]
+    assert [(row["timesteps"], row["eval_return"]) for row in rows] == [(s, r) for _, s, r in scored]
+    assert rows[-1].get("best", False) is (final_return > max(r for _, _, r in scored[:-1]))
+    best = torch.load(os.path.join(os.path.dirname(run.final_model), "best-model.pt"), weights_only=True)
+    assert best["eval_return"] == max(r for _, _, r in scored)
+    assert run.metrics.eval_return._value.get() == final_return and run.metrics.success._value.get() == 0
+    assert progress(run)[-1]["eval_return"] == final_return  # what the run's summary line and kuberl plot read
+    assert message.startswith(f"budget of {BUDGET[name]} timesteps spent (timesteps {steps}, eval return "
+                              f"{session._fmt(final_return)}); model"), message
+    assert message.endswith(contract.final_numbers(steps, final_return))
+
+
+def test_a_target_met_by_the_final_evaluation_is_the_run_s_success(tmp_path, monkeypatch):
+    """No evaluation was due in the whole run; the one at the end meets the target: the run ends as one whose periodic
+    evaluation met it does (the message the job's status reads, the success metric, the model's return)."""
+    trainer, run, scored = run_of("ppo", tmp_path, monkeypatch, 10**6, 128, targetReturn=-1.0)
+    assert session.run_updates(trainer, run) == "budget" and scored == []
+    message = run.finish(trainer, "budget")
+    steps = trainer.counters.global_step
+    assert [(u, s) for u, s, _ in scored] == [(trainer.counters.updates, steps)]
+    assert message.startswith(f"eval return {session._fmt(scored[0][2])} >= -1.0 at timesteps {steps}; model"), message
+    assert run.metrics.success._value.get() == 1
+    assert torch.load(run.final_model, weights_only=True)["eval_return"] == scored[0][2]
+
+
+def test_a_stop_at_the_end_of_the_budget_abandons_the_final_evaluation_for_the_checkpoint(tmp_path, monkeypatch):
+    logged = []
+    trainer, run, scored = run_of("ppo", tmp_path, monkeypatch, 10**6, 128)
+    run.log = logged.append
+    assert session.run_updates(trainer, run) == "budget"
+    run.stop.set()  # SIGTERM as the last update ended
+    message = run.finish(trainer, "budget")
+    assert scored == [] and run.eval_return is None and "eval return -" in message
+    assert any("abandoned" in line for line in logged), logged
