@@ -11,7 +11,7 @@ import posixpath
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Context, Decimal
+from decimal import ROUND_UP, Context, Decimal
 from typing import Any
 
 from . import contract, names, podschema, safetext
@@ -903,25 +903,44 @@ _QUANTITY_SUFFIXES = {
     **{s: Decimal(10) ** e for s, e in (("n", -9), ("u", -6), ("m", -3), ("", 0), ("k", 3), ("M", 6), ("G", 9),
                                         ("T", 12), ("P", 15), ("E", 18))},
 }
-_QUANTITY_PARTS = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)")
-_UNBOUNDED = Context(prec=60, Emax=10**9, Emin=-(10**9), traps=[])  # exact, and never raises
+_QUANTITY_PARTS = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(.*)")
+_EXACT = Context(prec=400, Emax=999_999_999_999_999_999, Emin=-999_999_999_999_999_999, traps=[])  # a quantity of 64 characters fits
+_NANO = Decimal("1e-9")
 STANDARD_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
+QUANTITY_SUFFIX_ERROR = "unable to parse quantity's suffix"  # resource.ErrSuffix
+
+
+def _int32(n: int) -> int:
+    """Go's int32(n): the low 32 bits, signed."""
+    return (n + 2**31) % 2**32 - 2**31
 
 
 def quantity_value(quantity: str | int) -> Decimal:
-    """The number a Kubernetes quantity (already matching QUANTITY) stands for, to compare two.
-    A string longer than MAX_QUANTITY_LENGTH may have an exponent int() refuses (ValueError)."""
+    """The number a Kubernetes quantity (already matching QUANTITY) stands for, as resource.ParseQuantity reads it
+    (k8s.io/apimachinery/pkg/api/resource/quantity.go, and suffix.go's interpret for an exponent): an exponent
+    strconv.ParseInt(_, 10, 64) refuses is ValueError (QUANTITY_SUFFIX_ERROR, as the server says it); one past int32
+    wraps as int32(parsed) does; a binary-suffixed amount is capped, silently, at 2^63-1 (999999999999Ei is
+    9223372036854775807); a decimal one is not (1e999 keeps its value); a non-zero amount rounds away from zero to
+    a nano (1e-999 is 1n). Exact: never a float, never infinite. Converting it to int is the caller's to bound."""
     if isinstance(quantity, int):
         return Decimal(quantity)
-    number, suffix = _QUANTITY_PARTS.fullmatch(quantity).groups()
-    if suffix not in _QUANTITY_SUFFIXES:  # an exponent: e3, E-2 ("Ei" is a suffix)
-        value, exponent = Decimal(number), int(suffix[1:])
-        if value == 0 or exponent < -(10**6):
-            return Decimal(0)
-        if exponent > 10**6:  # scaleb would give NaN, which no comparison survives
-            return Decimal("Infinity").copy_sign(value)
-        return value.scaleb(exponent, _UNBOUNDED)
-    return _UNBOUNDED.multiply(Decimal(number), _QUANTITY_SUFFIXES[suffix])
+    sign, whole, fraction, suffix = _QUANTITY_PARTS.fullmatch(quantity).groups()
+    unscaled = Decimal(f"{sign}{whole or 0}{fraction or ''}")
+    if suffix in _QUANTITY_SUFFIXES:
+        value = _EXACT.multiply(unscaled.scaleb(-len(fraction or ""), _EXACT), _QUANTITY_SUFFIXES[suffix])
+    else:  # e3, E-2 ("Ei" is a suffix)
+        exponent = int(suffix[1:])
+        if not -(2**63) <= exponent < 2**63:
+            raise ValueError(QUANTITY_SUFFIX_ERROR)
+        # inf.Dec's scale: the fraction's digits plus -int32(exponent), all int32 arithmetic
+        value = unscaled.scaleb(-_int32(len(fraction or "") + _int32(-_int32(exponent))), _EXACT)
+    if value.is_zero():
+        return Decimal(0)
+    if value.as_tuple().exponent < -9:
+        value = value.quantize(_NANO, rounding=ROUND_UP, context=_EXACT)
+    if suffix.endswith("i") and abs(value) > MAX_QUANTITY:
+        value = Decimal(MAX_QUANTITY).copy_sign(value)
+    return value
 
 
 def _resource_name_ok(name: str) -> bool:
@@ -970,7 +989,12 @@ def resources_problems(resources: Any, path: str = "spec.resources", template: b
                 if template:  # resource.ParseQuantity refuses it: "quantities must match the regular expression"
                     problems.append(Problem(where, f"expected a Kubernetes quantity such as 500m, 2 or 4Gi (got {shown(amount)})"))
                 continue  # spec.resources: the model already names it
-            value = quantity_value(amount)
+            try:
+                value = quantity_value(amount)
+            except ValueError:  # the exponent: ParseQuantity refuses the pod, "unable to parse quantity's suffix"
+                problems.append(Problem(where, f"expected a quantity whose exponent is a 64-bit integer (got {amount!r}:"
+                                        f" the API server refuses it, {QUANTITY_SUFFIX_ERROR!r})"))
+                continue
             if value < 0:
                 problems.append(Problem(where, f"expected a quantity of at least 0 (got {amount!r})"))
             elif _extended(name) and value != value.to_integral_value():

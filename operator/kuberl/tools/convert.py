@@ -31,6 +31,7 @@ from ..core.render import (
 from ..core.rules import validate_job
 from ..core.validation import (
     GPU_RESOURCE,
+    MAX_QUANTITY,
     QUANTITY,
     InvalidJob,
     Problem,
@@ -391,7 +392,7 @@ def accelerator(resources: Any) -> tuple[str, int] | None:
             except ValueError:
                 value = None
             if value and value > 0 and value == value.to_integral_value():
-                return name, int(value)
+                return name, int(min(value, MAX_QUANTITY))
     return None
 
 

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from ..core import names, torchrun
-from ..core.validation import QUANTITY, Problem, quantity_value
+from ..core.validation import MAX_QUANTITY, QUANTITY, Problem, quantity_value
 from . import podlabels
 from .convert import (
     CPU_LIMIT,
@@ -116,8 +116,8 @@ def _cpus(resources: dict) -> int:
             value = quantity_value(amount) if readable else None  # not a quantity: validation names it
         except ValueError:
             value = None
-        if value:
-            return math.ceil(value)
+        if value:  # capped before ceil: 1e9999999 is a finite quantity, not one int() should spell out
+            return math.ceil(min(value, MAX_QUANTITY))
     return 0
 
 
