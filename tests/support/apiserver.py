@@ -587,7 +587,8 @@ def _api_resources(rtype) -> list[dict]:
 
 
 def _json(body: dict, status: int = 200, warnings: list[str] | None = None) -> aiohttp.web.Response:
-    headers = {'Warning': ', '.join(f'299 - "{w}"' for w in warnings)} if warnings else None
+    # NewWarningHeader (k8s.io/apimachinery/pkg/util/net/http.go): code 299, agent '-', the text a quoted-string
+    headers = {'Warning': ', '.join('299 - "{}"'.format(w.replace('\\', '\\\\').replace('"', '\\"')) for w in warnings)} if warnings else None
     return aiohttp.web.Response(text=json.dumps(body), status=status, content_type='application/json', headers=headers)
 
 

@@ -186,9 +186,46 @@ def qualified_name_problem(key: str) -> str | None:
     return None
 
 
-def validate_metadata(metadata: dict) -> list[FieldError]:
-    """Labels, annotations (keys and total size) and ownerReferences, checked for every kind."""
+# helper.IsStandardFinalizerName (pkg/apis/core/helper): core's own, and metav1's FinalizerOrphanDependents and
+# FinalizerDeleteDependents
+STANDARD_FINALIZERS = frozenset({'kubernetes', 'orphan', 'foregroundDeletion'})
+
+
+def validate_finalizers(finalizers: list, builtin: bool) -> list[FieldError]:
+    """metadata.finalizers. Every kind: ValidateFinalizers (k8s.io/apimachinery/pkg/api/validation/objectmeta.go),
+    each name a qualified name (ValidateFinalizerName: IsQualifiedName, Invalid at metadata.finalizers), orphan and
+    foregroundDeletion not both. A built-in kind also passes core's ValidateObjectMeta (pkg/apis/core/validation,
+    validateKubeFinalizerName): a name without '/' must be a standard one, else Invalid at metadata.finalizers[i]. A
+    custom resource is only warned of that (custom_finalizer_warnings)."""
+    errors = []
+    for index, name in enumerate(finalizers):
+        problem = qualified_name_problem(str(name))
+        if problem:
+            errors.append(FieldError('FieldValueInvalid', 'metadata.finalizers', problem, name))
+        if builtin and '/' not in str(name) and name not in STANDARD_FINALIZERS:
+            errors.append(FieldError('FieldValueInvalid', f'metadata.finalizers[{index}]',
+                                     'name is neither a standard finalizer name nor is it fully qualified', name))
+    if 'orphan' in finalizers and 'foregroundDeletion' in finalizers:
+        errors.append(FieldError('FieldValueInvalid', 'metadata.finalizers',
+                                 'finalizer orphan and foregroundDeletion cannot be both set', finalizers))
+    return errors
+
+
+def custom_finalizer_warnings(finalizers: list, old: list | None = None) -> list[str]:
+    """What a custom resource's create or update warns of (apiextensions-apiserver pkg/registry/customresource:
+    strategy.go generateWarningsFromObj, validator.go validateKubeFinalizerName): each finalizer it adds (all of them
+    on create, in sorted order) that has no '/' and is not a standard one; accepted all the same. (Names that are not
+    qualified are warned of too, but refused first by ValidateFinalizers, so no warning reaches the client.)"""
+    added = sorted(set(map(str, finalizers)) - set(map(str, old or [])))
+    return [f'metadata.finalizers: "{name}": prefer a domain-qualified finalizer name to avoid accidental conflicts'
+            ' with other finalizer writers' for name in added if '/' not in name and name not in STANDARD_FINALIZERS]
+
+
+def validate_metadata(metadata: dict, builtin: bool = True) -> list[FieldError]:
+    """Labels, annotations (keys and total size), finalizers and ownerReferences, checked for every kind; `builtin`:
+    a kind the core API validates (stricter finalizer names)."""
     errors = validate_labels(metadata)
+    errors += validate_finalizers(list(metadata.get('finalizers') or []), builtin)
     annotations = metadata.get('annotations') or {}
     # ValidateAnnotations (k8s.io/apimachinery/pkg/api/validation/objectmeta.go): every key a qualified
     # name, case aside (IsQualifiedName(strings.ToLower(k))), as Invalid at metadata.annotations.

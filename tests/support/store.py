@@ -92,6 +92,12 @@ def bad_request(message: str) -> ApiError:
 CLOCK_OFFSET = datetime.timedelta(0)
 
 
+def _core_meta(rtype: ResourceType) -> bool:
+    """Whether the kind's ObjectMeta passes core's ValidateObjectMeta (pkg/apis/core/validation), as every built-in
+    group's does, or only apimachinery's: custom resources, and the CRDs apiextensions-apiserver serves."""
+    return not rtype.custom and rtype.group != 'apiextensions.k8s.io'
+
+
 def now() -> datetime.datetime:
     return (datetime.datetime.now(datetime.UTC) + CLOCK_OFFSET).replace(microsecond=0)
 
@@ -309,7 +315,7 @@ class Store:
                 self._admit_priority(rtype, name, obj)
             if rtype.has_status and rtype.custom:
                 obj.pop('status', None)
-            errors = resources.validate_name(rtype, name) + resources.validate_metadata(metadata)
+            errors = resources.validate_name(rtype, name) + resources.validate_metadata(metadata, _core_meta(rtype))
             errors += self._validate(rtype, obj, None)
             if errors:
                 raise invalid(rtype, name, errors)
@@ -324,6 +330,8 @@ class Store:
                 metadata.pop('namespace', None)
             obj['apiVersion'], obj['kind'] = rtype.api_version, rtype.kind
             self._on_create(rtype, obj)
+            if rtype.custom:
+                warnings += resources.custom_finalizer_warnings(metadata.get('finalizers') or [])
             if dry_run:
                 return obj, warnings
             metadata['resourceVersion'] = self._bump()
@@ -601,11 +609,13 @@ class Store:
                 metadata.pop(key, None)
         terminating = bool(old['metadata'].get('deletionTimestamp'))
         added = set(metadata.get('finalizers') or []) - set(old['metadata'].get('finalizers') or [])
-        errors = resources.validate_metadata(metadata) + self._validate(rtype, new, old)
+        errors = resources.validate_metadata(metadata, _core_meta(rtype)) + self._validate(rtype, new, old)
         if terminating and added:
             errors.append(FieldError('FieldValueForbidden', 'metadata.finalizers', 'no new finalizers can be added if the object is being deleted'))
         if errors:
             raise invalid(rtype, name, errors)
+        if rtype.custom:
+            warnings += resources.custom_finalizer_warnings(metadata.get('finalizers') or [], old['metadata'].get('finalizers'))
         if self._spec_changed(old, new, rtype.has_status):
             metadata['generation'] = old['metadata'].get('generation', 1) + 1
         metadata['resourceVersion'] = old['metadata']['resourceVersion']

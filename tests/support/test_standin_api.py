@@ -181,6 +181,45 @@ def test_finalizers_hold_an_object_until_removed(rest):
     assert rest.get(f'{CONFIGMAPS}/held').status == 404
 
 
+def test_a_built_in_kind_refuses_a_finalizer_name_the_api_server_refuses(rest):
+    """ValidateFinalizers (k8s.io/apimachinery/pkg/api/validation/objectmeta.go: ValidateFinalizerName is
+    IsQualifiedName) for every kind; core's ValidateObjectMeta (pkg/apis/core/validation, validateKubeFinalizerName)
+    for a built-in one: without a '/', only kubernetes, orphan or foregroundDeletion."""
+    bare = rest.post(PODS, pod('bare') | {'metadata': {'name': 'bare', 'finalizers': ['hold']}})
+    assert bare.status == 422
+    assert 'metadata.finalizers[0]: Invalid value: "hold": name is neither a standard finalizer name nor is it fully qualified' in bare.message
+    spaced = rest.post(CONFIGMAPS, configmap('spaced') | {'metadata': {'name': 'spaced', 'finalizers': ['example.com/two words']}})
+    assert spaced.status == 422 and 'metadata.finalizers: Invalid value: "example.com/two words": name part must consist' in spaced.message
+    both = rest.post(CONFIGMAPS, configmap('both') | {'metadata': {'name': 'both', 'finalizers': ['orphan', 'foregroundDeletion']}})
+    assert both.status == 422 and 'finalizer orphan and foregroundDeletion cannot be both set' in both.message
+    assert rest.post(CONFIGMAPS, configmap('later')).status == 201
+    assert rest.patch(f'{CONFIGMAPS}/later', {'metadata': {'finalizers': ['hold']}}).status == 422  # on update too
+    fine = rest.post(PODS, pod('fine') | {'metadata': {'name': 'fine', 'finalizers': ['example.com/hold', 'kubernetes']}})
+    assert fine.status == 201 and not fine.headers.get('Warning')
+
+
+def test_a_custom_resource_is_warned_of_a_finalizer_without_a_domain_not_refused(rest):
+    """apiextensions-apiserver pkg/registry/customresource: the strategy's WarningsOnCreate and WarningsOnUpdate
+    (generateWarningsFromObj) run validator.go's validateKubeFinalizerName over the finalizers the write adds, as
+    Warning headers (code 299), where a built-in kind refuses the name. kuberl's own finalizer has its domain."""
+    from kuberl.operator.handlers import FINALIZER
+
+    body = make_job('warned').obj()
+    body['metadata']['finalizers'] = ['hold', FINALIZER]
+    created = rest.post(JOBS, body)
+    assert created.status == 201 and created.body['metadata']['finalizers'] == ['hold', FINALIZER]
+
+    def warned(name: str) -> str:  # the text a quoted-string, its quotes escaped (NewWarningHeader)
+        return (f'299 - "metadata.finalizers: \\"{name}\\": prefer a domain-qualified finalizer name to avoid'
+                ' accidental conflicts with other finalizer writers"')
+    assert created.headers.get('Warning') == warned('hold')
+    added = rest.patch(f'{JOBS}/warned', {'metadata': {'finalizers': ['hold', FINALIZER, 'zeta', 'alpha']}})
+    assert added.status == 200 and added.headers.get('Warning') == f"{warned('alpha')}, {warned('zeta')}"
+    kept = rest.patch(f'{JOBS}/warned', {'metadata': {'labels': {'a': 'b'}}})
+    assert kept.status == 200 and not kept.headers.get('Warning')  # only the finalizers a write adds
+    assert rest.post(JOBS, make_job('bad').obj() | {'metadata': {'name': 'bad', 'finalizers': ['a b']}}).status == 422
+
+
 @pytest.mark.parametrize('propagation', ['Background', 'Foreground'])
 def test_deleting_an_owner_removes_its_children(rest, propagation):
     owner = rest.post(CONFIGMAPS, configmap('owner')).body
