@@ -208,8 +208,8 @@ def test_dqn_learns_pong_from_pixels_on_one_gpu(precision):
     session = BareSession()
     assert trainer.train(session) == "budget"
     assert all(p.device == GPU for p in trainer.agent.parameters())
-    learned = [r.losses["value_loss"] for r in session.reports if r.losses]
-    assert learned and all(np.isfinite(learned))
+    learned = [(r.losses["value_loss"], r.losses["q_value"]) for r in session.reports if r.losses]
+    assert learned and np.isfinite(learned).all()
     graphed = isinstance(trainer.learner, learners.GraphedQLearner)
     assert graphed is (precision == "fp32")  # 48 gradient steps: captured after StepGraph.WARM_UPS
     assert not graphed or (trainer.learner.backward.cuda_graph is not None and trainer.learner.optimizer_step.graph.cuda_graph is not None)

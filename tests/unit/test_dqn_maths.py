@@ -121,9 +121,42 @@ def test_a_precomputed_target_gives_the_step_computing_it_would(fused_path, monk
     batch = trainer.to_tensors(trainer.replay.sample(32, 0.99, np.random.default_rng(0)))
     computed = trainer.gradient_step(*batch)
     given = twin.gradient_step(*batch, twin.learner.target_q(batch[-1]))
-    assert float(computed) == float(given)
+    assert torch.equal(computed, given)
     for mine, theirs in zip(trainer.agent.parameters(), twin.agent.parameters(), strict=True):
         assert torch.equal(mine, theirs)
+
+
+@pytest.mark.parametrize("fused_path", [True, False], ids=["fused", "reference"])
+@pytest.mark.parametrize("double_dqn", [True, False], ids=["double", "vanilla"])
+def test_an_update_reports_the_mean_q_of_the_taken_actions_before_each_step(fused_path, double_dqn, monkeypatch):
+    """kuberl_trainer_q_value for DQN (SB3's and CleanRL's q_values.mean()): each gradient step's mean Q(s, a) of
+    its batch's taken actions, by the online network before the step, averaged over the update's steps."""
+    from kuberl_trainer import fused
+
+    if not fused_path:
+        monkeypatch.setattr(fused, "supports_q", lambda *args, **kwargs: False)
+    trainer = small_trainer(double_dqn=double_dqn)
+    assert isinstance(trainer.learner, learners.FusedQLearner) == fused_path
+    while not trainer.learning():
+        trainer.update(False, False)
+    # each step's batch, scored by the online network as the step begins (the fused learner's steps are step_towards)
+    stepper, name = (trainer.learner.fused, "step_towards") if fused_path else (trainer.learner, "step")
+    step, expected = getattr(stepper, name), []
+
+    def scored_step(obs, actions, *rest):
+        with torch.no_grad():
+            expected.append(trainer.agent(obs).gather(1, actions.long().reshape(-1, 1)).mean().item())
+        return step(obs, actions, *rest)
+
+    setattr(stepper, name, scored_step)
+    report = trainer.update(False, False)
+    assert len(expected) == trainer.gradient_steps == 4 and len(set(expected)) == 4  # the weights moved between
+    assert report.losses["q_value"] == pytest.approx(sum(expected) / 4, rel=1e-5)
+    assert report.losses["q_value"] != 0.0
+    batch = trainer.to_tensors(trainer.replay.sample(32, 0.99, np.random.default_rng(0)))  # one step alone: the same
+    with torch.no_grad():
+        before = trainer.agent(batch[0]).gather(1, batch[1].long().reshape(-1, 1)).mean().item()
+    assert trainer.gradient_step(*batch)[1].item() == pytest.approx(before, rel=1e-5)
 
 
 def test_learn_draws_a_bounded_chunk_at_once():

@@ -170,7 +170,7 @@ def test_dqn_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch
     target values, every gradient step's loss and their sum."""
     backward, losses = dqn_learning_on_fake_cuda(fake, monkeypatch, VECTOR, "huber")
     assert backward == [CUDA] * 2  # gradientSteps 2: each step's loss on the learner's device
-    assert {name: loss.device for name, loss in losses.items()} == {"value_loss": CUDA}
+    assert {name: loss.device for name, loss in losses.items()} == {"value_loss": CUDA, "q_value": CUDA}
 
 
 def test_adam_takes_torchs_fused_kernel_on_cuda_as_on_cpu(fake):
@@ -281,7 +281,7 @@ def test_dqn_learns_on_cuda_with_either_loss_its_frames_made_floats_once_on_the_
     monkeypatch.setattr(learners.AutogradQLearner, "inputs", lambda self, obs: inputs.append(
         (obs.dtype, obs.device)) or real_inputs(self, obs))
     backward, losses = dqn_learning_on_fake_cuda(fake, monkeypatch, space, loss)
-    assert backward == [CUDA] * 2 and {name: t.device for name, t in losses.items()} == {"value_loss": CUDA}
+    assert backward == [CUDA] * 2 and {name: t.device for name, t in losses.items()} == {"value_loss": CUDA, "q_value": CUDA}
     assert inputs == [(torch.uint8 if space is PIXELS else torch.float32, CUDA)]  # one draw: its next frames once
 
 
@@ -293,6 +293,15 @@ def test_a_host_tensor_in_dqns_loss_fails_on_fake_cuda(fake, monkeypatch, loss):
     monkeypatch.setattr(torch.nn.functional, name, lambda chosen, targets: real(chosen + host_vector(len(chosen)), targets))
     with pytest.raises(Exception, match=MIXED_DEVICES):
         dqn_learning_on_fake_cuda(fake, monkeypatch, VECTOR, loss)
+
+
+def test_a_host_tensor_in_dqns_mean_q_fails_on_fake_cuda(fake, monkeypatch):
+    """The harness can fail on the mean Q too (kuberl_trainer_q_value): the taken actions' Q-values read
+    beside a host vector raise, as a GPU would (issue 27's accumulator was a host tensor collecting CUDA losses)."""
+    real = learners.q_statistics
+    monkeypatch.setattr(learners, "q_statistics", lambda loss, q, actions: real(loss, q + host_vector(q.shape[1]), actions))
+    with pytest.raises(Exception, match=MIXED_DEVICES):
+        dqn_learning_on_fake_cuda(fake, monkeypatch, VECTOR, "huber")
 
 
 def narrowing(real_getitem):

@@ -34,7 +34,7 @@ HOST_READS = ("cpu", "tolist", "item")
 
 # Ops that are not views or metadata, per optimiser step, as torch 2.13 dispatches them on CPU
 # (each one kernel or more on a GPU). Lower them freely; raise one only with a reason.
-DQN_STEP_KERNELS = 55  # Nature CNN, double DQN, target values given: 2 forwards, loss, backward, clip, Adam
+DQN_STEP_KERNELS = 56  # Nature CNN, double DQN, target values given: 2 forwards, loss, backward, clip, Adam (+3: the taken actions' mean Q, learners.q_statistics)
 PPO_ACT_KERNELS = 18  # Nature CNN forward, sampling and the sample's log-prob (no entropy: acting never uses it)
 PPO_STEP_KERNELS = 157  # Nature CNN actor-critic, clipped value loss, normalised advantages (+3: Bessel's std, as CleanRL/SB3)
 
@@ -124,7 +124,7 @@ def test_dqns_gradient_steps_never_wait_for_the_device(counted, double):
     with counted() as mode:
         total = learner.learn_draw(drawn, learner.target_q(drawn[-1]))
     assert mode.syncs == 0, (mode.ops["_local_scalar_dense"], dict(mode.host_reads))
-    assert total.shape == () and total.requires_grad is False
+    assert total.shape == (2,) and total.requires_grad is False  # the steps' losses and mean Qs, summed
 
 
 def test_dqns_graphed_gradient_steps_never_wait_for_the_device(counted):
@@ -225,7 +225,7 @@ def test_a_reference_step_lists_no_parameters(monkeypatch, algorithm):
 
 def test_an_update_reads_the_device_only_for_actions_and_its_report(counted):
     """Per update, on the reference path: DQN reads each vector step's greedy actions
-    and its mean loss once; PPO each vector step's sampled (action, log-prob, value)
+    and its statistics (mean loss, mean Q) in one read; PPO each vector step's sampled (action, log-prob, value)
     in ONE read, the bootstrap value and the update's statistics once. A read more per
     gradient step or per env step stalls a GPU rank that often."""
     ctx = Dist(0, 1, 0, 1, CPU, None)

@@ -382,7 +382,9 @@ class OffPolicyAlgorithm(BaseAlgorithm):
             started = time.perf_counter()
             if self.learning():
                 learned, steps_run = self.learn(stop_vote)
-                losses = {name: float(loss) for name, loss in learned.items()}
+                # one host read for them all: a read per statistic waits on a GPU rank's queue as often
+                read = torch.cat([loss.detach().reshape(1).double() for loss in learned.values()]).tolist()
+                losses = dict(zip(learned, read, strict=True))
                 self.learning_stop.end(steps_run)  # after the host read: the device's work too
             update_seconds = time.perf_counter() - started
             self.counters.updates += 1

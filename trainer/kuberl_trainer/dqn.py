@@ -235,7 +235,8 @@ class DQNTrainer(OffPolicyAlgorithm):
                       next_q_target: torch.Tensor | None = None) -> torch.Tensor:
         """One optimiser step on a per-rank batch, its gradient the mean over
         every rank's batch. next_q_target: the target network's Q-values of
-        next_obs when the caller has them already. Returns the (detached) loss."""
+        next_obs when the caller has them already. Returns the step's statistics (2,): the loss and the mean
+        Q of the batch's taken actions (learners.q_statistics)."""
         return self.learner.step(obs, actions, returns, discount, self.learner.inputs(next_obs), next_q_target)
 
     def maybe_update_target(self) -> bool:
@@ -248,8 +249,8 @@ class DQNTrainer(OffPolicyAlgorithm):
         return True
 
     def learn(self, stop_vote: Vote = False) -> tuple[dict[str, torch.Tensor], int]:
-        """gradient_steps DDP steps on batches from this rank's replay buffer; the mean loss and the
-        steps run. The target network does not change during them, so batches are drawn (i.i.d.
+        """gradient_steps DDP steps on batches from this rank's replay buffer; the mean loss, the mean Q
+        of the batches' taken actions (SB3's and CleanRL's q_values) and the steps run. The target network does not change during them, so batches are drawn (i.i.d.
         uniform, as one at a time would be) and their target Q-values computed a chunk of steps at
         a time: one large draw and one large forward instead of one small one per step. A stop
         (`stop_vote`) is read between steps (base.LearningStop, as PPO reads it between epochs: every
@@ -257,8 +258,8 @@ class DQNTrainer(OffPolicyAlgorithm):
         self.maybe_update_target()
         stops = self.learning_stop
         stops.begin(self.gradient_steps, stop_vote)
-        # the losses stay on the learner's device: one host sync per update, in update()
-        total, size, done = torch.zeros((), device=self.ctx.device), self.hp.batch_size, 0
+        # the statistics (loss, mean Q) stay on the learner's device: one host sync per update, in update()
+        total, size, done = torch.zeros(2, device=self.ctx.device), self.hp.batch_size, 0
         while done < self.gradient_steps and not stops.stopped:
             steps = min(self.steps_per_draw, self.gradient_steps - done)
             started = time.perf_counter()
@@ -274,7 +275,8 @@ class DQNTrainer(OffPolicyAlgorithm):
                 total += self.learner.learn_draw(tuple(piece[:5]), piece[5])
                 at, done = at + take, done + take
                 stops.vote(done)
-        return {"value_loss": total / done}, done
+        loss, q_value = (total / done).unbind()
+        return {"value_loss": loss, "q_value": q_value}, done
 
     def final_model(self) -> dict:
         return {"agent": self.agent.state_dict(), "hidden_sizes": list(self.hp.hidden_sizes)}

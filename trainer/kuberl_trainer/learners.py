@@ -72,9 +72,12 @@ class QLearner(Protocol):
     def target_q(self, next_inputs: torch.Tensor) -> torch.Tensor: ...
 
     def step(self, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, discount: torch.Tensor,
-             next_inputs: torch.Tensor, next_q_target: torch.Tensor | None = None) -> torch.Tensor: ...
+             next_inputs: torch.Tensor, next_q_target: torch.Tensor | None = None) -> torch.Tensor:
+        """One optimiser step; its statistics (2,) on the learner's device: the loss and the mean Q of the
+        batch's taken actions before the step (SB3's and CleanRL's q_values)."""
 
-    def learn_draw(self, drawn: tuple[torch.Tensor, ...], next_q_target: torch.Tensor) -> torch.Tensor: ...
+    def learn_draw(self, drawn: tuple[torch.Tensor, ...], next_q_target: torch.Tensor) -> torch.Tensor:
+        """A step per batch of a draw; the sum of their statistics (2,), on the learner's device."""
 
     def update_target(self, tau: float) -> None: ...
 
@@ -134,6 +137,12 @@ def q_learner(agent: nn.Module, target: nn.Module, hp, ctx: Dist, loss: Callable
     if fast and graphs(ctx.device, hp.precision):
         return GraphedQLearner(agent, target, hp, ctx, loss, timings, graph=True)
     return AutogradQLearner(agent, target, hp, ctx, loss, timings)
+
+
+def q_statistics(loss: torch.Tensor, q: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """A DQN step's statistics (2,), read without a host sync: its loss and the mean Q(s, a) of the taken actions."""
+    taken = q.detach().gather(1, actions.long().reshape(-1, 1)).mean()
+    return torch.stack([loss.detach(), taken])
 
 
 def graphs(device: torch.device, precision: str) -> bool:
@@ -311,7 +320,7 @@ class AutogradQLearner:
     def step(self, obs, actions, returns, discount, next_inputs, next_q_target=None) -> torch.Tensor:
         """One optimiser step on a per-rank batch (next observations as inputs()); the loss goes
         through the DDP wrapper, so the gradient is the mean over every rank's batch.
-        Returns the (detached) loss."""
+        Returns q_statistics (the loss, the taken actions' mean Q)."""
         started = time.perf_counter()
         if next_q_target is None:
             next_q_target = self.target_q(next_inputs)
@@ -329,11 +338,11 @@ class AutogradQLearner:
         self.optimizer.zero_grad(set_to_none=True)
         self.timings["train_forward"] += forwarded - started
         self.timings["backward_optimizer"] += time.perf_counter() - forwarded
-        return loss.detach()
+        return q_statistics(loss, q, actions)
 
     def learn_draw(self, drawn: tuple[torch.Tensor, ...], next_q_target: torch.Tensor) -> torch.Tensor:
-        """A step per batch of a draw (batch_size rows each); the sum of their losses."""
-        total = torch.zeros((), device=next_q_target.device)  # on the learner's device: no host sync per step
+        """A step per batch of a draw (batch_size rows each); the sum of their statistics (step's)."""
+        total = torch.zeros(2, device=next_q_target.device)  # on the learner's device: no host sync per step
         for batch in zip(*(t.split(self.hp.batch_size) for t in (*drawn, next_q_target)), strict=True):
             total += self.step(*batch)
         return total
@@ -382,28 +391,31 @@ class FusedQLearner:
         started = time.perf_counter()
         if next_q_target is None:
             next_q_target = self.target_q(next_inputs)
-        loss = self.fused.step(obs, actions, returns, discount, next_inputs, next_q_target)
+        targets = self.fused.targets(returns, discount, next_inputs, next_q_target)
+        error = self.fused.step_towards(obs, actions, targets)  # Q(s, a) - target, Q before the step
         self.timings["backward_optimizer"] += time.perf_counter() - started
-        return loss
+        return torch.stack([fused.td_loss(error, self.hp.loss), (error + targets).mean()])
 
     def learn_draw(self, drawn: tuple[torch.Tensor, ...], next_q_target: torch.Tensor) -> torch.Tensor:
         """Every batch of a draw in fewer operations: without double DQN the TD targets
         depend on the target network alone, so the whole draw's are taken at once; each
-        step's TD error goes into one buffer and the losses are taken once at the end.
-        Returns their sum."""
+        step's TD error goes into one buffer and the losses are taken once at the end, as
+        the taken actions' Q-values (error + target). Returns the sum of the steps' statistics
+        (step's: loss, mean Q)."""
         started, size, step = time.perf_counter(), self.hp.batch_size, self.fused
         obs, actions, returns, discount, next_obs = drawn
         errors = torch.empty(len(obs) // size, size, device=obs.device)
-        if not self.hp.double_dqn:
+        if self.hp.double_dqn:
+            targets = torch.empty(len(obs), device=obs.device)
+        else:
             targets = step.targets(returns, discount, next_obs, next_q_target)
         for k in range(len(errors)):
             part = slice(k * size, (k + 1) * size)
             if self.hp.double_dqn:  # a' comes from the online network as it is at this step
-                step_targets = step.targets(returns[part], discount[part], next_obs[part], next_q_target[part])
-            else:
-                step_targets = targets[part]
-            step.step_towards(obs[part], actions[part], step_targets, errors[k])
-        total = fused.td_loss(errors, self.hp.loss).sum()
+                targets[part] = step.targets(returns[part], discount[part], next_obs[part], next_q_target[part])
+            step.step_towards(obs[part], actions[part], targets[part], errors[k])
+        taken = (errors.sum() + targets.sum()) / size  # each step's mean Q(s, a), summed
+        total = torch.stack([fused.td_loss(errors, self.hp.loss).sum(), taken])
         self.timings["backward_optimizer"] += time.perf_counter() - started
         return total
 
@@ -555,13 +567,14 @@ class GraphedQLearner(AutogradQLearner):
         self.optimizer_step.recapture()
 
     def _forward_backward(self, obs, actions, returns, discount, next_inputs, next_q_target) -> torch.Tensor:
-        """The loss on one batch, its gradient accumulated into self.gradient (zeroed first)."""
+        """q_statistics on one batch, its loss's gradient accumulated into self.gradient (zeroed first)."""
         self.gradient.zero_()
         with torch.no_grad():
             next_q_online = self.agent.q_values(next_inputs) if self.hp.double_dqn else None
-        loss = self.loss(self.agent(obs), actions, returns, discount, next_q_target, next_q_online, self.hp.loss)
+        q = self.agent(obs)
+        loss = self.loss(q, actions, returns, discount, next_q_target, next_q_online, self.hp.loss)
         loss.backward()
-        return loss.detach()
+        return q_statistics(loss, q, actions)
 
     def step(self, obs, actions, returns, discount, next_inputs, next_q_target=None) -> torch.Tensor:
         started = time.perf_counter()

@@ -60,7 +60,7 @@ LOSS_GAUGES = {
     "entropy": (ENTROPY, "Mean policy entropy of the last update (PPO; SAC: minus the mean log-probability of its actor's samples)."),
     "approx_kl": (APPROX_KL, "Mean approximate KL of the last update (PPO)."),
     "clip_fraction": (CLIP_FRACTION, "Fraction of samples whose probability ratio was clipped, last update (PPO)."),
-    "q_value": (Q_VALUE, "Mean Q(s, a) of the replay batches of the last update (SAC: its twin critics' mean)."),
+    "q_value": (Q_VALUE, "Mean Q(s, a) of the replay batches of the last update (DQN: of the taken actions; SAC: its twin critics' mean; 0 for PPO)."),
     "entropy_coefficient": (ENTROPY_COEFFICIENT, "Entropy coefficient alpha after the last update (SAC; fixed, or autotuned)."),
 }
 
