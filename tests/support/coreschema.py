@@ -43,6 +43,53 @@ class TypeMismatch(ValueError):
     """A value of the wrong JSON type: the API server's decoder refuses the whole request (400)."""
 
 
+class UnmarshalerError(TypeMismatch):
+    """A field's own UnmarshalJSON refused its value: the decoder returns that error as it is, no "json: " before it."""
+
+
+QUANTITY_REF = 'io.k8s.apimachinery.pkg.api.resource.Quantity'
+# resource.ParseQuantity's errors (k8s.io/apimachinery/pkg/api/resource/quantity.go), word for word.
+QUANTITY_FORMAT_WRONG = ("quantities must match the regular expression "
+                         "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
+QUANTITY_NUMERIC = 'unable to parse numeric part of quantity'
+QUANTITY_SUFFIX = "unable to parse quantity's suffix"
+_QUANTITY_SCAN = re.compile(r'[+-]?0*([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[-+]?[0-9]*)')
+_DECIMAL_SUFFIXES = {'n': -9, 'u': -6, 'm': -3, '': 0, 'k': 3, 'M': 6, 'G': 9, 'T': 12, 'P': 15, 'E': 18}
+_BINARY_SUFFIXES = {'Ki': 10, 'Mi': 20, 'Gi': 30, 'Ti': 40, 'Pi': 50, 'Ei': 60}
+
+
+def quantity_error(text: str) -> str | None:
+    """What resource.ParseQuantity says of `text` (Quantity.UnmarshalJSON, after strings.TrimSpace), or None where
+    it parses: parseQuantityString's scan (ErrFormatWrong), suffixHandler.interpret (suffix.go: a binary or decimal
+    SI suffix, or e/E and what strconv.ParseInt(_, 10, 64) reads, else ErrSuffix), then inf.Dec.SetString on the
+    number where the int64 fast path does not hold it (ErrNumeric: a number of no digits, "+" or "-.")."""
+    text = text.strip()
+    if not text:
+        return QUANTITY_FORMAT_WRONG
+    if text == '0':
+        return None
+    scanned = _QUANTITY_SCAN.fullmatch(text)
+    if scanned is None:
+        return QUANTITY_FORMAT_WRONG
+    num, denom, suffix = scanned.groups()
+    num, denom = num or '0', denom or ''
+    if suffix in _DECIMAL_SUFFIXES:
+        fast = len(num) + len(denom) <= 18 and _DECIMAL_SUFFIXES[suffix] - len(denom) >= -9
+    elif suffix in _BINARY_SUFFIXES:
+        shift = _BINARY_SUFFIXES[suffix]
+        fast = not denom and 15 - len(num) - int(shift * 3 / 10) - 1 >= 0 and int(num) << shift < 2**63
+    elif len(suffix) > 1 and suffix[0] in 'eE' and re.fullmatch(r'[+-]?[0-9]+', suffix[1:]):
+        parsed = int(suffix[1:]) if len(suffix[1:].lstrip('+-').lstrip('0')) <= 19 else 2**63
+        if not -(2**63) <= parsed < 2**63:
+            return QUANTITY_SUFFIX
+        exponent = (parsed + 2**31) % 2**32 - 2**31  # int32(parsed)
+        fast = len(num) + len(denom) <= 18 and exponent - len(denom) >= -9
+    else:
+        return QUANTITY_SUFFIX
+    number = text[:len(text) - len(suffix)]  # parseQuantityString's `value`: inf.Dec.SetString reads it
+    return QUANTITY_NUMERIC if not fast and not any(c.isdigit() for c in number) else None
+
+
 def _resolve(schema: dict) -> dict:
     while '$ref' in schema:
         schema = _definitions()[schema['$ref'].rsplit('/', 1)[-1]]
@@ -83,6 +130,15 @@ def decode(value: object, schema: dict, path: str, unknown: list[str], struct: s
 
     `struct`: the Go struct holding the field at `path`, which the decoder's message names before the path
     (UnmarshalTypeError.Error: "into Go struct field " + e.Struct + "." + e.Field)."""
+    if schema.get('$ref', '').endswith(f'/{QUANTITY_REF}') and value is not None:
+        # Quantity.UnmarshalJSON hands ParseQuantity the raw bytes, unquoted: a number's text parses, true or an
+        # object does not (ErrFormatWrong), and its error is the decoder's (json.Unmarshaler: returned as it is).
+        # A string's bytes as sent, escapes and all: "1\n" reaches it as 1\n, which TrimSpace leaves.
+        text = json.dumps(value, ensure_ascii=False)[1:-1] if isinstance(value, str) else json.dumps(value)
+        problem = None if isinstance(value, int | float) and not isinstance(value, bool) else quantity_error(text)
+        if problem:
+            raise UnmarshalerError(problem)
+        return
     schema = _resolve(schema)
     field = f'{struct}.' * bool(struct) + re.sub(r'\[\d+\]', '', path)
     if 'oneOf' in schema:

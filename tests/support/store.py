@@ -388,7 +388,8 @@ class Store:
             else:
                 coreschema.decode(obj.get('metadata') or {}, coreschema.object_meta(), 'metadata', unknown)
         except coreschema.TypeMismatch as error:
-            raise bad_request(f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: json: {error}') from None
+            said = error if isinstance(error, coreschema.UnmarshalerError) else f'json: {error}'
+            raise bad_request(f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: {said}') from None
         if rtype.schema is not None:
             unknown += rtype.schema.prepare(obj)
         if unknown and field_validation == 'Strict':

@@ -652,6 +652,49 @@ def test_a_number_its_go_field_cannot_hold_is_refused_as_the_decoder_refuses_it(
     assert reply.body['message'] == f'Pod in version "v1" cannot be handled as a Pod: {message}'
 
 
+# resource.ErrFormatWrong, ErrNumeric and ErrSuffix (apimachinery pkg/api/resource/quantity.go), as the server says them
+QUANTITY_FORMAT_WRONG = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+QUANTITY_NUMERIC = 'unable to parse numeric part of quantity'
+QUANTITY_SUFFIX = "unable to parse quantity's suffix"
+
+
+def resources_pod(name: str, **limits) -> dict:
+    return pod(name, containers=[{'name': 'main', 'image': 'busybox:1', 'resources': {'limits': limits}}])
+
+
+@pytest.mark.parametrize(('limits', 'message'), [
+    # suffixHandler.interpret (apimachinery pkg/api/resource/suffix.go): strconv.ParseInt(suffix[1:], 10, 64) fails
+    ({'memory': '1e9223372036854775808'}, QUANTITY_SUFFIX),
+    ({'cpu': '1e-99999999999999999999'}, QUANTITY_SUFFIX),
+    ({'memory': '1ki'}, QUANTITY_SUFFIX),  # neither a decimal SI suffix (k) nor a binary one (Ki)
+    ({'memory': '1e'}, QUANTITY_SUFFIX),
+    # parseQuantityString: what follows the number is not suffix letters, a sign and digits (ErrFormatWrong)
+    ({'memory': '1Qi'}, QUANTITY_FORMAT_WRONG),
+    ({'cpu': 'lots'}, QUANTITY_FORMAT_WRONG),
+    ({'cpu': '1\n'}, QUANTITY_FORMAT_WRONG),  # UnmarshalJSON sees the escape, 1\n, which TrimSpace leaves
+    ({'cpu': True}, QUANTITY_FORMAT_WRONG),  # the raw bytes, true
+    # a number of no digits past the int64 fast path: inf.Dec.SetString refuses it (ErrNumeric)
+    ({'cpu': '.e-10'}, QUANTITY_NUMERIC),
+])
+def test_a_quantity_parse_quantity_refuses_is_refused_as_the_decoder_refuses_it(rest, limits, message):
+    # Quantity.UnmarshalJSON (pkg/api/resource/quantity.go) returns ParseQuantity's error, which the decoder
+    # returns as it is (a json.Unmarshaler's): 400, "Pod in version "v1" cannot be handled as a Pod: <error>".
+    reply = rest.post(PODS, resources_pod('huge', **limits))
+    assert reply.status == 400 and reply.body['reason'] == 'BadRequest'
+    assert reply.body['message'] == f'Pod in version "v1" cannot be handled as a Pod: {message}'
+
+
+@pytest.mark.parametrize('limits', [
+    {'memory': '999999999999Ei'},  # capped at 2^63-1 by ParseQuantity, not refused
+    {'memory': '1e999', 'cpu': '1e4294967296'},  # a decimal amount is not capped; the exponent kept as int32 (1)
+    {'memory': '1e-9223372036854775808'},  # ParseInt's least int64
+    {'cpu': '1 ', 'memory': 2.5},  # TrimSpace; a JSON number's text
+    {'cpu': 'e5', 'memory': '+'},  # a number of no digits is 0 on the fast path
+])
+def test_a_quantity_parse_quantity_reads_is_accepted(rest, limits):
+    assert rest.post(PODS, resources_pod('odd', **limits)).status == 201
+
+
 def test_the_largest_numbers_the_go_fields_hold_are_stored(rest):
     spec = {'activeDeadlineSeconds': 2**31 - 1, 'securityContext': {'runAsUser': 2**63 - 1, 'supplementalGroups': [-(2**63)]}}
     assert rest.post(PODS, pod('edge', **spec)).status == 201
