@@ -41,7 +41,7 @@ def test_expansion_follows_kubernetes(text, expected):
 
 @pytest.mark.parametrize("text,value", [
     ("2", 2), ("500m", Fraction(1, 2)), ("1.5", Fraction(3, 2)), ("2Gi", 2 * 2**30), ("1e3", 1000), ("100M", 10**8), (".5", Fraction(1, 2)),
-    ("1e30", 2**63 - 1), ("1e99999999", 2**63 - 1),  # capped as the API server caps them, never computed out
+    ("1e30", 2**63 - 1), ("1e99999999", 2**63 - 1),  # held to the kubelet's int64, never computed out
 ])
 def test_quantities(text, value):
     assert quantity(text) == value

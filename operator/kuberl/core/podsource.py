@@ -94,7 +94,8 @@ def _named(path: str, ref: object, what: str) -> list[str]:
 
 
 def _quantity(value: object) -> Fraction | None:
-    """A resource quantity as an exact number, capped as the API server caps it; None when it is not one."""
+    """A resource quantity as an exact number, held to +-(2^63-1) as the kubelet's int64 holds it (the API server
+    caps only binary-suffixed amounts); None when it is not one."""
     text = str(value).strip()
     try:
         return Fraction(max(-MAX_QUANTITY, min(MAX_QUANTITY, quantity_value(text)))) if re.fullmatch(QUANTITY, text) else None

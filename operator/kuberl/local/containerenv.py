@@ -18,8 +18,9 @@ from .sandbox import LocalRunError
 
 
 def quantity(value: str | float) -> Fraction:
-    """A Kubernetes resource quantity ("500m", "2", "1.5Gi", "1e3") as an exact number, capped as
-    the API server caps it (an exponent like 1e99999999 is never computed out)."""
+    """A Kubernetes resource quantity ("500m", "2", "1.5Gi", "1e3") as an exact number, as ParseQuantity reads it
+    (validation.quantity_value), then held to +-(2^63-1) as the kubelet holds every amount it passes on in an int64
+    (Quantity.Value): the API server itself caps only binary-suffixed ones, and 1e99999999 is never computed out."""
     text = str(value).strip()
     try:
         if re.fullmatch(QUANTITY, text):
