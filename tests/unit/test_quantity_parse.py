@@ -17,6 +17,8 @@ from kuberl.tools.convert import NotConvertible
 from kuberl.tools.trainjob import convert_trainjob
 from test_trainjob import IMAGE, trainjob
 
+from tests.support.coreschema import quantity_error
+
 
 @pytest.mark.parametrize(('text', 'value'), [
     ('999999999999Ei', MAX_QUANTITY),   # binarySI: capped, silently, at 2^63-1 ("8Ei parses as 2^63-1")
@@ -52,3 +54,23 @@ def test_a_huge_cpu_count_converts_to_a_refusal_not_a_crash():
     for cpu in ('1e9999999', '1e999', '999999999999Ei'):
         with pytest.raises(NotConvertible, match=r'expected at most \d+ \(got 9223372036854775807\)'):
             convert_trainjob(trainjob(image=IMAGE, resourcesPerNode={'limits': {'cpu': cpu}}))
+
+
+NUMBERS = ('0', '1', '1.', '1.5', '.5', '007', '-2', '+3', '123456789012345678901')
+SUFFIXES = ('', 'm', 'n', 'k', 'E', 'Ki', 'Ei', 'e3', 'E-2', 'e+10', 'e-12', 'e4294967296', 'e9223372036854775807',
+            'e9223372036854775808', 'e-9223372036854775808', 'e-9223372036854775809', 'e00000000000000000000001')
+
+
+def test_kuberl_and_the_stand_in_refuse_the_same_quantities():
+    """Both read ParseQuantity's rules, each written from its source apart (core/validation.quantity_value for
+    kuberl validate and the operator, tests/support/coreschema.quantity_error for the stand-in's pods): a job kuberl
+    passes is never a pod the stand-in refuses, nor the other way round."""
+    disagree = []
+    for text in (number + suffix for number in NUMBERS for suffix in SUFFIXES):
+        try:
+            kuberl_refuses = quantity_value(text) is None
+        except ValueError:
+            kuberl_refuses = True
+        if kuberl_refuses != (quantity_error(text) is not None):
+            disagree.append((text, kuberl_refuses, quantity_error(text)))
+    assert disagree == []
