@@ -21,18 +21,20 @@ BUDGET = {"ppo": 640, "dqn": 640, "sac": 256}
 EVERY = {"ppo": 4, "dqn": 96, "sac": 48}
 
 
-@pytest.mark.parametrize("outcome, updates, evaluated_at, started_at, target_met, due", [
-    ("budget", 20, 18, 0, False, True),  # the budget ended two updates after the last evaluation
-    ("budget", 20, None, 0, False, True),  # none was due in the whole run
-    ("budget", 20, 20, 0, False, False),  # the last update was evaluated already
-    ("budget", 20, 18, 20, False, False),  # a resume with nothing left to train: its checkpoint's return stands
-    ("budget", 20, 18, 0, True, False),  # a copy evaluated while training met the target: that copy is the model
-    ("stopped", 20, 18, 0, False, False),  # a stop's grace period is its checkpoint's
-    ("target", 20, 18, 0, True, False),
+@pytest.mark.parametrize("outcome, updates, evaluated_at, started_at, target_met, every, due", [
+    ("budget", 20, 18, 0, False, 6, True),  # the budget ended two updates after the last evaluation
+    ("budget", 20, None, 0, False, 20, True),  # resumed past the last: none scored this process's weights
+    ("budget", 20, None, 0, False, 21, False),  # shorter than evalEvery: evaluation is off
+    ("budget", 20, None, 0, False, 10**6, False),
+    ("budget", 20, 20, 0, False, 4, False),  # the last update was evaluated already
+    ("budget", 20, 18, 20, False, 6, False),  # a resume with nothing left to train: its checkpoint's return stands
+    ("budget", 20, 18, 0, True, 6, False),  # a copy evaluated while training met the target: that copy is the model
+    ("stopped", 20, 18, 0, False, 6, False),  # a stop's grace period is its checkpoint's
+    ("target", 20, 18, 0, True, 6, False),
 ])
 def test_the_final_weights_are_evaluated_once_the_budget_ends_unless_scored_already(outcome, updates, evaluated_at,
-                                                                                      started_at, target_met, due):
-    assert session.final_evaluation_due(outcome, updates, evaluated_at, started_at, target_met) is due
+                                                                                      started_at, target_met, every, due):
+    assert session.final_evaluation_due(outcome, updates, evaluated_at, started_at, target_met, every) is due
 
 
 def run_of(name: str, tmp_path, monkeypatch, every: int, timesteps: int, **success):
@@ -90,25 +92,48 @@ def test_a_budget_ending_between_evaluations_evaluates_the_final_weights_without
     assert message.endswith(contract.final_numbers(steps, final_return))
 
 
+def scripted(trainer, returns, scored: list):
+    """trainer.evaluate returning `returns(global_step)` (each call recorded in `scored` as run_of's are)."""
+    def evaluate(*_args, **_kwargs):
+        step = trainer.counters.global_step
+        scored.append((trainer.counters.updates, step, returns(step)))
+        return scored[-1][2]
+    trainer.evaluate = evaluate
+
+
 def test_a_target_met_by_the_final_evaluation_is_the_run_s_success(tmp_path, monkeypatch):
-    """No evaluation was due in the whole run; the one at the end meets the target: the run ends as one whose periodic
+    """The periodic evaluations missed the target; the one at the end meets it: the run ends as one whose periodic
     evaluation met it does (the message the job's status reads, the success metric, the model's return)."""
-    trainer, run, scored = run_of("ppo", tmp_path, monkeypatch, 10**6, 128, targetReturn=-1.0)
-    assert session.run_updates(trainer, run) == "budget" and scored == []
+    trainer, run, scored = run_of("ppo", tmp_path, monkeypatch, 2, 128, targetReturn=0.0)
+    scored.clear()
+    scripted(trainer, lambda step: 5.0 if step >= 128 else -5.0, scored)  # only the weights past the budget meet it
+    assert session.run_updates(trainer, run) == "budget"
+    periodic = len(scored)
+    assert trainer.counters.updates % 2 and periodic == trainer.counters.updates // 2  # the budget ended between two
     message = run.finish(trainer, "budget")
     steps = trainer.counters.global_step
-    assert [(u, s) for u, s, _ in scored] == [(trainer.counters.updates, steps)]
-    assert message.startswith(f"eval return {session._fmt(scored[0][2])} >= -1.0 at timesteps {steps}; model"), message
+    assert len(scored) == periodic + 1 and scored[-1][:2] == (trainer.counters.updates, steps)
+    assert message.startswith(f"eval return {session._fmt(scored[-1][2])} >= 0.0 at timesteps {steps}; model"), message
     assert run.metrics.success._value.get() == 1
-    assert torch.load(run.final_model, weights_only=True)["eval_return"] == scored[0][2]
+    assert torch.load(run.final_model, weights_only=True)["eval_return"] == scored[-1][2]
+
+
+def test_a_run_shorter_than_eval_every_updates_evaluates_none(tmp_path, monkeypatch):
+    """An evalEvery above the budget keeps evaluation off, at the end too (make gpu-check's rates, the Pong test)."""
+    trainer, run, scored = run_of("ppo", tmp_path, monkeypatch, 10**6, 128)
+    assert session.run_updates(trainer, run) == "budget"
+    message = run.finish(trainer, "budget")
+    assert scored == [] and run.eval_return is None and "eval return -" in message
 
 
 def test_a_stop_at_the_end_of_the_budget_abandons_the_final_evaluation_for_the_checkpoint(tmp_path, monkeypatch):
     logged = []
-    trainer, run, scored = run_of("ppo", tmp_path, monkeypatch, 10**6, 128)
+    trainer, run, scored = run_of("ppo", tmp_path, monkeypatch, 2, 128)
     run.log = logged.append
     assert session.run_updates(trainer, run) == "budget"
+    periodic = list(scored)
+    assert trainer.counters.updates % 2 and periodic  # the budget ended between two evaluations
     run.stop.set()  # SIGTERM as the last update ended
-    message = run.finish(trainer, "budget")
-    assert scored == [] and run.eval_return is None and "eval return -" in message
+    run.finish(trainer, "budget")
+    assert scored == periodic and run.eval_return == periodic[-1][2]  # the final weights were not scored
     assert any("abandoned" in line for line in logged), logged

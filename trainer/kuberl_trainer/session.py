@@ -77,13 +77,17 @@ def evaluation_due(updates: int, eval_every: int) -> bool:
     return updates % eval_every == 0
 
 
-def final_evaluation_due(outcome: str, updates: int, evaluated_at: int | None, started_at: int, target_met: bool) -> bool:
+def final_evaluation_due(outcome: str, updates: int, evaluated_at: int | None, started_at: int, target_met: bool,
+                         eval_every: int) -> bool:
     """Whether rank 0 evaluates the final weights as the run ends: its budget spent after an update this generation
     trained (`started_at`: the updates it resumed at) that no evaluation scored (`evaluated_at`: the updates of the
     weights last evaluated, None: none yet), and no target met already. Without it a budget ending between two
     evalEvery updates left the model the user gets unscored: the last eval return, progress.jsonl, the metric and
-    best-model.pt were those of older weights. A stop ends without one (the grace period is the checkpoint's)."""
-    return outcome == "budget" and updates > started_at and evaluated_at != updates and not target_met
+    best-model.pt were those of older weights. A stop ends without one (the grace period is the checkpoint's), and so
+    does a run shorter than evalEvery updates: an evalEvery above the budget is how evaluation is kept off (make
+    gpu-check's rates, a Pong test's untrained episodes of thousands of steps)."""
+    return (outcome == "budget" and updates > started_at and evaluated_at != updates and not target_met
+            and updates >= eval_every)
 
 
 def meets_target(eval_return: float, target: float | None) -> bool:
@@ -692,7 +696,8 @@ class TrainingSession:
         steps = algorithm.counters.global_step
         # the weights the user gets, scored where a periodic evaluation's go (a met target ends the run as success)
         scored = (self.ctx.is_main and final_evaluation_due(outcome, algorithm.counters.updates, self.evaluated_at,
-                                                            self.start_updates, self.target_met) and self.evaluate(algorithm))
+                                                            self.start_updates, self.target_met, self.spec.success.eval_every)
+                  and self.evaluate(algorithm))
         if scored:
             self.curve_point(steps, evaluation=True)
         if outcome == "budget" and self.target_met:  # the last evaluation met it as the budget ended
