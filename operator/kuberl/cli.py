@@ -48,6 +48,7 @@ from .core.spec import JobSpec, SuccessSpec
 from .core.validation import InvalidJob, Problem, namespace_problems
 from .core.yamlreader import UnreadableSpec, load_documents
 from .operator.config import (
+    MIN_KUBE_API_QPS,
     MIN_PEERING_LIFETIME,
     SHUTDOWN_TIMEOUT_SECONDS,
     OperatorConfig,
@@ -485,6 +486,14 @@ def _number(kind: type, accepts: Callable[[Any], bool], expected: str) -> Any:
     return parse
 
 
+def kube_api_qps(text: str) -> float:
+    """An argparse type for --kube-api-qps: 0 (no limit) or MIN_KUBE_API_QPS and up, finite. Below that every
+    request waits its turn for seconds to hours once the burst is spent: the operator watches its jobs and cannot act."""
+    return _number(float, lambda value: value == 0 or MIN_KUBE_API_QPS <= value < float("inf"),
+                   f"0 (no limit) or a number of requests a second from {MIN_KUBE_API_QPS:g} up (client-go's default"
+                   " is 5): below that the operator's requests queue for seconds to hours each and it falls behind its jobs")(text)
+
+
 def episodes(text: str) -> int:
     """`kuberl eval --episodes`: spec.success.evalEpisodes' bounds (each episode is an env of its own, all made and
     stepped at once, so the count is the memory and time one step takes)."""
@@ -680,9 +689,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-concurrent-reconciles", type=positive(int),
                    help="job reconciles running at once, bounding the operator's burst on the API server"
                         f" (default {OperatorConfig.max_concurrent_reconciles})")
-    p.add_argument("--kube-api-qps", type=non_negative(float), metavar="QPS",
-                   help="the operator's own API requests a second once its burst is spent (0: no limit;"
-                        f" default {OperatorConfig.kube_api_qps:g}); kopf's watches, finalizers and events are its own")
+    p.add_argument("--kube-api-qps", type=kube_api_qps, metavar="QPS",
+                   help="the operator's own API requests a second once its burst is spent (0: no limit, else at least"
+                        f" {MIN_KUBE_API_QPS:g}; default {OperatorConfig.kube_api_qps:g}); kopf's watches, finalizers and"
+                        " events are its own")
     p.add_argument("--kube-api-burst", type=positive(int), metavar="N",
                    help=f"API requests the operator may make at once before --kube-api-qps paces them (default {OperatorConfig.kube_api_burst})")
     p.add_argument("--monitoring-namespace", type=namespace_name(none=""), default=DEFAULT_MONITORING_NAMESPACE,

@@ -16,7 +16,12 @@ from chart_support import (
     render,
 )
 from kuberl import cli
-from kuberl.operator.config import MAX_WATCH_TIMEOUT, OperatorConfig, operator_config
+from kuberl.operator.config import (
+    MAX_WATCH_TIMEOUT,
+    MIN_KUBE_API_QPS,
+    OperatorConfig,
+    operator_config,
+)
 
 FLAGS = ("--scrape-interval", "--scrape-timeout", "--max-concurrent-reconciles", "--watch-timeout", "--kube-api-qps", "--kube-api-burst")
 
@@ -99,6 +104,7 @@ def test_every_rendered_flag_is_one_kuberl_operator_defines(values):
     ("maxConcurrentReconciles", "many", "got string, want null or integer"),
     ("maxConcurrentReconciles", 1.5, "got number, want null or integer"),
     ("kubeApiQps", -1, "minimum: got -1, want 0"),
+    ("kubeApiQps", 0.5, "minimum: got 0.5, want 1"),  # 0 (no limit) or --kube-api-qps' least, MIN_KUBE_API_QPS
     ("kubeApiQps", "fast", "got string, want null or number"),
     ("kubeApiBurst", 0, "minimum: got 0, want 1"),
     ("kubeApiBurst", 2.5, "got number, want null or integer"),
@@ -115,6 +121,12 @@ def test_the_schema_allows_the_watch_timeouts_the_operator_takes():
     schema = json.loads((CHART / "values.schema.json").read_text())
     watch = schema["properties"]["operator"]["properties"]["watchTimeoutSeconds"]
     assert (watch["exclusiveMinimum"], watch["maximum"]) == (0, MAX_WATCH_TIMEOUT)
+
+
+def test_the_schema_allows_the_request_rates_the_operator_takes():
+    """kubeApiQps: 0 (no limit) or MIN_KUBE_API_QPS and up, the flag's own range (cli.kube_api_qps)."""
+    qps = json.loads((CHART / "values.schema.json").read_text())["properties"]["operator"]["properties"]["kubeApiQps"]
+    assert (qps["minimum"], qps["anyOf"]) == (0, [{"const": 0}, {"minimum": MIN_KUBE_API_QPS}])
 
 
 def test_a_misspelled_key_is_refused():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from kuberl.cli import build_parser
-from kuberl.operator.config import OperatorConfig, operator_config
+from kuberl.operator.config import MIN_KUBE_API_QPS, OperatorConfig, operator_config
 from kuberl.operator.kubeapi import RateLimiter
 
 
@@ -44,8 +44,11 @@ def test_the_flags_reach_the_configuration_and_bad_ones_are_refused(capsys):
     assert operator_config(parse(['operator', '--kube-api-qps', '0'])).kube_api_qps == 0  # no limit, not the default
     default = operator_config(parse(['operator']))
     assert (default.kube_api_qps, default.kube_api_burst) == (OperatorConfig.kube_api_qps, OperatorConfig.kube_api_burst) == (50.0, 100)
-    for flag, bad, said in [('--kube-api-qps', '-1', 'of 0 or more'), ('--kube-api-qps', 'inf', 'of 0 or more'),
-                            ('--kube-api-qps', 'nan', 'of 0 or more'), ('--kube-api-burst', '0', 'positive')]:
+    assert operator_config(parse(['operator', '--kube-api-qps', '1'])).kube_api_qps == MIN_KUBE_API_QPS == 1
+    # Below 1 a second the operator is blind in effect: at 0.0001 one request every 2.8 hours once the burst is spent.
+    for flag, bad, said in [('--kube-api-qps', '-1', 'from 1 up'), ('--kube-api-qps', 'inf', 'from 1 up'),
+                            ('--kube-api-qps', 'nan', 'from 1 up'), ('--kube-api-qps', '0.0001', 'from 1 up'),
+                            ('--kube-api-qps', '0.99', '0 (no limit) or'), ('--kube-api-burst', '0', 'positive')]:
         with pytest.raises(SystemExit):
             parse(['operator', flag, bad])
-        assert f'argument {flag}: expected a' in (err := capsys.readouterr().err) and said in err
+        assert f'argument {flag}: expected ' in (err := capsys.readouterr().err) and said in err

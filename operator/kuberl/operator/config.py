@@ -100,6 +100,11 @@ MIN_PEERING_LIFETIME = 12  # kopf renews a record 5-10 s before it expires; less
 # time.Second): a longer watch wraps negative there, and a far longer one cannot even be a float here (kopf's
 # startup handler fails with OverflowError, and the operator never watches).
 MAX_WATCH_TIMEOUT = (2**63 - 1) // 10**9
+# The least --kube-api-qps short of 0 (no limit): one request a second. Every request the operator makes (a pod
+# created, a status written, a gang listed) takes a token, so at 0.0001 one went out every 2.8 hours once the burst
+# was spent: the operator saw its jobs (kopf's watches are not paced) but could not act on them. client-go's default
+# is 5, kube-controller-manager's 20.
+MIN_KUBE_API_QPS = 1.0
 
 
 def operator_config(args: argparse.Namespace) -> OperatorConfig:
