@@ -4,7 +4,6 @@ than the model the user gets. Through the real trainer and session, on each algo
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -13,7 +12,12 @@ from kuberl.core import contract
 from kuberl_trainer import __main__ as entry
 from kuberl_trainer import checkpoint, session
 from kuberl_trainer.metrics import TrainerMetrics
-from trainer_support import one_process_run, small_job
+from trainer_support import (
+    one_process_run,
+    progress_rows,
+    scored_evaluations,
+    small_job,
+)
 
 # Budgets as test_trainer_untargeted_evaluation's (PPO 21 updates, DQN 320, SAC 128), evaluated at an evalEvery that
 # does not divide them: the last periodic evaluation is a few updates before the end
@@ -45,19 +49,7 @@ def run_of(name: str, tmp_path, monkeypatch, every: int, timesteps: int, **succe
             .spec())
     trainer, run = one_process_run(spec)
     run.metrics = TrainerMetrics("t", 0, 1)
-    evaluate, scored = trainer.evaluate, []
-
-    def evaluate_and_count(*args, **kwargs):  # the real evaluation, at the update it runs after
-        scored.append((trainer.counters.updates, trainer.counters.global_step, evaluate(*args, **kwargs)))
-        return scored[-1][2]
-
-    trainer.evaluate = evaluate_and_count
-    return trainer, run, scored
-
-
-def progress(run) -> list[dict]:
-    with open(os.path.join(run.checkpoint_dir, "progress.jsonl")) as f:
-        return [json.loads(line) for line in f]
+    return trainer, run, scored_evaluations(trainer)
 
 
 @pytest.mark.parametrize("name", sorted(entry.ALGORITHMS))
@@ -80,13 +72,13 @@ def test_a_budget_ending_between_evaluations_evaluates_the_final_weights_without
     for key, tensor in weights.items():
         assert torch.equal(model["agent"][key], tensor) and torch.equal(trainer.agent.state_dict()[key], tensor), key
     # where periodic evaluations' results go: the progress row, the metric, best-model.pt when better, the summary
-    rows = [row for row in progress(run) if row.get("evaluation")]
+    rows = [row for row in progress_rows(run) if row.get("evaluation")]
     assert [(row["timesteps"], row["eval_return"]) for row in rows] == [(s, r) for _, s, r in scored]
     assert rows[-1].get("best", False) is (final_return > max(r for _, _, r in scored[:-1]))
     best = torch.load(os.path.join(os.path.dirname(run.final_model), "best-model.pt"), weights_only=True)
     assert best["eval_return"] == max(r for _, _, r in scored)
     assert run.metrics.eval_return._value.get() == final_return and run.metrics.success._value.get() == 0
-    assert progress(run)[-1]["eval_return"] == final_return  # what the run's summary line and kuberl plot read
+    assert progress_rows(run)[-1]["eval_return"] == final_return  # what the run's summary line and kuberl plot read
     assert message.startswith(f"budget of {BUDGET[name]} timesteps spent (timesteps {steps}, eval return "
                               f"{session._fmt(final_return)}); model"), message
     assert message.endswith(contract.final_numbers(steps, final_return))

@@ -5,7 +5,6 @@ Through the real trainer and session, on each algorithm's small CartPole or Pend
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -14,7 +13,12 @@ from kuberl.core import contract
 from kuberl_trainer import __main__ as entry
 from kuberl_trainer import session
 from kuberl_trainer.metrics import TrainerMetrics
-from trainer_support import one_process_run, small_job
+from trainer_support import (
+    one_process_run,
+    progress_rows,
+    scored_evaluations,
+    small_job,
+)
 
 # Updates between evaluations: PPO's updates are 32 steps; DQN's and SAC's one vector step of 2 envs, and
 # Pendulum's episodes are 200 steps long, so every 2 of theirs evaluated more than it trained
@@ -43,43 +47,32 @@ def untargeted(name: str, tmp_path, monkeypatch, eval_every: int = 2, timesteps:
     return one_process_run(spec)
 
 
-def progress(run) -> list[dict]:
-    with open(os.path.join(run.checkpoint_dir, "progress.jsonl")) as f:
-        return [json.loads(line) for line in f]
-
-
 @pytest.mark.parametrize("name", sorted(entry.ALGORITHMS))
 def test_a_run_without_a_target_evaluates_every_eval_every_updates_and_keeps_the_best(name, tmp_path, monkeypatch):
     trainer, run = untargeted(name, tmp_path, monkeypatch, eval_every=EVERY[name], timesteps=BUDGET[name])
     run.metrics = TrainerMetrics("t", 0, 1)
-    evaluate, scored = trainer.evaluate, []
-
-    def evaluate_and_count(*args, **kwargs):  # the real evaluation, at the update it runs after
-        scored.append((trainer.counters.updates, trainer.counters.global_step, evaluate(*args, **kwargs)))
-        return scored[-1][2]
-
-    trainer.evaluate = evaluate_and_count
+    scored = scored_evaluations(trainer)
     assert session.run_updates(trainer, run) == "budget"  # no target: never a stop, whatever the returns
     message = run.finish(trainer, "budget")
     updates = trainer.counters.updates
     every = EVERY[name]
     final = [updates] if updates % every else []  # the final weights, when no periodic evaluation scored them
     assert updates >= 2 * every and [u for u, _, _ in scored] == list(range(every, updates + 1, every)) + final
-    rows = [row for row in progress(run) if row.get("evaluation")]
+    rows = [row for row in progress_rows(run) if row.get("evaluation")]
     assert [(row["timesteps"], row["eval_return"]) for row in rows] == [(steps, ret) for _, steps, ret in scored]
     best = torch.load(os.path.join(os.path.dirname(run.final_model), "best-model.pt"), weights_only=True)
     assert best["eval_return"] == max(ret for _, _, ret in scored)
     assert run.metrics.eval_return._value.get() == scored[-1][2] and run.metrics.success._value.get() == 0
     assert message.startswith(f"budget of {BUDGET[name]} timesteps spent (timesteps {trainer.counters.global_step}, eval return "
                               f"{session._fmt(scored[-1][2])}); model"), message
-    assert progress(run)[-1]["eval_return"] == scored[-1][2]  # what the run's summary line and kuberl plot read
+    assert progress_rows(run)[-1]["eval_return"] == scored[-1][2]  # what the run's summary line and kuberl plot read
 
 
 def test_an_untargeted_run_evaluates_while_training_and_waits_for_the_last_at_the_end(tmp_path, monkeypatch):
     trainer, run = untargeted("ppo", tmp_path, monkeypatch, evalWhileTraining=True)
     assert session.run_updates(trainer, run) == "budget"
     run.finish(trainer, "budget")
-    rows = [row for row in progress(run) if row.get("evaluation")]
+    rows = [row for row in progress_rows(run) if row.get("evaluation")]
     # each copy's, and the final weights' own where the last copy evaluated was of earlier ones
     assert rows and all(row.get("evaluated_while_training") or row["timesteps"] == trainer.counters.global_step for row in rows)
     assert run.evaluated_at == trainer.counters.updates

@@ -4,6 +4,8 @@ test_trainer_resume_marker.py and test_boundary_checkpoint.py."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections.abc import Callable
 
@@ -37,3 +39,22 @@ def one_process_run(spec: JobSpec, restart: int = 0,
     trainer = entry.ALGORITHMS[spec.algorithm].make(ONE_PROCESS, spec.hyperparameters, spec.env.id, 2, {},
                                                     spec.total_timesteps, 1, restart)
     return trainer, session.TrainingSession(config, ONE_PROCESS, None, restart, threading.Event(), log=log)
+
+
+def scored_evaluations(trainer) -> list[tuple[int, int, float]]:
+    """trainer.evaluate, still the real evaluation, with each call's (updates, global_step, return) appended to the
+    list returned, as of the update it runs after."""
+    evaluate, scored = trainer.evaluate, []
+
+    def evaluate_and_record(*args, **kwargs):
+        scored.append((trainer.counters.updates, trainer.counters.global_step, evaluate(*args, **kwargs)))
+        return scored[-1][2]
+
+    trainer.evaluate = evaluate_and_record
+    return scored
+
+
+def progress_rows(run: session.TrainingSession) -> list[dict]:
+    """The run's progress.jsonl, a dict a line (what `kuberl plot` and a run's summary read)."""
+    with open(os.path.join(run.checkpoint_dir, "progress.jsonl")) as f:
+        return [json.loads(line) for line in f]
