@@ -7,9 +7,11 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from kuberl.core.rules import parse_spec
 from kuberl.core.validation import (
     MAX_QUANTITY,
     QUANTITY_SUFFIX_ERROR,
+    InvalidJob,
     quantity_value,
     resources_problems,
 )
@@ -46,6 +48,21 @@ def test_an_exponent_past_int64_is_refused_as_the_server_refuses_it():
     problems = resources_problems({'limits': {'memory': '1e99999999999999999999', 'cpu': '1e999'}})
     assert [p.path for p in problems] == ['spec.resources.limits.memory']
     assert 'exponent' in problems[0].message and "unable to parse quantity's suffix" in problems[0].message
+
+
+def test_checkpoint_size_and_shm_size_with_an_exponent_past_int64_are_refused_by_field():
+    """The PVC's storage request and the /dev/shm emptyDir's sizeLimit match their patterns, but the server's
+    ParseQuantity refuses the PVC or pod the operator creates from them, after the job was accepted."""
+    huge = '1e9223372036854775808'
+    assert quantity_error(huge) is not None  # the stand-in's reading of ParseQuantity refuses it too
+    job = {'algorithm': 'ppo', 'env': {'id': 'CartPole-v1'}, 'totalTimesteps': 1000,
+           'checkpoint': {'size': huge}, 'shmSize': huge}
+    with pytest.raises(InvalidJob) as refused:
+        parse_spec(job)
+    assert {p.path: 'exponent' in p.message for p in refused.value.problems} == {
+        'spec.checkpoint.size': True, 'spec.shmSize': True}
+    parsed = parse_spec({**job, 'checkpoint': {'size': '1e999'}, 'shmSize': '1e-9223372036854775808'})  # they parse
+    assert (parsed.checkpoint.size, parsed.shm_size) == ('1e999', '1e-9223372036854775808')
 
 
 def test_a_huge_cpu_count_converts_to_a_refusal_not_a_crash():

@@ -31,6 +31,7 @@ from .validation import (
     PATTERN_MEANINGS,
     InvalidJob,
     Problem,
+    exponent_problem,
     gang_template_problems,
     image_problems,
     label_key_problems,
@@ -504,6 +505,10 @@ def parse_spec(spec: Any) -> JobSpec:
     problems += _custom_trainer_problems(spec)
     if parsed is not None:
         problems += gang_template_problems(spec.get("template"), parsed.workers)
+        # the PVC's storage request and the /dev/shm emptyDir's sizeLimit: refused at their create otherwise,
+        # after the job was accepted
+        problems += [p for p in (exponent_problem("spec.checkpoint.size", parsed.checkpoint.size),
+                                 exponent_problem("spec.shmSize", parsed.shm_size)) if p]
     if parsed is not None and not problems:
         problems += config_size_problems(parsed, spec)
         problems += sidecar_port_problems(parsed, spec.get("template"))

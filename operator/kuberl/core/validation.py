@@ -943,6 +943,17 @@ def quantity_value(quantity: str | int) -> Decimal:
     return value
 
 
+def exponent_problem(where: str, amount: str | int) -> Problem | None:
+    """Why the API server refuses a quantity that matches QUANTITY: an exponent past int64 (ParseQuantity's
+    "unable to parse quantity's suffix"), which no pattern can bound; None when it reads."""
+    try:
+        quantity_value(amount)
+    except ValueError:
+        return Problem(where, f"expected a quantity whose exponent is a 64-bit integer (got {amount!r}:"
+                       f" the API server refuses it, {QUANTITY_SUFFIX_ERROR!r})")
+    return None
+
+
 def _resource_name_ok(name: str) -> bool:
     """validateContainerResourceName: a qualified name; without a domain one of Kubernetes' own
     (cpu, memory, ephemeral-storage, hugepages-<size>); with one, a native (kubernetes.io/) or an
@@ -989,12 +1000,11 @@ def resources_problems(resources: Any, path: str = "spec.resources", template: b
                 if template:  # resource.ParseQuantity refuses it: "quantities must match the regular expression"
                     problems.append(Problem(where, f"expected a Kubernetes quantity such as 500m, 2 or 4Gi (got {shown(amount)})"))
                 continue  # spec.resources: the model already names it
-            try:
-                value = quantity_value(amount)
-            except ValueError:  # the exponent: ParseQuantity refuses the pod, "unable to parse quantity's suffix"
-                problems.append(Problem(where, f"expected a quantity whose exponent is a 64-bit integer (got {amount!r}:"
-                                        f" the API server refuses it, {QUANTITY_SUFFIX_ERROR!r})"))
+            refused = exponent_problem(where, amount)
+            if refused:
+                problems.append(refused)
                 continue
+            value = quantity_value(amount)
             if value < 0:
                 problems.append(Problem(where, f"expected a quantity of at least 0 (got {amount!r})"))
             elif _extended(name) and value != value.to_integral_value():
