@@ -643,7 +643,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a run directory of kuberl run (runs/<job>)")
     p.add_argument("-o", "--output", metavar="FILE.png",
                    help="where the PNG goes (default RUN_DIR/learning-curve.png)")
-    p.set_defaults(func=lambda a: __import__("kuberl.local.runner", fromlist=["cmd_plot"]).cmd_plot(a))
+    p.set_defaults(func=lambda a: __import__("kuberl.local.curves", fromlist=["cmd_plot"]).cmd_plot(a))
     p = add_command("eval", help="play a trained model on its job's env: mean return, a GIF, a TorchScript export")
     p.add_argument("path", metavar="RUN_DIR|MODEL.pt",
                    help="a run directory of kuberl run (played by default: its final-model.pt, the last weights, or those"

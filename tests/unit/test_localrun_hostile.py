@@ -409,7 +409,8 @@ def test_a_progress_file_cut_short_or_not_kuberls_ends_the_run_with_its_summary_
     trainer's own format there, ended a finished run in a JSONDecodeError (or ValueError on 'many')."""
     from kuberl.core.render import Job
     from kuberl.core.rules import validate_job
-    from kuberl.local.runner import progress_record, summary
+    from kuberl.local.curves import progress_record
+    from kuberl.local.runner import summary
 
     from tests.support.jobs import make_job
 
@@ -421,7 +422,7 @@ def test_a_progress_file_cut_short_or_not_kuberls_ends_the_run_with_its_summary_
 
 
 def test_plotting_skips_what_is_not_a_progress_record(tmp_path):
-    from kuberl.local.runner import plot
+    from kuberl.local.curves import plot
 
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "progress.jsonl").write_text(FOREIGN_PROGRESS)
@@ -504,7 +505,7 @@ def test_plot_finds_progress_without_following_links_round_in_circles(tmp_path):
     """Two links to '.' in the checkpoint directory made `kuberl plot` (and `kuberl run --plot`) hang in a recursive glob."""
     import threading
 
-    from kuberl.local.runner import plot
+    from kuberl.local.curves import plot
 
     checkpoints = tmp_path / "checkpoints" / "job-uid"
     checkpoints.mkdir(parents=True)
@@ -522,7 +523,7 @@ def test_a_progress_file_that_is_a_fifo_does_not_hang_the_summary(tmp_path):
     """A container's FIFO at /checkpoints/progress.jsonl hung `kuberl run` at its summary line."""
     import threading
 
-    from kuberl.local.runner import last_progress
+    from kuberl.local.curves import last_progress
 
     os.mkfifo(tmp_path / "progress.jsonl")
     done = []
@@ -860,7 +861,7 @@ def test_plot_of_a_3_gib_progress_file_draws_its_last_records_in_2_gib(tmp_path)
 def test_the_run_summary_reads_a_3_gib_progress_file_in_2_gib(tmp_path):
     """`kuberl run`'s end-of-run summary read it the same way."""
     sparse_progress(tmp_path)
-    code = ("import sys; from kuberl.local.runner import last_progress, newest_checkpoint;"
+    code = ("import sys; from kuberl.local.curves import last_progress; from kuberl.local.runner import newest_checkpoint;"
             f" print(last_progress({str(tmp_path)!r})['eval_return'], newest_checkpoint({str(tmp_path)!r}))")
     done = in_two_gibibytes("-c", code, cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (0, "42.0 None\n", ""), done
@@ -926,10 +927,10 @@ def test_run_files_nested_deeper_than_json_decodes_are_read_as_damaged(tmp_path)
     """A run directory's records are the trainer's (or anyone's) to write: a progress.jsonl line, a status.json or a
     fingerprint.json of 100,000 '[' raised RecursionError out of json, which only ValueError was caught for:
     kuberl plot ended in a traceback, and so would kuberl run's summary, a rerun and kuberl eval's ending line."""
+    from kuberl.local.curves import progress_records
     from kuberl.local.runner import (
         LocalRunError,
         last_status,
-        progress_records,
         recorded_learned_values,
         run_phase,
     )

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from kuberl.local.runner import (
+from kuberl.local.curves import (
     MAX_RESUME_MARKS,
     PROGRESS_TAIL_BYTES,
     cmd_plot,
@@ -170,7 +170,7 @@ def test_a_file_of_thousands_of_generations_draws_its_newest_marks_as_one_collec
 def test_the_resumed_marker_sits_at_the_step_the_run_resumed_from():
     """A CartPole run stopped at 68,722 timesteps and run again: its dotted line was drawn at 71,281, the first
     report after the resume, not at 68,722, the checkpoint it resumed from (which the trainer now marks)."""
-    from kuberl.local.runner import resume_marks
+    from kuberl.local.curves import resume_marks
 
     before = [{"timesteps": 61065, "wall_seconds": 17.2, "restart": 0}, {"timesteps": 68722, "wall_seconds": 18.3, "restart": 0,
                                                                          "checkpoint": "ckpt-0000000135.pt"}]

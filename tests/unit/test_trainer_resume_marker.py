@@ -7,7 +7,7 @@ import json
 import os
 
 from kuberl.core import contract
-from kuberl.local.runner import progress_records, resume_marks
+from kuberl.local.curves import progress_records, resume_marks
 from trainer_support import one_process_run
 
 from tests.support.jobs import make_job

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 
-# what kuberl run writes into each run directory (local.runner.runs_in tells runs by it too)
+# what kuberl run writes into each run directory (local.curves.runs_in tells runs by it too)
 RUN_JOB_FILE = "job.yaml"
 
 
