@@ -638,11 +638,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run in a network namespace of its own (Linux): nothing the pods listen on is reachable from"
                         " outside, a custom torchrun's store included, and the pods reach no other host")
     p.set_defaults(func=cmd_run)
-    p = add_command("plot", help="write a PNG learning curve of a local run")
-    p.add_argument("run_dir", metavar="RUN_DIR",
-                   help="a run directory of kuberl run (runs/<job>)")
+    p = add_command("plot", help="write a PNG learning curve of a local run, or of several runs compared")
+    p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+",
+                   help="a run directory of kuberl run (runs/<job>); several, or a directory of runs (runs), draw"
+                        " every run on one figure, a colour each")
     p.add_argument("-o", "--output", metavar="FILE.png",
-                   help="where the PNG goes (default RUN_DIR/learning-curve.png)")
+                   help="where the PNG goes (default RUN_DIR/learning-curve.png; for several runs learning-curves.png"
+                        " in the directory they sit in)")
     p.set_defaults(func=lambda a: __import__("kuberl.local.curves", fromlist=["cmd_plot"]).cmd_plot(a))
     p = add_command("eval", help="play a trained model on its job's env: mean return, a GIF, a TorchScript export")
     p.add_argument("path", metavar="RUN_DIR|MODEL.pt",

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 from kuberl.local.curves import (
+    COMPARISON_FILE,
+    MAX_COMPARED_RUNS,
     MAX_RESUME_MARKS,
     PROGRESS_TAIL_BYTES,
     cmd_plot,
+    comparison_output,
     curve,
     plot,
     plot_title,
+    run_names,
 )
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -69,7 +74,7 @@ def test_dash_o_that_cannot_be_written_is_refused_before_plotting_naming_the_fla
 
 
 def test_plotting_a_run_without_progress_says_so(tmp_path, capsys):
-    assert cmd_plot(argparse.Namespace(run_dir=str(tmp_path))) == 1
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(tmp_path)])) == 1
     assert "no progress.jsonl" in capsys.readouterr().err
 
 
@@ -77,20 +82,119 @@ def test_plotting_a_path_that_is_no_directory_names_it_without_asking_about_prog
     model = tmp_path / "final-model.pt"
     model.write_bytes(b"x")
     for path, what in ((tmp_path / "runs" / "typo", "no such directory"), (model, "not a directory")):
-        assert cmd_plot(argparse.Namespace(run_dir=str(path))) == 1
+        assert cmd_plot(argparse.Namespace(run_dirs=[str(path)])) == 1
         assert capsys.readouterr().err == f"kuberl plot: {path}: {what} (give a run directory of kuberl run, e.g. runs/<job>)\n"
 
 
-def test_plotting_the_directory_of_runs_names_the_runs_in_it(tmp_path, capsys):
+def test_plotting_a_directory_of_runs_none_with_progress_names_the_runs_in_it(tmp_path, capsys):
     """`kuberl plot runs` asked "has the run reported progress yet?" of kuberl run's --dir itself."""
     for job in ("cartpole-ppo", "cartpole-dqn"):
         (tmp_path / "runs" / job).mkdir(parents=True)
         (tmp_path / "runs" / job / "job.yaml").write_text("{}\n")
     runs = tmp_path / "runs"
-    assert cmd_plot(argparse.Namespace(run_dir=str(runs))) == 1
-    assert capsys.readouterr().err == (f"kuberl plot: {runs} holds runs, not one run: give one of them"
-                                       f" ({runs}/cartpole-dqn, {runs}/cartpole-ppo)\n")
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)])) == 1
+    assert capsys.readouterr().err == (f"kuberl plot: no progress.jsonl in any of {runs}/cartpole-dqn, {runs}/cartpole-ppo"
+                                       " (has any run reported progress yet?)\n")
+    assert not (runs / COMPARISON_FILE).exists()
 
+
+def a_named_run(runs, name, scale=1.0, evaluated=True):
+    """A run directory as kuberl run leaves one (job.yaml, checkpoints/<uid>/progress.jsonl)."""
+    checkpoints = runs / name / "checkpoints" / f"{name}-uid"
+    checkpoints.mkdir(parents=True)
+    (runs / name / "job.yaml").write_text("{}\n")
+    rows = [{"timesteps": 1000 * i, "wall_seconds": 2.0 * i, "episode_return_mean": scale * i,
+             "eval_return": scale * 2 * i if evaluated and i % 2 == 0 else None, "restart": 0} for i in range(1, 7)]
+    (checkpoints / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return runs / name
+
+
+def drawn_lines(monkeypatch):
+    """Per axes of each figure saved, its lines as (label, colour, linestyle, point count)."""
+    from matplotlib.figure import Figure
+
+    drawn, savefig = [], Figure.savefig
+
+    def counted_savefig(fig, *args, **kwargs):
+        drawn.append([[(line.get_label(), line.get_color(), line.get_linestyle(), len(line.get_xdata()))
+                       for line in ax.get_lines()] for ax in fig.axes])
+        return savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", counted_savefig)
+    return drawn
+
+
+def test_several_runs_are_drawn_on_one_figure_a_colour_each(tmp_path, monkeypatch, capsys):
+    """Comparing runs (seeds, a hyperparameter, two algorithms) meant one PNG each, side by side by hand."""
+    runs = tmp_path / "runs"
+    ppo, dqn = a_named_run(runs, "cartpole-ppo"), a_named_run(runs, "cartpole-dqn", scale=3.0)
+    drawn = drawn_lines(monkeypatch)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(ppo), str(dqn)], output=None)) == 0
+    out, err = capsys.readouterr()
+    assert (out, err) == (f"{runs / COMPARISON_FILE}\n", "")
+    assert (runs / COMPARISON_FILE).read_bytes()[:8] == PNG
+    assert not (ppo / "learning-curve.png").exists()
+    [axes] = drawn
+    for lines in axes:  # per run: training dashed (6 reports), evaluation solid (3), the legend naming the run once
+        assert [(label, style, n) for label, _, style, n in lines] == [
+            ("_child0", "--", 6), ("cartpole-ppo", "-", 3), ("_child2", "--", 6), ("cartpole-dqn", "-", 3)]
+        colours = [colour for _, colour, _, _ in lines]
+        assert colours[0] == colours[1] != colours[2] == colours[3]
+
+
+def test_a_directory_of_runs_compares_the_runs_that_reported_and_names_the_others(tmp_path, monkeypatch, capsys):
+    runs = tmp_path / "runs"
+    a_named_run(runs, "seed-1")
+    a_named_run(runs, "seed-2", scale=2.0, evaluated=False)
+    (runs / "seed-3").mkdir()
+    (runs / "seed-3" / "job.yaml").write_text("{}\n")  # started, no report yet
+    drawn = drawn_lines(monkeypatch)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=str(tmp_path / "seeds.png"))) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{tmp_path / 'seeds.png'}\n"
+    assert err == f"kuberl plot: {runs}/seed-3: no progress.jsonl under {runs}/seed-3/checkpoints yet (left out)\n"
+    # a run never evaluated has its training line in the legend
+    assert [label for label, *_ in drawn[0][0]] == ["_child0", "seed-1", "seed-2"]
+
+
+def test_past_the_colours_the_runs_that_reported_last_are_drawn_and_the_rest_named(tmp_path, monkeypatch, capsys):
+    runs = tmp_path / "runs"
+    for i in range(MAX_COMPARED_RUNS + 2):
+        run = a_named_run(runs, f"run-{i:02d}")
+        progress = next((run / "checkpoints").rglob("progress.jsonl"))
+        os.utime(progress, (1_000_000 + i, 1_000_000 + i))  # run-00 and run-01 reported first
+    drawn = drawn_lines(monkeypatch)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    assert capsys.readouterr().err == "".join(
+        f"kuberl plot: {runs}/run-0{i}: left out, only the {MAX_COMPARED_RUNS} runs that reported last are drawn\n"
+        for i in (0, 1))
+    labels = [label for label, *_ in drawn[0][0] if not label.startswith("_")]
+    assert labels == [f"run-{i:02d}" for i in range(2, MAX_COMPARED_RUNS + 2)]
+    assert len({colour for _, colour, *_ in drawn[0][0]}) == MAX_COMPARED_RUNS
+
+
+def test_a_path_that_is_no_run_among_several_is_named_and_nothing_is_drawn(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    ppo = a_named_run(runs, "cartpole-ppo")
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(ppo), str(runs / "cartpole-pp")], output=None)) == 1
+    assert capsys.readouterr().err == (f"kuberl plot: {runs}/cartpole-pp: no such directory (give a run directory of"
+                                       f" kuberl run, e.g. runs/<job>); did you mean {runs}/cartpole-ppo?\n")
+    assert not (runs / COMPARISON_FILE).exists()
+
+
+def test_runs_sharing_a_name_are_told_apart_by_path_and_the_picture_goes_where_they_sit():
+    assert run_names(["runs/ppo", "runs/dqn"]) == ["ppo", "dqn"]
+    assert run_names(["runs/ppo/", "old/ppo", "runs/dqn"]) == ["runs/ppo", "old/ppo", "dqn"]
+    assert comparison_output(["runs"]) == os.path.join("runs", COMPARISON_FILE)
+    assert comparison_output(["runs/a", "runs/b/"]) == os.path.join(os.path.abspath("runs"), COMPARISON_FILE)
+    assert comparison_output(["runs/a", "old/b"]) == COMPARISON_FILE
+
+
+def test_the_cli_takes_several_run_directories(tmp_path):
+    runs = tmp_path / "runs"
+    done = kuberl_plot(str(a_named_run(runs, "a")), str(a_named_run(runs, "b")))
+    assert done.returncode == 0 and done.stdout == f"{runs / COMPARISON_FILE}\n", done.stderr
+    assert kuberl_plot().returncode == 2  # one RUN_DIR at least
 
 
 def test_evaluations_recorded_at_earlier_timesteps_are_drawn_in_timestep_order_within_their_generation():

@@ -100,28 +100,51 @@ def resume_marks(rows: list[dict], x_key: str) -> list[float]:
 MAX_RESUME_MARKS = 500
 
 
-def plot(run_dir: str, output: str | None = None) -> str:
-    """A PNG of return against timesteps and against wall time, from progress.jsonl; written to `output`,
-    else to the run directory's learning-curve.png. Returns where."""
-    if not os.path.isdir(run_dir):  # "has the run reported progress yet?" misleads about a path that is no run
-        what = "not a directory" if os.path.exists(run_dir) else "no such directory"
-        hint = missing_run_hint(run_dir) if what == "no such directory" else ""
-        raise FileNotFoundError(f"{run_dir}: {what} (give a run directory of kuberl run, e.g. runs/<job>){hint}")
+def run_dir_problem(run_dir: str) -> str | None:
+    """Why `run_dir` is no directory to look for runs in, naming the runs beside it a typo may have meant."""
+    if os.path.isdir(run_dir):
+        return None
+    what = "not a directory" if os.path.exists(run_dir) else "no such directory"
+    hint = missing_run_hint(run_dir) if what == "no such directory" else ""
+    return f"{run_dir}: {what} (give a run directory of kuberl run, e.g. runs/<job>){hint}"
+
+
+def newest_progress_file(run_dir: str) -> str | None:
+    """The progress.jsonl a run wrote last (one per job uid it ran as), or None."""
     found = sorted(progress_files(os.path.join(run_dir, "checkpoints")), key=os.path.getmtime)
-    if not found and (runs := runs_in(run_dir)):  # `kuberl plot runs`: --dir itself, not one of its runs
-        raise FileNotFoundError(f"{run_dir} holds runs, not one run: give one of them ({', '.join(runs[:4])}"
-                                f"{', …' if len(runs) > 4 else ''})")
-    if not found:
-        raise FileNotFoundError(f"no progress.jsonl under {run_dir}/checkpoints (has the run reported progress yet?)")
-    text, size = read_regular_tail(found[-1], PROGRESS_TAIL_BYTES) or ("", 0)
-    rows = progress_records(text.splitlines())
+    return found[-1] if found else None
+
+
+def read_progress(path: str) -> tuple[list[dict], int]:
+    """The records of a progress.jsonl's last PROGRESS_TAIL_BYTES, and the file's size."""
+    text, size = read_regular_tail(path, PROGRESS_TAIL_BYTES) or ("", 0)
+    return progress_records(text.splitlines()), size
+
+
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+AXES = (("timesteps", "timesteps"), ("wall_seconds", "wall time (s)"))
+
+
+def plot(run_dir: str, output: str | None = None) -> str:
+    """A PNG of return against timesteps and against wall time, from progress.jsonl; written to `output`,
+    else to the run directory's learning-curve.png. Returns where."""
+    if refused := run_dir_problem(run_dir):  # "has the run reported progress yet?" misleads about a path that is no run
+        raise FileNotFoundError(refused)
+    found = newest_progress_file(run_dir)
+    if not found:
+        raise FileNotFoundError(f"no progress.jsonl under {run_dir}/checkpoints (has the run reported progress yet?)")
+    rows, size = read_progress(found)
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
-    for ax, x_key, x_label in ((axes[0], "timesteps", "timesteps"), (axes[1], "wall_seconds", "wall time (s)")):
+    for ax, (x_key, x_label) in zip(axes, AXES, strict=True):
         for key, label in (("episode_return_mean", "training return (mean)"), ("eval_return", "evaluation return")):
             if points := curve(rows, x_key, key):
                 ax.plot(*zip(*points, strict=True), marker="o" if key == "eval_return" else ".", markersize=3, label=label)
@@ -136,6 +159,103 @@ def plot(run_dir: str, output: str | None = None) -> str:
     fig.savefig(out, dpi=100, format="png")
     plt.close(fig)
     return out
+
+
+# --- several runs on one figure --------------------------------------------------
+
+# Runs drawn at most, the ones that reported last: matplotlib's tab20 has as many colours, and more lines than
+# that on one axes are not told apart.
+MAX_COMPARED_RUNS = 20
+COMPARISON_FILE = "learning-curves.png"
+
+
+def holds_runs(path: str) -> bool:
+    """Whether `path` is a directory of runs (kuberl run's --dir, `runs`) rather than one run."""
+    return not progress_files(os.path.join(path, "checkpoints")) and bool(runs_in(path))
+
+
+def compared_runs(paths: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """The (name, progress.jsonl) of each run to compare, in the order given (a directory of runs gives its runs,
+    sorted), and a line for each run left out: no progress yet, or beyond MAX_COMPARED_RUNS (the newest are drawn).
+    A path that is no directory raises FileNotFoundError naming it; so does having no run with progress at all."""
+    runs: list[str] = []
+    for path in paths:
+        if refused := run_dir_problem(path):
+            raise FileNotFoundError(refused)
+        runs += runs_in(path) if holds_runs(path) else [path]
+    seen, found, left_out = set(), [], []
+    for run in runs:
+        if os.path.realpath(run) in seen:
+            continue
+        seen.add(os.path.realpath(run))
+        progress = newest_progress_file(run)
+        if progress is None:
+            left_out.append(f"{run}: no progress.jsonl under {run}/checkpoints yet (left out)")
+        else:
+            found.append((run, progress))
+    if not found:
+        raise FileNotFoundError(f"no progress.jsonl in any of {', '.join(runs[:4])}{', …' if len(runs) > 4 else ''}"
+                                " (has any run reported progress yet?)")
+    if len(found) > MAX_COMPARED_RUNS:
+        newest = set(sorted((p for _, p in found), key=os.path.getmtime)[-MAX_COMPARED_RUNS:])
+        left_out += [f"{run}: left out, only the {MAX_COMPARED_RUNS} runs that reported last are drawn"
+                     for run, p in found if p not in newest]
+        found = [(run, p) for run, p in found if p in newest]
+    return [(name, p) for name, p in zip(run_names([run for run, _ in found]), (p for _, p in found), strict=True)], left_out
+
+
+def run_names(runs: list[str]) -> list[str]:
+    """Each run's legend entry: its directory's name, or the path as given where two runs share a name
+    (runs/ppo beside other-runs/ppo)."""
+    names = [os.path.basename(os.path.normpath(run)) for run in runs]
+    return [name if names.count(name) == 1 else os.path.normpath(run) for name, run in zip(names, runs, strict=True)]
+
+
+def comparison_output(paths: list[str]) -> str:
+    """Where a comparison goes without -o: into the directory of runs given (`kuberl plot runs`), or the directory
+    every given run sits in; the current directory where they sit in different ones."""
+    if len(paths) == 1:
+        return os.path.join(paths[0], COMPARISON_FILE)
+    parents = {os.path.dirname(os.path.abspath(path)) for path in paths}
+    return os.path.join(parents.pop(), COMPARISON_FILE) if len(parents) == 1 else COMPARISON_FILE
+
+
+def comparison_lines(rows: list[dict], x_key: str) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """One run's evaluation line and training line on the `x_key` axis (`curve`'s points)."""
+    return curve(rows, x_key, "eval_return"), curve(rows, x_key, "episode_return_mean")
+
+
+def compare(paths: list[str], output: str | None = None) -> tuple[str, list[str]]:
+    """A PNG of several runs' returns against timesteps and against wall time, one colour a run: evaluation return
+    solid with dots, training return dashed. Returns where it went and what was left out (`compared_runs`)."""
+    runs, left_out = compared_runs(paths)
+    plt = pyplot()
+    colours = plt.get_cmap("tab20" if len(runs) > 10 else "tab10").colors
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
+    cut_short = []
+    for (name, progress), colour in zip(runs, colours, strict=False):
+        rows, size = read_progress(progress)
+        if size > PROGRESS_TAIL_BYTES:
+            cut_short.append(name)
+        for ax, (x_key, _) in zip(axes, AXES, strict=True):
+            evaluated, trained = comparison_lines(rows, x_key)
+            if trained:
+                ax.plot(*zip(*trained, strict=True), linestyle="--", linewidth=1, alpha=0.7, color=colour,
+                        label=None if evaluated else name)
+            if evaluated:
+                ax.plot(*zip(*evaluated, strict=True), marker="o", markersize=3, color=colour, label=name)
+    for ax, (_, x_label) in zip(axes, AXES, strict=True):
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("return")
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="lower right", fontsize="small")
+    notes = [f"the last {PROGRESS_TAIL_BYTES >> 20} MiB of records of {', '.join(cut_short)}"] if cut_short else []
+    fig.suptitle(f"{len(runs)} runs: evaluation return solid, training return (mean) dashed"
+                 + (f" ({'; '.join(notes)})" if notes else ""))
+    out = output or comparison_output(paths)
+    fig.savefig(out, dpi=100, format="png")
+    plt.close(fig)
+    return out, left_out
 
 
 def runs_in(directory: str) -> list[str]:
@@ -168,8 +288,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
         print(f"kuberl plot: {refused}", file=sys.stderr)
         return 1
     try:
-        print(plot(args.run_dir, output))
+        if len(args.run_dirs) == 1 and not holds_runs(args.run_dirs[0]):
+            print(plot(args.run_dirs[0], output))
+            return 0
+        out, left_out = compare(args.run_dirs, output)
     except FileNotFoundError as e:
         print(f"kuberl plot: {e}", file=sys.stderr)
         return 1
+    for line in left_out:
+        print(f"kuberl plot: {line}", file=sys.stderr)
+    print(out)
     return 0
