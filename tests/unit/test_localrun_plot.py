@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from kuberl.core.fingerprint import distinguishing_values
 from kuberl.local.curves import (
     COMPARISON_FILE,
     MAX_COMPARED_RUNS,
@@ -290,3 +291,33 @@ def test_the_resumed_marker_sits_at_the_step_the_run_resumed_from():
     assert resume_marks(before, "timesteps") == [] and resume_marks([], "timesteps") == []
     # the resumed row carries no training return: no point of the training line at the resume
     assert curve(before + after, "timesteps", "episode_return_mean") == [(71281, 127.0)]
+
+
+def test_each_legend_entry_names_the_learned_values_that_set_its_run_apart(tmp_path, monkeypatch):
+    """A job run again with another learning rate lands in runs/<job>.<fingerprint>: a name that says nothing of
+    what was tried. The legend reads each run's recorded learned values (fingerprint.json) and names the differing."""
+    runs = tmp_path / "runs"
+    learned = {"algorithm": "ppo", "seed": 1, "ppo": {"learningRate": 0.0003, "numEnvs": 8}}
+    records = {"cartpole-ppo": learned, "cartpole-ppo.27acc18a": {**learned, "ppo": {"learningRate": 0.001, "numEnvs": 8}},
+               "cartpole-ppo.9b1e0c2d": {**learned, "seed": 2}}
+    for name, values in records.items():
+        a_named_run(runs, name)
+        (runs / name / "fingerprint.json").write_text(json.dumps({"learned": values}))
+    a_named_run(runs, "older")  # no record: named alone
+    drawn = drawn_lines(monkeypatch)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    assert [label for label, *_ in drawn[0][0] if not label.startswith("_")] == [
+        "cartpole-ppo (ppo.learningRate 0.0003, seed 1)", "cartpole-ppo.27acc18a (ppo.learningRate 0.001, seed 1)",
+        "cartpole-ppo.9b1e0c2d (ppo.learningRate 0.0003, seed 2)", "older"]
+
+
+def test_distinguishing_values_are_the_leaves_that_differ_and_nothing_when_all_agree():
+    same = {"seed": 1, "env": {"kwargs": {}}}
+    assert distinguishing_values([same, same]) == ["", ""]
+    assert distinguishing_values([same]) == [""]  # one recorded run: nothing to tell it from
+    assert distinguishing_values([same, None, {"seed": 1, "env": {"kwargs": {"max_episode_steps": 200}}}]) == [
+        "env.kwargs.max_episode_steps null", "", "env.kwargs.max_episode_steps 200"]
+    many = [{f"f{i}": run for i in range(5)} for run in (1, 2)]
+    assert distinguishing_values(many, limit=3) == ["f0 1, f1 1, f2 1 and 2 more", "f0 2, f1 2, f2 2 and 2 more"]
+    assert distinguishing_values([{"tag": "x" * 100}, {"tag": "y"}])[0] == 'tag "xxxxxxxxxxxxxxxxxxxx...'
+

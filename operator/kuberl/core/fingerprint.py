@@ -105,3 +105,27 @@ def describe_changes(changes: list[tuple[str, Any, Any]], limit: int = 6) -> str
     shown = [f"{path} {_short(a)} -> {_short(b)}" for path, a, b in changes[:limit]]
     more = len(changes) - limit
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def distinguishing_values(runs: list[Mapping[str, Any] | None], limit: int = 3) -> list[str]:
+    """For runs compared side by side (`kuberl plot runs`), each one's values of the learned fields that are not
+    the same in all of them (`ppo.learningRate 0.001, seed 2`); '' for a run with no record, or where every
+    recorded run learns the same. What tells runs/cartpole-ppo from runs/cartpole-ppo.3fa2b1c0 apart."""
+    flats: list[dict[str, Any] | None] = []
+    for values in runs:
+        flat: dict[str, Any] = {}
+        if values is not None:
+            _flat(values, "", flat)
+        flats.append(flat if values is not None else None)
+    recorded = [flat for flat in flats if flat is not None]
+    every = {path for flat in recorded for path in flat} if len(recorded) > 1 else set()
+    parents = {path.rsplit(".", depth)[0] for path in every for depth in range(1, path.count(".") + 1)}
+    paths = sorted(every - parents)  # an empty map beside one with keys is no leaf of its own (as changed_fields)
+    differing = [path for path in paths if any(flat.get(path) != recorded[0].get(path) for flat in recorded)]
+    described = []
+    for flat in flats:
+        shown = [f"{path} {_short(flat.get(path), 24)}" for path in differing[:limit]] if flat is not None else []
+        more = len(differing) - limit
+        described.append(", ".join(shown) + (f" and {more} more" if shown and more > 0 else ""))
+    return described
+

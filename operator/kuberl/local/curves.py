@@ -11,7 +11,10 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from ..core import fingerprint
 from ..core.outputfile import output_problem
 from ..core.rundirs import RUN_JOB_FILE, missing_run_hint
 from .process import read_regular_tail
@@ -204,6 +207,11 @@ def compared_runs(paths: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     return [(name, p) for name, p in zip(run_names([run for run, _ in found]), (p for _, p in found), strict=True)], left_out
 
 
+def progress_run_dir(progress: str) -> str:
+    """The run directory a progress.jsonl of `compared_runs` is in (RUN_DIR/checkpoints/<uid>/progress.jsonl)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(progress)))
+
+
 def run_names(runs: list[str]) -> list[str]:
     """Each run's legend entry: its directory's name, or the path as given where two runs share a name
     (runs/ppo beside other-runs/ppo)."""
@@ -225,10 +233,16 @@ def comparison_lines(rows: list[dict], x_key: str) -> tuple[list[tuple[float, fl
     return curve(rows, x_key, "eval_return"), curve(rows, x_key, "episode_return_mean")
 
 
-def compare(paths: list[str], output: str | None = None) -> tuple[str, list[str]]:
+def compare(paths: list[str], output: str | None = None,
+            learned: Callable[[str], Mapping[str, Any] | None] | None = None) -> tuple[str, list[str]]:
     """A PNG of several runs' returns against timesteps and against wall time, one colour a run: evaluation return
-    solid with dots, training return dashed. Returns where it went and what was left out (`compared_runs`)."""
+    solid with dots, training return dashed; each run's legend entry says the learned values that set it apart
+    where `learned` reads them from a run directory (fingerprint.distinguishing_values). Returns where it went
+    and what was left out (`compared_runs`)."""
     runs, left_out = compared_runs(paths)
+    if learned is not None:
+        apart = fingerprint.distinguishing_values([learned(progress_run_dir(progress)) for _, progress in runs])
+        runs = [(f"{name} ({values})" if values else name, progress) for (name, progress), values in zip(runs, apart, strict=True)]
     plt = pyplot()
     colours = plt.get_cmap("tab20" if len(runs) > 10 else "tab10").colors
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
@@ -291,7 +305,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if len(args.run_dirs) == 1 and not holds_runs(args.run_dirs[0]):
             print(plot(args.run_dirs[0], output))
             return 0
-        out, left_out = compare(args.run_dirs, output)
+        # runner imports this module for its summary: imported here, not at the top, so neither import is a cycle
+        from .runner import recorded_learned_values
+
+        out, left_out = compare(args.run_dirs, output, learned=recorded_learned_values)
     except FileNotFoundError as e:
         print(f"kuberl plot: {e}", file=sys.stderr)
         return 1
