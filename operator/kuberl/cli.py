@@ -116,6 +116,12 @@ def valid_jobs(path: str, args: argparse.Namespace | None = None) -> tuple[list[
         raise SystemExit(f"{path}: no RLTrainingJob document" + (", only ConfigMaps" if docs else ""))
     for job in docs:
         notes: list[str] = []
+        written, flag_problems = job, []
+        if not is_configmap(job):
+            try:  # the job a run with these flags would run: its name and metadata too (--set metadata.name=…)
+                job = overridden(job, args)
+            except InvalidJob as e:
+                flag_problems = e.problems
         metadata = (job.get("metadata") or {}) if isinstance(job, dict) else {}
         name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
         if is_configmap(job):  # beside the job, for its template to read (kuberl run mounts it; kubectl applies it)
@@ -127,9 +133,9 @@ def valid_jobs(path: str, args: argparse.Namespace | None = None) -> tuple[list[
                 print(f"  {p}", file=sys.stderr)
             continue
         problems = metadata_problems(metadata) if isinstance(metadata, dict) else []
-        written = job
         try:
-            job = overridden(job, args)
+            if flag_problems:
+                raise InvalidJob(flag_problems)
             spec = validate_job(job, env_ids=registered_env_ids())
             made, notes = env_problems(spec)
             problems += jobstatus.template_problems(name, spec) + made

@@ -354,3 +354,21 @@ def test_validate_checks_a_job_with_runs_set_and_workers_as_run_would_run_it(cap
     assert ("  --set ppo.lr=1: the spec has no field ppo.lr; did you mean --set ppo.learningRate=…?\n"
             in capsys.readouterr().err)
     assert cli.main(["validate", job]) == 0 and "on CartPole-v1, 2 worker(s)" in capsys.readouterr().out
+
+
+def test_validate_names_the_job_a_set_renames_and_checks_its_pods_under_that_name(tmp_path, capsys):
+    """`kuberl validate job.yaml --set metadata.name=ppo-lr3` said "cartpole-ppo: valid" (the file's name, checked
+    against the file's metadata, its pods rendered under that name), while `kuberl run` with the same flags runs the
+    job as ppo-lr3; a file's bad name that the flag mends was refused."""
+    from kuberl import cli
+
+    job = str(EXAMPLES / "cartpole-ppo.yaml")
+    assert cli.main(["validate", job, "--set", "metadata.name=ppo-lr3"]) == 0
+    assert capsys.readouterr().out.startswith("ppo-lr3: valid: ppo on CartPole-v1")
+    assert cli.main(["validate", job, "--set", "metadata.name=Bad_Name"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{job}: RLTrainingJob 'Bad_Name' is invalid (1 problem(s)):\n  metadata.name: expected a DNS-1035"), err
+    assert err.rstrip().endswith("(from --set metadata.name=Bad_Name)"), err
+    (tmp_path / "bad.yaml").write_text((EXAMPLES / "cartpole-ppo.yaml").read_text().replace("name: cartpole-ppo", "name: Bad_Name"))
+    assert cli.main(["validate", str(tmp_path / "bad.yaml"), "--set", "metadata.name=fixed"]) == 0  # the flag mends the file
+    assert capsys.readouterr().out.startswith("fixed: valid:")
