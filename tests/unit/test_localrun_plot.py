@@ -13,9 +13,11 @@ from kuberl.core.fingerprint import distinguishing_values
 from kuberl.local.curves import (
     COMPARISON_FILE,
     MAX_COMPARED_RUNS,
+    MAX_NAMED_RUNS,
     MAX_RESUME_MARKS,
     PROGRESS_TAIL_BYTES,
     cmd_plot,
+    compare_note,
     comparison_output,
     curve,
     plot,
@@ -321,3 +323,20 @@ def test_distinguishing_values_are_the_leaves_that_differ_and_nothing_when_all_a
     assert distinguishing_values(many, limit=3) == ["f0 1, f1 1, f2 1 and 2 more", "f0 2, f1 2, f2 2 and 2 more"]
     assert distinguishing_values([{"tag": "x" * 100}, {"tag": "y"}])[0] == 'tag "xxxxxxxxxxxxxxxxxxxx...'
 
+
+
+def test_a_runs_summary_points_at_the_plot_comparing_it_with_its_jobs_other_runs(tmp_path):
+    """A job rerun with another learning rate or seed starts runs/<job>.<fingerprint> beside the first; the summary
+    named only the new run's own curve, and nothing said the runs could be drawn together."""
+    runs = tmp_path / "runs"
+    first = a_named_run(runs, "cartpole-ppo")
+    assert compare_note(str(first)) == ""  # alone
+    a_named_run(runs, "cartpole-ppo-big")  # another job whose name starts the same
+    (runs / "cartpole-ppo.0badc0de").mkdir()  # started, never reported
+    (runs / "cartpole-ppo.0badc0de" / "job.yaml").write_text("{}\n")
+    assert compare_note(str(first)) == ""
+    second = a_named_run(runs, "cartpole-ppo.27acc18a")
+    assert compare_note(str(second)) == f"; compared with its other runs: kuberl plot {first} {second}"
+    for i in range(MAX_NAMED_RUNS - 1):
+        a_named_run(runs, f"cartpole-ppo.{i:08x}")
+    assert compare_note(str(first), shown=os.path.basename) == "; compared with its other runs: kuberl plot runs"

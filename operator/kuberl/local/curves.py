@@ -207,6 +207,28 @@ def compared_runs(paths: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     return [(name, p) for name, p in zip(run_names([run for run, _ in found]), (p for _, p in found), strict=True)], left_out
 
 
+# Runs of one job named in kuberl run's summary at most; past it, their directory.
+MAX_NAMED_RUNS = 4
+
+
+def job_runs(run_dir: str) -> list[str]:
+    """The runs of `run_dir`'s job that have reported progress, this one among them, in its --dir: the job's own
+    directory and each runs/<job>.<fingerprint> that a spec learning something else started beside it."""
+    job = os.path.basename(os.path.normpath(run_dir)).split(".", 1)[0]  # a job's name has no dot
+    base = os.path.dirname(os.path.normpath(run_dir))
+    return [run for run in runs_in(base) if os.path.basename(run).split(".", 1)[0] == job and newest_progress_file(run)]
+
+
+def compare_note(run_dir: str, shown: Callable[[str], str] = str) -> str:
+    """kuberl run's summary's pointer to the kuberl plot that compares this run with its job's others (another
+    learning rate, another seed), '' where it has none: the runs named, or their directory past MAX_NAMED_RUNS."""
+    runs = job_runs(run_dir)
+    if len(runs) < 2:
+        return ""
+    named = runs if len(runs) <= MAX_NAMED_RUNS else [os.path.dirname(os.path.normpath(run_dir))]
+    return f"; compared with its other runs: kuberl plot {' '.join(map(shown, named))}"
+
+
 def progress_run_dir(progress: str) -> str:
     """The run directory a progress.jsonl of `compared_runs` is in (RUN_DIR/checkpoints/<uid>/progress.jsonl)."""
     return os.path.dirname(os.path.dirname(os.path.dirname(progress)))

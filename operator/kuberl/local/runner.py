@@ -69,6 +69,7 @@ from ..core.validation import shown as shown_value
 from ..core.yamlreader import UnreadableSpec, load_documents
 from .console import Console, Output, with_host_paths
 from .curves import (
+    compare_note,
     finite_number,
     last_progress,
     plot,
@@ -1390,5 +1391,6 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
         say(with_host_paths(ended, os.path.join(run_dir, "checkpoints"))  # as the console showed the same reason
             + f"; logs {shown(os.path.join(run_dir, 'logs'))}" + (f"; learning curve {shown(curve)}" if curve else
                                                                   f"; learning curve: kuberl plot {shown(run_dir)}"
-                                                                  if not args.plot and progress_files(os.path.join(run_dir, "checkpoints")) else ""))
+                                                                  if not args.plot and progress_files(os.path.join(run_dir, "checkpoints")) else "")
+            + compare_note(run_dir, shown))
     return code
