@@ -340,3 +340,18 @@ def test_a_runs_summary_points_at_the_plot_comparing_it_with_its_jobs_other_runs
     for i in range(MAX_NAMED_RUNS - 1):
         a_named_run(runs, f"cartpole-ppo.{i:08x}")
     assert compare_note(str(first), shown=os.path.basename) == "; compared with its other runs: kuberl plot runs"
+
+
+def test_dollar_signs_in_names_and_values_are_drawn_as_they_are_not_as_mathtext(tmp_path, monkeypatch):
+    """Two '$' in a title or legend are matplotlib's mathtext: a run directory or a learned value (env.kwargs is the
+    tenant's to fill) holding `$\\frac{$` ended kuberl plot in a ParseSyntaxException when the PNG was written."""
+    runs = tmp_path / "runs"
+    odd = a_named_run(runs, "a$\\frac{$")
+    (odd / "fingerprint.json").write_text(json.dumps({"learned": {"env": {"kwargs": {"mode": "$\\sqrt{$"}}}}))
+    other = a_named_run(runs, "b")
+    (other / "fingerprint.json").write_text(json.dumps({"learned": {"env": {"kwargs": {"mode": "plain"}}}}))
+    assert plot(str(odd)).endswith("learning-curve.png")
+    drawn = drawn_lines(monkeypatch)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    assert (runs / COMPARISON_FILE).read_bytes()[:8] == PNG
+    assert "a\\$\\frac{\\$ (env.kwargs.mode \"\\$\\\\sqrt{\\$\")" in [label for label, *_ in drawn[0][0]]

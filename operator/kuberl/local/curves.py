@@ -124,6 +124,12 @@ def read_progress(path: str) -> tuple[list[dict], int]:
     return progress_records(text.splitlines()), size
 
 
+def literal(text: str) -> str:
+    """`text` as matplotlib draws it letter for letter: two '$' in a title or legend start its mathtext, and a run
+    directory or a learned value holding `$\\frac{$` ended kuberl plot in a ParseSyntaxException at savefig."""
+    return text.replace("$", r"\$")
+
+
 def pyplot():
     import matplotlib
 
@@ -157,7 +163,7 @@ def plot(run_dir: str, output: str | None = None) -> str:
         ax.set_ylabel("return")
         ax.grid(alpha=0.3)
     axes[0].legend(loc="lower right")
-    fig.suptitle(plot_title(os.path.basename(os.path.abspath(run_dir)), rows, size))
+    fig.suptitle(literal(plot_title(os.path.basename(os.path.abspath(run_dir)), rows, size)))
     out = output or os.path.join(run_dir, "learning-curve.png")
     fig.savefig(out, dpi=100, format="png")
     plt.close(fig)
@@ -277,17 +283,17 @@ def compare(paths: list[str], output: str | None = None,
             evaluated, trained = comparison_lines(rows, x_key)
             if trained:
                 ax.plot(*zip(*trained, strict=True), linestyle="--", linewidth=1, alpha=0.7, color=colour,
-                        label=None if evaluated else name)
+                        label=None if evaluated else literal(name))
             if evaluated:
-                ax.plot(*zip(*evaluated, strict=True), marker="o", markersize=3, color=colour, label=name)
+                ax.plot(*zip(*evaluated, strict=True), marker="o", markersize=3, color=colour, label=literal(name))
     for ax, (_, x_label) in zip(axes, AXES, strict=True):
         ax.set_xlabel(x_label)
         ax.set_ylabel("return")
         ax.grid(alpha=0.3)
     axes[0].legend(loc="lower right", fontsize="small")
     notes = [f"the last {PROGRESS_TAIL_BYTES >> 20} MiB of records of {', '.join(cut_short)}"] if cut_short else []
-    fig.suptitle(f"{len(runs)} runs: evaluation return solid, training return (mean) dashed"
-                 + (f" ({'; '.join(notes)})" if notes else ""))
+    fig.suptitle(literal(f"{len(runs)} runs: evaluation return solid, training return (mean) dashed"
+                         + (f" ({'; '.join(notes)})" if notes else "")))
     out = output or comparison_output(paths)
     fig.savefig(out, dpi=100, format="png")
     plt.close(fig)
