@@ -306,10 +306,12 @@ def test_each_legend_entry_names_the_learned_values_that_set_its_run_apart(tmp_p
         a_named_run(runs, name)
         (runs / name / "fingerprint.json").write_text(json.dumps({"learned": values}))
     a_named_run(runs, "older")  # no record: named alone
+    a_named_run(runs, "cartpole-dqn")  # another job: its name tells it apart (from a PPO job, in 40 values)
+    (runs / "cartpole-dqn" / "fingerprint.json").write_text(json.dumps({"learned": {"algorithm": "dqn", "seed": 1}}))
     drawn = drawn_lines(monkeypatch)
     assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
     assert [label for label, *_ in drawn[0][0] if not label.startswith("_")] == [
-        "cartpole-ppo (ppo.learningRate 0.0003, seed 1)", "cartpole-ppo.27acc18a (ppo.learningRate 0.001, seed 1)",
+        "cartpole-dqn", "cartpole-ppo (ppo.learningRate 0.0003, seed 1)", "cartpole-ppo.27acc18a (ppo.learningRate 0.001, seed 1)",
         "cartpole-ppo.9b1e0c2d (ppo.learningRate 0.0003, seed 2)", "older"]
 
 
@@ -348,7 +350,7 @@ def test_dollar_signs_in_names_and_values_are_drawn_as_they_are_not_as_mathtext(
     runs = tmp_path / "runs"
     odd = a_named_run(runs, "a$\\frac{$")
     (odd / "fingerprint.json").write_text(json.dumps({"learned": {"env": {"kwargs": {"mode": "$\\sqrt{$"}}}}))
-    other = a_named_run(runs, "b")
+    other = a_named_run(runs, "a$\\frac{$.0badc0de")  # the same job, run again with another value
     (other / "fingerprint.json").write_text(json.dumps({"learned": {"env": {"kwargs": {"mode": "plain"}}}}))
     assert plot(str(odd)).endswith("learning-curve.png")
     drawn = drawn_lines(monkeypatch)

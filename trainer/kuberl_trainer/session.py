@@ -71,6 +71,14 @@ def evaluation_share_note(eval_seconds: float, wall_seconds: float, evaluations:
             " beside training) trains faster")
 
 
+def update_statistics(report: UpdateReport) -> dict[str, float | None]:
+    """An update's statistics as progress.jsonl records them: its losses (UpdateReport.losses: PPO's policy and value
+    loss, entropy, approximate KL, clip fraction; DQN's TD loss and mean Q; SAC's) and its learning rate, each to
+    6 significant digits; one that is not finite (a diverged loss) is null, which JSON can hold."""
+    values = {name: float(value) for name, value in {**report.losses, "learning_rate": report.learning_rate}.items()}
+    return {name: float(f"{value:.6g}") if math.isfinite(value) else None for name, value in values.items()}
+
+
 def evaluation_due(updates: int, eval_every: int) -> bool:
     """Whether rank 0 evaluates after update `updates`: every success.evalEvery updates, with or without a
     targetReturn (an untargeted run logs, exports and keeps the best of its evaluations as a targeted one does)."""
@@ -276,6 +284,7 @@ class TrainingSession:
         self.resumed_from: str | None = None
         self.last_good: str | None = None  # the newest checkpoint known to load: named if the volume fails
         self.progress_unwritable = False
+        self.last_update: dict[str, float | None] = {}  # the latest update's statistics, for progress.jsonl
         self.grace_warned = False  # outlasts_grace said once
         self.evaluations = (0, 0.0)  # rank 0's on the training thread, and their seconds (evaluation_share_note)
         self.evaluation_share_said = False
@@ -415,6 +424,7 @@ class TrainingSession:
         counters = report.counters
         self.boundary = (counters.global_step, counters.updates)
         self.remember_episodes(report.episode_return_sum, report.episode_return_count)
+        self.last_update = update_statistics(report)
         if self.metrics is not None:
             self._record(report)
         success = self.spec.success
@@ -561,6 +571,8 @@ class TrainingSession:
             "eval_return": self.eval_return,
             "steps_per_second": None if rate is None else round(rate, 1),
             "restart": self.restart,
+            # the last update's losses and learning rate, at its own timesteps (kuberl plot draws them under the returns)
+            **({"update": self.last_update} if (rate is not None or evaluation) and not while_training and self.last_update else {}),
             **({"checkpoint": checkpoint_file} if checkpoint_file else {}),
             **({"evaluation": True} if evaluation else {}),
             **({"evaluated_while_training": True} if while_training else {}),

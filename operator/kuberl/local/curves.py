@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..core import fingerprint
+from ..core import metricnames as m
 from ..core.outputfile import output_problem
 from ..core.rundirs import RUN_JOB_FILE, missing_run_hint
 from .process import read_regular_tail
@@ -152,7 +153,8 @@ def plot(run_dir: str, output: str | None = None) -> str:
         raise FileNotFoundError(f"no progress.jsonl under {run_dir}/checkpoints (has the run reported progress yet?)")
     rows, size = read_progress(found)
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    names = update_names([rows])
+    fig, axes, panels = figure(plt, 11, names)
     for ax, (x_key, x_label) in zip(axes, AXES, strict=True):
         for key, label in (("episode_return_mean", "training return (mean)"), ("eval_return", "evaluation return")):
             if points := curve(rows, x_key, key):
@@ -163,11 +165,56 @@ def plot(run_dir: str, output: str | None = None) -> str:
         ax.set_ylabel("return")
         ax.grid(alpha=0.3)
     axes[0].legend(loc="lower right")
+    for name, ax in zip(names, panels, strict=True):
+        if points := update_points(rows, name):
+            ax.plot(*zip(*points, strict=True), linewidth=1, marker=".", markersize=3)
     fig.suptitle(literal(plot_title(os.path.basename(os.path.abspath(run_dir)), rows, size)))
     out = output or os.path.join(run_dir, "learning-curve.png")
     fig.savefig(out, dpi=100, format="png")
     plt.close(fig)
     return out
+
+
+# --- the updates' statistics, under the returns -----------------------------------
+
+# What an update reports (UpdateReport.losses, the trainer's metrics) and its learning rate, in the order drawn;
+# a progress.jsonl's other keys are not drawn (the file is anyone's to write: 10,000 keys are not 10,000 panels).
+UPDATE_STATISTICS = (*m.LOSS_GAUGES, "learning_rate")
+PANELS_PER_ROW = 4
+
+
+def update_names(runs_rows: list[list[dict]]) -> list[str]:
+    """The update statistics any of these runs recorded as numbers (progress.jsonl's `update`), in UPDATE_STATISTICS'
+    order: one with nothing to draw has no panel."""
+    seen = {name for rows in runs_rows for row in rows if isinstance(row.get("update"), dict)
+            for name, value in row["update"].items() if finite_number(value) is not None}
+    return [name for name in UPDATE_STATISTICS if name in seen]
+
+
+def update_points(rows: list[dict], name: str) -> list[tuple[float, float]]:
+    """One update statistic against timesteps, ordered as `curve` orders a return."""
+    flat = [{"timesteps": row.get("timesteps"), "restart": row.get("restart"), name: row["update"].get(name)}
+            for row in rows if isinstance(row.get("update"), dict)]
+    return curve(flat, "timesteps", name)
+
+
+def figure(plt, width: float, statistics: list[str]):
+    """A figure with the two return axes (timesteps, wall time) on top and, where `statistics` are recorded, a
+    small axes for each under them; returns the figure, the return axes and the statistics' axes."""
+    rows = math.ceil(len(statistics) / PANELS_PER_ROW)
+    fig = plt.figure(figsize=(width, 4 + 2.2 * rows), layout="constrained")
+    grid = fig.add_gridspec(1 + rows, 2 * PANELS_PER_ROW, height_ratios=[2, *[1] * rows])
+    axes = [fig.add_subplot(grid[0, :PANELS_PER_ROW]), fig.add_subplot(grid[0, PANELS_PER_ROW:])]
+    panels = []
+    for i, name in enumerate(statistics):
+        row, column = divmod(i, PANELS_PER_ROW)
+        ax = fig.add_subplot(grid[1 + row, 2 * column:2 * column + 2])
+        ax.set_title(name.replace("_", " "), fontsize="small")
+        ax.tick_params(labelsize="x-small")
+        ax.locator_params(axis="x", nbins=4)  # timesteps' labels, five digits each, ran into one another
+        ax.grid(alpha=0.3)
+        panels.append(ax)
+    return fig, axes, panels
 
 
 # --- several runs on one figure --------------------------------------------------
@@ -235,6 +282,21 @@ def compare_note(run_dir: str, shown: Callable[[str], str] = str) -> str:
     return f"; compared with its other runs: kuberl plot {' '.join(map(shown, named))}"
 
 
+def named_by_values(runs: list[tuple[str, str]], learned: Callable[[str], Mapping[str, Any] | None]) -> list[tuple[str, str]]:
+    """`compared_runs`' runs, each of a job that has others among them (runs/<job>, runs/<job>.<fingerprint>) named
+    with the learned values that set it apart from them (fingerprint.distinguishing_values); two jobs' runs are told
+    apart by their names already (a PPO job beside a DQN one differs in 40 values)."""
+    jobs = [os.path.basename(progress_run_dir(progress)).split(".", 1)[0] for _, progress in runs]
+    described = [""] * len(runs)
+    for job in set(jobs):
+        members = [i for i, of in enumerate(jobs) if of == job]
+        if len(members) > 1:
+            values = fingerprint.distinguishing_values([learned(progress_run_dir(runs[i][1])) for i in members])
+            for i, text in zip(members, values, strict=True):
+                described[i] = text
+    return [(f"{name} ({text})" if text else name, progress) for (name, progress), text in zip(runs, described, strict=True)]
+
+
 def progress_run_dir(progress: str) -> str:
     """The run directory a progress.jsonl of `compared_runs` is in (RUN_DIR/checkpoints/<uid>/progress.jsonl)."""
     return os.path.dirname(os.path.dirname(os.path.dirname(progress)))
@@ -269,16 +331,19 @@ def compare(paths: list[str], output: str | None = None,
     and what was left out (`compared_runs`)."""
     runs, left_out = compared_runs(paths)
     if learned is not None:
-        apart = fingerprint.distinguishing_values([learned(progress_run_dir(progress)) for _, progress in runs])
-        runs = [(f"{name} ({values})" if values else name, progress) for (name, progress), values in zip(runs, apart, strict=True)]
+        runs = named_by_values(runs, learned)
     plt = pyplot()
     colours = plt.get_cmap("tab20" if len(runs) > 10 else "tab10").colors
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
+    read = [(name, *read_progress(progress)) for name, progress in runs]
+    names = update_names([rows for _, rows, _ in read])
+    fig, axes, panels = figure(plt, 12, names)
     cut_short = []
-    for (name, progress), colour in zip(runs, colours, strict=False):
-        rows, size = read_progress(progress)
+    for (name, rows, size), colour in zip(read, colours, strict=False):
         if size > PROGRESS_TAIL_BYTES:
             cut_short.append(name)
+        for statistic, ax in zip(names, panels, strict=True):
+            if points := update_points(rows, statistic):
+                ax.plot(*zip(*points, strict=True), linewidth=1, marker=".", markersize=3, color=colour)
         for ax, (x_key, _) in zip(axes, AXES, strict=True):
             evaluated, trained = comparison_lines(rows, x_key)
             if trained:
