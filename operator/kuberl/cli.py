@@ -646,8 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
     p = add_command("plot", help="write a PNG learning curve of a local run, or of several runs compared")
     p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+",
-                   help="a run directory of kuberl run (runs/<job>); several, or a directory of runs (runs), draw"
-                        " every run on one figure, a colour each")
+                   help="a run directory of kuberl run (runs/<job>), or a progress.jsonl (a cluster run's: docs/cluster.md);"
+                        " several, or a directory of runs (runs), draw every run on one figure, a colour each")
     p.add_argument("-o", "--output", metavar="FILE.png",
                    help="where the PNG goes (default RUN_DIR/learning-curve.png; for several runs learning-curves.png"
                         " in the directory they sit in)")

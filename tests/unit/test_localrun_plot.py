@@ -357,3 +357,21 @@ def test_dollar_signs_in_names_and_values_are_drawn_as_they_are_not_as_mathtext(
     assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
     assert (runs / COMPARISON_FILE).read_bytes()[:8] == PNG
     assert "a\\$\\frac{\\$ (env.kwargs.mode \"\\$\\\\sqrt{\\$\")" in [label for label, *_ in drawn[0][0]]
+
+
+def test_a_progress_file_fetched_from_a_cluster_is_plotted_and_compared_by_its_name(tmp_path, monkeypatch, capsys):
+    """A cluster run's progress.jsonl is on its checkpoint volume: fetched with kubectl exec … cat (docs/cluster.md),
+    it could not be drawn (kuberl plot took run directories of kuberl run only)."""
+    run = a_run(tmp_path)
+    fetched = tmp_path / "pong-ppo.jsonl"
+    fetched.write_bytes(next((run / "checkpoints").rglob("progress.jsonl")).read_bytes())
+    assert plot(str(fetched)) == str(tmp_path / "pong-ppo.png")
+    assert (tmp_path / "pong-ppo.png").read_bytes()[:8] == PNG
+    local = a_named_run(tmp_path / "runs", "pong-ppo")
+    (local / "fingerprint.json").write_text(json.dumps({"learned": {"seed": 1}}))
+    drawn = drawn_lines(monkeypatch)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(fetched), str(local)], output=str(tmp_path / "both.png"))) == 0
+    assert capsys.readouterr().out == f"{tmp_path / 'both.png'}\n"
+    # the same name, told apart by path; the fetched file's directory is no run, so no values are read for it
+    assert [label for label, *_ in drawn[0][0] if not label.startswith("_")] == [str(fetched), str(local)]
+    assert run_names([".", "x.jsonl"]) == [os.path.basename(os.getcwd()), "x"]

@@ -104,9 +104,15 @@ def resume_marks(rows: list[dict], x_key: str) -> list[float]:
 MAX_RESUME_MARKS = 500
 
 
+def is_progress_file(path: str) -> bool:
+    """A progress.jsonl given itself (fetched from a cluster's pod: docs/cluster.md), not its run directory."""
+    return path.endswith(".jsonl") and os.path.isfile(path)
+
+
 def run_dir_problem(run_dir: str) -> str | None:
-    """Why `run_dir` is no directory to look for runs in, naming the runs beside it a typo may have meant."""
-    if os.path.isdir(run_dir):
+    """Why `run_dir` is no directory to look for runs in (nor a progress file), naming the runs beside it a typo
+    may have meant."""
+    if os.path.isdir(run_dir) or is_progress_file(run_dir):
         return None
     what = "not a directory" if os.path.exists(run_dir) else "no such directory"
     hint = missing_run_hint(run_dir) if what == "no such directory" else ""
@@ -114,7 +120,9 @@ def run_dir_problem(run_dir: str) -> str | None:
 
 
 def newest_progress_file(run_dir: str) -> str | None:
-    """The progress.jsonl a run wrote last (one per job uid it ran as), or None."""
+    """The progress.jsonl a run wrote last (one per job uid it ran as), or None; a progress file given is itself."""
+    if is_progress_file(run_dir):
+        return run_dir
     found = sorted(progress_files(os.path.join(run_dir, "checkpoints")), key=os.path.getmtime)
     return found[-1] if found else None
 
@@ -168,8 +176,8 @@ def plot(run_dir: str, output: str | None = None) -> str:
     for name, ax in zip(names, panels, strict=True):
         if points := update_points(rows, name):
             ax.plot(*zip(*points, strict=True), linewidth=1, marker=".", markersize=3)
-    fig.suptitle(literal(plot_title(os.path.basename(os.path.abspath(run_dir)), rows, size)))
-    out = output or os.path.join(run_dir, "learning-curve.png")
+    fig.suptitle(literal(plot_title(run_names([run_dir])[0], rows, size)))
+    out = output or (os.path.splitext(run_dir)[0] + ".png" if is_progress_file(run_dir) else os.path.join(run_dir, "learning-curve.png"))
     fig.savefig(out, dpi=100, format="png")
     plt.close(fig)
     return out
@@ -227,7 +235,7 @@ COMPARISON_FILE = "learning-curves.png"
 
 def holds_runs(path: str) -> bool:
     """Whether `path` is a directory of runs (kuberl run's --dir, `runs`) rather than one run."""
-    return not progress_files(os.path.join(path, "checkpoints")) and bool(runs_in(path))
+    return os.path.isdir(path) and not progress_files(os.path.join(path, "checkpoints")) and bool(runs_in(path))
 
 
 def compared_runs(paths: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
@@ -286,26 +294,31 @@ def named_by_values(runs: list[tuple[str, str]], learned: Callable[[str], Mappin
     """`compared_runs`' runs, each of a job that has others among them (runs/<job>, runs/<job>.<fingerprint>) named
     with the learned values that set it apart from them (fingerprint.distinguishing_values); two jobs' runs are told
     apart by their names already (a PPO job beside a DQN one differs in 40 values)."""
-    jobs = [os.path.basename(progress_run_dir(progress)).split(".", 1)[0] for _, progress in runs]
+    run_dirs = [progress_run_dir(progress) for _, progress in runs]
+    jobs = [os.path.basename(run_dir).split(".", 1)[0] if run_dir else None for run_dir in run_dirs]
     described = [""] * len(runs)
-    for job in set(jobs):
+    for job in set(jobs) - {None}:
         members = [i for i, of in enumerate(jobs) if of == job]
         if len(members) > 1:
-            values = fingerprint.distinguishing_values([learned(progress_run_dir(runs[i][1])) for i in members])
+            values = fingerprint.distinguishing_values([learned(run_dirs[i]) for i in members])
             for i, text in zip(members, values, strict=True):
                 described[i] = text
     return [(f"{name} ({text})" if text else name, progress) for (name, progress), text in zip(runs, described, strict=True)]
 
 
-def progress_run_dir(progress: str) -> str:
-    """The run directory a progress.jsonl of `compared_runs` is in (RUN_DIR/checkpoints/<uid>/progress.jsonl)."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(progress)))
+def progress_run_dir(progress: str) -> str | None:
+    """The run directory of kuberl run a progress.jsonl is in (RUN_DIR/checkpoints/<uid>/progress.jsonl, RUN_DIR
+    holding the job.yaml kuberl run wrote), or None: a file fetched from a cluster, wherever it was put."""
+    run_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(progress))))
+    inside = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(progress)))) == "checkpoints"
+    return run_dir if inside and os.path.isfile(os.path.join(run_dir, RUN_JOB_FILE)) else None
 
 
 def run_names(runs: list[str]) -> list[str]:
     """Each run's legend entry: its directory's name, or the path as given where two runs share a name
     (runs/ppo beside other-runs/ppo)."""
-    names = [os.path.basename(os.path.normpath(run)) for run in runs]
+    names = [os.path.splitext(os.path.basename(run))[0] if run.endswith(".jsonl") else os.path.basename(os.path.abspath(run))
+             for run in runs]  # abspath: `kuberl plot .` is the run's own name, not "."
     return [name if names.count(name) == 1 else os.path.normpath(run) for name, run in zip(names, runs, strict=True)]
 
 
