@@ -284,7 +284,7 @@ class TrainingSession:
         self.resumed_from: str | None = None
         self.last_good: str | None = None  # the newest checkpoint known to load: named if the volume fails
         self.progress_unwritable = False
-        self.last_update: dict[str, float | None] = {}  # the latest update's statistics, for progress.jsonl
+        self.last_update: UpdateReport | None = None  # its statistics go into progress.jsonl (update_statistics)
         self.grace_warned = False  # outlasts_grace said once
         self.evaluations = (0, 0.0)  # rank 0's on the training thread, and their seconds (evaluation_share_note)
         self.evaluation_share_said = False
@@ -424,7 +424,7 @@ class TrainingSession:
         counters = report.counters
         self.boundary = (counters.global_step, counters.updates)
         self.remember_episodes(report.episode_return_sum, report.episode_return_count)
-        self.last_update = update_statistics(report)
+        self.last_update = report  # formatted only when a progress line is written: DQN makes thousands a second
         if self.metrics is not None:
             self._record(report)
         success = self.spec.success
@@ -572,7 +572,8 @@ class TrainingSession:
             "steps_per_second": None if rate is None else round(rate, 1),
             "restart": self.restart,
             # the last update's losses and learning rate, at its own timesteps (kuberl plot draws them under the returns)
-            **({"update": self.last_update} if (rate is not None or evaluation) and not while_training and self.last_update else {}),
+            **({"update": update_statistics(self.last_update)}
+               if (rate is not None or evaluation) and not while_training and self.last_update is not None else {}),
             **({"checkpoint": checkpoint_file} if checkpoint_file else {}),
             **({"evaluation": True} if evaluation else {}),
             **({"evaluated_while_training": True} if while_training else {}),
