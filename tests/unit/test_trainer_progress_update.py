@@ -75,6 +75,10 @@ def test_kuberl_plot_draws_the_statistics_it_knows_in_order_and_nothing_a_foreig
             {"timesteps": 300, "restart": 0, "update": ["not", "a", "map"]},
             {"timesteps": 400, "restart": 0}]
     assert update_names([rows]) == ["value_loss", "learning_rate"]  # a string where a number goes: no panel of its own
+    paced = [*rows, {"timesteps": 500, "restart": 0, "steps_per_second": 1e4}, {"timesteps": 250, "steps_per_second": "x"}]
+    assert update_names([paced]) == ["value_loss", "learning_rate", "steps_per_second"]
+    assert update_points(paced, "steps_per_second") == [(500, 1e4)]
+    assert update_names([[{"timesteps": 1, "steps_per_second": 1e4}]]) == []  # an older file's rows: the returns alone
     assert update_points(rows, "value_loss") == [(100, 3.0), (200, 2.0)]
     assert update_points(rows, "policy_loss") == []
     assert update_names([[{"update": {f"k{i}": 1 for i in range(10_000)}}]]) == []

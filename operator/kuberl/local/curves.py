@@ -196,11 +196,19 @@ def update_names(runs_rows: list[list[dict]]) -> list[str]:
     order: one with nothing to draw has no panel."""
     seen = {name for rows in runs_rows for row in rows if isinstance(row.get("update"), dict)
             for name, value in row["update"].items() if finite_number(value) is not None}
-    return [name for name in UPDATE_STATISTICS if name in seen]
+    rate = any(finite_number(row.get(STEPS_PER_SECOND)) is not None for rows in runs_rows for row in rows)
+    return [name for name in UPDATE_STATISTICS if name in seen] + ([STEPS_PER_SECOND] if seen and rate else [])
+
+
+# The run's speed, each progress line's (env steps of every rank a second), drawn beside what each update reports.
+STEPS_PER_SECOND = "steps_per_second"
+PANEL_TITLES = {STEPS_PER_SECOND: "env steps/s (all ranks)"}
 
 
 def update_points(rows: list[dict], name: str) -> list[tuple[float, float]]:
-    """One update statistic against timesteps, ordered as `curve` orders a return."""
+    """One update statistic (or the run's speed) against timesteps, ordered as `curve` orders a return."""
+    if name == STEPS_PER_SECOND:
+        return curve(rows, "timesteps", name)
     flat = [{"timesteps": row.get("timesteps"), "restart": row.get("restart"), name: row["update"].get(name)}
             for row in rows if isinstance(row.get("update"), dict)]
     return curve(flat, "timesteps", name)
@@ -217,7 +225,7 @@ def figure(plt, width: float, statistics: list[str]):
     for i, name in enumerate(statistics):
         row, column = divmod(i, PANELS_PER_ROW)
         ax = fig.add_subplot(grid[1 + row, 2 * column:2 * column + 2])
-        ax.set_title(name.replace("_", " "), fontsize="small")
+        ax.set_title(PANEL_TITLES.get(name, name.replace("_", " ")), fontsize="small")
         ax.tick_params(labelsize="x-small")
         ax.locator_params(axis="x", nbins=4)  # timesteps' labels, five digits each, ran into one another
         ax.grid(alpha=0.3)
