@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from kuberl.core.fingerprint import distinguishing_values
+from kuberl.core.fingerprint import distinguishing_values, seed_groups
 from kuberl.local.curves import (
     COMPARISON_FILE,
     MAX_COMPARED_RUNS,
@@ -20,6 +20,7 @@ from kuberl.local.curves import (
     compare_note,
     comparison_output,
     curve,
+    mean_evaluation,
     plot,
     plot_title,
     run_names,
@@ -311,8 +312,9 @@ def test_each_legend_entry_names_the_learned_values_that_set_its_run_apart(tmp_p
     drawn = drawn_lines(monkeypatch)
     assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
     assert [label for label, *_ in drawn[0][0] if not label.startswith("_")] == [
-        "cartpole-dqn", "cartpole-ppo (ppo.learningRate 0.0003, seed 1)", "cartpole-ppo.27acc18a (ppo.learningRate 0.001, seed 1)",
-        "cartpole-ppo.9b1e0c2d (ppo.learningRate 0.0003, seed 2)", "older"]
+        "cartpole-dqn", "cartpole-ppo.27acc18a (ppo.learningRate 0.001)", "older",
+        # the two runs that differ in their seed alone: one configuration, drawn as their mean, named once
+        "cartpole-ppo (ppo.learningRate 0.0003; seeds 1, 2)"]
 
 
 def test_distinguishing_values_are_the_leaves_that_differ_and_nothing_when_all_agree():
@@ -375,3 +377,30 @@ def test_a_progress_file_fetched_from_a_cluster_is_plotted_and_compared_by_its_n
     # the same name, told apart by path; the fetched file's directory is no run, so no values are read for it
     assert [label for label, *_ in drawn[0][0] if not label.startswith("_")] == [str(fetched), str(local)]
     assert run_names([".", "x.jsonl"]) == [os.path.basename(os.getcwd()), "x"]
+
+
+def test_one_configurations_seeds_are_one_colour_and_their_mean_the_bold_line(tmp_path, monkeypatch):
+    """Three seeds of a job (`--set seed=N`, each its own runs/<job>.<fingerprint>) were three unrelated colours:
+    the spread between seeds, which RL results are read against, looked like three configurations."""
+    runs = tmp_path / "runs"
+    for seed, name in ((1, "ppo"), (2, "ppo.0000aaaa"), (3, "ppo.0000bbbb")):
+        a_named_run(runs, name, scale=float(seed))
+        (runs / name / "fingerprint.json").write_text(json.dumps({"learned": {"seed": seed, "ppo": {"numEnvs": 8}}}))
+    drawn = drawn_lines(monkeypatch)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    lines = drawn[0][0]  # timesteps axes: per seed training and evaluation, then the mean
+    assert len({colour for _, colour, _, _ in lines}) == 1
+    assert [(label, n) for label, _, _, n in lines if not label.startswith("_")] == [("ppo (seeds 1, 2, 3)", 3)]
+    assert all(label.startswith("_") for label, *_ in drawn[0][1])  # wall time: seeds only, named on the other axes
+
+
+def test_seeds_mean_is_each_ones_kth_evaluation_as_far_as_the_shortest_goes():
+    def evaluated(*points):
+        return [{"timesteps": x, "eval_return": y, "evaluation": True, "restart": 0} for x, y in points]
+
+    seeds = [evaluated((1000, 10.0), (2003, 20.0), (3000, 90.0)), evaluated((1001, 30.0), (2001, 40.0))]
+    assert mean_evaluation(seeds) == [(1000.5, 20.0), (2002.0, 30.0)]  # timesteps differ a little, seed to seed
+    assert mean_evaluation([evaluated((1, 1.0)), evaluated((1, 3.0), (2, 4.0))]) == []  # one point is no line
+    assert seed_groups([{"seed": 1, "a": 1}, {"seed": 2, "a": 2}, {"seed": 3, "a": 1}, None, None]) == [0, 1, 0, 3, 4]
+    assert distinguishing_values([{"seed": 1, "a": 1}, {"seed": 2, "a": 2}], ignored=("seed",)) == ["a 1", "a 2"]
+

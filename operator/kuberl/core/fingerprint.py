@@ -107,15 +107,29 @@ def describe_changes(changes: list[tuple[str, Any, Any]], limit: int = 6) -> str
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
-def distinguishing_values(runs: list[Mapping[str, Any] | None], limit: int = 3) -> list[str]:
+SEED = "seed"
+
+
+def seed_groups(runs: list[Mapping[str, Any] | None]) -> list[int]:
+    """Each run's group among runs compared side by side: those whose learned values are the same but for the seed
+    share one (the index of its first run), so a plot draws one configuration's seeds together; a run with no
+    record is a group of its own."""
+    keys = [json.dumps({k: v for k, v in values.items() if k != SEED}, sort_keys=True) if values is not None else i
+            for i, values in enumerate(runs)]
+    first: dict[object, int] = {}
+    return [first.setdefault(key, i) for i, key in enumerate(keys)]
+
+
+def distinguishing_values(runs: list[Mapping[str, Any] | None], limit: int = 3, ignored: tuple[str, ...] = ()) -> list[str]:
     """For runs compared side by side (`kuberl plot runs`), each one's values of the learned fields that are not
-    the same in all of them (`ppo.learningRate 0.001, seed 2`); '' for a run with no record, or where every
-    recorded run learns the same. What tells runs/cartpole-ppo from runs/cartpole-ppo.3fa2b1c0 apart."""
+    the same in all of them (`ppo.learningRate 0.001, seed 2`), `ignored` top-level fields aside; '' for a run
+    with no record, or where every recorded run learns the same. What tells runs/cartpole-ppo from
+    runs/cartpole-ppo.3fa2b1c0 apart."""
     flats: list[dict[str, Any] | None] = []
     for values in runs:
         flat: dict[str, Any] = {}
         if values is not None:
-            _flat(values, "", flat)
+            _flat({k: v for k, v in values.items() if k not in ignored}, "", flat)
         flats.append(flat if values is not None else None)
     recorded = [flat for flat in flats if flat is not None]
     every = {path for flat in recorded for path in flat} if len(recorded) > 1 else set()

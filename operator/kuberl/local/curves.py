@@ -298,20 +298,31 @@ def compare_note(run_dir: str, shown: Callable[[str], str] = str) -> str:
     return f"; compared with its other runs: kuberl plot {' '.join(map(shown, named))}"
 
 
-def named_by_values(runs: list[tuple[str, str]], learned: Callable[[str], Mapping[str, Any] | None]) -> list[tuple[str, str]]:
-    """`compared_runs`' runs, each of a job that has others among them (runs/<job>, runs/<job>.<fingerprint>) named
-    with the learned values that set it apart from them (fingerprint.distinguishing_values); two jobs' runs are told
-    apart by their names already (a PPO job beside a DQN one differs in 40 values)."""
+def labelled(runs: list[tuple[str, str]], learned: Callable[[str], Mapping[str, Any] | None] | None
+             ) -> list[tuple[str, str, int]]:
+    """`compared_runs`' runs as (legend entry, progress.jsonl, group). Runs of one job (runs/<job>,
+    runs/<job>.<fingerprint>) are named with the learned values that set them apart (fingerprint.distinguishing_values,
+    read by `learned` from each run directory), and those that differ in their seed alone form one group, drawn in
+    one colour and named once with their seeds; runs of different jobs are told apart by their names already (a PPO
+    job beside a DQN one differs in 40 values)."""
     run_dirs = [progress_run_dir(progress) for _, progress in runs]
+    values = [learned(run_dir) if learned is not None and run_dir else None for run_dir in run_dirs]
     jobs = [os.path.basename(run_dir).split(".", 1)[0] if run_dir else None for run_dir in run_dirs]
-    described = [""] * len(runs)
+    labels, groups = [name for name, _ in runs], list(range(len(runs)))
     for job in set(jobs) - {None}:
         members = [i for i, of in enumerate(jobs) if of == job]
-        if len(members) > 1:
-            values = fingerprint.distinguishing_values([learned(run_dirs[i]) for i in members])
-            for i, text in zip(members, values, strict=True):
-                described[i] = text
-    return [(f"{name} ({text})" if text else name, progress) for (name, progress), text in zip(runs, described, strict=True)]
+        if len(members) < 2:
+            continue
+        apart = fingerprint.distinguishing_values([values[i] for i in members], ignored=(fingerprint.SEED,))
+        for i, group in zip(members, fingerprint.seed_groups([values[i] for i in members]), strict=True):
+            groups[i] = members[group]
+        for i, text in zip(members, apart, strict=True):
+            seeds = [values[j].get(fingerprint.SEED) for j in members if groups[j] == groups[i]]
+            seeded = f"seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
+            name = job if seeded and not text else labels[i]  # a job's seeds: the job itself
+            described = "; ".join(part for part in (text, seeded) if part)
+            labels[i] = f"{name} ({described})" if described else name
+    return [(label, progress, group) for label, (_, progress), group in zip(labels, runs, groups, strict=True)]
 
 
 def progress_run_dir(progress: str) -> str | None:
@@ -346,44 +357,65 @@ def comparison_lines(rows: list[dict], x_key: str) -> tuple[list[tuple[float, fl
 
 def compare(paths: list[str], output: str | None = None,
             learned: Callable[[str], Mapping[str, Any] | None] | None = None) -> tuple[str, list[str]]:
-    """A PNG of several runs' returns against timesteps and against wall time, one colour a run: evaluation return
-    solid with dots, training return dashed; each run's legend entry says the learned values that set it apart
-    where `learned` reads them from a run directory (fingerprint.distinguishing_values). Returns where it went
-    and what was left out (`compared_runs`)."""
-    runs, left_out = compared_runs(paths)
-    if learned is not None:
-        runs = named_by_values(runs, learned)
+    """A PNG of several runs' returns against timesteps and against wall time, one colour a group of runs (`labelled`:
+    a run, or one configuration's seeds): evaluation return solid with dots, training return dashed; a group of seeds
+    draws each seed faint and, against timesteps, their mean evaluation return where every seed evaluated. Returns
+    where it went and what was left out (`compared_runs`)."""
+    found, left_out = compared_runs(paths)
+    runs = labelled(found, learned)
     plt = pyplot()
-    colours = plt.get_cmap("tab20" if len(runs) > 10 else "tab10").colors
-    read = [(name, *read_progress(progress)) for name, progress in runs]
-    names = update_names([rows for _, rows, _ in read])
+    group_ids = list(dict.fromkeys(group for _, _, group in runs))
+    colours = dict(zip(group_ids, plt.get_cmap("tab20" if len(group_ids) > 10 else "tab10").colors, strict=False))
+    read = [(label, group, *read_progress(progress)) for label, progress, group in runs]
+    names = update_names([rows for _, _, rows, _ in read])
     fig, axes, panels = figure(plt, 12, names)
-    cut_short = []
-    for (name, rows, size), colour in zip(read, colours, strict=False):
+    cut_short, members = [], {group: [rows for _, of, rows, _ in read if of == group] for group in group_ids}
+    for label, group, rows, size in read:
         if size > PROGRESS_TAIL_BYTES:
-            cut_short.append(name)
+            cut_short.append(label)
+        colour, seeds = colours.get(group, "grey"), len(members[group]) > 1
+        named = rows is members[group][0] and not (seeds and mean_evaluation(members[group]))  # once a group
+        faint = {"alpha": 0.35, "linewidth": 0.8} if seeds else {"linewidth": 1.5}
         for statistic, ax in zip(names, panels, strict=True):
             if points := update_points(rows, statistic):
-                ax.plot(*zip(*points, strict=True), linewidth=1, marker=".", markersize=3, color=colour)
+                ax.plot(*zip(*points, strict=True), marker=".", markersize=3, color=colour, **(faint if seeds else {"linewidth": 1}))
         for ax, (x_key, _) in zip(axes, AXES, strict=True):
             evaluated, trained = comparison_lines(rows, x_key)
             if trained:
-                ax.plot(*zip(*trained, strict=True), linestyle="--", linewidth=1, alpha=0.7, color=colour,
-                        label=None if evaluated else literal(name))
+                ax.plot(*zip(*trained, strict=True), linestyle="--", linewidth=1, alpha=0.7 if not seeds else 0.35,
+                        color=colour, label=literal(label) if named and not evaluated else None)
             if evaluated:
-                ax.plot(*zip(*evaluated, strict=True), marker="o", markersize=3, color=colour, label=literal(name))
+                ax.plot(*zip(*evaluated, strict=True), marker="o", markersize=3, color=colour,
+                        label=literal(label) if named else None, **faint)
+    for group in group_ids:  # a configuration's seeds: their mean, where each evaluated at the same timesteps
+        if len(members[group]) > 1 and (mean := mean_evaluation(members[group])):
+            label = next(label for label, of, _, _ in read if of == group)
+            axes[0].plot(*zip(*mean, strict=True), marker="o", markersize=4, linewidth=2.2, color=colours.get(group, "grey"),
+                         label=literal(label))
     for ax, (_, x_label) in zip(axes, AXES, strict=True):
         ax.set_xlabel(x_label)
         ax.set_ylabel("return")
         ax.grid(alpha=0.3)
     axes[0].legend(loc="lower right", fontsize="small")
     notes = [f"the last {PROGRESS_TAIL_BYTES >> 20} MiB of records of {', '.join(cut_short)}"] if cut_short else []
-    fig.suptitle(literal(f"{len(runs)} runs: evaluation return solid, training return (mean) dashed"
+    seeded = " (seeds faint, their mean bold)" if any(len(rows) > 1 for rows in members.values()) else ""
+    fig.suptitle(literal(f"{len(runs)} runs: evaluation return solid{seeded}, training return (mean) dashed"
                          + (f" ({'; '.join(notes)})" if notes else "")))
     out = output or comparison_output(paths)
     fig.savefig(out, dpi=100, format="png")
     plt.close(fig)
     return out, left_out
+
+
+def mean_evaluation(runs_rows: list[list[dict]]) -> list[tuple[float, float]]:
+    """Several seeds' mean evaluation return: the mean of each one's k-th evaluation, at their mean timesteps (seeds
+    evaluate after the same updates, whose timesteps differ by a few steps, as episodes end differently: CartPole's
+    seeds' 20th evaluations were at 25,129 and 25,152); as far as the shortest seed goes, [] below two points."""
+    curves = [[point for point in curve(rows, "timesteps", "eval_return")] for rows in runs_rows]
+    shortest = min(map(len, curves), default=0)
+    if shortest < 2:
+        return []
+    return [(sum(c[k][0] for c in curves) / len(curves), sum(c[k][1] for c in curves) / len(curves)) for k in range(shortest)]
 
 
 def runs_in(directory: str) -> list[str]:
