@@ -931,9 +931,9 @@ def test_run_files_nested_deeper_than_json_decodes_are_read_as_damaged(tmp_path)
     from kuberl.local.runner import (
         LocalRunError,
         last_status,
-        recorded_learned_values,
         run_phase,
     )
+    from kuberl.local.runrecords import recorded_learned_values
     from kuberl_trainer.policy import run_ending
 
     deep = "[" * 100_000

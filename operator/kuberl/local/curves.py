@@ -19,6 +19,7 @@ from ..core import metricnames as m
 from ..core.outputfile import output_problem
 from ..core.rundirs import RUN_JOB_FILE, missing_run_hint
 from .process import read_regular_tail
+from .runrecords import recorded_learned_values
 
 # What is read of a progress.jsonl: its last records (80,000 or so), whatever its size.
 PROGRESS_TAIL_BYTES = 16 << 20
@@ -451,9 +452,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if len(args.run_dirs) == 1 and not holds_runs(args.run_dirs[0]):
             print(plot(args.run_dirs[0], output))
             return 0
-        # runner imports this module for its summary: imported here, not at the top, so neither import is a cycle
-        from .runner import recorded_learned_values
-
         out, left_out = compare(args.run_dirs, output, learned=recorded_learned_values)
     except FileNotFoundError as e:
         print(f"kuberl plot: {e}", file=sys.stderr)

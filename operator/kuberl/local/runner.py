@@ -91,6 +91,7 @@ from .process import (
     read_regular_file,
     start_pod,
 )
+from .runrecords import FINGERPRINT_FILE, RECORD_LIMIT, recorded_learned_values
 from .sandbox import (
     LocalRunError,
     at_template_fields,
@@ -1022,10 +1023,6 @@ def paths_of(job: Job, run_dir: str, uid: str) -> dict:
 
 # --- which run a rerun continues -------------------------------------------------
 
-FINGERPRINT_FILE = "fingerprint.json"
-RECORD_LIMIT = 16 << 20  # a run's own records are small; a file put in their place is not read whole
-
-
 @dataclass(frozen=True)
 class RunChoice:
     run_dir: str
@@ -1052,22 +1049,6 @@ def resume_refusal(run_dir: str, changes: list[tuple[str, Any, Any]]) -> str | N
             " or with observation normalisation switched, is never resumed). Run without --resume to start a fresh"
             " run beside it, or add --set checkpoint.whenNoneUsable=StartOver to train this one from zero (its"
             " checkpoints moved into unreadable/)")
-
-
-def recorded_learned_values(run_dir: str) -> dict | None:
-    """The learned fields a run recorded (`fingerprint.json`), or, for a run an older kuberl started,
-    those of the job.yaml it kept; None when neither can be read."""
-    text = read_regular_file(os.path.join(run_dir, FINGERPRINT_FILE), RECORD_LIMIT)
-    with contextlib.suppress(ValueError, TypeError, AttributeError, RecursionError):
-        record = json.loads(text) if text else None
-        if isinstance(record, dict) and isinstance(record.get("learned"), dict):
-            return record["learned"]
-    text = read_regular_file(os.path.join(run_dir, "job.yaml"), RECORD_LIMIT)
-    with contextlib.suppress(InvalidJob, UnreadableSpec, ValueError, TypeError, AttributeError):
-        docs = load_documents(text) if text else []
-        if len(docs) == 1:
-            return fingerprint.learned_values(validate_job(docs[0]))
-    return None
 
 
 def has_run(run_dir: str) -> bool:
