@@ -653,9 +653,10 @@ def build_parser() -> argparse.ArgumentParser:
                         " in the directory they sit in)")
     p.set_defaults(func=lambda a: __import__("kuberl.local.curves", fromlist=["cmd_plot"]).cmd_plot(a))
     p = add_command("eval", help="play a trained model on its job's env: mean return, a GIF, a TorchScript export")
-    p.add_argument("path", metavar="RUN_DIR|MODEL.pt",
+    p.add_argument("path", metavar="RUN_DIR|MODEL.pt", nargs="+",
                    help="a run directory of kuberl run (played by default: its final-model.pt, the last weights, or those"
-                        " that met success.targetReturn), a final-model.pt, a best-model.pt or a ckpt-*.pt")
+                        " that met success.targetReturn), a final-model.pt, a best-model.pt or a ckpt-*.pt; several, or a"
+                        " directory of runs (runs), each scored on the same episodes, and the best named")
     p.add_argument("--best", action="store_true",
                    help="play the run directory's best-model.pt instead: the weights of its best evaluation (kept as"
                         " SB3's EvalCallback keeps best_model)")

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from kuberl_trainer.ppo import PPOTrainer
 from kuberl_trainer.session import BareSession
 
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+EXAMPLE_JOB = Path(__file__).resolve().parents[2] / "manifests" / "examples" / "cartpole-ppo.yaml"
 
 
 def save_final_model(trainer, algorithm: str, env_id: str, path) -> str:
@@ -200,12 +202,43 @@ def test_kuberl_eval_of_the_job_file_points_at_its_run_directory(tmp_path, capsy
     assert capsys.readouterr().err.endswith("trained it in, runs/<job>\n")
 
 
-def test_kuberl_eval_of_the_directory_of_runs_names_the_runs_in_it(tmp_path, capsys):
+def test_kuberl_eval_of_a_directory_of_one_run_plays_that_run(tmp_path, capsys):
+    """`kuberl eval runs` answered "holds runs, not one run": now it plays its runs, here the one, which saved nothing."""
     (tmp_path / "runs" / "cartpole-ppo").mkdir(parents=True)
     (tmp_path / "runs" / "cartpole-ppo" / "job.yaml").write_text("{}\n")
     assert main(["eval", str(tmp_path / "runs")]) == 1
-    assert capsys.readouterr().err == (f"kuberl eval: {tmp_path}/runs holds runs, not one run: give one of them"
-                                       f" ({tmp_path}/runs/cartpole-ppo)\n")
+    assert capsys.readouterr().err.startswith(f"kuberl eval: {tmp_path}/runs/cartpole-ppo: this run saved no final-model.pt")
+
+
+def a_run_with_a_model(runs, name: str, seed: int) -> str:
+    """runs/<name> as kuberl run leaves one: job.yaml, checkpoints/<uid>/final-model.pt (an untrained tiny PPO)."""
+    torch.manual_seed(seed)  # the networks' initial weights: another policy per seed
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=seed, restart=0)
+    (runs / name / "checkpoints" / "uid").mkdir(parents=True)
+    (runs / name / "job.yaml").write_text(EXAMPLE_JOB.read_text())  # the job the model is checked against
+    save_final_model(trainer, "ppo", "CartPole-v1", runs / name / "checkpoints" / "uid" / "final-model.pt")
+    return str(runs / name)
+
+
+def test_kuberl_eval_of_several_runs_scores_each_on_the_same_episodes_and_names_the_best(tmp_path, capsys):
+    """Which of a job's runs (seeds, a learning rate tried) learned best meant one kuberl eval each, read side by side."""
+    runs = tmp_path / "runs"
+    first, second = a_run_with_a_model(runs, "cartpole-ppo", 1), a_run_with_a_model(runs, "cartpole-ppo.0badc0de", 2)
+    (runs / "broken").mkdir()
+    (runs / "broken" / "job.yaml").write_text("{}\n")  # a run that saved nothing: said, the others still scored
+    assert main(["eval", str(runs), "--episodes", "3"]) == 1
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines[:2]] == [first, second] and all("CartPole-v1: mean return" in line for line in lines[:2])
+    means = {line.split()[0]: float(line.split("mean return ")[1].split()[0]) for line in lines[:2]}
+    best = max(means, key=means.get)
+    assert lines[2] == f"best: {best} (mean return {means[best]:.1f} over 3 episode(s), seed 0)", out
+    assert err.startswith(f"kuberl eval: {runs}/broken: this run saved no final-model.pt"), err
+    for single in (first, second):  # each scored as kuberl eval of it alone scores it: the same episodes
+        assert main(["eval", single, "--episodes", "3"]) == 0
+        assert f"mean return {means[single]:.1f} ±" in capsys.readouterr().out
+    assert main(["eval", first, second, "--video", str(tmp_path / "x.gif")]) == 1
+    assert capsys.readouterr().err == "kuberl eval: --video is of one model: give one run (got 2)\n"
 
 
 def test_kuberl_eval_of_a_run_that_saved_nothing_says_how_it_ended(tmp_path, capsys):

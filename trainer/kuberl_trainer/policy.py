@@ -655,8 +655,19 @@ def output_problem(flag: str, path: str | None) -> str | None:
     return outputfile.output_problem(flag, path, ".gif" if flag == "--video" else None)
 
 
+def runs_to_score(paths: list[str]) -> list[str]:
+    """What `kuberl eval` plays: each path given, a directory of runs (kuberl run's --dir, `runs`) as its runs."""
+    runs = []
+    for path in paths:
+        held = [] if not os.path.isdir(path) or os.path.isdir(os.path.join(path, "checkpoints")) else sorted(
+            os.path.join(path, n) for n in os.listdir(path) if os.path.isfile(os.path.join(path, n, "job.yaml")))
+        runs += held or [path]
+    return runs
+
+
 def cmd_eval(args: Any) -> int:
-    """`kuberl eval RUN_DIR|MODEL.pt [--episodes N] [--video FILE] [--export FILE]`."""
+    """`kuberl eval RUN_DIR|MODEL.pt... [--episodes N] [--video FILE] [--export FILE]`: one model played, or several
+    (runs compared: a directory of runs, or several paths), each scored on the same episodes."""
     refused = output_problem("--video", args.video) or output_problem("--export", args.export)
     if refused:
         print(f"kuberl eval: {refused}", file=sys.stderr)
@@ -666,6 +677,10 @@ def cmd_eval(args: Any) -> int:
         # where the run's pods found the module: each started here (kuberl run's directory, with no workingDir) as
         # `python -m`, which puts it on the path; last, so a file here shadows no module installed
         sys.path.append(os.getcwd())
+    runs = runs_to_score(args.path if isinstance(args.path, list) else [args.path])
+    if len(runs) > 1:
+        return score_runs(runs, args, allowed)
+    args.path = runs[0]
     try:
         source = find_model(args.path, getattr(args, "best", False))
         if (mismatch := final_model_mismatch(source)) is not None:
@@ -700,3 +715,35 @@ def cmd_eval(args: Any) -> int:
         print(f"kuberl eval: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def score_runs(runs: list[str], args: Any, allowed: tuple[str, ...] | list[str]) -> int:
+    """Several runs' models, each played on the same episodes (`--episodes`, `--seed`): a line each, then the best;
+    one that cannot be played is said and the others still scored (exit 1)."""
+    if args.video or args.export:
+        print(f"kuberl eval: {'--video' if args.video else '--export'} is of one model: give one run (got {len(runs)})",
+              file=sys.stderr)
+        return 1
+    max_steps = getattr(args, "max_steps", None) or MAX_EVAL_STEPS
+    scored, failed, width = [], False, max(len(_shown(run)) for run in runs)
+    for run in runs:
+        try:
+            source = find_model(run, getattr(args, "best", False))
+            if (mismatch := final_model_mismatch(source)) is not None and os.path.isdir(run):
+                raise UnusableModel(f"{mismatch} (not this run's model?)")
+            policy = load_policy(source, seed=args.seed, env_modules=allowed)
+            returns, cut = play(policy, args.episodes, args.seed, max_steps)
+        except (UnusableModel, UnknownEnv, networks.PolicyMismatch) as e:
+            print(f"kuberl eval: {e}", file=sys.stderr)
+            failed = True
+            continue
+        trained = f"{policy.timesteps:,} timesteps" if isinstance(policy.timesteps, int) else "timesteps unknown"
+        mean = float(returns.mean())
+        scored.append((mean, run))
+        print(f"{_shown(run):<{width}}  {policy.env_id}: mean return {shown_return(mean)} ± {shown_return(float(returns.std()))}"
+              f" ({policy.algorithm}, {trained}{f'; {int(cut.sum())} episode(s) cut at --max-steps' if cut.any() else ''})")
+    if len(scored) > 1:
+        mean, best = max(scored, key=lambda score: score[0])  # a tie: the first given
+        print(f"best: {_shown(best)} (mean return {shown_return(mean)} over {args.episodes} episode(s), seed {args.seed})")
+    return 1 if failed else 0
+
