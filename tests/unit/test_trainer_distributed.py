@@ -165,12 +165,13 @@ def test_only_cpu_ranks_sharing_a_pod_take_a_slice_of_its_cpus():
     ("4", 4),
     ("4,2", 4),           # OpenMP's threads per nesting level: the outer level's count
     (" 3 , 1", 3),
+    ("9223372036854775807", 2**63 - 1),  # limits.cpu 1e999 through the downward API: the kubelet's int64
 ])
 def test_omp_num_threads_is_read_as_openmp_reads_it(value, threads):
     assert omp_threads(value, 7) == threads
 
 
-@pytest.mark.parametrize("value", ["four", "0", "-1", "4;2", "1e3", "..", "9" * 5000])
+@pytest.mark.parametrize("value", ["four", "0", "-1", "4;2", "1e3", "..", "9223372036854775808", "9" * 5000])
 def test_an_omp_num_threads_nobody_can_use_is_refused_naming_it(value):
     with pytest.raises(BadEnvironment, match=r"^environment variable OMP_NUM_THREADS=.*expected a positive integer") as caught:
         omp_threads(value, 7)

@@ -158,3 +158,16 @@ def test_numpys_blas_threads_are_the_ranks_share_not_the_pods_cpu_limit():
     threads, before, after = done.stdout.strip().splitlines()[-1].split("\t")
     assert before == "[2]"  # numpy's wheel bundles one OpenBLAS, sized from OMP_NUM_THREADS
     assert (threads, after) == ("1", "[1]")
+
+
+def test_a_cpu_limit_of_more_cores_than_any_node_runs_on_the_cpus_the_rank_may_use():
+    """limits.cpu 1e999 passes the API server (ValidateResourceQuantityValue checks sign and whole numbers only);
+    the kubelet's downward API renders it as int64's most, which the trainer refused as no thread count, and the
+    job crash-looped. It is a limit above every CPU the rank may run on: those bound it."""
+    from kuberl_trainer.distributed import omp_threads
+
+    env = pod_env(1, 0, "1e999", 0)
+    assert env["OMP_NUM_THREADS"] == str(2**63 - 1)
+    [(_, where)] = [(p, placement("gloo", p["local_rank"], p["local_world_size"], 0,
+                                  omp_threads(env["OMP_NUM_THREADS"], 1), range(NODE_CPUS))) for p in processes(env)]
+    assert where.threads == NODE_CPUS

@@ -81,11 +81,15 @@ def _int_env(name: str, default: int) -> int:
 
 def omp_threads(value: str | None, default: int) -> int:
     """OMP_NUM_THREADS as OpenMP reads it: a count, or a comma-separated list
-    of counts per nesting level ("4,2"), whose first is the outer level's."""
+    of counts per nesting level ("4,2"), whose first is the outer level's. Up to
+    int64's most: the kubelet renders a pod's limits.cpu through the downward API
+    as an int64, so a limit of 1e999 cores reads 9223372036854775807, a count
+    `placement` bounds by the CPUs the rank may run on (it was refused, and the
+    job crash-looped on a spec the API server had taken)."""
     if value in (None, ""):
         return default
     first = value.split(",")[0].strip()
-    if not first.isdigit() or len(first) > 9 or int(first) < 1:  # 9 digits: no thread count, and int() stays cheap
+    if not first.isdigit() or len(first) > 19 or not 1 <= int(first) < 2**63:  # 19 digits: int() stays cheap
         raise BadEnvironment(f"environment variable OMP_NUM_THREADS={value[:64]!r}: expected a positive integer "
                              f"or a comma-separated list of them (OpenMP's threads per nesting level)")
     return int(first)
