@@ -656,7 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", metavar="RUN_DIR|MODEL.pt", nargs="+",
                    help="a run directory of kuberl run (played by default: its final-model.pt, the last weights, or those"
                         " that met success.targetReturn), a final-model.pt, a best-model.pt or a ckpt-*.pt; several, or a"
-                        " directory of runs (runs), each scored on the same episodes, and the best named")
+                        " directory of runs (runs), each scored on the same episodes, and the best of each env named")
     p.add_argument("--best", action="store_true",
                    help="play the run directory's best-model.pt instead: the weights of its best evaluation (kept as"
                         " SB3's EvalCallback keeps best_model)")

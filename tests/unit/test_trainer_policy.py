@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -210,13 +211,14 @@ def test_kuberl_eval_of_a_directory_of_one_run_plays_that_run(tmp_path, capsys):
     assert capsys.readouterr().err.startswith(f"kuberl eval: {tmp_path}/runs/cartpole-ppo: this run saved no final-model.pt")
 
 
-def a_run_with_a_model(runs, name: str, seed: int) -> str:
+def a_run_with_a_model(runs, name: str, seed: int, env_id: str = "CartPole-v1") -> str:
     """runs/<name> as kuberl run leaves one: job.yaml, checkpoints/<uid>/final-model.pt (an untrained tiny PPO)."""
     torch.manual_seed(seed)  # the networks' initial weights: another policy per seed
-    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=seed, restart=0)
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), env_id, 2, {}, 64, seed=seed, restart=0)
     (runs / name / "checkpoints" / "uid").mkdir(parents=True)
-    (runs / name / "job.yaml").write_text(EXAMPLE_JOB.read_text())  # the job the model is checked against
-    save_final_model(trainer, "ppo", "CartPole-v1", runs / name / "checkpoints" / "uid" / "final-model.pt")
+    job = EXAMPLE_JOB.read_text().replace("id: CartPole-v1", f"id: {env_id}")
+    (runs / name / "job.yaml").write_text(job)  # the job the model is checked against
+    save_final_model(trainer, "ppo", env_id, runs / name / "checkpoints" / "uid" / "final-model.pt")
     return str(runs / name)
 
 
@@ -239,6 +241,23 @@ def test_kuberl_eval_of_several_runs_scores_each_on_the_same_episodes_and_names_
         assert f"mean return {means[single]:.1f} ±" in capsys.readouterr().out
     assert main(["eval", first, second, "--video", str(tmp_path / "x.gif")]) == 1
     assert capsys.readouterr().err == "kuberl eval: --video is of one model: give one run (got 2)\n"
+
+
+def test_kuberl_eval_of_runs_on_several_envs_names_the_best_of_each_env_not_across_envs(tmp_path, capsys):
+    """After the README's quickstart (CartPole PPO and DQN, Pendulum SAC) `kuberl eval runs` named a CartPole run the
+    best of all three: CartPole's 500 against Pendulum's -150 compares nothing."""
+    runs = tmp_path / "runs"
+    a_run_with_a_model(runs, "acrobot", 1, env_id="Acrobot-v1")
+    first, second = a_run_with_a_model(runs, "cartpole-a", 1), a_run_with_a_model(runs, "cartpole-b", 2)
+    assert main(["eval", str(runs), "--episodes", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4, lines
+    means = {line.split()[0]: float(line.split("mean return ")[1].split()[0]) for line in lines[:3]}
+    best = max((first, second), key=means.get)
+    assert lines[3] == f"best on CartPole-v1: {best} (mean return {means[best]:.1f} over 2 episode(s), seed 0)", lines
+    shutil.rmtree(second)  # one run per env: nothing to compare, no best named
+    assert main(["eval", str(runs), "--episodes", "2"]) == 0
+    assert not any(line.startswith("best") for line in capsys.readouterr().out.splitlines())
 
 
 def test_kuberl_eval_of_a_run_that_saved_nothing_says_how_it_ended(tmp_path, capsys):

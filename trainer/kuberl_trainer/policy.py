@@ -718,8 +718,8 @@ def cmd_eval(args: Any) -> int:
 
 
 def score_runs(runs: list[str], args: Any, allowed: tuple[str, ...] | list[str]) -> int:
-    """Several runs' models, each played on the same episodes (`--episodes`, `--seed`): a line each, then the best;
-    one that cannot be played is said and the others still scored (exit 1)."""
+    """Several runs' models, each played on the same episodes (`--episodes`, `--seed`): a line each, then the best of
+    each env that several runs learned (returns of two envs do not compare); one that cannot be played is said and the others still scored (exit 1)."""
     if args.video or args.export:
         print(f"kuberl eval: {'--video' if args.video else '--export'} is of one model: give one run (got {len(runs)})",
               file=sys.stderr)
@@ -739,11 +739,18 @@ def score_runs(runs: list[str], args: Any, allowed: tuple[str, ...] | list[str])
             continue
         trained = f"{policy.timesteps:,} timesteps" if isinstance(policy.timesteps, int) else "timesteps unknown"
         mean = float(returns.mean())
-        scored.append((mean, run))
+        scored.append((mean, run, policy.env_id))
         print(f"{_shown(run):<{width}}  {policy.env_id}: mean return {shown_return(mean)} ± {shown_return(float(returns.std()))}"
               f" ({policy.algorithm}, {trained}{f'; {int(cut.sum())} episode(s) cut at --max-steps' if cut.any() else ''})")
-    if len(scored) > 1:
-        mean, best = max(scored, key=lambda score: score[0])  # a tie: the first given
-        print(f"best: {_shown(best)} (mean return {shown_return(mean)} over {args.episodes} episode(s), seed {args.seed})")
+    # returns of different envs do not compare (CartPole's 500 beat Pendulum's -150 in `kuberl eval runs` after the
+    # README's quickstart): the best is named among the runs of each env, of an env that has several
+    envs: dict[str, list[tuple[float, str]]] = {}
+    for mean, run, env_id in scored:
+        envs.setdefault(env_id, []).append((mean, run))
+    for env_id, group in envs.items():
+        if len(group) > 1:
+            mean, best = max(group, key=lambda score: score[0])  # a tie: the first given
+            on = f" on {env_id}" if len(envs) > 1 else ""
+            print(f"best{on}: {_shown(best)} (mean return {shown_return(mean)} over {args.episodes} episode(s), seed {args.seed})")
     return 1 if failed else 0
 
