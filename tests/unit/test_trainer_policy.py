@@ -260,6 +260,23 @@ def test_kuberl_eval_of_runs_on_several_envs_names_the_best_of_each_env_not_acro
     assert not any(line.startswith("best") for line in capsys.readouterr().out.splitlines())
 
 
+def test_kuberl_eval_says_a_custom_trainers_run_has_no_model_and_leaves_it_out_of_several(tmp_path, capsys):
+    """`kuberl eval runs` after the examples: bring-your-own-trainer's run was "stopped before its first checkpoint"
+    and made the whole command exit 1, though kuberl never keeps a model of a trainer: custom run."""
+    runs = tmp_path / "runs"
+    custom = runs / "custom-trainer"
+    (custom / "checkpoints").mkdir(parents=True)
+    (custom / "job.yaml").write_text((EXAMPLE_JOB.parent / "bring-your-own-trainer.yaml").read_text())
+    (custom / "status.json").write_text(json.dumps({"phase": "Suspended"}))
+    assert main(["eval", str(custom)]) == 1
+    assert capsys.readouterr().err == (f"kuberl eval: {custom}: a trainer: custom run: its own script saves what it"
+                                       " learns, kuberl keeps no model of it to play\n")
+    first = a_run_with_a_model(runs, "cartpole-ppo", 1)
+    assert main(["eval", str(runs), "--episodes", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.split()[:3] == [first, "CartPole-v1:", "mean"] and err.endswith("to play (left out)\n"), (out, err)
+
+
 def test_kuberl_eval_of_a_run_that_saved_nothing_says_how_it_ended(tmp_path, capsys):
     """A run that failed at once (a misspelt env id) was answered "give a run directory of kuberl run": it was one."""
     run = tmp_path / "runs" / "j"

@@ -73,12 +73,27 @@ class UnusableModel(ValueError):
     """A path that holds no model this module can load; the message says what to give instead."""
 
 
+class CustomTrainerRun(UnusableModel):
+    """A run of a `trainer: custom` job: its script saves what it saves, kuberl no model; several runs scored (`kuberl
+    eval runs`) leave it out with a note, as it is no failed run."""
+
+
 # --- finding and reading the model ------------------------------------------------
 
 
 def _run_job(run_dir: str) -> dict:
     """The job a `kuberl run` directory ran (its job.yaml), read by the spec's own safe reader."""
-    from kuberl.core.rules import defaulted, validate_job
+    from kuberl.core.rules import defaulted
+
+    spec = _run_spec(run_dir)
+    if spec.algorithm is None:
+        raise CustomTrainerRun(f"{run_dir}: a custom trainer's run; kuberl cannot load its model")
+    return defaulted(spec)
+
+
+def _run_spec(run_dir: str) -> Any:
+    """The validated spec of a `kuberl run` directory's job.yaml; UnusableModel when it cannot be read."""
+    from kuberl.core.rules import validate_job
     from kuberl.core.validation import InvalidJob
     from kuberl.core.yamlreader import UnreadableSpec, load_documents
 
@@ -89,9 +104,7 @@ def _run_job(run_dir: str) -> dict:
         spec = validate_job(docs[0])
     except (OSError, IndexError, InvalidJob, UnreadableSpec) as e:
         raise UnusableModel(f"{path}: cannot read the run's job: {e}") from None
-    if spec.algorithm is None:
-        raise UnusableModel(f"{run_dir}: a custom trainer's run; kuberl cannot load its model")
-    return defaulted(spec)
+    return spec
 
 
 def _modified(path: str) -> float:
@@ -131,6 +144,13 @@ def find_model(path: str, best: bool = False) -> str:
         if newest is not None:
             return newest[0]
     if os.path.isfile(os.path.join(path, "job.yaml")):  # a run of kuberl run's that saved nothing: say how it ended
+        try:
+            custom = _run_spec(path).algorithm is None
+        except UnusableModel:
+            custom = False
+        if custom:  # it was answered "saved no final-model.pt (it was stopped before its first checkpoint)"
+            raise CustomTrainerRun(f"{path}: a trainer: custom run: its own script saves what it learns, kuberl keeps no"
+                                   " model of it to play")
         raise UnusableModel(f"{path}: this run saved no {FINAL_MODEL} and no checkpoint ({run_ending(path)}); logs in"
                             f" {os.path.join(path, 'logs')}")
     runs = sorted(os.path.join(path, n) for n in os.listdir(path) if os.path.isfile(os.path.join(path, n, "job.yaml")))
@@ -733,6 +753,9 @@ def score_runs(runs: list[str], args: Any, allowed: tuple[str, ...] | list[str])
                 raise UnusableModel(f"{mismatch} (not this run's model?)")
             policy = load_policy(source, seed=args.seed, env_modules=allowed)
             returns, cut = play(policy, args.episodes, args.seed, max_steps)
+        except CustomTrainerRun as e:  # no model by design (`kuberl eval runs` beside bring-your-own-trainer's run)
+            print(f"kuberl eval: {e} (left out)", file=sys.stderr)
+            continue
         except (UnusableModel, UnknownEnv, networks.PolicyMismatch) as e:
             print(f"kuberl eval: {e}", file=sys.stderr)
             failed = True
