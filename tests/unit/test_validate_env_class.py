@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 
 import pytest
 import yaml
@@ -203,7 +204,7 @@ def test_validate_says_plainly_when_the_module_is_not_here(tmp_path, monkeypatch
 
 def test_the_trainer_not_finding_the_module_says_where_it_looked_naming_the_module_and_the_field(tmp_path, monkeypatch):
     """`kuberl run proj/job.yaml` from the directory above `proj/myenvs.py`: the pods start where kuberl run did,
-    and the trainer said only "No module named 'myenvs'"; a module the user's module imports is its own error."""
+    and the trainer said only "No module named 'myenvs'"; a module the user's module imports: the line, and the pip to use."""
     from kuberl_trainer.envs import UnknownEnv, resolve_env
 
     monkeypatch.chdir(tmp_path)
@@ -218,4 +219,7 @@ def test_the_trainer_not_finding_the_module_says_where_it_looked_naming_the_modu
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UnknownEnv) as refused:
         resolve_env("needsdep:Corridor")
-    assert str(refused.value) == "spec.env.id: cannot import 'needsdep:Corridor': No module named 'nosuchdep_here'"
+    assert str(refused.value) == (  # the line that imports it, and the pip of the Python that lacks it
+        f"spec.env.id: cannot import 'needsdep:Corridor': No module named 'nosuchdep_here' (imported at {tmp_path}/needsdep.py:1;"
+        f" this Python, {sys.executable}, does not have it: {sys.executable} -m pip install the package that provides"
+        " nosuchdep_here, or install it in the image)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 from kuberl.core.envclass import missing_attribute, split_env_id
 from kuberl.core.envspaces import FLATTENED, flat_dtype, flatten_problem, space_problem
-from kuberl.core.installhint import with_this_pip
+from kuberl.core.installhint import pip_install, with_this_pip
 
 from . import atari
 from .envid import UnknownEnv
@@ -43,6 +44,21 @@ def where_imported(module_name: str, error: Exception) -> str:
             f" {missing.split('.')[0]}.py)")
 
 
+def missing_dependency(module_name: str, error: Exception) -> str:
+    """Where a "module:Class" env's module (or a module it imports) imports one this Python lacks, and how to install
+    it: the trainer said only "cannot import 'myenvs:Corridor': No module named 'pettingzoo'", naming neither the
+    line nor the Python it must go into (a bare pip is often another Python's, installhint)."""
+    missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+    if not missing or module_name == missing or module_name.startswith(missing + "."):
+        return ""  # the env's module itself: where_imported says where it was looked for
+    machinery = os.path.dirname(importlib.__file__)
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)[1:]  # [0]: resolve_env's own
+              if not frame.filename.startswith("<") and os.path.dirname(frame.filename) != machinery]
+    at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return (f" (imported{at}; this Python, {sys.executable}, does not have it: {pip_install(sys.executable)} the package"
+            f" that provides {missing.split('.')[0]}, or install it in the image)")
+
+
 def resolve_env(env_id: str) -> str | type:
     """A registered gymnasium id as it is, or the class a "module:Class" id names; UnknownEnv naming spec.env.id."""
     if ":" in env_id:
@@ -50,7 +66,7 @@ def resolve_env(env_id: str) -> str | type:
         try:
             obj = importlib.import_module(module_name)
         except (ImportError, AttributeError) as e:
-            raise UnknownEnv(f"spec.env.id: cannot import {env_id!r}: {e}{where_imported(module_name, e)}") from e
+            raise UnknownEnv(f"spec.env.id: cannot import {env_id!r}: {e}{where_imported(module_name, e)}{missing_dependency(module_name, e)}") from e
         except SyntaxError as e:  # the same at every restart: the spec's error, not a crash to retry
             raise UnknownEnv(f"spec.env.id: cannot import {env_id!r}: SyntaxError: {e}") from e
         for position, part in enumerate(attributes):
