@@ -7,10 +7,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
-from kuberl.local.sandbox import image_files, missing_script_failure
+from kuberl.core.render import Job, render_pod
+from kuberl.core.rules import validate_job
+from kuberl.local.sandbox import (
+    image_files,
+    image_scripts,
+    kubelet_mount_paths,
+    missing_script_failure,
+)
 
 
 def pod(command: list[str], mounts: tuple[str, ...] = ()) -> dict:
@@ -93,3 +101,26 @@ def test_a_relative_mount_path_is_under_the_root_as_a_kubelet_mounts_it(tmp_path
     assert done.returncode == 0, out[-2000:]
     assert "a file of the image" not in out
     assert "ran from the volume" in out
+
+
+BRING_YOUR_OWN = Path(__file__).resolve().parents[2] / "manifests" / "examples" / "bring-your-own-trainer.yaml"
+
+
+def test_the_bring_your_own_example_says_how_kuberl_run_runs_it_here_and_that_way_runs_its_script():
+    """A new user's `kuberl run` of the example stopped with exit 3 ('/app/my_train.py' is not on this machine) and
+    the example said nothing of running it here: its header now gives the volume, which this checks is enough."""
+    text = BRING_YOUR_OWN.read_text()
+    recipe = {line.split(":", 1)[0].strip("# "): yaml.safe_load(line.split(":", 1)[1].split("  (")[0])
+              for line in text.splitlines() if line.startswith(("#   volumes:", "#   volumeMounts:"))}
+    assert set(recipe) == {"volumes", "volumeMounts"}, text[:800]
+
+    def scripts(document: dict) -> list[tuple[str, str]]:  # as kuberl run reads the pod it renders (runner._run_held)
+        job = Job(document["metadata"]["name"], validate_job(document))
+        return image_scripts(kubelet_mount_paths(render_pod(job, "default", "0", 0, target="local")))
+
+    document = yaml.safe_load(text)
+    assert scripts(document) == [("command[3]", "/app/my_train.py")]
+    template = document["spec"]["template"]["spec"]
+    template["volumes"] += recipe["volumes"]
+    template["containers"][0]["volumeMounts"] += recipe["volumeMounts"]
+    assert scripts(document) == []
