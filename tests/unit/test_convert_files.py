@@ -182,6 +182,36 @@ def test_convert_notes_each_host_path_the_baseline_level_refuses_and_the_ways_ou
         "spec.volumes[scratch].hostPath", "spec.volumes[shm].hostPath"]
 
 
+def test_convert_notes_each_field_the_baseline_level_refuses_at_the_pytorchjobs_field():
+    """A PyTorchJob on RDMA nodes in the shape of oracle-quickstart/oci-hpc-oke's
+    docs/running-pytorch-jobs-on-oke-using-hostnetwork-with-rdma.md: host network, a privileged trainer with
+    IPC_LOCK, the host's /dev/infiniband. It converted silently and kuberl validate then refused it at baseline,
+    the operator's default level: every such field is now a note at the PyTorchJob's own path, a hostPath once."""
+    from kuberl.core.podsecurity import check_pods
+    from kuberl.core.render import PLACEHOLDER_UID, Job, render_pod
+    from kuberl.core.rules import validate_job
+    from kuberl.tools.convert import convert
+
+    doc = pytorchjob()
+    pod = doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    pod.update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet",
+               volumes=[{"name": "ib", "hostPath": {"path": "/dev/infiniband"}}])
+    pod["containers"][0].update(securityContext={"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}},
+                                volumeMounts=[{"name": "ib", "mountPath": "/dev/infiniband"}])
+    job, notes = convert(doc)
+    base = "spec.pytorchReplicaSpecs.Worker.template.spec"
+    refused = {n.path: n.message for n in notes if "baseline" in n.message and "--pod-security privileged" in n.message}
+    assert set(refused) == {f"{base}.hostNetwork", f"{base}.volumes[0].hostPath",
+                            f"{base}.containers[0].securityContext.privileged",
+                            f"{base}.containers[0].securityContext.capabilities.add"}
+    assert [n.path for n in notes].count(f"{base}.volumes[0].hostPath") == 1
+    assert "IPC_LOCK" in refused[f"{base}.containers[0].securityContext.capabilities.add"]
+    # what the notes name is what the operator's default level refuses, and nothing else
+    rendered = render_pod(Job("ppo-ddp", validate_job(job)), "default", PLACEHOLDER_UID, 0)
+    assert sorted(v.control for v in check_pods([rendered], "baseline")) == [
+        "Capabilities", "Host Namespaces", "HostPath Volumes", "Privileged Containers"]
+
+
 # --- what is not a manifest of a job: wrappers, kustomizations, templates -------------------------------------------
 
 # Each written for these tests from the kind's field reference, in the shape its project documents.

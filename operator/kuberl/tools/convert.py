@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from ..core import contract, names, torchrun, yamlwriter
+from ..core.podsecurity import DEFAULT_LEVEL, check_pod
 from ..core.podsource import pod_source_problems
 from ..core.render import (
     PLACEHOLDER_UID,
@@ -1067,7 +1068,7 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
         out["runPolicy"] = run_policy
     out["template"] = template
     job = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": metadata, "spec": out}
-    checked(job, origins)
+    checked(job, origins, notes)
     return job, notes
 
 
@@ -1149,9 +1150,11 @@ def kueue_priority_on_pods(labels: dict, template: dict, notes: list[Note]) -> N
                       " Kueue reads a pod group's WorkloadPriorityClass from its pods, not from the RLTrainingJob"))
 
 
-def checked(job: dict, origins: dict[str, str]) -> None:
+def checked(job: dict, origins: dict[str, str], notes: list[Note]) -> None:
     """Raises NotConvertible, every problem at the source document's field (`origins`), where kuberl would
-    refuse the RLTrainingJob or the API server its pods (kuberl validate and run check the same)."""
+    refuse the RLTrainingJob or the API server its pods (kuberl validate and run check the same); adds to
+    `notes` one for each field of its pods the operator's default Pod Security level refuses (one a note
+    already names, a hostPath's with its ways out, is not said twice)."""
     try:
         parsed = validate_job(job)
     except InvalidJob as e:
@@ -1163,6 +1166,31 @@ def checked(job: dict, origins: dict[str, str]) -> None:
                 for path, _, message in (p.partition(": ") for p in pod_source_problems(pod))]
     if problems:
         raise NotConvertible([_traced(p, origins) for p in problems])
+    said = {n.path for n in notes}
+    notes += [n for n in _pod_security_notes(pod, template, origins) if n.path not in said]
+
+
+_NAMED_ITEM = re.compile(r"^spec\.(containers|initContainers|volumes)\[([^\]]*)\]")
+
+
+def _pod_security_notes(pod: dict, template: dict, origins: dict[str, str]) -> list[Note]:
+    """A note at the source document's field for each violation of the baseline Pod Security Standard, the
+    operator's default level (core/podsecurity.py, as kuberl validate checks it): a PyTorchJob's hostNetwork or
+    privileged container ran wherever the namespace allowed it, and the converted job would be refused."""
+    notes = []
+    for v in check_pod(pod, DEFAULT_LEVEL):
+        def indexed(m: re.Match) -> str:  # the pod names containers and volumes; the template lists them
+            items = template["spec"].get(m.group(1))
+            found = [i for i, item in enumerate(items if isinstance(items, list) else [])
+                     if isinstance(item, dict) and str(item.get("name")) == m.group(2)]
+            return f"spec.{m.group(1)}[{found[0] if found else m.group(2)}]"
+        path = _NAMED_ITEM.sub(indexed, v.path)
+        path = re.sub(r"^metadata\.annotations\[(.*)\]$", r"metadata.annotations.\1", path)
+        message = (f"{v.control} ({v.allowed}; got {short_repr(v.got)}): the operator's default Pod Security level,"
+                   f" {DEFAULT_LEVEL}, refuses the pods (kuberl validate shows it): drop it if the job runs without it, "
+                   + PRIVILEGED_WAY)
+        notes.append(Note(_origin("spec.template." + path, origins), message))
+    return notes
 
 
 _PATH_TOKEN = re.compile(r"\bspec\.[A-Za-z0-9_.\[\]/-]*[A-Za-z0-9_\]]")

@@ -501,5 +501,5 @@ def convert_jobset(jobset: Any, procs_per_worker: int | None = None) -> tuple[di
     out["runPolicy"] = run_policy
     out["template"] = template
     job = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": metadata, "spec": out}
-    checked(job, origins)
+    checked(job, origins, notes)
     return job, notes

@@ -592,5 +592,5 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
         out["runPolicy"] = {**out.get("runPolicy", {}), **run_policy}
     out["template"] = template
     job = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": metadata, "spec": out}
-    checked(job, origins)
+    checked(job, origins, notes)
     return job, notes
