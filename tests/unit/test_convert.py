@@ -271,8 +271,9 @@ REFUSED = [
     ("a-list", [pytorchjob(None, replica(2))], "(document)", "a YAML mapping"),
     ("no-replica-specs", {**pytorchjob(None, replica(2)), "spec": {"nprocPerNode": "1"}}, "spec.pytorchReplicaSpecs", "required"),
     ("empty-replica-specs", pytorchjob(None, None), "spec.pytorchReplicaSpecs", "expected a Master or a Worker"),
-    ("lowercase-worker", {**pytorchjob(None, None), "spec": {"pytorchReplicaSpecs": {"worker": replica(2)}}},
-     "spec.pytorchReplicaSpecs.worker", "did you mean 'Worker'?"),
+    # a typo (another case of Worker is read as Worker, as training-operator's defaulting renames it)
+    ("misspelt-worker", {**pytorchjob(None, None), "spec": {"pytorchReplicaSpecs": {"Wroker": replica(2)}}},
+     "spec.pytorchReplicaSpecs.Wroker", "did you mean 'Worker'?"),
     ("images-differ", pytorchjob(replica(1, pytorch(image="train:1")), replica(1, pytorch(image="train:2"))),
      "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].image", "differs from the Worker's ('train:1' and 'train:2')"),
     ("commands-differ", pytorchjob(replica(1, pytorch(command=["python", "master.py"])), replica(1)),
@@ -519,6 +520,29 @@ def test_run_policy_wins_over_the_old_place_and_a_bad_value_is_refused_where_wri
     with pytest.raises(NotConvertible) as e:
         convert(doc)
     assert [p.path for p in e.value.problems] == ["spec.activeDeadlineSeconds"]
+
+
+def test_replica_types_in_another_case_are_read_as_training_operators_defaulting_renames_them():
+    """`master:` and `worker:` ran: kubeflow/training-operator's pkg/apis/kubeflow.org/v1/pytorch_defaults.go
+    (setPytorchTypeNamesToCamelCase, as kubeflow/pytorch-operator's pkg/apis/pytorch/v1beta2/defaults.go did) renames
+    any case of Master and Worker before the job is read; convert refused them as unknown replica types."""
+    written = pytorchjob(replica(1), replica(3))
+    lower = copy.deepcopy(written)
+    lower["spec"]["pytorchReplicaSpecs"] = {"master": replica(1), "WORKER": replica(3)}
+    before = copy.deepcopy(lower)
+    job, notes = convert(lower)
+    assert lower == before
+    assert job == convert(written)[0]
+    noted = {n.path: n.message for n in notes}
+    assert "read as Master" in noted["spec.pytorchReplicaSpecs.master"]
+    assert "read as Worker" in noted["spec.pytorchReplicaSpecs.WORKER"]
+    # both spellings of one type: the defaulting kept one, which the manifest does not say
+    both = pytorchjob(replica(1), replica(3))
+    both["spec"]["pytorchReplicaSpecs"]["worker"] = replica(5)
+    with pytest.raises(NotConvertible) as e:
+        convert(both)
+    assert [p.path for p in e.value.problems] == ["spec.pytorchReplicaSpecs.worker"]
+    assert "Worker, worker" in e.value.problems[0].message and "keep one" in e.value.problems[0].message
 
 
 def test_any_value_anywhere_in_a_pytorch_operator_job_converts_or_is_refused():

@@ -254,6 +254,30 @@ def carried_metadata(doc: dict, notes: list[Note]) -> dict:
 # --- replicas ----------------------------------------------------------------------
 
 
+def _camel_case_replicas(spec: dict, notes: list[Note]) -> None:
+    """Replica types written in another case (`master`, `WORKER`) renamed Master and Worker in place, as
+    training-operator's defaulting does before anything reads them (pkg/apis/kubeflow.org/v1/pytorch_defaults.go
+    setPytorchTypeNamesToCamelCase; pytorch-operator's v1beta2 did the same), with a note; both spellings of one
+    type are refused: the defaulting kept one of them, whichever Go's map order gave it first."""
+    path = "spec.pytorchReplicaSpecs"
+    specs = spec.get("pytorchReplicaSpecs")
+    if not isinstance(specs, dict):
+        return  # _replicas names it
+    renamed = {}
+    for rtype in (MASTER, WORKER):
+        variants = [k for k in specs if isinstance(k, str) and k.lower() == rtype.lower() and k != rtype]
+        if variants and (rtype in specs or len(variants) > 1):
+            spelled = sorted(variants + ([rtype] if rtype in specs else []))
+            raise not_convertible(f"{path}.{variants[0]}", f"{rtype} is written {len(spelled)} ways ({', '.join(spelled)}):"
+                                  f" training-operator renames each to {rtype} and keeps one, which is not said; keep one")
+        if variants:
+            renamed[variants[0]] = rtype
+            notes.append(Note(f"{path}.{variants[0]}", f"read as {rtype}, as training-operator's defaulting renames it;"
+                              f" the notes below name it {rtype}"))
+    if renamed:
+        spec["pytorchReplicaSpecs"] = {renamed.get(k, k): v for k, v in specs.items()}
+
+
 def _replicas(spec: dict) -> tuple[dict[str, dict], dict[str, int]]:
     """The Master and Worker replica specs, and how many pods each runs (Kubeflow's default is 1)."""
     path = "spec.pytorchReplicaSpecs"
@@ -984,6 +1008,7 @@ def convert(pytorchjob: Any, procs_per_worker: int | None = None) -> tuple[dict,
     for key in spec:
         if key not in ("pytorchReplicaSpecs", "nprocPerNode", "runPolicy", "elasticPolicy", *LEGACY_RUN_POLICY):
             notes.append(Note(f"spec.{key}", "not carried over: unknown PyTorchJob field"))
+    _camel_case_replicas(spec, notes)
     replicas, counts = _replicas(spec)
     used = WORKER if counts.get(WORKER) or MASTER not in counts else MASTER  # the pods that run; a Worker of 0 runs none
     templates = {rtype: as_mapping(r.get("template"), f"spec.pytorchReplicaSpecs.{rtype}.template", required=True)
