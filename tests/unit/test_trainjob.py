@@ -248,6 +248,32 @@ def test_a_runtime_in_the_same_file_gives_the_process_count_its_torch_policy_sta
     assert job["spec"]["procsPerWorker"] == 3  # torchrun's own flag wins over PET_NPROC_PER_NODE
 
 
+def test_a_runtime_in_the_file_whose_torch_policy_says_gpu_or_cpu_is_read_or_asked_for_at_the_runtime():
+    """Trainer v2.0's TorchMLPolicySource.numProcPerNode (kubeflow/trainer pkg/apis/trainer/v1alpha1/
+    trainingruntime_types.go, IntOrString: auto, cpu, gpu or a count). convert refused it at spec.trainer.numProcPerNode,
+    a field the TrainJob never set, as 'expected a number of processes (got 'gpu')'."""
+    def runtime(nproc, resources):
+        return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+                "metadata": {"name": "torch-distributed"},
+                "spec": {"mlPolicy": {"numNodes": 2, "torch": {"numProcPerNode": nproc}}, "template": {"spec": {
+                    "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {"containers": [
+                        {"name": "node", "image": IMAGE, "resources": resources}]}}}}}]}}}}
+    gpus = {"limits": {"nvidia.com/gpu": 4}}
+    job, notes = convert_trainjob(trainjob(), runtimes=[runtime("gpu", gpus)])
+    assert job["spec"]["gpusPerWorker"] == 4 and job["spec"].get("procsPerWorker") in (None, 4)
+    assert any(n.path == "spec.runtimeRef" and "'gpu': one process per GPU" in n.message for n in notes)
+    for nproc, resources in (("cpu", {"limits": {"cpu": 4}}), ("gpu", {"limits": {"cpu": 4}})):
+        with pytest.raises(NotConvertible) as e:
+            convert_trainjob(trainjob(), runtimes=[runtime(nproc, resources)])
+        assert [p.path for p in e.value.problems] == ["spec.runtimeRef"]
+        assert f"mlPolicy.torch.numProcPerNode {nproc!r}" in e.value.problems[0].message
+        assert "--procs-per-worker N" in e.value.problems[0].message
+        job, _ = convert_trainjob(trainjob(), procs_per_worker=2, runtimes=[runtime(nproc, resources)])
+        assert job["spec"]["procsPerWorker"] == 2
+    job, _ = convert_trainjob(trainjob(numProcPerNode=3), runtimes=[runtime("cpu", {"limits": {"cpu": 4}})])
+    assert job["spec"]["procsPerWorker"] == 3  # the TrainJob's own wins
+
+
 # Trainer v2.1's podTemplateOverrides (since replaced by runtimePatches), as training-on-eks's samples use them: the
 # nodes kept in one zone by their JobSet's name, a node type, a memory-backed /dev/shm of its own size
 OVERRIDDEN = {

@@ -91,6 +91,9 @@ NOT_TORCH = {
 # ClusterTrainingRuntimes whose names say their mlPolicy when the runtime is not in the file.
 KNOWN_RUNTIMES = {"deepspeed-distributed": "mpi", "mlx-distributed": "mpi", "jax-distributed": "jax",
                   "xgboost-distributed": "xgboost", "flux-distributed": "flux", "flux-runtime": "flux"}
+# torchrun's words a Trainer v2.0 runtime's mlPolicy.torch.numProcPerNode took beside a count and 'auto'
+# (kubeflow/trainer pkg/apis/trainer/v1alpha1 trainingruntime_types.go TorchMLPolicySource, v2.0).
+RUNTIME_NPROC_WORDS = ("cpu", "gpu")
 INITIALIZER = ("not carried over: kuberl runs no initializer Job; fetch the {what} in the trainer's command, or in an"
                " initContainer of spec.template (a cluster runs it; kuberl run does not), onto a volume the trainer mounts")
 
@@ -122,13 +125,28 @@ def _cpus(resources: dict) -> int:
 
 
 def _procs(trainer: dict, container: dict, gpus: int, runtime: str, given: int | None, has_resources: bool,
-           notes: list[Note], runtime_seen: bool = False) -> tuple[int | None, str]:
+           notes: list[Note], runtime_seen: bool = False, runtime_nproc: bool = False) -> tuple[int | None, str]:
     """procsPerWorker and its origin, as Trainer's torch plugin decides it: numProcPerNode, else 'auto':
     one per GPU of resourcesPerNode, else one per CPU of it; with no resourcesPerNode, the runtime's."""
     path = "spec.trainer.numProcPerNode"
     nproc = trainer.get("numProcPerNode")
     accel = accelerator(trainer.get("resourcesPerNode"))
     decided: tuple[int | None, str]
+    if nproc in RUNTIME_NPROC_WORDS and runtime_nproc:
+        # Trainer v2.0's runtimes (mlPolicy.torch.numProcPerNode, IntOrString) took torchrun's words too
+        where = f"{runtime} in this file has mlPolicy.torch.numProcPerNode {nproc!r}"
+        if nproc == "gpu" and (gpus or accel):
+            notes.append(Note("spec.runtimeRef", f"{where}: one process per GPU of resourcesPerNode, as 'auto' with a GPU"))
+            nproc = "auto"
+        elif given is None:
+            raise not_convertible("spec.runtimeRef", f"{where}: " + (
+                "one process per CPU, counted by Trainer from resourcesPerNode or by torchrun on the node, as its version did"
+                if nproc == "cpu" else "one process per GPU, and resourcesPerNode names none (torchrun fails without CUDA)")
+                + f": pass {PROCS_OPTION} N, or set spec.trainer.numProcPerNode")
+        else:
+            notes.append(Note("spec.runtimeRef", f"{where}: {PROCS_OPTION} {given} replaces it"))
+            return command_procs(torchrun.container_find(container), "spec.trainer", gpus, (given, PROCS_OPTION), given,
+                                 notes, accel)
     if isinstance(nproc, int) and not isinstance(nproc, bool) or isinstance(nproc, str) and torchrun.whole_number(nproc):
         decided = (int(nproc), path)
     elif nproc not in (None, "auto"):
@@ -563,7 +581,8 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
         out["resources"] = resources
     procs, procs_path = _procs(trainer, container, gpus, runtime, procs_per_worker,
                                trainer.get("resourcesPerNode") is not None, notes,
-                               _runtime_in_file(spec, list(runtimes)) is not None)
+                               _runtime_in_file(spec, list(runtimes)) is not None,
+                               as_mapping(spec.get("trainer"), "spec.trainer").get("numProcPerNode") is None)
     if procs is not None:
         out["procsPerWorker"] = procs
     origins["spec.procsPerWorker"] = procs_path
