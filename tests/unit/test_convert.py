@@ -265,7 +265,11 @@ REFUSED = [
     ("master-of-3", pytorchjob(replica(3), replica(2)), "spec.pytorchReplicaSpecs.Master.replicas", "expected 1 (got 3)"),
     ("kind-typo", {**pytorchjob(None, replica(2)), "kind": "PytorchJob"}, "kind", "did you mean 'PyTorchJob'?"),
     ("already-ours", {**pytorchjob(None, replica(2)), "kind": "RLTrainingJob"}, "kind", "already an RLTrainingJob"),
-    ("wrong-api-version", {**pytorchjob(None, replica(2)), "apiVersion": "kubeflow.org/v1beta1"}, "apiVersion", "kubeflow.org/v1"),
+    ("wrong-api-version", {**pytorchjob(None, replica(2)), "apiVersion": "kubeflow.org/v2"}, "apiVersion", "kubeflow.org/v1"),
+    # kubeflow/pytorch-operator's pkg/apis/pytorch/v1beta2/types.go: the fields kubeflow.org/v1 reads, so the way is said
+    ("pytorch-operator-v1beta2", {**pytorchjob(None, replica(2)), "apiVersion": "kubeflow.org/v1beta2"}, "apiVersion",
+     "was kubeflow/pytorch-operator's, whose pytorchReplicaSpecs and spec-level run policy kubeflow.org/v1 reads the same:"
+     " write apiVersion: kubeflow.org/v1"),
     # kubeflow/training-operator examples/mpi/tensorflow-mnist.yaml: its other kinds run another framework's launcher
     ("an-mpijob", {**pytorchjob(None, replica(2)), "kind": "MPIJob"}, "kind", "Kubeflow's MPIJob starts mpirun"),
     ("a-list", [pytorchjob(None, replica(2))], "(document)", "a YAML mapping"),

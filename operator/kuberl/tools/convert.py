@@ -212,8 +212,17 @@ def _other_kind_hint(kind: Any) -> str:
                  " PyTorchJobs, TrainJobs and JobSets of torch pods" if isinstance(kind, str) and kind in OTHER_KUBEFLOW_JOBS else "")
 
 
+# kubeflow/pytorch-operator's versions before kubeflow.org/v1 (pkg/apis/pytorch/v1beta1, v1beta2): the same
+# pytorchReplicaSpecs, and activeDeadlineSeconds, backoffLimit, cleanPodPolicy, ttlSecondsAfterFinished at spec.
+PYTORCH_OPERATOR_VERSIONS = ("kubeflow.org/v1beta1", "kubeflow.org/v1beta2")
+
+
 def _check_document(doc: Any) -> None:
-    check_document(doc, KIND, API_VERSION, ", Kubeflow training-operator v1", kind_hint=_other_kind_hint)
+    check_document(doc, KIND, API_VERSION, ", Kubeflow training-operator v1", kind_hint=_other_kind_hint,
+                   version_hint=lambda got: (
+                       f"; {got} was kubeflow/pytorch-operator's, whose pytorchReplicaSpecs and spec-level run policy"
+                       f" {API_VERSION} reads the same: write apiVersion: {API_VERSION} and convert it again"
+                       if got in PYTORCH_OPERATOR_VERSIONS else ""))
 
 
 def note_top_level_fields(doc: dict, notes: list[Note]) -> None:
