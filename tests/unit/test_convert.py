@@ -268,8 +268,8 @@ REFUSED = [
     ("wrong-api-version", {**pytorchjob(None, replica(2)), "apiVersion": "kubeflow.org/v2"}, "apiVersion", "kubeflow.org/v1"),
     # kubeflow/pytorch-operator's pkg/apis/pytorch/v1beta2/types.go: the fields kubeflow.org/v1 reads, so the way is said
     ("pytorch-operator-v1beta2", {**pytorchjob(None, replica(2)), "apiVersion": "kubeflow.org/v1beta2"}, "apiVersion",
-     "was kubeflow/pytorch-operator's, whose pytorchReplicaSpecs and spec-level run policy kubeflow.org/v1 reads the same:"
-     " write apiVersion: kubeflow.org/v1"),
+     ("was kubeflow/pytorch-operator's, whose pytorchReplicaSpecs and spec-level run policy kubeflow.org/v1 reads the same:"
+      " write apiVersion: kubeflow.org/v1")),
     # kubeflow/training-operator examples/mpi/tensorflow-mnist.yaml: its other kinds run another framework's launcher
     ("an-mpijob", {**pytorchjob(None, replica(2)), "kind": "MPIJob"}, "kind", "Kubeflow's MPIJob starts mpirun"),
     ("a-list", [pytorchjob(None, replica(2))], "(document)", "a YAML mapping"),
