@@ -230,11 +230,57 @@ def test_a_node_count_the_kubelet_leaves_or_makes_right_is_taken(command, env):
     validate_job(job)
 
 
-@pytest.mark.parametrize("command", [["torchrun", "--nnodes=3", "t.py"], ["torchrun", "--nnodes", "1:4", "t.py"],
+@pytest.mark.parametrize("command", [["torchrun", "--nnodes=3", "t.py"], ["torchrun", "--nnodes", "1:3", "t.py"],
+                                     ["torchrun", "--nnodes", "1:4", "--rdzv-backend=c10d", "t.py"],
                                      ["torchrun", "--nnodes=$(NNODES)", "t.py"], ["sh", "-c", "torchrun --nnodes=$NNODES t.py"],
                                      ["python", "t.py", "--nnodes=9"], ["torchrun", "--nnodes", "1", "--rdzv-endpoint=localhost:0", "t.py"]])
 def test_a_node_count_that_agrees_or_cannot_be_read_is_taken(command):
     validate_job(custom_job(command, 3))
+
+
+@pytest.mark.parametrize(("command", "env"), [
+    (["torchrun", "--nnodes=1:4", "t.py"], []),
+    (["torchrun", "--nnodes", "2:4", "--rdzv_backend", "static", "t.py"], []),
+    (["sh", "-c", "torchrun --nnodes=1:4 t.py"], [{"name": "PET_RDZV_BACKEND", "value": "static"}]),
+])
+def test_an_elastic_node_range_under_the_static_rendezvous_is_refused_when_the_workers_are_fewer_than_its_max(command, env):
+    """torch's static rendezvous makes a world of MAX nodes (torch/distributed/elastic/rendezvous/
+    static_tcp_rendezvous.py create_rdzv_handler: world_size = params.max_nodes), and kuberl sets no PET_RDZV_BACKEND:
+    3 pods with --nnodes=1:4 validated and waited in the rendezvous for a fourth."""
+    job = custom_job(command, 3)
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = env
+    with pytest.raises(InvalidJob) as refused:
+        validate_job(job)
+    (problem,) = [p for p in refused.value.problems if "--nnodes" in p.message]
+    assert "static rendezvous" in problem.message and "waits for MAX, 4 nodes" in problem.message, problem
+    assert "--rdzv-backend=c10d" in problem.message and "--nnodes=3" in problem.message
+
+
+@pytest.mark.parametrize(("command", "env"), [
+    (["torchrun", "--nnodes=1:4", "--rdzv-backend", "c10d", "t.py"], []),
+    (["torchrun", "--standalone", "--nnodes=1:4", "t.py"], []),
+    (["torchrun", "--nnodes=1:4", "t.py"], [{"name": "PET_RDZV_BACKEND", "value": "c10d"}]),
+    (["torchrun", "--nnodes=1:4", "t.py"], [{"name": "PET_RDZV_BACKEND", "valueFrom": {"configMapKeyRef": {"name": "r", "key": "b"}}}]),
+])
+def test_an_elastic_node_range_under_another_rendezvous_or_one_that_cannot_be_told_is_taken(command, env):
+    job = custom_job(command, 3)
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = env
+    validate_job(job)
+
+
+def test_an_elastic_pytorchjobs_node_range_is_refused_at_its_flag_and_converts_with_c10d():
+    """kubeflow/training-operator examples/pytorch/elastic (an elasticPolicy with rdzvBackend c10d and min/max
+    replicas): training-operator gave the pods PET_RDZV_BACKEND=c10d, kuberl gives none, so a command line
+    --nnodes=1:3 for 2 pods waited for a third under torchrun's static default; convert took it."""
+    doc = pytorchjob(["torchrun", "--nnodes=1:3", "--nproc_per_node=1", "t.py"],
+                     elasticPolicy={"rdzvBackend": "c10d", "minReplicas": 1, "maxReplicas": 3})
+    with pytest.raises(NotConvertible) as refused:
+        convert(doc)
+    assert [p.path for p in refused.value.problems] == [FLAG]
+    assert "--rdzv-backend=c10d" in refused.value.problems[0].message
+    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"].insert(1, "--rdzv-backend=c10d")
+    job, _ = convert(doc)
+    assert job["spec"]["workers"] == 2
 
 
 @pytest.mark.parametrize(("value", "words"), [("x", "not a whole number"), ("-2", "0 < MIN <= MAX"), ("3:1", "0 < MIN <= MAX"),

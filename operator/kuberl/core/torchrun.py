@@ -183,6 +183,7 @@ def procs_problem(nproc: Nproc, procs: int, procs_set: bool, gpus: int) -> str |
 
 
 NNODES_FLAGS = ("--nnodes",)
+RDZV_BACKEND_FLAGS = ("--rdzv-backend", "--rdzv_backend")
 
 
 def torchrun_node_bounds(value: str) -> tuple[int, int] | str:
@@ -201,7 +202,7 @@ def torchrun_node_bounds(value: str) -> tuple[int, int] | str:
     return low, high
 
 
-def nnodes_problem(nnodes: Nproc, workers: int) -> str | None:
+def nnodes_problem(nnodes: Nproc, workers: int, static: bool = False) -> str | None:
     """Why torchrun's --nnodes (N, or MIN:MAX for an elastic rendezvous) disagrees with the job's pods, or is a
     value torchrun refuses at start (every pod would fail alike until backoffLimit); None when it agrees, cannot
     be read (a shell or $(VAR) expansion: it may be right), or is 1 (each pod its own world, as
@@ -213,6 +214,12 @@ def nnodes_problem(nnodes: Nproc, workers: int) -> str | None:
     if isinstance(bounds, str):
         return bounds
     low, high = bounds
+    if static and low <= workers < high and high > 1:
+        # torch/distributed/elastic/rendezvous/static_tcp_rendezvous.py create_rdzv_handler: world_size = max_nodes
+        return (f"torchrun's --nnodes {value!r} under its static rendezvous (its default: no --rdzv-backend, and kuberl"
+                f" sets no PET_RDZV_BACKEND) waits for MAX, {high} nodes, and spec.workers starts {workers} pod(s): the"
+                f" rendezvous never completes; write --nnodes={workers}, or add --rdzv-backend=c10d (it meets at worker 0"
+                " too, and starts with the pods there are), or drop the flag (kuberl sets PET_NNODES from spec.workers)")
     if low <= workers <= high or high == 1:  # 1: a world of its own in each pod (as --standalone), by choice
         return None
     waits = (f"torchrun's --nnodes {value!r} waits for {low} node(s)" if low == high
@@ -250,6 +257,21 @@ def container_find(container: dict, flags: tuple[str, ...] = NPROC_FLAGS) -> Npr
     return find(_expanded(container.get("command"), known), _expanded(container.get("args"), known), flags)
 
 
+def _static_rendezvous(container: dict) -> bool:
+    """Whether torchrun in the container is known to run its static rendezvous: no --rdzv-backend (or one of
+    static), no --standalone (c10d), and no PET_RDZV_BACKEND in its env that could say otherwise (an envFrom
+    may: unknown, so False)."""
+    backend = container_find(container, RDZV_BACKEND_FLAGS)
+    if backend is not None:
+        return backend.value == "static"
+    if container_find(container, ("--standalone",)) is not None or container.get("envFrom"):
+        return False
+    env = container.get("env") if isinstance(container.get("env"), list) else []
+    if any(isinstance(e, dict) and e.get("name") == "PET_RDZV_BACKEND" for e in env):
+        return literal_env(container).get("PET_RDZV_BACKEND") == "static"
+    return True
+
+
 def template_problem(spec: dict, unreadable: bool = False) -> tuple[str, str] | None:
     """(field path, message) where spec.template's `trainer` container runs torchrun with a process
     count other than the job's; None when it agrees or runs no launcher. A flag that cannot be read
@@ -266,7 +288,7 @@ def template_problem(spec: dict, unreadable: bool = False) -> tuple[str, str] | 
         workers = spec.get("workers", 1)
         nnodes = container_find(container, NNODES_FLAGS)
         if not unreadable and nnodes is not None and isinstance(workers, int) and not isinstance(workers, bool):
-            problem = nnodes_problem(nnodes, workers)
+            problem = nnodes_problem(nnodes, workers, _static_rendezvous(container))
             if problem:
                 return f"spec.template.spec.containers[{i}].{nnodes.where.split(' ')[0]}", problem
         if nproc is None or not isinstance(gpus, int) or unreadable != (nproc.problem is not None or not readable(nproc.value or "")):
