@@ -404,3 +404,26 @@ def test_seeds_mean_is_each_ones_kth_evaluation_as_far_as_the_shortest_goes():
     assert seed_groups([{"seed": 1, "a": 1}, {"seed": 2, "a": 2}, {"seed": 3, "a": 1}, None, None]) == [0, 1, 0, 3, 4]
     assert distinguishing_values([{"seed": 1, "a": 1}, {"seed": 2, "a": 2}], ignored=("seed",)) == ["a 1", "a 2"]
 
+
+
+def test_runs_of_different_envs_get_a_row_of_return_axes_each(tmp_path, monkeypatch):
+    """After the README's quickstart `kuberl plot runs` drew CartPole's returns (0 to 500) and Pendulum's (-1,500 to
+    -150) on one axis, each flattened by the other's scale."""
+    from matplotlib.figure import Figure
+
+    runs = tmp_path / "runs"
+    for name, env, scale in (("cartpole-ppo", "CartPole-v1", 50.0), ("cartpole-dqn", "CartPole-v1", 40.0),
+                             ("pendulum-sac", "Pendulum-v1", -100.0)):
+        a_named_run(runs, name, scale=scale)
+        (runs / name / "fingerprint.json").write_text(json.dumps({"learned": {"env": {"id": env}, "seed": 1}}))
+    drawn, savefig = [], Figure.savefig
+
+    def axes_drawn(fig, *args, **kwargs):
+        drawn.extend((ax.get_title(), [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")])
+                     for ax in fig.axes)
+        return savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", axes_drawn)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    assert drawn == [("CartPole-v1", ["cartpole-dqn", "cartpole-ppo"]), ("", ["cartpole-dqn", "cartpole-ppo"]),
+                     ("Pendulum-v1", ["pendulum-sac"]), ("", ["pendulum-sac"])]  # each env's timesteps, then wall time

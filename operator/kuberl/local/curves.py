@@ -215,17 +215,19 @@ def update_points(rows: list[dict], name: str) -> list[tuple[float, float]]:
     return curve(flat, "timesteps", name)
 
 
-def figure(plt, width: float, statistics: list[str]):
-    """A figure with the two return axes (timesteps, wall time) on top and, where `statistics` are recorded, a
-    small axes for each under them; returns the figure, the return axes and the statistics' axes."""
+def figure(plt, width: float, statistics: list[str], return_rows: int = 1):
+    """A figure with `return_rows` rows of two return axes (timesteps, wall time) on top (one an env, where runs of
+    several are compared) and, where `statistics` are recorded, a small axes for each under them; returns the
+    figure, the return axes (the first row's pair, or a pair a row) and the statistics' axes."""
     rows = math.ceil(len(statistics) / PANELS_PER_ROW)
-    fig = plt.figure(figsize=(width, 4 + 2.2 * rows), layout="constrained")
-    grid = fig.add_gridspec(1 + rows, 2 * PANELS_PER_ROW, height_ratios=[2, *[1] * rows])
-    axes = [fig.add_subplot(grid[0, :PANELS_PER_ROW]), fig.add_subplot(grid[0, PANELS_PER_ROW:])]
+    fig = plt.figure(figsize=(width, 4 * return_rows + 2.2 * rows), layout="constrained")
+    grid = fig.add_gridspec(return_rows + rows, 2 * PANELS_PER_ROW, height_ratios=[*[2] * return_rows, *[1] * rows])
+    pairs = [[fig.add_subplot(grid[r, :PANELS_PER_ROW]), fig.add_subplot(grid[r, PANELS_PER_ROW:])] for r in range(return_rows)]
+    axes = pairs[0] if return_rows == 1 else pairs
     panels = []
     for i, name in enumerate(statistics):
         row, column = divmod(i, PANELS_PER_ROW)
-        ax = fig.add_subplot(grid[1 + row, 2 * column:2 * column + 2])
+        ax = fig.add_subplot(grid[return_rows + row, 2 * column:2 * column + 2])
         ax.set_title(PANEL_TITLES.get(name, name.replace("_", " ")), fontsize="small")
         ax.tick_params(labelsize="x-small")
         ax.locator_params(axis="x", nbins=4)  # timesteps' labels, five digits each, ran into one another
@@ -300,8 +302,8 @@ def compare_note(run_dir: str, shown: Callable[[str], str] = str) -> str:
 
 
 def labelled(runs: list[tuple[str, str]], learned: Callable[[str], Mapping[str, Any] | None] | None
-             ) -> list[tuple[str, str, int]]:
-    """`compared_runs`' runs as (legend entry, progress.jsonl, group). Runs of one job (runs/<job>,
+             ) -> list[tuple[str, str, int, str | None]]:
+    """`compared_runs`' runs as (legend entry, progress.jsonl, group, env id where recorded). Runs of one job (runs/<job>,
     runs/<job>.<fingerprint>) are named with the learned values that set them apart (fingerprint.distinguishing_values,
     read by `learned` from each run directory), and those that differ in their seed alone form one group, drawn in
     one colour and named once with their seeds; runs of different jobs are told apart by their names already (a PPO
@@ -323,7 +325,15 @@ def labelled(runs: list[tuple[str, str]], learned: Callable[[str], Mapping[str, 
             name = job if seeded and not text else labels[i]  # a job's seeds: the job itself
             described = "; ".join(part for part in (text, seeded) if part)
             labels[i] = f"{name} ({described})" if described else name
-    return [(label, progress, group) for label, (_, progress), group in zip(labels, runs, groups, strict=True)]
+    envs = [env_id(v) for v in values]
+    return [(label, progress, group, env) for label, (_, progress), group, env in zip(labels, runs, groups, envs, strict=True)]
+
+
+def env_id(learned: Mapping[str, Any] | None) -> str | None:
+    """The env a run's recorded learned values name (`env.id`), or None."""
+    env = learned.get("env") if isinstance(learned, Mapping) else None
+    found = env.get("id") if isinstance(env, Mapping) else None
+    return found if isinstance(found, str) else None
 
 
 def progress_run_dir(progress: str) -> str | None:
@@ -365,13 +375,18 @@ def compare(paths: list[str], output: str | None = None,
     found, left_out = compared_runs(paths)
     runs = labelled(found, learned)
     plt = pyplot()
-    group_ids = list(dict.fromkeys(group for _, _, group in runs))
+    group_ids = list(dict.fromkeys(group for _, _, group, _ in runs))
     colours = dict(zip(group_ids, plt.get_cmap("tab20" if len(group_ids) > 10 else "tab10").colors, strict=False))
-    read = [(label, group, *read_progress(progress)) for label, progress, group in runs]
+    read = [(label, group, *read_progress(progress)) for label, progress, group, _ in runs]
     names = update_names([rows for _, _, rows, _ in read])
-    fig, axes, panels = figure(plt, 12, names)
+    # returns of different envs share no scale (CartPole's 0 to 500 beside Pendulum's -1,500 to -150): a row each
+    envs = list(dict.fromkeys(env for *_, env in runs))
+    fig, rows_of_axes, panels = figure(plt, 12, names, return_rows=len(envs))
+    pairs = [rows_of_axes] if len(envs) == 1 else rows_of_axes
+    axes_of = {group: pairs[envs.index(env)] for _, _, group, env in runs}
     cut_short, members = [], {group: [rows for _, of, rows, _ in read if of == group] for group in group_ids}
     for label, group, rows, size in read:
+        axes = axes_of[group]
         if size > PROGRESS_TAIL_BYTES:
             cut_short.append(label)
         colour, seeds = colours.get(group, "grey"), len(members[group]) > 1
@@ -391,13 +406,16 @@ def compare(paths: list[str], output: str | None = None,
     for group in group_ids:  # a configuration's seeds: their mean, where each evaluated at the same timesteps
         if len(members[group]) > 1 and (mean := mean_evaluation(members[group])):
             label = next(label for label, of, _, _ in read if of == group)
-            axes[0].plot(*zip(*mean, strict=True), marker="o", markersize=4, linewidth=2.2, color=colours.get(group, "grey"),
-                         label=literal(label))
-    for ax, (_, x_label) in zip(axes, AXES, strict=True):
-        ax.set_xlabel(x_label)
-        ax.set_ylabel("return")
-        ax.grid(alpha=0.3)
-    axes[0].legend(loc="lower right", fontsize="small")
+            axes_of[group][0].plot(*zip(*mean, strict=True), marker="o", markersize=4, linewidth=2.2,
+                                   color=colours.get(group, "grey"), label=literal(label))
+    for env, axes in zip(envs, pairs, strict=True):
+        for ax, (_, x_label) in zip(axes, AXES, strict=True):
+            ax.set_xlabel(x_label)
+            ax.set_ylabel("return")
+            ax.grid(alpha=0.3)
+        if len(envs) > 1:
+            axes[0].set_title(literal(env or "env not recorded"), fontsize="medium")
+        axes[0].legend(loc="lower right", fontsize="small")
     notes = [f"the last {PROGRESS_TAIL_BYTES >> 20} MiB of records of {', '.join(cut_short)}"] if cut_short else []
     seeded = " (seeds faint, their mean bold)" if any(len(rows) > 1 for rows in members.values()) else ""
     fig.suptitle(literal(f"{len(runs)} runs: evaluation return solid{seeded}, training return (mean) dashed"
