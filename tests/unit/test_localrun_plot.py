@@ -427,3 +427,17 @@ def test_runs_of_different_envs_get_a_row_of_return_axes_each(tmp_path, monkeypa
     assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
     assert drawn == [("CartPole-v1", ["cartpole-dqn", "cartpole-ppo"]), ("", ["cartpole-dqn", "cartpole-ppo"]),
                      ("Pendulum-v1", ["pendulum-sac"]), ("", ["pendulum-sac"])]  # each env's timesteps, then wall time
+
+
+def test_an_env_id_of_megabytes_in_a_fingerprint_is_a_short_title(tmp_path, monkeypatch):
+    """fingerprint.json is anyone's to write: a 2 MB env id became a row's title, and the figure's layout collapsed."""
+    from matplotlib.figure import Figure
+
+    runs = tmp_path / "runs"
+    for name, env in (("a", "CartPole-v1"), ("b", "x" * 2_000_000 + "\n")):
+        a_named_run(runs, name)
+        (runs / name / "fingerprint.json").write_text(json.dumps({"learned": {"env": {"id": env}}}))
+    titles, savefig = [], Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (titles.extend(ax.get_title() for ax in fig.axes), savefig(fig, *a, **k)))
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    assert titles[0] == "CartPole-v1" and titles[2] == "x" * 79 + "…"

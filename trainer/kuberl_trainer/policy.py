@@ -56,7 +56,7 @@ from kuberl.core import names, outputfile, safetext
 from kuberl.core.contract import shown_return
 from kuberl.core.envspaces import flat_dtype, is_image
 from kuberl.core.installhint import with_this_pip
-from kuberl.core.rundirs import missing_run_hint
+from kuberl.core.rundirs import missing_run_hint, runs_in
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
 
@@ -153,7 +153,7 @@ def find_model(path: str, best: bool = False) -> str:
                                    " model of it to play")
         raise UnusableModel(f"{path}: this run saved no {FINAL_MODEL} and no checkpoint ({run_ending(path)}); logs in"
                             f" {os.path.join(path, 'logs')}")
-    runs = sorted(os.path.join(path, n) for n in os.listdir(path) if os.path.isfile(os.path.join(path, n, "job.yaml")))
+    runs = runs_in(path)
     if runs:  # `kuberl eval runs`: kuberl run's --dir, not one of its runs
         raise UnusableModel(f"{path} holds runs, not one run: give one of them ({', '.join(runs[:4])}{', …' if len(runs) > 4 else ''})")
     raise UnusableModel(f"{path}: no {FINAL_MODEL} and no checkpoint under checkpoints/ (give a run directory of kuberl run,"
@@ -679,8 +679,7 @@ def runs_to_score(paths: list[str]) -> list[str]:
     """What `kuberl eval` plays: each path given, a directory of runs (kuberl run's --dir, `runs`) as its runs."""
     runs = []
     for path in paths:
-        held = [] if not os.path.isdir(path) or os.path.isdir(os.path.join(path, "checkpoints")) else sorted(
-            os.path.join(path, n) for n in os.listdir(path) if os.path.isfile(os.path.join(path, n, "job.yaml")))
+        held = runs_in(path) if not os.path.isdir(os.path.join(path, "checkpoints")) else []
         runs += held or [path]
     return runs
 

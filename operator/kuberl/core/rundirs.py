@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 
-# what kuberl run writes into each run directory (local.curves.runs_in tells runs by it too)
+# what kuberl run writes into each run directory (runs_in tells runs by it)
 RUN_JOB_FILE = "job.yaml"
 
 
@@ -24,3 +24,14 @@ def missing_run_hint(path: str) -> str:
     if close:
         return f"; did you mean {' or '.join(named)}?"
     return f"; the runs in {parent or '.'}: {', '.join(named)}{', …' if len(runs) > 4 else ''}" if runs else ""
+
+
+def runs_in(directory: str) -> list[str]:
+    """The run directories directly under `directory` (each has the job.yaml kuberl run writes), sorted: a directory
+    of runs, kuberl run's --dir, that `kuberl plot` and `kuberl eval` take for its runs."""
+    try:
+        entries = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    return [os.path.join(directory, n) for n in entries if os.path.isfile(os.path.join(directory, n, RUN_JOB_FILE))]
+

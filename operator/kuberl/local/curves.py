@@ -14,10 +14,10 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..core import fingerprint
+from ..core import fingerprint, safetext
 from ..core import metricnames as m
 from ..core.outputfile import output_problem
-from ..core.rundirs import RUN_JOB_FILE, missing_run_hint
+from ..core.rundirs import RUN_JOB_FILE, missing_run_hint, runs_in
 from .process import read_regular_tail
 from .runrecords import recorded_learned_values
 
@@ -138,6 +138,12 @@ def literal(text: str) -> str:
     """`text` as matplotlib draws it letter for letter: two '$' in a title or legend start its mathtext, and a run
     directory or a learned value holding `$\\frac{$` ended kuberl plot in a ParseSyntaxException at savefig."""
     return text.replace("$", r"\$")
+
+
+def shortened(text: str, width: int = 80) -> str:
+    """`text` on one line, cut to `width` characters with an ellipsis."""
+    line = safetext.one_line(text)
+    return line if len(line) <= width else line[:width - 1] + "…"
 
 
 def pyplot():
@@ -384,17 +390,19 @@ def compare(paths: list[str], output: str | None = None,
     fig, rows_of_axes, panels = figure(plt, 12, names, return_rows=len(envs))
     pairs = [rows_of_axes] if len(envs) == 1 else rows_of_axes
     axes_of = {group: pairs[envs.index(env)] for _, _, group, env in runs}
-    cut_short, members = [], {group: [rows for _, of, rows, _ in read if of == group] for group in group_ids}
+    members = {group: [rows for _, of, rows, _ in read if of == group] for group in group_ids}
+    means = {group: mean_evaluation(rows) for group, rows in members.items() if len(rows) > 1}  # a configuration's seeds
+    cut_short = []
     for label, group, rows, size in read:
         axes = axes_of[group]
         if size > PROGRESS_TAIL_BYTES:
             cut_short.append(label)
         colour, seeds = colours.get(group, "grey"), len(members[group]) > 1
-        named = rows is members[group][0] and not (seeds and mean_evaluation(members[group]))  # once a group
-        faint = {"alpha": 0.35, "linewidth": 0.8} if seeds else {"linewidth": 1.5}
+        named = rows is members[group][0] and not means.get(group)  # once a group: by its mean line where it has one
+        faint = {"alpha": 0.35, "linewidth": 0.8} if seeds else {}
         for statistic, ax in zip(names, panels, strict=True):
             if points := update_points(rows, statistic):
-                ax.plot(*zip(*points, strict=True), marker=".", markersize=3, color=colour, **(faint if seeds else {"linewidth": 1}))
+                ax.plot(*zip(*points, strict=True), marker=".", markersize=3, color=colour, **(faint or {"linewidth": 1}))
         for ax, (x_key, _) in zip(axes, AXES, strict=True):
             evaluated, trained = comparison_lines(rows, x_key)
             if trained:
@@ -403,8 +411,8 @@ def compare(paths: list[str], output: str | None = None,
             if evaluated:
                 ax.plot(*zip(*evaluated, strict=True), marker="o", markersize=3, color=colour,
                         label=literal(label) if named else None, **faint)
-    for group in group_ids:  # a configuration's seeds: their mean, where each evaluated at the same timesteps
-        if len(members[group]) > 1 and (mean := mean_evaluation(members[group])):
+    for group, mean in means.items():
+        if mean:
             label = next(label for label, of, _, _ in read if of == group)
             axes_of[group][0].plot(*zip(*mean, strict=True), marker="o", markersize=4, linewidth=2.2,
                                    color=colours.get(group, "grey"), label=literal(label))
@@ -414,7 +422,8 @@ def compare(paths: list[str], output: str | None = None,
             ax.set_ylabel("return")
             ax.grid(alpha=0.3)
         if len(envs) > 1:
-            axes[0].set_title(literal(env or "env not recorded"), fontsize="medium")
+            # the id a run's fingerprint.json records, anyone's to write: 2 MB of it collapsed the layout
+            axes[0].set_title(literal(shortened(env or "env not recorded")), fontsize="medium")
         axes[0].legend(loc="lower right", fontsize="small")
     notes = [f"the last {PROGRESS_TAIL_BYTES >> 20} MiB of records of {', '.join(cut_short)}"] if cut_short else []
     seeded = " (seeds faint, their mean bold)" if any(len(rows) > 1 for rows in members.values()) else ""
@@ -435,15 +444,6 @@ def mean_evaluation(runs_rows: list[list[dict]]) -> list[tuple[float, float]]:
     if shortest < 2:
         return []
     return [(sum(c[k][0] for c in curves) / len(curves), sum(c[k][1] for c in curves) / len(curves)) for k in range(shortest)]
-
-
-def runs_in(directory: str) -> list[str]:
-    """The run directories directly under `directory` (each has the job.yaml kuberl run writes), sorted."""
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError:
-        return []
-    return [os.path.join(directory, n) for n in names if os.path.isfile(os.path.join(directory, n, RUN_JOB_FILE))]
 
 
 def plot_title(name: str, rows: list[dict], size: int) -> str:
