@@ -5,6 +5,7 @@ one) are not run here, and that is said too."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,28 @@ def test_kuberl_run_stops_at_the_first_failure_of_an_absent_script_instead_of_sp
     assert ("baked cannot run here: '/workspace/train.py' is not on this machine (warned above), so every restart"
             " would fail alike") in out, out[-2000:]
     assert "generation 1: creating" not in out  # no second gang
+
+
+def test_the_rerun_of_a_run_that_could_not_run_here_says_so_not_that_it_ended_while_restarting(tmp_path):
+    """The run above stops with exit 3 after its first failure, which lifecycle.decide had already recorded as a
+    restart: status.json said Restarting, and the same command again said "last run: ended while restarting", as
+    after a runner killed mid-run. Its record says it failed, why, and the rerun says that."""
+    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "baked"}, "spec": {
+        "trainer": "custom", "workers": 1, "runPolicy": {"backoffLimit": 3, "restartBackoffSeconds": 30},
+        "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/workspace/train.py"]}]}}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    outs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-m", "kuberl.cli", "run", "job.yaml", "--dir", "runs"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60, check=False)
+        outs.append(done.stdout + done.stderr)
+        assert done.returncode == 3, outs[-1][-2000:]
+        status = json.loads((tmp_path / "runs" / "baked" / "status.json").read_text())
+        failed = [c for c in status["conditions"] if c["type"] == "Failed"]
+        assert status["phase"] == "Failed" and failed and failed[0]["reason"] == "CannotRunHere", status
+        assert "'/workspace/train.py' is not on this machine" in failed[0]["message"], status
+    assert "running baked again (last run: stopped, as this machine could not run it)" in outs[1], outs[1][-2000:]
+    assert "ended while" not in outs[1], outs[1][-2000:]
 
 
 def test_a_relative_mount_path_is_under_the_root_as_a_kubelet_mounts_it(tmp_path):

@@ -126,6 +126,7 @@ def discount_clock_jump(rank0: Rank0Progress | None, jump: float) -> Rank0Progre
 SCRAPE_TIMEOUT_SECONDS = 1.0
 EXIT_INTERRUPTED = 130
 EXIT_CANNOT_RUN = 3  # this machine could not run it (run directory locked or unwritable, a port taken): kuberl.cli's table
+REASON_CANNOT_RUN_HERE = "CannotRunHere"  # status.json's record of a run the runner stopped with EXIT_CANNOT_RUN
 
 
 # --- the job file and --set ---------------------------------------------------
@@ -786,7 +787,7 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
             os.path.isdir(checkpoints) and newest_on_disk(checkpoints) is not None)
         whole, flawed = newest_whole(checkpoints) if saved_any else (None, [])
         say(rerun_note(job.name, previous.get("phase"), newest_checkpoint(checkpoints, whole) if whole else None, saved_any,
-                       whole, flawed))
+                       whole, flawed, reason=failed_reason(previous)))
     wait_for_leftovers(os.path.join(run_dir, "pods"), job.spec.run_policy.termination_grace_period_seconds)
     if meets_at_master_port(job.spec):
         check_port_free(job.spec.rendezvous.port)
@@ -848,9 +849,35 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
                 if decision.phase == lifecycle.SUSPENDED and interrupts.count and not cluster.pods:
                     return EXIT_INTERRUPTED, status, time.time() - started
                 time.sleep(POLL_SECONDS)
+        except LocalRunError as e:
+            cluster.kill_all()
+            write_json(status_path, cannot_run_status(status, str(e), time.time()))
+            raise
         except BaseException:
             cluster.kill_all()
             raise
+
+
+def cannot_run_status(status: dict, message: str, now: float) -> dict:
+    """The record of a run the runner stopped because this machine cannot run it (EXIT_CANNOT_RUN): Failed, saying
+    why. Left as the loop last wrote it (Restarting after an absent script's first failure), the rerun said "last run:
+    ended while restarting", as after a runner killed mid-run, and nothing on disk told what had stopped it."""
+    at = lifecycle.rfc3339(now)
+    conditions = [c for c in status.get("conditions", []) if c.get("type") not in (lifecycle.CONDITION_READY, lifecycle.CONDITION_FAILED)]
+    return {**status, "generation": status.get("generation", 0), "phase": lifecycle.FAILED, "completionTime": at,
+            "conditions": [*conditions, *({"type": kind, "status": value, "reason": REASON_CANNOT_RUN_HERE,
+                                           "message": safetext.one_line(message)[:lifecycle.MESSAGE_LIMIT],
+                                           "lastTransitionTime": at}
+                                          for kind, value in ((lifecycle.CONDITION_READY, "False"), (lifecycle.CONDITION_FAILED, "True")))]}
+
+
+def failed_reason(status: Mapping[str, Any]) -> str | None:
+    """The reason of a status's true Failed condition (None: none, or not one kuberl run wrote)."""
+    conditions = status.get("conditions")
+    failed = next((c for c in conditions if isinstance(c, Mapping) and c.get("type") == lifecycle.CONDITION_FAILED
+                   and c.get("status") == "True") if isinstance(conditions, list) else (), None)
+    reason = failed.get("reason") if failed is not None else None
+    return reason if isinstance(reason, str) else None
 
 
 def reason_and_message(reason: str, message: str) -> str:
@@ -882,16 +909,19 @@ def shown(path: str) -> str:
 
 
 def rerun_note(name: str, last_phase: object, newest: tuple[str, int] | None, saved_any: bool | None,
-               on_disk: str | None = None, flawed: Sequence[tuple[str, str]] = ()) -> str:
+               on_disk: str | None = None, flawed: Sequence[tuple[str, str]] = (), reason: str | None = None) -> str:
     """What a rerun of an unfinished run continues from (`saved_any` None: a custom trainer's, which kuberl cannot
     tell). "resuming (last run: Suspended, generation 1)" followed the last run's "before any checkpoint was saved;
     the same command starts over", and named no checkpoint. `on_disk`, the newest whole checkpoint file by name
     (`newest_whole`): a rank stopped between a save and its progress record leaves one newer than progress.jsonl
     names, and the trainer resumes from that one (the newest that loads). `flawed`: (name, why) of the newer files
     the trainer skips for their frame; "resuming ck from ckpt-0000000640.pt" named a truncated file the trainer
-    then set aside, resuming from an older one."""
+    then set aside, resuming from an older one. `reason`: the last run's Failed condition's (REASON_CANNOT_RUN_HERE:
+    the runner stopped it, exit 3)."""
     if last_phase == "Suspended":
         last = "stopped"
+    elif last_phase == lifecycle.FAILED and reason == REASON_CANNOT_RUN_HERE:
+        last = "stopped, as this machine could not run it"
     elif last_phase in ("Pending", "Running", "Restarting"):  # the runner itself ended (killed, the machine rebooted)
         last = f"ended while {last_phase.lower()}"
     else:
