@@ -927,13 +927,13 @@ def test_run_files_nested_deeper_than_json_decodes_are_read_as_damaged(tmp_path)
     """A run directory's records are the trainer's (or anyone's) to write: a progress.jsonl line, a status.json or a
     fingerprint.json of 100,000 '[' raised RecursionError out of json, which only ValueError was caught for:
     kuberl plot ended in a traceback, and so would kuberl run's summary, a rerun and kuberl eval's ending line."""
+    from kuberl.core.runrecords import recorded_learned_values
     from kuberl.local.curves import progress_records
     from kuberl.local.runner import (
         LocalRunError,
         last_status,
         run_phase,
     )
-    from kuberl.local.runrecords import recorded_learned_values
     from kuberl_trainer.policy import run_ending
 
     deep = "[" * 100_000

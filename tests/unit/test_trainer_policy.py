@@ -211,30 +211,36 @@ def test_kuberl_eval_of_a_directory_of_one_run_plays_that_run(tmp_path, capsys):
     assert capsys.readouterr().err.startswith(f"kuberl eval: {tmp_path}/runs/cartpole-ppo: this run saved no final-model.pt")
 
 
-def a_run_with_a_model(runs, name: str, seed: int, env_id: str = "CartPole-v1") -> str:
-    """runs/<name> as kuberl run leaves one: job.yaml, checkpoints/<uid>/final-model.pt (an untrained tiny PPO)."""
+def a_run_with_a_model(runs, name: str, seed: int, env_id: str = "CartPole-v1", learning_rate: float = 0.0003) -> str:
+    """runs/<name> as kuberl run leaves one: job.yaml, fingerprint.json (the learned values that set it apart: seed
+    and learning rate), checkpoints/<uid>/final-model.pt (an untrained tiny PPO)."""
     torch.manual_seed(seed)  # the networks' initial weights: another policy per seed
     trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), env_id, 2, {}, 64, seed=seed, restart=0)
     (runs / name / "checkpoints" / "uid").mkdir(parents=True)
     job = EXAMPLE_JOB.read_text().replace("id: CartPole-v1", f"id: {env_id}")
     (runs / name / "job.yaml").write_text(job)  # the job the model is checked against
     save_final_model(trainer, "ppo", env_id, runs / name / "checkpoints" / "uid" / "final-model.pt")
+    learned = {"algorithm": "ppo", "seed": seed, "env": {"id": env_id}, "ppo": {"learningRate": learning_rate}}
+    (runs / name / "fingerprint.json").write_text(json.dumps({"fingerprint": name, "learned": learned}))
     return str(runs / name)
 
 
 def test_kuberl_eval_of_several_runs_scores_each_on_the_same_episodes_and_names_the_best(tmp_path, capsys):
     """Which of a job's runs (seeds, a learning rate tried) learned best meant one kuberl eval each, read side by side."""
     runs = tmp_path / "runs"
-    first, second = a_run_with_a_model(runs, "cartpole-ppo", 1), a_run_with_a_model(runs, "cartpole-ppo.0badc0de", 2)
+    first = a_run_with_a_model(runs, "cartpole-ppo", 1)
+    second = a_run_with_a_model(runs, "cartpole-ppo.0badc0de", 2, learning_rate=0.001)
     (runs / "broken").mkdir()
     (runs / "broken" / "job.yaml").write_text("{}\n")  # a run that saved nothing: said, the others still scored
     assert main(["eval", str(runs), "--episodes", "3"]) == 1
     out, err = capsys.readouterr()
     lines = out.splitlines()
-    assert [line.split()[0] for line in lines[:2]] == [first, second] and all("CartPole-v1: mean return" in line for line in lines[:2])
-    means = {line.split()[0]: float(line.split("mean return ")[1].split()[0]) for line in lines[:2]}
+    # each named with the learned values that set it apart from the job's other run
+    named = {first: f"{first} (ppo.learningRate 0.0003, seed 1)", second: f"{second} (ppo.learningRate 0.001, seed 2)"}
+    assert [line.split("  ")[0] for line in lines[:2]] == list(named.values()) and all("CartPole-v1: mean return" in line for line in lines[:2])
+    means = {run: float(line.split("mean return ")[1].split()[0]) for run, line in zip(named, lines[:2], strict=True)}
     best = max(means, key=means.get)
-    assert lines[2] == f"best: {best} (mean return {means[best]:.1f} over 3 episode(s), seed 0)", out
+    assert lines[2] == f"best: {named[best]} (mean return {means[best]:.1f} over 3 episode(s), --seed 0)", out
     assert err.startswith(f"kuberl eval: {runs}/broken: this run saved no final-model.pt"), err
     for single in (first, second):  # each scored as kuberl eval of it alone scores it: the same episodes
         assert main(["eval", single, "--episodes", "3"]) == 0
@@ -253,11 +259,42 @@ def test_kuberl_eval_of_runs_on_several_envs_names_the_best_of_each_env_not_acro
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4, lines
     means = {line.split()[0]: float(line.split("mean return ")[1].split()[0]) for line in lines[:3]}
-    best = max((first, second), key=means.get)
-    assert lines[3] == f"best on CartPole-v1: {best} (mean return {means[best]:.1f} over 2 episode(s), seed 0)", lines
+    best = max((first, second), key=means.get)  # runs of two jobs: told apart by their names, no values added
+    assert lines[3] == f"best on CartPole-v1: {best} (mean return {means[best]:.1f} over 2 episode(s), --seed 0)", lines
     shutil.rmtree(second)  # one run per env: nothing to compare, no best named
     assert main(["eval", str(runs), "--episodes", "2"]) == 0
     assert not any(line.startswith("best") for line in capsys.readouterr().out.splitlines())
+
+
+def test_kuberl_eval_of_seeds_names_the_best_configuration_by_its_seeds_mean_not_by_one_lucky_seed(tmp_path, capsys):
+    """Three seeds at one learning rate and two at another (docs/local-runs.md's loop): `kuberl eval runs` named the
+    best single run, which in RL is mostly the luckiest seed (stop 47's five CartPole runs: 419.6 at one seed, 134.0
+    at another of the same rate). A configuration's seeds get one line, their mean, and the best is a configuration."""
+    runs = tmp_path / "runs"
+    fast = [a_run_with_a_model(runs, f"cartpole-ppo.{name}", seed, learning_rate=0.001)
+            for name, seed in (("aaaa0001", 1), ("aaaa0002", 2), ("aaaa0003", 3))]
+    slow = [a_run_with_a_model(runs, f"cartpole-ppo.{name}", seed) for name, seed in (("bbbb0004", 4), ("bbbb0005", 5))]
+    assert main(["eval", str(runs), "--episodes", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 5 + 2 + 1, lines  # five runs, two configurations, the best
+    means = [float(line.split("mean return ")[1].split()[0]) for line in lines[:5]]
+    assert [line.split("  ")[0] for line in lines[:5]] == [  # sorted by directory: the 0.001 seeds first
+        f"{run} (ppo.learningRate {rate}, seed {seed})" for run, rate, seed in zip(fast + slow, ["0.001"] * 3 + ["0.0003"] * 2, (1, 2, 3, 4, 5), strict=True)]
+    fast_mean, slow_mean = sum(means[:3]) / 3, sum(means[3:]) / 2
+    assert lines[5] == (f"cartpole-ppo (ppo.learningRate 0.001; seeds 1, 2, 3): mean over 3 seeds {fast_mean:.1f}"
+                        f" ({', '.join(f'{m:.1f}' for m in means[:3])})"), lines
+    assert lines[6] == (f"cartpole-ppo (ppo.learningRate 0.0003; seeds 4, 5): mean over 2 seeds {slow_mean:.1f}"
+                        f" ({', '.join(f'{m:.1f}' for m in means[3:])})"), lines
+    best, mean = max((("cartpole-ppo (ppo.learningRate 0.001; seeds 1, 2, 3)", fast_mean),
+                      ("cartpole-ppo (ppo.learningRate 0.0003; seeds 4, 5)", slow_mean)), key=lambda c: c[1])
+    played = "3 seeds × 2 episode(s)" if best.endswith("3)") else "2 seeds × 2 episode(s)"
+    assert lines[7] == f"best: {best} (mean return {mean:.1f} over {played}, --seed 0)", lines
+    shutil.rmtree(slow[0])  # one seed of a configuration: its run, named as such
+    assert main(["eval", str(runs), "--episodes", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 + 1 + 1 and lines[4].startswith("cartpole-ppo (ppo.learningRate 0.001; seeds 1, 2, 3): mean over 3 seeds"), lines
+    assert lines[5].startswith("best: ") and lines[5].split(" (mean return")[0] in (
+        "best: cartpole-ppo (ppo.learningRate 0.001; seeds 1, 2, 3)", f"best: {slow[1]} (ppo.learningRate 0.0003, seed 5)"), lines
 
 
 def test_kuberl_eval_says_a_custom_trainers_run_has_no_model_and_leaves_it_out_of_several(tmp_path, capsys):

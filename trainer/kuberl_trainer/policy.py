@@ -52,11 +52,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from kuberl.core import names, outputfile, safetext
+from kuberl.core import fingerprint, names, outputfile, safetext
 from kuberl.core.contract import shown_return
 from kuberl.core.envspaces import flat_dtype, is_image
 from kuberl.core.installhint import with_this_pip
-from kuberl.core.rundirs import missing_run_hint, runs_in
+from kuberl.core.rundirs import RUN_JOB_FILE, missing_run_hint, runs_in
+from kuberl.core.runrecords import job_of, recorded_learned_values, run_labels
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
 
@@ -737,15 +738,24 @@ def cmd_eval(args: Any) -> int:
 
 
 def score_runs(runs: list[str], args: Any, allowed: tuple[str, ...] | list[str]) -> int:
-    """Several runs' models, each played on the same episodes (`--episodes`, `--seed`): a line each, then the best of
-    each env that several runs learned (returns of two envs do not compare); one that cannot be played is said and the others still scored (exit 1)."""
+    """Several runs' models, each played on the same episodes (`--episodes`, `--seed`): a line each, named with the
+    learned values that set it apart from its job's other runs (fingerprint.json, as `kuberl plot` names them); a
+    line for each configuration's seeds, their mean; then the best configuration of each env that several were
+    learned on (returns of two envs do not compare), by its seeds' mean rather than by one lucky seed. One that
+    cannot be played is said and the others still scored (exit 1)."""
     if args.video or args.export:
         print(f"kuberl eval: {'--video' if args.video else '--export'} is of one model: give one run (got {len(runs)})",
               file=sys.stderr)
         return 1
     max_steps = getattr(args, "max_steps", None) or MAX_EVAL_STEPS
-    scored, failed, width = [], False, max(len(_shown(run)) for run in runs)
-    for run in runs:
+    run_dirs = [run if os.path.isfile(os.path.join(run, RUN_JOB_FILE)) else None for run in runs]
+    values = [recorded_learned_values(run_dir) if run_dir else None for run_dir in run_dirs]
+    jobs = [job_of(run_dir) for run_dir in run_dirs]
+    configurations, groups = run_labels([_shown(run) for run in runs], jobs, values)
+    shown = [f"{_shown(run)} ({text})" if text else _shown(run) for run, text in zip(runs, each_runs_values(jobs, values), strict=True)]
+    scored: dict[int, tuple[float, str]] = {}  # run -> (mean return, env id)
+    failed, width = False, max(map(len, shown))
+    for i, run in enumerate(runs):
         try:
             source = find_model(run, getattr(args, "best", False))
             if (mismatch := final_model_mismatch(source)) is not None and os.path.isdir(run):
@@ -760,19 +770,38 @@ def score_runs(runs: list[str], args: Any, allowed: tuple[str, ...] | list[str])
             failed = True
             continue
         trained = f"{policy.timesteps:,} timesteps" if isinstance(policy.timesteps, int) else "timesteps unknown"
-        mean = float(returns.mean())
-        scored.append((mean, run, policy.env_id))
-        print(f"{_shown(run):<{width}}  {policy.env_id}: mean return {shown_return(mean)} ± {shown_return(float(returns.std()))}"
+        scored[i] = (float(returns.mean()), policy.env_id)
+        print(f"{shown[i]:<{width}}  {policy.env_id}: mean return {shown_return(scored[i][0])} ± {shown_return(float(returns.std()))}"
               f" ({policy.algorithm}, {trained}{f'; {int(cut.sum())} episode(s) cut at --max-steps' if cut.any() else ''})")
-    # returns of different envs do not compare (CartPole's 500 beat Pendulum's -150 in `kuberl eval runs` after the
-    # README's quickstart): the best is named among the runs of each env, of an env that has several
-    envs: dict[str, list[tuple[float, str]]] = {}
-    for mean, run, env_id in scored:
-        envs.setdefault(env_id, []).append((mean, run))
-    for env_id, group in envs.items():
+    # a configuration is a run, or one's seeds, on the env they played (a seed that could not be played is left out)
+    configurations_of: dict[tuple[int, str], list[int]] = {}
+    for i, (_, env_id) in scored.items():
+        configurations_of.setdefault((groups[i], env_id), []).append(i)
+    candidates: dict[str, list[tuple[float, str, str]]] = {}
+    for (group, env_id), seeds in configurations_of.items():
+        means = [scored[i][0] for i in seeds]
+        mean = sum(means) / len(means)
+        if len(seeds) > 1:
+            print(f"{configurations[group]}: mean over {len(seeds)} seeds {shown_return(mean)}"
+                  f" ({', '.join(map(shown_return, means))})")
+        played = f"{len(seeds)} seeds × {args.episodes} episode(s)" if len(seeds) > 1 else f"{args.episodes} episode(s)"
+        candidates.setdefault(env_id, []).append((mean, configurations[group] if len(seeds) > 1 else shown[seeds[0]], played))
+    for env_id, group in candidates.items():
         if len(group) > 1:
-            mean, best = max(group, key=lambda score: score[0])  # a tie: the first given
-            on = f" on {env_id}" if len(envs) > 1 else ""
-            print(f"best{on}: {_shown(best)} (mean return {shown_return(mean)} over {args.episodes} episode(s), seed {args.seed})")
+            mean, best, played = max(group, key=lambda score: score[0])  # a tie: the first given
+            on = f" on {env_id}" if len(candidates) > 1 else ""
+            # --seed: the episodes' seed, not a training seed of the runs named
+            print(f"best{on}: {best} (mean return {shown_return(mean)} over {played}, --seed {args.seed})")
     return 1 if failed else 0
 
+
+def each_runs_values(jobs: list[str | None], values: list[Any]) -> list[str]:
+    """Each run's learned values that its job's other runs given do not share, its seed among them
+    (`ppo.learningRate 0.0025, seed 2`); '' for a run alone of its job, or with no record."""
+    texts = [""] * len(jobs)
+    for job in dict.fromkeys(job for job in jobs if job is not None):
+        members = [i for i, of in enumerate(jobs) if of == job]
+        if len(members) > 1:
+            for i, text in zip(members, fingerprint.distinguishing_values([values[i] for i in members]), strict=True):
+                texts[i] = text
+    return texts

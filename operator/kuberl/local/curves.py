@@ -14,12 +14,12 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..core import fingerprint, safetext
 from ..core import metricnames as m
+from ..core import safetext
 from ..core.outputfile import output_problem
 from ..core.rundirs import RUN_JOB_FILE, missing_run_hint, runs_in
+from ..core.runrecords import job_of, recorded_learned_values, run_labels
 from .process import read_regular_tail
-from .runrecords import recorded_learned_values
 
 # What is read of a progress.jsonl: its last records (80,000 or so), whatever its size.
 PROGRESS_TAIL_BYTES = 16 << 20
@@ -292,9 +292,8 @@ MAX_NAMED_RUNS = 4
 def job_runs(run_dir: str) -> list[str]:
     """The runs of `run_dir`'s job that have reported progress, this one among them, in its --dir: the job's own
     directory and each runs/<job>.<fingerprint> that a spec learning something else started beside it."""
-    job = os.path.basename(os.path.normpath(run_dir)).split(".", 1)[0]  # a job's name has no dot
     base = os.path.dirname(os.path.normpath(run_dir))
-    return [run for run in runs_in(base) if os.path.basename(run).split(".", 1)[0] == job and newest_progress_file(run)]
+    return [run for run in runs_in(base) if job_of(run) == job_of(run_dir) and newest_progress_file(run)]
 
 
 def compare_note(run_dir: str, shown: Callable[[str], str] = str) -> str:
@@ -309,28 +308,11 @@ def compare_note(run_dir: str, shown: Callable[[str], str] = str) -> str:
 
 def labelled(runs: list[tuple[str, str]], learned: Callable[[str], Mapping[str, Any] | None] | None
              ) -> list[tuple[str, str, int, str | None]]:
-    """`compared_runs`' runs as (legend entry, progress.jsonl, group, env id where recorded). Runs of one job (runs/<job>,
-    runs/<job>.<fingerprint>) are named with the learned values that set them apart (fingerprint.distinguishing_values,
-    read by `learned` from each run directory), and those that differ in their seed alone form one group, drawn in
-    one colour and named once with their seeds; runs of different jobs are told apart by their names already (a PPO
-    job beside a DQN one differs in 40 values)."""
+    """`compared_runs`' runs as (legend entry, progress.jsonl, group, env id where recorded): named and grouped by
+    `run_labels` (a configuration's seeds one group, drawn in one colour), from what `learned` reads of each run."""
     run_dirs = [progress_run_dir(progress) for _, progress in runs]
     values = [learned(run_dir) if learned is not None and run_dir else None for run_dir in run_dirs]
-    jobs = [os.path.basename(run_dir).split(".", 1)[0] if run_dir else None for run_dir in run_dirs]
-    labels, groups = [name for name, _ in runs], list(range(len(runs)))
-    for job in set(jobs) - {None}:
-        members = [i for i, of in enumerate(jobs) if of == job]
-        if len(members) < 2:
-            continue
-        apart = fingerprint.distinguishing_values([values[i] for i in members], ignored=(fingerprint.SEED,))
-        for i, group in zip(members, fingerprint.seed_groups([values[i] for i in members]), strict=True):
-            groups[i] = members[group]
-        for i, text in zip(members, apart, strict=True):
-            seeds = [values[j].get(fingerprint.SEED) for j in members if groups[j] == groups[i]]
-            seeded = f"seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
-            name = job if seeded and not text else labels[i]  # a job's seeds: the job itself
-            described = "; ".join(part for part in (text, seeded) if part)
-            labels[i] = f"{name} ({described})" if described else name
+    labels, groups = run_labels([name for name, _ in runs], [job_of(run_dir) for run_dir in run_dirs], values)
     envs = [env_id(v) for v in values]
     return [(label, progress, group, env) for label, (_, progress), group, env in zip(labels, runs, groups, envs, strict=True)]
 

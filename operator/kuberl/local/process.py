@@ -37,7 +37,6 @@ import math
 import os
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import threading
@@ -47,6 +46,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from ..core import contract, names, rootcause, safetext
+from ..core.runrecords import open_regular
 from .containerenv import container_env, expand
 from .dns import resolve_names
 from .sandbox import (
@@ -365,29 +365,6 @@ class PodProcess:
             return text or None
         tail = "\n".join(self.tail)[-LOG_TAIL_BYTES:].strip()
         return rootcause.completed(tail, self.rank_lines) or None
-
-
-def read_regular_file(path: str, limit: int = -1) -> str | None:
-    """A file a container wrote, read only if it is a regular file (else None): the process owns its root and
-    volumes here, and a FIFO or a link put in a file's place must not hang the runner (nor a link be followed)."""
-    f = open_regular(path)
-    if f is None:
-        return None
-    with f:
-        return f.read(limit).decode(errors="replace")
-
-
-def open_regular(path: str):
-    """`path` opened for reading if it is a regular file, without following a link or blocking on a FIFO; else None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    f = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        f.close()
-        return None
-    return f
 
 
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000

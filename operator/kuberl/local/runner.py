@@ -63,6 +63,12 @@ from ..core.lifecycle import ObservedPod, Rank0Progress
 from ..core.rank0metrics import Rank0Reading
 from ..core.render import Job, render_configmap, render_pod, render_service
 from ..core.rules import validate_job
+from ..core.runrecords import (
+    FINGERPRINT_FILE,
+    RECORD_LIMIT,
+    read_regular_file,
+    recorded_learned_values,
+)
 from ..core.spec import ALGORITHM_BLOCKS, JobSpec
 from ..core.validation import InvalidJob, Problem, metadata_problems
 from ..core.validation import shown as shown_value
@@ -88,10 +94,8 @@ from .process import (
     pod_gpus,
     private_network,
     processes_under,
-    read_regular_file,
     start_pod,
 )
-from .runrecords import FINGERPRINT_FILE, RECORD_LIMIT, recorded_learned_values
 from .sandbox import (
     LocalRunError,
     at_template_fields,

@@ -1,0 +1,89 @@
+"""What `kuberl run` records of each run in its run directory, read back by a rerun (which run it continues), by
+`kuberl plot` and by `kuberl eval` (what sets compared runs apart): fingerprint.json, the learned fields the run
+trains with. In the core because the trainer's `kuberl eval` reads them too, and the trainer imports the core only."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from collections.abc import Mapping
+from typing import Any
+
+from . import fingerprint
+from .rules import validate_job
+from .validation import InvalidJob
+from .yamlreader import UnreadableSpec, load_documents
+
+FINGERPRINT_FILE = "fingerprint.json"
+RECORD_LIMIT = 16 << 20  # a run's own records are small; a file put in their place is not read whole
+
+
+def read_regular_file(path: str, limit: int = -1) -> str | None:
+    """A file a container wrote, read only if it is a regular file (else None): the process owns its root and
+    volumes here, and a FIFO or a link put in a file's place must not hang the runner (nor a link be followed)."""
+    f = open_regular(path)
+    if f is None:
+        return None
+    with f:
+        return f.read(limit).decode(errors="replace")
+
+
+def open_regular(path: str):
+    """`path` opened for reading if it is a regular file, without following a link or blocking on a FIFO; else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        return None
+    return f
+
+
+def recorded_learned_values(run_dir: str) -> dict | None:
+    """The learned fields a run recorded (`fingerprint.json`), or, for a run an older kuberl started,
+    those of the job.yaml it kept; None when neither can be read."""
+    text = read_regular_file(os.path.join(run_dir, FINGERPRINT_FILE), RECORD_LIMIT)
+    with contextlib.suppress(ValueError, TypeError, AttributeError, RecursionError):
+        record = json.loads(text) if text else None
+        if isinstance(record, dict) and isinstance(record.get("learned"), dict):
+            return record["learned"]
+    text = read_regular_file(os.path.join(run_dir, "job.yaml"), RECORD_LIMIT)
+    with contextlib.suppress(InvalidJob, UnreadableSpec, ValueError, TypeError, AttributeError):
+        docs = load_documents(text) if text else []
+        if len(docs) == 1:
+            return fingerprint.learned_values(validate_job(docs[0]))
+    return None
+
+
+def job_of(run_dir: str | None) -> str | None:
+    """The job a run directory of kuberl run belongs to: runs/<job> and runs/<job>.<fingerprint> (a job's name has
+    no dot); None for no run directory (a model file given alone, a progress.jsonl fetched from a cluster)."""
+    return os.path.basename(os.path.normpath(run_dir)).split(".", 1)[0] if run_dir else None
+
+
+def run_labels(names: list[str], jobs: list[str | None], values: list[Mapping[str, Any] | None]
+               ) -> tuple[list[str], list[int]]:
+    """Runs compared side by side (`kuberl plot`, `kuberl eval` of several runs): each one's name and group. Runs of
+    one job are named with the learned values that set them apart (fingerprint.distinguishing_values of `values`,
+    what each run recorded), and those that differ in their seed alone form one group (the index of its first run),
+    named once with their seeds; runs of different jobs are told apart by their names already (a PPO job beside a
+    DQN one differs in 40 values). `names` are the runs' own names, kept where nothing is added."""
+    labels, groups = list(names), list(range(len(names)))
+    for job in dict.fromkeys(job for job in jobs if job is not None):
+        members = [i for i, of in enumerate(jobs) if of == job]
+        if len(members) < 2:
+            continue
+        apart = fingerprint.distinguishing_values([values[i] for i in members], ignored=(fingerprint.SEED,))
+        for i, group in zip(members, fingerprint.seed_groups([values[i] for i in members]), strict=True):
+            groups[i] = members[group]
+        for i, text in zip(members, apart, strict=True):
+            seeds = [values[j].get(fingerprint.SEED) for j in members if groups[j] == groups[i]]  # type: ignore[union-attr]
+            seeded = f"seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
+            name = job if seeded else labels[i]  # a configuration's seeds: named by their job, not one seed's run
+            described = "; ".join(part for part in (text, seeded) if part)
+            labels[i] = f"{name} ({described})" if described else name
+    return labels, groups
