@@ -377,6 +377,20 @@ def test_notes_tell_the_next_commands():
     assert "kubectl apply --server-side --force-conflicts -f charts/kuberl/crds/" in notes
 
 
+@pytest.mark.parametrize("pod_monitor", [True, False])
+def test_notes_name_every_alert_the_rule_holds(pod_monitor):
+    """NOTES named 9 of the PrometheusRule's 13 alerts: KuberlJobFailed, KuberlCheckpointVolumeFailing,
+    KuberlOperatorNamespaceRefused and KuberlOperatorThrottled were left out of what the installer is told."""
+    values = {"monitoring": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": pod_monitor},
+                             "prometheusRule": {"enabled": True}}}
+    out = helm("install", "kuberl", str(CHART), "--dry-run=client", "--namespace", "kuberl-system", values=values)
+    notes = out[out.index("NOTES:"):]
+    listed = set(re.findall(r"\bKuberl[A-Za-z]+\b", notes[notes.index("Alerts (PrometheusRule"):]))
+    (rule,) = of_kind(render(values), "PrometheusRule")
+    alerts = {r["alert"] for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r}
+    assert listed == alerts
+
+
 # --- RBAC: least privilege ---------------------------------------------------------
 
 def _as_grants(calls) -> dict[tuple[str, str], set[str]]:
