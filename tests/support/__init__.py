@@ -24,7 +24,8 @@ status-code-exact client), `kube_api` (kubernetes.client.ApiClient), `local_node
 - `crdschema`: a CRD's structural schema (types, nullable, defaults, pruning, fieldValidation) and
   its x-kubernetes-validations via cel-python, with oldSelf on update.
 - `coreschema`: built-in kinds decoded against Kubernetes' own schemas (from kubernetes-validate), quantities as
-  resource.ParseQuantity reads them (its refusals a 400, as Quantity.UnmarshalJSON's error).
+  resource.ParseQuantity reads them (its refusals a 400, as Quantity.UnmarshalJSON's error) and stored as
+  Quantity.MarshalJSON writes them (1000m: 1, 1.5Gi: 1536Mi); custom resources' stay as written.
 - `tables`, `openapi`: server-side Table rendering and the OpenAPI v3 kubectl needs.
 - `localnode.LocalNode`: a kubelet stand-in running bound pods as local processes (kuberl.local.process).
 - `python -m tests.support --crd manifests/crd.yaml --node`: the same, by hand.

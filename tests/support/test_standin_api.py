@@ -698,3 +698,73 @@ def test_a_quantity_parse_quantity_reads_is_accepted(rest, limits):
 def test_the_largest_numbers_the_go_fields_hold_are_stored(rest):
     spec = {'activeDeadlineSeconds': 2**31 - 1, 'securityContext': {'runAsUser': 2**63 - 1, 'supplementalGroups': [-(2**63)]}}
     assert rest.post(PODS, pod('edge', **spec)).status == 201
+
+
+# Quantity.String's canonical forms (k8s.io/apimachinery/pkg/api/resource/quantity_test.go): TestQuantityString's
+# (expect, alternate) pairs, where parsing the expected form keeps it and parsing the alternate gives it;
+# TestQuantityParseEmit's (in, expect); TestJSONWhitespace's trimmed ones. Each also negated, as those tests do.
+CANONICAL = [
+    ('1Gi', '1024Mi'), ('300Mi', '307200Ki'), ('1001Gi', '1025024Mi'), ('1Ti', '1024Gi'), ('5', '5000m'), ('500m', '0.5'),
+    ('1G', '1000M'), ('1G', '0.001T'), ('1m', '1000u'), ('1080m', '1.08'), ('1080m', '1080000000n'), ('1e9', '.001e12'),
+    ('1e-3', '0.001e0'), ('1e-9', '1000e-12'), ('0', '00'), ('6Ki', '6Ki'), ('1234567M', '1234567M'), ('1025', '1025'),
+    ('80e-3', '80e-3'), ('1080n', '1080n'), ('1080u', '1080u'),
+    ('1Gi', '1Gi'), ('1G', '1000M'), ('1024m', '.001Ki'), ('1024u', '.000001Ki'), ('1024n', '.000000001Ki'), ('2n', '.000000000001Ki'),
+    ('1', ' 1'), ('1', '1 '),
+]
+
+
+@pytest.mark.parametrize(('canonical', 'written'), CANONICAL)
+def test_a_quantity_is_what_quantity_string_makes_of_it(canonical, written):
+    from tests.support.coreschema import canonical_quantity
+    assert canonical_quantity(written) == canonical
+    if canonical != '0':
+        assert canonical_quantity('-' + written.strip()) == '-' + canonical
+
+
+@pytest.mark.parametrize(('written', 'stored'), [
+    # TestQuantityParse's amounts (decQuantity(mantissa, exponent, format)), as CanonicalizeBytes writes them
+    ('9Ei', '9223372036854775807'),  # capped at maxAllowed; not a whole number of Ki, so no binary suffix
+    ('100.035Ki', '102435840m'),  # 102435.84, not whole: BinarySI shown as DecimalSI
+    ('0.5Mi', '512Ki'), ('3.001n', '4n'), ('1.1E-9', '2e-9'), ('0.00000012345', '124n'), ('12E', '12E'), ('.0001k', '100m'),
+    # ParseQuantity keeps the text where its int64 fast path finds it canonical (scale a multiple of 3, digits
+    # neither ending in 000 nor starting with 0; a binary amount's digits not a multiple of 8): s: str, as written
+    ('+1', '+1'), ('1.500', '1.500'), ('1e3', '1e3'), ('1E3', '1E3'), ('1.', '1.'), ('1025Mi', '1025Mi'),
+    ('1000m', '1'), ('1.5Gi', '1536Mi'), ('8Ki', '8Ki'), ('1.0Ki', '1Ki'), ('-0.0', '0'),
+])
+def test_parse_quantity_keeps_a_canonical_text_and_canonicalises_the_rest(written, stored):
+    from tests.support.coreschema import canonical_quantity
+    assert canonical_quantity(written) == stored
+
+
+def test_built_in_kinds_store_quantities_canonical_and_custom_resources_as_written(rest):
+    # The API server decodes a built-in kind into its Go type, whose resource.Quantity fields (ResourceList values,
+    # emptyDir.sizeLimit, a claim's requests) re-encode through Quantity.MarshalJSON: the stored object, and every
+    # read and watch event of it, carries the canonical form. A custom resource is stored as the JSON it was sent.
+    body = pod('sized', containers=[{'name': 'main', 'image': 'busybox:1', 'resources': {
+        'requests': {'cpu': 0.5, 'memory': '1.5Gi'}, 'limits': {'cpu': '1000m', 'memory': '2048Mi', 'ephemeral-storage': '1e3'}}}],
+        volumes=[{'name': 'scratch', 'emptyDir': {'sizeLimit': '0.5Gi'}}])
+    created = rest.post(PODS, body)
+    assert created.status == 201, created.body
+    resources = created.body['spec']['containers'][0]['resources']
+    assert resources == {'requests': {'cpu': '500m', 'memory': '1536Mi'}, 'limits': {'cpu': '1', 'memory': '2Gi', 'ephemeral-storage': '1e3'}}
+    assert created.body['spec']['volumes'][0]['emptyDir']['sizeLimit'] == '512Mi'
+    assert rest.get(f'{PODS}/sized').body['spec']['containers'][0]['resources'] == resources
+    claim = {'apiVersion': 'v1', 'kind': 'PersistentVolumeClaim', 'metadata': {'name': 'ckpt'},
+             'spec': {'accessModes': ['ReadWriteOnce'], 'resources': {'requests': {'storage': '1024Mi'}}}}
+    stored = rest.post('/api/v1/namespaces/default/persistentvolumeclaims', claim)
+    assert stored.status == 201 and stored.body['spec']['resources']['requests'] == {'storage': '1Gi'}, stored.body
+    job = make_job('as-written').with_spec(resources={'limits': {'cpu': '1000m', 'memory': '2048Mi'}}).obj()
+    created = rest.post(JOBS, job)
+    assert created.status == 201 and created.body['spec']['resources']['limits'] == {'cpu': '1000m', 'memory': '2048Mi'}
+
+
+def test_a_write_of_the_same_quantity_in_another_form_changes_nothing(rest):
+    # What is compared is the decoded object: a claim's storage request sent again as 1024Mi over a stored 1Gi is
+    # the object as it is, a no-op update that keeps its resourceVersion.
+    claims = '/api/v1/namespaces/default/persistentvolumeclaims'
+    claim = {'apiVersion': 'v1', 'kind': 'PersistentVolumeClaim', 'metadata': {'name': 'same'},
+             'spec': {'accessModes': ['ReadWriteOnce'], 'resources': {'requests': {'storage': '1Gi'}}}}
+    version = rest.post(claims, claim).body['metadata']['resourceVersion']
+    again = rest.patch(f'{claims}/same', {'spec': {'resources': {'requests': {'storage': '1024Mi'}}}})
+    assert again.status == 200 and again.body['metadata']['resourceVersion'] == version, again.body
+    assert again.body['spec']['resources']['requests'] == {'storage': '1Gi'}
