@@ -441,3 +441,31 @@ def test_an_env_id_of_megabytes_in_a_fingerprint_is_a_short_title(tmp_path, monk
     monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (titles.extend(ax.get_title() for ax in fig.axes), savefig(fig, *a, **k)))
     assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
     assert titles[0] == "CartPole-v1" and titles[2] == "x" * 79 + "…"
+
+
+def test_each_envs_update_statistics_are_drawn_under_its_own_returns(tmp_path, monkeypatch):
+    """The update statistics' panels were shared by every run: CartPole PPO's policy loss (about 0.01) and Pendulum
+    SAC's (about 100) on one scale after the README's quickstart, one of them a flat line. Each env now has its own
+    panels, of what its runs recorded, under its returns."""
+    from matplotlib.figure import Figure
+
+    runs = tmp_path / "runs"
+    recorded = {"cartpole-ppo": ("CartPole-v1", {"policy_loss": 0.01, "approx_kl": 0.002}),
+                "cartpole-dqn": ("CartPole-v1", {"q_value": 20.0}),
+                "pendulum-sac": ("Pendulum-v1", {"policy_loss": 100.0, "entropy_coefficient": 0.1})}
+    for name, (env, update) in recorded.items():
+        progress = a_named_run(runs, name) / "checkpoints" / f"{name}-uid" / "progress.jsonl"
+        rows = [{**json.loads(line), "update": update} for line in progress.read_text().splitlines()]
+        progress.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (runs / name / "fingerprint.json").write_text(json.dumps({"learned": {"env": {"id": env}, "seed": 1}}))
+    drawn, savefig = [], Figure.savefig
+
+    def axes_drawn(fig, *args, **kwargs):
+        drawn.extend((ax.get_title(), len(ax.get_lines())) for ax in fig.axes)
+        return savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", axes_drawn)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    cartpole = [("CartPole-v1", 4), ("", 4), ("policy loss", 1), ("approx kl", 1), ("q value", 1)]
+    pendulum = [("Pendulum-v1", 2), ("", 2), ("policy loss", 1), ("entropy coefficient", 1)]
+    assert drawn == cartpole + pendulum, drawn

@@ -169,7 +169,7 @@ def plot(run_dir: str, output: str | None = None) -> str:
     rows, size = read_progress(found)
     plt = pyplot()
     names = update_names([rows])
-    fig, axes, panels = figure(plt, 11, names)
+    fig, [(axes, panels)] = figure(plt, 11, [names])
     for ax, (x_key, x_label) in zip(axes, AXES, strict=True):
         for key, label in (("episode_return_mean", "training return (mean)"), ("eval_return", "evaluation return")):
             if points := curve(rows, x_key, key):
@@ -221,25 +221,29 @@ def update_points(rows: list[dict], name: str) -> list[tuple[float, float]]:
     return curve(flat, "timesteps", name)
 
 
-def figure(plt, width: float, statistics: list[str], return_rows: int = 1):
-    """A figure with `return_rows` rows of two return axes (timesteps, wall time) on top (one an env, where runs of
-    several are compared) and, where `statistics` are recorded, a small axes for each under them; returns the
-    figure, the return axes (the first row's pair, or a pair a row) and the statistics' axes."""
-    rows = math.ceil(len(statistics) / PANELS_PER_ROW)
-    fig = plt.figure(figsize=(width, 4 * return_rows + 2.2 * rows), layout="constrained")
-    grid = fig.add_gridspec(return_rows + rows, 2 * PANELS_PER_ROW, height_ratios=[*[2] * return_rows, *[1] * rows])
-    pairs = [[fig.add_subplot(grid[r, :PANELS_PER_ROW]), fig.add_subplot(grid[r, PANELS_PER_ROW:])] for r in range(return_rows)]
-    axes = pairs[0] if return_rows == 1 else pairs
-    panels = []
-    for i, name in enumerate(statistics):
-        row, column = divmod(i, PANELS_PER_ROW)
-        ax = fig.add_subplot(grid[return_rows + row, 2 * column:2 * column + 2])
-        ax.set_title(PANEL_TITLES.get(name, name.replace("_", " ")), fontsize="small")
-        ax.tick_params(labelsize="x-small")
-        ax.locator_params(axis="x", nbins=4)  # timesteps' labels, five digits each, ran into one another
-        ax.grid(alpha=0.3)
-        panels.append(ax)
-    return fig, axes, panels
+def figure(plt, width: float, sections: list[list[str]]):
+    """A figure of `sections`, one an env where runs of several are compared (their returns and losses share no
+    scale: CartPole's policy loss beside Pendulum SAC's): each a row of two return axes (timesteps, wall time) and,
+    under it, a small axes for each of its statistics that its runs recorded. Returns the figure and, for each
+    section, its pair of return axes and its statistics' axes."""
+    heights = [h for statistics in sections for h in (2, *[1] * math.ceil(len(statistics) / PANELS_PER_ROW))]
+    fig = plt.figure(figsize=(width, sum(heights) * 2 + 0.2 * (len(heights) - len(sections))), layout="constrained")
+    grid = fig.add_gridspec(len(heights), 2 * PANELS_PER_ROW, height_ratios=heights)
+    laid_out, row = [], 0
+    for statistics in sections:
+        pair = [fig.add_subplot(grid[row, :PANELS_PER_ROW]), fig.add_subplot(grid[row, PANELS_PER_ROW:])]
+        panels = []
+        for i, name in enumerate(statistics):
+            panel_row, column = divmod(i, PANELS_PER_ROW)
+            ax = fig.add_subplot(grid[row + 1 + panel_row, 2 * column:2 * column + 2])
+            ax.set_title(PANEL_TITLES.get(name, name.replace("_", " ")), fontsize="small")
+            ax.tick_params(labelsize="x-small")
+            ax.locator_params(axis="x", nbins=4)  # timesteps' labels, five digits each, ran into one another
+            ax.grid(alpha=0.3)
+            panels.append(ax)
+        laid_out.append((pair, panels))
+        row += 1 + math.ceil(len(statistics) / PANELS_PER_ROW)
+    return fig, laid_out
 
 
 # --- several runs on one figure --------------------------------------------------
@@ -366,12 +370,13 @@ def compare(paths: list[str], output: str | None = None,
     group_ids = list(dict.fromkeys(group for _, _, group, _ in runs))
     colours = dict(zip(group_ids, plt.get_cmap("tab20" if len(group_ids) > 10 else "tab10").colors, strict=False))
     read = [(label, group, *read_progress(progress)) for label, progress, group, _ in runs]
-    names = update_names([rows for _, _, rows, _ in read])
-    # returns of different envs share no scale (CartPole's 0 to 500 beside Pendulum's -1,500 to -150): a row each
+    # returns and losses of different envs share no scale (CartPole's 0 to 500 beside Pendulum's -1,500 to -150):
+    # a section each, its returns and its own runs' update statistics
     envs = list(dict.fromkeys(env for *_, env in runs))
-    fig, rows_of_axes, panels = figure(plt, 12, names, return_rows=len(envs))
-    pairs = [rows_of_axes] if len(envs) == 1 else rows_of_axes
-    axes_of = {group: pairs[envs.index(env)] for _, _, group, env in runs}
+    names = {env: update_names([rows for (*_, rows, _), (*_, of) in zip(read, runs, strict=True) if of == env]) for env in envs}
+    fig, sections = figure(plt, 12, [names[env] for env in envs])
+    axes_of = {group: sections[envs.index(env)][0] for _, _, group, env in runs}
+    panels_of = {group: list(zip(names[env], sections[envs.index(env)][1], strict=True)) for _, _, group, env in runs}
     members = {group: [rows for _, of, rows, _ in read if of == group] for group in group_ids}
     means = {group: mean_evaluation(rows) for group, rows in members.items() if len(rows) > 1}  # a configuration's seeds
     cut_short = []
@@ -382,7 +387,7 @@ def compare(paths: list[str], output: str | None = None,
         colour, seeds = colours.get(group, "grey"), len(members[group]) > 1
         named = rows is members[group][0] and not means.get(group)  # once a group: by its mean line where it has one
         faint = {"alpha": 0.35, "linewidth": 0.8} if seeds else {}
-        for statistic, ax in zip(names, panels, strict=True):
+        for statistic, ax in panels_of[group]:
             if points := update_points(rows, statistic):
                 ax.plot(*zip(*points, strict=True), marker=".", markersize=3, color=colour, **(faint or {"linewidth": 1}))
         for ax, (x_key, _) in zip(axes, AXES, strict=True):
@@ -398,7 +403,7 @@ def compare(paths: list[str], output: str | None = None,
             label = next(label for label, of, _, _ in read if of == group)
             axes_of[group][0].plot(*zip(*mean, strict=True), marker="o", markersize=4, linewidth=2.2,
                                    color=colours.get(group, "grey"), label=literal(label))
-    for env, axes in zip(envs, pairs, strict=True):
+    for env, (axes, _) in zip(envs, sections, strict=True):
         for ax, (_, x_label) in zip(axes, AXES, strict=True):
             ax.set_xlabel(x_label)
             ax.set_ylabel("return")
