@@ -469,3 +469,18 @@ def test_each_envs_update_statistics_are_drawn_under_its_own_returns(tmp_path, m
     cartpole = [("CartPole-v1", 4), ("", 4), ("policy loss", 1), ("approx kl", 1), ("q value", 1)]
     pendulum = [("Pendulum-v1", 2), ("", 2), ("policy loss", 1), ("entropy coefficient", 1)]
     assert drawn == cartpole + pendulum, drawn
+
+
+def test_a_recorded_seed_of_any_size_or_shape_is_named_short():
+    """fingerprint.json is anyone's to write: a 200 kB string as a run's `seed` became its legend entry, and the
+    figure's layout collapsed (as a 2 MB env id's title had). Seeds are named as other recorded values are, cut
+    short, and at most SEEDS_NAMED of a configuration's."""
+    from kuberl.core.runrecords import SEEDS_NAMED, run_labels
+
+    values = [{"seed": "x" * 200_000, "a": 1}, {"seed": {"deep": [1] * 1000}, "a": 1}, {"seed": 3, "a": 1}]
+    labels, groups = run_labels(["j", "j.1", "j.2"], ["j"] * 3, values)
+    assert groups == [0, 0, 0] and labels[0] == labels[1] == labels[2]
+    assert labels[0] == 'j (seeds "xxxxxxxxxxxxxxxxxxxx..., {"deep": [1, 1, 1, 1,..., 3)', labels[0]  # 24 characters each
+    many = [{"seed": s, "a": 1} for s in range(SEEDS_NAMED + 5)]
+    labels, _ = run_labels([f"j.{s}" for s in range(len(many))], ["j"] * len(many), many)
+    assert labels[0] == f"j (seeds {', '.join(map(str, range(SEEDS_NAMED)))} and 5 more)"

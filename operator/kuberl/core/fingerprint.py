@@ -95,14 +95,15 @@ def changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple
             for path in sorted(paths - parents) if flat_old.get(path) != flat_new.get(path)]
 
 
-def _short(value: Any, width: int = 40) -> str:
+def short_value(value: Any, width: int = 40) -> str:
+    """A recorded value as one safe line of at most `width` characters (a fingerprint.json is anyone's to write)."""
     text = json.dumps(value)  # escapes control characters, so a value prints as one safe line
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def describe_changes(changes: list[tuple[str, Any, Any]], limit: int = 6) -> str:
     """`ppo.learningRate 0.0025 -> 0.001, workers 2 -> 1` (and how many more)."""
-    shown = [f"{path} {_short(a)} -> {_short(b)}" for path, a, b in changes[:limit]]
+    shown = [f"{path} {short_value(a)} -> {short_value(b)}" for path, a, b in changes[:limit]]
     more = len(changes) - limit
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
@@ -138,7 +139,7 @@ def distinguishing_values(runs: list[Mapping[str, Any] | None], limit: int = 3, 
     differing = [path for path in paths if any(flat.get(path) != recorded[0].get(path) for flat in recorded)]
     described = []
     for flat in flats:
-        shown = [f"{path} {_short(flat.get(path), 24)}" for path in differing[:limit]] if flat is not None else []
+        shown = [f"{path} {short_value(flat.get(path), 24)}" for path in differing[:limit]] if flat is not None else []
         more = len(differing) - limit
         described.append(", ".join(shown) + (f" and {more} more" if shown and more > 0 else ""))
     return described

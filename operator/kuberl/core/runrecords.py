@@ -82,8 +82,18 @@ def run_labels(names: list[str], jobs: list[str | None], values: list[Mapping[st
             groups[i] = members[group]
         for i, text in zip(members, apart, strict=True):
             seeds = [values[j].get(fingerprint.SEED) for j in members if groups[j] == groups[i]]  # type: ignore[union-attr]
-            seeded = f"seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
+            seeded = f"seeds {shown_seeds(seeds)}" if len(seeds) > 1 else ""
             name = job if seeded else labels[i]  # a configuration's seeds: named by their job, not one seed's run
             described = "; ".join(part for part in (text, seeded) if part)
             labels[i] = f"{name} ({described})" if described else name
     return labels, groups
+
+
+SEEDS_NAMED = 8  # a configuration's seeds named in its label at most; past it, how many more
+
+
+def shown_seeds(seeds: list[Any]) -> str:
+    """`1, 2, 3` (each as fingerprint.json recorded it, cut short: a 200 kB "seed" collapsed a plot's layout), the
+    first SEEDS_NAMED and how many more."""
+    named = ", ".join(fingerprint.short_value(seed, 24) for seed in seeds[:SEEDS_NAMED])
+    return named + (f" and {len(seeds) - SEEDS_NAMED} more" if len(seeds) > SEEDS_NAMED else "")
