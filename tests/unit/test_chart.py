@@ -721,14 +721,15 @@ def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar():
     (configmap,) = of_kind(render(ALL_FEATURES), "ConfigMap")
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert configmap["metadata"]["annotations"]["grafana_folder"] == "kuberl"
-    dashboard = json.loads(configmap["data"]["kuberl.json"])
+    dashboard = json.loads(configmap["data"]["kuberl-system.kuberl.json"])
     assert {**dashboard, "uid": "kuberl", "title": "kuberl"} == json.loads((CHART / "dashboards" / "kuberl.json").read_text())
 
 
 def rendered_dashboard(release: str, namespace: str) -> dict:
     out = helm("template", release, str(CHART), "--namespace", namespace, "--set", "monitoring.dashboard.enabled=true",
                "--show-only", "templates/dashboard.yaml")
-    return json.loads(yaml.safe_load(out)["data"]["kuberl.json"])
+    (dashboard,) = yaml.safe_load(out)["data"].values()
+    return json.loads(dashboard)
 
 
 def dashboard_uid(release: str, namespace: str) -> str:
@@ -749,6 +750,22 @@ def test_each_release_has_its_own_dashboard_uid_kept_across_upgrades():
     assert len(set(uids)) == len(uids), uids
     assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,40}", uid) for uid in uids), uids
     assert dashboard_uid("kuberl", "team-a") == uids[0], "an upgrade of the release keeps its dashboard's uid"
+
+
+def test_two_releases_of_one_name_share_a_grafana_each_with_its_own_configmap_and_file():
+    """kuberl in team-a and kuberl in team-b, both with the kube-prometheus-stack values (dashboard in monitoring):
+    both wrote ConfigMap monitoring/kuberl-dashboard, so Helm refused the second install (the object is the first
+    release's), and both keyed it kuberl.json, the file name Grafana's sidecar writes into one folder for every
+    namespace it reads, so one dashboard overwrote the other even in two namespaces."""
+    values = yaml.safe_load((CHART / "examples" / "kube-prometheus-stack.yaml").read_text())
+    configmaps = [cm for namespace in ("team-a", "team-b") for cm in of_kind(render(values, namespace), "ConfigMap")]
+    assert len({(cm["metadata"]["namespace"], cm["metadata"]["name"]) for cm in configmaps}) == 2
+    files = [key for cm in configmaps for key in cm["data"]]
+    assert len(set(files)) == 2 and all(re.fullmatch(r"[-._a-zA-Z0-9]+\.json", f) for f in files), files
+    in_own_namespace = [cm for namespace in ("team-a", "team-b") for cm in of_kind(render(
+        {"monitoring": {"dashboard": {"enabled": True}}}, namespace), "ConfigMap")]
+    assert len({key for cm in in_own_namespace for key in cm["data"]}) == 2, "a sidecar reading every namespace"
+    assert [cm["metadata"]["name"] for cm in in_own_namespace] == ["kuberl-dashboard"] * 2
 
 
 # --- generated copies ---------------------------------------------------------------

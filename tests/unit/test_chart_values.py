@@ -263,7 +263,7 @@ def test_a_dashboard_label_value_set_as_a_number_or_a_bool_is_taken_as_its_strin
     """Grafana's sidecar matches `grafana_dashboard: "1"`; `--set monitoring.dashboard.labelValue=1` was refused (got number)."""
     out = helm("template", "kuberl", str(CHART), "--set", "monitoring.dashboard.enabled=true",
                "--set", f"monitoring.dashboard.labelValue={setting}")
-    (configmap,) = [o for o in yaml.safe_load_all(out) if o and o["kind"] == "ConfigMap" and "kuberl.json" in o["data"]]
+    (configmap,) = [o for o in yaml.safe_load_all(out) if o and o["kind"] == "ConfigMap" and "default.kuberl.json" in o["data"]]
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == written
     assert not validate(configmap)
 
@@ -280,14 +280,14 @@ def test_the_kube_prometheus_stack_values_give_objects_its_prometheus_and_grafan
     selected = [o for o in objects if o["kind"] in ("ServiceMonitor", "PodMonitor", "PrometheusRule")]
     assert sorted(o["kind"] for o in selected) == ["PodMonitor", "PrometheusRule", "ServiceMonitor"]
     assert all(o["metadata"]["labels"]["release"] == "kube-prometheus-stack" for o in selected)
-    (dashboard,) = [o for o in objects if o["kind"] == "ConfigMap" and "kuberl.json" in o.get("data", {})]
+    (dashboard,) = [o for o in objects if o["kind"] == "ConfigMap" and "kuberl-system.kuberl.json" in o.get("data", {})]
     assert dashboard["metadata"]["namespace"] == values["monitoring"]["prometheusNamespace"] == "monitoring"
 
 
 def test_the_notes_say_which_namespace_grafana_must_read_the_dashboard_from():
     values = yaml.safe_load(KUBE_PROMETHEUS_STACK.read_text())
     notes = helm("install", "kuberl", str(CHART), "--dry-run", "--namespace", "kuberl-system", values=values)
-    assert "ConfigMap kuberl-dashboard in namespace monitoring" in notes
+    assert "ConfigMap kuberl-system.kuberl-dashboard in namespace monitoring" in notes
 
 
 def test_the_quickstarts_point_at_the_kube_prometheus_stack_values():

@@ -23,6 +23,24 @@ overwrite each other's dashboard, and an upgrade keeps its links; Grafana refuse
 {{- printf "kuberl-%s" (printf "%s/%s" .Release.Namespace .Release.Name | sha256sum | trunc 20) -}}
 {{- end -}}
 
+{{/* The dashboard's ConfigMap: named after the release, and after its namespace too where it is written into
+another one (Grafana's), so two releases of one name in two namespaces do not claim the same object. */}}
+{{- define "kuberl.dashboardConfigMap" -}}
+{{- $namespace := default .Release.Namespace .Values.monitoring.dashboard.namespace -}}
+{{- if eq $namespace .Release.Namespace -}}
+{{- printf "%s-dashboard" (include "kuberl.fullname" .) -}}
+{{- else -}}
+{{- printf "%s.%s-dashboard" .Release.Namespace (include "kuberl.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The dashboard's key in that ConfigMap, which Grafana's sidecar (k8s-sidecar) takes as the file name in one folder
+for every namespace it reads: unique per release, or two releases' dashboards overwrite each other's file. Neither
+part holds a dot, so no two releases share it. */}}
+{{- define "kuberl.dashboardFile" -}}
+{{- printf "%s.%s.json" .Release.Namespace (include "kuberl.fullname" .) -}}
+{{- end -}}
+
 {{- define "kuberl.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "kuberl.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
