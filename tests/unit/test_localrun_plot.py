@@ -391,7 +391,14 @@ def test_one_configurations_seeds_are_one_colour_and_their_mean_the_bold_line(tm
     lines = drawn[0][0]  # timesteps axes: per seed training and evaluation, then the mean
     assert len({colour for _, colour, _, _ in lines}) == 1
     assert [(label, n) for label, _, _, n in lines if not label.startswith("_")] == [("ppo (seeds 1, 2, 3)", 3)]
-    assert all(label.startswith("_") for label, *_ in drawn[0][1])  # wall time: seeds only, named on the other axes
+    # wall time: each seed and their mean too (against their k-th evaluations' mean wall time), named on the other axes
+    assert all(label.startswith("_") for label, *_ in drawn[0][1])
+    assert [(colour, n) for *_, colour, _, n in drawn[0][1]][-1] == (lines[-1][1], 3)
+    def evaluated_at(*points):
+        return [{"timesteps": 100 * k, "wall_seconds": x, "eval_return": y, "restart": 0} for k, (x, y) in enumerate(points)]
+
+    slow, fast = evaluated_at((6.0, 30.0), (10.0, 40.0), (14.0, 50.0)), evaluated_at((4.0, 10.0), (8.0, 20.0), (12.0, 30.0))
+    assert mean_evaluation([slow, fast], "wall_seconds") == [(5.0, 20.0), (9.0, 30.0), (13.0, 40.0)]
 
 
 def test_seeds_mean_is_each_ones_kth_evaluation_as_far_as_the_shortest_goes():

@@ -362,7 +362,7 @@ def compare(paths: list[str], output: str | None = None,
             learned: Callable[[str], Mapping[str, Any] | None] | None = None) -> tuple[str, list[str]]:
     """A PNG of several runs' returns against timesteps and against wall time, one colour a group of runs (`labelled`:
     a run, or one configuration's seeds): evaluation return solid with dots, training return dashed; a group of seeds
-    draws each seed faint and, against timesteps, their mean evaluation return where every seed evaluated. Returns
+    draws each seed faint and, on both axes, their mean evaluation return where every seed evaluated. Returns
     where it went and what was left out (`compared_runs`)."""
     found, left_out = compared_runs(paths)
     runs = labelled(found, learned)
@@ -378,14 +378,15 @@ def compare(paths: list[str], output: str | None = None,
     axes_of = {group: sections[envs.index(env)][0] for _, _, group, env in runs}
     panels_of = {group: list(zip(names[env], sections[envs.index(env)][1], strict=True)) for _, _, group, env in runs}
     members = {group: [rows for _, of, rows, _ in read if of == group] for group in group_ids}
-    means = {group: mean_evaluation(rows) for group, rows in members.items() if len(rows) > 1}  # a configuration's seeds
+    # a configuration's seeds: their mean against each axis (the k-th evaluations' mean timesteps, mean wall time)
+    means = {group: {x_key: mean_evaluation(rows, x_key) for x_key, _ in AXES} for group, rows in members.items() if len(rows) > 1}
     cut_short = []
     for label, group, rows, size in read:
         axes = axes_of[group]
         if size > PROGRESS_TAIL_BYTES:
             cut_short.append(label)
         colour, seeds = colours.get(group, "grey"), len(members[group]) > 1
-        named = rows is members[group][0] and not means.get(group)  # once a group: by its mean line where it has one
+        named = rows is members[group][0] and not means.get(group, {}).get("timesteps")  # once a group: by its mean line where it has one
         faint = {"alpha": 0.35, "linewidth": 0.8} if seeds else {}
         for statistic, ax in panels_of[group]:
             if points := update_points(rows, statistic):
@@ -398,11 +399,12 @@ def compare(paths: list[str], output: str | None = None,
             if evaluated:
                 ax.plot(*zip(*evaluated, strict=True), marker="o", markersize=3, color=colour,
                         label=literal(label) if named else None, **faint)
-    for group, mean in means.items():
-        if mean:
-            label = next(label for label, of, _, _ in read if of == group)
-            axes_of[group][0].plot(*zip(*mean, strict=True), marker="o", markersize=4, linewidth=2.2,
-                                   color=colours.get(group, "grey"), label=literal(label))
+    for group, on_axes in means.items():
+        label = next(label for label, of, _, _ in read if of == group)
+        for ax, (x_key, _) in zip(axes_of[group], AXES, strict=True):
+            if mean := on_axes[x_key]:
+                ax.plot(*zip(*mean, strict=True), marker="o", markersize=4, linewidth=2.2, color=colours.get(group, "grey"),
+                        label=literal(label) if x_key == "timesteps" else None)  # the legend is on the timesteps axes
     for env, (axes, _) in zip(envs, sections, strict=True):
         for ax, (_, x_label) in zip(axes, AXES, strict=True):
             ax.set_xlabel(x_label)
@@ -422,11 +424,12 @@ def compare(paths: list[str], output: str | None = None,
     return out, left_out
 
 
-def mean_evaluation(runs_rows: list[list[dict]]) -> list[tuple[float, float]]:
-    """Several seeds' mean evaluation return: the mean of each one's k-th evaluation, at their mean timesteps (seeds
+def mean_evaluation(runs_rows: list[list[dict]], x_key: str = "timesteps") -> list[tuple[float, float]]:
+    """Several seeds' mean evaluation return: the mean of each one's k-th evaluation, at their mean `x_key` (seeds
     evaluate after the same updates, whose timesteps differ by a few steps, as episodes end differently: CartPole's
-    seeds' 20th evaluations were at 25,129 and 25,152); as far as the shortest seed goes, [] below two points."""
-    curves = [[point for point in curve(rows, "timesteps", "eval_return")] for rows in runs_rows]
+    seeds' 20th evaluations were at 25,129 and 25,152; their wall times differ more); as far as the shortest seed
+    goes, [] below two points."""
+    curves = [[point for point in curve(rows, x_key, "eval_return")] for rows in runs_rows]
     shortest = min(map(len, curves), default=0)
     if shortest < 2:
         return []
