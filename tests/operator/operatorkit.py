@@ -164,7 +164,8 @@ def condition(rest: Rest, name: str, type_: str) -> dict:
 
 
 def pods(standin: StandinServer, name: str, generation: int | None = None) -> list[dict]:
-    found = [p for p in standin.store.objects_of('', 'pods') if p['metadata']['labels'].get(names.LABEL_JOB) == name]
+    found = [p for p in standin.store.objects_of('', 'pods')
+             if p['metadata']['labels'].get(names.LABEL_JOB) == name and names.LABEL_RANK in p['metadata']['labels']]
     if generation is not None:
         found = [p for p in found if p['metadata']['labels'].get(names.LABEL_RESTART) == str(generation)]
     return sorted(found, key=lambda p: int(p['metadata']['labels'][names.LABEL_RANK]))
@@ -202,6 +203,26 @@ def wait_reconciles(op: Operator, count: int, what: str) -> None:
     at what the test set up, where a fixed sleep passed on a loaded machine before it had."""
     since = reconciles(op)
     wait_for(lambda: reconciles(op) >= since + count, what=f'{count} more reconciles ({what})')
+
+
+def pod_lists(standin: StandinServer) -> int:
+    """The operator's LISTs of pods: a job's loop lists its pods at a reconcile after any event of its pods."""
+    return sum(n for c, n in standin.calls.items() if c.agent == 'kopf' and c.verb == 'list' and c.resource == 'pods')
+
+
+def wait_loop_passed(standin: StandinServer, name: str) -> None:
+    """Until the job's loop has finished a reconcile begun after this call, so that a test may then assert that nothing
+    more was done (a fixed sleep passes on a loaded machine before the loop has looked). A pod of the job's label that
+    the job does not own (the loop lists it and leaves it alone) is an event that wakes the loop; twice, as the second
+    list can only be a later reconcile's, begun once the first was over: one job's reconciles run one at a time, each
+    listing once (twice where a create was refused, and that second list comes after the create)."""
+    client = Rest(standin.url)
+    for _ in range(2):
+        listed = pod_lists(standin)
+        poke = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'generateName': f'{name}-poke-', 'labels': {names.LABEL_JOB: name}},
+                'spec': {'containers': [{'name': 'main', 'image': 'busybox:1'}]}}
+        assert client.post(f'/api/v1/namespaces/{NS}/pods', poke).status == 201
+        wait_for(lambda listed=listed: pod_lists(standin) > listed, what=f"{name}'s loop to list its pods again")
 
 
 # --- the kubelet's part -------------------------------------------------------

@@ -4,7 +4,6 @@ The stand-in refuses as the real API server does (codes and messages cited in te
 a quota refusal keeps the job Pending and retries until startupTimeoutSeconds; any other 400/403/422
 fails it at once with the server's words, named by who refused (AdmissionPolicy, PodSecurity, InvalidChild), and the part of the gang already created goes.
 """
-import time
 
 import kmock
 import pytest
@@ -23,6 +22,7 @@ from tests.operator.operatorkit import (
     status,
     terminated,
     wait_for,
+    wait_loop_passed,
     wait_phase,
 )
 from tests.support import admission
@@ -60,7 +60,7 @@ def test_a_refused_pod_fails_the_job_with_the_servers_words_and_leaves_no_half_g
     assert said in warnings(rest, 'refused', reason)[0]['message']
     wait_for(lambda: not pods(standin, 'refused'), what='rank 0, created before rank 1 was refused, to be deleted')
     creates, refusals = pod_creates(standin), refuse.refused
-    time.sleep(2.0)
+    wait_loop_passed(standin, 'refused')  # the failed job reconciled again: a fixed 2 s passed before it was, loaded
     assert (pod_creates(standin), refuse.refused) == (creates, refusals), 'no retry loop after the job failed'
     assert len(warnings(rest, 'refused', reason)) == 1
     assert operator.healthy()
@@ -268,7 +268,9 @@ def test_the_api_server_failing_a_status_write_is_one_line_per_retry_not_a_trace
     # now one Warning Event says it, however often it is retried, and no retry becomes an Event of its own.
     failures = wait_for(lambda: [e for e in events(rest, 'unwritten') if 'etcdserver: request timed out' in e['message']],
                         what='the Event that says the reconcile failed', explain=lambda: [(e['type'], e['reason'], e['message'][:150]) for e in events(rest, 'unwritten')])
-    time.sleep(1.0)  # kopf posts in the background: any repeat is in by now
+    # kopf posts in the background, in the order posted (one queue): once the Event of the reconcile that went through
+    # is in, any repeat of the failure's is too (a fixed 1 s passed on a loaded machine before either was)
+    wait_for(lambda: [e for e in events(rest, 'unwritten') if e['reason'] == 'Creating'], what='the Creating Event')
     failures = [e for e in events(rest, 'unwritten') if 'etcdserver: request timed out' in e['message']]
     assert len(failures) == 1 and failures[0]['type'] == 'Warning', failures
     assert failures[0]['reason'] == 'ReconcileFailed' and 'after 3 retries' in failures[0]['message'], failures

@@ -22,6 +22,7 @@ from tests.operator.operatorkit import (
     events,
     job,
     manifest,
+    pod_lists,
     pods,
     running_job,
     start_gang,
@@ -34,10 +35,6 @@ from tests.support.rest import Rest
 
 CONFIGMAPS = f'/api/v1/namespaces/{NS}/configmaps'
 PODS = f'/api/v1/namespaces/{NS}/pods'
-
-
-def pod_lists(standin) -> int:
-    return sum(n for c, n in standin.calls.items() if c.agent == 'kopf' and c.verb == 'list' and c.resource == 'pods')
 
 
 def status_writes(standin) -> int:
