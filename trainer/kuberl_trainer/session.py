@@ -37,6 +37,7 @@ from .envs import rank_seed
 from .metrics import TrainerMetrics
 from .paths import host_path, on_this_machine, pod_path
 from .startup import Startup
+from .tensorboard import Scalars
 
 PROGRESS_EVERY_SECONDS = 5.0
 RECENT_EPISODES = 100
@@ -284,6 +285,7 @@ class TrainingSession:
         self.resumed_from: str | None = None
         self.last_good: str | None = None  # the newest checkpoint known to load: named if the volume fails
         self.progress_unwritable = False
+        self.scalars = Scalars(self.checkpoint_dir, log) if ctx.is_main else None  # progress.jsonl's, for TensorBoard
         self.last_update: UpdateReport | None = None  # its statistics go into progress.jsonl (update_statistics)
         self.grace_warned = False  # outlasts_grace said once
         self.evaluations = (0, 0.0)  # rank 0's on the training thread, and their seconds (evaluation_share_note)
@@ -588,6 +590,8 @@ class TrainingSession:
             if not self.progress_unwritable:
                 self.log(f"progress.jsonl not written: {e}")
             self.progress_unwritable = True
+        if self.scalars is not None:
+            self.scalars.write(line)
 
     def save(self, algorithm: Algorithm, collectives: bool = True) -> None:
         """Rank 0 writes the replicated state; deterministic mode first

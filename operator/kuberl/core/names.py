@@ -50,6 +50,8 @@ CHECKPOINT_MOUNT_DIR = "/checkpoints"
 # Beside a job's final-model.pt (the last weights): the weights of its best evaluation so far, as SB3's EvalCallback keeps
 # best_model. Rank 0 writes it atomically at each evaluation that beats the one before; kuberl eval --best plays it.
 BEST_MODEL = "best-model.pt"
+# rank 0's TensorBoard event files, in the job's checkpoint directory beside progress.jsonl
+TENSORBOARD_DIR = "tensorboard"
 SHM_MOUNT_DIR = "/dev/shm"
 TMP_MOUNT_DIR = "/tmp"
 SHM_VOLUME = "dshm"

@@ -1,0 +1,92 @@
+"""Rank 0 writes TensorBoard scalars beside progress.jsonl, under CleanRL's tags: a CleanRL or SB3 user's first
+habit, `tensorboard --logdir runs`, found nothing in a kuberl run. Read back with TensorBoard's own reader
+(EventAccumulator), through the real trainer and session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from kuberl.core import contract, names
+from kuberl.local.curves import UPDATE_STATISTICS
+from kuberl_trainer import session
+from kuberl_trainer.tensorboard import EVALUATION_TAG, UPDATE_TAGS, Scalars, scalars
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from trainer_support import one_process_run, progress_rows, small_job
+
+
+def read_scalars(log_dir: str) -> dict[str, list[tuple[int, float]]]:
+    events = EventAccumulator(log_dir, size_guidance={"scalars": 0})  # 0: every point, not a sample
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_a_progress_line_gives_its_returns_speed_and_update_statistics_and_nothing_twice():
+    progress = {"timesteps": 2048, "episode_return_mean": 21.5, "eval_return": 90.0, "steps_per_second": 9000.0,
+                "restart": 0, "update": {"policy_loss": -0.01, "approx_kl": 0.002, "learning_rate": 0.0025, "mine": 3}}
+    assert scalars(progress) == [("charts/episodic_return", 21.5), ("charts/SPS", 9000.0), ("losses/policy_loss", -0.01),
+                                 ("losses/approx_kl", 0.002), ("charts/learning_rate", 0.0025)]  # the eval return repeated: not
+    evaluation = {"timesteps": 4096, "episode_return_mean": 30.0, "eval_return": 120.0, "restart": 0, "evaluation": True}
+    assert scalars(evaluation) == [(EVALUATION_TAG, 120.0)]
+    assert scalars({"timesteps": 4096, "eval_return": 120.0, "checkpoint": "ckpt-1.pt", "restart": 0}) == []
+    assert scalars({"timesteps": 4096, "eval_return": 120.0, "resumed": True, "restart": 1}) == []
+    assert scalars({**progress, "update": {"value_loss": None}, "episode_return_mean": None}) == [("charts/SPS", 9000.0)]
+    assert set(UPDATE_TAGS) == set(UPDATE_STATISTICS)  # every statistic progress.jsonl records has its tag
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_a_run_writes_progress_jsonls_numbers_as_tensorboard_scalars(name, tmp_path, monkeypatch):
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    spec = (small_job(name).with_spec(totalTimesteps=640, workers=1, seed=1,
+                                      success={"evalEpisodes": 1, "evalEvery": {"ppo": 2, "dqn": 64}[name]}).spec())
+    trainer, run = one_process_run(spec)
+    monkeypatch.setattr(session, "PROGRESS_EVERY_SECONDS", 0.0)  # a progress line every update
+    assert session.run_updates(trainer, run) == "budget"
+    run.finish(trainer, "budget")
+    rows = progress_rows(run)
+    drawn = read_scalars(os.path.join(run.checkpoint_dir, names.TENSORBOARD_DIR))
+    assert drawn[EVALUATION_TAG] == [(row["timesteps"], pytest.approx(row["eval_return"])) for row in rows if row.get("evaluation")]
+    assert drawn["charts/episodic_return"] == [(row["timesteps"], pytest.approx(row["episode_return_mean"])) for row in rows
+                                               if row.get("steps_per_second") is not None and row["episode_return_mean"] is not None]
+    updates = [row for row in rows if isinstance(row.get("update"), dict)]
+    assert updates and drawn["charts/learning_rate"] == [(row["timesteps"], pytest.approx(row["update"]["learning_rate"])) for row in updates]
+    assert {"ppo": "losses/approx_kl", "dqn": "losses/q_values"}[name] in drawn
+
+
+def test_a_later_generation_supersedes_the_points_an_earlier_one_wrote_past_where_it_resumed(tmp_path):
+    """A resume from a checkpoint at 3,000 timesteps after the first generation reached 5,000: TensorBoard drew both
+    generations' points from 3,000 on, two curves in one. Each generation has a file of its own, and the later purges."""
+    checkpoints = str(tmp_path)
+    first = Scalars(checkpoints)
+    for step in (1000, 2000, 3000, 4000, 5000):
+        first.write({"timesteps": step, "episode_return_mean": step / 100, "steps_per_second": 10.0})
+    second = Scalars(checkpoints)
+    second.write({"timesteps": 3000, "resumed": True, "eval_return": None})
+    second.write({"timesteps": 4000, "episode_return_mean": 99.0, "steps_per_second": 10.0})
+    log_dir = os.path.join(checkpoints, names.TENSORBOARD_DIR)
+    assert len(os.listdir(log_dir)) == 2
+    assert read_scalars(log_dir)["charts/episodic_return"] == [(1000, 10.0), (2000, 20.0), (4000, 99.0)]
+
+
+def test_an_unwritable_directory_is_said_once_and_the_run_goes_on(tmp_path):
+    blocked = tmp_path / "checkpoints"
+    blocked.mkdir()
+    (blocked / names.TENSORBOARD_DIR).write_text("a file where the directory goes")  # the tenant's volume
+    said = []
+    scalars_of = Scalars(str(blocked), log=said.append)
+    for step in (1, 2, 3):
+        scalars_of.write({"timesteps": step, "episode_return_mean": 1.0, "steps_per_second": 1.0})
+    assert len(said) == 1 and said[0].startswith(f"TensorBoard scalars not written ({blocked / names.TENSORBOARD_DIR}):"), said
+    assert "\n" not in said[0]  # one line in the rank's log
+
+
+def test_a_link_in_the_directorys_place_is_not_followed(tmp_path):
+    """The checkpoint volume is the tenant's: a `tensorboard` link to elsewhere would have the trainer create files
+    there (progress.jsonl's writer refuses anything but a regular file for the same reason)."""
+    elsewhere, checkpoints = tmp_path / "elsewhere", tmp_path / "checkpoints"
+    elsewhere.mkdir()
+    checkpoints.mkdir()
+    (checkpoints / names.TENSORBOARD_DIR).symlink_to(elsewhere)
+    said = []
+    Scalars(str(checkpoints), log=said.append).write({"timesteps": 1, "episode_return_mean": 1.0, "steps_per_second": 1.0})
+    assert list(elsewhere.iterdir()) == [] and len(said) == 1 and "a link, not a directory" in said[0], said

@@ -1,0 +1,96 @@
+"""TensorBoard scalars of a run, written by rank 0 beside progress.jsonl (in names.TENSORBOARD_DIR), so that
+`tensorboard --logdir runs` shows a kuberl run as it shows a CleanRL or SB3 one. The tags are CleanRL's
+(charts/episodic_return, charts/SPS, losses/..., eval/episodic_return): kuberl's runs and CleanRL's overlay in one
+TensorBoard. The same numbers as progress.jsonl's, against the same timesteps; progress.jsonl stays the record that
+`kuberl plot` and a run's summary read.
+
+Written with torch.utils.tensorboard's SummaryWriter, as CleanRL writes (it needs the `tensorboard` package, whose
+server is the viewer too: `tensorboard --logdir runs` in the venv `make train` makes). Each line's points are flushed
+as they are written (a line every few seconds; the flush waits for the writer's thread), so a killed rank loses none.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kuberl.core import names
+
+# progress.jsonl's keys as CleanRL's tags
+TRAINING_TAGS = {"episode_return_mean": "charts/episodic_return", "steps_per_second": "charts/SPS"}
+EVALUATION_TAG = "eval/episodic_return"
+# an update's statistics (UpdateReport.losses' names, as progress.jsonl's `update` records them)
+UPDATE_TAGS = {
+    "policy_loss": "losses/policy_loss",
+    "value_loss": "losses/value_loss",
+    "entropy": "losses/entropy",
+    "approx_kl": "losses/approx_kl",
+    "clip_fraction": "losses/clipfrac",
+    "q_value": "losses/q_values",
+    "entropy_coefficient": "losses/alpha",
+    "learning_rate": "charts/learning_rate",
+}
+
+
+def scalars(line: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """The TensorBoard scalars of one progress.jsonl line: a progress line's training return and speed, an
+    evaluation's return, and the update statistics a line carries. Every line repeats the last evaluation
+    return, so only an evaluation's own line gives one; a resumed or checkpoint line gives nothing new."""
+    found: list[tuple[str, float]] = []
+    if line.get("steps_per_second") is not None:  # a progress line
+        found += [(tag, line[key]) for key, tag in TRAINING_TAGS.items() if line.get(key) is not None]
+    if line.get("evaluation") and line.get("eval_return") is not None:
+        found.append((EVALUATION_TAG, line["eval_return"]))
+    update = line.get("update")
+    if isinstance(update, Mapping):
+        found += [(UPDATE_TAGS[name], value) for name, value in update.items() if name in UPDATE_TAGS and value is not None]
+    return [(tag, float(value)) for tag, value in found]
+
+
+class Scalars:
+    """Rank 0's event file, opened at the first point (its writer is imported then, not at startup). A later
+    generation (a gang restart, a resume) purges the points earlier ones wrote past where it starts (SummaryWriter's
+    purge_step: its first point, the resumed checkpoint's timesteps), so TensorBoard draws one curve. A failed write is said once and writing stops
+    (the directory is the tenant's); the run goes on."""
+
+    def __init__(self, checkpoint_dir: str, log: Callable[[str], None] = print):
+        self.log_dir = os.path.join(checkpoint_dir, names.TENSORBOARD_DIR)
+        self.log = log
+        self.writer: Any = None
+        self.failed = False
+
+    def write(self, line: Mapping[str, Any]) -> None:
+        points = scalars(line)
+        if self.failed or not (points or line.get("resumed")):
+            return
+        try:
+            if self.writer is None:
+                if os.path.islink(self.log_dir):  # the volume is the tenant's: files are written into no other place
+                    raise OSError(errno.ELOOP, "a link, not a directory", self.log_dir)
+                # an earlier generation's points from here on are superseded: the resumed checkpoint's timesteps, or
+                # (a restart before any checkpoint) this generation's first point
+                earlier = os.path.isdir(self.log_dir) and any(n.startswith("events.out.tfevents.") for n in os.listdir(self.log_dir))
+                self.writer = self.open(line["timesteps"] if earlier else None)
+            for tag, value in points:
+                self.writer.add_scalar(tag, value, line["timesteps"])
+            self.writer.flush()
+        except (OSError, ImportError, RuntimeError, ValueError) as e:  # IOError from the writer's thread included
+            self.failed = True
+            self.log(f"TensorBoard scalars not written ({self.log_dir}): {e}")
+
+    def open(self, purge_step: int | None) -> Any:
+        from torch.utils.tensorboard import (
+            SummaryWriter,  # 0.4 s: at the first point, not in the startup
+        )
+
+        return SummaryWriter(log_dir=self.log_dir, purge_step=purge_step)  # a file of its own: time.host.pid.n
+
+    def close(self) -> None:
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except (OSError, RuntimeError, ValueError) as e:
+                self.log(f"TensorBoard scalars not closed ({self.log_dir}): {e}")
+            self.writer = None
