@@ -2,6 +2,7 @@
 
 The schemas are Kubernetes' own OpenAPI definitions as shipped by PyPI `kubernetes-validate`.
 """
+import decimal
 import functools
 import importlib.resources
 import json
@@ -142,6 +143,20 @@ def canonical_quantity(text: str) -> str:
         if form == 'BinarySI' and unscaled > _INT64_MAX * 10**-scale:  # a binary amount's scale is 0 to -9 here
             unscaled, scale = _INT64_MAX, 0
     return ('-' if negative and unscaled else '') + _canonical_bytes(unscaled, scale, form)
+
+
+_EXACT = decimal.Context(prec=4000, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
+
+
+def quantity_amount(text: str) -> decimal.Decimal:
+    """The amount a stored quantity stands for (its suffix applied, exactly), for the validation that compares
+    amounts as Quantity.Cmp does: a stored quantity is canonical, its rounding to 1n and binary cap done."""
+    sign, num, denom, suffix = _QUANTITY_PARTS.fullmatch(text.strip()).groups()
+    digits = decimal.Decimal(f'{sign}{num or 0}.{denom or 0}')
+    if suffix in _BINARY_SUFFIXES:
+        return _EXACT.multiply(digits, 2 ** _BINARY_SUFFIXES[suffix])
+    exponent = _DECIMAL_SUFFIXES[suffix] if suffix in _DECIMAL_SUFFIXES else (int(suffix[1:]) + 2**31) % 2**32 - 2**31
+    return digits.scaleb(exponent, _EXACT)
 
 
 def _canonical_bytes(unscaled: int, scale: int, form: str) -> str:

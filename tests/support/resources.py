@@ -1,8 +1,9 @@
 """What the stand-in serves: resource types, and the built-in kinds' own rules (names, immutability)."""
+import decimal
 import re
 from dataclasses import dataclass, field
 
-from tests.support import crdschema
+from tests.support import coreschema, crdschema
 from tests.support.crdschema import CustomSchema, FieldError
 
 # k8s.io/apimachinery/pkg/util/validation/validation.go: each is compiled "^" + fmt + "$" and used with
@@ -376,6 +377,8 @@ def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> l
                     if mount.get('name') not in volumes:
                         errors.append(FieldError('FieldValueNotFound', f'spec.{kind}[{index}].volumeMounts[{mount_index}].name',
                                                  'not found', mount.get('name')))
+    if rtype.plural == 'persistentvolumeclaims':
+        errors += _claim_spec_errors(obj.get('spec') or {})
     if rtype.plural == 'configmaps':
         # ValidateConfigMap (pkg/apis/core/validation/validation.go): the lengths of every data and binaryData
         # value, summed, at most core.MaxSecretSize (1 MiB); field.TooLong(field.NewPath(""), cfg, MaxSecretSize),
@@ -388,6 +391,30 @@ def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> l
         for index, port in enumerate((obj.get('spec') or {}).get('ports') or []):
             if not isinstance(port.get('port'), int):
                 errors.append(FieldError('FieldValueRequired', f'spec.ports[{index}].port'))
+    return errors
+
+
+# ValidatePersistentVolumeClaimSpec (pkg/apis/core/validation/validation.go): supportedAccessModes, listed sorted.
+ACCESS_MODES = ('ReadOnlyMany', 'ReadWriteMany', 'ReadWriteOnce', 'ReadWriteOncePod')
+
+
+def _claim_spec_errors(spec: dict) -> list[FieldError]:
+    """ValidatePersistentVolumeClaimSpec, on create and on every update: an access mode at least, each supported, and
+    ReadWriteOncePod alone; a storage request, above zero (ValidatePositiveQuantityValue: Invalid, the quantity's
+    String(), "must be greater than zero"), at the path fldPath.Child("resources").Key("storage") builds."""
+    errors = []
+    modes = spec.get('accessModes') or []
+    if not modes:
+        errors.append(FieldError('FieldValueRequired', 'spec.accessModes', 'at least 1 access mode is required'))
+    supported = 'supported values: ' + ', '.join(f'"{m}"' for m in ACCESS_MODES)
+    errors += [FieldError('FieldValueNotSupported', 'spec.accessModes', supported, m) for m in modes if m not in ACCESS_MODES]
+    if 'ReadWriteOncePod' in modes and any(m in ACCESS_MODES and m != 'ReadWriteOncePod' for m in modes):
+        errors.append(FieldError('FieldValueForbidden', 'spec.accessModes', 'may not use ReadWriteOncePod with other access modes'))
+    storage = ((spec.get('resources') or {}).get('requests') or {}).get('storage')
+    if storage is None:
+        errors.append(FieldError('FieldValueRequired', 'spec.resources[storage]'))
+    elif coreschema.quantity_amount(storage) <= 0:
+        errors.append(FieldError('FieldValueInvalid', 'spec.resources[storage]', 'must be greater than zero', storage))
     return errors
 
 
@@ -476,13 +503,39 @@ def validate_builtin_update(rtype: ResourceType, new: dict, old: dict) -> list[F
         if new_ip not in (None, '', old_ip):
             return [FieldError('FieldValueInvalid', 'spec.clusterIP', 'field is immutable', new_ip)]
     if rtype.plural == 'persistentvolumeclaims':
-        def frozen(spec: dict) -> dict:
-            spec = dict(spec or {})
-            resources = dict(spec.pop('resources', {}) or {})
-            resources.pop('requests', None)
-            spec.pop('volumeAttributesClassName', None)
-            return {**spec, 'resources': resources}
-        if frozen(old.get('spec')) != frozen(new.get('spec')):
-            return [FieldError('FieldValueForbidden', 'spec', 'spec is immutable after creation except resources.requests '
-                               'and volumeAttributesClassName for bound claims')]
+        return _claim_update_errors(new, old)
     return []
+
+
+def _claim_update_errors(new: dict, old: dict) -> list[FieldError]:
+    """ValidatePersistentVolumeClaimUpdate (pkg/apis/core/validation/validation.go): the spec is frozen but for
+    volumeName while unset, volumeAttributesClassName, and the storage request of a Bound claim; a smaller request is
+    refused down to status.capacity (RecoverVolumeExpansionFailure, beta and on since v1.32, lets a failed expansion
+    be taken back above it). The server's Forbidden ends with a cmp.Diff of the two specs, left out here."""
+    old_spec, new_spec = old.get('spec') or {}, new.get('spec') or {}
+    bound = (new.get('status') or {}).get('phase') == 'Bound'
+
+    def frozen(spec: dict, own: bool) -> dict:
+        spec = {k: v for k, v in spec.items() if k != 'volumeAttributesClassName'}
+        if not old_spec.get('volumeName'):
+            spec.pop('volumeName', None)
+        requests = dict((spec.get('resources') or {}).get('requests') or {})
+        if bound and own and 'storage' in requests:
+            requests['storage'] = ((old_spec.get('resources') or {}).get('requests') or {}).get('storage')
+        amounts = {k: coreschema.quantity_amount(v) if isinstance(v, str) else v for k, v in requests.items()}
+        return {**spec, 'resources': {**(spec.get('resources') or {}), 'requests': amounts}}  # Semantic.DeepEqual: Cmp
+
+    errors = []
+    if frozen(new_spec, True) != frozen(old_spec, False):
+        errors.append(FieldError('FieldValueForbidden', 'spec', 'spec is immutable after creation except resources.requests '
+                                 'and volumeAttributesClassName for bound claims'))
+
+    def storage(obj: dict, *keys: str) -> decimal.Decimal:
+        for key in keys:
+            obj = obj.get(key) or {}
+        return coreschema.quantity_amount(obj) if isinstance(obj, str) else decimal.Decimal(0)
+
+    new_size = storage(new_spec, 'resources', 'requests', 'storage')
+    if new_size < storage(old_spec, 'resources', 'requests', 'storage') and new_size <= storage(old, 'status', 'capacity', 'storage'):
+        errors.append(FieldError('FieldValueForbidden', 'spec.resources.requests.storage', 'field can not be less than status.capacity'))
+    return errors

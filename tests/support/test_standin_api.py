@@ -768,3 +768,42 @@ def test_a_write_of_the_same_quantity_in_another_form_changes_nothing(rest):
     again = rest.patch(f'{claims}/same', {'spec': {'resources': {'requests': {'storage': '1024Mi'}}}})
     assert again.status == 200 and again.body['metadata']['resourceVersion'] == version, again.body
     assert again.body['spec']['resources']['requests'] == {'storage': '1Gi'}
+
+
+CLAIMS = '/api/v1/namespaces/default/persistentvolumeclaims'
+
+
+def claim(name: str, **spec) -> dict:
+    return {'apiVersion': 'v1', 'kind': 'PersistentVolumeClaim', 'metadata': {'name': name},
+            'spec': {'accessModes': ['ReadWriteOnce'], 'resources': {'requests': {'storage': '1Gi'}}, **spec}}
+
+
+@pytest.mark.parametrize(('spec', 'said'), [
+    # ValidatePersistentVolumeClaimSpec (pkg/apis/core/validation/validation.go), its errors in its order
+    ({'accessModes': []}, 'spec.accessModes: Required value: at least 1 access mode is required'),
+    ({'accessModes': ['ReadWriteSometimes']}, ('spec.accessModes: Unsupported value: "ReadWriteSometimes": supported values: '
+     '"ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"')),
+    ({'accessModes': ['ReadWriteOncePod', 'ReadOnlyMany']}, 'spec.accessModes: Forbidden: may not use ReadWriteOncePod with other access modes'),
+    ({'resources': {}}, 'spec.resources[storage]: Required value'),
+    ({'resources': {'requests': {'storage': '0Gi'}}}, 'spec.resources[storage]: Invalid value: "0": must be greater than zero'),
+    ({'resources': {'requests': {'storage': '-1Mi'}}}, 'spec.resources[storage]: Invalid value: "-1Mi": must be greater than zero'),
+])
+def test_a_claim_the_server_cannot_provision_is_refused(rest, spec, said):
+    # a refused claim fails a job's first gang (the checkpoint claim kuberl renders from checkpoint.size)
+    reply = rest.post(CLAIMS, claim('refused', **spec))
+    assert reply.status == 422 and reply.body['message'] == f'PersistentVolumeClaim "refused" is invalid: {said}', reply.body
+
+
+def test_a_bound_claim_grows_and_shrinks_only_down_to_its_capacity(rest):
+    # ValidatePersistentVolumeClaimUpdate: a Bound claim's storage request may change (the stand-in binds at once,
+    # capacity as requested); below status.capacity it is Forbidden (RecoverVolumeExpansionFailure on, as since v1.32),
+    # compared as amounts (Quantity.Cmp): 1024Mi is 1Gi. Anything else in the spec is frozen.
+    assert rest.post(CLAIMS, claim('grown')).status == 201
+    for storage, status in (('2Gi', 200), ('1536Mi', 200), ('1024Mi', 422), ('512Mi', 422), ('1.5Gi', 200)):
+        reply = rest.patch(f'{CLAIMS}/grown', {'spec': {'resources': {'requests': {'storage': storage}}}})
+        assert reply.status == status, (storage, reply.body)
+    said = rest.patch(f'{CLAIMS}/grown', {'spec': {'resources': {'requests': {'storage': '1Gi'}}}}).body['message']
+    assert said == ('PersistentVolumeClaim "grown" is invalid: spec.resources.requests.storage: Forbidden: '
+                    'field can not be less than status.capacity'), said
+    assert rest.patch(f'{CLAIMS}/grown', {'spec': {'storageClassName': 'fast'}}).status == 422
+    assert rest.get(f'{CLAIMS}/grown').body['spec']['resources']['requests'] == {'storage': '1536Mi'}
