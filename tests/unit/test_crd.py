@@ -109,7 +109,7 @@ def test_every_cross_field_rule_and_every_immutable_field_is_in_the_crd():
             spec["properties"][field]["x-kubernetes-validations"], field
     for field in optional_immutable_fields():
         assert f"has(self.{field}) == has(oldSelf.{field})" in rules, field
-    assert set(optional_immutable_fields()) == {"algorithm", "env", "totalTimesteps", "ppo", "dqn", "sac", "procsPerWorker", "image", "queueName"}
+    assert set(optional_immutable_fields()) == {"algorithm", "env", "totalTimesteps", "ppo", "dqn", "sac", "td3", "procsPerWorker", "image", "queueName"}
 
 
 def test_name_is_capped_so_derived_names_fit():

@@ -172,6 +172,7 @@ spec:
 )
 
 SAC = make_job("pendulum").minimal().algorithm("sac").replace(env={"id": "Pendulum-v1"}).obj()
+TD3 = make_job("pendulum").minimal().algorithm("td3").replace(env={"id": "Pendulum-v1"}).obj()
 
 
 def spec_with(base, **changes):
@@ -280,6 +281,17 @@ CASES = [
      {"spec.sac.learningStarts"}),
     ("sac-rules-on-default-block", spec_with(SAC, sac=None), None, set()),
     ("sac-rules-not-for-dqn", spec_with(FULL, dqn={"bufferSize": 1000, "batchSize": 32, "learningStarts": 10}), None, set()),
+    ("td3-block-with-sac", spec_with(SAC, td3={}), None, {"spec.td3"}),
+    ("td3-batch-above-buffer", spec_with(TD3, td3={"bufferSize": 100, "batchSize": 128, "learningStarts": 100}), None,
+     {"spec.td3.batchSize"}),
+    ("td3-default-batch-above-buffer", spec_with(TD3, td3={"bufferSize": 200, "learningStarts": 0}), None,
+     {"spec.td3.batchSize"}),
+    ("td3-batch-equal-to-buffer", spec_with(TD3, td3={"bufferSize": 256, "learningStarts": 256}), None, set()),
+    ("td3-default-learning-starts-above-buffer", spec_with(TD3, td3={"bufferSize": 24999, "batchSize": 32}), None,
+     {"spec.td3.learningStarts"}),
+    ("td3-default-learning-starts-equal-to-buffer", spec_with(TD3, td3={"bufferSize": 25000}), None, set()),
+    ("td3-rules-on-default-block", spec_with(TD3, td3=None), None, set()),
+    ("td3-rules-not-for-sac", spec_with(SAC, sac={"bufferSize": 1000, "batchSize": 32, "learningStarts": 10}), None, set()),
     ("ppo-more-minibatches-than-rows", spec_with(MINIMAL, ppo={"numSteps": 2, "numMinibatches": 17}), None,
      {"spec.ppo.numMinibatches"}),
     ("ppo-minibatches-against-default-envs", spec_with(MINIMAL, env={"id": "CartPole-v1"}, ppo={"numMinibatches": 257}), None,
@@ -322,6 +334,9 @@ CASES = [
     ("update-algorithm", spec_with(FULL, algorithm="ppo", dqn=None), FULL, {"spec.algorithm", "spec.dqn"}),
     ("add-sac-block", spec_with(SAC, sac={"tau": 0.01}), spec_with(SAC, sac=None), {"spec.sac"}),
     ("update-sac-hyperparameter", spec_with(SAC, sac={"tau": 0.01}), spec_with(SAC, sac={"tau": 0.02}), {"spec.sac"}),
+    ("remove-td3-block", spec_with(TD3, td3=None), spec_with(TD3, td3={"policyDelay": 3}), {"spec.td3"}),
+    ("update-td3-hyperparameter", spec_with(TD3, td3={"explorationNoise": 0.2}), spec_with(TD3, td3={"explorationNoise": 0.3}),
+     {"spec.td3"}),
 ]
 
 

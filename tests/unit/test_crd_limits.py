@@ -71,7 +71,7 @@ def breaking_values(node):
 def place(job, path, value):
     """Set `value` at a schema path ('.spec.ppo.hiddenSizes[]', '.spec.labels{}');
     returns the field path a problem should name."""
-    parts = re.findall(r"\.([A-Za-z]+)|(\[\])|(\{\})", path)
+    parts = re.findall(r"\.([A-Za-z][A-Za-z0-9]*)|(\[\])|(\{\})", path)
     node, shown, last = job, [], None
     for i, (name, item, entry) in enumerate(parts):
         key = name or (0 if item else "k")

@@ -3,7 +3,13 @@ none without an algorithm, and another algorithm's fields named as such."""
 
 import pytest
 from kuberl.core.rules import parse_spec
-from kuberl.core.spec import ALGORITHM_BLOCKS, DQNConfig, PPOConfig, SACConfig
+from kuberl.core.spec import (
+    ALGORITHM_BLOCKS,
+    DQNConfig,
+    PPOConfig,
+    SACConfig,
+    TD3Config,
+)
 from kuberl.core.validation import InvalidJob
 
 from tests.support.jobs import make_job
@@ -13,7 +19,8 @@ def test_the_algorithms_block_is_a_table_lookup_defaulted_when_omitted():
     assert make_job().minimal().spec().hyperparameters == PPOConfig()
     assert make_job().minimal().algorithm("dqn", batchSize=32).spec().hyperparameters == DQNConfig(batch_size=32)
     assert make_job().minimal().algorithm("sac", tau=0.01).spec().hyperparameters == SACConfig(tau=0.01)
-    assert set(ALGORITHM_BLOCKS) == {"ppo", "dqn", "sac"}
+    assert make_job().minimal().algorithm("td3", policyDelay=3).spec().hyperparameters == TD3Config(policy_delay=3)
+    assert set(ALGORITHM_BLOCKS) == {"ppo", "dqn", "sac", "td3"}
 
 
 def test_a_job_without_an_algorithm_has_no_hyperparameters():

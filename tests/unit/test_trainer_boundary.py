@@ -24,7 +24,8 @@ from tests.unit.trainer_support import ENV_OF
 
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 BLOCKS = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 32, "batchSize": 16, "bufferSize": 256},
-          "sac": {"learningStarts": 32, "batchSize": 16, "bufferSize": 256, "hiddenSizes": [16]}}
+          "sac": {"learningStarts": 32, "batchSize": 16, "bufferSize": 256, "hiddenSizes": [16]},
+          "td3": {"learningStarts": 32, "batchSize": 16, "bufferSize": 256, "hiddenSizes": [16]}}
 ALGORITHM_MODULES = {name: entry.make.__module__ for name, entry in entry.ALGORITHMS.items()}
 
 
@@ -94,8 +95,8 @@ def test_every_algorithm_trains_and_writes_its_final_model_through_one_session(n
 def test_every_algorithms_rank_state_is_plain_data_for_native_envs_and_none_for_others(name):
     hp = make_job().minimal().with_spec(algorithm=name, totalTimesteps=10_000).spec().hyperparameters
     make = entry.ALGORITHMS[name].make
-    # gymnasium's native vector envs (CartPole's) have discrete actions: SAC's envs are all of the other kind
-    native, other = (None, "Pendulum-v1") if name == "sac" else ("CartPole-v1", "Acrobot-v1")
+    # gymnasium's native vector envs (CartPole's) have discrete actions: SAC's and TD3's envs are all of the other kind
+    native, other = (None, ENV_OF[name]) if ENV_OF[name] == "Pendulum-v1" else ("CartPole-v1", "Acrobot-v1")
     if native is not None:
         trainer = make(ONE_PROCESS, hp, native, 2, {}, 10_000, 1, 0)
         trainer.update(stop_vote=False, success_vote=False)

@@ -19,10 +19,10 @@ from trainer_support import (
     small_job,
 )
 
-# Budgets as test_trainer_untargeted_evaluation's (PPO 21 updates, DQN 320, SAC 128), evaluated at an evalEvery that
+# Budgets as test_trainer_untargeted_evaluation's (PPO 21 updates, DQN 320, SAC and TD3 128), evaluated at an evalEvery that
 # does not divide them: the last periodic evaluation is a few updates before the end
-BUDGET = {"ppo": 640, "dqn": 640, "sac": 256}
-EVERY = {"ppo": 4, "dqn": 96, "sac": 48}
+BUDGET = {"ppo": 640, "dqn": 640, "sac": 256, "td3": 256}
+EVERY = {"ppo": 4, "dqn": 96, "sac": 48, "td3": 48}
 
 
 @pytest.mark.parametrize("outcome, updates, evaluated_at, started_at, target_met, every, due", [
@@ -66,7 +66,7 @@ def test_a_budget_ending_between_evaluations_evaluates_the_final_weights_without
     # evaluating trains nothing and draws from no training stream: the model and what a checkpoint resumes from are as
     # they were when the budget ended
     assert torch.equal(torch.get_rng_state(), rng)
-    assert checkpoint.encode({"own": trainer.rank_state()}) == own  # envs mid-episode, RNGs, buffers (SAC's Pendulum: none)
+    assert checkpoint.encode({"own": trainer.rank_state()}) == own  # envs mid-episode, RNGs, buffers (SAC's and TD3's Pendulum: none)
     model = torch.load(run.final_model, weights_only=True)
     assert model["eval_return"] == final_return and model["timesteps"] == steps
     for key, tensor in weights.items():

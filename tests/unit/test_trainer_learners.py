@@ -22,7 +22,8 @@ ALGORITHM_FILES = sorted(f"{entry.make.__module__.rsplit('.', 1)[1]}.py" for ent
 # each algorithm's hyperparameters for a few quick updates that learn: a new algorithm is a row here
 QUICK = {"ppo": {"num_steps": 8, "hidden_sizes": [8]},
          "dqn": {"learning_starts": 16, "batch_size": 8, "train_frequency": 8, "gradient_steps": 1, "hidden_sizes": [8]},
-         "sac": {"learning_starts": 16, "batch_size": 8, "train_frequency": 8, "gradient_steps": 1, "hidden_sizes": [8]}}
+         "sac": {"learning_starts": 16, "batch_size": 8, "train_frequency": 8, "gradient_steps": 1, "hidden_sizes": [8]},
+         "td3": {"learning_starts": 16, "batch_size": 8, "train_frequency": 8, "gradient_steps": 2, "hidden_sizes": [8]}}
 
 
 @pytest.mark.parametrize("fast", [True, False])

@@ -16,11 +16,14 @@ import pytest
 import torch
 from kuberl.cli import main
 from kuberl.core.spec import DQNConfig, PPOConfig
+from kuberl_trainer import __main__ as entry
 from kuberl_trainer import policy as policies
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.ppo import PPOTrainer
 from kuberl_trainer.session import BareSession
+
+from tests.support.jobs import make_job
 
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 EXAMPLE_JOB = Path(__file__).resolve().parents[2] / "manifests" / "examples" / "cartpole-ppo.yaml"
@@ -51,6 +54,19 @@ def test_a_dqn_model_plays_exactly_as_the_trainers_evaluation(tmp_path):
     path = save_final_model(trainer, "dqn", "CartPole-v1", tmp_path / "final-model.pt")
     policy = policies.load_policy(path)
     assert policies.evaluate(policy, 4, seed=11).mean() == trainer.evaluate("CartPole-v1", 4, {}, 11)
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_a_continuous_off_policy_model_plays_exactly_as_the_trainers_evaluation(algorithm, tmp_path):
+    """build_network rebuilds SAC's and TD3's actors from the final model; both act with their noiseless action."""
+    hp = make_job().minimal().algorithm(algorithm, learningStarts=16, batchSize=8, bufferSize=256,
+                                        hiddenSizes=[16]).spec().hyperparameters
+    trainer = entry.ALGORITHMS[algorithm].make(ONE_PROCESS, hp, "Pendulum-v1", 2, {}, 400, 3, 0)
+    trainer.train(BareSession(max_updates=12))
+    path = save_final_model(trainer, algorithm, "Pendulum-v1", tmp_path / "final-model.pt")
+    policy = policies.load_policy(path)
+    assert type(policy.network) is type(trainer.agent)
+    assert policies.evaluate(policy, 2, seed=11).mean() == pytest.approx(trainer.evaluate("Pendulum-v1", 2, {}, 11), rel=1e-5)
 
 
 def test_a_ppo_model_applies_its_observation_normaliser_and_acts_as_the_trainer(tmp_path):

@@ -14,8 +14,8 @@ from kuberl_trainer import __main__ as entry
 from kuberl_trainer import session
 from trainer_support import one_process_run, progress_rows, small_job
 
-EVERY = {"ppo": 2, "dqn": 64, "sac": 32}
-BUDGET = {"ppo": 640, "dqn": 640, "sac": 256}
+EVERY = {"ppo": 2, "dqn": 64, "sac": 32, "td3": 32}
+BUDGET = {"ppo": 640, "dqn": 640, "sac": 256, "td3": 256}
 
 
 @pytest.mark.parametrize("name", sorted(entry.ALGORITHMS))
@@ -39,7 +39,7 @@ def test_each_evaluation_row_carries_the_statistics_of_the_update_before_it(name
         assert row["update"] == reports[row["timesteps"]]
     statistics = set(evaluated[-1]["update"])
     assert "learning_rate" in statistics and statistics <= set(UPDATE_STATISTICS)  # every one kuberl plot can draw
-    assert {"ppo": "approx_kl", "dqn": "q_value", "sac": "entropy_coefficient"}[name] in statistics
+    assert {"ppo": "approx_kl", "dqn": "q_value", "sac": "entropy_coefficient", "td3": "policy_loss"}[name] in statistics
     assert all("update" not in row for row in progress_rows(run) if row.get("checkpoint"))  # no row twice
 
 

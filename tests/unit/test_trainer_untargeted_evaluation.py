@@ -20,10 +20,10 @@ from trainer_support import (
     small_job,
 )
 
-# Updates between evaluations: PPO's updates are 32 steps; DQN's and SAC's one vector step of 2 envs, and
+# Updates between evaluations: PPO's updates are 32 steps; DQN's, SAC's and TD3's one vector step of 2 envs, and
 # Pendulum's episodes are 200 steps long, so every 2 of theirs evaluated more than it trained
-EVERY = {"ppo": 2, "dqn": 64, "sac": 32}
-BUDGET = {"ppo": 640, "dqn": 640, "sac": 256}  # SAC's gradient step at every vector step is the slow part
+EVERY = {"ppo": 2, "dqn": 64, "sac": 32, "td3": 32}
+BUDGET = {"ppo": 640, "dqn": 640, "sac": 256, "td3": 256}  # SAC's and TD3's gradient step at every vector step is the slow part
 
 
 @pytest.mark.parametrize("updates, every, due", [(1, 1, True), (2, 2, True), (3, 2, False), (9, 10, False), (10, 10, True)])

@@ -25,6 +25,8 @@ def validate(tmp_path, capsys, job):
      " algorithm: Discrete (numbered from 0) actions")),
     ("sac", {"id": "CartPole-v1"},
      "spec.env.id: 'CartPole-v1' has action space Discrete(2); supported by this algorithm: float Box actions"),
+    ("td3", {"id": "CartPole-v1"},
+     "spec.env.id: 'CartPole-v1' has action space Discrete(2); supported by this algorithm: float Box actions"),
     ("sac", {"id": "ALE/Pong-v5"},  # not made here (kuberl makes Atari's frames), its actions Discrete all the same
      "spec.env.id: 'ALE/Pong-v5' has Discrete actions (Atari); supported by this algorithm: float Box actions"),
     ("ppo", {"id": "CartPole-v1", "kwargs": {"gravity": 3}},
@@ -50,6 +52,7 @@ def test_validate_names_what_the_trainer_would_refuse_at_start(tmp_path, capsys,
     ("dqn", {"id": "FrozenLake-v1", "kwargs": {"is_slippery": False}}),  # Discrete observations: flattened
     ("ppo", {"id": "Pendulum-v1", "kwargs": {"g": 9.81}}),
     ("sac", {"id": "Pendulum-v1"}),
+    ("td3", {"id": "Pendulum-v1"}),
     ("ppo", {"id": "CartPole-v1", "kwargs": {"sutton_barto_reward": True}}),  # the native vector env's kwargs
     ("dqn", {"id": "HalfCheetah-v2"}),  # registered, its package missing here: the trainer's image may have it
     ("ppo", {"id": "tests.unit.test_trainer_spaces:Spaced", "kwargs": {"action": "multidiscrete"}}),  # user code: not run

@@ -21,9 +21,10 @@ from tests.support.jobs import make_job
 ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
 # Blocks that make each algorithm learn within a few hundred timesteps of CartPole.
 SMALL_BLOCKS = {"ppo": {"numSteps": 16}, "dqn": {"learningStarts": 4, "batchSize": 4, "bufferSize": 256},
-                "sac": {"learningStarts": 4, "batchSize": 4, "bufferSize": 256, "hiddenSizes": [16]}}
+                "sac": {"learningStarts": 4, "batchSize": 4, "bufferSize": 256, "hiddenSizes": [16]},
+                "td3": {"learningStarts": 4, "batchSize": 4, "bufferSize": 256, "hiddenSizes": [16]}}
 # The env each algorithm's every-algorithm tests run on: one whose actions its networks emit.
-ENV_OF = {"ppo": "CartPole-v1", "dqn": "CartPole-v1", "sac": "Pendulum-v1"}
+ENV_OF = {"ppo": "CartPole-v1", "dqn": "CartPole-v1", "sac": "Pendulum-v1", "td3": "Pendulum-v1"}
 
 
 def small_job(name: str):

@@ -58,7 +58,7 @@ import torch
 from kuberl.core import contract, names, trainerconfig
 from kuberl.core.validation import InvalidJob
 
-from . import atari, dqn, fused, learners, ppo, sac
+from . import atari, dqn, fused, learners, ppo, sac, td3
 from .budget import BufferTooLarge
 from .checkpoint import (
     CheckpointVolumeFull,
@@ -92,6 +92,7 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
     "ppo": AlgorithmEntry(ppo.PPOTrainer),
     "dqn": AlgorithmEntry(dqn.DQNTrainer),
     "sac": AlgorithmEntry(sac.SACTrainer),
+    "td3": AlgorithmEntry(td3.TD3Trainer),
 }
 
 # torch's teardown of DDP and the process group can block on a peer that

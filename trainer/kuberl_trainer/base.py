@@ -8,7 +8,7 @@ networks, buffers and `learners` seam), `update`, `budget_spent`,
 `evaluate` and `final_model`; the extra state it keeps (normalisers, a
 target network, a replay buffer) goes through the `_shared_extra` /
 `_load_shared_extra` / `_rank_extra` / `_load_rank_extra` hooks.
-An off-policy algorithm (DQN, SAC) subclasses `OffPolicyAlgorithm`, whose
+An off-policy algorithm (DQN, SAC, TD3) subclasses `OffPolicyAlgorithm`, whose
 `update` is the iteration they share, and writes `collect` and `learn`.
 """
 
@@ -304,7 +304,7 @@ class BaseAlgorithm:
 
 
 class OffPolicyAlgorithm(BaseAlgorithm):
-    """What DQN and SAC share, as SB3's OffPolicyAlgorithm: each rank's own replay buffer, an iteration's
+    """What DQN, SAC and TD3 share, as SB3's OffPolicyAlgorithm: each rank's own replay buffer, an iteration's
     size, when learning starts, and the iteration itself (`update`). `_setup_model` calls `_setup_replay`;
     the algorithm writes `collect` (vector_steps steps of its exploration into the buffer) and `learn`
     (its gradient steps, with its target updates), and names the rate it reports in `learning_rate`.

@@ -6,7 +6,8 @@ the mean undiscounted return (an episode still running after MAX_EPISODE_STEPS
 steps counts those, and a warning says so). The policy acts as it will be used, without
 exploration noise: PPO samples its categorical (an argmax loops forever in
 Acrobot and reaches CartPole's 500 by luck early on) and takes the mean of its
-Gaussian; DQN takes the argmax of Q (epsilon 0); SAC the tanh-squashed mean of its actor.
+Gaussian; DQN takes the argmax of Q (epsilon 0); SAC the tanh-squashed mean of its actor; TD3 its
+deterministic actor's action, without its exploration noise.
 
 This module imports numpy (and logging) only, so `make bench` runs the same code for
 Stable-Baselines3 in its own virtual environment (bench/sb3_run.py loads it by path).

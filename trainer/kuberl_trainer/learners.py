@@ -8,8 +8,8 @@ algorithms talk only to `self.policy`:
   algorithm's own loss, acting in torch on the bare module under no_grad;
 - on CUDA in fp32, the reference's steps replayed from CUDA graphs (GraphedQLearner,
   GraphedPPOLearner: the same maths on fixed tensors, the gradient summed between two graphs);
-- SAC's (sac_learner): the reference's Adam on flat gradients summed by one torch.distributed
-  all-reduce per loss (GraphedOptimizerStep, eager), no DDP wrapper;
+- SAC's and TD3's (sac_learner, td3_learner): the reference's Adam on flat gradients summed by one
+  torch.distributed all-reduce per loss (GraphedOptimizerStep, eager), no DDP wrapper;
 - the CPU fast path, for small MLPs on CPU in fp32: fused.py's hand-written
   step (the same maths; its flat gradient summed by one torch.distributed
   all-reduce; rank 0's weights broadcast once instead of by DDP's
@@ -159,7 +159,7 @@ def imports_torch_dynamo(pixels: bool, gpu: bool, hp) -> bool:
     import torch._dynamo on first use (1.1 s on the build machine, more on a GPU node),
     as far as the spec tells before any network exists: the fast path takes only
     MLPs on CPU in fp32 (fused.supports, supports_q), and only for the algorithms that
-    have one (their blocks name a precision and a policy; SAC's, none). A wrong False costs
+    have one (their blocks name a precision and a policy; SAC's and TD3's, none). A wrong False costs
     nothing over not knowing; a wrong True, a second of CPU on an import nobody uses."""
     fast_path_possible = getattr(hp, "precision", None) == "fp32" and getattr(hp, "policy", None) in ("auto", "mlp")
     return pixels or gpu or not fast_path_possible
@@ -618,17 +618,29 @@ class GraphedPPOLearner:
         return stats.clone()  # the graph's output tensor is overwritten by the next replay
 
 
-# --- SAC -------------------------------------------------------------------------------
+# --- SAC and TD3 -----------------------------------------------------------------------
 
 
-def sac_learner(actor: nn.Module, critics: nn.Module, temperature: nn.Module, hp, ctx: Dist) -> SACLearner:
+def sac_learner(actor: nn.Module, critics: nn.Module, temperature: nn.Module, hp, ctx: Dist) -> ActorCriticLearner:
     """A learner for SAC's `actor`, twin `critics` and entropy coefficient (`temperature`, learned when
     hp.autotune), each step on a loss sac.py computes; rank 0's weights on every rank. One path on every
-    device: eager (sampling inside a CUDA graph capture would take the default generator)."""
-    return SACLearner(actor, critics, temperature, hp, ctx)
+    device: eager (sampling inside a CUDA graph capture would take the default generator). The actor and
+    the entropy coefficient are two groups of one Adam (policyLearningRate, qLearningRate): their gradients
+    never meet, so one backward and one all-reduce serve both."""
+    groups = [{"params": list(actor.parameters()), "lr": hp.policy_learning_rate}]
+    if hp.autotune:
+        groups.append({"params": list(temperature.parameters()), "lr": hp.q_learning_rate})
+    policy = nn.ModuleList([actor, temperature]) if hp.autotune else actor
+    return ActorCriticLearner(critics, hp.q_learning_rate, policy, groups, ctx)
 
 
-class SACOptimizers:
+def td3_learner(actor: nn.Module, critics: nn.Module, hp, ctx: Dist) -> ActorCriticLearner:
+    """A learner for TD3's deterministic `actor` and twin `critics`, one Adam each at hp.learning_rate
+    (CleanRL's and SB3's one rate), each step on a loss td3.py computes; rank 0's weights on every rank."""
+    return ActorCriticLearner(critics, hp.learning_rate, actor, [{"params": list(actor.parameters()), "lr": hp.learning_rate}], ctx)
+
+
+class ActorCriticOptimizers:
     """The critics' and the policy's Adam as one checkpointed optimizer state."""
 
     def __init__(self, critics: torch.optim.Optimizer, policy: torch.optim.Optimizer):
@@ -638,26 +650,21 @@ class SACOptimizers:
         return {"critics": self.critics.state_dict(), "policy": self.policy.state_dict()}
 
 
-class SACLearner:
-    """Two optimiser steps, each on a loss the algorithm passes in: the critics' (qLearningRate), and
-    the actor's plus the entropy coefficient's (policyLearningRate and qLearningRate, two groups of one
-    Adam: their gradients never meet, so one backward and one all-reduce serve both). Each step's
-    gradient is one flat buffer summed by one torch.distributed all-reduce and divided by the ranks,
-    DDP's mean (GraphedOptimizerStep, eager). No DDP wrapper: the actor's loss reads the critics, and
-    only the critics' own loss may move them."""
+class ActorCriticLearner:
+    """Two optimiser steps, each on a loss the algorithm passes in: the critics' (at `critic_rate`), and
+    the policy's (`policy`'s weights, in the Adam groups `policy_groups`). Each step's gradient is one
+    flat buffer summed by one torch.distributed all-reduce and divided by the ranks, DDP's mean
+    (GraphedOptimizerStep, eager). No DDP wrapper: the actor's loss reads the critics, and only the
+    critics' own loss may move them."""
 
-    def __init__(self, actor: nn.Module, critics: nn.Module, temperature: nn.Module, hp, ctx: Dist):
+    def __init__(self, critics: nn.Module, critic_rate: float, policy: nn.Module, policy_groups: list[dict], ctx: Dist):
         self.allreduce_seconds: list[float] = []
         fused_kernel = ctx.device.type in ("cpu", "cuda") or None  # as adam(): one launch a step
-        critic_optimizer = torch.optim.Adam(critics.parameters(), lr=hp.q_learning_rate, fused=fused_kernel)
-        groups = [{"params": list(actor.parameters()), "lr": hp.policy_learning_rate}]
-        if hp.autotune:
-            groups.append({"params": list(temperature.parameters()), "lr": hp.q_learning_rate})
-        policy_optimizer = torch.optim.Adam(groups, fused=fused_kernel)
-        policy = nn.ModuleList([actor, temperature]) if hp.autotune else actor
+        critic_optimizer = torch.optim.Adam(critics.parameters(), lr=critic_rate, fused=fused_kernel)
+        policy_optimizer = torch.optim.Adam(policy_groups, fused=fused_kernel)
         self.critic_step = GraphedOptimizerStep(critics, ctx, critic_optimizer, None, False, self.allreduce_seconds)
         self.policy_step = GraphedOptimizerStep(policy, ctx, policy_optimizer, None, False, self.allreduce_seconds)
-        self.optimizer = SACOptimizers(critic_optimizer, policy_optimizer)
+        self.optimizer = ActorCriticOptimizers(critic_optimizer, policy_optimizer)
 
     def load_optimizer(self, state: dict) -> None:
         self.optimizer.critics.load_state_dict(state["critics"])
@@ -674,5 +681,6 @@ class SACLearner:
         self._step(self.critic_step, loss)
 
     def step_policy(self, loss: torch.Tensor) -> None:
-        """One Adam step of the actor (and the entropy coefficient, autotuned) on `loss`'s gradient, the mean over ranks."""
+        """One Adam step of the policy (SAC: the actor and, autotuned, the entropy coefficient; TD3: the actor) on
+        `loss`'s gradient, the mean over ranks."""
         self._step(self.policy_step, loss)

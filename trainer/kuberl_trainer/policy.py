@@ -9,7 +9,7 @@
 The policy acts by the protocol of the trainer's evaluation (`kuberl_trainer.evaluation`), the one
 `status.progress.evalReturn` reports: PPO samples its categorical (seeded, apart from the caller's
 torch RNG: the same returns in distribution, not draw for draw) and takes the mean of its Gaussian,
-clipped to the action bounds; DQN takes the argmax of Q (both the same returns as the trainer's for
+clipped to the action bounds; SAC its squashed mean, TD3 its actor's action; DQN takes the argmax of Q (both the same returns as the trainer's for
 the same seed, as tests/unit/test_trainer_policy.py checks). `sample=False` makes PPO's discrete policy greedy too. Observation normalisation, where
 the job trained with it, is applied inside. It takes one observation or a batch (leading axis).
 For Atari the observation is the preprocessed frame stack `(stack, 84, 84)` uint8 that
@@ -24,9 +24,9 @@ A `torch.save` of one dict, loadable with `torch.load(path, weights_only=True)`:
 | key | value |
 | --- | --- |
 | `format` | 1 (absent in files written before the format was numbered: read the same) |
-| `algorithm` | `"ppo"`, `"dqn"` or `"sac"` |
+| `algorithm` | `"ppo"`, `"dqn"`, `"sac"` or `"td3"` |
 | `env_id`, `env_kwargs` | the job's `spec.env.id` and `spec.env.kwargs` (`env_kwargs` absent before format 1: `{}`) |
-| `agent` | the network's `state_dict` (PPO: `ppo.Agent`, actor and critic; DQN: the online Q network; SAC: the actor, `sac.Actor`) |
+| `agent` | the network's `state_dict` (PPO: `ppo.Agent`, actor and critic; DQN: the online Q network; SAC: the actor, `sac.Actor`; TD3: the actor, `td3.Actor`) |
 | `hidden_sizes` | the MLP's hidden widths (unused for pixel observations, where the Nature CNN is the torso) |
 | `obs_norm` | PPO only: `{mean, var, count}` tensors of the observation normaliser, or None |
 | `timesteps`, `eval_return` | the run's timesteps and last evaluation return (None if never evaluated); in `best-model.pt`, the same file written at the run's best evaluation, those of that evaluation |
@@ -289,8 +289,8 @@ def _model_problem(model: dict) -> str | None:
     a file is anyone's, and these values choose what is imported, made and allocated."""
     from kuberl.core.validation import ENV_ID
 
-    if model["algorithm"] not in ("ppo", "dqn", "sac"):
-        return f"algorithm {safetext.one_line(repr(model['algorithm']))[:80]} (ppo, dqn or sac)"
+    if model["algorithm"] not in ("ppo", "dqn", "sac", "td3"):
+        return f"algorithm {safetext.one_line(repr(model['algorithm']))[:80]} (ppo, dqn, sac or td3)"
     env_id = model["env_id"]
     if not isinstance(env_id, str) or len(env_id) > 253 or not re.fullmatch(ENV_ID, env_id):
         return f"env_id {safetext.one_line(repr(env_id))[:80]} is no spec.env.id"
@@ -347,6 +347,7 @@ def build_network(model: dict, obs_space: gym.Space, action_space: gym.Space) ->
     from .dqn import QNetwork
     from .ppo import Agent
     from .sac import Actor
+    from .td3 import Actor as TD3Actor
 
     hidden = [int(w) for w in model["hidden_sizes"]]
     cnn = networks.choose(obs_space, "auto", "policy") == "cnn"
@@ -364,6 +365,9 @@ def build_network(model: dict, obs_space: gym.Space, action_space: gym.Space) ->
     elif model["algorithm"] == "sac" and isinstance(action_space, gym.spaces.Box):
         bounds = (torch.as_tensor(action_space.low), torch.as_tensor(action_space.high))  # host: the loaded policy runs on the CPU
         network = Actor(math.prod(obs_space.shape), *bounds, hidden)
+    elif model["algorithm"] == "td3" and isinstance(action_space, gym.spaces.Box):
+        bounds = (torch.as_tensor(action_space.low), torch.as_tensor(action_space.high))  # host: the loaded policy runs on the CPU
+        network = TD3Actor(math.prod(obs_space.shape), *bounds, hidden)
     else:
         raise UnusableModel(f"unknown algorithm {model['algorithm']!r} for {action_space}")
     try:

@@ -1,6 +1,6 @@
 """SAC (soft actor-critic), for continuous (float Box) actions. Reads top to bottom as CleanRL's
-sac_continuous_action.py: the networks (a tanh-squashed Gaussian actor, twin soft Q critics, the
-entropy coefficient), the maths as pure functions (the squashed Gaussian's log-probability, the soft
+sac_continuous_action.py: the networks (a tanh-squashed Gaussian actor, twin soft Q critics (continuous.py's,
+shared with TD3), the entropy coefficient), the maths as pure functions (the squashed Gaussian's log-probability, the soft
 Q target, the critic, actor and temperature losses), then the trainer (its model, its own state, its
 exploration and gradient steps, its final model; seeding, envs, checkpoint state and the loop are
 base.BaseAlgorithm's, the iteration and the replay buffer's schedule base.OffPolicyAlgorithm's, as DQN's).
@@ -31,10 +31,9 @@ optimisers and the counters; replay contents are per rank and, as DQN's, kept in
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -44,25 +43,15 @@ from torch import nn
 
 from . import budget, evaluation, learners, networks
 from .base import OffPolicyAlgorithm
+from .continuous import Critics, box_bounds, frozen, mlp
 from .device import to_device, upload
 from .distributed import Dist
-from .envs import UnknownEnv
 from .replay import Batch
 from .session import Vote
 
 # --- The networks ------------------------------------------------------------------
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # CleanRL's bounds of the actor's log standard deviation
-
-
-def mlp(n_in: int, hidden: list[int], n_out: int | None = None) -> nn.Sequential:
-    """ReLU layers of torch's default initialisation, as CleanRL's and SB3's SAC networks; a linear
-    output layer of n_out units unless None (the actor's torso, which two heads read)."""
-    layers: list[nn.Module] = []
-    for width in hidden:
-        layers += [nn.Linear(n_in, width), nn.ReLU()]
-        n_in = width
-    return nn.Sequential(*layers, *([nn.Linear(n_in, n_out)] if n_out else []))
 
 
 class Actor(nn.Module):
@@ -110,19 +99,6 @@ class Temperature(nn.Module):
         return self.log_alpha.exp()
 
 
-class Critics(nn.Module):
-    """Twin soft Q networks: (observations (B, O), actions (B, A)) -> Q1, Q2, (B,) each."""
-
-    def __init__(self, obs_dim: int, action_dim: int, hidden: list[int]):
-        super().__init__()
-        self.q1 = mlp(obs_dim + action_dim, hidden, 1)
-        self.q2 = mlp(obs_dim + action_dim, hidden, 1)
-
-    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs = torch.cat([obs.flatten(1).float(), actions.float()], 1)
-        return self.q1(inputs).squeeze(-1), self.q2(inputs).squeeze(-1)
-
-
 # --- The maths -----------------------------------------------------------------------
 
 
@@ -167,18 +143,6 @@ def alpha_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: 
     return -(log_alpha * (log_prob.detach() + target_entropy)).mean()
 
 
-@contextlib.contextmanager
-def frozen(module: nn.Module) -> Iterator[None]:
-    """`module`'s parameters take no gradient inside (each one's flag restored after)."""
-    flags = [(p, p.requires_grad) for p in module.parameters()]
-    module.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p, flag in flags:
-            p.requires_grad_(flag)
-
-
 # --- The trainer -------------------------------------------------------------------
 
 
@@ -194,17 +158,12 @@ class SACTrainer(OffPolicyAlgorithm):
     def _setup_model(self, env_id: str, num_envs: int) -> None:
         """The actor (the model), critics, target critics and entropy coefficient, the replay buffer, and how they learn."""
         ctx, hp, space = self.ctx, self.hp, self.envs.single_observation_space
-        if not (np.isfinite(self.action_space.low).all() and np.isfinite(self.action_space.high).all()):
-            self.envs.close()  # the actor squashes into the box: it must have one
-            raise UnknownEnv(f"spec.env.id: {env_id!r} has action space {self.action_space}, unbounded;"
-                             " supported by this algorithm: float Box actions with finite bounds")
+        low, high = box_bounds(self.envs, self.action_space, env_id)  # the actor squashes into the box: it must have one
         action_shape = tuple(self.action_space.shape)
         planned = replaymemory.for_algorithm("sac", hp, num_envs, self.obs_shape, space.dtype.name, action_shape,
                                              total_timesteps=self.total_timesteps, world_size=ctx.world_size)
         budget.check_replay(planned, "sac", env_id, ctx)  # weighed before it is made
         obs_dim, hidden = int(np.prod(self.obs_shape)), list(hp.hidden_sizes)
-        low = torch.as_tensor(self.action_space.low, dtype=torch.float32)  # host: the actor's buffers, moved by .to(device)
-        high = torch.as_tensor(self.action_space.high, dtype=torch.float32)  # host: as low
         self.agent = Actor(obs_dim, low, high, hidden).to(ctx.device)
         self.critics = Critics(obs_dim, int(np.prod(action_shape)), hidden).to(ctx.device)
         self.temperature = Temperature(hp.alpha, hp.autotune).to(ctx.device)

@@ -1,6 +1,6 @@
 """The one boundary between the algorithms and everything around them.
 
-An algorithm (ppo.py, dqn.py, sac.py; chosen from the table in __main__) implements
+An algorithm (ppo.py, dqn.py, sac.py, td3.py; chosen from the table in __main__) implements
 `Algorithm`: one `update()` at a time, its replicated and per-rank state,
 evaluation and its final model's contents. `run_updates` is the loop every
 algorithm runs; a `Session` is what the loop calls at update boundaries:

@@ -28,6 +28,7 @@ ACTION_SPACES: dict[str, tuple[type[gym.Space], ...]] = {
     "ppo": (gym.spaces.Discrete, gym.spaces.Box),
     "dqn": (gym.spaces.Discrete,),
     "sac": (gym.spaces.Box,),
+    "td3": (gym.spaces.Box,),
 }
 # observation spaces read through gymnasium's FlattenObservation, as SB3 reads them
 FLATTENED = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Dict, gym.spaces.Tuple)

@@ -31,6 +31,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "ppo": (LEARNED, "PPO's hyperparameters and network"),
     "dqn": (LEARNED, "DQN's hyperparameters and network"),
     "sac": (LEARNED, "SAC's hyperparameters and networks"),
+    "td3": (LEARNED, "TD3's hyperparameters and networks"),
     "env": (LEARNED, "the environment and how many copies each rank steps"),
     "totalTimesteps": (LEARNED, "learning-rate and exploration schedules run over it"),
     "workers": (LEARNED, "world size: the global batch and the seeds of every rank's envs"),

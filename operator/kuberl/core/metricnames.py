@@ -55,12 +55,12 @@ ENTROPY_COEFFICIENT = f"{PREFIX}_entropy_coefficient"
 # here (and a dashboard panel, if it should be drawn); one it reports without a
 # row is not exported.
 LOSS_GAUGES = {
-    "policy_loss": (POLICY_LOSS, "Mean policy loss of the last update (PPO's clipped one, SAC's actor loss)."),
-    "value_loss": (VALUE_LOSS, "Mean value loss of the last update (PPO's critic, DQN's TD loss, SAC's twin critics)."),
+    "policy_loss": (POLICY_LOSS, "Mean policy loss of the last update (PPO's clipped one, SAC's and TD3's actor loss)."),
+    "value_loss": (VALUE_LOSS, "Mean value loss of the last update (PPO's critic, DQN's TD loss, SAC's and TD3's twin critics)."),
     "entropy": (ENTROPY, "Mean policy entropy of the last update (PPO; SAC: minus the mean log-probability of its actor's samples)."),
     "approx_kl": (APPROX_KL, "Mean approximate KL of the last update (PPO)."),
     "clip_fraction": (CLIP_FRACTION, "Fraction of samples whose probability ratio was clipped, last update (PPO)."),
-    "q_value": (Q_VALUE, "Mean Q(s, a) of the replay batches of the last update (DQN: of the taken actions; SAC: its twin critics' mean; 0 for PPO)."),
+    "q_value": (Q_VALUE, "Mean Q(s, a) of the replay batches of the last update (DQN: of the taken actions; SAC and TD3: their twin critics' mean; 0 for PPO)."),
     "entropy_coefficient": (ENTROPY_COEFFICIENT, "Entropy coefficient alpha after the last update (SAC; fixed, or autotuned)."),
 }
 

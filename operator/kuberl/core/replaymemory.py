@@ -1,4 +1,4 @@
-"""The bytes a rank's replay buffer (DQN's, SAC's) takes, and whether they fit the memory its pod gives it.
+"""The bytes a rank's replay buffer (DQN's, SAC's, TD3's) takes, and whether they fit the memory its pod gives it.
 One formula for the trainer (kuberl_trainer.replay.ReplayBuffer allocates exactly `Replay.layout`'s arrays,
 and kuberl_trainer.budget weighs them before) and for `kuberl validate` and the operator, which know an Atari
 id's frames (atarikwargs) and, with gymnasium, a registered env's spaces (envspaces) before any pod runs.
@@ -33,7 +33,7 @@ GIB = 1 << 30
 # CartPole's DQN and Pendulum's SAC on CPU here, more with CUDA. `kuberl validate` and the operator, which cannot
 # measure it, take less, so they refuse only what the trainer, which measures it, would refuse too.
 RANK_BASELINE_BYTES = 256 << 20
-BUFFER_FIELDS = {"dqn": "spec.dqn.bufferSize", "sac": "spec.sac.bufferSize"}
+BUFFER_FIELDS = {"dqn": "spec.dqn.bufferSize", "sac": "spec.sac.bufferSize", "td3": "spec.td3.bufferSize"}
 FILLED_LATER = ("; it is reserved at start and filled as the run goes, its whole size in use once full: a run"
                 " started with it would be OOM-killed then, hours in, and again after every gang restart")
 
@@ -146,12 +146,12 @@ def for_algorithm(algorithm: str, hp: Any, num_envs: int, obs_shape: tuple[int, 
                   action_shape: tuple[int, ...], frame_stack: int = 1, total_timesteps: int | None = None,
                   world_size: int = 1) -> Replay:
     """The replay buffer `algorithm`'s trainer makes (dqn: Discrete actions as int64, n-step windows;
-    sac: float32 action vectors, one-step), from its hyperparameters (spec.dqn / spec.sac); with the job's
+    sac, td3: float32 action vectors, one-step), from its hyperparameters (spec.dqn / spec.sac / spec.td3); with the job's
     totalTimesteps and world size, bounded by the rows they can fill (`budget_rows`)."""
     most = None if total_timesteps is None else budget_rows(total_timesteps, world_size, num_envs, hp.train_frequency)
     if algorithm == "dqn":
         return Replay(hp.buffer_size, num_envs, tuple(obs_shape), obs_dtype, (), "int64", hp.n_step, frame_stack, most)
-    if algorithm == "sac":
+    if algorithm in ("sac", "td3"):
         return Replay(hp.buffer_size, num_envs, tuple(obs_shape), obs_dtype, tuple(action_shape), "float32", 1,
                       frame_stack, most)
     raise ValueError(f"{algorithm!r} keeps no replay buffer")

@@ -25,6 +25,7 @@ from .spec import (
     PPOConfig,
     RendezvousSpec,
     SACConfig,
+    TD3Config,
 )
 from .validation import (
     GPU_RESOURCE,
@@ -152,7 +153,7 @@ def _hyperparameter_rule(algorithm: str, field: str, cel: str, message_expressio
 
 
 def _at_most_buffer(block: str, model: type[BaseModel], field: str) -> CrossFieldRule:
-    """An off-policy count (DQN's, SAC's) that must fit the replay buffer (per rank, as both are)."""
+    """An off-policy count (DQN's, SAC's, TD3's) that must fit the replay buffer (per rank, as each is)."""
     value, size = _cel_hp(block, field, model), _cel_hp(block, "bufferSize", model)
     return _hyperparameter_rule(
         block, field, f"{value} <= {size}",
@@ -179,6 +180,8 @@ HYPERPARAMETER_RULES = [
     _at_most_buffer("dqn", DQNConfig, "learningStarts"),
     _at_most_buffer("sac", SACConfig, "batchSize"),
     _at_most_buffer("sac", SACConfig, "learningStarts"),
+    _at_most_buffer("td3", TD3Config, "batchSize"),
+    _at_most_buffer("td3", TD3Config, "learningStarts"),
     _hyperparameter_rule(
         "dqn", "explorationFinalEps",
         f"{_cel_hp('dqn', 'explorationFinalEps', DQNConfig)} <= {_cel_hp('dqn', 'explorationInitialEps', DQNConfig)}",
@@ -620,7 +623,7 @@ def atari_kwargs_problems(parsed: JobSpec | None) -> list[Problem]:
 
 
 def replay_memory_problems(parsed: JobSpec | None) -> list[Problem]:
-    """An Atari id's replay buffer (DQN's, SAC's) over the memory each process of its pod may use, as the trainer
+    """An Atari id's replay buffer (DQN's, SAC's, TD3's) over the memory each process of its pod may use, as the trainer
     weighs it at start (replaymemory): here without gymnasium, before any pod; a pod would be OOM-killed once its
     buffer filled, hours in, and every gang restart after it."""
     problem = replaymemory.spec_problem(parsed, replaymemory.job_replay(parsed)) if parsed is not None else None

@@ -130,6 +130,25 @@ class SACConfig(Model):
     hidden_sizes: list[HiddenWidth] = Field([256, 256], min_length=1, max_length=8, description="Hidden layer widths of the actor and of each critic.")
 
 
+class TD3Config(Model):
+    """TD3 hyperparameters, continuous actions (Fujimoto et al. 2018; CleanRL's td3_continuous_action.py: its
+    defaults, its one learning rate; per rank: every rank keeps its own replay buffer)."""
+
+    learning_rate: float = Field(3e-4, gt=0, le=1, description="Adam learning rate of the actor and of the two critics.")
+    buffer_size: int = Field(1_000_000, ge=1, le=100_000_000, description="Replay capacity per rank, in transitions.")
+    batch_size: int = Field(256, ge=1, le=65536, description="Transitions per gradient step, per rank.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    tau: float = Field(0.005, gt=0, le=1, description="Soft update rate of the target actor and target critics (1 = hard copy).")
+    learning_starts: int = Field(25000, ge=0, description="Transitions per rank (the ranks' mean; gymnasium's autoreset steps are none) taken with uniformly random actions before learning starts.")
+    train_frequency: int = Field(1, ge=1, description="Env steps per rank between gradient steps.")
+    gradient_steps: int = Field(1, ge=1, le=1000, description="Gradient steps of the critics each time training runs.")
+    policy_delay: int = Field(2, ge=1, le=1000, description="Critic steps per actor step: every policyDelay-th critic step is followed by one actor step and the soft update of both targets (TD3's delayed policy update).")
+    exploration_noise: float = Field(0.1, ge=0, le=10, description="Standard deviation of the Gaussian noise added to the actor's actions while collecting, as a fraction of the action box's half-width; the sum is clipped to the box.")
+    target_policy_noise: float = Field(0.2, ge=0, le=10, description="Standard deviation of the Gaussian noise added to the target actor's next actions in the critics' target (target policy smoothing), as a fraction of the action box's half-width.")
+    target_noise_clip: float = Field(0.5, ge=0, le=10, description="That noise is clipped to plus or minus this (a fraction of the box's half-width) before it is added; the noisy action is then clipped to the box.")
+    hidden_sizes: list[HiddenWidth] = Field([256, 256], min_length=1, max_length=8, description="Hidden layer widths of the actor and of each critic.")
+
+
 class EnvSpec(Model):
     id: str = Field(min_length=1, max_length=253, pattern=ENV_ID, description='A gymnasium id ("CartPole-v1", "ALE/Pong-v5") or "module:Class".')
     num_envs: int = Field(8, ge=1, le=4096, description="Vectorised envs per process (rank).")
@@ -212,10 +231,11 @@ class JobSpec(Model):
         description="kuberl: kuberl's trainer runs algorithm on env. custom: the template's `trainer` container brings its"
         " own command; algorithm, env and totalTimesteps are then optional, and the job succeeds when every worker exits 0.",
     )
-    algorithm: Literal["ppo", "dqn", "sac"] | None = immutable(default=None, description="Training algorithm: ppo (discrete and continuous actions), dqn (discrete), sac (continuous); required unless trainer: custom.")
+    algorithm: Literal["ppo", "dqn", "sac", "td3"] | None = immutable(default=None, description="Training algorithm: ppo (discrete and continuous actions), dqn (discrete), sac or td3 (continuous); required unless trainer: custom.")
     ppo: PPOConfig | None = immutable(default=None, description="PPO hyperparameters; only with algorithm: ppo.")
     dqn: DQNConfig | None = immutable(default=None, description="DQN hyperparameters; only with algorithm: dqn.")
     sac: SACConfig | None = immutable(default=None, description="SAC hyperparameters; only with algorithm: sac.")
+    td3: TD3Config | None = immutable(default=None, description="TD3 hyperparameters; only with algorithm: td3.")
     env: EnvSpec | None = immutable(default=None, description="Environment each rank vectorises; required unless trainer: custom.")
     total_timesteps: int | None = immutable(default=None, ge=1, le=10**12, description="Transitions across all ranks (gymnasium's autoreset steps are none); training stops at the first update at or past it; required unless trainer: custom.")
     success: SuccessSpec = Field(default_factory=SuccessSpec, description="Early stop on evaluation return.")
@@ -265,7 +285,7 @@ class JobSpec(Model):
         return self.workers * self.procs
 
     @property
-    def hyperparameters(self) -> PPOConfig | DQNConfig | SACConfig | None:
+    def hyperparameters(self) -> PPOConfig | DQNConfig | SACConfig | TD3Config | None:
         """The algorithm's block, defaulted when omitted (ALGORITHM_BLOCKS); None without an algorithm."""
         if self.algorithm is None:
             return None
@@ -274,4 +294,5 @@ class JobSpec(Model):
 
 
 # spec.algorithm -> (the JobSpec field holding its hyperparameters, their model); a new algorithm is a row
-ALGORITHM_BLOCKS: dict[str, tuple[str, type[Model]]] = {"ppo": ("ppo", PPOConfig), "dqn": ("dqn", DQNConfig), "sac": ("sac", SACConfig)}
+ALGORITHM_BLOCKS: dict[str, tuple[str, type[Model]]] = {"ppo": ("ppo", PPOConfig), "dqn": ("dqn", DQNConfig), "sac": ("sac", SACConfig),
+                                                        "td3": ("td3", TD3Config)}

@@ -1,0 +1,167 @@
+"""TD3's trainer in one process: its iteration sizes, exploration inside the box, the delayed actor and target
+updates (one actor step every policyDelay critic steps, both targets following by tau), what its steps move,
+the statistics it reports, a stop and resume that continues exactly, and its evaluation and model."""
+
+import numpy as np
+import pytest
+import torch
+from kuberl.core.spec import TD3Config
+from kuberl_trainer import checkpoint
+from kuberl_trainer.distributed import Dist
+from kuberl_trainer.envs import UnknownEnv
+from kuberl_trainer.session import BareSession
+from kuberl_trainer.td3 import TD3Trainer
+
+ONE_PROCESS = Dist(0, 1, 0, 1, torch.device("cpu"), None)
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def small_trainer(total=400, restart=0, **hp):
+    config = TD3Config(**{"learning_starts": 64, "batch_size": 32, "train_frequency": 8, "gradient_steps": 4,
+                          "hidden_sizes": [16], "buffer_size": 1000, **hp})
+    return TD3Trainer(ONE_PROCESS, config, "Pendulum-v1", 4, {}, total, seed=3, restart=restart)
+
+
+def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: value.detach().clone() for name, value in module.state_dict().items()}
+
+
+def equal(module: torch.nn.Module, saved: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(v, module.state_dict()[k]) for k, v in saved.items())
+
+
+def learning(trainer: TD3Trainer) -> TD3Trainer:
+    while not trainer.learning():
+        trainer.update(False, False)
+    return trainer
+
+
+def test_random_actions_until_learning_starts_then_the_noisy_actor_inside_the_box():
+    trainer = small_trainer()
+    assert (trainer.vector_steps, trainer.batch_per_rank, trainer.gradient_steps) == (2, 8, 4)
+    before = weights(trainer.agent)
+    report = trainer.update(False, False)
+    while not report.losses:
+        assert equal(trainer.agent, before)
+        report = trainer.update(False, False)
+    assert trainer.steps_per_rank == 64 and trainer.critic_updates == 4 and report.epochs_run == 4
+    assert set(report.losses) == {"value_loss", "q_value", "policy_loss"}
+    added = trainer.replay.added
+    trainer.update(False, False)  # the actor's own actions, with noise, now
+    held = trainer.replay.actions[added: trainer.replay.added].reshape(-1)
+    assert held.size == 8 and (np.abs(held) <= 2.0).all() and np.unique(held).size == held.size
+
+
+def test_exploration_noise_is_the_actors_action_plus_sigma_times_the_half_width():
+    trainer = learning(small_trainer(exploration_noise=0.0))
+    obs = trainer.next_obs.copy()
+    with torch.no_grad():
+        expected = trainer.agent(torch.as_tensor(obs)).numpy()
+    added = trainer.replay.added
+    trainer.collect()
+    assert np.allclose(trainer.replay.actions[added].reshape(expected.shape), expected)  # sigma 0: the actor's own
+
+
+def test_one_actor_step_every_policy_delay_critic_steps_and_both_targets_follow_by_tau_then_only():
+    trainer = learning(small_trainer(policy_delay=3, tau=0.5))
+    trainer.critic_updates = 0  # the clock the schedule reads, from here
+    batch = trainer.to_tensors(trainer.replay.sample(32, 0.99, np.random.default_rng(0)))
+    actor, target_actor, target_critics = weights(trainer.agent), weights(trainer.target_actor), weights(trainer.target_critics)
+    for _ in range(2):  # critic steps 1 and 2: the critics move; the actor and both targets do not
+        critics = weights(trainer.critics)
+        trainer.gradient_step(*batch)
+        assert not equal(trainer.critics, critics)
+    assert equal(trainer.agent, actor) and equal(trainer.target_actor, target_actor) and equal(trainer.target_critics, target_critics)
+    trainer.gradient_step(*batch)  # step 3: one actor step, then the targets half way to the online networks
+    assert not equal(trainer.agent, actor)
+    for name in ("net.0.weight", "net.2.bias"):
+        expected = target_actor[name] + 0.5 * (trainer.agent.state_dict()[name] - target_actor[name])
+        assert torch.allclose(trainer.target_actor.state_dict()[name], expected), name
+    expected = target_critics["q2.0.weight"] + 0.5 * (trainer.critics.q2[0].weight - target_critics["q2.0.weight"])
+    assert torch.allclose(trainer.target_critics.q2[0].weight, expected)
+
+
+def test_an_actor_step_moves_the_actor_and_never_the_critics():
+    trainer = learning(small_trainer())
+    obs = trainer.to_tensors(trainer.replay.sample(32, 0.99, np.random.default_rng(0)))[0]
+    actor, critics = weights(trainer.agent), weights(trainer.critics)
+    trainer.policy_step(obs)
+    assert equal(trainer.critics, critics) and not equal(trainer.agent, actor)
+    assert all(p.requires_grad for p in trainer.critics.parameters())  # unfrozen after
+
+
+def test_an_update_reports_its_critics_mean_q_and_loss_over_its_steps_and_its_actor_steps_loss():
+    trainer = learning(small_trainer(policy_delay=2))
+    trainer.critic_updates = 1  # this update's 4 critic steps are numbers 2..5: actor steps after 2 and 4
+    steps, real = [], trainer.gradient_step
+    trainer.gradient_step = lambda *batch: steps.append(real(*batch)) or steps[-1]
+    report = trainer.update(False, False)
+    assert len(steps) == 4 and report.epochs_run == 4
+    assert report.losses["value_loss"] == pytest.approx(sum(s[0].item() for s in steps) / 4)
+    assert report.losses["q_value"] == pytest.approx(sum(s[1].item() for s in steps) / 4)
+    assert [s[2].item() == 0 for s in steps] == [False, True, False, True]
+    assert report.losses["policy_loss"] == pytest.approx((steps[0][2].item() + steps[2][2].item()) / 2)
+
+
+def test_a_resume_learns_exactly_as_the_uninterrupted_run():
+    """What a checkpoint holds (actor, critics, both targets, both optimisers, counters) plus, as deterministic
+    mode adds, the rank's replay buffer and RNGs, through the checkpoint's encoding: the resumed rank's gradient
+    steps (their target noise included) equal the uninterrupted one's, bit for bit. (Pendulum's envs are not plain
+    data, so their state is no part of it: both learn from their buffers alone.)"""
+    trainer = small_trainer()
+    for _ in range(12):
+        trainer.update(False, False)
+    own = {"replay": trainer.replay.state_dict(), "torch_rng": torch.get_rng_state(), "np_rng": trainer.np_rng.bit_generator.state}
+    saved = checkpoint.decode(checkpoint.encode({"shared": trainer.shared_state(), "own": own}))
+    resumed = small_trainer(restart=1)  # another restart generation: its own seeds must not matter
+    resumed.load_shared(saved["shared"])
+    resumed._load_rank_extra(saved["own"])
+    resumed.np_rng.bit_generator.state = saved["own"]["np_rng"]
+
+    torch.set_rng_state(saved["own"]["torch_rng"])
+    trainer.learn()
+    trainer.learn()
+    torch.set_rng_state(saved["own"]["torch_rng"])
+    resumed.learn()
+    resumed.learn()
+    assert resumed.critic_updates == trainer.critic_updates > 0
+    for name in ("agent", "critics", "target_actor", "target_critics"):
+        mine, theirs = getattr(resumed, name).state_dict(), getattr(trainer, name).state_dict()
+        for key, value in theirs.items():
+            assert torch.equal(mine[key], value), (name, key)
+    for group in ("critics", "policy"):
+        mine, theirs = resumed.optimizer.state_dict()[group]["state"], trainer.optimizer.state_dict()[group]["state"]
+        for key, state in theirs.items():
+            for name, tensor in state.items():
+                assert torch.equal(mine[key][name], tensor), (group, key, name)
+
+
+def test_without_the_rank_state_a_resume_refills_the_buffer_then_learns_on():
+    trainer = small_trainer(total=300)
+    assert trainer.train(BareSession()) == "budget"
+    resumed = small_trainer(total=600)
+    resumed.load_shared(trainer.shared_state())
+    assert len(resumed.replay) == 0 and not resumed.learning()
+    assert resumed.train(BareSession()) == "budget" and resumed.critic_updates > trainer.critic_updates
+
+
+def test_evaluation_acts_without_noise_and_the_final_model_is_the_actor():
+    trainer = small_trainer()
+    obs = np.zeros((3, 3), np.float32)
+    assert np.array_equal(trainer.greedy(obs), trainer.greedy(obs))
+    score = trainer.evaluate("Pendulum-v1", 2, {}, seed=5)
+    assert -2000 < score < 0
+    model = trainer.final_model()
+    assert set(model) == {"agent", "hidden_sizes"} and set(model["agent"]) == set(trainer.agent.state_dict())
+    frozen = trainer.frozen_copy()
+    assert frozen.agent is not trainer.agent and frozen.evaluate("Pendulum-v1", 2, {}, seed=5) == score
+
+
+@pytest.mark.parametrize(("env_id", "words"), [
+    ("CartPole-v1", "'CartPole-v1' has action space Discrete(2); supported by this algorithm: float Box actions"),
+    ("tests.unit.test_sac_trainer:Unbounded", "unbounded; supported by this algorithm: float Box actions with finite bounds"),
+])
+def test_an_env_whose_actions_the_actor_cannot_emit_is_refused_naming_spec_env_id(env_id, words):
+    with pytest.raises(UnknownEnv) as refused:
+        TD3Trainer(ONE_PROCESS, TD3Config(hidden_sizes=[8]), env_id, 2, {}, 1000, seed=1, restart=0)
+    assert str(refused.value).startswith("spec.env.id: ") and words in str(refused.value), refused.value
