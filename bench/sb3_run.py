@@ -19,9 +19,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from stable_baselines3 import DQN, PPO, SAC
+from stable_baselines3 import DQN, PPO, SAC, TD3
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.noise import NormalActionNoise
 
 EVALUATION = Path(__file__).resolve().parents[1] / "trainer/kuberl_trainer/evaluation.py"
 
@@ -97,8 +98,11 @@ def main() -> None:
     for key in ("learning_rate", "clip_range"):
         if isinstance(hp.get(key), str) and hp[key].startswith("lin_"):
             hp[key] = linear(float(hp[key][4:]))
-    algo = {"ppo": PPO, "dqn": DQN, "sac": SAC}[job["algorithm"]]
+    algo = {"ppo": PPO, "dqn": DQN, "sac": SAC, "td3": TD3}[job["algorithm"]]
     env = make_vec_env(job["env"], n_envs=n_envs, seed=job["seed"])
+    if "noise_std" in hp:  # rl-zoo's noise_type normal: Gaussian noise on SB3's [-1, 1] actions (TD3 explores with none by default)
+        actions = env.action_space.shape[-1]
+        hp["action_noise"] = NormalActionNoise(np.zeros(actions), hp.pop("noise_std") * np.ones(actions))
     model = algo("MlpPolicy", env, seed=job["seed"], device="cpu", verbose=0, **hp)
     watch = Watch(job, launched)
     started = time.time()
