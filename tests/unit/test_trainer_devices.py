@@ -26,8 +26,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from kuberl.core.spec import DQNConfig, PPOConfig, SACConfig
-from kuberl_trainer import device, dqn, fused, learners, networks, ppo, sac
+from kuberl.core.spec import DQNConfig, PPOConfig, SACConfig, TD3Config
+from kuberl_trainer import device, dqn, fused, learners, networks, ppo, sac, td3
 from kuberl_trainer.distributed import Dist
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
@@ -486,3 +486,70 @@ def test_a_host_tensor_in_sacs_soft_target_fails_on_fake_cuda(fake, monkeypatch)
     monkeypatch.setattr(sac, "soft_q_target", lambda rewards, *rest: real(rewards + host_vector(len(rewards)), *rest))
     with pytest.raises(Exception, match=MIXED_DEVICES):
         sac_learning_on_fake_cuda(fake, monkeypatch)
+
+
+# --- TD3: its networks, smoothed targets, delayed steps and both targets' updates on fake CUDA ------------
+
+
+def td3_learning_on_fake_cuda(fake, monkeypatch) -> tuple[list, dict, list]:
+    """TD3Trainer.learn on fake CUDA: batches drawn from the (host) replay buffer, the target actor's smoothed
+    next actions and the target critics, both steps' losses (recorded, not run), the soft updates of both
+    targets and the sums of the statistics. The devices each step's loss was on, the losses, and the devices
+    of the targets' weights after each soft update."""
+    hp = TD3Config(buffer_size=256, learning_starts=16, batch_size=8, train_frequency=8, gradient_steps=4,
+                   policy_delay=2, hidden_sizes=[16])
+    ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is
+    trainer = td3.TD3Trainer(ctx, hp, "Pendulum-v1", 4, {}, 10_000, 7, 0)
+    for _ in range(4):  # random actions before learningStarts: real CPU work, done before the fake mode
+        trainer.collect()
+    trainer.ctx = dataclasses.replace(ctx, device=CUDA)
+    steps = []
+    monkeypatch.setattr(trainer.learner, "_step", lambda _step, loss: steps.append(loss.device))
+    targets, soft_update = [], networks.soft_update
+    monkeypatch.setattr(networks, "soft_update", lambda target, online, tau: (
+        soft_update(target, online, tau), targets.append({p.device for p in target.parameters()})))
+    for module in (trainer.agent, trainer.critics, trainer.target_actor, trainer.target_critics):
+        on_fake_cuda(fake, module).requires_grad_(False)  # recording autograd on fake CUDA aborts too
+    monkeypatch.setattr(trainer, "to_tensors", lambda batch: tuple(
+        fake_cuda(fake, a) for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs)))
+    with fake:
+        losses, _ = trainer.learn()
+    trainer.envs.close()
+    return steps, losses, targets
+
+
+def test_td3_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch):
+    steps, losses, targets = td3_learning_on_fake_cuda(fake, monkeypatch)
+    assert steps == [CUDA] * 6  # 4 critic steps, and an actor step after the 2nd and the 4th
+    assert targets == [{CUDA}] * 4  # after each actor step, the target actor's and the target critics' update
+    assert {name: loss.device for name, loss in losses.items()} == dict.fromkeys(("value_loss", "q_value", "policy_loss"), CUDA)
+
+
+def test_a_host_tensor_in_td3s_smoothed_target_actions_fails_on_fake_cuda(fake, monkeypatch):
+    """The harness can fail: a host vector in target policy smoothing raises, as a GPU would."""
+    real = td3.smoothed_target_actions
+    monkeypatch.setattr(td3, "smoothed_target_actions",
+                        lambda actions, *rest: real(actions + host_vector(actions.shape[-1]), *rest))
+    with pytest.raises(Exception, match=MIXED_DEVICES):
+        td3_learning_on_fake_cuda(fake, monkeypatch)
+
+
+def test_td3_acts_and_evaluates_on_cuda_reading_each_batch_of_actions_once(fake, monkeypatch):
+    """TD3Trainer.collect past learningStarts (the actor's actions, one host read a vector step, the noise added
+    on the host) and greedy (evaluation's action) on fake CUDA: the host reads they made, (device, shape) each."""
+    hp = TD3Config(buffer_size=256, learning_starts=16, batch_size=8, train_frequency=8, hidden_sizes=[16])
+    ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is
+    trainer = td3.TD3Trainer(ctx, hp, "Pendulum-v1", 4, {}, 10_000, 7, 0)
+    trainer.counters.global_step = hp.learning_starts  # the actor acts from here, no longer uniform noise
+    trainer.ctx = dataclasses.replace(ctx, device=CUDA)
+    on_fake_cuda(fake, trainer.agent)
+    reads = []
+    monkeypatch.setattr(td3, "to_device", lambda array, device: fake_cuda(fake, array))
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda tensor: HostRead(reads, tensor))
+    try:
+        with fake:
+            assert trainer.collect() == 8  # 2 vector steps of 4 envs
+            trainer.greedy(np.zeros((3, 3), np.float32))
+    finally:
+        trainer.envs.close()
+    assert reads == [(CUDA, (4, 1))] * 2 + [(CUDA, (3, 1))]
