@@ -79,7 +79,7 @@ def test_pods_the_checks_cannot_handle_fail_the_job_naming_the_template_not_a_re
 def test_a_spec_the_validation_cannot_handle_fails_the_job_naming_the_spec_not_a_retry_loop(monkeypatch):
     """An exception out of the spec's validation itself (int() of a torchrun count of 5000 digits raised ValueError)
     escaped the reconcile: kopf retried the job every 5 s, a traceback each time, with no status and no event."""
-    def broken(job):
+    def broken(job, **_):
         raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
 
     monkeypatch.setattr(jobstatus, "validate_job", broken)

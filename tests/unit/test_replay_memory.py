@@ -20,6 +20,7 @@ from kuberl.core import (
     lifecycle,
     names,
     replaymemory,
+    rules,
     trainerconfig,
 )
 from kuberl.core.replaymemory import GIB, Replay
@@ -264,3 +265,71 @@ def test_validate_and_the_trainer_weigh_the_same_bytes_for_an_atari_id():
     job = make_job("p").minimal().algorithm("dqn").replace(env={"id": "ALE/Pong-v5", "numEnvs": 2, "kwargs": {"frameStack": 3}})
     planned = replaymemory.job_replay(job.with_spec(dqn={"bufferSize": 2_000, "learningStarts": 100, "batchSize": 32}).spec())
     assert planned is not None and allocated(trainer.replay) == planned.nbytes
+
+
+# --- ratcheted across operator upgrades (rules.WEIGHING_RULES, jobstatus.ratchet) ---------------------------
+
+
+def admitted_before(job: dict, generation: int = 1, phase: str = "Running", **status) -> dict:
+    """`job` as an operator left it having admitted its spec `generation` (observedGeneration and a phase no refusal leaves)."""
+    job = {**job, "metadata": {**job["metadata"], "uid": "u", "generation": generation}}
+    return {**job, "status": {"phase": phase, "observedGeneration": generation, **status}}
+
+
+def fingerprint_of(job: dict) -> str:
+    return next(f for rule, f, _ in rules.weighings(rules.validate_job(job, ratchet=lambda *_: True)) if rule == "replayMemory")
+
+
+@pytest.mark.parametrize(("case", "admitted"), [
+    ("a new job", False),
+    ("this generation admitted, by an operator that kept no record", True),
+    ("this generation admitted and suspended since", True),
+    ("this generation refused (Failed)", False),
+    ("an older generation admitted, no record of what it weighed", False),
+    ("an older generation admitted, what the rule weighs unchanged since", True),
+    ("an older generation admitted, what the rule weighs changed since", False),
+])
+def test_the_buffer_rule_is_ratcheted_for_a_generation_admitted_or_one_that_left_what_it_weighs_as_it_was(case, admitted):
+    job = pong_dqn(1_000_000, "4Gi").obj()
+    weighed = {"generation": 1, "weighed": {"replayMemory": fingerprint_of(job)}}
+    other = {"generation": 1, "weighed": {"replayMemory": fingerprint_of(pong_dqn(1_000_000, "8Gi").obj())}}
+    state = {
+        "a new job": {**job, "metadata": {**job["metadata"], "uid": "u", "generation": 1}},
+        "this generation admitted, by an operator that kept no record": admitted_before(job),
+        "this generation admitted and suspended since": admitted_before(job, phase="Suspended"),
+        "this generation refused (Failed)": admitted_before(job, phase="Failed"),
+        "an older generation admitted, no record of what it weighed": admitted_before(job, observedGeneration=1, generation=2),
+        "an older generation admitted, what the rule weighs unchanged since": admitted_before(job, 2, observedGeneration=1,
+                                                                                              admitted=weighed),
+        "an older generation admitted, what the rule weighs changed since": admitted_before(job, 2, observedGeneration=1,
+                                                                                            admitted=other),
+    }[case]
+    spec, refusal = jobstatus.judge(state)
+    if not admitted:
+        assert spec is None and refusal.reason == lifecycle.REASON_INVALID_SPEC and refusal.message.startswith(
+            "spec.dqn.bufferSize: a replay buffer"), refusal
+        return
+    assert refusal is None, refusal
+    admission = jobstatus.admission(state, spec)
+    assert admission.record == {"generation": state["metadata"]["generation"], "weighed": weighed["weighed"]}
+    assert [p.path for p in admission.ratcheted] == ["spec.dqn.bufferSize"]
+    written = jobstatus.admitted_status({"conditions": []}, admission, 0.0)
+    said = next(c for c in written["conditions"] if c["type"] == jobstatus.CONDITION_ADMITTED_UNDER_OLDER_RULES)
+    assert said["status"] == "True" and "spec.dqn.bufferSize" in said["message"] and len(said["message"]) <= lifecycle.MESSAGE_LIMIT
+
+
+def test_an_admitted_status_lets_no_other_rule_through():
+    """A status can be forged by whoever may write it: only the rules that weigh a job against its own resources ratchet."""
+    job = pong_dqn(1_000_000, "4Gi", workers=0).obj()
+    spec, refusal = jobstatus.judge(admitted_before(job))
+    assert spec is None and refusal.reason == lifecycle.REASON_INVALID_SPEC
+    assert "spec.workers" in refusal.message, refusal.message
+
+
+def test_a_fitting_buffer_is_recorded_and_says_nothing():
+    job = admitted_before(pong_dqn(1_000_000, "8Gi").obj())
+    spec, refusal = jobstatus.judge(job)
+    admission = jobstatus.admission(job, spec)
+    assert refusal is None and admission.ratcheted == ()
+    written = jobstatus.admitted_status({"conditions": [{"type": jobstatus.CONDITION_ADMITTED_UNDER_OLDER_RULES}]}, admission, 0.0)
+    assert written["conditions"] == [] and written["admitted"]["weighed"]["replayMemory"] == fingerprint_of(job)

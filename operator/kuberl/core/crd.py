@@ -178,6 +178,14 @@ def _status_schema() -> dict:
                     "reason": {"type": "string", "maxLength": 64, "description": "Why the job is Failed or Suspended (its condition's reason), or why a Pending or Restarting job's workers are not all running (its Ready condition's reason)."},
                 },
             },
+            "admitted": {
+                "type": "object", "description": "The spec generation the operator last admitted, and what each rule that weighs a job against its own resources (a replay buffer against its memory limit) weighed then: an operator upgrade that adds or tightens such a rule lets this job run on until those fields change.",
+                "properties": {
+                    "generation": {"type": "integer", "description": "The spec generation (metadata.generation) admitted."},
+                    "weighed": {"type": "object", "maxProperties": 16, "additionalProperties": {"type": "string", "maxLength": 64, "description": "The rule's fingerprint."},
+                                "description": "A fingerprint of what each such rule weighed, by the rule's name."},
+                },
+            },
             "trainerDefaults": {
                 "type": "object", "description": "The operator's defaults for what the spec leaves unset, as the job first met them: every generation's pods take these, so an operator upgrade that changes them never changes a running job.",
                 "properties": {

@@ -12,6 +12,7 @@ statuses, which 409s are ours, and how often one job may post an Event.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import enum
 import logging
 import math
@@ -22,7 +23,7 @@ from typing import Any
 from . import contract, lifecycle, names, poddefaults, render, safetext
 from .lifecycle import Refusal
 from .rank0metrics import Rank0Reading
-from .rules import validate_job
+from .rules import Ratchet, validate_job, weighings
 from .spec import JobSpec
 from .validation import DNS_1123_SUBDOMAIN, PULL_POLICIES, InvalidJob, Problem
 
@@ -49,7 +50,7 @@ def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None)
     """The job's spec, or why it cannot run before anything is created: a spec only the operator can
     judge (InvalidSpec), or rendered pods over the operator's pod security level (PodSecurity)."""
     try:
-        spec = validate_job(job)
+        spec = validate_job(job, ratchet=ratchet(job))
     except InvalidJob as invalid:
         return None, Refusal(lifecycle.REASON_INVALID_SPEC, problems_message(invalid.problems))
     except Exception as e:  # a spec the validation itself cannot handle fails visibly, not as a silent retry loop
@@ -73,6 +74,68 @@ def judge(job: dict, pod_problems: Callable[[JobSpec], list[str]] | None = None)
     if problems:
         return spec, Refusal(lifecycle.REASON_POD_SECURITY, "; ".join(problems))
     return spec, None
+
+
+# --- rules ratcheted across operator upgrades (rules.WEIGHING_RULES) -------------------------------------------
+
+CONDITION_ADMITTED_UNDER_OLDER_RULES = "AdmittedUnderOlderRules"
+REASON_ADMITTED_UNDER_OLDER_RULES = "AdmittedUnderOlderRules"
+# Phases of a job whose spec generation the operator judged and let run (a refused one is Failed).
+ADMITTED_PHASES = (lifecycle.PENDING, lifecycle.RUNNING, lifecycle.RESTARTING, lifecycle.SUSPENDED)
+
+
+def ratchet(job: dict) -> Ratchet:
+    """Which weighing rules `job` runs on with whatever they find: any rule where its status says this very spec
+    generation was admitted (observedGeneration, and a phase no refusal leaves), as every operator version has
+    written it, a version that weighed less included; and a rule whose record (status.admitted.weighed, this
+    version's) holds the fingerprint of what it weighs now, so an edit elsewhere in the spec (a suspend, a
+    deadline) does not take the job's admission away. A new job, or an edit of what a rule weighs, meets it."""
+    status = job.get("status") if isinstance(job.get("status"), dict) else {}
+    metadata = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
+    generation = metadata.get("generation")
+    same = (isinstance(generation, int) and status.get("observedGeneration") == generation
+            and status.get("phase") in ADMITTED_PHASES)
+    record = status.get("admitted") if isinstance(status.get("admitted"), dict) else {}
+    weighed = record.get("weighed") if isinstance(record.get("weighed"), dict) else {}
+    return lambda rule, fingerprint: same or weighed.get(rule) == fingerprint
+
+
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    """What the status of an admitted job records (`record`, status.admitted: each weighing rule's fingerprint of
+    what it weighed), and the weighing rules' problems it was let through with (`ratcheted`), said in a condition."""
+
+    record: dict
+    ratcheted: tuple[Problem, ...]
+
+
+def admission(job: dict, spec: JobSpec) -> Admission:
+    """The admission of a job `judge` let run: every weighing rule's problems with it were ratcheted."""
+    found = weighings(spec)
+    generation = (job.get("metadata") or {}).get("generation")
+    return Admission({"generation": generation if isinstance(generation, int) else 0,
+                      "weighed": {rule: fingerprint for rule, fingerprint, _ in found}},
+                     tuple(p for _, _, problems in found for p in problems))
+
+
+def ratcheted_message(problems: tuple[Problem, ...]) -> str:
+    return ("admitted before this operator's rules weighed it so, the job runs on as admitted (its gang restarts"
+            f" included); a new job like it, or an edit of these fields, is refused: {problems_message(list(problems))}")
+
+
+def admitted_status(status: dict, admitted: Admission, now: float) -> dict:
+    """`status` with its admission recorded, and the AdmittedUnderOlderRules condition set, or taken off."""
+    out = {**status, "admitted": admitted.record}
+    conditions = [c for c in out.get("conditions") or [] if c.get("type") != CONDITION_ADMITTED_UNDER_OLDER_RULES]
+    if admitted.ratcheted:
+        old = next((c for c in out.get("conditions") or [] if c.get("type") == CONDITION_ADMITTED_UNDER_OLDER_RULES), None)
+        conditions.append({"type": CONDITION_ADMITTED_UNDER_OLDER_RULES, "status": "True",
+                           "reason": REASON_ADMITTED_UNDER_OLDER_RULES,
+                           "message": lifecycle.clip(ratcheted_message(admitted.ratcheted)),
+                           "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == "True"
+                           else lifecycle.rfc3339(now)})
+    out["conditions"] = conditions
+    return out
 
 
 JUDGE_SHARE = 0.1  # of the operator's CPU that one job's spec edits may take, however fast they come
@@ -287,13 +350,18 @@ def job_status(
     defaults: tuple[str, render.PerProcess] | None = None,
     pod_defaults: poddefaults.PodDefaults | None = None,
     image_pull: tuple[str | None, tuple[str, ...]] | None = None,
+    admitted: Admission | None = None,
+    now: float = 0.0,
 ) -> dict:
     """The status one reconcile writes: the lifecycle's, plus what only the shell knows.
     `paths`: the trainer configuration's (checkpointDir, finalModel); None for a spec that does not parse.
     `defaults`: the job's trainer defaults (trainer_defaults), recorded for its later generations, and with them
     `pod_defaults`, the platform's pod defaults it met first (poddefaults.recorded), and `image_pull`, the pull policy
-    and secrets it met first (image_pull_defaults)."""
+    and secrets it met first (image_pull_defaults). `admitted`: the admission of a spec `judge` let run
+    (`admission`), recorded with its condition at `now`."""
     status = copy.deepcopy(decided)
+    if admitted is not None:
+        status = admitted_status(status, admitted, now)
     status["observedGeneration"] = observed_generation
     status["display"] = display(status, desired_workers)
     if defaults is not None:

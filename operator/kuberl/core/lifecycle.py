@@ -375,6 +375,9 @@ def _clip(text: str) -> str:
     return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
 
 
+clip = _clip  # the shell's own messages in status (jobstatus) are kept as decide's are
+
+
 @dataclass
 class _Plan:
     """The status being written and the actions gathered, for one decision."""

@@ -213,6 +213,15 @@ def job_replay(spec: Any) -> Replay | None:
                          spec.total_timesteps, spec.world_size)
 
 
+def weighed(spec: Any) -> tuple:
+    """What `spec_problem` weighs of a parsed job (the buffer its trainer makes, the memory limit and the processes
+    sharing it), as plain values: two specs alike in these are judged alike."""
+    replay = job_replay(spec)
+    limit = memory_limit(spec) if replay is not None else None
+    return (spec.algorithm, None if replay is None else (*replay.args, replay.most_rows),
+            None if limit is None else limit[0], spec.procs)
+
+
 def spec_problem(spec: Any, replay: Replay | None) -> Problem | None:
     """A job's replay buffer (`replay`, from the env's spaces as the trainer will see them) over what each of its
     pod's processes may use: its trainer container's memory limit (`memory_limit`) over spec.procs, less

@@ -6,6 +6,7 @@ found, each at its path."""
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import re
 from collections.abc import Callable, Collection
@@ -553,12 +554,14 @@ def env_id_problem(env_id: str, registered: Collection[str]) -> Problem | None:
     return Problem("spec.env.id", f"expected a gymnasium id registered here, or \"module:Class\" (got {env_id!r}){hint}")
 
 
-def validate_job(job: Any, env_ids: Collection[str] | None = None) -> JobSpec:
+def validate_job(job: Any, env_ids: Collection[str] | None = None, ratchet: Ratchet | None = None) -> JobSpec:
     """Validate a whole RLTrainingJob object (apiVersion, kind, metadata, spec).
 
     `env_ids`, the gymnasium ids registered here, lets callers that can import
     gymnasium check spec.env.id (`env_id_problem`); None means "cannot tell
     here" (the operator's image has no gymnasium: the trainer checks it).
+    `ratchet`: which of the WEIGHING_RULES' refusals a job already admitted keeps
+    running with (`weighings`); None: none, every rule applies.
     """
     if not isinstance(job, dict):
         raise InvalidJob([Problem("(document)", f"expected a YAML mapping (got {shown(job)})")])
@@ -590,7 +593,7 @@ def validate_job(job: Any, env_ids: Collection[str] | None = None) -> JobSpec:
         problems += [Problem(*nproc)] if nproc else []
         problems += pod_queue_label_problems(parsed)
         problems += atari_kwargs_problems(parsed)
-        problems += replay_memory_problems(parsed)
+        problems += [p for rule, inputs, found in weighings(parsed) if not (ratchet and ratchet(rule, inputs)) for p in found]
     if env_ids is not None and (env_id := _env_id(parsed, job.get("spec"))) is not None:
         # also when other fields failed: every problem in one round, a misspelt id with a misspelt field
         problems += [p for p in [env_id_problem(env_id, env_ids)] if p is not None and p.path not in {q.path for q in problems}]
@@ -628,6 +631,32 @@ def replay_memory_problems(parsed: JobSpec | None) -> list[Problem]:
     buffer filled, hours in, and every gang restart after it."""
     problem = replaymemory.spec_problem(parsed, replaymemory.job_replay(parsed)) if parsed is not None else None
     return [problem] if problem else []
+
+
+# Rules that weigh a job against the resources its own spec gives it: they keep a job from failing itself (an OOM
+# hours in), never the cluster from a job. An operator upgrade that adds or tightens one ratchets it, as the API
+# server ratchets a CRD's validation (KEP-4008, CRDValidationRatcheting, on by default since Kubernetes 1.30: an
+# unchanged value a new rule fails is let through on update): a job admitted before keeps running, through its
+# gang restarts, until what the rule weighs changes. Rules that protect the cluster (the schema, names, pod
+# security) are never ratcheted: a status can be forged by whoever may write it, a spec's resources only hurt
+# their own job. Each row: the rule's name (status.admitted.weighed's key), its problems, and what it weighs.
+WEIGHING_RULES: dict[str, tuple[Callable[[JobSpec | None], list[Problem]], Callable[[JobSpec], tuple]]] = {
+    "replayMemory": (replay_memory_problems, replaymemory.weighed),
+}
+
+# (rule, fingerprint of what it weighs) -> whether the job was admitted with that rule at those inputs
+Ratchet = Callable[[str, str], bool]
+
+
+def weighings(parsed: JobSpec | None) -> list[tuple[str, str, list[Problem]]]:
+    """Each weighing rule's name, the fingerprint of what it weighs of `parsed`, and its problems with it."""
+    if parsed is None:
+        return []
+    found = []
+    for rule, (problems, inputs) in WEIGHING_RULES.items():
+        fingerprint = hashlib.sha256(json.dumps(inputs(parsed), default=str).encode()).hexdigest()[:16]
+        found.append((rule, fingerprint, problems(parsed)))
+    return found
 
 
 def pod_queue_label_problems(parsed: JobSpec | None) -> list[Problem]:

@@ -661,6 +661,9 @@ class JobLoop:
         if judged is None or judged[0] != key:
             status = job.get("status") or {}
             verdict, cpu_seconds = await asyncio.to_thread(_judged_timed, job, lambda spec: self._pod_problems(spec, status))
+            spec, refusal = verdict
+            # what status records of the admission: the weighing rules' fingerprints, and the problems they let through
+            self.memo["admitted"] = (key, jobstatus.admission(job, spec) if spec is not None and refusal is None else None)
             judged = self.memo["judged"] = (key, verdict)
             self.memo["judge_due"] = time.monotonic() + jobstatus.judge_pause(cpu_seconds)
             self.shell.metrics.spec_judgement.observe(cpu_seconds)
@@ -719,11 +722,14 @@ class JobLoop:
         decision = lifecycle.decide(spec, status, observed, rank0, now, refusal=refusal,
                                     networkpolicy_checked=self.memo.get("networkpolicy_checked") == job["metadata"]["uid"])
         paths = trainer_config(self.name, self.namespace, job["metadata"]["uid"], spec)["paths"] if spec is not None else None
+        key, admitted = self.memo.get("admitted") or (None, None)
+        if key != (job["metadata"]["uid"], job["metadata"].get("generation")) or decision.phase == lifecycle.FAILED:
+            admitted = None  # not this generation's judgement, or a job that ends here: its record stays as it was
         new_status = jobstatus.job_status(decision.status, observed_generation=job["metadata"].get("generation", 1),
                                           reading=reading, paths=paths, desired_workers=spec.workers if spec is not None else None,
                                           defaults=self._trainer_defaults(status),
                                           pod_defaults=poddefaults.recorded(status, self.shell.config.trainer_pod_defaults),
-                                          image_pull=self._image_pull(status))
+                                          image_pull=self._image_pull(status), admitted=admitted, now=now)
         written = await self._write(job, status, new_status)
         restarts = new_status.get("restarts")
         self.shell.metrics.job_phase(self.namespace, self.name, decision.phase, restarts if isinstance(restarts, int) else 0)
@@ -741,6 +747,11 @@ class JobLoop:
             self.memo["unread_said"] = said  # once per generation, in its describe and the operator's log
             logger.warning("job %s/%s: %s", self.namespace, self.name, unread)
             self._post(job, "Warning", jobstatus.REASON_METRICS_UNREAD, unread)
+        if admitted is not None and admitted.ratcheted and self.memo.get("ratchet_said") != key:
+            self.memo["ratchet_said"] = key  # once per spec generation; its condition stays in status
+            message = jobstatus.ratcheted_message(admitted.ratcheted)
+            logger.warning("job %s/%s: %s", self.namespace, self.name, safetext.one_line(message)[:lifecycle.MESSAGE_LIMIT])
+            self._post(job, "Warning", jobstatus.REASON_ADMITTED_UNDER_OLDER_RULES, message)
         missing = jobstatus.checkpoints_missing(status, reading, generation)
         if missing is not None and self.memo.get("missing_said") != said:
             self.memo["missing_said"] = said  # once per generation: the run stays behind the record for a while
