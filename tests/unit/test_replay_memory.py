@@ -24,12 +24,13 @@ from kuberl.core import (
     trainerconfig,
 )
 from kuberl.core.replaymemory import GIB, Replay
-from kuberl.core.spec import DQNConfig, SACConfig
+from kuberl.core.spec import DQNConfig, SACConfig, TD3Config
 from kuberl_trainer import budget
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.replay import ReplayBuffer
 from kuberl_trainer.sac import SACTrainer
+from kuberl_trainer.td3 import TD3Trainer
 
 from tests.support.jobs import make_job
 
@@ -58,6 +59,16 @@ def test_a_sac_trainers_buffer_is_the_formulas_bytes():
     trainer = SACTrainer(one_process(), hp, "Pendulum-v1", 3, {}, 10**6, 1, 0)
     planned = replaymemory.for_algorithm("sac", hp, 3, (3,), "float32", (1,))
     assert allocated(trainer.replay) == planned.nbytes == 1334 * 3 * (12 + 4 + 4 + 4) + 3
+
+
+def test_a_td3_trainers_buffer_is_the_formulas_bytes_and_too_large_a_one_is_refused_naming_its_field(tmp_path):
+    hp = TD3Config(buffer_size=4_000, learning_starts=100, batch_size=64)
+    trainer = TD3Trainer(one_process(), hp, "Pendulum-v1", 3, {}, 10**6, 1, 0)
+    planned = replaymemory.for_algorithm("td3", hp, 3, (3,), "float32", (1,))
+    assert allocated(trainer.replay) == planned.nbytes == 1334 * 3 * (12 + 4 + 4 + 4) + 3
+    (tmp_path / "memory.max").write_text(str(4 * GIB))
+    with pytest.raises(budget.BufferTooLarge, match=r"^spec\.td3\.bufferSize: .* shared by the pod's 4 ranks"):
+        TD3Trainer(one_process(tmp_path, procs=4), TD3Config(buffer_size=40_000_000), "Pendulum-v1", 2, {}, 10**9, 1, 0)
 
 
 @pytest.mark.parametrize("planned", [
