@@ -43,6 +43,18 @@ def test_a_crash_restarts_the_whole_gang_with_the_reason_from_the_termination_me
     assert 'kuberl_operator_gang_restarts_total{namespace="default",reason="Crashed",rltj="crashy"} 1.0' in operator.metrics()
 
 
+
+def test_a_crash_said_in_a_script_of_many_bytes_a_character_still_reaches_the_restart_event(standin, rest, operator):
+    """The API server holds an Event's message to 1024 bytes (legacyValidateEvent, NoteLengthLimit: Go's len), and
+    kopf cuts it to 1024 characters: a trainer's reason in Chinese, three bytes a character, is refused whole."""
+    gang = running_job(standin, rest, 'wide', 2)
+    reason = 'Crashed: RuntimeError: ' + '策略损失出现非数值' * 60  # 540 characters, 1,483 bytes
+    terminated(standin, gang[1], 1, reason)
+    start_gang(standin, 'wide', 2, generation=1)
+    restart = wait_for(lambda: [e for e in events(rest, 'wide') if e['reason'] == 'GangRestart'], what='the GangRestart Event',
+                       explain=lambda: operator.log()[-3000:])
+    assert '策略损失出现非数值' in restart[0]['message'] and len(restart[0]['message'].encode()) <= 1024
+
 def test_a_configuration_error_fails_at_once_and_a_spent_budget_fails_with_the_last_reason(standin, rest, operator):
     create_job(rest, 'misconfigured', workers=2)
     gang = start_gang(standin, 'misconfigured', 2)

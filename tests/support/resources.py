@@ -379,6 +379,8 @@ def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> l
                                                  'not found', mount.get('name')))
     if rtype.plural == 'persistentvolumeclaims':
         errors += _claim_spec_errors(obj.get('spec') or {})
+    if rtype.plural == 'events' and not rtype.group:
+        errors += _event_errors(obj)
     if rtype.plural == 'configmaps':
         # ValidateConfigMap (pkg/apis/core/validation/validation.go): the lengths of every data and binaryData
         # value, summed, at most core.MaxSecretSize (1 MiB); field.TooLong(field.NewPath(""), cfg, MaxSecretSize),
@@ -391,6 +393,37 @@ def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> l
         for index, port in enumerate((obj.get('spec') or {}).get('ports') or []):
             if not isinstance(port.get('port'), int):
                 errors.append(FieldError('FieldValueRequired', f'spec.ports[{index}].port'))
+    return errors
+
+
+# legacyValidateEvent (pkg/apis/core/validation/events.go), all a core/v1 Event is held to on create and update: the
+# limits of an Event with an eventTime (kopf's have one), counted as Go's len does, in bytes of UTF-8; the paths are the
+# internal type's (core/v1's reportingComponent is reportingController there).
+EVENT_LIMITS = (('reportingInstance', 'reportingInstance', 128), ('action', 'action', 128), ('reason', 'reason', 128),
+                ('message', 'message', 1024))
+
+
+def _event_errors(event: dict) -> list[FieldError]:
+    """legacyValidateEvent: without an eventTime, only the involved object's namespace, which must be the Event's (or
+    unset, in default); with one, a reporting controller (a qualified name), instance, action and reason, each within
+    its limit, and a message of at most 1024 bytes."""
+    namespace = (event.get('metadata') or {}).get('namespace') or ''
+    involved = (event.get('involvedObject') or {}).get('namespace') or ''
+    mismatch = FieldError('FieldValueInvalid', 'involvedObject.namespace', 'does not match event.namespace', involved)
+    if not event.get('eventTime'):
+        return [mismatch] if (namespace not in ('', 'default') if not involved else namespace != involved) else []
+    errors = [mismatch] if not involved and namespace not in ('default', 'kube-system') else []
+    controller = event.get('reportingComponent') or ''
+    if not controller:  # the server adds IsQualifiedName's complaints of the empty name after this one
+        errors.append(FieldError('FieldValueRequired', 'reportingController'))
+    elif (problem := qualified_name_problem(controller)) is not None:
+        errors.append(FieldError('FieldValueInvalid', 'reportingController', problem, controller))
+    for key, path, limit in EVENT_LIMITS:
+        value = event.get(key) or ''
+        if not value and key != 'message':
+            errors.append(FieldError('FieldValueRequired', path))
+        if len(value.encode()) > limit:
+            errors.append(FieldError('FieldValueInvalid', path, f'can have at most {limit} characters', ''))
     return errors
 
 

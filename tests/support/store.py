@@ -315,6 +315,8 @@ class Store:
                 self._admit_priority(rtype, name, obj)
             if rtype.has_status and rtype.custom:
                 obj.pop('status', None)
+            if rtype.namespaced:  # the request's namespace, set before validation (EnsureObjectNamespaceMatchesRequestNamespace)
+                metadata['namespace'] = namespace
             errors = resources.validate_name(rtype, name) + resources.validate_metadata(metadata, _core_meta(rtype))
             errors += self._validate(rtype, obj, None)
             if errors:

@@ -807,3 +807,30 @@ def test_a_bound_claim_grows_and_shrinks_only_down_to_its_capacity(rest):
                     'field can not be less than status.capacity'), said
     assert rest.patch(f'{CLAIMS}/grown', {'spec': {'storageClassName': 'fast'}}).status == 422
     assert rest.get(f'{CLAIMS}/grown').body['spec']['resources']['requests'] == {'storage': '1536Mi'}
+
+
+def event(message: str, **fields) -> dict:
+    """A core/v1 Event as kopf posts one (events.py: eventTime, reportingComponent, reportingInstance, action)."""
+    return {'apiVersion': 'v1', 'kind': 'Event', 'metadata': {'generateName': 'kuberl-'}, 'type': 'Warning', 'reason': 'Crashed',
+            'message': message, 'action': 'Action?', 'reportingComponent': 'kuberl-operator', 'reportingInstance': 'op-0',
+            'source': {'component': 'kuberl-operator'}, 'eventTime': '2026-11-29T04:00:00.000000Z',
+            'involvedObject': {'apiVersion': 'v1', 'kind': 'Pod', 'name': 'p', 'namespace': 'default'}, **fields}
+
+
+def test_an_event_is_held_to_the_legacy_event_rules(rest):
+    events = '/api/v1/namespaces/default/events'
+    # legacyValidateEvent (pkg/apis/core/validation/events.go): an Event with an eventTime has a message of at most
+    # NoteLengthLimit, 1024, counted by Go's len: bytes. 512 characters of CJK are 1536 bytes.
+    assert rest.post(events, event('x' * 1024)).status == 201
+    refused = rest.post(events, event('训' * 512))
+    assert refused.status == 422, refused.body
+    assert refused.body['message'].endswith('is invalid: message: Invalid value: "": can have at most 1024 characters'), refused.body
+    assert rest.post(events, event('训' * 512, eventTime=None)).status == 201, 'an Event without an eventTime has no such limit'
+    said = rest.post(events, event('ok', reason='', reportingComponent='', action='a' * 129)).body['message']
+    assert said.endswith('[reportingController: Required value, action: Invalid value: "": can have at most 128 characters, '
+                         'reason: Required value]'), said
+    # without an eventTime the involved object's namespace must be the Event's; with one, only set (or default)
+    elsewhere = event('ok', eventTime=None, involvedObject={'kind': 'Pod', 'name': 'p', 'namespace': 'other'})
+    assert rest.post(events, elsewhere).body['message'].endswith(
+        'involvedObject.namespace: Invalid value: "other": does not match event.namespace')
+    assert rest.post(events, {**elsewhere, 'eventTime': '2026-11-29T04:00:00.000000Z'}).status == 201

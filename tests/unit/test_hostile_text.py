@@ -94,6 +94,17 @@ def test_escaping_comes_before_the_cut():
     assert any(c["message"].endswith("ValueError: at the end") for c in decision.status["conditions"])
 
 
+@pytest.mark.parametrize(("text", "kept"), [
+    ("x" * 600, "x" * lc.MESSAGE_LIMIT),  # ASCII: the character limit binds first
+    ("训" * 500, "训" * 341),  # 1,500 bytes: cut to 1,023, not into the 342nd character's three bytes
+    ("\x1b" * 300, "\\x1b" * 128),  # escaped before the cut
+])
+def test_an_event_message_is_cut_to_the_bytes_the_api_server_takes(text, kept):
+    """legacyValidateEvent refuses a message past 1,024 bytes (NoteLengthLimit: Go's len); kopf cuts characters."""
+    message = safetext.event_message(text, lc.MESSAGE_LIMIT)
+    assert message == kept and len(message.encode()) <= safetext.EVENT_MESSAGE_BYTES
+
+
 NODE_SELECTOR_KEY = "pool\x1b[2J\x07\u202e"
 
 

@@ -61,3 +61,15 @@ _COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 def without_colours(text: str) -> str:
     """`text` without terminal colour sequences (everything else left for `escape`)."""
     return _COLOURS.sub("", text)
+
+
+# The API server's limit of an Event's message (NoteLengthLimit, pkg/apis/core/validation/events.go), counted by
+# Go's len, in bytes: kopf cuts a message to 1,024 characters, so one in a script of three bytes a character was
+# refused whole (422) and kopf dropped the Event.
+EVENT_MESSAGE_BYTES = 1024
+
+
+def event_message(text: str, characters: int) -> str:
+    """`text` escaped and cut to `characters`, then to EVENT_MESSAGE_BYTES of UTF-8 on a character's boundary."""
+    cut = escape(text)[:characters]
+    return cut.encode()[:EVENT_MESSAGE_BYTES].decode(errors="ignore")

@@ -528,7 +528,7 @@ def _failure_said(shell: Shell, body: kopf.Body, message: str) -> None:
     """A failed reconcile, in one Warning Event per distinct failure (EventLimiter drops the repeats)."""
     if shell.events.allow((body.metadata.namespace, body.metadata.name), "Warning", REASON_RECONCILE_FAILED, message,
                           time.monotonic()):
-        kopf.event(body, type="Warning", reason=REASON_RECONCILE_FAILED, message=safetext.escape(message)[: lifecycle.MESSAGE_LIMIT])
+        kopf.event(body, type="Warning", reason=REASON_RECONCILE_FAILED, message=safetext.event_message(message, lifecycle.MESSAGE_LIMIT))
 
 
 async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, seconds: float | None) -> None:
@@ -835,7 +835,7 @@ class JobLoop:
     def _post(self, job: dict, type_: str, reason: str, message: str) -> None:
         """An Event on the job, unless this job has posted too many (EventLimiter)."""
         if self.shell.events.allow((self.namespace, self.name), type_, reason, message, time.monotonic()):
-            kopf.event(job, type=type_, reason=reason, message=safetext.escape(message)[: lifecycle.MESSAGE_LIMIT])
+            kopf.event(job, type=type_, reason=reason, message=safetext.event_message(message, lifecycle.MESSAGE_LIMIT))
 
     # --- actions, after the status is on record ---
 
