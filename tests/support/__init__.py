@@ -15,7 +15,9 @@ status-code-exact client), `kube_api` (kubernetes.client.ApiClient), `local_node
   change only; no-op writes change nothing; merge, JSON and strategic-merge patches; graceful pod
   deletion (a pod on a registered Ready node waits for that node's confirmation; with no Node object a
   stand-in kubelet confirms at once; on a NotReady node it stays until force-deleted); finalizers;
-  owner-reference garbage collection (background, foreground, orphan); namespaces; eviction; a CRD's deletion
+  owner-reference garbage collection (background, foreground, orphan); namespaces; eviction; claims' own rules (an
+  access mode, a storage request above zero, no shrink below status.capacity); core/v1 Events' (legacyValidateEvent:
+  a message of at most 1024 bytes where an eventTime is set); a CRD's deletion
   (Terminating, its instances deleted through their finalizers, creates refused, then its watches ended).
   Hooks: `store.hooks.unschedulable` / `image_pull_failure` (label selectors), `store.hooks.admission`
   (refusals on create with a real API server's codes and messages: `admission.Refuse`), `store.hooks.conflicts`
