@@ -61,3 +61,21 @@ def test_a_gang_whose_start_time_is_unreadable_is_timed_from_now_not_failed_nor_
     decided = decide(spec(), status, running_pods(), None, T0 + 5)
     assert decided.phase == lc.RUNNING and not decided.of(CreatePods)
     assert lc.parse_time(decided.status["gangRunningTime"]) == T0 + 5
+
+
+@pytest.mark.parametrize("record", ["garbage", None])
+def test_a_gang_stuck_starting_whose_creation_time_is_unreadable_or_missing_still_meets_its_startup_timeout(record):
+    """A gang whose pods never start (ImagePullBackOff), under a status whose generationStartTime is unreadable
+    (read as never written) or missing (an older operator's, a restored backup's): the startup timeout was counted
+    from each reconcile's now, so it never came, and the job waited for ever, saying only ImagePullBackOff. Its
+    clock starts when this operator first sees the gang."""
+    stuck = [ObservedPod(name=f"job-{r}", rank=r, generation=0, phase="Pending", waiting_reason="ImagePullBackOff",
+                         waiting_message="Back-off pulling image") for r in range(2)]
+    status = decide(spec(), {"generation": 0}, [], None, T0).status
+    status = {**status, "generationStartTime": record}
+    timeout = spec().run_policy.startup_timeout_seconds
+    decided = decide(spec(), status, stuck, None, T0 + 10)
+    assert decided.phase == lc.PENDING and lc.parse_time(decided.status["generationStartTime"]) == T0 + 10
+    later = decide(spec(), decided.status, stuck, None, T0 + 10 + timeout + 1)
+    assert later.phase == lc.RESTARTING and later.status["startupRetries"] == 1, later.status
+    assert "ImagePullBackOff" in later.status["restartHistory"][-1]["reason"] + later.status["restartHistory"][-1]["message"]

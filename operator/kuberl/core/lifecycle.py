@@ -620,7 +620,10 @@ def _run(
         return _watch_for_stall(plan, spec, current, live, rank0)
 
     blocked = _startup_problem(live)
-    created = plan.get_time("generationStartTime") or now
+    created = plan.get_time("generationStartTime")
+    if created is None:  # unreadable, or a status that never had it: timed from now on, or it never times out
+        created = now
+        plan.set_time("generationStartTime", now)
     if now >= created + policy.startup_timeout_seconds:
         message = f"not all workers running after startupTimeoutSeconds={policy.startup_timeout_seconds}: {blocked[1]}"
         return _restart(plan, spec, current, blocked[0], message, counted=False, startup=True)
