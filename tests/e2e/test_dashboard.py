@@ -341,6 +341,9 @@ def variables(scraped_run):
     api, _ = scraped_run
     values: dict[str, str] = {}
     for variable in DASHBOARD["templating"]["list"]:
+        if variable["type"] == "constant":  # as the file is imported by hand: any operator
+            values[variable["name"]] = variable["query"]
+            continue
         if variable["type"] != "query":
             continue
         metric, label = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["query"]["query"]).groups()

@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from chart_support import CHART, promtool
+from chart_support import CHART, promtool, render
 from kuberl.core import metricnames
 
 DASHBOARD = json.loads((CHART / "dashboards" / "kuberl.json").read_text())
@@ -78,10 +78,24 @@ PER_JOB_OPERATOR_METRICS = (metricnames.OPERATOR_JOB_PHASE, metricnames.OPERATOR
 def test_per_job_operator_panels_follow_the_namespace_variable(title, expr):
     for name in PER_JOB_OPERATOR_METRICS:
         for selector in re.findall(rf"\b{name}\{{([^}}]*)\}}", expr):
-            assert 'namespace=~"$namespace"' in selector, f"{title}: {expr}"
+            assert 'namespace=~"$namespace"' in selector and 'job=~"$operator_job"' in selector, f"{title}: {expr}"
 
 
-GRAFANA_SUBSTITUTES = {"$__rate_interval": "1m", "$__interval": "30s", "$namespace": ".+", "$rltj": ".+"}
+# The operator's own series, labelled with its scrape target's namespace (kuberl.operator.metrics).
+OWN_OPERATOR_METRICS = (metricnames.OPERATOR_RECONCILE_DURATION, metricnames.OPERATOR_API_ERRORS_TOTAL,
+                        metricnames.OPERATOR_API_THROTTLED_SECONDS_TOTAL)
+
+
+@pytest.mark.parametrize(("title", "expr"), [(t, e) for t, e in panel_targets() if any(n in e for n in OWN_OPERATOR_METRICS)])
+def test_the_operators_own_panels_follow_the_operator_variables(title, expr):
+    """Two releases sharing a Prometheus (a staging operator beside production's): each one's dashboard drew both."""
+    for name in OWN_OPERATOR_METRICS:
+        uses = re.findall(rf"\b{name}\w*(\{{[^}}]*\}})?", expr)
+        assert all('job=~"$operator_job"' in u and 'namespace=~"$operator_namespace"' in u for u in uses), f"{title}: {expr}"
+
+
+GRAFANA_SUBSTITUTES = {"$__rate_interval": "1m", "$__interval": "30s", "$namespace": ".+", "$rltj": ".+",
+                       "$operator_job": ".+", "$operator_namespace": ".+"}
 
 
 def grafana(expr: str) -> str:
@@ -242,3 +256,52 @@ def test_api_budget_waits_show_how_many_requests_wait_at_once_per_replica(tmp_pa
                "values": "0x10"}]
     evaluated(tmp_path, panel_expr("Operator requests waiting for its API budget"), series, "10m",
               [{"labels": '{pod="kuberl-0"}', "value": 2}, {"labels": '{pod="kuberl-1"}', "value": 0}])
+
+
+def release_dashboard(namespace: str, values: dict) -> dict:
+    (configmap,) = [o for o in render(values, namespace) if o["kind"] == "ConfigMap"]
+    (text,) = configmap["data"].values()
+    return json.loads(text)
+
+
+def as_grafana_sends(dashboard: dict, expr: str) -> str:
+    """Every variable at the value Grafana gives it with "All" selected: a constant its query, a query its allValue."""
+    values = {v["name"]: v["query"] if v["type"] == "constant" else v.get("allValue") for v in dashboard["templating"]["list"]}
+    for name in sorted(values, key=len, reverse=True):
+        if values[name] is not None:
+            expr = expr.replace(f"${name}", values[name])
+    return expr.replace("$__rate_interval", "1m")
+
+
+def test_a_releases_dashboard_draws_its_own_operator_and_the_namespaces_it_watches(tmp_path):
+    """Release kuberl in ops-a watching team-a, beside release kuberl in ops-b watching team-b, one Prometheus: each
+    release's dashboard (its own title and uid) drew both operators' requests and both teams' jobs and trainers."""
+    values = {"operator": {"watchNamespaces": ["team-a"]}, "monitoring": {
+        "serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}}}
+    dashboard = release_dashboard("ops-a", values)
+    panel = {p["title"]: p["targets"][0]["expr"] for p in dashboard["panels"] if p["type"] != "row"}
+    operator = 'job="kuberl", namespace="{}", pod="kuberl-{}"'
+    waits = [{"series": f"{metricnames.OPERATOR_API_THROTTLED_SECONDS_TOTAL}{{{operator.format(ns, ns)}}}", "values": "0+120x10"}
+             for ns in ("ops-a", "ops-b")]
+    evaluated(tmp_path, as_grafana_sends(dashboard, panel["Operator requests waiting for its API budget"]), waits, "10m",
+              [{"labels": '{pod="kuberl-ops-a"}', "value": 2}])
+    phase = 'job="kuberl", namespace="{}", rltj="ppo", phase="Running", pod="kuberl-{}"'
+    jobs = [{"series": f"{metricnames.OPERATOR_JOB_PHASE}{{{phase.format(team, ops)}}}", "values": "1x10"}
+            for team, ops in (("team-a", "ops-a"), ("team-b", "ops-b"))]
+    evaluated(tmp_path, as_grafana_sends(dashboard, panel["Jobs and their phase"]), jobs, "10m",
+              [{"labels": '{namespace="team-a", rltj="ppo", phase="Running"}', "value": 1}])
+    rank0 = 'namespace="{}", rltj="ppo", rank="0", pod="ppo-0"'
+    steps = [{"series": f"{metricnames.ENV_STEPS_TOTAL}{{{rank0.format(team)}}}", "values": "0+60x10"} for team in ("team-a", "team-b")]
+    evaluated(tmp_path, as_grafana_sends(dashboard, panel["Env steps/s per job"]), steps, "10m",
+              [{"labels": '{namespace="team-a", rltj="ppo"}', "value": 1}])
+    namespace = next(v for v in dashboard["templating"]["list"] if v["name"] == "namespace")
+    assert namespace["regex"] == "/^(team-a)$/", "the namespace list offers the watched namespaces only"
+
+
+def test_without_the_service_monitor_the_dashboard_takes_any_operator_scrape_job():
+    """Scraped another way (annotations, a hand-written scrape config), the operator's series carry another job label:
+    the release's would match none of them."""
+    dashboard = release_dashboard("ops-a", {"monitoring": {"dashboard": {"enabled": True}}})
+    constants = {v["name"]: v["query"] for v in dashboard["templating"]["list"] if v["type"] == "constant"}
+    assert constants == {"operator_job": ".+", "operator_namespace": ".+"}
+    assert "regex" not in next(v for v in dashboard["templating"]["list"] if v["name"] == "namespace")
