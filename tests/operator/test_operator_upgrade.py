@@ -79,6 +79,7 @@ def test_a_job_the_older_operator_admitted_runs_on_and_restarts_under_the_new_on
         assert rest.patch(f'{JOBS}/admitted', {'spec': {'resources': {'limits': {'memory': '2Gi'}}}}).status == 200
         wait_phase(rest, 'admitted', 'Failed')
         assert BUFFER in condition(rest, 'admitted', 'Failed')['message'], status(rest, 'admitted')
+        assert not condition(rest, 'admitted', jobstatus.CONDITION_ADMITTED_UNDER_OLDER_RULES), 'it no longer runs on'
     finally:
         newer.stop()
 

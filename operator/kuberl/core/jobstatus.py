@@ -362,6 +362,9 @@ def job_status(
     status = copy.deepcopy(decided)
     if admitted is not None:
         status = admitted_status(status, admitted, now)
+    if status.get("phase") in lifecycle.TERMINAL:  # a job that ended no longer runs on as admitted
+        status["conditions"] = [c for c in status.get("conditions") or []
+                                if c.get("type") != CONDITION_ADMITTED_UNDER_OLDER_RULES]
     status["observedGeneration"] = observed_generation
     status["display"] = display(status, desired_workers)
     if defaults is not None:
