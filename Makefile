@@ -104,7 +104,8 @@ print("import itertools, site, sys; list(map(site.addsitedir, itertools.filterfa
 endef
 export IMAGE_SITE_PTH
 GPU_PYTHON_VERSION ?= 3.12
-GPU_WHEEL_PINS = $(shell grep -E '^(gymnasium|ale-py|pydantic|threadpoolctl)==' requirements-dev.txt) stable-baselines3==2.9.2 \
+GPU_WHEEL_PINS = $(shell grep -E '^(gymnasium|ale-py|pydantic|threadpoolctl|tensorboard)==' requirements-dev.txt) stable-baselines3==2.9.2 \
+  $(shell grep -iE '^(protobuf|absl-py)==' dockerfiles/trainer-requirements.txt) \
   farama-notifications==0.0.6 cloudpickle==3.1.3 annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0 setuptools==84.2.1
 GPU_PIP_DOWNLOAD = $(PIP) download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON_VERSION) --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \

@@ -1,7 +1,7 @@
 """The CUDA/NCCL paths, on a machine with a GPU: device from LOCAL_RANK with
 set_device first, collectives on CUDA tensors through a real NCCL group,
 pinned host buffers and non-blocking copies, bf16 autocast, PPO and DQN
-on Pong from pixels and SAC on Pendulum at world size 1 (NCCL refuses two
+on Pong from pixels and SAC and TD3 on Pendulum at world size 1 (NCCL refuses two
 ranks on one GPU).
 Without a GPU every test here is skipped, and says why."""
 
@@ -14,13 +14,14 @@ import pytest
 import torch
 import torch.distributed as dist
 from kuberl.core import metricnames
-from kuberl.core.spec import DQNConfig, PPOConfig, SACConfig
+from kuberl.core.spec import DQNConfig, PPOConfig, SACConfig, TD3Config
 from kuberl_trainer import device, distributed, learners, networks
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.metrics import TrainerMetrics
 from kuberl_trainer.ppo import Agent, PPOTrainer
 from kuberl_trainer.sac import SACTrainer
+from kuberl_trainer.td3 import TD3Trainer
 from kuberl_trainer.session import BareSession
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -231,6 +232,27 @@ def test_sac_learns_pendulum_on_one_gpu():
     held = trainer.replay.actions[: trainer.replay.added]  # the actor's, read back from the GPU, inside the box
     assert (np.abs(held) <= 2.0).all() and np.unique(held).size == held.size
     assert np.isfinite(trainer.evaluate("Pendulum-v1", 2, {}, 3))  # the mean action, on the GPU
+    final = device.on_host(trainer.final_model())  # as write_final_model saves it: loadable without a GPU
+    assert {t.device.type for t in final["agent"].values()} == {"cpu"}
+
+
+def test_td3_learns_pendulum_on_one_gpu():
+    """TD3's learner (the actor-critic one SAC's shares): exploration noise added on the host to the actor's GPU
+    action, the critics each step, the actor and both targets every policyDelay critic steps, all on the GPU."""
+    ctx = Dist(0, 1, 0, 1, GPU, None)
+    hp = TD3Config(buffer_size=1000, batch_size=32, learning_starts=64, train_frequency=4, hidden_sizes=[64, 64])
+    trainer = TD3Trainer(ctx, hp, "Pendulum-v1", 4, {}, total_timesteps=256, seed=1, restart=0)
+    session = BareSession()
+    assert trainer.train(session) == "budget"
+    for module in (trainer.agent, trainer.critics, trainer.target_actor, trainer.target_critics):
+        assert all(t.device == GPU for t in [*module.parameters(), *module.buffers()]), module
+    learned = [r.losses for r in session.reports if r.losses]
+    assert learned and all(np.isfinite(v) for losses in learned for v in losses.values())
+    assert {"value_loss", "q_value"} <= set(learned[-1])
+    assert trainer.critic_updates >= hp.policy_delay  # the actor and the targets stepped at least once
+    held = trainer.replay.actions[: trainer.replay.added]  # the actor's plus noise, read back from the GPU, clipped
+    assert (np.abs(held) <= 2.0).all() and np.unique(held).size > 1
+    assert np.isfinite(trainer.evaluate("Pendulum-v1", 2, {}, 3))  # the actor's action, on the GPU
     final = device.on_host(trainer.final_model())  # as write_final_model saves it: loadable without a GPU
     assert {t.device.type for t in final["agent"].values()} == {"cpu"}
 

@@ -72,8 +72,11 @@ def test_make_gpu_wheels_fetches_the_pinned_packages_a_cuda_image_lacks_and_no_t
     """What a GPU node without internet needs beyond its image's torch: the pins of requirements-dev.txt."""
     out = make_dry("gpu-wheels")
     pins = dict(line.split("==") for line in (ROOT / "requirements-dev.txt").read_text().splitlines() if "==" in line)
-    for name in ("gymnasium", "ale-py", "pydantic"):
+    for name in ("gymnasium", "ale-py", "pydantic", "tensorboard"):
         assert f"{name}=={pins[name]}" in out
+    # the trainer's TensorBoard writer imports these too (tensorboard's viewer needs more, which the check never runs)
+    image = dict(line.split("==") for line in (ROOT / "dockerfiles" / "trainer-requirements.txt").read_text().splitlines() if "==" in line)
+    assert f"protobuf=={image['protobuf']}" in out and f"absl-py=={image['absl-py']}" in out
     assert "--python-version 3.12 --implementation cp" in out and "--no-deps --only-binary=:all:" in out
     assert "stable-baselines3==2.9.2" in out and "torch" not in out.replace("--no-deps", "")
 
