@@ -270,6 +270,7 @@ class StandinHandler(kmock.RawHandler):
                                         headers={'Retry-After': '1', 'X-Content-Type-Options': 'nosniff'})
         if (verb, resource) in self.denied or (verb, resource, route.namespace) in self.denied:
             raise rbac_forbidden(verb, rtype, route.namespace, route.name or '', subresource=route.subresource or '')
+        _check_options(verb, params)
         dry_run = params.get('dryRun') == 'All'
         validation = params.get('fieldValidation', 'Warn')
         if route.subresource and route.subresource not in rtype.subresources:
@@ -584,6 +585,32 @@ def _api_resources(rtype) -> list[dict]:
             entry.update(group='policy', version='v1')
         result.append(entry)
     return result
+
+
+# The options each write decodes from its query, by verb, and the values ValidateDryRun and ValidateFieldValidation
+# take (staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/validation/validation.go: allowedDryRunValues,
+# allowedFieldValidationValues, listed sorted); DeleteOptions carry no fieldValidation.
+_OPTIONS = {'create': 'CreateOptions', 'update': 'UpdateOptions', 'patch': 'PatchOptions', 'delete': 'DeleteOptions'}
+_DRY_RUN_VALUES = ('All',)
+_FIELD_VALIDATION_VALUES = ('', 'Ignore', 'Strict', 'Warn')
+
+
+def _check_options(verb: str, params: dict) -> None:
+    """A write whose dryRun or fieldValidation the server does not know is refused before anything is read (the
+    handlers answer NewInvalid of the options, 422): a client that sent dryRun=true wrote for real here."""
+    kind = _OPTIONS.get(verb)
+    if kind is None:
+        return
+    errors = []
+    if 'dryRun' in params and params['dryRun'] not in _DRY_RUN_VALUES:  # a []string, printed as Go's %#v prints it
+        errors.append(f'dryRun: Unsupported value: []string{{{json.dumps(params["dryRun"])}}}: supported values: "All"')
+    if verb != 'delete' and params.get('fieldValidation', '') not in _FIELD_VALIDATION_VALUES:
+        supported = ', '.join(json.dumps(v) for v in _FIELD_VALIDATION_VALUES)
+        errors.append(f'fieldValidation: Unsupported value: {json.dumps(params["fieldValidation"])}: supported values: {supported}')
+    if errors:
+        listed = errors[0] if len(errors) == 1 else '[' + ', '.join(errors) + ']'
+        raise ApiError(422, 'Invalid', f'{kind}.meta.k8s.io "" is invalid: {listed}', {'group': 'meta.k8s.io', 'kind': kind, 'causes': [
+            {'reason': 'FieldValueNotSupported', 'message': e.split(': ', 1)[1], 'field': e.split(':', 1)[0]} for e in errors]})
 
 
 def _json(body: dict, status: int = 200, warnings: list[str] | None = None) -> aiohttp.web.Response:

@@ -834,3 +834,19 @@ def test_an_event_is_held_to_the_legacy_event_rules(rest):
     assert rest.post(events, elsewhere).body['message'].endswith(
         'involvedObject.namespace: Invalid value: "other": does not match event.namespace')
     assert rest.post(events, {**elsewhere, 'eventTime': '2026-11-29T04:00:00.000000Z'}).status == 201
+
+
+def test_a_write_with_a_dry_run_or_field_validation_the_server_does_not_know_is_refused_and_writes_nothing(rest):
+    # ValidateCreateOptions / ValidatePatchOptions / ValidateDeleteOptions (apimachinery pkg/apis/meta/v1/validation):
+    # ValidateDryRun takes only "All", ValidateFieldValidation "", Ignore, Strict, Warn; the handler answers NewInvalid
+    # of the options (422) before it reads anything. dryRun=true is a client's mistake the stand-in took as a real write.
+    refused = rest.post(f'{CONFIGMAPS}?dryRun=true', configmap('dry'))
+    assert refused.status == 422 and refused.body['message'] == (
+        'CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{"true"}: supported values: "All"'), refused.body
+    assert rest.get(f'{CONFIGMAPS}/dry').status == 404
+    assert rest.post(f'{CONFIGMAPS}?dryRun=All', configmap('dry')).status == 201 and rest.get(f'{CONFIGMAPS}/dry').status == 404
+    assert rest.post(CONFIGMAPS, configmap('wet')).status == 201
+    said = rest.patch(f'{CONFIGMAPS}/wet?fieldValidation=strict', {'data': {'a': '2'}}).body['message']
+    assert said == ('PatchOptions.meta.k8s.io "" is invalid: fieldValidation: Unsupported value: "strict": '
+                    'supported values: "", "Ignore", "Strict", "Warn"'), said
+    assert rest.delete(f'{CONFIGMAPS}/wet?dryRun=yes').status == 422 and rest.get(f'{CONFIGMAPS}/wet').body['data'] == {'a': '1'}
