@@ -211,6 +211,25 @@ def test_job_alerts_fire_for_the_job_in_trouble_only(tmp_path):
     run_promtool_tests(tmp_path, rules(), tests)
 
 
+def test_a_teams_release_alerts_on_its_own_jobs_only(tmp_path):
+    """Release kuberl in ops-a watching team-a, routed team=a, beside release kuberl in ops-b watching team-b, one
+    Prometheus: ops-a's rules fired for team-b's jobs and trainers too, labelled team=a, so team-b's pages went to
+    team a (each operator's per-job series carry the job's namespace and the same scrape job, kuberl)."""
+    values = {"operator": {"watchNamespaces": ["team-a"]}, "monitoring": {
+        **ALERTING["monitoring"], "prometheusRule": {"enabled": True, "alertLabels": {"team": "a"}}}}
+    (rule,) = of_kind(render(values, "ops-a"), "PrometheusRule")
+    job_phase = 'job="kuberl", namespace="{}", rltj="stuck", phase="Pending", pod="kuberl-0"'
+    skipped = 'job="{}/kuberl-trainers", namespace="{}", rltj="redo", rank="0", pod="redo-0"'
+    tests = [{"interval": "1m", "input_series": [
+        *[series(m.OPERATOR_JOB_PHASE, job_phase.format(team), "1x40") for team in ("team-a", "team-b")],
+        *[series(m.CHECKPOINTS_SKIPPED, skipped.format(ops, team), "2x40") for ops, team in (("ops-a", "team-a"), ("ops-b", "team-b"))],
+    ], "alert_rule_test": [
+        firing("KuberlJobNotRunning", "35m", ({"namespace": "team-a", "rltj": "stuck", "team": "a"}, "")),
+        firing("KuberlCheckpointsSkipped", "35m", ({"namespace": "team-a", "rltj": "redo", "team": "a"}, "2")),
+    ]}]
+    run_promtool_tests(tmp_path, rule["spec"]["groups"], tests)
+
+
 def test_a_trainer_prometheus_cannot_scrape_for_ten_minutes_is_named(tmp_path):
     target = 'job="kuberl-system/kuberl-trainers", namespace="team-a", pod="{}", container="trainer", endpoint="metrics-0"'
     tests = [{"interval": "1m", "input_series": [
