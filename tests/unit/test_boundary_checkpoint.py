@@ -481,3 +481,29 @@ def test_a_stop_record_the_tenant_replaced_is_read_bounded_and_never_followed(tm
     else:
         assert found == {} and not record.exists()
         assert session.stop_lost(found, resumed_updates=10)  # nothing known: said as lost, never hidden
+
+
+@pytest.mark.parametrize("change, expected", [
+    ("lacks", "state lacks 'ret_norm'"),
+    ("has", "state has 'curiosity', which this job's has not"),
+])
+def test_a_checkpoint_of_this_job_by_another_trainer_version_says_so_not_to_move_it_away(tmp_path, monkeypatch, change, expected):
+    """A checkpoint that records it was trained as this very job (its trained_as) but whose state has a key this trainer's
+    lacks, or lacks one it has, was written by another version of the trainer (a kuberl upgraded between two runs of
+    `kuberl run`). It said "was not written by this job's trainer: move it away to resume from an older checkpoint",
+    and every older checkpoint, of the same version, failed alike: moved away one by one, the run's work went with them."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
+    state = {**trainer.shared_state(), "elapsed_seconds": 1.0, "per_rank": None, "trained_as": session.trained_as(training.spec)}
+    if change == "lacks":
+        del state["ret_norm"]
+    else:
+        state["curiosity"] = 1.0
+    path = checkpoint.save(training.checkpoint_dir, 3, state, keep=3)
+    with pytest.raises(checkpoint.CheckpointMismatch) as refused:
+        session.run_updates(trainer, training)
+    said = str(refused.value)
+    assert said.startswith(f"checkpoint {path} was written for this job (CartPole-v1 with ppo) by another version of"
+                           f" kuberl's trainer, whose state differs from this one's ({expected}): resume it with the"
+                           " trainer that wrote it"), said
+    assert "move it away to resume" not in said

@@ -351,10 +351,18 @@ class CheckpointReadBackFailed(RuntimeError):
 
 
 class CheckpointMismatch(UnusableCheckpoint):
-    """Written for another algorithm, network or env than this job's."""
+    """Written for another algorithm, network or env than this job's; or, `written_for` this very job (its trained_as,
+    described) with keys this trainer's state has not or lacks, by another version of the trainer."""
 
-    def __init__(self, path: str, why: str):
-        super().__init__(path, f"was not written by this job's trainer ({why}): move it away to resume from an older checkpoint")
+    def __init__(self, path: str, why: str, written_for: str | None = None):
+        if written_for is None:
+            super().__init__(path, f"was not written by this job's trainer ({why}): move it away to resume from an older checkpoint")
+            return
+        # every checkpoint that version wrote is alike: "move it away" set them all aside, one by one, and the run's work with them
+        super().__init__(path, f"was written for this job ({written_for}) by another version of kuberl's trainer, whose state"
+                               f" differs from this one's ({why}): resume it with the trainer that wrote it (the job's"
+                               " recorded image; for kuberl run, the kuberl that ran it). Moving it away resumes from an"
+                               " older checkpoint only if an older trainer, this one's version, wrote one")
 
 
 def checkpoint_name(updates: int) -> str:

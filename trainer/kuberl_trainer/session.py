@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from kuberl.core import contract, names, safetext
@@ -196,7 +196,8 @@ def run_updates(algorithm: Algorithm, session: Session) -> str:
             session.log(line)
         # every rank got the same state, so every rank refuses it alike (a config error, not a crash)
         if problem := checkpoint.mismatch(algorithm.shared_state(), {k: v for k, v in shared.items() if k not in SESSION_KEYS}):
-            raise checkpoint.CheckpointMismatch(session.resumed_from or "rank 0 resumed from", problem)
+            raise checkpoint.CheckpointMismatch(session.resumed_from or "rank 0 resumed from", problem,
+                                                written_for(shared.get("trained_as"), getattr(session, "spec", None), problem))
         algorithm.load_shared(shared)
         if own is not None:
             algorithm.load_rank(own)
@@ -209,6 +210,16 @@ def run_updates(algorithm: Algorithm, session: Session) -> str:
         if report.stop:
             return "stopped"
     return "budget"
+
+
+def written_for(recorded: object, spec: Any, problem: str) -> str | None:
+    """This job, described, where a checkpoint whose state has keys this trainer's lacks, or lacks some it has
+    (`problem`, checkpoint.mismatch's), records it was trained as this job: another version of the trainer wrote it,
+    not another job (a shape that differs is a network's, which `kuberl run --resume` may have changed). None else."""
+    keys = " lacks " in problem or problem.endswith("which this job's has not")
+    if not keys or spec is None or trained_as_problem(recorded) is not None or recorded != trained_as(spec):
+        return None
+    return describe_trained_as(recorded)
 
 
 def budget_line(algorithm: Algorithm, resumed: bool) -> str:
