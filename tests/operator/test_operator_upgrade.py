@@ -58,8 +58,10 @@ def test_a_job_the_older_operator_admitted_runs_on_and_restarts_under_the_new_on
         assert said['status'] == 'True' and BUFFER in said['message'], said
         assert status(rest, 'admitted')['phase'] == 'Running', status(rest, 'admitted')
         assert len(pods(standin, 'admitted', 0)) == 1, 'the running gang is kept'
-        warned = [e for e in events(rest, 'admitted') if e['reason'] == jobstatus.REASON_ADMITTED_UNDER_OLDER_RULES]
-        assert warned and warned[0]['type'] == 'Warning' and BUFFER in warned[0]['message'], events(rest, 'admitted')
+        # kopf posts Events from a queue of its own, after the status write: waited for
+        warned = wait_for(lambda: [e for e in events(rest, 'admitted') if e['reason'] == jobstatus.REASON_ADMITTED_UNDER_OLDER_RULES],
+                          what='the Warning Event', explain=lambda: events(rest, 'admitted'))
+        assert warned[0]['type'] == 'Warning' and BUFFER in warned[0]['message'], warned
         # a crash restarts the gang, which resumes from its checkpoint: the admission holds for every generation
         terminated(standin, pods(standin, 'admitted', 0)[0], 1, 'Error: a crash')
         start_gang(standin, 'admitted', 1, generation=1)
