@@ -21,8 +21,8 @@ from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.metrics import TrainerMetrics
 from kuberl_trainer.ppo import Agent, PPOTrainer
 from kuberl_trainer.sac import SACTrainer
-from kuberl_trainer.td3 import TD3Trainer
 from kuberl_trainer.session import BareSession
+from kuberl_trainer.td3 import TD3Trainer
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
