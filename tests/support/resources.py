@@ -361,6 +361,7 @@ def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> l
                         errors.append(FieldError('FieldValueInvalid', f'{path}.env[{env_index}].valueFrom',
                                                  'may not be specified when `value` is not empty', ''))
                 errors += _container_field_errors(container, path, init=kind == 'initContainers')
+                errors += _resource_requirement_errors(container.get('resources') or {}, f'{path}.resources')
         for key in ('hostname', 'subdomain'):
             if spec.get(key) and (not DNS1123_LABEL.fullmatch(spec[key]) or len(spec[key]) > 63):
                 errors.append(FieldError('FieldValueInvalid', f'spec.{key}', 'must be a DNS-1123 label', spec[key]))
@@ -393,6 +394,41 @@ def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> l
         for index, port in enumerate((obj.get('spec') or {}).get('ports') or []):
             if not isinstance(port.get('port'), int):
                 errors.append(FieldError('FieldValueRequired', f'spec.ports[{index}].port'))
+    return errors
+
+
+def overcommit_allowed(name: str) -> bool:
+    """helper.IsOvercommitAllowed (pkg/apis/core/helper): a native resource (no domain, or kubernetes.io's) that is not
+    hugepages; an extended resource (nvidia.com/gpu) is not, and is counted in whole units (IsIntegerResourceName)."""
+    return ('/' not in name or 'kubernetes.io/' in name) and not name.startswith('hugepages-')
+
+
+def _resource_requirement_errors(resources: dict, path: str) -> list[FieldError]:
+    """ValidateResourceRequirements (pkg/apis/core/validation/validation.go), its quantity rules: no amount below 0
+    (ValidateNonnegativeQuantity), an extended resource's a whole number, and each request within its limit; for a
+    resource that cannot be overcommitted, equal to it, and a request without a limit is refused. The request errors
+    are at `requests` itself, quoting the quantity's and the limit's String()."""
+    limits = {k: v for k, v in (resources.get('limits') or {}).items() if isinstance(v, str)}
+    requests = {k: v for k, v in (resources.get('requests') or {}).items() if isinstance(v, str)}
+    errors = []
+    for kind, amounts in (('limits', limits), ('requests', requests)):
+        for name, quantity in amounts.items():
+            amount = coreschema.quantity_amount(quantity)
+            if amount < 0:
+                errors.append(FieldError('FieldValueInvalid', f'{path}.{kind}[{name}]', 'must be greater than or equal to 0', quantity))
+            elif not overcommit_allowed(name) and not name.startswith('hugepages-') and amount != amount.to_integral_value():
+                errors.append(FieldError('FieldValueInvalid', f'{path}.{kind}[{name}]', 'must be an integer', quantity))
+    for name, quantity in requests.items():
+        if name not in limits:
+            if not overcommit_allowed(name):
+                errors.append(FieldError('FieldValueRequired', f'{path}.limits', 'Limit must be set for non overcommitable resources'))
+            continue
+        request, limit = coreschema.quantity_amount(quantity), coreschema.quantity_amount(limits[name])
+        if request != limit and not overcommit_allowed(name):
+            errors.append(FieldError('FieldValueInvalid', f'{path}.requests', f'must be equal to {name} limit of {limits[name]}', quantity))
+        elif request > limit:
+            errors.append(FieldError('FieldValueInvalid', f'{path}.requests', f'must be less than or equal to {name} limit of {limits[name]}',
+                                     quantity))
     return errors
 
 

@@ -98,6 +98,29 @@ def _core_meta(rtype: ResourceType) -> bool:
     return not rtype.custom and rtype.group != 'apiextensions.k8s.io'
 
 
+def pod_qos(spec: dict) -> str:
+    """ComputePodQOS (pkg/apis/core/helper/qos/qos.go): cpu and memory above zero, summed over the containers and init
+    containers; none at all is BestEffort; a limit of both in every container, with requests equal to limits, is
+    Guaranteed; anything else Burstable."""
+    totals: dict[str, dict[str, object]] = {'requests': {}, 'limits': {}}
+    guaranteed = True
+    for container in spec.get('containers', []) + spec.get('initContainers', []):
+        resources = container.get('resources') or {}
+        for kind in ('requests', 'limits'):
+            found = {name: coreschema.quantity_amount(q) for name, q in (resources.get(kind) or {}).items()
+                     if name in ('cpu', 'memory') and isinstance(q, str) and coreschema.quantity_amount(q) > 0}
+            for name, amount in found.items():
+                totals[kind][name] = totals[kind].get(name, 0) + amount
+            if kind == 'limits' and set(found) != {'cpu', 'memory'}:
+                guaranteed = False
+    requests, limits = totals['requests'], totals['limits']
+    if not requests and not limits:
+        return 'BestEffort'
+    if guaranteed and all(limits.get(name) == amount for name, amount in requests.items()) and len(requests) == len(limits):
+        return 'Guaranteed'
+    return 'Burstable'
+
+
 def now() -> datetime.datetime:
     return (datetime.datetime.now(datetime.UTC) + CLOCK_OFFSET).replace(microsecond=0)
 
@@ -456,7 +479,10 @@ class Store:
                 container.setdefault('terminationMessagePath', '/dev/termination-log')
                 container.setdefault('terminationMessagePolicy', 'File')
                 container.setdefault('imagePullPolicy', 'Always' if container.get('image', '').endswith(':latest') else 'IfNotPresent')
-            obj['status'] = {'phase': 'Pending', 'qosClass': 'BestEffort'}
+                resources = container.get('resources') or {}
+                if resources.get('limits'):  # SetDefaults_Pod (pkg/apis/core/v1/defaults.go): an unset request is its limit
+                    container['resources'] = {**resources, 'requests': {**resources['limits'], **(resources.get('requests') or {})}}
+            obj['status'] = {'phase': 'Pending', 'qosClass': pod_qos(spec)}
             self._schedule_pod(obj)
         elif rtype.plural == 'services':
             spec = obj.setdefault('spec', {})

@@ -746,7 +746,8 @@ def test_built_in_kinds_store_quantities_canonical_and_custom_resources_as_writt
     created = rest.post(PODS, body)
     assert created.status == 201, created.body
     resources = created.body['spec']['containers'][0]['resources']
-    assert resources == {'requests': {'cpu': '500m', 'memory': '1536Mi'}, 'limits': {'cpu': '1', 'memory': '2Gi', 'ephemeral-storage': '1e3'}}
+    assert resources == {'requests': {'cpu': '500m', 'memory': '1536Mi', 'ephemeral-storage': '1e3'},  # the last from its limit
+                         'limits': {'cpu': '1', 'memory': '2Gi', 'ephemeral-storage': '1e3'}}
     assert created.body['spec']['volumes'][0]['emptyDir']['sizeLimit'] == '512Mi'
     assert rest.get(f'{PODS}/sized').body['spec']['containers'][0]['resources'] == resources
     claim = {'apiVersion': 'v1', 'kind': 'PersistentVolumeClaim', 'metadata': {'name': 'ckpt'},
@@ -850,3 +851,30 @@ def test_a_write_with_a_dry_run_or_field_validation_the_server_does_not_know_is_
     assert said == ('PatchOptions.meta.k8s.io "" is invalid: fieldValidation: Unsupported value: "strict": '
                     'supported values: "", "Ignore", "Strict", "Warn"'), said
     assert rest.delete(f'{CONFIGMAPS}/wet?dryRun=yes').status == 422 and rest.get(f'{CONFIGMAPS}/wet').body['data'] == {'a': '1'}
+
+
+@pytest.mark.parametrize(('resources', 'said'), [
+    # ValidateResourceRequirements (pkg/apis/core/validation/validation.go): quantities compared as amounts
+    ({'requests': {'cpu': '2'}, 'limits': {'cpu': '1500m'}},
+     'spec.containers[0].resources.requests: Invalid value: "2": must be less than or equal to cpu limit of 1500m'),
+    ({'requests': {'memory': '-1Mi'}}, 'spec.containers[0].resources.requests[memory]: Invalid value: "-1Mi": must be greater than or equal to 0'),
+    # an extended resource cannot be overcommitted: its request is its limit, and a request needs one
+    ({'requests': {'nvidia.com/gpu': '1'}, 'limits': {'nvidia.com/gpu': '2'}},
+     'spec.containers[0].resources.requests: Invalid value: "1": must be equal to nvidia.com/gpu limit of 2'),
+    ({'requests': {'nvidia.com/gpu': '1'}}, 'spec.containers[0].resources.limits: Required value: Limit must be set for non overcommitable resources'),
+])
+def test_a_container_s_requests_must_fit_its_limits(rest, resources, said):
+    reply = rest.post(PODS, pod('sized', containers=[{'name': 'main', 'image': 'busybox:1', 'resources': resources}]))
+    assert reply.status == 422 and reply.body['message'] == f'Pod "sized" is invalid: {said}', reply.body
+
+
+@pytest.mark.parametrize(('resources', 'requests', 'qos'), [
+    # SetDefaults_Pod (pkg/apis/core/v1/defaults.go): an unset request is its limit; ComputePodQOS names the class
+    ({}, None, 'BestEffort'),
+    ({'limits': {'cpu': '1', 'memory': '1Gi', 'nvidia.com/gpu': '1'}}, {'cpu': '1', 'memory': '1Gi', 'nvidia.com/gpu': '1'}, 'Guaranteed'),
+    ({'requests': {'cpu': '500m'}, 'limits': {'cpu': '1', 'memory': '1Gi'}}, {'cpu': '500m', 'memory': '1Gi'}, 'Burstable'),
+    ({'requests': {'memory': '1Gi'}}, {'memory': '1Gi'}, 'Burstable'),
+])
+def test_a_pod_s_requests_default_to_its_limits_and_its_qos_class_follows(rest, resources, requests, qos):
+    created = rest.post(PODS, pod('classed', containers=[{'name': 'main', 'image': 'busybox:1', 'resources': resources}])).body
+    assert created['spec']['containers'][0]['resources'].get('requests') == requests and created['status']['qosClass'] == qos, created
