@@ -547,6 +547,53 @@ def admits(policy: dict, namespace: str, port: str, pod_labels: dict | None = No
                for rule in policy["spec"].get("ingress", []))
 
 
+def selects(selector: dict, labels: dict) -> bool:
+    """A LabelSelector as the API server reads it: every matchLabels pair, every In, NotIn, Exists, DoesNotExist."""
+    expressions = {"In": lambda r: labels.get(r["key"]) in r["values"], "NotIn": lambda r: labels.get(r["key"]) not in r["values"],
+                   "Exists": lambda r: r["key"] in labels, "DoesNotExist": lambda r: r["key"] not in labels}
+    return (selector.get("matchLabels", {}).items() <= labels.items()
+            and all(expressions[r["operator"]](r) for r in selector.get("matchExpressions", [])))
+
+
+def egress_admits(policy: dict, namespace: str, to_namespace: str, to_labels: dict, port: int, protocol: str = "TCP") -> bool:
+    """Whether an Egress `policy` of `namespace` lets its pods connect to a pod labelled `to_labels` of `to_namespace`
+    (the docs' reading, as admits() above): a lone podSelector peer is the policy's own namespace."""
+    def peer_matches(peer: dict) -> bool:
+        if "ipBlock" in peer:
+            return False
+        in_namespace = (selects(peer["namespaceSelector"], {"kubernetes.io/metadata.name": to_namespace})
+                        if "namespaceSelector" in peer else to_namespace == namespace)
+        return in_namespace and selects(peer.get("podSelector", {}), to_labels)
+
+    return any(("to" not in rule or any(peer_matches(p) for p in rule["to"]))
+               and ("ports" not in rule or any(p["port"] == port and p.get("protocol", "TCP") == protocol for p in rule["ports"]))
+               for rule in policy["spec"].get("egress", []))
+
+
+def test_the_documented_egress_policy_lets_a_gang_meet_in_a_namespace_that_denies_egress():
+    """Where tenant namespaces deny all egress by default, a gang's ranks could neither resolve MASTER_ADDR nor reach
+    rank 0, and each job restarted as PeerLost every 600 s; the docs said nothing. Their policy opens what a gang
+    needs and nothing else, for every pod kuberl renders."""
+    section = (ROOT / "docs" / "cluster.md").read_text().split("## Namespaces that deny egress")[1].split("\n## ")[0]
+    (policy,) = yaml.safe_load_all(re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1))
+    assert validate(policy) == []
+    assert policy["spec"]["policyTypes"] == ["Egress"], "ingress stays as each job's own policy has it"
+    job = yaml.safe_load((ROOT / "manifests" / "examples" / "cartpole-ppo.yaml").read_text())
+    pods = [o for o in render_job(job, "team-a", PLACEHOLDER_UID) if o["kind"] == "Pod"]
+    assert len(pods) == 2
+    env = {e["name"]: e.get("value") for e in pods[1]["spec"]["containers"][0]["env"]}
+    for pod in pods:
+        assert selects(policy["spec"]["podSelector"], pod["metadata"]["labels"])
+        for peer in pods:
+            for port in (int(env["MASTER_PORT"]), 45821):  # the rendezvous, then gloo's ephemeral ports
+                assert egress_admits(policy, "team-a", "team-a", peer["metadata"]["labels"], port)
+        for protocol in ("UDP", "TCP"):
+            assert egress_admits(policy, "team-a", "kube-system", {"k8s-app": "kube-dns"}, 53, protocol)
+    assert not egress_admits(policy, "team-a", "team-a", {"app": "web"}, 8080), "a tenant's other pods stay closed"
+    assert not egress_admits(policy, "team-a", "team-b", pods[0]["metadata"]["labels"], 29500), "another namespace's gangs too"
+    assert not egress_admits(policy, "team-a", "kube-system", {"k8s-app": "kube-dns"}, 8080)
+
+
 def test_network_policy_admits_only_the_operator_ports():
     objects = render()
     (policy,) = of_kind(objects, "NetworkPolicy")
