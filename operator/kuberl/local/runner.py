@@ -198,8 +198,11 @@ def override_problem(setting: str, key: str, algorithm: str | None = None) -> Pr
             every = spec_paths()
             # a block of the other algorithm is refused for this job (a CEL rule): not a path to suggest
             others = {block for name, (block, _) in ALGORITHM_BLOCKS.items() if algorithm in ALGORITHM_BLOCKS and name != algorithm}
-            same_leaf = [p for p in every if _leaf(p) == _leaf(part) and p != wanted and p.split(".", 1)[0] not in others]
-            close = same_leaf or difflib.get_close_matches(wanted, every, n=3, cutoff=0.6)
+            own = [p for p in every if p.split(".", 1)[0] not in others]
+            same_leaf = [p for p in own if _leaf(p) == _leaf(part) and p != wanted]
+            # the closest among this job's own paths first: with three off-policy blocks, the other algorithms'
+            # batchSize filled all three places for a PPO job's ppo.batch_size
+            close = same_leaf or difflib.get_close_matches(wanted, own, n=3, cutoff=0.6) or difflib.get_close_matches(wanted, every, n=3, cutoff=0.6)
             if not close and i + 1 < len(parts):  # env.kwarg.max_episode_steps: the misspelt part, the rest kept
                 rest = ".".join(parts[i + 1:])
                 close = [f"{c}.{rest}" for c in difflib.get_close_matches(".".join(parts[:i + 1]), every, n=3, cutoff=0.6)]
