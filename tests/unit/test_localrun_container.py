@@ -4,6 +4,7 @@ path the pod names kept inside its root."""
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from kuberl.core import contract
 from kuberl.local.process import (
+    PodProcess,
     container_base_env,
     gpus_short,
     host_gpus,
@@ -188,6 +190,22 @@ def test_a_volume_script_runs_through_the_sandbox(tmp_path):
     root = prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {}, str)
     started = launch(pod, root, {})
     assert Path(started.argv[1]).read_text() == "print('hello')\n"
+
+
+def test_an_ended_pods_mounts_are_taken_down_and_its_volumes_files_stay(tmp_path):
+    """A kubelet unmounts a terminated pod's volumes. Left in runs/<job>/pods/<pod>/root, the checkpoint claim's
+    mount was a second path to it under runs/, and `tensorboard --logdir runs` listed every run twice."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "write.py").write_text("import os\nopen(os.path.join(os.path.dirname(__file__), 'written'), 'w').write('x')\n")
+    pod = pod_with({"command": ["python", "/app/write.py"], "volumeMounts": [{"name": "code", "mountPath": "/app"}]},
+                   [{"name": "code", "hostPath": {"path": str(code)}}])
+    root = prepare_sandbox(str(tmp_path / "sandbox"), pod, trainer_container(pod), {}, str)
+    assert os.path.islink(os.path.join(root, "app"))
+    process = PodProcess(launch(pod, root, {}), "[p-0]", io.StringIO())
+    assert process.wait(120) == 0, "\n".join(process.tail)
+    assert not os.path.lexists(os.path.join(root, "app"))
+    assert (code / "written").read_text() == "x" and (code / "write.py").exists()
 
 
 @pytest.mark.parametrize("container,volumes,field", [

@@ -55,6 +55,7 @@ from .sandbox import (
     host_path,
     prepare_sandbox,
     trainer_container,
+    unmount,
     working_dir,
 )
 from .shellwords import (
@@ -304,6 +305,9 @@ class PodProcess:
             return None
         self.signal(signal.SIGKILL)  # the container is gone: so is everything it started
         self._kill_escaped()
+        root = self.spec.env.get(contract.ENV_FS_ROOT)
+        if root:  # ... and its volumes are unmounted
+            unmount(root)
         if self._reader is not None:
             self._reader.join(timeout=2)
         # which of two ranks failed first (the cause, not its echo) even when one poll sees both ended; never

@@ -347,6 +347,18 @@ def prepare_sandbox(
         return _lay_out(sandbox, pod, container, projected, claim_dir)
 
 
+def unmount(root: str) -> None:
+    """Take down an ended pod's mounts, as a kubelet unmounts a terminated pod's volumes: every link in its root
+    goes (never followed; the volumes' files stay where they are). A mount left behind is a second path to its
+    volume under runs/, and `tensorboard --logdir runs` listed each run twice, once through a pod's root."""
+    for parent, dirs, files in os.walk(root):  # never into a link
+        for name in dirs + files:
+            path = os.path.join(parent, name)
+            if os.path.islink(path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+
+
 def remove_tree(path: str) -> None:
     """Remove a pod's old sandbox, a fresh root for the next pod as a node gives it: a directory the old pod
     left without write permission (a module cache's read-only tree, say) is made writable first (its
