@@ -30,7 +30,7 @@ from chart_support import (
     validate,
 )
 from kuberl import cli
-from kuberl.core import contract, names
+from kuberl.core import contract, names, poddefaults
 from kuberl.core.render import DEFAULT_IMAGE, PLACEHOLDER_UID, render_job
 from kuberl.core.yamlreader import load_documents
 from kuberl.operator.kubeapi import API_CALLS, PEERING_API_CALLS
@@ -592,6 +592,29 @@ def test_the_documented_egress_policy_lets_a_gang_meet_in_a_namespace_that_denie
     assert not egress_admits(policy, "team-a", "team-a", {"app": "web"}, 8080), "a tenant's other pods stay closed"
     assert not egress_admits(policy, "team-a", "team-b", pods[0]["metadata"]["labels"], 29500), "another namespace's gangs too"
     assert not egress_admits(policy, "team-a", "kube-system", {"k8s-app": "kube-dns"}, 8080)
+
+
+def test_the_documented_annotations_point_a_plain_prometheus_at_the_operator_and_trainer_metrics_ports():
+    """A Prometheus without prometheus-operator scrapes by annotation, and the docs said nothing of it: the values
+    they give now land on the operator's Service and each rendered trainer pod, naming the port each serves."""
+
+    section = (ROOT / "docs" / "cluster.md").read_text().split("### Without prometheus-operator")[1].split("\n## ")[0]
+    block = re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1)
+    values = yaml.safe_load(block)
+    objects = render(values)
+    (service,) = of_kind(objects, "Service")
+    _, container = operator_container(objects)
+    metrics = next(p["containerPort"] for p in container["ports"] if p["name"] == "metrics")
+    assert service["metadata"]["annotations"] == {"prometheus.io/scrape": "true", "prometheus.io/port": str(metrics)}
+    defaults = poddefaults.parse(values["trainer"]["podDefaults"])  # as the operator reads what the chart hands it
+    job = yaml.safe_load((ROOT / "manifests" / "examples" / "cartpole-ppo.yaml").read_text())
+    pods = [poddefaults.apply(o, defaults) for o in render_job(job, "team-a", PLACEHOLDER_UID) if o["kind"] == "Pod"]
+    assert pods
+    for pod in pods:
+        annotations = pod["metadata"]["annotations"]
+        first = pod["spec"]["containers"][0]["ports"][0]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert (first["name"], str(first["containerPort"])) == (names.metrics_port_name(0), annotations["prometheus.io/port"])
 
 
 def test_network_policy_admits_only_the_operator_ports():
