@@ -223,9 +223,12 @@ def test_a_teams_release_alerts_on_its_own_jobs_only(tmp_path):
     tests = [{"interval": "1m", "input_series": [
         *[series(m.OPERATOR_JOB_PHASE, job_phase.format(team), "1x40") for team in ("team-a", "team-b")],
         *[series(m.CHECKPOINTS_SKIPPED, skipped.format(ops, team), "2x40") for ops, team in (("ops-a", "team-a"), ("ops-b", "team-b"))],
+        # ops-b's operator refused its watch of team-b: ops-b's to fix, not team a's
+        series(m.OPERATOR_NAMESPACE_REFUSED, 'job="kuberl", namespace="team-b", pod="kuberl-0"', "1x40"),
     ], "alert_rule_test": [
         firing("KuberlJobNotRunning", "35m", ({"namespace": "team-a", "rltj": "stuck", "team": "a"}, "")),
         firing("KuberlCheckpointsSkipped", "35m", ({"namespace": "team-a", "rltj": "redo", "team": "a"}, "2")),
+        firing("KuberlOperatorNamespaceRefused", "35m"),
     ]}]
     run_promtool_tests(tmp_path, rule["spec"]["groups"], tests)
 
