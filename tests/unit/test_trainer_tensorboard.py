@@ -90,3 +90,34 @@ def test_a_link_in_the_directorys_place_is_not_followed(tmp_path):
     said = []
     Scalars(str(checkpoints), log=said.append).write({"timesteps": 1, "episode_return_mean": 1.0, "steps_per_second": 1.0})
     assert list(elsewhere.iterdir()) == [] and len(said) == 1 and "a link, not a directory" in said[0], said
+
+
+def test_a_disk_that_fills_mid_run_is_said_once_and_the_run_goes_on(tmp_path, monkeypatch):
+    """The checkpoint volume fills while the run writes (here the kernel's file size limit, RLIMIT_FSIZE: the same
+    EFBIG a write past a quota meets; Python ignores SIGXFSZ). TensorBoard's writer thread died with its traceback in
+    the rank's log, and the next flush raised it again: said once, as one line, and the lines after it cost nothing."""
+    import resource
+    import threading
+
+    uncaught = []
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)  # what a thread's traceback would have gone to
+    said = []
+    scalars_of = Scalars(str(tmp_path), log=said.append)
+    before = set(threading.enumerate())
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, hard))
+    try:
+        steps = 0
+        while not scalars_of.failed and steps < 100_000:
+            steps += 1
+            scalars_of.write({"timesteps": steps, "episode_return_mean": 1.0, "steps_per_second": 1.0,
+                              "update": {"policy_loss": 0.5, "value_loss": 0.25}})
+        for later in range(steps + 1, steps + 50):  # the run goes on writing its lines
+            scalars_of.write({"timesteps": later, "episode_return_mean": 1.0, "steps_per_second": 1.0})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    for thread in set(threading.enumerate()) - before:  # the writer's thread, ended by its failure
+        thread.join(timeout=60)
+    scalars_of.close()
+    assert scalars_of.failed and len(said) == 1 and "File too large" in said[0] and "\n" not in said[0], said
+    assert uncaught == []

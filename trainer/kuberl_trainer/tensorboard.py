@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,6 +49,18 @@ def scalars(line: Mapping[str, Any]) -> list[tuple[str, float]]:
     if isinstance(update, Mapping):
         found += [(UPDATE_TAGS[name], value) for name, value in update.items() if name in UPDATE_TAGS and value is not None]
     return [(tag, float(value)) for tag, value in found]
+
+
+# The writer's own threads (tensorboard's, one per event file): one that fails (a disk full, a quota) ends with its
+# traceback in the rank's log, which the next flush raises again in the writer's caller, where it is said once.
+_WRITER_THREADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+def _writer_thread_hook(previous: Callable[[Any], object]) -> Callable[[Any], object]:
+    def hook(args: Any) -> object:
+        return None if args.thread in _WRITER_THREADS else previous(args)
+    hook.kuberl_writer_threads = True  # type: ignore[attr-defined]
+    return hook
 
 
 class Scalars:
@@ -85,12 +99,17 @@ class Scalars:
             SummaryWriter,  # 0.4 s: at the first point, not in the startup
         )
 
-        return SummaryWriter(log_dir=self.log_dir, purge_step=purge_step)  # a file of its own: time.host.pid.n
+        before = set(threading.enumerate())
+        writer = SummaryWriter(log_dir=self.log_dir, purge_step=purge_step)  # a file of its own: time.host.pid.n
+        _WRITER_THREADS.update(t for t in set(threading.enumerate()) - before if type(t).__module__.startswith("tensorboard."))
+        if not getattr(threading.excepthook, "kuberl_writer_threads", False):
+            threading.excepthook = _writer_thread_hook(threading.excepthook)
+        return writer
 
     def close(self) -> None:
-        if self.writer is not None:
+        if self.writer is not None and not self.failed:  # a failed writer was said once already
             try:
                 self.writer.close()
             except (OSError, RuntimeError, ValueError) as e:
                 self.log(f"TensorBoard scalars not closed ({self.log_dir}): {e}")
-            self.writer = None
+        self.writer = None
