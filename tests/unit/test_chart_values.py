@@ -288,6 +288,10 @@ def test_the_notes_say_which_namespace_grafana_must_read_the_dashboard_from():
     values = yaml.safe_load(KUBE_PROMETHEUS_STACK.read_text())
     notes = helm("install", "kuberl", str(CHART), "--dry-run", "--namespace", "kuberl-system", values=values)
     assert "ConfigMap kuberl-system.kuberl-dashboard in namespace monitoring" in notes
+    (configmap,) = [o for o in render(values) if o["kind"] == "ConfigMap"]
+    (dashboard,) = configmap["data"].values()
+    # the title Grafana lists it by (NOTES said "kuberl", which no dashboard of the chart is titled)
+    assert f'The Grafana dashboard "{json.loads(dashboard)["title"]}" is in' in notes
 
 
 def test_the_quickstarts_point_at_the_kube_prometheus_stack_values():

@@ -34,6 +34,11 @@ another one (Grafana's), so two releases of one name in two namespaces do not cl
 {{- end -}}
 {{- end -}}
 
+{{/* The dashboard's title: Grafana lists dashboards by title, so two releases' are told apart. */}}
+{{- define "kuberl.dashboardTitle" -}}
+{{- printf "kuberl (%s/%s)" .Release.Namespace .Release.Name -}}
+{{- end -}}
+
 {{/* The dashboard's key in that ConfigMap, which Grafana's sidecar (k8s-sidecar) takes as the file name in one folder
 for every namespace it reads: unique per release, or two releases' dashboards overwrite each other's file. Neither
 part holds a dot, so no two releases share it. */}}
