@@ -34,11 +34,26 @@ def test_a_progress_line_gives_its_returns_speed_and_update_statistics_and_nothi
     assert set(UPDATE_TAGS) == set(UPDATE_STATISTICS)  # every statistic progress.jsonl records has its tag
 
 
-@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_an_algorithms_statistic_goes_under_its_cleanrl_scripts_tag_at_its_scale():
+    """CleanRL's dqn.py writes the TD loss as losses/td_loss, its SAC and TD3 the critics' loss halved as
+    losses/qf_loss and the actor's as losses/actor_loss: under PPO's names a kuberl DQN and a CleanRL one drew their
+    losses in two panels, and a SAC's critic loss beside CleanRL's read twice as large."""
+    line = {"timesteps": 64, "restart": 0, "update": {"value_loss": 3.0, "policy_loss": -2.0, "q_value": 5.0}}
+    renames = {"value_loss": ("losses/qf_loss", 0.5), "policy_loss": ("losses/actor_loss", 1.0)}
+    assert scalars(line, renames) == [("losses/qf_loss", 1.5), ("losses/actor_loss", -2.0), ("losses/q_values", 5.0)]
+    assert scalars(line) == [("losses/value_loss", 3.0), ("losses/policy_loss", -2.0), ("losses/q_values", 5.0)]
+
+
+# each algorithm's critic (or value, or TD) loss: its tag, and CleanRL's number for kuberl's
+LOSS_TAGS = {"ppo": ("losses/value_loss", 1.0), "dqn": ("losses/td_loss", 1.0), "sac": ("losses/qf_loss", 0.5),
+             "td3": ("losses/qf_loss", 0.5)}
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn", "sac", "td3"])
 def test_a_run_writes_progress_jsonls_numbers_as_tensorboard_scalars(name, tmp_path, monkeypatch):
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
-    spec = (small_job(name).with_spec(totalTimesteps=640, workers=1, seed=1,
-                                      success={"evalEpisodes": 1, "evalEvery": {"ppo": 2, "dqn": 64}[name]}).spec())
+    spec = (small_job(name).with_spec(totalTimesteps={"sac": 400, "td3": 400}.get(name, 640), workers=1, seed=1,
+                                      success={"evalEpisodes": 1, "evalEvery": {"ppo": 2, "dqn": 64}.get(name, 100)}).spec())
     trainer, run = one_process_run(spec)
     monkeypatch.setattr(session, "PROGRESS_EVERY_SECONDS", 0.0)  # a progress line every update
     assert session.run_updates(trainer, run) == "budget"
@@ -50,7 +65,15 @@ def test_a_run_writes_progress_jsonls_numbers_as_tensorboard_scalars(name, tmp_p
                                                if row.get("steps_per_second") is not None and row["episode_return_mean"] is not None]
     updates = [row for row in rows if isinstance(row.get("update"), dict)]
     assert updates and drawn["charts/learning_rate"] == [(row["timesteps"], pytest.approx(row["update"]["learning_rate"])) for row in updates]
-    assert {"ppo": "losses/approx_kl", "dqn": "losses/q_values"}[name] in drawn
+    assert {"ppo": "losses/approx_kl"}.get(name, "losses/q_values") in drawn
+    tag, factor = LOSS_TAGS[name]
+    losses = [(row["timesteps"], pytest.approx(row["update"]["value_loss"] * factor)) for row in updates
+              if row["update"].get("value_loss") is not None]
+    assert losses and drawn[tag] == losses
+    if name != "ppo":  # its loss under CleanRL's tag alone, and the actor's under actor_loss
+        assert "losses/value_loss" not in drawn and "losses/policy_loss" not in drawn
+    if name in ("sac", "td3"):
+        assert "losses/actor_loss" in drawn
 
 
 def test_a_later_generation_supersedes_the_points_an_earlier_one_wrote_past_where_it_resumed(tmp_path):

@@ -19,7 +19,7 @@ import copy
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -140,6 +140,7 @@ class BaseAlgorithm:
     agent: torch.nn.Module
     optimizer: object
     ACTION_SPACES: tuple[type[gym.Space], ...] = (gym.spaces.Discrete,)  # what the algorithm's networks emit
+    TENSORBOARD_TAGS: Mapping[str, tuple[str, float]] = {}  # its statistics' CleanRL tags where not PPO's (tensorboard.Renames)
     batch_per_rank: int
 
     def __init__(self, ctx: Dist, env_id: str, num_envs: int, env_kwargs: dict, seed: int, restart: int,

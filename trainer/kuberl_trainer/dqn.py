@@ -36,6 +36,7 @@ import copy
 import math
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -50,6 +51,7 @@ from .distributed import Dist
 from .networks import soft_update  # noqa: F401 — the maths, beside td_targets and dqn_loss, for readers and tests
 from .replay import Batch
 from .session import Vote
+from .tensorboard import Renames
 
 # --- The Q network ---------------------------------------------------------
 
@@ -134,6 +136,7 @@ def steps_per_draw(gradient_steps: int, batch_size: int, obs_shape: tuple[int, .
 
 class DQNTrainer(OffPolicyAlgorithm):
     ACTION_SPACES = envspaces.ACTION_SPACES["dqn"]
+    TENSORBOARD_TAGS: ClassVar[Renames] = {"value_loss": ("losses/td_loss", 1.0)}  # CleanRL's dqn.py
     def __init__(self, ctx: Dist, hp: DQNConfig, env_id: str, num_envs: int, env_kwargs: dict,
                  total_timesteps: int, seed: int, restart: int, env_backend: str = "auto", fast: bool = True):
         self.hp, self.total_timesteps, self.fast_path = hp, total_timesteps, fast

@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -48,6 +49,7 @@ from .device import to_device, upload
 from .distributed import Dist
 from .replay import Batch
 from .session import Vote
+from .tensorboard import Renames
 
 # --- The networks ------------------------------------------------------------------
 
@@ -148,6 +150,8 @@ def alpha_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: 
 
 class SACTrainer(OffPolicyAlgorithm):
     ACTION_SPACES = envspaces.ACTION_SPACES["sac"]
+    # CleanRL's sac_continuous_action.py: qf_loss is written halved (the two critics' mean; value_loss is their sum)
+    TENSORBOARD_TAGS: ClassVar[Renames] = {"value_loss": ("losses/qf_loss", 0.5), "policy_loss": ("losses/actor_loss", 1.0)}
 
     def __init__(self, ctx: Dist, hp: SACConfig, env_id: str, num_envs: int, env_kwargs: dict,
                  total_timesteps: int, seed: int, restart: int, env_backend: str = "auto", fast: bool = True):

@@ -21,7 +21,7 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -145,6 +145,7 @@ class Algorithm(Protocol):
 
     ctx: Dist
     counters: Counters
+    TENSORBOARD_TAGS: Mapping[str, tuple[str, float]]  # its statistics' CleanRL tags where not PPO's (tensorboard.Renames)
     total_timesteps: int  # the job's budget, in real transitions
     batch_per_rank: int  # env steps per rank per update
 
@@ -297,6 +298,7 @@ class TrainingSession:
         self.last_good: str | None = None  # the newest checkpoint known to load: named if the volume fails
         self.progress_unwritable = False
         self.scalars = Scalars(self.checkpoint_dir, log) if ctx.is_main else None  # progress.jsonl's, for TensorBoard
+        self.tensorboard_tags: Mapping[str, tuple[str, float]] = {}  # the algorithm's (after_update)
         self.last_update: UpdateReport | None = None  # its statistics go into progress.jsonl (update_statistics)
         self.grace_warned = False  # outlasts_grace said once
         self.evaluations = (0, 0.0)  # rank 0's on the training thread, and their seconds (evaluation_share_note)
@@ -438,6 +440,7 @@ class TrainingSession:
         self.boundary = (counters.global_step, counters.updates)
         self.remember_episodes(report.episode_return_sum, report.episode_return_count)
         self.last_update = report  # formatted only when a progress line is written: DQN makes thousands a second
+        self.tensorboard_tags = algorithm.TENSORBOARD_TAGS
         if self.metrics is not None:
             self._record(report)
         success = self.spec.success
@@ -602,7 +605,7 @@ class TrainingSession:
                 self.log(f"progress.jsonl not written: {e}")
             self.progress_unwritable = True
         if self.scalars is not None:
-            self.scalars.write(line)
+            self.scalars.write(line, self.tensorboard_tags)
 
     def save(self, algorithm: Algorithm, collectives: bool = True) -> None:
         """Rank 0 writes the replicated state; deterministic mode first

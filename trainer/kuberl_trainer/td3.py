@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -46,6 +47,7 @@ from .device import to_device, upload
 from .distributed import Dist
 from .replay import Batch
 from .session import Vote
+from .tensorboard import Renames
 
 # --- The network ---------------------------------------------------------------------
 
@@ -121,6 +123,8 @@ def delayed_steps_between(first: int, last: int, policy_delay: int) -> int:
 
 class TD3Trainer(OffPolicyAlgorithm):
     ACTION_SPACES = envspaces.ACTION_SPACES["td3"]
+    # CleanRL's td3_continuous_action.py: qf_loss is written halved (the two critics' mean; value_loss is their sum)
+    TENSORBOARD_TAGS: ClassVar[Renames] = {"value_loss": ("losses/qf_loss", 0.5), "policy_loss": ("losses/actor_loss", 1.0)}
 
     def __init__(self, ctx: Dist, hp: TD3Config, env_id: str, num_envs: int, env_kwargs: dict,
                  total_timesteps: int, seed: int, restart: int, env_backend: str = "auto", fast: bool = True):

@@ -1,8 +1,9 @@
 """TensorBoard scalars of a run, written by rank 0 beside progress.jsonl (in names.TENSORBOARD_DIR), so that
 `tensorboard --logdir runs` shows a kuberl run as it shows a CleanRL or SB3 one. The tags are CleanRL's
 (charts/episodic_return, charts/SPS, losses/..., eval/episodic_return): kuberl's runs and CleanRL's overlay in one
-TensorBoard. The same numbers as progress.jsonl's, against the same timesteps; progress.jsonl stays the record that
-`kuberl plot` and a run's summary read.
+TensorBoard, an algorithm's losses under its CleanRL script's tags (its class's TENSORBOARD_TAGS). The same numbers as
+progress.jsonl's (SAC's and TD3's critic loss halved, as CleanRL writes qf_loss), against the same timesteps;
+progress.jsonl stays the record that `kuberl plot` and a run's summary read.
 
 Written with torch.utils.tensorboard's SummaryWriter, as CleanRL writes (it needs the `tensorboard` package, whose
 server is the viewer too: `tensorboard --logdir runs` in the venv `make train` makes). Each line's points are flushed
@@ -34,12 +35,17 @@ UPDATE_TAGS = {
     "entropy_coefficient": "losses/alpha",
     "learning_rate": "charts/learning_rate",
 }
+# An algorithm's statistics that CleanRL's script for it writes under another tag, and the factor to CleanRL's number
+# (an algorithm class's TENSORBOARD_TAGS): DQN's TD loss is dqn.py's losses/td_loss, so a kuberl and a CleanRL run
+# draw in one panel, not two.
+Renames = Mapping[str, tuple[str, float]]
 
 
-def scalars(line: Mapping[str, Any]) -> list[tuple[str, float]]:
+def scalars(line: Mapping[str, Any], renames: Renames | None = None) -> list[tuple[str, float]]:
     """The TensorBoard scalars of one progress.jsonl line: a progress line's training return and speed, an
-    evaluation's return, and the update statistics a line carries. Every line repeats the last evaluation
-    return, so only an evaluation's own line gives one; a resumed or checkpoint line gives nothing new."""
+    evaluation's return, and the update statistics a line carries (under the algorithm's `renames` where CleanRL's
+    differ). Every line repeats the last evaluation return, so only an evaluation's own line gives one; a resumed or
+    checkpoint line gives nothing new."""
     found: list[tuple[str, float]] = []
     if line.get("steps_per_second") is not None:  # a progress line
         found += [(tag, line[key]) for key, tag in TRAINING_TAGS.items() if line.get(key) is not None]
@@ -47,7 +53,10 @@ def scalars(line: Mapping[str, Any]) -> list[tuple[str, float]]:
         found.append((EVALUATION_TAG, line["eval_return"]))
     update = line.get("update")
     if isinstance(update, Mapping):
-        found += [(UPDATE_TAGS[name], value) for name, value in update.items() if name in UPDATE_TAGS and value is not None]
+        for name, value in update.items():
+            if name in UPDATE_TAGS and value is not None:
+                tag, factor = (renames or {}).get(name, (UPDATE_TAGS[name], 1.0))
+                found.append((tag, value * factor))
     return [(tag, float(value)) for tag, value in found]
 
 
@@ -75,8 +84,8 @@ class Scalars:
         self.writer: Any = None
         self.failed = False
 
-    def write(self, line: Mapping[str, Any]) -> None:
-        points = scalars(line)
+    def write(self, line: Mapping[str, Any], renames: Renames | None = None) -> None:
+        points = scalars(line, renames)
         if self.failed or not (points or line.get("resumed")):
             return
         try:
