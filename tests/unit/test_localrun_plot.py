@@ -491,3 +491,32 @@ def test_a_recorded_seed_of_any_size_or_shape_is_named_short():
     many = [{"seed": s, "a": 1} for s in range(SEEDS_NAMED + 5)]
     labels, _ = run_labels([f"j.{s}" for s in range(len(many))], ["j"] * len(many), many)
     assert labels[0] == f"j (seeds {', '.join(map(str, range(SEEDS_NAMED)))} and 5 more)"
+
+
+def test_a_run_of_the_job_without_a_readable_record_is_drawn_beside_its_others(tmp_path, monkeypatch):
+    """A job's run whose fingerprint.json went missing or holds no record (and whose job.yaml is no job) beside one
+    that has its record: `kuberl plot` (and `kuberl eval runs`) ended in an AttributeError naming its seed."""
+    runs = tmp_path / "runs"
+    a_named_run(runs, "cartpole-ppo")
+    (runs / "cartpole-ppo" / "fingerprint.json").write_text(json.dumps({"learned": {"seed": 1, "algorithm": "ppo"}}))
+    a_named_run(runs, "cartpole-ppo.1a2b3c4d", scale=2.0)
+    (runs / "cartpole-ppo.1a2b3c4d" / "fingerprint.json").write_text("[]")
+    a_named_run(runs, "cartpole-ppo.5e6f7a8b", scale=3.0)  # no fingerprint.json at all
+    drawn = drawn_lines(monkeypatch)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    assert sorted(label for label, *_ in drawn[0][0] if not label.startswith("_")) == [
+        "cartpole-ppo", "cartpole-ppo.1a2b3c4d", "cartpole-ppo.5e6f7a8b"]
+
+
+def test_a_recorded_fields_path_is_named_short_and_safe_however_its_keys_are_written():
+    """fingerprint.json's keys are anyone's too: one of 20,000 dots took 2 s to tell apart (every prefix of every path
+    was named, the square of its dots; 16 MB of them, for ever) and became a legend entry 20,000 characters long; a
+    key with an escape sequence reached the terminal of `kuberl eval runs` as it was."""
+    from kuberl.core.fingerprint import changed_fields, describe_changes
+
+    dotted = {"a" + "." * 20_000: 1}
+    assert distinguishing_values([dotted, {"b": 2}]) == ["a....................................... 1, b null", "a....................................... null, b 2"]
+    escaped = distinguishing_values([{"x\x1b[2J\n": 1}, {"x\x1b[2J\n": 2}])
+    assert escaped == ["x\\x1b[2J\\n 1", "x\\x1b[2J\\n 2"]
+    assert describe_changes(changed_fields({"k\r": 1}, {"k\r": 2})) == "k\\r 1 -> 2"
+    assert changed_fields({"env": {}}, {"env": {"a": 1}}) == [("env.a", None, 1)]  # an empty map is no leaf beside keys

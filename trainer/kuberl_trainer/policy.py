@@ -57,7 +57,12 @@ from kuberl.core.contract import shown_return
 from kuberl.core.envspaces import flat_dtype, is_image
 from kuberl.core.installhint import with_this_pip
 from kuberl.core.rundirs import RUN_JOB_FILE, missing_run_hint, runs_in
-from kuberl.core.runrecords import job_of, recorded_learned_values, run_labels
+from kuberl.core.runrecords import (
+    job_of,
+    jobs_runs,
+    recorded_learned_values,
+    run_labels,
+)
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
 
@@ -803,8 +808,7 @@ def each_runs_values(jobs: list[str | None], values: list[Any]) -> list[str]:
     """Each run's learned values that its job's other runs given do not share, its seed among them
     (`ppo.learningRate 0.0025, seed 2`); '' for a run alone of its job, or with no record."""
     texts = [""] * len(jobs)
-    for job in dict.fromkeys(job for job in jobs if job is not None):
-        members = [i for i, of in enumerate(jobs) if of == job]
+    for members in jobs_runs(jobs).values():
         if len(members) > 1:
             for i, text in zip(members, fingerprint.distinguishing_values([values[i] for i in members]), strict=True):
                 texts[i] = text

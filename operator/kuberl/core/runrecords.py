@@ -73,20 +73,30 @@ def run_labels(names: list[str], jobs: list[str | None], values: list[Mapping[st
     named once with their seeds; runs of different jobs are told apart by their names already (a PPO job beside a
     DQN one differs in 40 values). `names` are the runs' own names, kept where nothing is added."""
     labels, groups = list(names), list(range(len(names)))
-    for job in dict.fromkeys(job for job in jobs if job is not None):
-        members = [i for i, of in enumerate(jobs) if of == job]
+    for job, members in jobs_runs(jobs).items():
         if len(members) < 2:
             continue
         apart = fingerprint.distinguishing_values([values[i] for i in members], ignored=(fingerprint.SEED,))
+        seeds_of: dict[int, list[Any]] = {}  # a group's seeds; a run with no record is a group of its own
         for i, group in zip(members, fingerprint.seed_groups([values[i] for i in members]), strict=True):
             groups[i] = members[group]
+            seeds_of.setdefault(groups[i], []).append((values[i] or {}).get(fingerprint.SEED))
         for i, text in zip(members, apart, strict=True):
-            seeds = [values[j].get(fingerprint.SEED) for j in members if groups[j] == groups[i]]  # type: ignore[union-attr]
+            seeds = seeds_of[groups[i]]
             seeded = f"seeds {shown_seeds(seeds)}" if len(seeds) > 1 else ""
             name = job if seeded else labels[i]  # a configuration's seeds: named by their job, not one seed's run
             described = "; ".join(part for part in (text, seeded) if part)
             labels[i] = f"{name} ({described})" if described else name
     return labels, groups
+
+
+def jobs_runs(jobs: list[str | None]) -> dict[str, list[int]]:
+    """Each job's runs among `jobs` (each run's job, None for none), in one pass: thousands of runs, thousands of jobs."""
+    runs: dict[str, list[int]] = {}
+    for i, job in enumerate(jobs):
+        if job is not None:
+            runs.setdefault(job, []).append(i)
+    return runs
 
 
 SEEDS_NAMED = 8  # a configuration's seeds named in its label at most; past it, how many more
