@@ -62,6 +62,7 @@ from kuberl.core.runrecords import (
     jobs_runs,
     recorded_learned_values,
     run_labels,
+    seed_order,
 )
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
@@ -788,6 +789,7 @@ def score_runs(runs: list[str], args: Any, allowed: tuple[str, ...] | list[str])
         configurations_of.setdefault((groups[i], env_id), []).append(i)
     candidates: dict[str, list[tuple[float, str, str]]] = {}
     for (group, env_id), seeds in configurations_of.items():
+        seeds = [seeds[k] for k in seed_order([(values[i] or {}).get(fingerprint.SEED) for i in seeds])]  # as named
         means = [scored[i][0] for i in seeds]
         mean = sum(means) / len(means)
         if len(seeds) > 1:

@@ -81,6 +81,7 @@ def run_labels(names: list[str], jobs: list[str | None], values: list[Mapping[st
         for i, group in zip(members, fingerprint.seed_groups([values[i] for i in members]), strict=True):
             groups[i] = members[group]
             seeds_of.setdefault(groups[i], []).append((values[i] or {}).get(fingerprint.SEED))
+        seeds_of = {group: [seeds[k] for k in seed_order(seeds)] for group, seeds in seeds_of.items()}
         for i, text in zip(members, apart, strict=True):
             seeds = seeds_of[groups[i]]
             seeded = f"seeds {shown_seeds(seeds)}" if len(seeds) > 1 else ""
@@ -97,6 +98,15 @@ def jobs_runs(jobs: list[str | None]) -> dict[str, list[int]]:
         if job is not None:
             runs.setdefault(job, []).append(i)
     return runs
+
+
+def seed_order(seeds: list[Any]) -> list[int]:
+    """The positions of a configuration's seeds, in their order: `--set seed=1`, 2, 3 are runs/<job>.<fingerprint>,
+    whose hashes sort the runs in any order (`seeds 1, 3, 2`). Recorded values that are not all integers
+    (fingerprint.json is anyone's to write) stay as given."""
+    if all(isinstance(seed, int) and not isinstance(seed, bool) for seed in seeds):
+        return sorted(range(len(seeds)), key=lambda k: seeds[k])
+    return list(range(len(seeds)))
 
 
 SEEDS_NAMED = 8  # a configuration's seeds named in its label at most; past it, how many more
