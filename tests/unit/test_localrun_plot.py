@@ -520,3 +520,27 @@ def test_a_recorded_fields_path_is_named_short_and_safe_however_its_keys_are_wri
     assert escaped == ["x\\x1b[2J\\n 1", "x\\x1b[2J\\n 2"]
     assert describe_changes(changed_fields({"k\r": 1}, {"k\r": 2})) == "k\\r 1 -> 2"
     assert changed_fields({"env": {}}, {"env": {"a": 1}}) == [("env.a", None, 1)]  # an empty map is no leaf beside keys
+
+
+@pytest.mark.parametrize("rows", [
+    [{"timesteps": 1, "episode_return_mean": 1e308}, {"timesteps": 2, "episode_return_mean": -1e308}],
+    [{"timesteps": 1, "episode_return_mean": -1e308}],
+    [{"timesteps": 10**4000, "episode_return_mean": 1.0}, {"timesteps": 2, "episode_return_mean": 1.0}],
+    [{"timesteps": 1, "episode_return_mean": 1.0, "update": {"policy_loss": 10**4000, "value_loss": 1e308}}],
+    [{"timesteps": 1, "episode_return_mean": None}, {"timesteps": [2], "episode_return_mean": {"a": 1}}],
+], ids=["returns-at-floats-limit", "one-return-at-floats-limit", "timesteps-of-4000-digits", "statistics-past-float",
+        "no-return-yet"])
+def test_numbers_no_axis_can_hold_are_left_out_and_the_curve_is_drawn(tmp_path, rows, recwarn):
+    """progress.jsonl is the run's to write: returns at float's limit ended kuberl plot in matplotlib's `ValueError:
+    arange: cannot compute length` (its ticks overflow), an integer of 4,000 digits (within json's 4,300) in an
+    OverflowError, and a run with no return yet warned of an empty legend, with matplotlib's source line."""
+    import warnings
+
+    warnings.simplefilter("always")
+    run_dir = tmp_path / "runs" / "job"
+    checkpoints = run_dir / "checkpoints" / "job-uid"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "progress.jsonl").write_text("".join(json.dumps({**row, "restart": 0}) + "\n" for row in rows))
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(run_dir)], output=None)) == 0
+    assert (run_dir / "learning-curve.png").read_bytes().startswith(PNG)
+    assert [str(w.message) for w in recwarn if "matplotlib" in w.filename or "curves" in w.filename] == []

@@ -56,8 +56,20 @@ def progress_record(lines: list[str]) -> dict:
     return {}
 
 
+# The largest magnitude drawn or compared: matplotlib's axis ticks overflow (ValueError: arange) for a range near
+# float's limit, and a progress.jsonl is the run's to write (a trainer's own, or anyone's on the volume).
+MAX_NUMBER = 1e100
+
+
 def finite_number(value: object) -> float | None:
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+    """`value` where it is a number (no bool) of magnitude at most MAX_NUMBER; None otherwise: NaN, infinities, and
+    an integer of thousands of digits, which no float holds (math.isfinite raised OverflowError on it)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        return value if math.isfinite(value) and abs(value) <= MAX_NUMBER else None
+    except OverflowError:
+        return None
 
 
 def progress_files(checkpoints: str) -> list[str]:
@@ -179,7 +191,8 @@ def plot(run_dir: str, output: str | None = None) -> str:
         ax.set_xlabel(x_label)
         ax.set_ylabel("return")
         ax.grid(alpha=0.3)
-    axes[0].legend(loc="lower right")
+    if axes[0].get_legend_handles_labels()[0]:  # none before a first return: matplotlib warned of an empty legend
+        axes[0].legend(loc="lower right")
     for name, ax in zip(names, panels, strict=True):
         if points := update_points(rows, name):
             ax.plot(*zip(*points, strict=True), linewidth=1, marker=".", markersize=3)
@@ -413,7 +426,8 @@ def compare(paths: list[str], output: str | None = None,
         if len(envs) > 1:
             # the id a run's fingerprint.json records, anyone's to write: 2 MB of it collapsed the layout
             axes[0].set_title(literal(shortened(env or "env not recorded")), fontsize="medium")
-        axes[0].legend(loc="lower right", fontsize="small")
+        if axes[0].get_legend_handles_labels()[0]:
+            axes[0].legend(loc="lower right", fontsize="small")
     notes = [f"the last {PROGRESS_TAIL_BYTES >> 20} MiB of records of {', '.join(cut_short)}"] if cut_short else []
     seeded = " (seeds faint, their mean bold)" if any(len(rows) > 1 for rows in members.values()) else ""
     fig.suptitle(literal(f"{len(runs)} runs: evaluation return solid{seeded}, training return (mean) dashed"
