@@ -2,13 +2,16 @@
 updates (one actor step every policyDelay critic steps, both targets following by tau), what its steps move,
 the statistics it reports, a stop and resume that continues exactly, and its evaluation and model."""
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from kuberl.core.spec import TD3Config
+from kuberl.core import envspaces
+from kuberl.core.spec import SACConfig, TD3Config
 from kuberl_trainer import checkpoint
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.envs import UnknownEnv
+from kuberl_trainer.sac import SACTrainer
 from kuberl_trainer.session import BareSession
 from kuberl_trainer.td3 import TD3Trainer
 
@@ -165,3 +168,49 @@ def test_an_env_whose_actions_the_actor_cannot_emit_is_refused_naming_spec_env_i
     with pytest.raises(UnknownEnv) as refused:
         TD3Trainer(ONE_PROCESS, TD3Config(hidden_sizes=[8]), env_id, 2, {}, 1000, seed=1, restart=0)
     assert str(refused.value).startswith("spec.env.id: ") and words in str(refused.value), refused.value
+
+
+class _OneStep(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 0.0, False, True, {}
+
+
+class HugeBox(_OneStep):
+    action_space = gym.spaces.Box(-3e38, 3e38, (1,), np.float32)  # finite, as its half-width and centre
+
+
+class HugeFloat64Box(_OneStep):
+    action_space = gym.spaces.Box(-1e300, 1e300, (1,), np.float64)  # finite; -inf and inf as float32
+
+
+class PointBox(_OneStep):
+    action_space = gym.spaces.Box(np.array([-1.0, 2.0], np.float32), np.array([1.0, 2.0], np.float32))
+
+
+class NoActionBox(_OneStep):
+    action_space = gym.spaces.Box(-1, 1, (0,), np.float32)
+
+
+@pytest.mark.parametrize("trainer", [TD3Trainer, SACTrainer])
+@pytest.mark.parametrize(("env", "words"), [
+    (HugeBox, "bounded past +-1e+09: the critics' squared errors overflow float32 (NaN losses); rescale the env's actions"),
+    (HugeFloat64Box, "bounded past +-1e+09"),
+    (PointBox, "whose dimension 1 has no width (low 2, high 2): no action there to learn"),
+    (NoActionBox, "with no action to take; supported by this algorithm: float Box actions of at least one dimension"),
+])
+def test_a_box_the_squashed_actor_cannot_learn_in_is_refused_naming_spec_env_id(trainer, env, words):
+    """Schema-valid jobs on boxes that passed the finite-bounds check: TD3 and SAC trained on NaN losses from the first
+    step at +-3e38 (or a float64 box's +-1e300), SAC on a dimension of no width (its log-probability -inf), and TD3's
+    critics raised a RuntimeError of tensor sizes on a box of no dimension. `kuberl validate` says the same."""
+    env_id = f"tests.unit.test_td3_trainer:{env.__name__}"
+    config = (TD3Config if trainer is TD3Trainer else SACConfig)(hidden_sizes=[8])
+    with pytest.raises(UnknownEnv) as refused:
+        trainer(ONE_PROCESS, config, env_id, 2, {}, 1000, seed=1, restart=0)
+    assert str(refused.value).startswith(f"spec.env.id: {env_id!r} has action space ") and words in str(refused.value), refused.value
+    assert envspaces.spaces_problem(env.observation_space, env.action_space, "td3") == str(refused.value).split(" has ", 1)[1]
+    assert envspaces.spaces_problem(env.observation_space, env.action_space, "ppo") is None  # PPO's Gaussian is not squashed

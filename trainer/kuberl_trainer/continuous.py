@@ -8,8 +8,8 @@ import contextlib
 from collections.abc import Iterator
 
 import gymnasium as gym
-import numpy as np
 import torch
+from kuberl.core import envspaces
 from torch import nn
 
 from .envs import UnknownEnv
@@ -39,12 +39,12 @@ class Critics(nn.Module):
 
 
 def box_bounds(envs: gym.vector.VectorEnv, space: gym.spaces.Box, env_id: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The action box's (low, high) as float32 host tensors (an actor's buffers, moved by .to(device)); an
-    unbounded box, which no squashing actor can fill, closes `envs` and is refused naming spec.env.id."""
-    if not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+    """The action box's (low, high) as float32 host tensors (an actor's buffers, moved by .to(device)); a box no
+    squashing actor can act in (envspaces.squashed_box_problem: unbounded, empty, a dimension of no width, bounds
+    past 1e9) closes `envs` and is refused naming spec.env.id."""
+    if problem := envspaces.squashed_box_problem(space):
         envs.close()
-        raise UnknownEnv(f"spec.env.id: {env_id!r} has action space {space}, unbounded;"
-                         " supported by this algorithm: float Box actions with finite bounds")
+        raise UnknownEnv(f"spec.env.id: {env_id!r} has {problem}")
     return (torch.as_tensor(space.low, dtype=torch.float32),  # host: the actor's buffers, moved by .to(device)
             torch.as_tensor(space.high, dtype=torch.float32))  # host: as low
 

@@ -116,14 +116,46 @@ def space_problem(observation: gym.Space, action: gym.Space, actions: tuple[type
     return None
 
 
+# Algorithms whose actor maps tanh onto the action box and whose critics read its actions as they are (SAC, TD3)
+SQUASHED = ("sac", "td3")
+# The largest action bound those learn within: the critics' squared errors grow with the actions' square, and 1e9's
+# is far inside float32's 3.4e38; a box of +-3e38 (or a float64 one of +-1e300, inf as float32) gave NaN losses at once.
+MAX_SQUASHED_BOUND = 1e9
+
+
+def squashed_box_problem(action: gym.spaces.Box) -> str | None:
+    """Why an actor that maps tanh onto the float Box `action` cannot act in it (None where it can): an unbounded
+    box, one with no dimension, one whose dimension has no width (low == high: nothing to learn there, and SAC's
+    log-probability of its one action is -inf, NaN losses), or one bounded past MAX_SQUASHED_BOUND."""
+    supported = supported_actions(ACTION_SPACES["sac"])
+    low, high = np.asarray(action.low, np.float64), np.asarray(action.high, np.float64)
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        return f"action space {action}, unbounded; {supported} with finite bounds"
+    if low.size == 0:
+        return f"action space {action}, with no action to take; {supported} of at least one dimension"
+    if (narrow := np.flatnonzero(high <= low)).size:
+        i = int(narrow[0])
+        return (f"action space {action}, whose dimension {i} has no width (low {low[i]:g}, high {high[i]:g}): no action"
+                f" there to learn; {supported} with each dimension wider than a point")
+    if max(np.abs(low).max(), np.abs(high).max()) > MAX_SQUASHED_BOUND:
+        return (f"action space {action}, bounded past +-{MAX_SQUASHED_BOUND:g}: the critics' squared errors overflow"
+                " float32 (NaN losses); rescale the env's actions (gymnasium.wrappers.RescaleAction, to [-1, 1] as"
+                f" SAC and TD3 are tuned for); {supported} within +-{MAX_SQUASHED_BOUND:g}")
+    return None
+
+
 def spaces_problem(observation: gym.Space, action: gym.Space, algorithm: str) -> str | None:
-    """`flatten_problem`, then `space_problem` on the spaces as the networks will read them."""
+    """`flatten_problem`, then `space_problem` on the spaces as the networks will read them, then, for an actor
+    squashed into its box, `squashed_box_problem`."""
     if isinstance(observation, FLATTENED):
         problem = flatten_problem(observation)
         if problem:
             return problem
         observation = gym.spaces.flatten_space(observation)
-    return space_problem(observation, action, ACTION_SPACES[algorithm])
+    problem = space_problem(observation, action, ACTION_SPACES[algorithm])
+    if problem is None and algorithm in SQUASHED and isinstance(action, gym.spaces.Box):
+        problem = squashed_box_problem(action)
+    return problem
 
 
 # What making an env raises when this machine lacks what the trainer's image may have: left to the trainer.
