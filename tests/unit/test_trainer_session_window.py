@@ -13,6 +13,7 @@ import torch
 from kuberl.core import contract, trainerconfig
 from kuberl_trainer import session
 from kuberl_trainer.distributed import Dist
+from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.session import RECENT_EPISODES, Counters, UpdateReport
 
 from tests.support.jobs import make_job
@@ -47,7 +48,8 @@ def test_the_reported_return_is_the_latest_episodes_mean_and_its_window_stays_sm
         history.append((float(rng.normal(size=ended).sum() * 10), ended))
         counters = Counters(updates=update + 1, global_step=8 * (update + 1))
         training.after_update(UpdateReport(counters, 8, *history[-1], learning_rate=1e-4, losses={}, rollout_seconds=0.0,
-                                           update_seconds=0.0, allreduce_seconds=0.0, epochs_run=1), algorithm=None)
+                                           update_seconds=0.0, allreduce_seconds=0.0, epochs_run=1),
+                              algorithm=DQNTrainer)  # its class: no evaluation is due, and its tags are a class's
         if update % 13 == 0 or ended:
             assert training.episode_return_mean == latest_mean(history)  # bit for bit
     assert len(training.recent) <= RECENT_EPISODES  # it held one entry per update: thousands, summed every update
