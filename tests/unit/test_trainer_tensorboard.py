@@ -10,9 +10,24 @@ import pytest
 from kuberl.core import contract, names
 from kuberl.local.curves import UPDATE_STATISTICS
 from kuberl_trainer import session
-from kuberl_trainer.tensorboard import EVALUATION_TAG, UPDATE_TAGS, Scalars, scalars
+from kuberl_trainer.tensorboard import (
+    EVALUATION_TAG,
+    HYPERPARAMETERS_TAG,
+    UPDATE_TAGS,
+    Scalars,
+    hyperparameters,
+    scalars,
+)
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from trainer_support import one_process_run, progress_rows, small_job
+
+
+def read_texts(log_dir: str) -> list[str]:
+    """The run's hyperparameters texts (TensorBoard's Text tab), every file's."""
+    events = EventAccumulator(log_dir, size_guidance={"tensors": 0})
+    events.Reload()
+    tag = f"{HYPERPARAMETERS_TAG}/text_summary"
+    return [e.tensor_proto.string_val[0].decode() for e in events.Tensors(tag)] if tag in events.Tags()["tensors"] else []
 
 
 def read_scalars(log_dir: str) -> dict[str, list[tuple[int, float]]]:
@@ -74,21 +89,34 @@ def test_a_run_writes_progress_jsonls_numbers_as_tensorboard_scalars(name, tmp_p
         assert "losses/value_loss" not in drawn and "losses/policy_loss" not in drawn
     if name in ("sac", "td3"):
         assert "losses/actor_loss" in drawn
+    # what it learned with, as CleanRL's runs say theirs: TensorBoard names a run by its directory alone
+    [text] = read_texts(os.path.join(run.checkpoint_dir, names.TENSORBOARD_DIR))
+    assert text.startswith("|param|value|\n|-|-|\n") and "\n|seed|1|" in text and f'\n|algorithm|"{name}"|' in text, text
+    assert f"\n|{name}.gamma|" in text and "\n|totalTimesteps|" in text and "|null|" not in text, text
+
+
+def test_hyperparameters_are_a_row_per_learned_field_each_one_safe_table_cell():
+    text = hyperparameters({"seed": 2, "dqn": None, "env": {"id": "my|env", "kwargs": {}}, "ppo": {"hiddenSizes": [64, 64]}, "note": "x" * 500})
+    rows = text.split("\n")
+    assert rows[:2] == ["|param|value|", "|-|-|"]
+    assert rows[2:5] == ["|seed|2|", '|env.id|"my&#124;env"|', "|env.kwargs|{}|"] and rows[5] == "|ppo.hiddenSizes|[64, 64]|"
+    assert len(rows) == 7 and len(rows[6]) < 100  # a long value cut short
 
 
 def test_a_later_generation_supersedes_the_points_an_earlier_one_wrote_past_where_it_resumed(tmp_path):
     """A resume from a checkpoint at 3,000 timesteps after the first generation reached 5,000: TensorBoard drew both
     generations' points from 3,000 on, two curves in one. Each generation has a file of its own, and the later purges."""
     checkpoints = str(tmp_path)
-    first = Scalars(checkpoints)
+    first = Scalars(checkpoints, text="|param|value|")
     for step in (1000, 2000, 3000, 4000, 5000):
         first.write({"timesteps": step, "episode_return_mean": step / 100, "steps_per_second": 10.0})
-    second = Scalars(checkpoints)
+    second = Scalars(checkpoints, text="|param|value|")
     second.write({"timesteps": 3000, "resumed": True, "eval_return": None})
     second.write({"timesteps": 4000, "episode_return_mean": 99.0, "steps_per_second": 10.0})
     log_dir = os.path.join(checkpoints, names.TENSORBOARD_DIR)
     assert len(os.listdir(log_dir)) == 2
     assert read_scalars(log_dir)["charts/episodic_return"] == [(1000, 10.0), (2000, 20.0), (4000, 99.0)]
+    assert read_texts(log_dir) == ["|param|value|"]  # once, with the first generation's file
 
 
 def test_an_unwritable_directory_is_said_once_and_the_run_goes_on(tmp_path):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
-from kuberl.core import contract, names, safetext
+from kuberl.core import contract, fingerprint, names, safetext
 from kuberl.core.trainerconfig import TrainerConfig
 
 from . import checkpoint, distributed, evaluation
@@ -37,7 +37,7 @@ from .envs import rank_seed
 from .metrics import TrainerMetrics
 from .paths import host_path, on_this_machine, pod_path
 from .startup import Startup
-from .tensorboard import Scalars
+from .tensorboard import Scalars, hyperparameters
 
 PROGRESS_EVERY_SECONDS = 5.0
 RECENT_EPISODES = 100
@@ -297,7 +297,8 @@ class TrainingSession:
         self.resumed_from: str | None = None
         self.last_good: str | None = None  # the newest checkpoint known to load: named if the volume fails
         self.progress_unwritable = False
-        self.scalars = Scalars(self.checkpoint_dir, log) if ctx.is_main else None  # progress.jsonl's, for TensorBoard
+        # progress.jsonl's numbers, for TensorBoard, and what the run learns with (CleanRL's hyperparameters text)
+        self.scalars = Scalars(self.checkpoint_dir, log, hyperparameters(fingerprint.learned_values(self.spec))) if ctx.is_main else None
         self.tensorboard_tags: Mapping[str, tuple[str, float]] = {}  # the algorithm's (after_update)
         self.last_update: UpdateReport | None = None  # its statistics go into progress.jsonl (update_statistics)
         self.grace_warned = False  # outlasts_grace said once

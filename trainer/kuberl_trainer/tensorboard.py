@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kuberl.core import names
+from kuberl.core import fingerprint, names
 
 # progress.jsonl's keys as CleanRL's tags
 TRAINING_TAGS = {"episode_return_mean": "charts/episodic_return", "steps_per_second": "charts/SPS"}
@@ -39,6 +39,17 @@ UPDATE_TAGS = {
 # (an algorithm class's TENSORBOARD_TAGS): DQN's TD loss is dqn.py's losses/td_loss, so a kuberl and a CleanRL run
 # draw in one panel, not two.
 Renames = Mapping[str, tuple[str, float]]
+
+
+HYPERPARAMETERS_TAG = "hyperparameters"  # CleanRL's text of a run's arguments, in TensorBoard's Text tab
+
+
+def hyperparameters(learned: Mapping[str, Any]) -> str:
+    """What the run learns with (fingerprint.learned_values) as CleanRL's hyperparameters text, a markdown table of a
+    row per field: TensorBoard names a run by its directory, runs/<job>.<fingerprint>, and this says which is seed 2."""
+    rows = [f"|{path}|{fingerprint.short_value(value, 80).replace('|', '&#124;')}|"
+            for path, value in fingerprint.flat(learned).items() if value is not None]  # another algorithm's block: none
+    return "|param|value|\n|-|-|\n" + "\n".join(rows)
 
 
 def scalars(line: Mapping[str, Any], renames: Renames | None = None) -> list[tuple[str, float]]:
@@ -78,9 +89,10 @@ class Scalars:
     purge_step: its first point, the resumed checkpoint's timesteps), so TensorBoard draws one curve. A failed write is said once and writing stops
     (the directory is the tenant's); the run goes on."""
 
-    def __init__(self, checkpoint_dir: str, log: Callable[[str], None] = print):
+    def __init__(self, checkpoint_dir: str, log: Callable[[str], None] = print, text: str | None = None):
         self.log_dir = os.path.join(checkpoint_dir, names.TENSORBOARD_DIR)
         self.log = log
+        self.text = text  # `hyperparameters`: written once, with the run's first file
         self.writer: Any = None
         self.failed = False
 
@@ -96,6 +108,8 @@ class Scalars:
                 # (a restart before any checkpoint) this generation's first point
                 earlier = os.path.isdir(self.log_dir) and any(n.startswith("events.out.tfevents.") for n in os.listdir(self.log_dir))
                 self.writer = self.open(line["timesteps"] if earlier else None)
+                if self.text is not None and not earlier:
+                    self.writer.add_text(HYPERPARAMETERS_TAG, self.text)
             for tag, value in points:
                 self.writer.add_scalar(tag, value, line["timesteps"])
             self.writer.flush()

@@ -76,6 +76,13 @@ def fingerprint(values: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def flat(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` by dotted path (`ppo.learningRate`), a leaf each: an empty mapping or a list is one value."""
+    out: dict[str, Any] = {}
+    _flat(values, "", out)
+    return out
+
+
 def _flat(value: Any, path: str, out: dict[str, Any]) -> None:
     if isinstance(value, Mapping) and value:
         for key, inner in value.items():
