@@ -379,6 +379,30 @@ def test_a_progress_file_fetched_from_a_cluster_is_plotted_and_compared_by_its_n
     assert run_names([".", "x.jsonl"]) == [os.path.basename(os.getcwd()), "x"]
 
 
+def test_each_statistics_panel_spans_the_returns_timesteps(tmp_path, monkeypatch):
+    """docs/local-runs.md's seeds loop with a short budget: each run's speed was one point, its final line's, and its
+    panel's axis ran from 20,250 to 20,330 beside the others' 2,500 to 20,000: no point sat under its returns."""
+    from matplotlib.figure import Figure
+
+    runs = tmp_path / "runs"
+    for name in ("ppo", "ppo.0000aaaa"):
+        progress = a_named_run(runs, name) / "checkpoints" / f"{name}-uid" / "progress.jsonl"
+        rows = [{**json.loads(line), "update": {"value_loss": 1.0}} for line in progress.read_text().splitlines()]
+        rows[-1]["steps_per_second"] = 5000.0
+        progress.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    limits, savefig = [], Figure.savefig
+
+    def recorded_savefig(fig, *args, **kwargs):
+        limits.append([ax.get_xlim() for ax in fig.axes])
+        return savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recorded_savefig)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0  # compared
+    plot(str(runs / "ppo"))  # one run
+    for timesteps, _wall_time, *panels in limits:
+        assert len(panels) == 2 and all(panel == timesteps for panel in panels), (timesteps, panels)  # value loss, speed
+
+
 def test_one_configurations_seeds_are_one_colour_and_their_mean_the_bold_line(tmp_path, monkeypatch):
     """Three seeds of a job (`--set seed=N`, each its own runs/<job>.<fingerprint>) were three unrelated colours:
     the spread between seeds, which RL results are read against, looked like three configurations."""

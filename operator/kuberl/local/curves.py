@@ -196,6 +196,7 @@ def plot(run_dir: str, output: str | None = None) -> str:
     for name, ax in zip(names, panels, strict=True):
         if points := update_points(rows, name):
             ax.plot(*zip(*points, strict=True), linewidth=1, marker=".", markersize=3)
+    over_timesteps([(axes, panels)])
     fig.suptitle(literal(plot_title(run_names([run_dir])[0], rows, size)))
     out = output or (os.path.splitext(run_dir)[0] + ".png" if is_progress_file(run_dir) else os.path.join(run_dir, "learning-curve.png"))
     fig.savefig(out, dpi=100, format="png")
@@ -257,6 +258,15 @@ def figure(plt, width: float, sections: list[list[str]]):
         laid_out.append((pair, panels))
         row += 1 + math.ceil(len(statistics) / PANELS_PER_ROW)
     return fig, laid_out
+
+
+def over_timesteps(sections) -> None:
+    """Each statistic's panel spans its section's timesteps axis, so a panel's points sit under the returns of the same
+    timesteps: a short run's one speed point (its final progress line) had an axis of its own, 20,250 to 20,330,
+    beside panels of 2,500 to 20,000."""
+    for (timesteps, _), panels in sections:
+        for ax in panels:
+            ax.set_xlim(timesteps.get_xlim())
 
 
 # --- several runs on one figure --------------------------------------------------
@@ -428,6 +438,7 @@ def compare(paths: list[str], output: str | None = None,
             axes[0].set_title(literal(shortened(env or "env not recorded")), fontsize="medium")
         if axes[0].get_legend_handles_labels()[0]:
             axes[0].legend(loc="lower right", fontsize="small")
+    over_timesteps(sections)
     notes = [f"the last {PROGRESS_TAIL_BYTES >> 20} MiB of records of {', '.join(cut_short)}"] if cut_short else []
     seeded = " (seeds faint, their mean bold)" if any(len(rows) > 1 for rows in members.values()) else ""
     fig.suptitle(literal(f"{len(runs)} runs: evaluation return solid{seeded}, training return (mean) dashed"
