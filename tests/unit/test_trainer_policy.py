@@ -628,3 +628,32 @@ def test_kuberl_eval_writes_a_small_mean_return_with_the_digits_a_target_is_judg
     monkeypatch.setattr(policies, "play", lambda *args: (np.array([1.0, 1.0, 0.0]), np.zeros(3, bool)))
     assert main(["eval", path, "--episodes", "3"]) == 0
     assert capsys.readouterr().out.startswith("CartPole-v1: mean return 0.667 ± 0.471 over 3 episode(s)")
+
+
+def forged(model: dict, edit: str) -> dict:
+    agent = dict(model["agent"])
+    if edit == "nan":
+        agent = {**agent, "net.0.weight": torch.full_like(agent["net.0.weight"], float("nan"))}
+    elif edit == "another-box":
+        agent = {**agent, "action_scale": agent["action_scale"] * 5}
+    return {**model, "agent": agent, **({"algorithm": "td3"} if edit == "sac-as-td3" else {})}
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    ("sac-as-td3", ("the weights do not fit Pendulum-v1's td3 network: missing net.0.weight, net.0.bias, net.2.weight"
+                    " and 1 more; not its own torso.0.weight, torso.0.bias, mean.weight and 3 more (a model of another algorithm")),
+    ("nan", "the weights do not fit Pendulum-v1's td3 network: net.0.weight holds NaN or infinite values"),
+    ("another-box", "the weights' action_scale is not Pendulum-v1's action box's (trained on another box, or edited)"),
+])
+def test_a_final_model_whose_weights_are_not_its_algorithms_for_its_env_is_refused_naming_why(tmp_path, capsys, edit, words):
+    """A final-model.pt edited to claim td3 around SAC's actor said only torch's first line, `Error(s) in loading
+    state_dict for Actor:`; one with a NaN weight, or an action box of its own among its weights (the actor's
+    half-width and centre), played NaN actions or actions outside the env's box and scored them."""
+    algorithm = "sac" if edit == "sac-as-td3" else "td3"
+    hp = make_job().minimal().algorithm(algorithm, learningStarts=16, batchSize=8, bufferSize=256, hiddenSizes=[8]).spec().hyperparameters
+    trainer = entry.ALGORITHMS[algorithm].make(ONE_PROCESS, hp, "Pendulum-v1", 2, {}, 400, 3, 0)
+    path = save_final_model(trainer, algorithm, "Pendulum-v1", tmp_path / "final-model.pt")
+    torch.save(forged(torch.load(path, weights_only=True), edit), path)
+    assert main(["eval", path, "--episodes", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"kuberl eval: {words}") and len(err.splitlines()) == 1, err

@@ -376,11 +376,43 @@ def build_network(model: dict, obs_space: gym.Space, action_space: gym.Space) ->
         network = TD3Actor(math.prod(obs_space.shape), *bounds, hidden)
     else:
         raise UnusableModel(f"unknown algorithm {model['algorithm']!r} for {action_space}")
+    if (problem := weights_problem(model, network)) is not None:
+        raise UnusableModel(f"the weights do not fit {model['env_id']}'s {model['algorithm']} network: {problem}")
+    box = {name: value.clone() for name, value in network.named_buffers() if name in BOX_BUFFERS}
     try:
         network.load_state_dict(model["agent"])
     except (RuntimeError, KeyError, TypeError) as e:
-        raise UnusableModel(f"the weights do not fit {model['env_id']}'s network: {str(e).splitlines()[0]}") from None
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]  # the first says only "Error(s) in ..."
+        detail = safetext.one_line(lines[1] if len(lines) > 1 else lines[0] if lines else type(e).__name__)[:300]
+        raise UnusableModel(f"the weights do not fit {model['env_id']}'s {model['algorithm']} network: {detail}") from None
+    for name, made in box.items():
+        if not torch.allclose(network.get_buffer(name).double(), made.double(), rtol=1e-5, atol=1e-6):
+            raise UnusableModel(f"the weights' {name} is not {model['env_id']}'s action box's (trained on another"
+                                " box, or edited): its actions would not be the env's")
     return network.eval()
+
+
+# SAC's and TD3's actors carry their action box (half-width and centre) among their weights
+BOX_BUFFERS = ("action_scale", "action_bias")
+NAMES_SHOWN = 3  # a state_dict's names named in a refusal at most
+
+
+def weights_problem(model: dict, network: nn.Module) -> str | None:
+    """Why a model's weights (a state_dict from a file, anyone's) cannot be the network's: names it lacks or has
+    beyond the network's (a SAC actor's weights in a file that says td3: torch's refusal named none of them in its
+    first line, all kuberl eval showed), or a weight that is NaN or infinite (it played NaN actions, a NaN return)."""
+    agent, own = model["agent"], network.state_dict()
+    missing, extra = [n for n in own if n not in agent], [n for n in agent if n not in own]
+    if missing or extra:
+        def named(names: list[str]) -> str:
+            shown = ", ".join(safetext.one_line(n)[:80] for n in names[:NAMES_SHOWN])
+            return shown + (f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else "")
+        return "; ".join([*([f"missing {named(missing)}"] if missing else []), *([f"not its own {named(extra)}"] if extra else [])]
+                         ) + " (a model of another algorithm, or edited?)"
+    for name, value in agent.items():
+        if value.is_floating_point() and value.shape == own[name].shape and not bool(torch.isfinite(value).all()):
+            return f"{safetext.one_line(name)[:80]} holds NaN or infinite values (a run that diverged, or edited)"
+    return None
 
 
 @dataclass
