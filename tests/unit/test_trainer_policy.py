@@ -94,6 +94,20 @@ def test_the_torchscript_export_acts_like_the_policy(tmp_path):
     np.testing.assert_array_equal(exported(torch.as_tensor(obs)).numpy(), policy(obs))
 
 
+def test_a_continuous_torchscript_exports_actions_without_gradients_and_leaves_the_policy_alone(tmp_path):
+    """Pendulum's exported actions required grad: `exported(obs).numpy()`, the first thing one writes, raised."""
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "Pendulum-v1", 2, {}, 64, seed=1, restart=0)
+    trainer.train(BareSession(max_updates=1))
+    policy = policies.load_policy(save_final_model(trainer, "ppo", "Pendulum-v1", tmp_path / "m.pt"), sample=False)
+    before = [p.requires_grad for p in policy.network.parameters()]
+    policies.export_torchscript(policy, str(tmp_path / "policy.ts"))
+    obs = np.random.default_rng(0).normal(0, 1, (8, 3)).astype(np.float32)
+    actions = torch.jit.load(str(tmp_path / "policy.ts"))(torch.as_tensor(obs))
+    assert not actions.requires_grad
+    np.testing.assert_allclose(actions.numpy(), policy.network.greedy(torch.as_tensor(obs)).detach().numpy(), rtol=1e-6)
+    assert [p.requires_grad for p in policy.network.parameters()] == before
+
+
 def test_what_is_not_a_model_is_refused_without_running_it(tmp_path):
     class Boom:
         def __reduce__(self):

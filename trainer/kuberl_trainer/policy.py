@@ -38,6 +38,7 @@ trainer's full state; read through `checkpoint.read`, it needs the run's `job.ya
 
 from __future__ import annotations
 
+import copy
 import glob
 import itertools
 import json
@@ -701,7 +702,9 @@ def export_torchscript(policy: Policy, path: str) -> None:
     example = torch.as_tensor(np.stack([policy.observation_space.sample()] * 2))  # host: the export traces on the CPU
     if example.dtype != torch.uint8:
         example = example.float()
-    traced = torch.jit.trace(_Greedy(policy).eval(), example, check_trace=False)
+    # a copy without gradients: the actions of a continuous policy required grad, and `.numpy()` on them raised
+    greedy = copy.deepcopy(_Greedy(policy)).eval().requires_grad_(False)
+    traced = torch.jit.trace(greedy, example, check_trace=False)
     torch.jit.save(traced, path)
 
 
