@@ -659,6 +659,27 @@ def weighings(parsed: JobSpec | None) -> list[tuple[str, str, list[Problem]]]:
     return found
 
 
+OFF_POLICY = ("dqn", "sac", "td3")
+
+
+def learning_budget_warning(spec: JobSpec) -> Problem | None:
+    """An off-policy job (DQN's, SAC's, TD3's) whose budget ends before its first gradient step: each rank first takes
+    learningStarts transitions, and a batch's worth (the trainer's OffPolicyAlgorithm.learning), so a TD3 job of
+    totalTimesteps 10,000 with the default learningStarts 25,000 acted at random throughout, succeeded, and wrote its
+    initial weights as its model. A warning: a budget cut short on purpose (a smoke test) is the user's to choose."""
+    if spec.trainer != "kuberl" or spec.algorithm not in OFF_POLICY or spec.total_timesteps is None:
+        return None
+    hp = spec.hyperparameters
+    first, per_rank = max(hp.learning_starts, hp.batch_size), spec.total_timesteps // max(1, spec.world_size)
+    if per_rank > first:
+        return None
+    field = "learningStarts" if hp.learning_starts >= hp.batch_size else "batchSize"
+    return Problem(f"spec.{spec.algorithm}.{field}", f"{first:,} transitions per rank come before the first gradient step,"
+                   f" and totalTimesteps {spec.total_timesteps:,} over world size {spec.world_size} gives each rank"
+                   f" {per_rank:,}: the run would end without learning (its model its initial weights); lower {field} or"
+                   " raise totalTimesteps")
+
+
 def pod_queue_label_problems(parsed: JobSpec | None) -> list[Problem]:
     """Kueue's queue-name label in the pod template with no spec.queueName: the pods carry it without a pod group
     (kueue.x-k8s.io/pod-group-name), so Kueue's pod integration admits each one alone and a gang part admitted waits

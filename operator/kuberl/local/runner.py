@@ -1209,7 +1209,7 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
         check_overrides(args.set, spec_of.get("algorithm") if isinstance(spec_of, Mapping) else None)
         document = apply_overrides(document, args.workers, args.set)
         spec = checked_job(document, env_ids)
-        warnings = [f"{p}{from_flag(p, args, file_document)}" for p in target_warnings(spec, env_ids)]
+        warnings = [f"{p}{from_flag(p, args, file_document)}" for p in target_warnings(spec, env_ids) + budget_warnings(spec)]
     except LocalRunError as e:
         print(f"kuberl run: {e}", file=sys.stderr)
         return EXIT_CANNOT_RUN
@@ -1288,6 +1288,14 @@ def target_warnings(spec: JobSpec, env_ids: Collection[str] | None) -> list[Prob
 
     unreachable = target_ceiling_problem(spec)
     return [unreachable] if unreachable else []
+
+
+def budget_warnings(spec: JobSpec) -> list[Problem]:
+    """An off-policy job whose budget ends before it learns (rules.learning_budget_warning): `kuberl validate` warns the same."""
+    from ..core.rules import learning_budget_warning
+
+    unlearned = learning_budget_warning(spec)
+    return [unlearned] if unlearned else []
 
 
 def target_not_met(status: Mapping[str, Any], spec: JobSpec) -> str | None:
