@@ -55,3 +55,16 @@ def test_run_warns_the_same_before_anything_starts_naming_the_flag_that_set_it(t
     assert code == 3 and not (tmp_path / "runs").exists()
     assert ("warning: spec.td3.learningStarts: 25,000 transitions per rank come before the first gradient step, and"
             " totalTimesteps 3,000 over world size 1") in out.out + out.err, out
+
+
+def test_a_td3_budget_whose_critic_steps_never_reach_policy_delay_is_warned_of(tmp_path, capsys):
+    """policyDelay 1000 (its schema's bound) with a budget of a few hundred critic steps: the actor, TD3's model, never
+    stepped, and the run succeeded with it as initialised."""
+    block = {"learningStarts": 100, "batchSize": 32, "bufferSize": 1000, "policyDelay": 1000, "gradientSteps": 1,
+             "trainFrequency": 1}
+    job = make_job("j").minimal().algorithm("td3", **block).replace(env={"id": "Pendulum-v1", "numEnvs": 1}, totalTimesteps=1100)
+    code, err = validate(tmp_path, capsys, job)
+    assert code == 0 and "policyDelay" not in err, err  # 1,001 critic steps at most: the actor may step once
+    code, err = validate(tmp_path, capsys, job.replace(totalTimesteps=1000))
+    assert code == 0 and ("j: warning: spec.td3.policyDelay: the actor steps once every 1,000 critic steps, and the run"
+                          " takes at most 901 (per rank, after learningStarts): it would end with its actor") in err, err

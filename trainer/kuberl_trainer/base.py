@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 import gymnasium as gym
 import numpy as np
 import torch
-from kuberl.core.replaymemory import Replay
+from kuberl.core.replaymemory import Replay, iteration
 
 from . import atari, distributed
 from .distributed import Dist
@@ -321,9 +321,8 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         update-to-data ratio gradientSteps / trainFrequency holds whatever numEnvs is."""
         hp = self.hp
         self.replay = ReplayBuffer.of(planned)
-        self.vector_steps = max(1, math.ceil(hp.train_frequency / num_envs))
-        self.batch_per_rank = self.vector_steps * num_envs  # env steps per rank per iteration
-        self.gradient_steps = max(1, round(hp.gradient_steps * self.batch_per_rank / hp.train_frequency))
+        # env steps per rank per iteration (batch_per_rank), and gradient steps in proportion
+        self.vector_steps, self.batch_per_rank, self.gradient_steps = iteration(hp.train_frequency, hp.gradient_steps, num_envs)
         self.replay_real_mean = 0  # the ranks' replay.real_added, their mean, as of the update's all-reduce
 
     @property

@@ -213,6 +213,15 @@ def job_replay(spec: Any) -> Replay | None:
                          spec.total_timesteps, spec.world_size)
 
 
+def iteration(train_frequency: int, gradient_steps: int, num_envs: int) -> tuple[int, int, int]:
+    """An off-policy iteration's size (the trainer's OffPolicyAlgorithm): ceil(trainFrequency / numEnvs) vector
+    steps, the env steps they are per rank, and gradient steps in proportion, so the update-to-data ratio
+    gradientSteps / trainFrequency holds whatever numEnvs is."""
+    vector_steps = max(1, math.ceil(train_frequency / num_envs))
+    env_steps = vector_steps * num_envs
+    return vector_steps, env_steps, max(1, round(gradient_steps * env_steps / train_frequency))
+
+
 def weighed(spec: Any) -> tuple:
     """What `spec_problem` weighs of a parsed job (the buffer its trainer makes, the memory limit and the processes
     sharing it), as plain values: two specs alike in these are judged alike."""

@@ -671,13 +671,20 @@ def learning_budget_warning(spec: JobSpec) -> Problem | None:
         return None
     hp = spec.hyperparameters
     first, per_rank = max(hp.learning_starts, hp.batch_size), spec.total_timesteps // max(1, spec.world_size)
-    if per_rank > first:
-        return None
-    field = "learningStarts" if hp.learning_starts >= hp.batch_size else "batchSize"
-    return Problem(f"spec.{spec.algorithm}.{field}", f"{first:,} transitions per rank come before the first gradient step,"
-                   f" and totalTimesteps {spec.total_timesteps:,} over world size {spec.world_size} gives each rank"
-                   f" {per_rank:,}: the run would end without learning (its model its initial weights); lower {field} or"
-                   " raise totalTimesteps")
+    if per_rank <= first:
+        field = "learningStarts" if hp.learning_starts >= hp.batch_size else "batchSize"
+        return Problem(f"spec.{spec.algorithm}.{field}", f"{first:,} transitions per rank come before the first gradient"
+                       f" step, and totalTimesteps {spec.total_timesteps:,} over world size {spec.world_size} gives each rank"
+                       f" {per_rank:,}: the run would end without learning (its model its initial weights); lower {field} or"
+                       " raise totalTimesteps")
+    delay = getattr(hp, "policy_delay", 1)  # TD3's actor steps once every policyDelay critic steps
+    _, env_steps, gradient_steps = replaymemory.iteration(hp.train_frequency, hp.gradient_steps, spec.env.num_envs)
+    critic_steps = ((per_rank - first) // env_steps + 1) * gradient_steps  # at most, over the iterations that learn
+    if critic_steps < delay:
+        return Problem(f"spec.{spec.algorithm}.policyDelay", f"the actor steps once every {delay:,} critic steps, and"
+                       f" the run takes at most {critic_steps:,} (per rank, after learningStarts): it would end with its"
+                       " actor, the model, as initialised; lower policyDelay or raise totalTimesteps")
+    return None
 
 
 def pod_queue_label_problems(parsed: JobSpec | None) -> list[Problem]:
