@@ -214,3 +214,24 @@ def test_a_box_the_squashed_actor_cannot_learn_in_is_refused_naming_spec_env_id(
     assert str(refused.value).startswith(f"spec.env.id: {env_id!r} has action space ") and words in str(refused.value), refused.value
     assert envspaces.spaces_problem(env.observation_space, env.action_space, "td3") == str(refused.value).split(" has ", 1)[1]
     assert envspaces.spaces_problem(env.observation_space, env.action_space, "ppo") is None  # PPO's Gaussian is not squashed
+
+
+@pytest.mark.parametrize("critic_steps", [1.5, float("nan")])
+def test_a_checkpoint_whose_critic_step_count_is_no_whole_number_is_refused_naming_it(critic_steps):
+    """A checkpoint is on the tenant's volume: critic_updates of 1.5 or NaN passed the check of its kinds (a number,
+    as this job's) and never came round to TD3's delayed step, so the resumed run trained on with its actor, the
+    model, as loaded, reporting a NaN actor loss."""
+    trainer = small_trainer()
+    for _ in range(12):
+        trainer.update(False, False)
+    saved = checkpoint.decode(checkpoint.encode({**trainer.shared_state(), "critic_updates": critic_steps}))
+
+    class Resuming(BareSession):
+        resumed_from = "ckpt-000012.pt"
+
+        def load(self):
+            return saved, None
+
+    with pytest.raises(checkpoint.CheckpointMismatch) as refused:
+        small_trainer(restart=1).train(Resuming())
+    assert "state.critic_updates is float, not int" in str(refused.value), refused.value
