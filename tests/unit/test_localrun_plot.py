@@ -568,3 +568,18 @@ def test_numbers_no_axis_can_hold_are_left_out_and_the_curve_is_drawn(tmp_path, 
     assert cmd_plot(argparse.Namespace(run_dirs=[str(run_dir)], output=None)) == 0
     assert (run_dir / "learning-curve.png").read_bytes().startswith(PNG)
     assert [str(w.message) for w in recwarn if "matplotlib" in w.filename or "curves" in w.filename] == []
+
+
+def test_a_fingerprint_larger_than_any_kuberl_writes_is_not_read(tmp_path):
+    """fingerprint.json is anyone's to write: one of 16 MiB (the limit of every run record) held 150 MB parsed, for
+    each run compared. A valid spec's learned values fit the trainer's 1 MiB ConfigMap; a record past twice that is
+    not kuberl's, and the run is named as one without a record (its job.yaml, where valid, still says)."""
+    from kuberl.core.runrecords import FINGERPRINT_LIMIT, recorded_learned_values
+
+    run = a_named_run(tmp_path / "runs", "j")
+    learned = {"seed": 1, "env": {"kwargs": {"pad": "x" * (FINGERPRINT_LIMIT - 100)}}}
+    (run / "fingerprint.json").write_text(json.dumps({"learned": learned}))
+    assert recorded_learned_values(str(run)) == learned  # within the limit: read
+    learned["env"]["kwargs"]["pad"] += "x" * 200
+    (run / "fingerprint.json").write_text(json.dumps({"learned": learned}))
+    assert recorded_learned_values(str(run)) is None  # its job.yaml is `{}`: no job either

@@ -18,6 +18,10 @@ from .yamlreader import UnreadableSpec, load_documents
 
 FINGERPRINT_FILE = "fingerprint.json"
 RECORD_LIMIT = 16 << 20  # a run's own records are small; a file put in their place is not read whole
+# fingerprint.json holds a valid spec's learned values, written as the trainer's ConfigMap weighs the spec (indented
+# JSON, within 1 MiB: rules.config_size_problems), and its fingerprint; twice that is no record of kuberl's. One of
+# 16 MiB, anyone's to write, held 150 MB parsed, for every run `kuberl plot` (20) or `kuberl eval runs` (all) compares.
+FINGERPRINT_LIMIT = 2 << 20
 
 
 def read_regular_file(path: str, limit: int = -1) -> str | None:
@@ -46,9 +50,9 @@ def open_regular(path: str):
 def recorded_learned_values(run_dir: str) -> dict | None:
     """The learned fields a run recorded (`fingerprint.json`), or, for a run an older kuberl started,
     those of the job.yaml it kept; None when neither can be read."""
-    text = read_regular_file(os.path.join(run_dir, FINGERPRINT_FILE), RECORD_LIMIT)
+    text = read_regular_file(os.path.join(run_dir, FINGERPRINT_FILE), FINGERPRINT_LIMIT + 1)
     with contextlib.suppress(ValueError, TypeError, AttributeError, RecursionError):
-        record = json.loads(text) if text else None
+        record = json.loads(text) if text and len(text) <= FINGERPRINT_LIMIT else None
         if isinstance(record, dict) and isinstance(record.get("learned"), dict):
             return record["learned"]
     text = read_regular_file(os.path.join(run_dir, "job.yaml"), RECORD_LIMIT)
