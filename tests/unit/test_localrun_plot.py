@@ -583,3 +583,17 @@ def test_a_fingerprint_larger_than_any_kuberl_writes_is_not_read(tmp_path):
     learned["env"]["kwargs"]["pad"] += "x" * 200
     (run / "fingerprint.json").write_text(json.dumps({"learned": learned}))
     assert recorded_learned_values(str(run)) is None  # its job.yaml is `{}`: no job either
+
+
+def test_a_run_left_out_is_named_escaped_on_one_line(tmp_path, monkeypatch, capsys):
+    """A run directory's name is anyone's to choose: one left out (no progress yet) was named as it was, its escape
+    sequences and line breaks reaching the terminal."""
+    runs = tmp_path / "runs"
+    a_named_run(runs, "job")
+    a_named_run(runs, "job.1")
+    (runs / "job.\x1b[2J\nkuberl plot: forged").mkdir()
+    (runs / "job.\x1b[2J\nkuberl plot: forged" / "job.yaml").write_text("{}\n")
+    drawn_lines(monkeypatch)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and len(err.splitlines()) == 1 and "job.\\x1b[2J\\nkuberl plot: forged" in err, err

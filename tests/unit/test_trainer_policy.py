@@ -671,3 +671,18 @@ def test_a_final_model_whose_weights_are_not_its_algorithms_for_its_env_is_refus
     assert main(["eval", path, "--episodes", "1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"kuberl eval: {words}") and len(err.splitlines()) == 1, err
+
+
+def test_kuberl_eval_of_runs_names_each_run_escaped_on_one_line(tmp_path, capsys):
+    """A run directory's name is anyone's to choose (a runs/ on a shared volume): `kuberl eval runs` printed
+    `runs/cartpole-ppo.<ESC>[2J` and a name holding a line break as they were, to the terminal."""
+    runs = tmp_path / "runs"
+    a_run_with_a_model(runs, "cartpole-ppo.\x1b[2J", 1)
+    a_run_with_a_model(runs, "cartpole-ppo.a\nkuberl eval: forged", 2, learning_rate=0.001)
+    (runs / "cartpole-ppo.\x1b]8;;x\x07").mkdir()
+    (runs / "cartpole-ppo.\x1b]8;;x\x07" / "job.yaml").write_text("{}\n")  # saved nothing: said on stderr
+    assert main(["eval", str(runs), "--episodes", "1"]) == 1
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err and "\x07" not in out + err, (out, err)
+    assert "cartpole-ppo.\\x1b[2J" in out and "cartpole-ppo.a\\nkuberl eval: forged" in out, out
+    assert len(err.splitlines()) == 1 and "cartpole-ppo.\\x1b]8;;x\\x07" in err, err

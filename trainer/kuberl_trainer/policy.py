@@ -712,8 +712,10 @@ def export_torchscript(policy: Policy, path: str) -> None:
 
 
 def _shown(path: str) -> str:
+    """`path` relative to here where it is below, escaped to one line: a run directory's name is anyone's to choose
+    (`runs/job.<ESC>[2J`, a line break), and `kuberl eval runs` printed each as it was."""
     relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative
+    return safetext.one_line(path if relative.startswith("..") else relative)
 
 
 def output_problem(flag: str, path: str | None) -> str | None:
@@ -808,10 +810,10 @@ def score_runs(runs: list[str], args: Any, allowed: tuple[str, ...] | list[str])
             policy = load_policy(source, seed=args.seed, env_modules=allowed)
             returns, cut = play(policy, args.episodes, args.seed, max_steps)
         except CustomTrainerRun as e:  # no model by design (`kuberl eval runs` beside bring-your-own-trainer's run)
-            print(f"kuberl eval: {e} (left out)", file=sys.stderr)
+            print(f"kuberl eval: {safetext.one_line(str(e))} (left out)", file=sys.stderr)
             continue
         except (UnusableModel, UnknownEnv, networks.PolicyMismatch) as e:
-            print(f"kuberl eval: {e}", file=sys.stderr)
+            print(f"kuberl eval: {safetext.one_line(str(e))}", file=sys.stderr)  # one line a run, its name escaped
             failed = True
             continue
         trained = f"{policy.timesteps:,} timesteps" if isinstance(policy.timesteps, int) else "timesteps unknown"

@@ -489,7 +489,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         print(f"kuberl plot: {e}", file=sys.stderr)
         return 1
-    for line in left_out:
-        print(f"kuberl plot: {line}", file=sys.stderr)
+    for line in left_out:  # a run's directory name is anyone's to choose: escaped, one line each
+        print(f"kuberl plot: {safetext.one_line(line)}", file=sys.stderr)
     print(out)
     return 0
