@@ -60,10 +60,10 @@ from kuberl.core.installhint import with_this_pip
 from kuberl.core.rundirs import RUN_JOB_FILE, missing_run_hint, runs_in
 from kuberl.core.runrecords import (
     job_of,
-    jobs_runs,
     recorded_learned_values,
     run_labels,
     seed_order,
+    values_apart,
 )
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
@@ -799,7 +799,7 @@ def score_runs(runs: list[str], args: Any, allowed: tuple[str, ...] | list[str])
     values = [recorded_learned_values(run_dir) if run_dir else None for run_dir in run_dirs]
     jobs = [job_of(run_dir) for run_dir in run_dirs]
     configurations, groups = run_labels([_shown(run) for run in runs], jobs, values)
-    shown = [f"{_shown(run)} ({text})" if text else _shown(run) for run, text in zip(runs, each_runs_values(jobs, values), strict=True)]
+    shown = [f"{_shown(run)} ({text})" if text else _shown(run) for run, text in zip(runs, values_apart(jobs, values), strict=True)]
     scored: dict[int, tuple[float, str]] = {}  # run -> (mean return, env id)
     failed, width = False, max(map(len, shown))
     for i, run in enumerate(runs):
@@ -841,14 +841,3 @@ def score_runs(runs: list[str], args: Any, allowed: tuple[str, ...] | list[str])
             # --seed: the episodes' seed, not a training seed of the runs named
             print(f"best{on}: {best} (mean return {shown_return(mean)} over {played}, --seed {args.seed})")
     return 1 if failed else 0
-
-
-def each_runs_values(jobs: list[str | None], values: list[Any]) -> list[str]:
-    """Each run's learned values that its job's other runs given do not share, its seed among them
-    (`ppo.learningRate 0.0025, seed 2`); '' for a run alone of its job, or with no record."""
-    texts = [""] * len(jobs)
-    for members in jobs_runs(jobs).values():
-        if len(members) > 1:
-            for i, text in zip(members, fingerprint.distinguishing_values([values[i] for i in members]), strict=True):
-                texts[i] = text
-    return texts

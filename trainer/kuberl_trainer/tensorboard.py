@@ -118,9 +118,8 @@ class Scalars:
             self.log(f"TensorBoard scalars not written ({self.log_dir}): {e}")
 
     def open(self, purge_step: int | None) -> Any:
-        from torch.utils.tensorboard import (
-            SummaryWriter,  # 0.4 s: at the first point, not in the startup
-        )
+        # 0.4 s to import: at the first point, not in the startup
+        from torch.utils.tensorboard import SummaryWriter
 
         before = set(threading.enumerate())
         writer = SummaryWriter(log_dir=self.log_dir, purge_step=purge_step)  # a file of its own: time.host.pid.n

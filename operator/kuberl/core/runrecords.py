@@ -95,6 +95,18 @@ def run_labels(names: list[str], jobs: list[str | None], values: list[Mapping[st
     return labels, groups
 
 
+def values_apart(jobs: list[str | None], values: list[Mapping[str, Any] | None]) -> list[str]:
+    """Each run's learned values that its job's other runs do not share, its seed among them
+    (`ppo.learningRate 0.0025, seed 2`: `kuberl eval runs`' line of each run); '' for a run alone of its job, or
+    with no record. `run_labels` names a configuration's seeds together instead."""
+    texts = [""] * len(jobs)
+    for members in jobs_runs(jobs).values():
+        if len(members) > 1:
+            for i, text in zip(members, fingerprint.distinguishing_values([values[i] for i in members]), strict=True):
+                texts[i] = text
+    return texts
+
+
 def jobs_runs(jobs: list[str | None]) -> dict[str, list[int]]:
     """Each job's runs among `jobs` (each run's job, None for none), in one pass: thousands of runs, thousands of jobs."""
     runs: dict[str, list[int]] = {}
