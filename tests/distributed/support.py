@@ -199,17 +199,27 @@ def garbage_checkpoint(version: int = 2) -> bytes:
     return f"KUBERLCKPT{version} ".encode() + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
 
 
+def rank_env(rank: int, world_size: int, port: int, threads: int) -> dict[str, str]:
+    """The environment of rank `rank` of one pod (LOCAL_RANK = RANK) meeting at 127.0.0.1:`port`."""
+    return {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": str(threads)}
+
+
+def launch_rank(code: str, rank: int, world_size: int, port: int, threads: int = 1) -> subprocess.Popen:
+    """`python -c CODE` as that rank, from the repository root (so `tests.distributed.…` imports)."""
+    return subprocess.Popen([sys.executable, "-c", code], env=rank_env(rank, world_size, port, threads), cwd=REPO)
+
+
 def run_workers(scenario: str, out, world_size: int, timeout: float = 120) -> list[dict]:
     """`python -m tests.distributed.workers SCENARIO OUT` as ranks 0..world_size-1 of one pod (LOCAL_RANK = RANK),
     each rank's saved record back; a rank that has not ended by `timeout` fails the test (a hang, a deadlock)."""
     port = free_ports(1)
     procs = []
     for rank in range(world_size):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "OMP_NUM_THREADS": str(world_size)}
         procs.append(subprocess.Popen([sys.executable, "-m", "tests.distributed.workers", scenario, str(out)],
-                                      env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+                                      env=rank_env(rank, world_size, port, world_size), cwd=REPO,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     try:
         outputs = [p.communicate(timeout=timeout)[0].decode() for p in procs]
     finally:

@@ -8,10 +8,8 @@ at 31k steps) is one of 7 seeds measured with 2 ranks that all solved, at
 23k to 64k steps; its budget of 100k steps is over 3x what seed 1 needs.
 """
 
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -25,7 +23,7 @@ from kuberl_trainer import checkpoint
 from kuberl_trainer.distributed import process_group
 from kuberl_trainer.dqn import DQNTrainer, QNetwork
 
-from .support import REPO, Ranks, free_ports, make_job, spec, write_config
+from .support import REPO, Ranks, free_ports, launch_rank, make_job, spec, write_config
 
 HALF = 16  # transitions per rank per gradient step
 
@@ -62,11 +60,8 @@ def run_steps(out: str, steps: int = 6) -> None:
 
 
 def launch_run_steps(out: Path, rank: int, world_size: int, port: int) -> subprocess.Popen:
-    env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-           "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-           "OMP_NUM_THREADS": str(world_size)}
     code = f"from tests.distributed.test_dqn_processes import run_steps; run_steps({str(out)!r})"
-    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO)
+    return launch_rank(code, rank, world_size, port, threads=world_size)
 
 
 def test_two_ranks_on_half_batches_equal_one_process_on_the_whole(tmp_path):
