@@ -413,15 +413,13 @@ def test_learn_while_collecting_acts_with_a_copy_on_the_learners_device():
 # --- SAC: its networks, soft targets and both steps' losses on fake CUDA ---------------------------------
 
 
-def sac_learning_on_fake_cuda(fake, monkeypatch) -> tuple[list, dict, list]:
-    """SACTrainer.learn on fake CUDA: batches drawn from the (host) replay buffer, the target critics and
-    the actor's next actions, both steps' losses (recorded, not run, as the DQN test's backward), the soft
-    target update and the sums of the statistics. The devices each step's loss was on, the losses, and
-    the devices of the target critics' weights after each soft update."""
-    hp = SACConfig(buffer_size=256, learning_starts=16, batch_size=8, train_frequency=8, gradient_steps=4,
-                   policy_frequency=2, hidden_sizes=[16])
+def learning_on_fake_cuda(fake, monkeypatch, trainer_class, hp, target_modules: tuple[str, ...]) -> tuple[list, dict, list]:
+    """An actor-critic's learn (SAC's, TD3's) on fake CUDA: batches drawn from the (host) replay buffer, the
+    targets' next actions and values, both steps' losses (recorded, not run, as the DQN test's backward), the
+    soft target updates and the sums of the statistics. The devices each step's loss was on, the losses, and
+    the devices of the targets' weights after each soft update."""
     ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is
-    trainer = sac.SACTrainer(ctx, hp, "Pendulum-v1", 4, {}, 10_000, 7, 0)
+    trainer = trainer_class(ctx, hp, "Pendulum-v1", 4, {}, 10_000, 7, 0)
     for _ in range(4):  # random actions before learningStarts: real CPU work, done before the fake mode
         trainer.collect()
     trainer.ctx = dataclasses.replace(ctx, device=CUDA)
@@ -430,14 +428,21 @@ def sac_learning_on_fake_cuda(fake, monkeypatch) -> tuple[list, dict, list]:
     targets, soft_update = [], networks.soft_update
     monkeypatch.setattr(networks, "soft_update", lambda target, online, tau: (
         soft_update(target, online, tau), targets.append({p.device for p in target.parameters()})))
-    for module in (trainer.agent, trainer.critics, trainer.target, trainer.temperature):
-        on_fake_cuda(fake, module).requires_grad_(False)  # recording autograd on fake CUDA aborts too
+    for name in ("agent", "critics", *target_modules):
+        on_fake_cuda(fake, getattr(trainer, name)).requires_grad_(False)  # recording autograd on fake CUDA aborts too
     monkeypatch.setattr(trainer, "to_tensors", lambda batch: tuple(
         fake_cuda(fake, a) for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs)))
     with fake:
         losses, _ = trainer.learn()
     trainer.envs.close()
     return steps, losses, targets
+
+
+def sac_learning_on_fake_cuda(fake, monkeypatch) -> tuple[list, dict, list]:
+    """SAC's: the target critics and the actor's next actions, and the entropy coefficient."""
+    hp = SACConfig(buffer_size=256, learning_starts=16, batch_size=8, train_frequency=8, gradient_steps=4,
+                   policy_frequency=2, hidden_sizes=[16])
+    return learning_on_fake_cuda(fake, monkeypatch, sac.SACTrainer, hp, ("target", "temperature"))
 
 
 def test_sac_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch):
@@ -492,30 +497,10 @@ def test_a_host_tensor_in_sacs_soft_target_fails_on_fake_cuda(fake, monkeypatch)
 
 
 def td3_learning_on_fake_cuda(fake, monkeypatch) -> tuple[list, dict, list]:
-    """TD3Trainer.learn on fake CUDA: batches drawn from the (host) replay buffer, the target actor's smoothed
-    next actions and the target critics, both steps' losses (recorded, not run), the soft updates of both
-    targets and the sums of the statistics. The devices each step's loss was on, the losses, and the devices
-    of the targets' weights after each soft update."""
+    """TD3's: the target actor's smoothed next actions, the target critics, delayed actor steps and both targets' updates."""
     hp = TD3Config(buffer_size=256, learning_starts=16, batch_size=8, train_frequency=8, gradient_steps=4,
                    policy_delay=2, hidden_sizes=[16])
-    ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is
-    trainer = td3.TD3Trainer(ctx, hp, "Pendulum-v1", 4, {}, 10_000, 7, 0)
-    for _ in range(4):  # random actions before learningStarts: real CPU work, done before the fake mode
-        trainer.collect()
-    trainer.ctx = dataclasses.replace(ctx, device=CUDA)
-    steps = []
-    monkeypatch.setattr(trainer.learner, "_step", lambda _step, loss: steps.append(loss.device))
-    targets, soft_update = [], networks.soft_update
-    monkeypatch.setattr(networks, "soft_update", lambda target, online, tau: (
-        soft_update(target, online, tau), targets.append({p.device for p in target.parameters()})))
-    for module in (trainer.agent, trainer.critics, trainer.target_actor, trainer.target_critics):
-        on_fake_cuda(fake, module).requires_grad_(False)  # recording autograd on fake CUDA aborts too
-    monkeypatch.setattr(trainer, "to_tensors", lambda batch: tuple(
-        fake_cuda(fake, a) for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs)))
-    with fake:
-        losses, _ = trainer.learn()
-    trainer.envs.close()
-    return steps, losses, targets
+    return learning_on_fake_cuda(fake, monkeypatch, td3.TD3Trainer, hp, ("target_actor", "target_critics"))
 
 
 def test_td3_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch):
