@@ -597,3 +597,42 @@ def test_a_run_left_out_is_named_escaped_on_one_line(tmp_path, monkeypatch, caps
     assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
     err = capsys.readouterr().err
     assert "\x1b" not in err and len(err.splitlines()) == 1 and "job.\\x1b[2J\\nkuberl plot: forged" in err, err
+
+
+@pytest.mark.parametrize("planted", ["link", "fifo", "directory"])
+def test_a_name_planted_where_the_png_goes_is_never_written_through_nor_waited_on(tmp_path, planted):
+    """A runs/ directory is anyone's to write (a shared volume, a run's own pods): a link left at learning-curve.png
+    had kuberl plot write its PNG over the file the link named, a FIFO there hung it, and a directory ended it in a
+    traceback. The PNG is written beside the name and renamed onto it: a link or a FIFO is replaced, never followed."""
+    run_dir = a_run(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("kept\n")
+    out = run_dir / "learning-curve.png"
+    {"link": lambda: out.symlink_to(victim), "fifo": lambda: os.mkfifo(out), "directory": out.mkdir}[planted]()
+    done = kuberl_plot(str(run_dir))
+    assert victim.read_bytes() == b"kept\n" and "Traceback" not in done.stderr, done.stderr
+    if planted == "directory":
+        assert done.returncode == 1 and out.is_dir()
+        assert done.stderr == f"kuberl plot: {out}: not written, a directory is there (name another file with -o)\n"
+    else:
+        assert done.returncode == 0 and done.stdout == f"{out}\n", done.stderr
+        assert not out.is_symlink() and out.read_bytes()[:8] == PNG
+        assert oct(out.stat().st_mode & 0o777) == oct(0o666 & ~current_umask())  # as a file opened to write is made
+    assert sorted(os.listdir(run_dir)) == ["checkpoints", "learning-curve.png"]  # nothing left beside it
+
+
+def test_a_comparison_never_writes_through_a_link_left_in_the_directory_of_runs(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    a_named_run(runs, "a")
+    a_named_run(runs, "b")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("kept\n")
+    (runs / COMPARISON_FILE).symlink_to(victim)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    assert victim.read_bytes() == b"kept\n" and (runs / COMPARISON_FILE).read_bytes()[:8] == PNG
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

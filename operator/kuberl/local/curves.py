@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -158,6 +159,31 @@ def shortened(text: str, width: int = 80) -> str:
     return line if len(line) <= width else line[:width - 1] + "…"
 
 
+class PlotNotWritten(OSError):
+    """The PNG could not take its name (a directory there, a directory of runs that refuses the rename)."""
+
+
+def save_png(fig, out: str) -> None:
+    """`fig` as a PNG at `out`, written to a new file beside it and renamed onto the name: a runs/ directory is anyone's
+    to write (a shared volume, a run's own pods), and a link left at learning-curve.png had the plot written over the
+    file the link named, a FIFO there hung kuberl plot. A link or a FIFO at `out` is replaced, never followed."""
+    fd, part = tempfile.mkstemp(dir=os.path.dirname(out) or ".", prefix=f".{os.path.basename(out)}.", suffix=".part")
+    try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)  # as a file opened to write is made (mkstemp's is 0600)
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, dpi=100, format="png")
+        try:
+            os.replace(part, out)
+        except OSError as e:
+            why = "a directory is there" if os.path.isdir(out) else e.strerror or str(e)
+            raise PlotNotWritten(f"{out}: not written, {why} (name another file with -o)") from e
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(part)
+
+
 def pyplot():
     import matplotlib
 
@@ -199,7 +225,7 @@ def plot(run_dir: str, output: str | None = None) -> str:
     over_timesteps([(axes, panels)])
     fig.suptitle(literal(plot_title(run_names([run_dir])[0], rows, size)))
     out = output or (os.path.splitext(run_dir)[0] + ".png" if is_progress_file(run_dir) else os.path.join(run_dir, "learning-curve.png"))
-    fig.savefig(out, dpi=100, format="png")
+    save_png(fig, out)
     plt.close(fig)
     return out
 
@@ -444,7 +470,7 @@ def compare(paths: list[str], output: str | None = None,
     fig.suptitle(literal(f"{len(runs)} runs: evaluation return solid{seeded}, training return (mean) dashed"
                          + (f" ({'; '.join(notes)})" if notes else "")))
     out = output or comparison_output(paths)
-    fig.savefig(out, dpi=100, format="png")
+    save_png(fig, out)
     plt.close(fig)
     return out, left_out
 
@@ -486,8 +512,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
             print(plot(args.run_dirs[0], output))
             return 0
         out, left_out = compare(args.run_dirs, output, learned=recorded_learned_values)
-    except FileNotFoundError as e:
-        print(f"kuberl plot: {e}", file=sys.stderr)
+    except (FileNotFoundError, PlotNotWritten) as e:
+        print(f"kuberl plot: {safetext.one_line(str(e))}", file=sys.stderr)
         return 1
     for line in left_out:  # a run's directory name is anyone's to choose: escaped, one line each
         print(f"kuberl plot: {safetext.one_line(line)}", file=sys.stderr)

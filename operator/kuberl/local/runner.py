@@ -75,6 +75,7 @@ from ..core.validation import shown as shown_value
 from ..core.yamlreader import UnreadableSpec, load_documents
 from .console import Console, Output, with_host_paths
 from .curves import (
+    PlotNotWritten,
     compare_note,
     finite_number,
     last_progress,
@@ -1405,8 +1406,12 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
     # and the exit code stays the job's; it ended the command in a KeyboardInterrupt traceback, exit 130.
     with Interrupts() as interrupts:
         if args.plot and code in (0, EXIT_INTERRUPTED):
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 curve = plot(run_dir) if not interrupts.count else None
+            except FileNotFoundError:
+                pass
+            except PlotNotWritten as e:  # a directory left at learning-curve.png: the summary still comes
+                say(f"learning curve {e}")
         # one summary: what happened, and where the model, checkpoints, logs and learning curve are
         ended = summary(job, paths_of(job, run_dir, job_uid(run_dir)), status, code, wall)
         if fresh and code != 0 and refused_at_once(status, os.path.join(run_dir, "checkpoints")):
