@@ -31,3 +31,15 @@ def test_eval_and_plot_name_the_runs_a_missing_one_may_have_meant(runs, capsys):
     assert main(["plot", "runs/cartpole"]) == 1
     assert capsys.readouterr().err.endswith("no such directory (give a run directory of kuberl run, e.g. runs/<job>); did"
                                             " you mean runs/cartpole-ppo or runs/cartpole-dqn?\n")
+
+
+def test_a_run_named_in_a_hint_is_escaped_on_one_line(runs, capsys):
+    """A runs/ directory is anyone's to write: a run named `job.<ESC>[2J` (or with a line break) reached the terminal
+    as it was in the hint of kuberl eval's and kuberl plot's refusal of a missing run."""
+    (runs / "cartpole-\x1b[2J\nkuberl eval: forged").mkdir()
+    (runs / "cartpole-\x1b[2J\nkuberl eval: forged" / "job.yaml").write_text("kind: RLTrainingJob\n")
+    assert "\x1b" not in missing_run_hint("runs/cartpole-\x1b") and "\n" not in missing_run_hint("runs/cartpole-\x1b")
+    for command in ("eval", "plot"):
+        assert main([command, "runs/cartpole-kuberl eval: forged"]) == 1
+        err = capsys.readouterr().err
+        assert "\x1b" not in err and len(err.splitlines()) == 1 and "runs/cartpole-\\x1b[2J\\nkuberl eval: forged" in err, err

@@ -6,6 +6,8 @@ from __future__ import annotations
 import difflib
 import os
 
+from . import safetext
+
 # what kuberl run writes into each run directory (runs_in tells runs by it)
 RUN_JOB_FILE = "job.yaml"
 
@@ -20,7 +22,8 @@ def missing_run_hint(path: str) -> str:
     except OSError:
         return ""
     close = difflib.get_close_matches(os.path.basename(trimmed), runs, n=3, cutoff=0.6)
-    named = [os.path.join(parent, run) for run in (close or runs[:4])]
+    # a run's name is anyone's to choose (a shared runs/): escaped, so the hint stays one line of kuberl's own
+    named = [safetext.one_line(os.path.join(parent, run)) for run in (close or runs[:4])]
     if close:
         return f"; did you mean {' or '.join(named)}?"
     return f"; the runs in {parent or '.'}: {', '.join(named)}{', …' if len(runs) > 4 else ''}" if runs else ""
