@@ -12,6 +12,7 @@ from kuberl.local.curves import UPDATE_STATISTICS
 from kuberl_trainer import session
 from kuberl_trainer.tensorboard import (
     EVALUATION_TAG,
+    HYPERPARAMETER_ROWS,
     HYPERPARAMETERS_TAG,
     UPDATE_TAGS,
     Scalars,
@@ -101,6 +102,17 @@ def test_hyperparameters_are_a_row_per_learned_field_each_one_safe_table_cell():
     assert rows[:2] == ["|param|value|", "|-|-|"]
     assert rows[2:5] == ["|seed|2|", '|env.id|"my&#124;env"|', "|env.kwargs|{}|"] and rows[5] == "|ppo.hiddenSizes|[64, 64]|"
     assert len(rows) == 7 and len(rows[6]) < 100  # a long value cut short
+
+
+def test_a_kwargs_key_is_one_safe_short_table_cell_as_a_value_is():
+    """env.kwargs' keys are the spec's author's to choose: one holding a line break and pipes added rows of its own to
+    the table (`|seed|1|` under another run's name), and a key of 100,000 characters was a row of that length."""
+    text = hyperparameters({"seed": 2, "env": {"id": "Pendulum-v1", "kwargs": {"g\n|seed|1|": 9.8, "k" * 100_000: 1}}})
+    rows = text.split("\n")
+    assert len(rows) == 2 + 4 and all(len(row) < 200 for row in rows), rows
+    assert rows[4] == "|env.kwargs.g\\n&#124;seed&#124;1&#124;|9.8|" and rows[5].startswith("|env.kwargs.kkk"), rows
+    many = hyperparameters({"seed": 2, "env": {"kwargs": {f"k{i}": i for i in range(50_000)}}}).split("\n")
+    assert len(many) == 2 + HYPERPARAMETER_ROWS + 1 and many[-1] == f"|…|{50_001 - HYPERPARAMETER_ROWS:,} more fields (env.kwargs)|"
 
 
 def test_a_later_generation_supersedes_the_points_an_earlier_one_wrote_past_where_it_resumed(tmp_path):

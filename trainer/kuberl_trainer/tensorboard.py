@@ -42,14 +42,26 @@ Renames = Mapping[str, tuple[str, float]]
 
 
 HYPERPARAMETERS_TAG = "hyperparameters"  # CleanRL's text of a run's arguments, in TensorBoard's Text tab
+# A spec's learned fields are about 35; env.kwargs may add tens of thousands within the ConfigMap's 1 MiB, a table
+# that stalled TensorBoard's Text tab for every run shown beside it
+HYPERPARAMETER_ROWS = 200
 
 
 def hyperparameters(learned: Mapping[str, Any]) -> str:
     """What the run learns with (fingerprint.learned_values) as CleanRL's hyperparameters text, a markdown table of a
-    row per field: TensorBoard names a run by its directory, runs/<job>.<fingerprint>, and this says which is seed 2."""
-    rows = [f"|{path}|{fingerprint.short_value(value, 80).replace('|', '&#124;')}|"
-            for path, value in fingerprint.flat(learned).items() if value is not None]  # another algorithm's block: none
-    return "|param|value|\n|-|-|\n" + "\n".join(rows)
+    row per field: TensorBoard names a run by its directory, runs/<job>.<fingerprint>, and this says which is seed 2.
+    Each path and value is one escaped line cut short (a kwargs key is as much the author's as its value)."""
+    fields = [(path, value) for path, value in fingerprint.flat(learned).items() if value is not None]  # another algorithm's block: none
+    rows = [f"|{cell(fingerprint.short_path(path, 80))}|{cell(fingerprint.short_value(value, 80))}|"
+            for path, value in fields[:HYPERPARAMETER_ROWS]]
+    more = [f"|…|{len(fields) - HYPERPARAMETER_ROWS:,} more fields (env.kwargs)|"] if len(fields) > HYPERPARAMETER_ROWS else []
+    return "|param|value|\n|-|-|\n" + "\n".join(rows + more)
+
+
+def cell(text: str) -> str:
+    """One line of text as a markdown table cell: env.kwargs' keys and values are the spec author's, and a pipe in
+    one split its row."""
+    return text.replace("|", "&#124;")
 
 
 def scalars(line: Mapping[str, Any], renames: Renames | None = None) -> list[tuple[str, float]]:
