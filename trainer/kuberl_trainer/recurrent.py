@@ -1,0 +1,101 @@
+"""What a recurrent PPO policy (spec.ppo.lstm) needs beyond PPO's maths: the LSTM
+between the encoder and the heads, when its state resets, and minibatches that
+replay each env's steps in order (CleanRL's ppo_atari_lstm.py, SB3-contrib's
+RecurrentPPO).
+
+Rows of a rollout are flattened time-major, (T, N) -> T * N, row t * N + e; a
+recurrent minibatch is a set of whole envs, its rows env-major (env e's T steps,
+then the next env's), so a sequence is one contiguous block and a micro-batch of
+whole envs is one slice. Under gymnasium's next-step autoreset the step after an
+episode's last is the autoreset step (`valid` False): it still reads the ended
+episode's final observation, and the state resets on the step after it, where
+the new episode's first observation arrives.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def episode_starts(valid: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Where each env's state resets before the step: (T, N) float32 from `valid` (T, N), False on
+    autoreset steps, and `first` (N,), the rollout's first step's (whether the step before it, the
+    previous rollout's last, was an autoreset step). Step t starts an episode when step t-1 was one."""
+    starts = np.empty(valid.shape, np.float32)
+    starts[0] = first
+    starts[1:] = 1.0 - valid[:-1]
+    return starts
+
+
+def env_minibatches(num_envs: int, num_minibatches: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """The envs shuffled and split into `num_minibatches` groups whose sizes differ by one at most (every env
+    once: CleanRL's envsperbatch, with its remainder kept); needs num_minibatches <= num_envs."""
+    if not 1 <= num_minibatches <= num_envs:
+        raise ValueError(f"{num_minibatches} minibatches of whole envs need 1 to {num_envs} (the envs)")
+    return np.array_split(rng.permutation(num_envs), num_minibatches)
+
+
+def sequence_rows(envs: np.ndarray, steps: int, num_envs: int) -> np.ndarray:
+    """The rollout rows (time-major, row t * num_envs + e) of `envs`' whole sequences, env-major:
+    env envs[0]'s steps 0..steps-1, then envs[1]'s, ..."""
+    return (np.asarray(envs)[:, None] + num_envs * np.arange(steps)[None, :]).reshape(-1)
+
+
+def micro_slices(envs: int, steps: int, parts: int) -> list[slice]:
+    """A minibatch of `envs` whole sequences (env-major, `steps` rows each) in at most `parts` slices of
+    whole sequences, sizes differing by one env at most: grad_accumulation's micro-batches."""
+    bounds = np.linspace(0, envs, min(parts, envs) + 1).round().astype(int)
+    return [slice(int(a) * steps, int(b) * steps) for a, b in itertools.pairwise(bounds)]
+
+
+def reset_state(state: tuple[torch.Tensor, torch.Tensor], starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The LSTM state (h, c), each (B, H), zeroed for the envs whose `starts` (B,) is 1, kept where 0."""
+    keep = (1.0 - starts).to(state[0].dtype).unsqueeze(-1)
+    return state[0] * keep, state[1] * keep
+
+
+class LSTMCore(nn.Module):
+    """One LSTM layer over encoder features, stepped one time step at a time so each env's state
+    resets where its episode starts. Weights initialised as CleanRL's ppo_atari_lstm.py (orthogonal,
+    biases 0)."""
+
+    def __init__(self, n_in: int, hidden_size: int):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.lstm = nn.LSTM(n_in, hidden_size)
+        for name, param in self.lstm.named_parameters():
+            if "bias" in name:
+                nn.init.zeros_(param)
+            else:
+                nn.init.orthogonal_(param, 1.0)
+
+    def zero_state(self, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (batch, self.hidden_size)
+        return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
+
+    def forward(self, features: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
+                starts: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """features (B * T, F) env-major (env b's T steps together), state (h, c) each (B, H), starts (B * T,):
+        (outputs (B * T, H) in the same order, the state after the last step)."""
+        batch = state[0].shape[0]
+        steps = features.shape[0] // batch
+        x = features.reshape(batch, steps, -1).transpose(0, 1)  # (T, B, F)
+        begins = starts.reshape(batch, steps).transpose(0, 1)
+        h, c = state
+        outputs = []
+        for t in range(steps):
+            h, c = reset_state((h, c), begins[t])
+            out, (h1, c1) = self.lstm(x[t].unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0)))
+            h, c = h1.squeeze(0), c1.squeeze(0)
+            outputs.append(out.squeeze(0))
+        return torch.stack(outputs, 1).reshape(batch * steps, -1), (h, c)
+
+
+def parameters_of(hidden_size: int, n_in: int) -> int:
+    """An LSTMCore's weights: four gates' input and recurrent matrices and their two biases."""
+    return 4 * hidden_size * (n_in + hidden_size + 2)
+
