@@ -45,6 +45,23 @@ def test_operational_fields_keep_the_fingerprint_and_learned_ones_change_it():
         assert fingerprint.fingerprint(learned(**change)) != base, change
 
 
+def test_turning_tracking_on_keeps_the_fingerprint_and_no_tracking_credential_is_recorded():
+    """spec.tracking and the MLflow client's variables in the template change nothing learned: a rerun with tracking
+    on resumes the run, and a token set in the template's env never reaches fingerprint.json or the hyperparameters."""
+    base = fingerprint.fingerprint(learned())
+    tracking_env = [{"name": "MLFLOW_TRACKING_URI", "value": "http://mlflow:5000"},
+                    {"name": "MLFLOW_TRACKING_TOKEN", "value": "s3cret"}]
+    tracked = learned(tracking={"mlflow": {"experiment": "cartpole"}},
+                      template={"spec": {"containers": [{"name": "trainer", "env": tracking_env}]}})
+    assert fingerprint.fingerprint(tracked) == base
+    assert "s3cret" not in json.dumps(tracked)
+    # the rest of the template is still learned: a variable the trainer reads beside them changes it
+    other = {"name": "OMP_NUM_THREADS", "value": "1"}
+    with_other = learned(template={"spec": {"containers": [{"name": "trainer", "env": [*tracking_env, other]}]}})
+    assert fingerprint.fingerprint(with_other) != base
+    assert with_other["template"] == {"spec": {"containers": [{"name": "trainer", "env": [other]}]}}
+
+
 def test_a_key_added_to_an_empty_map_is_one_change_not_also_the_map_turned_null():
     """`--set env.kwargs.foo=1` was described as "env.kwargs {} -> null, env.kwargs.foo null -> 1"."""
     old, new = learned(), learned(env={"id": "CartPole-v1", "kwargs": {"sutton_barto_reward": True}})

@@ -57,6 +57,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "runPolicy": (OPERATIONAL, "restarts, deadlines and timeouts"),
     "queueName": (OPERATIONAL, "which Kueue queue admits the pods"),
     "metrics": (OPERATIONAL, "the metrics port"),
+    "tracking": (OPERATIONAL, "where the numbers are also sent"),
     "rendezvous": (OPERATIONAL, "the process group's port and backend (same sums either way)"),
 }
 
@@ -65,10 +66,48 @@ def learned_fields() -> list[str]:
     return [name for name, (kind, _) in FIELDS.items() if kind == LEARNED]
 
 
+# A container's env variables that configure a tracking client (spec.tracking): where the numbers are sent, and its
+# credentials, which change nothing learned and must not reach fingerprint.json or a run's hyperparameters text.
+TRACKING_ENV_PREFIXES = ("MLFLOW_",)
+
+
 def learned_values(spec: JobSpec) -> dict[str, Any]:
-    """The defaulted values (camelCase, JSON types) of the fields that change what is learned."""
+    """The defaulted values (camelCase, JSON types) of the fields that change what is learned; the template's
+    containers without their tracking client's variables (TRACKING_ENV_PREFIXES)."""
     data = defaulted(spec)
-    return {name: data.get(name) for name in learned_fields()}
+    values = {name: data.get(name) for name in learned_fields()}
+    if values.get("template"):
+        values["template"] = _without_tracking_env(values["template"])
+    return values
+
+
+def _without_tracking_env(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`template` (a PodTemplateSpec) less every container's env entries named TRACKING_ENV_PREFIXES*, and less what
+    that leaves empty (an env, a container of a name only, the containers, the pod spec): a template that only sets the
+    tracking client's variables fingerprints as none, so turning tracking on does not start a fresh run."""
+    pod = template.get("spec")
+    if not isinstance(pod, Mapping):
+        return template
+    pod = dict(pod)
+    for kind in ("containers", "initContainers"):
+        if isinstance(pod.get(kind), list):
+            kept = [c for c in map(_container_without_tracking_env, pod[kind]) if c is not None]
+            if kept:
+                pod[kind] = kept
+            else:
+                del pod[kind]
+    rest = {k: v for k, v in template.items() if k != "spec"}
+    return rest | ({"spec": pod} if pod else {})
+
+
+def _container_without_tracking_env(container: Any) -> Any:
+    """`container` less its tracking client's env entries; None when nothing but its name is left."""
+    if not isinstance(container, Mapping) or not isinstance(container.get("env"), list):
+        return container
+    env = [e for e in container["env"]
+           if not (isinstance(e, Mapping) and str(e.get("name", "")).startswith(TRACKING_ENV_PREFIXES))]
+    kept = {k: v for k, v in container.items() if k != "env"} | ({"env": env} if env else {})
+    return None if set(kept) <= {"name"} else kept
 
 
 def fingerprint(values: Mapping[str, Any]) -> str:

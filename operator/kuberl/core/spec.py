@@ -223,6 +223,25 @@ class RendezvousSpec(Model):
     backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: NCCL when CUDA is available, else gloo.")
 
 
+class MlflowTracking(Model):
+    """An MLflow run for the job; the server and credentials come from the client's own variables."""
+
+    experiment: str | None = Field(
+        None, min_length=1, max_length=500,
+        description="MLflow experiment the run is logged under (created when missing); unset: the job's name. The"
+                    " server and its credentials are the MLflow client's standard variables, MLFLOW_TRACKING_URI and"
+                    " MLFLOW_TRACKING_TOKEN (or MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD), set through"
+                    " spec.template's env or envFrom a Secret: nothing secret in the spec.")
+
+
+class TrackingSpec(Model):
+    mlflow: MlflowTracking | None = Field(
+        None, description="Rank 0 logs the run to MLflow: the TensorBoard scalars (CleanRL's names) as metrics, the"
+                          " learned fields as params, the job's name, namespace, uid and generation as tags, and the"
+                          " final model as an artifact; one MLflow run per run, continued across restarts and resumes."
+                          " A server that is down or refuses is said once and training goes on.")
+
+
 class JobSpec(Model):
     """Spec of an RLTrainingJob."""
 
@@ -273,6 +292,7 @@ class JobSpec(Model):
     seed: int = immutable(default=1, ge=0, le=2**31 - 1, description="Job seed; each rank's envs derive theirs from it, the rank and the restart (not the restart with deterministic: true, so a gang restarted before its first checkpoint repeats the run).")
     deterministic: bool = immutable(default=False, description="Deterministic torch kernels: a stopped and resumed run ends bitwise equal to an uninterrupted one.")
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Trainer metrics endpoint.")
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="Experiment tracking servers the run is also logged to, beside TensorBoard's scalars.")
     rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec, description="Process group settings.")
 
     @property
