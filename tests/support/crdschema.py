@@ -3,10 +3,21 @@
 Order as in the apiextensions server: unknown fields are pruned (and reported, for
 fieldValidation), non-nullable nulls dropped, defaults applied, then the OpenAPI checks
 and the x-kubernetes-validations rules (with oldSelf on update) run.
+
+On update both are ratcheted as the API server ratchets them (CRDValidationRatcheting, beta and on by default
+since Kubernetes 1.30, GA in 1.33; KEP-4008): an error raised at a value equal to its old value is let through.
+Sources: apiextensions-apiserver pkg/apiserver/validation/ratcheting.go (ratchetingValueValidator.Validate: "ratchet
+errors if DeepEqual(old, new)"), pkg/apiserver/schema/cel/validation.go (validateExpressions: only rules that do not
+use oldSelf, `!compiled.UsesOldSelf && correlation.shouldRatchetError()`, and then as a warning; an evaluation error
+never), apiserver pkg/cel/common/equality.go (correlateOldValueForChildAtNewIndex: an object's fields correlate by
+key, a list's items only in a listType map, by its keys; an item that does not correlate is judged by its nearest
+ancestor that does).
 """
 import copy
+import functools
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -137,6 +148,55 @@ def default(value: object, schema: dict) -> None:
 
 # ---------------------------------------------------------------- OpenAPI checks
 
+_MISSING = object()  # no old value correlates: a create, a field the old object lacked, an atomic list's item
+
+
+def deep_equal(new: object, old: object) -> bool:
+    """reflect.DeepEqual over decoded JSON, as CorrelatedObject.CachedDeepEqual compares: 1 and 1.0, or true and 1,
+    differ (int64, float64 and bool in Go). Iterative: a preserve-unknown value may nest thousands deep."""
+    pending = [(new, old)]
+    while pending:
+        a, b = pending.pop()
+        if type(a) is not type(b):
+            return False
+        if isinstance(a, dict):
+            if a.keys() != b.keys():
+                return False
+            pending.extend((a[key], b[key]) for key in a)
+        elif isinstance(a, list):
+            if len(a) != len(b):
+                return False
+            pending.extend(zip(a, b, strict=True))
+        elif a != b:
+            return False
+    return True
+
+
+Ratchets = Callable[[], bool]  # whether an error raised at this value is let through (computed only on an error)
+
+
+def _never() -> bool:
+    return False
+
+
+def _ratchets(new: object, old: object, inherited: Ratchets) -> Ratchets:
+    """A correlated value ratchets when it equals its old value; one that does not correlate, as its nearest
+    correlated ancestor does (ratchetingOptions.shouldRatchetError)."""
+    if old is _MISSING:
+        return inherited
+    return functools.cache(lambda: deep_equal(new, old))
+
+
+def _old_items(value: list, old: object, schema: dict) -> list:
+    """Each item's correlated old item: by x-kubernetes-list-map-keys in a listType map, else none."""
+    if not isinstance(old, list) or schema.get('x-kubernetes-list-type') != 'map':
+        return [_MISSING] * len(value)
+    keys = schema.get('x-kubernetes-list-map-keys') or []
+    by_key = {tuple(json.dumps(item.get(k), sort_keys=True) for k in keys): item for item in old if isinstance(item, dict)}
+    return [by_key.get(tuple(json.dumps(item.get(k), sort_keys=True) for k in keys), _MISSING) if isinstance(item, dict)
+            else _MISSING for item in value]
+
+
 _TYPE_CHECKS = {
     'object': lambda v: isinstance(v, dict),
     'array': lambda v: isinstance(v, list),
@@ -147,7 +207,19 @@ _TYPE_CHECKS = {
 }
 
 
-def validate(value: object, schema: dict, path: str, errors: list[FieldError]) -> None:
+def validate(value: object, schema: dict, path: str, errors: list[FieldError], old: object = _MISSING,
+             ratchets: Ratchets | None = None) -> None:
+    """The OpenAPI checks of `value` at `path`; on update (`old`, the correlated old value) an error raised at a value
+    that `ratchets` is dropped. `ratchets` defaults to this value's own correlation (a nested call's, the caller's)."""
+    ratchets = ratchets if ratchets is not None else _ratchets(value, old, _never)
+    found: list[FieldError] = []
+    _validate_value(value, schema, path, found, old, ratchets)
+    if found and not ratchets():
+        errors.extend(found)
+
+
+def _validate_value(value: object, schema: dict, path: str, errors: list[FieldError], old: object,
+                    ratchets: Ratchets) -> None:
     if value is None:
         if not schema.get('nullable'):
             errors.append(FieldError('FieldValueInvalid', path, f'{path} in body must be of type {schema.get("type", "object")}: "null"', 'null'))
@@ -178,8 +250,8 @@ def validate(value: object, schema: dict, path: str, errors: list[FieldError]) -
         if 'minItems' in schema and len(value) < schema['minItems']:
             errors.append(FieldError('FieldValueInvalid', path, f'{path} in body should have at least {schema["minItems"]} items', len(value)))
         if isinstance(schema.get('items'), dict):
-            for index, item in enumerate(value):
-                validate(item, schema['items'], f'{path}[{index}]', errors)
+            for index, (item, old_item) in enumerate(zip(value, _old_items(value, old, schema), strict=True)):
+                validate(item, schema['items'], f'{path}[{index}]', errors, old_item, _ratchets(item, old_item, ratchets))
     if isinstance(value, dict):
         if 'maxProperties' in schema and len(value) > schema['maxProperties']:
             errors.append(FieldError('FieldValueTooMany', path, f'must have at most {schema["maxProperties"]} items', len(value)))
@@ -189,10 +261,10 @@ def validate(value: object, schema: dict, path: str, errors: list[FieldError]) -
         properties = schema.get('properties') or {}
         additional = schema.get('additionalProperties')
         for key, item in value.items():
-            if key in properties:
-                validate(item, properties[key], _join(path, key), errors)
-            elif isinstance(additional, dict):
-                validate(item, additional, _join(path, key), errors)
+            subschema = properties.get(key, additional if isinstance(additional, dict) else None)
+            if subschema is not None:
+                old_item = old.get(key, _MISSING) if isinstance(old, dict) else _MISSING
+                validate(item, subschema, _join(path, key), errors, old_item, _ratchets(item, old_item, ratchets))
 
 
 def _check_bounds(value: float, schema: dict, path: str, errors: list[FieldError]) -> None:
@@ -262,13 +334,14 @@ def to_cel(value: object, schema: dict) -> object:
     return celpy.json_to_cel(value)
 
 
-_MISSING = object()
-
-
-def check_rules(value: object, old: object, schema: dict, path: str, errors: list[FieldError]) -> None:
-    """Run every x-kubernetes-validations rule where its value exists; transition rules only with an old value."""
+def check_rules(value: object, old: object, schema: dict, path: str, errors: list[FieldError],
+                warnings: list[str] | None = None, ratchets: Ratchets | None = None) -> None:
+    """Run every x-kubernetes-validations rule where its value exists; transition rules only with an old value.
+    A rule without oldSelf that fails at a value that `ratchets` (by default: equal to its correlated `old`) is a
+    warning, not an error."""
     if value is None:
         return
+    ratchets = ratchets if ratchets is not None else _ratchets(value, old, _never)
     for rule in schema.get('x-kubernetes-validations', []):
         expression = rule['rule']
         transition = 'oldSelf' in expression
@@ -284,7 +357,11 @@ def check_rules(value: object, old: object, schema: dict, path: str, errors: lis
             errors.append(FieldError('FieldValueInvalid', field, f'evaluation error: {error.args[0] if error.args else error}', type_name(value)))
             continue
         if not passed:
-            errors.append(FieldError(rule.get('reason', 'FieldValueInvalid'), field, _rule_message(rule, activation), type_name(value)))
+            error = FieldError(rule.get('reason', 'FieldValueInvalid'), field, _rule_message(rule, activation), type_name(value))
+            if transition or not ratchets():
+                errors.append(error)
+            elif warnings is not None:
+                warnings.append(str(error))
     if isinstance(value, dict):
         properties = schema.get('properties') or {}
         additional = schema.get('additionalProperties') if isinstance(schema.get('additionalProperties'), dict) else None
@@ -292,10 +369,10 @@ def check_rules(value: object, old: object, schema: dict, path: str, errors: lis
             subschema = properties.get(key, additional)
             if subschema is not None:
                 old_item = old.get(key, _MISSING) if isinstance(old, dict) else _MISSING
-                check_rules(item, old_item, subschema, _join(path, key), errors)
+                check_rules(item, old_item, subschema, _join(path, key), errors, warnings, _ratchets(item, old_item, ratchets))
     elif isinstance(value, list) and isinstance(schema.get('items'), dict):
-        for index, item in enumerate(value):
-            check_rules(item, _MISSING, schema['items'], f'{path}[{index}]', errors)
+        for index, (item, old_item) in enumerate(zip(value, _old_items(value, old, schema), strict=True)):
+            check_rules(item, old_item, schema['items'], f'{path}[{index}]', errors, warnings, _ratchets(item, old_item, ratchets))
 
 
 def _rule_message(rule: dict, activation: dict) -> str:
@@ -324,15 +401,18 @@ class CustomSchema:
         obj.update(body)
         return unknown
 
-    def validate(self, obj: dict, old: dict | None) -> list[FieldError]:
+    def validate(self, obj: dict, old: dict | None, warnings: list[str] | None = None) -> list[FieldError]:
+        """The object's errors; on update (`old`) those ratcheted are left out, a CEL rule's said in `warnings`."""
         errors: list[FieldError] = []
         body = {k: v for k, v in obj.items() if k not in ('apiVersion', 'kind', 'metadata')}
         schema = {**self.schema, 'properties': {k: v for k, v in (self.schema.get('properties') or {}).items() if k != 'metadata'}}
-        validate(body, schema, '', errors)
+        old_body = {k: v for k, v in old.items() if k not in ('apiVersion', 'kind', 'metadata')} if old else _MISSING
+        # the root correlates with the whole old object, metadata included: a label's edit is a change there
+        root = _ratchets(obj, old, _never) if old else _never
+        validate(body, schema, '', errors, old_body, root)
         name_schema = ((self.schema.get('properties') or {}).get('metadata') or {}).get('properties', {}).get('name')
         name = (obj.get('metadata') or {}).get('name')
         if name_schema and name is not None:
             validate(name, name_schema, 'metadata.name', errors)
-        old_body = {k: v for k, v in old.items() if k not in ('apiVersion', 'kind', 'metadata')} if old else _MISSING
-        check_rules(body, old_body, schema, '', errors)
+        check_rules(body, old_body, schema, '', errors, warnings, root)
         return errors

@@ -423,10 +423,10 @@ class Store:
                               f'strict decoding error: {listed}')
         return [f'unknown field "{path}"' for path in unknown] if field_validation == 'Warn' else []
 
-    def _validate(self, rtype: ResourceType, obj: dict, old: dict | None) -> list[FieldError]:
+    def _validate(self, rtype: ResourceType, obj: dict, old: dict | None, warnings: list[str] | None = None) -> list[FieldError]:
         errors = []
         if rtype.schema is not None:
-            errors += rtype.schema.validate(obj, old)
+            errors += rtype.schema.validate(obj, old, warnings)
         else:
             errors += resources.validate_builtin(rtype, obj, creating=old is None)
         if old is not None:
@@ -638,7 +638,7 @@ class Store:
                 metadata.pop(key, None)
         terminating = bool(old['metadata'].get('deletionTimestamp'))
         added = set(metadata.get('finalizers') or []) - set(old['metadata'].get('finalizers') or [])
-        errors = resources.validate_metadata(metadata, _core_meta(rtype)) + self._validate(rtype, new, old)
+        errors = resources.validate_metadata(metadata, _core_meta(rtype)) + self._validate(rtype, new, old, warnings)
         if terminating and added:
             errors.append(FieldError('FieldValueForbidden', 'metadata.finalizers', 'no new finalizers can be added if the object is being deleted'))
         if errors:

@@ -134,3 +134,76 @@ def test_a_crd_a_real_api_server_would_refuse_is_refused(rest):
     assert 'x-kubernetes-validations[0].rule' in problems and 'x-kubernetes-validations[1].fieldPath' in problems
     assert 'properties[size].default' in problems
     assert rest.post('/apis/apiextensions.k8s.io/v1/customresourcedefinitions', WIDGET_CRD).status == 201
+
+
+# CRD validation ratcheting (KEP-4008; CRDValidationRatcheting, on by default since Kubernetes 1.30, GA in 1.33): on
+# update an error raised at a value equal to its old one is let through, as apiextensions-apiserver does it:
+# pkg/apiserver/validation/ratcheting.go (ratchetingValueValidator.Validate ratchets "if DeepEqual(old, new)"),
+# pkg/apiserver/schema/cel/validation.go (validateExpressions: a rule that does not use oldSelf, and then as a
+# warning), apiserver pkg/cel/common/equality.go (an atomic list's items never correlate: the list itself is judged).
+GADGETS = '/apis/test.kuberl.dev/v1/namespaces/default/gadgets'
+CRDS = '/apis/apiextensions.k8s.io/v1/customresourcedefinitions'
+
+
+def gadget_crd(strict: bool) -> dict:
+    """A CRD whose stricter version adds a maximum, an item's maximum and two rules at spec (one without oldSelf)."""
+    spec = {'type': 'object', 'properties': {
+        'size': {'type': 'integer'}, 'mode': {'type': 'string'}, 'suspend': {'type': 'boolean'},
+        'ports': {'type': 'array', 'maxItems': 8, 'items': {'type': 'integer', **({'maximum': 100} if strict else {})}},
+        'inner': {'type': 'object', 'properties': {'depth': {'type': 'integer', **({'maximum': 3} if strict else {})}}},
+    }}
+    if strict:
+        spec['x-kubernetes-validations'] = [
+            {'rule': "self.mode == 'small' ? self.size <= 5 : true", 'message': 'small means at most 5', 'fieldPath': '.size'},
+            {'rule': 'oldSelf.size <= 50', 'message': 'was over 50'},  # a transition rule: never ratcheted
+        ]
+    return {'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition',
+            'metadata': {'name': 'gadgets.test.kuberl.dev'},
+            'spec': {'group': 'test.kuberl.dev', 'scope': 'Namespaced',
+                     'names': {'plural': 'gadgets', 'singular': 'gadget', 'kind': 'Gadget', 'listKind': 'GadgetList'},
+                     'versions': [{'name': 'v1', 'served': True, 'storage': True, 'subresources': {'status': {}},
+                                   'schema': {'openAPIV3Schema': {'type': 'object', 'properties': {
+                                       'spec': spec, 'status': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}}}]}}
+
+
+def gadget(rest, standin, **spec) -> None:
+    """A gadget created under the lax CRD, which then turns strict."""
+    standin.apply_crd(gadget_crd(strict=False))
+    body = {'apiVersion': 'test.kuberl.dev/v1', 'kind': 'Gadget', 'metadata': {'name': 'g'},
+            'spec': {'size': 9, 'mode': 'small', 'ports': [80, 443], 'inner': {'depth': 7}} | spec}
+    assert rest.post(GADGETS, body).status == 201
+    current = rest.get(f'{CRDS}/gadgets.test.kuberl.dev').body
+    strict = gadget_crd(strict=True)
+    strict['metadata']['resourceVersion'] = current['metadata']['resourceVersion']
+    assert rest.put(f'{CRDS}/gadgets.test.kuberl.dev', strict).status == 200
+
+
+def test_an_unchanged_value_that_a_stricter_crd_refuses_is_let_through_on_update(rest, standin):
+    gadget(rest, standin)
+    relabelled = rest.patch(f'{GADGETS}/g', {'metadata': {'labels': {'team': 'a'}}})
+    assert relabelled.status == 200, relabelled.body
+    # the rule without oldSelf, ratcheted, is said as a warning; the schema's maxima are let through silently
+    assert relabelled.headers.get('Warning') == '299 - "spec.size: Invalid value: \\"object\\": small means at most 5"'
+    status = rest.patch(f'{GADGETS}/g/status', {'status': {'phase': 'Running'}})
+    assert status.status == 200, status.body  # a controller's status write is an update of the same object
+    assert rest.post(GADGETS, {'apiVersion': 'test.kuberl.dev/v1', 'kind': 'Gadget', 'metadata': {'name': 'h'},
+                               'spec': {'size': 9, 'mode': 'small', 'ports': [80, 443], 'inner': {'depth': 7}}}).status == 422
+
+
+def test_an_edit_beside_a_ratcheted_value_meets_the_rules_whose_value_it_changes(rest, standin):
+    gadget(rest, standin)
+    # spec changed (suspend), so the rule at spec is judged again; inner.depth and the ports did not change
+    suspended = rest.patch(f'{GADGETS}/g', {'spec': {'suspend': True}})
+    assert suspended.status == 422 and fields(suspended) == ['spec.size'], suspended.body
+    # inner changed: its depth's maximum is judged again
+    deeper = rest.patch(f'{GADGETS}/g', {'spec': {'mode': 'large', 'inner': {'depth': 7, 'width': 1}}})
+    assert deeper.status == 200, deeper.body  # width is pruned: inner is as it was
+    assert fields(rest.patch(f'{GADGETS}/g', {'spec': {'inner': {'depth': 8}}})) == ['spec.inner.depth']
+    # an item of an atomic list has no old value of its own: a new port makes the old 443 meet the maximum
+    assert fields(rest.patch(f'{GADGETS}/g', {'spec': {'ports': [80, 443, 90]}})) == ['spec.ports[1]']
+
+
+def test_a_transition_rule_is_never_ratcheted(rest, standin):
+    gadget(rest, standin, size=60, mode='large')
+    relabelled = rest.patch(f'{GADGETS}/g', {'metadata': {'labels': {'team': 'a'}}})
+    assert relabelled.status == 422 and 'was over 50' in relabelled.message
