@@ -47,6 +47,7 @@ from .core.rules import validate_job
 from .core.spec import JobSpec, SuccessSpec
 from .core.validation import InvalidJob, Problem, namespace_problems
 from .core.yamlreader import UnreadableSpec, load_documents
+from .local.seeds import seeds_argument, seeds_usage_problem
 from .operator.config import (
     MIN_KUBE_API_QPS,
     MIN_PEERING_LIFETIME,
@@ -338,8 +339,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print(f"  {v}", file=sys.stderr)
                 return 1
     from .local.runner import cmd_run as run_here
+    from .local.runner import cmd_run_seeds
 
-    return run_here(args, docs, env_ids=registered_env_ids())
+    return (cmd_run_seeds if getattr(args, "seeds", None) else run_here)(args, docs, env_ids=registered_env_ids())
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -642,6 +644,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="continue the job's latest run even if the spec now learns something else (e.g. a raised totalTimesteps);"
                         " by default such a spec starts a fresh run beside it")
+    p.add_argument("--seeds", type=seeds_argument, metavar="N,N[,N...]",
+                   help="run the job once per seed, one after another, each a run of its own (as --set seed=N), then"
+                        " say each seed's result and their mean; Ctrl-C stops them all, the same command resumes")
     add_pod_security(p, "privileged", "the pods run as your own processes, on your own machine")
     p.add_argument("--private-network", action="store_true",
                    help="run in a network namespace of its own (Linux): nothing the pods listen on is reachable from"
@@ -774,6 +779,8 @@ def main(argv: list[str] | None = None) -> Any:
         for setting in args.set:
             if (wrong := setting_shape_problem(setting)) is not None:
                 subparser.error(f"argument --set: {wrong}")
+    if args.command == "run" and args.seeds and (conflict := seeds_usage_problem(args.set, args.resume)) is not None:
+        subparser.error(f"argument --seeds: {conflict}")
     if extra:
         (subparser or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:  # `kuberl` alone: what it can do, as kubectl does

@@ -73,12 +73,14 @@ from ..core.spec import ALGORITHM_BLOCKS, JobSpec
 from ..core.validation import InvalidJob, Problem, metadata_problems
 from ..core.validation import shown as shown_value
 from ..core.yamlreader import UnreadableSpec, load_documents
+from . import seeds
 from .console import Console, Output, with_host_paths
 from .curves import (
     PlotNotWritten,
     compare_note,
     finite_number,
     last_progress,
+    newest_progress_file,
     plot,
     progress_files,
     progress_records,
@@ -1197,6 +1199,66 @@ def cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | Non
         OUTPUT = None  # this run's stdout: a later run (a test's, in the same process) has its own
 
 
+def cmd_run_seeds(args: argparse.Namespace, docs: list, env_ids: Collection[str] | None = None) -> int:
+    """`kuberl run --seeds 1,2,3`: each seed's run as `kuberl run --set seed=N` runs it, one after another, then one
+    summary (local.seeds). A Ctrl-C stops the seed running with a checkpoint and starts no other; the same command
+    then resumes that seed and skips those that already succeeded."""
+    global OUTPUT
+    if getattr(args, "private_network", False):  # once, for every seed: the runner enters its namespace once
+        refused = private_network()
+        if refused is not None:
+            print(f"kuberl run: --private-network: this machine gives no network namespace ({refused})", file=sys.stderr)
+            return EXIT_CANNOT_RUN
+    runs: list[seeds.SeedRun] = []
+    with Interrupts() as between:  # a Ctrl-C between two seeds' runs (each run has its own while it lasts)
+        for k, seed in enumerate(args.seeds):
+            if between.count or (runs and (runs[-1].code is None or not seeds.goes_on(runs[-1]))):
+                runs.append(seeds.SeedRun(seed, None))
+                continue
+            seeded = argparse.Namespace(**{**vars(args), "set": [*args.set, f"seed={seed}"], "seeds": None,
+                                           "one_of_seeds": True, "private_network": False})
+            OUTPUT = Output(sys.stdout, sys.stderr)
+            say(f"seed {seed} ({k + 1} of {len(args.seeds)}): as kuberl run --set seed={seed}")
+            OUTPUT = None
+            code = cmd_run(seeded, docs, env_ids)
+            runs.append(seed_run(seeded, docs, seed, code))
+        job = job_name(docs, args.file) or "job"
+        OUTPUT = Output(sys.stdout, sys.stderr)
+        try:
+            for line in seeds.summary_lines(job, runs, shown):
+                say(line)
+        finally:
+            OUTPUT = None
+    # a Ctrl-C that came between two runs stopped the seeds as one during a run does
+    return EXIT_INTERRUPTED if between.count else seeds.exit_code(runs)
+
+
+def job_name(docs: list, path: str) -> str | None:
+    """The job's metadata.name in the file, or None where the file holds no valid one (its run said why)."""
+    with contextlib.suppress(LocalRunError, InvalidJob, TypeError, AttributeError):
+        name = split_documents(docs, path)[0]["metadata"]["name"]
+        return name if isinstance(name, str) else None
+    return None
+
+
+def seed_run(args: argparse.Namespace, docs: list, seed: int, code: int) -> seeds.SeedRun:
+    """What one seed's run left (`args`: that seed's kuberl run): its run directory, as the rerun would choose it
+    (the run of the same learned values), and its last evaluation; nothing for a job refused before it ran."""
+    try:
+        document = split_documents(docs, args.file)[0]
+        spec = validate_job(apply_overrides(document, args.workers, args.set))
+    except (LocalRunError, InvalidJob, TypeError, AttributeError):
+        return seeds.SeedRun(seed, code)
+    run_dir = choose_run(args.dir, document["metadata"]["name"], fingerprint.learned_values(spec)).run_dir
+    if not has_run(run_dir):
+        return seeds.SeedRun(seed, code)
+    progress = newest_progress_file(run_dir)
+    record = last_progress(os.path.dirname(progress)) if progress else {}
+    timesteps = finite_number(record.get("timesteps"))
+    return seeds.SeedRun(seed, code, run_dir, finite_number(record.get("eval_return")),
+                         int(timesteps) if timesteps is not None else None)
+
+
 def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | None, ports: contextlib.ExitStack) -> int:
     if getattr(args, "private_network", False):  # before any thread starts: a user namespace takes one thread only
         refused = private_network()
@@ -1246,7 +1308,7 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
         print(f"kuberl run: {choice.refused}", file=sys.stderr)
         return 1
     run_dir = choice.run_dir  # absolute: pod roots must not depend on a cwd
-    if choice.note:
+    if choice.note and not getattr(args, "one_of_seeds", False):  # --seeds: another seed's run is no change to name
         say(choice.note)
     recorded = os.path.join(run_dir, "status.json")
     if choice.succeeded and (unmet := target_not_met(last_status(read_regular_file(recorded, RECORD_LIMIT) or "", recorded), spec)):
