@@ -81,3 +81,24 @@ def test_a_field_like_no_other_points_at_the_spec_reference():
         parse_spec({"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "totalTimesteps": 1000, "ppo": {"lr": 0.001}})
     [problem] = refused.value.problems
     assert problem.path == "spec.ppo.lr" and "docs/spec-reference.md lists the fields" in problem.message, problem
+
+
+@pytest.mark.parametrize("block", ["dqn", "sac", "td3"])
+def test_a_train_frequency_no_iteration_could_reach_is_refused_naming_it(block):
+    """An off-policy iteration steps trainFrequency env steps per rank before it learns, reports progress or reads a
+    stop: trainFrequency had no upper bound, and one of 10**15 stepped the envs for ever in the first iteration, past
+    its budget, deaf to SIGTERM, until the operator took the silent gang for a stalled one. At most 100,000 (as
+    PPO's numSteps), in the CRD too."""
+    from kuberl.core.crd import crd
+
+    def job(frequency: int) -> dict:
+        return {"algorithm": block, "env": {"id": "CartPole-v1" if block == "dqn" else "Pendulum-v1"},
+                "totalTimesteps": 1000, block: {"trainFrequency": frequency}}
+
+    with pytest.raises(InvalidJob) as refused:
+        parse_spec(job(10**15))
+    assert [str(p) for p in refused.value.problems] == [
+        f"spec.{block}.trainFrequency: expected at most 100000 (got 1000000000000000)"]
+    assert parse_spec(job(100_000)).hyperparameters.train_frequency == 100_000
+    properties = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][block]["properties"]
+    assert properties["trainFrequency"]["maximum"] == 100_000
