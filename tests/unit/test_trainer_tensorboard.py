@@ -40,7 +40,7 @@ def read_scalars(log_dir: str) -> dict[str, list[tuple[int, float]]]:
 def test_a_progress_line_gives_its_returns_speed_and_update_statistics_and_nothing_twice():
     progress = {"timesteps": 2048, "episode_return_mean": 21.5, "eval_return": 90.0, "steps_per_second": 9000.0,
                 "restart": 0, "update": {"policy_loss": -0.01, "approx_kl": 0.002, "learning_rate": 0.0025, "mine": 3}}
-    assert scalars(progress) == [("charts/episodic_return", 21.5), ("charts/SPS", 9000.0), ("losses/policy_loss", -0.01),
+    assert scalars(progress) == [("charts/SPS", 9000.0), ("losses/policy_loss", -0.01),
                                  ("losses/approx_kl", 0.002), ("charts/learning_rate", 0.0025)]  # the eval return repeated: not
     evaluation = {"timesteps": 4096, "episode_return_mean": 30.0, "eval_return": 120.0, "restart": 0, "evaluation": True}
     assert scalars(evaluation) == [(EVALUATION_TAG, 120.0)]
@@ -77,8 +77,16 @@ def test_a_run_writes_progress_jsonls_numbers_as_tensorboard_scalars(name, tmp_p
     rows = progress_rows(run)
     drawn = read_scalars(os.path.join(run.checkpoint_dir, names.TENSORBOARD_DIR))
     assert drawn[EVALUATION_TAG] == [(row["timesteps"], pytest.approx(row["eval_return"])) for row in rows if row.get("evaluation")]
-    assert drawn["charts/episodic_return"] == [(row["timesteps"], pytest.approx(row["episode_return_mean"])) for row in rows
-                                               if row.get("steps_per_second") is not None and row["episode_return_mean"] is not None]
+    # each finished episode once, as CleanRL writes them (one process: every episode is rank 0's), at the global step
+    # it ended at; on CartPole a return is its length, on Pendulum every episode is 200 steps
+    returns, lengths = drawn["charts/episodic_return"], drawn["charts/episodic_length"]
+    assert len(returns) == len(lengths) == trainer.counters.episodes > 0
+    assert [step for step, _ in returns] == [step for step, _ in lengths] == sorted(step for step, _ in returns)
+    assert 0 < returns[0][0] and returns[-1][0] <= rows[-1]["timesteps"]
+    if name in ("ppo", "dqn"):
+        assert [value for _, value in returns] == [value for _, value in lengths]
+    else:
+        assert {value for _, value in lengths} == {200.0}
     updates = [row for row in rows if isinstance(row.get("update"), dict)]
     assert updates and drawn["charts/learning_rate"] == [(row["timesteps"], pytest.approx(row["update"]["learning_rate"])) for row in updates]
     assert {"ppo": "losses/approx_kl"}.get(name, "losses/q_values") in drawn
@@ -121,14 +129,28 @@ def test_a_later_generation_supersedes_the_points_an_earlier_one_wrote_past_wher
     checkpoints = str(tmp_path)
     first = Scalars(checkpoints, text="|param|value|")
     for step in (1000, 2000, 3000, 4000, 5000):
-        first.write({"timesteps": step, "episode_return_mean": step / 100, "steps_per_second": 10.0})
+        first.episodes([(step - 500, step / 100, 10)])
+        first.write({"timesteps": step, "episode_return_mean": step / 100, "steps_per_second": step / 100})
     second = Scalars(checkpoints, text="|param|value|")
     second.write({"timesteps": 3000, "resumed": True, "eval_return": None})
-    second.write({"timesteps": 4000, "episode_return_mean": 99.0, "steps_per_second": 10.0})
+    second.episodes([(3500, 99.0, 12)])
+    second.write({"timesteps": 4000, "episode_return_mean": 99.0, "steps_per_second": 99.0})
     log_dir = os.path.join(checkpoints, names.TENSORBOARD_DIR)
     assert len(os.listdir(log_dir)) == 2
-    assert read_scalars(log_dir)["charts/episodic_return"] == [(1000, 10.0), (2000, 20.0), (4000, 99.0)]
+    drawn = read_scalars(log_dir)
+    assert drawn["charts/SPS"] == [(1000, 10.0), (2000, 20.0), (4000, 99.0)]
+    assert drawn["charts/episodic_return"] == [(500, 10.0), (1500, 20.0), (2500, 30.0), (3500, 99.0)]
+    assert drawn["charts/episodic_length"] == [(500, 10.0), (1500, 10.0), (2500, 10.0), (3500, 12.0)]
     assert read_texts(log_dir) == ["|param|value|"]  # once, with the first generation's file
+
+
+def test_episodes_that_end_after_the_last_progress_line_are_written_when_the_run_closes(tmp_path):
+    written = Scalars(str(tmp_path))
+    written.write({"timesteps": 100, "steps_per_second": 5.0})
+    written.episodes([(120, 7.0, 7), (150, 30.0, 30)])
+    written.close()
+    drawn = read_scalars(os.path.join(str(tmp_path), names.TENSORBOARD_DIR))
+    assert drawn["charts/episodic_return"] == [(120, 7.0), (150, 30.0)] and drawn["charts/episodic_length"] == [(120, 7.0), (150, 30.0)]
 
 
 def test_an_unwritable_directory_is_said_once_and_the_run_goes_on(tmp_path):

@@ -156,6 +156,7 @@ class BaseAlgorithm:
         self.counters = Counters()
         self.learning_stop = LearningStop(ctx)  # a stop read between learning's units (PPO's epochs, DQN's steps)
         self.tracker = EpisodeTracker(num_envs)
+        self.finished_episodes: list[tuple[int, float, int]] = []  # the last update's, rank 0's own (sync_update)
         self.np_rng = np.random.default_rng(self.seed)  # this rank's numpy randomness, which checkpoints record
         torch.manual_seed(seed)  # the same initial weights everywhere (rank 0's are broadcast anyway)
         self._setup_model(env_id, num_envs)
@@ -211,12 +212,16 @@ class BaseAlgorithm:
         finished and their return sum, the seconds per unit of its last learning (LearningStop), and the
         stop (read now, where it is a callable) and success votes. Advances
         the global counters; returns the totals and the seconds it took."""
-        returns, _ = self.tracker.drain()
+        returns, lengths, at = self.tracker.drain_episodes()
         values = {**local, "episodes": len(returns), "return_sum": sum(returns),
                   "learn_unit_seconds": self.learning_stop.own_unit_seconds,
                   "stop_votes": float(stop_vote() if callable(stop_vote) else stop_vote), "success_votes": float(success_vote)}
         started = time.perf_counter()
         totals = all_reduce_named(self.ctx, values)
+        # rank 0's own episodes (TensorBoard's charts/episodic_return, one point each as CleanRL writes them), each at
+        # the global step it ended at: where in this update's steps, of every rank's, counted from the update's start
+        self.finished_episodes = [(self.counters.global_step + max(1, round(fraction * int(totals["steps"]))), ret, length)
+                                  for ret, length, fraction in zip(returns, lengths, at, strict=True)] if self.ctx.is_main else []
         self.counters.global_step += int(totals["steps"])
         self.counters.episodes += int(totals["episodes"])
         self.learning_stop.merge(totals)
@@ -238,6 +243,7 @@ class BaseAlgorithm:
             update_seconds=update_seconds,
             allreduce_seconds=allreduce_seconds,
             epochs_run=epochs_run,
+            episodes=self.finished_episodes,
             stop=totals["stop_votes"] > 0 or self.learning_stop.stopped,
             target_met=totals["success_votes"] > 0,
         )

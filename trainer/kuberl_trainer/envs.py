@@ -278,6 +278,8 @@ class EpisodeTracker:
     valid: np.ndarray = field(init=False)
     finished_returns: list[float] = field(default_factory=list)
     finished_lengths: list[int] = field(default_factory=list)
+    finished_at: list[int] = field(default_factory=list)  # the vector step since the last drain each one ended at
+    steps: int = 0  # vector steps since the last drain
 
     def __post_init__(self) -> None:
         self.returns = np.zeros(self.num_envs, np.float64)
@@ -288,16 +290,25 @@ class EpisodeTracker:
         """Account one vector step taken while `self.valid` held."""
         self.returns += rewards * self.valid
         self.lengths += self.valid
+        self.steps += 1
         ended = done & self.valid
         if ended.any():
             self.finished_returns.extend(self.returns[ended].tolist())
             self.finished_lengths.extend(self.lengths[ended].tolist())
+            self.finished_at.extend([self.steps] * int(ended.sum()))
             self.returns[ended] = 0.0
             self.lengths[ended] = 0
         # next step resets the envs that just ended: it is not a transition
         self.valid = ~done
 
     def drain(self) -> tuple[list[float], list[int]]:
+        return self.drain_episodes()[:2]
+
+    def drain_episodes(self) -> tuple[list[float], list[int], list[float]]:
+        """The episodes finished since the last drain: their returns, lengths, and how far into the steps since
+        then each ended (a fraction in (0, 1]), which places it at its global step once the update's all-reduce
+        has counted every rank's steps."""
         returns, lengths = self.finished_returns, self.finished_lengths
-        self.finished_returns, self.finished_lengths = [], []
-        return returns, lengths
+        at = [step / self.steps for step in self.finished_at]
+        self.finished_returns, self.finished_lengths, self.finished_at, self.steps = [], [], [], 0
+        return returns, lengths, at

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -136,6 +136,7 @@ class UpdateReport:
     epochs_run: int
     stop: bool = False
     target_met: bool = False
+    episodes: list[tuple[int, float, int]] = field(default_factory=list)  # rank 0's own: (global step, return, length)
 
 
 class Algorithm(Protocol):
@@ -442,6 +443,8 @@ class TrainingSession:
         self.remember_episodes(report.episode_return_sum, report.episode_return_count)
         self.last_update = report  # formatted only when a progress line is written: DQN makes thousands a second
         self.tensorboard_tags = algorithm.TENSORBOARD_TAGS
+        if self.scalars is not None and report.episodes:
+            self.scalars.episodes(report.episodes)
         if self.metrics is not None:
             self._record(report)
         success = self.spec.success

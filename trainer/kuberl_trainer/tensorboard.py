@@ -22,7 +22,10 @@ from typing import Any
 from kuberl.core import fingerprint, names
 
 # progress.jsonl's keys as CleanRL's tags
-TRAINING_TAGS = {"episode_return_mean": "charts/episodic_return", "steps_per_second": "charts/SPS"}
+TRAINING_TAGS = {"steps_per_second": "charts/SPS"}
+# each finished episode's, as CleanRL writes them: one point per episode at the global step it ended at (rank 0's own
+# episodes: the others' stay on their ranks, summed into progress.jsonl's mean, which `kuberl plot` draws)
+EPISODE_TAGS = ("charts/episodic_return", "charts/episodic_length")
 EVALUATION_TAG = "eval/episodic_return"
 # an update's statistics (UpdateReport.losses' names, as progress.jsonl's `update` records them)
 UPDATE_TAGS = {
@@ -107,11 +110,21 @@ class Scalars:
         self.text = text  # `hyperparameters`: written once, with the run's first file
         self.writer: Any = None
         self.failed = False
+        self.pending: list[tuple[int, float, int]] = []  # finished episodes, written with the next line's points
+
+    def episodes(self, ended: list[tuple[int, float, int]]) -> None:
+        """Finished episodes, (global step, return, length) each: written, and flushed, with the next progress line
+        (every few seconds), not one file write per update (DQN makes thousands a second)."""
+        if not self.failed:
+            self.pending += ended
 
     def write(self, line: Mapping[str, Any], renames: Renames | None = None) -> None:
         points = scalars(line, renames)
-        if self.failed or not (points or line.get("resumed")):
+        if self.failed or not (points or line.get("resumed") or self.pending):
             return
+        self.put(line["timesteps"], points)
+
+    def put(self, timesteps: int, points: list[tuple[str, float]]) -> None:
         try:
             if self.writer is None:
                 if os.path.islink(self.log_dir):  # the volume is the tenant's: files are written into no other place
@@ -119,14 +132,20 @@ class Scalars:
                 # an earlier generation's points from here on are superseded: the resumed checkpoint's timesteps, or
                 # (a restart before any checkpoint) this generation's first point
                 earlier = os.path.isdir(self.log_dir) and any(n.startswith("events.out.tfevents.") for n in os.listdir(self.log_dir))
-                self.writer = self.open(line["timesteps"] if earlier else None)
+                first = min([timesteps, *(step for step, _, _ in self.pending)])
+                self.writer = self.open(first if earlier else None)
                 if self.text is not None and not earlier:
                     self.writer.add_text(HYPERPARAMETERS_TAG, self.text)
+            for step, episode_return, length in self.pending:
+                self.writer.add_scalar(EPISODE_TAGS[0], episode_return, step)
+                self.writer.add_scalar(EPISODE_TAGS[1], length, step)
+            self.pending = []
             for tag, value in points:
-                self.writer.add_scalar(tag, value, line["timesteps"])
+                self.writer.add_scalar(tag, value, timesteps)
             self.writer.flush()
         except (OSError, ImportError, RuntimeError, ValueError) as e:  # IOError from the writer's thread included
             self.failed = True
+            self.pending = []
             self.log(f"TensorBoard scalars not written ({self.log_dir}): {e}")
 
     def open(self, purge_step: int | None) -> Any:
@@ -141,6 +160,8 @@ class Scalars:
         return writer
 
     def close(self) -> None:
+        if self.pending and not self.failed:  # episodes that ended after the last progress line
+            self.put(self.pending[-1][0], [])
         if self.writer is not None and not self.failed:  # a failed writer was said once already
             try:
                 self.writer.close()
