@@ -519,6 +519,25 @@ def test_plot_finds_progress_without_following_links_round_in_circles(tmp_path):
     assert done == [str(tmp_path / "learning-curve.png")]
 
 
+@pytest.mark.parametrize("link", ["loop", "dangling", "elsewhere"])
+def test_a_link_named_progress_jsonl_is_no_progress_file(tmp_path, link):
+    """The checkpoint directory is the pods' to write: a progress.jsonl that was a link round to itself ended kuberl
+    plot (and kuberl run's summary, which finds the job's other runs the same way) in an OSError traceback, as its
+    modification time was read through it; a dangling one in a FileNotFoundError. A link is never read (read_regular_tail)
+    so it is no run's progress either; the run's own file beside it is drawn."""
+    from kuberl.local.curves import newest_progress_file, plot, progress_files
+
+    run = tmp_path / "runs" / "job"
+    (run / "checkpoints" / "job-uid").mkdir(parents=True)
+    (run / "checkpoints" / "job-uid" / "progress.jsonl").write_text('{"timesteps": 1, "episode_return_mean": 2.0, "wall_seconds": 1}\n')
+    (run / "checkpoints" / "other").mkdir()
+    planted = run / "checkpoints" / "other" / "progress.jsonl"
+    planted.symlink_to({"loop": "progress.jsonl", "dangling": "gone", "elsewhere": "../job-uid/progress.jsonl"}[link])
+    assert progress_files(str(run / "checkpoints")) == [str(run / "checkpoints" / "job-uid" / "progress.jsonl")]
+    assert newest_progress_file(str(run)) == str(run / "checkpoints" / "job-uid" / "progress.jsonl")
+    assert plot(str(run)) == str(run / "learning-curve.png")
+
+
 def test_a_progress_file_that_is_a_fifo_does_not_hang_the_summary(tmp_path):
     """A container's FIFO at /checkpoints/progress.jsonl hung `kuberl run` at its summary line."""
     import threading

@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -74,9 +75,19 @@ def finite_number(value: object) -> float | None:
 
 
 def progress_files(checkpoints: str) -> list[str]:
-    """Every progress.jsonl under the checkpoint directory; links are not followed (a trainer's or a careless
-    hand's `ln -s . a; ln -s . b` there made a recursive glob walk 2^40 paths)."""
-    return [os.path.join(parent, "progress.jsonl") for parent, _, files in os.walk(checkpoints) if "progress.jsonl" in files]
+    """Every progress.jsonl under the checkpoint directory that is a regular file; links are not followed (a trainer's
+    or a careless hand's `ln -s . a; ln -s . b` there made a recursive glob walk 2^40 paths), and a link named
+    progress.jsonl is none: read_regular_tail never reads one, and its time, read through a loop, raised."""
+    found = (os.path.join(parent, "progress.jsonl") for parent, _, files in os.walk(checkpoints) if "progress.jsonl" in files)
+    return [path for path in found if is_regular_file(path)]
+
+
+def is_regular_file(path: str) -> bool:
+    """Whether `path` itself, not a link's target, is a regular file."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def curve(rows: list[dict], x_key: str, y_key: str) -> list[tuple[float, float]]:
