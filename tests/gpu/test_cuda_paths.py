@@ -228,7 +228,7 @@ def test_sac_learns_pendulum_on_one_gpu():
         assert all(t.device == GPU for t in [*module.parameters(), *module.buffers()]), module
     learned = [r.losses for r in session.reports if r.losses]
     assert learned and all(np.isfinite(v) for losses in learned for v in losses.values())
-    assert {"value_loss", "q_value", "entropy_coefficient", "policy_loss", "entropy"} == set(learned[-1])
+    assert {"value_loss", "q_value", "entropy_coefficient", "policy_loss", "entropy", *networks.TWIN_CRITIC_STATISTICS} == set(learned[-1])
     held = trainer.replay.actions[: trainer.replay.added]  # the actor's, read back from the GPU, inside the box
     assert (np.abs(held) <= 2.0).all() and np.unique(held).size == held.size
     assert np.isfinite(trainer.evaluate("Pendulum-v1", 2, {}, 3))  # the mean action, on the GPU

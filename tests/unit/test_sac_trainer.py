@@ -37,7 +37,8 @@ def test_random_actions_fill_the_buffer_until_learning_starts_then_the_actor_act
         assert all(torch.equal(v, trainer.agent.state_dict()[k]) for k, v in before.items())
         report = trainer.update(False, False)
     assert trainer.steps_per_rank == 64 and trainer.critic_updates == 4
-    assert set(report.losses) == {"value_loss", "q_value", "entropy_coefficient", "policy_loss", "entropy"}
+    assert set(report.losses) == {"value_loss", "q_value", "entropy_coefficient", "policy_loss", "entropy", "q1_value", "q2_value",
+                                  "q1_loss", "q2_loss"}
     assert report.epochs_run == 4
     trainer.update(False, False)  # the actor's own actions now
     held = trainer.replay.actions[: trainer.replay.added].reshape(-1)
@@ -101,5 +102,9 @@ def test_an_update_reports_its_critics_mean_q_over_its_steps_and_the_alpha_it_le
     trainer.gradient_step = lambda *batch: steps.append(real(*batch)) or steps[-1]
     report = trainer.update(False, False)
     assert len(steps) == 4 and report.losses["q_value"] == pytest.approx(sum(s[1].item() for s in steps) / 4)
+    # each critic's own, as CleanRL writes them (losses/qf1_values, …): their mean is q_value, their losses' sum value_loss
+    assert (report.losses["q1_value"] + report.losses["q2_value"]) / 2 == pytest.approx(report.losses["q_value"])
+    assert report.losses["q1_loss"] + report.losses["q2_loss"] == pytest.approx(report.losses["value_loss"])
+    assert report.losses["q1_value"] != report.losses["q2_value"]  # two critics, two initialisations
     assert report.losses["entropy_coefficient"] == pytest.approx(trainer.temperature().item())
     assert report.losses["entropy_coefficient"] != pytest.approx(1.0)  # autotuned from 1: its steps moved it

@@ -49,7 +49,7 @@ def test_random_actions_until_learning_starts_then_the_noisy_actor_inside_the_bo
         assert equal(trainer.agent, before)
         report = trainer.update(False, False)
     assert trainer.steps_per_rank == 64 and trainer.critic_updates == 4 and report.epochs_run == 4
-    assert set(report.losses) == {"value_loss", "q_value", "policy_loss"}
+    assert set(report.losses) == {"value_loss", "q_value", "policy_loss", "q1_value", "q2_value", "q1_loss", "q2_loss"}
     added = trainer.replay.added
     trainer.update(False, False)  # the actor's own actions, with noise, now
     held = trainer.replay.actions[added: trainer.replay.added].reshape(-1)
@@ -103,6 +103,10 @@ def test_an_update_reports_its_critics_mean_q_and_loss_over_its_steps_and_its_ac
     assert len(steps) == 4 and report.epochs_run == 4
     assert report.losses["value_loss"] == pytest.approx(sum(s[0].item() for s in steps) / 4)
     assert report.losses["q_value"] == pytest.approx(sum(s[1].item() for s in steps) / 4)
+    # each critic's own, as CleanRL writes them (losses/qf1_values, …): their mean is q_value, their losses' sum value_loss
+    assert (report.losses["q1_value"] + report.losses["q2_value"]) / 2 == pytest.approx(report.losses["q_value"])
+    assert report.losses["q1_loss"] + report.losses["q2_loss"] == pytest.approx(report.losses["value_loss"])
+    assert report.losses["q1_value"] != report.losses["q2_value"]  # two critics, two initialisations
     assert [s[2].item() == 0 for s in steps] == [False, True, False, True]
     assert report.losses["policy_loss"] == pytest.approx((steps[0][2].item() + steps[2][2].item()) / 2)
 

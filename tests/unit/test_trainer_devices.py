@@ -449,7 +449,7 @@ def test_sac_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch
     steps, losses, targets = sac_learning_on_fake_cuda(fake, monkeypatch)
     assert steps == [CUDA] * 8  # 4 critic steps, and 2 actor steps after the 2nd and the 4th
     assert targets == [{CUDA}] * 4  # targetNetworkFrequency 1: a soft update after each critic step
-    assert {name: loss.device for name, loss in losses.items()} == dict.fromkeys(("value_loss", "q_value", "entropy_coefficient", "policy_loss", "entropy"), CUDA)
+    assert {name: loss.device for name, loss in losses.items()} == dict.fromkeys(("value_loss", "q_value", "entropy_coefficient", "policy_loss", "entropy", *networks.TWIN_CRITIC_STATISTICS), CUDA)
 
 
 def sac_acting_on_fake_cuda(fake, monkeypatch) -> list:
@@ -507,7 +507,7 @@ def test_td3_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch
     steps, losses, targets = td3_learning_on_fake_cuda(fake, monkeypatch)
     assert steps == [CUDA] * 6  # 4 critic steps, and an actor step after the 2nd and the 4th
     assert targets == [{CUDA}] * 4  # after each actor step, the target actor's and the target critics' update
-    assert {name: loss.device for name, loss in losses.items()} == dict.fromkeys(("value_loss", "q_value", "policy_loss"), CUDA)
+    assert {name: loss.device for name, loss in losses.items()} == dict.fromkeys(("value_loss", "q_value", "policy_loss", *networks.TWIN_CRITIC_STATISTICS), CUDA)
 
 
 def test_a_host_tensor_in_td3s_smoothed_target_actions_fails_on_fake_cuda(fake, monkeypatch):

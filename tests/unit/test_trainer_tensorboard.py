@@ -98,6 +98,13 @@ def test_a_run_writes_progress_jsonls_numbers_as_tensorboard_scalars(name, tmp_p
         assert "losses/value_loss" not in drawn and "losses/policy_loss" not in drawn
     if name in ("sac", "td3"):
         assert "losses/actor_loss" in drawn
+        # each critic's mean Q and loss under CleanRL's names, as its sac_continuous_action.py and td3's write them
+        for statistic, tag in (("q1_value", "losses/qf1_values"), ("q2_value", "losses/qf2_values"),
+                               ("q1_loss", "losses/qf1_loss"), ("q2_loss", "losses/qf2_loss")):
+            assert drawn[tag] == [(row["timesteps"], pytest.approx(row["update"][statistic])) for row in updates
+                                  if row["update"].get(statistic) is not None], tag
+        assert [value for _, value in drawn["losses/qf_loss"]] == pytest.approx(
+            [(a + b) / 2 for (_, a), (_, b) in zip(drawn["losses/qf1_loss"], drawn["losses/qf2_loss"], strict=True)], rel=1e-4)
     # what it learned with, as CleanRL's runs say theirs: TensorBoard names a run by its directory alone
     [text] = read_texts(os.path.join(run.checkpoint_dir, names.TENSORBOARD_DIR))
     assert text.startswith("|param|value|\n|-|-|\n") and "\n|seed|1|" in text and f'\n|algorithm|"{name}"|' in text, text

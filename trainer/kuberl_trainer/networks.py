@@ -134,6 +134,17 @@ class QCNN(nn.Module):
         return self.forward(obs).argmax(-1)
 
 
+# Twin critics' own statistics (twin_critic_statistics), named as an update reports them (metricnames.LOSS_GAUGES)
+TWIN_CRITIC_STATISTICS = ("q1_value", "q2_value", "q1_loss", "q2_loss")
+
+
+def twin_critic_statistics(q1: torch.Tensor, q2: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Each twin critic's mean Q(s, a) and mean squared error against the target (TWIN_CRITIC_STATISTICS' order), detached,
+    one tensor on their device: summed over an update's steps there and read with its other losses, no host sync."""
+    q1, q2 = q1.detach(), q2.detach()
+    return torch.stack([q1.mean(), q2.mean(), nn.functional.mse_loss(q1, target), nn.functional.mse_loss(q2, target)])
+
+
 @torch.no_grad()
 def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
     """target <- tau * online + (1 - tau) * target (tau = 1: a hard copy)."""

@@ -220,8 +220,8 @@ class SACTrainer(OffPolicyAlgorithm):
     def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
                       discount: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
         """One critic step on a per-rank batch, then the delayed actor steps and the target update where
-        due. Returns (critic loss, the critics' mean Q(s, a), actor losses' sum, entropy estimates' sum),
-        detached, on the device."""
+        due. Returns (critic loss, the critics' mean Q(s, a), actor losses' sum, entropy estimates' sum,
+        then each critic's mean Q and loss: networks.twin_critic_statistics), detached, on the device."""
         hp = self.hp
         alpha = self.temperature().detach()
         with torch.no_grad():
@@ -239,7 +239,7 @@ class SACTrainer(OffPolicyAlgorithm):
         if self.critic_updates % hp.target_network_frequency == 0:
             networks.soft_update(self.target, self.critics, hp.tau)
         q_mean = (q1.detach().mean() + q2.detach().mean()) / 2
-        return torch.cat([qf_loss.detach().reshape(1), q_mean.reshape(1), policy])
+        return torch.cat([qf_loss.detach().reshape(1), q_mean.reshape(1), policy, networks.twin_critic_statistics(q1, q2, target)])
 
     def policy_step(self, obs: torch.Tensor) -> torch.Tensor:
         """One actor step (and the entropy coefficient's, autotuned) against the critics, which it leaves
@@ -264,14 +264,15 @@ class SACTrainer(OffPolicyAlgorithm):
         vote in one all-reduce) and ends them there."""
         stops, hp, device = self.learning_stop, self.hp, self.ctx.device
         stops.begin(self.gradient_steps, stop_vote)
-        totals, done, first = torch.zeros(4, device=device), 0, self.critic_updates  # one host read per update, in update()
+        totals, done, first = torch.zeros(8, device=device), 0, self.critic_updates  # one host read per update, in update()
         while done < self.gradient_steps and not stops.stopped:
             totals += self.gradient_step(*self.to_tensors(self.replay.sample(hp.batch_size, hp.gamma, self.np_rng)))
             done += 1
             stops.vote(done)
-        critic, q_value, actor, entropy = totals.unbind()
+        critic, q_value, actor, entropy, *twins = totals.unbind()
         losses = {"value_loss": critic / max(done, 1), "q_value": q_value / max(done, 1),
-                  "entropy_coefficient": self.temperature().detach()}
+                  "entropy_coefficient": self.temperature().detach(),
+                  **{name: twin / max(done, 1) for name, twin in zip(networks.TWIN_CRITIC_STATISTICS, twins, strict=True)}}
         if actor_steps := self.actor_steps(first, self.critic_updates):
             losses |= {"policy_loss": actor / actor_steps, "entropy": entropy / actor_steps}
         return losses, done

@@ -196,7 +196,8 @@ class TD3Trainer(OffPolicyAlgorithm):
     def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
                       discount: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
         """One critic step on a per-rank batch, then, where due, one actor step and the targets' soft update.
-        Returns (critic loss, the critics' mean Q(s, a), the actor loss or 0), detached, on the device."""
+        Returns (critic loss, the critics' mean Q(s, a), the actor loss or 0, then each critic's mean Q and loss:
+        networks.twin_critic_statistics), detached, on the device."""
         hp, target = self.hp, self.target_actor
         with torch.no_grad():
             next_actions = target(next_obs)
@@ -214,7 +215,7 @@ class TD3Trainer(OffPolicyAlgorithm):
             networks.soft_update(self.target_actor, self.agent, hp.tau)
             networks.soft_update(self.target_critics, self.critics, hp.tau)
         q_mean = (q1.detach().mean() + q2.detach().mean()) / 2
-        return torch.stack([qf_loss.detach(), q_mean, policy])
+        return torch.cat([torch.stack([qf_loss.detach(), q_mean, policy]), networks.twin_critic_statistics(q1, q2, y)])
 
     def policy_step(self, obs: torch.Tensor) -> torch.Tensor:
         """One actor step against the first critic, which it leaves alone; returns the actor loss, detached."""
@@ -229,13 +230,14 @@ class TD3Trainer(OffPolicyAlgorithm):
         is read between steps (base.LearningStop: every rank's vote in one all-reduce) and ends them there."""
         stops, hp, device = self.learning_stop, self.hp, self.ctx.device
         stops.begin(self.gradient_steps, stop_vote)
-        totals, done, first = torch.zeros(3, device=device), 0, self.critic_updates  # one host read per update, in update()
+        totals, done, first = torch.zeros(7, device=device), 0, self.critic_updates  # one host read per update, in update()
         while done < self.gradient_steps and not stops.stopped:
             totals += self.gradient_step(*self.to_tensors(self.replay.sample(hp.batch_size, hp.gamma, self.np_rng)))
             done += 1
             stops.vote(done)
-        critic, q_value, actor = totals.unbind()
-        losses = {"value_loss": critic / max(done, 1), "q_value": q_value / max(done, 1)}
+        critic, q_value, actor, *twins = totals.unbind()
+        losses = {"value_loss": critic / max(done, 1), "q_value": q_value / max(done, 1),
+                  **{name: twin / max(done, 1) for name, twin in zip(networks.TWIN_CRITIC_STATISTICS, twins, strict=True)}}
         if actor_steps := delayed_steps_between(first, self.critic_updates, hp.policy_delay):
             losses["policy_loss"] = actor / actor_steps
         return losses, done

@@ -35,6 +35,10 @@ UPDATE_TAGS = {
     "approx_kl": "losses/approx_kl",
     "clip_fraction": "losses/clipfrac",
     "q_value": "losses/q_values",
+    "q1_value": "losses/qf1_values",  # SAC's and TD3's each critic's, as CleanRL's scripts for them write them
+    "q2_value": "losses/qf2_values",
+    "q1_loss": "losses/qf1_loss",
+    "q2_loss": "losses/qf2_loss",
     "entropy_coefficient": "losses/alpha",
     "learning_rate": "charts/learning_rate",
 }

@@ -50,6 +50,8 @@ APPROX_KL = f"{PREFIX}_approx_kl"
 CLIP_FRACTION = f"{PREFIX}_clip_fraction"
 Q_VALUE = f"{PREFIX}_q_value"
 ENTROPY_COEFFICIENT = f"{PREFIX}_entropy_coefficient"
+Q1_VALUE, Q2_VALUE = f"{PREFIX}_q1_value", f"{PREFIX}_q2_value"
+Q1_LOSS, Q2_LOSS = f"{PREFIX}_q1_loss", f"{PREFIX}_q2_loss"
 # An update's statistics exported as gauges: the name an algorithm reports in
 # UpdateReport.losses -> (metric, help). A new algorithm's statistic is one row
 # here (and a dashboard panel, if it should be drawn); one it reports without a
@@ -62,6 +64,10 @@ LOSS_GAUGES = {
     "clip_fraction": (CLIP_FRACTION, "Fraction of samples whose probability ratio was clipped, last update (PPO)."),
     "q_value": (Q_VALUE, "Mean Q(s, a) of the replay batches of the last update (DQN: of the taken actions; SAC and TD3: their twin critics' mean; 0 for PPO)."),
     "entropy_coefficient": (ENTROPY_COEFFICIENT, "Entropy coefficient alpha after the last update (SAC; fixed, or autotuned)."),
+    "q1_value": (Q1_VALUE, "Mean Q(s, a) of the first twin critic on the replay batches of the last update (SAC, TD3; 0 for others)."),
+    "q2_value": (Q2_VALUE, "Mean Q(s, a) of the second twin critic on the replay batches of the last update (SAC, TD3; 0 for others)."),
+    "q1_loss": (Q1_LOSS, "Mean squared error of the first twin critic against its target, last update (SAC, TD3; 0 for others)."),
+    "q2_loss": (Q2_LOSS, "Mean squared error of the second twin critic against its target, last update (SAC, TD3; 0 for others)."),
 }
 
 # Histograms (Prometheus adds _bucket, _sum, _count).
