@@ -26,6 +26,11 @@ def small_trainer(total=400, restart=0, **hp):
     return TD3Trainer(ONE_PROCESS, config, "Pendulum-v1", 4, {}, total, seed=3, restart=restart)
 
 
+def sac_trainer(total=400, restart=0):
+    config = SACConfig(learning_starts=64, batch_size=32, train_frequency=8, gradient_steps=4, hidden_sizes=[16], buffer_size=1000)
+    return SACTrainer(ONE_PROCESS, config, "Pendulum-v1", 4, {}, total, seed=3, restart=restart)
+
+
 def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: value.detach().clone() for name, value in module.state_dict().items()}
 
@@ -176,3 +181,33 @@ def test_a_checkpoint_whose_critic_step_count_is_no_whole_number_is_refused_nami
     with pytest.raises(checkpoint.CheckpointMismatch) as refused:
         small_trainer(restart=1).train(Resuming())
     assert "state.critic_updates is float, not int" in str(refused.value), refused.value
+
+
+@pytest.mark.parametrize("make, module, value", [
+    (small_trainer, "agent.action_scale", 0.0),
+    (small_trainer, "target_actor.action_scale", 1e30),
+    (small_trainer, "agent.action_bias", float("nan")),
+    (sac_trainer, "agent.action_scale", 0.0),
+], ids=["td3-no-width", "td3-target-1e30", "td3-nan-centre", "sac-no-width"])
+def test_a_checkpoint_whose_actor_carries_another_action_box_is_refused_naming_it(make, module, value):
+    """An actor's action_scale and action_bias are the env's box (its half-width and centre), buffers among the
+    weights, not learned: a checkpoint on the tenant's volume edited to a box of no width resumed acting at the box's
+    centre alone, one of 1e30 in TD3's target actor trained on an infinite critic loss, and both runs succeeded.
+    kuberl eval refuses such a model; the trainer resumed it."""
+    trainer = make()
+    for _ in range(12):
+        trainer.update(False, False)
+    state = trainer.shared_state()
+    key, name = module.split(".")
+    state[key][name] = torch.full_like(state[key][name], value)
+    saved = checkpoint.decode(checkpoint.encode(state))
+
+    class Resuming(BareSession):
+        resumed_from = "ckpt-000012.pt"
+
+        def load(self):
+            return saved, None
+
+    with pytest.raises(checkpoint.CheckpointMismatch) as refused:
+        make(restart=1).train(Resuming())
+    assert f"state.{module} is [{value:g}], this job's env's action box gives [" in str(refused.value), refused.value

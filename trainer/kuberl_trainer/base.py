@@ -290,6 +290,11 @@ class BaseAlgorithm:
         wrote otherwise (the session logs them); today's state comes back as it is."""
         return shared, []
 
+    def loaded_problem(self, state: dict) -> str | None:
+        """Why a checkpoint's shared state, alike in kind (checkpoint.mismatch), cannot be this job's: a value that
+        is not learned but this job's own (SAC's and TD3's action box); None where it can."""
+        return None
+
     def _shared_extra(self) -> dict:
         return {}
 

@@ -70,6 +70,7 @@ from torch import nn
 
 from . import checkpoint, evaluation, networks
 from .atari import install_extra
+from .continuous import BOX_BUFFERS
 from .envs import FLATTENED, UnknownEnv, make_envs
 from .normalize import RunningMeanStd
 
@@ -393,8 +394,6 @@ def build_network(model: dict, obs_space: gym.Space, action_space: gym.Space) ->
     return network.eval()
 
 
-# SAC's and TD3's actors carry their action box (half-width and centre) among their weights
-BOX_BUFFERS = ("action_scale", "action_bias")
 NAMES_SHOWN = 3  # a state_dict's names named in a refusal at most
 
 

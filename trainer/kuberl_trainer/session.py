@@ -158,6 +158,8 @@ class Algorithm(Protocol):
         """This rank's own state, as plain data (deterministic mode only); None
         when it cannot be taken."""
     def load_shared(self, state: dict) -> None: ...
+    def loaded_problem(self, state: dict) -> str | None:
+        """Why a checkpoint's shared state, alike in kind, cannot be this job's (None: it can)."""
     def upgraded(self, shared: dict) -> tuple[dict, list[str]]:
         """A checkpoint's shared state written by an older trainer, in today's terms, and what changed."""
     def load_rank(self, state: dict) -> None: ...
@@ -197,7 +199,8 @@ def run_updates(algorithm: Algorithm, session: Session) -> str:
         for line in upgrades:
             session.log(line)
         # every rank got the same state, so every rank refuses it alike (a config error, not a crash)
-        if problem := checkpoint.mismatch(algorithm.shared_state(), {k: v for k, v in shared.items() if k not in SESSION_KEYS}):
+        state = {k: v for k, v in shared.items() if k not in SESSION_KEYS}
+        if problem := checkpoint.mismatch(algorithm.shared_state(), state) or algorithm.loaded_problem(state):
             raise checkpoint.CheckpointMismatch(session.resumed_from or "rank 0 resumed from", problem,
                                                 written_for(shared.get("trained_as"), getattr(session, "spec", None), problem))
         algorithm.load_shared(shared)

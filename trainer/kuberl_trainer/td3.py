@@ -42,7 +42,7 @@ from torch import nn
 
 from . import budget, evaluation, learners, networks
 from .base import OffPolicyAlgorithm
-from .continuous import Critics, box_bounds, frozen, mlp
+from .continuous import Critics, box_bounds, box_problem, frozen, mlp
 from .device import to_device, upload
 from .distributed import Dist
 from .replay import Batch
@@ -160,6 +160,9 @@ class TD3Trainer(OffPolicyAlgorithm):
     def _shared_extra(self) -> dict:
         return {"critics": self.critics.state_dict(), "target_actor": self.target_actor.state_dict(),
                 "target_critics": self.target_critics.state_dict(), "critic_updates": self.critic_updates}
+
+    def loaded_problem(self, state: dict) -> str | None:
+        return box_problem({"agent": self.agent, "target_actor": self.target_actor}, state)
 
     def _load_shared_extra(self, state: dict) -> None:
         self.critics.load_state_dict(state["critics"])
