@@ -34,12 +34,13 @@ def pong(name: str, memory: str = '4Gi') -> dict:
     return job
 
 
-def started_by_the_older_operator(standin, rest, tmp_path: pathlib.Path, name: str) -> None:
-    older = Operator(standin, tmp_path / 'older', '--trainer-image', TRAINER_IMAGE, preload=OLDER)
+def started_by_the_older_operator(standin, rest, tmp_path: pathlib.Path, name: str, job: dict | None = None,
+                                  preload: str = OLDER) -> None:
+    older = Operator(standin, tmp_path / 'older', '--trainer-image', TRAINER_IMAGE, preload=preload)
     (tmp_path / 'older').mkdir()
     older.start()
     try:
-        reply = rest.post(JOBS, pong(name))
+        reply = rest.post(JOBS, job or pong(name))
         assert reply.status == 201, reply.body
         start_gang(standin, name, 1)
         wait_phase(rest, name, 'Running')
@@ -100,5 +101,71 @@ def test_a_spec_the_schema_refuses_is_refused_whatever_its_status_says(standin, 
     try:
         wait_phase(rest, 'forged', 'Failed')
         assert condition(rest, 'forged', 'Failed')['reason'] == 'PodSecurity', status(rest, 'forged')
+    finally:
+        newer.stop()
+
+
+# A cross-field rule (CEL in the CRD, Python in the operator) that a newer kuberl adds: the older kuberl is this one
+# without it, in its CRD and in its operator.
+CROSS = 'spec.labels'
+OLDER_CROSS = ("import kuberl.core.rules as rules\n"
+               "rules.CROSS_FIELD_RULES[:] = [r for r in rules.CROSS_FIELD_RULES if r.field_path != '.labels']")
+QUEUE_LABEL = 'kueue.x-k8s.io/queue-name'
+
+
+def queued(name: str, queue: str = 'team-a') -> dict:
+    """Kueue's queue label on the pods without spec.queueName: refused by today's rule (each pod queued alone)."""
+    return manifest(name, workers=1, labels={QUEUE_LABEL: queue})
+
+
+CRD = '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/rltrainingjobs.kuberl.dev'
+
+
+def spec_rules(rest) -> list[dict]:
+    return rest.get(CRD).body['spec']['versions'][0]['schema']['openAPIV3Schema']['properties']['spec']['x-kubernetes-validations']
+
+
+def put_crd(rest, rules: list[dict]) -> None:
+    """The installed CRD with `rules` at spec: today's, or the older ones."""
+    crd = rest.get(CRD).body
+    crd['spec']['versions'][0]['schema']['openAPIV3Schema']['properties']['spec']['x-kubernetes-validations'] = rules
+    assert rest.put(CRD, crd).status == 200
+
+
+def test_a_job_an_older_cross_field_rule_admitted_runs_on_through_the_edits_the_api_server_lets_through(standin, rest, tmp_path):
+    """The API server ratchets the CRD's rules on an unchanged value (KEP-4008; the stand-in as
+    apiextensions-apiserver's ratcheting.go and schema/cel/validation.go do it): kuberl's cross-field rules sit at
+    spec, so a label's edit, and the operator's own status writes, pass; an edit anywhere in the spec (a suspend)
+    meets the rule there. Where the CRD is older than the operator (a release whose CRD is its cluster admin's), the
+    operator is the only judge and ratchets each rule until what it reads changes."""
+    today = spec_rules(rest)
+    older = [rule for rule in today if rule.get('fieldPath') != '.labels']
+    put_crd(rest, older)
+    started_by_the_older_operator(standin, rest, tmp_path, 'lagged', queued('lagged'), OLDER_CROSS)
+    put_crd(rest, today)  # the upgrade: today's CRD first, then today's operator
+    (tmp_path / 'newer').mkdir()
+    newer = Operator(standin, tmp_path / 'newer', '--trainer-image', TRAINER_IMAGE).start()
+    try:
+        wait_for(lambda: condition(rest, 'lagged', jobstatus.CONDITION_ADMITTED_UNDER_OLDER_RULES),
+                 what='the new operator to say the job runs under older rules', explain=lambda: status(rest, 'lagged'))
+        assert CROSS in condition(rest, 'lagged', jobstatus.CONDITION_ADMITTED_UNDER_OLDER_RULES)['message']
+        assert status(rest, 'lagged')['phase'] == 'Running' and len(pods(standin, 'lagged', 0)) == 1
+        relabelled = rest.patch(f'{JOBS}/lagged', {'metadata': {'labels': {'team': 'rl'}}})
+        assert relabelled.status == 200 and CROSS in relabelled.headers.get('Warning', ''), relabelled.body
+        # the API server judges an edited spec by today's CRD: the suspend is refused, naming the field
+        refused = rest.patch(f'{JOBS}/lagged', {'spec': {'runPolicy': {'suspend': True}}})
+        assert refused.status == 422 and CROSS in refused.message, refused.body
+        assert rest.post(JOBS, queued('fresh')).status == 422
+        # with the older CRD the server lets the suspend through, and the operator keeps the job's admission
+        put_crd(rest, older)
+        assert rest.patch(f'{JOBS}/lagged', {'spec': {'runPolicy': {'suspend': True}}}).status == 200
+        wait_phase(rest, 'lagged', 'Suspended')
+        assert rest.patch(f'{JOBS}/lagged', {'spec': {'runPolicy': {'suspend': False}}}).status == 200
+        start_gang(standin, 'lagged', 1, generation=1)
+        wait_phase(rest, 'lagged', 'Running')
+        # an edit of what the rule reads meets it
+        assert rest.patch(f'{JOBS}/lagged', {'spec': {'labels': {QUEUE_LABEL: 'team-b'}}}).status == 200
+        wait_phase(rest, 'lagged', 'Failed')
+        assert CROSS in condition(rest, 'lagged', 'Failed')['message'], status(rest, 'lagged')
     finally:
         newer.stop()

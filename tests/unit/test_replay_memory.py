@@ -344,3 +344,56 @@ def test_a_fitting_buffer_is_recorded_and_says_nothing():
     assert refusal is None and admission.ratcheted == ()
     written = jobstatus.admitted_status({"conditions": [{"type": jobstatus.CONDITION_ADMITTED_UNDER_OLDER_RULES}]}, admission, 0.0)
     assert written["conditions"] == [] and written["admitted"]["weighed"]["replayMemory"] == fingerprint_of(job)
+
+
+# --- cross-field rules, ratcheted the same way (rules.cross_field_failures, jobstatus.ratchet) ----------------------
+
+
+def queue_labelled(queue: str = "team-a", **spec) -> dict:
+    """Kueue's queue label without spec.queueName: the cross-field rule at spec.labels refuses it."""
+    return make_job("q").minimal().with_spec(labels={"kueue.x-k8s.io/queue-name": queue}, **spec).obj()
+
+
+def cross_fingerprint(job: dict, name: str) -> str:
+    return next(f for rule, f, _ in rules.cross_field_failures(job["spec"], []) if rule == name)
+
+
+@pytest.mark.parametrize(("case", "admitted"), [
+    ("a new job", False),
+    ("this generation admitted (an upgrade added the rule since)", True),
+    ("an older generation admitted, what the rule reads unchanged since (a suspend)", True),
+    ("an older generation admitted, what the rule reads changed since", False),
+    ("an older generation admitted, another rule's record", False),
+])
+def test_a_cross_field_rule_is_ratcheted_for_a_generation_admitted_or_one_that_left_what_it_reads_as_it_was(case, admitted):
+    job = queue_labelled()
+    record = {"generation": 1, "weighed": {"spec.labels": cross_fingerprint(job, "spec.labels")}}
+    changed = {"generation": 1, "weighed": {"spec.labels": cross_fingerprint(queue_labelled("team-b"), "spec.labels")}}
+    another = {"generation": 1, "weighed": {"spec.resources": cross_fingerprint(job, "spec.labels")}}
+    state = {
+        "a new job": {**job, "metadata": {**job["metadata"], "uid": "u", "generation": 1}},
+        "this generation admitted (an upgrade added the rule since)": admitted_before(job),
+        "an older generation admitted, what the rule reads unchanged since (a suspend)": admitted_before(job, 2, observedGeneration=1, admitted=record),
+        "an older generation admitted, what the rule reads changed since": admitted_before(job, 2, observedGeneration=1, admitted=changed),
+        "an older generation admitted, another rule's record": admitted_before(job, 2, observedGeneration=1, admitted=another),
+    }[case]
+    spec, refusal = jobstatus.judge(state)
+    if not admitted:
+        assert spec is None and refusal.message.startswith("spec.labels: kueue.x-k8s.io/queue-name"), refusal
+        return
+    assert refusal is None, refusal
+    admission = jobstatus.admission(state, spec)
+    assert admission.record["weighed"]["spec.labels"] == record["weighed"]["spec.labels"]
+    assert [p.path for p in admission.ratcheted] == ["spec.labels"]
+
+
+def test_the_record_of_cross_field_rules_stays_within_its_bound(monkeypatch):
+    """status.admitted.weighed holds at most ADMITTED_RECORD_LIMIT fingerprints (its maxProperties): a status past it
+    would be refused at every write; a rule past the bound ratchets on this generation alone."""
+    job = admitted_before(queue_labelled(resources={"limits": {"nvidia.com/gpu": 1}}))
+    spec, refusal = jobstatus.judge(job)
+    assert refusal is None, refusal
+    monkeypatch.setattr(jobstatus, "ADMITTED_RECORD_LIMIT", 2)
+    admission = jobstatus.admission(job, spec)
+    assert list(admission.record["weighed"]) == ["replayMemory", "spec.resources"]
+    assert [p.path for p in admission.ratcheted] == ["spec.resources", "spec.labels"]

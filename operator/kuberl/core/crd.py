@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from . import contract, names
-from .rules import CROSS_FIELD_RULES, optional_immutable_fields
+from .rules import ADMITTED_RECORD_LIMIT, CROSS_FIELD_RULES, optional_immutable_fields
 from .spec import ANY_JSON_VALUE, JobSpec
 from .validation import DNS_1035, DNS_1123_SUBDOMAIN, PULL_POLICIES
 
@@ -179,11 +179,11 @@ def _status_schema() -> dict:
                 },
             },
             "admitted": {
-                "type": "object", "description": "The spec generation the operator last admitted, and what each rule that weighs a job against its own resources (a replay buffer against its memory limit) weighed then: an operator upgrade that adds or tightens such a rule lets this job run on until those fields change.",
+                "type": "object", "description": "The spec generation the operator last admitted, and what each rule that weighs a job against its own resources (a replay buffer against its memory limit) weighed then, and each cross-field rule it was let through read: an operator upgrade that adds or tightens such a rule lets this job run on until those fields change.",
                 "properties": {
                     "generation": {"type": "integer", "description": "The spec generation (metadata.generation) admitted."},
-                    "weighed": {"type": "object", "maxProperties": 16, "additionalProperties": {"type": "string", "maxLength": 64, "description": "The rule's fingerprint."},
-                                "description": "A fingerprint of what each such rule weighed, by the rule's name."},
+                    "weighed": {"type": "object", "maxProperties": ADMITTED_RECORD_LIMIT, "additionalProperties": {"type": "string", "maxLength": 64, "description": "The rule's fingerprint."},
+                                "description": "A fingerprint of what each such rule read, by the rule's name (a cross-field rule's: the path of its field)."},
                 },
             },
             "trainerDefaults": {

@@ -23,7 +23,13 @@ from typing import Any
 from . import contract, lifecycle, names, poddefaults, render, safetext
 from .lifecycle import Refusal
 from .rank0metrics import Rank0Reading
-from .rules import Ratchet, validate_job, weighings
+from .rules import (
+    ADMITTED_RECORD_LIMIT,
+    Ratchet,
+    cross_field_failures,
+    validate_job,
+    weighings,
+)
 from .spec import JobSpec
 from .validation import DNS_1123_SUBDOMAIN, PULL_POLICIES, InvalidJob, Problem
 
@@ -85,11 +91,12 @@ ADMITTED_PHASES = (lifecycle.PENDING, lifecycle.RUNNING, lifecycle.RESTARTING, l
 
 
 def ratchet(job: dict) -> Ratchet:
-    """Which weighing rules `job` runs on with whatever they find: any rule where its status says this very spec
-    generation was admitted (observedGeneration, and a phase no refusal leaves), as every operator version has
-    written it, a version that weighed less included; and a rule whose record (status.admitted.weighed, this
-    version's) holds the fingerprint of what it weighs now, so an edit elsewhere in the spec (a suspend, a
-    deadline) does not take the job's admission away. A new job, or an edit of what a rule weighs, meets it."""
+    """Which cross-field and weighing rules `job` runs on with whatever they find: any rule where its status says
+    this very spec generation was admitted (observedGeneration, and a phase no refusal leaves), as every operator
+    version has written it, a version with fewer or laxer rules included (the API server, likewise, lets an
+    unchanged spec through the CRD's new rules); and a rule whose record (status.admitted.weighed, this version's)
+    holds the fingerprint of what it reads now, so an edit elsewhere in the spec (a suspend, a deadline) does not
+    take the job's admission away. A new job, or an edit of what a rule reads, meets it."""
     status = job.get("status") if isinstance(job.get("status"), dict) else {}
     metadata = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
     generation = metadata.get("generation")
@@ -103,19 +110,25 @@ def ratchet(job: dict) -> Ratchet:
 @dataclasses.dataclass(frozen=True)
 class Admission:
     """What the status of an admitted job records (`record`, status.admitted: each weighing rule's fingerprint of
-    what it weighed), and the weighing rules' problems it was let through with (`ratcheted`), said in a condition."""
+    what it weighed, and each cross-field rule's it was let through), and the problems it was let through with
+    (`ratcheted`), said in a condition."""
 
     record: dict
     ratcheted: tuple[Problem, ...]
 
 
 def admission(job: dict, spec: JobSpec) -> Admission:
-    """The admission of a job `judge` let run: every weighing rule's problems with it were ratcheted."""
+    """The admission of a job `judge` let run: every problem a cross-field or weighing rule has with it was ratcheted.
+    The record keeps every weighing rule's fingerprint and, within status.admitted.weighed's bound, the fingerprint of
+    each cross-field rule it fails (one it passes needs none: an edit that makes it fail meets it); a rule past the
+    bound ratchets on this generation alone."""
     found = weighings(spec)
+    crossed = cross_field_failures(job["spec"], []) if isinstance(job.get("spec"), dict) else []
+    weighed = {rule: fingerprint for rule, fingerprint, _ in found}
+    weighed |= dict([(rule, fingerprint) for rule, fingerprint, _ in crossed][: ADMITTED_RECORD_LIMIT - len(weighed)])
     generation = (job.get("metadata") or {}).get("generation")
-    return Admission({"generation": generation if isinstance(generation, int) else 0,
-                      "weighed": {rule: fingerprint for rule, fingerprint, _ in found}},
-                     tuple(p for _, _, problems in found for p in problems))
+    return Admission({"generation": generation if isinstance(generation, int) else 0, "weighed": weighed},
+                     tuple(p for _, _, p in crossed) + tuple(p for _, _, problems in found for p in problems))
 
 
 def ratcheted_message(problems: tuple[Problem, ...]) -> str:

@@ -477,9 +477,10 @@ def _too_deep(spec: dict) -> str | None:
     return None
 
 
-def parse_spec(spec: Any) -> JobSpec:
+def parse_spec(spec: Any, ratchet: Ratchet | None = None) -> JobSpec:
     """Validate a spec dict (camelCase, as in YAML) and return it defaulted.
-    Raises InvalidJob listing every problem."""
+    Raises InvalidJob listing every problem. `ratchet`: which cross-field rules' refusals a job already admitted
+    keeps running with (`cross_field_failures`); None: none, every rule applies."""
     problems: list[Problem] = []
     if not isinstance(spec, dict):
         raise InvalidJob([Problem("spec", f"expected an object (got {shown(spec)})")])
@@ -516,15 +517,26 @@ def parse_spec(spec: Any) -> JobSpec:
     if parsed is not None and not problems:
         problems += config_size_problems(parsed, spec)
         problems += sidecar_port_problems(parsed, spec.get("template"))
-    found = list(problems)  # a field refused by itself already says it all; one rule's refusal silences no other rule
-    for rule in CROSS_FIELD_RULES:
-        if _problem_at(found, rule.reads):
-            continue
-        if not rule.check(spec):
-            problems.append(Problem("spec" + rule.field_path, rule.describe(spec)))
+    problems += [problem for name, fingerprint, problem in cross_field_failures(spec, problems)
+                 if not (ratchet and ratchet(name, fingerprint))]
     if problems or parsed is None:
         raise InvalidJob(problems)
     return parsed
+
+
+def cross_field_failures(spec: dict, found: list[Problem]) -> list[tuple[str, str, Problem]]:
+    """Each cross-field rule `spec` fails: the rule's name (its field's path), the fingerprint of the fields it reads,
+    and its problem. A rule that reads a field refused by itself (`found`) is left out: that problem says it all,
+    and one rule's refusal silences no other rule. The API server ratchets these rules on an unchanged spec (they
+    sit at spec, KEP-4008); the operator ratchets each one while what it reads is unchanged (`parse_spec`)."""
+    failures = []
+    for rule in CROSS_FIELD_RULES:
+        if _problem_at(found, rule.reads) or rule.check(spec):
+            continue
+        read = json.dumps({field: spec.get(field) for field in rule.reads}, sort_keys=True, default=str)
+        failures.append(("spec" + rule.field_path, hashlib.sha256(read.encode()).hexdigest()[:16],
+                         Problem("spec" + rule.field_path, rule.describe(spec))))
+    return failures
 
 
 DOCUMENT_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
@@ -560,8 +572,9 @@ def validate_job(job: Any, env_ids: Collection[str] | None = None, ratchet: Ratc
     `env_ids`, the gymnasium ids registered here, lets callers that can import
     gymnasium check spec.env.id (`env_id_problem`); None means "cannot tell
     here" (the operator's image has no gymnasium: the trainer checks it).
-    `ratchet`: which of the WEIGHING_RULES' refusals a job already admitted keeps
-    running with (`weighings`); None: none, every rule applies.
+    `ratchet`: which refusals of the cross-field rules and the WEIGHING_RULES a job
+    already admitted keeps running with (`cross_field_failures`, `weighings`); None:
+    none, every rule applies.
     """
     if not isinstance(job, dict):
         raise InvalidJob([Problem("(document)", f"expected a YAML mapping (got {shown(job)})")])
@@ -586,7 +599,7 @@ def validate_job(job: Any, env_ids: Collection[str] | None = None, ratchet: Ratc
         problems.append(Problem("spec", "required field is missing"))
     else:
         try:
-            parsed = parse_spec(job["spec"])
+            parsed = parse_spec(job["spec"], ratchet)
         except InvalidJob as e:
             problems += e.problems
         nproc = torchrun.template_problem(job["spec"]) if parsed is not None else None
@@ -644,8 +657,9 @@ WEIGHING_RULES: dict[str, tuple[Callable[[JobSpec | None], list[Problem]], Calla
     "replayMemory": (replay_memory_problems, replaymemory.weighed),
 }
 
-# (rule, fingerprint of what it weighs) -> whether the job was admitted with that rule at those inputs
+# (rule, fingerprint of what it reads) -> whether the job was admitted with that rule at those inputs
 Ratchet = Callable[[str, str], bool]
+ADMITTED_RECORD_LIMIT = 16  # fingerprints status.admitted.weighed holds (its maxProperties)
 
 
 def weighings(parsed: JobSpec | None) -> list[tuple[str, str, list[Problem]]]:
