@@ -4,7 +4,7 @@ operator failed such a job, InvalidSpec, at its first reconcile, and deleted its
 with that rule taken out (`OLDER`), as every release before the rule was."""
 import pathlib
 
-from kuberl.core import jobstatus
+from kuberl.core import jobstatus, rules
 
 from tests.operator.operatorkit import (
     JOBS,
@@ -101,6 +101,25 @@ def test_a_spec_the_schema_refuses_is_refused_whatever_its_status_says(standin, 
     try:
         wait_phase(rest, 'forged', 'Failed')
         assert condition(rest, 'forged', 'Failed')['reason'] == 'PodSecurity', status(rest, 'forged')
+    finally:
+        newer.stop()
+
+
+def test_an_admission_written_with_the_job_on_create_admits_nothing(standin, rest, tmp_path):
+    """A status is the operator's to write: the API server drops one sent with the object on create (the status
+    subresource's strategy: apiextensions-apiserver pkg/registry/customresource/strategy.go, PrepareForCreate), and the chart's edit role reads rltrainingjobs/status only. A job
+    that claims, on create, to have been admitted with its buffer is judged as the new job it is."""
+    job = pong('claims')
+    weighed = jobstatus.admission(job, rules.validate_job(job, ratchet=lambda *_: True)).record['weighed']
+    job['status'] = {'phase': 'Running', 'observedGeneration': 1, 'admitted': {'generation': 1, 'weighed': weighed}}
+    created = rest.post(JOBS, job)
+    assert created.status == 201 and 'status' not in created.body, created.body
+    (tmp_path / 'newer').mkdir()
+    newer = Operator(standin, tmp_path / 'newer', '--trainer-image', TRAINER_IMAGE).start()
+    try:
+        failed = wait_phase(rest, 'claims', 'Failed')
+        assert BUFFER in condition(rest, 'claims', 'Failed')['message'], failed
+        assert not condition(rest, 'claims', jobstatus.CONDITION_ADMITTED_UNDER_OLDER_RULES) and not pods(standin, 'claims')
     finally:
         newer.stop()
 
