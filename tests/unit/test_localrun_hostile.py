@@ -942,6 +942,25 @@ def test_a_ctrl_c_after_the_job_ended_keeps_its_exit_code_and_summary(tmp_path, 
     assert "ends succeeded" in capsys.readouterr().out.replace("'", "")
 
 
+@pytest.mark.parametrize("status", ["fifo", '{"phase": "Failed", "conditions": 5}', '{"phase": "Failed", "conditions": [{"type": "Failed", "status": "True", "reason": {}}]}'])
+def test_a_status_no_run_wrote_ends_kuberl_evals_line_as_none_recorded(tmp_path, status):
+    """kuberl eval of a run without a model says how the run ended, from its status.json, which is anyone's to write
+    in a shared runs/: a FIFO there hung `kuberl eval runs` at open, and conditions of 5 ended it in a TypeError."""
+    import threading
+
+    from kuberl_trainer.policy import run_ending
+
+    if status == "fifo":
+        os.mkfifo(tmp_path / "status.json")
+    else:
+        (tmp_path / "status.json").write_text(status)
+    said = []
+    reader = threading.Thread(target=lambda: said.append(run_ending(str(tmp_path))), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert said == ["no status recorded" if status == "fifo" or "5" in status else "it failed: {}: None"], said
+
+
 def test_run_files_nested_deeper_than_json_decodes_are_read_as_damaged(tmp_path):
     """A run directory's records are the trainer's (or anyone's) to write: a progress.jsonl line, a status.json or a
     fingerprint.json of 100,000 '[' raised RecursionError out of json, which only ValueError was caught for:

@@ -60,6 +60,7 @@ from kuberl.core.installhint import with_this_pip
 from kuberl.core.rundirs import RUN_JOB_FILE, missing_run_hint, runs_in
 from kuberl.core.runrecords import (
     job_of,
+    read_regular_file,
     recorded_learned_values,
     run_labels,
     seed_order,
@@ -184,12 +185,13 @@ def trained_on_after(final_model: str) -> str | None:
 def run_ending(run_dir: str) -> str:
     """How a run of kuberl run ended, from its status.json (bounded): `Failed: ConfigError: …`, `stopped`, or what
     is known."""
+    # a regular file only, bounded: a shared runs/ is anyone's to write, and a FIFO there hung `kuberl eval runs`
+    text = read_regular_file(os.path.join(run_dir, "status.json"), 1 << 20)
     try:
-        with open(os.path.join(run_dir, "status.json"), "rb") as f:
-            status = json.loads(f.read(1 << 20))
-    except (OSError, ValueError, RecursionError):  # 1 MiB of "[" nests deeper than json decodes
+        status = json.loads(text) if text else None
+    except (ValueError, RecursionError):  # 1 MiB of "[" nests deeper than json decodes
         return "no status recorded"
-    if not isinstance(status, dict):
+    if not isinstance(status, dict) or not isinstance(status.get("conditions") or [], list):
         return "no status recorded"
     phase = status.get("phase")
     failed = [c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Failed" and c.get("status") == "True"]
