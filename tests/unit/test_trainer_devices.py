@@ -195,6 +195,7 @@ def test_a_gpu_ranks_final_model_is_written_from_host_memory(fake, monkeypatch):
     saved = []
     monkeypatch.setattr(sessions.torch, "save", lambda model, _buffer: saved.append(model))
     monkeypatch.setattr(sessions.checkpoint, "write_on_volume", lambda *_a, **_k: None)
+    monkeypatch.setattr(sessions.checkpoint, "nonfinite", lambda _model: [])  # fakes hold no values: judged below
     spec = types.SimpleNamespace(algorithm="dqn", env=types.SimpleNamespace(id="CartPole-v1", kwargs={}))
     session = types.SimpleNamespace(spec=spec, volume=lambda: None, last_good=None)
     with fake:
@@ -372,6 +373,25 @@ class HostRead:
 
     def numpy(self) -> np.ndarray:
         return np.zeros(self.shape, np.float32)
+
+
+def test_a_gpu_ranks_state_is_judged_finite_on_its_device_with_one_host_read(fake, monkeypatch):
+    """checkpoint.nonfinite, before each checkpoint: every floating tensor's isfinite().all() on the device, stacked
+    and read once (a host read per tensor was 36 waits for PPO's state), the host's own arrays judged where they are."""
+    from kuberl_trainer import checkpoint
+
+    agent = on_fake_cuda(fake, dqn.QNetwork(4, 2, [8]))
+    reads = []
+
+    class AllFinite(HostRead):
+        def tolist(self) -> list[bool]:
+            return [True] * self.shape[0]
+
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda tensor: AllFinite(reads, tensor))
+    state = {"agent": agent.state_dict(), "counters": {"updates": 3}, "obs_norm": {"mean": np.zeros(4), "count": 2.0}}
+    with fake:
+        assert checkpoint.nonfinite(state) == []
+    assert reads == [(CUDA, (len(agent.state_dict()),))]
 
 
 @pytest.mark.parametrize("space", [VECTOR, PIXELS], ids=["vectors", "pixels"])

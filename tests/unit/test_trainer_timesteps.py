@@ -205,8 +205,8 @@ class ResumeFrom:
         from kuberl_trainer.session import BareSession
 
         self.shared, self.bare = shared, BareSession(max_updates)
-        self.stop_requested, self.success_vote, self.after_update = (
-            self.bare.stop_requested, self.bare.success_vote, self.bare.after_update)
+        self.stop_requested, self.success_vote, self.divergence_vote, self.after_update = (
+            self.bare.stop_requested, self.bare.success_vote, self.bare.divergence_vote, self.bare.after_update)
         self.logged = self.bare.logged
         self.log = self.bare.log
 

@@ -2,7 +2,9 @@
 
 Exit and termination-log contract (kuberl.core.contract): 0 with "Succeeded: …"
 (target met or budget spent) or "Stopped: … resumable" (SIGTERM/SIGINT);
-78 with "ConfigError: spec.x.y: …" for a configuration that can never run;
+78 with "ConfigError: spec.x.y: …" for a configuration that can never run, or
+"Diverged: …" (a loss or the state went NaN or infinite; the last finite checkpoint
+kept, and a restart would resume it to diverge again);
 1 with "PeerLost: …" (a collective failed), "CheckpointVolumeFull: …" (a save
 did not fit its claim), "CheckpointVolumeUnavailable: …" (the volume failed under
 the job: an I/O error, a read-only remount; not counted toward backoffLimit) or
@@ -184,6 +186,8 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
                 return contract.REASON_STOPPED, f"stopped at timesteps {trainer.counters.global_step} (a peer left first); resumable"
             raise
         message = session.finish(trainer, outcome)
+        if session.ended_diverged:  # voted in an update, as the run ended (finish's own vote), or a stop's state
+            return contract.REASON_DIVERGED, message
         return (contract.REASON_STOPPED if outcome == "stopped" else contract.REASON_SUCCEEDED), message
 
 
@@ -232,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         write_reason(contract.REASON_CRASHED, f"{type(e).__name__}: {e}")
         return 1
     write_reason(reason, message)
-    return contract.EXIT_OK
+    return contract.EXIT_CONFIG_ERROR if reason in contract.PERMANENT_REASONS else contract.EXIT_OK  # Diverged
 
 
 if __name__ == "__main__":

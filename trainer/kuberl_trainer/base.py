@@ -139,6 +139,7 @@ class BaseAlgorithm:
 
     agent: torch.nn.Module
     optimizer: object
+    divergence_vote = False  # this rank saw a non-finite loss or state (the session's, set before each update)
     ACTION_SPACES: tuple[type[gym.Space], ...] = (gym.spaces.Discrete,)  # what the algorithm's networks emit
     TENSORBOARD_TAGS: Mapping[str, tuple[str, float]] = {}  # its statistics' CleanRL tags where not PPO's (tensorboard.Renames)
     batch_per_rank: int
@@ -210,12 +211,13 @@ class BaseAlgorithm:
         """The update's one all-reduce, by name: this rank's `local` statistics
         ("steps", its real env steps, and the algorithm's own), the episodes it
         finished and their return sum, the seconds per unit of its last learning (LearningStop), and the
-        stop (read now, where it is a callable) and success votes. Advances
+        stop (read now, where it is a callable), success and divergence votes. Advances
         the global counters; returns the totals and the seconds it took."""
         returns, lengths, at = self.tracker.drain_episodes()
         values = {**local, "episodes": len(returns), "return_sum": sum(returns),
                   "learn_unit_seconds": self.learning_stop.own_unit_seconds,
-                  "stop_votes": float(stop_vote() if callable(stop_vote) else stop_vote), "success_votes": float(success_vote)}
+                  "stop_votes": float(stop_vote() if callable(stop_vote) else stop_vote), "success_votes": float(success_vote),
+                  "divergence_votes": float(self.divergence_vote)}
         started = time.perf_counter()
         totals = all_reduce_named(self.ctx, values)
         # rank 0's own episodes (TensorBoard's charts/episodic_return, one point each as CleanRL writes them), each at
@@ -230,8 +232,8 @@ class BaseAlgorithm:
     def update_report(self, totals: dict[str, float | np.ndarray], *, local_steps: int, learning_rate: float,
                       losses: dict[str, float], rollout_seconds: float, update_seconds: float,
                       allreduce_seconds: float, epochs_run: int) -> UpdateReport:
-        """The update's report: the episodes and the ranks' stop and success votes as `sync_update`'s totals
-        hold them (a stop when learning stopped early too), beside what the algorithm measured."""
+        """The update's report: the episodes and the ranks' stop, success and divergence votes as `sync_update`'s
+        totals hold them (a stop when learning stopped early too), beside what the algorithm measured."""
         return UpdateReport(
             counters=self.counters,
             local_steps=local_steps,
@@ -246,6 +248,7 @@ class BaseAlgorithm:
             episodes=self.finished_episodes,
             stop=totals["stop_votes"] > 0 or self.learning_stop.stopped,
             target_met=totals["success_votes"] > 0,
+            diverged=totals["divergence_votes"] > 0,
         )
 
     # -- state for checkpoints ------------------------------------------------------

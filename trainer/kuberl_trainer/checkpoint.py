@@ -51,8 +51,10 @@ import contextlib
 import errno
 import hashlib
 import io
+import itertools
 import json
 import logging
+import math
 import os
 import re
 import stat
@@ -471,6 +473,39 @@ def from_plain(tree: object, tensors: list[torch.Tensor]) -> object:
         return walk(tree)
     except (IndexError, TypeError, ValueError, AttributeError) as e:
         raise CorruptCheckpoint(f"state does not match its tensors: {e}") from e
+
+
+def nonfinite(state: object) -> list[str]:
+    """Where `state` (as to_plain takes it: a checkpoint's, a model file's) holds a NaN or an infinity, each by its
+    path (`agent.critic.0.weight`, `optimizer.state.3.exp_avg_sq`), in the order found. Floating tensors are judged
+    where they live, with one host read per device, not one per tensor: a GPU rank's weights stay on the GPU."""
+    found: list[tuple[int, str]] = []  # (position in the walk, path)
+    tensors: dict[torch.device, list[tuple[int, str, torch.Tensor]]] = {}
+    position = itertools.count()
+
+    def walk(value: object, where: str) -> None:
+        if isinstance(value, torch.Tensor):
+            if value.is_floating_point() or value.is_complex():
+                tensors.setdefault(value.device, []).append((next(position), where, value.detach()))
+        elif isinstance(value, (np.ndarray, np.generic)):
+            array = np.asarray(value)
+            if np.issubdtype(array.dtype, np.inexact) and not np.isfinite(array).all():
+                found.append((next(position), where))
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                found.append((next(position), where))
+        elif isinstance(value, dict):
+            for key, inner in value.items():
+                walk(inner, f"{where}.{key}" if where else str(key))
+        elif isinstance(value, (list, tuple)):
+            for index, inner in enumerate(value):
+                walk(inner, f"{where}[{index}]")
+
+    walk(state, "")
+    for group in tensors.values():
+        finite = torch.stack([tensor.isfinite().all() for _, _, tensor in group]).cpu().tolist()  # the one host read
+        found += [(order, where) for (order, where, _), ok in zip(group, finite, strict=True) if not ok]
+    return [where for _, where in sorted(found)]
 
 
 def _hashable(key: object) -> object:

@@ -33,6 +33,14 @@ from kuberl.core.trainerconfig import TrainerConfig
 from . import checkpoint, distributed, evaluation
 from .device import on_host, stream_after_current
 from .distributed import Dist, PeerLost
+from .divergence import (
+    Divergence,
+    advice,
+    continuing,
+    diverged_message,
+    named,
+    nonfinite_losses,
+)
 from .envs import rank_seed
 from .metrics import TrainerMetrics
 from .paths import host_path, on_this_machine, pod_path
@@ -121,8 +129,9 @@ class Counters:
 @dataclass
 class UpdateReport:
     """What one update tells the loop and the session (metrics, progress,
-    checkpoints). `stop` and `target_met` are the ranks' votes, summed in
-    the update's all-reduce; when the target is met nothing was learned."""
+    checkpoints). `stop`, `target_met` and `diverged` are the ranks' votes, summed in
+    the update's all-reduce; when the target is met nothing was learned. `diverged`: a rank
+    saw a non-finite loss or state at the update before (the session's divergence_vote)."""
 
     counters: Counters
     local_steps: int
@@ -137,6 +146,7 @@ class UpdateReport:
     stop: bool = False
     target_met: bool = False
     episodes: list[tuple[int, float, int]] = field(default_factory=list)  # rank 0's own: (global step, return, length)
+    diverged: bool = False
 
 
 class Algorithm(Protocol):
@@ -149,6 +159,7 @@ class Algorithm(Protocol):
     TENSORBOARD_TAGS: Mapping[str, tuple[str, float]]  # its statistics' CleanRL tags where not PPO's (tensorboard.Renames)
     total_timesteps: int  # the job's budget, in real transitions
     batch_per_rank: int  # env steps per rank per update
+    divergence_vote: bool  # this rank's, carried by the next update's all-reduce (UpdateReport.diverged)
 
     def budget_spent(self) -> bool: ...
     def update(self, stop_vote: Vote, success_vote: bool) -> UpdateReport: ...
@@ -184,14 +195,15 @@ class Session(Protocol):
 
     def stop_requested(self) -> bool: ...
     def success_vote(self) -> bool: ...
+    def divergence_vote(self) -> bool: ...
     def load(self) -> tuple[dict, dict | None] | None: ...
     def after_update(self, report: UpdateReport, algorithm: Algorithm) -> None: ...
 
 
 def run_updates(algorithm: Algorithm, session: Session) -> str:
     """Resume from the session's checkpoint, then update until the budget is
-    spent, rank 0's evaluation met the target, or a stop was voted. Returns
-    "budget", "target" or "stopped"."""
+    spent, rank 0's evaluation met the target, a stop was voted, or a rank saw a loss
+    or state go non-finite. Returns "budget", "target", "stopped" or "diverged"."""
     loaded = session.load()
     if loaded is not None:
         shared, own = loaded
@@ -208,7 +220,10 @@ def run_updates(algorithm: Algorithm, session: Session) -> str:
             algorithm.load_rank(own)
     session.log(budget_line(algorithm, resumed=loaded is not None))
     while not algorithm.budget_spent():
+        algorithm.divergence_vote = session.divergence_vote()  # voted in the update's all-reduce, with no collective of its own
         report = algorithm.update(session.stop_requested, session.success_vote())  # the stop: read at the all-reduce
+        if report.diverged:  # before after_update: nothing of these weights is evaluated or saved
+            return "diverged"
         if report.target_met:
             return "target"
         session.after_update(report, algorithm)
@@ -267,6 +282,9 @@ class BareSession:
     def success_vote(self) -> bool:
         return False
 
+    def divergence_vote(self) -> bool:
+        return False
+
     def load(self) -> None:
         return None
 
@@ -317,6 +335,8 @@ class TrainingSession:
         self.evaluation_in_flight: tuple[Future, Algorithm] | None = None
         self.model_that_met: Algorithm | None = None  # the evaluated copy, when a copy met the target
         self.met_at: int | None = None
+        self.divergence: Divergence | None = None  # the first non-finite loss or state this rank saw
+        self.ended_diverged = False  # finish ended the run on a divergence (its reason: contract.REASON_DIVERGED)
 
     # -- the Session protocol --------------------------------------------------
 
@@ -325,6 +345,9 @@ class TrainingSession:
 
     def success_vote(self) -> bool:
         return self.target_met
+
+    def divergence_vote(self) -> bool:
+        return self.divergence is not None
 
     def load(self) -> tuple[dict, dict | None] | None:
         """The checkpoint to resume from (`_load`); every rank then says how long its startup took."""
@@ -431,6 +454,8 @@ class TrainingSession:
         normalisation switched) resumed in silence, weights that meant other inputs."""
         if (why := _resumable(state)) is not None:
             return why
+        if bad := checkpoint.nonfinite({key: value for key, value in state.items() if key != "per_rank"}):
+            return f"{named(bad)} not finite (written as the run diverged, by a trainer that did not check)"
         recorded, own = state.get("trained_as"), trained_as(self.spec)
         if recorded is None:
             return None
@@ -448,10 +473,12 @@ class TrainingSession:
         self.tensorboard_tags = algorithm.TENSORBOARD_TAGS
         if self.scalars is not None and report.episodes:
             self.scalars.episodes(report.episodes)
+        if self.divergence is None and (bad := nonfinite_losses(report.losses)):
+            self.record_divergence(f"rank {self.ctx.rank}'s {named(bad)}", counters)
         if self.metrics is not None:
             self._record(report)
         success = self.spec.success
-        if self.ctx.is_main:
+        if self.ctx.is_main and self.divergence is None:  # weights that diverged are not evaluated: the run ends next update
             if self.evaluation_in_flight is not None and self.evaluation_in_flight[0].done():
                 self.evaluation_finished()
             if evaluation_due(counters.updates, success.eval_every):
@@ -536,8 +563,8 @@ class TrainingSession:
         self.model_that_met = algorithm if self.target_met else None
         # the timesteps of the weights that met it: the vote's update collects one more rollout it does not learn from
         self.met_at = algorithm.counters.global_step if self.target_met else None
-        if self.ctx.is_main and self.best_model and (self.best_eval_return is None or eval_return > self.best_eval_return):
-            self.write_model(algorithm, self.best_model, eval_return)  # rank 0 evaluates: its weights are the ones scored
+        if (self.ctx.is_main and self.best_model and (self.best_eval_return is None or eval_return > self.best_eval_return)
+                and self.write_model(algorithm, self.best_model, eval_return)):  # rank 0 evaluates: its weights are the ones scored
             self.best_eval_return, self.best_unmarked = eval_return, True
         if self.metrics is not None:
             self.metrics.eval_return.set(eval_return)
@@ -614,9 +641,11 @@ class TrainingSession:
         if self.scalars is not None:
             self.scalars.write(line, self.tensorboard_tags)
 
-    def save(self, algorithm: Algorithm, collectives: bool = True) -> None:
+    def save(self, algorithm: Algorithm, collectives: bool = True) -> bool:
         """Rank 0 writes the replicated state; deterministic mode first
-        gathers every rank's env and RNG state (all ranks are here together)."""
+        gathers every rank's env and RNG state (all ranks are here together).
+        Whether this state is on disk (rank 0; True elsewhere): a state holding a NaN
+        or an infinity is not written, so it never rotates a finite checkpoint out."""
         per_rank = None
         if self.spec.deterministic and collectives:
             # as plain data (checkpoint.encode), not gather_object's pickle: rank 0 runs nothing a peer sends
@@ -625,13 +654,17 @@ class TrainingSession:
             if per_rank is not None and any(own is None for own in per_rank):
                 per_rank = None  # envs whose state is not plain data resume without it (envs.env_state)
         if not self.ctx.is_main:
-            return
+            return True
         # the target's update collects a rollout it does not learn from: same updates, more steps, saved again
         if (algorithm.counters.updates, algorithm.counters.global_step) == self.last_checkpoint:
             self.stop_checkpointed()  # this state is on disk already
-            return
-        state = {**algorithm.shared_state(), "elapsed_seconds": self.wall_seconds(), "per_rank": per_rank,
+            return True
+        state = {**algorithm.shared_state(), "elapsed_seconds": self.wall_seconds(),
                  "eval_return": self.eval_return, "trained_as": trained_as(self.spec), "best_eval_return": self.best_eval_return}
+        if bad := checkpoint.nonfinite(state):  # per-rank state aside: an env's own numbers are not the model's
+            self.refused(f"the checkpoint's {named(bad)}", "checkpoint", algorithm.counters)
+            return False
+        state["per_rank"] = per_rank
         started = time.monotonic()
         path = checkpoint.save(self.checkpoint_dir, algorithm.counters.updates, state, self.spec.checkpoint.keep,
                                volume=self.volume(), last_good=self.last_good)
@@ -645,6 +678,41 @@ class TrainingSession:
             self.log(warning)
         self.stop_checkpointed()
         self.curve_point(algorithm.counters.global_step, checkpoint_file=os.path.basename(path))
+        return True
+
+    def refused(self, what: str, file: str, counters: Counters) -> None:
+        """Rank 0 did not write a checkpoint or model (`file`) whose `what` is not finite: said, and recorded as the
+        run's divergence (the first one seen), which the next update's all-reduce ends the run on."""
+        kept = f"{pod_path(self.last_good)} stays the last finite checkpoint" if self.last_good else "no finite checkpoint was written"
+        self.log(f"{file} not written at update {counters.updates} (timesteps {counters.global_step}): {what} not finite; {kept}")
+        self.record_divergence(what, counters)
+
+    def record_divergence(self, what: str, counters: Counters) -> None:
+        """The first non-finite `what` this rank saw, and where the run stood: voted at the next update's all-reduce."""
+        if self.divergence is None:
+            self.divergence = Divergence(what, counters.updates, counters.global_step)
+
+    def gang_diverged(self, algorithm: Algorithm) -> bool:
+        """Whether any rank saw a non-finite loss or state by the run's end (its budget spent, its target met), in one
+        all-reduce at the end only, so every rank ends alike. Rank 0 first judges the state the final checkpoint and
+        model would hold: the last update's loss is voted in no later update's all-reduce."""
+        if self.ctx.is_main and self.divergence is None and (bad := checkpoint.nonfinite(algorithm.shared_state())):
+            self.record_divergence(f"the final state's {named(bad)}", algorithm.counters)
+        vote = torch.tensor([float(self.divergence is not None)], dtype=torch.float64)  # host: gloo's or all_reduce_sum's copy
+        return bool(distributed.all_reduce_sum(self.ctx, vote)[0] > 0)
+
+    def divergence_message(self) -> str:
+        """The termination message of a run that diverged (divergence.diverged_message), marked ended_diverged. Only
+        rank 0 names it: it alone knows the checkpoints. What it did not see itself was another rank's loss, voted
+        at the update after its last boundary."""
+        self.ended_diverged = True
+        if not self.ctx.is_main:
+            return "training diverged: rank 0 says what went non-finite and which checkpoint is kept"
+        seen = self.divergence or Divergence("another rank's loss", self.boundary[1], self.boundary[0])
+        kept = (pod_path(self.last_good), self.last_checkpoint[1]) if self.last_good else None
+        if (line := continuing(kept, on_this_machine())) is not None:
+            self.log(line)
+        return diverged_message(seen, kept, advice(self.spec.algorithm, self.spec.hyperparameters))
 
     def _mark_stop(self) -> None:
         """Rank 0's watcher: once a stop is asked, STOP_PENDING records it (where training stood) in the checkpoint
@@ -712,8 +780,7 @@ class TrainingSession:
             self.log("a peer left: not checkpointed (deterministic mode needs every rank's env and RNG state); "
                      "a resume redoes the training since the last checkpoint")
             return False
-        self.save(algorithm, collectives=False)
-        return True
+        return self.save(algorithm, collectives=False)
 
     def volume(self) -> str:
         """The checkpoint volume, as a user finds it: the claim, its requested size and where it is mounted (not the
@@ -727,7 +794,15 @@ class TrainingSession:
 
     def finish(self, algorithm: Algorithm, outcome: str) -> str:
         """Final checkpoint or model, the final weights evaluated first where final_evaluation_due says; returns the
-        termination-log message."""
+        termination-log message. A run that diverged (voted in an update's all-reduce, or in `gang_diverged` as the
+        budget or target ends it) writes neither: the reason names the finite checkpoint it keeps."""
+        if outcome != "stopped" and self.gang_diverged(algorithm):
+            outcome = "diverged"
+        if outcome == "diverged":
+            if self.ctx.is_main and algorithm.counters.global_step > self.last_report[1]:
+                self.report(algorithm.counters.global_step)  # progress.jsonl's last line: its losses, null
+            self.stop_settled()  # a stop asked meanwhile has its answer: nothing to save
+            return self.divergence_message()
         waited = outcome == "budget" and self.evaluation_in_flight is not None
         if waited:
             self.evaluation_finished()  # its return is the run's last word on the model
@@ -748,9 +823,12 @@ class TrainingSession:
             self.curve_point(steps)
         if outcome == "stopped":
             try:
-                self.save(algorithm)
+                saved = self.save(algorithm)
             except PeerLost:  # a peer already left: rank 0 holds the replicated state
-                self.save_without_peers(algorithm)
+                saved = self.save_without_peers(algorithm)
+            if self.ctx.is_main and not saved and self.divergence is not None:  # a stop's state that diverged: not resumable
+                self.stop_settled()
+                return self.divergence_message()
             return stopped_message(steps, self.ctx.is_main, self.config.checkpoint_dir)
         # the state at the end, checkpointed: a resume (a higher success.targetReturn, a larger budget) goes on from
         # here, not from the last periodic checkpoint (CartPole met its target at 38,644 and resumed at 30,483)
@@ -770,14 +848,15 @@ class TrainingSession:
                     f"model {self.config.final_model} {final}")
         return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}, eval return {_fmt(self.eval_return)}); model {self.config.final_model} {final}"
 
-    def write_final_model(self, algorithm: Algorithm) -> None:
-        self.write_model(algorithm, self.final_model, self.eval_return)
+    def write_final_model(self, algorithm: Algorithm) -> bool:
+        return self.write_model(algorithm, self.final_model, self.eval_return)
 
-    def write_model(self, algorithm: Algorithm, path: str, eval_return: float | None) -> None:
+    def write_model(self, algorithm: Algorithm, path: str, eval_return: float | None) -> bool:
         """The algorithm's part (final_model) plus what every model file
         carries, written atomically as a checkpoint is; loadable with
         torch.load(weights_only=True), on a machine without a GPU too (its
-        tensors are written from host memory)."""
+        tensors are written from host memory). Whether it was written: weights
+        holding a NaN or an infinity are not (refused, the run's divergence)."""
         model = {
             **on_host(algorithm.final_model()),
             "format": 1,  # kuberl_trainer.policy documents the file and loads it
@@ -787,10 +866,14 @@ class TrainingSession:
             "timesteps": algorithm.counters.global_step,
             "eval_return": eval_return,
         }
+        if bad := checkpoint.nonfinite(model):  # host tensors: no device read
+            self.refused(f"{os.path.basename(path)}'s {named(bad)}", os.path.basename(path), algorithm.counters)
+            return False
         buffer = io.BytesIO()
         torch.save(model, buffer)
         checkpoint.retrying(path, lambda: checkpoint.write_on_volume(
             path, buffer.getvalue(), volume=self.volume(), last_good=self.last_good))
+        return True
 
 
 def append_line(path: str, line: str) -> None:

@@ -30,6 +30,9 @@ REASON_CHECKPOINT_VOLUME_FULL = "CheckpointVolumeFull"  # a save did not fit: re
 REASON_NO_USABLE_CHECKPOINT = "NoUsableCheckpoint"  # permanent: checkpoints exist, none loads (kept, named)
 REASON_CHECKPOINT_READ_ONLY = "CheckpointVolumeReadOnly"  # permanent: no restart makes a volume writable
 REASON_CHECKPOINT_FORBIDDEN = "CheckpointVolumeForbidden"  # permanent: the trainer's user may not use the volume
+# permanent: a loss or the weights went NaN or infinite; the last finite checkpoint is kept, and a restart resuming it
+# with the same hyperparameters diverges again (kuberl_trainer.divergence)
+REASON_DIVERGED = "Diverged"
 # The checkpoint volume failed under a running job (EIO, ESTALE, ENOTCONN; EROFS on a volume that was writable when
 # the rank started: the kernel remounted it after errors): retried, NOT counted toward backoffLimit. It is the
 # storage's fault, not the workload's, as a preemption is (Kubernetes' podFailurePolicy `Ignore` on DisruptionTarget,
@@ -38,7 +41,7 @@ REASON_CHECKPOINT_FORBIDDEN = "CheckpointVolumeForbidden"  # permanent: the trai
 REASON_CHECKPOINT_VOLUME_UNAVAILABLE = "CheckpointVolumeUnavailable"
 # Reasons that fail the job at once, whatever the restart budget.
 PERMANENT_REASONS = frozenset({REASON_CONFIG_ERROR, REASON_NO_USABLE_CHECKPOINT, REASON_CHECKPOINT_READ_ONLY,
-                               REASON_CHECKPOINT_FORBIDDEN})
+                               REASON_CHECKPOINT_FORBIDDEN, REASON_DIVERGED})
 # Reasons a failed pod states that restart the gang without spending backoffLimit.
 UNCOUNTED_REASONS = frozenset({REASON_CHECKPOINT_VOLUME_UNAVAILABLE})
 TRAINER_REASONS = frozenset({*PERMANENT_REASONS, *UNCOUNTED_REASONS, REASON_SUCCEEDED, REASON_STOPPED, REASON_CRASHED,
