@@ -45,6 +45,12 @@ class EvalSession:
     def success_vote(self) -> bool:
         return self.solved_at is not None
 
+    def divergence_vote(self) -> bool:
+        return False
+
+    def log(self, line: str) -> None:
+        print(line, flush=True)
+
     def load(self) -> None:
         return None
 

@@ -3,17 +3,21 @@ losses go non-finite and the optimiser would write NaN into the weights (tests/u
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
 import numpy as np
 
 
 class _Diverging(gym.Env):
     """Reward 1 a step until this env instance has stepped `after` times, then `reward` (inf by default);
-    episodes of 20 steps."""
+    episodes of 20 steps. With `rank`, only that rank's envs blow up (the RANK its pod was given)."""
 
-    def __init__(self, after: int = 100, reward: float = float("inf")):
+    def __init__(self, after: int = 100, reward: float = float("inf"), rank: int | None = None):
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
         self.after, self.blown_reward, self.steps, self.t = after, reward, 0, 0
+        if rank is not None and os.environ.get("RANK") != str(rank):
+            self.blown_reward = 1.0
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
