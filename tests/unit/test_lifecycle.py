@@ -172,6 +172,11 @@ CASES = [
     Case("checkpoint-volume-forbidden", (Pod(0).exited(78, "CheckpointVolumeForbidden: the checkpoint volume at /c denies this "
                                                         "trainer (uid 1000, gid 1000) access to /c"),
                                          Pod(1).running()), lc.FAILED, "CheckpointVolumeForbidden", said="denies this trainer"),
+    # a run that diverged: a restart would resume the same checkpoint and hyperparameters and diverge again
+    Case("diverged", (Pod(0).exited(1, "Diverged: rank 0's value_loss not finite at update 14 (timesteps 1708); last finite "
+                                       "checkpoint kept: /c/ckpt-0000000010.pt (timesteps 1220); try a lower spec.ppo.learningRate"),
+                      Pod(1).exited(1, "Diverged: training diverged: rank 0 says what went non-finite")),
+         lc.FAILED, "Diverged", said="ckpt-0000000010.pt (timesteps 1220)"),
     Case("backoff-limit-0", (Pod(0).running(), Pod(1).exited(2)), lc.FAILED, lc.REASON_BACKOFF_LIMIT, run_policy={"backoffLimit": 0}),
     Case("deadline", (Pod(0).running(), Pod(1).running()), lc.FAILED, lc.REASON_DEADLINE, said="activeDeadlineSeconds=60",
          run_policy={"activeDeadlineSeconds": 60}, at=T0 + 60),
