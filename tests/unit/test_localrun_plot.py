@@ -437,6 +437,40 @@ def test_seeds_mean_is_each_ones_kth_evaluation_as_far_as_the_shortest_goes():
 
 
 
+def test_a_seed_that_succeeded_keeps_its_last_evaluation_in_the_mean_after_it_stopped():
+    """Three CartPole seeds that met 475 at 18,000, 38,000 and 41,000 timesteps: the bold mean ended at 270, where
+    the first one stopped, while `kuberl run --seeds` and `kuberl eval runs` gave the configuration about 490."""
+    def evaluated(*points):
+        return [{"timesteps": x, "eval_return": y, "evaluation": True, "restart": 0} for x, y in points]
+
+    early, late = evaluated((1000, 10.0), (2000, 480.0)), evaluated((1001, 30.0), (2001, 40.0), (3001, 470.0))
+    assert mean_evaluation([early, late], finished=[True, True]) == [(1000.5, 20.0), (2000.5, 260.0), (3001.0, 475.0)]
+    assert mean_evaluation([early, late], finished=[True, False]) == [(1000.5, 20.0), (2000.5, 260.0), (3001.0, 475.0)]
+    # one still to finish (stopped, failed, running, or a cluster's file alone) ends the mean where it ends, as before
+    assert mean_evaluation([early, late], finished=[False, True]) == [(1000.5, 20.0), (2000.5, 260.0)]
+    assert mean_evaluation([early, late]) == [(1000.5, 20.0), (2000.5, 260.0)]
+    assert mean_evaluation([[], late], finished=[True, True]) == [(1001.0, 30.0), (2001.0, 40.0), (3001.0, 470.0)]
+
+
+def test_the_plot_reads_which_seeds_succeeded_from_their_run_directories(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    for seed, name, evaluations in ((1, "ppo", 3), (2, "ppo.0000aaaa", 2)):
+        checkpoints = runs / name / "checkpoints" / f"{name}-uid"
+        checkpoints.mkdir(parents=True)
+        (runs / name / "job.yaml").write_text("{}\n")
+        (runs / name / "fingerprint.json").write_text(json.dumps({"learned": {"seed": seed}}))
+        rows = [{"timesteps": 1000 * k, "wall_seconds": k, "eval_return": 100.0 * k, "evaluation": True, "restart": 0}
+                for k in range(1, evaluations + 1)]
+        (checkpoints / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    drawn = drawn_lines(monkeypatch)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    (runs / "ppo.0000aaaa" / "status.json").write_text(json.dumps({"phase": "Succeeded", "generation": 0}))
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    (runs / "ppo.0000aaaa" / "status.json").write_text(json.dumps({"phase": "Failed", "generation": 0}))
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    # the timesteps axes' last line is the seeds' mean: as far as seed 2 goes, then on to seed 1's end once it succeeded
+    assert [figure[0][-1][3] for figure in drawn] == [2, 3, 2]
+
 def test_runs_of_different_envs_get_a_row_of_return_axes_each(tmp_path, monkeypatch):
     """After the README's quickstart `kuberl plot runs` drew CartPole's returns (0 to 500) and Pendulum's (-1,500 to
     -150) on one axis, each flattened by the other's scale."""

@@ -18,9 +18,16 @@ from typing import Any
 
 from ..core import metricnames as m
 from ..core import safetext
+from ..core.lifecycle import SUCCEEDED
 from ..core.outputfile import output_problem
 from ..core.rundirs import RUN_JOB_FILE, missing_run_hint, runs_in
-from ..core.runrecords import job_of, recorded_learned_values, run_labels
+from ..core.runrecords import (
+    RECORD_LIMIT,
+    job_of,
+    read_regular_file,
+    recorded_learned_values,
+    run_labels,
+)
 from .process import read_regular_tail
 
 # What is read of a progress.jsonl: its last records (80,000 or so), whatever its size.
@@ -438,8 +445,10 @@ def compare(paths: list[str], output: str | None = None,
     axes_of = {group: sections[envs.index(env)][0] for _, _, group, env in runs}
     panels_of = {group: list(zip(names[env], sections[envs.index(env)][1], strict=True)) for _, _, group, env in runs}
     members = {group: [rows for _, of, rows, _ in read if of == group] for group in group_ids}
+    succeeded = {group: [run_succeeded(progress) for _, progress, of, _ in runs if of == group] for group in group_ids}
     # a configuration's seeds: their mean against each axis (the k-th evaluations' mean timesteps, mean wall time)
-    means = {group: {x_key: mean_evaluation(rows, x_key) for x_key, _ in AXES} for group, rows in members.items() if len(rows) > 1}
+    means = {group: {x_key: mean_evaluation(rows, x_key, succeeded[group]) for x_key, _ in AXES}
+             for group, rows in members.items() if len(rows) > 1}
     cut_short = []
     for label, group, rows, size in read:
         axes = axes_of[group]
@@ -486,16 +495,37 @@ def compare(paths: list[str], output: str | None = None,
     return out, left_out
 
 
-def mean_evaluation(runs_rows: list[list[dict]], x_key: str = "timesteps") -> list[tuple[float, float]]:
+def mean_evaluation(runs_rows: list[list[dict]], x_key: str = "timesteps",
+                    finished: list[bool] | None = None) -> list[tuple[float, float]]:
     """Several seeds' mean evaluation return: the mean of each one's k-th evaluation, at their mean `x_key` (seeds
     evaluate after the same updates, whose timesteps differ by a few steps, as episodes end differently: CartPole's
     seeds' 20th evaluations were at 25,129 and 25,152; their wall times differ more); as far as the shortest seed
-    goes, [] below two points."""
-    curves = [[point for point in curve(rows, x_key, "eval_return")] for rows in runs_rows]
-    shortest = min(map(len, curves), default=0)
-    if shortest < 2:
+    still to finish goes, [] below two points. A `finished` seed (it succeeded: its target met, its model final)
+    keeps its last evaluation in the mean after it stopped, at the others' `x_key`: the mean of three CartPole seeds
+    that met 475 at 18,000, 38,000 and 41,000 timesteps ended at 270, at the first one's stop, where each seed's
+    model scores about 490 (`kuberl run --seeds`' mean, `kuberl eval runs`')."""
+    curves = [curve(rows, x_key, "eval_return") for rows in runs_rows]
+    done = finished or [False] * len(curves)
+    held = [c for c, over in zip(curves, done, strict=True) if c or not over]  # a finished seed never evaluated: none to hold
+    running = [len(c) for c, over in zip(curves, done, strict=True) if not over]
+    length = min(running) if running else max(map(len, held), default=0)
+    if length < 2 or not held:
         return []
-    return [(sum(c[k][0] for c in curves) / len(curves), sum(c[k][1] for c in curves) / len(curves)) for k in range(shortest)]
+    points = []
+    for k in range(length):
+        xs = [c[k][0] for c in held if k < len(c)]
+        points.append((sum(xs) / len(xs), sum(c[min(k, len(c) - 1)][1] for c in held) / len(held)))
+    return points
+
+
+def run_succeeded(progress: str) -> bool:
+    """Whether the run a progress.jsonl is of ended succeeded (its run directory's status.json); False for a file
+    fetched from a cluster, alone, and for a run that failed, was stopped or still runs."""
+    run_dir = progress_run_dir(progress)
+    text = read_regular_file(os.path.join(run_dir, "status.json"), RECORD_LIMIT) if run_dir else None
+    with contextlib.suppress(ValueError, AttributeError, TypeError, RecursionError):
+        return bool(text) and json.loads(text).get("phase") == SUCCEEDED
+    return False
 
 
 def plot_title(name: str, rows: list[dict], size: int) -> str:
