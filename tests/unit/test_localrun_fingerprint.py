@@ -62,6 +62,13 @@ def test_turning_tracking_on_keeps_the_fingerprint_and_no_tracking_credential_is
     assert with_other["template"] == {"spec": {"containers": [{"name": "trainer", "env": [other]}]}}
 
 
+def test_a_recurrent_policy_and_its_width_each_learn_otherwise():
+    plain, lstm = fingerprint.fingerprint(learned()), fingerprint.fingerprint(learned(ppo={"lstm": {}}))
+    assert lstm != plain
+    assert fingerprint.fingerprint(learned(ppo={"lstm": {"hiddenSize": 128}})) == lstm  # the default written out
+    assert fingerprint.fingerprint(learned(ppo={"lstm": {"hiddenSize": 64}})) not in (plain, lstm)
+
+
 def test_a_key_added_to_an_empty_map_is_one_change_not_also_the_map_turned_null():
     """`--set env.kwargs.foo=1` was described as "env.kwargs {} -> null, env.kwargs.foo null -> 1"."""
     old, new = learned(), learned(env={"id": "CartPole-v1", "kwargs": {"sutton_barto_reward": True}})

@@ -109,6 +109,7 @@ def fake():
     GPU allows 0-dim CPU scalars); autocast's "no CUDA here" warning silenced."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*CUDA is not available.*")
+        warnings.filterwarnings("ignore", message=".*compiled without cuDNN.*")  # nn.LSTM on CUDA tensors in a CPU build
         yield FakeTensorMode(allow_non_fake_inputs=True)
 
 
@@ -558,3 +559,48 @@ def test_td3_acts_and_evaluates_on_cuda_reading_each_batch_of_actions_once(fake,
     finally:
         trainer.envs.close()
     assert reads == [(CUDA, (4, 1))] * 2 + [(CUDA, (3, 1))]
+
+
+def recurrent_ppo_on_fake_cuda(fake, monkeypatch, space) -> tuple[torch.Tensor, list, tuple]:
+    """A recurrent agent (spec.ppo.lstm) on fake CUDA: its torch actor's step of 4 envs from the state it
+    carries (reset where episodes start), then one minibatch step of the reference learner over those envs'
+    sequences of 3 steps in two micro-batches of whole sequences: the step's statistics, the devices its
+    backward passes saw, and the actor's state after its step."""
+    encoder, features = networks.encoder(space, "auto", "spec.ppo.policy")
+    agent = ppo.RecurrentAgent(features, gym.spaces.Discrete(2), [] if space is PIXELS else [16], 8, encoder)
+    hp = PPOConfig(hidden_sizes=[16], grad_accumulation=2)
+    ctx = Dist(0, 1, 0, 1, CUDA, None)
+    learner = learners.AutogradPPOLearner(on_fake_cuda(fake, agent).requires_grad_(False), hp, ctx, ppo.ppo_loss)
+    policy = learners.RecurrentTorchPolicy(learner.agent, CUDA)
+    reads, backward = [], []
+    monkeypatch.setattr(learners, "to_device", lambda array, device: fake_cuda(fake, array))
+    monkeypatch.setattr(torch.Tensor, "__getitem__", narrowing(torch.Tensor.__getitem__))
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda tensor: HostRead(reads, tensor))
+    monkeypatch.setattr(torch.Tensor, "backward", lambda loss, *a, **k: backward.append(loss.device))
+    envs, steps = 4, 3
+    n = envs * steps
+    scalars = np.stack([np.zeros(n), np.zeros(n), np.linspace(-1, 1, n), np.ones(n), np.ones(n)], -1)
+    rows = fake_cuda(fake, np.concatenate([np.zeros((n, 1)), scalars], 1).astype(np.float32))
+    first = (fake_cuda(fake, np.zeros((envs, 8), np.float32)), fake_cuda(fake, np.zeros((envs, 8), np.float32)))
+    starts = fake_cuda(fake, np.array([1, 0, 0] * envs, np.float32))
+    with fake:
+        policy.reset(np.array([1, 0, 0, 1], np.float32))
+        policy.act(np.zeros((envs, *space.shape), space.dtype))
+        stats = learner.step(fake_cuda(fake, np.zeros((n, *space.shape), space.dtype)), rows, (*first, starts))
+    return stats, backward, policy.state
+
+
+@pytest.mark.parametrize("space", [VECTOR, PIXELS], ids=["vectors", "pixels"])
+def test_recurrent_ppo_acts_and_learns_with_its_state_on_the_device(fake, monkeypatch, space):
+    stats, backward, state = recurrent_ppo_on_fake_cuda(fake, monkeypatch, space)
+    assert stats.device == CUDA and backward == [CUDA] * 2
+    assert state[0].device == state[1].device == CUDA
+
+
+def test_a_host_tensor_in_the_recurrent_state_reset_fails_on_fake_cuda(fake, monkeypatch):
+    from kuberl_trainer import recurrent
+
+    real_reset = recurrent.reset_state
+    monkeypatch.setattr(recurrent, "reset_state", lambda state, starts: real_reset(state, starts + host_vector(len(starts))))
+    with pytest.raises(Exception, match=MIXED_DEVICES):
+        recurrent_ppo_on_fake_cuda(fake, monkeypatch, VECTOR)

@@ -32,17 +32,26 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import distributed, fastpolicy, fused, networks
+from . import distributed, fastpolicy, fused, networks, recurrent
 from .device import autocast, to_device
 from .distributed import Dist
 from .ppo_terms import STAT_NAMES, minibatch_columns
+
+Sequences = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # a recurrent minibatch's first (h, c) per env, its steps' starts
+
+
+def is_recurrent(agent: nn.Module) -> bool:
+    """A PPO agent with an LSTM (ppo.RecurrentAgent): it learns and acts in torch only, the reference path,
+    since the fused step, numpy acting and CUDA graphs hold no state between steps."""
+    return isinstance(getattr(agent, "lstm", None), recurrent.LSTMCore)
 
 
 class PPOLearner(Protocol):
     optimizer: torch.optim.Optimizer | fused.AdamState  # its param groups carry the learning rate
 
-    def step(self, obs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """One optimiser step on a minibatch (ppo_terms.minibatch_table's rows); the summed STAT_NAMES."""
+    def step(self, obs: torch.Tensor, rows: torch.Tensor, sequences: Sequences | None = None) -> torch.Tensor:
+        """One optimiser step on a minibatch (ppo_terms.minibatch_table's rows); the summed STAT_NAMES.
+        A recurrent agent's minibatch is whole env sequences (recurrent.sequence_rows) and their `sequences`."""
 
     def load_optimizer(self, state: dict) -> None: ...
 
@@ -94,8 +103,10 @@ def ppo_learner(agent: nn.Module, hp, ctx: Dist, loss: Callable, rng: np.random.
     """A learner and an actor for PPO's `agent` (a ppo.Agent on ctx.device) with `loss`
     (ppo.ppo_loss's signature); rank 0's weights on every rank. A numpy actor samples
     from `rng` (the rank's generator, which checkpoints record), a torch one from torch's."""
-    if fast and fused.supports(agent, ctx.device, hp.precision):
-        learner: PPOLearner = fused.FusedPPOStep(agent, hp, fused.AdamState(agent.parameters(), lr=hp.learning_rate, eps=1e-5),
+    if is_recurrent(agent):
+        learner: PPOLearner = AutogradPPOLearner(agent, hp, ctx, loss)
+    elif fast and fused.supports(agent, ctx.device, hp.precision):
+        learner = fused.FusedPPOStep(agent, hp, fused.AdamState(agent.parameters(), lr=hp.learning_rate, eps=1e-5),
                                                  _gradient_sum(ctx), ctx.world_size)
         distributed.take_rank0_parameters(ctx, learner.flat)
     elif fast and graphs(ctx.device, hp.precision):
@@ -111,7 +122,9 @@ def ppo_learner(agent: nn.Module, hp, ctx: Dist, loss: Callable, rng: np.random.
 def ppo_actor(agent: nn.Module, hp, ctx: Dist, rng: np.random.Generator, fast: bool = True,
               generator: torch.Generator | None = None) -> PPOActor:
     """An actor for PPO's `agent`: numpy for small MLPs on CPU (sampling from `rng`), else torch
-    (sampling from `generator`, else torch's default one)."""
+    (sampling from `generator`, else torch's default one); a recurrent agent's carries each env's state."""
+    if is_recurrent(agent):
+        return RecurrentTorchPolicy(agent, ctx.device, generator)
     if fast and fastpolicy.supports(agent, ctx.device, hp.precision):
         torch.set_num_threads(1)  # on layers this small, intra-op threads cost more in synchronisation than they save
         return fastpolicy.NumpyPolicy(agent, rng)
@@ -224,8 +237,8 @@ class AutogradPPOLearner:
     def load_optimizer(self, state: dict) -> None:
         self.optimizer.load_state_dict(state)
 
-    def step(self, obs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        stats = ppo_backward(self.model, self.agent.discrete, self.hp, self.ctx, self.loss, obs, rows)
+    def step(self, obs: torch.Tensor, rows: torch.Tensor, sequences: Sequences | None = None) -> torch.Tensor:
+        stats = ppo_backward(self.model, self.agent.discrete, self.hp, self.ctx, self.loss, obs, rows, sequences)
         nn.utils.clip_grad_norm_(self.weights, self.hp.max_grad_norm, foreach=True)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -233,21 +246,33 @@ class AutogradPPOLearner:
 
 
 def ppo_backward(model: nn.Module, discrete: bool, hp, ctx: Dist, loss: Callable, obs: torch.Tensor,
-                 rows: torch.Tensor) -> torch.Tensor:
+                 rows: torch.Tensor, sequences: Sequences | None = None) -> torch.Tensor:
     """A minibatch's gradient accumulated by backward over grad_accumulation micro-batches (a DDP
-    `model` all-reduces the last one's only: no_sync() before); its summed STAT_NAMES."""
+    `model` all-reduces the last one's only: no_sync() before); its summed STAT_NAMES. With `sequences`
+    (a recurrent agent's) the micro-batches are whole env sequences (recurrent.micro_slices)."""
     actions, old_log_prob, old_value, advantages, returns, weight = minibatch_columns(rows, hp.norm_advantage)
     actions = actions.squeeze(-1) if discrete else actions
     size = rows.shape[0]
-    micro = -(-size // hp.grad_accumulation)
+    if sequences is None:
+        micro = -(-size // hp.grad_accumulation)
+        parts = [slice(start, start + micro) for start in range(0, size, micro)]
+    else:
+        first_h, first_c, starts = sequences
+        envs = first_h.shape[0]
+        parts = recurrent.micro_slices(envs, size // envs, hp.grad_accumulation)
     stats = torch.zeros(len(STAT_NAMES), device=rows.device)
-    for start in range(0, size, micro):
-        part = slice(start, start + micro)
-        last = start + micro >= size
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
         sync = model.no_sync() if isinstance(model, DDP) and not last else contextlib.nullcontext()
+        if sequences is None:
+            inputs: tuple[torch.Tensor, ...] = (obs[part], actions[part])
+        else:
+            steps = size // envs
+            own = slice(part.start // steps, part.stop // steps)  # the part's envs
+            inputs = (obs[part], actions[part], first_h[own], first_c[own], starts[part])
         with sync:
             with autocast(ctx.device, hp.precision):  # the forward only: the loss below is fp32
-                new_log_prob, entropy, new_value = model(obs[part], actions[part])
+                new_log_prob, entropy, new_value = model(*inputs)
             part_loss, part_stats = loss(new_log_prob, entropy, new_value, old_log_prob[part], old_value[part],
                                          advantages[part], returns[part], weight[part], hp)
             with distributed.collectives():
@@ -271,11 +296,7 @@ class TorchPolicy:
     @torch.no_grad()
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         action, log_prob, value = self.agent.act(to_device(obs, self.device), self.generator)
-        # one host transfer per vector step, not three: a GPU rank waits once. Discrete actions
-        # travel as fp32, exact for any index below 2**24
-        packed = torch.cat([action.reshape(len(value), -1).float(), log_prob[:, None], value[:, None]], 1).cpu().numpy()
-        actions = packed[:, :-2].astype(np.int64).reshape(-1) if self.agent.discrete else packed[:, :-2]
-        return actions, packed[:, -2], packed[:, -1]
+        return _on_host(self.agent.discrete, action, log_prob, value)
 
     @torch.no_grad()
     def value(self, obs: np.ndarray) -> np.ndarray:
@@ -288,6 +309,53 @@ class TorchPolicy:
     def reseeded(self, seed: int) -> TorchPolicy:
         # the stream torch.manual_seed(seed) would give the default generator, without touching it
         return TorchPolicy(self.agent, self.device, torch.Generator(self.device).manual_seed(seed))
+
+
+def _on_host(discrete: bool, action: torch.Tensor, log_prob: torch.Tensor,
+             value: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A step's (action, log-prob, value) as numpy, in one host transfer, not three: a GPU rank waits once.
+    Discrete actions travel as fp32, exact for any index below 2**24."""
+    packed = torch.cat([action.reshape(len(value), -1).float(), log_prob[:, None], value[:, None]], 1).cpu().numpy()
+    actions = packed[:, :-2].astype(np.int64).reshape(-1) if discrete else packed[:, :-2]
+    return actions, packed[:, -2], packed[:, -1]
+
+
+class RecurrentTorchPolicy(TorchPolicy):
+    """TorchPolicy for a recurrent agent (ppo.RecurrentAgent): it carries each env's LSTM state from
+    call to call. `reset(starts)` zeroes the envs whose episode starts; act and greedy advance the
+    state, value reads it. A batch of another size than the state's starts from zeros."""
+
+    def __init__(self, agent: nn.Module, device: torch.device, generator: torch.Generator | None = None):
+        super().__init__(agent, device, generator)
+        self.state: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def current_state(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.state is None or self.state[0].shape[0] != batch:
+            self.state = self.agent.lstm.zero_state(batch, self.device)
+        return self.state
+
+    def reset(self, starts: np.ndarray) -> None:
+        state = self.current_state(len(starts))
+        self.state = recurrent.reset_state(state, torch.as_tensor(starts, dtype=torch.float32, device=self.device))
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        action, log_prob, value, self.state = self.agent.act(to_device(obs, self.device), self.current_state(len(obs)),
+                                                             self.generator)
+        return _on_host(self.agent.discrete, action, log_prob, value)
+
+    @torch.no_grad()
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        return self.agent.value(self._on_device(obs), self.current_state(len(obs))).cpu().numpy()
+
+    @torch.no_grad()
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        action, self.state = self.agent.greedy(self._on_device(obs), self.current_state(len(obs)))
+        return action.cpu().numpy()
+
+    def reseeded(self, seed: int) -> RecurrentTorchPolicy:
+        """A fresh state (every env starting an episode) and generators of its own seeded with `seed`."""
+        return RecurrentTorchPolicy(self.agent, self.device, torch.Generator(self.device).manual_seed(seed))
 
 
 # --- DQN -----------------------------------------------------------------------------

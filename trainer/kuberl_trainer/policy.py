@@ -13,8 +13,10 @@ clipped to the action bounds; SAC its squashed mean, TD3 its actor's action; DQN
 the same seed, as tests/unit/test_trainer_policy.py checks). `sample=False` makes PPO's discrete policy greedy too. Observation normalisation, where
 the job trained with it, is applied inside. It takes one observation or a batch (leading axis).
 For Atari the observation is the preprocessed frame stack `(stack, 84, 84)` uint8 that
-`kuberl_trainer.envs.make_envs` (and `env_for`) produce: the caller keeps the stack, the policy
-keeps no state between calls. A Discrete, MultiDiscrete, Dict or Tuple observation is read flattened,
+`kuberl_trainer.envs.make_envs` (and `env_for`) produce: the caller keeps the stack. A recurrent
+policy (spec.ppo.lstm) carries its LSTM state from call to call, one per observation of the batch:
+call `policy.reset()` where an episode starts (`evaluate`, `play` and `record` do); every other
+policy keeps no state between calls. A Discrete, MultiDiscrete, Dict or Tuple observation is read flattened,
 as they produce it too (`gymnasium.spaces.flatten(env.observation_space, obs)`).
 
 ## The final model file (`final-model.pt`, format 1)
@@ -28,6 +30,7 @@ A `torch.save` of one dict, loadable with `torch.load(path, weights_only=True)`:
 | `env_id`, `env_kwargs` | the job's `spec.env.id` and `spec.env.kwargs` (`env_kwargs` absent before format 1: `{}`) |
 | `agent` | the network's `state_dict` (PPO: `ppo.Agent`, actor and critic; DQN: the online Q network; SAC: the actor, `sac.Actor`; TD3: the actor, `td3.Actor`) |
 | `hidden_sizes` | the MLP's hidden widths (unused for pixel observations, where the Nature CNN is the torso) |
+| `lstm_hidden_size` | PPO only: the LSTM's width of a recurrent policy (`spec.ppo.lstm.hiddenSize`), or None (absent in files written before it: None) |
 | `obs_norm` | PPO only: `{mean, var, count}` tensors of the observation normaliser, or None |
 | `timesteps`, `eval_return` | the run's timesteps and last evaluation return (None if never evaluated); in `best-model.pt`, the same file written at the run's best evaluation, those of that evaluation |
 
@@ -236,6 +239,7 @@ def read_model(path: str) -> dict:
         return {"format": FORMAT, "algorithm": spec["algorithm"], "env_id": spec["env"]["id"],
                 "env_kwargs": spec["env"]["kwargs"], "agent": state["agent"],
                 "hidden_sizes": spec[spec["algorithm"]]["hiddenSizes"], "obs_norm": norm,
+                "lstm_hidden_size": (spec["ppo"].get("lstm") or {}).get("hiddenSize") if spec["algorithm"] == "ppo" else None,
                 "timesteps": (state.get("counters") or {}).get("global_step"), "eval_return": None}
     try:
         model = checkpoint.read_model(path)
@@ -317,6 +321,9 @@ def _model_problem(model: dict) -> str | None:
     norm = model["obs_norm"]
     if norm is not None and (not isinstance(norm, dict) or set(norm) != {"mean", "var", "count"}):
         return "obs_norm is neither None nor {mean, var, count}"
+    lstm = model.get("lstm_hidden_size")
+    if lstm is not None and not (model["algorithm"] == "ppo" and type(lstm) is int and 1 <= lstm <= 4096):
+        return "lstm_hidden_size is neither None nor a PPO policy's spec.ppo.lstm.hiddenSize (1 to 4096)"
     return None
 
 
@@ -355,7 +362,7 @@ def env_module_problem(env_id: str, allowed: Collection[str]) -> str | None:
 def build_network(model: dict, obs_space: gym.Space, action_space: gym.Space) -> nn.Module:
     """The trainer's network for these spaces, with the model's weights."""
     from .dqn import QNetwork
-    from .ppo import Agent
+    from .ppo import Agent, RecurrentAgent
     from .sac import Actor
     from .td3 import Actor as TD3Actor
 
@@ -366,9 +373,13 @@ def build_network(model: dict, obs_space: gym.Space, action_space: gym.Space) ->
     weights = sum(t.numel() for t in model["agent"].values() if isinstance(t, torch.Tensor))
     if not cnn and sum(a * b for a, b in itertools.pairwise(hidden)) + sum(hidden) > weights:
         raise UnusableModel(f"hidden_sizes {hidden} need more weights than the model holds ({weights:,})")
-    if model["algorithm"] == "ppo":
+    lstm = model.get("lstm_hidden_size")
+    if model["algorithm"] == "ppo" and lstm is not None:
         encoder, features = networks.encoder(obs_space, "auto", "policy")
-        network: nn.Module = Agent(features, action_space, [] if cnn else hidden, encoder)
+        network: nn.Module = RecurrentAgent(features, action_space, [] if cnn else hidden, lstm, encoder)
+    elif model["algorithm"] == "ppo":
+        encoder, features = networks.encoder(obs_space, "auto", "policy")
+        network = Agent(features, action_space, [] if cnn else hidden, encoder)
     elif model["algorithm"] == "dqn":
         n = int(action_space.n)
         network = networks.QCNN(tuple(obs_space.shape), n) if cnn else QNetwork(math.prod(obs_space.shape), n, hidden)
@@ -432,6 +443,7 @@ class Policy:
     seed: int = 0
     timesteps: int | None = None
     eval_return: float | None = None
+    state: tuple[torch.Tensor, torch.Tensor] | None = None  # a recurrent policy's, per observation of the batch
     _rng: torch.Tensor = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -442,6 +454,14 @@ class Policy:
     @property
     def discrete(self) -> bool:
         return isinstance(self.action_space, gym.spaces.Discrete)
+
+    @property
+    def recurrent(self) -> bool:
+        return isinstance(getattr(self.network, "lstm", None), nn.Module)
+
+    def reset(self) -> None:
+        """Where an episode starts: a recurrent policy's next call begins from a fresh state (others keep none)."""
+        self.state = None
 
     def __call__(self, obs: Any) -> np.ndarray:
         x = np.asarray(obs)
@@ -455,7 +475,14 @@ class Policy:
             # uint8 stays uint8 for the CNN only (it scales frames itself); an MLP reads floats, as the trainer gave it
             frames = x.dtype == np.uint8 and is_image(self.observation_space)
             t = torch.as_tensor(x) if self.algorithm == "dqn" or frames else torch.as_tensor(x, dtype=torch.float32)  # host: the loaded policy runs on the CPU
-            if self.algorithm == "dqn":
+            if self.recurrent:
+                if self.state is None or self.state[0].shape[0] != len(t):
+                    self.state = self.network.lstm.zero_state(len(t), torch.device("cpu"))
+                if self.discrete and self.sample:
+                    action, _, _, self.state = self.network.act(t, self.state)
+                else:
+                    action, self.state = self.network.greedy(t, self.state)
+            elif self.algorithm == "dqn":
                 action = self.network.greedy(t)
             elif self.discrete and self.sample:
                 action = self.network.act(t)[0]
@@ -513,6 +540,7 @@ def play(policy: Policy, episodes: int, seed: int = 0, max_steps: int | None = N
     """`evaluate`'s returns, and which episodes were still running after `max_steps` steps (their returns
     count those steps only; None: each episode to its end, however long the env lets it run)."""
     envs = make_envs(policy.env_id, episodes, policy.env_kwargs)
+    policy.reset()  # each copy's first episode, the one counted, from a fresh state
     try:
         return evaluation.play(envs, policy, episodes, seed, max_steps)
     finally:
@@ -568,6 +596,7 @@ def record(policy: Policy, path: str, seed: int = 0, max_frames: int = MAX_VIDEO
         raise UnusableModel(f"--video: {policy.env_id} takes no render_mode ({e}): gymnasium asks an env for its frames"
                             " with render_mode=\"rgb_array\" to its constructor, and reads them from render()") from None
     frames, total, ended = GifFrames(Image), 0.0, False
+    policy.reset()
     try:
         obs, _ = env.reset(seed=seed)
         for _ in range(max_frames):
@@ -699,7 +728,11 @@ class _Greedy(nn.Module):
 
 def export_torchscript(policy: Policy, path: str) -> None:
     """Write the deterministic policy (batch of observations -> actions) as TorchScript: load it with
-    `torch.jit.load(path)`, no kuberl needed. Continuous actions are the Gaussian's mean, unclipped."""
+    `torch.jit.load(path)`, no kuberl needed. Continuous actions are the Gaussian's mean, unclipped.
+    A recurrent policy is refused: its actions depend on a state the traced function would not carry."""
+    if policy.recurrent:
+        raise UnusableModel("--export: a recurrent policy (spec.ppo.lstm) acts from an LSTM state carried between steps,"
+                            " which a traced obs -> action function would drop; play it with load_policy instead")
     example = torch.as_tensor(np.stack([policy.observation_space.sample()] * 2))  # host: the export traces on the CPU
     if example.dtype != torch.uint8:
         example = example.float()

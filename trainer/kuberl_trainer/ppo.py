@@ -29,7 +29,7 @@ from kuberl.core import envspaces
 from kuberl.core.spec import PPOConfig
 from torch import nn
 
-from . import atari, budget, evaluation, learners, networks
+from . import atari, budget, evaluation, learners, networks, recurrent
 from .base import BaseAlgorithm
 from .device import CPU, host_zeros, stream_after_current, to_device, upload
 from .distributed import Dist
@@ -111,6 +111,54 @@ class Agent(nn.Module):
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         out = self.actor(self.encoder(obs)).float()
         return out.argmax(-1) if self.discrete else out
+
+
+State = tuple[torch.Tensor, torch.Tensor]  # an LSTM's (h, c), each (B, hidden)
+
+
+class RecurrentAgent(Agent):
+    """The Agent with an LSTM (recurrent.LSTMCore, spec.ppo.lstm) between the encoder and the heads, whose
+    MLPs read its output. Acting takes and returns each env's state (the caller resets it where an
+    episode starts); training (`forward`, through DDP) replays env-major sequences from their first
+    state with the steps' episode starts."""
+
+    def __init__(self, obs_dim: int, action_space: gym.Space, hidden: list[int], hidden_size: int,
+                 encoder: nn.Module | None = None):
+        super().__init__(hidden_size, action_space, hidden, encoder)
+        self.lstm = recurrent.LSTMCore(obs_dim, hidden_size)
+
+    def _core(self, obs: torch.Tensor, state: State, starts: torch.Tensor | None = None) -> tuple[torch.Tensor, State]:
+        starts = torch.zeros(obs.shape[0], device=obs.device) if starts is None else starts
+        return self.lstm(self.encoder(obs).float(), state, starts)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
+                starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log-prob of `action`, entropy, value), each (B * T,), for B envs' sequences of T steps (env-major)
+        from their states (h, c) at the first step."""
+        features, _ = self._core(obs, (h, c), starts)
+        log_prob, entropy = self._log_prob_entropy(self.actor(features).float(), action)
+        return log_prob, entropy, self.critic(features).float().squeeze(-1)
+
+    def act(self, obs: torch.Tensor, state: State,  # type: ignore[override]
+            generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
+        """Agent.act for one step of each env from `state`; the state after it last."""
+        features, state = self._core(obs, state)
+        out, value = self.actor(features).float(), self.critic(features).float().squeeze(-1)
+        if self.discrete:
+            action = torch.multinomial(torch.softmax(out, -1), 1, generator=generator).squeeze(-1)
+        else:
+            action = out + self.log_std.exp() * torch.randn(out.shape, generator=generator, dtype=out.dtype, device=out.device)
+        log_prob, _ = self._log_prob_entropy(out, action, entropy=False)
+        return action, log_prob, value, state
+
+    def value(self, obs: torch.Tensor, state: State) -> torch.Tensor:  # type: ignore[override]
+        """The values of one step of each env from `state` (the state is not advanced: a bootstrap)."""
+        return self.critic(self._core(obs, state)[0]).float().squeeze(-1)
+
+    def greedy(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:  # type: ignore[override]
+        features, state = self._core(obs, state)
+        out = self.actor(features).float()
+        return (out.argmax(-1) if self.discrete else out), state
 
 
 # --- The maths ---------------------------------------------------------------
@@ -195,8 +243,9 @@ class Rollout:
     """Preallocated numpy arrays with zero-copy torch views: acting writes
     into them in place, the update reads them flat."""
 
-    # per (step, env): discounted is for reward scaling; the rest as named
-    SCALARS = ("log_probs", "values", "rewards", "discounted", "terminated", "truncated", "valid")
+    # per (step, env): discounted is for reward scaling, starts where a recurrent policy's state resets
+    # (recurrent.episode_starts); the rest as named
+    SCALARS = ("log_probs", "values", "rewards", "discounted", "terminated", "truncated", "valid", "starts")
 
     @classmethod
     def layout(cls, steps: int, num_envs: int, obs_shape: tuple, action_shape: tuple, discrete: bool,
@@ -231,6 +280,7 @@ class PPOTrainer(BaseAlgorithm):
         self.hp, self.total_timesteps, self.fast_path = hp, total_timesteps, fast
         if overlap is None:  # a GPU acts on one half of the envs while the other steps; deterministic runs keep one order
             overlap = ctx.device.type == "cuda" and not torch.are_deterministic_algorithms_enabled()
+        overlap = overlap and hp.lstm is None  # a recurrent policy steps every env's state together
         super().__init__(ctx, env_id, num_envs, env_kwargs, seed, restart, env_backend, halves=2 if overlap else 1)
 
     def _setup_model(self, env_id: str, num_envs: int) -> None:
@@ -242,7 +292,11 @@ class PPOTrainer(BaseAlgorithm):
             raise networks.PolicyMismatch("spec.ppo.normalizeObservation: not for pixels (the CNN scales uint8 frames by 1/255)")
         encoder, features = networks.encoder(space, hp.policy, "spec.ppo.policy")
         # the CNN's heads are linear on its 512 features (Nature DQN / CleanRL); hiddenSizes shape MLPs
-        self.agent = Agent(features, self.action_space, [] if cnn else list(hp.hidden_sizes), encoder).to(ctx.device)
+        heads = [] if cnn else list(hp.hidden_sizes)
+        self.recurrent = hp.lstm is not None
+        agent = (RecurrentAgent(features, self.action_space, heads, hp.lstm.hidden_size, encoder) if self.recurrent
+                 else Agent(features, self.action_space, heads, encoder))
+        self.agent = agent.to(ctx.device)
         self.obs_norm = RunningMeanStd(self.obs_shape)  # merged over ranks at each update: checkpoints, evaluation
         # what this rank's rollout is normalised with: obs_norm plus each step's observations as they come
         # (SB3's VecNormalize, CleanRL's NormalizeObservation), so the first rollout is not normalised blind
@@ -260,6 +314,7 @@ class PPOTrainer(BaseAlgorithm):
         self.buf = Rollout(*layout, ctx.device)
         self.discounted = np.zeros(num_envs, np.float32)
         self.next_value = np.zeros(num_envs, np.float32)  # the bootstrap value of each rollout, set as it ends (collect)
+        self.next_starts = np.zeros(num_envs, np.float32)  # a recurrent policy's resets before the next step (collect)
         # how it learns and acts, rank 0's weights everywhere (fast=False: always DDP + Adam + torch)
         self.learner, self.actor = learners.ppo_learner(self.agent, hp, ctx, ppo_loss, self.np_rng, self.fast_path)
         self.optimizer = self.learner.optimizer
@@ -286,10 +341,19 @@ class PPOTrainer(BaseAlgorithm):
         self.ret_norm.load_state_dict(state["ret_norm"])
 
     def _rank_extra(self) -> dict:
-        return {"discounted": self.discounted.copy()}
+        if not self.recurrent:
+            return {"discounted": self.discounted.copy()}
+        # restored with the envs mid-episode (deterministic mode); a resume without them starts fresh
+        # episodes, and fresh states with them
+        h, c = self.behaviour.current_state(self.envs.num_envs)
+        return {"discounted": self.discounted.copy(), "next_starts": self.next_starts.copy(),
+                "lstm_state": (h.cpu().numpy(), c.cpu().numpy())}
 
     def _load_rank_extra(self, state: dict) -> None:
         self.discounted = state["discounted"]
+        if self.recurrent:
+            self.next_starts = state["next_starts"]
+            self.behaviour.state = tuple(torch.as_tensor(a, device=self.ctx.device) for a in state["lstm_state"])
 
     # -- one update -------------------------------------------------------
 
@@ -298,13 +362,21 @@ class PPOTrainer(BaseAlgorithm):
         if self.overlap:
             self.collect_overlapped()
         else:
+            if self.recurrent:  # the state each env's sequence is replayed from when learning
+                self.buf.initial_state = tuple(x.clone() for x in self.behaviour.current_state(self.envs.num_envs))
             with torch.no_grad():
                 for t in range(self.hp.num_steps):
                     if self.abandon_collecting.is_set():
                         raise CollectionAbandoned
                     self.buf.valid[t] = self.tracker.valid
+                    if self.recurrent:  # where the step before was an autoreset step, a new episode's first observation
+                        self.buf.starts[t] = self.next_starts
+                        self.behaviour.reset(self.next_starts)
+                        self.next_starts = 1.0 - self.buf.valid[t]
                     self.next_obs, reward, terminated, truncated, _ = self.envs.step(self.act(t, slice(None)))
                     self.account(t, reward, terminated, truncated)
+            if self.recurrent:  # the bootstrap reads the next step's state
+                self.behaviour.reset(self.next_starts)
         # valued now, as the rollout's observations were normalised: the update merges their moments first
         obs = self.acting_norm.normalize(self.next_obs) if self.hp.normalize_observation else self.next_obs
         self.next_value = self.behaviour.value(obs.astype(self.buf.obs.dtype, copy=False))  # as act() stores them
@@ -385,15 +457,25 @@ class PPOTrainer(BaseAlgorithm):
         scalars = np.stack([buf.log_probs, buf.values, advantages, returns, buf.valid], -1).reshape(size, -1)
         table = upload(minibatch_table(buf.actions_t.reshape(size, -1), torch.from_numpy(scalars)), device)
         totals = torch.zeros(len(STAT_NAMES), device=device)
+        if self.recurrent:
+            starts = upload(torch.from_numpy(buf.starts.reshape(size)), device)
+            first_h, first_c = buf.initial_state
         epochs_run = 0
         for _ in range(hp.update_epochs):
             epochs_run += 1
-            order = upload(self.np_rng.permutation(size), device)
-            # every row, each epoch, in num_minibatches parts whose sizes differ by one at most
-            # (CleanRL and SB3 learn from every row too, the remainder in a shorter last minibatch)
-            for rows in order.tensor_split(hp.num_minibatches):
-                last = self.learner.step(all_obs[rows], table[rows])
-                totals += last
+            if self.recurrent:  # whole envs per minibatch, each env's steps in order from its first state
+                for envs in recurrent.env_minibatches(buf.valid.shape[1], hp.num_minibatches, self.np_rng):
+                    rows = upload(recurrent.sequence_rows(envs, hp.num_steps, buf.valid.shape[1]), device)
+                    picked = upload(envs, device)
+                    last = self.learner.step(all_obs[rows], table[rows], (first_h[picked], first_c[picked], starts[rows]))
+                    totals += last
+            else:
+                order = upload(self.np_rng.permutation(size), device)
+                # every row, each epoch, in num_minibatches parts whose sizes differ by one at most
+                # (CleanRL and SB3 learn from every row too, the remainder in a shorter last minibatch)
+                for rows in order.tensor_split(hp.num_minibatches):
+                    last = self.learner.step(all_obs[rows], table[rows])
+                    totals += last
             # CleanRL's rule: the epoch's LAST minibatch's KL (taken before its step), the
             # furthest the epoch moved; all-reduced, so every rank runs as many backward passes
             kl = last[STAT_NAMES.index("approx_kl")] if hp.target_kl is not None else None
@@ -496,6 +578,7 @@ class PPOTrainer(BaseAlgorithm):
             "agent": self.agent.state_dict(),
             "obs_norm": _as_tensors(self.obs_norm.state_dict()) if self.hp.normalize_observation else None,
             "hidden_sizes": list(self.hp.hidden_sizes),
+            "lstm_hidden_size": self.hp.lstm.hidden_size if self.recurrent else None,
         }
 
     # -- evaluation (rank 0) -------------------------------------------------

@@ -87,9 +87,9 @@ class LSTMCore(nn.Module):
         begins = starts.reshape(batch, steps).transpose(0, 1)
         h, c = state
         outputs = []
-        for t in range(steps):
-            h, c = reset_state((h, c), begins[t])
-            out, (h1, c1) = self.lstm(x[t].unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0)))
+        for x_t, starts_t in zip(x.unbind(0), begins.unbind(0), strict=True):
+            h, c = reset_state((h, c), starts_t)
+            out, (h1, c1) = self.lstm(x_t.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0)))
             h, c = h1.squeeze(0), c1.squeeze(0)
             outputs.append(out.squeeze(0))
         return torch.stack(outputs, 1).reshape(batch * steps, -1), (h, c)

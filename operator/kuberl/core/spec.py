@@ -60,6 +60,13 @@ def free_form(max_properties: int | None = None) -> dict:
 HiddenWidth = Annotated[int, Field(ge=1, le=65536, description="Width of one hidden layer.")]
 
 
+class LSTMConfig(Model):
+    """A recurrent policy for PPO: an LSTM between the encoder and the heads (CleanRL's ppo_atari_lstm.py,
+    SB3-contrib's RecurrentPPO with one LSTM shared by actor and critic)."""
+
+    hidden_size: int = Field(128, ge=1, le=4096, description="Width of the LSTM's state; the actor and critic MLPs (hiddenSizes) read it.")
+
+
 class PPOConfig(Model):
     """PPO hyperparameters. Defaults solve CartPole-v1 quickly on CPU."""
 
@@ -83,6 +90,7 @@ class PPOConfig(Model):
     precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16: autocast the network's forward pass (GPUs with bf16, or CPU); losses, log-probs and targets stay fp32.")
     normalize_observation: bool = Field(False, description="Running observation normalisation, clipped to +-10: each step's observations update the statistics before they are normalised (as SB3's VecNormalize), all-reduced across ranks at each update and checkpointed; the model applies it when played.")
     normalize_reward: bool = Field(False, description="Scale rewards by a running return std, clipped to +-10 (as CleanRL and SB3), all-reduced and checkpointed.")
+    lstm: LSTMConfig | None = Field(None, description="A recurrent policy, for partially observed tasks: each env carries an LSTM state between steps, reset where an episode starts; minibatches are whole envs (numMinibatches at most env.numEnvs), each env's rollout replayed in order from the state it started with. Acts and learns in torch (no CPU fast path, no CUDA graphs); not with learnWhileCollecting.")
     learn_while_collecting: bool = Field(False, description="Collect the next rollout while the update learns from this one, acting with the weights from before the update: one update of policy lag (as CleanRL's Cleanba PPO), for ranks whose envs and update each leave the other idle (a GPU node). Holds two rollouts in memory; not with spec.deterministic.")
 
 
