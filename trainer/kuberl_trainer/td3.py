@@ -42,7 +42,14 @@ from torch import nn
 
 from . import budget, evaluation, learners, networks
 from .base import OffPolicyAlgorithm
-from .continuous import Critics, box_bounds, box_problem, frozen, mlp
+from .continuous import (
+    Critics,
+    box_bounds,
+    box_problem,
+    check_networks_fit,
+    frozen,
+    mlp,
+)
 from .device import to_device, upload
 from .distributed import Dist
 from .replay import Batch
@@ -141,6 +148,7 @@ class TD3Trainer(OffPolicyAlgorithm):
                                              total_timesteps=self.total_timesteps, world_size=ctx.world_size)
         budget.check_replay(planned, "td3", env_id, ctx)  # weighed before it is made
         obs_dim, hidden = int(np.prod(self.obs_shape)), list(hp.hidden_sizes)
+        check_networks_fit("td3", obs_dim, int(np.prod(action_shape)), hidden, ctx)  # weighed before they are made
         self.agent = Actor(obs_dim, low, high, hidden).to(ctx.device)
         self.critics = Critics(obs_dim, int(np.prod(action_shape)), hidden).to(ctx.device)
         self.learner = learners.td3_learner(self.agent, self.critics, hp, ctx)  # rank 0's weights
