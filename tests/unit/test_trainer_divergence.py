@@ -143,3 +143,66 @@ def test_a_run_whose_rewards_go_infinite_ends_diverged_keeping_its_finite_checkp
     assert not os.path.exists(run.final_model)  # weights that diverged are no model
     best = os.path.join(os.path.dirname(run.final_model), "best-model.pt")
     assert not os.path.exists(best) or checkpoint.nonfinite(torch.load(best, weights_only=True)) == []
+
+
+# --- a NaN planted in the weights, as an optimiser step on a NaN gradient writes one -----------------------------
+
+
+def planted(trainer) -> None:
+    with torch.no_grad():
+        next(trainer.agent.parameters()).view(-1)[0] = NAN
+
+
+def cartpole_run(tmp_path, monkeypatch):
+    """PPO on CartPole, 9 updates of 32 vector steps (268 timesteps: autoreset steps are none), a checkpoint every 4
+    (the last at 8), trained to its budget."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    spec = (small_job("ppo").with_spec(totalTimesteps=256, workers=1, seed=1, checkpoint={"everyUpdates": 4, "keep": 2},
+                                       success={"evalEpisodes": 1, "evalEvery": 100}).spec())
+    trainer, run = one_process_run(spec)
+    assert session.run_updates(trainer, run) == "budget"
+    assert (trainer.counters.updates, trainer.counters.global_step) == (9, 268)
+    return trainer, run
+
+
+@pytest.mark.parametrize(("outcome", "what"), [("budget", "the final state's agent."), ("stopped", "the checkpoint's agent.")])
+def test_weights_gone_nan_in_the_last_update_are_neither_checkpointed_nor_the_model(outcome, what, tmp_path, monkeypatch):
+    """The last update's NaN is voted in no later update: the run's end judges the state itself (a budget's end
+    with every rank's vote; a stop's save, rank 0's alone, without collectives)."""
+    trainer, run = cartpole_run(tmp_path, monkeypatch)
+    before = checkpoint.list_checkpoints(run.checkpoint_dir)
+    assert [os.path.basename(path) for path in before] == ["ckpt-0000000008.pt", "ckpt-0000000004.pt"]
+    kept_at = checkpoint.read(before[0])["counters"]["global_step"]
+    planted(trainer)
+    message = run.finish(trainer, outcome)
+    assert run.ended_diverged
+    assert message.startswith(what) and " not finite at update 9 (timesteps 268); last finite checkpoint kept: " in message
+    assert f"{pod_path(before[0])} (timesteps {kept_at})" in message
+    assert checkpoint.list_checkpoints(run.checkpoint_dir) == before
+    assert not os.path.exists(run.final_model)
+
+
+def test_the_same_run_unplanted_ends_as_before(tmp_path, monkeypatch):
+    trainer, run = cartpole_run(tmp_path, monkeypatch)
+    message = run.finish(trainer, "budget")
+    assert not run.ended_diverged and message.startswith("budget of 256 timesteps spent")
+    assert [os.path.basename(path) for path in checkpoint.list_checkpoints(run.checkpoint_dir)] == [
+        "ckpt-0000000009.pt", "ckpt-0000000008.pt"]
+    assert os.path.exists(run.final_model)
+
+
+def test_weights_gone_nan_are_no_best_model_however_they_score(tmp_path, monkeypatch):
+    trainer, run = cartpole_run(tmp_path, monkeypatch)
+    run.evaluated(trainer, 10.0)
+    best = os.path.join(os.path.dirname(run.final_model), "best-model.pt")
+    assert torch.load(best, weights_only=True)["eval_return"] == 10.0
+    planted(trainer)
+    run.evaluated(trainer, 500.0)
+    assert torch.load(best, weights_only=True)["eval_return"] == 10.0 and run.best_eval_return == 10.0
+    assert run.divergence.what.startswith("best-model.pt's agent.") and run.divergence_vote()
+
+
+def test_a_divergence_only_another_rank_saw_is_named_at_rank_0s_last_boundary(tmp_path, monkeypatch):
+    _, run = cartpole_run(tmp_path, monkeypatch)
+    assert run.divergence is None
+    assert run.divergence_message().startswith("another rank's loss not finite at update 9 (timesteps 268); last finite ")

@@ -699,7 +699,10 @@ class TrainingSession:
         if self.ctx.is_main and self.divergence is None and (bad := checkpoint.nonfinite(algorithm.shared_state())):
             self.record_divergence(f"the final state's {named(bad)}", algorithm.counters)
         vote = torch.tensor([float(self.divergence is not None)], dtype=torch.float64)  # host: gloo's or all_reduce_sum's copy
-        return bool(distributed.all_reduce_sum(self.ctx, vote)[0] > 0)
+        try:
+            return bool(distributed.all_reduce_sum(self.ctx, vote)[0] > 0)
+        except PeerLost:  # a peer killed after the last update: this rank's own word, as the run ended before this vote
+            return self.divergence is not None
 
     def divergence_message(self) -> str:
         """The termination message of a run that diverged (divergence.diverged_message), marked ended_diverged. Only
