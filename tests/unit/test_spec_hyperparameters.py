@@ -55,6 +55,24 @@ def test_kuberl_validate_refuses_a_batch_larger_than_the_buffer_before_any_pod(t
     assert "spec.dqn.batchSize: expected at most bufferSize 10 (got 128)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("ppo, env, expected", [
+    ({"lstm": {}, "learnWhileCollecting": True}, {}, ("spec.ppo.learnWhileCollecting: a recurrent policy collects with the LSTM"
+     " state it carries for each env, which a copy collecting ahead would not; spec.ppo.lstm needs learnWhileCollecting: false")),
+    ({"lstm": {"hiddenSize": 16}, "numMinibatches": 4}, {"numEnvs": 2}, ("spec.ppo.numMinibatches: expected at most"
+     " env.numEnvs = 2 with lstm: a recurrent minibatch is whole envs (got 4)")),
+], ids=["learning-while-collecting", "more-minibatches-than-envs"])
+def test_kuberl_validate_refuses_what_a_recurrent_policy_cannot_do_naming_the_field(tmp_path, capsys, ppo, env, expected):
+    import yaml
+    from kuberl.cli import main
+
+    job = make_job().minimal().algorithm("ppo", **ppo).obj()
+    job["spec"]["env"].update(env)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert main(["validate", str(path)]) == 1
+    assert expected in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("block, field, meant", [
     ("ppo", "learning_rate", "learningRate"), ("ppo", "num_steps", "numSteps"), ("dqn", "batch_size", "batchSize")])
 def test_a_python_field_name_is_refused_naming_the_yaml_one(block, field, meant):

@@ -50,6 +50,8 @@ from .validation import (
 from .yamlreader import MAX_NESTING
 
 # work on another thread beside the updates has no one order to replay
+LAGGED_ROLLOUT_NOT_RECURRENT = ("a recurrent policy collects with the LSTM state it carries for each env, which a copy"
+                                " collecting ahead would not; spec.ppo.lstm needs learnWhileCollecting: false")
 LAGGED_ROLLOUT_NOT_DETERMINISTIC = "a rollout collected while the update learns is not reproducible; spec.deterministic needs learnWhileCollecting: false"
 BACKGROUND_EVALUATION_NOT_DETERMINISTIC = ("an evaluation that finishes while training goes on ends the run at an update no rerun "
                                            "repeats; spec.deterministic needs evalWhileTraining: false")
@@ -210,6 +212,26 @@ HYPERPARAMETER_RULES = [
         lambda s: f"expected at most the minibatch size {_ppo_batch(s) // _hp(s, 'ppo', 'numMinibatches', PPOConfig)}"
         f" (got {_hp(s, 'ppo', 'gradAccumulation', PPOConfig)})",
         ("env",),
+    ),
+    _hyperparameter_rule(  # a recurrent minibatch is whole envs, each env's rollout replayed in order
+        "ppo", "numMinibatches",
+        f"!has(self.ppo) || !has(self.ppo.lstm) || {_CEL_MINIBATCHES} <= {_cel_hp('env', 'numEnvs', EnvSpec)}",
+        f"'expected at most env.numEnvs = ' + string({_cel_hp('env', 'numEnvs', EnvSpec)}) + ' with lstm: a recurrent"
+        f" minibatch is whole envs (got ' + string({_CEL_MINIBATCHES}) + ')'",
+        "expected at most env.numEnvs with lstm: a recurrent minibatch is whole envs",
+        lambda s: (s.get("ppo") or {}).get("lstm") is None
+        or _hp(s, "ppo", "numMinibatches", PPOConfig) <= _hp(s, "env", "numEnvs", EnvSpec),
+        lambda s: f"expected at most env.numEnvs = {_hp(s, 'env', 'numEnvs', EnvSpec)} with lstm: a recurrent minibatch"
+        f" is whole envs (got {_hp(s, 'ppo', 'numMinibatches', PPOConfig)})",
+        ("env",),
+    ),
+    _hyperparameter_rule(
+        "ppo", "learnWhileCollecting",
+        "!has(self.ppo) || !has(self.ppo.lstm) || !has(self.ppo.learnWhileCollecting) || !self.ppo.learnWhileCollecting",
+        f"'{LAGGED_ROLLOUT_NOT_RECURRENT}'",
+        LAGGED_ROLLOUT_NOT_RECURRENT,
+        lambda s: (s.get("ppo") or {}).get("lstm") is None or not (s.get("ppo") or {}).get("learnWhileCollecting"),
+        lambda s: LAGGED_ROLLOUT_NOT_RECURRENT,
     ),
 ]
 
