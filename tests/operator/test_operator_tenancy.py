@@ -284,7 +284,6 @@ def test_a_job_edited_in_a_loop_keeps_up_quietly_and_its_gang_is_not_restarted(s
 
     editor = threading.Thread(target=edit)
     editor.start()
-    time.sleep(4)
     # the edits, not the time, matter: 50 took 34 s with two xdist workers beside two busy loops (load 15)
     wait_for(lambda: edits[0] > 50, timeout=120, what='50 edits')
     stop.set()
