@@ -203,27 +203,39 @@ def test_a_user_env_of_gyms_old_api_is_refused_saying_what_gymnasium_returns(tmp
         " written for gym before 0.26; return (obs, reward, terminated, truncated, info) from step)"), refused.value
 
 
-@pytest.mark.parametrize("algorithm", ["td3", "sac"])
-def test_networks_no_rank_can_hold_are_refused_naming_hidden_sizes_before_they_are_made(monkeypatch, tmp_path, algorithm):
-    """hiddenSizes at its bounds (8 layers of 65,536) asks SAC's and TD3's actor and twin critics for 90 billion
-    weights: torch writes each layer as it makes it, so the kernel killed the rank, and the operator restarted it as a
-    crash, to be killed again. Weighed before any is made, as the replay buffer is."""
+@pytest.mark.parametrize("algorithm, env_id, block, what, weights", [
+    ("td3", "Pendulum-v1", {}, "the actor and twin critics", r"90,\d{3},\d{3},\d{3}"),
+    ("sac", "Pendulum-v1", {}, "the actor and twin critics", r"90,\d{3},\d{3},\d{3}"),
+    ("ppo", "CartPole-v1", {}, "the actor and critic", r"60,\d{3},\d{3},\d{3}"),
+    ("ppo", "CartPole-v1", {"lstm": {"hidden_size": 4096}}, "the actor and critic", r"60,\d{3},\d{3},\d{3}"),
+    ("dqn", "CartPole-v1", {"buffer_size": 1000, "learning_starts": 10, "batch_size": 10}, "the Q network", r"30,\d{3},\d{3},\d{3}"),
+], ids=["td3", "sac", "ppo", "ppo-lstm", "dqn"])
+def test_networks_no_rank_can_hold_are_refused_naming_hidden_sizes_before_they_are_made(monkeypatch, tmp_path, algorithm,
+                                                                                        env_id, block, what, weights):
+    """hiddenSizes at its bounds (8 layers of 65,536) asks 30 to 90 billion weights of an algorithm's networks: torch
+    writes each layer as it makes it, so the kernel killed the rank, and the operator restarted it as a crash, to be
+    killed again. Weighed on torch's meta device before any is made, as the buffers are."""
     from kuberl.core.spec import SACConfig, TD3Config
+    from kuberl_trainer.dqn import DQNTrainer
     from kuberl_trainer.sac import SACTrainer
     from kuberl_trainer.td3 import TD3Trainer
 
     (tmp_path / "memory.max").write_text(f"{2 * GIB}\n")
     one = Dist(0, 1, 0, 1, torch.device("cpu"), None, cgroup=str(tmp_path))
-    made = []
+    made, make = [], torch.nn.Linear.__init__
 
     def recorded(self, *args, **kwargs):
-        made.append(args)
-        raise MemoryError("a layer was made")  # never allocated here, whatever the outcome
+        if kwargs.get("device") is None and torch.empty(0).device.type != "meta":  # torch's default device, as set
+            made.append(args)
+            raise MemoryError("a layer was made")  # never allocated here, whatever the outcome
+        make(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.nn.Linear, "__init__", recorded)
-    trainer, config = {"td3": (TD3Trainer, TD3Config), "sac": (SACTrainer, SACConfig)}[algorithm]
-    wide = config(hidden_sizes=[65536] * 8, buffer_size=1000, learning_starts=10, batch_size=10)
-    with pytest.raises(budget.BufferTooLarge, match=rf"^spec\.{algorithm}\.hiddenSizes: holding the actor and twin critics \(90,\d{{3}},\d{{3}},\d{{3}} weights"
-                       r", each with its gradient and Adam's two moments\) takes 13\d\d\.\d GiB per rank"):
-        trainer(one, wide, "Pendulum-v1", 1, {}, 10**4, 1, 0)
+    trainer, config = {"td3": (TD3Trainer, TD3Config), "sac": (SACTrainer, SACConfig), "ppo": (PPOTrainer, PPOConfig),
+                       "dqn": (DQNTrainer, DQNConfig)}[algorithm]
+    extra = {} if algorithm in ("ppo", "dqn") else {"buffer_size": 1000, "learning_starts": 10, "batch_size": 10}
+    wide = config(hidden_sizes=[65536] * 8, **extra, **block)
+    with pytest.raises(budget.BufferTooLarge, match=rf"^spec\.{algorithm}\.hiddenSizes: holding {what} \({weights} weights"
+                       r", each with its gradient and Adam's two moments\) takes \d+\.\d GiB per rank"):
+        trainer(one, wide, env_id, 1, {}, 10**4, 1, 0)
     assert made == []

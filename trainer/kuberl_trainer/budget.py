@@ -1,5 +1,5 @@
-"""Whether a rank's preallocated buffers (PPO's rollout, DQN's replay) fit the
-memory it may use, checked before they are allocated.
+"""Whether a rank's preallocated buffers (PPO's rollout, DQN's replay) and its
+networks fit the memory it may use, checked before they are allocated.
 
 Why before: numpy's zeros are only reserved, so an oversized buffer is not
 refused when it is made; the kernel kills the rank once the buffer has
@@ -18,10 +18,13 @@ The check is a floor: the update's own temporaries come on top.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+from collections.abc import Callable
 
 import numpy as np
+import torch
 from kuberl.core import replaymemory
 from kuberl.core.replaymemory import Replay
 
@@ -93,3 +96,19 @@ def check_replay(planned: Replay, algorithm: str, env_id: str, ctx: Dist, reside
         raise BufferTooLarge(replaymemory.too_large(
             field, planned.what(env_id), planned.peak_bytes, share, f"{how}; {planned.describe()}",
             planned.largest_within(share), filled_later=True))
+
+
+def check_networks(field: str, what: str, make: Callable[[], torch.nn.Module], ctx: Dist) -> None:
+    """Raise BufferTooLarge, naming `field` (the algorithm's hiddenSizes), where the networks `make` builds cannot fit
+    this rank's share of memory, weighed on torch's meta device (shapes, no memory) before they are made: torch writes
+    each layer as it makes it, and hiddenSizes at its bounds (8 layers of 65,536) is 60 to 90 billion weights, for
+    which the kernel killed the rank, restarted as a crash to be killed again. A floor: on the CPU each weight is held
+    with its gradient and Adam's two moments (a target's copy comes on top); for a GPU they are made here first."""
+    with torch.device("meta"):
+        made = make()
+    weights = sum(t.numel() for t in itertools.chain(made.parameters(), made.buffers()))
+    on_host = ctx.device.type == "cpu"
+    held = ", each with its gradient and Adam's two moments" if on_host else ", made here before they move to the GPU"
+    ranks, sharers = sharing_ranks(ctx)
+    check_fits(field, f"holding {what} ({weights:,} weights{held})", 4 * (4 if on_host else 1) * weights, ranks,
+               cgroup=ctx.cgroup, sharers=sharers)

@@ -6,7 +6,6 @@ it."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -15,8 +14,6 @@ import torch
 from kuberl.core import envspaces
 from torch import nn
 
-from . import budget
-from .distributed import Dist
 from .envs import UnknownEnv
 
 
@@ -28,26 +25,6 @@ def mlp(n_in: int, hidden: list[int], n_out: int | None = None) -> nn.Sequential
         layers += [nn.Linear(n_in, width), nn.ReLU()]
         n_in = width
     return nn.Sequential(*layers, *([nn.Linear(n_in, n_out)] if n_out else []))
-
-
-def mlp_weights(n_in: int, hidden: list[int], n_out: int | None = None) -> int:
-    """The weights and biases `mlp(n_in, hidden, n_out)` holds, counted without making it."""
-    widths = [n_in, *hidden, *([n_out] if n_out else [])]
-    return sum((a + 1) * b for a, b in itertools.pairwise(widths))
-
-
-def check_networks_fit(algorithm: str, obs_dim: int, action_dim: int, hidden: list[int], ctx: Dist) -> None:
-    """Raise budget.BufferTooLarge, naming spec.<algorithm>.hiddenSizes, where the actor and twin critics cannot fit
-    this rank's share of memory, before any is made: torch writes each layer as it makes it, and hiddenSizes at its
-    bounds (8 layers of 65,536) is 90 billion weights, for which the kernel killed the rank, restarted as a crash to
-    be killed again. A floor: on the CPU each weight is held with its gradient and Adam's two moments (the targets'
-    copies and SAC's second head come on top); for a GPU the networks are made on the host first."""
-    weights = mlp_weights(obs_dim, hidden, action_dim) + 2 * mlp_weights(obs_dim + action_dim, hidden, 1)
-    on_host = ctx.device.type == "cpu"
-    held = ", each with its gradient and Adam's two moments" if on_host else ", made here before they move to the GPU"
-    ranks, sharers = budget.sharing_ranks(ctx)
-    budget.check_fits(f"spec.{algorithm}.hiddenSizes", f"holding the actor and twin critics ({weights:,} weights{held})",
-                      4 * (4 if on_host else 1) * weights, ranks, cgroup=ctx.cgroup, sharers=sharers)
 
 
 class Critics(nn.Module):

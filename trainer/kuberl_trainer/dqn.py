@@ -153,6 +153,8 @@ class DQNTrainer(OffPolicyAlgorithm):
             self.agent = networks.QCNN(self.obs_shape, int(self.action_space.n)).to(ctx.device)
             self.target = networks.QCNN(self.obs_shape, int(self.action_space.n)).to(ctx.device)
         else:
+            budget.check_networks("spec.dqn.hiddenSizes", "the Q network", lambda: QNetwork(
+                int(np.prod(self.obs_shape)), int(self.action_space.n), list(hp.hidden_sizes)), ctx)
             self.agent = QNetwork(int(np.prod(self.obs_shape)), int(self.action_space.n), list(hp.hidden_sizes)).to(ctx.device)
             self.target = QNetwork(int(np.prod(self.obs_shape)), int(self.action_space.n), list(hp.hidden_sizes)).to(ctx.device)
         self.target.load_state_dict(self.agent.state_dict())

@@ -294,23 +294,27 @@ class PPOTrainer(BaseAlgorithm):
         # the CNN's heads are linear on its 512 features (Nature DQN / CleanRL); hiddenSizes shape MLPs
         heads = [] if cnn else list(hp.hidden_sizes)
         self.recurrent = hp.lstm is not None
-        agent = (RecurrentAgent(features, self.action_space, heads, hp.lstm.hidden_size, encoder) if self.recurrent
-                 else Agent(features, self.action_space, heads, encoder))
-        self.agent = agent.to(ctx.device)
-        self.obs_norm = RunningMeanStd(self.obs_shape)  # merged over ranks at each update: checkpoints, evaluation
-        # what this rank's rollout is normalised with: obs_norm plus each step's observations as they come
-        # (SB3's VecNormalize, CleanRL's NormalizeObservation), so the first rollout is not normalised blind
-        self.acting_norm = StepStatistics(self.obs_norm)
-        self.ret_norm = RunningMeanStd(())
         self.batch_per_rank = hp.num_steps * num_envs
-        layout = (hp.num_steps, num_envs, self.obs_shape, tuple(self.action_space.shape or ()), self.agent.discrete,
-                  np.uint8 if cnn else np.float32)
+        layout = (hp.num_steps, num_envs, self.obs_shape, tuple(self.action_space.shape or ()),
+                  isinstance(self.action_space, gym.spaces.Discrete), np.uint8 if cnn else np.float32)
         rollouts = 2 if hp.learn_while_collecting else 1  # one filling while the update reads the other
         ranks, sharers = budget.sharing_ranks(ctx)
         budget.check_fits("spec.ppo.numSteps x spec.env.numEnvs",
                           f"a rollout of {self.batch_per_rank:,} steps of {env_id}"
                           + (", held twice for spec.ppo.learnWhileCollecting," if rollouts == 2 else ""),
                           rollouts * budget.nbytes(Rollout.layout(*layout)), ranks, cgroup=ctx.cgroup, sharers=sharers)
+
+        def make() -> nn.Module:
+            return (RecurrentAgent(features, self.action_space, heads, hp.lstm.hidden_size, encoder) if self.recurrent
+                    else Agent(features, self.action_space, heads, encoder))
+
+        budget.check_networks("spec.ppo.hiddenSizes", "the actor and critic", make, ctx)  # weighed before it is made
+        self.agent = make().to(ctx.device)
+        self.obs_norm = RunningMeanStd(self.obs_shape)  # merged over ranks at each update: checkpoints, evaluation
+        # what this rank's rollout is normalised with: obs_norm plus each step's observations as they come
+        # (SB3's VecNormalize, CleanRL's NormalizeObservation), so the first rollout is not normalised blind
+        self.acting_norm = StepStatistics(self.obs_norm)
+        self.ret_norm = RunningMeanStd(())
         self.buf = Rollout(*layout, ctx.device)
         self.discounted = np.zeros(num_envs, np.float32)
         self.next_value = np.zeros(num_envs, np.float32)  # the bootstrap value of each rollout, set as it ends (collect)

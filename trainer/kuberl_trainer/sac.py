@@ -48,7 +48,6 @@ from .continuous import (
     Critics,
     box_bounds,
     box_problem,
-    check_networks_fit,
     frozen,
     mlp,
 )
@@ -175,7 +174,8 @@ class SACTrainer(OffPolicyAlgorithm):
                                              total_timesteps=self.total_timesteps, world_size=ctx.world_size)
         budget.check_replay(planned, "sac", env_id, ctx)  # weighed before it is made
         obs_dim, hidden = int(np.prod(self.obs_shape)), list(hp.hidden_sizes)
-        check_networks_fit("sac", obs_dim, int(np.prod(action_shape)), hidden, ctx)  # weighed before they are made
+        budget.check_networks("spec.sac.hiddenSizes", "the actor and twin critics", lambda: nn.ModuleList(
+            [Actor(obs_dim, low, high, hidden), Critics(obs_dim, int(np.prod(action_shape)), hidden)]), ctx)
         self.agent = Actor(obs_dim, low, high, hidden).to(ctx.device)
         self.critics = Critics(obs_dim, int(np.prod(action_shape)), hidden).to(ctx.device)
         self.temperature = Temperature(hp.alpha, hp.autotune).to(ctx.device)

@@ -46,7 +46,6 @@ from .continuous import (
     Critics,
     box_bounds,
     box_problem,
-    check_networks_fit,
     frozen,
     mlp,
 )
@@ -148,7 +147,8 @@ class TD3Trainer(OffPolicyAlgorithm):
                                              total_timesteps=self.total_timesteps, world_size=ctx.world_size)
         budget.check_replay(planned, "td3", env_id, ctx)  # weighed before it is made
         obs_dim, hidden = int(np.prod(self.obs_shape)), list(hp.hidden_sizes)
-        check_networks_fit("td3", obs_dim, int(np.prod(action_shape)), hidden, ctx)  # weighed before they are made
+        budget.check_networks("spec.td3.hiddenSizes", "the actor and twin critics", lambda: nn.ModuleList(
+            [Actor(obs_dim, low, high, hidden), Critics(obs_dim, int(np.prod(action_shape)), hidden)]), ctx)
         self.agent = Actor(obs_dim, low, high, hidden).to(ctx.device)
         self.critics = Critics(obs_dim, int(np.prod(action_shape)), hidden).to(ctx.device)
         self.learner = learners.td3_learner(self.agent, self.critics, hp, ctx)  # rank 0's weights
