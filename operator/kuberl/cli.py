@@ -96,7 +96,7 @@ def env_problems(spec: JobSpec) -> tuple[list[Problem], list[str]]:
     from .core.envclass import job_class_check
     from .core.envspaces import job_env_problems, target_ceiling_problem
 
-    problems, notes = job_class_check(spec, os.getcwd(), sys.path, sys.builtin_module_names)
+    problems, notes = job_class_check(spec, os.getcwd(), sys.path, sys.builtin_module_names, sys.meta_path)
     problems += job_env_problems(spec, notes)
     if unreachable := target_ceiling_problem(spec):  # a warning: a reward wrapper of the user's own changes it
         notes.append(str(unreachable))

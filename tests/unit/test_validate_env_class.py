@@ -18,6 +18,7 @@ from kuberl.core.envclass import (
     Found,
     class_check,
     find_module,
+    job_class_check,
     missing_attribute,
     top_level_names,
 )
@@ -159,6 +160,21 @@ def test_a_module_is_found_where_a_pod_would_import_it_without_importing_it(tmp_
     assert find_module("nosuch", [str(tmp_path)]) is None and find_module("pkg.nosuch", [str(tmp_path)]) is None
     assert find_module("myenvs.part", [str(tmp_path)]).source is None  # a module, not a package: cannot tell
     assert find_module("sys", [str(tmp_path)], builtin=("sys",)).unread.startswith("is built into Python")
+
+
+def test_a_package_an_editable_install_provides_is_read_where_its_finder_points(tmp_path):
+    """`pip install -e` (make setup's kuberl_trainer) puts a finder on sys.meta_path and no sys.path entry: the
+    cartpole-lstm example's kuberl_trainer.masked env was 'not checked: no module here', though its pods import it."""
+    import importlib.util
+
+    origin = importlib.util.find_spec("kuberl_trainer").submodule_search_locations[0]
+    found = find_module("kuberl_trainer.masked", [str(tmp_path)], finders=sys.meta_path)
+    assert found.origin == os.path.join(origin, "masked.py") and "CartPoleNoVelocity" in top_level_names(found.source)
+    editable = not any(os.path.isdir(os.path.join(p, "kuberl_trainer")) for p in sys.path if p)
+    if editable:  # on no path entry: the finders alone find it
+        assert find_module("kuberl_trainer.masked", sys.path[1:]) is None
+    spec = make_job("cartpole").with_spec(env={"id": "kuberl_trainer.masked:CartPoleNoVelocity"}).spec()
+    assert job_class_check(spec, str(tmp_path), sys.path, sys.builtin_module_names, sys.meta_path) == ([], [])
 
 
 # --- validate and run, as a user meets them --------------------------------------------------------------------------

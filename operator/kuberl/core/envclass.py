@@ -16,6 +16,7 @@ import os
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from importlib.machinery import PathFinder
+from typing import Any
 
 from .validation import Problem
 
@@ -116,16 +117,21 @@ class Found:
     unread: str = "is not Python source that can be read here"  # why `source` is None
 
 
-def find_module(module: str, search_path: Sequence[str], builtin: Collection[str] = ()) -> Found | None:
+def find_module(module: str, search_path: Sequence[str], builtin: Collection[str] = (),
+                finders: Sequence[Any] = ()) -> Found | None:
     """Where `import module` finds it on `search_path` (the pods' sys.path: the directory they run from, then
     this interpreter's), without importing anything, a package's __init__ included; None when not found.
-    `builtin`: the modules built into this Python (sys.builtin_module_names), which have no file."""
+    `builtin`: the modules built into this Python (sys.builtin_module_names), which have no file. `finders`:
+    this interpreter's sys.meta_path, asked for a top-level package that is on no path entry (an editable
+    install's finder: `pip install -e`, as `make setup` installs kuberl_trainer); a finder only locates."""
     spec, locations = None, list(search_path)
     parts = module.split(".")
     if parts[0] in builtin:
         return Found(parts[0], None, unread="is built into Python: it has no source to read")
     for i in range(len(parts)):
         spec = PathFinder.find_spec(".".join(parts[: i + 1]), locations)
+        if spec is None and i == 0:
+            spec = _installed_elsewhere(parts[0], finders)
         if spec is None:
             return None
         locations = list(spec.submodule_search_locations or [])
@@ -143,6 +149,18 @@ def find_module(module: str, search_path: Sequence[str], builtin: Collection[str
     if len(data) > MAX_SOURCE_BYTES:
         return Found(origin, None, submodules, unread=f"is larger than {MAX_SOURCE_BYTES // 1024} KiB, more than an env's code: not read to check it")
     return Found(origin, data.decode("utf-8", "replace"), submodules)
+
+
+def _installed_elsewhere(name: str, finders: Sequence[Any]) -> Any:
+    """The spec of top-level `name` from a finder of sys.meta_path other than the path's own (searched already)."""
+    for finder in finders:
+        if finder is PathFinder or not hasattr(finder, "find_spec"):
+            continue
+        with contextlib.suppress(ImportError, ValueError, AttributeError):
+            spec = finder.find_spec(name, None)
+            if spec is not None and spec.origin not in (None, "built-in", "frozen"):
+                return spec
+    return None
 
 
 def class_check(env_id: str, found: Found | None, where: str) -> tuple[Problem | None, str | None]:
@@ -179,10 +197,10 @@ def pods_search_path(cwd: str, interpreter_path: Sequence[str]) -> list[str]:
 
 
 def job_class_check(spec: object, cwd: str, interpreter_path: Sequence[str],
-                    builtin: Collection[str] = ()) -> tuple[list[Problem], list[str]]:
+                    builtin: Collection[str] = (), finders: Sequence[Any] = ()) -> tuple[list[Problem], list[str]]:
     """`class_check` of a parsed job whose kuberl trainer makes a "module:Class" env, its module looked for as
     a pod here looks (`pods_search_path`); nothing for a gymnasium id or for trainer: custom. `builtin`:
-    sys.builtin_module_names. Returns (problems, notes)."""
+    sys.builtin_module_names; `finders`: sys.meta_path (find_module). Returns (problems, notes)."""
     if spec.trainer != "kuberl" or spec.env is None or ":" not in spec.env.id:  # type: ignore[attr-defined]
         return [], []  # trainer: custom has no env block at all
     env_id = spec.env.id  # type: ignore[attr-defined]
@@ -190,6 +208,6 @@ def job_class_check(spec: object, cwd: str, interpreter_path: Sequence[str],
     found = None
     if module and all(part.isidentifier() for part in module.split(".")):
         with contextlib.suppress(OSError, ImportError, ValueError):
-            found = find_module(module, pods_search_path(cwd, interpreter_path), builtin)
+            found = find_module(module, pods_search_path(cwd, interpreter_path), builtin, finders)
     problem, note = class_check(env_id, found, f"not installed in this Python, no {module.split('.')[0]}.py or package in {cwd}")
     return [problem] if problem else [], [note] if note else []

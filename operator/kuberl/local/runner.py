@@ -1156,7 +1156,7 @@ def checked_job(document: dict, env_ids: Collection[str] | None) -> JobSpec:
         from ..core.envspaces import job_env_problems
 
         # a note (a module not found here) is left to the trainer, whose refusal follows in seconds
-        meta += job_class_check(spec, os.getcwd(), sys.path, sys.builtin_module_names)[0] + job_env_problems(spec)
+        meta += job_class_check(spec, os.getcwd(), sys.path, sys.builtin_module_names, sys.meta_path)[0] + job_env_problems(spec)
     if meta:
         raise InvalidJob(meta)
     return spec
