@@ -221,7 +221,16 @@ def run_updates(algorithm: Algorithm, session: Session) -> str:
     session.log(budget_line(algorithm, resumed=loaded is not None))
     while not algorithm.budget_spent():
         algorithm.divergence_vote = session.divergence_vote()  # voted in the update's all-reduce, with no collective of its own
-        report = algorithm.update(session.stop_requested, session.success_vote())  # the stop: read at the all-reduce
+        try:
+            report = algorithm.update(session.stop_requested, session.success_vote())  # the stop: read at the all-reduce
+        except Exception as e:
+            if not algorithm.divergence_vote:
+                raise
+            # weights this rank saw diverge failed the rollout before the vote (torch's sampling refuses NaN
+            # probabilities): every rank holding them fails alike, and a peer that did not ends at its next collective
+            session.log(f"update {algorithm.counters.updates + 1} failed on weights that diverged: {type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else ''}")
+            return "diverged"
         if report.diverged:  # before after_update: nothing of these weights is evaluated or saved
             return "diverged"
         if report.target_met:
