@@ -205,6 +205,23 @@ def test_a_crafted_trained_as_is_refused_in_a_short_escaped_line_never_a_crash(t
     assert warned and all(len(line) < 1000 and not safetext.has_unsafe(line) for line in warned)
 
 
+@pytest.mark.parametrize("key", ["\x1b[2J\nFORGED: line", "k" * 1_000_000], ids=["escapes-and-breaks", "megabyte-key"])
+def test_a_crafted_non_finite_value_is_named_in_a_short_escaped_line(tmp_path, monkeypatch, caplog, key):
+    """A checkpoint holding a NaN is refused naming where (checkpoint.nonfinite), before its keys are compared with this
+    job's: a key of the file's own choosing, holding NaN, reached the refusal and the log whole, escapes raw."""
+    state = trained_state(tmp_path, monkeypatch)
+    state[key] = {"inner\u202e": float("nan")}
+    trainer, training = training_session(tmp_path, "ppo", numSteps=16)
+    placed(training, 5, state)
+    with pytest.raises(checkpoint.NoUsableCheckpoint) as refused:
+        session.run_updates(trainer, training)
+    (_, why), = refused.value.unusable
+    assert why.endswith("not finite (written as the run diverged, by a trainer that did not check)"), why[:300]
+    assert len(why) < 400 and "\n" not in why and not safetext.has_unsafe(why), why[:500]
+    warned = [r.getMessage() for r in caplog.records if "skipping checkpoint" in r.getMessage()]
+    assert warned and all(len(line) < 1000 and not safetext.has_unsafe(line) for line in warned)
+
+
 def test_a_foreign_checkpoint_is_set_aside_and_the_older_own_one_resumed(tmp_path, monkeypatch):
     own_state = trained_state(tmp_path, monkeypatch)
     trainer, training = training_session(tmp_path, "ppo", numSteps=16)

@@ -21,6 +21,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from kuberl.core import safetext
+
 NAMED = 2  # non-finite values named in a line; the rest counted
 
 # what a user changes, per hyperparameter block, where the algorithm has it: lower rates, a tighter clip, rewards scaled
@@ -43,9 +45,15 @@ def nonfinite_losses(losses: Mapping[str, float]) -> list[str]:
 
 
 def named(paths: Sequence[str]) -> str:
-    """`value_loss`, or `agent.critic.0.weight, agent.critic.0.bias and 34 more`."""
-    shown = ", ".join(paths[:NAMED])
+    """`value_loss`, or `agent.critic.0.weight, agent.critic.0.bias and 34 more`; each path escaped onto one line and
+    cut short, as a checkpoint's keys are the file's own (anyone's who can write the volume)."""
+    shown = ", ".join(_short(path) for path in paths[:NAMED])
     return shown if len(paths) <= NAMED else f"{shown} and {len(paths) - NAMED} more"
+
+
+def _short(path: str, width: int = 120) -> str:
+    line = safetext.one_line(path[: 4 * width])
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def advice(algorithm: str, hyperparameters: object) -> str:
