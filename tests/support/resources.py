@@ -1,5 +1,6 @@
 """What the stand-in serves: resource types, and the built-in kinds' own rules (names, immutability)."""
 import decimal
+import ipaddress
 import re
 from dataclasses import dataclass, field
 
@@ -390,6 +391,8 @@ def validate_builtin(rtype: ResourceType, obj: dict, creating: bool = True) -> l
         size += sum(_decoded_length(v) for v in (obj.get('binaryData') or {}).values() if isinstance(v, str))
         if size > CONFIGMAP_LIMIT:
             errors.append(FieldError('FieldValueTooLong', '', f'must have at most {CONFIGMAP_LIMIT} bytes'))
+    if rtype.plural == 'networkpolicies':
+        errors += networkpolicy_spec_errors(obj.get('spec') or {})
     if rtype.plural == 'services':
         for index, port in enumerate((obj.get('spec') or {}).get('ports') or []):
             if not isinstance(port.get('port'), int):
@@ -540,6 +543,107 @@ def _container_field_errors(container: dict, path: str, init: bool) -> list[Fiel
 _POD_MUTABLE = ('spec.containers[*].image, spec.initContainers[*].image, spec.activeDeadlineSeconds, '
                 'spec.tolerations (only additions to existing tolerations), spec.terminationGracePeriodSeconds '
                 '(allow it to be set to 1 if it was previously negative)')
+
+
+# ValidateNetworkPolicySpec (pkg/apis/networking/validation/validation.go), on create and, as
+# ValidateNetworkPolicyUpdate, on every update and patch (validate_builtin runs on both): its selectors, each rule's
+# ports and peers, the policyTypes.
+PROTOCOLS = ('TCP', 'UDP', 'SCTP')
+PORT_RANGE = 'must be between 1 and 65535, inclusive'  # IsValidPortNum
+
+
+def networkpolicy_spec_errors(spec: dict) -> list[FieldError]:
+    errors = label_selector_errors(spec.get('podSelector') or {}, 'spec.podSelector')
+    for direction, peers in (('ingress', 'from'), ('egress', 'to')):
+        for i, rule in enumerate(spec.get(direction) or []):
+            for j, port in enumerate(rule.get('ports') or []):
+                errors += _networkpolicy_port_errors(port, f'spec.{direction}[{i}].ports[{j}]')
+            for j, peer in enumerate(rule.get(peers) or []):
+                errors += _networkpolicy_peer_errors(peer, f'spec.{direction}[{i}].{peers}[{j}]')
+    types = spec.get('policyTypes') or []
+    if len(types) > 2:
+        return errors + [FieldError('FieldValueInvalid', 'spec.policyTypes', 'may not specify more than two policyTypes', types)]
+    return errors + [FieldError('FieldValueNotSupported', f'spec.policyTypes[{i}]', 'supported values: "Ingress", "Egress"', kind)
+                     for i, kind in enumerate(types) if kind not in ('Ingress', 'Egress')]
+
+
+def _networkpolicy_port_errors(port: dict, path: str) -> list[FieldError]:
+    """ValidateNetworkPolicyPort: a protocol of three, a port number in range or a port name, and an endPort only
+    after a numeric port, at or above it."""
+    errors = []
+    if port.get('protocol') is not None and port['protocol'] not in PROTOCOLS:
+        errors.append(FieldError('FieldValueNotSupported', f'{path}.protocol', 'supported values: "TCP", "UDP", "SCTP"', port['protocol']))
+    number, end = port.get('port'), port.get('endPort')
+    if isinstance(number, int):
+        if not 1 <= number <= 65535:
+            errors.append(FieldError('FieldValueInvalid', f'{path}.port', PORT_RANGE, number))
+        if end is not None:
+            if end < number:
+                errors.append(FieldError('FieldValueInvalid', f'{path}.endPort', 'must be greater than or equal to `port`', number))
+            if not 1 <= end <= 65535:
+                errors.append(FieldError('FieldValueInvalid', f'{path}.endPort', PORT_RANGE, end))
+    elif number is not None:
+        if end is not None:
+            errors.append(FieldError('FieldValueInvalid', f'{path}.endPort', 'may not be specified when `port` is non-numeric', end))
+        errors += [FieldError('FieldValueInvalid', f'{path}.port', problem, number) for problem in port_name_problems(number)]
+    elif end is not None:
+        errors.append(FieldError('FieldValueInvalid', f'{path}.endPort', 'may not be specified when `port` is not specified', end))
+    return errors
+
+
+def _networkpolicy_peer_errors(peer: dict, path: str) -> list[FieldError]:
+    """ValidateNetworkPolicyPeer: at least one of podSelector, namespaceSelector and ipBlock, and ipBlock alone."""
+    errors = []
+    for key in ('podSelector', 'namespaceSelector'):
+        if peer.get(key) is not None:
+            errors += label_selector_errors(peer[key], f'{path}.{key}')
+    block = peer.get('ipBlock')
+    if block is not None:
+        errors += _ip_block_errors(block, f'{path}.ipBlock')
+    present = sum(peer.get(key) is not None for key in ('podSelector', 'namespaceSelector', 'ipBlock'))
+    if not present:
+        errors.append(FieldError('FieldValueRequired', path, 'must specify a peer'))
+    elif present > 1 and block is not None:
+        errors.append(FieldError('FieldValueForbidden', path, 'may not specify both ipBlock and another peer'))
+    return errors
+
+
+def _ip_block_errors(block: dict, path: str) -> list[FieldError]:
+    """ValidateIPBlock: a cidr, and each except a strict subset of it."""
+    if not block.get('cidr'):
+        return [FieldError('FieldValueRequired', f'{path}.cidr')]
+    try:
+        cidr = ipaddress.ip_network(block['cidr'], strict=False)
+    except ValueError:
+        return [FieldError('FieldValueInvalid', f'{path}.cidr', 'must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)', block['cidr'])]
+    errors = []
+    for i, text in enumerate(block.get('except') or []):
+        try:
+            inner = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            errors.append(FieldError('FieldValueInvalid', f'{path}.except[{i}]', 'must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)', text))
+            continue
+        if inner.version != cidr.version or inner.network_address not in cidr or cidr.prefixlen >= inner.prefixlen:
+            errors.append(FieldError('FieldValueInvalid', f'{path}.except[{i}]', 'must be a strict subset of `cidr`', text))
+    return errors
+
+
+def label_selector_errors(selector: dict, path: str) -> list[FieldError]:
+    """ValidateLabelSelector (k8s.io/apimachinery/pkg/apis/meta/v1/validation): matchLabels as labels are held to,
+    and each matchExpression's key, operator and values (none for Exists and DoesNotExist, some for In and NotIn)."""
+    errors = [FieldError(e.reason, f'{path}.matchLabels', e.detail, e.value)
+              for e in validate_labels({'labels': selector.get('matchLabels') or {}})]
+    for i, expression in enumerate(selector.get('matchExpressions') or []):
+        where, operator, values = f'{path}.matchExpressions[{i}]', expression.get('operator'), expression.get('values') or []
+        if operator in ('In', 'NotIn') and not values:
+            errors.append(FieldError('FieldValueRequired', f'{where}.values', "must be specified when `operator` is 'In' or 'NotIn'"))
+        elif operator in ('Exists', 'DoesNotExist') and values:
+            errors.append(FieldError('FieldValueForbidden', f'{where}.values', "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
+        elif operator not in ('In', 'NotIn', 'Exists', 'DoesNotExist'):
+            errors.append(FieldError('FieldValueInvalid', f'{where}.operator', 'not a valid selector operator', operator))
+        if (problem := qualified_name_problem(str(expression.get('key') or ''))) is not None:
+            errors.append(FieldError('FieldValueInvalid', f'{where}.key', problem, expression.get('key')))
+    return errors
 
 
 def _strip_pod_mutables(spec: dict) -> dict:

@@ -878,3 +878,45 @@ def test_a_container_s_requests_must_fit_its_limits(rest, resources, said):
 def test_a_pod_s_requests_default_to_its_limits_and_its_qos_class_follows(rest, resources, requests, qos):
     created = rest.post(PODS, pod('classed', containers=[{'name': 'main', 'image': 'busybox:1', 'resources': resources}])).body
     assert created['spec']['containers'][0]['resources'].get('requests') == requests and created['status']['qosClass'] == qos, created
+
+
+NETPOLS = '/apis/networking.k8s.io/v1/namespaces/default/networkpolicies'
+
+
+def networkpolicy(name: str = 'np', **spec) -> dict:
+    """What kuberl renders for a job of two processes per pod (render.render_networkpolicy), `spec` fields replaced."""
+    from kuberl.core import render, rules
+    job = make_job('np').workers(2).replace(procsPerWorker=2).obj()
+    rendered = render.render_networkpolicy(render.Job('np', rules.parse_spec(job['spec'])), 'default')
+    rendered['metadata'] = {'name': name}
+    rendered['spec'].update(spec)
+    return rendered
+
+
+@pytest.mark.parametrize(('ports', 'peer', 'field', 'words'), [
+    ([{'protocol': 'TCP', 'endPort': 9091}], None, 'spec.ingress[1].ports[0].endPort', 'may not be specified when `port` is not specified'),
+    ([{'protocol': 'TCP', 'port': 9091, 'endPort': 9090}], None, 'spec.ingress[1].ports[0].endPort', 'must be greater than or equal to `port`'),
+    ([{'protocol': 'TCP', 'port': 'metrics-0', 'endPort': 9091}], None, 'spec.ingress[1].ports[0].endPort', 'non-numeric'),
+    ([{'protocol': 'TCP', 'port': 70000}], None, 'spec.ingress[1].ports[0].port', 'must be between 1 and 65535, inclusive'),
+    ([{'protocol': 'tcp', 'port': 9090}], None, 'spec.ingress[1].ports[0].protocol', 'Unsupported value: "tcp"'),
+    (None, {}, 'spec.ingress[1].from[0]', 'Required value: must specify a peer'),
+    (None, {'ipBlock': {'cidr': '10.0.0.0/8'}, 'podSelector': {}}, 'spec.ingress[1].from[0]', 'may not specify both ipBlock'),
+    (None, {'ipBlock': {'cidr': '10.0.0.0/8', 'except': ['10.0.0.0/8']}}, 'spec.ingress[1].from[0].ipBlock.except[0]', 'strict subset'),
+    (None, {'namespaceSelector': {'matchExpressions': [{'key': 'team', 'operator': 'In'}]}},
+     'spec.ingress[1].from[0].namespaceSelector.matchExpressions[0].values', "when `operator` is 'In' or 'NotIn'"),
+])
+def test_a_networkpolicy_the_api_server_refuses_is_refused_on_create_and_on_patch(rest, ports, peer, field, words):
+    """ValidateNetworkPolicySpec (pkg/apis/networking/validation/validation.go: ValidateNetworkPolicyPort,
+    ValidateNetworkPolicyPeer, ValidateIPBlock), run again on every update (ValidateNetworkPolicyUpdate): the operator
+    creates each job's NetworkPolicy and corrects it with a merge patch of its own making."""
+    assert rest.post(NETPOLS, networkpolicy()).status == 201, 'what kuberl renders passes'
+    gang, metrics = networkpolicy()['spec']['ingress']  # the gang's own rule, and the scrapers'
+    rules = [gang, {'from': [peer] if peer is not None else metrics['from'], 'ports': ports if ports is not None else metrics['ports']}]
+    created = rest.post(NETPOLS, networkpolicy('bad', ingress=rules))
+    assert created.status == 422 and field in fields_of(created) and words in created.message, created.body
+    patched = rest.patch(f'{NETPOLS}/np', {'spec': {'ingress': rules}})
+    assert patched.status == 422 and field in fields_of(patched) and words in patched.message, patched.body
+
+
+def fields_of(reply) -> list[str]:
+    return [cause['field'] for cause in reply.body['details']['causes']]
