@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kuberl.local.sandbox import pod_roots_dir
 
 from tests.distributed.test_checkpoint_volumes import needs_mounts
 from tests.support.jobs import make_job
@@ -78,8 +79,8 @@ def output_until_resumed(tmp_path: Path) -> str:
 
 
 def rank_processes(tmp_path: Path) -> dict[str, list[int]]:
-    """Live processes started for this test's pods, by pod name."""
-    pods_dir = str(tmp_path / "runs" / JOB / "pods") + "/"
+    """Live processes started for this test's pods, by pod name (their KUBERL_FS_ROOT: <pod roots>/<pod>/root)."""
+    pods_dir = pod_roots_dir(os.path.realpath(tmp_path / "runs" / JOB)) + "/"
     found: dict[str, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from kuberl.local import process
 from kuberl.local.runner import pod_address
+from kuberl.local.sandbox import pod_roots_dir
 
 from tests.support.jobs import make_job
 from tests.support.ports import free_port, free_ports
@@ -304,7 +305,7 @@ def test_ctrl_c_reaches_every_rank_and_one_that_ignores_sigterm_ends_with_its_gr
     out, took = stop_with_ctrl_c(proc, "training", 4)
     assert proc.returncode == 130, out[-3000:]
     assert "got SIGTERM" not in out and 4.5 < took < 15, (took, out[-3000:])
-    assert not process.processes_under(str(tmp_path / "stubborn" / "runs" / "sigstop" / "pods"))
+    assert not process.processes_under(pod_roots_dir(os.path.realpath(tmp_path / "stubborn" / "runs" / "sigstop")))
 
 
 def test_a_chatty_script_is_logged_whole_and_a_last_line_without_newline_too(tmp_path):

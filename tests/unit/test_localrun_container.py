@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
+import stat
 import sys
 from pathlib import Path
 
@@ -264,3 +266,51 @@ def test_args_without_a_command_are_refused_here_naming_the_entrypoint(tmp_path)
     stops before any pod starts instead of running the first arg and crash-looping."""
     with pytest.raises(LocalRunError, match=r"spec.containers\[trainer\].command: unset.*ENTRYPOINT"):
         launch(pod_with({"args": ["--backend", "gloo"]}), str(tmp_path), {})
+
+
+def test_tensorboard_lists_a_live_runs_files_once(tmp_path, monkeypatch):
+    """Rank 0's root mounts the checkpoint volume (a link to runs/<job>/checkpoints): with the pods' roots under
+    runs/<job>/pods/, `tensorboard --logdir runs` listed a live run twice, once through that link. The roots are
+    outside the run directory now (sandbox.pod_roots_dir); TensorBoard's own walker, run by the live pod, finds the
+    event file it wrote once, where it lies."""
+    import yaml
+    from kuberl import cli
+
+    monkeypatch.chdir(tmp_path)  # the pod starts here: RUNS relative (a /tmp/... value would be the pod's own /tmp volume)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "runtime"))
+    (tmp_path / "runtime").mkdir(mode=0o700)
+    runs = tmp_path / "runs"
+    script = ("import os; from tensorboard.backend.event_processing import io_wrapper\n"
+              "tb = os.path.join(os.environ['KUBERL_FS_ROOT'], 'checkpoints', 'tb'); os.makedirs(tb)\n"
+              "open(os.path.join(tb, 'events.out.tfevents.1.live'), 'wb').close()\n"
+              "print('root', os.environ['KUBERL_FS_ROOT'])\n"
+              "print('listed', sorted(io_wrapper.GetLogdirSubdirectories(os.environ['RUNS'])))\n")
+    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "live"}, "spec": {
+        "trainer": "custom", "workers": 1, "runPolicy": {"backoffLimit": 0}, "template": {"spec": {"containers": [{
+            "name": "trainer", "command": ["python", "-c", script], "env": [{"name": "RUNS", "value": "runs"}]}]}}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    assert cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(runs)]) == 0
+    log = (runs / "live" / "logs" / "live-0-g0.log").read_text()
+    assert f"listed {[os.path.join('runs', 'live', 'checkpoints', 'tb')]}" in log, log
+    root = next(line.split(" ", 1)[1] for line in log.splitlines() if line.startswith("root "))
+    assert not root.startswith(str(runs)) and root.startswith(str(tmp_path / "runtime")), root
+
+
+def test_the_roots_are_kept_only_in_a_directory_private_to_this_user(tmp_path, monkeypatch):
+    """The roots' directory is named, not random (a later run finds an earlier runner's leftover processes by it), so
+    in a shared temp directory another user could make it first, or put a link there: the run dir's own pods/ then."""
+    from kuberl.local.sandbox import make_pod_roots, pod_roots_dir
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    base = tmp_path / f"kuberl-{os.getuid()}-roots"
+    made = make_pod_roots(str(tmp_path / "runs" / "job"))
+    assert made == pod_roots_dir(str(tmp_path / "runs" / "job")) and os.path.dirname(made) == str(base)
+    assert stat.S_IMODE(os.lstat(base).st_mode) == 0o700 and os.path.isdir(made)
+    assert pod_roots_dir(str(tmp_path / "runs" / "other")) != made  # a run's own
+    base.chmod(0o777)  # anyone may put a link in it
+    assert make_pod_roots(str(tmp_path / "runs" / "job")) is None
+    base.chmod(0o700)
+    shutil.rmtree(base)
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    base.symlink_to(tmp_path / "elsewhere")
+    assert make_pod_roots(str(tmp_path / "runs" / "job")) is None and not list((tmp_path / "elsewhere").iterdir())

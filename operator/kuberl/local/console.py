@@ -17,6 +17,7 @@ from typing import IO, Any
 
 from ..core import names
 from ..core.contract import shown_return
+from .sandbox import pod_roots_dir
 
 PROGRESS_LINE = re.compile(r"^\[(?:rank|worker) 0\] timesteps \d+  steps/s ")
 CHECKPOINT_LINE = re.compile(r"^\[(?:rank|worker) 0\] checkpoint ")
@@ -36,9 +37,11 @@ def with_host_paths(line: str, host_checkpoints: str) -> str:
     """`line` with the checkpoint volume's pod paths (/checkpoints/…) shown where they lie here."""
     mount = names.CHECKPOINT_MOUNT_DIR.rstrip("/") + "/"
     here = shown(host_checkpoints).rstrip("/") + "/"
-    # the same volume as a rank opens it here, through its pod's root (runs/<job>/pods/<pod>/root/checkpoints/…)
-    pods = os.path.join(os.path.dirname(os.path.abspath(host_checkpoints)), "pods")
-    line = re.sub(re.escape(pods) + r"/[^/\s]+/root" + re.escape(mount), lambda _: here, line)
+    # the same volume as a rank opens it here, through its pod's root (sandbox.pod_roots_dir's <pod>/root/checkpoints/…,
+    # or an older kuberl's runs/<job>/pods/<pod>/root/checkpoints/…)
+    run_dir = os.path.dirname(os.path.abspath(host_checkpoints))
+    for roots in (pod_roots_dir(run_dir), os.path.join(run_dir, "pods")):
+        line = re.sub(re.escape(roots) + r"/[^/\s]+/root" + re.escape(mount), lambda _: here, line)
     return line.replace(" " + mount, " " + here)
 
 

@@ -448,13 +448,14 @@ def start_pod(
     log_path: str | None = None,
     base_env: Mapping[str, str] | None = None,
     node_cpus: int | None = None,
+    roots: str | None = None,
 ) -> PodProcess:
     """Everything a kubelet does to start a pod's trainer container here; configMap volumes are
     projected from `configmaps` into the pod's own sandbox."""
     container = trainer_container(pod)
     check_sources(pod, container)
     env = container_env(pod, container, pod_ip, configmaps, resolve, node_cpus)
-    root = prepare_sandbox(sandbox, pod, container, configmaps, claim_dir)
+    root = prepare_sandbox(sandbox, pod, container, configmaps, claim_dir, roots)
     return PodProcess(launch(pod, root, env, base_env, resolve), prefix, out, log_path)
 
 

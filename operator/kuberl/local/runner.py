@@ -106,7 +106,9 @@ from .sandbox import (
     job_path_problems,
     kubelet_mount_paths,
     make_dirs,
+    make_pod_roots,
     missing_script_failure,
+    pod_roots_dir,
     template_fields,
 )
 
@@ -405,6 +407,7 @@ class LocalCluster:
         # each pod's configMap volumes are projected from these into its own sandbox, as a kubelet does
         self.configmaps = {**{k: dict(v) for k, v in (configmaps or {}).items()}, configmap["metadata"]["name"]: dict(configmap["data"])}
         self.pods: dict[str, LocalPod] = {}
+        self.roots = make_pod_roots(run_dir)  # the pods' roots, outside the run directory (None: inside it)
         self.gpus = host_gpus()  # each pod's slice of them: pod_gpus
 
     def claim_dir(self, claim: str) -> str:
@@ -451,7 +454,7 @@ class LocalCluster:
                 process = start_pod(
                     entry.pod, entry.ip, os.path.join(self.run_dir, "pods", name), self.configmaps,
                     self.claim_dir, resolver, prefix=self.prefix(rank), out=self.out,
-                    log_path=os.path.join(logs, f"{name}-g{generation}.log"), base_env=base_env,
+                    log_path=os.path.join(logs, f"{name}-g{generation}.log"), base_env=base_env, roots=self.roots,
                 )
             except LocalRunError as e:  # said at the field the user wrote: the pod's volumeMounts[4] is their [0]
                 raise LocalRunError(at_template_fields(str(e), written[name])) from None
@@ -798,7 +801,8 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
         whole, flawed = newest_whole(checkpoints) if saved_any else (None, [])
         say(rerun_note(job.name, previous.get("phase"), newest_checkpoint(checkpoints, whole) if whole else None, saved_any,
                        whole, flawed, reason=failed_reason(previous)))
-    wait_for_leftovers(os.path.join(run_dir, "pods"), job.spec.run_policy.termination_grace_period_seconds)
+    for sandboxes in (pod_roots_dir(run_dir), os.path.join(run_dir, "pods")):  # the roots of this kuberl's pods, an older one's
+        wait_for_leftovers(sandboxes, job.spec.run_policy.termination_grace_period_seconds)
     if meets_at_master_port(job.spec):
         check_port_free(job.spec.rendezvous.port)
     cluster = LocalCluster(job, uid, run_dir, out, configmaps)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import posixpath
 import re
 import shutil
 import stat
+import tempfile
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -328,23 +330,54 @@ def check_paths(pod: Mapping, container: Mapping) -> None:
         raise LocalRunError("; ".join(problems))
 
 
+def pod_roots_dir(run_dir: str) -> str:
+    """Where a run's pods have their roots (`<roots>/<pod>/root`, KUBERL_FS_ROOT): outside the run directory, in
+    this user's runtime directory, one directory a run (named by its run directory). A root holds its mounts, links
+    to their volumes: under runs/ the checkpoint volume's TensorBoard files were a second time under rank 0's root,
+    and `tensorboard --logdir runs` listed a live run twice. Named, not random, so a later run finds the processes
+    an earlier runner left (their KUBERL_FS_ROOT is under it)."""
+    base = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir(), f"kuberl-{os.getuid()}-roots")
+    return os.path.join(base, hashlib.sha256(os.path.abspath(run_dir).encode()).hexdigest()[:16])
+
+
+def make_pod_roots(run_dir: str) -> str | None:
+    """`pod_roots_dir(run_dir)`, made: its parent private to this user (0700, theirs: a directory of that name another
+    user made first in a shared /tmp is not used); None where it cannot be, and the roots stay in the run directory."""
+    roots = pod_roots_dir(run_dir)
+    base = os.path.dirname(roots)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(base, 0o700)
+        info = os.lstat(base)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            return None
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(roots, 0o700)
+        return roots if stat.S_ISDIR(os.lstat(roots).st_mode) else None
+    except OSError:
+        return None
+
+
 def prepare_sandbox(
     sandbox: str,
     pod: Mapping,
     container: Mapping,
     configmaps: Mapping[str, Mapping[str, str]],
     claim_dir: Callable[[str], str],
+    roots: str | None = None,
 ) -> str:
-    """A fresh directory standing in for the container's root; returns it.
-    emptyDir and configMap volumes live in the sandbox (gone with the pod: a
+    """A fresh directory standing in for the container's root; returns it: `roots`/<pod>/root (make_pod_roots), else
+    the sandbox's root/. emptyDir and configMap volumes live in the sandbox (gone with the pod: a
     configMap volume is projected afresh for each pod, as a kubelet does);
     claim volumes are the caller's directories, shared and lasting."""
     check_paths(pod, container)
     check_sources(pod, container)
     projected = {v["name"]: configmap_files(v, configmaps) for v in pod["spec"].get("volumes") or [] if "configMap" in v}
     remove_tree(sandbox)
+    if roots is not None:
+        remove_tree(os.path.join(roots, os.path.basename(sandbox)))
     with _as_local_run_error(container):
-        return _lay_out(sandbox, pod, container, projected, claim_dir)
+        return _lay_out(sandbox, pod, container, projected, claim_dir, roots)
 
 
 def unmount(root: str) -> None:
@@ -449,11 +482,16 @@ def working_dir(root: str, container: Mapping, create: bool = True) -> int:
 
 
 def _lay_out(sandbox: str, pod: Mapping, container: Mapping, projected: Mapping[str, Mapping[str, tuple[str, int]]],
-             claim_dir: Callable[[str], str]) -> str:
-    root = os.path.join(sandbox, "root")
+             claim_dir: Callable[[str], str], roots: str | None = None) -> str:
     top = os.path.dirname(os.path.dirname(sandbox))  # the run's directory: its pods/ is any pod's to replace
     os.makedirs(top, exist_ok=True)
-    make_dirs(top, os.path.relpath(root, top), "the pod's root", f"the run's directory {top}")
+    make_dirs(top, os.path.relpath(sandbox, top), "the pod's sandbox", f"the run's directory {top}")
+    if roots is None:
+        root = os.path.join(sandbox, "root")
+        make_dirs(top, os.path.relpath(root, top), "the pod's root", f"the run's directory {top}")
+    else:  # the run's own directory of roots (make_pod_roots): any of its pods' to replace, as pods/ is
+        root = os.path.join(roots, os.path.basename(sandbox), "root")
+        make_dirs(roots, os.path.relpath(root, roots), "the pod's root", f"the run's directory of roots {roots}")
     sources = {}
     index = {v["name"]: i for i, v in enumerate(pod["spec"].get("volumes") or [])}
     for volume in pod["spec"].get("volumes") or []:
