@@ -298,12 +298,15 @@ def test_kuberl_eval_of_runs_on_several_envs_names_the_best_of_each_env_not_acro
 
 def test_a_configurations_seeds_and_their_returns_are_named_in_seed_order_whatever_order_their_runs_sort_in(tmp_path, capsys):
     """docs/local-runs.md's loop, seeds 1, 2, 3, makes runs/<job>.<fingerprint> whose hashes sorted them 1, 3, 2:
-    `kuberl eval runs` said `seeds 1, 3, 2` with each one's mean in that order, where the docs show 1, 2, 3."""
+    `kuberl eval runs` said `seeds 1, 3, 2` with each one's mean in that order, where the docs show 1, 2, 3; its
+    lines of each seed's run still came 1, 3, 2 above a mean naming 1, 2, 3."""
     runs = tmp_path / "runs"
     for name, seed in (("aaaa0001", 1), ("bbbb0003", 3), ("cccc0002", 2)):
         a_run_with_a_model(runs, f"cartpole-ppo.{name}", seed)
     assert main(["eval", str(runs), "--episodes", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
+    seeds = [int(line.split("seed ")[1].split(")")[0]) for line in lines[:3]]
+    assert seeds == [1, 2, 3], lines  # a line each, in the order the mean names them
     means = {int(line.split("seed ")[1].split(")")[0]): line.split("mean return ")[1].split()[0] for line in lines[:3]}
     assert lines[3].startswith("cartpole-ppo (seeds 1, 2, 3): mean over 3 seeds "), lines
     assert lines[3].endswith(f" ({means[1]}, {means[2]}, {means[3]})"), lines  # each seed's mean, in the same order

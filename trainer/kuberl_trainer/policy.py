@@ -836,7 +836,14 @@ def score_runs(runs: list[str], args: Any, allowed: tuple[str, ...] | list[str])
     shown = [f"{_shown(run)} ({text})" if text else _shown(run) for run, text in zip(runs, values_apart(jobs, values), strict=True)]
     scored: dict[int, tuple[float, str]] = {}  # run -> (mean return, env id)
     failed, width = False, max(map(len, shown))
-    for i, run in enumerate(runs):
+    members: dict[int, list[int]] = {}  # each configuration's runs, configurations in the order their first run sorts
+    for i, group in enumerate(groups):
+        members.setdefault(group, []).append(i)
+    # a configuration's seeds a line each in seed order, as its mean line names them (runs/<job>.<fingerprint> sort
+    # by hash: seeds 1, 3, 2 above "seeds 1, 2, 3: mean over 3 seeds (…)")
+    order = [of[k] for of in members.values() for k in seed_order([(values[i] or {}).get(fingerprint.SEED) for i in of])]
+    for i in order:
+        run = runs[i]
         try:
             source = find_model(run, getattr(args, "best", False))
             if (mismatch := final_model_mismatch(source)) is not None and os.path.isdir(run):
