@@ -401,6 +401,14 @@ class CustomSchema:
         obj.update(body)
         return unknown
 
+    def default_stored(self, obj: dict) -> None:
+        """Apply today's defaults to a stored object in place (its metadata aside), as reading it back does."""
+        body = {k: v for k, v in obj.items() if k not in ('apiVersion', 'kind', 'metadata')}
+        default(body, self.schema)
+        for key in [k for k in obj if k not in ('apiVersion', 'kind', 'metadata')]:
+            del obj[key]
+        obj.update(body)
+
     def validate(self, obj: dict, old: dict | None, warnings: list[str] | None = None) -> list[FieldError]:
         """The object's errors; on update (`old`) those ratcheted are left out, a CEL rule's said in `warnings`."""
         errors: list[FieldError] = []

@@ -254,7 +254,19 @@ class Store:
 
     def _versioned(self, rtype: ResourceType, obj: dict) -> dict:
         """The object as served at this version (all versions of a type share one stored shape)."""
-        return {**obj, 'apiVersion': rtype.api_version}
+        return {**self._decoded(rtype, obj), 'apiVersion': rtype.api_version}
+
+    @staticmethod
+    def _decoded(rtype: ResourceType, stored: dict) -> dict:
+        """A stored object as the API server reads it back: a custom resource takes its CRD's defaults as they are
+        now, which are not written back (KEP-575, "Defaulting for Custom Resources": defaults apply when decoding,
+        reading from etcd included). A CRD that adds a defaulted field shows it on every object stored before, and
+        an update compares against, and a patch applies to, the object so read."""
+        if rtype.schema is None:
+            return stored
+        decoded = clone(stored)
+        rtype.schema.default_stored(decoded)
+        return decoded
 
     def find(self, group: str, plural: str, namespace: str, name: str) -> dict | None:
         with self.lock:
@@ -572,17 +584,18 @@ class Store:
               subresource: str | None = None, dry_run: bool = False, field_validation: str = 'Warn') -> tuple[dict, list[str]]:
         with self.lock:
             old = self._existing(rtype, namespace, name)
+            base = self._decoded(rtype, old)
             kind = content_type.split(';')[0].strip()
             try:
                 if kind == 'application/merge-patch+json':
-                    new = patching.merge_patch(old, patch)
+                    new = patching.merge_patch(base, patch)
                 elif kind == 'application/json-patch+json':
-                    new = patching.json_patch(old, patch)
+                    new = patching.json_patch(base, patch)
                 elif kind == 'application/strategic-merge-patch+json':
                     if rtype.custom:
                         raise ApiError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - '
                                        'accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml')
-                    new = patching.strategic_merge(old, patch)
+                    new = patching.strategic_merge(base, patch)
                 else:
                     raise ApiError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - '
                                    'accepted media types include: application/json-patch+json, application/merge-patch+json, '
@@ -616,6 +629,7 @@ class Store:
     def _write(self, rtype: ResourceType, old: dict, new: dict, subresource: str | None, dry_run: bool,
                field_validation: str) -> tuple[dict, list[str]]:
         name = old['metadata']['name']
+        stored, old = old, self._decoded(rtype, old)  # judged against the object as read; a write is one if its bytes differ
         if subresource not in (None, 'status'):
             raise ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource')
         if subresource == 'status':
@@ -650,14 +664,14 @@ class Store:
         metadata['resourceVersion'] = old['metadata']['resourceVersion']
         if not metadata.get('finalizers'):
             metadata.pop('finalizers', None)
-        if new == old:
-            return clone(old), warnings  # a no-op write changes nothing, not even the resourceVersion
+        if new == stored:
+            return clone(stored), warnings  # a no-op write changes nothing, not even the resourceVersion
         if dry_run:
             return new, warnings
         if terminating and not metadata.get('finalizers'):
             self._remove(rtype.key, new)
             return clone(new), warnings
-        self._replace_stored(rtype.key, old, new)
+        self._replace_stored(rtype.key, stored, new)
         if rtype.plural == 'customresourcedefinitions':
             self._register_crd(new)
         if rtype.plural == 'nodes':

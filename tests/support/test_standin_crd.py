@@ -146,9 +146,11 @@ CRDS = '/apis/apiextensions.k8s.io/v1/customresourcedefinitions'
 
 
 def gadget_crd(strict: bool) -> dict:
-    """A CRD whose stricter version adds a maximum, an item's maximum and two rules at spec (one without oldSelf)."""
+    """A CRD whose stricter version adds a maximum, an item's maximum, two rules at spec (one without oldSelf) and a
+    defaulted field."""
     spec = {'type': 'object', 'properties': {
         'size': {'type': 'integer'}, 'mode': {'type': 'string'}, 'suspend': {'type': 'boolean'},
+        **({'replicas': {'type': 'integer', 'default': 1}} if strict else {}),
         'ports': {'type': 'array', 'maxItems': 8, 'items': {'type': 'integer', **({'maximum': 100} if strict else {})}},
         'inner': {'type': 'object', 'properties': {'depth': {'type': 'integer', **({'maximum': 3} if strict else {})}}},
     }}
@@ -207,3 +209,14 @@ def test_a_transition_rule_is_never_ratcheted(rest, standin):
     gadget(rest, standin, size=60, mode='large')
     relabelled = rest.patch(f'{GADGETS}/g', {'metadata': {'labels': {'team': 'a'}}})
     assert relabelled.status == 422 and 'was over 50' in relabelled.message
+
+
+def test_a_default_a_crd_adds_is_read_on_objects_stored_before_and_moves_no_generation(rest, standin):
+    """Defaults apply when an object is decoded, read back from etcd included, and are not written back (KEP-575,
+    Defaulting for Custom Resources): a generation moves on a change of the spec as read (Semantic.DeepEqual of the
+    old and new specs in the strategy's PrepareForUpdate), so a label's edit is no new generation."""
+    gadget(rest, standin)
+    read = rest.get(f'{GADGETS}/g').body
+    assert read['spec']['replicas'] == 1 and 'replicas' not in standin.store.find('test.kuberl.dev', 'gadgets', 'default', 'g')['spec']
+    relabelled = rest.patch(f'{GADGETS}/g', {'metadata': {'labels': {'team': 'a'}}}).body
+    assert relabelled['metadata']['generation'] == read['metadata']['generation'] and relabelled['spec']['replicas'] == 1
