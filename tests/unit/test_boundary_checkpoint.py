@@ -11,6 +11,7 @@ import sys
 import threading
 import zipfile
 
+import numpy as np
 import pytest
 import torch
 from kuberl.core import contract, safetext, trainerconfig
@@ -481,6 +482,35 @@ def test_a_deterministic_run_whose_peer_left_writes_no_checkpoint_without_every_
     monkeypatch.setattr(session.distributed, "gather_bytes", the_peer_is_gone)
     training.finish(trainer, "stopped")  # a stop whose gather finds the peer gone: likewise none
     assert checkpoint.load_newest(training.checkpoint_dir) is None
+
+
+@pytest.mark.parametrize("edit", ["tracker", "tracker-arrays", "torch-rng", "lstm-state"])
+def test_a_ranks_own_state_unlike_its_own_is_left_out_said_once_never_a_crash(tmp_path, monkeypatch, edit):
+    """A deterministic run's checkpoint keeps each rank's own state (its envs, episode tracker, RNGs), which nothing
+    checked before loading it: a file edited to a tracker of 5 ended every start in a TypeError traceback (a crash,
+    restarted to crash again), arrays of another shape failed at the first step. It is optional (a resume without it is
+    only not bitwise), so a rank whose state differs in kind from its own resumes without it and says so."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    block = {"numSteps": 16, **({"lstm": {"hiddenSize": 8}} if edit == "lstm-state" else {})}
+    trainer, training = training_session(tmp_path, "ppo", deterministic=True, **block)
+    for _ in range(3):
+        trainer.update(False, False)
+    state = {**trainer.shared_state(), "elapsed_seconds": 1.0, "trained_as": session.trained_as(training.spec),
+             "per_rank": [checkpoint.decode(checkpoint.encode({"own": trainer.rank_state()}))["own"]]}
+    own = state["per_rank"][0]
+    own.update({"tracker": 5} if edit == "tracker" else {"torch_rng": torch.zeros(3, dtype=torch.uint8)} if edit == "torch-rng"
+               else {"lstm_state": (np.zeros((5, 3), np.float32),) * 2} if edit == "lstm-state"
+               else {"tracker": tuple(np.zeros(7, a.dtype) for a in own["tracker"])})
+    placed(training, 3, state)
+    said = []
+    trainer, training = training_session(tmp_path, "ppo", deterministic=True, **block)
+    training.log = said.append
+    assert session.run_updates(trainer, training) == "budget"
+    assert [line for line in said if "per-rank state" in line] == [
+        f"the checkpoint's per-rank state is not this rank's ({why}): resuming without it"
+        for why in [{"tracker": "state.tracker is int, not a tuple of 3", "torch-rng": "state.torch_rng is torch.uint8[3], this job's is torch.uint8[5056]",
+                     "tracker-arrays": "state.tracker[0] is float64[7], this job's is float64[2]",
+                     "lstm-state": "state.lstm_state[0] is float32[5, 3], this job's is float32[2, 8]"}[edit]]], said
 
 
 @pytest.mark.parametrize("kind", ["fifo", "symlink", "garbage", "huge"])

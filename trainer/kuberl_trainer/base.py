@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from kuberl.core.replaymemory import Replay, iteration
 
-from . import atari, distributed
+from . import atari, checkpoint, distributed
 from .distributed import Dist
 from .envs import (
     EpisodeTracker,
@@ -280,6 +280,11 @@ class BaseAlgorithm:
             "np_rng": self.np_rng.bit_generator.state,
         }
 
+    def rank_state_problem(self, own: object) -> str | None:
+        """Why a checkpoint's state of this rank (`own`) differs in kind from the state it would save now
+        (checkpoint.mismatch); None where alike."""
+        return checkpoint.mismatch(self.rank_state(), own)
+
     def load_rank(self, state: dict) -> None:
         restore_env_state(self.envs, state["envs"])
         self.next_obs = state["next_obs"]
@@ -363,6 +368,15 @@ class OffPolicyAlgorithm(BaseAlgorithm):
 
     def _load_rank_extra(self, state: dict) -> None:
         self.replay.load_state_dict(state["replay"])
+
+    def rank_state_problem(self, own: object) -> str | None:
+        """As BaseAlgorithm's, the replay buffer's contents aside: they are as long as it was full, which a fresh one
+        is not."""
+        expected = self.rank_state()
+        if expected is None or not isinstance(own, dict) or "replay" not in own:
+            return checkpoint.mismatch(expected, own)
+        return checkpoint.mismatch({k: v for k, v in expected.items() if k != "replay"},
+                                   {k: v for k, v in own.items() if k != "replay"})
 
     def replay_transitions(self) -> float:
         """Real transitions the replay buffers took since they began filling (autoreset steps are none), the

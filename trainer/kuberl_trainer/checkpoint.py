@@ -1066,7 +1066,8 @@ def mismatch(expected: object, found: object, where: str = "state") -> str | Non
     """Where a checkpoint's state `found` differs in kind from `expected` (what this job's
     algorithm holds): a key missing or extra, a tensor or array of another shape or dtype, a
     value of another type; None when alike. An empty dict or a None in `expected` (optimizer
-    state before the first step, unset values) takes anything; lists are compared by type only."""
+    state before the first step, unset values) takes anything; lists are compared by type only,
+    tuples (a record: the episode tracker's arrays, an LSTM's (h, c)) item by item."""
     if expected is None or (isinstance(expected, dict) and not expected):
         return None
     if isinstance(expected, np.ndarray) and expected.shape == () and isinstance(found, np.generic):
@@ -1086,6 +1087,10 @@ def mismatch(expected: object, found: object, where: str = "state") -> str | Non
             # the file's own keys: each shown cut (a 1 MB key made the CheckpointMismatch, and its log line, 1 MB)
             return f"{where} has {', '.join(safetext.one_line(repr(k))[:80] for k in extra[:5])}, which this job's has not"
         return next((m for k in expected if (m := mismatch(expected[k], found[k], f"{where}.{k}"))), None)
+    if isinstance(expected, tuple):
+        if not isinstance(found, tuple) or len(found) != len(expected):
+            return f"{where} is {type(found).__name__}{f' of {len(found)}' if isinstance(found, tuple) else ''}, not a tuple of {len(expected)}"
+        return next((m for i, (e, f) in enumerate(zip(expected, found)) if (m := mismatch(e, f, f"{where}[{i}]"))), None)
     numbers, counts = (int, float, np.integer, np.floating), (int, np.integer)
     if isinstance(expected, counts) and not isinstance(expected, (bool, np.bool_)):
         # a count (SAC's and TD3's critic steps, DQN's target clock) is whole: one of 1.5 or NaN in an edited file

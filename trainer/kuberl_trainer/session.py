@@ -174,6 +174,8 @@ class Algorithm(Protocol):
     def upgraded(self, shared: dict) -> tuple[dict, list[str]]:
         """A checkpoint's shared state written by an older trainer, in today's terms, and what changed."""
     def load_rank(self, state: dict) -> None: ...
+    def rank_state_problem(self, own: object) -> str | None:
+        """Why a checkpoint's state of this rank differs in kind from its own (None: alike)."""
     def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int,
                  stop: Callable[[], bool] | None = None) -> float:
         """Raises evaluation.Interrupted when `stop()` says so before a step."""
@@ -216,7 +218,11 @@ def run_updates(algorithm: Algorithm, session: Session) -> str:
             raise checkpoint.CheckpointMismatch(session.resumed_from or "rank 0 resumed from", problem,
                                                 written_for(shared.get("trained_as"), getattr(session, "spec", None), problem))
         algorithm.load_shared(shared)
-        if own is not None:
+        if own is not None and (unlike := algorithm.rank_state_problem(own)):
+            # a rank's own state is optional (deterministic mode's): one the file's editor changed is left out, as
+            # a world size's that differs is, and the resume is not bitwise; loaded, it crashed every start
+            session.log(f"the checkpoint's per-rank state is not this rank's ({unlike}): resuming without it")
+        elif own is not None:
             algorithm.load_rank(own)
     session.log(budget_line(algorithm, resumed=loaded is not None))
     while not algorithm.budget_spent():
