@@ -7,7 +7,8 @@ and the x-kubernetes-validations rules (with oldSelf on update) run.
 On update both are ratcheted as the API server ratchets them (CRDValidationRatcheting, beta and on by default
 since Kubernetes 1.30, GA in 1.33; KEP-4008): an error raised at a value equal to its old value is let through.
 Sources: apiextensions-apiserver pkg/apiserver/validation/ratcheting.go (ratchetingValueValidator.Validate: "ratchet
-errors if DeepEqual(old, new)"), pkg/apiserver/schema/cel/validation.go (validateExpressions: only rules that do not
+errors if DeepEqual(old, new)", kept as the result's warnings, which validation.go's ValidateCustomResourceUpdate
+drops: nothing is said of a ratcheted OpenAPI error), pkg/apiserver/schema/cel/validation.go (validateExpressions: only rules that do not
 use oldSelf, `!compiled.UsesOldSelf && correlation.shouldRatchetError()`, and then as a warning; an evaluation error
 never), apiserver pkg/cel/common/equality.go (correlateOldValueForChildAtNewIndex: an object's fields correlate by
 key, a list's items only in a listType map, by its keys; an item that does not correlate is judged by its nearest
