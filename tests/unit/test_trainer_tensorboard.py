@@ -17,6 +17,7 @@ from kuberl_trainer.tensorboard import (
     UPDATE_TAGS,
     Scalars,
     hyperparameters,
+    run_name,
     scalars,
 )
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -75,7 +76,10 @@ def test_a_run_writes_progress_jsonls_numbers_as_tensorboard_scalars(name, tmp_p
     assert session.run_updates(trainer, run) == "budget"
     run.finish(trainer, "budget")
     rows = progress_rows(run)
-    drawn = read_scalars(os.path.join(run.checkpoint_dir, names.TENSORBOARD_DIR))
+    # a directory named as CleanRL names its runs, so TensorBoard's list of runs says which seed each is
+    named = {"ppo": "CartPole-v1__ppo__1", "dqn": "CartPole-v1__dqn__1"}.get(name, f"Pendulum-v1__{name}__1")
+    assert os.listdir(os.path.join(run.checkpoint_dir, names.TENSORBOARD_DIR)) == [named]
+    drawn = read_scalars(os.path.join(run.checkpoint_dir, names.TENSORBOARD_DIR, named))
     assert drawn[EVALUATION_TAG] == [(row["timesteps"], pytest.approx(row["eval_return"])) for row in rows if row.get("evaluation")]
     # each finished episode once, as CleanRL writes them (one process: every episode is rank 0's), at the global step
     # it ended at; on CartPole a return is its length, on Pendulum every episode is 200 steps
@@ -106,7 +110,7 @@ def test_a_run_writes_progress_jsonls_numbers_as_tensorboard_scalars(name, tmp_p
         assert [value for _, value in drawn["losses/qf_loss"]] == pytest.approx(
             [(a + b) / 2 for (_, a), (_, b) in zip(drawn["losses/qf1_loss"], drawn["losses/qf2_loss"], strict=True)], rel=1e-4)
     # what it learned with, as CleanRL's runs say theirs: TensorBoard names a run by its directory alone
-    [text] = read_texts(os.path.join(run.checkpoint_dir, names.TENSORBOARD_DIR))
+    [text] = read_texts(os.path.join(run.checkpoint_dir, names.TENSORBOARD_DIR, named))
     assert text.startswith("|param|value|\n|-|-|\n") and "\n|seed|1|" in text and f'\n|algorithm|"{name}"|' in text, text
     assert f"\n|{name}.gamma|" in text and "\n|totalTimesteps|" in text and "|null|" not in text, text
 
@@ -172,6 +176,12 @@ def test_an_unwritable_directory_is_said_once_and_the_run_goes_on(tmp_path):
     assert "\n" not in said[0]  # one line in the rank's log
 
 
+def test_a_run_is_named_as_cleanrl_names_its_runs_one_directory_deep():
+    assert run_name("CartPole-v1", "ppo", 2) == "CartPole-v1__ppo__2"
+    assert run_name("ALE/Pong-v5", "dqn", 0) == "ALE-Pong-v5__dqn__0" and run_name("my envs:Maze", "sac", 7) == "my-envs:Maze__sac__7"
+    assert run_name("../..", "td3", 1) == "..-..__td3__1"  # one directory, whatever the id
+
+
 def test_a_link_in_the_directorys_place_is_not_followed(tmp_path):
     """The checkpoint volume is the tenant's: a `tensorboard` link to elsewhere would have the trainer create files
     there (progress.jsonl's writer refuses anything but a regular file for the same reason)."""
@@ -181,7 +191,8 @@ def test_a_link_in_the_directorys_place_is_not_followed(tmp_path):
     (checkpoints / names.TENSORBOARD_DIR).symlink_to(elsewhere)
     said = []
     Scalars(str(checkpoints), log=said.append).write({"timesteps": 1, "episode_return_mean": 1.0, "steps_per_second": 1.0})
-    assert list(elsewhere.iterdir()) == [] and len(said) == 1 and "a link, not a directory" in said[0], said
+    Scalars(str(checkpoints), log=said.append, name="CartPole-v1__ppo__1").write({"timesteps": 1, "steps_per_second": 1.0})
+    assert list(elsewhere.iterdir()) == [] and len(said) == 2 and all("a link, not a directory" in line for line in said), said
 
 
 def test_a_disk_that_fills_mid_run_is_said_once_and_the_run_goes_on(tmp_path, monkeypatch):

@@ -45,7 +45,7 @@ from .envs import rank_seed
 from .metrics import TrainerMetrics
 from .paths import host_path, on_this_machine, pod_path
 from .startup import Startup
-from .tensorboard import Scalars, hyperparameters
+from .tensorboard import Scalars, hyperparameters, run_name
 
 PROGRESS_EVERY_SECONDS = 5.0
 RECENT_EPISODES = 100
@@ -335,7 +335,8 @@ class TrainingSession:
         self.last_good: str | None = None  # the newest checkpoint known to load: named if the volume fails
         self.progress_unwritable = False
         # progress.jsonl's numbers, for TensorBoard, and what the run learns with (CleanRL's hyperparameters text)
-        self.scalars = Scalars(self.checkpoint_dir, log, hyperparameters(fingerprint.learned_values(self.spec))) if ctx.is_main else None
+        self.scalars = Scalars(self.checkpoint_dir, log, hyperparameters(fingerprint.learned_values(self.spec)),
+                               run_name(self.spec.env.id, self.spec.algorithm, self.spec.seed)) if ctx.is_main else None
         self.tensorboard_tags: Mapping[str, tuple[str, float]] = {}  # the algorithm's (after_update)
         self.last_update: UpdateReport | None = None  # its statistics go into progress.jsonl (update_statistics)
         self.grace_warned = False  # outlasts_grace said once

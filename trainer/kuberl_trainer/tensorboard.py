@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -46,6 +47,14 @@ UPDATE_TAGS = {
 # (an algorithm class's TENSORBOARD_TAGS): DQN's TD loss is dqn.py's losses/td_loss, so a kuberl and a CleanRL run
 # draw in one panel, not two.
 Renames = Mapping[str, tuple[str, float]]
+
+
+def run_name(env_id: str, algorithm: str, seed: int) -> str:
+    """The directory under names.TENSORBOARD_DIR rank 0 writes into, named as CleanRL names its runs
+    (`{env_id}__{exp_name}__{seed}__{time}`, without the time: a resumed run is the same run), so TensorBoard's run
+    list says which seed each one is: `cartpole-ppo.f41f0b81/checkpoints/<uid>/tensorboard/CartPole-v1__ppo__2`
+    beside CleanRL's `CartPole-v1__ppo__2__1700000000`. A path separator of the env id (`ALE/Pong-v5`) is a `-`."""
+    return "__".join(re.sub(r"[^A-Za-z0-9._:-]", "-", part) for part in (env_id, algorithm, str(seed)))
 
 
 HYPERPARAMETERS_TAG = "hyperparameters"  # CleanRL's text of a run's arguments, in TensorBoard's Text tab
@@ -108,8 +117,10 @@ class Scalars:
     purge_step: its first point, the resumed checkpoint's timesteps), so TensorBoard draws one curve. A failed write is said once and writing stops
     (the directory is the tenant's); the run goes on."""
 
-    def __init__(self, checkpoint_dir: str, log: Callable[[str], None] = print, text: str | None = None):
-        self.log_dir = os.path.join(checkpoint_dir, names.TENSORBOARD_DIR)
+    def __init__(self, checkpoint_dir: str, log: Callable[[str], None] = print, text: str | None = None,
+                 name: str | None = None):
+        self.top = os.path.join(checkpoint_dir, names.TENSORBOARD_DIR)
+        self.log_dir = os.path.join(self.top, name) if name else self.top  # `run_name`: TensorBoard's name of the run
         self.log = log
         self.text = text  # `hyperparameters`: written once, with the run's first file
         self.writer: Any = None
@@ -131,8 +142,9 @@ class Scalars:
     def put(self, timesteps: int, points: list[tuple[str, float]]) -> None:
         try:
             if self.writer is None:
-                if os.path.islink(self.log_dir):  # the volume is the tenant's: files are written into no other place
-                    raise OSError(errno.ELOOP, "a link, not a directory", self.log_dir)
+                for path in dict.fromkeys((self.top, self.log_dir)):  # the volume is the tenant's: files go nowhere else
+                    if os.path.islink(path):
+                        raise OSError(errno.ELOOP, "a link, not a directory", path)
                 # an earlier generation's points from here on are superseded: the resumed checkpoint's timesteps, or
                 # (a restart before any checkpoint) this generation's first point
                 earlier = os.path.isdir(self.log_dir) and any(n.startswith("events.out.tfevents.") for n in os.listdir(self.log_dir))
