@@ -155,3 +155,14 @@ def test_load_policy_carries_the_state_between_calls_and_resets_it_where_told(tm
     assert played.state is None
     with pytest.raises(policy.UnusableModel, match="--export: a recurrent policy"):
         policy.export_torchscript(played, str(tmp_path / "policy.pt"))
+
+
+def test_kuberl_eval_export_refuses_a_recurrent_model_before_playing_it(tmp_path, capsys):
+    from kuberl.cli import main
+
+    path = tmp_path / "final-model.pt"
+    torch.save({"format": policy.FORMAT, "algorithm": "ppo", "env_id": MASKED, "env_kwargs": {}, **small_trainer().final_model()}, path)
+    exported = tmp_path / "policy.ts"
+    assert main(["eval", str(path), "--export", str(exported), "--allow-env-module", "kuberl_trainer.masked"]) == 1
+    out, err = capsys.readouterr()
+    assert "--export: a recurrent policy (spec.ppo.lstm)" in err and "mean return" not in out and not exported.exists()

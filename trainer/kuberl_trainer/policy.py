@@ -726,13 +726,20 @@ class _Greedy(nn.Module):
         return self.network.greedy(x)
 
 
+def export_refusal(policy: Policy) -> str | None:
+    """Why `policy` is not exported: a recurrent one's actions depend on a state a traced function would not carry."""
+    if policy.recurrent:
+        return ("--export: a recurrent policy (spec.ppo.lstm) acts from an LSTM state carried between steps,"
+                " which a traced obs -> action function would drop; play it with load_policy instead")
+    return None
+
+
 def export_torchscript(policy: Policy, path: str) -> None:
     """Write the deterministic policy (batch of observations -> actions) as TorchScript: load it with
     `torch.jit.load(path)`, no kuberl needed. Continuous actions are the Gaussian's mean, unclipped.
-    A recurrent policy is refused: its actions depend on a state the traced function would not carry."""
-    if policy.recurrent:
-        raise UnusableModel("--export: a recurrent policy (spec.ppo.lstm) acts from an LSTM state carried between steps,"
-                            " which a traced obs -> action function would drop; play it with load_policy instead")
+    A recurrent policy is refused (export_refusal)."""
+    if (refused := export_refusal(policy)) is not None:
+        raise UnusableModel(refused)
     example = torch.as_tensor(np.stack([policy.observation_space.sample()] * 2))  # host: the export traces on the CPU
     if example.dtype != torch.uint8:
         example = example.float()
@@ -790,6 +797,8 @@ def cmd_eval(args: Any) -> int:
                                     " its own env; put back the job.yaml it was trained with to evaluate the run")
             print(f"kuberl eval: note: {mismatch}: playing it on its own env", file=sys.stderr)
         policy = load_policy(source, seed=args.seed, env_modules=allowed)
+        if args.export and (refused := export_refusal(policy)) is not None:  # before the episodes, not after them
+            raise UnusableModel(refused)
         max_steps = getattr(args, "max_steps", None) or MAX_EVAL_STEPS
         returns, cut = play(policy, args.episodes, args.seed, max_steps)
         trained = f"{policy.timesteps:,} timesteps" if isinstance(policy.timesteps, int) else "timesteps unknown"

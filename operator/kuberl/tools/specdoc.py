@@ -79,6 +79,16 @@ MATCHED = (
       " So the first rollout differs most (SB3 scales its first steps by the std of a few returns): on CartPole,"
       " 4 envs x 64 steps, scaled rewards differ from SB3's by 78% on average in the first rollout and by 0.3-7%"
       " in the next 29 (tests/unit/test_trainer_normalisation.py).")),
+    ("`ppo.lstm`", "CleanRL (`ppo_atari_lstm.py`); SB3-contrib's `RecurrentPPO`",
+     ("One LSTM, shared by the actor and the critic, between the encoder and the heads (CleanRL's; RecurrentPPO by"
+      " default gives the critic an LSTM of its own). Each env's state resets on the step after gymnasium's autoreset"
+      " step, where the new episode's first observation arrives. A minibatch is whole envs (numMinibatches at most"
+      " env.numEnvs: CleanRL's envsperbatch), each env's rollout replayed in order from the state it had when the"
+      " rollout began; RecurrentPPO cuts sequences at episode starts and pads them. It acts and learns in torch: the"
+      " CPU fast path, CUDA graphs and the overlapped Atari halves hold no state and are left out, and"
+      " learnWhileCollecting is refused. A deterministic run's checkpoints carry each env's state with the envs; any"
+      " other resume starts fresh episodes, and fresh states with them. `kuberl eval --export` refuses a recurrent"
+      " policy; `load_policy` carries its state from call to call (`policy.reset()` where an episode starts).")),
     ("`env.id`", "SB3 (`preprocess_obs`, `MultiInputPolicy`)",
      ("An env whose observations are Discrete, MultiDiscrete, Dict or Tuple is read through gymnasium's"
       " FlattenObservation: Discrete parts one-hot, a Dict's keys in the space's sorted order, concatenated into"
