@@ -504,6 +504,7 @@ def test_a_ranks_own_state_unlike_its_own_is_left_out_said_once_never_a_crash(tm
     placed(training, 3, state)
     said = []
     trainer, training = training_session(tmp_path, "ppo", deterministic=True, **block)
+    assert trainer.rank_state_problem(checkpoint.decode(checkpoint.encode({"own": trainer.rank_state()}))["own"]) is None
     training.log = said.append
     assert session.run_updates(trainer, training) == "budget"
     assert [line for line in said if "per-rank state" in line] == [
@@ -511,6 +512,32 @@ def test_a_ranks_own_state_unlike_its_own_is_left_out_said_once_never_a_crash(tm
         for why in [{"tracker": "state.tracker is int, not a tuple of 3", "torch-rng": "state.torch_rng is torch.uint8[3], this job's is torch.uint8[5056]",
                      "tracker-arrays": "state.tracker[0] is float64[7], this job's is float64[2]",
                      "lstm-state": "state.lstm_state[0] is float32[5, 3], this job's is float32[2, 8]"}[edit]]], said
+
+
+@pytest.mark.parametrize("edit, said", [
+    ({"added": -1}, "state.replay.added or real_added is not a whole number from 0"),
+    ({"added": 10**15}, "state.replay.arrays.obs is float32[20, 2, 4], this buffer's 64 rows held are float32[64, 2, 4]"),
+    ({"arrays": {"obs": 1}}, "state.replay.arrays are not obs, actions, rewards, terminated, truncated, valid, first"),
+], ids=["negative-count", "count-past-its-rows", "arrays-gone"])
+def test_a_ranks_replay_state_unlike_its_buffer_is_left_out_said_once_never_a_crash(tmp_path, monkeypatch, edit, said):
+    """An off-policy rank's replay buffer rides in its own state (deterministic mode): a file edited to another count
+    or other arrays failed in numpy as it was loaded (a crash at every start)."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    block = {"learningStarts": 32, "batchSize": 16, "bufferSize": 128}
+    trainer, training = training_session(tmp_path, "dqn", deterministic=True, **block)
+    for _ in range(10):
+        trainer.update(False, False)
+    state = {**trainer.shared_state(), "elapsed_seconds": 1.0, "trained_as": session.trained_as(training.spec),
+             "per_rank": [checkpoint.decode(checkpoint.encode({"own": trainer.rank_state()}))["own"]]}
+    lines = []
+    trainer, training = training_session(tmp_path, "dqn", deterministic=True, **block)
+    assert trainer.rank_state_problem(state["per_rank"][0]) is None  # the rank's own, as saved: loaded
+    state["per_rank"][0]["replay"].update(edit)
+    placed(training, 10, state)
+    training.log = lines.append
+    assert session.run_updates(trainer, training) == "budget"
+    assert [line for line in lines if "per-rank state" in line] == [
+        f"the checkpoint's per-rank state is not this rank's ({said}): resuming without it"], lines
 
 
 @pytest.mark.parametrize("kind", ["fifo", "symlink", "garbage", "huge"])

@@ -370,13 +370,14 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         self.replay.load_state_dict(state["replay"])
 
     def rank_state_problem(self, own: object) -> str | None:
-        """As BaseAlgorithm's, the replay buffer's contents aside: they are as long as it was full, which a fresh one
-        is not."""
+        """As BaseAlgorithm's, the replay buffer's state weighed by the buffer (its arrays are as long as it was full,
+        which a fresh one is not)."""
         expected = self.rank_state()
         if expected is None or not isinstance(own, dict) or "replay" not in own:
             return checkpoint.mismatch(expected, own)
-        return checkpoint.mismatch({k: v for k, v in expected.items() if k != "replay"},
-                                   {k: v for k, v in own.items() if k != "replay"})
+        return (checkpoint.mismatch({k: v for k, v in expected.items() if k != "replay"},
+                                    {k: v for k, v in own.items() if k != "replay"})
+                or self.replay.state_problem(own["replay"]))
 
     def replay_transitions(self) -> float:
         """Real transitions the replay buffers took since they began filling (autoreset steps are none), the

@@ -221,6 +221,29 @@ class ReplayBuffer:
         return {"added": self.added, "real_added": self.real_added, "previous_valid": self.previous_valid.copy(),
                 "arrays": arrays}
 
+    def state_problem(self, state: object, where: str = "state.replay") -> str | None:
+        """Why `state` (a checkpoint's state_dict, the tenant's file) cannot be loaded into this buffer; None where it
+        can: a count that is no whole number from 0, or arrays other than its rows held (min(added, rows)) of this
+        buffer's row shapes and dtypes. Weighed without making any array."""
+        if not isinstance(state, dict) or not isinstance(state.get("arrays"), dict):
+            return f"{where} is not a replay buffer's state"
+        added, real = state.get("added"), state.get("real_added", 0)
+        if type(added) is not int or added < 0 or type(real) is not int or real < 0:
+            return f"{where}.added or real_added is not a whole number from 0"
+        held = min(added, self.rows)
+        previous = state.get("previous_valid")
+        if not (isinstance(previous, np.ndarray) and previous.shape == self.previous_valid.shape):
+            return f"{where}.previous_valid is not one flag per env ({self.num_envs})"
+        names = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "first")
+        if sorted(state["arrays"]) != sorted(names):
+            return f"{where}.arrays are not {', '.join(names)}"
+        for name in names:
+            own, found = getattr(self, name), state["arrays"][name]
+            if not (isinstance(found, np.ndarray) and found.dtype == own.dtype and found.shape == (held, *own.shape[1:])):
+                shown = f"{found.dtype}{list(found.shape)}" if isinstance(found, np.ndarray) else type(found).__name__
+                return f"{where}.arrays.{name} is {shown}, this buffer's {held} rows held are {own.dtype}{[held, *own.shape[1:]]}"
+        return None
+
     def load_state_dict(self, state: dict) -> None:
         self.added = state["added"]
         self.previous_valid = state["previous_valid"].copy()
