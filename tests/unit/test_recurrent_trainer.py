@@ -166,3 +166,14 @@ def test_kuberl_eval_export_refuses_a_recurrent_model_before_playing_it(tmp_path
     assert main(["eval", str(path), "--export", str(exported), "--allow-env-module", "kuberl_trainer.masked"]) == 1
     out, err = capsys.readouterr()
     assert "--export: a recurrent policy (spec.ppo.lstm)" in err and "mean return" not in out and not exported.exists()
+
+
+def test_a_gaussian_policy_carries_its_state_through_learning_and_its_evaluations_mean_actions():
+    trainer = small_trainer(env_id="Pendulum-v1", num_steps=16)
+    report = trainer.update(False, False)
+    assert all(np.isfinite(v) for v in report.losses.values())
+    evaluated = trainer.actor.reseeded(0)
+    obs = np.zeros((2, 3), np.float32)
+    first, second = evaluated.greedy(obs), evaluated.greedy(obs)
+    assert first.shape == (2, 1) and not np.allclose(first, second, atol=1e-7)  # the same observation, a state moved on
+    assert np.isfinite(trainer.evaluate("Pendulum-v1", 2, {}, seed=1))

@@ -16,6 +16,10 @@ algorithms talk only to `self.policy`:
   constructor, which imports torch._dynamo) and numpy acting (fastpolicy,
   or the fused Q step's own greedy).
 
+A recurrent PPO agent (spec.ppo.lstm: ppo.RecurrentAgent) always gets the reference learner and
+a torch actor that carries each env's LSTM state (RecurrentTorchPolicy): none of the faster paths
+holds a state between steps.
+
 `fast=False` switches the fast path off; tests/unit/test_trainer_fused.py
 holds both paths to the same weights.
 """

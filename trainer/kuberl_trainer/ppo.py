@@ -3,6 +3,9 @@ the agent, the maths (GAE, loss), the rollout buffer, the trainer (its
 model, one update, its own state, its final model; seeding, envs,
 checkpoint state and the loop are base.BaseAlgorithm's).
 
+With spec.ppo.lstm the agent is a RecurrentAgent: each env carries an LSTM state, and learning
+replays whole envs' sequences in order (recurrent.py holds the pieces, tested alone).
+
 Each rank collects its own rollouts from its own vectorised envs; how the
 network learns and acts (DDP + Adam + autograd on `ppo_loss`, or the CPU
 fast path for small MLPs) is `learners.ppo_learner`'s choice, which this
