@@ -294,6 +294,7 @@ def test_tensorboard_lists_a_live_runs_files_once(tmp_path, monkeypatch):
     assert f"listed {[os.path.join('runs', 'live', 'checkpoints', 'tb')]}" in log, log
     root = next(line.split(" ", 1)[1] for line in log.splitlines() if line.startswith("root "))
     assert not root.startswith(str(runs)) and root.startswith(str(tmp_path / "runtime")), root
+    assert not os.path.lexists(os.path.dirname(os.path.dirname(root)))  # the run's roots go when it ends
 
 
 def test_the_roots_are_kept_only_in_a_directory_private_to_this_user(tmp_path, monkeypatch):

@@ -109,6 +109,7 @@ from .sandbox import (
     make_pod_roots,
     missing_script_failure,
     pod_roots_dir,
+    remove_tree,
     template_fields,
 )
 
@@ -490,6 +491,12 @@ class LocalCluster:
     def running(self) -> list[PodProcess]:
         return [p.process for p in self.pods.values() if p.process.running]
 
+    def remove_roots(self) -> None:
+        """The pods' roots once none runs (each ended pod's mounts are down already), as a node removes an ended
+        container's own files: outside the run directory, in this user's runtime directory, nothing of them is kept."""
+        if self.roots is not None and not self.running():
+            remove_tree(self.roots)
+
     def kill_all(self) -> None:
         for entry in self.pods.values():
             entry.process.kill()
@@ -870,6 +877,8 @@ def _run(job: Job, run_dir: str, out=None, configmaps: Mapping[str, Mapping[str,
         except BaseException:
             cluster.kill_all()
             raise
+        finally:
+            cluster.remove_roots()
 
 
 def cannot_run_status(status: dict, message: str, now: float) -> dict:
