@@ -604,3 +604,15 @@ def test_a_host_tensor_in_the_recurrent_state_reset_fails_on_fake_cuda(fake, mon
     monkeypatch.setattr(recurrent, "reset_state", lambda state, starts: real_reset(state, starts + host_vector(len(starts))))
     with pytest.raises(Exception, match=MIXED_DEVICES):
         recurrent_ppo_on_fake_cuda(fake, monkeypatch, VECTOR)
+
+
+def test_a_recurrent_agent_on_cuda_learns_eagerly_not_from_cuda_graphs(fake):
+    """CUDA graphs replay fixed tensors, with no state carried between steps: spec.ppo.lstm takes the reference path
+    where a plain agent's steps would be graphed (a graphed learner cannot even be built on fake CUDA)."""
+    ctx, rng = Dist(0, 1, 0, 1, CUDA, None), np.random.default_rng(0)
+    assert learners.graphs(CUDA, "fp32")  # what a plain agent on this device gets
+    recurrent = on_fake_cuda(fake, ppo.RecurrentAgent(4, gym.spaces.Discrete(2), [16], 8))
+    with fake:
+        learner, actor = learners.ppo_learner(recurrent, PPOConfig(hidden_sizes=[16], lstm={"hidden_size": 8}), ctx,
+                                              ppo.ppo_loss, rng)
+    assert type(learner) is learners.AutogradPPOLearner and type(actor) is learners.RecurrentTorchPolicy
