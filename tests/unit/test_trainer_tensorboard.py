@@ -182,6 +182,17 @@ def test_a_run_is_named_as_cleanrl_names_its_runs_one_directory_deep():
     assert run_name("../..", "td3", 1) == "..-..__td3__1"  # one directory, whatever the id
 
 
+def test_a_run_of_the_longest_env_id_the_spec_takes_is_written(tmp_path):
+    """spec.env.id takes 253 characters (`a.long.module:Class`), the largest seed ten digits: their run's directory name
+    was 270 characters, past a filesystem's 255 (ENAMETOOLONG), and a valid job wrote no TensorBoard scalars."""
+    env_id = "m" * 120 + ":" + "C" * 132
+    name = run_name(env_id, "ppo", 2**31 - 1)
+    assert len(name) <= 255 and name.endswith("__ppo__2147483647") and name.startswith("m" * 120 + ":CCC"), name
+    said = []
+    Scalars(str(tmp_path), log=said.append, name=name).write({"timesteps": 1, "steps_per_second": 1.0})
+    assert said == [] and os.listdir(tmp_path / names.TENSORBOARD_DIR / name), said
+
+
 def test_a_link_in_the_directorys_place_is_not_followed(tmp_path):
     """The checkpoint volume is the tenant's: a `tensorboard` link to elsewhere would have the trainer create files
     there (progress.jsonl's writer refuses anything but a regular file for the same reason)."""

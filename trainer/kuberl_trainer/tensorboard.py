@@ -53,8 +53,14 @@ def run_name(env_id: str, algorithm: str, seed: int) -> str:
     """The directory under names.TENSORBOARD_DIR rank 0 writes into, named as CleanRL names its runs
     (`{env_id}__{exp_name}__{seed}__{time}`, without the time: a resumed run is the same run), so TensorBoard's run
     list says which seed each one is: `cartpole-ppo.f41f0b81/checkpoints/<uid>/tensorboard/CartPole-v1__ppo__2`
-    beside CleanRL's `CartPole-v1__ppo__2__1700000000`. A path separator of the env id (`ALE/Pong-v5`) is a `-`."""
-    return "__".join(re.sub(r"[^A-Za-z0-9._:-]", "-", part) for part in (env_id, algorithm, str(seed)))
+    beside CleanRL's `CartPole-v1__ppo__2__1700000000`. A path separator of the env id (`ALE/Pong-v5`) is a `-`, and
+    the env id is cut to keep the name within a filesystem's 255 bytes (spec.env.id takes 253 characters)."""
+    env, *rest = (re.sub(r"[^A-Za-z0-9._:-]", "-", part) for part in (env_id, algorithm, str(seed)))
+    suffix = "".join(f"__{part}" for part in rest)
+    return env[: NAME_MAX - len(suffix)] + suffix
+
+
+NAME_MAX = 255  # bytes of one file name (Linux's NAME_MAX); run_name's are ASCII
 
 
 HYPERPARAMETERS_TAG = "hyperparameters"  # CleanRL's text of a run's arguments, in TensorBoard's Text tab
