@@ -46,6 +46,7 @@ from .metrics import TrainerMetrics
 from .paths import host_path, on_this_machine, pod_path
 from .startup import Startup
 from .tensorboard import Scalars, hyperparameters, run_name
+from .tracking import MlflowRun, tags
 
 PROGRESS_EVERY_SECONDS = 5.0
 RECENT_EPISODES = 100
@@ -335,8 +336,10 @@ class TrainingSession:
         self.last_good: str | None = None  # the newest checkpoint known to load: named if the volume fails
         self.progress_unwritable = False
         # progress.jsonl's numbers, for TensorBoard, and what the run learns with (CleanRL's hyperparameters text)
-        self.scalars = Scalars(self.checkpoint_dir, log, hyperparameters(fingerprint.learned_values(self.spec)),
+        learned = fingerprint.learned_values(self.spec)
+        self.scalars = Scalars(self.checkpoint_dir, log, hyperparameters(learned),
                                run_name(self.spec.env.id, self.spec.algorithm, self.spec.seed)) if ctx.is_main else None
+        self.tracking = tracking_run(config, learned, restart, log) if ctx.is_main else None  # a second sink of the same lines
         self.tensorboard_tags: Mapping[str, tuple[str, float]] = {}  # the algorithm's (after_update)
         self.last_update: UpdateReport | None = None  # its statistics go into progress.jsonl (update_statistics)
         self.grace_warned = False  # outlasts_grace said once
@@ -489,6 +492,8 @@ class TrainingSession:
         self.tensorboard_tags = algorithm.TENSORBOARD_TAGS
         if self.scalars is not None and report.episodes:
             self.scalars.episodes(report.episodes)
+        if self.tracking is not None and report.episodes:
+            self.tracking.episodes(report.episodes)
         if self.divergence is None and (bad := nonfinite_losses(report.losses)):
             self.record_divergence(f"rank {self.ctx.rank}'s {named(bad)}", counters)
         if self.metrics is not None:
@@ -656,6 +661,8 @@ class TrainingSession:
             self.progress_unwritable = True
         if self.scalars is not None:
             self.scalars.write(line, self.tensorboard_tags)
+        if self.tracking is not None:
+            self.tracking.write(line, self.tensorboard_tags)
 
     def save(self, algorithm: Algorithm, collectives: bool = True) -> bool:
         """Rank 0 writes the replicated state; deterministic mode first
@@ -821,6 +828,7 @@ class TrainingSession:
             if self.ctx.is_main and algorithm.counters.global_step > self.last_report[1]:
                 self.report(algorithm.counters.global_step)  # progress.jsonl's last line: its losses, null
             self.stop_settled()  # a stop asked meanwhile has its answer: nothing to save
+            self.close_tracking("FAILED")
             return self.divergence_message()
         waited = outcome == "budget" and self.evaluation_in_flight is not None
         if waited:
@@ -847,7 +855,9 @@ class TrainingSession:
                 saved = self.save_without_peers(algorithm)
             if self.ctx.is_main and not saved and self.divergence is not None:  # a stop's state that diverged: not resumable
                 self.stop_settled()
+                self.close_tracking("FAILED")
                 return self.divergence_message()
+            self.close_tracking("KILLED")  # resumable: the next generation logs on into the run
             return stopped_message(steps, self.ctx.is_main, self.config.checkpoint_dir)
         # the state at the end, checkpointed: a resume (a higher success.targetReturn, a larger budget) goes on from
         # here, not from the last periodic checkpoint (CartPole met its target at 38,644 and resumed at 30,483)
@@ -855,6 +865,7 @@ class TrainingSession:
         if self.ctx.is_main:
             self.write_final_model(model)
             self.stop_checkpointed()  # a stop that came as the run ended: the model holds it all
+            self.close_tracking("FINISHED", self.final_model)
         if outcome == "target" and not self.ctx.is_main:
             return f"rank 0's evaluation met the target; stopped at timesteps {steps} (rank 0 names the evaluated weights' own)"
         if not self.ctx.is_main:  # rank 0 evaluates and writes the model: "eval return -; model …" here misled
@@ -866,6 +877,11 @@ class TrainingSession:
             return (f"eval return {_fmt(self.eval_return)} >= {self.spec.success.target_return} at timesteps {at}{lagged}; "
                     f"model {self.config.final_model} {final}")
         return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}, eval return {_fmt(self.eval_return)}); model {self.config.final_model} {final}"
+
+    def close_tracking(self, status: str, model: str | None = None) -> None:
+        """Rank 0's MLflow run, if any, ended as `status` (MLflow's RunStatus), with the final model."""
+        if self.tracking is not None:
+            self.tracking.close(status, model)
 
     def write_final_model(self, algorithm: Algorithm) -> bool:
         return self.write_model(algorithm, self.final_model, self.eval_return)
@@ -893,6 +909,15 @@ class TrainingSession:
         checkpoint.retrying(path, lambda: checkpoint.write_on_volume(
             path, buffer.getvalue(), volume=self.volume(), last_good=self.last_good))
         return True
+
+
+def tracking_run(config: TrainerConfig, learned: Mapping[str, Any], restart: int, log: Callable[[str], None]) -> MlflowRun | None:
+    """Rank 0's MLflow run when spec.tracking.mlflow is set (its experiment: the job's name unless named)."""
+    mlflow = config.spec.tracking.mlflow
+    if mlflow is None:
+        return None
+    return MlflowRun(host_path(config.checkpoint_dir), mlflow.experiment or config.job, learned,
+                     tags(config.job, config.namespace, config.uid, restart), log=log)
 
 
 def append_line(path: str, line: str) -> None:

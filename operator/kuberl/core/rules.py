@@ -723,6 +723,26 @@ def learning_budget_warning(spec: JobSpec) -> Problem | None:
     return None
 
 
+# The MLflow client's variable naming its server (spec.tracking.mlflow), which the trainer's env must carry
+MLFLOW_TRACKING_URI = "MLFLOW_TRACKING_URI"
+
+
+def tracking_server_warning(spec: JobSpec) -> Problem | None:
+    """spec.tracking.mlflow with no MLFLOW_TRACKING_URI in the trainer container's env (spec.template) and no envFrom
+    there that may hold it: rank 0 would say so once and log nothing. A warning: a Secret's keys are not seen here."""
+    if spec.tracking.mlflow is None or spec.trainer != "kuberl":
+        return None
+    pod = spec.template.get("spec") if isinstance(spec.template, dict) else None
+    containers = pod.get("containers") if isinstance(pod, dict) else None
+    trainer = next((c for c in containers or [] if isinstance(c, dict) and c.get("name") == names.TRAINER_CONTAINER), {})
+    env = trainer.get("env") if isinstance(trainer.get("env"), list) else []
+    if trainer.get("envFrom") or any(isinstance(e, dict) and e.get("name") == MLFLOW_TRACKING_URI for e in env):
+        return None
+    return Problem("spec.tracking.mlflow", f"{MLFLOW_TRACKING_URI} is not in the trainer's environment: rank 0 would"
+                   f" log nothing to MLflow. Set it in spec.template.spec.containers[name={names.TRAINER_CONTAINER}].env"
+                   " (or envFrom a Secret holding it and MLFLOW_TRACKING_TOKEN), e.g. http://mlflow.mlflow.svc:5000")
+
+
 def pod_queue_label_problems(parsed: JobSpec | None) -> list[Problem]:
     """Kueue's queue-name label in the pod template with no spec.queueName: the pods carry it without a pod group
     (kueue.x-k8s.io/pod-group-name), so Kueue's pod integration admits each one alone and a gang part admitted waits

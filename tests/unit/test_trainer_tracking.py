@@ -1,0 +1,176 @@
+"""Rank 0 logs a run to MLflow (spec.tracking.mlflow) beside TensorBoard, from the same progress.jsonl lines: read back
+with MLflow's own client from a real tracking store (its file store, no server), through the real trainer and
+session; a server that is down or missing is said once and the run goes on."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import numpy as np
+import pytest
+from kuberl.core import contract
+from kuberl_trainer import session, tracking
+from kuberl_trainer.tensorboard import EPISODE_TAGS, EVALUATION_TAG
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from trainer_support import one_process_run, progress_rows, small_job
+
+mlflow = pytest.importorskip("mlflow", reason="the trainer's mlflow extra (mlflow-skinny) is not installed")
+from mlflow.tracking import MlflowClient
+
+
+def tracked_job(**spec):
+    defaults = {"totalTimesteps": 1024, "workers": 1, "seed": 1, "success": {"evalEpisodes": 1, "evalEvery": 2},
+                "tracking": {"mlflow": {"experiment": "cartpole-tracked"}}}
+    return small_job("ppo").with_spec(**{**defaults, **spec}).spec()
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """MLflow's file store under tmp_path as the tracking server (MLflow 3 keeps it behind an opt-in)."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path / "fs"))
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv(tracking.ENV_TRACKING_URI, uri)
+    monkeypatch.setattr(session, "PROGRESS_EVERY_SECONDS", 0.0)  # a progress line every update
+    return uri
+
+
+def generation(spec, restart: int, stop_after: int | None = None) -> tuple[session.TrainingSession, list[str], str]:
+    """One generation of the job, run to its budget or stopped (as SIGTERM stops it) after `stop_after` updates."""
+    said: list[str] = []
+    trainer, run = one_process_run(spec, restart=restart, log=said.append)
+    if stop_after is not None:
+        after_update = run.after_update
+
+        def stop_later(report, algorithm):
+            after_update(report, algorithm)
+            if algorithm.counters.updates - run.start_updates >= stop_after:
+                run.stop.set()
+
+        run.after_update = stop_later
+    outcome = session.run_updates(trainer, run)
+    run.finish(trainer, outcome)
+    return run, said, outcome
+
+
+def tensorboard_points(run: session.TrainingSession) -> dict[str, list[tuple[int, float]]]:
+    """What the TensorBoard writer beside it wrote, by tag (every point, read with TensorBoard's own reader)."""
+    events = EventAccumulator(run.scalars.log_dir, size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: sorted((e.step, e.value) for e in events.Scalars(tag)) for tag in events.Tags()["scalars"]}
+
+
+def history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted(((m.step, m.value) for m in client.get_metric_history(run_id, key)), key=lambda p: (p[0], p[1]))
+
+
+def test_a_stopped_and_resumed_run_is_one_mlflow_run_with_every_point_its_params_tags_and_model(store):
+    spec = tracked_job()
+    _first, said, outcome = generation(spec, restart=0, stop_after=3)
+    assert outcome == "stopped"
+    client = MlflowClient(store)
+    [experiment] = [e for e in client.search_experiments() if e.name == "cartpole-tracked"]
+    [stopped] = client.search_runs([experiment.experiment_id])
+    assert stopped.info.status == "KILLED"  # stopped to be resumed
+    second, said_later, outcome = generation(spec, restart=1)
+    assert outcome == "budget"
+    [run] = client.search_runs([experiment.experiment_id])  # the resume logged on into the same run
+    assert run.info.run_id == stopped.info.run_id and run.info.status == "FINISHED"
+    assert f"MLflow: logging on into run {run.info.run_id} at {store}" in said_later
+    rows = progress_rows(second)
+    assert {row["restart"] for row in rows} == {0, 1}
+    # the same scalars as TensorBoard's, both generations' on one curve; TensorBoard's file drops the points the first
+    # generation wrote at the step the second resumed from, which MLflow (no purge) keeps
+    [resumed_at] = [row["timesteps"] for row in rows if row.get("resumed")]
+    drawn = tensorboard_points(second)
+    assert {*EPISODE_TAGS, "charts/SPS", "losses/value_loss", EVALUATION_TAG} <= set(drawn)
+    for key, expected in drawn.items():
+        logged = [(step, float(np.float32(value))) for step, value in history(client, run.info.run_id, key)]  # as TensorBoard keeps it
+        assert [p for p in logged if p[0] != resumed_at] == [p for p in expected if p[0] != resumed_at], key
+    sent = {step for step, _ in history(client, run.info.run_id, "charts/SPS")}
+    assert sent == {row["timesteps"] for row in rows if row.get("steps_per_second") is not None}  # every progress line's
+    assert run.data.params["seed"] == "1" and run.data.params["algorithm"] == "ppo"
+    assert run.data.params["ppo.numSteps"] == str(spec.ppo.num_steps) and run.data.params["totalTimesteps"] == "1024"
+    assert run.data.tags["kuberl.job"] == "t" and run.data.tags["kuberl.namespace"] == "default"
+    assert run.data.tags["kuberl.uid"] == "uid" and run.data.tags["kuberl.generation"] == "1"  # the generation logging last
+    assert run.data.tags["mlflow.runName"] == "t"
+    [model] = client.list_artifacts(run.info.run_id, "model")
+    assert model.path == f"model/{os.path.basename(second.final_model)}" and model.file_size == os.path.getsize(second.final_model)
+    assert not [line for line in said + said_later if "not tracked" in line]
+
+
+def test_another_server_or_experiment_starts_a_run_there_and_a_record_is_not_trusted_blindly(tmp_path):
+    uri = "https://mlflow.example:5000"
+    record = {"trackingUri": uri, "experiment": "e", "runId": "abc"}
+    assert tracking.run_to_resume(record, uri, "e") == "abc"
+    assert tracking.run_to_resume(record, "https://user:pw@mlflow.example:5000", "e") == "abc"  # the same server
+    assert tracking.run_to_resume(record, "https://other:5000", "e") is None
+    assert tracking.run_to_resume(record, uri, "f") is None
+    for broken in (None, [], {"runId": 3, "trackingUri": uri, "experiment": "e"}, {"runId": "", "trackingUri": uri, "experiment": "e"}):
+        assert tracking.run_to_resume(broken, uri, "e") is None
+    (tmp_path / tracking.RUN_RECORD).write_text("{not json")
+    assert tracking.read_record(str(tmp_path)) is None
+    tracking.write_record(str(tmp_path), "https://user:pw@mlflow.example:5000/", "e", "abc")
+    assert tracking.read_record(str(tmp_path)) == {"trackingUri": "https://mlflow.example:5000/", "experiment": "e", "runId": "abc"}
+
+
+def test_learned_fields_become_params_within_mlflows_limits():
+    found = tracking.params({"seed": 2, "dqn": None, "algorithm": "ppo", "env": {"id": "CartPole-v1", "kwargs": {"a|b\nc": 1}},
+                             "ppo": {"hiddenSizes": [64, 64]}, "note": "x" * 10_000})
+    assert found == {"seed": "2", "algorithm": "ppo", "env.id": "CartPole-v1", "env.kwargs.a_b_c": "1",
+                     "ppo.hiddenSizes": "[64, 64]", "note": "x" * tracking.PARAM_VALUE_MAX}
+    assert tracking.without_credentials("http://u:p@[::1]:5000/x") == "http://[::1]:5000/x"
+    assert tracking.without_credentials("databricks") == "databricks"
+
+
+def closed_port() -> int:
+    """A port of 127.0.0.1 nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_server_that_refuses_is_said_once_and_training_finishes(store, monkeypatch):
+    monkeypatch.setenv(tracking.ENV_TRACKING_URI, f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once, not after MLflow's minutes of retries
+    run, said, outcome = generation(tracked_job(), restart=0)
+    assert outcome == "budget" and os.path.isfile(run.final_model)
+    [warning] = [line for line in said if line.startswith("MLflow")]
+    assert "not tracked from here on" in warning and "training goes on" in warning
+    assert not os.path.exists(os.path.join(run.checkpoint_dir, tracking.RUN_RECORD))
+
+
+def test_a_server_that_never_answers_holds_the_runs_end_only_until_the_deadline_said_once(store, monkeypatch):
+    """A server that accepts and never answers: MLflow's client waits on it for minutes; the run's end waits
+    SEND_DEADLINE_SECONDS, says so once, and leaves the sender (a daemon thread) behind."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)  # connections complete in the backlog; nothing reads them
+    try:
+        monkeypatch.setenv(tracking.ENV_TRACKING_URI, f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setattr(tracking, "SEND_DEADLINE_SECONDS", 0.5)
+        run, said, outcome = generation(tracked_job(totalTimesteps=256), restart=0)
+        assert outcome == "budget" and os.path.isfile(run.final_model)
+        [warning] = [line for line in said if line.startswith("MLflow")]
+        assert "not sent to http://127.0.0.1:" in warning and "slow or unreachable" in warning
+        assert run.tracking.sender.is_alive() and run.tracking.sender.daemon
+    finally:
+        silent.close()
+
+
+def test_no_tracking_uri_is_said_once_and_no_client_is_started(store, monkeypatch):
+    monkeypatch.delenv(tracking.ENV_TRACKING_URI)
+    before = {t.name for t in threading.enumerate()}
+    run, said, outcome = generation(tracked_job(totalTimesteps=256), restart=0)
+    assert outcome == "budget"
+    [warning] = [line for line in said if "MLFLOW_TRACKING_URI" in line]
+    assert "spec.tracking.mlflow" in warning and "spec.template" in warning
+    assert run.tracking.sender is None and "mlflow" not in {t.name for t in threading.enumerate()} - before
+
+
+def test_a_job_without_tracking_has_no_sink(store):
+    _trainer, run = one_process_run(small_job("ppo").with_spec(totalTimesteps=256, workers=1).spec())
+    assert run.tracking is None
+
