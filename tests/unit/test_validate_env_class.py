@@ -162,6 +162,25 @@ def test_a_module_is_found_where_a_pod_would_import_it_without_importing_it(tmp_
     assert find_module("sys", [str(tmp_path)], builtin=("sys",)).unread.startswith("is built into Python")
 
 
+def test_a_module_in_a_directory_without_init_inside_a_package_is_found(tmp_path):
+    """tests/unit has no __init__.py under tests/, which has one: `kuberl validate` of an env id
+    tests.unit.diverging_envs:DivergingDiscrete ended in KeyError: 'tests' (the namespace package asked for its
+    parent in sys.modules, where nothing had imported it), though the pods import it."""
+    (tmp_path / "suite" / "unit").mkdir(parents=True)
+    (tmp_path / "suite" / "__init__.py").write_text("")
+    (tmp_path / "suite" / "unit" / "envs.py").write_text(MYENVS)
+    (tmp_path / "flat" / "deeper").mkdir(parents=True)  # namespace packages all the way down
+    (tmp_path / "flat" / "deeper" / "envs.py").write_text(MYENVS)
+    for module in ("suite.unit.envs", "flat.deeper.envs"):
+        found = find_module(module, [str(tmp_path)])
+        assert found.origin == str(tmp_path / module.replace(".", "/")) + ".py" and found.source == MYENVS
+    assert find_module("suite.unit", [str(tmp_path)]).submodules == {"envs"}
+    assert find_module("suite.unit.nosuch", [str(tmp_path)]) is None
+    spec = make_job("cartpole").with_spec(env={"id": "suite.unit.envs:Nope"}).spec()
+    problems, _ = job_class_check(spec, str(tmp_path), [], sys.builtin_module_names, ())
+    assert [p.path for p in problems] == ["spec.env.id"]
+
+
 def test_a_package_an_editable_install_provides_is_read_where_its_finder_points(tmp_path):
     """`pip install -e` (make setup's kuberl_trainer) puts a finder on sys.meta_path and no sys.path entry: the
     cartpole-lstm example's kuberl_trainer.masked env was 'not checked: no module here', though its pods import it."""

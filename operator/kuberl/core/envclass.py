@@ -15,7 +15,7 @@ import difflib
 import os
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from importlib.machinery import PathFinder
+from importlib.machinery import ModuleSpec, PathFinder
 from typing import Any
 
 from .validation import Problem
@@ -129,7 +129,7 @@ def find_module(module: str, search_path: Sequence[str], builtin: Collection[str
     if parts[0] in builtin:
         return Found(parts[0], None, unread="is built into Python: it has no source to read")
     for i in range(len(parts)):
-        spec = PathFinder.find_spec(".".join(parts[: i + 1]), locations)
+        spec = _path_spec(".".join(parts[: i + 1]), locations)
         if spec is None and i == 0:
             spec = _installed_elsewhere(parts[0], finders)
         if spec is None:
@@ -149,6 +149,20 @@ def find_module(module: str, search_path: Sequence[str], builtin: Collection[str
     if len(data) > MAX_SOURCE_BYTES:
         return Found(origin, None, submodules, unread=f"is larger than {MAX_SOURCE_BYTES // 1024} KiB, more than an env's code: not read to check it")
     return Found(origin, data.decode("utf-8", "replace"), submodules)
+
+
+def _path_spec(name: str, locations: Sequence[str]) -> ModuleSpec | None:
+    """PathFinder's spec of `name` on `locations`, or None. A namespace package (a directory without __init__.py,
+    as tests/unit under tests/) below a package nothing imported makes PathFinder read its parent in sys.modules,
+    a KeyError here: its spec then says what the import system would find, the locations' own such directories."""
+    try:
+        return PathFinder.find_spec(name, locations)
+    except KeyError:
+        last = name.rpartition(".")[2]
+        spec = ModuleSpec(name, None, is_package=True)
+        spec.submodule_search_locations = [os.path.join(where, last) for where in locations
+                                           if os.path.isdir(os.path.join(where, last))]
+        return spec
 
 
 def _installed_elsewhere(name: str, finders: Sequence[Any]) -> Any:
