@@ -226,6 +226,16 @@ test-unit chart: $(PROMETHEUS)
 # The dashboard test in the e2e tier runs a real Prometheus and Helm.
 test-e2e: $(PROMETHEUS) $(HELM)
 
+# The tracking e2e test's real MLflow server: the full mlflow package (about 850 MB with pandas, scipy, scikit-learn),
+# at the version of the trainer's client (mlflow-skinny), in a venv of its own, not the dev requirements.
+MLFLOW_VENV := $(TOOLS)/mlflow-venv
+MLFLOW_SERVER := $(MLFLOW_VENV)/bin/mlflow
+$(MLFLOW_SERVER):
+	$(PYTHON) -m venv $(MLFLOW_VENV) || python3 -m venv $(MLFLOW_VENV)
+	$(MLFLOW_VENV)/bin/pip install -q mlflow==$(shell sed -n 's/^mlflow-skinny==//p' requirements-dev.txt)
+
+test-e2e: $(MLFLOW_SERVER)
+
 SB3_VENV := $(TOOLS)/sb3-venv
 SB3_STAMP := $(SB3_VENV)/.installed
 $(SB3_STAMP):
@@ -251,4 +261,4 @@ clean: ## remove the virtual environment and run outputs
 # Everything `make test` installs, each part independent of the others (pip, npm, apt: mostly network waits),
 # so .ci/run builds them with `make -j` before running the tiers one after another. It stands last: make
 # expands a rule's prerequisites as it reads it, and these variables are set above.
-test-tools: $(STAMP) $(TOOLS)/bin/helm $(PROM_MODELS_STAMP) $(CHECKOV) $(PROMETHEUS) ## what every test tier needs: setup, plus chart schemas, checkov, Prometheus (make -j test-tools fetches them at once)
+test-tools: $(STAMP) $(TOOLS)/bin/helm $(PROM_MODELS_STAMP) $(CHECKOV) $(PROMETHEUS) $(MLFLOW_SERVER) ## what every test tier needs: setup, plus chart schemas, checkov, Prometheus, an MLflow server (make -j test-tools fetches them at once)

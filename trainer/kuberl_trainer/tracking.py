@@ -35,12 +35,10 @@ ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 # checkpoint's, and the run's end is not held for a tracking server
 SEND_DEADLINE_SECONDS = 10.0
 QUEUED_LINES_MAX = 10_000  # progress lines not yet sent that are kept; later ones are dropped, said once
-# MLflow's limits (mlflow.utils.validation): a param value's length, a key's, params and metrics per log_batch, and a
-# key's characters; a learned field's path from env.kwargs may hold any, and one bad key fails its whole batch
+# MLflow's limits (mlflow.utils.validation): a param value's length, a key's, and a key's characters (a learned field's
+# path from env.kwargs may hold any, and one bad key fails its whole batch); its client splits a long batch itself
 PARAM_VALUE_MAX = 6000
 KEY_MAX = 250
-PARAMS_PER_BATCH = 100
-METRICS_PER_BATCH = 1000  # a DQN's short episodes: hundreds between two progress lines
 NOT_A_KEY_CHARACTER = re.compile(r"[^A-Za-z0-9_\-. /]")
 TAG_PREFIX = "kuberl."
 
@@ -205,9 +203,8 @@ class MlflowRun:
                     items.append(self.queue.get_nowait())
                 metrics = [Metric(tag, value, item.timestamp_ms, step)
                            for item in items if isinstance(item, Points) for tag, value, step in item.values]
-                for at in range(0, len(metrics), METRICS_PER_BATCH):
-                    if not self.failed.is_set():
-                        client.log_batch(self.run_id, metrics=metrics[at:at + METRICS_PER_BATCH])
+                if metrics:  # the client splits a batch past the server's limits (1,000 metrics) itself
+                    client.log_batch(self.run_id, metrics=metrics)
                 if isinstance(items[-1], End):
                     self.end(client, items[-1])
                     return
@@ -230,11 +227,9 @@ class MlflowRun:
             experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(self.experiment)
             run_id = client.create_run(experiment_id, tags=self.tags).info.run_id
             # params only as the run starts: MLflow refuses a param changed (a `kuberl run --resume` onto another value)
-            items = list(self.params.items())
             from mlflow.entities import Param
 
-            for at in range(0, len(items), PARAMS_PER_BATCH):
-                client.log_batch(run_id, params=[Param(k, v) for k, v in items[at:at + PARAMS_PER_BATCH]])
+            client.log_batch(run_id, params=[Param(k, v) for k, v in self.params.items()])
             write_record(self.checkpoint_dir, self.tracking_uri, self.experiment, run_id)
             self.log(f"MLflow: run {run_id} in experiment {self.experiment!r} at {without_credentials(self.tracking_uri)}")
         else:
