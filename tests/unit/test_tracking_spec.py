@@ -61,3 +61,10 @@ def test_run_warns_the_same_before_anything_starts(tmp_path, capsys):
     code = cli.main(["run", str(path), "--dir", str(tmp_path / "runs")])
     out = capsys.readouterr()
     assert code == 3 and "spec.tracking.mlflow: MLFLOW_TRACKING_URI is not in the trainer's environment" in out.out + out.err, out
+
+
+def test_tracking_with_a_custom_trainer_is_warned_of_as_logged_by_nobody():
+    spec = make_job("j").custom_trainer(trainer_env({"name": "MLFLOW_TRACKING_URI", "value": "http://x"}, image="mine",
+                                                    command=["python", "train.py"])).replace(tracking=TRACKED).spec()
+    warning = tracking_server_warning(spec)
+    assert warning.path == "spec.tracking.mlflow" and "trainer: custom runs your command" in warning.message

@@ -729,9 +729,14 @@ MLFLOW_TRACKING_URI = "MLFLOW_TRACKING_URI"
 
 def tracking_server_warning(spec: JobSpec) -> Problem | None:
     """spec.tracking.mlflow with no MLFLOW_TRACKING_URI in the trainer container's env (spec.template) and no envFrom
-    there that may hold it: rank 0 would say so once and log nothing. A warning: a Secret's keys are not seen here."""
-    if spec.tracking.mlflow is None or spec.trainer != "kuberl":
+    there that may hold it: rank 0 would say so once and log nothing; or trainer: custom, where kuberl's trainer, which
+    logs, does not run. A warning: a Secret's keys are not seen here."""
+    if spec.tracking.mlflow is None:
         return None
+    if spec.trainer != "kuberl":
+        return Problem("spec.tracking.mlflow", "only kuberl's trainer logs to MLflow, and trainer: custom runs your command:"
+                       " nothing is logged for it. Log from your script (the MLflow client's variables reach it through"
+                       " spec.template's env), and leave spec.tracking out")
     pod = spec.template.get("spec") if isinstance(spec.template, dict) else None
     containers = pod.get("containers") if isinstance(pod, dict) else None
     trainer = next((c for c in containers or [] if isinstance(c, dict) and c.get("name") == names.TRAINER_CONTAINER), {})
