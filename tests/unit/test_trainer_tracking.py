@@ -116,6 +116,32 @@ def test_another_server_or_experiment_starts_a_run_there_and_a_record_is_not_tru
     assert tracking.read_record(str(tmp_path)) == {"trackingUri": "https://mlflow.example:5000/", "experiment": "e", "runId": "abc"}
 
 
+@pytest.mark.parametrize("planted", ["fifo", "link"])
+def test_the_run_record_on_the_tenants_volume_is_never_waited_on_nor_written_through(tmp_path, planted):
+    """mlflow-run.json lives in the checkpoint directory, the tenant's volume: a FIFO there held the sender thread at
+    open until the run's end (nothing tracked, the end waited its deadline), and a link at its temporary name had the
+    record written wherever the link pointed. Read only if it is a regular file, written to a new file and renamed."""
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("kept\n")
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    if planted == "fifo":
+        os.mkfifo(checkpoints / tracking.RUN_RECORD)
+        read = []
+        reader = threading.Thread(target=lambda: read.append(tracking.read_record(str(checkpoints))), daemon=True)
+        reader.start()
+        reader.join(10)
+        assert read == [None]
+    else:
+        (checkpoints / f"{tracking.RUN_RECORD}.tmp").symlink_to(elsewhere)
+        (checkpoints / tracking.RUN_RECORD).symlink_to(elsewhere)
+        assert tracking.read_record(str(checkpoints)) is None  # a link is no record
+    tracking.write_record(str(checkpoints), "https://mlflow.example", "e", "abc")
+    assert elsewhere.read_text() == "kept\n"
+    assert tracking.read_record(str(checkpoints)) == {"trackingUri": "https://mlflow.example", "experiment": "e", "runId": "abc"}
+    assert sorted(os.listdir(checkpoints)) == [tracking.RUN_RECORD]
+
+
 def test_learned_fields_become_params_within_mlflows_limits():
     found = tracking.params({"seed": 2, "dqn": None, "algorithm": "ppo", "env": {"id": "CartPole-v1", "kwargs": {"a|b\nc": 1}},
                              "ppo": {"hiddenSizes": [64, 64]}, "note": "x" * 10_000})

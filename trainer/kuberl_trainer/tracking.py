@@ -14,6 +14,7 @@ on; progress.jsonl and TensorBoard still hold every number.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuberl.core import fingerprint
+from kuberl.core.runrecords import read_regular_file
 
 from .tensorboard import EPISODE_TAGS, Renames, scalars
 
@@ -85,18 +87,23 @@ def run_to_resume(record: object, tracking_uri: str, experiment: str) -> str | N
 
 
 def read_record(checkpoint_dir: str) -> object:
-    """RUN_RECORD's contents, None when it is missing or unreadable (a new run is started)."""
+    """RUN_RECORD's contents, None when it is missing, unreadable or no regular file (a new run is started): the
+    checkpoint directory is the tenant's volume, and a FIFO there held the sender thread at open."""
+    text = read_regular_file(os.path.join(checkpoint_dir, RUN_RECORD), 64 * 1024)
     try:
-        with open(os.path.join(checkpoint_dir, RUN_RECORD), "rb") as f:
-            return json.loads(f.read(64 * 1024))
-    except (OSError, ValueError):
+        return json.loads(text) if text else None
+    except (ValueError, RecursionError):
         return None
 
 
 def write_record(checkpoint_dir: str, tracking_uri: str, experiment: str, run_id: str) -> None:
+    """RUN_RECORD written to a new file and renamed onto its name: a link left at either name is replaced, never
+    written through (it had the record written wherever it pointed)."""
     path = os.path.join(checkpoint_dir, RUN_RECORD)
     temp = f"{path}.tmp"
-    with open(temp, "w") as f:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp)
+    with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "w") as f:
         json.dump({"trackingUri": without_credentials(tracking_uri), "experiment": experiment, "runId": run_id}, f)
     os.replace(temp, path)
 
