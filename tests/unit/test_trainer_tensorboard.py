@@ -134,6 +134,18 @@ def test_a_kwargs_key_is_one_safe_short_table_cell_as_a_value_is():
     assert len(many) == 2 + HYPERPARAMETER_ROWS + 1 and many[-1] == f"|…|{50_001 - HYPERPARAMETER_ROWS:,} more fields (env.kwargs)|"
 
 
+def written_earlier(log_dir: str) -> None:
+    """The event files in `log_dir` named as if written a minute earlier. TensorBoard reads a directory's files in
+    the order of their names, events.out.tfevents.<seconds>.<host>.<pid>.<writer count>: two generations of a real
+    job are two processes seconds apart, so the seconds order them; two writers of one test process within the
+    same second are ordered by their count as text, and a 10th writer sorts before a 9th (a test run after
+    others in one pytest worker read the later generation first)."""
+    for name in os.listdir(log_dir):
+        events, out, tfevents, seconds, rest = name.split(".", 4)  # the host name may hold dots: it is in `rest`
+        earlier = f"{events}.{out}.{tfevents}.{int(seconds) - 60:010d}.{rest}"
+        os.rename(os.path.join(log_dir, name), os.path.join(log_dir, earlier))
+
+
 def test_a_later_generation_supersedes_the_points_an_earlier_one_wrote_past_where_it_resumed(tmp_path):
     """A resume from a checkpoint at 3,000 timesteps after the first generation reached 5,000: TensorBoard drew both
     generations' points from 3,000 on, two curves in one. Each generation has a file of its own, and the later purges."""
@@ -142,6 +154,8 @@ def test_a_later_generation_supersedes_the_points_an_earlier_one_wrote_past_wher
     for step in (1000, 2000, 3000, 4000, 5000):
         first.episodes([(step - 500, step / 100, 10)])
         first.write({"timesteps": step, "episode_return_mean": step / 100, "steps_per_second": step / 100})
+    first.close()  # its process ended: the gang restarted
+    written_earlier(os.path.join(checkpoints, names.TENSORBOARD_DIR))
     second = Scalars(checkpoints, text="|param|value|")
     second.write({"timesteps": 3000, "resumed": True, "eval_return": None})
     second.episodes([(3500, 99.0, 12)])
