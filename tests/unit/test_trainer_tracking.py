@@ -142,6 +142,26 @@ def test_the_run_record_on_the_tenants_volume_is_never_waited_on_nor_written_thr
     assert sorted(os.listdir(checkpoints)) == [tracking.RUN_RECORD]
 
 
+def test_a_recorded_run_id_no_server_takes_starts_a_new_run(store):
+    """mlflow-run.json is the tenant's file: a run id the server refuses as no run id at all (an edited record, a
+    truncated write) ended tracking for the whole run ("not tracked from here on"), where a run deleted from the server
+    starts a new one; it is as gone, and a new run is started and tracked."""
+    spec = tracked_job(totalTimesteps=256)
+    from trainer_support import one_process_run
+
+    _trainer, run = one_process_run(spec, restart=0)
+    os.makedirs(run.checkpoint_dir, exist_ok=True)
+    tracking.write_record(run.checkpoint_dir, store, "cartpole-tracked", "\x1b[2J\nnot-a-run-id")
+    _run, said, outcome = generation(spec, restart=0)
+    assert outcome == "budget" and not [line for line in said if "not tracked" in line], said
+    [gone] = [line for line in said if "is gone from" in line]
+    assert "\x1b" not in gone and "\n" not in gone, gone
+    client = MlflowClient(store)
+    [experiment] = [e for e in client.search_experiments() if e.name == "cartpole-tracked"]
+    [tracked] = client.search_runs([experiment.experiment_id])
+    assert tracked.info.status == "FINISHED" and tracking.read_record(run.checkpoint_dir)["runId"] == tracked.info.run_id
+
+
 def test_learned_fields_become_params_within_mlflows_limits():
     found = tracking.params({"seed": 2, "dqn": None, "algorithm": "ppo", "env": {"id": "CartPole-v1", "kwargs": {"a|b\nc": 1}},
                              "ppo": {"hiddenSizes": [64, 64]}, "note": "x" * 10_000})

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kuberl.core import fingerprint
+from kuberl.core import fingerprint, safetext
 from kuberl.core.runrecords import read_regular_file
 
 from .tensorboard import EPISODE_TAGS, Renames, scalars
@@ -226,7 +226,7 @@ class MlflowRun:
         client = MlflowClient(self.tracking_uri)
         run_id = run_to_resume(read_record(self.checkpoint_dir), self.tracking_uri, self.experiment)
         if run_id is not None and not _exists(client, run_id):
-            self.log(f"MLflow: run {run_id} (recorded in {RUN_RECORD}) is gone from {without_credentials(self.tracking_uri)}:"
+            self.log(f"MLflow: run {safetext.one_line(run_id)[:80]} (recorded in {RUN_RECORD}) is gone from {without_credentials(self.tracking_uri)}:"
                      " starting a new one")
             run_id = None
         if run_id is None:
@@ -261,7 +261,8 @@ def _exists(client: Any, run_id: str) -> bool:
     try:
         return client.get_run(run_id).info.lifecycle_stage != "deleted"
     except MlflowException as e:
-        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+        # no such run, or no run id at all (the record is the tenant's file, edited or cut short): a new run, tracked
+        if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
             return False
         raise
 
