@@ -12,6 +12,7 @@ from kuberl_trainer.recurrent import (
     micro_slices,
     parameters_of,
     reset_state,
+    segments,
     sequence_rows,
 )
 
@@ -81,6 +82,23 @@ def test_the_core_over_a_sequence_is_the_core_stepped_one_step_at_a_time():
         stepped.append(out)
     assert torch.allclose(whole.reshape(batch, steps, 4), torch.stack(stepped, 1), atol=1e-6)
     assert torch.allclose(h, s[0], atol=1e-6) and torch.allclose(c, s[1], atol=1e-6)
+
+
+def test_segments_cut_a_sequence_before_each_step_where_some_env_starts_an_episode():
+    assert segments(np.array([0, 0, 1, 0, 0, 1, 1, 0], np.float32)) == [(0, 2), (2, 5), (5, 6), (6, 8)]
+    assert segments(np.array([1, 0, 0], np.float32)) == [(0, 3)]  # a start at step 0 is a reset before the first call
+    assert segments(np.zeros(1, np.float32)) == [(0, 1)]
+
+
+def test_on_the_cpu_the_core_takes_a_run_without_resets_in_one_call():
+    """128 steps of 4 envs with one episode starting at step 40: two LSTM calls, not 128 (the recurrent PPO example
+    stepped at about 300 env steps/s, its minibatches' LSTM one step a call)."""
+    core, calls = LSTMCore(3, 4), []
+    core.lstm.register_forward_hook(lambda module, inputs, output: calls.append(inputs[0].shape[0]))
+    starts = torch.zeros(4, 128)
+    starts[2, 40] = 1.0
+    core(torch.randn(4 * 128, 3), core.zero_state(4, torch.device("cpu")), starts.reshape(-1))
+    assert calls == [40, 88]
 
 
 def test_a_reset_forgets_everything_before_it():

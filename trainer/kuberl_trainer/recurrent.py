@@ -58,10 +58,19 @@ def reset_state(state: tuple[torch.Tensor, torch.Tensor], starts: torch.Tensor) 
     return state[0] * keep, state[1] * keep
 
 
+def segments(starts: np.ndarray) -> list[tuple[int, int]]:
+    """(first, end) time steps of the runs a batch's LSTM can take in one call: `starts` (T,), whether any
+    env's episode starts at t; a run ends before the next step where one does (a reset happens between
+    calls). Where no env resets for many steps (long episodes, few envs) a sequence is a few calls, not T."""
+    cuts = [0, *(int(t) for t in np.flatnonzero(starts[1:]) + 1), len(starts)]
+    return list(itertools.pairwise(cuts))
+
+
 class LSTMCore(nn.Module):
-    """One LSTM layer over encoder features, stepped one time step at a time so each env's state
-    resets where its episode starts. Weights initialised as CleanRL's ppo_atari_lstm.py (orthogonal,
-    biases 0)."""
+    """One LSTM layer over encoder features, its state reset for the envs whose episode starts at a step:
+    on the CPU run from each step where some env's episode starts to the next such step in one call
+    (`segments`), on a GPU one step a call (CleanRL's ppo_atari_lstm.py) with no host read of the starts.
+    Weights initialised as CleanRL's ppo_atari_lstm.py (orthogonal, biases 0)."""
 
     def __init__(self, n_in: int, hidden_size: int):
         super().__init__()
@@ -87,12 +96,16 @@ class LSTMCore(nn.Module):
         begins = starts.reshape(batch, steps).transpose(0, 1)
         h, c = state
         outputs = []
-        for x_t, starts_t in zip(x.unbind(0), begins.unbind(0), strict=True):
-            h, c = reset_state((h, c), starts_t)
-            out, (h1, c1) = self.lstm(x_t.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0)))
+        if begins.device.type == "cpu":
+            runs = segments(begins.detach().amax(1).numpy())
+        else:  # reading the starts on the host would wait for the GPU at every minibatch: a step a call, as CleanRL
+            runs = [(t, t + 1) for t in range(steps)]
+        for first, end in runs:
+            h, c = reset_state((h, c), begins[first:first + 1].squeeze(0))
+            out, (h1, c1) = self.lstm(x[first:end], (h.unsqueeze(0), c.unsqueeze(0)))
             h, c = h1.squeeze(0), c1.squeeze(0)
-            outputs.append(out.squeeze(0))
-        return torch.stack(outputs, 1).reshape(batch * steps, -1), (h, c)
+            outputs.append(out)
+        return torch.cat(outputs, 0).transpose(0, 1).reshape(batch * steps, -1), (h, c)
 
 
 def parameters_of(hidden_size: int, n_in: int) -> int:
