@@ -4,6 +4,7 @@ habit, `tensorboard --logdir runs`, found nothing in a kuberl run. Read back wit
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -11,10 +12,12 @@ from kuberl.core import contract, names
 from kuberl.local.curves import UPDATE_STATISTICS
 from kuberl_trainer import session
 from kuberl_trainer.tensorboard import (
+    EPISODE_POINTS_PER_LINE,
     EVALUATION_TAG,
     HYPERPARAMETER_ROWS,
     HYPERPARAMETERS_TAG,
     UPDATE_TAGS,
+    EpisodeSample,
     Scalars,
     hyperparameters,
     run_name,
@@ -249,3 +252,19 @@ def test_a_disk_that_fills_mid_run_is_said_once_and_the_run_goes_on(tmp_path, mo
     scalars_of.close()
     assert scalars_of.failed and len(said) == 1 and "File too large" in said[0] and "\n" not in said[0], said
     assert uncaught == []
+
+
+def test_an_episode_sample_keeps_every_episode_while_they_fit_then_an_even_stride_of_them():
+    """4,096 envs of one-step episodes end 130,000 episodes between two progress lines: each was a point for
+    TensorBoard and MLflow alike, 20 MB of events a line. At most `limit` are kept, evenly spread."""
+    few = EpisodeSample(limit=8)
+    few.add([(step, 1.0, 1) for step in range(5)])
+    assert [step for step, _, _ in few.take()] == [0, 1, 2, 3, 4] and few.take() == []
+    many = EpisodeSample(limit=8)
+    for first in range(0, 100, 7):  # in updates of 7 episodes
+        many.add([(step, 1.0, 1) for step in range(first, min(first + 7, 100))])
+    assert [step for step, _, _ in many.take()] == [0, 16, 32, 48, 64, 80, 96]  # every 16th, from the first
+    flood = EpisodeSample()
+    flood.add([(step, 0.0, 1) for step in range(130_000)])
+    kept = flood.take()
+    assert 500 < len(kept) <= EPISODE_POINTS_PER_LINE and {b[0] - a[0] for a, b in itertools.pairwise(kept)} == {256}

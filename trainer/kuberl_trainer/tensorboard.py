@@ -28,6 +28,7 @@ TRAINING_TAGS = {"steps_per_second": "charts/SPS"}
 # episodes: the others' stay on their ranks, summed into progress.jsonl's mean, which `kuberl plot` draws)
 EPISODE_TAGS = ("charts/episodic_return", "charts/episodic_length")
 EVALUATION_TAG = "eval/episodic_return"
+EPISODE_POINTS_PER_LINE = 1000  # at most, evenly spread: 4,096 envs of 1-step episodes end 130k between two lines
 # an update's statistics (UpdateReport.losses' names, as progress.jsonl's `update` records them)
 UPDATE_TAGS = {
     "policy_loss": "losses/policy_loss",
@@ -110,6 +111,28 @@ def scalars(line: Mapping[str, Any], renames: Renames | None = None) -> list[tup
 _WRITER_THREADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 
 
+class EpisodeSample:
+    """The episodes finished between two progress lines, (global step, return, length) each, at most `limit` of
+    them, evenly spread: every episode while they fit, then every 2nd, 4th, ... (each halving keeps the kept
+    ones of even rank, so the ones kept are always those whose count since the last line is a multiple of the
+    stride). A curve of 1,000 points a line reads as one of 130,000, at a bounded cost a line."""
+
+    def __init__(self, limit: int = EPISODE_POINTS_PER_LINE):
+        self.limit, self.stride, self.seen = limit, 1, 0
+        self.kept: list[tuple[int, float, int]] = []
+
+    def add(self, ended: list[tuple[int, float, int]]) -> None:
+        self.kept += ended[(-self.seen) % self.stride:: self.stride]
+        self.seen += len(ended)
+        while len(self.kept) > self.limit:
+            self.kept, self.stride = self.kept[::2], self.stride * 2
+
+    def take(self) -> list[tuple[int, float, int]]:
+        kept = self.kept
+        self.kept, self.stride, self.seen = [], 1, 0
+        return kept
+
+
 def _writer_thread_hook(previous: Callable[[Any], object]) -> Callable[[Any], object]:
     def hook(args: Any) -> object:
         return None if args.thread in _WRITER_THREADS else previous(args)
@@ -131,17 +154,17 @@ class Scalars:
         self.text = text  # `hyperparameters`: written once, with the run's first file
         self.writer: Any = None
         self.failed = False
-        self.pending: list[tuple[int, float, int]] = []  # finished episodes, written with the next line's points
+        self.pending = EpisodeSample()  # finished episodes, written with the next line's points
 
     def episodes(self, ended: list[tuple[int, float, int]]) -> None:
         """Finished episodes, (global step, return, length) each: written, and flushed, with the next progress line
         (every few seconds), not one file write per update (DQN makes thousands a second)."""
         if not self.failed:
-            self.pending += ended
+            self.pending.add(ended)
 
     def write(self, line: Mapping[str, Any], renames: Renames | None = None) -> None:
         points = scalars(line, renames)
-        if self.failed or not (points or line.get("resumed") or self.pending):
+        if self.failed or not (points or line.get("resumed") or self.pending.kept):
             return
         self.put(line["timesteps"], points)
 
@@ -154,20 +177,19 @@ class Scalars:
                 # an earlier generation's points from here on are superseded: the resumed checkpoint's timesteps, or
                 # (a restart before any checkpoint) this generation's first point
                 earlier = os.path.isdir(self.log_dir) and any(n.startswith("events.out.tfevents.") for n in os.listdir(self.log_dir))
-                first = min([timesteps, *(step for step, _, _ in self.pending)])
+                first = min([timesteps, *(step for step, _, _ in self.pending.kept)])
                 self.writer = self.open(first if earlier else None)
                 if self.text is not None and not earlier:
                     self.writer.add_text(HYPERPARAMETERS_TAG, self.text)
-            for step, episode_return, length in self.pending:
+            for step, episode_return, length in self.pending.take():
                 self.writer.add_scalar(EPISODE_TAGS[0], episode_return, step)
                 self.writer.add_scalar(EPISODE_TAGS[1], length, step)
-            self.pending = []
             for tag, value in points:
                 self.writer.add_scalar(tag, value, timesteps)
             self.writer.flush()
         except (OSError, ImportError, RuntimeError, ValueError) as e:  # IOError from the writer's thread included
             self.failed = True
-            self.pending = []
+            self.pending.take()
             self.log(f"TensorBoard scalars not written ({self.log_dir}): {e}")
 
     def open(self, purge_step: int | None) -> Any:
@@ -182,8 +204,8 @@ class Scalars:
         return writer
 
     def close(self) -> None:
-        if self.pending and not self.failed:  # episodes that ended after the last progress line
-            self.put(self.pending[-1][0], [])
+        if self.pending.kept and not self.failed:  # episodes that ended after the last progress line
+            self.put(self.pending.kept[-1][0], [])
         if self.writer is not None and not self.failed:  # a failed writer was said once already
             try:
                 self.writer.close()

@@ -29,7 +29,7 @@ from typing import Any
 from kuberl.core import fingerprint, safetext
 from kuberl.core.runrecords import read_regular_file
 
-from .tensorboard import EPISODE_TAGS, Renames, scalars
+from .tensorboard import EPISODE_TAGS, EpisodeSample, Renames, scalars
 
 RUN_RECORD = "mlflow-run.json"  # in the checkpoint directory: the run this kuberl run logs into
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
@@ -142,7 +142,7 @@ class MlflowRun:
         self.said = threading.Lock()  # the one failure said, by whichever thread meets it first
         self.run_id: str | None = None
         self.dropped = 0
-        self.pending: list[tuple[str, float, int]] = []  # finished episodes, sent with the next line's points
+        self.pending = EpisodeSample()  # finished episodes, sent with the next line's points
         if not self.tracking_uri:
             self.fail(f"spec.tracking.mlflow is set but {ENV_TRACKING_URI} is not in the trainer's environment (set it"
                       " through spec.template's env, or envFrom a Secret): not tracked")
@@ -151,14 +151,14 @@ class MlflowRun:
         """Finished episodes, (global step, return, length) each, as the TensorBoard writer gets them (Scalars.episodes):
         charts/episodic_return and charts/episodic_length at the step each ended, sent with the next progress line."""
         if not self.failed.is_set():
-            self.pending += [(tag, float(value), step) for step, episode_return, length in ended
-                             for tag, value in zip(EPISODE_TAGS, (episode_return, length), strict=True)]
+            self.pending.add(ended)
 
     def write(self, line: Mapping[str, Any], renames: Renames | None = None) -> None:
         if self.failed.is_set():
             return
-        points = [*self.pending, *((tag, value, int(line["timesteps"])) for tag, value in scalars(line, renames))]
-        self.pending = []
+        episodes = [(tag, float(value), step) for step, episode_return, length in self.pending.take()
+                    for tag, value in zip(EPISODE_TAGS, (episode_return, length), strict=True)]
+        points = [*episodes, *((tag, value, int(line["timesteps"])) for tag, value in scalars(line, renames))]
         if not points:
             return
         if self.sender is None:
