@@ -62,6 +62,19 @@ def test_turning_tracking_on_keeps_the_fingerprint_and_no_tracking_credential_is
     assert with_other["template"] == {"spec": {"containers": [{"name": "trainer", "env": [other]}]}}
 
 
+def test_a_credential_set_in_the_template_changes_nothing_learned_and_is_never_recorded():
+    """A plain WANDB_API_KEY, HF_TOKEN or AWS_SECRET_ACCESS_KEY value in the template reached fingerprint.json,
+    TensorBoard's hyperparameters text and the params sent to an MLflow server; a rotated key started a fresh run."""
+    base = fingerprint.fingerprint(learned())
+    secrets = [{"name": name, "value": f"v-{name}"} for name in
+               ("WANDB_API_KEY", "WANDB_PROJECT", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "db_password", "GITHUB_AUTH")]
+    with_secrets = learned(template={"spec": {"containers": [{"name": "trainer", "env": secrets}]}})
+    assert fingerprint.fingerprint(with_secrets) == base and "v-" not in json.dumps(with_secrets)
+    learned_too = {"name": "MUJOCO_GL", "value": "egl"}  # a variable the trainer reads, named like none of them
+    with_both = learned(template={"spec": {"containers": [{"name": "trainer", "env": [*secrets, learned_too]}]}})
+    assert with_both["template"] == {"spec": {"containers": [{"name": "trainer", "env": [learned_too]}]}}
+
+
 def test_a_recurrent_policy_and_its_width_each_learn_otherwise():
     plain, lstm = fingerprint.fingerprint(learned()), fingerprint.fingerprint(learned(ppo={"lstm": {}}))
     assert lstm != plain

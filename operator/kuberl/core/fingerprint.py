@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -67,13 +68,22 @@ def learned_fields() -> list[str]:
 
 
 # A container's env variables that configure a tracking client (spec.tracking): where the numbers are sent, and its
-# credentials, which change nothing learned and must not reach fingerprint.json or a run's hyperparameters text.
-TRACKING_ENV_PREFIXES = ("MLFLOW_",)
+# credentials, which change nothing learned and must not reach fingerprint.json or a run's hyperparameters text
+# (TensorBoard's, and the params MLflow is sent). So with any variable whose name reads as a credential
+# (WANDB_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD): a plain value in the template is the user's
+# secret in the spec already, and must not travel further, to a shared TensorBoard or a tracking server.
+TRACKING_ENV_PREFIXES = ("MLFLOW_", "WANDB_")
+CREDENTIAL_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+def operational_env(name: str) -> bool:
+    """Whether a template env variable named `name` is left out of what is learned: a tracking client's, or a credential."""
+    return name.startswith(TRACKING_ENV_PREFIXES) or CREDENTIAL_NAME.search(name) is not None
 
 
 def learned_values(spec: JobSpec) -> dict[str, Any]:
     """The defaulted values (camelCase, JSON types) of the fields that change what is learned; the template's
-    containers without their tracking client's variables (TRACKING_ENV_PREFIXES)."""
+    containers without their tracking client's variables and credentials (`operational_env`)."""
     data = defaulted(spec)
     values = {name: data.get(name) for name in learned_fields()}
     if values.get("template"):
@@ -82,7 +92,7 @@ def learned_values(spec: JobSpec) -> dict[str, Any]:
 
 
 def _without_tracking_env(template: Mapping[str, Any]) -> Mapping[str, Any]:
-    """`template` (a PodTemplateSpec) less every container's env entries named TRACKING_ENV_PREFIXES*, and less what
+    """`template` (a PodTemplateSpec) less every container's `operational_env` entries, and less what
     that leaves empty (an env, a container of a name only, the containers, the pod spec): a template that only sets the
     tracking client's variables fingerprints as none, so turning tracking on does not start a fresh run."""
     pod = template.get("spec")
@@ -101,11 +111,11 @@ def _without_tracking_env(template: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _container_without_tracking_env(container: Any) -> Any:
-    """`container` less its tracking client's env entries; None when nothing but its name is left."""
+    """`container` less its tracking client's and credentials' env entries; None when nothing but its name is left."""
     if not isinstance(container, Mapping) or not isinstance(container.get("env"), list):
         return container
     env = [e for e in container["env"]
-           if not (isinstance(e, Mapping) and str(e.get("name", "")).startswith(TRACKING_ENV_PREFIXES))]
+           if not (isinstance(e, Mapping) and operational_env(str(e.get("name", ""))))]
     kept = {k: v for k, v in container.items() if k != "env"} | ({"env": env} if env else {})
     return None if set(kept) <= {"name"} else kept
 
