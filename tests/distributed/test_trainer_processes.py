@@ -16,6 +16,7 @@ from kuberl_trainer import checkpoint
 from kuberl_trainer.ppo import Agent
 
 from .support import (
+    Job,
     Ranks,
     forged_checkpoint,
     garbage_checkpoint,
@@ -201,24 +202,29 @@ def test_a_checkpoint_from_a_newer_format_version_ends_the_job_naming_the_file(t
     assert job.termination_log(0).startswith(f"{contract.REASON_CONFIG_ERROR}: checkpoint {future} has format version")
 
 
-def test_deterministic_stop_and_resume_is_bitwise_equal_to_an_uninterrupted_run(tmp_path):
-    settings = spec(totalTimesteps=40 * 2 * 4 * 32, deterministic=True)
+def uninterrupted_and_stopped_then_resumed(tmp_path, settings: dict, stop_after: int, updates: int) -> tuple[Job, Job]:
+    """The job of `settings` (deterministic, `updates` updates) run whole, and run again stopped by SIGTERM on
+    both ranks after `stop_after` updates then resumed: (the whole run's job, the stopped and resumed one's)."""
     whole = make_job(tmp_path / "whole", raw_spec=settings)
     uninterrupted = Ranks(whole)
     assert uninterrupted.wait(timeout=120) == [0, 0], uninterrupted.log(0)
 
     split = make_job(tmp_path / "split", raw_spec=settings)
     ranks = Ranks(split)
-    ranks.wait_for_updates(8)
+    ranks.wait_for_updates(stop_after)
     for rank in (0, 1):
         ranks.signal(rank, signal.SIGTERM)
     assert ranks.wait(timeout=30) == [0, 0], ranks.log(0) + ranks.log(1)
     _, saved = checkpoint.load_newest(str(split.checkpoint_dir))
-    assert 8 <= saved["counters"]["updates"] < 40, saved["counters"]
+    assert stop_after <= saved["counters"]["updates"] < updates, saved["counters"]  # stopped mid-run, resumed from there
     resumed = Ranks(split)
     assert resumed.wait(timeout=120) == [0, 0], resumed.log(0) + resumed.log(1)
+    return whole, split
 
-    assert_same_final_model(whole, split)
+
+def test_deterministic_stop_and_resume_is_bitwise_equal_to_an_uninterrupted_run(tmp_path):
+    settings = spec(totalTimesteps=40 * 2 * 4 * 32, deterministic=True)
+    assert_same_final_model(*uninterrupted_and_stopped_then_resumed(tmp_path, settings, stop_after=8, updates=40))
 
 
 def test_deterministic_gang_restarted_before_its_first_checkpoint_is_bitwise_equal_to_an_uninterrupted_run(tmp_path):
