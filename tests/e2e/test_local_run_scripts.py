@@ -254,7 +254,8 @@ def test_one_rank_raising_under_torchrun_fails_the_job_at_once_with_its_recorded
     assert "worker 1 (failrec-1)" in final, final
     assert "ValueError: rank 3 read a corrupt batch 17" in out[out.index(final):], out[-3000:]
     log = pod_log(run_dir, 1)
-    assert re.search(r"error_file: \S*/pods/failrec-1/root/tmp/torchelastic_\S+/error\.json", log), log[-3000:]
+    # in the pod's own /tmp, under its root (sandbox.pod_roots_dir's <pod>/root, outside the run directory)
+    assert re.search(r"error_file: \S*/failrec-1/root/tmp/torchelastic_\S+/error\.json", log), log[-3000:]
     assert re.findall(r"fail_one_rank rank (\d)/4 error file (\S+)", out) and "error file None" not in out
 
 
