@@ -162,6 +162,18 @@ def test_a_box_the_squashed_actor_cannot_learn_in_is_refused_naming_spec_env_id(
     assert envspaces.spaces_problem(env.observation_space, env.action_space, "ppo") is None  # PPO's Gaussian is not squashed
 
 
+class Resuming(BareSession):
+    """A session whose checkpoint is `saved` (a tenant's edited file, decoded as the trainer reads it)."""
+    resumed_from = "ckpt-000012.pt"
+
+    def __init__(self, saved: dict):
+        super().__init__()
+        self.saved = saved
+
+    def load(self):
+        return self.saved, None
+
+
 @pytest.mark.parametrize("critic_steps", [1.5, float("nan")])
 def test_a_checkpoint_whose_critic_step_count_is_no_whole_number_is_refused_naming_it(critic_steps):
     """A checkpoint is on the tenant's volume: critic_updates of 1.5 or NaN passed the check of its kinds (a number,
@@ -172,14 +184,8 @@ def test_a_checkpoint_whose_critic_step_count_is_no_whole_number_is_refused_nami
         trainer.update(False, False)
     saved = checkpoint.decode(checkpoint.encode({**trainer.shared_state(), "critic_updates": critic_steps}))
 
-    class Resuming(BareSession):
-        resumed_from = "ckpt-000012.pt"
-
-        def load(self):
-            return saved, None
-
     with pytest.raises(checkpoint.CheckpointMismatch) as refused:
-        small_trainer(restart=1).train(Resuming())
+        small_trainer(restart=1).train(Resuming(saved))
     assert "state.critic_updates is float, not int" in str(refused.value), refused.value
 
 
@@ -202,12 +208,6 @@ def test_a_checkpoint_whose_actor_carries_another_action_box_is_refused_naming_i
     state[key][name] = torch.full_like(state[key][name], value)
     saved = checkpoint.decode(checkpoint.encode(state))
 
-    class Resuming(BareSession):
-        resumed_from = "ckpt-000012.pt"
-
-        def load(self):
-            return saved, None
-
     with pytest.raises(checkpoint.CheckpointMismatch) as refused:
-        make(restart=1).train(Resuming())
+        make(restart=1).train(Resuming(saved))
     assert f"state.{module} is [{value:g}], this job's env's action box gives [" in str(refused.value), refused.value
