@@ -36,4 +36,4 @@ def finish(self, trainer, outcome):
 
 session.TrainingSession.after_update = after_update
 session.TrainingSession.finish = finish
-sys.exit(entry.main(sys.argv[1:]))
+entry.exit_process(entry.main(sys.argv[1:]))  # as a pod's trainer ends: no interpreter teardown

@@ -53,7 +53,7 @@ import json
 import sys
 import traceback
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 import torch
@@ -239,8 +239,14 @@ def main(argv: list[str] | None = None) -> int:
     return contract.EXIT_CONFIG_ERROR if reason in contract.PERMANENT_REASONS else contract.EXIT_OK  # Diverged
 
 
-if __name__ == "__main__":
-    code = main()
+def exit_process(code: int) -> NoReturn:
+    """End the process without the interpreter's teardown: destroying gloo's or NCCL's process group could block on a
+    peer that left, and C++ threads still joinable at exit (ale-py's vector env's, the process group's) abort the
+    process with `terminate called without an active exception`, turning a finished run's exit 0 into a signal."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    exit_process(main())
