@@ -5,6 +5,7 @@ of whole sequences, and the LSTM core stepping with resets as one step at a time
 import numpy as np
 import pytest
 import torch
+from kuberl_trainer.device import autocast
 from kuberl_trainer.recurrent import (
     LSTMCore,
     env_minibatches,
@@ -99,6 +100,21 @@ def test_on_the_cpu_the_core_takes_a_run_without_resets_in_one_call():
     starts[2, 40] = 1.0
     core(torch.randn(4 * 128, 3), core.zero_state(4, torch.device("cpu")), starts.reshape(-1))
     assert calls == [40, 88]
+
+
+def test_under_bf16_autocast_the_core_runs_in_fp32_as_acting_does():
+    """Acting carries the state in fp32 (it never autocasts); learning's bf16 autocast leaves the LSTM in fp32 too, so
+    it replays what acted. A CPU without bf16 instructions (this one) refused oneDNN's bf16 LSTM outright: "could not
+    create a primitive descriptor for the LSTM forward propagation primitive", in the first update."""
+    torch.manual_seed(0)
+    core = LSTMCore(3, 4)
+    features, starts = torch.randn(2 * 6, 3), torch.zeros(2 * 6)
+    starts[3] = 1.0
+    plain, (h, c) = core(features, core.zero_state(2, torch.device("cpu")), starts)
+    with autocast(torch.device("cpu"), "bf16"):
+        mixed, (h16, c16) = core(features, core.zero_state(2, torch.device("cpu")), starts)
+    assert mixed.dtype == h16.dtype == c16.dtype == torch.float32
+    assert torch.equal(mixed, plain) and torch.equal(h16, h) and torch.equal(c16, c)
 
 
 def test_a_reset_forgets_everything_before_it():

@@ -95,6 +95,15 @@ def one_step_weights(grad_accumulation: int) -> dict[str, torch.Tensor]:
     return trainer.agent.state_dict()
 
 
+def test_a_recurrent_policy_learns_in_bf16_on_the_cpu():
+    """spec.ppo.precision bf16 with spec.ppo.lstm ended the first update here (oneDNN's LSTM under bf16 autocast)."""
+    trainer = small_trainer(num_steps=16, precision="bf16")
+    trainer.collect()
+    losses, epochs = trainer.learn(*trainer.advantages(False))
+    assert epochs == 1 and all(np.isfinite(value) for value in losses.values())
+    trainer.envs.close()
+
+
 def test_micro_batches_of_whole_sequences_sum_to_the_minibatchs_gradient():
     one, three = one_step_weights(1), one_step_weights(3)  # 4 envs in 3 micro-batches: 1, 2 and 1 sequences
     assert all(torch.allclose(one[k], three[k], atol=1e-5) for k in one)

@@ -26,8 +26,18 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from kuberl.core.spec import DQNConfig, PPOConfig, SACConfig, TD3Config
-from kuberl_trainer import device, dqn, fused, learners, networks, ppo, sac, td3
+from kuberl.core.spec import DQNConfig, LSTMConfig, PPOConfig, SACConfig, TD3Config
+from kuberl_trainer import (
+    device,
+    dqn,
+    fused,
+    learners,
+    networks,
+    ppo,
+    recurrent,
+    sac,
+    td3,
+)
 from kuberl_trainer.distributed import Dist
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
@@ -35,6 +45,7 @@ TRAINER = pathlib.Path(ppo.__file__).parent
 FACTORIES = {"zeros", "ones", "empty", "full", "tensor", "as_tensor", "arange", "rand", "randn", "randint",
              "randperm", "eye", "linspace"}
 CUDA = torch.device("cuda", 0)
+CPU = torch.device("cpu")
 PIXELS = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
 VECTOR = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 
@@ -103,14 +114,60 @@ def test_the_host_only_fast_path_refuses_cuda():
 # --- fake CUDA -----------------------------------------------------------------
 
 
+REAL_AUTOCAST = torch.autocast
+
+
+class CudaAutocast:
+    """torch.autocast as a GPU build runs it for device_type "cuda": a CPU build switches that off (warning that
+    CUDA is not available), so bf16 on fake CUDA ran fp32. This turns CUDA autocast on and off through torch's
+    own switches (set_autocast_enabled, set_autocast_dtype), which fake CUDA tensors obey, without its cache of
+    cast weights (a cast of a weight that requires grad, cached, aborts a CPU build's process as autograd on fake
+    CUDA does; it changes no device or dtype); every other device's autocast is torch's."""
+
+    def __init__(self, device_type: str, dtype: torch.dtype | None = None, enabled: bool = True, cache_enabled=None):
+        self.real = None if device_type == "cuda" else REAL_AUTOCAST(device_type, dtype, enabled, cache_enabled)
+        self.dtype, self.enabled = dtype or torch.get_autocast_dtype("cuda"), enabled
+
+    def __enter__(self):
+        if self.real is not None:
+            return self.real.__enter__()
+        self.before = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"), torch.is_autocast_cache_enabled()
+        torch.set_autocast_enabled("cuda", self.enabled)
+        torch.set_autocast_dtype("cuda", self.dtype)
+        torch.set_autocast_cache_enabled(False)
+        return self
+
+    def __exit__(self, *exc):
+        if self.real is not None:
+            return self.real.__exit__(*exc)
+        torch.set_autocast_enabled("cuda", self.before[0])
+        torch.set_autocast_dtype("cuda", self.before[1])
+        torch.set_autocast_cache_enabled(self.before[2])
+        return False
+
+
 @pytest.fixture
-def fake():
+def fake(monkeypatch):
     """A FakeTensorMode to enter around the maths (real CPU tensors may flow in, as a
-    GPU allows 0-dim CPU scalars); autocast's "no CUDA here" warning silenced."""
+    GPU allows 0-dim CPU scalars), with CUDA autocast running as on a GPU (CudaAutocast)."""
+    monkeypatch.setattr(torch, "autocast", CudaAutocast)
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*CUDA is not available.*")
         warnings.filterwarnings("ignore", message=".*compiled without cuDNN.*")  # nn.LSTM on CUDA tensors in a CPU build
         yield FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def test_bf16_on_fake_cuda_is_bf16_as_on_a_gpu(fake):
+    """The harness's own check: device.autocast(CUDA, "bf16") casts a linear layer's maths to bf16 on fake CUDA (a
+    CPU build's torch.autocast("cuda") is off, and every bf16 test here ran fp32), and full_precision turns it off."""
+    layer = on_fake_cuda(fake, torch.nn.Linear(4, 2)).requires_grad_(False)
+    x = fake_cuda(fake, np.zeros((3, 4), np.float32))
+    with fake, torch.no_grad(), device.autocast(CUDA, "bf16"):
+        assert layer(x).dtype == torch.bfloat16
+        with device.full_precision(CUDA):
+            assert layer(x).dtype == torch.float32
+        assert layer(x).dtype == torch.bfloat16
+    with fake, torch.no_grad(), device.autocast(CUDA, "fp32"):
+        assert layer(x).dtype == torch.float32
 
 
 def on_fake_cuda(mode: FakeTensorMode, module: torch.nn.Module) -> torch.nn.Module:
@@ -307,11 +364,13 @@ def test_a_host_tensor_in_dqns_mean_q_fails_on_fake_cuda(fake, monkeypatch):
 
 
 def narrowing(real_getitem):
-    """Tensor.__getitem__ with basic slices and None taken as narrow() and unsqueeze() views, which fake CUDA
-    tensors run (a CPU build refuses to index one: "not linked with support for cuda devices"); every other
-    index as it was."""
+    """Tensor.__getitem__ with basic slices and None taken as narrow() and unsqueeze() views, and a 1-D integer
+    tensor as index_select, which fake CUDA tensors run (a CPU build refuses to index one: "not linked with support
+    for cuda devices"); every other index as it was."""
 
     def getitem(tensor, index):
+        if isinstance(index, torch.Tensor) and index.dim() == 1 and not index.is_floating_point() and index.dtype != torch.bool:
+            return tensor.index_select(0, index)  # stricter than a GPU, which takes host indices too (copied, a wait)
         parts = index if isinstance(index, tuple) else (index,)
         if not (isinstance(tensor, FakeTensor)
                 and all(p is None or (isinstance(p, slice) and p.step in (None, 1)) for p in parts)):
@@ -561,18 +620,19 @@ def test_td3_acts_and_evaluates_on_cuda_reading_each_batch_of_actions_once(fake,
     assert reads == [(CUDA, (4, 1))] * 2 + [(CUDA, (3, 1))]
 
 
-def recurrent_ppo_on_fake_cuda(fake, monkeypatch, space) -> tuple[torch.Tensor, list, tuple]:
+def recurrent_ppo_on_fake_cuda(fake, monkeypatch, space, precision: str = "fp32") -> tuple[torch.Tensor, list, tuple, list]:
     """A recurrent agent (spec.ppo.lstm) on fake CUDA: its torch actor's step of 4 envs from the state it
     carries (reset where episodes start), then one minibatch step of the reference learner over those envs'
     sequences of 3 steps in two micro-batches of whole sequences: the step's statistics, the devices its
-    backward passes saw, and the actor's state after its step."""
+    backward passes saw, the actor's state after its step, and the LSTM's calls (the steps each took)."""
     encoder, features = networks.encoder(space, "auto", "spec.ppo.policy")
     agent = ppo.RecurrentAgent(features, gym.spaces.Discrete(2), [] if space is PIXELS else [16], 8, encoder)
-    hp = PPOConfig(hidden_sizes=[16], grad_accumulation=2)
+    hp = PPOConfig(hidden_sizes=[16], grad_accumulation=2, precision=precision)
     ctx = Dist(0, 1, 0, 1, CUDA, None)
     learner = learners.AutogradPPOLearner(on_fake_cuda(fake, agent).requires_grad_(False), hp, ctx, ppo.ppo_loss)
     policy = learners.RecurrentTorchPolicy(learner.agent, CUDA)
-    reads, backward = [], []
+    reads, backward, calls = [], [], []
+    agent.lstm.lstm.register_forward_hook(lambda module, inputs, output: calls.append(inputs[0].shape[0]))
     monkeypatch.setattr(learners, "to_device", lambda array, device: fake_cuda(fake, array))
     monkeypatch.setattr(torch.Tensor, "__getitem__", narrowing(torch.Tensor.__getitem__))
     monkeypatch.setattr(torch.Tensor, "cpu", lambda tensor: HostRead(reads, tensor))
@@ -582,19 +642,106 @@ def recurrent_ppo_on_fake_cuda(fake, monkeypatch, space) -> tuple[torch.Tensor, 
     scalars = np.stack([np.zeros(n), np.zeros(n), np.linspace(-1, 1, n), np.ones(n), np.ones(n)], -1)
     rows = fake_cuda(fake, np.concatenate([np.zeros((n, 1)), scalars], 1).astype(np.float32))
     first = (fake_cuda(fake, np.zeros((envs, 8), np.float32)), fake_cuda(fake, np.zeros((envs, 8), np.float32)))
-    starts = fake_cuda(fake, np.array([1, 0, 0] * envs, np.float32))
+    host_starts = np.array([1, 0, 0] * envs, np.float32)
     with fake:
         policy.reset(np.array([1, 0, 0, 1], np.float32))
         policy.act(np.zeros((envs, *space.shape), space.dtype))
-        stats = learner.step(fake_cuda(fake, np.zeros((n, *space.shape), space.dtype)), rows, (*first, starts))
-    return stats, backward, policy.state
+        stats = learner.step(fake_cuda(fake, np.zeros((n, *space.shape), space.dtype)), rows,
+                             learners.Sequences(*first, fake_cuda(fake, host_starts), host_starts))
+    return stats, backward, policy.state, calls
 
 
+@pytest.mark.parametrize("precision", device.PRECISIONS)
 @pytest.mark.parametrize("space", [VECTOR, PIXELS], ids=["vectors", "pixels"])
-def test_recurrent_ppo_acts_and_learns_with_its_state_on_the_device(fake, monkeypatch, space):
-    stats, backward, state = recurrent_ppo_on_fake_cuda(fake, monkeypatch, space)
+def test_recurrent_ppo_acts_and_learns_with_its_state_on_the_device(fake, monkeypatch, space, precision):
+    """bf16 too: the LSTM between the (bf16) encoder and heads runs in fp32, the state it carries fp32 as acting's."""
+    stats, backward, state, calls = recurrent_ppo_on_fake_cuda(fake, monkeypatch, space, precision)
     assert stats.device == CUDA and backward == [CUDA] * 2
-    assert state[0].device == state[1].device == CUDA
+    assert state[0].device == state[1].device == CUDA and state[0].dtype == state[1].dtype == torch.float32
+    assert calls == [1, 3, 3]  # acting's step; each micro-batch's 3 steps in one call, cut from the host's starts
+
+
+def test_on_cuda_the_lstm_takes_a_run_without_resets_in_one_call_cut_from_the_starts_host_copy(fake, monkeypatch):
+    """test_recurrent_maths' call count on fake CUDA, where the device's starts cannot be read: 128 steps of 4 envs
+    with one episode starting at step 40 take two LSTM calls given the starts' host copy (a GPU stepped one time
+    step a call, 128, not to wait for a host read), and a step a call without one."""
+    core = on_fake_cuda(fake, recurrent.LSTMCore(3, 4)).requires_grad_(False)
+    calls = []
+    core.lstm.register_forward_hook(lambda module, inputs, output: calls.append(inputs[0].shape[0]))
+    host_starts = np.zeros((4, 128), np.float32)
+    host_starts[2, 40] = 1.0
+    monkeypatch.setattr(torch.Tensor, "__getitem__", narrowing(torch.Tensor.__getitem__))
+    with fake, torch.no_grad():
+        features, starts = torch.zeros(4 * 128, 3, device=CUDA), fake_cuda(fake, host_starts.reshape(-1))
+        _, (h, _) = core(features, core.zero_state(4, CUDA), starts, host_starts.reshape(-1))
+        assert calls == [40, 88] and h.device == CUDA
+        calls.clear()
+        core(features, core.zero_state(4, CUDA), starts)
+    assert calls == [1] * 128
+
+
+def placed(array: np.ndarray | torch.Tensor, where: torch.device) -> torch.Tensor:
+    """device.to_device and device.upload inside the fake mode: the array's shape and dtype on `where` (a CPU build
+    refuses the copy itself, even of a fake), so a copy sent to the wrong device mixes as it would on a GPU."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array)) if isinstance(array, np.ndarray) else array
+    return torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device=where)
+
+
+def ppo_update_on_fake_cuda(fake, monkeypatch, space, precision: str, lstm: bool, upload=None) -> tuple[list, list, list]:
+    """PPOTrainer.learn on fake CUDA, plain or recurrent: a rollout of 4 envs x 8 steps written into its (host) buffer,
+    every env's episode ending at step 3 (step 4 the autoreset step, step 5 a start), then 2 epochs of 2 minibatches
+    of 2 micro-batches: the rollout's copies to the device, the table of the loss's inputs, the statistics'
+    accumulator, a recurrent policy's first states and starts. The devices its backward passes saw, its host reads
+    (device, shape), and each LSTM call's (steps, outputs' dtype). `upload`: device.upload's stand-in, `placed` unless given."""
+    hp = PPOConfig(num_steps=8, num_minibatches=2, update_epochs=2, grad_accumulation=2, hidden_sizes=[16],
+                   precision=precision, lstm=LSTMConfig(hidden_size=8) if lstm else None)
+    ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is: no fused CPU path
+    env = "CartPole-v1" if space is VECTOR else "tests.unit.test_trainer_devices:Frames"
+    trainer = ppo.PPOTrainer(ctx, hp, env, 4, {}, 10_000, 7, 0)
+    trainer.envs.close()
+    buf = trainer.buf
+    buf.valid[:] = 1.0
+    buf.valid[4] = 0.0
+    buf.starts[:] = recurrent.episode_starts(buf.valid, np.zeros(4, np.float32))
+    trainer.ctx = trainer.learner.ctx = dataclasses.replace(ctx, device=CUDA)
+    on_fake_cuda(fake, trainer.agent).requires_grad_(False)  # recording autograd on fake CUDA aborts too
+    backward, reads, calls = [], [], []
+    if lstm:  # each call's steps, and its outputs' dtype
+        trainer.agent.lstm.lstm.register_forward_hook(lambda module, inputs, output: calls.append((inputs[0].shape[0], output[0].dtype)))
+    monkeypatch.setattr(ppo, "to_device", placed)
+    monkeypatch.setattr(ppo, "upload", upload or placed)
+    monkeypatch.setattr(torch.Tensor, "__getitem__", narrowing(torch.Tensor.__getitem__))
+    monkeypatch.setattr(torch.Tensor, "backward", lambda loss, *a, **k: backward.append(loss.device))
+    monkeypatch.setattr(FakeTensor, "tolist", lambda tensor: reads.append((tensor.device, tuple(tensor.shape)))
+                        or [0.0] * len(tensor))
+    zeros = np.zeros((8, 4), np.float32)
+    with fake:
+        if lstm:  # what collect() leaves: each env's state as the rollout began, on the device
+            buf.initial_state = trainer.agent.lstm.zero_state(4, CUDA)
+        trainer.learn(zeros, zeros)
+    return backward, reads, calls
+
+
+@pytest.mark.parametrize("lstm", [False, True], ids=["plain", "lstm"])
+@pytest.mark.parametrize("precision", device.PRECISIONS)
+@pytest.mark.parametrize("space", [VECTOR, PIXELS], ids=["vectors", "pixels"])
+def test_a_ppo_update_runs_on_cuda_reading_its_statistics_once(fake, monkeypatch, space, precision, lstm):
+    """The whole update, where the tests above take one minibatch step: every backward on the device, one host read
+    (the statistics' means), and a recurrent policy's LSTM one call per stretch without an episode start."""
+    backward, reads, calls = ppo_update_on_fake_cuda(fake, monkeypatch, space, precision, lstm)
+    assert backward == [CUDA] * 8
+    assert reads == [(CUDA, (len(ppo.STAT_NAMES),))]
+    # each micro-batch's env: steps 0-4, then from its episode's start; in fp32 under bf16 too, as acting's state is
+    assert calls == ([(5, torch.float32), (3, torch.float32)] * 8 if lstm else [])
+
+
+def test_recurrent_starts_left_on_the_host_fail_a_ppo_update_on_fake_cuda(fake, monkeypatch):
+    """The harness can fail: the episode starts not copied to the device raise, as a GPU would."""
+    def leaving_the_starts_on_the_host(array, where):
+        return placed(array, CPU if isinstance(array, torch.Tensor) and array.dim() == 1 else where)
+
+    with pytest.raises(Exception, match=MIXED_DEVICES):
+        ppo_update_on_fake_cuda(fake, monkeypatch, VECTOR, "fp32", lstm=True, upload=leaving_the_starts_on_the_host)
 
 
 def test_a_host_tensor_in_the_recurrent_state_reset_fails_on_fake_cuda(fake, monkeypatch):

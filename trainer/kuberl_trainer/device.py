@@ -80,6 +80,15 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
+def full_precision(device: torch.device) -> contextlib.AbstractContextManager:
+    """autocast switched off on `device` while it is on, for a part of the forward pass that runs in fp32
+    under bf16 (a recurrent policy's LSTM: its state is carried in fp32 between acting steps, and CPU
+    autocast's oneDNN LSTM refuses bf16 where the CPU lacks bf16 instructions); nothing otherwise."""
+    if device.type not in ("cpu", "cuda") or not torch.is_autocast_enabled(device.type):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, enabled=False)
+
+
 def tune(device: torch.device, deterministic: bool) -> None:
     """cuDNN picks its fastest convolutions for the fixed Atari shapes, and
     fp32 matmuls may use TF32 tensor cores; deterministic mode keeps neither."""

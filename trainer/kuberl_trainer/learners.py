@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -41,7 +41,17 @@ from .device import autocast, to_device
 from .distributed import Dist
 from .ppo_terms import STAT_NAMES, minibatch_columns
 
-Sequences = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # a recurrent minibatch's first (h, c) per env, its steps' starts
+
+class Sequences(NamedTuple):
+    """A recurrent minibatch's whole env sequences beyond their rows: each env's first state, its steps' episode
+    starts (rows' order) on the device, and the same starts in host memory, where a rollout collects them: the
+    LSTM's calls are cut from those without a host read of the device's (a numpy array, which DDP passes on
+    as it is, where a host tensor would be moved to the GPU)."""
+
+    first_h: torch.Tensor
+    first_c: torch.Tensor
+    starts: torch.Tensor
+    host_starts: np.ndarray
 
 
 def is_recurrent(agent: nn.Module) -> bool:
@@ -261,7 +271,7 @@ def ppo_backward(model: nn.Module, discrete: bool, hp, ctx: Dist, loss: Callable
         micro = -(-size // hp.grad_accumulation)
         parts = [slice(start, start + micro) for start in range(0, size, micro)]
     else:
-        first_h, first_c, starts = sequences
+        first_h, first_c, starts, host_starts = sequences
         envs = first_h.shape[0]
         parts = recurrent.micro_slices(envs, size // envs, hp.grad_accumulation)
     stats = torch.zeros(len(STAT_NAMES), device=rows.device)
@@ -273,7 +283,7 @@ def ppo_backward(model: nn.Module, discrete: bool, hp, ctx: Dist, loss: Callable
         else:
             steps = size // envs
             own = slice(part.start // steps, part.stop // steps)  # the part's envs
-            inputs = (obs[part], actions[part], first_h[own], first_c[own], starts[part])
+            inputs = (obs[part], actions[part], first_h[own], first_c[own], starts[part], host_starts[part])
         with sync:
             with autocast(ctx.device, hp.precision):  # the forward only: the loss below is fp32
                 new_log_prob, entropy, new_value = model(*inputs)

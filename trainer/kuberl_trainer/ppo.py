@@ -130,15 +130,16 @@ class RecurrentAgent(Agent):
         super().__init__(hidden_size, action_space, hidden, encoder)
         self.lstm = recurrent.LSTMCore(obs_dim, hidden_size)
 
-    def _core(self, obs: torch.Tensor, state: State, starts: torch.Tensor | None = None) -> tuple[torch.Tensor, State]:
+    def _core(self, obs: torch.Tensor, state: State, starts: torch.Tensor | None = None,
+              host_starts: np.ndarray | None = None) -> tuple[torch.Tensor, State]:
         starts = torch.zeros(obs.shape[0], device=obs.device) if starts is None else starts
-        return self.lstm(self.encoder(obs).float(), state, starts)
+        return self.lstm(self.encoder(obs).float(), state, starts, host_starts)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
-                starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                starts: torch.Tensor, host_starts: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log-prob of `action`, entropy, value), each (B * T,), for B envs' sequences of T steps (env-major)
-        from their states (h, c) at the first step."""
-        features, _ = self._core(obs, (h, c), starts)
+        from their states (h, c) at the first step; `host_starts` the starts in host memory (LSTMCore.forward)."""
+        features, _ = self._core(obs, (h, c), starts, host_starts)
         log_prob, entropy = self._log_prob_entropy(self.actor(features).float(), action)
         return log_prob, entropy, self.critic(features).float().squeeze(-1)
 
@@ -464,17 +465,19 @@ class PPOTrainer(BaseAlgorithm):
         scalars = np.stack([buf.log_probs, buf.values, advantages, returns, buf.valid], -1).reshape(size, -1)
         table = upload(minibatch_table(buf.actions_t.reshape(size, -1), torch.from_numpy(scalars)), device)
         totals = torch.zeros(len(STAT_NAMES), device=device)
-        if self.recurrent:
-            starts = upload(torch.from_numpy(buf.starts.reshape(size)), device)
+        if self.recurrent:  # the starts on the device reset states; their host copy cuts each minibatch's LSTM calls
+            host_starts = buf.starts.reshape(size)
+            starts = upload(torch.from_numpy(host_starts), device)
             first_h, first_c = buf.initial_state
         epochs_run = 0
         for _ in range(hp.update_epochs):
             epochs_run += 1
             if self.recurrent:  # whole envs per minibatch, each env's steps in order from its first state
                 for envs in recurrent.env_minibatches(buf.valid.shape[1], hp.num_minibatches, self.np_rng):
-                    rows = upload(recurrent.sequence_rows(envs, hp.num_steps, buf.valid.shape[1]), device)
-                    picked = upload(envs, device)
-                    last = self.learner.step(all_obs[rows], table[rows], (first_h[picked], first_c[picked], starts[rows]))
+                    order = recurrent.sequence_rows(envs, hp.num_steps, buf.valid.shape[1])
+                    rows, picked = upload(order, device), upload(envs, device)
+                    sequences = learners.Sequences(first_h[picked], first_c[picked], starts[rows], host_starts[order])
+                    last = self.learner.step(all_obs[rows], table[rows], sequences)
                     totals += last
             else:
                 order = upload(self.np_rng.permutation(size), device)

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .device import full_precision
+
 
 def episode_starts(valid: np.ndarray, first: np.ndarray) -> np.ndarray:
     """Where each env's state resets before the step: (T, N) float32 from `valid` (T, N), False on
@@ -67,10 +69,12 @@ def segments(starts: np.ndarray) -> list[tuple[int, int]]:
 
 
 class LSTMCore(nn.Module):
-    """One LSTM layer over encoder features, its state reset for the envs whose episode starts at a step:
-    on the CPU run from each step where some env's episode starts to the next such step in one call
-    (`segments`), on a GPU one step a call (CleanRL's ppo_atari_lstm.py) with no host read of the starts.
-    Weights initialised as CleanRL's ppo_atari_lstm.py (orthogonal, biases 0)."""
+    """One LSTM layer over encoder features, its state reset for the envs whose episode starts at a step,
+    run from each step where some env's episode starts to the next such step in one call (`segments`).
+    The runs are read from the starts in host memory: on a GPU from the host copy the caller passes (a
+    rollout's starts, collected on the host), never from the device's, whose read would wait for the GPU.
+    It runs in fp32 under bf16 autocast (device.full_precision). Weights initialised as CleanRL's
+    ppo_atari_lstm.py (orthogonal, biases 0)."""
 
     def __init__(self, n_in: int, hidden_size: int):
         super().__init__()
@@ -86,9 +90,10 @@ class LSTMCore(nn.Module):
         shape = (batch, self.hidden_size)
         return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
 
-    def forward(self, features: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
-                starts: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """features (B * T, F) env-major (env b's T steps together), state (h, c) each (B, H), starts (B * T,):
+    def forward(self, features: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], starts: torch.Tensor,
+                host_starts: np.ndarray | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """features (B * T, F) env-major (env b's T steps together), state (h, c) each (B, H), starts (B * T,),
+        `host_starts` the same starts in host memory (needed off the CPU to take more than a step a call):
         (outputs (B * T, H) in the same order, the state after the last step)."""
         batch = state[0].shape[0]
         steps = features.shape[0] // batch
@@ -96,15 +101,18 @@ class LSTMCore(nn.Module):
         begins = starts.reshape(batch, steps).transpose(0, 1)
         h, c = state
         outputs = []
-        if begins.device.type == "cpu":
-            runs = segments(begins.detach().amax(1).numpy())
-        else:  # reading the starts on the host would wait for the GPU at every minibatch: a step a call, as CleanRL
+        if host_starts is None and starts.device.type == "cpu":
+            host_starts = starts.detach().numpy()
+        if host_starts is not None:
+            runs = segments(host_starts.reshape(batch, steps).max(0))
+        else:  # the starts only on a GPU: reading them would wait for it, so a step a call, as CleanRL
             runs = [(t, t + 1) for t in range(steps)]
-        for first, end in runs:
-            h, c = reset_state((h, c), begins[first:first + 1].squeeze(0))
-            out, (h1, c1) = self.lstm(x[first:end], (h.unsqueeze(0), c.unsqueeze(0)))
-            h, c = h1.squeeze(0), c1.squeeze(0)
-            outputs.append(out)
+        with full_precision(x.device):
+            for first, end in runs:
+                h, c = reset_state((h, c), begins[first:first + 1].squeeze(0))
+                out, (h1, c1) = self.lstm(x[first:end], (h.unsqueeze(0), c.unsqueeze(0)))
+                h, c = h1.squeeze(0), c1.squeeze(0)
+                outputs.append(out)
         return torch.cat(outputs, 0).transpose(0, 1).reshape(batch * steps, -1), (h, c)
 
 
