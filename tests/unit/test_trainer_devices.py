@@ -43,28 +43,54 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 TRAINER = pathlib.Path(ppo.__file__).parent
 FACTORIES = {"zeros", "ones", "empty", "full", "tensor", "as_tensor", "arange", "rand", "randn", "randint",
-             "randperm", "eye", "linspace"}
+             "randperm", "eye", "linspace", "logspace", "empty_strided", "scalar_tensor", "Generator"}
+POSITIONAL_DEVICE = {"Generator"}  # torch.Generator(device): its device may come first, unnamed
 CUDA = torch.device("cuda", 0)
 CPU = torch.device("cpu")
 PIXELS = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
 VECTOR = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 
 
+def torch_names(tree: ast.AST) -> tuple[set[str], dict[str, str]]:
+    """The names a module binds to torch (`import torch`, `import torch as th`) and to its factories
+    (`from torch import zeros as z`: {"z": "zeros"}); `torch` always (a snippet may not import it)."""
+    modules, factories = {"torch"}, {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {alias.asname or alias.name for alias in node.names if alias.name == "torch"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "torch":
+            factories |= {alias.asname or alias.name: alias.name for alias in node.names if alias.name in FACTORIES}
+    return modules, factories
+
+
 def unplaced_factories(source: str) -> list[int]:
-    """Line numbers of torch tensor factories with neither device= nor a `# host:` mark."""
-    lines = source.splitlines()
+    """Line numbers of torch tensor factories (and generators) with neither device= nor a `# host:` mark,
+    however torch or the factory was imported."""
+    lines, tree = source.splitlines(), ast.parse(source)
+    modules, imported = torch_names(tree)
     found = []
-    for node in ast.walk(ast.parse(source)):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr in FACTORIES and isinstance(node.func.value, ast.Name)
-                and node.func.value.id == "torch"):
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
             continue
-        if any(k.arg == "device" for k in node.keywords):
+        if (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in modules and node.func.attr in FACTORIES):
+            factory = node.func.attr
+        elif isinstance(node.func, ast.Name) and node.func.id in imported:
+            factory = imported[node.func.id]
+        else:
+            continue
+        if any(k.arg == "device" for k in node.keywords) or (factory in POSITIONAL_DEVICE and node.args):
             continue
         if any("# host:" in line for line in lines[node.lineno - 1:node.end_lineno]):
             continue
         found.append(node.lineno)
     return found
+
+
+def trainer_sources(root: pathlib.Path) -> dict[str, str]:
+    """Every Python file under `root`, in subpackages too, by its path from there: a module added anywhere
+    in the trainer is checked without being listed."""
+    return {path.relative_to(root).as_posix(): path.read_text() for path in sorted(root.rglob("*.py"))}
 
 
 def test_the_static_check_catches_the_accumulator_that_crashed_dqn_on_cuda():
@@ -74,6 +100,25 @@ def test_the_static_check_catches_the_accumulator_that_crashed_dqn_on_cuda():
     assert unplaced_factories("flat = torch.zeros(n)  # host: the fused step is CPU-only\n") == []
 
 
+def test_the_static_check_follows_torch_however_it_was_imported():
+    assert unplaced_factories("import torch as th\ntotal = th.zeros(())\n") == [2]
+    assert unplaced_factories("from torch import zeros as z, nn\ntotal = z(())\nlayer = nn.Linear(2, 2)\n") == [2]
+    assert unplaced_factories("import torch\ng = torch.Generator()\n") == [2]  # sampling on CUDA refuses a CPU one
+    assert unplaced_factories("import torch\ng = torch.Generator(device)\nh = torch.Generator(device=device)\n") == []
+    assert unplaced_factories("import numpy as torch_like\nx = torch_like.zeros(3)\n") == []
+
+
+def test_the_static_check_reads_every_trainer_file_in_subpackages_too(tmp_path):
+    (tmp_path / "algorithms").mkdir()
+    (tmp_path / "algorithms" / "a2c.py").write_text("import torch\ntotal = torch.zeros(())\n")
+    (tmp_path / "top.py").write_text("import torch\n")
+    assert {name: unplaced_factories(text) for name, text in trainer_sources(tmp_path).items()} == {
+        "algorithms/a2c.py": [2], "top.py": []}
+    scanned = trainer_sources(TRAINER)
+    assert {"ppo.py", "recurrent.py", "sac.py", "td3.py", "divergence.py", "normalize.py", "tensorboard.py",
+            "tracking.py"} <= scanned.keys()
+
+
 # Modules whose every tensor lives on the host by design, and the check that keeps them there.
 HOST_ONLY = {
     "fused.py": "the hand-fused steps run on CPU only (fused.supports and supports_q refuse CUDA)",
@@ -81,8 +126,8 @@ HOST_ONLY = {
 
 
 def test_every_tensor_factory_in_the_trainer_names_its_device_or_says_host():
-    offenders = {path.name: lines for path in sorted(TRAINER.glob("*.py"))
-                 if path.name not in HOST_ONLY and (lines := unplaced_factories(path.read_text()))}
+    offenders = {name: lines for name, text in trainer_sources(TRAINER).items()
+                 if name not in HOST_ONLY and (lines := unplaced_factories(text))}
     assert offenders == {}, f"tensor factories without device= or a '# host:' reason: {offenders}"
 
 
@@ -98,8 +143,8 @@ def host_copies_that_wait(source: str) -> list[int]:
 def test_fresh_host_arrays_reach_the_device_through_upload():
     assert host_copies_that_wait("order = torch.from_numpy(rng.permutation(n)).to(device)\n") == [1]
     assert host_copies_that_wait("order = device.upload(rng.permutation(n), device)\n") == []
-    offenders = {path.name: lines for path in sorted(TRAINER.glob("*.py"))
-                 if path.name not in HOST_ONLY and (lines := host_copies_that_wait(path.read_text()))}
+    offenders = {name: lines for name, text in trainer_sources(TRAINER).items()
+                 if name not in HOST_ONLY and (lines := host_copies_that_wait(text))}
     assert offenders == {}, f"use device.upload (or to_device for pinned buffers): {offenders}"
     copied = device.upload(np.arange(6, dtype=np.int64)[::2], torch.device("cpu"))  # a strided view too
     assert copied.dtype == torch.int64 and copied.tolist() == [0, 2, 4]
