@@ -18,7 +18,9 @@ Two guards, each catching what the other cannot:
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
+import io
 import pathlib
 import warnings
 
@@ -28,6 +30,7 @@ import pytest
 import torch
 from kuberl.core.spec import DQNConfig, LSTMConfig, PPOConfig, SACConfig, TD3Config
 from kuberl_trainer import (
+    checkpoint,
     device,
     dqn,
     fused,
@@ -307,6 +310,65 @@ def test_a_gpu_ranks_final_model_is_written_from_host_memory(fake, monkeypatch):
     assert agent.state_dict()["net.0.bias"].device == CUDA
     assert {t.device for t in tensors} == {torch.device("cpu")}
     assert saved[0]["obs_norm"]["count"] == 3.0 and saved[0]["pair"][1] == 1 and saved[0]["hidden_sizes"] == [8]
+
+
+_ON_A_GPU: list[bool] = []  # non-empty while saved_as_on_a_gpu is entered
+_TAGGER_REGISTERED: list[bool] = []
+
+
+@contextlib.contextmanager
+def saved_as_on_a_gpu():
+    """torch.save inside it records every storage at cuda:0, as a GPU rank's save of its tensors does: a tagger
+    ahead of the CPU's through torch.serialization.register_package (torch's public hook for devices of its own,
+    registered once, inert outside), so a CPU build without map_location refuses the file as it would a GPU's."""
+    if not _TAGGER_REGISTERED:
+        torch.serialization.register_package(5, lambda storage: "cuda:0" if _ON_A_GPU else None,
+                                             lambda storage, location: None)
+        _TAGGER_REGISTERED.append(True)
+    _ON_A_GPU.append(True)
+    try:
+        yield
+    finally:
+        _ON_A_GPU.pop()
+
+
+def recurrent_trainer(seed: int) -> ppo.PPOTrainer:
+    hp = PPOConfig(num_steps=8, hidden_sizes=[16], lstm=LSTMConfig(hidden_size=8))
+    return ppo.PPOTrainer(Dist(0, 1, 0, 1, CPU, None), hp, "CartPole-v1", 2, {}, 10_000, seed, 0)
+
+
+def test_a_checkpoint_a_gpu_rank_wrote_resumes_on_a_machine_without_one():
+    """checkpoint.decode loads with map_location="cpu": a GPU job's checkpoints resume where there is no GPU (a
+    `kuberl run --resume` on a laptop), its weights and optimiser moments as they were."""
+    trained = recurrent_trainer(seed=1)
+    trained.collect()
+    trained.learn(*trained.advantages(False))
+    with saved_as_on_a_gpu():
+        data = checkpoint.encode(trained.shared_state())
+    with pytest.raises(RuntimeError, match="CUDA"):  # what the tagging makes of it: a file only a GPU build loads as is
+        torch.load(io.BytesIO(data.partition(b"\n")[2]), weights_only=True)
+    resumed = recurrent_trainer(seed=2)
+    resumed.load_shared(checkpoint.decode(data))
+    assert all(torch.equal(a, b) for a, b in zip(trained.agent.state_dict().values(), resumed.agent.state_dict().values(), strict=True))
+    moments = [state["exp_avg"] for state in resumed.optimizer.state_dict()["state"].values()]
+    assert moments and all(m.device == CPU and m.abs().sum() > 0 for m in moments)
+    for trainer in (trained, resumed):
+        trainer.envs.close()
+
+
+def test_a_model_a_gpu_rank_wrote_plays_with_kuberl_eval_on_a_machine_without_one(tmp_path):
+    """checkpoint.read_model (kuberl eval, load_policy) loads with map_location="cpu" too: a model file whose tensors
+    were saved from the GPU (a trainer before write_model's on_host, or one saved by hand) still plays."""
+    from kuberl_trainer import policy as policies
+
+    trained = recurrent_trainer(seed=1)
+    model = {**trained.final_model(), "format": 1, "algorithm": "ppo", "env_id": "CartPole-v1", "env_kwargs": {},
+             "timesteps": 0, "eval_return": None}
+    with saved_as_on_a_gpu():
+        torch.save(model, str(tmp_path / "final-model.pt"))
+    played = policies.load_policy(str(tmp_path / "final-model.pt"))
+    assert np.isfinite(policies.evaluate(played, 2, seed=0)).all()
+    trained.envs.close()
 
 
 def test_a_pod_with_fewer_gpus_than_processes_is_a_configuration_error_naming_the_field():
