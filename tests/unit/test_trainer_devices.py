@@ -279,6 +279,26 @@ def test_dqn_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch
     assert {name: loss.device for name, loss in losses.items()} == {"value_loss": CUDA, "q_value": CUDA}
 
 
+@pytest.mark.parametrize("space", [VECTOR, PIXELS], ids=["vectors", "pixels"])
+def test_dqn_acts_on_cuda_reading_each_batch_of_greedy_actions_once(fake, monkeypatch, space):
+    """DQNTrainer.collect's epsilon-greedy steps (and evaluation's, the same learner.greedy) on fake CUDA: the
+    observations to the device, the Q-network's argmax there, one host read of the actions a vector step."""
+    hp = DQNConfig(buffer_size=256, learning_starts=64, batch_size=32, train_frequency=8, hidden_sizes=[16])
+    ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is: no fused CPU path
+    env = "CartPole-v1" if space is VECTOR else "tests.unit.test_trainer_devices:Frames"
+    trainer = dqn.DQNTrainer(ctx, hp, env, 4, {}, 10_000, 7, 0)
+    trainer.ctx = trainer.learner.ctx = dataclasses.replace(ctx, device=CUDA)
+    on_fake_cuda(fake, trainer.agent).requires_grad_(False)
+    reads = []
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda tensor: HostRead(reads, tensor))
+    try:
+        with fake:
+            assert trainer.collect(eps=0.0) == 8  # 2 vector steps of 4 envs, every action greedy
+    finally:
+        trainer.envs.close()
+    assert reads == [(CUDA, (4,))] * 2
+
+
 def test_adam_takes_torchs_fused_kernel_on_cuda_as_on_cpu(fake):
     """One fused launch a step instead of a dozen foreach ones: DQN's batch-32 step on a
     GPU is bound by launches (docs/gpus-and-atari.md)."""
@@ -538,8 +558,10 @@ class HostRead:
         reads.append((tensor.device, tuple(tensor.shape)))
         self.shape = tuple(tensor.shape)
 
+        self.dtype = np.float32 if tensor.is_floating_point() else np.int64  # integer actions stay integers for the envs
+
     def numpy(self) -> np.ndarray:
-        return np.zeros(self.shape, np.float32)
+        return np.zeros(self.shape, self.dtype)
 
 
 def test_a_gpu_ranks_state_is_judged_finite_on_its_device_with_one_host_read(fake, monkeypatch):
@@ -729,8 +751,8 @@ def test_td3_acts_and_evaluates_on_cuda_reading_each_batch_of_actions_once(fake,
 
 def recurrent_ppo_on_fake_cuda(fake, monkeypatch, space, precision: str = "fp32") -> tuple[torch.Tensor, list, tuple, list]:
     """A recurrent agent (spec.ppo.lstm) on fake CUDA: its torch actor's step of 4 envs from the state it
-    carries (reset where episodes start), then one minibatch step of the reference learner over those envs'
-    sequences of 3 steps in two micro-batches of whole sequences: the step's statistics, the devices its
+    carries (reset where episodes start), its bootstrap value and greedy step, then one minibatch step of the
+    reference learner over those envs' sequences of 3 steps in two micro-batches of whole sequences: the step's statistics, the devices its
     backward passes saw, the actor's state after its step, and the LSTM's calls (the steps each took)."""
     encoder, features = networks.encoder(space, "auto", "spec.ppo.policy")
     agent = ppo.RecurrentAgent(features, gym.spaces.Discrete(2), [] if space is PIXELS else [16], 8, encoder)
@@ -753,8 +775,11 @@ def recurrent_ppo_on_fake_cuda(fake, monkeypatch, space, precision: str = "fp32"
     with fake:
         policy.reset(np.array([1, 0, 0, 1], np.float32))
         policy.act(np.zeros((envs, *space.shape), space.dtype))
+        policy.value(np.zeros((envs, *space.shape), space.dtype))  # the rollout's bootstrap
+        policy.greedy(np.zeros((envs, *space.shape), space.dtype))  # as evaluation's continuous actions step
         stats = learner.step(fake_cuda(fake, np.zeros((n, *space.shape), space.dtype)), rows,
                              learners.Sequences(*first, fake_cuda(fake, host_starts), host_starts))
+    assert reads == [(CUDA, (envs, 3)), (CUDA, (envs,)), (CUDA, (envs,))]  # one host read a call
     return stats, backward, policy.state, calls
 
 
@@ -765,7 +790,7 @@ def test_recurrent_ppo_acts_and_learns_with_its_state_on_the_device(fake, monkey
     stats, backward, state, calls = recurrent_ppo_on_fake_cuda(fake, monkeypatch, space, precision)
     assert stats.device == CUDA and backward == [CUDA] * 2
     assert state[0].device == state[1].device == CUDA and state[0].dtype == state[1].dtype == torch.float32
-    assert calls == [1, 3, 3]  # acting's step; each micro-batch's 3 steps in one call, cut from the host's starts
+    assert calls == [1, 1, 1, 3, 3]  # act, value, greedy; each micro-batch's 3 steps in one call, cut from the host's starts
 
 
 def test_on_cuda_the_lstm_takes_a_run_without_resets_in_one_call_cut_from_the_starts_host_copy(fake, monkeypatch):
