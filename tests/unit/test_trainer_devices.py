@@ -12,7 +12,19 @@ Two guards, each catching what the other cannot:
   any CPU/CUDA mix, as a real GPU would. Autograd on fake CUDA tensors aborts
   a CPU build's process, so `backward` is recorded instead of run, and
   host<->device copies (which a CPU build refuses even for fakes) are the
-  one door the tests replace.
+  one door the tests replace. CUDA autocast is switched on as a GPU build
+  does (CudaAutocast): a CPU build's is off, so bf16 would run fp32.
+
+On fake CUDA: every algorithm's acting and evaluation step (PPO plain and
+recurrent, DQN, SAC, TD3) and learning (DQN, SAC and TD3 whole; PPO's whole
+update, plain and recurrent), vectors and pixels where the algorithm takes
+them (SAC and TD3 take vectors only), fp32 and bf16 where it has a precision
+(SAC and TD3 have none). On the CPU: checkpoints and models saved from a GPU,
+resumed and played. Not on fake CUDA, so held by the static check and review:
+sampling with a seeded generator (evaluation, learnWhileCollecting: a CPU
+build cannot make a CUDA generator, fake or not), learnWhileCollecting's CUDA
+stream, CUDA graphs, NCCL collectives. GAE, the normalisers, the
+divergence vote and the TensorBoard/MLflow sinks are host numpy and floats.
 """
 
 from __future__ import annotations
