@@ -6,6 +6,7 @@ ranks on one GPU).
 Without a GPU every test here is skipped, and says why."""
 
 import contextlib
+import copy
 import time
 
 import gymnasium as gym
@@ -14,8 +15,8 @@ import pytest
 import torch
 import torch.distributed as dist
 from kuberl.core import metricnames
-from kuberl.core.spec import DQNConfig, PPOConfig, SACConfig, TD3Config
-from kuberl_trainer import device, distributed, learners, networks
+from kuberl.core.spec import DQNConfig, LSTMConfig, PPOConfig, SACConfig, TD3Config
+from kuberl_trainer import device, distributed, learners, networks, recurrent
 from kuberl_trainer.distributed import Dist
 from kuberl_trainer.dqn import DQNTrainer
 from kuberl_trainer.metrics import TrainerMetrics
@@ -159,6 +160,25 @@ def test_ppo_learns_pong_from_pixels_on_one_gpu(precision):
                            and trainer.learner.optimizer_step.graph.cuda_graph is not None)
     final = device.on_host(trainer.final_model())  # as write_final_model saves it: loadable without a GPU
     assert {t.device.type for t in final["agent"].values()} == {"cpu"}
+
+
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=bf16)])
+def test_recurrent_ppo_runs_its_lstm_once_per_stretch_without_an_episode_start_on_the_gpu(precision):
+    """spec.ppo.lstm on CUDA: each minibatch's LSTM calls are cut where some env's episode starts, from the host copy
+    of the rollout's starts (a GPU rank stepped it one time step a call), and it learns in bf16 too."""
+    ctx = Dist(0, 1, 0, 1, GPU, None)
+    hp = PPOConfig(num_steps=64, num_minibatches=2, update_epochs=1, hidden_sizes=[16], precision=precision,
+                   lstm=LSTMConfig(hidden_size=8))
+    trainer = PPOTrainer(ctx, hp, "kuberl_trainer.masked:CartPoleNoVelocity", 4, {}, total_timesteps=10_000, seed=1, restart=0)
+    calls = []
+    trainer.agent.lstm.lstm.register_forward_hook(lambda module, inputs, output: calls.append(inputs[0].shape[0]))
+    trainer.collect()
+    calls.clear()
+    groups = recurrent.env_minibatches(4, hp.num_minibatches, copy.deepcopy(trainer.np_rng))  # the groups learn draws
+    losses, _ = trainer.learn(*trainer.advantages(False))
+    assert calls == [end - first for envs in groups for first, end in recurrent.segments(trainer.buf.starts[:, envs].max(1))]
+    assert len(calls) < hp.num_minibatches * hp.num_steps and all(np.isfinite(v) for v in losses.values())
+    trainer.envs.close()
 
 
 def test_ppo_learning_while_collecting_acts_on_a_stream_beside_the_update():
