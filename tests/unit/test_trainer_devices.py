@@ -241,6 +241,23 @@ def fake_cuda(mode: FakeTensorMode, array: np.ndarray) -> torch.Tensor:
     return FakeTensor(mode, torch.from_numpy(np.ascontiguousarray(array)).to("meta"), CUDA)
 
 
+@contextlib.contextmanager
+def layer_dtypes():
+    """The dtypes linear and convolution layers compute in on (fake) CUDA while inside (torch's global forward hook):
+    bf16 where autocast is on for CUDA, so a forward autocast for the wrong device shows as fp32."""
+    seen = set()
+
+    def record(module, inputs, output):
+        if isinstance(module, (torch.nn.Linear, torch.nn.Conv2d)) and output.device == CUDA:
+            seen.add(output.dtype)
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
 def frames(mode, batch: int) -> torch.Tensor:
     return fake_cuda(mode, np.zeros((batch, *PIXELS.shape), np.uint8))
 
@@ -446,9 +463,10 @@ def host_vector(n: int) -> torch.Tensor:
     return torch.zeros(n)  # host: the mix the fake CUDA tests must catch
 
 
-def dqn_learning_on_fake_cuda(fake, monkeypatch, space, loss: str) -> tuple[list, dict]:
+def dqn_learning_on_fake_cuda(fake, monkeypatch, space, loss: str, precision: str = "fp32") -> tuple[list, dict]:
     """DQNTrainer.learn on fake CUDA (see the test below): the devices its backward passes saw, and its losses."""
-    hp = DQNConfig(buffer_size=256, learning_starts=64, batch_size=32, train_frequency=4, gradient_steps=2, loss=loss)
+    hp = DQNConfig(buffer_size=256, learning_starts=64, batch_size=32, train_frequency=4, gradient_steps=2, loss=loss,
+                   precision=precision)
     ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is: no fused CPU path
     env = "CartPole-v1" if space is VECTOR else "tests.unit.test_trainer_devices:Frames"
     trainer = dqn.DQNTrainer(ctx, hp, env, 4, {}, 10_000, 7, 0)
@@ -456,7 +474,7 @@ def dqn_learning_on_fake_cuda(fake, monkeypatch, space, loss: str) -> tuple[list
         trainer.next_obs = trainer.envs.step(trainer.envs.action_space.sample())[0]
         trainer.replay.add(trainer.next_obs, np.zeros(4, np.int64), np.ones(4, np.float32),
                            np.zeros(4, bool), np.zeros(4, bool), np.ones(4, bool))
-    trainer.ctx = dataclasses.replace(ctx, device=CUDA)
+    trainer.ctx = trainer.learner.ctx = dataclasses.replace(ctx, device=CUDA)  # the learner autocasts on its own ctx's device
     backward = []
     monkeypatch.setattr(torch.Tensor, "backward", lambda loss, *a, **k: backward.append(loss.device))
     on_fake_cuda(fake, trainer.agent).requires_grad_(False)  # recording autograd on fake CUDA aborts too
@@ -469,17 +487,21 @@ def dqn_learning_on_fake_cuda(fake, monkeypatch, space, loss: str) -> tuple[list
     return backward, losses
 
 
+@pytest.mark.parametrize("precision", device.PRECISIONS)
 @pytest.mark.parametrize("loss", ["huber", "mse"])
 @pytest.mark.parametrize("space", [VECTOR, PIXELS], ids=["vectors", "pixels"])
-def test_dqn_learns_on_cuda_with_either_loss_its_frames_made_floats_once_on_the_device(fake, monkeypatch, space, loss):
+def test_dqn_learns_on_cuda_with_either_loss_its_frames_made_floats_once_on_the_device(fake, monkeypatch, space, loss, precision):
     """spec.dqn.loss mse (CleanRL's) and the CNN's next frames, converted to floats once per draw for the
     target and online networks (learner.inputs), came after the fake CUDA test above, which ran Huber on vectors."""
     inputs = []
     real_inputs = learners.AutogradQLearner.inputs
     monkeypatch.setattr(learners.AutogradQLearner, "inputs", lambda self, obs: inputs.append(
         (obs.dtype, obs.device)) or real_inputs(self, obs))
-    backward, losses = dqn_learning_on_fake_cuda(fake, monkeypatch, space, loss)
+    with layer_dtypes() as computed:
+        backward, losses = dqn_learning_on_fake_cuda(fake, monkeypatch, space, loss, precision)
+    assert computed == {torch.bfloat16 if precision == "bf16" else torch.float32}  # the target's forwards too
     assert backward == [CUDA] * 2 and {name: t.device for name, t in losses.items()} == {"value_loss": CUDA, "q_value": CUDA}
+    assert {t.dtype for t in losses.values()} == {torch.float32}  # under bf16 too: the TD maths run in fp32
     assert inputs == [(torch.uint8 if space is PIXELS else torch.float32, CUDA)]  # one draw: its next frames once
 
 
@@ -872,7 +894,9 @@ def ppo_update_on_fake_cuda(fake, monkeypatch, space, precision: str, lstm: bool
 def test_a_ppo_update_runs_on_cuda_reading_its_statistics_once(fake, monkeypatch, space, precision, lstm):
     """The whole update, where the tests above take one minibatch step: every backward on the device, one host read
     (the statistics' means), and a recurrent policy's LSTM one call per stretch without an episode start."""
-    backward, reads, calls = ppo_update_on_fake_cuda(fake, monkeypatch, space, precision, lstm)
+    with layer_dtypes() as computed:
+        backward, reads, calls = ppo_update_on_fake_cuda(fake, monkeypatch, space, precision, lstm)
+    assert computed == {torch.bfloat16 if precision == "bf16" else torch.float32}
     assert backward == [CUDA] * 8
     assert reads == [(CUDA, (len(ppo.STAT_NAMES),))]
     # each micro-batch's env: steps 0-4, then from its episode's start; in fp32 under bf16 too, as acting's state is
