@@ -11,8 +11,9 @@ import threading
 import numpy as np
 import pytest
 from kuberl.core import contract
-from kuberl_trainer import session, tracking
+from kuberl_trainer import session, tracking, tracking_mlflow
 from kuberl_trainer.tensorboard import EPISODE_TAGS, EVALUATION_TAG
+from kuberl_trainer.tracking_mlflow import RUN_RECORD
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from trainer_support import one_process_run, progress_rows, small_job
 
@@ -32,7 +33,7 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path / "fs"))
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = (tmp_path / "mlruns").as_uri()
-    monkeypatch.setenv(tracking.ENV_TRACKING_URI, uri)
+    monkeypatch.setenv(tracking_mlflow.ENV_TRACKING_URI, uri)
     monkeypatch.setattr(session, "PROGRESS_EVERY_SECONDS", 0.0)  # a progress line every update
     return uri
 
@@ -104,16 +105,16 @@ def test_a_stopped_and_resumed_run_is_one_mlflow_run_with_every_point_its_params
 def test_another_server_or_experiment_starts_a_run_there_and_a_record_is_not_trusted_blindly(tmp_path):
     uri = "https://mlflow.example:5000"
     record = {"trackingUri": uri, "experiment": "e", "runId": "abc"}
-    assert tracking.run_to_resume(record, uri, "e") == "abc"
-    assert tracking.run_to_resume(record, "https://user:pw@mlflow.example:5000", "e") == "abc"  # the same server
-    assert tracking.run_to_resume(record, "https://other:5000", "e") is None
-    assert tracking.run_to_resume(record, uri, "f") is None
+    assert tracking_mlflow.run_to_resume(record, uri, "e") == "abc"
+    assert tracking_mlflow.run_to_resume(record, "https://user:pw@mlflow.example:5000", "e") == "abc"  # the same server
+    assert tracking_mlflow.run_to_resume(record, "https://other:5000", "e") is None
+    assert tracking_mlflow.run_to_resume(record, uri, "f") is None
     for broken in (None, [], {"runId": 3, "trackingUri": uri, "experiment": "e"}, {"runId": "", "trackingUri": uri, "experiment": "e"}):
-        assert tracking.run_to_resume(broken, uri, "e") is None
-    (tmp_path / tracking.RUN_RECORD).write_text("{not json")
-    assert tracking.read_record(str(tmp_path)) is None
-    tracking.write_record(str(tmp_path), "https://user:pw@mlflow.example:5000/", "e", "abc")
-    assert tracking.read_record(str(tmp_path)) == {"trackingUri": "https://mlflow.example:5000/", "experiment": "e", "runId": "abc"}
+        assert tracking_mlflow.run_to_resume(broken, uri, "e") is None
+    (tmp_path / RUN_RECORD).write_text("{not json")
+    assert tracking.read_record(str(tmp_path / RUN_RECORD)) is None
+    tracking.write_record(str(tmp_path / RUN_RECORD), tracking_mlflow.record("https://user:pw@mlflow.example:5000/", "e", "abc"))
+    assert tracking.read_record(str(tmp_path / RUN_RECORD)) == {"trackingUri": "https://mlflow.example:5000/", "experiment": "e", "runId": "abc"}
 
 
 @pytest.mark.parametrize("planted", ["fifo", "link"])
@@ -126,20 +127,20 @@ def test_the_run_record_on_the_tenants_volume_is_never_waited_on_nor_written_thr
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()
     if planted == "fifo":
-        os.mkfifo(checkpoints / tracking.RUN_RECORD)
+        os.mkfifo(checkpoints / RUN_RECORD)
         read = []
-        reader = threading.Thread(target=lambda: read.append(tracking.read_record(str(checkpoints))), daemon=True)
+        reader = threading.Thread(target=lambda: read.append(tracking.read_record(str(checkpoints / RUN_RECORD))), daemon=True)
         reader.start()
         reader.join(10)
         assert read == [None]
     else:
-        (checkpoints / f"{tracking.RUN_RECORD}.tmp").symlink_to(elsewhere)
-        (checkpoints / tracking.RUN_RECORD).symlink_to(elsewhere)
-        assert tracking.read_record(str(checkpoints)) is None  # a link is no record
-    tracking.write_record(str(checkpoints), "https://mlflow.example", "e", "abc")
+        (checkpoints / f"{RUN_RECORD}.tmp").symlink_to(elsewhere)
+        (checkpoints / RUN_RECORD).symlink_to(elsewhere)
+        assert tracking.read_record(str(checkpoints / RUN_RECORD)) is None  # a link is no record
+    tracking.write_record(str(checkpoints / RUN_RECORD), tracking_mlflow.record("https://mlflow.example", "e", "abc"))
     assert elsewhere.read_text() == "kept\n"
-    assert tracking.read_record(str(checkpoints)) == {"trackingUri": "https://mlflow.example", "experiment": "e", "runId": "abc"}
-    assert sorted(os.listdir(checkpoints)) == [tracking.RUN_RECORD]
+    assert tracking.read_record(str(checkpoints / RUN_RECORD)) == {"trackingUri": "https://mlflow.example", "experiment": "e", "runId": "abc"}
+    assert sorted(os.listdir(checkpoints)) == [RUN_RECORD]
 
 
 def test_a_recorded_run_id_no_server_takes_starts_a_new_run(store):
@@ -151,7 +152,7 @@ def test_a_recorded_run_id_no_server_takes_starts_a_new_run(store):
 
     _trainer, run = one_process_run(spec, restart=0)
     os.makedirs(run.checkpoint_dir, exist_ok=True)
-    tracking.write_record(run.checkpoint_dir, store, "cartpole-tracked", "\x1b[2J\nnot-a-run-id")
+    tracking.write_record(os.path.join(run.checkpoint_dir, RUN_RECORD), tracking_mlflow.record(store, "cartpole-tracked", "\x1b[2J\nnot-a-run-id"))
     _run, said, outcome = generation(spec, restart=0)
     assert outcome == "budget" and not [line for line in said if "not tracked" in line], said
     [gone] = [line for line in said if "is gone from" in line]
@@ -159,14 +160,14 @@ def test_a_recorded_run_id_no_server_takes_starts_a_new_run(store):
     client = MlflowClient(store)
     [experiment] = [e for e in client.search_experiments() if e.name == "cartpole-tracked"]
     [tracked] = client.search_runs([experiment.experiment_id])
-    assert tracked.info.status == "FINISHED" and tracking.read_record(run.checkpoint_dir)["runId"] == tracked.info.run_id
+    assert tracked.info.status == "FINISHED" and tracking.read_record(os.path.join(run.checkpoint_dir, RUN_RECORD))["runId"] == tracked.info.run_id
 
 
 def test_learned_fields_become_params_within_mlflows_limits():
-    found = tracking.params({"seed": 2, "dqn": None, "algorithm": "ppo", "env": {"id": "CartPole-v1", "kwargs": {"a|b\nc": 1}},
+    found = tracking_mlflow.params({"seed": 2, "dqn": None, "algorithm": "ppo", "env": {"id": "CartPole-v1", "kwargs": {"a|b\nc": 1}},
                              "ppo": {"hiddenSizes": [64, 64]}, "note": "x" * 10_000})
     assert found == {"seed": "2", "algorithm": "ppo", "env.id": "CartPole-v1", "env.kwargs.a_b_c": "1",
-                     "ppo.hiddenSizes": "[64, 64]", "note": "x" * tracking.PARAM_VALUE_MAX}
+                     "ppo.hiddenSizes": "[64, 64]", "note": "x" * tracking_mlflow.PARAM_VALUE_MAX}
     assert tracking.without_credentials("http://u:p@[::1]:5000/x") == "http://[::1]:5000/x"
     assert tracking.without_credentials("databricks") == "databricks"
 
@@ -179,13 +180,13 @@ def closed_port() -> int:
 
 
 def test_a_server_that_refuses_is_said_once_and_training_finishes(store, monkeypatch):
-    monkeypatch.setenv(tracking.ENV_TRACKING_URI, f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv(tracking_mlflow.ENV_TRACKING_URI, f"http://127.0.0.1:{closed_port()}")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once, not after MLflow's minutes of retries
     run, said, outcome = generation(tracked_job(), restart=0)
     assert outcome == "budget" and os.path.isfile(run.final_model)
     [warning] = [line for line in said if line.startswith("MLflow")]
     assert "not tracked from here on" in warning and "training goes on" in warning
-    assert not os.path.exists(os.path.join(run.checkpoint_dir, tracking.RUN_RECORD))
+    assert not os.path.exists(os.path.join(run.checkpoint_dir, RUN_RECORD))
 
 
 def test_a_server_that_never_answers_holds_the_runs_end_only_until_the_deadline_said_once(store, monkeypatch):
@@ -195,28 +196,28 @@ def test_a_server_that_never_answers_holds_the_runs_end_only_until_the_deadline_
     silent.bind(("127.0.0.1", 0))
     silent.listen(64)  # connections complete in the backlog; nothing reads them
     try:
-        monkeypatch.setenv(tracking.ENV_TRACKING_URI, f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setenv(tracking_mlflow.ENV_TRACKING_URI, f"http://127.0.0.1:{silent.getsockname()[1]}")
         monkeypatch.setattr(tracking, "SEND_DEADLINE_SECONDS", 0.5)
         run, said, outcome = generation(tracked_job(totalTimesteps=256), restart=0)
         assert outcome == "budget" and os.path.isfile(run.final_model)
         [warning] = [line for line in said if line.startswith("MLflow")]
         assert "not sent to http://127.0.0.1:" in warning and "slow or unreachable" in warning
-        assert run.tracking.sender.is_alive() and run.tracking.sender.daemon
+        assert run.trackers[0].sender.is_alive() and run.trackers[0].sender.daemon
     finally:
         silent.close()
 
 
 def test_no_tracking_uri_is_said_once_and_no_client_is_started(store, monkeypatch):
-    monkeypatch.delenv(tracking.ENV_TRACKING_URI)
-    before = {t.name for t in threading.enumerate()}
+    monkeypatch.delenv(tracking_mlflow.ENV_TRACKING_URI)
+    before = set(threading.enumerate())
     run, said, outcome = generation(tracked_job(totalTimesteps=256), restart=0)
     assert outcome == "budget"
     [warning] = [line for line in said if "MLFLOW_TRACKING_URI" in line]
     assert "spec.tracking.mlflow" in warning and "spec.template" in warning
-    assert run.tracking.sender is None and "mlflow" not in {t.name for t in threading.enumerate()} - before
+    assert run.trackers[0].sender is None and not [t for t in threading.enumerate() if t not in before and "MLflow" in t.name]
 
 
 def test_a_job_without_tracking_has_no_sink(store):
     _trainer, run = one_process_run(small_job("ppo").with_spec(totalTimesteps=256, workers=1).spec())
-    assert run.tracking is None
+    assert run.trackers == []
 

@@ -46,7 +46,8 @@ from .metrics import TrainerMetrics
 from .paths import host_path, on_this_machine, pod_path
 from .startup import Startup
 from .tensorboard import Scalars, hyperparameters, run_name
-from .tracking import MlflowRun, tags
+from .tracking import TrackedRun, close_all
+from .tracking_mlflow import mlflow_run, tags
 
 PROGRESS_EVERY_SECONDS = 5.0
 RECENT_EPISODES = 100
@@ -339,7 +340,7 @@ class TrainingSession:
         learned = fingerprint.learned_values(self.spec)
         self.scalars = Scalars(self.checkpoint_dir, log, hyperparameters(learned),
                                run_name(self.spec.env.id, self.spec.algorithm, self.spec.seed)) if ctx.is_main else None
-        self.tracking = tracking_run(config, learned, restart, log) if ctx.is_main else None  # a second sink of the same lines
+        self.trackers = tracking_runs(config, learned, restart, log) if ctx.is_main else []  # more sinks of the same lines
         self.tensorboard_tags: Mapping[str, tuple[str, float]] = {}  # the algorithm's (after_update)
         self.last_update: UpdateReport | None = None  # its statistics go into progress.jsonl (update_statistics)
         self.grace_warned = False  # outlasts_grace said once
@@ -492,8 +493,9 @@ class TrainingSession:
         self.tensorboard_tags = algorithm.TENSORBOARD_TAGS
         if self.scalars is not None and report.episodes:
             self.scalars.episodes(report.episodes)
-        if self.tracking is not None and report.episodes:
-            self.tracking.episodes(report.episodes)
+        if report.episodes:
+            for tracker in self.trackers:
+                tracker.episodes(report.episodes)
         if self.divergence is None and (bad := nonfinite_losses(report.losses)):
             self.record_divergence(f"rank {self.ctx.rank}'s {named(bad)}", counters)
         if self.metrics is not None:
@@ -661,8 +663,8 @@ class TrainingSession:
             self.progress_unwritable = True
         if self.scalars is not None:
             self.scalars.write(line, self.tensorboard_tags)
-        if self.tracking is not None:
-            self.tracking.write(line, self.tensorboard_tags)
+        for tracker in self.trackers:
+            tracker.write(line, self.tensorboard_tags)
 
     def save(self, algorithm: Algorithm, collectives: bool = True) -> bool:
         """Rank 0 writes the replicated state; deterministic mode first
@@ -879,9 +881,9 @@ class TrainingSession:
         return f"budget of {self.spec.total_timesteps} timesteps spent (timesteps {steps}, eval return {_fmt(self.eval_return)}); model {self.config.final_model} {final}"
 
     def close_tracking(self, status: str, model: str | None = None) -> None:
-        """Rank 0's MLflow run, if any, ended as `status` (MLflow's RunStatus), with the final model."""
-        if self.tracking is not None:
-            self.tracking.close(status, model)
+        """Rank 0's tracked runs, if any, ended as `status` (MLflow's RunStatus), with the final model, against one
+        deadline."""
+        close_all(self.trackers, status, model)
 
     def write_final_model(self, algorithm: Algorithm) -> bool:
         return self.write_model(algorithm, self.final_model, self.eval_return)
@@ -911,13 +913,15 @@ class TrainingSession:
         return True
 
 
-def tracking_run(config: TrainerConfig, learned: Mapping[str, Any], restart: int, log: Callable[[str], None]) -> MlflowRun | None:
-    """Rank 0's MLflow run when spec.tracking.mlflow is set (its experiment: the job's name unless named)."""
-    mlflow = config.spec.tracking.mlflow
-    if mlflow is None:
-        return None
-    return MlflowRun(host_path(config.checkpoint_dir), mlflow.experiment or config.job, learned,
-                     tags(config.job, config.namespace, config.uid, restart), log=log)
+def tracking_runs(config: TrainerConfig, learned: Mapping[str, Any], restart: int, log: Callable[[str], None]) -> list[TrackedRun]:
+    """Rank 0's tracked runs, one per service spec.tracking names: MLflow (its experiment: the job's name unless
+    named)."""
+    tracking, checkpoints = config.spec.tracking, host_path(config.checkpoint_dir)
+    found = []
+    if tracking.mlflow is not None:
+        found.append(mlflow_run(checkpoints, tracking.mlflow.experiment or config.job, learned,
+                                tags(config.job, config.namespace, config.uid, restart), log=log))
+    return found
 
 
 def append_line(path: str, line: str) -> None:
