@@ -108,7 +108,7 @@ def valid_jobs(path: str, args: argparse.Namespace | None = None) -> tuple[list[
     stderr, each with its field path. `args`' --set and --workers (validate's, as run's) apply to
     each job first. Returns (valid jobs, whether any was invalid)."""
     from .core.podsource import configmap_problems, is_configmap
-    from .core.rules import learning_budget_warning, tracking_server_warning
+    from .core.rules import learning_budget_warning, tracking_warnings
     from .core.validation import metadata_problems
     from .tools.documents import runnable_documents
 
@@ -142,8 +142,7 @@ def valid_jobs(path: str, args: argparse.Namespace | None = None) -> tuple[list[
             made, notes = env_problems(spec)
             if unlearned := learning_budget_warning(spec):
                 notes.append(str(unlearned))
-            if untracked := tracking_server_warning(spec):
-                notes.append(str(untracked))
+            notes += [str(untracked) for untracked in tracking_warnings(spec)]
             problems += jobstatus.template_problems(name, spec) + made
         except InvalidJob as e:
             problems = [p for p in problems if not any(q.path == p.path for q in e.problems)] + e.problems

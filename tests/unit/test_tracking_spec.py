@@ -1,12 +1,13 @@
-"""spec.tracking.mlflow as `kuberl validate` and `kuberl run` check it: the server is the MLflow client's own
-MLFLOW_TRACKING_URI, set through spec.template; a job that tracks with none set is warned of, naming the field."""
+"""spec.tracking as `kuberl validate` and `kuberl run` check it: the server is the MLflow client's own
+MLFLOW_TRACKING_URI, W&B's key its WANDB_API_KEY, set through spec.template; a job that tracks with none set is warned
+of, naming the field, and a W&B name W&B refuses is refused."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 from kuberl import cli
-from kuberl.core.rules import tracking_server_warning
+from kuberl.core.rules import tracking_warnings
 from kuberl.core.validation import InvalidJob
 
 from tests.support.jobs import make_job
@@ -42,12 +43,12 @@ def test_a_server_set_through_the_template_is_no_warning(tmp_path, capsys, templ
 def test_a_server_set_in_a_sidecar_only_is_still_warned_of():
     spec = make_job("j").minimal().replace(tracking=TRACKED, template={"spec": {"containers": [
         {"name": "proxy", "image": "p", "env": [{"name": "MLFLOW_TRACKING_URI", "value": "http://x"}]}]}}).spec()
-    assert tracking_server_warning(spec).path == "spec.tracking.mlflow"
-    assert tracking_server_warning(make_job("j").minimal().spec()) is None  # no tracking, no word of it
+    assert [w.path for w in tracking_warnings(spec)] == ["spec.tracking.mlflow"]
+    assert tracking_warnings(make_job("j").minimal().spec()) == []  # no tracking, no word of it
 
 
 def test_an_unknown_tracking_key_or_an_empty_experiment_is_refused_naming_the_field():
-    for tracking, path in (({"wandb": {}}, "spec.tracking.wandb"), ({"mlflow": {"experiment": ""}}, "spec.tracking.mlflow.experiment"),
+    for tracking, path in (({"neptune": {}}, "spec.tracking.neptune"), ({"mlflow": {"experiment": ""}}, "spec.tracking.mlflow.experiment"),
                            ({"mlflow": {"experimentName": "x"}}, "spec.tracking.mlflow.experimentName")):
         with pytest.raises(InvalidJob) as e:
             make_job("j").minimal().replace(tracking=tracking).spec()
@@ -66,5 +67,44 @@ def test_run_warns_the_same_before_anything_starts(tmp_path, capsys):
 def test_tracking_with_a_custom_trainer_is_warned_of_as_logged_by_nobody():
     spec = make_job("j").custom_trainer(trainer_env({"name": "MLFLOW_TRACKING_URI", "value": "http://x"}, image="mine",
                                                     command=["python", "train.py"])).replace(tracking=TRACKED).spec()
-    warning = tracking_server_warning(spec)
+    [warning] = tracking_warnings(spec)
     assert warning.path == "spec.tracking.mlflow" and "trainer: custom runs your command" in warning.message
+
+
+WANDB = {"wandb": {"project": "cartpole"}}
+
+
+@pytest.mark.parametrize("template", [
+    trainer_env({"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "key"}}}),
+    trainer_env(envFrom=[{"secretRef": {"name": "wandb"}}]),  # its keys are not seen here
+    trainer_env({"name": "WANDB_MODE", "value": "offline"}),  # kept on the volume for `wandb sync`: no key needed
+])
+def test_wandb_with_a_key_or_offline_is_no_warning(tmp_path, capsys, template):
+    code, err = validate(tmp_path, capsys, make_job("j").minimal().replace(tracking=WANDB, template=template))
+    assert code == 0 and "warning" not in err, err
+
+
+def test_wandb_online_with_no_key_is_warned_of_naming_the_field(tmp_path, capsys):
+    template = trainer_env({"name": "WANDB_MODE", "value": "online"}, {"name": "MLFLOW_TRACKING_URI", "value": "http://x"})
+    code, err = validate(tmp_path, capsys, make_job("j").minimal().replace(tracking={**WANDB, **TRACKED}, template=template))
+    assert code == 0 and "j: warning: spec.tracking.wandb: WANDB_API_KEY is not in the trainer's environment" in err, err
+    assert "spec.tracking.mlflow" not in err and "WANDB_MODE: offline" in err, err  # MLflow's server is set
+    custom = make_job("j").custom_trainer(trainer_env(image="mine", command=["python", "train.py"])).replace(tracking=WANDB).spec()
+    assert [(w.path, "trainer: custom runs your command" in w.message) for w in tracking_warnings(custom)] == [("spec.tracking.wandb", True)]
+
+
+@pytest.mark.parametrize(("wandb", "path"), [
+    ({}, "spec.tracking.wandb.project"),
+    ({"project": "team/cartpole"}, "spec.tracking.wandb.project"),  # W&B refuses / \ # ? % : in a project's name
+    ({"project": "a:b"}, "spec.tracking.wandb.project"),
+    ({"project": "x" * 129}, "spec.tracking.wandb.project"),  # and more than 128 characters
+    ({"project": "p", "entity": "a#b"}, "spec.tracking.wandb.entity"),
+    ({"project": "p", "tags": ["x" * 65]}, "spec.tracking.wandb.tags[0]"),  # a tag is 1 to 64 characters
+    ({"project": "p", "tags": [""]}, "spec.tracking.wandb.tags[0]"),
+    ({"project": "p", "group": ""}, "spec.tracking.wandb.group"),
+])
+def test_a_wandb_name_wandb_refuses_is_refused_naming_the_field(wandb, path):
+    with pytest.raises(InvalidJob) as e:
+        make_job("j").minimal().replace(tracking={"wandb": wandb}).spec()
+    assert [p.path for p in e.value.problems] == [path], e.value.problems
+    assert make_job("j").minimal().replace(tracking={"wandb": {"project": "x" * 128, "tags": ["y" * 64]}}).spec()

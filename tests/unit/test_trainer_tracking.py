@@ -14,8 +14,13 @@ from kuberl.core import contract
 from kuberl_trainer import session, tracking, tracking_mlflow
 from kuberl_trainer.tensorboard import EPISODE_TAGS, EVALUATION_TAG
 from kuberl_trainer.tracking_mlflow import RUN_RECORD
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from trainer_support import one_process_run, progress_rows, small_job
+from trainer_support import (
+    generation,
+    one_process_run,
+    progress_rows,
+    small_job,
+    tensorboard_points,
+)
 
 mlflow = pytest.importorskip("mlflow", reason="the trainer's mlflow extra (mlflow-skinny) is not installed")
 from mlflow.tracking import MlflowClient
@@ -36,31 +41,6 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv(tracking_mlflow.ENV_TRACKING_URI, uri)
     monkeypatch.setattr(session, "PROGRESS_EVERY_SECONDS", 0.0)  # a progress line every update
     return uri
-
-
-def generation(spec, restart: int, stop_after: int | None = None) -> tuple[session.TrainingSession, list[str], str]:
-    """One generation of the job, run to its budget or stopped (as SIGTERM stops it) after `stop_after` updates."""
-    said: list[str] = []
-    trainer, run = one_process_run(spec, restart=restart, log=said.append)
-    if stop_after is not None:
-        after_update = run.after_update
-
-        def stop_later(report, algorithm):
-            after_update(report, algorithm)
-            if algorithm.counters.updates - run.start_updates >= stop_after:
-                run.stop.set()
-
-        run.after_update = stop_later
-    outcome = session.run_updates(trainer, run)
-    run.finish(trainer, outcome)
-    return run, said, outcome
-
-
-def tensorboard_points(run: session.TrainingSession) -> dict[str, list[tuple[int, float]]]:
-    """What the TensorBoard writer beside it wrote, by tag (every point, read with TensorBoard's own reader)."""
-    events = EventAccumulator(run.scalars.log_dir, size_guidance={"scalars": 0})
-    events.Reload()
-    return {tag: sorted((e.step, e.value) for e in events.Scalars(tag)) for tag in events.Tags()["scalars"]}
 
 
 def history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:

@@ -59,3 +59,31 @@ def progress_rows(run: session.TrainingSession) -> list[dict]:
     """The run's progress.jsonl, a dict a line (what `kuberl plot` and a run's summary read)."""
     with open(os.path.join(run.checkpoint_dir, "progress.jsonl")) as f:
         return [json.loads(line) for line in f]
+
+
+def generation(spec: JobSpec, restart: int, stop_after: int | None = None) -> tuple[session.TrainingSession, list[str], str]:
+    """One generation of the job, run to its budget or stopped (as SIGTERM stops it) after `stop_after` updates:
+    its session, what it said, and its outcome."""
+    said: list[str] = []
+    trainer, run = one_process_run(spec, restart=restart, log=said.append)
+    if stop_after is not None:
+        after_update = run.after_update
+
+        def stop_later(report, algorithm):
+            after_update(report, algorithm)
+            if algorithm.counters.updates - run.start_updates >= stop_after:
+                run.stop.set()
+
+        run.after_update = stop_later
+    outcome = session.run_updates(trainer, run)
+    run.finish(trainer, outcome)
+    return run, said, outcome
+
+
+def tensorboard_points(run: session.TrainingSession) -> dict[str, list[tuple[int, float]]]:
+    """What the run's TensorBoard writer wrote, by tag (every point, read with TensorBoard's own reader)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(run.scalars.log_dir, size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: sorted((e.step, e.value) for e in events.Scalars(tag)) for tag in events.Tags()["scalars"]}

@@ -48,6 +48,7 @@ from .startup import Startup
 from .tensorboard import Scalars, hyperparameters, run_name
 from .tracking import TrackedRun, close_all
 from .tracking_mlflow import mlflow_run, tags
+from .tracking_wandb import wandb_run
 
 PROGRESS_EVERY_SECONDS = 5.0
 RECENT_EPISODES = 100
@@ -915,12 +916,16 @@ class TrainingSession:
 
 def tracking_runs(config: TrainerConfig, learned: Mapping[str, Any], restart: int, log: Callable[[str], None]) -> list[TrackedRun]:
     """Rank 0's tracked runs, one per service spec.tracking names: MLflow (its experiment: the job's name unless
-    named)."""
+    named), W&B."""
     tracking, checkpoints = config.spec.tracking, host_path(config.checkpoint_dir)
     found = []
     if tracking.mlflow is not None:
         found.append(mlflow_run(checkpoints, tracking.mlflow.experiment or config.job, learned,
                                 tags(config.job, config.namespace, config.uid, restart), log=log))
+    if tracking.wandb is not None:
+        w = tracking.wandb
+        found.append(wandb_run(checkpoints, w.project, w.entity, w.group, w.tags, learned, config.job, config.namespace,
+                               config.uid, log=log))
     return found
 
 

@@ -723,29 +723,45 @@ def learning_budget_warning(spec: JobSpec) -> Problem | None:
     return None
 
 
-# The MLflow client's variable naming its server (spec.tracking.mlflow), which the trainer's env must carry
+# The variables a tracking client needs in the trainer's env (spec.tracking): MLflow's server; W&B's key, unless its
+# mode keeps the run on the volume or logs nothing
 MLFLOW_TRACKING_URI = "MLFLOW_TRACKING_URI"
+WANDB_API_KEY = "WANDB_API_KEY"
+WANDB_MODE = "WANDB_MODE"
+WANDB_MODES_WITHOUT_SERVER = ("offline", "disabled", "dryrun")
 
 
-def tracking_server_warning(spec: JobSpec) -> Problem | None:
-    """spec.tracking.mlflow with no MLFLOW_TRACKING_URI in the trainer container's env (spec.template) and no envFrom
-    there that may hold it: rank 0 would say so once and log nothing; or trainer: custom, where kuberl's trainer, which
-    logs, does not run. A warning: a Secret's keys are not seen here."""
-    if spec.tracking.mlflow is None:
-        return None
-    if spec.trainer != "kuberl":
-        return Problem("spec.tracking.mlflow", "only kuberl's trainer logs to MLflow, and trainer: custom runs your command:"
-                       " nothing is logged for it. Log from your script (the MLflow client's variables reach it through"
-                       " spec.template's env), and leave spec.tracking out")
+def tracking_warnings(spec: JobSpec) -> list[Problem]:
+    """Each tracker of spec.tracking that would log nothing, naming its field: MLflow with no MLFLOW_TRACKING_URI in
+    the trainer container's env (spec.template) and no envFrom there that may hold it; W&B online with no
+    WANDB_API_KEY; or trainer: custom, where kuberl's trainer, which logs, does not run. Rank 0 would say so once and
+    train on. Warnings: a Secret's keys are not seen here."""
+    found = []
+    for field, service in (("mlflow", "MLflow"), ("wandb", "W&B")):
+        if getattr(spec.tracking, field) is not None and spec.trainer != "kuberl":
+            found.append(Problem(f"spec.tracking.{field}", f"only kuberl's trainer logs to {service}, and trainer: custom"
+                                 f" runs your command: nothing is logged for it. Log from your script (the {service}"
+                                 " client's variables reach it through spec.template's env), and leave spec.tracking out"))
+    if found:
+        return found
     pod = spec.template.get("spec") if isinstance(spec.template, dict) else None
     containers = pod.get("containers") if isinstance(pod, dict) else None
     trainer = next((c for c in containers or [] if isinstance(c, dict) and c.get("name") == names.TRAINER_CONTAINER), {})
-    env = trainer.get("env") if isinstance(trainer.get("env"), list) else []
-    if trainer.get("envFrom") or any(isinstance(e, dict) and e.get("name") == MLFLOW_TRACKING_URI for e in env):
-        return None
-    return Problem("spec.tracking.mlflow", f"{MLFLOW_TRACKING_URI} is not in the trainer's environment: rank 0 would"
-                   f" log nothing to MLflow. Set it in spec.template.spec.containers[name={names.TRAINER_CONTAINER}].env"
-                   " (or envFrom a Secret holding it and MLFLOW_TRACKING_TOKEN), e.g. http://mlflow.mlflow.svc:5000")
+    env = {e.get("name"): e for e in (trainer.get("env") if isinstance(trainer.get("env"), list) else []) if isinstance(e, dict)}
+    if trainer.get("envFrom"):
+        return []
+    where = f"spec.template.spec.containers[name={names.TRAINER_CONTAINER}].env"
+    if spec.tracking.mlflow is not None and MLFLOW_TRACKING_URI not in env:
+        found.append(Problem("spec.tracking.mlflow", f"{MLFLOW_TRACKING_URI} is not in the trainer's environment: rank 0"
+                             f" would log nothing to MLflow. Set it in {where} (or envFrom a Secret holding it and"
+                             " MLFLOW_TRACKING_TOKEN), e.g. http://mlflow.mlflow.svc:5000"))
+    mode = env.get(WANDB_MODE, {}).get("value")
+    if spec.tracking.wandb is not None and WANDB_API_KEY not in env and mode not in WANDB_MODES_WITHOUT_SERVER:
+        found.append(Problem("spec.tracking.wandb", f"{WANDB_API_KEY} is not in the trainer's environment: rank 0 would"
+                             f" log nothing to W&B. Set it in {where} from a Secret (valueFrom.secretKeyRef, or envFrom"
+                             f" a Secret holding it), or set {WANDB_MODE}: offline there to keep the run on the"
+                             " checkpoint volume for `wandb sync`"))
+    return found
 
 
 def pod_queue_label_problems(parsed: JobSpec | None) -> list[Problem]:

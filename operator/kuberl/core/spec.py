@@ -242,11 +242,43 @@ class MlflowTracking(Model):
                     " spec.template's env or envFrom a Secret: nothing secret in the spec.")
 
 
+# W&B's own rules for a project name (the client's Settings.validate_project refuses the rest): at most 128
+# characters, none of / \ # ? % : (they cut its URL path, <entity>/<project>/runs/<id>); a tag is 1 to 64 characters
+# (Settings.validate_run_tags)
+WANDB_NAME = r"^[^/\\#?%:]+$"
+WandbTag = Annotated[str, Field(min_length=1, max_length=64, description="A W&B tag, 1 to 64 characters.")]
+
+
+class WandbTracking(Model):
+    """A Weights & Biases run for the job; the mode, server and key come from the client's own variables."""
+
+    project: str = Field(
+        min_length=1, max_length=128, pattern=WANDB_NAME,
+        description="W&B project the run is logged to (created when missing): at most 128 characters, none of"
+                    " / \\ # ? % : (W&B's rule). The key, mode and server are the W&B client's standard variables,"
+                    " WANDB_API_KEY (from a Secret: valueFrom.secretKeyRef or envFrom), WANDB_MODE (online, offline:"
+                    " kept in the checkpoint volume's wandb/ for `wandb sync`, disabled) and WANDB_BASE_URL, set"
+                    " through spec.template's env: nothing secret in the spec.")
+    entity: str | None = Field(
+        None, min_length=1, max_length=128, pattern=WANDB_NAME,
+        description="W&B user or team the project belongs to; unset: the key's default entity.")
+    group: str | None = Field(
+        None, min_length=1, max_length=128,
+        description="W&B run group, e.g. the seeds of one configuration, so its UI draws them as one curve with a band.")
+    tags: list[WandbTag] = Field(default_factory=list, max_length=32, description="W&B tags of the run.")
+
+
 class TrackingSpec(Model):
     mlflow: MlflowTracking | None = Field(
         None, description="Rank 0 logs the run to MLflow: the TensorBoard scalars (CleanRL's names) as metrics, the"
                           " learned fields as params, the job's name, namespace, uid and generation as tags, and the"
                           " final model as an artifact; one MLflow run per run, continued across restarts and resumes."
+                          " A server that is down or refuses is said once and training goes on.")
+    wandb: WandbTracking | None = Field(
+        None, description="Rank 0 logs the run to Weights & Biases, as CleanRL's --track does: the TensorBoard scalars"
+                          " (CleanRL's names) against global_step, the learned fields as config, the job's name as the"
+                          " run's name and its namespace and uid in its notes; one W&B run per run, continued across"
+                          " restarts and resumes. The final model is not uploaded (it stays in the checkpoint volume)."
                           " A server that is down or refuses is said once and training goes on.")
 
 

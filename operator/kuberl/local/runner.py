@@ -1368,10 +1368,10 @@ def target_warnings(spec: JobSpec, env_ids: Collection[str] | None) -> list[Prob
 
 def budget_warnings(spec: JobSpec) -> list[Problem]:
     """An off-policy job whose budget ends before it learns (rules.learning_budget_warning), and tracking with no server
-    named (rules.tracking_server_warning): `kuberl validate` warns the same."""
-    from ..core.rules import learning_budget_warning, tracking_server_warning
+    named (rules.tracking_warnings): `kuberl validate` warns the same."""
+    from ..core.rules import learning_budget_warning, tracking_warnings
 
-    return [p for p in (learning_budget_warning(spec), tracking_server_warning(spec)) if p is not None]
+    return [p for p in (learning_budget_warning(spec),) if p is not None] + tracking_warnings(spec)
 
 
 def target_not_met(status: Mapping[str, Any], spec: JobSpec) -> str | None:

@@ -1,0 +1,196 @@
+"""Rank 0 logs a run to Weights & Biases (spec.tracking.wandb) beside TensorBoard, from the same progress.jsonl
+lines, through the real trainer and session with the real client in offline mode (no server): the run's transaction
+log, read back with W&B's own reader (`wandb leet inspect --json`), holds every point, the config, name, notes, tags
+and group; a stop and its resume are one run id; a server that refuses is said once and training goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kuberl.core import contract
+from kuberl_trainer import session, tracking, tracking_wandb
+from kuberl_trainer.tensorboard import EPISODE_TAGS, EVALUATION_TAG
+from kuberl_trainer.tracking_wandb import RUN_RECORD, STEP_METRIC
+from trainer_support import (
+    generation,
+    one_process_run,
+    progress_rows,
+    small_job,
+    tensorboard_points,
+)
+
+pytest.importorskip("wandb", reason="the trainer's wandb extra is not installed")
+WANDB = Path(sys.executable).parent / "wandb"  # the client's CLI, beside the interpreter that has the package
+FAKE_KEY = "kuberltestkey" + "0" * 27  # 40 characters, as W&B checks a key, that no server ever issued
+
+
+def tracked_job(**spec):
+    defaults = {"totalTimesteps": 1024, "workers": 1, "seed": 1, "success": {"evalEpisodes": 1, "evalEvery": 2},
+                "tracking": {"wandb": {"project": "cartpole-tracked", "group": "seeds", "tags": ["ppo", "smoke"]}},
+                # a key set as a plain value in the template: what is learned (W&B's config) leaves it out
+                "template": {"spec": {"containers": [{"name": "trainer", "env": [{"name": "WANDB_API_KEY", "value": FAKE_KEY}]}]}}}
+    return small_job("ppo").with_spec(**{**defaults, **spec}).spec()
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch):
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path / "fs"))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
+    monkeypatch.setattr(session, "PROGRESS_EVERY_SECONDS", 0.0)  # a progress line every update
+
+
+def inspect(run_dir: Path, *flags: str) -> str:
+    """An offline run's transaction log (run-<id>.wandb) as W&B's own CLI prints it (JSON)."""
+    return subprocess.run([str(WANDB), "leet", "inspect", "--json", *flags, str(run_dir)], capture_output=True,
+                          text=True, check=True, stdin=subprocess.DEVNULL, timeout=120).stdout
+
+
+def records(run_dir: Path) -> list[dict]:
+    """Every record of the run's log, a dict each (history rows, config, metrics' definitions, ...)."""
+    return [json.loads(line) for line in inspect(run_dir).splitlines() if line.strip()]
+
+
+def summary(run_dir: Path) -> dict:
+    """The run's state, config, names and last values, as `wandb leet inspect --summary` sums them up."""
+    return json.loads(inspect(run_dir, "--summary"))
+
+
+def offline_runs(checkpoint_dir: str) -> list[Path]:
+    return sorted((Path(checkpoint_dir) / "wandb").glob("offline-run-*"))
+
+
+def test_a_stopped_and_resumed_run_is_one_wandb_run_with_every_point_its_config_and_names(offline):
+    spec = tracked_job()
+    _first, said, outcome = generation(spec, restart=0, stop_after=3)
+    assert outcome == "stopped"
+    second, said_later, outcome = generation(spec, restart=1)
+    assert outcome == "budget"
+    [stopped_dir, resumed_dir] = offline_runs(second.checkpoint_dir)  # one directory a generation, offline
+    run_id = tracking.read_record(os.path.join(second.checkpoint_dir, RUN_RECORD))["runId"]
+    assert stopped_dir.name.endswith(f"-{run_id}") and resumed_dir.name.endswith(f"-{run_id}")  # one W&B run
+    assert [line for line in said if line.startswith("W&B")] == [
+        f"W&B: started run {run_id} in project cartpole-tracked: offline in {stopped_dir} (upload it with `wandb sync`)"]
+    assert [line for line in said_later if line.startswith("W&B")] == [
+        f"W&B: logging on into run {run_id} in project cartpole-tracked: offline in {resumed_dir} (upload it with `wandb sync`)"]
+
+    logs = records(stopped_dir) + records(resumed_dir)
+    rows = [r["history"]["item"] for r in logs if r["type"] == "history"]
+    logged: dict[str, list[tuple[int, float]]] = {}
+    for row in rows:
+        for tag, value in row.items():
+            if not tag.startswith("_") and tag != STEP_METRIC:
+                logged.setdefault(tag, []).append((row[STEP_METRIC], value))
+    # every progress line's speed at its timesteps, both generations'; the same scalars as TensorBoard's (which drops
+    # the points the first generation wrote at the step the second resumed from)
+    lines = progress_rows(second)
+    assert {line["restart"] for line in lines} == {0, 1}
+    assert sorted(logged["charts/SPS"]) == sorted((line["timesteps"], line["steps_per_second"]) for line in lines
+                                                  if line.get("steps_per_second") is not None)
+    [resumed_at] = [line["timesteps"] for line in lines if line.get("resumed")]
+    drawn = tensorboard_points(second)
+    assert {*EPISODE_TAGS, "charts/SPS", "losses/value_loss", EVALUATION_TAG} <= set(drawn) == set(logged)
+    for tag, expected in drawn.items():
+        as_tensorboard_keeps = sorted((step, float(np.float32(value))) for step, value in logged[tag])
+        assert [p for p in as_tensorboard_keeps if p[0] != resumed_at] == [p for p in expected if p[0] != resumed_at], tag
+    every_metric = [r["metric"] for r in logs if r["type"] == "metric" and r["metric"].get("glob_name") == "*"]
+    assert len(every_metric) == 2 and all(m["step_metric"] == STEP_METRIC for m in every_metric)  # W&B's x-axis
+
+    ended = summary(resumed_dir)
+    assert ended["run_id"] == run_id and ended["state"] == "finished" and ended["exit_code"] == 0
+    assert ended["name"] == "t" and ended["project"] == "cartpole-tracked" and ended["tags"] == ["ppo", "smoke"]
+    assert ended["notes"] == "kuberl job default/t, uid uid"
+    config = ended["config"]
+    assert config["seed"] == 1 and config["algorithm"] == "ppo" and config["totalTimesteps"] == 1024
+    assert config["ppo"]["numSteps"] == spec.ppo.num_steps and "dqn" not in config
+    [started] = [r["run"] for r in records(resumed_dir) if r["type"] == "run"]
+    assert started["run_group"] == "seeds"
+    for path in Path(second.checkpoint_dir, "wandb").rglob("*"):  # the key is written nowhere W&B keeps the run
+        assert not path.is_file() or FAKE_KEY.encode() not in path.read_bytes(), path
+    assert not [line for line in said + said_later if "not tracked" in line or "not sent" in line]
+
+
+def test_a_recorded_run_id_that_is_no_wandb_id_starts_a_new_run_said_escaped(offline):
+    """wandb-run.json is the tenant's file: an id W&B never makes (an edit, a cut write) is not passed to the client,
+    whose run would then be someone's choosing; a new run is started, and the id said escaped and cut short."""
+    spec = tracked_job(totalTimesteps=256)
+    _trainer, run = one_process_run(spec)
+    os.makedirs(run.checkpoint_dir, exist_ok=True)
+    tracking.write_record(os.path.join(run.checkpoint_dir, RUN_RECORD),
+                          tracking_wandb.record("", None, "cartpole-tracked", "\x1b[2J\n../other-run"))
+    run, said, outcome = generation(spec, restart=0)
+    assert outcome == "budget"
+    [refused] = [line for line in said if "is no W&B run id" in line]
+    assert "\x1b" not in refused and "\n" not in refused, refused
+    run_id = tracking.read_record(os.path.join(run.checkpoint_dir, RUN_RECORD))["runId"]
+    [started] = offline_runs(run.checkpoint_dir)
+    assert started.name.endswith(f"-{run_id}") and summary(started)["state"] == "finished"
+
+
+def closed_port() -> int:
+    """A port of 127.0.0.1 nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_server_that_refuses_is_said_once_and_training_finishes(offline, monkeypatch):
+    """W&B online against a closed port with a key no server issued: the client's bounded retries give up, it is
+    said once naming the server, and the run finishes with its model; no run is recorded to resume."""
+    port = closed_port()
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    run, said, outcome = generation(tracked_job(), restart=0)
+    assert outcome == "budget" and os.path.isfile(run.final_model)
+    [warning] = [line for line in said if line.startswith("W&B")]
+    assert f"project cartpole-tracked at http://127.0.0.1:{port}" in warning, warning
+    assert "training goes on" in warning or "left unsent" in warning, warning
+    assert not os.path.exists(os.path.join(run.checkpoint_dir, RUN_RECORD))
+
+
+def test_points_become_history_rows_against_global_step():
+    """One row a step, as W&B's run.log takes them; a tag again at one step (two episodes ending together) a row
+    of its own, so no point overwrites another."""
+    points = [("charts/episodic_return", 9.0, 40), ("charts/episodic_length", 9.0, 40),
+              ("charts/episodic_return", 12.0, 40), ("charts/episodic_length", 12.0, 40),
+              ("charts/episodic_return", 20.0, 56), ("charts/episodic_length", 20.0, 56),
+              ("charts/SPS", 800.0, 64), ("losses/value_loss", 0.5, 64)]
+    assert tracking_wandb.rows(points) == [
+        {STEP_METRIC: 40, "charts/episodic_return": 9.0, "charts/episodic_length": 9.0},
+        {STEP_METRIC: 40, "charts/episodic_return": 12.0, "charts/episodic_length": 12.0},
+        {STEP_METRIC: 56, "charts/episodic_return": 20.0, "charts/episodic_length": 20.0},
+        {STEP_METRIC: 64, "charts/SPS": 800.0, "losses/value_loss": 0.5}]
+    assert tracking_wandb.rows([]) == []
+
+
+def test_learned_fields_become_config_and_only_a_record_of_this_project_is_resumed():
+    assert tracking_wandb.config({"seed": 2, "dqn": None, "algorithm": "ppo",
+                                  "env": {"id": "CartPole-v1", "kwargs": {"max.steps": 3}}, "ppo": {"hiddenSizes": [64]}}) == {
+        "seed": 2, "algorithm": "ppo", "env": {"id": "CartPole-v1", "kwargs": {"max_steps": 3}}, "ppo": {"hiddenSizes": [64]}}
+    assert tracking_wandb.notes("cartpole", "ml", "1234") == "kuberl job ml/cartpole, uid 1234"
+    record = tracking_wandb.record("https://user:pw@wandb.example", "team", "p", "ab12cd34")
+    assert record == {"baseUrl": "https://wandb.example", "entity": "team", "project": "p", "runId": "ab12cd34"}
+    assert tracking_wandb.run_to_resume(record, "https://wandb.example", "team", "p") == ("ab12cd34", None)
+    for elsewhere in (("", "team", "p"), ("https://wandb.example", None, "p"), ("https://wandb.example", "team", "q")):
+        assert tracking_wandb.run_to_resume(record, *elsewhere) == (None, None)  # another server, entity, project
+    for broken in (None, [], {**record, "runId": 3}):
+        assert tracking_wandb.run_to_resume(broken, "https://wandb.example", "team", "p") == (None, None)
+    for hostile in ("", "a/b", "a:b", "x" * 65, "id with spaces"):
+        run_id, refused = tracking_wandb.run_to_resume({**record, "runId": hostile}, "https://wandb.example", "team", "p")
+        assert run_id is None and "is no W&B run id" in refused, hostile
+
+
+def test_a_job_tracked_in_both_services_has_two_trackers(offline, monkeypatch):
+    spec = tracked_job(totalTimesteps=256, tracking={"wandb": {"project": "p"}, "mlflow": {}})
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    _trainer, run = one_process_run(spec)
+    assert [t.backend.name for t in run.trackers] == ["MLflow", "W&B"]

@@ -1,0 +1,167 @@
+"""Rank 0's Weights & Biases run (spec.tracking.wandb), one backend of tracking.TrackedRun, as CleanRL's `--track`
+logs one: the scalars against `global_step` (define_metric), the learned fields as config, the job's name as the
+run's name and its namespace and uid in the notes. The key, mode and server are the client's own variables
+(WANDB_API_KEY, WANDB_MODE, WANDB_BASE_URL), as for any W&B client; the run's id is kept in RUN_RECORD in the
+checkpoint directory and the run resumed with it (resume="allow"). The run's files go under the checkpoint directory
+(wandb/, unless WANDB_DIR says elsewhere), so an offline run outlives the pod for `wandb sync`.
+
+The final model is not uploaded: W&B's artifact upload at a run's end is the slowest call there is, and the run's
+end waits at most tracking.SEND_DEADLINE_SECONDS; the model stays in the checkpoint volume.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kuberl.core import safetext
+
+from .tracking import (
+    SEND_DEADLINE_SECONDS,
+    End,
+    Points,
+    TrackedRun,
+    read_record,
+    without_credentials,
+    write_record,
+)
+
+RUN_RECORD = "wandb-run.json"  # in the checkpoint directory: the run this kuberl run logs into
+ENV_BASE_URL = "WANDB_BASE_URL"
+# The client's own variables, read from the trainer's env and handed to each run: the client reads the process's
+# environment once, at its first run, and a process here may start more than one
+CLIENT_ENV = {"WANDB_MODE": "mode", ENV_BASE_URL: "base_url", "WANDB_API_KEY": "api_key"}
+ENV_DIR = "WANDB_DIR"
+ENV_ERROR_REPORTING = "WANDB_ERROR_REPORTING"
+STEP_METRIC = "global_step"  # CleanRL's x-axis: every scalar is drawn against it, not W&B's own call count
+# An id as W&B makes one (8 of [a-z0-9]) or a user could pass (W&B refuses :;,#?/' and spaces): anything else in a
+# record is the tenant's edit, not a run of ours
+RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# The client's retries bounded so that a server that refuses or never answers gives up within the run's end's
+# deadline: with its defaults a refused server held wandb.init 30 s and the process's exit 98 s (its own atexit
+# teardown waiting on the retries), past any stop's grace period. GraphQL (starting and resuming the run): one retry,
+# 3 s each; the file stream (the points): bounded the same at the end by finish_timeout.
+CLIENT_SETTINGS: dict[str, Any] = {
+    "console": "off",  # the training thread's prints stay the pod's log; W&B would wrap sys.stdout from this thread
+    "silent": True,  # its banner lines: rank 0 says the run and its URL once itself
+    "init_timeout": SEND_DEADLINE_SECONDS * 3,
+    "finish_timeout": SEND_DEADLINE_SECONDS / 2,
+    "x_graphql_retry_max": 1,
+    "x_graphql_timeout_seconds": 3.0,
+    "x_graphql_retry_wait_max_seconds": 1.0,
+    "x_file_stream_retry_max": 3,
+    "x_file_stream_timeout_seconds": 5.0,
+    "x_file_stream_retry_wait_max_seconds": 2.0,
+}
+
+
+# --- what is logged (pure) -----------------------------------------------------------------------------------------
+
+def config(learned: Mapping[str, Any]) -> dict[str, Any]:
+    """The learned fields (fingerprint.learned_values) as W&B config: nested as the spec nests them (W&B's UI names
+    them ppo.learningRate), another algorithm's empty block left out, and a period in a key (env.kwargs may hold
+    any) made an underscore, as W&B's config keys hold none."""
+    def keyed(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {str(k).replace(".", "_"): keyed(v) for k, v in value.items()}
+        return value
+
+    return {key.replace(".", "_"): keyed(value) for key, value in learned.items() if value is not None}
+
+
+def notes(job: str, namespace: str, uid: str) -> str:
+    """The run's notes: which job it is (its uid tells two jobs of one name apart)."""
+    return f"kuberl job {namespace or 'default'}/{job}, uid {uid or '-'}"
+
+
+def rows(values: list[tuple[str, float, int]]) -> list[dict[str, float | int]]:
+    """Points, (tag, value, timesteps) each, as W&B history rows, one a `run.log` call: consecutive points of one
+    step in one row with `global_step` set, a new row where the step changes or a tag comes again at the same step
+    (two episodes ending at one step are two points, as TensorBoard keeps them)."""
+    found: list[dict[str, float | int]] = []
+    for tag, value, step in values:
+        if not found or found[-1][STEP_METRIC] != step or tag in found[-1]:
+            found.append({STEP_METRIC: step})
+        found[-1][tag] = value
+    return found
+
+
+def record(base_url: str, entity: str | None, project: str, run_id: str) -> dict[str, str | None]:
+    return {"baseUrl": without_credentials(base_url), "entity": entity, "project": project, "runId": run_id}
+
+
+def run_to_resume(recorded: object, base_url: str, entity: str | None, project: str) -> tuple[str | None, str | None]:
+    """(the W&B run id in RUN_RECORD to log on into, or None for a new run; why a record was refused, or None). Only
+    a record of this server, entity and project is resumed (a job pointed elsewhere starts a run there), and only an
+    id as W&B makes them."""
+    if not isinstance(recorded, Mapping) or not isinstance(recorded.get("runId"), str):
+        return None, None
+    if (recorded.get("baseUrl"), recorded.get("entity"), recorded.get("project")) != (
+            without_credentials(base_url), entity, project):
+        return None, None
+    if not RUN_ID.fullmatch(recorded["runId"]):
+        return None, f"run id {safetext.one_line(recorded['runId'])[:80]!r} in {RUN_RECORD} is no W&B run id"
+    return recorded["runId"], None
+
+
+# --- the client (the tracker's sender thread) ------------------------------------------------------------------------
+
+def wandb_run(checkpoint_dir: str, project: str, entity: str | None, group: str | None, tags: list[str],
+              learned: Mapping[str, Any], job: str, namespace: str, uid: str,
+              environ: Mapping[str, str] = os.environ, log: Callable[[str], None] = print) -> TrackedRun:
+    """Rank 0's tracker of spec.tracking.wandb."""
+    backend = WandbBackend(checkpoint_dir, project, entity, group, tags, config(learned), job, notes(job, namespace, uid),
+                           environ, log)
+    return TrackedRun(backend, log)
+
+
+class WandbBackend:
+    name = "W&B"
+
+    def __init__(self, checkpoint_dir: str, project: str, entity: str | None, group: str | None, tags: list[str],
+                 run_config: dict[str, Any], job: str, run_notes: str, environ: Mapping[str, str],
+                 log: Callable[[str], None]):
+        self.checkpoint_dir, self.project, self.entity, self.group, self.tags = checkpoint_dir, project, entity, group, list(tags)
+        self.config, self.job, self.notes, self.log = run_config, job, run_notes, log
+        self.base_url = environ.get(ENV_BASE_URL, "")  # "": the client's default server
+        self.client_env = {setting: environ[name] for name, setting in CLIENT_ENV.items() if environ.get(name)}
+        self.directory = None if environ.get(ENV_DIR) else checkpoint_dir  # None: the client reads WANDB_DIR
+        self.run: Any = None
+
+    def where(self) -> str:
+        return self.project_where() + (f" (run {self.run.id})" if self.run is not None else "")
+
+    def project_where(self) -> str:
+        project = f"{self.entity}/{self.project}" if self.entity else self.project
+        return f"project {project}" + (f" at {without_credentials(self.base_url)}" if self.base_url else "")
+
+    def connect(self) -> None:
+        # W&B's own error reporting flushes to the server in an atexit hook: an unreachable one held the process's exit
+        os.environ.setdefault(ENV_ERROR_REPORTING, "false")
+        import wandb  # here: a run without tracking pays nothing (5 s of import on a loaded core)
+
+        path = os.path.join(self.checkpoint_dir, RUN_RECORD)
+        run_id, refused = run_to_resume(read_record(path), self.base_url, self.entity, self.project)
+        if refused:
+            self.log(f"W&B: {refused}: starting a new run")
+        run = wandb.init(project=self.project, entity=self.entity, group=self.group, tags=self.tags, notes=self.notes,
+                         name=self.job, config=self.config, id=run_id, resume="allow", dir=self.directory,
+                         reinit="create_new", settings=wandb.Settings(**CLIENT_SETTINGS, **self.client_env))
+        run.define_metric(STEP_METRIC)
+        run.define_metric("*", step_metric=STEP_METRIC)
+        self.run = run
+        write_record(path, record(self.base_url, self.entity, self.project, run.id))
+        resumed = "logging on into" if run_id is not None else "started"
+        place = run.url if not run.offline else f"offline in {run.dir.removesuffix('/files')} (upload it with `wandb sync`)"
+        self.log(f"W&B: {resumed} run {run.id} in {self.project_where()}: {place}")
+
+    def send(self, lines: list[Points]) -> None:
+        for row in rows([value for line in lines for value in line.values]):
+            self.run.log(row)
+
+    def end(self, end: End) -> None:
+        """The run finished (a stopped one too: the next generation resumes it); a failed one with exit code 1,
+        which W&B shows as failed."""
+        self.run.finish(exit_code=1 if end.status == "FAILED" else 0)
