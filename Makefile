@@ -29,12 +29,12 @@ define VENV_WITH_TORCH
 endef
 $(TRAIN_STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.txt
 	$(VENV_WITH_TORCH)
-	$(PIP) install --progress-bar on -c requirements-dev.txt -e "operator[plot,progress]" -e "trainer[video,mlflow]"
+	$(PIP) install --progress-bar on -c requirements-dev.txt -e "operator[plot,progress]" -e "trainer[video,mlflow,wandb]"
 	touch $@
 
 $(STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.txt
 	$(VENV_WITH_TORCH)
-	$(PIP) install -q -r requirements-dev.txt -e "operator[operator,plot,progress]" -e "trainer[video,mlflow]"
+	$(PIP) install -q -r requirements-dev.txt -e "operator[operator,plot,progress]" -e "trainer[video,mlflow,wandb]"
 	touch $(TRAIN_STAMP) $@
 
 TOOLS := .tools

@@ -28,13 +28,13 @@ def test_make_train_installs_the_trainer_cli_plotting_and_video_only_with_visibl
     assert installs, "make train installs something into a fresh venv"
     joined = "\n".join(installs)
     assert "-r requirements-dev.txt" not in joined  # pins as constraints (-c) only: no test tools
-    assert "operator[plot,progress]" in joined and '-e "trainer[video,mlflow]"' in joined and "operator[operator" not in joined
+    assert "operator[plot,progress]" in joined and '-e "trainer[video,mlflow,wandb]"' in joined and "operator[operator" not in joined
     assert not any(" -q" in line for line in installs), "pip's progress is shown"
 
 
 def test_make_test_adds_the_test_tools_and_extras(tmp_path):
     joined = "\n".join(dry_run("test-unit", tmp_path))
-    assert "-r requirements-dev.txt" in joined and "operator[operator,plot,progress]" in joined and "trainer[video,mlflow]" in joined
+    assert "-r requirements-dev.txt" in joined and "operator[operator,plot,progress]" in joined and "trainer[video,mlflow,wandb]" in joined
 
 
 def make_dry(*args: str) -> str:
