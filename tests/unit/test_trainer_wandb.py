@@ -194,3 +194,13 @@ def test_a_job_tracked_in_both_services_has_two_trackers(offline, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     _trainer, run = one_process_run(spec)
     assert [t.backend.name for t in run.trackers] == ["MLflow", "W&B"]
+
+
+def test_wandb_disabled_is_said_once_and_starts_nothing(offline, monkeypatch):
+    """W&B's disabled mode hands out a run id all the same: recorded, a resume would log on into a run that never was."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    run, said, outcome = generation(tracked_job(totalTimesteps=256), restart=0)
+    assert outcome == "budget"
+    assert [line for line in said if "W&B" in line or "wandb" in line] == [
+        "spec.tracking.wandb is set but WANDB_MODE is disabled in the trainer's environment: not tracked"]
+    assert run.trackers[0].sender is None and not os.path.exists(os.path.join(run.checkpoint_dir, RUN_RECORD))

@@ -32,7 +32,8 @@ RUN_RECORD = "wandb-run.json"  # in the checkpoint directory: the run this kuber
 ENV_BASE_URL = "WANDB_BASE_URL"
 # The client's own variables, read from the trainer's env and handed to each run: the client reads the process's
 # environment once, at its first run, and a process here may start more than one
-CLIENT_ENV = {"WANDB_MODE": "mode", ENV_BASE_URL: "base_url", "WANDB_API_KEY": "api_key"}
+ENV_MODE = "WANDB_MODE"
+CLIENT_ENV = {ENV_MODE: "mode", ENV_BASE_URL: "base_url", "WANDB_API_KEY": "api_key"}
 ENV_DIR = "WANDB_DIR"
 ENV_ERROR_REPORTING = "WANDB_ERROR_REPORTING"
 STEP_METRIC = "global_step"  # CleanRL's x-axis: every scalar is drawn against it, not W&B's own call count
@@ -111,10 +112,13 @@ def run_to_resume(recorded: object, base_url: str, entity: str | None, project: 
 def wandb_run(checkpoint_dir: str, project: str, entity: str | None, group: str | None, tags: list[str],
               learned: Mapping[str, Any], job: str, namespace: str, uid: str,
               environ: Mapping[str, str] = os.environ, log: Callable[[str], None] = print) -> TrackedRun:
-    """Rank 0's tracker of spec.tracking.wandb."""
+    """Rank 0's tracker of spec.tracking.wandb; with WANDB_MODE=disabled, one that says so once and starts nothing
+    (W&B's disabled run would still hand out an id to record)."""
     backend = WandbBackend(checkpoint_dir, project, entity, group, tags, config(learned), job, notes(job, namespace, uid),
                            environ, log)
-    return TrackedRun(backend, log)
+    disabled = environ.get(ENV_MODE) == "disabled"
+    return TrackedRun(backend, log, f"spec.tracking.wandb is set but {ENV_MODE} is disabled in the trainer's environment:"
+                                    " not tracked" if disabled else None)
 
 
 class WandbBackend:
