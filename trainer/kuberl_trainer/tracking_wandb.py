@@ -35,15 +35,14 @@ ENV_BASE_URL = "WANDB_BASE_URL"
 ENV_MODE = "WANDB_MODE"
 CLIENT_ENV = {ENV_MODE: "mode", ENV_BASE_URL: "base_url", "WANDB_API_KEY": "api_key"}
 ENV_DIR = "WANDB_DIR"
-ENV_ERROR_REPORTING = "WANDB_ERROR_REPORTING"
 STEP_METRIC = "global_step"  # CleanRL's x-axis: every scalar is drawn against it, not W&B's own call count
 # An id as W&B makes one (8 of [a-z0-9]) or a user could pass (W&B refuses :;,#?/' and spaces): anything else in a
 # record is the tenant's edit, not a run of ours
 RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # The client's retries bounded so that a server that refuses or never answers gives up within the run's end's
-# deadline: with its defaults a refused server held wandb.init 30 s and the process's exit 98 s (its own atexit
-# teardown waiting on the retries), past any stop's grace period. GraphQL (starting and resuming the run): one retry,
-# 3 s each; the file stream (the points): bounded the same at the end by finish_timeout.
+# deadline: with its defaults a refused server held wandb.init 30 s past its 5 s import, so a run's end said lines
+# were left unsent instead of why, and its finish waits until every point is uploaded. GraphQL (starting and resuming
+# the run): one retry, 3 s each; the file stream (the points): bounded the same at the end by finish_timeout.
 CLIENT_SETTINGS: dict[str, Any] = {
     "console": "off",  # the training thread's prints stay the pod's log; W&B would wrap sys.stdout from this thread
     "silent": True,  # its banner lines: rank 0 says the run and its URL once itself
@@ -142,8 +141,6 @@ class WandbBackend:
         return f"project {project}" + (f" at {without_credentials(self.base_url)}" if self.base_url else "")
 
     def connect(self) -> None:
-        # W&B's own error reporting flushes to the server in an atexit hook: an unreachable one held the process's exit
-        os.environ.setdefault(ENV_ERROR_REPORTING, "false")
         import wandb  # here: a run without tracking pays nothing (5 s of import on a loaded core)
 
         path = os.path.join(self.checkpoint_dir, RUN_RECORD)
