@@ -40,8 +40,8 @@ STEP_METRIC = "global_step"  # CleanRL's x-axis: every scalar is drawn against i
 # record is the tenant's edit, not a run of ours
 RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # The client's retries bounded so that a server that refuses or never answers gives up within the run's end's
-# deadline: with its defaults a refused server held wandb.init 30 s past its 5 s import, so a run's end said lines
-# were left unsent instead of why, and its finish waits until every point is uploaded. GraphQL (starting and resuming
+# deadline: with its defaults a refused server held wandb.init 92 s past its 7 s import (2 s with these), so a run's
+# end said lines were left unsent instead of why; and its finish waits until every point is uploaded. GraphQL (starting and resuming
 # the run): one retry, 3 s each; the file stream (the points): bounded the same at the end by finish_timeout.
 CLIENT_SETTINGS: dict[str, Any] = {
     "console": "off",  # the training thread's prints stay the pod's log; W&B would wrap sys.stdout from this thread
