@@ -30,19 +30,20 @@ from .tracking import (
 
 RUN_RECORD = "wandb-run.json"  # in the checkpoint directory: the run this kuberl run logs into
 ENV_BASE_URL = "WANDB_BASE_URL"
+ENV_MODE = "WANDB_MODE"
+ENV_DIR = "WANDB_DIR"
 # The client's own variables, read from the trainer's env and handed to each run: the client reads the process's
 # environment once, at its first run, and a process here may start more than one
-ENV_MODE = "WANDB_MODE"
 CLIENT_ENV = {ENV_MODE: "mode", ENV_BASE_URL: "base_url", "WANDB_API_KEY": "api_key"}
-ENV_DIR = "WANDB_DIR"
 STEP_METRIC = "global_step"  # CleanRL's x-axis: every scalar is drawn against it, not W&B's own call count
 # An id as W&B makes one (8 of [a-z0-9]) or a user could pass (W&B refuses :;,#?/' and spaces): anything else in a
 # record is the tenant's edit, not a run of ours
 RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # The client's retries bounded so that a server that refuses or never answers gives up within the run's end's
 # deadline: with its defaults a refused server held wandb.init 92 s past its 7 s import (2 s with these), so a run's
-# end said lines were left unsent instead of why; and its finish waits until every point is uploaded. GraphQL (starting and resuming
-# the run): one retry, 3 s each; the file stream (the points): bounded the same at the end by finish_timeout.
+# end said lines were left unsent instead of why; and its finish waits until every point is uploaded. GraphQL
+# (starting and resuming the run): one retry, 3 s each; the file stream (the points): bounded at the end by
+# finish_timeout.
 CLIENT_SETTINGS: dict[str, Any] = {
     "console": "off",  # the training thread's prints stay the pod's log; W&B would wrap sys.stdout from this thread
     "silent": True,  # its banner lines: rank 0 says the run and its URL once itself
