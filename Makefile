@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help tools setup test-tools train test test-unit test-distributed test-operator test-e2e test-gpu gpu-check lint bench chart images lint-dockerfiles manifests clean
-.PHONY: install-yaml chart-readme docs checkov sb3-venv prometheus bench-atari chaos gpu-wheels gpu-venv gpu-check-offline
+.PHONY: install-yaml chart-readme docs checkov sb3-venv prometheus bench-atari bench-startup chaos gpu-wheels gpu-venv gpu-check-offline
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -251,6 +251,9 @@ bench: $(STAMP) $(SB3_STAMP) ## kuberl vs SB3 (PPO, DQN): time to solve, through
 
 bench-atari: $(STAMP) ## Pong from pixels per rank: env steps/s (gymnasium, EnvPool) with and without the learner, peak memory
 	$(PY) -m kuberl_trainer.bench_atari
+
+bench-startup: $(STAMP) ## launch to first env step by phase through kuberl run: Pong and CartPole PPO, 1-2 ranks, 2 and 16 envs (STARTUP_ARGS=--reps 5)
+	$(PY) bench/startup.py $(STARTUP_ARGS)
 
 chaos: $(STAMP) ## ~15 min: kill ranks and runners of 2-rank kuberl runs at checkpoint moments, fill disks; every run must end right (CHAOS_ARGS=--seeds 1)
 	OMP_NUM_THREADS=1 $(PY) bench/chaos.py $(CHAOS_ARGS)
