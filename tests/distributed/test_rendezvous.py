@@ -156,3 +156,50 @@ def test_when_rank_0_leaves_during_the_rendezvous_the_ranks_waiting_and_those_st
     assert ") left before every rank joined (" in ended[1], ended
     assert ended[2].startswith("PeerLost: rendezvous: rank 0 (it hosts the rendezvous store at 127.0.0.1:"), ended
     assert ") did not answer for " in ended[2] and "it never started, or left" in ended[2], ended
+
+
+# One rank joining with torch._dynamo to import in the background, as the trainer does for a learner that
+# needs it; it says whether that import had begun when init_process_group was called (torch reads
+# torch._dynamo there once its import has begun, and so waited for the whole import: two gloo ranks of a
+# Pong job spent 5 s in the rendezvous), and whether it was under way once the group existed.
+IMPORTING = """
+import json, sys, threading
+import torch.distributed as dist
+from kuberl_trainer.distributed import process_group
+begun_at_init = []
+init_process_group = dist.init_process_group
+def observed(*args, **kwargs):
+    begun_at_init.append("torch._dynamo" in sys.modules)
+    return init_process_group(*args, **kwargs)
+dist.init_process_group = observed
+with process_group("gloo", 60, 60, background_imports=("torch._dynamo",)):
+    importing = "torch._dynamo" in sys.modules or any(t.name == "import torch._dynamo" for t in threading.enumerate())
+import torch._dynamo  # the background import's module, once it is done
+print(json.dumps({"begun_at_init": begun_at_init, "importing_once_formed": importing}), flush=True)
+"""
+
+
+def start_importing(world_size: int) -> list[dict]:
+    port = free_ports(1)
+    procs = [subprocess.Popen([sys.executable, "-c", IMPORTING], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env={**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": "0",
+                                   "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                                   "OMP_NUM_THREADS": "1"})
+             for rank in range(world_size)]
+    said = []
+    for proc in procs:
+        try:
+            out = proc.communicate(timeout=120)[0].decode()
+        finally:
+            proc.kill()
+        lines = [line for line in out.splitlines() if line.startswith('{"begun_at_init"')]
+        said.append(json.loads(lines[-1]) if lines else {"output": out})
+    return said
+
+
+def test_a_background_import_starts_once_the_group_is_formed_so_the_rendezvous_does_not_wait_for_it():
+    assert start_importing(2) == [{"begun_at_init": [False], "importing_once_formed": True}] * 2
+
+
+def test_one_rank_forms_no_group_and_starts_its_background_import_at_once():
+    assert start_importing(1) == [{"begun_at_init": [], "importing_once_formed": True}]

@@ -78,7 +78,6 @@ from .paths import host_path
 from .session import Algorithm, TrainingSession
 from .startup import (
     Startup,
-    import_in_background,
     one_line_warnings,
     one_write_per_line,
 )
@@ -143,10 +142,11 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
     spec = config.spec
     restart = int(os.environ.get(contract.ENV_RESTART, "0") or 0)
     seed_everything(spec.seed, spec.deterministic)
-    if learners.imports_torch_dynamo(atari.is_atari(spec.env.id), spec.gpus_per_worker > 0, spec.hyperparameters):
-        import_in_background("torch._dynamo")  # while the rendezvous, CUDA context and env reset wait outside the GIL
+    # torch._dynamo imported while the CUDA context is made and the envs reset, which wait outside the GIL
+    dynamo = learners.imports_torch_dynamo(atari.is_atari(spec.env.id), spec.gpus_per_worker > 0, spec.hyperparameters)
     policy = spec.run_policy
-    with process_group(spec.rendezvous.backend, policy.collective_timeout_seconds, policy.rendezvous_timeout_seconds) as ctx:
+    with process_group(spec.rendezvous.backend, policy.collective_timeout_seconds, policy.rendezvous_timeout_seconds,
+                       background_imports=("torch._dynamo",) if dynamo else ()) as ctx:
         startup.mark("rendezvous")
         if ctx.device.type == "cuda":  # its own phase: creating the context is a GPU node's first cost
             torch.empty(0, device=ctx.device)

@@ -25,6 +25,8 @@ import torch
 import torch.distributed as dist
 from kuberl.core import contract
 
+from .startup import import_in_background
+
 # How long a gradient all-reduce's caller yields in a loop before it blocks: a rank that yields
 # is running when its sync completes, one that blocked must be woken first (PPO update with 2
 # ranks, bench/sync_wait.py: 15.2-15.7 ms yielding, 16.5-16.7 blocking). A peer later than
@@ -536,15 +538,23 @@ def process_group(
     backend: str = "auto",
     collective_timeout_seconds: float = 1800,
     rendezvous_timeout_seconds: float = 600,
+    background_imports: tuple[str, ...] = (),
 ) -> Iterator[Dist]:
     """Join the process group described by RANK/WORLD_SIZE/LOCAL_RANK/
     MASTER_ADDR/MASTER_PORT; always destroy it on the way out. Every rank
     joining is bounded by the rendezvous timeout (check_in), each
-    collective afterwards by the collective timeout."""
+    collective afterwards by the collective timeout.
+
+    `background_imports` start importing (startup.import_in_background) at once for one rank, and only
+    once the group is formed for several: init_process_group reads torch._dynamo when its import has
+    begun, and so waited for the whole import (two gloo ranks of a Pong job: 5 s of rendezvous)."""
     rank = _int_env(contract.ENV_RANK, 0)
     world_size = _int_env(contract.ENV_WORLD_SIZE, 1)
     local_rank = _int_env(contract.ENV_LOCAL_RANK, 0)
     local_world_size = _int_env(contract.ENV_LOCAL_WORLD_SIZE, _int_env(contract.ENV_NPROC_PER_NODE, 1))
+    if world_size == 1:  # no group to form: the imports overlap setting the device too
+        for module in background_imports:
+            import_in_background(module)
     chosen = choose_backend(backend)
     where = placement(chosen, local_rank, local_world_size, torch.cuda.device_count() if chosen == "nccl" else 0,
                       omp_threads(os.environ.get("OMP_NUM_THREADS"), os.cpu_count() or 1), os.sched_getaffinity(0))
@@ -608,6 +618,8 @@ def process_group(
                 raise PeerLost(f"rendezvous did not complete in {waited:.1f}s "
                                f"(runPolicy.rendezvousTimeoutSeconds {rendezvous_timeout_seconds}): {e}") from e
             time.sleep(1.0)
+    for module in background_imports:
+        import_in_background(module)
     if chosen == "gloo":
         calm_gloo_loop()
     global GANG

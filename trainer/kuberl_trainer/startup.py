@@ -88,8 +88,8 @@ class Startup:
 
 def import_in_background(module: str) -> threading.Thread:
     """Start importing `module` on a daemon thread. It makes progress while this
-    thread waits outside the GIL (rendezvous, creating the CUDA context, ale-py's
-    seeded reset on its pool threads); a later `import` of the same module waits
+    thread waits outside the GIL (creating the CUDA context, ale-py's seeded reset
+    on its pool threads); a later `import` of the same module waits
     for it instead of starting over (Python's per-module import lock). A failed
     import here is left to fail again, with its traceback, where it is needed."""
 
