@@ -398,6 +398,19 @@ def test_a_uid_file_that_is_no_uuid_is_refused_and_a_good_one_kept(tmp_path):
         job_uid(str(tmp_path))
 
 
+def test_a_uid_link_is_neither_written_through_nor_read(tmp_path):
+    """A dangling link at runs/<job>/uid had the new uid written wherever it pointed, outside the run directory;
+    one to a file had that file read as the uid."""
+    from kuberl.local.runner import job_uid
+
+    run_dir = tmp_path / "runs" / "j"
+    run_dir.mkdir(parents=True)
+    (run_dir / "uid").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(LocalRunError, match="uid is a link or no regular file, not the uid kuberl run wrote: delete it"):
+        job_uid(str(run_dir))
+    assert not (tmp_path / "elsewhere").exists()
+
+
 FOREIGN_PROGRESS = ('{"timesteps": 1000, "wall_seconds": 1.0, "episode_return_mean": 20.0}\n'
                     "epoch,loss\n1,0.5\n[1, 2]\n"  # a custom trainer's own CSV in the file, a JSON list
                     '{"timesteps": "many", "eval_return": "good", "wall_seconds": null, "restart": 1}\n'
@@ -688,6 +701,21 @@ def test_a_second_runner_of_the_same_job_is_refused_while_the_first_runs(tmp_pat
         pass
     with run_lock(str(tmp_path)):  # released when the first ends
         pass
+
+
+def test_a_lock_link_is_refused_not_truncated_through(tmp_path, monkeypatch):
+    """runs/<job>/lock was opened following a link and truncated to the runner's pid: a link there pointing at a
+    file of the user's emptied it."""
+    from kuberl.local.runner import run_lock
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "j").mkdir(parents=True)
+    (tmp_path / "precious").write_text("kept\n")
+    (tmp_path / "runs" / "j" / "lock").symlink_to(tmp_path / "precious")
+    with pytest.raises(LocalRunError, match="runs/j/lock is a link or no regular file, not the lock kuberl run keeps"
+                                            " there: delete it"), run_lock(str(tmp_path / "runs" / "j")):
+        pass
+    assert (tmp_path / "precious").read_text() == "kept\n"
 
 
 def test_run_takes_the_job_on_stdin_as_validate_does(tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import copy
 import difflib
+import errno
 import fcntl
 import glob
 import hashlib
@@ -572,18 +573,22 @@ def split_documents(docs: list, path: str) -> tuple[dict, dict[str, dict[str, st
 
 
 def job_uid(run_dir: str) -> str:
-    """The same run directory is the same job: resuming keeps the uid (and checkpoints)."""
+    """The same run directory is the same job: resuming keeps the uid (and checkpoints). Read and written without
+    following a link: a run directory is anyone's to write, and a dangling link at uid had the new uid written
+    wherever it pointed."""
     path = os.path.join(run_dir, "uid")
-    if os.path.exists(path):
-        with open(path, errors="replace") as f:
-            text = f.read(100).strip()
+    if os.path.lexists(path):
+        text = read_regular_file(path, 100)
+        if text is None:
+            raise LocalRunError(f"{path} is a link or no regular file, not the uid kuberl run wrote: delete it, or the run"
+                                " directory, to start the job afresh")
         try:
-            return str(uuid.UUID(text))
+            return str(uuid.UUID(text.strip()))
         except ValueError:
-            raise LocalRunError(f"{path} holds {text!r}, not the uid kuberl run wrote: delete it, or the run directory,"
+            raise LocalRunError(f"{path} holds {text.strip()!r}, not the uid kuberl run wrote: delete it, or the run directory,"
                                 " to start the job afresh") from None
     uid = str(uuid.uuid4())
-    with open(path, "w") as f:
+    with open_to_write(path) as f:
         f.write(uid + "\n")
     return uid
 
@@ -767,7 +772,18 @@ def run_lock(run_dir: str) -> Iterator[None]:
     """One runner per run directory, as one job object has one controller: a second `kuberl run` of the
     same job (another terminal) killed the first's ranks as leftovers and then raced it for the same pod
     directories. The lock goes with the process, however it ends."""
-    fd = os.open(os.path.join(run_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    path = os.path.join(run_dir, "lock")
+    try:  # never through a link: a run directory is anyone's to write, and one at lock had the file it named truncated
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        fd = None
+    if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
+        if fd is not None:
+            os.close(fd)
+        raise LocalRunError(f"{shown(path)} is a link or no regular file, not the lock kuberl run keeps there: delete it"
+                            " and run again")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
