@@ -329,6 +329,21 @@ def test_a_fifo_named_progress_jsonl_does_not_block_the_trainer(tmp_path, monkey
     assert len(lines) == 1 and lines[0].startswith("progress.jsonl not written")
 
 
+def test_a_link_named_progress_jsonl_is_not_appended_through(tmp_path, monkeypatch):
+    """The volume is the tenant's: a link there named progress.jsonl had every progress line appended to the file it
+    named, outside the checkpoint directory (a shell's rc file under kuberl run)."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    _, training = training_session(tmp_path, "ppo")
+    os.makedirs(training.checkpoint_dir)
+    (tmp_path / "elsewhere").write_text("kept\n")
+    os.symlink(tmp_path / "elsewhere", os.path.join(training.checkpoint_dir, "progress.jsonl"))
+    lines = []
+    training.log = lines.append
+    training.curve_point(1)
+    assert (tmp_path / "elsewhere").read_text() == "kept\n"
+    assert len(lines) == 1 and lines[0].startswith("progress.jsonl not written")
+
+
 def test_a_name_that_only_starts_like_a_checkpoints_is_not_ours(tmp_path):
     """Matched whole: `ckpt-0000000001.pt` plus a newline is the tenant's file, never listed,
     so never loaded nor deleted by rotation."""

@@ -930,9 +930,9 @@ def tracking_runs(config: TrainerConfig, learned: Mapping[str, Any], restart: in
 
 
 def append_line(path: str, line: str) -> None:
-    """Append `line` to a regular file; a FIFO or device under the name raises OSError
-    instead of blocking (a FIFO nobody reads) or writing where it should not."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+    """Append `line` to a regular file; a FIFO, a device or a link under the name raises OSError
+    instead of blocking (a FIFO nobody reads) or writing where it should not (the file a link names)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o644)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", path)
