@@ -427,6 +427,17 @@ def test_hidden_sizes_that_need_more_weights_than_the_file_holds_are_refused_bef
     assert "need more weights than the model holds" in capsys.readouterr().err
 
 
+def test_an_lstm_that_needs_more_weights_than_the_file_holds_is_refused_before_the_network_is_built(tmp_path, capsys):
+    """lstm_hidden_size 4096 in a plain PPO model of a few KB built a 67-million-weight LSTM (1.1 GB, 36 s of CPU for
+    its orthogonal initialisation) before its names were found missing."""
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "final-model.pt")
+    model = torch.load(path, weights_only=True)
+    torch.save({**model, "lstm_hidden_size": 4096}, path)
+    assert main(["eval", path, "--episodes", "1"]) == 1
+    assert "hidden_sizes [8] and lstm_hidden_size 4096 need more weights than the model holds" in capsys.readouterr().err
+
+
 def normalised_model(tmp_path, **obs_norm) -> str:
     trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8], normalize_observation=True),
                          "CartPole-v1", 2, {}, 64, seed=1, restart=0)

@@ -72,7 +72,7 @@ from kuberl.core.runrecords import (
 from kuberl.core.yamlreader import UnreadableSpec, load_documents
 from torch import nn
 
-from . import checkpoint, evaluation, networks
+from . import checkpoint, evaluation, networks, recurrent
 from .atari import install_extra
 from .continuous import BOX_BUFFERS
 from .envs import FLATTENED, UnknownEnv, make_envs
@@ -371,9 +371,13 @@ def build_network(model: dict, obs_space: gym.Space, action_space: gym.Space) ->
     # The network must hold exactly the file's weights: one whose hidden layers alone need more is refused
     # before it is built (hidden_sizes [65536] * 8 is 120 GB of float32 for a file of a few bytes).
     weights = sum(t.numel() for t in model["agent"].values() if isinstance(t, torch.Tensor))
-    if not cnn and sum(a * b for a, b in itertools.pairwise(hidden)) + sum(hidden) > weights:
-        raise UnusableModel(f"hidden_sizes {hidden} need more weights than the model holds ({weights:,})")
+    needed = 0 if cnn else sum(a * b for a, b in itertools.pairwise(hidden)) + sum(hidden)
     lstm = model.get("lstm_hidden_size")
+    if model["algorithm"] == "ppo" and lstm is not None:  # its LSTM's too: 4096 wide is 67 million weights, 36 s to make
+        needed += recurrent.parameters_of(lstm, networks.CNN_FEATURES if cnn else math.prod(obs_space.shape))
+    if needed > weights:
+        lstm_named = f" and lstm_hidden_size {lstm}" if model["algorithm"] == "ppo" and lstm is not None else ""
+        raise UnusableModel(f"hidden_sizes {hidden}{lstm_named} need more weights than the model holds ({weights:,})")
     if model["algorithm"] == "ppo" and lstm is not None:
         encoder, features = networks.encoder(obs_space, "auto", "policy")
         network: nn.Module = RecurrentAgent(features, action_space, [] if cnn else hidden, lstm, encoder)
