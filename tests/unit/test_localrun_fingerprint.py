@@ -67,12 +67,17 @@ def test_a_credential_set_in_the_template_changes_nothing_learned_and_is_never_r
     TensorBoard's hyperparameters text and the params sent to an MLflow server; a rotated key started a fresh run."""
     base = fingerprint.fingerprint(learned())
     secrets = [{"name": name, "value": f"v-{name}"} for name in
-               ("WANDB_API_KEY", "WANDB_PROJECT", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "db_password", "GITHUB_AUTH")]
+               ("WANDB_API_KEY", "WANDB_PROJECT", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "db_password", "GITHUB_AUTH",
+                # tools' own names for theirs: Kaggle's API, Azure Storage, Backblaze B2, the MySQL client, rclone,
+                # borg, sshpass -e
+                "KAGGLE_KEY", "AZURE_STORAGE_KEY", "AZURE_STORAGE_CONNECTION_STRING", "B2_APPLICATION_KEY", "MYSQL_PWD",
+                "RCLONE_CONFIG_PASS", "BORG_PASSPHRASE", "SSHPASS")]
     with_secrets = learned(template={"spec": {"containers": [{"name": "trainer", "env": secrets}]}})
     assert fingerprint.fingerprint(with_secrets) == base and "v-" not in json.dumps(with_secrets)
-    learned_too = {"name": "MUJOCO_GL", "value": "egl"}  # a variable the trainer reads, named like none of them
-    with_both = learned(template={"spec": {"containers": [{"name": "trainer", "env": [*secrets, learned_too]}]}})
-    assert with_both["template"] == {"spec": {"containers": [{"name": "trainer", "env": [learned_too]}]}}
+    # variables the trainer reads, named like none of them (a word that merely holds KEY or PASS is no credential)
+    learned_too = [{"name": name, "value": "1"} for name in ("MUJOCO_GL", "KEYBOARD_LAYOUT", "PASSES", "MONKEY_PATCH")]
+    with_both = learned(template={"spec": {"containers": [{"name": "trainer", "env": [*secrets, *learned_too]}]}})
+    assert with_both["template"] == {"spec": {"containers": [{"name": "trainer", "env": learned_too}]}}
 
 
 def test_a_recurrent_policy_and_its_width_each_learn_otherwise():

@@ -71,9 +71,13 @@ def learned_fields() -> list[str]:
 # credentials, which change nothing learned and must not reach fingerprint.json or a run's hyperparameters text
 # (TensorBoard's, and the params MLflow is sent). So with any variable whose name reads as a credential
 # (WANDB_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD): a plain value in the template is the user's
-# secret in the spec already, and must not travel further, to a shared TensorBoard or a tracking server.
+# secret in the spec already, and must not travel further, to a shared TensorBoard or a tracking server. A KEY, PASS
+# or PWD word and a passphrase or connection string too, as tools' own variables name theirs: KAGGLE_KEY,
+# AZURE_STORAGE_KEY, AZURE_STORAGE_CONNECTION_STRING, B2_APPLICATION_KEY, MYSQL_PWD, RCLONE_CONFIG_PASS,
+# BORG_PASSPHRASE, SSHPASS (each reached fingerprint.json and MLflow's params).
 TRACKING_ENV_PREFIXES = ("MLFLOW_", "WANDB_")
-CREDENTIAL_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+CREDENTIAL_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH"
+                             r"|CONNECTION_?STRING|^SSHPASS$|(?:^|_)(?:KEY|PASS|PWD)(?:_|$)", re.IGNORECASE)
 
 
 def operational_env(name: str) -> bool:
