@@ -60,6 +60,14 @@ STOP_VOTE_SECONDS = 0.5  # learning reads a stop once per this much of it: a vot
 UNMEASURED_VOTES = 4  # votes in a learning whose units no update has timed yet (PPO's four epochs: one each)
 
 
+def own_state_problem(expected: dict | None, own: object) -> str | None:
+    """Why a checkpoint's state of a rank (`own`) differs in kind from what the rank would save now (`expected`,
+    checkpoint.mismatch); a rank that keeps none (its envs' state is no plain data) takes none."""
+    if expected is None:
+        return f"state is {type(own).__name__}, where this rank keeps none: its envs' state is no plain data"
+    return checkpoint.mismatch(expected, own)
+
+
 class LearningStop:
     """A stop read while an algorithm learns, between its units of work (PPO's epochs, DQN's gradient
     steps), every rank's vote in one all-reduce (beside any value the algorithm all-reduces there, as
@@ -282,8 +290,9 @@ class BaseAlgorithm:
 
     def rank_state_problem(self, own: object) -> str | None:
         """Why a checkpoint's state of this rank (`own`) differs in kind from the state it would save now
-        (checkpoint.mismatch); None where alike."""
-        return checkpoint.mismatch(self.rank_state(), own)
+        (checkpoint.mismatch); None where alike. A rank that keeps none (its envs' state is no plain data) takes none:
+        whatever a file held there was loaded, and failed at every start."""
+        return own_state_problem(self.rank_state(), own)
 
     def load_rank(self, state: dict) -> None:
         restore_env_state(self.envs, state["envs"])
@@ -374,7 +383,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         which a fresh one is not)."""
         expected = self.rank_state()
         if expected is None or not isinstance(own, dict) or "replay" not in own:
-            return checkpoint.mismatch(expected, own)
+            return own_state_problem(expected, own)
         return (checkpoint.mismatch({k: v for k, v in expected.items() if k != "replay"},
                                     {k: v for k, v in own.items() if k != "replay"})
                 or self.replay.state_problem(own["replay"]))

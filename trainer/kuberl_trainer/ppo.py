@@ -357,6 +357,18 @@ class PPOTrainer(BaseAlgorithm):
         return {"discounted": self.discounted.copy(), "next_starts": self.next_starts.copy(),
                 "lstm_state": (h.cpu().numpy(), c.cpu().numpy())}
 
+    def rank_state_problem(self, own: object) -> str | None:
+        """BaseAlgorithm's, and a recurrent rank's LSTM states finite and its pending resets 0 or 1: a NaN in either
+        (a reset multiplies the state) made every state NaN at the first step, where torch's sampling refused it."""
+        problem = super().rank_state_problem(own)
+        if problem is not None or not self.recurrent:
+            return problem
+        if not all(np.isfinite(a).all() for a in own["lstm_state"]):
+            return "state.lstm_state holds NaN or infinite values"
+        if not np.isin(own["next_starts"], (0.0, 1.0)).all():
+            return "state.next_starts holds values other than 0 and 1"
+        return None
+
     def _load_rank_extra(self, state: dict) -> None:
         self.discounted = state["discounted"]
         if self.recurrent:
