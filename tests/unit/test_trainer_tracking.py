@@ -150,6 +150,7 @@ def test_learned_fields_become_params_within_mlflows_limits():
                      "ppo.hiddenSizes": "[64, 64]", "note": "x" * tracking_mlflow.PARAM_VALUE_MAX}
     assert tracking.without_credentials("http://u:p@[::1]:5000/x") == "http://[::1]:5000/x"
     assert tracking.without_credentials("databricks") == "databricks"
+    assert tracking.without_credentials("https://u:p@x@h:1/a@b?c=d@e") == "https://h:1/a@b?c=d@e"  # urlsplit's @
 
 
 def closed_port() -> int:
@@ -167,6 +168,19 @@ def test_a_server_that_refuses_is_said_once_and_training_finishes(store, monkeyp
     [warning] = [line for line in said if line.startswith("MLflow")]
     assert "not tracked from here on" in warning and "training goes on" in warning
     assert not os.path.exists(os.path.join(run.checkpoint_dir, RUN_RECORD))
+
+
+@pytest.mark.parametrize("uri", ["http://u:pw@host:99999/x", "http://u:pw@[::1/x", "http://u:pw@host:port/x"],
+                         ids=["port-past-65535", "unclosed-ipv6", "port-not-a-number"])
+def test_a_tracking_uri_that_does_not_parse_is_said_once_without_its_credentials(store, monkeypatch, uri):
+    """MLflow's client refuses such a URI, quoting it whole; kuberl's own reading of it, to say where it was not sent,
+    then raised in the sender thread, whose traceback (the URL and its password in it) was all the log said."""
+    monkeypatch.setenv(tracking_mlflow.ENV_TRACKING_URI, uri)
+    run, said, outcome = generation(tracked_job(totalTimesteps=256), restart=0)
+    assert outcome == "budget" and os.path.isfile(run.final_model)
+    [warning] = [line for line in said if line.startswith("MLflow")]
+    assert "not tracked from here on" in warning and "training goes on" in warning
+    assert "pw" not in warning and "u:" not in warning, warning
 
 
 def test_a_server_that_never_answers_holds_the_runs_end_only_until_the_deadline_said_once(store, monkeypatch):

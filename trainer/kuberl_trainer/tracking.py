@@ -20,13 +20,14 @@ import contextlib
 import json
 import os
 import queue
+import re
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kuberl.core import safetext
 from kuberl.core.runrecords import read_regular_file
 
 from .tensorboard import EPISODE_TAGS, EpisodeSample, Renames, scalars
@@ -197,16 +198,20 @@ def write_record(path: str, record: Mapping[str, Any]) -> None:
     os.replace(temp, path)
 
 
+# a URL's user and password (scheme://user:pass@host), up to the authority's last @ as urlsplit reads it: found by
+# their shape, not parsed, so a URI that does not parse (a port past 65535, an unclosed IPv6 bracket) loses them too,
+# where urlsplit raised in the sender thread and its traceback was all that was said; and so does one that an
+# error message quotes (MLflow's InvalidUrlException quotes the whole URL)
+USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s]*@")
+
+
 def without_credentials(uri: str) -> str:
-    """`uri` less a user and password in it (https://user:pass@host): the form kept in a record and said in logs."""
-    parts = urllib.parse.urlsplit(uri)
-    if parts.username is None and parts.password is None:
-        return uri
-    host = parts.hostname or ""
-    netloc = f"[{host}]" if ":" in host else host
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")))
+    """`uri` less a user and password in it (https://user:pass@host), wherever a URL in it has them: the form kept
+    in a record and said in logs."""
+    return USERINFO.sub(r"\1", uri)
 
 
 def first_line(e: BaseException) -> str:
+    """An error's first line for the log: cut, escaped (a server's reply is its own), and less any URL's credentials."""
     text = str(e).strip()
-    return (text.splitlines() or [""])[0][:300]
+    return safetext.one_line(without_credentials((text.splitlines() or [""])[0][:300]))
