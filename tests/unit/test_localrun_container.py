@@ -9,6 +9,7 @@ import os
 import shutil
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -295,6 +296,22 @@ def test_tensorboard_lists_a_live_runs_files_once(tmp_path, monkeypatch):
     root = next(line.split(" ", 1)[1] for line in log.splitlines() if line.startswith("root "))
     assert not root.startswith(str(runs)) and root.startswith(str(tmp_path / "runtime")), root
     assert not os.path.lexists(os.path.dirname(os.path.dirname(root)))  # the run's roots go when it ends
+
+
+def test_a_relative_runtime_directory_is_ignored_as_the_xdg_specification_says(tmp_path, monkeypatch):
+    """XDG_RUNTIME_DIR=. made the roots' and the port reservations' directories under whatever directory kuberl run
+    was started in (outside any run directory), another from each directory."""
+    from kuberl.local.runner import port_reservations
+    from kuberl.local.sandbox import make_pod_roots
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", ".")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read afresh
+    made, reservations = make_pod_roots(str(tmp_path / "runs" / "job")), port_reservations()
+    assert made.startswith(str(tmp_path / "tmp") + "/") and reservations.startswith(str(tmp_path / "tmp") + "/")
+    assert sorted(os.listdir(tmp_path)) == ["tmp"]
 
 
 def test_the_roots_are_kept_only_in_a_directory_private_to_this_user(tmp_path, monkeypatch):

@@ -36,7 +36,6 @@ import signal
 import socket
 import stat
 import sys
-import tempfile
 import time
 import typing
 import urllib.request
@@ -111,6 +110,7 @@ from .sandbox import (
     missing_script_failure,
     pod_roots_dir,
     remove_tree,
+    runtime_dir,
     template_fields,
 )
 
@@ -653,7 +653,7 @@ def meets_at_master_port(spec: JobSpec) -> bool:
 def port_reservations() -> str | None:
     """This user's directory of rendezvous port reservations (one lock file per port), made private; None where none
     can be kept (a directory of that name another user made first, in a shared /tmp): runs are not coordinated then."""
-    directory = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir(), f"kuberl-{os.getuid()}-ports")
+    directory = os.path.join(runtime_dir(), f"kuberl-{os.getuid()}-ports")
     try:
         with contextlib.suppress(FileExistsError):
             os.mkdir(directory, 0o700)

@@ -336,8 +336,16 @@ def pod_roots_dir(run_dir: str) -> str:
     to their volumes: under runs/ the checkpoint volume's TensorBoard files were a second time under rank 0's root,
     and `tensorboard --logdir runs` listed a live run twice. Named, not random, so a later run finds the processes
     an earlier runner left (their KUBERL_FS_ROOT is under it)."""
-    base = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir(), f"kuberl-{os.getuid()}-roots")
+    base = os.path.join(runtime_dir(), f"kuberl-{os.getuid()}-roots")
     return os.path.join(base, hashlib.sha256(os.path.abspath(run_dir).encode()).hexdigest()[:16])
+
+
+def runtime_dir() -> str:
+    """This user's directory for a run's runtime files: $XDG_RUNTIME_DIR where it is an absolute path, else the temp
+    directory. A relative one is invalid, to be ignored (the XDG Base Directory Specification): taken, it made
+    directories under whatever directory kuberl run was started in, and named another place from each."""
+    given = os.environ.get("XDG_RUNTIME_DIR") or ""
+    return given if os.path.isabs(given) else tempfile.gettempdir()
 
 
 def make_pod_roots(run_dir: str) -> str | None:
