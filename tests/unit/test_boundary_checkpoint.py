@@ -499,16 +499,20 @@ def test_a_deterministic_run_whose_peer_left_writes_no_checkpoint_without_every_
     assert checkpoint.load_newest(training.checkpoint_dir) is None
 
 
-@pytest.mark.parametrize("edit", ["tracker", "tracker-arrays", "torch-rng", "lstm-state", "lstm-state-nan", "lstm-starts"])
+@pytest.mark.parametrize("edit", ["tracker", "tracker-arrays", "torch-rng", "discounted-nan", "lstm-state", "lstm-state-nan",
+                                  "lstm-starts"])
 def test_a_ranks_own_state_unlike_its_own_is_left_out_said_once_never_a_crash(tmp_path, monkeypatch, edit):
     """A deterministic run's checkpoint keeps each rank's own state (its envs, episode tracker, RNGs), which nothing
     checked before loading it: a file edited to a tracker of 5 ended every start in a TypeError traceback (a crash,
     restarted to crash again), arrays of another shape failed at the first step. It is optional (a resume without it is
-    only not bitwise), so a rank whose state differs in kind from its own resumes without it and says so. An LSTM
+    only not bitwise), so a rank whose state differs in kind from its own resumes without it and says so. A
+    discounted return of NaN reached the return normaliser and the first update's losses (the run ended Diverged,
+    advising a lower learning rate); an LSTM
     state of NaN, or a pending reset of NaN (which multiplies the state), made every state NaN at the first step,
     where torch's sampling refused it: a RuntimeError at every start."""
     monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
-    block = {"numSteps": 16, **({"lstm": {"hiddenSize": 8}} if edit.startswith("lstm") else {})}
+    block = {"numSteps": 16, **({"lstm": {"hiddenSize": 8}} if edit.startswith("lstm") else {}),
+             **({"normalizeReward": True} if edit == "discounted-nan" else {})}
     trainer, training = training_session(tmp_path, "ppo", deterministic=True, **block)
     for _ in range(3):
         trainer.update(False, False)
@@ -517,6 +521,7 @@ def test_a_ranks_own_state_unlike_its_own_is_left_out_said_once_never_a_crash(tm
     own = state["per_rank"][0]
     own.update({"tracker": 5} if edit == "tracker" else {"torch_rng": torch.zeros(3, dtype=torch.uint8)} if edit == "torch-rng"
                else {"lstm_state": (np.zeros((5, 3), np.float32),) * 2} if edit == "lstm-state"
+               else {"discounted": np.full_like(own["discounted"], np.nan)} if edit == "discounted-nan"
                else {"lstm_state": (np.full((2, 8), np.nan, np.float32),) * 2} if edit == "lstm-state-nan"
                else {"next_starts": np.full_like(own["next_starts"], np.nan)} if edit == "lstm-starts"
                else {"tracker": tuple(np.zeros(7, a.dtype) for a in own["tracker"])})
@@ -531,7 +536,8 @@ def test_a_ranks_own_state_unlike_its_own_is_left_out_said_once_never_a_crash(tm
         for why in [{"tracker": "state.tracker is int, not a tuple of 3", "torch-rng": "state.torch_rng is torch.uint8[3], this job's is torch.uint8[5056]",
                      "tracker-arrays": "state.tracker[0] is float64[7], this job's is float64[2]",
                      "lstm-state": "state.lstm_state[0] is float32[5, 3], this job's is float32[2, 8]",
-                     "lstm-state-nan": "state.lstm_state holds NaN or infinite values",
+                     "discounted-nan": "state.discounted not finite",
+                     "lstm-state-nan": "state.lstm_state[0], state.lstm_state[1] not finite",
                      "lstm-starts": "state.next_starts holds values other than 0 and 1"}[edit]]], said
 
 

@@ -32,10 +32,11 @@ from kuberl.core import envspaces
 from kuberl.core.spec import PPOConfig
 from torch import nn
 
-from . import atari, budget, evaluation, learners, networks, recurrent
+from . import atari, budget, checkpoint, evaluation, learners, networks, recurrent
 from .base import BaseAlgorithm
 from .device import CPU, host_zeros, stream_after_current, to_device, upload
 from .distributed import Dist
+from .divergence import named
 from .normalize import RunningMeanStd, StepStatistics
 from .ppo_terms import LOG_SQRT_2PI, STAT_NAMES, minibatch_table
 from .session import UpdateReport, Vote
@@ -358,14 +359,15 @@ class PPOTrainer(BaseAlgorithm):
                 "lstm_state": (h.cpu().numpy(), c.cpu().numpy())}
 
     def rank_state_problem(self, own: object) -> str | None:
-        """BaseAlgorithm's, and a recurrent rank's LSTM states finite and its pending resets 0 or 1: a NaN in either
-        (a reset multiplies the state) made every state NaN at the first step, where torch's sampling refused it."""
+        """BaseAlgorithm's, and PPO's own numbers finite: the discounted returns (a NaN reached the return
+        normaliser and the first update's losses: the run ended Diverged), a recurrent rank's LSTM states, and its
+        pending resets 0 or 1 (a NaN in either made every state NaN at the first step, and torch's sampling raised)."""
         problem = super().rank_state_problem(own)
-        if problem is not None or not self.recurrent:
+        if problem is not None:
             return problem
-        if not all(np.isfinite(a).all() for a in own["lstm_state"]):
-            return "state.lstm_state holds NaN or infinite values"
-        if not np.isin(own["next_starts"], (0.0, 1.0)).all():
+        if bad := checkpoint.nonfinite({key: own[key] for key in ("discounted", "lstm_state") if key in own}):
+            return f"{named([f'state.{path}' for path in bad])} not finite"
+        if self.recurrent and not np.isin(own["next_starts"], (0.0, 1.0)).all():
             return "state.next_starts holds values other than 0 and 1"
         return None
 
