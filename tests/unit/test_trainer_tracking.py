@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from kuberl.core import contract
 from kuberl_trainer import session, tracking, tracking_mlflow
-from kuberl_trainer.tensorboard import EPISODE_TAGS, EVALUATION_TAG
+from kuberl_trainer.tensorboard import EPISODE_TAGS, EVALUATION_TAG, HYPERPARAMETER_ROWS
 from kuberl_trainer.tracking_mlflow import RUN_RECORD
 from trainer_support import (
     generation,
@@ -151,6 +151,14 @@ def test_learned_fields_become_params_within_mlflows_limits():
     assert tracking.without_credentials("http://u:p@[::1]:5000/x") == "http://[::1]:5000/x"
     assert tracking.without_credentials("databricks") == "databricks"
     assert tracking.without_credentials("https://u:p@x@h:1/a@b?c=d@e") == "https://h:1/a@b?c=d@e"  # urlsplit's @
+
+
+def test_a_spec_of_many_learned_fields_is_as_many_params_as_tensorboards_rows_and_a_count():
+    """env.kwargs may nest tens of thousands of fields within the ConfigMap's 1 MiB: each was a param, sent 100 a
+    request before the run's first point and stored by the server, where TensorBoard's text keeps 200 rows."""
+    found = tracking_mlflow.params({"seed": 2, "env": {"id": "CartPole-v1", "kwargs": {"table": {f"k{i}": i for i in range(50_000)}}}})
+    assert len(found) == HYPERPARAMETER_ROWS + 1 and found["seed"] == "2" and found["env.kwargs.table.k0"] == "0"
+    assert found[tracking_mlflow.MORE_PARAMS] == f"{50_002 - HYPERPARAMETER_ROWS:,} more fields (env.kwargs)"
 
 
 def closed_port() -> int:
