@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 import yaml
 from kuberl.cli import main
 from kuberl.core import fingerprint
@@ -145,6 +146,24 @@ def test_a_run_that_already_succeeded_says_where_its_model_is_and_trains_nothing
     out = capsys.readouterr().out
     assert "cartpole already succeeded" in out and f"runs/cartpole/checkpoints/cartpole-{uid}/final-model.pt" in out
     assert not (run / "pods").exists() and not (run / "logs").exists()
+
+
+@pytest.mark.parametrize("planted", ["garbage", "link"])
+def test_a_run_that_already_succeeded_with_a_uid_not_kuberls_is_refused_in_a_line(tmp_path, capsys, monkeypatch, planted):
+    """The rerun of a run that succeeded names its model by the run's uid: a uid file edited (or a link left there)
+    ended `kuberl run` in a LocalRunError traceback, exit 1, where every other run's refusal is a line, exit 3."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(make_job("cartpole").obj()))
+    run = tmp_path / "runs" / "cartpole"
+    finished_run(run, fingerprint.learned_values(make_job("cartpole").spec()), "Succeeded")
+    if planted == "link":
+        (run / "uid").symlink_to(tmp_path / "elsewhere")
+    else:
+        (run / "uid").write_text("garbage\n")
+    assert main(["run", "job.yaml"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("kuberl run: cartpole cannot run here: ") and "not the uid kuberl run wrote: delete it" in err
+    assert len(err.splitlines()) == 1, err
 
 
 def test_a_rerun_that_trains_nothing_says_nothing_of_a_rendezvous_port(tmp_path, capsys, monkeypatch):

@@ -1343,7 +1343,11 @@ def _cmd_run(args: argparse.Namespace, docs: list, env_ids: Collection[str] | No
     if choice.succeeded and (unmet := target_not_met(last_status(read_regular_file(recorded, RECORD_LIMIT) or "", recorded), spec)):
         say(f"{job.name} succeeded before in {shown(run_dir)}, but {unmet}: training it on")
     elif choice.succeeded:
-        model = paths_of(job, run_dir, job_uid(run_dir))["model"]
+        try:
+            model = paths_of(job, run_dir, job_uid(run_dir))["model"]
+        except LocalRunError as e:  # a uid file edited, or a link left there
+            print(f"kuberl run: {job.name} cannot run here: {e}", file=sys.stderr)
+            return EXIT_CANNOT_RUN
         where = f"; its model is {shown(model)}" if model and os.path.exists(model) else ""
         say(f"{job.name} already succeeded with this spec in {shown(run_dir)}{where}; nothing to train"
             f" (delete {shown(run_dir)} to train it again)")
