@@ -223,3 +223,45 @@ def test_a_job_without_tracking_has_no_sink(store):
     _trainer, run = one_process_run(small_job("ppo").with_spec(totalTimesteps=256, workers=1).spec())
     assert run.trackers == []
 
+
+
+class HeldService:
+    """A tracking backend that answers nothing until released: what a hung server is to the sender thread."""
+
+    name = "Held"
+
+    def __init__(self):
+        self.released = threading.Event()
+        self.sent: list[tracking.Points] = []
+        self.ended: tracking.End | None = None
+
+    def where(self) -> str:
+        return "a held service"
+
+    def connect(self) -> None:
+        self.released.wait(60)
+
+    def send(self, lines) -> None:
+        self.sent.extend(lines)
+
+    def end(self, end) -> None:
+        self.ended = end
+
+
+def test_what_waits_for_a_hung_service_is_bounded_in_points_said_once_and_sent_once_it_answers(monkeypatch):
+    """A line carries up to 2,000 episode points: bounded in lines alone, what waited behind a server that hangs
+    without failing grew to about 2 GB."""
+    monkeypatch.setattr(tracking, "QUEUED_POINTS_MAX", 100)
+    service, said = HeldService(), []
+    run = tracking.TrackedRun(service, log=said.append)
+    for step in range(1, 21):
+        run.episodes([(step, 1.0, 10)] * 5)  # 10 points a line: return and length of 5 episodes
+        run.write({"timesteps": step})
+        assert run.queued_points <= 100
+    assert run.queued_points == 100 and run.dropped == 10
+    [warning] = said
+    assert warning.startswith("Held: 10 progress lines (100 points) wait for a held service; later ones are dropped")
+    service.released.set()
+    run.close("FINISHED")
+    assert sum(len(line.values) for line in service.sent) == 100 and run.queued_points == 0
+    assert service.ended == tracking.End("FINISHED", None) and said == [warning]

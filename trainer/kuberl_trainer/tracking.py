@@ -35,7 +35,10 @@ from .tensorboard import EPISODE_TAGS, EpisodeSample, Renames, scalars
 # What rank 0 waits at the end for points still queued (a slow or unreachable service): a stop's grace period is the
 # checkpoint's, and the run's end is not held for a tracking service
 SEND_DEADLINE_SECONDS = 10.0
-QUEUED_LINES_MAX = 10_000  # progress lines not yet sent that are kept; later ones are dropped, said once
+# What waits for a slow service, kept until sent; a line past either bound is dropped, said once. Points bound the
+# memory (a line carries up to 2,000 episodes' points: 10,000 such lines held about 2 GB); lines bound the count
+QUEUED_LINES_MAX = 10_000
+QUEUED_POINTS_MAX = 200_000  # about 30 MB of (tag, value, step)
 RECORD_MAX_BYTES = 64 * 1024
 
 
@@ -87,6 +90,8 @@ class TrackedRun:
         self.failed = threading.Event()
         self.said = threading.Lock()  # the one failure said, by whichever thread meets it first
         self.dropped = 0
+        self.queued_points = 0  # in the queue, not yet taken by the sender
+        self.counting = threading.Lock()  # queued_points: added to by the training thread, taken from by the sender
         self.pending = EpisodeSample()  # finished episodes, sent with the next line's points
         if unusable is not None:
             self.fail(unusable)
@@ -108,13 +113,23 @@ class TrackedRun:
         if self.sender is None:
             self.sender = threading.Thread(target=self.send, name=f"tracking {self.backend.name}", daemon=True)
             self.sender.start()
-        try:
-            self.queue.put_nowait(Points(points, int(time.time() * 1000)))
-        except queue.Full:  # a service slower than training: the newest points wait in progress.jsonl instead
+        if not self.enqueue(Points(points, int(time.time() * 1000))):  # a service slower than training
             self.dropped += 1
             if self.dropped == 1:
-                self.log(f"{self.backend.name}: {QUEUED_LINES_MAX} progress lines wait for {self.backend.where()};"
-                         " later ones are dropped (progress.jsonl and TensorBoard keep them)")
+                self.log(f"{self.backend.name}: {self.queue.qsize()} progress lines ({self.queued_points} points) wait"
+                         f" for {self.backend.where()}; later ones are dropped (progress.jsonl and TensorBoard keep them)")
+
+    def enqueue(self, line: Points) -> bool:
+        """`line` queued for the sender, or False where it would pass QUEUED_LINES_MAX or QUEUED_POINTS_MAX."""
+        with self.counting:
+            if self.queued_points + len(line.values) > QUEUED_POINTS_MAX:
+                return False
+            try:
+                self.queue.put_nowait(line)
+            except queue.Full:
+                return False
+            self.queued_points += len(line.values)
+            return True
 
     def close(self, status: str, model: str | None = None) -> None:
         """End the generation: the run marked `status`, with the final model where the backend keeps one; what is
@@ -154,6 +169,8 @@ class TrackedRun:
                 while not isinstance(items[-1], End) and not self.queue.empty():
                     items.append(self.queue.get_nowait())
                 lines = [item for item in items if isinstance(item, Points)]
+                with self.counting:
+                    self.queued_points -= sum(len(line.values) for line in lines)
                 if lines:
                     self.backend.send(lines)
                 if isinstance(items[-1], End):
