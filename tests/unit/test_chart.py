@@ -377,6 +377,21 @@ def test_notes_tell_the_next_commands():
     assert "kubectl apply --server-side --force-conflicts -f charts/kuberl/crds/" in notes
 
 
+def test_notes_say_the_default_images_are_yours_to_build_until_both_are_set():
+    """`helm install kuberl charts/kuberl` with the defaults: the operator's pod waited in ImagePullBackOff on
+    ghcr.io/kuberl/operator, which no one pushes, and NOTES' first step (rollout status) never ended, without a word."""
+    notes = {}
+    for case, values in {"defaults": {}, "trainer set": {"trainer": {"image": {"repository": "registry.example.com/me/trainer"}}},
+                         "both set": {"operator": {"image": {"repository": "registry.example.com/me/operator"}},
+                                      "trainer": {"image": {"repository": "registry.example.com/me/trainer"}}}}.items():
+        out = helm("install", "kuberl", str(CHART), "--dry-run=client", "--namespace", "kuberl-system", values=values)
+        notes[case] = out[out.index("NOTES:"):out.index("1. Wait")]
+    assert "operator.image.repository=ghcr.io/kuberl/operator, trainer.image.repository=ghcr.io/kuberl/trainer" in notes["defaults"]
+    assert "make images REGISTRY=" in notes["defaults"]
+    assert "operator.image.repository=ghcr.io/kuberl/operator:" in notes["trainer set"] and "trainer.image" not in notes["trainer set"]
+    assert "Images:" not in notes["both set"]
+
+
 @pytest.mark.parametrize("pod_monitor", [True, False])
 def test_notes_name_every_alert_the_rule_holds(pod_monitor):
     """NOTES named 9 of the PrometheusRule's 13 alerts: KuberlJobFailed, KuberlCheckpointVolumeFailing,
