@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from kuberl.core.fingerprint import distinguishing_values, seed_groups
@@ -24,6 +25,7 @@ from kuberl.local.curves import (
     plot,
     plot_title,
     run_names,
+    targets_in_reach,
 )
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -670,3 +672,64 @@ def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def a_job_yaml(example: str, target: float | None) -> str:
+    """The job.yaml kuberl run keeps of an example run with success.targetReturn `target` (None: unset)."""
+    import yaml
+
+    job = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests" / "examples" / example).read_text())
+    job["spec"]["success"].pop("targetReturn")
+    if target is not None:
+        job["spec"]["success"]["targetReturn"] = target
+    return yaml.safe_dump(job)
+
+
+TARGET_LABEL = "target {:g} (success.targetReturn)"
+
+
+def test_the_jobs_target_return_is_a_line_across_both_return_axes(tmp_path, monkeypatch):
+    """make train's learning curve showed its evaluations climb to 492 and stop, with nothing to say that 475 was what
+    it stopped at: whether and when a run reached its target was read off the summary line, not the picture."""
+    runs = tmp_path / "runs"
+    run = a_named_run(runs, "cartpole-ppo", scale=50.0)
+    drawn = drawn_lines(monkeypatch)
+    for target in (475, None, 1e9):  # 1e9: no early stop wanted, and no line that flattens the curves
+        (run / "job.yaml").write_text(a_job_yaml("cartpole-ppo.yaml", target))
+        plot(str(run))
+    with_target, without, far = drawn
+    for axes in with_target[:2]:  # timesteps, wall time: the line spans each, named in the first one's legend
+        assert [(style, n) for _, _, style, n in axes][-1] == ("-.", 2)
+    assert TARGET_LABEL.format(475) in [label for label, *_ in with_target[0]]
+    assert all(style != "-." for axes in (*without[:2], *far[:2]) for _, _, style, _ in axes)
+
+
+def test_a_target_is_drawn_where_the_returns_keep_a_twentieth_of_their_axis():
+    assert targets_in_reach([475.0, 500.0, 1e9, -1e9], 0.0, 300.0) == [475.0, 500.0]
+    assert targets_in_reach([475.0], 20.0, 50.0) == [475.0]  # a run far below its target: 30 of 455, how far is seen
+    assert targets_in_reach([475.0], 20.0, 40.0) == []  # 20 of 455: the run's own ups and downs would be lost
+    assert targets_in_reach([-200.0], -1750.0, -150.0) == [-200.0]
+
+
+def test_compared_runs_draw_each_envs_targets_on_its_own_return_axes(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    for name, example, env, target in (("cartpole-ppo", "cartpole-ppo.yaml", "CartPole-v1", 475),
+                                       ("cartpole-dqn", "cartpole-dqn.yaml", "CartPole-v1", 500),
+                                       ("cartpole-dqn.0000aaaa", "cartpole-dqn.yaml", "CartPole-v1", 500),
+                                       ("pendulum-sac", "pendulum-sac.yaml", "Pendulum-v1", -200)):
+        a_named_run(runs, name, scale=target / 10)  # returns of the target's size and sign
+        (runs / name / "job.yaml").write_text(a_job_yaml(example, target))
+        (runs / name / "fingerprint.json").write_text(json.dumps({"learned": {"env": {"id": env}, "seed": 1}}))
+    from matplotlib.figure import Figure
+
+    drawn, savefig = [], Figure.savefig
+
+    def targets_drawn(fig, *args, **kwargs):  # per axes: each dash-dot line's height, and whether the legend names it
+        drawn.extend([(line.get_ydata()[0], not line.get_label().startswith("_")) for line in ax.get_lines()
+                      if line.get_linestyle() == "-."] for ax in fig.axes)
+        return savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", targets_drawn)
+    assert cmd_plot(argparse.Namespace(run_dirs=[str(runs)], output=None)) == 0
+    cartpole, pendulum = ([(475, True), (500, True)], [(475, False), (500, False)]), ([(-200, True)], [(-200, False)])
+    assert [axes for axes in drawn if axes] == [*cartpole, *pendulum]  # each env's timesteps and wall time axes alone

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import stat
 from collections.abc import Mapping
@@ -60,6 +61,19 @@ def recorded_learned_values(run_dir: str) -> dict | None:
         docs = load_documents(text) if text else []
         if len(docs) == 1:
             return fingerprint.learned_values(validate_job(docs[0]))
+    return None
+
+
+def recorded_target_return(run_dir: str | None) -> float | None:
+    """success.targetReturn of the job a run directory ran (its job.yaml): the return its evaluations had to reach to
+    stop. None where there is none: no run directory (a progress.jsonl fetched from a cluster), no target set, a
+    custom trainer's job, a job.yaml that is no valid job, or a target no axis can hold (inf)."""
+    text = read_regular_file(os.path.join(run_dir, "job.yaml"), RECORD_LIMIT) if run_dir else None
+    with contextlib.suppress(InvalidJob, UnreadableSpec, ValueError, TypeError, AttributeError):
+        docs = load_documents(text) if text else []
+        spec = validate_job(docs[0]) if len(docs) == 1 else None
+        target = spec.success.target_return if spec is not None and spec.trainer == "kuberl" else None
+        return target if target is not None and math.isfinite(target) else None
     return None
 
 

@@ -26,6 +26,7 @@ from ..core.runrecords import (
     job_of,
     read_regular_file,
     recorded_learned_values,
+    recorded_target_return,
     run_labels,
 )
 from .process import read_regular_tail
@@ -212,6 +213,25 @@ def pyplot():
 
 
 AXES = (("timesteps", "timesteps"), ("wall_seconds", "wall time (s)"))
+# The job's success.targetReturn, across the return axes: whether and when the evaluations reached what the run
+# stops at, and how far off a run that did not, at a glance
+TARGET_STYLE = {"color": "black", "linestyle": "-.", "linewidth": 1, "alpha": 0.6}
+# A target that would leave the returns less of their axis than this is not drawn: a targetReturn of 1e9, set so
+# that nothing stops a run early, flattened its curves into one line
+TARGET_MIN_SHARE = 0.05
+
+
+def targets_in_reach(targets: list[float], low: float, high: float) -> list[float]:
+    """The targets to draw on an axis whose returns span `low` to `high`: each that leaves them at least
+    TARGET_MIN_SHARE of the axis it stretches to."""
+    return [t for t in targets if high - low >= TARGET_MIN_SHARE * (max(high, t) - min(low, t))]
+
+
+def draw_targets(axes, targets: list[float]) -> None:
+    """Each target return in reach a line across each of `axes`, named in the first one's legend."""
+    for i, ax in enumerate(axes):
+        for target in targets_in_reach(targets, *ax.get_ylim()):
+            ax.axhline(target, label=f"target {target:g} (success.targetReturn)" if i == 0 else None, **TARGET_STYLE)
 
 
 def plot(run_dir: str, output: str | None = None) -> str:
@@ -223,6 +243,7 @@ def plot(run_dir: str, output: str | None = None) -> str:
     if not found:
         raise FileNotFoundError(f"no progress.jsonl under {run_dir}/checkpoints (has the run reported progress yet?)")
     rows, size = read_progress(found)
+    target = recorded_target_return(progress_run_dir(found))
     plt = pyplot()
     names = update_names([rows])
     fig, [(axes, panels)] = figure(plt, 11, [names])
@@ -235,6 +256,7 @@ def plot(run_dir: str, output: str | None = None) -> str:
         ax.set_xlabel(x_label)
         ax.set_ylabel("return")
         ax.grid(alpha=0.3)
+    draw_targets(axes, [target] if target is not None else [])
     if axes[0].get_legend_handles_labels()[0]:  # none before a first return: matplotlib warned of an empty legend
         axes[0].legend(loc="lower right")
     for name, ax in zip(names, panels, strict=True):
@@ -318,6 +340,8 @@ def over_timesteps(sections) -> None:
 # Runs drawn at most, the ones that reported last: matplotlib's tab20 has as many colours, and more lines than
 # that on one axes are not told apart.
 MAX_COMPARED_RUNS = 20
+# Target returns drawn on one env's axes at most (runs of one job with targets raised and lowered); the lowest first
+MAX_TARGET_LINES = 3
 COMPARISON_FILE = "learning-curves.png"
 
 
@@ -474,11 +498,16 @@ def compare(paths: list[str], output: str | None = None,
             if mean := on_axes[x_key]:
                 ax.plot(*zip(*mean, strict=True), marker="o", markersize=4, linewidth=2.2, color=colours.get(group, "grey"),
                         label=literal(label) if x_key == "timesteps" else None)  # the legend is on the timesteps axes
+    targets = {env: set() for env in envs}  # an env's runs' targets: one line each, as many as differ
+    for _, progress, _, env in runs:
+        if (target := recorded_target_return(progress_run_dir(progress))) is not None:
+            targets[env].add(target)
     for env, (axes, _) in zip(envs, sections, strict=True):
         for ax, (_, x_label) in zip(axes, AXES, strict=True):
             ax.set_xlabel(x_label)
             ax.set_ylabel("return")
             ax.grid(alpha=0.3)
+        draw_targets(axes, sorted(targets[env])[:MAX_TARGET_LINES])
         if len(envs) > 1:
             # the id a run's fingerprint.json records, anyone's to write: 2 MB of it collapsed the layout
             axes[0].set_title(literal(shortened(env or "env not recorded")), fontsize="medium")
