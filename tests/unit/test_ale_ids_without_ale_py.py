@@ -74,3 +74,19 @@ def test_the_trainer_without_ale_py_says_so_for_such_an_id(monkeypatch):
     with pytest.raises(atari.AtariConfigError, match=r"^spec\.env\.id: 'BreakoutNoFrameskip-v4' is an Atari id but ale-py"
                                                      r" is not installed \("):
         atari.game_of("BreakoutNoFrameskip-v4")
+
+
+def test_run_without_ale_py_warns_as_validate_does_before_any_pod(tmp_path):
+    """`kuberl run manifests/examples/pong-ppo-gpu.yaml` after make train said nothing of ale-py and started 4 ranks,
+    which each failed 45 s later (load 8) on what `kuberl validate` warns of at once. A suspended job stops before
+    any pod (exit 3), after the warnings: what is said before the run starts, and nothing runs."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(make_job("j").minimal().replace(env={"id": "BreakoutNoFrameskip-v4"}).obj()))
+    program = ("import sys; sys.modules['ale_py'] = None; from kuberl import cli; sys.exit(cli.main(['run', "
+               f"{str(path)!r}, '--dir', {str(tmp_path / 'runs')!r}, '--set', 'runPolicy.suspend=true']))")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 3, done.stderr
+    assert (f"[kuberl] warning: spec.env.id: 'BreakoutNoFrameskip-v4' is an Atari id, and ale-py is not installed here:"
+            f" its game is not checked and kuberl run here would fail (a trainer image with it runs it): {sys.executable}"
+            " -m pip install 'kuberl-trainer[atari]'\n") in done.stdout
+    assert "spec.runPolicy.suspend is true" in done.stderr
