@@ -21,9 +21,13 @@ help: ## list the targets
 # The test install is a superset of the training one, done in ONE pip call (a second call rebuilt both editable
 # packages, about 17 s), so it marks the training stamp done too.
 # The training install compiles no bytecode (--no-compile): pip compiles every module of every package, torch's
-# 4,956 files among them, 44 of the 92 s of CPU that make train's installs took; Python compiles the few hundred a
-# run imports when it first imports them, a few seconds once. The test install compiles all: its runs start many
+# 4,956 files among them, 44 of the 92 s of CPU that make train's installs took. One process then compiles the
+# 1,300 a first run imports (about 12 s of CPU): left to the run, its CLI, both ranks and its plot each compiled
+# theirs, and its ranks were ready 25 s after launch, not 10. The test install compiles all: its runs start many
 # processes at once, and some set PYTHONDONTWRITEBYTECODE, under which each would compile torch again.
+FIRST_RUN_IMPORTS := kuberl.cli, kuberl.local.runner, kuberl.local.curves, matplotlib.pyplot, kuberl_trainer.__main__, \
+  kuberl_trainer.session, kuberl_trainer.ppo, kuberl_trainer.dqn, kuberl_trainer.sac, kuberl_trainer.td3, \
+  kuberl_trainer.policy, torch.utils.tensorboard
 TRAIN_STAMP := $(VENV)/.installed-train
 define VENV_WITH_TORCH
 	@echo "make: installing torch (CPU), the trainer, the kuberl CLI, plotting and video into $(VENV) (the first time takes a few minutes)"
@@ -34,6 +38,8 @@ endef
 $(TRAIN_STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.txt
 	$(call VENV_WITH_TORCH,--no-compile)
 	$(PIP) install --progress-bar on --no-compile -c requirements-dev.txt -e "operator[plot,progress]" -e "trainer[video,mlflow,wandb]"
+	@echo "make: compiling the modules a first run imports (once, about 10 s)"
+	PYTHONDONTWRITEBYTECODE= $(PY) -c "import $(FIRST_RUN_IMPORTS)"
 	touch $@
 
 $(STAMP): operator/pyproject.toml trainer/pyproject.toml requirements-dev.txt

@@ -42,6 +42,24 @@ def test_make_train_compiles_no_bytecode_at_install_and_make_test_all_of_it(tmp_
     assert not any("--no-compile" in line for line in test), test
 
 
+def test_make_train_compiles_what_a_first_run_imports_modules_that_exist(tmp_path):
+    """What --no-compile left out, a first run compiled in its CLI, each rank and its plot: one process compiles it
+    once, even where the shell sets PYTHONDONTWRITEBYTECODE. A module renamed since is named here."""
+    import importlib.util
+
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    out = subprocess.run(["make", "-n", "-B", "train", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    (line,) = [line for line in out.splitlines() if " -c \"import " in line]
+    assert line.startswith(f"PYTHONDONTWRITEBYTECODE= {tmp_path / 'venv'}/bin/python -c ")
+    modules = line.split("import ", 1)[1].rstrip('"').split(", ")
+    assert {"kuberl.cli", "kuberl_trainer.__main__", "matplotlib.pyplot"} <= set(modules)
+    assert [m for m in modules if importlib.util.find_spec(m) is None] == []
+    assert out.index(line) > out.index("--no-compile -c requirements-dev.txt")  # after the install, before the run
+    assert out.index(line) < out.index("kuberl run manifests/examples/cartpole-ppo.yaml")
+
+
 def test_make_test_adds_the_test_tools_and_extras(tmp_path):
     joined = "\n".join(dry_run("test-unit", tmp_path))
     assert "-r requirements-dev.txt" in joined and "operator[operator,plot,progress]" in joined and "trainer[video,mlflow,wandb]" in joined
