@@ -967,7 +967,9 @@ def test_a_ctrl_c_after_the_job_ended_keeps_its_exit_code_and_summary(tmp_path, 
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     monkeypatch.setattr(runner, "plot", plot_interrupted)
     assert cli.main(["run", str(tmp_path / "job.yaml"), "--dir", str(tmp_path / "runs"), "--plot"]) == 0
-    assert "ends succeeded" in capsys.readouterr().out.replace("'", "")
+    out = capsys.readouterr().out.replace("'", "")
+    assert "ends succeeded" in out
+    assert "drawing the learning curve (a few seconds; Ctrl-C skips it)" in out.split("ends succeeded")[0]  # said before
 
 
 @pytest.mark.parametrize("status", ["fifo", '{"phase": "Failed", "conditions": 5}', '{"phase": "Failed", "conditions": [{"type": "Failed", "status": "True", "reason": {}}]}'])

@@ -1508,6 +1508,8 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
     # and the exit code stays the job's; it ended the command in a KeyboardInterrupt traceback, exit 130.
     with Interrupts() as interrupts:
         if args.plot and code in (0, EXIT_INTERRUPTED):
+            if not interrupts.count:
+                say("drawing the learning curve (a few seconds; Ctrl-C skips it)")  # the summary comes after it
             try:
                 curve = plot(run_dir) if not interrupts.count else None
             except FileNotFoundError:
