@@ -700,3 +700,24 @@ def test_kuberl_eval_of_runs_names_each_run_escaped_on_one_line(tmp_path, capsys
     assert "\x1b" not in out + err and "\x07" not in out + err, (out, err)
     assert "cartpole-ppo.\\x1b[2J" in out and "cartpole-ppo.a\\nkuberl eval: forged" in out, out
     assert len(err.splitlines()) == 1 and "cartpole-ppo.\\x1b]8;;x\\x07" in err, err
+
+
+def test_kuberl_eval_of_runs_says_a_run_scored_from_a_checkpoint_is_not_finished(tmp_path, capsys):
+    """`kuberl eval runs` beside a run still training scored its newest checkpoint, on a line like a finished run's."""
+    from kuberl_trainer import checkpoint
+
+    runs = tmp_path / "runs"
+    a_run_with_a_model(runs, "cartpole-ppo", 1)
+    training = runs / "cartpole-ppo.0badc0de"
+    a_run_with_a_model(runs, training.name, 2)
+    directory = training / "checkpoints" / "uid"
+    (directory / "final-model.pt").unlink()
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16), "CartPole-v1", 2, {}, 64, seed=2, restart=0)  # as job.yaml
+    checkpoint.save(str(directory), 3, trainer.shared_state(), keep=3)
+    (training / "status.json").write_text(json.dumps({"phase": "Running", "conditions": []}))
+    assert main(["eval", str(runs), "--episodes", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    [mid] = [line for line in lines if line.startswith(str(training))]
+    assert mid.endswith("timesteps, its newest checkpoint; its phase: Running)"), mid
+    [done] = [line for line in lines if line.startswith(f"{runs}/cartpole-ppo ")]
+    assert "checkpoint" not in done, done

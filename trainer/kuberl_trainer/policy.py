@@ -871,6 +871,8 @@ def score_runs(runs: list[str], args: Any, allowed: tuple[str, ...] | list[str])
             failed = True
             continue
         trained = f"{policy.timesteps:,} timesteps" if isinstance(policy.timesteps, int) else "timesteps unknown"
+        if os.path.isdir(run) and checkpoint.NAME.match(os.path.basename(source)):  # no final model: mid-training
+            trained += f", its newest checkpoint; {run_ending(run)}"
         scored[i] = (float(returns.mean()), policy.env_id)
         print(f"{shown[i]:<{width}}  {policy.env_id}: mean return {shown_return(scored[i][0])} ± {shown_return(float(returns.std()))}"
               f" ({policy.algorithm}, {trained}{f'; {int(cut.sum())} episode(s) cut at --max-steps' if cut.any() else ''})")
