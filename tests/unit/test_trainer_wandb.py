@@ -204,3 +204,19 @@ def test_wandb_disabled_is_said_once_and_starts_nothing(offline, monkeypatch):
     assert [line for line in said if "W&B" in line or "wandb" in line] == [
         "spec.tracking.wandb is set but WANDB_MODE is disabled in the trainer's environment: not tracked"]
     assert run.trackers[0].sender is None and not os.path.exists(os.path.join(run.checkpoint_dir, RUN_RECORD))
+
+
+def test_a_link_at_the_run_files_directory_is_not_written_through(offline, tmp_path):
+    """The checkpoint volume is the tenant's (a shared runs/ under kuberl run): a link named wandb there had W&B write
+    its run's files wherever it pointed. Tracking stops, said once naming it; training goes on."""
+    spec = tracked_job(totalTimesteps=256)
+    _trainer, run = one_process_run(spec)
+    os.makedirs(run.checkpoint_dir, exist_ok=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, os.path.join(run.checkpoint_dir, "wandb"))
+    run, said, outcome = generation(spec, restart=0)
+    assert outcome == "budget" and os.path.isfile(run.final_model)
+    [warning] = [line for line in said if line.startswith("W&B")]
+    assert f"{run.checkpoint_dir}/wandb is a link" in warning and "training goes on" in warning, warning
+    assert list(elsewhere.iterdir()) == [] and not os.path.exists(os.path.join(run.checkpoint_dir, RUN_RECORD))

@@ -144,6 +144,9 @@ class WandbBackend:
     def connect(self) -> None:
         import wandb  # here: a run without tracking pays nothing (5 s of import on a loaded core)
 
+        if self.directory is not None and os.path.islink(files := os.path.join(self.directory, "wandb")):
+            # the checkpoint volume is the tenant's, and W&B writes its run's files through a link there
+            raise OSError(f"{files} is a link, which W&B would write its run's files through: remove it")
         path = os.path.join(self.checkpoint_dir, RUN_RECORD)
         run_id, refused = run_to_resume(read_record(path), self.base_url, self.entity, self.project)
         if refused:
