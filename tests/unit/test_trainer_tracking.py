@@ -82,6 +82,32 @@ def test_a_stopped_and_resumed_run_is_one_mlflow_run_with_every_point_its_params
     assert not [line for line in said + said_later if "not tracked" in line]
 
 
+def test_a_stop_whose_peer_left_first_ends_the_mlflow_run_as_a_stop_with_every_line(store, monkeypatch):
+    """A stopping gang whose peer left at an update boundary: rank 0 checkpoints and ends resumable, as any stop, but
+    its MLflow run was left RUNNING and the lines still queued for it were never sent."""
+    from kuberl_trainer.distributed import PeerLost
+
+    trainer, run = one_process_run(tracked_job())
+    sync, calls = trainer.sync_update, []
+
+    def stop_then_lose_the_peer(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # the third update's all-reduce, as the gang stops: updates 1 and 2 are whole
+            run.stop.set()
+            raise PeerLost("Connection reset by peer")
+        return sync(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "sync_update", stop_then_lose_the_peer)
+    with pytest.raises(PeerLost):
+        session.run_updates(trainer, run)
+    assert run.end_after_peer_lost(trainer) is True
+    client = MlflowClient(store)
+    run_id = tracking.read_record(os.path.join(run.checkpoint_dir, RUN_RECORD))["runId"]
+    assert client.get_run(run_id).info.status == "KILLED"  # resumable, as finish ends a stop's
+    sent = {step for step, _ in history(client, run_id, "charts/SPS")}
+    assert sent == {row["timesteps"] for row in progress_rows(run) if row.get("steps_per_second") is not None} != set()
+
+
 def test_another_server_or_experiment_starts_a_run_there_and_a_record_is_not_trusted_blindly(tmp_path):
     uri = "https://mlflow.example:5000"
     record = {"trackingUri": uri, "experiment": "e", "runId": "abc"}

@@ -180,9 +180,7 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
         try:
             outcome = trainer.train(session)
         except PeerLost:
-            saved = stop.is_set() and ctx.is_main and session.save_after_peer_lost(trainer)  # rank 0 holds the replicated state
-            session.stop_settled()  # saved, or its log said why not: the restart's reason is the lost peer, not a killed save
-            if saved:
+            if session.end_after_peer_lost(trainer):  # rank 0 holds the replicated state
                 return contract.REASON_STOPPED, f"stopped at timesteps {trainer.counters.global_step} (a peer left first); resumable"
             raise
         message = session.finish(trainer, outcome)

@@ -801,6 +801,16 @@ class TrainingSession:
             return False
         return self.save_without_peers(algorithm)
 
+    def end_after_peer_lost(self, algorithm: Algorithm) -> bool:
+        """A peer lost: rank 0's checkpoint where the gang was stopping (save_after_peer_lost), the stop settled, and
+        with a checkpoint the tracked runs ended KILLED as finish ends a stop's: their queued lines sent, the run
+        resumable. Whether one was written."""
+        saved = self.stop.is_set() and self.ctx.is_main and self.save_after_peer_lost(algorithm)
+        self.stop_settled()  # saved, or its log said why not: the restart's reason is the lost peer, not a killed save
+        if saved:
+            self.close_tracking("KILLED")
+        return saved
+
     def save_without_peers(self, algorithm: Algorithm) -> bool:
         """Rank 0's save when a peer is gone (no gather): whether one was written. Deterministic mode writes none:
         without every rank's envs and RNGs a resume is not bitwise equal, and the last whole checkpoint (or the
