@@ -78,6 +78,8 @@ WANDB = {"wandb": {"project": "cartpole"}}
     trainer_env({"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "key"}}}),
     trainer_env(envFrom=[{"secretRef": {"name": "wandb"}}]),  # its keys are not seen here
     trainer_env({"name": "WANDB_MODE", "value": "offline"}),  # kept on the volume for `wandb sync`: no key needed
+    # a mode from a ConfigMap is not seen here, as envFrom's keys are not: it may be offline
+    trainer_env({"name": "WANDB_MODE", "valueFrom": {"configMapKeyRef": {"name": "wandb", "key": "mode"}}}),
 ])
 def test_wandb_with_a_key_or_offline_is_no_warning(tmp_path, capsys, template):
     code, err = validate(tmp_path, capsys, make_job("j").minimal().replace(tracking=WANDB, template=template))

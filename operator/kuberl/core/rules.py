@@ -755,8 +755,10 @@ def tracking_warnings(spec: JobSpec) -> list[Problem]:
         found.append(Problem("spec.tracking.mlflow", f"{MLFLOW_TRACKING_URI} is not in the trainer's environment: rank 0"
                              f" would log nothing to MLflow. Set it in {where} (or envFrom a Secret holding it and"
                              " MLFLOW_TRACKING_TOKEN), e.g. http://mlflow.mlflow.svc:5000"))
-    mode = env.get(WANDB_MODE, {}).get("value")
-    if spec.tracking.wandb is not None and WANDB_API_KEY not in env and mode not in WANDB_MODES_WITHOUT_SERVER:
+    mode = env.get(WANDB_MODE, {})
+    # a mode from a Secret or ConfigMap (valueFrom) is not seen here: it may keep the run offline
+    serverless = "valueFrom" in mode or mode.get("value") in WANDB_MODES_WITHOUT_SERVER
+    if spec.tracking.wandb is not None and WANDB_API_KEY not in env and not serverless:
         found.append(Problem("spec.tracking.wandb", f"{WANDB_API_KEY} is not in the trainer's environment: rank 0 would"
                              f" log nothing to W&B. Set it in {where} from a Secret (valueFrom.secretKeyRef, or envFrom"
                              f" a Secret holding it), or set {WANDB_MODE}: offline there to keep the run on the"
