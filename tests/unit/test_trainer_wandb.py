@@ -220,3 +220,18 @@ def test_a_link_at_the_run_files_directory_is_not_written_through(offline, tmp_p
     [warning] = [line for line in said if line.startswith("W&B")]
     assert f"{run.checkpoint_dir}/wandb is a link" in warning and "training goes on" in warning, warning
     assert list(elsewhere.iterdir()) == [] and not os.path.exists(os.path.join(run.checkpoint_dir, RUN_RECORD))
+
+
+def test_a_run_started_whose_record_cannot_be_written_is_finished_failed_not_left_open(offline):
+    """The record is written after wandb.init starts the run: where it cannot be (the tenant's volume holds a directory
+    at its temporary name), the tracker stops, said once, and the run it started was left open, never finished."""
+    spec = tracked_job(totalTimesteps=256)
+    _trainer, run = one_process_run(spec)
+    os.makedirs(os.path.join(run.checkpoint_dir, f"{RUN_RECORD}.tmp", "planted"))
+    run, said, outcome = generation(spec, restart=0)
+    assert outcome == "budget"
+    [warning] = [line for line in said if line.startswith("W&B")]
+    assert "not tracked from here on" in warning and "IsADirectoryError" in warning, warning
+    [started] = offline_runs(run.checkpoint_dir)
+    ended = summary(started)
+    assert ended["state"] == "failed" and ended["exit_code"] == 1, ended  # as W&B shows a run ended with exit code 1

@@ -154,10 +154,14 @@ class WandbBackend:
         run = wandb.init(project=self.project, entity=self.entity, group=self.group, tags=self.tags, notes=self.notes,
                          name=self.job, config=self.config, id=run_id, resume="allow", dir=self.directory,
                          reinit="create_new", settings=wandb.Settings(**CLIENT_SETTINGS, **self.client_env))
-        run.define_metric(STEP_METRIC)
-        run.define_metric("*", step_metric=STEP_METRIC)
+        try:
+            run.define_metric(STEP_METRIC)
+            run.define_metric("*", step_metric=STEP_METRIC)
+            write_record(path, record(self.base_url, self.entity, self.project, run.id))
+        except BaseException:
+            run.finish(exit_code=1)  # the tracker stops here: the run it started is ended failed, not left open
+            raise
         self.run = run
-        write_record(path, record(self.base_url, self.entity, self.project, run.id))
         resumed = "logging on into" if run_id is not None else "started"
         place = run.url if not run.offline else f"offline in {run.dir.removesuffix('/files')} (upload it with `wandb sync`)"
         self.log(f"W&B: {resumed} run {run.id} in {self.project_where()}: {place}")
