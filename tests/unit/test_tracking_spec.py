@@ -95,6 +95,33 @@ def test_wandb_online_with_no_key_is_warned_of_naming_the_field(tmp_path, capsys
     assert [(w.path, "trainer: custom runs your command" in w.message) for w in tracking_warnings(custom)] == [("spec.tracking.wandb", True)]
 
 
+def test_wandb_online_with_a_login_in_the_users_netrc_is_no_warning_under_kuberl_run(tmp_path, capsys, monkeypatch):
+    """`wandb login` keeps its key in ~/.netrc, which kuberl run's ranks read (their HOME is the user's): warning that
+    rank 0 would log nothing was false there. A pod's HOME is not the user's: kuberl validate still warns."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".netrc").write_text("machine wandb.example.com\n  login user\n  password kuberltestkey\n")
+    (home / ".netrc").chmod(0o600)  # as wandb login writes it; Python's netrc refuses one others may read
+    monkeypatch.setenv("HOME", str(home))
+    own_server = trainer_env({"name": "WANDB_BASE_URL", "value": "https://wandb.example.com"})
+    spec = make_job("j").minimal().replace(tracking=WANDB, template=own_server).spec()
+    assert [w.path for w in tracking_warnings(spec)] == ["spec.tracking.wandb"]
+    assert tracking_warnings(spec, ["wandb.example.com"]) == []
+    assert [w.path for w in tracking_warnings(make_job("j").minimal().replace(tracking=WANDB).spec(), ["wandb.example.com"])] == [
+        "spec.tracking.wandb"]  # a login to another server than the default api.wandb.ai
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(make_job("j").minimal().replace(tracking=WANDB, template=own_server,
+                                                                   runPolicy={"suspend": True}).obj()))
+    code = cli.main(["run", str(path), "--dir", str(tmp_path / "runs")])
+    out = capsys.readouterr()
+    assert "spec.tracking.wandb" not in out.out + out.err, out
+    (home / ".netrc").write_text("machine other.example.com\n  login user\n  password kuberltestkey\n")  # not its server
+    cli.main(["run", str(path), "--dir", str(tmp_path / "runs2")])
+    out = capsys.readouterr()
+    assert "spec.tracking.wandb: WANDB_API_KEY is not in the trainer's environment" in out.out + out.err, out
+    assert code == 3
+
+
 @pytest.mark.parametrize(("wandb", "path"), [
     ({}, "spec.tracking.wandb.project"),
     ({"project": "team/cartpole"}, "spec.tracking.wandb.project"),  # W&B refuses / \ # ? % : in a project's name

@@ -9,6 +9,7 @@ import difflib
 import hashlib
 import json
 import re
+import urllib.parse
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -729,13 +730,24 @@ MLFLOW_TRACKING_URI = "MLFLOW_TRACKING_URI"
 WANDB_API_KEY = "WANDB_API_KEY"
 WANDB_MODE = "WANDB_MODE"
 WANDB_MODES_WITHOUT_SERVER = ("offline", "disabled", "dryrun")
+WANDB_BASE_URL, WANDB_DEFAULT_BASE_URL = "WANDB_BASE_URL", "https://api.wandb.ai"
 
 
-def tracking_warnings(spec: JobSpec) -> list[Problem]:
+def url_host(url: object) -> str | None:
+    """A URL's host name, None for what is no URL (a template's value is the tenant's: an unclosed IPv6 bracket)."""
+    try:
+        return urllib.parse.urlsplit(url).hostname if isinstance(url, str) else None
+    except ValueError:
+        return None
+
+
+def tracking_warnings(spec: JobSpec, netrc_hosts: Collection[str] = ()) -> list[Problem]:
     """Each tracker of spec.tracking that would log nothing, naming its field: MLflow with no MLFLOW_TRACKING_URI in
     the trainer container's env (spec.template) and no envFrom there that may hold it; W&B online with no
     WANDB_API_KEY; or trainer: custom, where kuberl's trainer, which logs, does not run. Rank 0 would say so once and
-    train on. Warnings: a Secret's keys are not seen here."""
+    train on. Warnings: a Secret's keys are not seen here. `netrc_hosts`: the machines with a login in the user's
+    ~/.netrc, where `wandb login` keeps its key, which kuberl run's ranks read (their HOME is the user's); a pod's
+    is not the user's, so the operator and `kuberl validate` pass none."""
     found = []
     for field, service in (("mlflow", "MLflow"), ("wandb", "W&B")):
         if getattr(spec.tracking, field) is not None and spec.trainer != "kuberl":
@@ -758,7 +770,8 @@ def tracking_warnings(spec: JobSpec) -> list[Problem]:
     mode = env.get(WANDB_MODE, {})
     # a mode from a Secret or ConfigMap (valueFrom) is not seen here: it may keep the run offline
     serverless = "valueFrom" in mode or mode.get("value") in WANDB_MODES_WITHOUT_SERVER
-    if spec.tracking.wandb is not None and WANDB_API_KEY not in env and not serverless:
+    logged_in = url_host(env.get(WANDB_BASE_URL, {}).get("value") or WANDB_DEFAULT_BASE_URL) in netrc_hosts
+    if spec.tracking.wandb is not None and WANDB_API_KEY not in env and not serverless and not logged_in:
         found.append(Problem("spec.tracking.wandb", f"{WANDB_API_KEY} is not in the trainer's environment: rank 0 would"
                              f" log nothing to W&B. Set it in {where} from a Secret (valueFrom.secretKeyRef, or envFrom"
                              f" a Secret holding it), or set {WANDB_MODE}: offline there to keep the run on the"

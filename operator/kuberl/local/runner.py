@@ -1398,7 +1398,18 @@ def budget_warnings(spec: JobSpec) -> list[Problem]:
     named (rules.tracking_warnings): `kuberl validate` warns the same."""
     from ..core.rules import learning_budget_warning, tracking_warnings
 
-    return [p for p in (learning_budget_warning(spec),) if p is not None] + tracking_warnings(spec)
+    return [p for p in (learning_budget_warning(spec),) if p is not None] + tracking_warnings(spec, netrc_hosts())
+
+
+def netrc_hosts() -> list[str]:
+    """The machines with a login in the user's ~/.netrc (`wandb login` keeps its key there): the ranks read it, their
+    HOME being the user's. None when there is no such file or it does not parse."""
+    import netrc
+
+    try:
+        return list(netrc.netrc().hosts)
+    except (OSError, netrc.NetrcParseError):
+        return []
 
 
 def target_not_met(status: Mapping[str, Any], spec: JobSpec) -> str | None:
