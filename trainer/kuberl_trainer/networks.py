@@ -106,10 +106,15 @@ class NatureCNN(nn.Module):
 def encoder(space: gym.Space, requested: str, field: str) -> tuple[nn.Module, int]:
     """(torso, feature width) for PPO's actor-critic: the CNN shared by both
     heads, or the identity (each head is then its own MLP, as before)."""
+    width = encoder_width(space, requested, field)
     if choose(space, requested, field) == "cnn":
-        return NatureCNN(tuple(space.shape)), CNN_FEATURES
-    shape = tuple(space.shape or ())
-    return (nn.Identity() if len(shape) <= 1 else nn.Flatten()), math.prod(shape)
+        return NatureCNN(tuple(space.shape)), width
+    return (nn.Identity() if len(tuple(space.shape or ())) <= 1 else nn.Flatten()), width
+
+
+def encoder_width(space: gym.Space, requested: str, field: str) -> int:
+    """The width of what `encoder`'s torso gives, known without building it."""
+    return CNN_FEATURES if choose(space, requested, field) == "cnn" else math.prod(tuple(space.shape or ()))
 
 
 class QCNN(nn.Module):

@@ -374,7 +374,7 @@ def build_network(model: dict, obs_space: gym.Space, action_space: gym.Space) ->
     needed = 0 if cnn else sum(a * b for a, b in itertools.pairwise(hidden)) + sum(hidden)
     lstm = model.get("lstm_hidden_size")
     if model["algorithm"] == "ppo" and lstm is not None:  # its LSTM's too: 4096 wide is 67 million weights, 36 s to make
-        needed += recurrent.parameters_of(lstm, networks.CNN_FEATURES if cnn else math.prod(obs_space.shape))
+        needed += recurrent.parameters_of(lstm, networks.encoder_width(obs_space, "auto", "policy"))
     if needed > weights:
         lstm_named = f" and lstm_hidden_size {lstm}" if model["algorithm"] == "ppo" and lstm is not None else ""
         raise UnusableModel(f"hidden_sizes {hidden}{lstm_named} need more weights than the model holds ({weights:,})")
