@@ -47,7 +47,7 @@ from .core.rules import validate_job
 from .core.spec import JobSpec, SuccessSpec
 from .core.validation import InvalidJob, Problem, namespace_problems
 from .core.yamlreader import UnreadableSpec, load_documents
-from .local.seeds import seeds_argument, seeds_usage_problem
+from .local.seeds import seeds_argument, seeds_flag_problem, seeds_usage_problem
 from .operator.config import (
     MIN_KUBE_API_QPS,
     MIN_PEERING_LIFETIME,
@@ -770,9 +770,12 @@ def split_set(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> Any:
     parser = build_parser()
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["run"] and (negative := seeds_flag_problem(given)) is not None:
+        parser.subcommands["run"].error(f"argument --seeds: {negative}")  # before argparse's "expected one argument"
     args, extra = parser.parse_known_args(argv)
     subparser = parser.subcommands.get(args.command) if args.command else None
-    if args.command in ("run", "validate") and (hint := split_set(sys.argv[1:] if argv is None else argv)) is not None:
+    if args.command in ("run", "validate") and (hint := split_set(given)) is not None:
         subparser.error(hint)
     if args.command in ("run", "validate"):
         from .local.runner import setting_shape_problem

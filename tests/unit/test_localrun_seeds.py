@@ -52,6 +52,11 @@ def test_a_seed_list_that_is_not_two_or_more_distinct_seeds_is_refused_saying_wh
     (["--seeds", "1,2", "--set", "seed=4"], "argument --seeds: --seeds sets each run's seed: leave out --set seed=…"),
     (["--seeds", "1,2", "--resume"], "argument --seeds: --resume continues the job's latest run, one run"),
     (["--seeds", "3"], "not how many"),
+    # a list that starts with a minus is an option to argparse, which said only "expected one argument"
+    (["--seeds", "-1,2"], ("argument --seeds: expected seeds separated by commas (1,2,3), each a whole number from 0"
+                           " to 2147483647 as spec.seed takes it (got '-1,2')")),
+    (["--seeds", "-3"], "each a whole number from 0 to 2147483647 as spec.seed takes it (got '-3')"),
+    (["--seeds=-1,2"], "each a whole number from 0 to 2147483647 as spec.seed takes it (got '-1,2')"),
 ])
 def test_seeds_with_a_flag_that_contradicts_them_is_a_usage_error(tmp_path, capsys, argv, words):
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(make_job("j").obj()))

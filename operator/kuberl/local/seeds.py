@@ -11,6 +11,7 @@ The seeds are listed, not counted: they are the values the runs are named by (`c
 from __future__ import annotations
 
 import argparse
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -42,6 +43,19 @@ def seeds_argument(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected two or more seeds, the seeds themselves (1,2,3), not how many (got"
                                          f" {got}); one seed is --set seed={next(iter(seeds))}")
     return list(seeds)
+
+
+def seeds_flag_problem(argv: Sequence[str]) -> str | None:
+    """Why `--seeds VALUE` is refused where argparse cannot say: a list that starts with a minus (`--seeds -1,2`) is
+    an option to argparse, which said only "expected one argument" (a lone `-1` it takes as a value, refused as
+    `--seeds=-1,2` is, by seeds_argument). None: argparse reads the value itself."""
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--seeds" and value.startswith("-") and value[1:2].isdigit():
+            try:
+                seeds_argument(value)
+            except argparse.ArgumentTypeError as refused:
+                return str(refused)
+    return None
 
 
 def seeds_usage_problem(settings: Sequence[str], resume: bool) -> str | None:
