@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 from kuberl.core import contract
 from kuberl_trainer import session, tracking, tracking_mlflow
-from kuberl_trainer.tensorboard import EPISODE_TAGS, EVALUATION_TAG, HYPERPARAMETER_ROWS
+from kuberl_trainer.tensorboard import (
+    EPISODE_TAGS,
+    EVALUATION_TAG,
+    HYPERPARAMETER_ROWS,
+    MORE_FIELDS,
+)
 from kuberl_trainer.tracking_mlflow import RUN_RECORD
 from trainer_support import (
     generation,
@@ -184,7 +189,7 @@ def test_a_spec_of_many_learned_fields_is_as_many_params_as_tensorboards_rows_an
     request before the run's first point and stored by the server, where TensorBoard's text keeps 200 rows."""
     found = tracking_mlflow.params({"seed": 2, "env": {"id": "CartPole-v1", "kwargs": {"table": {f"k{i}": i for i in range(50_000)}}}})
     assert len(found) == HYPERPARAMETER_ROWS + 1 and found["seed"] == "2" and found["env.kwargs.table.k0"] == "0"
-    assert found[tracking_mlflow.MORE_PARAMS] == f"{50_002 - HYPERPARAMETER_ROWS:,} more fields (env.kwargs)"
+    assert found[MORE_FIELDS] == f"{50_002 - HYPERPARAMETER_ROWS:,} more fields (env.kwargs)"
 
 
 def closed_port() -> int:

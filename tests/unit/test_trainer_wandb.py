@@ -14,9 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kuberl.core import contract
-from kuberl_trainer import session, tracking, tracking_wandb
-from kuberl_trainer.tensorboard import EPISODE_TAGS, EVALUATION_TAG
+from kuberl.core import contract, fingerprint
+from kuberl_trainer import session, tracking, tracking_mlflow, tracking_wandb
+from kuberl_trainer.tensorboard import (
+    EPISODE_TAGS,
+    EVALUATION_TAG,
+    HYPERPARAMETER_ROWS,
+    MORE_FIELDS,
+)
 from kuberl_trainer.tracking_wandb import RUN_RECORD, STEP_METRIC
 from trainer_support import (
     generation,
@@ -187,6 +192,18 @@ def test_learned_fields_become_config_and_only_a_record_of_this_project_is_resum
     for hostile in ("", "a/b", "a:b", "x" * 65, "id with spaces"):
         run_id, refused = tracking_wandb.run_to_resume({**record, "runId": hostile}, "https://wandb.example", "team", "p")
         assert run_id is None and "is no W&B run id" in refused, hostile
+
+
+def test_a_spec_of_many_learned_fields_is_as_many_config_keys_as_mlflows_params_and_a_count():
+    """env.kwargs may nest tens of thousands of fields within the ConfigMap's 1 MiB: each was a config key W&B's
+    server stored, where MLflow's params and TensorBoard's text keep 200."""
+    learned = {"seed": 2, "dqn": None, "env": {"id": "CartPole-v1", "kwargs": {"a.b": None, "table": {f"k{i}": i for i in range(50_000)}}}}
+    found = tracking_wandb.config(learned)
+    kwargs = found["env"]["kwargs"]["table"]
+    assert found["seed"] == 2 and "dqn" not in found and "a_b" not in found["env"]["kwargs"]
+    assert len(kwargs) == HYPERPARAMETER_ROWS - 2 and kwargs["k0"] == 0 and f"k{HYPERPARAMETER_ROWS - 3}" in kwargs
+    assert found[MORE_FIELDS] == f"{50_002 - HYPERPARAMETER_ROWS:,} more fields (env.kwargs)"
+    assert set(fingerprint.flat(found)) == set(tracking_mlflow.params(learned))  # the same fields, the same count
 
 
 def test_a_job_tracked_in_both_services_has_two_trackers(offline, monkeypatch):

@@ -68,17 +68,42 @@ HYPERPARAMETERS_TAG = "hyperparameters"  # CleanRL's text of a run's arguments, 
 # A spec's learned fields are about 35; env.kwargs may add tens of thousands within the ConfigMap's 1 MiB, a table
 # that stalled TensorBoard's Text tab for every run shown beside it
 HYPERPARAMETER_ROWS = 200
+MORE_FIELDS = "more_fields"  # where MLflow's params and W&B's config count the rest; no learned field is named so
+
+
+def shown_fields(learned: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """What every tracker shows of what a run learns with (fingerprint.learned_values), nested as the spec nests it:
+    its first HYPERPARAMETER_ROWS fields (leaves, as fingerprint.flat counts them), another algorithm's block and
+    any other None left out; and how many more there were, in words (None: none). TensorBoard's text, MLflow's
+    params and W&B's config each show these: env.kwargs may nest tens of thousands of fields."""
+    counted = 0
+
+    def kept(values: Mapping[str, Any]) -> dict[str, Any]:
+        nonlocal counted
+        found: dict[str, Any] = {}
+        for key, value in values.items():
+            if isinstance(value, Mapping) and value:
+                if inner := kept(value):  # a block whose every field was left out is no field
+                    found[key] = inner
+            elif value is not None:
+                counted += 1
+                if counted <= HYPERPARAMETER_ROWS:
+                    found[key] = value
+        return found
+
+    shown = kept(learned)
+    return shown, f"{counted - HYPERPARAMETER_ROWS:,} more fields (env.kwargs)" if counted > HYPERPARAMETER_ROWS else None
 
 
 def hyperparameters(learned: Mapping[str, Any]) -> str:
     """What the run learns with (fingerprint.learned_values) as CleanRL's hyperparameters text, a markdown table of a
-    row per field: TensorBoard names a run by its directory, runs/<job>.<fingerprint>, and this says which is seed 2.
-    Each path and value is one escaped line cut short (a kwargs key is as much the author's as its value)."""
-    fields = [(path, value) for path, value in fingerprint.flat(learned).items() if value is not None]  # another algorithm's block: none
+    row per field (shown_fields'): TensorBoard names a run by its directory, runs/<job>.<fingerprint>, and this says
+    which is seed 2. Each path and value is one escaped line cut short (a kwargs key is as much the author's as its
+    value)."""
+    shown, more = shown_fields(learned)
     rows = [f"|{cell(fingerprint.short_path(path, 80))}|{cell(fingerprint.short_value(value, 80))}|"
-            for path, value in fields[:HYPERPARAMETER_ROWS]]
-    more = [f"|…|{len(fields) - HYPERPARAMETER_ROWS:,} more fields (env.kwargs)|"] if len(fields) > HYPERPARAMETER_ROWS else []
-    return "|param|value|\n|-|-|\n" + "\n".join(rows + more)
+            for path, value in (fingerprint.flat(shown) if shown else {}).items()]
+    return "|param|value|\n|-|-|\n" + "\n".join(rows + ([f"|…|{more}|"] if more else []))
 
 
 def cell(text: str) -> str:

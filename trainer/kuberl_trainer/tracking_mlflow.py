@@ -14,7 +14,7 @@ from typing import Any
 
 from kuberl.core import fingerprint, safetext
 
-from .tensorboard import HYPERPARAMETER_ROWS
+from .tensorboard import MORE_FIELDS, shown_fields
 from .tracking import (
     End,
     Points,
@@ -32,24 +32,23 @@ PARAM_VALUE_MAX = 6000
 KEY_MAX = 250
 NOT_A_KEY_CHARACTER = re.compile(r"[^A-Za-z0-9_\-. /]")
 TAG_PREFIX = "kuberl."
-MORE_PARAMS = "more_fields"  # no learned field's path: those are spec fields, camelCase, and env.kwargs' under env.
 
 
 # --- what is logged (pure) -----------------------------------------------------------------------------------------
 
 def params(learned: Mapping[str, Any]) -> dict[str, str]:
     """The learned fields (fingerprint.learned_values) as MLflow params: a dotted path each, as TensorBoard's
-    hyperparameters text names them, strings as they are and other values as JSON, within MLflow's limits; at most
-    as many as that text has rows, then MORE_PARAMS counting the rest. env.kwargs may nest tens of thousands of
-    fields within the ConfigMap's 1 MiB, each a param the server stores (sent 100 a request: 500 requests before the
-    run's first point, for 50,000)."""
+    hyperparameters text names them, strings as they are and other values as JSON, within MLflow's limits; the
+    fields that text shows, then MORE_FIELDS counting the rest (tensorboard.shown_fields). env.kwargs may nest tens
+    of thousands of fields within the ConfigMap's 1 MiB, each a param the server stores (sent 100 a request: 500
+    requests before the run's first point, for 50,000)."""
     found: dict[str, str] = {}
-    fields = [(path, value) for path, value in fingerprint.flat(learned).items() if value is not None]  # None: another algorithm's block
-    for path, value in fields[:HYPERPARAMETER_ROWS]:
+    shown, more = shown_fields(learned)
+    for path, value in (fingerprint.flat(shown) if shown else {}).items():
         key = NOT_A_KEY_CHARACTER.sub("_", path)[:KEY_MAX]
         found[key] = (value if isinstance(value, str) else json.dumps(value, sort_keys=True))[:PARAM_VALUE_MAX]
-    if len(fields) > HYPERPARAMETER_ROWS:
-        found[MORE_PARAMS] = f"{len(fields) - HYPERPARAMETER_ROWS:,} more fields (env.kwargs)"
+    if more:
+        found[MORE_FIELDS] = more
     return found
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from kuberl.core import safetext
 
+from .tensorboard import MORE_FIELDS, shown_fields
 from .tracking import (
     SEND_DEADLINE_SECONDS,
     End,
@@ -62,14 +63,16 @@ CLIENT_SETTINGS: dict[str, Any] = {
 
 def config(learned: Mapping[str, Any]) -> dict[str, Any]:
     """The learned fields (fingerprint.learned_values) as W&B config: nested as the spec nests them (W&B's UI names
-    them ppo.learningRate), another algorithm's empty block left out, and a period in a key (env.kwargs may hold
-    any) made an underscore, as W&B's config keys hold none."""
+    them ppo.learningRate), the fields TensorBoard's text and MLflow's params show, then MORE_FIELDS counting the rest
+    (tensorboard.shown_fields: env.kwargs may nest tens of thousands, each a config key the server stores), and a
+    period in a key (env.kwargs may hold any) made an underscore, as W&B's config keys hold none."""
     def keyed(value: Any) -> Any:
         if isinstance(value, Mapping):
             return {str(k).replace(".", "_"): keyed(v) for k, v in value.items()}
         return value
 
-    return {key.replace(".", "_"): keyed(value) for key, value in learned.items() if value is not None}
+    shown, more = shown_fields(learned)
+    return {**{key.replace(".", "_"): keyed(value) for key, value in shown.items()}, **({MORE_FIELDS: more} if more else {})}
 
 
 def notes(job: str, namespace: str, uid: str) -> str:
