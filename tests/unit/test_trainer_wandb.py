@@ -113,6 +113,9 @@ def test_a_stopped_and_resumed_run_is_one_wandb_run_with_every_point_its_config_
     assert ended["run_id"] == run_id and ended["state"] == "finished" and ended["exit_code"] == 0
     assert ended["name"] == "t" and ended["project"] == "cartpole-tracked" and ended["tags"] == ["ppo", "smoke"]
     assert ended["notes"] == "kuberl job default/t, uid uid"
+    # the gang generation logging, as MLflow's kuberl.generation tag: each generation's own
+    assert summary(stopped_dir)["summary"][tracking_wandb.GENERATION_KEY] == 0
+    assert ended["summary"][tracking_wandb.GENERATION_KEY] == 1
     config = ended["config"]
     assert config["seed"] == 1 and config["algorithm"] == "ppo" and config["totalTimesteps"] == 1024
     assert config["ppo"]["numSteps"] == spec.ppo.num_steps and "dqn" not in config

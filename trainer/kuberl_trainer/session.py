@@ -935,7 +935,7 @@ def tracking_runs(config: TrainerConfig, learned: Mapping[str, Any], restart: in
     if tracking.wandb is not None:
         w = tracking.wandb
         found.append(wandb_run(checkpoints, w.project, w.entity, w.group, w.tags, learned, config.job, config.namespace,
-                               config.uid, log=log))
+                               config.uid, restart, log=log))
     return found
 
 

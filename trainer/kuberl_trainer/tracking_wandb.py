@@ -1,9 +1,10 @@
 """Rank 0's Weights & Biases run (spec.tracking.wandb), one backend of tracking.TrackedRun, as CleanRL's `--track`
 logs one: the scalars against `global_step` (define_metric), the learned fields as config, the job's name as the
-run's name and its namespace and uid in the notes. The key, mode and server are the client's own variables
-(WANDB_API_KEY, WANDB_MODE, WANDB_BASE_URL), as for any W&B client; the run's id is kept in RUN_RECORD in the
-checkpoint directory and the run resumed with it (resume="allow"). The run's files go under the checkpoint directory
-(wandb/, unless WANDB_DIR says elsewhere), so an offline run outlives the pod for `wandb sync`.
+run's name, its namespace and uid in the notes and the gang generation logging now in the summary (GENERATION_KEY).
+The key, mode and server are the client's own variables (WANDB_API_KEY, WANDB_MODE, WANDB_BASE_URL), as for any W&B
+client; the run's id is kept in RUN_RECORD in the checkpoint directory and the run resumed with it (resume="allow").
+The run's files go under the checkpoint directory (wandb/, unless WANDB_DIR says elsewhere), so an offline run
+outlives the pod for `wandb sync`.
 
 The final model is not uploaded: W&B's artifact upload at a run's end is the slowest call there is, and the run's
 end waits at most tracking.SEND_DEADLINE_SECONDS; the model stays in the checkpoint volume.
@@ -37,6 +38,9 @@ ENV_DIR = "WANDB_DIR"
 # environment once, at its first run, and a process here may start more than one
 CLIENT_ENV = {ENV_MODE: "mode", ENV_BASE_URL: "base_url", "WANDB_API_KEY": "api_key"}
 STEP_METRIC = "global_step"  # CleanRL's x-axis: every scalar is drawn against it, not W&B's own call count
+# the gang generation logging now, as MLflow's kuberl.generation tag: in the summary, which each generation sets anew
+# (config is what is learned)
+GENERATION_KEY = "kuberl/generation"
 # An id as W&B makes one (8 of [a-z0-9]) or a user could pass (W&B refuses :;,#?/' and spaces): anything else in a
 # record is the tenant's edit, not a run of ours
 RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -113,12 +117,12 @@ def run_to_resume(recorded: object, base_url: str, entity: str | None, project: 
 # --- the client (the tracker's sender thread) ------------------------------------------------------------------------
 
 def wandb_run(checkpoint_dir: str, project: str, entity: str | None, group: str | None, tags: list[str],
-              learned: Mapping[str, Any], job: str, namespace: str, uid: str,
+              learned: Mapping[str, Any], job: str, namespace: str, uid: str, restart: int,
               environ: Mapping[str, str] = os.environ, log: Callable[[str], None] = print) -> TrackedRun:
     """Rank 0's tracker of spec.tracking.wandb; with WANDB_MODE=disabled, one that says so once and starts nothing
     (W&B's disabled run would still hand out an id to record)."""
     backend = WandbBackend(checkpoint_dir, project, entity, group, tags, config(learned), job, notes(job, namespace, uid),
-                           environ, log)
+                           restart, environ, log)
     disabled = environ.get(ENV_MODE) == "disabled"
     return TrackedRun(backend, log, f"spec.tracking.wandb is set but {ENV_MODE} is disabled in the trainer's environment:"
                                     " not tracked" if disabled else None)
@@ -128,10 +132,10 @@ class WandbBackend:
     name = "W&B"
 
     def __init__(self, checkpoint_dir: str, project: str, entity: str | None, group: str | None, tags: list[str],
-                 run_config: dict[str, Any], job: str, run_notes: str, environ: Mapping[str, str],
+                 run_config: dict[str, Any], job: str, run_notes: str, restart: int, environ: Mapping[str, str],
                  log: Callable[[str], None]):
         self.checkpoint_dir, self.project, self.entity, self.group, self.tags = checkpoint_dir, project, entity, group, list(tags)
-        self.config, self.job, self.notes, self.log = run_config, job, run_notes, log
+        self.config, self.job, self.notes, self.restart, self.log = run_config, job, run_notes, restart, log
         self.base_url = environ.get(ENV_BASE_URL, "")  # "": the client's default server
         self.client_env = {setting: environ[name] for name, setting in CLIENT_ENV.items() if environ.get(name)}
         self.directory = None if environ.get(ENV_DIR) else checkpoint_dir  # None: the client reads WANDB_DIR
@@ -160,6 +164,7 @@ class WandbBackend:
         try:
             run.define_metric(STEP_METRIC)
             run.define_metric("*", step_metric=STEP_METRIC)
+            run.summary[GENERATION_KEY] = self.restart
             write_record(path, record(self.base_url, self.entity, self.project, run.id))
         except BaseException:
             run.finish(exit_code=1)  # the tracker stops here: the run it started is ended failed, not left open

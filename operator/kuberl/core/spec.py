@@ -277,7 +277,8 @@ class TrackingSpec(Model):
     wandb: WandbTracking | None = Field(
         None, description="Rank 0 logs the run to Weights & Biases, as CleanRL's --track does: the TensorBoard scalars"
                           " (CleanRL's names) against global_step, the learned fields as config, the job's name as the"
-                          " run's name and its namespace and uid in its notes; one W&B run per run, continued across"
+                          " run's name, its namespace and uid in its notes and the gang generation in its summary"
+                          " (kuberl/generation); one W&B run per run, continued across"
                           " restarts and resumes. The final model is not uploaded (it stays in the checkpoint volume)."
                           " A server that is down or refuses is said once and training goes on.")
 
