@@ -15,6 +15,7 @@ import yaml
 from kuberl.core.render import Job, render_pod
 from kuberl.core.rules import validate_job
 from kuberl.local.sandbox import (
+    absent_entry_script,
     image_files,
     image_scripts,
     kubelet_mount_paths,
@@ -39,19 +40,51 @@ def test_a_script_of_the_image_is_named(command, mounts, found):
     assert image_files(pod(command, mounts)) == found
 
 
-def test_kuberl_run_says_so_before_the_pod_fails(tmp_path):
-    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "baked"}, "spec": {
-        "trainer": "custom", "workers": 1, "runPolicy": {"backoffLimit": 0},
+@pytest.mark.parametrize(("command", "mounts", "found"), [
+    (["torchrun", "--rdzv-backend=static", "/app/my_train.py", "--out", "/app/o.py"], (), ("command[2]", "/app/my_train.py")),
+    (["python", "-u", "/workspace/train.py"], (), ("command[2]", "/workspace/train.py")),
+    (["/app/run.sh"], (), ("command[0]", "/app/run.sh")),  # the program itself
+    (["python", __file__, "--emit", "/app/gen.py"], (), None),  # the script is here; a later path is its own argument
+    (["torchrun", "/workspace/ddp.py"], ("/workspace",), None),  # in a volume
+    (["sh", "-c", "curl -o /app/t.py x && python /app/t.py"], (), None),  # a shell may make it first
+    (["bash", "/app/run.sh"], (), None),
+    (["python", "train.py"], (), None),  # relative: the workingDir's, which kuberl run maps
+])
+def test_the_script_the_command_runs_is_named_when_absent_here(command, mounts, found):
+    assert absent_entry_script(pod(command, mounts)) == found
+
+
+def baked_job(command: list[str], backoff_limit: int = 0, **run_policy) -> dict:
+    return {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "baked"}, "spec": {
+        "trainer": "custom", "workers": 1, "runPolicy": {"backoffLimit": backoff_limit, **run_policy},
         "template": {"spec": {"initContainers": [{"name": "fetch", "image": "alpine/git", "command": ["git", "clone", "x"]}],
-                              "containers": [{"name": "trainer", "command": ["python", "/workspace/train.py"]}]}}}}
+                              "containers": [{"name": "trainer", "command": command}]}}}}
+
+
+def kuberl_run(tmp_path: Path, job: dict, timeout: int = 120) -> tuple[int, str]:
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     done = subprocess.run([sys.executable, "-m", "kuberl.cli", "run", "job.yaml", "--dir", "runs"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 1
-    out = done.stdout + done.stderr
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_kuberl_run_refuses_a_script_of_the_image_before_any_pod_in_one_line(tmp_path):
+    """Each process of the gang printed torchrun's or python's traceback (145 lines for the bring-your-own example)
+    before the run stopped with exit 3: the script the command runs is known absent before it starts."""
+    code, out = kuberl_run(tmp_path, baked_job(["python", "/workspace/train.py"]))
+    assert code == 3, out[-2000:]  # EXIT_CANNOT_RUN
     assert "not run here (only the trainer container's command runs): spec.initContainers[fetch]" in out, out[-2000:]
-    # the field the user wrote: it said a bare command[1]
-    assert ("warning: spec.template.spec.containers[0].command[1] '/workspace/train.py': a file of the image, in no volume"
+    # the field the user wrote, not a bare command[1]
+    assert ("baked cannot run here: spec.template.spec.containers[0].command[1] '/workspace/train.py' is a file of the"
+            " image, in no volume, and not on this machine: mount a volume at its directory") in out, out[-2000:]
+    assert "creating" not in out and "No such file" not in out and "Traceback" not in out, out[-2000:]
+
+
+def test_kuberl_run_warns_of_a_script_a_shell_runs_before_the_pod_fails(tmp_path):
+    code, out = kuberl_run(tmp_path, baked_job(["sh", "-c", "python /workspace/train.py"]))
+    assert code == 1, out[-2000:]
+    assert "not run here (only the trainer container's command runs): spec.initContainers[fetch]" in out, out[-2000:]
+    assert ("warning: spec.template.spec.containers[0].command[2] '/workspace/train.py': a file of the image, in no volume"
             in out), out[-2000:]
 
 
@@ -68,15 +101,13 @@ def test_a_failure_names_the_absent_script_only_when_it_was_not_found(message, f
     assert missing_script_failure(message, ["/workspace/train.py", "/app/run.sh"]) == found
 
 
+SHELL_RUNS_IT = ["sh", "-c", "python /workspace/train.py"]  # a shell may make it first: the pod is started
+
+
 def test_kuberl_run_stops_at_the_first_failure_of_an_absent_script_instead_of_spending_its_restarts(tmp_path):
-    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "baked"}, "spec": {
-        "trainer": "custom", "workers": 1, "runPolicy": {"backoffLimit": 3, "restartBackoffSeconds": 30},
-        "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/workspace/train.py"]}]}}}}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    done = subprocess.run([sys.executable, "-m", "kuberl.cli", "run", "job.yaml", "--dir", "runs"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, check=False)  # 3 restarts: 30 + 60 + 120 s
-    out = done.stdout + done.stderr
-    assert done.returncode == 3, out[-2000:]  # EXIT_CANNOT_RUN: this machine cannot run it
+    # 3 restarts: 30 + 60 + 120 s
+    code, out = kuberl_run(tmp_path, baked_job(SHELL_RUNS_IT, 3, restartBackoffSeconds=30), timeout=60)
+    assert code == 3, out[-2000:]  # EXIT_CANNOT_RUN: this machine cannot run it
     assert ("baked cannot run here: '/workspace/train.py' is not on this machine (warned above), so every restart"
             " would fail alike") in out, out[-2000:]
     assert "generation 1: creating" not in out  # no second gang
@@ -86,16 +117,11 @@ def test_the_rerun_of_a_run_that_could_not_run_here_says_so_not_that_it_ended_wh
     """The run above stops with exit 3 after its first failure, which lifecycle.decide had already recorded as a
     restart: status.json said Restarting, and the same command again said "last run: ended while restarting", as
     after a runner killed mid-run. Its record says it failed, why, and the rerun says that."""
-    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "baked"}, "spec": {
-        "trainer": "custom", "workers": 1, "runPolicy": {"backoffLimit": 3, "restartBackoffSeconds": 30},
-        "template": {"spec": {"containers": [{"name": "trainer", "command": ["python", "/workspace/train.py"]}]}}}}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     outs = []
     for _ in range(2):
-        done = subprocess.run([sys.executable, "-m", "kuberl.cli", "run", "job.yaml", "--dir", "runs"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=60, check=False)
-        outs.append(done.stdout + done.stderr)
-        assert done.returncode == 3, outs[-1][-2000:]
+        code, out = kuberl_run(tmp_path, baked_job(SHELL_RUNS_IT, 3, restartBackoffSeconds=30), timeout=60)
+        outs.append(out)
+        assert code == 3, outs[-1][-2000:]
         status = json.loads((tmp_path / "runs" / "baked" / "status.json").read_text())
         failed = [c for c in status["conditions"] if c["type"] == "Failed"]
         assert status["phase"] == "Failed" and failed and failed[0]["reason"] == "CannotRunHere", status
@@ -137,13 +163,20 @@ def test_the_bring_your_own_example_says_how_kuberl_run_runs_it_here_and_that_wa
               for line in text.splitlines() if line.startswith(("#   volumes:", "#   volumeMounts:"))}
     assert set(recipe) == {"volumes", "volumeMounts"}, text[:800]
 
-    def scripts(document: dict) -> list[tuple[str, str]]:  # as kuberl run reads the pod it renders (runner._run_held)
+    def local_pod(document: dict) -> dict:  # as kuberl run reads the pod it renders (runner._run_held)
         job = Job(document["metadata"]["name"], validate_job(document))
-        return image_scripts(kubelet_mount_paths(render_pod(job, "default", "0", 0, target="local")))
+        return kubelet_mount_paths(render_pod(job, "default", "0", 0, target="local"))
+
+    def scripts(document: dict) -> list[tuple[str, str]]:
+        return image_scripts(local_pod(document))
+
+    def entry_script(document: dict) -> tuple[str, str] | None:
+        return absent_entry_script(local_pod(document))
 
     document = yaml.safe_load(text)
     assert scripts(document) == [("command[3]", "/app/my_train.py")]
+    assert entry_script(document) == ("command[3]", "/app/my_train.py")  # refused before any pod, as its header says
     template = document["spec"]["template"]["spec"]
     template["volumes"] += recipe["volumes"]
     template["containers"][0]["volumeMounts"] += recipe["volumeMounts"]
-    assert scripts(document) == []
+    assert scripts(document) == [] and entry_script(document) is None

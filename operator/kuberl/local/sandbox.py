@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ..core import names, safetext
 from ..core.podsource import CONFIGMAP_DEFAULT_MODE, source_problems
 from ..core.render import PLACEHOLDER_UID, Job, render_pod
+from ..core.torchrun import SHELLS
 from ..core.validation import DNS_1123_LABEL, DNS_1123_SUBDOMAIN
 
 
@@ -107,6 +108,21 @@ def image_scripts(pod: Mapping) -> list[tuple[str, str]]:
                 if not any(path.startswith(m + "/") for m in mounts if m) and not os.path.exists(path):
                     found.append((f"{field}[{i}]", path))
     return found
+
+
+def absent_entry_script(pod: Mapping) -> tuple[str, str] | None:
+    """The script the trainer container's command line runs, as (field[i], path), when it is one of image_scripts'
+    (absent here, in no volume), else None: the first script it names as a word of its own (`torchrun … /app/t.py`,
+    `python /app/t.py`), which its program opens before anything else runs. Nothing here could make it first (init
+    containers are not run here), but a shell's could: a command line run by a shell (`sh -c`, `bash x.sh`) is left
+    to fail, and missing_script_failure to read."""
+    container = trainer_container(pod)
+    words = [(f"{field}[{i}]", word) for field in ("command", "args")
+             for i, word in enumerate(container.get(field) or []) if isinstance(word, str)]
+    if any(os.path.basename(word) in SHELLS for _, word in words):
+        return None
+    script = next(((where, word) for where, word in words if _SCRIPT_PATH.fullmatch(word)), None)
+    return script if script in image_scripts(pod) else None
 
 
 def missing_script_failure(message: str, scripts: list[str]) -> str | None:
