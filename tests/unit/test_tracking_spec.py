@@ -55,6 +55,17 @@ def test_an_unknown_tracking_key_or_an_empty_experiment_is_refused_naming_the_fi
         assert [p.path for p in e.value.problems] == [path], e.value.problems
 
 
+def test_an_experiment_name_longer_than_mlflows_sql_store_keeps_is_refused_naming_the_field():
+    """MLflow's SQL store's name column is VARCHAR(256), which PostgreSQL and MySQL refuse a longer value for: 257 to
+    500 characters, which its client and the CRD took, failed at the run's start, and rank 0 said only that it was
+    not tracked."""
+    with pytest.raises(InvalidJob) as e:
+        make_job("j").minimal().replace(tracking={"mlflow": {"experiment": "x" * 257}}).spec()
+    [problem] = e.value.problems
+    assert problem.path == "spec.tracking.mlflow.experiment" and "256" in problem.message, problem
+    assert make_job("j").minimal().replace(tracking={"mlflow": {"experiment": "x" * 256}}).spec()
+
+
 def test_run_warns_the_same_before_anything_starts(tmp_path, capsys):
     """`runPolicy.suspend: true` stops the run (exit 3) before a run directory: the warning came before it."""
     path = tmp_path / "job.yaml"

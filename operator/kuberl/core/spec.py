@@ -231,12 +231,19 @@ class RendezvousSpec(Model):
     backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: NCCL when CUDA is available, else gloo.")
 
 
+# MLflow's SQL store keeps an experiment's name in a VARCHAR(256) column (SqlExperiment.name,
+# mlflow/store/tracking/dbmodels/models.py, no migration widens it), which PostgreSQL and MySQL refuse a longer name
+# for; its client's own check (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH) takes 500
+MLFLOW_EXPERIMENT_MAX = 256
+
+
 class MlflowTracking(Model):
     """An MLflow run for the job; the server and credentials come from the client's own variables."""
 
     experiment: str | None = Field(
-        None, min_length=1, max_length=500,
-        description="MLflow experiment the run is logged under (created when missing); unset: the job's name. The"
+        None, min_length=1, max_length=MLFLOW_EXPERIMENT_MAX,
+        description="MLflow experiment the run is logged under (created when missing), at most 256 characters (the"
+                    " name column of MLflow's SQL store); unset: the job's name. The"
                     " server and its credentials are the MLflow client's standard variables, MLFLOW_TRACKING_URI and"
                     " MLFLOW_TRACKING_TOKEN (or MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD), set through"
                     " spec.template's env or envFrom a Secret: nothing secret in the spec.")
