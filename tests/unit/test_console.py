@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+from kuberl.core.contract import training_return_label
 from kuberl.local.console import Console, Output
 
 
@@ -33,6 +34,15 @@ def test_a_terminal_gets_one_live_bar_with_percent_rate_eta_return_and_eval(tmp_
     assert "[rank 0] resuming from runs/job/checkpoints/job-1234/ckpt-0000000140.pt (timesteps 206762)" in out
     assert "[rank 1] hello" in out
     assert "53%" in out and "return 130.0  eval 200.0" in out and "step/s" in out and "<" in out  # percent, rate, ETA
+
+
+def test_the_bar_names_the_training_return_as_the_progress_line_does():
+    """SAC's and TD3's training episodes explore (contract.training_return_label): the bar says so, as rank 0's line."""
+    screen = Terminal()
+    console = Console(screen, 40_000, return_label=training_return_label("sac"))
+    console.progress(3_788, -1260.4, -188.1)
+    console.close()
+    assert "exploring return -1260.4  eval -188.1" in screen.getvalue()
 
 
 def test_a_pipe_gets_plain_lines_and_verbose_adds_checkpoints(tmp_path, monkeypatch):

@@ -360,3 +360,18 @@ def test_a_stop_while_ppo_learns_ends_the_rollout_collected_alongside_at_its_nex
     trainer.update(False, False)
     assert len(collected) == 2 * 64  # a later update collects its own rollout whole, and the next one ahead
     trainer.collector.shutdown()
+
+
+@pytest.mark.parametrize(("algorithm", "label"), [("ppo", "return"), ("dqn", "return"),
+                                                  ("sac", "exploring return"), ("td3", "exploring return")])
+def test_the_progress_lines_training_return_is_named_for_how_its_episodes_act(algorithm, label, tmp_path, monkeypatch):
+    """Pendulum's SAC said `return -1260.4  eval -188.1` as it succeeded: its episodes' mean, learningStarts' random
+    actions and sampled ones after, read as not learning beside the deterministic policy's evaluation."""
+    monkeypatch.setenv(contract.ENV_FS_ROOT, str(tmp_path))
+    spec = make_job().algorithm(algorithm, **BLOCKS[algorithm]).replace(env={"id": ENV_OF[algorithm]}).with_spec(
+        totalTimesteps=128, workers=1, seed=1).spec()
+    config = trainerconfig.load(trainerconfig.trainer_config("t", "default", "uid", spec))
+    lines: list[str] = []
+    session.TrainingSession(config, ONE_PROCESS, None, 0, threading.Event(), log=lines.append).report(64)
+    [progress] = [line for line in lines if line.startswith("timesteps ")]
+    assert progress.endswith(f"  {label} -  eval -"), progress

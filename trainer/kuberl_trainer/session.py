@@ -625,7 +625,8 @@ class TrainingSession:
             self.metrics.steps_per_second.set(rate)
         mean = self.episode_return_mean
         self.log(
-            f"timesteps {global_step}  steps/s {rate:,.0f}  return {_fmt(mean)}  eval {_fmt(self.eval_return)}"
+            f"timesteps {global_step}  steps/s {rate:,.0f}  {contract.training_return_label(self.spec.algorithm)} {_fmt(mean)}"
+            f"  eval {_fmt(self.eval_return)}"
         )
         self.curve_point(global_step, rate)
 

@@ -245,6 +245,17 @@ MAX_STATUS_TIMESTEPS = 2**53
 MAX_STATUS_GAUGE = 1e15
 
 
+# Algorithms whose training episodes act with learningStarts' random actions, then sampled (SAC) or noised (TD3) ones:
+# the mean of their last 100 is far below the evaluation's deterministic policy (Pendulum's SAC: -1,260 beside eval
+# -188 as it succeeded) and, named only "return", read as not learning. The metric keeps its name.
+EXPLORING_ALGORITHMS = frozenset({"sac", "td3"})
+
+
+def training_return_label(algorithm: str | None) -> str:
+    """The name of the training episodes' mean return in rank 0's progress line and `kuberl run`'s bar."""
+    return "exploring return" if algorithm in EXPLORING_ALGORITHMS else "return"
+
+
 def shown_return(value: float | None) -> str:
     """A return as progress lines and a run's last line write it: one decimal from 10 up (CartPole's 494.9), three
     significant digits below (FrozenLake's 0.685 was "0.7" beside a success.targetReturn of 0.7 it had not met); "-"

@@ -49,8 +49,8 @@ class Console:
     """The runner's and the pods' lines, and on a terminal the progress bar below them."""
 
     def __init__(self, stream: IO[str], total_timesteps: int | None, host_checkpoints: str | None = None,
-                 verbose: bool = False, live: bool | None = None):
-        self.stream, self.total, self.verbose = stream, total_timesteps, verbose
+                 verbose: bool = False, live: bool | None = None, return_label: str = "return"):
+        self.stream, self.total, self.verbose, self.return_label = stream, total_timesteps, verbose, return_label
         self.tqdm = _tqdm() if live is not False else None
         self.live = bool(self.tqdm and total_timesteps and (live or (live is None and _isatty(stream))))
         self.host_checkpoints = host_checkpoints
@@ -99,7 +99,7 @@ class Console:
             if self.bar is None:
                 self.bar = self.tqdm(total=self.total, initial=min(timesteps, self.total), unit="step", unit_scale=True,
                                      dynamic_ncols=True, file=self.stream, smoothing=0.3, leave=False, mininterval=0.5)
-            self.bar.set_postfix_str(f"return {_number(episode_return)}  eval {_number(eval_return)}", refresh=False)
+            self.bar.set_postfix_str(f"{self.return_label} {_number(episode_return)}  eval {_number(eval_return)}", refresh=False)
             self.bar.update(max(0, min(timesteps, self.total) - self.bar.n))
             self.bar.refresh()  # one reading a second at most (the runner's scrapes): each is shown
 

@@ -58,7 +58,7 @@ from ..core import (
     rank0metrics,
     safetext,
 )
-from ..core.contract import shown_return
+from ..core.contract import shown_return, training_return_label
 from ..core.lifecycle import ObservedPod, Rank0Progress
 from ..core.rank0metrics import Rank0Reading
 from ..core.render import Job, render_configmap, render_pod, render_service
@@ -1508,7 +1508,8 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
             f" these {spec.workers} pods never meet there (they wait until a timeout); here they share this machine's"
             " and do. Meet at $(MASTER_ADDR):$(MASTER_PORT), or give torchrun no endpoint (PET_RDZV_ENDPOINT is worker 0)")
     global CONSOLE
-    console = Console(OUTPUT or sys.stdout, spec.total_timesteps, os.path.join(run_dir, "checkpoints"), getattr(args, "verbose", False))
+    console = Console(OUTPUT or sys.stdout, spec.total_timesteps, os.path.join(run_dir, "checkpoints"), getattr(args, "verbose", False),
+                      return_label=training_return_label(spec.algorithm))
     CONSOLE = console
     try:
         code, status, wall = _run(job, run_dir, out=console, configmaps=configmaps, absent_scripts=absent_scripts)
