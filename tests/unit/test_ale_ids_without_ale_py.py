@@ -53,13 +53,20 @@ def test_the_operator_reads_its_kwargs_as_an_ale_ids_without_gymnasium():
         "spec.env.kwargs.protocol: expected one of 'modern', 'nature' (got 'sb3')"]
 
 
-def test_validate_without_ale_py_warns_naming_the_install_and_says_valid(tmp_path):
-    """In a process of its own, with ale_py unimportable (this one may have registered its ids already)."""
+def cli_without_ale_py(*args: str) -> subprocess.CompletedProcess:
+    """`kuberl ARGS` in a process of its own, with ale_py unimportable (this one may have registered its ids already)."""
+    program = f"import sys; sys.modules['ale_py'] = None; from kuberl import cli; sys.exit(cli.main({list(args)!r}))"
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
+
+
+def breakout_job(tmp_path) -> str:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(make_job("j").minimal().replace(env={"id": "BreakoutNoFrameskip-v4"}).obj()))
-    program = ("import sys; sys.modules['ale_py'] = None; from kuberl import cli;"
-               f" sys.exit(cli.main(['validate', {str(path)!r}]))")
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
+    return str(path)
+
+
+def test_validate_without_ale_py_warns_naming_the_install_and_says_valid(tmp_path):
+    done = cli_without_ale_py("validate", breakout_job(tmp_path))
     assert done.returncode == 0, done.stderr
     assert (f"j: warning: spec.env.id: 'BreakoutNoFrameskip-v4' is an Atari id, and ale-py is not installed here: its"
             f" game is not checked and kuberl run here would fail (a trainer image with it runs it): {sys.executable} -m"
@@ -80,11 +87,7 @@ def test_run_without_ale_py_warns_as_validate_does_before_any_pod(tmp_path):
     """`kuberl run manifests/examples/pong-ppo-gpu.yaml` after make train said nothing of ale-py and started 4 ranks,
     which each failed 45 s later (load 8) on what `kuberl validate` warns of at once. A suspended job stops before
     any pod (exit 3), after the warnings: what is said before the run starts, and nothing runs."""
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(make_job("j").minimal().replace(env={"id": "BreakoutNoFrameskip-v4"}).obj()))
-    program = ("import sys; sys.modules['ale_py'] = None; from kuberl import cli; sys.exit(cli.main(['run', "
-               f"{str(path)!r}, '--dir', {str(tmp_path / 'runs')!r}, '--set', 'runPolicy.suspend=true']))")
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
+    done = cli_without_ale_py("run", breakout_job(tmp_path), "--dir", str(tmp_path / "runs"), "--set", "runPolicy.suspend=true")
     assert done.returncode == 3, done.stderr
     assert (f"[kuberl] warning: spec.env.id: 'BreakoutNoFrameskip-v4' is an Atari id, and ale-py is not installed here:"
             f" its game is not checked and kuberl run here would fail (a trainer image with it runs it): {sys.executable}"

@@ -695,17 +695,16 @@ def test_sac_learns_on_cuda_without_a_host_tensor_in_its_maths(fake, monkeypatch
     assert {name: loss.device for name, loss in losses.items()} == dict.fromkeys(("value_loss", "q_value", "entropy_coefficient", "policy_loss", "entropy", *networks.TWIN_CRITIC_STATISTICS), CUDA)
 
 
-def sac_acting_on_fake_cuda(fake, monkeypatch) -> list:
-    """SACTrainer.collect past learningStarts (the actor's sampled actions, one host read a vector step) and
-    greedy (evaluation's mean action) on fake CUDA: the host reads they made, (device, shape) each."""
-    hp = SACConfig(buffer_size=256, learning_starts=16, batch_size=8, train_frequency=8, hidden_sizes=[16])
+def acting_on_fake_cuda(fake, monkeypatch, trainer_class, hp) -> list:
+    """An actor-critic's collect past learningStarts (SAC's, TD3's: the actor's actions, one host read a vector
+    step) and greedy (evaluation's action) on fake CUDA: the host reads they made, (device, shape) each."""
     ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is
-    trainer = sac.SACTrainer(ctx, hp, "Pendulum-v1", 4, {}, 10_000, 7, 0)
+    trainer = trainer_class(ctx, hp, "Pendulum-v1", 4, {}, 10_000, 7, 0)
     trainer.counters.global_step = hp.learning_starts  # the actor acts from here, no longer uniform noise
     trainer.ctx = dataclasses.replace(ctx, device=CUDA)
     on_fake_cuda(fake, trainer.agent)
     reads = []
-    monkeypatch.setattr(sac, "to_device", lambda array, device: fake_cuda(fake, array))
+    monkeypatch.setattr(f"{trainer_class.__module__}.to_device", lambda array, device: fake_cuda(fake, array))
     monkeypatch.setattr(torch.Tensor, "cpu", lambda tensor: HostRead(reads, tensor))
     try:
         with fake:
@@ -714,6 +713,12 @@ def sac_acting_on_fake_cuda(fake, monkeypatch) -> list:
     finally:
         trainer.envs.close()
     return reads
+
+
+def sac_acting_on_fake_cuda(fake, monkeypatch) -> list:
+    """SAC's: sampled actions, and evaluation's mean action."""
+    hp = SACConfig(buffer_size=256, learning_starts=16, batch_size=8, train_frequency=8, hidden_sizes=[16])
+    return acting_on_fake_cuda(fake, monkeypatch, sac.SACTrainer, hp)
 
 
 def test_sac_acts_and_evaluates_on_cuda_reading_each_batch_of_actions_once(fake, monkeypatch):
@@ -763,24 +768,9 @@ def test_a_host_tensor_in_td3s_smoothed_target_actions_fails_on_fake_cuda(fake, 
 
 
 def test_td3_acts_and_evaluates_on_cuda_reading_each_batch_of_actions_once(fake, monkeypatch):
-    """TD3Trainer.collect past learningStarts (the actor's actions, one host read a vector step, the noise added
-    on the host) and greedy (evaluation's action) on fake CUDA: the host reads they made, (device, shape) each."""
+    """TD3's actions: the actor's, the noise added on the host."""
     hp = TD3Config(buffer_size=256, learning_starts=16, batch_size=8, train_frequency=8, hidden_sizes=[16])
-    ctx = Dist(0, 1, 0, 1, torch.device("meta"), None)  # built as a GPU rank is
-    trainer = td3.TD3Trainer(ctx, hp, "Pendulum-v1", 4, {}, 10_000, 7, 0)
-    trainer.counters.global_step = hp.learning_starts  # the actor acts from here, no longer uniform noise
-    trainer.ctx = dataclasses.replace(ctx, device=CUDA)
-    on_fake_cuda(fake, trainer.agent)
-    reads = []
-    monkeypatch.setattr(td3, "to_device", lambda array, device: fake_cuda(fake, array))
-    monkeypatch.setattr(torch.Tensor, "cpu", lambda tensor: HostRead(reads, tensor))
-    try:
-        with fake:
-            assert trainer.collect() == 8  # 2 vector steps of 4 envs
-            trainer.greedy(np.zeros((3, 3), np.float32))
-    finally:
-        trainer.envs.close()
-    assert reads == [(CUDA, (4, 1))] * 2 + [(CUDA, (3, 1))]
+    assert acting_on_fake_cuda(fake, monkeypatch, td3.TD3Trainer, hp) == [(CUDA, (4, 1))] * 2 + [(CUDA, (3, 1))]
 
 
 def recurrent_ppo_on_fake_cuda(fake, monkeypatch, space, precision: str = "fp32") -> tuple[torch.Tensor, list, tuple, list]:
