@@ -48,10 +48,21 @@ def test_a_script_of_the_image_is_named(command, mounts, found):
     (["torchrun", "/workspace/ddp.py"], ("/workspace",), None),  # in a volume
     (["sh", "-c", "curl -o /app/t.py x && python /app/t.py"], (), None),  # a shell may make it first
     (["bash", "/app/run.sh"], (), None),
-    (["python", "train.py"], (), None),  # relative: the workingDir's, which kuberl run maps
+    (["python", "-c", "open('t.py', 'w')", "/app/t.py"], (), None),  # inline code may make it first
+    # relative: to the directory kuberl run starts the pods in (here the test's own), unless a workingDir is named
+    (["torchrun", "--nproc-per-node=2", "train.py"], (), ("command[2]", "train.py")),
+    (["python", "./src/train.py"], (), ("command[1]", "./src/train.py")),
+    (["python", Path(__file__).name], (), None),
 ])
 def test_the_script_the_command_runs_is_named_when_absent_here(command, mounts, found):
-    assert absent_entry_script(pod(command, mounts)) == found
+    assert absent_entry_script(pod(command, mounts), str(Path(__file__).parent)) == found
+
+
+def test_a_relative_script_under_a_working_directory_is_left_to_the_pod():
+    """kuberl run maps a workingDir into the pod's root or a volume: not this directory."""
+    in_working_dir = pod(["python", "train.py"])
+    in_working_dir["spec"]["containers"][0]["workingDir"] = "/app"
+    assert absent_entry_script(in_working_dir, str(Path(__file__).parent)) is None
 
 
 def baked_job(command: list[str], backoff_limit: int = 0, **run_policy) -> dict:
@@ -78,6 +89,18 @@ def test_kuberl_run_refuses_a_script_of_the_image_before_any_pod_in_one_line(tmp
     assert ("baked cannot run here: spec.template.spec.containers[0].command[1] '/workspace/train.py' is a file of the"
             " image, in no volume, and not on this machine: mount a volume at its directory") in out, out[-2000:]
     assert "creating" not in out and "No such file" not in out and "Traceback" not in out, out[-2000:]
+
+
+def test_kuberl_run_refuses_a_relative_script_not_where_it_starts_the_pods(tmp_path):
+    """`torchrun train.py` from another directory: each process said "can't open file" in torchrun's traceback."""
+    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLTrainingJob", "metadata": {"name": "mine"}, "spec": {
+        "trainer": "custom", "workers": 1, "template": {"spec": {"containers": [
+            {"name": "trainer", "command": ["torchrun", "--standalone", "train.py"]}]}}}}
+    code, out = kuberl_run(tmp_path, job)
+    assert code == 3, out[-2000:]
+    assert (f"mine cannot run here: spec.template.spec.containers[0].command[2] 'train.py' is not in {tmp_path}, where"
+            " kuberl run starts the pods (the container names no workingDir)") in out, out[-2000:]
+    assert "creating" not in out and "Traceback" not in out, out[-2000:]
 
 
 def test_kuberl_run_warns_of_a_script_a_shell_runs_before_the_pod_fails(tmp_path):
@@ -171,7 +194,7 @@ def test_the_bring_your_own_example_says_how_kuberl_run_runs_it_here_and_that_wa
         return image_scripts(local_pod(document))
 
     def entry_script(document: dict) -> tuple[str, str] | None:
-        return absent_entry_script(local_pod(document))
+        return absent_entry_script(local_pod(document), str(Path.cwd()))
 
     document = yaml.safe_load(text)
     assert scripts(document) == [("command[3]", "/app/my_train.py")]

@@ -1491,11 +1491,13 @@ def _run_held(args: argparse.Namespace, job: Job, spec: JobSpec, run_dir: str, c
     for warning in podschema.unknown_fields(spec.template):
         say(f"warning: {warning}")
     written = template_fields(rendered, spec.template)  # the template's command[1], not a bare one of no container
-    if (entry := absent_entry_script(pod)) is not None:  # refused before any pod: each printed torchrun's traceback
+    if (entry := absent_entry_script(pod, os.getcwd())) is not None:  # refused before any pod: each printed torchrun's traceback
         field, path = entry
-        say(f"{job.name} cannot run here: {written(f'spec.containers[{names.TRAINER_CONTAINER}].{field}') or field}"
-            f" {path!r} is a file of the image, in no volume, and not on this machine: mount a volume at its directory"
-            " (a hostPath to your checkout), or run it in a cluster whose image has it")
+        why = ("is a file of the image, in no volume, and not on this machine: mount a volume at its directory (a hostPath"
+               " to your checkout), or run it in a cluster whose image has it" if path.startswith("/") else
+               f"is not in {os.getcwd()}, where kuberl run starts the pods (the container names no workingDir): run"
+               " kuberl run from the directory that holds it")
+        say(f"{job.name} cannot run here: {written(f'spec.containers[{names.TRAINER_CONTAINER}].{field}') or field} {path!r} {why}")
         return EXIT_CANNOT_RUN
     baked = [f"{written(f'spec.containers[{names.TRAINER_CONTAINER}].{field}') or field} {path!r}" for field, path in image_scripts(pod)]
     absent_scripts = [path for _, path in image_scripts(pod)]

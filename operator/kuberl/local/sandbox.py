@@ -88,6 +88,7 @@ def write_files(directory: str, files: Mapping[str, tuple[str, int]]) -> None:
 
 
 _SCRIPT_PATH = re.compile(r"(?<![\w./-])(/[\w@%+.,-]+(?:/[\w@%+.,-]+)*\.(?:py|sh))(?![\w/])")
+_RELATIVE_SCRIPT = re.compile(r"(?!-)[\w@%+.,-]+(?:/[\w@%+.,-]+)*\.(?:py|sh)")  # `train.py`, `src/train.py`; no option
 
 
 def image_files(pod: Mapping) -> list[str]:
@@ -110,18 +111,21 @@ def image_scripts(pod: Mapping) -> list[tuple[str, str]]:
     return found
 
 
-def absent_entry_script(pod: Mapping) -> tuple[str, str] | None:
-    """The script the trainer container's command line runs, as (field[i], path), when it is one of image_scripts'
-    (absent here, in no volume), else None: the first script it names as a word of its own (`torchrun … /app/t.py`,
-    `python /app/t.py`), which its program opens before anything else runs. Nothing here could make it first (init
-    containers are not run here), but a shell's could: a command line run by a shell (`sh -c`, `bash x.sh`) is left
-    to fail, and missing_script_failure to read."""
+def absent_entry_script(pod: Mapping, cwd: str) -> tuple[str, str] | None:
+    """The script the trainer container's command line runs, as (field[i], path), when it is not here, else None:
+    the first script it names as a word of its own (`torchrun … /app/t.py`, `python t.py`), which its program opens
+    before anything else runs. An absolute path as image_scripts finds it (in no volume, absent); a relative one
+    absent from `cwd`, where kuberl run starts the pods when the container names no workingDir. Nothing here could
+    make it first (init containers are not run here), but inline code could: a command line with a shell (`sh -c`,
+    `bash x.sh`) or `-c` code is left to fail, and missing_script_failure to read."""
     container = trainer_container(pod)
     words = [(f"{field}[{i}]", word) for field in ("command", "args")
              for i, word in enumerate(container.get(field) or []) if isinstance(word, str)]
-    if any(os.path.basename(word) in SHELLS for _, word in words):
+    if any(word == "-c" or os.path.basename(word) in SHELLS for _, word in words):
         return None
-    script = next(((where, word) for where, word in words if _SCRIPT_PATH.fullmatch(word)), None)
+    script = next(((where, word) for where, word in words if _SCRIPT_PATH.fullmatch(word) or _RELATIVE_SCRIPT.fullmatch(word)), None)
+    if script is None or not script[1].startswith("/"):
+        return script if script and not container.get("workingDir") and not os.path.exists(os.path.join(cwd, script[1])) else None
     return script if script in image_scripts(pod) else None
 
 
