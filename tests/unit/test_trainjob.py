@@ -150,11 +150,20 @@ def test_the_kueue_label_is_the_queue_and_suspend_is_noted():
     # never met without GKE's TPU webhook env
     (trainjob(image=IMAGE, numProcPerNode=1, numNodes=4, resourcesPerNode={"limits": {"google.com/tpu": 4}}),
      "spec.trainer.resourcesPerNode.limits.google.com/tpu", "TPU_WORKER_HOSTNAMES"),
+    # a GPU asked for in requests alone is named there, not at a limit the TrainJob never wrote
+    (trainjob(image=IMAGE, numProcPerNode=2, resourcesPerNode={"requests": {"nvidia.com/gpu": 1}}),
+     "spec.trainer.numProcPerNode", "must equal spec.trainer.resourcesPerNode.requests.nvidia.com/gpu"),
 ])
 def test_what_cannot_be_converted_is_refused_at_the_trainjobs_field(doc, path, words):
     with pytest.raises(NotConvertible) as e:
         convert_trainjob(doc)
     assert e.value.problems[0].path == path and words in e.value.problems[0].message, e.value.problems
+
+
+def test_the_user_kuberl_runs_as_is_said_without_calling_the_trainer_unset():
+    _, notes = spec_of(trainjob(image=IMAGE, numProcPerNode=1))
+    note = notes["spec.trainer"]
+    assert note.startswith("no securityContext (a TrainJob's trainer has no such field): changed") and "65532" in note
 
 
 def test_the_pods_get_what_trainer_gave_them():

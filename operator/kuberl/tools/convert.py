@@ -104,10 +104,10 @@ ELASTIC_POLICY = {
 ETCD_BACKEND = ("etcd: not carried over, kuberl runs no etcd server: torchrun's static rendezvous at worker 0"
                 " (PET_RDZV_ENDPOINT) replaces it, unless the command line says --rdzv-backend=etcd (then it fails:"
                 " drop the flag)")
-# {kind}: the source document's kind (PyTorchJob, TrainJob); {where}: where its securityContext would go.
+# {unset}: what the source lacked; {kind}: its kind (PyTorchJob, TrainJob); {where}: where its securityContext would go.
 CPU_LIMIT = ("unset: changed, kuberl limits the trainer container's CPU to its request (1 per process when none), so"
              " OMP_NUM_THREADS is right; the {kind}'s pod could use the node's idle CPUs: set spec.resources.limits.cpu")
-SECURITY_CONTEXT = ("unset: changed, kuberl's trainer container runs as user " + str(RUNTIME_USER) + " (non-root) with a"
+SECURITY_CONTEXT = ("{unset}: changed, kuberl's trainer container runs as user " + str(RUNTIME_USER) + " (non-root) with a"
                     " read-only root filesystem (writable: /tmp, /dev/shm and volumes), where the {kind}'s ran as the"
                     " image's user on a writable one; a securityContext {where} (kept in spec.template) replaces kuberl's:"
                     " {{runAsUser: 0, runAsNonRoot: false}} runs as root on a writable one, as the baseline Pod Security"
@@ -673,7 +673,7 @@ def _trainer_container(container: dict, path: str, index: int, origins: dict, no
     if not (isinstance(limits, dict) and "cpu" in limits):
         notes.append(Note(f"{path}.resources.limits.cpu", CPU_LIMIT.format(kind=kind)))
     if container.get("securityContext") is None:
-        notes.append(Note(f"{path}.securityContext", SECURITY_CONTEXT.format(kind=kind, where="here")))
+        notes.append(Note(f"{path}.securityContext", SECURITY_CONTEXT.format(unset="unset", kind=kind, where="here")))
     return out, lifted
 
 
@@ -682,7 +682,9 @@ def split_resources(resources: dict, path: str, origins: dict, notes: list[Note]
     of requests and limits, anything but those two noted."""
     gpus = gpu_count(resources, path)
     if gpus:
-        origins["spec.gpusPerWorker"] = f"{path}.limits.{GPU_RESOURCE}"
+        limits = resources.get("limits")
+        given = "limits" if isinstance(limits, dict) and GPU_RESOURCE in limits else "requests"
+        origins["spec.gpusPerWorker"] = f"{path}.{given}.{GPU_RESOURCE}"  # a problem is named where the user wrote it
     kept: dict[str, Any] = {}
     for kind, amounts in resources.items():
         if kind in ("requests", "limits") and isinstance(amounts, dict):

@@ -598,7 +598,9 @@ def convert_trainjob(trainjob: Any, procs_per_worker: int | None = None, image: 
     if lift_run_as(template["spec"], container, pod_context, notes, KIND):
         origins["spec.template.spec.containers[0].securityContext"] = pod_context
     if "securityContext" not in container:
-        notes.append(Note("spec.trainer", SECURITY_CONTEXT.format(kind=KIND, where="in a runtimePatches node container")))
+        # a TrainJob's trainer has no securityContext field: "unset" would read as spec.trainer itself missing
+        notes.append(Note("spec.trainer", SECURITY_CONTEXT.format(unset="no securityContext (a TrainJob's trainer has no such field)",
+                                                                  kind=KIND, where="in a runtimePatches node container")))
     labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
     kueue_priority_on_pods(labels, template, notes)
     queue, queue_path = kueue_queue(metadata, notes)
