@@ -172,7 +172,8 @@ def test_a_misspelt_gymnasium_id_names_the_ids_it_may_have_meant(env_id, meant):
     assert problem is not None and problem.path == "spec.env.id"
     assert problem.message.endswith(f"(got {env_id!r}); did you mean {meant}?"), problem.message
     nothing_near = env_id_problem("Walker-v9", registered)
-    assert nothing_near is not None and nothing_near.message.endswith("(got 'Walker-v9')")
+    # nothing near: an id the user's own package registers on import, which nothing here imports
+    assert nothing_near is not None and "(got 'Walker-v9'); if your own package registers it" in nothing_near.message
     assert env_id_problem("CartPole-v1", registered) is None
     assert env_id_problem("ALE/Pongg-v5", registered).message.endswith("did you mean 'ALE/Pong-v5'?")
     assert env_id_problem("MyPkg/Env-v0", registered) is None  # a namespace not installed here: the trainer's to tell

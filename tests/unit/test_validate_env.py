@@ -246,3 +246,18 @@ def test_validate_says_an_env_whose_package_is_missing_here_is_not_checked_and_h
     assert ("j: warning: spec.env.id: 'LunarLander-v3' not checked: it needs a package not installed here (kuberl run here"
             " would fail): Box2D is not installed") in err, err
     assert f"`{sys.executable} -m pip install swig`" in err and " `pip install" not in err, err
+
+
+@pytest.mark.parametrize(("env_id", "line"), [
+    # the id their package registers when imported: unknown here, where nothing imports it
+    ("Corridor-v0", ("spec.env.id: expected a gymnasium id registered here, or \"module:Class\" (got 'Corridor-v0');"
+                     " if your own package registers it when imported, name a function there that returns gymnasium.make of it"
+                     " (or the env's class): \"package.module:name\"")),
+    # gymnasium.make's own form, which imports the module first: kuberl takes what makes the env
+    ("myenvs:Corridor-v0", ("spec.env.id: expected a gymnasium id such as \"CartPole-v1\" or \"ALE/Pong-v5\", or"
+                            " \"module:Class\" (a class or function that makes the env, not gymnasium's \"module:Env-v0\")"
+                            " (got 'myenvs:Corridor-v0')")),
+])
+def test_an_env_of_ones_own_named_as_gymnasium_takes_it_is_told_to_name_the_class(tmp_path, capsys, env_id, line):
+    code, err = validate(tmp_path, capsys, make_job("j").minimal().replace(env={"id": env_id}))
+    assert code == 1 and f"  {line}\n" in err, err

@@ -585,7 +585,10 @@ def env_id_problem(env_id: str, registered: Collection[str]) -> Problem | None:
     same_case = [known for known in registered if known.lower() == env_id.lower()]
     by_lower = {known.lower(): known for known in sorted(registered)}
     close = same_case or [by_lower[k] for k in difflib.get_close_matches(env_id.lower(), by_lower, n=3, cutoff=0.75)]
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    # an id the user's own package registers when imported is unknown here, and nothing here imports it
+    hint = (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close
+            else "; if your own package registers it when imported, name a function there that returns"
+            " gymnasium.make of it (or the env's class): \"package.module:name\"")
     return Problem("spec.env.id", f"expected a gymnasium id registered here, or \"module:Class\" (got {env_id!r}){hint}")
 
 

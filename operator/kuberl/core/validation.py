@@ -39,7 +39,9 @@ PATTERN_MEANINGS = {
     QUANTITY: "a Kubernetes quantity such as 500m, 2 or 4Gi",
     NON_NEGATIVE_QUANTITY: "a Kubernetes quantity of at least 0, such as 512Mi or 4Gi",
     POSITIVE_QUANTITY: "a Kubernetes quantity above 0, such as 512Mi or 4Gi",
-    ENV_ID: 'a gymnasium id such as "CartPole-v1" or "ALE/Pong-v5", or "module:Class"',
+    # gymnasium.make's own "module:Env-v0" (import module, make the id it registers) is a CleanRL habit
+    ENV_ID: 'a gymnasium id such as "CartPole-v1" or "ALE/Pong-v5", or "module:Class" (a class or function that'
+            ' makes the env, not gymnasium\'s "module:Env-v0")',
     DNS_1123_SUBDOMAIN: "a Kubernetes object name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
     LABEL_VALUE: "a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
 }
