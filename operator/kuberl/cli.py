@@ -602,7 +602,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add_command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        """A subcommand whose --help ends with the exit codes, which hold for every subcommand."""
+        """A subcommand whose --help says what it does (the line `kuberl --help` lists) and ends with the exit
+        codes, which hold for every subcommand."""
+        kwargs.setdefault("description", kwargs.get("help"))
         return sub.add_parser(name, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
     parser.subcommands = sub.choices  # main() reports an argument error with its subcommand's usage
     p = add_command("validate", help="check job files and report every problem with its field path")

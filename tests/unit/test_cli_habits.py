@@ -45,6 +45,15 @@ def test_every_subcommands_help_describes_each_argument_and_ends_with_the_exit_c
         assert sub.format_help().endswith("the same command resumes\n"), name
 
 
+def test_every_subcommands_help_says_what_it_does_as_kuberl_help_lists_it():
+    """`kuberl convert --help` showed its usage and options with no word of what convert does."""
+    top = kuberl("--help").stdout
+    for name in ("validate", "crd", "render", "convert", "run", "plot", "eval", "operator"):
+        said = kuberl(name, "--help").stdout.split("\n\n")[1]  # after the usage
+        assert not said.startswith(("positional arguments:", "options:")), (name, said)
+        assert " ".join(said.split()) in " ".join(top.split()), (name, said)
+
+
 def test_version():
     done = kuberl("--version")
     assert done.returncode == 0 and done.stdout.startswith("kuberl 0.")
