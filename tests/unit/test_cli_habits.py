@@ -108,6 +108,10 @@ def test_render_o_json_is_one_list_and_yaml_stays_the_default():
     *[(["run", "a.yaml", "--set", setting], "usage: kuberl run",
        f"kuberl run: error: argument --set: expected --set KEY=VALUE, e.g. --set ppo.learningRate=0.001 (got '{setting}')")
       for setting in ("foo", "ppo..learningRate=1", "=3", "ppo.=1")],
+    # Helm's list index set a key "containers[0]" in the template, which the API server drops: the env never reached the pod
+    (["run", "a.yaml", "--set", "template.spec.containers[0].env[0].name=MLFLOW_TRACKING_URI"], "usage: kuberl run",
+     ("argument --set: a list item is not set by its index here, as Helm's --set does: set the whole list as a YAML value,"
+      " --set 'template.spec.containers=[…]', each item whole")),
     (["render", "-n", "Bad_NS", "a.yaml"], "usage: kuberl render", "argument --namespace/-n: expected a namespace"),
     (["render", "--monitoring-namespace", "Mon", "a.yaml"], "usage: kuberl render", "argument --monitoring-namespace: expected a namespace"),
     (["operator", "-n", "team_a"], "usage: kuberl operator", "argument --namespace/-n: expected a namespace"),

@@ -31,6 +31,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -229,6 +230,10 @@ def setting_shape_problem(setting: str) -> str | None:
     key, sep, _ = setting.partition("=")
     if not sep or "" in key.split("."):
         return f"expected --set KEY=VALUE, e.g. --set ppo.learningRate=0.001 (got {setting!r})"
+    # Helm's --set takes containers[0].env[0].name; here it was a key "containers[0]" that the API server drops
+    if indexed := re.search(r"^(.*?[^.\[\]]+)\[\d*\]", key):
+        return (f"a list item is not set by its index here, as Helm's --set does: set the whole list as a YAML value,"
+                f" --set '{indexed.group(1)}=[…]', each item whole (got {setting!r})")
     return None
 
 
