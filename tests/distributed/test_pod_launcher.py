@@ -143,12 +143,12 @@ def test_a_pod_of_two_ranks_stopped_as_its_launcher_starts_them_checkpoints_at_t
     """torch's launcher passes a SIGTERM on to ranks it has just started, still in python's own start-up
     (30 to 100 ms before a rank's first line can catch it): they died of it, with no checkpoint. The
     launcher starts its ranks with SIGTERM and SIGINT blocked, and each rank unblocks them once it can
-    catch them: the signal waits for it."""
+    catch them: the signal waits for it. Sent as soon as both ranks exist, it can also come before torch's
+    launcher has recorded them (torch passes it to none of them then): kuberl's launcher passes it on itself."""
     job = make_job(tmp_path, world_size=1, procsPerWorker=2, metrics={"port": free_ports(2)}, checkpoint={"everyUpdates": 1000})
     pod = Ranks(job, extra_env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "60"}, program=launcher(free_ports(1), 2))
     try:
         wait_for_children(pod.procs[0].pid, 2)
-        time.sleep(0.005)  # torch's launcher records the ranks it started: a signal before that reaches none (torch's own race)
         pod.signal(0, signal.SIGTERM)
         [code] = pod.wait(timeout=90)
     finally:

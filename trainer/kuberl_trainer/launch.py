@@ -35,9 +35,12 @@ if __name__ == "__main__":
     for _signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(_signum, _remember_the_stop)
 
+import contextlib
 import logging
+import pathlib
 import sys
 import threading
+import time
 from datetime import timedelta
 
 from kuberl.core import contract
@@ -58,6 +61,8 @@ SIGNAL_RELAY_LOGS = {
     "torch.distributed.elastic.multiprocessing.api": "Sending process %s closing signal %s",
 }
 
+
+TORCH_SHUTDOWN_TIMEOUT_DEFAULT = 30  # seconds: torch.distributed.launcher.api's default for the variable
 
 # The signals a rank of kuberl's trainer catches; kuberl_trainer.__main__ unblocks them once its handlers are in.
 HELD_FOR_RANKS = (signal.SIGTERM, signal.SIGINT)
@@ -105,11 +110,42 @@ def main(argv: list[str] | None = None) -> None:
               f"(local rank {first.local_rank}), {how_it_ended(first.exitcode)}", file=sys.stderr, flush=True)
         sys.exit(1)
     except SignalException as e:
+        stop_ranks_torch_never_recorded(e.sigval)
         print(f"kuberl launcher: {e.sigval.name} passed on to the ranks; they have exited", file=sys.stderr, flush=True)
         sys.exit(contract.EXIT_OK if termination.stated() == contract.REASON_STOPPED else 128 + int(e.sigval))
     finally:
         if held is not None:
             held[1].close()
+
+
+def stop_ranks_torch_never_recorded(signum: signal.Signals) -> None:
+    """Pass the signal on to every rank still running, and wait for them as torch does for those it passes it to.
+    torch's launcher records its ranks only once it has started them all: a signal that comes between the first
+    start and that record ends the launcher having passed it to none, and those ranks ran on without it (orphans
+    on a laptop; in a pod, killed with it and no checkpoint). Those torch stopped have been reaped: none here."""
+    ranks = children_of_this_process()
+    for pid in ranks:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+    timeout = os.environ.get(contract.ENV_TORCH_SHUTDOWN_TIMEOUT, "").strip()
+    deadline = time.monotonic() + (int(timeout) if timeout.isdigit() else TORCH_SHUTDOWN_TIMEOUT_DEFAULT)
+    for pid in ranks:
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)  # as torch's launcher ends a rank past its shutdown timeout
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.05)
+
+
+def children_of_this_process() -> list[int]:
+    """The processes this one started and has not reaped (Linux's /proc/self/task/*/children)."""
+    children = []
+    for task in pathlib.Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            children += [int(pid) for pid in (task / "children").read_text().split()]
+    return children
 
 
 def how_it_ended(exitcode: int) -> str:
