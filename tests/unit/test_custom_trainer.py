@@ -85,5 +85,6 @@ def test_a_custom_trainer_may_drive_several_gpus_per_process(trainer, procs, val
         assert env["NPROC_PER_NODE"] == str(procs) and env["WORLD_SIZE"] == str(2 * procs)
     else:
         with pytest.raises(InvalidJob, match=r"spec.procsPerWorker: must equal spec.gpusPerWorker, one process per GPU,"
-                                             r" or with trainer: custom divide it \(got 3 and 4\)|got 1 and 4"):
+                                             r" or with trainer: custom divide it evenly \(got procsPerWorker 3, gpusPerWorker 4\)"
+                                             r"|got procsPerWorker 1, gpusPerWorker 4"):
             validate_job(job, env_ids=frozenset())

@@ -252,15 +252,15 @@ CROSS_FIELD_RULES = [
         "!has(self.procsPerWorker) || !has(self.gpusPerWorker) || self.gpusPerWorker == 0"
         " || self.procsPerWorker == self.gpusPerWorker"
         " || (has(self.trainer) && self.trainer == 'custom' && self.gpusPerWorker % self.procsPerWorker == 0)",
-        "'must equal spec.gpusPerWorker, one process per GPU, or with trainer: custom divide it (got '"
-        " + string(self.procsPerWorker) + ' and ' + string(self.gpusPerWorker) + ')'",
-        "must equal spec.gpusPerWorker (one process per GPU), or with trainer: custom divide it",
+        "'must equal spec.gpusPerWorker, one process per GPU, or with trainer: custom divide it evenly (got procsPerWorker '"
+        " + string(self.procsPerWorker) + ', gpusPerWorker ' + string(self.gpusPerWorker) + ')'",
+        "must equal spec.gpusPerWorker (one process per GPU), or with trainer: custom divide it evenly",
         lambda s: s.get("procsPerWorker") is None
         or not s.get("gpusPerWorker")
         or s.get("procsPerWorker") == s.get("gpusPerWorker")
         or (s.get("trainer") == "custom" and s["gpusPerWorker"] % s["procsPerWorker"] == 0),
-        lambda s: "must equal spec.gpusPerWorker, one process per GPU, or with trainer: custom divide it"
-        f" (got {s['procsPerWorker']} and {s['gpusPerWorker']})",
+        lambda s: "must equal spec.gpusPerWorker, one process per GPU, or with trainer: custom divide it evenly"
+        f" (got procsPerWorker {s['procsPerWorker']}, gpusPerWorker {s['gpusPerWorker']})",
         ("procsPerWorker", "gpusPerWorker", "trainer"),
     ),
     CrossFieldRule(
