@@ -202,14 +202,18 @@ def test_a_checkpoint_from_a_newer_format_version_ends_the_job_naming_the_file(t
     assert job.termination_log(0).startswith(f"{contract.REASON_CONFIG_ERROR}: checkpoint {future} has format version")
 
 
-def uninterrupted_and_stopped_then_resumed(tmp_path, settings: dict, stop_after: int, updates: int) -> tuple[Job, Job]:
-    """The job of `settings` (deterministic, `updates` updates) run whole, and run again stopped by SIGTERM on
-    both ranks after `stop_after` updates then resumed: (the whole run's job, the stopped and resumed one's)."""
-    whole = make_job(tmp_path / "whole", raw_spec=settings)
-    uninterrupted = Ranks(whole)
-    assert uninterrupted.wait(timeout=120) == [0, 0], uninterrupted.log(0)
+def uninterrupted(tmp_path, settings: dict) -> Job:
+    """The job of `settings` (deterministic) run whole by two ranks."""
+    whole = make_job(tmp_path, raw_spec=settings)
+    ranks = Ranks(whole)
+    assert ranks.wait(timeout=120) == [0, 0], ranks.log(0)
+    return whole
 
-    split = make_job(tmp_path / "split", raw_spec=settings)
+
+def stopped_then_resumed(tmp_path, settings: dict, stop_after: int, updates: int) -> Job:
+    """The job of `settings` (deterministic, `updates` updates) stopped by SIGTERM on both ranks after `stop_after`
+    updates, then resumed to its end."""
+    split = make_job(tmp_path, raw_spec=settings)
     ranks = Ranks(split)
     ranks.wait_for_updates(stop_after)
     for rank in (0, 1):
@@ -219,22 +223,36 @@ def uninterrupted_and_stopped_then_resumed(tmp_path, settings: dict, stop_after:
     assert stop_after <= saved["counters"]["updates"] < updates, saved["counters"]  # stopped mid-run, resumed from there
     resumed = Ranks(split)
     assert resumed.wait(timeout=120) == [0, 0], resumed.log(0) + resumed.log(1)
-    return whole, split
+    return split
 
 
-def test_deterministic_stop_and_resume_is_bitwise_equal_to_an_uninterrupted_run(tmp_path):
-    settings = spec(totalTimesteps=40 * 2 * 4 * 32, deterministic=True)
-    assert_same_final_model(*uninterrupted_and_stopped_then_resumed(tmp_path, settings, stop_after=8, updates=40))
+def uninterrupted_and_stopped_then_resumed(tmp_path, settings: dict, stop_after: int, updates: int) -> tuple[Job, Job]:
+    """(the whole run's job, the stopped and resumed one's), of `settings`."""
+    return uninterrupted(tmp_path / "whole", settings), stopped_then_resumed(tmp_path / "split", settings, stop_after, updates)
 
 
-def test_deterministic_gang_restarted_before_its_first_checkpoint_is_bitwise_equal_to_an_uninterrupted_run(tmp_path):
+DETERMINISTIC_UPDATES = 24  # the stop after 8 leaves 16 updates of room for a loaded machine (the recurrent test: 12)
+
+
+@pytest.fixture(scope="module")
+def deterministic_run(tmp_path_factory) -> tuple[dict, Job]:
+    """One uninterrupted deterministic run, the reference of both bitwise tests below: each launch of two ranks
+    costs their imports and rendezvous, more than its updates."""
+    settings = spec(totalTimesteps=DETERMINISTIC_UPDATES * 2 * 4 * 32, deterministic=True)
+    return settings, uninterrupted(tmp_path_factory.mktemp("whole"), settings)
+
+
+def test_deterministic_stop_and_resume_is_bitwise_equal_to_an_uninterrupted_run(tmp_path, deterministic_run):
+    settings, whole = deterministic_run
+    assert_same_final_model(whole, stopped_then_resumed(tmp_path, settings, stop_after=8, updates=DETERMINISTIC_UPDATES))
+
+
+def test_deterministic_gang_restarted_before_its_first_checkpoint_is_bitwise_equal_to_an_uninterrupted_run(tmp_path, deterministic_run):
     """A rank killed before the first save (in the rendezvous, `kuberl run` killed in its first seconds) restarts
     the gang from zero as generation 1, whose seeds differed from generation 0's: the run ended at other weights
     and other timesteps than an uninterrupted one, with deterministic mode on (bench/chaos.py, rendezvous-kill)."""
-    settings = spec(totalTimesteps=8 * 2 * 4 * 32, deterministic=True)
-    whole = make_job(tmp_path / "whole", raw_spec=settings)
-    assert Ranks(whole).wait(timeout=120) == [0, 0]
-    restarted = make_job(tmp_path / "restarted", raw_spec=settings)
+    settings, whole = deterministic_run
+    restarted = make_job(tmp_path, raw_spec=settings)
     ranks = Ranks(restarted, extra_env={contract.ENV_RESTART: "1"})  # nothing to resume from: a fresh start
     assert ranks.wait(timeout=120) == [0, 0], ranks.log(0) + ranks.log(1)
 
