@@ -208,7 +208,8 @@ def test_a_custom_torchruns_store_is_unreachable_with_a_private_network(tmp_path
 
 
 def test_a_killed_rank_restarts_the_gang_from_its_checkpoint(tmp_path):
-    write_job(tmp_path, totalTimesteps=30000, success={"targetReturn": None})
+    budget = 10_000  # the kill comes at the second checkpoint (512 timesteps); after the restart the run trains to its end
+    write_job(tmp_path, totalTimesteps=budget, success={"targetReturn": None})
     proc = start(tmp_path)
     wait_for(lambda: len(checkpoints(tmp_path)) >= 2 and len(rank_processes(tmp_path)) == 2, 90, proc, "checkpoint")
     victim = min(rank_processes(tmp_path)[f"{JOB}-1"])
@@ -223,7 +224,7 @@ def test_a_killed_rank_restarts_the_gang_from_its_checkpoint(tmp_path):
     # the generation's first row marks where it resumed (kuberl plot's dotted line); its training rows go on from there
     assert resumed_at > 0 and [r["timesteps"] for r in rows if r.get("resumed")] == [resumed_at], rows
     assert min(r["timesteps"] for r in rows if r["restart"] == 1 and not r.get("resumed")) > resumed_at, rows
-    assert max(r["timesteps"] for r in rows) > 29000  # the budget, in whole updates
+    assert max(r["timesteps"] for r in rows) > budget - 1000  # the budget, in whole updates
     assert rank_processes(tmp_path) == {}
 
 
