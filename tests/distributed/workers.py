@@ -176,85 +176,79 @@ def gradient_sync(out: Path) -> None:
         torch.save(result, out / f"rank-{ctx.rank}.pt")
 
 
-def stop_while_learning(out: Path) -> None:
+def stop_while_learning(ctx) -> dict:
     """Rank 1 alone is asked to stop, during its second epoch (its third minibatch step of 2 per epoch);
     rank 0 never is. Each rank records its update's report and weights."""
-    with process_group("gloo", 60, 60) as ctx:
-        trainer = PPOTrainer(ctx, PPOConfig(num_steps=STEPS, update_epochs=4, num_minibatches=2), "CartPole-v1", 2, {},
-                             10**6, 1, 0)
-        stop, steps = stop_rank_1_at_step(trainer, 3)
-        report = trainer.update(stop.is_set, False)
-        torch.save({"epochs_run": report.epochs_run, "stop": report.stop, "steps": len(steps), "agent": params(trainer)},
-                   out / f"rank-{ctx.rank}.pt")
+    trainer = PPOTrainer(ctx, PPOConfig(num_steps=STEPS, update_epochs=4, num_minibatches=2), "CartPole-v1", 2, {},
+                         10**6, 1, 0)
+    stop, steps = stop_rank_1_at_step(trainer, 3)
+    report = trainer.update(stop.is_set, False)
+    return {"epochs_run": report.epochs_run, "stop": report.stop, "steps": len(steps), "agent": params(trainer)}
 
 
-def votes_where_epochs_are_long(out: Path) -> None:
+def votes_where_epochs_are_long(ctx) -> dict:
     """The all-reduces (distributed.all_reduce_sum) of three updates of CartPole, whose epochs take
     milliseconds: the first reads a stop after each epoch (nothing measured yet), the next ones only at
     their rollout's all-reduce. Rank 1 is asked to stop during the second update's learning. Votes are
     STOP_VOTE_SECONDS apart: set to 60 s here, an epoch is short beside it however loaded the machine (at
-    0.5 s, an epoch of two ranks stretched past 0.125 s by the load would get a vote each)."""
+    0.5 s, an epoch of two ranks stretched past 0.125 s by the load would get a vote each). Both settings
+    stay for the rest of the process: learning_stops runs it last."""
     from kuberl_trainer import base, distributed
 
     base.STOP_VOTE_SECONDS = 60.0
-    with process_group("gloo", 60, 60) as ctx:
-        trainer = PPOTrainer(ctx, PPOConfig(num_steps=STEPS, update_epochs=4, num_minibatches=2), "CartPole-v1", 2, {},
-                             10**6, 1, 0)
-        calls, real = [], distributed.all_reduce_sum
-        distributed.all_reduce_sum = lambda *args: calls.append(1) or real(*args)
-        stop, step = threading.Event(), trainer.learner.step
-        counts, stops = [], []
-        for update in range(3):
-            if update == 1 and ctx.rank == 1:
-                trainer.learner.step = lambda *args: stop.set() or step(*args)
-            calls.clear()
-            stops.append(trainer.update(stop.is_set, False).stop)
-            counts.append(len(calls))
-        torch.save({"counts": counts, "stops": stops, "epoch_seconds": trainer.learning_stop.unit_seconds,
-                    "vote_seconds": base.STOP_VOTE_SECONDS}, out / f"rank-{ctx.rank}.pt")
+    trainer = PPOTrainer(ctx, PPOConfig(num_steps=STEPS, update_epochs=4, num_minibatches=2), "CartPole-v1", 2, {},
+                         10**6, 1, 0)
+    calls, real = [], distributed.all_reduce_sum
+    distributed.all_reduce_sum = lambda *args: calls.append(1) or real(*args)
+    stop, step = threading.Event(), trainer.learner.step
+    counts, stops = [], []
+    for update in range(3):
+        if update == 1 and ctx.rank == 1:
+            trainer.learner.step = lambda *args: stop.set() or step(*args)
+        calls.clear()
+        stops.append(trainer.update(stop.is_set, False).stop)
+        counts.append(len(calls))
+    return {"counts": counts, "stops": stops, "epoch_seconds": trainer.learning_stop.unit_seconds,
+            "vote_seconds": base.STOP_VOTE_SECONDS}
 
 
-def dqn_stop_while_learning(out: Path) -> None:
+def dqn_stop_while_learning(ctx) -> dict:
     """DQN's first learning iteration, 64 gradient steps (untimed yet: a vote every 16), rank 1 alone asked to
     stop at its 20th; rank 0 never is. Each rank records the iterations' reports and its weights."""
-    with process_group("gloo", 60, 60) as ctx:
-        hp = DQNConfig(learning_starts=64, batch_size=16, buffer_size=512, train_frequency=8, gradient_steps=64)
-        trainer = DQNTrainer(ctx, hp, "CartPole-v1", 2, {}, 10**6, 1, 0, fast=False)
-        stop, steps = stop_rank_1_at_step(trainer, 20)
-        reports = []
-        while not reports or not reports[-1].stop:
-            reports.append(trainer.update(stop.is_set, False))
-        torch.save({"reports": [(r.epochs_run, r.stop) for r in reports], "steps": len(steps), "agent": params(trainer)},
-                   out / f"rank-{ctx.rank}.pt")
+    hp = DQNConfig(learning_starts=64, batch_size=16, buffer_size=512, train_frequency=8, gradient_steps=64)
+    trainer = DQNTrainer(ctx, hp, "CartPole-v1", 2, {}, 10**6, 1, 0, fast=False)
+    stop, steps = stop_rank_1_at_step(trainer, 20)
+    reports = []
+    while not reports or not reports[-1].stop:
+        reports.append(trainer.update(stop.is_set, False))
+    return {"reports": [(r.epochs_run, r.stop) for r in reports], "steps": len(steps), "agent": params(trainer)}
 
 
-def graphed_q(out: Path) -> None:
+def graphed_q(ctx) -> dict:
     """DQN's graphed learner (learners.GraphedQLearner, its bookkeeping without a GPU: graph=False)
     beside the reference (DDP) on two ranks that start from different weights and learn on different
     batches: each records both learners' weights after a few steps."""
     from kuberl.core.spec import DQNConfig
     from kuberl_trainer import dqn, learners
 
-    with process_group("gloo", 60, 60) as ctx:
-        made = {}
-        for name, kind in (("reference", learners.AutogradQLearner), ("graphed", learners.GraphedQLearner)):
-            torch.manual_seed(10 + ctx.rank)  # rank 0's weights must win, everywhere
-            agent, target = dqn.QNetwork(4, 2, [16]), dqn.QNetwork(4, 2, [16])
-            extra = {"graph": False} if kind is learners.GraphedQLearner else {}
-            made[name] = kind(agent, target, DQNConfig(batch_size=8, learning_rate=1e-2), ctx, dqn.q_loss,
-                              dict.fromkeys(("train_forward", "backward_optimizer"), 0.0), **extra)
-        rng = np.random.default_rng(ctx.rank)
-        for _ in range(5):
-            obs, next_obs = (torch.from_numpy(rng.normal(size=(16, 4)).astype(np.float32)) for _ in range(2))
-            batch = (obs, torch.from_numpy(rng.integers(0, 2, 16)), torch.from_numpy(rng.normal(size=16).astype(np.float32)),
-                     torch.full((16,), 0.99))
-            for learner in made.values():
-                next_inputs = learner.inputs(next_obs)
-                learner.learn_draw((*batch, next_inputs), learner.target_q(next_inputs))
-        torch.save({name: {"agent": [p.detach().clone() for p in learner.agent.parameters()],
-                           "target": [p.detach().clone() for p in learner.target.parameters()],
-                           "allreduces": len(learner.allreduce_seconds)} for name, learner in made.items()},
-                   out / f"rank-{ctx.rank}.pt")
+    made = {}
+    for name, kind in (("reference", learners.AutogradQLearner), ("graphed", learners.GraphedQLearner)):
+        torch.manual_seed(10 + ctx.rank)  # rank 0's weights must win, everywhere
+        agent, target = dqn.QNetwork(4, 2, [16]), dqn.QNetwork(4, 2, [16])
+        extra = {"graph": False} if kind is learners.GraphedQLearner else {}
+        made[name] = kind(agent, target, DQNConfig(batch_size=8, learning_rate=1e-2), ctx, dqn.q_loss,
+                          dict.fromkeys(("train_forward", "backward_optimizer"), 0.0), **extra)
+    rng = np.random.default_rng(ctx.rank)
+    for _ in range(5):
+        obs, next_obs = (torch.from_numpy(rng.normal(size=(16, 4)).astype(np.float32)) for _ in range(2))
+        batch = (obs, torch.from_numpy(rng.integers(0, 2, 16)), torch.from_numpy(rng.normal(size=16).astype(np.float32)),
+                 torch.full((16,), 0.99))
+        for learner in made.values():
+            next_inputs = learner.inputs(next_obs)
+            learner.learn_draw((*batch, next_inputs), learner.target_q(next_inputs))
+    return {name: {"agent": [p.detach().clone() for p in learner.agent.parameters()],
+                   "target": [p.detach().clone() for p in learner.target.parameters()],
+                   "allreduces": len(learner.allreduce_seconds)} for name, learner in made.items()}
 
 
 def graphed_ranks(out: Path) -> None:
@@ -323,8 +317,16 @@ def gather(out: Path) -> None:
         torch.save({"gathered": distributed.gather_bytes(ctx, own)}, out / f"rank-{ctx.rank}.pt")
 
 
+def learning_stops(out: Path) -> None:
+    """graphed_q, then the stops while learning, then the votes (whose settings stay), in one process group:
+    a launch of two ranks costs their imports and rendezvous, more than these few updates."""
+    with process_group("gloo", 60, 60) as ctx:
+        seen = {scenario.__name__: scenario(ctx)
+                for scenario in (graphed_q, stop_while_learning, dqn_stop_while_learning, votes_where_epochs_are_long)}
+        torch.save(seen, out / f"rank-{ctx.rank}.pt")
+
+
 if __name__ == "__main__":
     {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch,
-     "gradient_sync": gradient_sync, "gather": gather, "graphed_q": graphed_q, "graphed_ranks": graphed_ranks,
-     "stop_while_learning": stop_while_learning, "votes_where_epochs_are_long": votes_where_epochs_are_long,
-     "dqn_stop_while_learning": dqn_stop_while_learning}[sys.argv[1]](Path(sys.argv[2]))
+     "gradient_sync": gradient_sync, "gather": gather, "graphed_ranks": graphed_ranks,
+     "learning_stops": learning_stops}[sys.argv[1]](Path(sys.argv[2]))
