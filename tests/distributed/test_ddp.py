@@ -67,12 +67,19 @@ def test_right_after_resume_every_rank_holds_the_saved_state(tmp_path):
                 assert torch.equal(state["optimizer"]["state"][key][field], tensor), (key, field)
 
 
-def test_fused_ranks_start_from_rank0_weights_without_constructing_ddp(tmp_path):
+@pytest.fixture(scope="module")
+def two_rank_scenarios(tmp_path_factory) -> dict[str, list[dict]]:
+    """workers.two_rank_scenarios: what each rank saw of each of its scenarios, by scenario."""
+    ranks = run_workers("two_rank_scenarios", tmp_path_factory.mktemp("scenarios"), 2)
+    return {scenario: [seen[scenario] for seen in ranks] for scenario in ranks[0]}
+
+
+def test_fused_ranks_start_from_rank0_weights_without_constructing_ddp(two_rank_scenarios):
     """The fused path takes of DDP only its initial broadcast
     (distributed.take_rank0_parameters): ranks seeded differently still start
     equal, DQN's target equal to its online network, and torch._dynamo (which
     DDP's constructor imports, 0.8 s) stays unimported."""
-    ranks = run_workers("initial", tmp_path, 2)
+    ranks = two_rank_scenarios["initial"]
     for part in ("ppo", "dqn", "dqn_target"):
         for name, tensor in ranks[0][part].items():
             assert torch.equal(tensor, ranks[1][part][name]), (part, name)
@@ -138,28 +145,21 @@ def test_bytes_of_every_rank_reach_rank_0_whole_and_unpickled(tmp_path):
     assert ranks[1]["gathered"] is None and ranks[2]["gathered"] is None
 
 
-@pytest.fixture(scope="module")
-def learning_stops(tmp_path_factory) -> dict[str, list[dict]]:
-    """workers.learning_stops: what each rank saw of each of its scenarios, by scenario."""
-    ranks = run_workers("learning_stops", tmp_path_factory.mktemp("stops"), 2)
-    return {scenario: [seen[scenario] for seen in ranks] for scenario in ranks[0]}
-
-
-def test_a_stop_one_rank_is_asked_for_while_learning_ends_every_ranks_learning_after_the_same_epoch(learning_stops):
+def test_a_stop_one_rank_is_asked_for_while_learning_ends_every_ranks_learning_after_the_same_epoch(two_rank_scenarios):
     """A stop is read between epochs, every rank's in one all-reduce: rank 1's signal, in its second epoch,
     ends both ranks' learning after that epoch (the same backward passes: DDP would hang otherwise) and
     ends the run at this update on both. It waited for every epoch, and then a whole update more."""
-    ranks = learning_stops["stop_while_learning"]
+    ranks = two_rank_scenarios["stop_while_learning"]
     assert [(r["epochs_run"], r["steps"], r["stop"]) for r in ranks] == [(2, 4, True)] * 2
     for name, tensor in ranks[0]["agent"].items():
         assert torch.equal(tensor, ranks[1]["agent"][name]), name
 
 
-def test_a_stop_one_rank_is_asked_for_while_dqn_learns_ends_every_ranks_gradient_steps_at_the_same_vote(learning_stops):
+def test_a_stop_one_rank_is_asked_for_while_dqn_learns_ends_every_ranks_gradient_steps_at_the_same_vote(two_rank_scenarios):
     """DQN read a stop at its iteration's all-reduce alone: a stop while it learned waited for every gradient step
     (5 s on the Pong example; with gradientSteps in the hundreds, past a pod's grace period). Now, as PPO's epochs,
     its steps end at the next vote (every 16 of 64 while untimed): rank 1's stop at step 20 ends both at 32."""
-    ranks = learning_stops["dqn_stop_while_learning"]
+    ranks = two_rank_scenarios["dqn_stop_while_learning"]
     for rank in ranks:
         *before, (steps_run, stopped) = rank["reports"]
         assert (steps_run, stopped) == (32, True) and all(not stop for _, stop in before), rank["reports"]
@@ -168,10 +168,10 @@ def test_a_stop_one_rank_is_asked_for_while_dqn_learns_ends_every_ranks_gradient
         assert torch.equal(tensor, ranks[1]["agent"][name]), name
 
 
-def test_ranks_whose_epochs_take_milliseconds_read_a_stop_at_the_rollouts_all_reduce_alone(learning_stops):
+def test_ranks_whose_epochs_take_milliseconds_read_a_stop_at_the_rollouts_all_reduce_alone(two_rank_scenarios):
     """A vote is an all-reduce (3 ms between two ranks on a loaded 2-core machine): CartPole's epochs, a few ms,
     would pay one per epoch for a stop that waits for one short update at most."""
-    ranks = learning_stops["votes_where_epochs_are_long"]
+    ranks = two_rank_scenarios["votes_where_epochs_are_long"]
     for rank in ranks:
         assert rank["counts"] == [1 + 4, 1, 1]  # the rollout's all-reduce, then one vote per epoch until measured
         assert rank["stops"] == [False, False, True]  # rank 1's stop in the second update's learning: the third's
@@ -186,11 +186,11 @@ def test_the_graphed_learners_between_two_gloo_ranks_learn_what_ddp_learns(tmp_p
     assert not any(learner["captured"] for seen in ranks for learner in seen["learners"].values())
 
 
-def test_dqns_graphed_learner_keeps_ranks_equal_and_learns_what_ddp_learns(learning_stops):
+def test_dqns_graphed_learner_keeps_ranks_equal_and_learns_what_ddp_learns(two_rank_scenarios):
     """learners.GraphedQLearner (a GPU rank's DQN learner in fp32) sums one flat gradient between its
     graphs and takes rank 0's weights without DDP: two ranks that started apart end equal, their target
     networks too, at the weights DDP's reference learner reaches on the same batches."""
-    ranks = learning_stops["graphed_q"]
+    ranks = two_rank_scenarios["graphed_q"]
     for name in ("reference", "graphed"):
         for a, b in zip(ranks[0][name]["agent"], ranks[1][name]["agent"], strict=True):
             assert torch.equal(a, b), name

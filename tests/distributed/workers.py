@@ -103,21 +103,21 @@ def resume(out: Path) -> None:
                     "counters": vars(trainer.counters).copy()}, out / f"rank-{ctx.rank}.pt")
 
 
-def initial(out: Path) -> None:
+def initial(ctx) -> dict:
     """Each rank builds the fused PPO and DQN trainers from its OWN seed;
     records their weights, and whether torch._dynamo got imported (DDP's
-    constructor imports it; the fused path must not construct DDP)."""
+    constructor imports it; the fused path must not construct DDP): first
+    in its process, before anything else could import it."""
     from kuberl.core.spec import DQNConfig
     from kuberl_trainer.dqn import DQNTrainer
 
-    with process_group("gloo", 60, 60) as ctx:
-        seed = 10 + ctx.rank
-        ppo = PPOTrainer(ctx, PPOConfig(num_steps=STEPS), "CartPole-v1", 2, {}, 10_000, seed, 0)
-        dqn = DQNTrainer(ctx, DQNConfig(hidden_sizes=[16, 16]), "CartPole-v1", 2, {}, 10_000, seed, 0)
-        assert type(ppo.learner).__name__ == "FusedPPOStep" and type(dqn.learner).__name__ == "FusedQLearner"
-        torch.save({"ppo": params(ppo), "dqn": {k: v.clone() for k, v in dqn.agent.state_dict().items()},
-                    "dqn_target": {k: v.clone() for k, v in dqn.target.state_dict().items()},
-                    "dynamo_imported": "torch._dynamo" in sys.modules}, out / f"rank-{ctx.rank}.pt")
+    seed = 10 + ctx.rank
+    ppo = PPOTrainer(ctx, PPOConfig(num_steps=STEPS), "CartPole-v1", 2, {}, 10_000, seed, 0)
+    dqn = DQNTrainer(ctx, DQNConfig(hidden_sizes=[16, 16]), "CartPole-v1", 2, {}, 10_000, seed, 0)
+    assert type(ppo.learner).__name__ == "FusedPPOStep" and type(dqn.learner).__name__ == "FusedQLearner"
+    return {"ppo": params(ppo), "dqn": {k: v.clone() for k, v in dqn.agent.state_dict().items()},
+            "dqn_target": {k: v.clone() for k, v in dqn.target.state_dict().items()},
+            "dynamo_imported": "torch._dynamo" in sys.modules}
 
 
 def mismatch(out: Path) -> None:
@@ -192,7 +192,7 @@ def votes_where_epochs_are_long(ctx) -> dict:
     their rollout's all-reduce. Rank 1 is asked to stop during the second update's learning. Votes are
     STOP_VOTE_SECONDS apart: set to 60 s here, an epoch is short beside it however loaded the machine (at
     0.5 s, an epoch of two ranks stretched past 0.125 s by the load would get a vote each). Both settings
-    stay for the rest of the process: learning_stops runs it last."""
+    stay for the rest of the process: two_rank_scenarios runs it last."""
     from kuberl_trainer import base, distributed
 
     base.STOP_VOTE_SECONDS = 60.0
@@ -317,16 +317,16 @@ def gather(out: Path) -> None:
         torch.save({"gathered": distributed.gather_bytes(ctx, own)}, out / f"rank-{ctx.rank}.pt")
 
 
-def learning_stops(out: Path) -> None:
-    """graphed_q, then the stops while learning, then the votes (whose settings stay), in one process group:
-    a launch of two ranks costs their imports and rendezvous, more than these few updates."""
+def two_rank_scenarios(out: Path) -> None:
+    """initial (first: it records whether torch._dynamo was imported), graphed_q, the stops while learning, then
+    the votes (whose settings stay), in one process group: a launch of two ranks costs their imports and
+    rendezvous, more than these few updates."""
     with process_group("gloo", 60, 60) as ctx:
-        seen = {scenario.__name__: scenario(ctx)
-                for scenario in (graphed_q, stop_while_learning, dqn_stop_while_learning, votes_where_epochs_are_long)}
+        seen = {scenario.__name__: scenario(ctx) for scenario in
+                (initial, graphed_q, stop_while_learning, dqn_stop_while_learning, votes_where_epochs_are_long)}
         torch.save(seen, out / f"rank-{ctx.rank}.pt")
 
 
 if __name__ == "__main__":
-    {"equivalence": equivalence, "resume": resume, "initial": initial, "mismatch": mismatch,
-     "gradient_sync": gradient_sync, "gather": gather, "graphed_ranks": graphed_ranks,
-     "learning_stops": learning_stops}[sys.argv[1]](Path(sys.argv[2]))
+    {"equivalence": equivalence, "resume": resume, "mismatch": mismatch, "gradient_sync": gradient_sync,
+     "gather": gather, "graphed_ranks": graphed_ranks, "two_rank_scenarios": two_rank_scenarios}[sys.argv[1]](Path(sys.argv[2]))
