@@ -305,6 +305,27 @@ def test_a_claim_over_its_quota_is_a_full_volume_naming_what_a_checkpoint_needs(
         " needs " in str(full.value), str(full.value)
 
 
+def test_a_checkpoint_past_the_file_size_limit_keeps_the_last_good_one_and_says_the_limit(tmp_path):
+    """A write past the largest file the volume or the process may write (EFBIG: `ulimit -f` in the shell that runs
+    kuberl run, a FUSE volume's object size limit) was a bare 'Crashed: OSError: [Errno 27] File too large' after a
+    traceback, counted as a crash with no word of the bytes or the limit. Now a full volume's reason, naming both;
+    the last good checkpoint still loads and no temp file is left (Python ignores SIGXFSZ: the write fails)."""
+    import resource
+
+    last_good = checkpoint.save(str(tmp_path), 1, ppo_like_state(1), keep=3)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(last_good) + 1, hard))
+    bigger = {**ppo_like_state(2), "padding": torch.zeros(10_000)}
+    try:
+        with pytest.raises(checkpoint.CheckpointVolumeFull) as full:
+            checkpoint.save(str(tmp_path), 2, bigger, keep=3, volume="claim j-checkpoints", last_good=last_good)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    said = str(full.value)
+    assert full.value.errno == errno.EFBIG and "refuses a file of " in said and "(EFBIG" in said, said
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-0000000001.pt"] and checkpoint.read(last_good)["counters"]["updates"] == 1
+
+
 @pytest.mark.parametrize(("error", "writable_at_start", "reason"), [
     (errno.EIO, True, "CheckpointVolumeUnavailable"),  # a lost disk or network session: uncounted restart
     (errno.ESTALE, True, "CheckpointVolumeUnavailable"),
@@ -314,6 +335,7 @@ def test_a_claim_over_its_quota_is_a_full_volume_naming_what_a_checkpoint_needs(
     (errno.EROFS, False, "CheckpointVolumeReadOnly"),  # mounted read-only: permanent, as before
     (errno.ENOSPC, True, "CheckpointVolumeFull"),
     (errno.EDQUOT, True, "CheckpointVolumeFull"),
+    (errno.EFBIG, True, "CheckpointVolumeFull"),  # past the largest file the volume or the process may write
     (errno.EACCES, True, "CheckpointVolumeForbidden"),
     (errno.EPERM, False, "CheckpointVolumeForbidden"),
     (errno.EINVAL, True, None),  # not the volume's: raised as it is (Crashed)

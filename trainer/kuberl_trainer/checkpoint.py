@@ -262,8 +262,8 @@ def volume_failure(error_number: int | None, writable_at_start: bool) -> str | N
     """The reason an OSError of `error_number` on the checkpoint volume ends the rank with, or None (not the
     volume's: raised as it is, a Crashed). `writable_at_start`: this rank found the volume writable when it
     started (check_writable), so a read-only one now was remounted under it, not mounted so."""
-    if error_number in (errno.ENOSPC, errno.EDQUOT):
-        return FULL  # retryable and counted: the claim must grow, or keep shrink
+    if error_number in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return FULL  # retryable and counted: the claim must grow, or keep shrink (EFBIG: the file cannot)
     if error_number in (errno.EACCES, errno.EPERM):
         return FORBIDDEN  # permanent: who may write does not change by waiting
     if error_number == errno.EROFS:
@@ -301,9 +301,16 @@ class CheckpointVolumeFull(OSError):
     """No space left for a checkpoint (ENOSPC, or EDQUOT: the quota network filesystems such as CephFS
     and NFS set per claim), retryable (a claim can be expanded), with what one needs. Under `kuberl run`
     (paths.on_this_machine) the volume is a directory of this machine's disk: how many more bytes must be
-    freed there is said instead of a claim to expand."""
+    freed there is said instead of a claim to expand. `too_large`: EFBIG, a file past the largest the volume
+    or the process may write (RLIMIT_FSIZE, `ulimit -f`), however much space is free."""
 
-    def __init__(self, directory: str, need: int, volume: str, keep: int, quota: bool = False):
+    def __init__(self, directory: str, need: int, volume: str, keep: int, quota: bool = False, too_large: bool = False):
+        if too_large:
+            limit = ("the file size limit (ulimit -f) of the shell that ran kuberl run, or the disk's largest file"
+                     if paths.on_this_machine() else "the container's file size limit, or the volume's largest file")
+            where = f"the disk holding {volume}" if paths.on_this_machine() else f"the checkpoint volume ({volume})"
+            super().__init__(errno.EFBIG, f"{where} refuses a file of {need} bytes (EFBIG: past {limit})", directory)
+            return
         try:
             fs = os.statvfs(directory)
             free = fs.f_bavail * fs.f_frsize
@@ -756,7 +763,8 @@ def write_on_volume(path: str, data: bytes, volume: str = "", keep: int = 0, las
     except OSError as e:
         failure = volume_failure(e.errno, writable_at_start=True)
         if failure == FULL:
-            raise CheckpointVolumeFull(directory, len(data), volume or directory, keep, quota=e.errno == errno.EDQUOT) from e
+            raise CheckpointVolumeFull(directory, len(data), volume or directory, keep, quota=e.errno == errno.EDQUOT,
+                                       too_large=e.errno == errno.EFBIG) from e
         if failure == UNAVAILABLE:
             raise CheckpointVolumeUnavailable("writing", path, e, last_good) from e
         raise
