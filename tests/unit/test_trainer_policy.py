@@ -658,12 +658,19 @@ def test_kuberl_eval_writes_a_small_mean_return_with_the_digits_a_target_is_judg
     assert capsys.readouterr().out.startswith("CartPole-v1: mean return 0.667 ± 0.471 over 3 episode(s)")
 
 
+DTYPES_NOT_WEIGHTS = {"complex-nan": torch.complex64, "int": torch.int64, "bool": torch.bool}
+
+
 def forged(model: dict, edit: str) -> dict:
     agent = dict(model["agent"])
     if edit == "nan":
         agent = {**agent, "net.0.weight": torch.full_like(agent["net.0.weight"], float("nan"))}
     elif edit == "another-box":
         agent = {**agent, "action_scale": agent["action_scale"] * 5}
+    elif edit in DTYPES_NOT_WEIGHTS:
+        weight = agent["net.0.weight"]
+        agent = {**agent, "net.0.weight": weight.to(torch.complex64) + complex(float("nan"), 0) if edit == "complex-nan"
+                 else weight.to(DTYPES_NOT_WEIGHTS[edit])}
     return {**model, "agent": agent, **({"algorithm": "td3"} if edit == "sac-as-td3" else {})}
 
 
@@ -672,6 +679,12 @@ def forged(model: dict, edit: str) -> dict:
                     " and 1 more; not its own torso.0.weight, torso.0.bias, mean.weight and 3 more (a model of another algorithm")),
     ("nan", "the weights do not fit Pendulum-v1's td3 network: net.0.weight holds NaN or infinite values"),
     ("another-box", "the weights' action_scale is not Pendulum-v1's action box's (trained on another box, or edited)"),
+    # a complex NaN passed the finite check (floating tensors only), load_state_dict kept its real part with a warning,
+    # and the first action raised torch's traceback; int and bool weights were cast in silence
+    ("complex-nan", ("the weights do not fit Pendulum-v1's td3 network: net.0.weight holds torch.complex64 values, not"
+                     " real floating point")),
+    ("int", "the weights do not fit Pendulum-v1's td3 network: net.0.weight holds torch.int64 values, not real floating point"),
+    ("bool", "the weights do not fit Pendulum-v1's td3 network: net.0.weight holds torch.bool values, not real floating point"),
 ])
 def test_a_final_model_whose_weights_are_not_its_algorithms_for_its_env_is_refused_naming_why(tmp_path, capsys, edit, words):
     """A final-model.pt edited to claim td3 around SAC's actor said only torch's first line, `Error(s) in loading

@@ -417,7 +417,8 @@ NAMES_SHOWN = 3  # a state_dict's names named in a refusal at most
 def weights_problem(model: dict, network: nn.Module) -> str | None:
     """Why a model's weights (a state_dict from a file, anyone's) cannot be the network's: names it lacks or has
     beyond the network's (a SAC actor's weights in a file that says td3: torch's refusal named none of them in its
-    first line, all kuberl eval showed), or a weight that is NaN or infinite (it played NaN actions, a NaN return)."""
+    first line, all kuberl eval showed), a weight of no real floating type (complex, integer, bool: load_state_dict
+    casts them), or a weight that is NaN or infinite (it played NaN actions, a NaN return)."""
     agent, own = model["agent"], network.state_dict()
     missing, extra = [n for n in own if n not in agent], [n for n in agent if n not in own]
     if missing or extra:
@@ -427,6 +428,8 @@ def weights_problem(model: dict, network: nn.Module) -> str | None:
         return "; ".join([*([f"missing {named(missing)}"] if missing else []), *([f"not its own {named(extra)}"] if extra else [])]
                          ) + " (a model of another algorithm, or edited?)"
     for name, value in agent.items():
+        if own[name].is_floating_point() and not value.is_floating_point():  # load_state_dict would cast it in silence
+            return f"{safetext.one_line(name)[:80]} holds {value.dtype} values, not real floating point (edited?)"
         if value.is_floating_point() and value.shape == own[name].shape and not bool(torch.isfinite(value).all()):
             return f"{safetext.one_line(name)[:80]} holds NaN or infinite values (a run that diverged, or edited)"
     return None
