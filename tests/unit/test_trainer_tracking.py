@@ -154,6 +154,16 @@ def test_the_run_record_on_the_tenants_volume_is_never_waited_on_nor_written_thr
     assert sorted(os.listdir(checkpoints)) == [RUN_RECORD]
 
 
+def test_a_directory_at_the_run_records_name_is_no_record_and_holds_no_descriptor(tmp_path):
+    """A directory made at the record's name (the tenant's volume) raised IsADirectoryError from the reader, whose only
+    words were 'Is a directory: 3' (the descriptor it leaked), and the tracker stopped before its run started; every
+    reader of a run's records (status.json, job.yaml, fingerprint.json under kuberl run and eval) shares it."""
+    (tmp_path / RUN_RECORD).mkdir()
+    before = len(os.listdir("/proc/self/fd"))
+    assert [tracking.read_record(str(tmp_path / RUN_RECORD)) for _ in range(5)] == [None] * 5
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
 def test_a_recorded_run_id_no_server_takes_starts_a_new_run(store):
     """mlflow-run.json is the tenant's file: a run id the server refuses as no run id at all (an edited record, a
     truncated write) ended tracking for the whole run ("not tracked from here on"), where a run deleted from the server

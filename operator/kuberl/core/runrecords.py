@@ -41,11 +41,10 @@ def open_regular(path: str):
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return None
-    f = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        f.close()
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which raises for a directory and leaves fd open
+        os.close(fd)
         return None
-    return f
+    return os.fdopen(fd, "rb")
 
 
 def recorded_learned_values(run_dir: str) -> dict | None:
