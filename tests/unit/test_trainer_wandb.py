@@ -165,6 +165,20 @@ def test_a_server_that_refuses_is_said_once_and_training_finishes(offline, monke
     assert not os.path.exists(os.path.join(run.checkpoint_dir, RUN_RECORD))
 
 
+def test_client_variables_w_and_b_refuses_are_said_by_name_with_what_it_expects(tmp_path):
+    """WANDB_MODE or WANDB_BASE_URL in the pod template that W&B's settings refuse was said as pydantic's first line,
+    'ValidationError: 1 validation error for Settings', naming neither the variable nor what W&B takes."""
+    said: list[str] = []
+    environ = {"WANDB_MODE": "onlin", "WANDB_BASE_URL": "ftp://user:secret@wandb.example", "WANDB_API_KEY": FAKE_KEY}
+    run = tracking_wandb.wandb_run(str(tmp_path), "p", None, None, [], {}, "job", "ns", "uid", 0, environ=environ,
+                                   log=said.append)
+    run.write({"timesteps": 1, "episode_return_mean": 1.0, "steps_per_second": 1.0})
+    run.sender.join(120)
+    [line] = said
+    assert "WANDB_BASE_URL: URL scheme should be 'http' or 'https'" in line and "WANDB_MODE: Input should be 'online'," in line, line
+    assert "secret" not in line and "\n" not in line and os.listdir(tmp_path) == [], line
+
+
 def test_points_become_history_rows_against_global_step():
     """One row a step, as W&B's run.log takes them; a tag again at one step (two episodes ending together) a row
     of its own, so no point overwrites another."""

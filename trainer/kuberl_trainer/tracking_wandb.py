@@ -114,6 +114,16 @@ def run_to_resume(recorded: object, base_url: str, entity: str | None, project: 
     return recorded["runId"], None
 
 
+def settings_refusal(error: ValueError) -> str:
+    """W&B's refusal of its settings (a pydantic ValidationError), each setting named by the trainer's variable it came
+    from (WANDB_MODE: Input should be 'online', ...), without the value (a URL's password)."""
+    variables = {setting: name for name, setting in CLIENT_ENV.items()}
+    errors = error.errors() if callable(getattr(error, "errors", None)) else []
+    said = [f"{variables.get(str(e['loc'][0]), e['loc'][0]) if e.get('loc') else 'W&B settings'}: {e.get('msg')}"
+            for e in errors[:len(CLIENT_ENV)]]
+    return "; ".join(said) or str(error)
+
+
 # --- the client (the tracker's sender thread) ------------------------------------------------------------------------
 
 def wandb_run(checkpoint_dir: str, project: str, entity: str | None, group: str | None, tags: list[str],
@@ -158,9 +168,13 @@ class WandbBackend:
         run_id, refused = run_to_resume(read_record(path), self.base_url, self.entity, self.project)
         if refused:
             self.log(f"W&B: {refused}: starting a new run")
+        try:
+            settings = wandb.Settings(**CLIENT_SETTINGS, **self.client_env)
+        except ValueError as e:  # pydantic's ValidationError: its first line names no variable
+            raise ValueError(settings_refusal(e)) from None
         run = wandb.init(project=self.project, entity=self.entity, group=self.group, tags=self.tags, notes=self.notes,
                          name=self.job, config=self.config, id=run_id, resume="allow", dir=self.directory,
-                         reinit="create_new", settings=wandb.Settings(**CLIENT_SETTINGS, **self.client_env))
+                         reinit="create_new", settings=settings)
         try:
             run.define_metric(STEP_METRIC)
             run.define_metric("*", step_metric=STEP_METRIC)
