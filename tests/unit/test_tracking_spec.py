@@ -106,6 +106,20 @@ def test_wandb_online_with_no_key_is_warned_of_naming_the_field(tmp_path, capsys
     assert [(w.path, "trainer: custom runs your command" in w.message) for w in tracking_warnings(custom)] == [("spec.tracking.wandb", True)]
 
 
+@pytest.mark.parametrize(("env", "words"), [
+    ({"name": "WANDB_MODE", "value": "onlin"}, "WANDB_MODE].value: 'onlin' is none of W&B's modes (online, offline,"),
+    ({"name": "WANDB_BASE_URL", "value": "ftp://wandb.example"}, "WANDB_BASE_URL].value: 'ftp://wandb.example' is no http"),
+    ({"name": "WANDB_BASE_URL", "value": "https://user:secret@[::1"}, "WANDB_BASE_URL].value: 'https://[::1' is no"),
+])
+def test_a_wandb_variable_w_and_b_refuses_is_warned_of_naming_its_field(tmp_path, capsys, env, words):
+    """W&B refuses such a WANDB_MODE or WANDB_BASE_URL when rank 0 starts its run, which then logs nothing: said at
+    validate, naming the template's variable (its password left out), and the job still valid (a warning)."""
+    template = trainer_env(env, {"name": "WANDB_API_KEY", "value": "k" * 40})
+    code, err = validate(tmp_path, capsys, make_job("j").minimal().replace(tracking=WANDB, template=template))
+    assert code == 0 and f"j: warning: spec.template.spec.containers[name=trainer].env[name={words}" in err, err
+    assert "secret" not in err
+
+
 def test_wandb_online_with_a_login_in_the_users_netrc_is_no_warning_under_kuberl_run(tmp_path, capsys, monkeypatch):
     """`wandb login` keeps its key in ~/.netrc, which kuberl run's ranks read (their HOME is the user's): warning that
     rank 0 would log nothing was false there. A pod's HOME is not the user's: kuberl validate still warns."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from . import atarikwargs, names, replaymemory, torchrun
+from . import atarikwargs, names, replaymemory, safetext, torchrun
 from .podsource import MAX_CONFIGMAP_BYTES
 from .spec import (
     ALGORITHM_BLOCKS,
@@ -733,6 +733,7 @@ MLFLOW_TRACKING_URI = "MLFLOW_TRACKING_URI"
 WANDB_API_KEY = "WANDB_API_KEY"
 WANDB_MODE = "WANDB_MODE"
 WANDB_MODES_WITHOUT_SERVER = ("offline", "disabled", "dryrun")
+WANDB_MODES = ("online", "offline", "shared", "disabled", "dryrun", "run")  # what wandb.Settings.mode takes
 WANDB_BASE_URL, WANDB_DEFAULT_BASE_URL = "WANDB_BASE_URL", "https://api.wandb.ai"
 
 
@@ -742,6 +743,21 @@ def url_host(url: object) -> str | None:
         return urllib.parse.urlsplit(url).hostname if isinstance(url, str) else None
     except ValueError:
         return None
+
+
+def wandb_variable_problems(env: dict, where: str) -> list[Problem]:
+    """A WANDB_MODE or WANDB_BASE_URL value in the trainer's `env` (by name) that W&B's settings refuse when rank 0
+    starts its run (which then logs nothing): a mode none of its modes, a server URL that is no http(s) URL."""
+    found = []
+    mode, url = env.get(WANDB_MODE, {}).get("value"), env.get(WANDB_BASE_URL, {}).get("value")
+    if isinstance(mode, str) and mode not in WANDB_MODES:
+        found.append(Problem(f"{where}[name={WANDB_MODE}].value", f"{safetext.one_line(repr(mode))[:80]} is none of"
+                             f" W&B's modes ({', '.join(WANDB_MODES)}): rank 0 would log nothing to W&B"))
+    if isinstance(url, str) and (not re.match(r"https?://", url, re.IGNORECASE) or url_host(url) is None):
+        shown = safetext.one_line(repr(re.sub(r"(://)[^/?#\s]*@", r"\1", url)))[:80]  # no user or password
+        found.append(Problem(f"{where}[name={WANDB_BASE_URL}].value", f"{shown} is no http(s) URL of a W&B server (W&B"
+                             " refuses it): rank 0 would log nothing to W&B"))
+    return found
 
 
 def tracking_warnings(spec: JobSpec, netrc_hosts: Collection[str] = ()) -> list[Problem]:
@@ -763,9 +779,11 @@ def tracking_warnings(spec: JobSpec, netrc_hosts: Collection[str] = ()) -> list[
     containers = pod.get("containers") if isinstance(pod, dict) else None
     trainer = next((c for c in containers or [] if isinstance(c, dict) and c.get("name") == names.TRAINER_CONTAINER), {})
     env = {e.get("name"): e for e in (trainer.get("env") if isinstance(trainer.get("env"), list) else []) if isinstance(e, dict)}
-    if trainer.get("envFrom"):
-        return []
     where = f"spec.template.spec.containers[name={names.TRAINER_CONTAINER}].env"
+    if spec.tracking.wandb is not None:  # a value env sets wins over envFrom's
+        found.extend(wandb_variable_problems(env, where))
+    if trainer.get("envFrom"):
+        return found
     if spec.tracking.mlflow is not None and MLFLOW_TRACKING_URI not in env:
         found.append(Problem("spec.tracking.mlflow", f"{MLFLOW_TRACKING_URI} is not in the trainer's environment: rank 0"
                              f" would log nothing to MLflow. Set it in {where} (or envFrom a Secret holding it and"
