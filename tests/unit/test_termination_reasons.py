@@ -289,3 +289,33 @@ def test_a_full_disk_under_kuberl_run_keeps_its_directory_and_the_bytes_to_free_
     else:
         assert said.endswith("the final model needs 123456789 bytes. Free 113458453 bytes there, then rerun"), said
     assert "claim" not in said
+
+
+def test_the_launcher_passes_a_signal_on_to_ranks_torch_never_recorded_and_kills_one_past_the_timeout(tmp_path):
+    """A signal between torch's first rank start and its record of them all reached no rank (torch passes it to those
+    it recorded): kuberl's launcher passes it to every child left and waits, as torch does, then SIGKILLs one that
+    outlives TORCH_ELASTIC_SHUTDOWN_TIMEOUT. Here two children stand in for such ranks: one stops on SIGTERM and
+    says so, one ignores it."""
+    import subprocess
+    import sys
+
+    script = f"""
+import signal, subprocess, sys, time
+from kuberl_trainer import launch
+stops = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\\n"
+    "def stop(*_):\\n open({str(tmp_path / 'stopped')!r}, 'w').write('SIGTERM'); sys.exit(0)\\n"
+    "signal.signal(signal.SIGTERM, stop); print('ready', flush=True); time.sleep(600)"], stdout=subprocess.PIPE)
+deaf = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+    " print('ready', flush=True); time.sleep(600)"], stdout=subprocess.PIPE)
+assert stops.stdout.readline() == deaf.stdout.readline() == b"ready\\n"
+launch.stop_ranks_torch_never_recorded(signal.SIGTERM)
+left = launch.children_of_this_process()
+print(left)
+for child in (stops, deaf):  # any left are this test's to end, not an orphan of it
+    child.kill()
+"""
+    env = {**os.environ, contract.ENV_TORCH_SHUTDOWN_TIMEOUT: "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["[]"]  # both reaped: the deaf one after the timeout, not its 600 s
+    assert (tmp_path / "stopped").read_text() == "SIGTERM"
