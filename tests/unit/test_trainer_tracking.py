@@ -113,6 +113,22 @@ def test_a_stop_whose_peer_left_first_ends_the_mlflow_run_as_a_stop_with_every_l
     assert sent == {row["timesteps"] for row in progress_rows(run) if row.get("steps_per_second") is not None} != set()
 
 
+def test_the_mlflow_run_is_started_as_training_starts_not_at_the_first_progress_line(store, monkeypatch):
+    """The client's import and the run's start overlap training: begun at the first progress line, a short run's
+    end waited for both within its deadline, and under load said its lines were not sent (the e2e run of a real
+    server). A generation that ends before its first line is a run too, ended as what it is."""
+    monkeypatch.setattr(tracking, "SEND_DEADLINE_SECONDS", 600.0)  # which run, and how it ended: not how soon
+    said: list[str] = []
+    _trainer, run = one_process_run(tracked_job(), log=said.append)
+    run.load()  # the checkpoint volume read, as training starts
+    [tracker] = run.trackers
+    assert tracker.sender is not None and tracker.queue.empty()  # no line yet
+    run.close_tracking("KILLED")
+    assert not [line for line in said if "not tracked" in line or "not sent" in line], said
+    run_id = tracking.read_record(os.path.join(run.checkpoint_dir, RUN_RECORD))["runId"]
+    assert MlflowClient(store).get_run(run_id).info.status == "KILLED"
+
+
 def test_another_server_or_experiment_starts_a_run_there_and_a_record_is_not_trusted_blindly(tmp_path):
     uri = "https://mlflow.example:5000"
     record = {"trackingUri": uri, "experiment": "e", "runId": "abc"}

@@ -375,6 +375,8 @@ class TrainingSession:
         loaded = self._load()
         if self.ctx.is_main:
             threading.Thread(target=self._mark_stop, name="stop-pending", daemon=True).start()
+            for tracker in self.trackers:  # the volume is read: the run record is where it will be
+                tracker.start()
         if self.startup is not None:
             self.startup.mark("metrics and resume")
             print(self.startup.line(self.ctx.rank), flush=True)

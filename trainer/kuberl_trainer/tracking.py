@@ -5,7 +5,7 @@ episodes that ended between two lines.
 What every tracker shares lives here, each service's client in a backend of its own (tracking_mlflow,
 tracking_wandb): a call to a tracking service blocks (an HTTP request; clients retry a refused one for minutes), so
 nothing runs on the training thread but a queue's put. One thread of its own per tracker imports the client, starts
-or resumes the run and sends each line's points. A service that is down or refuses is said once, and that tracker
+or resumes the run once the checkpoint volume was read (TrackedRun.start), and sends each line's points. A service that is down or refuses is said once, and that tracker
 stops while training goes on; progress.jsonl and TensorBoard still hold every number. At the run's end every tracker
 gets the same SEND_DEADLINE_SECONDS, together.
 
@@ -110,14 +110,19 @@ class TrackedRun:
         points = [*episodes, *((tag, value, int(line["timesteps"])) for tag, value in scalars(line, renames))]
         if not points:
             return
-        if self.sender is None:
-            self.sender = threading.Thread(target=self.send, name=f"tracking {self.backend.name}", daemon=True)
-            self.sender.start()
+        self.start()
         if not self.enqueue(Points(points, int(time.time() * 1000))):  # a service slower than training
             self.dropped += 1
             if self.dropped == 1:
                 self.log(f"{self.backend.name}: {self.queue.qsize()} progress lines ({self.queued_points} points) wait"
                          f" for {self.backend.where()}; later ones are dropped (progress.jsonl and TensorBoard keep them)")
+
+    def start(self) -> None:
+        """The sender started, once: the client's import and the run's start overlap training (at the first line, a
+        short run's end waited for both within its deadline and, under load, left its lines unsent)."""
+        if self.sender is None and not self.failed.is_set():
+            self.sender = threading.Thread(target=self.send, name=f"tracking {self.backend.name}", daemon=True)
+            self.sender.start()
 
     def enqueue(self, line: Points) -> bool:
         """`line` queued for the sender, or False where it would pass QUEUED_LINES_MAX or QUEUED_POINTS_MAX."""
