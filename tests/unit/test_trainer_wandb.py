@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kuberl.core import contract, fingerprint
+from kuberl.core import contract, fingerprint, names, trainerconfig
 from kuberl_trainer import session, tracking, tracking_mlflow, tracking_wandb
 from kuberl_trainer.tensorboard import (
     EPISODE_TAGS,
@@ -269,3 +269,29 @@ def test_a_run_started_whose_record_cannot_be_written_is_finished_failed_not_lef
     [started] = offline_runs(run.checkpoint_dir)
     ended = summary(started)
     assert ended["state"] == "failed" and ended["exit_code"] == 1, ended  # as W&B shows a run ended with exit code 1
+
+
+def test_a_crash_ends_both_tracked_runs_failed_not_running(tmp_path, monkeypatch):
+    """A rank 0 that crashes (an exception in training: here the user's env raising mid-run) ends its MLflow run
+    FAILED and its W&B run with exit code 1: both were left RUNNING, the process gone. The trainer itself, in a
+    process of its own, as a pod runs it."""
+    mlflow = pytest.importorskip("mlflow", reason="the trainer's mlflow extra (mlflow-skinny) is not installed")
+    spec = tracked_job(totalTimesteps=100_000, env={"id": "tests.unit.crashing_envs:CrashingDiscrete", "kwargs": {"after": 100}},
+                       tracking={"wandb": {"project": "crashed"}, "mlflow": {"experiment": "crashed"}})
+    config = tmp_path / names.CONFIG_MOUNT_DIR.lstrip("/") / names.CONFIG_FILE
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps(trainerconfig.trainer_config("t", "default", "uid", spec)))
+    store = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps its file store behind an opt-in
+    env = {**os.environ, contract.ENV_FS_ROOT: str(tmp_path), "WANDB_MODE": "offline", "MLFLOW_ALLOW_FILE_STORE": "true",
+           tracking_mlflow.ENV_TRACKING_URI: store}
+    crashed = subprocess.run([sys.executable, "-m", "kuberl_trainer", "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
+                             check=False, env=env, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
+    assert crashed.returncode == 1 and "the env's own bug" in crashed.stderr, crashed.stderr[-3000:]
+    checkpoints = tmp_path / "checkpoints" / "t-uid"
+    run_id = tracking.read_record(str(checkpoints / tracking_mlflow.RUN_RECORD))["runId"]
+    assert mlflow.tracking.MlflowClient(store).get_run(run_id).info.status == "FAILED"
+    [started] = offline_runs(str(checkpoints))
+    ended = summary(started)
+    assert ended["state"] == "failed" and ended["exit_code"] == 1, ended
+

@@ -178,15 +178,25 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
             if note := gpus_missing(spec.gpus_per_worker, ctx.device):
                 print(f"kuberl trainer: {note}", flush=True)
         try:
-            outcome = trainer.train(session)
-        except PeerLost:
-            if session.end_after_peer_lost(trainer):  # rank 0 holds the replicated state
-                return contract.REASON_STOPPED, f"stopped at timesteps {trainer.counters.global_step} (a peer left first); resumable"
+            try:
+                outcome = trainer.train(session)
+            except PeerLost:
+                if session.end_after_peer_lost(trainer):  # rank 0 holds the replicated state
+                    return contract.REASON_STOPPED, f"stopped at timesteps {trainer.counters.global_step} (a peer left first); resumable"
+                raise
+            message = session.finish(trainer, outcome)
+        except BaseException as e:  # the tracked runs end as what ended them, not left RUNNING (a second end is none)
+            session.close_tracking(ended_as(e))
             raise
-        message = session.finish(trainer, outcome)
         if session.ended_diverged:  # voted in an update, as the run ended (finish's own vote), or a stop's state
             return contract.REASON_DIVERGED, message
         return (contract.REASON_STOPPED if outcome == "stopped" else contract.REASON_SUCCEEDED), message
+
+
+def ended_as(error: BaseException) -> str:
+    """A tracked run's status (MLflow's RunStatus) when `error` ended the generation: KILLED where a restart resumes
+    it as a stop's (a peer left, an interrupt), FAILED for a crash."""
+    return "KILLED" if isinstance(error, (PeerLost, KeyboardInterrupt)) else "FAILED"
 
 
 def main(argv: list[str] | None = None) -> int:
