@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -118,6 +119,7 @@ def test_the_mlflow_run_is_started_as_training_starts_not_at_the_first_progress_
     end waited for both within its deadline, and under load said its lines were not sent (the e2e run of a real
     server). A generation that ends before its first line is a run too, ended as what it is."""
     monkeypatch.setattr(tracking, "SEND_DEADLINE_SECONDS", 600.0)  # which run, and how it ended: not how soon
+    monkeypatch.setattr(tracking, "SEND_CAP_SECONDS", 600.0)
     said: list[str] = []
     _trainer, run = one_process_run(tracked_job(), log=said.append)
     run.load()  # the checkpoint volume read, as training starts
@@ -322,3 +324,32 @@ def test_what_waits_for_a_hung_service_is_bounded_in_points_said_once_and_sent_o
     run.close("FINISHED")
     assert sum(len(line.values) for line in service.sent) == 100 and run.queued_points == 0
     assert service.ended == tracking.End("FINISHED", None) and said == [warning]
+
+
+class SlowService(HeldService):
+    """A service that answers every call, each a second after it is made (a real server on a loaded machine)."""
+
+    def connect(self) -> None:
+        time.sleep(1.0)
+
+    def send(self, lines) -> None:
+        time.sleep(1.0)
+        super().send(lines)
+
+    def end(self, end) -> None:
+        time.sleep(1.0)
+        super().end(end)
+
+
+def test_a_service_that_answers_slowly_has_the_runs_end_wait_for_it_while_it_answers(monkeypatch):
+    """Through a real MLflow server on a loaded machine the run's start, its last lines, the model and the run's end
+    outlasted the 10 s the run's end waited in all: said not sent, the run left RUNNING. The end waits while each call
+    is answered, and SEND_DEADLINE_SECONDS for one that is not (a hung service: the test above)."""
+    monkeypatch.setattr(tracking, "SEND_DEADLINE_SECONDS", 2.0)  # three calls of 1 s each: 3 s in all
+    service, said = SlowService(), []
+    run = tracking.TrackedRun(service, log=said.append)
+    run.write({"timesteps": 8, "steps_per_second": 1.0})
+    run.close("FINISHED")
+    assert said == [] and [line.values for line in service.sent] == [[("charts/SPS", 1.0, 8)]]
+    assert service.ended == tracking.End("FINISHED", None)
+

@@ -6,8 +6,9 @@ What every tracker shares lives here, each service's client in a backend of its 
 tracking_wandb): a call to a tracking service blocks (an HTTP request; clients retry a refused one for minutes), so
 nothing runs on the training thread but a queue's put. One thread of its own per tracker imports the client, starts
 or resumes the run once the checkpoint volume was read (TrackedRun.start), and sends each line's points. A service that is down or refuses is said once, and that tracker
-stops while training goes on; progress.jsonl and TensorBoard still hold every number. At the run's end every tracker
-gets the same SEND_DEADLINE_SECONDS, together.
+stops while training goes on; progress.jsonl and TensorBoard still hold every number. At the run's end the trackers
+are waited on together while their services answer: until one has sent nothing for SEND_DEADLINE_SECONDS, and
+SEND_CAP_SECONDS in all.
 
 One tracked run per kuberl run: each backend keeps its run's id in a record file in the checkpoint directory, so a
 gang restart or a `kuberl run` resume logs on into the same run and the curve is one. That directory is the tenant's
@@ -32,9 +33,12 @@ from kuberl.core.runrecords import read_regular_file
 
 from .tensorboard import EPISODE_TAGS, EpisodeSample, Renames, scalars
 
-# What rank 0 waits at the end for points still queued (a slow or unreachable service): a stop's grace period is the
-# checkpoint's, and the run's end is not held for a tracking service
+# What rank 0 waits at the end for a sender that gets no answer (a service that hangs or is unreachable), and in all
+# for one that does, call after call (a service slowed by load: its run's start, the last lines, the model and the
+# run's end took 10 s through a real server on a loaded machine): a stop's grace period is the checkpoint's, and the
+# run's end is not held long for a tracking service
 SEND_DEADLINE_SECONDS = 10.0
+SEND_CAP_SECONDS = 3 * SEND_DEADLINE_SECONDS
 # What waits for a slow service, kept until sent; a line past either bound is dropped, said once. Points bound the
 # memory (a line carries up to 2,000 episodes' points: 10,000 such lines held about 2 GB); lines bound the count
 QUEUED_LINES_MAX = 10_000
@@ -80,13 +84,14 @@ class Backend(Protocol):
 
 class TrackedRun:
     """Rank 0's run in one tracking service for one generation: `write` queues a line's points (the training thread's
-    only cost), `close` (or `close_all`) ends the generation, waiting at most SEND_DEADLINE_SECONDS for the sender.
+    only cost), `close` (or `close_all`) ends the generation, waiting for the sender while it makes progress.
     `unusable`: why nothing can be tracked (a missing server), said once at the start instead."""
 
     def __init__(self, backend: Backend, log: Callable[[str], None] = print, unusable: str | None = None):
         self.backend, self.log = backend, log
         self.queue: queue.Queue[Points | End] = queue.Queue(QUEUED_LINES_MAX)
         self.sender: threading.Thread | None = None
+        self.answered_at = 0.0  # monotonic time of the sender's last call the service answered
         self.failed = threading.Event()
         self.said = threading.Lock()  # the one failure said, by whichever thread meets it first
         self.dropped = 0
@@ -138,7 +143,7 @@ class TrackedRun:
 
     def close(self, status: str, model: str | None = None) -> None:
         """End the generation: the run marked `status`, with the final model where the backend keeps one; what is
-        not sent by SEND_DEADLINE_SECONDS is said once and left."""
+        not sent by then (close_all) is said once and left."""
         close_all([self], status, model)
 
     def finish(self, status: str, model: str | None, deadline: float) -> None:
@@ -148,15 +153,21 @@ class TrackedRun:
         with contextlib.suppress(queue.Full):
             self.queue.put(End(status, model), timeout=max(0.0, deadline - time.monotonic()))
 
-    def wait(self, deadline: float) -> None:
-        """The sender joined until `deadline`; one still sending then is said once and left (a daemon thread)."""
+    def wait(self, ended_at: float, cap: float) -> None:
+        """The sender joined while its service answers: until SEND_DEADLINE_SECONDS pass with no call answered since
+        `ended_at` or the last one, or `cap` (monotonic times); one still sending then is said once and left (a
+        daemon thread)."""
         if self.sender is None or self.failed.is_set():
             return
-        self.sender.join(max(0.0, deadline - time.monotonic()))
+        while self.sender.is_alive():
+            until = min(max(ended_at, self.answered_at) + SEND_DEADLINE_SECONDS, cap)
+            if time.monotonic() >= until:
+                break
+            self.sender.join(until - time.monotonic())
         if self.sender.is_alive():
-            self.fail(f"{self.backend.name}: {self.queue.qsize()} line(s) not sent to {self.backend.where()} within"
-                      f" {SEND_DEADLINE_SECONDS:.0f} s of the run's end (the service is slow or unreachable): left"
-                      " unsent; progress.jsonl and TensorBoard hold them")
+            self.fail(f"{self.backend.name}: {self.queue.qsize()} line(s) not sent to {self.backend.where()} by the"
+                      f" run's end ({SEND_DEADLINE_SECONDS:.0f} s without an answer, or {SEND_CAP_SECONDS:.0f} s in all: the"
+                      " service is slow or unreachable): left unsent; progress.jsonl and TensorBoard hold them")
 
     def fail(self, message: str) -> None:
         """Said once, whichever thread fails first; nothing is sent after it."""
@@ -169,6 +180,7 @@ class TrackedRun:
         goes in the next), until End."""
         try:
             self.backend.connect()
+            self.answered_at = time.monotonic()
             while True:
                 items = [self.queue.get()]
                 while not isinstance(items[-1], End) and not self.queue.empty():
@@ -178,6 +190,7 @@ class TrackedRun:
                     self.queued_points -= sum(len(line.values) for line in lines)
                 if lines:
                     self.backend.send(lines)
+                    self.answered_at = time.monotonic()
                 if isinstance(items[-1], End):
                     self.backend.end(items[-1])
                     return
@@ -187,14 +200,15 @@ class TrackedRun:
 
 
 def close_all(runs: Iterable[TrackedRun], status: str, model: str | None = None) -> None:
-    """End every tracker's generation against one deadline: each end is queued first, then each sender waited on,
-    so two trackers hold the run's end SEND_DEADLINE_SECONDS at most, not one each."""
+    """End every tracker's generation together: each end is queued first, then each sender waited on while its service
+    answers (TrackedRun.wait), so two trackers hold the run's end SEND_CAP_SECONDS at most, not that each."""
     runs = list(runs)
-    deadline = time.monotonic() + SEND_DEADLINE_SECONDS
+    ended_at = time.monotonic()
+    cap = ended_at + SEND_CAP_SECONDS
     for run in runs:
-        run.finish(status, model, deadline)
+        run.finish(status, model, ended_at + SEND_DEADLINE_SECONDS)
     for run in runs:
-        run.wait(deadline)
+        run.wait(ended_at, cap)
 
 
 # --- the record of a tracked run, in the checkpoint directory (the tenant's volume) ----------------------------------

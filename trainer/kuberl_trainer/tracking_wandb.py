@@ -7,7 +7,7 @@ The run's files go under the checkpoint directory (wandb/, unless WANDB_DIR says
 outlives the pod for `wandb sync`.
 
 The final model is not uploaded: W&B's artifact upload at a run's end is the slowest call there is, and the run's
-end waits at most tracking.SEND_DEADLINE_SECONDS; the model stays in the checkpoint volume.
+end waits for it only a little (tracking.SEND_DEADLINE_SECONDS); the model stays in the checkpoint volume.
 """
 
 from __future__ import annotations
