@@ -271,22 +271,25 @@ def test_a_run_started_whose_record_cannot_be_written_is_finished_failed_not_lef
     assert ended["state"] == "failed" and ended["exit_code"] == 1, ended  # as W&B shows a run ended with exit code 1
 
 
-def test_a_crash_ends_both_tracked_runs_failed_not_running(tmp_path, monkeypatch):
-    """A rank 0 that crashes (an exception in training: here the user's env raising mid-run) ends its MLflow run
-    FAILED and its W&B run with exit code 1: both were left RUNNING, the process gone. The trainer itself, in a
-    process of its own, as a pod runs it."""
-    mlflow = pytest.importorskip("mlflow", reason="the trainer's mlflow extra (mlflow-skinny) is not installed")
-    spec = tracked_job(totalTimesteps=100_000, env={"id": "tests.unit.crashing_envs:CrashingDiscrete", "kwargs": {"after": 100}},
-                       tracking={"wandb": {"project": "crashed"}, "mlflow": {"experiment": "crashed"}})
+def trainer_process(tmp_path: Path, spec, env: dict[str, str], wrapper: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """The trainer run on `spec` in a process of its own, as a pod runs it (KUBERL_FS_ROOT: tmp_path), W&B offline."""
     config = tmp_path / names.CONFIG_MOUNT_DIR.lstrip("/") / names.CONFIG_FILE
     config.parent.mkdir(parents=True)
     config.write_text(json.dumps(trainerconfig.trainer_config("t", "default", "uid", spec)))
+    return subprocess.run([*wrapper, sys.executable, "-m", "kuberl_trainer", "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
+                          check=False, env={**os.environ, contract.ENV_FS_ROOT: str(tmp_path), "WANDB_MODE": "offline", **env},
+                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
+
+
+def test_a_crash_ends_both_tracked_runs_failed_not_running(tmp_path, monkeypatch):
+    """A rank 0 that crashes (an exception in training: here the user's env raising mid-run) ends its MLflow run
+    FAILED and its W&B run with exit code 1: both were left RUNNING, the process gone."""
+    mlflow = pytest.importorskip("mlflow", reason="the trainer's mlflow extra (mlflow-skinny) is not installed")
+    spec = tracked_job(totalTimesteps=100_000, env={"id": "tests.unit.crashing_envs:CrashingDiscrete", "kwargs": {"after": 100}},
+                       tracking={"wandb": {"project": "crashed"}, "mlflow": {"experiment": "crashed"}})
     store = (tmp_path / "mlruns").as_uri()
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps its file store behind an opt-in
-    env = {**os.environ, contract.ENV_FS_ROOT: str(tmp_path), "WANDB_MODE": "offline", "MLFLOW_ALLOW_FILE_STORE": "true",
-           tracking_mlflow.ENV_TRACKING_URI: store}
-    crashed = subprocess.run([sys.executable, "-m", "kuberl_trainer", "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
-                             check=False, env=env, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
+    crashed = trainer_process(tmp_path, spec, {"MLFLOW_ALLOW_FILE_STORE": "true", tracking_mlflow.ENV_TRACKING_URI: store})
     assert crashed.returncode == 1 and "the env's own bug" in crashed.stderr, crashed.stderr[-3000:]
     checkpoints = tmp_path / "checkpoints" / "t-uid"
     run_id = tracking.read_record(str(checkpoints / tracking_mlflow.RUN_RECORD))["runId"]
@@ -295,3 +298,38 @@ def test_a_crash_ends_both_tracked_runs_failed_not_running(tmp_path, monkeypatch
     ended = summary(started)
     assert ended["state"] == "failed" and ended["exit_code"] == 1, ended
 
+
+def read_only(home: Path) -> tuple[str, ...]:
+    """A wrapper of the trainer's command under which `home` is read-only, as a pod's / is: its mode, or for root
+    (whom modes do not bind) a read-only bind mount in a mount namespace of its own."""
+    home.chmod(0o555)
+    if os.geteuid() != 0:
+        return ()
+    if subprocess.run(["unshare", "-m", "true"], check=False, capture_output=True).returncode != 0:
+        pytest.skip("root, and no mount namespace to make a read-only HOME in (unshare -m)")
+    return ("unshare", "-m", "sh", "-c", 'mount --bind -o ro "$HOME" "$HOME" && exec "$@"', "sh")
+
+
+def test_a_read_only_home_has_w_and_bs_service_write_its_log_to_a_writable_cache(tmp_path):
+    """A pod's HOME is / on a read-only root filesystem: wandb-core found no cache directory for its debug log and
+    rank 0's log got "main: failed to get logger path" and a dozen of its INFO lines. The trainer points its own
+    XDG_CACHE_HOME (this process's, not the pod's env) at a writable one first."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "XDG_CACHE_HOME": ""}
+    done = trainer_process(tmp_path, tracked_job(totalTimesteps=256), env, read_only(home))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "failed to get logger path" not in done.stdout + done.stderr, done.stderr[-3000:]
+    assert list(home.iterdir()) == []
+    [started] = offline_runs(str(tmp_path / "checkpoints" / "t-uid"))
+    log = started / "logs" / "debug-core.log"
+    assert log.is_symlink() and log.resolve().is_relative_to(tracking_wandb.FALLBACK_CACHE_HOME), log.resolve()
+    assert summary(started)["state"] == "finished"
+
+
+def test_a_cache_home_the_user_named_or_one_that_is_writable_is_kept():
+    writable = {"/home/u/.cache"}.__contains__
+    assert tracking_wandb.cache_home({"HOME": "/home/u"}, writable) is None
+    assert tracking_wandb.cache_home({"HOME": "/", "XDG_CACHE_HOME": "/mine"}, writable) is None  # theirs, as it is
+    assert tracking_wandb.cache_home({"HOME": "/"}, writable) == tracking_wandb.FALLBACK_CACHE_HOME
+    assert tracking_wandb.cache_home({}, writable) == tracking_wandb.FALLBACK_CACHE_HOME  # wandb-core: no HOME, no cache

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+import tempfile
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from kuberl.core import safetext
@@ -34,6 +35,11 @@ RUN_RECORD = "wandb-run.json"  # in the checkpoint directory: the run this kuber
 ENV_BASE_URL = "WANDB_BASE_URL"
 ENV_MODE = "WANDB_MODE"
 ENV_DIR = "WANDB_DIR"
+# Where W&B's service process (wandb-core) writes its debug log: Go's os.UserCacheDir, $XDG_CACHE_HOME else
+# $HOME/.cache (W&B's Python side: WANDB_CACHE_DIR, else platformdirs' user_cache_dir, which reads XDG_CACHE_HOME too)
+ENV_CACHE_HOME = "XDG_CACHE_HOME"
+# The cache home of a process whose own is not writable: a pod's HOME is / on a read-only root filesystem
+FALLBACK_CACHE_HOME = os.path.join(tempfile.gettempdir(), "kuberl-cache")
 # The client's own variables, read from the trainer's env and handed to each run: the client reads the process's
 # environment once, at its first run, and a process here may start more than one
 CLIENT_ENV = {ENV_MODE: "mode", ENV_BASE_URL: "base_url", "WANDB_API_KEY": "api_key"}
@@ -124,13 +130,42 @@ def settings_refusal(error: ValueError) -> str:
     return "; ".join(said) or str(error)
 
 
+def cache_home(environ: Mapping[str, str], writable: Callable[[str], bool]) -> str | None:
+    """The XDG_CACHE_HOME this process needs before W&B starts, or None to leave its environment as it is: a pod's
+    HOME is / on a read-only root filesystem, where wandb-core could not write its debug log under ~/.cache (rank 0's
+    log got "main: failed to get logger path" and a dozen INFO lines). A cache home the user named is theirs."""
+    if environ.get(ENV_CACHE_HOME):
+        return None
+    home = environ.get("HOME")
+    return None if home and writable(os.path.join(home, ".cache")) else FALLBACK_CACHE_HOME
+
+
+def writable_directory(path: str) -> bool:
+    """Whether a process may create files in `path`, or create `path` itself where it does not exist yet (its
+    nearest existing parent writable); a read-only filesystem is not writable, to root either (access(2): EROFS)."""
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+    return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
+
+
 # --- the client (the tracker's sender thread) ------------------------------------------------------------------------
 
 def wandb_run(checkpoint_dir: str, project: str, entity: str | None, group: str | None, tags: list[str],
               learned: Mapping[str, Any], job: str, namespace: str, uid: str, restart: int,
-              environ: Mapping[str, str] = os.environ, log: Callable[[str], None] = print) -> TrackedRun:
+              environ: MutableMapping[str, str] = os.environ, log: Callable[[str], None] = print) -> TrackedRun:
     """Rank 0's tracker of spec.tracking.wandb; with WANDB_MODE=disabled, one that says so once and starts nothing
-    (W&B's disabled run would still hand out an id to record)."""
+    (W&B's disabled run would still hand out an id to record). A cache home this process cannot write is replaced
+    (cache_home) here, on the training thread, before the sender thread or W&B's service process starts."""
+    if environ.get(ENV_MODE) != "disabled" and (home := cache_home(environ, writable_directory)) is not None:
+        try:
+            os.makedirs(home, mode=0o700, exist_ok=True)
+        except OSError:
+            pass  # W&B's debug log goes unwritten, as before: tracking does not need it
+        else:
+            environ[ENV_CACHE_HOME] = home  # this process's and its children's (wandb-core's): the pod's env is unchanged
     backend = WandbBackend(checkpoint_dir, project, entity, group, tags, config(learned), job, notes(job, namespace, uid),
                            restart, environ, log)
     disabled = environ.get(ENV_MODE) == "disabled"
