@@ -53,6 +53,15 @@ def test_a_script_of_the_image_is_named(command, mounts, found):
     (["torchrun", "--nproc-per-node=2", "train.py"], (), ("command[2]", "train.py")),
     (["python", "./src/train.py"], (), ("command[1]", "./src/train.py")),
     (["python", Path(__file__).name], (), None),
+    # only the script's position: a later .py is the script's own argument, or an option's value
+    (["python", Path(__file__).name, "--config", "made_later.py"], (), None),
+    (["python", "-m", "pkg.train", "--config", "made_later.py"], (), None),  # a module: no script file
+    (["torchrun", "--log-dir", "logs.py", Path(__file__).name], (), None),  # torchrun's option takes the next word
+    (["torchrun", "--log-dir", "logs.py", "train.py"], (), ("command[3]", "train.py")),
+    (["python", "-W", "ignore", "-m", "torch.distributed.run", "--nnodes=1", "/app/t.py"], (), ("command[6]", "/app/t.py")),
+    (["torchrun", "--no-python", "/app/run.sh"], (), ("command[2]", "/app/run.sh")),  # the program it starts
+    (["torchrun", "-m", "pkg.train", "x.py"], (), None),  # a module
+    (["python", "-uc", "print(1)", "/app/t.py"], (), None),  # -c run together with -u
 ])
 def test_the_script_the_command_runs_is_named_when_absent_here(command, mounts, found):
     assert absent_entry_script(pod(command, mounts), str(Path(__file__).parent)) == found

@@ -76,6 +76,46 @@ def _nproc_in(words: list[str], start: int, flags: tuple[str, ...] = NPROC_FLAGS
     return found
 
 
+# python's own options that take the next word as their value (`python -W ignore train.py`)
+PYTHON_VALUE_OPTIONS = frozenset({"-W", "-X", "--check-hash-based-pycs"})
+NOT_A_SCRIPT = frozenset({"-m", "--module"})  # the launcher runs a module (--no-python: a program, still a file)
+
+
+def entry_script(words: list[str]) -> int | None:
+    """The index in a command line (command and args, as the kubelet joins them) of the script it runs, where a word
+    of its own names one: the program itself (`/app/run.sh`), python's script (`python [options] train.py`), or torch's
+    launcher's (`torchrun [options] train.py`, `python -m torch.distributed.run [options] train.py`). Only that
+    position: a later word is the script's own argument (`train.py --config made_later.py`), an option's value is the
+    option's (`torchrun --log-dir x.py train.py`). None for a module (`-m`), inline code (`-c`), stdin (`-`), or
+    another program (a shell), whose words are its own."""
+    if not words:
+        return None
+    if os.path.basename(words[0]) == "torchrun":
+        return _launched_script(words, 1)
+    if not _python(words[0]):
+        return 0
+    i = 1
+    while i < len(words) and words[i].startswith("-") and words[i] != "-":
+        word = words[i]
+        if word == "-m":
+            return _launched_script(words, i + 2) if i + 1 < len(words) and words[i + 1] in LAUNCH_MODULES else None
+        if not word.startswith("--") and word[1] not in "WX" and ("c" in word[1:] or "m" in word[1:]):
+            return None  # -c code, or flags run together before it (-uc, -Bm)
+        i += 2 if word in PYTHON_VALUE_OPTIONS else 1
+    return i if i < len(words) and words[i] != "-" else None
+
+
+def _launched_script(words: list[str], start: int) -> int | None:
+    """The index of torch's launcher's script, its options from `start` skipped as the launcher reads them."""
+    i = start
+    while i < len(words) and words[i].startswith("-") and words[i] != "-":
+        name, eq, _ = words[i].partition("=")
+        if name in NOT_A_SCRIPT:
+            return None
+        i += 1 if eq or name in NO_VALUE else 2
+    return i if i < len(words) and words[i] != "-" else None
+
+
 def _shell_script(words: list[str]) -> int | None:
     """The index of the script of `sh -c SCRIPT` (any shell, with its own flags before -c)."""
     for i, word in enumerate(words[:-1]):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..core import names, safetext
 from ..core.podsource import CONFIGMAP_DEFAULT_MODE, source_problems
 from ..core.render import PLACEHOLDER_UID, Job, render_pod
-from ..core.torchrun import SHELLS
+from ..core.torchrun import entry_script
 from ..core.validation import DNS_1123_LABEL, DNS_1123_SUBDOMAIN
 
 
@@ -113,17 +113,17 @@ def image_scripts(pod: Mapping) -> list[tuple[str, str]]:
 
 def absent_entry_script(pod: Mapping, cwd: str) -> tuple[str, str] | None:
     """The script the trainer container's command line runs, as (field[i], path), when it is not here, else None:
-    the first script it names as a word of its own (`torchrun … /app/t.py`, `python t.py`), which its program opens
-    before anything else runs. An absolute path as image_scripts finds it (in no volume, absent); a relative one
-    absent from `cwd`, where kuberl run starts the pods when the container names no workingDir. Nothing here could
-    make it first (init containers are not run here), but inline code could: a command line with a shell (`sh -c`,
-    `bash x.sh`) or `-c` code is left to fail, and missing_script_failure to read."""
+    the word at the script's position of python's or torch's launcher's command line, or the program itself
+    (torchrun.entry_script: `torchrun … /app/t.py`, `python t.py`, not `python t.py --config later.py`'s later one),
+    which its program opens before anything else runs. An absolute path as image_scripts finds it (in no volume,
+    absent); a relative one absent from `cwd`, where kuberl run starts the pods when the container names no
+    workingDir. Nothing here could make it first (init containers are not run here), but inline code could: a command
+    line with a shell (`sh -c`, `bash x.sh`) or `-c` code is left to fail, and missing_script_failure to read."""
     container = trainer_container(pod)
     words = [(f"{field}[{i}]", word) for field in ("command", "args")
              for i, word in enumerate(container.get(field) or []) if isinstance(word, str)]
-    if any(word == "-c" or os.path.basename(word) in SHELLS for _, word in words):
-        return None
-    script = next(((where, word) for where, word in words if _SCRIPT_PATH.fullmatch(word) or _RELATIVE_SCRIPT.fullmatch(word)), None)
+    at = entry_script([word for _, word in words])
+    script = words[at] if at is not None and (_SCRIPT_PATH.fullmatch(words[at][1]) or _RELATIVE_SCRIPT.fullmatch(words[at][1])) else None
     if script is None or not script[1].startswith("/"):
         return script if script and not container.get("workingDir") and not os.path.exists(os.path.join(cwd, script[1])) else None
     return script if script in image_scripts(pod) else None
