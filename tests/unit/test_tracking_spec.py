@@ -4,6 +4,10 @@ of, naming the field, and a W&B name W&B refuses is refused."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import yaml
 from kuberl import cli
@@ -145,6 +149,24 @@ def test_wandb_online_with_a_login_in_the_users_netrc_is_no_warning_under_kuberl
     out = capsys.readouterr()
     assert "spec.tracking.wandb: WANDB_API_KEY is not in the trainer's environment" in out.out + out.err, out
     assert code == 3
+
+
+def test_a_fifo_at_the_users_netrc_is_no_login_and_holds_nothing(tmp_path):
+    """kuberl run reads ~/.netrc for a W&B login: a FIFO there held it at the open, before any pod, until something
+    wrote to it. Only a regular file is read; the run goes on to its warning that no key is set."""
+    home = tmp_path / "home"
+    home.mkdir()
+    os.mkfifo(home / ".netrc")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(make_job("j").minimal().replace(
+        tracking=WANDB, template=trainer_env({"name": "WANDB_BASE_URL", "value": "https://wandb.example.com"}),
+        runPolicy={"suspend": True}).obj()))
+    try:
+        done = subprocess.run([sys.executable, "-m", "kuberl.cli", "run", str(path), "--dir", str(tmp_path / "runs")],
+                              env={**os.environ, "HOME": str(home)}, capture_output=True, text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("kuberl run hung on the FIFO at ~/.netrc")
+    assert "spec.tracking.wandb: WANDB_API_KEY is not in the trainer's environment" in done.stdout + done.stderr, done
 
 
 @pytest.mark.parametrize(("wandb", "path"), [

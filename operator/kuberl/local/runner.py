@@ -1409,10 +1409,13 @@ def budget_warnings(spec: JobSpec) -> list[Problem]:
 
 def netrc_hosts() -> list[str]:
     """The machines with a login in the user's ~/.netrc (`wandb login` keeps its key there): the ranks read it, their
-    HOME being the user's. None when there is no such file or it does not parse."""
+    HOME being the user's. None when there is no such file, it is no regular file (a link to one is read), or it does
+    not parse."""
     import netrc
 
     try:
+        if not stat.S_ISREG(os.stat(os.path.join(os.path.expanduser("~"), ".netrc")).st_mode):
+            return []  # a FIFO there held kuberl run at its open, before any pod, until something wrote to it
         return list(netrc.netrc().hosts)
     except (OSError, netrc.NetrcParseError):
         return []
