@@ -175,6 +175,12 @@ def test_a_fifo_at_the_users_netrc_is_no_login_and_holds_nothing(tmp_path):
     ({"project": "a:b"}, "spec.tracking.wandb.project"),
     ({"project": "x" * 129}, "spec.tracking.wandb.project"),  # and more than 128 characters
     ({"project": "p", "entity": "a#b"}, "spec.tracking.wandb.entity"),
+    # what W&B would take and mangle: a name its runs' URL resolves away, a newline, a right-to-left override
+    ({"project": ".."}, "spec.tracking.wandb.project"),
+    ({"project": "."}, "spec.tracking.wandb.project"),
+    ({"project": "cart\npole"}, "spec.tracking.wandb.project"),  # W&B's own artifact names refuse CR and LF
+    ({"project": "p", "entity": "team\u202egnp.exe"}, "spec.tracking.wandb.entity"),
+    ({"project": "p", "entity": ".."}, "spec.tracking.wandb.entity"),
     ({"project": "p", "tags": ["x" * 65]}, "spec.tracking.wandb.tags[0]"),  # a tag is 1 to 64 characters
     ({"project": "p", "tags": [""]}, "spec.tracking.wandb.tags[0]"),
     ({"project": "p", "group": ""}, "spec.tracking.wandb.group"),
@@ -183,4 +189,18 @@ def test_a_wandb_name_wandb_refuses_is_refused_naming_the_field(wandb, path):
     with pytest.raises(InvalidJob) as e:
         make_job("j").minimal().replace(tracking={"wandb": wandb}).spec()
     assert [p.path for p in e.value.problems] == [path], e.value.problems
+
+
+@pytest.mark.parametrize("name", ["cartpole", "a.b", "...", ".hidden", "my team", "équipe-ü", "x" * 128])
+def test_a_wandb_name_wandb_takes_as_it_is_is_valid(name):
+    spec = make_job("j").minimal().replace(tracking={"wandb": {"project": name, "entity": name}}).spec()
+    assert (spec.tracking.wandb.project, spec.tracking.wandb.entity) == (name, name)
+
+
+def test_a_refused_wandb_name_is_said_as_what_is_expected():
+    with pytest.raises(InvalidJob) as e:
+        make_job("j").minimal().replace(tracking={"wandb": {"project": "cart\u202epole"}}).spec()
+    [problem] = e.value.problems
+    assert "a W&B name: none of / \\ # ? % :, no control or bidirectional character, not '.' or '..'" in str(problem), problem
+    assert "\u202e" not in str(problem)
     assert make_job("j").minimal().replace(tracking={"wandb": {"project": "x" * 128, "tags": ["y" * 64]}}).spec()

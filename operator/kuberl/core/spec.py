@@ -24,6 +24,7 @@ from .validation import (
     NON_NEGATIVE_QUANTITY,
     POSITIVE_QUANTITY,
     QUANTITY,
+    WANDB_NAME,
 )
 
 Quantity = Annotated[Annotated[str, Field(max_length=MAX_QUANTITY_LENGTH, pattern=QUANTITY)] | int, Field(description="A Kubernetes quantity (e.g. 500m, 2, 4Gi).")]
@@ -249,10 +250,8 @@ class MlflowTracking(Model):
                     " spec.template's env or envFrom a Secret: nothing secret in the spec.")
 
 
-# W&B's own rules for a project name (the client's Settings.validate_project refuses the rest): at most 128
-# characters, none of / \ # ? % : (they cut its URL path, <entity>/<project>/runs/<id>); a tag is 1 to 64 characters
-# (Settings.validate_run_tags)
-WANDB_NAME = r"^[^/\\#?%:]+$"
+# W&B's own rules: a project name at most 128 characters (Settings.validate_project) and no character it refuses or
+# mangles (validation.WANDB_NAME); a tag is 1 to 64 characters (Settings.validate_run_tags)
 WandbTag = Annotated[str, Field(min_length=1, max_length=64, description="A W&B tag, 1 to 64 characters.")]
 
 
@@ -262,13 +261,14 @@ class WandbTracking(Model):
     project: str = Field(
         min_length=1, max_length=128, pattern=WANDB_NAME,
         description="W&B project the run is logged to (created when missing): at most 128 characters, none of"
-                    " / \\ # ? % : (W&B's rule). The key, mode and server are the W&B client's standard variables,"
+                    " / \\ # ? % : (W&B's rule), no control or bidirectional character, not . or .. (which the URL"
+                    " of its runs resolves away). The key, mode and server are the W&B client's standard variables,"
                     " WANDB_API_KEY (from a Secret: valueFrom.secretKeyRef or envFrom), WANDB_MODE (online, offline:"
                     " kept in the checkpoint volume's wandb/ for `wandb sync`, disabled) and WANDB_BASE_URL, set"
                     " through spec.template's env: nothing secret in the spec.")
     entity: str | None = Field(
         None, min_length=1, max_length=128, pattern=WANDB_NAME,
-        description="W&B user or team the project belongs to; unset: the key's default entity.")
+        description="W&B user or team the project belongs to, named as the project is; unset: the key's default entity.")
     group: str | None = Field(
         None, min_length=1, max_length=128,
         description="W&B run group, e.g. the seeds of one configuration, so its UI draws them as one curve with a band.")

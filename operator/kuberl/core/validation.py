@@ -34,8 +34,17 @@ LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 GPU_RESOURCE = "nvidia.com/gpu"
 
+# A W&B project's or entity's name: what W&B's client refuses (Settings.validate_project: / \ # ? % :, which cut its
+# URL path <entity>/<project>/runs/<id>; its artifacts' validate_project_name: CR and LF too), and what W&B would take
+# and mangle: other controls, and the bidirectional ones that reorder how the name shows (U+202E, as safetext escapes
+# them), written as the characters themselves (Go's RE2, the API server's, reads no \u escape); "." and "..", which
+# the URL path resolves away (no lookahead in RE2: a name with one character that is no ".", or dots only, 3 or more).
+_NOT_IN_WANDB_NAME = "/\\\\#?%:\\x00-\\x1f\\x7f-\\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+WANDB_NAME = f"^(?:[^{_NOT_IN_WANDB_NAME}]*[^.{_NOT_IN_WANDB_NAME}][^{_NOT_IN_WANDB_NAME}]*|\\.{{3,}})$"
+
 # What a pattern means, for messages a person can act on.
 PATTERN_MEANINGS = {
+    WANDB_NAME: "a W&B name: none of / \\ # ? % :, no control or bidirectional character, not '.' or '..'",
     QUANTITY: "a Kubernetes quantity such as 500m, 2 or 4Gi",
     NON_NEGATIVE_QUANTITY: "a Kubernetes quantity of at least 0, such as 512Mi or 4Gi",
     POSITIVE_QUANTITY: "a Kubernetes quantity above 0, such as 512Mi or 4Gi",
