@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -187,6 +188,34 @@ def test_kuberl_eval_bounds_every_episode_by_default(tmp_path, capsys, monkeypat
     trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
     assert main(["eval", save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "cartpole.pt"), "--episodes", "2"]) == 0
     assert capsys.readouterr().err == ""  # episodes that end are not cut, and nothing is said
+
+
+def test_kuberl_eval_says_its_episodes_as_they_end_on_stderr(tmp_path, capsys, monkeypatch):
+    """`kuberl eval` printed nothing until its result (an Atari model's 10 episodes: minutes): a line as episodes end,
+    at most one each PROGRESS_EVERY_SECONDS (here every step that ends one), the result alone on stdout."""
+    monkeypatch.setattr(policies, "PROGRESS_EVERY_SECONDS", 0.0)
+    trainer = PPOTrainer(ONE_PROCESS, PPOConfig(num_steps=16, hidden_sizes=[8]), "CartPole-v1", 2, {}, 64, seed=1, restart=0)
+    path = save_final_model(trainer, "ppo", "CartPole-v1", tmp_path / "final-model.pt")
+    assert main(["eval", path, "--episodes", "8"]) == 0
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert lines and all(re.fullmatch(r"episodes [1-7]/8  mean return -?[0-9.]+  [0-9]+s", line) for line in lines), err
+    assert [int(line.split()[1].split("/")[0]) for line in lines] == sorted({int(line.split()[1].split("/")[0]) for line in lines})
+    assert "episodes" not in out and "over 8 episode(s)" in out
+
+
+def test_eval_progress_says_more_ended_episodes_at_most_once_a_period_and_not_the_last():
+    now, said = [0.0], []
+    progress = policies.EpisodeProgress(4, said.append, clock=lambda: now[0])
+    returns = np.array([10.0, 20.0, 30.0, 40.0])
+    now[0] = 2.0
+    progress(returns, np.array([False, True, True, True]))  # within the first period: not yet
+    now[0] = 6.0
+    progress(returns, np.array([False, False, True, True]))
+    progress(returns, np.array([False, False, False, True]))  # the same period
+    now[0] = 20.0
+    progress(returns, np.array([False, False, False, False]))  # all ended: the result line says it
+    assert said == ["episodes 2/4  mean return 15.0  6s"]
 
 
 def test_kuberl_eval_says_when_its_video_cut_the_episode(tmp_path):

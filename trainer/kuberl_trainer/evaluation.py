@@ -53,10 +53,11 @@ def returns(envs: Any, act: Callable[[np.ndarray], np.ndarray], episodes: int, s
 
 
 def play(envs: Any, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int,
-         max_steps: int | None = None, stop: Callable[[], bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+         max_steps: int | None = None, stop: Callable[[], bool] | None = None,
+         ended: Callable[[np.ndarray, np.ndarray], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """`returns`, and which episodes were still running after `max_steps` steps (None: each to its end);
     those episodes' returns count their first `max_steps` steps only. Interrupted when `stop()` is true
-    before a step."""
+    before a step. `ended(returns, running)` after each step that ended an episode."""
     obs, _ = envs.reset(seed=seed)
     totals = np.zeros(episodes)
     running = np.ones(episodes, bool)
@@ -66,6 +67,9 @@ def play(envs: Any, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed
             raise Interrupted(f"after {steps} step(s) of its {episodes} episode(s)")
         obs, reward, terminated, truncated, _ = envs.step(act(obs))
         totals += reward * running
+        before = int(running.sum())
         running &= ~(np.asarray(terminated) | np.asarray(truncated))
         steps += 1
+        if ended is not None and int(running.sum()) < before:
+            ended(totals, running)
     return totals, running

@@ -49,6 +49,7 @@ import math
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -543,15 +544,39 @@ def evaluate(policy: Policy, episodes: int, seed: int = 0, max_steps: int | None
     return play(policy, episodes, seed, max_steps)[0]
 
 
-def play(policy: Policy, episodes: int, seed: int = 0, max_steps: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def play(policy: Policy, episodes: int, seed: int = 0, max_steps: int | None = None,
+         progress: Callable[[np.ndarray, np.ndarray], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """`evaluate`'s returns, and which episodes were still running after `max_steps` steps (their returns
-    count those steps only; None: each episode to its end, however long the env lets it run)."""
+    count those steps only; None: each episode to its end, however long the env lets it run). `progress`: told as
+    episodes end (EpisodeProgress)."""
     envs = make_envs(policy.env_id, episodes, policy.env_kwargs)
     policy.reset()  # each copy's first episode, the one counted, from a fresh state
     try:
-        return evaluation.play(envs, policy, episodes, seed, max_steps)
+        return evaluation.play(envs, policy, episodes, seed, max_steps, ended=progress)
     finally:
         envs.close()
+
+
+PROGRESS_EVERY_SECONDS = 5.0  # as training's progress lines: a quick evaluation says only its result
+
+
+class EpisodeProgress:
+    """`kuberl eval`'s progress while its episodes play (Atari's take minutes): a line on `log` as more episodes have
+    ended, at most one each PROGRESS_EVERY_SECONDS, as training's progress lines come: episodes ended of all, the mean
+    return of those, seconds since the start."""
+
+    def __init__(self, episodes: int, log: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
+        self.episodes, self.log, self.clock = episodes, log, clock
+        self.started = self.said_at = clock()
+        self.said = 0  # the episodes ended as of the last line
+
+    def __call__(self, returns: np.ndarray, running: np.ndarray) -> None:
+        done, now = int((~running).sum()), self.clock()
+        if done == self.said or done == self.episodes or now - self.said_at < PROGRESS_EVERY_SECONDS:
+            return  # the result line says the last of them
+        self.said, self.said_at = done, now
+        self.log(f"episodes {done}/{self.episodes}  mean return {shown_return(float(returns[~running].mean()))}"
+                 f"  {now - self.started:.0f}s")
 
 
 def env_for(policy: Policy, render_mode: str | None = None) -> gym.Env:
@@ -807,7 +832,8 @@ def cmd_eval(args: Any) -> int:
         if args.export and (refused := export_refusal(policy)) is not None:  # before the episodes, not after them
             raise UnusableModel(refused)
         max_steps = getattr(args, "max_steps", None) or MAX_EVAL_STEPS
-        returns, cut = play(policy, args.episodes, args.seed, max_steps)
+        progress = EpisodeProgress(args.episodes, lambda line: print(line, file=sys.stderr, flush=True))
+        returns, cut = play(policy, args.episodes, args.seed, max_steps, progress)
         trained = f"{policy.timesteps:,} timesteps" if isinstance(policy.timesteps, int) else "timesteps unknown"
         print(f"{policy.env_id}: mean return {shown_return(float(returns.mean()))} ± {shown_return(float(returns.std()))}"
               f" over {args.episodes} episode(s)"
