@@ -272,12 +272,14 @@ def test_a_run_started_whose_record_cannot_be_written_is_finished_failed_not_lef
 
 
 def trainer_process(tmp_path: Path, spec, env: dict[str, str], wrapper: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """The trainer run on `spec` in a process of its own, as a pod runs it (KUBERL_FS_ROOT: tmp_path), W&B offline."""
+    """The trainer run on `spec` in a process of its own, as a pod runs it (KUBERL_FS_ROOT: tmp_path), W&B offline and
+    with a W&B service of its own: this process's (WANDB_SERVICE, set by a run started here) would serve its runs."""
     config = tmp_path / names.CONFIG_MOUNT_DIR.lstrip("/") / names.CONFIG_FILE
     config.parent.mkdir(parents=True)
     config.write_text(json.dumps(trainerconfig.trainer_config("t", "default", "uid", spec)))
     return subprocess.run([*wrapper, sys.executable, "-m", "kuberl_trainer", "--config", f"{names.CONFIG_MOUNT_DIR}/{names.CONFIG_FILE}"],
-                          check=False, env={**os.environ, contract.ENV_FS_ROOT: str(tmp_path), "WANDB_MODE": "offline", **env},
+                          check=False, env={**{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"},
+                                            contract.ENV_FS_ROOT: str(tmp_path), "WANDB_MODE": "offline", **env},
                           capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
 
 
