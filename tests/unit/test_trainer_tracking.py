@@ -268,6 +268,29 @@ def test_a_server_that_never_answers_holds_the_runs_end_only_until_the_deadline_
         silent.close()
 
 
+def test_a_stops_wait_for_a_server_that_never_answers_ends_within_the_pods_grace_period(store, monkeypatch):
+    """A stop's checkpoint is written first, then the tracked runs' end waited on: up to 30 s for a server that
+    answers, 10 s for one that does not, past the 30 s a pod is given by default (less what the save took), so the
+    kubelet's (or kuberl run's) SIGKILL came before the termination message. The wait ends within the grace period."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)  # connections complete in the backlog; nothing reads them
+    try:
+        monkeypatch.setenv(tracking_mlflow.ENV_TRACKING_URI, f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setattr(tracking, "SEND_DEADLINE_SECONDS", 3.0)  # the grace period, 1 s, ends first
+        run, said, outcome = generation(tracked_job(runPolicy={"terminationGracePeriodSeconds": 1}), restart=0, stop_after=1)
+        assert outcome == "stopped" and run.last_good is not None  # the stop's checkpoint, before any wait
+        [warning] = [line for line in said if line.startswith("MLflow")]
+        assert "not sent to http://127.0.0.1:" in warning and "terminationGracePeriodSeconds" in warning, warning
+    finally:
+        silent.close()
+
+
+def test_a_stops_grace_period_bounds_the_tracking_wait_and_no_stop_none():
+    assert session.stop_deadline(None, 30) is None
+    assert session.stop_deadline(100.0, 30) == 100.0 + 30 - session.EXIT_MARGIN_SECONDS
+
+
 def test_no_tracking_uri_is_said_once_and_no_client_is_started(store, monkeypatch):
     monkeypatch.delenv(tracking_mlflow.ENV_TRACKING_URI)
     before = set(threading.enumerate())

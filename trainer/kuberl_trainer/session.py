@@ -110,6 +110,16 @@ def final_evaluation_due(outcome: str, updates: int, evaluated_at: int | None, s
             and updates >= eval_every)
 
 
+# What a stop's grace period keeps after the tracked runs' end: rank 0's termination message and exit
+EXIT_MARGIN_SECONDS = 2.0
+
+
+def stop_deadline(stop_asked_at: float | None, grace_seconds: float) -> float | None:
+    """The monotonic time by which rank 0 stops waiting on tracking services, where a stop was asked at
+    `stop_asked_at`: its grace period less EXIT_MARGIN_SECONDS. None: no stop, no such bound."""
+    return None if stop_asked_at is None else stop_asked_at + grace_seconds - EXIT_MARGIN_SECONDS
+
+
 def meets_target(eval_return: float, target: float | None) -> bool:
     """Whether an evaluation stops the run: only a success.targetReturn that is set, and reached."""
     return target is not None and eval_return >= target
@@ -349,6 +359,7 @@ class TrainingSession:
         self.evaluation_share_said = False
         self.stop_lock = threading.Lock()  # STOP_PENDING: written once a stop is asked, removed once its checkpoint is
         self.stop_saved = False
+        self.stop_asked_at = time.monotonic() if stop.is_set() else None  # where the grace period began (_mark_stop)
         self.exported = (0, 0)  # counter values already exported (steps, episodes)
         # spec.success.evalWhileTraining: rank 0 evaluates a frozen copy on a thread of its own
         self.evaluator = (ThreadPoolExecutor(1, thread_name_prefix="evaluation")
@@ -751,6 +762,8 @@ class TrainingSession:
         directory, from this thread, at once: a SIGKILL may end the training thread inside an update, before a
         byte of the stop's checkpoint is written. Best effort: a volume that refuses it changes nothing else."""
         self.stop.wait()
+        if self.stop_asked_at is None:
+            self.stop_asked_at = time.monotonic()
         with self.stop_lock:
             if self.stop_saved:
                 return
@@ -896,8 +909,10 @@ class TrainingSession:
 
     def close_tracking(self, status: str, model: str | None = None) -> None:
         """Rank 0's tracked runs, if any, ended as `status` (MLflow's RunStatus), with the final model, against one
-        deadline."""
-        close_all(self.trackers, status, model)
+        deadline, and within a stop's grace period (stop_deadline): a wait past it had the kubelet (or kuberl run)
+        SIGKILL rank 0 after its checkpoint, its termination message unwritten."""
+        grace = self.spec.run_policy.termination_grace_period_seconds
+        close_all(self.trackers, status, model, lambda: stop_deadline(self.stop_asked_at, grace))
 
     def write_final_model(self, algorithm: Algorithm) -> bool:
         return self.write_model(algorithm, self.final_model, self.eval_return)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import queue
 import re
@@ -44,6 +45,7 @@ SEND_CAP_SECONDS = 3 * SEND_DEADLINE_SECONDS
 QUEUED_LINES_MAX = 10_000
 QUEUED_POINTS_MAX = 200_000  # about 30 MB of (tag, value, step)
 RECORD_MAX_BYTES = 64 * 1024
+STOP_POLL_SECONDS = 0.5  # how soon a wait at the run's end sees a stop that came while it waits
 
 
 @dataclass(frozen=True)
@@ -153,21 +155,26 @@ class TrackedRun:
         with contextlib.suppress(queue.Full):
             self.queue.put(End(status, model), timeout=max(0.0, deadline - time.monotonic()))
 
-    def wait(self, ended_at: float, cap: float) -> None:
+    def wait(self, ended_at: float, cap: float, stop_by: Callable[[], float | None] = lambda: None) -> None:
         """The sender joined while its service answers: until SEND_DEADLINE_SECONDS pass with no call answered since
-        `ended_at` or the last one, or `cap` (monotonic times); one still sending then is said once and left (a
-        daemon thread)."""
+        `ended_at` or the last one, or `cap`, or `stop_by()` (monotonic times; a stop's, read again as the wait goes,
+        so a stop that comes while it waits ends it in time); one still sending then is said once and left (a daemon
+        thread)."""
         if self.sender is None or self.failed.is_set():
             return
         while self.sender.is_alive():
-            until = min(max(ended_at, self.answered_at) + SEND_DEADLINE_SECONDS, cap)
+            stop = stop_by()
+            until = min(max(ended_at, self.answered_at) + SEND_DEADLINE_SECONDS, cap, math.inf if stop is None else stop)
             if time.monotonic() >= until:
                 break
-            self.sender.join(until - time.monotonic())
+            self.sender.join(min(until - time.monotonic(), STOP_POLL_SECONDS))
         if self.sender.is_alive():
+            why = ("the stop's grace period ends (spec.runPolicy.terminationGracePeriodSeconds: the process exits before"
+                   " its SIGKILL)" if stop_by() is not None and time.monotonic() >= stop_by() else
+                   f"{SEND_DEADLINE_SECONDS:.0f} s without an answer, or {SEND_CAP_SECONDS:.0f} s in all: the service is"
+                   " slow or unreachable")
             self.fail(f"{self.backend.name}: {self.queue.qsize()} line(s) not sent to {self.backend.where()} by the"
-                      f" run's end ({SEND_DEADLINE_SECONDS:.0f} s without an answer, or {SEND_CAP_SECONDS:.0f} s in all: the"
-                      " service is slow or unreachable): left unsent; progress.jsonl and TensorBoard hold them")
+                      f" run's end ({why}): left unsent; progress.jsonl and TensorBoard hold them")
 
     def fail(self, message: str) -> None:
         """Said once, whichever thread fails first; nothing is sent after it."""
@@ -199,16 +206,19 @@ class TrackedRun:
                       f" {first_line(e)}; training goes on, progress.jsonl and TensorBoard keep every number")
 
 
-def close_all(runs: Iterable[TrackedRun], status: str, model: str | None = None) -> None:
+def close_all(runs: Iterable[TrackedRun], status: str, model: str | None = None,
+              stop_by: Callable[[], float | None] = lambda: None) -> None:
     """End every tracker's generation together: each end is queued first, then each sender waited on while its service
-    answers (TrackedRun.wait), so two trackers hold the run's end SEND_CAP_SECONDS at most, not that each."""
+    answers (TrackedRun.wait), so two trackers hold the run's end SEND_CAP_SECONDS at most, not that each; and never
+    past `stop_by()`, where a stop leaves the process only its grace period (None: no stop)."""
     runs = list(runs)
     ended_at = time.monotonic()
     cap = ended_at + SEND_CAP_SECONDS
     for run in runs:
-        run.finish(status, model, ended_at + SEND_DEADLINE_SECONDS)
+        stop = stop_by()
+        run.finish(status, model, min(ended_at + SEND_DEADLINE_SECONDS, math.inf if stop is None else stop))
     for run in runs:
-        run.wait(ended_at, cap)
+        run.wait(ended_at, cap, stop_by)
 
 
 # --- the record of a tracked run, in the checkpoint directory (the tenant's volume) ----------------------------------
