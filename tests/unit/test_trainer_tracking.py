@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 from kuberl.core import contract
+from kuberl_trainer import __main__ as entry
 from kuberl_trainer import session, tracking, tracking_mlflow
 from kuberl_trainer.tensorboard import (
     EPISODE_TAGS,
@@ -289,6 +290,28 @@ def test_a_stops_wait_for_a_server_that_never_answers_ends_within_the_pods_grace
 def test_a_stops_grace_period_bounds_the_tracking_wait_and_no_stop_none():
     assert session.stop_deadline(None, 30) is None
     assert session.stop_deadline(100.0, 30) == 100.0 + 30 - session.EXIT_MARGIN_SECONDS
+
+
+def test_what_fails_as_a_crashed_runs_tracking_ends_leaves_the_crash_to_be_reported(store, monkeypatch):
+    """A crash ends the tracked runs FAILED, waiting on their services: a second Ctrl-C in that wait (here as the
+    wait says what it left unsent) raised from the crash's handler, and the termination log reported the interrupt,
+    not the crash. The crash stays what ended the run; what failed in the wait is said."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    try:
+        monkeypatch.setenv(tracking_mlflow.ENV_TRACKING_URI, f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setattr(tracking, "SEND_DEADLINE_SECONDS", 0.5)
+
+        def interrupted(line: str) -> None:
+            if "not sent" in line:
+                raise KeyboardInterrupt
+
+        _trainer, run = one_process_run(tracked_job(), log=interrupted)
+        run.load()
+        entry.end_tracking(run, RuntimeError("the env's own bug"))  # returns: its caller raises the crash
+    finally:
+        silent.close()
 
 
 def test_no_tracking_uri_is_said_once_and_no_client_is_started(store, monkeypatch):

@@ -49,6 +49,7 @@ if PAUSED_GC_FOR_IMPORTS:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGTERM, signal.SIGINT))
 
 import argparse
+import contextlib
 import json
 import sys
 import traceback
@@ -186,7 +187,7 @@ def run(config: trainerconfig.TrainerConfig, stop: threading.Event, startup: Sta
                 raise
             message = session.finish(trainer, outcome)
         except BaseException as e:  # the tracked runs end as what ended them, not left RUNNING (a second end is none)
-            session.close_tracking(ended_as(e))
+            end_tracking(session, e)
             raise
         if session.ended_diverged:  # voted in an update, as the run ended (finish's own vote), or a stop's state
             return contract.REASON_DIVERGED, message
@@ -197,6 +198,18 @@ def ended_as(error: BaseException) -> str:
     """A tracked run's status (MLflow's RunStatus) when `error` ended the generation: KILLED where a restart resumes
     it as a stop's (a peer left, an interrupt), FAILED for a crash."""
     return "KILLED" if isinstance(error, (PeerLost, KeyboardInterrupt)) else "FAILED"
+
+
+def end_tracking(session: TrainingSession, error: BaseException) -> None:
+    """The tracked runs ended as `error` ended the generation; what fails in that (a Ctrl-C while it waits, a closed
+    stdout) is said and left, so `error` stays what the termination log reports (raised from here, a Ctrl-C in the
+    wait had a full volume's crash reported as "interrupted twice")."""
+    try:
+        session.close_tracking(ended_as(error))
+    except BaseException as e:  # noqa: BLE001 — the run's own error is raised next, whatever this one is
+        with contextlib.suppress(OSError):
+            print(f"kuberl trainer: the tracked runs were not ended ({type(e).__name__}: {e}) after"
+                  f" {type(error).__name__}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
