@@ -243,7 +243,7 @@ def _validate_value(value: object, schema: dict, path: str, errors: list[FieldEr
             errors.append(FieldError('FieldValueTooLong', path, f'may not be more than {schema["maxLength"]} bytes', value))
         if 'minLength' in schema and len(value) < schema['minLength']:
             errors.append(FieldError('FieldValueInvalid', path, f'{path} in body should be at least {schema["minLength"]} chars long', value))
-        if 'pattern' in schema and not re.search(schema['pattern'], value):
+        if 'pattern' in schema and not go_pattern(schema['pattern']).search(value):
             errors.append(FieldError('FieldValueInvalid', path, f"{path} in body should match '{schema['pattern']}'", value))
     if isinstance(value, list):
         if 'maxItems' in schema and len(value) > schema['maxItems']:
@@ -266,6 +266,34 @@ def _validate_value(value: object, schema: dict, path: str, errors: list[FieldEr
             if subschema is not None:
                 old_item = old.get(key, _MISSING) if isinstance(old, dict) else _MISSING
                 validate(item, subschema, _join(path, key), errors, old_item, _ratchets(item, old_item, ratchets))
+
+
+@functools.cache
+def go_pattern(pattern: str) -> re.Pattern:
+    """`pattern` compiled to match as Go's regexp does, which the API server checks a schema's pattern with
+    (kube-openapi pkg/validation/validate/values.go Pattern: regexp.MatchString): a `$` outside a class is the end of
+    the text only (RE2 syntax: "at end of text (like \\z not \\Z)"), where Python's also matches before a final
+    newline, so a value ending in one passed here and was refused there."""
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            lead = 2 if pattern.startswith("^]", i + 1) else 1 if pattern.startswith("]", i + 1) else 0
+            out.append(pattern[i:i + 1 + lead])  # a `]` first in a class is itself
+            i += 1 + lead
+            continue
+        elif char == "$":
+            char = r"\Z"
+        out.append(char)
+        i += 1
+    return re.compile("".join(out))
 
 
 def _check_bounds(value: float, schema: dict, path: str, errors: list[FieldError]) -> None:

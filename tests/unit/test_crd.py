@@ -18,7 +18,7 @@ from kuberl.core.rules import (
     optional_immutable_fields,
 )
 
-from tests.support.crdschema import schema_nodes
+from tests.support.crdschema import schema_nodes, validate
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "manifests" / "crd.yaml"
@@ -137,3 +137,15 @@ def test_crd_identity_printer_columns_and_status():
 
 def test_crd_is_a_valid_customresourcedefinition():
     kubernetes_validate.validate(checked_in(), "1.32", strict=True)
+
+
+@pytest.mark.parametrize(("name", "valid"), [("cartpole", True), ("cartpole\n", False), ("..\n", False)])
+def test_the_api_stand_in_matches_the_wandb_name_pattern_as_the_api_server_does(name, valid):
+    """The API server matches a schema's pattern with Go's regexp, whose `$` is the end of the text; Python's also
+    matches before a final newline, so the stand-in let spec.tracking.wandb.project "cartpole\\n" through, which the
+    server (and kuberl's own model) refuses."""
+    wandb = root_schema()["properties"]["spec"]["properties"]["tracking"]["properties"]["wandb"]["properties"]
+    for field in ("project", "entity"):
+        errors = []
+        validate(name, wandb[field], f"spec.tracking.wandb.{field}", errors)
+        assert [e.field for e in errors] == ([] if valid else [f"spec.tracking.wandb.{field}"]), errors
