@@ -335,3 +335,27 @@ def test_a_cache_home_the_user_named_or_one_that_is_writable_is_kept():
     assert tracking_wandb.cache_home({"HOME": "/", "XDG_CACHE_HOME": "/mine"}, writable) is None  # theirs, as it is
     assert tracking_wandb.cache_home({"HOME": "/"}, writable) == tracking_wandb.FALLBACK_CACHE_HOME
     assert tracking_wandb.cache_home({}, writable) == tracking_wandb.FALLBACK_CACHE_HOME  # wandb-core: no HOME, no cache
+
+
+@pytest.mark.parametrize("planted", ["link", "another user's directory"])
+def test_a_fallback_cache_home_planted_by_another_user_is_not_written_into(tmp_path, monkeypatch, planted):
+    """The cache home that replaces an unwritable one is a fixed name in the temp directory: where that is shared (a
+    trainer started outside a pod and kuberl run), another user could make it first, or a link there, and wandb-core
+    wrote its logs where they chose. Such a one is passed by for a directory of this process's own."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o777)
+    fixed = tmp_path / "kuberl-cache"
+    if planted == "link":
+        fixed.symlink_to(theirs)
+    else:
+        fixed.mkdir(mode=0o777)
+        fixed.chmod(0o777)
+        if os.geteuid() == 0:
+            os.chown(fixed, 12345, 12345)
+    monkeypatch.setattr(tracking_wandb, "FALLBACK_CACHE_HOME", str(fixed))
+    environ: dict[str, str] = {"WANDB_MODE": "offline"}  # no HOME: wandb-core has no cache home of its own
+    tracking_wandb.wandb_run(str(tmp_path / "checkpoints"), "p", None, None, [], {}, "j", "default", "uid", 0,
+                             environ=environ, log=lambda _line: None)
+    home = Path(environ[tracking_wandb.ENV_CACHE_HOME])
+    assert not home.is_symlink() and home.is_dir() and home.resolve() not in (theirs, fixed), home
+    assert home.stat().st_uid == os.geteuid() and home.stat().st_mode & 0o077 == 0

@@ -12,8 +12,10 @@ end waits for it only a little (tracking.SEND_DEADLINE_SECONDS); the model stays
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
@@ -151,6 +153,22 @@ def writable_directory(path: str) -> bool:
     return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
 
 
+def private_directory(path: str) -> str | None:
+    """`path`, made (0700) where missing, if it is a directory of this user's own that no one else may write and no
+    link; else a new one beside it (mkdtemp). A pod's /tmp and kuberl run's are the pod's own, but a trainer started
+    in a shared /tmp met another user's directory or link made there first, and wrote W&B's logs where they chose.
+    None where neither can be made."""
+    with contextlib.suppress(OSError):
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        found = os.lstat(path)
+        if stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid() and not found.st_mode & 0o022:
+            return path
+    try:
+        return tempfile.mkdtemp(prefix=f"{os.path.basename(path)}-", dir=os.path.dirname(path))
+    except OSError:
+        return None
+
+
 # --- the client (the tracker's sender thread) ------------------------------------------------------------------------
 
 def wandb_run(checkpoint_dir: str, project: str, entity: str | None, group: str | None, tags: list[str],
@@ -159,13 +177,10 @@ def wandb_run(checkpoint_dir: str, project: str, entity: str | None, group: str 
     """Rank 0's tracker of spec.tracking.wandb; with WANDB_MODE=disabled, one that says so once and starts nothing
     (W&B's disabled run would still hand out an id to record). A cache home this process cannot write is replaced
     (cache_home) here, on the training thread, before the sender thread or W&B's service process starts."""
-    if environ.get(ENV_MODE) != "disabled" and (home := cache_home(environ, writable_directory)) is not None:
-        try:
-            os.makedirs(home, mode=0o700, exist_ok=True)
-        except OSError:
-            pass  # W&B's debug log goes unwritten, as before: tracking does not need it
-        else:
-            environ[ENV_CACHE_HOME] = home  # this process's and its children's (wandb-core's): the pod's env is unchanged
+    # private_directory None: W&B's debug log goes unwritten, as before: tracking does not need it
+    if (environ.get(ENV_MODE) != "disabled" and (home := cache_home(environ, writable_directory)) is not None
+            and (home := private_directory(home)) is not None):
+        environ[ENV_CACHE_HOME] = home  # this process's and its children's (wandb-core's): the pod's env is unchanged
     backend = WandbBackend(checkpoint_dir, project, entity, group, tags, config(learned), job, notes(job, namespace, uid),
                            restart, environ, log)
     disabled = environ.get(ENV_MODE) == "disabled"
