@@ -62,6 +62,8 @@ def test_a_script_of_the_image_is_named(command, mounts, found):
     (["torchrun", "--no-python", "/app/run.sh"], (), ("command[2]", "/app/run.sh")),  # the program it starts
     (["torchrun", "-m", "pkg.train", "x.py"], (), None),  # a module
     (["python", "-uc", "print(1)", "/app/t.py"], (), None),  # -c run together with -u
+    (["entrypoint.sh", "--config", "c.yaml"], (), None),  # a program named bare: found on PATH, not in the directory
+    (["./entrypoint.sh"], (), ("command[0]", "./entrypoint.sh")),  # a path: the directory's
 ])
 def test_the_script_the_command_runs_is_named_when_absent_here(command, mounts, found):
     assert absent_entry_script(pod(command, mounts), str(Path(__file__).parent)) == found

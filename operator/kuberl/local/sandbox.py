@@ -123,6 +123,8 @@ def absent_entry_script(pod: Mapping, cwd: str) -> tuple[str, str] | None:
     words = [(f"{field}[{i}]", word) for field in ("command", "args")
              for i, word in enumerate(container.get(field) or []) if isinstance(word, str)]
     at = entry_script([word for _, word in words])
+    if at == 0 and "/" not in words[0][1]:
+        return None  # a program named bare is looked up on PATH (an image's /usr/local/bin/train.sh), never in `cwd`
     script = words[at] if at is not None and (_SCRIPT_PATH.fullmatch(words[at][1]) or _RELATIVE_SCRIPT.fullmatch(words[at][1])) else None
     if script is None or not script[1].startswith("/"):
         return script if script and not container.get("workingDir") and not os.path.exists(os.path.join(cwd, script[1])) else None
