@@ -87,8 +87,12 @@ OPERATOR_WORKERS ?= 4
 test-operator: $(STAMP) ## the API stand-in's own tests, then the real kopf operator over HTTP against it (OPERATOR_WORKERS=0: one process)
 	$(PYTEST) -n $(OPERATOR_WORKERS) tests/support tests/operator
 
-test-e2e: $(STAMP) ## acceptance: kubectl -> stand-in -> kuberl operator -> local node -> Prometheus, fault scenarios, kuberl run; prints the scenario table
-	$(PYTEST) tests/e2e
+# Run in one process the e2e tier keeps about one core busy (its launches and restarts wait): two workers. loadfile
+# keeps a module's tests on one worker, so a module fixture (the dashboard's scraped run) starts once; loadgroup
+# would keep the stack's tests together, but xdist 3.8 marks a group in Node._nodeid, which pytest 9.2 no longer reads.
+E2E_WORKERS ?= 2
+test-e2e: $(STAMP) ## acceptance: kubectl -> stand-in -> kuberl operator -> local node -> Prometheus, fault scenarios, kuberl run; prints the scenario table (E2E_WORKERS=0: one process)
+	$(PYTEST) -n $(E2E_WORKERS) --dist loadfile tests/e2e
 
 test-gpu: $(STAMP) ## CUDA/NCCL paths; skips (and says so) without a GPU
 	$(PYTEST) -rs tests/gpu

@@ -1,10 +1,25 @@
-"""The end-to-end tier's fixture: ONE shared stack per session (tests/e2e/stack.py), and the scenario table at the end."""
+"""The end-to-end tier's fixture: ONE shared stack per session (tests/e2e/stack.py), and the scenario table at the end.
+
+Under pytest-xdist (`make test-e2e` runs two workers, --dist loadfile: in one process the tier keeps
+about one core busy) each worker that runs a test of the stack starts one (its ports from its own slice,
+tests/support/ports.py; its pods' addresses from its own directory); the workers' scenario rows come back to the
+controller through xdist's workeroutput, to make one table."""
 from __future__ import annotations
 
 import pytest
 from kuberl.operator.kubeapi import API_CALLS
 
 from tests.e2e.stack import SCENARIOS, Stack
+
+
+def pytest_sessionfinish(session) -> None:
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: its rows go to the controller
+        session.config.workeroutput["kuberl_e2e_scenarios"] = list(SCENARIOS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    SCENARIOS.extend(getattr(node, "workeroutput", {}).get("kuberl_e2e_scenarios", []))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
