@@ -2,7 +2,7 @@
 
 Under pytest-xdist (`make test-e2e` runs two workers, --dist loadfile: in one process the tier keeps
 about one core busy) each worker that runs a test of the stack starts one (its ports from its own slice,
-tests/support/ports.py; its pods' addresses from its own directory); the workers' scenario rows come back to the
+tests/support/ports.py, and so its pods' addresses, tests/support/localnode.py); the workers' scenario rows come back to the
 controller through xdist's workeroutput, to make one table."""
 from __future__ import annotations
 

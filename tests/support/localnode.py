@@ -33,6 +33,7 @@ from typing import Self
 from kuberl.local import process as local_process
 from kuberl.local import runner, sandbox
 
+from tests.support.ports import worker_slice
 from tests.support.rest import Rest
 from tests.support.selectors import LabelRequirement, labels_match
 from tests.support.store import timestamp
@@ -78,7 +79,10 @@ class LocalNode:
         self.threads: list[threading.Thread] = []
         self.output = None
         digest = int.from_bytes(hashlib.sha256(str(self.workdir.resolve()).encode()).digest()[:2], 'big')
-        self._ip_base = (127 << 24) | ((1 + digest % 254) << 16) | ((digest >> 8) % 200 << 8)
+        # the second octet from this pytest-xdist worker's own slice (ports.worker_slice): two workers' nodes never
+        # share addresses, where the digest alone gave two e2e workers' stacks the same 127.92.40.x (9090 taken)
+        low, high = worker_slice(1, 255)
+        self._ip_base = (127 << 24) | ((low + digest % (high - low)) << 16) | ((digest >> 8) % 200 << 8)
         self._next_ip = 2
 
     def __enter__(self) -> Self:
