@@ -197,6 +197,26 @@ def test_ppo_learning_while_collecting_acts_on_a_stream_beside_the_update():
     assert isinstance(trainer.learner, learners.GraphedPPOLearner) and trainer.learner.backward.cuda_graph is not None
 
 
+def test_streams_beside_the_update_are_never_a_capture_stream_however_many_are_taken():
+    """torch hands pool streams out round robin, 32 per priority: the 33rd default-priority stream is the 1st.
+    learnWhileCollecting took one per update, and near update 60 of pong-ppo-gpu it was the optimiser capture's."""
+    captures = {torch.cuda.Stream(GPU).cuda_stream for _ in range(40)}  # as learners.StepGraph takes them
+    beside = {device.stream_after_current(GPU).stream.cuda_stream for _ in range(40)}
+    assert len(captures) == 32 and beside and not beside & captures
+
+
+def test_learning_while_collecting_outlives_torchs_stream_pool():
+    """70 updates (the stream pool wraps twice), each capturing the optimiser again (the annealed learning rate)
+    while the collecting thread samples on its own stream: on an H200 this crashed near update 60 of pong-ppo-gpu."""
+    ctx = Dist(0, 1, 0, 1, GPU, None)
+    hp = PPOConfig(num_steps=8, num_minibatches=2, update_epochs=1, learn_while_collecting=True, anneal_lr=True)
+    trainer = PPOTrainer(ctx, hp, "ALE/Pong-v5", 4, {}, total_timesteps=70 * 8 * 4, seed=1, restart=0)
+    session = BareSession()
+    assert trainer.train(session) == "budget"
+    assert len(session.reports) == 70 and all(np.isfinite(v) for r in session.reports for v in r.losses.values())
+    assert trainer.learner.optimizer_step.graph.cuda_graph is not None
+
+
 def test_a_frozen_copy_evaluates_on_its_own_stream_while_the_update_runs():
     """What spec.success.evalWhileTraining does on rank 0: the copy's evaluation on a thread
     and a stream of its own, the update on the main thread, and the same return as alone."""

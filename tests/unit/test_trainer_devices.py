@@ -165,6 +165,31 @@ def test_fresh_host_arrays_reach_the_device_through_upload():
     assert copied.dtype == torch.int64 and copied.tolist() == [0, 2, 4]
 
 
+def cuda_streams_taken(source: str) -> list[tuple[int, str]]:
+    """Each `torch.cuda.Stream(...)` and `torch.cuda.graph(...)` call: its line and whether it names the stream's
+    pool ('priority') or the capture's stream ('stream'), else ''."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("Stream", "graph")
+                and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "cuda"):
+            named = {k.arg for k in node.keywords} & {"priority", "stream"}
+            found.append((node.lineno, f"{node.func.attr}:{','.join(sorted(named))}"))
+    return found
+
+
+def test_no_stream_beside_the_update_can_be_a_capture_stream():
+    """torch hands pool streams out round robin, 32 per priority (c10/cuda/CUDAStream.h, "Stream pool note"): a
+    default-priority stream taken per update for learnWhileCollecting's acting became the optimiser capture's stream
+    on an H200 (the acting thread's sampling failed inside the capture). Streams for work beside the update come from
+    another priority's pool (device.stream_after_current), and captures name their own stream (learners.StepGraph)."""
+    assert cuda_streams_taken("s = torch.cuda.Stream(d)\nwith torch.cuda.graph(g):\n    pass\n") == [(1, "Stream:"), (2, "graph:")]
+    taken = {name: calls for name, text in trainer_sources(TRAINER).items() if (calls := cuda_streams_taken(text))}
+    beside = [call for _, call in taken.pop("device.py")]
+    assert beside == ["Stream:priority"] and device.BESIDE_UPDATE_PRIORITY < 0  # torch's default priority is 0
+    assert sorted(call for _, call in taken.pop("learners.py")) == ["Stream:", "graph:stream"]  # StepGraph's own
+    assert taken == {}, f"CUDA streams taken outside device.stream_after_current and learners.StepGraph: {taken}"
+
+
 def test_the_host_only_fast_path_refuses_cuda():
     assert fused.supports_q(dqn.QNetwork(4, 2, [64, 64]), CUDA) is False
     assert fused.supports(ppo.Agent(4, gym.spaces.Discrete(2), [64, 64]), CUDA) is False

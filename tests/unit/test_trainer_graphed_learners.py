@@ -140,6 +140,7 @@ def test_a_capture_that_fails_is_said_and_the_step_stays_eager(capsys, monkeypat
             return False
 
     monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: None)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: None)  # the capture's stream (CPU torch has none)
     monkeypatch.setattr(torch.cuda, "graph", lambda graph, **kwargs: Refusing())
     assert torch.equal(step(torch.ones(2)), torch.full((2,), 2.0)) and calls == [1]
     assert step.graph is False and "DQN's test step stays eager: CUDA graph capture failed" in capsys.readouterr().out

@@ -46,13 +46,23 @@ def upload(array: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tens
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
+# Work beside the update (learnWhileCollecting's acting, evalWhileTraining's evaluation) runs on streams of torch's
+# high-priority pool; CUDA graph captures and their warm-ups (learners.StepGraph) on default-priority ones. torch hands
+# pool streams out round robin, 32 per priority, so the 33rd is the 1st again (c10/cuda/CUDAStream.h, "Stream pool
+# note"): a default-priority stream taken per update became the optimiser capture's own stream after a few dozen
+# updates, the acting thread's kernels joined the capture, and its sampling failed ("Attempt to increase offset for
+# a CUDA generator not in capture mode": learnWhileCollecting on an H200, 2026-11-29, near update 60).
+BESIDE_UPDATE_PRIORITY = -1
+
+
 def stream_after_current(device: torch.device) -> contextlib.AbstractContextManager:
     """A context that puts CUDA work on a stream of its own, ordered after everything
     queued so far on this thread's current stream; enter it on the thread that does
-    the work (the current stream is per thread). Nothing off CUDA."""
+    the work (the current stream is per thread). The stream is never one a CUDA graph
+    captures on (BESIDE_UPDATE_PRIORITY). Nothing off CUDA."""
     if device.type != "cuda":
         return contextlib.nullcontext()
-    stream = torch.cuda.Stream(device)
+    stream = torch.cuda.Stream(device, priority=BESIDE_UPDATE_PRIORITY)
     stream.wait_stream(torch.cuda.current_stream(device))
     return torch.cuda.stream(stream)
 

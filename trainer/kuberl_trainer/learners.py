@@ -527,6 +527,7 @@ class StepGraph:
         self.static: tuple[torch.Tensor, ...] | None = None
         self.output: torch.Tensor | None = None
         self.cuda_graph: torch.cuda.CUDAGraph | None = None
+        self.stream: torch.cuda.Stream | None = None  # warm-ups' and captures', taken once (device.BESIDE_UPDATE_PRIORITY)
         self.calls = 0
 
     def fits(self, inputs: tuple[torch.Tensor, ...]) -> bool:
@@ -550,19 +551,21 @@ class StepGraph:
         if not self.graph:
             self.output = self.fn(*self.static)
             return self.output
+        if self.stream is None:
+            self.stream = torch.cuda.Stream(self.device)
         if self.calls < self.WARM_UPS:
             self.calls += 1
-            current, side = torch.cuda.current_stream(self.device), torch.cuda.Stream(self.device)
-            side.wait_stream(current)
-            with torch.cuda.stream(side):
+            current = torch.cuda.current_stream(self.device)
+            self.stream.wait_stream(current)
+            with torch.cuda.stream(self.stream):
                 self.output = self.fn(*self.static)
-            current.wait_stream(side)
+            current.wait_stream(self.stream)
             return self.output
         graph = torch.cuda.CUDAGraph()
         try:
             # thread_local: acting or evaluating on other threads' streams meanwhile (learnWhileCollecting,
             # the frozen copy's evaluation) may allocate or wait without breaking this capture
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, stream=self.stream, capture_error_mode="thread_local"):
                 self.output = self.fn(*self.static)
         except RuntimeError as e:  # a step that cannot be captured still learns, eagerly
             print(f"kuberl trainer: {self.name} stays eager: CUDA graph capture failed: {e}"[:500], flush=True)
