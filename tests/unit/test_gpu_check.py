@@ -80,6 +80,22 @@ def test_the_goals_are_judged_from_figures_of_the_same_run(gpu_check):
     assert gpu_check.goals({"ppo": {"error": "RuntimeError: x"}}) == []  # a failed section judges nothing
 
 
+def test_a_run_that_restarted_does_not_meet_its_rate_goal(gpu_check):
+    """On an H200 learnWhileCollecting crashed near update 60, restarted from its checkpoint, and its rate
+    (13,081 env steps/s, read from the first generation's records) was judged met. kuberl run's own line says so."""
+    log = ("[rank 0] timesteps 122758  steps/s 13,082  return -20.4  eval -\n[kuberl] GangRestart: generation 0 -> 1 in 10s"
+           " (counted): Crashed: worker 0 (pong-ppo-gpu-0): Crashed: RuntimeError: Attempt to increase offset\n")
+    assert gpu_check.GANG_RESTART.findall(log) == [
+        "generation 0 -> 1 in 10s (counted): Crashed: worker 0 (pong-ppo-gpu-0): Crashed: RuntimeError: Attempt to increase offset"]
+    summary = {"ppo": {"env_steps_per_s": 13650, "learning_while_collecting": {"env_steps_per_s": 13081, "restarts": ["x"]}},
+               "dqn": {"after_learning_starts_env_steps_per_s": 2432, "restarts": ["y"]},
+               "sb3": {"dqn_32envs_env_steps_per_s_after_learning_starts": 572}}
+    assert gpu_check.goals(summary) == [
+        "PPO Pong: 13,650 env steps/s (goal >= 10,000: met)",
+        "PPO Pong learning while collecting: 13,081 env steps/s (goal >= 10,000: not met: the run restarted)",
+        "DQN Pong: 4.25x SB3 (goal >= 2x: not met: the run restarted)"]
+
+
 def test_the_gpu_tiers_goal_counts_what_this_machine_can_run(gpu_check):
     """tests/gpu/test_nccl_ranks.py needs two GPUs, and another test exactly one: on any machine one skips, which
     made "all passed" unmeetable. Skips are said beside the count; a failure or an error is still not met."""
