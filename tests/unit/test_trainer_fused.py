@@ -204,12 +204,16 @@ def test_adam_state_keeps_torch_adams_state_dict_and_loads_it_both_ways():
 
 def test_a_trainer_that_learns_fused_never_imports_torch_dynamo():
     """Startup: the fused trainers build no torch optimiser, so torch._dynamo (0.87 s) is not imported
-    by the time the first update and checkpoint state are done."""
+    by the time the first update and checkpoint state are done, in deterministic mode too (seeded as a rank
+    seeds: torch.use_deterministic_algorithms imported it with torch._inductor, 2.5 s per rank)."""
     import subprocess
     import sys
 
     code = (
         "import sys, torch\n"
+        "from kuberl_trainer.__main__ import seed_everything\n"
+        "seed_everything(1, deterministic=True)\n"
+        "assert torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()\n"
         "from kuberl_trainer.distributed import Dist\n"
         "from kuberl_trainer.ppo import PPOTrainer\n"
         "from kuberl.core.spec import PPOConfig\n"
