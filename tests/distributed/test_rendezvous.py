@@ -12,11 +12,12 @@ from .support import REPO, free_ports
 
 COLLECTIVE, RENDEZVOUS = 15, 3
 
-# One rank: join the group (or hang first, for `hang` seconds), and print how it ended.
+# One rank: join the group (or hang first, for `hang` seconds; or, `held`, once a line comes on stdin), and print how
+# it ended.
 RANK = f"""
 import json, os, sys, threading, time
 from datetime import timedelta
-hang, rendezvous, leave_once = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+hang, rendezvous, leave_once, held = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "held"
 
 
 def leave():  # once rank `leave_once` has checked in on the store, this rank is gone
@@ -31,6 +32,8 @@ if leave_once >= 0:
     threading.Thread(target=leave, daemon=True).start()
 time.sleep(hang)
 from kuberl_trainer.distributed import PeerLost, process_group
+if held:  # torch imported: the test says when this rank comes
+    sys.stdin.readline()
 started = time.monotonic()
 try:
     with process_group("gloo", {COLLECTIVE}, rendezvous):
@@ -42,9 +45,10 @@ print(json.dumps({{"seconds": time.monotonic() - started, "ended": ended}}), flu
 
 
 def start_ranks(world_size: int, hangs: dict[int, float], rendezvous: float = RENDEZVOUS,
-                leaves: dict[int, int] | None = None) -> dict[int, subprocess.Popen]:
+                leaves: dict[int, int] | None = None, held: dict[int, float] | None = None) -> dict[int, subprocess.Popen]:
     """`hangs`: seconds a rank sleeps before its rendezvous (< 0: never started); `leaves`: a rank that exits once
-    the rank given has checked in on the store."""
+    the rank given has checked in on the store; `held`: a rank (and its rendezvous timeout) that comes once a line is
+    written to its stdin."""
     port = free_ports(1)
     procs = {}
     for rank in range(world_size):
@@ -52,8 +56,10 @@ def start_ranks(world_size: int, hangs: dict[int, float], rendezvous: float = RE
             continue
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": "0",
                "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
-        procs[rank] = subprocess.Popen([sys.executable, "-c", RANK, str(hangs.get(rank, 0.0)), str(rendezvous),
-                                        str((leaves or {}).get(rank, -1))], env=env, cwd=REPO,
+        procs[rank] = subprocess.Popen([sys.executable, "-c", RANK, str(hangs.get(rank, 0.0)),
+                                        str((held or {}).get(rank, rendezvous)), str((leaves or {}).get(rank, -1)),
+                                        "held" if rank in (held or {}) else "-"], env=env, cwd=REPO,
+                                       stdin=subprocess.PIPE if rank in (held or {}) else None,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     return procs
 
@@ -150,7 +156,10 @@ def test_a_rank_that_fails_on_its_own_is_named_by_every_peer_rank_0_included():
 def test_when_rank_0_leaves_during_the_rendezvous_the_ranks_waiting_and_those_still_coming_name_it():
     """A rank waiting for its peers said "not every rank of 3 joined … (a rank that runs but never joins is hung
     …)", blaming a hung peer; one that came after rank 0 had left, that the rendezvous "did not complete"."""
-    procs = start_ranks(3, {2: 6.0}, rendezvous=6, leaves={0: 1})  # rank 0 goes once rank 1 joined, before rank 2 comes
+    procs = start_ranks(3, {}, rendezvous=6, leaves={0: 1}, held={2: RENDEZVOUS})  # rank 0 goes once rank 1 joined
+    procs[0].wait(timeout=COLLECTIVE + 30)
+    procs[2].stdin.write(b"come\n")  # rank 2 comes once rank 0 has gone (a sleep of 6 s guessed when)
+    procs[2].stdin.flush()
     ended = {rank: outcome(procs[rank])["ended"] for rank in (1, 2)}
     assert ended[1].startswith("PeerLost: rendezvous: rank 0 (it hosts the rendezvous store at 127.0.0.1:"), ended
     assert ") left before every rank joined (" in ended[1], ended
