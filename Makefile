@@ -78,8 +78,12 @@ UNIT_WORKERS ?= 2
 test-unit: $(STAMP) ## pure tests: spec, CRD, render, lifecycle, algorithm maths (UNIT_WORKERS=0: one process)
 	$(PYTEST) -n $(UNIT_WORKERS) tests/unit
 
-test-distributed: $(STAMP) ## real multi-process gloo runs on CPU
-	$(PYTEST) tests/distributed
+# Run in one process the distributed tier keeps about one core busy (993 s of CPU in 940 s: imports, rendezvous and
+# one-rank runs between the two-rank ones): two workers; loadfile keeps a module's shared runs (a module fixture)
+# on one worker, tests/support/ports.py gives each worker its own ports, tmp_path its own directories.
+DISTRIBUTED_WORKERS ?= 2
+test-distributed: $(STAMP) ## real multi-process gloo runs on CPU (DISTRIBUTED_WORKERS=0: one process)
+	$(PYTEST) -n $(DISTRIBUTED_WORKERS) --dist loadfile tests/distributed
 
 # The operator tier mostly waits (on kopf, its watches, the stand-in): four pytest-xdist workers overlap
 # those waits even on 2 cores; tests/support/ports.py gives each worker its own ports, tmp_path its own dirs.
