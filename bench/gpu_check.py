@@ -814,8 +814,10 @@ def ratios(summary: dict) -> list[str]:
     lines = []
     for name, (ours_section, ours_key), (peer_section, peer_key) in pairs:
         ours, peer = summary.get(ours_section, {}).get(ours_key), summary.get(peer_section, {}).get(peer_key)
+        # a rate read across a gang restart is the first generation's, not the example's (as goals says)
+        restarted = " (the run restarted: not the example's rate)" if summary.get(ours_section, {}).get("restarts") else ""
         if ours and peer:
-            lines.append(f"{name}: kuberl {ours:,.0f} env steps/s, SB3 {peer:,.0f}: {ours / peer:.2f}x")
+            lines.append(f"{name}: kuberl {ours:,.0f} env steps/s, SB3 {peer:,.0f}: {ours / peer:.2f}x{restarted}")
     return lines
 
 

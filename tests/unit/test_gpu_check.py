@@ -94,6 +94,12 @@ def test_a_run_that_restarted_does_not_meet_its_rate_goal(gpu_check):
         "PPO Pong: 13,650 env steps/s (goal >= 10,000: met)",
         "PPO Pong learning while collecting: 13,081 env steps/s (goal >= 10,000: not met: the run restarted)",
         "DQN Pong: 4.25x SB3 (goal >= 2x: not met: the run restarted)"]
+    # the ratios to SB3 (the docs' "11.6x" rows come from them) say it too
+    summary["sb3"]["ppo_16envs_env_steps_per_s"] = 1179
+    assert gpu_check.ratios(summary) == [
+        "PPO Pong: kuberl 13,650 env steps/s, SB3 1,179: 11.58x",
+        "PPO Pong learning while collecting: kuberl 13,081 env steps/s, SB3 1,179: 11.09x (the run restarted: not the example's rate)",
+        "DQN Pong at 32 envs: kuberl 2,432 env steps/s, SB3 572: 4.25x (the run restarted: not the example's rate)"]
 
 
 def test_the_gpu_tiers_goal_counts_what_this_machine_can_run(gpu_check):
