@@ -155,7 +155,7 @@ def test_ppo_learns_pong_from_pixels_on_one_gpu(precision):
     assert all(p.device == GPU for p in trainer.agent.parameters())
     assert session.reports and all(np.isfinite(v) for r in session.reports for v in r.losses.values())
     graphed = isinstance(trainer.learner, learners.GraphedPPOLearner)
-    assert graphed is (precision == "fp32")  # 8 minibatch steps, the rate annealed each update: captured and recaptured
+    assert graphed is (precision == "fp32")  # 8 minibatch steps, the rate annealed each update (read from a device tensor)
     assert not graphed or (trainer.learner.backward.cuda_graph is not None
                            and trainer.learner.optimizer_step.graph.cuda_graph is not None)
     final = device.on_host(trainer.final_model())  # as write_final_model saves it: loadable without a GPU
@@ -206,15 +206,17 @@ def test_streams_beside_the_update_are_never_a_capture_stream_however_many_are_t
 
 
 def test_learning_while_collecting_outlives_torchs_stream_pool():
-    """70 updates (the stream pool wraps twice), each capturing the optimiser again (the annealed learning rate)
-    while the collecting thread samples on its own stream: on an H200 this crashed near update 60 of pong-ppo-gpu."""
+    """70 updates (the stream pool wraps twice) while the collecting thread samples on its own stream: on an H200
+    this crashed near update 60 of pong-ppo-gpu, when the optimiser step was captured again each update for the
+    annealed learning rate. The captured step now reads the rate from a device tensor: one capture, 70 rates."""
     ctx = Dist(0, 1, 0, 1, GPU, None)
     hp = PPOConfig(num_steps=8, num_minibatches=2, update_epochs=1, learn_while_collecting=True, anneal_lr=True)
     trainer = PPOTrainer(ctx, hp, "ALE/Pong-v5", 4, {}, total_timesteps=70 * 8 * 4, seed=1, restart=0)
     session = BareSession()
     assert trainer.train(session) == "budget"
     assert len(session.reports) == 70 and all(np.isfinite(v) for r in session.reports for v in r.losses.values())
-    assert trainer.learner.optimizer_step.graph.cuda_graph is not None
+    assert trainer.learner.optimizer_step.graph.cuda_graph is not None and trainer.learner.optimizer_step.graph.captures == 1
+    assert trainer.learner.optimizer_step.rate.item() == pytest.approx(trainer.optimizer.param_groups[0]["lr"])
 
 
 def test_a_frozen_copy_evaluates_on_its_own_stream_while_the_update_runs():
@@ -355,7 +357,7 @@ def test_ppos_minibatch_steps_replayed_from_cuda_graphs_learn_what_the_same_step
         made.append(learners.GraphedPPOLearner(agent, PPOConfig(grad_accumulation=2), ctx, ppo.ppo_loss, graph=graph))
     start = [p.detach().clone() for p in made[0].agent.parameters()]
     rng, stats = np.random.default_rng(0), {True: [], False: []}
-    for step in range(10):  # 3 warm-ups, a capture, replays; a new rate at step 5: the optimiser step captured again
+    for step in range(10):  # 3 warm-ups, a capture, replays; a new rate at step 5, which the replays read
         n = 256
         scalars = np.stack([rng.normal(size=n) - 2, rng.normal(size=n), rng.normal(size=n), rng.normal(size=n), np.ones(n)], -1)
         rows = minibatch_table(torch.from_numpy(rng.integers(0, 6, (n, 1))), torch.from_numpy(scalars.astype(np.float32))).to(GPU)
@@ -366,7 +368,7 @@ def test_ppos_minibatch_steps_replayed_from_cuda_graphs_learn_what_the_same_step
             stats[graph].append(learner.step(obs, rows))
     replayed, eager = made
     assert replayed.backward.cuda_graph is not None and replayed.optimizer_step.graph.cuda_graph is not None
-    assert replayed.optimizer_step.captured_rate == 1e-4
+    assert replayed.optimizer_step.graph.captures == 1 and replayed.optimizer_step.rate.item() == pytest.approx(1e-4)
     torch.testing.assert_close(torch.stack(stats[True]), torch.stack(stats[False]), rtol=1e-5, atol=1e-6)
     for a, b in zip(replayed.agent.parameters(), eager.agent.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

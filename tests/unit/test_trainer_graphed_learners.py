@@ -168,11 +168,12 @@ def minibatch(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_the_graphed_ppo_step_learns_exactly_what_the_reference_learns_while_the_rate_anneals():
     """Micro-batches accumulated (gradAccumulation 2) and a learning rate that changes between updates,
-    as PPO's anneal sets it on the optimizer: a graph keeps the rate it was captured with, so a change
-    makes the optimiser step capture again."""
+    as PPO's anneal sets it on the optimizer: a graph would keep a float rate it was captured with, so the
+    captured step reads the rate from a tensor, filled when the rate changes, and is never captured again for it
+    (a capture synchronises the device and empties torch's caches)."""
     hp = PPOConfig(grad_accumulation=2, learning_rate=1e-3)
     reference, graphed = ppo_pair(hp)
-    captures = []
+    captures, rates = [], []
     graphed.optimizer_step.graph.recapture = lambda: captures.append(graphed.optimizer.param_groups[0]["lr"])
     for update in range(3):
         for learner in (reference, graphed):
@@ -181,8 +182,10 @@ def test_the_graphed_ppo_step_learns_exactly_what_the_reference_learns_while_the
         for seed in range(2):
             stats = [learner.step(*minibatch(8, 10 * update + seed)) for learner in (reference, graphed)]
             assert torch.equal(stats[0], stats[1])
+        rates.append(graphed.optimizer_step.rate.item())
     assert all(torch.equal(a, b) for a, b in zip(reference.agent.parameters(), graphed.agent.parameters(), strict=True))
-    assert captures == [1e-3 * (1 - update / 3) for update in range(3)]  # once per rate, not per step
+    assert captures == [] and rates == pytest.approx([1e-3 * (1 - update / 3) for update in range(3)])
+    assert all(isinstance(group["lr"], float) for group in graphed.optimizer.param_groups)  # checkpoints keep floats
     assert graphed.backward.static[0].shape == (8, *FRAMES)
 
 

@@ -529,6 +529,7 @@ class StepGraph:
         self.cuda_graph: torch.cuda.CUDAGraph | None = None
         self.stream: torch.cuda.Stream | None = None  # warm-ups' and captures', taken once (device.BESIDE_UPDATE_PRIORITY)
         self.calls = 0
+        self.captures = 0
 
     def fits(self, inputs: tuple[torch.Tensor, ...]) -> bool:
         return self.static is None or all(
@@ -573,6 +574,7 @@ class StepGraph:
             self.output = self.fn(*self.static)
             return self.output
         self.cuda_graph = graph
+        self.captures += 1
         graph.replay()
         return self.output
 
@@ -582,8 +584,9 @@ class GraphedOptimizerStep:
     can keep, and one all-reduce), rank 0's weights broadcast once (as DDP's constructor would:
     no DDP here), and the step after a backward: the all-reduce outside any graph (NCCL on the
     current stream: no host wait), then the mean over ranks, clipping and torch's Adam replayed
-    from a graph of their own, captured again when the learning rate changes (PPO anneals it
-    once an update; a graph would keep the rate it was captured with)."""
+    from a graph of their own. The captured step reads its learning rate from a device tensor,
+    filled before a replay when the rate changed (PPO anneals it once an update): capturing
+    again for each rate synchronised the device and emptied torch's caches every update."""
 
     def __init__(self, agent: nn.Module, ctx: Dist, optimizer: torch.optim.Optimizer, max_grad_norm: float | None, graph: bool,
                  allreduce_seconds: list[float]):
@@ -600,7 +603,8 @@ class GraphedOptimizerStep:
             w.grad = chunk.view_as(w)
         self.sum_gradient = _gradient_sum(ctx, allreduce_seconds)
         self.graph = StepGraph(self._apply, ctx.device, graph, "the optimiser step")
-        self.captured_rate: float | None = None
+        self.rate = torch.zeros((), device=ctx.device)  # what a captured step reads as the learning rate
+        self.rate_filled: float | None = None
 
     def _apply(self) -> None:
         if self.ctx.world_size > 1:
@@ -612,10 +616,13 @@ class GraphedOptimizerStep:
         # device either way); set only while capturing, so checkpoints keep the reference's groups
         capturing = self.graph.graph and torch.cuda.is_current_stream_capturing()
         capturable, group["capturable"] = group["capturable"], group["capturable"] or capturing
+        # captured: the fused kernel reads the rate from self.rate (a float would be baked into the graph);
+        # the group keeps its float, which checkpoints and the eager learners read
+        rate, group["lr"] = group["lr"], self.rate if capturing else group["lr"]
         try:
             self.optimizer.step()
         finally:
-            group["capturable"] = capturable
+            group["capturable"], group["lr"] = capturable, rate
 
     def recapture(self) -> None:
         self.graph.recapture()
@@ -625,9 +632,9 @@ class GraphedOptimizerStep:
             with distributed.collectives():
                 self.sum_gradient(self.gradient)
         rate = self.optimizer.param_groups[0]["lr"]
-        if rate != self.captured_rate:
-            self.graph.recapture()
-            self.captured_rate = rate
+        if rate != self.rate_filled:
+            self.rate.fill_(rate)  # on this stream, before the replay that reads it: no host wait
+            self.rate_filled = rate
         self.graph()
 
 
