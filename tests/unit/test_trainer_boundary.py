@@ -321,12 +321,13 @@ def test_a_stop_asked_for_while_ppo_learns_ends_the_learning_after_that_epoch_wi
 
 def test_a_stop_asked_for_in_a_deterministic_run_waits_for_every_epoch(tmp_path, monkeypatch):
     """A resume of an update cut short would train other weights than the uninterrupted run."""
-    was = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
+    was = torch.get_deterministic_debug_mode()
+    # the trainer's own switch (seed_everything): use_deterministic_algorithms also imports torch._inductor
+    torch.set_deterministic_debug_mode("error")
     try:
         reports, _, _ = ppo_stopped_while_learning(3, tmp_path, monkeypatch)
     finally:
-        torch.use_deterministic_algorithms(was)
+        torch.set_deterministic_debug_mode(was)
     assert [(r.epochs_run, r.stop) for r in reports] == [(4, True)]
 
 
