@@ -821,6 +821,11 @@ def ratios(summary: dict) -> list[str]:
     return lines
 
 
+def verdict(met: bool, run: dict) -> str:
+    """A rate goal's word: a rate read across a gang restart (kuberl run's GangRestart line) meets none."""
+    return "not met: the run restarted" if run.get("restarts") else "met" if met else "not met"
+
+
 def goals(summary: dict) -> list[str]:
     """Issue 27's goals beside this run's figures (one rank, one GPU): what met its goal and what did not."""
     ppo, dqn_ratio = summary.get("ppo", {}), None
@@ -838,14 +843,12 @@ def goals(summary: dict) -> list[str]:
     for name, run in (("PPO Pong", ppo), ("PPO Pong learning while collecting", lagged)):
         if rate := run.get("env_steps_per_s"):
             of_bound = f", {rate / bound:.0%} of the synchronous bound {bound:,.0f} (goal >= 85%)" if bound else ""
-            met = "not met: the run restarted" if run.get("restarts") else "met" if rate >= 10_000 else "not met"
-            lines.append(f"{name}: {rate:,.0f} env steps/s (goal >= 10,000: {met}){of_bound}")
+            lines.append(f"{name}: {rate:,.0f} env steps/s (goal >= 10,000: {verdict(rate >= 10_000, run)}){of_bound}")
     ours = summary.get("dqn", {}).get("after_learning_starts_env_steps_per_s")
     peer = summary.get("sb3", {}).get(sb3_keys()[1])
     if ours and peer:
         dqn_ratio = ours / peer
-        met = "not met: the run restarted" if summary.get("dqn", {}).get("restarts") else "met" if dqn_ratio >= 2 else "not met"
-        lines.append(f"DQN Pong: {dqn_ratio:.2f}x SB3 (goal >= 2x: {met})")
+        lines.append(f"DQN Pong: {dqn_ratio:.2f}x SB3 (goal >= 2x: {verdict(dqn_ratio >= 2, summary.get('dqn', {}))})")
     if ppo.get("gpu_util_mean") is not None:
         lines.append(f"GPU busy during PPO: {ppo['gpu_util_mean']}% (reported)")
     warm = ppo.get("startup_warm")

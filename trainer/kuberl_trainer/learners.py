@@ -527,7 +527,8 @@ class StepGraph:
         self.static: tuple[torch.Tensor, ...] | None = None
         self.output: torch.Tensor | None = None
         self.cuda_graph: torch.cuda.CUDAGraph | None = None
-        self.stream: torch.cuda.Stream | None = None  # warm-ups' and captures', taken once (device.BESIDE_UPDATE_PRIORITY)
+        # warm-ups' and captures', taken once at default priority: never one of device.stream_after_current's
+        self.stream: torch.cuda.Stream | None = None
         self.calls = 0
         self.captures = 0
 
