@@ -6,11 +6,11 @@ import math
 
 import pytest
 import torch
+from kuberl_trainer.continuous import Critics
 from kuberl_trainer.sac import (
     LOG_STD_MAX,
     LOG_STD_MIN,
     Actor,
-    Critics,
     actor_loss,
     alpha_loss,
     critic_loss,

@@ -1,9 +1,10 @@
 """SAC (soft actor-critic), for continuous (float Box) actions. Reads top to bottom as CleanRL's
 sac_continuous_action.py: the networks (a tanh-squashed Gaussian actor, twin soft Q critics (continuous.py's,
 shared with TD3), the entropy coefficient), the maths as pure functions (the squashed Gaussian's log-probability, the soft
-Q target, the critic, actor and temperature losses), then the trainer (its model, its own state, its
-exploration and gradient steps, its final model; seeding, envs, checkpoint state and the loop are
-base.BaseAlgorithm's, the iteration and the replay buffer's schedule base.OffPolicyAlgorithm's, as DQN's).
+Q target, the critic, actor and temperature losses), then the trainer (its targets and learner, its own state,
+its exploration and gradient steps; seeding, envs, checkpoint state and the loop are
+base.BaseAlgorithm's, the iteration and the replay buffer's schedule base.OffPolicyAlgorithm's, as DQN's;
+the actor and critics, weighed with the buffer, and evaluation twincritic.TwinCriticTrainer's, as TD3's).
 
 Each rank steps its own vectorised envs and fills and samples its OWN replay buffer
 (`replay.ReplayBuffer`, one-step transitions, gymnasium's autoreset rows never sampled, truncated
@@ -33,29 +34,23 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
 import torch
-from kuberl.core import envspaces, replaymemory
-from kuberl.core.spec import SACConfig
+from kuberl.core import envspaces
 from torch import nn
 
-from . import budget, evaluation, learners, networks
-from .base import OffPolicyAlgorithm
+from . import learners, networks
 from .continuous import (
-    Critics,
-    box_bounds,
     box_problem,
     frozen,
     mlp,
 )
-from .device import to_device, upload
-from .distributed import Dist
-from .replay import Batch
+from .device import to_device
 from .session import Vote
 from .tensorboard import Renames
+from .twincritic import TwinCriticTrainer
 
 # --- The networks ------------------------------------------------------------------
 
@@ -154,37 +149,21 @@ def alpha_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: 
 # --- The trainer -------------------------------------------------------------------
 
 
-class SACTrainer(OffPolicyAlgorithm):
+class SACTrainer(TwinCriticTrainer):
     ACTION_SPACES = envspaces.ACTION_SPACES["sac"]
     # CleanRL's sac_continuous_action.py: qf_loss is written halved (the two critics' mean; value_loss is their sum)
     TENSORBOARD_TAGS: ClassVar[Renames] = {"value_loss": ("losses/qf_loss", 0.5), "policy_loss": ("losses/actor_loss", 1.0)}
 
-    def __init__(self, ctx: Dist, hp: SACConfig, env_id: str, num_envs: int, env_kwargs: dict,
-                 total_timesteps: int, seed: int, restart: int, env_backend: str = "auto", fast: bool = True):
-        """`fast`: as the other algorithms take it; SAC has the reference learner only."""
-        self.hp, self.total_timesteps = hp, total_timesteps
-        super().__init__(ctx, env_id, num_envs, env_kwargs, seed, restart, env_backend)
+    ALGORITHM, ACTOR = "sac", Actor
 
-    def _setup_model(self, env_id: str, num_envs: int) -> None:
-        """The actor (the model), critics, target critics and entropy coefficient, the replay buffer, and how they learn."""
-        ctx, hp, space = self.ctx, self.hp, self.envs.single_observation_space
-        low, high = box_bounds(self.envs, self.action_space, env_id)  # the actor squashes into the box: it must have one
-        action_shape = tuple(self.action_space.shape)
-        planned = replaymemory.for_algorithm("sac", hp, num_envs, self.obs_shape, space.dtype.name, action_shape,
-                                             total_timesteps=self.total_timesteps, world_size=ctx.world_size)
-        budget.check_replay(planned, "sac", env_id, ctx)  # weighed before it is made
-        obs_dim, hidden = int(np.prod(self.obs_shape)), list(hp.hidden_sizes)
-        budget.check_networks("spec.sac.hiddenSizes", "the actor and twin critics", lambda: nn.ModuleList(
-            [Actor(obs_dim, low, high, hidden), Critics(obs_dim, int(np.prod(action_shape)), hidden)]), ctx)
-        self.agent = Actor(obs_dim, low, high, hidden).to(ctx.device)
-        self.critics = Critics(obs_dim, int(np.prod(action_shape)), hidden).to(ctx.device)
+    def _setup_learning(self, low: torch.Tensor, high: torch.Tensor, action_dim: int) -> None:
+        """The entropy coefficient, the learner (rank 0's weights) and the target critics."""
+        ctx, hp = self.ctx, self.hp
         self.temperature = Temperature(hp.alpha, hp.autotune).to(ctx.device)
-        self.target_entropy = -float(np.prod(action_shape))  # minus the action dimensions (CleanRL, SB3)
+        self.target_entropy = -float(action_dim)  # minus the action dimensions (CleanRL, SB3)
         self.learner = learners.sac_learner(self.agent, self.critics, self.temperature, hp, ctx)  # rank 0's weights
         self.optimizer = self.learner.optimizer
         self.target = copy.deepcopy(self.critics).requires_grad_(False)
-        self._setup_replay(planned, num_envs)  # the buffer, vector_steps, batch_per_rank, gradient_steps
-        self.critic_updates = 0  # critic steps ever taken: when the actor and the targets update, alike on every rank
 
     @property
     def learning_rate(self) -> float:
@@ -224,9 +203,6 @@ class SACTrainer(OffPolicyAlgorithm):
             self.replay.add(obs, actions, reward, terminated, truncated, self.tracker.valid)
             self.tracker.step(reward, terminated | truncated)
         return real
-
-    def to_tensors(self, batch: Batch) -> tuple[torch.Tensor, ...]:
-        return tuple(upload(a, self.ctx.device) for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs))
 
     def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
                       discount: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
@@ -287,22 +263,6 @@ class SACTrainer(OffPolicyAlgorithm):
         if actor_steps := self.actor_steps(first, self.critic_updates):
             losses |= {"policy_loss": actor / actor_steps, "entropy": entropy / actor_steps}
         return losses, done
-
-    def final_model(self) -> dict:
-        return {"agent": self.agent.state_dict(), "hidden_sizes": list(self.hp.hidden_sizes)}
-
-    # -- evaluation (rank 0) -------------------------------------------------
-
-    def greedy(self, obs: np.ndarray) -> np.ndarray:
-        """The actor's squashed mean: how the policy acts when evaluated."""
-        with torch.no_grad():
-            return self.agent.greedy(to_device(obs, self.ctx.device)).cpu().numpy()
-
-    def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int,
-                 stop: Callable[[], bool] | None = None) -> float:
-        """evaluation.mean_return, acting with the mean action."""
-        with self.evaluation_envs(env_id, episodes, env_kwargs) as envs:
-            return evaluation.mean_return(envs, self.greedy, episodes, seed, stop=stop)
 
     def _freeze(self, frozen: SACTrainer) -> None:
         frozen.agent = copy.deepcopy(self.agent)

@@ -2,9 +2,10 @@
 actions. Reads top to bottom as CleanRL's td3_continuous_action.py: the network (a deterministic tanh actor;
 the twin critics are continuous.py's, shared with SAC), the maths as pure functions (exploration noise,
 target policy smoothing, the clipped double-Q target, the critic and actor losses, when the delayed steps
-fall), then the trainer (its model, its own state, its exploration and gradient steps, its final model;
+fall), then the trainer (its targets and learner, its own state, its exploration and gradient steps;
 seeding, envs, checkpoint state and the loop are base.BaseAlgorithm's, the iteration and the replay
-buffer's schedule base.OffPolicyAlgorithm's, as DQN's and SAC's).
+buffer's schedule base.OffPolicyAlgorithm's, as DQN's and SAC's; the actor and critics, weighed with the
+buffer, and evaluation twincritic.TwinCriticTrainer's, as SAC's).
 
 Each rank steps its own vectorised envs and fills and samples its OWN replay buffer
 (`replay.ReplayBuffer`, one-step transitions, gymnasium's autoreset rows never sampled, truncated
@@ -31,29 +32,23 @@ contents are per rank and, as DQN's and SAC's, kept in deterministic mode only.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
 import torch
-from kuberl.core import envspaces, replaymemory
-from kuberl.core.spec import TD3Config
+from kuberl.core import envspaces
 from torch import nn
 
-from . import budget, evaluation, learners, networks
-from .base import OffPolicyAlgorithm
+from . import learners, networks
 from .continuous import (
-    Critics,
-    box_bounds,
     box_problem,
     frozen,
     mlp,
 )
-from .device import to_device, upload
-from .distributed import Dist
-from .replay import Batch
+from .device import to_device
 from .session import Vote
 from .tensorboard import Renames
+from .twincritic import TwinCriticTrainer
 
 # --- The network ---------------------------------------------------------------------
 
@@ -127,37 +122,20 @@ def delayed_steps_between(first: int, last: int, policy_delay: int) -> int:
 # --- The trainer -------------------------------------------------------------------
 
 
-class TD3Trainer(OffPolicyAlgorithm):
+class TD3Trainer(TwinCriticTrainer):
     ACTION_SPACES = envspaces.ACTION_SPACES["td3"]
     # CleanRL's td3_continuous_action.py: qf_loss is written halved (the two critics' mean; value_loss is their sum)
     TENSORBOARD_TAGS: ClassVar[Renames] = {"value_loss": ("losses/qf_loss", 0.5), "policy_loss": ("losses/actor_loss", 1.0)}
 
-    def __init__(self, ctx: Dist, hp: TD3Config, env_id: str, num_envs: int, env_kwargs: dict,
-                 total_timesteps: int, seed: int, restart: int, env_backend: str = "auto", fast: bool = True):
-        """`fast`: as the other algorithms take it; TD3 has the reference learner only."""
-        self.hp, self.total_timesteps = hp, total_timesteps
-        super().__init__(ctx, env_id, num_envs, env_kwargs, seed, restart, env_backend)
+    ALGORITHM, ACTOR = "td3", Actor
 
-    def _setup_model(self, env_id: str, num_envs: int) -> None:
-        """The actor (the model), critics, target actor and target critics, the replay buffer, and how they learn."""
-        ctx, hp, space = self.ctx, self.hp, self.envs.single_observation_space
-        low, high = box_bounds(self.envs, self.action_space, env_id)  # the actor squashes into the box: it must have one
-        action_shape = tuple(self.action_space.shape)
-        planned = replaymemory.for_algorithm("td3", hp, num_envs, self.obs_shape, space.dtype.name, action_shape,
-                                             total_timesteps=self.total_timesteps, world_size=ctx.world_size)
-        budget.check_replay(planned, "td3", env_id, ctx)  # weighed before it is made
-        obs_dim, hidden = int(np.prod(self.obs_shape)), list(hp.hidden_sizes)
-        budget.check_networks("spec.td3.hiddenSizes", "the actor and twin critics", lambda: nn.ModuleList(
-            [Actor(obs_dim, low, high, hidden), Critics(obs_dim, int(np.prod(action_shape)), hidden)]), ctx)
-        self.agent = Actor(obs_dim, low, high, hidden).to(ctx.device)
-        self.critics = Critics(obs_dim, int(np.prod(action_shape)), hidden).to(ctx.device)
-        self.learner = learners.td3_learner(self.agent, self.critics, hp, ctx)  # rank 0's weights
+    def _setup_learning(self, low: torch.Tensor, high: torch.Tensor, action_dim: int) -> None:
+        """The learner (rank 0's weights), the target actor and critics, and exploration's box."""
+        self.learner = learners.td3_learner(self.agent, self.critics, self.hp, self.ctx)  # rank 0's weights
         self.optimizer = self.learner.optimizer
         self.target_actor = copy.deepcopy(self.agent).requires_grad_(False)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
         self.box = (self.action_space.low, self.action_space.high, ((high - low) / 2).numpy())  # exploration's, on the host
-        self._setup_replay(planned, num_envs)  # the buffer, vector_steps, batch_per_rank, gradient_steps
-        self.critic_updates = 0  # critic steps ever taken: when the actor and the targets update, alike on every rank
 
     @property
     def learning_rate(self) -> float:
@@ -200,9 +178,6 @@ class TD3Trainer(OffPolicyAlgorithm):
             self.replay.add(obs, actions, reward, terminated, truncated, self.tracker.valid)
             self.tracker.step(reward, terminated | truncated)
         return real
-
-    def to_tensors(self, batch: Batch) -> tuple[torch.Tensor, ...]:
-        return tuple(upload(a, self.ctx.device) for a in (batch.obs, batch.actions, batch.returns, batch.discount, batch.next_obs))
 
     def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
                       discount: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
@@ -252,22 +227,6 @@ class TD3Trainer(OffPolicyAlgorithm):
         if actor_steps := delayed_steps_between(first, self.critic_updates, hp.policy_delay):
             losses["policy_loss"] = actor / actor_steps
         return losses, done
-
-    def final_model(self) -> dict:
-        return {"agent": self.agent.state_dict(), "hidden_sizes": list(self.hp.hidden_sizes)}
-
-    # -- evaluation (rank 0) -------------------------------------------------
-
-    def greedy(self, obs: np.ndarray) -> np.ndarray:
-        """The actor's action, no noise: how the policy acts when evaluated."""
-        with torch.no_grad():
-            return self.agent.greedy(to_device(obs, self.ctx.device)).cpu().numpy()
-
-    def evaluate(self, env_id: str, episodes: int, env_kwargs: dict, seed: int,
-                 stop: Callable[[], bool] | None = None) -> float:
-        """evaluation.mean_return, acting with the actor's noiseless action."""
-        with self.evaluation_envs(env_id, episodes, env_kwargs) as envs:
-            return evaluation.mean_return(envs, self.greedy, episodes, seed, stop=stop)
 
     def _freeze(self, frozen: TD3Trainer) -> None:
         frozen.agent = copy.deepcopy(self.agent)
