@@ -54,6 +54,7 @@ def test_the_best_evaluation_is_kept_beside_the_last_weights(name, tmp_path, mon
     run.finish(trainer, "budget")
     assert len(scored) >= 3
     best_return, best_steps, best_weights = max(scored, key=lambda s: s[0])  # the first of equal bests: only a better one replaces it
+    assert best_steps != scored[-1][1], "the best is the last: best-model.pt would not be told from final-model.pt (BEST_RUNS)"
     best = torch.load(os.path.join(os.path.dirname(run.final_model), "best-model.pt"), weights_only=True)
     assert best["eval_return"] == best_return and best["timesteps"] == best_steps
     assert best["algorithm"] == name and best["env_id"] == ENV_OF[name] and best["format"] == 1
