@@ -321,10 +321,30 @@ def gone_resource(error: BaseException) -> str:
 
 
 def closed_under_a_watcher(error: BaseException | None) -> bool:
-    """aiohttp's error for a read begun on a connection its own client closed: kopf closes its connections at the
-    end of a run a watch ended while watchers it did not stop still read (its orchestrator stops them only when
-    cancelled), one of which then fails with a traceback that tells nothing the operator's line does not."""
-    return isinstance(error, RuntimeError) and str(error) == "Connection closed."
+    """A watcher's error because kopf closed what it was reading with: kopf closes its connections at the end of a
+    run a watch ended while watchers it did not stop still read (its orchestrator stops them only when cancelled),
+    one of which then fails with a traceback that tells nothing the operator's line does not. Two ways it fails:
+    aiohttp's "Connection closed." (a read begun on a connection its own client closed), and kopf's credentials
+    vault's TypeError (a watcher re-authenticating waits for the vault's lock inside `Vault.extended` while
+    `Vault.close` holds it, which sets the item's caches to None; kopf 1.45's `purpose not in item.caches` then
+    reads None)."""
+    if isinstance(error, RuntimeError):
+        return str(error) == "Connection closed."
+    return isinstance(error, TypeError) and _raised_in(error, KOPF_VAULT_MODULE, "Vault.extended")
+
+
+KOPF_VAULT_MODULE = "kopf._cogs.structs.credentials"
+
+
+def _raised_in(error: BaseException, module: str, qualname: str) -> bool:
+    """Whether `error` was raised by the function `qualname` of `module` itself (its traceback's innermost frame)."""
+    traceback = error.__traceback__
+    if traceback is None:
+        return False
+    while traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    frame = traceback.tb_frame
+    return frame.f_globals.get("__name__") == module and frame.f_code.co_qualname == qualname
 
 
 # The RBAC authorizer's refusal, as responsewriters.Forbidden words it (staging/src/k8s.io/apiserver/pkg/endpoints/
