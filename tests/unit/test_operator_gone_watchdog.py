@@ -198,3 +198,57 @@ def test_a_watcher_failing_in_kopfs_vault_closed_under_it_is_told_apart_from_any
         assert str(elsewhere) == str(vault) and not config.closed_under_a_watcher(elsewhere)
     assert not config.closed_under_a_watcher(TypeError(str(vault)))  # never raised: no traceback
     assert config.closed_under_a_watcher(RuntimeError("Connection closed.")) and not config.closed_under_a_watcher(None)
+
+
+# Every watcher's failure is logged under one message per watcher ("Watcher for <resource>@<namespace> has failed"),
+# which TracebackOnce shortens for 600 s after the first. A run's end first closes team-a's watcher under it (the
+# first record of that watcher, hidden); a later refusal of team-a, in a run kopf never returns from, must still arm
+# the watchdog: the filters that judge a record read it before TracebackOnce takes its traceback away.
+REFUSED_AFTER_A_CLOSED_WATCHER = textwrap.dedent("""
+    import functools, logging, os, time
+    from kuberl.cli import build_parser
+    from kuberl.operator import config, main
+
+    class Forbidden(Exception):
+        status = 403
+
+        def __init__(self, namespace):
+            self.message = ('rltrainingjobs.kuberl.dev is forbidden: User "system:serviceaccount:kuberl-system:kuberl-operator"'
+                            f' cannot watch resource "rltrainingjobs" in API group "kuberl.dev" in the namespace "{namespace}"')
+            super().__init__(self.message)
+
+    def watcher_failed(namespace, error):
+        logging.getLogger("kopf._core.reactor.queueing").error(
+            f"Watcher for rltrainingjobs.v1alpha1.kuberl.dev@{namespace} has failed: {error}", exc_info=error)
+
+    runs = []
+
+    def run_kopf(memo=None, **_):
+        runs.append(memo.shell.config.namespaces)
+        if len(runs) == 1:  # team-b refused; the run's end closes team-a's watcher under it
+            refused = Forbidden("team-b")
+            watcher_failed("team-b", refused)
+            watcher_failed("team-a", RuntimeError("Connection closed."))
+            raise refused
+        watcher_failed("team-a", Forbidden("team-a"))  # revoked since: kopf never returns from this run
+        time.sleep(1.5)  # more than the grace
+        return True
+
+    main.run_kopf = run_kopf
+    main.GoneWatchdog = functools.partial(config.GoneWatchdog, grace=0.3)
+    main.restart_in_place = lambda: print("restarted in place without", os.environ[config.ENV_REFUSED_NAMESPACES], flush=True)
+    arguments = ["operator", "--namespace", "team-a", "--namespace", "team-b", "--namespace", "team-c"]
+    print("runs", runs, "exit", main.cmd_operator(build_parser().parse_args(arguments)), flush=True)
+""")
+
+
+def test_a_refusal_after_its_watchers_earlier_failure_still_arms_the_watchdog():
+    env = {**os.environ, contract.ENV_OPERATOR_METRICS_ENABLED: "false"}
+    done = subprocess.run([sys.executable, "-c", REFUSED_AFTER_A_CLOSED_WATCHER], check=False, capture_output=True,
+                          text=True, timeout=60, env=env)
+    out = done.stdout + done.stderr
+    assert "runs [('team-a', 'team-b', 'team-c'), ('team-a', 'team-c')] exit 0" in done.stdout, out
+    restarted = [line for line in done.stdout.splitlines() if line.startswith("restarted in place without")]
+    assert len(restarted) == 1 and '"team-a"' in restarted[0] and '"team-b"' in restarted[0], out
+    assert "kopf did not stop within 0.3s after that refusal" in out, out
+    assert "Traceback" not in out and "Connection closed" not in out, out

@@ -117,7 +117,6 @@ def cmd_operator(args: argparse.Namespace) -> int:
     for handler in logging.getLogger().handlers:
         # a lost watch: our one line says it; kopf's would add two tracebacks
         handler.addFilter(lambda record: not (record.exc_info and watchdog.seen(watch_lost(record.exc_info[1]))))
-        handler.addFilter(once)
         # RBAC refusing kopf's own watch: our one line says it; kopf's watcher and multitasker would add two tracebacks
         handler.addFilter(lambda record: not (record.name.startswith("kopf._core.reactor") and record.exc_info
                                               and watchdog.seen_refusal(rbac_refused(record.exc_info[1]), after_refusal_hang)))
@@ -127,6 +126,9 @@ def cmd_operator(args: argparse.Namespace) -> int:
         # a watcher kopf left reading as that run ended, its connection closed under it: a traceback of the same end
         handler.addFilter(lambda record: not (record.name.startswith("kopf._core.reactor") and record.exc_info
                                               and watchdog.armed and closed_under_a_watcher(record.exc_info[1])))
+        # last: the filters above judge a record by its error, which this one takes away from a repeat (kopf logs every
+        # failure of one watcher under one message, so a refusal after that watcher was closed under a run's end is one)
+        handler.addFilter(once)
     restarts = KopfRestarts(config.watch.silent_bound)
     # What kopf lists and watches in each namespace: what a refused namespace must allow again to be taken back.
     watched_resources = [RLTJ, PODS, *([PEERINGS] if args.peering is not None else [])]
