@@ -5,6 +5,7 @@ can still inject a fault (``standin.handler['patch', kmock.resource('', 'v1', 'p
 Everything kmock's KubernetesEmulator would answer is answered here instead, from `Store`.
 """
 import asyncio
+import base64
 import collections
 import contextlib
 import copy
@@ -14,6 +15,7 @@ import itertools
 import json
 import logging
 import pathlib
+import posixpath
 import re
 import sys
 import tempfile
@@ -36,7 +38,7 @@ from tests.support.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
-from tests.support.store import ApiError, Store, WatchEvent, bad_request
+from tests.support.store import ApiError, Compacted, Store, WatchEvent, bad_request
 from tests.support.store import now as store_now
 
 logger = logging.getLogger('kuberl.standin')
@@ -113,6 +115,52 @@ def parse_route(path: str) -> Route | None:
 def _agent(headers: dict) -> str:
     agent = headers.get('User-Agent', '')
     return agent.split('/')[0].split(' ')[0] or 'unknown'
+
+
+# A list's continue token, as the API server's storage writes it (staging/src/k8s.io/apiserver/pkg/storage/
+# continue.go, EncodeContinue/DecodeContinue): base64url, unpadded, of {"v": "meta.k8s.io/v1", "rv": the first page's
+# revision (-1: the latest), "start": the key to go on from, relative to the type's prefix}; every page is served at
+# that revision. Once it is compacted, etcd3's store.go answers 410 Expired with this message (compactedContinue).
+CONTINUE_VERSION = 'meta.k8s.io/v1'
+CONTINUE_COMPACTED = (
+    'The provided continue parameter is too old to display a consistent list result. You can start a new list without'
+    ' the continue parameter, or use the continue token in this response to retrieve the remainder of the results.'
+    ' Continuing with the provided token results in an inconsistent list - objects that were created, modified, or'
+    ' deleted between the time the first chunk was returned and now may show up in the list.')
+
+
+def object_key(obj: dict) -> str:
+    """The object's storage key under its type's prefix: `namespace/name`, or `name` for a cluster-scoped one."""
+    metadata = obj['metadata']
+    return f"{metadata['namespace']}/{metadata['name']}" if metadata.get('namespace') else metadata['name']
+
+
+def encode_continue(start_key: str, revision: int) -> str:
+    raw = json.dumps({'v': CONTINUE_VERSION, 'rv': revision, 'start': start_key}, separators=(',', ':'))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip('=')
+
+
+def decode_continue(token: str) -> tuple[str, int]:
+    """(start key, revision) of a token, as DecodeContinue reads it; a 400 in its words for one it cannot read."""
+    def invalid(why: str) -> ApiError:  # the store's wrapping (etcd3/store.go, GetList)
+        return bad_request(f'invalid continue token: continue key is not valid{why}')
+
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token + '=' * (-len(token) % 4)))
+    except (ValueError, TypeError) as error:
+        raise invalid(f': {error}') from None
+    if not isinstance(decoded, dict) or decoded.get('v') != CONTINUE_VERSION:
+        version = decoded.get('v') if isinstance(decoded, dict) else None
+        raise invalid(f': server does not recognize this encoded version {version or ""}'.rstrip())
+    start, revision = decoded.get('start'), decoded.get('rv')
+    if not isinstance(revision, int) or revision == 0:
+        raise invalid(f': incorrect encoded start resourceVersion (version {CONTINUE_VERSION})')
+    if not isinstance(start, str) or not start:
+        raise invalid(f': encoded start key empty (version {CONTINUE_VERSION})')
+    key = start if start.startswith('/') else '/' + start
+    if posixpath.normpath(key) != key:  # path.Clean: a key cannot climb above the type's prefix
+        raise invalid(f': {start}')
+    return key[1:], revision
 
 
 @attrs.define(kw_only=True)
@@ -386,14 +434,28 @@ class StandinHandler(kmock.RawHandler):
             raise self.list_errors[rtype.plural].pop(0)
         labels = parse_label_selector(params.get('labelSelector'))
         fields = parse_field_selector(params.get('fieldSelector'), rtype.field_selectors)
-        items, revision = self.store.list_objects(rtype, route.namespace, labels, fields)
-        start = int(params.get('continue') or 0)
+        token = params.get('continue')
+        start_key, token_revision = '', None
+        if token:
+            if params.get('resourceVersion') not in (None, '', '0'):
+                raise bad_request('specifying resource version is not allowed when using continue')
+            start_key, token_revision = decode_continue(token)
+        try:
+            items, revision = self.store.list_objects(rtype, route.namespace, labels, fields,
+                                                      at=token_revision if token_revision and token_revision > 0 else None)
+        except Compacted:
+            # etcd3's store.go (compactedContinue): 410 Expired, with a token for the rest at the latest revision
+            expired = ApiError(410, 'Expired', CONTINUE_COMPACTED).status()
+            expired['metadata']['continue'] = encode_continue(start_key, -1)
+            return _json(expired, 410)
+        # etcd's order: by key, which a token's start key continues (a namespace "a-b" before "a", as bytes go)
+        items = sorted((item for item in items if object_key(item) >= start_key), key=object_key)
         limit = int(params.get('limit') or 0)
-        page = items[start:start + limit] if limit else items[start:]
+        page = items[:limit] if limit else items
         metadata = {'resourceVersion': revision}
-        if limit and start + limit < len(items):
-            metadata['continue'] = str(start + limit)
-            metadata['remainingItemCount'] = len(items) - start - limit
+        if limit and limit < len(items):
+            metadata['continue'] = encode_continue(object_key(page[-1]) + '\x00', int(revision))
+            metadata['remainingItemCount'] = len(items) - limit
         if tables.wants_table(request.headers.get('Accept', '')):
             table = tables.table(rtype, page, revision, params.get('includeObject', 'Metadata'))
             table['metadata'].update({k: v for k, v in metadata.items() if k != 'resourceVersion'})

@@ -59,6 +59,10 @@ class ApiError(Exception):
         return status
 
 
+class Compacted(Exception):
+    """A revision older than the events kept of its type: etcd compacted it."""
+
+
 def not_found(rtype: ResourceType, name: str) -> ApiError:
     return ApiError(404, 'NotFound', f'{rtype.qualified} "{name}" not found',
                     {'name': name, 'group': rtype.group, 'kind': rtype.plural})
@@ -245,12 +249,31 @@ class Store:
             return self._versioned(rtype, obj)
 
     def list_objects(self, rtype: ResourceType, namespace: str | None, labels: list[LabelRequirement],
-             fields: list[FieldRequirement]) -> tuple[list[dict], str]:
+             fields: list[FieldRequirement], at: int | None = None) -> tuple[list[dict], str]:
+        """The objects as they are, or as they were at revision `at` (a continue token's: etcd serves every page of
+        a list from the first page's revision); raises Compacted when the events since are no longer kept."""
         with self.lock:
-            items = [self._versioned(rtype, obj) for (ns, _), obj in sorted(self.objects[rtype.key].items())
+            objects = self.objects[rtype.key] if at is None else self._objects_at(rtype.key, at)
+            items = [self._versioned(rtype, obj) for (ns, _), obj in sorted(objects.items())
                      if (not namespace or ns == namespace)
                      and labels_match(labels, obj['metadata'].get('labels')) and fields_match(fields, obj)]
-            return items, str(self.revision)
+            return items, str(self.revision if at is None else at)
+
+    def _objects_at(self, key: tuple[str, str], revision: int) -> dict:
+        """One type's objects at `revision`: today's, with every event after it undone (an ADDED removed, a MODIFIED
+        or DELETED object back to what it was), while those events are kept, as a watch's are."""
+        if revision < self.history_floor[key]:
+            raise Compacted(revision)
+        objects = dict(self.objects[key])
+        for event in reversed(self.history[key]):
+            if event.rv <= revision:
+                break
+            metadata = event.obj['metadata']
+            if event.type == 'ADDED':
+                objects.pop((metadata.get('namespace', ''), metadata['name']), None)
+            else:
+                objects[(metadata.get('namespace', ''), metadata['name'])] = event.old
+        return objects
 
     def _versioned(self, rtype: ResourceType, obj: dict) -> dict:
         """The object as served at this version (all versions of a type share one stored shape)."""

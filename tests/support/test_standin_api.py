@@ -1,4 +1,6 @@
 """The API stand-in is strict where the real API server is strict: each test fails on a lenient stand-in."""
+import base64
+import json
 import sys
 import threading
 import time
@@ -920,3 +922,42 @@ def test_a_networkpolicy_the_api_server_refuses_is_refused_on_create_and_on_patc
 
 def fields_of(reply) -> list[str]:
     return [cause['field'] for cause in reply.body['details']['causes']]
+
+
+def test_a_paged_list_is_served_at_its_first_pages_revision_until_that_is_compacted(rest, standin):
+    """A list in pages (limit, continue) reads every page at the first page's revision, so a change between pages
+    does not show (etcd3/store.go GetList; the token as storage/continue.go writes it: base64url JSON of the API
+    version, that revision and the key to go on from). Once compaction passes that revision the next page is 410
+    Expired, with compactedContinue's message and a token for the rest at the latest revision; a token the server
+    did not write is a 400 in DecodeContinue's words, as is a resourceVersion beside one."""
+    for name in ('a', 'b', 'c', 'd', 'e'):
+        assert rest.post(PODS, pod(name)).status == 201
+    first = rest.get(f'{PODS}?limit=2').body
+    token = first['metadata']['continue']
+    assert [p['metadata']['name'] for p in first['items']] == ['a', 'b'] and first['metadata']['remainingItemCount'] == 3
+    assert json.loads(base64.urlsafe_b64decode(token + '=' * (-len(token) % 4))) == {
+        'v': 'meta.k8s.io/v1', 'rv': int(first['metadata']['resourceVersion']), 'start': 'default/b\x00'}
+    assert rest.delete(f'{PODS}/c').status == 200
+    assert rest.post(PODS, pod('f')).status == 201
+    assert rest.patch(f'{PODS}/d', {'metadata': {'labels': {'later': '1'}}}).status == 200
+    second = rest.get(f'{PODS}?limit=2&continue={token}').body
+    assert [p['metadata']['name'] for p in second['items']] == ['c', 'd'], 'the deleted pod is in the snapshot'
+    assert second['items'][1]['metadata'].get('labels') in (None, {}), 'and the patched one as it was'
+    assert second['metadata']['resourceVersion'] == first['metadata']['resourceVersion']
+    last = rest.get(f"{PODS}?limit=2&continue={second['metadata']['continue']}").body
+    assert [p['metadata']['name'] for p in last['items']] == ['e'] and 'continue' not in last['metadata'], 'f came later'
+
+    standin.store.history_floor[('', 'pods')] = standin.store.revision  # etcd compacted past the token's revision
+    expired = rest.get(f"{PODS}?limit=2&continue={second['metadata']['continue']}")
+    assert expired.status == 410 and expired.body['reason'] == 'Expired', expired.body
+    assert expired.body['message'].startswith('The provided continue parameter is too old to display a consistent list')
+    rest_of_it = rest.get(f"{PODS}?limit=5&continue={expired.body['metadata']['continue']}").body
+    assert [p['metadata']['name'] for p in rest_of_it['items']] == ['e', 'f'], 'the inconsistent remainder, at the latest'
+
+    garbage = rest.get(f'{PODS}?limit=2&continue=not-a-token')
+    assert garbage.status == 400 and garbage.body['message'].startswith('invalid continue token: continue key is not valid')
+    climbing = base64.urlsafe_b64encode(b'{"v":"meta.k8s.io/v1","rv":5,"start":"../secrets/x"}').decode().rstrip('=')
+    assert rest.get(f'{PODS}?limit=2&continue={climbing}').body['message'] == \
+        'invalid continue token: continue key is not valid: ../secrets/x'
+    pinned = rest.get(f'{PODS}?limit=2&resourceVersion=3&continue={token}')
+    assert pinned.status == 400 and pinned.body['message'] == 'specifying resource version is not allowed when using continue'
