@@ -92,7 +92,7 @@ OPERATOR_GANG_RESTARTS_TOTAL = f"{OPERATOR_PREFIX}_gang_restarts_total"  # by re
 OPERATOR_PODS_CREATED_TOTAL = f"{OPERATOR_PREFIX}_pods_created_total"
 OPERATOR_API_ERRORS_TOTAL = f"{OPERATOR_PREFIX}_api_errors_total"  # by verb, resource, code
 OPERATOR_API_THROTTLED_SECONDS_TOTAL = f"{OPERATOR_PREFIX}_api_throttled_seconds_total"  # waits for --kube-api-qps/--kube-api-burst
-OPERATOR_API_RESOLVED_TOTAL = f"{OPERATOR_PREFIX}_api_resolved_total"  # 404/409 the operator resolves, by verb, resource, code
+OPERATOR_API_RESOLVED_TOTAL = f"{OPERATOR_PREFIX}_api_resolved_total"  # 404/409/410 the operator resolves, by verb, resource, code
 OPERATOR_PEERS_SAME_PRIORITY = f"{OPERATOR_PREFIX}_peers_same_priority"  # live replicas sharing this one's peering priority (0: fine)
 # Per watched namespace of a namespaced install: 1 while RBAC refuses the operator its list or watch there (its
 # jobs are not reconciled; the other namespaces are), 0 while it is served.

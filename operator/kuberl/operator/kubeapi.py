@@ -79,6 +79,10 @@ class Conflict(ApiError):
     """409: AlreadyExists on create, a stale resourceVersion or uid precondition on writes."""
 
 
+class Expired(ApiError):
+    """410: a list's continue token outlived its revision (etcd compacted it); the list starts again."""
+
+
 class Unprocessable(ApiError):
     """422: the object is invalid (schema, CEL, or an admission webhook's verdict)."""
 
@@ -92,7 +96,7 @@ class ServerError(ApiError):
 
 
 ERRORS_BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict,
-                    422: Unprocessable, 429: TooManyRequests}
+                    410: Expired, 422: Unprocessable, 429: TooManyRequests}
 
 
 def api_error(status: int, body: str | bytes | None, headers: Any = None) -> ApiError:
@@ -387,8 +391,8 @@ class KubeApi:
             delay = _retry_delay(error, next(backoffs, None))
             if delay is None:
                 code = str(error.status) if isinstance(error, ApiError) else "connection"
-                # a 404 or 409 is an answer its caller acts on (gone, taken, stale), not a failure to alert on
-                counter = self.metrics.api_resolved if isinstance(error, (NotFound, Conflict, *self.answers)) else self.metrics.api_errors
+                # a 404, 409 or 410 is an answer its caller acts on (gone, taken, stale, list again), not a failure to alert on
+                counter = self.metrics.api_resolved if isinstance(error, (NotFound, Conflict, Expired, *self.answers)) else self.metrics.api_errors
                 counter.labels(verb, plural, code).inc()
                 raise error
             self.log.warning(f"{method.upper()} {path} failed, retrying in {delay:g} s: {error!r}")
@@ -438,10 +442,19 @@ class KubeApi:
         """The job's pods as the operator reads them (lifecycle.pod_as_read), listed LIST_PAGE pods at a time: a gang's
         whole list (1,024 pods of a 16 KiB template: 70 MB of JSON, 380 MB parsed) is never held at once."""
         pods: list[dict] = []
-        token = None
+        token, listed_again = None, False
         while True:
             query = [("labelSelector", f"{names.LABEL_JOB}={job}"), ("limit", str(LIST_PAGE))] + ([("continue", token)] if token else [])
-            listed = await self.call("get", "list", "pods", resource_path(*PODS, namespace), query=query)
+            try:
+                listed = await self.call("get", "list", "pods", resource_path(*PODS, namespace), query=query)
+            except Expired:
+                # Every page is read at the first page's revision, until etcd compacts it (every 5 minutes by default):
+                # then 410 Expired. client-go's pager lists again from the start (tools/pager/pager.go,
+                # FullListIfExpired), as here, once: the token's own remainder would mix two moments of the gang.
+                if token is None or listed_again:
+                    raise
+                pods, token, listed_again = [], None, True
+                continue
             pods += [lifecycle.pod_as_read(pod) for pod in listed.get("items") or []]
             token = (listed.get("metadata") or {}).get("continue")
             if not token:
