@@ -252,3 +252,31 @@ def test_a_refusal_after_its_watchers_earlier_failure_still_arms_the_watchdog():
     assert len(restarted) == 1 and '"team-a"' in restarted[0] and '"team-b"' in restarted[0], out
     assert "kopf did not stop within 0.3s after that refusal" in out, out
     assert "Traceback" not in out and "Connection closed" not in out, out
+
+
+# A 410 of the operator's own call (a paged list compacted twice under it, kubeapi.Expired) fails a job's reconcile,
+# which kopf logs and retries; its run goes on, so it is no lost watch: no restart in place, the failure shown.
+OWN_410 = textwrap.dedent("""
+    import functools, logging, time
+    from kuberl.cli import build_parser
+    from kuberl.operator import config, kubeapi, main
+
+    def run_kopf(**_):
+        expired = kubeapi.Expired(410, "Expired", "The provided continue parameter is too old to display a consistent list")
+        logging.getLogger("kopf.objects").error("Daemon 'reconcile' failed with an exception. Will retry.", exc_info=expired)
+        time.sleep(1.0)  # more than the grace
+        return True
+
+    main.run_kopf = run_kopf
+    main.GoneWatchdog = functools.partial(config.GoneWatchdog, grace=0.3)
+    config.restart_in_place = lambda: print("restarted in place", flush=True)
+    print("exit", main.cmd_operator(build_parser().parse_args(["operator"])), flush=True)
+""")
+
+
+def test_a_410_of_the_operators_own_call_is_no_lost_watch():
+    env = {**os.environ, contract.ENV_OPERATOR_METRICS_ENABLED: "false"}
+    done = subprocess.run([sys.executable, "-c", OWN_410], check=False, capture_output=True, text=True, timeout=60, env=env)
+    out = done.stdout + done.stderr
+    assert "exit 0" in done.stdout and "restarted in place" not in out and "a watch was answered 410" not in out, out
+    assert "Daemon 'reconcile' failed" in out and "Expired: The provided continue parameter is too old" in out, out

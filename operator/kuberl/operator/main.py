@@ -115,8 +115,10 @@ def cmd_operator(args: argparse.Namespace) -> int:
     shutdown = ShutdownBound(log, args.shutdown_timeout)
     watchdog = GoneWatchdog(log, stopping=shutdown.armed)
     for handler in logging.getLogger().handlers:
-        # a lost watch: our one line says it; kopf's would add two tracebacks
-        handler.addFilter(lambda record: not (record.exc_info and watchdog.seen(watch_lost(record.exc_info[1]))))
+        # a lost watch: our one line says it; kopf's would add two tracebacks (its watchers' loggers only: a 410 of
+        # the operator's own list is no lost watch, and kopf's run goes on after it)
+        handler.addFilter(lambda record: not (record.name.startswith("kopf._core.reactor") and record.exc_info
+                                              and watchdog.seen(watch_lost(record.exc_info[1]))))
         # RBAC refusing kopf's own watch: our one line says it; kopf's watcher and multitasker would add two tracebacks
         handler.addFilter(lambda record: not (record.name.startswith("kopf._core.reactor") and record.exc_info
                                               and watchdog.seen_refusal(rbac_refused(record.exc_info[1]), after_refusal_hang)))
