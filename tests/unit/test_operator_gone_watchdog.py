@@ -94,20 +94,44 @@ def test_refusals_carried_across_a_restart_in_place_keep_a_namespace_served():
     assert carried_refusals(None, watched) == {} and carried_refusals("[", watched) == {} and carried_refusals("[1]", watched) == {}
 
 
-# cmd_operator itself, with kopf's run played: the first run logs a lost watch (the watchdog arms) and returns, as it
-# does when the operator stops it to take back a namespace RBAC allows again; the second runs past the grace.
-RUNS = textwrap.dedent("""
-    import functools, logging, os, sys, time
-    from kuberl.cli import build_parser
-    from kuberl.operator import config, main
+# cmd_operator itself, with kopf's run played by a test's `run_kopf` (each run's namespaces recorded in `runs`), the
+# watchdog's grace 0.3 s, and a restart in place printed with the refusals it carries instead of made.
+PLAYED = """
+import functools, logging, os, time
+from kuberl.cli import build_parser
+from kuberl.operator import config, kubeapi, main
+from tests.support.kopfvault import vault_closed_under_a_reader
 
+runs = []
+{played}
+
+def recorded(memo=None, **kwargs):
+    runs.append(memo.shell.config.namespaces)
+    return run_kopf(memo=memo, **kwargs)
+
+main.run_kopf = recorded
+main.GoneWatchdog = functools.partial(config.GoneWatchdog, grace=0.3)
+config.restart_in_place = main.restart_in_place = lambda: print(
+    "restarted in place without", os.environ.get(config.ENV_REFUSED_NAMESPACES, "{{}}"), flush=True)
+print("runs", runs, "exit", main.cmd_operator(build_parser().parse_args({arguments!r})), flush=True)
+"""
+
+
+def play(run_kopf: str, *arguments: str) -> tuple[str, str]:
+    """`kuberl operator *arguments` with kopf's runs played by `run_kopf` (source): its stdout, and all it said."""
+    script = PLAYED.format(played=textwrap.dedent(run_kopf), arguments=["operator", *arguments])
+    env = {**os.environ, contract.ENV_OPERATOR_METRICS_ENABLED: "false"}
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60, env=env)
+    return done.stdout, done.stdout + done.stderr
+
+
+# The first run logs a lost watch (the watchdog arms) and returns, as it does when the operator stops it to take back
+# a namespace RBAC allows again; the second runs past the grace.
+RUNS = """
     class Gone(Exception):
         status = 410
 
-    runs = []
-
     def run_kopf(stop_flag=None, memo=None, **_):
-        runs.append(memo.shell.config.namespaces)
         if len(runs) == 1:
             logging.getLogger("kopf._core.reactor.queueing").error("watch lost", exc_info=Gone("too old resource version"))
             memo.shell.refused.granted.add("team-b")  # handlers.RefusedNamespaces: RBAC allows it again
@@ -115,20 +139,14 @@ RUNS = textwrap.dedent("""
         time.sleep(1.0)  # the second run: more than the grace
         return True
 
-    main.run_kopf = run_kopf
-    main.GoneWatchdog = functools.partial(config.GoneWatchdog, grace=0.3)
-    config.restart_in_place = lambda: print("restarted in place", flush=True)
     os.environ[config.ENV_REFUSED_NAMESPACES] = '{"team-b": "refused"}'
-    code = main.cmd_operator(build_parser().parse_args(["operator", "--namespace", "team-a", "--namespace", "team-b"]))
-    print("runs", runs, "exit", code, flush=True)
-""")
+"""
 
 
 def test_a_run_that_returns_without_an_error_disarms_the_restart():
-    env = {**os.environ, contract.ENV_OPERATOR_METRICS_ENABLED: "false"}
-    done = subprocess.run([sys.executable, "-c", RUNS], check=False, capture_output=True, text=True, timeout=60, env=env)
-    assert "runs [('team-a',), ('team-a', 'team-b')] exit 0" in done.stdout, done.stdout + done.stderr
-    assert "restarted in place" not in done.stdout, done.stdout + done.stderr
+    stdout, out = play(RUNS, "--namespace", "team-a", "--namespace", "team-b")
+    assert "runs [('team-a',), ('team-a', 'team-b')] exit 0" in stdout, out
+    assert "restarted in place" not in stdout, out
 
 
 def test_an_operator_signalled_to_stop_is_not_restarted_in_place():
@@ -150,12 +168,7 @@ def test_an_operator_signalled_to_stop_is_not_restarted_in_place():
 
 # A run a watch answered 404 ended (its CRD deleted) that never returns: kopf's orchestrator stops its other watchers
 # only when cancelled, so one still reading as kopf closes its connections fails too; then kopf hangs past the grace.
-GONE_RUN = textwrap.dedent("""
-    import functools, logging, os, sys, time
-    from kuberl.cli import build_parser
-    from kuberl.operator import config, main
-    from tests.support.kopfvault import vault_closed_under_a_reader
-
+GONE_RUN = """
     class NotFound(Exception):
         status = 404
         message = "the server could not find the requested resource"
@@ -168,19 +181,12 @@ GONE_RUN = textwrap.dedent("""
         reactor.error("Watcher for pods.v1@team-b has failed: %s", vault, exc_info=vault)
         time.sleep(1.0)  # more than the grace
         return True
-
-    main.run_kopf = run_kopf
-    main.GoneWatchdog = functools.partial(config.GoneWatchdog, grace=0.3)
-    config.restart_in_place = lambda: print("restarted in place", flush=True)
-    print("exit", main.cmd_operator(build_parser().parse_args(["operator"])), flush=True)
-""")
+"""
 
 
 def test_a_run_that_never_returns_after_a_404_restarts_in_place_with_one_line():
-    env = {**os.environ, contract.ENV_OPERATOR_METRICS_ENABLED: "false"}
-    done = subprocess.run([sys.executable, "-c", GONE_RUN], check=False, capture_output=True, text=True, timeout=60, env=env)
-    out = done.stdout + done.stderr
-    assert "restarted in place" in done.stdout and "exit 0" in done.stdout, out
+    stdout, out = play(GONE_RUN)
+    assert "restarted in place" in stdout and "exit 0" in stdout, out
     said = [line for line in out.splitlines() if "a watch was answered 404" in line]
     assert len(said) == 1 and "its CRD deleted" in said[0] and "kopf did not stop within 0.3s" in said[0], out
     assert "Traceback" not in out and "Connection closed" not in out and "NoneType" not in out, out
@@ -204,11 +210,7 @@ def test_a_watcher_failing_in_kopfs_vault_closed_under_it_is_told_apart_from_any
 # which TracebackOnce shortens for 600 s after the first. A run's end first closes team-a's watcher under it (the
 # first record of that watcher, hidden); a later refusal of team-a, in a run kopf never returns from, must still arm
 # the watchdog: the filters that judge a record read it before TracebackOnce takes its traceback away.
-REFUSED_AFTER_A_CLOSED_WATCHER = textwrap.dedent("""
-    import functools, logging, os, time
-    from kuberl.cli import build_parser
-    from kuberl.operator import config, main
-
+REFUSED_AFTER_A_CLOSED_WATCHER = """
     class Forbidden(Exception):
         status = 403
 
@@ -221,10 +223,7 @@ REFUSED_AFTER_A_CLOSED_WATCHER = textwrap.dedent("""
         logging.getLogger("kopf._core.reactor.queueing").error(
             f"Watcher for rltrainingjobs.v1alpha1.kuberl.dev@{namespace} has failed: {error}", exc_info=error)
 
-    runs = []
-
-    def run_kopf(memo=None, **_):
-        runs.append(memo.shell.config.namespaces)
+    def run_kopf(**_):
         if len(runs) == 1:  # team-b refused; the run's end closes team-a's watcher under it
             refused = Forbidden("team-b")
             watcher_failed("team-b", refused)
@@ -233,22 +232,13 @@ REFUSED_AFTER_A_CLOSED_WATCHER = textwrap.dedent("""
         watcher_failed("team-a", Forbidden("team-a"))  # revoked since: kopf never returns from this run
         time.sleep(1.5)  # more than the grace
         return True
-
-    main.run_kopf = run_kopf
-    main.GoneWatchdog = functools.partial(config.GoneWatchdog, grace=0.3)
-    main.restart_in_place = lambda: print("restarted in place without", os.environ[config.ENV_REFUSED_NAMESPACES], flush=True)
-    arguments = ["operator", "--namespace", "team-a", "--namespace", "team-b", "--namespace", "team-c"]
-    print("runs", runs, "exit", main.cmd_operator(build_parser().parse_args(arguments)), flush=True)
-""")
+"""
 
 
 def test_a_refusal_after_its_watchers_earlier_failure_still_arms_the_watchdog():
-    env = {**os.environ, contract.ENV_OPERATOR_METRICS_ENABLED: "false"}
-    done = subprocess.run([sys.executable, "-c", REFUSED_AFTER_A_CLOSED_WATCHER], check=False, capture_output=True,
-                          text=True, timeout=60, env=env)
-    out = done.stdout + done.stderr
-    assert "runs [('team-a', 'team-b', 'team-c'), ('team-a', 'team-c')] exit 0" in done.stdout, out
-    restarted = [line for line in done.stdout.splitlines() if line.startswith("restarted in place without")]
+    stdout, out = play(REFUSED_AFTER_A_CLOSED_WATCHER, "--namespace", "team-a", "--namespace", "team-b", "--namespace", "team-c")
+    assert "runs [('team-a', 'team-b', 'team-c'), ('team-a', 'team-c')] exit 0" in stdout, out
+    restarted = [line for line in stdout.splitlines() if line.startswith("restarted in place without")]
     assert len(restarted) == 1 and '"team-a"' in restarted[0] and '"team-b"' in restarted[0], out
     assert "kopf did not stop within 0.3s after that refusal" in out, out
     assert "Traceback" not in out and "Connection closed" not in out, out
@@ -256,27 +246,16 @@ def test_a_refusal_after_its_watchers_earlier_failure_still_arms_the_watchdog():
 
 # A 410 of the operator's own call (a paged list compacted twice under it, kubeapi.Expired) fails a job's reconcile,
 # which kopf logs and retries; its run goes on, so it is no lost watch: no restart in place, the failure shown.
-OWN_410 = textwrap.dedent("""
-    import functools, logging, time
-    from kuberl.cli import build_parser
-    from kuberl.operator import config, kubeapi, main
-
+OWN_410 = """
     def run_kopf(**_):
         expired = kubeapi.Expired(410, "Expired", "The provided continue parameter is too old to display a consistent list")
         logging.getLogger("kopf.objects").error("Daemon 'reconcile' failed with an exception. Will retry.", exc_info=expired)
         time.sleep(1.0)  # more than the grace
         return True
-
-    main.run_kopf = run_kopf
-    main.GoneWatchdog = functools.partial(config.GoneWatchdog, grace=0.3)
-    config.restart_in_place = lambda: print("restarted in place", flush=True)
-    print("exit", main.cmd_operator(build_parser().parse_args(["operator"])), flush=True)
-""")
+"""
 
 
 def test_a_410_of_the_operators_own_call_is_no_lost_watch():
-    env = {**os.environ, contract.ENV_OPERATOR_METRICS_ENABLED: "false"}
-    done = subprocess.run([sys.executable, "-c", OWN_410], check=False, capture_output=True, text=True, timeout=60, env=env)
-    out = done.stdout + done.stderr
-    assert "exit 0" in done.stdout and "restarted in place" not in out and "a watch was answered 410" not in out, out
+    stdout, out = play(OWN_410)
+    assert "exit 0" in stdout and "restarted in place" not in out and "a watch was answered 410" not in out, out
     assert "Daemon 'reconcile' failed" in out and "Expired: The provided continue parameter is too old" in out, out
