@@ -450,17 +450,27 @@ class StandinHandler(kmock.RawHandler):
             return _json(expired, 410)
         # etcd's order: by key, which a token's start key continues (a namespace "a-b" before "a", as bytes go)
         items = sorted((item for item in items if object_key(item) >= start_key), key=object_key)
-        limit = int(params.get('limit') or 0)
-        page = items[:limit] if limit else items
+        # etcd3/store.go GetList: only a positive limit pages (`opts.Predicate.Limit > 0`); 0 or less lists all
+        limit = _int64_param(params, 'limit') or 0
+        page = items[:limit] if limit > 0 else items
         metadata = {'resourceVersion': revision}
-        if limit and limit < len(items):
+        if limit > 0 and len(page) == limit and self._keys_after(rtype, route.namespace, object_key(page[-1]),
+                                                                   token_revision):
             metadata['continue'] = encode_continue(object_key(page[-1]) + '\x00', int(revision))
-            metadata['remainingItemCount'] = len(items) - limit
+            if not labels and not fields:  # store.go: a count only for an empty predicate (it counts every key)
+                metadata['remainingItemCount'] = len(items) - limit
         if tables.wants_table(request.headers.get('Accept', '')):
             table = tables.table(rtype, page, revision, params.get('includeObject', 'Metadata'))
             table['metadata'].update({k: v for k, v in metadata.items() if k != 'resourceVersion'})
             return _json(table)
         return _json({'kind': f'{rtype.kind}List', 'apiVersion': rtype.api_version, 'metadata': metadata, 'items': page})
+
+    def _keys_after(self, rtype, namespace: str | None, last_key: str, token_revision: int | None) -> bool:
+        """Whether etcd holds keys after a full page's last, matching the selectors or not: store.go takes its
+        hasMore from etcd's range before filtering, so a page filled by its last match still carries a token."""
+        at = token_revision if token_revision and token_revision > 0 else None
+        everything, _ = self.store.list_objects(rtype, namespace, [], [], at=at)
+        return any(object_key(item) > last_key for item in everything)
 
     async def _watch(self, request: kmock.Request, rtype, route: Route, params: dict) -> aiohttp.web.StreamResponse:
         if self.watch_gone.get(rtype.plural, 0) > 0:
@@ -703,16 +713,18 @@ def _line(event: dict) -> bytes:
 
 
 def _int64_param(params: dict, name: str) -> int | None:
-    """A query parameter the API server decodes into an int64 (ListOptions.TimeoutSeconds): with
-    strconv.ParseInt (apimachinery pkg/runtime/conversion.go, Convert_Slice_string_To_Pointer_int64),
-    so "300.0" is a 400, not 300 seconds."""
+    """A query parameter the API server decodes into an int64 (ListOptions.Limit, TimeoutSeconds): with
+    strconv.ParseInt(s, 10, 64) (apimachinery pkg/runtime/conversion.go, Convert_Slice_string_To_int64), so "300.0",
+    " 3", "1_0" and "" are a 400 in ParseInt's words (endpoints/handlers/get.go ListResource:
+    errors.NewBadRequest(err.Error())), not numbers as Python's int() reads them. Absent is None."""
     text = params.get(name)
-    if not text:
+    if text is None:
         return None
-    try:
-        return int(text, 10)
-    except ValueError:
-        raise bad_request(f'strconv.ParseInt: parsing "{text}": invalid syntax') from None
+    if not re.fullmatch(r'[+-]?[0-9]+', text):
+        raise bad_request(f'strconv.ParseInt: parsing {json.dumps(text)}: invalid syntax')
+    if not -2**63 <= int(text) < 2**63:
+        raise bad_request(f'strconv.ParseInt: parsing {json.dumps(text)}: value out of range')
+    return int(text)
 
 
 def _http_date() -> str:

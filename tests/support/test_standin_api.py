@@ -961,3 +961,40 @@ def test_a_paged_list_is_served_at_its_first_pages_revision_until_that_is_compac
         'invalid continue token: continue key is not valid: ../secrets/x'
     pinned = rest.get(f'{PODS}?limit=2&resourceVersion=3&continue={token}')
     assert pinned.status == 400 and pinned.body['message'] == 'specifying resource version is not allowed when using continue'
+
+
+def test_a_page_filled_by_its_last_match_still_carries_a_token_and_only_an_unfiltered_list_counts_the_rest(rest):
+    """etcd3/store.go GetList takes hasMore from etcd's range before the selectors filter it: a page that fills up
+    with keys still after it (matching or not) carries a continue token, and its next page may be empty; it sets
+    remainingItemCount only when the predicate is empty (the range's count includes keys a selector drops)."""
+    for name, labels in (('a', {'x': '1'}), ('b', {'x': '1'}), ('c', {}), ('d', {})):
+        assert rest.post(PODS, pod(name, labels)).status == 201
+    first = rest.get(f'{PODS}?labelSelector=x&limit=2').body
+    assert [p['metadata']['name'] for p in first['items']] == ['a', 'b']
+    assert 'continue' in first['metadata'] and 'remainingItemCount' not in first['metadata'], first['metadata']
+    rest_of_it = rest.get(f"{PODS}?labelSelector=x&limit=2&continue={first['metadata']['continue']}").body
+    assert rest_of_it['items'] == [] and 'continue' not in rest_of_it['metadata']
+    unfiltered = rest.get(f'{PODS}?limit=3').body['metadata']
+    assert unfiltered['remainingItemCount'] == 1 and 'continue' in unfiltered
+    assert 'continue' not in rest.get(f'{PODS}?limit=4').body['metadata'], 'a page that takes the last key has no token'
+
+
+@pytest.mark.parametrize('limit', ['0', '-1', '-9223372036854775808'])
+def test_a_limit_of_zero_or_less_lists_everything_in_one_page(rest, limit):
+    """store.go pages only when `opts.Predicate.Limit > 0`: a negative limit is no limit, not a slice from the end."""
+    for name in ('a', 'b', 'c'):
+        assert rest.post(PODS, pod(name)).status == 201
+    listed = rest.get(f'{PODS}?limit={limit}').body
+    assert [p['metadata']['name'] for p in listed['items']] == ['a', 'b', 'c'] and 'continue' not in listed['metadata']
+
+
+@pytest.mark.parametrize(('limit', 'why'), [
+    ('two', 'invalid syntax'), ('2.0', 'invalid syntax'), ('%202', 'invalid syntax'), ('1_0', 'invalid syntax'),
+    ('', 'invalid syntax'), ('9223372036854775808', 'value out of range')])
+def test_a_limit_parseint_cannot_read_is_a_400_in_its_words(rest, limit, why):
+    """The parameter codec reads limit with strconv.ParseInt(s, 10, 64) (apimachinery runtime/conversion.go,
+    Convert_Slice_string_To_int64) and ListResource answers its error as a 400 (endpoints/handlers/get.go), so
+    Python's lenient int() (spaces, underscores) must not read it."""
+    reply = rest.get(f'{PODS}?limit={limit}')
+    text = limit.replace('%20', ' ')
+    assert reply.status == 400 and reply.body['message'] == f'strconv.ParseInt: parsing "{text}": {why}', reply.body
