@@ -163,6 +163,12 @@ def decode_continue(token: str) -> tuple[str, int]:
     return key[1:], revision
 
 
+def too_large_resource_version(asked: int, current: int) -> ApiError:
+    """storage.NewTooLargeResourceVersionError(asked, current, 0) as the client reads it (storage/errors.go)."""
+    return ApiError(504, 'Timeout', f'Timeout: Too large resource version: {asked}, current: {current}',
+                    {'causes': [{'reason': 'ResourceVersionTooLarge', 'message': 'Too large resource version'}]})
+
+
 @attrs.define(kw_only=True)
 class StandinHandler(kmock.RawHandler):
     """kmock's RawHandler with the realism layer as its answer to every request not caught by a test reaction."""
@@ -440,6 +446,10 @@ class StandinHandler(kmock.RawHandler):
             if params.get('resourceVersion') not in (None, '', '0'):
                 raise bad_request('specifying resource version is not allowed when using continue')
             start_key, token_revision = decode_continue(token)
+            if token_revision > self.store.revision:
+                # etcd answers a read at a future revision with ErrFutureRev, which store.go's GetList turns into
+                # storage.NewTooLargeResourceVersionError: a 504 Timeout (storage/errors.go, apierrors.NewTimeoutError)
+                raise too_large_resource_version(token_revision, self.store.revision)
         try:
             items, revision = self.store.list_objects(rtype, route.namespace, labels, fields,
                                                       at=token_revision if token_revision and token_revision > 0 else None)

@@ -979,6 +979,21 @@ def test_a_page_filled_by_its_last_match_still_carries_a_token_and_only_an_unfil
     assert 'continue' not in rest.get(f'{PODS}?limit=4').body['metadata'], 'a page that takes the last key has no token'
 
 
+def test_a_continue_token_from_a_revision_the_store_has_not_reached_is_a_504_too_large_resource_version(rest):
+    """etcd refuses a read at a future revision (ErrFutureRev); store.go's GetList answers it with
+    storage.NewTooLargeResourceVersionError: apierrors.NewTimeoutError's 504 and a ResourceVersionTooLarge cause,
+    which client-go's IsTooLargeResourceVersion reads. A stand-in serving today's objects hid a forged token."""
+    for name in ('a', 'b', 'c'):
+        assert rest.post(PODS, pod(name)).status == 201
+    current = int(rest.get(f'{PODS}?limit=1').body['metadata']['resourceVersion'])
+    future = base64.urlsafe_b64encode(json.dumps(
+        {'v': 'meta.k8s.io/v1', 'rv': current + 10, 'start': 'default/a\x00'}).encode()).decode().rstrip('=')
+    reply = rest.get(f'{PODS}?limit=1&continue={future}')
+    assert reply.status == 504 and reply.body['reason'] == 'Timeout', reply.body
+    assert reply.body['message'] == f'Timeout: Too large resource version: {current + 10}, current: {current}'
+    assert reply.body['details']['causes'] == [{'reason': 'ResourceVersionTooLarge', 'message': 'Too large resource version'}]
+
+
 @pytest.mark.parametrize('limit', ['0', '-1', '-9223372036854775808'])
 def test_a_limit_of_zero_or_less_lists_everything_in_one_page(rest, limit):
     """store.go pages only when `opts.Predicate.Limit > 0`: a negative limit is no limit, not a slice from the end."""
