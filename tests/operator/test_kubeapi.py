@@ -8,6 +8,8 @@ import kopf
 import pytest
 from kuberl.core import names
 from kuberl.operator import kubeapi
+from kuberl.operator.config import WatchBounds
+from kuberl.operator.handlers import WatchHeartbeat
 from kuberl.operator.metrics import OperatorMetrics
 
 NS = 'default'
@@ -156,8 +158,8 @@ def test_a_paged_list_whose_revision_is_compacted_between_pages_is_listed_again_
                 await api.create(job_pod(f'p{i}'))
             call, pages = api.call, []
 
-            async def compacting(method, verb, plural, path, payload=None, content_type=None, query=None):
-                answer = await call(method, verb, plural, path, payload, content_type, query)
+            async def compacting(method, verb, plural, path, payload=None, content_type=None, query=None, resolves=()):
+                answer = await call(method, verb, plural, path, payload, content_type, query, resolves)
                 if verb == 'list':
                     pages.append(dict(query))
                     if len(pages) in compact_after:
@@ -177,10 +179,34 @@ def test_a_paged_list_whose_revision_is_compacted_between_pages_is_listed_again_
     assert len(pages) == 1 + 3 and 'continue' not in pages[1], pages  # the first page, then 21 pods from the start
     assert api_errors(metrics, '410', 'api_resolved') == 1 and api_errors(metrics, '410') == 0
 
-    # compacted again under the second listing: raised, not looped on
-    (error, pages), _ = run_api(monkeypatch, standin.kubeconfig, listing('b', {1, 2, 3}))
+    # compacted again under the second listing: raised, not looped on, and counted as the error it is
+    (error, pages), metrics = run_api(monkeypatch, standin.kubeconfig, listing('b', {1, 2, 3}))
     assert isinstance(error, kubeapi.Expired) and len(pages) == 2, pages
     assert error.message.startswith('The provided continue parameter is too old'), error.message
+    assert api_errors(metrics, '410', 'api_resolved') == 1 and api_errors(metrics, '410') == 1
+
+
+def test_a_410_the_watch_heartbeat_lists_again_after_is_counted_resolved(standin, monkeypatch):
+    """The heartbeat's watch answered 410 (an old resourceVersion) lists again and goes on: an answer it acts on,
+    counted in kuberl_operator_api_resolved_total, not in the errors the operator's alert fires on."""
+    standin.handler.watch_gone[names.PLURAL] = 1
+
+    async def calls(api):
+        watch_lines, watches = api.watch_lines, []
+
+        def counted(*args, **kwargs):
+            watches.append(args)
+            return watch_lines(*args, **kwargs)
+
+        api.watch_lines = counted
+        task = asyncio.create_task(WatchHeartbeat(WatchBounds(2)).run(api, (NS,)))
+        await asyncio.sleep(2.5)
+        task.cancel()
+        return len(watches)
+
+    watches, metrics = run_api(monkeypatch, standin.kubeconfig, calls)
+    assert watches >= 2, 'it watched again after the 410'
+    assert api_errors(metrics, '410', 'api_resolved') == 1 and api_errors(metrics, '410') == 0
 
 
 def test_the_request_budget_lets_a_burst_through_and_paces_the_rest(standin, monkeypatch):

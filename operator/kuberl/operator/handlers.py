@@ -246,7 +246,7 @@ class WatchHeartbeat:
                         self.restart()
                 query = [("watch", "true"), NOTHING, ("allowWatchBookmarks", "true"), ("resourceVersion", version),
                          ("timeoutSeconds", str(bounds.server_timeout))]
-                async for line in api.watch_lines(names.PLURAL, path, query, timeout):
+                async for line in api.watch_lines(names.PLURAL, path, query, timeout, resolves=(kubeapi.NotFound, kubeapi.Expired)):
                     self.heard()  # the answer itself, then each bookmark: a real API server sends one about a minute
                     if not line:
                         continue

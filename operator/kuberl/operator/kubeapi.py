@@ -363,8 +363,9 @@ class KubeApi:
         self.timeout = aiohttp.ClientTimeout(total=settings.networking.request_timeout, sock_connect=settings.networking.connect_timeout)
 
     async def call(self, method: str, verb: str, plural: str, path: str, payload: Any = None, content_type: str | None = None,
-                   query: list[tuple[str, str]] | None = None) -> Any:
-        """One request: logged in again once on 401, retried on 5xx, 429 and lost connections."""
+                   query: list[tuple[str, str]] | None = None, resolves: tuple[type[ApiError], ...] = ()) -> Any:
+        """One request: logged in again once on 401, retried on 5xx, 429 and lost connections. `resolves`: the
+        answers this caller acts on beside a 404 or 409 (a paged list's first 410: it lists again)."""
         headers = {"Accept": "application/json", "Content-Type": content_type or "application/json"}
         backoffs = iter(API_BACKOFFS)
         logged_in_again = False
@@ -391,19 +392,20 @@ class KubeApi:
             delay = _retry_delay(error, next(backoffs, None))
             if delay is None:
                 code = str(error.status) if isinstance(error, ApiError) else "connection"
-                # a 404, 409 or 410 is an answer its caller acts on (gone, taken, stale, list again), not a failure to alert on
-                counter = self.metrics.api_resolved if isinstance(error, (NotFound, Conflict, Expired, *self.answers)) else self.metrics.api_errors
+                # a 404 or 409 is an answer its caller acts on (gone, taken, stale), as is what it `resolves`: no failure to alert on
+                counter = self.metrics.api_resolved if isinstance(error, (NotFound, Conflict, *self.answers, *resolves)) else self.metrics.api_errors
                 counter.labels(verb, plural, code).inc()
                 raise error
             self.log.warning(f"{method.upper()} {path} failed, retrying in {delay:g} s: {error!r}")
             await asyncio.sleep(delay)
 
     async def watch_lines(self, plural: str, path: str, query: list[tuple[str, str]],
-                          timeout: aiohttp.ClientTimeout) -> AsyncIterator[bytes]:
+                          timeout: aiohttp.ClientTimeout, resolves: tuple[type[ApiError], ...] = ()) -> AsyncIterator[bytes]:
         """The lines of one watch request (events and bookmarks) until the server ends it or
         `timeout` does, after an empty first item when the server answered 200; an answer other
         than 200 raises its ApiError (a 410 included). A 401 logs in again once first, as `call` does:
-        the heartbeat, which only watches between lists, was refused for ever once its token expired."""
+        the heartbeat, which only watches between lists, was refused for ever once its token expired. `resolves` as
+        for `call`: the answers its caller acts on (the heartbeat lists again on a 410 or 404)."""
         logged_in_again = False
         while True:
             await self._throttle()
@@ -416,7 +418,7 @@ class KubeApi:
                 else:
                     if response.status != 200:
                         error = api_error(response.status, await response.read(), response.headers)
-                        counter = self.metrics.api_resolved if isinstance(error, self.answers) else self.metrics.api_errors
+                        counter = self.metrics.api_resolved if isinstance(error, (*self.answers, *resolves)) else self.metrics.api_errors
                         counter.labels("watch", plural, str(response.status)).inc()
                         raise error
                     yield b""
@@ -446,7 +448,9 @@ class KubeApi:
         while True:
             query = [("labelSelector", f"{names.LABEL_JOB}={job}"), ("limit", str(LIST_PAGE))] + ([("continue", token)] if token else [])
             try:
-                listed = await self.call("get", "list", "pods", resource_path(*PODS, namespace), query=query)
+                # a 410 is acted on once (listed again), so counted resolved; a second is raised, an error
+                resolves = (Expired,) if token is not None and not listed_again else ()
+                listed = await self.call("get", "list", "pods", resource_path(*PODS, namespace), query=query, resolves=resolves)
             except Expired:
                 # Every page is read at the first page's revision, until etcd compacts it (every 5 minutes by default):
                 # then 410 Expired. client-go's pager lists again from the start (tools/pager/pager.go,
