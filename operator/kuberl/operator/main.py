@@ -299,21 +299,23 @@ def running_tasks(loop: asyncio.AbstractEventLoop, ignored: set[asyncio.Task]) -
 
 class TracebackOnce(logging.Filter):
     """A failure that repeats (a daemon retrying every few seconds while the API server is down)
-    logs its traceback the first time; each repeat within `window` seconds (the same logger and
+    logs its traceback the first time; each repeat within `window` seconds (the same logger, object and
     message up to its first colon, numbers aside) is one line, the error's type added and the
-    traceback left out."""
+    traceback left out. The object is the job kopf's per-object logger names (`k8s_ref`): its message
+    ("Daemon 'reconcile' failed …") is the same for every job, whose own failures each show once."""
 
     def __init__(self, window: float = 600.0, clock=time.monotonic):
         super().__init__()
         self.window, self.clock = window, clock
-        self.shown: dict[tuple[str, str], tuple[float, str]] = {}
+        self.shown: dict[tuple, tuple[float, str]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not record.exc_info or record.exc_info[1] is None:
             return True
         error = record.exc_info[1]
         # what failed, not how: the first retry's error may be a reset, the next ones refused connections
-        key = (record.name, re.sub(r"[\d.]+", "#", str(record.msg).split(":", 1)[0]))
+        ref = getattr(record, "k8s_ref", None) or {}
+        key = (record.name, ref.get("namespace"), ref.get("name"), re.sub(r"[\d.]+", "#", str(record.msg).split(":", 1)[0]))
         now = self.clock()
         first = self.shown.get(key)
         if first is None or now - first[0] > self.window:
