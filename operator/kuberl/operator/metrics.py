@@ -90,7 +90,7 @@ class OperatorMetrics:
             ["verb", "resource", "code"], registry=self.registry,
         )
         self.api_resolved = Counter(
-            m.OPERATOR_API_RESOLVED_TOTAL, "Kubernetes API requests answered 404, 409 or 410, which the operator resolves itself"
+            m.OPERATOR_API_RESOLVED_TOTAL, "Kubernetes API requests answered 404, 409 or 410 where the operator resolves the answer itself"
             " (an object already gone, a name already taken, a write on a stale version, a paged list whose revision"
             " was compacted: listed again), and the 403 a refused"
             " namespace's recheck expects (kuberl_operator_namespace_refused counts that refusal): not errors.",
