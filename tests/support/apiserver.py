@@ -31,6 +31,7 @@ import yaml
 
 from tests.support import openapi, tables
 from tests.support.admission import rbac_forbidden
+from tests.support.crdschema import FieldError
 from tests.support.selectors import (
     SelectorError,
     fields_match,
@@ -441,19 +442,32 @@ class StandinHandler(kmock.RawHandler):
         labels = parse_label_selector(params.get('labelSelector'))
         fields = parse_field_selector(params.get('fieldSelector'), rtype.field_selectors)
         token = params.get('continue')
-        start_key, token_revision = '', None
+        limit = _int64_param(params, 'limit') or 0
+        version, match = params.get('resourceVersion') or '', params.get('resourceVersionMatch') or ''
+        _validate_list_options(version, match, token)
+        start_key, at = '', None
         if token:
-            if params.get('resourceVersion') not in (None, '', '0'):
+            if version not in ('', '0'):
                 raise bad_request('specifying resource version is not allowed when using continue')
             start_key, token_revision = decode_continue(token)
             if token_revision > self.store.revision:
                 # etcd answers a read at a future revision with ErrFutureRev, which store.go's GetList turns into
                 # storage.NewTooLargeResourceVersionError: a 504 Timeout (storage/errors.go, apierrors.NewTimeoutError)
                 raise too_large_resource_version(token_revision, self.store.revision)
+            at = token_revision if token_revision > 0 else None  # -1: the rest at the latest revision
+        elif version.isdigit() and int(version) > 0:
+            # Exact, and the legacy form with a limit (store.go: `case "": … Limit > 0 && *fromRV > 0`), read at that
+            # revision; NotOlderThan and the legacy form without one read the latest. Either is 504 Too large past the
+            # store's revision (validateMinimumResourceVersion; the watch cache's wait ends in the same error).
+            if int(version) > self.store.revision:
+                raise too_large_resource_version(int(version), self.store.revision)
+            if match == 'Exact' or (not match and limit > 0):
+                at = int(version)
         try:
-            items, revision = self.store.list_objects(rtype, route.namespace, labels, fields,
-                                                      at=token_revision if token_revision and token_revision > 0 else None)
+            items, revision = self.store.list_objects(rtype, route.namespace, labels, fields, at=at)
         except Compacted:
+            if not token:  # etcd3/errors.go interpretListError, not paging: ResourceExpired
+                return _json(ApiError(410, 'Expired', 'The resourceVersion for the provided list is too old.').status(), 410)
             # etcd3's store.go (compactedContinue): 410 Expired, with a token for the rest at the latest revision
             expired = ApiError(410, 'Expired', CONTINUE_COMPACTED).status()
             expired['metadata']['continue'] = encode_continue(start_key, -1)
@@ -461,11 +475,9 @@ class StandinHandler(kmock.RawHandler):
         # etcd's order: by key, which a token's start key continues (a namespace "a-b" before "a", as bytes go)
         items = sorted((item for item in items if object_key(item) >= start_key), key=object_key)
         # etcd3/store.go GetList: only a positive limit pages (`opts.Predicate.Limit > 0`); 0 or less lists all
-        limit = _int64_param(params, 'limit') or 0
         page = items[:limit] if limit > 0 else items
         metadata = {'resourceVersion': revision}
-        if limit > 0 and len(page) == limit and self._keys_after(rtype, route.namespace, object_key(page[-1]),
-                                                                   token_revision):
+        if limit > 0 and len(page) == limit and self._keys_after(rtype, route.namespace, object_key(page[-1]), at):
             metadata['continue'] = encode_continue(object_key(page[-1]) + '\x00', int(revision))
             if not labels and not fields:  # store.go: a count only for an empty predicate (it counts every key)
                 metadata['remainingItemCount'] = len(items) - limit
@@ -475,10 +487,9 @@ class StandinHandler(kmock.RawHandler):
             return _json(table)
         return _json({'kind': f'{rtype.kind}List', 'apiVersion': rtype.api_version, 'metadata': metadata, 'items': page})
 
-    def _keys_after(self, rtype, namespace: str | None, last_key: str, token_revision: int | None) -> bool:
+    def _keys_after(self, rtype, namespace: str | None, last_key: str, at: int | None) -> bool:
         """Whether etcd holds keys after a full page's last, matching the selectors or not: store.go takes its
         hasMore from etcd's range before filtering, so a page filled by its last match still carries a token."""
-        at = token_revision if token_revision and token_revision > 0 else None
         everything, _ = self.store.list_objects(rtype, namespace, [], [], at=at)
         return any(object_key(item) > last_key for item in everything)
 
@@ -735,6 +746,29 @@ def _int64_param(params: dict, name: str) -> int | None:
     if not -2**63 <= int(text) < 2**63:
         raise bad_request(f'strconv.ParseInt: parsing {json.dumps(text)}: value out of range')
     return int(text)
+
+
+def _validate_list_options(version: str, match: str, token: str | None) -> None:
+    """ValidateListOptions (apimachinery pkg/apis/meta/internalversion/validation) as ListResource answers it: a 422
+    naming ListOptions.meta.k8s.io and each field error."""
+    errors = []
+    if match:
+        if not version:
+            errors.append(FieldError('FieldValueForbidden', 'resourceVersionMatch',
+                                     'resourceVersionMatch is forbidden unless resourceVersion is provided'))
+        if token:
+            errors.append(FieldError('FieldValueForbidden', 'resourceVersionMatch',
+                                     'resourceVersionMatch is forbidden when continue is provided'))
+        if match not in ('Exact', 'NotOlderThan'):
+            errors.append(FieldError('FieldValueNotSupported', 'resourceVersionMatch',
+                                     'supported values: "Exact", "NotOlderThan", ""', match))
+        if match == 'Exact' and version == '0':
+            errors.append(FieldError('FieldValueForbidden', 'resourceVersionMatch',
+                                     'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'))
+    if errors:
+        listed = str(errors[0]) if len(errors) == 1 else '[' + ', '.join(str(e) for e in errors) + ']'
+        raise ApiError(422, 'Invalid', f'ListOptions.meta.k8s.io "" is invalid: {listed}',
+                       {'group': 'meta.k8s.io', 'kind': 'ListOptions', 'causes': [e.cause() for e in errors]})
 
 
 def _http_date() -> str:

@@ -994,6 +994,46 @@ def test_a_continue_token_from_a_revision_the_store_has_not_reached_is_a_504_too
     assert reply.body['details']['causes'] == [{'reason': 'ResourceVersionTooLarge', 'message': 'Too large resource version'}]
 
 
+def test_a_list_at_a_resource_version_reads_as_its_match_says(rest, standin):
+    """resourceVersion on a list (api-concepts "Semantics for get and list"): Exact, and the legacy form with a limit
+    (etcd3/store.go GetList: `case "": … Limit > 0 && *fromRV > 0`), read at that revision, 410 once it is
+    compacted (interpretListError: "…for the provided list is too old."); NotOlderThan and the legacy form without a
+    limit read the latest; past the store's revision either is 504 Too large resource version."""
+    assert rest.post(PODS, pod('a')).status == 201
+    then = rest.get(PODS).body['metadata']['resourceVersion']
+    assert rest.post(PODS, pod('b')).status == 201
+    def names(reply):
+        return [p['metadata']['name'] for p in reply.body['items']]
+
+    exact = rest.get(f'{PODS}?resourceVersion={then}&resourceVersionMatch=Exact')
+    assert names(exact) == ['a'] and exact.body['metadata']['resourceVersion'] == then
+    assert names(rest.get(f'{PODS}?resourceVersion={then}&limit=5')) == ['a'], 'the legacy form with a limit is exact'
+    assert names(rest.get(f'{PODS}?resourceVersion={then}&resourceVersionMatch=NotOlderThan')) == ['a', 'b']
+    assert names(rest.get(f'{PODS}?resourceVersion={then}')) == ['a', 'b'], 'without a limit: not older than'
+    future = int(then) + 100
+    too_large = rest.get(f'{PODS}?resourceVersion={future}&resourceVersionMatch=NotOlderThan')
+    assert too_large.status == 504 and too_large.body['message'].startswith(f'Timeout: Too large resource version: {future}')
+    standin.store.history_floor[('', 'pods')] = standin.store.revision
+    gone = rest.get(f'{PODS}?resourceVersion={then}&resourceVersionMatch=Exact')
+    assert gone.status == 410 and gone.body['message'] == 'The resourceVersion for the provided list is too old.'
+
+
+@pytest.mark.parametrize(('query', 'message'), [
+    ('resourceVersionMatch=Exact',
+     'resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided'),
+    ('resourceVersion=0&resourceVersionMatch=Exact',
+     'resourceVersionMatch: Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"'),
+    ('resourceVersion=1&resourceVersionMatch=Newest',
+     'resourceVersionMatch: Unsupported value: "Newest": supported values: "Exact", "NotOlderThan", ""'),
+])
+def test_list_options_validation_refuses_a_match_it_cannot_honour(rest, query, message):
+    """ValidateListOptions (apimachinery meta/internalversion/validation), answered by ListResource as a 422 on
+    ListOptions.meta.k8s.io."""
+    reply = rest.get(f'{PODS}?{query}')
+    assert reply.status == 422 and reply.body['message'] == f'ListOptions.meta.k8s.io "" is invalid: {message}', reply.body
+    assert reply.body['details']['kind'] == 'ListOptions' and reply.body['details']['causes'][0]['field'] == 'resourceVersionMatch'
+
+
 @pytest.mark.parametrize('limit', ['0', '-1', '-9223372036854775808'])
 def test_a_limit_of_zero_or_less_lists_everything_in_one_page(rest, limit):
     """store.go pages only when `opts.Predicate.Limit > 0`: a negative limit is no limit, not a slice from the end."""
