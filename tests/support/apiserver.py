@@ -39,7 +39,14 @@ from tests.support.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
-from tests.support.store import ApiError, Compacted, Store, WatchEvent, bad_request
+from tests.support.store import (
+    ApiError,
+    Compacted,
+    Store,
+    WatchEvent,
+    bad_request,
+    invalid_kind,
+)
 from tests.support.store import now as store_now
 
 logger = logging.getLogger('kuberl.standin')
@@ -766,9 +773,7 @@ def _validate_list_options(version: str, match: str, token: str | None) -> None:
             errors.append(FieldError('FieldValueForbidden', 'resourceVersionMatch',
                                      'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'))
     if errors:
-        listed = str(errors[0]) if len(errors) == 1 else '[' + ', '.join(str(e) for e in errors) + ']'
-        raise ApiError(422, 'Invalid', f'ListOptions.meta.k8s.io "" is invalid: {listed}',
-                       {'group': 'meta.k8s.io', 'kind': 'ListOptions', 'causes': [e.cause() for e in errors]})
+        raise invalid_kind('ListOptions.meta.k8s.io', 'meta.k8s.io', 'ListOptions', '', errors)
 
 
 def _http_date() -> str:

@@ -54,8 +54,8 @@ class ApiError(Exception):
                   'message': self.message, 'reason': self.reason, 'code': self.code}
         if not self.reason:  # metav1.Status omits an empty reason (a webhook's denial may set none)
             del status['reason']
-        if self.details:
-            status['details'] = self.details
+        if self.details:  # metav1.StatusDetails: every field omitempty (a core group's "" is left out)
+            status['details'] = {key: value for key, value in self.details.items() if value not in ('', None)}
         return status
 
 
@@ -82,9 +82,14 @@ OPTIMISTIC_LOCK = 'the object has been modified; please apply your changes to th
 
 
 def invalid(rtype: ResourceType, name: str, errors: list[FieldError]) -> ApiError:
+    return invalid_kind(rtype.kind_qualified, rtype.group, rtype.kind, name, errors)
+
+
+def invalid_kind(kind_qualified: str, group: str, kind: str, name: str, errors: list[FieldError]) -> ApiError:
+    """apierrors.NewInvalid: 422 Invalid, the field errors aggregated as Go prints them."""
     listed = '; '.join(str(e) for e in errors) if len(errors) == 1 else '[' + ', '.join(str(e) for e in errors) + ']'
-    return ApiError(422, 'Invalid', f'{rtype.kind_qualified} "{name}" is invalid: {listed}',
-                    {'name': name, 'group': rtype.group, 'kind': rtype.kind, 'causes': [e.cause() for e in errors]})
+    return ApiError(422, 'Invalid', f'{kind_qualified} "{name}" is invalid: {listed}',
+                    {'name': name, 'group': group, 'kind': kind, 'causes': [e.cause() for e in errors]})
 
 
 def bad_request(message: str) -> ApiError:

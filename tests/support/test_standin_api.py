@@ -1032,6 +1032,16 @@ def test_list_options_validation_refuses_a_match_it_cannot_honour(rest, query, m
     reply = rest.get(f'{PODS}?{query}')
     assert reply.status == 422 and reply.body['message'] == f'ListOptions.meta.k8s.io "" is invalid: {message}', reply.body
     assert reply.body['details']['kind'] == 'ListOptions' and reply.body['details']['causes'][0]['field'] == 'resourceVersionMatch'
+    assert 'name' not in reply.body['details'], 'metav1.StatusDetails omits an empty name (omitempty)'
+
+
+def test_a_core_objects_status_details_carry_no_empty_group(rest):
+    """metav1.StatusDetails' fields are omitempty: a Pod's 422 or 404 (the core group, "") names no group."""
+    invalid = rest.post(PODS, pod('Not_A_Name'))
+    assert invalid.status == 422 and invalid.body['details']['kind'] == 'Pod', invalid.body
+    assert 'group' not in invalid.body['details'] and invalid.body['details']['name'] == 'Not_A_Name'
+    missing = rest.get(f'{PODS}/nobody')
+    assert missing.status == 404 and missing.body['details'] == {'name': 'nobody', 'kind': 'pods'}, missing.body
 
 
 @pytest.mark.parametrize('limit', ['0', '-1', '-9223372036854775808'])
