@@ -161,6 +161,10 @@ def decode_continue(token: str) -> tuple[str, int]:
         version = decoded.get('v') if isinstance(decoded, dict) else None
         raise invalid(f': server does not recognize this encoded version {version or ""}'.rstrip())
     start, revision = decoded.get('start'), decoded.get('rv')
+    if isinstance(revision, bool) or (isinstance(revision, int) and not -2**63 <= revision < 2**63):
+        # encoding/json into continueToken's int64 field refuses these (Python reads true as 1, and any size)
+        what = 'bool' if isinstance(revision, bool) else f'number {revision}'
+        raise invalid(f': json: cannot unmarshal {what} into Go struct field continueToken.rv of type int64')
     if not isinstance(revision, int) or revision == 0:
         raise invalid(f': incorrect encoded start resourceVersion (version {CONTINUE_VERSION})')
     if not isinstance(start, str) or not start:
@@ -462,7 +466,7 @@ class StandinHandler(kmock.RawHandler):
                 # storage.NewTooLargeResourceVersionError: a 504 Timeout (storage/errors.go, apierrors.NewTimeoutError)
                 raise too_large_resource_version(token_revision, self.store.revision)
             at = token_revision if token_revision > 0 else None  # -1: the rest at the latest revision
-        elif version.isdigit() and int(version) > 0:
+        elif re.fullmatch(r'[0-9]+', version) and int(version) > 0:  # str.isdigit() takes '²', which int() refuses
             # Exact, and the legacy form with a limit (store.go: `case "": … Limit > 0 && *fromRV > 0`), read at that
             # revision; NotOlderThan and the legacy form without one read the latest. Either is 504 Too large past the
             # store's revision (validateMinimumResourceVersion; the watch cache's wait ends in the same error).
@@ -484,7 +488,9 @@ class StandinHandler(kmock.RawHandler):
         # etcd3/store.go GetList: only a positive limit pages (`opts.Predicate.Limit > 0`); 0 or less lists all
         page = items[:limit] if limit > 0 else items
         metadata = {'resourceVersion': revision}
-        if limit > 0 and len(page) == limit and self._keys_after(rtype, route.namespace, object_key(page[-1]), at):
+        # a full page has more after it: without selectors, items are every key; with them, keys they dropped count too
+        if limit > 0 and len(page) == limit and (len(items) > limit if not (labels or fields) else
+                                                  self._keys_after(rtype, route.namespace, object_key(page[-1]), at)):
             metadata['continue'] = encode_continue(object_key(page[-1]) + '\x00', int(revision))
             if not labels and not fields:  # store.go: a count only for an empty predicate (it counts every key)
                 metadata['remainingItemCount'] = len(items) - limit
