@@ -38,3 +38,14 @@ def test_a_record_of_no_object_is_keyed_by_its_logger_and_message():
     once = TracebackOnce(window=600, clock=lambda: 0.0)
     assert shown_in_full(once, failure(None, ConnectionResetError()))
     assert not shown_in_full(once, failure(None, ConnectionRefusedError())), 'what failed, not how'
+
+
+def test_failures_older_than_the_window_are_forgotten():
+    """A key per job: jobs that failed long ago leave no entry behind once another failure is shown."""
+    now = [0.0]
+    once = TracebackOnce(window=600, clock=lambda: now[0])
+    for job in range(50):
+        assert shown_in_full(once, failure(f'job-{job}', KeyError('spec')))
+    now[0] = 700.0
+    assert shown_in_full(once, failure('job-new', KeyError('spec')))
+    assert len(once.shown) == 1

@@ -447,15 +447,16 @@ class KubeApi:
         token, listed_again = None, False
         while True:
             query = [("labelSelector", f"{names.LABEL_JOB}={job}"), ("limit", str(LIST_PAGE))] + ([("continue", token)] if token else [])
+            # Every page is read at the first page's revision, until etcd compacts it (every 5 minutes by default):
+            # then 410 Expired. client-go's pager lists again from the start (tools/pager/pager.go, FullListIfExpired),
+            # as here, once: the token's own remainder would mix two moments of the gang. That first 410 is acted on,
+            # so counted resolved; any other is raised, an error.
+            lists_again = token is not None and not listed_again
             try:
-                # a 410 is acted on once (listed again), so counted resolved; a second is raised, an error
-                resolves = (Expired,) if token is not None and not listed_again else ()
-                listed = await self.call("get", "list", "pods", resource_path(*PODS, namespace), query=query, resolves=resolves)
+                listed = await self.call("get", "list", "pods", resource_path(*PODS, namespace), query=query,
+                                         resolves=(Expired,) if lists_again else ())
             except Expired:
-                # Every page is read at the first page's revision, until etcd compacts it (every 5 minutes by default):
-                # then 410 Expired. client-go's pager lists again from the start (tools/pager/pager.go,
-                # FullListIfExpired), as here, once: the token's own remainder would mix two moments of the gang.
-                if token is None or listed_again:
+                if not lists_again:
                     raise
                 pods, token, listed_again = [], None, True
                 continue

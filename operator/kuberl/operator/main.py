@@ -319,6 +319,8 @@ class TracebackOnce(logging.Filter):
         now = self.clock()
         first = self.shown.get(key)
         if first is None or now - first[0] > self.window:
+            # keyed by job, so pruned: jobs failing one after another for months must not grow it without end
+            self.shown = {k: v for k, v in self.shown.items() if now - v[0] <= self.window}
             self.shown[key] = (now, time.strftime("%H:%M:%S"))
             return True
         record.msg, record.args = f"{record.getMessage()} [{type(error).__name__}; traceback as logged at {first[1]}]", ()
